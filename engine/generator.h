@@ -1,0 +1,129 @@
+#pragma once
+
+// Generator is what the API layer calls to run a model: submit a request, receive its tokens as
+// they are produced, cancel it. The engine implements it (engine/engine.h); tests use a scripted
+// implementation. It is the only engine type the daemon's request path needs.
+//
+// Threading: submit() and GenerationHandle::cancel() may be called from any thread. The sink's
+// callbacks run on an engine thread, in order, one at a time per request; they must not block (the
+// daemon posts them to the connection's strand). After on_finish() no further callback comes for
+// that request. cancel() after on_finish() is a no-op.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/result.h"
+
+namespace edge::engine {
+
+using TokenId = int32_t;
+
+struct ChatMessage {
+    std::string role;     // "system", "user", "assistant", "tool".
+    std::string content;  // Text parts already joined.
+    std::string name;     // Optional participant name.
+};
+
+struct SamplingParams {
+    float temperature = 1.0f;        // 0 means greedy.
+    float top_p = 1.0f;              // Nucleus mass in (0, 1].
+    int32_t top_k = 0;               // 0 means no top-k cut.
+    std::optional<uint64_t> seed;    // Fixed seed for reproducible sampling.
+    float presence_penalty = 0.0f;   // Subtracted once from logits of tokens already generated.
+    float frequency_penalty = 0.0f;  // Subtracted per occurrence of a generated token.
+    int32_t max_tokens = 256;        // Upper bound on generated tokens.
+    std::vector<std::string> stop;   // Stop strings; the matched text is not returned.
+    bool logprobs = false;           // Return the chosen token's log-probability.
+    int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
+    bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.
+};
+
+struct GenerateRequest {
+    std::string request_id;  // For logs and metrics correlation; never a label.
+    std::string tenant;      // Tenant name; keys the prefix-cache salt and fair share.
+    std::string model;       // Model name as served (config `models[].name`).
+    // The prompt: raw text, token ids, or chat messages (the model's chat template is applied).
+    std::variant<std::string, std::vector<TokenId>, std::vector<ChatMessage>> prompt;
+    SamplingParams sampling;
+    bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
+};
+
+struct TopLogprob {
+    std::string token;
+    TokenId id = 0;
+    float logprob = 0.0f;
+};
+
+struct TokenLogprob {
+    std::string token;  // The token's text (may be a partial UTF-8 sequence, as OpenAI returns).
+    TokenId id = 0;
+    float logprob = 0.0f;
+    std::vector<TopLogprob> top;
+};
+
+// Text produced since the previous delta. `text` never ends inside a UTF-8 character and never
+// contains a stop string; it may be empty while a possible stop string is held back.
+struct TokenDelta {
+    std::string text;
+    std::vector<TokenId> token_ids;
+    std::vector<TokenLogprob> logprobs;
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;  // Prompt tokens served from the prefix cache.
+};
+
+struct Finish {
+    FinishReason reason = FinishReason::kStop;
+    Usage usage;
+    Status error;  // Set when reason is kError.
+};
+
+class GenerationSink {
+public:
+    virtual ~GenerationSink() = default;
+    virtual void on_delta(TokenDelta delta) = 0;
+    virtual void on_finish(Finish finish) = 0;
+};
+
+class GenerationHandle {
+public:
+    virtual ~GenerationHandle() = default;
+    // Stops the request at the next engine step; on_finish(kCancelled) follows.
+    virtual void cancel() = 0;
+};
+
+struct ModelInfo {
+    std::string name;            // Served name.
+    std::string version;         // Version digest of the loaded checkpoint.
+    std::string architecture;    // e.g. "Qwen3MoeForCausalLM".
+    int64_t context_length = 0;  // Max prompt + output tokens.
+    int64_t created_unix = 0;    // When it was loaded.
+};
+
+class Generator {
+public:
+    virtual ~Generator() = default;
+
+    virtual std::vector<ModelInfo> models() const = 0;
+
+    // Queues a request. Errors before anything runs: kNotFound (unknown model),
+    // kInvalidArgument (bad prompt, prompt + max_tokens beyond the context, bad sampling values),
+    // kResourceExhausted (queue full). On success the sink receives deltas, then exactly one
+    // on_finish.
+    virtual Result<std::shared_ptr<GenerationHandle>> submit(
+        GenerateRequest request, std::shared_ptr<GenerationSink> sink) = 0;
+
+    // True once every configured model is loaded and able to serve.
+    virtual bool ready() const = 0;
+};
+
+}  // namespace edge::engine
