@@ -1,0 +1,38 @@
+#pragma once
+
+// The engine: loads the configured models and serves them through the Generator interface, with
+// its own threads (a scheduler loop per model plus the backend's compute pool). create_engine()
+// loads every model before it returns; the Generator it returns is thread-safe. Destroying it
+// cancels what is still running and joins its threads.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/generator.h"
+
+namespace edge::engine {
+
+struct ModelConfig {
+    std::string name;                  // Name clients ask for in `model`.
+    std::string path;                  // Hugging Face checkpoint directory.
+    std::string quantization = "none"; // Quantization policy preset applied on load ("none").
+    int64_t max_context = 0;           // Max prompt + output tokens; 0: the model's own maximum.
+    std::string chat_template = "auto";  // Chat format; "auto": chosen from the checkpoint.
+};
+
+struct EngineConfig {
+    int32_t threads = 0;                 // Compute threads; 0: one per core.
+    int32_t max_batch_sequences = 64;    // Sequences in the running batch at most.
+    int32_t max_batch_tokens = 2048;     // Tokens per engine step (decode + prefill chunks).
+    int64_t kv_cache_bytes = 256 << 20;  // KV-cache memory budget per model, bytes.
+    int32_t kv_block_tokens = 16;        // Tokens per KV-cache block.
+    int32_t max_queue = 1024;            // Waiting requests per model before kResourceExhausted.
+    std::vector<ModelConfig> models;
+};
+
+Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config);
+
+}  // namespace edge::engine

@@ -1,0 +1,60 @@
+#pragma once
+
+// CausalLM is a loaded decoder-only model with its KV cache, seen by the scheduler: sequences live
+// in slots, and one forward() call advances any mix of slots by any number of tokens (prefill
+// chunks and single decode tokens in one batch). Architectures (qwen3_moe, later glm4_moe and
+// deepseek_v3) implement it.
+//
+// Threading: not thread-safe; one scheduler thread drives it. forward() uses the backend's thread
+// pool internally. Lifetime: the weights it maps must outlive it (it owns the mapping).
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/generator.h"
+
+namespace edge::engine {
+
+struct ModelSpec {
+    std::string architecture;         // e.g. "Qwen3MoeForCausalLM".
+    int32_t vocab_size = 0;           // Rows of the logits.
+    int32_t max_context = 0;          // Positions the model (and its cache) supports.
+    std::vector<TokenId> eos_token_ids;
+    TokenId bos_token_id = -1;        // -1 when the model has none.
+    std::string version;              // Digest of config and tensor index (hex).
+    int64_t weight_bytes = 0;         // Bytes of weights as held in memory.
+    int64_t kv_bytes_per_token = 0;   // KV-cache bytes one token takes over all layers.
+};
+
+// Tokens to append to one slot at positions [start_pos, start_pos + tokens.size()).
+struct SequenceChunk {
+    int32_t slot = 0;
+    int32_t start_pos = 0;  // Must equal the slot's current length.
+    std::span<const TokenId> tokens;
+    bool all_logits = false;  // Logits for every token of the chunk, not only the last.
+};
+
+class CausalLM {
+public:
+    virtual ~CausalLM() = default;
+
+    virtual const ModelSpec& spec() const = 0;
+
+    // A free slot with length 0, or kResourceExhausted when all are taken.
+    virtual Result<int32_t> acquire_slot() = 0;
+    virtual void release_slot(int32_t slot) = 0;
+    // Drops the slot's cached tokens from position `length` on (for preemption and retries).
+    virtual void truncate_slot(int32_t slot, int32_t length) = 0;
+    virtual int32_t slot_length(int32_t slot) const = 0;
+
+    // Runs the chunks as one batch. `logits` receives, chunk by chunk in order, vocab_size floats
+    // for the last token (or for each token when all_logits). kResourceExhausted when the KV cache
+    // cannot hold the new tokens (nothing is changed then); kInvalidArgument for bad positions,
+    // token ids out of range or a context overflow.
+    virtual Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) = 0;
+};
+
+}  // namespace edge::engine
