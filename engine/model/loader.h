@@ -1,0 +1,27 @@
+#pragma once
+
+// Loading a Hugging Face checkpoint directory into a CausalLM: reads config.json, picks the
+// architecture, maps the safetensors files and checks every tensor's name, dtype and shape.
+// Every failure is a Status naming the file and the tensor or field; nothing here aborts on bad
+// input.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "engine/model/causal_lm.h"
+
+namespace edge::engine {
+
+struct LoadOptions {
+    int32_t threads = 0;            // Compute threads for forward(); 0: one per core.
+    int32_t max_slots = 64;         // Sequences the KV cache holds at once.
+    int32_t max_context = 0;        // Positions per sequence; 0: the model's maximum.
+    int64_t kv_cache_bytes = 0;     // KV memory budget; 0: max_slots * max_context tokens.
+    std::string quantization = "none";  // Policy preset applied on load.
+};
+
+Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options);
+
+}  // namespace edge::engine
