@@ -1,0 +1,38 @@
+#pragma once
+
+// IncrementalDecoder turns a stream of token ids into a stream of text that is always valid
+// UTF-8: bytes of a character split across tokens are held back until the character completes;
+// bytes that can never form a valid character become U+FFFD (as Hugging Face's errors="replace").
+//
+// Threading: one instance per stream, used by one thread at a time. Keeps a pointer to the
+// tokenizer, which must outlive it.
+
+#include <string>
+
+#include "engine/generator.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace edge::engine::tokenizer {
+
+class IncrementalDecoder {
+public:
+    explicit IncrementalDecoder(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+
+    // Text completed by appending `id`; may be empty while a character is incomplete.
+    std::string push(TokenId id);
+
+    // Text completed by appending raw `bytes` (used by push, and by tests).
+    std::string push_bytes(std::string_view bytes);
+
+    // What is still held back, as U+FFFD (called when the stream ends).
+    std::string flush();
+
+    // Bytes held back waiting for the rest of a character (0..3).
+    size_t pending_bytes() const { return pending_.size(); }
+
+private:
+    const Tokenizer* tokenizer_;
+    std::string pending_;
+};
+
+}  // namespace edge::engine::tokenizer

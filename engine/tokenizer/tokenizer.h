@@ -1,0 +1,69 @@
+#pragma once
+
+// Tokenizer turns text into token ids and back for a byte-level BPE checkpoint described by a
+// Hugging Face `tokenizer.json`: added/special tokens are matched first (longest first), the rest
+// is normalised (NFC when asked), split by the pre-tokenizer's regexes and BPE-encoded word by
+// word. decode() concatenates token bytes, so encode then decode gives back any valid UTF-8
+// input that is already in the normal form.
+//
+// Threading: immutable after loading; every method is thread-safe. Share one instance per model
+// through std::shared_ptr<const Tokenizer>.
+
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/generator.h"
+#include "engine/tokenizer/bpe_model.h"
+#include "engine/tokenizer/normalizer.h"
+#include "engine/tokenizer/pre_tokenizer.h"
+#include "engine/tokenizer/tokenizer_json.h"
+
+namespace edge::engine::tokenizer {
+
+class Tokenizer {
+public:
+    // Reads and parses `path` (a tokenizer.json); errors name the file and the JSON field.
+    static Result<std::unique_ptr<Tokenizer>> load_file(const std::string& path);
+    // Parses tokenizer.json text; errors name the JSON field.
+    static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view json);
+
+    // Ids of `text`. With `parse_special`, added tokens written in the text become their ids;
+    // without, they are encoded as ordinary text. kInvalidArgument for invalid UTF-8 (with the
+    // byte offset).
+    Result<std::vector<TokenId>> encode(std::string_view text, bool parse_special = true) const;
+
+    // Concatenated bytes of the tokens (added tokens as their content). May end inside a UTF-8
+    // character when the ids do; ids without a token contribute nothing.
+    std::string decode(std::span<const TokenId> ids) const;
+
+    // Bytes of one token (the content of an added token); empty for an unknown id.
+    std::string_view token_bytes(TokenId id) const;
+
+    // Id of an added token or vocabulary entry spelled exactly `content`, or -1.
+    TokenId token_id(std::string_view content) const;
+
+    // One more than the largest id the tokenizer knows.
+    int32_t vocab_size() const { return vocab_size_; }
+
+    bool is_added(TokenId id) const;
+
+private:
+    Tokenizer() = default;
+    Status encode_plain(std::string_view text, std::vector<TokenId>* out) const;
+
+    std::unique_ptr<BpeModel> bpe_;
+    Normalizer normalizer_;
+    std::unique_ptr<PreTokenizer> pre_tokenizer_;
+    bool ignore_merges_ = false;
+    std::vector<AddedToken> added_;                // Sorted by content length, longest first.
+    std::array<std::vector<int>, 256> added_by_first_byte_;  // Indexes into added_, same order.
+    std::vector<int> added_index_by_id_;           // -1 or index into added_, by id.
+    int32_t vocab_size_ = 0;
+};
+
+}  // namespace edge::engine::tokenizer

@@ -1,0 +1,39 @@
+#pragma once
+
+// The parts of a Hugging Face `tokenizer.json` the byte-level BPE tokenizer uses, parsed and
+// checked: vocabulary and merges (token text converted from the GPT-2 byte mapping to raw bytes),
+// added tokens, the normaliser and the pre-tokenizer's split regexes. Anything the tokenizer does
+// not implement (another model type, other normalisers or pre-tokenizers, byte fallback) is a
+// kUnimplemented naming the field, never a silently different tokenization. Plain data.
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/generator.h"
+#include "engine/tokenizer/normalizer.h"
+
+namespace edge::engine::tokenizer {
+
+struct AddedToken {
+    TokenId id = 0;
+    std::string content;  // UTF-8 text as it appears in prompts.
+    bool special = false; // Special (control) token, e.g. <|im_start|>.
+};
+
+struct TokenizerJson {
+    std::vector<std::pair<std::string, TokenId>> vocab;  // Raw token bytes and id.
+    std::vector<std::pair<std::string, std::string>> merges;  // Raw bytes, in rank order.
+    std::vector<AddedToken> added_tokens;
+    NormalizerKind normalizer = NormalizerKind::kNone;
+    std::vector<std::string> split_patterns;  // PCRE2 patterns, applied in order.
+    bool ignore_merges = false;  // A word that is itself a token is not merged piecewise.
+};
+
+// Errors are kInvalidArgument (malformed JSON or values) or kUnimplemented (unsupported
+// features), with the JSON path in the message, e.g. "model.merges[12]".
+Result<TokenizerJson> parse_tokenizer_json(std::string_view json);
+
+}  // namespace edge::engine::tokenizer

@@ -1,0 +1,245 @@
+#include "engine/tokenizer/tokenizer.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/incremental_decoder.h"
+#include "engine/tokenizer/utf8.h"
+
+namespace edge::engine::tokenizer {
+namespace {
+
+const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
+const std::string kFortunes = EDGE_SOURCE_DIR "/tests/fixtures/fortunes-qwen3-moe";
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+boost::json::value reference(const std::string& dir) {
+    return boost::json::parse(read_file(dir + "/reference.json"));
+}
+
+std::vector<TokenId> ids_of(const boost::json::value& v) {
+    std::vector<TokenId> ids;
+    for (const auto& x : v.as_array()) {
+        ids.push_back(static_cast<TokenId>(x.as_int64()));
+    }
+    return ids;
+}
+
+std::unique_ptr<Tokenizer> load(const std::string& dir) {
+    auto t = Tokenizer::load_file(dir + "/tokenizer.json");
+    REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+    return std::move(t).value();
+}
+
+void check_reference_cases(const std::string& dir) {
+    auto tok = load(dir);
+    const auto ref = reference(dir);
+    const auto& cases = ref.at("tokenizer_cases").as_array();
+    REQUIRE(cases.size() == 10);
+    for (const auto& c : cases) {
+        const std::string text(c.at("text").as_string());
+        CAPTURE(text);
+        auto ids = tok->encode(text);
+        REQUIRE(ids.ok());
+        CHECK(*ids == ids_of(c.at("ids")));
+        CHECK(tok->decode(*ids) == text);
+    }
+}
+
+TEST_CASE("tokenizer: micro fixture reference cases encode exactly") {
+    check_reference_cases(kMicro);
+}
+
+TEST_CASE("tokenizer: fortunes fixture reference cases encode exactly") {
+    check_reference_cases(kFortunes);
+}
+
+TEST_CASE("tokenizer: fortunes prompt texts tokenize to the reference prompt ids") {
+    auto tok = load(kFortunes);
+    const auto ref = reference(kFortunes);
+    for (const char* key : {"A", "B", "C"}) {
+        const auto& p = ref.at("prompts").at(key);
+        auto ids = tok->encode(std::string(p.at("prompt_text").as_string()));
+        REQUIRE(ids.ok());
+        CHECK(*ids == ids_of(p.at("prompt_ids")));
+    }
+}
+
+TEST_CASE("tokenizer: byte-level mapping round trips every byte") {
+    std::string all;
+    for (int b = 0; b < 256; ++b) {
+        all.push_back(static_cast<char>(b));
+    }
+    const std::string mapped = bytes_to_unicode(all);
+    CHECK(bytes_to_unicode(" ") == "\xC4\xA0");   // U+0120 'Ġ'
+    CHECK(bytes_to_unicode("\n") == "\xC4\x8A");  // U+010A 'Ċ'
+    auto back = unicode_to_bytes(mapped);
+    REQUIRE(back.ok());
+    CHECK(*back == all);
+    CHECK(unicode_to_bytes("\xE4\xB8\x80").status().code() == StatusCode::kInvalidArgument);
+}
+
+// Random valid UTF-8 over a mix of ASCII, Latin, CJK, emoji and the special-token spelling; each
+// code point is already NFC-stable (no combining marks, no Hangul jamo, no compatibility forms
+// that compose).
+std::string random_utf8(std::mt19937_64& rng, size_t chars) {
+    static const std::vector<std::pair<uint32_t, uint32_t>> kRanges = {
+        {0x20, 0x7E}, {0x09, 0x0A}, {0x0D, 0x0D}, {0xA0, 0xFF}, {0x4E00, 0x4FFF},
+        {0x1F600, 0x1F64F}, {0x0410, 0x044F}, {0x3041, 0x3094}, {0x2010, 0x2027}};
+    std::string out;
+    std::uniform_int_distribution<size_t> pick(0, kRanges.size() - 1);
+    for (size_t i = 0; i < chars; ++i) {
+        if (rng() % 50 == 0) {
+            out += "<|im_end|>";
+            continue;
+        }
+        const auto& [lo, hi] = kRanges[pick(rng)];
+        utf8_append(lo + static_cast<uint32_t>(rng() % (hi - lo + 1)), &out);
+    }
+    return out;
+}
+
+TEST_CASE("tokenizer: encode then decode gives back random UTF-8") {
+    for (const std::string& dir : {kMicro, kFortunes}) {
+        auto tok = load(dir);
+        std::mt19937_64 rng(1234);
+        for (int i = 0; i < 300; ++i) {
+            const std::string text = random_utf8(rng, rng() % 60);
+            CAPTURE(text);
+            auto ids = tok->encode(text);
+            REQUIRE(ids.ok());
+            CHECK(tok->decode(*ids) == text);
+            auto plain = tok->encode(text, /*parse_special=*/false);
+            REQUIRE(plain.ok());
+            CHECK(tok->decode(*plain) == text);
+        }
+    }
+}
+
+TEST_CASE("tokenizer: special tokens are parsed only when asked") {
+    auto tok = load(kMicro);
+    auto parsed = tok->encode("<|im_start|>x");
+    REQUIRE(parsed.ok());
+    CHECK(parsed->front() == 510);
+    auto plain = tok->encode("<|im_start|>x", false);
+    REQUIRE(plain.ok());
+    CHECK(plain->front() == '<');
+    CHECK(tok->token_id("<|im_end|>") == 511);
+    CHECK(tok->vocab_size() == 512);
+}
+
+TEST_CASE("tokenizer: NFC normalisation composes before BPE") {
+    auto tok = load(kMicro);
+    auto decomposed = tok->encode("cafe\xCC\x81");  // e + U+0301
+    auto composed = tok->encode("caf\xC3\xA9");
+    REQUIRE(decomposed.ok());
+    REQUIRE(composed.ok());
+    CHECK(*decomposed == *composed);
+}
+
+TEST_CASE("tokenizer: invalid UTF-8 is an error naming the byte") {
+    auto tok = load(kMicro);
+    auto r = tok->encode("ab\xFF");
+    CHECK(r.status().code() == StatusCode::kInvalidArgument);
+    CHECK(r.status().message().find("byte 2") != std::string::npos);
+}
+
+TEST_CASE("tokenizer: incremental decode never splits a character") {
+    auto tok = load(kFortunes);
+    std::mt19937_64 rng(99);
+    for (int i = 0; i < 100; ++i) {
+        const std::string text = random_utf8(rng, 40);
+        auto ids = tok->encode(text);
+        REQUIRE(ids.ok());
+        IncrementalDecoder dec(tok.get());
+        std::string streamed;
+        for (TokenId id : *ids) {
+            const std::string piece = dec.push(id);
+            CHECK(utf8_is_valid(piece));
+            streamed += piece;
+        }
+        CHECK(dec.pending_bytes() == 0);
+        CHECK(dec.flush().empty());
+        CHECK(streamed == text);
+    }
+}
+
+TEST_CASE("tokenizer: incremental decoder holds partial bytes and replaces invalid ones") {
+    auto tok = load(kMicro);
+    IncrementalDecoder dec(tok.get());
+    // U+1F642 in four byte tokens (ids are byte values in this tokenizer).
+    CHECK(dec.push(0xF0).empty());
+    CHECK(dec.push(0x9F).empty());
+    CHECK(dec.push(0x99).empty());
+    CHECK(dec.pending_bytes() == 3);
+    CHECK(dec.push(0x82) == "\xF0\x9F\x99\x82");
+    CHECK(dec.push(0xFF) == "\xEF\xBF\xBD");
+    CHECK(dec.push(0xE2).empty());
+    CHECK(dec.push('a') == "\xEF\xBF\xBD" "a");
+    CHECK(dec.push(0xE2).empty());
+    CHECK(dec.flush() == "\xEF\xBF\xBD");
+}
+
+TEST_CASE("tokenizer: bad tokenizer.json gives a clear status") {
+    struct Case {
+        const char* json;
+        StatusCode code;
+        const char* needle;
+    };
+    const std::vector<Case> cases = {
+        {"", StatusCode::kInvalidArgument, "JSON"},
+        {"[]", StatusCode::kInvalidArgument, "top level"},
+        {"{}", StatusCode::kInvalidArgument, "model"},
+        {R"({"model":{"type":"WordPiece","vocab":{}}})", StatusCode::kUnimplemented, "model.type"},
+        {R"({"model":{"type":"BPE","vocab":{"a":-1}}})", StatusCode::kInvalidArgument,
+         "model.vocab"},
+        {R"({"model":{"type":"BPE","vocab":{"a":0}}})", StatusCode::kInvalidArgument, "byte"},
+        {R"({"model":{"type":"BPE","vocab":{},"merges":[3]}})", StatusCode::kInvalidArgument,
+         "model.merges[0]"},
+        {R"({"model":{"type":"BPE","vocab":{}},"pre_tokenizer":{"type":"Split",
+            "pattern":{"Regex":"(unclosed"},"behavior":"Isolated"}})",
+         StatusCode::kInvalidArgument, "does not compile"},
+        {R"({"model":{"type":"BPE","vocab":{}},"normalizer":{"type":"NFKD"}})",
+         StatusCode::kUnimplemented, "normalizer"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.json);
+        auto t = Tokenizer::from_json(c.json);
+        REQUIRE_FALSE(t.ok());
+        CHECK(t.status().code() == c.code);
+        CHECK(t.status().message().find(c.needle) != std::string::npos);
+    }
+    auto missing = Tokenizer::load_file("/nonexistent/tokenizer.json");
+    CHECK(missing.status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("tokenizer: merges in the [left, right] array form") {
+    std::string vocab;
+    for (int b = 0; b < 256; ++b) {
+        const std::string mapped = bytes_to_unicode(std::string(1, static_cast<char>(b)));
+        vocab += boost::json::serialize(boost::json::value(mapped)) + ":" + std::to_string(b) + ",";
+    }
+    vocab += "\"ab\":256,\"abc\":257";
+    const std::string json = R"({"model":{"type":"BPE","vocab":{)" + vocab +
+                             R"(},"merges":[["a","b"],["ab","c"]]}})";
+    auto t = Tokenizer::from_json(json);
+    REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+    auto ids = (*t)->encode("abcab");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{257, 256});
+}
+
+}  // namespace
+}  // namespace edge::engine::tokenizer
