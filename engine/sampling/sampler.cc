@@ -1,0 +1,172 @@
+#include "engine/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "engine/tokenizer/utf8.h"
+
+namespace edge::engine::sampling {
+
+namespace {
+
+Status out_of_range(const char* field, const std::string& rule) {
+    return invalid_argument_error(std::string(field) + ": " + rule);
+}
+
+// Index order for sampling: higher value first, ties to the lower id.
+struct ByValueDesc {
+    std::span<const float> v;
+    bool operator()(int32_t a, int32_t b) const { return v[a] != v[b] ? v[a] > v[b] : a < b; }
+};
+
+}  // namespace
+
+Status validate_sampling_params(const SamplingParams& p) {
+    if (!std::isfinite(p.temperature) || p.temperature < 0.0f || p.temperature > 2.0f) {
+        return out_of_range("temperature", "must be in [0, 2]");
+    }
+    if (!std::isfinite(p.top_p) || p.top_p <= 0.0f || p.top_p > 1.0f) {
+        return out_of_range("top_p", "must be in (0, 1]");
+    }
+    if (p.top_k < 0) {
+        return out_of_range("top_k", "must be >= 0");
+    }
+    if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f) {
+        return out_of_range("presence_penalty", "must be in [-2, 2]");
+    }
+    if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f) {
+        return out_of_range("frequency_penalty", "must be in [-2, 2]");
+    }
+    if (p.max_tokens < 1) {
+        return out_of_range("max_tokens", "must be >= 1");
+    }
+    if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
+        return out_of_range("top_logprobs", "must be in [0, 20]");
+    }
+    if (p.stop.size() > kMaxStopStrings) {
+        return out_of_range("stop", "at most 16 stop strings");
+    }
+    for (size_t i = 0; i < p.stop.size(); ++i) {
+        const std::string& s = p.stop[i];
+        if (s.empty() || s.size() > kMaxStopBytes || !tokenizer::utf8_is_valid(s)) {
+            return invalid_argument_error("stop[" + std::to_string(i) +
+                                          "]: must be non-empty valid UTF-8 of at most 256 bytes");
+        }
+    }
+    return ok_status();
+}
+
+void log_softmax(std::span<const float> logits, std::vector<float>* out) {
+    out->resize(logits.size());
+    if (logits.empty()) {
+        return;
+    }
+    const float max = *std::max_element(logits.begin(), logits.end());
+    double sum = 0.0;
+    for (float x : logits) {
+        sum += std::exp(static_cast<double>(x - max));
+    }
+    const float log_sum = static_cast<float>(std::log(sum)) + max;
+    for (size_t i = 0; i < logits.size(); ++i) {
+        (*out)[i] = logits[i] - log_sum;
+    }
+}
+
+std::vector<TokenId> top_n(std::span<const float> values, int32_t n) {
+    const size_t k = std::min(static_cast<size_t>(std::max(n, 0)), values.size());
+    std::vector<TokenId> ids(values.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                      ByValueDesc{values});
+    ids.resize(k);
+    return ids;
+}
+
+Sampler::Sampler(const SamplingParams& params, uint64_t seed) : params_(params), rng_(seed) {}
+
+void Sampler::apply_penalties(std::span<float> logits) const {
+    if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) {
+        return;
+    }
+    for (const auto& [id, n] : counts_) {
+        if (id >= 0 && static_cast<size_t>(id) < logits.size() && n > 0) {
+            logits[id] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+        }
+    }
+}
+
+TokenId Sampler::draw(std::span<const float> scaled) {
+    const int32_t vocab = static_cast<int32_t>(scaled.size());
+    order_.resize(static_cast<size_t>(vocab));
+    std::iota(order_.begin(), order_.end(), 0);
+    int32_t kept = vocab;
+    const bool cut_k = params_.top_k > 0 && params_.top_k < vocab;
+    const bool cut_p = params_.top_p < 1.0f;
+    if (cut_k) {
+        kept = params_.top_k;
+        std::partial_sort(order_.begin(), order_.begin() + kept, order_.end(), ByValueDesc{scaled});
+    } else if (cut_p) {
+        std::sort(order_.begin(), order_.end(), ByValueDesc{scaled});
+    }
+    const float max = *std::max_element(scaled.begin(), scaled.end());
+    probs_.resize(static_cast<size_t>(kept));
+    double total = 0.0;
+    for (int32_t i = 0; i < kept; ++i) {
+        probs_[i] = std::exp(scaled[order_[i]] - max);
+        total += probs_[i];
+    }
+    if (cut_p) {
+        // Smallest prefix (in descending order) whose mass reaches top_p of the kept mass.
+        double mass = 0.0;
+        int32_t n = 0;
+        while (n < kept) {
+            mass += probs_[n++];
+            if (mass >= params_.top_p * total) {
+                break;
+            }
+        }
+        kept = n;
+        total = mass;
+    }
+    // 53 random bits -> u in [0, 1); the walk below is deterministic for a given seed.
+    const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+    double target = u * total;
+    for (int32_t i = 0; i < kept; ++i) {
+        target -= probs_[i];
+        if (target < 0.0) {
+            return order_[i];
+        }
+    }
+    return order_[kept - 1];  // Rounding left a sliver past the end.
+}
+
+SampledToken Sampler::sample(std::span<float> logits) {
+    apply_penalties(logits);
+    const bool greedy = params_.temperature <= 0.0f;
+    if (!greedy && params_.temperature != 1.0f) {
+        const float inv = 1.0f / params_.temperature;
+        for (float& x : logits) {
+            x *= inv;
+        }
+    }
+    SampledToken out;
+    if (greedy) {
+        out.id = top_n(logits, 1).front();
+    } else {
+        out.id = draw(logits);
+    }
+    ++counts_[out.id];
+    if (params_.logprobs || params_.top_logprobs > 0) {
+        std::vector<float> lp;
+        log_softmax(logits, &lp);
+        out.logprob = lp[out.id];
+        for (TokenId id : top_n(lp, params_.top_logprobs)) {
+            out.top.emplace_back(id, lp[id]);
+        }
+    }
+    return out;
+}
+
+}  // namespace edge::engine::sampling

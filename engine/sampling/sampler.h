@@ -1,0 +1,69 @@
+#pragma once
+
+// Sampler picks the next token of one sequence from the model's logits, as the request's
+// SamplingParams say: presence/frequency penalties over the tokens generated so far, then greedy
+// (temperature 0: highest logit, ties to the lowest id) or temperature scaling, top-k, top-p and a
+// draw from a seeded std::mt19937_64 (same seed, same logits -> same tokens). It also reports the
+// log-probability of the chosen token and the top alternatives: the log-softmax of the processed
+// logits (after penalties and temperature, before the top-k/top-p cut), which is what OpenAI's
+// API reports.
+//
+// Threading: one Sampler per sequence, used by one thread at a time (the scheduler's).
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/generator.h"
+
+namespace edge::engine::sampling {
+
+// Largest top_logprobs a request may ask for (as OpenAI).
+inline constexpr int32_t kMaxTopLogprobs = 20;
+// Stop strings per request at most, and bytes per stop string at most.
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopBytes = 256;
+
+// kInvalidArgument naming the field when a value is out of range (temperature in [0, 2], top_p in
+// (0, 1], top_k >= 0, penalties in [-2, 2], max_tokens >= 1, top_logprobs in [0, 20], stop
+// strings non-empty valid UTF-8 within the limits above).
+Status validate_sampling_params(const SamplingParams& params);
+
+struct SampledToken {
+    TokenId id = 0;
+    float logprob = 0.0f;                          // Set when logprobs were asked for.
+    std::vector<std::pair<TokenId, float>> top;    // Best first, ties to the lower id.
+};
+
+class Sampler {
+public:
+    Sampler(const SamplingParams& params, uint64_t seed);
+
+    // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)
+    // and counts it for the penalties of later steps.
+    SampledToken sample(std::span<float> logits);
+
+    // Counts a token chosen elsewhere (e.g. replayed after preemption) for the penalties.
+    void count(TokenId id) { ++counts_[id]; }
+
+private:
+    void apply_penalties(std::span<float> logits) const;
+    TokenId draw(std::span<const float> scaled);
+
+    SamplingParams params_;
+    std::mt19937_64 rng_;
+    std::unordered_map<TokenId, int32_t> counts_;
+    std::vector<int32_t> order_;  // Scratch for top-k / top-p.
+    std::vector<float> probs_;    // Scratch.
+};
+
+// log-softmax of `logits` into `out` (same size).
+void log_softmax(std::span<const float> logits, std::vector<float>* out);
+
+// Ids of the `n` largest values, largest first, ties to the lower id.
+std::vector<TokenId> top_n(std::span<const float> values, int32_t n);
+
+}  // namespace edge::engine::sampling

@@ -1,0 +1,164 @@
+#include "engine/sampling/sampler.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+namespace edge::engine::sampling {
+namespace {
+
+SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+}
+
+TokenId pick(Sampler& s, std::vector<float> logits) {
+    return s.sample(logits).id;
+}
+
+TEST_CASE("sampler: greedy takes the highest logit, ties to the lowest id") {
+    Sampler s(greedy(), 1);
+    CHECK(pick(s, {1.0f, 3.0f, 3.0f, 2.0f}) == 1);
+    CHECK(pick(s, {5.0f, 5.0f}) == 0);
+    CHECK(pick(s, {-1.0f, -0.5f, -3.0f}) == 1);
+}
+
+TEST_CASE("sampler: presence penalty is subtracted once per generated token") {
+    SamplingParams p = greedy();
+    p.presence_penalty = 0.5f;
+    Sampler s(p, 1);
+    CHECK(pick(s, {0.0f, 1.0f, 0.9f}) == 1);  // 1.0 vs 0.9
+    CHECK(pick(s, {0.0f, 1.0f, 0.9f}) == 2);  // 0.5 vs 0.9
+    CHECK(pick(s, {0.0f, 1.0f, 0.9f}) == 1);  // 0.5 vs 0.4
+    CHECK(pick(s, {0.0f, 1.0f, 0.9f}) == 1);  // still 0.5 vs 0.4: presence does not grow
+}
+
+TEST_CASE("sampler: frequency penalty grows with each occurrence") {
+    SamplingParams p = greedy();
+    p.frequency_penalty = 0.5f;
+    Sampler s(p, 1);
+    CHECK(pick(s, {0.0f, 2.0f, 1.2f}) == 1);  // 2.0 vs 1.2
+    CHECK(pick(s, {0.0f, 2.0f, 1.2f}) == 1);  // 1.5 vs 1.2
+    CHECK(pick(s, {0.0f, 2.0f, 1.2f}) == 2);  // 1.0 vs 1.2
+    CHECK(pick(s, {0.0f, 2.0f, 1.2f}) == 1);  // 1.0 vs 0.7
+}
+
+std::vector<int> histogram(const SamplingParams& p, uint64_t seed, std::vector<float> logits,
+                           int draws) {
+    Sampler s(p, seed);
+    std::vector<int> counts(logits.size(), 0);
+    for (int i = 0; i < draws; ++i) {
+        ++counts[pick(s, logits)];
+    }
+    return counts;
+}
+
+const std::vector<float> kProbs532 = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+
+TEST_CASE("sampler: temperature 1 draws in proportion to the softmax") {
+    SamplingParams p;
+    const auto counts = histogram(p, 42, kProbs532, 20000);
+    CHECK(counts[0] / 20000.0 == doctest::Approx(0.5).epsilon(0.04));
+    CHECK(counts[1] / 20000.0 == doctest::Approx(0.3).epsilon(0.06));
+    CHECK(counts[2] / 20000.0 == doctest::Approx(0.2).epsilon(0.08));
+}
+
+TEST_CASE("sampler: temperature sharpens or flattens the distribution") {
+    SamplingParams cold;
+    cold.temperature = 0.25f;  // probs ∝ p^4: 0.0625 : 0.0081 : 0.0016 -> 0.8727 share for id 0
+    const auto c = histogram(cold, 7, kProbs532, 20000);
+    CHECK(c[0] / 20000.0 == doctest::Approx(0.8727).epsilon(0.02));
+    SamplingParams hot;
+    hot.temperature = 2.0f;  // probs ∝ sqrt(p): 0.7071 : 0.5477 : 0.4472 -> 0.4155 for id 0
+    const auto h = histogram(hot, 7, kProbs532, 20000);
+    CHECK(h[0] / 20000.0 == doctest::Approx(0.4155).epsilon(0.04));
+}
+
+TEST_CASE("sampler: top-k keeps only the k best") {
+    SamplingParams p;
+    p.top_k = 2;
+    const auto counts = histogram(p, 3, kProbs532, 5000);
+    CHECK(counts[2] == 0);
+    CHECK(counts[0] / 5000.0 == doctest::Approx(0.625).epsilon(0.06));  // 0.5 / 0.8
+    p.top_k = 1;
+    CHECK(histogram(p, 3, kProbs532, 100)[0] == 100);
+}
+
+TEST_CASE("sampler: top-p keeps the smallest set reaching the mass") {
+    SamplingParams p;
+    p.top_p = 0.5f;  // 0.5 alone reaches it
+    CHECK(histogram(p, 5, kProbs532, 200)[0] == 200);
+    p.top_p = 0.6f;  // needs 0.5 + 0.3
+    const auto counts = histogram(p, 5, kProbs532, 5000);
+    CHECK(counts[2] == 0);
+    CHECK(counts[1] > 1000);
+}
+
+TEST_CASE("sampler: the same seed gives the same tokens, another seed others") {
+    SamplingParams p;
+    std::vector<float> flat(64, 0.0f);
+    auto run = [&](uint64_t seed) {
+        Sampler s(p, seed);
+        std::vector<TokenId> out;
+        for (int i = 0; i < 32; ++i) {
+            out.push_back(pick(s, flat));
+        }
+        return out;
+    };
+    CHECK(run(11) == run(11));
+    CHECK(run(11) != run(12));
+}
+
+TEST_CASE("sampler: logprobs are the log-softmax of the processed logits") {
+    SamplingParams p = greedy();
+    p.logprobs = true;
+    p.top_logprobs = 2;
+    Sampler s(p, 1);
+    std::vector<float> logits = {0.0f, std::log(2.0f), 0.0f};  // probs 0.25, 0.5, 0.25
+    const SampledToken t = s.sample(logits);
+    CHECK(t.id == 1);
+    CHECK(t.logprob == doctest::Approx(std::log(0.5)));
+    REQUIRE(t.top.size() == 2);
+    CHECK(t.top[0].first == 1);
+    CHECK(t.top[1].first == 0);  // tie with id 2 goes to the lower id
+    CHECK(t.top[1].second == doctest::Approx(std::log(0.25)));
+
+    SamplingParams hot;
+    hot.temperature = 2.0f;
+    hot.logprobs = true;
+    Sampler h(hot, 1);
+    std::vector<float> l2 = {0.0f, 2.0f * std::log(3.0f)};  // /2 -> 0, ln 3: probs 1/4, 3/4
+    const SampledToken u = h.sample(l2);
+    CHECK(u.logprob == doctest::Approx(u.id == 1 ? std::log(0.75) : std::log(0.25)));
+}
+
+TEST_CASE("sampler: bad values are rejected naming the field") {
+    struct Case {
+        void (*set)(SamplingParams&);
+        const char* field;
+    };
+    const std::vector<Case> cases = {
+        {[](SamplingParams& p) { p.temperature = -1.0f; }, "temperature"},
+        {[](SamplingParams& p) { p.temperature = NAN; }, "temperature"},
+        {[](SamplingParams& p) { p.top_p = 0.0f; }, "top_p"},
+        {[](SamplingParams& p) { p.top_k = -1; }, "top_k"},
+        {[](SamplingParams& p) { p.presence_penalty = 3.0f; }, "presence_penalty"},
+        {[](SamplingParams& p) { p.frequency_penalty = -2.5f; }, "frequency_penalty"},
+        {[](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens"},
+        {[](SamplingParams& p) { p.top_logprobs = 21; }, "top_logprobs"},
+        {[](SamplingParams& p) { p.stop = {"ok", ""}; }, "stop[1]"},
+        {[](SamplingParams& p) { p.stop = {"\xFF"}; }, "stop[0]"},
+    };
+    CHECK(validate_sampling_params(SamplingParams{}).ok());
+    for (const Case& c : cases) {
+        SamplingParams p;
+        c.set(p);
+        const Status st = validate_sampling_params(p);
+        CHECK(st.code() == StatusCode::kInvalidArgument);
+        CHECK(st.message().find(c.field) == 0);
+    }
+}
+
+}  // namespace
+}  // namespace edge::engine::sampling
