@@ -1,10 +1,56 @@
 #include "engine/engine.h"
 
+#include <random>
+
+#include "common/clock.h"
+#include "engine/model/loader.h"
+#include "engine/sched/local_generator.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_config.h"
+
 namespace edge::engine {
 
-// Replaced by the real engine (issue 3); the daemon starts with no models until then.
+namespace {
+
+Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config) {
+    sched::ServedModel m;
+    m.config = mc;
+    EDGE_ASSIGN_OR_RETURN(m.tokenizer, tokenizer::Tokenizer::load_file(mc.path + "/tokenizer.json"));
+    EDGE_ASSIGN_OR_RETURN(m.tokenizer_config, tokenizer::load_tokenizer_config(mc.path));
+    LoadOptions options;
+    options.threads = config.threads;
+    options.max_slots = config.max_batch_sequences;
+    options.max_context = static_cast<int32_t>(std::max<int64_t>(mc.max_context, 0));
+    options.kv_cache_bytes = config.kv_cache_bytes;
+    options.quantization = mc.quantization;
+    EDGE_ASSIGN_OR_RETURN(m.model, load_model(mc.path, options));
+    if (m.model->spec().vocab_size < m.tokenizer->vocab_size()) {
+        return invalid_argument_error("tokenizer.json has " +
+                                      std::to_string(m.tokenizer->vocab_size()) +
+                                      " tokens but the model's vocab_size is " +
+                                      std::to_string(m.model->spec().vocab_size));
+    }
+    m.created_unix = SystemClock::instance().wall_now_us() / 1'000'000;
+    return m;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config) {
-    return unimplemented_error("the engine is not built yet");
+    std::vector<sched::ServedModel> served;
+    for (const ModelConfig& mc : config.models) {
+        auto m = load_served_model(mc, config);
+        if (!m.ok()) {
+            return m.status().with_context("model \"" + mc.name + "\" (" + mc.path + ")");
+        }
+        served.push_back(std::move(m).value());
+    }
+    // Requests without a seed draw theirs from this generator; its seed is the only entropy.
+    std::random_device entropy;
+    const uint64_t seed = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+    EDGE_ASSIGN_OR_RETURN(auto generator,
+                          sched::LocalGenerator::create(std::move(served), config, seed));
+    return std::unique_ptr<Generator>(std::move(generator));
 }
 
 }  // namespace edge::engine

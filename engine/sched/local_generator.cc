@@ -1,0 +1,177 @@
+#include "engine/sched/local_generator.h"
+
+#include <algorithm>
+
+#include "engine/sampling/sampler.h"
+
+namespace edge::engine::sched {
+
+namespace {
+
+std::vector<TokenId> eos_ids(const ServedModel& m) {
+    std::vector<TokenId> ids = m.model->spec().eos_token_ids;
+    for (TokenId id : m.tokenizer_config.generation_eos_ids) {
+        ids.push_back(id);
+    }
+    if (!m.tokenizer_config.eos_token.empty()) {
+        ids.push_back(m.tokenizer->token_id(m.tokenizer_config.eos_token));
+    }
+    std::erase(ids, -1);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<ServedModel> models,
+                                                               const EngineConfig& config,
+                                                               uint64_t seed) {
+    std::unique_ptr<LocalGenerator> gen(new LocalGenerator());
+    gen->seed_rng_.seed(seed);
+    for (ServedModel& m : models) {
+        const std::string where = "models[\"" + m.config.name + "\"]";
+        if (gen->models_.count(m.config.name) > 0) {
+            return invalid_argument_error(where + ": name served twice");
+        }
+        if (m.model == nullptr || m.tokenizer == nullptr) {
+            return invalid_argument_error(where + ": no model or tokenizer");
+        }
+        auto rt = std::make_unique<Runtime>();
+        const ModelSpec& spec = m.model->spec();
+        rt->context = spec.max_context;
+        if (m.config.max_context > 0) {
+            rt->context = std::min<int64_t>(rt->context, m.config.max_context);
+        }
+        rt->info = ModelInfo{m.config.name, spec.version, spec.architecture, rt->context,
+                             m.created_unix};
+        rt->vocab_size = spec.vocab_size;
+        rt->add_bos = m.tokenizer_config.add_bos_token;
+        rt->bos = spec.bos_token_id >= 0 ? spec.bos_token_id : m.tokenizer_config.generation_bos_id;
+        if (!m.tokenizer_config.bos_token.empty()) {
+            rt->bos = m.tokenizer->token_id(m.tokenizer_config.bos_token);
+        }
+        auto format = tokenizer::choose_chat_format(m.config.chat_template, m.tokenizer_config,
+                                                    *m.tokenizer);
+        if (format.ok()) {
+            auto chat = tokenizer::ChatTemplate::create(*format, m.tokenizer.get());
+            if (!chat.ok()) {
+                return chat.status().with_context(where);
+            }
+            rt->chat = std::move(chat).value();
+        } else if (format.status().code() != StatusCode::kNotFound) {
+            return format.status().with_context(where);
+        }
+        SchedulerConfig sc;
+        sc.max_batch_sequences = config.max_batch_sequences;
+        sc.max_batch_tokens = config.max_batch_tokens;
+        sc.max_queue = config.max_queue;
+        sc.eos_token_ids = eos_ids(m);
+        rt->tokenizer = std::move(m.tokenizer);
+        rt->scheduler = std::make_unique<Scheduler>(std::move(m.model), rt->tokenizer.get(), sc);
+        gen->models_.emplace(m.config.name, std::move(rt));
+    }
+    for (auto& [name, rt] : gen->models_) {
+        rt->scheduler->start();
+    }
+    return gen;
+}
+
+LocalGenerator::~LocalGenerator() {
+    for (auto& [name, rt] : models_) {
+        rt->scheduler->stop();
+    }
+}
+
+std::vector<ModelInfo> LocalGenerator::models() const {
+    std::vector<ModelInfo> out;
+    for (const auto& [name, rt] : models_) {
+        out.push_back(rt->info);
+    }
+    return out;
+}
+
+const tokenizer::Tokenizer* LocalGenerator::tokenizer(const std::string& model) const {
+    auto it = models_.find(model);
+    return it == models_.end() ? nullptr : it->second->tokenizer.get();
+}
+
+uint64_t LocalGenerator::next_seed() {
+    std::lock_guard<std::mutex> lock(seed_mu_);
+    return seed_rng_();
+}
+
+Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
+                                                        const GenerateRequest& request) const {
+    std::vector<TokenId> ids;
+    if (const auto* text = std::get_if<std::string>(&request.prompt)) {
+        if (rt.add_bos && rt.bos >= 0) {
+            ids.push_back(rt.bos);
+        }
+        auto encoded = rt.tokenizer->encode(*text);
+        if (!encoded.ok()) {
+            return encoded.status().with_context("prompt");
+        }
+        if (encoded->empty()) {
+            return invalid_argument_error("prompt: empty");
+        }
+        ids.insert(ids.end(), encoded->begin(), encoded->end());
+    } else if (const auto* given = std::get_if<std::vector<TokenId>>(&request.prompt)) {
+        for (size_t i = 0; i < given->size(); ++i) {
+            if ((*given)[i] < 0 || (*given)[i] >= rt.vocab_size) {
+                return invalid_argument_error("prompt[" + std::to_string(i) + "]: token id " +
+                                              std::to_string((*given)[i]) +
+                                              " is out of range [0, " +
+                                              std::to_string(rt.vocab_size) + ")");
+            }
+        }
+        ids = *given;
+    } else {
+        const auto& messages = std::get<std::vector<ChatMessage>>(request.prompt);
+        if (!rt.chat) {
+            return invalid_argument_error("messages: model \"" + rt.info.name +
+                                          "\" has no chat template");
+        }
+        EDGE_ASSIGN_OR_RETURN(ids, rt.chat->render(messages));
+    }
+    if (ids.empty()) {
+        return invalid_argument_error("prompt: empty");
+    }
+    for (TokenId id : ids) {
+        if (id >= rt.vocab_size) {
+            return invalid_argument_error("prompt: token id " + std::to_string(id) +
+                                          " from the tokenizer is beyond the model's vocabulary");
+        }
+    }
+    return ids;
+}
+
+Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
+    GenerateRequest request, std::shared_ptr<GenerationSink> sink) {
+    auto it = models_.find(request.model);
+    if (it == models_.end()) {
+        return not_found_error("model: \"" + request.model + "\" is not served here");
+    }
+    Runtime& rt = *it->second;
+    if (sink == nullptr) {
+        return invalid_argument_error("sink: null");
+    }
+    EDGE_RETURN_IF_ERROR(sampling::validate_sampling_params(request.sampling));
+    EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, prompt_ids(rt, request));
+    const int64_t needed = static_cast<int64_t>(ids.size()) + request.sampling.max_tokens;
+    if (needed > rt.context) {
+        return invalid_argument_error(
+            "max_tokens: the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens (" +
+            std::to_string(request.sampling.max_tokens) + ") exceeds the model's context of " +
+            std::to_string(rt.context) + " tokens");
+    }
+    SequenceRequest seq;
+    seq.request_id = std::move(request.request_id);
+    seq.prompt = std::move(ids);
+    seq.seed = request.sampling.seed ? *request.sampling.seed : next_seed();
+    seq.sampling = std::move(request.sampling);
+    seq.sink = std::move(sink);
+    return rt.scheduler->submit(std::move(seq));
+}
+
+}  // namespace edge::engine::sched

@@ -1,0 +1,314 @@
+#include "engine/sched/scheduler.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace edge::engine::sched {
+
+Scheduler::Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer* tokenizer,
+                     SchedulerConfig config)
+    : model_(std::move(model)), tokenizer_(tokenizer), config_(std::move(config)) {
+    config_.max_batch_sequences = std::max(config_.max_batch_sequences, 1);
+    config_.max_batch_tokens = std::max(config_.max_batch_tokens, 1);
+}
+
+Scheduler::~Scheduler() {
+    stop();
+}
+
+Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest request) {
+    auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
+    auto handle = std::make_shared<RequestHandle>(seq->control);
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) {
+            return unavailable_error("the model is shutting down");
+        }
+        if (waiting_.size() >= static_cast<size_t>(std::max(config_.max_queue, 0))) {
+            return resource_exhausted_error("the model's queue is full (" +
+                                            std::to_string(config_.max_queue) +
+                                            " requests waiting)");
+        }
+        waiting_.push_back(std::move(seq));
+    }
+    cv_.notify_one();
+    return std::shared_ptr<GenerationHandle>(std::move(handle));
+}
+
+void Scheduler::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void Scheduler::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+    // Whatever is left (also when driven by step() without a thread) ends as cancelled.
+    for (auto& seq : running_) {
+        if (!seq->finished) {
+            finish(seq.get(), FinishReason::kCancelled);
+        }
+    }
+    running_.clear();
+    std::deque<std::unique_ptr<Sequence>> left;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        left.swap(waiting_);
+    }
+    for (auto& seq : left) {
+        finish(seq.get(), FinishReason::kCancelled);
+    }
+}
+
+void Scheduler::run() {
+    while (true) {
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+            if (stopping_) {
+                return;
+            }
+        }
+        step();
+    }
+}
+
+bool Scheduler::step() {
+    sweep_cancelled();
+    remove_finished();
+    admit();
+    stats_.max_running = std::max(stats_.max_running, static_cast<int32_t>(running_.size()));
+    if (running_.empty()) {
+        return fail_unadmittable();
+    }
+    std::vector<BatchEntry> batch = plan_batch();
+    std::vector<float> logits;
+    if (!forward_with_preemption(&batch, &logits)) {
+        remove_finished();
+        return true;
+    }
+    ++stats_.steps;
+    const size_t vocab = static_cast<size_t>(model_->spec().vocab_size);
+    for (size_t i = 0; i < batch.size(); ++i) {
+        Sequence* seq = batch[i].seq;
+        seq->computed += batch[i].count;
+        if (seq->pending() == 0) {
+            emit_token(seq, std::span<float>(logits.data() + i * vocab, vocab));
+        }
+    }
+    remove_finished();
+    return true;
+}
+
+bool Scheduler::fail_unadmittable() {
+    // Nothing runs, so every slot should be free; a request that still cannot get one would spin
+    // the loop forever. It fails instead.
+    std::unique_ptr<Sequence> seq;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (waiting_.empty()) {
+            return false;
+        }
+        seq = std::move(waiting_.front());
+        waiting_.pop_front();
+    }
+    finish(seq.get(), FinishReason::kError,
+           resource_exhausted_error("the model has no free sequence slot"));
+    return true;
+}
+
+void Scheduler::sweep_cancelled() {
+    for (auto& seq : running_) {
+        if (!seq->finished && seq->control->cancelled.load(std::memory_order_relaxed)) {
+            finish(seq.get(), FinishReason::kCancelled);
+        }
+    }
+    std::vector<std::unique_ptr<Sequence>> cancelled;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto it = waiting_.begin(); it != waiting_.end();) {
+            if ((*it)->control->cancelled.load(std::memory_order_relaxed)) {
+                cancelled.push_back(std::move(*it));
+                it = waiting_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    for (auto& seq : cancelled) {
+        finish(seq.get(), FinishReason::kCancelled);
+    }
+}
+
+void Scheduler::admit() {
+    if (running_.empty()) {
+        admission_blocked_ = false;  // Nothing left to wait for.
+    }
+    while (!admission_blocked_ &&
+           running_.size() < static_cast<size_t>(config_.max_batch_sequences)) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (waiting_.empty()) {
+                return;
+            }
+        }
+        Result<int32_t> slot = model_->acquire_slot();
+        if (!slot.ok()) {
+            return;  // All slots taken; the queue waits for one to be released.
+        }
+        std::unique_ptr<Sequence> seq;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            seq = std::move(waiting_.front());
+            waiting_.pop_front();
+        }
+        seq->slot = *slot;
+        seq->computed = 0;
+        seq->admitted_at = next_admission_++;
+        running_.push_back(std::move(seq));
+    }
+}
+
+std::vector<Scheduler::BatchEntry> Scheduler::plan_batch() const {
+    std::vector<BatchEntry> batch;
+    int32_t budget = config_.max_batch_tokens;
+    // Decode steps first: they keep latency low for requests already streaming.
+    for (const auto& seq : running_) {
+        if (budget > 0 && seq->pending() == 1) {
+            batch.push_back({seq.get(), 1});
+            --budget;
+        }
+    }
+    // Then prefill chunks, oldest admission first (running_ is in admission order).
+    for (const auto& seq : running_) {
+        if (budget > 0 && seq->pending() > 1) {
+            const int32_t n = std::min(seq->pending(), budget);
+            batch.push_back({seq.get(), n});
+            budget -= n;
+        }
+    }
+    return batch;
+}
+
+bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
+                                        std::vector<float>* logits) {
+    while (true) {
+        std::vector<SequenceChunk> chunks;
+        chunks.reserve(batch->size());
+        for (const BatchEntry& e : *batch) {
+            chunks.push_back(SequenceChunk{
+                e.seq->slot, e.seq->computed,
+                std::span<const TokenId>(e.seq->tokens.data() + e.seq->computed,
+                                         static_cast<size_t>(e.count)),
+                false});
+        }
+        logits->clear();
+        const Status st = model_->forward(chunks, logits);
+        if (st.ok()) {
+            return true;
+        }
+        if (st.code() == StatusCode::kResourceExhausted && running_.size() > 1) {
+            preempt_newest();
+            *batch = plan_batch();
+            continue;
+        }
+        // The cache cannot hold even one sequence alone, or the model failed: the sequences of
+        // this batch end with the error; others stay.
+        for (const BatchEntry& e : *batch) {
+            finish(e.seq, FinishReason::kError, st);
+        }
+        return false;
+    }
+}
+
+void Scheduler::preempt_newest() {
+    auto newest = std::max_element(running_.begin(), running_.end(), [](const auto& a,
+                                                                        const auto& b) {
+        return a->admitted_at < b->admitted_at;
+    });
+    std::unique_ptr<Sequence> seq = std::move(*newest);
+    running_.erase(newest);
+    model_->truncate_slot(seq->slot, 0);
+    model_->release_slot(seq->slot);
+    log::debug("sequence_preempted", {{"request_id", seq->request_id},
+                                     {"tokens", static_cast<int64_t>(seq->tokens.size())}});
+    seq->slot = -1;
+    seq->computed = 0;
+    ++seq->preemptions;
+    ++stats_.preemptions;
+    admission_blocked_ = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_.push_front(std::move(seq));
+}
+
+bool Scheduler::is_eos(TokenId id) const {
+    return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), id) !=
+           config_.eos_token_ids.end();
+}
+
+void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
+    const sampling::SampledToken sampled = seq->sampler.sample(logits);
+    seq->tokens.push_back(sampled.id);
+
+    TokenDelta delta;
+    delta.token_ids.push_back(sampled.id);
+    if (seq->params.logprobs || seq->params.top_logprobs > 0) {
+        TokenLogprob lp;
+        lp.id = sampled.id;
+        lp.token = std::string(tokenizer_->token_bytes(sampled.id));
+        lp.logprob = sampled.logprob;
+        for (const auto& [id, value] : sampled.top) {
+            lp.top.push_back(TopLogprob{std::string(tokenizer_->token_bytes(id)), id, value});
+        }
+        delta.logprobs.push_back(std::move(lp));
+    }
+
+    std::optional<FinishReason> reason;
+    if (!seq->params.ignore_eos && is_eos(sampled.id)) {
+        // The end-of-sequence token is counted and its id reported, but it has no text.
+        delta.text = seq->stop.push(seq->decoder.flush());
+        reason = FinishReason::kStop;
+    } else {
+        delta.text = seq->stop.push(seq->decoder.push(sampled.id));
+        if (seq->stop.stopped()) {
+            reason = FinishReason::kStop;
+        } else if (seq->generated() >= seq->params.max_tokens) {
+            delta.text += seq->stop.push(seq->decoder.flush());
+            reason = seq->stop.stopped() ? FinishReason::kStop : FinishReason::kLength;
+        }
+    }
+    if (reason && !seq->stop.stopped()) {
+        delta.text += seq->stop.flush();
+    }
+    seq->sink->on_delta(std::move(delta));
+    if (reason) {
+        finish(seq, *reason);
+    }
+}
+
+void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
+    if (seq->slot >= 0) {
+        model_->release_slot(seq->slot);
+        seq->slot = -1;
+    }
+    seq->finished = true;
+    admission_blocked_ = false;
+    Finish f;
+    f.reason = reason;
+    f.usage.prompt_tokens = seq->prompt_len;
+    f.usage.completion_tokens = seq->generated();
+    f.error = std::move(error);
+    seq->sink->on_finish(std::move(f));
+}
+
+void Scheduler::remove_finished() {
+    std::erase_if(running_, [](const auto& seq) { return seq->finished; });
+}
+
+}  // namespace edge::engine::sched

@@ -1,0 +1,80 @@
+#pragma once
+
+// Sequence is one request as the scheduler runs it: its tokens (prompt, then generated), where
+// it lives in the model (slot, tokens already in the KV cache), and the per-request streaming
+// state (sampler, incremental decoder, stop matcher, sink). RequestHandle is what submit()
+// returns; cancel() only sets a flag that the scheduler reads at its next step.
+//
+// Threading: a Sequence is owned and touched only by its scheduler's thread once submitted;
+// SequenceControl is shared with the handle and is atomic.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_matcher.h"
+#include "engine/tokenizer/incremental_decoder.h"
+
+namespace edge::engine::sched {
+
+struct SequenceControl {
+    std::atomic<bool> cancelled{false};
+};
+
+class RequestHandle final : public GenerationHandle {
+public:
+    explicit RequestHandle(std::shared_ptr<SequenceControl> control)
+        : control_(std::move(control)) {}
+    void cancel() override { control_->cancelled.store(true, std::memory_order_relaxed); }
+
+private:
+    std::shared_ptr<SequenceControl> control_;
+};
+
+// What the scheduler needs to start a request (prompt already tokenized and validated).
+struct SequenceRequest {
+    std::string request_id;                 // For logs.
+    std::vector<TokenId> prompt;            // Non-empty, ids within the vocabulary.
+    SamplingParams sampling;                // Validated.
+    uint64_t seed = 0;                      // Seed for the sampler.
+    std::shared_ptr<GenerationSink> sink;   // Receives deltas and the finish.
+};
+
+struct Sequence {
+    Sequence(SequenceRequest request, const tokenizer::Tokenizer* tokenizer)
+        : request_id(std::move(request.request_id)),
+          tokens(std::move(request.prompt)),
+          prompt_len(static_cast<int32_t>(tokens.size())),
+          params(std::move(request.sampling)),
+          sampler(params, request.seed),
+          decoder(tokenizer),
+          stop(params.stop),
+          sink(std::move(request.sink)),
+          control(std::make_shared<SequenceControl>()) {}
+
+    int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
+    // Tokens not yet in the KV cache (1 while decoding).
+    int32_t pending() const { return static_cast<int32_t>(tokens.size()) - computed; }
+
+    std::string request_id;
+    std::vector<TokenId> tokens;  // Prompt, then generated tokens.
+    int32_t prompt_len = 0;
+    SamplingParams params;
+    sampling::Sampler sampler;
+    tokenizer::IncrementalDecoder decoder;
+    sampling::StopMatcher stop;
+    std::shared_ptr<GenerationSink> sink;
+    std::shared_ptr<SequenceControl> control;
+
+    int32_t slot = -1;         // Model slot while admitted, else -1.
+    int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.
+    uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
+    int32_t preemptions = 0;   // Times this sequence was evicted and requeued.
+    bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
+};
+
+}  // namespace edge::engine::sched

@@ -1,0 +1,80 @@
+#pragma once
+
+// CollectingSink records what a request streams (text, ids, logprobs, the finish) and lets a test
+// wait for the finish with a bounded wait. Thread-safe.
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/generator.h"
+
+namespace edge::engine::testing {
+
+class CollectingSink final : public GenerationSink {
+public:
+    void on_delta(TokenDelta delta) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        text_ += delta.text;
+        ids_.insert(ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
+        for (auto& lp : delta.logprobs) {
+            logprobs_.push_back(std::move(lp));
+        }
+        ++deltas_;
+        if (finish_) {
+            delta_after_finish_ = true;
+        }
+    }
+    void on_finish(Finish finish) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (finish_) {
+            second_finish_ = true;
+        }
+        finish_ = std::move(finish);
+        cv_.notify_all();
+    }
+
+    // The finish, waiting up to 30 s for it (a generous bound: a hang fails the test).
+    std::optional<Finish> wait() {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(30), [&] { return finish_.has_value(); });
+        return finish_;
+    }
+    bool finished() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return finish_.has_value();
+    }
+    std::string text() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return text_;
+    }
+    std::vector<TokenId> ids() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return ids_;
+    }
+    std::vector<TokenLogprob> logprobs() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return logprobs_;
+    }
+    // True when the Generator contract was broken (a callback after on_finish).
+    bool protocol_violated() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return delta_after_finish_ || second_finish_;
+    }
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::string text_;
+    std::vector<TokenId> ids_;
+    std::vector<TokenLogprob> logprobs_;
+    int deltas_ = 0;
+    std::optional<Finish> finish_;
+    bool delta_after_finish_ = false;
+    bool second_finish_ = false;
+};
+
+}  // namespace edge::engine::testing

@@ -1,0 +1,363 @@
+#include "engine/sched/scheduler.h"
+
+#include <doctest/doctest.h>
+
+#include "tests/engine/serve/collecting_sink.h"
+#include "tests/engine/serve/fake_causal_lm.h"
+
+namespace edge::engine::sched {
+namespace {
+
+using testing::CollectingSink;
+using testing::FakeCausalLM;
+using testing::FakeLog;
+using testing::FakeOptions;
+
+const tokenizer::Tokenizer& micro_tokenizer() {
+    static const auto tok = [] {
+        auto t = tokenizer::Tokenizer::load_file(EDGE_SOURCE_DIR
+                                                 "/tests/fixtures/micro-qwen3-moe/tokenizer.json");
+        REQUIRE(t.ok());
+        return std::move(t).value();
+    }();
+    return *tok;
+}
+
+struct Harness {
+    explicit Harness(FakeOptions opts = {}, SchedulerConfig config = {})
+        : options(opts), log(std::make_shared<FakeLog>()) {
+        config.eos_token_ids = options.eos;
+        scheduler = std::make_unique<Scheduler>(std::make_unique<FakeCausalLM>(options, log),
+                                                &micro_tokenizer(), config);
+    }
+
+    std::shared_ptr<CollectingSink> submit(std::vector<TokenId> prompt, int max_tokens,
+                                           SamplingParams params = greedy()) {
+        auto sink = std::make_shared<CollectingSink>();
+        params.max_tokens = max_tokens;
+        auto handle = scheduler->submit(SequenceRequest{"r", std::move(prompt), params, 1, sink});
+        REQUIRE(handle.ok());
+        handles.push_back(*handle);
+        return sink;
+    }
+
+    static SamplingParams greedy() {
+        SamplingParams p;
+        p.temperature = 0.0f;
+        return p;
+    }
+
+    // Steps until nothing is left; bounded so a scheduler bug cannot hang the test.
+    void drain() {
+        for (int i = 0; i < 10000 && scheduler->step(); ++i) {
+        }
+    }
+
+    FakeOptions options;
+    std::shared_ptr<FakeLog> log;
+    std::unique_ptr<Scheduler> scheduler;
+    std::vector<std::shared_ptr<GenerationHandle>> handles;
+};
+
+std::string as_text(const std::vector<TokenId>& ids) {
+    return micro_tokenizer().decode(ids);
+}
+
+TEST_CASE("scheduler: one request generates the model's greedy tokens and usage") {
+    Harness h;
+    auto sink = h.submit({72, 105, 33}, 6);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    const auto want = FakeCausalLM::expected(h.options, {72, 105, 33}, 6);
+    CHECK(sink->ids() == want);
+    CHECK(sink->text() == as_text(want));
+    CHECK(finish->reason == FinishReason::kLength);
+    CHECK(finish->usage.prompt_tokens == 3);
+    CHECK(finish->usage.completion_tokens == 6);
+    CHECK_FALSE(sink->protocol_violated());
+    CHECK(h.log->slots_in_use == 0);
+    // One prefill call of 3 tokens, then 5 decode calls of one token.
+    const auto calls = h.log->snapshot();
+    REQUIRE(calls.size() == 6);
+    CHECK(calls[0].chunks[0].second == 3);
+    CHECK(calls[5].chunks[0].second == 1);
+}
+
+TEST_CASE("scheduler: a request joins the running batch mid-flight and leaves when done") {
+    Harness h;
+    auto a = h.submit({1, 2, 3, 4}, 10);
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(h.scheduler->step());
+    }
+    auto b = h.submit({9, 8}, 3);
+    h.drain();
+    REQUIRE(a->wait());
+    REQUIRE(b->wait());
+    CHECK(a->ids() == FakeCausalLM::expected(h.options, {1, 2, 3, 4}, 10));
+    CHECK(b->ids() == FakeCausalLM::expected(h.options, {9, 8}, 3));
+    const auto calls = h.log->snapshot();
+    // A alone for 3 steps; then B's prefill rides with A's decode; B decodes twice more with A;
+    // then A continues alone.
+    REQUIRE(calls.size() == 10);
+    for (int i = 0; i < 3; ++i) {
+        CHECK(calls[i].chunks.size() == 1);
+    }
+    REQUIRE(calls[3].chunks.size() == 2);
+    CHECK(calls[3].chunks[0].second == 1);  // A's decode token first
+    CHECK(calls[3].chunks[1].second == 2);  // B's prefill
+    CHECK(calls[4].chunks.size() == 2);
+    CHECK(calls[5].chunks.size() == 2);
+    for (size_t i = 6; i < calls.size(); ++i) {
+        CHECK(calls[i].chunks.size() == 1);
+    }
+}
+
+TEST_CASE("scheduler: chunked prefill stays within max_batch_tokens, decode first") {
+    SchedulerConfig config;
+    config.max_batch_tokens = 4;
+    Harness h({}, config);
+    auto a = h.submit({5, 6}, 8);
+    REQUIRE(h.scheduler->step());  // A's prefill
+    std::vector<TokenId> long_prompt;
+    for (int i = 0; i < 11; ++i) {
+        long_prompt.push_back(40 + i);
+    }
+    auto b = h.submit(long_prompt, 2);
+    h.drain();
+    REQUIRE(b->wait());
+    CHECK(a->ids() == FakeCausalLM::expected(h.options, {5, 6}, 8));
+    CHECK(b->ids() == FakeCausalLM::expected(h.options, long_prompt, 2));
+    const auto calls = h.log->snapshot();
+    for (const auto& call : calls) {
+        int total = 0;
+        for (const auto& [slot, n] : call.chunks) {
+            total += n;
+        }
+        CHECK(total <= 4);
+    }
+    // B's 11 prompt tokens arrive as 3 + 3 + 3 + 2 beside A's decode token.
+    CHECK(calls[1].chunks.size() == 2);
+    CHECK(calls[1].chunks[0].second == 1);
+    CHECK(calls[1].chunks[1].second == 3);
+    CHECK(calls[4].chunks[1].second == 2);
+}
+
+TEST_CASE("scheduler: cancel takes effect at the next step") {
+    Harness h;
+    auto sink = h.submit({1, 2}, 50);
+    REQUIRE(h.scheduler->step());
+    REQUIRE(h.scheduler->step());
+    h.handles.back()->cancel();
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kCancelled);
+    CHECK(finish->usage.completion_tokens == 2);
+    CHECK(sink->ids().size() == 2);
+    CHECK(h.log->slots_in_use == 0);
+    h.handles.back()->cancel();  // After the finish: a no-op.
+    CHECK_FALSE(sink->protocol_violated());
+}
+
+TEST_CASE("scheduler: a request cancelled while queued finishes without running") {
+    Harness h;
+    auto sink = h.submit({1, 2}, 5);
+    h.handles.back()->cancel();
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kCancelled);
+    CHECK(finish->usage.completion_tokens == 0);
+    CHECK(h.log->snapshot().empty());
+}
+
+TEST_CASE("scheduler: a full queue answers kResourceExhausted") {
+    SchedulerConfig config;
+    config.max_queue = 2;
+    Harness h({}, config);
+    h.submit({1}, 1);
+    h.submit({2}, 1);
+    auto sink = std::make_shared<CollectingSink>();
+    auto third = h.scheduler->submit(SequenceRequest{"r3", {3}, Harness::greedy(), 1, sink});
+    CHECK(third.status().code() == StatusCode::kResourceExhausted);
+    h.drain();
+    auto fourth = h.scheduler->submit(SequenceRequest{"r4", {3}, Harness::greedy(), 1, sink});
+    CHECK(fourth.ok());
+}
+
+TEST_CASE("scheduler: preemption under a small KV budget still completes with the same tokens") {
+    FakeOptions opts;
+    opts.kv_tokens = 40;  // Four requests of 8 + 12 tokens would need 80.
+    Harness h(opts);
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    std::vector<std::vector<TokenId>> prompts;
+    for (int r = 0; r < 4; ++r) {
+        std::vector<TokenId> prompt;
+        for (int i = 0; i < 8; ++i) {
+            prompt.push_back(100 + r * 10 + i);
+        }
+        prompts.push_back(prompt);
+        sinks.push_back(h.submit(prompt, 12));
+    }
+    h.drain();
+    for (int r = 0; r < 4; ++r) {
+        auto finish = sinks[r]->wait();
+        REQUIRE(finish);
+        CHECK(finish->reason == FinishReason::kLength);
+        CHECK(finish->usage.completion_tokens == 12);
+        CHECK(sinks[r]->ids() == FakeCausalLM::expected(opts, prompts[r], 12));
+        CHECK_FALSE(sinks[r]->protocol_violated());
+    }
+    CHECK(h.scheduler->stats().preemptions > 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("scheduler: slots limit the batch; the rest wait their turn") {
+    FakeOptions opts;
+    opts.slots = 2;
+    Harness h(opts);
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (int r = 0; r < 5; ++r) {
+        sinks.push_back(h.submit({static_cast<TokenId>(r + 1)}, 4));
+    }
+    h.drain();
+    for (int r = 0; r < 5; ++r) {
+        REQUIRE(sinks[r]->wait());
+        CHECK(sinks[r]->ids() ==
+              FakeCausalLM::expected(opts, {static_cast<TokenId>(r + 1)}, 4));
+    }
+    CHECK(h.scheduler->stats().max_running == 2);
+}
+
+TEST_CASE("scheduler: a sequence the KV cache cannot hold alone ends with an error") {
+    FakeOptions opts;
+    opts.kv_tokens = 5;
+    Harness h(opts);
+    auto sink = h.submit({1, 2, 3, 4, 5, 6, 7, 8}, 2);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kError);
+    CHECK(finish->error.code() == StatusCode::kResourceExhausted);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+FakeOptions scripted(std::string script) {
+    FakeOptions opts;
+    opts.next = [script](std::span<const TokenId> history) -> TokenId {
+        // The script continues after the prompt, which is one token here.
+        const size_t i = history.size() - 1;
+        return i < script.size() ? static_cast<unsigned char>(script[i]) : 'z';
+    };
+    return opts;
+}
+
+TEST_CASE("scheduler: a stop string ends generation and is not returned") {
+    Harness h(scripted("Hello END more"));
+    SamplingParams p = Harness::greedy();
+    p.stop = {"END"};
+    auto sink = h.submit({1}, 20, p);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kStop);
+    CHECK(sink->text() == "Hello ");
+    CHECK(finish->usage.completion_tokens == 9);  // "Hello END"
+}
+
+TEST_CASE("scheduler: held-back text is released when generation ends by length") {
+    Harness h(scripted("abcEN"));
+    SamplingParams p = Harness::greedy();
+    p.stop = {"END"};
+    auto sink = h.submit({1}, 5, p);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kLength);
+    CHECK(sink->text() == "abcEN");
+}
+
+TEST_CASE("scheduler: EOS ends generation, is counted, and adds no text") {
+    FakeOptions opts = scripted("hi");
+    opts.next = [](std::span<const TokenId> history) -> TokenId {
+        return history.size() == 3 ? 509 : 'h';
+    };
+    Harness h(opts);
+    auto sink = h.submit({1}, 10);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kStop);
+    CHECK(sink->text() == "hh");
+    CHECK(sink->ids() == std::vector<TokenId>{'h', 'h', 509});
+    CHECK(finish->usage.completion_tokens == 3);
+
+    Harness ignoring(opts);
+    SamplingParams p = Harness::greedy();
+    p.ignore_eos = true;
+    auto sink2 = ignoring.submit({1}, 4, p);
+    ignoring.drain();
+    REQUIRE(sink2->wait());
+    CHECK(sink2->wait()->reason == FinishReason::kLength);
+    CHECK(sink2->ids().size() == 4);
+}
+
+TEST_CASE("scheduler: a character split over tokens streams whole") {
+    // U+00E9 as the two byte tokens 0xC3 0xA9.
+    FakeOptions opts;
+    opts.next = [](std::span<const TokenId> history) -> TokenId {
+        return history.size() % 2 == 1 ? 0xC3 : 0xA9;
+    };
+    Harness h(opts);
+    auto sink = h.submit({1}, 4);
+    h.drain();
+    REQUIRE(sink->wait());
+    CHECK(sink->text() == "\xC3\xA9\xC3\xA9");
+}
+
+TEST_CASE("scheduler: logprobs of the chosen token and alternatives are streamed") {
+    Harness h;
+    SamplingParams p = Harness::greedy();
+    p.logprobs = true;
+    p.top_logprobs = 3;
+    auto sink = h.submit({7}, 3, p);
+    h.drain();
+    REQUIRE(sink->wait());
+    const auto lps = sink->logprobs();
+    REQUIRE(lps.size() == 3);
+    const auto ids = sink->ids();
+    for (size_t i = 0; i < 3; ++i) {
+        CHECK(lps[i].id == ids[i]);
+        // The chosen logit is 10, the 511 others are in [0, 1): log(1 / (1 + 511 e^-9.5)) is
+        // about -0.04.
+        CHECK(lps[i].logprob < -0.02f);
+        CHECK(lps[i].logprob > -0.06f);
+        REQUIRE(lps[i].top.size() == 3);
+        CHECK(lps[i].top[0].id == ids[i]);
+        CHECK(lps[i].top[0].logprob == lps[i].logprob);
+        CHECK(lps[i].top[1].logprob >= lps[i].top[2].logprob);
+        CHECK(lps[i].top[1].logprob < -9.0f);
+        CHECK(lps[i].token == std::string(1, static_cast<char>(ids[i])));
+    }
+}
+
+TEST_CASE("scheduler: stop() cancels queued and running requests") {
+    Harness h;
+    auto running = h.submit({1}, 100);
+    REQUIRE(h.scheduler->step());
+    auto queued = h.submit({2}, 100);
+    h.scheduler->stop();
+    REQUIRE(running->wait());
+    REQUIRE(queued->wait());
+    CHECK(running->wait()->reason == FinishReason::kCancelled);
+    CHECK(queued->wait()->reason == FinishReason::kCancelled);
+    CHECK(h.log->slots_in_use == 0);
+    auto sink = std::make_shared<CollectingSink>();
+    CHECK(h.scheduler->submit(SequenceRequest{"late", {1}, Harness::greedy(), 1, sink})
+              .status()
+              .code() == StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace edge::engine::sched
