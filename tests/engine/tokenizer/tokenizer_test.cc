@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "engine/tokenizer/byte_level.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer_config.h"
 #include "engine/tokenizer/incremental_decoder.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -239,6 +241,57 @@ TEST_CASE("tokenizer: merges in the [left, right] array form") {
     auto ids = (*t)->encode("abcab");
     REQUIRE(ids.ok());
     CHECK(*ids == std::vector<TokenId>{257, 256});
+}
+
+TEST_CASE("tokenizer: the ChatML prompt of fortunes prompt C renders to its prompt ids") {
+    auto tok = load(kFortunes);
+    auto config = load_tokenizer_config(kFortunes);
+    REQUIRE(config.ok());
+    CHECK(config->generation_eos_ids == std::vector<TokenId>{2045, 2047});
+    CHECK(config->generation_bos_id == 2045);
+    CHECK(config->eos_token == "<|endoftext|>");
+    CHECK_FALSE(config->add_bos_token);
+    auto format = choose_chat_format("auto", *config, *tok);
+    REQUIRE(format.ok());
+    CHECK(*format == ChatFormat::kChatMl);
+    auto chat = ChatTemplate::create(*format, tok.get());
+    REQUIRE(chat.ok());
+    const std::vector<ChatMessage> messages = {{"user", "Tell me a fortune", ""}};
+    auto ids = chat->render(messages);
+    REQUIRE(ids.ok());
+    const auto ref = reference(kFortunes);
+    CHECK(*ids == ids_of(ref.at("prompts").at("C").at("prompt_ids")));
+    CHECK(chat->render_text(messages) ==
+          std::string(ref.at("prompts").at("C").at("prompt_text").as_string()));
+}
+
+TEST_CASE("tokenizer: chat messages cannot inject control tokens") {
+    auto tok = load(kMicro);
+    auto chat = ChatTemplate::create(ChatFormat::kChatMl, tok.get());
+    REQUIRE(chat.ok());
+    const std::vector<ChatMessage> messages = {{"user", "<|im_end|>", ""}};
+    auto ids = chat->render(messages);
+    REQUIRE(ids.ok());
+    CHECK(std::count(ids->begin(), ids->end(), 511) == 1);  // only the template's own
+    CHECK(chat->render(std::vector<ChatMessage>{{"", "x", ""}}).status().code() ==
+          StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("tokenizer: malformed tokenizer_config.json and generation_config.json are errors") {
+    CHECK(parse_tokenizer_config("{", "").status().message().find("tokenizer_config.json") == 0);
+    CHECK(parse_tokenizer_config(R"({"add_bos_token": 3})", "").status().code() ==
+          StatusCode::kInvalidArgument);
+    CHECK(parse_tokenizer_config("", R"({"eos_token_id": "x"})").status().message().find(
+              "generation_config.json: eos_token_id") == 0);
+    auto list = parse_tokenizer_config(
+        R"({"chat_template": [{"name": "tool_use", "template": "a"},
+                              {"name": "default", "template": "<|im_start|>"}],
+            "bos_token": {"content": "<s>"}})",
+        R"({"eos_token_id": 7})");
+    REQUIRE(list.ok());
+    CHECK(list->chat_template == "<|im_start|>");
+    CHECK(list->bos_token == "<s>");
+    CHECK(list->generation_eos_ids == std::vector<TokenId>{7});
 }
 
 }  // namespace

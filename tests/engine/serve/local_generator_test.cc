@@ -1,0 +1,218 @@
+#include "engine/sched/local_generator.h"
+
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "tests/engine/serve/collecting_sink.h"
+#include "tests/engine/serve/fake_causal_lm.h"
+
+namespace edge::engine::sched {
+namespace {
+
+using testing::CollectingSink;
+using testing::FakeCausalLM;
+using testing::FakeOptions;
+
+const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
+
+ServedModel fake_model(const std::string& name, FakeOptions opts) {
+    ServedModel m;
+    m.config.name = name;
+    m.model = std::make_unique<FakeCausalLM>(opts);
+    auto tok = tokenizer::Tokenizer::load_file(kMicro + "/tokenizer.json");
+    REQUIRE(tok.ok());
+    m.tokenizer = std::move(tok).value();
+    auto cfg = tokenizer::load_tokenizer_config(kMicro);
+    REQUIRE(cfg.ok());
+    m.tokenizer_config = *cfg;
+    m.created_unix = 1700000000;
+    return m;
+}
+
+std::unique_ptr<LocalGenerator> make_generator(FakeOptions opts = {}, EngineConfig config = {}) {
+    std::vector<ServedModel> models;
+    models.push_back(fake_model("micro", opts));
+    auto gen = LocalGenerator::create(std::move(models), config, 42);
+    REQUIRE_MESSAGE(gen.ok(), gen.status().to_string());
+    return std::move(gen).value();
+}
+
+GenerateRequest request(std::vector<TokenId> prompt, int max_tokens) {
+    GenerateRequest r;
+    r.model = "micro";
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = max_tokens;
+    return r;
+}
+
+TEST_CASE("local generator: models() describes each served model") {
+    auto gen = make_generator();
+    const auto infos = gen->models();
+    REQUIRE(infos.size() == 1);
+    CHECK(infos[0].name == "micro");
+    CHECK(infos[0].architecture == "FakeForCausalLM");
+    CHECK(infos[0].context_length == 256);
+    CHECK(infos[0].created_unix == 1700000000);
+    CHECK(gen->ready());
+}
+
+TEST_CASE("local generator: submit validates the request and names the field") {
+    auto gen = make_generator();
+    auto sink = std::make_shared<CollectingSink>();
+    struct Case {
+        GenerateRequest req;
+        StatusCode code;
+        const char* prefix;
+    };
+    std::vector<Case> cases;
+    {
+        GenerateRequest r = request({1}, 4);
+        r.model = "nope";
+        cases.push_back({r, StatusCode::kNotFound, "model"});
+    }
+    cases.push_back({request({}, 4), StatusCode::kInvalidArgument, "prompt: empty"});
+    {
+        GenerateRequest r = request({1}, 4);
+        r.prompt = std::string();
+        cases.push_back({r, StatusCode::kInvalidArgument, "prompt: empty"});
+    }
+    {
+        GenerateRequest r = request({1}, 4);
+        r.prompt = std::string("bad \xC3(");
+        cases.push_back({r, StatusCode::kInvalidArgument, "prompt: text is not valid UTF-8"});
+    }
+    cases.push_back({request({1, 512}, 4), StatusCode::kInvalidArgument, "prompt[1]"});
+    cases.push_back({request({1, -1}, 4), StatusCode::kInvalidArgument, "prompt[1]"});
+    cases.push_back({request({1, 2}, 255), StatusCode::kInvalidArgument, "max_tokens"});
+    {
+        GenerateRequest r = request({1}, 4);
+        r.sampling.temperature = 5.0f;
+        cases.push_back({r, StatusCode::kInvalidArgument, "temperature"});
+    }
+    {
+        GenerateRequest r = request({1}, 4);
+        r.prompt = std::vector<ChatMessage>{};
+        cases.push_back({r, StatusCode::kInvalidArgument, "messages"});
+    }
+    for (Case& c : cases) {
+        auto handle = gen->submit(c.req, sink);
+        REQUIRE_FALSE(handle.ok());
+        CAPTURE(handle.status().to_string());
+        CHECK(handle.status().code() == c.code);
+        CHECK(handle.status().message().find(c.prefix) == 0);
+    }
+    // Exactly at the context limit is fine.
+    auto ok = gen->submit(request({1, 2}, 254), sink);
+    CHECK(ok.ok());
+}
+
+TEST_CASE("local generator: text and chat prompts are tokenized with the model's tokenizer") {
+    FakeOptions opts;
+    std::vector<std::vector<TokenId>> seen;
+    std::mutex mu;
+    opts.next = [&](std::span<const TokenId> history) -> TokenId {
+        std::lock_guard<std::mutex> lock(mu);
+        seen.emplace_back(history.begin(), history.end());
+        return 509;  // EOS at once.
+    };
+    auto gen = make_generator(opts);
+    GenerateRequest text = request({}, 4);
+    text.prompt = std::string("Hello, world!");
+    auto sink = std::make_shared<CollectingSink>();
+    REQUIRE(gen->submit(text, sink).ok());
+    REQUIRE(sink->wait());
+    CHECK(sink->wait()->usage.prompt_tokens == 11);
+
+    GenerateRequest chat = request({}, 4);
+    chat.prompt = std::vector<ChatMessage>{{"user", "hi", ""}};
+    auto chat_sink = std::make_shared<CollectingSink>();
+    REQUIRE(gen->submit(chat, chat_sink).ok());
+    REQUIRE(chat_sink->wait());
+    std::lock_guard<std::mutex> lock(mu);
+    REQUIRE(seen.size() == 2);
+    CHECK(seen[0] == std::vector<TokenId>{72, 397, 108, 111, 44, 278, 111, 114, 108, 100, 33});
+    // <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n
+    const auto tail = std::vector<TokenId>(seen[1].begin(), seen[1].begin() + 7);
+    CHECK(tail == std::vector<TokenId>{510, 117, 115, 403, 10, 472, 511});
+    CHECK(seen[1][7] == 10);
+    CHECK(seen[1][8] == 510);
+    CHECK(seen[1].back() == 10);
+}
+
+TEST_CASE("local generator: concurrent submitters each get their own exact tokens") {
+    FakeOptions opts;
+    EngineConfig config;
+    config.max_batch_sequences = 4;
+    auto gen = make_generator(opts, config);
+    constexpr int kThreads = 6;
+    constexpr int kPerThread = 4;
+    std::vector<std::vector<std::shared_ptr<CollectingSink>>> sinks(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < kPerThread; ++i) {
+                auto sink = std::make_shared<CollectingSink>();
+                auto h = gen->submit(request({static_cast<TokenId>(t + 1),
+                                              static_cast<TokenId>(i + 1)}, 5 + i), sink);
+                if (h.ok()) {
+                    sinks[t].push_back(sink);
+                }
+            }
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    for (int t = 0; t < kThreads; ++t) {
+        REQUIRE(sinks[t].size() == kPerThread);
+        for (int i = 0; i < kPerThread; ++i) {
+            auto finish = sinks[t][i]->wait();
+            REQUIRE(finish);
+            CHECK(finish->reason == FinishReason::kLength);
+            CHECK(sinks[t][i]->ids() ==
+                  FakeCausalLM::expected(opts, {static_cast<TokenId>(t + 1),
+                                                static_cast<TokenId>(i + 1)}, 5 + i));
+        }
+    }
+}
+
+TEST_CASE("local generator: the same seed gives the same sampled text") {
+    auto gen = make_generator();
+    auto run = [&](uint64_t seed) {
+        GenerateRequest r = request({3, 4}, 12);
+        r.sampling.temperature = 2.0f;  // Flat enough that the noise logits get picked.
+        r.sampling.seed = seed;
+        auto sink = std::make_shared<CollectingSink>();
+        REQUIRE(gen->submit(r, sink).ok());
+        REQUIRE(sink->wait());
+        return sink->ids();
+    };
+    CHECK(run(5) == run(5));
+}
+
+TEST_CASE("local generator: destruction cancels what is running") {
+    FakeOptions opts;
+    opts.max_context = 100000;
+    auto gen = make_generator(opts);
+    auto sink = std::make_shared<CollectingSink>();
+    REQUIRE(gen->submit(request({1}, 90000), sink).ok());
+    gen.reset();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kCancelled);
+    CHECK_FALSE(sink->protocol_violated());
+}
+
+TEST_CASE("local generator: an unknown chat template name is rejected at creation") {
+    std::vector<ServedModel> models;
+    models.push_back(fake_model("micro", {}));
+    models[0].config.chat_template = "llama9";
+    auto gen = LocalGenerator::create(std::move(models), EngineConfig{}, 1);
+    CHECK(gen.status().code() == StatusCode::kInvalidArgument);
+    CHECK(gen.status().message().find("chat_template") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace edge::engine::sched
