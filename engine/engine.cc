@@ -15,7 +15,8 @@ namespace {
 Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config) {
     sched::ServedModel m;
     m.config = mc;
-    EDGE_ASSIGN_OR_RETURN(m.tokenizer, tokenizer::Tokenizer::load_file(mc.path + "/tokenizer.json"));
+    EDGE_ASSIGN_OR_RETURN(m.tokenizer,
+                          tokenizer::Tokenizer::load_file(mc.path + "/tokenizer.json"));
     EDGE_ASSIGN_OR_RETURN(m.tokenizer_config, tokenizer::load_tokenizer_config(mc.path));
     LoadOptions options;
     options.threads = config.threads;
@@ -25,10 +26,9 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     options.quantization = mc.quantization;
     EDGE_ASSIGN_OR_RETURN(m.model, load_model(mc.path, options));
     if (m.model->spec().vocab_size < m.tokenizer->vocab_size()) {
-        return invalid_argument_error("tokenizer.json has " +
-                                      std::to_string(m.tokenizer->vocab_size()) +
-                                      " tokens but the model's vocab_size is " +
-                                      std::to_string(m.model->spec().vocab_size));
+        return invalid_argument_error(
+            "tokenizer.json has " + std::to_string(m.tokenizer->vocab_size()) +
+            " tokens but the model's vocab_size is " + std::to_string(m.model->spec().vocab_size));
     }
     m.created_unix = SystemClock::instance().wall_now_us() / 1'000'000;
     return m;

@@ -92,7 +92,8 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
     for (const auto& [id, n] : counts_) {
         if (id >= 0 && static_cast<size_t>(id) < logits.size() && n > 0) {
-            logits[id] -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+            logits[id] -=
+                params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
         }
     }
 }

@@ -34,12 +34,12 @@ Status validate_sampling_params(const SamplingParams& params);
 
 struct SampledToken {
     TokenId id = 0;
-    float logprob = 0.0f;                          // Set when logprobs were asked for.
-    std::vector<std::pair<TokenId, float>> top;    // Best first, ties to the lower id.
+    float logprob = 0.0f;                        // Set when logprobs were asked for.
+    std::vector<std::pair<TokenId, float>> top;  // Best first, ties to the lower id.
 };
 
 class Sampler {
-public:
+  public:
     Sampler(const SamplingParams& params, uint64_t seed);
 
     // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)
@@ -49,7 +49,7 @@ public:
     // Counts a token chosen elsewhere (e.g. replayed after preemption) for the penalties.
     void count(TokenId id) { ++counts_[id]; }
 
-private:
+  private:
     void apply_penalties(std::span<float> logits) const;
     TokenId draw(std::span<const float> scaled);
 

@@ -41,8 +41,6 @@ std::string StopMatcher::push(std::string_view text) {
     return out;
 }
 
-std::string StopMatcher::flush() {
-    return std::exchange(held_, std::string());
-}
+std::string StopMatcher::flush() { return std::exchange(held_, std::string()); }
 
 }  // namespace edge::engine::sampling

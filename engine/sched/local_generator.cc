@@ -43,16 +43,16 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         if (m.config.max_context > 0) {
             rt->context = std::min<int64_t>(rt->context, m.config.max_context);
         }
-        rt->info = ModelInfo{m.config.name, spec.version, spec.architecture, rt->context,
-                             m.created_unix};
+        rt->info =
+            ModelInfo{m.config.name, spec.version, spec.architecture, rt->context, m.created_unix};
         rt->vocab_size = spec.vocab_size;
         rt->add_bos = m.tokenizer_config.add_bos_token;
         rt->bos = spec.bos_token_id >= 0 ? spec.bos_token_id : m.tokenizer_config.generation_bos_id;
         if (!m.tokenizer_config.bos_token.empty()) {
             rt->bos = m.tokenizer->token_id(m.tokenizer_config.bos_token);
         }
-        auto format = tokenizer::choose_chat_format(m.config.chat_template, m.tokenizer_config,
-                                                    *m.tokenizer);
+        auto format =
+            tokenizer::choose_chat_format(m.config.chat_template, m.tokenizer_config, *m.tokenizer);
         if (format.ok()) {
             auto chat = tokenizer::ChatTemplate::create(*format, m.tokenizer.get());
             if (!chat.ok()) {
@@ -119,10 +119,9 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
     } else if (const auto* given = std::get_if<std::vector<TokenId>>(&request.prompt)) {
         for (size_t i = 0; i < given->size(); ++i) {
             if ((*given)[i] < 0 || (*given)[i] >= rt.vocab_size) {
-                return invalid_argument_error("prompt[" + std::to_string(i) + "]: token id " +
-                                              std::to_string((*given)[i]) +
-                                              " is out of range [0, " +
-                                              std::to_string(rt.vocab_size) + ")");
+                return invalid_argument_error(
+                    "prompt[" + std::to_string(i) + "]: token id " + std::to_string((*given)[i]) +
+                    " is out of range [0, " + std::to_string(rt.vocab_size) + ")");
             }
         }
         ids = *given;

@@ -32,15 +32,15 @@ namespace edge::engine::sched {
 
 // One loaded model with what serving it needs.
 struct ServedModel {
-    ModelConfig config;                                // Name, path, chat template choice.
-    std::unique_ptr<CausalLM> model;                   // The loaded checkpoint.
-    std::unique_ptr<tokenizer::Tokenizer> tokenizer;   // From the checkpoint's tokenizer.json.
-    tokenizer::TokenizerConfig tokenizer_config;       // tokenizer_config / generation_config.
-    int64_t created_unix = 0;                          // When it was loaded (seconds).
+    ModelConfig config;                               // Name, path, chat template choice.
+    std::unique_ptr<CausalLM> model;                  // The loaded checkpoint.
+    std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // From the checkpoint's tokenizer.json.
+    tokenizer::TokenizerConfig tokenizer_config;      // tokenizer_config / generation_config.
+    int64_t created_unix = 0;                         // When it was loaded (seconds).
 };
 
 class LocalGenerator final : public Generator {
-public:
+  public:
     // Starts one scheduler per model. kInvalidArgument for duplicate names or a chat template
     // name that is not known; a checkpoint without a recognisable chat format still serves
     // text and token prompts.
@@ -50,14 +50,14 @@ public:
     ~LocalGenerator() override;
 
     std::vector<ModelInfo> models() const override;
-    Result<std::shared_ptr<GenerationHandle>> submit(
-        GenerateRequest request, std::shared_ptr<GenerationSink> sink) override;
+    Result<std::shared_ptr<GenerationHandle>> submit(GenerateRequest request,
+                                                     std::shared_ptr<GenerationSink> sink) override;
     bool ready() const override { return true; }
 
     // The tokenizer of a served model (nullptr when unknown), for tools and tests.
     const tokenizer::Tokenizer* tokenizer(const std::string& model) const;
 
-private:
+  private:
     struct Runtime {
         ModelInfo info;
         std::unique_ptr<tokenizer::Tokenizer> tokenizer;
@@ -70,7 +70,8 @@ private:
     };
 
     LocalGenerator() = default;
-    Result<std::vector<TokenId>> prompt_ids(const Runtime& rt, const GenerateRequest& request) const;
+    Result<std::vector<TokenId>> prompt_ids(const Runtime& rt,
+                                            const GenerateRequest& request) const;
     uint64_t next_seed();
 
     std::map<std::string, std::unique_ptr<Runtime>> models_;

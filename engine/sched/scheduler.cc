@@ -13,9 +13,7 @@ Scheduler::Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer
     config_.max_batch_tokens = std::max(config_.max_batch_tokens, 1);
 }
 
-Scheduler::~Scheduler() {
-    stop();
-}
+Scheduler::~Scheduler() { stop(); }
 
 Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest request) {
     auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
@@ -202,11 +200,11 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
         std::vector<SequenceChunk> chunks;
         chunks.reserve(batch->size());
         for (const BatchEntry& e : *batch) {
-            chunks.push_back(SequenceChunk{
-                e.seq->slot, e.seq->computed,
-                std::span<const TokenId>(e.seq->tokens.data() + e.seq->computed,
-                                         static_cast<size_t>(e.count)),
-                false});
+            chunks.push_back(
+                SequenceChunk{e.seq->slot, e.seq->computed,
+                              std::span<const TokenId>(e.seq->tokens.data() + e.seq->computed,
+                                                       static_cast<size_t>(e.count)),
+                              false});
         }
         logits->clear();
         const Status st = model_->forward(chunks, logits);
@@ -228,16 +226,15 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
 }
 
 void Scheduler::preempt_newest() {
-    auto newest = std::max_element(running_.begin(), running_.end(), [](const auto& a,
-                                                                        const auto& b) {
-        return a->admitted_at < b->admitted_at;
-    });
+    auto newest = std::max_element(
+        running_.begin(), running_.end(),
+        [](const auto& a, const auto& b) { return a->admitted_at < b->admitted_at; });
     std::unique_ptr<Sequence> seq = std::move(*newest);
     running_.erase(newest);
     model_->truncate_slot(seq->slot, 0);
     model_->release_slot(seq->slot);
     log::debug("sequence_preempted", {{"request_id", seq->request_id},
-                                     {"tokens", static_cast<int64_t>(seq->tokens.size())}});
+                                      {"tokens", static_cast<int64_t>(seq->tokens.size())}});
     seq->slot = -1;
     seq->computed = 0;
     ++seq->preemptions;

@@ -39,13 +39,13 @@ struct SchedulerConfig {
 };
 
 struct SchedulerStats {
-    int64_t steps = 0;          // forward() calls that succeeded.
-    int64_t preemptions = 0;    // Sequences evicted for lack of KV space.
-    int32_t max_running = 0;    // Largest batch seen, in sequences.
+    int64_t steps = 0;        // forward() calls that succeeded.
+    int64_t preemptions = 0;  // Sequences evicted for lack of KV space.
+    int32_t max_running = 0;  // Largest batch seen, in sequences.
 };
 
 class Scheduler {
-public:
+  public:
     Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer* tokenizer,
               SchedulerConfig config);
     ~Scheduler();
@@ -68,7 +68,7 @@ public:
     // Counters; read from the driving thread (or after stop()).
     const SchedulerStats& stats() const { return stats_; }
 
-private:
+  private:
     struct BatchEntry {
         Sequence* seq;
         int32_t count;  // Tokens fed this step.

@@ -26,22 +26,22 @@ struct SequenceControl {
 };
 
 class RequestHandle final : public GenerationHandle {
-public:
+  public:
     explicit RequestHandle(std::shared_ptr<SequenceControl> control)
         : control_(std::move(control)) {}
     void cancel() override { control_->cancelled.store(true, std::memory_order_relaxed); }
 
-private:
+  private:
     std::shared_ptr<SequenceControl> control_;
 };
 
 // What the scheduler needs to start a request (prompt already tokenized and validated).
 struct SequenceRequest {
-    std::string request_id;                 // For logs.
-    std::vector<TokenId> prompt;            // Non-empty, ids within the vocabulary.
-    SamplingParams sampling;                // Validated.
-    uint64_t seed = 0;                      // Seed for the sampler.
-    std::shared_ptr<GenerationSink> sink;   // Receives deltas and the finish.
+    std::string request_id;                // For logs.
+    std::vector<TokenId> prompt;           // Non-empty, ids within the vocabulary.
+    SamplingParams sampling;               // Validated.
+    uint64_t seed = 0;                     // Seed for the sampler.
+    std::shared_ptr<GenerationSink> sink;  // Receives deltas and the finish.
 };
 
 struct Sequence {

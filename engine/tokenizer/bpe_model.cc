@@ -2,6 +2,8 @@
 
 #include <queue>
 
+#include "engine/tokenizer/tokenizer_json.h"
+
 namespace edge::engine::tokenizer {
 
 Result<std::unique_ptr<BpeModel>> BpeModel::build(
@@ -15,7 +17,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::build(
         }
         max_id = std::max(max_id, id);
     }
-    if (max_id >= (1 << 24)) {
+    if (max_id >= kMaxTokenId) {
         return invalid_argument_error("vocab: id " + std::to_string(max_id) + " is too large");
     }
     m->id_to_bytes_.resize(static_cast<size_t>(max_id + 1));

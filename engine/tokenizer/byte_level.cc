@@ -56,8 +56,8 @@ Result<std::string> unicode_to_bytes(std::string_view mapped) {
         }
         const uint32_t cp = utf8_decode(mapped.substr(pos), n);
         if (cp >= t.to_byte.size() || t.to_byte[cp] < 0) {
-            return invalid_argument_error("character U+" + std::to_string(cp) +
-                                          " at byte " + std::to_string(pos) +
+            return invalid_argument_error("character U+" + std::to_string(cp) + " at byte " +
+                                          std::to_string(pos) +
                                           " is not in the byte-level alphabet");
         }
         out.push_back(static_cast<char>(t.to_byte[cp]));

@@ -24,8 +24,9 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
         tokenizer.token_id(kImEnd) >= 0) {
         return ChatFormat::kChatMl;
     }
-    return not_found_error("chat_template: the checkpoint's chat format is not recognised; set "
-                           "the model's chat_template to one of: chatml");
+    return not_found_error(
+        "chat_template: the checkpoint's chat format is not recognised; set "
+        "the model's chat_template to one of: chatml");
 }
 
 Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* tokenizer) {
@@ -35,8 +36,9 @@ Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* to
             t.begin_ = tokenizer->token_id(kImStart);
             t.end_ = tokenizer->token_id(kImEnd);
             if (t.begin_ < 0 || t.end_ < 0) {
-                return not_found_error("chat_template: ChatML needs <|im_start|> and <|im_end|> "
-                                       "tokens, which the tokenizer lacks");
+                return not_found_error(
+                    "chat_template: ChatML needs <|im_start|> and <|im_end|> "
+                    "tokens, which the tokenizer lacks");
             }
             break;
     }

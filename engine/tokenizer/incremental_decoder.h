@@ -15,7 +15,7 @@
 namespace edge::engine::tokenizer {
 
 class IncrementalDecoder {
-public:
+  public:
     explicit IncrementalDecoder(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
 
     // Text completed by appending `id`; may be empty while a character is incomplete.
@@ -30,7 +30,7 @@ public:
     // Bytes held back waiting for the rest of a character (0..3).
     size_t pending_bytes() const { return pending_.size(); }
 
-private:
+  private:
     const Tokenizer* tokenizer_;
     std::string pending_;
 };

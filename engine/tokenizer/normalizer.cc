@@ -67,8 +67,8 @@ Result<std::string> Normalizer::normalize(std::string_view text) const {
     }
     std::string out(static_cast<size_t>(norm_len) * 3 + 4, '\0');
     int32_t out_len = 0;
-    u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &out_len, normalized.data(),
-                norm_len, &err);
+    u_strToUTF8(out.data(), static_cast<int32_t>(out.size()), &out_len, normalized.data(), norm_len,
+                &err);
     if (U_FAILURE(err)) {
         return icu_error("u_strToUTF8", err);
     }

@@ -40,20 +40,20 @@ const char* PreTokenizer::gpt2_pattern() {
 
 PreTokenizer::~PreTokenizer() = default;
 
-Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(const std::vector<std::string>& patterns) {
+Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(
+    const std::vector<std::string>& patterns) {
     std::unique_ptr<PreTokenizer> pt(new PreTokenizer());
     for (size_t i = 0; i < patterns.size(); ++i) {
         int error_code = 0;
         PCRE2_SIZE error_offset = 0;
         auto compiled = std::make_unique<Compiled>();
-        compiled->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(patterns[i].data()),
-                                       patterns[i].size(), PCRE2_UTF | PCRE2_UCP, &error_code,
-                                       &error_offset, nullptr);
+        compiled->code =
+            pcre2_compile(reinterpret_cast<PCRE2_SPTR>(patterns[i].data()), patterns[i].size(),
+                          PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
         if (compiled->code == nullptr) {
-            return invalid_argument_error("pre-tokenizer regex " + std::to_string(i) +
-                                          " does not compile at offset " +
-                                          std::to_string(error_offset) + ": " +
-                                          pcre2_message(error_code));
+            return invalid_argument_error(
+                "pre-tokenizer regex " + std::to_string(i) + " does not compile at offset " +
+                std::to_string(error_offset) + ": " + pcre2_message(error_code));
         }
         // JIT is an optimisation only; fall back to the interpreter when it is unavailable.
         compiled->jit = pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE) == 0;

@@ -26,7 +26,7 @@
 namespace edge::engine::tokenizer {
 
 class Tokenizer {
-public:
+  public:
     // Reads and parses `path` (a tokenizer.json); errors name the file and the JSON field.
     static Result<std::unique_ptr<Tokenizer>> load_file(const std::string& path);
     // Parses tokenizer.json text; errors name the JSON field.
@@ -52,7 +52,7 @@ public:
 
     bool is_added(TokenId id) const;
 
-private:
+  private:
     Tokenizer() = default;
     Status encode_plain(std::string_view text, std::vector<TokenId>* out) const;
 
@@ -60,9 +60,9 @@ private:
     Normalizer normalizer_;
     std::unique_ptr<PreTokenizer> pre_tokenizer_;
     bool ignore_merges_ = false;
-    std::vector<AddedToken> added_;                // Sorted by content length, longest first.
+    std::vector<AddedToken> added_;  // Sorted by content length, longest first.
     std::array<std::vector<int>, 256> added_by_first_byte_;  // Indexes into added_, same order.
-    std::vector<int> added_index_by_id_;           // -1 or index into added_, by id.
+    std::vector<int> added_index_by_id_;                     // -1 or index into added_, by id.
     int32_t vocab_size_ = 0;
 };
 

@@ -1,7 +1,6 @@
 #include "engine/tokenizer/tokenizer_config.h"
 
 #include <boost/json.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>

@@ -15,10 +15,10 @@
 namespace edge::engine::tokenizer {
 
 struct TokenizerConfig {
-    std::string bos_token;        // Text of the BOS token ("" when none).
-    std::string eos_token;        // Text of the EOS token ("" when none).
-    bool add_bos_token = false;   // Whether prompts start with BOS.
-    std::string chat_template;    // The Jinja template text as shipped ("" when none).
+    std::string bos_token;                    // Text of the BOS token ("" when none).
+    std::string eos_token;                    // Text of the EOS token ("" when none).
+    bool add_bos_token = false;               // Whether prompts start with BOS.
+    std::string chat_template;                // The Jinja template text as shipped ("" when none).
     std::vector<TokenId> generation_eos_ids;  // generation_config.json eos_token_id(s).
     TokenId generation_bos_id = -1;           // generation_config.json bos_token_id, or -1.
 };

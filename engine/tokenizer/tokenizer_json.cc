@@ -45,8 +45,8 @@ Status parse_vocab(const json::value& v, TokenizerJson* out) {
     for (const auto& kv : *vocab) {
         const std::string where = "model.vocab[\"" + std::string(kv.key()) + "\"]";
         if (!kv.value().is_int64() || kv.value().get_int64() < 0 ||
-            kv.value().get_int64() >= (1 << 24)) {
-            return bad(where, "id is not an integer in [0, 2^24)");
+            kv.value().get_int64() >= kMaxTokenId) {
+            return bad(where, "id is not an integer in [0, 2^21)");
         }
         auto raw = unicode_to_bytes(kv.key());
         if (!raw.ok()) {
@@ -75,7 +75,8 @@ Status parse_merges(const json::value* v, TokenizerJson* out) {
         if (m.is_string()) {
             std::string_view s = m.get_string();
             const size_t space = s.find(' ');
-            if (space == std::string_view::npos || s.find(' ', space + 1) != std::string_view::npos) {
+            if (space == std::string_view::npos ||
+                s.find(' ', space + 1) != std::string_view::npos) {
                 return bad(where, "expected \"left right\"");
             }
             left = s.substr(0, space);
@@ -110,8 +111,8 @@ Status parse_model(const json::value* v, TokenizerJson* out) {
         return unimplemented_error("model.type: \"" + std::string(type) +
                                    "\" is not supported (only BPE)");
     }
-    if (const json::value* bf = model->if_contains("byte_fallback"); bf && bf->is_bool() &&
-                                                                        bf->get_bool()) {
+    if (const json::value* bf = model->if_contains("byte_fallback");
+        bf && bf->is_bool() && bf->get_bool()) {
         return unimplemented_error("model.byte_fallback: true is not supported");
     }
     for (const char* field : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -145,8 +146,8 @@ Status parse_added_tokens(const json::value* v, TokenizerJson* out) {
         const json::value* id = t ? t->if_contains("id") : nullptr;
         const json::value* content = t ? t->if_contains("content") : nullptr;
         if (id == nullptr || !id->is_int64() || id->get_int64() < 0 ||
-            id->get_int64() >= (1 << 24)) {
-            return bad(where, "id missing or not an integer in [0, 2^24)");
+            id->get_int64() >= kMaxTokenId) {
+            return bad(where, "id missing or not an integer in [0, 2^21)");
         }
         if (content == nullptr || !content->is_string() || content->get_string().empty()) {
             return bad(where, "content missing or empty");
@@ -181,9 +182,8 @@ Status parse_normalizer(const json::value* v, const std::string& where, Tokenize
             return bad(where + ".normalizers", "missing or not an array");
         }
         for (size_t i = 0; i < list->get_array().size(); ++i) {
-            EDGE_RETURN_IF_ERROR(parse_normalizer(&list->get_array()[i],
-                                                  where + ".normalizers[" + std::to_string(i) + "]",
-                                                  out));
+            EDGE_RETURN_IF_ERROR(parse_normalizer(
+                &list->get_array()[i], where + ".normalizers[" + std::to_string(i) + "]", out));
         }
         return ok_status();
     }

@@ -6,6 +6,7 @@
 // not implement (another model type, other normalisers or pre-tokenizers, byte fallback) is a
 // kUnimplemented naming the field, never a silently different tokenization. Plain data.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,14 +18,18 @@
 
 namespace edge::engine::tokenizer {
 
+// Ids at or above this are rejected: real vocabularies stay below 300k, and the id tables are
+// dense, so a hostile file must not make them huge.
+inline constexpr int64_t kMaxTokenId = 1 << 21;
+
 struct AddedToken {
     TokenId id = 0;
-    std::string content;  // UTF-8 text as it appears in prompts.
-    bool special = false; // Special (control) token, e.g. <|im_start|>.
+    std::string content;   // UTF-8 text as it appears in prompts.
+    bool special = false;  // Special (control) token, e.g. <|im_start|>.
 };
 
 struct TokenizerJson {
-    std::vector<std::pair<std::string, TokenId>> vocab;  // Raw token bytes and id.
+    std::vector<std::pair<std::string, TokenId>> vocab;       // Raw token bytes and id.
     std::vector<std::pair<std::string, std::string>> merges;  // Raw bytes, in rank order.
     std::vector<AddedToken> added_tokens;
     NormalizerKind normalizer = NormalizerKind::kNone;

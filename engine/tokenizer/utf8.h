@@ -24,9 +24,7 @@ bool utf8_incomplete_prefix(std::string_view text);
 // Byte offset of the first invalid sequence in `text`, or text.size() when it is all valid.
 size_t utf8_first_invalid(std::string_view text);
 
-inline bool utf8_is_valid(std::string_view text) {
-    return utf8_first_invalid(text) == text.size();
-}
+inline bool utf8_is_valid(std::string_view text) { return utf8_first_invalid(text) == text.size(); }
 
 // Appends the UTF-8 encoding of `code_point` (must be <= U+10FFFF and not a surrogate).
 void utf8_append(uint32_t code_point, std::string* out);

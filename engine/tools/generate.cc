@@ -113,7 +113,7 @@ std::string parse_args(int argc, char** argv, int first, Args* a) {
 
 // Prints text as it arrives; collects ids for --ids; signals the end.
 class PrintingSink final : public GenerationSink {
-public:
+  public:
     explicit PrintingSink(bool print_text) : print_text_(print_text) {}
 
     void on_delta(TokenDelta delta) override {
@@ -139,7 +139,7 @@ public:
         return ids_;
     }
 
-private:
+  private:
     bool print_text_;
     std::mutex mu_;
     std::condition_variable cv_;

@@ -39,7 +39,7 @@ struct FakeOptions {
     int32_t vocab_size = 512;
     int32_t max_context = 256;
     int32_t slots = 8;
-    int64_t kv_tokens = 1 << 20;       // Tokens all slots together may hold.
+    int64_t kv_tokens = 1 << 20;  // Tokens all slots together may hold.
     std::vector<TokenId> eos = {509};
     NextToken next = default_next;
 };
@@ -61,7 +61,7 @@ struct FakeLog {
 };
 
 class FakeCausalLM final : public CausalLM {
-public:
+  public:
     explicit FakeCausalLM(FakeOptions options, std::shared_ptr<FakeLog> log = nullptr)
         : options_(std::move(options)), log_(log ? log : std::make_shared<FakeLog>()) {
         spec_.architecture = "FakeForCausalLM";
@@ -156,7 +156,7 @@ public:
         return out;
     }
 
-private:
+  private:
     Status record(ForwardCall call, Status st) {
         call.ok = st.ok();
         std::lock_guard<std::mutex> lock(log_->mu);

@@ -154,8 +154,9 @@ TEST_CASE("local generator: concurrent submitters each get their own exact token
         threads.emplace_back([&, t] {
             for (int i = 0; i < kPerThread; ++i) {
                 auto sink = std::make_shared<CollectingSink>();
-                auto h = gen->submit(request({static_cast<TokenId>(t + 1),
-                                              static_cast<TokenId>(i + 1)}, 5 + i), sink);
+                auto h = gen->submit(
+                    request({static_cast<TokenId>(t + 1), static_cast<TokenId>(i + 1)}, 5 + i),
+                    sink);
                 if (h.ok()) {
                     sinks[t].push_back(sink);
                 }
@@ -172,8 +173,8 @@ TEST_CASE("local generator: concurrent submitters each get their own exact token
             REQUIRE(finish);
             CHECK(finish->reason == FinishReason::kLength);
             CHECK(sinks[t][i]->ids() ==
-                  FakeCausalLM::expected(opts, {static_cast<TokenId>(t + 1),
-                                                static_cast<TokenId>(i + 1)}, 5 + i));
+                  FakeCausalLM::expected(
+                      opts, {static_cast<TokenId>(t + 1), static_cast<TokenId>(i + 1)}, 5 + i));
         }
     }
 }

@@ -13,9 +13,7 @@ SamplingParams greedy() {
     return p;
 }
 
-TokenId pick(Sampler& s, std::vector<float> logits) {
-    return s.sample(logits).id;
-}
+TokenId pick(Sampler& s, std::vector<float> logits) { return s.sample(logits).id; }
 
 TEST_CASE("sampler: greedy takes the highest logit, ties to the lowest id") {
     Sampler s(greedy(), 1);
@@ -147,7 +145,10 @@ TEST_CASE("sampler: bad values are rejected naming the field") {
         {[](SamplingParams& p) { p.frequency_penalty = -2.5f; }, "frequency_penalty"},
         {[](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens"},
         {[](SamplingParams& p) { p.top_logprobs = 21; }, "top_logprobs"},
-        {[](SamplingParams& p) { p.stop = {"ok", ""}; }, "stop[1]"},
+        {[](SamplingParams& p) {
+             p.stop = {"ok", ""};
+         },
+         "stop[1]"},
         {[](SamplingParams& p) { p.stop = {"\xFF"}; }, "stop[0]"},
     };
     CHECK(validate_sampling_params(SamplingParams{}).ok());

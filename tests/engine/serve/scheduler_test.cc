@@ -59,9 +59,7 @@ struct Harness {
     std::vector<std::shared_ptr<GenerationHandle>> handles;
 };
 
-std::string as_text(const std::vector<TokenId>& ids) {
-    return micro_tokenizer().decode(ids);
-}
+std::string as_text(const std::vector<TokenId>& ids) { return micro_tokenizer().decode(ids); }
 
 TEST_CASE("scheduler: one request generates the model's greedy tokens and usage") {
     Harness h;
@@ -224,8 +222,7 @@ TEST_CASE("scheduler: slots limit the batch; the rest wait their turn") {
     h.drain();
     for (int r = 0; r < 5; ++r) {
         REQUIRE(sinks[r]->wait());
-        CHECK(sinks[r]->ids() ==
-              FakeCausalLM::expected(opts, {static_cast<TokenId>(r + 1)}, 4));
+        CHECK(sinks[r]->ids() == FakeCausalLM::expected(opts, {static_cast<TokenId>(r + 1)}, 4));
     }
     CHECK(h.scheduler->stats().max_running == 2);
 }

@@ -3,15 +3,14 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
-
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer_config.h"
 #include "engine/tokenizer/incremental_decoder.h"
+#include "engine/tokenizer/tokenizer_config.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::tokenizer {
@@ -98,7 +97,7 @@ TEST_CASE("tokenizer: byte-level mapping round trips every byte") {
 // that compose).
 std::string random_utf8(std::mt19937_64& rng, size_t chars) {
     static const std::vector<std::pair<uint32_t, uint32_t>> kRanges = {
-        {0x20, 0x7E}, {0x09, 0x0A}, {0x0D, 0x0D}, {0xA0, 0xFF}, {0x4E00, 0x4FFF},
+        {0x20, 0x7E},       {0x09, 0x0A},     {0x0D, 0x0D},     {0xA0, 0xFF},    {0x4E00, 0x4FFF},
         {0x1F600, 0x1F64F}, {0x0410, 0x044F}, {0x3041, 0x3094}, {0x2010, 0x2027}};
     std::string out;
     std::uniform_int_distribution<size_t> pick(0, kRanges.size() - 1);
@@ -189,7 +188,9 @@ TEST_CASE("tokenizer: incremental decoder holds partial bytes and replaces inval
     CHECK(dec.push(0x82) == "\xF0\x9F\x99\x82");
     CHECK(dec.push(0xFF) == "\xEF\xBF\xBD");
     CHECK(dec.push(0xE2).empty());
-    CHECK(dec.push('a') == "\xEF\xBF\xBD" "a");
+    CHECK(dec.push('a') ==
+          "\xEF\xBF\xBD"
+          "a");
     CHECK(dec.push(0xE2).empty());
     CHECK(dec.flush() == "\xEF\xBF\xBD");
 }
@@ -234,8 +235,8 @@ TEST_CASE("tokenizer: merges in the [left, right] array form") {
         vocab += boost::json::serialize(boost::json::value(mapped)) + ":" + std::to_string(b) + ",";
     }
     vocab += "\"ab\":256,\"abc\":257";
-    const std::string json = R"({"model":{"type":"BPE","vocab":{)" + vocab +
-                             R"(},"merges":[["a","b"],["ab","c"]]}})";
+    const std::string json =
+        R"({"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":[["a","b"],["ab","c"]]}})";
     auto t = Tokenizer::from_json(json);
     REQUIRE_MESSAGE(t.ok(), t.status().to_string());
     auto ids = (*t)->encode("abcab");
@@ -281,8 +282,10 @@ TEST_CASE("tokenizer: malformed tokenizer_config.json and generation_config.json
     CHECK(parse_tokenizer_config("{", "").status().message().find("tokenizer_config.json") == 0);
     CHECK(parse_tokenizer_config(R"({"add_bos_token": 3})", "").status().code() ==
           StatusCode::kInvalidArgument);
-    CHECK(parse_tokenizer_config("", R"({"eos_token_id": "x"})").status().message().find(
-              "generation_config.json: eos_token_id") == 0);
+    CHECK(parse_tokenizer_config("", R"({"eos_token_id": "x"})")
+              .status()
+              .message()
+              .find("generation_config.json: eos_token_id") == 0);
     auto list = parse_tokenizer_config(
         R"({"chat_template": [{"name": "tool_use", "template": "a"},
                               {"name": "default", "template": "<|im_start|>"}],
