@@ -154,7 +154,14 @@ SampledToken Sampler::sample(std::span<float> logits) {
     }
     SampledToken out;
     if (greedy) {
-        out.id = top_n(logits, 1).front();
+        // Strictly greater keeps the first (lowest) id among equal maxima.
+        size_t best = 0;
+        for (size_t i = 1; i < logits.size(); ++i) {
+            if (logits[i] > logits[best]) {
+                best = i;
+            }
+        }
+        out.id = static_cast<TokenId>(best);
     } else {
         out.id = draw(logits);
     }

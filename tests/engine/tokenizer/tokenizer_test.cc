@@ -78,6 +78,16 @@ TEST_CASE("tokenizer: fortunes prompt texts tokenize to the reference prompt ids
     }
 }
 
+TEST_CASE("tokenizer: fortunes eval.txt is 36,400 tokens and decodes back") {
+    auto tok = load(kFortunes);
+    const std::string text = read_file(kFortunes + "/eval.txt");
+    REQUIRE(text.size() == 99738);
+    auto ids = tok->encode(text, /*parse_special=*/false);
+    REQUIRE(ids.ok());
+    CHECK(ids->size() == 36400);
+    CHECK(tok->decode(*ids) == text);
+}
+
 TEST_CASE("tokenizer: byte-level mapping round trips every byte") {
     std::string all;
     for (int b = 0; b < 256; ++b) {
