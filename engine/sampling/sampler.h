@@ -39,7 +39,7 @@ struct SampledToken {
 };
 
 class Sampler {
-  public:
+public:
     Sampler(const SamplingParams& params, uint64_t seed);
 
     // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)
@@ -49,7 +49,7 @@ class Sampler {
     // Counts a token chosen elsewhere (e.g. replayed after preemption) for the penalties.
     void count(TokenId id) { ++counts_[id]; }
 
-  private:
+private:
     void apply_penalties(std::span<float> logits) const;
     TokenId draw(std::span<const float> scaled);
 

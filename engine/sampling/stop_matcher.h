@@ -16,7 +16,7 @@
 namespace edge::engine::sampling {
 
 class StopMatcher {
-  public:
+public:
     explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
 
     std::string push(std::string_view text);
@@ -27,7 +27,7 @@ class StopMatcher {
     bool stopped() const { return stopped_; }
     size_t held_bytes() const { return held_.size(); }
 
-  private:
+private:
     std::vector<std::string> stops_;
     std::string held_;
     bool stopped_ = false;

@@ -40,7 +40,7 @@ struct ServedModel {
 };
 
 class LocalGenerator final : public Generator {
-  public:
+public:
     // Starts one scheduler per model. kInvalidArgument for duplicate names or a chat template
     // name that is not known; a checkpoint without a recognisable chat format still serves
     // text and token prompts.
@@ -57,7 +57,7 @@ class LocalGenerator final : public Generator {
     // The tokenizer of a served model (nullptr when unknown), for tools and tests.
     const tokenizer::Tokenizer* tokenizer(const std::string& model) const;
 
-  private:
+private:
     struct Runtime {
         ModelInfo info;
         std::unique_ptr<tokenizer::Tokenizer> tokenizer;

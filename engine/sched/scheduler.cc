@@ -207,9 +207,14 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
                               false});
         }
         logits->clear();
-        const Status st = model_->forward(chunks, logits);
-        if (st.ok()) {
+        Status st = model_->forward(chunks, logits);
+        const size_t want = batch->size() * static_cast<size_t>(model_->spec().vocab_size);
+        if (st.ok() && logits->size() == want) {
             return true;
+        }
+        if (st.ok()) {
+            st = internal_error("forward returned " + std::to_string(logits->size()) +
+                                " logits for a batch that needs " + std::to_string(want));
         }
         if (st.code() == StatusCode::kResourceExhausted && running_.size() > 1) {
             preempt_newest();

@@ -45,7 +45,7 @@ struct SchedulerStats {
 };
 
 class Scheduler {
-  public:
+public:
     Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer* tokenizer,
               SchedulerConfig config);
     ~Scheduler();
@@ -68,7 +68,7 @@ class Scheduler {
     // Counters; read from the driving thread (or after stop()).
     const SchedulerStats& stats() const { return stats_; }
 
-  private:
+private:
     struct BatchEntry {
         Sequence* seq;
         int32_t count;  // Tokens fed this step.

@@ -26,12 +26,12 @@ struct SequenceControl {
 };
 
 class RequestHandle final : public GenerationHandle {
-  public:
+public:
     explicit RequestHandle(std::shared_ptr<SequenceControl> control)
         : control_(std::move(control)) {}
     void cancel() override { control_->cancelled.store(true, std::memory_order_relaxed); }
 
-  private:
+private:
     std::shared_ptr<SequenceControl> control_;
 };
 
@@ -51,7 +51,7 @@ struct Sequence {
           prompt_len(static_cast<int32_t>(tokens.size())),
           params(std::move(request.sampling)),
           sampler(params, request.seed),
-          decoder(tokenizer),
+          decoder(tokenizer, /*skip_special_tokens=*/true),
           stop(params.stop),
           sink(std::move(request.sink)),
           control(std::make_shared<SequenceControl>()) {}

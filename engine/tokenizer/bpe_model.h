@@ -23,7 +23,7 @@
 namespace edge::engine::tokenizer {
 
 class BpeModel {
-  public:
+public:
     // `vocab`: raw token bytes and id; `merges`: pairs of raw token bytes, in rank order.
     // kInvalidArgument when an id repeats or is negative, a merge names a token missing from the
     // vocabulary, or a single byte has no token (byte-level BPE needs all 256).
@@ -43,7 +43,7 @@ class BpeModel {
     // One more than the largest id.
     int32_t id_limit() const { return static_cast<int32_t>(id_to_bytes_.size()); }
 
-  private:
+private:
     struct Merge {
         int32_t rank = 0;
         TokenId merged = 0;

@@ -30,7 +30,7 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
                                       const Tokenizer& tokenizer);
 
 class ChatTemplate {
-  public:
+public:
     // kNotFound when the tokenizer lacks the format's control tokens.
     static Result<ChatTemplate> create(ChatFormat format, const Tokenizer* tokenizer);
 
@@ -43,7 +43,7 @@ class ChatTemplate {
     // The same prompt as text (for logs and tests).
     std::string render_text(std::span<const ChatMessage> messages) const;
 
-  private:
+private:
     ChatTemplate(ChatFormat format, const Tokenizer* tokenizer)
         : format_(format), tokenizer_(tokenizer) {}
 

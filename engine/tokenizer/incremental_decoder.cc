@@ -8,7 +8,12 @@ namespace {
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 }  // namespace
 
-std::string IncrementalDecoder::push(TokenId id) { return push_bytes(tokenizer_->token_bytes(id)); }
+std::string IncrementalDecoder::push(TokenId id) {
+    if (skip_special_ && tokenizer_->is_special(id)) {
+        return {};
+    }
+    return push_bytes(tokenizer_->token_bytes(id));
+}
 
 std::string IncrementalDecoder::push_bytes(std::string_view bytes) {
     pending_.append(bytes);

@@ -3,6 +3,8 @@
 // IncrementalDecoder turns a stream of token ids into a stream of text that is always valid
 // UTF-8: bytes of a character split across tokens are held back until the character completes;
 // bytes that can never form a valid character become U+FFFD (as Hugging Face's errors="replace").
+// Special tokens (e.g. <|im_end|>) add no text when `skip_special_tokens` is set, as OpenAI-style
+// servers return completions.
 //
 // Threading: one instance per stream, used by one thread at a time. Keeps a pointer to the
 // tokenizer, which must outlive it.
@@ -15,8 +17,9 @@
 namespace edge::engine::tokenizer {
 
 class IncrementalDecoder {
-  public:
-    explicit IncrementalDecoder(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
+public:
+    explicit IncrementalDecoder(const Tokenizer* tokenizer, bool skip_special_tokens = false)
+        : tokenizer_(tokenizer), skip_special_(skip_special_tokens) {}
 
     // Text completed by appending `id`; may be empty while a character is incomplete.
     std::string push(TokenId id);
@@ -30,8 +33,9 @@ class IncrementalDecoder {
     // Bytes held back waiting for the rest of a character (0..3).
     size_t pending_bytes() const { return pending_.size(); }
 
-  private:
+private:
     const Tokenizer* tokenizer_;
+    bool skip_special_;
     std::string pending_;
 };
 

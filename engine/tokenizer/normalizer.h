@@ -14,7 +14,7 @@ namespace edge::engine::tokenizer {
 enum class NormalizerKind { kNone, kNfc };
 
 class Normalizer {
-  public:
+public:
     explicit Normalizer(NormalizerKind kind = NormalizerKind::kNone) : kind_(kind) {}
 
     NormalizerKind kind() const { return kind_; }
@@ -22,7 +22,7 @@ class Normalizer {
     // The normalised form of valid UTF-8 `text`; kInvalidArgument when ICU rejects it.
     Result<std::string> normalize(std::string_view text) const;
 
-  private:
+private:
     NormalizerKind kind_;
 };
 

@@ -18,7 +18,7 @@
 namespace edge::engine::tokenizer {
 
 class PreTokenizer {
-  public:
+public:
     // `patterns` are applied in order; each splits every piece the previous one produced.
     // kInvalidArgument when a pattern does not compile (with PCRE2's message and offset).
     static Result<std::unique_ptr<PreTokenizer>> create(const std::vector<std::string>& patterns);
@@ -34,7 +34,7 @@ class PreTokenizer {
     // never returned. kInvalidArgument if PCRE2 reports a matching error (e.g. its match limit).
     Status split(std::string_view text, std::vector<std::string_view>* pieces) const;
 
-  private:
+private:
     struct Compiled;
     PreTokenizer() = default;
     Status split_one(const Compiled& re, std::string_view text,

@@ -114,6 +114,10 @@ bool Tokenizer::is_added(TokenId id) const {
     return id >= 0 && id < vocab_size_ && added_index_by_id_[id] >= 0;
 }
 
+bool Tokenizer::is_special(TokenId id) const {
+    return is_added(id) && added_[added_index_by_id_[id]].special;
+}
+
 std::string_view Tokenizer::token_bytes(TokenId id) const {
     if (is_added(id)) {
         return added_[added_index_by_id_[id]].content;

@@ -26,7 +26,7 @@
 namespace edge::engine::tokenizer {
 
 class Tokenizer {
-  public:
+public:
     // Reads and parses `path` (a tokenizer.json); errors name the file and the JSON field.
     static Result<std::unique_ptr<Tokenizer>> load_file(const std::string& path);
     // Parses tokenizer.json text; errors name the JSON field.
@@ -51,8 +51,10 @@ class Tokenizer {
     int32_t vocab_size() const { return vocab_size_; }
 
     bool is_added(TokenId id) const;
+    // An added token marked special (control tokens such as <|im_end|>).
+    bool is_special(TokenId id) const;
 
-  private:
+private:
     Tokenizer() = default;
     Status encode_plain(std::string_view text, std::vector<TokenId>* out) const;
 

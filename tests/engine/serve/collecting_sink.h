@@ -15,7 +15,7 @@
 namespace edge::engine::testing {
 
 class CollectingSink final : public GenerationSink {
-  public:
+public:
     void on_delta(TokenDelta delta) override {
         std::lock_guard<std::mutex> lock(mu_);
         text_ += delta.text;
@@ -65,7 +65,7 @@ class CollectingSink final : public GenerationSink {
         return delta_after_finish_ || second_finish_;
     }
 
-  private:
+private:
     std::mutex mu_;
     std::condition_variable cv_;
     std::string text_;

@@ -42,6 +42,7 @@ struct FakeOptions {
     int64_t kv_tokens = 1 << 20;  // Tokens all slots together may hold.
     std::vector<TokenId> eos = {509};
     NextToken next = default_next;
+    int fail_call = -1;  // forward() call (0-based) that fails with kInternal; -1: none.
 };
 
 struct ForwardCall {
@@ -61,7 +62,7 @@ struct FakeLog {
 };
 
 class FakeCausalLM final : public CausalLM {
-  public:
+public:
     explicit FakeCausalLM(FakeOptions options, std::shared_ptr<FakeLog> log = nullptr)
         : options_(std::move(options)), log_(log ? log : std::make_shared<FakeLog>()) {
         spec_.architecture = "FakeForCausalLM";
@@ -104,6 +105,9 @@ class FakeCausalLM final : public CausalLM {
 
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override {
         ForwardCall call;
+        if (calls_++ == options_.fail_call) {
+            return record(call, internal_error("injected failure"));
+        }
         int64_t added = 0;
         for (const SequenceChunk& c : batch) {
             call.chunks.emplace_back(c.slot, static_cast<int32_t>(c.tokens.size()));
@@ -156,7 +160,7 @@ class FakeCausalLM final : public CausalLM {
         return out;
     }
 
-  private:
+private:
     Status record(ForwardCall call, Status st) {
         call.ok = st.ok();
         std::lock_guard<std::mutex> lock(log_->mu);
@@ -173,6 +177,7 @@ class FakeCausalLM final : public CausalLM {
     ModelSpec spec_;
     std::vector<std::vector<TokenId>> slots_;
     std::vector<bool> used_;
+    int calls_ = 0;
 };
 
 }  // namespace edge::engine::testing

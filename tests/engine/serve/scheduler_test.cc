@@ -240,6 +240,27 @@ TEST_CASE("scheduler: a sequence the KV cache cannot hold alone ends with an err
     CHECK(h.log->slots_in_use == 0);
 }
 
+TEST_CASE("scheduler: a failing forward ends that batch's requests with the error") {
+    FakeOptions opts;
+    opts.fail_call = 2;
+    Harness h(opts);
+    auto a = h.submit({1, 2}, 5);
+    auto b = h.submit({3, 4}, 5);
+    h.drain();
+    for (auto* sink : {a.get(), b.get()}) {
+        auto finish = sink->wait();
+        REQUIRE(finish);
+        CHECK(finish->reason == FinishReason::kError);
+        CHECK(finish->error.code() == StatusCode::kInternal);
+        CHECK(finish->usage.completion_tokens == 2);
+    }
+    CHECK(h.log->slots_in_use == 0);
+    auto c = h.submit({5}, 3);
+    h.drain();
+    REQUIRE(c->wait());
+    CHECK(c->wait()->reason == FinishReason::kLength);
+}
+
 FakeOptions scripted(std::string script) {
     FakeOptions opts;
     opts.next = [script](std::span<const TokenId> history) -> TokenId {
@@ -298,6 +319,19 @@ TEST_CASE("scheduler: EOS ends generation, is counted, and adds no text") {
     REQUIRE(sink2->wait());
     CHECK(sink2->wait()->reason == FinishReason::kLength);
     CHECK(sink2->ids().size() == 4);
+}
+
+TEST_CASE("scheduler: special tokens that are not EOS add no text") {
+    FakeOptions opts;
+    opts.next = [](std::span<const TokenId> history) -> TokenId {
+        return history.size() == 2 ? 511 : 'k';  // <|im_end|> is not an EOS of this model
+    };
+    Harness h(opts);
+    auto sink = h.submit({1}, 3);
+    h.drain();
+    REQUIRE(sink->wait());
+    CHECK(sink->ids() == std::vector<TokenId>{'k', 511, 'k'});
+    CHECK(sink->text() == "kk");
 }
 
 TEST_CASE("scheduler: a character split over tokens streams whole") {

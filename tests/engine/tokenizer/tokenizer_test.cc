@@ -203,6 +203,10 @@ TEST_CASE("tokenizer: incremental decoder holds partial bytes and replaces inval
           "a");
     CHECK(dec.push(0xE2).empty());
     CHECK(dec.flush() == "\xEF\xBF\xBD");
+    CHECK(dec.push(511) == "<|im_end|>");
+    IncrementalDecoder skipping(tok.get(), /*skip_special_tokens=*/true);
+    CHECK(skipping.push(511).empty());
+    CHECK(skipping.push('x') == "x");
 }
 
 TEST_CASE("tokenizer: bad tokenizer.json gives a clear status") {

@@ -1,0 +1,106 @@
+#include "engine/tools/generate_args.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <string_view>
+
+namespace edge::engine {
+
+const char kGenerateUsage[] =
+    "usage: edgeserve generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3)\n"
+    "                          [--max-tokens N] [--temperature T] [--seed N] [--threads N]\n"
+    "                          [--ids] [--chat]\n";
+
+namespace {
+
+template <typename T>
+bool parse_number(std::string_view s, T* out) {
+    const char* end = s.data() + s.size();
+    auto [ptr, ec] = std::from_chars(s.data(), end, *out);
+    return ec == std::errc() && ptr == end;
+}
+
+bool parse_float(const std::string& s, float* out) {
+    char* end = nullptr;
+    *out = std::strtof(s.c_str(), &end);
+    return !s.empty() && end == s.c_str() + s.size();
+}
+
+bool parse_ids(std::string_view s, std::vector<TokenId>* out) {
+    while (!s.empty()) {
+        const size_t comma = s.find(',');
+        TokenId id = 0;
+        if (!parse_number(s.substr(0, comma), &id)) {
+            return false;
+        }
+        out->push_back(id);
+        s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+    }
+    return !out->empty();
+}
+
+// Returns an error message, or "" on success.
+std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
+    for (int i = first; i < argc; ++i) {
+        const std::string_view flag = argv[i];
+        if (flag == "--ids") {
+            a->ids = true;
+            continue;
+        }
+        if (flag == "--chat") {
+            a->chat = true;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            return std::string(flag) + " needs a value";
+        }
+        const std::string value = argv[++i];
+        bool ok = true;
+        if (flag == "--model") {
+            a->model_dir = value;
+        } else if (flag == "--prompt") {
+            a->prompt = value;
+        } else if (flag == "--prompt-ids") {
+            a->prompt_ids.emplace();
+            ok = parse_ids(value, &*a->prompt_ids);
+        } else if (flag == "--max-tokens") {
+            ok = parse_number(value, &a->max_tokens);
+        } else if (flag == "--temperature") {
+            ok = parse_float(value, &a->temperature);
+        } else if (flag == "--seed") {
+            uint64_t seed = 0;
+            ok = parse_number(value, &seed);
+            a->seed = seed;
+        } else if (flag == "--threads") {
+            ok = parse_number(value, &a->threads);
+        } else {
+            return "unknown flag " + std::string(flag);
+        }
+        if (!ok) {
+            return "bad value for " + std::string(flag) + ": " + value;
+        }
+    }
+    if (a->model_dir.empty()) {
+        return "--model is required";
+    }
+    if (a->prompt.has_value() == a->prompt_ids.has_value()) {
+        return "give exactly one of --prompt and --prompt-ids";
+    }
+    if (a->chat && !a->prompt) {
+        return "--chat needs --prompt";
+    }
+    return "";
+}
+
+}  // namespace
+
+Result<GenerateArgs> parse_generate_args(int argc, char** argv, int first) {
+    GenerateArgs args;
+    const std::string error = parse_into(argc, argv, first, &args);
+    if (!error.empty()) {
+        return invalid_argument_error(error);
+    }
+    return args;
+}
+
+}  // namespace edge::engine
