@@ -46,9 +46,6 @@ public:
     // and counts it for the penalties of later steps.
     SampledToken sample(std::span<float> logits);
 
-    // Counts a token chosen elsewhere (e.g. replayed after preemption) for the penalties.
-    void count(TokenId id) { ++counts_[id]; }
-
 private:
     void apply_penalties(std::span<float> logits) const;
     TokenId draw(std::span<const float> scaled);
