@@ -211,6 +211,39 @@ TEST_CASE("scheduler: preemption under a small KV budget still completes with th
     CHECK(h.log->slots_in_use == 0);
 }
 
+TEST_CASE("scheduler: seeded sampling gives the same tokens alone and batched with preemption") {
+    SamplingParams p;
+    p.temperature = 1.5f;
+    p.top_k = 40;
+    p.top_p = 0.9f;
+    auto run = [&](int64_t kv_tokens, int requests) {
+        FakeOptions opts;
+        opts.kv_tokens = kv_tokens;
+        Harness h(opts);
+        std::vector<std::shared_ptr<CollectingSink>> sinks;
+        for (int r = 0; r < requests; ++r) {
+            sinks.push_back(h.submit({static_cast<TokenId>(200 + r), 7, 7, 7}, 10, p));
+        }
+        h.drain();
+        std::vector<std::vector<TokenId>> out;
+        for (auto& sink : sinks) {
+            REQUIRE(sink->wait());
+            out.push_back(sink->ids());
+        }
+        return std::make_pair(out, h.scheduler->stats().preemptions);
+    };
+    const auto [batched, preemptions] = run(30, 4);
+    CHECK(preemptions > 0);
+    for (int r = 0; r < 4; ++r) {
+        FakeOptions opts;
+        Harness alone(opts);
+        auto sink = alone.submit({static_cast<TokenId>(200 + r), 7, 7, 7}, 10, p);
+        alone.drain();
+        REQUIRE(sink->wait());
+        CHECK(sink->ids() == batched[r]);
+    }
+}
+
 TEST_CASE("scheduler: slots limit the batch; the rest wait their turn") {
     FakeOptions opts;
     opts.slots = 2;
