@@ -10,12 +10,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "common/result.h"
+#include "engine/cpu/matmul_job.h"
 #include "engine/cpu/weight.h"
 
 namespace edge::engine {
@@ -45,6 +47,10 @@ public:
     // y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c] for t < n, r < W.rows; weight rows are
     // read once for all n tokens.
     virtual void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) = 0;
+
+    // Independent matmuls run as one parallel step: jobs[i] computes y = x W^T for its own
+    // weight, input and output.
+    virtual void matmul_batch(std::span<const MatmulJob> jobs) = 0;
 
     // Runs body(task, worker) for every task in [0, n) on the backend's threads; worker <
     // threads() names the thread running it (for per-thread scratch).

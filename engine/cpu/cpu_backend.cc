@@ -16,6 +16,10 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y, in
     cpu::matmul(pool_, isa_, w, x, n, y, ldy);
 }
 
+void CpuBackend::matmul_batch(std::span<const MatmulJob> jobs) {
+    cpu::matmul_batch(pool_, isa_, jobs);
+}
+
 void CpuBackend::run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) {
     pool_.for_each_task(n, [fn, ctx](int64_t i, int worker) { fn(ctx, i, worker); });
 }

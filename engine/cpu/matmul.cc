@@ -85,3 +85,39 @@ void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t 
 }
 
 }  // namespace edge::engine::cpu
+
+namespace edge::engine::cpu {
+
+void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs) {
+    // Rows are handed out in grains of kGrain within each job, so a part never straddles jobs
+    // mid-grain and the kernels see whole 4-row blocks.
+    constexpr int64_t kGrain = 16;
+    int64_t grains = 0;
+    int64_t work = 0;
+    for (const MatmulJob& j : jobs) {
+        grains += (j.w->rows + kGrain - 1) / kGrain;
+        work += j.w->rows * j.w->cols * j.n;
+    }
+    auto run_grains = [&](int64_t g0, int64_t g1) {
+        int64_t base = 0;
+        for (const MatmulJob& j : jobs) {
+            const int64_t jg = (j.w->rows + kGrain - 1) / kGrain;
+            const int64_t b = std::max(g0, base);
+            const int64_t e = std::min(g1, base + jg);
+            if (b < e) {
+                quant::MatmulKernel kernel = matmul_kernel(j.w->format, isa);
+                kernel(*j.w, j.x, j.n, j.y, j.ldy, (b - base) * kGrain,
+                       std::min(j.w->rows, (e - base) * kGrain));
+            }
+            base += jg;
+        }
+    };
+    constexpr int64_t kMinParallelWork = 1 << 15;
+    if (pool.size() == 1 || work < kMinParallelWork) {
+        run_grains(0, grains);
+        return;
+    }
+    pool.parallel_for(grains, 1, run_grains);
+}
+
+}  // namespace edge::engine::cpu

@@ -9,8 +9,10 @@
 // from one thread at a time per pool.
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
+#include "engine/cpu/matmul_job.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/weight.h"
 #include "engine/quant/quant_kernels.h"
@@ -31,6 +33,10 @@ quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa);
 // (checked by the loader through Backend::supports).
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
             int64_t ldy);
+
+// Runs independent matmuls (e.g. q/k/v, or every active expert's gate and up projections) as one
+// parallel loop over all their rows: one dispatch instead of one per matrix.
+void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs);
 
 // Bytes `w` occupies as stored (data only, without scales).
 int64_t weight_bytes(const Weight& w);

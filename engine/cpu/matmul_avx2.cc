@@ -50,10 +50,12 @@ inline float hsum(__m256 v) {
 }
 
 template <typename L, int R, int T>
-inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, float* y,
+__attribute__((always_inline)) inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, float* y,
                   int64_t ldy) {
     __m256 acc[R][T];
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             acc[r][t] = _mm256_setzero_ps();
         }
@@ -61,17 +63,22 @@ inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, 
     int64_t c = 0;
     for (; c + 8 <= k; c += 8) {
         __m256 xv[T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             xv[t] = _mm256_loadu_ps(x + t * k + c);
         }
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             __m256 wv = L::load(w0 + r * row_bytes, c);
+            #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
             }
         }
     }
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             float s = hsum(acc[r][t]);
             for (int64_t cc = c; cc < k; ++cc) {

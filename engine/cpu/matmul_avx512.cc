@@ -49,10 +49,12 @@ struct LoadF16 {
 
 // R rows by T tokens: R*T accumulators; each weight vector loaded once is used for T tokens.
 template <typename L, int R, int T>
-inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, float* y,
+__attribute__((always_inline)) inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, float* y,
                   int64_t ldy) {
     __m512 acc[R][T];
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             acc[r][t] = _mm512_setzero_ps();
         }
@@ -61,29 +63,35 @@ inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, 
     if constexpr (T == 1) {
         // Decode: two vectors per row per step, more loads in flight for the memory system.
         __m512 acc2[R];
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             acc2[r] = _mm512_setzero_ps();
         }
         for (; c + 32 <= k; c += 32) {
             __m512 xa = _mm512_loadu_ps(x + c);
             __m512 xb = _mm512_loadu_ps(x + c + 16);
+            #pragma GCC unroll 16
             for (int r = 0; r < R; ++r) {
                 const char* row = w0 + r * row_bytes;
                 acc[r][0] = _mm512_fmadd_ps(L::load(row, c), xa, acc[r][0]);
                 acc2[r] = _mm512_fmadd_ps(L::load(row, c + 16), xb, acc2[r]);
             }
         }
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             acc[r][0] = _mm512_add_ps(acc[r][0], acc2[r]);
         }
     }
     for (; c + 16 <= k; c += 16) {
         __m512 xv[T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             xv[t] = _mm512_loadu_ps(x + t * k + c);
         }
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             __m512 wv = L::load(w0 + r * row_bytes, c);
+            #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
             }
@@ -92,17 +100,22 @@ inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, 
     if (c < k) {
         __mmask16 m = static_cast<__mmask16>((1u << (k - c)) - 1u);
         __m512 xv[T];
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             xv[t] = _mm512_maskz_loadu_ps(m, x + t * k + c);
         }
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             __m512 wv = L::load_mask(w0 + r * row_bytes, c, m);
+            #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
             }
         }
     }
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+        #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
         }

@@ -113,6 +113,7 @@ private:
     std::vector<float> router_, gate_, up_, act_, moe_in_, moe_out_;
     std::vector<int32_t> topk_idx_, order_, expert_count_, expert_begin_;
     std::vector<float> topk_w_;
+    std::vector<MatmulJob> jobs_;
 };
 
 Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t cols) {
@@ -319,9 +320,8 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         cpu::rms_norm(x + i * H, L.input_norm.data(), H, eps, h + i * H);
     }
-    backend_->matmul(L.q, h, n, q, qdim);
-    backend_->matmul(L.k, h, n, k, kvdim);
-    backend_->matmul(L.v, h, n, v, kvdim);
+    const MatmulJob qkv[] = {{&L.q, h, n, q, qdim}, {&L.k, h, n, k, kvdim}, {&L.v, h, n, v, kvdim}};
+    backend_->matmul_batch(qkv);
     if (!L.q_bias.empty()) {
         for (int64_t i = 0; i < n; ++i) {
             for (int64_t d = 0; d < qdim; ++d) {
@@ -355,7 +355,7 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
         }
     });
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-    backend_->for_each_task(n * nkv, [&](int64_t task, int worker) {
+    auto attend = [&](int64_t task, int worker) {
         const int64_t i = task / nkv;
         const int32_t g = static_cast<int32_t>(task % nkv);
         const int32_t slot = tok_slot_[i];
@@ -363,7 +363,19 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
                            kv_->values(slot, li, g), hd, tok_pos_[i] + 1, scale,
                            scores + static_cast<size_t>(worker) * group * spec_.max_context,
                            attn + i * qdim + g * group * hd);
-    });
+    };
+    // Short decode steps are cheaper on this thread than a dispatch.
+    int64_t ctx_work = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        ctx_work += (tok_pos_[i] + 1) * qdim;
+    }
+    if (ctx_work < (1 << 16)) {
+        for (int64_t task = 0; task < n * nkv; ++task) {
+            attend(task, 0);
+        }
+    } else {
+        backend_->for_each_task(n * nkv, attend);
+    }
     float* o = grow(tmp_, n * H);
     backend_->matmul(L.o, attn, n, o, H);
     for (int64_t i = 0; i < n * H; ++i) {
@@ -383,8 +395,8 @@ void Qwen3Moe::mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out)
     float* gate = grow(gate_, rows * inter);
     float* up = grow(up_, rows * inter);
     float* act = grow(act_, rows * inter);
-    backend_->matmul(m.gate, in, rows, gate, inter);
-    backend_->matmul(m.up, in, rows, up, inter);
+    const MatmulJob gate_up[] = {{&m.gate, in, rows, gate, inter}, {&m.up, in, rows, up, inter}};
+    backend_->matmul_batch(gate_up);
     cpu::silu_mul(gate, up, rows * inter, act);
     backend_->matmul(m.down, act, rows, out, c_.hidden_size);
 }
@@ -459,13 +471,34 @@ void Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
             std::copy(h + i * H, h + (i + 1) * H, in + static_cast<int64_t>(row) * H);
         }
     }
+    // Every routed expert's gate and up projections in one parallel step, then every down
+    // projection in another: each expert's weights are read once for all of its tokens.
+    const int64_t I = c_.moe_intermediate_size;
+    float* gate = grow(gate_, n * K * I);
+    float* up = grow(up_, n * K * I);
+    float* act = grow(act_, n * K * I);
+    jobs_.clear();
     for (int32_t e = 0; e < E; ++e) {
         const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
         if (rows == 0 || !placement_.is_local(li, e)) {
             continue;
         }
-        mlp_rows(L.experts[e], in + expert_begin_[e] * H, rows, out + expert_begin_[e] * H);
+        const int64_t r0 = expert_begin_[e];
+        jobs_.push_back({&L.experts[e].gate, in + r0 * H, rows, gate + r0 * I, I});
+        jobs_.push_back({&L.experts[e].up, in + r0 * H, rows, up + r0 * I, I});
     }
+    backend_->matmul_batch(jobs_);
+    cpu::silu_mul(gate, up, n * K * I, act);
+    jobs_.clear();
+    for (int32_t e = 0; e < E; ++e) {
+        const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
+        if (rows == 0 || !placement_.is_local(li, e)) {
+            continue;
+        }
+        const int64_t r0 = expert_begin_[e];
+        jobs_.push_back({&L.experts[e].down, act + r0 * I, rows, out + r0 * H, H});
+    }
+    backend_->matmul_batch(jobs_);
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
             const float w = topk_w_[i * K + j];
