@@ -208,8 +208,8 @@ int main(int argc, char** argv) {
         kv_per_token = m.spec().kv_bytes_per_token;
         // Warm up: several passes over every expert (a 32-sequence step routes to nearly all);
         // in this VM the first passes over freshly mapped memory run several times slower.
-        run_batched(m, 32, 4);
-        run_single(m, 8, 4);
+        run_batched(m, 32, 10);
+        run_single(m, 8, 8);
         if (threads == 1) {
             rss_warm = rss_bytes() - rss0;
         }

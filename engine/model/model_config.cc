@@ -122,6 +122,17 @@ Result<bool> ConfigJson::get_bool(std::string_view key, bool fallback) const {
     return v->get_bool();
 }
 
+Result<std::string> ConfigJson::get_string(std::string_view key) const {
+    const json::value* v = root_.if_contains(key);
+    if (v == nullptr) {
+        return field_error(key, "is missing");
+    }
+    if (!v->is_string()) {
+        return field_error(key, "is not a string");
+    }
+    return std::string(v->get_string());
+}
+
 Result<std::vector<int64_t>> ConfigJson::get_int_list(std::string_view key) const {
     const json::value* v = root_.if_contains(key);
     std::vector<int64_t> out;

@@ -39,6 +39,7 @@ public:
     Result<double> get_double(std::string_view key) const;
     Result<double> get_double(std::string_view key, double fallback) const;
     Result<bool> get_bool(std::string_view key, bool fallback) const;
+    Result<std::string> get_string(std::string_view key) const;
     // An int or a list of ints (eos_token_id is either); empty when absent or null.
     Result<std::vector<int64_t>> get_int_list(std::string_view key) const;
     bool has(std::string_view key) const;

@@ -501,6 +501,9 @@ void Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
     backend_->matmul_batch(jobs_);
     for (int64_t i = 0; i < n; ++i) {
         for (int64_t j = 0; j < K; ++j) {
+            if (!placement_.is_local(li, topk_idx_[i * K + j])) {
+                continue;  // Another rank's result; the sharding step adds it.
+            }
             const float w = topk_w_[i * K + j];
             const float* r = out + static_cast<int64_t>(idx[i * K + j]) * H;
             float* xi = x + i * H;

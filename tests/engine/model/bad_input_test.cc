@@ -202,6 +202,9 @@ TEST_CASE("config missing a field, ill-typed, unsupported architecture") {
     s = with([](json::object& c) { c["architectures"] = {"LlamaForCausalLM"}; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "'LlamaForCausalLM' is not supported"));
+    s = with([](json::object& c) { c["hidden_act"] = "gelu"; });
+    CHECK(s.code() == StatusCode::kUnimplemented);
+    CHECK(contains(s, "field 'hidden_act' 'gelu'"));
     s = with([](json::object& c) { c["rope_scaling"] = {{"type", "yarn"}}; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "rope_scaling"));
