@@ -1,13 +1,17 @@
 #include "engine/cpu/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 namespace edge::engine::cpu {
 namespace {
 
-// Spins this many times before sleeping on the atomic: a forward issues hundreds of short
-// parallel_fors back to back, and waking a sleeping thread costs more than the work of many.
+// Spins this many times before sleeping: a forward issues many short parallel_fors back to back,
+// and waking a sleeping thread costs more than the work of many.
 constexpr int kSpins = 4000;
+// Chunks per worker: enough that the others can absorb a late worker's share.
+constexpr int64_t kChunksPerWorker = 4;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -22,6 +26,7 @@ ThreadPool::ThreadPool(int threads) {
         threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }
     size_ = threads;
+    gen_.store(1);  // Closed until the first job.
     for (int i = 1; i < size_; ++i) {
         threads_.emplace_back([this, i] { worker_loop(i); });
     }
@@ -29,8 +34,8 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
     stop_.store(true);
-    generation_.fetch_add(1);
-    generation_.notify_all();
+    gen_.fetch_add(1);
+    gen_.notify_all();
     for (std::thread& t : threads_) {
         t.join();
     }
@@ -40,11 +45,15 @@ void ThreadPool::run(int64_t n, int64_t grain, Fn fn, void* ctx) {
     if (n <= 0) {
         return;
     }
+    grain = std::max<int64_t>(1, grain);
     if (size_ == 1 || n <= grain) {
         fn(ctx, 0, n);
         return;
     }
-    dispatch(fn, ctx, n, std::max<int64_t>(1, grain), false);
+    const int64_t grains = (n + grain - 1) / grain;
+    const int64_t chunks = std::min<int64_t>(grains, size_ * kChunksPerWorker);
+    const int64_t chunk = (grains + chunks - 1) / chunks * grain;
+    dispatch(fn, ctx, n, chunk, false);
 }
 
 void ThreadPool::run_dynamic(int64_t tasks, Fn fn, void* ctx) {
@@ -57,73 +66,77 @@ void ThreadPool::run_dynamic(int64_t tasks, Fn fn, void* ctx) {
         }
         return;
     }
-    next_task_.store(0, std::memory_order_relaxed);
     dispatch(fn, ctx, tasks, 1, true);
 }
 
-void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t grain, bool dynamic) {
+void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t chunk, bool tasks) {
+    // The job is closed and no worker is active (the previous dispatch ended that way).
     fn_ = fn;
     ctx_ = ctx;
     n_ = n;
-    grain_ = grain;
-    dynamic_ = dynamic;
-    remaining_.store(size_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
-    generation_.notify_all();
+    chunk_ = chunk;
+    chunks_ = (n + chunk - 1) / chunk;
+    tasks_ = tasks;
+    next_.store(0, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_seq_cst);  // Open.
+    gen_.notify_all();
     work_on(0);
-    for (int spin = 0; remaining_.load(std::memory_order_acquire) != 0; ++spin) {
+    // Close, then wait only for workers that got in: one that has not started never will.
+    gen_.fetch_add(1, std::memory_order_seq_cst);
+    for (int spin = 0;; ++spin) {
+        int a = active_.load(std::memory_order_seq_cst);
+        if (a == 0) {
+            break;
+        }
         if (spin < kSpins) {
             cpu_relax();
         } else {
-            int r = remaining_.load(std::memory_order_acquire);
-            if (r != 0) {
-                remaining_.wait(r, std::memory_order_acquire);
-            }
+            active_.wait(a, std::memory_order_seq_cst);
         }
     }
 }
 
 void ThreadPool::work_on(int worker) {
-    if (dynamic_) {
-        for (;;) {
-            int64_t t = next_task_.fetch_add(1, std::memory_order_relaxed);
-            if (t >= n_) {
-                break;
-            }
-            fn_(ctx_, t, worker);
+    for (;;) {
+        const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+        if (c >= chunks_) {
+            return;
         }
-        return;
-    }
-    // Contiguous parts of whole grains, as even as possible.
-    int64_t grains = (n_ + grain_ - 1) / grain_;
-    int64_t g0 = grains * worker / size_;
-    int64_t g1 = grains * (worker + 1) / size_;
-    int64_t b = std::min(n_, g0 * grain_);
-    int64_t e = std::min(n_, g1 * grain_);
-    if (b < e) {
-        fn_(ctx_, b, e);
+        if (tasks_) {
+            fn_(ctx_, c, worker);
+        } else {
+            fn_(ctx_, c * chunk_, std::min(n_, (c + 1) * chunk_));
+        }
     }
 }
 
 void ThreadPool::worker_loop(int worker) {
     uint64_t seen = 0;
     for (;;) {
-        uint64_t g = generation_.load(std::memory_order_acquire);
-        for (int spin = 0; g == seen; ++spin) {
+        uint64_t g = gen_.load(std::memory_order_seq_cst);
+        for (int spin = 0; g == seen || (g & 1) != 0; ++spin) {
+            if (stop_.load()) {
+                return;
+            }
             if (spin < kSpins) {
                 cpu_relax();
             } else {
-                generation_.wait(seen, std::memory_order_acquire);
+                gen_.wait(g, std::memory_order_seq_cst);
             }
-            g = generation_.load(std::memory_order_acquire);
+            g = gen_.load(std::memory_order_seq_cst);
         }
-        seen = g;
         if (stop_.load()) {
             return;
         }
-        work_on(worker);
-        if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-            remaining_.notify_one();
+        // Announce, then check the job is still open: either the caller sees us in active_ and
+        // waits, or we see it closed and stay out (both sides use seq_cst).
+        active_.fetch_add(1, std::memory_order_seq_cst);
+        if (gen_.load(std::memory_order_seq_cst) == g) {
+            work_on(worker);
+        }
+        seen = g;
+        if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+            active_.notify_one();
         }
     }
 }

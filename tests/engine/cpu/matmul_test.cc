@@ -159,6 +159,24 @@ TEST_CASE("matmul splits rows over the pool and equals one thread") {
     CHECK(a == b);
 }
 
+TEST_CASE("thread pool: thousands of back-to-back jobs, more workers than cores") {
+    ThreadPool pool(5);
+    std::vector<int64_t> out(64);
+    for (int round = 0; round < 3000; ++round) {
+        pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) {
+                out[i] = round + i;
+            }
+        });
+        if (round % 2 == 0) {
+            pool.for_each_task(7, [&](int64_t t, int worker) { out[t] += 0 * worker; });
+        }
+        for (int64_t i = 0; i < 64; ++i) {
+            REQUIRE(out[i] == round + i);
+        }
+    }
+}
+
 TEST_CASE("thread pool covers every index exactly once") {
     ThreadPool pool(4);
     for (int64_t n : {1, 5, 64, 1001}) {
