@@ -14,20 +14,23 @@
 
 namespace edge::engine::cpu {
 
-#define EDGE_DECLARE_MATMUL(name)                                                        \
-    void name(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0, \
-              int64_t r1)
-
-EDGE_DECLARE_MATMUL(matmul_f32_scalar);
-EDGE_DECLARE_MATMUL(matmul_bf16_scalar);
-EDGE_DECLARE_MATMUL(matmul_f16_scalar);
-EDGE_DECLARE_MATMUL(matmul_f32_avx2);
-EDGE_DECLARE_MATMUL(matmul_bf16_avx2);
-EDGE_DECLARE_MATMUL(matmul_f16_avx2);
-EDGE_DECLARE_MATMUL(matmul_f32_avx512);
-EDGE_DECLARE_MATMUL(matmul_bf16_avx512);
-EDGE_DECLARE_MATMUL(matmul_f16_avx512);
-
-#undef EDGE_DECLARE_MATMUL
+void matmul_f32_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+void matmul_bf16_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
+void matmul_f16_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+void matmul_f32_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1);
+void matmul_bf16_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1);
+void matmul_f16_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1);
+void matmul_f32_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+void matmul_bf16_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
+void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
 
 }  // namespace edge::engine::cpu
