@@ -2,7 +2,8 @@
 // top-8, expert FFN 512, 16/4 heads of 64, vocab 32000, BF16): single-stream decode and prefill
 // tokens/s at 1 and 2 threads, batched decode at 8 and 32 sequences, weight bytes read per decode
 // token and the fraction of measured memory bandwidth decode reaches, resident memory after load.
-// Usage: bench_decode [--model DIR] [--steps N] [--prefill N]
+// Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
+// (batched figures use the last thread count run: 2 by default).
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
 #include <chrono>
@@ -149,11 +150,14 @@ int main(int argc, char** argv) {
     std::string model_dir;
     int steps = 32;
     int prefill = 128;
+    int only_threads = 0;  // 1 or 2: run that thread count only (faster, for experiments).
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--model")) {
             model_dir = argv[i + 1];
         } else if (!std::strcmp(argv[i], "--steps")) {
             steps = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--threads")) {
+            only_threads = std::atoi(argv[i + 1]);
         } else if (!std::strcmp(argv[i], "--prefill")) {
             prefill = std::max(1, std::atoi(argv[i + 1]));
         }
@@ -190,6 +194,9 @@ int main(int argc, char** argv) {
     double batched8 = 0, batched32 = 0;
     int64_t rss_load = 0, rss_warm = 0, weight_bytes = 0, kv_per_token = 0;
     for (int threads = 1; threads <= 2; ++threads) {
+        if (only_threads != 0 && threads != only_threads) {
+            continue;
+        }
         edge::engine::LoadOptions lo;
         lo.threads = threads;
         lo.max_slots = 40;
@@ -201,7 +208,7 @@ int main(int argc, char** argv) {
             return 1;
         }
         CausalLM& m = **model;
-        if (threads == 1) {
+        if (rss_load == 0) {
             rss_load = rss_bytes() - rss0;
         }
         weight_bytes = m.spec().weight_bytes;
@@ -210,11 +217,11 @@ int main(int argc, char** argv) {
         // in this VM the first passes over freshly mapped memory run several times slower.
         run_batched(m, 32, 10);
         run_single(m, 8, 8);
-        if (threads == 1) {
+        if (rss_warm == 0) {
             rss_warm = rss_bytes() - rss0;
         }
         single[threads - 1] = run_single(m, prefill, steps);
-        if (threads == 2) {
+        if (threads == 2 || only_threads == 1) {
             batched8 = run_batched(m, 8, std::max(4, steps / 2));
             batched32 = run_batched(m, 32, std::max(4, steps / 4));
         }
@@ -224,6 +231,8 @@ int main(int argc, char** argv) {
     }
     const double frac1 = single[0].decode_tps * bytes_per_token / bw1;
     const double frac2 = single[1].decode_tps * bytes_per_token / bw2;
+    // The single-stream rate at the thread count the batched figures were taken with.
+    const double single_ref = only_threads == 1 ? single[0].decode_tps : single[1].decode_tps;
     std::printf("%-44s %14s\n", "figure", "value");
     std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);
     std::printf("%-44s %14.2f\n", "memory read bandwidth 2 threads (GB/s)", bw2 / 1e9);
@@ -234,10 +243,10 @@ int main(int argc, char** argv) {
     std::printf("%-44s %14.3f\n", "decode fraction of bandwidth, 2 threads", frac2);
     std::printf("%-44s %14.1f\n", "prefill tokens/s, 1 thread", single[0].prefill_tps);
     std::printf("%-44s %14.1f\n", "prefill tokens/s, 2 threads", single[1].prefill_tps);
-    std::printf("%-44s %14.2f\n", "batched decode tokens/s, 8 seqs, 2 threads", batched8);
-    std::printf("%-44s %14.2f\n", "batched decode tokens/s, 32 seqs, 2 threads", batched32);
-    std::printf("%-44s %14.2f\n", "batched 32 / single-stream (2 threads)",
-                batched32 / single[1].decode_tps);
+    std::printf("%-44s %14.2f\n", "batched decode tokens/s, 8 seqs", batched8);
+    std::printf("%-44s %14.2f\n", "batched decode tokens/s, 32 seqs", batched32);
+    std::printf("%-44s %14.2f\n", "batched 32 / single-stream (same threads)",
+                batched32 / single_ref);
     std::printf("%-44s %14.1f\n", "weight MB (mapped)", weight_bytes / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after load", rss_load / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after warm-up", rss_warm / 1e6);
@@ -250,7 +259,7 @@ int main(int argc, char** argv) {
         "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
         bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
         single[1].decode_tps, frac1, frac2, single[0].prefill_tps, single[1].prefill_tps, batched8,
-        batched32, batched32 / single[1].decode_tps, static_cast<long long>(weight_bytes),
+        batched32, batched32 / single_ref, static_cast<long long>(weight_bytes),
         static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
         static_cast<long long>(rss_warm));
     return 0;
