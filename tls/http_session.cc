@@ -131,7 +131,9 @@ private:
     net::awaitable<bool> read_request(http::request_parser<http::string_body>& parser);
     net::awaitable<bool> serve_response(int version, bool keep_alive, Clock::time_point start,
                                         std::string_view method, std::string_view path);
-    net::awaitable<bool> write_full(HttpResponse response, int version, bool keep_alive);
+    // Coroutine arguments are references and temporaries are named: GCC 12 mis-destroys
+    // temporaries inside co_await expressions.
+    net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive);
     net::awaitable<void> reject(int status, std::string_view message, int version);
     net::awaitable<void> wait_signal(Clock::duration timeout);
     void start_watcher();
@@ -301,7 +303,7 @@ void HttpSession::start_watcher() {
         [](std::exception_ptr) {});
 }
 
-net::awaitable<bool> HttpSession::write_full(HttpResponse response, int version, bool keep_alive) {
+net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
     http::response<http::string_body> res{static_cast<http::status>(response.status), version};
     res.set(http::field::content_type, response.content_type);
     for (HttpHeader& h : response.headers) {
@@ -317,8 +319,8 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse response, int version,
 
 net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
     auto start = Clock::now();
-    co_await write_full(HttpResponse{status, "application/json", {}, error_body(message)}, version,
-                        false);
+    HttpResponse response{status, "application/json", {}, error_body(message)};
+    co_await write_full(response, version, false);
     server_.observer_->on_response("", "", status, Clock::now() - start);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
@@ -379,8 +381,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         if (beast::iequals(expect, "100-continue")) {
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
             stream_.next_layer().expires_after(limits.write_timeout);
-            auto [wec, wn] = co_await net::async_write(
-                stream_, net::buffer(kContinue.data(), kContinue.size()), kTuple);
+            auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());
+            auto [wec, wn] = co_await net::async_write(stream_, continue_buffer, kTuple);
             if (wec) {
                 co_return false;
             }
@@ -423,9 +425,10 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         Piece piece = std::move(pending_.front());
         pending_.pop_front();
+        keep_alive = keep_alive && !draining();
         if (piece.kind == Piece::kFull && !streaming) {
             status = piece.response.status;
-            ok = co_await write_full(std::move(piece.response), version, keep_alive);
+            ok = co_await write_full(piece.response, version, keep_alive);
             break;
         }
         if (piece.kind == Piece::kHead && !streaming) {
@@ -463,11 +466,11 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             stream_.next_layer().expires_after(write_timeout);
             boost::system::error_code ec;
             if (version >= 11) {
-                std::tie(ec, std::ignore) = co_await net::async_write(
-                    stream_, http::make_chunk(net::buffer(piece.data)), kTuple);
+                auto chunk = http::make_chunk(net::buffer(piece.data));
+                std::tie(ec, std::ignore) = co_await net::async_write(stream_, chunk, kTuple);
             } else {
-                std::tie(ec, std::ignore) =
-                    co_await net::async_write(stream_, net::buffer(piece.data), kTuple);
+                auto raw = net::buffer(piece.data);
+                std::tie(ec, std::ignore) = co_await net::async_write(stream_, raw, kTuple);
             }
             if (ec) {
                 ok = false;
@@ -478,7 +481,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         if (piece.kind == Piece::kEnd && streaming) {
             if (version >= 11) {
                 stream_.next_layer().expires_after(write_timeout);
-                auto [ec, n] = co_await net::async_write(stream_, http::make_chunk_last(), kTuple);
+                auto last = http::make_chunk_last();
+                auto [ec, n] = co_await net::async_write(stream_, last, kTuple);
                 ok = !ec;
             }
             if (version < 11) {
