@@ -118,7 +118,7 @@ public:
     // Strand only.
     void drain(bool force) {
         drain_requested_ = true;
-        if (force || idle_) {
+        if (force || !busy_) {
             mark_client_gone();
             close_socket();
         }
@@ -165,7 +165,9 @@ private:
     std::string remote_;
     std::string server_name_;
     uint64_t seq_ = 0;
-    bool idle_ = false;
+    // Between the first byte of a request and the end of its response; drain closes connections
+    // that are not busy (handshaking, or idle between requests) at once.
+    bool busy_ = false;
     bool response_done_ = true;
     bool client_gone_ = false;
     bool watcher_running_ = false;
@@ -344,18 +346,17 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     const HttpLimits& limits = server_.config_.limits;
     if (buffer_.size() == 0) {
         // Keep-alive wait for the next request's first byte.
-        idle_ = true;
         if (draining()) {
             co_return false;
         }
         stream_.next_layer().expires_after(limits.idle_timeout);
         auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kTuple);
-        idle_ = false;
         if (ec) {
             co_return false;
         }
         buffer_.commit(n);
     }
+    busy_ = true;
     parser.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     stream_.next_layer().expires_after(limits.header_timeout);
@@ -538,14 +539,13 @@ net::awaitable<void> HttpSession::run() {
         server_.handler_.handle(std::move(request), std::move(channel));
         bool again = co_await serve_response(version, keep_alive && !draining(), start, method,
                                              path);
+        busy_ = false;
         if (!again || draining()) {
             break;
         }
         if (watcher_running_) {
             // The watcher read owns the stream; wait for it (next request bytes) or time out.
-            idle_ = true;
             co_await wait_signal(server_.config_.limits.idle_timeout);
-            idle_ = false;
             if (watcher_running_ || client_gone_ || draining()) {
                 break;
             }

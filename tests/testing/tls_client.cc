@@ -263,6 +263,30 @@ std::string TlsClient::alpn() const {
 
 SSL_SESSION* TlsClient::take_session() const { return SSL_get1_session(ssl_); }
 
+Result<HttpReply> plain_http_get(uint16_t port, std::string_view path) {
+    EDGE_ASSIGN_OR_RETURN(int fd, tcp_connect(port));
+    std::string req = "GET " + std::string(path) + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) < 0) {
+        ::close(fd);
+        return unavailable_error("send failed");
+    }
+    std::string all;
+    char buf[16384];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) {
+        all.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    size_t head_end = all.find("\r\n\r\n");
+    if (all.size() < 12 || head_end == std::string::npos) {
+        return unavailable_error("no HTTP response");
+    }
+    HttpReply reply;
+    reply.status = std::atoi(all.c_str() + 9);
+    reply.body = all.substr(head_end + 4);
+    return reply;
+}
+
 std::string http_request(std::string_view method, std::string_view path, std::string_view body,
                          std::string_view extra_headers) {
     std::string r;

@@ -66,6 +66,9 @@ private:
     std::string buffer_;
 };
 
+// Plain-HTTP GET (HTTP/1.0, read to close) against 127.0.0.1:port, for the admin listener.
+Result<HttpReply> plain_http_get(uint16_t port, std::string_view path);
+
 // "METHOD PATH HTTP/1.1" with Host, Content-Length (when body), extra header lines.
 std::string http_request(std::string_view method, std::string_view path, std::string_view body = {},
                          std::string_view extra_headers = {});
