@@ -32,6 +32,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     tls::HttpServerConfig server_config;
     server_config.address = config.listener.address;
     server_config.port = config.listener.port;
+    server_config.io_threads = d->io_threads_;
     const LimitsConfig& l = config.limits;
     server_config.limits.handshake_timeout = l.handshake_timeout;
     server_config.limits.header_timeout = l.header_timeout;

@@ -40,8 +40,7 @@ Status HttpServer::Impl::listen() {
 }
 
 void HttpServer::Impl::start_accepting() {
-    acceptor_.async_accept(net::make_strand(io_), [this](boost::system::error_code ec,
-                                                         tcp::socket socket) {
+    auto on_accept = [this](boost::system::error_code ec, tcp::socket socket) {
         if (ec == net::error::operation_aborted || !acceptor_.is_open()) {
             return;
         }
@@ -61,7 +60,12 @@ void HttpServer::Impl::start_accepting() {
             log::warn("accept_failed", {{"error", ec.message()}});
         }
         start_accepting();
-    });
+    };
+    if (config_.io_threads > 1) {
+        acceptor_.async_accept(net::make_strand(io_), std::move(on_accept));
+    } else {
+        acceptor_.async_accept(io_, std::move(on_accept));
+    }
 }
 
 void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& session) {

@@ -43,6 +43,9 @@ struct HttpServerConfig {
     uint16_t port = 8443;              // 0 picks a free port (see port()).
     HttpLimits limits;
     CidrSet proxy_trusted;  // Peers allowed to send a PROXY header; anyone else sending one is cut.
+    // Threads that run the io_context. With 1, connections run on the io_context's executor
+    // directly (no strand overhead); with more, each connection gets its own strand.
+    int io_threads = 1;
 };
 
 class HttpServer {

@@ -29,8 +29,23 @@ ApiError method_not_allowed(std::string_view method, std::string_view path) {
 }  // namespace
 
 void ApiRouter::list_models(std::shared_ptr<tls::ResponseChannel>& channel) {
+    std::vector<engine::ModelInfo> models = generator_.models();
+    std::vector<std::pair<std::string, int64_t>> key;
+    key.reserve(models.size());
+    for (const engine::ModelInfo& m : models) {
+        key.emplace_back(m.name, m.created_unix);
+    }
+    tls::HttpResponse response;
+    {
+        std::lock_guard lock(models_mu_);
+        if (key == models_key_ && !models_body_.empty()) {
+            response.body = models_body_;
+            channel->respond(std::move(response));
+            return;
+        }
+    }
     boost::json::array data;
-    for (const engine::ModelInfo& m : generator_.models()) {
+    for (const engine::ModelInfo& m : models) {
         boost::json::object model;
         model["id"] = m.name;
         model["object"] = "model";
@@ -41,8 +56,12 @@ void ApiRouter::list_models(std::shared_ptr<tls::ResponseChannel>& channel) {
     boost::json::object root;
     root["object"] = "list";
     root["data"] = std::move(data);
-    tls::HttpResponse response;
     response.body = boost::json::serialize(root);
+    {
+        std::lock_guard lock(models_mu_);
+        models_key_ = std::move(key);
+        models_body_ = response.body;
+    }
     channel->respond(std::move(response));
 }
 

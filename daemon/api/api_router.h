@@ -8,6 +8,10 @@
 // outlive it.
 
 #include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "daemon/tenants.h"
@@ -32,6 +36,10 @@ private:
     Clock& clock_;
     const bool access_log_;
     std::atomic<uint64_t> next_request_{1};
+    // GET /v1/models body, rebuilt only when the model list changes.
+    std::mutex models_mu_;
+    std::vector<std::pair<std::string, int64_t>> models_key_;
+    std::string models_body_;
 };
 
 }  // namespace edge::daemon::api
