@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -105,6 +106,16 @@ TEST_CASE("edgeserve check-config accepts a good file and names file:line:column
     auto fail = testing::run({kBinary, "check-config", bad});
     CHECK(fail.exit_code == 1);
     CHECK(fail.err.find(bad + ":18:3: limits.max_body: unknown key") != std::string::npos);
+}
+
+TEST_CASE("the example configs in deploy/config pass check-config") {
+    for (const auto& entry : std::filesystem::directory_iterator(EDGE_SOURCE_DIR "/deploy/config")) {
+        if (entry.path().extension() != ".yaml") {
+            continue;
+        }
+        auto r = testing::run({kBinary, "check-config", entry.path().string()});
+        CHECK_MESSAGE(r.exit_code == 0, entry.path().string() << ": " << r.err);
+    }
 }
 
 TEST_CASE("edgeserve run with models but no engine fails with a clear message") {

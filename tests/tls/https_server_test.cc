@@ -58,7 +58,8 @@ private:
 };
 
 struct Fixture {
-    explicit Fixture(HttpLimits limits = {}, std::vector<std::string> trusted = {"127.0.0.0/8"}) {
+    explicit Fixture(HttpLimits limits = {}, std::vector<std::string> trusted = {"127.0.0.0/8"},
+                     int io_threads = 1) {
         a = testing::make_certificate(dir.path(), "a", {"localhost"});
         b = testing::make_certificate(dir.path(), "b", {"other.test", "*.wild.test"});
         auto store = TlsContextStore::create(
@@ -71,21 +72,26 @@ struct Fixture {
         config.port = 0;
         config.limits = limits;
         config.proxy_trusted = *CidrSet::parse(trusted);
+        config.io_threads = io_threads;
         auto created = HttpServer::create(io, config, *tls, handler, nullptr);
         REQUIRE(created.ok());
         server = std::move(created).value();
         server->start();
-        thread = std::thread([this] {
-            auto guard = boost::asio::make_work_guard(io);
-            io.run();
-        });
+        for (int i = 0; i < io_threads; ++i) {
+            threads.emplace_back([this] {
+                auto guard = boost::asio::make_work_guard(io);
+                io.run();
+            });
+        }
     }
     ~Fixture() {
         if (!stopped) {
             server->stop(std::chrono::milliseconds(0));
         }
         io.stop();
-        thread.join();
+        for (auto& t : threads) {
+            t.join();
+        }
         server.reset();
     }
     Result<std::unique_ptr<TlsClient>> connect(TlsClientOptions o = {}) {
@@ -98,7 +104,7 @@ struct Fixture {
     EchoHandler handler;
     std::unique_ptr<TlsContextStore> tls;
     std::unique_ptr<HttpServer> server;
-    std::thread thread;
+    std::vector<std::thread> threads;
     bool stopped = false;
 };
 
@@ -358,4 +364,29 @@ TEST_CASE("drain deadline closes requests that do not finish") {
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
     CHECK((*c)->wait_closed());
     CHECK(f.server->open_connections() == 0);
+}
+
+TEST_CASE("several I/O threads serve concurrent clients (connections on strands)") {
+    Fixture f(HttpLimits{}, {"127.0.0.0/8"}, 3);
+    std::vector<std::future<int>> clients;
+    for (int i = 0; i < 8; ++i) {
+        clients.push_back(std::async(std::launch::async, [&] {
+            auto c = f.connect();
+            if (!c.ok()) {
+                return 0;
+            }
+            int ok = 0;
+            for (int j = 0; j < 20; ++j) {
+                if (!(*c)->send(testing::http_request("POST", "/x", "abc")).ok()) {
+                    break;
+                }
+                auto r = (*c)->read_response();
+                ok += r.ok() && r->body == "remote=127.0.0.1 sni=localhost body=3";
+            }
+            return ok;
+        }));
+    }
+    for (auto& c : clients) {
+        CHECK(c.get() == 20);
+    }
 }
