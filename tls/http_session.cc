@@ -508,6 +508,10 @@ net::awaitable<void> HttpSession::run() {
         co_return;
     }
     for (;;) {
+        if (buffer_.size() == 0 && buffer_.capacity() > 16 * 1024) {
+            // An idle connection keeps no large buffer from an earlier big request.
+            buffer_.shrink_to_fit();
+        }
         http::request_parser<http::string_body> parser;
         if (!co_await read_request(parser)) {
             break;

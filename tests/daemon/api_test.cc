@@ -129,7 +129,7 @@ TEST_CASE("non-streaming chat completion with usage") {
     CHECK(usage["prompt_tokens_details"].as_object()["cached_tokens"] == 1);
 }
 
-TEST_CASE("streaming chat: chunks arrive as produced, then usage and [DONE]") {
+TEST_CASE("streaming chat: chunks arrive as produced, then usage and DONE") {
     ApiFixture f;
     auto c = f.client();
     REQUIRE(c->send(testing::http_request(

@@ -63,7 +63,7 @@ TEST_CASE("a full config loads with every section") {
     CHECK(c->log.access_log);
 }
 
-TEST_CASE("no tenants section means authentication off; defaults apply") {
+TEST_CASE("no tenants section means authentication off and defaults apply") {
     Result<Config> c = parse_config(testing::config_yaml("/c", "/k"), "x.yaml");
     REQUIRE(c.ok());
     CHECK_FALSE(c->tenants.has_value());

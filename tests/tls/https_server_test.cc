@@ -136,7 +136,7 @@ TEST_CASE("TLS 1.3 and TLS 1.2 handshakes, ALPN http/1.1 and keep-alive") {
     CHECK_FALSE(f.connect(old).ok());
 }
 
-TEST_CASE("SNI selects the certificate chain; unknown names get the default") {
+TEST_CASE("SNI selects the certificate chain and unknown names get the default") {
     Fixture f;
     auto pick = [&](const std::string& name) {
         TlsClientOptions o;
@@ -174,7 +174,7 @@ TEST_CASE("sessions resume over TLS 1.3 and TLS 1.2") {
     }
 }
 
-TEST_CASE("reload: open connections keep working, new handshakes get the new certificate, a "
+TEST_CASE("reload: open connections keep working and new handshakes get the new certificate while a "
           "broken key keeps the old one") {
     Fixture f;
     auto open = f.connect();
@@ -284,7 +284,7 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
     }
 }
 
-TEST_CASE("TLS garbage and a stalled handshake are closed; others are still served") {
+TEST_CASE("TLS garbage and a stalled handshake are closed while others are still served") {
     HttpLimits limits;
     limits.handshake_timeout = std::chrono::milliseconds(200);
     Fixture f(limits);
