@@ -6,6 +6,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <array>
+#include <charconv>
 #include <deque>
 
 #include <boost/asio/as_tuple.hpp>
@@ -164,6 +166,7 @@ private:
     std::function<void()> gone_callback_;
     std::string remote_;
     std::string server_name_;
+    std::string write_buffer_;
     uint64_t seq_ = 0;
     // Between the first byte of a request and the end of its response; drain closes connections
     // that are not busy (handshaking, or idle between requests) at once.
@@ -306,17 +309,46 @@ void HttpSession::start_watcher() {
 }
 
 net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
-    http::response<http::string_body> res{static_cast<http::status>(response.status), version};
-    res.set(http::field::content_type, response.content_type);
-    for (HttpHeader& h : response.headers) {
-        res.set(h.name, h.value);
+    // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
+    // request once the buffer has grown.
+    std::string& out = write_buffer_;
+    out.clear();
+    out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    char number[24];
+    auto [end, ec] = std::to_chars(number, number + sizeof(number), response.status);
+    out.append(number, end);
+    out += ' ';
+    out += reason_phrase(response.status);
+    out += "\r\nContent-Type: ";
+    out += response.content_type;
+    out += "\r\n";
+    for (const HttpHeader& h : response.headers) {
+        out += h.name;
+        out += ": ";
+        out += h.value;
+        out += "\r\n";
     }
-    res.body() = std::move(response.body);
-    res.keep_alive(keep_alive);
-    res.prepare_payload();
+    out += "Content-Length: ";
+    end = std::to_chars(number, number + sizeof(number), response.body.size()).ptr;
+    out.append(number, end);
+    if (!keep_alive) {
+        out += "\r\nConnection: close";
+    } else if (version < 11) {
+        out += "\r\nConnection: keep-alive";
+    }
+    out += "\r\n\r\n";
+    std::array<net::const_buffer, 2> buffers{net::buffer(out), net::buffer(response.body)};
+    if (response.body.size() <= 16 * 1024) {
+        out += response.body;
+        buffers[0] = net::buffer(out);
+        buffers[1] = net::const_buffer();
+    }
     stream_.next_layer().expires_after(server_.config_.limits.write_timeout);
-    auto [ec, n] = co_await http::async_write(stream_, res, kTuple);
-    co_return !ec;
+    auto [wec, n] = co_await net::async_write(stream_, buffers, kTuple);
+    if (out.capacity() > 64 * 1024) {
+        std::string().swap(out);
+    }
+    co_return !wec;
 }
 
 net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
