@@ -33,7 +33,8 @@ public:
                 }
                 continue;
             }
-            net::co_spawn(io_, serve(beast::tcp_stream(std::move(socket))), [](std::exception_ptr) {});
+            net::co_spawn(io_, serve(beast::tcp_stream(std::move(socket))),
+                          [](std::exception_ptr) {});
         }
     }
 
@@ -125,7 +126,9 @@ AdminServer::~AdminServer() = default;
 uint16_t AdminServer::port() const { return impl_->port_; }
 
 void AdminServer::start() {
-    net::co_spawn(impl_->io_, [impl = impl_]() { return impl->accept_loop(); }, [](std::exception_ptr) {});
+    net::co_spawn(
+        impl_->io_, [impl = impl_]() { return impl->accept_loop(); },
+        [](std::exception_ptr) {});
 }
 
 void AdminServer::stop() {

@@ -280,7 +280,8 @@ Status parse_models(const Reader& r, const YAML::Node& node, const std::string& 
             return r.error(node[i]["name"], item + ".name", "must not be empty");
         }
         if (!names.insert(m.name).second) {
-            return r.error(node[i]["name"], item + ".name", "duplicate model name '" + m.name + "'");
+            return r.error(node[i]["name"], item + ".name",
+                           "duplicate model name '" + m.name + "'");
         }
         c.models.push_back(std::move(m));
     }
@@ -378,9 +379,10 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         root, "",
-        {{"listeners", [&](const YAML::Node& n,
-                           const std::string& k) { return parse_listeners(r, n, k, c); }},
-         {"site", [&](const YAML::Node& n, const std::string& k) { return parse_site(r, n, k, c); }},
+        {{"listeners",
+          [&](const YAML::Node& n, const std::string& k) { return parse_listeners(r, n, k, c); }},
+         {"site",
+          [&](const YAML::Node& n, const std::string& k) { return parse_site(r, n, k, c); }},
          {"models",
           [&](const YAML::Node& n, const std::string& k) { return parse_models(r, n, k, c); }},
          {"engine",
@@ -394,7 +396,8 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
               return r.for_each_key(
                   n, k, {{"trusted", [&](const YAML::Node& tn, const std::string& tk) -> Status {
                               EDGE_ASSIGN_OR_RETURN(c.proxy_protocol.trusted, r.strings(tn, tk));
-                              Result<tls::CidrSet> set = tls::CidrSet::parse(c.proxy_protocol.trusted);
+                              Result<tls::CidrSet> set =
+                                  tls::CidrSet::parse(c.proxy_protocol.trusted);
                               if (!set.ok()) {
                                   return r.error(tn, tk, set.status().message());
                               }

@@ -26,7 +26,8 @@ void usage(FILE* out) {
     for (const Command& c : kCommands) {
         std::fprintf(out, "  %s\n", c.help);
     }
-    std::fprintf(out, "  --version              print the version\n  --help                 this text\n");
+    std::fprintf(
+        out, "  --version              print the version\n  --help                 this text\n");
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ struct HttpLimits {
     std::chrono::milliseconds header_timeout{10'000};     // From first byte to end of headers.
     std::chrono::milliseconds body_timeout{30'000};       // Reading the request body.
     std::chrono::milliseconds idle_timeout{60'000};       // Keep-alive wait for the next request.
-    std::chrono::milliseconds write_timeout{30'000};      // One write to a client that stopped reading.
+    std::chrono::milliseconds write_timeout{30'000};      // One write to a stalled reader.
     size_t max_header_bytes = 16 * 1024;                  // Request line + headers, bytes.
     size_t max_body_bytes = 4 * 1024 * 1024;              // Request body, bytes.
     size_t max_connections = 10'000;                      // Open connections at most.

@@ -205,11 +205,12 @@ public:
 
 private:
     void deliver(Piece piece) {
-        net::dispatch(executor_, [session = session_, seq = seq_, piece = std::move(piece)]() mutable {
-            if (auto s = session.lock()) {
-                s->push(seq, std::move(piece));
-            }
-        });
+        net::dispatch(executor_,
+                      [session = session_, seq = seq_, piece = std::move(piece)]() mutable {
+                          if (auto s = session.lock()) {
+                              s->push(seq, std::move(piece));
+                          }
+                      });
     }
 
     net::any_io_executor executor_;
@@ -571,7 +572,8 @@ net::awaitable<void> HttpSession::run() {
         response_done_ = false;
         gone_callback_ = nullptr;
         pending_.clear();
-        auto channel = std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_);
+        auto channel =
+            std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_);
         server_.handler_.handle(std::move(request), std::move(channel));
         bool again = co_await serve_response(version, keep_alive && !draining(), start, method,
                                              path);

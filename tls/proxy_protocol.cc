@@ -11,7 +11,8 @@ namespace {
 
 constexpr std::string_view kV1Prefix = "PROXY ";
 constexpr size_t kV1MaxBytes = 107;
-constexpr char kV2SigBytes[12] = {'\r', '\n', '\r', '\n', '\0', '\r', '\n', 'Q', 'U', 'I', 'T', '\n'};
+constexpr char kV2SigBytes[12] = {'\r', '\n', '\r', '\n', '\0', '\r',
+                                  '\n', 'Q',  'U',  'I',  'T',  '\n'};
 constexpr std::string_view kV2Signature(kV2SigBytes, 12);
 
 bool is_prefix_of(std::string_view bytes, std::string_view signature) {

@@ -109,7 +109,8 @@ TEST_CASE("edgeserve check-config accepts a good file and names file:line:column
 }
 
 TEST_CASE("the example configs in deploy/config pass check-config") {
-    for (const auto& entry : std::filesystem::directory_iterator(EDGE_SOURCE_DIR "/deploy/config")) {
+    for (const auto& entry :
+         std::filesystem::directory_iterator(EDGE_SOURCE_DIR "/deploy/config")) {
         if (entry.path().extension() != ".yaml") {
             continue;
         }

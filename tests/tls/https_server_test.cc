@@ -174,8 +174,9 @@ TEST_CASE("sessions resume over TLS 1.3 and TLS 1.2") {
     }
 }
 
-TEST_CASE("reload: open connections keep working and new handshakes get the new certificate while a "
-          "broken key keeps the old one") {
+TEST_CASE(
+    "reload: open connections keep working and new handshakes get the new certificate while a "
+    "broken key keeps the old one") {
     Fixture f;
     auto open = f.connect();
     REQUIRE(open.ok());
@@ -212,7 +213,8 @@ TEST_CASE("PROXY v1 and v2 from a trusted balancer set the client address") {
 
     TlsClientOptions v2;
     v2.before_handshake = std::string("\r\n\r\n\0\r\nQUIT\n", 12) + "\x21\x11" +
-                          std::string("\0\x0c", 2) + std::string("\xc6\x33\x64\x09\x7f\x00\x00\x01\x9c\x40\x01\xbb", 12);
+                          std::string("\0\x0c", 2) +
+                          std::string("\xc6\x33\x64\x09\x7f\x00\x00\x01\x9c\x40\x01\xbb", 12);
     auto c2 = f.connect(v2);
     REQUIRE(c2.ok());
     CHECK(get_body(**c2) == "remote=198.51.100.9 sni=localhost body=0");
