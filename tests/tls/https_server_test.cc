@@ -392,3 +392,31 @@ TEST_CASE("several I/O threads serve concurrent clients (connections on strands)
         CHECK(c.get() == 20);
     }
 }
+
+TEST_CASE("idle keep-alive connections close after the idle timeout") {
+    HttpLimits limits;
+    limits.idle_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+    auto started = std::chrono::steady_clock::now();
+    CHECK((*c)->wait_closed());
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+}
+
+TEST_CASE("Expect: 100-continue gets an interim response before the body is sent") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n"
+                       "Expect: 100-continue\r\n\r\n")
+                .ok());
+    auto interim = (*c)->read_until("\r\n\r\n");
+    REQUIRE(interim.ok());
+    CHECK(interim->find("100 Continue") != std::string::npos);
+    REQUIRE((*c)->send("abcd").ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=4");
+}
