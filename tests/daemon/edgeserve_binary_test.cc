@@ -184,8 +184,30 @@ TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTER
     CHECK(notify.expect("RELOADING=1"));
     CHECK(notify.expect("READY=1"));
 
+    // A request in flight at SIGTERM (its body still arriving) is served before the exit.
+    auto in_flight = testing::TlsClient::connect(port);
+    REQUIRE(in_flight.ok());
+    std::string body = R"({"model":"fortunes","messages":[{"role":"user","content":"hi"}]})";
+    REQUIRE((*in_flight)
+                ->send("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10))
+                .ok());
     child.signal(SIGTERM);
     CHECK(notify.expect("STOPPING=1"));
+    bool refused = false;
+    for (int i = 0; i < 400 && !refused; ++i) {
+        refused = !testing::tcp_connect(port).ok();
+        if (!refused) {
+            usleep(5000);  // Waits on the daemon closing its acceptor.
+        }
+    }
+    CHECK(refused);
+    REQUIRE((*in_flight)->send(body.substr(10)).ok());
+    auto reply = (*in_flight)->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 404);
+    CHECK(reply->headers["connection"] == "close");
     CHECK(child.wait(15000) == 0);
     CHECK_FALSE(testing::tcp_connect(port).ok());
     std::string final_log = read_file(log_path);
