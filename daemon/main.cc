@@ -1,11 +1,56 @@
+// edgeserve: one binary, subcommands dispatched from a table. Other folders add a row here with
+// their `int xxx_main(int argc, char** argv)` (generate, make-model, quantize, quant-eval,
+// members, pools, route).
+
 #include <cstdio>
 #include <cstring>
 
+#include "daemon/commands.h"
+
+namespace {
+
+struct Command {
+    const char* name;
+    int (*main)(int argc, char** argv);
+    const char* help;
+};
+
+constexpr Command kCommands[] = {
+    {"run", edge::daemon::run_main, "run --config FILE      serve (until SIGTERM)"},
+    {"check-config", edge::daemon::check_config_main,
+     "check-config FILE      validate a config file"},
+};
+
+void usage(FILE* out) {
+    std::fprintf(out, "usage: edgeserve COMMAND [ARGS]\n\ncommands:\n");
+    for (const Command& c : kCommands) {
+        std::fprintf(out, "  %s\n", c.help);
+    }
+    std::fprintf(
+        out, "  --version              print the version\n  --help                 this text\n");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-    if (argc > 1 && std::strcmp(argv[1], "--version") == 0) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (std::strcmp(argv[1], "--version") == 0) {
         std::printf("edgeserve %s\n", EDGE_VERSION);
         return 0;
     }
-    std::fprintf(stderr, "usage: edgeserve --version\n");
+    if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (const Command& c : kCommands) {
+        if (std::strcmp(argv[1], c.name) == 0) {
+            return c.main(argc - 1, argv + 1);
+        }
+    }
+    std::fprintf(stderr, "edgeserve: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
     return 2;
 }

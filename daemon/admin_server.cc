@@ -1,0 +1,142 @@
+#include "daemon/admin_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "daemon/metrics.h"
+
+namespace edge::daemon {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+
+class AdminServer::Impl : public std::enable_shared_from_this<AdminServer::Impl> {
+public:
+    Impl(net::io_context& io, Metrics& metrics, std::function<bool()> ready)
+        : io_(io), acceptor_(io), metrics_(metrics), ready_(std::move(ready)) {}
+
+    net::awaitable<void> accept_loop() {
+        for (;;) {
+            auto [ec, socket] = co_await acceptor_.async_accept(kTuple);
+            if (ec) {
+                if (!acceptor_.is_open()) {
+                    co_return;
+                }
+                continue;
+            }
+            net::co_spawn(io_, serve(beast::tcp_stream(std::move(socket))),
+                          [](std::exception_ptr) {});
+        }
+    }
+
+    net::awaitable<void> serve(beast::tcp_stream stream) {
+        beast::flat_buffer buffer;
+        for (;;) {
+            http::request_parser<http::empty_body> parser;
+            parser.header_limit(8192);
+            stream.expires_after(std::chrono::seconds(5));
+            auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
+            if (ec || stopped_) {
+                break;
+            }
+            auto& req = parser.get();
+            http::response<http::string_body> res{http::status::ok, req.version()};
+            std::string_view target(req.target().data(), req.target().size());
+            if (target.find('?') != std::string_view::npos) {
+                target = target.substr(0, target.find('?'));
+            }
+            res.set(http::field::content_type, "text/plain; charset=utf-8");
+            if (req.method() != http::verb::get && req.method() != http::verb::head) {
+                res.result(http::status::method_not_allowed);
+                res.set(http::field::allow, "GET");
+                res.body() = "method not allowed\n";
+            } else if (target == "/metrics") {
+                res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+                res.body() = metrics_.serialize();
+            } else if (target == "/healthz") {
+                res.body() = "ok\n";
+            } else if (target == "/readyz") {
+                bool ready = ready_();
+                res.result(ready ? http::status::ok : http::status::service_unavailable);
+                res.body() = ready ? "ready\n" : "not ready\n";
+            } else {
+                res.result(http::status::not_found);
+                res.body() = "not found\n";
+            }
+            res.keep_alive(req.keep_alive());
+            res.prepare_payload();
+            auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
+            if (wec || !res.keep_alive()) {
+                break;
+            }
+        }
+        beast::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    }
+
+    net::io_context& io_;
+    tcp::acceptor acceptor_;
+    Metrics& metrics_;
+    std::function<bool()> ready_;
+    std::atomic<bool> stopped_{false};
+    uint16_t port_ = 0;
+};
+
+Result<std::unique_ptr<AdminServer>> AdminServer::create(net::io_context& io,
+                                                         const std::string& address,
+                                                         uint16_t port, Metrics& metrics,
+                                                         std::function<bool()> ready) {
+    auto impl = std::make_shared<Impl>(io, metrics, std::move(ready));
+    boost::system::error_code ec;
+    net::ip::address addr = net::ip::make_address(address, ec);
+    if (ec) {
+        return invalid_argument_error("admin listen address '" + address +
+                                      "' is not an IP address");
+    }
+    tcp::endpoint endpoint(addr, port);
+    impl->acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) {
+        impl->acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    }
+    if (!ec) {
+        impl->acceptor_.bind(endpoint, ec);
+    }
+    if (!ec) {
+        impl->acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    }
+    if (ec) {
+        return unavailable_error("cannot listen on admin " + address + ":" +
+                                 std::to_string(port) + ": " + ec.message());
+    }
+    impl->port_ = impl->acceptor_.local_endpoint(ec).port();
+    return std::unique_ptr<AdminServer>(new AdminServer(std::move(impl)));
+}
+
+AdminServer::~AdminServer() = default;
+
+uint16_t AdminServer::port() const { return impl_->port_; }
+
+void AdminServer::start() {
+    net::co_spawn(
+        impl_->io_, [impl = impl_]() { return impl->accept_loop(); },
+        [](std::exception_ptr) {});
+}
+
+void AdminServer::stop() {
+    impl_->stopped_ = true;
+    net::post(impl_->io_, [impl = impl_] {
+        boost::system::error_code ignored;
+        impl->acceptor_.close(ignored);
+    });
+}
+
+}  // namespace edge::daemon

@@ -1,0 +1,89 @@
+#include "daemon/api/api_error.h"
+
+#include <boost/json.hpp>
+
+namespace edge::daemon::api {
+
+std::string ApiError::to_json() const {
+    boost::json::object error;
+    error["message"] = message;
+    error["type"] = type;
+    error["param"] = param ? boost::json::value(*param) : boost::json::value(nullptr);
+    error["code"] = code ? boost::json::value(*code) : boost::json::value(nullptr);
+    boost::json::object root;
+    root["error"] = std::move(error);
+    return boost::json::serialize(root);
+}
+
+tls::HttpResponse ApiError::to_response() const {
+    tls::HttpResponse r;
+    r.status = status;
+    r.body = to_json();
+    if (retry_after_seconds > 0) {
+        r.headers.push_back({"Retry-After", std::to_string(retry_after_seconds)});
+    }
+    return r;
+}
+
+ApiError invalid_request(std::string message, std::optional<std::string> param) {
+    ApiError e;
+    e.status = 400;
+    e.message = std::move(message);
+    e.param = std::move(param);
+    return e;
+}
+
+ApiError model_not_found(const std::string& model) {
+    ApiError e;
+    e.status = 404;
+    e.message = "The model '" + model + "' does not exist or you do not have access to it.";
+    e.param = "model";
+    e.code = "model_not_found";
+    return e;
+}
+
+ApiError api_error_from_status(const Status& status, const std::string& model) {
+    ApiError e;
+    switch (status.code()) {
+        case StatusCode::kNotFound:
+            return model_not_found(model);
+        case StatusCode::kInvalidArgument: {
+            e.status = 400;
+            e.message = status.message();
+            // Engines name the field as "param NAME: message" when they know it.
+            const std::string& m = status.message();
+            if (m.rfind("param ", 0) == 0) {
+                size_t colon = m.find(':');
+                if (colon != std::string::npos) {
+                    e.param = m.substr(6, colon - 6);
+                    e.message = m.substr(colon + 1);
+                    if (!e.message.empty() && e.message[0] == ' ') {
+                        e.message.erase(0, 1);
+                    }
+                }
+            }
+            return e;
+        }
+        case StatusCode::kResourceExhausted:
+            e.status = 429;
+            e.type = "rate_limit_error";
+            e.code = "rate_limit_exceeded";
+            e.message = status.message();
+            e.retry_after_seconds = 1;
+            return e;
+        case StatusCode::kUnavailable:
+            e.status = 503;
+            e.type = "server_error";
+            e.code = "service_unavailable";
+            e.message = status.message();
+            e.retry_after_seconds = 1;
+            return e;
+        default:
+            e.status = 500;
+            e.type = "server_error";
+            e.message = "internal error";
+            return e;
+    }
+}
+
+}  // namespace edge::daemon::api

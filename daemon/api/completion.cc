@@ -1,0 +1,268 @@
+#include "daemon/api/completion.h"
+
+#include <boost/json.hpp>
+
+#include "daemon/sse_writer.h"
+
+namespace edge::daemon::api {
+namespace {
+
+namespace json = boost::json;
+
+const char* finish_reason_name(engine::FinishReason r) {
+    switch (r) {
+        case engine::FinishReason::kStop: return "stop";
+        case engine::FinishReason::kLength: return "length";
+        case engine::FinishReason::kCancelled: return "cancelled";
+        case engine::FinishReason::kError: return "error";
+    }
+    return "stop";
+}
+
+json::array token_bytes(const std::string& token) {
+    json::array bytes;
+    for (unsigned char c : token) {
+        bytes.push_back(static_cast<int64_t>(c));
+    }
+    return bytes;
+}
+
+json::value usage_json(const engine::Usage& u) {
+    json::object usage;
+    usage["prompt_tokens"] = u.prompt_tokens;
+    usage["completion_tokens"] = u.completion_tokens;
+    usage["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+    json::object details;
+    details["cached_tokens"] = u.cached_tokens;
+    usage["prompt_tokens_details"] = std::move(details);
+    return usage;
+}
+
+class CompletionSink final : public engine::GenerationSink {
+public:
+    CompletionSink(ParsedRequest request, std::shared_ptr<tls::ResponseChannel> channel,
+                   int64_t created)
+        : chat_(request.endpoint == Endpoint::kChatCompletions),
+          stream_(request.stream),
+          include_usage_(request.include_usage),
+          logprobs_(request.generate.sampling.logprobs),
+          model_(request.generate.model),
+          id_((chat_ ? "chatcmpl-" : "cmpl-") + request.generate.request_id),
+          created_(created),
+          channel_(channel),
+          sse_(std::move(channel)) {}
+
+    void start_stream() {
+        if (!stream_) {
+            return;
+        }
+        sse_.begin();
+        if (chat_) {
+            // The first chunk carries the role, as OpenAI's does.
+            json::object delta;
+            delta["role"] = "assistant";
+            delta["content"] = "";
+            sse_.event(json::serialize(chunk(std::move(delta), nullptr, json::value(nullptr))));
+        }
+    }
+
+    void on_delta(engine::TokenDelta delta) override {
+        if (!stream_) {
+            text_ += delta.text;
+            append_logprobs(delta, all_logprobs_);
+            return;
+        }
+        if (delta.text.empty() && delta.logprobs.empty()) {
+            return;
+        }
+        json::array lp;
+        append_logprobs(delta, lp);
+        json::value logprobs = logprobs_ ? logprobs_value(std::move(lp)) : json::value(nullptr);
+        if (chat_) {
+            json::object d;
+            d["content"] = delta.text;
+            sse_.event(json::serialize(chunk(std::move(d), nullptr, std::move(logprobs))));
+        } else {
+            sse_.event(json::serialize(chunk(json::string(delta.text), nullptr,
+                                             std::move(logprobs))));
+        }
+    }
+
+    void on_finish(engine::Finish finish) override {
+        if (finish.reason == engine::FinishReason::kCancelled) {
+            // The client left (or we are shutting down): end what was started, if anyone listens.
+            if (stream_) {
+                sse_.done();
+            } else {
+                channel_->respond(api_error_from_status(
+                                      unavailable_error("the request was cancelled"), model_)
+                                      .to_response());
+            }
+            return;
+        }
+        if (finish.reason == engine::FinishReason::kError) {
+            ApiError error = api_error_from_status(finish.error, model_);
+            if (stream_) {
+                sse_.event(error.to_json());
+                sse_.done();
+            } else {
+                channel_->respond(error.to_response());
+            }
+            return;
+        }
+        const char* reason = finish_reason_name(finish.reason);
+        if (stream_) {
+            json::object d;
+            json::value last = chat_ ? json::value(std::move(d)) : json::value(json::string());
+            sse_.event(json::serialize(chunk(std::move(last), reason, json::value(nullptr))));
+            if (include_usage_) {
+                json::object u = envelope();
+                u["choices"] = json::array();
+                u["usage"] = usage_json(finish.usage);
+                sse_.event(json::serialize(u));
+            }
+            sse_.done();
+            return;
+        }
+        json::object root = envelope();
+        root["object"] = chat_ ? "chat.completion" : "text_completion";
+        json::object choice;
+        choice["index"] = 0;
+        if (chat_) {
+            json::object message;
+            message["role"] = "assistant";
+            message["content"] = text_;
+            message["refusal"] = nullptr;
+            choice["message"] = std::move(message);
+        } else {
+            choice["text"] = text_;
+        }
+        choice["logprobs"] = logprobs_ ? logprobs_value(std::move(all_logprobs_))
+                                       : json::value(nullptr);
+        choice["finish_reason"] = reason;
+        json::array choices;
+        choices.push_back(std::move(choice));
+        root["choices"] = std::move(choices);
+        root["usage"] = usage_json(finish.usage);
+        tls::HttpResponse response;
+        response.body = json::serialize(root);
+        channel_->respond(std::move(response));
+    }
+
+private:
+    json::object envelope() const {
+        json::object o;
+        o["id"] = id_;
+        o["object"] = chat_ ? "chat.completion.chunk" : "text_completion";
+        o["created"] = created_;
+        o["model"] = model_;
+        o["system_fingerprint"] = nullptr;
+        return o;
+    }
+
+    // One streamed chunk: for chat `payload` is the delta object, for completions the text.
+    json::object chunk(json::value payload, const char* finish_reason, json::value logprobs) const {
+        json::object o = envelope();
+        json::object choice;
+        choice["index"] = 0;
+        choice[chat_ ? "delta" : "text"] = std::move(payload);
+        choice["logprobs"] = std::move(logprobs);
+        choice["finish_reason"] =
+            finish_reason ? json::value(finish_reason) : json::value(nullptr);
+        json::array choices;
+        choices.push_back(std::move(choice));
+        o["choices"] = std::move(choices);
+        if (include_usage_) {
+            o["usage"] = nullptr;
+        }
+        return o;
+    }
+
+    void append_logprobs(const engine::TokenDelta& delta, json::array& out) const {
+        if (!logprobs_) {
+            return;
+        }
+        for (const engine::TokenLogprob& lp : delta.logprobs) {
+            json::object entry;
+            entry["token"] = lp.token;
+            entry["logprob"] = lp.logprob;
+            entry["bytes"] = token_bytes(lp.token);
+            json::array top;
+            for (const engine::TopLogprob& t : lp.top) {
+                json::object alt;
+                alt["token"] = t.token;
+                alt["logprob"] = t.logprob;
+                alt["bytes"] = token_bytes(t.token);
+                top.push_back(std::move(alt));
+            }
+            entry["top_logprobs"] = std::move(top);
+            out.push_back(std::move(entry));
+        }
+    }
+
+    json::value logprobs_value(json::array entries) const {
+        if (chat_) {
+            json::object o;
+            o["content"] = std::move(entries);
+            return o;
+        }
+        // Completions' legacy shape.
+        json::array tokens;
+        json::array token_logprobs;
+        json::array top_logprobs;
+        for (const json::value& e : entries) {
+            const json::object& eo = e.get_object();
+            tokens.push_back(eo.at("token"));
+            token_logprobs.push_back(eo.at("logprob"));
+            json::object top;
+            for (const json::value& t : eo.at("top_logprobs").get_array()) {
+                top[t.get_object().at("token").get_string()] = t.get_object().at("logprob");
+            }
+            top_logprobs.push_back(std::move(top));
+        }
+        json::object o;
+        o["tokens"] = std::move(tokens);
+        o["token_logprobs"] = std::move(token_logprobs);
+        o["top_logprobs"] = std::move(top_logprobs);
+        return o;
+    }
+
+    const bool chat_;
+    const bool stream_;
+    const bool include_usage_;
+    const bool logprobs_;
+    const std::string model_;
+    const std::string id_;
+    const int64_t created_;
+    std::shared_ptr<tls::ResponseChannel> channel_;
+    SseWriter sse_;
+    std::string text_;
+    json::array all_logprobs_;
+};
+
+}  // namespace
+
+void run_completion(engine::Generator& generator, ParsedRequest request,
+                    std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix) {
+    std::string model = request.generate.model;
+    auto sink = std::make_shared<CompletionSink>(request, channel, created_unix);
+    // The head goes out before any token so clients see the stream open at once.
+    sink->start_stream();
+    Result<std::shared_ptr<engine::GenerationHandle>> handle =
+        generator.submit(std::move(request.generate), sink);
+    if (!handle.ok()) {
+        ApiError error = api_error_from_status(handle.status(), model);
+        if (request.stream) {
+            // Nothing was streamed beyond the head yet, but the head is out: report in-band.
+            SseWriter sse(channel);
+            sse.event(error.to_json());
+            sse.done();
+        } else {
+            channel->respond(error.to_response());
+        }
+        return;
+    }
+    channel->on_client_gone([handle = *handle] { handle->cancel(); });
+}
+
+}  // namespace edge::daemon::api

@@ -1,0 +1,21 @@
+#pragma once
+
+// Runs one parsed completion request against a Generator and answers on the channel: a JSON
+// chat.completion / text_completion object, or server-sent chunks ending with [DONE]. The client
+// going away cancels the generation. Thread-safe to call from the connection's strand; the
+// generation's callbacks arrive on engine threads and only touch the thread-safe channel.
+
+#include <memory>
+#include <string>
+
+#include "daemon/api/openai_request.h"
+#include "engine/generator.h"
+#include "tls/http_types.h"
+
+namespace edge::daemon::api {
+
+// Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
+void run_completion(engine::Generator& generator, ParsedRequest request,
+                    std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix);
+
+}  // namespace edge::daemon::api

@@ -1,0 +1,508 @@
+#include "daemon/api/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include <boost/json.hpp>
+
+namespace edge::daemon::api {
+namespace {
+
+namespace json = boost::json;
+
+// Bounds that keep a hostile request cheap before it reaches the engine.
+constexpr size_t kMaxMessages = 4096;
+constexpr size_t kMaxStops = 4;
+constexpr size_t kMaxPromptTokens = 1 << 20;
+constexpr int64_t kMaxTokensLimit = 1 << 20;
+
+// Fails with the first error found; fields are checked in a fixed order.
+class Validator {
+public:
+    std::optional<ApiError> error;
+
+    bool fail(std::string message, std::string param) {
+        if (!error) {
+            error = invalid_request(std::move(message), std::move(param));
+        }
+        return false;
+    }
+
+    std::optional<double> number(const json::value& v, const std::string& name, double min,
+                                 double max) {
+        double d = 0;
+        if (v.is_double()) {
+            d = v.get_double();
+        } else if (v.is_int64()) {
+            d = static_cast<double>(v.get_int64());
+        } else if (v.is_uint64()) {
+            d = static_cast<double>(v.get_uint64());
+        } else {
+            fail("'" + name + "' must be a number", name);
+            return std::nullopt;
+        }
+        if (!std::isfinite(d) || d < min || d > max) {
+            fail("'" + name + "' must be between " + trim(min) + " and " + trim(max), name);
+            return std::nullopt;
+        }
+        return d;
+    }
+
+    std::optional<int64_t> integer(const json::value& v, const std::string& name, int64_t min,
+                                   int64_t max) {
+        int64_t i = 0;
+        if (v.is_int64()) {
+            i = v.get_int64();
+        } else if (v.is_uint64()) {
+            if (v.get_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+                fail("'" + name + "' is too large", name);
+                return std::nullopt;
+            }
+            i = static_cast<int64_t>(v.get_uint64());
+        } else if (v.is_double() && std::trunc(v.get_double()) == v.get_double() &&
+                   std::abs(v.get_double()) < 9e15) {
+            i = static_cast<int64_t>(v.get_double());
+        } else {
+            fail("'" + name + "' must be an integer", name);
+            return std::nullopt;
+        }
+        if (i < min || i > max) {
+            fail("'" + name + "' must be between " + std::to_string(min) + " and " +
+                     std::to_string(max),
+                 name);
+            return std::nullopt;
+        }
+        return i;
+    }
+
+    std::optional<bool> boolean(const json::value& v, const std::string& name) {
+        if (!v.is_bool()) {
+            fail("'" + name + "' must be a boolean", name);
+            return std::nullopt;
+        }
+        return v.get_bool();
+    }
+
+    const json::string* string(const json::value& v, const std::string& name) {
+        if (!v.is_string()) {
+            fail("'" + name + "' must be a string", name);
+            return nullptr;
+        }
+        return &v.get_string();
+    }
+
+private:
+    static std::string trim(double d) {
+        std::string s = std::to_string(d);
+        while (s.size() > 1 && s.back() == '0') {
+            s.pop_back();
+        }
+        if (!s.empty() && s.back() == '.') {
+            s.pop_back();
+        }
+        return s;
+    }
+};
+
+bool parse_content(Validator& v, const json::value& content, const std::string& name,
+                   std::string& out) {
+    if (content.is_string()) {
+        out = content.get_string();
+        return true;
+    }
+    if (!content.is_array()) {
+        return v.fail("'" + name + "' must be a string or an array of content parts", name);
+    }
+    const json::array& parts = content.get_array();
+    for (size_t i = 0; i < parts.size(); ++i) {
+        std::string part_name = name + "[" + std::to_string(i) + "]";
+        if (!parts[i].is_object()) {
+            return v.fail("'" + part_name + "' must be an object", part_name);
+        }
+        const json::object& part = parts[i].get_object();
+        const json::value* type = part.if_contains("type");
+        if (type == nullptr) {
+            return v.fail("'" + part_name + ".type' is required", part_name + ".type");
+        }
+        const json::string* t = v.string(*type, part_name + ".type");
+        if (t == nullptr) {
+            return false;
+        }
+        if (*t != "text") {
+            return v.fail("content part type '" + std::string(*t) + "' is not supported",
+                          part_name + ".type");
+        }
+        for (const auto& kv : part) {
+            if (kv.key() != "type" && kv.key() != "text") {
+                std::string p = part_name + "." + std::string(kv.key());
+                return v.fail("unrecognized field '" + p + "'", p);
+            }
+        }
+        const json::value* text = part.if_contains("text");
+        if (text == nullptr) {
+            return v.fail("'" + part_name + ".text' is required", part_name + ".text");
+        }
+        const json::string* s = v.string(*text, part_name + ".text");
+        if (s == nullptr) {
+            return false;
+        }
+        out.append(s->data(), s->size());
+    }
+    return true;
+}
+
+bool parse_messages(Validator& v, const json::value& value,
+                    std::vector<engine::ChatMessage>& out) {
+    if (!value.is_array()) {
+        return v.fail("'messages' must be an array", "messages");
+    }
+    const json::array& messages = value.get_array();
+    if (messages.empty()) {
+        return v.fail("'messages' must contain at least one message", "messages");
+    }
+    if (messages.size() > kMaxMessages) {
+        return v.fail("'messages' has more than " + std::to_string(kMaxMessages) + " entries",
+                      "messages");
+    }
+    for (size_t i = 0; i < messages.size(); ++i) {
+        std::string name = "messages[" + std::to_string(i) + "]";
+        if (!messages[i].is_object()) {
+            return v.fail("'" + name + "' must be an object", name);
+        }
+        const json::object& m = messages[i].get_object();
+        engine::ChatMessage msg;
+        const json::value* role = m.if_contains("role");
+        if (role == nullptr) {
+            return v.fail("'" + name + ".role' is required", name + ".role");
+        }
+        const json::string* r = v.string(*role, name + ".role");
+        if (r == nullptr) {
+            return false;
+        }
+        if (*r == "developer") {
+            msg.role = "system";
+        } else if (*r == "system" || *r == "user" || *r == "assistant" || *r == "tool") {
+            msg.role = std::string(*r);
+        } else {
+            return v.fail("'" + std::string(*r) +
+                              "' is not a valid role (system, developer, user, assistant, tool)",
+                          name + ".role");
+        }
+        for (const auto& kv : m) {
+            std::string key(kv.key());
+            std::string field = name + "." + key;
+            if (key == "role") {
+                continue;
+            }
+            if (key == "content") {
+                if (kv.value().is_null() && msg.role == "assistant") {
+                    continue;
+                }
+                if (!parse_content(v, kv.value(), field, msg.content)) {
+                    return false;
+                }
+            } else if (key == "name") {
+                const json::string* s = v.string(kv.value(), field);
+                if (s == nullptr) {
+                    return false;
+                }
+                msg.name = std::string(*s);
+            } else if (key == "tool_call_id" || key == "refusal") {
+                if (!kv.value().is_null() && v.string(kv.value(), field) == nullptr) {
+                    return false;
+                }
+            } else if (key == "tool_calls" || key == "function_call" || key == "audio") {
+                if (!kv.value().is_null() &&
+                    !(kv.value().is_array() && kv.value().get_array().empty())) {
+                    return v.fail("'" + field + "' is not supported", field);
+                }
+            } else {
+                return v.fail("unrecognized field '" + field + "'", field);
+            }
+        }
+        if (!m.if_contains("content") && msg.role != "assistant") {
+            return v.fail("'" + name + ".content' is required", name + ".content");
+        }
+        out.push_back(std::move(msg));
+    }
+    return true;
+}
+
+bool parse_prompt(Validator& v, const json::value& value, engine::GenerateRequest& req) {
+    if (value.is_string()) {
+        req.prompt = std::string(value.get_string());
+        return true;
+    }
+    if (!value.is_array() || value.get_array().empty()) {
+        return v.fail("'prompt' must be a string, an array of one string, or an array of token ids",
+                      "prompt");
+    }
+    const json::array& a = value.get_array();
+    if (a[0].is_string()) {
+        if (a.size() != 1) {
+            return v.fail("batched prompts are not supported; send one prompt per request",
+                          "prompt");
+        }
+        req.prompt = std::string(a[0].get_string());
+        return true;
+    }
+    if (a.size() > kMaxPromptTokens) {
+        return v.fail("'prompt' has too many tokens", "prompt");
+    }
+    std::vector<engine::TokenId> ids;
+    ids.reserve(a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        std::optional<int64_t> id = v.integer(a[i], "prompt[" + std::to_string(i) + "]", 0,
+                                              std::numeric_limits<engine::TokenId>::max());
+        if (!id) {
+            return false;
+        }
+        ids.push_back(static_cast<engine::TokenId>(*id));
+    }
+    req.prompt = std::move(ids);
+    return true;
+}
+
+bool parse_stop(Validator& v, const json::value& value, std::vector<std::string>& out) {
+    if (value.is_null()) {
+        return true;
+    }
+    if (value.is_string()) {
+        out.push_back(std::string(value.get_string()));
+        return true;
+    }
+    if (!value.is_array() || value.get_array().size() > kMaxStops) {
+        return v.fail("'stop' must be a string or an array of at most 4 strings", "stop");
+    }
+    const json::array& a = value.get_array();
+    for (size_t i = 0; i < a.size(); ++i) {
+        const json::string* s = v.string(a[i], "stop[" + std::to_string(i) + "]");
+        if (s == nullptr) {
+            return false;
+        }
+        if (s->empty()) {
+            return v.fail("stop strings must not be empty", "stop[" + std::to_string(i) + "]");
+        }
+        out.push_back(std::string(*s));
+    }
+    return true;
+}
+
+// Fields that clients commonly send with their default (unused) value; anything else is refused.
+bool parse_unsupported(Validator& v, const std::string& key, const json::value& value) {
+    auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
+    if (key == "n" || key == "best_of") {
+        std::optional<int64_t> n = v.integer(value, key, 1, 128);
+        return n && (*n == 1 || refuse());
+    }
+    if (key == "logit_bias" || key == "metadata") {
+        if (value.is_null()) {
+            return true;
+        }
+        if (!value.is_object()) {
+            return v.fail("'" + key + "' must be an object", key);
+        }
+        return key == "metadata" || value.get_object().empty() || refuse();
+    }
+    if (key == "tools" || key == "functions") {
+        if (value.is_null()) {
+            return true;
+        }
+        if (!value.is_array()) {
+            return v.fail("'" + key + "' must be an array", key);
+        }
+        return value.get_array().empty() || refuse();
+    }
+    if (key == "tool_choice" || key == "function_call") {
+        return value.is_null() || (value.is_string() && value.get_string() == "none") ||
+               (value.is_string() && value.get_string() == "auto") || refuse();
+    }
+    if (key == "response_format") {
+        if (value.is_null()) {
+            return true;
+        }
+        const json::object* o = value.if_object();
+        const json::value* t = o ? o->if_contains("type") : nullptr;
+        return (t && t->is_string() && t->get_string() == "text") || refuse();
+    }
+    if (key == "parallel_tool_calls" || key == "store") {
+        return value.is_null() || v.boolean(value, key).has_value();
+    }
+    if (key == "user" || key == "service_tier" || key == "reasoning_effort") {
+        return value.is_null() || v.string(value, key) != nullptr;
+    }
+    if (key == "echo") {
+        std::optional<bool> b = v.boolean(value, key);
+        return b && (!*b || refuse());
+    }
+    if (key == "suffix" || key == "modalities" || key == "prediction" || key == "audio") {
+        return value.is_null() || refuse();
+    }
+    return v.fail("unrecognized request argument '" + key + "'", key);
+}
+
+}  // namespace
+
+std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
+                                                           std::string_view body) {
+    boost::system::error_code ec;
+    json::parse_options options;
+    options.max_depth = 64;
+    json::value root = json::parse(json::string_view(body.data(), body.size()), ec, {}, options);
+    if (ec) {
+        return invalid_request("the request body is not valid JSON: " + ec.message(),
+                               std::nullopt);
+    }
+    if (!root.is_object()) {
+        return invalid_request("the request body must be a JSON object", std::nullopt);
+    }
+    const json::object& obj = root.get_object();
+    const bool chat = endpoint == Endpoint::kChatCompletions;
+    ParsedRequest out;
+    out.endpoint = endpoint;
+    engine::GenerateRequest& req = out.generate;
+    engine::SamplingParams& s = req.sampling;
+    s.max_tokens = chat ? 4096 : 16;
+    Validator v;
+    bool have_prompt = false;
+    bool want_logprobs = false;
+    std::optional<int64_t> top_logprobs;
+    for (const auto& kv : obj) {
+        std::string key(kv.key());
+        const json::value& value = kv.value();
+        bool ok = true;
+        if (key == "model") {
+            const json::string* m = v.string(value, key);
+            ok = m != nullptr;
+            if (ok) {
+                req.model = std::string(*m);
+            }
+        } else if (chat && key == "messages") {
+            std::vector<engine::ChatMessage> messages;
+            ok = parse_messages(v, value, messages);
+            req.prompt = std::move(messages);
+            have_prompt = true;
+        } else if (!chat && key == "prompt") {
+            ok = parse_prompt(v, value, req);
+            have_prompt = true;
+        } else if (key == "max_tokens" || key == "max_completion_tokens") {
+            if (!value.is_null()) {
+                auto n = v.integer(value, key, 1, kMaxTokensLimit);
+                ok = n.has_value();
+                s.max_tokens = static_cast<int32_t>(n.value_or(1));
+            }
+        } else if (key == "temperature") {
+            if (!value.is_null()) {
+                auto t = v.number(value, key, 0, 2);
+                ok = t.has_value();
+                s.temperature = static_cast<float>(t.value_or(1));
+            }
+        } else if (key == "top_p") {
+            if (!value.is_null()) {
+                auto p = v.number(value, key, 0, 1);
+                ok = p.has_value() && (*p > 0 || v.fail("'top_p' must be greater than 0", key));
+                s.top_p = static_cast<float>(p.value_or(1));
+            }
+        } else if (key == "top_k") {
+            if (!value.is_null()) {
+                auto k = v.integer(value, key, 0, 1 << 20);
+                ok = k.has_value();
+                s.top_k = static_cast<int32_t>(k.value_or(0));
+            }
+        } else if (key == "seed") {
+            if (!value.is_null()) {
+                auto seed = v.integer(value, key, std::numeric_limits<int64_t>::min(),
+                                      std::numeric_limits<int64_t>::max());
+                ok = seed.has_value();
+                if (ok) {
+                    s.seed = static_cast<uint64_t>(*seed);
+                }
+            }
+        } else if (key == "presence_penalty" || key == "frequency_penalty") {
+            if (!value.is_null()) {
+                auto p = v.number(value, key, -2, 2);
+                ok = p.has_value();
+                (key == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) =
+                    static_cast<float>(p.value_or(0));
+            }
+        } else if (key == "stop") {
+            ok = parse_stop(v, value, s.stop);
+        } else if (key == "logprobs") {
+            if (value.is_null()) {
+                continue;
+            }
+            if (chat) {
+                auto b = v.boolean(value, key);
+                ok = b.has_value();
+                want_logprobs = b.value_or(false);
+            } else {
+                // Completions: an integer count of alternatives (0..5).
+                auto n = v.integer(value, key, 0, 5);
+                ok = n.has_value();
+                want_logprobs = ok;
+                top_logprobs = n;
+            }
+        } else if (chat && key == "top_logprobs") {
+            if (!value.is_null()) {
+                top_logprobs = v.integer(value, key, 0, 20);
+                ok = top_logprobs.has_value();
+            }
+        } else if (key == "stream") {
+            if (!value.is_null()) {
+                auto b = v.boolean(value, key);
+                ok = b.has_value();
+                out.stream = b.value_or(false);
+            }
+        } else if (key == "stream_options") {
+            if (value.is_null()) {
+                continue;
+            }
+            if (!value.is_object()) {
+                ok = v.fail("'stream_options' must be an object", key);
+            } else {
+                for (const auto& opt : value.get_object()) {
+                    std::string name = "stream_options." + std::string(opt.key());
+                    if (opt.key() == "include_usage") {
+                        auto b = v.boolean(opt.value(), name);
+                        ok = ok && b.has_value();
+                        out.include_usage = b.value_or(false);
+                    } else if (opt.key() == "include_obfuscation") {
+                        ok = ok && v.boolean(opt.value(), name).has_value();
+                    } else {
+                        ok = v.fail("unrecognized field '" + name + "'", name);
+                    }
+                }
+            }
+        } else if (key == "ignore_eos") {
+            auto b = v.boolean(value, key);
+            ok = b.has_value();
+            s.ignore_eos = b.value_or(false);
+        } else {
+            ok = parse_unsupported(v, key, value);
+        }
+        if (!ok) {
+            return *v.error;
+        }
+    }
+    if (req.model.empty()) {
+        return invalid_request("'model' is required", std::string("model"));
+    }
+    if (!have_prompt) {
+        std::string field = chat ? "messages" : "prompt";
+        return invalid_request("'" + field + "' is required", field);
+    }
+    if (top_logprobs && chat && !want_logprobs && *top_logprobs > 0) {
+        return invalid_request("'top_logprobs' requires 'logprobs' to be true",
+                               std::string("top_logprobs"));
+    }
+    if (out.include_usage && !out.stream) {
+        return invalid_request("'stream_options' is only allowed when 'stream' is true",
+                               std::string("stream_options"));
+    }
+    s.logprobs = want_logprobs;
+    s.top_logprobs = static_cast<int32_t>(top_logprobs.value_or(0));
+    return out;
+}
+
+}  // namespace edge::daemon::api

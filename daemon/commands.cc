@@ -1,0 +1,141 @@
+#include "daemon/commands.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/null_generator.h"
+#include "daemon/systemd_notify.h"
+#include "engine/engine.h"
+
+namespace edge::daemon {
+namespace {
+
+std::string env_or_empty(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+log::Level parse_level(const std::string& level) {
+    if (level == "debug") return log::Level::kDebug;
+    if (level == "warn") return log::Level::kWarn;
+    if (level == "error") return log::Level::kError;
+    return log::Level::kInfo;
+}
+
+}  // namespace
+
+int check_config_main(int argc, char** argv) {
+    if (argc != 2 || std::strcmp(argv[1], "--help") == 0) {
+        std::fprintf(stderr, "usage: edgeserve check-config FILE\n");
+        return 2;
+    }
+    Result<Config> config = load_config(argv[1]);
+    if (!config.ok()) {
+        std::fprintf(stderr, "%s\n", config.status().message().c_str());
+        return 1;
+    }
+    std::printf("%s: ok (%zu models, %s)\n", argv[1], config->models.size(),
+                config->tenants ? "authentication on" : "authentication off");
+    return 0;
+}
+
+int run_main(int argc, char** argv) {
+    std::string config_path;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            config_path = argv[++i];
+        } else {
+            std::fprintf(stderr, "usage: edgeserve run --config FILE\n");
+            return 2;
+        }
+    }
+    if (config_path.empty()) {
+        std::fprintf(stderr, "usage: edgeserve run --config FILE\n");
+        return 2;
+    }
+    Result<Config> config = load_config(config_path);
+    if (!config.ok()) {
+        log::error("config_invalid", {{"error", config.status().message()}});
+        return 1;
+    }
+    log::set_level(parse_level(config->log.level));
+
+    // Signals are taken synchronously by this thread; block them before any thread starts so
+    // every thread inherits the mask.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    std::unique_ptr<engine::Generator> generator;
+    if (config->models.empty()) {
+        log::info("no_models", {{"detail", "no models configured; /v1/models is empty"}});
+        generator = std::make_unique<NullGenerator>();
+    } else {
+        Result<std::unique_ptr<engine::Generator>> engine = engine::create_engine(config->engine);
+        if (!engine.ok()) {
+            std::string message = engine.status().code() == StatusCode::kUnimplemented
+                                      ? "this build has no engine to serve the configured models"
+                                      : "the engine failed to load the configured models";
+            log::error("engine_failed",
+                       {{"error", engine.status().to_string()}, {"detail", message}});
+            std::fprintf(stderr, "edgeserve: %s: %s\n", message.c_str(),
+                         engine.status().to_string().c_str());
+            return 1;
+        }
+        generator = std::move(engine).value();
+    }
+
+    Result<std::unique_ptr<Daemon>> daemon =
+        Daemon::create(*config, *generator, SystemClock::instance());
+    if (!daemon.ok()) {
+        log::error("start_failed", {{"error", daemon.status().message()}});
+        std::fprintf(stderr, "edgeserve: %s\n", daemon.status().message().c_str());
+        return 1;
+    }
+    (*daemon)->start();
+    SystemdNotifier notifier(env_or_empty("NOTIFY_SOCKET"), env_or_empty("WATCHDOG_USEC"),
+                             env_or_empty("WATCHDOG_PID"));
+    if (Status s = notifier.notify("READY=1\nSTATUS=serving"); !s.ok()) {
+        log::warn("sd_notify_failed", {{"error", s.message()}});
+    }
+    auto interval = notifier.watchdog_interval();
+    if (interval) {
+        (void)notifier.notify("WATCHDOG=1");
+    }
+    for (;;) {
+        auto wait = interval ? *interval : std::chrono::microseconds(std::chrono::seconds(3600));
+        timespec ts{static_cast<time_t>(wait.count() / 1'000'000),
+                    static_cast<long>((wait.count() % 1'000'000) * 1000)};
+        int sig = sigtimedwait(&signals, nullptr, &ts);
+        if (sig < 0) {
+            if (interval) {
+                (void)notifier.notify("WATCHDOG=1");
+            }
+            continue;
+        }
+        if (sig == SIGHUP) {
+            (void)notifier.notify("RELOADING=1");
+            log::info("reload", {{"signal", "SIGHUP"}});
+            (void)(*daemon)->reload_certificates();
+            (void)notifier.notify("READY=1");
+            continue;
+        }
+        log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+        (void)notifier.notify("STOPPING=1");
+        (*daemon)->stop(config->limits.drain_deadline);
+        return 0;
+    }
+}
+
+}  // namespace edge::daemon

@@ -1,0 +1,482 @@
+// The YAML adapter: the one file that calls yaml-cpp. Its exceptions stop here and become Status
+// values with file:line:column and the key path.
+
+#include "daemon/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "tls/cidr.h"
+
+namespace edge::daemon {
+namespace {
+
+class Reader {
+public:
+    Reader(std::string source, std::filesystem::path base_dir)
+        : source_(std::move(source)), base_dir_(std::move(base_dir)) {}
+
+    Status error(const YAML::Mark& mark, const std::string& key, const std::string& message) const {
+        std::string where = source_;
+        if (!mark.is_null()) {
+            where += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+        }
+        return invalid_argument_error(where + ": " + (key.empty() ? "" : key + ": ") + message);
+    }
+    Status error(const YAML::Node& node, const std::string& key, const std::string& message) const {
+        return error(node.Mark(), key, message);
+    }
+
+    // Calls `handlers[key]` for each key of the map `node`; an unknown key is an error at the key.
+    Status for_each_key(const YAML::Node& node, const std::string& path,
+                        const std::map<std::string, std::function<Status(const YAML::Node&,
+                                                                         const std::string&)>>&
+                            handlers) const {
+        if (!node.IsMap()) {
+            return error(node, path, "expected a mapping");
+        }
+        std::set<std::string> seen;
+        for (auto it = node.begin(); it != node.end(); ++it) {
+            if (!it->first.IsScalar()) {
+                return error(it->first, path, "keys must be plain strings");
+            }
+            std::string key = it->first.Scalar();
+            std::string key_path = path.empty() ? key : path + "." + key;
+            auto handler = handlers.find(key);
+            if (handler == handlers.end()) {
+                return error(it->first, key_path, "unknown key");
+            }
+            if (!seen.insert(key).second) {
+                return error(it->first, key_path, "duplicate key");
+            }
+            EDGE_RETURN_IF_ERROR(handler->second(it->second, key_path));
+        }
+        return ok_status();
+    }
+
+    Status require_keys(const YAML::Node& node, const std::string& path,
+                        std::initializer_list<const char*> keys) const {
+        for (const char* key : keys) {
+            if (!node[key]) {
+                return error(node, path.empty() ? key : path + "." + key, "required key missing");
+            }
+        }
+        return ok_status();
+    }
+
+    Result<std::string> string(const YAML::Node& node, const std::string& key) const {
+        if (!node.IsScalar()) {
+            return error(node, key, "expected a string");
+        }
+        return node.Scalar();
+    }
+
+    Result<bool> boolean(const YAML::Node& node, const std::string& key) const {
+        bool value = false;
+        if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+            return error(node, key, "expected true or false");
+        }
+        return value;
+    }
+
+    Result<int64_t> integer(const YAML::Node& node, const std::string& key, int64_t min,
+                            int64_t max) const {
+        int64_t value = 0;
+        if (!node.IsScalar() || !YAML::convert<int64_t>::decode(node, value)) {
+            return error(node, key, "expected an integer");
+        }
+        if (value < min || value > max) {
+            return error(node, key,
+                         "must be in " + std::to_string(min) + ".." + std::to_string(max));
+        }
+        return value;
+    }
+
+    Result<double> number(const YAML::Node& node, const std::string& key, double min,
+                          double max) const {
+        double value = 0;
+        if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) ||
+            !std::isfinite(value)) {
+            return error(node, key, "expected a number");
+        }
+        if (value < min || value > max) {
+            std::ostringstream range;
+            range << "must be in " << min << ".." << max;
+            return error(node, key, range.str());
+        }
+        return value;
+    }
+
+    Result<std::vector<std::string>> strings(const YAML::Node& node, const std::string& key) const {
+        if (!node.IsSequence()) {
+            return error(node, key, "expected a list of strings");
+        }
+        std::vector<std::string> out;
+        for (size_t i = 0; i < node.size(); ++i) {
+            EDGE_ASSIGN_OR_RETURN(std::string s,
+                                  string(node[i], key + "[" + std::to_string(i) + "]"));
+            out.push_back(std::move(s));
+        }
+        return out;
+    }
+
+    Result<std::string> path(const YAML::Node& node, const std::string& key) const {
+        EDGE_ASSIGN_OR_RETURN(std::string p, string(node, key));
+        if (p.empty()) {
+            return error(node, key, "must not be empty");
+        }
+        std::filesystem::path fp(p);
+        if (fp.is_relative()) {
+            fp = base_dir_ / fp;
+        }
+        return fp.lexically_normal().string();
+    }
+
+    Status milliseconds(const YAML::Node& node, const std::string& key,
+                        std::chrono::milliseconds& out) const {
+        EDGE_ASSIGN_OR_RETURN(int64_t ms, integer(node, key, 1, 86'400'000));
+        out = std::chrono::milliseconds(ms);
+        return ok_status();
+    }
+
+private:
+    std::string source_;
+    std::filesystem::path base_dir_;
+};
+
+using Handlers =
+    std::map<std::string, std::function<Status(const YAML::Node&, const std::string&)>>;
+
+// Assigns an integer field within [min, max].
+template <typename T>
+std::function<Status(const YAML::Node&, const std::string&)> int_field(const Reader& r, T& field,
+                                                                       int64_t min, int64_t max) {
+    return [&r, &field, min, max](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(int64_t v, r.integer(n, k, min, max));
+        field = static_cast<T>(v);
+        return ok_status();
+    };
+}
+
+std::function<Status(const YAML::Node&, const std::string&)> string_field(const Reader& r,
+                                                                          std::string& field) {
+    return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(field, r.string(n, k));
+        return ok_status();
+    };
+}
+
+std::function<Status(const YAML::Node&, const std::string&)> ms_field(
+    const Reader& r, std::chrono::milliseconds& field) {
+    return [&r, &field](const YAML::Node& n, const std::string& k) {
+        return r.milliseconds(n, k, field);
+    };
+}
+
+Status parse_certificates(const Reader& r, const YAML::Node& node, const std::string& key,
+                          std::vector<tls::CertificateConfig>& out) {
+    if (!node.IsSequence() || node.size() == 0) {
+        return r.error(node, key, "expected a non-empty list of {server_names, cert, key}");
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+        std::string item = key + "[" + std::to_string(i) + "]";
+        tls::CertificateConfig cert;
+        EDGE_RETURN_IF_ERROR(r.for_each_key(
+            node[i], item,
+            {{"server_names",
+              [&](const YAML::Node& n, const std::string& k) -> Status {
+                  EDGE_ASSIGN_OR_RETURN(cert.server_names, r.strings(n, k));
+                  return ok_status();
+              }},
+             {"cert",
+              [&](const YAML::Node& n, const std::string& k) -> Status {
+                  EDGE_ASSIGN_OR_RETURN(cert.cert_path, r.path(n, k));
+                  return ok_status();
+              }},
+             {"key", [&](const YAML::Node& n, const std::string& k) -> Status {
+                  EDGE_ASSIGN_OR_RETURN(cert.key_path, r.path(n, k));
+                  return ok_status();
+              }}}));
+        EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"cert", "key"}));
+        out.push_back(std::move(cert));
+    }
+    return ok_status();
+}
+
+Status parse_listeners(const Reader& r, const YAML::Node& node, const std::string& key,
+                       Config& c) {
+    EDGE_RETURN_IF_ERROR(r.for_each_key(
+        node, key,
+        {{"public",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_RETURN_IF_ERROR(r.for_each_key(
+                  n, k,
+                  {{"address", string_field(r, c.listener.address)},
+                   {"port", int_field(r, c.listener.port, 0, 65535)},
+                   {"io_threads", int_field(r, c.listener.io_threads, 1, 256)},
+                   {"certificates", [&](const YAML::Node& cn, const std::string& ck) {
+                        return parse_certificates(r, cn, ck, c.listener.certificates);
+                    }}}));
+              return r.require_keys(n, k, {"certificates"});
+          }},
+         {"admin", [&](const YAML::Node& n, const std::string& k) -> Status {
+              return r.for_each_key(n, k,
+                                    {{"address", string_field(r, c.admin.address)},
+                                     {"port", int_field(r, c.admin.port, 0, 65535)}});
+          }}}));
+    return r.require_keys(node, key, {"public"});
+}
+
+Status parse_site(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
+    EDGE_RETURN_IF_ERROR(r.for_each_key(
+        node, key,
+        {{"id", string_field(r, c.site.id)},
+         {"region", string_field(r, c.site.region)},
+         {"latitude",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(c.site.latitude, r.number(n, k, -90, 90));
+              return ok_status();
+          }},
+         {"longitude", [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(c.site.longitude, r.number(n, k, -180, 180));
+              return ok_status();
+          }}}));
+    EDGE_RETURN_IF_ERROR(r.require_keys(node, key, {"id"}));
+    if (c.site.id.empty()) {
+        return r.error(node["id"], key + ".id", "must not be empty");
+    }
+    return ok_status();
+}
+
+Status parse_models(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
+    if (!node.IsSequence()) {
+        return r.error(node, key, "expected a list of models");
+    }
+    std::set<std::string> names;
+    for (size_t i = 0; i < node.size(); ++i) {
+        std::string item = key + "[" + std::to_string(i) + "]";
+        engine::ModelConfig m;
+        EDGE_RETURN_IF_ERROR(r.for_each_key(
+            node[i], item,
+            {{"name", string_field(r, m.name)},
+             {"path",
+              [&](const YAML::Node& n, const std::string& k) -> Status {
+                  EDGE_ASSIGN_OR_RETURN(m.path, r.path(n, k));
+                  return ok_status();
+              }},
+             {"quantization", string_field(r, m.quantization)},
+             {"max_context", int_field(r, m.max_context, 0, int64_t{1} << 24)},
+             {"chat_template", string_field(r, m.chat_template)}}));
+        EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"name", "path"}));
+        if (m.name.empty()) {
+            return r.error(node[i]["name"], item + ".name", "must not be empty");
+        }
+        if (!names.insert(m.name).second) {
+            return r.error(node[i]["name"], item + ".name",
+                           "duplicate model name '" + m.name + "'");
+        }
+        c.models.push_back(std::move(m));
+    }
+    return ok_status();
+}
+
+Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
+    engine::EngineConfig& e = c.engine;
+    return r.for_each_key(
+        node, key,
+        {{"threads", int_field(r, e.threads, 0, 4096)},
+         {"max_batch_sequences", int_field(r, e.max_batch_sequences, 1, 1 << 16)},
+         {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
+         {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},
+         {"kv_block_tokens", int_field(r, e.kv_block_tokens, 1, 4096)},
+         {"max_queue", int_field(r, e.max_queue, 1, 1 << 24)}});
+}
+
+bool is_sha256_hex(const std::string& s) {
+    if (s.size() != 64) {
+        return false;
+    }
+    for (char ch : s) {
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
+    if (node.IsNull()) {
+        c.tenants.emplace();
+        return ok_status();
+    }
+    if (!node.IsSequence()) {
+        return r.error(node, key, "expected a list of tenants");
+    }
+    std::vector<TenantConfig> tenants;
+    std::set<std::string> names;
+    std::set<std::string> hashes;
+    for (size_t i = 0; i < node.size(); ++i) {
+        std::string item = key + "[" + std::to_string(i) + "]";
+        TenantConfig t;
+        EDGE_RETURN_IF_ERROR(r.for_each_key(
+            node[i], item,
+            {{"name", string_field(r, t.name)},
+             {"api_key_sha256",
+              [&](const YAML::Node& n, const std::string& k) -> Status {
+                  EDGE_ASSIGN_OR_RETURN(t.api_key_sha256, r.strings(n, k));
+                  for (size_t j = 0; j < t.api_key_sha256.size(); ++j) {
+                      std::string& h = t.api_key_sha256[j];
+                      for (char& ch : h) {
+                          ch = (ch >= 'A' && ch <= 'F') ? static_cast<char>(ch + 32) : ch;
+                      }
+                      std::string hk = k + "[" + std::to_string(j) + "]";
+                      if (!is_sha256_hex(h)) {
+                          return r.error(n[j], hk, "expected 64 hex digits (SHA-256 of the key)");
+                      }
+                      if (!hashes.insert(h).second) {
+                          return r.error(n[j], hk, "key hash listed twice");
+                      }
+                  }
+                  return ok_status();
+              }},
+             {"models", [&](const YAML::Node& n, const std::string& k) -> Status {
+                  EDGE_ASSIGN_OR_RETURN(t.models, r.strings(n, k));
+                  return ok_status();
+              }}}));
+        EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"name", "api_key_sha256"}));
+        if (t.name.empty() || !names.insert(t.name).second) {
+            return r.error(node[i]["name"], item + ".name", "empty or duplicate tenant name");
+        }
+        tenants.push_back(std::move(t));
+    }
+    c.tenants = std::move(tenants);
+    return ok_status();
+}
+
+Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
+    LimitsConfig& l = c.limits;
+    return r.for_each_key(
+        node, key,
+        {{"handshake_timeout_ms", ms_field(r, l.handshake_timeout)},
+         {"header_timeout_ms", ms_field(r, l.header_timeout)},
+         {"body_timeout_ms", ms_field(r, l.body_timeout)},
+         {"idle_timeout_ms", ms_field(r, l.idle_timeout)},
+         {"write_timeout_ms", ms_field(r, l.write_timeout)},
+         {"drain_deadline_ms", ms_field(r, l.drain_deadline)},
+         {"max_header_bytes", int_field(r, l.max_header_bytes, 1024, 1 << 20)},
+         {"max_body_bytes", int_field(r, l.max_body_bytes, 1024, int64_t{1} << 30)},
+         {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)}});
+}
+
+Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
+    EDGE_RETURN_IF_ERROR(r.for_each_key(
+        root, "",
+        {{"listeners",
+          [&](const YAML::Node& n, const std::string& k) { return parse_listeners(r, n, k, c); }},
+         {"site",
+          [&](const YAML::Node& n, const std::string& k) { return parse_site(r, n, k, c); }},
+         {"models",
+          [&](const YAML::Node& n, const std::string& k) { return parse_models(r, n, k, c); }},
+         {"engine",
+          [&](const YAML::Node& n, const std::string& k) { return parse_engine(r, n, k, c); }},
+         {"tenants",
+          [&](const YAML::Node& n, const std::string& k) { return parse_tenants(r, n, k, c); }},
+         {"limits",
+          [&](const YAML::Node& n, const std::string& k) { return parse_limits(r, n, k, c); }},
+         {"proxy_protocol",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              return r.for_each_key(
+                  n, k, {{"trusted", [&](const YAML::Node& tn, const std::string& tk) -> Status {
+                              EDGE_ASSIGN_OR_RETURN(c.proxy_protocol.trusted, r.strings(tn, tk));
+                              Result<tls::CidrSet> set =
+                                  tls::CidrSet::parse(c.proxy_protocol.trusted);
+                              if (!set.ok()) {
+                                  return r.error(tn, tk, set.status().message());
+                              }
+                              return ok_status();
+                          }}});
+          }},
+         {"log", [&](const YAML::Node& n, const std::string& k) -> Status {
+              return r.for_each_key(
+                  n, k,
+                  {{"level",
+                    [&](const YAML::Node& ln, const std::string& lk) -> Status {
+                        EDGE_ASSIGN_OR_RETURN(c.log.level, r.string(ln, lk));
+                        if (c.log.level != "debug" && c.log.level != "info" &&
+                            c.log.level != "warn" && c.log.level != "error") {
+                            return r.error(ln, lk, "expected debug, info, warn or error");
+                        }
+                        return ok_status();
+                    }},
+                   {"access_log", [&](const YAML::Node& an, const std::string& ak) -> Status {
+                        EDGE_ASSIGN_OR_RETURN(c.log.access_log, r.boolean(an, ak));
+                        return ok_status();
+                    }}});
+          }}}));
+    EDGE_RETURN_IF_ERROR(r.require_keys(root, "", {"listeners", "site"}));
+    // Tenants may only name configured models.
+    if (c.tenants) {
+        std::set<std::string> served;
+        for (const auto& m : c.models) {
+            served.insert(m.name);
+        }
+        const YAML::Node tenants = root["tenants"];
+        for (size_t i = 0; i < c.tenants->size(); ++i) {
+            const auto& t = (*c.tenants)[i];
+            for (size_t j = 0; j < t.models.size(); ++j) {
+                if (!served.count(t.models[j])) {
+                    std::string k = "tenants[" + std::to_string(i) + "].models[" +
+                                    std::to_string(j) + "]";
+                    return r.error(tenants[i]["models"][j], k,
+                                   "model '" + t.models[j] + "' is not in `models`");
+                }
+            }
+        }
+    }
+    c.engine.models = c.models;
+    return ok_status();
+}
+
+}  // namespace
+
+Result<Config> parse_config(std::string_view yaml_text, const std::string& source) {
+    Config config;
+    config.source = source;
+    std::filesystem::path base = std::filesystem::path(source).parent_path();
+    Reader reader(source, base.empty() ? std::filesystem::path(".") : base);
+    try {
+        YAML::Node root = YAML::Load(std::string(yaml_text));
+        if (!root.IsDefined() || root.IsNull()) {
+            return invalid_argument_error(source + ": empty configuration");
+        }
+        EDGE_RETURN_IF_ERROR(parse_root(reader, root, config));
+    } catch (const YAML::Exception& e) {
+        return reader.error(e.mark, "", e.msg);
+    } catch (const std::exception& e) {
+        return invalid_argument_error(source + ": " + e.what());
+    }
+    return config;
+}
+
+Result<Config> load_config(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        return not_found_error("cannot open config file '" + path + "'");
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (text.str().size() > (16u << 20)) {
+        return invalid_argument_error(path + ": config file larger than 16 MiB");
+    }
+    return parse_config(text.str(), path);
+}
+
+}  // namespace edge::daemon

@@ -1,0 +1,89 @@
+#pragma once
+
+// Config is the daemon's whole configuration, as loaded from one YAML file and validated:
+// listeners, site identity, models, engine tuning, tenants, limits and the PROXY protocol peers.
+// load_config() is the only place that talks to yaml-cpp; every error it returns names
+// file:line:column and the key (unknown keys are errors too). Plain values, no threading concerns.
+// Every key is documented in docs/config.md.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/engine.h"
+#include "tls/tls_context.h"
+
+namespace edge::daemon {
+
+struct PublicListenerConfig {
+    std::string address = "0.0.0.0";  // Listen address for HTTPS.
+    uint16_t port = 8443;              // TCP port; 0 picks a free one (tests).
+    int32_t io_threads = 1;            // Threads running network I/O (TLS, HTTP).
+    std::vector<tls::CertificateConfig> certificates;  // First is the default (no SNI match).
+};
+
+struct AdminListenerConfig {
+    std::string address = "127.0.0.1";  // Plain HTTP; keep it on loopback or a private network.
+    uint16_t port = 9443;               // TCP port; 0 picks a free one (tests).
+};
+
+struct SiteConfig {
+    std::string id;            // Unique name of this PoP, e.g. "fra1".
+    std::string region;        // Free-form region label, e.g. "eu-central".
+    double latitude = 0.0;     // Degrees north, -90..90.
+    double longitude = 0.0;    // Degrees east, -180..180.
+};
+
+struct TenantConfig {
+    std::string name;                         // Shown in logs and metrics; never the key.
+    std::vector<std::string> api_key_sha256;  // Lower-case hex SHA-256 of each accepted key.
+    std::vector<std::string> models;          // Models the tenant may use; empty: all.
+};
+
+struct LimitsConfig {
+    std::chrono::milliseconds handshake_timeout{10'000};  // PROXY header + TLS handshake.
+    std::chrono::milliseconds header_timeout{10'000};     // Reading a request's headers.
+    std::chrono::milliseconds body_timeout{30'000};       // Reading a request's body.
+    std::chrono::milliseconds idle_timeout{60'000};       // Keep-alive wait between requests.
+    std::chrono::milliseconds write_timeout{30'000};      // One write to a slow reader.
+    uint64_t max_header_bytes = 16 * 1024;                // Request line + headers, bytes.
+    uint64_t max_body_bytes = 4 * 1024 * 1024;            // Request body, bytes.
+    uint64_t max_connections = 10'000;                    // Open public connections at most.
+    std::chrono::milliseconds drain_deadline{30'000};     // SIGTERM: longest wait for in-flight.
+};
+
+struct ProxyProtocolConfig {
+    std::vector<std::string> trusted;  // CIDRs of load balancers allowed to send PROXY v1/v2.
+};
+
+struct LogConfig {
+    std::string level = "info";  // debug, info, warn, error.
+    bool access_log = false;     // One info line per request (method, path, status, duration).
+};
+
+struct Config {
+    std::string source;  // The file it came from.
+    PublicListenerConfig listener;
+    AdminListenerConfig admin;
+    SiteConfig site;
+    std::vector<engine::ModelConfig> models;  // Empty: no engine, /v1/models lists nothing.
+    engine::EngineConfig engine;              // `models` is filled from the list above.
+    // Absent: authentication is off (logged at start). Present (even empty): keys required.
+    std::optional<std::vector<TenantConfig>> tenants;
+    LimitsConfig limits;
+    ProxyProtocolConfig proxy_protocol;
+    LogConfig log;
+};
+
+// Reads and validates `path`. Relative paths inside (certificates, models) are resolved against
+// the directory of `path`.
+Result<Config> load_config(const std::string& path);
+
+// Parses YAML text; `source` names it in errors and is the base for relative paths. Never throws.
+Result<Config> parse_config(std::string_view yaml_text, const std::string& source);
+
+}  // namespace edge::daemon

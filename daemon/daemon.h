@@ -1,0 +1,75 @@
+#pragma once
+
+// Daemon wires one PoP together from a validated Config and a Generator: the TLS certificates,
+// the public HTTPS listener with the OpenAI API, the admin listener with metrics and health, and
+// the I/O threads that run them. Lifecycle: create() binds the listeners (so the ports are known),
+// start() starts serving, reload_certificates() is SIGHUP, stop(deadline) is SIGTERM: drain, then
+// close. Threading: call create/start/stop from one controlling thread (never an I/O thread);
+// reload_certificates() and the accessors from any thread. The generator and clock must outlive
+// the Daemon.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "daemon/config.h"
+#include "engine/generator.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace edge::tls {
+class HttpServer;
+class TlsContextStore;
+}  // namespace edge::tls
+
+namespace edge::daemon {
+
+class AdminServer;
+class Metrics;
+class TenantTable;
+namespace api {
+class ApiRouter;
+}
+
+class Daemon {
+public:
+    static Result<std::unique_ptr<Daemon>> create(const Config& config,
+                                                  engine::Generator& generator, Clock& clock);
+    ~Daemon();
+
+    void start();
+    // Re-reads the certificate files; on error the old ones stay (and the error is returned).
+    Status reload_certificates();
+    // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
+    // the admin listener and the I/O threads.
+    void stop(std::chrono::milliseconds deadline);
+
+    uint16_t public_port() const;
+    uint16_t admin_port() const;
+    bool draining() const { return draining_.load(); }
+    Metrics& metrics() { return *metrics_; }
+
+private:
+    Daemon() = default;
+
+    engine::Generator* generator_ = nullptr;
+    int io_threads_ = 1;
+    std::unique_ptr<boost::asio::io_context> io_;
+    std::unique_ptr<Metrics> metrics_;
+    std::unique_ptr<TenantTable> tenants_;
+    std::unique_ptr<tls::TlsContextStore> tls_;
+    std::unique_ptr<api::ApiRouter> router_;
+    std::unique_ptr<tls::HttpServer> server_;
+    std::unique_ptr<AdminServer> admin_;
+    std::vector<std::thread> threads_;
+    std::atomic<bool> draining_{false};
+    bool stopped_ = false;
+};
+
+}  // namespace edge::daemon

@@ -1,0 +1,103 @@
+#include "daemon/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <sstream>
+
+namespace edge::daemon {
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+    requests_ = &prometheus::BuildCounter()
+                     .Name("edgeserve_http_requests_total")
+                     .Help("HTTP requests answered on the public listener, by route and status.")
+                     .Register(*registry_);
+    durations_ = &prometheus::BuildHistogram()
+                      .Name("edgeserve_http_request_duration_seconds")
+                      .Help("Time from the end of the request headers to the last response byte.")
+                      .Register(*registry_);
+    handshakes_ = &prometheus::BuildCounter()
+                       .Name("edgeserve_tls_handshakes_total")
+                       .Help("Completed TLS handshakes, by whether the session was resumed.")
+                       .Register(*registry_);
+    handshake_failures_ = &prometheus::BuildCounter()
+                               .Name("edgeserve_tls_handshake_failures_total")
+                               .Help("Failed TLS handshakes, by reason.")
+                               .Register(*registry_);
+    rejected_ = &prometheus::BuildCounter()
+                     .Name("edgeserve_connections_rejected_total")
+                     .Help("Connections closed before TLS, by reason.")
+                     .Register(*registry_);
+    open_connections_ = &prometheus::BuildGauge()
+                             .Name("edgeserve_open_connections")
+                             .Help("Open connections on the public listener.")
+                             .Register(*registry_)
+                             .Add({});
+    prometheus::BuildGauge()
+        .Name("edgeserve_build_info")
+        .Help("Build information; the value is always 1.")
+        .Register(*registry_)
+        .Add({{"version", EDGE_VERSION}})
+        .Set(1);
+    handshakes_full_ = &handshakes_->Add({{"resumed", "false"}});
+    handshakes_resumed_ = &handshakes_->Add({{"resumed", "true"}});
+}
+
+Metrics::~Metrics() = default;
+
+std::string Metrics::serialize() const {
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, registry_->Collect());
+    return out.str();
+}
+
+void Metrics::on_connection_opened() { open_connections_->Increment(); }
+void Metrics::on_connection_closed() { open_connections_->Decrement(); }
+
+void Metrics::on_connection_rejected(std::string_view reason) {
+    rejected_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::on_handshake(bool resumed, std::string_view failure_reason) {
+    if (failure_reason.empty()) {
+        (resumed ? handshakes_resumed_ : handshakes_full_)->Increment();
+        return;
+    }
+    handshake_failures_->Add({{"reason", std::string(failure_reason)}}).Increment();
+}
+
+std::string_view Metrics::route_label(std::string_view path) {
+    for (std::string_view route : {"/v1/models", "/v1/chat/completions", "/v1/completions"}) {
+        if (path == route) {
+            return route;
+        }
+    }
+    return "other";
+}
+
+void Metrics::on_response(std::string_view method, std::string_view path, int status,
+                          std::chrono::nanoseconds duration) {
+    std::string_view route = route_label(path);
+    RouteStatus entry;
+    {
+        std::lock_guard lock(mu_);
+        auto it = by_route_status_.find({route, status});
+        if (it == by_route_status_.end()) {
+            std::map<std::string, std::string> labels{{"route", std::string(route)},
+                                                      {"status", std::to_string(status)}};
+            static const prometheus::Histogram::BucketBoundaries kBuckets{
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                0.5,    1,     2.5,    5,     10,   30,    60,   120};
+            RouteStatus created{&requests_->Add(labels), &durations_->Add(labels, kBuckets)};
+            it = by_route_status_.emplace(std::make_pair(route, status), created).first;
+        }
+        entry = it->second;
+    }
+    entry.count->Increment();
+    entry.duration->Observe(std::chrono::duration<double>(duration).count());
+}
+
+}  // namespace edge::daemon

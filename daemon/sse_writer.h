@@ -1,0 +1,35 @@
+#pragma once
+
+// SseWriter streams server-sent events over a tls::ResponseChannel: the head
+// (text/event-stream), `data: {json}\n\n` events and the final `data: [DONE]\n\n`.
+// Not synchronized: use it from one thread at a time (the generation sink's callbacks are
+// serialized); the channel itself is thread-safe.
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "tls/http_types.h"
+
+namespace edge::daemon {
+
+class SseWriter {
+public:
+    explicit SseWriter(std::shared_ptr<tls::ResponseChannel> channel)
+        : channel_(std::move(channel)) {}
+
+    void begin();
+    void event(std::string_view json);
+    // Writes [DONE] and ends the response.
+    void done();
+
+    // "data: <json>\n\n".
+    static std::string format_event(std::string_view json);
+
+private:
+    std::shared_ptr<tls::ResponseChannel> channel_;
+    bool begun_ = false;
+    bool finished_ = false;
+};
+
+}  // namespace edge::daemon

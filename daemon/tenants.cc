@@ -1,0 +1,90 @@
+#include "daemon/tenants.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
+
+namespace edge::daemon {
+namespace {
+
+std::array<unsigned char, 32> sha256(std::string_view data) {
+    std::array<unsigned char, 32> out{};
+    unsigned int len = 0;
+    EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
+    return out;
+}
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+}  // namespace
+
+bool Tenant::may_use(std::string_view model) const {
+    return models.empty() || std::find(models.begin(), models.end(), model) != models.end();
+}
+
+TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants) {
+    if (!tenants) {
+        return;
+    }
+    enabled_ = true;
+    for (const TenantConfig& t : *tenants) {
+        size_t index = tenants_.size();
+        tenants_.push_back(Tenant{t.name, t.models});
+        for (const std::string& hex : t.api_key_sha256) {
+            // The config loader checked: 64 lower-case hex digits.
+            Entry e{{}, index};
+            for (size_t i = 0; i < 32; ++i) {
+                e.hash[i] = static_cast<unsigned char>(hex_value(hex[2 * i]) * 16 +
+                                                       hex_value(hex[2 * i + 1]));
+            }
+            keys_.push_back(e);
+        }
+    }
+}
+
+TenantTable::Match TenantTable::authenticate(std::string_view authorization) const {
+    if (!enabled_) {
+        return {AuthOutcome::kOk, &anonymous_};
+    }
+    constexpr std::string_view kBearer = "Bearer ";
+    if (authorization.size() <= kBearer.size() ||
+        !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(),
+                    [](char a, char b) { return a == b || (a == 'B' && b == 'b'); })) {
+        return {AuthOutcome::kMissing, nullptr};
+    }
+    std::string_view key = authorization.substr(kBearer.size());
+    while (!key.empty() && key.front() == ' ') {
+        key.remove_prefix(1);
+    }
+    std::array<unsigned char, 32> hash = sha256(key);
+    const Tenant* found = nullptr;
+    // Compare against every entry, so the time does not depend on which one matches.
+    for (const Entry& e : keys_) {
+        bool equal = CRYPTO_memcmp(e.hash.data(), hash.data(), hash.size()) == 0;
+        if (equal) {
+            found = &tenants_[e.tenant];
+        }
+    }
+    if (found == nullptr) {
+        return {AuthOutcome::kUnknown, nullptr};
+    }
+    return {AuthOutcome::kOk, found};
+}
+
+std::string TenantTable::sha256_hex(std::string_view key) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::array<unsigned char, 32> hash = sha256(key);
+    std::string out;
+    for (unsigned char b : hash) {
+        out += kHex[b >> 4];
+        out += kHex[b & 15];
+    }
+    return out;
+}
+
+}  // namespace edge::daemon

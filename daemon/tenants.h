@@ -1,0 +1,55 @@
+#pragma once
+
+// TenantTable answers "who is this API key?" from `Authorization: Bearer KEY`: the key is hashed
+// with SHA-256 and compared in constant time (CRYPTO_memcmp) against every configured hash, so
+// neither the key nor its position leaks through timing. Keys are never stored or logged.
+// Immutable after construction; thread-safe.
+
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/config.h"
+
+namespace edge::daemon {
+
+struct Tenant {
+    std::string name;
+    std::vector<std::string> models;  // Empty: every model.
+
+    bool may_use(std::string_view model) const;
+};
+
+enum class AuthOutcome { kOk, kMissing, kUnknown };
+
+class TenantTable {
+public:
+    // `tenants` absent: authentication is off and every request is the anonymous tenant.
+    explicit TenantTable(const std::optional<std::vector<TenantConfig>>& tenants);
+
+    bool enabled() const { return enabled_; }
+
+    struct Match {
+        AuthOutcome outcome = AuthOutcome::kMissing;
+        const Tenant* tenant = nullptr;  // Valid while the table lives, when outcome is kOk.
+    };
+    // `authorization` is the raw header value ("" when absent).
+    Match authenticate(std::string_view authorization) const;
+
+    // Lower-case hex SHA-256 of `key` (for configs and the demo script).
+    static std::string sha256_hex(std::string_view key);
+
+private:
+    struct Entry {
+        std::array<unsigned char, 32> hash;
+        size_t tenant;
+    };
+    bool enabled_ = false;
+    std::vector<Tenant> tenants_;
+    std::vector<Entry> keys_;
+    Tenant anonymous_{"anonymous", {}};
+};
+
+}  // namespace edge::daemon

@@ -1,0 +1,326 @@
+// The OpenAI API end to end: the real Daemon (TLS listener, router, admin listener) on loopback
+// with a ScriptedGenerator whose timing the test drives.
+
+#include <doctest/doctest.h>
+
+#include <future>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/tenants.h"
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_generator.h"
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+
+using namespace edge;
+using edge::testing::TlsClient;
+
+namespace {
+
+constexpr const char* kKey = "sk-test-key-1";
+
+struct ApiFixture {
+    explicit ApiFixture(const std::string& extra = "") {
+        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+        auto config = daemon::parse_config(testing::config_yaml(cert.cert_path, cert.key_path,
+                                                                extra),
+                                           dir.file("c.yaml"));
+        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+        auto d = daemon::Daemon::create(*config, generator, clock);
+        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+        daemon = std::move(d).value();
+        daemon->start();
+    }
+
+    std::unique_ptr<TlsClient> client() {
+        auto c = TlsClient::connect(daemon->public_port());
+        REQUIRE(c.ok());
+        return std::move(c).value();
+    }
+
+    testing::HttpReply call(const std::string& method, const std::string& path,
+                            const std::string& body = "", const std::string& headers = "") {
+        auto c = client();
+        REQUIRE(c->send(testing::http_request(method, path, body, headers)).ok());
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        return *r;
+    }
+
+    testing::TempDir dir;
+    testing::TestCertificate cert;
+    ManualClock clock;
+    testing::ScriptedGenerator generator{{"test-model", "other-model"}};
+    std::unique_ptr<daemon::Daemon> daemon;
+};
+
+boost::json::object json_of(const std::string& s) {
+    boost::system::error_code ec;
+    boost::json::value v = boost::json::parse(s, ec);
+    REQUIRE_MESSAGE(!ec, s);
+    REQUIRE(v.is_object());
+    return v.get_object();
+}
+
+std::string chat_body(bool stream, const std::string& extra = "") {
+    return std::string(R"({"model":"test-model","messages":[{"role":"user","content":"hi"}])") +
+           (stream ? R"(,"stream":true)" : "") + extra + "}";
+}
+
+// The `data:` payloads of an SSE body.
+std::vector<std::string> sse_events(const std::string& body) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+        size_t end = body.find("\n\n", pos);
+        REQUIRE(end != std::string::npos);
+        out.push_back(body.substr(pos + 6, end - pos - 6));
+        pos = end + 2;
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
+    ApiFixture f;
+    auto models = f.call("GET", "/v1/models");
+    CHECK(models.status == 200);
+    auto m = json_of(models.body);
+    CHECK(m["object"] == "list");
+    REQUIRE(m["data"].as_array().size() == 2);
+    CHECK(m["data"].as_array()[0].as_object().at("id") == "test-model");
+
+    auto missing = f.call("GET", "/v1/nothing");
+    CHECK(missing.status == 404);
+    CHECK(json_of(missing.body)["error"].as_object().contains("message"));
+    auto wrong = f.call("POST", "/v1/models", "{}");
+    CHECK(wrong.status == 405);
+    CHECK(wrong.headers["allow"] == "GET");
+    CHECK(f.call("GET", "/v1/chat/completions").status == 405);
+}
+
+TEST_CASE("non-streaming chat completion with usage") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false))).ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    auto req = f.generator.request(0);
+    CHECK(req.model == "test-model");
+    CHECK(req.tenant == "anonymous");
+    CHECK(std::get<std::vector<engine::ChatMessage>>(req.prompt)[0].content == "hi");
+    f.generator.emit(0, "Hello");
+    f.generator.emit(0, " world");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{5, 2, 1});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    auto body = json_of(r->body);
+    CHECK(body["object"] == "chat.completion");
+    auto choice = body["choices"].as_array()[0].as_object();
+    CHECK(choice["message"].as_object()["content"] == "Hello world");
+    CHECK(choice["finish_reason"] == "stop");
+    auto usage = body["usage"].as_object();
+    CHECK(usage["total_tokens"] == 7);
+    CHECK(usage["prompt_tokens_details"].as_object()["cached_tokens"] == 1);
+}
+
+TEST_CASE("streaming chat: chunks arrive as produced, then usage and DONE") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/chat/completions",
+                        chat_body(true, R"(,"stream_options":{"include_usage":true})")))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.emit(0, "Hel");
+    auto first = c->read_until("Hel");
+    REQUIRE(first.ok());  // Delivered before the generation finished.
+    CHECK(first->find("text/event-stream") != std::string::npos);
+    f.generator.emit(0, "lo");
+    f.generator.finish(0, engine::FinishReason::kLength, engine::Usage{3, 2, 0});
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    std::string all = *first + *rest;
+    // De-chunking is not needed to find the events: each is inside one chunk.
+    auto events = sse_events(all);
+    REQUIRE(events.size() == 6);
+    CHECK(json_of(events[0])["choices"].as_array()[0].as_object()["delta"].as_object()["role"] ==
+          "assistant");
+    CHECK(json_of(events[1])["choices"].as_array()[0].as_object()["delta"].as_object()["content"] ==
+          "Hel");
+    CHECK(json_of(events[1])["object"] == "chat.completion.chunk");
+    CHECK(json_of(events[3])["choices"].as_array()[0].as_object()["finish_reason"] == "length");
+    auto usage = json_of(events[4]);
+    CHECK(usage["choices"].as_array().empty());
+    CHECK(usage["usage"].as_object()["completion_tokens"] == 2);
+    CHECK(events[5] == "[DONE]");
+    // Keep-alive after a stream.
+    REQUIRE(c->send(testing::http_request("GET", "/v1/models")).ok());
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("completions: non-streaming and streaming without usage") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/completions",
+                                          R"({"model":"test-model","prompt":"x","logprobs":1})"))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.emit(0, "abc");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    auto body = json_of(r->body);
+    CHECK(body["object"] == "text_completion");
+    auto choice = body["choices"].as_array()[0].as_object();
+    CHECK(choice["text"] == "abc");
+    CHECK(choice["logprobs"].as_object()["tokens"].as_array()[0] == "abc");
+
+    REQUIRE(c->send(testing::http_request("POST", "/v1/completions",
+                                          R"({"model":"test-model","prompt":"x","stream":true})"))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    f.generator.emit(1, "z");
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto s = c->read_response();
+    REQUIRE(s.ok());
+    auto events = sse_events(s->body);
+    REQUIRE(events.size() == 3);
+    CHECK(json_of(events[0])["choices"].as_array()[0].as_object()["text"] == "z");
+    CHECK_FALSE(json_of(events[0]).contains("usage"));
+    CHECK(events[2] == "[DONE]");
+}
+
+TEST_CASE("errors: bad JSON, wrong types, submit() failures mapped to OpenAI errors") {
+    ApiFixture f;
+    auto bad = f.call("POST", "/v1/chat/completions", "{oops");
+    CHECK(bad.status == 400);
+    CHECK(json_of(bad.body)["error"].as_object()["type"] == "invalid_request_error");
+    auto typed = f.call("POST", "/v1/chat/completions", chat_body(false, R"(,"top_k":"x")"));
+    CHECK(typed.status == 400);
+    CHECK(json_of(typed.body)["error"].as_object()["param"] == "top_k");
+
+    auto unknown = f.call("POST", "/v1/chat/completions",
+                          R"({"model":"nope","messages":[{"role":"user","content":"x"}]})");
+    CHECK(unknown.status == 404);
+    CHECK(json_of(unknown.body)["error"].as_object()["code"] == "model_not_found");
+
+    f.generator.fail_next_submit(resource_exhausted_error("queue full"));
+    auto busy = f.call("POST", "/v1/chat/completions", chat_body(false));
+    CHECK(busy.status == 429);
+    CHECK(busy.headers["retry-after"] == "1");
+    f.generator.fail_next_submit(unavailable_error("loading"));
+    CHECK(f.call("POST", "/v1/chat/completions", chat_body(false)).status == 503);
+    f.generator.fail_next_submit(invalid_argument_error("param max_tokens: beyond the context"));
+    auto inv = f.call("POST", "/v1/chat/completions", chat_body(false));
+    CHECK(inv.status == 400);
+    CHECK(json_of(inv.body)["error"].as_object()["param"] == "max_tokens");
+
+    f.generator.fail_next_submit(resource_exhausted_error("queue full"));
+    auto streamed = f.call("POST", "/v1/chat/completions", chat_body(true));
+    CHECK(streamed.status == 200);
+    auto events = sse_events(streamed.body);
+    REQUIRE(events.size() == 3);  // role chunk, error, [DONE]
+    CHECK(json_of(events[1])["error"].as_object()["code"] == "rate_limit_exceeded");
+}
+
+TEST_CASE("client disconnect cancels the generation (streaming and not)") {
+    ApiFixture f;
+    {
+        auto c = f.client();
+        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(true)))
+                    .ok());
+        REQUIRE(f.generator.wait_for_request(0));
+        f.generator.emit(0, "partial");
+        REQUIRE(c->read_until("partial").ok());
+    }
+    CHECK(f.generator.wait_cancelled(0));
+    {
+        auto c = f.client();
+        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false)))
+                    .ok());
+        REQUIRE(f.generator.wait_for_request(1));
+    }
+    CHECK(f.generator.wait_cancelled(1));
+}
+
+TEST_CASE("tenants: 401 without or with a wrong key, 403 for a model not allowed") {
+    std::string extra = "tenants:\n  - name: acme\n    api_key_sha256: [" +
+                        daemon::TenantTable::sha256_hex(kKey) +
+                        "]\n    models: [test-model]\nmodels:\n  - {name: test-model, path: /m}\n"
+                        "  - {name: other-model, path: /o}\n";
+    ApiFixture f(extra);
+    auto none = f.call("GET", "/v1/models");
+    CHECK(none.status == 401);
+    CHECK(json_of(none.body)["error"].as_object()["code"] == "invalid_api_key");
+    CHECK(f.call("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status == 401);
+    std::string auth = std::string("Authorization: Bearer ") + kKey + "\r\n";
+    CHECK(f.call("GET", "/v1/models", "", auth).status == 200);
+    auto forbidden = f.call("POST", "/v1/chat/completions",
+                            R"({"model":"other-model","messages":[{"role":"user","content":"x"}]})",
+                            auth);
+    CHECK(forbidden.status == 403);
+
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false), auth))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    CHECK(f.generator.request(0).tenant == "acme");
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("admin listener: metrics, healthz, readyz") {
+    ApiFixture f;
+    f.call("GET", "/v1/models");
+    f.call("GET", "/nowhere");
+    uint16_t admin = f.daemon->admin_port();
+    auto metrics = testing::plain_http_get(admin, "/metrics");
+    REQUIRE(metrics.ok());
+    CHECK(metrics->status == 200);
+    const std::string& m = metrics->body;
+    CHECK(m.find(R"(edgeserve_http_requests_total{route="/v1/models",status="200"} 1)") !=
+          std::string::npos);
+    CHECK(m.find(R"(edgeserve_http_requests_total{route="other",status="404"} 1)") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_http_request_duration_seconds_bucket") != std::string::npos);
+    CHECK(m.find(R"(edgeserve_tls_handshakes_total{resumed="false"} 2)") != std::string::npos);
+    CHECK(m.find("edgeserve_open_connections") != std::string::npos);
+    CHECK(m.find(R"(edgeserve_build_info{version=")") != std::string::npos);
+    CHECK(testing::plain_http_get(admin, "/healthz")->status == 200);
+    CHECK(testing::plain_http_get(admin, "/readyz")->status == 200);
+    f.generator.set_ready(false);
+    CHECK(testing::plain_http_get(admin, "/readyz")->status == 503);
+    CHECK(testing::plain_http_get(admin, "/nope")->status == 404);
+}
+
+TEST_CASE("graceful drain in process: a stream in progress completes, new connections refused") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(true))).ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.emit(0, "before");
+    REQUIRE(c->read_until("before").ok());
+    auto stopper = std::async(std::launch::async,
+                              [&] { f.daemon->stop(std::chrono::seconds(10)); });
+    bool refused = false;
+    for (int i = 0; i < 400 && !refused; ++i) {
+        refused = !testing::tcp_connect(f.daemon->public_port()).ok();
+        if (!refused) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on the acceptor.
+        }
+    }
+    CHECK(refused);
+    f.generator.emit(0, "after");
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    auto rest = c->read_until("data: [DONE]");
+    REQUIRE(rest.ok());
+    CHECK(rest->find("after") != std::string::npos);
+    CHECK(stopper.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    CHECK_FALSE(f.generator.cancelled(0));
+}

@@ -1,0 +1,120 @@
+#include "daemon/config.h"
+
+#include <doctest/doctest.h>
+
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/test_certs.h"
+
+using namespace edge;
+using namespace edge::daemon;
+
+namespace {
+
+std::string error_of(const std::string& yaml) {
+    Result<Config> c = parse_config(yaml, "/etc/edgeserve/test.yaml");
+    REQUIRE_FALSE(c.ok());
+    return c.status().message();
+}
+
+}  // namespace
+
+TEST_CASE("a full config loads with every section") {
+    std::string yaml = testing::config_yaml("c.pem", "k.pem",
+                                            "models:\n"
+                                            "  - name: fortunes\n"
+                                            "    path: models/fortunes\n"
+                                            "    quantization: int8\n"
+                                            "    max_context: 4096\n"
+                                            "engine:\n"
+                                            "  threads: 2\n"
+                                            "  max_queue: 8\n"
+                                            "tenants:\n"
+                                            "  - name: acme\n"
+                                            "    api_key_sha256: [" +
+                                                std::string(64, 'A') +
+                                                "]\n"
+                                                "    models: [fortunes]\n"
+                                                "limits:\n"
+                                                "  header_timeout_ms: 200\n"
+                                                "  max_body_bytes: 65536\n"
+                                                "  drain_deadline_ms: 5000\n"
+                                                "proxy_protocol:\n"
+                                                "  trusted: [10.0.0.0/8, '::1']\n"
+                                                "log:\n"
+                                                "  level: debug\n"
+                                                "  access_log: true\n");
+    Result<Config> c = parse_config(yaml, "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->listener.certificates[0].cert_path == "/etc/edgeserve/c.pem");
+    CHECK(c->listener.port == 0);
+    CHECK(c->site.id == "test-site");
+    CHECK(c->site.latitude == doctest::Approx(50.1));
+    REQUIRE(c->models.size() == 1);
+    CHECK(c->models[0].path == "/etc/edgeserve/models/fortunes");
+    CHECK(c->models[0].quantization == "int8");
+    CHECK(c->engine.models.size() == 1);
+    CHECK(c->engine.threads == 2);
+    CHECK(c->engine.max_queue == 8);
+    REQUIRE(c->tenants.has_value());
+    CHECK((*c->tenants)[0].api_key_sha256[0] == std::string(64, 'a'));
+    CHECK(c->limits.header_timeout == std::chrono::milliseconds(200));
+    CHECK(c->limits.drain_deadline == std::chrono::milliseconds(5000));
+    CHECK(c->proxy_protocol.trusted.size() == 2);
+    CHECK(c->log.access_log);
+}
+
+TEST_CASE("no tenants section means authentication off and defaults apply") {
+    Result<Config> c = parse_config(testing::config_yaml("/c", "/k"), "x.yaml");
+    REQUIRE(c.ok());
+    CHECK_FALSE(c->tenants.has_value());
+    CHECK(c->models.empty());
+    CHECK(c->admin.address == "127.0.0.1");
+    CHECK(c->limits.max_connections == 10000);
+}
+
+TEST_CASE("unknown keys are rejected with file:line:column and the key path") {
+    std::string e = error_of(testing::config_yaml("/c", "/k", "limits:\n  header_timeout: 5\n"));
+    CHECK(e == "/etc/edgeserve/test.yaml:18:3: limits.header_timeout: unknown key");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  port: 1\n"))
+              .find("test.yaml:17:1: gossip: unknown key") != std::string::npos);
+}
+
+TEST_CASE("type and range errors name the place") {
+    CHECK(error_of(testing::config_yaml("/c", "/k", "limits:\n  max_connections: lots\n")) ==
+          "/etc/edgeserve/test.yaml:18:20: limits.max_connections: expected an integer");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  threads: -1\n"))
+              .find("engine.threads: must be in 0..4096") != std::string::npos);
+    std::string yaml = testing::config_yaml("/c", "/k");
+    yaml.replace(yaml.find("latitude: 50.1"), 14, "latitude: 95");
+    CHECK(error_of(yaml).find("site.latitude: must be in -90..90") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "tenants:\n  - name: a\n    api_key_sha256: [abc]\n"))
+              .find("tenants[0].api_key_sha256[0]: expected 64 hex digits") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "tenants:\n  - name: a\n    api_key_sha256: [" +
+                                            std::string(64, '0') + "]\n    models: [nope]\n"))
+              .find("model 'nope' is not in `models`") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "proxy_protocol:\n  trusted: [10.0.0.0/40]\n"))
+              .find("proxy_protocol.trusted: bad prefix length") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "models:\n  - name: a\n"))
+              .find("models[0].path: required key missing") != std::string::npos);
+}
+
+TEST_CASE("YAML syntax errors and missing sections") {
+    CHECK(error_of("listeners: [unclosed\n").find("/etc/edgeserve/test.yaml:2:1:") == 0);
+    CHECK(error_of("site: {id: x}\n").find("listeners: required key missing") !=
+          std::string::npos);
+    CHECK(error_of("").find("empty configuration") != std::string::npos);
+    CHECK(error_of("- a\n- b\n").find("expected a mapping") != std::string::npos);
+}
+
+TEST_CASE("load_config reports an unreadable file") {
+    Result<Config> c = load_config("/nonexistent/edgeserve.yaml");
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == StatusCode::kNotFound);
+    testing::TempDir dir;
+    std::string path = dir.write("e.yaml", testing::config_yaml("c", "k", "bogus: 1\n"));
+    Result<Config> bad = load_config(path);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message() == path + ":17:1: bogus: unknown key");
+}

@@ -1,0 +1,146 @@
+#include "daemon/api/openai_request.h"
+
+#include <doctest/doctest.h>
+
+using namespace edge;
+using namespace edge::daemon::api;
+
+namespace {
+
+ApiError error_of(Endpoint e, const std::string& body) {
+    auto r = parse_openai_request(e, body);
+    REQUIRE(std::holds_alternative<ApiError>(r));
+    return std::get<ApiError>(r);
+}
+
+ParsedRequest parse(Endpoint e, const std::string& body) {
+    auto r = parse_openai_request(e, body);
+    if (auto* err = std::get_if<ApiError>(&r)) {
+        FAIL("unexpected error: " << err->message);
+    }
+    return std::get<ParsedRequest>(r);
+}
+
+}  // namespace
+
+TEST_CASE("a full chat request maps onto GenerateRequest") {
+    ParsedRequest p = parse(Endpoint::kChatCompletions, R"({
+        "model": "m", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}], "name": "bob"},
+            {"role": "assistant", "content": null}
+        ],
+        "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7, "max_completion_tokens": 12,
+        "stop": ["\n\n"], "presence_penalty": 0.1, "frequency_penalty": -0.2,
+        "logprobs": true, "top_logprobs": 3, "n": 1, "user": "u", "tools": [], "tool_choice": "none",
+        "response_format": {"type": "text"}, "logit_bias": {}, "parallel_tool_calls": false
+    })");
+    CHECK(p.stream);
+    CHECK(p.include_usage);
+    const auto& g = p.generate;
+    CHECK(g.model == "m");
+    const auto& msgs = std::get<std::vector<engine::ChatMessage>>(g.prompt);
+    REQUIRE(msgs.size() == 3);
+    CHECK(msgs[0].role == "system");
+    CHECK(msgs[1].content == "hi there");
+    CHECK(msgs[1].name == "bob");
+    CHECK(g.sampling.temperature == doctest::Approx(0.5));
+    CHECK(g.sampling.top_k == 40);
+    CHECK(*g.sampling.seed == 7);
+    CHECK(g.sampling.max_tokens == 12);
+    CHECK(g.sampling.stop == std::vector<std::string>{"\n\n"});
+    CHECK(g.sampling.logprobs);
+    CHECK(g.sampling.top_logprobs == 3);
+}
+
+TEST_CASE("completions accept a string, one-string array or token ids") {
+    auto p = parse(Endpoint::kCompletions, R"({"model":"m","prompt":"abc","logprobs":2})");
+    CHECK(std::get<std::string>(p.generate.prompt) == "abc");
+    CHECK(p.generate.sampling.max_tokens == 16);
+    CHECK(p.generate.sampling.top_logprobs == 2);
+    auto ids = parse(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})");
+    CHECK(std::get<std::vector<engine::TokenId>>(ids.generate.prompt).size() == 3);
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})").param ==
+          "prompt");
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[1,-2]})").param ==
+          "prompt[1]");
+}
+
+TEST_CASE("invalid JSON and wrong types give 400 with the param") {
+    ApiError bad = error_of(Endpoint::kChatCompletions, "{not json");
+    CHECK(bad.status == 400);
+    CHECK(bad.message.find("not valid JSON") != std::string::npos);
+    CHECK_FALSE(bad.param.has_value());
+    CHECK(error_of(Endpoint::kChatCompletions, "[1]").message.find("JSON object") !=
+          std::string::npos);
+    struct Case {
+        const char* body;
+        const char* param;
+    };
+    for (
+        Case c : std::initializer_list<Case>{
+            {R"({"messages":[{"role":"user","content":"x"}]})", "model"},
+            {R"({"model":"m"})", "messages"},
+            {R"({"model":5,"messages":[]})", "model"},
+            {R"({"model":"m","messages":[]})", "messages"},
+            {R"({"model":"m","messages":"hi"})", "messages"},
+            {R"({"model":"m","messages":[{"role":"king","content":"x"}]})", "messages[0].role"},
+            {R"({"model":"m","messages":[{"content":"x"}]})", "messages[0].role"},
+            {R"({"model":"m","messages":[{"role":"user"}]})", "messages[0].content"},
+            {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
+            {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+             "messages[0].content[0].type"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x","extra":1}]})",
+             "messages[0].extra"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})",
+             "temperature"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})",
+             "temperature"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})", "top_p"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})",
+             "max_tokens"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})",
+             "max_tokens"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"})",
+             "stream"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop[0]"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
+             "stop"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", "tools"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
+             "stream_options"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"x":1}})",
+             "stream_options.x"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":30,"logprobs":true})",
+             "top_logprobs"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"wat":1})", "wat"},
+        }) {
+        CAPTURE(c.body);
+        ApiError e = error_of(Endpoint::kChatCompletions, c.body);
+        CHECK(e.status == 400);
+        CHECK(e.type == "invalid_request_error");
+        REQUIRE(e.param.has_value());
+        CHECK(*e.param == c.param);
+    }
+}
+
+TEST_CASE("deeply nested JSON is refused, not recursed into") {
+    std::string deep(10000, '[');
+    CHECK(error_of(Endpoint::kChatCompletions, deep).status == 400);
+}
+
+TEST_CASE("submit() status codes map to OpenAI errors") {
+    CHECK(api_error_from_status(not_found_error("x"), "m").code == "model_not_found");
+    CHECK(api_error_from_status(not_found_error("x"), "m").status == 404);
+    ApiError inv = api_error_from_status(invalid_argument_error("param max_tokens: too many"), "m");
+    CHECK(inv.status == 400);
+    CHECK(inv.param == "max_tokens");
+    CHECK(inv.message == "too many");
+    ApiError busy = api_error_from_status(resource_exhausted_error("queue full"), "m");
+    CHECK(busy.status == 429);
+    CHECK(busy.to_response().headers.at(0).name == "Retry-After");
+    CHECK(api_error_from_status(unavailable_error("x"), "m").status == 503);
+    CHECK(api_error_from_status(internal_error("secret detail"), "m").message == "internal error");
+}

@@ -1,0 +1,64 @@
+#include "daemon/tenants.h"
+
+#include <doctest/doctest.h>
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "daemon/systemd_notify.h"
+#include "tests/testing/test_certs.h"
+
+using namespace edge::daemon;
+
+TEST_CASE("SHA-256 of keys, bearer parsing and per-tenant model lists") {
+    CHECK(TenantTable::sha256_hex("test") ==
+          "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
+    std::vector<TenantConfig> tenants = {
+        {"acme", {TenantTable::sha256_hex("k1"), TenantTable::sha256_hex("k2")}, {"m1"}},
+        {"zeta", {TenantTable::sha256_hex("k3")}, {}},
+    };
+    TenantTable table(tenants);
+    CHECK(table.enabled());
+    CHECK(table.authenticate("").outcome == AuthOutcome::kMissing);
+    CHECK(table.authenticate("Basic abc").outcome == AuthOutcome::kMissing);
+    CHECK(table.authenticate("Bearer nope").outcome == AuthOutcome::kUnknown);
+    auto m = table.authenticate("Bearer k2");
+    REQUIRE(m.outcome == AuthOutcome::kOk);
+    CHECK(m.tenant->name == "acme");
+    CHECK(m.tenant->may_use("m1"));
+    CHECK_FALSE(m.tenant->may_use("m2"));
+    auto z = table.authenticate("bearer k3");
+    REQUIRE(z.outcome == AuthOutcome::kOk);
+    CHECK(z.tenant->may_use("anything"));
+
+    TenantTable off(std::nullopt);
+    CHECK_FALSE(off.enabled());
+    CHECK(off.authenticate("").tenant->name == "anonymous");
+}
+
+TEST_CASE("systemd notifier: path and abstract sockets, watchdog interval") {
+    edge::testing::TempDir dir;
+    std::string path = dir.file("n.sock");
+    int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size());
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    SystemdNotifier n(path, "3000000", "");
+    CHECK(n.enabled());
+    REQUIRE(n.watchdog_interval().has_value());
+    CHECK(n.watchdog_interval()->count() == 1500000);
+    REQUIRE(n.notify("READY=1").ok());
+    char buf[64] = {};
+    CHECK(recv(fd, buf, sizeof(buf), 0) == 7);
+    CHECK(std::string(buf) == "READY=1");
+    close(fd);
+
+    CHECK_FALSE(SystemdNotifier("", "", "").enabled());
+    CHECK(SystemdNotifier("", "", "").notify("READY=1").ok());
+    CHECK_FALSE(SystemdNotifier(path, "100", "1").watchdog_interval().has_value());  // Not our pid.
+    CHECK_FALSE(SystemdNotifier("relative", "", "").notify("X=1").ok());
+}

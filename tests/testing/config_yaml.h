@@ -1,0 +1,31 @@
+#pragma once
+
+// A minimal valid daemon config for tests: public listener on 127.0.0.1:0 with the given
+// certificate, admin on 127.0.0.1:0, short timeouts; `extra` is appended verbatim (more top-level
+// sections). Header-only; pure.
+
+#include <string>
+
+namespace edge::testing {
+
+inline std::string config_yaml(const std::string& cert, const std::string& key,
+                               const std::string& extra = "") {
+    return "listeners:\n"
+           "  public:\n"
+           "    address: 127.0.0.1\n"
+           "    port: 0\n"
+           "    certificates:\n"
+           "      - server_names: [localhost]\n"
+           "        cert: " + cert + "\n"
+           "        key: " + key + "\n"
+           "  admin:\n"
+           "    address: 127.0.0.1\n"
+           "    port: 0\n"
+           "site:\n"
+           "  id: test-site\n"
+           "  region: local\n"
+           "  latitude: 50.1\n"
+           "  longitude: 8.7\n" + extra;
+}
+
+}  // namespace edge::testing

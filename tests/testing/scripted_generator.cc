@@ -1,0 +1,133 @@
+#include "tests/testing/scripted_generator.h"
+
+#include <chrono>
+
+namespace edge::testing {
+
+class ScriptedGenerator::Handle final : public engine::GenerationHandle {
+public:
+    Handle(ScriptedGenerator& owner, std::shared_ptr<Call> call)
+        : owner_(owner), call_(std::move(call)) {}
+    void cancel() override {
+        std::shared_ptr<engine::GenerationSink> sink;
+        {
+            std::lock_guard lock(owner_.mu_);
+            if (call_->finished || call_->cancelled) {
+                return;
+            }
+            call_->cancelled = true;
+            call_->finished = true;
+            sink = call_->sink;
+        }
+        owner_.cv_.notify_all();
+        engine::Finish finish;
+        finish.reason = engine::FinishReason::kCancelled;
+        sink->on_finish(finish);
+    }
+
+private:
+    ScriptedGenerator& owner_;
+    std::shared_ptr<Call> call_;
+};
+
+ScriptedGenerator::ScriptedGenerator(std::vector<std::string> model_names)
+    : names_(std::move(model_names)) {}
+
+std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
+    std::vector<engine::ModelInfo> out;
+    for (const std::string& n : names_) {
+        out.push_back(engine::ModelInfo{n, "v1", "Scripted", 4096, 1700000000});
+    }
+    return out;
+}
+
+Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
+    engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) {
+    std::lock_guard lock(mu_);
+    if (fail_next_) {
+        Status s = *fail_next_;
+        fail_next_.reset();
+        return s;
+    }
+    bool known = false;
+    for (const std::string& n : names_) {
+        known = known || n == request.model;
+    }
+    if (!known) {
+        return not_found_error("unknown model " + request.model);
+    }
+    auto call = std::make_shared<Call>();
+    call->request = std::move(request);
+    call->sink = std::move(sink);
+    calls_.push_back(call);
+    cv_.notify_all();
+    return std::shared_ptr<engine::GenerationHandle>(std::make_shared<Handle>(*this, call));
+}
+
+void ScriptedGenerator::fail_next_submit(Status status) {
+    std::lock_guard lock(mu_);
+    fail_next_ = std::move(status);
+}
+
+bool ScriptedGenerator::wait_for_request(size_t index, int timeout_ms) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                        [&] { return calls_.size() > index; });
+}
+
+bool ScriptedGenerator::wait_cancelled(size_t index, int timeout_ms) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                        [&] { return calls_.size() > index && calls_[index]->cancelled; });
+}
+
+engine::GenerateRequest ScriptedGenerator::request(size_t index) const {
+    std::lock_guard lock(mu_);
+    return calls_.at(index)->request;
+}
+
+bool ScriptedGenerator::cancelled(size_t index) const {
+    std::lock_guard lock(mu_);
+    return calls_.at(index)->cancelled;
+}
+
+void ScriptedGenerator::emit(size_t index, std::string text) {
+    std::shared_ptr<engine::GenerationSink> sink;
+    {
+        std::lock_guard lock(mu_);
+        if (calls_.at(index)->finished) {
+            return;
+        }
+        sink = calls_.at(index)->sink;
+    }
+    engine::TokenDelta delta;
+    delta.text = std::move(text);
+    delta.token_ids = {1};
+    engine::TokenLogprob lp;
+    lp.token = delta.text;
+    lp.id = 1;
+    lp.logprob = -0.5f;
+    delta.logprobs.push_back(lp);
+    sink->on_delta(std::move(delta));
+}
+
+void ScriptedGenerator::finish(size_t index, engine::FinishReason reason, engine::Usage usage,
+                               Status error) {
+    std::shared_ptr<engine::GenerationSink> sink;
+    {
+        std::lock_guard lock(mu_);
+        if (calls_.at(index)->finished) {
+            return;
+        }
+        calls_.at(index)->finished = true;
+        sink = calls_.at(index)->sink;
+    }
+    engine::Finish finish;
+    finish.reason = reason;
+    finish.usage = usage;
+    finish.error = std::move(error);
+    sink->on_finish(std::move(finish));
+    cv_.notify_all();
+}
+
+}  // namespace edge::testing

@@ -1,0 +1,60 @@
+#pragma once
+
+// ScriptedGenerator is a Generator for API tests: it serves a configured model list, fails
+// submit() with a configured Status, and otherwise records each request so the test thread can
+// emit deltas and finish it whenever it likes (the test drives the timing). cancel() is recorded
+// and wakes waiters. Thread-safe: every method locks one mutex; sink callbacks run on the thread
+// calling emit()/finish().
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "engine/generator.h"
+
+namespace edge::testing {
+
+class ScriptedGenerator final : public engine::Generator {
+public:
+    struct Call {
+        engine::GenerateRequest request;
+        std::shared_ptr<engine::GenerationSink> sink;
+        bool cancelled = false;
+        bool finished = false;
+    };
+
+    explicit ScriptedGenerator(std::vector<std::string> model_names = {"test-model"});
+
+    std::vector<engine::ModelInfo> models() const override;
+    Result<std::shared_ptr<engine::GenerationHandle>> submit(
+        engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) override;
+    bool ready() const override { return ready_; }
+
+    // The next submit() fails with `status` (once).
+    void fail_next_submit(Status status);
+    void set_ready(bool ready) { ready_ = ready; }
+
+    // Blocks until request number `index` (0-based) was submitted; false on timeout.
+    bool wait_for_request(size_t index, int timeout_ms = 5000);
+    bool wait_cancelled(size_t index, int timeout_ms = 5000);
+    // Copies of what was submitted.
+    engine::GenerateRequest request(size_t index) const;
+    bool cancelled(size_t index) const;
+
+    void emit(size_t index, std::string text);
+    void finish(size_t index, engine::FinishReason reason, engine::Usage usage,
+                Status error = Status());
+
+private:
+    class Handle;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::string> names_;
+    std::vector<std::shared_ptr<Call>> calls_;
+    std::optional<Status> fail_next_;
+    bool ready_ = true;
+};
+
+}  // namespace edge::testing

@@ -1,0 +1,80 @@
+#include "tests/testing/test_certs.h"
+
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "common/check.h"
+
+namespace edge::testing {
+
+TempDir::TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "edge-test-XXXXXX").string();
+    char* made = mkdtemp(tmpl.data());
+    EDGE_CHECK(made != nullptr, "mkdtemp failed");
+    path_ = made;
+}
+
+TempDir::~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::write(const std::string& name, const std::string& contents) const {
+    std::string p = file(name);
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << contents;
+    EDGE_CHECK(out.good(), "cannot write " + p);
+    return p;
+}
+
+TestCertificate make_certificate(const std::string& dir, const std::string& stem,
+                                 const std::vector<std::string>& dns_names) {
+    EDGE_CHECK(!dns_names.empty());
+    std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(EVP_EC_gen("P-256"), EVP_PKEY_free);
+    EDGE_CHECK(key != nullptr, "EVP_EC_gen failed");
+    std::unique_ptr<X509, decltype(&X509_free)> cert(X509_new(), X509_free);
+    X509_set_version(cert.get(), 2);
+    static long serial = 1000;
+    ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), ++serial);
+    X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert.get()), 2 * 24 * 3600);
+    X509_set_pubkey(cert.get(), key.get());
+    X509_NAME* name = X509_get_subject_name(cert.get());
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(dns_names[0].c_str()), -1,
+                               -1, 0);
+    X509_set_issuer_name(cert.get(), name);
+    std::string san;
+    for (const std::string& n : dns_names) {
+        san += (san.empty() ? "DNS:" : ",DNS:") + n;
+    }
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, cert.get(), cert.get(), nullptr, nullptr, 0);
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, NID_subject_alt_name, san.c_str());
+    EDGE_CHECK(ext != nullptr, "SAN extension");
+    X509_add_ext(cert.get(), ext, -1);
+    X509_EXTENSION_free(ext);
+    EDGE_CHECK(X509_sign(cert.get(), key.get(), EVP_sha256()) > 0, "X509_sign failed");
+
+    TestCertificate out{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", dns_names[0]};
+    FILE* f = std::fopen(out.cert_path.c_str(), "w");
+    EDGE_CHECK(f != nullptr);
+    PEM_write_X509(f, cert.get());
+    std::fclose(f);
+    f = std::fopen(out.key_path.c_str(), "w");
+    EDGE_CHECK(f != nullptr);
+    PEM_write_PrivateKey(f, key.get(), nullptr, nullptr, 0, nullptr, nullptr);
+    std::fclose(f);
+    return out;
+}
+
+}  // namespace edge::testing

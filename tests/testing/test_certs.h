@@ -1,0 +1,39 @@
+#pragma once
+
+// Test helpers: temporary directories and certificates generated at test time with OpenSSL
+// (EC P-256 keys, self-signed certificates with DNS subjectAltNames). Nothing is embedded.
+// Not thread-safe; call from the test's thread.
+
+#include <string>
+#include <vector>
+
+namespace edge::testing {
+
+// A fresh directory under $TMPDIR, removed (recursively) on destruction.
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::string& path() const { return path_; }
+    std::string file(const std::string& name) const { return path_ + "/" + name; }
+    // Writes `contents` to `name` and returns the full path.
+    std::string write(const std::string& name, const std::string& contents) const;
+
+private:
+    std::string path_;
+};
+
+struct TestCertificate {
+    std::string cert_path;
+    std::string key_path;
+    std::string common_name;
+};
+
+// Writes `<dir>/<stem>.crt` and `<dir>/<stem>.key`: a self-signed certificate for `dns_names`
+// (the first is the common name), valid from one hour ago for two days. Aborts the test on error.
+TestCertificate make_certificate(const std::string& dir, const std::string& stem,
+                                 const std::vector<std::string>& dns_names);
+
+}  // namespace edge::testing

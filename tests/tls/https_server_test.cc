@@ -1,0 +1,422 @@
+// The HTTPS server over real loopback sockets with certificates generated at test time.
+
+#include "tls/http_server.h"
+
+#include <doctest/doctest.h>
+
+#include <openssl/ssl.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+#include "tls/tls_context.h"
+
+using namespace edge;
+using namespace edge::tls;
+using edge::testing::TlsClient;
+using edge::testing::TlsClientOptions;
+
+namespace {
+
+// Answers with what it saw; "/hold" parks the channel for the test to answer later.
+class EchoHandler final : public HttpHandler {
+public:
+    void handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) override {
+        if (request.path() == "/hold") {
+            std::lock_guard lock(mu_);
+            held_ = channel;
+            held_promise_.set_value();
+            return;
+        }
+        HttpResponse r;
+        r.body = "remote=" + request.remote_address + " sni=" + request.server_name +
+                 " body=" + std::to_string(request.body.size());
+        channel->respond(std::move(r));
+    }
+    std::shared_ptr<ResponseChannel> wait_held() {
+        held_future_.wait_for(std::chrono::seconds(5));
+        std::lock_guard lock(mu_);
+        return held_;
+    }
+
+private:
+    std::mutex mu_;
+    std::shared_ptr<ResponseChannel> held_;
+    std::promise<void> held_promise_;
+    std::future<void> held_future_ = held_promise_.get_future();
+};
+
+struct Fixture {
+    explicit Fixture(HttpLimits limits = {}, std::vector<std::string> trusted = {"127.0.0.0/8"},
+                     int io_threads = 1) {
+        a = testing::make_certificate(dir.path(), "a", {"localhost"});
+        b = testing::make_certificate(dir.path(), "b", {"other.test", "*.wild.test"});
+        auto store = TlsContextStore::create(
+            {{{"localhost"}, a.cert_path, a.key_path},
+             {{"other.test", "*.wild.test"}, b.cert_path, b.key_path}});
+        REQUIRE(store.ok());
+        tls = std::move(store).value();
+        HttpServerConfig config;
+        config.address = "127.0.0.1";
+        config.port = 0;
+        config.limits = limits;
+        config.proxy_trusted = *CidrSet::parse(trusted);
+        config.io_threads = io_threads;
+        auto created = HttpServer::create(io, config, *tls, handler, nullptr);
+        REQUIRE(created.ok());
+        server = std::move(created).value();
+        server->start();
+        for (int i = 0; i < io_threads; ++i) {
+            threads.emplace_back([this] {
+                auto guard = boost::asio::make_work_guard(io);
+                io.run();
+            });
+        }
+    }
+    ~Fixture() {
+        if (!stopped) {
+            server->stop(std::chrono::milliseconds(0));
+        }
+        io.stop();
+        for (auto& t : threads) {
+            t.join();
+        }
+        server.reset();
+    }
+    Result<std::unique_ptr<TlsClient>> connect(TlsClientOptions o = {}) {
+        return TlsClient::connect(server->port(), std::move(o));
+    }
+
+    testing::TempDir dir;
+    testing::TestCertificate a, b;
+    boost::asio::io_context io;
+    EchoHandler handler;
+    std::unique_ptr<TlsContextStore> tls;
+    std::unique_ptr<HttpServer> server;
+    std::vector<std::thread> threads;
+    bool stopped = false;
+};
+
+std::string get_body(TlsClient& c, const std::string& path = "/x") {
+    REQUIRE(c.send(testing::http_request("GET", path)).ok());
+    auto reply = c.read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 200);
+    return reply->body;
+}
+
+}  // namespace
+
+TEST_CASE("TLS 1.3 and TLS 1.2 handshakes, ALPN http/1.1 and keep-alive") {
+    Fixture f;
+    for (int version : {TLS1_3_VERSION, TLS1_2_VERSION}) {
+        TlsClientOptions o;
+        o.min_version = version;
+        o.max_version = version;
+        auto c = f.connect(o);
+        REQUIRE(c.ok());
+        CHECK((*c)->protocol_version() == (version == TLS1_3_VERSION ? "TLSv1.3" : "TLSv1.2"));
+        CHECK((*c)->alpn() == "http/1.1");
+        CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+        CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Same connection.
+    }
+    TlsClientOptions old;
+    old.max_version = TLS1_1_VERSION;
+    CHECK_FALSE(f.connect(old).ok());
+}
+
+TEST_CASE("SNI selects the certificate chain and unknown names get the default") {
+    Fixture f;
+    auto pick = [&](const std::string& name) {
+        TlsClientOptions o;
+        o.server_name = name;
+        auto c = f.connect(o);
+        REQUIRE(c.ok());
+        return (*c)->peer_common_name();
+    };
+    CHECK(pick("localhost") == "localhost");
+    CHECK(pick("other.test") == "other.test");
+    CHECK(pick("OTHER.test") == "other.test");
+    CHECK(pick("a.wild.test") == "other.test");
+    CHECK(pick("a.b.wild.test") == "localhost");
+    CHECK(pick("unknown.example") == "localhost");
+    CHECK(pick("") == "localhost");
+}
+
+TEST_CASE("sessions resume over TLS 1.3 and TLS 1.2") {
+    Fixture f;
+    for (int version : {TLS1_3_VERSION, TLS1_2_VERSION}) {
+        TlsClientOptions o;
+        o.min_version = version;
+        o.max_version = version;
+        auto first = f.connect(o);
+        REQUIRE(first.ok());
+        get_body(**first);
+        SSL_SESSION* session = (*first)->take_session();
+        REQUIRE(session != nullptr);
+        o.resume = session;
+        auto second = f.connect(o);
+        REQUIRE(second.ok());
+        CHECK((*second)->session_reused());
+        get_body(**second);
+        SSL_SESSION_free(session);
+    }
+}
+
+TEST_CASE(
+    "reload: open connections keep working and new handshakes get the new certificate while a "
+    "broken key keeps the old one") {
+    Fixture f;
+    auto open = f.connect();
+    REQUIRE(open.ok());
+    CHECK((*open)->peer_common_name() == "localhost");
+    testing::TempDir fresh;
+    auto next = testing::make_certificate(fresh.path(), "n", {"reloaded.test", "localhost"});
+    std::filesystem::copy_file(next.cert_path, f.a.cert_path,
+                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(next.key_path, f.a.key_path,
+                               std::filesystem::copy_options::overwrite_existing);
+    REQUIRE(f.tls->reload().ok());
+    auto after = f.connect();
+    REQUIRE(after.ok());
+    CHECK((*after)->peer_common_name() == "reloaded.test");
+    CHECK(get_body(**open) == "remote=127.0.0.1 sni=localhost body=0");
+
+    f.dir.write("a.key", "-----BEGIN PRIVATE KEY-----\ngarbage\n-----END PRIVATE KEY-----\n");
+    Status broken = f.tls->reload();
+    CHECK_FALSE(broken.ok());
+    CHECK(broken.message().find("a.key") != std::string::npos);
+    auto still = f.connect();
+    REQUIRE(still.ok());
+    CHECK((*still)->peer_common_name() == "reloaded.test");
+    CHECK(get_body(**open) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
+TEST_CASE("PROXY v1 and v2 from a trusted balancer set the client address") {
+    Fixture f;
+    TlsClientOptions v1;
+    v1.before_handshake = "PROXY TCP4 203.0.113.7 127.0.0.1 40000 443\r\n";
+    auto c1 = f.connect(v1);
+    REQUIRE(c1.ok());
+    CHECK(get_body(**c1) == "remote=203.0.113.7 sni=localhost body=0");
+
+    TlsClientOptions v2;
+    v2.before_handshake = std::string("\r\n\r\n\0\r\nQUIT\n", 12) + "\x21\x11" +
+                          std::string("\0\x0c", 2) +
+                          std::string("\xc6\x33\x64\x09\x7f\x00\x00\x01\x9c\x40\x01\xbb", 12);
+    auto c2 = f.connect(v2);
+    REQUIRE(c2.ok());
+    CHECK(get_body(**c2) == "remote=198.51.100.9 sni=localhost body=0");
+
+    TlsClientOptions bad;
+    bad.before_handshake = "PROXY TCP4 nonsense\r\n";
+    CHECK_FALSE(f.connect(bad).ok());
+}
+
+TEST_CASE("PROXY headers from untrusted peers are refused") {
+    Fixture f(HttpLimits{}, {"10.0.0.0/8"});
+    TlsClientOptions v1;
+    v1.before_handshake = "PROXY TCP4 203.0.113.7 127.0.0.1 40000 443\r\n";
+    CHECK_FALSE(f.connect(v1).ok());
+    auto plain = f.connect();
+    REQUIRE(plain.ok());
+    CHECK(get_body(**plain) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
+TEST_CASE("bad input: malformed request line, oversized header and body, stalled client") {
+    HttpLimits limits;
+    limits.header_timeout = std::chrono::milliseconds(200);
+    limits.max_header_bytes = 2048;
+    limits.max_body_bytes = 1024;
+    Fixture f(limits);
+    {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("GARBAGE\r\n\r\n").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(r->headers["connection"] == "close");
+    }
+    {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("GET", "/x", "",
+                                                 "X-Big: " + std::string(4000, 'a') + "\r\n"))
+                    .ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 431);
+    }
+    {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 413);
+    }
+    {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        CHECK(get_body(**c, "/x") == "remote=127.0.0.1 sni=localhost body=0");
+        REQUIRE((*c)->send("GET /x HTTP/1.1\r\nHost: loc").ok());  // ...and stalls.
+        auto started = std::chrono::steady_clock::now();
+        CHECK((*c)->wait_closed());
+        CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+    }
+    {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("POST", "/x", std::string(1000, 'b'))).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->body == "remote=127.0.0.1 sni=localhost body=1000");
+    }
+}
+
+TEST_CASE("TLS garbage and a stalled handshake are closed while others are still served") {
+    HttpLimits limits;
+    limits.handshake_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto fd = testing::tcp_connect(f.server->port());
+    REQUIRE(fd.ok());
+    std::string garbage = "this is not TLS at all\r\n\r\n" + std::string(300, '\x17');
+    CHECK(::send(*fd, garbage.data(), garbage.size(), MSG_NOSIGNAL) > 0);
+    char buf[512];
+    ssize_t n;
+    while ((n = ::recv(*fd, buf, sizeof(buf), 0)) > 0) {
+    }
+    CHECK(n <= 0);
+    ::close(*fd);
+
+    auto stalled = testing::tcp_connect(f.server->port());
+    REQUIRE(stalled.ok());
+    CHECK(::recv(*stalled, buf, sizeof(buf), 0) <= 0);  // Closed by the handshake timeout.
+    ::close(*stalled);
+
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
+TEST_CASE("connections beyond max_connections are closed at once") {
+    HttpLimits limits;
+    limits.max_connections = 2;
+    Fixture f(limits);
+    auto c1 = f.connect();
+    auto c2 = f.connect();
+    REQUIRE(c1.ok());
+    REQUIRE(c2.ok());
+    CHECK_FALSE(f.connect().ok());
+    c1->reset();
+    for (int i = 0; i < 200 && f.server->open_connections() > 1; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on a socket close.
+    }
+    CHECK(f.connect().ok());
+}
+
+TEST_CASE("drain: the request in flight completes with Connection: close, new connections are "
+          "refused") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    auto idle = f.connect();
+    REQUIRE(idle.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    auto stopper = std::async(std::launch::async, [&] {
+        f.server->stop(std::chrono::seconds(10));
+        f.stopped = true;
+    });
+    CHECK((*idle)->wait_closed());  // Idle keep-alive connections go at once.
+    for (int i = 0; i < 200 && testing::tcp_connect(f.server->port()).ok(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK_FALSE(testing::tcp_connect(f.server->port()).ok());
+    channel->respond(HttpResponse{200, "text/plain", {}, "finished"});
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "finished");
+    CHECK(r->headers["connection"] == "close");
+    CHECK(stopper.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+}
+
+TEST_CASE("drain deadline closes requests that do not finish") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    REQUIRE(f.handler.wait_held() != nullptr);
+    auto started = std::chrono::steady_clock::now();
+    f.server->stop(std::chrono::milliseconds(200));
+    f.stopped = true;
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+    CHECK((*c)->wait_closed());
+    CHECK(f.server->open_connections() == 0);
+}
+
+TEST_CASE("several I/O threads serve concurrent clients (connections on strands)") {
+    Fixture f(HttpLimits{}, {"127.0.0.0/8"}, 3);
+    std::vector<std::future<int>> clients;
+    for (int i = 0; i < 8; ++i) {
+        clients.push_back(std::async(std::launch::async, [&] {
+            auto c = f.connect();
+            if (!c.ok()) {
+                return 0;
+            }
+            int ok = 0;
+            for (int j = 0; j < 20; ++j) {
+                if (!(*c)->send(testing::http_request("POST", "/x", "abc")).ok()) {
+                    break;
+                }
+                auto r = (*c)->read_response();
+                ok += r.ok() && r->body == "remote=127.0.0.1 sni=localhost body=3";
+            }
+            return ok;
+        }));
+    }
+    for (auto& c : clients) {
+        CHECK(c.get() == 20);
+    }
+}
+
+TEST_CASE("idle keep-alive connections close after the idle timeout") {
+    HttpLimits limits;
+    limits.idle_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+    auto started = std::chrono::steady_clock::now();
+    CHECK((*c)->wait_closed());
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+}
+
+TEST_CASE("Expect: 100-continue gets an interim response before the body is sent") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n"
+                       "Expect: 100-continue\r\n\r\n")
+                .ok());
+    auto interim = (*c)->read_until("\r\n\r\n");
+    REQUIRE(interim.ok());
+    CHECK(interim->find("100 Continue") != std::string::npos);
+    REQUIRE((*c)->send("abcd").ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=4");
+}

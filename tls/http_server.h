@@ -1,0 +1,75 @@
+#pragma once
+
+// HttpServer is the public HTTPS listener: TCP accept, optional PROXY protocol header from trusted
+// load balancers, TLS handshake (tls/tls_context.h picks the chain by SNI), then HTTP/1.1 with
+// keep-alive, each request handed to an HttpHandler. Every step has a timeout; header and body
+// sizes and the connection count are bounded, so a slow or hostile client costs one socket.
+//
+// Threading: runs on the io_context it is given (any number of threads; each connection lives on
+// its own strand). start() and port() from any thread; stop() blocks and must be called from a
+// thread that is not running the io_context. Lifetime: the io_context, the TlsContextStore, the
+// handler and the observer must outlive the server; the io_context must keep running until stop()
+// returns.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "tls/cidr.h"
+#include "tls/http_types.h"
+#include "tls/tls_context.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace edge::tls {
+
+struct HttpLimits {
+    std::chrono::milliseconds handshake_timeout{10'000};  // PROXY header + TLS handshake.
+    std::chrono::milliseconds header_timeout{10'000};     // From first byte to end of headers.
+    std::chrono::milliseconds body_timeout{30'000};       // Reading the request body.
+    std::chrono::milliseconds idle_timeout{60'000};       // Keep-alive wait for the next request.
+    std::chrono::milliseconds write_timeout{30'000};      // One write to a stalled reader.
+    size_t max_header_bytes = 16 * 1024;                  // Request line + headers, bytes.
+    size_t max_body_bytes = 4 * 1024 * 1024;              // Request body, bytes.
+    size_t max_connections = 10'000;                      // Open connections at most.
+};
+
+struct HttpServerConfig {
+    std::string address = "0.0.0.0";  // Listen address (IPv4 or IPv6 literal).
+    uint16_t port = 8443;              // 0 picks a free port (see port()).
+    HttpLimits limits;
+    CidrSet proxy_trusted;  // Peers allowed to send a PROXY header; anyone else sending one is cut.
+    // Threads that run the io_context. With 1, connections run on the io_context's executor
+    // directly (no strand overhead); with more, each connection gets its own strand.
+    int io_threads = 1;
+};
+
+class HttpServer {
+public:
+    static Result<std::unique_ptr<HttpServer>> create(boost::asio::io_context& io,
+                                                      HttpServerConfig config,
+                                                      TlsContextStore& tls, HttpHandler& handler,
+                                                      ServerObserver* observer);
+    ~HttpServer();
+
+    // The bound port (the real one when configured as 0).
+    uint16_t port() const;
+    void start();
+    // Stops accepting (new connections are refused), closes idle keep-alive connections, lets
+    // requests in flight finish (their responses carry Connection: close) until `deadline`
+    // elapses, then closes what is left. Returns when every connection is gone.
+    void stop(std::chrono::milliseconds deadline);
+    size_t open_connections() const;
+
+    class Impl;
+
+private:
+    explicit HttpServer(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace edge::tls

@@ -1,0 +1,63 @@
+#pragma once
+
+// Internals shared by tls/http_server.cc (accept loop, registry, drain) and tls/http_session.cc
+// (one connection). Includes Beast: include it only from those two files.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "tls/http_server.h"
+
+namespace edge::tls {
+
+class HttpSession;
+
+class HttpServer::Impl {
+public:
+    Impl(boost::asio::io_context& io, HttpServerConfig config, TlsContextStore& tls,
+         HttpHandler& handler, ServerObserver* observer)
+        : io_(io),
+          config_(std::move(config)),
+          tls_(tls),
+          handler_(handler),
+          observer_(observer ? observer : &null_observer_),
+          acceptor_(io) {}
+
+    Status listen();
+    void start_accepting();
+    void stop(std::chrono::milliseconds deadline);
+
+    // Registry of live sessions, for drain. Any thread.
+    void add_session(const std::shared_ptr<HttpSession>& session);
+    void remove_session(HttpSession* session);
+
+    boost::asio::io_context& io_;
+    const HttpServerConfig config_;
+    TlsContextStore& tls_;
+    HttpHandler& handler_;
+    ServerObserver null_observer_;
+    ServerObserver* observer_;
+    boost::asio::ip::tcp::acceptor acceptor_;
+    uint16_t port_ = 0;
+    std::atomic<bool> draining_{false};
+    std::atomic<size_t> open_{0};
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::unordered_map<HttpSession*, std::weak_ptr<HttpSession>> sessions_;
+};
+
+// Starts serving one accepted socket (its executor is the connection's strand).
+void start_session(HttpServer::Impl& server, boost::asio::ip::tcp::socket socket);
+
+// Asks a session, from any thread, to close if idle (drain) or at once (force).
+void notify_session_drain(const std::shared_ptr<HttpSession>& session, bool force);
+
+}  // namespace edge::tls

@@ -1,0 +1,617 @@
+// One public-listener connection: PROXY header, TLS handshake, then HTTP/1.1 requests with
+// keep-alive, as one coroutine on the connection's strand. While a response is pending the
+// connection is watched for the client going away (a concurrent read), so generation is cancelled
+// as soon as the client disconnects.
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <array>
+#include <charconv>
+#include <deque>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include "common/log.h"
+#include "tls/http_server_impl.h"
+#include "tls/proxy_protocol.h"
+
+namespace edge::tls {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Stream = beast::ssl_stream<beast::tcp_stream>;
+using Clock = std::chrono::steady_clock;
+constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+
+namespace {
+
+struct Piece {
+    enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
+    HttpResponse response;
+    std::string data;
+};
+
+std::string_view handshake_failure_reason(const boost::system::error_code& ec) {
+    if (ec == beast::error::timeout) {
+        return "timeout";
+    }
+    if (ec == net::error::eof || ec == net::ssl::error::stream_truncated ||
+        ec == net::error::connection_reset) {
+        return "eof";
+    }
+    if (ec.category() == net::error::get_ssl_category()) {
+        switch (ERR_GET_REASON(static_cast<unsigned long>(ec.value()))) {
+            case SSL_R_HTTP_REQUEST:
+            case SSL_R_HTTPS_PROXY_REQUEST:
+            case SSL_R_WRONG_VERSION_NUMBER:
+            case SSL_R_PACKET_LENGTH_TOO_LONG:
+            case SSL_R_RECORD_LENGTH_MISMATCH:
+                return "not_tls";
+            case SSL_R_UNSUPPORTED_PROTOCOL:
+            case SSL_R_TLSV1_ALERT_PROTOCOL_VERSION:
+                return "version";
+            case SSL_R_NO_SHARED_CIPHER:
+            case SSL_R_NO_SHARED_GROUPS:
+                return "no_shared_cipher";
+            case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+            case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+            case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+                return "certificate_rejected";
+            default:
+                return "other";
+        }
+    }
+    return "other";
+}
+
+std::string error_body(std::string_view message) {
+    std::string body = R"({"error":{"message":")";
+    body += message;  // Fixed texts only: no escaping needed.
+    body += R"(","type":"invalid_request_error","param":null,"code":null}})";
+    return body;
+}
+
+}  // namespace
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+public:
+    HttpSession(HttpServer::Impl& server, tcp::socket socket,
+                std::shared_ptr<const TlsGeneration> generation)
+        : server_(server),
+          generation_(std::move(generation)),
+          stream_(beast::tcp_stream(std::move(socket)), generation_->default_context()),
+          signal_(stream_.get_executor()) {}
+
+    ~HttpSession() { server_.remove_session(this); }
+
+    net::awaitable<void> run();
+
+    // Strand only: the channel's pieces for request `seq`.
+    void push(uint64_t seq, Piece piece) {
+        if (seq != seq_ || response_done_ || client_gone_) {
+            return;
+        }
+        pending_.push_back(std::move(piece));
+        signal_.cancel();
+    }
+    void set_gone_callback(uint64_t seq, std::function<void()> callback) {
+        if (seq != seq_ || response_done_) {
+            return;
+        }
+        if (client_gone_) {
+            callback();
+            return;
+        }
+        gone_callback_ = std::move(callback);
+    }
+    // Strand only.
+    void drain(bool force) {
+        drain_requested_ = true;
+        if (force || !busy_) {
+            mark_client_gone();
+            close_socket();
+        }
+        signal_.cancel();
+    }
+    net::any_io_executor executor() { return stream_.get_executor(); }
+
+private:
+    net::awaitable<bool> accept_proxy_and_handshake();
+    net::awaitable<bool> read_request(http::request_parser<http::string_body>& parser);
+    net::awaitable<bool> serve_response(int version, bool keep_alive, Clock::time_point start,
+                                        std::string_view method, std::string_view path);
+    // Coroutine arguments are references and temporaries are named: GCC 12 mis-destroys
+    // temporaries inside co_await expressions.
+    net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive);
+    net::awaitable<void> reject(int status, std::string_view message, int version);
+    net::awaitable<void> wait_signal(Clock::duration timeout);
+    void start_watcher();
+    void mark_client_gone() {
+        if (client_gone_) {
+            return;
+        }
+        client_gone_ = true;
+        if (!response_done_ && gone_callback_) {
+            auto callback = std::move(gone_callback_);
+            gone_callback_ = nullptr;
+            callback();
+        }
+    }
+    void close_socket() {
+        boost::system::error_code ignored;
+        stream_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
+        stream_.next_layer().socket().close(ignored);
+    }
+    bool draining() const { return drain_requested_ || server_.draining_.load(); }
+
+    HttpServer::Impl& server_;
+    std::shared_ptr<const TlsGeneration> generation_;
+    Stream stream_;
+    beast::flat_buffer buffer_;
+    net::steady_timer signal_;
+    std::deque<Piece> pending_;
+    std::function<void()> gone_callback_;
+    std::string remote_;
+    std::string server_name_;
+    std::string write_buffer_;
+    uint64_t seq_ = 0;
+    // Between the first byte of a request and the end of its response; drain closes connections
+    // that are not busy (handshaking, or idle between requests) at once.
+    bool busy_ = false;
+    bool response_done_ = true;
+    bool client_gone_ = false;
+    bool watcher_running_ = false;
+    bool drain_requested_ = false;
+};
+
+namespace {
+
+class ChannelImpl final : public ResponseChannel {
+public:
+    ChannelImpl(net::any_io_executor executor, std::weak_ptr<HttpSession> session, uint64_t seq)
+        : executor_(std::move(executor)), session_(std::move(session)), seq_(seq) {}
+
+    void respond(HttpResponse response) override {
+        deliver(Piece{Piece::kFull, std::move(response), {}});
+    }
+    void begin_stream(HttpResponse head) override {
+        deliver(Piece{Piece::kHead, std::move(head), {}});
+    }
+    void write(std::string chunk) override {
+        deliver(Piece{Piece::kChunk, {}, std::move(chunk)});
+    }
+    void end_stream() override { deliver(Piece{Piece::kEnd, {}, {}}); }
+    void on_client_gone(std::function<void()> callback) override {
+        net::dispatch(executor_, [session = session_, seq = seq_,
+                                  callback = std::move(callback)]() mutable {
+            if (auto s = session.lock()) {
+                s->set_gone_callback(seq, std::move(callback));
+            }
+        });
+    }
+
+private:
+    void deliver(Piece piece) {
+        net::dispatch(executor_,
+                      [session = session_, seq = seq_, piece = std::move(piece)]() mutable {
+                          if (auto s = session.lock()) {
+                              s->push(seq, std::move(piece));
+                          }
+                      });
+    }
+
+    net::any_io_executor executor_;
+    std::weak_ptr<HttpSession> session_;
+    uint64_t seq_;
+};
+
+}  // namespace
+
+net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
+    auto& tcp_layer = stream_.next_layer();
+    boost::system::error_code ec;
+    tcp::endpoint peer = tcp_layer.socket().remote_endpoint(ec);
+    if (ec) {
+        co_return false;
+    }
+    net::ip::address peer_address = peer.address();
+    if (peer_address.is_v6() && peer_address.to_v6().is_v4_mapped()) {
+        peer_address = net::ip::make_address_v4(net::ip::v4_mapped, peer_address.to_v6());
+    }
+    remote_ = peer_address.to_string();
+    bool trusted = false;
+    if (!server_.config_.proxy_trusted.empty()) {
+        Result<IpAddress> ip = IpAddress::parse(remote_);
+        trusted = ip.ok() && server_.config_.proxy_trusted.contains(*ip);
+    }
+    tcp_layer.expires_after(server_.config_.limits.handshake_timeout);
+    for (;;) {
+        auto [read_ec, n] = co_await tcp_layer.async_read_some(buffer_.prepare(512), kTuple);
+        if (read_ec) {
+            server_.observer_->on_handshake(false, handshake_failure_reason(read_ec));
+            co_return false;
+        }
+        buffer_.commit(n);
+        std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+        Result<ProxyParseOutcome> outcome = parse_proxy_header(bytes);
+        if (outcome.ok() && outcome->state == ProxyParseState::kNotProxy) {
+            break;
+        }
+        if (!trusted) {
+            server_.observer_->on_connection_rejected("proxy_untrusted");
+            log::debug("proxy_header_refused", {{"peer", remote_}});
+            co_return false;
+        }
+        if (!outcome.ok()) {
+            server_.observer_->on_connection_rejected("proxy_malformed");
+            log::debug("proxy_header_malformed",
+                       {{"peer", remote_}, {"error", outcome.status().message()}});
+            co_return false;
+        }
+        if (outcome->state == ProxyParseState::kDone) {
+            if (outcome->header.source) {
+                remote_ = outcome->header.source->to_string();
+            }
+            buffer_.consume(outcome->header.consumed);
+            break;
+        }
+    }
+    auto [hs_ec, used] =
+        co_await stream_.async_handshake(net::ssl::stream_base::server, buffer_.data(), kTuple);
+    buffer_.consume(buffer_.size());
+    if (hs_ec) {
+        server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec));
+        co_return false;
+    }
+    SSL* ssl = stream_.native_handle();
+    if (const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name)) {
+        server_name_ = name;
+    }
+    server_.observer_->on_handshake(SSL_session_reused(ssl) == 1, "");
+    co_return true;
+}
+
+net::awaitable<void> HttpSession::wait_signal(Clock::duration timeout) {
+    signal_.expires_after(timeout);
+    co_await signal_.async_wait(kTuple);
+}
+
+void HttpSession::start_watcher() {
+    watcher_running_ = true;
+    stream_.next_layer().expires_never();
+    net::co_spawn(
+        stream_.get_executor(),
+        [self = shared_from_this()]() -> net::awaitable<void> {
+            auto [ec, n] = co_await self->stream_.async_read_some(self->buffer_.prepare(2048),
+                                                                  kTuple);
+            self->watcher_running_ = false;
+            if (ec) {
+                self->mark_client_gone();
+            } else {
+                // The next pipelined request; stop watching, it is read after this response.
+                self->buffer_.commit(n);
+            }
+            self->signal_.cancel();
+        },
+        [](std::exception_ptr) {});
+}
+
+net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
+    // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
+    // request once the buffer has grown.
+    std::string& out = write_buffer_;
+    out.clear();
+    out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    char number[24];
+    auto [end, ec] = std::to_chars(number, number + sizeof(number), response.status);
+    out.append(number, end);
+    out += ' ';
+    out += reason_phrase(response.status);
+    out += "\r\nContent-Type: ";
+    out += response.content_type;
+    out += "\r\n";
+    for (const HttpHeader& h : response.headers) {
+        out += h.name;
+        out += ": ";
+        out += h.value;
+        out += "\r\n";
+    }
+    out += "Content-Length: ";
+    end = std::to_chars(number, number + sizeof(number), response.body.size()).ptr;
+    out.append(number, end);
+    if (!keep_alive) {
+        out += "\r\nConnection: close";
+    } else if (version < 11) {
+        out += "\r\nConnection: keep-alive";
+    }
+    out += "\r\n\r\n";
+    std::array<net::const_buffer, 2> buffers{net::buffer(out), net::buffer(response.body)};
+    if (response.body.size() <= 16 * 1024) {
+        out += response.body;
+        buffers[0] = net::buffer(out);
+        buffers[1] = net::const_buffer();
+    }
+    stream_.next_layer().expires_after(server_.config_.limits.write_timeout);
+    auto [wec, n] = co_await net::async_write(stream_, buffers, kTuple);
+    if (out.capacity() > 64 * 1024) {
+        std::string().swap(out);
+    }
+    co_return !wec;
+}
+
+net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
+    auto start = Clock::now();
+    HttpResponse response{status, "application/json", {}, error_body(message)};
+    co_await write_full(response, version, false);
+    server_.observer_->on_response("", "", status, Clock::now() - start);
+    // Let the client read the answer before the close: stop sending, discard what it still sends
+    // for a short bounded while, then close (closing with unread input would reset the answer).
+    auto& tcp_layer = stream_.next_layer();
+    boost::system::error_code ignored;
+    tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    tcp_layer.expires_after(std::min<Clock::duration>(server_.config_.limits.header_timeout,
+                                                      std::chrono::seconds(1)));
+    size_t discarded = 0;
+    while (discarded < 64 * 1024) {
+        char sink[4096];
+        auto [ec, n] = co_await tcp_layer.async_read_some(net::buffer(sink), kTuple);
+        if (ec) {
+            break;
+        }
+        discarded += n;
+    }
+}
+
+net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string_body>& parser) {
+    const HttpLimits& limits = server_.config_.limits;
+    if (buffer_.size() == 0) {
+        // Keep-alive wait for the next request's first byte.
+        if (draining()) {
+            co_return false;
+        }
+        stream_.next_layer().expires_after(limits.idle_timeout);
+        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kTuple);
+        if (ec) {
+            co_return false;
+        }
+        buffer_.commit(n);
+    }
+    busy_ = true;
+    parser.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
+    parser.body_limit(limits.max_body_bytes);
+    stream_.next_layer().expires_after(limits.header_timeout);
+    auto [ec, n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
+    if (ec == http::error::header_limit) {
+        co_await reject(431, "request header fields too large", 11);
+        co_return false;
+    }
+    if (ec == http::error::body_limit) {
+        co_await reject(413, "request body too large", 11);
+        co_return false;
+    }
+    if (ec && ec.category() == http::make_error_code(http::error::bad_method).category()) {
+        co_await reject(400, "malformed HTTP request", 11);
+        co_return false;
+    }
+    if (ec) {
+        co_return false;  // Timeout, reset or end of stream: nothing to answer.
+    }
+    auto& head = parser.get();
+    if (!parser.is_done()) {
+        auto expect = head[http::field::expect];
+        if (beast::iequals(expect, "100-continue")) {
+            static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+            stream_.next_layer().expires_after(limits.write_timeout);
+            auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());
+            auto [wec, wn] = co_await net::async_write(stream_, continue_buffer, kTuple);
+            if (wec) {
+                co_return false;
+            }
+        }
+        stream_.next_layer().expires_after(limits.body_timeout);
+        auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
+        if (bec == http::error::body_limit) {
+            co_await reject(413, "request body too large", head.version());
+            co_return false;
+        }
+        if (bec && bec.category() == http::make_error_code(http::error::bad_method).category()) {
+            co_await reject(400, "malformed HTTP request body", head.version());
+            co_return false;
+        }
+        if (bec) {
+            co_return false;
+        }
+    }
+    co_return true;
+}
+
+net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
+                                                 Clock::time_point start, std::string_view method,
+                                                 std::string_view path) {
+    int status = 0;
+    bool streaming = false;
+    bool ok = true;
+    const auto write_timeout = server_.config_.limits.write_timeout;
+    for (;;) {
+        if (pending_.empty()) {
+            if (client_gone_) {
+                ok = false;
+                break;
+            }
+            if (!watcher_running_) {
+                start_watcher();
+            }
+            co_await wait_signal(std::chrono::hours(24 * 365));
+            continue;
+        }
+        Piece piece = std::move(pending_.front());
+        pending_.pop_front();
+        keep_alive = keep_alive && !draining();
+        if (piece.kind == Piece::kFull && !streaming) {
+            status = piece.response.status;
+            ok = co_await write_full(piece.response, version, keep_alive);
+            break;
+        }
+        if (piece.kind == Piece::kHead && !streaming) {
+            streaming = true;
+            status = piece.response.status;
+            http::response<http::empty_body> res{static_cast<http::status>(status), version};
+            res.set(http::field::content_type, piece.response.content_type);
+            for (HttpHeader& h : piece.response.headers) {
+                res.set(h.name, h.value);
+            }
+            if (version >= 11) {
+                res.chunked(true);
+            } else {
+                keep_alive = false;
+            }
+            res.keep_alive(keep_alive);
+            http::response_serializer<http::empty_body> serializer{res};
+            stream_.next_layer().expires_after(write_timeout);
+            auto [ec, n] = co_await http::async_write_header(stream_, serializer, kTuple);
+            if (ec) {
+                ok = false;
+                break;
+            }
+            continue;
+        }
+        if (piece.kind == Piece::kChunk && streaming) {
+            // Coalesce whatever else is already queued into one write.
+            while (!pending_.empty() && pending_.front().kind == Piece::kChunk) {
+                piece.data += pending_.front().data;
+                pending_.pop_front();
+            }
+            if (piece.data.empty()) {
+                continue;
+            }
+            stream_.next_layer().expires_after(write_timeout);
+            boost::system::error_code ec;
+            if (version >= 11) {
+                auto chunk = http::make_chunk(net::buffer(piece.data));
+                std::tie(ec, std::ignore) = co_await net::async_write(stream_, chunk, kTuple);
+            } else {
+                auto raw = net::buffer(piece.data);
+                std::tie(ec, std::ignore) = co_await net::async_write(stream_, raw, kTuple);
+            }
+            if (ec) {
+                ok = false;
+                break;
+            }
+            continue;
+        }
+        if (piece.kind == Piece::kEnd && streaming) {
+            if (version >= 11) {
+                stream_.next_layer().expires_after(write_timeout);
+                auto last = http::make_chunk_last();
+                auto [ec, n] = co_await net::async_write(stream_, last, kTuple);
+                ok = !ec;
+            }
+            if (version < 11) {
+                keep_alive = false;
+            }
+            break;
+        }
+        // Out-of-order calls (a chunk before the head, a second respond) are ignored.
+    }
+    response_done_ = true;
+    gone_callback_ = nullptr;
+    if (!ok) {
+        mark_client_gone();
+    }
+    server_.observer_->on_response(method, path, status, Clock::now() - start);
+    co_return ok && keep_alive;
+}
+
+net::awaitable<void> HttpSession::run() {
+    if (!co_await accept_proxy_and_handshake()) {
+        close_socket();
+        co_return;
+    }
+    for (;;) {
+        if (buffer_.size() == 0 && buffer_.capacity() > 16 * 1024) {
+            // An idle connection keeps no large buffer from an earlier big request.
+            buffer_.shrink_to_fit();
+        }
+        http::request_parser<http::string_body> parser;
+        if (!co_await read_request(parser)) {
+            break;
+        }
+        auto start = Clock::now();
+        http::request<http::string_body> beast_request = parser.release();
+        HttpRequest request;
+        request.method = std::string(beast_request.method_string());
+        request.target = std::string(beast_request.target());
+        request.version = beast_request.version();
+        request.headers.reserve(8);
+        for (const auto& field : beast_request) {
+            request.headers.push_back(
+                HttpHeader{std::string(field.name_string()), std::string(field.value())});
+        }
+        request.body = std::move(beast_request.body());
+        request.remote_address = remote_;
+        request.server_name = server_name_;
+        bool keep_alive = beast_request.keep_alive() && !draining();
+        int version = request.version;
+        std::string method = request.method;
+        std::string path(request.path());
+
+        ++seq_;
+        response_done_ = false;
+        gone_callback_ = nullptr;
+        pending_.clear();
+        auto channel =
+            std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_);
+        server_.handler_.handle(std::move(request), std::move(channel));
+        bool again = co_await serve_response(version, keep_alive && !draining(), start, method,
+                                             path);
+        busy_ = false;
+        if (!again || draining()) {
+            break;
+        }
+        if (watcher_running_) {
+            // The watcher read owns the stream; wait for it (next request bytes) or time out.
+            co_await wait_signal(server_.config_.limits.idle_timeout);
+            if (watcher_running_ || client_gone_ || draining()) {
+                break;
+            }
+        }
+    }
+    close_socket();
+}
+
+void start_session(HttpServer::Impl& server, tcp::socket socket) {
+    auto session = std::make_shared<HttpSession>(server, std::move(socket), server.tls_.current());
+    server.add_session(session);
+    server.observer_->on_connection_opened();
+    net::co_spawn(session->executor(), [session]() { return session->run(); },
+                  [](std::exception_ptr e) {
+                      if (e) {
+                          try {
+                              std::rethrow_exception(e);
+                          } catch (const std::exception& ex) {
+                              log::error("session_exception", {{"what", ex.what()}});
+                          } catch (...) {
+                              log::error("session_exception", {{"what", "unknown"}});
+                          }
+                      }
+                  });
+}
+
+void notify_session_drain(const std::shared_ptr<HttpSession>& session, bool force) {
+    net::dispatch(session->executor(), [session, force] { session->drain(force); });
+}
+
+}  // namespace edge::tls

@@ -1,0 +1,60 @@
+#include "tls/http_types.h"
+
+namespace edge::tls {
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) {
+        return false;
+    }
+    for (size_t i = 0; i < a.size(); ++i) {
+        char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] + 32) : a[i];
+        char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] + 32) : b[i];
+        if (x != y) {
+            return false;
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
+std::string_view HttpRequest::header(std::string_view name) const {
+    for (const HttpHeader& h : headers) {
+        if (iequals(h.name, name)) {
+            return h.value;
+        }
+    }
+    return {};
+}
+
+std::string_view HttpRequest::path() const {
+    std::string_view t = target;
+    size_t q = t.find('?');
+    return q == std::string_view::npos ? t : t.substr(0, q);
+}
+
+std::string_view reason_phrase(int status) {
+    switch (status) {
+        case 100: return "Continue";
+        case 200: return "OK";
+        case 204: return "No Content";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 408: return "Request Timeout";
+        case 413: return "Payload Too Large";
+        case 415: return "Unsupported Media Type";
+        case 429: return "Too Many Requests";
+        case 431: return "Request Header Fields Too Large";
+        case 500: return "Internal Server Error";
+        case 501: return "Not Implemented";
+        case 503: return "Service Unavailable";
+        case 504: return "Gateway Timeout";
+        default: return "Unknown";
+    }
+}
+
+}  // namespace edge::tls

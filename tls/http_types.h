@@ -1,0 +1,90 @@
+#pragma once
+
+// The HTTP request/response vocabulary shared by the TLS server (tls/http_server.h) and the
+// handlers that the daemon plugs into it, free of Beast types so that handlers compile quickly.
+// ResponseChannel is how a handler answers: one full response, or a streamed one (head, chunks,
+// end). Plain values; ResponseChannel's contract is on the class.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace edge::tls {
+
+struct HttpHeader {
+    std::string name;  // As received (compare case-insensitively).
+    std::string value;
+};
+
+struct HttpRequest {
+    std::string method;  // "GET", "POST", ...
+    std::string target;  // Path and query as received.
+    int version = 11;    // 10 or 11.
+    std::vector<HttpHeader> headers;
+    std::string body;
+    std::string remote_address;  // The client: from the PROXY header when one was accepted.
+    std::string server_name;     // SNI name the client asked for ("" when none).
+
+    // The first header named `name` (ASCII case-insensitive), or "" when absent.
+    std::string_view header(std::string_view name) const;
+    // The target without its query string.
+    std::string_view path() const;
+};
+
+struct HttpResponse {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::vector<HttpHeader> headers;  // Extra headers (Retry-After, Allow, ...).
+    std::string body;
+};
+
+// A handler's way to answer one request. Thread-safe: every call may come from any thread (an
+// engine thread, typically); calls are applied in order on the connection's strand. Exactly one
+// of respond() or begin_stream() ... end_stream() must happen; later calls are ignored. Calls after
+// the client went away are ignored (cheaply).
+class ResponseChannel {
+public:
+    virtual ~ResponseChannel() = default;
+    virtual void respond(HttpResponse response) = 0;
+    // Starts a chunked (or, for HTTP/1.0, close-delimited) response: `response.body` is ignored.
+    virtual void begin_stream(HttpResponse head) = 0;
+    virtual void write(std::string chunk) = 0;
+    virtual void end_stream() = 0;
+    // `callback` runs once, on the connection's strand, if the client disconnects or the
+    // connection is closed before the response was fully written. Set it before answering.
+    virtual void on_client_gone(std::function<void()> callback) = 0;
+};
+
+class HttpHandler {
+public:
+    virtual ~HttpHandler() = default;
+    // Called on the connection's strand; must not block. May answer inline or later.
+    virtual void handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) = 0;
+};
+
+// Hooks for metrics. Called on connection strands (any I/O thread); implementations are
+// thread-safe.
+class ServerObserver {
+public:
+    virtual ~ServerObserver() = default;
+    virtual void on_connection_opened() {}
+    virtual void on_connection_closed() {}
+    // reason: "limit" (max_connections), "proxy_untrusted", "proxy_malformed", "draining".
+    virtual void on_connection_rejected(std::string_view reason) {}
+    // failure_reason: "" on success, else "timeout", "eof", "not_tls", "version",
+    // "no_shared_cipher", "certificate_rejected", "other".
+    virtual void on_handshake(bool resumed, std::string_view failure_reason) {}
+    // After the response's last byte was written (or writing failed). `method` is "" for
+    // responses the server makes itself (400 malformed, 413, 431).
+    virtual void on_response(std::string_view method, std::string_view path, int status,
+                             std::chrono::nanoseconds duration) {}
+};
+
+// Standard reason phrase, for the status line of streamed heads and logs.
+std::string_view reason_phrase(int status);
+
+}  // namespace edge::tls

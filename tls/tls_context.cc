@@ -1,0 +1,177 @@
+#include "tls/tls_context.h"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <cstring>
+
+#include <boost/asio/ssl/context.hpp>
+
+namespace edge::tls {
+namespace {
+
+constexpr unsigned char kSessionIdContext[] = "edgeserve";
+
+std::string openssl_errors() {
+    std::string out;
+    while (unsigned long e = ERR_get_error()) {
+        char buf[256];
+        ERR_error_string_n(e, buf, sizeof(buf));
+        if (!out.empty()) {
+            out += "; ";
+        }
+        out += buf;
+    }
+    return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+bool name_matches(std::string_view pattern, std::string_view name) {
+    auto lower_equal = [](std::string_view a, std::string_view b) {
+        if (a.size() != b.size()) {
+            return false;
+        }
+        for (size_t i = 0; i < a.size(); ++i) {
+            char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] + 32) : a[i];
+            char y = b[i] >= 'A' && b[i] <= 'Z' ? static_cast<char>(b[i] + 32) : b[i];
+            if (x != y) {
+                return false;
+            }
+        }
+        return true;
+    };
+    if (pattern.size() > 2 && pattern.substr(0, 2) == "*.") {
+        // "*.example.org" matches exactly one label in front of "example.org".
+        size_t dot = name.find('.');
+        if (dot == std::string_view::npos || dot == 0) {
+            return false;
+        }
+        return lower_equal(pattern.substr(1), name.substr(dot));
+    }
+    return lower_equal(pattern, name);
+}
+
+int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+                unsigned int inlen, void*) {
+    // Only HTTP/1.1 is spoken; a client offering only h2 proceeds without ALPN.
+    static constexpr unsigned char kHttp11[] = {'h', 't', 't', 'p', '/', '1', '.', '1'};
+    unsigned int i = 0;
+    while (i < inlen) {
+        unsigned int len = in[i];
+        if (i + 1 + len > inlen) {
+            break;
+        }
+        if (len == sizeof(kHttp11) && std::memcmp(in + i + 1, kHttp11, len) == 0) {
+            *out = in + i + 1;
+            *outlen = static_cast<unsigned char>(len);
+            return SSL_TLSEXT_ERR_OK;
+        }
+        i += 1 + len;
+    }
+    return SSL_TLSEXT_ERR_NOACK;
+}
+
+int select_certificate(SSL* ssl, int*, void* arg) {
+    const auto* generation = static_cast<const TlsGeneration*>(arg);
+    const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (name == nullptr) {
+        return SSL_TLSEXT_ERR_OK;
+    }
+    size_t chain = generation->chain_for(name);
+    if (chain != 0) {
+        // Safe: the generation outlives every connection that started with it.
+        SSL_set_SSL_CTX(ssl, generation->native_context(chain));
+    }
+    return SSL_TLSEXT_ERR_OK;
+}
+
+}  // namespace
+
+TlsGeneration::~TlsGeneration() = default;
+
+boost::asio::ssl::context& TlsGeneration::default_context() const { return *chains_[0].context; }
+
+size_t TlsGeneration::chain_for(std::string_view server_name) const {
+    for (size_t i = 0; i < chains_.size(); ++i) {
+        for (const std::string& pattern : chains_[i].server_names) {
+            if (name_matches(pattern, server_name)) {
+                return i;
+            }
+        }
+    }
+    return 0;
+}
+
+SSL_CTX* TlsGeneration::native_context(size_t chain) const {
+    return chains_[chain].context->native_handle();
+}
+
+Result<std::unique_ptr<TlsContextStore>> TlsContextStore::create(
+    std::vector<CertificateConfig> certs) {
+    if (certs.empty()) {
+        return invalid_argument_error("no certificates configured for the TLS listener");
+    }
+    std::unique_ptr<TlsContextStore> store(new TlsContextStore(std::move(certs)));
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, store->build(1));
+    store->current_ = std::move(generation);
+    store->next_number_ = 2;
+    return store;
+}
+
+std::shared_ptr<const TlsGeneration> TlsContextStore::current() const {
+    std::lock_guard lock(mu_);
+    return current_;
+}
+
+Status TlsContextStore::reload() {
+    uint64_t number;
+    {
+        std::lock_guard lock(mu_);
+        number = next_number_++;
+    }
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, build(number));
+    std::lock_guard lock(mu_);
+    current_ = std::move(generation);
+    return ok_status();
+}
+
+Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(uint64_t number) const {
+    std::shared_ptr<TlsGeneration> generation(new TlsGeneration());
+    generation->number_ = number;
+    ERR_clear_error();
+    for (const CertificateConfig& cert : certs_) {
+        auto context = std::make_unique<boost::asio::ssl::context>(
+            boost::asio::ssl::context::tls_server);
+        SSL_CTX* ctx = context->native_handle();
+        SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+        SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                     SSL_OP_NO_COMPRESSION);
+        // Idle connections keep no TLS buffers, so many of them cost little memory.
+        SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+        SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext) - 1);
+        SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+        SSL_CTX_sess_set_cache_size(ctx, 20000);
+        SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+        if (SSL_CTX_use_certificate_chain_file(ctx, cert.cert_path.c_str()) != 1) {
+            return invalid_argument_error("cannot load certificate chain '" + cert.cert_path +
+                                          "': " + openssl_errors());
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, cert.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
+            return invalid_argument_error("cannot load private key '" + cert.key_path +
+                                          "': " + openssl_errors());
+        }
+        if (SSL_CTX_check_private_key(ctx) != 1) {
+            return invalid_argument_error("private key '" + cert.key_path +
+                                          "' does not match certificate '" + cert.cert_path +
+                                          "': " + openssl_errors());
+        }
+        generation->chains_.push_back(TlsGeneration::Chain{cert.server_names, std::move(context)});
+    }
+    SSL_CTX* default_ctx = generation->chains_[0].context->native_handle();
+    SSL_CTX_set_tlsext_servername_callback(default_ctx, +[](SSL* ssl, int* al, void* arg) {
+        return select_certificate(ssl, al, arg);
+    });
+    SSL_CTX_set_tlsext_servername_arg(default_ctx, generation.get());
+    return generation;
+}
+
+}  // namespace edge::tls

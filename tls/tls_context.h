@@ -1,0 +1,78 @@
+#pragma once
+
+// TlsContextStore owns the server's OpenSSL contexts: one per certificate chain, the first being
+// the default, with SNI choosing among them by server name (exact or "*.suffix" wildcard). A set of
+// contexts is an immutable TlsGeneration; reload() builds a new generation from the files and swaps
+// it in only when every chain loads, so a broken key file keeps the old certificates. Connections
+// hold the generation they started with (shared_ptr) for their whole life, so open connections are
+// never disturbed by a reload; new handshakes get the new one.
+//
+// Threading: current() and reload() are thread-safe. A TlsGeneration is immutable and shareable.
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace boost::asio::ssl {
+class context;
+}
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX.
+
+namespace edge::tls {
+
+struct CertificateConfig {
+    std::vector<std::string> server_names;  // SNI names served by this chain ("*.x.org" allowed).
+    std::string cert_path;                  // PEM file: leaf certificate then intermediates.
+    std::string key_path;                   // PEM file: the leaf's private key.
+};
+
+class TlsGeneration {
+public:
+    ~TlsGeneration();
+    TlsGeneration(const TlsGeneration&) = delete;
+    TlsGeneration& operator=(const TlsGeneration&) = delete;
+
+    // The context a new connection starts with; SNI may move it to another chain's context.
+    boost::asio::ssl::context& default_context() const;
+    // Index of the chain serving `server_name` (the default chain, 0, when none matches).
+    size_t chain_for(std::string_view server_name) const;
+    // The OpenSSL context of chain `chain` (< number of chains).
+    ssl_ctx_st* native_context(size_t chain) const;
+    uint64_t number() const { return number_; }
+
+private:
+    friend class TlsContextStore;
+    TlsGeneration() = default;
+
+    struct Chain {
+        std::vector<std::string> server_names;
+        std::unique_ptr<boost::asio::ssl::context> context;
+    };
+    std::vector<Chain> chains_;
+    uint64_t number_ = 0;
+};
+
+class TlsContextStore {
+public:
+    // Loads every chain; any unreadable or mismatched file is an error naming it.
+    static Result<std::unique_ptr<TlsContextStore>> create(std::vector<CertificateConfig> certs);
+
+    std::shared_ptr<const TlsGeneration> current() const;
+
+    // Re-reads the same files. On error, the current generation stays and the error is returned.
+    Status reload();
+
+private:
+    explicit TlsContextStore(std::vector<CertificateConfig> certs) : certs_(std::move(certs)) {}
+    Result<std::shared_ptr<TlsGeneration>> build(uint64_t number) const;
+
+    std::vector<CertificateConfig> certs_;
+    mutable std::mutex mu_;
+    std::shared_ptr<const TlsGeneration> current_;
+    uint64_t next_number_ = 1;
+};
+
+}  // namespace edge::tls
