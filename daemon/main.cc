@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "daemon/commands.h"
+#include "engine/tools/generate.h"
+#include "engine/tools/make_model.h"
 
 namespace {
 
@@ -19,6 +21,11 @@ constexpr Command kCommands[] = {
     {"run", edge::daemon::run_main, "run --config FILE      serve (until SIGTERM)"},
     {"check-config", edge::daemon::check_config_main,
      "check-config FILE      validate a config file"},
+    {"generate", edge::engine::generate_main,
+     "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
+     "         [--temperature T] [--seed N] [--ids] [--chat]   run a checkpoint without the daemon"},
+    {"make-model", edge::engine::make_model_main,
+     "make-model --preset tiny|bench --out DIR [--seed N]   write a random Qwen3-MoE checkpoint"},
 };
 
 void usage(FILE* out) {

@@ -1,5 +1,9 @@
 #include "daemon/api/api_error.h"
 
+#include <algorithm>
+#include <cctype>
+#include <string_view>
+
 #include <boost/json.hpp>
 
 namespace edge::daemon::api {
@@ -50,16 +54,23 @@ ApiError api_error_from_status(const Status& status, const std::string& model) {
         case StatusCode::kInvalidArgument: {
             e.status = 400;
             e.message = status.message();
-            // Engines name the field as "param NAME: message" when they know it.
+            // The engine names the offending field first: "max_tokens: ..." or "prompt[3]: ...".
+            // That field becomes the OpenAI `param`, as the API layer spells its own ("messages[0].role").
             const std::string& m = status.message();
-            if (m.rfind("param ", 0) == 0) {
-                size_t colon = m.find(':');
-                if (colon != std::string::npos) {
-                    e.param = m.substr(6, colon - 6);
-                    e.message = m.substr(colon + 1);
-                    if (!e.message.empty() && e.message[0] == ' ') {
-                        e.message.erase(0, 1);
-                    }
+            std::string_view head(m);
+            if (head.rfind("param ", 0) == 0) {
+                head.remove_prefix(6);
+            }
+            size_t colon = head.find(": ");
+            if (colon != std::string_view::npos && colon > 0) {
+                std::string_view field = head.substr(0, colon);
+                bool is_field = std::all_of(field.begin(), field.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+                           c == '[' || c == ']';
+                });
+                if (is_field && !std::isdigit(static_cast<unsigned char>(field[0]))) {
+                    e.param = std::string(field);
+                    e.message = std::string(head);
                 }
             }
             return e;

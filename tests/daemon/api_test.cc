@@ -216,7 +216,7 @@ TEST_CASE("errors: bad JSON, wrong types, submit() failures mapped to OpenAI err
     CHECK(busy.headers["retry-after"] == "1");
     f.generator.fail_next_submit(unavailable_error("loading"));
     CHECK(f.call("POST", "/v1/chat/completions", chat_body(false)).status == 503);
-    f.generator.fail_next_submit(invalid_argument_error("param max_tokens: beyond the context"));
+    f.generator.fail_next_submit(invalid_argument_error("max_tokens: beyond the context"));
     auto inv = f.call("POST", "/v1/chat/completions", chat_body(false));
     CHECK(inv.status == 400);
     CHECK(json_of(inv.body)["error"].as_object()["param"] == "max_tokens");

@@ -134,10 +134,14 @@ TEST_CASE("deeply nested JSON is refused, not recursed into") {
 TEST_CASE("submit() status codes map to OpenAI errors") {
     CHECK(api_error_from_status(not_found_error("x"), "m").code == "model_not_found");
     CHECK(api_error_from_status(not_found_error("x"), "m").status == 404);
-    ApiError inv = api_error_from_status(invalid_argument_error("param max_tokens: too many"), "m");
+    ApiError inv = api_error_from_status(invalid_argument_error("max_tokens: too many"), "m");
     CHECK(inv.status == 400);
     CHECK(inv.param == "max_tokens");
-    CHECK(inv.message == "too many");
+    CHECK(inv.message == "max_tokens: too many");
+    ApiError indexed = api_error_from_status(invalid_argument_error("prompt[3]: out of range"), "m");
+    CHECK(indexed.param == "prompt[3]");
+    ApiError prose = api_error_from_status(invalid_argument_error("bad thing: x y"), "m");
+    CHECK_FALSE(prose.param.has_value());
     ApiError busy = api_error_from_status(resource_exhausted_error("queue full"), "m");
     CHECK(busy.status == 429);
     CHECK(busy.to_response().headers.at(0).name == "Retry-After");
