@@ -34,9 +34,16 @@ std::vector<std::vector<uint8_t>> BroadcastQueue::get_broadcasts(size_t overhead
     const int max_transmits = std::max(1, retransmit_limit(mult_, members));
     size_t used = 0;
     std::vector<Item> resend;
+    // Skipping a few too-large items lets smaller ones fill the packet, but scanning the whole
+    // queue for every packet would cost O(queue) per send in a large cluster.
+    constexpr size_t kMaxSkips = 16;
+    size_t skips = 0;
     for (auto it = items_.begin(); it != items_.end();) {
         const size_t cost = it->message.size() + overhead;
         if (used + cost > limit) {
+            if (++skips > kMaxSkips) {
+                break;
+            }
             ++it;
             continue;
         }

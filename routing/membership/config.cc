@@ -20,8 +20,10 @@ Status MembershipConfig::validate() const {
         return bad("need 0 < probe_timeout <= probe_interval");
     }
     if (gossip_interval <= Duration::zero() || push_pull_interval <= Duration::zero() ||
+        reconnect_interval <= Duration::zero() ||
         stream_timeout <= Duration::zero()) {
-        return bad("gossip_interval, push_pull_interval and stream_timeout must be positive");
+        return bad("gossip_interval, push_pull_interval, reconnect_interval and stream_timeout must "
+                   "be positive");
     }
     if (awareness_max_multiplier < 1 || suspicion_mult < 1 || suspicion_max_timeout_mult < 1 ||
         retransmit_mult < 1) {

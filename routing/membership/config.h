@@ -72,8 +72,12 @@ struct MembershipConfig {
     // Number of recent user events remembered to deliver each once and to replay by push-pull.
     size_t user_event_buffer = 512;
 
-    // Dead members are forgotten this long after their death was learned.
-    Duration dead_reclaim_time = std::chrono::seconds(60);
+    // Members that failed are kept (and retried, see reconnect_interval) this long before being
+    // forgotten; members that left are forgotten after gossip_to_the_dead_time.
+    Duration dead_reclaim_time = std::chrono::hours(24);
+    // Every this often, one random failed member gets a push-pull: this is how the two sides of
+    // a healed partition find each other again (serf's reconnect).
+    Duration reconnect_interval = std::chrono::seconds(30);
 
     // Vivaldi tunables for this member's coordinate.
     coords::VivaldiConfig vivaldi;

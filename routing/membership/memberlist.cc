@@ -53,6 +53,7 @@ void Memberlist::start() {
     const Duration pp = push_pull_scale(config_.push_pull_interval, live_count_);
     std::uniform_int_distribution<int64_t> pphase(0, pp.count());
     timers_.schedule(now + pp / 2 + Duration(pphase(rng_)) / 2, [this] { push_pull_tick(); });
+    timers_.schedule(now + config_.reconnect_interval, [this] { reconnect_tick(); });
 }
 
 void Memberlist::join(const std::vector<std::string>& seeds) {
@@ -302,7 +303,7 @@ void Memberlist::handle_suspect(const SuspectMsg& s) {
     if (m == nullptr || s.incarnation < m->incarnation) {
         return;
     }
-    if (m->state == NodeState::kSuspect && m->suspicion) {
+    if (m->state == NodeState::kSuspect && m->suspicion && s.incarnation == m->incarnation) {
         if (m->suspicion->confirm(s.from)) {
             arm_suspicion_timer(*m);
             broadcast(s.node, s);
@@ -318,8 +319,18 @@ void Memberlist::handle_suspect(const SuspectMsg& s) {
         }
         return;
     }
+    // A suspicion of a newer incarnation than the one we suspect means the member refuted
+    // (alive at that incarnation, which we missed) and is suspected anew: restart the timer
+    // rather than let the stale one declare a member dead that has proven it is alive.
+    const bool renewed = m->state == NodeState::kSuspect;
+    if (renewed && m->suspicion_timer != 0) {
+        timers_.cancel(m->suspicion_timer);
+        m->suspicion_timer = 0;
+    }
     m->incarnation = s.incarnation;
-    set_state(*m, NodeState::kSuspect);
+    if (!renewed) {
+        set_state(*m, NodeState::kSuspect);
+    }
     broadcast(s.node, s);
     const size_t n = live_count_;
     const Duration min = suspicion_timeout(config_.suspicion_mult, n, config_.probe_interval);
@@ -327,7 +338,9 @@ void Memberlist::handle_suspect(const SuspectMsg& s) {
     m->suspicion = std::make_unique<Suspicion>(s.from, static_cast<int>(suspicion_k()), min, max,
                                                clock_.now());
     arm_suspicion_timer(*m);
-    emit(MemberEventKind::kSuspect, s.node);
+    if (!renewed) {
+        emit(MemberEventKind::kSuspect, s.node);
+    }
 }
 
 void Memberlist::arm_suspicion_timer(Member& m) {

@@ -180,6 +180,7 @@ private:
     // memberlist_sync.cc: dissemination, push-pull, user events, packet I/O.
     void gossip_tick();
     void push_pull_tick();
+    void reconnect_tick();
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
     void merge_push_pull(const PushPullMsg& pp);

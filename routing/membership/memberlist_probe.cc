@@ -9,29 +9,39 @@ namespace edge::routing::membership {
 
 std::vector<Memberlist::Member*> Memberlist::random_members(size_t k, const std::string& exclude,
                                                             bool include_dead) {
-    std::vector<Member*> pool;
+    // Rejection sampling over the probe order (every member but us): O(k) expected, which
+    // matters when thousands of simulated members each gossip five times a second.
+    std::vector<Member*> out;
+    if (probe_order_.empty() || k == 0) {
+        return out;
+    }
     const TimePoint now = clock_.now();
-    for (auto& [name, m] : members_) {
-        if (name == config_.name || name == exclude) {
-            continue;
+    auto eligible = [&](Member& m) {
+        if (m.name == exclude) {
+            return false;
         }
         const bool live = m.state == NodeState::kAlive || m.state == NodeState::kSuspect;
-        const bool recently_dead = include_dead && !live &&
-                                   now - m.state_change <= config_.gossip_to_the_dead_time;
-        if (live || recently_dead) {
-            pool.push_back(&m);
+        return live || (include_dead && now - m.state_change <= config_.gossip_to_the_dead_time);
+    };
+    std::uniform_int_distribution<size_t> pick(0, probe_order_.size() - 1);
+    const size_t tries = 3 * k + 3 * std::min<size_t>(probe_order_.size(), 64);
+    for (size_t t = 0; t < tries && out.size() < k; ++t) {
+        Member* m = find(probe_order_[pick(rng_)]);
+        if (m != nullptr && eligible(*m) && std::find(out.begin(), out.end(), m) == out.end()) {
+            out.push_back(m);
         }
     }
-    // Partial Fisher-Yates: k picks without replacement. Sort first so the choice depends only on
-    // the seed, not on hash-table order.
-    std::sort(pool.begin(), pool.end(), [](Member* a, Member* b) { return a->name < b->name; });
-    k = std::min(k, pool.size());
-    for (size_t i = 0; i < k; ++i) {
-        std::uniform_int_distribution<size_t> pick(i, pool.size() - 1);
-        std::swap(pool[i], pool[pick(rng_)]);
+    if (out.size() < k && probe_order_.size() <= 4 * k + 64) {
+        // Small or mostly-dead clusters: fall back to an exhaustive pass.
+        for (const std::string& name : probe_order_) {
+            Member* m = find(name);
+            if (out.size() < k && m != nullptr && eligible(*m) &&
+                std::find(out.begin(), out.end(), m) == out.end()) {
+                out.push_back(m);
+            }
+        }
     }
-    pool.resize(k);
-    return pool;
+    return out;
 }
 
 Memberlist::Member* Memberlist::next_probe_target() {
@@ -62,8 +72,11 @@ void Memberlist::reap_dead() {
             continue;
         }
         Member& m = it->second;
-        if ((m.state == NodeState::kDead || m.state == NodeState::kLeft) &&
-            now - m.state_change > config_.dead_reclaim_time) {
+        const bool expired =
+            (m.state == NodeState::kDead && now - m.state_change > config_.dead_reclaim_time) ||
+            (m.state == NodeState::kLeft &&
+             now - m.state_change > config_.gossip_to_the_dead_time);
+        if (expired) {
             stats_.members_dead.fetch_sub(1);
             ++change_count_;
             members_.erase(it);

@@ -68,6 +68,26 @@ void Memberlist::push_pull_tick() {
     }
 }
 
+void Memberlist::reconnect_tick() {
+    timers_.schedule(clock_.now() + config_.reconnect_interval, [this] { reconnect_tick(); });
+    if (leaving_) {
+        return;
+    }
+    std::vector<const Member*> failed;
+    for (const auto& [name, m] : members_) {
+        if (m.state == NodeState::kDead) {
+            failed.push_back(&m);
+        }
+    }
+    if (failed.empty()) {
+        return;
+    }
+    std::sort(failed.begin(), failed.end(),
+              [](const Member* a, const Member* b) { return a->name < b->name; });
+    std::uniform_int_distribution<size_t> pick(0, failed.size() - 1);
+    start_push_pull(failed[pick(rng_)]->addr, StreamKind::kPushPull, {});
+}
+
 PushPullMsg Memberlist::local_push_pull(bool join) const {
     PushPullMsg pp;
     pp.join = join;

@@ -83,9 +83,15 @@ uint64_t FakeNetwork::bytes_sent_by(const std::string& addr) const {
     return it == bytes_sent_.end() ? 0 : it->second;
 }
 
+uint64_t FakeNetwork::packets_sent_to(const std::string& addr) const {
+    auto it = packets_to_.find(addr);
+    return it == packets_to_.end() ? 0 : it->second;
+}
+
 void FakeNetwork::send_packet(const std::string& from, const std::string& to,
                               std::vector<uint8_t> bytes) {
     bytes_sent_[from] += bytes.size();
+    packets_to_[to] += 1;
     total_bytes_ += bytes.size();
     std::uniform_real_distribution<double> coin(0.0, 1.0);
     if (!reachable(from, to) || (loss_ > 0.0 && coin(rng_) < loss_)) {

@@ -64,6 +64,8 @@ public:
                      StreamDone done);
 
     uint64_t bytes_sent_by(const std::string& addr) const;
+    // Datagrams addressed to `addr` (before loss).
+    uint64_t packets_sent_to(const std::string& addr) const;
     uint64_t total_bytes() const { return total_bytes_; }
     uint64_t packets_dropped() const { return dropped_; }
     uint64_t events_run() const { return events_run_; }
@@ -91,6 +93,7 @@ private:
     std::unordered_map<std::string, int> group_;
     std::unordered_map<std::string, Duration> receive_delay_;
     std::unordered_map<std::string, uint64_t> bytes_sent_;
+    std::unordered_map<std::string, uint64_t> packets_to_;
     LatencyFn latency_;
     double loss_ = 0.0;
     Duration stream_timeout_ = std::chrono::seconds(10);

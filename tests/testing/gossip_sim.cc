@@ -98,11 +98,12 @@ GossipSim::GossipSim(size_t n, MembershipConfig base, uint64_t seed,
         EDGE_CHECK(ml.ok(), ml.status().to_string());
         node->ml = std::move(ml).value();
         Node* raw = node.get();
-        node->ml->set_event_callback([this](const MemberEvent& e) {
+        node->ml->set_event_callback([this, i](const MemberEvent& e) {
             if (e.kind == MemberEventKind::kDead) {
                 auto it = index_.find(e.name);
                 if (it != index_.end() && nodes_[it->second]->alive) {
                     ++false_deaths_;
+                    false_death_log_.push_back(name(i) + "->" + e.name);
                 }
             }
         });

@@ -51,6 +51,8 @@ public:
 
     // Dead declarations (by anyone) about members that were never killed.
     uint64_t false_deaths() const { return false_deaths_; }
+    // "observer->target" for each of those, for diagnosis.
+    const std::vector<std::string>& false_death_log() const { return false_death_log_; }
 
 private:
     struct Node;
@@ -60,6 +62,7 @@ private:
     std::vector<std::unique_ptr<Node>> nodes_;
     std::unordered_map<std::string, size_t> index_;
     uint64_t false_deaths_ = 0;
+    std::vector<std::string> false_death_log_;
 };
 
 }  // namespace edge::testing
