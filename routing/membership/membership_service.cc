@@ -190,28 +190,31 @@ public:
 
     void stop(Duration drain, bool graceful) {
         auto self = shared_from_this();
-        std::promise<void> done;
-        auto fut = done.get_future();
-        asio::post(strand_, [self, drain, graceful, &done] {
+        auto done = std::make_shared<std::promise<void>>();
+        auto fut = done->get_future();
+        asio::post(strand_, [self, drain, graceful, done] {
             if (self->closed_) {
-                done.set_value();
+                done->set_value();
                 return;
             }
             if (!graceful) {
                 self->close();
-                done.set_value();
+                done->set_value();
                 return;
             }
             self->ml_->leave();
             self->after_event();
             auto t = std::make_shared<asio::steady_timer>(self->strand_);
             t->expires_after(drain);
-            t->async_wait(asio::bind_executor(self->strand_, [self, t, &done](error_code) {
+            t->async_wait(asio::bind_executor(self->strand_, [self, t, done](error_code) {
                 self->close();
-                done.set_value();
+                done->set_value();
             }));
         });
-        fut.wait();
+        // A caller that stopped running the io_context gets its thread back anyway.
+        if (fut.wait_for(drain + std::chrono::seconds(5)) == std::future_status::timeout) {
+            log::warn("gossip_stop_timeout", {{"name", ml_->name()}});
+        }
     }
 
     std::shared_ptr<const MembershipSnapshot> snapshot() const { return snapshot_.load(); }
@@ -427,10 +430,10 @@ Result<std::unique_ptr<MembershipService>> MembershipService::create(
 }
 
 MembershipService::~MembershipService() {
-    // Without a running io_context nothing can be pending; close directly.
-    if (impl_ && !impl_->closed_ && impl_->io_.stopped()) {
+    // Without a running io_context no handler can run; otherwise close on the strand.
+    if (impl_->io_.stopped()) {
         impl_->closed_ = true;
-    } else if (impl_ && !impl_->closed_) {
+    } else {
         kill();
     }
 }
