@@ -298,9 +298,31 @@ void Memberlist::handle_alive(const AliveMsg& a) {
     }
 }
 
-void Memberlist::handle_suspect(const SuspectMsg& s) {
+void Memberlist::correct_stale(const Member& m, const std::string* reply_to) {
+    // Someone still gossips an accusation that the member has already refuted: tell that sender
+    // the newer alive directly instead of hoping gossip reaches it before its timer runs out.
+    if (reply_to == nullptr || m.state != NodeState::kAlive || leaving_) {
+        return;
+    }
+    if (m.name == config_.name) {
+        send_messages(*reply_to, {encode_message(local_alive())});
+        return;
+    }
+    AliveMsg a{m.incarnation, m.name, m.addr, m.state_version, std::nullopt};
+    if (m.site_version == m.state_version && !m.site_bytes.empty() &&
+        m.site_bytes.size() <= config_.max_inline_state) {
+        a.state = m.site_bytes;
+    }
+    send_messages(*reply_to, {encode_message(a)});
+}
+
+void Memberlist::handle_suspect(const SuspectMsg& s, const std::string* reply_to) {
     Member* m = find(s.node);
-    if (m == nullptr || s.incarnation < m->incarnation) {
+    if (m == nullptr) {
+        return;
+    }
+    if (s.incarnation < m->incarnation) {
+        correct_stale(*m, reply_to);
         return;
     }
     if (m->state == NodeState::kSuspect && m->suspicion && s.incarnation == m->incarnation) {
@@ -359,9 +381,13 @@ void Memberlist::arm_suspicion_timer(Member& m) {
     });
 }
 
-void Memberlist::handle_dead(const DeadMsg& d) {
+void Memberlist::handle_dead(const DeadMsg& d, const std::string* reply_to) {
     Member* m = find(d.node);
-    if (m == nullptr || d.incarnation < m->incarnation) {
+    if (m == nullptr) {
+        return;
+    }
+    if (d.incarnation < m->incarnation) {
+        correct_stale(*m, reply_to);
         return;
     }
     if (m->state == NodeState::kDead || m->state == NodeState::kLeft) {

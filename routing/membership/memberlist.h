@@ -153,8 +153,10 @@ private:
     Member* find(const std::string& name);
     void set_state(Member& m, NodeState state);
     void handle_alive(const AliveMsg& a);
-    void handle_suspect(const SuspectMsg& s);
-    void handle_dead(const DeadMsg& d);
+    // `reply_to`: the address the accusation came from, told the newer truth if it is stale.
+    void handle_suspect(const SuspectMsg& s, const std::string* reply_to = nullptr);
+    void handle_dead(const DeadMsg& d, const std::string* reply_to = nullptr);
+    void correct_stale(const Member& m, const std::string* reply_to);
     void arm_suspicion_timer(Member& m);
     void refute(uint64_t accused_incarnation);
     void apply_site_bytes(Member& m, uint64_t version, std::vector<uint8_t> bytes);

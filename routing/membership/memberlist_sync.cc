@@ -234,11 +234,11 @@ void Memberlist::dispatch(const std::string& from, const Message& m) {
             } else if constexpr (std::is_same_v<T, NackMsg>) {
                 handle_nack(v);
             } else if constexpr (std::is_same_v<T, SuspectMsg>) {
-                handle_suspect(v);
+                handle_suspect(v, &from);
             } else if constexpr (std::is_same_v<T, AliveMsg>) {
                 handle_alive(v);
             } else if constexpr (std::is_same_v<T, DeadMsg>) {
-                handle_dead(v);
+                handle_dead(v, &from);
             } else if constexpr (std::is_same_v<T, UserEventMsg>) {
                 handle_user_event(v);
             } else if constexpr (std::is_same_v<T, PushPullMsg>) {
