@@ -112,6 +112,11 @@ TEST_CASE("sim: 10% loss and one CPU-starved member: no healthy member is declar
     for (const std::string& d : sim.false_death_log()) {
         MESSAGE("false death " << d);
     }
+    // The scenario bites: the starved member was suspected and had to refute, and its own
+    // Lifeguard awareness rose; yet nobody was ever declared dead.
+    CHECK(suspicions > 0);
+    CHECK(sim.node(5).stats().refutations.load() > 0);
+    CHECK(sim.node(5).awareness_score() > 0);
     CHECK(sim.false_deaths() == 0);
     sim.net().set_loss(0.0);
     CHECK(sim.run_until([&] { return sim.converged(); }, seconds(30)));
