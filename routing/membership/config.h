@@ -1,0 +1,100 @@
+#pragma once
+
+// MembershipConfig holds every tunable of the SWIM/Lifeguard membership protocol. lan_profile()
+// returns hashicorp/memberlist's DefaultLANConfig values, wan_profile() its DefaultWANConfig and
+// local_profile() its DefaultLocalConfig. A plain value: copy it freely; validate() before use.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "routing/coords/vivaldi.h"
+
+namespace edge::routing::membership {
+
+struct MembershipConfig {
+    // This member's unique name (the site id); must be non-empty and at most 255 bytes.
+    std::string name;
+    // The address ("host:port") other members send packets and streams to.
+    std::string advertise_addr;
+    // Cluster label bound into every packet as authenticated data (or sent in clear when no key
+    // is configured), so two clusters on one network never mix. At most 255 bytes.
+    std::string label;
+
+    // Time between failure-detection probes of one member each.
+    Duration probe_interval = std::chrono::seconds(1);
+    // Time to wait for a direct ack before asking others to probe indirectly.
+    Duration probe_timeout = std::chrono::milliseconds(500);
+    // Number of members asked to probe indirectly when a direct probe fails.
+    size_t indirect_checks = 3;
+    // Whether a failed probe also tries a TCP ping (catches UDP-only packet loss).
+    bool tcp_fallback_probe = true;
+    // Lifeguard local-health multiplier cap: timeouts stretch up to this many times.
+    int awareness_max_multiplier = 8;
+
+    // Suspicion lasts at least suspicion_mult * max(1, log10(N)) * probe_interval.
+    int suspicion_mult = 4;
+    // ... and at most suspicion_max_timeout_mult times that, before confirmations shrink it.
+    int suspicion_max_timeout_mult = 6;
+
+    // Time between gossip rounds (piggybacked broadcasts sent to gossip_nodes members).
+    Duration gossip_interval = std::chrono::milliseconds(200);
+    // Members each gossip round sends to.
+    size_t gossip_nodes = 3;
+    // How long dead members keep receiving gossip (so they learn they were declared dead).
+    Duration gossip_to_the_dead_time = std::chrono::seconds(30);
+    // Each broadcast is sent retransmit_mult * ceil(log10(N + 1)) times.
+    int retransmit_mult = 4;
+
+    // Time between periodic full-state push-pull exchanges (scaled up above 32 members).
+    Duration push_pull_interval = std::chrono::seconds(30);
+    // Deadline for one TCP stream (push-pull or fallback ping) to complete.
+    Duration stream_timeout = std::chrono::seconds(10);
+    // Largest stream message accepted, in bytes.
+    size_t max_stream_bytes = 32u << 20;
+
+    // Largest UDP payload sent, in bytes (memberlist's UDPBufferSize).
+    size_t mtu = 1400;
+    // Site state whose encoding exceeds this many bytes is not inlined in alive messages; the
+    // receivers fetch it by push-pull instead (there is no cap on the state itself).
+    size_t max_inline_state = 512;
+
+    // Minimum time between two load-only state updates of this member.
+    Duration load_update_min_interval = std::chrono::seconds(1);
+    // A load figure counts as changed materially when it moves by this fraction (0.1 = 10 %)...
+    double load_change_fraction = 0.1;
+    // ... or by at least this many requests (queue depth, running requests).
+    uint32_t load_change_abs = 2;
+
+    // Number of recent user events remembered to deliver each once and to replay by push-pull.
+    size_t user_event_buffer = 512;
+
+    // Members that failed are kept (and retried, see reconnect_interval) this long before being
+    // forgotten; members that left are forgotten after gossip_to_the_dead_time.
+    Duration dead_reclaim_time = std::chrono::hours(24);
+    // Every this often, one random failed member gets a push-pull: this is how the two sides of
+    // a healed partition find each other again (serf's reconnect).
+    Duration reconnect_interval = std::chrono::seconds(30);
+
+    // Vivaldi tunables for this member's coordinate.
+    coords::VivaldiConfig vivaldi;
+
+    // Seed for this member's random choices (probe order, gossip targets).
+    uint64_t seed = 1;
+
+    [[nodiscard]] Status validate() const;
+};
+
+// memberlist DefaultLANConfig: probe 1 s, timeout 500 ms, gossip 200 ms to 3, push-pull 30 s.
+MembershipConfig lan_profile();
+// memberlist DefaultWANConfig: probe 5 s, timeout 3 s, gossip 500 ms to 4, suspicion mult 6,
+// push-pull 60 s; for sites far apart.
+MembershipConfig wan_profile();
+// memberlist DefaultLocalConfig: probe 1 s, timeout 200 ms, gossip 100 ms, suspicion mult 3,
+// push-pull 15 s; for loopback tests.
+MembershipConfig local_profile();
+
+}  // namespace edge::routing::membership

@@ -1,0 +1,460 @@
+#include "routing/membership/memberlist.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "routing/membership/timing.h"
+
+namespace edge::routing::membership {
+
+Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, Keyring keyring,
+                                                       Clock& clock, Transport& transport,
+                                                       SiteState initial_state) {
+    EDGE_RETURN_IF_ERROR(config.validate());
+    std::unique_ptr<Memberlist> m(new Memberlist(std::move(config), std::move(keyring), clock,
+                                                 transport));
+    m->site_ = std::move(initial_state);
+    Member self;
+    self.name = m->config_.name;
+    self.addr = m->config_.advertise_addr;
+    self.state_change = clock.now();
+    m->members_.emplace(self.name, std::move(self));
+    m->live_count_ = 1;
+    m->stats_.members_alive = 1;
+    m->publish_local_state();
+    m->broadcasts_.clear();  // nobody to tell yet; join() announces us
+    return m;
+}
+
+Memberlist::Memberlist(MembershipConfig config, Keyring keyring, Clock& clock,
+                       Transport& transport)
+    : config_(std::move(config)),
+      keyring_(std::move(keyring)),
+      clock_(clock),
+      transport_(transport),
+      rng_(config_.seed),
+      awareness_(config_.awareness_max_multiplier),
+      broadcasts_(config_.retransmit_mult),
+      vivaldi_(config_.vivaldi, config_.seed ^ 0x9e3779b97f4a7c15ull) {}
+
+Memberlist::~Memberlist() = default;
+
+void Memberlist::start() {
+    if (started_) {
+        return;
+    }
+    started_ = true;
+    const TimePoint now = clock_.now();
+    // Random phases so members started together do not probe and gossip in lockstep.
+    std::uniform_int_distribution<int64_t> phase(0, config_.probe_interval.count());
+    timers_.schedule(now + Duration(phase(rng_)), [this] { probe_tick(); });
+    std::uniform_int_distribution<int64_t> gphase(0, config_.gossip_interval.count());
+    timers_.schedule(now + Duration(gphase(rng_)), [this] { gossip_tick(); });
+    const Duration pp = push_pull_scale(config_.push_pull_interval, live_count_);
+    std::uniform_int_distribution<int64_t> pphase(0, pp.count());
+    timers_.schedule(now + pp / 2 + Duration(pphase(rng_)) / 2, [this] { push_pull_tick(); });
+    timers_.schedule(now + config_.reconnect_interval, [this] { reconnect_tick(); });
+}
+
+void Memberlist::join(const std::vector<std::string>& seeds) {
+    for (const std::string& addr : seeds) {
+        if (addr != config_.advertise_addr) {
+            start_push_pull(addr, StreamKind::kJoin, {});
+        }
+    }
+    // Tell whoever we already know that we are here.
+    broadcast(config_.name, local_alive());
+}
+
+void Memberlist::leave() {
+    if (leaving_) {
+        return;
+    }
+    leaving_ = true;
+    handle_dead(DeadMsg{incarnation_, config_.name, config_.name});
+}
+
+std::optional<NodeState> Memberlist::state_of(const std::string& name) const {
+    auto it = members_.find(name);
+    if (it == members_.end()) {
+        return std::nullopt;
+    }
+    return it->second.state;
+}
+
+std::optional<uint64_t> Memberlist::site_version_of(const std::string& name) const {
+    auto it = members_.find(name);
+    if (it == members_.end()) {
+        return std::nullopt;
+    }
+    return it->second.site_version;
+}
+
+Memberlist::Member* Memberlist::find(const std::string& name) {
+    auto it = members_.find(name);
+    return it == members_.end() ? nullptr : &it->second;
+}
+
+void Memberlist::set_state(Member& m, NodeState state) {
+    auto gauge = [&](NodeState s) -> std::atomic<int64_t>& {
+        switch (s) {
+            case NodeState::kAlive: return stats_.members_alive;
+            case NodeState::kSuspect: return stats_.members_suspect;
+            default: return stats_.members_dead;
+        }
+    };
+    const bool was_live = m.state == NodeState::kAlive || m.state == NodeState::kSuspect;
+    const bool is_live = state == NodeState::kAlive || state == NodeState::kSuspect;
+    gauge(m.state).fetch_sub(1);
+    gauge(state).fetch_add(1);
+    if (was_live && !is_live) {
+        --live_count_;
+    } else if (!was_live && is_live) {
+        ++live_count_;
+    }
+    if (m.state != state) {
+        stats_.state_changes.fetch_add(1);
+        ++change_count_;
+    }
+    m.state = state;
+    m.state_change = clock_.now();
+}
+
+size_t Memberlist::suspicion_k() const {
+    // Confirmations wanted: suspicion_mult - 2, none when the cluster is too small to give them.
+    const int k = config_.suspicion_mult - 2;
+    if (k < 1 || live_count_ < 2 || live_count_ - 2 < static_cast<size_t>(k)) {
+        return 0;
+    }
+    return static_cast<size_t>(k);
+}
+
+AliveMsg Memberlist::local_alive() const {
+    AliveMsg a;
+    a.incarnation = incarnation_;
+    a.node = config_.name;
+    a.addr = config_.advertise_addr;
+    a.state_version = state_version_;
+    auto it = members_.find(config_.name);
+    if (it != members_.end() && it->second.site_bytes.size() <= config_.max_inline_state) {
+        a.state = it->second.site_bytes;
+    }
+    return a;
+}
+
+void Memberlist::broadcast(const std::string& key, const Message& msg) {
+    broadcasts_.queue(key, encode_message(msg));
+}
+
+void Memberlist::emit(MemberEventKind kind, const std::string& name) {
+    ++change_count_;
+    if (on_event_) {
+        on_event_(MemberEvent{kind, name});
+    }
+}
+
+void Memberlist::apply_site_bytes(Member& m, uint64_t version, std::vector<uint8_t> bytes) {
+    if (version <= m.site_version) {
+        return;
+    }
+    auto site = decode_site_state(bytes);
+    if (!site.ok()) {
+        stats_.decode_failures.fetch_add(1);
+        log::warn("gossip_bad_site_state",
+                  {{"member", m.name}, {"error", site.status().to_string()}});
+        return;
+    }
+    m.site = std::make_shared<const SiteState>(std::move(site).value());
+    m.site_bytes = std::move(bytes);
+    m.site_version = version;
+    m.state_version = std::max(m.state_version, version);
+    m.fetch_pending = false;
+    stats_.state_changes.fetch_add(1);
+    emit(MemberEventKind::kUpdate, m.name);
+}
+
+void Memberlist::publish_local_state() {
+    Member& self = members_.at(config_.name);
+    ++incarnation_;
+    ++state_version_;
+    self.incarnation = incarnation_;
+    self.site = std::make_shared<const SiteState>(site_);
+    self.site_bytes = encode_site_state(site_);
+    self.site_version = state_version_;
+    self.state_version = state_version_;
+    stats_.state_changes.fetch_add(1);
+    ++change_count_;
+    broadcast(config_.name, local_alive());
+}
+
+void Memberlist::update_site_state(SiteState state) {
+    const TimePoint now = clock_.now();
+    if (only_load_differs(site_, state)) {
+        if (!load_changed_materially(site_, state, config_.load_change_fraction,
+                                     config_.load_change_abs)) {
+            pending_site_ = std::move(state);  // kept; goes out with the next material change
+            return;
+        }
+        if (now - last_load_publish_ < config_.load_update_min_interval) {
+            pending_site_ = std::move(state);
+            if (pending_site_timer_ == 0) {
+                pending_site_timer_ = timers_.schedule(
+                    last_load_publish_ + config_.load_update_min_interval,
+                    [this] { flush_pending_load(); });
+            }
+            return;
+        }
+    }
+    if (pending_site_timer_ != 0) {
+        timers_.cancel(pending_site_timer_);
+        pending_site_timer_ = 0;
+    }
+    pending_site_.reset();
+    site_ = std::move(state);
+    last_load_publish_ = now;
+    publish_local_state();
+}
+
+void Memberlist::flush_pending_load() {
+    pending_site_timer_ = 0;
+    if (pending_site_) {
+        SiteState next = std::move(*pending_site_);
+        pending_site_.reset();
+        update_site_state(std::move(next));
+    }
+}
+
+void Memberlist::refute(uint64_t accused_incarnation) {
+    incarnation_ = std::max(incarnation_, accused_incarnation) + 1;
+    members_.at(config_.name).incarnation = incarnation_;
+    awareness_.apply_delta(1);
+    stats_.awareness = awareness_.score();
+    stats_.refutations.fetch_add(1);
+    broadcast(config_.name, local_alive());
+}
+
+void Memberlist::handle_alive(const AliveMsg& a) {
+    if (a.node.empty() || a.addr.empty()) {
+        return;
+    }
+    if (a.node == config_.name) {
+        // Someone speaks for us with a newer incarnation (our previous life, or a name clash):
+        // out-bid it so the cluster keeps our current state.
+        if (!leaving_ && a.incarnation >= incarnation_ &&
+            (a.incarnation > incarnation_ || a.addr != config_.advertise_addr ||
+             a.state_version != state_version_)) {
+            refute(a.incarnation);
+        }
+        return;
+    }
+    Member* m = find(a.node);
+    if (m == nullptr) {
+        Member fresh;
+        fresh.name = a.node;
+        fresh.addr = a.addr;
+        fresh.incarnation = a.incarnation;
+        fresh.state = NodeState::kDead;  // set_state below counts it in
+        stats_.members_dead.fetch_add(1);
+        auto [it, inserted] = members_.emplace(a.node, std::move(fresh));
+        m = &it->second;
+        set_state(*m, NodeState::kAlive);
+        // A newcomer goes to a random place in the probe order.
+        std::uniform_int_distribution<size_t> pos(0, probe_order_.size());
+        probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(pos(rng_)), a.node);
+        m->state_version = a.state_version;
+        if (a.state) {
+            apply_site_bytes(*m, a.state_version, *a.state);
+        }
+        emit(MemberEventKind::kJoin, a.node);
+        broadcast(a.node, a);
+    } else {
+        const bool newer_state = a.state_version > m->state_version;
+        if (a.incarnation < m->incarnation || (a.incarnation == m->incarnation && !newer_state)) {
+            return;
+        }
+        const NodeState prev = m->state;
+        if (m->suspicion_timer != 0) {
+            timers_.cancel(m->suspicion_timer);
+            m->suspicion_timer = 0;
+        }
+        m->suspicion.reset();
+        m->incarnation = a.incarnation;
+        m->addr = a.addr;
+        m->state_version = std::max(m->state_version, a.state_version);
+        if (prev != NodeState::kAlive) {
+            set_state(*m, NodeState::kAlive);
+            emit(prev == NodeState::kSuspect ? MemberEventKind::kRecover : MemberEventKind::kJoin,
+                 a.node);
+        }
+        if (a.state && a.state_version > m->site_version) {
+            apply_site_bytes(*m, a.state_version, *a.state);
+        }
+        broadcast(a.node, a);
+    }
+    // Too large to travel inline: fetch it by push-pull from its owner.
+    if (m->state_version > m->site_version && !m->fetch_pending && !leaving_) {
+        m->fetch_pending = true;
+        start_push_pull(m->addr, StreamKind::kFetch, m->name);
+    }
+}
+
+void Memberlist::correct_stale(const Member& m, const std::string* reply_to) {
+    // Someone still gossips an accusation that the member has already refuted: tell that sender
+    // the newer alive directly instead of hoping gossip reaches it before its timer runs out.
+    if (reply_to == nullptr || m.state != NodeState::kAlive || leaving_) {
+        return;
+    }
+    if (m.name == config_.name) {
+        send_messages(*reply_to, {encode_message(local_alive())});
+        return;
+    }
+    AliveMsg a{m.incarnation, m.name, m.addr, m.state_version, std::nullopt};
+    if (m.site_version == m.state_version && !m.site_bytes.empty() &&
+        m.site_bytes.size() <= config_.max_inline_state) {
+        a.state = m.site_bytes;
+    }
+    send_messages(*reply_to, {encode_message(a)});
+}
+
+void Memberlist::handle_suspect(const SuspectMsg& s, const std::string* reply_to) {
+    Member* m = find(s.node);
+    if (m == nullptr) {
+        return;
+    }
+    if (s.incarnation < m->incarnation) {
+        correct_stale(*m, reply_to);
+        return;
+    }
+    if (m->state == NodeState::kSuspect && m->suspicion && s.incarnation == m->incarnation) {
+        if (m->suspicion->confirm(s.from)) {
+            arm_suspicion_timer(*m);
+            broadcast(s.node, s);
+        }
+        return;
+    }
+    if (m->state == NodeState::kDead || m->state == NodeState::kLeft) {
+        return;
+    }
+    if (s.node == config_.name) {
+        if (!leaving_) {
+            refute(s.incarnation);
+        }
+        return;
+    }
+    // A suspicion of a newer incarnation than the one we suspect means the member refuted
+    // (alive at that incarnation, which we missed) and is suspected anew: restart the timer
+    // rather than let the stale one declare a member dead that has proven it is alive.
+    const bool renewed = m->state == NodeState::kSuspect;
+    if (renewed && m->suspicion_timer != 0) {
+        timers_.cancel(m->suspicion_timer);
+        m->suspicion_timer = 0;
+    }
+    m->incarnation = s.incarnation;
+    if (!renewed) {
+        set_state(*m, NodeState::kSuspect);
+    }
+    broadcast(s.node, s);
+    const size_t n = live_count_;
+    const Duration min = suspicion_timeout(config_.suspicion_mult, n, config_.probe_interval);
+    const Duration max = min * config_.suspicion_max_timeout_mult;
+    m->suspicion = std::make_unique<Suspicion>(s.from, static_cast<int>(suspicion_k()), min, max,
+                                               clock_.now());
+    arm_suspicion_timer(*m);
+    if (!renewed) {
+        emit(MemberEventKind::kSuspect, s.node);
+    }
+}
+
+void Memberlist::arm_suspicion_timer(Member& m) {
+    if (m.suspicion_timer != 0) {
+        timers_.cancel(m.suspicion_timer);
+    }
+    const uint64_t inc = m.incarnation;
+    const std::string name = m.name;
+    m.suspicion_timer = timers_.schedule(m.suspicion->deadline(), [this, name, inc] {
+        Member* t = find(name);
+        if (t != nullptr && t->state == NodeState::kSuspect && t->incarnation == inc) {
+            t->suspicion_timer = 0;
+            stats_.deaths_declared.fetch_add(1);
+            handle_dead(DeadMsg{inc, name, config_.name});
+        }
+    });
+}
+
+void Memberlist::handle_dead(const DeadMsg& d, const std::string* reply_to) {
+    Member* m = find(d.node);
+    if (m == nullptr) {
+        return;
+    }
+    if (d.incarnation < m->incarnation) {
+        correct_stale(*m, reply_to);
+        return;
+    }
+    if (m->state == NodeState::kDead || m->state == NodeState::kLeft) {
+        return;
+    }
+    if (d.node == config_.name && !leaving_) {
+        refute(d.incarnation);
+        return;
+    }
+    if (m->suspicion_timer != 0) {
+        timers_.cancel(m->suspicion_timer);
+        m->suspicion_timer = 0;
+    }
+    m->suspicion.reset();
+    m->incarnation = d.incarnation;
+    const bool left = d.from == d.node;
+    set_state(*m, left ? NodeState::kLeft : NodeState::kDead);
+    vivaldi_.forget(d.node);
+    broadcast(d.node, d);
+    emit(left ? MemberEventKind::kLeave : MemberEventKind::kDead, d.node);
+}
+
+std::shared_ptr<const MembershipSnapshot> Memberlist::snapshot() const {
+    auto snap = std::make_shared<MembershipSnapshot>();
+    snap->local_name = config_.name;
+    snap->local_coord = vivaldi_.coordinate();
+    snap->taken = clock_.now();
+    snap->members.reserve(members_.size());
+    for (const auto& [name, m] : members_) {
+        MemberView v;
+        v.name = m.name;
+        v.addr = m.addr;
+        v.state = m.state;
+        v.incarnation = m.incarnation;
+        v.state_version = m.state_version;
+        v.site_version = m.site_version;
+        v.site = m.site;
+        v.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;
+        v.is_local = name == config_.name;
+        snap->members.push_back(std::move(v));
+    }
+    std::sort(snap->members.begin(), snap->members.end(),
+              [](const MemberView& a, const MemberView& b) { return a.name < b.name; });
+    return snap;
+}
+
+const MemberView* MembershipSnapshot::find(const std::string& name) const {
+    auto it = std::lower_bound(members.begin(), members.end(), name,
+                               [](const MemberView& v, const std::string& n) { return v.name < n; });
+    return it != members.end() && it->name == name ? &*it : nullptr;
+}
+
+size_t MembershipSnapshot::count(NodeState state) const {
+    return static_cast<size_t>(std::count_if(members.begin(), members.end(),
+                                             [&](const MemberView& v) { return v.state == state; }));
+}
+
+std::string_view member_event_name(MemberEventKind k) {
+    switch (k) {
+        case MemberEventKind::kJoin: return "join";
+        case MemberEventKind::kUpdate: return "update";
+        case MemberEventKind::kSuspect: return "suspect";
+        case MemberEventKind::kRecover: return "recover";
+        case MemberEventKind::kDead: return "dead";
+        case MemberEventKind::kLeave: return "leave";
+    }
+    return "unknown";
+}
+
+}  // namespace edge::routing::membership

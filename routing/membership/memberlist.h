@@ -1,0 +1,235 @@
+#pragma once
+
+// Memberlist is the SWIM + Lifeguard membership protocol as a sans-IO state machine: it never
+// touches a socket or sleeps. The driver feeds it received packets and stream requests, reports
+// stream responses, and calls run_due_timers() whenever the injected Clock reaches
+// next_deadline(); Memberlist answers by calling its Transport. The same object therefore runs
+// over real sockets (MembershipService, Boost.Asio) and over the test simulator's fake network
+// with a manual clock.
+//
+// What it does: probes one member per probe interval (direct ping, then indirect pings through
+// `indirect_checks` members and a TCP ping), suspects a member that answers none, lets the suspect
+// refute with a higher incarnation, declares it dead when the suspicion timer (max, shrinking to
+// min with independent confirmations) runs out; stretches its own timeouts when it is itself slow
+// (awareness); piggybacks updates on every packet and gossips them to `gossip_nodes` members per
+// gossip interval, each sent retransmit_mult * ceil(log10(N + 1)) times; exchanges full state by
+// push-pull periodically, at join and to fetch site states too large for a packet; delivers
+// Lamport-clocked user events once; updates its Vivaldi coordinate from probe RTTs.
+//
+// Threading: not synchronized. Every method must be called from one thread or strand, and the
+// callbacks run on it. MembershipStats may be read from anywhere.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "routing/coords/vivaldi.h"
+#include "routing/membership/awareness.h"
+#include "routing/membership/broadcast_queue.h"
+#include "routing/membership/config.h"
+#include "routing/membership/keyring.h"
+#include "routing/membership/messages.h"
+#include "routing/membership/site_state.h"
+#include "routing/membership/snapshot.h"
+#include "routing/membership/stats.h"
+#include "routing/membership/suspicion.h"
+#include "routing/membership/timer_queue.h"
+#include "routing/membership/transport.h"
+
+namespace edge::routing::membership {
+
+class Memberlist {
+public:
+    using EventCallback = std::function<void(const MemberEvent&)>;
+    using UserEventCallback = std::function<void(const UserEventMsg&)>;
+
+    // `clock` and `transport` must outlive the Memberlist.
+    static Result<std::unique_ptr<Memberlist>> create(MembershipConfig config, Keyring keyring,
+                                                      Clock& clock, Transport& transport,
+                                                      SiteState initial_state);
+    ~Memberlist();
+
+    // Schedules the probe, gossip and push-pull timers.
+    void start();
+    // Full-state exchange with each seed address; members learned arrive as join events.
+    void join(const std::vector<std::string>& seeds);
+    // Broadcasts our departure; keep driving timers for a few gossip intervals so it spreads.
+    void leave();
+    bool has_left() const { return leaving_; }
+
+    // Replaces this member's site state. Changes other than load go out at once; load-only
+    // changes go out when material and at most once per load_update_min_interval.
+    void update_site_state(SiteState state);
+    // Sends a user event (a rollout intent) to every member, this one included.
+    [[nodiscard]] Status send_user_event(const std::string& name, std::vector<uint8_t> payload);
+
+    // Input from the driver.
+    void handle_packet(const std::string& from, std::span<const uint8_t> bytes);
+    // A stream request from `from`; returns the sealed response frame (or an error to drop it).
+    Result<std::vector<uint8_t>> handle_stream(const std::string& from,
+                                               std::span<const uint8_t> bytes);
+    void handle_stream_response(uint64_t id, Result<std::vector<uint8_t>> response);
+    TimePoint next_deadline() const { return timers_.next(); }
+    void run_due_timers() { timers_.run_due(clock_.now()); }
+
+    // A fresh snapshot (O(N)); call on the membership thread.
+    std::shared_ptr<const MembershipSnapshot> snapshot() const;
+    // Bumped on every change a snapshot would show.
+    uint64_t change_count() const { return change_count_; }
+
+    void set_event_callback(EventCallback cb) { on_event_ = std::move(cb); }
+    void set_user_event_callback(UserEventCallback cb) { on_user_event_ = std::move(cb); }
+
+    const MembershipStats& stats() const { return stats_; }
+    Keyring& keyring() { return keyring_; }
+    const MembershipConfig& config() const { return config_; }
+    const std::string& name() const { return config_.name; }
+    const coords::Coordinate& coordinate() const { return vivaldi_.coordinate(); }
+    int awareness_score() const { return awareness_.score(); }
+    // Members not dead or left, this one included.
+    size_t num_live() const { return live_count_; }
+    // Our view of one member's state and incarnation, if known.
+    std::optional<NodeState> state_of(const std::string& name) const;
+    // Version of the site state we hold for a member (0 when none), if known.
+    std::optional<uint64_t> site_version_of(const std::string& name) const;
+
+private:
+    struct Member {
+        std::string name;
+        std::string addr;
+        uint64_t incarnation = 0;
+        NodeState state = NodeState::kAlive;
+        TimePoint state_change{};
+        uint64_t state_version = 0;
+        uint64_t site_version = 0;
+        std::shared_ptr<const SiteState> site;
+        std::vector<uint8_t> site_bytes;
+        std::optional<coords::Coordinate> coord;
+        std::unique_ptr<Suspicion> suspicion;
+        uint64_t suspicion_timer = 0;
+        bool fetch_pending = false;
+    };
+
+    struct ProbeRound {
+        uint64_t seq = 0;
+        std::string target;
+        TimePoint sent{};
+        bool concluded = false;
+        bool timed_out = false;
+        size_t expected_nacks = 0;
+        size_t nacks = 0;
+        uint64_t timeout_timer = 0;
+        uint64_t end_timer = 0;
+    };
+
+    struct Relay {
+        uint64_t orig_seq = 0;
+        std::string source_addr;
+        bool want_nack = false;
+        uint64_t timer = 0;
+    };
+
+    enum class StreamKind { kJoin, kPushPull, kFetch, kFallbackPing };
+    struct PendingStream {
+        StreamKind kind;
+        std::string addr;
+        std::string node;  // kFetch: whose state; kFallbackPing: the target
+        uint64_t seq = 0;  // kFallbackPing
+    };
+
+    Memberlist(MembershipConfig config, Keyring keyring, Clock& clock, Transport& transport);
+
+    // memberlist.cc: member table and the state rules.
+    Member* find(const std::string& name);
+    void set_state(Member& m, NodeState state);
+    void handle_alive(const AliveMsg& a);
+    // `reply_to`: the address the accusation came from, told the newer truth if it is stale.
+    void handle_suspect(const SuspectMsg& s, const std::string* reply_to = nullptr);
+    void handle_dead(const DeadMsg& d, const std::string* reply_to = nullptr);
+    void correct_stale(const Member& m, const std::string* reply_to);
+    void arm_suspicion_timer(Member& m);
+    void refute(uint64_t accused_incarnation);
+    void apply_site_bytes(Member& m, uint64_t version, std::vector<uint8_t> bytes);
+    void publish_local_state();
+    void flush_pending_load();
+    void broadcast(const std::string& key, const Message& msg);
+    void emit(MemberEventKind kind, const std::string& name);
+    AliveMsg local_alive() const;
+    size_t suspicion_k() const;
+
+    // memberlist_probe.cc: failure detection.
+    void probe_tick();
+    Member* next_probe_target();
+    void on_direct_timeout(uint64_t seq);
+    void on_probe_end(uint64_t seq);
+    void conclude_probe(bool success, Duration rtt, const std::optional<coords::Coordinate>& c);
+    void handle_ping(const std::string& from, const PingMsg& p);
+    void handle_indirect_ping(const IndirectPingMsg& p);
+    void handle_ack(const AckMsg& a, bool direct);
+    void handle_nack(const NackMsg& n);
+    std::vector<Member*> random_members(size_t k, const std::string& exclude, bool include_dead);
+
+    // memberlist_sync.cc: dissemination, push-pull, user events, packet I/O.
+    void gossip_tick();
+    void push_pull_tick();
+    void reconnect_tick();
+    void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
+    PushPullMsg local_push_pull(bool join) const;
+    void merge_push_pull(const PushPullMsg& pp);
+    void handle_user_event(const UserEventMsg& e);
+    bool remember_event(const UserEventMsg& e);
+    void send_messages(const std::string& addr, std::vector<std::vector<uint8_t>> framed);
+    Result<std::vector<Message>> open_and_decode(std::span<const uint8_t> bytes);
+    void dispatch(const std::string& from, const Message& m);
+    void reap_dead();
+
+    MembershipConfig config_;
+    Keyring keyring_;
+    Clock& clock_;
+    Transport& transport_;
+    std::mt19937_64 rng_;
+    TimerQueue timers_;
+    Awareness awareness_;
+    BroadcastQueue broadcasts_;
+    coords::VivaldiClient vivaldi_;
+    MembershipStats stats_;
+
+    std::unordered_map<std::string, Member> members_;
+    std::vector<std::string> probe_order_;
+    size_t probe_index_ = 0;
+    size_t live_count_ = 0;
+    uint64_t incarnation_ = 0;
+    uint64_t state_version_ = 0;
+    SiteState site_;
+    std::optional<SiteState> pending_site_;
+    TimePoint last_load_publish_{};
+    uint64_t pending_site_timer_ = 0;
+    bool leaving_ = false;
+    bool started_ = false;
+
+    uint64_t seq_ = 0;
+    std::optional<ProbeRound> probe_;
+    std::unordered_map<uint64_t, Relay> relays_;
+    uint64_t next_stream_id_ = 0;
+    std::unordered_map<uint64_t, PendingStream> streams_;
+
+    uint64_t event_clock_ = 0;
+    std::deque<UserEventMsg> recent_events_;
+    std::unordered_set<std::string> seen_events_;
+
+    uint64_t change_count_ = 0;
+    EventCallback on_event_;
+    UserEventCallback on_user_event_;
+};
+
+}  // namespace edge::routing::membership

@@ -1,0 +1,340 @@
+// Dissemination and I/O: gossip rounds, push-pull full-state exchange, user events, and turning
+// packets and stream frames into messages (authenticate first, then decode, then dispatch).
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "routing/membership/memberlist.h"
+#include "routing/membership/timing.h"
+
+namespace edge::routing::membership {
+
+void Memberlist::send_messages(const std::string& addr,
+                               std::vector<std::vector<uint8_t>> framed) {
+    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
+    size_t used = 0;
+    for (const auto& f : framed) {
+        used += f.size();
+    }
+    if (used < budget) {
+        // Piggyback pending broadcasts on whatever we send.
+        auto extra = broadcasts_.get_broadcasts(0, budget - used, live_count_);
+        for (auto& e : extra) {
+            framed.push_back(std::move(e));
+        }
+    }
+    auto sealed = keyring_.seal(config_.label, encode_packet(framed));
+    if (!sealed.ok()) {
+        log::error("gossip_seal_failed", {{"error", sealed.status().to_string()}});
+        return;
+    }
+    stats_.packets_sent.fetch_add(1);
+    stats_.bytes_sent.fetch_add(sealed->size());
+    transport_.send_packet(addr, std::move(sealed).value());
+}
+
+void Memberlist::gossip_tick() {
+    const TimePoint now = clock_.now();
+    timers_.schedule(now + config_.gossip_interval, [this] { gossip_tick(); });
+    if (broadcasts_.size() == 0) {
+        return;
+    }
+    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
+    for (Member* m : random_members(config_.gossip_nodes, {}, true)) {
+        auto msgs = broadcasts_.get_broadcasts(0, budget, live_count_);
+        if (msgs.empty()) {
+            return;
+        }
+        auto sealed = keyring_.seal(config_.label, encode_packet(msgs));
+        if (!sealed.ok()) {
+            return;
+        }
+        stats_.packets_sent.fetch_add(1);
+        stats_.bytes_sent.fetch_add(sealed->size());
+        transport_.send_packet(m->addr, std::move(sealed).value());
+    }
+}
+
+void Memberlist::push_pull_tick() {
+    const TimePoint now = clock_.now();
+    timers_.schedule(now + push_pull_scale(config_.push_pull_interval, live_count_),
+                     [this] { push_pull_tick(); });
+    if (leaving_) {
+        return;
+    }
+    auto peers = random_members(1, {}, false);
+    if (!peers.empty() && peers[0]->state == NodeState::kAlive) {
+        start_push_pull(peers[0]->addr, StreamKind::kPushPull, {});
+    }
+}
+
+void Memberlist::reconnect_tick() {
+    timers_.schedule(clock_.now() + config_.reconnect_interval, [this] { reconnect_tick(); });
+    if (leaving_) {
+        return;
+    }
+    std::vector<const Member*> failed;
+    for (const auto& [name, m] : members_) {
+        if (m.state == NodeState::kDead) {
+            failed.push_back(&m);
+        }
+    }
+    if (failed.empty()) {
+        return;
+    }
+    std::sort(failed.begin(), failed.end(),
+              [](const Member* a, const Member* b) { return a->name < b->name; });
+    std::uniform_int_distribution<size_t> pick(0, failed.size() - 1);
+    start_push_pull(failed[pick(rng_)]->addr, StreamKind::kPushPull, {});
+}
+
+PushPullMsg Memberlist::local_push_pull(bool join) const {
+    PushPullMsg pp;
+    pp.join = join;
+    pp.nodes.reserve(members_.size());
+    for (const auto& [name, m] : members_) {
+        PushPullNode n;
+        n.name = m.name;
+        n.addr = m.addr;
+        n.incarnation = name == config_.name ? incarnation_ : m.incarnation;
+        n.state = name == config_.name && leaving_ ? NodeState::kLeft : m.state;
+        n.state_version = m.site_version;
+        n.site_state = m.site_bytes;
+        n.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;
+        pp.nodes.push_back(std::move(n));
+    }
+    pp.event_ltime = event_clock_;
+    pp.events.assign(recent_events_.begin(), recent_events_.end());
+    return pp;
+}
+
+void Memberlist::start_push_pull(const std::string& addr, StreamKind kind,
+                                 const std::string& node) {
+    std::vector<std::vector<uint8_t>> msg{encode_message(local_push_pull(kind == StreamKind::kJoin))};
+    auto sealed = keyring_.seal(config_.label, encode_packet(msg));
+    if (!sealed.ok()) {
+        return;
+    }
+    const uint64_t id = ++next_stream_id_;
+    streams_[id] = PendingStream{kind, addr, node, 0};
+    stats_.push_pulls.fetch_add(1);
+    stats_.bytes_sent.fetch_add(sealed->size());
+    transport_.send_stream(addr, id, std::move(sealed).value());
+}
+
+void Memberlist::merge_push_pull(const PushPullMsg& pp) {
+    for (const PushPullNode& n : pp.nodes) {
+        switch (n.state) {
+            case NodeState::kAlive: {
+                AliveMsg a{n.incarnation, n.name, n.addr, n.state_version, std::nullopt};
+                if (!n.site_state.empty()) {
+                    a.state = n.site_state;
+                }
+                handle_alive(a);
+                break;
+            }
+            case NodeState::kSuspect:
+            case NodeState::kDead:
+                // A remote death is only a suspicion here: we run our own timer, so one member's
+                // stale view cannot kill a live member that refutes in time.
+                handle_suspect(SuspectMsg{n.incarnation, n.name, config_.name});
+                break;
+            case NodeState::kLeft:
+                handle_dead(DeadMsg{n.incarnation, n.name, n.name});
+                break;
+        }
+        Member* m = find(n.name);
+        if (m != nullptr && n.name != config_.name) {
+            if (n.coord && !m->coord) {
+                m->coord = n.coord;
+            }
+            if (!n.site_state.empty() && n.state_version > m->site_version) {
+                apply_site_bytes(*m, n.state_version, n.site_state);
+            }
+        }
+    }
+    event_clock_ = std::max(event_clock_, pp.event_ltime);
+    for (const UserEventMsg& e : pp.events) {
+        handle_user_event(e);
+    }
+}
+
+Status Memberlist::send_user_event(const std::string& name, std::vector<uint8_t> payload) {
+    if (name.empty() || name.size() > 255) {
+        return invalid_argument_error("user event name must be 1..255 bytes");
+    }
+    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1 - kMessageOverhead;
+    if (name.size() + payload.size() + 32 > budget) {
+        return invalid_argument_error("user event of " + std::to_string(payload.size()) +
+                                      " bytes does not fit one gossip packet");
+    }
+    UserEventMsg e{++event_clock_, name, std::move(payload)};
+    handle_user_event(e);
+    return ok_status();
+}
+
+bool Memberlist::remember_event(const UserEventMsg& e) {
+    std::string key = std::to_string(e.ltime) + '\0' + e.name + '\0';
+    key.append(e.payload.begin(), e.payload.end());
+    if (!seen_events_.insert(key).second) {
+        return false;
+    }
+    recent_events_.push_back(e);
+    while (recent_events_.size() > config_.user_event_buffer) {
+        const UserEventMsg& old = recent_events_.front();
+        std::string old_key = std::to_string(old.ltime) + '\0' + old.name + '\0';
+        old_key.append(old.payload.begin(), old.payload.end());
+        seen_events_.erase(old_key);
+        recent_events_.pop_front();
+    }
+    return true;
+}
+
+void Memberlist::handle_user_event(const UserEventMsg& e) {
+    // Lamport witness: our clock passes every time we have seen.
+    event_clock_ = std::max(event_clock_, e.ltime);
+    // Older than our window: we cannot tell whether it was delivered, so drop it (serf does).
+    if (event_clock_ > config_.user_event_buffer &&
+        e.ltime < event_clock_ - config_.user_event_buffer) {
+        return;
+    }
+    if (!remember_event(e)) {
+        return;
+    }
+    stats_.user_events_delivered.fetch_add(1);
+    broadcast({}, e);
+    if (on_user_event_) {
+        on_user_event_(e);
+    }
+}
+
+Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t> bytes) {
+    auto plain = keyring_.open(config_.label, bytes);
+    if (!plain.ok()) {
+        stats_.auth_failures.fetch_add(1);
+        return plain.status();
+    }
+    auto msgs = decode_packet(*plain);
+    if (!msgs.ok()) {
+        stats_.decode_failures.fetch_add(1);
+    }
+    return msgs;
+}
+
+void Memberlist::dispatch(const std::string& from, const Message& m) {
+    std::visit(
+        [&](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, PingMsg>) {
+                handle_ping(from, v);
+            } else if constexpr (std::is_same_v<T, IndirectPingMsg>) {
+                handle_indirect_ping(v);
+            } else if constexpr (std::is_same_v<T, AckMsg>) {
+                handle_ack(v, true);
+            } else if constexpr (std::is_same_v<T, NackMsg>) {
+                handle_nack(v);
+            } else if constexpr (std::is_same_v<T, SuspectMsg>) {
+                handle_suspect(v, &from);
+            } else if constexpr (std::is_same_v<T, AliveMsg>) {
+                handle_alive(v);
+            } else if constexpr (std::is_same_v<T, DeadMsg>) {
+                handle_dead(v, &from);
+            } else if constexpr (std::is_same_v<T, UserEventMsg>) {
+                handle_user_event(v);
+            } else if constexpr (std::is_same_v<T, PushPullMsg>) {
+                // Full state only travels over streams.
+            }
+        },
+        m);
+}
+
+void Memberlist::handle_packet(const std::string& from, std::span<const uint8_t> bytes) {
+    stats_.packets_received.fetch_add(1);
+    stats_.bytes_received.fetch_add(bytes.size());
+    auto msgs = open_and_decode(bytes);
+    if (!msgs.ok()) {
+        log::debug("gossip_packet_dropped",
+                   {{"from", from}, {"error", msgs.status().to_string()}});
+        return;
+    }
+    for (const Message& m : *msgs) {
+        dispatch(from, m);
+    }
+}
+
+Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
+                                                       std::span<const uint8_t> bytes) {
+    stats_.bytes_received.fetch_add(bytes.size());
+    auto msgs = open_and_decode(bytes);
+    if (!msgs.ok()) {
+        return msgs.status().with_context("gossip stream from " + from);
+    }
+    std::vector<std::vector<uint8_t>> reply;
+    for (const Message& m : *msgs) {
+        if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
+            merge_push_pull(*pp);
+            reply.push_back(encode_message(local_push_pull(false)));
+        } else if (const auto* ping = std::get_if<PingMsg>(&m)) {
+            if (ping->target.empty() || ping->target == config_.name) {
+                reply.push_back(encode_message(AckMsg{ping->seq, vivaldi_.coordinate()}));
+            }
+        } else {
+            dispatch(from, m);
+        }
+    }
+    if (reply.empty()) {
+        return invalid_argument_error("gossip stream from " + from + " asked for nothing");
+    }
+    auto sealed = keyring_.seal(config_.label, encode_packet(reply));
+    if (sealed.ok()) {
+        stats_.bytes_sent.fetch_add(sealed->size());
+    }
+    return sealed;
+}
+
+void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>> response) {
+    auto it = streams_.find(id);
+    if (it == streams_.end()) {
+        return;
+    }
+    const PendingStream pending = it->second;
+    streams_.erase(it);
+    if (!response.ok()) {
+        stats_.stream_failures.fetch_add(1);
+        if (pending.kind == StreamKind::kFetch) {
+            if (Member* m = find(pending.node)) {
+                m->fetch_pending = false;
+            }
+        }
+        if (pending.kind == StreamKind::kJoin) {
+            log::warn("gossip_join_failed",
+                      {{"seed", pending.addr}, {"error", response.status().to_string()}});
+        }
+        return;
+    }
+    stats_.bytes_received.fetch_add(response->size());
+    auto msgs = open_and_decode(*response);
+    if (!msgs.ok()) {
+        if (pending.kind == StreamKind::kFetch) {
+            if (Member* m = find(pending.node)) {
+                m->fetch_pending = false;
+            }
+        }
+        return;
+    }
+    for (const Message& m : *msgs) {
+        if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
+            merge_push_pull(*pp);
+        } else if (const auto* ack = std::get_if<AckMsg>(&m)) {
+            // A TCP fallback ack proves the target alive, but its RTT is not a UDP RTT.
+            handle_ack(AckMsg{ack->seq, std::nullopt}, false);
+        }
+    }
+    if (pending.kind == StreamKind::kFetch) {
+        if (Member* m = find(pending.node)) {
+            m->fetch_pending = false;
+        }
+    }
+}
+
+}  // namespace edge::routing::membership

@@ -1,0 +1,122 @@
+#pragma once
+
+// The gossip protocol's messages and their codec. A plaintext packet is a protocol version byte
+// followed by messages, each a type byte, a varint length and a TLV body; a packet may carry
+// several (a probe with piggybacked broadcasts). Unknown message types and unknown fields are
+// skipped, so newer peers can extend the protocol; every length is checked before use and bad
+// input yields kDataLoss naming the message. Plain values and pure functions.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/result.h"
+#include "routing/coords/vivaldi.h"
+
+namespace edge::routing::membership {
+
+inline constexpr uint8_t kProtocolVersion = 1;
+
+enum class MessageType : uint8_t {
+    kPing = 1,
+    kIndirectPing = 2,
+    kAck = 3,
+    kNack = 4,
+    kSuspect = 5,
+    kAlive = 6,
+    kDead = 7,
+    kPushPull = 8,
+    kUserEvent = 9,
+};
+
+enum class NodeState : uint8_t { kAlive = 1, kSuspect = 2, kDead = 3, kLeft = 4 };
+std::string_view node_state_name(NodeState s);
+
+struct PingMsg {
+    uint64_t seq = 0;
+    std::string target;  // the name the sender believes it is probing
+    std::string source;
+    std::string source_addr;
+};
+
+struct IndirectPingMsg {
+    uint64_t seq = 0;
+    std::string target;
+    std::string target_addr;
+    std::string source;
+    std::string source_addr;
+    bool want_nack = true;
+};
+
+struct AckMsg {
+    uint64_t seq = 0;
+    // The responder's Vivaldi coordinate, so the prober updates its own from the RTT.
+    std::optional<coords::Coordinate> coord;
+};
+
+struct NackMsg {
+    uint64_t seq = 0;
+};
+
+struct SuspectMsg {
+    uint64_t incarnation = 0;
+    std::string node;
+    std::string from;
+};
+
+struct DeadMsg {
+    uint64_t incarnation = 0;
+    std::string node;
+    std::string from;  // == node for a graceful leave
+};
+
+struct AliveMsg {
+    uint64_t incarnation = 0;
+    std::string node;
+    std::string addr;
+    // Version of the member's site state; newer replaces older.
+    uint64_t state_version = 0;
+    // The encoded SiteState, absent when too large for a packet (fetched by push-pull).
+    std::optional<std::vector<uint8_t>> state;
+};
+
+struct UserEventMsg {
+    uint64_t ltime = 0;  // Lamport time
+    std::string name;
+    std::vector<uint8_t> payload;
+};
+
+struct PushPullNode {
+    std::string name;
+    std::string addr;
+    uint64_t incarnation = 0;
+    NodeState state = NodeState::kAlive;
+    uint64_t state_version = 0;
+    std::vector<uint8_t> site_state;  // empty when unknown
+    std::optional<coords::Coordinate> coord;
+};
+
+struct PushPullMsg {
+    bool join = false;
+    std::vector<PushPullNode> nodes;
+    uint64_t event_ltime = 0;
+    std::vector<UserEventMsg> events;
+};
+
+using Message = std::variant<PingMsg, IndirectPingMsg, AckMsg, NackMsg, SuspectMsg, AliveMsg,
+                             DeadMsg, PushPullMsg, UserEventMsg>;
+
+// One message framed as type + length + body (what the broadcast queue holds).
+std::vector<uint8_t> encode_message(const Message& m);
+// Frames messages into one plaintext packet.
+std::vector<uint8_t> encode_packet(std::span<const std::vector<uint8_t>> framed);
+// Decodes a plaintext packet; messages of unknown types are skipped.
+Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes);
+
+// Bytes of framing added by encode_message around a body of `body` bytes (upper bound).
+inline constexpr size_t kMessageOverhead = 1 + 5;
+
+}  // namespace edge::routing::membership

@@ -1,0 +1,173 @@
+#include "routing/membership/site_state.h"
+
+#include <cmath>
+
+#include "routing/membership/wire.h"
+
+namespace edge::routing::membership {
+namespace {
+
+// Field tags. New fields get new tags; old decoders skip them.
+enum SiteTag : uint32_t {
+    kSiteId = 1, kRegion = 2, kLat = 3, kLon = 4, kAdmin = 5, kPeer = 6, kPool = 7,
+};
+enum PoolTag : uint32_t {
+    kModel = 1, kDigest = 2, kState = 3, kCapacity = 4, kQueue = 5, kRunning = 6, kKv = 7,
+    kTokens = 8,
+};
+
+constexpr size_t kMaxPools = 4096;
+
+Result<uint32_t> as_u32(const WireField& f, std::string_view what) {
+    EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
+    if (v > 0xffffffffull) {
+        return data_loss_error("site state: " + std::string(what) + " exceeds 32 bits");
+    }
+    return static_cast<uint32_t>(v);
+}
+
+Result<double> as_finite(const WireField& f, std::string_view what) {
+    EDGE_ASSIGN_OR_RETURN(double v, f.as_double());
+    if (!std::isfinite(v)) {
+        return data_loss_error("site state: " + std::string(what) + " is not finite");
+    }
+    return v;
+}
+
+Result<PoolInfo> decode_pool(std::span<const uint8_t> bytes) {
+    PoolInfo p;
+    WireReader r(bytes);
+    while (!r.done()) {
+        EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("pool"));
+        switch (f.tag) {
+            case kModel: p.model = f.as_string(); break;
+            case kDigest: p.version_digest = f.as_string(); break;
+            case kState: {
+                EDGE_ASSIGN_OR_RETURN(uint32_t s, as_u32(f, "pool state"));
+                if (s < 1 || s > 3) {
+                    return data_loss_error("site state: unknown pool state " + std::to_string(s));
+                }
+                p.state = static_cast<PoolState>(s);
+                break;
+            }
+            case kCapacity: { EDGE_ASSIGN_OR_RETURN(p.capacity, as_u32(f, "capacity")); break; }
+            case kQueue: { EDGE_ASSIGN_OR_RETURN(p.load.queue_depth, as_u32(f, "queue")); break; }
+            case kRunning: { EDGE_ASSIGN_OR_RETURN(p.load.running, as_u32(f, "running")); break; }
+            case kKv: { EDGE_ASSIGN_OR_RETURN(p.load.kv_use, as_finite(f, "kv use")); break; }
+            case kTokens: {
+                EDGE_ASSIGN_OR_RETURN(p.load.tokens_per_s, as_finite(f, "tokens/s"));
+                break;
+            }
+            default: break;  // a newer peer's field
+        }
+    }
+    return p;
+}
+
+bool moved(double a, double b, double fraction, double abs_min) {
+    const double d = std::abs(a - b);
+    return d >= abs_min && d >= fraction * std::abs(a);
+}
+
+}  // namespace
+
+std::string_view pool_state_name(PoolState s) {
+    switch (s) {
+        case PoolState::kLoading: return "loading";
+        case PoolState::kServing: return "serving";
+        case PoolState::kDraining: return "draining";
+    }
+    return "unknown";
+}
+
+std::vector<uint8_t> encode_site_state(const SiteState& s) {
+    WireWriter w;
+    w.field_string(kSiteId, s.site_id);
+    w.field_string(kRegion, s.region);
+    w.field_double(kLat, s.latitude);
+    w.field_double(kLon, s.longitude);
+    w.field_string(kAdmin, s.admin_addr);
+    w.field_string(kPeer, s.peer_addr);
+    for (const PoolInfo& p : s.pools) {
+        WireWriter pw;
+        pw.field_string(kModel, p.model);
+        pw.field_string(kDigest, p.version_digest);
+        pw.field_uint(kState, static_cast<uint64_t>(p.state));
+        pw.field_uint(kCapacity, p.capacity);
+        pw.field_uint(kQueue, p.load.queue_depth);
+        pw.field_uint(kRunning, p.load.running);
+        pw.field_double(kKv, p.load.kv_use);
+        pw.field_double(kTokens, p.load.tokens_per_s);
+        w.field_bytes(kPool, pw.bytes());
+    }
+    return w.take();
+}
+
+Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
+    SiteState s;
+    WireReader r(bytes);
+    while (!r.done()) {
+        EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("site state"));
+        switch (f.tag) {
+            case kSiteId: s.site_id = f.as_string(); break;
+            case kRegion: s.region = f.as_string(); break;
+            case kLat: { EDGE_ASSIGN_OR_RETURN(s.latitude, as_finite(f, "latitude")); break; }
+            case kLon: { EDGE_ASSIGN_OR_RETURN(s.longitude, as_finite(f, "longitude")); break; }
+            case kAdmin: s.admin_addr = f.as_string(); break;
+            case kPeer: s.peer_addr = f.as_string(); break;
+            case kPool: {
+                if (s.pools.size() >= kMaxPools) {
+                    return data_loss_error("site state: more than 4096 pools");
+                }
+                auto pool = decode_pool(f.value);
+                if (!pool.ok()) {
+                    return pool.status().with_context("pool " + std::to_string(s.pools.size()));
+                }
+                s.pools.push_back(std::move(pool).value());
+                break;
+            }
+            default: break;
+        }
+    }
+    if (s.latitude < -90.0 || s.latitude > 90.0 || s.longitude < -180.0 || s.longitude > 180.0) {
+        return data_loss_error("site state: latitude/longitude out of range");
+    }
+    return s;
+}
+
+bool only_load_differs(const SiteState& a, const SiteState& b) {
+    if (a.site_id != b.site_id || a.region != b.region || a.latitude != b.latitude ||
+        a.longitude != b.longitude || a.admin_addr != b.admin_addr ||
+        a.peer_addr != b.peer_addr || a.pools.size() != b.pools.size()) {
+        return false;
+    }
+    for (size_t i = 0; i < a.pools.size(); ++i) {
+        const PoolInfo& p = a.pools[i];
+        const PoolInfo& q = b.pools[i];
+        if (p.model != q.model || p.version_digest != q.version_digest || p.state != q.state ||
+            p.capacity != q.capacity) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
+                             uint32_t abs_requests) {
+    if (!only_load_differs(prev, next)) {
+        return true;
+    }
+    for (size_t i = 0; i < prev.pools.size(); ++i) {
+        const PoolLoad& a = prev.pools[i].load;
+        const PoolLoad& b = next.pools[i].load;
+        if (moved(a.queue_depth, b.queue_depth, fraction, abs_requests) ||
+            moved(a.running, b.running, fraction, abs_requests) ||
+            moved(a.kv_use, b.kv_use, fraction, fraction) ||
+            moved(a.tokens_per_s, b.tokens_per_s, fraction, 1.0)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace edge::routing::membership

@@ -1,0 +1,73 @@
+#pragma once
+
+// SiteState is what one member (an edge site) tells every other: where it is, how to reach it,
+// and per model pool which version it serves, in what state, with what capacity and live load.
+// A member's state carries a version (SiteState travels with it in Alive messages and push-pull)
+// so a newer state always replaces an older one. Plain values; encode/decode are pure functions.
+// decode_site_state treats its input as untrusted.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace edge::routing::membership {
+
+enum class PoolState : uint8_t { kLoading = 1, kServing = 2, kDraining = 3 };
+std::string_view pool_state_name(PoolState s);
+
+struct PoolLoad {
+    // Requests waiting for admission.
+    uint32_t queue_depth = 0;
+    // Requests being generated now.
+    uint32_t running = 0;
+    // Fraction of the KV cache in use, 0..1.
+    double kv_use = 0.0;
+    // Recent decode throughput of the pool, tokens per second.
+    double tokens_per_s = 0.0;
+
+    bool operator==(const PoolLoad&) const = default;
+};
+
+struct PoolInfo {
+    // Model name as clients request it ("kimi-k2").
+    std::string model;
+    // Digest of the exact weights served (rollouts pin versions by it).
+    std::string version_digest;
+    PoolState state = PoolState::kLoading;
+    // Concurrent requests the pool can run.
+    uint32_t capacity = 0;
+    PoolLoad load;
+
+    bool operator==(const PoolInfo&) const = default;
+};
+
+struct SiteState {
+    std::string site_id;
+    std::string region;
+    // Position in degrees (the routing prior before coordinates converge).
+    double latitude = 0.0;
+    double longitude = 0.0;
+    // host:port of the admin listener and of the peer (forwarding) listener.
+    std::string admin_addr;
+    std::string peer_addr;
+    std::vector<PoolInfo> pools;
+
+    bool operator==(const SiteState&) const = default;
+};
+
+std::vector<uint8_t> encode_site_state(const SiteState& s);
+Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
+
+// True when `next` differs from `prev` enough to be worth gossiping now: anything but load
+// changed, or a load figure moved by at least `fraction` of its old value and `abs_requests`
+// (queue depth, running) or `fraction` (KV use, tokens/s).
+bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
+                             uint32_t abs_requests);
+// True when the two states differ only in pool load figures.
+bool only_load_differs(const SiteState& a, const SiteState& b);
+
+}  // namespace edge::routing::membership

@@ -1,0 +1,201 @@
+// Wire codec, site state, keyring and broadcast queue.
+
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "routing/membership/broadcast_queue.h"
+#include "routing/membership/keyring.h"
+#include "routing/membership/messages.h"
+#include "routing/membership/site_state.h"
+#include "routing/membership/wire.h"
+
+namespace edge::routing::membership {
+namespace {
+
+GossipKey key_of(uint8_t b) {
+    GossipKey k;
+    k.fill(b);
+    return k;
+}
+
+SiteState sample_site() {
+    SiteState s;
+    s.site_id = "fra1";
+    s.region = "eu-central";
+    s.latitude = 50.11;
+    s.longitude = 8.68;
+    s.admin_addr = "10.0.0.1:9090";
+    s.peer_addr = "10.0.0.1:8443";
+    PoolInfo p;
+    p.model = "kimi-k2";
+    p.version_digest = "sha256:abc";
+    p.state = PoolState::kServing;
+    p.capacity = 64;
+    p.load = PoolLoad{3, 17, 0.42, 1234.5};
+    s.pools.push_back(p);
+    return s;
+}
+
+TEST_CASE("codec: every message round-trips through a packet") {
+    coords::Coordinate c;
+    c.vec[3] = 0.25;
+    c.height = 0.001;
+    std::vector<std::vector<uint8_t>> framed{
+        encode_message(PingMsg{7, "b", "a", "a:1"}),
+        encode_message(IndirectPingMsg{8, "c", "c:1", "a", "a:1", true}),
+        encode_message(AckMsg{7, c}),
+        encode_message(NackMsg{8}),
+        encode_message(SuspectMsg{3, "c", "a"}),
+        encode_message(AliveMsg{4, "d", "d:1", 9, encode_site_state(sample_site())}),
+        encode_message(DeadMsg{5, "e", "e"}),
+        encode_message(UserEventMsg{11, "rollout", {1, 2, 3}}),
+    };
+    PushPullMsg pp;
+    pp.join = true;
+    pp.nodes.push_back(PushPullNode{"x", "x:1", 2, NodeState::kSuspect, 3, {}, c});
+    pp.event_ltime = 12;
+    pp.events.push_back(UserEventMsg{11, "rollout", {9}});
+    framed.push_back(encode_message(pp));
+    auto msgs = decode_packet(encode_packet(framed));
+    REQUIRE(msgs.ok());
+    REQUIRE(msgs->size() == 9);
+    CHECK(std::get<PingMsg>((*msgs)[0]).target == "b");
+    CHECK(std::get<IndirectPingMsg>((*msgs)[1]).target_addr == "c:1");
+    CHECK(std::get<AckMsg>((*msgs)[2]).coord->vec[3] == 0.25);
+    CHECK(std::get<NackMsg>((*msgs)[3]).seq == 8);
+    CHECK(std::get<SuspectMsg>((*msgs)[4]).incarnation == 3);
+    const auto& alive = std::get<AliveMsg>((*msgs)[5]);
+    REQUIRE(alive.state.has_value());
+    CHECK(decode_site_state(*alive.state).value() == sample_site());
+    CHECK(std::get<DeadMsg>((*msgs)[6]).from == "e");
+    CHECK(std::get<UserEventMsg>((*msgs)[7]).payload == std::vector<uint8_t>{1, 2, 3});
+    const auto& pp2 = std::get<PushPullMsg>((*msgs)[8]);
+    CHECK(pp2.join);
+    REQUIRE(pp2.nodes.size() == 1);
+    CHECK(pp2.nodes[0].state == NodeState::kSuspect);
+    CHECK(pp2.events.size() == 1);
+}
+
+TEST_CASE("codec: unknown message types and fields are skipped") {
+    WireWriter body;
+    body.field_uint(1, 42);
+    body.field_string(99, "from the future");
+    WireWriter pkt;
+    pkt.put_u8(kProtocolVersion);
+    pkt.put_u8(200);  // unknown message type
+    pkt.put_varint(3);
+    pkt.put_bytes(std::vector<uint8_t>{1, 2, 3});
+    pkt.put_u8(static_cast<uint8_t>(MessageType::kNack));
+    pkt.put_varint(body.bytes().size());
+    pkt.put_bytes(body.bytes());
+    auto msgs = decode_packet(pkt.bytes());
+    REQUIRE(msgs.ok());
+    REQUIRE(msgs->size() == 1);
+    CHECK(std::get<NackMsg>((*msgs)[0]).seq == 42);
+}
+
+TEST_CASE("codec: truncations, bad versions and lying lengths are kDataLoss") {
+    auto full = encode_packet(std::vector<std::vector<uint8_t>>{
+        encode_message(AliveMsg{4, "d", "d:1", 9, encode_site_state(sample_site())})});
+    for (size_t cut = 0; cut < full.size(); ++cut) {
+        auto r = decode_packet(std::span<const uint8_t>(full.data(), cut));
+        if (cut == 1) {
+            CHECK(r.ok());  // a version byte alone is an empty packet
+            continue;
+        }
+        CHECK_FALSE(r.ok());
+        CHECK(r.status().code() == StatusCode::kDataLoss);
+    }
+    auto bad = full;
+    bad[0] = 9;
+    CHECK(decode_packet(bad).status().code() == StatusCode::kDataLoss);
+    // A varint that never ends.
+    std::vector<uint8_t> endless{kProtocolVersion, 1};
+    endless.insert(endless.end(), 12, 0xff);
+    CHECK_FALSE(decode_packet(endless).ok());
+    // Non-finite latitude in site state.
+    WireWriter w;
+    w.field_double(3, std::nan(""));
+    CHECK_FALSE(decode_site_state(w.bytes()).ok());
+}
+
+TEST_CASE("site state: load changes are material only past the thresholds") {
+    SiteState a = sample_site();
+    SiteState b = a;
+    b.pools[0].load.queue_depth = 4;  // +1 request: not material
+    CHECK(only_load_differs(a, b));
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
+    b.pools[0].load.queue_depth = 10;
+    CHECK(load_changed_materially(a, b, 0.1, 2));
+    b = a;
+    b.pools[0].state = PoolState::kDraining;
+    CHECK_FALSE(only_load_differs(a, b));
+    CHECK(load_changed_materially(a, b, 0.1, 2));
+}
+
+TEST_CASE("keyring: sealed packets open with any installed key, label bound as AAD") {
+    auto ring = Keyring::create({key_of(1), key_of(2)}).value();
+    const std::vector<uint8_t> plain{1, 2, 3, 4};
+    auto sealed = ring.seal("prod", plain).value();
+    CHECK(sealed.size() == plain.size() + ring.overhead("prod"));
+    CHECK(ring.open("prod", sealed).value() == plain);
+    CHECK(ring.open("staging", sealed).status().code() == StatusCode::kUnauthenticated);
+    auto tampered = sealed;
+    tampered[20] ^= 1;
+    CHECK(ring.open("prod", tampered).status().code() == StatusCode::kUnauthenticated);
+
+    // Rotation: a ring whose primary is key 2 still reads packets sealed with key 1.
+    auto rotated = Keyring::create({key_of(2), key_of(1)}).value();
+    CHECK(rotated.open("prod", sealed).ok());
+    auto only_other = Keyring::create({key_of(3)}).value();
+    CHECK_FALSE(only_other.open("prod", sealed).ok());
+
+    CHECK(ring.use_key(key_of(2)).ok());
+    CHECK(ring.keys().front() == key_of(2));
+    CHECK_FALSE(ring.remove_key(key_of(2)).ok());  // primary
+    CHECK(ring.remove_key(key_of(1)).ok());
+    CHECK_FALSE(ring.use_key(key_of(1)).ok());
+    CHECK_FALSE(Keyring::create({key_of(1), key_of(1)}).ok());
+
+    // Clear mode still checks the label, and never accepts encrypted input or vice versa.
+    Keyring clear;
+    auto c = clear.seal("prod", plain).value();
+    CHECK(clear.open("prod", c).value() == plain);
+    CHECK_FALSE(clear.open("other", c).ok());
+    CHECK_FALSE(clear.open("prod", sealed).ok());
+    CHECK_FALSE(rotated.open("prod", c).ok());
+    CHECK_FALSE(ring.open("prod", std::vector<uint8_t>{1, 2}).ok());
+
+    CHECK(parse_gossip_key(std::string(64, 'a')).ok());
+    CHECK_FALSE(parse_gossip_key("abc").ok());
+    CHECK_FALSE(parse_gossip_key(std::string(63, 'a') + "g").ok());
+}
+
+TEST_CASE("broadcast queue: least-sent and newest first, limited, replaced by key") {
+    BroadcastQueue q(1);  // limit 1 * ceil(log10(n+1))
+    q.queue("a", {1});
+    q.queue("b", {2, 2});
+    q.queue("a", {3, 3, 3});  // replaces the first "a"
+    CHECK(q.size() == 2);
+    auto got = q.get_broadcasts(0, 100, 9);  // limit 1: each sent once, then dropped
+    REQUIRE(got.size() == 2);
+    CHECK(got[0] == std::vector<uint8_t>{3, 3, 3});  // newest first
+    CHECK(got[1] == std::vector<uint8_t>{2, 2});
+    CHECK(q.size() == 0);
+
+    BroadcastQueue r(2);  // limit 2 for n = 9
+    r.queue("x", std::vector<uint8_t>(10, 1));
+    r.queue("y", std::vector<uint8_t>(10, 2));
+    auto first = r.get_broadcasts(2, 12, 9);  // room for one
+    REQUIRE(first.size() == 1);
+    CHECK(first[0][0] == 2);
+    auto second = r.get_broadcasts(2, 12, 9);  // the least-sent goes next
+    REQUIRE(second.size() == 1);
+    CHECK(second[0][0] == 1);
+    CHECK(r.get_broadcasts(0, 100, 9).size() == 2);
+    CHECK(r.size() == 0);
+}
+
+}  // namespace
+}  // namespace edge::routing::membership

@@ -1,0 +1,241 @@
+// Membership scenarios over the simulated network (FakeNetwork + per-member clocks), each with an
+// asserted bound: convergence after joins, failure detection within the suspicion formula's
+// bound, no false deaths under 10% loss with a CPU-starved member, partition healing through
+// push-pull, and dissemination within retransmit_limit(N) gossip rounds.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "routing/membership/config.h"
+#include "routing/membership/timing.h"
+#include "tests/testing/gossip_sim.h"
+
+namespace edge::routing::membership {
+namespace {
+
+using edge::testing::GossipSim;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// The latency of a small region: 1-5 ms one way, fixed per link.
+void regional_latency(edge::testing::FakeNetwork& net) {
+    net.set_latency([](const std::string& a, const std::string& b) {
+        const size_t h = std::hash<std::string>{}(a < b ? a + b : b + a);
+        return Duration(milliseconds(1 + static_cast<int64_t>(h % 5)));
+    });
+}
+
+SiteState changed_site(Memberlist& m, const std::string& digest) {
+    SiteState s = *m.snapshot()->find(m.name())->site;
+    PoolInfo p;
+    p.model = "glm-4.6";
+    p.version_digest = digest;
+    p.state = PoolState::kServing;
+    p.capacity = 32;
+    s.pools = {p};
+    return s;
+}
+
+// Time for an update started now at member 0 to reach all; returns gossip rounds.
+double rounds_to_reach_all(GossipSim& sim, const std::string& digest) {
+    Memberlist& origin = sim.node(0);
+    origin.update_site_state(changed_site(origin, digest));
+    const uint64_t version = *origin.site_version_of(origin.name());
+    const TimePoint t0 = sim.net().now();
+    const bool reached = sim.run_until(
+        [&] { return sim.count_with_version(0, version) == sim.size(); }, seconds(60),
+        milliseconds(5));
+    REQUIRE(reached);
+    return to_seconds(sim.net().now() - t0) / to_seconds(origin.config().gossip_interval);
+}
+
+TEST_CASE("sim: 100 members converge after joining through one seed") {
+    GossipSim sim(100, lan_profile(), 1);
+    regional_latency(sim.net());
+    sim.start_all(milliseconds(10));
+    const bool ok = sim.run_until([&] { return sim.converged(); }, seconds(30));
+    MESSAGE("converged at " << to_seconds(sim.net().now().time_since_epoch()) - 3600 << " s");
+    CHECK(ok);
+    CHECK(sim.false_deaths() == 0);
+    // Everyone holds everyone's site state.
+    for (size_t i = 0; i < sim.size(); ++i) {
+        CHECK(sim.count_with_version(i, 1) == sim.size());
+    }
+}
+
+TEST_CASE("sim: a killed member is declared dead by all within the suspicion bound") {
+    const size_t n = 50;
+    MembershipConfig c = lan_profile();
+    GossipSim sim(n, c, 2);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    sim.net().run_for(seconds(5));
+    sim.kill(7);
+    const TimePoint killed = sim.net().now();
+    // Bound: someone probes it within ~2 probe intervals, the suspicion lasts at most its max,
+    // and the verdict spreads within retransmit_limit gossip rounds.
+    const Duration min = suspicion_timeout(c.suspicion_mult, n, c.probe_interval);
+    const Duration bound = 2 * c.probe_interval + min * c.suspicion_max_timeout_mult +
+                           c.gossip_interval * retransmit_limit(c.retransmit_mult, n);
+    const bool all = sim.run_until([&] { return sim.count_seeing_dead(7) == n - 1; }, bound,
+                                   milliseconds(10));
+    const double took = to_seconds(sim.net().now() - killed);
+    MESSAGE("detected by all in " << took << " s; min " << to_seconds(min) << " s, bound "
+                                  << to_seconds(bound) << " s");
+    CHECK(all);
+    // With Lifeguard confirmations the timer shrinks toward min well before its max.
+    CHECK(took < to_seconds(min) + 10.0);
+    CHECK(sim.false_deaths() == 0);
+}
+
+TEST_CASE("sim: 10% loss and one CPU-starved member: no healthy member is declared dead") {
+    const size_t n = 30;
+    GossipSim sim(n, lan_profile(), 3);
+    regional_latency(sim.net());
+    // Member 5 runs its timers at half speed and sees every packet 700 ms late: its acks miss
+    // every direct probe timeout, so others suspect it and it must refute in time.
+    sim.set_clock_rate(5, 0.5);
+    sim.net().set_receive_delay(GossipSim::addr(5), milliseconds(700));
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    sim.net().set_loss(0.10);
+    sim.net().run_for(seconds(300));
+    uint64_t suspicions = 0;
+    for (size_t i = 0; i < n; ++i) {
+        suspicions += sim.node(i).stats().suspicions_raised.load();
+    }
+    MESSAGE("suspicions raised " << suspicions << ", refutations by the slow member "
+                                 << sim.node(5).stats().refutations.load() << ", awareness "
+                                 << sim.node(5).awareness_score());
+    for (const std::string& d : sim.false_death_log()) {
+        MESSAGE("false death " << d);
+    }
+    // The scenario bites: the starved member was suspected and had to refute, and its own
+    // Lifeguard awareness rose; yet nobody was ever declared dead.
+    CHECK(suspicions > 0);
+    CHECK(sim.node(5).stats().refutations.load() > 0);
+    CHECK(sim.node(5).awareness_score() > 0);
+    CHECK(sim.false_deaths() == 0);
+    sim.net().set_loss(0.0);
+    CHECK(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+}
+
+TEST_CASE("sim: a partition heals and state converges through push-pull") {
+    const size_t n = 20;
+    GossipSim sim(n, lan_profile(), 4);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    std::vector<std::string> a, b;
+    for (size_t i = 0; i < n; ++i) {
+        (i < n / 2 ? a : b).push_back(GossipSim::addr(i));
+    }
+    sim.net().partition({a, b});
+    // Each side declares the other dead, and stays split past gossip_to_the_dead_time so only
+    // the reconnect push-pull can bring them back together.
+    REQUIRE(sim.run_until([&] { return sim.count_seeing_dead(15) >= n / 2; }, seconds(120)));
+    REQUIRE(sim.run_until([&] { return sim.count_seeing_dead(0) >= n / 2 - 1; }, seconds(120)));
+    sim.net().run_for(lan_profile().gossip_to_the_dead_time);
+    // A state change on one side while split.
+    Memberlist& origin = sim.node(0);
+    origin.update_site_state(changed_site(origin, "sha256:split"));
+    const uint64_t version = *origin.site_version_of(origin.name());
+    sim.net().run_for(seconds(10));
+    CHECK(sim.count_with_version(0, version) == n / 2);
+    sim.net().heal();
+    const TimePoint healed = sim.net().now();
+    const bool ok = sim.run_until([&] { return sim.converged(); },
+                                  lan_profile().reconnect_interval + seconds(30));
+    MESSAGE("healed in " << to_seconds(sim.net().now() - healed) << " s");
+    CHECK(ok);
+    CHECK(sim.count_with_version(0, version) == n);
+}
+
+// N = 1000 runs in bench_gossip_sim (its joins cost ~N^2 log N messages, a minute of CPU).
+TEST_CASE("sim: an update reaches every member within retransmit_limit(N) gossip rounds") {
+    for (size_t n : {10u, 100u, 300u}) {
+        GossipSim sim(n, lan_profile(), 5 + n);
+        regional_latency(sim.net());
+        sim.start_all(milliseconds(5));
+        REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(60)));
+        sim.net().run_for(seconds(40));  // let join traffic drain
+        const double rounds = rounds_to_reach_all(sim, "sha256:v2");
+        const int bound = retransmit_limit(4, n);
+        MESSAGE("N=" << n << ": " << rounds << " rounds (bound " << bound << ")");
+        CHECK(rounds <= bound);
+    }
+}
+
+TEST_CASE("sim: leave, user events, large state and load rate limits") {
+    const size_t n = 12;
+    MembershipConfig c = lan_profile();
+    GossipSim sim(n, c, 6);
+    regional_latency(sim.net());
+    std::vector<int> delivered(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+        sim.node(i).set_user_event_callback([&delivered, i](const UserEventMsg& e) {
+            if (e.name == "rollout") {
+                ++delivered[i];
+            }
+        });
+    }
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+
+    SUBCASE("user events are delivered exactly once everywhere") {
+        REQUIRE(sim.node(3).send_user_event("rollout", {'v', '2'}).ok());
+        sim.net().run_for(seconds(60));  // includes push-pulls that replay recent events
+        for (size_t i = 0; i < n; ++i) {
+            CHECK(delivered[i] == 1);
+        }
+        CHECK_FALSE(sim.node(3).send_user_event("", {}).ok());
+        CHECK_FALSE(sim.node(3).send_user_event("big", std::vector<uint8_t>(5000)).ok());
+    }
+    SUBCASE("a graceful leave is seen as left, not dead") {
+        sim.node(4).leave();
+        sim.net().run_for(seconds(3));
+        sim.kill(4);
+        for (size_t i = 0; i < n; ++i) {
+            if (i != 4) {
+                CHECK(sim.node(i).state_of(GossipSim::name(4)) == NodeState::kLeft);
+            }
+        }
+        CHECK(sim.false_deaths() == 0);
+    }
+    SUBCASE("state larger than a packet travels by push-pull") {
+        Memberlist& origin = sim.node(2);
+        SiteState big = changed_site(origin, "sha256:big");
+        for (int p = 0; p < 40; ++p) {
+            PoolInfo pool = big.pools[0];
+            pool.model = "model-" + std::to_string(p);
+            big.pools.push_back(pool);
+        }
+        REQUIRE(encode_site_state(big).size() > c.mtu);
+        origin.update_site_state(big);
+        const uint64_t version = *origin.site_version_of(origin.name());
+        CHECK(sim.run_until([&] { return sim.count_with_version(2, version) == n; }, seconds(10)));
+        CHECK(sim.node(9).snapshot()->find(GossipSim::name(2))->site->pools.size() == 41);
+    }
+    SUBCASE("load updates are rate-limited and sent only when material") {
+        Memberlist& origin = sim.node(1);
+        SiteState s = changed_site(origin, "sha256:load");
+        origin.update_site_state(s);
+        const uint64_t v0 = *origin.site_version_of(origin.name());
+        s.pools[0].load.queue_depth = 1;  // below the absolute threshold
+        origin.update_site_state(s);
+        CHECK(*origin.site_version_of(origin.name()) == v0);
+        s.pools[0].load.queue_depth = 50;  // material, but within the rate limit
+        origin.update_site_state(s);
+        CHECK(*origin.site_version_of(origin.name()) == v0);
+        sim.net().run_for(c.load_update_min_interval + milliseconds(10));
+        CHECK(*origin.site_version_of(origin.name()) == v0 + 1);  // flushed once
+        CHECK(sim.run_until([&] { return sim.count_with_version(1, v0 + 1) == n; }, seconds(10)));
+        CHECK(sim.node(8).snapshot()->find(GossipSim::name(1))->site->pools[0].load.queue_depth ==
+              50);
+    }
+}
+
+}  // namespace
+}  // namespace edge::routing::membership

@@ -1,0 +1,257 @@
+// Real sockets on 127.0.0.1: five encrypted members find each other from one seed address, a
+// member with the wrong key is never admitted, keys rotate with no member lost, and a member
+// stopped abruptly (no leave) is declared dead by the others. Timers are short (probe 200 ms) so
+// this runs in a few seconds; the tests wait on conditions with deadlines, never on fixed sleeps.
+
+#include <doctest/doctest.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "routing/membership/membership_service.h"
+
+namespace edge::routing::membership {
+namespace {
+
+using std::chrono::milliseconds;
+
+GossipKey key_of(uint8_t b) {
+    GossipKey k;
+    k.fill(b);
+    return k;
+}
+
+MembershipConfig fast_config(const std::string& name) {
+    MembershipConfig c = local_profile();
+    c.name = name;
+    c.label = "test-cluster";
+    c.probe_interval = milliseconds(200);
+    c.probe_timeout = milliseconds(100);
+    c.gossip_interval = milliseconds(30);
+    c.push_pull_interval = milliseconds(1000);
+    c.reconnect_interval = milliseconds(1000);
+    c.stream_timeout = milliseconds(1000);
+    c.suspicion_mult = 4;
+    return c;
+}
+
+class Cluster {
+public:
+    Cluster() : work_(boost::asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+    ~Cluster() {
+        for (auto& s : services_) {
+            if (s) {
+                s->kill();
+            }
+        }
+        services_.clear();
+        work_.reset();
+        io_.stop();
+        thread_.join();
+    }
+
+    MembershipService& add(const std::string& name, std::vector<GossipKey> keys) {
+        SiteState site;
+        site.site_id = name;
+        auto svc = MembershipService::create(io_, fast_config(name),
+                                             Keyring::create(std::move(keys)).value(), site,
+                                             "127.0.0.1", 0);
+        REQUIRE_MESSAGE(svc.ok(), svc.status().to_string());
+        svc.value()->set_event_callback([this, name](const MemberEvent& e) {
+            std::lock_guard lock(mu_);
+            if (e.kind == MemberEventKind::kDead) {
+                deaths_.insert(name + "->" + e.name);
+            }
+        });
+        services_.push_back(std::move(svc).value());
+        return *services_.back();
+    }
+
+    MembershipService& at(size_t i) { return *services_.at(i); }
+
+    // Polls `pred` until it holds or `limit` passes.
+    static bool wait_for(const std::function<bool()>& pred, Duration limit) {
+        const auto end = std::chrono::steady_clock::now() + limit;
+        while (!pred()) {
+            if (std::chrono::steady_clock::now() > end) {
+                return false;
+            }
+            std::this_thread::sleep_for(milliseconds(5));
+        }
+        return true;
+    }
+
+    // Every one of services [0, n) sees exactly `names` alive.
+    bool all_see_alive(size_t n, const std::set<std::string>& names) {
+        for (size_t i = 0; i < n; ++i) {
+            if (!services_[i]) {
+                continue;
+            }
+            auto snap = services_[i]->snapshot();
+            std::set<std::string> alive;
+            for (const MemberView& m : snap->members) {
+                if (m.state == NodeState::kAlive) {
+                    alive.insert(m.name);
+                }
+            }
+            if (alive != names) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    std::set<std::string> deaths() {
+        std::lock_guard lock(mu_);
+        return deaths_;
+    }
+
+    boost::asio::io_context io_;
+
+private:
+    boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+    std::thread thread_;
+    std::vector<std::unique_ptr<MembershipService>> services_;
+    std::mutex mu_;
+    std::set<std::string> deaths_;
+};
+
+std::set<std::string> names(size_t n) {
+    std::set<std::string> out;
+    for (size_t i = 0; i < n; ++i) {
+        out.insert("site" + std::to_string(i));
+    }
+    return out;
+}
+
+void start_five(Cluster& c, std::vector<GossipKey> keys) {
+    for (size_t i = 0; i < 5; ++i) {
+        c.add("site" + std::to_string(i), keys);
+    }
+    c.at(0).start({});
+    for (size_t i = 1; i < 5; ++i) {
+        c.at(i).start({c.at(0).advertise_addr()});
+    }
+}
+
+TEST_CASE("sockets: five encrypted members find each other from one seed") {
+    Cluster c;
+    start_five(c, {key_of(7)});
+    CHECK(Cluster::wait_for([&] { return c.all_see_alive(5, names(5)); }, std::chrono::seconds(10)));
+    CHECK(c.at(0).stats().auth_failures.load() == 0);
+    CHECK(c.at(0).stats().bytes_sent.load() > 0);
+    // RTTs measured by probes moved the coordinates.
+    CHECK(Cluster::wait_for([&] { return c.at(1).stats().probe_rtt_count.load() > 3; },
+                            std::chrono::seconds(5)));
+}
+
+TEST_CASE("sockets: a member with the wrong key is never admitted") {
+    Cluster c;
+    start_five(c, {key_of(7)});
+    REQUIRE(Cluster::wait_for([&] { return c.all_see_alive(5, names(5)); },
+                              std::chrono::seconds(10)));
+    MembershipService& intruder = c.add("intruder", {key_of(8)});
+    intruder.start({c.at(0).advertise_addr()});
+    // The seed drops its join stream unparsed; the intruder's join fails.
+    REQUIRE(Cluster::wait_for([&] { return c.at(0).stats().auth_failures.load() > 0; },
+                              std::chrono::seconds(5)));
+    REQUIRE(Cluster::wait_for([&] { return intruder.stats().stream_failures.load() > 0; },
+                              std::chrono::seconds(5)));
+    CHECK(c.all_see_alive(5, names(5)));
+    CHECK(intruder.snapshot()->members.size() == 1);
+}
+
+TEST_CASE("sockets: keys rotate with no member lost") {
+    Cluster c;
+    start_five(c, {key_of(1)});
+    REQUIRE(Cluster::wait_for([&] { return c.all_see_alive(5, names(5)); },
+                              std::chrono::seconds(10)));
+    auto on_all = [&](const std::function<void(Memberlist&)>& fn) {
+        std::atomic<int> done{0};
+        for (size_t i = 0; i < 5; ++i) {
+            c.at(i).post([&, fn](Memberlist& m) {
+                fn(m);
+                done.fetch_add(1);
+            });
+        }
+        REQUIRE(Cluster::wait_for([&] { return done.load() == 5; }, std::chrono::seconds(5)));
+    };
+    on_all([](Memberlist& m) { m.keyring().add_key(key_of(2)); });
+    on_all([](Memberlist& m) { REQUIRE(m.keyring().use_key(key_of(2)).ok()); });
+    const uint64_t rtts = c.at(3).stats().probe_rtt_count.load();
+    REQUIRE(Cluster::wait_for([&] { return c.at(3).stats().probe_rtt_count.load() > rtts + 3; },
+                              std::chrono::seconds(5)));
+    on_all([](Memberlist& m) { REQUIRE(m.keyring().remove_key(key_of(1)).ok()); });
+    // Traffic under the new key alone: a state change still reaches everyone.
+    c.at(2).post([](Memberlist& m) {
+        SiteState s;
+        s.site_id = m.name();
+        s.region = "rotated";
+        m.update_site_state(s);
+    });
+    CHECK(Cluster::wait_for(
+        [&] {
+            for (size_t i = 0; i < 5; ++i) {
+                auto v = c.at(i).snapshot()->find("site2");
+                if (v == nullptr || !v->site || v->site->region != "rotated") {
+                    return false;
+                }
+            }
+            return true;
+        },
+        std::chrono::seconds(5)));
+    CHECK(c.all_see_alive(5, names(5)));
+    CHECK(c.deaths().empty());
+}
+
+TEST_CASE("sockets: a member stopped abruptly is declared dead by the others") {
+    Cluster c;
+    start_five(c, {key_of(9)});
+    REQUIRE(Cluster::wait_for([&] { return c.all_see_alive(5, names(5)); },
+                              std::chrono::seconds(10)));
+    c.at(4).kill();
+    auto dead_everywhere = [&] {
+        for (size_t i = 0; i < 4; ++i) {
+            auto v = c.at(i).snapshot()->find("site4");
+            if (v == nullptr || v->state != NodeState::kDead) {
+                return false;
+            }
+        }
+        return true;
+    };
+    // Bound: suspicion max = 6 * 4 * 200 ms = 4.8 s, plus probing and gossip.
+    CHECK(Cluster::wait_for(dead_everywhere, std::chrono::seconds(8)));
+    CHECK(c.all_see_alive(4, names(4)));
+
+    // And a graceful leave is seen as left.
+    c.at(3).stop(milliseconds(300));
+    CHECK(Cluster::wait_for(
+        [&] {
+            for (size_t i = 0; i < 3; ++i) {
+                auto v = c.at(i).snapshot()->find("site3");
+                if (v == nullptr || v->state != NodeState::kLeft) {
+                    return false;
+                }
+            }
+            return true;
+        },
+        std::chrono::seconds(5)));
+}
+
+TEST_CASE("sockets: addresses are parsed strictly") {
+    CHECK(split_host_port("127.0.0.1:7946").value().second == 7946);
+    CHECK(split_host_port("[::1]:80").value().first == "::1");
+    CHECK_FALSE(split_host_port("127.0.0.1").ok());
+    CHECK_FALSE(split_host_port("127.0.0.1:99999").ok());
+    CHECK_FALSE(split_host_port("[::1:80").ok());
+    CHECK_FALSE(split_host_port(":80").ok());
+    CHECK_FALSE(split_host_port("h:8a").ok());
+}
+
+}  // namespace
+}  // namespace edge::routing::membership

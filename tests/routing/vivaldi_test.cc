@@ -1,0 +1,145 @@
+// Vivaldi accuracy on known latency matrices, with the bounds serf's coordinate/performance_test.go
+// asserts for the same matrices, node counts and cycle counts.
+
+#include "routing/coords/vivaldi.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace edge::routing::coords {
+namespace {
+
+using Matrix = std::vector<std::vector<double>>;  // seconds
+
+struct Stats {
+    double avg = 0.0;
+    double max = 0.0;
+};
+
+Matrix line(size_t n, double spacing) {
+    Matrix m(n, std::vector<double>(n, 0.0));
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            m[i][j] = m[j][i] = static_cast<double>(j - i) * spacing;
+        }
+    }
+    return m;
+}
+
+Matrix grid(size_t n, double spacing) {
+    const size_t side = static_cast<size_t>(std::sqrt(static_cast<double>(n)));
+    Matrix m(n, std::vector<double>(n, 0.0));
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            const double dx = static_cast<double>(i % side) - static_cast<double>(j % side);
+            const double dy = static_cast<double>(i / side) - static_cast<double>(j / side);
+            m[i][j] = m[j][i] = std::sqrt(dx * dx + dy * dy) * spacing;
+        }
+    }
+    return m;
+}
+
+Matrix split(size_t n, double lan, double wan) {
+    Matrix m(n, std::vector<double>(n, 0.0));
+    const size_t half = n / 2;
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            m[i][j] = m[j][i] = ((i <= half) == (j <= half)) ? lan : wan;
+        }
+    }
+    return m;
+}
+
+Matrix random_matrix(size_t n, double mean, double deviation, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    Matrix m(n, std::vector<double>(n, 0.0));
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            m[i][j] = m[j][i] = mean + deviation * normal(rng);
+        }
+    }
+    return m;
+}
+
+Stats simulate(const Matrix& truth, size_t cycles, uint64_t seed) {
+    const size_t n = truth.size();
+    std::vector<VivaldiClient> clients;
+    for (size_t i = 0; i < n; ++i) {
+        clients.emplace_back(VivaldiConfig{}, seed + i);
+    }
+    std::mt19937_64 rng(seed);
+    for (size_t cycle = 0; cycle < cycles; ++cycle) {
+        for (size_t i = 0; i < n; ++i) {
+            const size_t j = rng() % n;
+            if (j == i) {
+                continue;
+            }
+            const Coordinate other = clients[j].coordinate();
+            const auto rtt = std::chrono::nanoseconds(static_cast<int64_t>(truth[i][j] * 1e9));
+            const Status st = clients[i].update("node" + std::to_string(j), other, rtt);
+            REQUIRE_MESSAGE(st.ok(), st.to_string());
+        }
+    }
+    Stats stats;
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+        for (size_t j = i + 1; j < n; ++j) {
+            const double est = clients[i].coordinate().distance_to(clients[j].coordinate());
+            const double err = std::abs(est - truth[i][j]) / truth[i][j];
+            stats.avg += err;
+            stats.max = std::max(stats.max, err);
+            ++count;
+        }
+    }
+    stats.avg /= static_cast<double>(count);
+    return stats;
+}
+
+TEST_CASE("vivaldi: line of 10 nodes 10 ms apart within serf's bounds") {
+    const Stats s = simulate(line(10, 0.010), 1000, 1);
+    MESSAGE("line avg " << s.avg << " max " << s.max);
+    CHECK(s.avg <= 0.0018);
+    CHECK(s.max <= 0.0092);
+}
+
+TEST_CASE("vivaldi: 5x5 grid 10 ms apart within serf's bounds") {
+    const Stats s = simulate(grid(25, 0.010), 1000, 2);
+    MESSAGE("grid avg " << s.avg << " max " << s.max);
+    CHECK(s.avg <= 0.0015);
+    CHECK(s.max <= 0.022);
+}
+
+TEST_CASE("vivaldi: two clusters far apart within serf's bounds") {
+    const Stats s = simulate(split(25, 0.001, 0.010), 1000, 3);
+    MESSAGE("split avg " << s.avg << " max " << s.max);
+    CHECK(s.avg <= 0.000060);
+    CHECK(s.max <= 0.00048);
+}
+
+TEST_CASE("vivaldi: random 100 +- 10 ms within serf's bounds") {
+    const Stats s = simulate(random_matrix(25, 0.100, 0.010, 4), 1000, 4);
+    MESSAGE("random avg " << s.avg << " max " << s.max);
+    CHECK(s.avg <= 0.075);
+    CHECK(s.max <= 0.33);
+}
+
+TEST_CASE("vivaldi: bad input is rejected and never moves the coordinate") {
+    VivaldiClient client;
+    Coordinate bad;
+    bad.vec[0] = std::nan("");
+    CHECK_FALSE(client.update("x", bad, std::chrono::milliseconds(10)).ok());
+    CHECK_FALSE(client.update("x", Coordinate{}, std::chrono::nanoseconds(-1)).ok());
+    CHECK_FALSE(client.update("x", Coordinate{}, std::chrono::seconds(11)).ok());
+    CHECK(client.coordinate().vec[0] == 0.0);
+    CHECK(client.updates() == 0);
+    // The estimate between identical coordinates is twice the minimum height.
+    CHECK(estimate_rtt(client.coordinate(), client.coordinate()).count() == 20'000);
+}
+
+}  // namespace
+}  // namespace edge::routing::coords
