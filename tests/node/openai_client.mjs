@@ -1,0 +1,97 @@
+// Drives a running edgeserve with the official OpenAI Node client, unchanged, and checks what a
+// client application relies on. Usage: node openai_client.mjs BASE_URL API_KEY MODEL
+// (NODE_EXTRA_CA_CERTS names the server's certificate). Exit 0 when every check passes.
+import OpenAI from 'openai';
+import assert from 'node:assert/strict';
+
+const [baseURL, apiKey, model] = process.argv.slice(2);
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
+let checks = 0;
+const check = async (name, fn) => {
+    await fn();
+    checks++;
+    console.log(`ok ${checks} - ${name}`);
+};
+
+await check('models.list names the served model', async () => {
+    const ids = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    assert.ok(ids.includes(model), `models: ${ids}`);
+});
+
+await check('chat completion, greedy, with usage', async () => {
+    const r = await client.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Tell me a fortune' }],
+        max_tokens: 16, temperature: 0,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.ok(r.choices[0].message.content.length > 0);
+    assert.ok(['length', 'stop'].includes(r.choices[0].finish_reason));
+    assert.equal(r.usage.prompt_tokens, 17);  // The fixture's ChatML prompt C.
+    assert.ok(r.usage.completion_tokens > 0 && r.usage.completion_tokens <= 16);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+await check('greedy output is reproducible and streaming gives the same text', async () => {
+    const req = { model, messages: [{ role: 'user', content: 'Tell me a fortune' }],
+                  max_tokens: 24, temperature: 0 };
+    const a = await client.chat.completions.create(req);
+    const stream = await client.chat.completions.create({
+        ...req, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let usage = null;
+    let finish = null;
+    for await (const chunk of stream) {
+        if (chunk.usage) usage = chunk.usage;
+        for (const c of chunk.choices) {
+            text += c.delta?.content ?? '';
+            if (c.finish_reason) finish = c.finish_reason;
+        }
+    }
+    assert.equal(text, a.choices[0].message.content);
+    assert.equal(finish, a.choices[0].finish_reason);
+    assert.deepEqual(usage.completion_tokens, a.usage.completion_tokens);
+});
+
+await check('legacy completions with a seed are reproducible', async () => {
+    const req = { model, prompt: 'It is a', max_tokens: 12, temperature: 0.8, seed: 42 };
+    const a = await client.completions.create(req);
+    const b = await client.completions.create(req);
+    assert.equal(a.choices[0].text, b.choices[0].text);
+    assert.equal(a.usage.prompt_tokens, 3);
+});
+
+await check('logprobs come back for each token', async () => {
+    const r = await client.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, temperature: 0,
+        logprobs: true, top_logprobs: 3 });
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(lp.length, r.usage.completion_tokens);
+    for (const t of lp) {
+        assert.ok(t.logprob <= 0);
+        assert.equal(t.top_logprobs.length, 3);
+        assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[2].logprob);
+    }
+});
+
+await check('unknown model is a NotFoundError', async () => {
+    await assert.rejects(
+        client.chat.completions.create({ model: 'no-such-model',
+                                         messages: [{ role: 'user', content: 'x' }] }),
+        (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+});
+
+await check('bad parameter is a BadRequestError naming the param', async () => {
+    await assert.rejects(
+        client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+                                         temperature: 7 }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'temperature');
+});
+
+await check('wrong key is an AuthenticationError', async () => {
+    const other = new OpenAI({ baseURL, apiKey: 'sk-wrong', maxRetries: 0 });
+    await assert.rejects(other.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+});
+
+console.log(`${checks} passed, 0 failed`);
