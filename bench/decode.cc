@@ -1,0 +1,266 @@
+// Decode benchmark on make-model's `bench` preset (Qwen3-MoE, hidden 1024, 12 layers, 64 experts
+// top-8, expert FFN 512, 16/4 heads of 64, vocab 32000, BF16): single-stream decode and prefill
+// tokens/s at 1 and 2 threads, batched decode at 8 and 32 sequences, weight bytes read per decode
+// token and the fraction of measured memory bandwidth decode reaches, resident memory after load.
+// Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
+// (batched figures use the last thread count run: 2 by default).
+// Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/membw_probe.h"
+#include "engine/model/loader.h"
+#include "engine/model/model_config.h"
+#include "engine/tools/make_model.h"
+
+namespace {
+
+using edge::engine::CausalLM;
+using edge::engine::SequenceChunk;
+using edge::engine::TokenId;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Resident set size in bytes (VmRSS of /proc/self/status).
+int64_t rss_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) {
+            return std::stoll(line.substr(6)) * 1024;
+        }
+    }
+    return 0;
+}
+
+TokenId argmax(const float* l, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; ++i) {
+        if (l[i] > l[b]) {
+            b = i;
+        }
+    }
+    return static_cast<TokenId>(b);
+}
+
+// Weight bytes one decode token reads (2 bytes per BF16 weight): attention, router, the top-k
+// experts of each MoE layer (or the dense MLP), lm_head and one embedding row.
+int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
+    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
+    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
+    const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
+    const int64_t E = g("num_experts"), K = g("num_experts_per_tok"), I = g("moe_intermediate_size");
+    int64_t params = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        params += H * q * 2 + H * kv * 2;
+        params += E * H + K * 3 * I * H;  // Every layer of the bench preset is MoE.
+    }
+    params += g("vocab_size") * H + H;
+    return params * 2;
+}
+
+struct Single {
+    double prefill_tps = 0;
+    double decode_tps = 0;
+};
+
+Single run_single(CausalLM& m, int prefill, int steps) {
+    const int64_t V = m.spec().vocab_size;
+    std::vector<TokenId> prompt(prefill);
+    std::mt19937 rng(5);
+    for (TokenId& t : prompt) {
+        t = static_cast<TokenId>(rng() % 256);
+    }
+    int32_t slot = *m.acquire_slot();
+    std::vector<float> logits;
+    SequenceChunk ch{slot, 0, prompt, false};
+    auto t0 = Clock::now();
+    if (!m.forward({&ch, 1}, &logits).ok()) {
+        std::fprintf(stderr, "prefill failed\n");
+        std::exit(1);
+    }
+    Single r;
+    r.prefill_tps = prefill / seconds_since(t0);
+    TokenId tok = argmax(logits.data(), V);
+    t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+        SequenceChunk d{slot, m.slot_length(slot), {&tok, 1}, false};
+        if (!m.forward({&d, 1}, &logits).ok()) {
+            std::fprintf(stderr, "decode failed\n");
+            std::exit(1);
+        }
+        tok = argmax(logits.data(), V);
+    }
+    r.decode_tps = steps / seconds_since(t0);
+    m.release_slot(slot);
+    return r;
+}
+
+double run_batched(CausalLM& m, int sequences, int steps) {
+    const int64_t V = m.spec().vocab_size;
+    std::vector<int32_t> slots;
+    std::vector<std::vector<TokenId>> prompts(sequences);
+    std::vector<SequenceChunk> batch;
+    std::mt19937 rng(11);
+    for (int i = 0; i < sequences; ++i) {
+        slots.push_back(*m.acquire_slot());
+        for (int j = 0; j < 16; ++j) {
+            prompts[i].push_back(static_cast<TokenId>(rng() % 256));
+        }
+        batch.push_back({slots[i], 0, prompts[i], false});
+    }
+    std::vector<float> logits;
+    if (!m.forward(batch, &logits).ok()) {
+        std::fprintf(stderr, "batched prefill failed\n");
+        std::exit(1);
+    }
+    std::vector<TokenId> next(sequences);
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+        batch.clear();
+        for (int i = 0; i < sequences; ++i) {
+            next[i] = argmax(logits.data() + i * V, V);
+            batch.push_back({slots[i], m.slot_length(slots[i]), {&next[i], 1}, false});
+        }
+        if (!m.forward(batch, &logits).ok()) {
+            std::fprintf(stderr, "batched decode failed\n");
+            std::exit(1);
+        }
+    }
+    double tps = static_cast<double>(sequences) * steps / seconds_since(t0);
+    for (int32_t s : slots) {
+        m.release_slot(s);
+    }
+    return tps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string model_dir;
+    int steps = 32;
+    int prefill = 128;
+    int only_threads = 0;  // 1 or 2: run that thread count only (faster, for experiments).
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--model")) {
+            model_dir = argv[i + 1];
+        } else if (!std::strcmp(argv[i], "--steps")) {
+            steps = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--threads")) {
+            only_threads = std::atoi(argv[i + 1]);
+        } else if (!std::strcmp(argv[i], "--prefill")) {
+            prefill = std::max(1, std::atoi(argv[i + 1]));
+        }
+    }
+    bool temp = false;
+    if (model_dir.empty()) {
+        model_dir = (std::filesystem::temp_directory_path() /
+                     ("edge_bench_model_" + std::to_string(std::random_device{}())))
+                        .string();
+        auto t0 = Clock::now();
+        edge::engine::MakeModelOptions mo;
+        mo.preset = "bench";
+        mo.out_dir = model_dir;
+        mo.seed = 1;
+        edge::Status st = edge::engine::write_random_checkpoint(mo);
+        if (!st.ok()) {
+            std::fprintf(stderr, "%s\n", st.to_string().c_str());
+            return 1;
+        }
+        temp = true;
+        std::fprintf(stderr, "wrote bench preset to %s in %.1f s\n", model_dir.c_str(),
+                     seconds_since(t0));
+    }
+    auto config = edge::engine::ConfigJson::read(model_dir);
+    if (!config.ok()) {
+        std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
+        return 1;
+    }
+    const int64_t bytes_per_token = decode_bytes_per_token(*config);
+    const double bw1 = edge::bench::measure_read_bandwidth(1);
+    const double bw2 = edge::bench::measure_read_bandwidth(2);
+
+    Single single[2];
+    double batched8 = 0, batched32 = 0;
+    int64_t rss_load = 0, rss_warm = 0, weight_bytes = 0, kv_per_token = 0;
+    for (int threads = 1; threads <= 2; ++threads) {
+        if (only_threads != 0 && threads != only_threads) {
+            continue;
+        }
+        edge::engine::LoadOptions lo;
+        lo.threads = threads;
+        lo.max_slots = 40;
+        lo.max_context = 1024;
+        const int64_t rss0 = rss_bytes();
+        auto model = edge::engine::load_model(model_dir, lo);
+        if (!model.ok()) {
+            std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
+            return 1;
+        }
+        CausalLM& m = **model;
+        if (rss_load == 0) {
+            rss_load = rss_bytes() - rss0;
+        }
+        weight_bytes = m.spec().weight_bytes;
+        kv_per_token = m.spec().kv_bytes_per_token;
+        // Warm up: several passes over every expert (a 32-sequence step routes to nearly all);
+        // in this VM the first passes over freshly mapped memory run several times slower.
+        run_batched(m, 32, 10);
+        run_single(m, 8, 8);
+        if (rss_warm == 0) {
+            rss_warm = rss_bytes() - rss0;
+        }
+        single[threads - 1] = run_single(m, prefill, steps);
+        if (threads == 2 || only_threads == 1) {
+            batched8 = run_batched(m, 8, std::max(4, steps / 2));
+            batched32 = run_batched(m, 32, std::max(4, steps / 4));
+        }
+    }
+    if (temp) {
+        std::filesystem::remove_all(model_dir);
+    }
+    const double frac1 = single[0].decode_tps * bytes_per_token / bw1;
+    const double frac2 = single[1].decode_tps * bytes_per_token / bw2;
+    // The single-stream rate at the thread count the batched figures were taken with.
+    const double single_ref = only_threads == 1 ? single[0].decode_tps : single[1].decode_tps;
+    std::printf("%-44s %14s\n", "figure", "value");
+    std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);
+    std::printf("%-44s %14.2f\n", "memory read bandwidth 2 threads (GB/s)", bw2 / 1e9);
+    std::printf("%-44s %14.1f\n", "weight MB read per decode token", bytes_per_token / 1e6);
+    std::printf("%-44s %14.2f\n", "decode tokens/s, 1 thread", single[0].decode_tps);
+    std::printf("%-44s %14.2f\n", "decode tokens/s, 2 threads", single[1].decode_tps);
+    std::printf("%-44s %14.3f\n", "decode fraction of bandwidth, 1 thread", frac1);
+    std::printf("%-44s %14.3f\n", "decode fraction of bandwidth, 2 threads", frac2);
+    std::printf("%-44s %14.1f\n", "prefill tokens/s, 1 thread", single[0].prefill_tps);
+    std::printf("%-44s %14.1f\n", "prefill tokens/s, 2 threads", single[1].prefill_tps);
+    std::printf("%-44s %14.2f\n", "batched decode tokens/s, 8 seqs", batched8);
+    std::printf("%-44s %14.2f\n", "batched decode tokens/s, 32 seqs", batched32);
+    std::printf("%-44s %14.2f\n", "batched 32 / single-stream (same threads)",
+                batched32 / single_ref);
+    std::printf("%-44s %14.1f\n", "weight MB (mapped)", weight_bytes / 1e6);
+    std::printf("%-44s %14.1f\n", "resident MB after load", rss_load / 1e6);
+    std::printf("%-44s %14.1f\n", "resident MB after warm-up", rss_warm / 1e6);
+    std::printf(
+        "{\"bench\":\"decode\",\"membw_gbps_1t\":%.3f,\"membw_gbps_2t\":%.3f,"
+        "\"weight_bytes_per_decode_token\":%lld,\"decode_tps_1t\":%.3f,\"decode_tps_2t\":%.3f,"
+        "\"decode_bw_fraction_1t\":%.4f,\"decode_bw_fraction_2t\":%.4f,\"prefill_tps_1t\":%.2f,"
+        "\"prefill_tps_2t\":%.2f,\"batched_tps_8\":%.3f,\"batched_tps_32\":%.3f,"
+        "\"batched32_over_single\":%.3f,\"weight_bytes\":%lld,\"kv_bytes_per_token\":%lld,"
+        "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
+        bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
+        single[1].decode_tps, frac1, frac2, single[0].prefill_tps, single[1].prefill_tps, batched8,
+        batched32, batched32 / single_ref, static_cast<long long>(weight_bytes),
+        static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
+        static_cast<long long>(rss_warm));
+    return 0;
+}

@@ -1,0 +1,80 @@
+#pragma once
+
+// Memory read bandwidth probe shared by the benches: streams a buffer much larger than the caches
+// with T threads (each reading its own contiguous part, as the matmul kernels do) and reports the
+// median of several runs in bytes per second. Header-only; bench code, not part of a library.
+
+#include <immintrin.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace edge::bench {
+
+__attribute__((target("avx2"))) inline uint64_t read_sum_avx2(const uint8_t* p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t out[4];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), s);
+    return out[0] + out[1] + out[2] + out[3];
+}
+
+inline uint64_t read_sum_scalar(const uint8_t* p, size_t n) {
+    uint64_t s0 = 0, s1 = 0;
+    for (size_t i = 0; i + 16 <= n; i += 16) {
+        uint64_t a, b;
+        std::memcpy(&a, p + i, 8);
+        std::memcpy(&b, p + i + 8, 8);
+        s0 += a;
+        s1 += b;
+    }
+    return s0 + s1;
+}
+
+// Median read bandwidth (bytes/s) of `threads` threads over a `bytes` buffer, `runs` runs.
+inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30, int runs = 7) {
+    void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        return 0.0;
+    }
+    auto* buf = static_cast<uint8_t*>(mem);
+    std::memset(buf, 1, bytes);  // Fault every page in before timing.
+    const bool avx2 = __builtin_cpu_supports("avx2");
+    std::vector<double> rates;
+    std::vector<uint64_t> sink(threads);
+    for (int r = 0; r < runs; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t) {
+            ts.emplace_back([&, t] {
+                size_t b = bytes / threads * t;
+                size_t n = bytes / threads;
+                sink[t] += avx2 ? read_sum_avx2(buf + b, n) : read_sum_scalar(buf + b, n);
+            });
+        }
+        for (auto& t : ts) {
+            t.join();
+        }
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        rates.push_back(static_cast<double>(bytes) / s);
+    }
+    munmap(mem, bytes);
+    std::sort(rates.begin(), rates.end());
+    volatile uint64_t keep = sink[0];
+    (void)keep;
+    return rates[rates.size() / 2];
+}
+
+}  // namespace edge::bench

@@ -1,0 +1,78 @@
+#pragma once
+
+// Backend is where a model's arithmetic runs: matmuls over stored weights and the parallel loops of
+// the other ops. Models ask supports(op, format) at load time and refuse weights a backend cannot
+// run, so forward() never meets an unsupported case. create_backend() (backend.cc) is the one
+// place that decides which backends exist; today the CPU backend, later CUDA.
+//
+// Threading: a Backend is driven by one thread at a time (the model's forward); it runs work on its
+// own threads internally. Lifetime: weights passed to it must outlive the call.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/cpu/matmul_job.h"
+#include "engine/cpu/weight.h"
+
+namespace edge::engine {
+
+enum class Op {
+    kMatmul,     // y = x W^T over a Weight of some format.
+    kRmsNorm,
+    kRope,
+    kSoftmax,
+    kSiluMul,
+    kAttention,  // Causal GQA over the KV cache.
+};
+
+struct BackendOptions {
+    int32_t threads = 0;  // Compute threads; 0: one per hardware thread.
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual std::string_view name() const = 0;
+    // Whether `op` runs on weights stored as `format` (ops without weights ignore `format`).
+    virtual bool supports(Op op, WeightFormat format) const = 0;
+    virtual int threads() const = 0;
+
+    // y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c] for t < n, r < W.rows; weight rows are
+    // read once for all n tokens.
+    virtual void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) = 0;
+
+    // Independent matmuls run as one parallel step: jobs[i] computes y = x W^T for its own
+    // weight, input and output.
+    virtual void matmul_batch(std::span<const MatmulJob> jobs) = 0;
+
+    // Runs body(task, worker) for every task in [0, n) on the backend's threads; worker <
+    // threads() names the thread running it (for per-thread scratch).
+    template <typename F>
+    void for_each_task(int64_t n, F&& body) {
+        run_tasks(
+            n,
+            [](void* ctx, int64_t i, int worker) {
+                (*static_cast<std::remove_reference_t<F>*>(ctx))(i, worker);
+            },
+            &body);
+    }
+
+protected:
+    virtual void run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) = 0;
+};
+
+// Names of the backends compiled in ("cpu", later "cuda").
+std::vector<std::string> available_backends();
+
+// A backend by name; kNotFound for one that is not compiled in.
+Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
+                                                const BackendOptions& options);
+
+}  // namespace edge::engine

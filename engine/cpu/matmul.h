@@ -1,0 +1,44 @@
+#pragma once
+
+// Matrix multiplication over a Weight of any format, split over a ThreadPool:
+//   y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c]   for t < n, r < W.rows.
+// Float formats (F32/BF16/F16) use engine/cpu's kernels for the best ISA the CPU has; quantized
+// formats use quant::matmul_kernel_for(). One call reads each weight row once for all n tokens.
+//
+// Threading: a Matmul is immutable after construction; matmul() uses the pool and so must be called
+// from one thread at a time per pool.
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "engine/cpu/matmul_job.h"
+#include "engine/cpu/thread_pool.h"
+#include "engine/cpu/weight.h"
+#include "engine/quant/quant_kernels.h"
+
+namespace edge::engine::cpu {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+// The best ISA this CPU runs (cpuid).
+Isa detect_isa();
+std::string_view isa_name(Isa isa);
+
+// The kernel for `format` at `isa` (float formats), the quantized kernel for quantized formats,
+// or nullptr when there is none.
+quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa);
+
+// Runs the kernel for w.format at `isa` with rows split across the pool. The kernel must exist
+// (checked by the loader through Backend::supports).
+void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
+            int64_t ldy);
+
+// Runs independent matmuls (e.g. q/k/v, or every active expert's gate and up projections) as one
+// parallel loop over all their rows: one dispatch instead of one per matrix.
+void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs);
+
+// Bytes `w` occupies as stored (data only, without scales).
+int64_t weight_bytes(const Weight& w);
+
+}  // namespace edge::engine::cpu

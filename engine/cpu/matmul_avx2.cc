@@ -1,0 +1,143 @@
+// AVX2+FMA float matmul kernels. This file is compiled with AVX2/FMA/F16C flags
+// (engine/CMakeLists.txt) and is only called after cpuid says the CPU has them; everything in it
+// has internal linkage so no AVX2 code leaks into shared inline functions.
+
+#include <immintrin.h>
+
+#include "engine/cpu/convert.h"
+#include "engine/cpu/matmul_kernels.h"
+
+namespace edge::engine::cpu {
+namespace {
+
+struct LoadF32 {
+    static __m256 load(const void* row, int64_t c) {
+        return _mm256_loadu_ps(static_cast<const float*>(row) + c);
+    }
+    static float scalar(const void* row, int64_t c) { return static_cast<const float*>(row)[c]; }
+    static constexpr int64_t kBytes = 4;
+};
+
+struct LoadBF16 {
+    static __m256 load(const void* row, int64_t c) {
+        __m128i h = _mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    static float scalar(const void* row, int64_t c) {
+        return bf16_to_f32(static_cast<const uint16_t*>(row)[c]);
+    }
+    static constexpr int64_t kBytes = 2;
+};
+
+struct LoadF16 {
+    static __m256 load(const void* row, int64_t c) {
+        __m128i h = _mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + c));
+        return _mm256_cvtph_ps(h);
+    }
+    static float scalar(const void* row, int64_t c) {
+        return f16_to_f32(static_cast<const uint16_t*>(row)[c]);
+    }
+    static constexpr int64_t kBytes = 2;
+};
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+template <typename L, int R, int T>
+__attribute__((always_inline)) inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, float* y,
+                  int64_t ldy) {
+    __m256 acc[R][T];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+            acc[r][t] = _mm256_setzero_ps();
+        }
+    }
+    int64_t c = 0;
+    for (; c + 8 <= k; c += 8) {
+        __m256 xv[T];
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+            xv[t] = _mm256_loadu_ps(x + t * k + c);
+        }
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            __m256 wv = L::load(w0 + r * row_bytes, c);
+            #pragma GCC unroll 16
+            for (int t = 0; t < T; ++t) {
+                acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
+            }
+        }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) {
+            float s = hsum(acc[r][t]);
+            for (int64_t cc = c; cc < k; ++cc) {
+                s += L::scalar(w0 + r * row_bytes, cc) * x[t * k + cc];
+            }
+            y[t * ldy + r] = s;
+        }
+    }
+}
+
+template <typename L, int R>
+inline void rows_block(const char* w0, int64_t row_bytes, const float* x, int64_t n, int64_t k,
+                       float* y, int64_t ldy) {
+    int64_t t = 0;
+    for (; t + 3 <= n; t += 3) {
+        block<L, R, 3>(w0, row_bytes, x + t * k, k, y + t * ldy, ldy);
+    }
+    switch (n - t) {
+        case 2:
+            block<L, R, 2>(w0, row_bytes, x + t * k, k, y + t * ldy, ldy);
+            break;
+        case 1:
+            block<L, R, 1>(w0, row_bytes, x + t * k, k, y + t * ldy, ldy);
+            break;
+        default:
+            break;
+    }
+}
+
+template <typename L>
+void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0,
+            int64_t r1) {
+    const int64_t k = w.cols;
+    const int64_t row_bytes = k * L::kBytes;
+    const char* base = static_cast<const char*>(w.data);
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        rows_block<L, 4>(base + r * row_bytes, row_bytes, x, n, k, y + r, ldy);
+    }
+    for (; r < r1; ++r) {
+        rows_block<L, 1>(base + r * row_bytes, row_bytes, x, n, k, y + r, ldy);
+    }
+}
+
+}  // namespace
+
+void matmul_f32_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0,
+                     int64_t r1) {
+    matmul<LoadF32>(w, x, n, y, ldy, r0, r1);
+}
+
+void matmul_bf16_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1) {
+    matmul<LoadBF16>(w, x, n, y, ldy, r0, r1);
+}
+
+void matmul_f16_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0,
+                     int64_t r1) {
+    matmul<LoadF16>(w, x, n, y, ldy, r0, r1);
+}
+
+}  // namespace edge::engine::cpu

@@ -1,0 +1,36 @@
+#pragma once
+
+// The float-weight matmul kernels, one per (ISA, format), all with the signature of
+// quant::MatmulKernel: for tokens t < n and rows r in [row_begin, row_end),
+//   y[t * ldy + r] = sum_c W[r][c] * x[t * cols + c]
+// Weights are converted to f32 in registers and accumulated with FMA in f32. The scalar versions
+// are the reference the SIMD ones are tested against. Thread-safe on disjoint row ranges.
+// Callers use engine/cpu/matmul.h, which picks the kernel for the CPU; this header is for it and
+// for the parity tests.
+
+#include <cstdint>
+
+#include "engine/cpu/weight.h"
+
+namespace edge::engine::cpu {
+
+void matmul_f32_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+void matmul_bf16_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
+void matmul_f16_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+void matmul_f32_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1);
+void matmul_bf16_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1);
+void matmul_f16_avx2(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1);
+void matmul_f32_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+void matmul_bf16_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
+void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1);
+
+}  // namespace edge::engine::cpu

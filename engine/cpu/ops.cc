@@ -1,0 +1,101 @@
+#include "engine/cpu/ops.h"
+
+#include <cmath>
+
+namespace edge::engine::cpu {
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        ss += static_cast<double>(x[i]) * x[i];
+    }
+    float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = x[i] * inv * weight[i];
+    }
+}
+
+void rope_angles(int64_t pos, const double* inv_freq, int64_t half, float* cos_out,
+                 float* sin_out) {
+    for (int64_t i = 0; i < half; ++i) {
+        double a = static_cast<double>(pos) * inv_freq[i];
+        cos_out[i] = static_cast<float>(std::cos(a));
+        sin_out[i] = static_cast<float>(std::sin(a));
+    }
+}
+
+void rope_neox(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+    const int64_t half = rot_dim / 2;
+    for (int64_t i = 0; i < half; ++i) {
+        float a = head[i];
+        float b = head[i + half];
+        head[i] = a * cos[i] - b * sin[i];
+        head[i + half] = b * cos[i] + a * sin[i];
+    }
+}
+
+void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+    for (int64_t i = 0; i < rot_dim / 2; ++i) {
+        float a = head[2 * i];
+        float b = head[2 * i + 1];
+        head[2 * i] = a * cos[i] - b * sin[i];
+        head[2 * i + 1] = b * cos[i] + a * sin[i];
+    }
+}
+
+void softmax(float* x, int64_t n) {
+    if (n <= 0) {
+        return;
+    }
+    float mx = x[0];
+    for (int64_t i = 1; i < n; ++i) {
+        mx = std::fmax(mx, x[i]);
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = std::exp(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] *= inv;
+    }
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+        float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void attention_gqa(const float* q, int64_t n_q, int64_t head_dim, const float* keys,
+                   const float* values, int64_t kv_stride, int64_t n_ctx, float scale,
+                   float* scores, float* out) {
+    for (int64_t h = 0; h < n_q; ++h) {
+        const float* qh = q + h * head_dim;
+        float* s = scores + h * n_ctx;
+        for (int64_t p = 0; p < n_ctx; ++p) {
+            const float* k = keys + p * kv_stride;
+            float dot = 0.0f;
+            for (int64_t d = 0; d < head_dim; ++d) {
+                dot += qh[d] * k[d];
+            }
+            s[p] = dot * scale;
+        }
+        softmax(s, n_ctx);
+        float* o = out + h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) {
+            o[d] = 0.0f;
+        }
+        for (int64_t p = 0; p < n_ctx; ++p) {
+            const float* v = values + p * kv_stride;
+            const float w = s[p];
+            for (int64_t d = 0; d < head_dim; ++d) {
+                o[d] += w * v[d];
+            }
+        }
+    }
+}
+
+}  // namespace edge::engine::cpu

@@ -1,0 +1,144 @@
+#include "engine/cpu/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+namespace edge::engine::cpu {
+namespace {
+
+// Spins this many times before sleeping: a forward issues many short parallel_fors back to back,
+// and waking a sleeping thread costs more than the work of many.
+constexpr int kSpins = 4000;
+// Chunks per worker: enough that the others can absorb a late worker's share.
+constexpr int64_t kChunksPerWorker = 4;
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+    if (threads < 1) {
+        threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    }
+    size_ = threads;
+    gen_.store(1);  // Closed until the first job.
+    for (int i = 1; i < size_; ++i) {
+        threads_.emplace_back([this, i] { worker_loop(i); });
+    }
+}
+
+ThreadPool::~ThreadPool() {
+    stop_.store(true);
+    gen_.fetch_add(1);
+    gen_.notify_all();
+    for (std::thread& t : threads_) {
+        t.join();
+    }
+}
+
+void ThreadPool::run(int64_t n, int64_t grain, Fn fn, void* ctx) {
+    if (n <= 0) {
+        return;
+    }
+    grain = std::max<int64_t>(1, grain);
+    if (size_ == 1 || n <= grain) {
+        fn(ctx, 0, n);
+        return;
+    }
+    const int64_t grains = (n + grain - 1) / grain;
+    const int64_t chunks = std::min<int64_t>(grains, size_ * kChunksPerWorker);
+    const int64_t chunk = (grains + chunks - 1) / chunks * grain;
+    dispatch(fn, ctx, n, chunk, false);
+}
+
+void ThreadPool::run_dynamic(int64_t tasks, Fn fn, void* ctx) {
+    if (tasks <= 0) {
+        return;
+    }
+    if (size_ == 1 || tasks == 1) {
+        for (int64_t t = 0; t < tasks; ++t) {
+            fn(ctx, t, 0);
+        }
+        return;
+    }
+    dispatch(fn, ctx, tasks, 1, true);
+}
+
+void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t chunk, bool tasks) {
+    // The job is closed and no worker is active (the previous dispatch ended that way).
+    fn_ = fn;
+    ctx_ = ctx;
+    n_ = n;
+    chunk_ = chunk;
+    chunks_ = (n + chunk - 1) / chunk;
+    tasks_ = tasks;
+    next_.store(0, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_seq_cst);  // Open.
+    gen_.notify_all();
+    work_on(0);
+    // Close, then wait only for workers that got in: one that has not started never will.
+    gen_.fetch_add(1, std::memory_order_seq_cst);
+    for (int spin = 0;; ++spin) {
+        int a = active_.load(std::memory_order_seq_cst);
+        if (a == 0) {
+            break;
+        }
+        if (spin < kSpins) {
+            cpu_relax();
+        } else {
+            active_.wait(a, std::memory_order_seq_cst);
+        }
+    }
+}
+
+void ThreadPool::work_on(int worker) {
+    for (;;) {
+        const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+        if (c >= chunks_) {
+            return;
+        }
+        if (tasks_) {
+            fn_(ctx_, c, worker);
+        } else {
+            fn_(ctx_, c * chunk_, std::min(n_, (c + 1) * chunk_));
+        }
+    }
+}
+
+void ThreadPool::worker_loop(int worker) {
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g = gen_.load(std::memory_order_seq_cst);
+        for (int spin = 0; g == seen || (g & 1) != 0; ++spin) {
+            if (stop_.load()) {
+                return;
+            }
+            if (spin < kSpins) {
+                cpu_relax();
+            } else {
+                gen_.wait(g, std::memory_order_seq_cst);
+            }
+            g = gen_.load(std::memory_order_seq_cst);
+        }
+        if (stop_.load()) {
+            return;
+        }
+        // Announce, then check the job is still open: either the caller sees us in active_ and
+        // waits, or we see it closed and stay out (both sides use seq_cst).
+        active_.fetch_add(1, std::memory_order_seq_cst);
+        if (gen_.load(std::memory_order_seq_cst) == g) {
+            work_on(worker);
+        }
+        seen = g;
+        if (active_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+            active_.notify_one();
+        }
+    }
+}
+
+}  // namespace edge::engine::cpu

@@ -1,0 +1,77 @@
+#pragma once
+
+// ThreadPool is a fixed set of compute threads that run one parallel_for at a time. The calling
+// thread takes part as worker 0, so a pool of size 1 starts no thread at all. A parallel_for splits
+// [0, n) into a few contiguous chunks per worker (boundaries rounded to `grain`) that the workers
+// claim from a shared counter: on a busy machine, a worker the OS has not scheduled yet costs
+// nothing, because the others take its chunks and the caller never waits for a worker that has not
+// started. Nothing is allocated per call: the body is passed as a pointer to the caller's lambda.
+//
+// Threading: parallel_for may be called from one thread at a time (the model's forward); the body
+// runs concurrently on disjoint ranges and must not call parallel_for again. The destructor joins
+// the workers.
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace edge::engine::cpu {
+
+class ThreadPool {
+public:
+    // `threads` workers in all (including the caller); values < 1 mean one per hardware thread.
+    explicit ThreadPool(int threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return size_; }
+
+    // Calls body(begin, end) on disjoint ranges covering [0, n), in parallel. Ranges start at
+    // multiples of `grain`. Returns when all are done.
+    template <typename F>
+    void parallel_for(int64_t n, int64_t grain, F&& body) {
+        auto call = [](void* ctx, int64_t b, int64_t e) {
+            (*static_cast<std::remove_reference_t<F>*>(ctx))(b, e);
+        };
+        run(n, grain, call, &body);
+    }
+
+    // Calls body(task, worker) for task in [0, tasks), tasks claimed dynamically by the workers;
+    // `worker` < size() identifies the running worker (for per-worker scratch).
+    template <typename F>
+    void for_each_task(int64_t tasks, F&& body) {
+        auto call = [](void* ctx, int64_t b, int64_t worker) {
+            (*static_cast<std::remove_reference_t<F>*>(ctx))(b, static_cast<int>(worker));
+        };
+        run_dynamic(tasks, call, &body);
+    }
+
+private:
+    // Range jobs get (ctx, begin, end); task jobs get (ctx, task, worker).
+    using Fn = void (*)(void*, int64_t, int64_t);
+    void run(int64_t n, int64_t grain, Fn fn, void* ctx);
+    void run_dynamic(int64_t tasks, Fn fn, void* ctx);
+    void dispatch(Fn fn, void* ctx, int64_t n, int64_t chunk, bool tasks);
+    void work_on(int worker);
+    void worker_loop(int worker);
+
+    int size_ = 1;
+    std::vector<std::thread> threads_;
+    // The current job. Written by the caller only while the job is closed (gen_ odd) and no
+    // worker is active; read by workers only while they are counted in active_ and saw it open.
+    Fn fn_ = nullptr;
+    void* ctx_ = nullptr;
+    int64_t n_ = 0;
+    int64_t chunk_ = 1;
+    int64_t chunks_ = 0;
+    bool tasks_ = false;
+    std::atomic<int64_t> next_{0};     // Next chunk to claim.
+    std::atomic<uint64_t> gen_{0};     // Even: job open; odd: closed. Bumped per open/close.
+    std::atomic<int> active_{0};       // Workers inside the current job.
+    std::atomic<bool> stop_{false};
+};
+
+}  // namespace edge::engine::cpu

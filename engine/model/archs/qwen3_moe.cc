@@ -1,0 +1,579 @@
+#include "engine/model/archs/qwen3_moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/backend.h"
+#include "engine/cpu/convert.h"
+#include "engine/cpu/ops.h"
+#include "engine/model/expert_placement.h"
+#include "engine/model/kv_cache.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+
+namespace edge::engine {
+namespace {
+
+struct Mlp {
+    Weight gate;
+    Weight up;
+    Weight down;
+};
+
+struct Layer {
+    std::vector<float> input_norm;
+    std::vector<float> post_norm;
+    std::vector<float> q_norm;
+    std::vector<float> k_norm;
+    Weight q, k, v, o;
+    std::vector<float> q_bias, k_bias, v_bias, o_bias;  // Empty without attention_bias.
+    bool moe = false;
+    Weight router;
+    std::vector<Mlp> experts;  // Indexed by expert id; only local experts are filled in.
+    Mlp dense;
+};
+
+WeightFormat format_of(DType d) {
+    switch (d) {
+        case DType::kBF16:
+            return WeightFormat::kBF16;
+        case DType::kF16:
+            return WeightFormat::kF16;
+        default:
+            return WeightFormat::kF32;
+    }
+}
+
+float element(const void* data, WeightFormat f, int64_t i) {
+    switch (f) {
+        case WeightFormat::kBF16:
+            return cpu::bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+        case WeightFormat::kF16:
+            return cpu::f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+        default:
+            return static_cast<const float*>(data)[i];
+    }
+}
+
+const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
+
+class Qwen3Moe final : public CausalLM {
+public:
+    Qwen3Moe(Qwen3MoeConfig config, std::unique_ptr<Checkpoint> ckpt,
+             std::unique_ptr<Backend> backend, ExpertPlacement placement)
+        : c_(std::move(config)),
+          ckpt_(std::move(ckpt)),
+          backend_(std::move(backend)),
+          placement_(std::move(placement)) {}
+
+    Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options);
+
+    const ModelSpec& spec() const override { return spec_; }
+    Result<int32_t> acquire_slot() override { return kv_->acquire(); }
+    void release_slot(int32_t slot) override { kv_->release(slot); }
+    void truncate_slot(int32_t slot, int32_t length) override {
+        if (kv_->in_use(slot) && length >= 0 && length < kv_->length(slot)) {
+            kv_->set_length(slot, length);
+        }
+    }
+    int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
+    Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
+
+private:
+    Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
+    Result<std::vector<float>> vector(const std::string& name, int64_t n);
+    Result<Mlp> mlp(const std::string& prefix, int64_t inter);
+    Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
+    void attention_block(const Layer& layer, int32_t li, int64_t n);
+    void moe_block(const Layer& layer, int32_t li, int64_t n);
+    void mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out);
+    static float* grow(std::vector<float>& v, size_t n) {
+        if (v.size() < n) {
+            v.resize(n);
+        }
+        return v.data();
+    }
+
+    Qwen3MoeConfig c_;
+    std::unique_ptr<Checkpoint> ckpt_;
+    std::unique_ptr<Backend> backend_;
+    ExpertPlacement placement_;
+    std::unique_ptr<KvCache> kv_;
+    ModelSpec spec_;
+    Weight embed_;
+    Weight lm_head_;
+    std::vector<float> final_norm_;
+    std::vector<Layer> layers_;
+    std::vector<double> inv_freq_;
+
+    // Per-forward token metadata and scratch, grown on demand and kept between calls.
+    std::vector<int32_t> tok_slot_, tok_pos_;
+    std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, scores_, rope_;
+    std::vector<float> router_, gate_, up_, act_, moe_in_, moe_out_;
+    std::vector<int32_t> topk_idx_, order_, expert_count_, expert_begin_;
+    std::vector<float> topk_w_;
+    std::vector<MatmulJob> jobs_;
+};
+
+Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t cols) {
+    EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
+    Weight w;
+    w.format = format_of(t.dtype());
+    w.rows = rows;
+    w.cols = cols;
+    w.data = t.data;
+    if (!backend_->supports(Op::kMatmul, w.format)) {
+        return unimplemented_error(*t.file + ": tensor '" + name + "': backend " +
+                                   std::string(backend_->name()) + " has no matmul for dtype " +
+                                   std::string(dtype_name(t.dtype())));
+    }
+    return w;
+}
+
+Result<std::vector<float>> Qwen3Moe::vector(const std::string& name, int64_t n) {
+    EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {n}));
+    std::vector<float> out(n);
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = element(t.data, format_of(t.dtype()), i);
+    }
+    return out;
+}
+
+Result<Mlp> Qwen3Moe::mlp(const std::string& prefix, int64_t inter) {
+    Mlp m;
+    EDGE_ASSIGN_OR_RETURN(m.gate, weight(prefix + "gate_proj.weight", inter, c_.hidden_size));
+    EDGE_ASSIGN_OR_RETURN(m.up, weight(prefix + "up_proj.weight", inter, c_.hidden_size));
+    EDGE_ASSIGN_OR_RETURN(m.down, weight(prefix + "down_proj.weight", c_.hidden_size, inter));
+    return m;
+}
+
+Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const LoadOptions& options) {
+    const int64_t hd = c_.head_dim;
+    const int64_t qdim = c_.num_attention_heads * hd;
+    const int64_t kvdim = c_.num_key_value_heads * hd;
+    EDGE_ASSIGN_OR_RETURN(embed_, weight("model.embed_tokens.weight", c_.vocab_size,
+                                         c_.hidden_size));
+    if (c_.tie_word_embeddings && !ckpt_->has("lm_head.weight")) {
+        lm_head_ = embed_;
+    } else {
+        EDGE_ASSIGN_OR_RETURN(lm_head_, weight("lm_head.weight", c_.vocab_size, c_.hidden_size));
+    }
+    EDGE_ASSIGN_OR_RETURN(final_norm_, vector("model.norm.weight", c_.hidden_size));
+    layers_.resize(c_.num_hidden_layers);
+    for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
+        Layer& L = layers_[l];
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        EDGE_ASSIGN_OR_RETURN(L.input_norm, vector(p + "input_layernorm.weight", c_.hidden_size));
+        EDGE_ASSIGN_OR_RETURN(L.post_norm,
+                              vector(p + "post_attention_layernorm.weight", c_.hidden_size));
+        EDGE_ASSIGN_OR_RETURN(L.q_norm, vector(p + "self_attn.q_norm.weight", hd));
+        EDGE_ASSIGN_OR_RETURN(L.k_norm, vector(p + "self_attn.k_norm.weight", hd));
+        EDGE_ASSIGN_OR_RETURN(L.q, weight(p + "self_attn.q_proj.weight", qdim, c_.hidden_size));
+        EDGE_ASSIGN_OR_RETURN(L.k, weight(p + "self_attn.k_proj.weight", kvdim, c_.hidden_size));
+        EDGE_ASSIGN_OR_RETURN(L.v, weight(p + "self_attn.v_proj.weight", kvdim, c_.hidden_size));
+        EDGE_ASSIGN_OR_RETURN(L.o, weight(p + "self_attn.o_proj.weight", c_.hidden_size, qdim));
+        if (c_.attention_bias) {
+            EDGE_ASSIGN_OR_RETURN(L.q_bias, vector(p + "self_attn.q_proj.bias", qdim));
+            EDGE_ASSIGN_OR_RETURN(L.k_bias, vector(p + "self_attn.k_proj.bias", kvdim));
+            EDGE_ASSIGN_OR_RETURN(L.v_bias, vector(p + "self_attn.v_proj.bias", kvdim));
+            if (ckpt_->has(p + "self_attn.o_proj.bias")) {
+                EDGE_ASSIGN_OR_RETURN(L.o_bias, vector(p + "self_attn.o_proj.bias",
+                                                       c_.hidden_size));
+            }
+        }
+        L.moe = c_.is_moe_layer(l);
+        if (L.moe) {
+            EDGE_ASSIGN_OR_RETURN(L.router,
+                                  weight(p + "mlp.gate.weight", c_.num_experts, c_.hidden_size));
+            L.experts.resize(c_.num_experts);
+            for (int64_t e = 0; e < c_.num_experts; ++e) {
+                if (!placement_.is_local(static_cast<int32_t>(l), static_cast<int32_t>(e))) {
+                    continue;
+                }
+                EDGE_ASSIGN_OR_RETURN(L.experts[e],
+                                      mlp(p + "mlp.experts." + std::to_string(e) + ".",
+                                          c_.moe_intermediate_size));
+            }
+        } else {
+            EDGE_ASSIGN_OR_RETURN(L.dense, mlp(p + "mlp.", c_.intermediate_size));
+        }
+    }
+    for (int64_t i = 0; i < hd / 2; ++i) {
+        inv_freq_.push_back(std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) /
+                                                        static_cast<double>(hd)));
+    }
+
+    int64_t max_context = c_.max_position_embeddings;
+    if (options.max_context > 0) {
+        if (options.max_context > max_context) {
+            return invalid_argument_error(dir + ": max_context " +
+                                          std::to_string(options.max_context) +
+                                          " is larger than the model's max_position_embeddings " +
+                                          std::to_string(max_context));
+        }
+        max_context = options.max_context;
+    }
+    if (options.max_slots < 1) {
+        return invalid_argument_error("load options: max_slots must be at least 1");
+    }
+    KvCacheShape shape;
+    shape.layers = static_cast<int32_t>(c_.num_hidden_layers);
+    shape.kv_heads = static_cast<int32_t>(c_.num_key_value_heads);
+    shape.head_dim = static_cast<int32_t>(hd);
+    shape.slots = options.max_slots;
+    shape.max_context = static_cast<int32_t>(max_context);
+    const int64_t per_token = shape.layers * 2 * shape.kv_heads * hd * 4;
+    shape.max_tokens = options.kv_cache_bytes > 0 ? options.kv_cache_bytes / per_token
+                                                  : int64_t{options.max_slots} * max_context;
+    if (shape.max_tokens < 1) {
+        return invalid_argument_error("load options: kv_cache_bytes " +
+                                      std::to_string(options.kv_cache_bytes) +
+                                      " holds no token (one takes " + std::to_string(per_token) +
+                                      " bytes)");
+    }
+    EDGE_ASSIGN_OR_RETURN(kv_, KvCache::create(shape));
+
+    spec_.architecture = kQwen3MoeArchitecture;
+    spec_.vocab_size = static_cast<int32_t>(c_.vocab_size);
+    spec_.max_context = static_cast<int32_t>(max_context);
+    for (int64_t id : c_.eos_token_ids) {
+        spec_.eos_token_ids.push_back(static_cast<TokenId>(id));
+    }
+    spec_.bos_token_id = static_cast<TokenId>(
+        c_.bos_token_id >= 0 && c_.bos_token_id < c_.vocab_size ? c_.bos_token_id : -1);
+    spec_.version = version_digest(json, *ckpt_);
+    spec_.weight_bytes = ckpt_->total_bytes();
+    spec_.kv_bytes_per_token = per_token;
+    return ok_status();
+}
+
+Status Qwen3Moe::validate(std::span<const SequenceChunk> batch, int64_t* total) const {
+    *total = 0;
+    int64_t new_tokens = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const SequenceChunk& ch = batch[i];
+        const std::string where = "forward: chunk " + std::to_string(i) + " (slot " +
+                                  std::to_string(ch.slot) + ")";
+        if (!kv_->in_use(ch.slot)) {
+            return invalid_argument_error(where + ": slot is not acquired");
+        }
+        for (size_t j = 0; j < i; ++j) {
+            if (batch[j].slot == ch.slot) {
+                return invalid_argument_error(where + ": slot appears twice in one batch");
+            }
+        }
+        if (ch.start_pos != kv_->length(ch.slot)) {
+            return invalid_argument_error(where + ": start_pos " + std::to_string(ch.start_pos) +
+                                          " is not the slot's length " +
+                                          std::to_string(kv_->length(ch.slot)));
+        }
+        if (ch.tokens.empty()) {
+            return invalid_argument_error(where + ": no tokens");
+        }
+        if (static_cast<int64_t>(ch.start_pos) + static_cast<int64_t>(ch.tokens.size()) >
+            spec_.max_context) {
+            return invalid_argument_error(
+                where + ": positions " + std::to_string(ch.start_pos) + ".." +
+                std::to_string(ch.start_pos + static_cast<int64_t>(ch.tokens.size()) - 1) +
+                " go beyond the context of " + std::to_string(spec_.max_context) + " tokens");
+        }
+        for (TokenId t : ch.tokens) {
+            if (t < 0 || t >= spec_.vocab_size) {
+                return invalid_argument_error(where + ": token id " + std::to_string(t) +
+                                              " is outside the vocabulary of " +
+                                              std::to_string(spec_.vocab_size));
+            }
+        }
+        new_tokens += static_cast<int64_t>(ch.tokens.size());
+    }
+    if (kv_->used_tokens() + new_tokens > kv_->shape().max_tokens) {
+        return resource_exhausted_error("forward: the KV cache holds " +
+                                        std::to_string(kv_->shape().max_tokens) +
+                                        " tokens; " + std::to_string(kv_->used_tokens()) +
+                                        " are used and the batch adds " +
+                                        std::to_string(new_tokens));
+    }
+    *total = new_tokens;
+    return ok_status();
+}
+
+void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
+    const int64_t H = c_.hidden_size;
+    const int64_t hd = c_.head_dim;
+    const int64_t nh = c_.num_attention_heads;
+    const int64_t nkv = c_.num_key_value_heads;
+    const int64_t group = nh / nkv;
+    const int64_t qdim = nh * hd;
+    const int64_t kvdim = nkv * hd;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    const int threads = backend_->threads();
+    float* x = x_.data();
+    float* h = grow(h_, n * H);
+    float* q = grow(q_, n * qdim);
+    float* k = grow(k_, n * kvdim);
+    float* v = grow(v_, n * kvdim);
+    float* attn = grow(attn_, n * qdim);
+    float* rope = grow(rope_, threads * hd);
+    float* scores = grow(scores_, static_cast<size_t>(threads) * group * spec_.max_context);
+
+    for (int64_t i = 0; i < n; ++i) {
+        cpu::rms_norm(x + i * H, L.input_norm.data(), H, eps, h + i * H);
+    }
+    const MatmulJob qkv[] = {{&L.q, h, n, q, qdim}, {&L.k, h, n, k, kvdim}, {&L.v, h, n, v, kvdim}};
+    backend_->matmul_batch(qkv);
+    if (!L.q_bias.empty()) {
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t d = 0; d < qdim; ++d) {
+                q[i * qdim + d] += L.q_bias[d];
+            }
+            for (int64_t d = 0; d < kvdim; ++d) {
+                k[i * kvdim + d] += L.k_bias[d];
+                v[i * kvdim + d] += L.v_bias[d];
+            }
+        }
+    }
+    // Per-head norms, RoPE at each token's position, and the new keys/values into the cache.
+    backend_->for_each_task(n, [&](int64_t i, int worker) {
+        float* cs = rope + worker * hd;
+        float* sn = cs + hd / 2;
+        const int32_t pos = tok_pos_[i];
+        cpu::rope_angles(pos, inv_freq_.data(), hd / 2, cs, sn);
+        for (int64_t head = 0; head < nh; ++head) {
+            float* qh = q + i * qdim + head * hd;
+            cpu::rms_norm(qh, L.q_norm.data(), hd, eps, qh);
+            cpu::rope_neox(qh, hd, cs, sn);
+        }
+        for (int64_t head = 0; head < nkv; ++head) {
+            float* kh = k + i * kvdim + head * hd;
+            cpu::rms_norm(kh, L.k_norm.data(), hd, eps, kh);
+            cpu::rope_neox(kh, hd, cs, sn);
+            const int32_t slot = tok_slot_[i];
+            std::copy(kh, kh + hd, kv_->keys(slot, li, static_cast<int32_t>(head)) + pos * hd);
+            const float* vh = v + i * kvdim + head * hd;
+            std::copy(vh, vh + hd, kv_->values(slot, li, static_cast<int32_t>(head)) + pos * hd);
+        }
+    });
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    auto attend = [&](int64_t task, int worker) {
+        const int64_t i = task / nkv;
+        const int32_t g = static_cast<int32_t>(task % nkv);
+        const int32_t slot = tok_slot_[i];
+        cpu::attention_gqa(q + i * qdim + g * group * hd, group, hd, kv_->keys(slot, li, g),
+                           kv_->values(slot, li, g), hd, tok_pos_[i] + 1, scale,
+                           scores + static_cast<size_t>(worker) * group * spec_.max_context,
+                           attn + i * qdim + g * group * hd);
+    };
+    // Short decode steps are cheaper on this thread than a dispatch.
+    int64_t ctx_work = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        ctx_work += (tok_pos_[i] + 1) * qdim;
+    }
+    if (ctx_work < (1 << 16)) {
+        for (int64_t task = 0; task < n * nkv; ++task) {
+            attend(task, 0);
+        }
+    } else {
+        backend_->for_each_task(n * nkv, attend);
+    }
+    float* o = grow(tmp_, n * H);
+    backend_->matmul(L.o, attn, n, o, H);
+    for (int64_t i = 0; i < n * H; ++i) {
+        x[i] += o[i];
+    }
+    if (!L.o_bias.empty()) {
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t d = 0; d < H; ++d) {
+                x[i * H + d] += L.o_bias[d];
+            }
+        }
+    }
+}
+
+void Qwen3Moe::mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out) {
+    const int64_t inter = m.gate.rows;
+    float* gate = grow(gate_, rows * inter);
+    float* up = grow(up_, rows * inter);
+    float* act = grow(act_, rows * inter);
+    const MatmulJob gate_up[] = {{&m.gate, in, rows, gate, inter}, {&m.up, in, rows, up, inter}};
+    backend_->matmul_batch(gate_up);
+    cpu::silu_mul(gate, up, rows * inter, act);
+    backend_->matmul(m.down, act, rows, out, c_.hidden_size);
+}
+
+void Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
+    const int64_t H = c_.hidden_size;
+    const int64_t E = c_.num_experts;
+    const int64_t K = c_.num_experts_per_tok;
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    float* x = x_.data();
+    float* h = grow(h_, n * H);
+    for (int64_t i = 0; i < n; ++i) {
+        cpu::rms_norm(x + i * H, L.post_norm.data(), H, eps, h + i * H);
+    }
+    if (!L.moe) {
+        float* out = grow(tmp_, n * H);
+        mlp_rows(L.dense, h, n, out);
+        for (int64_t i = 0; i < n * H; ++i) {
+            x[i] += out[i];
+        }
+        return;
+    }
+    float* router = grow(router_, n * E);
+    backend_->matmul(L.router, h, n, router, E);
+    topk_idx_.resize(n * K);
+    topk_w_.resize(n * K);
+    order_.resize(n * K);
+    expert_count_.assign(E, 0);
+    expert_begin_.resize(E + 1);
+    std::vector<int32_t>& idx = order_;  // Reused below as each assignment's row.
+    for (int64_t i = 0; i < n; ++i) {
+        float* p = router + i * E;
+        cpu::softmax(p, E);
+        int32_t* top = topk_idx_.data() + i * K;
+        // Top-k by probability, ties to the lower expert index; E is small, selection is cheap.
+        for (int64_t j = 0; j < K; ++j) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < E; ++e) {
+                bool taken = false;
+                for (int64_t t = 0; t < j; ++t) {
+                    taken = taken || top[t] == e;
+                }
+                if (!taken && (best < 0 || p[e] > p[best])) {
+                    best = e;
+                }
+            }
+            top[j] = best;
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < K; ++j) {
+            sum += p[top[j]];
+        }
+        for (int64_t j = 0; j < K; ++j) {
+            topk_w_[i * K + j] = c_.norm_topk_prob ? p[top[j]] / sum : p[top[j]];
+            ++expert_count_[top[j]];
+        }
+    }
+    // Group assignments by expert so each expert's weights are read once for all its tokens.
+    expert_begin_[0] = 0;
+    for (int64_t e = 0; e < E; ++e) {
+        expert_begin_[e + 1] = expert_begin_[e] + expert_count_[e];
+    }
+    std::vector<int32_t>& fill = expert_count_;
+    std::fill(fill.begin(), fill.end(), 0);
+    float* in = grow(moe_in_, n * K * H);
+    float* out = grow(moe_out_, n * K * H);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            const int32_t e = topk_idx_[i * K + j];
+            const int32_t row = expert_begin_[e] + fill[e]++;
+            idx[i * K + j] = row;
+            std::copy(h + i * H, h + (i + 1) * H, in + static_cast<int64_t>(row) * H);
+        }
+    }
+    // Every routed expert's gate and up projections in one parallel step, then every down
+    // projection in another: each expert's weights are read once for all of its tokens.
+    const int64_t I = c_.moe_intermediate_size;
+    float* gate = grow(gate_, n * K * I);
+    float* up = grow(up_, n * K * I);
+    float* act = grow(act_, n * K * I);
+    jobs_.clear();
+    for (int32_t e = 0; e < E; ++e) {
+        const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
+        if (rows == 0 || !placement_.is_local(li, e)) {
+            continue;
+        }
+        const int64_t r0 = expert_begin_[e];
+        jobs_.push_back({&L.experts[e].gate, in + r0 * H, rows, gate + r0 * I, I});
+        jobs_.push_back({&L.experts[e].up, in + r0 * H, rows, up + r0 * I, I});
+    }
+    backend_->matmul_batch(jobs_);
+    cpu::silu_mul(gate, up, n * K * I, act);
+    jobs_.clear();
+    for (int32_t e = 0; e < E; ++e) {
+        const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
+        if (rows == 0 || !placement_.is_local(li, e)) {
+            continue;
+        }
+        const int64_t r0 = expert_begin_[e];
+        jobs_.push_back({&L.experts[e].down, act + r0 * I, rows, out + r0 * H, H});
+    }
+    backend_->matmul_batch(jobs_);
+    for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < K; ++j) {
+            if (!placement_.is_local(li, topk_idx_[i * K + j])) {
+                continue;  // Another rank's result; the sharding step adds it.
+            }
+            const float w = topk_w_[i * K + j];
+            const float* r = out + static_cast<int64_t>(idx[i * K + j]) * H;
+            float* xi = x + i * H;
+            for (int64_t d = 0; d < H; ++d) {
+                xi[d] += w * r[d];
+            }
+        }
+    }
+}
+
+Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
+    int64_t n = 0;
+    EDGE_RETURN_IF_ERROR(validate(batch, &n));
+    const int64_t H = c_.hidden_size;
+    const int64_t V = c_.vocab_size;
+    tok_slot_.resize(n);
+    tok_pos_.resize(n);
+    float* x = grow(x_, n * H);
+    int64_t i = 0;
+    int64_t out_rows = 0;
+    for (const SequenceChunk& ch : batch) {
+        for (size_t j = 0; j < ch.tokens.size(); ++j, ++i) {
+            tok_slot_[i] = ch.slot;
+            tok_pos_[i] = ch.start_pos + static_cast<int32_t>(j);
+            const int64_t base = static_cast<int64_t>(ch.tokens[j]) * H;
+            for (int64_t d = 0; d < H; ++d) {
+                x[i * H + d] = element(embed_.data, embed_.format, base + d);
+            }
+        }
+        out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+    }
+    for (int32_t l = 0; l < static_cast<int32_t>(layers_.size()); ++l) {
+        attention_block(layers_[l], l, n);
+        moe_block(layers_[l], l, n);
+    }
+    // Final norm only on the rows whose logits are wanted.
+    float* h = grow(h_, out_rows * H);
+    const float eps = static_cast<float>(c_.rms_norm_eps);
+    int64_t row = 0;
+    i = 0;
+    for (const SequenceChunk& ch : batch) {
+        const int64_t len = static_cast<int64_t>(ch.tokens.size());
+        for (int64_t j = ch.all_logits ? 0 : len - 1; j < len; ++j, ++row) {
+            cpu::rms_norm(x + (i + j) * H, final_norm_.data(), H, eps, h + row * H);
+        }
+        i += len;
+    }
+    logits->resize(static_cast<size_t>(out_rows * V));
+    backend_->matmul(lm_head_, h, out_rows, logits->data(), V);
+    for (const SequenceChunk& ch : batch) {
+        kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
+    }
+    return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const ConfigJson& json,
+                                                 const LoadOptions& options) {
+    EDGE_ASSIGN_OR_RETURN(Qwen3MoeConfig config, Qwen3MoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(dir));
+    BackendOptions bo;
+    bo.threads = options.threads;
+    EDGE_ASSIGN_OR_RETURN(auto backend, create_backend("cpu", bo));
+    auto placement = ExpertPlacement::single_rank(static_cast<int32_t>(config.num_hidden_layers),
+                                                  static_cast<int32_t>(config.num_experts));
+    auto model = std::make_unique<Qwen3Moe>(std::move(config), std::move(ckpt), std::move(backend),
+                                            std::move(placement));
+    EDGE_RETURN_IF_ERROR(model->load(dir, json, options));
+    return std::unique_ptr<CausalLM>(std::move(model));
+}
+
+}  // namespace edge::engine

@@ -1,0 +1,199 @@
+#include "engine/model/model_config.h"
+
+#include <openssl/evp.h>
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "engine/model/safetensors.h"
+
+namespace edge::engine {
+
+namespace json = boost::json;
+
+Result<ConfigJson> ConfigJson::read(const std::string& dir) {
+    std::string path = dir + "/config.json";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        return not_found_error(path + ": cannot open");
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse(ss.str(), path);
+}
+
+Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
+    boost::system::error_code ec;
+    json::value root = json::parse(text, ec);
+    if (ec) {
+        return invalid_argument_error(path + ": not valid JSON: " + ec.message());
+    }
+    if (!root.is_object()) {
+        return invalid_argument_error(path + ": not a JSON object");
+    }
+    ConfigJson c;
+    c.path_ = std::move(path);
+    c.text_ = std::string(text);
+    c.root_ = std::move(root.get_object());
+    const json::value* archs = c.root_.if_contains("architectures");
+    if (archs != nullptr && archs->is_array() && !archs->get_array().empty() &&
+        archs->get_array()[0].is_string()) {
+        c.architecture_ = std::string(archs->get_array()[0].get_string());
+    } else if (const json::value* mt = c.root_.if_contains("model_type");
+               mt != nullptr && mt->is_string()) {
+        c.architecture_ = std::string(mt->get_string());
+    } else {
+        return c.field_error("architectures", "is missing (and there is no model_type)");
+    }
+    return c;
+}
+
+Status ConfigJson::field_error(std::string_view key, std::string_view what) const {
+    return invalid_argument_error(path_ + ": field '" + std::string(key) + "' " +
+                                  std::string(what));
+}
+
+bool ConfigJson::has(std::string_view key) const { return root_.if_contains(key) != nullptr; }
+
+bool ConfigJson::is_null(std::string_view key) const {
+    const json::value* v = root_.if_contains(key);
+    return v == nullptr || v->is_null();
+}
+
+Result<int64_t> ConfigJson::get_int(std::string_view key) const {
+    const json::value* v = root_.if_contains(key);
+    if (v == nullptr) {
+        return field_error(key, "is missing");
+    }
+    if (v->is_int64()) {
+        return v->get_int64();
+    }
+    if (v->is_uint64() && v->get_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
+        return static_cast<int64_t>(v->get_uint64());
+    }
+    if (v->is_double() && std::floor(v->get_double()) == v->get_double() &&
+        std::fabs(v->get_double()) < 9e15) {
+        return static_cast<int64_t>(v->get_double());
+    }
+    return field_error(key, "is not an integer");
+}
+
+Result<int64_t> ConfigJson::get_int(std::string_view key, int64_t fallback) const {
+    if (is_null(key)) {
+        return fallback;
+    }
+    return get_int(key);
+}
+
+Result<double> ConfigJson::get_double(std::string_view key) const {
+    const json::value* v = root_.if_contains(key);
+    if (v == nullptr) {
+        return field_error(key, "is missing");
+    }
+    if (v->is_double()) {
+        return v->get_double();
+    }
+    if (v->is_int64()) {
+        return static_cast<double>(v->get_int64());
+    }
+    if (v->is_uint64()) {
+        return static_cast<double>(v->get_uint64());
+    }
+    return field_error(key, "is not a number");
+}
+
+Result<double> ConfigJson::get_double(std::string_view key, double fallback) const {
+    if (is_null(key)) {
+        return fallback;
+    }
+    return get_double(key);
+}
+
+Result<bool> ConfigJson::get_bool(std::string_view key, bool fallback) const {
+    const json::value* v = root_.if_contains(key);
+    if (v == nullptr || v->is_null()) {
+        return fallback;
+    }
+    if (!v->is_bool()) {
+        return field_error(key, "is not a boolean");
+    }
+    return v->get_bool();
+}
+
+Result<std::string> ConfigJson::get_string(std::string_view key) const {
+    const json::value* v = root_.if_contains(key);
+    if (v == nullptr) {
+        return field_error(key, "is missing");
+    }
+    if (!v->is_string()) {
+        return field_error(key, "is not a string");
+    }
+    return std::string(v->get_string());
+}
+
+Result<std::vector<int64_t>> ConfigJson::get_int_list(std::string_view key) const {
+    const json::value* v = root_.if_contains(key);
+    std::vector<int64_t> out;
+    if (v == nullptr || v->is_null()) {
+        return out;
+    }
+    if (v->is_array()) {
+        for (const json::value& e : v->get_array()) {
+            if (e.is_int64()) {
+                out.push_back(e.get_int64());
+            } else if (e.is_uint64() && e.get_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
+                out.push_back(static_cast<int64_t>(e.get_uint64()));
+            } else {
+                return field_error(key, "has an element that is not an integer");
+            }
+        }
+        return out;
+    }
+    EDGE_ASSIGN_OR_RETURN(int64_t one, get_int(key));
+    out.push_back(one);
+    return out;
+}
+
+Result<int64_t> get_int_in(const ConfigJson& config, std::string_view key, int64_t lo,
+                           int64_t hi) {
+    EDGE_ASSIGN_OR_RETURN(int64_t v, config.get_int(key));
+    if (v < lo || v > hi) {
+        return invalid_argument_error(config.path() + ": field '" + std::string(key) + "' is " +
+                                      std::to_string(v) + ", expected " + std::to_string(lo) +
+                                      ".." + std::to_string(hi));
+    }
+    return v;
+}
+
+std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint) {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    auto feed = [&](std::string_view s) {
+        // Length-prefixed so that field boundaries cannot shift between inputs.
+        uint64_t n = s.size();
+        EVP_DigestUpdate(ctx, &n, sizeof(n));
+        EVP_DigestUpdate(ctx, s.data(), s.size());
+    };
+    feed(config.text());
+    for (const std::string& name : checkpoint.names()) {
+        auto t = checkpoint.tensor(name);
+        feed(name);
+        feed(dtype_name(t->dtype()));
+        feed(shape_string(t->shape()));
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx, md, &len);
+    EVP_MD_CTX_free(ctx);
+    static const char* kHex = "0123456789abcdef";
+    std::string hex;
+    for (unsigned int i = 0; i < len; ++i) {
+        hex += kHex[md[i] >> 4];
+        hex += kHex[md[i] & 15];
+    }
+    return hex;
+}
+
+}  // namespace edge::engine

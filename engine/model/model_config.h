@@ -1,0 +1,66 @@
+#pragma once
+
+// The parsed config.json of a Hugging Face checkpoint, with typed accessors whose errors name the
+// file and the field ("dir/config.json: field 'hidden_size' is missing"), and the version digest
+// of a checkpoint. Architectures (engine/model/archs/) read their own fields through it; the
+// loader dispatches on architecture().
+//
+// Threading: immutable after read; safe to share.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
+
+#include "common/result.h"
+
+namespace edge::engine {
+
+class Checkpoint;
+
+class ConfigJson {
+public:
+    // Reads and parses `dir`/config.json.
+    static Result<ConfigJson> read(const std::string& dir);
+    // Parses config text; `path` is used in messages.
+    static Result<ConfigJson> parse(std::string_view text, std::string path);
+
+    const std::string& path() const { return path_; }
+    // The raw bytes of the file (for the version digest).
+    const std::string& text() const { return text_; }
+    // architectures[0], or model_type when architectures is absent.
+    const std::string& architecture() const { return architecture_; }
+
+    Result<int64_t> get_int(std::string_view key) const;
+    Result<int64_t> get_int(std::string_view key, int64_t fallback) const;
+    Result<double> get_double(std::string_view key) const;
+    Result<double> get_double(std::string_view key, double fallback) const;
+    Result<bool> get_bool(std::string_view key, bool fallback) const;
+    Result<std::string> get_string(std::string_view key) const;
+    // An int or a list of ints (eos_token_id is either); empty when absent or null.
+    Result<std::vector<int64_t>> get_int_list(std::string_view key) const;
+    bool has(std::string_view key) const;
+    // True when the key is absent or JSON null.
+    bool is_null(std::string_view key) const;
+
+private:
+    Status field_error(std::string_view key, std::string_view what) const;
+
+    std::string path_;
+    std::string text_;
+    std::string architecture_;
+    boost::json::object root_;
+};
+
+// Reads an int field and checks lo <= value <= hi.
+Result<int64_t> get_int_in(const ConfigJson& config, std::string_view key, int64_t lo, int64_t hi);
+
+// Hex SHA-256 over the config bytes and the checkpoint's tensor index (each tensor's name, dtype
+// and shape, in name order): equal for two copies of one checkpoint, different when either
+// changes.
+std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint);
+
+}  // namespace edge::engine

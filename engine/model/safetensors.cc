@@ -1,0 +1,415 @@
+#include "engine/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace edge::engine {
+namespace {
+
+namespace json = boost::json;
+
+struct DTypeName {
+    std::string_view name;
+    DType dtype;
+    int64_t size;
+};
+constexpr DTypeName kDTypes[] = {
+    {"BF16", DType::kBF16, 2}, {"F16", DType::kF16, 2},  {"F32", DType::kF32, 4},
+    {"F8_E4M3", DType::kF8E4M3, 1}, {"I8", DType::kI8, 1}, {"I32", DType::kI32, 4},
+};
+
+std::string quote(std::string_view s) {
+    std::string out = "'";
+    for (char c : s.substr(0, 200)) {
+        unsigned char u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            out += '?';
+        } else {
+            out += c;
+        }
+    }
+    return out + "'";
+}
+
+// Reads a JSON number that must be a non-negative integer.
+bool non_negative_int(const json::value& v, int64_t* out) {
+    if (v.is_int64()) {
+        if (v.get_int64() < 0) {
+            return false;
+        }
+        *out = v.get_int64();
+        return true;
+    }
+    if (v.is_uint64()) {
+        if (v.get_uint64() > static_cast<uint64_t>(INT64_MAX)) {
+            return false;
+        }
+        *out = static_cast<int64_t>(v.get_uint64());
+        return true;
+    }
+    return false;
+}
+
+Result<TensorInfo> parse_entry(std::string_view file, const std::string& name,
+                               const json::value& v, uint64_t data_size) {
+    auto bad = [&](const std::string& what) {
+        return Status(StatusCode::kDataLoss,
+                      std::string(file) + ": tensor " + quote(name) + ": " + what);
+    };
+    if (!v.is_object()) {
+        return bad("header entry is not an object");
+    }
+    const json::object& o = v.get_object();
+    TensorInfo info;
+    info.name = name;
+
+    const json::value* dt = o.if_contains("dtype");
+    if (dt == nullptr || !dt->is_string()) {
+        return bad("missing or non-string 'dtype'");
+    }
+    std::string_view dts(dt->get_string());
+    const DTypeName* found = nullptr;
+    for (const DTypeName& d : kDTypes) {
+        if (d.name == dts) {
+            found = &d;
+        }
+    }
+    if (found == nullptr) {
+        return bad("unsupported dtype " + quote(dts));
+    }
+    info.dtype = found->dtype;
+
+    const json::value* sh = o.if_contains("shape");
+    if (sh == nullptr || !sh->is_array()) {
+        return bad("missing or non-array 'shape'");
+    }
+    if (sh->get_array().size() > 8) {
+        return bad("shape has more than 8 dimensions");
+    }
+    int64_t numel = 1;
+    for (const json::value& d : sh->get_array()) {
+        int64_t dim = 0;
+        if (!non_negative_int(d, &dim)) {
+            return bad("shape has a dimension that is not a non-negative integer");
+        }
+        info.shape.push_back(dim);
+        if (__builtin_mul_overflow(numel, dim, &numel)) {
+            return bad("shape " + shape_string(info.shape) + " overflows");
+        }
+    }
+    int64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, found->size, &nbytes)) {
+        return bad("shape " + shape_string(info.shape) + " overflows");
+    }
+
+    const json::value* off = o.if_contains("data_offsets");
+    if (off == nullptr || !off->is_array() || off->get_array().size() != 2) {
+        return bad("missing 'data_offsets' [begin, end]");
+    }
+    if (!non_negative_int(off->get_array()[0], &info.begin) ||
+        !non_negative_int(off->get_array()[1], &info.end)) {
+        return bad("data_offsets are not non-negative integers");
+    }
+    if (info.end < info.begin) {
+        return bad("data_offsets end " + std::to_string(info.end) + " before begin " +
+                   std::to_string(info.begin));
+    }
+    if (static_cast<uint64_t>(info.end) > data_size) {
+        return bad("data_offsets end " + std::to_string(info.end) +
+                   " is past the data section (" + std::to_string(data_size) +
+                   " bytes; file truncated?)");
+    }
+    if (info.end - info.begin != nbytes) {
+        return bad("data_offsets span " + std::to_string(info.end - info.begin) +
+                   " bytes but dtype " + std::string(found->name) + " shape " +
+                   shape_string(info.shape) + " needs " + std::to_string(nbytes));
+    }
+    if (info.begin % found->size != 0) {
+        return bad("data offset " + std::to_string(info.begin) + " is not aligned to " +
+                   std::to_string(found->size) + " bytes");
+    }
+    return info;
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+    for (const DTypeName& d : kDTypes) {
+        if (d.dtype == dtype) {
+            return d.name;
+        }
+    }
+    return "?";
+}
+
+int64_t dtype_size(DType dtype) {
+    for (const DTypeName& d : kDTypes) {
+        if (d.dtype == dtype) {
+            return d.size;
+        }
+    }
+    return 1;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) {
+        s += (i ? ", " : "") + std::to_string(shape[i]);
+    }
+    return s + "]";
+}
+
+int64_t TensorView::numel() const { return nbytes / dtype_size(info->dtype); }
+
+Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint64_t file_size,
+                                                   std::string_view file_name) {
+    const std::string file(file_name);
+    if (file_size < 8 || prefix.size() < 8) {
+        return data_loss_error(file + ": " + std::to_string(file_size) +
+                               " bytes is too short for a safetensors header");
+    }
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) {
+        header_len = (header_len << 8) | static_cast<uint8_t>(prefix[i]);
+    }
+    if (header_len > kMaxSafetensorsHeaderBytes) {
+        return data_loss_error(file + ": header length " + std::to_string(header_len) +
+                               " is larger than the limit " +
+                               std::to_string(kMaxSafetensorsHeaderBytes));
+    }
+    if (header_len > file_size - 8 || header_len > prefix.size() - 8) {
+        return data_loss_error(file + ": header length " + std::to_string(header_len) +
+                               " is past the end of the file (" + std::to_string(file_size) +
+                               " bytes; truncated?)");
+    }
+    std::string_view text = prefix.substr(8, header_len);
+    boost::system::error_code ec;
+    json::value root = json::parse(text, ec);
+    if (ec) {
+        return data_loss_error(file + ": header is not valid JSON: " + ec.message());
+    }
+    if (!root.is_object()) {
+        return data_loss_error(file + ": header is not a JSON object");
+    }
+    SafetensorsHeader header;
+    header.data_offset = static_cast<int64_t>(8 + header_len);
+    const uint64_t data_size = file_size - 8 - header_len;
+    std::set<std::string_view> seen;
+    for (const auto& kv : root.get_object()) {
+        std::string name(kv.key());
+        if (name == "__metadata__") {
+            if (!kv.value().is_object()) {
+                return data_loss_error(file + ": __metadata__ is not an object");
+            }
+            continue;
+        }
+        if (name.empty()) {
+            return data_loss_error(file + ": tensor with an empty name");
+        }
+        EDGE_ASSIGN_OR_RETURN(TensorInfo info, parse_entry(file, name, kv.value(), data_size));
+        header.tensors.push_back(std::move(info));
+    }
+    std::sort(header.tensors.begin(), header.tensors.end(),
+              [](const TensorInfo& a, const TensorInfo& b) {
+                  return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+              });
+    for (size_t i = 1; i < header.tensors.size(); ++i) {
+        const TensorInfo& prev = header.tensors[i - 1];
+        const TensorInfo& cur = header.tensors[i];
+        if (cur.name == prev.name) {
+            return data_loss_error(file + ": tensor " + quote(cur.name) + " appears twice");
+        }
+        if (cur.begin < prev.end) {
+            return data_loss_error(file + ": tensor " + quote(cur.name) + " (bytes " +
+                                   std::to_string(cur.begin) + ".." + std::to_string(cur.end) +
+                                   ") overlaps tensor " + quote(prev.name) + " (bytes " +
+                                   std::to_string(prev.begin) + ".." +
+                                   std::to_string(prev.end) + ")");
+        }
+    }
+    return header;
+}
+
+Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        return Status(err == ENOENT ? StatusCode::kNotFound : StatusCode::kPermissionDenied,
+                      path + ": cannot open: " + std::strerror(err));
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return invalid_argument_error(path + ": not a regular file");
+    }
+    uint64_t size = static_cast<uint64_t>(st.st_size);
+    const uint8_t* data = nullptr;
+    if (size > 0) {
+        // MAP_POPULATE: map every page now, so the first forward does not pay a fault per page and
+        // resident memory after load is the weights.
+        void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (p == MAP_FAILED) {
+            int err = errno;
+            ::close(fd);
+            return internal_error(path + ": mmap failed: " + std::strerror(err));
+        }
+        data = static_cast<const uint8_t*>(p);
+        // Start reading ahead now: every weight is read on the first forward anyway.
+        madvise(p, size, MADV_WILLNEED);
+    }
+    ::close(fd);
+    return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+}
+
+MappedFile::~MappedFile() {
+    if (data_ != nullptr) {
+        munmap(const_cast<uint8_t*>(data_), size_);
+    }
+}
+
+Status Checkpoint::add_file(const std::string& path) {
+    EDGE_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
+    std::string_view bytes(reinterpret_cast<const char*>(file->data()), file->size());
+    EDGE_ASSIGN_OR_RETURN(SafetensorsHeader header,
+                          parse_safetensors_header(bytes, file->size(), path));
+    auto owned = std::make_unique<SafetensorsHeader>(std::move(header));
+    size_t index = files_.size();
+    for (const TensorInfo& info : owned->tensors) {
+        if (entries_.count(info.name) != 0) {
+            return data_loss_error(path + ": tensor '" + info.name + "' is also in " +
+                                   files_[entries_.find(info.name)->second.file]->path());
+        }
+        entries_.emplace(info.name, Entry{index, &info});
+    }
+    files_.push_back(std::move(file));
+    headers_.push_back(std::move(owned));
+    return ok_status();
+}
+
+Result<std::unique_ptr<Checkpoint>> Checkpoint::open_files(const std::vector<std::string>& paths) {
+    auto ckpt = std::unique_ptr<Checkpoint>(new Checkpoint());
+    for (const std::string& p : paths) {
+        EDGE_RETURN_IF_ERROR(ckpt->add_file(p));
+    }
+    ckpt->description_ = paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files";
+    return ckpt;
+}
+
+Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir) {
+    const std::string index_path = dir + "/model.safetensors.index.json";
+    std::ifstream in(index_path, std::ios::binary);
+    if (!in) {
+        return open_files({dir + "/model.safetensors"});
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    boost::system::error_code ec;
+    json::value root = json::parse(ss.str(), ec);
+    if (ec || !root.is_object()) {
+        return data_loss_error(index_path + ": not a JSON object" +
+                               (ec ? ": " + ec.message() : std::string()));
+    }
+    const json::value* map = root.get_object().if_contains("weight_map");
+    if (map == nullptr || !map->is_object()) {
+        return data_loss_error(index_path + ": missing object 'weight_map'");
+    }
+    std::vector<std::string> shards;
+    std::map<std::string, std::string> wanted;
+    for (const auto& kv : map->get_object()) {
+        if (!kv.value().is_string()) {
+            return data_loss_error(index_path + ": weight_map entry '" + std::string(kv.key()) +
+                                   "' is not a file name");
+        }
+        std::string shard(kv.value().get_string());
+        if (shard.empty() || shard.find('/') != std::string::npos || shard == "." ||
+            shard == "..") {
+            return data_loss_error(index_path + ": weight_map entry '" + std::string(kv.key()) +
+                                   "' names an invalid file '" + shard + "'");
+        }
+        if (std::find(shards.begin(), shards.end(), shard) == shards.end()) {
+            shards.push_back(shard);
+        }
+        wanted[std::string(kv.key())] = shard;
+    }
+    std::vector<std::string> paths;
+    for (const std::string& s : shards) {
+        paths.push_back(dir + "/" + s);
+    }
+    EDGE_ASSIGN_OR_RETURN(auto ckpt, open_files(paths));
+    for (const auto& [name, shard] : wanted) {
+        auto it = ckpt->entries_.find(name);
+        if (it == ckpt->entries_.end()) {
+            return data_loss_error(index_path + ": tensor '" + name + "' is not in " + shard);
+        }
+        if (ckpt->files_[it->second.file]->path() != dir + "/" + shard) {
+            return data_loss_error(index_path + ": tensor '" + name + "' is listed in " + shard +
+                                   " but found in " + ckpt->files_[it->second.file]->path());
+        }
+    }
+    ckpt->description_ = index_path;
+    return ckpt;
+}
+
+bool Checkpoint::has(std::string_view name) const { return entries_.find(name) != entries_.end(); }
+
+Result<TensorView> Checkpoint::tensor(std::string_view name) const {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+        return not_found_error(description_ + ": tensor '" + std::string(name) + "' is missing");
+    }
+    const MappedFile& f = *files_[it->second.file];
+    const SafetensorsHeader& h = *headers_[it->second.file];
+    TensorView v;
+    v.info = it->second.info;
+    v.file = &f.path();
+    v.data = f.data() + h.data_offset + v.info->begin;
+    v.nbytes = v.info->end - v.info->begin;
+    return v;
+}
+
+Result<TensorView> Checkpoint::tensor(std::string_view name, const std::vector<DType>& allowed,
+                                      const std::vector<int64_t>& shape) const {
+    EDGE_ASSIGN_OR_RETURN(TensorView v, tensor(name));
+    if (std::find(allowed.begin(), allowed.end(), v.dtype()) == allowed.end()) {
+        std::string want;
+        for (DType d : allowed) {
+            want += (want.empty() ? "" : "/") + std::string(dtype_name(d));
+        }
+        return invalid_argument_error(*v.file + ": tensor '" + std::string(name) + "' has dtype " +
+                                      std::string(dtype_name(v.dtype())) + ", expected " + want);
+    }
+    if (v.shape() != shape) {
+        return invalid_argument_error(*v.file + ": tensor '" + std::string(name) + "' has shape " +
+                                      shape_string(v.shape()) + ", expected " +
+                                      shape_string(shape));
+    }
+    return v;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+    std::vector<std::string> out;
+    for (const auto& kv : entries_) {
+        out.push_back(kv.first);
+    }
+    return out;
+}
+
+int64_t Checkpoint::total_bytes() const {
+    int64_t total = 0;
+    for (const auto& kv : entries_) {
+        total += kv.second.info->end - kv.second.info->begin;
+    }
+    return total;
+}
+
+}  // namespace edge::engine

@@ -1,0 +1,128 @@
+#pragma once
+
+// Reading safetensors checkpoints: the header parser (a plain function over bytes, so the fuzzer
+// can drive it), a read-only memory-mapped file, and a Checkpoint that joins one or several files
+// (model.safetensors, or the shards named by model.safetensors.index.json) into one tensor table.
+// Every offset, shape and dtype from a header is checked against the file size with overflow-safe
+// arithmetic; a corrupt or truncated file is a Status naming the file and the tensor.
+//
+// Threading: immutable after open; any number of threads may read tensors at once.
+// Lifetime: TensorView::data points into a mapping owned by the Checkpoint; the Checkpoint must
+// outlive every view taken from it.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace edge::engine {
+
+enum class DType { kBF16, kF16, kF32, kF8E4M3, kI8, kI32 };
+
+// The safetensors spelling ("BF16", "F8_E4M3", ...).
+std::string_view dtype_name(DType dtype);
+// Bytes per element.
+int64_t dtype_size(DType dtype);
+
+// One entry of a safetensors header. Offsets are relative to the start of the data section.
+struct TensorInfo {
+    std::string name;
+    DType dtype = DType::kF32;
+    std::vector<int64_t> shape;
+    int64_t begin = 0;  // First byte, relative to the data section.
+    int64_t end = 0;    // One past the last byte.
+};
+
+struct SafetensorsHeader {
+    int64_t data_offset = 0;            // Where the data section starts in the file (8 + header).
+    std::vector<TensorInfo> tensors;    // Sorted by `begin`.
+};
+
+// Largest JSON header accepted, bytes (real checkpoints use well under 10 MB).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+
+// Parses and validates the header of a safetensors file. `prefix` holds the first bytes of the file
+// (at least 8 + header length of them), `file_size` is the size of the whole file and `file_name`
+// is used in error messages. Checks: header length within the file, valid JSON object, known
+// dtypes, non-negative shapes whose byte size fits in int64 and equals the offsets' span, offsets
+// inside the data section, aligned to the element size and not overlapping.
+Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint64_t file_size,
+                                                   std::string_view file_name);
+
+// A whole file mapped read-only. Move-only; unmaps on destruction.
+class MappedFile {
+public:
+    static Result<std::unique_ptr<MappedFile>> open(const std::string& path);
+    ~MappedFile();
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    const uint8_t* data() const { return data_; }
+    uint64_t size() const { return size_; }
+
+private:
+    MappedFile(std::string path, const uint8_t* data, uint64_t size)
+        : path_(std::move(path)), data_(data), size_(size) {}
+    std::string path_;
+    const uint8_t* data_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+// A tensor as stored: raw bytes of `dtype` in row-major order of `shape`.
+struct TensorView {
+    const TensorInfo* info = nullptr;
+    const std::string* file = nullptr;  // Path of the file it lives in.
+    const void* data = nullptr;
+    int64_t nbytes = 0;
+
+    DType dtype() const { return info->dtype; }
+    const std::vector<int64_t>& shape() const { return info->shape; }
+    int64_t numel() const;
+};
+
+// All tensors of a checkpoint directory, mapped.
+class Checkpoint {
+public:
+    // Opens `dir`/model.safetensors.index.json and its shards when the index exists, else
+    // `dir`/model.safetensors.
+    static Result<std::unique_ptr<Checkpoint>> open_dir(const std::string& dir);
+    // Opens the given files as one checkpoint (a tensor name may appear only once).
+    static Result<std::unique_ptr<Checkpoint>> open_files(const std::vector<std::string>& paths);
+
+    // The tensor, or kNotFound naming it and the checkpoint.
+    Result<TensorView> tensor(std::string_view name) const;
+    // The tensor checked to have exactly `dtype` among `allowed` and `shape`.
+    Result<TensorView> tensor(std::string_view name, const std::vector<DType>& allowed,
+                              const std::vector<int64_t>& shape) const;
+    bool has(std::string_view name) const;
+
+    // Tensor names in sorted order.
+    std::vector<std::string> names() const;
+    // Sum of all tensors' bytes.
+    int64_t total_bytes() const;
+    // Description for messages ("dir/model.safetensors" or the index path).
+    const std::string& description() const { return description_; }
+
+private:
+    struct Entry {
+        size_t file = 0;
+        const TensorInfo* info = nullptr;
+    };
+    Status add_file(const std::string& path);
+
+    std::string description_;
+    std::vector<std::unique_ptr<MappedFile>> files_;
+    std::vector<std::unique_ptr<SafetensorsHeader>> headers_;
+    std::map<std::string, Entry, std::less<>> entries_;
+};
+
+// Human-readable "[a, b, c]".
+std::string shape_string(const std::vector<int64_t>& shape);
+
+}  // namespace edge::engine

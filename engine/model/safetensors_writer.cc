@@ -1,0 +1,95 @@
+#include "engine/model/safetensors_writer.h"
+
+#include <boost/json.hpp>
+#include <fstream>
+
+namespace edge::engine {
+
+Status write_raw_safetensors(const std::string& path, std::string_view header,
+                             std::string_view data) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) {
+        return internal_error(path + ": cannot create");
+    }
+    uint64_t len = header.size();
+    char le[8];
+    for (int i = 0; i < 8; ++i) {
+        le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+    }
+    out.write(le, 8);
+    out.write(header.data(), static_cast<std::streamsize>(header.size()));
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.close();
+    if (!out) {
+        return internal_error(path + ": write failed");
+    }
+    return ok_status();
+}
+
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors) {
+    boost::json::object header;
+    uint64_t offset = 0;
+    for (const TensorToWrite& t : tensors) {
+        int64_t numel = 1;
+        for (int64_t d : t.shape) {
+            numel *= d;
+        }
+        const uint64_t nbytes = static_cast<uint64_t>(numel * dtype_size(t.dtype));
+        if (!t.fill && nbytes != t.bytes.size()) {
+            return invalid_argument_error(path + ": tensor '" + t.name + "' has " +
+                                          std::to_string(t.bytes.size()) + " bytes for shape " +
+                                          shape_string(t.shape));
+        }
+        offset = (offset + 7) & ~uint64_t{7};
+        boost::json::array shape;
+        for (int64_t d : t.shape) {
+            shape.push_back(d);
+        }
+        header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
+                          {"shape", shape},
+                          {"data_offsets", {offset, offset + nbytes}}};
+        offset += nbytes;
+    }
+    std::string text = boost::json::serialize(header);
+    while (text.size() % 8 != 0) {
+        text += ' ';
+    }
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) {
+        return internal_error(path + ": cannot create");
+    }
+    uint64_t len = text.size();
+    char le[8];
+    for (int i = 0; i < 8; ++i) {
+        le[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+    }
+    out.write(le, 8);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    uint64_t written = 0;
+    static const char kZeros[8] = {};
+    std::vector<char> buffer;
+    for (const TensorToWrite& t : tensors) {
+        int64_t numel = 1;
+        for (int64_t d : t.shape) {
+            numel *= d;
+        }
+        const uint64_t nbytes = static_cast<uint64_t>(numel * dtype_size(t.dtype));
+        uint64_t aligned = (written + 7) & ~uint64_t{7};
+        out.write(kZeros, static_cast<std::streamsize>(aligned - written));
+        if (t.fill) {
+            buffer.resize(nbytes);
+            t.fill(buffer.data());
+            out.write(buffer.data(), static_cast<std::streamsize>(nbytes));
+        } else {
+            out.write(t.bytes.data(), static_cast<std::streamsize>(nbytes));
+        }
+        written = aligned + nbytes;
+    }
+    out.close();
+    if (!out) {
+        return internal_error(path + ": write failed");
+    }
+    return ok_status();
+}
+
+}  // namespace edge::engine

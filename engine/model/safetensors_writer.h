@@ -1,0 +1,38 @@
+#pragma once
+
+// Writing safetensors files: make-model's checkpoints and the tests' corrupt variants. Tensors
+// are laid out in the order given, each aligned to 8 bytes, the header padded with spaces to a
+// multiple of 8 as the reference writer does.
+//
+// Threading: free functions; no shared state.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/model/safetensors.h"
+
+namespace edge::engine {
+
+struct TensorToWrite {
+    std::string name;
+    DType dtype = DType::kBF16;
+    std::vector<int64_t> shape;
+    std::string_view bytes;  // Exactly numel * dtype_size bytes; the memory is the caller's.
+    // When set, called instead of copying `bytes`, to fill numel * dtype_size bytes in place
+    // (so a large checkpoint is generated tensor by tensor, never all in memory).
+    std::function<void(char* out)> fill;
+};
+
+// Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+
+// Writes a file made of an 8-byte little-endian header length, `header` and `data` as given
+// (no checks: for building corrupt files in tests).
+Status write_raw_safetensors(const std::string& path, std::string_view header,
+                             std::string_view data);
+
+}  // namespace edge::engine

@@ -1,0 +1,340 @@
+// Bad checkpoints and bad requests: each is a clear Status naming the file and the tensor or
+// field, never a crash.
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "engine/model/loader.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/safetensors_writer.h"
+
+namespace edge::engine {
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+const std::string kMicro = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe";
+
+// A fresh copy of the micro fixture in a temp dir, removed at the end.
+struct TempModel {
+    fs::path dir;
+    TempModel() {
+        std::random_device rd;
+        dir = fs::temp_directory_path() / ("edge_bad_input_" + std::to_string(rd()));
+        fs::create_directories(dir);
+        for (const char* f : {"config.json", "model.safetensors", "generation_config.json"}) {
+            fs::copy_file(kMicro + "/" + f, dir / f);
+        }
+    }
+    ~TempModel() { fs::remove_all(dir); }
+    std::string path(const char* f) const { return (dir / f).string(); }
+};
+
+std::string read(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void write(const std::string& path, const std::string& data) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << data;
+}
+
+// The header object and the data section of a safetensors file.
+std::pair<json::object, std::string> split(const std::string& file) {
+    uint64_t len = 0;
+    std::memcpy(&len, file.data(), 8);
+    return {json::parse(file.substr(8, len)).as_object(), file.substr(8 + len)};
+}
+
+Status load_status(const TempModel& m) {
+    LoadOptions o;
+    o.threads = 1;
+    o.max_slots = 2;
+    o.max_context = 64;
+    auto r = load_model(m.dir.string(), o);
+    return r.ok() ? ok_status() : r.status();
+}
+
+bool contains(const Status& s, const std::string& text) {
+    return s.message().find(text) != std::string::npos;
+}
+
+TEST_CASE("missing directory, config and weights") {
+    LoadOptions o;
+    auto r = load_model("/nonexistent/edge-model", o);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kNotFound);
+    CHECK(contains(r.status(), "/nonexistent/edge-model/config.json"));
+    TempModel m;
+    fs::remove(m.dir / "model.safetensors");
+    Status s = load_status(m);
+    CHECK(s.code() == StatusCode::kNotFound);
+    CHECK(contains(s, "model.safetensors"));
+}
+
+TEST_CASE("truncated safetensors names the file and the tensor") {
+    TempModel m;
+    std::string f = read(m.path("model.safetensors"));
+    write(m.path("model.safetensors"), f.substr(0, f.size() - 1000));
+    Status s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "model.safetensors"));
+    CHECK(contains(s, "tensor '"));
+    CHECK(contains(s, "past the data section"));
+    write(m.path("model.safetensors"), f.substr(0, 5));
+    s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "too short"));
+    write(m.path("model.safetensors"), f.substr(0, 100));
+    s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "header length"));
+}
+
+TEST_CASE("header offsets past the file, overlapping, misaligned, wrong span") {
+    TempModel m;
+    auto [header, data] = split(read(m.path("model.safetensors")));
+    const std::string victim = "model.layers.1.self_attn.k_norm.weight";
+    auto rewrite = [&](auto edit) {
+        json::object h = header;
+        edit(h);
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        return load_status(m);
+    };
+    Status s = rewrite([&](json::object& h) {
+        h[victim].as_object()["data_offsets"] = {data.size() + 64, data.size() + 128};
+    });
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, victim));
+    CHECK(contains(s, "past the data section"));
+
+    s = rewrite([&](json::object& h) {
+        // Point the victim at the bytes of another tensor.
+        h[victim].as_object()["data_offsets"] = {0, 64};
+    });
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "overlaps"));
+
+    s = rewrite([&](json::object& h) {
+        auto& off = h[victim].as_object()["data_offsets"].as_array();
+        off = {off[0].to_number<int64_t>() + 1, off[1].to_number<int64_t>() + 1};
+    });
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK((contains(s, "aligned") || contains(s, "overlaps")));
+
+    s = rewrite([&](json::object& h) {
+        auto& off = h[victim].as_object()["data_offsets"].as_array();
+        off = {off[0], off[1].to_number<int64_t>() - 2};
+    });
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "needs"));
+
+    s = rewrite([&](json::object& h) {
+        h[victim].as_object()["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+    });
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "overflows"));
+
+    s = rewrite([&](json::object& h) { h[victim].as_object()["dtype"] = "Q4_K"; });
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "unsupported dtype"));
+}
+
+TEST_CASE("tensor with the wrong shape, wrong dtype, or missing") {
+    TempModel m;
+    auto [header, data] = split(read(m.path("model.safetensors")));
+    const std::string victim = "model.layers.0.self_attn.q_proj.weight";
+    {
+        json::object h = header;
+        h[victim].as_object()["shape"] = {64, 256};  // Same bytes, other shape.
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        Status s = load_status(m);
+        CHECK(s.code() == StatusCode::kInvalidArgument);
+        CHECK(contains(s, victim));
+        CHECK(contains(s, "has shape [64, 256], expected [128, 128]"));
+    }
+    {
+        json::object h = header;
+        auto& e = h[victim].as_object();
+        e["dtype"] = "I32";
+        e["shape"] = {64, 128};
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        Status s = load_status(m);
+        CHECK(s.code() == StatusCode::kInvalidArgument);
+        CHECK(contains(s, victim));
+        CHECK(contains(s, "dtype I32"));
+    }
+    {
+        json::object h = header;
+        h.erase("lm_head.weight");
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        Status s = load_status(m);
+        CHECK(s.code() == StatusCode::kNotFound);
+        CHECK(contains(s, "'lm_head.weight' is missing"));
+    }
+}
+
+TEST_CASE("config missing a field, ill-typed, unsupported architecture") {
+    TempModel m;
+    json::object cfg = json::parse(read(m.path("config.json"))).as_object();
+    auto with = [&](auto edit) {
+        json::object c = cfg;
+        edit(c);
+        write(m.path("config.json"), json::serialize(c));
+        return load_status(m);
+    };
+    Status s = with([](json::object& c) { c.erase("hidden_size"); });
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(s, "config.json: field 'hidden_size' is missing"));
+    s = with([](json::object& c) { c["num_experts"] = "eight"; });
+    CHECK(contains(s, "field 'num_experts' is not an integer"));
+    s = with([](json::object& c) { c["num_key_value_heads"] = 3; });
+    CHECK(contains(s, "num_key_value_heads"));
+    s = with([](json::object& c) { c["architectures"] = {"LlamaForCausalLM"}; });
+    CHECK(s.code() == StatusCode::kUnimplemented);
+    CHECK(contains(s, "'LlamaForCausalLM' is not supported"));
+    s = with([](json::object& c) { c["hidden_act"] = "gelu"; });
+    CHECK(s.code() == StatusCode::kUnimplemented);
+    CHECK(contains(s, "field 'hidden_act' 'gelu'"));
+    s = with([](json::object& c) { c["rope_scaling"] = {{"type", "yarn"}}; });
+    CHECK(s.code() == StatusCode::kUnimplemented);
+    CHECK(contains(s, "rope_scaling"));
+    write(m.path("config.json"), "{\"hidden_size\": ");
+    s = load_status(m);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(s, "config.json: not valid JSON"));
+}
+
+TEST_CASE("forward rejects positions past the context, bad tokens, bad slots, full cache") {
+    LoadOptions o;
+    o.threads = 1;
+    o.max_slots = 2;
+    o.max_context = 16;
+    auto model = load_model(kMicro, o);
+    REQUIRE(model.ok());
+    CausalLM& lm = **model;
+    int32_t slot = *lm.acquire_slot();
+    std::vector<TokenId> long_prompt(17, 5);
+    std::vector<float> logits;
+    SequenceChunk ch{slot, 0, long_prompt, false};
+    Status s = lm.forward({&ch, 1}, &logits);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(s, "beyond the context of 16"));
+    CHECK(lm.slot_length(slot) == 0);
+
+    std::vector<TokenId> bad = {1, 512};
+    ch.tokens = bad;
+    s = lm.forward({&ch, 1}, &logits);
+    CHECK(contains(s, "token id 512 is outside the vocabulary"));
+
+    std::vector<TokenId> ok = {1, 2, 3};
+    ch.tokens = ok;
+    ch.start_pos = 2;
+    s = lm.forward({&ch, 1}, &logits);
+    CHECK(contains(s, "start_pos 2 is not the slot's length 0"));
+    ch.start_pos = 0;
+    ch.slot = 1;
+    s = lm.forward({&ch, 1}, &logits);
+    CHECK(contains(s, "slot is not acquired"));
+    ch.slot = slot;
+    REQUIRE(lm.forward({&ch, 1}, &logits).ok());
+    CHECK(lm.slot_length(slot) == 3);
+    lm.truncate_slot(slot, 1);
+    CHECK(lm.slot_length(slot) == 1);
+
+    int32_t other = *lm.acquire_slot();
+    CHECK(lm.acquire_slot().status().code() == StatusCode::kResourceExhausted);
+    lm.release_slot(other);
+
+    LoadOptions small = o;
+    small.kv_cache_bytes = 2 * 2 * 2 * 32 * 4 * 10;  // Ten tokens.
+    auto tiny_cache = load_model(kMicro, small);
+    REQUIRE(tiny_cache.ok());
+    int32_t a = *(*tiny_cache)->acquire_slot();
+    std::vector<TokenId> eleven(11, 7);
+    SequenceChunk big{a, 0, eleven, false};
+    s = (*tiny_cache)->forward({&big, 1}, &logits);
+    CHECK(s.code() == StatusCode::kResourceExhausted);
+    CHECK((*tiny_cache)->slot_length(a) == 0);
+}
+
+TEST_CASE("header parser on hand-made headers") {
+    auto parse = [](const std::string& header, uint64_t data_size) {
+        std::string file(8, '\0');
+        uint64_t len = header.size();
+        std::memcpy(file.data(), &len, 8);
+        file += header;
+        file += std::string(data_size, '\0');
+        return parse_safetensors_header(file, file.size(), "t.safetensors");
+    };
+    auto r = parse(R"({"__metadata__":{"format":"pt"},"a":{"dtype":"BF16","shape":[2,3],)"
+                   R"("data_offsets":[0,12]},"b":{"dtype":"F8_E4M3","shape":[4],)"
+                   R"("data_offsets":[12,16]}})",
+                   16);
+    REQUIRE(r.ok());
+    CHECK(r->tensors.size() == 2);
+    CHECK(r->tensors[1].dtype == DType::kF8E4M3);
+    CHECK(parse("[]", 0).status().code() == StatusCode::kDataLoss);
+    CHECK(parse("{\"a\":1}", 0).status().code() == StatusCode::kDataLoss);
+    CHECK(parse(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4).status().code() ==
+          StatusCode::kDataLoss);
+    CHECK(parse(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4).status().code() ==
+          StatusCode::kDataLoss);
+    CHECK(parse(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("a2":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+                8)
+              .status()
+              .code() == StatusCode::kDataLoss);
+}
+
+TEST_CASE("sharded checkpoint through model.safetensors.index.json") {
+    TempModel m;
+    std::string f = read(m.path("model.safetensors"));
+    auto [header, data] = split(f);
+    // Move lm_head.weight into a second shard.
+    auto& lm = header["lm_head.weight"].as_object();
+    auto off = lm["data_offsets"].as_array();
+    int64_t b = off[0].to_number<int64_t>(), e = off[1].to_number<int64_t>();
+    std::string lm_bytes = data.substr(b, e - b);
+    json::object first = header;
+    first.erase("lm_head.weight");
+    REQUIRE(write_raw_safetensors(m.path("model-00001-of-00002.safetensors"),
+                                  json::serialize(first), data)
+                .ok());
+    json::object second{{"lm_head.weight",
+                         {{"dtype", lm["dtype"]}, {"shape", lm["shape"]},
+                          {"data_offsets", {0, e - b}}}}};
+    REQUIRE(write_raw_safetensors(m.path("model-00002-of-00002.safetensors"),
+                                  json::serialize(second), lm_bytes)
+                .ok());
+    json::object map;
+    for (const auto& kv : first) {
+        if (kv.key() != "__metadata__") {
+            map[kv.key()] = "model-00001-of-00002.safetensors";
+        }
+    }
+    map["lm_head.weight"] = "model-00002-of-00002.safetensors";
+    fs::remove(m.dir / "model.safetensors");
+    write(m.path("model.safetensors.index.json"),
+          json::serialize(json::object{{"metadata", json::object{}}, {"weight_map", map}}));
+    CHECK(load_status(m).ok());
+
+    map["lm_head.weight"] = "../escape.safetensors";
+    write(m.path("model.safetensors.index.json"),
+          json::serialize(json::object{{"weight_map", map}}));
+    Status s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "invalid file"));
+}
+
+}  // namespace
+}  // namespace edge::engine
