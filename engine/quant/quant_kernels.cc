@@ -1,8 +1,86 @@
 #include "engine/quant/quant_kernels.h"
 
-namespace edge::engine::quant {
+#include "engine/quant/kernels_internal.h"
 
-// Quantized kernels arrive with the quantization issue (6).
-MatmulKernel matmul_kernel_for(WeightFormat format) { return nullptr; }
+namespace edge::engine::quant {
+namespace {
+
+struct CpuFeatures {
+    bool avx2 = false;    // AVX2 + FMA + F16C.
+    bool avx512 = false;  // AVX-512 F/BW/VL/DQ.
+    bool vnni = false;    // AVX-512 VNNI.
+};
+
+CpuFeatures detect() {
+    CpuFeatures f;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    f.vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+#endif
+    return f;
+}
+
+const CpuFeatures& features() {
+    static const CpuFeatures f = detect();
+    return f;
+}
+
+}  // namespace
+
+std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
+    std::vector<KernelVariant> out;
+    [[maybe_unused]] const CpuFeatures& f = features();
+    switch (format) {
+        case WeightFormat::kFP8E4M3Block128:
+            out.push_back({"scalar", detail::matmul_fp8_scalar, false});
+#if defined(__x86_64__)
+            if (f.avx2) {
+                out.push_back({"avx2", detail::matmul_fp8_avx2, false});
+            }
+            if (f.avx512) {
+                out.push_back({"avx512", detail::matmul_fp8_avx512, false});
+            }
+#endif
+            break;
+        case WeightFormat::kInt8Row:
+            out.push_back({"scalar", detail::matmul_int8_scalar, false});
+#if defined(__x86_64__)
+            if (f.avx2) {
+                out.push_back({"avx2", detail::matmul_int8_avx2, false});
+            }
+            if (f.avx512) {
+                out.push_back({"avx512", detail::matmul_int8_avx512, false});
+            }
+#endif
+            break;
+        case WeightFormat::kInt4G32:
+        case WeightFormat::kInt4G128:
+            out.push_back({"scalar", detail::matmul_int4_scalar, false});
+#if defined(__x86_64__)
+            if (f.avx2) {
+                out.push_back({"avx2", detail::matmul_int4_avx2, false});
+            }
+            if (f.avx512) {
+                out.push_back({"avx512", detail::matmul_int4_avx512, false});
+            }
+            if (f.vnni) {
+                out.push_back({"avx512-vnni", detail::matmul_int4_avx512_vnni, true});
+            }
+#endif
+            break;
+        default:
+            break;
+    }
+    return out;
+}
+
+MatmulKernel matmul_kernel_for(WeightFormat format) {
+    const std::vector<KernelVariant> variants = matmul_kernel_variants(format);
+    return variants.empty() ? nullptr : variants.back().kernel;
+}
 
 }  // namespace edge::engine::quant

@@ -1,0 +1,306 @@
+// AVX-512 kernels (F, BW, VL, DQ, plus VNNI for INT4). Every function carries the target
+// attribute, so this file is compiled for baseline x86-64 and only runs after quant_kernels.cc has
+// checked cpuid. Tails use masked loads, so any number of columns works without a scalar loop.
+//
+// INT4 (VNNI): each token's activations are quantized to int8 per weight group (scale max|x|/127)
+// and laid out per 128-column chunk as even and odd elements, matching the low and high nibbles of
+// the 64 packed weight bytes of that chunk. Two vpdpbusd (unsigned nibble x signed int8) give, per
+// 32-bit lane, the dot product of 8 consecutive columns; the +8 storage offset is removed by
+// starting each lane at -8 * sum(x_q of its columns); one convert and one FMA with
+// (weight scale x activation scale) per lane finish the chunk. That is ~4 vector ops per 64 weight
+// bytes per token instead of ~20 for widening nibbles to f32.
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/quant/kernels_internal.h"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
+// "may be used uninitialized" (a known false positive of the reduce/convert intrinsics).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define EDGE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")))
+#define EDGE_AVX512_VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+
+namespace edge::engine::quant::detail {
+namespace {
+
+constexpr int kMaxTile = 4;
+
+__mmask16 mask16(int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+__mmask32 mask32(int64_t n) {
+    return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1);
+}
+__mmask64 mask64(int64_t n) {
+    return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
+}
+
+// Up to 32 E4M3 bytes (masked, missing ones read as 0 = +0.0) -> two vectors times `scale256`
+// (block scale * 256), through the bit-identical F16 encoding (see kernels_avx2.cc).
+EDGE_AVX512 inline void decode_fp8_32(const uint8_t* p, __mmask32 m, __m512 scale256, __m512* lo,
+                                      __m512* hi) {
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p));
+    const __m512i mag = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(0x3F80));
+    const __m512i sign = _mm512_and_si512(_mm512_slli_epi16(v, 8), _mm512_set1_epi16(-32768));
+    const __m512i h = _mm512_or_si512(mag, sign);
+    *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), scale256);
+    *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), scale256);
+}
+
+template <int T>
+EDGE_AVX512 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
+                          int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t block_cols = (cols + 127) / 128;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
+        const float* srow = w.scales + (r / 128) * block_cols;
+        __m512 acc[T][2];
+        for (int t = 0; t < T; ++t) {
+            acc[t][0] = _mm512_setzero_ps();
+            acc[t][1] = _mm512_setzero_ps();
+        }
+        for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+            const int64_t end = std::min<int64_t>(c0 + 128, cols);
+            const __m512 s256 = _mm512_set1_ps(srow[c0 / 128] * 256.0f);
+            for (int64_t c = c0; c < end; c += 32) {
+                const int64_t n = end - c;
+                __m512 w0, w1;
+                decode_fp8_32(q + c, mask32(n), s256, &w0, &w1);
+                const __mmask16 m0 = mask16(n);
+                const __mmask16 m1 = mask16(n - 16 > 0 ? n - 16 : 0);
+                for (int t = 0; t < T; ++t) {
+                    const float* xt = x + t * cols + c;
+                    acc[t][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xt), acc[t][0]);
+                    acc[t][1] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xt + 16), acc[t][1]);
+                }
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
+        }
+    }
+}
+
+template <int T>
+EDGE_AVX512 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
+                           int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
+        __m512 acc[T][2];
+        for (int t = 0; t < T; ++t) {
+            acc[t][0] = _mm512_setzero_ps();
+            acc[t][1] = _mm512_setzero_ps();
+        }
+        for (int64_t c = 0; c < cols; c += 32) {
+            const int64_t n = cols - c;
+            const __mmask16 m0 = mask16(n);
+            const __mmask16 m1 = mask16(n - 16 > 0 ? n - 16 : 0);
+            const __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m0, q + c)));
+            const __m512 w1 =
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m1, q + c + 16)));
+            for (int t = 0; t < T; ++t) {
+                const float* xt = x + t * cols + c;
+                acc[t][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xt), acc[t][0]);
+                acc[t][1] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xt + 16), acc[t][1]);
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1])) * w.scales[r];
+        }
+    }
+}
+
+// INT4 widened to f32: 16 packed bytes -> two vectors of (q - 8) * scale, in column order.
+template <int T>
+EDGE_AVX512 void int4_float_rows(const Weight& w, const float* x, float* y, int64_t ldy,
+                                 int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t g = w.format == WeightFormat::kInt4G32 ? 32 : 128;
+    const int64_t groups = cols / g;
+    const __m128i nib = _mm_set1_epi8(0x0F);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+        const float* srow = w.scales + r * groups;
+        __m512 acc[T][2];
+        for (int t = 0; t < T; ++t) {
+            acc[t][0] = _mm512_setzero_ps();
+            acc[t][1] = _mm512_setzero_ps();
+        }
+        for (int64_t gi = 0; gi < groups; ++gi) {
+            const __m512 scale = _mm512_set1_ps(srow[gi]);
+            const __m512 offset = _mm512_set1_ps(-8.0f * srow[gi]);
+            for (int64_t c = gi * g; c < (gi + 1) * g; c += 32) {
+                const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2));
+                const __m128i lo = _mm_and_si128(b, nib);
+                const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), nib);
+                const __m512 w0 = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi))), scale,
+                    offset);
+                const __m512 w1 = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi))), scale,
+                    offset);
+                for (int t = 0; t < T; ++t) {
+                    const float* xt = x + t * cols + c;
+                    acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), acc[t][0]);
+                    acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt + 16), acc[t][1]);
+                }
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
+        }
+    }
+}
+
+// One token's activations for 128 columns, prepared for the VNNI INT4 kernel.
+struct alignas(64) Int4Chunk {
+    int8_t even[64];       // x_q of columns 0, 2, ..., 126 (matches the low nibbles).
+    int8_t odd[64];        // x_q of columns 1, 3, ..., 127 (matches the high nibbles).
+    int32_t neg_corr[16];  // Lane j: -8 * sum of x_q over columns 8j .. 8j+7.
+    float scale[16];       // Lane j: activation scale of the group holding columns 8j .. 8j+7.
+};
+static_assert(sizeof(Int4Chunk) == 256, "one cache-line-aligned chunk per 128 columns");
+
+// Scalar on purpose: it costs n_tokens * cols, small next to the rows * cols weight pass.
+void prepare_int4_activations(const float* x, int64_t cols, int64_t g, Int4Chunk* chunks) {
+    const int64_t n_chunks = (cols + 127) / 128;
+    std::fill(reinterpret_cast<char*>(chunks), reinterpret_cast<char*>(chunks + n_chunks), 0);
+    for (int64_t c0 = 0; c0 < cols; c0 += g) {
+        float amax = 0.0f;
+        for (int64_t c = c0; c < c0 + g; ++c) {
+            amax = std::max(amax, std::fabs(x[c]));
+        }
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const float scale = amax / 127.0f;
+        for (int64_t c = c0; c < c0 + g; ++c) {
+            const int q = static_cast<int>(std::nearbyint(std::clamp(x[c] * inv, -127.0f, 127.0f)));
+            Int4Chunk& ch = chunks[c / 128];
+            const int64_t e = c % 128;
+            if ((e & 1) == 0) {
+                ch.even[e / 2] = static_cast<int8_t>(q);
+            } else {
+                ch.odd[e / 2] = static_cast<int8_t>(q);
+            }
+            ch.neg_corr[e / 8] -= 8 * q;
+            ch.scale[e / 8] = scale;
+        }
+    }
+}
+
+template <int T, int G>
+EDGE_AVX512_VNNI void int4_vnni_rows(const Weight& w, const Int4Chunk* prepared, int64_t n_chunks,
+                                     float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t groups = cols / G;
+    const __m512i nib = _mm512_set1_epi8(0x0F);
+    // Lane j of a chunk covers columns 8j..8j+7, i.e. group j / 4 of the chunk's four (G = 32).
+    const __m512i group_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+        const float* srow = w.scales + r * groups;
+        __m512 acc[T];
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm512_setzero_ps();
+        }
+        for (int64_t k = 0; k < n_chunks; ++k) {
+            const int64_t remaining = cols - k * 128;
+            const __m512i wv = _mm512_maskz_loadu_epi8(mask64(remaining / 2), q + k * 64);
+            const __m512i lo = _mm512_and_si512(wv, nib);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
+            __m512 wscale;
+            if constexpr (G == 32) {
+                const int64_t ng = std::min<int64_t>(4, remaining / 32);
+                const __m128 s4 =
+                    _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << ng) - 1), srow + k * 4);
+                wscale = _mm512_permutexvar_ps(group_of_lane, _mm512_castps128_ps512(s4));
+            } else {
+                wscale = _mm512_set1_ps(srow[k]);
+            }
+            for (int t = 0; t < T; ++t) {
+                const Int4Chunk& ch = prepared[t * n_chunks + k];
+                __m512i dot = _mm512_load_si512(ch.neg_corr);
+                dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(ch.even));
+                dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(ch.odd));
+                const __m512 s = _mm512_mul_ps(wscale, _mm512_load_ps(ch.scale));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t]);
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+        }
+    }
+}
+
+using RowsFn = void (*)(const Weight&, const float*, float*, int64_t, int64_t, int64_t);
+
+void run_tiles(const RowsFn (&tiles)[kMaxTile], const Weight& w, const float* x, int64_t n_tokens,
+               float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
+        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
+        tiles[nt - 1](w, x + t0 * w.cols, y + t0 * ldy, ldy, row_begin, row_end);
+    }
+}
+
+using VnniRowsFn = void (*)(const Weight&, const Int4Chunk*, int64_t, float*, int64_t, int64_t,
+                            int64_t);
+
+}  // namespace
+
+void matmul_fp8_avx512(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                       int64_t row_begin, int64_t row_end) {
+    static constexpr RowsFn kTiles[kMaxTile] = {fp8_rows<1>, fp8_rows<2>, fp8_rows<3>, fp8_rows<4>};
+    run_tiles(kTiles, w, x, n_tokens, y, ldy, row_begin, row_end);
+}
+
+void matmul_int8_avx512(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t row_begin, int64_t row_end) {
+    static constexpr RowsFn kTiles[kMaxTile] = {int8_rows<1>, int8_rows<2>, int8_rows<3>,
+                                                int8_rows<4>};
+    run_tiles(kTiles, w, x, n_tokens, y, ldy, row_begin, row_end);
+}
+
+void matmul_int4_avx512(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
+                        int64_t row_begin, int64_t row_end) {
+    static constexpr RowsFn kTiles[kMaxTile] = {int4_float_rows<1>, int4_float_rows<2>,
+                                                int4_float_rows<3>, int4_float_rows<4>};
+    run_tiles(kTiles, w, x, n_tokens, y, ldy, row_begin, row_end);
+}
+
+void matmul_int4_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                             int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t g = w.format == WeightFormat::kInt4G32 ? 32 : 128;
+    const int64_t n_chunks = (w.cols + 127) / 128;
+    thread_local std::vector<Int4Chunk> prepared;
+    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
+        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        prepare_int4_activations(x + t * w.cols, w.cols, g, prepared.data() + t * n_chunks);
+    }
+    static constexpr VnniRowsFn kTiles32[kMaxTile] = {
+        int4_vnni_rows<1, 32>, int4_vnni_rows<2, 32>, int4_vnni_rows<3, 32>, int4_vnni_rows<4, 32>};
+    static constexpr VnniRowsFn kTiles128[kMaxTile] = {int4_vnni_rows<1, 128>,
+                                                       int4_vnni_rows<2, 128>,
+                                                       int4_vnni_rows<3, 128>,
+                                                       int4_vnni_rows<4, 128>};
+    const auto& tiles = g == 32 ? kTiles32 : kTiles128;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
+        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
+        tiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
+                      row_end);
+    }
+}
+
+}  // namespace edge::engine::quant::detail
+
+#endif  // defined(__x86_64__)
