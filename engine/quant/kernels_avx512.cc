@@ -25,6 +25,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define EDGE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")))
+#define EDGE_INLINE inline __attribute__((always_inline))
 #define EDGE_AVX512_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
 
@@ -43,16 +44,58 @@ __mmask64 mask64(int64_t n) {
     return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
 }
 
-// Up to 32 E4M3 bytes (masked, missing ones read as 0 = +0.0) -> two vectors times `scale256`
-// (block scale * 256), through the bit-identical F16 encoding (see kernels_avx2.cc).
-EDGE_AVX512 inline void decode_fp8_32(const uint8_t* p, __mmask32 m, __m512 scale256, __m512* lo,
-                                      __m512* hi) {
-    const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p));
-    const __m512i mag = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(0x3F80));
-    const __m512i sign = _mm512_and_si512(_mm512_slli_epi16(v, 8), _mm512_set1_epi16(-32768));
-    const __m512i h = _mm512_or_si512(mag, sign);
-    *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), scale256);
-    *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), scale256);
+// 32 E4M3 bytes (already zero-extended to 16-bit lanes) -> two vectors of value / 256, through
+// the bit-identical F16 encoding: with the byte in the high half of a 16-bit lane, an arithmetic
+// shift right by one puts the magnitude bits into an F16's exponent and mantissa (value * 2^-8,
+// subnormals included) and copies the sign into bit 14, which the mask clears; vcvtph2ps is exact.
+EDGE_AVX512 EDGE_INLINE void fp8_words_to_f32(__m512i v, __m512* lo, __m512* hi) {
+    const __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1),
+                                       _mm512_set1_epi16(static_cast<int16_t>(0xBFFF)));
+    *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+// Columns [c, c + n) of one row (n <= 128, one scale block) for T tokens; `full` means n == 128
+// and lets the loads go unmasked.
+template <int T, bool kFull>
+EDGE_AVX512 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t cols, int64_t c,
+                                  int64_t n, __m512 scale256, __m512* acc) {
+    __m512 part[T][4];
+    for (int t = 0; t < T; ++t) {
+        for (int j = 0; j < 4; ++j) {
+            part[t][j] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t i = 0; i < (kFull ? 128 : n); i += 32) {
+        __m512 w0, w1;
+        __m512i v;
+        __mmask16 m0 = 0xFFFF, m1 = 0xFFFF;
+        if constexpr (kFull) {
+            v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i)));
+        } else {
+            v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(mask32(n - i), q + i));
+            m0 = mask16(n - i);
+            m1 = mask16(n - i > 16 ? n - i - 16 : 0);
+        }
+        fp8_words_to_f32(v, &w0, &w1);
+        const int j = static_cast<int>((i / 32) & 1) * 2;
+        for (int t = 0; t < T; ++t) {
+            const float* xt = x + t * cols + c + i;
+            if constexpr (kFull) {
+                part[t][j] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xt), part[t][j]);
+                part[t][j + 1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xt + 16), part[t][j + 1]);
+            } else {
+                part[t][j] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xt), part[t][j]);
+                part[t][j + 1] =
+                    _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xt + 16), part[t][j + 1]);
+            }
+        }
+    }
+    for (int t = 0; t < T; ++t) {
+        const __m512 sum = _mm512_add_ps(_mm512_add_ps(part[t][0], part[t][1]),
+                                         _mm512_add_ps(part[t][2], part[t][3]));
+        acc[t] = _mm512_fmadd_ps(sum, scale256, acc[t]);
+    }
 }
 
 template <int T>
@@ -60,32 +103,46 @@ EDGE_AVX512 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy
                           int64_t row_begin, int64_t row_end) {
     const int64_t cols = w.cols;
     const int64_t block_cols = (cols + 127) / 128;
+    const int64_t full_blocks = cols / 128;
     for (int64_t r = row_begin; r < row_end; ++r) {
         const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
         const float* srow = w.scales + (r / 128) * block_cols;
-        __m512 acc[T][2];
+        __m512 acc[T];
         for (int t = 0; t < T; ++t) {
-            acc[t][0] = _mm512_setzero_ps();
-            acc[t][1] = _mm512_setzero_ps();
+            acc[t] = _mm512_setzero_ps();
         }
-        for (int64_t c0 = 0; c0 < cols; c0 += 128) {
-            const int64_t end = std::min<int64_t>(c0 + 128, cols);
-            const __m512 s256 = _mm512_set1_ps(srow[c0 / 128] * 256.0f);
-            for (int64_t c = c0; c < end; c += 32) {
-                const int64_t n = end - c;
-                __m512 w0, w1;
-                decode_fp8_32(q + c, mask32(n), s256, &w0, &w1);
-                const __mmask16 m0 = mask16(n);
-                const __mmask16 m1 = mask16(n - 16 > 0 ? n - 16 : 0);
-                for (int t = 0; t < T; ++t) {
-                    const float* xt = x + t * cols + c;
-                    acc[t][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xt), acc[t][0]);
-                    acc[t][1] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xt + 16), acc[t][1]);
-                }
-            }
+        for (int64_t b = 0; b < full_blocks; ++b) {
+            fp8_block<T, true>(q + b * 128, x, cols, b * 128, 128,
+                               _mm512_set1_ps(srow[b] * 256.0f), acc);
+        }
+        if (full_blocks < block_cols) {
+            const int64_t c = full_blocks * 128;
+            fp8_block<T, false>(q + c, x, cols, c, cols - c,
+                                _mm512_set1_ps(srow[full_blocks] * 256.0f), acc);
         }
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
+            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+        }
+    }
+}
+
+// 64 int8 weights (or fewer, masked) times T tokens into four accumulators per token.
+template <int T, bool kFull>
+EDGE_AVX512 EDGE_INLINE void int8_piece(const int8_t* q, const float* x, int64_t cols, int64_t c,
+                                   int64_t n, __m512 (*acc)[4]) {
+    for (int j = 0; j < 4; ++j) {
+        const int64_t left = n - 16 * j;
+        if (!kFull && left <= 0) {
+            break;
+        }
+        const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : mask16(left);
+        const __m128i b = kFull ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c + 16 * j))
+                                : _mm_maskz_loadu_epi8(m, q + c + 16 * j);
+        const __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+        for (int t = 0; t < T; ++t) {
+            const float* xt = x + t * cols + c + 16 * j;
+            const __m512 xv = kFull ? _mm512_loadu_ps(xt) : _mm512_maskz_loadu_ps(m, xt);
+            acc[t][j] = _mm512_fmadd_ps(wv, xv, acc[t][j]);
         }
     }
 }
@@ -94,28 +151,25 @@ template <int T>
 EDGE_AVX512 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
                            int64_t row_begin, int64_t row_end) {
     const int64_t cols = w.cols;
+    const int64_t full = cols / 64 * 64;
     for (int64_t r = row_begin; r < row_end; ++r) {
         const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
-        __m512 acc[T][2];
+        __m512 acc[T][4];
         for (int t = 0; t < T; ++t) {
-            acc[t][0] = _mm512_setzero_ps();
-            acc[t][1] = _mm512_setzero_ps();
-        }
-        for (int64_t c = 0; c < cols; c += 32) {
-            const int64_t n = cols - c;
-            const __mmask16 m0 = mask16(n);
-            const __mmask16 m1 = mask16(n - 16 > 0 ? n - 16 : 0);
-            const __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m0, q + c)));
-            const __m512 w1 =
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m1, q + c + 16)));
-            for (int t = 0; t < T; ++t) {
-                const float* xt = x + t * cols + c;
-                acc[t][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m0, xt), acc[t][0]);
-                acc[t][1] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(m1, xt + 16), acc[t][1]);
+            for (int j = 0; j < 4; ++j) {
+                acc[t][j] = _mm512_setzero_ps();
             }
         }
+        for (int64_t c = 0; c < full; c += 64) {
+            int8_piece<T, true>(q, x, cols, c, 64, acc);
+        }
+        if (full < cols) {
+            int8_piece<T, false>(q, x, cols, full, cols - full, acc);
+        }
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1])) * w.scales[r];
+            const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]),
+                                             _mm512_add_ps(acc[t][2], acc[t][3]));
+            y[t * ldy + r] = _mm512_reduce_add_ps(sum) * w.scales[r];
         }
     }
 }
@@ -237,7 +291,7 @@ EDGE_AVX512_VNNI void prepare_int4_activations(const float* x, int64_t cols, Int
 // One 128-column chunk of one row for T tokens; `wv` holds its 64 packed bytes (zeros past the
 // row's end) and `wscale` the weight scale of each lane's group.
 template <int T>
-EDGE_AVX512_VNNI inline void int4_vnni_chunk(__m512i wv, __m512 wscale, const Int4Chunk* prepared,
+EDGE_AVX512_VNNI EDGE_INLINE void int4_vnni_chunk(__m512i wv, __m512 wscale, const Int4Chunk* prepared,
                                              int64_t n_chunks, int64_t k, __m512* acc) {
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const __m512i lo = _mm512_and_si512(wv, nib);
