@@ -349,6 +349,76 @@ EDGE_AVX512_VNNI void int4_vnni_rows(const Weight& w, const Int4Chunk* prepared,
     }
 }
 
+// One token's activations for 64 columns, prepared for the VNNI INT8 kernel. Weights are made
+// unsigned by flipping their sign bit (w + 128), so vpdpbusd computes sum (w + 128) * x_q; each lane
+// starts at -128 * sum(x_q of its 4 columns) to cancel the offset.
+struct alignas(64) Int8Chunk {
+    int8_t x[64];          // x_q of the 64 columns.
+    int32_t neg_corr[16];  // Lane j: -128 * sum of x_q over columns 4j .. 4j+3.
+    float scale;           // Activation scale of the 64 columns.
+    float pad[15];
+};
+static_assert(sizeof(Int8Chunk) == 192, "three cache lines per 64 columns");
+
+// Per 64 columns: scale = max|x| / 127, x_q = round-to-nearest-even(x * 127 / max|x|).
+EDGE_AVX512_VNNI void prepare_int8_activations(const float* x, int64_t cols, Int8Chunk* chunks) {
+    const int64_t n_chunks = (cols + 63) / 64;
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        Int8Chunk& ch = chunks[k];
+        __m512 v[4];
+        __m512 amax = _mm512_setzero_ps();
+        for (int i = 0; i < 4; ++i) {
+            const int64_t c = k * 64 + i * 16;
+            v[i] = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), x + c) : _mm512_setzero_ps();
+            amax = _mm512_max_ps(amax, _mm512_and_ps(v[i], abs_mask));
+        }
+        const float m = _mm512_reduce_max_ps(amax);
+        const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        for (int i = 0; i < 4; ++i) {
+            _mm_store_si128(reinterpret_cast<__m128i*>(ch.x + 16 * i),
+                            _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv))));
+        }
+        const __m512i sum =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(ch.x));
+        _mm512_store_si512(ch.neg_corr,
+                           _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+        ch.scale = m / 127.0f;
+    }
+}
+
+template <int T>
+EDGE_AVX512_VNNI void int8_vnni_rows(const Weight& w, const Int8Chunk* prepared, int64_t n_chunks,
+                                     float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t full_chunks = cols / 64;
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
+        __m512 acc[T];
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm512_setzero_ps();
+        }
+        for (int64_t k = 0; k < n_chunks; ++k) {
+            // Past the row's end the masked load gives 0, flipped to 128, times x_q = 0.
+            const __m512i raw = k < full_chunks ? _mm512_loadu_si512(q + k * 64)
+                                                : _mm512_maskz_loadu_epi8(mask64(cols - k * 64),
+                                                                          q + k * 64);
+            const __m512i wu = _mm512_xor_si512(raw, flip);
+            for (int t = 0; t < T; ++t) {
+                const Int8Chunk& ch = prepared[t * n_chunks + k];
+                const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(ch.neg_corr), wu,
+                                                        _mm512_load_si512(ch.x));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(ch.scale), acc[t]);
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]) * w.scales[r];
+        }
+    }
+}
+
 using RowsFn = void (*)(const Weight&, const float*, float*, int64_t, int64_t, int64_t);
 
 void run_tiles(const RowsFn (&tiles)[kMaxTile], const Weight& w, const float* x, int64_t n_tokens,
@@ -375,6 +445,27 @@ void matmul_int8_avx512(const Weight& w, const float* x, int64_t n_tokens, float
     static constexpr RowsFn kTiles[kMaxTile] = {int8_rows<1>, int8_rows<2>, int8_rows<3>,
                                                 int8_rows<4>};
     run_tiles(kTiles, w, x, n_tokens, y, ldy, row_begin, row_end);
+}
+
+void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                             int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t n_chunks = (w.cols + 63) / 64;
+    thread_local std::vector<Int8Chunk> prepared;
+    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
+        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        prepare_int8_activations(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
+    }
+    using VnniRows = void (*)(const Weight&, const Int8Chunk*, int64_t, float*, int64_t, int64_t,
+                              int64_t);
+    static constexpr VnniRows kTiles[kMaxTile] = {int8_vnni_rows<1>, int8_vnni_rows<2>,
+                                                  int8_vnni_rows<3>, int8_vnni_rows<4>};
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
+        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
+        kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy,
+                       row_begin, row_end);
+    }
 }
 
 void matmul_int4_avx512(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,

@@ -27,6 +27,8 @@ EDGE_QUANT_KERNEL(matmul_int4_avx2);
 
 EDGE_QUANT_KERNEL(matmul_fp8_avx512);
 EDGE_QUANT_KERNEL(matmul_int8_avx512);
+// INT8 with the activations quantized to int8 per 64 columns and VNNI dot products.
+EDGE_QUANT_KERNEL(matmul_int8_avx512_vnni);
 // INT4 with the activations quantized to int8 per weight group and VNNI dot products.
 EDGE_QUANT_KERNEL(matmul_int4_avx512_vnni);
 // INT4 with nibbles widened to f32 and FMA (exact up to f32 rounding), for comparison.

@@ -1,6 +1,7 @@
 #include "engine/quant/quant_kernels.h"
 
 #include "engine/quant/kernels_internal.h"
+#include "engine/quant/quantized_weight.h"
 
 namespace edge::engine::quant {
 namespace {
@@ -36,39 +37,43 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
     [[maybe_unused]] const CpuFeatures& f = features();
     switch (format) {
         case WeightFormat::kFP8E4M3Block128:
-            out.push_back({"scalar", detail::matmul_fp8_scalar, false});
+            out.push_back({"scalar", detail::matmul_fp8_scalar, 0});
 #if defined(__x86_64__)
             if (f.avx2) {
-                out.push_back({"avx2", detail::matmul_fp8_avx2, false});
+                out.push_back({"avx2", detail::matmul_fp8_avx2, 0});
             }
             if (f.avx512) {
-                out.push_back({"avx512", detail::matmul_fp8_avx512, false});
+                out.push_back({"avx512", detail::matmul_fp8_avx512, 0});
             }
 #endif
             break;
         case WeightFormat::kInt8Row:
-            out.push_back({"scalar", detail::matmul_int8_scalar, false});
+            out.push_back({"scalar", detail::matmul_int8_scalar, 0});
 #if defined(__x86_64__)
             if (f.avx2) {
-                out.push_back({"avx2", detail::matmul_int8_avx2, false});
+                out.push_back({"avx2", detail::matmul_int8_avx2, 0});
             }
             if (f.avx512) {
-                out.push_back({"avx512", detail::matmul_int8_avx512, false});
+                out.push_back({"avx512", detail::matmul_int8_avx512, 0});
+            }
+            if (f.vnni) {
+                out.push_back({"avx512-vnni", detail::matmul_int8_avx512_vnni, 64});
             }
 #endif
             break;
         case WeightFormat::kInt4G32:
         case WeightFormat::kInt4G128:
-            out.push_back({"scalar", detail::matmul_int4_scalar, false});
+            out.push_back({"scalar", detail::matmul_int4_scalar, 0});
 #if defined(__x86_64__)
             if (f.avx2) {
-                out.push_back({"avx2", detail::matmul_int4_avx2, false});
+                out.push_back({"avx2", detail::matmul_int4_avx2, 0});
             }
             if (f.avx512) {
-                out.push_back({"avx512", detail::matmul_int4_avx512, false});
+                out.push_back({"avx512", detail::matmul_int4_avx512, 0});
             }
             if (f.vnni) {
-                out.push_back({"avx512-vnni", detail::matmul_int4_avx512_vnni, true});
+                out.push_back({"avx512-vnni", detail::matmul_int4_avx512_vnni,
+                                int4_group_size(format)});
             }
 #endif
             break;

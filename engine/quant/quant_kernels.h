@@ -22,11 +22,11 @@ MatmulKernel matmul_kernel_for(WeightFormat format);
 struct KernelVariant {
     const char* name = "";     // "scalar", "avx2", "avx512", "avx512-vnni".
     MatmulKernel kernel = nullptr;
-    // Largest |y - y_exact| relative to sum_c |W[r][c] * x[c]| this variant may show, beyond f32
-    // rounding: 0 for kernels that multiply dequantized f32 weights; for int4 VNNI kernels the
-    // activations are rounded to int8 per group, so the error per group g is bounded by
-    // (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| instead (see docs/quantization.md).
-    bool quantizes_activations = false;
+    // 0: activations are used as f32, so the result equals the dequantized-weight product up to
+    // f32 rounding. Otherwise the kernel rounds each token's activations to int8 per this many
+    // columns (scale max|x| / 127) and uses integer dot products (VNNI), adding at most
+    // sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| to |y - y_exact| per output.
+    int64_t activation_group = 0;
 };
 
 // Every variant this CPU runs for `format`, the scalar reference first and the one
