@@ -26,6 +26,8 @@ EDGE_QUANT_KERNEL(matmul_int8_avx2);
 EDGE_QUANT_KERNEL(matmul_int4_avx2);
 
 EDGE_QUANT_KERNEL(matmul_fp8_avx512);
+// FP8 decoded by two vpermi2b table lookups (AVX-512 VBMI).
+EDGE_QUANT_KERNEL(matmul_fp8_avx512_vbmi);
 EDGE_QUANT_KERNEL(matmul_int8_avx512);
 // INT8 with the activations quantized to int8 per 64 columns and VNNI dot products.
 EDGE_QUANT_KERNEL(matmul_int8_avx512_vnni);

@@ -10,6 +10,7 @@ struct CpuFeatures {
     bool avx2 = false;    // AVX2 + FMA + F16C.
     bool avx512 = false;  // AVX-512 F/BW/VL/DQ.
     bool vnni = false;    // AVX-512 VNNI.
+    bool vbmi = false;    // AVX-512 VBMI (byte permutes).
 };
 
 CpuFeatures detect() {
@@ -21,6 +22,7 @@ CpuFeatures detect() {
     f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+    f.vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
 #endif
     return f;
 }
@@ -41,6 +43,11 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
 #if defined(__x86_64__)
             if (f.avx2) {
                 out.push_back({"avx2", detail::matmul_fp8_avx2, 0});
+            }
+            // The VBMI table decode measured slower than the F16 decode on Zen 4 (6.5-9 vs
+            // 9.6-14 GB/s in cache, docs/quantization.md), so it is listed, tested, not picked.
+            if (f.vbmi) {
+                out.push_back({"avx512-vbmi", detail::matmul_fp8_avx512_vbmi, 0});
             }
             if (f.avx512) {
                 out.push_back({"avx512", detail::matmul_fp8_avx512, 0});
