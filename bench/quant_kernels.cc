@@ -1,12 +1,14 @@
 // Single-stream decode throughput of the quantized matrix kernels against measured memory
 // bandwidth. Builds the routed experts of the `bench` shape (hidden 1024, expert intermediate 512,
-// 64 experts x gate/up [512 x 1024] + down [1024 x 512], two layers so the weights are far larger
-// than the last-level cache) in each format, then times GEMV (1 token) over all of them with 1
-// and 2 threads, each thread taking half the rows of every matrix as the engine's dispatcher does.
-// The limit is a read-bandwidth probe in the same run with the same thread count. Prints a table,
-// then one JSON line with every figure.
+// per layer 64 experts x gate/up [512 x 1024] + down [1024 x 512]) in each format, with as many
+// layers as it takes for that format's weights to fill --mb MiB (default 1024: this machine's
+// caches hold well over 128 MiB, so smaller sets measure the cache, not memory), then times GEMV
+// (1 token) over all of them with 1 and 2 threads, each thread taking half the rows of every
+// matrix as the engine's dispatcher does, and the default kernel with a batch of 8 tokens. The
+// limit is a read-bandwidth probe (a 1 GiB buffer) with the same thread count, measured in every
+// round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
 //
-//   bench_quant_kernels [--passes N] [--rounds R] [--layers L]
+//   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB]
 
 #include <immintrin.h>
 
@@ -15,6 +17,7 @@
 #include <barrier>
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -163,191 +166,249 @@ std::vector<Matrix> expert_shapes(int layers) {
 struct Row {
     std::string format;
     std::string variant;
+    int tokens;
     int threads;
-    double bytes;
-    double seconds;
+    int layers;
+    double bytes;    // Weight bytes read per call (all layers).
+    double seconds;  // Fastest pass.
     double gbps;
     double fraction;
 };
+
+// One format's expert weights, owned.
+struct FormatSet {
+    std::vector<std::vector<uint16_t>> bf16;
+    std::vector<quant::QuantizedWeight> quantized;
+    std::vector<Weight> weights;
+    double bytes = 0;
+    int layers = 0;
+};
+
+// Bytes one layer of experts takes in `format` (bf16 included).
+double layer_bytes(WeightFormat format) {
+    double total = 0;
+    for (const Matrix& m : expert_shapes(1)) {
+        total += format == WeightFormat::kBF16
+                     ? static_cast<double>(m.rows * m.cols * 2)
+                     : static_cast<double>(quant::weight_data_bytes(format, m.rows, m.cols) +
+                                           4 * quant::weight_scale_count(format, m.rows, m.cols));
+    }
+    return total;
+}
+
+// Quantizes one layer of random experts, then copies its buffers for the other layers (generating
+// and quantizing a GiB of random weights would take minutes; the bytes only need to be distinct).
+bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, FormatSet* set) {
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    set->layers = std::max(1, static_cast<int>(std::ceil(target_bytes / layer_bytes(format))));
+    const std::vector<Matrix> shapes = expert_shapes(1);
+    // A pool of random values; each matrix takes a window at a random offset.
+    std::vector<float> pool(size_t{1} << 22);
+    for (float& v : pool) {
+        v = normal(rng);
+    }
+    std::uniform_int_distribution<size_t> offset(0, pool.size() / 2);
+    std::vector<uint16_t> bf16_src;
+    for (int layer = 0; layer < set->layers; ++layer) {
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            const Matrix& m = shapes[i];
+            const size_t n = static_cast<size_t>(m.rows * m.cols);
+            if (format == WeightFormat::kBF16) {
+                std::vector<uint16_t> d(n);
+                if (layer == 0) {
+                    const float* src = pool.data() + offset(rng);
+                    for (size_t k = 0; k < n; ++k) {
+                        d[k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[k]) >> 16);
+                    }
+                } else {
+                    const auto& first = set->bf16[i];
+                    std::copy(first.begin(), first.end(), d.begin());
+                }
+                set->bf16.push_back(std::move(d));
+                set->weights.push_back(
+                    Weight{WeightFormat::kBF16, m.rows, m.cols, set->bf16.back().data(), nullptr});
+                set->bytes += static_cast<double>(n * 2);
+                continue;
+            }
+            if (layer == 0) {
+                auto q = quant::quantize(
+                    quant::SourceMatrix::f32(pool.data() + offset(rng), m.rows, m.cols), format);
+                if (!q.ok()) {
+                    std::printf("quantize failed: %s\n", q.status().to_string().c_str());
+                    return false;
+                }
+                set->quantized.push_back(std::move(q).value());
+            } else {
+                const quant::QuantizedWeight& first = set->quantized[i];
+                const auto* bytes = static_cast<const uint8_t*>(first.view().data);
+                std::vector<uint8_t> data(
+                    bytes, bytes + quant::weight_data_bytes(format, m.rows, m.cols));
+                std::vector<float> scales(first.scales().begin(), first.scales().end());
+                set->quantized.emplace_back(format, m.rows, m.cols, std::move(data),
+                                            std::move(scales));
+            }
+            set->bytes += static_cast<double>(set->quantized.back().size_bytes());
+        }
+    }
+    for (const quant::QuantizedWeight& q : set->quantized) {
+        set->weights.push_back(q.view());
+    }
+    return true;
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
     int passes = 5;
-    int layers = 2;
     int rounds = 4;
+    double target_mib = 1024;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (std::strcmp(argv[i], "--passes") == 0) {
             passes = std::max(1, std::atoi(argv[i + 1]));
         } else if (std::strcmp(argv[i], "--rounds") == 0) {
             rounds = std::max(1, std::atoi(argv[i + 1]));
-        } else if (std::strcmp(argv[i], "--layers") == 0) {
-            layers = std::max(1, std::atoi(argv[i + 1]));
+        } else if (std::strcmp(argv[i], "--mb") == 0) {
+            target_mib = std::max(1, std::atoi(argv[i + 1]));
         }
     }
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
         std::printf("bench_quant_kernels needs AVX2+FMA\n{\"error\": \"no avx2\"}\n");
         return 0;
     }
-
-    const std::vector<Matrix> shapes = expert_shapes(layers);
     std::mt19937 rng(1);
     std::normal_distribution<float> normal(0.0f, 0.02f);
-    std::vector<float> x(static_cast<size_t>(kHidden));
+    constexpr int kBatch = 8;  // Tokens of the n-token case (prefill, or several streams).
+    std::vector<float> x(static_cast<size_t>(kBatch * kHidden));
     for (float& v : x) {
         v = normal(rng);
     }
-    std::vector<float> y(static_cast<size_t>(kHidden));
+    const AlignedBuffer probe_buffer(size_t{1024} << 20);
+    double bw[3] = {0.0, 0.0, 0.0};
     std::vector<Row> rows;
 
-    // Every (format, kernel) case is built first, then timed in `rounds` interleaved rounds, each
-    // figure keeping its fastest pass: on a shared machine this spreads other load over all cases.
-    struct Case {
-        std::string format;
-        std::string variant;
-        const std::vector<Weight>* weights;
-        double bytes;
-        std::function<void(const Weight&, int64_t, int64_t)> gemv;
-    };
-    std::vector<Case> cases;
-    auto measure = [&](const std::string& format, const std::string& variant,
-                       const std::vector<Weight>& weights, double bytes,
-                       std::function<void(const Weight&, int64_t, int64_t)> gemv) {
-        cases.push_back({format, variant, &weights, bytes, std::move(gemv)});
-    };
-    std::vector<std::vector<uint16_t>> bf16_store;
-    std::vector<Weight> bf16_weights;
-    std::vector<std::vector<quant::QuantizedWeight>> quant_store;
-    std::vector<std::vector<Weight>> quant_weights;
-    quant_store.reserve(8);
-    quant_weights.reserve(8);
-
-    {  // BF16 baseline.
-        auto& store = bf16_store;
-        auto& weights = bf16_weights;
-        double bytes = 0;
-        for (const Matrix& m : shapes) {
-            std::vector<uint16_t> d(static_cast<size_t>(m.rows * m.cols));
-            for (auto& v : d) {
-                v = static_cast<uint16_t>(std::bit_cast<uint32_t>(normal(rng)) >> 16);
-            }
-            store.push_back(std::move(d));
-            weights.push_back(Weight{WeightFormat::kBF16, m.rows, m.cols, store.back().data(),
-                                     nullptr});
-            bytes += static_cast<double>(m.rows * m.cols * 2);
-        }
-        measure("bf16", "avx2-loop", weights, bytes, [&](const Weight& w, int64_t b, int64_t e) {
-            // x has kHidden >= cols entries; y is only written, per row.
-            thread_local std::vector<float> yl(kHidden);
-            bf16_gemv(w, x.data(), yl.data(), b, e);
-        });
-    }
-
-    const WeightFormat formats[] = {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
-                                    WeightFormat::kInt4G32, WeightFormat::kInt4G128};
+    const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kFP8E4M3Block128,
+                                    WeightFormat::kInt8Row, WeightFormat::kInt4G32,
+                                    WeightFormat::kInt4G128};
     for (WeightFormat format : formats) {
-        auto& store = quant_store.emplace_back();
-        auto& weights = quant_weights.emplace_back();
-        double bytes = 0;
-        std::vector<float> src;
-        for (const Matrix& m : shapes) {
-            src.resize(static_cast<size_t>(m.rows * m.cols));
-            for (float& v : src) {
-                v = normal(rng);
-            }
-            auto q = quant::quantize(quant::SourceMatrix::f32(src.data(), m.rows, m.cols), format);
-            if (!q.ok()) {
-                std::printf("quantize failed: %s\n", q.status().to_string().c_str());
-                return 1;
-            }
-            bytes += static_cast<double>(q->size_bytes());
-            store.push_back(std::move(q).value());
-            weights.push_back(store.back().view());
+        FormatSet set;
+        if (!build_set(format, target_mib * 1048576.0, rng, &set)) {
+            return 1;
         }
-        for (const quant::KernelVariant& v : quant::matmul_kernel_variants(format)) {
-            if (std::string(v.name) == "scalar") {
-                continue;  // The reference is not a decode path; it would only slow the run.
+        struct Case {
+            std::string variant;
+            int tokens;
+            quant::MatmulKernel kernel;  // nullptr: the local BF16 loop.
+        };
+        std::vector<Case> cases;
+        if (format == WeightFormat::kBF16) {
+            cases.push_back({"avx2-loop", 1, nullptr});
+        } else {
+            for (const quant::KernelVariant& v : quant::matmul_kernel_variants(format)) {
+                if (std::string(v.name) != "scalar") {  // Not a decode path; only slows the run.
+                    cases.push_back({v.name, 1, v.kernel});
+                }
             }
-            const quant::MatmulKernel kernel = v.kernel;
-            measure(quant::weight_format_name(format), v.name, weights, bytes,
-                    [&](const Weight& w, int64_t b, int64_t e) {
-                        thread_local std::vector<float> yl(kHidden);
-                        kernel(w, x.data(), 1, yl.data(), w.rows, b, e);
+            cases.push_back({"default", kBatch, quant::matmul_kernel_for(format)});
+        }
+        std::vector<double> best(cases.size() * 2, 1e30);
+        for (int round = 0; round < rounds; ++round) {
+            bw[1] = std::max(bw[1], probe_bandwidth(probe_buffer, 1, passes));
+            bw[2] = std::max(bw[2], probe_bandwidth(probe_buffer, 2, passes));
+            for (size_t i = 0; i < cases.size(); ++i) {
+                const Case& c = cases[i];
+                for (int threads : {1, 2}) {
+                    const double t = time_passes(threads, passes, [&](int index) {
+                        thread_local std::vector<float> y(kBatch * kHidden);
+                        for (const Weight& w : set.weights) {
+                            const int64_t b = w.rows * index / threads;
+                            const int64_t e = w.rows * (index + 1) / threads;
+                            if (c.kernel == nullptr) {
+                                bf16_gemv(w, x.data(), y.data(), b, e);
+                            } else {
+                                c.kernel(w, x.data(), c.tokens, y.data(), w.rows, b, e);
+                            }
+                        }
                     });
+                    best[i * 2 + threads - 1] = std::min(best[i * 2 + threads - 1], t);
+                }
+            }
         }
-    }
-
-    std::vector<double> best(cases.size() * 2, 1e30);
-    double bw[3] = {0.0, 0.0, 0.0};
-    const AlignedBuffer probe_buffer(size_t{512} << 20);
-    for (int round = 0; round < rounds; ++round) {
-        bw[1] = std::max(bw[1], probe_bandwidth(probe_buffer, 1, passes));
-        bw[2] = std::max(bw[2], probe_bandwidth(probe_buffer, 2, passes));
         for (size_t i = 0; i < cases.size(); ++i) {
-            const Case& c = cases[i];
             for (int threads : {1, 2}) {
-                const double t = time_passes(threads, passes, [&](int index) {
-                    for (const Weight& w : *c.weights) {
-                        c.gemv(w, w.rows * index / threads, w.rows * (index + 1) / threads);
-                    }
-                });
-                best[i * 2 + threads - 1] = std::min(best[i * 2 + threads - 1], t);
+                const double t = best[i * 2 + threads - 1];
+                rows.push_back({quant::weight_format_name(format), cases[i].variant,
+                                cases[i].tokens, threads, set.layers, set.bytes, t,
+                                set.bytes / t / 1e9, 0.0});
             }
         }
     }
-    std::printf("read bandwidth (best of %d rounds): 1 thread %.2f GB/s, 2 threads %.2f GB/s\n",
-                rounds, bw[1], bw[2]);
-    for (size_t i = 0; i < cases.size(); ++i) {
-        for (int threads : {1, 2}) {
-            const double t = best[i * 2 + threads - 1];
-            const double gbps = cases[i].bytes / t / 1e9;
-            rows.push_back({cases[i].format, cases[i].variant, threads, cases[i].bytes, t, gbps,
-                            gbps / bw[threads]});
-        }
+    for (Row& r : rows) {
+        r.fraction = r.gbps / bw[r.threads];
     }
 
-    std::printf("\n%-12s %-12s %7s %10s %10s %9s %9s\n", "format", "kernel", "threads", "MB/token",
-                "us/token", "GB/s", "of BW");
+    std::printf("read bandwidth (best of all rounds, 1 GiB buffer): 1 thread %.2f GB/s, "
+                "2 threads %.2f GB/s\n",
+                bw[1], bw[2]);
+    std::printf("GB/s = weight bytes read per call / time; 'of BW' = that / the probe's GB/s at "
+                "the same thread count; us/layer = time for one layer of 64 experts.\n\n");
+    std::printf("%-12s %-12s %6s %7s %6s %9s %10s %9s %8s %7s\n", "format", "kernel", "tokens",
+                "threads", "layers", "weight MB", "us/layer", "us/l/tok", "GB/s", "of BW");
     for (const Row& r : rows) {
-        std::printf("%-12s %-12s %7d %10.1f %10.1f %9.2f %8.0f%%\n", r.format.c_str(),
-                    r.variant.c_str(), r.threads, r.bytes / 1e6, r.seconds * 1e6, r.gbps,
-                    r.fraction * 100.0);
+        const double per_layer = r.seconds * 1e6 / r.layers;
+        std::printf("%-12s %-12s %6d %7d %6d %9.1f %10.1f %9.1f %8.2f %6.0f%%\n",
+                    r.format.c_str(), r.variant.c_str(), r.tokens, r.threads, r.layers,
+                    r.bytes / 1e6, per_layer, per_layer / r.tokens, r.gbps, r.fraction * 100.0);
     }
-    // Best variant per format at 2 threads vs BF16: decode speedup for the routed experts.
-    std::string json = "{\"bench\":\"quant_kernels\",\"layers\":" + std::to_string(layers) +
-                       ",\"rounds\":" + std::to_string(rounds) +
+
+    // Decode speedup over BF16 of each format's default kernel at 2 threads (time per layer).
+    auto per_layer_time = [&](const std::string& format, const std::string& kernel, int threads,
+                              int tokens) {
+        for (const Row& r : rows) {
+            if (r.format == format && r.variant == kernel && r.threads == threads &&
+                r.tokens == tokens) {
+                return r.seconds / r.layers;
+            }
+        }
+        return 0.0;
+    };
+    std::string json = "{\"bench\":\"quant_kernels\",\"rounds\":" + std::to_string(rounds) +
+                       ",\"passes\":" + std::to_string(passes) +
                        ",\"bandwidth_gbps_1t\":" + std::to_string(bw[1]) +
                        ",\"bandwidth_gbps_2t\":" + std::to_string(bw[2]) + ",\"results\":[";
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        char item[320];
+        char item[400];
         std::snprintf(item, sizeof(item),
-                      "%s{\"format\":\"%s\",\"kernel\":\"%s\",\"threads\":%d,\"bytes\":%.0f,"
-                      "\"seconds\":%.6g,\"gbps\":%.3f,\"fraction_of_bandwidth\":%.3f}",
-                      i ? "," : "", r.format.c_str(), r.variant.c_str(), r.threads, r.bytes,
-                      r.seconds, r.gbps, r.fraction);
+                      "%s{\"format\":\"%s\",\"kernel\":\"%s\",\"tokens\":%d,\"threads\":%d,"
+                      "\"layers\":%d,\"bytes\":%.0f,\"seconds\":%.6g,\"gbps\":%.3f,"
+                      "\"fraction_of_bandwidth\":%.3f}",
+                      i ? "," : "", r.format.c_str(), r.variant.c_str(), r.tokens, r.threads,
+                      r.layers, r.bytes, r.seconds, r.gbps, r.fraction);
         json += item;
     }
-    json += "]";
-    double bf16_2t = 0;
-    for (const Row& r : rows) {
-        if (r.format == "bf16" && r.threads == 2) {
-            bf16_2t = r.seconds;
-        }
-    }
-    json += ",\"speedup_vs_bf16_2t\":{";
+    json += "],\"default_kernel_2t\":{";
+    const double bf16_layer = per_layer_time("bf16", "avx2-loop", 2, 1);
     bool first = true;
     for (WeightFormat format : formats) {
-        double best = 0;
+        if (format == WeightFormat::kBF16) {
+            continue;
+        }
+        const std::string name = quant::weight_format_name(format);
+        // The default kernel is the last variant; find its name.
+        const std::string kernel = quant::matmul_kernel_variants(format).back().name;
+        double fraction = 0;
         for (const Row& r : rows) {
-            if (r.format == quant::weight_format_name(format) && r.threads == 2 &&
-                (best == 0 || r.seconds < best)) {
-                best = r.seconds;
+            if (r.format == name && r.variant == kernel && r.threads == 2 && r.tokens == 1) {
+                fraction = r.fraction;
             }
         }
-        char item[96];
-        std::snprintf(item, sizeof(item), "%s\"%s\":%.3f", first ? "" : ",",
-                      quant::weight_format_name(format), best > 0 ? bf16_2t / best : 0.0);
+        const double t = per_layer_time(name, kernel, 2, 1);
+        char item[200];
+        std::snprintf(item, sizeof(item),
+                      "%s\"%s\":{\"kernel\":\"%s\",\"fraction_of_bandwidth\":%.3f,"
+                      "\"speedup_vs_bf16\":%.3f}",
+                      first ? "" : ",", name.c_str(), kernel.c_str(), fraction,
+                      t > 0 ? bf16_layer / t : 0.0);
         json += item;
         first = false;
     }
