@@ -10,6 +10,8 @@
 //
 //   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB]
 
+#include "engine/quant/quant_kernels.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,7 +31,6 @@
 #include <thread>
 #include <vector>
 
-#include "engine/quant/quant_kernels.h"
 #include "engine/quant/quantized_weight.h"
 
 namespace {
@@ -241,8 +242,8 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
             } else {
                 const quant::QuantizedWeight& first = set->quantized[i];
                 const auto* bytes = static_cast<const uint8_t*>(first.view().data);
-                std::vector<uint8_t> data(
-                    bytes, bytes + quant::weight_data_bytes(format, m.rows, m.cols));
+                std::vector<uint8_t> data(bytes,
+                                          bytes + quant::weight_data_bytes(format, m.rows, m.cols));
                 std::vector<float> scales(first.scales().begin(), first.scales().end());
                 set->quantized.emplace_back(format, m.rows, m.cols, std::move(data),
                                             std::move(scales));
@@ -346,18 +347,20 @@ int main(int argc, char** argv) {
         r.fraction = r.gbps / bw[r.threads];
     }
 
-    std::printf("read bandwidth (best of all rounds, 1 GiB buffer): 1 thread %.2f GB/s, "
-                "2 threads %.2f GB/s\n",
-                bw[1], bw[2]);
-    std::printf("GB/s = weight bytes read per call / time; 'of BW' = that / the probe's GB/s at "
-                "the same thread count; us/layer = time for one layer of 64 experts.\n\n");
+    std::printf(
+        "read bandwidth (best of all rounds, 1 GiB buffer): 1 thread %.2f GB/s, "
+        "2 threads %.2f GB/s\n",
+        bw[1], bw[2]);
+    std::printf(
+        "GB/s = weight bytes read per call / time; 'of BW' = that / the probe's GB/s at "
+        "the same thread count; us/layer = time for one layer of 64 experts.\n\n");
     std::printf("%-12s %-12s %6s %7s %6s %9s %10s %9s %8s %7s\n", "format", "kernel", "tokens",
                 "threads", "layers", "weight MB", "us/layer", "us/l/tok", "GB/s", "of BW");
     for (const Row& r : rows) {
         const double per_layer = r.seconds * 1e6 / r.layers;
-        std::printf("%-12s %-12s %6d %7d %6d %9.1f %10.1f %9.1f %8.2f %6.0f%%\n",
-                    r.format.c_str(), r.variant.c_str(), r.tokens, r.threads, r.layers,
-                    r.bytes / 1e6, per_layer, per_layer / r.tokens, r.gbps, r.fraction * 100.0);
+        std::printf("%-12s %-12s %6d %7d %6d %9.1f %10.1f %9.1f %8.2f %6.0f%%\n", r.format.c_str(),
+                    r.variant.c_str(), r.tokens, r.threads, r.layers, r.bytes / 1e6, per_layer,
+                    per_layer / r.tokens, r.gbps, r.fraction * 100.0);
     }
 
     // Decode speedup over BF16 of each format's default kernel at 2 threads (time per layer).

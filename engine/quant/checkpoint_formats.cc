@@ -65,8 +65,8 @@ Status check_tensor(const TensorRef& t, TensorDType dtype, const std::vector<int
         n *= d;
     }
     if (t.data == nullptr || t.size_bytes != n) {
-        return data_loss_error(label(t) + " (" + std::string(role) + "): " +
-                               std::to_string(t.size_bytes) + " bytes, shape " +
+        return data_loss_error(label(t) + " (" + std::string(role) +
+                               "): " + std::to_string(t.size_bytes) + " bytes, shape " +
                                shape_string(t.shape) + " needs " + std::to_string(n));
     }
     return ok_status();
@@ -136,8 +136,7 @@ const char* tensor_dtype_name(TensorDType dtype) {
     return "?";
 }
 
-Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv,
-                          bool scan_for_nan) {
+Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, bool scan_for_nan) {
     if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
         return invalid_argument_error(label(weight) + ": FP8 weight must be 2-D and non-empty, " +
                                       "got shape " + shape_string(weight.shape));
@@ -156,10 +155,9 @@ Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv,
         const auto* bytes = static_cast<const uint8_t*>(weight.data);
         for (int64_t i = 0; i < rows * cols; ++i) {
             if (fp8_e4m3_is_nan(bytes[i])) {
-                return invalid_argument_error(label(weight) + ": NaN (byte 0x" +
-                                              (bytes[i] == 0xFF ? "FF" : "7F") + ") at [" +
-                                              std::to_string(i / cols) + ", " +
-                                              std::to_string(i % cols) + "]");
+                return invalid_argument_error(
+                    label(weight) + ": NaN (byte 0x" + (bytes[i] == 0xFF ? "FF" : "7F") + ") at [" +
+                    std::to_string(i / cols) + ", " + std::to_string(i % cols) + "]");
             }
         }
     }
@@ -179,8 +177,7 @@ Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef&
 
 Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,
                                                 const TensorRef& weight_scale,
-                                                const TensorRef& weight_shape,
-                                                int64_t group_size) {
+                                                const TensorRef& weight_shape, int64_t group_size) {
     if (group_size != 32 && group_size != 128) {
         return invalid_argument_error(label(weight_packed) + ": int4 group_size " +
                                       std::to_string(group_size) + " unsupported (32 or 128)");
@@ -266,7 +263,8 @@ Result<std::vector<int8_t>> unpack_int32_to_int4(const int32_t* words, int64_t w
     for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
             const auto word = static_cast<uint32_t>(words[r * words_per_row + c / 8]);
-            out[r * cols + c] = static_cast<int8_t>(static_cast<int>((word >> (4 * (c % 8))) & 0xF) - 8);
+            out[r * cols + c] =
+                static_cast<int8_t>(static_cast<int>((word >> (4 * (c % 8))) & 0xF) - 8);
         }
     }
     return out;

@@ -28,11 +28,11 @@ enum class TensorDType { kF32, kF16, kBF16, kF8E4M3, kI8, kU8, kI32, kI64 };
 
 // One tensor as the loader found it. The view does not own `data`.
 struct TensorRef {
-    std::string_view name;        // Full tensor name, for errors.
+    std::string_view name;                  // Full tensor name, for errors.
     TensorDType dtype = TensorDType::kF32;  // Element type.
-    std::vector<int64_t> shape;   // Dimensions, outermost first.
-    const void* data = nullptr;   // First byte of the tensor.
-    int64_t size_bytes = 0;       // Bytes available at `data`.
+    std::vector<int64_t> shape;             // Dimensions, outermost first.
+    const void* data = nullptr;             // First byte of the tensor.
+    int64_t size_bytes = 0;                 // Bytes available at `data`.
 };
 
 const char* tensor_dtype_name(TensorDType dtype);
@@ -52,8 +52,7 @@ Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef&
 // with the scales converted to f32. `weight_shape`'s cols must be a multiple of group_size.
 Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,
                                                 const TensorRef& weight_scale,
-                                                const TensorRef& weight_shape,
-                                                int64_t group_size);
+                                                const TensorRef& weight_shape, int64_t group_size);
 
 // compressed-tensors packing of signed 4-bit values (q in [-8, 7], rows x cols, row-major) into
 // int32 words [rows, ceil(cols/8)]; a padded tail nibble holds 0 (the packed form of -8 + 8 = 0,

@@ -10,13 +10,10 @@
 
 #include "engine/quant/fp8.h"
 #include "engine/quant/kernels_internal.h"
-
-#define EDGE_AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "engine/quant/kernels_x86.h"
 
 namespace edge::engine::quant::detail {
 namespace {
-
-constexpr int kMaxTile = 4;
 
 EDGE_AVX2 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -80,8 +77,8 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
 }
 
 template <int T>
-EDGE_AVX2 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
-                         int64_t row_begin, int64_t row_end) {
+EDGE_AVX2 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy, int64_t row_begin,
+                         int64_t row_end) {
     const int64_t cols = w.cols;
     for (int64_t r = row_begin; r < row_end; ++r) {
         const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
@@ -120,16 +117,16 @@ EDGE_AVX2 inline void decode_int4_32(const uint8_t* p, __m256 scale, __m256 offs
     const __m128i e0 = _mm_unpacklo_epi8(lo, hi);  // Elements 0..15.
     const __m128i e1 = _mm_unpackhi_epi8(lo, hi);  // Elements 16..31.
     out[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e0)), scale, offset);
-    out[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e0, 8))),
-                             scale, offset);
+    out[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e0, 8))), scale,
+                             offset);
     out[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(e1)), scale, offset);
-    out[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8))),
-                             scale, offset);
+    out[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(e1, 8))), scale,
+                             offset);
 }
 
 template <int T>
-EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
-                         int64_t row_begin, int64_t row_end) {
+EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy, int64_t row_begin,
+                         int64_t row_end) {
     const int64_t cols = w.cols;
     const int64_t g = w.format == WeightFormat::kInt4G32 ? 32 : 128;
     const int64_t groups = cols / g;
@@ -159,17 +156,6 @@ EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
         for (int t = 0; t < T; ++t) {
             y[t * ldy + r] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
         }
-    }
-}
-
-using RowsFn = void (*)(const Weight&, const float*, float*, int64_t, int64_t, int64_t);
-
-// Runs `tiles[T-1]` over token tiles of up to kMaxTile tokens.
-void run_tiles(const RowsFn (&tiles)[kMaxTile], const Weight& w, const float* x, int64_t n_tokens,
-               float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
-        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
-        tiles[nt - 1](w, x + t0 * w.cols, y + t0 * ldy, ldy, row_begin, row_end);
     }
 }
 

@@ -2,9 +2,11 @@
 
 // The per-ISA matrix kernels behind quant::matmul_kernel_for (quant_kernels.h), one file per ISA:
 // kernels_scalar.cc (reference, any CPU), kernels_avx2.cc (AVX2+FMA+F16C), kernels_avx512.cc
-// (AVX-512 F/BW/VL/DQ + VNNI). Each ISA file compiles its functions with target attributes, so the
-// binary runs on any x86-64 and quant_kernels.cc picks by cpuid at run time. All kernels have the
-// MatmulKernel contract and are thread-safe on disjoint row ranges (scratch is thread_local).
+// (AVX-512 F/BW/VL/DQ, and VBMI for one FP8 variant), kernels_avx512_vnni.cc (AVX-512 VNNI, INT8
+// and INT4 with int8 activations); shared helpers in kernels_x86.h. Each ISA file compiles its
+// functions with target attributes, so the binary runs on any x86-64 and quant_kernels.cc picks by
+// cpuid at run time. All kernels have the MatmulKernel contract and are thread-safe on disjoint row
+// ranges (scratch is thread_local).
 
 #include <cstdint>
 
@@ -12,7 +14,7 @@
 
 namespace edge::engine::quant::detail {
 
-#define EDGE_QUANT_KERNEL(name)                                                              \
+#define EDGE_QUANT_KERNEL(name)                                                         \
     void name(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, \
               int64_t row_begin, int64_t row_end)
 

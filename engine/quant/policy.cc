@@ -177,8 +177,8 @@ Result<QuantPolicy> quant_policy_preset(std::string_view name) {
 Result<QuantPolicy> parse_quant_policy(std::string_view text) {
     const std::string_view whole = trim(text);
     if (whole.empty()) {
-        return invalid_argument_error("empty quantization policy (use a preset: " +
-                                      preset_list() + ", or class=format pairs)");
+        return invalid_argument_error("empty quantization policy (use a preset: " + preset_list() +
+                                      ", or class=format pairs)");
     }
     QuantPolicy policy;
     bool assigned[kTensorClassCount] = {};
@@ -197,8 +197,8 @@ Result<QuantPolicy> parse_quant_policy(std::string_view text) {
             }
             auto preset = quant_policy_preset(item);
             if (!preset.ok()) {
-                return invalid_argument_error("unknown preset '" + std::string(item) + "'" +
-                                              where + " (presets: " + preset_list() +
+                return invalid_argument_error("unknown preset '" + std::string(item) + "'" + where +
+                                              " (presets: " + preset_list() +
                                               "; or class=format pairs)");
             }
             policy = *preset;
@@ -215,12 +215,12 @@ Result<QuantPolicy> parse_quant_policy(std::string_view text) {
         const std::optional<WeightFormat> f = parse_format(fmt);
         if (!f) {
             return invalid_argument_error("unknown format '" + std::string(fmt) + "' for " +
-                                          std::string(cls) + where + " (formats: " +
-                                          format_list() + ")");
+                                          std::string(cls) + where + " (formats: " + format_list() +
+                                          ")");
         }
         if (assigned[static_cast<size_t>(*c)]) {
-            return invalid_argument_error("tensor class '" + std::string(cls) +
-                                          "' given twice" + where);
+            return invalid_argument_error("tensor class '" + std::string(cls) + "' given twice" +
+                                          where);
         }
         assigned[static_cast<size_t>(*c)] = true;
         policy.set(*c, *f);
@@ -232,8 +232,8 @@ std::optional<TensorClass> tensor_class_for_name(std::string_view name) {
     // Strip the tensor suffix to get the module path.
     std::string_view module;
     bool found = false;
-    for (std::string_view suffix : {".weight_scale_inv", ".weight_packed", ".weight_scale",
-                                    ".weight_shape", ".weight"}) {
+    for (std::string_view suffix :
+         {".weight_scale_inv", ".weight_packed", ".weight_scale", ".weight_shape", ".weight"}) {
         if (ends_with(name, suffix)) {
             module = name.substr(0, name.size() - suffix.size());
             found = true;

@@ -36,9 +36,9 @@ struct QuantPolicy {
     // Format per TensorClass (indexed by its value). kBF16 means "not quantized on load": the
     // tensor stays as the checkpoint stores it. Allowed: kBF16, kFP8E4M3Block128, kInt8Row,
     // kInt4G32, kInt4G128.
-    std::array<WeightFormat, kTensorClassCount> formats{
-        WeightFormat::kBF16, WeightFormat::kBF16, WeightFormat::kBF16,
-        WeightFormat::kBF16, WeightFormat::kBF16, WeightFormat::kBF16};
+    std::array<WeightFormat, kTensorClassCount> formats{WeightFormat::kBF16, WeightFormat::kBF16,
+                                                        WeightFormat::kBF16, WeightFormat::kBF16,
+                                                        WeightFormat::kBF16, WeightFormat::kBF16};
 
     WeightFormat format_for(TensorClass c) const { return formats[static_cast<size_t>(c)]; }
     void set(TensorClass c, WeightFormat f) { formats[static_cast<size_t>(c)] = f; }

@@ -79,8 +79,8 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
                 out.push_back({"avx512", detail::matmul_int4_avx512, 0});
             }
             if (f.vnni) {
-                out.push_back({"avx512-vnni", detail::matmul_int4_avx512_vnni,
-                                int4_group_size(format)});
+                out.push_back(
+                    {"avx512-vnni", detail::matmul_int4_avx512_vnni, int4_group_size(format)});
             }
 #endif
             break;

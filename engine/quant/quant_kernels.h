@@ -20,7 +20,7 @@ MatmulKernel matmul_kernel_for(WeightFormat format);
 
 // One implementation of a format's kernel, for tests (SIMD vs scalar reference) and benchmarks.
 struct KernelVariant {
-    const char* name = "";     // "scalar", "avx2", "avx512", "avx512-vnni".
+    const char* name = "";  // "scalar", "avx2", "avx512", "avx512-vnni".
     MatmulKernel kernel = nullptr;
     // 0: activations are used as f32, so the result equals the dequantized-weight product up to
     // f32 rounding. Otherwise the kernel rounds each token's activations to int8 per this many

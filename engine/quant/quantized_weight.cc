@@ -33,8 +33,8 @@ std::string tensor_label(std::string_view name) {
 Status check_source(const SourceMatrix& src, std::string_view name) {
     if (src.rows <= 0 || src.cols <= 0 || src.data == nullptr) {
         return invalid_argument_error(tensor_label(name) + ": empty or null matrix (" +
-                                      std::to_string(src.rows) + " x " +
-                                      std::to_string(src.cols) + ")");
+                                      std::to_string(src.rows) + " x " + std::to_string(src.cols) +
+                                      ")");
     }
     if (src.rows > (int64_t{1} << 40) / src.cols) {
         return invalid_argument_error(tensor_label(name) + ": matrix too large");
@@ -46,10 +46,9 @@ Status check_source(const SourceMatrix& src, std::string_view name) {
 Status check_finite_row(const float* row, int64_t r, int64_t cols, std::string_view name) {
     for (int64_t c = 0; c < cols; ++c) {
         if (!std::isfinite(row[c])) {
-            return invalid_argument_error(tensor_label(name) + ": non-finite value " +
-                                          (std::isnan(row[c]) ? "NaN" : "Inf") + " at [" +
-                                          std::to_string(r) + ", " + std::to_string(c) +
-                                          "]; refusing to quantize");
+            return invalid_argument_error(
+                tensor_label(name) + ": non-finite value " + (std::isnan(row[c]) ? "NaN" : "Inf") +
+                " at [" + std::to_string(r) + ", " + std::to_string(c) + "]; refusing to quantize");
         }
     }
     return ok_status();
@@ -66,8 +65,7 @@ QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols
 QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols,
                                  const void* external_data, std::vector<float> scales)
     : scales_(std::move(scales)) {
-    view_ = Weight{format, rows, cols, external_data,
-                   scales_.empty() ? nullptr : scales_.data()};
+    view_ = Weight{format, rows, cols, external_data, scales_.empty() ? nullptr : scales_.data()};
 }
 
 int64_t QuantizedWeight::size_bytes() const {
@@ -204,8 +202,7 @@ Result<QuantizedWeight> quantize_int8_row(const SourceMatrix& src, std::string_v
             data[r * cols + c] = static_cast<uint8_t>(static_cast<int8_t>(q));
         }
     }
-    return QuantizedWeight(WeightFormat::kInt8Row, rows, cols, std::move(data),
-                           std::move(scales));
+    return QuantizedWeight(WeightFormat::kInt8Row, rows, cols, std::move(data), std::move(scales));
 }
 
 Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t group_size,
@@ -239,7 +236,8 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
             const float scale = amax > 0.0f ? amax / 7.0f : 1.0f;
             scales[r * groups + g] = scale;
             for (int64_t c = 0; c < group_size; ++c) {
-                const int q = static_cast<int>(std::clamp(std::nearbyint(w[c] / scale), -7.0f, 7.0f));
+                const int q =
+                    static_cast<int>(std::clamp(std::nearbyint(w[c] / scale), -7.0f, 7.0f));
                 const int64_t col = g * group_size + c;
                 const uint8_t nibble = static_cast<uint8_t>(q + 8);
                 if (col % 2 == 0) {
@@ -266,8 +264,7 @@ Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
         case WeightFormat::kInt4G128:
             return quantize_int4_group(src, 128, name);
         default:
-            return invalid_argument_error(tensor_label(name) + ": " +
-                                          weight_format_name(format) +
+            return invalid_argument_error(tensor_label(name) + ": " + weight_format_name(format) +
                                           " is not a quantized format");
     }
 }

@@ -20,21 +20,19 @@ namespace edge::engine::quant {
 // A row-major source matrix to quantize: `rows` x `cols` elements of f32 or bf16 (raw uint16 bits).
 struct SourceMatrix {
     enum class Type { kF32, kBF16 };
-    Type type = Type::kF32;  // Element type of `data`.
+    Type type = Type::kF32;      // Element type of `data`.
     const void* data = nullptr;  // rows * cols elements, row-major.
-    int64_t rows = 0;  // Output features.
-    int64_t cols = 0;  // Input features.
+    int64_t rows = 0;            // Output features.
+    int64_t cols = 0;            // Input features.
 
-    static SourceMatrix f32(const float* d, int64_t r, int64_t c) {
-        return {Type::kF32, d, r, c};
-    }
+    static SourceMatrix f32(const float* d, int64_t r, int64_t c) { return {Type::kF32, d, r, c}; }
     static SourceMatrix bf16(const uint16_t* d, int64_t r, int64_t c) {
         return {Type::kBF16, d, r, c};
     }
 };
 
 class QuantizedWeight {
-public:
+  public:
     QuantizedWeight() = default;
     // Owns both data and scales.
     QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, std::vector<uint8_t> data,
@@ -54,7 +52,7 @@ public:
     bool owns_data() const { return !data_.empty(); }
     std::span<const float> scales() const { return scales_; }
 
-private:
+  private:
     Weight view_;
     std::vector<uint8_t> data_;
     std::vector<float> scales_;

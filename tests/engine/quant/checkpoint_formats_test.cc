@@ -127,16 +127,16 @@ TEST_CASE("compressed-tensors bad input gets clear errors") {
         CHECK(contains(from_compressed_tensors(as_i8, scale_ref, shape_ref, 32).status(),
                        "dtype I8, expected I32"));
         const std::vector<int32_t> negative = {-4, cols};
-        CHECK_FALSE(from_compressed_tensors(
-                        packed_ref, scale_ref,
-                        ref("e.weight_shape", TensorDType::kI32, {2}, negative), 32)
+        CHECK_FALSE(from_compressed_tensors(packed_ref, scale_ref,
+                                            ref("e.weight_shape", TensorDType::kI32, {2}, negative),
+                                            32)
                         .ok());
         const std::vector<int32_t> odd_cols = {rows, 60};
-        CHECK(contains(from_compressed_tensors(
-                           packed_ref, scale_ref,
-                           ref("e.weight_shape", TensorDType::kI32, {2}, odd_cols), 32)
-                           .status(),
-                       "not a multiple of group_size 32"));
+        CHECK(contains(
+            from_compressed_tensors(packed_ref, scale_ref,
+                                    ref("e.weight_shape", TensorDType::kI32, {2}, odd_cols), 32)
+                .status(),
+            "not a multiple of group_size 32"));
         CHECK_FALSE(from_compressed_tensors(packed_ref, scale_ref, shape_ref, 64).ok());
         std::vector<float> nan_scales = scales;
         nan_scales[3] = std::nanf("");

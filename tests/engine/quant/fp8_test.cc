@@ -12,7 +12,7 @@ namespace {
 TEST_CASE("fp8 e4m3 exact bit patterns") {
     CHECK(fp8_e4m3_encode(0.0f) == 0x00);
     CHECK(fp8_e4m3_encode(-0.0f) == 0x80);
-    CHECK(fp8_e4m3_encode(1.0f) == 0x38);    // exponent 7 (bias 7), mantissa 0.
+    CHECK(fp8_e4m3_encode(1.0f) == 0x38);  // exponent 7 (bias 7), mantissa 0.
     CHECK(fp8_e4m3_encode(-2.0f) == 0xC0);
     CHECK(fp8_e4m3_encode(448.0f) == 0x7E);  // Largest finite.
     CHECK(fp8_e4m3_encode(-448.0f) == 0xFE);

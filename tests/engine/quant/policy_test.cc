@@ -45,7 +45,8 @@ TEST_CASE("policy pairs and overrides") {
     CHECK(p->format_for(TensorClass::kRoutedExperts) == WeightFormat::kInt4G32);
     CHECK(p->format_for(TensorClass::kLmHead) == WeightFormat::kBF16);
 
-    auto o = parse_quant_policy("experts-int4,routed_experts=int8,lm_head=int4-g128,embeddings=bf16");
+    auto o =
+        parse_quant_policy("experts-int4,routed_experts=int8,lm_head=int4-g128,embeddings=bf16");
     REQUIRE(o.ok());
     CHECK(o->format_for(TensorClass::kRoutedExperts) == WeightFormat::kInt8Row);
     CHECK(o->format_for(TensorClass::kLmHead) == WeightFormat::kInt4G128);
@@ -105,8 +106,7 @@ TEST_CASE("tensor classes from GLM-4.5 and DeepSeek-V3 names") {
     // GLM-4.5
     CHECK(tensor_class_for_name("model.layers.5.mlp.shared_experts.up_proj.weight") ==
           TensorClass::kSharedExpert);
-    CHECK(tensor_class_for_name("model.layers.5.mlp.gate.e_score_correction_bias") ==
-          std::nullopt);
+    CHECK(tensor_class_for_name("model.layers.5.mlp.gate.e_score_correction_bias") == std::nullopt);
     CHECK(tensor_class_for_name("model.layers.5.self_attn.q_proj.bias") == std::nullopt);
     CHECK(tensor_class_for_name("model.layers.0.mlp.down_proj.weight") == TensorClass::kDenseMlp);
     // DeepSeek-V3 / Kimi K2 (MLA), including the FP8 scale and compressed-tensors suffixes.
@@ -114,8 +114,7 @@ TEST_CASE("tensor classes from GLM-4.5 and DeepSeek-V3 names") {
           TensorClass::kAttention);
     CHECK(tensor_class_for_name("model.layers.0.self_attn.q_b_proj.weight_scale_inv") ==
           TensorClass::kAttention);
-    CHECK(tensor_class_for_name("model.layers.0.self_attn.kv_a_layernorm.weight") ==
-          std::nullopt);
+    CHECK(tensor_class_for_name("model.layers.0.self_attn.kv_a_layernorm.weight") == std::nullopt);
     CHECK(tensor_class_for_name("model.layers.9.mlp.experts.255.gate_proj.weight_packed") ==
           TensorClass::kRoutedExperts);
     CHECK(tensor_class_for_name("model.layers.9.mlp.experts.255.gate_proj.weight_scale") ==

@@ -122,8 +122,8 @@ void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
 }
 
 TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
-    const Case cases[] = {{1, 1, 1},     {3, 17, 1},    {5, 33, 2},    {130, 257, 1},
-                          {129, 300, 5}, {64, 512, 4},  {7, 1000, 9},  {40, 63, 3}};
+    const Case cases[] = {{1, 1, 1},     {3, 17, 1},   {5, 33, 2},   {130, 257, 1},
+                          {129, 300, 5}, {64, 512, 4}, {7, 1000, 9}, {40, 63, 3}};
     uint32_t seed = 10;
     for (const Case& c : cases) {
         check_variants(WeightFormat::kFP8E4M3Block128, c, seed++);
@@ -132,7 +132,7 @@ TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
 }
 
 TEST_CASE("int4 kernels equal the reference on ragged shapes") {
-    const Case g32[] = {{1, 32, 1},  {3, 64, 1},  {5, 96, 2},   {9, 160, 5},
+    const Case g32[] = {{1, 32, 1},   {3, 64, 1},   {5, 96, 2},   {9, 160, 5},
                         {33, 224, 4}, {64, 512, 1}, {17, 1056, 9}};
     const Case g128[] = {{1, 128, 1}, {6, 384, 3}, {65, 640, 1}, {11, 1024, 6}};
     uint32_t seed = 100;

@@ -86,9 +86,8 @@ TEST_CASE("int8 row round trip error is at most scale / 2") {
     CHECK(q->scales().size() == rows);
     const auto* data = static_cast<const int8_t*>(w.data);
     CHECK(*std::min_element(data, data + rows * cols) >= -127);
-    const double excess = worst_excess(*q, src, [&](int64_t r, int64_t) {
-        return w.scales[r] * 0.5 * (1 + 1e-5);
-    });
+    const double excess =
+        worst_excess(*q, src, [&](int64_t r, int64_t) { return w.scales[r] * 0.5 * (1 + 1e-5); });
     CHECK(excess <= 0.0);
     // The row maximum is exact.
     std::vector<float> row(static_cast<size_t>(cols));
@@ -151,8 +150,8 @@ TEST_CASE("bf16 sources quantize like their f32 values") {
 TEST_CASE("quantize rejects NaN and Inf with the tensor name and position") {
     std::vector<float> m(4 * 32, 0.5f);
     m[2 * 32 + 5] = std::numeric_limits<float>::quiet_NaN();
-    for (WeightFormat format : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
-                                WeightFormat::kInt4G32}) {
+    for (WeightFormat format :
+         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
         auto q = quantize(SourceMatrix::f32(m.data(), 4, 32), format, "layers.0.mlp.up_proj");
         REQUIRE_FALSE(q.ok());
         CHECK(q.status().code() == StatusCode::kInvalidArgument);
@@ -178,8 +177,8 @@ TEST_CASE("quantize rejects bad shapes and formats") {
 
 TEST_CASE("all-zero blocks quantize to zeros with a unit scale") {
     std::vector<float> m(16 * 32, 0.0f);
-    for (WeightFormat format : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
-                                WeightFormat::kInt4G32}) {
+    for (WeightFormat format :
+         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
         auto q = quantize(SourceMatrix::f32(m.data(), 16, 32), format);
         REQUIRE(q.ok());
         std::vector<float> row(32, 1.0f);
