@@ -3,7 +3,11 @@
 // Matrix kernels for quantized weight formats. A kernel computes, for tokens t in [0, n_tokens)
 // and output rows r in [row_begin, row_end):  y[t * ldy + r] = sum_c W[r][c] * x[t * w.cols + c],
 // reading the stored quantized bytes and dequantizing in registers. The caller splits rows over
-// threads; kernels are thread-safe on disjoint row ranges.
+// threads; kernels are thread-safe on disjoint row ranges. Preconditions (the engine's own
+// invariants, not checked): `w` is a valid view as built by quantize_* or from_* in
+// quantized_weight.h / checkpoint_formats.h (for int4, cols is a multiple of the group), x holds
+// n_tokens * w.cols floats, y holds rows [row_begin, row_end) of n_tokens rows of stride ldy.
+// Kernels keep per-thread scratch (thread_local) for prepared activations.
 
 #include <cstdint>
 #include <vector>
