@@ -15,7 +15,9 @@
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
 // "may be used uninitialized" (a known false positive of the reduce/convert intrinsics).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #define EDGE_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define EDGE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")))

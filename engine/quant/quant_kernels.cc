@@ -1,5 +1,9 @@
 #include "engine/quant/quant_kernels.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "engine/quant/kernels_internal.h"
 #include "engine/quant/quantized_weight.h"
 
@@ -13,12 +17,19 @@ struct CpuFeatures {
     bool vbmi = false;    // AVX-512 VBMI (byte permutes).
 };
 
+#if defined(__x86_64__)
+// F16C straight from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports lacks "f16c".
+bool has_f16c() {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+#endif
+
 CpuFeatures detect() {
     CpuFeatures f;
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
