@@ -239,8 +239,14 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
             fname == "model.safetensors.index.json" || entry.path().extension() == ".safetensors") {
             continue;
         }
-        const bool keep = entry.path().extension() == ".json" || fname == "tokenizer.model" ||
-                          fname == "merges.txt" || fname == "vocab.txt";
+        // Tokenizer and generation files; not reference outputs or other artefacts, which
+        // describe the unquantized model.
+        const bool keep = fname == "tokenizer.json" || fname == "tokenizer_config.json" ||
+                          fname == "generation_config.json" ||
+                          fname == "special_tokens_map.json" || fname == "vocab.json" ||
+                          fname == "tokenizer.model" || fname == "merges.txt" ||
+                          fname == "vocab.txt" || fname == "chat_template.jinja" ||
+                          fname == "added_tokens.json";
         if (!keep) {
             continue;
         }

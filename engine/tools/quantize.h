@@ -3,7 +3,9 @@
 // `edgeserve quantize --model IN --policy P --out DIR`: reads a BF16/F16/F32 checkpoint, quantizes
 // each linear-layer matrix whose class the policy (engine/quant/policy.h) names, and writes
 // DIR/model.safetensors and DIR/config.json with a `quantization_config`, copying the other files
-// of IN (tokenizer, generation config). Formats written (docs/quantization.md has the details):
+// of IN that describe tokenization and generation (tokenizer.json, tokenizer_config.json,
+// generation_config.json, special_tokens_map.json, vocab/merges files, chat_template.jinja).
+// Formats written (docs/quantization.md has the details):
 //  - only FP8 in the policy: DeepSeek-V3 layout, `m.weight` F8_E4M3 + `m.weight_scale_inv` F32
 //    [ceil(rows/128), ceil(cols/128)], config {"quant_method": "fp8", "fmt": "e4m3",
 //    "weight_block_size": [128, 128]}.

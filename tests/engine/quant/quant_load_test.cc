@@ -166,6 +166,14 @@ TEST_CASE("quantize: written checkpoint and quantize-on-load give identical logi
     }
 }
 
+TEST_CASE("deploy/demo-model is fortunes-qwen3-moe with experts-int4") {
+    auto demo = logits_of(std::string(EDGE_SOURCE_DIR) + "/deploy/demo-model", "none");
+    REQUIRE_MESSAGE(demo.ok(), demo.status().to_string());
+    auto on_load = logits_of(kFortunes, "experts-int4");
+    REQUIRE(on_load.ok());
+    CHECK(*demo == *on_load);
+}
+
 TEST_CASE("quantize: the policy applies again on top of a quantized checkpoint's float tensors") {
     TempDir tmp("stack");
     REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
