@@ -71,8 +71,7 @@ double decode_tps(CausalLM& m, int steps) {
     TokenId tok = 0;
     auto t0 = Clock::now();
     for (int s = 0; s < steps; ++s) {
-        tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) -
-                                   logits.begin());
+        tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         SequenceChunk d{slot, m.slot_length(slot), {&tok, 1}, false};
         if (!m.forward({&d, 1}, &logits).ok()) {
             std::fprintf(stderr, "decode failed\n");
@@ -130,8 +129,8 @@ int main(int argc, char** argv) {
     const std::string int4_all128 =
         "attention=int4-g128,dense_mlp=int4-g128,shared_expert=int4-g128,routed_experts=int4-g128";
     const std::vector<std::pair<std::string, std::string>> runs = {
-        {"bf16", "none"},         {"fp8", "all-fp8"},           {"int8", "all-int8"},
-        {"int4-g32", int4_all},   {"int4-g128", int4_all128},   {"experts-int4", "experts-int4"}};
+        {"bf16", "none"},       {"fp8", "all-fp8"},         {"int8", "all-int8"},
+        {"int4-g32", int4_all}, {"int4-g128", int4_all128}, {"experts-int4", "experts-int4"}};
     struct Row {
         std::string name;
         int64_t bytes = 0, resident = 0;

@@ -1,10 +1,9 @@
 #include "engine/model/weight_loader.h"
 
-#include <cmath>
-#include <cstring>
-
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
+#include <cmath>
+#include <cstring>
 
 #include "engine/cpu/convert.h"
 #include "engine/model/model_config.h"
@@ -184,7 +183,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
     // compressed-tensors INT4, viewed in place.
     if (ckpt_.has(m + ".weight_packed")) {
         if (stored_.quant_method != "compressed-tensors") {
-            return invalid_argument_error(where + " has weight_packed but config.json's "
+            return invalid_argument_error(where +
+                                          " has weight_packed but config.json's "
                                           "quantization_config.quant_method is '" +
                                           stored_.quant_method + "', not compressed-tensors");
         }
@@ -199,15 +199,14 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                           std::to_string(cols) + " / group size]");
         }
         const int64_t group = cols / scale.shape()[1];
-        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w,
-                              quant::from_compressed_tensors(ref(packed), ref(scale), ref(shape),
-                                                             group));
+        EDGE_ASSIGN_OR_RETURN(
+            quant::QuantizedWeight w,
+            quant::from_compressed_tensors(ref(packed), ref(scale), ref(shape), group));
         if (w.view().rows != rows || w.view().cols != cols) {
             return invalid_argument_error(where + ": weight_shape is [" +
                                           std::to_string(w.view().rows) + ", " +
                                           std::to_string(w.view().cols) + "], expected [" +
-                                          std::to_string(rows) + ", " + std::to_string(cols) +
-                                          "]");
+                                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
         }
         return keep(std::move(w));
     }
@@ -244,8 +243,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         const bool shape_ok = (scale.shape() == std::vector<int64_t>{rows, 1} ||
                                scale.shape() == std::vector<int64_t>{rows});
         if (!shape_ok || scale.dtype() != DType::kF32) {
-            return invalid_argument_error(*scale.file + ": tensor '" + scale.info->name +
-                                          "' is " + std::string(dtype_name(scale.dtype())) + " " +
+            return invalid_argument_error(*scale.file + ": tensor '" + scale.info->name + "' is " +
+                                          std::string(dtype_name(scale.dtype())) + " " +
                                           shape_string(scale.shape()) + ", expected F32 [" +
                                           std::to_string(rows) + ", 1]");
         }
@@ -258,8 +257,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                               " has a negative or non-finite scale");
             }
         }
-        return keep(quant::QuantizedWeight(WeightFormat::kInt8Row, rows, cols, t.data,
-                                           std::move(scales)));
+        return keep(
+            quant::QuantizedWeight(WeightFormat::kInt8Row, rows, cols, t.data, std::move(scales)));
     }
     static const std::vector<DType> kFloat = {DType::kBF16, DType::kF16, DType::kF32};
     EDGE_ASSIGN_OR_RETURN(t, ckpt_.tensor(weight_name, kFloat, {rows, cols}));

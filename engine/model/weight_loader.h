@@ -47,7 +47,7 @@ struct StoredQuantization {
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config);
 
 class WeightLoader {
-public:
+  public:
     // `policy` is a policy string for parse_quant_policy ("none" or "" for no quantize-on-load).
     static Result<std::unique_ptr<WeightLoader>> create(const Checkpoint& checkpoint,
                                                         const ConfigJson& config,
@@ -63,9 +63,8 @@ public:
     const quant::QuantPolicy& policy() const { return policy_; }
     const StoredQuantization& stored() const { return stored_; }
 
-private:
-    WeightLoader(const Checkpoint& checkpoint, StoredQuantization stored,
-                 quant::QuantPolicy policy)
+  private:
+    WeightLoader(const Checkpoint& checkpoint, StoredQuantization stored, quant::QuantPolicy policy)
         : ckpt_(checkpoint), stored_(std::move(stored)), policy_(policy) {}
     Result<Weight> keep(quant::QuantizedWeight w);
 

@@ -83,8 +83,8 @@ void log_softmax(const float* l, int64_t v, std::vector<double>& out) {
     }
 }
 
-QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& ids,
-                     int64_t chunk, int64_t vocab) {
+QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& ids, int64_t chunk,
+                     int64_t vocab) {
     QuantEvalRow row;
     row.weight_bytes = q.weight_bytes;
     row.decode_tps = q.decode_tps;
@@ -107,8 +107,8 @@ QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& 
         }
         kls.push_back(std::max(0.0, kl));
         agree += (std::max_element(a, a + vocab) - a) == (std::max_element(b, b + vocab) - b);
-        const bool has_next = (i % static_cast<size_t>(chunk)) + 1 < static_cast<size_t>(chunk) &&
-                              i + 1 < n;
+        const bool has_next =
+            (i % static_cast<size_t>(chunk)) + 1 < static_cast<size_t>(chunk) && i + 1 < n;
         if (has_next) {
             nll -= lq[static_cast<size_t>(ids[i + 1])];
             ++scored;
@@ -174,8 +174,8 @@ Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
             for (quant::TensorClass c : present) {
                 quant::QuantPolicy qp;
                 qp.set(c, f);
-                const std::string label = std::string(quant::tensor_class_name(c)) + "=" +
-                                          quant::policy_format_name(f);
+                const std::string label =
+                    std::string(quant::tensor_class_name(c)) + "=" + quant::policy_format_name(f);
                 runs.emplace_back(label, qp.to_string());
             }
         }
@@ -217,7 +217,8 @@ std::string quant_eval_table(const std::vector<QuantEvalRow>& rows) {
                   "decode/s");
     s += line;
     for (const QuantEvalRow& r : rows) {
-        std::snprintf(line, sizeof line, "%-28s %12.3f %10.6f %10.6f %7.4f %9.4f %8.4f %10.6f %9.1f\n",
+        std::snprintf(line, sizeof line,
+                      "%-28s %12.3f %10.6f %10.6f %7.4f %9.4f %8.4f %10.6f %9.1f\n",
                       r.label.c_str(), static_cast<double>(r.weight_bytes) / (1 << 20), r.mean_kl,
                       r.p99_kl, r.top1, r.perplexity, r.ppl_ratio, r.logit_rmse, r.decode_tps);
         s += line;

@@ -1,5 +1,9 @@
 #include "engine/tools/quantize.h"
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,11 +12,6 @@
 #include <sstream>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
 
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -27,9 +26,7 @@ namespace {
 namespace json = boost::json;
 namespace fs = std::filesystem;
 
-std::string_view as_bytes(const void* p, size_t n) {
-    return {static_cast<const char*>(p), n};
-}
+std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
 Status write_text(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -84,8 +81,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
             if (linear) {
                 ignore.push_back(name.substr(0, name.size() - 7));
             }
-            out.push_back({name, t.dtype(), t.shape(),
-                           as_bytes(t.data, static_cast<size_t>(t.nbytes)), {}});
+            out.push_back(
+                {name, t.dtype(), t.shape(), as_bytes(t.data, static_cast<size_t>(t.nbytes)), {}});
             continue;
         }
         const std::string m = name.substr(0, name.size() - 7);
@@ -118,28 +115,43 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         switch (f) {
             case WeightFormat::kFP8E4M3Block128: {
                 const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
-                out.push_back({name, DType::kF8E4M3, {rows, cols},
-                               as_bytes(v.data, static_cast<size_t>(data_bytes)), {}});
+                out.push_back({name,
+                               DType::kF8E4M3,
+                               {rows, cols},
+                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
+                               {}});
                 out.push_back({m + (fp8_only ? ".weight_scale_inv" : ".weight_scale"),
-                               DType::kF32, {br, bc}, scale_bytes, {}});
+                               DType::kF32,
+                               {br, bc},
+                               scale_bytes,
+                               {}});
                 break;
             }
             case WeightFormat::kInt8Row:
-                out.push_back({name, DType::kI8, {rows, cols},
-                               as_bytes(v.data, static_cast<size_t>(data_bytes)), {}});
+                out.push_back({name,
+                               DType::kI8,
+                               {rows, cols},
+                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
+                               {}});
                 out.push_back({m + ".weight_scale", DType::kF32, {rows, 1}, scale_bytes, {}});
                 break;
             case WeightFormat::kInt4G32:
             case WeightFormat::kInt4G128: {
                 // Byte for byte the pack-quantized int32 words (see engine/cpu/weight.h).
                 const int64_t g = quant::int4_group_size(f);
-                out.push_back({m + ".weight_packed", DType::kI32, {rows, cols / 8},
-                               as_bytes(v.data, static_cast<size_t>(data_bytes)), {}});
-                out.push_back({m + ".weight_scale", DType::kF32, {rows, cols / g}, scale_bytes,
+                out.push_back({m + ".weight_packed",
+                               DType::kI32,
+                               {rows, cols / 8},
+                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
                                {}});
+                out.push_back(
+                    {m + ".weight_scale", DType::kF32, {rows, cols / g}, scale_bytes, {}});
                 buf.ints.push_back({static_cast<int32_t>(rows), static_cast<int32_t>(cols)});
-                out.push_back({m + ".weight_shape", DType::kI32, {2},
-                               as_bytes(buf.ints.back().data(), 8), {}});
+                out.push_back({m + ".weight_shape",
+                               DType::kI32,
+                               {2},
+                               as_bytes(buf.ints.back().data(), 8),
+                               {}});
                 break;
             }
             default:
@@ -150,7 +162,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     {
         size_t k = 0;
         for (TensorToWrite& t : out) {
-            if (t.name.size() > 13 && t.name.compare(t.name.size() - 13, 13, ".weight_shape") == 0 &&
+            if (t.name.size() > 13 &&
+                t.name.compare(t.name.size() - 13, 13, ".weight_shape") == 0 &&
                 t.dtype == DType::kI32 && t.shape == std::vector<int64_t>{2}) {
                 t.bytes = as_bytes(buf.ints[k++].data(), 8);
             }
@@ -167,12 +180,13 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         qc["weight_block_size"] = json::array{128, 128};
     } else {
         qc["quant_method"] = "compressed-tensors";
-        qc["format"] = used.size() == 1 ? (*used.begin() == WeightFormat::kInt8Row
-                                               ? "int-quantized"
-                                               : (*used.begin() == WeightFormat::kFP8E4M3Block128
-                                                      ? "float-quantized"
-                                                      : "pack-quantized"))
-                                        : "mixed-precision";
+        qc["format"] =
+            used.size() == 1
+                ? (*used.begin() == WeightFormat::kInt8Row
+                       ? "int-quantized"
+                       : (*used.begin() == WeightFormat::kFP8E4M3Block128 ? "float-quantized"
+                                                                          : "pack-quantized"))
+                : "mixed-precision";
         qc["quantization_status"] = "compressed";
         json::object groups;
         int gi = 0;
@@ -242,11 +256,10 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         // Tokenizer and generation files; not reference outputs or other artefacts, which
         // describe the unquantized model.
         const bool keep = fname == "tokenizer.json" || fname == "tokenizer_config.json" ||
-                          fname == "generation_config.json" ||
-                          fname == "special_tokens_map.json" || fname == "vocab.json" ||
-                          fname == "tokenizer.model" || fname == "merges.txt" ||
-                          fname == "vocab.txt" || fname == "chat_template.jinja" ||
-                          fname == "added_tokens.json";
+                          fname == "generation_config.json" || fname == "special_tokens_map.json" ||
+                          fname == "vocab.json" || fname == "tokenizer.model" ||
+                          fname == "merges.txt" || fname == "vocab.txt" ||
+                          fname == "chat_template.jinja" || fname == "added_tokens.json";
         if (!keep) {
             continue;
         }

@@ -3,13 +3,12 @@
 // (bounds from quant-eval), and bad quantized checkpoints (clear errors).
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
@@ -53,9 +52,9 @@ const std::string kFortunes = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/fo
 struct TempDir {
     std::string path;
     explicit TempDir(const std::string& tag) {
-        path = (fs::temp_directory_path() /
-                ("edge_quant_" + tag + "_" + std::to_string(::getpid())))
-                   .string();
+        path =
+            (fs::temp_directory_path() / ("edge_quant_" + tag + "_" + std::to_string(::getpid())))
+                .string();
         fs::remove_all(path);
         fs::create_directories(path);
     }
@@ -100,9 +99,9 @@ void write_text(const std::string& path, const std::string& text) {
 
 // Rewrites dir/model.safetensors, letting `edit` change the tensor list (the edited tensors'
 // bytes must stay alive until this returns; `keep` holds them).
-void rewrite(const std::string& dir,
-             const std::function<void(std::vector<TensorToWrite>&, std::vector<std::string>&)>&
-                 edit) {
+void rewrite(
+    const std::string& dir,
+    const std::function<void(std::vector<TensorToWrite>&, std::vector<std::string>&)>& edit) {
     std::vector<TensorToWrite> ts;
     std::vector<std::string> keep;
     keep.reserve(64);
