@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "engine/quant/fp8.h"
@@ -15,13 +16,16 @@ constexpr int64_t kFp8Block = 128;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void load_row(const SourceMatrix& src, int64_t r, float* out) {
+    // memcpy reads: a mapped safetensors tensor may start unaligned.
+    const char* base = static_cast<const char*>(src.data);
     if (src.type == SourceMatrix::Type::kF32) {
-        const float* p = static_cast<const float*>(src.data) + r * src.cols;
-        std::copy(p, p + src.cols, out);
+        std::memcpy(out, base + r * src.cols * 4, static_cast<size_t>(src.cols) * 4);
     } else {
-        const uint16_t* p = static_cast<const uint16_t*>(src.data) + r * src.cols;
+        const char* p = base + r * src.cols * 2;
         for (int64_t c = 0; c < src.cols; ++c) {
-            out[c] = std::bit_cast<float>(static_cast<uint32_t>(p[c]) << 16);
+            uint16_t b;
+            std::memcpy(&b, p + c * 2, 2);
+            out[c] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
         }
     }
 }
