@@ -327,3 +327,38 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
 
 }  // namespace
 }  // namespace edge::engine
+
+namespace edge::engine {
+namespace {
+
+int call(int (*fn)(int, char**), std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (std::string& a : args) {
+        argv.push_back(a.data());
+    }
+    return fn(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST_CASE("quantize and quant-eval command lines") {
+    CHECK(call(quantize_main, {"edgeserve", "quantize"}) == 2);
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--bogus", "x"}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8", "--tokens", "many"}) == 2);
+    // No eval.txt in micro and no --text: a failure, not a usage error.
+    CHECK(call(quant_eval_main,
+               {"edgeserve", "quant-eval", "--model", kMicro, "--policies", "all-int8"}) == 1);
+    TempDir tmp("cli");
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                               "experts-int4", "--out", tmp.path}) == 0);
+    CHECK(fs::exists(tmp.path + "/model.safetensors"));
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy", "int4",
+                               "--out", tmp.path}) == 1);
+    // A quantized checkpoint is not quantized again.
+    TempDir tmp2("cli2");
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", tmp.path, "--policy", "all-int8",
+                               "--out", tmp2.path}) == 1);
+}
+
+}  // namespace
+}  // namespace edge::engine
