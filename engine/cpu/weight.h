@@ -22,6 +22,22 @@ enum class WeightFormat {
     kInt4G128,         // Symmetric int4, one scale per 128 inputs of a row.
 };
 
+// Memory layout of `data` and `scales` per format (all little-endian, rows row-major):
+//  kF32 / kBF16 / kF16: data = rows * cols elements; scales = nullptr.
+//  kFP8E4M3Block128: data = rows * cols bytes, one E4M3 "fn" byte per weight (sign, 4 exponent
+//      bits with bias 7, 3 mantissa bits; no infinities; 0x7F/0xFF are NaN and never stored).
+//      scales = ceil(rows/128) * ceil(cols/128) f32, row-major over blocks: the scale of block
+//      (r / 128, c / 128) is scales[(r / 128) * ceil(cols / 128) + c / 128]. Edge blocks may be
+//      partial. Value = decode(byte) * scale (DeepSeek-V3 `weight_scale_inv`, used as stored).
+//  kInt8Row: data = rows * cols int8 in [-127, 127]; scales = rows f32; value = q * scales[r].
+//  kInt4G32 / kInt4G128 (G = 32 or 128; cols must be a multiple of G): data = rows * cols / 2
+//      bytes; row r starts at byte r * cols / 2; element c of a row is in byte c / 2, in the low
+//      nibble when c is even and the high nibble when c is odd, stored as q + 8 with q in
+//      [-8, 7]. This is byte for byte the compressed-tensors `pack-quantized` layout (int32
+//      words of eight nibbles, lowest nibble first, packed along the input dimension) on a
+//      little-endian machine, so such checkpoints are viewed as is. scales = rows * (cols / G)
+//      f32, row-major: value = q * scales[r * (cols / G) + c / G].
+// No extra fields are needed: strides and group sizes follow from `format`, `rows` and `cols`.
 struct Weight {
     WeightFormat format = WeightFormat::kF32;
     int64_t rows = 0;

@@ -23,10 +23,6 @@ constexpr Arch kArchitectures[] = {
 }  // namespace
 
 Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options) {
-    if (options.quantization != "none" && !options.quantization.empty()) {
-        return unimplemented_error("load options: quantization policy '" + options.quantization +
-                                   "' is not available in this build");
-    }
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
     std::string known;
     for (const Arch& a : kArchitectures) {

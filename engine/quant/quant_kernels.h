@@ -3,9 +3,14 @@
 // Matrix kernels for quantized weight formats. A kernel computes, for tokens t in [0, n_tokens)
 // and output rows r in [row_begin, row_end):  y[t * ldy + r] = sum_c W[r][c] * x[t * w.cols + c],
 // reading the stored quantized bytes and dequantizing in registers. The caller splits rows over
-// threads; kernels are thread-safe on disjoint row ranges.
+// threads; kernels are thread-safe on disjoint row ranges. Preconditions (the engine's own
+// invariants, not checked): `w` is a valid view as built by quantize_* or from_* in
+// quantized_weight.h / checkpoint_formats.h (for int4, cols is a multiple of the group), x holds
+// n_tokens * w.cols floats, y holds rows [row_begin, row_end) of n_tokens rows of stride ldy.
+// Kernels keep per-thread scratch (thread_local) for prepared activations.
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/cpu/weight.h"
 
@@ -16,5 +21,20 @@ using MatmulKernel = void (*)(const Weight& w, const float* x, int64_t n_tokens,
 
 // The fastest kernel this CPU runs for `format`, or nullptr for float formats (engine/cpu's job).
 MatmulKernel matmul_kernel_for(WeightFormat format);
+
+// One implementation of a format's kernel, for tests (SIMD vs scalar reference) and benchmarks.
+struct KernelVariant {
+    const char* name = "";  // "scalar", "avx2", "avx512", "avx512-vnni".
+    MatmulKernel kernel = nullptr;
+    // 0: activations are used as f32, so the result equals the dequantized-weight product up to
+    // f32 rounding. Otherwise the kernel rounds each token's activations to int8 per this many
+    // columns (scale max|x| / 127) and uses integer dot products (VNNI), adding at most
+    // sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| to |y - y_exact| per output.
+    int64_t activation_group = 0;
+};
+
+// Every variant this CPU runs for `format`, the scalar reference first and the one
+// matmul_kernel_for picks last; empty for float formats.
+std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format);
 
 }  // namespace edge::engine::quant

@@ -11,6 +11,7 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weight_loader.h"
 
 namespace edge::engine {
 namespace {
@@ -97,6 +98,7 @@ private:
 
     Qwen3MoeConfig c_;
     std::unique_ptr<Checkpoint> ckpt_;
+    std::unique_ptr<WeightLoader> weights_;  // Owns weights quantized on load; after ckpt_.
     std::unique_ptr<Backend> backend_;
     ExpertPlacement placement_;
     std::unique_ptr<KvCache> kv_;
@@ -117,16 +119,11 @@ private:
 };
 
 Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t cols) {
-    EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
-    Weight w;
-    w.format = format_of(t.dtype());
-    w.rows = rows;
-    w.cols = cols;
-    w.data = t.data;
+    EDGE_ASSIGN_OR_RETURN(Weight w, weights_->matrix(name, rows, cols));
     if (!backend_->supports(Op::kMatmul, w.format)) {
-        return unimplemented_error(*t.file + ": tensor '" + name + "': backend " +
-                                   std::string(backend_->name()) + " has no matmul for dtype " +
-                                   std::string(dtype_name(t.dtype())));
+        return unimplemented_error(ckpt_->description() + ": tensor '" + name + "': backend " +
+                                   std::string(backend_->name()) + " has no matmul for format " +
+                                   std::string(quant::weight_format_name(w.format)));
     }
     return w;
 }
@@ -152,6 +149,7 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     const int64_t hd = c_.head_dim;
     const int64_t qdim = c_.num_attention_heads * hd;
     const int64_t kvdim = c_.num_key_value_heads * hd;
+    EDGE_ASSIGN_OR_RETURN(weights_, WeightLoader::create(*ckpt_, json, options.quantization));
     EDGE_ASSIGN_OR_RETURN(embed_, weight("model.embed_tokens.weight", c_.vocab_size,
                                          c_.hidden_size));
     if (c_.tie_word_embeddings && !ckpt_->has("lm_head.weight")) {
@@ -243,7 +241,7 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     spec_.bos_token_id = static_cast<TokenId>(
         c_.bos_token_id >= 0 && c_.bos_token_id < c_.vocab_size ? c_.bos_token_id : -1);
     spec_.version = version_digest(json, *ckpt_);
-    spec_.weight_bytes = ckpt_->total_bytes();
+    spec_.weight_bytes = weights_->resident_bytes();
     spec_.kv_bytes_per_token = per_token;
     return ok_status();
 }
@@ -528,10 +526,7 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
         for (size_t j = 0; j < ch.tokens.size(); ++j, ++i) {
             tok_slot_[i] = ch.slot;
             tok_pos_[i] = ch.start_pos + static_cast<int32_t>(j);
-            const int64_t base = static_cast<int64_t>(ch.tokens[j]) * H;
-            for (int64_t d = 0; d < H; ++d) {
-                x[i * H + d] = element(embed_.data, embed_.format, base + d);
-            }
+            embedding_row(embed_, ch.tokens[j], x + i * H);
         }
         out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
     }

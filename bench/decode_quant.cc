@@ -1,0 +1,186 @@
+// Decode benchmark per weight format on make-model's `bench` preset: single-stream decode
+// tokens/s for BF16, FP8 (all-fp8), INT8 (all-int8), INT4 group 32 and group 128 (every linear
+// layer), and experts-int4 (routed experts INT4-g32, the rest BF16), all quantized on load from
+// the same BF16 checkpoint; with the weight bytes one decode token reads in each format and the
+// fraction of memory read bandwidth (measured in this run, same thread count) that it reaches.
+// Embeddings and lm_head stay BF16 in every policy, as the presets leave them.
+// Usage: bench_decode_quant [--model DIR] [--steps N] [--reps N] [--threads N]
+// Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/membw_probe.h"
+#include "engine/model/loader.h"
+#include "engine/model/model_config.h"
+#include "engine/quant/policy.h"
+#include "engine/quant/quantized_weight.h"
+#include "engine/tools/make_model.h"
+
+namespace {
+
+using namespace edge::engine;
+using Clock = std::chrono::steady_clock;
+
+int64_t matrix_bytes(WeightFormat f, int64_t rows, int64_t cols) {
+    if (f == WeightFormat::kBF16) {
+        return rows * cols * 2;
+    }
+    return quant::weight_data_bytes(f, rows, cols) + quant::weight_scale_count(f, rows, cols) * 4;
+}
+
+// Weight bytes one decode token reads under `p`: attention, router (BF16), the top-k experts of
+// each layer (every layer of the preset is MoE), one embedding row and lm_head.
+int64_t bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p) {
+    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
+    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
+    const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
+    const int64_t E = g("num_experts"), K = g("num_experts_per_tok");
+    const int64_t I = g("moe_intermediate_size"), V = g("vocab_size");
+    const WeightFormat a = p.format_for(quant::TensorClass::kAttention);
+    const WeightFormat x = p.format_for(quant::TensorClass::kRoutedExperts);
+    int64_t b = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        b += matrix_bytes(a, q, H) + 2 * matrix_bytes(a, kv, H) + matrix_bytes(a, H, q);
+        b += E * H * 2;
+        b += K * (2 * matrix_bytes(x, I, H) + matrix_bytes(x, H, I));
+    }
+    b += H * 2 + matrix_bytes(p.format_for(quant::TensorClass::kLmHead), V, H);
+    return b;
+}
+
+double decode_tps(CausalLM& m, int steps) {
+    std::vector<TokenId> prompt(16);
+    std::mt19937 rng(5);
+    for (TokenId& t : prompt) {
+        t = static_cast<TokenId>(rng() % 256);
+    }
+    int32_t slot = *m.acquire_slot();
+    std::vector<float> logits;
+    SequenceChunk ch{slot, 0, prompt, false};
+    if (!m.forward({&ch, 1}, &logits).ok()) {
+        std::fprintf(stderr, "prefill failed\n");
+        std::exit(1);
+    }
+    TokenId tok = 0;
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+        tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        SequenceChunk d{slot, m.slot_length(slot), {&tok, 1}, false};
+        if (!m.forward({&d, 1}, &logits).ok()) {
+            std::fprintf(stderr, "decode failed\n");
+            std::exit(1);
+        }
+    }
+    const double tps = steps / std::chrono::duration<double>(Clock::now() - t0).count();
+    m.release_slot(slot);
+    return tps;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string model_dir;
+    int steps = 24, reps = 3, threads = 2;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--model")) {
+            model_dir = argv[i + 1];
+        } else if (!std::strcmp(argv[i], "--steps")) {
+            steps = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--reps")) {
+            reps = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--threads")) {
+            threads = std::max(1, std::atoi(argv[i + 1]));
+        }
+    }
+    bool temp = false;
+    if (model_dir.empty()) {
+        model_dir = (std::filesystem::temp_directory_path() /
+                     ("edge_bench_quant_" + std::to_string(std::random_device{}())))
+                        .string();
+        MakeModelOptions mo;
+        mo.preset = "bench";
+        mo.out_dir = model_dir;
+        edge::Status st = write_random_checkpoint(mo);
+        if (!st.ok()) {
+            std::fprintf(stderr, "%s\n", st.to_string().c_str());
+            return 1;
+        }
+        temp = true;
+    }
+    auto config = ConfigJson::read(model_dir);
+    if (!config.ok()) {
+        std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
+        return 1;
+    }
+    const std::string int4_all =
+        "attention=int4-g32,dense_mlp=int4-g32,shared_expert=int4-g32,routed_experts=int4-g32";
+    const std::string int4_all128 =
+        "attention=int4-g128,dense_mlp=int4-g128,shared_expert=int4-g128,routed_experts=int4-g128";
+    const std::vector<std::pair<std::string, std::string>> runs = {
+        {"bf16", "none"},       {"fp8", "all-fp8"},         {"int8", "all-int8"},
+        {"int4-g32", int4_all}, {"int4-g128", int4_all128}, {"experts-int4", "experts-int4"}};
+    struct Row {
+        std::string name;
+        int64_t bytes = 0, resident = 0;
+        double tps = 0, bw = 0;
+    };
+    std::vector<Row> rows;
+    for (const auto& [name, policy] : runs) {
+        LoadOptions lo;
+        lo.threads = threads;
+        lo.max_slots = 1;
+        lo.max_context = 16 + steps + 1;
+        lo.quantization = policy;
+        auto model = load_model(model_dir, lo);
+        if (!model.ok()) {
+            std::fprintf(stderr, "%s: %s\n", name.c_str(), model.status().to_string().c_str());
+            return 1;
+        }
+        Row r;
+        r.name = name;
+        r.bytes = bytes_per_token(*config, *edge::engine::quant::parse_quant_policy(policy));
+        r.resident = (*model)->spec().weight_bytes;
+        decode_tps(**model, 4);  // Warm-up: pages in the weights.
+        std::vector<double> tps, bw;
+        for (int k = 0; k < reps; ++k) {
+            bw.push_back(edge::bench::measure_read_bandwidth(threads, size_t{1} << 30, 3));
+            tps.push_back(decode_tps(**model, steps));
+        }
+        r.tps = median(tps);
+        r.bw = median(bw);
+        rows.push_back(r);
+    }
+    if (temp) {
+        std::filesystem::remove_all(model_dir);
+    }
+    std::printf("%-13s %14s %14s %10s %12s %10s %8s\n", "format", "bytes/token_MB", "resident_MB",
+                "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
+    std::string json = "{\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        const double eff = r.tps * static_cast<double>(r.bytes);
+        std::printf("%-13s %14.2f %14.1f %10.2f %12.2f %10.2f %8.3f\n", r.name.c_str(),
+                    r.bytes / 1e6, r.resident / 1e6, r.tps, eff / 1e9, r.bw / 1e9, eff / r.bw);
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "%s{\"format\":\"%s\",\"bytes_per_token\":%lld,\"resident_bytes\":%lld,"
+                      "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%.4g}",
+                      i ? "," : "", r.name.c_str(), static_cast<long long>(r.bytes),
+                      static_cast<long long>(r.resident), r.tps, eff / r.bw, r.tps / rows[0].tps);
+        json += buf;
+    }
+    std::printf("%s]}\n", json.c_str());
+    return 0;
+}

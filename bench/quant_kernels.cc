@@ -1,0 +1,421 @@
+// Single-stream decode throughput of the quantized matrix kernels against measured memory
+// bandwidth. Builds the routed experts of the `bench` shape (hidden 1024, expert intermediate 512,
+// per layer 64 experts x gate/up [512 x 1024] + down [1024 x 512]) in each format, with as many
+// layers as it takes for that format's weights to fill --mb MiB (default 1024: this machine's
+// caches hold well over 128 MiB, so smaller sets measure the cache, not memory), then times GEMV
+// (1 token) over all of them with 1 and 2 threads, each thread taking half the rows of every
+// matrix as the engine's dispatcher does, and the default kernel with a batch of 8 tokens. The
+// limit is a read-bandwidth probe (a 1 GiB buffer) with the same thread count, measured in every
+// round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
+//
+//   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB]
+
+#include "engine/quant/quant_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/quant/quantized_weight.h"
+
+namespace {
+
+using edge::engine::Weight;
+using edge::engine::WeightFormat;
+namespace quant = edge::engine::quant;
+
+constexpr int64_t kHidden = 1024;
+constexpr int64_t kExpertInter = 512;
+constexpr int64_t kExperts = 64;
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+// Runs `body(thread_index)` on `threads` persistent threads `passes` times; returns the fastest
+// pass in seconds (a pass ends when every thread has finished it).
+double time_passes(int threads, int passes, const std::function<void(int)>& body) {
+    std::barrier sync(threads);
+    std::vector<double> pass_times(static_cast<size_t>(passes));
+    auto worker = [&](int index) {
+        for (int p = 0; p < passes; ++p) {
+            sync.arrive_and_wait();
+            const double t0 = now_s();
+            body(index);
+            sync.arrive_and_wait();
+            if (index == 0) {
+                pass_times[static_cast<size_t>(p)] = now_s() - t0;
+            }
+        }
+    };
+    std::vector<std::thread> pool;
+    for (int i = 1; i < threads; ++i) {
+        pool.emplace_back(worker, i);
+    }
+    worker(0);
+    for (auto& t : pool) {
+        t.join();
+    }
+    return *std::min_element(pass_times.begin(), pass_times.end());
+}
+
+// --- Bandwidth probe: sum 64-bit words of a buffer much larger than the caches. ---
+
+__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t out[4];
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), a0);
+    uint64_t s = out[0] + out[1] + out[2] + out[3];
+    for (; i < n; ++i) {
+        s += p[i];
+    }
+    return s;
+}
+
+struct AlignedBuffer {
+    explicit AlignedBuffer(size_t bytes)
+        : ptr(static_cast<uint64_t*>(std::aligned_alloc(64, bytes))), size(bytes) {
+        std::memset(ptr, 1, bytes);  // Touch every page.
+    }
+    ~AlignedBuffer() { std::free(ptr); }
+    uint64_t* ptr;
+    size_t size;
+};
+
+// GB/s of reading `buf` with `threads` threads, each summing its contiguous share.
+double probe_bandwidth(const AlignedBuffer& buf, int threads, int passes) {
+    const size_t kBytes = buf.size;
+    const size_t words = kBytes / 8;
+    std::atomic<uint64_t> sink{0};
+    const double t = time_passes(threads, passes, [&](int index) {
+        const size_t begin = words * index / threads;
+        const size_t end = words * (index + 1) / threads;
+        sink += sum_avx2(buf.ptr + begin, end - begin);
+    });
+    if (sink.load() == 42) {
+        std::printf("#");
+    }
+    return static_cast<double>(kBytes) / t / 1e9;
+}
+
+// --- BF16 baseline, a simple AVX2 loop (widen to f32, FMA). ---
+
+__attribute__((target("avx2,fma"))) void bf16_gemv(const Weight& w, const float* x, float* y,
+                                                   int64_t row_begin, int64_t row_end) {
+    const auto* data = static_cast<const uint16_t*>(w.data);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint16_t* q = data + r * w.cols;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int64_t c = 0; c < w.cols; c += 16) {
+            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
+            const __m256 lo = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(b)), 16));
+            const __m256 hi = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(b, 1)), 16));
+            a0 = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + c), a0);
+            a1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + c + 8), a1);
+        }
+        alignas(32) float s[8];
+        _mm256_store_ps(s, _mm256_add_ps(a0, a1));
+        y[r] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+    }
+}
+
+// --- The expert matrices of one format. ---
+
+struct Matrix {
+    int64_t rows;
+    int64_t cols;
+};
+
+std::vector<Matrix> expert_shapes(int layers) {
+    std::vector<Matrix> m;
+    for (int l = 0; l < layers; ++l) {
+        for (int e = 0; e < kExperts; ++e) {
+            m.push_back({kExpertInter, kHidden});  // gate_proj
+            m.push_back({kExpertInter, kHidden});  // up_proj
+            m.push_back({kHidden, kExpertInter});  // down_proj
+        }
+    }
+    return m;
+}
+
+struct Row {
+    std::string format;
+    std::string variant;
+    int tokens;
+    int threads;
+    int layers;
+    double bytes;    // Weight bytes read per call (all layers).
+    double seconds;  // Fastest pass.
+    double gbps;
+    double fraction;
+};
+
+// One format's expert weights, owned.
+struct FormatSet {
+    std::vector<std::vector<uint16_t>> bf16;
+    std::vector<quant::QuantizedWeight> quantized;
+    std::vector<Weight> weights;
+    double bytes = 0;
+    int layers = 0;
+};
+
+// Bytes one layer of experts takes in `format` (bf16 included).
+double layer_bytes(WeightFormat format) {
+    double total = 0;
+    for (const Matrix& m : expert_shapes(1)) {
+        total += format == WeightFormat::kBF16
+                     ? static_cast<double>(m.rows * m.cols * 2)
+                     : static_cast<double>(quant::weight_data_bytes(format, m.rows, m.cols) +
+                                           4 * quant::weight_scale_count(format, m.rows, m.cols));
+    }
+    return total;
+}
+
+// Quantizes one layer of random experts, then copies its buffers for the other layers (generating
+// and quantizing a GiB of random weights would take minutes; the bytes only need to be distinct).
+bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, FormatSet* set) {
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    set->layers = std::max(1, static_cast<int>(std::ceil(target_bytes / layer_bytes(format))));
+    const std::vector<Matrix> shapes = expert_shapes(1);
+    // A pool of random values; each matrix takes a window at a random offset.
+    std::vector<float> pool(size_t{1} << 22);
+    for (float& v : pool) {
+        v = normal(rng);
+    }
+    std::uniform_int_distribution<size_t> offset(0, pool.size() / 2);
+    std::vector<uint16_t> bf16_src;
+    for (int layer = 0; layer < set->layers; ++layer) {
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            const Matrix& m = shapes[i];
+            const size_t n = static_cast<size_t>(m.rows * m.cols);
+            if (format == WeightFormat::kBF16) {
+                std::vector<uint16_t> d(n);
+                if (layer == 0) {
+                    const float* src = pool.data() + offset(rng);
+                    for (size_t k = 0; k < n; ++k) {
+                        d[k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[k]) >> 16);
+                    }
+                } else {
+                    const auto& first = set->bf16[i];
+                    std::copy(first.begin(), first.end(), d.begin());
+                }
+                set->bf16.push_back(std::move(d));
+                set->weights.push_back(
+                    Weight{WeightFormat::kBF16, m.rows, m.cols, set->bf16.back().data(), nullptr});
+                set->bytes += static_cast<double>(n * 2);
+                continue;
+            }
+            if (layer == 0) {
+                auto q = quant::quantize(
+                    quant::SourceMatrix::f32(pool.data() + offset(rng), m.rows, m.cols), format);
+                if (!q.ok()) {
+                    std::printf("quantize failed: %s\n", q.status().to_string().c_str());
+                    return false;
+                }
+                set->quantized.push_back(std::move(q).value());
+            } else {
+                const quant::QuantizedWeight& first = set->quantized[i];
+                const auto* bytes = static_cast<const uint8_t*>(first.view().data);
+                std::vector<uint8_t> data(bytes,
+                                          bytes + quant::weight_data_bytes(format, m.rows, m.cols));
+                std::vector<float> scales(first.scales().begin(), first.scales().end());
+                set->quantized.emplace_back(format, m.rows, m.cols, std::move(data),
+                                            std::move(scales));
+            }
+            set->bytes += static_cast<double>(set->quantized.back().size_bytes());
+        }
+    }
+    for (const quant::QuantizedWeight& q : set->quantized) {
+        set->weights.push_back(q.view());
+    }
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int passes = 5;
+    int rounds = 4;
+    double target_mib = 1024;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (std::strcmp(argv[i], "--passes") == 0) {
+            passes = std::max(1, std::atoi(argv[i + 1]));
+        } else if (std::strcmp(argv[i], "--rounds") == 0) {
+            rounds = std::max(1, std::atoi(argv[i + 1]));
+        } else if (std::strcmp(argv[i], "--mb") == 0) {
+            target_mib = std::max(1, std::atoi(argv[i + 1]));
+        }
+    }
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        std::printf("bench_quant_kernels needs AVX2+FMA\n{\"error\": \"no avx2\"}\n");
+        return 0;
+    }
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    constexpr int kBatch = 8;  // Tokens of the n-token case (prefill, or several streams).
+    std::vector<float> x(static_cast<size_t>(kBatch * kHidden));
+    for (float& v : x) {
+        v = normal(rng);
+    }
+    const AlignedBuffer probe_buffer(size_t{1024} << 20);
+    double bw[3] = {0.0, 0.0, 0.0};
+    std::vector<Row> rows;
+
+    const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kFP8E4M3Block128,
+                                    WeightFormat::kInt8Row, WeightFormat::kInt4G32,
+                                    WeightFormat::kInt4G128};
+    for (WeightFormat format : formats) {
+        FormatSet set;
+        if (!build_set(format, target_mib * 1048576.0, rng, &set)) {
+            return 1;
+        }
+        struct Case {
+            std::string variant;
+            int tokens;
+            quant::MatmulKernel kernel;  // nullptr: the local BF16 loop.
+        };
+        std::vector<Case> cases;
+        if (format == WeightFormat::kBF16) {
+            cases.push_back({"avx2-loop", 1, nullptr});
+        } else {
+            for (const quant::KernelVariant& v : quant::matmul_kernel_variants(format)) {
+                if (std::string(v.name) != "scalar") {  // Not a decode path; only slows the run.
+                    cases.push_back({v.name, 1, v.kernel});
+                }
+            }
+            cases.push_back({"default", kBatch, quant::matmul_kernel_for(format)});
+        }
+        std::vector<double> best(cases.size() * 2, 1e30);
+        for (int round = 0; round < rounds; ++round) {
+            bw[1] = std::max(bw[1], probe_bandwidth(probe_buffer, 1, passes));
+            bw[2] = std::max(bw[2], probe_bandwidth(probe_buffer, 2, passes));
+            for (size_t i = 0; i < cases.size(); ++i) {
+                const Case& c = cases[i];
+                for (int threads : {1, 2}) {
+                    const double t = time_passes(threads, passes, [&](int index) {
+                        thread_local std::vector<float> y(kBatch * kHidden);
+                        for (const Weight& w : set.weights) {
+                            const int64_t b = w.rows * index / threads;
+                            const int64_t e = w.rows * (index + 1) / threads;
+                            if (c.kernel == nullptr) {
+                                bf16_gemv(w, x.data(), y.data(), b, e);
+                            } else {
+                                c.kernel(w, x.data(), c.tokens, y.data(), w.rows, b, e);
+                            }
+                        }
+                    });
+                    best[i * 2 + threads - 1] = std::min(best[i * 2 + threads - 1], t);
+                }
+            }
+        }
+        for (size_t i = 0; i < cases.size(); ++i) {
+            for (int threads : {1, 2}) {
+                const double t = best[i * 2 + threads - 1];
+                rows.push_back({quant::weight_format_name(format), cases[i].variant,
+                                cases[i].tokens, threads, set.layers, set.bytes, t,
+                                set.bytes / t / 1e9, 0.0});
+            }
+        }
+    }
+    for (Row& r : rows) {
+        r.fraction = r.gbps / bw[r.threads];
+    }
+
+    std::printf(
+        "read bandwidth (best of all rounds, 1 GiB buffer): 1 thread %.2f GB/s, "
+        "2 threads %.2f GB/s\n",
+        bw[1], bw[2]);
+    std::printf(
+        "GB/s = weight bytes read per call / time; 'of BW' = that / the probe's GB/s at "
+        "the same thread count; us/layer = time for one layer of 64 experts.\n\n");
+    std::printf("%-12s %-12s %6s %7s %6s %9s %10s %9s %8s %7s\n", "format", "kernel", "tokens",
+                "threads", "layers", "weight MB", "us/layer", "us/l/tok", "GB/s", "of BW");
+    for (const Row& r : rows) {
+        const double per_layer = r.seconds * 1e6 / r.layers;
+        std::printf("%-12s %-12s %6d %7d %6d %9.1f %10.1f %9.1f %8.2f %6.0f%%\n", r.format.c_str(),
+                    r.variant.c_str(), r.tokens, r.threads, r.layers, r.bytes / 1e6, per_layer,
+                    per_layer / r.tokens, r.gbps, r.fraction * 100.0);
+    }
+
+    // Decode speedup over BF16 of each format's default kernel at 2 threads (time per layer).
+    auto per_layer_time = [&](const std::string& format, const std::string& kernel, int threads,
+                              int tokens) {
+        for (const Row& r : rows) {
+            if (r.format == format && r.variant == kernel && r.threads == threads &&
+                r.tokens == tokens) {
+                return r.seconds / r.layers;
+            }
+        }
+        return 0.0;
+    };
+    std::string json = "{\"bench\":\"quant_kernels\",\"rounds\":" + std::to_string(rounds) +
+                       ",\"passes\":" + std::to_string(passes) +
+                       ",\"bandwidth_gbps_1t\":" + std::to_string(bw[1]) +
+                       ",\"bandwidth_gbps_2t\":" + std::to_string(bw[2]) + ",\"results\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        char item[400];
+        std::snprintf(item, sizeof(item),
+                      "%s{\"format\":\"%s\",\"kernel\":\"%s\",\"tokens\":%d,\"threads\":%d,"
+                      "\"layers\":%d,\"bytes\":%.0f,\"seconds\":%.6g,\"gbps\":%.3f,"
+                      "\"fraction_of_bandwidth\":%.3f}",
+                      i ? "," : "", r.format.c_str(), r.variant.c_str(), r.tokens, r.threads,
+                      r.layers, r.bytes, r.seconds, r.gbps, r.fraction);
+        json += item;
+    }
+    json += "],\"default_kernel_2t\":{";
+    const double bf16_layer = per_layer_time("bf16", "avx2-loop", 2, 1);
+    bool first = true;
+    for (WeightFormat format : formats) {
+        if (format == WeightFormat::kBF16) {
+            continue;
+        }
+        const std::string name = quant::weight_format_name(format);
+        // The default kernel is the last variant; find its name.
+        const std::string kernel = quant::matmul_kernel_variants(format).back().name;
+        double fraction = 0;
+        for (const Row& r : rows) {
+            if (r.format == name && r.variant == kernel && r.threads == 2 && r.tokens == 1) {
+                fraction = r.fraction;
+            }
+        }
+        const double t = per_layer_time(name, kernel, 2, 1);
+        char item[200];
+        std::snprintf(item, sizeof(item),
+                      "%s\"%s\":{\"kernel\":\"%s\",\"fraction_of_bandwidth\":%.3f,"
+                      "\"speedup_vs_bf16\":%.3f}",
+                      first ? "" : ",", name.c_str(), kernel.c_str(), fraction,
+                      t > 0 ? bf16_layer / t : 0.0);
+        json += item;
+        first = false;
+    }
+    json += "}}";
+    std::printf("%s\n", json.c_str());
+    return 0;
+}

@@ -1,0 +1,85 @@
+#pragma once
+
+// WeightLoader is how every architecture obtains its linear-layer matrices from a mapped
+// checkpoint, by tensor name. For a module `m` (the name without `.weight`) it returns:
+//  - the stored matrix viewed in place when `m.weight` is BF16/F16/F32 and the policy leaves its
+//    class unquantized;
+//  - that matrix quantized on load into the policy's format for its class (the quantized copy is
+//    owned here; the full-precision tensor stays in the mapping, never copied);
+//  - an FP8 block-scaled view in place for `m.weight` F8_E4M3 plus `m.weight_scale_inv` (quant
+//    method `fp8`) or `m.weight_scale` (compressed-tensors `float-quantized`, block 128x128);
+//  - an INT4 view in place for compressed-tensors `m.weight_packed` / `m.weight_scale` /
+//    `m.weight_shape` (pack-quantized, symmetric, group 32 or 128 read from the scale's shape);
+//  - an INT8 per-row view in place for `m.weight` I8 plus `m.weight_scale` F32 [rows, 1]
+//    (compressed-tensors `int-quantized`, strategy `channel`).
+// The config's `quantization_config` is checked when the loader is created: quant_method must be
+// absent, `fp8` (fmt e4m3, weight_block_size [128, 128]) or `compressed-tensors`; anything else is
+// an error naming config.json and the field. Quantized tensors in a checkpoint whose config does
+// not declare the method are an error too.
+//
+// Threading: not thread-safe while loading (one loading thread); the Weights it hands out are
+// immutable and readable from any thread. Lifetime: the Checkpoint and the WeightLoader must both
+// outlive every Weight handed out.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/cpu/weight.h"
+#include "engine/quant/policy.h"
+#include "engine/quant/quantized_weight.h"
+
+namespace edge::engine {
+
+class Checkpoint;
+class ConfigJson;
+
+// What the checkpoint's config.json says about stored quantization.
+struct StoredQuantization {
+    std::string quant_method;         // "" (none), "fp8" or "compressed-tensors".
+    std::vector<std::string> ignore;  // compressed-tensors modules left unquantized.
+};
+
+// Parses and checks `quantization_config` of config.json (see the header comment).
+Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config);
+
+class WeightLoader {
+  public:
+    // `policy` is a policy string for parse_quant_policy ("none" or "" for no quantize-on-load).
+    static Result<std::unique_ptr<WeightLoader>> create(const Checkpoint& checkpoint,
+                                                        const ConfigJson& config,
+                                                        const std::string& policy);
+
+    // The matrix named `weight_name` (ending in ".weight"), checked to be rows x cols. Errors name
+    // the checkpoint and tensor.
+    Result<Weight> matrix(const std::string& weight_name, int64_t rows, int64_t cols);
+
+    // Bytes of weights as held in memory: the checkpoint's tensors, minus the full-precision
+    // matrices that were replaced by quantized copies, plus those copies.
+    int64_t resident_bytes() const;
+    const quant::QuantPolicy& policy() const { return policy_; }
+    const StoredQuantization& stored() const { return stored_; }
+
+  private:
+    WeightLoader(const Checkpoint& checkpoint, StoredQuantization stored, quant::QuantPolicy policy)
+        : ckpt_(checkpoint), stored_(std::move(stored)), policy_(policy) {}
+    Result<Weight> keep(quant::QuantizedWeight w);
+
+    const Checkpoint& ckpt_;
+    StoredQuantization stored_;
+    quant::QuantPolicy policy_;
+    std::deque<quant::QuantizedWeight> owned_;  // Stable addresses for the views handed out.
+    int64_t replaced_bytes_ = 0;                // Full-precision bytes no longer read.
+    int64_t added_bytes_ = 0;                   // Bytes of quantized copies made on load.
+};
+
+// True for the formats a kernel dequantizes (FP8, INT8, INT4).
+bool is_quantized_format(WeightFormat format);
+
+// Row `r` of an embedding table in any format, as f32 (`out` holds w.cols floats).
+void embedding_row(const Weight& w, int64_t r, float* out);
+
+}  // namespace edge::engine

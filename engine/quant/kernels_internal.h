@@ -1,0 +1,44 @@
+#pragma once
+
+// The per-ISA matrix kernels behind quant::matmul_kernel_for (quant_kernels.h), one file per ISA:
+// kernels_scalar.cc (reference, any CPU), kernels_avx2.cc (AVX2+FMA+F16C), kernels_avx512.cc
+// (AVX-512 F/BW/VL/DQ, and VBMI for one FP8 variant), kernels_avx512_vnni.cc (AVX-512 VNNI, INT8
+// and INT4 with int8 activations); shared helpers in kernels_x86.h. Each ISA file compiles its
+// functions with target attributes, so the binary runs on any x86-64 and quant_kernels.cc picks by
+// cpuid at run time. All kernels have the MatmulKernel contract and are thread-safe on disjoint row
+// ranges (scratch is thread_local).
+
+#include <cstdint>
+
+#include "engine/cpu/weight.h"
+
+namespace edge::engine::quant::detail {
+
+#define EDGE_QUANT_KERNEL(name)                                                         \
+    void name(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy, \
+              int64_t row_begin, int64_t row_end)
+
+EDGE_QUANT_KERNEL(matmul_fp8_scalar);
+EDGE_QUANT_KERNEL(matmul_int8_scalar);
+EDGE_QUANT_KERNEL(matmul_int4_scalar);
+
+#if defined(__x86_64__)
+EDGE_QUANT_KERNEL(matmul_fp8_avx2);
+EDGE_QUANT_KERNEL(matmul_int8_avx2);
+EDGE_QUANT_KERNEL(matmul_int4_avx2);
+
+EDGE_QUANT_KERNEL(matmul_fp8_avx512);
+// FP8 decoded by two vpermi2b table lookups (AVX-512 VBMI).
+EDGE_QUANT_KERNEL(matmul_fp8_avx512_vbmi);
+EDGE_QUANT_KERNEL(matmul_int8_avx512);
+// INT8 with the activations quantized to int8 per 64 columns and VNNI dot products.
+EDGE_QUANT_KERNEL(matmul_int8_avx512_vnni);
+// INT4 with the activations quantized to int8 per weight group and VNNI dot products.
+EDGE_QUANT_KERNEL(matmul_int4_avx512_vnni);
+// INT4 with nibbles widened to f32 and FMA (exact up to f32 rounding), for comparison.
+EDGE_QUANT_KERNEL(matmul_int4_avx512);
+#endif
+
+#undef EDGE_QUANT_KERNEL
+
+}  // namespace edge::engine::quant::detail

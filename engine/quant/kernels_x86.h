@@ -1,0 +1,60 @@
+#pragma once
+
+// Helpers shared by the x86 kernel files (kernels_avx2.cc, kernels_avx512.cc,
+// kernels_avx512_vnni.cc): target-attribute macros, tail masks and the token-tile driver. Only
+// included by those files; plain functions, thread-safe.
+
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "engine/cpu/weight.h"
+
+// GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
+// "may be used uninitialized" (a known false positive of the reduce/convert intrinsics).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#define EDGE_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define EDGE_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c,avx2")))
+#define EDGE_AVX512_VBMI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,avx2")))
+#define EDGE_AVX512_VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+#define EDGE_INLINE inline __attribute__((always_inline))
+
+namespace edge::engine::quant::detail {
+
+// Tokens one pass over a row serves; each weight chunk is decoded once per tile.
+inline constexpr int kMaxTile = 4;
+
+// Masks of the first n lanes (all lanes for n at or above the width).
+inline __mmask16 mask16(int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+inline __mmask32 mask32(int64_t n) {
+    return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1);
+}
+inline __mmask64 mask64(int64_t n) {
+    return n >= 64 ? ~__mmask64{0} : static_cast<__mmask64>((uint64_t{1} << n) - 1);
+}
+
+// A kernel body for a fixed tile of T tokens: rows [row_begin, row_end), x and y of the tile.
+using RowsFn = void (*)(const Weight&, const float*, float*, int64_t, int64_t, int64_t);
+
+// Runs `tiles[T-1]` over the tokens in tiles of up to kMaxTile.
+inline void run_tiles(const RowsFn (&tiles)[kMaxTile], const Weight& w, const float* x,
+                      int64_t n_tokens, float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
+        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
+        tiles[nt - 1](w, x + t0 * w.cols, y + t0 * ldy, ldy, row_begin, row_end);
+    }
+}
+
+}  // namespace edge::engine::quant::detail
+
+#endif  // defined(__x86_64__)

@@ -1,0 +1,87 @@
+#pragma once
+
+// QuantizedWeight owns the bytes of one quantized matrix (or only its scales, when the data is
+// viewed in place in a mapped checkpoint) and hands out a `Weight` view over them; the quantize_*
+// functions build one from f32 or bf16 weights. A QuantizedWeight is immutable after construction
+// and may be read from any number of threads; moving it keeps the view's pointers valid (vector
+// buffers move), copying is disabled. Views handed out must not outlive the owner (or, for data
+// viewed in place, the mapped checkpoint).
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/cpu/weight.h"
+
+namespace edge::engine::quant {
+
+// A row-major source matrix to quantize: `rows` x `cols` elements of f32 or bf16 (raw uint16 bits).
+struct SourceMatrix {
+    enum class Type { kF32, kBF16 };
+    Type type = Type::kF32;      // Element type of `data`.
+    const void* data = nullptr;  // rows * cols elements, row-major.
+    int64_t rows = 0;            // Output features.
+    int64_t cols = 0;            // Input features.
+
+    static SourceMatrix f32(const float* d, int64_t r, int64_t c) { return {Type::kF32, d, r, c}; }
+    static SourceMatrix bf16(const uint16_t* d, int64_t r, int64_t c) {
+        return {Type::kBF16, d, r, c};
+    }
+};
+
+class QuantizedWeight {
+  public:
+    QuantizedWeight() = default;
+    // Owns both data and scales.
+    QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, std::vector<uint8_t> data,
+                    std::vector<float> scales);
+    // Views `data` in place (owned elsewhere, e.g. a mapped checkpoint) and owns the scales.
+    QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, const void* external_data,
+                    std::vector<float> scales);
+
+    QuantizedWeight(QuantizedWeight&&) noexcept = default;
+    QuantizedWeight& operator=(QuantizedWeight&&) noexcept = default;
+    QuantizedWeight(const QuantizedWeight&) = delete;
+    QuantizedWeight& operator=(const QuantizedWeight&) = delete;
+
+    const Weight& view() const { return view_; }
+    // Bytes of data plus scales this weight's format takes (whether owned or viewed).
+    int64_t size_bytes() const;
+    bool owns_data() const { return !data_.empty(); }
+    std::span<const float> scales() const { return scales_; }
+
+  private:
+    Weight view_;
+    std::vector<uint8_t> data_;
+    std::vector<float> scales_;
+};
+
+// Bytes of `data` for a rows x cols matrix in `format` (0 for overflow or bad shapes).
+int64_t weight_data_bytes(WeightFormat format, int64_t rows, int64_t cols);
+// Number of f32 scales `format` keeps for a rows x cols matrix (0 for float formats).
+int64_t weight_scale_count(WeightFormat format, int64_t rows, int64_t cols);
+// Group size along the input dimension of an int4 format (32 or 128), 0 for other formats.
+int64_t int4_group_size(WeightFormat format);
+// "fp8-block128", "int8-row", "int4-g32", ...
+const char* weight_format_name(WeightFormat format);
+
+// FP8 E4M3 with one f32 scale per 128x128 block (scale = max|w| / 448 of the block, 1 for an
+// all-zero block). `name` names the tensor in errors. NaN or Inf anywhere -> kInvalidArgument.
+Result<QuantizedWeight> quantize_fp8_block(const SourceMatrix& src, std::string_view name = "");
+// INT8 symmetric per output row (scale = max|w| / 127, q in [-127, 127]).
+Result<QuantizedWeight> quantize_int8_row(const SourceMatrix& src, std::string_view name = "");
+// INT4 symmetric, one scale per `group_size` (32 or 128) inputs of a row (scale = max|w| / 7,
+// q in [-7, 7]); cols must be a multiple of group_size.
+Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t group_size,
+                                            std::string_view name = "");
+// Dispatches on a quantized format.
+Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
+                                 std::string_view name = "");
+
+// Reference dequantization of row `r` of a quantized view into `out` (w.cols floats). For tests
+// and tools, never on the inference path.
+void dequantize_row(const Weight& w, int64_t r, float* out);
+
+}  // namespace edge::engine::quant

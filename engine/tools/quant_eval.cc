@@ -1,0 +1,309 @@
+#include "engine/tools/quant_eval.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "engine/model/loader.h"
+#include "engine/model/safetensors.h"
+#include "engine/quant/policy.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace edge::engine {
+namespace {
+
+struct Run {
+    std::vector<float> logits;  // Every scored position, vocab floats each.
+    int64_t weight_bytes = 0;
+    double decode_tps = 0.0;
+};
+
+Result<Run> run_model(const QuantEvalOptions& o, const std::string& policy,
+                      const std::vector<TokenId>& ids, int64_t* vocab) {
+    LoadOptions lo;
+    lo.threads = o.threads;
+    lo.max_slots = 1;
+    lo.max_context = static_cast<int32_t>(std::max<int64_t>(o.chunk, o.decode_steps + 1));
+    lo.quantization = policy;
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, load_model(o.model_dir, lo));
+    *vocab = model->spec().vocab_size;
+    Run r;
+    r.weight_bytes = model->spec().weight_bytes;
+    r.logits.reserve(ids.size() * static_cast<size_t>(*vocab));
+    std::vector<float> out;
+    for (size_t c = 0; c < ids.size(); c += static_cast<size_t>(o.chunk)) {
+        const size_t n = std::min(ids.size() - c, static_cast<size_t>(o.chunk));
+        EDGE_ASSIGN_OR_RETURN(int32_t slot, model->acquire_slot());
+        SequenceChunk ch{slot, 0, std::span<const TokenId>(ids.data() + c, n), true};
+        Status st = model->forward({&ch, 1}, &out);
+        model->release_slot(slot);
+        EDGE_RETURN_IF_ERROR(st);
+        r.logits.insert(r.logits.end(), out.begin(), out.end());
+    }
+    if (o.decode_steps > 0 && !ids.empty()) {
+        EDGE_ASSIGN_OR_RETURN(int32_t slot, model->acquire_slot());
+        TokenId tok = ids[0];
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int32_t s = 0; s <= o.decode_steps; ++s) {
+            SequenceChunk ch{slot, s, std::span<const TokenId>(&tok, 1), false};
+            Status st = model->forward({&ch, 1}, &out);
+            if (!st.ok()) {
+                model->release_slot(slot);
+                return st;
+            }
+            tok = static_cast<TokenId>(std::max_element(out.begin(), out.end()) - out.begin());
+        }
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        model->release_slot(slot);
+        r.decode_tps = secs > 0 ? (o.decode_steps + 1) / secs : 0.0;
+    }
+    return r;
+}
+
+// log-softmax of one row into `out`.
+void log_softmax(const float* l, int64_t v, std::vector<double>& out) {
+    out.resize(static_cast<size_t>(v));
+    double mx = l[0];
+    for (int64_t i = 1; i < v; ++i) {
+        mx = std::max(mx, static_cast<double>(l[i]));
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < v; ++i) {
+        sum += std::exp(l[i] - mx);
+    }
+    const double lse = mx + std::log(sum);
+    for (int64_t i = 0; i < v; ++i) {
+        out[i] = l[i] - lse;
+    }
+}
+
+QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& ids, int64_t chunk,
+                     int64_t vocab) {
+    QuantEvalRow row;
+    row.weight_bytes = q.weight_bytes;
+    row.decode_tps = q.decode_tps;
+    const size_t n = ids.size();
+    std::vector<double> kls;
+    kls.reserve(n);
+    std::vector<double> lp, lq;
+    double nll = 0.0, sq = 0.0;
+    int64_t scored = 0, agree = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const float* a = base.logits.data() + i * vocab;
+        const float* b = q.logits.data() + i * vocab;
+        log_softmax(a, vocab, lp);
+        log_softmax(b, vocab, lq);
+        double kl = 0.0;
+        for (int64_t v = 0; v < vocab; ++v) {
+            kl += std::exp(lp[v]) * (lp[v] - lq[v]);
+            const double d = static_cast<double>(a[v]) - b[v];
+            sq += d * d;
+        }
+        kls.push_back(std::max(0.0, kl));
+        agree += (std::max_element(a, a + vocab) - a) == (std::max_element(b, b + vocab) - b);
+        const bool has_next =
+            (i % static_cast<size_t>(chunk)) + 1 < static_cast<size_t>(chunk) && i + 1 < n;
+        if (has_next) {
+            nll -= lq[static_cast<size_t>(ids[i + 1])];
+            ++scored;
+        }
+    }
+    double sum = 0.0;
+    for (double k : kls) {
+        sum += k;
+    }
+    row.mean_kl = n ? sum / static_cast<double>(n) : 0.0;
+    std::sort(kls.begin(), kls.end());
+    row.p99_kl = n ? kls[std::min(n - 1, static_cast<size_t>(std::ceil(0.99 * n)) - 1)] : 0.0;
+    row.top1 = n ? static_cast<double>(agree) / static_cast<double>(n) : 1.0;
+    row.perplexity = scored ? std::exp(nll / static_cast<double>(scored)) : 0.0;
+    row.logit_rmse = n ? std::sqrt(sq / static_cast<double>(n * vocab)) : 0.0;
+    return row;
+}
+
+Result<std::vector<TokenId>> read_ids(const QuantEvalOptions& o) {
+    if (!o.token_ids.empty()) {
+        return o.token_ids;
+    }
+    const std::string path = o.text_path.empty() ? o.model_dir + "/eval.txt" : o.text_path;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        return not_found_error("quant-eval: cannot read text file " + path +
+                               " (give one with --text)");
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EDGE_ASSIGN_OR_RETURN(auto tok,
+                          tokenizer::Tokenizer::load_file(o.model_dir + "/tokenizer.json"));
+    EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tok->encode(ss.str(), false));
+    return ids;
+}
+
+}  // namespace
+
+Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
+    if (o.tokens < 2 || o.chunk < 2) {
+        return invalid_argument_error("quant-eval: --tokens and --chunk must be at least 2");
+    }
+    std::vector<std::pair<std::string, std::string>> runs;  // label, policy
+    std::set<WeightFormat> formats;
+    for (const std::string& p : o.policies) {
+        EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy qp, quant::parse_quant_policy(p));
+        runs.emplace_back(p, qp.to_string());
+        for (WeightFormat f : qp.formats) {
+            if (f != WeightFormat::kBF16) {
+                formats.insert(f);
+            }
+        }
+    }
+    if (o.per_class) {
+        EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(o.model_dir));
+        std::set<quant::TensorClass> present;
+        for (const std::string& name : ckpt->names()) {
+            if (auto c = quant::tensor_class_for_name(name)) {
+                present.insert(*c);
+            }
+        }
+        for (WeightFormat f : formats) {
+            for (quant::TensorClass c : present) {
+                quant::QuantPolicy qp;
+                qp.set(c, f);
+                const std::string label =
+                    std::string(quant::tensor_class_name(c)) + "=" + quant::policy_format_name(f);
+                runs.emplace_back(label, qp.to_string());
+            }
+        }
+    }
+    EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, read_ids(o));
+    if (static_cast<int64_t>(ids.size()) > o.tokens) {
+        ids.resize(static_cast<size_t>(o.tokens));
+    }
+    if (ids.size() < 2) {
+        return invalid_argument_error("quant-eval: the text has fewer than 2 tokens");
+    }
+    int64_t vocab = 0;
+    EDGE_ASSIGN_OR_RETURN(Run base, run_model(o, "none", ids, &vocab));
+    std::vector<QuantEvalRow> rows;
+    rows.push_back(compare(base, base, ids, o.chunk, vocab));
+    rows.back().label = "bf16";
+    rows.back().policy = "none";
+    const double base_ppl = rows.back().perplexity;
+    for (const auto& [label, policy] : runs) {
+        int64_t v = 0;
+        auto r = run_model(o, policy, ids, &v);
+        if (!r.ok()) {
+            return Status(r.status().code(),
+                          "quant-eval: policy '" + label + "': " + r.status().message());
+        }
+        rows.push_back(compare(base, *r, ids, o.chunk, vocab));
+        rows.back().label = label;
+        rows.back().policy = policy;
+        rows.back().ppl_ratio = base_ppl > 0 ? rows.back().perplexity / base_ppl : 0.0;
+    }
+    return rows;
+}
+
+std::string quant_eval_table(const std::vector<QuantEvalRow>& rows) {
+    std::string s;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-28s %12s %10s %10s %7s %9s %8s %10s %9s\n", "policy",
+                  "weight_MiB", "mean_KL", "p99_KL", "top1", "ppl", "ppl_x", "logit_rmse",
+                  "decode/s");
+    s += line;
+    for (const QuantEvalRow& r : rows) {
+        std::snprintf(line, sizeof line,
+                      "%-28s %12.3f %10.6f %10.6f %7.4f %9.4f %8.4f %10.6f %9.1f\n",
+                      r.label.c_str(), static_cast<double>(r.weight_bytes) / (1 << 20), r.mean_kl,
+                      r.p99_kl, r.top1, r.perplexity, r.ppl_ratio, r.logit_rmse, r.decode_tps);
+        s += line;
+    }
+    return s;
+}
+
+std::string quant_eval_json(const std::vector<QuantEvalRow>& rows) {
+    std::string s = "{\"rows\":[";
+    char buf[768];
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const QuantEvalRow& r = rows[i];
+        std::snprintf(buf, sizeof buf,
+                      "%s{\"label\":\"%s\",\"policy\":\"%s\",\"weight_bytes\":%lld,"
+                      "\"mean_kl\":%.8g,\"p99_kl\":%.8g,\"top1\":%.6g,\"perplexity\":%.8g,"
+                      "\"ppl_ratio\":%.8g,\"logit_rmse\":%.8g,\"decode_tps\":%.6g}",
+                      i ? "," : "", r.label.c_str(), r.policy.c_str(),
+                      static_cast<long long>(r.weight_bytes), r.mean_kl, r.p99_kl, r.top1,
+                      r.perplexity, r.ppl_ratio, r.logit_rmse, r.decode_tps);
+        s += buf;
+    }
+    return s + "]}";
+}
+
+int quant_eval_main(int argc, char** argv) {
+    int i = argc > 1 && std::string_view(argv[1]) == "quant-eval" ? 2 : 1;
+    const char* usage =
+        "usage: edgeserve quant-eval --model DIR --policies P1,P2,... [--text FILE] "
+        "[--tokens N] [--chunk N] [--threads N] [--no-per-class]\n";
+    QuantEvalOptions o;
+    for (; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (a == "--no-per-class") {
+            o.per_class = false;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            std::fprintf(stderr, "missing value for %s\n%s", argv[i], usage);
+            return 2;
+        }
+        const std::string v = argv[++i];
+        try {
+            if (a == "--model") {
+                o.model_dir = v;
+            } else if (a == "--policies") {
+                std::string cur;
+                for (char ch : v + ",") {
+                    if (ch == ',') {
+                        if (!cur.empty()) {
+                            o.policies.push_back(cur);
+                        }
+                        cur.clear();
+                    } else {
+                        cur += ch == '+' ? ',' : ch;
+                    }
+                }
+            } else if (a == "--text") {
+                o.text_path = v;
+            } else if (a == "--tokens") {
+                o.tokens = std::stoll(v);
+            } else if (a == "--chunk") {
+                o.chunk = std::stoll(v);
+            } else if (a == "--threads") {
+                o.threads = static_cast<int32_t>(std::stol(v));
+            } else {
+                std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i - 1], usage);
+                return 2;
+            }
+        } catch (...) {
+            std::fprintf(stderr, "bad number '%s' for %s\n%s", v.c_str(), argv[i - 1], usage);
+            return 2;
+        }
+    }
+    if (o.model_dir.empty() || o.policies.empty()) {
+        std::fputs(usage, stderr);
+        return 2;
+    }
+    auto rows = run_quant_eval(o);
+    if (!rows.ok()) {
+        std::fprintf(stderr, "quant-eval: %s\n", rows.status().to_string().c_str());
+        return 1;
+    }
+    std::fputs(quant_eval_table(*rows).c_str(), stdout);
+    std::printf("%s\n", quant_eval_json(*rows).c_str());
+    return 0;
+}
+
+}  // namespace edge::engine

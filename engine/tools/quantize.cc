@@ -1,0 +1,309 @@
+#include "engine/tools/quantize.h"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/safetensors_writer.h"
+#include "engine/model/weight_loader.h"
+#include "engine/quant/policy.h"
+#include "engine/quant/quantized_weight.h"
+
+namespace edge::engine {
+namespace {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
+
+Status write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+        return internal_error("cannot write " + path);
+    }
+    return ok_status();
+}
+
+// Owned bytes of the tensors to write, kept alive until write_safetensors returns.
+struct Buffers {
+    std::vector<quant::QuantizedWeight> weights;
+    std::vector<std::vector<float>> floats;
+    std::vector<std::vector<int32_t>> ints;
+};
+
+}  // namespace
+
+Status quantize_checkpoint(const QuantizeOptions& options) {
+    EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy policy, quant::parse_quant_policy(options.policy));
+    EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(options.model_dir));
+    EDGE_ASSIGN_OR_RETURN(StoredQuantization stored, parse_stored_quantization(config));
+    if (!stored.quant_method.empty()) {
+        return invalid_argument_error(config.path() + ": the checkpoint is already quantized ('" +
+                                      stored.quant_method + "'); quantize reads BF16/F16/F32");
+    }
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                          Checkpoint::open_dir(options.model_dir));
+    std::set<WeightFormat> used;
+    for (WeightFormat f : policy.formats) {
+        if (is_quantized_format(f)) {
+            used.insert(f);
+        }
+    }
+    const bool fp8_only = used.size() == 1 && *used.begin() == WeightFormat::kFP8E4M3Block128;
+
+    Buffers buf;
+    buf.weights.reserve(ckpt->names().size());
+    std::vector<TensorToWrite> out;
+    std::map<WeightFormat, std::vector<std::string>> targets;  // Modules per format.
+    std::vector<std::string> ignore;
+    for (const std::string& name : ckpt->names()) {
+        EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt->tensor(name));
+        const auto cls = quant::tensor_class_for_name(name);
+        const bool linear = cls.has_value() && name.size() > 7 &&
+                            name.compare(name.size() - 7, 7, ".weight") == 0 &&
+                            t.shape().size() == 2;
+        const WeightFormat f = linear ? policy.format_for(*cls) : WeightFormat::kBF16;
+        if (!is_quantized_format(f)) {
+            if (linear) {
+                ignore.push_back(name.substr(0, name.size() - 7));
+            }
+            out.push_back(
+                {name, t.dtype(), t.shape(), as_bytes(t.data, static_cast<size_t>(t.nbytes)), {}});
+            continue;
+        }
+        const std::string m = name.substr(0, name.size() - 7);
+        const int64_t rows = t.shape()[0];
+        const int64_t cols = t.shape()[1];
+        // Quantize exactly as the loader would (same entry point, same source).
+        quant::SourceMatrix src;
+        std::vector<float> tmp;
+        if (t.dtype() == DType::kBF16) {
+            src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
+        } else if (t.dtype() == DType::kF16 || t.dtype() == DType::kF32) {
+            tmp.resize(static_cast<size_t>(rows * cols));
+            embedding_row(Weight{t.dtype() == DType::kF16 ? WeightFormat::kF16 : WeightFormat::kF32,
+                                 1, rows * cols, t.data, nullptr},
+                          0, tmp.data());
+            src = quant::SourceMatrix::f32(tmp.data(), rows, cols);
+        } else {
+            return invalid_argument_error(*t.file + ": tensor '" + name + "' is " +
+                                          std::string(dtype_name(t.dtype())) +
+                                          "; quantize reads BF16/F16/F32");
+        }
+        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q, quant::quantize(src, f, name));
+        buf.weights.push_back(std::move(q));
+        const quant::QuantizedWeight& qw = buf.weights.back();
+        const Weight& v = qw.view();
+        const auto scales = qw.scales();
+        const std::string_view scale_bytes = as_bytes(scales.data(), scales.size() * 4);
+        const int64_t data_bytes = quant::weight_data_bytes(f, rows, cols);
+        targets[f].push_back(m);
+        switch (f) {
+            case WeightFormat::kFP8E4M3Block128: {
+                const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
+                out.push_back({name,
+                               DType::kF8E4M3,
+                               {rows, cols},
+                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
+                               {}});
+                out.push_back({m + (fp8_only ? ".weight_scale_inv" : ".weight_scale"),
+                               DType::kF32,
+                               {br, bc},
+                               scale_bytes,
+                               {}});
+                break;
+            }
+            case WeightFormat::kInt8Row:
+                out.push_back({name,
+                               DType::kI8,
+                               {rows, cols},
+                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
+                               {}});
+                out.push_back({m + ".weight_scale", DType::kF32, {rows, 1}, scale_bytes, {}});
+                break;
+            case WeightFormat::kInt4G32:
+            case WeightFormat::kInt4G128: {
+                // Byte for byte the pack-quantized int32 words (see engine/cpu/weight.h).
+                const int64_t g = quant::int4_group_size(f);
+                out.push_back({m + ".weight_packed",
+                               DType::kI32,
+                               {rows, cols / 8},
+                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
+                               {}});
+                out.push_back(
+                    {m + ".weight_scale", DType::kF32, {rows, cols / g}, scale_bytes, {}});
+                buf.ints.push_back({static_cast<int32_t>(rows), static_cast<int32_t>(cols)});
+                out.push_back({m + ".weight_shape",
+                               DType::kI32,
+                               {2},
+                               as_bytes(buf.ints.back().data(), 8),
+                               {}});
+                break;
+            }
+            default:
+                return internal_error("quantize: unexpected format");
+        }
+    }
+    // buf.ints may reallocate while pushing: take the shape views again now that it is final.
+    {
+        size_t k = 0;
+        for (TensorToWrite& t : out) {
+            if (t.name.size() > 13 &&
+                t.name.compare(t.name.size() - 13, 13, ".weight_shape") == 0 &&
+                t.dtype == DType::kI32 && t.shape == std::vector<int64_t>{2}) {
+                t.bytes = as_bytes(buf.ints[k++].data(), 8);
+            }
+        }
+    }
+
+    json::object qc;
+    if (used.empty()) {
+        // Nothing quantized: a plain copy without quantization_config.
+    } else if (fp8_only) {
+        qc["quant_method"] = "fp8";
+        qc["fmt"] = "e4m3";
+        qc["activation_scheme"] = "dynamic";
+        qc["weight_block_size"] = json::array{128, 128};
+    } else {
+        qc["quant_method"] = "compressed-tensors";
+        qc["format"] =
+            used.size() == 1
+                ? (*used.begin() == WeightFormat::kInt8Row
+                       ? "int-quantized"
+                       : (*used.begin() == WeightFormat::kFP8E4M3Block128 ? "float-quantized"
+                                                                          : "pack-quantized"))
+                : "mixed-precision";
+        qc["quantization_status"] = "compressed";
+        json::object groups;
+        int gi = 0;
+        for (const auto& [f, mods] : targets) {
+            json::object w;
+            w["symmetric"] = true;
+            w["dynamic"] = false;
+            if (f == WeightFormat::kFP8E4M3Block128) {
+                w["num_bits"] = 8;
+                w["type"] = "float";
+                w["strategy"] = "block";
+                w["block_structure"] = json::array{128, 128};
+            } else if (f == WeightFormat::kInt8Row) {
+                w["num_bits"] = 8;
+                w["type"] = "int";
+                w["strategy"] = "channel";
+            } else {
+                w["num_bits"] = 4;
+                w["type"] = "int";
+                w["strategy"] = "group";
+                w["group_size"] = quant::int4_group_size(f);
+            }
+            json::array tg;
+            for (const std::string& mod : mods) {
+                tg.emplace_back(mod);
+            }
+            json::object g;
+            g["targets"] = std::move(tg);
+            g["weights"] = std::move(w);
+            g["input_activations"] = nullptr;
+            g["output_activations"] = nullptr;
+            g["format"] = f == WeightFormat::kFP8E4M3Block128 ? "float-quantized"
+                          : f == WeightFormat::kInt8Row       ? "int-quantized"
+                                                              : "pack-quantized";
+            groups["group_" + std::to_string(gi++)] = std::move(g);
+        }
+        qc["config_groups"] = std::move(groups);
+        json::array ig;
+        for (const std::string& mod : ignore) {
+            ig.emplace_back(mod);
+        }
+        qc["ignore"] = std::move(ig);
+    }
+
+    std::error_code ec;
+    fs::create_directories(options.out_dir, ec);
+    if (ec) {
+        return internal_error("cannot create " + options.out_dir + ": " + ec.message());
+    }
+    EDGE_RETURN_IF_ERROR(write_safetensors(options.out_dir + "/model.safetensors", out));
+    boost::system::error_code jec;
+    json::value root = json::parse(config.text(), jec);
+    if (jec || !root.is_object()) {
+        return invalid_argument_error(config.path() + ": not a JSON object");
+    }
+    if (!used.empty()) {
+        root.as_object()["quantization_config"] = std::move(qc);
+        root.as_object()["edgeserve_quantization_policy"] = policy.to_string();
+    }
+    EDGE_RETURN_IF_ERROR(write_text(options.out_dir + "/config.json", json::serialize(root)));
+    for (const auto& entry : fs::directory_iterator(options.model_dir, ec)) {
+        const std::string fname = entry.path().filename().string();
+        if (!entry.is_regular_file() || fname == "config.json" ||
+            fname == "model.safetensors.index.json" || entry.path().extension() == ".safetensors") {
+            continue;
+        }
+        // Tokenizer and generation files; not reference outputs or other artefacts, which
+        // describe the unquantized model.
+        const bool keep = fname == "tokenizer.json" || fname == "tokenizer_config.json" ||
+                          fname == "generation_config.json" || fname == "special_tokens_map.json" ||
+                          fname == "vocab.json" || fname == "tokenizer.model" ||
+                          fname == "merges.txt" || fname == "vocab.txt" ||
+                          fname == "chat_template.jinja" || fname == "added_tokens.json";
+        if (!keep) {
+            continue;
+        }
+        fs::copy_file(entry.path(), fs::path(options.out_dir) / fname,
+                      fs::copy_options::overwrite_existing, ec);
+        if (ec) {
+            return internal_error("cannot copy " + entry.path().string() + ": " + ec.message());
+        }
+    }
+    return ok_status();
+}
+
+int quantize_main(int argc, char** argv) {
+    int i = argc > 1 && std::string_view(argv[1]) == "quantize" ? 2 : 1;
+    QuantizeOptions o;
+    const char* usage = "usage: edgeserve quantize --model IN --policy P --out DIR\n";
+    for (; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (i + 1 >= argc) {
+            std::fprintf(stderr, "%s: missing value for %s\n", usage, argv[i]);
+            return 2;
+        }
+        if (a == "--model") {
+            o.model_dir = argv[++i];
+        } else if (a == "--policy") {
+            o.policy = argv[++i];
+        } else if (a == "--out") {
+            o.out_dir = argv[++i];
+        } else {
+            std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
+            return 2;
+        }
+    }
+    if (o.model_dir.empty() || o.policy.empty() || o.out_dir.empty()) {
+        std::fputs(usage, stderr);
+        return 2;
+    }
+    Status st = quantize_checkpoint(o);
+    if (!st.ok()) {
+        std::fprintf(stderr, "quantize: %s\n", st.to_string().c_str());
+        return 1;
+    }
+    std::printf("wrote %s (policy %s)\n", o.out_dir.c_str(), o.policy.c_str());
+    return 0;
+}
+
+}  // namespace edge::engine

@@ -1,0 +1,173 @@
+#include "engine/quant/quant_kernels.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/quant/quantized_weight.h"
+
+namespace edge::engine::quant {
+namespace {
+
+// Tolerances, relative to sum_c |W[r][c] * x[c]| of the output:
+//  - kernels multiplying dequantized f32 weights: 1e-5 (f32 accumulation in a different order
+//    than the reference; rows here are at most ~1000 columns);
+//  - VNNI kernels round activations to int8 per group of KernelVariant::activation_group columns,
+//    adding at most sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| (half a step of
+//    x's int8 grid), computed below per output from the actual weights and activations.
+constexpr double kFloatRelTol = 1e-5;
+
+struct Case {
+    int64_t rows;
+    int64_t cols;
+    int64_t n_tokens;
+};
+
+std::vector<float> random_vector(size_t n, std::mt19937& rng, float stddev) {
+    std::normal_distribution<float> normal(0.0f, stddev);
+    std::vector<float> v(n);
+    for (float& f : v) {
+        f = normal(rng);
+    }
+    return v;
+}
+
+void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
+    const std::string format_name = weight_format_name(format);
+    CAPTURE(format_name);
+    CAPTURE(c.rows);
+    CAPTURE(c.cols);
+    CAPTURE(c.n_tokens);
+    std::mt19937 rng(seed);
+    const std::vector<float> wsrc = random_vector(c.rows * c.cols, rng, 0.05f);
+    std::vector<float> x = random_vector(c.n_tokens * c.cols, rng, 1.0f);
+    x[0] = 6.0f;  // An activation outlier, as in real models.
+    auto q = quantize(SourceMatrix::f32(wsrc.data(), c.rows, c.cols), format);
+    REQUIRE(q.ok());
+    const Weight& w = q->view();
+
+    // Exact reference in double from the dequantized weights, and the f32 error scale.
+    std::vector<double> exact(c.n_tokens * c.rows), magnitude(exact.size());
+    std::vector<float> dequantized(c.rows * c.cols);
+    for (int64_t r = 0; r < c.rows; ++r) {
+        const float* row = dequantized.data() + r * c.cols;
+        dequantize_row(w, r, dequantized.data() + r * c.cols);
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            const float* xt = x.data() + t * c.cols;
+            double sum = 0.0, mag = 0.0;
+            for (int64_t i = 0; i < c.cols; ++i) {
+                sum += static_cast<double>(row[i]) * xt[i];
+                mag += std::fabs(static_cast<double>(row[i]) * xt[i]);
+            }
+            exact[t * c.rows + r] = sum;
+            magnitude[t * c.rows + r] = mag;
+        }
+    }
+    // The activation-rounding bound of a kernel quantizing x per `group` columns (0: none).
+    auto activation_bound = [&](int64_t group, int64_t t, int64_t r) {
+        if (group == 0) {
+            return 0.0;
+        }
+        const float* xt = x.data() + t * c.cols;
+        const float* row = dequantized.data() + r * c.cols;
+        double bound = 0.0;
+        for (int64_t g0 = 0; g0 < c.cols; g0 += group) {
+            double amax = 0.0, wsum = 0.0;
+            for (int64_t i = g0; i < std::min(c.cols, g0 + group); ++i) {
+                amax = std::max(amax, std::fabs(static_cast<double>(xt[i])));
+                wsum += std::fabs(static_cast<double>(row[i]));
+            }
+            bound += amax / 254.0 * wsum;
+        }
+        return bound;
+    };
+
+    const std::vector<KernelVariant> variants = matmul_kernel_variants(format);
+    REQUIRE(!variants.empty());
+    CHECK(std::string(variants.front().name) == "scalar");
+    CHECK((matmul_kernel_for(format) == variants.back().kernel));
+    // Rows [1, rows - 1) into a y with padding, to check the range and ldy are honoured.
+    const int64_t ldy = c.rows + 3;
+    const int64_t rb = c.rows > 2 ? 1 : 0;
+    const int64_t re = c.rows > 2 ? c.rows - 1 : c.rows;
+    for (const KernelVariant& v : variants) {
+        const std::string variant = v.name;
+        CAPTURE(variant);
+        std::vector<float> y(c.n_tokens * ldy, -12345.0f);
+        v.kernel(w, x.data(), c.n_tokens, y.data(), ldy, rb, re);
+        int bad = 0, untouched_changed = 0;
+        double worst = 0.0;
+        for (int64_t t = 0; t < c.n_tokens; ++t) {
+            for (int64_t r = 0; r < ldy; ++r) {
+                const float got = y[t * ldy + r];
+                if (r < rb || r >= re) {
+                    untouched_changed += got != -12345.0f;
+                    continue;
+                }
+                const size_t i = t * c.rows + r;
+                const double tol = kFloatRelTol * magnitude[i] + 1e-6 +
+                                   activation_bound(v.activation_group, t, r) * (1 + 1e-4);
+                const double err = std::fabs(got - exact[i]);
+                worst = std::max(worst, err / tol);
+                bad += !(err <= tol);
+            }
+        }
+        CAPTURE(worst);
+        CHECK(bad == 0);
+        CHECK(untouched_changed == 0);
+    }
+}
+
+TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
+    const Case cases[] = {{1, 1, 1},     {3, 17, 1},   {5, 33, 2},   {130, 257, 1},
+                          {129, 300, 5}, {64, 512, 4}, {7, 1000, 9}, {40, 63, 3}};
+    uint32_t seed = 10;
+    for (const Case& c : cases) {
+        check_variants(WeightFormat::kFP8E4M3Block128, c, seed++);
+        check_variants(WeightFormat::kInt8Row, c, seed++);
+    }
+}
+
+TEST_CASE("int4 kernels equal the reference on ragged shapes") {
+    const Case g32[] = {{1, 32, 1},   {3, 64, 1},   {5, 96, 2},   {9, 160, 5},
+                        {33, 224, 4}, {64, 512, 1}, {17, 1056, 9}};
+    const Case g128[] = {{1, 128, 1}, {6, 384, 3}, {65, 640, 1}, {11, 1024, 6}};
+    uint32_t seed = 100;
+    for (const Case& c : g32) {
+        check_variants(WeightFormat::kInt4G32, c, seed++);
+    }
+    for (const Case& c : g128) {
+        check_variants(WeightFormat::kInt4G128, c, seed++);
+    }
+}
+
+TEST_CASE("int4 kernels handle all-zero activation groups") {
+    const int64_t rows = 4, cols = 128;
+    std::vector<float> wsrc(rows * cols, 0.01f);
+    auto q = quantize_int4_group(SourceMatrix::f32(wsrc.data(), rows, cols), 32);
+    REQUIRE(q.ok());
+    std::vector<float> x(cols, 0.0f);
+    x[100] = 2.0f;  // Only the fourth group is non-zero.
+    for (const KernelVariant& v : matmul_kernel_variants(WeightFormat::kInt4G32)) {
+        const std::string variant = v.name;
+        CAPTURE(variant);
+        std::vector<float> y(rows, 0.0f);
+        v.kernel(q->view(), x.data(), 1, y.data(), rows, 0, rows);
+        for (float f : y) {
+            CHECK(f == doctest::Approx(0.02).epsilon(1e-5));
+        }
+    }
+}
+
+TEST_CASE("float formats have no quant kernel") {
+    CHECK((matmul_kernel_for(WeightFormat::kF32) == nullptr));
+    CHECK((matmul_kernel_for(WeightFormat::kBF16) == nullptr));
+    CHECK(matmul_kernel_variants(WeightFormat::kF16).empty());
+    CHECK((matmul_kernel_for(WeightFormat::kInt4G128) != nullptr));
+}
+
+}  // namespace
+}  // namespace edge::engine::quant

@@ -1,0 +1,364 @@
+// Loading quantized weights: checkpoints written by `edgeserve quantize` against the same policy
+// applied on load (bit-identical logits), quantized fixture models against their BF16 logits
+// (bounds from quant-eval), and bad quantized checkpoints (clear errors).
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "engine/model/loader.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/safetensors_writer.h"
+#include "engine/tools/quant_eval.h"
+#include "engine/tools/quantize.h"
+
+// Bounds for the quant-eval tests below, about twice the mean KL (and a margin under top-1 and
+// over the perplexity ratio) that quant-eval measured with exactly these settings (256 tokens,
+// chunks of 128): micro-qwen3-moe (random weights): all-fp8 KL 0.0078 top-1 0.949 ppl x0.997;
+// all-int8 0.0052 / 0.969 / x1.008; experts-int4 0.0245 / 0.859 / x1.001. fortunes-qwen3-moe
+// (trained; eval.txt): all-fp8 0.00042 / 0.996 / x1.0035; all-int8 0.00012 / 0.992 / x0.999;
+// experts-int4 0.0014 / 0.977 / x1.002.
+#define MICRO_FP8_KL 0.016
+#define MICRO_FP8_TOP1 0.9
+#define MICRO_FP8_PPL 1.02
+#define MICRO_INT8_KL 0.011
+#define MICRO_INT8_TOP1 0.93
+#define MICRO_INT8_PPL 1.02
+#define MICRO_INT4_KL 0.05
+#define MICRO_INT4_TOP1 0.8
+#define MICRO_INT4_PPL 1.02
+#define FORT_FP8_KL 0.001
+#define FORT_FP8_TOP1 0.98
+#define FORT_FP8_PPL 1.01
+#define FORT_INT8_KL 0.0003
+#define FORT_INT8_TOP1 0.98
+#define FORT_INT8_PPL 1.005
+#define FORT_INT4_KL 0.003
+#define FORT_INT4_TOP1 0.95
+#define FORT_INT4_PPL 1.01
+
+namespace edge::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kMicro = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe";
+const std::string kFortunes = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/fortunes-qwen3-moe";
+
+struct TempDir {
+    std::string path;
+    explicit TempDir(const std::string& tag) {
+        path =
+            (fs::temp_directory_path() / ("edge_quant_" + tag + "_" + std::to_string(::getpid())))
+                .string();
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+const std::vector<TokenId> kPrompt = {1, 17, 42, 99, 3, 250, 7, 64, 128, 5, 300, 11};
+
+Result<std::vector<float>> logits_of(const std::string& dir, const std::string& policy,
+                                     int64_t* weight_bytes = nullptr) {
+    LoadOptions o;
+    o.threads = 2;
+    o.max_slots = 1;
+    o.max_context = 64;
+    o.quantization = policy;
+    EDGE_ASSIGN_OR_RETURN(auto model, load_model(dir, o));
+    if (weight_bytes != nullptr) {
+        *weight_bytes = model->spec().weight_bytes;
+    }
+    EDGE_ASSIGN_OR_RETURN(int32_t slot, model->acquire_slot());
+    SequenceChunk ch{slot, 0, kPrompt, true};
+    std::vector<float> logits;
+    EDGE_RETURN_IF_ERROR(model->forward({&ch, 1}, &logits));
+    return logits;
+}
+
+bool contains(const Status& s, std::string_view text) {
+    return s.message().find(text) != std::string::npos;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+}
+
+// Rewrites dir/model.safetensors, letting `edit` change the tensor list (the edited tensors'
+// bytes must stay alive until this returns; `keep` holds them).
+void rewrite(
+    const std::string& dir,
+    const std::function<void(std::vector<TensorToWrite>&, std::vector<std::string>&)>& edit) {
+    std::vector<TensorToWrite> ts;
+    std::vector<std::string> keep;
+    keep.reserve(64);
+    {
+        auto ckpt = Checkpoint::open_dir(dir);
+        REQUIRE(ckpt.ok());
+        for (const std::string& name : (*ckpt)->names()) {
+            auto t = (*ckpt)->tensor(name);
+            REQUIRE(t.ok());
+            keep.emplace_back(static_cast<const char*>(t->data), static_cast<size_t>(t->nbytes));
+            ts.push_back({name, t->dtype(), t->shape(), {}, {}});
+        }
+    }
+    for (size_t i = 0; i < ts.size(); ++i) {
+        ts[i].bytes = keep[i];
+    }
+    edit(ts, keep);
+    REQUIRE(write_safetensors(dir + "/model.safetensors", ts).ok());
+}
+
+TensorToWrite* find(std::vector<TensorToWrite>& ts, const std::string& name) {
+    for (TensorToWrite& t : ts) {
+        if (t.name == name) {
+            return &t;
+        }
+    }
+    FAIL("no tensor " << name);
+    return nullptr;
+}
+
+TEST_CASE("quantize: written checkpoint and quantize-on-load give identical logits") {
+    for (const std::string policy :
+         {"experts-int4", "all-fp8", "all-int8",
+          "attention=int4-g128,routed_experts=int4-g32,lm_head=int8,embeddings=fp8"}) {
+        CAPTURE(policy);
+        TempDir tmp("rt");
+        Status st = quantize_checkpoint({kMicro, policy, tmp.path});
+        REQUIRE_MESSAGE(st.ok(), st.to_string());
+        CHECK(fs::exists(tmp.path + "/tokenizer.json"));
+        CHECK(fs::exists(tmp.path + "/tokenizer_config.json"));
+        int64_t stored_bytes = 0, on_load_bytes = 0, bf16_bytes = 0;
+        auto stored = logits_of(tmp.path, "none", &stored_bytes);
+        REQUIRE_MESSAGE(stored.ok(), stored.status().to_string());
+        auto on_load = logits_of(kMicro, policy, &on_load_bytes);
+        REQUIRE_MESSAGE(on_load.ok(), on_load.status().to_string());
+        auto bf16 = logits_of(kMicro, "none", &bf16_bytes);
+        REQUIRE(bf16.ok());
+        REQUIRE(stored->size() == on_load->size());
+        CHECK(*stored == *on_load);  // Bit-identical.
+        CHECK(*stored != *bf16);     // And really quantized.
+        CHECK(stored_bytes < bf16_bytes);
+        CHECK(on_load_bytes < bf16_bytes);
+        const std::string cfg = read_text(tmp.path + "/config.json");
+        if (std::string(policy) == "all-fp8") {
+            CHECK(cfg.find("\"quant_method\":\"fp8\"") != std::string::npos);
+            CHECK(cfg.find("\"weight_block_size\":[128,128]") != std::string::npos);
+        } else {
+            CHECK(cfg.find("\"quant_method\":\"compressed-tensors\"") != std::string::npos);
+            CHECK(cfg.find("\"ignore\":[") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("deploy/demo-model is fortunes-qwen3-moe with experts-int4") {
+    auto demo = logits_of(std::string(EDGE_SOURCE_DIR) + "/deploy/demo-model", "none");
+    REQUIRE_MESSAGE(demo.ok(), demo.status().to_string());
+    auto on_load = logits_of(kFortunes, "experts-int4");
+    REQUIRE(on_load.ok());
+    CHECK(*demo == *on_load);
+}
+
+TEST_CASE("quantize: the policy applies again on top of a quantized checkpoint's float tensors") {
+    TempDir tmp("stack");
+    REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+    auto a = logits_of(tmp.path, "attention=int8");
+    auto b = logits_of(kMicro, "experts-int4,attention=int8");
+    REQUIRE_MESSAGE(a.ok(), a.status().to_string());
+    REQUIRE(b.ok());
+    CHECK(*a == *b);
+}
+
+// Bounds from quant-eval (docs/quantization.md has the tables), with headroom: micro-qwen3-moe
+// (random weights, 256 tokens) and fortunes-qwen3-moe (trained, its eval.txt, 256 tokens).
+struct Bound {
+    const char* policy;
+    double max_mean_kl;
+    double min_top1;
+    double max_ppl_ratio;
+};
+
+void check_bounds(const std::string& dir, std::vector<TokenId> ids, const std::string& text,
+                  const std::vector<Bound>& bounds) {
+    QuantEvalOptions o;
+    o.model_dir = dir;
+    o.token_ids = std::move(ids);
+    o.text_path = text;
+    o.tokens = 256;
+    o.chunk = 128;
+    o.threads = 2;
+    o.decode_steps = 0;
+    o.per_class = false;
+    for (const Bound& b : bounds) {
+        o.policies.push_back(b.policy);
+    }
+    auto rows = run_quant_eval(o);
+    REQUIRE_MESSAGE(rows.ok(), rows.status().to_string());
+    REQUIRE(rows->size() == bounds.size() + 1);
+    MESSAGE(dir << "\n" << quant_eval_table(*rows));
+    CHECK((*rows)[0].mean_kl == 0.0);
+    CHECK((*rows)[0].top1 == 1.0);
+    for (size_t i = 0; i < bounds.size(); ++i) {
+        const QuantEvalRow& r = (*rows)[i + 1];
+        CAPTURE(r.label);
+        CAPTURE(r.mean_kl);
+        CAPTURE(r.top1);
+        CAPTURE(r.ppl_ratio);
+        CHECK(r.mean_kl > 0.0);
+        CHECK(r.mean_kl <= bounds[i].max_mean_kl);
+        CHECK(r.top1 >= bounds[i].min_top1);
+        CHECK(r.ppl_ratio <= bounds[i].max_ppl_ratio);
+        CHECK(r.weight_bytes < (*rows)[0].weight_bytes);
+    }
+}
+
+TEST_CASE("quant-eval: micro-qwen3-moe quantized logits stay within bounds of BF16") {
+    std::vector<TokenId> ids;
+    for (int i = 0; i < 256; ++i) {
+        ids.push_back(static_cast<TokenId>((i * 37 + 11) % 500));
+    }
+    check_bounds(kMicro, ids, "",
+                 {{"all-fp8", MICRO_FP8_KL, MICRO_FP8_TOP1, MICRO_FP8_PPL},
+                  {"all-int8", MICRO_INT8_KL, MICRO_INT8_TOP1, MICRO_INT8_PPL},
+                  {"experts-int4", MICRO_INT4_KL, MICRO_INT4_TOP1, MICRO_INT4_PPL}});
+}
+
+TEST_CASE("quant-eval: fortunes-qwen3-moe quantized logits stay within bounds of BF16") {
+    check_bounds(kFortunes, {}, kFortunes + "/eval.txt",
+                 {{"all-fp8", FORT_FP8_KL, FORT_FP8_TOP1, FORT_FP8_PPL},
+                  {"all-int8", FORT_INT8_KL, FORT_INT8_TOP1, FORT_INT8_PPL},
+                  {"experts-int4", FORT_INT4_KL, FORT_INT4_TOP1, FORT_INT4_PPL}});
+}
+
+TEST_CASE("quantized checkpoints: bad input gets clear errors") {
+    const std::string mod = "model.layers.0.mlp.experts.0.gate_proj";
+    SUBCASE("unknown quant_method") {
+        TempDir tmp("method");
+        REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+        std::string cfg = read_text(tmp.path + "/config.json");
+        const auto at = cfg.find("compressed-tensors");
+        REQUIRE(at != std::string::npos);
+        cfg.replace(at, 18, "awq");
+        write_text(tmp.path + "/config.json", cfg);
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), "quant_method' 'awq' is not supported"));
+        CHECK(contains(r.status(), "config.json"));
+    }
+    SUBCASE("INT4 scale tensor of the wrong shape") {
+        TempDir tmp("scale");
+        REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+            TensorToWrite* t = find(ts, mod + ".weight_scale");
+            // [64, 4] -> [32, 8]: same bytes, wrong shape.
+            t->shape = {t->shape[0] / 2, t->shape[1] * 2};
+        });
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), mod + ".weight_scale"));
+        CHECK(contains(r.status(), "shape"));
+    }
+    SUBCASE("FP8 scale_inv of the wrong shape") {
+        TempDir tmp("fp8scale");
+        REQUIRE(quantize_checkpoint({kMicro, "all-fp8", tmp.path}).ok());
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+            TensorToWrite* t = find(ts, mod + ".weight_scale_inv");
+            keep.push_back(std::string(8, '\0'));  // Two f32 zeros: [1, 2] instead of [1, 1].
+            t->shape = {1, 2};
+            t->bytes = keep.back();
+        });
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), "weight_scale_inv"));
+    }
+    SUBCASE("packed tensor shorter than weight_shape implies") {
+        TempDir tmp("short");
+        REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+            TensorToWrite* t = find(ts, mod + ".weight_packed");
+            t->shape = {t->shape[0] / 2, t->shape[1]};
+            keep.push_back(std::string(t->bytes.substr(0, t->bytes.size() / 2)));
+            t->bytes = keep.back();
+        });
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), mod + ".weight_packed"));
+    }
+    SUBCASE("quantized tensors without a quantization_config") {
+        TempDir tmp("nocfg");
+        REQUIRE(quantize_checkpoint({kMicro, "all-int8", tmp.path}).ok());
+        fs::copy_file(kMicro + "/config.json", tmp.path + "/config.json",
+                      fs::copy_options::overwrite_existing);
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), "I8"));
+    }
+    SUBCASE("policy naming an unknown class") {
+        auto r = logits_of(kMicro, "experts=int4-g32");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), "experts"));
+        CHECK(contains(r.status(), "routed_experts"));  // The valid classes are listed.
+        TempDir tmp("badpolicy");
+        Status st = quantize_checkpoint({kMicro, "mlp=int8", tmp.path});
+        CHECK(!st.ok());
+        CHECK(contains(st, "mlp"));
+    }
+    SUBCASE("INT4 group that does not divide the input width") {
+        // micro's experts are 64 wide on down_proj's input: group 128 cannot apply.
+        auto r = logits_of(kMicro, "experts-int4-g128");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), "down_proj"));
+    }
+}
+
+}  // namespace
+}  // namespace edge::engine
+
+namespace edge::engine {
+namespace {
+
+int call(int (*fn)(int, char**), std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (std::string& a : args) {
+        argv.push_back(a.data());
+    }
+    return fn(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST_CASE("quantize and quant-eval command lines") {
+    CHECK(call(quantize_main, {"edgeserve", "quantize"}) == 2);
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--bogus", "x"}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8", "--tokens", "many"}) == 2);
+    // No eval.txt in micro and no --text: a failure, not a usage error.
+    CHECK(call(quant_eval_main,
+               {"edgeserve", "quant-eval", "--model", kMicro, "--policies", "all-int8"}) == 1);
+    TempDir tmp("cli");
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                               "experts-int4", "--out", tmp.path}) == 0);
+    CHECK(fs::exists(tmp.path + "/model.safetensors"));
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy", "int4",
+                               "--out", tmp.path}) == 1);
+    // A quantized checkpoint is not quantized again.
+    TempDir tmp2("cli2");
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", tmp.path, "--policy", "all-int8",
+                               "--out", tmp2.path}) == 1);
+}
+
+}  // namespace
+}  // namespace edge::engine

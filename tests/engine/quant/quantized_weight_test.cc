@@ -1,0 +1,202 @@
+#include "engine/quant/quantized_weight.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace edge::engine::quant {
+namespace {
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 0.05f);
+    std::vector<float> m(static_cast<size_t>(rows * cols));
+    for (float& v : m) {
+        v = normal(rng);
+    }
+    // A few outliers and exact zeros, as real checkpoints have.
+    m[0] = 0.9f;
+    m[m.size() / 2] = 0.0f;
+    m.back() = -0.7f;
+    return m;
+}
+
+// Largest violation of |w - dequant(w)| <= bound(r, c), scanning every element; 0 when none.
+template <typename Bound>
+double worst_excess(const QuantizedWeight& q, const std::vector<float>& src, Bound bound) {
+    const Weight& w = q.view();
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    double worst = 0.0;
+    for (int64_t r = 0; r < w.rows; ++r) {
+        dequantize_row(w, r, row.data());
+        for (int64_t c = 0; c < w.cols; ++c) {
+            const double err = std::fabs(static_cast<double>(row[c]) - src[r * w.cols + c]);
+            worst = std::max(worst, err - bound(r, c));
+        }
+    }
+    return worst;
+}
+
+TEST_CASE("fp8 block128 round trip stays within half an ulp of a 3-bit mantissa") {
+    // 200 x 300: partial edge blocks in both dimensions (200 = 128 + 72, 300 = 2*128 + 44).
+    const int64_t rows = 200;
+    const int64_t cols = 300;
+    const std::vector<float> src = random_matrix(rows, cols, 1);
+    auto q = quantize_fp8_block(SourceMatrix::f32(src.data(), rows, cols), "w");
+    REQUIRE(q.ok());
+    const Weight& w = q->view();
+    CHECK(w.format == WeightFormat::kFP8E4M3Block128);
+    CHECK(q->scales().size() == 2 * 3);
+    CHECK(q->size_bytes() == rows * cols + 6 * 4);
+    // Each block's scale is max|w| / 448 of exactly that block.
+    for (int64_t br = 0; br < 2; ++br) {
+        for (int64_t bc = 0; bc < 3; ++bc) {
+            float amax = 0.0f;
+            for (int64_t r = br * 128; r < std::min<int64_t>(rows, br * 128 + 128); ++r) {
+                for (int64_t c = bc * 128; c < std::min<int64_t>(cols, bc * 128 + 128); ++c) {
+                    amax = std::max(amax, std::fabs(src[r * cols + c]));
+                }
+            }
+            CHECK(w.scales[br * 3 + bc] == doctest::Approx(amax / 448.0f).epsilon(1e-6));
+        }
+    }
+    // Normal range: relative error <= 2^-4 (half an ulp of a 3-bit mantissa). Subnormal range
+    // (|w / scale| < 2^-6): absolute error <= 2^-10 * scale (half the subnormal step 2^-9).
+    // A 1e-6 relative slack covers the f32 division and multiplication by the scale.
+    const double excess = worst_excess(*q, src, [&](int64_t r, int64_t c) {
+        const double s = w.scales[(r / 128) * 3 + c / 128];
+        const double v = std::fabs(src[r * cols + c]);
+        return std::max(v * 0.0625, s * std::ldexp(1.0, -10)) * (1 + 1e-6) + 1e-12;
+    });
+    CHECK(excess <= 0.0);
+}
+
+TEST_CASE("int8 row round trip error is at most scale / 2") {
+    const int64_t rows = 37;
+    const int64_t cols = 101;
+    const std::vector<float> src = random_matrix(rows, cols, 2);
+    auto q = quantize_int8_row(SourceMatrix::f32(src.data(), rows, cols));
+    REQUIRE(q.ok());
+    const Weight& w = q->view();
+    CHECK(q->scales().size() == rows);
+    const auto* data = static_cast<const int8_t*>(w.data);
+    CHECK(*std::min_element(data, data + rows * cols) >= -127);
+    const double excess =
+        worst_excess(*q, src, [&](int64_t r, int64_t) { return w.scales[r] * 0.5 * (1 + 1e-5); });
+    CHECK(excess <= 0.0);
+    // The row maximum is exact.
+    std::vector<float> row(static_cast<size_t>(cols));
+    dequantize_row(w, 0, row.data());
+    CHECK(row[0] == doctest::Approx(0.9f).epsilon(1e-6));
+}
+
+TEST_CASE("int4 group round trip error is at most scale / 2, for g32 and g128") {
+    for (int64_t group : {32, 128}) {
+        CAPTURE(group);
+        const int64_t rows = 19;
+        const int64_t cols = 512;
+        const std::vector<float> src = random_matrix(rows, cols, 3);
+        auto q = quantize_int4_group(SourceMatrix::f32(src.data(), rows, cols), group);
+        REQUIRE(q.ok());
+        const Weight& w = q->view();
+        CHECK(w.format == (group == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128));
+        CHECK(q->size_bytes() == rows * cols / 2 + rows * (cols / group) * 4);
+        const int64_t groups = cols / group;
+        const double excess = worst_excess(*q, src, [&](int64_t r, int64_t c) {
+            return w.scales[r * groups + c / group] * 0.5 * (1 + 1e-5);
+        });
+        CHECK(excess <= 0.0);
+        // Stored nibbles are q + 8 with q in [-7, 7]: never 0 (which would be -8).
+        const auto* bytes = static_cast<const uint8_t*>(w.data);
+        bool saw_zero_nibble = false;
+        for (int64_t i = 0; i < rows * cols / 2; ++i) {
+            saw_zero_nibble |= (bytes[i] & 0xF) == 0 || (bytes[i] >> 4) == 0;
+        }
+        CHECK_FALSE(saw_zero_nibble);
+    }
+}
+
+TEST_CASE("bf16 sources quantize like their f32 values") {
+    const int64_t rows = 8;
+    const int64_t cols = 128;
+    std::vector<float> f = random_matrix(rows, cols, 4);
+    std::vector<uint16_t> b(f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+        b[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(f[i]) >> 16);
+        f[i] = std::bit_cast<float>(static_cast<uint32_t>(b[i]) << 16);  // Exactly the bf16 value.
+    }
+    for (WeightFormat format : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
+                                WeightFormat::kInt4G32, WeightFormat::kInt4G128}) {
+        const std::string format_name = weight_format_name(format);
+        CAPTURE(format_name);
+        auto from_f32 = quantize(SourceMatrix::f32(f.data(), rows, cols), format);
+        auto from_bf16 = quantize(SourceMatrix::bf16(b.data(), rows, cols), format);
+        REQUIRE(from_f32.ok());
+        REQUIRE(from_bf16.ok());
+        const int64_t bytes = weight_data_bytes(format, rows, cols);
+        CHECK(std::equal(static_cast<const uint8_t*>(from_f32->view().data),
+                         static_cast<const uint8_t*>(from_f32->view().data) + bytes,
+                         static_cast<const uint8_t*>(from_bf16->view().data)));
+        CHECK(std::equal(from_f32->scales().begin(), from_f32->scales().end(),
+                         from_bf16->scales().begin()));
+    }
+}
+
+TEST_CASE("quantize rejects NaN and Inf with the tensor name and position") {
+    std::vector<float> m(4 * 32, 0.5f);
+    m[2 * 32 + 5] = std::numeric_limits<float>::quiet_NaN();
+    for (WeightFormat format :
+         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
+        auto q = quantize(SourceMatrix::f32(m.data(), 4, 32), format, "layers.0.mlp.up_proj");
+        REQUIRE_FALSE(q.ok());
+        CHECK(q.status().code() == StatusCode::kInvalidArgument);
+        CHECK(q.status().message().find("layers.0.mlp.up_proj") != std::string::npos);
+        CHECK(q.status().message().find("NaN at [2, 5]") != std::string::npos);
+    }
+    m[2 * 32 + 5] = -std::numeric_limits<float>::infinity();
+    auto q = quantize_int8_row(SourceMatrix::f32(m.data(), 4, 32), "x");
+    REQUIRE_FALSE(q.ok());
+    CHECK(q.status().message().find("Inf at [2, 5]") != std::string::npos);
+}
+
+TEST_CASE("quantize rejects bad shapes and formats") {
+    std::vector<float> m(4 * 48, 0.5f);
+    auto g32 = quantize_int4_group(SourceMatrix::f32(m.data(), 4, 48), 32, "w");
+    REQUIRE_FALSE(g32.ok());
+    CHECK(g32.status().message().find("not a multiple of the int4 group 32") != std::string::npos);
+    CHECK_FALSE(quantize_int4_group(SourceMatrix::f32(m.data(), 4, 48), 16).ok());
+    CHECK_FALSE(quantize(SourceMatrix::f32(m.data(), 4, 48), WeightFormat::kBF16).ok());
+    CHECK_FALSE(quantize_int8_row(SourceMatrix::f32(nullptr, 4, 48)).ok());
+    CHECK_FALSE(quantize_int8_row(SourceMatrix::f32(m.data(), 0, 48)).ok());
+}
+
+TEST_CASE("all-zero blocks quantize to zeros with a unit scale") {
+    std::vector<float> m(16 * 32, 0.0f);
+    for (WeightFormat format :
+         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
+        auto q = quantize(SourceMatrix::f32(m.data(), 16, 32), format);
+        REQUIRE(q.ok());
+        std::vector<float> row(32, 1.0f);
+        dequantize_row(q->view(), 3, row.data());
+        CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; }));
+        CHECK(q->scales()[0] == 1.0f);
+    }
+}
+
+TEST_CASE("a moved QuantizedWeight keeps its view valid") {
+    std::vector<float> m = random_matrix(4, 64, 5);
+    auto q = quantize_int8_row(SourceMatrix::f32(m.data(), 4, 64));
+    REQUIRE(q.ok());
+    const void* data = q->view().data;
+    QuantizedWeight moved = std::move(q).value();
+    CHECK(moved.view().data == data);
+    CHECK(moved.view().scales == moved.scales().data());
+}
+
+}  // namespace
+}  // namespace edge::engine::quant
