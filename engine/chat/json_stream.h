@@ -34,9 +34,7 @@ class JsonStream {
     // True when the next non-space byte starts a value at depth 1 (after "key":).
     bool expecting_top_value() const { return stack_.size() == 1 && state_ == State::kValue; }
     // True right after a value at depth 1 ended (before the ',' or the closing bracket).
-    bool at_top_value_end() const {
-        return stack_.size() == 1 && state_ == State::kCommaOrClose;
-    }
+    bool at_top_value_end() const { return stack_.size() == 1 && state_ == State::kCommaOrClose; }
 
   private:
     enum class State {

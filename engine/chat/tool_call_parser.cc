@@ -42,7 +42,7 @@ constexpr size_t kMaxHeader = 1024;  // Bytes of a name or id before its termina
 // Shared driver: content until the start marker, then the format's step() until the call (or
 // Kimi's section of calls) ends.
 class MarkerParser : public ToolCallParser {
-public:
+  public:
     MarkerParser(std::string start, std::string id_prefix)
         : start_(std::move(start)), id_prefix_(std::move(id_prefix)) {}
 
@@ -66,7 +66,7 @@ public:
         return out;
     }
 
-protected:
+  protected:
     enum class Step { kNeedMore, kDone, kMalformed };
     virtual void begin_call() = 0;
     virtual Step step(ParsedDelta& out) = 0;
@@ -112,7 +112,7 @@ protected:
     bool started_ = false;
     int32_t index_ = 0;
 
-private:
+  private:
     void run(ParsedDelta& out) {
         while (true) {
             if (!in_call_) {
@@ -168,10 +168,11 @@ private:
 
 // Qwen3 / Hermes: <tool_call>{"name": ..., "arguments": {...}}</tool_call>.
 class HermesParser final : public MarkerParser {
-public:
-    explicit HermesParser(std::string id_prefix) : MarkerParser("<tool_call>", std::move(id_prefix)) {}
+  public:
+    explicit HermesParser(std::string id_prefix)
+        : MarkerParser("<tool_call>", std::move(id_prefix)) {}
 
-private:
+  private:
     enum class State { kLead, kJson, kTail };
     void begin_call() override {
         state_ = State::kLead;
@@ -274,7 +275,7 @@ private:
 
 // GLM-4.5: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>.
 class Glm45Parser final : public MarkerParser {
-public:
+  public:
     Glm45Parser(std::string id_prefix, const std::vector<ToolSpec>& tools)
         : MarkerParser("<tool_call>", std::move(id_prefix)) {
         for (const ToolSpec& t : tools) {
@@ -288,9 +289,8 @@ public:
                 continue;
             }
             for (const auto& p : props->get_object()) {
-                const json::value* type = p.value().is_object()
-                                              ? p.value().get_object().if_contains("type")
-                                              : nullptr;
+                const json::value* type =
+                    p.value().is_object() ? p.value().get_object().if_contains("type") : nullptr;
                 if (type != nullptr && type->is_string() && type->get_string() == "string") {
                     string_args_.insert(t.name + "\n" + std::string(p.key()));
                 }
@@ -298,7 +298,7 @@ public:
         }
     }
 
-private:
+  private:
     enum class State { kName, kBetween, kKey, kBeforeValue, kValue };
     void begin_call() override {
         state_ = State::kName;
@@ -337,8 +337,9 @@ private:
                 case State::kName: {
                     const size_t at = buf_.find_first_of("\n<");
                     if (at == std::string::npos) {
-                        return buf_.size() > kMaxHeader ? malformed("a tool call's name is too long")
-                                                        : Step::kNeedMore;
+                        return buf_.size() > kMaxHeader
+                                   ? malformed("a tool call's name is too long")
+                                   : Step::kNeedMore;
                     }
                     std::string name = take(at);
                     while (!name.empty() && is_space(name.back())) {
@@ -429,11 +430,11 @@ private:
 
 // Kimi K2: a section of calls, each functions.name:idx then JSON arguments.
 class KimiK2Parser final : public MarkerParser {
-public:
+  public:
     explicit KimiK2Parser(std::string id_prefix)
         : MarkerParser("<|tool_calls_section_begin|>", std::move(id_prefix)) {}
 
-private:
+  private:
     enum class State { kBetween, kId, kLead, kArgs, kEnd };
     void begin_call() override { state_ = State::kBetween; }
 
@@ -540,8 +541,9 @@ private:
                     if (!skip_space()) {
                         return Step::kNeedMore;
                     }
-                    const Step s = expect(kEndCall, "a tool call's arguments are not followed by "
-                                                    "<|tool_call_end|>");
+                    const Step s = expect(kEndCall,
+                                          "a tool call's arguments are not followed by "
+                                          "<|tool_call_end|>");
                     if (s != Step::kDone) {
                         return s;
                     }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/generator.h"
 
 namespace edge::engine::chat {
 
@@ -34,12 +35,7 @@ enum class ToolCallFormat { kHermes, kGlm45, kKimiK2 };
 Result<ToolCallFormat> tool_call_format_from_name(std::string_view name);
 std::string_view tool_call_format_name(ToolCallFormat format);
 
-// One OpenAI tool definition (`tools[i].function`).
-struct ToolSpec {
-    std::string name;
-    std::string description;
-    std::string parameters_json;  // The JSON Schema object as text ("{}" when absent).
-};
+using ToolSpec = engine::ToolSpec;  // engine/generator.h
 
 struct ToolCallDelta {
     int32_t index = 0;      // The call's position in the response's tool_calls.
@@ -55,7 +51,7 @@ struct ParsedDelta {
 };
 
 class ToolCallParser {
-public:
+  public:
     virtual ~ToolCallParser() = default;
 
     // The next piece of output text.
@@ -69,7 +65,7 @@ public:
     bool malformed() const { return !malformed_reason_.empty(); }
     const std::string& malformed_reason() const { return malformed_reason_; }
 
-protected:
+  protected:
     int32_t completed_ = 0;
     std::string malformed_reason_;
 };

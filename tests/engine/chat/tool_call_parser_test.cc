@@ -133,8 +133,9 @@ TEST_CASE("tool calls: GLM-4.5 format") {
     }
     SUBCASE("arguments declared as strings stay strings") {
         std::vector<ToolSpec> tools = {
-            {"get_weather", "", "{\"type\": \"object\", \"properties\": {\"days\": {\"type\": "
-                                "\"string\"}}}"}};
+            {"get_weather", "",
+             "{\"type\": \"object\", \"properties\": {\"days\": {\"type\": "
+             "\"string\"}}}"}};
         const Outcome o = run(ToolCallFormat::kGlm45, {text}, tools);
         REQUIRE(o.calls.size() == 2);
         check_json(o.calls[0].arguments,
