@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
