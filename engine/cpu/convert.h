@@ -9,6 +9,20 @@
 
 namespace edge::engine::cpu {
 
+// Element i of a stored array whose start may be unaligned (a safetensors data section starts
+// wherever the header ends).
+static inline uint16_t load_u16(const void* base, int64_t i) {
+    uint16_t v;
+    std::memcpy(&v, static_cast<const char*>(base) + i * 2, sizeof(v));
+    return v;
+}
+
+static inline float load_f32(const void* base, int64_t i) {
+    float v;
+    std::memcpy(&v, static_cast<const char*>(base) + i * 4, sizeof(v));
+    return v;
+}
+
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t bits = static_cast<uint32_t>(h) << 16;
     float f;

@@ -14,7 +14,7 @@ struct LoadF32 {
     static __m256 load(const void* row, int64_t c) {
         return _mm256_loadu_ps(static_cast<const float*>(row) + c);
     }
-    static float scalar(const void* row, int64_t c) { return static_cast<const float*>(row)[c]; }
+    static float scalar(const void* row, int64_t c) { return load_f32(row, c); }
     static constexpr int64_t kBytes = 4;
 };
 
@@ -25,7 +25,7 @@ struct LoadBF16 {
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
     static float scalar(const void* row, int64_t c) {
-        return bf16_to_f32(static_cast<const uint16_t*>(row)[c]);
+        return bf16_to_f32(load_u16(row, c));
     }
     static constexpr int64_t kBytes = 2;
 };
@@ -37,7 +37,7 @@ struct LoadF16 {
         return _mm256_cvtph_ps(h);
     }
     static float scalar(const void* row, int64_t c) {
-        return f16_to_f32(static_cast<const uint16_t*>(row)[c]);
+        return f16_to_f32(load_u16(row, c));
     }
     static constexpr int64_t kBytes = 2;
 };

@@ -24,20 +24,20 @@ void matmul_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t
 
 void matmul_f32_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                        int64_t r0, int64_t r1) {
-    const float* p = static_cast<const float*>(w.data);
-    matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return p[i]; });
+    const void* p = w.data;
+    matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return load_f32(p, i); });
 }
 
 void matmul_bf16_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                         int64_t r0, int64_t r1) {
-    const uint16_t* p = static_cast<const uint16_t*>(w.data);
-    matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return bf16_to_f32(p[i]); });
+    const void* p = w.data;
+    matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return bf16_to_f32(load_u16(p, i)); });
 }
 
 void matmul_f16_scalar(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                        int64_t r0, int64_t r1) {
-    const uint16_t* p = static_cast<const uint16_t*>(w.data);
-    matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return f16_to_f32(p[i]); });
+    const void* p = w.data;
+    matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return f16_to_f32(load_u16(p, i)); });
 }
 
 }  // namespace edge::engine::cpu

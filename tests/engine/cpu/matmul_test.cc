@@ -159,7 +159,7 @@ TEST_CASE("matmul splits rows over the pool and equals one thread") {
     CHECK(a == b);
 }
 
-TEST_CASE("thread pool: thousands of back-to-back jobs, more workers than cores") {
+TEST_CASE("thread pool - thousands of back-to-back jobs / more workers than cores") {
     ThreadPool pool(5);
     std::vector<int64_t> out(64);
     for (int round = 0; round < 3000; ++round) {

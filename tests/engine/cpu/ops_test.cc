@@ -10,7 +10,7 @@
 namespace edge::engine::cpu {
 namespace {
 
-TEST_CASE("rms_norm, softmax, silu_mul") {
+TEST_CASE("rms_norm / softmax / silu_mul") {
     std::vector<float> x = {1, -2, 3, 0.5f}, w = {1, 2, 0.5f, 1}, out(4);
     rms_norm(x.data(), w.data(), 4, 1e-6f, out.data());
     double rms = std::sqrt((1 + 4 + 9 + 0.25) / 4 + 1e-6);
@@ -26,7 +26,7 @@ TEST_CASE("rms_norm, softmax, silu_mul") {
     CHECK(o == doctest::Approx(1.5 / (1 + std::exp(-1.5)) * -2.0));
 }
 
-TEST_CASE("NeoX RoPE pairs i with i + d/2; partial rotary leaves the tail") {
+TEST_CASE("NeoX RoPE pairs i with i + d/2 and partial rotary leaves the tail") {
     const int64_t d = 8;
     std::vector<double> inv = {1.0, 0.1, 0.01, 0.001};
     std::vector<float> cs(4), sn(4);
@@ -47,7 +47,7 @@ TEST_CASE("NeoX RoPE pairs i with i + d/2; partial rotary leaves the tail") {
     CHECK(p[0] == doctest::Approx(1 * std::cos(3.0) - 3 * std::sin(3.0)));
 }
 
-TEST_CASE("attention over one position returns its value; causal weights sum to one") {
+TEST_CASE("attention over one position returns its value and causal weights sum to one") {
     const int64_t hd = 4;
     std::vector<float> q = {1, 0, 0, 0, 0, 1, 0, 0};  // Two query heads sharing the KV head.
     std::vector<float> k = {1, 0, 0, 0, 0, 1, 0, 0};

@@ -68,7 +68,7 @@ bool contains(const Status& s, const std::string& text) {
     return s.message().find(text) != std::string::npos;
 }
 
-TEST_CASE("missing directory, config and weights") {
+TEST_CASE("missing directory / config and weights") {
     LoadOptions o;
     auto r = load_model("/nonexistent/edge-model", o);
     REQUIRE_FALSE(r.ok());
@@ -100,7 +100,7 @@ TEST_CASE("truncated safetensors names the file and the tensor") {
     CHECK(contains(s, "header length"));
 }
 
-TEST_CASE("header offsets past the file, overlapping, misaligned, wrong span") {
+TEST_CASE("header offsets past the file / overlapping / misaligned / wrong span") {
     TempModel m;
     auto [header, data] = split(read(m.path("model.safetensors")));
     const std::string victim = "model.layers.1.self_attn.k_norm.weight";
@@ -149,7 +149,7 @@ TEST_CASE("header offsets past the file, overlapping, misaligned, wrong span") {
     CHECK(contains(s, "unsupported dtype"));
 }
 
-TEST_CASE("tensor with the wrong shape, wrong dtype, or missing") {
+TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
     TempModel m;
     auto [header, data] = split(read(m.path("model.safetensors")));
     const std::string victim = "model.layers.0.self_attn.q_proj.weight";
@@ -183,7 +183,7 @@ TEST_CASE("tensor with the wrong shape, wrong dtype, or missing") {
     }
 }
 
-TEST_CASE("config missing a field, ill-typed, unsupported architecture") {
+TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     TempModel m;
     json::object cfg = json::parse(read(m.path("config.json"))).as_object();
     auto with = [&](auto edit) {
@@ -214,7 +214,7 @@ TEST_CASE("config missing a field, ill-typed, unsupported architecture") {
     CHECK(contains(s, "config.json: not valid JSON"));
 }
 
-TEST_CASE("forward rejects positions past the context, bad tokens, bad slots, full cache") {
+TEST_CASE("forward rejects positions past the context / bad tokens / bad slots / full cache") {
     LoadOptions o;
     o.threads = 1;
     o.max_slots = 2;

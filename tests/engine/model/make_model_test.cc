@@ -23,7 +23,7 @@ std::string read(const fs::path& p) {
     return ss.str();
 }
 
-TEST_CASE("make-model tiny writes a loadable, deterministic checkpoint") {
+TEST_CASE("make-model tiny writes a loadable / deterministic checkpoint") {
     std::random_device rd;
     fs::path root = fs::temp_directory_path() / ("edge_make_model_" + std::to_string(rd()));
     MakeModelOptions o;

@@ -215,8 +215,8 @@ void check_fixture(const std::string& name, int threads) {
     }
 }
 
-TEST_CASE("micro-qwen3-moe matches the reference, 1 thread") { check_fixture("micro-qwen3-moe", 1); }
-TEST_CASE("micro-qwen3-moe matches the reference, 2 threads") {
+TEST_CASE("micro-qwen3-moe matches the reference / 1 thread") { check_fixture("micro-qwen3-moe", 1); }
+TEST_CASE("micro-qwen3-moe matches the reference / 2 threads") {
     check_fixture("micro-qwen3-moe", 2);
 }
 TEST_CASE("fortunes-qwen3-moe matches the reference") { check_fixture("fortunes-qwen3-moe", 2); }
