@@ -29,11 +29,11 @@ const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 float stored_element(const void* data, WeightFormat f, int64_t i) {
     switch (f) {
         case WeightFormat::kBF16:
-            return cpu::bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+            return cpu::bf16_to_f32(cpu::load_u16(data, i));
         case WeightFormat::kF16:
-            return cpu::f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+            return cpu::f16_to_f32(cpu::load_u16(data, i));
         default:
-            return static_cast<const float*>(data)[i];
+            return cpu::load_f32(data, i);
     }
 }
 

@@ -60,13 +60,16 @@ TEST_CASE("deepseek_v3: micro-deepseek-v3 matches the reference through load_mod
     testing::check_runs(prompts, testing::run_greedy(**model, prompts, true));
 }
 
-TEST_CASE("deepseek_v3: reference, auto path (plain prefill, absorbed decode), 1 thread") {
+TEST_CASE(
+    "deepseek_v3: reference with the auto path (plain prefill and absorbed decode) on 1 thread") {
     check_fixture(MlaPath::kAuto, 1);
 }
-TEST_CASE("deepseek_v3: reference, absorbed path, 2 threads") {
+TEST_CASE("deepseek_v3: reference with the absorbed path on 2 threads") {
     check_fixture(MlaPath::kAbsorbed, 2);
 }
-TEST_CASE("deepseek_v3: reference, plain path, 2 threads") { check_fixture(MlaPath::kPlain, 2); }
+TEST_CASE("deepseek_v3: reference with the plain path on 2 threads") {
+    check_fixture(MlaPath::kPlain, 2);
+}
 
 TEST_CASE("deepseek_v3: absorbed and plain paths give the same logits") {
     auto prompts = testing::read_reference(fixture_dir("micro-deepseek-v3"));
@@ -153,7 +156,7 @@ struct ConfigVariant {
     static inline int counter = 0;
 };
 
-TEST_CASE("deepseek_v3: YaRN rope_scaling loads and changes the logits; bad types are named") {
+TEST_CASE("deepseek_v3: YaRN rope_scaling loads and changes the logits and bad types are named") {
     const std::string yarn =
         "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 32.0, \"beta_fast\": 1.0, "
         "\"beta_slow\": 1.0, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "

@@ -40,11 +40,11 @@ void check_fixture(const std::string& name, int threads) {
     SUBCASE("teacher-forced batch") { testing::check_teacher_forced(*model, prompts); }
 }
 
-TEST_CASE("glm4_moe: micro-glm4-moe matches the reference, 1 thread") {
+TEST_CASE("glm4_moe: micro-glm4-moe matches the reference on 1 thread") {
     check_fixture("micro-glm4-moe", 1);
 }
 
-TEST_CASE("glm4_moe: micro-glm4-moe matches the reference, 2 threads") {
+TEST_CASE("glm4_moe: micro-glm4-moe matches the reference on 2 threads") {
     check_fixture("micro-glm4-moe", 2);
 }
 

@@ -181,7 +181,7 @@ TEST_CASE("chat formats: ChatML with Qwen3 tools") {
     CHECK(parser->completed_calls() == 1);
 }
 
-TEST_CASE("chat formats: chosen from the checkpoint, overridable") {
+TEST_CASE("chat formats: chosen from the checkpoint and overridable") {
     auto tok = tokenizer_with_markers();
     TokenizerConfig config;
     config.chat_template = "[gMASK]<sop>{% for m in messages %}<|assistant|>{% endfor %}";
