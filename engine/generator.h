@@ -30,11 +30,11 @@ struct ChatToolCall {
 };
 
 struct ChatMessage {
-    std::string role;                      // "system", "user", "assistant", "tool".
-    std::string content;                   // Text parts already joined.
-    std::string name;                      // Optional participant name.
-    std::vector<ChatToolCall> tool_calls;  // Assistant messages: the calls it made.
-    std::string tool_call_id;              // Tool messages: the call this answers.
+    std::string role;                           // "system", "user", "assistant", "tool".
+    std::string content;                        // Text parts already joined.
+    std::string name;                           // Optional participant name.
+    std::vector<ChatToolCall> tool_calls = {};  // Assistant messages: the calls it made.
+    std::string tool_call_id = {};              // Tool messages: the call this answers.
 };
 
 // One OpenAI tool definition (`tools[i].function`), rendered into chat prompts.
