@@ -1,10 +1,12 @@
 #include "engine/engine.h"
 
+#include <filesystem>
 #include <random>
 
 #include "common/clock.h"
 #include "engine/model/loader.h"
 #include "engine/sched/local_generator.h"
+#include "engine/tokenizer/tiktoken.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/tokenizer_config.h"
 
@@ -15,8 +17,14 @@ namespace {
 Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config) {
     sched::ServedModel m;
     m.config = mc;
-    EDGE_ASSIGN_OR_RETURN(m.tokenizer,
-                          tokenizer::Tokenizer::load_file(mc.path + "/tokenizer.json"));
+    // tokenizer.json (byte-level BPE), else a tiktoken model (Kimi K2).
+    if (std::filesystem::exists(mc.path + "/tokenizer.json") ||
+        !std::filesystem::exists(mc.path + "/tiktoken.model")) {
+        EDGE_ASSIGN_OR_RETURN(m.tokenizer,
+                              tokenizer::Tokenizer::load_file(mc.path + "/tokenizer.json"));
+    } else {
+        EDGE_ASSIGN_OR_RETURN(m.tokenizer, tokenizer::load_tiktoken_dir(mc.path));
+    }
     EDGE_ASSIGN_OR_RETURN(m.tokenizer_config, tokenizer::load_tokenizer_config(mc.path));
     LoadOptions options;
     options.threads = config.threads;

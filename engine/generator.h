@@ -22,10 +22,26 @@ namespace edge::engine {
 
 using TokenId = int32_t;
 
+// A tool call in an assistant message of the history (OpenAI `tool_calls[i]`).
+struct ChatToolCall {
+    std::string id;         // The call's id, as returned to the client.
+    std::string name;       // Function name.
+    std::string arguments;  // JSON object text.
+};
+
 struct ChatMessage {
-    std::string role;     // "system", "user", "assistant", "tool".
-    std::string content;  // Text parts already joined.
-    std::string name;     // Optional participant name.
+    std::string role;                           // "system", "user", "assistant", "tool".
+    std::string content;                        // Text parts already joined.
+    std::string name;                           // Optional participant name.
+    std::vector<ChatToolCall> tool_calls = {};  // Assistant messages: the calls it made.
+    std::string tool_call_id = {};              // Tool messages: the call this answers.
+};
+
+// One OpenAI tool definition (`tools[i].function`), rendered into chat prompts.
+struct ToolSpec {
+    std::string name;
+    std::string description;
+    std::string parameters_json;  // The JSON Schema object as text ("{}" when absent).
 };
 
 struct SamplingParams {
@@ -50,6 +66,9 @@ struct GenerateRequest {
     std::variant<std::string, std::vector<TokenId>, std::vector<ChatMessage>> prompt;
     SamplingParams sampling;
     bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
+    // Tools offered to the model (chat prompts only), rendered in the model family's format.
+    // Empty when tool_choice is "none" (the caller drops them then).
+    std::vector<ToolSpec> tools;
 };
 
 struct TopLogprob {
@@ -88,14 +107,14 @@ struct Finish {
 };
 
 class GenerationSink {
-public:
+  public:
     virtual ~GenerationSink() = default;
     virtual void on_delta(TokenDelta delta) = 0;
     virtual void on_finish(Finish finish) = 0;
 };
 
 class GenerationHandle {
-public:
+  public:
     virtual ~GenerationHandle() = default;
     // Stops the request at the next engine step; on_finish(kCancelled) follows.
     virtual void cancel() = 0;
@@ -110,7 +129,7 @@ struct ModelInfo {
 };
 
 class Generator {
-public:
+  public:
     virtual ~Generator() = default;
 
     virtual std::vector<ModelInfo> models() const = 0;

@@ -2,6 +2,8 @@
 
 #include <functional>
 
+#include "engine/model/archs/deepseek_v3.h"
+#include "engine/model/archs/glm4_moe.h"
 #include "engine/model/archs/qwen3_moe.h"
 #include "engine/model/model_config.h"
 
@@ -15,9 +17,17 @@ struct Arch {
     ArchLoader load;
 };
 
-// The architectures this build knows; GLM-4.5 and DeepSeek-V3 join as sibling files.
+Result<std::unique_ptr<CausalLM>> load_deepseek_v3_auto(const std::string& dir,
+                                                        const ConfigJson& config,
+                                                        const LoadOptions& options) {
+    return load_deepseek_v3(dir, config, options, MlaPath::kAuto);
+}
+
+// The architectures this build knows (Kimi K2 checkpoints name DeepseekV3ForCausalLM).
 constexpr Arch kArchitectures[] = {
     {kQwen3MoeArchitecture, &load_qwen3_moe},
+    {kGlm4MoeArchitecture, &load_glm4_moe},
+    {kDeepseekV3Architecture, &load_deepseek_v3_auto},
 };
 
 }  // namespace
@@ -32,8 +42,8 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadO
         known += (known.empty() ? "" : ", ") + std::string(a.name);
     }
     return unimplemented_error(config.path() + ": field 'architectures': '" +
-                               config.architecture() + "' is not supported (supported: " +
-                               known + ")");
+                               config.architecture() + "' is not supported (supported: " + known +
+                               ")");
 }
 
 }  // namespace edge::engine

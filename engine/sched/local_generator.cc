@@ -131,7 +131,7 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
             return invalid_argument_error("messages: model \"" + rt.info.name +
                                           "\" has no chat template");
         }
-        EDGE_ASSIGN_OR_RETURN(ids, rt.chat->render(messages));
+        EDGE_ASSIGN_OR_RETURN(ids, rt.chat->render(messages, request.tools));
     }
     if (ids.empty()) {
         return invalid_argument_error("prompt: empty");

@@ -1,86 +1,471 @@
 #include "engine/tokenizer/chat_template.h"
 
+#include <boost/json.hpp>
+
 namespace edge::engine::tokenizer {
 
 namespace {
+
+namespace json = boost::json;
+
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kGMask = "[gMASK]";
+constexpr std::string_view kGlmAssistant = "<|assistant|>";
+constexpr std::string_view kImMiddle = "<|im_middle|>";
+
+using Piece = ChatTemplate::Piece;
+
+// JSON as Python's json.dumps writes it by default (", " and ": " separators, insertion order,
+// non-ASCII kept): what the shipped templates' `tojson` produces.
+void py_json(const json::value& v, std::string* out) {
+    switch (v.kind()) {
+        case json::kind::object: {
+            out->push_back('{');
+            bool first = true;
+            for (const auto& kv : v.get_object()) {
+                out->append(first ? "" : ", ");
+                first = false;
+                out->append(json::serialize(json::value(kv.key())));
+                out->append(": ");
+                py_json(kv.value(), out);
+            }
+            out->push_back('}');
+            break;
+        }
+        case json::kind::array: {
+            out->push_back('[');
+            bool first = true;
+            for (const auto& e : v.get_array()) {
+                out->append(first ? "" : ", ");
+                first = false;
+                py_json(e, out);
+            }
+            out->push_back(']');
+            break;
+        }
+        default:
+            out->append(json::serialize(v));
+    }
+}
+
+// {"type": "function", "function": {"name", "description", "parameters"}} per tool.
+Result<json::array> tools_json(std::span<const ToolSpec> tools) {
+    json::array out;
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const ToolSpec& t = tools[i];
+        std::error_code ec;
+        json::value params = json::parse(t.parameters_json.empty() ? "{}" : t.parameters_json, ec);
+        if (ec || !params.is_object()) {
+            return invalid_argument_error("tools[" + std::to_string(i) +
+                                          "].function.parameters: not a JSON object");
+        }
+        json::object fn;
+        fn["name"] = t.name;
+        if (!t.description.empty()) {
+            fn["description"] = t.description;
+        }
+        fn["parameters"] = std::move(params);
+        json::object tool;
+        tool["type"] = "function";
+        tool["function"] = std::move(fn);
+        out.push_back(std::move(tool));
+    }
+    return out;
+}
+
+std::string strip(std::string_view s) {
+    const size_t b = s.find_first_not_of(" \t\r\n");
+    if (b == std::string_view::npos) {
+        return "";
+    }
+    const size_t e = s.find_last_not_of(" \t\r\n");
+    return std::string(s.substr(b, e - b + 1));
+}
+
+struct Builder {
+    std::vector<Piece> pieces;
+    void marker(std::string_view m) { pieces.push_back({true, std::string(m)}); }
+    void text(std::string_view t) {
+        if (t.empty()) {
+            return;
+        }
+        if (!pieces.empty() && !pieces.back().marker) {
+            pieces.back().text.append(t);
+        } else {
+            pieces.push_back({false, std::string(t)});
+        }
+    }
+    // Template-authored text whose <tool_call>-style tags are markers (never message content).
+    void tagged(std::string_view t) {
+        static constexpr std::string_view kTags[] = {"<tool_call>", "</tool_call>",
+                                                     "<tool_response>", "</tool_response>"};
+        while (!t.empty()) {
+            size_t best = std::string_view::npos;
+            std::string_view tag;
+            for (std::string_view k : kTags) {
+                const size_t at = t.find(k);
+                if (at < best) {
+                    best = at;
+                    tag = k;
+                }
+            }
+            if (best == std::string_view::npos) {
+                text(t);
+                return;
+            }
+            text(t.substr(0, best));
+            marker(tag);
+            t.remove_prefix(best + tag.size());
+        }
+    }
+};
+
+constexpr std::string_view kToolsIntro =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>";
+
+Status chatml(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+    size_t first = 0;
+    if (!tools.empty()) {
+        b->marker(kImStart);
+        b->text("system\n");
+        if (messages[0].role == "system") {
+            b->text(messages[0].content + "\n\n");
+            first = 1;
+        }
+        b->text(kToolsIntro);
+        for (const auto& t : tools) {
+            std::string s;
+            py_json(t, &s);
+            b->text("\n" + s);
+        }
+        b->tagged(
+            "\n</tools>\n\nFor each function call, return a json object with function name and "
+            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+        b->marker(kImEnd);
+        b->text("\n");
+    }
+    for (size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "tool") {
+            if (i == 0 || messages[i - 1].role != "tool") {
+                b->marker(kImStart);
+                b->text("user");
+            }
+            b->tagged("\n<tool_response>\n");
+            b->text(m.content);
+            b->tagged("\n</tool_response>");
+            if (i + 1 == messages.size() || messages[i + 1].role != "tool") {
+                b->marker(kImEnd);
+                b->text("\n");
+            }
+            continue;
+        }
+        b->marker(kImStart);
+        b->text(m.role + "\n" + m.content);
+        for (size_t j = 0; j < m.tool_calls.size(); ++j) {
+            const ChatToolCall& c = m.tool_calls[j];
+            b->text((j > 0 || !m.content.empty()) ? "\n" : "");
+            b->tagged("<tool_call>\n");
+            b->text("{\"name\": " + json::serialize(json::value(c.name)) +
+                    ", \"arguments\": " + (c.arguments.empty() ? "{}" : c.arguments) + "}");
+            b->tagged("\n</tool_call>");
+        }
+        b->marker(kImEnd);
+        b->text("\n");
+    }
+    b->marker(kImStart);
+    b->text("assistant\n");
+    return ok_status();
+}
+
+Status glm45(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+    b->marker(kGMask);
+    b->marker("<sop>");
+    if (!tools.empty()) {
+        b->marker("<|system|>");
+        b->text("\n");
+        b->text(kToolsIntro);
+        b->text("\n");
+        for (const auto& t : tools) {
+            std::string s;
+            py_json(t, &s);
+            b->text(s + "\n");
+        }
+        b->text(
+            "</tools>\n\nFor each function call, output the function name and arguments within "
+            "the following XML format:\n");
+        b->marker("<tool_call>");
+        b->text("{function-name}\n");
+        for (int k = 1; k <= 2; ++k) {
+            b->marker("<arg_key>");
+            b->text("{arg-key-" + std::to_string(k) + "}");
+            b->marker("</arg_key>");
+            b->text("\n");
+            b->marker("<arg_value>");
+            b->text("{arg-value-" + std::to_string(k) + "}");
+            b->marker("</arg_value>");
+            b->text("\n");
+        }
+        b->text("...\n");
+        b->marker("</tool_call>");
+    }
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        const std::string where = "messages[" + std::to_string(i) + "]";
+        if (m.role == "system" || m.role == "user") {
+            b->marker(m.role == "system" ? "<|system|>" : "<|user|>");
+            b->text("\n" + m.content);
+        } else if (m.role == "assistant") {
+            b->marker(kGlmAssistant);
+            b->text("\n");
+            b->marker("<think>");
+            b->marker("</think>");
+            const std::string content = strip(m.content);
+            if (!content.empty()) {
+                b->text("\n" + content);
+            }
+            for (size_t j = 0; j < m.tool_calls.size(); ++j) {
+                const ChatToolCall& c = m.tool_calls[j];
+                std::error_code ec;
+                json::value args = json::parse(c.arguments.empty() ? "{}" : c.arguments, ec);
+                if (ec || !args.is_object()) {
+                    return invalid_argument_error(where + ".tool_calls[" + std::to_string(j) +
+                                                  "].function.arguments: not a JSON object");
+                }
+                b->text("\n");
+                b->marker("<tool_call>");
+                b->text(c.name + "\n");
+                for (const auto& kv : args.get_object()) {
+                    b->marker("<arg_key>");
+                    b->text(kv.key());
+                    b->marker("</arg_key>");
+                    b->text("\n");
+                    b->marker("<arg_value>");
+                    if (kv.value().is_string()) {
+                        b->text(kv.value().get_string());
+                    } else {
+                        std::string s;
+                        py_json(kv.value(), &s);
+                        b->text(s);
+                    }
+                    b->marker("</arg_value>");
+                    b->text("\n");
+                }
+                b->marker("</tool_call>");
+            }
+        } else if (m.role == "tool") {
+            if (i == 0 || messages[i - 1].role != "tool") {
+                b->marker("<|observation|>");
+            }
+            b->text("\n");
+            b->marker("<tool_response>");
+            b->text("\n" + m.content + "\n");
+            b->marker("</tool_response>");
+        } else {
+            return invalid_argument_error(where + ".role: \"" + m.role +
+                                          "\" is not system, user, assistant or tool");
+        }
+    }
+    b->marker(kGlmAssistant);
+    return ok_status();
+}
+
+Status kimi_k2(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+    if (!tools.empty()) {
+        b->marker("<|im_system|>");
+        b->text("tool_declare");
+        b->marker(kImMiddle);
+        std::string s;
+        py_json(json::value(tools), &s);
+        b->text(s);
+        b->marker(kImEnd);
+    }
+    if (messages[0].role != "system") {
+        b->marker("<|im_system|>");
+        b->text("system");
+        b->marker(kImMiddle);
+        b->text("You are Kimi, an AI assistant created by Moonshot AI.");
+        b->marker(kImEnd);
+    }
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "user") {
+            b->marker("<|im_user|>");
+        } else if (m.role == "assistant") {
+            b->marker("<|im_assistant|>");
+        } else if (m.role == "system" || m.role == "tool") {
+            b->marker("<|im_system|>");
+        } else {
+            return invalid_argument_error("messages[" + std::to_string(i) + "].role: \"" + m.role +
+                                          "\" is not system, user, assistant or tool");
+        }
+        b->text(m.name.empty() ? m.role : m.name);
+        b->marker(kImMiddle);
+        if (m.role == "tool") {
+            b->text("## Return of " + m.tool_call_id + "\n" + m.content);
+        } else {
+            b->text(m.content);
+        }
+        if (!m.tool_calls.empty()) {
+            b->marker("<|tool_calls_section_begin|>");
+            for (const ChatToolCall& c : m.tool_calls) {
+                b->marker("<|tool_call_begin|>");
+                b->text(c.id);
+                b->marker("<|tool_call_argument_begin|>");
+                b->text(c.arguments.empty() ? "{}" : c.arguments);
+                b->marker("<|tool_call_end|>");
+            }
+            b->marker("<|tool_calls_section_end|>");
+        }
+        b->marker(kImEnd);
+    }
+    b->marker("<|im_assistant|>");
+    b->text("assistant");
+    b->marker(kImMiddle);
+    return ok_status();
+}
+
 }  // namespace
+
+std::string_view tool_call_format_of(ChatFormat format) {
+    switch (format) {
+        case ChatFormat::kGlm45:
+            return "glm4_5";
+        case ChatFormat::kKimiK2:
+            return "kimi_k2";
+        case ChatFormat::kChatMl:
+            break;
+    }
+    return "hermes";
+}
 
 Result<ChatFormat> choose_chat_format(std::string_view configured, const TokenizerConfig& config,
                                       const Tokenizer& tokenizer) {
     if (configured == "chatml") {
         return ChatFormat::kChatMl;
     }
+    if (configured == "glm4_5") {
+        return ChatFormat::kGlm45;
+    }
+    if (configured == "kimi_k2") {
+        return ChatFormat::kKimiK2;
+    }
     if (!configured.empty() && configured != "auto") {
         return invalid_argument_error("chat_template: unknown format \"" + std::string(configured) +
-                                      "\" (known: auto, chatml)");
+                                      "\" (known: auto, chatml, glm4_5, kimi_k2)");
     }
     // Checkpoints ship Jinja; recognise the family by its control tokens.
-    if (config.chat_template.find(kImStart) != std::string::npos) {
+    const std::string& t = config.chat_template;
+    if (t.find(kImMiddle) != std::string::npos) {
+        return ChatFormat::kKimiK2;
+    }
+    if (t.find(kGMask) != std::string::npos && t.find(kGlmAssistant) != std::string::npos) {
+        return ChatFormat::kGlm45;
+    }
+    if (t.find(kImStart) != std::string::npos) {
         return ChatFormat::kChatMl;
     }
-    if (config.chat_template.empty() && tokenizer.token_id(kImStart) >= 0 &&
-        tokenizer.token_id(kImEnd) >= 0) {
-        return ChatFormat::kChatMl;
+    if (t.empty()) {
+        if (tokenizer.token_id(kImMiddle) >= 0 && tokenizer.token_id(kImEnd) >= 0) {
+            return ChatFormat::kKimiK2;
+        }
+        if (tokenizer.token_id(kGMask) >= 0 && tokenizer.token_id(kGlmAssistant) >= 0) {
+            return ChatFormat::kGlm45;
+        }
+        if (tokenizer.token_id(kImStart) >= 0 && tokenizer.token_id(kImEnd) >= 0) {
+            return ChatFormat::kChatMl;
+        }
     }
     return not_found_error(
         "chat_template: the checkpoint's chat format is not recognised; set "
-        "the model's chat_template to one of: chatml");
+        "the model's chat_template to one of: chatml, glm4_5, kimi_k2");
 }
 
 Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* tokenizer) {
-    ChatTemplate t(format, tokenizer);
+    std::vector<std::string_view> required;
     switch (format) {
         case ChatFormat::kChatMl:
-            t.begin_ = tokenizer->token_id(kImStart);
-            t.end_ = tokenizer->token_id(kImEnd);
-            if (t.begin_ < 0 || t.end_ < 0) {
-                return not_found_error(
-                    "chat_template: ChatML needs <|im_start|> and <|im_end|> "
-                    "tokens, which the tokenizer lacks");
-            }
+            required = {kImStart, kImEnd};
+            break;
+        case ChatFormat::kGlm45:
+            required = {kGMask,     "<sop>",       "<|system|>",
+                        "<|user|>", kGlmAssistant, "<|observation|>"};
+            break;
+        case ChatFormat::kKimiK2:
+            required = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", kImMiddle, kImEnd};
             break;
     }
-    return t;
+    for (std::string_view token : required) {
+        if (tokenizer->token_id(token) < 0) {
+            return not_found_error("chat_template: format " +
+                                   std::string(tool_call_format_of(format)) + " needs the " +
+                                   std::string(token) + " token, which the tokenizer lacks");
+        }
+    }
+    return ChatTemplate(format, tokenizer);
 }
 
-Result<std::vector<TokenId>> ChatTemplate::render(std::span<const ChatMessage> messages) const {
+Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> messages,
+                                                std::span<const ToolSpec> tools) const {
     if (messages.empty()) {
         return invalid_argument_error("messages: empty");
     }
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string& role = messages[i].role;
+        if (role.empty() || role.find('\n') != std::string::npos) {
+            return invalid_argument_error("messages[" + std::to_string(i) +
+                                          "].role: empty or contains a newline");
+        }
+    }
+    EDGE_ASSIGN_OR_RETURN(json::array tj, tools_json(tools));
+    Builder b;
+    switch (format_) {
+        case ChatFormat::kChatMl:
+            EDGE_RETURN_IF_ERROR(chatml(messages, tj, &b));
+            break;
+        case ChatFormat::kGlm45:
+            EDGE_RETURN_IF_ERROR(glm45(messages, tj, &b));
+            break;
+        case ChatFormat::kKimiK2:
+            EDGE_RETURN_IF_ERROR(kimi_k2(messages, tj, &b));
+            break;
+    }
+    return std::move(b.pieces);
+}
+
+Result<std::vector<TokenId>> ChatTemplate::render(std::span<const ChatMessage> messages,
+                                                  std::span<const ToolSpec> tools) const {
+    EDGE_ASSIGN_OR_RETURN(std::vector<Piece> ps, pieces(messages, tools));
     std::vector<TokenId> ids;
-    auto append_text = [&](std::string_view text, const std::string& where) -> Status {
-        auto encoded = tokenizer_->encode(text, /*parse_special=*/false);
+    for (const Piece& p : ps) {
+        if (p.marker) {
+            const TokenId id = tokenizer_->token_id(p.text);
+            if (id >= 0) {
+                ids.push_back(id);
+                continue;
+            }
+        }
+        auto encoded = tokenizer_->encode(p.text, /*parse_special=*/false);
         if (!encoded.ok()) {
-            return encoded.status().with_context(where);
+            return encoded.status().with_context("messages");
         }
         ids.insert(ids.end(), encoded->begin(), encoded->end());
-        return ok_status();
-    };
-    for (size_t i = 0; i < messages.size(); ++i) {
-        const ChatMessage& m = messages[i];
-        const std::string where = "messages[" + std::to_string(i) + "]";
-        if (m.role.empty() || m.role.find('\n') != std::string::npos) {
-            return invalid_argument_error(where + ".role: empty or contains a newline");
-        }
-        ids.push_back(begin_);
-        EDGE_RETURN_IF_ERROR(append_text(m.role + "\n" + m.content, where));
-        ids.push_back(end_);
-        EDGE_RETURN_IF_ERROR(append_text("\n", where));
     }
-    ids.push_back(begin_);
-    EDGE_RETURN_IF_ERROR(append_text("assistant\n", "generation prompt"));
     return ids;
 }
 
-std::string ChatTemplate::render_text(std::span<const ChatMessage> messages) const {
+std::string ChatTemplate::render_text(std::span<const ChatMessage> messages,
+                                      std::span<const ToolSpec> tools) const {
+    auto ps = pieces(messages, tools);
     std::string out;
-    for (const ChatMessage& m : messages) {
-        out.append(kImStart).append(m.role).append("\n").append(m.content).append(kImEnd).append(
-            "\n");
+    if (ps.ok()) {
+        for (const Piece& p : *ps) {
+            out += p.text;
+        }
     }
-    out.append(kImStart).append("assistant\n");
     return out;
 }
 

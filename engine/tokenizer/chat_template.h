@@ -3,10 +3,14 @@
 // ChatTemplate renders chat `messages` into prompt token ids for one model family. The family is
 // chosen from the checkpoint (the shipped Jinja template's markers) or named in the model config;
 // we do not run Jinja: each family is a small renderer written to match its template. Today:
-// ChatML (Qwen). GLM-4.5 and Kimi K2 get their own ChatFormat value and render function.
+// ChatML (Qwen, with Qwen3's Hermes-style tools block), GLM-4.5 and Kimi K2, each with the system,
+// user, assistant (including its earlier tool calls) and tool roles, and OpenAI `tools` rendered
+// into the prompt the way the family's shipped template does.
 //
 // Control tokens are inserted as ids and message text is encoded with special-token parsing off,
-// so a message cannot inject `<|im_start|>`. Threading: immutable; thread-safe.
+// so a message cannot inject `<|im_start|>`. Markers that a vocabulary may or may not hold as one
+// token (`<tool_call>`, `<arg_key>`, ...) are inserted as their id when it exists, else as text.
+// Threading: immutable; thread-safe.
 
 #include <span>
 #include <string>
@@ -22,15 +26,22 @@ namespace edge::engine::tokenizer {
 
 enum class ChatFormat {
     kChatMl,  // <|im_start|>{role}\n{content}<|im_end|>\n ..., then <|im_start|>assistant\n
+    kGlm45,   // [gMASK]<sop><|system|>\n...<|user|>\n...<|assistant|>
+    kKimiK2,  // <|im_user|>user<|im_middle|>...<|im_end|>...<|im_assistant|>assistant<|im_middle|>
 };
 
-// "chatml" -> kChatMl; "auto" (or "") -> from the checkpoint's template, else from its vocabulary.
+// The tool-call output format the family writes, as named by engine/chat/tool_call_parser.h's
+// tool_call_format_from_name(): "hermes" (ChatML / Qwen3), "glm4_5", "kimi_k2".
+std::string_view tool_call_format_of(ChatFormat format);
+
+// "chatml" -> kChatMl, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2; "auto" (or "") -> from the
+// checkpoint's template, else from its vocabulary.
 // kInvalidArgument for an unknown name; kNotFound when "auto" finds no known format.
 Result<ChatFormat> choose_chat_format(std::string_view configured, const TokenizerConfig& config,
                                       const Tokenizer& tokenizer);
 
 class ChatTemplate {
-public:
+  public:
     // kNotFound when the tokenizer lacks the format's control tokens.
     static Result<ChatTemplate> create(ChatFormat format, const Tokenizer* tokenizer);
 
@@ -38,19 +49,30 @@ public:
 
     // Prompt ids for `messages` followed by the assistant turn's opening. kInvalidArgument for
     // no messages, an empty or multi-line role, or text that is not valid UTF-8.
-    Result<std::vector<TokenId>> render(std::span<const ChatMessage> messages) const;
+    // `tools` (may be empty) are declared to the model in the family's format; kInvalidArgument
+    // for a tool whose parameters are not a JSON object or a GLM-4.5 history tool call whose
+    // arguments are not one.
+    Result<std::vector<TokenId>> render(std::span<const ChatMessage> messages,
+                                        std::span<const ToolSpec> tools = {}) const;
 
     // The same prompt as text (for logs and tests).
-    std::string render_text(std::span<const ChatMessage> messages) const;
+    std::string render_text(std::span<const ChatMessage> messages,
+                            std::span<const ToolSpec> tools = {}) const;
 
-private:
+    // One piece of a prompt: a control marker or plain text.
+    struct Piece {
+        bool marker = false;
+        std::string text;
+    };
+
+  private:
     ChatTemplate(ChatFormat format, const Tokenizer* tokenizer)
         : format_(format), tokenizer_(tokenizer) {}
+    Result<std::vector<Piece>> pieces(std::span<const ChatMessage> messages,
+                                      std::span<const ToolSpec> tools) const;
 
     ChatFormat format_;
     const Tokenizer* tokenizer_;
-    TokenId begin_ = -1;  // ChatML <|im_start|>
-    TokenId end_ = -1;    // ChatML <|im_end|>
 };
 
 }  // namespace edge::engine::tokenizer

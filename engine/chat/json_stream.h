@@ -1,0 +1,74 @@
+#pragma once
+
+// JsonStream checks JSON text byte by byte as a model writes it, so a parser can pass argument
+// text on as soon as it is known to be a valid prefix of one JSON value, and knows the moment the
+// value ends. It also reports the keys of the outermost object (for Hermes-style calls whose
+// "arguments" value is streamed out of a larger object). Numbers are checked against the JSON
+// grammar when they end; strings must be valid escapes (UTF-8 is the tokenizer's business).
+//
+// Threading: a value type; one owner.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace edge::engine::chat {
+
+class JsonStream {
+  public:
+    enum class Result {
+        kOk,       // The byte continues a valid prefix.
+        kDone,     // The byte ended the value (the last byte of it).
+        kInvalid,  // The byte cannot continue valid JSON; the stream stays invalid.
+    };
+
+    // Feeds one byte. Whitespace before the value is accepted; after kDone, only whitespace.
+    Result feed(char c);
+
+    bool done() const { return state_ == State::kDone; }
+    bool invalid() const { return state_ == State::kInvalid; }
+    // Containers open now (0 outside any, 1 inside the outermost object or array).
+    size_t depth() const { return stack_.size(); }
+    // At depth 1 of an object: the key whose value is being read or was just read.
+    const std::string& top_key() const { return top_key_; }
+    // True when the next non-space byte starts a value at depth 1 (after "key":).
+    bool expecting_top_value() const { return stack_.size() == 1 && state_ == State::kValue; }
+    // True right after a value at depth 1 ended (before the ',' or the closing bracket).
+    bool at_top_value_end() const { return stack_.size() == 1 && state_ == State::kCommaOrClose; }
+
+  private:
+    enum class State {
+        kValue,       // Expecting a value.
+        kKeyOrClose,  // After '{'.
+        kKey,         // After ',' in an object.
+        kColon,
+        kCommaOrClose,
+        kString,
+        kEscape,
+        kUnicode,
+        kNumber,
+        kLiteral,
+        kDone,
+        kInvalid,
+    };
+    Result value_ended();
+    Result fail() {
+        state_ = State::kInvalid;
+        return Result::kInvalid;
+    }
+    Result start_value(char c);
+
+    State state_ = State::kValue;
+    std::vector<char> stack_;  // '{' or '['.
+    bool string_is_key_ = false;
+    int unicode_left_ = 0;
+    std::string token_;  // Number or literal being read.
+    const char* literal_ = nullptr;
+    std::string key_buf_;
+    std::string top_key_;
+};
+
+// Whether `s` is one JSON number (RFC 8259 grammar).
+bool is_json_number(const std::string& s);
+
+}  // namespace edge::engine::chat

@@ -1,0 +1,80 @@
+#pragma once
+
+// Tool-call parsers: they split a model's streamed output text into plain content and OpenAI
+// tool calls, for the three formats the served families write:
+//   kHermes (Qwen3):  <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+//   kGlm45 (GLM-4.5): <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n...</tool_call>
+//   kKimiK2:          <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0
+//                     <|tool_call_argument_begin|>{...}<|tool_call_end|>...
+//                     <|tool_calls_section_end|>
+// Text is fed as it is decoded (any split, even inside a marker or a UTF-8 character). Content
+// that may be the start of a marker is held back until it is known not to be. A call's first
+// delta carries its index, id and name (never a partial name); argument text follows as it is
+// written, and only once it is a valid JSON prefix (GLM-4.5's key/value pairs are converted to
+// JSON one pair at a time). A call that turns out malformed (bad JSON, a missing closing marker,
+// output ending inside it) is given back verbatim as content and its index is listed in
+// `abandoned_calls`, so a streaming client can drop what it received of it; malformed() is then
+// true with a reason.
+//
+// Threading: one parser per response, used from one thread.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/generator.h"
+
+namespace edge::engine::chat {
+
+enum class ToolCallFormat { kHermes, kGlm45, kKimiK2 };
+
+// "hermes" / "qwen3" -> kHermes, "glm4_5" / "glm45" -> kGlm45, "kimi_k2" -> kKimiK2.
+Result<ToolCallFormat> tool_call_format_from_name(std::string_view name);
+std::string_view tool_call_format_name(ToolCallFormat format);
+
+using ToolSpec = engine::ToolSpec;  // engine/generator.h
+
+struct ToolCallDelta {
+    int32_t index = 0;      // The call's position in the response's tool_calls.
+    std::string id;         // Set on the call's first delta only.
+    std::string name;       // Set on the call's first delta only.
+    std::string arguments;  // JSON text to append to the call's arguments.
+};
+
+struct ParsedDelta {
+    std::string content;                    // Plain text to pass on.
+    std::vector<ToolCallDelta> tool_calls;  // In order; consecutive deltas of one call merged.
+    std::vector<int32_t> abandoned_calls;   // Calls found malformed after deltas went out.
+};
+
+class ToolCallParser {
+  public:
+    virtual ~ToolCallParser() = default;
+
+    // The next piece of output text.
+    virtual ParsedDelta feed(std::string_view text) = 0;
+    // The output ended: flushes held-back content; an unfinished call becomes content.
+    virtual ParsedDelta finish() = 0;
+
+    // Calls completed and well formed so far.
+    int32_t completed_calls() const { return completed_; }
+    // A call was malformed and returned as content.
+    bool malformed() const { return !malformed_reason_.empty(); }
+    const std::string& malformed_reason() const { return malformed_reason_; }
+
+  protected:
+    int32_t completed_ = 0;
+    std::string malformed_reason_;
+};
+
+// A parser for `format`. Call ids are `id_prefix` + index for formats that carry none (Kimi K2's
+// own ids, "functions.f:0", are kept). `tools` tells GLM-4.5's parser which arguments are
+// declared strings (kept as text rather than read as JSON); it may be empty.
+std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
+                                                        std::string id_prefix,
+                                                        const std::vector<ToolSpec>& tools = {});
+
+}  // namespace edge::engine::chat

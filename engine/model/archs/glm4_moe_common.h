@@ -1,0 +1,140 @@
+#pragma once
+
+// The parts GLM-4.5 (Glm4MoeForCausalLM) and DeepSeek-V3 / Kimi K2 (DeepseekV3ForCausalLM) share,
+// as a base class: the common config fields, weight loading helpers, slots and batch validation
+// over the KV cache, the forward loop (embedding, per-layer attention then feed-forward, final
+// norm, lm_head), and the feed-forward block: a dense SwiGLU MLP on the first
+// `first_k_dense_replace` layers, then the MoE block with the sigmoid / correction-bias /
+// group-limited router (engine/cpu/router.h), SwiGLU experts reached through an ExpertPlacement,
+// routed_scaling_factor, and shared experts added unscaled. Architectures supply the attention.
+// Multi-token-prediction layers (num_nextn_predict_layers) are not loaded; a log line says so.
+//
+// Threading: as CausalLM (one driving thread; forward() uses the backend's threads).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/backend.h"
+#include "engine/cpu/router.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/expert_placement.h"
+#include "engine/model/kv_cache.h"
+#include "engine/model/loader.h"
+#include "engine/model/safetensors.h"
+
+namespace edge::engine {
+
+class ConfigJson;
+
+// config.json fields common to both architectures.
+struct SigmoidMoeConfig {
+    int64_t hidden_size = 0;
+    int64_t num_hidden_layers = 0;  // Decoder layers (MTP layers not counted).
+    int64_t num_attention_heads = 0;
+    int64_t vocab_size = 0;
+    int64_t max_position_embeddings = 0;
+    int64_t intermediate_size = 0;      // Width of the dense MLP layers.
+    int64_t moe_intermediate_size = 0;  // Width of one routed (and shared) expert.
+    int64_t n_routed_experts = 0;
+    int64_t num_experts_per_tok = 0;
+    int64_t n_shared_experts = 0;  // Shared expert width = moe_intermediate_size * this.
+    int64_t n_group = 1;
+    int64_t topk_group = 1;
+    int64_t first_k_dense_replace = 0;     // Layers [0, this) are dense.
+    int64_t num_nextn_predict_layers = 0;  // MTP layers in the checkpoint (skipped).
+    double routed_scaling_factor = 1.0;
+    double rope_theta = 10000.0;
+    double rms_norm_eps = 1e-6;
+    bool norm_topk_prob = true;
+    bool tie_word_embeddings = false;
+    std::vector<int64_t> eos_token_ids;
+    int64_t bos_token_id = -1;
+
+    // Reads and range-checks the common fields; errors name config.json and the field.
+    static Result<SigmoidMoeConfig> from_json(const ConfigJson& config);
+    bool is_moe_layer(int64_t layer) const {
+        return n_routed_experts > 0 && layer >= first_k_dense_replace;
+    }
+};
+
+struct SwiGlu {
+    Weight gate;
+    Weight up;
+    Weight down;
+};
+
+class SigmoidMoeModel : public CausalLM {
+  public:
+    SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkpoint> ckpt,
+                    std::unique_ptr<Backend> backend);
+
+    const ModelSpec& spec() const override { return spec_; }
+    Result<int32_t> acquire_slot() override { return kv_->acquire(); }
+    void release_slot(int32_t slot) override { kv_->release(slot); }
+    void truncate_slot(int32_t slot, int32_t length) override;
+    int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
+    Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
+
+  protected:
+    // Loads embeddings, norms, feed-forward weights of every layer and creates the KV cache with
+    // `kv_heads` x `head_dim` keys and values per layer; `kv_bytes_per_token` is what the spec
+    // reports. Calls load_attention(layer) for each layer.
+    Status load_common(const std::string& dir, const ConfigJson& json, const LoadOptions& options,
+                       const std::string& architecture, int32_t kv_heads, int32_t head_dim,
+                       int64_t kv_bytes_per_token);
+    virtual Status load_attention(int64_t layer, const std::string& prefix) = 0;
+    // Adds the attention output of layer `li` to x_ for the n tokens of this forward; tok_slot_
+    // and tok_pos_ give each token's slot and position.
+    virtual void attention(int32_t li, int64_t n) = 0;
+
+    Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
+    Result<std::vector<float>> vector(const std::string& name, int64_t n);
+    Result<SwiGlu> swiglu(const std::string& prefix, int64_t inter);
+    void mlp_rows(const SwiGlu& m, const float* in, int64_t rows, float* out);
+    static float* grow(std::vector<float>& v, size_t n) {
+        if (v.size() < n) {
+            v.resize(n);
+        }
+        return v.data();
+    }
+
+    SigmoidMoeConfig c_;
+    std::unique_ptr<Checkpoint> ckpt_;
+    std::unique_ptr<Backend> backend_;
+    ExpertPlacement placement_;
+    std::unique_ptr<KvCache> kv_;
+    ModelSpec spec_;
+    std::vector<int32_t> tok_slot_, tok_pos_;
+    std::vector<float> x_;                        // [n][hidden] residual stream.
+    std::vector<float> h_;                        // [n][hidden] normed input of a block.
+    std::vector<std::vector<float>> input_norm_;  // Per layer, applied before attention.
+
+  private:
+    struct FfnLayer {
+        std::vector<float> post_norm;
+        bool moe = false;
+        Weight router;
+        std::vector<float> correction_bias;  // Empty when the checkpoint has none.
+        std::vector<SwiGlu> experts;         // Indexed by expert id; only local ones filled.
+        SwiGlu shared;                       // Valid when n_shared_experts > 0.
+        SwiGlu dense;
+    };
+    Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
+    void ffn(const FfnLayer& layer, int32_t li, int64_t n);
+
+    Weight embed_;
+    Weight lm_head_;
+    std::vector<float> final_norm_;
+    std::vector<FfnLayer> ffn_;
+    std::vector<float> tmp_, router_, gate_, up_, act_, moe_in_, moe_out_, route_scratch_;
+    std::vector<int32_t> topk_idx_, row_of_, expert_count_, expert_begin_;
+    std::vector<float> topk_w_;
+    std::vector<MatmulJob> jobs_;
+};
+
+// Reads one element of a stored float vector.
+float stored_element(const void* data, WeightFormat f, int64_t i);
+
+}  // namespace edge::engine

@@ -1,0 +1,201 @@
+// DeepSeek-V3 (MLA) against micro-deepseek-v3's reference outputs: greedy tokens exact, logits
+// within 1e-4, single and batched, teacher-forced; the absorbed and plain attention paths agree;
+// the KV cache holds kv_lora_rank + qk_rope_head_dim floats per token and layer; YaRN tables;
+// MTP layers are skipped with a log line.
+
+#include "engine/model/archs/deepseek_v3.h"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/log.h"
+#include "engine/cpu/rope_scaling.h"
+#include "engine/model/loader.h"
+#include "engine/model/model_config.h"
+#include "reference_check.h"
+
+namespace edge::engine {
+namespace {
+
+using testing::fixture_dir;
+
+LoadOptions small_options(int threads) {
+    LoadOptions options;
+    options.threads = threads;
+    options.max_slots = 4;
+    options.max_context = 512;
+    return options;
+}
+
+std::unique_ptr<CausalLM> load_path(MlaPath path, int threads) {
+    const std::string dir = fixture_dir("micro-deepseek-v3");
+    auto json = ConfigJson::read(dir);
+    REQUIRE(json.ok());
+    auto model = load_deepseek_v3(dir, *json, small_options(threads), path);
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    return std::move(model).value();
+}
+
+void check_fixture(MlaPath path, int threads) {
+    auto prompts = testing::read_reference(fixture_dir("micro-deepseek-v3"));
+    auto model = load_path(path, threads);
+    SUBCASE("one prompt at a time") {
+        testing::check_runs(prompts, testing::run_greedy(*model, prompts, false));
+    }
+    SUBCASE("all prompts batched") {
+        testing::check_runs(prompts, testing::run_greedy(*model, prompts, true));
+    }
+    SUBCASE("teacher-forced batch") { testing::check_teacher_forced(*model, prompts); }
+}
+
+TEST_CASE("deepseek_v3: micro-deepseek-v3 matches the reference through load_model") {
+    auto model = load_model(fixture_dir("micro-deepseek-v3"), small_options(2));
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    auto prompts = testing::read_reference(fixture_dir("micro-deepseek-v3"));
+    testing::check_runs(prompts, testing::run_greedy(**model, prompts, true));
+}
+
+TEST_CASE(
+    "deepseek_v3: reference with the auto path (plain prefill and absorbed decode) on 1 thread") {
+    check_fixture(MlaPath::kAuto, 1);
+}
+TEST_CASE("deepseek_v3: reference with the absorbed path on 2 threads") {
+    check_fixture(MlaPath::kAbsorbed, 2);
+}
+TEST_CASE("deepseek_v3: reference with the plain path on 2 threads") {
+    check_fixture(MlaPath::kPlain, 2);
+}
+
+TEST_CASE("deepseek_v3: absorbed and plain paths give the same logits") {
+    auto prompts = testing::read_reference(fixture_dir("micro-deepseek-v3"));
+    auto plain = load_path(MlaPath::kPlain, 1);
+    auto absorbed = load_path(MlaPath::kAbsorbed, 1);
+    const auto a = testing::run_greedy(*plain, prompts, true);
+    const auto b = testing::run_greedy(*absorbed, prompts, true);
+    double max_diff = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        CHECK(a[i].tokens == b[i].tokens);
+        for (size_t s = 0; s < a[i].step_logits.size(); ++s) {
+            for (size_t v = 0; v < a[i].step_logits[s].size(); ++v) {
+                max_diff = std::max<double>(
+                    max_diff, std::fabs(a[i].step_logits[s][v] - b[i].step_logits[s][v]));
+            }
+        }
+    }
+    INFO("max |plain - absorbed| " << max_diff);
+    CHECK(max_diff <= 1e-4);
+    CHECK(max_diff > 0.0);  // Two different computations, not one path run twice.
+}
+
+TEST_CASE("deepseek_v3: KV cache holds the latent and the rope key only") {
+    auto model = load_path(MlaPath::kAuto, 1);
+    CHECK(model->spec().architecture == "DeepseekV3ForCausalLM");
+    // (kv_lora_rank 32 + qk_rope_head_dim 16) x 4 bytes x 3 layers.
+    CHECK(model->spec().kv_bytes_per_token == (32 + 16) * 4 * 3);
+    // A budget of exactly 5 tokens holds 5 tokens and refuses the 6th.
+    LoadOptions options = small_options(1);
+    options.kv_cache_bytes = 5 * (32 + 16) * 4 * 3;
+    auto small = load_model(fixture_dir("micro-deepseek-v3"), options);
+    REQUIRE(small.ok());
+    auto slot = (*small)->acquire_slot();
+    REQUIRE(slot.ok());
+    const std::vector<TokenId> five = {1, 2, 3, 4, 5};
+    SequenceChunk ch{*slot, 0, five, false};
+    std::vector<float> logits;
+    CHECK((*small)->forward({&ch, 1}, &logits).ok());
+    const std::vector<TokenId> one = {6};
+    SequenceChunk more{*slot, 5, one, false};
+    CHECK((*small)->forward({&more, 1}, &logits).code() == StatusCode::kResourceExhausted);
+}
+
+TEST_CASE("deepseek_v3: YaRN frequencies") {
+    const auto plain = cpu::rope_inv_freq(10000.0, 64);
+    cpu::YarnConfig y;
+    y.factor = 1.0;
+    CHECK(cpu::yarn_inv_freq(10000.0, 64, y) == plain);
+    y.factor = 40.0;
+    y.original_max_position = 4096;
+    const auto yarn = cpu::yarn_inv_freq(10000.0, 64, y);
+    REQUIRE(yarn.size() == 32);
+    // High frequencies extrapolate (unchanged), low ones are interpolated (divided by factor),
+    // and the ramp in between is monotone.
+    CHECK(yarn[0] == doctest::Approx(plain[0]));
+    CHECK(yarn[31] == doctest::Approx(plain[31] / 40.0));
+    for (size_t i = 0; i < yarn.size(); ++i) {
+        CHECK(yarn[i] <= plain[i] * (1 + 1e-12));
+        CHECK(yarn[i] >= plain[i] / 40.0 * (1 - 1e-12));
+    }
+    CHECK(cpu::yarn_get_mscale(40.0, 1.0) == doctest::Approx(0.1 * std::log(40.0) + 1.0));
+    CHECK(cpu::yarn_get_mscale(1.0, 1.0) == 1.0);
+}
+
+// Writes micro-deepseek-v3 with one config.json field replaced into a temp dir.
+struct ConfigVariant {
+    std::filesystem::path dir;
+    ConfigVariant(const std::string& from, const std::string& to) {
+        const std::string src = fixture_dir("micro-deepseek-v3");
+        dir = std::filesystem::temp_directory_path() /
+              ("dsv3_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+        std::filesystem::create_directories(dir);
+        std::filesystem::copy_file(src + "/model.safetensors", dir / "model.safetensors");
+        std::ifstream in(src + "/config.json");
+        std::stringstream ss;
+        ss << in.rdbuf();
+        std::string c = ss.str();
+        const size_t at = c.find(from);
+        REQUIRE(at != std::string::npos);
+        c.replace(at, from.size(), to);
+        std::ofstream(dir / "config.json") << c;
+    }
+    ~ConfigVariant() { std::filesystem::remove_all(dir); }
+    static inline int counter = 0;
+};
+
+TEST_CASE("deepseek_v3: YaRN rope_scaling loads and changes the logits and bad types are named") {
+    const std::string yarn =
+        "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 32.0, \"beta_fast\": 1.0, "
+        "\"beta_slow\": 1.0, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+        "\"original_max_position_embeddings\": 64}";
+    ConfigVariant v("\"rope_scaling\": null", yarn);
+    auto model = load_model(v.dir.string(), small_options(1));
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    auto base = load_path(MlaPath::kAuto, 1);
+    const std::vector<TokenId> ids = {5, 6, 7, 8, 9, 10, 11, 12};
+    std::vector<float> a;
+    std::vector<float> b;
+    auto sa = (*model)->acquire_slot();
+    auto sb = base->acquire_slot();
+    SequenceChunk ca{*sa, 0, ids, false};
+    SequenceChunk cb{*sb, 0, ids, false};
+    REQUIRE((*model)->forward({&ca, 1}, &a).ok());
+    REQUIRE(base->forward({&cb, 1}, &b).ok());
+    double diff = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        diff = std::max<double>(diff, std::fabs(a[i] - b[i]));
+        REQUIRE(std::isfinite(a[i]));
+    }
+    CHECK(diff > 1e-3);
+
+    ConfigVariant bad("\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"dynamic\"}");
+    auto r = load_model(bad.dir.string(), small_options(1));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().to_string().find("rope_scaling") != std::string::npos);
+}
+
+TEST_CASE("deepseek_v3: multi-token-prediction layers are skipped with a log line") {
+    ConfigVariant v("\"num_nextn_predict_layers\": 0", "\"num_nextn_predict_layers\": 1");
+    std::string lines;
+    log::set_sink([&](std::string_view line) { lines += std::string(line) + "\n"; });
+    auto model = load_model(v.dir.string(), small_options(1));
+    log::set_sink(nullptr);
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    CHECK(lines.find("model_mtp_layers_skipped") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace edge::engine

@@ -1,0 +1,244 @@
+// Tool-call parsers on recorded outputs of each format, fed whole, byte by byte, and split at
+// every byte boundary (and every pair of boundaries): the content and the reassembled calls are
+// the same every time; names are never partial; streamed arguments are always a valid JSON
+// prefix; malformed calls come back as content.
+
+#include "engine/chat/tool_call_parser.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <map>
+
+#include "engine/chat/json_stream.h"
+
+namespace edge::engine::chat {
+namespace {
+
+struct Call {
+    std::string id;
+    std::string name;
+    std::string arguments;
+    bool operator==(const Call&) const = default;
+};
+
+struct Outcome {
+    std::string content;
+    std::vector<Call> calls;
+    bool malformed = false;
+    bool operator==(const Outcome&) const = default;
+};
+
+// Feeds the pieces, then finish(); checks the streaming invariants on the way.
+Outcome run(ToolCallFormat format, const std::vector<std::string>& pieces,
+            const std::vector<ToolSpec>& tools = {}) {
+    auto parser = create_tool_call_parser(format, "call_", tools);
+    std::map<int32_t, Call> calls;
+    std::map<int32_t, JsonStream> streams;
+    std::vector<int32_t> abandoned;
+    Outcome o;
+    auto apply = [&](const ParsedDelta& d) {
+        o.content += d.content;
+        for (const ToolCallDelta& t : d.tool_calls) {
+            Call& c = calls[t.index];
+            if (!t.name.empty()) {
+                CHECK(c.name.empty());  // The name comes once, whole.
+                c.name = t.name;
+                c.id = t.id;
+            } else {
+                CHECK_FALSE(c.name.empty());  // Arguments never precede the name.
+            }
+            c.arguments += t.arguments;
+            for (char ch : t.arguments) {
+                CHECK(streams[t.index].feed(ch) != JsonStream::Result::kInvalid);
+            }
+        }
+        abandoned.insert(abandoned.end(), d.abandoned_calls.begin(), d.abandoned_calls.end());
+    };
+    for (const std::string& p : pieces) {
+        apply(parser->feed(p));
+    }
+    apply(parser->finish());
+    for (int32_t a : abandoned) {
+        calls.erase(a);
+    }
+    for (auto& [index, c] : calls) {
+        o.calls.push_back(c);
+    }
+    o.malformed = parser->malformed();
+    CHECK(parser->completed_calls() == static_cast<int32_t>(o.calls.size()));
+    return o;
+}
+
+// The same outcome for every way of cutting `text`.
+Outcome check_all_splits(ToolCallFormat format, const std::string& text,
+                         const std::vector<ToolSpec>& tools = {}) {
+    const Outcome whole = run(format, {text}, tools);
+    std::vector<std::string> bytes;
+    for (char c : text) {
+        bytes.emplace_back(1, c);
+    }
+    CHECK(run(format, bytes, tools) == whole);
+    for (size_t i = 0; i <= text.size(); ++i) {
+        INFO("split at " << i);
+        CHECK(run(format, {text.substr(0, i), text.substr(i)}, tools) == whole);
+    }
+    for (size_t i = 0; i <= text.size(); i += 3) {
+        for (size_t j = i; j <= text.size(); ++j) {
+            INFO("split at " << i << " and " << j);
+            REQUIRE(run(format, {text.substr(0, i), text.substr(i, j - i), text.substr(j)},
+                        tools) == whole);
+        }
+    }
+    return whole;
+}
+
+void check_json(const std::string& text, const std::string& expected) {
+    CHECK(boost::json::parse(text) == boost::json::parse(expected));
+}
+
+TEST_CASE("tool calls: Qwen3 (Hermes) format") {
+    const std::string text =
+        "Let me check the weather.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Paris \\\"FR\\\"\", \"days\": 3, \"units\": [\"c\", null]}}\n</tool_call>\n"
+        "<tool_call>\n{\"arguments\": {}, \"name\": \"get_time\"}\n</tool_call>";
+    const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+    CHECK(o.content == "Let me check the weather.\n\n");
+    REQUIRE(o.calls.size() == 2);
+    CHECK(o.calls[0].name == "get_weather");
+    CHECK(o.calls[0].id == "call_0");
+    check_json(o.calls[0].arguments,
+               "{\"city\": \"Paris \\\"FR\\\"\", \"days\": 3, \"units\": [\"c\", null]}");
+    CHECK(o.calls[1].name == "get_time");
+    CHECK(o.calls[1].id == "call_1");
+    check_json(o.calls[1].arguments, "{}");
+    CHECK_FALSE(o.malformed);
+}
+
+TEST_CASE("tool calls: GLM-4.5 format") {
+    const std::string text =
+        "I'll look that up.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris, "
+        "\"FR\"</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>opts"
+        "</arg_key>\n<arg_value>{\"hourly\": true}</arg_value>\n</tool_call><tool_call>now\n"
+        "</tool_call>";
+    SUBCASE("without tool schemas, JSON-looking values are read as JSON") {
+        const Outcome o = check_all_splits(ToolCallFormat::kGlm45, text);
+        CHECK(o.content == "I'll look that up.");
+        REQUIRE(o.calls.size() == 2);
+        CHECK(o.calls[0].name == "get_weather");
+        check_json(o.calls[0].arguments,
+                   "{\"city\": \"Paris, \\\"FR\\\"\", \"days\": 3, \"opts\": {\"hourly\": true}}");
+        CHECK(o.calls[1].name == "now");
+        check_json(o.calls[1].arguments, "{}");
+    }
+    SUBCASE("arguments declared as strings stay strings") {
+        std::vector<ToolSpec> tools = {
+            {"get_weather", "",
+             "{\"type\": \"object\", \"properties\": {\"days\": {\"type\": "
+             "\"string\"}}}"}};
+        const Outcome o = run(ToolCallFormat::kGlm45, {text}, tools);
+        REQUIRE(o.calls.size() == 2);
+        check_json(o.calls[0].arguments,
+                   "{\"city\": \"Paris, \\\"FR\\\"\", \"days\": \"3\", \"opts\": {\"hourly\": "
+                   "true}}");
+    }
+}
+
+TEST_CASE("tool calls: Kimi K2 format") {
+    const std::string text =
+        "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        "<|tool_call_argument_begin|>{\"city\": \"Beijing\", \"n\": [1, 2.5e3]}"
+        "<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{}"
+        "<|tool_call_end|><|tool_calls_section_end|>";
+    const Outcome o = check_all_splits(ToolCallFormat::kKimiK2, text);
+    CHECK(o.content == "Checking.");
+    REQUIRE(o.calls.size() == 2);
+    CHECK(o.calls[0].id == "functions.get_weather:0");
+    CHECK(o.calls[0].name == "get_weather");
+    check_json(o.calls[0].arguments, "{\"city\": \"Beijing\", \"n\": [1, 2.5e3]}");
+    CHECK(o.calls[1].id == "functions.get_time:1");
+    CHECK(o.calls[1].name == "get_time");
+}
+
+TEST_CASE("tool calls: plain text and marker look-alikes pass through") {
+    for (auto f : {ToolCallFormat::kHermes, ToolCallFormat::kGlm45, ToolCallFormat::kKimiK2}) {
+        const std::string text = "a < b, <tool and <|tool_calls are not markers <";
+        const Outcome o = check_all_splits(f, text);
+        CHECK(o.content == text);
+        CHECK(o.calls.empty());
+        CHECK_FALSE(o.malformed);
+    }
+}
+
+TEST_CASE("tool calls: malformed calls come back as content") {
+    SUBCASE("Hermes: invalid JSON") {
+        const std::string text =
+            "x<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": tru}}\n</tool_call>y";
+        const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+        CHECK(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == text);
+    }
+    SUBCASE("Hermes: output ends inside a call") {
+        const std::string text = "x<tool_call>\n{\"name\": \"f\", \"argu";
+        const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+        CHECK(o.malformed);
+        CHECK(o.content == text);
+    }
+    SUBCASE("Hermes: a good call survives a bad one after it") {
+        const std::string text =
+            "<tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call><tool_call>{\"nam";
+        const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+        CHECK(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        CHECK(o.calls[0].name == "g");
+        CHECK(o.content == "<tool_call>{\"nam");
+    }
+    SUBCASE("GLM-4.5: missing <arg_value>") {
+        const std::string text = "<tool_call>f\n<arg_key>a</arg_key>oops</tool_call>";
+        const Outcome o = check_all_splits(ToolCallFormat::kGlm45, text);
+        CHECK(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == text);
+    }
+    SUBCASE("Kimi K2: bad JSON, then text") {
+        const std::string text =
+            "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+            "<|tool_call_argument_begin|>{\"a\": }<|tool_call_end|><|tool_calls_section_end|>";
+        const Outcome o = check_all_splits(ToolCallFormat::kKimiK2, text);
+        CHECK(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == text);
+    }
+}
+
+TEST_CASE("tool calls: format names") {
+    CHECK(*tool_call_format_from_name("qwen3") == ToolCallFormat::kHermes);
+    CHECK(*tool_call_format_from_name("glm4_5") == ToolCallFormat::kGlm45);
+    CHECK(*tool_call_format_from_name("kimi_k2") == ToolCallFormat::kKimiK2);
+    CHECK_FALSE(tool_call_format_from_name("xml").ok());
+    CHECK(tool_call_format_name(ToolCallFormat::kKimiK2) == "kimi_k2");
+}
+
+TEST_CASE("tool calls: JSON stream validator") {
+    auto valid = [](const std::string& s) {
+        JsonStream j;
+        for (char c : s) {
+            if (j.feed(c) == JsonStream::Result::kInvalid) {
+                return false;
+            }
+        }
+        return j.done();
+    };
+    CHECK(valid("{\"a\": [1, -2.5e+3, true, false, null, \"\\u00e9\\n\"], \"b\": {}}"));
+    CHECK(valid("[]"));
+    CHECK_FALSE(valid("{\"a\": 01}"));
+    CHECK_FALSE(valid("[1,]"));
+    CHECK_FALSE(valid("{\"a\" 1}"));
+    CHECK_FALSE(valid("{\"a\": \"\\x\"}"));
+    CHECK_FALSE(valid("{\"a\": 1} x"));
+    CHECK_FALSE(valid("{\"a\": 1"));
+}
+
+}  // namespace
+}  // namespace edge::engine::chat

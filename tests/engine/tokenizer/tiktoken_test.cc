@@ -1,0 +1,113 @@
+// tiktoken model loading (Kimi K2's format) on a small generated file: ranks become merges that
+// reproduce tiktoken's lowest-rank-pair BPE, Kimi K2's pre-tokenizer pattern compiles and splits,
+// special tokens come from tokenizer_config.json, and bad lines are named.
+
+#include "engine/tokenizer/tiktoken.h"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace edge::engine::tokenizer {
+namespace {
+
+std::string base64(std::string_view in) {
+    static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    size_t i = 0;
+    for (; i + 2 < in.size(); i += 3) {
+        const uint32_t n = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+        out += {k[n >> 18], k[(n >> 12) & 63], k[(n >> 6) & 63], k[n & 63]};
+    }
+    if (in.size() - i == 1) {
+        const uint32_t n = uint8_t(in[i]) << 16;
+        out += {k[n >> 18], k[(n >> 12) & 63], '=', '='};
+    } else if (in.size() - i == 2) {
+        const uint32_t n = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+        out += {k[n >> 18], k[(n >> 12) & 63], k[(n >> 6) & 63], '='};
+    }
+    return out;
+}
+
+// 256 single bytes, then a few merged tokens, shuffled line order.
+std::string model_text() {
+    const char* merged[] = {"he", "ll", "hell", "hello", " w", "or", " wor", "ld", " world"};
+    std::string out;
+    int rank = 256;
+    for (const char* m : merged) {
+        out += base64(m) + " " + std::to_string(rank++) + "\n";
+    }
+    for (int b = 255; b >= 0; --b) {
+        out += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+    }
+    return out;
+}
+
+const std::vector<AddedToken> kSpecials = {{300, "[BOS]", true}, {301, "<|im_end|>", true}};
+
+TEST_CASE("tiktoken: ranks merge like tiktoken") {
+    auto tok = tokenizer_from_tiktoken(model_text(), kimi_k2_pattern(), kSpecials, "t.model");
+    REQUIRE_MESSAGE(tok.ok(), tok.status().to_string());
+    auto ids = (*tok)->encode("hello world");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{259, 264});
+    // "Hello's" is one piece (upper-then-lower letters with a contraction); only "ll" merges.
+    ids = (*tok)->encode("Hello's");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{72, 101, 257, 111, 39, 115});
+    // Han runs are their own piece; bytes without merges stay bytes and decode back.
+    const std::string mixed = "[BOS]hello中文 world<|im_end|>\n\n  x";
+    ids = (*tok)->encode(mixed);
+    REQUIRE(ids.ok());
+    CHECK(ids->front() == 300);
+    CHECK(ids->at(1) == 259);
+    CHECK(std::count(ids->begin(), ids->end(), 301) == 1);
+    CHECK((*tok)->decode(*ids) == mixed);
+    ids = (*tok)->encode("<|im_end|>", /*parse_special=*/false);
+    REQUIRE(ids.ok());
+    CHECK(ids->size() > 1);
+    CHECK((*tok)->is_special(301));
+    CHECK((*tok)->vocab_size() == 302);
+}
+
+TEST_CASE("tiktoken: loads a directory with tokenizer_config.json specials") {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("tiktoken_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "tiktoken.model") << model_text();
+    std::ofstream(dir / "tokenizer_config.json")
+        << "{\"added_tokens_decoder\": {\"300\": {\"content\": \"<|im_user|>\", \"special\": "
+           "true}, \"301\": {\"content\": \"<|im_middle|>\", \"special\": true}}}";
+    auto tok = load_tiktoken_dir(dir.string());
+    REQUIRE_MESSAGE(tok.ok(), tok.status().to_string());
+    CHECK((*tok)->token_id("<|im_middle|>") == 301);
+    auto ids = (*tok)->encode("<|im_user|>hello");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{300, 259});
+    std::ofstream(dir / "tokenizer_config.json") << "{\"added_tokens_decoder\": {\"x\": {}}}";
+    auto bad = load_tiktoken_dir(dir.string());
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().to_string().find("added_tokens_decoder") != std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("tiktoken: bad model lines are named") {
+    auto r = parse_tiktoken("aGU= 256\nnot-base64! 3\n", "m");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().to_string().find("line 2") != std::string::npos);
+    CHECK_FALSE(parse_tiktoken("aGU=256\n", "m").ok());
+    CHECK_FALSE(parse_tiktoken("aGU= 2x\n", "m").ok());
+    CHECK_FALSE(parse_tiktoken("", "m").ok());
+    // A vocabulary without every single byte is refused by the BPE builder.
+    auto t = tokenizer_from_tiktoken("aGU= 0\n", kimi_k2_pattern(), {}, "m");
+    CHECK_FALSE(t.ok());
+    auto dup =
+        tokenizer_from_tiktoken(model_text() + base64("he") + " 400\n", kimi_k2_pattern(), {}, "m");
+    CHECK_FALSE(dup.ok());
+}
+
+}  // namespace
+}  // namespace edge::engine::tokenizer
