@@ -50,6 +50,10 @@ struct GenerateRequest {
     std::variant<std::string, std::vector<TokenId>, std::vector<ChatMessage>> prompt;
     SamplingParams sampling;
     bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
+    // The tenant's cap on prompt + max_tokens, tokens; 0: only the model's context applies.
+    int64_t max_context_tokens = 0;
+    // The tenant's weight in the scheduler's fair share (deficit round robin on tokens); >= 1.
+    int32_t tenant_weight = 1;
 };
 
 struct TopLogprob {
