@@ -176,6 +176,8 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     seq.seed = request.sampling.seed ? *request.sampling.seed : next_seed();
     seq.sampling = std::move(request.sampling);
     seq.sink = std::move(sink);
+    seq.tenant = std::move(request.tenant);
+    seq.tenant_weight = request.tenant_weight;
     return rt.scheduler->submit(std::move(seq));
 }
 
