@@ -212,7 +212,7 @@ TEST_CASE("fair share: a tenant sending 20x the requests gets half the tokens, n
     const double a = static_cast<double>(sim.tokens("a"));
     const double b = static_cast<double>(sim.tokens("b"));
     const double share = b / (a + b);
-    INFO("a tokens " << a << ", b tokens " << b << ", steps " << steps);
+    MESSAGE("a tokens " << a << ", b tokens " << b << ", steps " << steps);
     CHECK(share >= 0.45);
     CHECK(share <= 0.55);
     // FIFO within B: its requests got their first tokens in submission order.
@@ -234,7 +234,7 @@ TEST_CASE("fair share: a tenant sending 20x the requests gets half the tokens, n
     }
     const int64_t ttft_flooded = sim.max_ttft("b");
     const int64_t ttft_alone = alone.max_ttft("b");
-    INFO("B's worst time to first token: " << ttft_flooded << " steps flooded, " << ttft_alone
+    MESSAGE("B's worst time to first token: " << ttft_flooded << " steps flooded, " << ttft_alone
                                            << " alone");
     // Half the capacity: about twice as long, plus one request's length of slack.
     CHECK(ttft_flooded <= 2 * ttft_alone + 10);
@@ -268,7 +268,7 @@ TEST_CASE("fair share: weights 3:1 give 3:1 token shares while both are backlogg
     }
     const double h = static_cast<double>(sim.tokens("heavy"));
     const double l = static_cast<double>(sim.tokens("light"));
-    INFO("heavy " << h << ", light " << l);
+    MESSAGE("heavy " << h << ", light " << l);
     CHECK(h / (h + l) == doctest::Approx(0.75).epsilon(0.1));
 }
 
