@@ -215,9 +215,6 @@ TEST_CASE("local generator: an unknown chat template name is rejected at creatio
     CHECK(gen.status().message().find("chat_template") != std::string::npos);
 }
 
-}  // namespace
-}  // namespace edge::engine::sched
-
 TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_tokens") {
     auto gen = make_generator();
     auto sink = std::make_shared<CollectingSink>();
@@ -238,3 +235,6 @@ TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_toke
     REQUIRE(finish.has_value());
     CHECK(finish->usage.completion_tokens > 0);
 }
+
+}  // namespace
+}  // namespace edge::engine::sched
