@@ -128,6 +128,13 @@ int run_main(int argc, char** argv) {
             (void)notifier.notify("RELOADING=1");
             log::info("reload", {{"signal", "SIGHUP"}});
             (void)(*daemon)->reload_certificates();
+            // Tenants, keys and limits come from the config file again; on error the old stay.
+            Result<Config> fresh = load_config(config_path);
+            if (!fresh.ok()) {
+                log::error("tenants_reload_failed", {{"error", fresh.status().message()}});
+            } else {
+                (*daemon)->reload_tenants(fresh->tenants);
+            }
             (void)notifier.notify("READY=1");
             continue;
         }

@@ -347,13 +347,34 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
                   }
                   return ok_status();
               }},
-             {"models", [&](const YAML::Node& n, const std::string& k) -> Status {
+             {"models",
+              [&](const YAML::Node& n, const std::string& k) -> Status {
                   EDGE_ASSIGN_OR_RETURN(t.models, r.strings(n, k));
                   return ok_status();
-              }}}));
+              }},
+             {"weight", int_field(r, t.weight, 1, 10'000)},
+             {"priority", int_field(r, t.priority, 0, 100)},
+             {"requests_per_second", int_field(r, t.requests_per_second, 0, 1'000'000)},
+             {"burst", int_field(r, t.burst, 0, 1'000'000)},
+             {"input_tokens_per_minute",
+              int_field(r, t.input_tokens_per_minute, 0, int64_t{1} << 40)},
+             {"output_tokens_per_minute",
+              int_field(r, t.output_tokens_per_minute, 0, int64_t{1} << 40)},
+             {"max_concurrent", int_field(r, t.max_concurrent, 0, 1'000'000)},
+             {"max_context_tokens", int_field(r, t.max_context_tokens, 0, int64_t{1} << 24)},
+             {"max_output_tokens", int_field(r, t.max_output_tokens, 0, int64_t{1} << 24)}}));
         EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"name", "api_key_sha256"}));
         if (t.name.empty() || !names.insert(t.name).second) {
             return r.error(node[i]["name"], item + ".name", "empty or duplicate tenant name");
+        }
+        if (t.burst > 0 && t.requests_per_second == 0) {
+            return r.error(node[i]["burst"], item + ".burst",
+                           "needs requests_per_second (burst alone limits nothing)");
+        }
+        if (t.max_output_tokens > 0 && t.max_context_tokens > 0 &&
+            t.max_output_tokens > t.max_context_tokens) {
+            return r.error(node[i]["max_output_tokens"], item + ".max_output_tokens",
+                           "larger than max_context_tokens");
         }
         tenants.push_back(std::move(t));
     }

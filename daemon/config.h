@@ -42,6 +42,16 @@ struct TenantConfig {
     std::string name;                         // Shown in logs and metrics; never the key.
     std::vector<std::string> api_key_sha256;  // Lower-case hex SHA-256 of each accepted key.
     std::vector<std::string> models;          // Models the tenant may use; empty: all.
+    int32_t weight = 1;      // Share of engine capacity relative to other tenants (1..10000).
+    int32_t priority = 0;    // Higher is preempted last (0..100).
+    // Limits; 0 means unlimited.
+    int64_t requests_per_second = 0;       // Sustained request rate, requests/s.
+    int64_t burst = 0;                     // Requests allowed at once above the rate; 0: the rate.
+    int64_t input_tokens_per_minute = 0;   // Prompt tokens per minute (charged after each request).
+    int64_t output_tokens_per_minute = 0;  // Generated tokens per minute (charged as produced).
+    int64_t max_concurrent = 0;            // Requests running at once.
+    int64_t max_context_tokens = 0;        // Prompt + max_tokens of one request, tokens.
+    int64_t max_output_tokens = 0;         // max_tokens of one request.
 };
 
 struct LimitsConfig {

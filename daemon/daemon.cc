@@ -7,6 +7,7 @@
 #include "daemon/admin_server.h"
 #include "daemon/api/api_router.h"
 #include "daemon/metrics.h"
+#include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
 #include "tls/http_server.h"
 #include "tls/tls_context.h"
@@ -20,13 +21,16 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     d->io_threads_ = std::max(1, config.listener.io_threads);
     d->io_ = std::make_unique<boost::asio::io_context>(d->io_threads_);
     d->metrics_ = std::make_unique<Metrics>();
-    d->tenants_ = std::make_unique<TenantTable>(config.tenants);
-    if (!d->tenants_->enabled()) {
+    auto tenants = std::make_shared<const TenantTable>(config.tenants);
+    d->limiter_ = std::make_unique<TenantLimiter>(clock);
+    d->limiter_->configure(config.tenants);
+    if (!tenants->enabled()) {
         log::warn("auth_disabled", {{"reason", "no `tenants` section in the config; every "
                                                "request is served as tenant 'anonymous'"}});
     }
     EDGE_ASSIGN_OR_RETURN(d->tls_, tls::TlsContextStore::create(config.listener.certificates));
-    d->router_ = std::make_unique<api::ApiRouter>(generator, *d->tenants_, clock,
+    d->router_ = std::make_unique<api::ApiRouter>(generator, std::move(tenants), *d->limiter_,
+                                                  d->metrics_.get(), clock,
                                                   config.log.access_log);
 
     tls::HttpServerConfig server_config;
@@ -91,6 +95,15 @@ Status Daemon::reload_certificates() {
                    {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
     }
     return s;
+}
+
+void Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants) {
+    auto table = std::make_shared<const TenantTable>(tenants);
+    limiter_->configure(tenants);
+    router_->set_tenants(table);
+    log::info("tenants_reloaded",
+              {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
+               {"auth", table->enabled() ? "on" : "off"}});
 }
 
 void Daemon::stop(std::chrono::milliseconds deadline) {

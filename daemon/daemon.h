@@ -33,6 +33,7 @@ namespace edge::daemon {
 class AdminServer;
 class Metrics;
 class TenantTable;
+class TenantLimiter;
 namespace api {
 class ApiRouter;
 }
@@ -46,6 +47,9 @@ public:
     void start();
     // Re-reads the certificate files; on error the old ones stay (and the error is returned).
     Status reload_certificates();
+    // Replaces tenants, keys and limits (SIGHUP). Requests in flight keep running and keep their
+    // concurrency slots; new requests see the new table at once.
+    void reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants);
     // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
     // the admin listener and the I/O threads.
     void stop(std::chrono::milliseconds deadline);
@@ -62,7 +66,7 @@ private:
     int io_threads_ = 1;
     std::unique_ptr<boost::asio::io_context> io_;
     std::unique_ptr<Metrics> metrics_;
-    std::unique_ptr<TenantTable> tenants_;
+    std::unique_ptr<TenantLimiter> limiter_;
     std::unique_ptr<tls::TlsContextStore> tls_;
     std::unique_ptr<api::ApiRouter> router_;
     std::unique_ptr<tls::HttpServer> server_;

@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace edge::daemon {
@@ -36,6 +37,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                              .Help("Open connections on the public listener.")
                              .Register(*registry_)
                              .Add({});
+    tenant_requests_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_tenant_requests_total")
+                            .Help("Completion requests by tenant and outcome.")
+                            .Register(*registry_);
+    tenant_tokens_ = &prometheus::BuildCounter()
+                          .Name("edgeserve_tenant_tokens_total")
+                          .Help("Tokens by tenant and kind (prompt, completion).")
+                          .Register(*registry_);
+    tenant_rejections_ = &prometheus::BuildCounter()
+                              .Name("edgeserve_tenant_rejections_total")
+                              .Help("Requests refused by tenant policy, by tenant and reason.")
+                              .Register(*registry_);
     prometheus::BuildGauge()
         .Name("edgeserve_build_info")
         .Help("Build information; the value is always 1.")
@@ -52,6 +65,21 @@ std::string Metrics::serialize() const {
     std::ostringstream out;
     prometheus::TextSerializer().Serialize(out, registry_->Collect());
     return out.str();
+}
+
+void Metrics::on_tenant_request(const std::string& tenant, std::string_view outcome) {
+    tenant_requests_->Add({{"tenant", tenant}, {"outcome", std::string(outcome)}}).Increment();
+}
+
+void Metrics::on_tenant_tokens(const std::string& tenant, int64_t prompt, int64_t completion) {
+    tenant_tokens_->Add({{"tenant", tenant}, {"kind", "prompt"}})
+        .Increment(static_cast<double>(std::max<int64_t>(prompt, 0)));
+    tenant_tokens_->Add({{"tenant", tenant}, {"kind", "completion"}})
+        .Increment(static_cast<double>(std::max<int64_t>(completion, 0)));
+}
+
+void Metrics::on_tenant_rejected(const std::string& tenant, std::string_view reason) {
+    tenant_rejections_->Add({{"tenant", tenant}, {"reason", std::string(reason)}}).Increment();
 }
 
 void Metrics::on_connection_opened() { open_connections_->Increment(); }

@@ -4,7 +4,9 @@
 // edgeserve_http_requests_total{route,status}, edgeserve_http_request_duration_seconds{route,
 // status}, edgeserve_tls_handshakes_total{resumed}, edgeserve_tls_handshake_failures_total{reason},
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
-// edgeserve_build_info{version}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
+// edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
+// edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
+// edgeserve_tenant_rejections_total{tenant,reason}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
 // has a mutex). serialize() renders the text exposition format for GET /metrics.
 
 #include <map>
@@ -40,6 +42,13 @@ public:
     void on_response(std::string_view method, std::string_view path, int status,
                      std::chrono::nanoseconds duration) override;
 
+    // Per-tenant figures; `tenant` is a configured name (bounded by the config).
+    // outcome: "ok", "error", "cancelled", "rejected".
+    void on_tenant_request(const std::string& tenant, std::string_view outcome);
+    void on_tenant_tokens(const std::string& tenant, int64_t prompt, int64_t completion);
+    // reason: "unknown_key", "model_not_allowed", "max_output_tokens", or a rate limit's key.
+    void on_tenant_rejected(const std::string& tenant, std::string_view reason);
+
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
 
@@ -51,6 +60,9 @@ private:
     prometheus::Family<prometheus::Counter>* handshake_failures_;
     prometheus::Family<prometheus::Counter>* rejected_;
     prometheus::Gauge* open_connections_;
+    prometheus::Family<prometheus::Counter>* tenant_requests_;
+    prometheus::Family<prometheus::Counter>* tenant_tokens_;
+    prometheus::Family<prometheus::Counter>* tenant_rejections_;
 
     struct RouteStatus {
         prometheus::Counter* count;

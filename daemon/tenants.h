@@ -18,6 +18,9 @@ namespace edge::daemon {
 struct Tenant {
     std::string name;
     std::vector<std::string> models;  // Empty: every model.
+    int32_t weight = 1;               // Fair-share weight passed to the engine.
+    int64_t max_context_tokens = 0;   // Prompt + max_tokens cap; 0: none.
+    int64_t max_output_tokens = 0;    // max_tokens cap; 0: none.
 
     bool may_use(std::string_view model) const;
 };
@@ -49,7 +52,7 @@ private:
     bool enabled_ = false;
     std::vector<Tenant> tenants_;
     std::vector<Entry> keys_;
-    Tenant anonymous_{"anonymous", {}};
+    Tenant anonymous_{"anonymous", {}, 1, 0, 0};
 };
 
 }  // namespace edge::daemon

@@ -69,6 +69,10 @@ struct GenerateRequest {
     // Tools offered to the model (chat prompts only), rendered in the model family's format.
     // Empty when tool_choice is "none" (the caller drops them then).
     std::vector<ToolSpec> tools;
+    // The tenant's cap on prompt + max_tokens, tokens; 0: only the model's context applies.
+    int64_t max_context_tokens = 0;
+    // The tenant's weight in the scheduler's fair share (deficit round robin on tokens); >= 1.
+    int32_t tenant_weight = 1;
 };
 
 struct TopLogprob {

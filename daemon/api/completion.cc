@@ -41,8 +41,9 @@ json::value usage_json(const engine::Usage& u) {
 class CompletionSink final : public engine::GenerationSink {
 public:
     CompletionSink(ParsedRequest request, std::shared_ptr<tls::ResponseChannel> channel,
-                   int64_t created)
-        : chat_(request.endpoint == Endpoint::kChatCompletions),
+                   int64_t created, CompletionDone on_done)
+        : on_done_(std::move(on_done)),
+          chat_(request.endpoint == Endpoint::kChatCompletions),
           stream_(request.stream),
           include_usage_(request.include_usage),
           logprobs_(request.generate.sampling.logprobs),
@@ -89,6 +90,10 @@ public:
     }
 
     void on_finish(engine::Finish finish) override {
+        if (on_done_) {
+            on_done_(finish);
+            on_done_ = nullptr;
+        }
         if (finish.reason == engine::FinishReason::kCancelled) {
             // The client left (or we are shutting down): end what was started, if anyone listens.
             if (stream_) {
@@ -227,6 +232,7 @@ private:
         return o;
     }
 
+    CompletionDone on_done_;
     const bool chat_;
     const bool stream_;
     const bool include_usage_;
@@ -243,14 +249,21 @@ private:
 }  // namespace
 
 void run_completion(engine::Generator& generator, ParsedRequest request,
-                    std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix) {
+                    std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
+                    CompletionDone on_done) {
     std::string model = request.generate.model;
-    auto sink = std::make_shared<CompletionSink>(request, channel, created_unix);
+    auto sink = std::make_shared<CompletionSink>(request, channel, created_unix, on_done);
     // The head goes out before any token so clients see the stream open at once.
     sink->start_stream();
     Result<std::shared_ptr<engine::GenerationHandle>> handle =
         generator.submit(std::move(request.generate), sink);
     if (!handle.ok()) {
+        if (on_done) {
+            engine::Finish finish;
+            finish.reason = engine::FinishReason::kError;
+            finish.error = handle.status();
+            on_done(finish);
+        }
         ApiError error = api_error_from_status(handle.status(), model);
         if (request.stream) {
             // Nothing was streamed beyond the head yet, but the head is out: report in-band.

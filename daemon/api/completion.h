@@ -5,6 +5,7 @@
 // going away cancels the generation. Thread-safe to call from the connection's strand; the
 // generation's callbacks arrive on engine threads and only touch the thread-safe channel.
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,8 +15,13 @@
 
 namespace edge::daemon::api {
 
+// Called exactly once when the request is over: with the engine's Finish, or with reason kError
+// and the submit() error when it was never started.
+using CompletionDone = std::function<void(const engine::Finish&)>;
+
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
 void run_completion(engine::Generator& generator, ParsedRequest request,
-                    std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix);
+                    std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
+                    CompletionDone on_done = {});
 
 }  // namespace edge::daemon::api

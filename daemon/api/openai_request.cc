@@ -391,6 +391,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 auto n = v.integer(value, key, 1, kMaxTokensLimit);
                 ok = n.has_value();
                 s.max_tokens = static_cast<int32_t>(n.value_or(1));
+                out.max_tokens_given = true;
             }
         } else if (key == "temperature") {
             if (!value.is_null()) {

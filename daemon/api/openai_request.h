@@ -21,6 +21,7 @@ struct ParsedRequest {
     engine::GenerateRequest generate;  // request_id and tenant are left for the caller.
     bool stream = false;               // Answer as server-sent events.
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
+    bool max_tokens_given = false;     // The client set max_tokens (else the default applies).
 };
 
 std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,

@@ -164,12 +164,20 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
             std::to_string(request.sampling.max_tokens) + ") exceeds the model's context of " +
             std::to_string(rt.context) + " tokens");
     }
+    if (request.max_context_tokens > 0 && needed > request.max_context_tokens) {
+        return invalid_argument_error(
+            "max_tokens: the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens (" +
+            std::to_string(request.sampling.max_tokens) + ") exceeds the tenant's limit of " +
+            std::to_string(request.max_context_tokens) + " tokens");
+    }
     SequenceRequest seq;
     seq.request_id = std::move(request.request_id);
     seq.prompt = std::move(ids);
     seq.seed = request.sampling.seed ? *request.sampling.seed : next_seed();
     seq.sampling = std::move(request.sampling);
     seq.sink = std::move(sink);
+    seq.tenant = std::move(request.tenant);
+    seq.tenant_weight = request.tenant_weight;
     return rt.scheduler->submit(std::move(seq));
 }
 

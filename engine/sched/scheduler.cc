@@ -8,7 +8,10 @@ namespace edge::engine::sched {
 
 Scheduler::Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer* tokenizer,
                      SchedulerConfig config)
-    : model_(std::move(model)), tokenizer_(tokenizer), config_(std::move(config)) {
+    : model_(std::move(model)),
+      tokenizer_(tokenizer),
+      config_(std::move(config)),
+      waiting_(config_.fair_quantum_tokens) {
     config_.max_batch_sequences = std::max(config_.max_batch_sequences, 1);
     config_.max_batch_tokens = std::max(config_.max_batch_tokens, 1);
 }
@@ -54,10 +57,10 @@ void Scheduler::stop() {
         }
     }
     running_.clear();
-    std::deque<std::unique_ptr<Sequence>> left;
+    std::vector<std::unique_ptr<Sequence>> left;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        left.swap(waiting_);
+        left = waiting_.take_if([](const Sequence&) { return true; });
     }
     for (auto& seq : left) {
         finish(seq.get(), FinishReason::kCancelled);
@@ -113,8 +116,7 @@ bool Scheduler::fail_unadmittable() {
         if (waiting_.empty()) {
             return false;
         }
-        seq = std::move(waiting_.front());
-        waiting_.pop_front();
+        seq = waiting_.pop();
     }
     finish(seq.get(), FinishReason::kError,
            resource_exhausted_error("the model has no free sequence slot"));
@@ -130,14 +132,9 @@ void Scheduler::sweep_cancelled() {
     std::vector<std::unique_ptr<Sequence>> cancelled;
     {
         std::lock_guard<std::mutex> lock(mu_);
-        for (auto it = waiting_.begin(); it != waiting_.end();) {
-            if ((*it)->control->cancelled.load(std::memory_order_relaxed)) {
-                cancelled.push_back(std::move(*it));
-                it = waiting_.erase(it);
-            } else {
-                ++it;
-            }
-        }
+        cancelled = waiting_.take_if([](const Sequence& seq) {
+            return seq.control->cancelled.load(std::memory_order_relaxed);
+        });
     }
     for (auto& seq : cancelled) {
         finish(seq.get(), FinishReason::kCancelled);
@@ -163,8 +160,7 @@ void Scheduler::admit() {
         std::unique_ptr<Sequence> seq;
         {
             std::lock_guard<std::mutex> lock(mu_);
-            seq = std::move(waiting_.front());
-            waiting_.pop_front();
+            seq = waiting_.pop();
         }
         seq->slot = *slot;
         seq->computed = 0;
@@ -298,6 +294,9 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
     if (seq->slot >= 0) {
         model_->release_slot(seq->slot);
         seq->slot = -1;
+        // Admission charged max_tokens; what it did not use goes back to its tenant.
+        std::lock_guard<std::mutex> lock(mu_);
+        waiting_.refund(seq->tenant, int64_t{seq->params.max_tokens} - seq->generated());
     }
     seq->finished = true;
     admission_blocked_ = false;

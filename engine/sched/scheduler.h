@@ -1,7 +1,9 @@
 #pragma once
 
 // Scheduler runs one model's requests with continuous batching at iteration level. Each step it
-// admits waiting requests while the model has free slots (and the batch has room), then runs one
+// admits waiting requests while the model has free slots (and the batch has room), choosing
+// between tenants by deficit round robin on tokens weighted by tenant_weight and first come first
+// served within a tenant (FairQueue), then runs one
 // CausalLM::forward over every running sequence: a decode token for each sequence that is
 // generating and prefill chunks for new ones, within max_batch_tokens (chunked prefill, decode
 // first). Each sequence whose tokens are all in the cache samples its next token and streams it
@@ -26,6 +28,7 @@
 #include "common/result.h"
 #include "engine/generator.h"
 #include "engine/model/causal_lm.h"
+#include "engine/sched/fair_queue.h"
 #include "engine/sched/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -35,6 +38,7 @@ struct SchedulerConfig {
     int32_t max_batch_sequences = 64;  // Sequences running at once at most.
     int32_t max_batch_tokens = 2048;   // Tokens per forward() (decode + prefill chunks).
     int32_t max_queue = 1024;          // Waiting requests before submit() says kResourceExhausted.
+    int64_t fair_quantum_tokens = 512; // Tokens a weight-1 tenant may be admitted per DRR turn.
     std::vector<TokenId> eos_token_ids;  // Tokens that end generation (unless ignore_eos).
 };
 
@@ -93,7 +97,7 @@ private:
 
     std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<std::unique_ptr<Sequence>> waiting_;  // Guarded by mu_.
+    FairQueue waiting_;                              // Guarded by mu_.
     bool stopping_ = false;                          // Guarded by mu_.
 
     // Scheduler-thread state.

@@ -8,6 +8,7 @@
 // Threading: a Sequence is owned and touched only by its scheduler's thread once submitted;
 // SequenceControl is shared with the handle and is atomic.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,8 @@ struct SequenceRequest {
     SamplingParams sampling;               // Validated.
     uint64_t seed = 0;                     // Seed for the sampler.
     std::shared_ptr<GenerationSink> sink;  // Receives deltas and the finish.
+    std::string tenant;                    // Fair-share key ("" is a tenant like any other).
+    int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
 };
 
 struct Sequence {
@@ -54,7 +57,9 @@ struct Sequence {
           decoder(tokenizer, /*skip_special_tokens=*/true),
           stop(params.stop),
           sink(std::move(request.sink)),
-          control(std::make_shared<SequenceControl>()) {}
+          control(std::make_shared<SequenceControl>()),
+          tenant(std::move(request.tenant)),
+          tenant_weight(std::max(request.tenant_weight, 1)) {}
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
     // Tokens not yet in the KV cache (1 while decoding).
@@ -69,6 +74,8 @@ struct Sequence {
     sampling::StopMatcher stop;
     std::shared_ptr<GenerationSink> sink;
     std::shared_ptr<SequenceControl> control;
+    std::string tenant;
+    int32_t tenant_weight = 1;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.

@@ -118,3 +118,54 @@ TEST_CASE("load_config reports an unreadable file") {
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.status().message() == path + ":17:1: bogus: unknown key");
 }
+
+TEST_CASE("tenant limits: parsed with defaults, bad values named by file:line:column") {
+    const std::string hash = std::string(64, '0');
+    Result<Config> c = parse_config(
+        testing::config_yaml("/c", "/k",
+                             "tenants:\n  - name: a\n    api_key_sha256: [" + hash + ", " +
+                                 std::string(64, '1') +
+                                 "]\n    weight: 3\n    priority: 7\n"
+                                 "    requests_per_second: 5\n    burst: 10\n"
+                                 "    input_tokens_per_minute: 6000\n"
+                                 "    output_tokens_per_minute: 1200\n"
+                                 "    max_concurrent: 2\n    max_context_tokens: 512\n"
+                                 "    max_output_tokens: 128\n"
+                                 "  - name: b\n    api_key_sha256: [" +
+                                 std::string(64, '2') + "]\n"),
+        "x.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    const TenantConfig& a = (*c->tenants)[0];
+    CHECK(a.api_key_sha256.size() == 2);
+    CHECK(a.weight == 3);
+    CHECK(a.priority == 7);
+    CHECK(a.requests_per_second == 5);
+    CHECK(a.burst == 10);
+    CHECK(a.input_tokens_per_minute == 6000);
+    CHECK(a.output_tokens_per_minute == 1200);
+    CHECK(a.max_concurrent == 2);
+    CHECK(a.max_context_tokens == 512);
+    CHECK(a.max_output_tokens == 128);
+    const TenantConfig& b = (*c->tenants)[1];
+    CHECK(b.weight == 1);
+    CHECK(b.requests_per_second == 0);
+    CHECK(b.max_concurrent == 0);
+
+    auto tenant = [&](const std::string& lines) {
+        return error_of(testing::config_yaml(
+            "/c", "/k", "tenants:\n  - name: a\n    api_key_sha256: [" + hash + "]\n" + lines));
+    };
+    CHECK(tenant("    weight: 0\n") ==
+          "/etc/edgeserve/test.yaml:20:13: tenants[0].weight: must be in 1..10000");
+    CHECK(tenant("    max_concurrent: -1\n") ==
+          "/etc/edgeserve/test.yaml:20:21: tenants[0].max_concurrent: must be in 0..1000000");
+    CHECK(tenant("    requests_per_second: fast\n") ==
+          "/etc/edgeserve/test.yaml:20:26: tenants[0].requests_per_second: expected an integer");
+    CHECK(tenant("    burst: 5\n") ==
+          "/etc/edgeserve/test.yaml:20:12: tenants[0].burst: needs requests_per_second (burst "
+          "alone limits nothing)");
+    CHECK(tenant("    max_context_tokens: 10\n    max_output_tokens: 20\n") ==
+          "/etc/edgeserve/test.yaml:21:24: tenants[0].max_output_tokens: larger than "
+          "max_context_tokens");
+    CHECK(tenant("    rate: 5\n") == "/etc/edgeserve/test.yaml:20:5: tenants[0].rate: unknown key");
+}

@@ -215,5 +215,26 @@ TEST_CASE("local generator: an unknown chat template name is rejected at creatio
     CHECK(gen.status().message().find("chat_template") != std::string::npos);
 }
 
+TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_tokens") {
+    auto gen = make_generator();
+    auto sink = std::make_shared<CollectingSink>();
+    GenerateRequest over = request({1, 2, 3}, 8);
+    over.max_context_tokens = 10;
+    auto rejected = gen->submit(over, sink);
+    REQUIRE_FALSE(rejected.ok());
+    CHECK(rejected.status().code() == StatusCode::kInvalidArgument);
+    CHECK(rejected.status().message().find("max_tokens:") == 0);
+    CHECK(rejected.status().message().find("tenant's limit of 10") != std::string::npos);
+    GenerateRequest fits = request({1, 2, 3}, 7);
+    fits.max_context_tokens = 10;
+    fits.tenant = "acme";
+    fits.tenant_weight = 2;
+    auto ok = gen->submit(fits, sink);
+    REQUIRE(ok.ok());
+    auto finish = sink->wait();
+    REQUIRE(finish.has_value());
+    CHECK(finish->usage.completion_tokens > 0);
+}
+
 }  // namespace
 }  // namespace edge::engine::sched

@@ -1,0 +1,195 @@
+#include "daemon/tenant_limiter.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace edge::daemon {
+
+TokenBucket::TokenBucket(double rate, double capacity, TimePoint now)
+    : rate_(rate), capacity_(capacity), level_(capacity), last_(now) {}
+
+void TokenBucket::refill(TimePoint now) {
+    if (now > last_) {
+        level_ = std::min(capacity_, level_ + to_seconds(now - last_) * rate_);
+        last_ = now;
+    }
+}
+
+Duration TokenBucket::wait_for(double deficit) const {
+    double ns = std::ceil(deficit / rate_ * 1e9);
+    // Bounded: limits are at most 2^40 units and rates at least 1 per minute.
+    return Duration(static_cast<int64_t>(std::min(ns, 1e18)));
+}
+
+std::optional<Duration> TokenBucket::try_take(double n, TimePoint now) {
+    refill(now);
+    if (level_ >= n) {
+        level_ -= n;
+        return std::nullopt;
+    }
+    return wait_for(n - level_);
+}
+
+void TokenBucket::charge(double n, TimePoint now) {
+    refill(now);
+    level_ -= n;
+}
+
+Duration TokenBucket::debt_wait(TimePoint now) {
+    refill(now);
+    return level_ >= 0 ? Duration(0) : wait_for(-level_);
+}
+
+void TokenBucket::reconfigure(double rate, double capacity, TimePoint now) {
+    refill(now);
+    rate_ = rate;
+    capacity_ = capacity;
+    level_ = std::min(level_, capacity_);
+}
+
+double TokenBucket::level(TimePoint now) {
+    refill(now);
+    return level_;
+}
+
+const char* reject_reason_name(RejectReason r) {
+    switch (r) {
+        case RejectReason::kNone: return "none";
+        case RejectReason::kRequestRate: return "requests_per_second";
+        case RejectReason::kInputTokens: return "input_tokens_per_minute";
+        case RejectReason::kOutputTokens: return "output_tokens_per_minute";
+        case RejectReason::kConcurrency: return "max_concurrent";
+    }
+    return "none";
+}
+
+namespace {
+
+void set_bucket(std::optional<TokenBucket>& bucket, double rate, double capacity, TimePoint now) {
+    if (rate <= 0) {
+        bucket.reset();
+    } else if (bucket) {
+        bucket->reconfigure(rate, capacity, now);
+    } else {
+        bucket.emplace(rate, capacity, now);
+    }
+}
+
+}  // namespace
+
+void TenantLimiter::State::apply(const TenantConfig& config) {
+    TimePoint now = clock.now();
+    limits = config;
+    double rps = static_cast<double>(config.requests_per_second);
+    double burst = config.burst > 0 ? static_cast<double>(config.burst) : rps;
+    set_bucket(requests, rps, burst, now);
+    double in = static_cast<double>(config.input_tokens_per_minute);
+    set_bucket(input_tokens, in / 60.0, in, now);
+    double out = static_cast<double>(config.output_tokens_per_minute);
+    set_bucket(output_tokens, out / 60.0, out, now);
+}
+
+void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& tenants) {
+    std::lock_guard lock(mu_);
+    std::map<std::string, std::shared_ptr<State>> next;
+    if (tenants) {
+        for (const TenantConfig& t : *tenants) {
+            auto it = states_.find(t.name);
+            std::shared_ptr<State> state =
+                it != states_.end() ? it->second : std::make_shared<State>(clock_);
+            {
+                std::lock_guard state_lock(state->mu);
+                state->apply(t);
+            }
+            next[t.name] = std::move(state);
+        }
+    }
+    states_ = std::move(next);
+}
+
+TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant) {
+    std::shared_ptr<State> state;
+    {
+        std::lock_guard lock(mu_);
+        auto it = states_.find(tenant);
+        if (it != states_.end()) {
+            state = it->second;
+        }
+    }
+    Decision d;
+    if (!state) {
+        d.lease = std::make_shared<Lease>(nullptr);
+        return d;
+    }
+    std::lock_guard lock(state->mu);
+    TimePoint now = clock_.now();
+    if (state->limits.max_concurrent > 0 && state->running >= state->limits.max_concurrent) {
+        d.reason = RejectReason::kConcurrency;
+        d.retry_after = std::chrono::seconds(1);
+        return d;
+    }
+    if (state->input_tokens) {
+        Duration wait = state->input_tokens->debt_wait(now);
+        if (wait > Duration(0)) {
+            d.reason = RejectReason::kInputTokens;
+            d.retry_after = wait;
+            return d;
+        }
+    }
+    if (state->output_tokens) {
+        Duration wait = state->output_tokens->debt_wait(now);
+        if (wait > Duration(0)) {
+            d.reason = RejectReason::kOutputTokens;
+            d.retry_after = wait;
+            return d;
+        }
+    }
+    // Last, so a rejection for another reason does not spend a request.
+    if (state->requests) {
+        if (std::optional<Duration> wait = state->requests->try_take(1.0, now)) {
+            d.reason = RejectReason::kRequestRate;
+            d.retry_after = *wait;
+            return d;
+        }
+    }
+    ++state->running;
+    d.lease = std::make_shared<Lease>(std::move(state));
+    return d;
+}
+
+int64_t TenantLimiter::running(const std::string& tenant) const {
+    std::shared_ptr<State> state;
+    {
+        std::lock_guard lock(mu_);
+        auto it = states_.find(tenant);
+        if (it == states_.end()) {
+            return 0;
+        }
+        state = it->second;
+    }
+    std::lock_guard lock(state->mu);
+    return state->running;
+}
+
+void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_tokens) {
+    std::call_once(once_, [&] {
+        if (!state_) {
+            return;
+        }
+        std::lock_guard lock(state_->mu);
+        TimePoint now = state_->clock.now();
+        if (state_->input_tokens) {
+            state_->input_tokens->charge(static_cast<double>(std::max<int64_t>(prompt_tokens, 0)),
+                                         now);
+        }
+        if (state_->output_tokens) {
+            state_->output_tokens->charge(
+                static_cast<double>(std::max<int64_t>(completion_tokens, 0)), now);
+        }
+        --state_->running;
+    });
+}
+
+TenantLimiter::Lease::~Lease() { finish(0, 0); }
+
+}  // namespace edge::daemon

@@ -1,0 +1,110 @@
+#pragma once
+
+// TokenBucket is a rate limiter on an injected time axis: it refills at `rate` units per second up
+// to `capacity`, and may be charged into debt (for costs known only afterwards, such as tokens).
+// Not thread-safe; TenantLimiter guards its buckets with a mutex.
+//
+// TenantLimiter enforces the per-tenant limits of the config (requests/s with burst, input and
+// output tokens per minute, concurrent requests). admit() either rejects with a reason and the
+// time until a retry can succeed, or returns a Lease that holds one concurrency slot until it is
+// finished or destroyed; finish() charges the request's tokens. State is kept per tenant name, so
+// configure() (SIGHUP reload) keeps the counters of tenants that keep their name, and leases of
+// running requests stay valid even for tenants the reload removed. Thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "daemon/config.h"
+
+namespace edge::daemon {
+
+class TokenBucket {
+public:
+    // Starts full. `rate` units per second (> 0), `capacity` units (> 0).
+    TokenBucket(double rate, double capacity, TimePoint now);
+
+    // Takes `n` units when the level allows it and returns nullopt; otherwise takes nothing and
+    // returns the wait until it would (rounded up to whole nanoseconds).
+    std::optional<Duration> try_take(double n, TimePoint now);
+    // Takes `n` units, going into debt (negative level) when there are not enough.
+    void charge(double n, TimePoint now);
+    // Zero when the level is not negative, else the wait until it is back to zero.
+    Duration debt_wait(TimePoint now);
+    // New rate and capacity; the level is kept (capped at the new capacity).
+    void reconfigure(double rate, double capacity, TimePoint now);
+    double level(TimePoint now);
+
+private:
+    void refill(TimePoint now);
+    Duration wait_for(double deficit) const;
+
+    double rate_;
+    double capacity_;
+    double level_;
+    TimePoint last_;
+};
+
+enum class RejectReason { kNone, kRequestRate, kInputTokens, kOutputTokens, kConcurrency };
+// "requests_per_second", "input_tokens_per_minute", ... (the config key; a metrics label).
+const char* reject_reason_name(RejectReason r);
+
+class TenantLimiter {
+    struct State;
+
+public:
+    explicit TenantLimiter(Clock& clock) : clock_(clock) {}
+
+    // Replaces the limits; tenants are matched by name. Absent `tenants`: no limits at all.
+    void configure(const std::optional<std::vector<TenantConfig>>& tenants);
+
+    // Releases its concurrency slot once: at finish() or when destroyed. Thread-safe.
+    class Lease {
+    public:
+        explicit Lease(std::shared_ptr<State> state) : state_(std::move(state)) {}
+        ~Lease();
+        Lease(const Lease&) = delete;
+        Lease& operator=(const Lease&) = delete;
+        // Charges the request's tokens and releases the slot; later calls do nothing.
+        void finish(int64_t prompt_tokens, int64_t completion_tokens);
+
+    private:
+        std::shared_ptr<State> state_;
+        std::once_flag once_;
+    };
+
+    struct Decision {
+        RejectReason reason = RejectReason::kNone;
+        Duration retry_after{0};       // When rejected for a rate: until a retry can succeed.
+        std::shared_ptr<Lease> lease;  // Set when admitted.
+    };
+    // A tenant without a configured entry (e.g. "anonymous") is admitted without limits.
+    Decision admit(const std::string& tenant);
+
+    // Requests of `tenant` holding a slot now (for tests and metrics).
+    int64_t running(const std::string& tenant) const;
+
+private:
+    struct State {
+        explicit State(Clock& c) : clock(c) {}
+        Clock& clock;
+        std::mutex mu;
+        TenantConfig limits;
+        std::optional<TokenBucket> requests;
+        std::optional<TokenBucket> input_tokens;
+        std::optional<TokenBucket> output_tokens;
+        int64_t running = 0;
+        void apply(const TenantConfig& config);
+    };
+
+    Clock& clock_;
+    mutable std::mutex mu_;
+    std::map<std::string, std::shared_ptr<State>> states_;
+};
+
+}  // namespace edge::daemon

@@ -1,0 +1,112 @@
+#include "engine/sched/fair_queue.h"
+
+#include <algorithm>
+
+namespace edge::engine::sched {
+
+FairQueue::FairQueue(int64_t quantum_tokens) : quantum_(std::max<int64_t>(quantum_tokens, 1)) {}
+
+int64_t FairQueue::cost(const Sequence& seq) {
+    return std::max<int64_t>(1, int64_t{seq.prompt_len} + std::max(seq.params.max_tokens, 0));
+}
+
+size_t FairQueue::tenant_size(const std::string& tenant) const {
+    auto it = flows_.find(tenant);
+    return it == flows_.end() ? 0 : it->second.queue.size();
+}
+
+FairQueue::Flow& FairQueue::flow_for(const std::string& tenant) {
+    auto [it, inserted] = flows_.try_emplace(tenant);
+    if (inserted) {
+        active_.push_back(tenant);
+    }
+    return it->second;
+}
+
+void FairQueue::drop_if_empty(const std::string& tenant) {
+    auto it = flows_.find(tenant);
+    if (it == flows_.end() || !it->second.queue.empty()) {
+        return;
+    }
+    flows_.erase(it);
+    auto pos = std::find(active_.begin(), active_.end(), tenant);
+    if (pos == active_.begin()) {
+        turn_open_ = false;
+    }
+    active_.erase(pos);
+}
+
+void FairQueue::push_back(std::unique_ptr<Sequence> seq) {
+    Flow& f = flow_for(seq->tenant);
+    f.weight = std::max<int64_t>(seq->tenant_weight, 1);
+    f.queue.push_back(std::move(seq));
+    ++size_;
+}
+
+void FairQueue::push_front(std::unique_ptr<Sequence> seq) {
+    Flow& f = flow_for(seq->tenant);
+    f.deficit += cost(*seq);
+    f.queue.push_front(std::move(seq));
+    ++size_;
+}
+
+std::unique_ptr<Sequence> FairQueue::pop() {
+    if (active_.empty()) {
+        return nullptr;
+    }
+    // Terminates: every pass over the active tenants adds at least quantum_ to each deficit.
+    while (true) {
+        const std::string tenant = active_.front();
+        Flow& f = flows_.at(tenant);
+        if (!turn_open_) {
+            f.deficit += quantum_ * f.weight;
+            turn_open_ = true;
+        }
+        const int64_t c = cost(*f.queue.front());
+        if (f.deficit >= c) {
+            f.deficit -= c;
+            std::unique_ptr<Sequence> seq = std::move(f.queue.front());
+            f.queue.pop_front();
+            --size_;
+            drop_if_empty(tenant);  // An emptied queue loses its deficit and its turn.
+            return seq;
+        }
+        // The turn ends; the deficit carries to the tenant's next turn.
+        active_.pop_front();
+        active_.push_back(tenant);
+        turn_open_ = false;
+    }
+}
+
+void FairQueue::refund(const std::string& tenant, int64_t tokens) {
+    auto it = flows_.find(tenant);
+    if (it != flows_.end() && tokens > 0) {
+        it->second.deficit += tokens;
+    }
+}
+
+std::vector<std::unique_ptr<Sequence>> FairQueue::take_if(
+    const std::function<bool(const Sequence&)>& pred) {
+    std::vector<std::unique_ptr<Sequence>> out;
+    std::vector<std::string> touched;
+    for (auto& [tenant, f] : flows_) {
+        for (auto it = f.queue.begin(); it != f.queue.end();) {
+            if (pred(**it)) {
+                out.push_back(std::move(*it));
+                it = f.queue.erase(it);
+                --size_;
+            } else {
+                ++it;
+            }
+        }
+        if (f.queue.empty()) {
+            touched.push_back(tenant);
+        }
+    }
+    for (const std::string& tenant : touched) {
+        drop_if_empty(tenant);
+    }
+    return out;
+}
+
+}  // namespace edge::engine::sched

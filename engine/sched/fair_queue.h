@@ -1,0 +1,68 @@
+#pragma once
+
+// FairQueue holds a scheduler's waiting sequences and decides which one is admitted next:
+// deficit round robin (DRR) on tokens between tenants, first come first served within a tenant.
+// Each tenant with waiting requests is visited in turn; at the start of its turn its deficit grows
+// by quantum_tokens x weight, and its oldest request is admitted while the deficit covers the
+// request's cost (prompt tokens + max_tokens, the most it can use). A tenant whose queue empties
+// loses its deficit, so idle time earns no credit. Unused tokens of a finished request may be
+// refunded, and a preempted request is requeued first in its tenant's queue with its cost
+// refunded, so neither is charged twice. With every tenant backlogged, each one's share of
+// admitted tokens converges to its weight's share, whatever the number of requests it sends.
+//
+// Not thread-safe: the scheduler guards it with its mutex.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sched/sequence.h"
+
+namespace edge::engine::sched {
+
+class FairQueue {
+public:
+    // `quantum_tokens` (>= 1): deficit added per turn for a weight of 1.
+    explicit FairQueue(int64_t quantum_tokens = 512);
+
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    size_t tenant_size(const std::string& tenant) const;
+
+    // A new request: last in its tenant's queue. The tenant's weight becomes the request's.
+    void push_back(std::unique_ptr<Sequence> seq);
+    // A preempted request: first in its tenant's queue; its cost is refunded.
+    void push_front(std::unique_ptr<Sequence> seq);
+    // The next request by DRR, charged to its tenant; null when empty.
+    std::unique_ptr<Sequence> pop();
+    // Credits `tokens` back to `tenant` while it has requests waiting (a request that ended
+    // before using all of its max_tokens).
+    void refund(const std::string& tenant, int64_t tokens);
+    // Removes and returns every request for which `pred` is true (cancelled ones).
+    std::vector<std::unique_ptr<Sequence>> take_if(
+        const std::function<bool(const Sequence&)>& pred);
+
+    // What admitting `seq` charges its tenant: prompt tokens + max_tokens.
+    static int64_t cost(const Sequence& seq);
+
+private:
+    struct Flow {
+        std::deque<std::unique_ptr<Sequence>> queue;
+        int64_t deficit = 0;
+        int64_t weight = 1;
+    };
+    Flow& flow_for(const std::string& tenant);
+    void drop_if_empty(const std::string& tenant);
+
+    int64_t quantum_;
+    std::map<std::string, Flow> flows_;  // Only tenants with waiting requests.
+    std::deque<std::string> active_;     // Round-robin order; the front has the turn.
+    bool turn_open_ = false;             // The front's quantum for this turn was added.
+    size_t size_ = 0;
+};
+
+}  // namespace edge::engine::sched

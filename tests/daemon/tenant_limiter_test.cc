@@ -1,0 +1,145 @@
+// TokenBucket and TenantLimiter on a ManualClock: rates, bursts, token debt, concurrency slots and
+// reconfiguration keeping counters.
+
+#include <doctest/doctest.h>
+
+#include "common/clock.h"
+#include "daemon/tenant_limiter.h"
+
+using namespace edge;
+using namespace edge::daemon;
+using namespace std::chrono_literals;
+
+namespace {
+
+TenantConfig tenant(const std::string& name) {
+    TenantConfig t;
+    t.name = name;
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("token bucket: starts full, refills at the rate, caps at capacity, reports the wait") {
+    ManualClock clock;
+    TokenBucket b(2.0, 4.0, clock.now());  // 2 per second, 4 at most.
+    for (int i = 0; i < 4; ++i) {
+        CHECK_FALSE(b.try_take(1, clock.now()).has_value());
+    }
+    std::optional<Duration> wait = b.try_take(1, clock.now());
+    REQUIRE(wait.has_value());
+    CHECK(*wait == Duration(500ms));
+    clock.advance(499ms);
+    CHECK(b.try_take(1, clock.now()).has_value());
+    clock.advance(1ms);
+    CHECK_FALSE(b.try_take(1, clock.now()).has_value());
+    clock.advance(1h);
+    CHECK(b.level(clock.now()) == doctest::Approx(4.0));
+    // Debt: charged beyond the level, repaid by time.
+    b.charge(10, clock.now());
+    CHECK(b.level(clock.now()) == doctest::Approx(-6.0));
+    CHECK(b.debt_wait(clock.now()) == Duration(3s));
+    clock.advance(3s);
+    CHECK(b.debt_wait(clock.now()) == Duration(0));
+    // Reconfigure keeps the level, capped.
+    clock.advance(10s);
+    b.reconfigure(1.0, 2.0, clock.now());
+    CHECK(b.level(clock.now()) == doctest::Approx(2.0));
+}
+
+TEST_CASE("limiter: requests per second with burst; Retry-After time; other tenants unaffected") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.requests_per_second = 1;
+    a.burst = 3;
+    limiter.configure(std::vector<TenantConfig>{a, tenant("b")});
+    for (int i = 0; i < 3; ++i) {
+        TenantLimiter::Decision d = limiter.admit("a");
+        CHECK(d.reason == RejectReason::kNone);
+        REQUIRE(d.lease);
+    }
+    TenantLimiter::Decision over = limiter.admit("a");
+    CHECK(over.reason == RejectReason::kRequestRate);
+    CHECK(over.retry_after == Duration(1s));
+    CHECK_FALSE(over.lease);
+    for (int i = 0; i < 100; ++i) {
+        CHECK(limiter.admit("b").reason == RejectReason::kNone);
+    }
+    CHECK(limiter.admit("anonymous").reason == RejectReason::kNone);  // Not configured.
+    clock.advance(1s);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+    CHECK(limiter.admit("a").reason == RejectReason::kRequestRate);
+}
+
+TEST_CASE("limiter: concurrency slots are released on finish and on destruction, once") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.max_concurrent = 2;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision one = limiter.admit("a");
+    TenantLimiter::Decision two = limiter.admit("a");
+    REQUIRE(one.lease);
+    REQUIRE(two.lease);
+    CHECK(limiter.running("a") == 2);
+    TenantLimiter::Decision three = limiter.admit("a");
+    CHECK(three.reason == RejectReason::kConcurrency);
+    CHECK(three.retry_after > Duration(0));
+    one.lease->finish(10, 10);
+    one.lease->finish(10, 10);  // Twice: released once.
+    CHECK(limiter.running("a") == 1);
+    two.lease.reset();  // A cancelled request that never reported.
+    CHECK(limiter.running("a") == 0);
+    TenantLimiter::Decision four = limiter.admit("a");
+    CHECK(four.reason == RejectReason::kNone);
+    one.lease.reset();
+    CHECK(limiter.running("a") == 1);
+}
+
+TEST_CASE("limiter: tokens per minute are charged at finish; in debt new requests wait") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.input_tokens_per_minute = 600;   // 10 per second.
+    a.output_tokens_per_minute = 60;   // 1 per second.
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision d = limiter.admit("a");
+    REQUIRE(d.lease);
+    d.lease->finish(700, 10);  // 100 input tokens of debt.
+    TenantLimiter::Decision over = limiter.admit("a");
+    CHECK(over.reason == RejectReason::kInputTokens);
+    CHECK(over.retry_after == Duration(10s));
+    clock.advance(10s);
+    TenantLimiter::Decision ok = limiter.admit("a");
+    REQUIRE(ok.reason == RejectReason::kNone);
+    ok.lease->finish(0, 100);  // Output: 60 - 10, refilled to 60, then - 100 = -40.
+    TenantLimiter::Decision out = limiter.admit("a");
+    CHECK(out.reason == RejectReason::kOutputTokens);
+    CHECK(out.retry_after == Duration(40s));
+}
+
+TEST_CASE("limiter: reconfigure keeps counters by name; removed tenants' leases stay valid") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.max_concurrent = 1;
+    a.requests_per_second = 1;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision held = limiter.admit("a");
+    REQUIRE(held.lease);
+    a.max_concurrent = 2;
+    limiter.configure(std::vector<TenantConfig>{a});
+    CHECK(limiter.running("a") == 1);
+    // The request-rate bucket was spent before the reload and stays spent.
+    CHECK(limiter.admit("a").reason == RejectReason::kRequestRate);
+    clock.advance(1s);
+    TenantLimiter::Decision second = limiter.admit("a");
+    CHECK(second.reason == RejectReason::kNone);
+    limiter.configure(std::vector<TenantConfig>{tenant("b")});
+    CHECK(limiter.running("a") == 0);  // Unknown now.
+    held.lease->finish(1, 1);         // Still safe.
+    second.lease.reset();
+    limiter.configure(std::nullopt);
+    CHECK(limiter.admit("b").reason == RejectReason::kNone);
+}
