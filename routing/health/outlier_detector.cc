@@ -46,8 +46,7 @@ void OutlierDetector::remove_pool(std::string_view pool) {
 }
 
 bool OutlierDetector::may_eject_locked() const {
-    const size_t limit =
-        std::max<size_t>(1, pools_.size() * config_.max_ejection_percent / 100);
+    const size_t limit = std::max<size_t>(1, pools_.size() * config_.max_ejection_percent / 100);
     return ejected_count_ < limit;
 }
 
@@ -105,8 +104,8 @@ void OutlierDetector::evaluate_interval_locked() {
     for (auto& [name, p] : pools_) {
         const uint64_t total = p.interval_success + p.interval_failure;
         if (!p.ejected && total >= config_.success_rate_request_volume && total > 0) {
-            rates.emplace_back(&p, static_cast<double>(p.interval_success) /
-                                       static_cast<double>(total));
+            rates.emplace_back(
+                &p, static_cast<double>(p.interval_success) / static_cast<double>(total));
         }
     }
     if (!rates.empty() && rates.size() >= config_.success_rate_minimum_hosts) {
@@ -156,8 +155,8 @@ std::vector<PoolHealthView> OutlierDetector::pools() const {
     std::vector<PoolHealthView> out;
     out.reserve(pools_.size());
     for (const auto& [name, p] : pools_) {
-        out.push_back({name, p.ejected, p.cause, p.times_ejected, p.consecutive_failures,
-                       p.ejected_until});
+        out.push_back(
+            {name, p.ejected, p.cause, p.times_ejected, p.consecutive_failures, p.ejected_until});
     }
     std::sort(out.begin(), out.end(),
               [](const PoolHealthView& a, const PoolHealthView& b) { return a.pool < b.pool; });

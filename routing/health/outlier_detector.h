@@ -60,7 +60,7 @@ struct PoolHealthView {
 };
 
 class OutlierDetector {
-public:
+  public:
     OutlierDetector(OutlierConfig config, Clock& clock);
 
     // Pools come and go with the gossip snapshot; unknown pools are added on first report.
@@ -77,7 +77,7 @@ public:
     std::vector<PoolHealthView> pools() const;
     uint64_t ejections_total() const;
 
-private:
+  private:
     struct Pool {
         bool ejected = false;
         EjectionCause cause = EjectionCause::kNone;

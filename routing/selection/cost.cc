@@ -52,9 +52,9 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
     } else if (in.local_coord && in.remote_coord && in.local_coord->is_valid() &&
                in.remote_coord->is_valid() && in.local_coord->error <= config.coord_error_max &&
                in.remote_coord->error <= config.coord_error_max) {
-        t.rtt_s = std::chrono::duration<double>(coords::estimate_rtt(*in.local_coord,
-                                                                     *in.remote_coord))
-                      .count();
+        t.rtt_s =
+            std::chrono::duration<double>(coords::estimate_rtt(*in.local_coord, *in.remote_coord))
+                .count();
         t.rtt_source = RttSource::kVivaldi;
     } else {
         t.rtt_source = RttSource::kGreatCircle;
@@ -70,18 +70,18 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
     }
 
     const double decode_rate = std::max(in.decode_tokens_per_s, config.min_rate);
-    const double prefill_rate = std::max(
-        in.prefill_tokens_per_s > 0.0 ? in.prefill_tokens_per_s
-                                      : config.default_prefill_tokens_per_s,
-        config.min_rate);
+    const double prefill_rate =
+        std::max(in.prefill_tokens_per_s > 0.0 ? in.prefill_tokens_per_s
+                                               : config.default_prefill_tokens_per_s,
+                 config.min_rate);
     const double slots_ahead =
         static_cast<double>(in.queue_depth) + (in.running >= in.capacity ? 1.0 : 0.0);
     t.queue_s = slots_ahead * config.mean_output_tokens / decode_rate;
     t.prefill_s = config.prompt_tokens / prefill_rate;
     const double kv = std::isfinite(in.kv_use) ? std::clamp(in.kv_use, 0.0, 1.0) : 1.0;
     if (kv > config.kv_soft_limit && config.kv_soft_limit < 1.0) {
-        t.kv_s = (kv - config.kv_soft_limit) / (1.0 - config.kv_soft_limit) *
-                 config.kv_full_penalty_s;
+        t.kv_s =
+            (kv - config.kv_soft_limit) / (1.0 - config.kv_soft_limit) * config.kv_full_penalty_s;
     }
     t.penalty_s = (in.suspect ? config.suspect_penalty_s : 0.0) +
                   (in.ejected ? config.ejected_penalty_s : 0.0) +

@@ -1,16 +1,54 @@
 #include "routing/selection/route_table.h"
 
+#include <algorithm>
+#include <cstddef>
+
 namespace edge::routing::selection {
 
-const std::vector<RouteCandidate>* RouteTable::find(std::string_view model) const {
-    auto it = by_model.find(std::string(model));
+int64_t ModelPools::find_version(std::string_view digest) const {
+    for (size_t i = 0; i < versions.size(); ++i) {
+        if (versions[i] == digest) {
+            return static_cast<int64_t>(i);
+        }
+    }
+    return -1;
+}
+
+void RouteTable::add(RouteCandidate c) {
+    auto it = by_model.find(std::string_view(c.model));
+    if (it == by_model.end()) {
+        it = by_model.emplace(c.model, ModelPools{}).first;
+    }
+    ModelPools& m = it->second;
+    int64_t v = m.find_version(c.version_digest);
+    if (v < 0) {
+        v = static_cast<int64_t>(m.versions.size());
+        m.versions.push_back(c.version_digest);
+    }
+    // Sorted insert after any equal cost, so equal costs keep insertion order.
+    const auto pos = static_cast<size_t>(
+        std::upper_bound(m.total_s.begin(), m.total_s.end(), c.cost.total_s) - m.total_s.begin());
+    const auto at = [pos](auto& vec) { return vec.begin() + static_cast<std::ptrdiff_t>(pos); };
+    m.index.insert(at(m.index), static_cast<uint32_t>(m.candidates.size()));
+    m.version.insert(at(m.version), static_cast<uint32_t>(v));
+    m.total_s.insert(at(m.total_s), c.cost.total_s);
+    m.flags.insert(at(m.flags),
+                   static_cast<uint8_t>(
+                       (c.state == membership::PoolState::kServing ? ModelPools::kServing : 0) |
+                       (c.cost.saturated ? ModelPools::kSaturated : 0) |
+                       (c.is_local ? ModelPools::kLocal : 0)));
+    m.candidates.push_back(std::move(c));
+}
+
+const ModelPools* RouteTable::find(std::string_view model) const {
+    auto it = by_model.find(model);
     return it == by_model.end() ? nullptr : &it->second;
 }
 
 size_t RouteTable::size() const {
     size_t n = 0;
-    for (const auto& [model, list] : by_model) {
-        n += list.size();
+    for (const auto& [model, pools] : by_model) {
+        n += pools.candidates.size();
     }
     return n;
 }
@@ -61,7 +99,7 @@ RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
             in.ejected = c.health == PoolHealth::kEjected;
             in.degraded = c.health == PoolHealth::kDegraded;
             c.cost = compute_cost(in, config);
-            table.by_model[pool.model].push_back(std::move(c));
+            table.add(std::move(c));
         }
     }
     return table;

@@ -37,13 +37,40 @@ struct RouteCandidate {
     CostTerms cost;
 };
 
+// The pools of one model. The request path reads only the compact parallel arrays, which are
+// sorted by total cost (so a decision scans only the cheap end, however many pools there are);
+// `candidates` holds the full records in insertion order and `index` points into it.
+struct ModelPools {
+    std::vector<RouteCandidate> candidates;
+    std::vector<uint32_t> index;
+    std::vector<double> total_s;
+    // kServing | kSaturated | kLocal per candidate.
+    std::vector<uint8_t> flags;
+    // Index into `versions` per candidate.
+    std::vector<uint32_t> version;
+    std::vector<std::string> versions;
+
+    static constexpr uint8_t kServing = 1;
+    static constexpr uint8_t kSaturated = 2;
+    static constexpr uint8_t kLocal = 4;
+
+    // Index of `digest` in `versions`, or -1.
+    int64_t find_version(std::string_view digest) const;
+};
+
+struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 struct RouteTable {
     // Name of the local member (the one whose pools get hysteresis).
     std::string local_member;
-    // Candidates per model name, in snapshot (member name) order.
-    std::unordered_map<std::string, std::vector<RouteCandidate>> by_model;
+    // Pools per model name, in insertion (snapshot member name) order.
+    std::unordered_map<std::string, ModelPools, StringHash, std::equal_to<>> by_model;
 
-    const std::vector<RouteCandidate>* find(std::string_view model) const;
+    void add(RouteCandidate c);
+    const ModelPools* find(std::string_view model) const;
     size_t size() const;
 };
 

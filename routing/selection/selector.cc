@@ -69,32 +69,35 @@ double margin_threshold(double best, const SelectionConfig& config) {
 RouteChoice choose(const RouteTable& table, const RouteRequest& request,
                    const SelectionConfig& config, std::mt19937_64& rng) {
     RouteChoice out;
-    const std::vector<RouteCandidate>* list = table.find(request.model);
-    if (list == nullptr) {
+    const ModelPools* pools = table.find(request.model);
+    if (pools == nullptr) {
         out.rejection = Rejection::kNoPoolServesModel;
         return out;
     }
+    const size_t n = pools->total_s.size();
+    const double* total = pools->total_s.data();
+    const uint8_t* flags = pools->flags.data();
+    const uint32_t* version = pools->version.data();
+    const bool pinned = !request.version_pin.empty();
+    // A pin no pool advertises matches nothing; -1 never equals a stored index.
+    const int64_t pin = pinned ? pools->find_version(request.version_pin) : -1;
+
+    // The arrays are sorted by cost: the first usable pool is the best.
     bool any_serving = false;
     bool any_version = false;
-    double best = std::numeric_limits<double>::infinity();
-    double min_saturated_wait = std::numeric_limits<double>::infinity();
-    const RouteCandidate* local = nullptr;
-    for (const RouteCandidate& c : *list) {
-        if (c.state != membership::PoolState::kServing) {
+    size_t first = 0;
+    for (; first < n; ++first) {
+        const uint8_t f = flags[first];
+        if ((f & ModelPools::kServing) == 0) {
             continue;
         }
         any_serving = true;
-        if (!request.version_pin.empty() && c.version_digest != request.version_pin) {
+        if (pinned && static_cast<int64_t>(version[first]) != pin) {
             continue;
         }
         any_version = true;
-        if (c.cost.saturated) {
-            min_saturated_wait = std::min(min_saturated_wait, c.cost.queue_s);
-            continue;
-        }
-        best = std::min(best, c.cost.total_s);
-        if (c.is_local && (local == nullptr || c.cost.total_s < local->cost.total_s)) {
-            local = &c;
+        if ((f & ModelPools::kSaturated) == 0) {
+            break;
         }
     }
     if (!any_serving) {
@@ -105,22 +108,42 @@ RouteChoice choose(const RouteTable& table, const RouteRequest& request,
         out.rejection = Rejection::kVersionPinUnmatched;
         return out;
     }
-    if (local == nullptr && best == std::numeric_limits<double>::infinity()) {
+    if (first == n) {
         out.rejection = Rejection::kAllSaturated;
-        out.retry_after_s = std::max(min_saturated_wait, 1.0);
+        double wait = std::numeric_limits<double>::infinity();
+        for (const RouteCandidate& c : pools->candidates) {
+            if (c.state == membership::PoolState::kServing &&
+                (!pinned || c.version_digest == request.version_pin)) {
+                wait = std::min(wait, c.cost.queue_s);
+            }
+        }
+        out.retry_after_s = std::max(wait, 1.0);
         return out;
     }
-    if (local != nullptr && local->cost.total_s <= best + config.local_hysteresis_s) {
-        out.chosen = local;
+    const double best = total[first];
+    const double threshold = margin_threshold(best, config);
+    const double local_limit = best + config.local_hysteresis_s;
+    const double scan_limit = std::max(threshold, local_limit);
+    auto usable_at = [&](size_t i) {
+        return (flags[i] & (ModelPools::kServing | ModelPools::kSaturated)) ==
+                   ModelPools::kServing &&
+               (!pinned || static_cast<int64_t>(version[i]) == pin);
+    };
+    size_t count = 0;
+    size_t local = n;
+    for (size_t i = first; i < n && total[i] <= scan_limit; ++i) {
+        if (!usable_at(i)) {
+            continue;
+        }
+        if (local == n && (flags[i] & ModelPools::kLocal) != 0 && total[i] <= local_limit) {
+            local = i;
+        }
+        count += total[i] <= threshold ? 1 : 0;
+    }
+    if (local < n) {
+        out.chosen = &pools->candidates[pools->index[local]];
         out.reason = ChoiceReason::kLocalHysteresis;
         return out;
-    }
-    const double threshold = margin_threshold(best, config);
-    size_t count = 0;
-    for (const RouteCandidate& c : *list) {
-        if (usable(c, request.version_pin) && c.cost.total_s <= threshold) {
-            ++count;
-        }
     }
     size_t a = 0;
     size_t b = 0;
@@ -131,27 +154,26 @@ RouteChoice choose(const RouteTable& table, const RouteRequest& request,
             ++b;
         }
     }
-    const RouteCandidate* ca = nullptr;
-    const RouteCandidate* cb = nullptr;
-    size_t i = 0;
-    for (const RouteCandidate& c : *list) {
-        if (!usable(c, request.version_pin) || c.cost.total_s > threshold) {
+    size_t ia = n;
+    size_t ib = n;
+    for (size_t i = first, k = 0; i < n && total[i] <= threshold && (ia == n || ib == n); ++i) {
+        if (!usable_at(i)) {
             continue;
         }
-        if (i == a) {
-            ca = &c;
+        if (k == a) {
+            ia = i;
         }
-        if (i == b) {
-            cb = &c;
+        if (k == b) {
+            ib = i;
         }
-        ++i;
+        ++k;
     }
     if (count == 1) {
-        out.chosen = ca;
+        out.chosen = &pools->candidates[pools->index[ia]];
         out.reason = ChoiceReason::kOnlyCandidate;
         return out;
     }
-    out.chosen = cb->cost.total_s < ca->cost.total_s ? cb : ca;
+    out.chosen = &pools->candidates[pools->index[total[ib] < total[ia] ? ib : ia]];
     out.reason = ChoiceReason::kPowerOfTwo;
     return out;
 }
@@ -222,7 +244,8 @@ RouteDecision explain(const RouteTable& table, const RouteRequest& request,
     d.rejection = choice.rejection;
     d.retry_after_s = choice.retry_after_s;
 
-    const std::vector<RouteCandidate>* list = table.find(request.model);
+    const ModelPools* pools = table.find(request.model);
+    const std::vector<RouteCandidate>* list = pools != nullptr ? &pools->candidates : nullptr;
     double best = std::numeric_limits<double>::infinity();
     if (list != nullptr) {
         for (const RouteCandidate& c : *list) {

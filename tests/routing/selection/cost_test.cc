@@ -128,8 +128,8 @@ TEST_CASE("cost table: each term of the formula") {
     {
         CostInput in = base();
         in.local_lat = NAN;
-        rows.push_back({"bad position: half the planet", in,
-                        fibre_rtt_s(M_PI * kEarthRadiusM, 1.5), 0, 0.1, 0, 0, false});
+        rows.push_back({"bad position: half the planet", in, fibre_rtt_s(M_PI * kEarthRadiusM, 1.5),
+                        0, 0.1, 0, 0, false});
     }
     for (const Row& r : rows) {
         CAPTURE(r.name);

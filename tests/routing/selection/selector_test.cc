@@ -13,8 +13,8 @@ namespace mb = edge::routing::membership;
 namespace {
 
 RouteCandidate cand(std::string member, double total_s, bool local = false,
-                    std::string version = "v1",
-                    mb::PoolState state = mb::PoolState::kServing, bool saturated = false) {
+                    std::string version = "v1", mb::PoolState state = mb::PoolState::kServing,
+                    bool saturated = false) {
     RouteCandidate c;
     c.member = member;
     c.site_id = "site-" + member;
@@ -31,7 +31,9 @@ RouteCandidate cand(std::string member, double total_s, bool local = false,
 RouteTable table_of(std::vector<RouteCandidate> cands) {
     RouteTable t;
     t.local_member = "local";
-    t.by_model["m"] = std::move(cands);
+    for (RouteCandidate& c : cands) {
+        t.add(std::move(c));
+    }
     return t;
 }
 
@@ -124,8 +126,8 @@ TEST_CASE("selector: hysteresis keeps the local pool until it is clearly worse")
     CHECK(c.chosen->member == "remote");
 
     // A saturated local pool is never preferred.
-    RouteTable sat = table_of({cand("remote", 0.100),
-                               cand("local", 0.001, true, "v1", mb::PoolState::kServing, true)});
+    RouteTable sat = table_of(
+        {cand("remote", 0.100), cand("local", 0.001, true, "v1", mb::PoolState::kServing, true)});
     c = choose(sat, {"m", ""}, cfg, rng);
     REQUIRE(c.chosen != nullptr);
     CHECK(c.chosen->member == "remote");
@@ -133,10 +135,9 @@ TEST_CASE("selector: hysteresis keeps the local pool until it is clearly worse")
 
 TEST_CASE("selector: explain lists every candidate with a verdict and matches choose") {
     SelectionConfig cfg;
-    RouteTable t = table_of({cand("a", 0.100), cand("b", 0.300),
-                             cand("c", 0.1, false, "v1", mb::PoolState::kDraining),
-                             cand("d", 0.1, false, "v2"),
-                             cand("e", 0.1, false, "v1", mb::PoolState::kServing, true)});
+    RouteTable t = table_of(
+        {cand("a", 0.100), cand("b", 0.300), cand("c", 0.1, false, "v1", mb::PoolState::kDraining),
+         cand("d", 0.1, false, "v2"), cand("e", 0.1, false, "v1", mb::PoolState::kServing, true)});
     std::mt19937_64 r1(9);
     std::mt19937_64 r2(9);
     RouteDecision d = explain(t, {"m", "v1"}, cfg, r1);
@@ -190,12 +191,12 @@ TEST_CASE("route table: built from a snapshot with costs, health and member stat
         m.is_local = is_local;
         return m;
     };
-    mb::MemberView fra = member("fra", mb::NodeState::kAlive, site("fra", 50.11, 8.68, {pool}),
-                                true);
-    mb::MemberView sin = member("sin", mb::NodeState::kSuspect,
-                                site("sin", 1.35, 103.82, {pool}), false);
-    mb::MemberView gru = member("gru", mb::NodeState::kAlive,
-                                site("gru", -23.55, -46.63, {pool}), false);
+    mb::MemberView fra =
+        member("fra", mb::NodeState::kAlive, site("fra", 50.11, 8.68, {pool}), true);
+    mb::MemberView sin =
+        member("sin", mb::NodeState::kSuspect, site("sin", 1.35, 103.82, {pool}), false);
+    mb::MemberView gru =
+        member("gru", mb::NodeState::kAlive, site("gru", -23.55, -46.63, {pool}), false);
     mb::MemberView dead = member("old", mb::NodeState::kDead, site("old", 0, 0, {pool}), false);
     mb::MemberView unknown = member("zzz", mb::NodeState::kAlive, nullptr, false);
     snap.members = {fra, gru, dead, sin, unknown};
@@ -204,8 +205,9 @@ TEST_CASE("route table: built from a snapshot with costs, health and member stat
     RouteTable t = build_route_table(snap, cfg, [](std::string_view member, std::string_view) {
         return member == "gru" ? PoolHealth::kEjected : PoolHealth::kHealthy;
     });
-    const auto* list = t.find("m");
-    REQUIRE(list != nullptr);
+    const auto* pools = t.find("m");
+    REQUIRE(pools != nullptr);
+    const auto* list = &pools->candidates;
     REQUIRE(list->size() == 3);
     CHECK(t.size() == 3);
     CHECK((*list)[0].member == "fra");
