@@ -38,6 +38,12 @@ void RouteTable::add(RouteCandidate c) {
                        (c.cost.saturated ? ModelPools::kSaturated : 0) |
                        (c.is_local ? ModelPools::kLocal : 0)));
     m.candidates.push_back(std::move(c));
+    m.local_positions.clear();
+    for (size_t i = 0; i < m.flags.size(); ++i) {
+        if ((m.flags[i] & ModelPools::kLocal) != 0) {
+            m.local_positions.push_back(static_cast<uint32_t>(i));
+        }
+    }
 }
 
 const ModelPools* RouteTable::find(std::string_view model) const {

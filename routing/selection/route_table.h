@@ -49,6 +49,8 @@ struct ModelPools {
     // Index into `versions` per candidate.
     std::vector<uint32_t> version;
     std::vector<std::string> versions;
+    // Positions (in the sorted arrays) of the local pools, ascending.
+    std::vector<uint32_t> local_positions;
 
     static constexpr uint8_t kServing = 1;
     static constexpr uint8_t kSaturated = 2;

@@ -123,55 +123,85 @@ RouteChoice choose(const RouteTable& table, const RouteRequest& request,
     const double best = total[first];
     const double threshold = margin_threshold(best, config);
     const double local_limit = best + config.local_hysteresis_s;
-    const double scan_limit = std::max(threshold, local_limit);
     auto usable_at = [&](size_t i) {
         return (flags[i] & (ModelPools::kServing | ModelPools::kSaturated)) ==
                    ModelPools::kServing &&
                (!pinned || static_cast<int64_t>(version[i]) == pin);
     };
-    size_t count = 0;
-    size_t local = n;
-    for (size_t i = first; i < n && total[i] <= scan_limit; ++i) {
-        if (!usable_at(i)) {
+    // The cheapest usable local pool within the hysteresis (positions before `first` are not
+    // usable by definition).
+    for (const uint32_t p : pools->local_positions) {
+        if (p < first) {
             continue;
         }
-        if (local == n && (flags[i] & ModelPools::kLocal) != 0 && total[i] <= local_limit) {
-            local = i;
+        if (total[p] > local_limit) {
+            break;
         }
-        count += total[i] <= threshold ? 1 : 0;
-    }
-    if (local < n) {
-        out.chosen = &pools->candidates[pools->index[local]];
-        out.reason = ChoiceReason::kLocalHysteresis;
-        return out;
-    }
-    size_t a = 0;
-    size_t b = 0;
-    if (count >= 2) {
-        a = pick(rng, count);
-        b = pick(rng, count - 1);
-        if (b >= a) {
-            ++b;
+        if (usable_at(p)) {
+            out.chosen = &pools->candidates[pools->index[p]];
+            out.reason = ChoiceReason::kLocalHysteresis;
+            return out;
         }
     }
-    size_t ia = n;
-    size_t ib = n;
-    for (size_t i = first, k = 0; i < n && total[i] <= threshold && (ia == n || ib == n); ++i) {
-        if (!usable_at(i)) {
-            continue;
-        }
-        if (k == a) {
-            ia = i;
-        }
-        if (k == b) {
-            ib = i;
-        }
-        ++k;
-    }
-    if (count == 1) {
-        out.chosen = &pools->candidates[pools->index[ia]];
+    // [first, end) holds every pool within the margin; some may be unusable.
+    const size_t end =
+        static_cast<size_t>(std::upper_bound(total + first, total + n, threshold) - total);
+    const size_t span = end - first;
+    if (span == 1) {
+        out.chosen = &pools->candidates[pools->index[first]];
         out.reason = ChoiceReason::kOnlyCandidate;
         return out;
+    }
+    // Two distinct usable pools uniformly at random by rejection sampling (cheap when most of
+    // the span is usable); an exact count-and-pick scan when sampling keeps missing.
+    constexpr int kTries = 16;
+    size_t ia = n;
+    size_t ib = n;
+    for (int t = 0; t < kTries && ia == n; ++t) {
+        const size_t i = first + pick(rng, span);
+        if (usable_at(i)) {
+            ia = i;
+        }
+    }
+    for (int t = 0; t < kTries && ia != n && ib == n; ++t) {
+        const size_t i = first + pick(rng, span);
+        if (i != ia && usable_at(i)) {
+            ib = i;
+        }
+    }
+    if (ia == n || ib == n) {
+        size_t count = 0;
+        for (size_t i = first; i < end; ++i) {
+            count += usable_at(i) ? 1 : 0;
+        }
+        size_t a = 0;
+        size_t b = 0;
+        if (count >= 2) {
+            a = pick(rng, count);
+            b = pick(rng, count - 1);
+            if (b >= a) {
+                ++b;
+            }
+        }
+        ia = n;
+        ib = n;
+        for (size_t i = first, k = 0; i < end && (ia == n || ib == n); ++i) {
+            if (!usable_at(i)) {
+                continue;
+            }
+            if (k == a) {
+                ia = i;
+            }
+            if (k == b) {
+                ib = i;
+            }
+            ++k;
+        }
+        if (count == 1) {
+            out.chosen = &pools->candidates[pools->index[ia]];
+            out.reason = ChoiceReason::kOnlyCandidate;
+            return out;
+        }
     }
     out.chosen = &pools->candidates[pools->index[total[ib] < total[ia] ? ib : ia]];
     out.reason = ChoiceReason::kPowerOfTwo;

@@ -227,3 +227,32 @@ TEST_CASE("route table: built from a snapshot with costs, health and member stat
     REQUIRE(c.chosen != nullptr);
     CHECK(c.chosen->member == "fra");
 }
+
+TEST_CASE("selector: sparse usable pools inside the margin are still found exactly") {
+    SelectionConfig cfg;
+    std::vector<RouteCandidate> cands;
+    for (int i = 0; i < 200; ++i) {
+        // Same cost, wrong version: inside the margin but not usable under the pin.
+        cands.push_back(cand("x" + std::to_string(i), 0.100, false, "old"));
+    }
+    cands.push_back(cand("p", 0.1001, false, "new"));
+    cands.push_back(cand("q", 0.1002, false, "new"));
+    RouteTable two = table_of(cands);
+    std::mt19937_64 rng(11);
+    std::map<std::string, int> hits;
+    for (int i = 0; i < 200; ++i) {
+        RouteChoice c = choose(two, {"m", "new"}, cfg, rng);
+        REQUIRE(c.chosen != nullptr);
+        CHECK(c.reason == ChoiceReason::kPowerOfTwo);
+        ++hits[c.chosen->member];
+    }
+    // With two usable, P2C always compares both: the cheaper wins every time.
+    CHECK(hits["p"] == 200);
+
+    cands.pop_back();
+    RouteTable one = table_of(cands);
+    RouteChoice c = choose(one, {"m", "new"}, cfg, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "p");
+    CHECK(c.reason == ChoiceReason::kOnlyCandidate);
+}
