@@ -233,7 +233,7 @@ TEST_CASE("selector: sparse usable pools inside the margin are still found exact
     std::vector<RouteCandidate> cands;
     for (int i = 0; i < 200; ++i) {
         // Same cost, wrong version: inside the margin but not usable under the pin.
-        cands.push_back(cand("x" + std::to_string(i), 0.100, false, "old"));
+        cands.push_back(cand("x" + std::to_string(i), 0.1003, false, "old"));
     }
     cands.push_back(cand("p", 0.1001, false, "new"));
     cands.push_back(cand("q", 0.1002, false, "new"));
