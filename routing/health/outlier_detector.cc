@@ -17,6 +17,15 @@ std::string_view ejection_cause_name(EjectionCause c) {
     return "unknown";
 }
 
+std::string pool_key(std::string_view member, std::string_view model) {
+    std::string key;
+    key.reserve(member.size() + 1 + model.size());
+    key.append(member);
+    key.push_back('/');
+    key.append(model);
+    return key;
+}
+
 OutlierDetector::OutlierDetector(OutlierConfig config, Clock& clock)
     : config_(config), clock_(clock), next_interval_(clock.now() + config.interval) {}
 

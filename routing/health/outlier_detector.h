@@ -44,6 +44,9 @@ struct OutlierConfig {
     double success_rate_stdev_factor = 1.9;
 };
 
+// The name of a pool in the detector: "<member>/<model>" (member names never contain '/').
+std::string pool_key(std::string_view member, std::string_view model);
+
 enum class FailureKind : uint8_t { kHttp5xx, kConnect };
 
 enum class EjectionCause : uint8_t { kNone, kConsecutiveFailures, kSuccessRate };

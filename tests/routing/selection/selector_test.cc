@@ -5,6 +5,8 @@
 #include <map>
 #include <memory>
 
+#include "common/clock.h"
+#include "routing/health/outlier_detector.h"
 #include "routing/selection/route_table.h"
 
 using namespace edge::routing::selection;
@@ -255,4 +257,43 @@ TEST_CASE("selector: sparse usable pools inside the margin are still found exact
     REQUIRE(c.chosen != nullptr);
     CHECK(c.chosen->member == "p");
     CHECK(c.reason == ChoiceReason::kOnlyCandidate);
+}
+
+TEST_CASE("route table: an outlier-ejected pool carries the penalty and loses the choice") {
+    edge::ManualClock clock;
+    edge::routing::health::OutlierDetector detector({}, clock);
+    mb::MembershipSnapshot snap;
+    snap.local_name = "a";
+    for (const char* name : {"a", "b"}) {
+        mb::PoolInfo pool;
+        pool.model = "m";
+        pool.state = mb::PoolState::kServing;
+        pool.capacity = 4;
+        pool.load.tokens_per_s = 1000.0;
+        auto site = std::make_shared<mb::SiteState>();
+        site->site_id = name;
+        site->pools = {pool};
+        mb::MemberView m;
+        m.name = name;
+        m.site = site;
+        m.is_local = std::string(name) == "a";
+        snap.members.push_back(m);
+        detector.add_pool(edge::routing::health::pool_key(name, "m"));
+    }
+    const PoolHealthFn health = [&](std::string_view member, std::string_view model) {
+        return detector.is_ejected(edge::routing::health::pool_key(member, model))
+                   ? PoolHealth::kEjected
+                   : PoolHealth::kHealthy;
+    };
+    std::mt19937_64 rng(1);
+    RouteTable before = build_route_table(snap, CostConfig{}, health);
+    CHECK(choose(before, {"m", ""}, SelectionConfig{}, rng).chosen->member == "a");
+    for (int i = 0; i < 5; ++i) {
+        detector.report_failure("a/m", edge::routing::health::FailureKind::kHttp5xx);
+    }
+    RouteTable after = build_route_table(snap, CostConfig{}, health);
+    RouteChoice c = choose(after, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "b");
+    CHECK(after.find("m")->candidates[0].cost.penalty_s == doctest::Approx(30.0));
 }
