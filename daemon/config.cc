@@ -397,6 +397,43 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
          {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)}});
 }
 
+// Assigns a double field within [min, max], scaled by `scale` (milliseconds in YAML to seconds).
+std::function<Status(const YAML::Node&, const std::string&)> number_field(const Reader& r,
+                                                                          double& field,
+                                                                          double min, double max,
+                                                                          double scale = 1.0) {
+    return [&r, &field, min, max, scale](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(double v, r.number(n, k, min, max));
+        field = v * scale;
+        return ok_status();
+    };
+}
+
+Status parse_routing(const Reader& r, const YAML::Node& node, const std::string& key,
+                     Config& c) {
+    routing::selection::CostConfig& cost = c.routing.cost;
+    routing::selection::SelectionConfig& sel = c.routing.selection;
+    constexpr double kMs = 1e-3;
+    return r.for_each_key(
+        node, key,
+        {{"path_inflation", number_field(r, cost.path_inflation, 1.0, 10.0)},
+         {"coord_error_max", number_field(r, cost.coord_error_max, 0.0, 1.5)},
+         {"prompt_tokens", number_field(r, cost.prompt_tokens, 1.0, 1e7)},
+         {"mean_output_tokens", number_field(r, cost.mean_output_tokens, 1.0, 1e7)},
+         {"default_prefill_tokens_per_s",
+          number_field(r, cost.default_prefill_tokens_per_s, 1.0, 1e9)},
+         {"kv_soft_limit", number_field(r, cost.kv_soft_limit, 0.0, 0.99)},
+         {"kv_full_penalty_ms", number_field(r, cost.kv_full_penalty_s, 0.0, 3.6e6, kMs)},
+         {"kv_saturated", number_field(r, cost.kv_saturated, 0.0, 1.0)},
+         {"saturation_queue_per_slot", number_field(r, cost.saturation_queue_per_slot, 0.0, 1e6)},
+         {"suspect_penalty_ms", number_field(r, cost.suspect_penalty_s, 0.0, 3.6e6, kMs)},
+         {"ejected_penalty_ms", number_field(r, cost.ejected_penalty_s, 0.0, 3.6e6, kMs)},
+         {"degraded_penalty_ms", number_field(r, cost.degraded_penalty_s, 0.0, 3.6e6, kMs)},
+         {"margin_ms", number_field(r, sel.margin_s, 0.0, 3.6e6, kMs)},
+         {"margin_fraction", number_field(r, sel.margin_fraction, 0.0, 10.0)},
+         {"local_hysteresis_ms", number_field(r, sel.local_hysteresis_s, 0.0, 3.6e6, kMs)}});
+}
+
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         root, "",
@@ -412,6 +449,8 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
           [&](const YAML::Node& n, const std::string& k) { return parse_tenants(r, n, k, c); }},
          {"limits",
           [&](const YAML::Node& n, const std::string& k) { return parse_limits(r, n, k, c); }},
+         {"routing",
+          [&](const YAML::Node& n, const std::string& k) { return parse_routing(r, n, k, c); }},
          {"proxy_protocol",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               return r.for_each_key(

@@ -1,7 +1,8 @@
 #pragma once
 
 // Config is the daemon's whole configuration, as loaded from one YAML file and validated:
-// listeners, site identity, models, engine tuning, tenants, limits and the PROXY protocol peers.
+// listeners, site identity, models, engine tuning, tenants, limits, the PROXY protocol peers and
+// routing between sites.
 // load_config() is the only place that talks to yaml-cpp; every error it returns names
 // file:line:column and the key (unknown keys are errors too). Plain values, no threading concerns.
 // Every key is documented in docs/config.md.
@@ -15,6 +16,8 @@
 
 #include "common/result.h"
 #include "engine/engine.h"
+#include "routing/selection/cost.h"
+#include "routing/selection/selector.h"
 #include "tls/tls_context.h"
 
 namespace edge::daemon {
@@ -75,6 +78,13 @@ struct LogConfig {
     bool access_log = false;     // One info line per request (method, path, status, duration).
 };
 
+// Routing between sites: the cost function's tunables and the choice's margin and hysteresis
+// (the defaults are those of routing/selection; units there are seconds, in YAML milliseconds).
+struct RoutingConfig {
+    routing::selection::CostConfig cost;
+    routing::selection::SelectionConfig selection;
+};
+
 struct Config {
     std::string source;  // The file it came from.
     PublicListenerConfig listener;
@@ -87,6 +97,7 @@ struct Config {
     LimitsConfig limits;
     ProxyProtocolConfig proxy_protocol;
     LogConfig log;
+    RoutingConfig routing;
 };
 
 // Reads and validates `path`. Relative paths inside (certificates, models) are resolved against

@@ -169,3 +169,39 @@ TEST_CASE("tenant limits: parsed with defaults, bad values named by file:line:co
           "max_context_tokens");
     CHECK(tenant("    rate: 5\n") == "/etc/edgeserve/test.yaml:20:5: tenants[0].rate: unknown key");
 }
+
+TEST_CASE("routing section: milliseconds become seconds, defaults stay, bad keys are errors") {
+    Result<Config> c = parse_config(testing::config_yaml("/c", "/k",
+                                                         "routing:\n"
+                                                         "  path_inflation: 2\n"
+                                                         "  margin_ms: 7.5\n"
+                                                         "  margin_fraction: 0.2\n"
+                                                         "  local_hysteresis_ms: 20\n"
+                                                         "  suspect_penalty_ms: 1000\n"
+                                                         "  ejected_penalty_ms: 60000\n"
+                                                         "  degraded_penalty_ms: 50\n"
+                                                         "  coord_error_max: 0.3\n"),
+                                    "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->routing.cost.path_inflation == doctest::Approx(2.0));
+    CHECK(c->routing.selection.margin_s == doctest::Approx(0.0075));
+    CHECK(c->routing.selection.margin_fraction == doctest::Approx(0.2));
+    CHECK(c->routing.selection.local_hysteresis_s == doctest::Approx(0.020));
+    CHECK(c->routing.cost.suspect_penalty_s == doctest::Approx(1.0));
+    CHECK(c->routing.cost.ejected_penalty_s == doctest::Approx(60.0));
+    CHECK(c->routing.cost.degraded_penalty_s == doctest::Approx(0.05));
+    CHECK(c->routing.cost.coord_error_max == doctest::Approx(0.3));
+    CHECK(c->routing.cost.prompt_tokens == doctest::Approx(512.0));
+
+    Result<Config> d = parse_config(testing::config_yaml("/c", "/k", ""), "/x.yaml");
+    REQUIRE(d.ok());
+    CHECK(d->routing.cost.path_inflation == doctest::Approx(1.5));
+    CHECK(d->routing.selection.local_hysteresis_s == doctest::Approx(0.010));
+
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  margin: 5\n")) ==
+          "/etc/edgeserve/test.yaml:18:3: routing.margin: unknown key");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  path_inflation: 0.5\n")) ==
+          "/etc/edgeserve/test.yaml:18:19: routing.path_inflation: must be in 1..10");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  margin_ms: soon\n")) ==
+          "/etc/edgeserve/test.yaml:18:14: routing.margin_ms: expected a number");
+}

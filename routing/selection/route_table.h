@@ -1,0 +1,84 @@
+#pragma once
+
+// RouteTable is every pool the cluster advertises, grouped by model, with its routing cost
+// already computed (see cost.h). It is built from one MembershipSnapshot (and the local health
+// view) when the snapshot changes, so a routing decision only filters and compares numbers.
+// Immutable after build: share it as std::shared_ptr<const RouteTable> and read it from any thread.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "routing/membership/messages.h"
+#include "routing/membership/site_state.h"
+#include "routing/membership/snapshot.h"
+#include "routing/selection/cost.h"
+
+namespace edge::routing::selection {
+
+enum class PoolHealth : uint8_t { kHealthy, kDegraded, kEjected };
+
+// Health of a member's pool for a model, as this site's outlier detector sees it.
+using PoolHealthFn = std::function<PoolHealth(std::string_view member, std::string_view model)>;
+
+struct RouteCandidate {
+    // Gossip member name and the site it advertises.
+    std::string member;
+    std::string site_id;
+    std::string model;
+    std::string version_digest;
+    membership::PoolState state = membership::PoolState::kLoading;
+    membership::NodeState member_state = membership::NodeState::kAlive;
+    PoolHealth health = PoolHealth::kHealthy;
+    bool is_local = false;
+    CostTerms cost;
+};
+
+// The pools of one model. The request path reads only the compact parallel arrays, which are
+// sorted by total cost (so a decision scans only the cheap end, however many pools there are);
+// `candidates` holds the full records in insertion order and `index` points into it.
+struct ModelPools {
+    std::vector<RouteCandidate> candidates;
+    std::vector<uint32_t> index;
+    std::vector<double> total_s;
+    // kServing | kSaturated | kLocal per candidate.
+    std::vector<uint8_t> flags;
+    // Index into `versions` per candidate.
+    std::vector<uint32_t> version;
+    std::vector<std::string> versions;
+    // Positions (in the sorted arrays) of the local pools, ascending.
+    std::vector<uint32_t> local_positions;
+
+    static constexpr uint8_t kServing = 1;
+    static constexpr uint8_t kSaturated = 2;
+    static constexpr uint8_t kLocal = 4;
+
+    // Index of `digest` in `versions`, or -1.
+    int64_t find_version(std::string_view digest) const;
+};
+
+struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+struct RouteTable {
+    // Name of the local member (the one whose pools get hysteresis).
+    std::string local_member;
+    // Pools per model name, in insertion (snapshot member name) order.
+    std::unordered_map<std::string, ModelPools, StringHash, std::equal_to<>> by_model;
+
+    void add(RouteCandidate c);
+    const ModelPools* find(std::string_view model) const;
+    size_t size() const;
+};
+
+// Builds the table from a snapshot. Members that are dead or left, or whose site state is not
+// known yet, contribute no candidates. `health` may be empty (every pool healthy).
+RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
+                             const CostConfig& config, const PoolHealthFn& health = {});
+
+}  // namespace edge::routing::selection

@@ -1,0 +1,299 @@
+#include "routing/selection/selector.h"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <memory>
+
+#include "common/clock.h"
+#include "routing/health/outlier_detector.h"
+#include "routing/selection/route_table.h"
+
+using namespace edge::routing::selection;
+namespace mb = edge::routing::membership;
+
+namespace {
+
+RouteCandidate cand(std::string member, double total_s, bool local = false,
+                    std::string version = "v1", mb::PoolState state = mb::PoolState::kServing,
+                    bool saturated = false) {
+    RouteCandidate c;
+    c.member = member;
+    c.site_id = "site-" + member;
+    c.model = "m";
+    c.version_digest = std::move(version);
+    c.state = state;
+    c.is_local = local;
+    c.cost.total_s = total_s;
+    c.cost.queue_s = saturated ? 2.0 : 0.0;
+    c.cost.saturated = saturated;
+    return c;
+}
+
+RouteTable table_of(std::vector<RouteCandidate> cands) {
+    RouteTable t;
+    t.local_member = "local";
+    for (RouteCandidate& c : cands) {
+        t.add(std::move(c));
+    }
+    return t;
+}
+
+}  // namespace
+
+TEST_CASE("selector: rejections say why") {
+    SelectionConfig cfg;
+    std::mt19937_64 rng(1);
+    RouteTable empty;
+    CHECK(choose(empty, {"m", ""}, cfg, rng).rejection == Rejection::kNoPoolServesModel);
+
+    RouteTable draining = table_of({cand("a", 0.1, false, "v1", mb::PoolState::kDraining),
+                                    cand("b", 0.1, false, "v1", mb::PoolState::kLoading)});
+    CHECK(choose(draining, {"m", ""}, cfg, rng).rejection == Rejection::kNoPoolServesModel);
+    CHECK(choose(draining, {"other", ""}, cfg, rng).rejection == Rejection::kNoPoolServesModel);
+
+    RouteTable versions = table_of({cand("a", 0.1, false, "v1"), cand("b", 0.1, false, "v2")});
+    CHECK(choose(versions, {"m", "v3"}, cfg, rng).rejection == Rejection::kVersionPinUnmatched);
+    RouteChoice pinned = choose(versions, {"m", "v2"}, cfg, rng);
+    REQUIRE(pinned.chosen != nullptr);
+    CHECK(pinned.chosen->member == "b");
+    CHECK(pinned.reason == ChoiceReason::kOnlyCandidate);
+
+    RouteTable full = table_of({cand("a", 0.1, false, "v1", mb::PoolState::kServing, true),
+                                cand("b", 0.1, true, "v1", mb::PoolState::kServing, true)});
+    RouteChoice sat = choose(full, {"m", ""}, cfg, rng);
+    CHECK(sat.chosen == nullptr);
+    CHECK(sat.rejection == Rejection::kAllSaturated);
+    CHECK(sat.retry_after_s == doctest::Approx(2.0));
+    CHECK(rejection_name(sat.rejection) == "all_saturated");
+}
+
+TEST_CASE("selector: the only candidate within the margin is taken") {
+    SelectionConfig cfg;  // margin max(5 ms, 10%)
+    std::mt19937_64 rng(7);
+    RouteTable t = table_of({cand("a", 0.100), cand("b", 0.200), cand("c", 0.111)});
+    for (int i = 0; i < 20; ++i) {
+        RouteChoice c = choose(t, {"m", ""}, cfg, rng);
+        REQUIRE(c.chosen != nullptr);
+        CHECK(c.chosen->member == "a");
+        CHECK(c.reason == ChoiceReason::kOnlyCandidate);
+    }
+}
+
+TEST_CASE("selector: power of two choices spreads over the near-best and never the far") {
+    SelectionConfig cfg;
+    std::mt19937_64 rng(42);
+    // Four within 10% of 0.100 (<= 0.110), one outside.
+    RouteTable t = table_of({cand("a", 0.100), cand("b", 0.104), cand("c", 0.108),
+                             cand("d", 0.1099), cand("e", 0.300)});
+    std::map<std::string, int> hits;
+    for (int i = 0; i < 4000; ++i) {
+        RouteChoice c = choose(t, {"m", ""}, cfg, rng);
+        REQUIRE(c.chosen != nullptr);
+        CHECK(c.reason == ChoiceReason::kPowerOfTwo);
+        ++hits[c.chosen->member];
+    }
+    CHECK(hits["e"] == 0);
+    // P2C over 4 sorted by cost: the k-th cheapest wins when it is paired only with costlier
+    // ones: P(a)=3/6, P(b)=2/6, P(c)=1/6, P(d)=0.
+    CHECK(hits["a"] == doctest::Approx(2000).epsilon(0.08));
+    CHECK(hits["b"] == doctest::Approx(1333).epsilon(0.1));
+    CHECK(hits["c"] == doctest::Approx(667).epsilon(0.15));
+    CHECK(hits["d"] == 0);
+}
+
+TEST_CASE("selector: the same seed gives the same choices") {
+    SelectionConfig cfg;
+    RouteTable t = table_of({cand("a", 0.100), cand("b", 0.101), cand("c", 0.102)});
+    std::mt19937_64 r1(5);
+    std::mt19937_64 r2(5);
+    for (int i = 0; i < 50; ++i) {
+        CHECK(choose(t, {"m", ""}, cfg, r1).chosen == choose(t, {"m", ""}, cfg, r2).chosen);
+    }
+}
+
+TEST_CASE("selector: hysteresis keeps the local pool until it is clearly worse") {
+    SelectionConfig cfg;
+    cfg.local_hysteresis_s = 0.010;
+    std::mt19937_64 rng(3);
+    RouteTable near = table_of({cand("remote", 0.100), cand("local", 0.109, true)});
+    RouteChoice c = choose(near, {"m", ""}, cfg, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "local");
+    CHECK(c.reason == ChoiceReason::kLocalHysteresis);
+
+    RouteTable far = table_of({cand("remote", 0.100), cand("local", 0.200, true)});
+    c = choose(far, {"m", ""}, cfg, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "remote");
+
+    // A saturated local pool is never preferred.
+    RouteTable sat = table_of(
+        {cand("remote", 0.100), cand("local", 0.001, true, "v1", mb::PoolState::kServing, true)});
+    c = choose(sat, {"m", ""}, cfg, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "remote");
+}
+
+TEST_CASE("selector: explain lists every candidate with a verdict and matches choose") {
+    SelectionConfig cfg;
+    RouteTable t = table_of(
+        {cand("a", 0.100), cand("b", 0.300), cand("c", 0.1, false, "v1", mb::PoolState::kDraining),
+         cand("d", 0.1, false, "v2"), cand("e", 0.1, false, "v1", mb::PoolState::kServing, true)});
+    std::mt19937_64 r1(9);
+    std::mt19937_64 r2(9);
+    RouteDecision d = explain(t, {"m", "v1"}, cfg, r1);
+    RouteChoice c = choose(t, {"m", "v1"}, cfg, r2);
+    REQUIRE(d.chosen.has_value());
+    CHECK(d.chosen->member == c.chosen->member);
+    REQUIRE(d.candidates.size() == 5);
+    CHECK(d.candidates[0].verdict == "chosen");
+    CHECK(d.candidates[1].verdict == "outside margin");
+    CHECK(d.candidates[2].verdict == "not serving (draining)");
+    CHECK(d.candidates[3].verdict == "version pin unmatched");
+    CHECK(d.candidates[4].verdict == "saturated");
+    REQUIRE(d.reasons.size() == 1);
+    CHECK(d.reasons[0].find("pool at site site-a chosen") == 0);
+    const std::string json = route_decision_json(d);
+    CHECK(json.find("\"outcome\":\"forward\"") != std::string::npos);
+    CHECK(json.find("\"verdict\":\"saturated\"") != std::string::npos);
+    CHECK(json.find("\"total_ms\":100.000") != std::string::npos);
+
+    RouteDecision rej = explain(t, {"m", "nope"}, cfg, r1);
+    CHECK(!rej.chosen);
+    CHECK(rej.rejection == Rejection::kVersionPinUnmatched);
+    CHECK(route_decision_json(rej).find("\"rejection\":\"version_pin_unmatched\"") !=
+          std::string::npos);
+}
+
+TEST_CASE("route table: built from a snapshot with costs, health and member states") {
+    mb::MembershipSnapshot snap;
+    snap.local_name = "fra";
+    auto site = [](std::string id, double lat, double lon, std::vector<mb::PoolInfo> pools) {
+        auto s = std::make_shared<mb::SiteState>();
+        s->site_id = std::move(id);
+        s->latitude = lat;
+        s->longitude = lon;
+        s->pools = std::move(pools);
+        return s;
+    };
+    mb::PoolInfo pool;
+    pool.model = "m";
+    pool.version_digest = "v1";
+    pool.state = mb::PoolState::kServing;
+    pool.capacity = 4;
+    pool.load.tokens_per_s = 1000.0;
+
+    auto member = [](std::string name, mb::NodeState state,
+                     std::shared_ptr<mb::SiteState> site_state, bool is_local) {
+        mb::MemberView m;
+        m.name = std::move(name);
+        m.state = state;
+        m.site = std::move(site_state);
+        m.is_local = is_local;
+        return m;
+    };
+    mb::MemberView fra =
+        member("fra", mb::NodeState::kAlive, site("fra", 50.11, 8.68, {pool}), true);
+    mb::MemberView sin =
+        member("sin", mb::NodeState::kSuspect, site("sin", 1.35, 103.82, {pool}), false);
+    mb::MemberView gru =
+        member("gru", mb::NodeState::kAlive, site("gru", -23.55, -46.63, {pool}), false);
+    mb::MemberView dead = member("old", mb::NodeState::kDead, site("old", 0, 0, {pool}), false);
+    mb::MemberView unknown = member("zzz", mb::NodeState::kAlive, nullptr, false);
+    snap.members = {fra, gru, dead, sin, unknown};
+
+    CostConfig cfg;
+    RouteTable t = build_route_table(snap, cfg, [](std::string_view member, std::string_view) {
+        return member == "gru" ? PoolHealth::kEjected : PoolHealth::kHealthy;
+    });
+    const auto* pools = t.find("m");
+    REQUIRE(pools != nullptr);
+    const auto* list = &pools->candidates;
+    REQUIRE(list->size() == 3);
+    CHECK(t.size() == 3);
+    CHECK((*list)[0].member == "fra");
+    CHECK((*list)[0].is_local);
+    CHECK((*list)[0].cost.rtt_s == 0.0);
+    CHECK((*list)[1].member == "gru");
+    CHECK((*list)[1].cost.penalty_s == doctest::Approx(cfg.ejected_penalty_s));
+    CHECK((*list)[1].health == PoolHealth::kEjected);
+    CHECK((*list)[2].member == "sin");
+    CHECK((*list)[2].cost.rtt_source == RttSource::kGreatCircle);
+    CHECK((*list)[2].cost.rtt_s ==
+          doctest::Approx(fibre_rtt_s(great_circle_m(50.11, 8.68, 1.35, 103.82), 1.5)));
+    CHECK((*list)[2].cost.penalty_s == doctest::Approx(cfg.suspect_penalty_s));
+
+    std::mt19937_64 rng(1);
+    RouteChoice c = choose(t, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "fra");
+}
+
+TEST_CASE("selector: sparse usable pools inside the margin are still found exactly") {
+    SelectionConfig cfg;
+    std::vector<RouteCandidate> cands;
+    for (int i = 0; i < 200; ++i) {
+        // Same cost, wrong version: inside the margin but not usable under the pin.
+        cands.push_back(cand("x" + std::to_string(i), 0.1003, false, "old"));
+    }
+    cands.push_back(cand("p", 0.1001, false, "new"));
+    cands.push_back(cand("q", 0.1002, false, "new"));
+    RouteTable two = table_of(cands);
+    std::mt19937_64 rng(11);
+    std::map<std::string, int> hits;
+    for (int i = 0; i < 200; ++i) {
+        RouteChoice c = choose(two, {"m", "new"}, cfg, rng);
+        REQUIRE(c.chosen != nullptr);
+        CHECK(c.reason == ChoiceReason::kPowerOfTwo);
+        ++hits[c.chosen->member];
+    }
+    // With two usable, P2C always compares both: the cheaper wins every time.
+    CHECK(hits["p"] == 200);
+
+    cands.pop_back();
+    RouteTable one = table_of(cands);
+    RouteChoice c = choose(one, {"m", "new"}, cfg, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "p");
+    CHECK(c.reason == ChoiceReason::kOnlyCandidate);
+}
+
+TEST_CASE("route table: an outlier-ejected pool carries the penalty and loses the choice") {
+    edge::ManualClock clock;
+    edge::routing::health::OutlierDetector detector({}, clock);
+    mb::MembershipSnapshot snap;
+    snap.local_name = "a";
+    for (const char* name : {"a", "b"}) {
+        mb::PoolInfo pool;
+        pool.model = "m";
+        pool.state = mb::PoolState::kServing;
+        pool.capacity = 4;
+        pool.load.tokens_per_s = 1000.0;
+        auto site = std::make_shared<mb::SiteState>();
+        site->site_id = name;
+        site->pools = {pool};
+        mb::MemberView m;
+        m.name = name;
+        m.site = site;
+        m.is_local = std::string(name) == "a";
+        snap.members.push_back(m);
+        detector.add_pool(edge::routing::health::pool_key(name, "m"));
+    }
+    const PoolHealthFn health = [&](std::string_view member, std::string_view model) {
+        return detector.is_ejected(edge::routing::health::pool_key(member, model))
+                   ? PoolHealth::kEjected
+                   : PoolHealth::kHealthy;
+    };
+    std::mt19937_64 rng(1);
+    RouteTable before = build_route_table(snap, CostConfig{}, health);
+    CHECK(choose(before, {"m", ""}, SelectionConfig{}, rng).chosen->member == "a");
+    for (int i = 0; i < 5; ++i) {
+        detector.report_failure("a/m", edge::routing::health::FailureKind::kHttp5xx);
+    }
+    RouteTable after = build_route_table(snap, CostConfig{}, health);
+    RouteChoice c = choose(after, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "b");
+    CHECK(after.find("m")->candidates[0].cost.penalty_s == doctest::Approx(30.0));
+}
