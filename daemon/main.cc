@@ -8,6 +8,8 @@
 #include "daemon/commands.h"
 #include "engine/tools/generate.h"
 #include "engine/tools/make_model.h"
+#include "engine/tools/quant_eval.h"
+#include "engine/tools/quantize.h"
 
 namespace {
 
@@ -26,6 +28,10 @@ constexpr Command kCommands[] = {
      "         [--temperature T] [--seed N] [--ids] [--chat]   run a checkpoint without the daemon"},
     {"make-model", edge::engine::make_model_main,
      "make-model --preset tiny|bench --out DIR [--seed N]   write a random Qwen3-MoE checkpoint"},
+    {"quantize", edge::engine::quantize_main,
+     "quantize --model IN --policy P --out DIR   write a quantized checkpoint (FP8/INT8/INT4)"},
+    {"quant-eval", edge::engine::quant_eval_main,
+     "quant-eval --model DIR --policies P1,P2 [--text FILE] [--tokens N]   quality table"},
 };
 
 void usage(FILE* out) {
