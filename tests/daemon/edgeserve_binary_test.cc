@@ -184,15 +184,22 @@ TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTER
     CHECK(notify.expect("RELOADING=1"));
     CHECK(notify.expect("READY=1"));
 
-    // A request in flight at SIGTERM (its body still arriving) is served before the exit.
+    // A request in flight at SIGTERM (its body still arriving) is served before the exit. The
+    // interim 100 Continue proves the daemon has read the head, so the connection is past its
+    // handshake (a drain closes connections still handshaking) before the signal is sent.
     auto in_flight = testing::TlsClient::connect(port);
     REQUIRE(in_flight.ok());
     std::string body = R"({"model":"fortunes","messages":[{"role":"user","content":"hi"}]})";
     REQUIRE((*in_flight)
                 ->send("POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
-                       "Content-Type: application/json\r\nContent-Length: " +
-                       std::to_string(body.size()) + "\r\n\r\n" + body.substr(0, 10))
+                       "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+                       "Content-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n")
                 .ok());
+    auto interim = (*in_flight)->read_until("\r\n\r\n");
+    REQUIRE(interim.ok());
+    CHECK(interim->find("100 Continue") != std::string::npos);
+    REQUIRE((*in_flight)->send(body.substr(0, 10)).ok());
     child.signal(SIGTERM);
     CHECK(notify.expect("STOPPING=1"));
     bool refused = false;
