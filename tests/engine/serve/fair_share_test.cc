@@ -10,6 +10,7 @@
 #include "engine/sched/scheduler.h"
 #include "tests/engine/serve/collecting_sink.h"
 #include "tests/engine/serve/fake_causal_lm.h"
+#include "tests/engine/serve/micro_tokenizer.h"
 
 namespace edge::engine::sched {
 namespace {
@@ -19,15 +20,7 @@ using testing::FakeCausalLM;
 using testing::FakeLog;
 using testing::FakeOptions;
 
-const tokenizer::Tokenizer& micro_tokenizer() {
-    static const auto tok = [] {
-        auto t = tokenizer::Tokenizer::load_file(EDGE_SOURCE_DIR
-                                                 "/tests/fixtures/micro-qwen3-moe/tokenizer.json");
-        REQUIRE(t.ok());
-        return std::move(t).value();
-    }();
-    return *tok;
-}
+using testing::micro_tokenizer;
 
 SequenceRequest request(const std::string& tenant, int32_t weight, int32_t prompt_len,
                         int32_t max_tokens, std::shared_ptr<GenerationSink> sink) {

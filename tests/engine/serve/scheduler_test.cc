@@ -4,6 +4,7 @@
 
 #include "tests/engine/serve/collecting_sink.h"
 #include "tests/engine/serve/fake_causal_lm.h"
+#include "tests/engine/serve/micro_tokenizer.h"
 
 namespace edge::engine::sched {
 namespace {
@@ -13,15 +14,7 @@ using testing::FakeCausalLM;
 using testing::FakeLog;
 using testing::FakeOptions;
 
-const tokenizer::Tokenizer& micro_tokenizer() {
-    static const auto tok = [] {
-        auto t = tokenizer::Tokenizer::load_file(EDGE_SOURCE_DIR
-                                                 "/tests/fixtures/micro-qwen3-moe/tokenizer.json");
-        REQUIRE(t.ok());
-        return std::move(t).value();
-    }();
-    return *tok;
-}
+using testing::micro_tokenizer;
 
 struct Harness {
     explicit Harness(FakeOptions opts = {}, SchedulerConfig config = {})
