@@ -15,6 +15,7 @@ public:
         return not_found_error("model '" + request.model + "' is not served here");
     }
     bool ready() const override { return true; }
+    std::vector<engine::ModelLoad> load() const override { return {}; }
 };
 
 }  // namespace edge::daemon

@@ -132,6 +132,18 @@ struct ModelInfo {
     int64_t created_unix = 0;    // When it was loaded.
 };
 
+// Live load of one served model, published for routing (gossip) and metrics. Rates are
+// exponentially weighted over recent engine steps; zero until measured.
+struct ModelLoad {
+    std::string name;                   // Served name.
+    uint32_t queue_depth = 0;           // Requests waiting for admission.
+    uint32_t running = 0;               // Requests in the running batch.
+    uint32_t capacity = 0;              // Sequences the model runs at once at most.
+    double kv_use = 0.0;                // Fraction of the KV-cache budget in use, 0..1.
+    double prefill_tokens_per_s = 0.0;  // Recent prompt tokens computed per second.
+    double decode_tokens_per_s = 0.0;   // Recent tokens generated per second (all sequences).
+};
+
 class Generator {
   public:
     virtual ~Generator() = default;
@@ -147,6 +159,10 @@ class Generator {
 
     // True once every configured model is loaded and able to serve.
     virtual bool ready() const = 0;
+
+    // Current load of every served model. Thread-safe and cheap (atomics): called by the gossip
+    // publisher and metrics a few times per second.
+    virtual std::vector<ModelLoad> load() const = 0;
 };
 
 }  // namespace edge::engine

@@ -49,6 +49,8 @@ public:
     // Drops the slot's cached tokens from position `length` on (for preemption and retries).
     virtual void truncate_slot(int32_t slot, int32_t length) = 0;
     virtual int32_t slot_length(int32_t slot) const = 0;
+    // Fraction of the KV-cache budget holding tokens now, 0..1.
+    virtual double kv_use() const = 0;
 
     // Runs the chunks as one batch. `logits` receives, chunk by chunk in order, vocab_size floats
     // for the last token (or for each token when all_logits). kResourceExhausted when the KV cache

@@ -91,6 +91,16 @@ std::vector<ModelInfo> LocalGenerator::models() const {
     return out;
 }
 
+std::vector<ModelLoad> LocalGenerator::load() const {
+    std::vector<ModelLoad> out;
+    for (const auto& [name, rt] : models_) {
+        ModelLoad load = rt->scheduler->load();
+        load.name = name;
+        out.push_back(std::move(load));
+    }
+    return out;
+}
+
 const tokenizer::Tokenizer* LocalGenerator::tokenizer(const std::string& model) const {
     auto it = models_.find(model);
     return it == models_.end() ? nullptr : it->second->tokenizer.get();

@@ -53,6 +53,7 @@ public:
     Result<std::shared_ptr<GenerationHandle>> submit(GenerateRequest request,
                                                      std::shared_ptr<GenerationSink> sink) override;
     bool ready() const override { return true; }
+    std::vector<ModelLoad> load() const override;
 
     // The tokenizer of a served model (nullptr when unknown), for tools and tests.
     const tokenizer::Tokenizer* tokenizer(const std::string& model) const;

@@ -90,21 +90,66 @@ bool Scheduler::step() {
     }
     std::vector<BatchEntry> batch = plan_batch();
     std::vector<float> logits;
+    const auto started = std::chrono::steady_clock::now();
     if (!forward_with_preemption(&batch, &logits)) {
         remove_finished();
+        publish_load(0, 0, {});
         return true;
     }
+    const auto elapsed = std::chrono::steady_clock::now() - started;
     ++stats_.steps;
     const size_t vocab = static_cast<size_t>(model_->spec().vocab_size);
+    int64_t prefill_tokens = 0;
+    int64_t decode_tokens = 0;
     for (size_t i = 0; i < batch.size(); ++i) {
         Sequence* seq = batch[i].seq;
         seq->computed += batch[i].count;
+        // A chunk of one token after the prompt is a decode step; anything else is prefill.
+        const bool decoding = seq->computed > seq->prompt_len;
+        (decoding ? decode_tokens : prefill_tokens) += batch[i].count;
         if (seq->pending() == 0) {
             emit_token(seq, std::span<float>(logits.data() + i * vocab, vocab));
         }
     }
     remove_finished();
+    publish_load(prefill_tokens, decode_tokens, elapsed);
     return true;
+}
+
+void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
+                             std::chrono::steady_clock::duration elapsed) {
+    running_count_.store(static_cast<uint32_t>(running_.size()), std::memory_order_relaxed);
+    kv_use_.store(model_->kv_use(), std::memory_order_relaxed);
+    const double seconds = std::chrono::duration<double>(elapsed).count();
+    if (seconds <= 0.0) {
+        return;
+    }
+    // Each rate moves a quarter of the way to the latest step's rate, only when the step did
+    // that kind of work (a pure decode step says nothing about prefill speed).
+    auto update = [seconds](std::atomic<double>& rate, int64_t tokens) {
+        if (tokens == 0) {
+            return;
+        }
+        const double now = static_cast<double>(tokens) / seconds;
+        const double old = rate.load(std::memory_order_relaxed);
+        rate.store(old == 0.0 ? now : old + 0.25 * (now - old), std::memory_order_relaxed);
+    };
+    update(prefill_rate_, prefill_tokens);
+    update(decode_rate_, decode_tokens);
+}
+
+ModelLoad Scheduler::load() const {
+    ModelLoad load;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        load.queue_depth = static_cast<uint32_t>(waiting_.size());
+    }
+    load.running = running_count_.load(std::memory_order_relaxed);
+    load.capacity = static_cast<uint32_t>(config_.max_batch_sequences);
+    load.kv_use = kv_use_.load(std::memory_order_relaxed);
+    load.prefill_tokens_per_s = prefill_rate_.load(std::memory_order_relaxed);
+    load.decode_tokens_per_s = decode_rate_.load(std::memory_order_relaxed);
+    return load;
 }
 
 bool Scheduler::fail_unadmittable() {

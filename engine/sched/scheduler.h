@@ -17,6 +17,8 @@
 // the sinks; stop() (also run by the destructor) cancels every request and joins it. Without
 // start(), tests may drive it with step() from one thread. The tokenizer must outlive it.
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -72,6 +74,9 @@ public:
     // Counters; read from the driving thread (or after stop()).
     const SchedulerStats& stats() const { return stats_; }
 
+    // Live load (everything but the name); thread-safe, cheap.
+    ModelLoad load() const;
+
 private:
     struct BatchEntry {
         Sequence* seq;
@@ -90,12 +95,16 @@ private:
     void finish(Sequence* seq, FinishReason reason, Status error = ok_status());
     void remove_finished();
     bool is_eos(TokenId id) const;
+    // Publishes running count, KV use and token rates after a step that computed
+    // `prefill_tokens` prompt tokens and `decode_tokens` generated ones in `elapsed`.
+    void publish_load(int64_t prefill_tokens, int64_t decode_tokens,
+                      std::chrono::steady_clock::duration elapsed);
 
     std::unique_ptr<CausalLM> model_;
     const tokenizer::Tokenizer* tokenizer_;
     SchedulerConfig config_;
 
-    std::mutex mu_;
+    mutable std::mutex mu_;
     std::condition_variable cv_;
     FairQueue waiting_;                              // Guarded by mu_.
     bool stopping_ = false;                          // Guarded by mu_.
@@ -106,6 +115,12 @@ private:
     bool admission_blocked_ = false;  // After a preemption, until a sequence finishes.
     SchedulerStats stats_;
     std::thread thread_;
+
+    // Published load (written by the scheduler thread, read by load()).
+    std::atomic<uint32_t> running_count_{0};
+    std::atomic<double> kv_use_{0.0};
+    std::atomic<double> prefill_rate_{0.0};  // Tokens/s, exponentially weighted.
+    std::atomic<double> decode_rate_{0.0};
 };
 
 }  // namespace edge::engine::sched

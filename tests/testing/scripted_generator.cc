@@ -64,6 +64,16 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     return std::shared_ptr<engine::GenerationHandle>(std::make_shared<Handle>(*this, call));
 }
 
+std::vector<engine::ModelLoad> ScriptedGenerator::load() const {
+    std::lock_guard lock(mu_);
+    return load_;
+}
+
+void ScriptedGenerator::set_load(std::vector<engine::ModelLoad> load) {
+    std::lock_guard lock(mu_);
+    load_ = std::move(load);
+}
+
 void ScriptedGenerator::fail_next_submit(Status status) {
     std::lock_guard lock(mu_);
     fail_next_ = std::move(status);

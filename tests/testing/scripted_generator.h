@@ -31,6 +31,9 @@ public:
     Result<std::shared_ptr<engine::GenerationHandle>> submit(
         engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) override;
     bool ready() const override { return ready_; }
+    // The load set by set_load() (tests of routing and gossip publish it).
+    std::vector<engine::ModelLoad> load() const override;
+    void set_load(std::vector<engine::ModelLoad> load);
 
     // The next submit() fails with `status` (once).
     void fail_next_submit(Status status);
@@ -55,6 +58,7 @@ private:
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
     bool ready_ = true;
+    std::vector<engine::ModelLoad> load_;
 };
 
 }  // namespace edge::testing

@@ -75,6 +75,11 @@ class SigmoidMoeModel : public CausalLM {
     void release_slot(int32_t slot) override { kv_->release(slot); }
     void truncate_slot(int32_t slot, int32_t length) override;
     int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
+    double kv_use() const override {
+        const int64_t budget = kv_->shape().max_tokens;
+        return budget > 0 ? static_cast<double>(kv_->used_tokens()) / static_cast<double>(budget)
+                          : 0.0;
+    }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
 
   protected:

@@ -72,6 +72,11 @@ public:
 
     const ModelSpec& spec() const override { return spec_; }
     Result<int32_t> acquire_slot() override { return kv_->acquire(); }
+    double kv_use() const override {
+        const int64_t budget = kv_->shape().max_tokens;
+        return budget > 0 ? static_cast<double>(kv_->used_tokens()) / static_cast<double>(budget)
+                          : 0.0;
+    }
     void release_slot(int32_t slot) override { kv_->release(slot); }
     void truncate_slot(int32_t slot, int32_t length) override {
         if (kv_->in_use(slot) && length >= 0 && length < kv_->length(slot)) {

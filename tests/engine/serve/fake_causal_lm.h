@@ -102,6 +102,13 @@ public:
     int32_t slot_length(int32_t slot) const override {
         return static_cast<int32_t>(slots_.at(slot).size());
     }
+    double kv_use() const override {
+        int64_t held = 0;
+        for (const auto& s : slots_) {
+            held += static_cast<int64_t>(s.size());
+        }
+        return options_.kv_tokens > 0 ? static_cast<double>(held) / options_.kv_tokens : 0.0;
+    }
 
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override {
         ForwardCall call;

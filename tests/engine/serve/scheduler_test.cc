@@ -104,6 +104,38 @@ TEST_CASE("scheduler: a request joins the running batch mid-flight and leaves wh
     }
 }
 
+TEST_CASE("scheduler: load() reports queue, running, KV use and token rates") {
+    FakeOptions opts;
+    opts.kv_tokens = 100;
+    SchedulerConfig config;
+    config.max_batch_sequences = 1;  // The second request must wait.
+    Harness h(opts, config);
+    ModelLoad idle = h.scheduler->load();
+    CHECK(idle.queue_depth == 0);
+    CHECK(idle.running == 0);
+    CHECK(idle.capacity == 1);
+    CHECK(idle.kv_use == 0.0);
+    auto a = h.submit({1, 2, 3, 4}, 10);
+    auto b = h.submit({5, 6}, 2);
+    CHECK(h.scheduler->load().queue_depth == 2);
+    REQUIRE(h.scheduler->step());  // A's prefill: 4 prompt tokens in the cache.
+    ModelLoad after_prefill = h.scheduler->load();
+    CHECK(after_prefill.queue_depth == 1);
+    CHECK(after_prefill.running == 1);
+    CHECK(after_prefill.kv_use == doctest::Approx(0.04));
+    CHECK(after_prefill.prefill_tokens_per_s > 0.0);
+    CHECK(after_prefill.decode_tokens_per_s == 0.0);
+    REQUIRE(h.scheduler->step());  // A's first decode token.
+    CHECK(h.scheduler->load().decode_tokens_per_s > 0.0);
+    h.drain();
+    REQUIRE(a->wait());
+    REQUIRE(b->wait());
+    ModelLoad done = h.scheduler->load();
+    CHECK(done.queue_depth == 0);
+    CHECK(done.running == 0);
+    CHECK(done.kv_use == 0.0);
+}
+
 TEST_CASE("scheduler: chunked prefill stays within max_batch_tokens, decode first") {
     SchedulerConfig config;
     config.max_batch_tokens = 4;

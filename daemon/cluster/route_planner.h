@@ -1,0 +1,94 @@
+#pragma once
+
+// The seam between choosing where a request runs and carrying it there.
+//
+// RoutePlanner (implemented by the cluster wiring from the gossip snapshot and
+// routing/selection) answers, for one admitted request, an ordered list of targets: the chosen
+// pool first, then the fallbacks a retry may use, or a rejection with its reason. Forwarder
+// (implemented by daemon/forward over mutual TLS) carries a request to a remote target and
+// streams the answer back. The API router asks the planner, runs local targets on the engine and
+// hands remote ones to the forwarder; a request that arrived forwarded (hop header from an
+// authenticated peer) is only ever run locally.
+//
+// Threading: both interfaces are called concurrently from connection strands; implementations
+// are thread-safe and never block (plan() reads an immutable snapshot; forward() is
+// asynchronous).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tls/http_types.h"
+
+namespace edge::daemon::cluster {
+
+// The header a forwarded request carries: the site id of the daemon that forwarded it. A request
+// that carries it is never forwarded again.
+inline constexpr std::string_view kHopHeader = "X-Edgeserve-Forwarded-By";
+// The authenticated tenant of a forwarded request (trusted only from an mTLS peer).
+inline constexpr std::string_view kTenantHeader = "X-Edgeserve-Tenant";
+// The version digest a client pins (also honoured on forwarded requests).
+inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
+
+struct RouteTarget {
+    bool local = false;
+    std::string site_id;    // The site that runs it (this site's id when local).
+    std::string peer_addr;  // host:port of the site's peer (mTLS) listener; empty when local.
+    double cost_s = 0.0;    // The selection cost, for logs and metrics.
+};
+
+// Why no pool can take a request (mirrors routing::selection::Rejection).
+enum class RouteRejection : uint8_t {
+    kNone,
+    kNoPoolServesModel,   // 503: nothing in the cluster serves this model.
+    kVersionPinUnmatched, // 503: no pool serves the pinned X-Model-Version.
+    kAllSaturated,        // 503 with Retry-After: every pool is at capacity.
+};
+
+struct RoutePlan {
+    // Chosen target first, then fallbacks in order of cost. Empty when rejected.
+    std::vector<RouteTarget> targets;
+    RouteRejection rejection = RouteRejection::kNone;
+    std::string message;        // Human-readable reason when rejected.
+    int retry_after_seconds = 0;  // > 0 when waiting helps (kAllSaturated).
+};
+
+class RoutePlanner {
+public:
+    virtual ~RoutePlanner() = default;
+    // Where `model` (optionally pinned to `version_pin`, "" for none) should run now.
+    virtual RoutePlan plan(std::string_view model, std::string_view version_pin) = 0;
+    // Outcome of one attempt on a target, for outlier detection and metrics. `ok` false for a
+    // connect failure, a timeout or a 5xx; latency is the time to the response head.
+    virtual void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) = 0;
+};
+
+// What happened to a forwarded request, for the caller's bookkeeping (limits, metrics).
+struct ForwardResult {
+    bool started = false;   // Some byte of the response reached the client.
+    int status = 0;         // HTTP status the client got (0 when none).
+    std::string site_id;    // The site that answered (the last one tried).
+    int attempts = 0;       // Targets tried.
+    int64_t prompt_tokens = 0;      // From the peer's usage, when it reported one.
+    int64_t completion_tokens = 0;
+};
+
+class Forwarder {
+public:
+    virtual ~Forwarder() = default;
+    // Sends `request` (the client's method, target, body and relevant headers; the forwarder
+    // adds the hop and tenant headers) to `targets` in order: the next target is tried when
+    // connecting fails or the peer answers 5xx before any byte reached the client, within the
+    // retry budget; never after. The answer (full or streamed) goes to `channel`; a client that
+    // goes away cancels the upstream request. `done` runs once at the end, on any thread.
+    virtual void forward(tls::HttpRequest request, std::string tenant,
+                         std::vector<RouteTarget> targets,
+                         std::shared_ptr<tls::ResponseChannel> channel,
+                         std::function<void(const ForwardResult&)> done) = 0;
+};
+
+}  // namespace edge::daemon::cluster
