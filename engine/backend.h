@@ -43,6 +43,9 @@ public:
     // Whether `op` runs on weights stored as `format` (ops without weights ignore `format`).
     virtual bool supports(Op op, WeightFormat format) const = 0;
     virtual int threads() const = 0;
+    // OK while the backend can run work; once a device reports a sticky error (the CUDA context
+    // is lost) it returns that error for good, and the daemon's /readyz fails on it. Thread-safe.
+    virtual Status health() const { return ok_status(); }
 
     // y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c] for t < n, r < W.rows; weight rows are
     // read once for all n tokens.
