@@ -19,6 +19,14 @@ std::vector<std::string> available_backends() {
     return names;
 }
 
+Status device_health() {
+#if defined(EDGE_HAVE_CUDA)
+    return cuda::cuda_device_health();
+#else
+    return ok_status();
+#endif
+}
+
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendOptions& options) {
     if (name == "cpu") {

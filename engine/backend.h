@@ -71,6 +71,10 @@ protected:
     virtual void run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) = 0;
 };
 
+// OK unless a device of a compiled-in backend has failed for good (a sticky CUDA error: the
+// process must restart). For the daemon's /readyz and gossip draining; thread-safe, cheap.
+Status device_health();
+
 // Names of the backends compiled in ("cpu", later "cuda").
 std::vector<std::string> available_backends();
 
