@@ -28,7 +28,7 @@ DeviceMemoryConfig small_arena() {
     return m;
 }
 
-TEST_CASE("cuda backend matmul and matmul_batch match the twin; it is healthy") {
+TEST_CASE("cuda backend matmul and matmul_batch match the twin and it stays healthy") {
     CudaBackendOptions o;
     o.memory = small_arena();
     o.host_threads = 2;
