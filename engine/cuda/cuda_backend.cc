@@ -28,6 +28,9 @@ struct DeviceWeight {
     void* tables = nullptr;            // [data pointer, scales pointer] on the device.
 };
 
+// Each job's staging range starts 256-byte aligned: the vectorized kernels load float4s.
+int64_t padded(int64_t floats) { return (floats + 63) & ~int64_t{63}; }
+
 // A device buffer from the arena that grows on demand.
 struct Staging {
     void* p = nullptr;
@@ -42,9 +45,9 @@ public:
           stream_(stream) {}
 
     ~CudaBackend() override {
-        cudaSetDevice(device_);
-        cudaStreamSynchronize(stream_);
-        cudaStreamDestroy(stream_);
+        check_cleanup(cudaSetDevice(device_), "cudaSetDevice");
+        check_cleanup(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+        check_cleanup(cudaStreamDestroy(stream_), "cudaStreamDestroy");
         // The arena goes with alloc_; nothing else was taken from the device.
     }
 
@@ -162,8 +165,8 @@ private:
                 return invalid_argument_error("cuda matmul: too many tokens");
             }
             EDGE_ASSIGN_OR_RETURN(dev[i], device_weight(*j.w));
-            x_floats += j.n * j.w->cols;
-            y_floats += j.n * j.w->rows;
+            x_floats += padded(j.n * j.w->cols);
+            y_floats += padded(j.n * j.w->rows);
             offsets.push_back(0);
             offsets.push_back(static_cast<int32_t>(j.n));
         }
@@ -203,8 +206,8 @@ private:
                 j.y, static_cast<size_t>(j.ldy) * 4, yd, static_cast<size_t>(w.rows) * 4,
                 static_cast<size_t>(w.rows) * 4, static_cast<size_t>(j.n),
                 cudaMemcpyDeviceToHost, stream_));
-            xd += j.n * w.cols;
-            yd += j.n * w.rows;
+            xd += padded(j.n * w.cols);
+            yd += padded(j.n * w.rows);
             od += 2;
         }
         EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));

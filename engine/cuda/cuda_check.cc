@@ -61,6 +61,12 @@ Status cuda_error_status(cudaError_t error, const char* call, const char* file, 
     return internal_error(msg);
 }
 
+void check_cleanup(cudaError_t error, const char* call) {
+    if (error != cudaSuccess && cuda_error_is_sticky(error)) {
+        (void)cuda_error_status(error, call, "cleanup", 0);
+    }
+}
+
 Status cuda_device_health() {
     std::lock_guard<std::mutex> lock(health_mutex());
     return health_status();

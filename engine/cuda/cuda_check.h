@@ -17,6 +17,10 @@ Status cuda_error_status(cudaError_t error, const char* call, const char* file, 
 // Whether `error` leaves the CUDA context unusable for the rest of the process.
 bool cuda_error_is_sticky(cudaError_t error);
 
+// For cleanup calls whose failure cannot be returned (destructors): a sticky error is still
+// recorded for cuda_device_health(); anything else is dropped.
+void check_cleanup(cudaError_t error, const char* call);
+
 // Records a sticky failure from elsewhere (a kernel's own error flag, NCCL) so health fails.
 void mark_device_unhealthy(const Status& status);
 

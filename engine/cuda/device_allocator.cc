@@ -21,7 +21,7 @@ Result<std::unique_ptr<DeviceAllocator>> DeviceAllocator::create(const DeviceMem
 
 DeviceAllocator::~DeviceAllocator() {
     if (base_ != nullptr) {
-        cudaFree(base_);  // Nothing to do with an error here; a sticky one was recorded already.
+        check_cleanup(cudaFree(base_), "cudaFree");
     }
 }
 

@@ -112,14 +112,14 @@ struct DeviceDecoder::Impl {
 
     ~Impl() {
         if (exec != nullptr) {
-            cudaGraphExecDestroy(exec);
+            check_cleanup(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
         }
         if (graph != nullptr) {
-            cudaGraphDestroy(graph);
+            check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
         }
         if (stream != nullptr) {
-            cudaStreamSynchronize(stream);
-            cudaStreamDestroy(stream);
+            check_cleanup(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+            check_cleanup(cudaStreamDestroy(stream), "cudaStreamDestroy");
         }
     }
 
@@ -437,41 +437,45 @@ Result<DecodeStepStats> DeviceDecoder::run_graph(int32_t steps) {
         Status s = m.enqueue_step();
         cudaGraph_t graph = nullptr;
         const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
-        EDGE_RETURN_IF_ERROR(s);
-        EDGE_CUDA_RETURN_IF_ERROR(end);
+        if (!s.ok() || end != cudaSuccess) {
+            if (graph != nullptr) {
+                check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
+            }
+            EDGE_RETURN_IF_ERROR(s);
+            EDGE_CUDA_RETURN_IF_ERROR(end);
+        }
         m.graph = graph;
         EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&m.exec, m.graph, 0));
     }
     cudaEvent_t start = nullptr, stop = nullptr;
-    EDGE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
-    EDGE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
-    std::vector<double> times;
     Status st;
+    // Records the first failure; later calls are skipped once one failed.
+    auto check = [&st](cudaError_t e, const char* call) {
+        if (st.ok() && e != cudaSuccess) {
+            st = cuda_error_status(e, call, __FILE__, __LINE__);
+        }
+        return st.ok();
+    };
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    std::vector<double> times;
     for (int32_t i = 0; i < steps && st.ok(); ++i) {
         float ms = 0.0f;
-        st = cuda_error_status(cudaEventRecord(start, m.stream), "cudaEventRecord", __FILE__,
-                               __LINE__);
-        if (st.ok()) {
-            st = cuda_error_status(cudaGraphLaunch(m.exec, m.stream), "cudaGraphLaunch",
-                                   __FILE__, __LINE__);
-        }
-        if (st.ok()) {
-            st = cuda_error_status(cudaEventRecord(stop, m.stream), "cudaEventRecord", __FILE__,
-                                   __LINE__);
-        }
-        if (st.ok()) {
-            st = cuda_error_status(cudaEventSynchronize(stop), "cudaEventSynchronize", __FILE__,
-                                   __LINE__);
-        }
-        if (st.ok()) {
-            st = cuda_error_status(cudaEventElapsedTime(&ms, start, stop),
-                                   "cudaEventElapsedTime", __FILE__, __LINE__);
+        if (check(cudaEventRecord(start, m.stream), "cudaEventRecord") &&
+            check(cudaGraphLaunch(m.exec, m.stream), "cudaGraphLaunch") &&
+            check(cudaEventRecord(stop, m.stream), "cudaEventRecord") &&
+            check(cudaEventSynchronize(stop), "cudaEventSynchronize") &&
+            check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime")) {
             ++m.position;
             times.push_back(ms / 1000.0);
         }
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    if (start != nullptr) {
+        check_cleanup(cudaEventDestroy(start), "cudaEventDestroy");
+    }
+    if (stop != nullptr) {
+        check_cleanup(cudaEventDestroy(stop), "cudaEventDestroy");
+    }
     EDGE_RETURN_IF_ERROR(st);
     std::sort(times.begin(), times.end());
     DecodeStepStats stats;
@@ -490,45 +494,46 @@ Result<std::vector<int32_t>> DeviceDecoder::last_tokens() {
 }
 
 Result<double> DeviceDecoder::measure_copy_bandwidth(int64_t bytes, int32_t repeats) {
+    if (bytes <= 0 || repeats <= 0) {
+        return invalid_argument_error("copy bandwidth: bytes and repeats must be > 0");
+    }
     void* a = nullptr;
     void* b = nullptr;
-    EDGE_CUDA_RETURN_IF_ERROR(cudaMalloc(&a, static_cast<size_t>(bytes)));
-    Status st = cuda_error_status(cudaMalloc(&b, static_cast<size_t>(bytes)), "cudaMalloc",
-                                  __FILE__, __LINE__);
-    std::vector<double> times;
     cudaEvent_t start = nullptr, stop = nullptr;
-    if (st.ok()) {
-        st = cuda_error_status(cudaEventCreate(&start), "cudaEventCreate", __FILE__, __LINE__);
-    }
-    if (st.ok()) {
-        st = cuda_error_status(cudaEventCreate(&stop), "cudaEventCreate", __FILE__, __LINE__);
-    }
+    Status st;
+    auto check = [&st](cudaError_t e, const char* call) {
+        if (st.ok() && e != cudaSuccess) {
+            st = cuda_error_status(e, call, __FILE__, __LINE__);
+        }
+        return st.ok();
+    };
+    check(cudaMalloc(&a, static_cast<size_t>(bytes)), "cudaMalloc");
+    check(cudaMalloc(&b, static_cast<size_t>(bytes)), "cudaMalloc");
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    std::vector<double> times;
     for (int32_t i = 0; i < repeats + 1 && st.ok(); ++i) {
-        cudaEventRecord(start);
-        cudaMemcpyAsync(b, a, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice);
-        cudaEventRecord(stop);
-        st = cuda_error_status(cudaEventSynchronize(stop), "cudaEventSynchronize", __FILE__,
-                               __LINE__);
         float ms = 0.0f;
-        if (st.ok() && i > 0) {  // The first copy warms up.
-            cudaEventElapsedTime(&ms, start, stop);
-            times.push_back(ms / 1000.0);
+        if (check(cudaEventRecord(start), "cudaEventRecord") &&
+            check(cudaMemcpyAsync(b, a, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice),
+                  "cudaMemcpyAsync") &&
+            check(cudaEventRecord(stop), "cudaEventRecord") &&
+            check(cudaEventSynchronize(stop), "cudaEventSynchronize") &&
+            check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime") && i > 0) {
+            times.push_back(ms / 1000.0);  // The first copy only warms up.
         }
     }
-    if (start != nullptr) {
-        cudaEventDestroy(start);
+    for (cudaEvent_t e : {start, stop}) {
+        if (e != nullptr) {
+            check_cleanup(cudaEventDestroy(e), "cudaEventDestroy");
+        }
     }
-    if (stop != nullptr) {
-        cudaEventDestroy(stop);
-    }
-    cudaFree(a);
-    if (b != nullptr) {
-        cudaFree(b);
+    for (void* p : {a, b}) {
+        if (p != nullptr) {
+            check_cleanup(cudaFree(p), "cudaFree");
+        }
     }
     EDGE_RETURN_IF_ERROR(st);
-    if (times.empty()) {
-        return invalid_argument_error("copy bandwidth: repeats must be > 0");
-    }
     std::sort(times.begin(), times.end());
     return 2.0 * static_cast<double>(bytes) / times[times.size() / 2];
 }

@@ -82,7 +82,7 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const NcclUni
     cudaStream_t stream = nullptr;
     const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        ncclCommDestroy(comm);
+        (void)ncclCommDestroy(comm);  // Already failing; the CUDA error is returned.
         return cuda_error_status(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
     }
     return std::unique_ptr<NcclCommunicator>(
@@ -90,16 +90,16 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const NcclUni
 }
 
 NcclCommunicator::~NcclCommunicator() {
-    cudaSetDevice(device_);
+    check_cleanup(cudaSetDevice(device_), "cudaSetDevice");
     if (health_.ok()) {
-        cudaStreamSynchronize(stream_);
-        ncclCommDestroy(comm_);
+        check_cleanup(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+        (void)ncclCommDestroy(comm_);  // Nothing left to report to at destruction.
     } else {
-        ncclCommAbort(comm_);  // A peer may be gone: never wait on it.
+        (void)ncclCommAbort(comm_);  // A peer may be gone: never wait on it.
     }
-    cudaStreamDestroy(stream_);
+    check_cleanup(cudaStreamDestroy(stream_), "cudaStreamDestroy");
     if (scratch_ != nullptr) {
-        cudaFree(scratch_);
+        check_cleanup(cudaFree(scratch_), "cudaFree");
     }
 }
 
@@ -298,7 +298,7 @@ Result<std::vector<std::unique_ptr<shard::Communicator>>> create_nccl_communicat
         }
         if (e != cudaSuccess) {
             for (int32_t q = r; q < ranks; ++q) {
-                ncclCommDestroy(comms[q]);
+                (void)ncclCommDestroy(comms[q]);  // Already failing; the CUDA error is returned.
             }
             return cuda_error_status(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
         }

@@ -53,8 +53,22 @@ TEST_CASE("cuda backend matmul and matmul_batch match the twin and it stays heal
     for (size_t i = 0; i < owned.size(); ++i) {
         jobs.push_back({&owned[i].view(), x.data(), n, ys[i].data(), ldy});
     }
+    // A first job whose width is not a multiple of 8 (the scalar path) shifts the staging of the
+    // others, which must stay aligned for their vector loads.
+    auto odd_src = random_floats(rng, 30 * 44);
+    const Weight odd{WeightFormat::kF32, 30, 44, odd_src.data(), nullptr};
+    auto odd_x = random_floats(rng, 3 * 44);
+    std::vector<float> odd_y(3 * 30);
+    jobs.insert(jobs.begin(), MatmulJob{&odd, odd_x.data(), 3, odd_y.data(), 30});
     b.matmul_batch(jobs);
     b.matmul(owned[0].view(), x.data(), n, ys[0].data(), ldy);  // Again: the cached weight.
+    {
+        const int32_t odd_offsets[2] = {0, 3};
+        std::vector<float> want(3 * 30);
+        twin::grouped_matmul(std::span<const Weight>(&odd, 1), odd_offsets, odd_x.data(),
+                             want.data());
+        check_close(odd_y, want, 2e-4, 1e-4, "backend matmul, scalar path");
+    }
     const int32_t offsets[2] = {0, static_cast<int32_t>(n)};
     for (size_t i = 0; i < owned.size(); ++i) {
         std::vector<float> want(n * 200);
