@@ -43,6 +43,9 @@ public:
     // Whether `op` runs on weights stored as `format` (ops without weights ignore `format`).
     virtual bool supports(Op op, WeightFormat format) const = 0;
     virtual int threads() const = 0;
+    // OK while the backend can run work; once a device reports a sticky error (the CUDA context
+    // is lost) it returns that error for good, and the daemon's /readyz fails on it. Thread-safe.
+    virtual Status health() const { return ok_status(); }
 
     // y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c] for t < n, r < W.rows; weight rows are
     // read once for all n tokens.
@@ -67,6 +70,10 @@ public:
 protected:
     virtual void run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) = 0;
 };
+
+// OK unless a device of a compiled-in backend has failed for good (a sticky CUDA error: the
+// process must restart). For the daemon's /readyz and gossip draining; thread-safe, cheap.
+Status device_health();
 
 // Names of the backends compiled in ("cpu", later "cuda").
 std::vector<std::string> available_backends();

@@ -22,6 +22,7 @@ struct LoadOptions {
     // Quantize-on-load policy (engine/quant/policy.h): a preset such as "experts-int4", class=format
     // pairs, or both; "none" keeps every tensor as stored.
     std::string quantization = "none";
+    std::string backend = "cpu";    // Where forward() runs: "cpu", or "cuda" when compiled in.
 };
 
 Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options);

@@ -195,7 +195,7 @@ Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const Co
     EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(dir));
     BackendOptions bo;
     bo.threads = options.threads;
-    EDGE_ASSIGN_OR_RETURN(auto backend, create_backend("cpu", bo));
+    EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
     auto model = std::make_unique<Glm4Moe>(std::move(c), a, std::move(ckpt), std::move(backend));
     EDGE_RETURN_IF_ERROR(model->load(dir, json, options));
     return std::unique_ptr<CausalLM>(std::move(model));

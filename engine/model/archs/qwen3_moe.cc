@@ -567,7 +567,7 @@ Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const C
     EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(dir));
     BackendOptions bo;
     bo.threads = options.threads;
-    EDGE_ASSIGN_OR_RETURN(auto backend, create_backend("cpu", bo));
+    EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
     auto placement = ExpertPlacement::single_rank(static_cast<int32_t>(config.num_hidden_layers),
                                                   static_cast<int32_t>(config.num_experts));
     auto model = std::make_unique<Qwen3Moe>(std::move(config), std::move(ckpt), std::move(backend),

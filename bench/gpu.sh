@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One-shot GPU check for an H100/H200-class machine: builds edgeserve with the CUDA backend (only
+# the targets needed, for this GPU's architecture), runs the gpu-labelled tests (each kernel
+# against its CPU twin, end-to-end greedy tokens vs the CPU backend, CUDA-graph replay, NCCL),
+# then the decode benchmark (bench/gpu_decode.cc). Prints the test summary, the bench table, and
+# as its last line the bench's JSON. Fails if a gpu test fails or was skipped.
+# Usage: bench/gpu.sh [extra cmake args]   (EDGE_GPU_BUILD_DIR overrides build-gpu/)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${EDGE_GPU_BUILD_DIR:-$root/build-gpu}"
+nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "bench/gpu.sh: no NVIDIA GPU visible (nvidia-smi -L failed)" >&2
+    exit 2
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+# Compile for this GPU only: compute capability 9.0 -> sm_90a, 8.0 -> sm_80, ...
+cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')"
+arch="$cap"
+[ "$cap" = 90 ] && arch=90a
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+t0=$(date +%s)
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGE_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch" "${launcher[@]}" "$@" \
+    >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+grep -q "CUDA backend ON" "$build.configure.log" || { echo "CUDA backend not enabled" >&2; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target gpu_tests cuda_host_tests bench_gpu_decode
+t1=$(date +%s)
+echo "build: $((t1 - t0)) s (sm_$arch)"
+cd "$build"
+ctest -L 'gpu|cuda_host' --output-on-failure --timeout 300 | tee "$build/gpu-ctest.log"
+if grep -q "Skipped" "$build/gpu-ctest.log" || grep -q "\*\*\*Not Run" "$build/gpu-ctest.log"; then
+    echo "bench/gpu.sh: gpu tests were skipped on a machine with a GPU" >&2
+    exit 1
+fi
+t2=$(date +%s)
+echo "tests: $((t2 - t1)) s"
+"$build/bench/bench_gpu_decode" --steps 32 --context 256

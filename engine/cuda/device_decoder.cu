@@ -1,0 +1,541 @@
+#include "engine/cuda/device_decoder.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cpu/rope_scaling.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/device_allocator.h"
+#include "engine/cuda/host/launch_plan.h"
+#include "engine/cuda/host/paged_kv_layout.h"
+#include "engine/cuda/kernels/kernels.h"
+#include "engine/quant/quantized_weight.h"
+
+namespace edge::engine::cuda {
+namespace {
+
+constexpr float kEps = 1e-6f;
+
+__device__ __forceinline__ uint32_t hash32(uint64_t seed, uint64_t i) {
+    uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return static_cast<uint32_t>(z ^ (z >> 31));
+}
+
+__device__ __forceinline__ float uniform(uint64_t seed, uint64_t i) {
+    return static_cast<float>(hash32(seed, i) >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+__global__ void fill_f32_kernel(float* p, int64_t n, uint64_t seed, float center, float spread) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        p[i] = center + spread * uniform(seed, i);
+    }
+}
+
+__global__ void fill_bf16_kernel(uint16_t* p, int64_t n, uint64_t seed, float spread) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        p[i] = static_cast<uint16_t>(__float_as_uint(spread * uniform(seed, i)) >> 16);
+    }
+}
+
+// Random bytes ANDed with `mask` (0xBF keeps E4M3 bytes finite and below 2).
+__global__ void fill_bytes_kernel(uint8_t* p, int64_t n, uint64_t seed, uint32_t mask) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        p[i] = static_cast<uint8_t>(hash32(seed, i) & mask);
+    }
+}
+
+__global__ void iota_kernel(int32_t* p, int32_t n, int32_t start) {
+    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        p[i] = start + i;
+    }
+}
+
+__global__ void fill_i32_kernel(int32_t* p, int32_t n, int32_t value) {
+    for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        p[i] = value;
+    }
+}
+
+__global__ void advance_kernel(int32_t* positions, int32_t n) {
+    const int32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        positions[i] += 1;
+    }
+}
+
+struct Layer {
+    float* in_norm = nullptr;
+    float* post_norm = nullptr;
+    float* q_norm = nullptr;
+    float* k_norm = nullptr;
+    Weight q, k, v, o, router;
+    kernels::GroupedWeights gate, up, down;
+    int32_t* offsets = nullptr;  // experts + 1, written by permute each step.
+};
+
+}  // namespace
+
+struct DeviceDecoder::Impl {
+    DecoderShape s;
+    std::unique_ptr<DeviceAllocator> alloc;
+    cudaStream_t stream = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t seed = 1;
+    uint64_t fills = 0;
+    std::vector<Layer> layers;
+    Weight embed, lm_head;
+    float* final_norm = nullptr;
+    double* inv_freq = nullptr;
+    PagedKvLayout kv;
+    float* pool = nullptr;
+    int32_t* block_table = nullptr;
+    int32_t max_blocks = 0;
+    int32_t* tokens = nullptr;
+    int32_t* positions = nullptr;
+    int32_t* seq_ids = nullptr;
+    int32_t* dense_offsets = nullptr;  // {0, batch}
+    float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
+    float *o = nullptr, *router_logits = nullptr, *topk_w = nullptr, *route_scratch = nullptr;
+    float *permuted = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr, *down = nullptr;
+    float* logits = nullptr;
+    int32_t *topk_idx = nullptr, *row_of = nullptr;
+    int32_t position = 0;  // Host copy of every sequence's position (they advance together).
+
+    ~Impl() {
+        if (exec != nullptr) {
+            check_cleanup(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+        }
+        if (graph != nullptr) {
+            check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
+        }
+        if (stream != nullptr) {
+            check_cleanup(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+            check_cleanup(cudaStreamDestroy(stream), "cudaStreamDestroy");
+        }
+    }
+
+    template <typename T>
+    Result<T*> take(int64_t count, const char* what) {
+        EDGE_ASSIGN_OR_RETURN(void* p, alloc->allocate(count * int64_t{sizeof(T)}, what));
+        return static_cast<T*>(p);
+    }
+
+    Status fill_f32(float* p, int64_t n, float center, float spread) {
+        const LaunchShape ls = plan_elementwise(n);
+        fill_f32_kernel<<<ls.grid_x, ls.block, 0, stream>>>(p, n, seed + ++fills, center, spread);
+        EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("fill");
+        return ok_status();
+    }
+
+    // A rows x cols weight of `format` with random contents.
+    Result<Weight> random_weight(WeightFormat format, int64_t rows, int64_t cols, float spread) {
+        const int64_t data_bytes = quant::weight_data_bytes(format, rows, cols);
+        const int64_t scales = quant::weight_scale_count(format, rows, cols);
+        EDGE_ASSIGN_OR_RETURN(uint8_t* data, take<uint8_t>(data_bytes, "weight"));
+        float* sc = nullptr;
+        if (scales > 0) {
+            EDGE_ASSIGN_OR_RETURN(sc, take<float>(scales, "weight scales"));
+        }
+        const LaunchShape ls = plan_elementwise(data_bytes);
+        if (format == WeightFormat::kBF16) {
+            fill_bf16_kernel<<<ls.grid_x, ls.block, 0, stream>>>(
+                reinterpret_cast<uint16_t*>(data), rows * cols, seed + ++fills, spread);
+        } else if (format == WeightFormat::kFP8E4M3Block128) {
+            fill_bytes_kernel<<<ls.grid_x, ls.block, 0, stream>>>(data, data_bytes, seed + ++fills,
+                                                                 0xBFu);
+            EDGE_RETURN_IF_ERROR(fill_f32(sc, scales, spread, 0.0f));
+        } else if (format == WeightFormat::kInt4G32) {
+            fill_bytes_kernel<<<ls.grid_x, ls.block, 0, stream>>>(data, data_bytes, seed + ++fills,
+                                                                 0xFFu);
+            EDGE_RETURN_IF_ERROR(fill_f32(sc, scales, spread / 8.0f, 0.0f));
+        } else {
+            return invalid_argument_error(std::string("device decoder: expert format ") +
+                                          quant::weight_format_name(format) +
+                                          " (use bf16, fp8-block128 or int4-g32)");
+        }
+        EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("random weight");
+        return Weight{format, rows, cols, data, sc};
+    }
+
+    Result<kernels::GroupedWeights> random_experts(int64_t rows, int64_t cols) {
+        const int32_t E = s.experts;
+        std::vector<const void*> data(E);
+        std::vector<const float*> scales(E);
+        const float spread = 1.0f / std::sqrt(static_cast<float>(cols));
+        for (int32_t e = 0; e < E; ++e) {
+            EDGE_ASSIGN_OR_RETURN(Weight w, random_weight(s.expert_format, rows, cols, spread));
+            data[e] = w.data;
+            scales[e] = w.scales;
+        }
+        EDGE_ASSIGN_OR_RETURN(const void** dd, take<const void*>(E, "expert table"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dd, data.data(), E * sizeof(void*),
+                                                  cudaMemcpyHostToDevice, stream));
+        kernels::GroupedWeights g;
+        g.format = s.expert_format;
+        g.rows = rows;
+        g.cols = cols;
+        g.groups = E;
+        g.data = dd;
+        if (scales[0] != nullptr) {
+            EDGE_ASSIGN_OR_RETURN(const float** ds, take<const float*>(E, "expert scales table"));
+            EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ds, scales.data(), E * sizeof(float*),
+                                                      cudaMemcpyHostToDevice, stream));
+            g.scales = ds;
+        }
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // The host tables die here.
+        return g;
+    }
+
+    Status dense(const Weight& w, const float* in, float* out) {
+        kernels::GroupedWeights g;
+        g.format = w.format;
+        g.rows = w.rows;
+        g.cols = w.cols;
+        g.groups = 1;
+        g.data = dense_tables(w);
+        g.scales = nullptr;
+        return kernels::grouped_matmul(g, dense_offsets, in, out, stream);
+    }
+
+    // Device arrays holding each dense weight's data pointer (BF16: no scales).
+    std::vector<std::pair<const void*, const void* const*>> tables;
+    const void* const* dense_tables(const Weight& w) {
+        for (const auto& [data, table] : tables) {
+            if (data == w.data) {
+                return table;
+            }
+        }
+        return nullptr;  // Never: every dense weight is registered at creation.
+    }
+    Status register_dense(const Weight& w) {
+        EDGE_ASSIGN_OR_RETURN(const void** t, take<const void*>(1, "dense table"));
+        const void* p = w.data;
+        EDGE_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(t, &p, sizeof(void*), cudaMemcpyHostToDevice, stream));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        tables.emplace_back(w.data, t);
+        return ok_status();
+    }
+
+    Result<Weight> random_dense(int64_t rows, int64_t cols) {
+        EDGE_ASSIGN_OR_RETURN(Weight w, random_weight(WeightFormat::kBF16, rows, cols,
+                                                      1.0f / std::sqrt(static_cast<float>(cols))));
+        EDGE_RETURN_IF_ERROR(register_dense(w));
+        return w;
+    }
+
+    Status build() {
+        const int64_t H = s.hidden, B = s.batch, E = s.experts, K = s.top_k, I = s.moe_inter;
+        const int64_t hd = s.head_dim, qd = s.heads * hd, kvd = s.kv_heads * hd;
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        EDGE_ASSIGN_OR_RETURN(embed, random_weight(WeightFormat::kBF16, s.vocab, H, 1.0f));
+        EDGE_ASSIGN_OR_RETURN(lm_head, random_dense(s.vocab, H));
+        EDGE_ASSIGN_OR_RETURN(final_norm, take<float>(H, "norm"));
+        EDGE_RETURN_IF_ERROR(fill_f32(final_norm, H, 1.0f, 0.1f));
+        layers.resize(s.layers);
+        for (Layer& L : layers) {
+            for (float** n : {&L.in_norm, &L.post_norm}) {
+                EDGE_ASSIGN_OR_RETURN(*n, take<float>(H, "norm"));
+                EDGE_RETURN_IF_ERROR(fill_f32(*n, H, 1.0f, 0.1f));
+            }
+            for (float** n : {&L.q_norm, &L.k_norm}) {
+                EDGE_ASSIGN_OR_RETURN(*n, take<float>(hd, "norm"));
+                EDGE_RETURN_IF_ERROR(fill_f32(*n, hd, 1.0f, 0.1f));
+            }
+            EDGE_ASSIGN_OR_RETURN(L.q, random_dense(qd, H));
+            EDGE_ASSIGN_OR_RETURN(L.k, random_dense(kvd, H));
+            EDGE_ASSIGN_OR_RETURN(L.v, random_dense(kvd, H));
+            EDGE_ASSIGN_OR_RETURN(L.o, random_dense(H, qd));
+            EDGE_ASSIGN_OR_RETURN(L.router, random_dense(E, H));
+            EDGE_ASSIGN_OR_RETURN(L.gate, random_experts(I, H));
+            EDGE_ASSIGN_OR_RETURN(L.up, random_experts(I, H));
+            EDGE_ASSIGN_OR_RETURN(L.down, random_experts(H, I));
+            EDGE_ASSIGN_OR_RETURN(L.offsets, take<int32_t>(E + 1, "offsets"));
+        }
+        std::vector<double> freq = cpu::rope_inv_freq(1e6, hd);
+        EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(hd / 2, "rope"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(), hd / 2 * sizeof(double),
+                                                  cudaMemcpyHostToDevice, stream));
+        max_blocks = kv_blocks_for(s.max_context);
+        kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim, static_cast<int32_t>(B) * max_blocks};
+        EDGE_ASSIGN_OR_RETURN(pool, take<float>(kv.pool_floats(), "KV pool"));
+        EDGE_RETURN_IF_ERROR(fill_f32(pool, kv.pool_floats(), 0.0f, 1.0f));
+        // Sequence b owns blocks [b * max_blocks, (b + 1) * max_blocks).
+        EDGE_ASSIGN_OR_RETURN(block_table, take<int32_t>(B * max_blocks, "block table"));
+        iota_kernel<<<64, 256, 0, stream>>>(block_table, static_cast<int32_t>(B) * max_blocks, 0);
+        EDGE_ASSIGN_OR_RETURN(seq_ids, take<int32_t>(B, "sequences"));
+        iota_kernel<<<1, 256, 0, stream>>>(seq_ids, static_cast<int32_t>(B), 0);
+        EDGE_ASSIGN_OR_RETURN(positions, take<int32_t>(B, "positions"));
+        fill_i32_kernel<<<1, 256, 0, stream>>>(positions, static_cast<int32_t>(B), s.context);
+        EDGE_ASSIGN_OR_RETURN(tokens, take<int32_t>(B, "tokens"));
+        iota_kernel<<<1, 256, 0, stream>>>(tokens, static_cast<int32_t>(B), 1);
+        EDGE_ASSIGN_OR_RETURN(dense_offsets, take<int32_t>(2, "offsets"));
+        const int32_t off[2] = {0, static_cast<int32_t>(B)};
+        EDGE_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(dense_offsets, off, sizeof(off), cudaMemcpyHostToDevice, stream));
+        EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("decoder setup");
+        for (float** b : {&x, &h, &o}) {
+            EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * H, "activations"));
+        }
+        EDGE_ASSIGN_OR_RETURN(q, take<float>(B * qd, "q"));
+        EDGE_ASSIGN_OR_RETURN(attn, take<float>(B * qd, "attn"));
+        EDGE_ASSIGN_OR_RETURN(k, take<float>(B * kvd, "k"));
+        EDGE_ASSIGN_OR_RETURN(v, take<float>(B * kvd, "v"));
+        EDGE_ASSIGN_OR_RETURN(router_logits, take<float>(B * E, "router"));
+        EDGE_ASSIGN_OR_RETURN(topk_idx, take<int32_t>(B * K, "topk"));
+        EDGE_ASSIGN_OR_RETURN(topk_w, take<float>(B * K, "topk"));
+        EDGE_ASSIGN_OR_RETURN(row_of, take<int32_t>(B * K, "rows"));
+        RouterParams rp = router_params();
+        EDGE_ASSIGN_OR_RETURN(route_scratch, take<float>(B * router_scratch_floats(rp), "route"));
+        EDGE_ASSIGN_OR_RETURN(permuted, take<float>(B * K * H, "permuted"));
+        EDGE_ASSIGN_OR_RETURN(down, take<float>(B * K * H, "expert out"));
+        for (float** b : {&gate, &up, &act}) {
+            EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * K * I, "expert act"));
+        }
+        EDGE_ASSIGN_OR_RETURN(logits, take<float>(B * s.vocab, "logits"));
+        position = s.context;
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        return ok_status();
+    }
+
+    RouterParams router_params() const {
+        RouterParams rp;
+        rp.scoring = RouterScoring::kSoftmax;
+        rp.experts = s.experts;
+        rp.top_k = s.top_k;
+        rp.norm_topk_prob = true;
+        return rp;
+    }
+
+    // Enqueues one decode step on `stream` (also what the graph captures).
+    Status enqueue_step() {
+        const int64_t H = s.hidden, B = s.batch, K = s.top_k, I = s.moe_inter;
+        const int64_t hd = s.head_dim;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        EDGE_RETURN_IF_ERROR(kernels::embedding(embed, tokens, B, x, stream));
+        for (int32_t li = 0; li < s.layers; ++li) {
+            const Layer& L = layers[li];
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, kEps, h, stream));
+            EDGE_RETURN_IF_ERROR(dense(L.q, h, q));
+            EDGE_RETURN_IF_ERROR(dense(L.k, h, k));
+            EDGE_RETURN_IF_ERROR(dense(L.v, h, v));
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, kEps, q, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, kEps, k, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::rope(q, positions, B, s.heads, hd, hd, inv_freq, true, 1.0f, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::rope(k, positions, B, s.kv_heads, hd, hd, inv_freq, true, 1.0f, stream));
+            EDGE_RETURN_IF_ERROR(kernels::paged_kv_write(kv, li, k, v, seq_ids, positions, B,
+                                                         block_table, max_blocks, pool, stream));
+            EDGE_RETURN_IF_ERROR(kernels::paged_attention(kv, li, q, B, s.heads, seq_ids,
+                                                          positions, block_table, max_blocks,
+                                                          pool, scale, attn, stream));
+            EDGE_RETURN_IF_ERROR(dense(L.o, attn, o));
+            EDGE_RETURN_IF_ERROR(kernels::add_inplace(x, o, B * H, stream));
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.post_norm, B, H, kEps, h, stream));
+            EDGE_RETURN_IF_ERROR(dense(L.router, h, router_logits));
+            EDGE_RETURN_IF_ERROR(kernels::route(router_logits, nullptr, router_params(), B,
+                                                topk_idx, topk_w, route_scratch, stream));
+            EDGE_RETURN_IF_ERROR(kernels::permute(topk_idx, B, s.top_k, s.experts, h, H,
+                                                  L.offsets, row_of, permuted, stream));
+            EDGE_RETURN_IF_ERROR(kernels::grouped_matmul(L.gate, L.offsets, permuted, gate, stream));
+            EDGE_RETURN_IF_ERROR(kernels::grouped_matmul(L.up, L.offsets, permuted, up, stream));
+            EDGE_RETURN_IF_ERROR(kernels::silu_mul(gate, up, B * K * I, act, stream));
+            EDGE_RETURN_IF_ERROR(kernels::grouped_matmul(L.down, L.offsets, act, down, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::unpermute(down, row_of, topk_w, B, s.top_k, H, true, x, stream));
+        }
+        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, final_norm, B, H, kEps, h, stream));
+        EDGE_RETURN_IF_ERROR(dense(lm_head, h, logits));
+        EDGE_RETURN_IF_ERROR(kernels::argmax(logits, B, s.vocab, tokens, stream));
+        advance_kernel<<<static_cast<unsigned>((B + 255) / 256), 256, 0, stream>>>(
+            positions, static_cast<int32_t>(B));
+        EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("advance");
+        return ok_status();
+    }
+
+    // Bytes one step reads: dense weights, the experts the last step touched, and the KV cache.
+    Result<int64_t> bytes_per_step() {
+        const int64_t H = s.hidden, E = s.experts;
+        const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+        int64_t bytes = 2 * (s.vocab * H) + 4 * H;
+        const int64_t expert = quant::weight_data_bytes(s.expert_format, s.moe_inter, H) * 3 +
+                               quant::weight_scale_count(s.expert_format, s.moe_inter, H) * 12;
+        std::vector<int32_t> offsets(E + 1);
+        for (const Layer& L : layers) {
+            bytes += 2 * (qd * H * 2 + kvd * H * 2 + E * H);
+            EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.data(), L.offsets,
+                                                      (E + 1) * sizeof(int32_t),
+                                                      cudaMemcpyDeviceToHost, stream));
+            EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+            for (int64_t e = 0; e < E; ++e) {
+                bytes += offsets[e + 1] > offsets[e] ? expert : 0;
+            }
+        }
+        bytes += static_cast<int64_t>(s.batch) * s.layers * 2 * kvd * 4 * (position + 1);
+        return bytes;
+    }
+};
+
+DecoderShape bench_preset_shape(int32_t batch, WeightFormat expert_format) {
+    DecoderShape s;  // The defaults are the bench preset.
+    s.batch = batch;
+    s.expert_format = expert_format;
+    return s;
+}
+
+DeviceDecoder::DeviceDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceDecoder::~DeviceDecoder() = default;
+
+Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create(const DecoderShape& shape,
+                                                             const DeviceMemoryConfig& memory,
+                                                             uint64_t seed) {
+    if (shape.batch <= 0 || shape.layers <= 0 || shape.top_k > shape.experts ||
+        shape.heads % shape.kv_heads != 0 || shape.context >= shape.max_context ||
+        shape.context < 0) {
+        return invalid_argument_error("device decoder: inconsistent shape");
+    }
+    EDGE_RETURN_IF_ERROR(cuda_device_health());
+    auto impl = std::make_unique<Impl>();
+    impl->s = shape;
+    impl->seed = seed;
+    EDGE_ASSIGN_OR_RETURN(impl->alloc, DeviceAllocator::create(memory));
+    EDGE_RETURN_IF_ERROR(impl->build());
+    return std::unique_ptr<DeviceDecoder>(new DeviceDecoder(std::move(impl)));
+}
+
+Status DeviceDecoder::step() {
+    Impl& m = *impl_;
+    if (m.position + 1 >= m.s.max_context) {
+        return out_of_range_error("device decoder: sequences are at max_context");
+    }
+    EDGE_RETURN_IF_ERROR(m.enqueue_step());
+    EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+    ++m.position;
+    return ok_status();
+}
+
+Result<DecodeStepStats> DeviceDecoder::run_graph(int32_t steps) {
+    Impl& m = *impl_;
+    if (steps <= 0 || m.position + steps >= m.s.max_context) {
+        return out_of_range_error("device decoder: " + std::to_string(steps) +
+                                  " steps from position " + std::to_string(m.position) +
+                                  " pass max_context " + std::to_string(m.s.max_context));
+    }
+    if (m.exec == nullptr) {
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+        Status s = m.enqueue_step();
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
+        if (!s.ok() || end != cudaSuccess) {
+            if (graph != nullptr) {
+                check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
+            }
+            EDGE_RETURN_IF_ERROR(s);
+            EDGE_CUDA_RETURN_IF_ERROR(end);
+        }
+        m.graph = graph;
+        EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&m.exec, m.graph, 0));
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    Status st;
+    // Records the first failure; later calls are skipped once one failed.
+    auto check = [&st](cudaError_t e, const char* call) {
+        if (st.ok() && e != cudaSuccess) {
+            st = cuda_error_status(e, call, __FILE__, __LINE__);
+        }
+        return st.ok();
+    };
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    std::vector<double> times;
+    for (int32_t i = 0; i < steps && st.ok(); ++i) {
+        float ms = 0.0f;
+        if (check(cudaEventRecord(start, m.stream), "cudaEventRecord") &&
+            check(cudaGraphLaunch(m.exec, m.stream), "cudaGraphLaunch") &&
+            check(cudaEventRecord(stop, m.stream), "cudaEventRecord") &&
+            check(cudaEventSynchronize(stop), "cudaEventSynchronize") &&
+            check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime")) {
+            ++m.position;
+            times.push_back(ms / 1000.0);
+        }
+    }
+    if (start != nullptr) {
+        check_cleanup(cudaEventDestroy(start), "cudaEventDestroy");
+    }
+    if (stop != nullptr) {
+        check_cleanup(cudaEventDestroy(stop), "cudaEventDestroy");
+    }
+    EDGE_RETURN_IF_ERROR(st);
+    std::sort(times.begin(), times.end());
+    DecodeStepStats stats;
+    stats.seconds_per_step = times[times.size() / 2];
+    EDGE_ASSIGN_OR_RETURN(stats.bytes_per_step, m.bytes_per_step());
+    return stats;
+}
+
+Result<std::vector<int32_t>> DeviceDecoder::last_tokens() {
+    Impl& m = *impl_;
+    std::vector<int32_t> out(m.s.batch);
+    EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), m.tokens, out.size() * sizeof(int32_t),
+                                              cudaMemcpyDeviceToHost, m.stream));
+    EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+    return out;
+}
+
+Result<double> DeviceDecoder::measure_copy_bandwidth(int64_t bytes, int32_t repeats) {
+    if (bytes <= 0 || repeats <= 0) {
+        return invalid_argument_error("copy bandwidth: bytes and repeats must be > 0");
+    }
+    void* a = nullptr;
+    void* b = nullptr;
+    cudaEvent_t start = nullptr, stop = nullptr;
+    Status st;
+    auto check = [&st](cudaError_t e, const char* call) {
+        if (st.ok() && e != cudaSuccess) {
+            st = cuda_error_status(e, call, __FILE__, __LINE__);
+        }
+        return st.ok();
+    };
+    check(cudaMalloc(&a, static_cast<size_t>(bytes)), "cudaMalloc");
+    check(cudaMalloc(&b, static_cast<size_t>(bytes)), "cudaMalloc");
+    check(cudaEventCreate(&start), "cudaEventCreate");
+    check(cudaEventCreate(&stop), "cudaEventCreate");
+    std::vector<double> times;
+    for (int32_t i = 0; i < repeats + 1 && st.ok(); ++i) {
+        float ms = 0.0f;
+        if (check(cudaEventRecord(start), "cudaEventRecord") &&
+            check(cudaMemcpyAsync(b, a, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice),
+                  "cudaMemcpyAsync") &&
+            check(cudaEventRecord(stop), "cudaEventRecord") &&
+            check(cudaEventSynchronize(stop), "cudaEventSynchronize") &&
+            check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime") && i > 0) {
+            times.push_back(ms / 1000.0);  // The first copy only warms up.
+        }
+    }
+    for (cudaEvent_t e : {start, stop}) {
+        if (e != nullptr) {
+            check_cleanup(cudaEventDestroy(e), "cudaEventDestroy");
+        }
+    }
+    for (void* p : {a, b}) {
+        if (p != nullptr) {
+            check_cleanup(cudaFree(p), "cudaFree");
+        }
+    }
+    EDGE_RETURN_IF_ERROR(st);
+    std::sort(times.begin(), times.end());
+    return 2.0 * static_cast<double>(bytes) / times[times.size() / 2];
+}
+
+}  // namespace edge::engine::cuda

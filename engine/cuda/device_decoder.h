@@ -1,0 +1,75 @@
+#pragma once
+
+// DeviceDecoder runs whole decode steps of a Qwen3-MoE-shaped model on one GPU, every op on the
+// device (embedding, RMSNorm with per-head q/k norms, NeoX RoPE, paged KV cache, attention,
+// softmax top-k routing, permute, grouped expert matmuls with fused dequantization, SwiGLU,
+// unpermute, final norm, LM head, argmax), for `batch` sequences advancing one token per step.
+// A step is captured once as a CUDA graph and replayed: positions and tokens live on the device
+// and the graph advances them itself. Weights are random (seeded), generated on the device, with
+// the experts in the chosen format; it exists for the GPU benchmark (bench/gpu_decode.cc) and the
+// GPU tests, not for serving. This header includes no CUDA header.
+//
+// Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/result.h"
+#include "engine/cpu/weight.h"
+#include "engine/cuda/host/device_memory_plan.h"
+
+namespace edge::engine::cuda {
+
+struct DecoderShape {
+    int32_t hidden = 1024;        // Model width.
+    int32_t layers = 12;          // Decoder layers (all MoE).
+    int32_t experts = 64;         // Routed experts per layer.
+    int32_t top_k = 8;            // Experts per token.
+    int32_t moe_inter = 512;      // Expert intermediate width.
+    int32_t heads = 16;           // Query heads.
+    int32_t kv_heads = 4;         // Key/value heads.
+    int32_t head_dim = 64;        // Values per head.
+    int32_t vocab = 32000;        // Vocabulary (LM head rows).
+    int32_t batch = 1;            // Sequences decoded per step.
+    int32_t context = 256;        // Positions each sequence starts at (its cache is filled).
+    int32_t max_context = 4096;   // Positions per sequence the cache holds.
+    WeightFormat expert_format = WeightFormat::kBF16;  // kBF16, kFP8E4M3Block128 or kInt4G32.
+};
+
+// The `bench` preset of make-model (engine/tools/make_model.cc) with `batch` streams.
+DecoderShape bench_preset_shape(int32_t batch, WeightFormat expert_format);
+
+struct DecodeStepStats {
+    double seconds_per_step = 0.0;  // Median wall time of one replayed step.
+    int64_t bytes_per_step = 0;     // Weight and KV bytes one step reads (touched experts only).
+};
+
+class DeviceDecoder {
+public:
+    static Result<std::unique_ptr<DeviceDecoder>> create(const DecoderShape& shape,
+                                                         const DeviceMemoryConfig& memory,
+                                                         uint64_t seed);
+    ~DeviceDecoder();
+    DeviceDecoder(const DeviceDecoder&) = delete;
+    DeviceDecoder& operator=(const DeviceDecoder&) = delete;
+
+    // One step without a graph (kernels launched one by one).
+    Status step();
+    // Captures one step as a CUDA graph (once) and replays it `steps` times, timing each replay;
+    // kOutOfRange when the sequences would pass max_context.
+    Result<DecodeStepStats> run_graph(int32_t steps);
+    // The tokens the last step produced (batch ids), copied to the host.
+    Result<std::vector<int32_t>> last_tokens();
+    // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`, the HBM
+    // reference figure for the benchmark.
+    static Result<double> measure_copy_bandwidth(int64_t bytes, int32_t repeats);
+
+    struct Impl;
+
+private:
+    explicit DeviceDecoder(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace edge::engine::cuda
