@@ -120,7 +120,7 @@ TEST_CASE("cpack builds the .deb: files, Depends, conffiles, scripts, scratch-ro
     CHECK(unit.find("ExecStart=/usr/bin/edgeserve run --config /etc/edgeserve/edgeserve.yaml") !=
           std::string::npos);
     CHECK(unit.find("ExecStartPre=/usr/bin/edgeserve check-config") != std::string::npos);
-    CHECK(unit.find("/usr/local") == std::string::npos);
+    CHECK(unit.find("/usr/local/bin") == std::string::npos);
 
     // The unpacked binary runs and accepts the unpacked config (certificates are made by postinst).
     auto version = testing::run({root + "/usr/bin/edgeserve", "--version"});
