@@ -27,12 +27,14 @@ std::vector<std::string> documented_keys() {
     return keys;
 }
 
-// Key names the adapter's handler tables accept: {"name", <handler>} in daemon/config.cc.
+// Key names the adapter's handler tables accept: {"name", <handler>} in daemon/config.cc, where
+// the handler is a lambda or one of the xxx_field() helpers (so value tables such as
+// {"fp8", WeightFormat::kFp8} or log fields do not count as keys).
 std::set<std::string> adapter_keys() {
     std::string source = read_file(EDGE_SOURCE_DIR "/daemon/config.cc");
     REQUIRE(!source.empty());
     std::set<std::string> keys;
-    std::regex entry("\\{\"([a-z_0-9]+)\",");
+    std::regex entry("\\{\"([a-z_0-9]+)\",\\s*(\\[|[a-z_]+_field\\()");
     for (auto it = std::sregex_iterator(source.begin(), source.end(), entry);
          it != std::sregex_iterator(); ++it) {
         keys.insert((*it)[1]);

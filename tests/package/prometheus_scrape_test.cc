@@ -213,6 +213,18 @@ TEST_CASE("Prometheus scrapes two daemons with deploy/prometheus/prometheus.yml"
         REQUIRE(r.ok());
         CHECK_MESSAGE(r->status == 200, e << ": " << r->body);
         CHECK_MESSAGE(r->body.find("\"status\":\"success\"") != std::string::npos, e);
+        if (e.find("last_over_time(edgeserve_site_info") != std::string::npos) {
+            // A fleet map: one row per site, with the coordinates the map places it at.
+            auto result = boost::json::parse(r->body).at("data").at("result").as_array();
+            CHECK_MESSAGE(result.size() == 2, e << ": " << r->body);
+            for (const auto& row : result) {
+                const auto& metric = row.at("metric").as_object();
+                std::string site(metric.at("site").as_string());
+                CHECK(metric.at("latitude").as_string() ==
+                      (site == "fra1" ? "50.1100" : "52.3700"));
+                CHECK(metric.at("longitude").as_string() == (site == "fra1" ? "8.6800" : "4.9000"));
+            }
+        }
     }
 
     auto rules = testing::plain_http_get(prom_port, "/api/v1/rules");
