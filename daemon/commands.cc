@@ -1,6 +1,7 @@
 #include "daemon/commands.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/null_generator.h"
+#include "daemon/socket_activation.h"
 #include "daemon/systemd_notify.h"
 #include "engine/engine.h"
 
@@ -67,6 +69,25 @@ int run_main(int argc, char** argv) {
     }
     log::set_level(parse_level(config->log.level));
 
+    // Socket activation (edgeserve.socket): the first inherited socket is the public listener,
+    // so a restart never closes the port; listeners.public.address/port then go unused.
+    Result<std::vector<int>> inherited = take_listen_fds();
+    if (!inherited.ok()) {
+        log::error("socket_activation_invalid", {{"error", inherited.status().message()}});
+        std::fprintf(stderr, "edgeserve: %s\n", inherited.status().message().c_str());
+        return 1;
+    }
+    int public_fd = -1;
+    if (!inherited->empty()) {
+        public_fd = inherited->front();
+        for (size_t i = 1; i < inherited->size(); ++i) {
+            log::warn("socket_activation_extra_fd",
+                      {{"fd", static_cast<int64_t>((*inherited)[i])}, {"detail", "closed"}});
+            close((*inherited)[i]);
+        }
+        log::info("socket_activation", {{"public_fd", static_cast<int64_t>(public_fd)}});
+    }
+
     // Signals are taken synchronously by this thread; block them before any thread starts so
     // every thread inherits the mask.
     sigset_t signals;
@@ -97,7 +118,7 @@ int run_main(int argc, char** argv) {
     }
 
     Result<std::unique_ptr<Daemon>> daemon =
-        Daemon::create(*config, *generator, SystemClock::instance());
+        Daemon::create(*config, *generator, SystemClock::instance(), public_fd);
     if (!daemon.ok()) {
         log::error("start_failed", {{"error", daemon.status().message()}});
         std::fprintf(stderr, "edgeserve: %s\n", daemon.status().message().c_str());

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "daemon/admin_server.h"
 #include "daemon/api/api_router.h"
+#include "daemon/certificate_expiry.h"
 #include "daemon/metrics.h"
 #include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
@@ -15,12 +16,18 @@
 namespace edge::daemon {
 
 Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Generator& generator,
-                                               Clock& clock) {
+                                               Clock& clock, int public_listen_fd) {
     std::unique_ptr<Daemon> d(new Daemon());
     d->generator_ = &generator;
     d->io_threads_ = std::max(1, config.listener.io_threads);
     d->io_ = std::make_unique<boost::asio::io_context>(d->io_threads_);
     d->metrics_ = std::make_unique<Metrics>();
+    d->metrics_->set_site_info(config.site.id, config.site.region, config.site.latitude,
+                               config.site.longitude);
+    d->certificates_ = config.listener.certificates;
+    publish_certificate_expiry(d->certificates_, *d->metrics_);
+    // Until gossip reports a membership (daemon/cluster), the fleet this site knows is itself.
+    d->metrics_->set_gossip_members("alive", 1);
     auto tenants = std::make_shared<const TenantTable>(config.tenants);
     d->limiter_ = std::make_unique<TenantLimiter>(clock);
     d->limiter_->configure(config.tenants);
@@ -37,6 +44,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     server_config.address = config.listener.address;
     server_config.port = config.listener.port;
     server_config.io_threads = d->io_threads_;
+    server_config.listen_fd = public_listen_fd;
     const LimitsConfig& l = config.limits;
     server_config.limits.handshake_timeout = l.handshake_timeout;
     server_config.limits.header_timeout = l.header_timeout;
@@ -89,6 +97,7 @@ void Daemon::start() {
 Status Daemon::reload_certificates() {
     Status s = tls_->reload();
     if (s.ok()) {
+        publish_certificate_expiry(certificates_, *metrics_);
         log::info("certificates_reloaded", {{"generation", tls_->current()->number()}});
     } else {
         log::error("certificates_reload_failed",

@@ -18,6 +18,7 @@
 #include "common/result.h"
 #include "daemon/config.h"
 #include "engine/generator.h"
+#include "tls/tls_context.h"
 
 namespace boost::asio {
 class io_context;
@@ -40,8 +41,12 @@ class ApiRouter;
 
 class Daemon {
 public:
+    // `public_listen_fd`: an inherited listening socket for the public listener (socket
+    // activation, see daemon/socket_activation.h), owned by the Daemon from here on; -1 binds
+    // listeners.public.address:port instead.
     static Result<std::unique_ptr<Daemon>> create(const Config& config,
-                                                  engine::Generator& generator, Clock& clock);
+                                                  engine::Generator& generator, Clock& clock,
+                                                  int public_listen_fd = -1);
     ~Daemon();
 
     void start();
@@ -71,6 +76,7 @@ private:
     std::unique_ptr<api::ApiRouter> router_;
     std::unique_ptr<tls::HttpServer> server_;
     std::unique_ptr<AdminServer> admin_;
+    std::vector<tls::CertificateConfig> certificates_;  // For the expiry gauge after a reload.
     std::vector<std::thread> threads_;
     std::atomic<bool> draining_{false};
     bool stopped_ = false;

@@ -6,8 +6,12 @@
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
 // edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
-// edgeserve_tenant_rejections_total{tenant,reason}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
-// has a mutex). serialize() renders the text exposition format for GET /metrics.
+// edgeserve_tenant_rejections_total{tenant,reason}; the site, certificates, gossip membership,
+// routing decisions and engine internals (see the methods below; docs/operations.md lists every
+// series). Names follow Prometheus conventions: edgeserve_ prefix, base units (seconds, bytes,
+// ratio), counters end in _total, label values come from bounded sets (config names, fixed enums)
+// and never carry a request id, prompt or key. Thread-safe (prometheus-cpp metrics are atomic;
+// the label caches have a mutex). serialize() renders the text exposition format for GET /metrics.
 
 #include <map>
 #include <memory>
@@ -49,6 +53,32 @@ public:
     // reason: "unknown_key", "model_not_allowed", "max_output_tokens", or a rate limit's key.
     void on_tenant_rejected(const std::string& tenant, std::string_view reason);
 
+    // Site identity for the fleet map: edgeserve_site_info{site,region,latitude,longitude} = 1.
+    void set_site_info(const std::string& site, const std::string& region, double latitude,
+                       double longitude);
+    // edgeserve_tls_certificate_expiry_timestamp_seconds{certificate}: the leaf's notAfter, Unix
+    // seconds. `certificate`: the chain's first SNI name (daemon/certificate_expiry.h).
+    void set_certificate_expiry(const std::string& certificate, int64_t not_after_unix_seconds);
+    // edgeserve_gossip_members{state}: members of the fleet as this site's gossip sees them.
+    // state: "alive", "suspect", "dead" or "left"; any other value is ignored.
+    void set_gossip_members(std::string_view state, int64_t members);
+    // edgeserve_route_decisions_total{outcome,site}: where requests were sent. outcome: "local",
+    // "forwarded" or "rejected" (others ignored); site: the destination site id ("" for rejected).
+    void on_route_decision(std::string_view outcome, const std::string& site);
+
+    // Engine internals, per configured model name.
+    // edgeserve_time_to_first_token_seconds{model}: request admitted to first token out.
+    void on_time_to_first_token(const std::string& model, double seconds);
+    // edgeserve_kv_cache_usage_ratio{model}: used KV-cache blocks over all blocks, 0..1.
+    void set_kv_cache_usage(const std::string& model, double ratio);
+    // edgeserve_engine_batch_sequences{model}: sequences in the running batch.
+    void set_batch_sequences(const std::string& model, int64_t sequences);
+    // edgeserve_engine_queued_requests{model}: requests waiting for a batch slot.
+    void set_queued_requests(const std::string& model, int64_t requests);
+    // edgeserve_expert_tokens_total{model,expert}: tokens routed to an expert, summed over
+    // layers (expert: its index; bounded by the model's expert count).
+    void on_expert_tokens(const std::string& model, int expert, int64_t tokens);
+
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
 
@@ -63,6 +93,15 @@ private:
     prometheus::Family<prometheus::Counter>* tenant_requests_;
     prometheus::Family<prometheus::Counter>* tenant_tokens_;
     prometheus::Family<prometheus::Counter>* tenant_rejections_;
+    prometheus::Family<prometheus::Gauge>* site_info_;
+    prometheus::Family<prometheus::Gauge>* certificate_expiry_;
+    prometheus::Family<prometheus::Gauge>* gossip_members_;
+    prometheus::Family<prometheus::Counter>* route_decisions_;
+    prometheus::Family<prometheus::Histogram>* time_to_first_token_;
+    prometheus::Family<prometheus::Gauge>* kv_cache_usage_;
+    prometheus::Family<prometheus::Gauge>* batch_sequences_;
+    prometheus::Family<prometheus::Gauge>* queued_requests_;
+    prometheus::Family<prometheus::Counter>* expert_tokens_;
 
     struct RouteStatus {
         prometheus::Counter* count;

@@ -1,5 +1,8 @@
 #include "tls/http_server.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <future>
 
 #include <boost/asio/ip/address.hpp>
@@ -13,7 +16,35 @@ namespace edge::tls {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
+Status HttpServer::Impl::adopt_listener() {
+    const int fd = config_.listen_fd;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    int accepting = 0;
+    socklen_t accepting_len = sizeof(accepting);
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 ||
+        (local.ss_family != AF_INET && local.ss_family != AF_INET6) ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &accepting_len) != 0 ||
+        accepting == 0) {
+        ::close(fd);
+        return invalid_argument_error("inherited descriptor " + std::to_string(fd) +
+                                      " is not a listening TCP socket");
+    }
+    boost::system::error_code ec;
+    acceptor_.assign(local.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
+    if (ec) {
+        ::close(fd);
+        return unavailable_error("cannot take over descriptor " + std::to_string(fd) + ": " +
+                                 ec.message());
+    }
+    port_ = acceptor_.local_endpoint(ec).port();
+    return ok_status();
+}
+
 Status HttpServer::Impl::listen() {
+    if (config_.listen_fd >= 0) {
+        return adopt_listener();
+    }
     boost::system::error_code ec;
     net::ip::address address = net::ip::make_address(config_.address, ec);
     if (ec) {

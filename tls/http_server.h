@@ -46,6 +46,10 @@ struct HttpServerConfig {
     // Threads that run the io_context. With 1, connections run on the io_context's executor
     // directly (no strand overhead); with more, each connection gets its own strand.
     int io_threads = 1;
+    // An already bound and listening TCP socket to take over (systemd socket activation); -1:
+    // bind `address`:`port` instead. The server owns the descriptor from create() on (closes it
+    // on stop); other processes may hold copies, so the socket keeps listening across restarts.
+    int listen_fd = -1;
 };
 
 class HttpServer {

@@ -31,6 +31,7 @@ public:
           acceptor_(io) {}
 
     Status listen();
+    Status adopt_listener();  // listen() for config_.listen_fd.
     void start_accepting();
     void stop(std::chrono::milliseconds deadline);
 

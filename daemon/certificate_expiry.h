@@ -1,0 +1,28 @@
+#pragma once
+
+// Certificate expiry for the metrics: reads the leaf (first PEM block) of each configured chain
+// and publishes its notAfter as edgeserve_tls_certificate_expiry_timestamp_seconds{certificate}.
+// The label is the chain's first SNI name, or the certificate file's name when it has none (a
+// bounded set: one per configured chain). Pure functions; call from any thread.
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "tls/tls_context.h"
+
+namespace edge::daemon {
+
+class Metrics;
+
+// notAfter of the first certificate in the PEM file at `path`, as Unix seconds.
+Result<int64_t> certificate_not_after(const std::string& path);
+
+// The metric label for a configured chain.
+std::string certificate_label(const tls::CertificateConfig& cert);
+
+// Sets the expiry gauge for every chain that can be read; unreadable ones are skipped (loading
+// them reports the error).
+void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs, Metrics& metrics);
+
+}  // namespace edge::daemon

@@ -1,0 +1,73 @@
+#pragma once
+
+// Every series daemon::Metrics can export: a Metrics with each method called once, rendered, and
+// the `# TYPE` lines read back. Shared by the metrics, dashboard and alert tests so that a query
+// naming a series the daemon does not export fails. Header-only; pure.
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "daemon/metrics.h"
+
+namespace edge::package_testing {
+
+// The exposition text with every family populated.
+inline std::string populated_metrics_text() {
+    daemon::Metrics m;
+    m.on_connection_opened();
+    m.on_connection_rejected("limit");
+    m.on_handshake(false, "");
+    m.on_handshake(true, "");
+    m.on_handshake(false, "no_shared_cipher");
+    m.on_response("POST", "/v1/chat/completions", 200, std::chrono::milliseconds(12));
+    m.on_tenant_request("acme", "ok");
+    m.on_tenant_tokens("acme", 10, 20);
+    m.on_tenant_rejected("acme", "requests_per_second");
+    m.set_site_info("fra1", "eu-central", 50.11, 8.68);
+    m.set_certificate_expiry("api.example.net", 1'900'000'000);
+    m.set_gossip_members("alive", 3);
+    m.on_route_decision("local", "fra1");
+    m.on_route_decision("forwarded", "ams1");
+    m.on_time_to_first_token("qwen3-moe", 0.3);
+    m.set_kv_cache_usage("qwen3-moe", 0.5);
+    m.set_batch_sequences("qwen3-moe", 12);
+    m.set_queued_requests("qwen3-moe", 2);
+    m.on_expert_tokens("qwen3-moe", 7, 100);
+    return m.serialize();
+}
+
+// name -> type ("counter", "gauge", "histogram", ...), from the `# TYPE` lines of `text`.
+inline std::map<std::string, std::string> metric_types(const std::string& text) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("# TYPE ", 0) == 0) {
+            std::istringstream words(line.substr(7));
+            std::string name, type;
+            words >> name >> type;
+            out[name] = type;
+        }
+    }
+    return out;
+}
+
+// Names a query may use: each family, plus _bucket/_sum/_count of histograms and summaries.
+inline std::map<std::string, std::string> queryable_series(const std::string& text) {
+    std::map<std::string, std::string> out;
+    for (const auto& [name, type] : metric_types(text)) {
+        out[name] = type;
+        if (type == "histogram" || type == "summary") {
+            out[name + "_sum"] = type;
+            out[name + "_count"] = type;
+            if (type == "histogram") {
+                out[name + "_bucket"] = type;
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace edge::package_testing
