@@ -11,6 +11,7 @@
 
 #include "common/result.h"
 #include "engine/model/causal_lm.h"
+#include "engine/shard/sharding_config.h"
 
 namespace edge::engine {
 
@@ -22,6 +23,8 @@ struct LoadOptions {
     // Quantize-on-load policy (engine/quant/policy.h): a preset such as "experts-int4", class=format
     // pairs, or both; "none" keeps every tensor as stored.
     std::string quantization = "none";
+    // Expert-parallel sharding of the MoE layers (engine/shard/sharding_config.h).
+    shard::ShardingConfig sharding;
 };
 
 Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options);
