@@ -117,7 +117,7 @@ struct MoeBlock::Rank {
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
     int64_t rows_computed = 0;
-    MoePhaseTimes times;
+    shard::MoePhaseTimes times;
 };
 
 MoeBlock::~MoeBlock() = default;
@@ -444,8 +444,8 @@ Status MoeBlock::end_step() {
     return ok_status();
 }
 
-ShardStats MoeBlock::stats() const {
-    ShardStats s;
+shard::ShardStats MoeBlock::stats() const {
+    shard::ShardStats s;
     s.ranks = ranks();
     s.steps = steps_;
     s.plans_applied = plans_applied_;

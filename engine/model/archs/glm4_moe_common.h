@@ -70,6 +70,12 @@ class SigmoidMoeModel : public CausalLM {
     void truncate_slot(int32_t slot, int32_t length) override;
     int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
+    std::optional<shard::ShardStats> shard_stats() const override {
+        if (!moe_) {
+            return std::nullopt;
+        }
+        return moe_->stats();
+    }
 
   protected:
     // Loads embeddings, norms, feed-forward weights of every layer and creates the KV cache with

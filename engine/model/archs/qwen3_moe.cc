@@ -71,6 +71,12 @@ public:
     }
     int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
+    std::optional<shard::ShardStats> shard_stats() const override {
+        if (!moe_) {
+            return std::nullopt;
+        }
+        return moe_->stats();
+    }
 
 private:
     Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
