@@ -3,9 +3,9 @@
 //   1. per decode step of a 32-sequence batch, the time split into attention (+ norms, lm_head),
 //      routing, dispatch, expert compute and combine, for R = 1 and R = 2 in-process ranks;
 //   2. the imbalance ratio (per layer max rank load / mean, summed over layers) of a skewed trace
-//      (32 sequences teacher-forced with Zipf-distributed tokens) before and after the planner
-//      rebalances (R = 2, 4 spare slots a rank): "after" is measured on the NEXT window, under the
-//      plan made from the previous one (out of sample); goal <= 1.15;
+//      (32 sequences teacher-forced with tokens drawn from Zipf(1.5) over 8 ids) before and after
+//      the planner rebalances (R = 2, 4 spare slots a rank): "after" is measured on the NEXT
+//      window, under the plan made from the previous one (out of sample); goal <= 1.15;
 //   3. decode tokens/s with 8 and 32 sequences against one stream (R = 1), as ratios.
 // Usage: bench_shard [--model DIR] [--steps N] [--threads T]
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
@@ -183,10 +183,10 @@ Balance skewed_balance(const std::string& dir, int threads, int window) {
     sc.load_window_steps = window;
     auto m = load(dir, threads, sc);
     Batch b(*m, 32, 21);
-    // Zipf(1.1) over 48 token ids: a few tokens, and so their experts, are hot.
+    // Zipf(1.5) over 8 token ids: a few tokens, and so their experts, are hot.
     std::vector<double> w;
-    for (int k = 1; k <= 48; ++k) {
-        w.push_back(1.0 / std::pow(k, 1.1));
+    for (int k = 1; k <= 8; ++k) {
+        w.push_back(1.0 / std::pow(k, 1.5));
     }
     std::discrete_distribution<int> zipf(w.begin(), w.end());
     std::mt19937 trace(7);

@@ -1,8 +1,8 @@
 #pragma once
 
 // ShardingConfig: how a model's MoE layers are spread over expert-parallel ranks
-// (docs/sharding.md). Part of EngineConfig (engine.h, `engine.sharding` in the daemon's YAML) and of
-// LoadOptions (loader.h); a plain value type.
+// (docs/sharding.md). Part of EngineConfig (engine.h; `engine.sharding` in the daemon's YAML)
+// and of LoadOptions (loader.h); a plain value type.
 
 #include <cstdint>
 #include <string>

@@ -50,8 +50,8 @@ void check_same(const std::vector<testing::RefRun>& a, const std::vector<testing
         double worst = 0.0;
         for (size_t s = 0; s < a[i].step_logits.size(); ++s) {
             for (size_t v = 0; v < a[i].step_logits[s].size(); ++v) {
-                worst = std::max<double>(worst,
-                                         std::fabs(a[i].step_logits[s][v] - b[i].step_logits[s][v]));
+                const double d = std::fabs(a[i].step_logits[s][v] - b[i].step_logits[s][v]);
+                worst = std::max(worst, d);
             }
         }
         INFO("max |logit diff| " << worst);
