@@ -11,6 +11,7 @@
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 // Prints a table, then one JSON line.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -215,6 +217,50 @@ Balance skewed_balance(const std::string& dir, int threads, int window) {
     return r;
 }
 
+// Routing with random weights spreads load evenly, so also a synthetic trace with real skew: per
+// layer, 4096 assignments a window drawn from Zipf(1.0) over the 64 experts (hottest experts at a
+// random permutation per layer); a plan made from window 1, measured on window 2.
+Balance synthetic_balance(int ranks, int spare_per_rank) {
+    const int L = 12;
+    const int E = 64;
+    std::mt19937 rng(99);
+    std::vector<double> w;
+    for (int k = 1; k <= E; ++k) {
+        w.push_back(1.0 / k);
+    }
+    std::discrete_distribution<int> zipf(w.begin(), w.end());
+    std::vector<std::vector<int>> perm(L);
+    for (auto& p : perm) {
+        for (int e = 0; e < E; ++e) {
+            p.push_back(e);
+        }
+        std::shuffle(p.begin(), p.end(), rng);
+    }
+    auto window = [&] {
+        std::vector<int64_t> load(static_cast<size_t>(L) * E, 0);
+        for (int l = 0; l < L; ++l) {
+            for (int a = 0; a < 4096; ++a) {
+                ++load[static_cast<size_t>(l) * E + perm[l][zipf(rng)]];
+            }
+        }
+        return load;
+    };
+    const auto w1 = window();
+    const auto w2 = window();
+    const int slots = E / ranks + spare_per_rank;
+    auto base = edge::engine::ExpertPlacement::contiguous(L, E, ranks, slots);
+    auto plan = edge::engine::shard::plan_placement(w1, L, E, ranks, slots);
+    if (!base.ok() || !plan.ok()) {
+        die("synthetic plan failed");
+    }
+    Balance b;
+    b.before = edge::engine::shard::imbalance(*base, w2);
+    b.after_in_sample = edge::engine::shard::imbalance(*plan, w1);
+    b.after = edge::engine::shard::imbalance(*plan, w2);
+    b.replicas = plan->extra_replicas();
+    return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,6 +296,8 @@ int main(int argc, char** argv) {
         split[r - 1] = time_split(model_dir, threads, r, 32, steps);
     }
     const Balance bal = skewed_balance(model_dir, threads, 16);
+    const Balance syn2 = synthetic_balance(2, 4);
+    const Balance syn4 = synthetic_balance(4, 4);
     const double tps1 = decode_tps(model_dir, threads, 1, steps);
     const double tps8 = decode_tps(model_dir, threads, 8, steps);
     const double tps32 = decode_tps(model_dir, threads, 32, steps);
@@ -275,6 +323,13 @@ int main(int argc, char** argv) {
     std::printf("  after, next window (out of sample) %.3f   (goal <= 1.15)\n", bal.after);
     std::printf("  extra replicas in the plan        %lld\n",
                 static_cast<long long>(bal.replicas));
+    std::printf(
+        "\nsynthetic Zipf(1.0) expert load, 12 layers x 64 experts, 4 spare slots a rank:\n");
+    for (const auto& [r, b] : {std::pair{2, syn2}, std::pair{4, syn4}}) {
+        std::printf("  R=%d: before %.3f, after in sample %.3f, after next window %.3f "
+                    "(%lld replicas)\n",
+                    r, b.before, b.after_in_sample, b.after, static_cast<long long>(b.replicas));
+    }
     std::printf("\ndecode tokens/s (R=1): 1 seq %.1f, 8 seq %.1f (%.2fx), 32 seq %.1f (%.2fx)\n",
                 tps1, tps8, tps8 / tps1, tps32, tps32 / tps1);
     std::printf(
@@ -285,11 +340,13 @@ int main(int argc, char** argv) {
         "\"r2\":{\"attention_ms\":%.2f,\"routing_ms\":%.3f,\"dispatch_ms\":%.3f,"
         "\"experts_ms\":%.2f,\"combine_ms\":%.3f},"
         "\"imbalance_before\":%.3f,\"imbalance_after\":%.3f,\"imbalance_after_in_sample\":%.3f,"
-        "\"imbalance_goal\":1.15,\"batched8_vs_single\":%.2f,\"batched32_vs_single\":%.2f}\n",
+        "\"synthetic_r2_before\":%.3f,\"synthetic_r2_after\":%.3f,"
+        "\"synthetic_r4_before\":%.3f,\"synthetic_r4_after\":%.3f,\"imbalance_goal\":1.15,"
+        "\"batched8_vs_single\":%.2f,\"batched32_vs_single\":%.2f}\n",
         threads, load1, split[0].step_ms, split[1].step_ms, split[1].step_ms / split[0].step_ms,
         split[0].attention_ms, split[0].routing_ms, split[0].dispatch_ms, split[0].compute_ms,
         split[0].combine_ms, split[1].attention_ms, split[1].routing_ms, split[1].dispatch_ms,
         split[1].compute_ms, split[1].combine_ms, bal.before, bal.after, bal.after_in_sample,
-        tps8 / tps1, tps32 / tps1);
+        syn2.before, syn2.after, syn4.before, syn4.after, tps8 / tps1, tps32 / tps1);
     return 0;
 }
