@@ -13,8 +13,9 @@
 //             projections in one matmul_batch, then all down projections in another), so an
 //             expert chosen by several tokens is read once per step;
 //   combine:  results returned by a second all-to-all and added to x with the routing weights, per
-//             token in top-k order: the same operations in the same order as with R = 1, so output
-//             does not depend on R or on the plan.
+//             token in top-k order. Deterministic for a given R and plan. Across R and plans, the
+//             only difference is how many rows share a matmul call, so output matches R = 1 to
+//             a few ulps (docs/sharding.md).
 // Between steps, end_step() counts the step into the per-layer expert-load window and, every
 // rebalance_interval_steps, all-reduces the window and plans a new placement
 // (engine/shard/placement_planner.h) that begin_step() applies before the next step's first layer.
