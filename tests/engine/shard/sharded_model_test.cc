@@ -183,15 +183,19 @@ TEST_CASE("sharding: the planner replicates and rebalances mid-generation withou
           StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("sharding: a static plan applied between steps changes no output") {
+TEST_CASE("sharding: a new plan applied before every step changes no output") {
     auto prompts = testing::read_reference(fixture_dir("micro-qwen3-moe"));
     auto base = load_sharded("micro-qwen3-moe", ranks_of(1));
     const auto want = testing::run_greedy(*base, prompts, true);
-    // Half-way through, swap to a plan with replicas through the generation loop: we cannot
-    // reach the MoeBlock behind CausalLM, so rebalancing every step stands in (a new plan is
-    // applied before nearly every step), over 2 ranks with 2 spare slots each.
+    // Rebalancing after every step over 2 ranks with 2 spare slots each: the planner follows the
+    // changing load, so plans change in the middle of the generation.
     auto model = load_sharded("micro-qwen3-moe", ranks_of(2, 6, 1));
     check_same(want, testing::run_greedy(*model, prompts, true));
+    const auto stats = model->shard_stats();
+    REQUIRE(stats.has_value());
+    CHECK(stats->rebalances == stats->steps);
+    CHECK(stats->plans_applied >= 2);
+    CHECK(stats->extra_replicas > 0);
 }
 
 TEST_CASE("sharding: bad configurations are refused with a clear error") {
