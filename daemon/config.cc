@@ -297,7 +297,19 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
          {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},
          {"kv_block_tokens", int_field(r, e.kv_block_tokens, 1, 4096)},
-         {"max_queue", int_field(r, e.max_queue, 1, 1 << 24)}});
+         {"max_queue", int_field(r, e.max_queue, 1, 1 << 24)},
+         {"sharding", [&](const YAML::Node& n, const std::string& k) -> Status {
+              engine::shard::ShardingConfig& sh = e.sharding;
+              return r.for_each_key(
+                  n, k,
+                  {{"ranks", int_field(r, sh.ranks, 1, 256)},
+                   {"slots_per_rank", int_field(r, sh.slots_per_rank, 0, 1 << 16)},
+                   {"rebalance_interval_steps",
+                    int_field(r, sh.rebalance_interval_steps, 0, 1 << 30)},
+                   {"load_window_steps", int_field(r, sh.load_window_steps, 1, 1 << 30)},
+                   {"static_plan", string_field(r, sh.static_plan)},
+                   {"communicator", string_field(r, sh.communicator)}});
+          }}});
 }
 
 bool is_sha256_hex(const std::string& s) {

@@ -12,6 +12,7 @@
 
 #include "common/result.h"
 #include "engine/generator.h"
+#include "engine/shard/sharding_config.h"
 
 namespace edge::engine {
 
@@ -30,6 +31,7 @@ struct EngineConfig {
     int64_t kv_cache_bytes = 256 << 20;  // KV-cache memory budget per model, bytes.
     int32_t kv_block_tokens = 16;        // Tokens per KV-cache block.
     int32_t max_queue = 1024;            // Waiting requests per model before kResourceExhausted.
+    shard::ShardingConfig sharding;      // Expert-parallel ranks and placement (docs/sharding.md).
     std::vector<ModelConfig> models;
 };
 

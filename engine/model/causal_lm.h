@@ -9,12 +9,14 @@
 // pool internally. Lifetime: the weights it maps must outlive it (it owns the mapping).
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "engine/generator.h"
+#include "engine/shard/shard_stats.h"
 
 namespace edge::engine {
 
@@ -57,6 +59,10 @@ public:
     // cannot hold the new tokens (nothing is changed then); kInvalidArgument for bad positions,
     // token ids out of range or a context overflow.
     virtual Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) = 0;
+
+    // Expert-parallel sharding figures of the MoE layers (docs/sharding.md), between forward()
+    // calls; nullopt for a model without a sharded MoE block.
+    virtual std::optional<shard::ShardStats> shard_stats() const { return std::nullopt; }
 };
 
 }  // namespace edge::engine

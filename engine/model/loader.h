@@ -11,6 +11,7 @@
 
 #include "common/result.h"
 #include "engine/model/causal_lm.h"
+#include "engine/shard/sharding_config.h"
 
 namespace edge::engine {
 
@@ -23,6 +24,8 @@ struct LoadOptions {
     // pairs, or both; "none" keeps every tensor as stored.
     std::string quantization = "none";
     std::string backend = "cpu";    // Where forward() runs: "cpu", or "cuda" when compiled in.
+    // Expert-parallel sharding of the MoE layers (engine/shard/sharding_config.h).
+    shard::ShardingConfig sharding;
 };
 
 Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options);

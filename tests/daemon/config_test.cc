@@ -16,6 +16,29 @@ std::string error_of(const std::string& yaml) {
     return c.status().message();
 }
 
+TEST_CASE("engine.sharding section") {
+    Result<Config> c = parse_config(testing::config_yaml("/c", "/k",
+                                                         "engine:\n"
+                                                         "  sharding:\n"
+                                                         "    ranks: 4\n"
+                                                         "    slots_per_rank: 18\n"
+                                                         "    rebalance_interval_steps: 256\n"
+                                                         "    load_window_steps: 2048\n"
+                                                         "    static_plan: \"0-31;32-63\"\n"),
+                                    "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->engine.sharding.ranks == 4);
+    CHECK(c->engine.sharding.slots_per_rank == 18);
+    CHECK(c->engine.sharding.rebalance_interval_steps == 256);
+    CHECK(c->engine.sharding.load_window_steps == 2048);
+    CHECK(c->engine.sharding.static_plan == "0-31;32-63");
+    CHECK(c->engine.sharding.communicator == "in_process");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  sharding:\n    ranks: 0\n"))
+              .find("engine.sharding.ranks: must be in 1..256") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  sharding:\n    rank: 2\n"))
+              .find("engine.sharding.rank") != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("a full config loads with every section") {

@@ -119,9 +119,7 @@ SigmoidMoeModel::SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkp
                                  std::unique_ptr<Backend> backend)
     : c_(std::move(config)),
       ckpt_(std::move(ckpt)),
-      backend_(std::move(backend)),
-      placement_(ExpertPlacement::single_rank(static_cast<int32_t>(c_.num_hidden_layers),
-                                              static_cast<int32_t>(c_.n_routed_experts))) {}
+      backend_(std::move(backend)) {}
 
 void SigmoidMoeModel::truncate_slot(int32_t slot, int32_t length) {
     if (kv_->in_use(slot) && length >= 0 && length < kv_->length(slot)) {
@@ -173,6 +171,23 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
         EDGE_ASSIGN_OR_RETURN(lm_head_, weight("lm_head.weight", c_.vocab_size, H));
     }
     EDGE_ASSIGN_OR_RETURN(final_norm_, vector("model.norm.weight", H));
+    MoeShape moe_shape;
+    moe_shape.hidden = H;
+    moe_shape.inter = c_.moe_intermediate_size;
+    moe_shape.experts = static_cast<int32_t>(c_.n_routed_experts);
+    moe_shape.top_k = static_cast<int32_t>(c_.num_experts_per_tok);
+    moe_shape.layers = static_cast<int32_t>(c_.num_hidden_layers);
+    if (c_.n_routed_experts > 0) {
+        EDGE_ASSIGN_OR_RETURN(moe_,
+                              MoeBlock::create(moe_shape, options.sharding, backend_.get()));
+    }
+    cpu::GroupRouterConfig rc;
+    rc.experts = c_.n_routed_experts;
+    rc.top_k = c_.num_experts_per_tok;
+    rc.n_group = c_.n_group;
+    rc.topk_group = c_.topk_group;
+    rc.norm_topk_prob = c_.norm_topk_prob;
+    rc.scaling_factor = static_cast<float>(c_.routed_scaling_factor);
     input_norm_.resize(c_.num_hidden_layers);
     ffn_.resize(c_.num_hidden_layers);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
@@ -187,19 +202,23 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
             continue;
         }
         const int64_t E = c_.n_routed_experts;
-        EDGE_ASSIGN_OR_RETURN(F.router, weight(p + "mlp.gate.weight", E, H));
+        EDGE_ASSIGN_OR_RETURN(Weight router, weight(p + "mlp.gate.weight", E, H));
+        std::vector<float> correction_bias;  // Empty when the checkpoint has none.
         if (ckpt_->has(p + "mlp.gate.e_score_correction_bias")) {
-            EDGE_ASSIGN_OR_RETURN(F.correction_bias,
+            EDGE_ASSIGN_OR_RETURN(correction_bias,
                                   vector(p + "mlp.gate.e_score_correction_bias", E));
         }
-        F.experts.resize(E);
+        // In-process ranks share memory: every expert is mapped once and the placement only
+        // decides which rank computes it.
+        std::vector<SwiGlu> experts(static_cast<size_t>(E));
         for (int64_t e = 0; e < E; ++e) {
-            if (placement_.is_local(static_cast<int32_t>(l), static_cast<int32_t>(e))) {
-                EDGE_ASSIGN_OR_RETURN(
-                    F.experts[e],
-                    swiglu(p + "mlp.experts." + std::to_string(e) + ".", c_.moe_intermediate_size));
-            }
+            EDGE_ASSIGN_OR_RETURN(
+                experts[e],
+                swiglu(p + "mlp.experts." + std::to_string(e) + ".", c_.moe_intermediate_size));
         }
+        moe_->set_layer(static_cast<int32_t>(l), router,
+                        make_sigmoid_group_router(rc, std::move(correction_bias)),
+                        std::move(experts));
         if (c_.n_shared_experts > 0) {
             EDGE_ASSIGN_OR_RETURN(F.shared, swiglu(p + "mlp.shared_experts.",
                                                    c_.moe_intermediate_size * c_.n_shared_experts));
@@ -308,7 +327,7 @@ void SigmoidMoeModel::mlp_rows(const SwiGlu& m, const float* in, int64_t rows, f
     backend_->matmul(m.down, act, rows, out, c_.hidden_size);
 }
 
-void SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
+Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
     const int64_t H = c_.hidden_size;
     const float eps = static_cast<float>(c_.rms_norm_eps);
     float* x = x_.data();
@@ -322,7 +341,7 @@ void SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
         for (int64_t i = 0; i < n * H; ++i) {
             x[i] += out[i];
         }
-        return;
+        return ok_status();
     }
     if (c_.n_shared_experts > 0) {
         mlp_rows(F.shared, h, n, out);
@@ -330,85 +349,7 @@ void SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
             x[i] += out[i];
         }
     }
-    const int64_t E = c_.n_routed_experts;
-    const int64_t K = c_.num_experts_per_tok;
-    float* router = grow(router_, n * E);
-    backend_->matmul(F.router, h, n, router, E);
-    cpu::GroupRouterConfig rc;
-    rc.experts = E;
-    rc.top_k = K;
-    rc.n_group = c_.n_group;
-    rc.topk_group = c_.topk_group;
-    rc.norm_topk_prob = c_.norm_topk_prob;
-    rc.scaling_factor = static_cast<float>(c_.routed_scaling_factor);
-    float* scratch = grow(route_scratch_, 2 * E + c_.n_group);
-    topk_idx_.resize(n * K);
-    topk_w_.resize(n * K);
-    row_of_.resize(n * K);
-    expert_count_.assign(E, 0);
-    expert_begin_.resize(E + 1);
-    const float* bias = F.correction_bias.empty() ? nullptr : F.correction_bias.data();
-    for (int64_t i = 0; i < n; ++i) {
-        cpu::route_sigmoid_grouped(router + i * E, bias, rc, topk_idx_.data() + i * K,
-                                   topk_w_.data() + i * K, scratch);
-        for (int64_t j = 0; j < K; ++j) {
-            ++expert_count_[topk_idx_[i * K + j]];
-        }
-    }
-    // Group assignments by expert so each expert's weights are read once for all its tokens.
-    expert_begin_[0] = 0;
-    for (int64_t e = 0; e < E; ++e) {
-        expert_begin_[e + 1] = expert_begin_[e] + expert_count_[e];
-    }
-    std::fill(expert_count_.begin(), expert_count_.end(), 0);
-    float* in = grow(moe_in_, n * K * H);
-    float* res = grow(moe_out_, n * K * H);
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            const int32_t e = topk_idx_[i * K + j];
-            const int32_t row = expert_begin_[e] + expert_count_[e]++;
-            row_of_[i * K + j] = row;
-            std::copy(h + i * H, h + (i + 1) * H, in + static_cast<int64_t>(row) * H);
-        }
-    }
-    const int64_t I = c_.moe_intermediate_size;
-    float* gate = grow(gate_, n * K * I);
-    float* up = grow(up_, n * K * I);
-    float* act = grow(act_, n * K * I);
-    for (int pass = 0; pass < 2; ++pass) {
-        jobs_.clear();
-        for (int32_t e = 0; e < E; ++e) {
-            const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
-            if (rows == 0 || !placement_.is_local(li, e)) {
-                continue;
-            }
-            const int64_t r0 = expert_begin_[e];
-            const SwiGlu& m = F.experts[e];
-            if (pass == 0) {
-                jobs_.push_back({&m.gate, in + r0 * H, rows, gate + r0 * I, I});
-                jobs_.push_back({&m.up, in + r0 * H, rows, up + r0 * I, I});
-            } else {
-                jobs_.push_back({&m.down, act + r0 * I, rows, res + r0 * H, H});
-            }
-        }
-        backend_->matmul_batch(jobs_);
-        if (pass == 0) {
-            cpu::silu_mul(gate, up, n * K * I, act);
-        }
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            if (!placement_.is_local(li, topk_idx_[i * K + j])) {
-                continue;  // Another rank's result; the sharding step adds it.
-            }
-            const float w = topk_w_[i * K + j];
-            const float* r = res + static_cast<int64_t>(row_of_[i * K + j]) * H;
-            float* xi = x + i * H;
-            for (int64_t d = 0; d < H; ++d) {
-                xi[d] += w * r[d];
-            }
-        }
-    }
+    return moe_->forward(li, h, n, x);
 }
 
 Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
@@ -432,9 +373,12 @@ Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vecto
         }
         out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
     }
+    if (moe_) {
+        moe_->begin_step();
+    }
     for (int32_t l = 0; l < static_cast<int32_t>(ffn_.size()); ++l) {
         attention(l, n);
-        ffn(ffn_[l], l, n);
+        EDGE_RETURN_IF_ERROR(ffn(ffn_[l], l, n));
     }
     float* h = grow(h_, out_rows * H);
     const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -452,7 +396,7 @@ Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vecto
     for (const SequenceChunk& ch : batch) {
         kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
     }
-    return ok_status();
+    return moe_ ? moe_->end_step() : ok_status();
 }
 
 }  // namespace edge::engine

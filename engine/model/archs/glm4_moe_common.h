@@ -5,8 +5,8 @@
 // over the KV cache, the forward loop (embedding, per-layer attention then feed-forward, final
 // norm, lm_head), and the feed-forward block: a dense SwiGLU MLP on the first
 // `first_k_dense_replace` layers, then the MoE block with the sigmoid / correction-bias /
-// group-limited router (engine/cpu/router.h), SwiGLU experts reached through an ExpertPlacement,
-// routed_scaling_factor, and shared experts added unscaled. Architectures supply the attention.
+// group-limited router (engine/cpu/router.h) and routed_scaling_factor, whose routed experts run
+// in the shared, sharded MoeBlock (engine/model/moe_block.h), and shared experts added unscaled. Architectures supply the attention.
 // Multi-token-prediction layers (num_nextn_predict_layers) are not loaded; a log line says so.
 //
 // Threading: as CausalLM (one driving thread; forward() uses the backend's threads).
@@ -19,9 +19,9 @@
 #include "engine/backend.h"
 #include "engine/cpu/router.h"
 #include "engine/model/causal_lm.h"
-#include "engine/model/expert_placement.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/loader.h"
+#include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
 
 namespace edge::engine {
@@ -59,12 +59,6 @@ struct SigmoidMoeConfig {
     }
 };
 
-struct SwiGlu {
-    Weight gate;
-    Weight up;
-    Weight down;
-};
-
 class SigmoidMoeModel : public CausalLM {
   public:
     SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkpoint> ckpt,
@@ -81,6 +75,12 @@ class SigmoidMoeModel : public CausalLM {
                           : 0.0;
     }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
+    std::optional<shard::ShardStats> shard_stats() const override {
+        if (!moe_) {
+            return std::nullopt;
+        }
+        return moe_->stats();
+    }
 
   protected:
     // Loads embeddings, norms, feed-forward weights of every layer and creates the KV cache with
@@ -108,7 +108,7 @@ class SigmoidMoeModel : public CausalLM {
     SigmoidMoeConfig c_;
     std::unique_ptr<Checkpoint> ckpt_;
     std::unique_ptr<Backend> backend_;
-    ExpertPlacement placement_;
+    std::unique_ptr<MoeBlock> moe_;  // Routed experts of every MoE layer, sharded over ranks.
     std::unique_ptr<KvCache> kv_;
     ModelSpec spec_;
     std::vector<int32_t> tok_slot_, tok_pos_;
@@ -119,24 +119,18 @@ class SigmoidMoeModel : public CausalLM {
   private:
     struct FfnLayer {
         std::vector<float> post_norm;
-        bool moe = false;
-        Weight router;
-        std::vector<float> correction_bias;  // Empty when the checkpoint has none.
-        std::vector<SwiGlu> experts;         // Indexed by expert id; only local ones filled.
-        SwiGlu shared;                       // Valid when n_shared_experts > 0.
+        bool moe = false;  // Routed experts (and router) live in moe_.
+        SwiGlu shared;     // Valid when n_shared_experts > 0.
         SwiGlu dense;
     };
     Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
-    void ffn(const FfnLayer& layer, int32_t li, int64_t n);
+    Status ffn(const FfnLayer& layer, int32_t li, int64_t n);
 
     Weight embed_;
     Weight lm_head_;
     std::vector<float> final_norm_;
     std::vector<FfnLayer> ffn_;
-    std::vector<float> tmp_, router_, gate_, up_, act_, moe_in_, moe_out_, route_scratch_;
-    std::vector<int32_t> topk_idx_, row_of_, expert_count_, expert_begin_;
-    std::vector<float> topk_w_;
-    std::vector<MatmulJob> jobs_;
+    std::vector<float> tmp_, gate_, up_, act_;
 };
 
 // Reads one element of a stored float vector.

@@ -7,20 +7,16 @@
 #include "engine/backend.h"
 #include "engine/cpu/convert.h"
 #include "engine/cpu/ops.h"
-#include "engine/model/expert_placement.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/model_config.h"
+#include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_loader.h"
 
 namespace edge::engine {
 namespace {
 
-struct Mlp {
-    Weight gate;
-    Weight up;
-    Weight down;
-};
+using Mlp = SwiGlu;
 
 struct Layer {
     std::vector<float> input_norm;
@@ -29,9 +25,7 @@ struct Layer {
     std::vector<float> k_norm;
     Weight q, k, v, o;
     std::vector<float> q_bias, k_bias, v_bias, o_bias;  // Empty without attention_bias.
-    bool moe = false;
-    Weight router;
-    std::vector<Mlp> experts;  // Indexed by expert id; only local experts are filled in.
+    bool moe = false;  // Routed experts live in the shared MoeBlock (moe_block.h).
     Mlp dense;
 };
 
@@ -62,11 +56,8 @@ const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 class Qwen3Moe final : public CausalLM {
 public:
     Qwen3Moe(Qwen3MoeConfig config, std::unique_ptr<Checkpoint> ckpt,
-             std::unique_ptr<Backend> backend, ExpertPlacement placement)
-        : c_(std::move(config)),
-          ckpt_(std::move(ckpt)),
-          backend_(std::move(backend)),
-          placement_(std::move(placement)) {}
+             std::unique_ptr<Backend> backend)
+        : c_(std::move(config)), ckpt_(std::move(ckpt)), backend_(std::move(backend)) {}
 
     Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options);
 
@@ -85,6 +76,12 @@ public:
     }
     int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
+    std::optional<shard::ShardStats> shard_stats() const override {
+        if (!moe_) {
+            return std::nullopt;
+        }
+        return moe_->stats();
+    }
 
 private:
     Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
@@ -92,7 +89,7 @@ private:
     Result<Mlp> mlp(const std::string& prefix, int64_t inter);
     Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
     void attention_block(const Layer& layer, int32_t li, int64_t n);
-    void moe_block(const Layer& layer, int32_t li, int64_t n);
+    Status moe_block(const Layer& layer, int32_t li, int64_t n);
     void mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out);
     static float* grow(std::vector<float>& v, size_t n) {
         if (v.size() < n) {
@@ -105,7 +102,7 @@ private:
     std::unique_ptr<Checkpoint> ckpt_;
     std::unique_ptr<WeightLoader> weights_;  // Owns weights quantized on load; after ckpt_.
     std::unique_ptr<Backend> backend_;
-    ExpertPlacement placement_;
+    std::unique_ptr<MoeBlock> moe_;  // Routed experts of every MoE layer, sharded over ranks.
     std::unique_ptr<KvCache> kv_;
     ModelSpec spec_;
     Weight embed_;
@@ -117,10 +114,7 @@ private:
     // Per-forward token metadata and scratch, grown on demand and kept between calls.
     std::vector<int32_t> tok_slot_, tok_pos_;
     std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, scores_, rope_;
-    std::vector<float> router_, gate_, up_, act_, moe_in_, moe_out_;
-    std::vector<int32_t> topk_idx_, order_, expert_count_, expert_begin_;
-    std::vector<float> topk_w_;
-    std::vector<MatmulJob> jobs_;
+    std::vector<float> gate_, up_, act_;
 };
 
 Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t cols) {
@@ -163,6 +157,16 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
         EDGE_ASSIGN_OR_RETURN(lm_head_, weight("lm_head.weight", c_.vocab_size, c_.hidden_size));
     }
     EDGE_ASSIGN_OR_RETURN(final_norm_, vector("model.norm.weight", c_.hidden_size));
+    MoeShape moe_shape;
+    moe_shape.hidden = c_.hidden_size;
+    moe_shape.inter = c_.moe_intermediate_size;
+    moe_shape.experts = static_cast<int32_t>(c_.num_experts);
+    moe_shape.top_k = static_cast<int32_t>(c_.num_experts_per_tok);
+    moe_shape.layers = static_cast<int32_t>(c_.num_hidden_layers);
+    if (c_.num_experts > 0) {
+        EDGE_ASSIGN_OR_RETURN(moe_,
+                              MoeBlock::create(moe_shape, options.sharding, backend_.get()));
+    }
     layers_.resize(c_.num_hidden_layers);
     for (int64_t l = 0; l < c_.num_hidden_layers; ++l) {
         Layer& L = layers_[l];
@@ -187,17 +191,20 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
         }
         L.moe = c_.is_moe_layer(l);
         if (L.moe) {
-            EDGE_ASSIGN_OR_RETURN(L.router,
+            // In-process ranks share memory: every expert is loaded once and the placement only
+            // decides which rank computes it.
+            EDGE_ASSIGN_OR_RETURN(Weight router,
                                   weight(p + "mlp.gate.weight", c_.num_experts, c_.hidden_size));
-            L.experts.resize(c_.num_experts);
+            std::vector<SwiGlu> experts(static_cast<size_t>(c_.num_experts));
             for (int64_t e = 0; e < c_.num_experts; ++e) {
-                if (!placement_.is_local(static_cast<int32_t>(l), static_cast<int32_t>(e))) {
-                    continue;
-                }
-                EDGE_ASSIGN_OR_RETURN(L.experts[e],
+                EDGE_ASSIGN_OR_RETURN(experts[e],
                                       mlp(p + "mlp.experts." + std::to_string(e) + ".",
                                           c_.moe_intermediate_size));
             }
+            moe_->set_layer(static_cast<int32_t>(l), router,
+                            make_softmax_router(moe_shape.experts, moe_shape.top_k,
+                                                c_.norm_topk_prob),
+                            std::move(experts));
         } else {
             EDGE_ASSIGN_OR_RETURN(L.dense, mlp(p + "mlp.", c_.intermediate_size));
         }
@@ -404,10 +411,8 @@ void Qwen3Moe::mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out)
     backend_->matmul(m.down, act, rows, out, c_.hidden_size);
 }
 
-void Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
+Status Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
     const int64_t H = c_.hidden_size;
-    const int64_t E = c_.num_experts;
-    const int64_t K = c_.num_experts_per_tok;
     const float eps = static_cast<float>(c_.rms_norm_eps);
     float* x = x_.data();
     float* h = grow(h_, n * H);
@@ -420,101 +425,9 @@ void Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
         for (int64_t i = 0; i < n * H; ++i) {
             x[i] += out[i];
         }
-        return;
+        return ok_status();
     }
-    float* router = grow(router_, n * E);
-    backend_->matmul(L.router, h, n, router, E);
-    topk_idx_.resize(n * K);
-    topk_w_.resize(n * K);
-    order_.resize(n * K);
-    expert_count_.assign(E, 0);
-    expert_begin_.resize(E + 1);
-    std::vector<int32_t>& idx = order_;  // Reused below as each assignment's row.
-    for (int64_t i = 0; i < n; ++i) {
-        float* p = router + i * E;
-        cpu::softmax(p, E);
-        int32_t* top = topk_idx_.data() + i * K;
-        // Top-k by probability, ties to the lower expert index; E is small, selection is cheap.
-        for (int64_t j = 0; j < K; ++j) {
-            int32_t best = -1;
-            for (int32_t e = 0; e < E; ++e) {
-                bool taken = false;
-                for (int64_t t = 0; t < j; ++t) {
-                    taken = taken || top[t] == e;
-                }
-                if (!taken && (best < 0 || p[e] > p[best])) {
-                    best = e;
-                }
-            }
-            top[j] = best;
-        }
-        float sum = 0.0f;
-        for (int64_t j = 0; j < K; ++j) {
-            sum += p[top[j]];
-        }
-        for (int64_t j = 0; j < K; ++j) {
-            topk_w_[i * K + j] = c_.norm_topk_prob ? p[top[j]] / sum : p[top[j]];
-            ++expert_count_[top[j]];
-        }
-    }
-    // Group assignments by expert so each expert's weights are read once for all its tokens.
-    expert_begin_[0] = 0;
-    for (int64_t e = 0; e < E; ++e) {
-        expert_begin_[e + 1] = expert_begin_[e] + expert_count_[e];
-    }
-    std::vector<int32_t>& fill = expert_count_;
-    std::fill(fill.begin(), fill.end(), 0);
-    float* in = grow(moe_in_, n * K * H);
-    float* out = grow(moe_out_, n * K * H);
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            const int32_t e = topk_idx_[i * K + j];
-            const int32_t row = expert_begin_[e] + fill[e]++;
-            idx[i * K + j] = row;
-            std::copy(h + i * H, h + (i + 1) * H, in + static_cast<int64_t>(row) * H);
-        }
-    }
-    // Every routed expert's gate and up projections in one parallel step, then every down
-    // projection in another: each expert's weights are read once for all of its tokens.
-    const int64_t I = c_.moe_intermediate_size;
-    float* gate = grow(gate_, n * K * I);
-    float* up = grow(up_, n * K * I);
-    float* act = grow(act_, n * K * I);
-    jobs_.clear();
-    for (int32_t e = 0; e < E; ++e) {
-        const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
-        if (rows == 0 || !placement_.is_local(li, e)) {
-            continue;
-        }
-        const int64_t r0 = expert_begin_[e];
-        jobs_.push_back({&L.experts[e].gate, in + r0 * H, rows, gate + r0 * I, I});
-        jobs_.push_back({&L.experts[e].up, in + r0 * H, rows, up + r0 * I, I});
-    }
-    backend_->matmul_batch(jobs_);
-    cpu::silu_mul(gate, up, n * K * I, act);
-    jobs_.clear();
-    for (int32_t e = 0; e < E; ++e) {
-        const int64_t rows = expert_begin_[e + 1] - expert_begin_[e];
-        if (rows == 0 || !placement_.is_local(li, e)) {
-            continue;
-        }
-        const int64_t r0 = expert_begin_[e];
-        jobs_.push_back({&L.experts[e].down, act + r0 * I, rows, out + r0 * H, H});
-    }
-    backend_->matmul_batch(jobs_);
-    for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < K; ++j) {
-            if (!placement_.is_local(li, topk_idx_[i * K + j])) {
-                continue;  // Another rank's result; the sharding step adds it.
-            }
-            const float w = topk_w_[i * K + j];
-            const float* r = out + static_cast<int64_t>(idx[i * K + j]) * H;
-            float* xi = x + i * H;
-            for (int64_t d = 0; d < H; ++d) {
-                xi[d] += w * r[d];
-            }
-        }
-    }
+    return moe_->forward(li, h, n, x);
 }
 
 Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
@@ -535,9 +448,12 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
         }
         out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
     }
+    if (moe_) {
+        moe_->begin_step();
+    }
     for (int32_t l = 0; l < static_cast<int32_t>(layers_.size()); ++l) {
         attention_block(layers_[l], l, n);
-        moe_block(layers_[l], l, n);
+        EDGE_RETURN_IF_ERROR(moe_block(layers_[l], l, n));
     }
     // Final norm only on the rows whose logits are wanted.
     float* h = grow(h_, out_rows * H);
@@ -556,7 +472,7 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
     for (const SequenceChunk& ch : batch) {
         kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
     }
-    return ok_status();
+    return moe_ ? moe_->end_step() : ok_status();
 }
 
 }  // namespace
@@ -568,10 +484,8 @@ Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const C
     BackendOptions bo;
     bo.threads = options.threads;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
-    auto placement = ExpertPlacement::single_rank(static_cast<int32_t>(config.num_hidden_layers),
-                                                  static_cast<int32_t>(config.num_experts));
-    auto model = std::make_unique<Qwen3Moe>(std::move(config), std::move(ckpt), std::move(backend),
-                                            std::move(placement));
+    auto model =
+        std::make_unique<Qwen3Moe>(std::move(config), std::move(ckpt), std::move(backend));
     EDGE_RETURN_IF_ERROR(model->load(dir, json, options));
     return std::unique_ptr<CausalLM>(std::move(model));
 }

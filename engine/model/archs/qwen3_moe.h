@@ -4,7 +4,8 @@
 // before NeoX RoPE, RMSNorm, then a sparse MoE block (softmax router, top-k with ties to the lower
 // expert index, optional renormalisation, SwiGLU experts) or a dense SwiGLU MLP
 // (decoder_sparse_step / mlp_only_layers); final RMSNorm and lm_head (or tied embeddings).
-// Weights stay in the mapped checkpoint; experts are reached through an ExpertPlacement.
+// Weights stay in the mapped checkpoint; the routed experts run in the shared, sharded
+// MoeBlock (engine/model/moe_block.h).
 //
 // Threading: as CausalLM (one driving thread; forward() uses the backend's threads).
 

@@ -1,0 +1,469 @@
+#include "engine/model/moe_block.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+#include "engine/cpu/ops.h"
+#include "engine/shard/placement_planner.h"
+
+namespace edge::engine {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double since(SteadyClock::time_point t0) {
+    return std::chrono::duration<double>(SteadyClock::now() - t0).count();
+}
+
+// Load is counted in this many buckets; the window slides a bucket at a time.
+constexpr int32_t kBuckets = 4;
+
+class SoftmaxRouter final : public ExpertRouter {
+public:
+    SoftmaxRouter(int32_t experts, int32_t top_k, bool norm)
+        : experts_(experts), top_k_(top_k), norm_(norm) {}
+    int64_t scratch_floats() const override { return experts_; }
+    void route(const float* logits, int32_t* top, float* weights, float* p) const override {
+        std::copy(logits, logits + experts_, p);
+        cpu::softmax(p, experts_);
+        // Top-k by probability, ties to the lower expert index.
+        for (int32_t j = 0; j < top_k_; ++j) {
+            int32_t best = -1;
+            for (int32_t e = 0; e < experts_; ++e) {
+                bool taken = false;
+                for (int32_t t = 0; t < j; ++t) {
+                    taken = taken || top[t] == e;
+                }
+                if (!taken && (best < 0 || p[e] > p[best])) {
+                    best = e;
+                }
+            }
+            top[j] = best;
+        }
+        float sum = 0.0f;
+        for (int32_t j = 0; j < top_k_; ++j) {
+            sum += p[top[j]];
+        }
+        for (int32_t j = 0; j < top_k_; ++j) {
+            weights[j] = norm_ ? p[top[j]] / sum : p[top[j]];
+        }
+    }
+
+private:
+    int32_t experts_;
+    int32_t top_k_;
+    bool norm_;
+};
+
+class SigmoidGroupRouter final : public ExpertRouter {
+public:
+    SigmoidGroupRouter(const cpu::GroupRouterConfig& c, std::vector<float> bias)
+        : c_(c), bias_(std::move(bias)) {}
+    int64_t scratch_floats() const override { return 2 * c_.experts + c_.n_group; }
+    void route(const float* logits, int32_t* idx, float* weights, float* scratch) const override {
+        cpu::route_sigmoid_grouped(logits, bias_.empty() ? nullptr : bias_.data(), c_, idx,
+                                   weights, scratch);
+    }
+
+private:
+    cpu::GroupRouterConfig c_;
+    std::vector<float> bias_;
+};
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+    if (v.size() < n) {
+        v.resize(n);
+    }
+    return v.data();
+}
+
+}  // namespace
+
+std::unique_ptr<ExpertRouter> make_softmax_router(int32_t experts, int32_t top_k,
+                                                  bool norm_topk_prob) {
+    return std::make_unique<SoftmaxRouter>(experts, top_k, norm_topk_prob);
+}
+
+std::unique_ptr<ExpertRouter> make_sigmoid_group_router(const cpu::GroupRouterConfig& config,
+                                                        std::vector<float> bias) {
+    return std::make_unique<SigmoidGroupRouter>(config, std::move(bias));
+}
+
+struct MoeBlock::Layer {
+    Weight router;
+    std::unique_ptr<ExpertRouter> route;
+    std::vector<SwiGlu> experts;
+};
+
+// One rank's backend, communicator, scratch, load window and timers. Touched only by that rank's
+// thread during forward(), by the driver between steps.
+struct MoeBlock::Rank {
+    int32_t id = 0;
+    Backend* backend = nullptr;
+    std::unique_ptr<Backend> own_backend;
+    std::unique_ptr<shard::Communicator> comm;
+    Status status;
+
+    std::vector<float> logits, route_scratch, topk_w;
+    std::vector<int32_t> topk_idx, dest, slot, turn;
+    std::vector<int64_t> send_rows, send_bytes, recv_bytes, back_send, back_recv, row_begin;
+    std::vector<unsigned char> send, recv;
+    std::vector<float> in, gate, up, act, out, back, ret;
+    std::vector<int32_t> row_of, expert_begin, fill;
+    std::vector<MatmulJob> jobs;
+
+    std::vector<int64_t> window;  // [bucket][layer * experts + expert].
+    std::vector<int64_t> load;    // Window summed, then all-reduced.
+    int64_t rows_computed = 0;
+    shard::MoePhaseTimes times;
+};
+
+MoeBlock::~MoeBlock() = default;
+
+Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
+                                                   const shard::ShardingConfig& config,
+                                                   Backend* driver) {
+    if (shape.hidden < 1 || shape.inter < 1 || shape.experts < 1 || shape.top_k < 1 ||
+        shape.top_k > shape.experts || shape.layers < 1 || driver == nullptr) {
+        return invalid_argument_error("moe block: bad shape (hidden " +
+                                      std::to_string(shape.hidden) + ", experts " +
+                                      std::to_string(shape.experts) + ", top_k " +
+                                      std::to_string(shape.top_k) + ")");
+    }
+    if (config.ranks < 1 || config.ranks > 256) {
+        return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
+                                      " is outside [1, 256]");
+    }
+    if (config.ranks > shape.experts) {
+        return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
+                                      " exceeds the model's " + std::to_string(shape.experts) +
+                                      " routed experts");
+    }
+    if (config.slots_per_rank < 0 || config.rebalance_interval_steps < 0 ||
+        config.load_window_steps < 1) {
+        return invalid_argument_error(
+            "sharding: slots_per_rank and rebalance_interval_steps must be >= 0 and "
+            "load_window_steps >= 1");
+    }
+    auto block = std::unique_ptr<MoeBlock>(new MoeBlock());
+    block->shape_ = shape;
+    block->config_ = config;
+    block->driver_ = driver;
+    block->layers_.resize(static_cast<size_t>(shape.layers));
+    if (config.static_plan.empty()) {
+        EDGE_ASSIGN_OR_RETURN(block->placement_,
+                              ExpertPlacement::contiguous(shape.layers, shape.experts,
+                                                          config.ranks, config.slots_per_rank));
+    } else {
+        EDGE_ASSIGN_OR_RETURN(block->placement_,
+                              ExpertPlacement::parse(config.static_plan, shape.layers,
+                                                     shape.experts, config.ranks,
+                                                     config.slots_per_rank));
+    }
+    EDGE_ASSIGN_OR_RETURN(auto comms, shard::create_communicators(config.communicator,
+                                                                  config.ranks));
+    const size_t cells = static_cast<size_t>(shape.layers) * static_cast<size_t>(shape.experts);
+    for (int32_t r = 0; r < config.ranks; ++r) {
+        auto rank = std::make_unique<Rank>();
+        rank->id = r;
+        rank->comm = std::move(comms[r]);
+        if (config.ranks == 1) {
+            rank->backend = driver;
+        } else {
+            // Each rank gets its share of the driver's threads.
+            BackendOptions bo;
+            bo.threads = std::max(1, driver->threads() / config.ranks);
+            EDGE_ASSIGN_OR_RETURN(rank->own_backend, create_backend(driver->name(), bo));
+            rank->backend = rank->own_backend.get();
+        }
+        rank->window.assign(cells * kBuckets, 0);
+        rank->load.assign(cells, 0);
+        block->ranks_.push_back(std::move(rank));
+    }
+    block->group_ = std::make_unique<shard::RankGroup>(config.ranks);
+    block->bucket_steps_ = std::max<int64_t>(1, config.load_window_steps / kBuckets);
+    block->load_.assign(cells, 0);
+    return block;
+}
+
+void MoeBlock::set_layer(int32_t layer, Weight router, std::unique_ptr<ExpertRouter> route,
+                         std::vector<SwiGlu> experts) {
+    EDGE_CHECK(layer >= 0 && layer < shape_.layers, "moe block: layer out of range");
+    EDGE_CHECK(static_cast<int32_t>(experts.size()) == shape_.experts,
+               "moe block: wrong number of experts");
+    auto l = std::make_unique<Layer>();
+    l->router = router;
+    l->route = std::move(route);
+    l->experts = std::move(experts);
+    layers_[layer] = std::move(l);
+}
+
+void MoeBlock::begin_step() {
+    if (pending_) {
+        placement_ = std::move(*pending_);
+        pending_.reset();
+        ++plans_applied_;
+    }
+}
+
+Status MoeBlock::set_plan(ExpertPlacement plan) {
+    if (plan.layers() != shape_.layers || plan.experts() != shape_.experts ||
+        plan.ranks() != ranks()) {
+        return invalid_argument_error(
+            "moe block: plan for " + std::to_string(plan.layers()) + " layers x " +
+            std::to_string(plan.experts()) + " experts on " + std::to_string(plan.ranks()) +
+            " ranks does not fit " + std::to_string(shape_.layers) + " x " +
+            std::to_string(shape_.experts) + " on " + std::to_string(ranks()));
+    }
+    pending_ = std::move(plan);
+    return ok_status();
+}
+
+Status MoeBlock::forward(int32_t li, const float* h, int64_t n, float* x) {
+    EDGE_CHECK(li >= 0 && li < shape_.layers && layers_[li] != nullptr,
+               "moe block: layer not registered");
+    const auto t0 = SteadyClock::now();
+    const Layer& layer = *layers_[li];
+    group_->run([&](int32_t r) {
+        Rank& rk = *ranks_[r];
+        rk.status = rank_forward(rk, layer, li, h, n, x);
+    });
+    total_s_ += since(t0);
+    ++calls_;
+    for (const auto& rk : ranks_) {
+        EDGE_RETURN_IF_ERROR(rk->status);
+    }
+    return ok_status();
+}
+
+Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const float* h,
+                              int64_t n, float* x) {
+    const int64_t H = shape_.hidden;
+    const int64_t I = shape_.inter;
+    const int32_t E = shape_.experts;
+    const int32_t K = shape_.top_k;
+    const auto R = static_cast<int32_t>(ranks_.size());
+    const int32_t me = rk.id;
+    const int64_t b = n * me / R;
+    const int64_t m = n * (me + 1) / R - b;
+    // A record is the expert id then the token's H input floats.
+    const int64_t rec_bytes = static_cast<int64_t>(sizeof(int32_t)) + H * 4;
+
+    // Routing: this rank's rows through the router, top-k per token, counted into the window.
+    auto t = SteadyClock::now();
+    float* logits = grow(rk.logits, static_cast<size_t>(m * E));
+    if (m > 0) {
+        rk.backend->matmul(layer.router, h + b * H, m, logits, E);
+    }
+    float* scratch = grow(rk.route_scratch, static_cast<size_t>(layer.route->scratch_floats()));
+    int32_t* idx = grow(rk.topk_idx, static_cast<size_t>(m * K));
+    float* w = grow(rk.topk_w, static_cast<size_t>(m * K));
+    int64_t* window = rk.window.data() + static_cast<size_t>(bucket_) * rk.load.size() +
+                      static_cast<size_t>(li) * E;
+    for (int64_t i = 0; i < m; ++i) {
+        layer.route->route(logits + i * E, idx + i * K, w + i * K, scratch);
+        for (int32_t j = 0; j < K; ++j) {
+            EDGE_CHECK(idx[i * K + j] >= 0 && idx[i * K + j] < E, "router chose no expert");
+            ++window[idx[i * K + j]];
+        }
+    }
+    rk.times.routing_s += since(t);
+
+    // Dispatch: each assignment to one rank holding its expert (replicas in turn, starting at a
+    // rank-dependent offset), records grouped by destination in (token, k) order.
+    t = SteadyClock::now();
+    rk.send_rows.assign(R, 0);
+    rk.turn.assign(E, 0);
+    int32_t* dest = grow(rk.dest, static_cast<size_t>(m * K));
+    int32_t* slot = grow(rk.slot, static_cast<size_t>(m * K));
+    for (int64_t a = 0; a < m * K; ++a) {
+        const int32_t e = idx[a];
+        std::span<const int32_t> reps = placement_.replicas(li, e);
+        const int32_t d = reps[static_cast<size_t>(me + rk.turn[e]++) % reps.size()];
+        dest[a] = d;
+        slot[a] = static_cast<int32_t>(rk.send_rows[d]++);
+    }
+    rk.row_begin.assign(R + 1, 0);
+    rk.send_bytes.assign(R, 0);
+    for (int32_t d = 0; d < R; ++d) {
+        rk.row_begin[d + 1] = rk.row_begin[d] + rk.send_rows[d];
+        rk.send_bytes[d] = rk.send_rows[d] * rec_bytes;
+    }
+    unsigned char* send = grow(rk.send, static_cast<size_t>(m * K * rec_bytes));
+    for (int64_t a = 0; a < m * K; ++a) {
+        unsigned char* rec = send + (rk.row_begin[dest[a]] + slot[a]) * rec_bytes;
+        std::memcpy(rec, &idx[a], sizeof(int32_t));
+        std::memcpy(rec + sizeof(int32_t), h + (b + a / K) * H, static_cast<size_t>(H) * 4);
+    }
+    rk.recv_bytes.assign(R, 0);
+    EDGE_RETURN_IF_ERROR(rk.comm->exchange_counts(rk.send_bytes, rk.recv_bytes));
+    int64_t recv_total = 0;
+    for (int64_t c : rk.recv_bytes) {
+        recv_total += c;
+    }
+    unsigned char* recv = grow(rk.recv, static_cast<size_t>(recv_total));
+    EDGE_RETURN_IF_ERROR(rk.comm->all_to_all_v(send, rk.send_bytes, recv, rk.recv_bytes));
+    rk.times.dispatch_s += since(t);
+
+    // Compute: received rows grouped by expert (stable, so source order is kept), then one
+    // grouped pass over every expert this rank was sent work for.
+    t = SteadyClock::now();
+    const int64_t rows = recv_total / rec_bytes;
+    rk.expert_begin.assign(E + 1, 0);
+    rk.fill.assign(E, 0);
+    int32_t* row_of = grow(rk.row_of, static_cast<size_t>(rows));
+    for (int64_t k = 0; k < rows; ++k) {
+        int32_t e = 0;
+        std::memcpy(&e, recv + k * rec_bytes, sizeof(int32_t));
+        EDGE_CHECK(e >= 0 && e < E && placement_.holds(li, e, me),
+                   "moe block: a rank was sent an expert it does not hold");
+        row_of[k] = e;
+        ++rk.expert_begin[e + 1];
+    }
+    for (int32_t e = 0; e < E; ++e) {
+        rk.expert_begin[e + 1] += rk.expert_begin[e];
+    }
+    float* in = grow(rk.in, static_cast<size_t>(rows * H));
+    for (int64_t k = 0; k < rows; ++k) {
+        const int32_t e = row_of[k];
+        const int32_t row = rk.expert_begin[e] + rk.fill[e]++;
+        row_of[k] = row;
+        std::memcpy(in + row * H, recv + k * rec_bytes + sizeof(int32_t),
+                    static_cast<size_t>(H) * 4);
+    }
+    float* gate = grow(rk.gate, static_cast<size_t>(rows * I));
+    float* up = grow(rk.up, static_cast<size_t>(rows * I));
+    float* act = grow(rk.act, static_cast<size_t>(rows * I));
+    float* out = grow(rk.out, static_cast<size_t>(rows * H));
+    for (int pass = 0; pass < 2; ++pass) {
+        rk.jobs.clear();
+        for (int32_t e = 0; e < E; ++e) {
+            const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
+            if (cnt == 0) {
+                continue;
+            }
+            const int64_t r0 = rk.expert_begin[e];
+            const SwiGlu& s = layer.experts[e];
+            if (pass == 0) {
+                rk.jobs.push_back({&s.gate, in + r0 * H, cnt, gate + r0 * I, I});
+                rk.jobs.push_back({&s.up, in + r0 * H, cnt, up + r0 * I, I});
+            } else {
+                rk.jobs.push_back({&s.down, act + r0 * I, cnt, out + r0 * H, H});
+            }
+        }
+        if (!rk.jobs.empty()) {
+            rk.backend->matmul_batch(rk.jobs);
+        }
+        if (pass == 0 && rows > 0) {
+            cpu::silu_mul(gate, up, rows * I, act);
+        }
+    }
+    rk.rows_computed += rows;
+    rk.times.compute_s += since(t);
+
+    // Combine: results back in the order the records came, then per token in top-k order.
+    t = SteadyClock::now();
+    float* back = grow(rk.back, static_cast<size_t>(rows * H));
+    for (int64_t k = 0; k < rows; ++k) {
+        std::memcpy(back + k * H, out + static_cast<int64_t>(row_of[k]) * H,
+                    static_cast<size_t>(H) * 4);
+    }
+    rk.back_send.assign(R, 0);
+    rk.back_recv.assign(R, 0);
+    for (int32_t r = 0; r < R; ++r) {
+        rk.back_send[r] = rk.recv_bytes[r] / rec_bytes * H * 4;
+        rk.back_recv[r] = rk.send_rows[r] * H * 4;
+    }
+    float* ret = grow(rk.ret, static_cast<size_t>(m * K * H));
+    EDGE_RETURN_IF_ERROR(rk.comm->all_to_all_v(back, rk.back_send, ret, rk.back_recv));
+    for (int64_t i = 0; i < m; ++i) {
+        float* xi = x + (b + i) * H;
+        for (int32_t j = 0; j < K; ++j) {
+            const int64_t a = i * K + j;
+            const float wt = w[a];
+            const float* res = ret + (rk.row_begin[dest[a]] + slot[a]) * H;
+            for (int64_t d = 0; d < H; ++d) {
+                xi[d] += wt * res[d];
+            }
+        }
+    }
+    rk.times.combine_s += since(t);
+    return ok_status();
+}
+
+Status MoeBlock::refresh_load(bool plan) {
+    group_->run([&](int32_t r) {
+        Rank& rk = *ranks_[r];
+        const size_t cells = rk.load.size();
+        std::fill(rk.load.begin(), rk.load.end(), 0);
+        for (int32_t bk = 0; bk < kBuckets; ++bk) {
+            const int64_t* src = rk.window.data() + static_cast<size_t>(bk) * cells;
+            for (size_t c = 0; c < cells; ++c) {
+                rk.load[c] += src[c];
+            }
+        }
+        rk.status = rk.comm->all_reduce_sum(std::span<int64_t>(rk.load));
+    });
+    for (const auto& rk : ranks_) {
+        EDGE_RETURN_IF_ERROR(rk->status);
+    }
+    load_ = ranks_[0]->load;
+    if (plan) {
+        // Every rank could compute this same plan from its identical all-reduced load; the
+        // in-process group shares one copy.
+        EDGE_ASSIGN_OR_RETURN(ExpertPlacement next,
+                              shard::plan_placement(load_, shape_.layers, shape_.experts,
+                                                    ranks(), placement_.slots_per_rank()));
+        ++rebalances_;
+        if (!(next == placement_)) {
+            pending_ = std::move(next);
+        }
+    }
+    return ok_status();
+}
+
+Status MoeBlock::end_step() {
+    ++steps_;
+    const bool rebalance =
+        config_.rebalance_interval_steps > 0 && steps_ % config_.rebalance_interval_steps == 0;
+    const bool new_bucket = steps_ % bucket_steps_ == 0;
+    if (rebalance || new_bucket) {
+        EDGE_RETURN_IF_ERROR(refresh_load(rebalance));
+    }
+    if (new_bucket) {
+        // Slide the window: the oldest bucket is cleared and becomes the current one.
+        bucket_ = (bucket_ + 1) % kBuckets;
+        for (auto& rk : ranks_) {
+            const size_t cells = rk->load.size();
+            std::fill_n(rk->window.begin() + static_cast<std::ptrdiff_t>(bucket_ * cells), cells,
+                        0);
+        }
+    }
+    return ok_status();
+}
+
+shard::ShardStats MoeBlock::stats() const {
+    shard::ShardStats s;
+    s.ranks = ranks();
+    s.steps = steps_;
+    s.plans_applied = plans_applied_;
+    s.rebalances = rebalances_;
+    s.extra_replicas = placement_.extra_replicas();
+    s.window_steps = bucket_steps_ * kBuckets;
+    s.expert_load = load_;
+    s.imbalance = shard::imbalance(placement_, load_);
+    for (const auto& rk : ranks_) {
+        s.rank_rows.push_back(rk->rows_computed);
+        s.times.routing_s = std::max(s.times.routing_s, rk->times.routing_s);
+        s.times.dispatch_s = std::max(s.times.dispatch_s, rk->times.dispatch_s);
+        s.times.compute_s = std::max(s.times.compute_s, rk->times.compute_s);
+        s.times.combine_s = std::max(s.times.combine_s, rk->times.combine_s);
+    }
+    s.times.total_s = total_s_;
+    s.times.calls = calls_;
+    return s;
+}
+
+}  // namespace edge::engine

@@ -1,0 +1,284 @@
+#include "engine/shard/in_process_communicator.h"
+
+#include <atomic>
+#include <cstring>
+#include <string>
+
+namespace edge::engine::shard {
+namespace {
+
+// A reusable barrier for a fixed number of threads: the last to arrive resets the count and bumps
+// the generation; the others spin a little, then sleep until the generation changes.
+class SpinBarrier {
+public:
+    explicit SpinBarrier(int32_t parties) : parties_(parties) {}
+
+    void arrive_and_wait() {
+        const uint64_t gen = gen_.load(std::memory_order_acquire);
+        if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == parties_) {
+            count_.store(0, std::memory_order_relaxed);
+            gen_.fetch_add(1, std::memory_order_acq_rel);
+            gen_.notify_all();
+            return;
+        }
+        constexpr int kSpins = 2000;
+        for (int spin = 0; gen_.load(std::memory_order_acquire) == gen; ++spin) {
+            if (spin < kSpins) {
+#if defined(__x86_64__)
+                __builtin_ia32_pause();
+#endif
+            } else {
+                gen_.wait(gen, std::memory_order_acquire);
+            }
+        }
+    }
+
+private:
+    const int32_t parties_;
+    std::atomic<int32_t> count_{0};
+    std::atomic<uint64_t> gen_{0};
+};
+
+enum class OpKind : int32_t { kAllToAll, kCounts, kAllGather, kReduceF32, kReduceI64, kBarrier };
+
+const char* op_name(OpKind k) {
+    switch (k) {
+        case OpKind::kAllToAll:
+            return "all_to_all_v";
+        case OpKind::kCounts:
+            return "exchange_counts";
+        case OpKind::kAllGather:
+            return "all_gather";
+        case OpKind::kReduceF32:
+        case OpKind::kReduceI64:
+            return "all_reduce_sum";
+        case OpKind::kBarrier:
+            return "barrier";
+    }
+    return "?";
+}
+
+// What one rank publishes for the collective in flight.
+struct Posted {
+    OpKind op = OpKind::kBarrier;
+    bool valid = true;              // The rank's own arguments passed its checks.
+    const void* send = nullptr;
+    const int64_t* send_counts = nullptr;  // size() entries (all-to-all, counts).
+    int64_t bytes = 0;                     // all_gather block / reduce element count.
+};
+
+struct GroupState {
+    explicit GroupState(int32_t r) : ranks(r), posted(static_cast<size_t>(r)), barrier(r) {}
+    const int32_t ranks;
+    std::vector<Posted> posted;
+    SpinBarrier barrier;
+};
+
+class InProcessCommunicator final : public Communicator {
+public:
+    InProcessCommunicator(std::shared_ptr<GroupState> g, int32_t rank)
+        : g_(std::move(g)), rank_(rank) {}
+
+    std::string_view kind() const override { return "in_process"; }
+    int32_t rank() const override { return rank_; }
+    int32_t size() const override { return g_->ranks; }
+
+    Status all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                        std::span<const int64_t> recv_counts) override {
+        Status own = check_counts(send_counts, "send_counts", send);
+        if (own.ok()) {
+            own = check_counts(recv_counts, "recv_counts", recv);
+        }
+        Posted p{OpKind::kAllToAll, own.ok(), send, send_counts.data(), 0};
+        publish(p);
+        Status st = own;
+        if (st.ok()) {
+            st = agree(OpKind::kAllToAll);
+        }
+        if (st.ok()) {
+            // Check every peer's count for us first, so a mismatch writes nothing.
+            for (int32_t r = 0; r < size() && st.ok(); ++r) {
+                const int64_t n = g_->posted[r].send_counts[rank_];
+                if (n != recv_counts[r]) {
+                    st = invalid_argument_error(where(OpKind::kAllToAll) + ": rank " +
+                                                std::to_string(r) + " sends " +
+                                                std::to_string(n) + " bytes but recv_counts[" +
+                                                std::to_string(r) + "] is " +
+                                                std::to_string(recv_counts[r]));
+                }
+            }
+        }
+        if (st.ok()) {
+            auto* out = static_cast<unsigned char*>(recv);
+            int64_t at = 0;
+            for (int32_t r = 0; r < size(); ++r) {
+                const Posted& peer = g_->posted[r];
+                int64_t off = 0;
+                for (int32_t q = 0; q < rank_; ++q) {
+                    off += peer.send_counts[q];
+                }
+                if (recv_counts[r] > 0) {
+                    std::memcpy(out + at, static_cast<const unsigned char*>(peer.send) + off,
+                                static_cast<size_t>(recv_counts[r]));
+                }
+                at += recv_counts[r];
+            }
+        }
+        g_->barrier.arrive_and_wait();
+        return st;
+    }
+
+    Status exchange_counts(std::span<const int64_t> send_counts,
+                           std::span<int64_t> recv_counts) override {
+        Status own = ok_status();
+        if (static_cast<int32_t>(send_counts.size()) != size() ||
+            static_cast<int32_t>(recv_counts.size()) != size()) {
+            own = invalid_argument_error(where(OpKind::kCounts) + ": count arrays must have " +
+                                         std::to_string(size()) + " entries");
+        }
+        publish({OpKind::kCounts, own.ok(), nullptr, send_counts.data(), 0});
+        Status st = own.ok() ? agree(OpKind::kCounts) : own;
+        if (st.ok()) {
+            for (int32_t r = 0; r < size(); ++r) {
+                recv_counts[r] = g_->posted[r].send_counts[rank_];
+            }
+        }
+        g_->barrier.arrive_and_wait();
+        return st;
+    }
+
+    Status all_gather(const void* send, int64_t bytes, void* recv) override {
+        Status own = ok_status();
+        if (bytes < 0 || (bytes > 0 && (send == nullptr || recv == nullptr))) {
+            own = invalid_argument_error(where(OpKind::kAllGather) +
+                                         ": negative size or null buffer");
+        }
+        publish({OpKind::kAllGather, own.ok(), send, nullptr, bytes});
+        Status st = own.ok() ? agree(OpKind::kAllGather) : own;
+        if (st.ok() && bytes > 0) {
+            auto* out = static_cast<unsigned char*>(recv);
+            for (int32_t r = 0; r < size(); ++r) {
+                std::memcpy(out + static_cast<size_t>(r) * static_cast<size_t>(bytes),
+                            g_->posted[r].send, static_cast<size_t>(bytes));
+            }
+        }
+        g_->barrier.arrive_and_wait();
+        return st;
+    }
+
+    Status all_reduce_sum(std::span<float> data) override {
+        return reduce(OpKind::kReduceF32, data, f32_tmp_);
+    }
+    Status all_reduce_sum(std::span<int64_t> data) override {
+        return reduce(OpKind::kReduceI64, data, i64_tmp_);
+    }
+
+    Status barrier() override {
+        publish({OpKind::kBarrier, true, nullptr, nullptr, 0});
+        Status st = agree(OpKind::kBarrier);
+        g_->barrier.arrive_and_wait();
+        return st;
+    }
+
+private:
+    std::string where(OpKind k) const {
+        return std::string("in_process ") + op_name(k) + " (rank " + std::to_string(rank_) +
+               " of " + std::to_string(size()) + ")";
+    }
+
+    Status check_counts(std::span<const int64_t> counts, const char* name, const void* buf) const {
+        if (static_cast<int32_t>(counts.size()) != size()) {
+            return invalid_argument_error(where(OpKind::kAllToAll) + ": " + name + " has " +
+                                          std::to_string(counts.size()) + " entries, not " +
+                                          std::to_string(size()));
+        }
+        int64_t total = 0;
+        for (int64_t c : counts) {
+            if (c < 0 || c > (int64_t{1} << 40) || total > (int64_t{1} << 50)) {
+                return invalid_argument_error(where(OpKind::kAllToAll) + ": " + name +
+                                              " holds a negative or huge count " +
+                                              std::to_string(c));
+            }
+            total += c;
+        }
+        if (total > 0 && buf == nullptr) {
+            return invalid_argument_error(where(OpKind::kAllToAll) + ": null buffer for " +
+                                          std::to_string(total) + " bytes");
+        }
+        return ok_status();
+    }
+
+    // Publishes this rank's arguments, then waits for all ranks to have published theirs.
+    void publish(const Posted& p) {
+        g_->posted[rank_] = p;
+        g_->barrier.arrive_and_wait();
+    }
+
+    // Whether every rank posted valid arguments for the same collective (and, for the sized
+    // ones, the same size).
+    Status agree(OpKind k) const {
+        const Posted& mine = g_->posted[rank_];
+        for (int32_t r = 0; r < size(); ++r) {
+            const Posted& p = g_->posted[r];
+            if (p.op != k) {
+                return invalid_argument_error(where(k) + ": rank " + std::to_string(r) +
+                                              " called " + op_name(p.op) + " instead");
+            }
+            if (!p.valid) {
+                return invalid_argument_error(where(k) + ": rank " + std::to_string(r) +
+                                              " passed invalid arguments");
+            }
+            if (p.bytes != mine.bytes) {
+                return invalid_argument_error(where(k) + ": rank " + std::to_string(r) +
+                                              " passed size " + std::to_string(p.bytes) +
+                                              ", this rank " + std::to_string(mine.bytes));
+            }
+        }
+        return ok_status();
+    }
+
+    template <typename T>
+    Status reduce(OpKind k, std::span<T> data, std::vector<T>& tmp) {
+        const auto n = static_cast<int64_t>(data.size());
+        publish({k, true, data.data(), nullptr, n});
+        Status st = agree(k);
+        if (st.ok()) {
+            tmp.assign(data.size(), T{0});
+            for (int32_t r = 0; r < size(); ++r) {
+                const T* src = static_cast<const T*>(g_->posted[r].send);
+                for (int64_t i = 0; i < n; ++i) {
+                    tmp[i] += src[i];
+                }
+            }
+        }
+        // Everyone has read every input; now each rank may overwrite its own.
+        g_->barrier.arrive_and_wait();
+        if (st.ok()) {
+            std::copy(tmp.begin(), tmp.end(), data.begin());
+        }
+        return st;
+    }
+
+    std::shared_ptr<GroupState> g_;
+    const int32_t rank_;
+    std::vector<float> f32_tmp_;
+    std::vector<int64_t> i64_tmp_;
+};
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Communicator>>> create_in_process_group(int32_t ranks) {
+    if (ranks < 1 || ranks > kMaxInProcessRanks) {
+        return invalid_argument_error("in_process communicator: ranks " + std::to_string(ranks) +
+                                      " is outside [1, " + std::to_string(kMaxInProcessRanks) +
+                                      "]");
+    }
+    auto state = std::make_shared<GroupState>(ranks);
+    std::vector<std::unique_ptr<Communicator>> out;
+    for (int32_t r = 0; r < ranks; ++r) {
+        out.push_back(std::make_unique<InProcessCommunicator>(state, r));
+    }
+    return out;
+}
+
+}  // namespace edge::engine::shard
