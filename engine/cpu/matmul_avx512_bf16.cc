@@ -157,21 +157,28 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
         return;
     }
     const int64_t kp = (k + 31) / 32 * 32;
-    // Per-thread scratch for the split activations; grows to the largest call and stays.
+    // Per-thread scratch for the split activations of up to kTokenGroup tokens (bounded: a long
+    // prefill is taken a group at a time, each group reading the rows once).
+    constexpr int64_t kTokenGroup = 64;
     thread_local std::vector<uint16_t> scratch;
-    if (scratch.size() < static_cast<size_t>(2 * n * kp)) {
-        scratch.resize(static_cast<size_t>(2 * n * kp));
+    const int64_t group = n < kTokenGroup ? n : kTokenGroup;
+    if (scratch.size() < static_cast<size_t>(2 * group * kp)) {
+        scratch.resize(static_cast<size_t>(2 * group * kp));
     }
     uint16_t* hi = scratch.data();
-    uint16_t* lo = hi + n * kp;
-    split_activations(x, n, k, kp, hi, lo);
+    uint16_t* lo = hi + group * kp;
     const auto* base = static_cast<const uint16_t*>(w.data);
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
-        rows_block<4>(base + r * k, k, hi, lo, kp, n, y + r, ldy);
-    }
-    for (; r < r1; ++r) {
-        rows_block<1>(base + r * k, k, hi, lo, kp, n, y + r, ldy);
+    for (int64_t t0 = 0; t0 < n; t0 += group) {
+        const int64_t nt = n - t0 < group ? n - t0 : group;
+        split_activations(x + t0 * k, nt, k, kp, hi, lo);
+        float* yt = y + t0 * ldy;
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) {
+            rows_block<4>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
+        }
+        for (; r < r1; ++r) {
+            rows_block<1>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
+        }
     }
 }
 
