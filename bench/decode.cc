@@ -72,6 +72,7 @@ int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
 struct Single {
     double prefill_tps = 0;
     double decode_tps = 0;
+    double decode_cpu_s_per_token = 0;  // Process CPU seconds (all threads) per decode token.
 };
 
 Single run_single(CausalLM& m, int prefill, int steps) {
@@ -93,6 +94,7 @@ Single run_single(CausalLM& m, int prefill, int steps) {
     r.prefill_tps = prefill / seconds_since(t0);
     TokenId tok = argmax(logits.data(), V);
     t0 = Clock::now();
+    const double cpu0 = edge::bench::process_cpu_seconds();
     for (int s = 0; s < steps; ++s) {
         SequenceChunk d{slot, m.slot_length(slot), {&tok, 1}, false};
         if (!m.forward({&d, 1}, &logits).ok()) {
@@ -102,6 +104,7 @@ Single run_single(CausalLM& m, int prefill, int steps) {
         tok = argmax(logits.data(), V);
     }
     r.decode_tps = steps / seconds_since(t0);
+    r.decode_cpu_s_per_token = (edge::bench::process_cpu_seconds() - cpu0) / steps;
     m.release_slot(slot);
     return r;
 }
@@ -189,6 +192,9 @@ int main(int argc, char** argv) {
     const int64_t bytes_per_token = decode_bytes_per_token(*config);
     const double bw1 = edge::bench::measure_read_bandwidth(1);
     const double bw2 = edge::bench::measure_read_bandwidth(2);
+    // Per second of CPU time: on a machine shared with other work, what one thread reads while
+    // it runs; compared with decode's bytes per CPU second at 1 thread.
+    const double bw1_cpu = edge::bench::measure_read_bandwidth(1, size_t{1} << 30, 7, true);
 
     Single single[2];
     double batched8 = 0, batched32 = 0;
@@ -231,6 +237,9 @@ int main(int argc, char** argv) {
     }
     const double frac1 = single[0].decode_tps * bytes_per_token / bw1;
     const double frac2 = single[1].decode_tps * bytes_per_token / bw2;
+    const double frac1_cpu = single[0].decode_cpu_s_per_token > 0
+                                 ? bytes_per_token / single[0].decode_cpu_s_per_token / bw1_cpu
+                                 : 0.0;
     // The single-stream rate at the thread count the batched figures were taken with.
     const double single_ref = only_threads == 1 ? single[0].decode_tps : single[1].decode_tps;
     std::printf("%-44s %14s\n", "figure", "value");
@@ -241,6 +250,11 @@ int main(int argc, char** argv) {
     std::printf("%-44s %14.2f\n", "decode tokens/s, 2 threads", single[1].decode_tps);
     std::printf("%-44s %14.3f\n", "decode fraction of bandwidth, 1 thread", frac1);
     std::printf("%-44s %14.3f\n", "decode fraction of bandwidth, 2 threads", frac2);
+    std::printf("%-44s %14.3f\n", "same, per CPU second, 1 thread", frac1_cpu);
+    std::printf("%-44s %14.2f\n", "decode CPU ms per token, 1 thread",
+                single[0].decode_cpu_s_per_token * 1e3);
+    std::printf("%-44s %14.2f\n", "decode CPU ms per token, 2 threads (sum)",
+                single[1].decode_cpu_s_per_token * 1e3);
     std::printf("%-44s %14.1f\n", "prefill tokens/s, 1 thread", single[0].prefill_tps);
     std::printf("%-44s %14.1f\n", "prefill tokens/s, 2 threads", single[1].prefill_tps);
     std::printf("%-44s %14.2f\n", "batched decode tokens/s, 8 seqs", batched8);
@@ -253,13 +267,16 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"bench\":\"decode\",\"membw_gbps_1t\":%.3f,\"membw_gbps_2t\":%.3f,"
         "\"weight_bytes_per_decode_token\":%lld,\"decode_tps_1t\":%.3f,\"decode_tps_2t\":%.3f,"
-        "\"decode_bw_fraction_1t\":%.4f,\"decode_bw_fraction_2t\":%.4f,\"prefill_tps_1t\":%.2f,"
+        "\"decode_bw_fraction_1t\":%.4f,\"decode_bw_fraction_2t\":%.4f,"
+        "\"decode_bw_fraction_per_cpu_s_1t\":%.4f,\"decode_cpu_ms_per_token_1t\":%.3f,"
+        "\"decode_cpu_ms_per_token_2t\":%.3f,\"prefill_tps_1t\":%.2f,"
         "\"prefill_tps_2t\":%.2f,\"batched_tps_8\":%.3f,\"batched_tps_32\":%.3f,"
         "\"batched32_over_single\":%.3f,\"weight_bytes\":%lld,\"kv_bytes_per_token\":%lld,"
         "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
         bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
-        single[1].decode_tps, frac1, frac2, single[0].prefill_tps, single[1].prefill_tps, batched8,
-        batched32, batched32 / single_ref, static_cast<long long>(weight_bytes),
+        single[1].decode_tps, frac1, frac2, frac1_cpu, single[0].decode_cpu_s_per_token * 1e3,
+        single[1].decode_cpu_s_per_token * 1e3, single[0].prefill_tps, single[1].prefill_tps,
+        batched8, batched32, batched32 / single_ref, static_cast<long long>(weight_bytes),
         static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
         static_cast<long long>(rss_warm));
     return 0;

@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,8 +44,19 @@ inline uint64_t read_sum_scalar(const uint8_t* p, size_t n) {
     return s0 + s1;
 }
 
+// Seconds of CPU time this process has used (all threads).
+inline double process_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // Median read bandwidth (bytes/s) of `threads` threads over a `bytes` buffer, `runs` runs.
-inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30, int runs = 7) {
+// With `per_cpu_second` set, the rate is per second of CPU time instead of wall time: on a
+// machine shared with other work, the bandwidth while this process actually runs (meaningful for
+// one thread; with more, the threads may not have run at the same time).
+inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30, int runs = 7,
+                                     bool per_cpu_second = false) {
     void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
         return 0.0;
@@ -56,6 +68,7 @@ inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30
     std::vector<uint64_t> sink(threads);
     for (int r = 0; r < runs; ++r) {
         auto t0 = std::chrono::steady_clock::now();
+        const double cpu0 = process_cpu_seconds();
         std::vector<std::thread> ts;
         for (int t = 0; t < threads; ++t) {
             ts.emplace_back([&, t] {
@@ -67,7 +80,9 @@ inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30
         for (auto& t : ts) {
             t.join();
         }
-        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double s = per_cpu_second
+                       ? (process_cpu_seconds() - cpu0) / threads
+                       : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         rates.push_back(static_cast<double>(bytes) / s);
     }
     munmap(mem, bytes);

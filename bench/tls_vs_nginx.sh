@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # TLS keep-alive throughput of GET /v1/models: edgeserve on one I/O thread against nginx with one
 # worker, same certificate, same response bytes, both measured with wrk in the same run.
+# The two servers are measured in alternating rounds (BENCH_ROUNDS, default 3, of BENCH_SECONDS
+# each) so that a change in the machine's load hits both alike; the figures are the medians of the
+# rounds, and the ratio is the median of the per-round ratios.
 # Prints a table, then (last line) one JSON object: {"edgeserve_rps", "nginx_rps", "ratio"}.
-# Env: EDGE_BUILD_DIR (default build/), BENCH_SECONDS (10), BENCH_CONNECTIONS (32).
+# Env: EDGE_BUILD_DIR (default build/), BENCH_SECONDS (10), BENCH_CONNECTIONS (32),
+# BENCH_ROUNDS (3).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${EDGE_BUILD_DIR:-$root/build}"
 seconds="${BENCH_SECONDS:-10}"
 conns="${BENCH_CONNECTIONS:-32}"
+rounds="${BENCH_ROUNDS:-3}"
 edgeserve="$build/daemon/edgeserve"
 for tool in wrk nginx openssl curl; do
     command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
@@ -89,13 +94,23 @@ run_wrk() {
     wrk -t1 -c"$conns" -d"${seconds}s" "https://127.0.0.1:$1/v1/models" > "$work/wrk-$2.txt"
     awk '/^Requests\/sec:/ {print $2}' "$work/wrk-$2.txt"
 }
-edge_rps="$(run_wrk "$edge_port" edgeserve)"
-nginx_rps="$(run_wrk "$nginx_port" nginx)"
-ratio="$(awk -v a="$edge_rps" -v b="$nginx_rps" 'BEGIN {printf "%.3f", a / b}')"
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+edge_all=(); nginx_all=(); ratio_all=()
+for round in $(seq "$rounds"); do
+    e="$(run_wrk "$edge_port" edgeserve)"
+    n="$(run_wrk "$nginx_port" nginx)"
+    edge_all+=("$e"); nginx_all+=("$n")
+    ratio_all+=("$(awk -v a="$e" -v b="$n" 'BEGIN {printf "%.4f", a / b}')")
+    echo "round $round: edgeserve $e nginx $n" >&2
+done
+edge_rps="$(printf '%s\n' "${edge_all[@]}" | median)"
+nginx_rps="$(printf '%s\n' "${nginx_all[@]}" | median)"
+ratio="$(printf '%s\n' "${ratio_all[@]}" | median)"
+ratio="$(awk -v r="$ratio" 'BEGIN {printf "%.3f", r}')"
 
 printf '%-28s %14s\n' "server (GET /v1/models, TLS)" "requests/s"
 printf '%-28s %14s\n' "edgeserve, 1 I/O thread" "$edge_rps"
 printf '%-28s %14s\n' "nginx, 1 worker" "$nginx_rps"
 printf '%-28s %14s\n' "ratio edgeserve/nginx" "$ratio"
-printf '{"bench":"tls_vs_nginx","seconds":%s,"connections":%s,"edgeserve_rps":%s,"nginx_rps":%s,"ratio":%s}\n' \
-    "$seconds" "$conns" "$edge_rps" "$nginx_rps" "$ratio"
+printf '{"bench":"tls_vs_nginx","seconds":%s,"rounds":%s,"connections":%s,"edgeserve_rps":%s,"nginx_rps":%s,"ratio":%s}\n' \
+    "$seconds" "$rounds" "$conns" "$edge_rps" "$nginx_rps" "$ratio"

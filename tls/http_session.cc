@@ -338,14 +338,18 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
         out += "\r\nConnection: keep-alive";
     }
     out += "\r\n\r\n";
-    std::array<net::const_buffer, 2> buffers{net::buffer(out), net::buffer(response.body)};
-    if (response.body.size() <= 16 * 1024) {
-        out += response.body;
-        buffers[0] = net::buffer(out);
-        buffers[1] = net::const_buffer();
-    }
     stream_.next_layer().expires_after(server_.config_.limits.write_timeout);
-    auto [wec, n] = co_await net::async_write(stream_, buffers, kTuple);
+    boost::system::error_code wec;
+    if (response.body.size() <= 16 * 1024) {
+        // Head and body in one buffer: one TLS record, and a single buffer is written as is
+        // (a sequence of two would be copied into the stream's coalescing buffer first).
+        out += response.body;
+        auto single = net::buffer(out);
+        std::tie(wec, std::ignore) = co_await net::async_write(stream_, single, kTuple);
+    } else {
+        std::array<net::const_buffer, 2> buffers{net::buffer(out), net::buffer(response.body)};
+        std::tie(wec, std::ignore) = co_await net::async_write(stream_, buffers, kTuple);
+    }
     if (out.capacity() > 64 * 1024) {
         std::string().swap(out);
     }
@@ -392,8 +396,19 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     busy_ = true;
     parser.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
-    stream_.next_layer().expires_after(limits.header_timeout);
-    auto [ec, n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
+    // Usually the whole header is already in the buffer (a keep-alive client sends a request in
+    // one segment): parse it here, and read asynchronously only when more bytes are needed (an
+    // asynchronous read that needs no bytes still completes through the io_context queue).
+    boost::system::error_code ec;
+    buffer_.consume(parser.put(buffer_.data(), ec));
+    if (ec == http::error::need_more) {
+        ec = {};
+    }
+    if (!ec && !parser.is_header_done()) {
+        stream_.next_layer().expires_after(limits.header_timeout);
+        auto [read_ec, n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
+        ec = read_ec;
+    }
     if (ec == http::error::header_limit) {
         co_await reject(431, "request header fields too large", 11);
         co_return false;

@@ -13,7 +13,7 @@ Isa detect_isa() {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("fma")) {
-        return Isa::kAvx512;
+        return __builtin_cpu_supports("avx512bf16") ? Isa::kAvx512Bf16 : Isa::kAvx512;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         // F16C is implied on every AVX2 CPU shipped; the F16 kernel relies on it.
@@ -31,11 +31,19 @@ std::string_view isa_name(Isa isa) {
             return "avx2";
         case Isa::kAvx512:
             return "avx512";
+        case Isa::kAvx512Bf16:
+            return "avx512_bf16";
     }
     return "?";
 }
 
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa) {
+    if (format == WeightFormat::kBF16 && isa == Isa::kAvx512Bf16) {
+        return matmul_bf16_avx512bf16;
+    }
+    if (isa == Isa::kAvx512Bf16) {
+        isa = Isa::kAvx512;  // The other float formats have no BF16-specific kernel.
+    }
     switch (format) {
         case WeightFormat::kF32:
             return isa == Isa::kAvx512 ? matmul_f32_avx512

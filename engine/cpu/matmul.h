@@ -19,7 +19,8 @@
 
 namespace edge::engine::cpu {
 
-enum class Isa { kScalar, kAvx2, kAvx512 };
+// kAvx512Bf16 is kAvx512 plus AVX512_BF16 dot products for BF16 weights (F32/F16 as kAvx512).
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 
 // The best ISA this CPU runs (cpuid).
 Isa detect_isa();

@@ -32,5 +32,9 @@ void matmul_bf16_avx512(const Weight& w, const float* x, int64_t n, float* y, in
                         int64_t r0, int64_t r1);
 void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                        int64_t r0, int64_t r1);
+// AVX512_BF16 (vdpbf16ps) with the activations split into bf16 hi + lo parts: about 16 mantissa
+// bits per activation instead of 24 (see matmul_avx512_bf16.cc for the error bound).
+void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                            int64_t r0, int64_t r1);
 
 }  // namespace edge::engine::cpu

@@ -2,9 +2,74 @@
 
 #include <cmath>
 
+#include "engine/cpu/ops_kernels.h"
+
 namespace edge::engine::cpu {
 
+bool ops_use_avx512() {
+#if defined(__x86_64__)
+    static const bool use = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    }();
+    return use;
+#else
+    return false;
+#endif
+}
+
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+#if defined(__x86_64__)
+    if (ops_use_avx512()) {
+        rms_norm_avx512(x, weight, n, eps, out);
+        return;
+    }
+#endif
+    rms_norm_scalar(x, weight, n, eps, out);
+}
+
+void rope_neox(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+#if defined(__x86_64__)
+    if (ops_use_avx512()) {
+        rope_neox_avx512(head, rot_dim, cos, sin);
+        return;
+    }
+#endif
+    rope_neox_scalar(head, rot_dim, cos, sin);
+}
+
+void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+#if defined(__x86_64__)
+    if (ops_use_avx512()) {
+        rope_interleaved_avx512(head, rot_dim, cos, sin);
+        return;
+    }
+#endif
+    rope_interleaved_scalar(head, rot_dim, cos, sin);
+}
+
+void softmax(float* x, int64_t n) {
+#if defined(__x86_64__)
+    if (ops_use_avx512()) {
+        softmax_avx512(x, n);
+        return;
+    }
+#endif
+    softmax_scalar(x, n);
+}
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+#if defined(__x86_64__)
+    if (ops_use_avx512()) {
+        silu_mul_avx512(gate, up, n, out);
+        return;
+    }
+#endif
+    silu_mul_scalar(gate, up, n, out);
+}
+
+void rms_norm_scalar(const float* x, const float* weight, int64_t n, float eps, float* out) {
     double ss = 0.0;
     for (int64_t i = 0; i < n; ++i) {
         ss += static_cast<double>(x[i]) * x[i];
@@ -24,7 +89,7 @@ void rope_angles(int64_t pos, const double* inv_freq, int64_t half, float* cos_o
     }
 }
 
-void rope_neox(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+void rope_neox_scalar(float* head, int64_t rot_dim, const float* cos, const float* sin) {
     const int64_t half = rot_dim / 2;
     for (int64_t i = 0; i < half; ++i) {
         float a = head[i];
@@ -34,7 +99,7 @@ void rope_neox(float* head, int64_t rot_dim, const float* cos, const float* sin)
     }
 }
 
-void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+void rope_interleaved_scalar(float* head, int64_t rot_dim, const float* cos, const float* sin) {
     for (int64_t i = 0; i < rot_dim / 2; ++i) {
         float a = head[2 * i];
         float b = head[2 * i + 1];
@@ -43,7 +108,7 @@ void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const floa
     }
 }
 
-void softmax(float* x, int64_t n) {
+void softmax_scalar(float* x, int64_t n) {
     if (n <= 0) {
         return;
     }
@@ -62,7 +127,7 @@ void softmax(float* x, int64_t n) {
     }
 }
 
-void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) {
     for (int64_t i = 0; i < n; ++i) {
         float g = gate[i];
         out[i] = g / (1.0f + std::exp(-g)) * up[i];

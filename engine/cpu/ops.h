@@ -1,8 +1,10 @@
 #pragma once
 
 // The non-matmul kernels of a transformer forward in f32: RMSNorm, rotary embeddings, softmax,
-// SiLU-gated product and causal GQA attention over a KV cache. Plain loops written for the
-// compiler's vectoriser; the matmuls (engine/cpu/matmul.h) are where the time goes.
+// SiLU-gated product and causal GQA attention over a KV cache. RMSNorm, RoPE, softmax and the
+// SiLU product run AVX-512 versions where cpuid reports AVX-512 (chosen once, at first use) and
+// the scalar references of ops_kernels.h elsewhere; the matmuls (engine/cpu/matmul.h) are where
+// the time goes.
 // Pure functions over caller-owned buffers; thread-safe on disjoint outputs.
 
 #include <cstdint>

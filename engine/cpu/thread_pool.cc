@@ -3,15 +3,25 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace edge::engine::cpu {
 namespace {
 
-// Spins this many times before sleeping: a forward issues many short parallel_fors back to back,
-// and waking a sleeping thread costs more than the work of many.
-constexpr int kSpins = 4000;
+using SpinClock = std::chrono::steady_clock;
+
+// An idle worker spins this long for the next job before it sleeps: a forward issues many short
+// parallel_fors back to back (and the next token follows within microseconds), and waking a
+// sleeping thread costs more than the work of many.
+constexpr auto kSpinTime = std::chrono::microseconds(300);
+// The caller, waiting for workers to finish their chunks, spins this long, then yields the CPU
+// (a worker preempted mid-chunk may be waiting for this very core), then sleeps.
+constexpr auto kCallerSpinTime = std::chrono::microseconds(50);
+constexpr auto kCallerYieldTime = std::chrono::milliseconds(2);
 // Chunks per worker: enough that the others can absorb a late worker's share.
 constexpr int64_t kChunksPerWorker = 4;
+// Pause instructions between clock reads while spinning.
+constexpr int kPausesPerCheck = 32;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -52,8 +62,7 @@ void ThreadPool::run(int64_t n, int64_t grain, Fn fn, void* ctx) {
     }
     const int64_t grains = (n + grain - 1) / grain;
     const int64_t chunks = std::min<int64_t>(grains, size_ * kChunksPerWorker);
-    const int64_t chunk = (grains + chunks - 1) / chunks * grain;
-    dispatch(fn, ctx, n, chunk, false);
+    dispatch(fn, ctx, n, grain, chunks, false);
 }
 
 void ThreadPool::run_dynamic(int64_t tasks, Fn fn, void* ctx) {
@@ -66,16 +75,18 @@ void ThreadPool::run_dynamic(int64_t tasks, Fn fn, void* ctx) {
         }
         return;
     }
-    dispatch(fn, ctx, tasks, 1, true);
+    dispatch(fn, ctx, tasks, 1, tasks, true);
 }
 
-void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t chunk, bool tasks) {
+void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t grain, int64_t chunks,
+                          bool tasks) {
     // The job is closed and no worker is active (the previous dispatch ended that way).
     fn_ = fn;
     ctx_ = ctx;
     n_ = n;
-    chunk_ = chunk;
-    chunks_ = (n + chunk - 1) / chunk;
+    grain_ = grain;
+    grains_ = (n + grain - 1) / grain;
+    chunks_ = chunks;
     tasks_ = tasks;
     next_.store(0, std::memory_order_relaxed);
     gen_.fetch_add(1, std::memory_order_seq_cst);  // Open.
@@ -83,16 +94,30 @@ void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t chunk, bool tasks
     work_on(0);
     // Close, then wait only for workers that got in: one that has not started never will.
     gen_.fetch_add(1, std::memory_order_seq_cst);
-    for (int spin = 0;; ++spin) {
-        int a = active_.load(std::memory_order_seq_cst);
-        if (a == 0) {
-            break;
-        }
-        if (spin < kSpins) {
+    if (active_.load(std::memory_order_seq_cst) == 0) {
+        return;
+    }
+    const SpinClock::time_point start = SpinClock::now();
+    for (;;) {
+        for (int i = 0; i < kPausesPerCheck; ++i) {
+            if (active_.load(std::memory_order_seq_cst) == 0) {
+                return;
+            }
             cpu_relax();
-        } else {
-            active_.wait(a, std::memory_order_seq_cst);
         }
+        const auto waited = SpinClock::now() - start;
+        if (waited < kCallerSpinTime) {
+            continue;
+        }
+        if (waited < kCallerYieldTime) {
+            sched_yield();
+            continue;
+        }
+        const int a = active_.load(std::memory_order_seq_cst);
+        if (a == 0) {
+            return;
+        }
+        active_.wait(a, std::memory_order_seq_cst);
     }
 }
 
@@ -105,7 +130,7 @@ void ThreadPool::work_on(int worker) {
         if (tasks_) {
             fn_(ctx_, c, worker);
         } else {
-            fn_(ctx_, c * chunk_, std::min(n_, (c + 1) * chunk_));
+            fn_(ctx_, chunk_begin(c), chunk_begin(c + 1));
         }
     }
 }
@@ -114,16 +139,25 @@ void ThreadPool::worker_loop(int worker) {
     uint64_t seen = 0;
     for (;;) {
         uint64_t g = gen_.load(std::memory_order_seq_cst);
-        for (int spin = 0; g == seen || (g & 1) != 0; ++spin) {
-            if (stop_.load()) {
-                return;
+        if (g == seen || (g & 1) != 0) {
+            // Spin for the next job, then sleep until gen_ moves.
+            const SpinClock::time_point start = SpinClock::now();
+            bool spinning = true;
+            while (g == seen || (g & 1) != 0) {
+                if (stop_.load(std::memory_order_relaxed)) {
+                    return;
+                }
+                if (spinning) {
+                    for (int i = 0; i < kPausesPerCheck && (g == seen || (g & 1) != 0); ++i) {
+                        cpu_relax();
+                        g = gen_.load(std::memory_order_seq_cst);
+                    }
+                    spinning = SpinClock::now() - start < kSpinTime;
+                } else {
+                    gen_.wait(g, std::memory_order_seq_cst);
+                    g = gen_.load(std::memory_order_seq_cst);
+                }
             }
-            if (spin < kSpins) {
-                cpu_relax();
-            } else {
-                gen_.wait(g, std::memory_order_seq_cst);
-            }
-            g = gen_.load(std::memory_order_seq_cst);
         }
         if (stop_.load()) {
             return;

@@ -2,15 +2,19 @@
 
 // ThreadPool is a fixed set of compute threads that run one parallel_for at a time. The calling
 // thread takes part as worker 0, so a pool of size 1 starts no thread at all. A parallel_for splits
-// [0, n) into a few contiguous chunks per worker (boundaries rounded to `grain`) that the workers
-// claim from a shared counter: on a busy machine, a worker the OS has not scheduled yet costs
-// nothing, because the others take its chunks and the caller never waits for a worker that has not
-// started. Nothing is allocated per call: the body is passed as a pointer to the caller's lambda.
+// [0, n) into a few contiguous, equal chunks per worker (boundaries at multiples of `grain`) that
+// the workers claim from a shared counter: on a busy machine, a worker the OS has not scheduled yet
+// costs nothing, because the others take its chunks and the caller never waits for a worker that
+// has not started. Nothing is allocated per call: the body is passed as a pointer to the caller's
+// lambda. Idle workers spin for a short while (kSpinTime in thread_pool.cc) before they sleep, so
+// the many short jobs of a forward pass start without a wake-up system call; the claim counter, the
+// job generation and the active count live on separate cache lines.
 //
 // Threading: parallel_for may be called from one thread at a time (the model's forward); the body
 // runs concurrently on disjoint ranges and must not call parallel_for again. The destructor joins
 // the workers.
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <thread>
@@ -54,24 +58,32 @@ private:
     using Fn = void (*)(void*, int64_t, int64_t);
     void run(int64_t n, int64_t grain, Fn fn, void* ctx);
     void run_dynamic(int64_t tasks, Fn fn, void* ctx);
-    void dispatch(Fn fn, void* ctx, int64_t n, int64_t chunk, bool tasks);
+    void dispatch(Fn fn, void* ctx, int64_t n, int64_t grain, int64_t chunks, bool tasks);
     void work_on(int worker);
     void worker_loop(int worker);
+
+    // Start of chunk c of the current job (chunks are equal to within one grain).
+    int64_t chunk_begin(int64_t c) const {
+        return c >= chunks_ ? n_ : std::min(n_, c * grains_ / chunks_ * grain_);
+    }
 
     int size_ = 1;
     std::vector<std::thread> threads_;
     // The current job. Written by the caller only while the job is closed (gen_ odd) and no
     // worker is active; read by workers only while they are counted in active_ and saw it open.
-    Fn fn_ = nullptr;
+    // One cache line, read-only while the job runs.
+    alignas(64) Fn fn_ = nullptr;
     void* ctx_ = nullptr;
     int64_t n_ = 0;
-    int64_t chunk_ = 1;
+    int64_t grain_ = 1;
+    int64_t grains_ = 0;
     int64_t chunks_ = 0;
     bool tasks_ = false;
-    std::atomic<int64_t> next_{0};     // Next chunk to claim.
-    std::atomic<uint64_t> gen_{0};     // Even: job open; odd: closed. Bumped per open/close.
-    std::atomic<int> active_{0};       // Workers inside the current job.
+    // Each counter on its own line: claims do not disturb the workers polling gen_.
+    alignas(64) std::atomic<int64_t> next_{0};  // Next chunk to claim.
+    alignas(64) std::atomic<uint64_t> gen_{0};  // Even: job open; odd: closed. Bumped per open/close.
     std::atomic<bool> stop_{false};
+    alignas(64) std::atomic<int> active_{0};  // Workers inside the current job.
 };
 
 }  // namespace edge::engine::cpu
