@@ -20,7 +20,7 @@
 #include "engine/cpu/router.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/expert_placement.h"
-#include "engine/model/kv_cache.h"
+#include "engine/model/paged_causal_lm.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 
@@ -65,21 +65,12 @@ struct SwiGlu {
     Weight down;
 };
 
-class SigmoidMoeModel : public CausalLM {
+class SigmoidMoeModel : public PagedCausalLM {
   public:
     SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkpoint> ckpt,
                     std::unique_ptr<Backend> backend);
 
     const ModelSpec& spec() const override { return spec_; }
-    Result<int32_t> acquire_slot() override { return kv_->acquire(); }
-    void release_slot(int32_t slot) override { kv_->release(slot); }
-    void truncate_slot(int32_t slot, int32_t length) override;
-    int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
-    double kv_use() const override {
-        const int64_t budget = kv_->shape().max_tokens;
-        return budget > 0 ? static_cast<double>(kv_->used_tokens()) / static_cast<double>(budget)
-                          : 0.0;
-    }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
 
   protected:
@@ -109,7 +100,6 @@ class SigmoidMoeModel : public CausalLM {
     std::unique_ptr<Checkpoint> ckpt_;
     std::unique_ptr<Backend> backend_;
     ExpertPlacement placement_;
-    std::unique_ptr<KvCache> kv_;
     ModelSpec spec_;
     std::vector<int32_t> tok_slot_, tok_pos_;
     std::vector<float> x_;                        // [n][hidden] residual stream.
@@ -126,7 +116,6 @@ class SigmoidMoeModel : public CausalLM {
         SwiGlu shared;                       // Valid when n_shared_experts > 0.
         SwiGlu dense;
     };
-    Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
     void ffn(const FfnLayer& layer, int32_t li, int64_t n);
 
     Weight embed_;
