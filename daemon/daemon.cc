@@ -21,6 +21,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     d->io_threads_ = std::max(1, config.listener.io_threads);
     d->io_ = std::make_unique<boost::asio::io_context>(d->io_threads_);
     d->metrics_ = std::make_unique<Metrics>();
+    d->metrics_->set_serving_source([&generator] { return generator.serving_stats(); });
     auto tenants = std::make_shared<const TenantTable>(config.tenants);
     d->limiter_ = std::make_unique<TenantLimiter>(clock);
     d->limiter_->configure(config.tenants);
