@@ -32,6 +32,8 @@ struct EngineConfig {
     int32_t max_queue = 1024;            // Waiting requests per model before kUnavailable (503).
     int32_t max_queue_per_tenant = 256;  // Waiting requests of one tenant per model before
                                          // kResourceExhausted (429); 0: no per-tenant bound.
+    int64_t max_queue_wait_ms = 0;       // Estimated queue wait before kUnavailable (503), ms;
+                                         // 0: off (only the queue bounds apply).
     bool prefix_cache = true;            // Reuse cached prompt blocks within a tenant.
     std::vector<ModelConfig> models;
 };

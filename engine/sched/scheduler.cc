@@ -1,6 +1,7 @@
 #include "engine/sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "common/log.h"
@@ -54,6 +55,22 @@ Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest requ
             return unavailable_error("the model's queue is full (" +
                                      std::to_string(config_.max_queue) +
                                      " requests waiting); retry later");
+        }
+        const double rate = prefill_rate_.load(std::memory_order_relaxed) +
+                            decode_rate_.load(std::memory_order_relaxed);
+        if (config_.max_queue_wait.count() > 0 && rate > 0.0 && !waiting_.empty()) {
+            const double wait_s =
+                static_cast<double>(waiting_.queued_cost() + FairQueue::cost(*seq)) / rate;
+            const double limit_s = static_cast<double>(config_.max_queue_wait.count()) / 1000.0;
+            if (wait_s > limit_s) {
+                std::lock_guard<std::mutex> stats_lock(stats_mu_);
+                ++serving_.rejected_overloaded;
+                return unavailable_error(
+                    "the model is overloaded: the estimated queue wait of " +
+                    std::to_string(std::llround(wait_s * 1000)) +
+                    " ms exceeds the limit of " + std::to_string(config_.max_queue_wait.count()) +
+                    " ms; retry later");
+            }
         }
         waiting_.push_back(std::move(seq));
         std::lock_guard<std::mutex> stats_lock(stats_mu_);
@@ -116,13 +133,13 @@ bool Scheduler::step() {
     }
     std::vector<BatchEntry> batch = plan_batch();
     std::vector<float> logits;
-    const auto started = std::chrono::steady_clock::now();
+    const TimePoint started = clock_->now();
     if (!forward_with_preemption(&batch, &logits)) {
         remove_finished();
         publish_load(0, 0, {});
         return true;
     }
-    const auto elapsed = std::chrono::steady_clock::now() - started;
+    const auto elapsed = clock_->now() - started;
     ++stats_.steps;
     const size_t vocab = static_cast<size_t>(model_->spec().vocab_size);
     int64_t prefill_tokens = 0;

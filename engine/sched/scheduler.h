@@ -19,7 +19,8 @@
 // prefill starts after it (Usage::cached_tokens); as prefill completes prompt blocks they are
 // published for later requests of the same tenant. Admission control: a tenant with
 // max_queue_per_tenant requests waiting gets kResourceExhausted (429), a model with max_queue
-// waiting gets kUnavailable (503). serving_stats() gives per-tenant counts and latency histograms.
+// waiting, or an estimated wait past max_queue_wait, gets kUnavailable (503). serving_stats() gives
+// per-tenant counts and latency histograms.
 //
 // Threading: submit() is thread-safe. After start() one internal thread drives the model and calls
 // the sinks; stop() (also run by the destructor) cancels every request and joins it. Without
@@ -54,6 +55,10 @@ struct SchedulerConfig {
     int32_t max_queue = 1024;          // Waiting requests (all tenants) before kUnavailable.
     int32_t max_queue_per_tenant = 0;  // Waiting requests of one tenant before
                                        // kResourceExhausted; 0: only max_queue applies.
+    // Estimated queue wait beyond which submit() answers kUnavailable, so the queue sheds load
+    // before it breaks latency targets: the tokens already queued (prompt + max_tokens each)
+    // over the recent token rate. 0: off (also while no rate is measured yet).
+    std::chrono::milliseconds max_queue_wait{0};
     int64_t fair_quantum_tokens = 512; // Tokens a weight-1 tenant may be admitted per DRR turn.
     std::vector<TokenId> eos_token_ids;  // Tokens that end generation (unless ignore_eos).
     bool prefix_cache = true;          // Reuse cached prompt blocks (paged models only).

@@ -50,6 +50,7 @@ struct FakeOptions {
     std::vector<TokenId> eos = {509};
     NextToken next = default_next;
     int fail_call = -1;  // forward() call (0-based) that fails with kInternal; -1: none.
+    std::function<void()> on_forward;  // Called by each forward() (a test advances its clock).
 };
 
 struct ForwardCall {
@@ -117,6 +118,9 @@ public:
         ForwardCall call;
         for (const SequenceChunk& c : batch) {
             call.chunks.emplace_back(c.slot, static_cast<int32_t>(c.tokens.size()));
+        }
+        if (options_.on_forward) {
+            options_.on_forward();
         }
         if (calls_++ == options_.fail_call) {
             return record(call, internal_error("injected failure"));

@@ -301,6 +301,32 @@ TEST_CASE("admission control: a tenant's full queue is 429-like, the model's ful
     CHECK(h.scheduler->serving_stats().tenants.at("a").queued == 0);
 }
 
+TEST_CASE("admission control: an estimated queue wait past the limit is refused before it fills") {
+    SchedulerConfig config;
+    config.max_batch_sequences = 1;
+    config.max_queue_wait = std::chrono::milliseconds(1000);
+    ManualClock* clock = nullptr;
+    FakeOptions opts = Paged::paged_options();
+    opts.on_forward = [&clock] { clock->advance(std::chrono::milliseconds(100)); };
+    Paged h(opts, config);
+    clock = &h.clock;
+    h.submit("a", prompt_of(4), 20);
+    REQUIRE(h.scheduler->step());  // 4 prompt tokens in 100 ms: 40 tokens/s.
+    CHECK(h.scheduler->load().prefill_tokens_per_s == doctest::Approx(40.0));
+    h.submit("b", prompt_of(4), 20);  // Queue empty before it: accepted.
+    auto sink = std::make_shared<CollectingSink>();
+    // 24 + 24 queued tokens at 40 tokens/s: 1.2 s > 1 s.
+    auto c = h.try_submit("c", prompt_of(4), 20, sink);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == StatusCode::kUnavailable);
+    CHECK(c.status().message().find("estimated queue wait of 1200 ms") != std::string::npos);
+    // A small request still fits: (24 + 6) / 40 = 0.75 s.
+    auto d = h.try_submit("d", prompt_of(4), 2, sink);
+    CHECK(d.ok());
+    CHECK(h.scheduler->serving_stats().rejected_overloaded == 1);
+    h.drain();
+}
+
 TEST_CASE("serving stats: queue time, time to first token, inter-token and end-to-end") {
     SchedulerConfig config;
     config.max_batch_sequences = 1;  // The second request waits for the first.
