@@ -298,6 +298,12 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},
          {"kv_block_tokens", int_field(r, e.kv_block_tokens, 1, 4096)},
          {"max_queue", int_field(r, e.max_queue, 1, 1 << 24)},
+         {"max_queue_per_tenant", int_field(r, e.max_queue_per_tenant, 0, 1 << 24)},
+         {"max_queue_wait_ms", int_field(r, e.max_queue_wait_ms, 0, int64_t{86'400'000})},
+         {"prefix_cache", [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(e.prefix_cache, r.boolean(n, k));
+              return ok_status();
+          }},
          {"sharding", [&](const YAML::Node& n, const std::string& k) -> Status {
               engine::shard::ShardingConfig& sh = e.sharding;
               return r.for_each_key(

@@ -28,6 +28,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     publish_certificate_expiry(d->certificates_, *d->metrics_);
     // Until gossip reports a membership (daemon/cluster), the fleet this site knows is itself.
     d->metrics_->set_gossip_members("alive", 1);
+    d->metrics_->set_serving_source([&generator] { return generator.serving_stats(); });
     auto tenants = std::make_shared<const TenantTable>(config.tenants);
     d->limiter_ = std::make_unique<TenantLimiter>(clock);
     d->limiter_->configure(config.tenants);

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <charconv>
+#include <set>
 #include <sstream>
 
 namespace edge::daemon {
@@ -103,7 +105,201 @@ Metrics::~Metrics() = default;
 
 std::string Metrics::serialize() const {
     std::ostringstream out;
-    prometheus::TextSerializer().Serialize(out, registry_->Collect());
+    std::vector<prometheus::MetricFamily> families = registry_->Collect();
+    std::function<std::vector<engine::ServingStats>()> source;
+    {
+        std::lock_guard<std::mutex> lock(source_mu_);
+        source = serving_source_;
+    }
+    if (!source) {
+        prometheus::TextSerializer().Serialize(out, families);
+        return out.str();
+    }
+    // A family name is exported once: a populated registry family wins over the engine's
+    // rendering of the same name, an empty one gives way to it.
+    std::set<std::string> populated;
+    std::erase_if(families, [&](const prometheus::MetricFamily& f) {
+        if (!f.metric.empty()) {
+            populated.insert(f.name);
+            return false;
+        }
+        return true;
+    });
+    prometheus::TextSerializer().Serialize(out, families);
+    out << render_serving(source(), populated);
+    return out.str();
+}
+
+void Metrics::set_serving_source(std::function<std::vector<engine::ServingStats>()> source) {
+    std::lock_guard<std::mutex> lock(source_mu_);
+    serving_source_ = std::move(source);
+}
+
+namespace {
+
+// A label value in the text format: backslash, double quote and newline escaped.
+std::string escape_label(const std::string& v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+std::string labels(const std::vector<std::pair<std::string, std::string>>& kv) {
+    std::string out = "{";
+    for (size_t i = 0; i < kv.size(); ++i) {
+        out += (i ? "," : "") + kv[i].first + "=\"" + escape_label(kv[i].second) + "\"";
+    }
+    return out + "}";
+}
+
+// Shortest text that reads back as the same double ("0.025", not "0.025000000000000001").
+std::string number(double v) {
+    char buf[64];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    return ec == std::errc() ? std::string(buf, end) : std::string("NaN");
+}
+
+void header(std::ostringstream& out, const char* name, const char* type, const char* help) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+// Families already exported by the registry; render_serving skips them.
+thread_local const std::set<std::string>* skip_families = nullptr;
+
+bool skipped(const char* name) {
+    return skip_families != nullptr && skip_families->count(name) > 0;
+}
+
+using TenantValue = std::function<double(const engine::TenantServingStats&)>;
+
+void per_tenant(std::ostringstream& out, const std::vector<engine::ServingStats>& stats,
+                const char* name, const char* type, const char* help, const TenantValue& value) {
+    if (skipped(name)) {
+        return;
+    }
+    header(out, name, type, help);
+    for (const engine::ServingStats& m : stats) {
+        for (const auto& [tenant, t] : m.tenants) {
+            out << name << labels({{"model", m.model}, {"tenant", tenant}}) << " "
+                << number(value(t)) << "\n";
+        }
+    }
+}
+
+using HistogramOf = std::function<const engine::LatencyHistogram&(const engine::TenantServingStats&)>;
+
+void histogram(std::ostringstream& out, const std::vector<engine::ServingStats>& stats,
+               const char* name, const char* help, const HistogramOf& of) {
+    if (skipped(name)) {
+        return;
+    }
+    header(out, name, "histogram", help);
+    const auto& bounds = engine::LatencyHistogram::kBounds;
+    for (const engine::ServingStats& m : stats) {
+        for (const auto& [tenant, t] : m.tenants) {
+            const engine::LatencyHistogram& h = of(t);
+            uint64_t cumulative = 0;
+            for (size_t i = 0; i <= bounds.size(); ++i) {
+                cumulative += h.bucket(i);
+                out << name << "_bucket"
+                    << labels({{"model", m.model},
+                               {"tenant", tenant},
+                               {"le", i < bounds.size() ? number(bounds[i]) : "+Inf"}})
+                    << " " << cumulative << "\n";
+            }
+            const std::string l = labels({{"model", m.model}, {"tenant", tenant}});
+            out << name << "_sum" << l << " " << number(h.sum()) << "\n";
+            out << name << "_count" << l << " " << h.count() << "\n";
+        }
+    }
+}
+
+}  // namespace
+
+std::string Metrics::render_serving(const std::vector<engine::ServingStats>& stats,
+                                    const std::set<std::string>& skip) {
+    using T = engine::TenantServingStats;
+    skip_families = &skip;
+    std::ostringstream out;
+    per_tenant(out, stats, "edgeserve_tenant_queued_requests", "gauge",
+               "Requests waiting for admission to the running batch.",
+               [](const T& t) { return static_cast<double>(t.queued); });
+    per_tenant(out, stats, "edgeserve_tenant_running_requests", "gauge",
+               "Requests in the running batch.",
+               [](const T& t) { return static_cast<double>(t.running); });
+    per_tenant(out, stats, "edgeserve_generated_tokens_total", "counter",
+               "Tokens generated, counted as they stream.",
+               [](const T& t) { return static_cast<double>(t.generated_tokens); });
+    per_tenant(out, stats, "edgeserve_prompt_tokens_total", "counter",
+               "Prompt tokens of finished requests.",
+               [](const T& t) { return static_cast<double>(t.prompt_tokens); });
+    per_tenant(out, stats, "edgeserve_prefix_cache_queries_total", "counter",
+               "Prompt tokens looked up in the prefix cache.",
+               [](const T& t) { return static_cast<double>(t.prefix_query_tokens); });
+    per_tenant(out, stats, "edgeserve_prefix_cache_hits_total", "counter",
+               "Prompt tokens served from the prefix cache.",
+               [](const T& t) { return static_cast<double>(t.prefix_hit_tokens); });
+    per_tenant(out, stats, "edgeserve_preemptions_total", "counter",
+               "Sequences preempted for lack of KV-cache blocks (recomputed later).",
+               [](const T& t) { return static_cast<double>(t.preemptions); });
+
+    header(out, "edgeserve_admission_rejections_total", "counter",
+           "Requests refused at admission: a tenant's queue full (429) or the model's (503).");
+    for (const engine::ServingStats& m : stats) {
+        for (const auto& [tenant, t] : m.tenants) {
+            out << "edgeserve_admission_rejections_total"
+                << labels({{"model", m.model}, {"tenant", tenant}, {"reason", "tenant_queue_full"}})
+                << " " << t.rejected_queue_full << "\n";
+        }
+        out << "edgeserve_admission_rejections_total"
+            << labels({{"model", m.model}, {"reason", "model_queue_full"}}) << " "
+            << m.rejected_overloaded << "\n";
+    }
+    if (!skipped("edgeserve_kv_cache_usage_ratio")) {
+        header(out, "edgeserve_kv_cache_usage_ratio", "gauge",
+               "KV-cache blocks referenced by running sequences over all blocks.");
+        for (const engine::ServingStats& m : stats) {
+            out << "edgeserve_kv_cache_usage_ratio" << labels({{"model", m.model}}) << " "
+                << number(m.kv_use) << "\n";
+        }
+    }
+    header(out, "edgeserve_kv_cache_blocks", "gauge",
+           "KV-cache blocks by state: used (referenced), cached (prefix cache), total.");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", "used"}})
+            << " " << m.kv_blocks_used << "\n";
+        out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", "cached"}})
+            << " " << m.kv_blocks_cached << "\n";
+        out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", "total"}})
+            << " " << m.kv_blocks_total << "\n";
+    }
+    header(out, "edgeserve_kv_cache_budget_bytes", "gauge", "Configured KV-cache memory budget.");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_kv_cache_budget_bytes" << labels({{"model", m.model}}) << " "
+            << m.kv_budget_bytes << "\n";
+    }
+    histogram(out, stats, "edgeserve_queue_time_seconds",
+              "Time from submission to first admission to the running batch.",
+              [](const T& t) -> const engine::LatencyHistogram& { return t.queue_time; });
+    histogram(out, stats, "edgeserve_time_to_first_token_seconds",
+              "Time from submission to the first generated token.",
+              [](const T& t) -> const engine::LatencyHistogram& { return t.ttft; });
+    histogram(out, stats, "edgeserve_inter_token_latency_seconds",
+              "Time between consecutive generated tokens of a request.",
+              [](const T& t) -> const engine::LatencyHistogram& { return t.inter_token; });
+    histogram(out, stats, "edgeserve_end_to_end_latency_seconds",
+              "Time from submission to the end of a request.",
+              [](const T& t) -> const engine::LatencyHistogram& { return t.end_to_end; });
+    skip_families = nullptr;
     return out.str();
 }
 

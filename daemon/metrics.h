@@ -12,11 +12,26 @@
 // ratio), counters end in _total, label values come from bounded sets (config names, fixed enums)
 // and never carry a request id, prompt or key. Thread-safe (prometheus-cpp metrics are atomic;
 // the label caches have a mutex). serialize() renders the text exposition format for GET /metrics.
+//
+// The engine's serving figures (engine/serving_stats.h) are pulled from a source at each scrape
+// and rendered after the registry, per model and tenant: edgeserve_tenant_queued_requests,
+// edgeserve_tenant_running_requests, edgeserve_kv_cache_usage_ratio{model},
+// edgeserve_kv_cache_blocks{model,state}, edgeserve_kv_cache_budget_bytes{model},
+// edgeserve_prefix_cache_queries_total / _hits_total (prompt tokens),
+// edgeserve_generated_tokens_total, edgeserve_prompt_tokens_total, edgeserve_preemptions_total,
+// edgeserve_admission_rejections_total{model,[tenant,]reason}, and the histograms
+// edgeserve_queue_time_seconds, edgeserve_time_to_first_token_seconds,
+// edgeserve_inter_token_latency_seconds, edgeserve_end_to_end_latency_seconds.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
+
+#include "engine/serving_stats.h"
 
 #include "tls/http_types.h"
 
@@ -82,6 +97,14 @@ public:
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
 
+    // Where serialize() gets the engine's serving figures (Generator::serving_stats). Set once
+    // before serving; the source must outlive this object.
+    void set_serving_source(std::function<std::vector<engine::ServingStats>()> source);
+    // The text exposition of serving figures (the part serialize() appends), without the
+    // families named in `skip` (exported by the registry already).
+    static std::string render_serving(const std::vector<engine::ServingStats>& stats,
+                                      const std::set<std::string>& skip = {});
+
 private:
     std::shared_ptr<prometheus::Registry> registry_;
     prometheus::Family<prometheus::Counter>* requests_;
@@ -109,6 +132,8 @@ private:
     };
     std::mutex mu_;
     std::map<std::pair<std::string_view, int>, RouteStatus> by_route_status_;
+    mutable std::mutex source_mu_;
+    std::function<std::vector<engine::ServingStats>()> serving_source_;
     prometheus::Counter* handshakes_full_;
     prometheus::Counter* handshakes_resumed_;
 };

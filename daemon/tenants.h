@@ -21,6 +21,7 @@ struct Tenant {
     int32_t weight = 1;               // Fair-share weight passed to the engine.
     int64_t max_context_tokens = 0;   // Prompt + max_tokens cap; 0: none.
     int64_t max_output_tokens = 0;    // max_tokens cap; 0: none.
+    int32_t priority = 0;             // Preemption priority passed to the engine (higher: later).
 
     bool may_use(std::string_view model) const;
 };

@@ -31,6 +31,7 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     options.max_slots = config.max_batch_sequences;
     options.max_context = static_cast<int32_t>(std::max<int64_t>(mc.max_context, 0));
     options.kv_cache_bytes = config.kv_cache_bytes;
+    options.kv_block_tokens = config.kv_block_tokens;
     options.quantization = mc.quantization;
     options.sharding = config.sharding;
     EDGE_ASSIGN_OR_RETURN(m.model, load_model(mc.path, options));

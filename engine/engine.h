@@ -30,7 +30,12 @@ struct EngineConfig {
     int32_t max_batch_tokens = 2048;     // Tokens per engine step (decode + prefill chunks).
     int64_t kv_cache_bytes = 256 << 20;  // KV-cache memory budget per model, bytes.
     int32_t kv_block_tokens = 16;        // Tokens per KV-cache block.
-    int32_t max_queue = 1024;            // Waiting requests per model before kResourceExhausted.
+    int32_t max_queue = 1024;            // Waiting requests per model before kUnavailable (503).
+    int32_t max_queue_per_tenant = 256;  // Waiting requests of one tenant per model before
+                                         // kResourceExhausted (429); 0: no per-tenant bound.
+    int64_t max_queue_wait_ms = 0;       // Estimated queue wait before kUnavailable (503), ms;
+                                         // 0: off (only the queue bounds apply).
+    bool prefix_cache = true;            // Reuse cached prompt blocks within a tenant.
     shard::ShardingConfig sharding;      // Expert-parallel ranks and placement (docs/sharding.md).
     std::vector<ModelConfig> models;
 };

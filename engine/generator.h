@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/serving_stats.h"
 
 namespace edge::engine {
 
@@ -73,6 +74,9 @@ struct GenerateRequest {
     int64_t max_context_tokens = 0;
     // The tenant's weight in the scheduler's fair share (deficit round robin on tokens); >= 1.
     int32_t tenant_weight = 1;
+    // The tenant's priority (config, 0..100): when KV blocks run out, the lowest priority's most
+    // recently admitted sequence is preempted first.
+    int32_t priority = 0;
 };
 
 struct TopLogprob {
@@ -152,7 +156,8 @@ class Generator {
 
     // Queues a request. Errors before anything runs: kNotFound (unknown model),
     // kInvalidArgument (bad prompt, prompt + max_tokens beyond the context, bad sampling values),
-    // kResourceExhausted (queue full). On success the sink receives deltas, then exactly one
+    // kResourceExhausted (the tenant's queue is full: 429), kUnavailable (the model's whole queue
+    // is full or it is shutting down: 503). On success the sink receives deltas, then exactly one
     // on_finish.
     virtual Result<std::shared_ptr<GenerationHandle>> submit(
         GenerateRequest request, std::shared_ptr<GenerationSink> sink) = 0;
@@ -163,6 +168,10 @@ class Generator {
     // Current load of every served model. Thread-safe and cheap (atomics): called by the gossip
     // publisher and metrics a few times per second.
     virtual std::vector<ModelLoad> load() const = 0;
+
+    // Per-model, per-tenant serving figures for metrics (engine/serving_stats.h). Thread-safe;
+    // called at each metrics scrape. Empty when the implementation keeps none.
+    virtual std::vector<ServingStats> serving_stats() const { return {}; }
 };
 
 }  // namespace edge::engine

@@ -174,6 +174,7 @@ void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseCh
     }
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.tenant_weight = tenant.weight;
+    req.generate.priority = tenant.priority;
     TenantLimiter::Decision admitted = limiter_.admit(tenant.name);
     if (admitted.reason != RejectReason::kNone) {
         reject(limit_error(admitted.reason, admitted.retry_after, tenant.name),

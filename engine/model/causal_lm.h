@@ -17,6 +17,8 @@
 #include "common/result.h"
 #include "engine/generator.h"
 #include "engine/shard/shard_stats.h"
+#include "engine/model/block_pool.h"
+#include "engine/model/kv_cache.h"
 
 namespace edge::engine {
 
@@ -53,6 +55,26 @@ public:
     virtual int32_t slot_length(int32_t slot) const = 0;
     // Fraction of the KV-cache budget holding tokens now, 0..1.
     virtual double kv_use() const = 0;
+
+    // The prefix cache of a paged KV cache. Positions per block, the unit of sharing; 0 when
+    // the model has no prefix cache (then the two calls below do nothing).
+    virtual int32_t kv_block_tokens() const { return 0; }
+    // Attaches the cached blocks named by the leading hashes of `chain` to the empty `slot`
+    // (stopping at the first miss) and returns the positions attached; the slot's length is then
+    // that many tokens, already computed.
+    virtual int32_t attach_prefix(int32_t slot, std::span<const BlockHash> chain) {
+        (void)slot;
+        (void)chain;
+        return 0;
+    }
+    // Offers the slot's first chain.size() blocks (full and computed) to the prefix cache under
+    // these hashes.
+    virtual void publish_prefix(int32_t slot, std::span<const BlockHash> chain) {
+        (void)slot;
+        (void)chain;
+    }
+    // Blocks and bytes of the KV cache now.
+    virtual KvCacheStats kv_stats() const { return {}; }
 
     // Runs the chunks as one batch. `logits` receives, chunk by chunk in order, vocab_size floats
     // for the last token (or for each token when all_logits). kResourceExhausted when the KV cache

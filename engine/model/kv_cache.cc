@@ -2,24 +2,40 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "common/check.h"
 
 namespace edge::engine {
 
 Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheShape& shape) {
     if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.head_dim <= 0 || shape.slots <= 0 ||
-        shape.max_context <= 0 || shape.max_tokens <= 0) {
-        return invalid_argument_error("KV cache: every dimension must be positive");
+        shape.max_context <= 0 || shape.block_tokens <= 0 || shape.budget_bytes <= 0) {
+        return invalid_argument_error("KV cache: every dimension and the budget must be positive");
     }
-    auto cache = std::unique_ptr<KvCache>(new KvCache(shape));
-    int64_t per_slot = 0;
-    int64_t total = 0;
-    if (__builtin_mul_overflow(cache->bytes_per_token(), static_cast<int64_t>(shape.max_context),
-                               &per_slot) ||
-        __builtin_mul_overflow(per_slot, static_cast<int64_t>(shape.slots), &total)) {
-        return invalid_argument_error("KV cache: size overflows");
+    int64_t per_token = 0;
+    int64_t per_block = 0;
+    if (__builtin_mul_overflow(int64_t{shape.layers} * 2 * shape.kv_heads,
+                               int64_t{shape.head_dim} * int64_t{sizeof(float)}, &per_token) ||
+        __builtin_mul_overflow(per_token, int64_t{shape.block_tokens}, &per_block)) {
+        return invalid_argument_error("KV cache: block size overflows");
     }
-    // Reserved, not committed: pages become resident as positions are written.
+    const int64_t blocks = shape.budget_bytes / per_block;
+    if (blocks < 1) {
+        return invalid_argument_error("KV cache: a budget of " +
+                                      std::to_string(shape.budget_bytes) +
+                                      " bytes holds no block of " +
+                                      std::to_string(shape.block_tokens) + " tokens (one takes " +
+                                      std::to_string(per_block) + " bytes)");
+    }
+    if (blocks > (int64_t{1} << 30)) {
+        return invalid_argument_error("KV cache: " + std::to_string(blocks) +
+                                      " blocks are too many; raise kv_block_tokens");
+    }
+    auto cache = std::unique_ptr<KvCache>(new KvCache(shape, static_cast<int32_t>(blocks)));
+    const int64_t total = blocks * per_block;  // <= budget_bytes: no overflow.
+    // Reserved, not committed: pages become resident as blocks are written.
     void* p = mmap(nullptr, static_cast<size_t>(total), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -28,8 +44,9 @@ Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheShape& shape) {
     }
     cache->data_ = static_cast<float*>(p);
     cache->bytes_ = static_cast<size_t>(total);
-    cache->lengths_.assign(shape.slots, 0);
-    cache->in_use_.assign(shape.slots, false);
+    cache->tables_.resize(static_cast<size_t>(shape.slots));
+    cache->lengths_.assign(static_cast<size_t>(shape.slots), 0);
+    cache->in_use_.assign(static_cast<size_t>(shape.slots), false);
     return cache;
 }
 
@@ -49,6 +66,7 @@ Result<int32_t> KvCache::acquire() {
         if (!in_use_[s]) {
             in_use_[s] = true;
             lengths_[s] = 0;
+            tables_[s].clear();
             return s;
         }
     }
@@ -57,10 +75,10 @@ Result<int32_t> KvCache::acquire() {
 }
 
 void KvCache::release(int32_t slot) {
-    if (slot < 0 || slot >= shape_.slots || !in_use_[slot]) {
+    if (!in_use(slot)) {
         return;
     }
-    set_length(slot, 0);
+    truncate(slot, 0);
     in_use_[slot] = false;
 }
 
@@ -72,25 +90,156 @@ int32_t KvCache::length(int32_t slot) const {
     return slot >= 0 && slot < shape_.slots ? lengths_[slot] : 0;
 }
 
+Status KvCache::reserve(std::span<const SlotGrowth> batch) {
+    const int32_t bt = shape_.block_tokens;
+    int64_t needed = 0;
+    for (const SlotGrowth& g : batch) {
+        EDGE_CHECK(in_use(g.slot) && g.length <= shape_.max_context);
+        const int32_t len = lengths_[g.slot];
+        if (g.length <= len) {
+            continue;
+        }
+        const auto& table = tables_[g.slot];
+        needed += std::max<int64_t>(0, (g.length + bt - 1) / bt -
+                                           static_cast<int64_t>(table.size()));
+        // Writing into a partly filled block that others share needs a private copy.
+        if (len % bt != 0 && pool_.refs(table[len / bt]) > 1) {
+            ++needed;
+        }
+    }
+    if (needed > pool_.available()) {
+        return resource_exhausted_error(
+            "KV cache: the batch needs " + std::to_string(needed) + " more blocks of " +
+            std::to_string(bt) + " tokens; " + std::to_string(pool_.available()) + " of " +
+            std::to_string(pool_.num_blocks()) + " are available");
+    }
+    for (const SlotGrowth& g : batch) {
+        const int32_t len = lengths_[g.slot];
+        if (g.length <= len) {
+            continue;
+        }
+        auto& table = tables_[g.slot];
+        if (len % bt != 0) {
+            const int32_t old = table[len / bt];
+            if (pool_.refs(old) > 1) {
+                Result<int32_t> copy = pool_.allocate();
+                EDGE_CHECK(copy.ok());
+                std::memcpy(head_base(*copy, 0, 0, 0), head_base(old, 0, 0, 0),
+                            static_cast<size_t>(block_bytes()));
+                pool_.release(old);
+                table[len / bt] = *copy;
+            } else {
+                pool_.unpublish(old);  // Its contents are about to change.
+            }
+        }
+        while (static_cast<int64_t>(table.size()) * bt < g.length) {
+            Result<int32_t> b = pool_.allocate();
+            EDGE_CHECK(b.ok());
+            table.push_back(*b);
+        }
+    }
+    return ok_status();
+}
+
 void KvCache::set_length(int32_t slot, int32_t length) {
-    EDGE_CHECK(slot >= 0 && slot < shape_.slots && length >= 0 && length <= shape_.max_context);
+    EDGE_CHECK(in_use(slot) && length >= 0 &&
+               static_cast<int64_t>(length) <=
+                   static_cast<int64_t>(tables_[slot].size()) * shape_.block_tokens);
     used_tokens_ += length - lengths_[slot];
     lengths_[slot] = length;
 }
 
-float* KvCache::head_base(int32_t slot, int32_t layer, int32_t which, int32_t kv_head) {
-    int64_t index = ((static_cast<int64_t>(slot) * shape_.layers + layer) * 2 + which) *
-                        shape_.kv_heads +
-                    kv_head;
-    return data_ + index * shape_.max_context * shape_.head_dim;
+void KvCache::truncate(int32_t slot, int32_t length) {
+    if (!in_use(slot)) {
+        return;
+    }
+    length = std::clamp(length, 0, lengths_[slot]);
+    // Also drops blocks reserved past the length by a forward that then failed.
+    auto& table = tables_[slot];
+    const size_t keep =
+        static_cast<size_t>((length + shape_.block_tokens - 1) / shape_.block_tokens);
+    for (size_t i = keep; i < table.size(); ++i) {
+        pool_.release(table[i]);
+    }
+    if (table.size() > keep) {
+        table.resize(keep);
+    }
+    used_tokens_ -= lengths_[slot] - length;
+    lengths_[slot] = length;
 }
 
-float* KvCache::keys(int32_t slot, int32_t layer, int32_t kv_head) {
-    return head_base(slot, layer, 0, kv_head);
+int32_t KvCache::attach_prefix(int32_t slot, std::span<const BlockHash> chain) {
+    if (!in_use(slot) || lengths_[slot] != 0 || !tables_[slot].empty()) {
+        return 0;
+    }
+    const size_t limit = static_cast<size_t>(shape_.max_context / shape_.block_tokens);
+    auto& table = tables_[slot];
+    for (size_t i = 0; i < chain.size() && i < limit; ++i) {
+        const int32_t b = pool_.find(chain[i]);
+        if (b < 0) {
+            break;
+        }
+        pool_.retain(b);
+        table.push_back(b);
+    }
+    const int32_t attached = static_cast<int32_t>(table.size()) * shape_.block_tokens;
+    used_tokens_ += attached;
+    lengths_[slot] = attached;
+    return attached;
 }
 
-float* KvCache::values(int32_t slot, int32_t layer, int32_t kv_head) {
-    return head_base(slot, layer, 1, kv_head);
+void KvCache::publish_prefix(int32_t slot, std::span<const BlockHash> chain) {
+    if (!in_use(slot)) {
+        return;
+    }
+    const auto& table = tables_[slot];
+    const size_t full = static_cast<size_t>(lengths_[slot] / shape_.block_tokens);
+    for (size_t i = 0; i < chain.size() && i < full && i < table.size(); ++i) {
+        pool_.publish(table[i], chain[i]);
+    }
+}
+
+float* KvCache::head_base(int32_t block, int32_t layer, int32_t which, int32_t kv_head) const {
+    const int64_t index =
+        ((static_cast<int64_t>(block) * shape_.layers + layer) * 2 + which) * shape_.kv_heads +
+        kv_head;
+    return data_ + index * shape_.block_tokens * shape_.head_dim;
+}
+
+float* KvCache::key(int32_t slot, int32_t layer, int32_t kv_head, int32_t pos) {
+    const int32_t bt = shape_.block_tokens;
+    return head_base(tables_[slot][pos / bt], layer, 0, kv_head) +
+           static_cast<int64_t>(pos % bt) * shape_.head_dim;
+}
+
+float* KvCache::value(int32_t slot, int32_t layer, int32_t kv_head, int32_t pos) {
+    const int32_t bt = shape_.block_tokens;
+    return head_base(tables_[slot][pos / bt], layer, 1, kv_head) +
+           static_cast<int64_t>(pos % bt) * shape_.head_dim;
+}
+
+const float* KvCache::block_keys(int32_t block, int32_t layer, int32_t kv_head) const {
+    return head_base(block, layer, 0, kv_head);
+}
+
+const float* KvCache::block_values(int32_t block, int32_t layer, int32_t kv_head) const {
+    return head_base(block, layer, 1, kv_head);
+}
+
+double KvCache::use() const {
+    return static_cast<double>(pool_.referenced()) / static_cast<double>(pool_.num_blocks());
+}
+
+KvCacheStats KvCache::stats() const {
+    KvCacheStats s;
+    s.block_tokens = shape_.block_tokens;
+    s.blocks_total = pool_.num_blocks();
+    s.blocks_used = pool_.referenced();
+    s.blocks_cached = pool_.cached();
+    s.evictions = pool_.evictions();
+    s.budget_bytes = shape_.budget_bytes;
+    s.allocated_bytes = static_cast<int64_t>(bytes_);
+    return s;
 }
 
 }  // namespace edge::engine

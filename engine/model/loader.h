@@ -20,6 +20,7 @@ struct LoadOptions {
     int32_t max_slots = 64;         // Sequences the KV cache holds at once.
     int32_t max_context = 0;        // Positions per sequence; 0: the model's maximum.
     int64_t kv_cache_bytes = 0;     // KV memory budget; 0: max_slots * max_context tokens.
+    int32_t kv_block_tokens = 16;   // Positions per KV-cache block (the prefix cache's unit).
     // Quantize-on-load policy (engine/quant/policy.h): a preset such as "experts-int4", class=format
     // pairs, or both; "none" keeps every tensor as stored.
     std::string quantization = "none";

@@ -39,6 +39,7 @@ void FairQueue::drop_if_empty(const std::string& tenant) {
 void FairQueue::push_back(std::unique_ptr<Sequence> seq) {
     Flow& f = flow_for(seq->tenant);
     f.weight = std::max<int64_t>(seq->tenant_weight, 1);
+    queued_cost_ += cost(*seq);
     f.queue.push_back(std::move(seq));
     ++size_;
 }
@@ -46,6 +47,7 @@ void FairQueue::push_back(std::unique_ptr<Sequence> seq) {
 void FairQueue::push_front(std::unique_ptr<Sequence> seq) {
     Flow& f = flow_for(seq->tenant);
     f.deficit += cost(*seq);
+    queued_cost_ += cost(*seq);
     f.queue.push_front(std::move(seq));
     ++size_;
 }
@@ -68,6 +70,7 @@ std::unique_ptr<Sequence> FairQueue::pop() {
             std::unique_ptr<Sequence> seq = std::move(f.queue.front());
             f.queue.pop_front();
             --size_;
+            queued_cost_ -= c;
             drop_if_empty(tenant);  // An emptied queue loses its deficit and its turn.
             return seq;
         }
@@ -92,6 +95,7 @@ std::vector<std::unique_ptr<Sequence>> FairQueue::take_if(
     for (auto& [tenant, f] : flows_) {
         for (auto it = f.queue.begin(); it != f.queue.end();) {
             if (pred(**it)) {
+                queued_cost_ -= cost(**it);
                 out.push_back(std::move(*it));
                 it = f.queue.erase(it);
                 --size_;

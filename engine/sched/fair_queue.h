@@ -32,6 +32,8 @@ public:
     size_t size() const { return size_; }
     bool empty() const { return size_ == 0; }
     size_t tenant_size(const std::string& tenant) const;
+    // Sum of cost() over the waiting requests, tokens.
+    int64_t queued_cost() const { return queued_cost_; }
 
     // A new request: last in its tenant's queue. The tenant's weight becomes the request's.
     void push_back(std::unique_ptr<Sequence> seq);
@@ -63,6 +65,7 @@ private:
     std::deque<std::string> active_;     // Round-robin order; the front has the turn.
     bool turn_open_ = false;             // The front's quantum for this turn was added.
     size_t size_ = 0;
+    int64_t queued_cost_ = 0;
 };
 
 }  // namespace edge::engine::sched

@@ -66,6 +66,10 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         sc.max_batch_sequences = config.max_batch_sequences;
         sc.max_batch_tokens = config.max_batch_tokens;
         sc.max_queue = config.max_queue;
+        sc.max_queue_per_tenant = config.max_queue_per_tenant;
+        sc.prefix_cache = config.prefix_cache;
+        sc.max_queue_wait = std::chrono::milliseconds(config.max_queue_wait_ms);
+        sc.model_name = m.config.name;
         sc.eos_token_ids = eos_ids(m);
         rt->tokenizer = std::move(m.tokenizer);
         rt->scheduler = std::make_unique<Scheduler>(std::move(m.model), rt->tokenizer.get(), sc);
@@ -97,6 +101,14 @@ std::vector<ModelLoad> LocalGenerator::load() const {
         ModelLoad load = rt->scheduler->load();
         load.name = name;
         out.push_back(std::move(load));
+    }
+    return out;
+}
+
+std::vector<ServingStats> LocalGenerator::serving_stats() const {
+    std::vector<ServingStats> out;
+    for (const auto& [name, rt] : models_) {
+        out.push_back(rt->scheduler->serving_stats());
     }
     return out;
 }
@@ -188,6 +200,7 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     seq.sink = std::move(sink);
     seq.tenant = std::move(request.tenant);
     seq.tenant_weight = request.tenant_weight;
+    seq.priority = request.priority;
     return rt.scheduler->submit(std::move(seq));
 }
 

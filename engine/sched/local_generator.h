@@ -4,7 +4,8 @@
 // chat template and a Scheduler thread. submit() validates and tokenizes the request on the
 // caller's thread (unknown model -> kNotFound; bad prompt, token ids out of range, prompt +
 // max_tokens beyond the context, bad sampling values -> kInvalidArgument naming the field) and
-// queues it on the model's scheduler (queue full -> kResourceExhausted).
+// queues it on the model's scheduler (the tenant's queue full -> kResourceExhausted, the model's
+// queue full -> kUnavailable).
 //
 // Threading: all methods are thread-safe. Destruction cancels what is queued or running and joins
 // the scheduler threads. create_engine() (engine/engine.h) builds one from loaded checkpoints;
@@ -54,6 +55,7 @@ public:
                                                      std::shared_ptr<GenerationSink> sink) override;
     bool ready() const override { return true; }
     std::vector<ModelLoad> load() const override;
+    std::vector<ServingStats> serving_stats() const override;
 
     // The tokenizer of a served model (nullptr when unknown), for tools and tests.
     const tokenizer::Tokenizer* tokenizer(const std::string& model) const;

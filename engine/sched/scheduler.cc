@@ -1,8 +1,11 @@
 #include "engine/sched/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 
 #include "common/log.h"
+#include "engine/sched/prefix_hash.h"
 
 namespace edge::engine::sched {
 
@@ -11,27 +14,67 @@ Scheduler::Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer
     : model_(std::move(model)),
       tokenizer_(tokenizer),
       config_(std::move(config)),
+      clock_(config_.clock != nullptr ? config_.clock : &SystemClock::instance()),
       waiting_(config_.fair_quantum_tokens) {
     config_.max_batch_sequences = std::max(config_.max_batch_sequences, 1);
     config_.max_batch_tokens = std::max(config_.max_batch_tokens, 1);
+    if (config_.prefix_secret.empty()) {
+        std::random_device entropy;
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t r = entropy();
+            config_.prefix_secret.append(reinterpret_cast<const char*>(&r), sizeof(r));
+        }
+    }
+    serving_.model = config_.model_name;
 }
 
 Scheduler::~Scheduler() { stop(); }
 
 Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest request) {
     auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
+    seq->submitted_at = clock_->now();
     auto handle = std::make_shared<RequestHandle>(seq->control);
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) {
             return unavailable_error("the model is shutting down");
         }
+        const std::string tenant = seq->tenant;
+        if (config_.max_queue_per_tenant > 0 &&
+            waiting_.tenant_size(tenant) >= static_cast<size_t>(config_.max_queue_per_tenant)) {
+            std::lock_guard<std::mutex> stats_lock(stats_mu_);
+            ++tenant_stats(tenant).rejected_queue_full;
+            return resource_exhausted_error(
+                "tenant '" + tenant + "' already has " +
+                std::to_string(config_.max_queue_per_tenant) +
+                " requests waiting for this model (its queue limit)");
+        }
         if (waiting_.size() >= static_cast<size_t>(std::max(config_.max_queue, 0))) {
-            return resource_exhausted_error("the model's queue is full (" +
-                                            std::to_string(config_.max_queue) +
-                                            " requests waiting)");
+            std::lock_guard<std::mutex> stats_lock(stats_mu_);
+            ++serving_.rejected_overloaded;
+            return unavailable_error("the model's queue is full (" +
+                                     std::to_string(config_.max_queue) +
+                                     " requests waiting); retry later");
+        }
+        const double rate = prefill_rate_.load(std::memory_order_relaxed) +
+                            decode_rate_.load(std::memory_order_relaxed);
+        if (config_.max_queue_wait.count() > 0 && rate > 0.0 && !waiting_.empty()) {
+            const double wait_s =
+                static_cast<double>(waiting_.queued_cost() + FairQueue::cost(*seq)) / rate;
+            const double limit_s = static_cast<double>(config_.max_queue_wait.count()) / 1000.0;
+            if (wait_s > limit_s) {
+                std::lock_guard<std::mutex> stats_lock(stats_mu_);
+                ++serving_.rejected_overloaded;
+                return unavailable_error(
+                    "the model is overloaded: the estimated queue wait of " +
+                    std::to_string(std::llround(wait_s * 1000)) +
+                    " ms exceeds the limit of " + std::to_string(config_.max_queue_wait.count()) +
+                    " ms; retry later");
+            }
         }
         waiting_.push_back(std::move(seq));
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        ++tenant_stats(tenant).queued;
     }
     cv_.notify_one();
     return std::shared_ptr<GenerationHandle>(std::move(handle));
@@ -90,13 +133,13 @@ bool Scheduler::step() {
     }
     std::vector<BatchEntry> batch = plan_batch();
     std::vector<float> logits;
-    const auto started = std::chrono::steady_clock::now();
+    const TimePoint started = clock_->now();
     if (!forward_with_preemption(&batch, &logits)) {
         remove_finished();
         publish_load(0, 0, {});
         return true;
     }
-    const auto elapsed = std::chrono::steady_clock::now() - started;
+    const auto elapsed = clock_->now() - started;
     ++stats_.steps;
     const size_t vocab = static_cast<size_t>(model_->spec().vocab_size);
     int64_t prefill_tokens = 0;
@@ -107,6 +150,7 @@ bool Scheduler::step() {
         // A chunk of one token after the prompt is a decode step; anything else is prefill.
         const bool decoding = seq->computed > seq->prompt_len;
         (decoding ? decode_tokens : prefill_tokens) += batch[i].count;
+        publish_prefix(seq);
         if (seq->pending() == 0) {
             emit_token(seq, std::span<float>(logits.data() + i * vocab, vocab));
         }
@@ -120,6 +164,16 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
                              std::chrono::steady_clock::duration elapsed) {
     running_count_.store(static_cast<uint32_t>(running_.size()), std::memory_order_relaxed);
     kv_use_.store(model_->kv_use(), std::memory_order_relaxed);
+    {
+        const KvCacheStats kv = model_->kv_stats();
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        serving_.kv_use = model_->kv_use();
+        serving_.kv_blocks_total = kv.blocks_total;
+        serving_.kv_blocks_used = kv.blocks_used;
+        serving_.kv_blocks_cached = kv.blocks_cached;
+        serving_.kv_budget_bytes = kv.budget_bytes;
+        serving_.steps = stats_.steps;
+    }
     const double seconds = std::chrono::duration<double>(elapsed).count();
     if (seconds <= 0.0) {
         return;
@@ -136,6 +190,15 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
     };
     update(prefill_rate_, prefill_tokens);
     update(decode_rate_, decode_tokens);
+}
+
+ServingStats Scheduler::serving_stats() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return serving_;
+}
+
+TenantServingStats& Scheduler::tenant_stats(const std::string& tenant) {
+    return serving_.tenants[tenant];
 }
 
 ModelLoad Scheduler::load() const {
@@ -210,6 +273,20 @@ void Scheduler::admit() {
         seq->slot = *slot;
         seq->computed = 0;
         seq->admitted_at = next_admission_++;
+        attach_prefix(seq.get());
+        {
+            std::lock_guard<std::mutex> lock(stats_mu_);
+            TenantServingStats& t = tenant_stats(seq->tenant);
+            --t.queued;
+            ++t.running;
+            if (!seq->admitted_once) {
+                t.queue_time.observe(
+                    std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
+                t.prefix_query_tokens += seq->prompt_len;
+                t.prefix_hit_tokens += seq->cached_tokens;
+            }
+        }
+        seq->admitted_once = true;
         running_.push_back(std::move(seq));
     }
 }
@@ -258,7 +335,7 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
                                 " logits for a batch that needs " + std::to_string(want));
         }
         if (st.code() == StatusCode::kResourceExhausted && running_.size() > 1) {
-            preempt_newest();
+            preempt_victim();
             *batch = plan_batch();
             continue;
         }
@@ -271,22 +348,80 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
     }
 }
 
-void Scheduler::preempt_newest() {
-    auto newest = std::max_element(
-        running_.begin(), running_.end(),
-        [](const auto& a, const auto& b) { return a->admitted_at < b->admitted_at; });
-    std::unique_ptr<Sequence> seq = std::move(*newest);
-    running_.erase(newest);
+void Scheduler::attach_prefix(Sequence* seq) {
+    const int32_t bt = model_->kv_block_tokens();
+    if (!config_.prefix_cache || bt <= 0) {
+        return;
+    }
+    if (!seq->chain_ready) {
+        auto salt = salts_.find(seq->tenant);
+        if (salt == salts_.end()) {
+            salt = salts_.emplace(seq->tenant, tenant_salt(config_.prefix_secret, seq->tenant))
+                       .first;
+        }
+        seq->prefix_chain = prefix_chain(
+            std::span<const TokenId>(seq->tokens.data(), static_cast<size_t>(seq->prompt_len)),
+            bt, salt->second, SIZE_MAX);
+        seq->chain_ready = true;
+    }
+    // At least one token is left to compute: its logits give the next token.
+    const size_t usable =
+        std::min(seq->prefix_chain.size(), (seq->tokens.size() - 1) / static_cast<size_t>(bt));
+    const int32_t attached = model_->attach_prefix(
+        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), usable));
+    seq->computed = attached;
+    seq->published_blocks = attached / bt;
+    if (!seq->admitted_once) {
+        seq->cached_tokens = attached;
+        stats_.prefix_query_tokens += seq->prompt_len;
+        stats_.prefix_hit_tokens += attached;
+    }
+}
+
+void Scheduler::publish_prefix(Sequence* seq) {
+    const int32_t bt = model_->kv_block_tokens();
+    if (seq->prefix_chain.empty() || bt <= 0) {
+        return;
+    }
+    const int32_t full =
+        std::min(static_cast<int32_t>(seq->prefix_chain.size()),
+                 std::min(seq->computed, seq->prompt_len) / bt);
+    if (full > seq->published_blocks) {
+        model_->publish_prefix(seq->slot, std::span<const BlockHash>(
+                                              seq->prefix_chain.data(), static_cast<size_t>(full)));
+        seq->published_blocks = full;
+    }
+}
+
+void Scheduler::preempt_victim() {
+    // Lowest priority first; among equals the most recently admitted (it has done least work).
+    auto victim = std::min_element(running_.begin(), running_.end(),
+                                   [](const auto& a, const auto& b) {
+                                       if (a->priority != b->priority) {
+                                           return a->priority < b->priority;
+                                       }
+                                       return a->admitted_at > b->admitted_at;
+                                   });
+    std::unique_ptr<Sequence> seq = std::move(*victim);
+    running_.erase(victim);
     model_->truncate_slot(seq->slot, 0);
     model_->release_slot(seq->slot);
     log::debug("sequence_preempted", {{"request_id", seq->request_id},
                                       {"tokens", static_cast<int64_t>(seq->tokens.size())}});
     seq->slot = -1;
     seq->computed = 0;
+    seq->published_blocks = 0;
     ++seq->preemptions;
     ++stats_.preemptions;
     admission_blocked_ = true;
     std::lock_guard<std::mutex> lock(mu_);
+    {
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        TenantServingStats& t = tenant_stats(seq->tenant);
+        --t.running;
+        ++t.queued;
+        ++t.preemptions;
+    }
     waiting_.push_front(std::move(seq));
 }
 
@@ -298,6 +433,18 @@ bool Scheduler::is_eos(TokenId id) const {
 void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
     const sampling::SampledToken sampled = seq->sampler.sample(logits);
     seq->tokens.push_back(sampled.id);
+    {
+        const TimePoint now = clock_->now();
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        TenantServingStats& t = tenant_stats(seq->tenant);
+        ++t.generated_tokens;
+        if (seq->generated() == 1) {
+            t.ttft.observe(std::chrono::duration<double>(now - seq->submitted_at).count());
+        } else {
+            t.inter_token.observe(std::chrono::duration<double>(now - seq->last_token_at).count());
+        }
+        seq->last_token_at = now;
+    }
 
     TokenDelta delta;
     delta.token_ids.push_back(sampled.id);
@@ -336,6 +483,14 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
 }
 
 void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
+    {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        TenantServingStats& t = tenant_stats(seq->tenant);
+        --(seq->slot >= 0 ? t.running : t.queued);
+        t.prompt_tokens += seq->prompt_len;
+        t.end_to_end.observe(
+            std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
+    }
     if (seq->slot >= 0) {
         model_->release_slot(seq->slot);
         seq->slot = -1;
@@ -349,6 +504,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
     f.reason = reason;
     f.usage.prompt_tokens = seq->prompt_len;
     f.usage.completion_tokens = seq->generated();
+    f.usage.cached_tokens = seq->cached_tokens;
     f.error = std::move(error);
     seq->sink->on_finish(std::move(f));
 }

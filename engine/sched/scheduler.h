@@ -8,10 +8,19 @@
 // generating and prefill chunks for new ones, within max_batch_tokens (chunked prefill, decode
 // first). Each sequence whose tokens are all in the cache samples its next token and streams it
 // to its sink (text through the incremental decoder and stop-string holdback, ids, logprobs);
-// a finished sequence leaves the batch at once. When forward reports kResourceExhausted (KV cache
-// full), the most recently admitted sequence is preempted (slot released, requeued at the front,
-// recomputed later from its tokens), so every request still completes with the same tokens.
-// cancel() takes effect at the next step (finish kCancelled).
+// a finished sequence leaves the batch at once. When forward reports kResourceExhausted (KV blocks
+// run out), the lowest-priority, most recently admitted sequence is preempted (slot and blocks
+// released, requeued first in its tenant's queue, recomputed later from its tokens), so every
+// request still completes with the same tokens. cancel() takes effect at the next step (finish
+// kCancelled).
+//
+// Prefix cache (models with a paged KV cache): at admission the prompt's full blocks are hashed as
+// a chain salted per tenant (prefix_hash.h) and the longest cached run is attached to the slot, so
+// prefill starts after it (Usage::cached_tokens); as prefill completes prompt blocks they are
+// published for later requests of the same tenant. Admission control: a tenant with
+// max_queue_per_tenant requests waiting gets kResourceExhausted (429), a model with max_queue
+// waiting, or an estimated wait past max_queue_wait, gets kUnavailable (503). serving_stats() gives
+// per-tenant counts and latency histograms.
 //
 // Threading: submit() is thread-safe. After start() one internal thread drives the model and calls
 // the sinks; stop() (also run by the destructor) cancels every request and joins it. Without
@@ -22,14 +31,18 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "engine/generator.h"
 #include "engine/model/causal_lm.h"
+#include "engine/serving_stats.h"
 #include "engine/sched/fair_queue.h"
 #include "engine/sched/sequence.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -39,15 +52,27 @@ namespace edge::engine::sched {
 struct SchedulerConfig {
     int32_t max_batch_sequences = 64;  // Sequences running at once at most.
     int32_t max_batch_tokens = 2048;   // Tokens per forward() (decode + prefill chunks).
-    int32_t max_queue = 1024;          // Waiting requests before submit() says kResourceExhausted.
+    int32_t max_queue = 1024;          // Waiting requests (all tenants) before kUnavailable.
+    int32_t max_queue_per_tenant = 0;  // Waiting requests of one tenant before
+                                       // kResourceExhausted; 0: only max_queue applies.
+    // Estimated queue wait beyond which submit() answers kUnavailable, so the queue sheds load
+    // before it breaks latency targets: the tokens already queued (prompt + max_tokens each)
+    // over the recent token rate. 0: off (also while no rate is measured yet).
+    std::chrono::milliseconds max_queue_wait{0};
     int64_t fair_quantum_tokens = 512; // Tokens a weight-1 tenant may be admitted per DRR turn.
     std::vector<TokenId> eos_token_ids;  // Tokens that end generation (unless ignore_eos).
+    bool prefix_cache = true;          // Reuse cached prompt blocks (paged models only).
+    std::string prefix_secret;         // Server secret mixed into tenant salts; "": random.
+    const Clock* clock = nullptr;      // Time for the latency histograms; null: SystemClock.
+    std::string model_name;            // Name in serving_stats().
 };
 
 struct SchedulerStats {
     int64_t steps = 0;        // forward() calls that succeeded.
     int64_t preemptions = 0;  // Sequences evicted for lack of KV space.
     int32_t max_running = 0;  // Largest batch seen, in sequences.
+    int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.
+    int64_t prefix_hit_tokens = 0;    // Prompt tokens found there.
 };
 
 class Scheduler {
@@ -60,7 +85,8 @@ public:
 
     const ModelSpec& spec() const { return model_->spec(); }
 
-    // Queues a request; kResourceExhausted when max_queue requests are already waiting.
+    // Queues a request; kResourceExhausted when its tenant has max_queue_per_tenant requests
+    // waiting, kUnavailable when max_queue requests wait or the scheduler is stopping.
     Result<std::shared_ptr<GenerationHandle>> submit(SequenceRequest request);
 
     void start();
@@ -76,6 +102,8 @@ public:
 
     // Live load (everything but the name); thread-safe, cheap.
     ModelLoad load() const;
+    // Per-tenant counts and histograms; thread-safe.
+    ServingStats serving_stats() const;
 
 private:
     struct BatchEntry {
@@ -90,7 +118,11 @@ private:
     std::vector<BatchEntry> plan_batch() const;
     // Runs forward, preempting on KV exhaustion; false when the step failed (sequences errored).
     bool forward_with_preemption(std::vector<BatchEntry>* batch, std::vector<float>* logits);
-    void preempt_newest();
+    // Preempts the lowest-priority, most recently admitted running sequence.
+    void preempt_victim();
+    void attach_prefix(Sequence* seq);
+    void publish_prefix(Sequence* seq);
+    TenantServingStats& tenant_stats(const std::string& tenant);  // stats_mu_ held.
     void emit_token(Sequence* seq, std::span<float> logits);
     void finish(Sequence* seq, FinishReason reason, Status error = ok_status());
     void remove_finished();
@@ -103,6 +135,7 @@ private:
     std::unique_ptr<CausalLM> model_;
     const tokenizer::Tokenizer* tokenizer_;
     SchedulerConfig config_;
+    const Clock* clock_;
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
@@ -111,6 +144,7 @@ private:
 
     // Scheduler-thread state.
     std::vector<std::unique_ptr<Sequence>> running_;
+    std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by tenant.
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a preemption, until a sequence finishes.
     SchedulerStats stats_;
@@ -121,6 +155,10 @@ private:
     std::atomic<double> kv_use_{0.0};
     std::atomic<double> prefill_rate_{0.0};  // Tokens/s, exponentially weighted.
     std::atomic<double> decode_rate_{0.0};
+
+    // Serving figures for metrics; guarded by stats_mu_ (taken after mu_, never before).
+    mutable std::mutex stats_mu_;
+    ServingStats serving_;
 };
 
 }  // namespace edge::engine::sched

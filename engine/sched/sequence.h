@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "engine/generator.h"
+#include "engine/model/block_pool.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_matcher.h"
 #include "engine/tokenizer/incremental_decoder.h"
@@ -45,6 +47,7 @@ struct SequenceRequest {
     std::shared_ptr<GenerationSink> sink;  // Receives deltas and the finish.
     std::string tenant;                    // Fair-share key ("" is a tenant like any other).
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
+    int32_t priority = 0;                  // Higher is preempted later.
 };
 
 struct Sequence {
@@ -59,7 +62,8 @@ struct Sequence {
           sink(std::move(request.sink)),
           control(std::make_shared<SequenceControl>()),
           tenant(std::move(request.tenant)),
-          tenant_weight(std::max(request.tenant_weight, 1)) {}
+          tenant_weight(std::max(request.tenant_weight, 1)),
+          priority(request.priority) {}
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
     // Tokens not yet in the KV cache (1 while decoding).
@@ -76,12 +80,25 @@ struct Sequence {
     std::shared_ptr<SequenceControl> control;
     std::string tenant;
     int32_t tenant_weight = 1;
+    int32_t priority = 0;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.
     bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
+
+    // Prefix cache: chain hashes of the prompt's full blocks (computed at first admission),
+    // how many of them are published, and the prompt tokens found cached at first admission.
+    std::vector<BlockHash> prefix_chain;
+    bool chain_ready = false;
+    int32_t published_blocks = 0;
+    int32_t cached_tokens = 0;
+
+    // Timing for the latency histograms (the scheduler's clock).
+    TimePoint submitted_at{};
+    TimePoint last_token_at{};
+    bool admitted_once = false;
 };
 
 }  // namespace edge::engine::sched

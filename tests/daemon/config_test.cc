@@ -51,6 +51,9 @@ TEST_CASE("a full config loads with every section") {
                                             "engine:\n"
                                             "  threads: 2\n"
                                             "  max_queue: 8\n"
+                                            "  max_queue_per_tenant: 3\n"
+                                            "  max_queue_wait_ms: 1500\n"
+                                            "  prefix_cache: false\n"
                                             "tenants:\n"
                                             "  - name: acme\n"
                                             "    api_key_sha256: [" +
@@ -78,6 +81,9 @@ TEST_CASE("a full config loads with every section") {
     CHECK(c->engine.models.size() == 1);
     CHECK(c->engine.threads == 2);
     CHECK(c->engine.max_queue == 8);
+    CHECK(c->engine.max_queue_per_tenant == 3);
+    CHECK(c->engine.max_queue_wait_ms == 1500);
+    CHECK_FALSE(c->engine.prefix_cache);
     REQUIRE(c->tenants.has_value());
     CHECK((*c->tenants)[0].api_key_sha256[0] == std::string(64, 'a'));
     CHECK(c->limits.header_timeout == std::chrono::milliseconds(200));

@@ -239,3 +239,66 @@ TEST_CASE("reload rotates a key while a request runs: old key 401 after, running
     f.generator.finish(1, engine::FinishReason::kStop, {});
     CHECK(fresh->read_response()->status == 200);
 }
+
+TEST_CASE("engine admission: tenant queue full is 429, model queue full is 503, both Retry-After") {
+    TenantFixture f("");
+    f.generator.fail_next_submit(resource_exhausted_error("tenant 'acme' already has 2 requests "
+                                                          "waiting for this model"));
+    testing::HttpReply tenant_full = f.call(chat_body(false), kOldKey);
+    CHECK(tenant_full.status == 429);
+    CHECK(tenant_full.headers["retry-after"] == "1");
+    CHECK(json_of(tenant_full.body)["error"].as_object()["type"] == "rate_limit_error");
+    f.generator.fail_next_submit(unavailable_error("the model's queue is full"));
+    testing::HttpReply overloaded = f.call(chat_body(false), kOldKey);
+    CHECK(overloaded.status == 503);
+    CHECK(overloaded.headers["retry-after"] == "1");
+}
+
+TEST_CASE("engine serving figures: priority reaches the engine; /metrics has per-tenant series") {
+    TenantFixture f("    priority: 7\n");
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                          auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    CHECK(f.generator.request(0).priority == 7);
+    engine::Usage usage;
+    usage.prompt_tokens = 40;
+    usage.completion_tokens = 1;
+    usage.cached_tokens = 32;
+    f.generator.finish(0, engine::FinishReason::kStop, usage);
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 200);
+    CHECK(json_of(reply->body)["usage"].as_object()["prompt_tokens_details"].as_object()
+              ["cached_tokens"] == 32);
+
+    engine::ServingStats s;
+    s.model = "test-model";
+    s.kv_use = 0.25;
+    s.kv_blocks_total = 64;
+    engine::TenantServingStats& t = s.tenants["acme"];
+    t.queued = 3;
+    t.running = 2;
+    t.generated_tokens = 40;
+    t.prefix_query_tokens = 100;
+    t.prefix_hit_tokens = 64;
+    t.ttft.observe(0.02);
+    t.ttft.observe(0.3);
+    f.generator.set_serving_stats({s});
+    const std::string m = f.metrics();
+    CHECK(m.find("edgeserve_tenant_queued_requests{model=\"test-model\",tenant=\"acme\"} 3") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_tenant_running_requests{model=\"test-model\",tenant=\"acme\"} 2") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_kv_cache_usage_ratio{model=\"test-model\"} 0.25") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_prefix_cache_hits_total{model=\"test-model\",tenant=\"acme\"} 64") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_time_to_first_token_seconds_bucket{model=\"test-model\",tenant="
+                 "\"acme\",le=\"0.025\"} 1") != std::string::npos);
+    CHECK(m.find("edgeserve_time_to_first_token_seconds_count{model=\"test-model\",tenant="
+                 "\"acme\"} 2") != std::string::npos);
+    CHECK(m.find("# TYPE edgeserve_inter_token_latency_seconds histogram") != std::string::npos);
+    CHECK(m.find(kOldKey) == std::string::npos);
+}

@@ -34,6 +34,15 @@ public:
     // The load set by set_load() (tests of routing and gossip publish it).
     std::vector<engine::ModelLoad> load() const override;
     void set_load(std::vector<engine::ModelLoad> load);
+    // The serving figures set by set_serving_stats() (metrics tests render them).
+    std::vector<engine::ServingStats> serving_stats() const override {
+        std::lock_guard<std::mutex> lock(mu_);
+        return serving_;
+    }
+    void set_serving_stats(std::vector<engine::ServingStats> stats) {
+        std::lock_guard<std::mutex> lock(mu_);
+        serving_ = std::move(stats);
+    }
 
     // The next submit() fails with `status` (once).
     void fail_next_submit(Status status);
@@ -59,6 +68,7 @@ private:
     std::optional<Status> fail_next_;
     bool ready_ = true;
     std::vector<engine::ModelLoad> load_;
+    std::vector<engine::ServingStats> serving_;
 };
 
 }  // namespace edge::testing

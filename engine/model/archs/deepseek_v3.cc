@@ -85,17 +85,24 @@ Status DeepseekV3::load_attention(int64_t l, const std::string& p) {
 
 void DeepseekV3::store_row(int32_t slot, int32_t li, int32_t pos, const float* row) {
     const int64_t half = row_ / 2;
-    std::copy(row, row + half, kv_->keys(slot, li, 0) + pos * half);
-    std::copy(row + half, row + row_, kv_->values(slot, li, 0) + pos * half);
+    std::copy(row, row + half, kv_->key(slot, li, 0, pos));
+    std::copy(row + half, row + row_, kv_->value(slot, li, 0, pos));
 }
 
+// Reads the slot's cached rows through its block table, one block at a time.
 void DeepseekV3::gather_rows(int32_t slot, int32_t li, int32_t count, float* out) {
     const int64_t half = row_ / 2;
-    const float* k = kv_->keys(slot, li, 0);
-    const float* v = kv_->values(slot, li, 0);
-    for (int32_t p = 0; p < count; ++p) {
-        std::copy(k + p * half, k + (p + 1) * half, out + p * row_);
-        std::copy(v + p * half, v + (p + 1) * half, out + p * row_ + half);
+    const int32_t bt = kv_->block_tokens();
+    const auto table = kv_->blocks(slot);
+    for (int32_t b0 = 0; b0 < count; b0 += bt) {
+        const float* k = kv_->block_keys(table[b0 / bt], li, 0);
+        const float* v = kv_->block_values(table[b0 / bt], li, 0);
+        const int32_t rows = std::min(bt, count - b0);
+        for (int32_t p = 0; p < rows; ++p) {
+            float* dst = out + static_cast<int64_t>(b0 + p) * row_;
+            std::copy(k + p * half, k + (p + 1) * half, dst);
+            std::copy(v + p * half, v + (p + 1) * half, dst + half);
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 #include "engine/cpu/rope_scaling.h"
 #include "engine/model/archs/glm4_moe_common.h"
 #include "engine/model/model_config.h"
+#include "engine/model/paged_attention.h"
 
 namespace edge::engine {
 namespace {
@@ -161,9 +162,9 @@ void Glm4Moe::attention(int32_t li, int64_t n) {
             cpu::rope_neox(kh, rot, cs, sn);
             const int32_t slot = tok_slot_[i];
             const auto hi = static_cast<int32_t>(head);
-            std::copy(kh, kh + hd, kv_->keys(slot, li, hi) + pos * hd);
+            std::copy(kh, kh + hd, kv_->key(slot, li, hi, pos));
             const float* vh = v + i * kvdim + head * hd;
-            std::copy(vh, vh + hd, kv_->values(slot, li, hi) + pos * hd);
+            std::copy(vh, vh + hd, kv_->value(slot, li, hi, pos));
         }
     });
     float* out = grow(out_, n * qdim);
@@ -174,10 +175,10 @@ void Glm4Moe::attention(int32_t li, int64_t n) {
         const int64_t i = task / nkv;
         const auto g = static_cast<int32_t>(task % nkv);
         const int32_t slot = tok_slot_[i];
-        cpu::attention_gqa(q + i * qdim + g * group * hd, group, hd, kv_->keys(slot, li, g),
-                           kv_->values(slot, li, g), hd, tok_pos_[i] + 1, scale,
-                           scores + static_cast<size_t>(worker) * group * spec_.max_context,
-                           out + i * qdim + g * group * hd);
+        paged_attention_gqa(*kv_, slot, li, g, q + i * qdim + g * group * hd, group,
+                            tok_pos_[i] + 1, scale,
+                            scores + static_cast<size_t>(worker) * group * spec_.max_context,
+                            out + i * qdim + g * group * hd);
     });
     float* o = grow(o_, n * H);
     backend_->matmul(L.o, out, n, o, H);

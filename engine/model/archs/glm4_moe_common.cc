@@ -121,12 +121,6 @@ SigmoidMoeModel::SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkp
       ckpt_(std::move(ckpt)),
       backend_(std::move(backend)) {}
 
-void SigmoidMoeModel::truncate_slot(int32_t slot, int32_t length) {
-    if (kv_->in_use(slot) && length >= 0 && length < kv_->length(slot)) {
-        kv_->set_length(slot, length);
-    }
-}
-
 Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, int64_t cols) {
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
     Weight w;
@@ -239,23 +233,10 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
         }
         max_context = options.max_context;
     }
-    if (options.max_slots < 1) {
-        return invalid_argument_error("load options: max_slots must be at least 1");
-    }
-    KvCacheShape shape;
-    shape.layers = static_cast<int32_t>(c_.num_hidden_layers);
-    shape.kv_heads = kv_heads;
-    shape.head_dim = head_dim;
-    shape.slots = options.max_slots;
-    shape.max_context = static_cast<int32_t>(max_context);
-    shape.max_tokens = options.kv_cache_bytes > 0 ? options.kv_cache_bytes / kv_bytes_per_token
-                                                  : int64_t{options.max_slots} * max_context;
-    if (shape.max_tokens < 1) {
-        return invalid_argument_error(
-            "load options: kv_cache_bytes " + std::to_string(options.kv_cache_bytes) +
-            " holds no token (one takes " + std::to_string(kv_bytes_per_token) + " bytes)");
-    }
-    EDGE_ASSIGN_OR_RETURN(kv_, KvCache::create(shape));
+    EDGE_RETURN_IF_ERROR(create_kv_cache(static_cast<int32_t>(c_.num_hidden_layers), kv_heads,
+                                         head_dim, options.max_slots,
+                                         static_cast<int32_t>(max_context), options.kv_block_tokens,
+                                         options.kv_cache_bytes));
     spec_.architecture = architecture;
     spec_.vocab_size = static_cast<int32_t>(c_.vocab_size);
     spec_.max_context = static_cast<int32_t>(max_context);
@@ -267,52 +248,6 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     spec_.version = version_digest(json, *ckpt_);
     spec_.weight_bytes = ckpt_->total_bytes();
     spec_.kv_bytes_per_token = kv_bytes_per_token;
-    return ok_status();
-}
-
-Status SigmoidMoeModel::validate(std::span<const SequenceChunk> batch, int64_t* total) const {
-    int64_t new_tokens = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-        const SequenceChunk& ch = batch[i];
-        const std::string where =
-            "forward: chunk " + std::to_string(i) + " (slot " + std::to_string(ch.slot) + ")";
-        if (!kv_->in_use(ch.slot)) {
-            return invalid_argument_error(where + ": slot is not acquired");
-        }
-        for (size_t j = 0; j < i; ++j) {
-            if (batch[j].slot == ch.slot) {
-                return invalid_argument_error(where + ": slot appears twice in one batch");
-            }
-        }
-        if (ch.start_pos != kv_->length(ch.slot)) {
-            return invalid_argument_error(where + ": start_pos " + std::to_string(ch.start_pos) +
-                                          " is not the slot's length " +
-                                          std::to_string(kv_->length(ch.slot)));
-        }
-        if (ch.tokens.empty()) {
-            return invalid_argument_error(where + ": no tokens");
-        }
-        if (static_cast<int64_t>(ch.start_pos) + static_cast<int64_t>(ch.tokens.size()) >
-            spec_.max_context) {
-            return invalid_argument_error(where + ": the chunk goes beyond the context of " +
-                                          std::to_string(spec_.max_context) + " tokens");
-        }
-        for (TokenId t : ch.tokens) {
-            if (t < 0 || t >= spec_.vocab_size) {
-                return invalid_argument_error(where + ": token id " + std::to_string(t) +
-                                              " is outside the vocabulary of " +
-                                              std::to_string(spec_.vocab_size));
-            }
-        }
-        new_tokens += static_cast<int64_t>(ch.tokens.size());
-    }
-    if (kv_->used_tokens() + new_tokens > kv_->shape().max_tokens) {
-        return resource_exhausted_error("forward: the KV cache holds " +
-                                        std::to_string(kv_->shape().max_tokens) + " tokens; " +
-                                        std::to_string(kv_->used_tokens()) + " are in use and " +
-                                        std::to_string(new_tokens) + " more were asked for");
-    }
-    *total = new_tokens;
     return ok_status();
 }
 
@@ -354,7 +289,7 @@ Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
 
 Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
     int64_t n = 0;
-    EDGE_RETURN_IF_ERROR(validate(batch, &n));
+    EDGE_RETURN_IF_ERROR(prepare_batch(batch, &n));
     const int64_t H = c_.hidden_size;
     const int64_t V = c_.vocab_size;
     tok_slot_.resize(n);
@@ -393,9 +328,7 @@ Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vecto
     }
     logits->resize(static_cast<size_t>(out_rows * V));
     backend_->matmul(lm_head_, h, out_rows, logits->data(), V);
-    for (const SequenceChunk& ch : batch) {
-        kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
-    }
+    commit_batch(batch);
     return moe_ ? moe_->end_step() : ok_status();
 }
 

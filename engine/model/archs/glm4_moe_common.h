@@ -19,7 +19,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/router.h"
 #include "engine/model/causal_lm.h"
-#include "engine/model/kv_cache.h"
+#include "engine/model/paged_causal_lm.h"
 #include "engine/model/loader.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
@@ -59,21 +59,12 @@ struct SigmoidMoeConfig {
     }
 };
 
-class SigmoidMoeModel : public CausalLM {
+class SigmoidMoeModel : public PagedCausalLM {
   public:
     SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkpoint> ckpt,
                     std::unique_ptr<Backend> backend);
 
     const ModelSpec& spec() const override { return spec_; }
-    Result<int32_t> acquire_slot() override { return kv_->acquire(); }
-    void release_slot(int32_t slot) override { kv_->release(slot); }
-    void truncate_slot(int32_t slot, int32_t length) override;
-    int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
-    double kv_use() const override {
-        const int64_t budget = kv_->shape().max_tokens;
-        return budget > 0 ? static_cast<double>(kv_->used_tokens()) / static_cast<double>(budget)
-                          : 0.0;
-    }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
     std::optional<shard::ShardStats> shard_stats() const override {
         if (!moe_) {
@@ -109,7 +100,6 @@ class SigmoidMoeModel : public CausalLM {
     std::unique_ptr<Checkpoint> ckpt_;
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<MoeBlock> moe_;  // Routed experts of every MoE layer, sharded over ranks.
-    std::unique_ptr<KvCache> kv_;
     ModelSpec spec_;
     std::vector<int32_t> tok_slot_, tok_pos_;
     std::vector<float> x_;                        // [n][hidden] residual stream.
@@ -123,7 +113,6 @@ class SigmoidMoeModel : public CausalLM {
         SwiGlu shared;     // Valid when n_shared_experts > 0.
         SwiGlu dense;
     };
-    Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
     Status ffn(const FfnLayer& layer, int32_t li, int64_t n);
 
     Weight embed_;

@@ -7,7 +7,8 @@
 #include "engine/backend.h"
 #include "engine/cpu/convert.h"
 #include "engine/cpu/ops.h"
-#include "engine/model/kv_cache.h"
+#include "engine/model/paged_attention.h"
+#include "engine/model/paged_causal_lm.h"
 #include "engine/model/model_config.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
@@ -53,7 +54,7 @@ float element(const void* data, WeightFormat f, int64_t i) {
 
 const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 
-class Qwen3Moe final : public CausalLM {
+class Qwen3Moe final : public PagedCausalLM {
 public:
     Qwen3Moe(Qwen3MoeConfig config, std::unique_ptr<Checkpoint> ckpt,
              std::unique_ptr<Backend> backend)
@@ -62,19 +63,6 @@ public:
     Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options);
 
     const ModelSpec& spec() const override { return spec_; }
-    Result<int32_t> acquire_slot() override { return kv_->acquire(); }
-    double kv_use() const override {
-        const int64_t budget = kv_->shape().max_tokens;
-        return budget > 0 ? static_cast<double>(kv_->used_tokens()) / static_cast<double>(budget)
-                          : 0.0;
-    }
-    void release_slot(int32_t slot) override { kv_->release(slot); }
-    void truncate_slot(int32_t slot, int32_t length) override {
-        if (kv_->in_use(slot) && length >= 0 && length < kv_->length(slot)) {
-            kv_->set_length(slot, length);
-        }
-    }
-    int32_t slot_length(int32_t slot) const override { return kv_->length(slot); }
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override;
     std::optional<shard::ShardStats> shard_stats() const override {
         if (!moe_) {
@@ -87,7 +75,6 @@ private:
     Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
     Result<std::vector<float>> vector(const std::string& name, int64_t n);
     Result<Mlp> mlp(const std::string& prefix, int64_t inter);
-    Status validate(std::span<const SequenceChunk> batch, int64_t* total) const;
     void attention_block(const Layer& layer, int32_t li, int64_t n);
     Status moe_block(const Layer& layer, int32_t li, int64_t n);
     void mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out);
@@ -103,7 +90,6 @@ private:
     std::unique_ptr<WeightLoader> weights_;  // Owns weights quantized on load; after ckpt_.
     std::unique_ptr<Backend> backend_;
     std::unique_ptr<MoeBlock> moe_;  // Routed experts of every MoE layer, sharded over ranks.
-    std::unique_ptr<KvCache> kv_;
     ModelSpec spec_;
     Weight embed_;
     Weight lm_head_;
@@ -224,25 +210,11 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
         }
         max_context = options.max_context;
     }
-    if (options.max_slots < 1) {
-        return invalid_argument_error("load options: max_slots must be at least 1");
-    }
-    KvCacheShape shape;
-    shape.layers = static_cast<int32_t>(c_.num_hidden_layers);
-    shape.kv_heads = static_cast<int32_t>(c_.num_key_value_heads);
-    shape.head_dim = static_cast<int32_t>(hd);
-    shape.slots = options.max_slots;
-    shape.max_context = static_cast<int32_t>(max_context);
-    const int64_t per_token = shape.layers * 2 * shape.kv_heads * hd * 4;
-    shape.max_tokens = options.kv_cache_bytes > 0 ? options.kv_cache_bytes / per_token
-                                                  : int64_t{options.max_slots} * max_context;
-    if (shape.max_tokens < 1) {
-        return invalid_argument_error("load options: kv_cache_bytes " +
-                                      std::to_string(options.kv_cache_bytes) +
-                                      " holds no token (one takes " + std::to_string(per_token) +
-                                      " bytes)");
-    }
-    EDGE_ASSIGN_OR_RETURN(kv_, KvCache::create(shape));
+    const int64_t per_token = c_.num_hidden_layers * 2 * c_.num_key_value_heads * hd * 4;
+    EDGE_RETURN_IF_ERROR(create_kv_cache(
+        static_cast<int32_t>(c_.num_hidden_layers), static_cast<int32_t>(c_.num_key_value_heads),
+        static_cast<int32_t>(hd), options.max_slots, static_cast<int32_t>(max_context),
+        options.kv_block_tokens, options.kv_cache_bytes));
 
     spec_.architecture = kQwen3MoeArchitecture;
     spec_.vocab_size = static_cast<int32_t>(c_.vocab_size);
@@ -255,56 +227,6 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     spec_.version = version_digest(json, *ckpt_);
     spec_.weight_bytes = weights_->resident_bytes();
     spec_.kv_bytes_per_token = per_token;
-    return ok_status();
-}
-
-Status Qwen3Moe::validate(std::span<const SequenceChunk> batch, int64_t* total) const {
-    *total = 0;
-    int64_t new_tokens = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-        const SequenceChunk& ch = batch[i];
-        const std::string where = "forward: chunk " + std::to_string(i) + " (slot " +
-                                  std::to_string(ch.slot) + ")";
-        if (!kv_->in_use(ch.slot)) {
-            return invalid_argument_error(where + ": slot is not acquired");
-        }
-        for (size_t j = 0; j < i; ++j) {
-            if (batch[j].slot == ch.slot) {
-                return invalid_argument_error(where + ": slot appears twice in one batch");
-            }
-        }
-        if (ch.start_pos != kv_->length(ch.slot)) {
-            return invalid_argument_error(where + ": start_pos " + std::to_string(ch.start_pos) +
-                                          " is not the slot's length " +
-                                          std::to_string(kv_->length(ch.slot)));
-        }
-        if (ch.tokens.empty()) {
-            return invalid_argument_error(where + ": no tokens");
-        }
-        if (static_cast<int64_t>(ch.start_pos) + static_cast<int64_t>(ch.tokens.size()) >
-            spec_.max_context) {
-            return invalid_argument_error(
-                where + ": positions " + std::to_string(ch.start_pos) + ".." +
-                std::to_string(ch.start_pos + static_cast<int64_t>(ch.tokens.size()) - 1) +
-                " go beyond the context of " + std::to_string(spec_.max_context) + " tokens");
-        }
-        for (TokenId t : ch.tokens) {
-            if (t < 0 || t >= spec_.vocab_size) {
-                return invalid_argument_error(where + ": token id " + std::to_string(t) +
-                                              " is outside the vocabulary of " +
-                                              std::to_string(spec_.vocab_size));
-            }
-        }
-        new_tokens += static_cast<int64_t>(ch.tokens.size());
-    }
-    if (kv_->used_tokens() + new_tokens > kv_->shape().max_tokens) {
-        return resource_exhausted_error("forward: the KV cache holds " +
-                                        std::to_string(kv_->shape().max_tokens) +
-                                        " tokens; " + std::to_string(kv_->used_tokens()) +
-                                        " are used and the batch adds " +
-                                        std::to_string(new_tokens));
-    }
-    *total = new_tokens;
     return ok_status();
 }
 
@@ -359,9 +281,9 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
             cpu::rms_norm(kh, L.k_norm.data(), hd, eps, kh);
             cpu::rope_neox(kh, hd, cs, sn);
             const int32_t slot = tok_slot_[i];
-            std::copy(kh, kh + hd, kv_->keys(slot, li, static_cast<int32_t>(head)) + pos * hd);
+            std::copy(kh, kh + hd, kv_->key(slot, li, static_cast<int32_t>(head), pos));
             const float* vh = v + i * kvdim + head * hd;
-            std::copy(vh, vh + hd, kv_->values(slot, li, static_cast<int32_t>(head)) + pos * hd);
+            std::copy(vh, vh + hd, kv_->value(slot, li, static_cast<int32_t>(head), pos));
         }
     });
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -369,10 +291,10 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
         const int64_t i = task / nkv;
         const int32_t g = static_cast<int32_t>(task % nkv);
         const int32_t slot = tok_slot_[i];
-        cpu::attention_gqa(q + i * qdim + g * group * hd, group, hd, kv_->keys(slot, li, g),
-                           kv_->values(slot, li, g), hd, tok_pos_[i] + 1, scale,
-                           scores + static_cast<size_t>(worker) * group * spec_.max_context,
-                           attn + i * qdim + g * group * hd);
+        paged_attention_gqa(*kv_, slot, li, g, q + i * qdim + g * group * hd, group,
+                            tok_pos_[i] + 1, scale,
+                            scores + static_cast<size_t>(worker) * group * spec_.max_context,
+                            attn + i * qdim + g * group * hd);
     };
     // Short decode steps are cheaper on this thread than a dispatch.
     int64_t ctx_work = 0;
@@ -432,7 +354,7 @@ Status Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
 
 Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
     int64_t n = 0;
-    EDGE_RETURN_IF_ERROR(validate(batch, &n));
+    EDGE_RETURN_IF_ERROR(prepare_batch(batch, &n));
     const int64_t H = c_.hidden_size;
     const int64_t V = c_.vocab_size;
     tok_slot_.resize(n);
@@ -469,9 +391,7 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
     }
     logits->resize(static_cast<size_t>(out_rows * V));
     backend_->matmul(lm_head_, h, out_rows, logits->data(), V);
-    for (const SequenceChunk& ch : batch) {
-        kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
-    }
+    commit_batch(batch);
     return moe_ ? moe_->end_step() : ok_status();
 }
 

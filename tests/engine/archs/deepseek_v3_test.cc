@@ -100,6 +100,7 @@ TEST_CASE("deepseek_v3: KV cache holds the latent and the rope key only") {
     // A budget of exactly 5 tokens holds 5 tokens and refuses the 6th.
     LoadOptions options = small_options(1);
     options.kv_cache_bytes = 5 * (32 + 16) * 4 * 3;
+    options.kv_block_tokens = 1;  // Blocks of one token: the budget is exactly 5 blocks.
     auto small = load_model(fixture_dir("micro-deepseek-v3"), options);
     REQUIRE(small.ok());
     auto slot = (*small)->acquire_slot();

@@ -256,7 +256,8 @@ TEST_CASE("forward rejects positions past the context / bad tokens / bad slots /
     lm.release_slot(other);
 
     LoadOptions small = o;
-    small.kv_cache_bytes = 2 * 2 * 2 * 32 * 4 * 10;  // Ten tokens.
+    small.kv_cache_bytes = 2 * 2 * 2 * 32 * 4 * 10;  // Ten tokens,
+    small.kv_block_tokens = 5;                        // in two blocks.
     auto tiny_cache = load_model(kMicro, small);
     REQUIRE(tiny_cache.ok());
     int32_t a = *(*tiny_cache)->acquire_slot();

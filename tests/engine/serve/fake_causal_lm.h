@@ -3,12 +3,16 @@
 // FakeCausalLM: a deterministic stand-in for a loaded model, so the scheduler can be tested
 // without weights. The next token is a function of the whole token history of a slot (default:
 // a hash mapped to printable ASCII), so feeding wrong positions or mixing sequences up changes
-// the output. It enforces the CausalLM contract (start_pos equals the slot length, ids in range,
-// context limit) and a KV budget in tokens over all slots (kResourceExhausted, nothing changed).
+// the output. It runs on a real paged KvCache (PagedCausalLM) that stores each position's token
+// id, and reads a slot's history back through its block table, so wrong block tables, a bad
+// prefix-cache hit or a write into a shared block change the output. It enforces the CausalLM
+// contract (start_pos equals the slot length, ids in range, context limit) and the KV budget
+// (kResourceExhausted, nothing changed).
 // Every forward() is recorded in a shared log the test keeps after the scheduler owns the model.
 //
 // Threading: like CausalLM, driven by one thread; the log has its own mutex.
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,7 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/model/causal_lm.h"
+#include "engine/model/paged_attention.h"
+#include "engine/model/paged_causal_lm.h"
 
 namespace edge::engine::testing {
 
@@ -39,10 +44,13 @@ struct FakeOptions {
     int32_t vocab_size = 512;
     int32_t max_context = 256;
     int32_t slots = 8;
-    int64_t kv_tokens = 1 << 20;  // Tokens all slots together may hold.
+    int64_t kv_tokens = 1 << 14;  // Tokens all slots together may hold (rounded up to blocks).
+    int32_t block_tokens = 1;     // Positions per KV block.
+    bool prefix_cache = true;     // Offer the prefix cache to the scheduler.
     std::vector<TokenId> eos = {509};
     NextToken next = default_next;
     int fail_call = -1;  // forward() call (0-based) that fails with kInternal; -1: none.
+    std::function<void()> on_forward;  // Called by each forward() (a test advances its clock).
 };
 
 struct ForwardCall {
@@ -61,7 +69,7 @@ struct FakeLog {
     }
 };
 
-class FakeCausalLM final : public CausalLM {
+class FakeCausalLM final : public PagedCausalLM {
 public:
     explicit FakeCausalLM(FakeOptions options, std::shared_ptr<FakeLog> log = nullptr)
         : options_(std::move(options)), log_(log ? log : std::make_shared<FakeLog>()) {
@@ -70,82 +78,69 @@ public:
         spec_.max_context = options_.max_context;
         spec_.eos_token_ids = options_.eos;
         spec_.version = "fake";
-        slots_.resize(static_cast<size_t>(options_.slots));
-        used_.assign(static_cast<size_t>(options_.slots), false);
+        // One layer, one head of one value: the cache holds each position's token id, so the
+        // history the next token depends on is read back through the block tables.
+        const int64_t bt = options_.block_tokens;
+        const int64_t blocks = (options_.kv_tokens + bt - 1) / bt;
+        const Status st = create_kv_cache(1, 1, 1, options_.slots, options_.max_context,
+                                          options_.block_tokens, blocks * bt * 2 * 4);
+        if (!st.ok()) {
+            std::abort();  // Test setup error.
+        }
     }
 
     const ModelSpec& spec() const override { return spec_; }
 
     Result<int32_t> acquire_slot() override {
-        for (size_t i = 0; i < used_.size(); ++i) {
-            if (!used_[i]) {
-                used_[i] = true;
-                slots_[i].clear();
-                set_in_use(+1);
-                return static_cast<int32_t>(i);
-            }
+        auto slot = PagedCausalLM::acquire_slot();
+        if (slot.ok()) {
+            set_in_use(+1);
         }
-        return resource_exhausted_error("no free slot");
+        return slot;
     }
     void release_slot(int32_t slot) override {
-        if (used_.at(slot)) {
-            used_[slot] = false;
-            slots_[slot].clear();
+        if (kv_->in_use(slot)) {
+            PagedCausalLM::release_slot(slot);
             set_in_use(-1);
         }
     }
-    void truncate_slot(int32_t slot, int32_t length) override {
-        if (static_cast<size_t>(length) < slots_.at(slot).size()) {
-            slots_[slot].resize(static_cast<size_t>(length));
-        }
+    int32_t kv_block_tokens() const override {
+        return options_.prefix_cache ? kv_->block_tokens() : 0;
     }
-    int32_t slot_length(int32_t slot) const override {
-        return static_cast<int32_t>(slots_.at(slot).size());
-    }
-    double kv_use() const override {
-        int64_t held = 0;
-        for (const auto& s : slots_) {
-            held += static_cast<int64_t>(s.size());
-        }
-        return options_.kv_tokens > 0 ? static_cast<double>(held) / options_.kv_tokens : 0.0;
+    // Positions [0, length) of the slot as the cache holds them.
+    std::vector<TokenId> history(int32_t slot, int32_t length) const {
+        std::vector<float> rows(static_cast<size_t>(length));
+        gather_keys(*kv_, slot, 0, 0, length, rows.data());
+        return std::vector<TokenId>(rows.begin(), rows.end());
     }
 
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override {
         ForwardCall call;
+        for (const SequenceChunk& c : batch) {
+            call.chunks.emplace_back(c.slot, static_cast<int32_t>(c.tokens.size()));
+        }
+        if (options_.on_forward) {
+            options_.on_forward();
+        }
         if (calls_++ == options_.fail_call) {
             return record(call, internal_error("injected failure"));
         }
-        int64_t added = 0;
-        for (const SequenceChunk& c : batch) {
-            call.chunks.emplace_back(c.slot, static_cast<int32_t>(c.tokens.size()));
-            if (c.slot < 0 || c.slot >= options_.slots || !used_[c.slot]) {
-                return record(call, invalid_argument_error("bad slot"));
-            }
-            if (c.start_pos != slot_length(c.slot) || c.tokens.empty()) {
-                return record(call, invalid_argument_error("bad start_pos"));
-            }
-            if (c.start_pos + static_cast<int64_t>(c.tokens.size()) > options_.max_context) {
-                return record(call, invalid_argument_error("context overflow"));
-            }
-            for (TokenId t : c.tokens) {
-                if (t < 0 || t >= options_.vocab_size) {
-                    return record(call, invalid_argument_error("token out of range"));
-                }
-            }
-            added += static_cast<int64_t>(c.tokens.size());
-        }
-        int64_t held = 0;
-        for (const auto& s : slots_) {
-            held += static_cast<int64_t>(s.size());
-        }
-        if (held + added > options_.kv_tokens) {
-            return record(call, resource_exhausted_error("KV cache full"));
+        int64_t n = 0;
+        Status st = prepare_batch(batch, &n);
+        if (!st.ok()) {
+            return record(call, st);
         }
         for (const SequenceChunk& c : batch) {
-            auto& history = slots_[c.slot];
-            history.insert(history.end(), c.tokens.begin(), c.tokens.end());
-            const TokenId next = options_.next(history);
-            const uint64_t h = hash_history(history);
+            for (size_t j = 0; j < c.tokens.size(); ++j) {
+                *kv_->key(c.slot, 0, 0, c.start_pos + static_cast<int32_t>(j)) =
+                    static_cast<float>(c.tokens[j]);
+            }
+        }
+        commit_batch(batch);
+        for (const SequenceChunk& c : batch) {
+            const std::vector<TokenId> hist = history(c.slot, kv_->length(c.slot));
+            const TokenId next = options_.next(hist);
+            const uint64_t h = hash_history(hist);
             for (int32_t v = 0; v < options_.vocab_size; ++v) {
                 // Small distinct noise below the chosen token's 10.
                 logits->push_back(static_cast<float>((h >> (v % 48)) % 1000) / 1000.0f);
@@ -182,8 +177,6 @@ private:
     FakeOptions options_;
     std::shared_ptr<FakeLog> log_;
     ModelSpec spec_;
-    std::vector<std::vector<TokenId>> slots_;
-    std::vector<bool> used_;
     int calls_ = 0;
 };
 

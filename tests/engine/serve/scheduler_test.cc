@@ -195,7 +195,7 @@ TEST_CASE("scheduler: a request cancelled while queued finishes without running"
     CHECK(h.log->snapshot().empty());
 }
 
-TEST_CASE("scheduler: a full queue answers kResourceExhausted") {
+TEST_CASE("scheduler: a full queue answers kUnavailable") {
     SchedulerConfig config;
     config.max_queue = 2;
     Harness h({}, config);
@@ -203,7 +203,7 @@ TEST_CASE("scheduler: a full queue answers kResourceExhausted") {
     h.submit({2}, 1);
     auto sink = std::make_shared<CollectingSink>();
     auto third = h.scheduler->submit(SequenceRequest{"r3", {3}, Harness::greedy(), 1, sink});
-    CHECK(third.status().code() == StatusCode::kResourceExhausted);
+    CHECK(third.status().code() == StatusCode::kUnavailable);
     h.drain();
     auto fourth = h.scheduler->submit(SequenceRequest{"r4", {3}, Harness::greedy(), 1, sink});
     CHECK(fourth.ok());

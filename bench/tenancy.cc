@@ -1,0 +1,381 @@
+// Multi-tenant serving benchmark: 64 concurrent streams (closed loop: a stream sends its next
+// request when the previous ends) from 4 tenants of weights 1, 2, 3 and 4 (16 streams each) on
+// one model through the Scheduler, with a paged KV cache and a per-tenant prefix cache (every
+// prompt starts with the same system prompt). The running batch holds 32 sequences, so admission
+// is contended and the weighted fair share decides it.
+// Figures: total generated tokens/s and its ratio to a single stream measured in the same run,
+// per tenant its share of generated tokens against its weight share, time to first token and
+// inter-token latency p50/p99 (wall time), mean KV-cache use, prefix-cache hit rate.
+// Goals: 64-stream throughput >= 8x single stream; each tenant's share within 10% of its weight;
+// p99 inter-token latency < 3x its median.
+// Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
+//                      [--batch N] [--out TOKENS] [--step-tokens N]
+// Without --model it writes the preset (default `bench`, about 2.5 GB) to a temp dir and removes
+// it afterwards. The last line of output is one JSON object with the figures.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model/loader.h"
+#include "engine/sched/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tools/make_model.h"
+
+namespace {
+
+using edge::engine::Finish;
+using edge::engine::GenerationSink;
+using edge::engine::TokenDelta;
+using edge::engine::TokenId;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0, Clock::time_point t1) {
+    return std::chrono::duration<double>(t1 - t0).count();
+}
+
+// Records the wall time of each streamed token and the finish. Called on the stepping thread.
+class TimingSink final : public GenerationSink {
+public:
+    explicit TimingSink(Clock::time_point submitted) : submitted_(submitted) {}
+    void on_delta(TokenDelta delta) override {
+        for (size_t i = 0; i < delta.token_ids.size(); ++i) {
+            times_.push_back(Clock::now());
+        }
+    }
+    void on_finish(Finish finish) override {
+        done_ = true;
+        finish_ = std::move(finish);
+    }
+    bool done() const { return done_; }
+    const Finish& finish() const { return finish_; }
+    const std::vector<Clock::time_point>& times() const { return times_; }
+    Clock::time_point submitted() const { return submitted_; }
+
+private:
+    Clock::time_point submitted_;
+    std::vector<Clock::time_point> times_;
+    bool done_ = false;
+    Finish finish_;
+};
+
+double percentile(std::vector<double> v, double q) {
+    if (v.empty()) {
+        return 0.0;
+    }
+    std::sort(v.begin(), v.end());
+    const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+    return v[i];
+}
+
+struct TenantFigures {
+    int32_t weight = 1;
+    int64_t tokens = 0;
+    int64_t prompt_tokens = 0;
+    int64_t cached_tokens = 0;
+    std::vector<double> ttft;
+    std::vector<double> itl;
+};
+
+struct Stream {
+    std::string tenant;
+    int32_t weight = 1;
+    int32_t next_request = 0;
+    std::shared_ptr<TimingSink> sink;
+};
+
+std::vector<TokenId> make_prompt(const std::vector<TokenId>& system, int stream, int request,
+                                 int user_tokens, int32_t vocab) {
+    std::vector<TokenId> p = system;
+    std::mt19937 rng(static_cast<uint32_t>(stream * 7919 + request));
+    for (int i = 0; i < user_tokens; ++i) {
+        p.push_back(static_cast<TokenId>(rng() % static_cast<uint32_t>(vocab - 10) + 5));
+    }
+    return p;
+}
+
+edge::engine::sched::SequenceRequest request_for(const Stream& s, std::vector<TokenId> prompt,
+                                                 int out_tokens,
+                                                 std::shared_ptr<TimingSink> sink) {
+    edge::engine::sched::SequenceRequest r;
+    r.request_id = s.tenant;
+    r.prompt = std::move(prompt);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = out_tokens;
+    r.sampling.ignore_eos = true;
+    r.sink = std::move(sink);
+    r.tenant = s.tenant;
+    r.tenant_weight = s.weight;
+    return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string model_dir;
+    std::string preset = "bench";
+    int steps = 160;
+    int threads = 2;
+    int batch = 32;
+    int out_tokens = 24;
+    int step_tokens = 64;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--model")) {
+            model_dir = argv[i + 1];
+        } else if (!std::strcmp(argv[i], "--preset")) {
+            preset = argv[i + 1];
+        } else if (!std::strcmp(argv[i], "--steps")) {
+            steps = std::max(10, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--threads")) {
+            threads = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--batch")) {
+            batch = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--step-tokens")) {
+            step_tokens = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--out")) {
+            out_tokens = std::max(2, std::atoi(argv[i + 1]));
+        }
+    }
+    bool temp = false;
+    if (model_dir.empty()) {
+        model_dir = (std::filesystem::temp_directory_path() /
+                     ("edge_bench_tenancy_" + std::to_string(std::random_device{}())))
+                        .string();
+        edge::engine::MakeModelOptions mo;
+        mo.preset = preset;
+        mo.out_dir = model_dir;
+        mo.seed = 1;
+        const auto t0 = Clock::now();
+        edge::Status st = edge::engine::write_random_checkpoint(mo);
+        if (!st.ok()) {
+            std::fprintf(stderr, "%s\n", st.to_string().c_str());
+            return 1;
+        }
+        temp = true;
+        std::fprintf(stderr, "wrote %s preset to %s in %.1f s\n", preset.c_str(),
+                     model_dir.c_str(), since(t0, Clock::now()));
+    }
+    auto tok = edge::engine::tokenizer::Tokenizer::load_file(model_dir + "/tokenizer.json");
+    if (!tok.ok()) {
+        std::fprintf(stderr, "%s\n", tok.status().to_string().c_str());
+        return 1;
+    }
+    constexpr int kStreams = 64;
+    constexpr int kSystemTokens = 64;
+    constexpr int kUserTokens = 16;
+    edge::engine::LoadOptions lo;
+    lo.threads = threads;
+    lo.max_slots = batch;
+    lo.max_context = 512;
+    lo.kv_block_tokens = 16;
+    auto make_scheduler = [&](int32_t max_batch, int64_t kv_bytes)
+        -> std::unique_ptr<edge::engine::sched::Scheduler> {
+        lo.kv_cache_bytes = kv_bytes;
+        auto model = edge::engine::load_model(model_dir, lo);
+        if (!model.ok()) {
+            std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
+            return nullptr;
+        }
+        edge::engine::sched::SchedulerConfig sc;
+        sc.max_batch_sequences = max_batch;
+        sc.max_batch_tokens = step_tokens;  // Small prefill chunks keep decode steps even.
+        sc.fair_quantum_tokens = 128;
+        return std::make_unique<edge::engine::sched::Scheduler>(std::move(model).value(),
+                                                                tok->get(), sc);
+    };
+    // KV budget: the running batch's worst case plus a quarter for the prefix cache.
+    auto probe = edge::engine::load_model(model_dir, lo);
+    if (!probe.ok()) {
+        std::fprintf(stderr, "%s\n", probe.status().to_string().c_str());
+        return 1;
+    }
+    const int32_t vocab = (*probe)->spec().vocab_size;
+    const int64_t per_token = (*probe)->spec().kv_bytes_per_token;
+    probe->reset();
+    const int64_t per_seq = kSystemTokens + kUserTokens + out_tokens;
+    const int64_t kv_bytes = per_token * per_seq * batch * 5 / 4;
+
+    std::vector<TokenId> system;
+    for (int i = 0; i < kSystemTokens; ++i) {
+        system.push_back(static_cast<TokenId>(7 + (i * 131) % (vocab - 20)));
+    }
+
+    // Single stream: one request after another, same prompts and lengths.
+    double single_tps = 0.0;
+    {
+        auto sched = make_scheduler(1, kv_bytes);
+        if (!sched) {
+            return 1;
+        }
+        Stream s{"solo", 1, 0, nullptr};
+        int64_t tokens = 0;
+        const auto t0 = Clock::now();
+        Clock::time_point start = t0;
+        for (int r = 0; r < 3; ++r) {
+            auto sink = std::make_shared<TimingSink>(Clock::now());
+            auto h = sched->submit(request_for(
+                s, make_prompt(system, 0, r, kUserTokens, vocab), out_tokens, sink));
+            while (!sink->done() && sched->step()) {
+            }
+            if (r == 0) {
+                start = Clock::now();  // The first request warms the weights.
+                continue;
+            }
+            tokens += static_cast<int64_t>(sink->times().size());
+        }
+        single_tps = static_cast<double>(tokens) / since(start, Clock::now());
+    }
+
+    // 64 streams from 4 tenants.
+    auto sched = make_scheduler(batch, kv_bytes);
+    if (!sched) {
+        return 1;
+    }
+    const std::vector<std::pair<std::string, int32_t>> tenants = {
+        {"t1", 1}, {"t2", 2}, {"t3", 3}, {"t4", 4}};
+    std::map<std::string, TenantFigures> figures;
+    std::vector<Stream> streams;
+    for (int i = 0; i < kStreams; ++i) {
+        const auto& [name, weight] = tenants[static_cast<size_t>(i) % tenants.size()];
+        streams.push_back(Stream{name, weight, 0, nullptr});
+        figures[name].weight = weight;
+    }
+    auto submit_next = [&](int i) {
+        Stream& s = streams[static_cast<size_t>(i)];
+        s.sink = std::make_shared<TimingSink>(Clock::now());
+        auto h = sched->submit(request_for(
+            s, make_prompt(system, i + 1, s.next_request++, kUserTokens, vocab), out_tokens,
+            s.sink));
+        if (!h.ok()) {
+            std::fprintf(stderr, "submit: %s\n", h.status().to_string().c_str());
+        }
+    };
+    for (int i = 0; i < kStreams; ++i) {
+        submit_next(i);
+    }
+    // Tokens per tenant are counted from the step when every tenant is backlogged to the end;
+    // latency figures from requests that started after the warm-up.
+    const int warmup = std::min(steps / 4, 40);
+    double kv_sum = 0.0;
+    int kv_samples = 0;
+    Clock::time_point measure_start = Clock::now();
+    int64_t measured_tokens = 0;
+    std::vector<int64_t> seen_tokens(kStreams, 0);
+    for (int step = 0; step < steps; ++step) {
+        if (step == warmup) {
+            measure_start = Clock::now();
+            measured_tokens = 0;
+            for (auto& [name, f] : figures) {
+                f.tokens = 0;
+            }
+        }
+        if (!sched->step()) {
+            break;
+        }
+        kv_sum += sched->load().kv_use;
+        ++kv_samples;
+        for (int i = 0; i < kStreams; ++i) {
+            Stream& s = streams[static_cast<size_t>(i)];
+            const int64_t n = static_cast<int64_t>(s.sink->times().size());
+            int64_t& seen = seen_tokens[static_cast<size_t>(i)];
+            if (n > seen) {
+                figures[s.tenant].tokens += n - seen;
+                measured_tokens += n - seen;
+                seen = n;
+            }
+            if (!s.sink->done()) {
+                continue;
+            }
+            TenantFigures& f = figures[s.tenant];
+            const auto& t = s.sink->times();
+            if (step >= warmup && !t.empty()) {
+                f.ttft.push_back(since(s.sink->submitted(), t[0]));
+                for (size_t k = 1; k < t.size(); ++k) {
+                    f.itl.push_back(since(t[k - 1], t[k]));
+                }
+            }
+            f.prompt_tokens += s.sink->finish().usage.prompt_tokens;
+            f.cached_tokens += s.sink->finish().usage.cached_tokens;
+            seen = 0;
+            submit_next(i);
+        }
+    }
+    const double elapsed = since(measure_start, Clock::now());
+    const double total_tps = static_cast<double>(measured_tokens) / elapsed;
+    const edge::engine::ServingStats serving = sched->serving_stats();
+    sched->stop();
+    if (temp) {
+        std::filesystem::remove_all(model_dir);
+    }
+
+    int64_t all_tokens = 0;
+    int32_t all_weight = 0;
+    int64_t prompt = 0, cached = 0;
+    for (const auto& [name, f] : figures) {
+        all_tokens += f.tokens;
+        all_weight += f.weight;
+        prompt += f.prompt_tokens;
+        cached += f.cached_tokens;
+    }
+    std::printf("model %s, %d streams, batch %d, %d threads, %d steps (%d warm-up), %d out tokens,"
+                " %d tokens per step\n",
+                preset.c_str(), kStreams, batch, threads, steps, warmup, out_tokens, step_tokens);
+    std::printf("%-8s %6s %8s %8s %9s %9s %9s %9s %9s\n", "tenant", "weight", "share",
+                "target", "ttft p50", "ttft p99", "itl p50", "itl p99", "itl99/50");
+    std::string json_tenants;
+    double worst_share_err = 0.0;
+    double worst_itl_ratio = 0.0;
+    for (const auto& [name, f] : figures) {
+        const double share = all_tokens > 0 ? static_cast<double>(f.tokens) / all_tokens : 0.0;
+        const double target = static_cast<double>(f.weight) / all_weight;
+        const double err = target > 0 ? std::abs(share - target) / target : 0.0;
+        worst_share_err = std::max(worst_share_err, err);
+        const double t50 = percentile(f.ttft, 0.5), t99 = percentile(f.ttft, 0.99);
+        const double i50 = percentile(f.itl, 0.5), i99 = percentile(f.itl, 0.99);
+        const double ratio = i50 > 0 ? i99 / i50 : 0.0;
+        worst_itl_ratio = std::max(worst_itl_ratio, ratio);
+        std::printf("%-8s %6d %8.3f %8.3f %9.3f %9.3f %9.4f %9.4f %9.2f\n", name.c_str(),
+                    f.weight, share, target, t50, t99, i50, i99, ratio);
+        char buf[400];
+        std::snprintf(buf, sizeof(buf),
+                      "%s\"%s\":{\"weight\":%d,\"share\":%.4f,\"target\":%.4f,\"share_error\":%.4f,"
+                      "\"ttft_p50_s\":%.4f,\"ttft_p99_s\":%.4f,\"itl_p50_s\":%.5f,"
+                      "\"itl_p99_s\":%.5f}",
+                      json_tenants.empty() ? "" : ",", name.c_str(), f.weight, share, target, err,
+                      t50, t99, i50, i99);
+        json_tenants += buf;
+    }
+    const double hit_rate = prompt > 0 ? static_cast<double>(cached) / prompt : 0.0;
+    const double kv_use = kv_samples > 0 ? kv_sum / kv_samples : 0.0;
+    const double speedup = single_tps > 0 ? total_tps / single_tps : 0.0;
+    std::printf("%-44s %12.2f\n", "single-stream tokens/s", single_tps);
+    std::printf("%-44s %12.2f\n", "64-stream total tokens/s", total_tps);
+    std::printf("%-44s %12.2f  (goal >= 8)\n", "throughput ratio 64 streams / single", speedup);
+    std::printf("%-44s %12.3f  (goal <= 0.10)\n", "worst tenant share error (relative)",
+                worst_share_err);
+    std::printf("%-44s %12.2f  (goal < 3)\n", "worst p99/p50 inter-token latency", worst_itl_ratio);
+    std::printf("%-44s %12.3f\n", "mean KV-cache use", kv_use);
+    std::printf("%-44s %12.3f\n", "prefix-cache hit rate (prompt tokens)", hit_rate);
+    std::printf("%-44s %12lld\n", "preemptions",
+                static_cast<long long>(sched->stats().preemptions));
+    std::printf("%-44s %12lld\n", "KV blocks total", static_cast<long long>(serving.kv_blocks_total));
+    std::printf(
+        "{\"bench\":\"tenancy\",\"preset\":\"%s\",\"streams\":%d,\"batch\":%d,\"threads\":%d,"
+        "\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
+        "\"throughput_ratio\":%.3f,\"throughput_goal_met\":%s,\"worst_share_error\":%.4f,"
+        "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
+        "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,\"tenants\":{%s}}\n",
+        preset.c_str(), kStreams, batch, threads, steps, single_tps, total_tps, speedup,
+        speedup >= 8 ? "true" : "false", worst_share_err, worst_share_err <= 0.10 ? "true" : "false",
+        worst_itl_ratio, worst_itl_ratio < 3 ? "true" : "false", kv_use, hit_rate,
+        static_cast<long long>(sched->stats().preemptions), json_tenants.c_str());
+    return 0;
+}

@@ -1,0 +1,93 @@
+#include "engine/model/paged_causal_lm.h"
+
+#include <vector>
+
+namespace edge::engine {
+
+Status PagedCausalLM::create_kv_cache(int32_t layers, int32_t kv_heads, int32_t head_dim,
+                                      int32_t slots, int32_t max_context, int32_t block_tokens,
+                                      int64_t kv_cache_bytes) {
+    if (slots < 1) {
+        return invalid_argument_error("load options: max_slots must be at least 1");
+    }
+    if (block_tokens < 1 || block_tokens > 4096) {
+        return invalid_argument_error("load options: kv_block_tokens " +
+                                      std::to_string(block_tokens) + " is not in [1, 4096]");
+    }
+    KvCacheShape shape;
+    shape.layers = layers;
+    shape.kv_heads = kv_heads;
+    shape.head_dim = head_dim;
+    shape.slots = slots;
+    shape.max_context = max_context;
+    shape.block_tokens = block_tokens;
+    const int64_t per_token = int64_t{layers} * 2 * kv_heads * head_dim * 4;
+    const int64_t blocks_per_slot = (int64_t{max_context} + block_tokens - 1) / block_tokens;
+    shape.budget_bytes = kv_cache_bytes > 0
+                             ? kv_cache_bytes
+                             : int64_t{slots} * blocks_per_slot * block_tokens * per_token;
+    auto kv = KvCache::create(shape);
+    if (!kv.ok()) {
+        return kv.status().with_context("load options: kv_cache_bytes");
+    }
+    kv_ = std::move(kv).value();
+    return ok_status();
+}
+
+Status PagedCausalLM::prepare_batch(std::span<const SequenceChunk> batch, int64_t* total) {
+    *total = 0;
+    const ModelSpec& s = spec();
+    std::vector<SlotGrowth> growth;
+    growth.reserve(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const SequenceChunk& ch = batch[i];
+        const std::string where =
+            "forward: chunk " + std::to_string(i) + " (slot " + std::to_string(ch.slot) + ")";
+        if (!kv_->in_use(ch.slot)) {
+            return invalid_argument_error(where + ": slot is not acquired");
+        }
+        for (size_t j = 0; j < i; ++j) {
+            if (batch[j].slot == ch.slot) {
+                return invalid_argument_error(where + ": slot appears twice in one batch");
+            }
+        }
+        if (ch.start_pos != kv_->length(ch.slot)) {
+            return invalid_argument_error(where + ": start_pos " + std::to_string(ch.start_pos) +
+                                          " is not the slot's length " +
+                                          std::to_string(kv_->length(ch.slot)));
+        }
+        if (ch.tokens.empty()) {
+            return invalid_argument_error(where + ": no tokens");
+        }
+        const int64_t end = int64_t{ch.start_pos} + static_cast<int64_t>(ch.tokens.size());
+        if (end > s.max_context) {
+            return invalid_argument_error(where + ": positions " + std::to_string(ch.start_pos) +
+                                          ".." + std::to_string(end - 1) +
+                                          " go beyond the context of " +
+                                          std::to_string(s.max_context) + " tokens");
+        }
+        for (TokenId t : ch.tokens) {
+            if (t < 0 || t >= s.vocab_size) {
+                return invalid_argument_error(where + ": token id " + std::to_string(t) +
+                                              " is outside the vocabulary of " +
+                                              std::to_string(s.vocab_size));
+            }
+        }
+        growth.push_back(SlotGrowth{ch.slot, static_cast<int32_t>(end)});
+        *total += static_cast<int64_t>(ch.tokens.size());
+    }
+    Status st = kv_->reserve(growth);
+    if (!st.ok()) {
+        *total = 0;
+        return resource_exhausted_error("forward: " + st.message());
+    }
+    return ok_status();
+}
+
+void PagedCausalLM::commit_batch(std::span<const SequenceChunk> batch) {
+    for (const SequenceChunk& ch : batch) {
+        kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
+    }
+}
+
+}  // namespace edge::engine

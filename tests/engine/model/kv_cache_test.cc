@@ -1,0 +1,188 @@
+#include "engine/model/kv_cache.h"
+
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "engine/cpu/ops.h"
+#include "engine/model/block_pool.h"
+#include "engine/model/paged_attention.h"
+
+namespace edge::engine {
+namespace {
+
+BlockHash hash_of(uint8_t v) {
+    BlockHash h{};
+    h[0] = v;
+    h[31] = static_cast<uint8_t>(v * 7 + 1);
+    return h;
+}
+
+KvCacheShape small_shape(int32_t blocks, int32_t block_tokens = 4) {
+    KvCacheShape s;
+    s.layers = 2;
+    s.kv_heads = 2;
+    s.head_dim = 3;
+    s.slots = 4;
+    s.max_context = 64;
+    s.block_tokens = block_tokens;
+    s.budget_bytes = int64_t{blocks} * block_tokens * 2 * 2 * 2 * 3 * 4;
+    return s;
+}
+
+TEST_CASE("block pool: free blocks first, then the least recently released cached one") {
+    BlockPool pool(3);
+    CHECK(pool.available() == 3);
+    auto a = pool.allocate();
+    auto b = pool.allocate();
+    auto c = pool.allocate();
+    REQUIRE((a.ok() && b.ok() && c.ok()));
+    CHECK(pool.available() == 0);
+    CHECK(pool.allocate().status().code() == StatusCode::kResourceExhausted);
+    pool.publish(*a, hash_of(1));
+    pool.publish(*b, hash_of(2));
+    pool.release(*b);  // Cached, released first.
+    pool.release(*a);  // Cached, released second.
+    pool.release(*c);  // No hash: free.
+    CHECK(pool.cached() == 2);
+    CHECK(pool.available() == 3);
+    // The free one goes first, then b (least recently released), keeping a's hash.
+    CHECK(*pool.allocate() == *c);
+    CHECK(*pool.allocate() == *b);
+    CHECK(pool.find(hash_of(2)) == -1);
+    CHECK(pool.find(hash_of(1)) == *a);
+    CHECK(pool.evictions() == 1);
+    // Reviving a cached block takes it off the LRU list.
+    pool.retain(*a);
+    CHECK(pool.cached() == 0);
+    CHECK(pool.allocate().status().code() == StatusCode::kResourceExhausted);
+    // A hash already indexed is not indexed twice.
+    pool.publish(*c, hash_of(1));
+    CHECK(pool.find(hash_of(1)) == *a);
+    CHECK_FALSE(pool.hashed(*c));
+}
+
+TEST_CASE("kv cache: the block count is what the budget holds and growth past it fails") {
+    auto kv = KvCache::create(small_shape(5));
+    REQUIRE(kv.ok());
+    KvCache& c = **kv;
+    CHECK(c.num_blocks() == 5);
+    CHECK(c.stats().allocated_bytes <= c.shape().budget_bytes);
+    auto s0 = c.acquire();
+    auto s1 = c.acquire();
+    REQUIRE((s0.ok() && s1.ok()));
+    const SlotGrowth g1[] = {{*s0, 10}, {*s1, 8}};  // 3 + 2 blocks.
+    REQUIRE(c.reserve(g1).ok());
+    c.set_length(*s0, 10);
+    c.set_length(*s1, 8);
+    CHECK(c.use() == doctest::Approx(1.0));
+    const SlotGrowth g2[] = {{*s0, 11}, {*s1, 9}};  // s0 fits in its block, s1 needs one more.
+    CHECK(c.reserve(g2).code() == StatusCode::kResourceExhausted);
+    CHECK(c.blocks(*s1).size() == 2);  // Nothing changed.
+    c.truncate(*s0, 4);
+    CHECK(c.blocks(*s0).size() == 1);
+    CHECK(c.used_tokens() == 12);
+    CHECK(c.reserve(g2).code() == StatusCode::kResourceExhausted);  // Needs 3, 2 are free.
+    const SlotGrowth g3[] = {{*s1, 9}};
+    CHECK(c.reserve(g3).ok());
+    c.release(*s0);
+    c.release(*s1);
+    CHECK(c.use() == 0.0);
+    CHECK(c.used_tokens() == 0);
+
+    KvCacheShape tiny = small_shape(1);
+    tiny.budget_bytes -= 1;
+    auto none = KvCache::create(tiny);
+    REQUIRE_FALSE(none.ok());
+    CHECK(none.status().message().find("holds no block") != std::string::npos);
+}
+
+TEST_CASE("kv cache: published blocks are attached to a later slot and copied before a write") {
+    auto kv = KvCache::create(small_shape(8));
+    REQUIRE(kv.ok());
+    KvCache& c = **kv;
+    auto a = *c.acquire();
+    const SlotGrowth ga[] = {{a, 10}};
+    REQUIRE(c.reserve(ga).ok());
+    for (int32_t p = 0; p < 10; ++p) {
+        *c.key(a, 1, 1, p) = static_cast<float>(p);
+        *c.value(a, 0, 0, p) = static_cast<float>(100 + p);
+    }
+    c.set_length(a, 10);
+    const BlockHash chain[] = {hash_of(1), hash_of(2), hash_of(3)};
+    c.publish_prefix(a, chain);  // Only the two full blocks are indexed.
+    c.release(a);
+    CHECK(c.stats().blocks_cached == 2);
+
+    auto b = *c.acquire();
+    CHECK(c.attach_prefix(b, chain) == 8);
+    CHECK(c.length(b) == 8);
+    CHECK(*c.key(b, 1, 1, 7) == 7.0f);
+    CHECK(*c.value(b, 0, 0, 5) == 105.0f);
+    // A second sequence shares the same blocks.
+    auto d = *c.acquire();
+    CHECK(c.attach_prefix(d, std::span<const BlockHash>(chain, 1)) == 4);
+    CHECK(c.blocks(d)[0] == c.blocks(b)[0]);
+    // d truncates into the shared block and writes: it gets a copy; b's data stays.
+    c.truncate(d, 2);
+    const SlotGrowth gd[] = {{d, 3}};
+    REQUIRE(c.reserve(gd).ok());
+    CHECK(c.blocks(d)[0] != c.blocks(b)[0]);
+    *c.key(d, 1, 1, 2) = -1.0f;
+    c.set_length(d, 3);
+    CHECK(*c.key(d, 1, 1, 1) == 1.0f);  // Copied.
+    CHECK(*c.key(b, 1, 1, 2) == 2.0f);  // Untouched.
+    // A miss stops the chain.
+    auto e = *c.acquire();
+    const BlockHash other[] = {hash_of(9), hash_of(1)};
+    CHECK(c.attach_prefix(e, other) == 0);
+}
+
+TEST_CASE("paged attention equals contiguous attention bit for bit") {
+    for (int32_t bt : {1, 4, 16}) {
+        KvCacheShape s;
+        s.layers = 1;
+        s.kv_heads = 2;
+        s.head_dim = 8;
+        s.slots = 2;
+        s.max_context = 64;
+        s.block_tokens = bt;
+        s.budget_bytes = int64_t{1} << 20;
+        auto kv = KvCache::create(s);
+        REQUIRE(kv.ok());
+        KvCache& c = **kv;
+        auto filler = *c.acquire();  // Interleaves blocks so the slot's are not contiguous.
+        auto slot = *c.acquire();
+        std::mt19937 rng(5);
+        std::normal_distribution<float> dist;
+        const int32_t n = 37;
+        std::vector<float> keys(n * 8), values(n * 8);
+        for (int32_t p = 0; p < n; ++p) {
+            const SlotGrowth g[] = {{filler, p + 1}, {slot, p + 1}};
+            REQUIRE(c.reserve(g).ok());
+            c.set_length(filler, p + 1);
+            c.set_length(slot, p + 1);
+            for (int32_t d = 0; d < 8; ++d) {
+                keys[p * 8 + d] = dist(rng);
+                values[p * 8 + d] = dist(rng);
+                c.key(slot, 0, 1, p)[d] = keys[p * 8 + d];
+                c.value(slot, 0, 1, p)[d] = values[p * 8 + d];
+            }
+        }
+        std::vector<float> q(3 * 8);
+        for (float& x : q) {
+            x = dist(rng);
+        }
+        std::vector<float> want(3 * 8), got(3 * 8), scores(3 * n);
+        cpu::attention_gqa(q.data(), 3, 8, keys.data(), values.data(), 8, n, 0.3f, scores.data(),
+                           want.data());
+        paged_attention_gqa(c, slot, 0, 1, q.data(), 3, n, 0.3f, scores.data(), got.data());
+        CHECK(got == want);
+        std::vector<float> gathered(n * 8);
+        gather_values(c, slot, 0, 1, n, gathered.data());
+        CHECK(gathered == values);
+    }
+}
+
+}  // namespace
+}  // namespace edge::engine

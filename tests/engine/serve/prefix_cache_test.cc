@@ -1,0 +1,356 @@
+// The scheduler with the paged KV cache: the tenant-isolated prefix cache (hits, isolation,
+// eviction), preemption by priority under a KV budget that fits only part of the load, admission
+// control, and the serving figures. Driven step by step on FakeCausalLM, whose next token is read
+// back from the KV cache through the block tables (so a bad hit or block table changes output).
+
+#include <doctest/doctest.h>
+
+#include "common/clock.h"
+#include "engine/sched/prefix_hash.h"
+#include "engine/sched/scheduler.h"
+#include "tests/engine/serve/collecting_sink.h"
+#include "tests/engine/serve/fake_causal_lm.h"
+#include "tests/engine/serve/micro_tokenizer.h"
+
+namespace edge::engine::sched {
+namespace {
+
+using testing::CollectingSink;
+using testing::FakeCausalLM;
+using testing::FakeLog;
+using testing::FakeOptions;
+using testing::micro_tokenizer;
+
+std::vector<TokenId> prompt_of(int32_t len, TokenId first = 40) {
+    std::vector<TokenId> p;
+    for (int32_t i = 0; i < len; ++i) {
+        p.push_back(first + (i * 7) % 50);
+    }
+    return p;
+}
+
+struct Paged {
+    explicit Paged(FakeOptions opts = paged_options(), SchedulerConfig config = {})
+        : options(opts), log(std::make_shared<FakeLog>()) {
+        config.eos_token_ids = options.eos;
+        config.prefix_secret = "test secret";
+        config.clock = &clock;
+        scheduler = std::make_unique<Scheduler>(std::make_unique<FakeCausalLM>(options, log),
+                                                &micro_tokenizer(), config);
+    }
+
+    static FakeOptions paged_options() {
+        FakeOptions o;
+        o.block_tokens = 4;
+        o.kv_tokens = 1024;
+        return o;
+    }
+
+    Result<std::shared_ptr<GenerationHandle>> try_submit(const std::string& tenant,
+                                                         std::vector<TokenId> prompt,
+                                                         int max_tokens,
+                                                         std::shared_ptr<CollectingSink> sink,
+                                                         int32_t priority = 0) {
+        SequenceRequest r;
+        r.request_id = tenant;
+        r.prompt = std::move(prompt);
+        r.sampling.temperature = 0.0f;
+        r.sampling.max_tokens = max_tokens;
+        r.sampling.ignore_eos = true;
+        r.seed = 1;
+        r.sink = std::move(sink);
+        r.tenant = tenant;
+        r.priority = priority;
+        return scheduler->submit(std::move(r));
+    }
+
+    std::shared_ptr<CollectingSink> submit(const std::string& tenant, std::vector<TokenId> prompt,
+                                           int max_tokens, int32_t priority = 0) {
+        auto sink = std::make_shared<CollectingSink>();
+        auto handle = try_submit(tenant, std::move(prompt), max_tokens, sink, priority);
+        REQUIRE(handle.ok());
+        handles.push_back(*handle);
+        return sink;
+    }
+
+    // Steps until idle (each step is 10 ms on the manual clock); returns the steps taken.
+    int drain() {
+        int steps = 0;
+        while (steps < 10000) {
+            clock.advance(std::chrono::milliseconds(10));
+            if (!scheduler->step()) {
+                break;
+            }
+            ++steps;
+        }
+        return steps;
+    }
+
+    FakeOptions options;
+    ManualClock clock;
+    std::shared_ptr<FakeLog> log;
+    std::unique_ptr<Scheduler> scheduler;
+    std::vector<std::shared_ptr<GenerationHandle>> handles;
+};
+
+TEST_CASE("prefix hash: chained, salted per tenant, full blocks only") {
+    const auto p = prompt_of(10);
+    const BlockHash a = tenant_salt("s", "a");
+    const BlockHash b = tenant_salt("s", "b");
+    CHECK(a != b);
+    CHECK(tenant_salt("s2", "a") != a);
+    const auto ca = prefix_chain(p, 4, a, SIZE_MAX);
+    REQUIRE(ca.size() == 2);
+    CHECK(prefix_chain(p, 4, b, SIZE_MAX)[0] != ca[0]);
+    // The second block's hash depends on the first block's tokens.
+    auto q = p;
+    q[0] = 99;
+    const auto cq = prefix_chain(q, 4, a, SIZE_MAX);
+    CHECK(cq[0] != ca[0]);
+    CHECK(cq[1] != ca[1]);
+    CHECK(prefix_chain(p, 4, a, 1).size() == 1);
+}
+
+TEST_CASE("prefix cache: the same prompt twice from one tenant hits and gives the same tokens") {
+    Paged h;
+    const auto prompt = prompt_of(13);
+    const auto want = FakeCausalLM::expected(h.options, prompt, 6);
+    auto first = h.submit("a", prompt, 6);
+    h.drain();
+    auto f1 = first->wait();
+    REQUIRE(f1);
+    CHECK(f1->usage.cached_tokens == 0);
+    CHECK(first->ids() == want);
+    const size_t calls_before = h.log->snapshot().size();
+
+    auto second = h.submit("a", prompt, 6);
+    h.drain();
+    auto f2 = second->wait();
+    REQUIRE(f2);
+    CHECK(f2->usage.cached_tokens == 12);  // Three full blocks; the 13th token is computed.
+    CHECK(second->ids() == want);
+    const auto calls = h.log->snapshot();
+    REQUIRE(calls.size() > calls_before);
+    CHECK(calls[calls_before].chunks[0].second == 1);  // Prefill of the one uncached token.
+
+    // A prompt that is a whole number of blocks keeps its last block to compute.
+    auto third = h.submit("a", prompt_of(12), 3);
+    h.drain();
+    auto f3 = third->wait();
+    REQUIRE(f3);
+    CHECK(f3->usage.cached_tokens == 8);
+    CHECK(third->ids() == FakeCausalLM::expected(h.options, prompt_of(12), 3));
+
+    const ServingStats stats = h.scheduler->serving_stats();
+    CHECK(stats.tenants.at("a").prefix_query_tokens == 13 + 13 + 12);
+    CHECK(stats.tenants.at("a").prefix_hit_tokens == 20);
+    CHECK(h.scheduler->stats().prefix_hit_tokens == 20);
+}
+
+TEST_CASE("prefix cache: tenant B never hits A's blocks and takes the same steps as alone") {
+    const auto prompt = prompt_of(21);
+    Paged shared;
+    auto a = shared.submit("a", prompt, 5);
+    shared.drain();
+    REQUIRE(a->wait());
+    auto b = shared.submit("b", prompt, 5);
+    const int steps_after_a = shared.drain();
+    auto fb = b->wait();
+    REQUIRE(fb);
+    CHECK(fb->usage.cached_tokens == 0);
+
+    Paged alone;
+    auto b_alone = alone.submit("b", prompt, 5);
+    const int steps_alone = alone.drain();
+    REQUIRE(b_alone->wait());
+    CHECK(steps_after_a == steps_alone);
+    CHECK(b->ids() == b_alone->ids());
+    // The forward calls B caused are the same, chunk for chunk.
+    const auto calls_shared = shared.log->snapshot();
+    const auto calls_alone = alone.log->snapshot();
+    REQUIRE(calls_shared.size() >= calls_alone.size());
+    for (size_t i = 0; i < calls_alone.size(); ++i) {
+        const auto& s = calls_shared[calls_shared.size() - calls_alone.size() + i];
+        REQUIRE(s.chunks.size() == calls_alone[i].chunks.size());
+        CHECK(s.chunks[0].second == calls_alone[i].chunks[0].second);
+    }
+    CHECK(shared.scheduler->serving_stats().tenants.at("b").prefix_hit_tokens == 0);
+}
+
+TEST_CASE("prefix cache: cached blocks are evicted least recently used when memory is needed") {
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 32;  // 8 blocks.
+    Paged h(opts);
+    const auto p1 = prompt_of(9, 40);
+    const auto p2 = prompt_of(9, 41);
+    const auto p3 = prompt_of(17, 42);
+    for (const auto& p : {p1, p2}) {
+        auto s = h.submit("a", p, 3);
+        h.drain();
+        REQUIRE(s->wait());
+    }
+    // p3 needs 5 blocks: of the 4 cached (2 from p1, 2 from p2) p1's go first.
+    auto s3 = h.submit("a", p3, 3);
+    h.drain();
+    REQUIRE(s3->wait());
+    CHECK(s3->ids() == FakeCausalLM::expected(opts, p3, 3));
+    auto again2 = h.submit("a", p2, 3);
+    h.drain();
+    auto f2 = again2->wait();
+    REQUIRE(f2);
+    CHECK(f2->usage.cached_tokens == 8);
+    CHECK(again2->ids() == FakeCausalLM::expected(opts, p2, 3));
+    auto again1 = h.submit("a", p1, 3);
+    h.drain();
+    auto f1 = again1->wait();
+    REQUIRE(f1);
+    CHECK(f1->usage.cached_tokens == 0);
+    CHECK(again1->ids() == FakeCausalLM::expected(opts, p1, 3));
+}
+
+TEST_CASE("preemption: the lowest priority, most recent sequence goes first; all finish alike") {
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 48;  // 12 blocks; the load below needs 4 x 5 = 20 at its peak.
+    SchedulerConfig config;
+    config.max_batch_tokens = 16;
+    Paged h(opts, config);
+    struct Req {
+        std::string tenant;
+        int32_t priority;
+        std::vector<TokenId> prompt;
+        std::shared_ptr<CollectingSink> sink;
+    };
+    std::vector<Req> reqs = {{"gold", 10, prompt_of(6, 50), nullptr},
+                             {"free", 0, prompt_of(6, 51), nullptr},
+                             {"gold", 10, prompt_of(6, 52), nullptr},
+                             {"free", 0, prompt_of(6, 53), nullptr}};
+    for (Req& r : reqs) {
+        r.sink = h.submit(r.tenant, r.prompt, 14, r.priority);
+    }
+    h.drain();
+    for (Req& r : reqs) {
+        auto f = r.sink->wait();
+        REQUIRE(f);
+        CHECK(f->reason == FinishReason::kLength);
+        CHECK(r.sink->ids() == FakeCausalLM::expected(opts, r.prompt, 14));
+    }
+    const ServingStats stats = h.scheduler->serving_stats();
+    CHECK(h.scheduler->stats().preemptions > 0);
+    CHECK(stats.tenants.at("free").preemptions > 0);
+    CHECK(stats.tenants.at("gold").preemptions == 0);
+    CHECK(stats.tenants.at("free").running == 0);
+    CHECK(stats.tenants.at("free").queued == 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("preemption with shared prefixes and cache hits: every request equals its run alone") {
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 96;  // 24 blocks for 12 requests of up to 8 blocks each.
+    SchedulerConfig config;
+    config.max_batch_tokens = 24;
+    Paged h(opts, config);
+    const auto system = prompt_of(16, 60);
+    std::vector<std::pair<std::vector<TokenId>, std::shared_ptr<CollectingSink>>> reqs;
+    for (int i = 0; i < 12; ++i) {
+        auto p = system;
+        for (int j = 0; j <= i % 5; ++j) {
+            p.push_back(100 + i * 3 + j);
+        }
+        reqs.emplace_back(p, h.submit(i % 2 == 0 ? "a" : "b", p, 10 + i % 4));
+        if (i < 2) {
+            // The first request of each tenant prefills (and publishes) the system prompt.
+            h.clock.advance(std::chrono::milliseconds(10));
+            h.scheduler->step();
+        }
+    }
+    h.drain();
+    int64_t cached = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        auto f = reqs[i].second->wait();
+        REQUIRE(f);
+        CHECK(reqs[i].second->ids() ==
+              FakeCausalLM::expected(opts, reqs[i].first, 10 + static_cast<int>(i) % 4));
+        cached += f->usage.cached_tokens;
+    }
+    CHECK(h.scheduler->stats().preemptions > 0);
+    CHECK(cached > 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("admission control: a tenant's full queue is 429-like, the model's full queue 503-like") {
+    SchedulerConfig config;
+    config.max_queue = 3;
+    config.max_queue_per_tenant = 2;
+    Paged h(Paged::paged_options(), config);
+    h.submit("a", prompt_of(4), 2);
+    h.submit("a", prompt_of(4), 2);
+    auto sink = std::make_shared<CollectingSink>();
+    auto third = h.try_submit("a", prompt_of(4), 2, sink);
+    REQUIRE_FALSE(third.ok());
+    CHECK(third.status().code() == StatusCode::kResourceExhausted);
+    CHECK(third.status().message().find("tenant 'a'") != std::string::npos);
+    h.submit("b", prompt_of(4), 2);
+    auto fourth = h.try_submit("c", prompt_of(4), 2, sink);
+    REQUIRE_FALSE(fourth.ok());
+    CHECK(fourth.status().code() == StatusCode::kUnavailable);
+    const ServingStats stats = h.scheduler->serving_stats();
+    CHECK(stats.tenants.at("a").rejected_queue_full == 1);
+    CHECK(stats.rejected_overloaded == 1);
+    CHECK(stats.tenants.at("a").queued == 2);
+    h.drain();
+    CHECK(h.scheduler->serving_stats().tenants.at("a").queued == 0);
+}
+
+TEST_CASE("admission control: an estimated queue wait past the limit is refused before it fills") {
+    SchedulerConfig config;
+    config.max_batch_sequences = 1;
+    config.max_queue_wait = std::chrono::milliseconds(1000);
+    ManualClock* clock = nullptr;
+    FakeOptions opts = Paged::paged_options();
+    opts.on_forward = [&clock] { clock->advance(std::chrono::milliseconds(100)); };
+    Paged h(opts, config);
+    clock = &h.clock;
+    h.submit("a", prompt_of(4), 20);
+    REQUIRE(h.scheduler->step());  // 4 prompt tokens in 100 ms: 40 tokens/s.
+    CHECK(h.scheduler->load().prefill_tokens_per_s == doctest::Approx(40.0));
+    h.submit("b", prompt_of(4), 20);  // Queue empty before it: accepted.
+    auto sink = std::make_shared<CollectingSink>();
+    // 24 + 24 queued tokens at 40 tokens/s: 1.2 s > 1 s.
+    auto c = h.try_submit("c", prompt_of(4), 20, sink);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == StatusCode::kUnavailable);
+    CHECK(c.status().message().find("estimated queue wait of 1200 ms") != std::string::npos);
+    // A small request still fits: (24 + 6) / 40 = 0.75 s.
+    auto d = h.try_submit("d", prompt_of(4), 2, sink);
+    CHECK(d.ok());
+    CHECK(h.scheduler->serving_stats().rejected_overloaded == 1);
+    h.drain();
+}
+
+TEST_CASE("serving stats: queue time, time to first token, inter-token and end-to-end") {
+    SchedulerConfig config;
+    config.max_batch_sequences = 1;  // The second request waits for the first.
+    Paged h(Paged::paged_options(), config);
+    h.submit("a", prompt_of(5), 4);
+    h.submit("a", prompt_of(6), 3);
+    h.drain();
+    const ServingStats stats = h.scheduler->serving_stats();
+    const TenantServingStats& t = stats.tenants.at("a");
+    CHECK(t.generated_tokens == 7);
+    CHECK(t.prompt_tokens == 11);
+    CHECK(t.ttft.count() == 2);
+    CHECK(t.inter_token.count() == 5);
+    CHECK(t.end_to_end.count() == 2);
+    CHECK(t.queue_time.count() == 2);
+    // Each step is 10 ms: tokens 10 ms apart; the second request waited 5 steps.
+    CHECK(t.inter_token.quantile_bound(0.99) == doctest::Approx(0.01));
+    CHECK(t.queue_time.sum() == doctest::Approx(0.01 + 0.05));
+    CHECK(t.running == 0);
+    CHECK(t.queued == 0);
+    CHECK(stats.kv_blocks_total == 256);
+    CHECK(stats.kv_blocks_used == 0);
+    CHECK(stats.kv_blocks_cached > 0);
+}
+
+}  // namespace
+}  // namespace edge::engine::sched
