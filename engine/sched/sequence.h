@@ -45,6 +45,7 @@ struct SequenceRequest {
     std::shared_ptr<GenerationSink> sink;  // Receives deltas and the finish.
     std::string tenant;                    // Fair-share key ("" is a tenant like any other).
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
+    std::vector<TokenId> kept_special = {};  // Special tokens decoded anyway (tool markers).
 };
 
 struct Sequence {
@@ -59,7 +60,9 @@ struct Sequence {
           sink(std::move(request.sink)),
           control(std::make_shared<SequenceControl>()),
           tenant(std::move(request.tenant)),
-          tenant_weight(std::max(request.tenant_weight, 1)) {}
+          tenant_weight(std::max(request.tenant_weight, 1)) {
+        decoder.keep_special(std::move(request.kept_special));
+    }
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
     // Tokens not yet in the KV cache (1 while decoding).
