@@ -31,12 +31,14 @@ private:
 };
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> model_names)
-    : names_(std::move(model_names)) {}
+    : names_(std::move(model_names)), tool_formats_(names_.size()) {}
 
 std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
+    std::lock_guard lock(mu_);
     std::vector<engine::ModelInfo> out;
-    for (const std::string& n : names_) {
-        out.push_back(engine::ModelInfo{n, "v1", "Scripted", 4096, 1700000000});
+    for (size_t i = 0; i < names_.size(); ++i) {
+        out.push_back(engine::ModelInfo{names_[i], "v1", "Scripted", 4096, 1700000000,
+                                        tool_formats_[i]});
     }
     return out;
 }
@@ -62,6 +64,15 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     calls_.push_back(call);
     cv_.notify_all();
     return std::shared_ptr<engine::GenerationHandle>(std::make_shared<Handle>(*this, call));
+}
+
+void ScriptedGenerator::set_tool_call_format(const std::string& model, std::string format) {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < names_.size(); ++i) {
+        if (names_[i] == model) {
+            tool_formats_[i] = format;
+        }
+    }
 }
 
 void ScriptedGenerator::fail_next_submit(Status status) {
