@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -244,6 +246,39 @@ TEST_CASE("quant-eval: fortunes-qwen3-moe quantized logits stay within bounds of
                   {"experts-int4", FORT_INT4_KL, FORT_INT4_TOP1, FORT_INT4_PPL}});
 }
 
+TEST_CASE("compressed-tensors weight_shape loads stored as I32 or as I64") {
+    // `edgeserve quantize` writes I32; Kimi K2 Thinking's checkpoint stores I64.
+    TempDir tmp("i64shape");
+    REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+    auto as_i32 = logits_of(tmp.path, "none");
+    REQUIRE_MESSAGE(as_i32.ok(), as_i32.status().to_string());
+    std::deque<std::string> wide;
+    int rewritten = 0;
+    rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+        for (TensorToWrite& t : ts) {
+            if (t.name.ends_with(".weight_shape")) {
+                REQUIRE(t.dtype == DType::kI32);
+                int32_t dims[2];
+                std::memcpy(dims, t.bytes.data(), 8);
+                const int64_t dims64[2] = {dims[0], dims[1]};
+                wide.emplace_back(reinterpret_cast<const char*>(dims64), 16);
+                t.dtype = DType::kI64;
+                t.bytes = wide.back();
+                ++rewritten;
+            }
+        }
+    });
+    CHECK(rewritten > 0);
+    auto ckpt = Checkpoint::open_dir(tmp.path);
+    REQUIRE(ckpt.ok());
+    auto shape = (*ckpt)->tensor("model.layers.0.mlp.experts.0.gate_proj.weight_shape");
+    REQUIRE(shape.ok());
+    CHECK(shape->dtype() == DType::kI64);
+    auto as_i64 = logits_of(tmp.path, "none");
+    REQUIRE_MESSAGE(as_i64.ok(), as_i64.status().to_string());
+    CHECK(*as_i64 == *as_i32);
+}
+
 TEST_CASE("quantized checkpoints: bad input gets clear errors") {
     const std::string mod = "model.layers.0.mlp.experts.0.gate_proj";
     SUBCASE("unknown quant_method") {
@@ -316,6 +351,33 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
         Status st = quantize_checkpoint({kMicro, "mlp=int8", tmp.path});
         CHECK(!st.ok());
         CHECK(contains(st, "mlp"));
+    }
+    SUBCASE("asymmetric INT4: symmetric false in the config, or zero-point tensors") {
+        TempDir tmp("asym");
+        REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+        std::string cfg = read_text(tmp.path + "/config.json");
+        const auto at = cfg.find("\"symmetric\":true");
+        REQUIRE(at != std::string::npos);
+        std::string asym = cfg;
+        asym.replace(at, 16, "\"symmetric\":false");
+        write_text(tmp.path + "/config.json", asym);
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), "config.json"));
+        CHECK(contains(r.status(), ".weights.symmetric'"));
+        CHECK(contains(r.status(), "asymmetric"));
+
+        write_text(tmp.path + "/config.json", cfg);
+        std::deque<std::string> zeros;
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+            const TensorToWrite* scale = find(ts, mod + ".weight_scale");
+            zeros.emplace_back(static_cast<size_t>(scale->shape[0] * scale->shape[1]), '\0');
+            ts.push_back({mod + ".weight_zero_point", DType::kI8, scale->shape, zeros.back(), {}});
+        });
+        r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), mod + ".weight_zero_point"));
+        CHECK(contains(r.status(), "asymmetric"));
     }
     SUBCASE("INT4 group that does not divide the input width") {
         // micro's experts are 64 wide on down_proj's input: group 128 cannot apply.
