@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
             fail(arch, config.status());
         }
         const ArchShape shape = shape_of(*config);
+        int64_t bf16_resident = 0;
         for (const char* policy : {"none", "experts-int4"}) {
             LoadOptions lo;
             lo.threads = threads;
@@ -197,8 +198,16 @@ int main(int argc, char** argv) {
             if (!parsed_policy.ok()) {
                 fail(policy, parsed_policy.status());
             }
+            // An architecture that does not quantize on load keeps BF16 experts: count what is
+            // resident, not what the policy asked for (the table then shows resident unchanged).
+            const int64_t resident = (*model)->spec().weight_bytes;
+            if (bf16_resident == 0) {
+                bf16_resident = resident;
+            }
             const WeightFormat experts =
-                parsed_policy->format_for(quant::TensorClass::kRoutedExperts);
+                resident < bf16_resident
+                    ? parsed_policy->format_for(quant::TensorClass::kRoutedExperts)
+                    : WeightFormat::kBF16;
             decode_tps(**model, 1, 2);  // Warm-up: pages in the weights.
             for (int streams : {1, kStreams}) {
                 Row r;

@@ -129,7 +129,7 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
              "tool_choice.function.name"},
             {R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]}]})",
              "messages[0].tool_calls[0].function.arguments"},
-            {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+            {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[{}]}]})",
              "messages[0].tool_calls"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
              "stream_options"},

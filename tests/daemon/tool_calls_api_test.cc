@@ -350,7 +350,7 @@ TEST_CASE("tools: a malformed call comes back as content with finish_reason malf
     json::object body = json_of(reply->body);
     const json::object& choice = body["choices"].as_array()[0].as_object();
     CHECK(choice.at("finish_reason") == "malformed_tool_call");
-    CHECK(choice.at("message").as_object().at("content") == bad);
+    CHECK(choice.at("message").as_object().at("content").as_string() == std::string_view(bad));
     CHECK_FALSE(choice.at("message").as_object().contains("tool_calls"));
 
     // Streaming: the call had started, so the client is told which index to drop.
@@ -382,7 +382,7 @@ TEST_CASE("tools: a malformed call comes back as content with finish_reason malf
     body = json_of(reply->body);
     const json::object& cut_choice = body["choices"].as_array()[0].as_object();
     CHECK(cut_choice.at("finish_reason") == "length");
-    CHECK(cut_choice.at("message").as_object().at("content") == cut);
+    CHECK(cut_choice.at("message").as_object().at("content").as_string() == std::string_view(cut));
 }
 
 TEST_CASE("tools: none is not offered, and a model without a tool format refuses tools") {
@@ -401,7 +401,7 @@ TEST_CASE("tools: none is not offered, and a model without a tool format refuses
     json::object body = json_of(reply->body);
     const json::object& choice = body["choices"].as_array()[0].as_object();
     CHECK(choice.at("finish_reason") == "stop");
-    CHECK(choice.at("message").as_object().at("content") == text);
+    CHECK(choice.at("message").as_object().at("content").as_string() == std::string_view(text));
 
     REQUIRE(
         c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("plain", false)))
