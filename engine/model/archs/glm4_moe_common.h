@@ -23,6 +23,7 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weight_loader.h"
 
 namespace edge::engine {
 
@@ -103,6 +104,7 @@ class SigmoidMoeModel : public CausalLM {
     SigmoidMoeConfig c_;
     std::unique_ptr<Checkpoint> ckpt_;
     std::unique_ptr<Backend> backend_;
+    std::unique_ptr<WeightLoader> weights_;  // Quantized checkpoints and the policy; after ckpt_.
     ExpertPlacement placement_;
     std::unique_ptr<KvCache> kv_;
     ModelSpec spec_;
