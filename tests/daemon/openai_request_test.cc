@@ -171,7 +171,7 @@ TEST_CASE("submit() status codes map to OpenAI errors") {
     CHECK(api_error_from_status(internal_error("secret detail"), "m").message == "internal error");
 }
 
-TEST_CASE("tools, tool_choice and tool history are parsed") {
+TEST_CASE("tools and tool_choice and tool history are parsed") {
     const char* body = R"({"model":"m","messages":[
         {"role":"user","content":"weather?"},
         {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",

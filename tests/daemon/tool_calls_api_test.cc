@@ -210,7 +210,7 @@ TEST_CASE("tools: each family's call comes back as OpenAI tool_calls (non-stream
     }
 }
 
-TEST_CASE("tools: streamed argument deltas, OpenAI's delta shape, for any split") {
+TEST_CASE("tools: streamed argument deltas in OpenAI's delta shape for any split") {
     ToolFixture f;
     auto c = f.client();
     size_t index = 0;
@@ -237,7 +237,7 @@ TEST_CASE("tools: streamed argument deltas, OpenAI's delta shape, for any split"
     }
 }
 
-TEST_CASE("tools: arguments stream as the model writes them, before the call ends") {
+TEST_CASE("tools: arguments stream as the model writes them before the call ends") {
     ToolFixture f;
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("qwen", true)))
@@ -385,7 +385,7 @@ TEST_CASE("tools: a malformed call comes back as content with finish_reason malf
     CHECK(cut_choice.at("message").as_object().at("content").as_string() == std::string_view(cut));
 }
 
-TEST_CASE("tools: none is not offered, and a model without a tool format refuses tools") {
+TEST_CASE("tools: none is not offered and a model without a tool format refuses tools") {
     ToolFixture f;
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",

@@ -75,7 +75,7 @@ TEST_CASE("make-model tiny writes a loadable / deterministic checkpoint") {
     CHECK(make_model_main(2, const_cast<char**>(argv_bad)) == 2);
 }
 
-TEST_CASE("make-model --arch glm4_moe / deepseek_v3 tiny: loadable, the architecture's config") {
+TEST_CASE("make-model --arch glm4_moe / deepseek_v3 tiny: loadable with the architecture's config") {
     std::random_device rd;
     fs::path root = fs::temp_directory_path() / ("edge_make_arch_" + std::to_string(rd()));
     struct Case {
