@@ -27,7 +27,8 @@ constexpr Command kCommands[] = {
      "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
      "         [--temperature T] [--seed N] [--ids] [--chat]   run a checkpoint without the daemon"},
     {"make-model", edge::engine::make_model_main,
-     "make-model --preset tiny|bench --out DIR [--seed N]   write a random Qwen3-MoE checkpoint"},
+     "make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench --out DIR "
+     "[--seed N]   write a random MoE checkpoint"},
     {"quantize", edge::engine::quantize_main,
      "quantize --model IN --policy P --out DIR   write a quantized checkpoint (FP8/INT8/INT4)"},
     {"quant-eval", edge::engine::quant_eval_main,

@@ -70,6 +70,11 @@ struct GenerateRequest {
     // Tools offered to the model (chat prompts only), rendered in the model family's format.
     // Empty when tool_choice is "none" (the caller drops them then).
     std::vector<ToolSpec> tools;
+    // Text the assistant's reply is forced to begin with (chat prompts only): rendered after the
+    // assistant turn's opening with control markers as their ids, so the model continues from it.
+    // Not returned in the deltas. The API uses it to force a tool call (tool_choice "required"
+    // or a named function); see engine/chat/tool_call_parser.h forced_call_prefix().
+    std::string assistant_prefix = {};
     // The tenant's cap on prompt + max_tokens, tokens; 0: only the model's context applies.
     int64_t max_context_tokens = 0;
     // The tenant's weight in the scheduler's fair share (deficit round robin on tokens); >= 1.
@@ -134,6 +139,9 @@ struct ModelInfo {
     std::string architecture;    // e.g. "Qwen3MoeForCausalLM".
     int64_t context_length = 0;  // Max prompt + output tokens.
     int64_t created_unix = 0;    // When it was loaded.
+    // The tool-call output format of the model's chat family ("hermes", "glm4_5", "kimi_k2");
+    // empty when the model has no chat template, so tools cannot be offered to it.
+    std::string tool_call_format = {};
 };
 
 // Live load of one served model, published for routing (gossip) and metrics. Rates are

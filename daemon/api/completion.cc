@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "daemon/api/tool_call_output.h"
 #include "daemon/sse_writer.h"
 
 namespace edge::daemon::api {
@@ -41,8 +42,9 @@ json::value usage_json(const engine::Usage& u) {
 class CompletionSink final : public engine::GenerationSink {
 public:
     CompletionSink(ParsedRequest request, std::shared_ptr<tls::ResponseChannel> channel,
-                   int64_t created, CompletionDone on_done)
+                   int64_t created, CompletionDone on_done, std::unique_ptr<ToolCallOutput> tools)
         : on_done_(std::move(on_done)),
+          tools_(std::move(tools)),
           chat_(request.endpoint == Endpoint::kChatCompletions),
           stream_(request.stream),
           include_usage_(request.include_usage),
@@ -68,6 +70,10 @@ public:
     }
 
     void on_delta(engine::TokenDelta delta) override {
+        if (tools_) {
+            on_tool_delta(tools_->feed(delta.text), delta);
+            return;
+        }
         if (!stream_) {
             text_ += delta.text;
             append_logprobs(delta, all_logprobs_);
@@ -116,10 +122,27 @@ public:
             return;
         }
         const char* reason = finish_reason_name(finish.reason);
+        if (tools_) {
+            on_tool_delta(tools_->finish(), engine::TokenDelta());
+            reason = tools_->finish_reason(reason);
+        }
         if (stream_) {
             json::object d;
             json::value last = chat_ ? json::value(std::move(d)) : json::value(json::string());
-            sse_.event(json::serialize(chunk(std::move(last), reason, json::value(nullptr))));
+            json::value lp = json::value(nullptr);
+            if (logprobs_ && !pending_logprobs_.empty()) {
+                lp = logprobs_value(std::move(pending_logprobs_));
+            }
+            json::object end = chunk(std::move(last), reason, std::move(lp));
+            if (tools_ && !tools_->abandoned().empty()) {
+                json::array abandoned;
+                for (int32_t i : tools_->abandoned()) {
+                    abandoned.push_back(i);
+                }
+                end["choices"].get_array()[0].get_object()["abandoned_tool_calls"] =
+                    std::move(abandoned);
+            }
+            sse_.event(json::serialize(end));
             if (include_usage_) {
                 json::object u = envelope();
                 u["choices"] = json::array();
@@ -136,8 +159,13 @@ public:
         if (chat_) {
             json::object message;
             message["role"] = "assistant";
-            message["content"] = text_;
+            json::array calls = tools_ ? tools_->message_tool_calls() : json::array();
+            message["content"] =
+                text_.empty() && !calls.empty() ? json::value(nullptr) : json::value(text_);
             message["refusal"] = nullptr;
+            if (!calls.empty()) {
+                message["tool_calls"] = std::move(calls);
+            }
             choice["message"] = std::move(message);
         } else {
             choice["text"] = text_;
@@ -155,6 +183,36 @@ public:
     }
 
 private:
+    // A delta of a response with tools: content and tool-call deltas as the parser released them.
+    // Logprobs of tokens the parser holds back go out with the next chunk that carries anything.
+    void on_tool_delta(engine::chat::ParsedDelta parsed, const engine::TokenDelta& delta) {
+        if (!stream_) {
+            text_ += parsed.content;
+            append_logprobs(delta, all_logprobs_);
+            tools_->accumulate(parsed);
+            return;
+        }
+        append_logprobs(delta, pending_logprobs_);
+        auto take_logprobs = [&] {
+            if (!logprobs_ || pending_logprobs_.empty()) {
+                return json::value(nullptr);
+            }
+            json::array lp = std::move(pending_logprobs_);
+            pending_logprobs_ = json::array();
+            return logprobs_value(std::move(lp));
+        };
+        if (!parsed.content.empty()) {
+            json::object d;
+            d["content"] = parsed.content;
+            sse_.event(json::serialize(chunk(std::move(d), nullptr, take_logprobs())));
+        }
+        if (!parsed.tool_calls.empty()) {
+            json::object d;
+            d["tool_calls"] = ToolCallOutput::delta_tool_calls(parsed.tool_calls);
+            sse_.event(json::serialize(chunk(std::move(d), nullptr, take_logprobs())));
+        }
+    }
+
     json::object envelope() const {
         json::object o;
         o["id"] = id_;
@@ -233,6 +291,8 @@ private:
     }
 
     CompletionDone on_done_;
+    std::unique_ptr<ToolCallOutput> tools_;  // Set when the request offers tools.
+    json::array pending_logprobs_;           // Streaming with tools: not yet sent.
     const bool chat_;
     const bool stream_;
     const bool include_usage_;
@@ -252,7 +312,20 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
                     CompletionDone on_done) {
     std::string model = request.generate.model;
-    auto sink = std::make_shared<CompletionSink>(request, channel, created_unix, on_done);
+    auto tools = ToolCallOutput::create(request, generator.models());
+    if (auto* error = std::get_if<ApiError>(&tools)) {
+        if (on_done) {
+            engine::Finish finish;
+            finish.reason = engine::FinishReason::kError;
+            finish.error = invalid_argument_error(error->message);
+            on_done(finish);
+        }
+        channel->respond(error->to_response());
+        return;
+    }
+    auto sink = std::make_shared<CompletionSink>(
+        request, channel, created_unix, on_done,
+        std::move(std::get<std::unique_ptr<ToolCallOutput>>(tools)));
     // The head goes out before any token so clients see the stream open at once.
     sink->start_stream();
     Result<std::shared_ptr<engine::GenerationHandle>> handle =

@@ -1,6 +1,8 @@
 #include "daemon/api/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 
@@ -16,6 +18,9 @@ constexpr size_t kMaxMessages = 4096;
 constexpr size_t kMaxStops = 4;
 constexpr size_t kMaxPromptTokens = 1 << 20;
 constexpr int64_t kMaxTokensLimit = 1 << 20;
+constexpr size_t kMaxTools = 128;
+constexpr size_t kMaxToolCalls = 128;  // Per assistant message of the history.
+constexpr size_t kMaxToolNameLength = 64;
 
 // Fails with the first error found; fields are checked in a fixed order.
 class Validator {
@@ -152,6 +157,228 @@ bool parse_content(Validator& v, const json::value& content, const std::string& 
     return true;
 }
 
+// OpenAI's rule for function names: 1..64 of a-z, A-Z, 0-9, '_' and '-'. It also keeps names
+// safe inside every family's call markers.
+bool valid_tool_name(std::string_view name) {
+    if (name.empty() || name.size() > kMaxToolNameLength) {
+        return false;
+    }
+    for (char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Only `allowed` keys in `o`, else a failure naming `where.key`.
+bool only_keys(Validator& v, const json::object& o, const std::string& where,
+               std::initializer_list<std::string_view> allowed) {
+    for (const auto& kv : o) {
+        const std::string_view key(kv.key().data(), kv.key().size());
+        if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+            std::string field = where + "." + std::string(kv.key());
+            return v.fail("unrecognized field '" + field + "'", field);
+        }
+    }
+    return true;
+}
+
+// A required string member `key` of `o` (at `where`).
+const json::string* required_string(Validator& v, const json::object& o, const std::string& where,
+                                    std::string_view key) {
+    const std::string field = where + "." + std::string(key);
+    const json::value* value = o.if_contains(key);
+    if (value == nullptr) {
+        v.fail("'" + field + "' is required", field);
+        return nullptr;
+    }
+    return v.string(*value, field);
+}
+
+// `"type": "function"` of a tool or tool call object.
+bool function_type(Validator& v, const json::object& o, const std::string& where) {
+    const json::string* type = required_string(v, o, where, "type");
+    if (type == nullptr) {
+        return false;
+    }
+    if (*type != "function") {
+        return v.fail("'" + where + ".type' must be \"function\"", where + ".type");
+    }
+    return true;
+}
+
+// An assistant message's `tool_calls` (the calls it made earlier in the conversation).
+bool parse_history_tool_calls(Validator& v, const json::value& value, const std::string& where,
+                              std::vector<engine::ChatToolCall>& out) {
+    if (value.is_null()) {
+        return true;
+    }
+    if (!value.is_array()) {
+        return v.fail("'" + where + "' must be an array", where);
+    }
+    const json::array& calls = value.get_array();
+    if (calls.size() > kMaxToolCalls) {
+        return v.fail("'" + where + "' has more than " + std::to_string(kMaxToolCalls) +
+                          " entries",
+                      where);
+    }
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const std::string name = where + "[" + std::to_string(i) + "]";
+        if (!calls[i].is_object()) {
+            return v.fail("'" + name + "' must be an object", name);
+        }
+        const json::object& c = calls[i].get_object();
+        if (!only_keys(v, c, name, {"id", "type", "function"}) || !function_type(v, c, name)) {
+            return false;
+        }
+        engine::ChatToolCall call;
+        const json::string* id = required_string(v, c, name, "id");
+        if (id == nullptr) {
+            return false;
+        }
+        call.id = std::string(*id);
+        const json::value* fn = c.if_contains("function");
+        if (fn == nullptr || !fn->is_object()) {
+            return v.fail("'" + name + ".function' must be an object", name + ".function");
+        }
+        const std::string fname = name + ".function";
+        if (!only_keys(v, fn->get_object(), fname, {"name", "arguments"})) {
+            return false;
+        }
+        const json::string* fn_name = required_string(v, fn->get_object(), fname, "name");
+        const json::string* args =
+            fn_name ? required_string(v, fn->get_object(), fname, "arguments") : nullptr;
+        if (args == nullptr) {
+            return false;
+        }
+        call.name = std::string(*fn_name);
+        call.arguments = std::string(*args);
+        out.push_back(std::move(call));
+    }
+    return true;
+}
+
+// `tools`: function tools, each with a valid, unique name and an object of parameters.
+bool parse_tools(Validator& v, const json::value& value, std::vector<engine::ToolSpec>& out) {
+    if (value.is_null()) {
+        return true;
+    }
+    if (!value.is_array()) {
+        return v.fail("'tools' must be an array", "tools");
+    }
+    const json::array& tools = value.get_array();
+    if (tools.size() > kMaxTools) {
+        return v.fail("'tools' has more than " + std::to_string(kMaxTools) + " entries", "tools");
+    }
+    for (size_t i = 0; i < tools.size(); ++i) {
+        const std::string where = "tools[" + std::to_string(i) + "]";
+        if (!tools[i].is_object()) {
+            return v.fail("'" + where + "' must be an object", where);
+        }
+        const json::object& t = tools[i].get_object();
+        if (!only_keys(v, t, where, {"type", "function"}) || !function_type(v, t, where)) {
+            return false;
+        }
+        const json::value* fn = t.if_contains("function");
+        const std::string fwhere = where + ".function";
+        if (fn == nullptr || !fn->is_object()) {
+            return v.fail("'" + fwhere + "' must be an object", fwhere);
+        }
+        const json::object& f = fn->get_object();
+        if (!only_keys(v, f, fwhere, {"name", "description", "parameters", "strict"})) {
+            return false;
+        }
+        engine::ToolSpec spec;
+        const json::string* name = required_string(v, f, fwhere, "name");
+        if (name == nullptr) {
+            return false;
+        }
+        if (!valid_tool_name(std::string_view(name->data(), name->size()))) {
+            return v.fail("'" + fwhere +
+                              ".name' must be 1 to 64 letters, digits, underscores or dashes",
+                          fwhere + ".name");
+        }
+        spec.name = std::string(*name);
+        for (const engine::ToolSpec& earlier : out) {
+            if (earlier.name == spec.name) {
+                return v.fail("tool '" + spec.name + "' is defined twice", fwhere + ".name");
+            }
+        }
+        if (const json::value* d = f.if_contains("description"); d && !d->is_null()) {
+            const json::string* desc = v.string(*d, fwhere + ".description");
+            if (desc == nullptr) {
+                return false;
+            }
+            spec.description = std::string(*desc);
+        }
+        spec.parameters_json = "{}";
+        if (const json::value* p = f.if_contains("parameters"); p && !p->is_null()) {
+            if (!p->is_object()) {
+                return v.fail("'" + fwhere + ".parameters' must be a JSON Schema object",
+                              fwhere + ".parameters");
+            }
+            spec.parameters_json = json::serialize(*p);
+        }
+        if (const json::value* strict = f.if_contains("strict"); strict && !strict->is_null()) {
+            if (!v.boolean(*strict, fwhere + ".strict")) {
+                return false;
+            }
+        }
+        out.push_back(std::move(spec));
+    }
+    return true;
+}
+
+// `tool_choice`: "none", "auto", "required" or {"type": "function", "function": {"name": N}}.
+bool parse_tool_choice(Validator& v, const json::value& value, ParsedRequest& out,
+                       bool& given) {
+    if (value.is_null()) {
+        return true;
+    }
+    given = true;
+    if (value.is_string()) {
+        const json::string& s = value.get_string();
+        if (s == "none") {
+            out.tool_choice = ToolChoice::kNone;
+        } else if (s == "auto") {
+            out.tool_choice = ToolChoice::kAuto;
+        } else if (s == "required") {
+            out.tool_choice = ToolChoice::kRequired;
+        } else {
+            return v.fail("'tool_choice' must be \"none\", \"auto\", \"required\" or a "
+                          "function choice object",
+                          "tool_choice");
+        }
+        return true;
+    }
+    if (!value.is_object()) {
+        return v.fail("'tool_choice' must be a string or an object", "tool_choice");
+    }
+    const json::object& o = value.get_object();
+    if (!only_keys(v, o, "tool_choice", {"type", "function"}) ||
+        !function_type(v, o, "tool_choice")) {
+        return false;
+    }
+    const json::value* fn = o.if_contains("function");
+    if (fn == nullptr || !fn->is_object()) {
+        return v.fail("'tool_choice.function' must be an object", "tool_choice.function");
+    }
+    if (!only_keys(v, fn->get_object(), "tool_choice.function", {"name"})) {
+        return false;
+    }
+    const json::string* name =
+        required_string(v, fn->get_object(), "tool_choice.function", "name");
+    if (name == nullptr) {
+        return false;
+    }
+    out.tool_choice = ToolChoice::kFunction;
+    out.tool_choice_function = std::string(*name);
+    return true;
+}
+
 bool parse_messages(Validator& v, const json::value& value,
                     std::vector<engine::ChatMessage>& out) {
     if (!value.is_array()) {
@@ -208,8 +435,20 @@ bool parse_messages(Validator& v, const json::value& value,
                     return false;
                 }
                 msg.name = std::string(*s);
-            } else if (key == "tool_call_id" || key == "refusal") {
+            } else if (key == "tool_call_id") {
+                if (!kv.value().is_null()) {
+                    const json::string* id = v.string(kv.value(), field);
+                    if (id == nullptr) {
+                        return false;
+                    }
+                    msg.tool_call_id = std::string(*id);
+                }
+            } else if (key == "refusal") {
                 if (!kv.value().is_null() && v.string(kv.value(), field) == nullptr) {
+                    return false;
+                }
+            } else if (key == "tool_calls" && msg.role == "assistant") {
+                if (!parse_history_tool_calls(v, kv.value(), field, msg.tool_calls)) {
                     return false;
                 }
             } else if (key == "tool_calls" || key == "function_call" || key == "audio") {
@@ -305,7 +544,7 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         }
         return key == "metadata" || value.get_object().empty() || refuse();
     }
-    if (key == "tools" || key == "functions") {
+    if (key == "functions") {
         if (value.is_null()) {
             return true;
         }
@@ -314,7 +553,7 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         }
         return value.get_array().empty() || refuse();
     }
-    if (key == "tool_choice" || key == "function_call") {
+    if (key == "function_call") {
         return value.is_null() || (value.is_string() && value.get_string() == "none") ||
                (value.is_string() && value.get_string() == "auto") || refuse();
     }
@@ -368,6 +607,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     bool have_prompt = false;
     bool want_logprobs = false;
     std::optional<int64_t> top_logprobs;
+    bool tool_choice_given = false;
     for (const auto& kv : obj) {
         std::string key(kv.key());
         const json::value& value = kv.value();
@@ -427,6 +667,10 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 (key == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) =
                     static_cast<float>(p.value_or(0));
             }
+        } else if (chat && key == "tools") {
+            ok = parse_tools(v, value, req.tools);
+        } else if (chat && key == "tool_choice") {
+            ok = parse_tool_choice(v, value, out, tool_choice_given);
         } else if (key == "stop") {
             ok = parse_stop(v, value, s.stop);
         } else if (key == "logprobs") {
@@ -500,6 +744,28 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     if (out.include_usage && !out.stream) {
         return invalid_request("'stream_options' is only allowed when 'stream' is true",
                                std::string("stream_options"));
+    }
+    if (!tool_choice_given && !req.tools.empty()) {
+        out.tool_choice = ToolChoice::kAuto;  // OpenAI's default when tools are present.
+    }
+    if (req.tools.empty() && out.tool_choice == ToolChoice::kAuto) {
+        out.tool_choice = ToolChoice::kNone;  // Nothing to choose from; as OpenAI, not an error.
+    }
+    if (out.tool_choice != ToolChoice::kNone && req.tools.empty()) {
+        return invalid_request("'tool_choice' requires 'tools'", std::string("tool_choice"));
+    }
+    if (out.tool_choice == ToolChoice::kFunction) {
+        const bool declared = std::any_of(req.tools.begin(), req.tools.end(), [&](const auto& t) {
+            return t.name == out.tool_choice_function;
+        });
+        if (!declared) {
+            return invalid_request("'tool_choice' names function '" + out.tool_choice_function +
+                                       "', which is not in 'tools'",
+                                   std::string("tool_choice.function.name"));
+        }
+    }
+    if (out.tool_choice == ToolChoice::kNone) {
+        req.tools.clear();  // Not offered: the prompt carries no tools and nothing is parsed.
     }
     s.logprobs = want_logprobs;
     s.top_logprobs = static_cast<int32_t>(top_logprobs.value_or(0));

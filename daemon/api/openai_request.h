@@ -3,8 +3,10 @@
 // Parsing and validation of OpenAI request bodies (POST /v1/chat/completions and
 // /v1/completions) into an engine::GenerateRequest plus the response options (stream, usage).
 // Every field of the public schema is recognised: supported ones are type- and range-checked,
-// unsupported features (tools, images, n > 1, logit_bias, ...) are refused with a 400 naming the
-// field, unknown fields are refused too. Pure functions over untrusted bytes; thread-safe.
+// unsupported features (images, audio, n > 1, logit_bias, legacy `functions`, ...) are refused
+// with a 400 naming the field, unknown fields are refused too. Chat requests may carry OpenAI
+// `tools` (function tools), `tool_choice` and assistant `tool_calls` / tool `tool_call_id` in
+// the history. Pure functions over untrusted bytes; thread-safe.
 
 #include <string_view>
 #include <variant>
@@ -16,12 +18,23 @@ namespace edge::daemon::api {
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// OpenAI `tool_choice`.
+enum class ToolChoice {
+    kNone,      // "none": tools are not offered (dropped from the request).
+    kAuto,      // "auto" (the default with tools): the model may call tools or answer.
+    kRequired,  // "required": the reply starts with a tool call.
+    kFunction,  // {"type": "function", "function": {"name": N}}: the reply calls N.
+};
+
 struct ParsedRequest {
     Endpoint endpoint = Endpoint::kChatCompletions;
     engine::GenerateRequest generate;  // request_id and tenant are left for the caller.
     bool stream = false;               // Answer as server-sent events.
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
     bool max_tokens_given = false;     // The client set max_tokens (else the default applies).
+    // How the tools in generate.tools may be used; kNone leaves generate.tools empty.
+    ToolChoice tool_choice = ToolChoice::kNone;
+    std::string tool_choice_function;  // kFunction: the function to call (one of the tools).
 };
 
 std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,

@@ -77,4 +77,11 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
                                                         std::string id_prefix,
                                                         const std::vector<ToolSpec>& tools = {});
 
+// The start of the assistant's reply that forces a tool call in `format` (for GenerateRequest::
+// assistant_prefix): the opening marker alone (`function` empty: tool_choice "required"), or the
+// marker and the named function up to where its arguments begin (tool_choice naming a function).
+// Feed the same text to the response's parser before the model's output: it is where the call
+// begins. `function` must be a valid tool name (the API checks it).
+std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
+
 }  // namespace edge::engine::chat

@@ -26,6 +26,7 @@ struct DTypeName {
 constexpr DTypeName kDTypes[] = {
     {"BF16", DType::kBF16, 2}, {"F16", DType::kF16, 2},  {"F32", DType::kF32, 4},
     {"F8_E4M3", DType::kF8E4M3, 1}, {"I8", DType::kI8, 1}, {"I32", DType::kI32, 4},
+    {"I64", DType::kI64, 8},
 };
 
 std::string quote(std::string_view s) {

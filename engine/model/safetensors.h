@@ -22,7 +22,7 @@
 
 namespace edge::engine {
 
-enum class DType { kBF16, kF16, kF32, kF8E4M3, kI8, kI32 };
+enum class DType { kBF16, kF16, kF32, kF8E4M3, kI8, kI32, kI64 };
 
 // The safetensors spelling ("BF16", "F8_E4M3", ...).
 std::string_view dtype_name(DType dtype);

@@ -27,6 +27,8 @@ quant::TensorDType to_quant_dtype(DType d) {
             return quant::TensorDType::kI8;
         case DType::kI32:
             return quant::TensorDType::kI32;
+        case DType::kI64:
+            return quant::TensorDType::kI64;
     }
     return quant::TensorDType::kF32;
 }
@@ -96,6 +98,31 @@ void embedding_row(const Weight& w, int64_t r, float* out) {
     }
 }
 
+// compressed-tensors: every config group's `weights.symmetric` must be true (or absent): the
+// asymmetric scheme (zero points) is not supported and would load as garbage. `where` names
+// the config file and 'quantization_config.
+Status check_symmetric(const boost::json::object& q, const std::string& where) {
+    const boost::json::value* groups = q.if_contains("config_groups");
+    if (groups == nullptr || !groups->is_object()) {
+        return ok_status();
+    }
+    for (const auto& g : groups->as_object()) {
+        const boost::json::value* weights =
+            g.value().is_object() ? g.value().as_object().if_contains("weights") : nullptr;
+        if (weights == nullptr || !weights->is_object()) {
+            continue;
+        }
+        const boost::json::value* sym = weights->as_object().if_contains("symmetric");
+        if (sym != nullptr && !(sym->is_bool() && sym->as_bool())) {
+            return invalid_argument_error(
+                where + ".config_groups." + std::string(g.key()) +
+                ".weights.symmetric' is not true: asymmetric quantization (zero points) is not "
+                "supported; use a symmetric checkpoint");
+        }
+    }
+    return ok_status();
+}
+
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
     StoredQuantization out;
     boost::system::error_code ec;
@@ -144,6 +171,7 @@ Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
                 out.ignore.emplace_back(v.as_string());
             }
         }
+        EDGE_RETURN_IF_ERROR(check_symmetric(q, where));
         if (const boost::json::value* fmt = q.if_contains("format");
             fmt != nullptr && fmt->is_string()) {
             const std::string f(fmt->as_string());
@@ -187,6 +215,12 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                           " has weight_packed but config.json's "
                                           "quantization_config.quant_method is '" +
                                           stored_.quant_method + "', not compressed-tensors");
+        }
+        if (ckpt_.has(m + ".weight_zero_point")) {
+            return invalid_argument_error(
+                where + ": tensor '" + m +
+                ".weight_zero_point' holds zero points of asymmetric INT4, which is not "
+                "supported (only symmetric pack-quantized weights load)");
         }
         EDGE_ASSIGN_OR_RETURN(TensorView packed, ckpt_.tensor(m + ".weight_packed"));
         EDGE_ASSIGN_OR_RETURN(TensorView scale, ckpt_.tensor(m + ".weight_scale"));

@@ -59,6 +59,7 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
                 return chat.status().with_context(where);
             }
             rt->chat = std::move(chat).value();
+            rt->info.tool_call_format = std::string(tokenizer::tool_call_format_of(*format));
         } else if (format.status().code() != StatusCode::kNotFound) {
             return format.status().with_context(where);
         }
@@ -154,6 +155,11 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
                                           "\" has no chat template");
         }
         EDGE_ASSIGN_OR_RETURN(ids, rt.chat->render(messages, request.tools));
+        if (!request.assistant_prefix.empty()) {
+            EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> forced,
+                                  rt.chat->render_assistant_prefix(request.assistant_prefix));
+            ids.insert(ids.end(), forced.begin(), forced.end());
+        }
     }
     if (ids.empty()) {
         return invalid_argument_error("prompt: empty");
@@ -201,6 +207,9 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     seq.tenant = std::move(request.tenant);
     seq.tenant_weight = request.tenant_weight;
     seq.priority = request.priority;
+    if (!request.tools.empty() && rt.chat) {
+        seq.kept_special = rt.chat->tool_call_marker_ids();
+    }
     return rt.scheduler->submit(std::move(seq));
 }
 

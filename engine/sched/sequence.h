@@ -48,6 +48,7 @@ struct SequenceRequest {
     std::string tenant;                    // Fair-share key ("" is a tenant like any other).
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
     int32_t priority = 0;                  // Higher is preempted later.
+    std::vector<TokenId> kept_special = {};  // Special tokens decoded anyway (tool markers).
 };
 
 struct Sequence {
@@ -63,7 +64,9 @@ struct Sequence {
           control(std::make_shared<SequenceControl>()),
           tenant(std::move(request.tenant)),
           tenant_weight(std::max(request.tenant_weight, 1)),
-          priority(request.priority) {}
+          priority(request.priority) {
+        decoder.keep_special(std::move(request.kept_special));
+    }
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
     // Tokens not yet in the KV cache (1 while decoding).

@@ -457,6 +457,39 @@ Result<std::vector<TokenId>> ChatTemplate::render(std::span<const ChatMessage> m
     return ids;
 }
 
+Result<std::vector<TokenId>> ChatTemplate::render_assistant_prefix(std::string_view text) const {
+    auto ids = tokenizer_->encode(text, /*parse_special=*/true);
+    if (!ids.ok()) {
+        return ids.status().with_context("assistant_prefix");
+    }
+    return ids;
+}
+
+std::vector<TokenId> ChatTemplate::tool_call_marker_ids() const {
+    std::vector<std::string_view> markers;
+    switch (format_) {
+        case ChatFormat::kChatMl:
+            markers = {"<tool_call>", "</tool_call>"};
+            break;
+        case ChatFormat::kGlm45:
+            markers = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+                       "</arg_value>"};
+            break;
+        case ChatFormat::kKimiK2:
+            markers = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+                       "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                       "<|tool_call_end|>"};
+            break;
+    }
+    std::vector<TokenId> ids;
+    for (std::string_view m : markers) {
+        if (const TokenId id = tokenizer_->token_id(m); id >= 0) {
+            ids.push_back(id);
+        }
+    }
+    return ids;
+}
+
 std::string ChatTemplate::render_text(std::span<const ChatMessage> messages,
                                       std::span<const ToolSpec> tools) const {
     auto ps = pieces(messages, tools);

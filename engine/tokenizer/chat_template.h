@@ -55,6 +55,14 @@ class ChatTemplate {
     Result<std::vector<TokenId>> render(std::span<const ChatMessage> messages,
                                         std::span<const ToolSpec> tools = {}) const;
 
+    // Ids of a forced start of the assistant's reply (GenerateRequest::assistant_prefix), to
+    // append after render(): added tokens written in it (control markers) become their ids.
+    Result<std::vector<TokenId>> render_assistant_prefix(std::string_view text) const;
+
+    // Ids of the markers this family writes around tool calls that the vocabulary holds as one
+    // token. The detokenizer keeps them when tools are offered (Kimi K2's are special tokens).
+    std::vector<TokenId> tool_call_marker_ids() const;
+
     // The same prompt as text (for logs and tests).
     std::string render_text(std::span<const ChatMessage> messages,
                             std::span<const ToolSpec> tools = {}) const;

@@ -1,5 +1,7 @@
 #include "engine/tokenizer/incremental_decoder.h"
 
+#include <algorithm>
+
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::tokenizer {
@@ -9,7 +11,8 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 }  // namespace
 
 std::string IncrementalDecoder::push(TokenId id) {
-    if (skip_special_ && tokenizer_->is_special(id)) {
+    if (skip_special_ && tokenizer_->is_special(id) &&
+        std::find(kept_special_.begin(), kept_special_.end(), id) == kept_special_.end()) {
         return {};
     }
     return push_bytes(tokenizer_->token_bytes(id));

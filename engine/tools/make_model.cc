@@ -9,34 +9,14 @@
 
 #include "engine/cpu/convert.h"
 #include "engine/model/safetensors_writer.h"
+#include "engine/tools/make_model_archs.h"
 
 namespace edge::engine {
 namespace {
 
 namespace json = boost::json;
-
-struct Preset {
-    const char* name;
-    int64_t hidden;
-    int64_t layers;
-    int64_t experts;
-    int64_t top_k;
-    int64_t moe_inter;
-    int64_t inter;
-    int64_t heads;
-    int64_t kv_heads;
-    int64_t head_dim;
-    int64_t vocab;
-    int64_t max_positions;
-    bool tie_embeddings;
-    std::vector<int64_t> mlp_only_layers;
-};
-
-const Preset kPresets[] = {
-    // Layer 0 dense and tied embeddings so tests reach those paths too.
-    {"tiny", 128, 2, 8, 2, 64, 256, 4, 2, 32, 512, 2048, true, {0}},
-    {"bench", 1024, 12, 64, 8, 512, 2816, 16, 4, 64, 32000, 4096, false, {}},
-};
+using make_model::ArchPreset;
+using make_model::Init;
 
 // splitmix64: a tiny, good enough generator for random weights.
 struct Rng {
@@ -87,7 +67,7 @@ Status write_text(const std::string& path, const std::string& text) {
 
 const char* kSpecials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
-Status write_tokenizer(const std::string& dir, const Preset& p) {
+Status write_tokenizer(const std::string& dir, const ArchPreset& p) {
     std::vector<std::string> sym = byte_symbols();
     json::object vocab;
     for (int b = 0; b < 256; ++b) {
@@ -173,51 +153,8 @@ Status write_tokenizer(const std::string& dir, const Preset& p) {
     return write_text(dir + "/generation_config.json", json::serialize(gen));
 }
 
-Status write_config(const std::string& dir, const Preset& p) {
-    json::array mlp_only;
-    for (int64_t l : p.mlp_only_layers) {
-        mlp_only.push_back(l);
-    }
-    json::object c{{"architectures", {"Qwen3MoeForCausalLM"}},
-                   {"model_type", "qwen3_moe"},
-                   {"attention_bias", false},
-                   {"attention_dropout", 0.0},
-                   {"bos_token_id", p.vocab - 3},
-                   {"eos_token_id", {p.vocab - 3, p.vocab - 1}},
-                   {"decoder_sparse_step", 1},
-                   {"head_dim", p.head_dim},
-                   {"hidden_act", "silu"},
-                   {"hidden_size", p.hidden},
-                   {"initializer_range", 0.02},
-                   {"intermediate_size", p.inter},
-                   {"max_position_embeddings", p.max_positions},
-                   {"max_window_layers", p.layers},
-                   {"mlp_only_layers", mlp_only},
-                   {"moe_intermediate_size", p.moe_inter},
-                   {"norm_topk_prob", true},
-                   {"num_attention_heads", p.heads},
-                   {"num_experts", p.experts},
-                   {"num_experts_per_tok", p.top_k},
-                   {"num_hidden_layers", p.layers},
-                   {"num_key_value_heads", p.kv_heads},
-                   {"output_router_logits", false},
-                   {"rms_norm_eps", 1e-6},
-                   {"rope_scaling", nullptr},
-                   {"rope_theta", 1000000.0},
-                   {"router_aux_loss_coef", 0.001},
-                   {"sliding_window", nullptr},
-                   {"tie_word_embeddings", p.tie_embeddings},
-                   {"torch_dtype", "bfloat16"},
-                   {"use_cache", true},
-                   {"use_sliding_window", false},
-                   {"vocab_size", p.vocab}};
-    return write_text(dir + "/config.json", json::serialize(c));
-}
-
 // Weight scales as in the fixtures: linear N(0,1)/sqrt(fan_in), router and lm_head
-// 2 N(0,1)/sqrt(hidden), embeddings N(0,1), norm weights 1 + 0.1 N(0,1).
-enum class Init { kLinear, kWide, kEmbedding, kNorm };
-
+// 2 N(0,1)/sqrt(hidden), embeddings N(0,1), norm weights 1 + 0.1 N(0,1), biases 0.02 N(0,1).
 TensorToWrite random_tensor(std::string name, std::vector<int64_t> shape, Init init,
                             uint64_t seed) {
     TensorToWrite t;
@@ -247,6 +184,9 @@ TensorToWrite random_tensor(std::string name, std::vector<int64_t> shape, Init i
                 scale = 0.1f;
                 offset = 1.0f;
                 break;
+            case Init::kBias:
+                scale = 0.02f;
+                break;
         }
         for (int64_t i = 0; i < numel; ++i) {
             h[i] = cpu::f32_to_bf16(offset + scale * rng.normal());
@@ -257,21 +197,15 @@ TensorToWrite random_tensor(std::string name, std::vector<int64_t> shape, Init i
 
 }  // namespace
 
-std::vector<std::string> make_model_presets() {
-    std::vector<std::string> out;
-    for (const Preset& p : kPresets) {
-        out.push_back(p.name);
-    }
-    return out;
-}
+std::vector<std::string> make_model_presets() { return make_model::preset_names(); }
 
 Status write_random_checkpoint(const MakeModelOptions& options) {
-    const Preset* preset = nullptr;
-    for (const Preset& p : kPresets) {
-        if (options.preset == p.name) {
-            preset = &p;
-        }
+    make_model::Arch arch{};
+    if (!make_model::arch_from_name(options.arch, &arch)) {
+        return invalid_argument_error("make-model: unknown architecture '" + options.arch +
+                                      "' (qwen3_moe, glm4_moe, deepseek_v3)");
     }
+    const ArchPreset* preset = make_model::find_preset(arch, options.preset);
     if (preset == nullptr) {
         return invalid_argument_error("make-model: unknown preset '" + options.preset +
                                       "' (tiny, bench)");
@@ -284,64 +218,35 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
     if (ec) {
         return internal_error(options.out_dir + ": cannot create: " + ec.message());
     }
-    const Preset& p = *preset;
+    const ArchPreset& p = *preset;
     const std::string& dir = options.out_dir;
-    EDGE_RETURN_IF_ERROR(write_config(dir, p));
+    EDGE_RETURN_IF_ERROR(
+        write_text(dir + "/config.json", json::serialize(make_model::config_json(p))));
     EDGE_RETURN_IF_ERROR(write_tokenizer(dir, p));
 
     std::vector<TensorToWrite> tensors;
     uint64_t counter = 0;
-    auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
+    make_model::for_each_tensor(p, [&](std::string name, std::vector<int64_t> shape, Init init) {
         // Each tensor has its own stream, derived from the seed and its index.
         Rng mix{options.seed * 0x100000001b3ull + (++counter)};
         tensors.push_back(random_tensor(std::move(name), std::move(shape), init, mix.next()));
-    };
-    const int64_t H = p.hidden;
-    add("model.embed_tokens.weight", {p.vocab, H}, Init::kEmbedding);
-    for (int64_t l = 0; l < p.layers; ++l) {
-        const std::string pre = "model.layers." + std::to_string(l) + ".";
-        add(pre + "input_layernorm.weight", {H}, Init::kNorm);
-        add(pre + "post_attention_layernorm.weight", {H}, Init::kNorm);
-        add(pre + "self_attn.q_proj.weight", {p.heads * p.head_dim, H}, Init::kLinear);
-        add(pre + "self_attn.k_proj.weight", {p.kv_heads * p.head_dim, H}, Init::kLinear);
-        add(pre + "self_attn.v_proj.weight", {p.kv_heads * p.head_dim, H}, Init::kLinear);
-        add(pre + "self_attn.o_proj.weight", {H, p.heads * p.head_dim}, Init::kLinear);
-        add(pre + "self_attn.q_norm.weight", {p.head_dim}, Init::kNorm);
-        add(pre + "self_attn.k_norm.weight", {p.head_dim}, Init::kNorm);
-        bool dense = false;
-        for (int64_t d : p.mlp_only_layers) {
-            dense = dense || d == l;
-        }
-        if (dense) {
-            add(pre + "mlp.gate_proj.weight", {p.inter, H}, Init::kLinear);
-            add(pre + "mlp.up_proj.weight", {p.inter, H}, Init::kLinear);
-            add(pre + "mlp.down_proj.weight", {H, p.inter}, Init::kLinear);
-            continue;
-        }
-        add(pre + "mlp.gate.weight", {p.experts, H}, Init::kWide);
-        for (int64_t e = 0; e < p.experts; ++e) {
-            const std::string ex = pre + "mlp.experts." + std::to_string(e) + ".";
-            add(ex + "gate_proj.weight", {p.moe_inter, H}, Init::kLinear);
-            add(ex + "up_proj.weight", {p.moe_inter, H}, Init::kLinear);
-            add(ex + "down_proj.weight", {H, p.moe_inter}, Init::kLinear);
-        }
-    }
-    add("model.norm.weight", {H}, Init::kNorm);
-    if (!p.tie_embeddings) {
-        add("lm_head.weight", {p.vocab, H}, Init::kWide);
-    }
+    });
     return write_safetensors(dir + "/model.safetensors", tensors);
 }
 
 int make_model_main(int argc, char** argv) {
     MakeModelOptions options;
     options.preset.clear();
-    const char* usage = "usage: edgeserve make-model --preset tiny|bench --out DIR [--seed N]\n";
+    const char* usage =
+        "usage: edgeserve make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench "
+        "--out DIR [--seed N]\n";
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        if ((a == "--preset" || a == "--out" || a == "--seed") && i + 1 < argc) {
+        if ((a == "--preset" || a == "--out" || a == "--seed" || a == "--arch") && i + 1 < argc) {
             std::string v = argv[++i];
-            if (a == "--preset") {
+            if (a == "--arch") {
+                options.arch = v;
+            } else if (a == "--preset") {
                 options.preset = v;
             } else if (a == "--out") {
                 options.out_dir = v;
@@ -357,7 +262,7 @@ int make_model_main(int argc, char** argv) {
                 }
                 options.seed = s;
             }
-        } else if (a == "--preset" || a == "--out" || a == "--seed") {
+        } else if (a == "--preset" || a == "--out" || a == "--seed" || a == "--arch") {
             std::cerr << "make-model: " << a << " needs a value\n" << usage;
             return 2;
         } else if (a == "--help" || a == "-h") {
@@ -377,7 +282,7 @@ int make_model_main(int argc, char** argv) {
         std::cerr << st.to_string() << "\n";
         return 1;
     }
-    std::cout << "wrote a random " << options.preset << " Qwen3-MoE checkpoint (seed "
+    std::cout << "wrote a random " << options.preset << " " << options.arch << " checkpoint (seed "
               << options.seed << ") to " << options.out_dir
               << "; its weights are random, so its text is meaningless\n";
     return 0;

@@ -1,6 +1,7 @@
 #pragma once
 
-// make-model: writes a random Qwen3-MoE checkpoint in Hugging Face layout (config.json,
+// make-model: writes a random MoE checkpoint (Qwen3-MoE, GLM-4.5 MoE or DeepSeek-V3 / Kimi K2
+// architecture, each at a `tiny` and a `bench` size) in Hugging Face layout (config.json,
 // model.safetensors in BF16, tokenizer.json as byte-level BPE with the 256 byte tokens, a few
 // merges and the ChatML special tokens at the end of the vocabulary, tokenizer_config.json with a
 // ChatML chat_template, generation_config.json). For demos, tests and benchmarks: the weights are
@@ -20,6 +21,8 @@ struct MakeModelOptions {
     std::string preset = "tiny";  // "tiny" (about 1 MB, for tests) or "bench" (about 2.5 GB).
     std::string out_dir;          // Created if missing; existing files are overwritten.
     uint64_t seed = 1;            // Seed of the random weights.
+    // Architecture: "qwen3_moe", "glm4_moe" (GLM-4.5) or "deepseek_v3" (MLA; Kimi K2's).
+    std::string arch = "qwen3_moe";
 };
 
 // Names of the presets.
@@ -27,8 +30,8 @@ std::vector<std::string> make_model_presets();
 
 Status write_random_checkpoint(const MakeModelOptions& options);
 
-// `edgeserve make-model --preset NAME --out DIR [--seed N]`; argv[0] is "make-model". Returns the
-// process exit code (0 ok, 1 failure, 2 usage).
+// `edgeserve make-model [--arch A] --preset NAME --out DIR [--seed N]`; argv[0] is "make-model".
+// Returns the process exit code (0 ok, 1 failure, 2 usage).
 int make_model_main(int argc, char** argv);
 
 }  // namespace edge::engine

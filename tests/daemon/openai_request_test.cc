@@ -108,7 +108,29 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
              "stop"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
-            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", "tools"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})",
+             "tools[0].type"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"code"}]})",
+             "tools[0].type"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})",
+             "tools[0].function.name"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})",
+             "tools[0].function.parameters"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}]})",
+             "tools[1].function.name"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","x":1}}]})",
+             "tools[0].function.x"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})",
+             "tool_choice"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"maybe","tools":[{"type":"function","function":{"name":"f"}}]})",
+             "tool_choice"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"g"}},"tools":[{"type":"function","function":{"name":"f"}}]})",
+             "tool_choice.function.name"},
+            {R"({"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f"}}]}]})",
+             "messages[0].tool_calls[0].function.arguments"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x","tool_calls":[{}]}]})",
+             "messages[0].tool_calls"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
              "stream_options"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,"stream_options":{"x":1}})",
@@ -147,4 +169,49 @@ TEST_CASE("submit() status codes map to OpenAI errors") {
     CHECK(busy.to_response().headers.at(0).name == "Retry-After");
     CHECK(api_error_from_status(unavailable_error("x"), "m").status == 503);
     CHECK(api_error_from_status(internal_error("secret detail"), "m").message == "internal error");
+}
+
+TEST_CASE("tools and tool_choice and tool history are parsed") {
+    const char* body = R"({"model":"m","messages":[
+        {"role":"user","content":"weather?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+            "function":{"name":"get_weather","arguments":"{\"city\": \"Oslo\"}"}}]},
+        {"role":"tool","tool_call_id":"call_1","content":"rain"}],
+        "tools":[{"type":"function","function":{"name":"get_weather","description":"Weather.",
+            "parameters":{"type":"object","properties":{"city":{"type":"string"}}},"strict":false}},
+            {"type":"function","function":{"name":"get-time"}}],
+        "tool_choice":{"type":"function","function":{"name":"get_weather"}},
+        "parallel_tool_calls":true})";
+    auto parsed = parse_openai_request(Endpoint::kChatCompletions, body);
+    REQUIRE(std::holds_alternative<ParsedRequest>(parsed));
+    const ParsedRequest& p = std::get<ParsedRequest>(parsed);
+    CHECK(p.tool_choice == ToolChoice::kFunction);
+    CHECK(p.tool_choice_function == "get_weather");
+    REQUIRE(p.generate.tools.size() == 2);
+    CHECK(p.generate.tools[0].name == "get_weather");
+    CHECK(p.generate.tools[0].description == "Weather.");
+    CHECK(p.generate.tools[0].parameters_json ==
+          R"({"type":"object","properties":{"city":{"type":"string"}}})");
+    CHECK(p.generate.tools[1].parameters_json == "{}");
+    const auto& messages = std::get<std::vector<edge::engine::ChatMessage>>(p.generate.prompt);
+    REQUIRE(messages.size() == 3);
+    REQUIRE(messages[1].tool_calls.size() == 1);
+    CHECK(messages[1].tool_calls[0].id == "call_1");
+    CHECK(messages[1].tool_calls[0].name == "get_weather");
+    CHECK(messages[1].tool_calls[0].arguments == R"({"city": "Oslo"})");
+    CHECK(messages[2].tool_call_id == "call_1");
+
+    auto with = [](const std::string& choice) {
+        std::string b = std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
+                        R"("tools":[{"type":"function","function":{"name":"f"}}])" + choice + "}";
+        auto r = parse_openai_request(Endpoint::kChatCompletions, b);
+        REQUIRE(std::holds_alternative<ParsedRequest>(r));
+        return std::get<ParsedRequest>(r);
+    };
+    CHECK(with("").tool_choice == ToolChoice::kAuto);
+    CHECK(with(R"(,"tool_choice":"auto")").tool_choice == ToolChoice::kAuto);
+    CHECK(with(R"(,"tool_choice":"required")").tool_choice == ToolChoice::kRequired);
+    ParsedRequest none = with(R"(,"tool_choice":"none")");
+    CHECK(none.tool_choice == ToolChoice::kNone);
+    CHECK(none.generate.tools.empty());  // Not offered at all.
 }

@@ -75,6 +75,57 @@ await check('logprobs come back for each token', async () => {
     }
 });
 
+const fortuneTools = [{
+    type: 'function',
+    function: { name: 'get_fortune', description: 'A fortune on a topic.',
+                parameters: { type: 'object', properties: { topic: { type: 'string' } } } },
+}];
+
+await check('tools: a named tool_choice streams OpenAI tool_calls deltas', async () => {
+    // The fixture never learned tools: the forced call's header comes from the server, what the
+    // model writes after it decides between a call and malformed_tool_call (content).
+    const stream = await client.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Tell me a fortune' }], tools: fortuneTools,
+        tool_choice: { type: 'function', function: { name: 'get_fortune' } },
+        max_tokens: 24, temperature: 0, stream: true });
+    let name = null;
+    let id = null;
+    let finish = null;
+    for await (const chunk of stream) {
+        for (const c of chunk.choices) {
+            for (const tc of c.delta?.tool_calls ?? []) {
+                assert.equal(tc.index, 0);
+                if (tc.function?.name) {
+                    assert.equal(name, null, 'one header per call');
+                    name = tc.function.name;
+                    id = tc.id;
+                    assert.equal(tc.type, 'function');
+                }
+            }
+            if (c.finish_reason) finish = c.finish_reason;
+        }
+    }
+    assert.equal(name, 'get_fortune');
+    assert.ok(id.startsWith('call_'), id);
+    assert.ok(['tool_calls', 'length', 'malformed_tool_call'].includes(finish), finish);
+});
+
+await check('tools: auto, non-streaming, parsed by the client', async () => {
+    const r = await client.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Tell me a fortune' }], tools: fortuneTools,
+        tool_choice: 'auto', max_tokens: 16, temperature: 0 });
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.ok(['stop', 'length', 'tool_calls', 'malformed_tool_call']
+        .includes(r.choices[0].finish_reason));
+});
+
+await check('tools: tool_choice naming an unknown function is a BadRequestError', async () => {
+    await assert.rejects(
+        client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],
+            tools: fortuneTools, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice.function.name');
+});
+
 await check('unknown model is a NotFoundError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'no-such-model',

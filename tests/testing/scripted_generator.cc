@@ -31,12 +31,14 @@ private:
 };
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> model_names)
-    : names_(std::move(model_names)) {}
+    : names_(std::move(model_names)), tool_formats_(names_.size()) {}
 
 std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
+    std::lock_guard lock(mu_);
     std::vector<engine::ModelInfo> out;
-    for (const std::string& n : names_) {
-        out.push_back(engine::ModelInfo{n, "v1", "Scripted", 4096, 1700000000});
+    for (size_t i = 0; i < names_.size(); ++i) {
+        out.push_back(engine::ModelInfo{names_[i], "v1", "Scripted", 4096, 1700000000,
+                                        tool_formats_[i]});
     }
     return out;
 }
@@ -72,6 +74,15 @@ std::vector<engine::ModelLoad> ScriptedGenerator::load() const {
 void ScriptedGenerator::set_load(std::vector<engine::ModelLoad> load) {
     std::lock_guard lock(mu_);
     load_ = std::move(load);
+}
+
+void ScriptedGenerator::set_tool_call_format(const std::string& model, std::string format) {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < names_.size(); ++i) {
+        if (names_[i] == model) {
+            tool_formats_[i] = format;
+        }
+    }
 }
 
 void ScriptedGenerator::fail_next_submit(Status status) {

@@ -47,6 +47,8 @@ public:
     // The next submit() fails with `status` (once).
     void fail_next_submit(Status status);
     void set_ready(bool ready) { ready_ = ready; }
+    // models() reports `format` as `model`'s tool-call format ("hermes", "glm4_5", "kimi_k2").
+    void set_tool_call_format(const std::string& model, std::string format);
 
     // Blocks until request number `index` (0-based) was submitted; false on timeout.
     bool wait_for_request(size_t index, int timeout_ms = 5000);
@@ -64,6 +66,7 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::vector<std::string> names_;
+    std::vector<std::string> tool_formats_;  // By index of names_; "" by default.
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
     bool ready_ = true;

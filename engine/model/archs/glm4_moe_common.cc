@@ -7,6 +7,7 @@
 #include "engine/cpu/convert.h"
 #include "engine/cpu/ops.h"
 #include "engine/model/model_config.h"
+#include "engine/quant/quantized_weight.h"
 
 namespace edge::engine {
 namespace {
@@ -122,6 +123,21 @@ SigmoidMoeModel::SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkp
       backend_(std::move(backend)) {}
 
 Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, int64_t cols) {
+    // The embedding table and MLA's kv_b_proj are read element by element (stored_element), so
+    // they stay float; every other matrix goes through the WeightLoader (quantized checkpoints,
+    // quantization policy on load), as in Qwen3-MoE.
+    const bool float_only =
+        name == "model.embed_tokens.weight" || name.ends_with("kv_b_proj.weight");
+    if (!float_only && weights_ != nullptr) {
+        EDGE_ASSIGN_OR_RETURN(Weight w, weights_->matrix(name, rows, cols));
+        if (!backend_->supports(Op::kMatmul, w.format)) {
+            return unimplemented_error(ckpt_->description() + ": tensor '" + name +
+                                       "': backend " + std::string(backend_->name()) +
+                                       " has no matmul for format " +
+                                       std::string(quant::weight_format_name(w.format)));
+        }
+        return w;
+    }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
     Weight w;
     w.format = format_of(t.dtype());
@@ -158,6 +174,7 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
                                     int32_t kv_heads, int32_t head_dim,
                                     int64_t kv_bytes_per_token) {
     const int64_t H = c_.hidden_size;
+    EDGE_ASSIGN_OR_RETURN(weights_, WeightLoader::create(*ckpt_, json, options.quantization));
     EDGE_ASSIGN_OR_RETURN(embed_, weight("model.embed_tokens.weight", c_.vocab_size, H));
     if (c_.tie_word_embeddings && !ckpt_->has("lm_head.weight")) {
         lm_head_ = embed_;
@@ -246,7 +263,7 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     spec_.bos_token_id = static_cast<TokenId>(
         c_.bos_token_id >= 0 && c_.bos_token_id < c_.vocab_size ? c_.bos_token_id : -1);
     spec_.version = version_digest(json, *ckpt_);
-    spec_.weight_bytes = ckpt_->total_bytes();
+    spec_.weight_bytes = weights_->resident_bytes();
     spec_.kv_bytes_per_token = kv_bytes_per_token;
     return ok_status();
 }

@@ -23,6 +23,7 @@
 #include "engine/model/loader.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/weight_loader.h"
 
 namespace edge::engine {
 
@@ -99,6 +100,7 @@ class SigmoidMoeModel : public PagedCausalLM {
     SigmoidMoeConfig c_;
     std::unique_ptr<Checkpoint> ckpt_;
     std::unique_ptr<Backend> backend_;
+    std::unique_ptr<WeightLoader> weights_;  // Quantized checkpoints and the policy; after ckpt_.
     std::unique_ptr<MoeBlock> moe_;  // Routed experts of every MoE layer, sharded over ranks.
     ModelSpec spec_;
     std::vector<int32_t> tok_slot_, tok_pos_;

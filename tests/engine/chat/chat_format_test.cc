@@ -13,60 +13,10 @@
 #include "engine/chat/tool_call_parser.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/engine/chat/marker_tokenizer.h"
 
 namespace edge::engine::tokenizer {
 namespace {
-
-const char* const kMarkers[] = {"[gMASK]",
-                                "<sop>",
-                                "<|system|>",
-                                "<|user|>",
-                                "<|assistant|>",
-                                "<|observation|>",
-                                "<think>",
-                                "</think>",
-                                "<tool_call>",
-                                "</tool_call>",
-                                "<arg_key>",
-                                "</arg_key>",
-                                "<arg_value>",
-                                "</arg_value>",
-                                "<tool_response>",
-                                "</tool_response>",
-                                "<|im_system|>",
-                                "<|im_user|>",
-                                "<|im_assistant|>",
-                                "<|im_middle|>",
-                                "<|tool_calls_section_begin|>",
-                                "<|tool_calls_section_end|>",
-                                "<|tool_call_begin|>",
-                                "<|tool_call_argument_begin|>",
-                                "<|tool_call_end|>"};
-
-// The micro fixtures' tokenizer with the GLM-4.5 and Kimi K2 control tokens added (ids 512...).
-std::unique_ptr<Tokenizer> tokenizer_with_markers() {
-    std::ifstream in(std::string(EDGE_SOURCE_DIR) +
-                     "/tests/fixtures/micro-qwen3-moe/tokenizer.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    boost::json::value root = boost::json::parse(ss.str());
-    boost::json::array& added = root.at("added_tokens").as_array();
-    int64_t id = 512;
-    for (const char* m : kMarkers) {
-        boost::json::object t;
-        t["id"] = id++;
-        t["content"] = m;
-        t["single_word"] = false;
-        t["lstrip"] = false;
-        t["rstrip"] = false;
-        t["normalized"] = false;
-        t["special"] = true;
-        added.push_back(t);
-    }
-    auto tok = Tokenizer::from_json(boost::json::serialize(root));
-    REQUIRE_MESSAGE(tok.ok(), tok.status().to_string());
-    return std::move(tok).value();
-}
 
 const std::vector<ToolSpec> kTools = {
     {"get_weather", "Weather of a city",

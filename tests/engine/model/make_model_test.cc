@@ -75,5 +75,52 @@ TEST_CASE("make-model tiny writes a loadable / deterministic checkpoint") {
     CHECK(make_model_main(2, const_cast<char**>(argv_bad)) == 2);
 }
 
+TEST_CASE("make-model --arch glm4_moe / deepseek_v3 tiny: loadable with the architecture's config") {
+    std::random_device rd;
+    fs::path root = fs::temp_directory_path() / ("edge_make_arch_" + std::to_string(rd()));
+    struct Case {
+        const char* arch;
+        const char* architecture;
+        int64_t kv_bytes_per_token;  // From the config: what the arch's KV cache holds per token.
+    };
+    // GLM: 3 layers x 2 (K, V) x 2 kv heads x 32 dims x 4 bytes (F32 cache);
+    // DeepSeek-V3 (MLA): 3 layers x (kv_lora_rank 32 + qk_rope 16) x 4 bytes.
+    for (const Case& c : {Case{"glm4_moe", "Glm4MoeForCausalLM", 3 * 2 * 2 * 32 * 4},
+                          Case{"deepseek_v3", "DeepseekV3ForCausalLM", 3 * (32 + 16) * 4}}) {
+        CAPTURE(c.arch);
+        MakeModelOptions o;
+        o.arch = c.arch;
+        o.preset = "tiny";
+        o.out_dir = (root / c.arch).string();
+        REQUIRE(write_random_checkpoint(o).ok());
+        auto cfg = boost::json::parse(read(root / c.arch / "config.json")).as_object();
+        CHECK(cfg.at("architectures").as_array()[0] == c.architecture);
+        LoadOptions lo;
+        lo.threads = 2;
+        lo.max_slots = 1;
+        lo.max_context = 32;
+        auto model = load_model(o.out_dir, lo);
+        REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+        CHECK((*model)->spec().architecture == c.architecture);
+        CHECK((*model)->spec().kv_bytes_per_token == c.kv_bytes_per_token);
+        int32_t slot = *(*model)->acquire_slot();
+        std::vector<TokenId> prompt = {510, 1, 2, 3};
+        SequenceChunk ch{slot, 0, prompt, false};
+        std::vector<float> logits;
+        REQUIRE((*model)->forward({&ch, 1}, &logits).ok());
+        REQUIRE(logits.size() == 512);
+        for (float v : logits) {
+            REQUIRE(std::isfinite(v));
+        }
+    }
+    MakeModelOptions bad;
+    bad.arch = "llama";
+    bad.out_dir = (root / "x").string();
+    Status st = write_random_checkpoint(bad);
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK(st.to_string().find("llama") != std::string::npos);
+    fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace edge::engine

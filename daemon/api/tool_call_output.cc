@@ -1,0 +1,138 @@
+#include "daemon/api/tool_call_output.h"
+
+#include <algorithm>
+
+namespace edge::daemon::api {
+namespace {
+
+namespace json = boost::json;
+namespace chat = engine::chat;
+
+// Appends `next` to `into`, merging a call's consecutive argument deltas.
+void merge(chat::ParsedDelta& into, chat::ParsedDelta next) {
+    into.content += next.content;
+    for (chat::ToolCallDelta& d : next.tool_calls) {
+        if (!into.tool_calls.empty() && into.tool_calls.back().index == d.index && d.id.empty() &&
+            d.name.empty()) {
+            into.tool_calls.back().arguments += d.arguments;
+        } else {
+            into.tool_calls.push_back(std::move(d));
+        }
+    }
+    into.abandoned_calls.insert(into.abandoned_calls.end(), next.abandoned_calls.begin(),
+                                next.abandoned_calls.end());
+}
+
+}  // namespace
+
+std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
+    ParsedRequest& request, const std::vector<engine::ModelInfo>& models) {
+    if (request.endpoint != Endpoint::kChatCompletions || request.generate.tools.empty() ||
+        request.tool_choice == ToolChoice::kNone) {
+        return std::unique_ptr<ToolCallOutput>();
+    }
+    const auto model = std::find_if(models.begin(), models.end(), [&](const auto& m) {
+        return m.name == request.generate.model;
+    });
+    if (model == models.end()) {
+        return std::unique_ptr<ToolCallOutput>();
+    }
+    Result<chat::ToolCallFormat> format = chat::tool_call_format_from_name(model->tool_call_format);
+    if (!format.ok()) {
+        return invalid_request("model '" + model->name +
+                                   "' has no chat format that supports tools; send the request "
+                                   "without 'tools'",
+                               std::string("tools"));
+    }
+    std::unique_ptr<ToolCallOutput> out(new ToolCallOutput(chat::create_tool_call_parser(
+        *format, "call_" + request.generate.request_id + "_", request.generate.tools)));
+    if (request.tool_choice == ToolChoice::kRequired ||
+        request.tool_choice == ToolChoice::kFunction) {
+        const std::string_view function = request.tool_choice == ToolChoice::kFunction
+                                              ? std::string_view(request.tool_choice_function)
+                                              : std::string_view();
+        std::string prefix = chat::forced_call_prefix(*format, function);
+        out->from_prefix_ = out->parser_->feed(prefix);
+        request.generate.assistant_prefix = std::move(prefix);
+    }
+    return out;
+}
+
+chat::ParsedDelta ToolCallOutput::feed(std::string_view text) {
+    chat::ParsedDelta out;
+    if (from_prefix_) {
+        out = std::move(*from_prefix_);
+        from_prefix_.reset();
+    }
+    merge(out, parser_->feed(text));
+    abandoned_.insert(abandoned_.end(), out.abandoned_calls.begin(), out.abandoned_calls.end());
+    return out;
+}
+
+chat::ParsedDelta ToolCallOutput::finish() {
+    chat::ParsedDelta out = feed("");
+    chat::ParsedDelta last = parser_->finish();
+    abandoned_.insert(abandoned_.end(), last.abandoned_calls.begin(), last.abandoned_calls.end());
+    merge(out, std::move(last));
+    return out;
+}
+
+void ToolCallOutput::accumulate(const chat::ParsedDelta& delta) {
+    for (const chat::ToolCallDelta& d : delta.tool_calls) {
+        if (calls_.empty() || calls_.back().index != d.index) {
+            calls_.push_back(Call{d.index, d.id, d.name, ""});
+        }
+        calls_.back().arguments += d.arguments;
+    }
+    for (int32_t index : delta.abandoned_calls) {
+        std::erase_if(calls_, [&](const Call& c) { return c.index == index; });
+    }
+}
+
+json::array ToolCallOutput::message_tool_calls() const {
+    json::array out;
+    for (const Call& c : calls_) {
+        json::object fn;
+        fn["name"] = c.name;
+        fn["arguments"] = c.arguments;
+        json::object call;
+        call["id"] = c.id;
+        call["type"] = "function";
+        call["function"] = std::move(fn);
+        out.push_back(std::move(call));
+    }
+    return out;
+}
+
+json::array ToolCallOutput::delta_tool_calls(const std::vector<chat::ToolCallDelta>& calls) {
+    json::array out;
+    for (const chat::ToolCallDelta& d : calls) {
+        json::object call;
+        call["index"] = d.index;
+        json::object fn;
+        if (!d.name.empty()) {
+            call["id"] = d.id;
+            call["type"] = "function";
+            fn["name"] = d.name;
+        }
+        fn["arguments"] = d.arguments;
+        call["function"] = std::move(fn);
+        out.push_back(std::move(call));
+    }
+    return out;
+}
+
+const char* ToolCallOutput::finish_reason(const char* engine_reason) const {
+    if (std::string_view(engine_reason) == "length") {
+        return engine_reason;  // Cut off: an unfinished call is content, as the text is.
+    }
+    if (parser_->malformed()) {
+        return "malformed_tool_call";
+    }
+    if (parser_->completed_calls() > 0) {
+        return "tool_calls";
+    }
+    return engine_reason;
+}
+
+}  // namespace edge::daemon::api

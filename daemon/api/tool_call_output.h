@@ -1,0 +1,80 @@
+#pragma once
+
+// ToolCallOutput turns a chat response's generated text into OpenAI `tool_calls` when the request
+// offered tools: it runs the model family's tool-call parser (engine/chat/tool_call_parser.h)
+// over the text as it streams, and keeps what a non-streaming answer needs (content, the calls by
+// index, the finish reason). For tool_choice "required" or a named function it also sets the
+// request's assistant_prefix so the reply starts inside a call, and has the parser read that
+// prefix first (the call's header is then the first thing the client receives).
+//
+// Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
+// normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's
+// text is then returned as content, and a streamed call that was started and then given up is
+// listed in the choice's `abandoned_tool_calls`); otherwise the engine's own reason.
+//
+// Threading: one per response; used by the thread that runs the response's sink callbacks.
+
+#include <boost/json.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "daemon/api/api_error.h"
+#include "daemon/api/openai_request.h"
+#include "engine/chat/tool_call_parser.h"
+#include "engine/generator.h"
+
+namespace edge::daemon::api {
+
+class ToolCallOutput {
+  public:
+    // For a request with tools (not tool_choice "none"): the parser of the model's tool-call
+    // format, as `models` (the generator's list) says. Sets request.generate.assistant_prefix
+    // for forced calls. A 400 naming `tools` when the model has no tool-call format; nullptr
+    // (no error) when the request offers no tools or the model is not listed (submit() then
+    // answers 404).
+    static std::variant<std::unique_ptr<ToolCallOutput>, ApiError> create(
+        ParsedRequest& request, const std::vector<engine::ModelInfo>& models);
+
+    // Parses the next generated text (the first call also returns what the forced prefix
+    // produced).
+    engine::chat::ParsedDelta feed(std::string_view text);
+    // The generation ended: what the parser still held.
+    engine::chat::ParsedDelta finish();
+
+    // Non-streaming: records a parsed delta (content is the caller's).
+    void accumulate(const engine::chat::ParsedDelta& delta);
+    // Non-streaming: the calls made, in OpenAI's message.tool_calls shape (empty when none).
+    boost::json::array message_tool_calls() const;
+    // Streaming: OpenAI's delta.tool_calls for `calls` (index, and id/type/name on a call's first
+    // delta).
+    static boost::json::array delta_tool_calls(
+        const std::vector<engine::chat::ToolCallDelta>& calls);
+
+    // The finish reason given the engine's (`engine_reason` is "stop", "length", ...).
+    const char* finish_reason(const char* engine_reason) const;
+    // Calls the parser gave up after their first delta went out (streaming).
+    const std::vector<int32_t>& abandoned() const { return abandoned_; }
+    bool malformed() const { return parser_->malformed(); }
+
+  private:
+    struct Call {
+        int32_t index = 0;
+        std::string id;
+        std::string name;
+        std::string arguments;
+    };
+
+    explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
+        : parser_(std::move(parser)) {}
+
+    std::unique_ptr<engine::chat::ToolCallParser> parser_;
+    std::optional<engine::chat::ParsedDelta> from_prefix_;  // Returned by the first feed().
+    std::vector<Call> calls_;
+    std::vector<int32_t> abandoned_;
+};
+
+}  // namespace edge::daemon::api

@@ -1,0 +1,178 @@
+// Tool-call parser for the GLM-4.5 format (see engine/chat/tool_call_parser.h).
+
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/chat/json_stream.h"
+#include "engine/chat/marker_parser.h"
+
+namespace edge::engine::chat::detail {
+namespace {
+
+namespace json = boost::json;
+
+// GLM-4.5: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>...</tool_call>.
+class Glm45Parser final : public MarkerParser {
+  public:
+    Glm45Parser(std::string id_prefix, const std::vector<ToolSpec>& tools)
+        : MarkerParser("<tool_call>", std::move(id_prefix)) {
+        for (const ToolSpec& t : tools) {
+            std::error_code ec;
+            json::value schema = json::parse(t.parameters_json, ec);
+            if (ec || !schema.is_object()) {
+                continue;
+            }
+            const json::value* props = schema.get_object().if_contains("properties");
+            if (props == nullptr || !props->is_object()) {
+                continue;
+            }
+            for (const auto& p : props->get_object()) {
+                const json::value* type =
+                    p.value().is_object() ? p.value().get_object().if_contains("type") : nullptr;
+                if (type != nullptr && type->is_string() && type->get_string() == "string") {
+                    string_args_.insert(t.name + "\n" + std::string(p.key()));
+                }
+            }
+        }
+    }
+
+  private:
+    enum class State { kName, kBetween, kKey, kBeforeValue, kValue };
+    void begin_call() override {
+        state_ = State::kName;
+        args_ = 0;
+    }
+
+    // The JSON text of one argument value as written between the tags.
+    std::string value_json(const std::string& key, const std::string& value) const {
+        if (string_args_.count(name_ + "\n" + key) == 0) {
+            std::error_code ec;
+            json::value v = json::parse(value, ec);
+            if (!ec) {
+                return json::serialize(v);
+            }
+        }
+        return quote(value);
+    }
+
+    // Takes text up to `end` into *out; kNeedMore until `end` arrives.
+    Step until(std::string_view end, std::string* out, const char* what) {
+        const size_t at = buf_.find(end);
+        if (at == std::string::npos) {
+            if (buf_.size() > (size_t{1} << 20)) {
+                return malformed(std::string("a tool call's ") + what + " has no end");
+            }
+            return Step::kNeedMore;
+        }
+        *out = take(at);
+        take(end.size());
+        return Step::kDone;
+    }
+
+    Step step(ParsedDelta& out) override {
+        while (true) {
+            switch (state_) {
+                case State::kName: {
+                    const size_t at = buf_.find_first_of("\n<");
+                    if (at == std::string::npos) {
+                        return buf_.size() > kMaxHeader
+                                   ? malformed("a tool call's name is too long")
+                                   : Step::kNeedMore;
+                    }
+                    std::string name = take(at);
+                    while (!name.empty() && is_space(name.back())) {
+                        name.pop_back();
+                    }
+                    while (!name.empty() && is_space(name.front())) {
+                        name.erase(0, 1);
+                    }
+                    if (name.empty() || name.find_first_of(" \t\r") != std::string::npos) {
+                        return malformed("a tool call has no function name");
+                    }
+                    name_ = name;
+                    emit_start(out, next_id(), name);
+                    state_ = State::kBetween;
+                    break;
+                }
+                case State::kBetween:
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    if (Lit l = starts_with(buf_, "<arg_key>"); l != Lit::kNo) {
+                        if (l == Lit::kPartial) {
+                            return Step::kNeedMore;
+                        }
+                        take(9);
+                        state_ = State::kKey;
+                        break;
+                    }
+                    switch (starts_with(buf_, "</tool_call>")) {
+                        case Lit::kPartial:
+                            return Step::kNeedMore;
+                        case Lit::kNo:
+                            take(1);
+                            return malformed("expected <arg_key> or </tool_call> in a tool call");
+                        case Lit::kYes:
+                            buf_.erase(0, 12);
+                            emit_args(out, args_ == 0 ? "{}" : "}");
+                            finish_call();
+                            return Step::kDone;
+                    }
+                    break;
+                case State::kKey: {
+                    const Step s = until("</arg_key>", &key_, "argument key");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    state_ = State::kBeforeValue;
+                    break;
+                }
+                case State::kBeforeValue:
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    switch (starts_with(buf_, "<arg_value>")) {
+                        case Lit::kPartial:
+                            return Step::kNeedMore;
+                        case Lit::kNo:
+                            take(1);
+                            return malformed("an <arg_key> is not followed by <arg_value>");
+                        case Lit::kYes:
+                            take(11);
+                            state_ = State::kValue;
+                            break;
+                    }
+                    break;
+                case State::kValue: {
+                    std::string value;
+                    const Step s = until("</arg_value>", &value, "argument value");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    emit_args(out, std::string(args_ == 0 ? "{" : ", ") + quote(key_) + ": " +
+                                       value_json(key_, value));
+                    ++args_;
+                    state_ = State::kBetween;
+                    break;
+                }
+            }
+        }
+    }
+
+    std::set<std::string> string_args_;  // "function\nargument" declared as strings.
+    State state_ = State::kName;
+    std::string name_;
+    std::string key_;
+    int args_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolCallParser> make_glm45_parser(std::string id_prefix,
+                                                  const std::vector<ToolSpec>& tools) {
+    return std::make_unique<Glm45Parser>(std::move(id_prefix), tools);
+}
+
+}  // namespace edge::engine::chat::detail

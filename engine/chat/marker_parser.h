@@ -1,0 +1,182 @@
+#pragma once
+
+// Internal to engine/chat: the shared driver of the tool-call parsers (MarkerParser: plain content
+// until the format's start marker, then the format's step() until the call ends, giving a
+// malformed call back as content) and the constructors of the three formats, one file each
+// (hermes_parser.cc, glm45_parser.cc, kimi_k2_parser.cc). The public interface is
+// engine/chat/tool_call_parser.h. Threading: as ToolCallParser (one per response, one thread).
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/chat/tool_call_parser.h"
+
+namespace edge::engine::chat::detail {
+
+inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+enum class Lit { kYes, kPartial, kNo };
+
+// Whether `buf` starts with `lit` (kPartial: buf is a proper prefix of it).
+inline Lit starts_with(const std::string& buf, std::string_view lit) {
+    const size_t n = std::min(buf.size(), lit.size());
+    if (buf.compare(0, n, lit.data(), n) != 0) {
+        return Lit::kNo;
+    }
+    return n == lit.size() ? Lit::kYes : Lit::kPartial;
+}
+
+// Length of the longest suffix of `buf` that is a proper prefix of `marker`.
+inline size_t held_prefix(const std::string& buf, const std::string& marker) {
+    const size_t max = std::min(buf.size(), marker.size() - 1);
+    for (size_t len = max; len > 0; --len) {
+        if (buf.compare(buf.size() - len, len, marker, 0, len) == 0) {
+            return len;
+        }
+    }
+    return 0;
+}
+
+inline std::string quote(std::string_view s) {
+    return boost::json::serialize(boost::json::value(boost::json::string(s)));
+}
+
+constexpr size_t kMaxHeader = 1024;  // Bytes of a name or id before its terminator.
+
+// Shared driver: content until the start marker, then the format's step() until the call (or
+// Kimi's section of calls) ends.
+class MarkerParser : public ToolCallParser {
+  public:
+    MarkerParser(std::string start, std::string id_prefix)
+        : start_(std::move(start)), id_prefix_(std::move(id_prefix)) {}
+
+    ParsedDelta feed(std::string_view text) override {
+        buf_.append(text);
+        ParsedDelta out;
+        run(out);
+        return out;
+    }
+
+    ParsedDelta finish() override {
+        ParsedDelta out;
+        run(out);
+        if (in_call_) {
+            take(buf_.size());
+            abandon(out, "the output ended inside a tool call");
+            run(out);
+        }
+        out.content += buf_;
+        buf_.clear();
+        return out;
+    }
+
+  protected:
+    enum class Step { kNeedMore, kDone, kMalformed };
+    virtual void begin_call() = 0;
+    virtual Step step(ParsedDelta& out) = 0;
+
+    std::string take(size_t n) {
+        std::string s = buf_.substr(0, n);
+        buf_.erase(0, n);
+        raw_ += s;
+        return s;
+    }
+    // Skips whitespace; false when the buffer ran out.
+    bool skip_space() {
+        size_t i = 0;
+        while (i < buf_.size() && is_space(buf_[i])) {
+            ++i;
+        }
+        take(i);
+        return !buf_.empty();
+    }
+    Step malformed(std::string reason) {
+        reason_ = std::move(reason);
+        return Step::kMalformed;
+    }
+    std::string next_id() const { return id_prefix_ + std::to_string(index_); }
+    void emit_start(ParsedDelta& out, std::string id, std::string name) {
+        out.tool_calls.push_back({index_, std::move(id), std::move(name), ""});
+        started_ = true;
+    }
+    void emit_args(ParsedDelta& out, std::string_view text) {
+        if (out.tool_calls.empty() || out.tool_calls.back().index != index_) {
+            out.tool_calls.push_back({index_, "", "", ""});
+        }
+        out.tool_calls.back().arguments.append(text);
+    }
+    void finish_call() {
+        ++completed_;
+        ++index_;
+        started_ = false;
+        raw_.clear();
+    }
+
+    std::string buf_;  // Received, not yet consumed.
+    bool started_ = false;
+    int32_t index_ = 0;
+
+  private:
+    void run(ParsedDelta& out) {
+        while (true) {
+            if (!in_call_) {
+                const size_t at = buf_.find(start_);
+                if (at == std::string::npos) {
+                    const size_t keep = held_prefix(buf_, start_);
+                    out.content.append(buf_, 0, buf_.size() - keep);
+                    buf_.erase(0, buf_.size() - keep);
+                    return;
+                }
+                out.content.append(buf_, 0, at);
+                buf_.erase(0, at);
+                raw_.clear();
+                take(start_.size());
+                in_call_ = true;
+                started_ = false;
+                begin_call();
+                continue;
+            }
+            const Step s = step(out);
+            if (s == Step::kNeedMore) {
+                return;
+            }
+            if (s == Step::kMalformed) {
+                abandon(out, reason_);
+                continue;
+            }
+            in_call_ = false;
+            raw_.clear();
+        }
+    }
+
+    void abandon(ParsedDelta& out, const std::string& reason) {
+        out.content += raw_;
+        raw_.clear();
+        if (started_) {
+            std::erase_if(out.tool_calls,
+                          [&](const ToolCallDelta& d) { return d.index == index_; });
+            out.abandoned_calls.push_back(index_);
+            ++index_;
+            started_ = false;
+        }
+        malformed_reason_ = reason;
+        in_call_ = false;
+    }
+
+    std::string start_;
+    std::string id_prefix_;
+    std::string raw_;  // Consumed bytes of the current call, given back if it is malformed.
+    std::string reason_;
+    bool in_call_ = false;
+};
+
+std::unique_ptr<ToolCallParser> make_hermes_parser(std::string id_prefix);
+std::unique_ptr<ToolCallParser> make_glm45_parser(std::string id_prefix,
+                                                  const std::vector<ToolSpec>& tools);
+std::unique_ptr<ToolCallParser> make_kimi_k2_parser(std::string id_prefix);
+
+}  // namespace edge::engine::chat::detail

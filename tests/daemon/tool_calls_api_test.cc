@@ -1,0 +1,437 @@
+// OpenAI tools end to end through the real Daemon (TLS listener, router) on loopback: the
+// ScriptedGenerator plays a model of each tool-call format (Qwen3 / Hermes, GLM-4.5, Kimi K2)
+// writing calls in pieces, and the client sees OpenAI's tool_calls, streamed and not.
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <map>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_generator.h"
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+
+using namespace edge;
+using edge::testing::TlsClient;
+namespace json = boost::json;
+
+namespace {
+
+struct ToolFixture {
+    ToolFixture() {
+        generator.set_tool_call_format("qwen", "hermes");
+        generator.set_tool_call_format("glm", "glm4_5");
+        generator.set_tool_call_format("kimi", "kimi_k2");
+        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+        auto config = daemon::parse_config(testing::config_yaml(cert.cert_path, cert.key_path, ""),
+                                           dir.file("c.yaml"));
+        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+        auto d = daemon::Daemon::create(*config, generator, clock);
+        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+        daemon = std::move(d).value();
+        daemon->start();
+    }
+
+    std::unique_ptr<TlsClient> client() {
+        auto c = TlsClient::connect(daemon->public_port());
+        REQUIRE(c.ok());
+        return std::move(c).value();
+    }
+
+    testing::TempDir dir;
+    testing::TestCertificate cert;
+    ManualClock clock;
+    testing::ScriptedGenerator generator{{"qwen", "glm", "kimi", "plain"}};
+    std::unique_ptr<daemon::Daemon> daemon;
+};
+
+json::object json_of(const std::string& s) {
+    boost::system::error_code ec;
+    json::value v = json::parse(s, ec);
+    REQUIRE_MESSAGE(!ec, s);
+    REQUIRE(v.is_object());
+    return v.get_object();
+}
+
+std::vector<std::string> sse_events(const std::string& body) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+        const size_t end = body.find("\n\n", pos);
+        REQUIRE(end != std::string::npos);
+        out.push_back(body.substr(pos + 6, end - pos - 6));
+        pos = end + 2;
+    }
+    return out;
+}
+
+constexpr const char* kTools =
+    R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather.",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"},)"
+    R"("days":{"type":"integer"}}}}}])";
+
+std::string tool_body(const std::string& model, bool stream, const std::string& extra = "") {
+    return R"({"model":")" + model +
+           R"(","messages":[{"role":"user","content":"Weather in Oslo?"}],)" + kTools +
+           (stream ? R"(,"stream":true)" : "") + extra + "}";
+}
+
+// What each family's model writes for get_weather(city="Oslo", days=2) after some text.
+struct Recorded {
+    const char* model;
+    std::string output;
+};
+
+std::vector<Recorded> recorded_outputs() {
+    return {
+        {"qwen",
+         "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+         "\"Oslo\", \"days\": 2}}\n</tool_call>"},
+        {"glm",
+         "Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo"
+         "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>"},
+        {"kimi",
+         "Let me check.\n<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+         "<|tool_call_argument_begin|>{\"city\": \"Oslo\", \"days\": 2}<|tool_call_end|>"
+         "<|tool_calls_section_end|>"},
+    };
+}
+
+// Emits `text` in pieces of `step` bytes.
+void emit_in_pieces(testing::ScriptedGenerator& g, size_t index, const std::string& text,
+                    size_t step) {
+    for (size_t i = 0; i < text.size(); i += step) {
+        g.emit(index, text.substr(i, step));
+    }
+}
+
+struct StreamedCall {
+    std::string id;
+    std::string name;
+    std::string arguments;
+    int headers = 0;  // Deltas that carried the id and name.
+};
+
+struct Streamed {
+    std::string content;
+    std::map<int64_t, StreamedCall> calls;
+    std::string finish_reason;
+    json::value abandoned;
+};
+
+Streamed collect(const std::string& body) {
+    Streamed out;
+    std::vector<std::string> events = sse_events(body);
+    REQUIRE(!events.empty());
+    CHECK(events.back() == "[DONE]");
+    events.pop_back();
+    for (const std::string& e : events) {
+        json::object chunk = json_of(e);
+        REQUIRE_MESSAGE(chunk.contains("choices"), e);
+        const json::object& choice = chunk["choices"].as_array().at(0).as_object();
+        const json::object& delta = choice.at("delta").as_object();
+        if (const json::value* c = delta.if_contains("content"); c && c->is_string()) {
+            out.content += c->as_string();
+        }
+        if (const json::value* calls = delta.if_contains("tool_calls")) {
+            for (const json::value& v : calls->as_array()) {
+                const json::object& call = v.as_object();
+                StreamedCall& sc = out.calls[call.at("index").as_int64()];
+                const json::object& fn = call.at("function").as_object();
+                if (call.contains("id")) {
+                    CHECK(call.at("type") == "function");
+                    sc.id = call.at("id").as_string();
+                    sc.name = fn.at("name").as_string();
+                    ++sc.headers;
+                } else {
+                    CHECK_FALSE(fn.contains("name"));
+                }
+                CHECK_MESSAGE(sc.headers == 1, "argument delta before the call's header");
+                sc.arguments += fn.at("arguments").as_string();
+            }
+        }
+        if (!choice.at("finish_reason").is_null()) {
+            out.finish_reason = choice.at("finish_reason").as_string();
+            if (const json::value* a = choice.if_contains("abandoned_tool_calls")) {
+                out.abandoned = *a;
+            }
+        }
+    }
+    return out;
+}
+
+json::value parsed(const std::string& s) {
+    boost::system::error_code ec;
+    json::value v = json::parse(s, ec);
+    CHECK_MESSAGE(!ec, s);
+    return v;
+}
+
+const json::value kWeatherArgs = json::parse(R"({"city": "Oslo", "days": 2})");
+
+}  // namespace
+
+TEST_CASE("tools: each family's call comes back as OpenAI tool_calls (non-streaming)") {
+    ToolFixture f;
+    auto c = f.client();
+    size_t index = 0;
+    for (const Recorded& r : recorded_outputs()) {
+        CAPTURE(r.model);
+        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                              tool_body(r.model, false)))
+                    .ok());
+        REQUIRE(f.generator.wait_for_request(index));
+        engine::GenerateRequest req = f.generator.request(index);
+        REQUIRE(req.tools.size() == 1);
+        CHECK(req.tools[0].name == "get_weather");
+        CHECK(req.assistant_prefix.empty());  // "auto": nothing forced.
+        emit_in_pieces(f.generator, index, r.output, 7);
+        f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{10, 20, 0});
+        auto reply = c->read_response();
+        REQUIRE(reply.ok());
+        REQUIRE(reply->status == 200);
+        json::object body = json_of(reply->body);
+        const json::object& choice = body["choices"].as_array()[0].as_object();
+        CHECK(choice.at("finish_reason") == "tool_calls");
+        const json::object& message = choice.at("message").as_object();
+        CHECK(message.at("content") == "Let me check.\n");
+        const json::array& calls = message.at("tool_calls").as_array();
+        REQUIRE(calls.size() == 1);
+        const json::object& call = calls[0].as_object();
+        CHECK(call.at("type") == "function");
+        CHECK_FALSE(call.at("id").as_string().empty());
+        CHECK(call.at("function").as_object().at("name") == "get_weather");
+        CHECK(parsed(std::string(call.at("function").as_object().at("arguments").as_string())) ==
+              kWeatherArgs);
+        ++index;
+    }
+}
+
+TEST_CASE("tools: streamed argument deltas in OpenAI's delta shape for any split") {
+    ToolFixture f;
+    auto c = f.client();
+    size_t index = 0;
+    for (const Recorded& r : recorded_outputs()) {
+        for (size_t step : {1, 3, 64}) {
+            CAPTURE(r.model);
+            CAPTURE(step);
+            REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                                  tool_body(r.model, true)))
+                        .ok());
+            REQUIRE(f.generator.wait_for_request(index));
+            emit_in_pieces(f.generator, index, r.output, step);
+            f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{10, 20, 0});
+            auto reply = c->read_response();
+            REQUIRE(reply.ok());
+            Streamed s = collect(reply->body);
+            CHECK(s.content == "Let me check.\n");
+            CHECK(s.finish_reason == "tool_calls");
+            REQUIRE(s.calls.size() == 1);
+            CHECK(s.calls[0].name == "get_weather");
+            CHECK(parsed(s.calls[0].arguments) == kWeatherArgs);
+            ++index;
+        }
+    }
+}
+
+TEST_CASE("tools: arguments stream as the model writes them before the call ends") {
+    ToolFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("qwen", true)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.emit(0, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os");
+    // The header and the valid JSON prefix are out while the model is still writing.
+    auto first = c->read_until("\\\"Os");
+    REQUIRE(first.ok());
+    CHECK(first->find("\"name\":\"get_weather\"") != std::string::npos);
+    f.generator.emit(0, "lo\"}}\n</tool_call>");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    Streamed s = collect(*first + *rest);
+    CHECK(parsed(s.calls[0].arguments) == json::parse(R"({"city": "Oslo"})"));
+    CHECK(s.finish_reason == "tool_calls");
+}
+
+TEST_CASE("tools: tool_choice required and named force the call's start in every format") {
+    ToolFixture f;
+    auto c = f.client();
+    struct Case {
+        const char* model;
+        const char* choice;
+        const char* prefix;
+        const char* rest;  // What the model writes after the forced prefix.
+    };
+    const Case cases[] = {
+        {"qwen", R"("required")", "<tool_call>\n",
+         "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n"
+         "</tool_call>"},
+        {"qwen", R"({"type":"function","function":{"name":"get_weather"}})",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ",
+         "{\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>"},
+        {"glm", R"("required")", "<tool_call>",
+         "get_weather\n<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key>"
+         "<arg_value>2</arg_value></tool_call>"},
+        {"glm", R"({"type":"function","function":{"name":"get_weather"}})",
+         "<tool_call>get_weather\n",
+         "<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key>"
+         "<arg_value>2</arg_value></tool_call>"},
+        {"kimi", R"("required")", "<|tool_calls_section_begin|><|tool_call_begin|>",
+         "functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Oslo\", \"days\": 2}"
+         "<|tool_call_end|><|tool_calls_section_end|>"},
+        {"kimi", R"({"type":"function","function":{"name":"get_weather"}})",
+         "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+         "<|tool_call_argument_begin|>",
+         "{\"city\": \"Oslo\", \"days\": 2}<|tool_call_end|><|tool_calls_section_end|>"},
+    };
+    size_t index = 0;
+    for (const Case& k : cases) {
+        for (bool stream : {false, true}) {
+            CAPTURE(k.model);
+            CAPTURE(k.choice);
+            CAPTURE(stream);
+            REQUIRE(c->send(testing::http_request(
+                                "POST", "/v1/chat/completions",
+                                tool_body(k.model, stream,
+                                          std::string(",\"tool_choice\":") + k.choice)))
+                        .ok());
+            REQUIRE(f.generator.wait_for_request(index));
+            CHECK(f.generator.request(index).assistant_prefix == k.prefix);
+            emit_in_pieces(f.generator, index, k.rest, 5);
+            f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+            auto reply = c->read_response();
+            REQUIRE(reply.ok());
+            REQUIRE(reply->status == 200);
+            if (stream) {
+                Streamed s = collect(reply->body);
+                CHECK(s.content.empty());
+                CHECK(s.finish_reason == "tool_calls");
+                REQUIRE(s.calls.size() == 1);
+                CHECK(s.calls[0].name == "get_weather");
+                CHECK(parsed(s.calls[0].arguments) == kWeatherArgs);
+            } else {
+                json::object body = json_of(reply->body);
+                const json::object& choice = body["choices"].as_array()[0].as_object();
+                CHECK(choice.at("finish_reason") == "tool_calls");
+                CHECK(choice.at("message").as_object().at("content").is_null());
+                const json::array& calls =
+                    choice.at("message").as_object().at("tool_calls").as_array();
+                REQUIRE(calls.size() == 1);
+                CHECK(parsed(std::string(calls[0]
+                                             .as_object()
+                                             .at("function")
+                                             .as_object()
+                                             .at("arguments")
+                                             .as_string())) == kWeatherArgs);
+            }
+            ++index;
+        }
+    }
+}
+
+TEST_CASE("tools: a malformed call comes back as content with finish_reason malformed_tool_call") {
+    ToolFixture f;
+    auto c = f.client();
+    const std::string bad =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+        "</tool_cal>oops";
+    // Non-streaming: no tool_calls, the text verbatim.
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("qwen", false)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    emit_in_pieces(f.generator, 0, bad, 4);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    json::object body = json_of(reply->body);
+    const json::object& choice = body["choices"].as_array()[0].as_object();
+    CHECK(choice.at("finish_reason") == "malformed_tool_call");
+    CHECK(choice.at("message").as_object().at("content").as_string() == std::string_view(bad));
+    CHECK_FALSE(choice.at("message").as_object().contains("tool_calls"));
+
+    // Streaming: the call had started, so the client is told which index to drop.
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("qwen", true)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    emit_in_pieces(f.generator, 1, bad, 4);
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    reply = c->read_response();
+    REQUIRE(reply.ok());
+    Streamed s = collect(reply->body);
+    CHECK(s.finish_reason == "malformed_tool_call");
+    CHECK(s.content == bad);
+    REQUIRE(s.abandoned.is_array());
+    CHECK(s.abandoned.as_array().size() == 1);
+    CHECK(s.abandoned.as_array()[0] == 0);
+
+    // The output ends inside a call: content, and the engine's reason when it was cut off.
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("kimi", false)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(2));
+    const std::string cut =
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        "<|tool_call_argument_begin|>{\"city\": \"Os";
+    f.generator.emit(2, cut);
+    f.generator.finish(2, engine::FinishReason::kLength, engine::Usage{1, 1, 0});
+    reply = c->read_response();
+    REQUIRE(reply.ok());
+    body = json_of(reply->body);
+    const json::object& cut_choice = body["choices"].as_array()[0].as_object();
+    CHECK(cut_choice.at("finish_reason") == "length");
+    CHECK(cut_choice.at("message").as_object().at("content").as_string() == std::string_view(cut));
+}
+
+TEST_CASE("tools: none is not offered and a model without a tool format refuses tools") {
+    ToolFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          tool_body("qwen", false, R"(,"tool_choice":"none")")))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    CHECK(f.generator.request(0).tools.empty());
+    const std::string text = "<tool_call>\n{\"name\": \"x\", \"arguments\": {}}\n</tool_call>";
+    f.generator.emit(0, text);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    json::object body = json_of(reply->body);
+    const json::object& choice = body["choices"].as_array()[0].as_object();
+    CHECK(choice.at("finish_reason") == "stop");
+    CHECK(choice.at("message").as_object().at("content").as_string() == std::string_view(text));
+
+    REQUIRE(
+        c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("plain", false)))
+            .ok());
+    reply = c->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 400);
+    json::object error = json_of(reply->body)["error"].as_object();
+    CHECK(error.at("param") == "tools");
+}
+
+TEST_CASE("tools: several calls in one reply keep their order and indexes") {
+    ToolFixture f;
+    auto c = f.client();
+    const std::string two =
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        "<|tool_call_argument_begin|>{\"city\": \"Oslo\"}<|tool_call_end|>"
+        "<|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>{\"city\": "
+        "\"Rome\"}<|tool_call_end|><|tool_calls_section_end|>";
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", tool_body("kimi", true)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    emit_in_pieces(f.generator, 0, two, 2);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    Streamed s = collect(reply->body);
+    REQUIRE(s.calls.size() == 2);
+    CHECK(s.calls[0].id == "functions.get_weather:0");
+    CHECK(s.calls[1].id == "functions.get_weather:1");
+    CHECK(parsed(s.calls[1].arguments) == json::parse(R"({"city": "Rome"})"));
+    CHECK(s.finish_reason == "tool_calls");
+}

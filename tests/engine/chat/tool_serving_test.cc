@@ -1,0 +1,202 @@
+// Tool calls through the engine's LocalGenerator: a Kimi K2-format model (fake weights, the real
+// tokenizer with Kimi's special markers) whose tool-call markers reach the decoded text only when
+// tools are offered; a forced call's prefix rendered as marker ids after the prompt; each
+// family's forced prefix read back by its parser; the model's tool-call format in models().
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "engine/chat/tool_call_parser.h"
+#include "engine/sched/local_generator.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/incremental_decoder.h"
+#include "tests/engine/chat/marker_tokenizer.h"
+#include "tests/engine/serve/collecting_sink.h"
+#include "tests/engine/serve/fake_causal_lm.h"
+
+namespace edge::engine {
+namespace {
+
+TokenId id_of(const tokenizer::Tokenizer& tok, std::string_view s) {
+    const TokenId id = tok.token_id(s);
+    REQUIRE(id >= 0);
+    return id;
+}
+
+// The reply a Kimi K2 model writes: a call to f with {"a": 1}, in tokens.
+std::vector<TokenId> kimi_call_tokens(const tokenizer::Tokenizer& tok) {
+    std::vector<TokenId> ids = {id_of(tok, "<|tool_calls_section_begin|>"),
+                                id_of(tok, "<|tool_call_begin|>")};
+    auto text = [&](std::string_view s) {
+        auto e = tok.encode(s, /*parse_special=*/false);
+        REQUIRE(e.ok());
+        ids.insert(ids.end(), e->begin(), e->end());
+    };
+    text("functions.f:0");
+    ids.push_back(id_of(tok, "<|tool_call_argument_begin|>"));
+    text("{\"a\": 1}");
+    ids.push_back(id_of(tok, "<|tool_call_end|>"));
+    ids.push_back(id_of(tok, "<|tool_calls_section_end|>"));
+    return ids;
+}
+
+struct KimiServer {
+    KimiServer() {
+        testing::FakeOptions opts;
+        opts.vocab_size = 600;
+        opts.next = [this](std::span<const TokenId> history) -> TokenId {
+            std::lock_guard<std::mutex> lock(mu);
+            prompts.emplace_back(history.begin(), history.end());
+            const size_t i = replies++ % script.size();
+            return script[i];
+        };
+        sched::ServedModel m;
+        m.config.name = "kimi";
+        m.config.chat_template = "kimi_k2";
+        m.model = std::make_unique<testing::FakeCausalLM>(opts);
+        m.tokenizer = tokenizer::tokenizer_with_markers();
+        script = kimi_call_tokens(*m.tokenizer);
+        tok = m.tokenizer.get();
+        std::vector<sched::ServedModel> models;
+        models.push_back(std::move(m));
+        auto g = sched::LocalGenerator::create(std::move(models), EngineConfig{}, 1);
+        REQUIRE_MESSAGE(g.ok(), g.status().to_string());
+        gen = std::move(g).value();
+    }
+
+    // Runs one request to max_tokens = the script's length; the decoded text.
+    std::string run(GenerateRequest r) {
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            replies = 0;
+            prompts.clear();
+        }
+        r.model = "kimi";
+        r.prompt = std::vector<ChatMessage>{{"user", "call f", ""}};
+        r.sampling.temperature = 0.0f;
+        r.sampling.max_tokens = static_cast<int32_t>(script.size());
+        r.sampling.ignore_eos = true;
+        auto sink = std::make_shared<testing::CollectingSink>();
+        auto handle = gen->submit(std::move(r), sink);
+        REQUIRE_MESSAGE(handle.ok(), handle.status().to_string());
+        REQUIRE(sink->wait());
+        return sink->text();
+    }
+
+    std::mutex mu;
+    std::vector<TokenId> script;
+    size_t replies = 0;
+    std::vector<std::vector<TokenId>> prompts;
+    const tokenizer::Tokenizer* tok = nullptr;
+    std::unique_ptr<sched::LocalGenerator> gen;
+};
+
+const std::vector<ToolSpec> kTools = {{"f", "", "{\"type\": \"object\"}"}};
+
+}  // namespace
+
+TEST_CASE(
+    "tool serving: Kimi K2 markers are kept in the decoded text only when tools are offered") {
+    KimiServer s;
+    REQUIRE(s.gen->models().size() == 1);
+    CHECK(s.gen->models()[0].tool_call_format == "kimi_k2");
+
+    GenerateRequest plain;
+    const std::string without = s.run(plain);
+    CHECK(without == "functions.f:0{\"a\": 1}");  // Special tokens dropped as usual.
+
+    GenerateRequest with_tools;
+    with_tools.tools = kTools;
+    const std::string with = s.run(with_tools);
+    CHECK(with ==
+          "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+          "<|tool_call_argument_begin|>{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>");
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_");
+    chat::ParsedDelta d = parser->feed(with);
+    chat::ParsedDelta end = parser->finish();
+    CHECK(d.content.empty());
+    CHECK(end.content.empty());
+    REQUIRE(d.tool_calls.size() == 1);
+    CHECK(d.tool_calls[0].name == "f");
+    CHECK(d.tool_calls[0].arguments == "{\"a\": 1}");
+    CHECK(parser->completed_calls() == 1);
+}
+
+TEST_CASE("tool serving: a forced call's prefix follows the prompt as marker ids") {
+    KimiServer s;
+    GenerateRequest forced;
+    forced.tools = kTools;
+    forced.assistant_prefix = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f");
+    s.run(forced);
+    std::vector<TokenId> prompt;
+    {
+        std::lock_guard<std::mutex> lock(s.mu);
+        REQUIRE(!s.prompts.empty());
+        prompt = s.prompts.front();
+    }
+    // ... <|im_assistant|>assistant<|im_middle|> then the prefix's ids.
+    const std::vector<TokenId> expected_prefix = [&] {
+        std::vector<TokenId> ids(s.script.begin(), s.script.end());
+        const auto arg_begin =
+            std::find(ids.begin(), ids.end(), id_of(*s.tok, "<|tool_call_argument_begin|>"));
+        return std::vector<TokenId>(ids.begin(), arg_begin + 1);
+    }();
+    REQUIRE(prompt.size() > expected_prefix.size());
+    CHECK(std::vector<TokenId>(prompt.end() - static_cast<ptrdiff_t>(expected_prefix.size()),
+                               prompt.end()) == expected_prefix);
+    CHECK(prompt[prompt.size() - expected_prefix.size() - 1] == id_of(*s.tok, "<|im_middle|>"));
+}
+
+TEST_CASE("tool serving: each format's forced prefix starts a call its parser reads") {
+    using chat::ToolCallFormat;
+    struct Case {
+        ToolCallFormat format;
+        const char* rest;  // The model's continuation.
+    };
+    const Case cases[] = {
+        {ToolCallFormat::kHermes, "{\"a\": 1}}\n</tool_call>"},
+        {ToolCallFormat::kGlm45, "<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>"},
+        {ToolCallFormat::kKimiK2, "{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>"},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(chat::tool_call_format_name(c.format));
+        auto parser = chat::create_tool_call_parser(c.format, "call_", kTools);
+        chat::ParsedDelta head = parser->feed(chat::forced_call_prefix(c.format, "f"));
+        // The named call's header is out before the model writes anything.
+        REQUIRE(head.tool_calls.size() == 1);
+        CHECK(head.tool_calls[0].name == "f");
+        CHECK(head.content.empty());
+        chat::ParsedDelta rest = parser->feed(c.rest);
+        chat::ParsedDelta end = parser->finish();
+        CHECK(rest.content.empty());
+        CHECK(end.content.empty());
+        std::string args = head.tool_calls[0].arguments;
+        for (const auto& d : rest.tool_calls) {
+            args += d.arguments;
+        }
+        CHECK(boost::json::parse(args) == boost::json::parse("{\"a\": 1}"));
+        CHECK(parser->completed_calls() == 1);
+        CHECK_FALSE(parser->malformed());
+
+        // "required": only the opening marker is forced; the model names the function.
+        CHECK(chat::forced_call_prefix(c.format, "").size() <
+              chat::forced_call_prefix(c.format, "f").size());
+    }
+}
+
+TEST_CASE("tool serving: the decoder keeps only the listed special tokens") {
+    auto tok = tokenizer::tokenizer_with_markers();
+    auto chat = tokenizer::ChatTemplate::create(tokenizer::ChatFormat::kKimiK2, tok.get());
+    REQUIRE(chat.ok());
+    const std::vector<TokenId> kept = chat->tool_call_marker_ids();
+    CHECK(kept.size() == 5);
+    tokenizer::IncrementalDecoder decoder(tok.get(), /*skip_special_tokens=*/true);
+    decoder.keep_special(kept);
+    CHECK(decoder.push(id_of(*tok, "<|tool_call_begin|>")) == "<|tool_call_begin|>");
+    CHECK(decoder.push(id_of(*tok, "<|im_end|>")).empty());
+    CHECK(decoder.push(id_of(*tok, "<|im_middle|>")).empty());
+}
+
+}  // namespace edge::engine
