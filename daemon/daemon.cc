@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "daemon/admin_server.h"
 #include "daemon/api/api_router.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/metrics.h"
 #include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
@@ -58,7 +59,35 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                                              return !raw->draining_.load() &&
                                                                     raw->generator_->ready();
                                                          }));
+    if (config.gossip.enabled) {
+        // The admin address other sites check /readyz at: the listen address, or the gossip
+        // advertise host when listening on every interface.
+        std::string admin_host = config.admin.address;
+        if (admin_host == "0.0.0.0" || admin_host == "::") {
+            const std::string& adv = config.gossip.advertise_address;
+            admin_host = adv.empty() ? config.gossip.bind_address : adv.substr(0, adv.rfind(':'));
+        }
+        const bool v6 = admin_host.find(':') != std::string::npos && admin_host[0] != '[';
+        const std::string admin_addr = (v6 ? "[" + admin_host + "]" : admin_host) + ":" +
+                                       std::to_string(d->admin_->port());
+        EDGE_ASSIGN_OR_RETURN(d->cluster_,
+                              cluster::Cluster::create(*d->io_, config, generator,
+                                                       d->metrics_.get(), clock, admin_addr));
+        cluster::Cluster* c = d->cluster_.get();
+        d->admin_->set_handler([c](std::string_view method, std::string_view target) {
+            return c->handle_admin(method, target);
+        });
+        // On SIGTERM the draining state is gossiped for a few rounds before the listener stops.
+        const auto gossip_round = config.gossip.gossip_interval.count() > 0
+                                      ? config.gossip.gossip_interval
+                                      : std::chrono::milliseconds(200);
+        d->advertise_drain_ = 3 * gossip_round;
+    }
     return d;
+}
+
+cluster::RoutePlanner* Daemon::route_planner() {
+    return cluster_ ? &cluster_->planner() : nullptr;
 }
 
 Daemon::~Daemon() {
@@ -69,6 +98,12 @@ Daemon::~Daemon() {
     // still parked in it are destroyed with it.
     server_.reset();
     admin_.reset();
+    // No thread runs the io_context any more: mark it stopped so the gossip service closes
+    // without waiting for its strand.
+    if (io_) {
+        io_->stop();
+    }
+    cluster_.reset();
     io_.reset();
 }
 
@@ -80,6 +115,9 @@ void Daemon::start() {
             auto guard = boost::asio::make_work_guard(*io_);
             io_->run();
         });
+    }
+    if (cluster_) {
+        cluster_->start();
     }
     log::info("listening", {{"public_port", static_cast<uint64_t>(server_->port())},
                             {"admin_port", static_cast<uint64_t>(admin_->port())},
@@ -114,8 +152,16 @@ void Daemon::stop(std::chrono::milliseconds deadline) {
     draining_.store(true);
     log::info("draining", {{"deadline_ms", static_cast<int64_t>(deadline.count())},
                            {"connections", static_cast<uint64_t>(server_->open_connections())}});
+    if (cluster_ && !threads_.empty()) {
+        // Advertise draining first so other sites stop sending here, then drain, then leave.
+        cluster_->set_draining();
+        std::this_thread::sleep_for(std::min(deadline, advertise_drain_));
+    }
     if (!threads_.empty()) {
         server_->stop(deadline);
+    }
+    if (cluster_ && !threads_.empty()) {
+        cluster_->stop();
     }
     admin_->stop();
     io_->stop();

@@ -2,9 +2,10 @@
 
 // Daemon wires one PoP together from a validated Config and a Generator: the TLS certificates,
 // the public HTTPS listener with the OpenAI API, the admin listener with metrics and health, and
-// the I/O threads that run them. Lifecycle: create() binds the listeners (so the ports are known),
-// start() starts serving, reload_certificates() is SIGHUP, stop(deadline) is SIGTERM: drain, then
-// close. Threading: call create/start/stop from one controlling thread (never an I/O thread);
+// the I/O threads that run them, and (with a `gossip` section) the cluster: gossip membership,
+// this site's published pools and the route planner. Lifecycle: create() binds the listeners (so
+// the ports are known), start() starts serving and joins the cluster, reload_certificates() is
+// SIGHUP, stop(deadline) is SIGTERM: advertise draining, drain, leave the cluster, then close. Threading: call create/start/stop from one controlling thread (never an I/O thread);
 // reload_certificates() and the accessors from any thread. The generator and clock must outlive
 // the Daemon.
 
@@ -37,6 +38,10 @@ class TenantLimiter;
 namespace api {
 class ApiRouter;
 }
+namespace cluster {
+class Cluster;
+class RoutePlanner;
+}  // namespace cluster
 
 class Daemon {
 public:
@@ -58,6 +63,9 @@ public:
     uint16_t admin_port() const;
     bool draining() const { return draining_.load(); }
     Metrics& metrics() { return *metrics_; }
+    // The gossip cluster and its route planner; null when the config has no `gossip` section.
+    cluster::Cluster* cluster() { return cluster_.get(); }
+    cluster::RoutePlanner* route_planner();
 
 private:
     Daemon() = default;
@@ -71,6 +79,8 @@ private:
     std::unique_ptr<api::ApiRouter> router_;
     std::unique_ptr<tls::HttpServer> server_;
     std::unique_ptr<AdminServer> admin_;
+    std::unique_ptr<cluster::Cluster> cluster_;
+    std::chrono::milliseconds advertise_drain_{0};
     std::vector<std::thread> threads_;
     std::atomic<bool> draining_{false};
     bool stopped_ = false;

@@ -57,6 +57,26 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
         .Set(1);
     handshakes_full_ = &handshakes_->Add({{"resumed", "false"}});
     handshakes_resumed_ = &handshakes_->Add({{"resumed", "true"}});
+    // Routing between sites (daemon/cluster).
+    route_decisions_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_route_decisions_total")
+                            .Help("Routing decisions by outcome (local, forwarded, rejected) and "
+                                  "the site chosen (empty when rejected).")
+                            .Register(*registry_);
+    route_ejections_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_route_ejections_total")
+                            .Help("Outlier ejections of a site's pool, by site.")
+                            .Register(*registry_);
+    site_rtt_ = &prometheus::BuildGauge()
+                     .Name("edgeserve_site_rtt_seconds")
+                     .Help("Estimated round-trip time to each site (Vivaldi, or the "
+                           "great-circle prior before coordinates converge).")
+                     .Register(*registry_);
+    gossip_members_ = &prometheus::BuildGauge()
+                           .Name("edgeserve_gossip_members")
+                           .Help("Gossip members by state as this site sees them (itself "
+                                 "included).")
+                           .Register(*registry_);
 }
 
 Metrics::~Metrics() = default;
@@ -126,6 +146,22 @@ void Metrics::on_response(std::string_view method, std::string_view path, int st
     }
     entry.count->Increment();
     entry.duration->Observe(std::chrono::duration<double>(duration).count());
+}
+
+void Metrics::on_route_decision(std::string_view outcome, const std::string& site) {
+    route_decisions_->Add({{"outcome", std::string(outcome)}, {"site", site}}).Increment();
+}
+
+void Metrics::on_route_ejection(const std::string& site) {
+    route_ejections_->Add({{"site", site}}).Increment();
+}
+
+void Metrics::set_site_rtt(const std::string& site, double seconds) {
+    site_rtt_->Add({{"site", site}}).Set(seconds);
+}
+
+void Metrics::set_gossip_members(std::string_view state, int64_t n) {
+    gossip_members_->Add({{"state", std::string(state)}}).Set(static_cast<double>(n));
 }
 
 }  // namespace edge::daemon

@@ -6,9 +6,13 @@
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
 // edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
-// edgeserve_tenant_rejections_total{tenant,reason}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
-// has a mutex). serialize() renders the text exposition format for GET /metrics.
+// edgeserve_tenant_rejections_total{tenant,reason}; routing between sites:
+// edgeserve_route_decisions_total{outcome,site}, edgeserve_route_ejections_total{site},
+// edgeserve_site_rtt_seconds{site}, edgeserve_gossip_members{state}. Thread-safe
+// (prometheus-cpp metrics are atomic; the label cache has a mutex). serialize() renders the text
+// exposition format for GET /metrics.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +53,16 @@ public:
     // reason: "unknown_key", "model_not_allowed", "max_output_tokens", or a rate limit's key.
     void on_tenant_rejected(const std::string& tenant, std::string_view reason);
 
+    // Routing between sites. outcome: "local", "forwarded", "rejected"; `site` is the chosen
+    // site's id ("" when rejected). Sites are bounded by the cluster's size.
+    void on_route_decision(std::string_view outcome, const std::string& site);
+    // One outlier ejection of a pool at `site`.
+    void on_route_ejection(const std::string& site);
+    // Estimated round-trip time to `site`, seconds.
+    void set_site_rtt(const std::string& site, double seconds);
+    // edgeserve_gossip_members{state}: members in `state` ("alive", "suspect", "dead", "left").
+    void set_gossip_members(std::string_view state, int64_t n);
+
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
 
@@ -63,6 +77,10 @@ private:
     prometheus::Family<prometheus::Counter>* tenant_requests_;
     prometheus::Family<prometheus::Counter>* tenant_tokens_;
     prometheus::Family<prometheus::Counter>* tenant_rejections_;
+    prometheus::Family<prometheus::Counter>* route_decisions_;
+    prometheus::Family<prometheus::Counter>* route_ejections_;
+    prometheus::Family<prometheus::Gauge>* site_rtt_;
+    prometheus::Family<prometheus::Gauge>* gossip_members_;
 
     struct RouteStatus {
         prometheus::Counter* count;
