@@ -70,7 +70,7 @@ struct Site {
     std::string chosen(const std::string& model = "test-model") {
         json::value v = get_json("/admin/route?model=" + model);
         const json::value& c = v.at("chosen");
-        return c.is_null() ? "rejected" : std::string(c.at("site_id").as_string());
+        return c.is_null() ? "rejected" : std::string(c.at("site").as_string());
     }
 
     std::shared_ptr<const membership::MembershipSnapshot> snapshot() {
@@ -138,7 +138,7 @@ public:
                 "  bind_address: 127.0.0.1\n"
                 "  port: 0\n"
                 "  preset: local\n"
-                "  probe_interval_ms: 100\n"
+                "  probe_interval_ms: 200\n"
                 "  probe_timeout_ms: 150\n"
                 "  gossip_interval_ms: 30\n"
                 "  push_pull_interval_ms: 1000\n"
@@ -236,9 +236,15 @@ TEST_CASE("three daemons converge; /admin/members, /pools and /route show the wh
     REQUIRE(wrong.ok());
     CHECK(wrong->status == 405);
 
-    const std::string metrics = c[0].daemon->metrics().serialize();
-    CHECK(metrics.find("edgeserve_gossip_members{state=\"alive\"} 3") != std::string::npos);
-    CHECK(metrics.find("edgeserve_site_rtt_seconds{site=\"sin\"}") != std::string::npos);
+    // Gauges follow within one publish interval (50 ms here).
+    CHECK(wait_for(
+        [&] {
+            const std::string metrics = c[0].daemon->metrics().serialize();
+            return metrics.find("edgeserve_gossip_members{state=\"alive\"} 3") !=
+                       std::string::npos &&
+                   metrics.find("edgeserve_site_rtt_seconds{site=\"sin\"}") != std::string::npos;
+        },
+        2s));
 }
 
 TEST_CASE("published load moves the route: a loaded local pool spills, then comes back") {
@@ -279,7 +285,7 @@ TEST_CASE("injected per-peer latency: routing follows the measured RTT, not the 
     double sin_rtt = 0;
     double gru_rtt = 0;
     for (const auto& cand : r.at("candidates").as_array()) {
-        (cand.at("site_id").as_string() == "sin" ? sin_rtt : gru_rtt) =
+        (cand.at("site").as_string() == "sin" ? sin_rtt : gru_rtt) =
             cand.at("rtt_ms").to_number<double>();
     }
     MESSAGE("vivaldi rtt from fra: sin " << sin_rtt << " ms, gru " << gru_rtt << " ms");
@@ -360,8 +366,10 @@ TEST_CASE("a site that dies without leaving stops getting traffic within the det
     Cluster3 c({{}, {"test-model"}, {"test-model"}});
     REQUIRE(wait_for([&] { return c.converged(); }, 10s));
     // Make sin the cheaper one: gru is loaded.
+    c[1].generator.set_load({load(0, 1)});
     c[2].generator.set_load({load(6, 8)});
-    REQUIRE(wait_for([&] { return c[0].chosen() == "sin"; }, 5s));
+    const bool sin_first = wait_for([&] { return c[0].chosen() == "sin"; }, 5s);
+    REQUIRE_MESSAGE(sin_first, json::serialize(c[0].get_json("/admin/route?model=test-model")));
 
     const auto died = std::chrono::steady_clock::now();
     c[1].daemon->cluster()->kill();  // No leave, no draining: as SIGKILL would.
