@@ -2,7 +2,8 @@
 
 // Daemon wires one PoP together from a validated Config and a Generator: the TLS certificates,
 // the public HTTPS listener with the OpenAI API, the admin listener with metrics and health, and
-// the I/O threads that run them. Lifecycle: create() binds the listeners (so the ports are known),
+// the I/O threads that run them; with a `peer` section also the peer (mutual TLS) listener that
+// takes requests other sites forward, and the forwarding client (daemon/forward/). Lifecycle: create() binds the listeners (so the ports are known),
 // start() starts serving, reload_certificates() is SIGHUP, stop(deadline) is SIGTERM: drain, then
 // close. Threading: call create/start/stop from one controlling thread (never an I/O thread);
 // reload_certificates() and the accessors from any thread. The generator and clock must outlive
@@ -37,6 +38,13 @@ class TenantLimiter;
 namespace api {
 class ApiRouter;
 }
+namespace cluster {
+class RoutePlanner;
+}
+namespace forward {
+class PeerClient;
+class PeerHandler;
+}  // namespace forward
 
 class Daemon {
 public:
@@ -56,6 +64,13 @@ public:
 
     uint16_t public_port() const;
     uint16_t admin_port() const;
+    // The peer listener's port; 0 without a `peer` section.
+    uint16_t peer_port() const;
+    // Installs the route planner (null: every request runs here). It also hears the forwarder's
+    // reports. Any thread; the planner must outlive the Daemon.
+    void set_route_planner(cluster::RoutePlanner* planner);
+    // The forwarding client; null without a `peer` section.
+    forward::PeerClient* forwarder() { return forwarder_.get(); }
     bool draining() const { return draining_.load(); }
     Metrics& metrics() { return *metrics_; }
 
@@ -71,6 +86,10 @@ private:
     std::unique_ptr<api::ApiRouter> router_;
     std::unique_ptr<tls::HttpServer> server_;
     std::unique_ptr<AdminServer> admin_;
+    std::unique_ptr<tls::TlsContextStore> peer_tls_;
+    std::unique_ptr<forward::PeerHandler> peer_handler_;
+    std::unique_ptr<tls::HttpServer> peer_server_;
+    std::unique_ptr<forward::PeerClient> forwarder_;
     std::vector<std::thread> threads_;
     std::atomic<bool> draining_{false};
     bool stopped_ = false;

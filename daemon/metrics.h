@@ -6,7 +6,9 @@
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
 // edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
-// edgeserve_tenant_rejections_total{tenant,reason}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
+// edgeserve_tenant_rejections_total{tenant,reason}; forwarding between sites (label: a configured site
+// id): edgeserve_forwarded_requests_total{site,outcome}, edgeserve_forward_latency_seconds{site}
+// (time to the peer's response head), edgeserve_forward_retries_total{reason}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
 // has a mutex). serialize() renders the text exposition format for GET /metrics.
 
 #include <map>
@@ -49,6 +51,12 @@ public:
     // reason: "unknown_key", "model_not_allowed", "max_output_tokens", or a rate limit's key.
     void on_tenant_rejected(const std::string& tenant, std::string_view reason);
 
+    // Forwarding to other sites. outcome: "ok" (the peer answered < 500), "error" (5xx or no
+    // answer), "cancelled" (the client went away). reason: "connect", "timeout", "status_5xx".
+    void on_forwarded(const std::string& site, std::string_view outcome);
+    void on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head);
+    void on_forward_retry(std::string_view reason);
+
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
 
@@ -63,6 +71,9 @@ private:
     prometheus::Family<prometheus::Counter>* tenant_requests_;
     prometheus::Family<prometheus::Counter>* tenant_tokens_;
     prometheus::Family<prometheus::Counter>* tenant_rejections_;
+    prometheus::Family<prometheus::Counter>* forwarded_;
+    prometheus::Family<prometheus::Histogram>* forward_latency_;
+    prometheus::Family<prometheus::Counter>* forward_retries_;
 
     struct RouteStatus {
         prometheus::Counter* count;
