@@ -151,6 +151,11 @@ struct ForwardJob {
     Connection* current = nullptr;  // The connection in use, closed when the client goes away.
     bool cancelled = false;
     bool counted_retry = false;  // Holds one of the retry budget's slots.
+    bool cut = false;            // The answer broke after bytes reached the client.
+    // The answer's last piece (respond or end_stream): delivered after `done` ran, so the caller's
+    // bookkeeping (the tenant's concurrency slot) is settled before the client sees the end, as
+    // for requests run here.
+    std::function<void()> deliver_last;
     Failure last_failure = Failure::kNone;
     std::string last_error;
 };
@@ -490,7 +495,8 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                             "' broke while streaming: " + ec.message();
                 job.channel->write("data: " + e.to_json() + "\n\n");
             }
-            job.channel->end_stream();
+            job.cut = true;
+            job.deliver_last = [channel = job.channel] { channel->end_stream(); };
         } else {
             api::ApiError e;
             e.status = 503;
@@ -503,12 +509,14 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                                   "' broke while reading its answer: " + ec.message();
             job.result.status = e.status;
             job.result.started = true;
-            job.channel->respond(e.to_response());
+            job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
+                channel->respond(std::move(r));
+            };
         }
         co_return true;
     }
     if (streamed) {
-        job.channel->end_stream();
+        job.deliver_last = [channel = job.channel] { channel->end_stream(); };
         job.result.prompt_tokens = usage.prompt_tokens();
         job.result.completion_tokens = usage.completion_tokens();
     } else {
@@ -519,7 +527,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         }
         head.body = std::move(body);
         job.result.started = true;
-        job.channel->respond(std::move(head));
+        job.deliver_last = [channel = job.channel, head = std::move(head)]() mutable {
+            channel->respond(std::move(head));
+        };
     }
     if (parser->keep_alive()) {
         conn->reused = false;
@@ -547,12 +557,15 @@ void PeerClient::Impl::finish(ForwardJob& job) {
         }
         e.retry_after_seconds = 1;
         job.result.status = e.status;
-        job.channel->respond(e.to_response());
+        job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
+            channel->respond(std::move(r));
+        };
     }
     if (metrics_ != nullptr && !job.result.site_id.empty()) {
-        std::string_view outcome = job.cancelled                                     ? "cancelled"
-                                   : job.result.started && job.result.status < 500 ? "ok"
-                                                                                   : "error";
+        std::string_view outcome =
+            job.cancelled ? "cancelled"
+            : job.result.started && job.result.status < 500 && !job.cut ? "ok"
+                                                                          : "error";
         metrics_->on_forwarded(job.result.site_id, outcome);
     }
 }
@@ -595,10 +608,14 @@ net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
         --retries_in_flight_;
     }
     auto done = std::move(job->done);
+    auto deliver_last = std::move(job->deliver_last);
     ForwardResult result = job->result;
     job.reset();
     if (done) {
         done(result);
+    }
+    if (deliver_last) {
+        deliver_last();
     }
     {
         std::lock_guard lock(done_mu_);
