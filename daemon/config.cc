@@ -618,6 +618,33 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
     return ok_status();
 }
 
+Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
+    PeerConfig& p = c.peer.emplace();
+    auto path_field = [&r](std::string& field) {
+        return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
+            EDGE_ASSIGN_OR_RETURN(field, r.path(n, k));
+            return ok_status();
+        };
+    };
+    EDGE_RETURN_IF_ERROR(r.for_each_key(
+        node, key,
+        {{"address", string_field(r, p.address)},
+         {"port", int_field(r, p.port, 0, 65535)},
+         {"ca", path_field(p.ca_path)},
+         {"cert", path_field(p.cert_path)},
+         {"key", path_field(p.key_path)},
+         {"connect_timeout_ms", ms_field(r, p.connect_timeout)},
+         {"response_timeout_ms", ms_field(r, p.response_timeout)},
+         {"stream_idle_timeout_ms", ms_field(r, p.stream_idle_timeout)},
+         {"pool_idle_timeout_ms", ms_field(r, p.pool_idle_timeout)},
+         {"max_idle_connections", int_field(r, p.max_idle_connections, 0, 10'000)},
+         {"retry_budget", number_field(r, p.retry_budget, 0.0, 1.0)},
+         {"min_retry_concurrency", int_field(r, p.min_retry_concurrency, 0, 10'000)},
+         {"max_response_bytes",
+          int_field(r, p.max_response_bytes, 1024, int64_t{1} << 32)}}));
+    return r.require_keys(node, key, {"ca", "cert", "key"});
+}
+
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         root, "",
@@ -637,6 +664,8 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
           [&](const YAML::Node& n, const std::string& k) { return parse_routing(r, n, k, c); }},
          {"gossip",
           [&](const YAML::Node& n, const std::string& k) { return parse_gossip(r, n, k, c); }},
+         {"peer",
+          [&](const YAML::Node& n, const std::string& k) { return parse_peer(r, n, k, c); }},
          {"proxy_protocol",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               return r.for_each_key(

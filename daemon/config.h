@@ -133,6 +133,27 @@ struct GossipConfig {
     std::map<std::string, std::chrono::milliseconds> testing_peer_delay;
 };
 
+// The peer listener and the forwarding client between sites (mutual TLS with a cluster CA). The
+// same certificate serves both: as the peer listener's server certificate and as the client
+// certificate this site presents when it forwards. Absent: no peer listener, no forwarding.
+struct PeerConfig {
+    std::string address = "0.0.0.0";  // Listen address of the peer (mTLS) listener.
+    uint16_t port = 8444;              // TCP port; 0 picks a free one (tests).
+    std::string ca_path;               // PEM: the cluster CA that signs every site's certificate.
+    std::string cert_path;             // PEM: this site's certificate (server and client).
+    std::string key_path;              // PEM: its private key.
+    std::chrono::milliseconds connect_timeout{2'000};  // TCP connect + TLS handshake to a peer.
+    std::chrono::milliseconds response_timeout{30'000};  // Request sent to response head.
+    std::chrono::milliseconds stream_idle_timeout{60'000};  // Longest silence inside a response.
+    std::chrono::milliseconds pool_idle_timeout{30'000};  // Idle pooled connections older are
+                                                          // closed, not reused.
+    int32_t max_idle_connections = 16;  // Idle keep-alive connections pooled per peer.
+    // Retries in flight at most this fraction of the forwarded requests in flight...
+    double retry_budget = 0.2;
+    int32_t min_retry_concurrency = 3;  // ...but this many retries are always allowed.
+    uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed peer answer, bytes.
+};
+
 struct Config {
     std::string source;  // The file it came from.
     PublicListenerConfig listener;
@@ -147,6 +168,7 @@ struct Config {
     LogConfig log;
     RoutingConfig routing;
     GossipConfig gossip;
+    std::optional<PeerConfig> peer;  // Absent: no peer listener, no forwarding.
 };
 
 // Reads and validates `path`. Relative paths inside (certificates, models) are resolved against

@@ -49,6 +49,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               .Name("edgeserve_tenant_rejections_total")
                               .Help("Requests refused by tenant policy, by tenant and reason.")
                               .Register(*registry_);
+    forwarded_ = &prometheus::BuildCounter()
+                      .Name("edgeserve_forwarded_requests_total")
+                      .Help("Requests forwarded to another site, by destination site and outcome.")
+                      .Register(*registry_);
+    forward_latency_ = &prometheus::BuildHistogram()
+                            .Name("edgeserve_forward_latency_seconds")
+                            .Help("Forwarded requests: time to the peer's response head, by site.")
+                            .Register(*registry_);
+    forward_retries_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_forward_retries_total")
+                            .Help("Forwarded requests retried on the next target, by reason.")
+                            .Register(*registry_);
     prometheus::BuildGauge()
         .Name("edgeserve_build_info")
         .Help("Build information; the value is always 1.")
@@ -100,6 +112,21 @@ void Metrics::on_tenant_tokens(const std::string& tenant, int64_t prompt, int64_
 
 void Metrics::on_tenant_rejected(const std::string& tenant, std::string_view reason) {
     tenant_rejections_->Add({{"tenant", tenant}, {"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::on_forwarded(const std::string& site, std::string_view outcome) {
+    forwarded_->Add({{"site", site}, {"outcome", std::string(outcome)}}).Increment();
+}
+
+void Metrics::on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head) {
+    static const prometheus::Histogram::BucketBoundaries kBuckets{
+        0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+    forward_latency_->Add({{"site", site}}, kBuckets)
+        .Observe(std::chrono::duration<double>(to_head).count());
+}
+
+void Metrics::on_forward_retry(std::string_view reason) {
+    forward_retries_->Add({{"reason", std::string(reason)}}).Increment();
 }
 
 void Metrics::on_connection_opened() { open_connections_->Increment(); }

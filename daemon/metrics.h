@@ -8,9 +8,11 @@
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
 // edgeserve_tenant_rejections_total{tenant,reason}; routing between sites:
 // edgeserve_route_decisions_total{outcome,site}, edgeserve_route_ejections_total{site},
-// edgeserve_site_rtt_seconds{site}, edgeserve_gossip_members{state}. Thread-safe
-// (prometheus-cpp metrics are atomic; the label cache has a mutex). serialize() renders the text
-// exposition format for GET /metrics.
+// edgeserve_site_rtt_seconds{site}, edgeserve_gossip_members{state}; forwarding between sites
+// (label: a configured site id): edgeserve_forwarded_requests_total{site,outcome},
+// edgeserve_forward_latency_seconds{site} (time to the peer's response head),
+// edgeserve_forward_retries_total{reason}. Thread-safe (prometheus-cpp metrics are atomic; the
+// label cache has a mutex). serialize() renders the text exposition format for GET /metrics.
 
 #include <cstdint>
 #include <map>
@@ -62,6 +64,11 @@ public:
     void set_site_rtt(const std::string& site, double seconds);
     // edgeserve_gossip_members{state}: members in `state` ("alive", "suspect", "dead", "left").
     void set_gossip_members(std::string_view state, int64_t n);
+    // Forwarding to other sites. outcome: "ok" (the peer answered < 500), "error" (5xx or no
+    // answer), "cancelled" (the client went away). reason: "connect", "timeout", "status_5xx".
+    void on_forwarded(const std::string& site, std::string_view outcome);
+    void on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head);
+    void on_forward_retry(std::string_view reason);
 
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
@@ -81,6 +88,9 @@ private:
     prometheus::Family<prometheus::Counter>* route_ejections_;
     prometheus::Family<prometheus::Gauge>* site_rtt_;
     prometheus::Family<prometheus::Gauge>* gossip_members_;
+    prometheus::Family<prometheus::Counter>* forwarded_;
+    prometheus::Family<prometheus::Histogram>* forward_latency_;
+    prometheus::Family<prometheus::Counter>* forward_retries_;
 
     struct RouteStatus {
         prometheus::Counter* count;

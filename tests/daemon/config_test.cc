@@ -304,3 +304,43 @@ TEST_CASE("gossip section: bad values name file, line, column and key") {
           "/etc/edgeserve/test.yaml:20:27: routing.outlier.max_ejection_percent: must be in "
           "0..100");
 }
+
+TEST_CASE("peer section: paths resolved, defaults, required keys and ranges") {
+    Result<Config> none = parse_config(testing::config_yaml("/c", "/k", ""), "/x.yaml");
+    REQUIRE(none.ok());
+    CHECK_FALSE(none->peer.has_value());
+
+    Result<Config> c = parse_config(testing::config_yaml("/c", "/k",
+                                                         "peer:\n"
+                                                         "  address: 127.0.0.1\n"
+                                                         "  port: 0\n"
+                                                         "  ca: certs/ca.crt\n"
+                                                         "  cert: /abs/site.crt\n"
+                                                         "  key: certs/site.key\n"
+                                                         "  connect_timeout_ms: 500\n"
+                                                         "  retry_budget: 0.5\n"
+                                                         "  max_idle_connections: 4\n"),
+                                    "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    REQUIRE(c->peer.has_value());
+    CHECK(c->peer->address == "127.0.0.1");
+    CHECK(c->peer->port == 0);
+    CHECK(c->peer->ca_path == "/etc/edgeserve/certs/ca.crt");
+    CHECK(c->peer->cert_path == "/abs/site.crt");
+    CHECK(c->peer->key_path == "/etc/edgeserve/certs/site.key");
+    CHECK(c->peer->connect_timeout == std::chrono::milliseconds(500));
+    CHECK(c->peer->response_timeout == std::chrono::milliseconds(30'000));
+    CHECK(c->peer->retry_budget == doctest::Approx(0.5));
+    CHECK(c->peer->min_retry_concurrency == 3);
+    CHECK(c->peer->max_idle_connections == 4);
+
+    CHECK(error_of(testing::config_yaml("/c", "/k", "peer:\n  ca: a\n  cert: b\n")) ==
+          "/etc/edgeserve/test.yaml:18:3: peer.key: required key missing");
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "peer:\n  ca: a\n  cert: b\n  key: c\n"
+                                        "  retry_budget: 2\n")) ==
+          "/etc/edgeserve/test.yaml:22:17: peer.retry_budget: must be in 0..1");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "peer:\n  ca: a\n  cert: b\n  key: c\n"
+                                                    "  tls: yes\n")) ==
+          "/etc/edgeserve/test.yaml:22:3: peer.tls: unknown key");
+}
