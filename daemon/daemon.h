@@ -45,8 +45,6 @@ namespace cluster {
 class Cluster;
 class RoutePlanner;
 }  // namespace cluster
-class RoutePlanner;
-}
 namespace forward {
 class PeerClient;
 class PeerHandler;

@@ -19,6 +19,7 @@
 #include "daemon/cluster/cluster.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/metrics.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
