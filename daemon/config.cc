@@ -253,8 +253,9 @@ Result<std::string> host_port(const Reader& r, const YAML::Node& n, const std::s
         }
         port = v.substr(colon + 1);
     }
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoul(port) == 0 || std::stoul(port) > 65535) {
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos || std::stoul(port) == 0 ||
+        std::stoul(port) > 65535) {
         return r.error(n, k, "expected a port in 1..65535 after the colon");
     }
     return v;

@@ -80,7 +80,8 @@ Result<membership::Keyring> load_keyring(const GossipConfig& gossip) {
                 continue;
             }
             const size_t e = line.find_last_not_of(" \t\r");
-            Result<membership::GossipKey> k = membership::parse_gossip_key(line.substr(b, e - b + 1));
+            Result<membership::GossipKey> k =
+                membership::parse_gossip_key(line.substr(b, e - b + 1));
             if (!k.ok()) {
                 return invalid_argument_error(gossip.keyring_file + ":" + std::to_string(n) +
                                               ": expected 64 hex digits (an AES-256 key)");
@@ -102,8 +103,10 @@ namespace {
 std::string percent_decode(std::string_view s) {
     std::string out;
     for (size_t i = 0; i < s.size(); ++i) {
-        if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
-            std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        const auto hex = [&](size_t j) {
+            return std::isxdigit(static_cast<unsigned char>(s[j])) != 0;
+        };
+        if (s[i] == '%' && i + 2 < s.size() && hex(i + 1) && hex(i + 2)) {
             out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
             i += 2;
         } else if (s[i] == '+') {

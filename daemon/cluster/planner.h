@@ -48,7 +48,8 @@ struct PlannerConfig {
     Duration rebuild_interval = std::chrono::milliseconds(250);
 };
 
-using SnapshotSource = std::function<std::shared_ptr<const routing::membership::MembershipSnapshot>()>;
+using SnapshotSource =
+    std::function<std::shared_ptr<const routing::membership::MembershipSnapshot>()>;
 
 // The version filter a request gets: its pin, else the target version, else none.
 struct VersionChoice {

@@ -111,8 +111,8 @@ public:
             Site& s = *sites_.back();
             std::string join;
             if (i > 0) {
-                join = "  join: ['127.0.0.1:" + std::to_string(sites_[0]->daemon->cluster()->gossip_port()) +
-                       "']\n";
+                const uint16_t seed = sites_[0]->daemon->cluster()->gossip_port();
+                join = "  join: ['127.0.0.1:" + std::to_string(seed) + "']\n";
             }
             std::string delay = delays ? delays(s.spec.id) : "";
             std::string yaml =
@@ -328,7 +328,8 @@ TEST_CASE("SIGTERM path: the site advertises draining, finishes its stream, then
     REQUIRE((*client)
                 ->send(testing::http_request(
                     "POST", "/v1/chat/completions",
-                    R"({"model":"test-model","stream":true,"messages":[{"role":"user","content":"hi"}]})"))
+                    R"({"model":"test-model","stream":true,)"
+                    R"("messages":[{"role":"user","content":"hi"}]})"))
                 .ok());
     REQUIRE(c[1].generator.wait_for_request(0));
 

@@ -125,7 +125,8 @@ struct Site {
 class ForwardingCluster {
 public:
     // fra serves nothing; sin serves `m` at `sin_version`, gru at `gru_version`.
-    ForwardingCluster(const std::string& sin_version = "v1", const std::string& gru_version = "v1") {
+    explicit ForwardingCluster(const std::string& sin_version = "v1",
+                               const std::string& gru_version = "v1") {
         ca_ = testing::make_ca(dir_.path(), "ca", "edgeserve cluster test CA");
         add("fra", 50.1, 8.7, {}, "v1");
         add("sin", 1.35, 103.8, {"m"}, sin_version);
@@ -145,7 +146,8 @@ public:
             if (!s->daemon) continue;
             size_t ready = 0;
             for (const auto& m : s->daemon->cluster()->snapshot()->members) {
-                if (m.state == membership::NodeState::kAlive && m.site && !m.site->peer_addr.empty()) {
+                if (m.state == membership::NodeState::kAlive && m.site &&
+                    !m.site->peer_addr.empty()) {
                     ++ready;
                 }
             }
@@ -158,9 +160,11 @@ public:
     testing::HttpReply ask(bool stream = false, const std::string& headers = "") {
         auto c = testing::TlsClient::connect(sites_[0]->daemon->public_port());
         REQUIRE(c.ok());
-        std::string body = std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"}])") +
-                           (stream ? R"(,"stream":true})" : "}");
-        REQUIRE((*c)->send(testing::http_request("POST", "/v1/chat/completions", body, headers)).ok());
+        std::string body =
+            std::string(R"({"model":"m","messages":[{"role":"user","content":"hi"}])") +
+            (stream ? R"(,"stream":true})" : "}");
+        REQUIRE((*c)->send(testing::http_request("POST", "/v1/chat/completions", body, headers))
+                    .ok());
         auto r = (*c)->read_response();
         REQUIRE_MESSAGE(r.ok(), r.status().to_string());
         return *r;

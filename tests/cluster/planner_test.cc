@@ -57,7 +57,8 @@ public:
         site->site_id = s.name;
         site->latitude = s.lat;
         site->longitude = s.lon;
-        site->peer_addr = peer == "auto" ? "127.0.0.1:" + std::to_string(7000 + next_port_++) : peer;
+        site->peer_addr =
+            peer == "auto" ? "127.0.0.1:" + std::to_string(7000 + next_port_++) : peer;
         site->admin_addr = "127.0.0.1:9000";
         site->pools = std::move(pools);
         membership::MemberView m;
