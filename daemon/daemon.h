@@ -3,11 +3,11 @@
 // Daemon wires one PoP together from a validated Config and a Generator: the TLS certificates,
 // the public HTTPS listener with the OpenAI API, the admin listener with metrics and health, and
 // the I/O threads that run them; with a `peer` section also the peer (mutual TLS) listener that
-// takes requests other sites forward, and the forwarding client (daemon/forward/). Lifecycle: create() binds the listeners (so the ports are known),
-// start() starts serving, reload_certificates() is SIGHUP, stop(deadline) is SIGTERM: drain, then
-// close. Threading: call create/start/stop from one controlling thread (never an I/O thread);
-// reload_certificates() and the accessors from any thread. The generator and clock must outlive
-// the Daemon.
+// takes requests other sites forward, and the forwarding client (daemon/forward/).
+// Lifecycle: create() binds the listeners (so the ports are known), start() starts serving,
+// reload_certificates() is SIGHUP, stop(deadline) is SIGTERM: drain, then close. Threading: call
+// create/start/stop from one controlling thread (never an I/O thread); reload_certificates() and
+// the accessors from any thread. The generator and clock must outlive the Daemon.
 
 #include <atomic>
 #include <chrono>

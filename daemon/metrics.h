@@ -6,10 +6,11 @@
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
 // edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
-// edgeserve_tenant_rejections_total{tenant,reason}; forwarding between sites (label: a configured site
-// id): edgeserve_forwarded_requests_total{site,outcome}, edgeserve_forward_latency_seconds{site}
-// (time to the peer's response head), edgeserve_forward_retries_total{reason}. Thread-safe (prometheus-cpp metrics are atomic; the label cache
-// has a mutex). serialize() renders the text exposition format for GET /metrics.
+// edgeserve_tenant_rejections_total{tenant,reason}; forwarding between sites (label: a configured
+// site id): edgeserve_forwarded_requests_total{site,outcome}, edgeserve_forward_latency_seconds{
+// site} (time to the peer's response head), edgeserve_forward_retries_total{reason}. Thread-safe
+// (prometheus-cpp metrics are atomic; the label cache has a mutex). serialize() renders the text
+// exposition format for GET /metrics.
 
 #include <map>
 #include <memory>
@@ -52,7 +53,8 @@ public:
     void on_tenant_rejected(const std::string& tenant, std::string_view reason);
 
     // Forwarding to other sites. outcome: "ok" (the peer answered < 500), "error" (5xx or no
-    // answer), "cancelled" (the client went away). reason: "connect", "timeout", "status_5xx".
+    // answer, or cut mid-stream), "cancelled" (the client went away). reason (of the failure
+    // before the retry): "connect", "timeout", "reset" (no response head), "status_5xx".
     void on_forwarded(const std::string& site, std::string_view outcome);
     void on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head);
     void on_forward_retry(std::string_view reason);
