@@ -1,10 +1,10 @@
-// Added latency of one forwarding hop on loopback: two in-process Daemons, "fra" whose route planner
-// sends every request to "sin", and "sin" serving the model with a generator that answers at once
-// (so only the network path is measured). A keep-alive TLS client sends the same small non-streamed
-// chat completion alternately straight to sin's public listener (direct) and to fra's (forwarded:
-// fra -> sin's mTLS peer listener over a pooled connection -> back), so both series share the
-// machine's noise. Reported: p50/p99 of each and of the difference; the goal (issue 5) is an added
-// p50 under 1 ms, and the JSON gives the added p50 as a ratio to it.
+// Added latency of one forwarding hop on loopback: two in-process Daemons, "fra" whose route
+// planner sends every request to "sin", and "sin" serving the model with a generator that answers
+// at once (so only the network path is measured). A keep-alive TLS client sends the same small
+// non-streamed chat completion alternately straight to sin's public listener (direct) and to fra's
+// (forwarded: fra -> sin's mTLS peer listener over a pooled connection -> back), so both series
+// share the machine's noise. Reported: p50/p99 of each and of the difference; the goal (issue 5)
+// is an added p50 under 1 ms, and the JSON gives the added p50 as a ratio to it.
 //   bench_forward_hop [requests]     # default 2000 of each; table, then one JSON line
 
 #include <algorithm>
@@ -62,10 +62,9 @@ std::unique_ptr<daemon::Daemon> make_site(const std::string& id, testing::TempDi
                                           engine::Generator& generator, Clock& clock) {
     testing::TestCertificate cert =
         testing::make_signed_certificate(ca, dir.path(), id, {id, "localhost"});
-    std::string yaml = testing::config_yaml(cert.cert_path, cert.key_path,
-                                            "peer:\n  address: 127.0.0.1\n  port: 0\n  ca: " +
-                                                ca.cert_path + "\n  cert: " + cert.cert_path +
-                                                "\n  key: " + cert.key_path + "\nlog:\n  level: warn\n");
+    std::string peer = "peer:\n  address: 127.0.0.1\n  port: 0\n  ca: " + ca.cert_path +
+                       "\n  cert: " + cert.cert_path + "\n  key: " + cert.key_path + "\n";
+    std::string yaml = testing::config_yaml(cert.cert_path, cert.key_path, peer);
     yaml.replace(yaml.find("id: test-site"), 13, "id: " + id);
     Result<daemon::Config> config = daemon::parse_config(yaml, dir.file(id + ".yaml"));
     if (!config.ok()) {

@@ -65,7 +65,8 @@ public:
     // edgeserve_gossip_members{state}: members in `state` ("alive", "suspect", "dead", "left").
     void set_gossip_members(std::string_view state, int64_t n);
     // Forwarding to other sites. outcome: "ok" (the peer answered < 500), "error" (5xx or no
-    // answer), "cancelled" (the client went away). reason: "connect", "timeout", "status_5xx".
+    // answer, or cut mid-stream), "cancelled" (the client went away). reason (of the failure
+    // before the retry): "connect", "timeout", "reset" (no response head), "status_5xx".
     void on_forwarded(const std::string& site, std::string_view outcome);
     void on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head);
     void on_forward_retry(std::string_view reason);

@@ -133,7 +133,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                               {"client", request.remote_address},
                               {"peer", from_peer}});
     }
-    Endpoint endpoint;
+    Endpoint endpoint = Endpoint::kChatCompletions;
     if (path == "/v1/models") {
         if (request.method != "GET") {
             ApiError e = method_not_allowed(request.method, path);

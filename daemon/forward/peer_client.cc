@@ -333,10 +333,13 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
 net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarget& target,
                                                bool can_retry) {
     const auto start = SteadyClock::now();
-    auto fail = [&](Failure failure, const std::string& why) {
+    // `reported`: the planner already heard of this attempt (at the response head).
+    auto fail = [&](Failure failure, const std::string& why, bool reported = false) {
         job.last_failure = failure;
         job.last_error = "site '" + target.site_id + "' (" + target.peer_addr + "): " + why;
-        report(target, false, SteadyClock::now() - start);
+        if (!reported) {
+            report(target, false, SteadyClock::now() - start);
+        }
         log::info("forward_attempt_failed", {{"site", target.site_id},
                                              {"peer", target.peer_addr},
                                              {"reason", std::string(failure_reason(failure))},
@@ -418,7 +421,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     if (status >= 500 && can_retry) {
         job.current = nullptr;
         conn->close();
-        fail(Failure::kStatus5xx, "answered " + std::to_string(status));
+        fail(Failure::kStatus5xx, "answered " + std::to_string(status), true);
         co_return false;
     }
 

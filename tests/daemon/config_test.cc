@@ -339,8 +339,8 @@ TEST_CASE("peer section: paths resolved, defaults, required keys and ranges") {
     CHECK(error_of(testing::config_yaml("/c", "/k",
                                         "peer:\n  ca: a\n  cert: b\n  key: c\n"
                                         "  retry_budget: 2\n")) ==
-          "/etc/edgeserve/test.yaml:22:17: peer.retry_budget: must be in 0..1");
+          "/etc/edgeserve/test.yaml:21:17: peer.retry_budget: must be in 0..1");
     CHECK(error_of(testing::config_yaml("/c", "/k", "peer:\n  ca: a\n  cert: b\n  key: c\n"
                                                     "  tls: yes\n")) ==
-          "/etc/edgeserve/test.yaml:22:3: peer.tls: unknown key");
+          "/etc/edgeserve/test.yaml:21:3: peer.tls: unknown key");
 }

@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include <boost/json.hpp>
 
@@ -22,6 +24,7 @@
 #include "daemon/tenants.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/scripted_generator.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 
@@ -86,6 +89,8 @@ struct Cluster {
     Cluster() { ca = testing::make_ca(dir.path(), "cluster-ca", "edgeserve test cluster CA"); }
     testing::TempDir dir;
     testing::TestCa ca;
+    // Site certificates made elsewhere (deploy/make-cluster-certs), by site id.
+    std::map<std::string, testing::TestCertificate> premade;
 };
 
 std::string peer_section(const testing::TestCa& ca, const testing::TestCertificate& cert,
@@ -103,8 +108,11 @@ struct Site {
     Site(Cluster& cluster, std::string site_id, std::vector<std::string> models,
          const std::string& extra = "", bool with_peer = true, const std::string& peer_extra = "")
         : id(std::move(site_id)), generator(std::move(models)) {
-        cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), id,
-                                                {id + ".cluster.test", "localhost"});
+        auto made = cluster.premade.find(id);
+        cert = made != cluster.premade.end()
+                   ? made->second
+                   : testing::make_signed_certificate(cluster.ca, cluster.dir.path(), id,
+                                                      {id + ".cluster.test", "localhost"});
         std::string yaml = testing::config_yaml(
             cert.cert_path, cert.key_path,
             extra + (with_peer ? peer_section(cluster.ca, cert, peer_extra) : ""));
@@ -199,8 +207,13 @@ TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTL
 
     for (size_t i = 0; i < 2; ++i) {
         auto c = a.client();
-        REQUIRE(c->send(chat_request(false, "m", "X-Model-Version: v7\r\n")).ok());
-        REQUIRE(b.generator.wait_for_request(i));
+        REQUIRE(c->send(chat_request(false, "m", "X-Model-Version: v1\r\n")).ok());
+        if (!b.generator.wait_for_request(i)) {
+            auto r = c->read_response();
+            std::string what = r.ok() ? std::to_string(r->status) + r->body
+                                      : r.status().to_string();
+            FAIL(what);
+        }
         auto req = b.generator.request(i);
         CHECK(req.tenant == "acme");  // From the tenant header: B has no tenants of its own.
         CHECK(req.model == "m");
@@ -217,7 +230,7 @@ TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTL
         CHECK(body["usage"].as_object()["total_tokens"] == 7);
     }
     CHECK_FALSE(a.generator.wait_for_request(0, 0));  // Nothing ran at the forwarding site.
-    CHECK(a.planner.last_pin() == "v7");
+    CHECK(a.planner.last_pin() == "v1");
     CHECK(a.daemon->forwarder()->connections_opened() == 1);  // Keep-alive pool reused.
     auto reports = a.planner.reports();
     REQUIRE(reports.size() == 2);
@@ -255,7 +268,8 @@ TEST_CASE("forwarded SSE stream passes chunks through as they are produced") {
     CHECK(rest->find("\"finish_reason\":\"stop\"") != std::string::npos);
     CHECK(rest->find("\"prompt_tokens\":4") != std::string::npos);
     // Usage read from the stream reached the tenant's accounting at the forwarding site.
-    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
 }
 
 TEST_CASE("a client that goes away cancels the request on the remote engine") {
@@ -390,7 +404,8 @@ TEST_CASE("no retry once bytes reached the client") {
     auto reports = a.planner.reports();
     REQUIRE(reports.size() == 1);
     CHECK(reports[0].site == "gru");
-    CHECK(metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"gru\"} 1"));
+    CHECK(metrics_contain(
+        a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"gru\"} 1"));
     CHECK_FALSE(metrics_contain(a, "edgeserve_forward_retries_total{"));
 }
 
@@ -522,7 +537,7 @@ TEST_CASE("no pool can take the request: 503 saying why, Retry-After when waitin
         REQUIRE(r.ok());
         CHECK(r->status == 503);
         CHECK(error_code_of(*r) == k.code);
-        CHECK(json_of(r->body)["error"].as_object()["message"] == plan.message);
+        CHECK(json_of(r->body)["error"].as_object()["message"].as_string() == plan.message.c_str());
         if (k.retry_after > 0) {
             CHECK(r->headers["retry-after"] == std::to_string(k.retry_after));
         } else {
@@ -554,4 +569,54 @@ TEST_CASE("a plan to another site without a peer section fails clearly; no plann
     auto local = c->read_response();
     REQUIRE(local.ok());
     CHECK(local->status == 200);
+}
+
+TEST_CASE("deploy/make-cluster-certs certificates carry a forwarded stream to curl") {
+    if (!testing::have_program("openssl") || !testing::have_program("curl")) {
+        MESSAGE("openssl or curl missing: skipped");
+        return;
+    }
+    Cluster cluster;
+    std::string certs = cluster.dir.file("made");
+    auto made = testing::run({EDGE_SOURCE_DIR "/deploy/make-cluster-certs", certs,
+                              "fra:localhost,127.0.0.1", "sin:localhost,127.0.0.1"});
+    REQUIRE_MESSAGE(made.exit_code == 0, made.err);
+    cluster.ca = testing::TestCa{certs + "/ca.crt", certs + "/ca.key"};
+    for (const char* site : {"fra", "sin"}) {
+        cluster.premade[site] = testing::TestCertificate{certs + "/" + site + ".crt",
+                                                         certs + "/" + site + ".key", site};
+    }
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+
+    // curl streams through fra to sin.
+    testing::CommandResult streamed;
+    std::thread curl([&] {
+        streamed = testing::run(
+            {"curl", "-sS", "-N", "--cacert", cluster.ca.cert_path,
+             "https://localhost:" + std::to_string(a.daemon->public_port()) +
+                 "/v1/chat/completions",
+             "-H", std::string("Authorization: Bearer ") + kKey, "-H",
+             "Content-Type: application/json", "-d", chat_body(true)});
+    });
+    REQUIRE(b.generator.wait_for_request(0, 10'000));
+    b.generator.emit(0, "curl-sees-this");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{2, 1, 0});
+    curl.join();
+    CHECK_MESSAGE(streamed.exit_code == 0, streamed.err);
+    CHECK(streamed.out.find("curl-sees-this") != std::string::npos);
+    CHECK(streamed.out.find("data: [DONE]") != std::string::npos);
+
+    // curl as a peer: the site's certificate opens sin's peer listener; without one it is shut.
+    std::string peer_url =
+        "https://127.0.0.1:" + std::to_string(b.daemon->peer_port()) + "/v1/models";
+    auto as_peer = testing::run({"curl", "-sS", "--cacert", cluster.ca.cert_path, "--cert",
+                                 certs + "/fra.crt", "--key", certs + "/fra.key", "-H",
+                                 "X-Edgeserve-Forwarded-By: fra", "-H",
+                                 "X-Edgeserve-Tenant: acme", peer_url});
+    CHECK_MESSAGE(as_peer.exit_code == 0, as_peer.err);
+    CHECK(as_peer.out.find("\"id\":\"m\"") != std::string::npos);
+    auto stranger = testing::run({"curl", "-sS", "--cacert", cluster.ca.cert_path, peer_url});
+    CHECK(stranger.exit_code != 0);
 }
