@@ -280,28 +280,28 @@ TEST_CASE("gossip section: bad values name file, line, column and key") {
         return error_of(testing::config_yaml("/c", "/k", "gossip:\n" + body));
     };
     CHECK(gossip("  preset: moon\n") ==
-          "/etc/edgeserve/test.yaml:19:11: gossip.preset: expected lan, wan or local");
+          "/etc/edgeserve/test.yaml:18:11: gossip.preset: expected lan, wan or local");
     CHECK(gossip("  join: [nohost]\n") ==
-          "/etc/edgeserve/test.yaml:19:10: gossip.join[0]: expected host:port");
+          "/etc/edgeserve/test.yaml:18:10: gossip.join[0]: expected host:port");
     CHECK(gossip("  join: ['10.0.0.1:99999']\n") ==
-          "/etc/edgeserve/test.yaml:19:10: gossip.join[0]: expected a port in 1..65535 after "
+          "/etc/edgeserve/test.yaml:18:10: gossip.join[0]: expected a port in 1..65535 after "
           "the colon");
     CHECK(gossip("  keys: [abcd]\n") ==
-          "/etc/edgeserve/test.yaml:19:10: gossip.keys[0]: expected 64 hex digits (an AES-256 "
+          "/etc/edgeserve/test.yaml:18:10: gossip.keys[0]: expected 64 hex digits (an AES-256 "
           "key)");
     CHECK(gossip("  port: 70000\n") ==
-          "/etc/edgeserve/test.yaml:19:9: gossip.port: must be in 0..65535");
-    CHECK(gossip("  seeds: []\n") == "/etc/edgeserve/test.yaml:19:3: gossip.seeds: unknown key");
+          "/etc/edgeserve/test.yaml:18:9: gossip.port: must be in 0..65535");
+    CHECK(gossip("  seeds: []\n") == "/etc/edgeserve/test.yaml:18:3: gossip.seeds: unknown key");
     CHECK(gossip("  bind_address: example.org\n") ==
-          "/etc/edgeserve/test.yaml:19:17: gossip.bind_address: expected an IP literal");
+          "/etc/edgeserve/test.yaml:18:17: gossip.bind_address: expected an IP literal");
     CHECK(gossip("  testing_peer_delay_ms: {sin1: 20000}\n") ==
-          "/etc/edgeserve/test.yaml:19:33: gossip.testing_peer_delay_ms.sin1: must be in "
+          "/etc/edgeserve/test.yaml:18:33: gossip.testing_peer_delay_ms.sin1: must be in "
           "0..10000");
     CHECK(error_of(testing::config_yaml("/c", "/k", "  peer_address: 7443\n")) ==
-          "/etc/edgeserve/test.yaml:18:17: site.peer_address: expected host:port");
+          "/etc/edgeserve/test.yaml:17:17: site.peer_address: expected host:port");
     CHECK(error_of(testing::config_yaml("/c", "/k",
                                         "routing:\n  outlier:\n    max_ejection_percent: 200\n")) ==
-          "/etc/edgeserve/test.yaml:20:27: routing.outlier.max_ejection_percent: must be in "
+          "/etc/edgeserve/test.yaml:19:27: routing.outlier.max_ejection_percent: must be in "
           "0..100");
 }
 
