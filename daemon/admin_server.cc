@@ -55,7 +55,20 @@ public:
                 target = target.substr(0, target.find('?'));
             }
             res.set(http::field::content_type, "text/plain; charset=utf-8");
-            if (req.method() != http::verb::get && req.method() != http::verb::head) {
+            std::optional<AdminReply> extra;
+            if (handler_ && target.starts_with("/admin/")) {
+                extra = handler_(std::string_view(req.method_string().data(),
+                                                  req.method_string().size()),
+                                 std::string_view(req.target().data(), req.target().size()));
+                if (!extra) {
+                    extra = AdminReply{404, "text/plain; charset=utf-8", "not found\n"};
+                }
+            }
+            if (extra) {
+                res.result(static_cast<http::status>(extra->status));
+                res.set(http::field::content_type, extra->content_type);
+                res.body() = std::move(extra->body);
+            } else if (req.method() != http::verb::get && req.method() != http::verb::head) {
                 res.result(http::status::method_not_allowed);
                 res.set(http::field::allow, "GET");
                 res.body() = "method not allowed\n";
@@ -87,6 +100,7 @@ public:
     tcp::acceptor acceptor_;
     Metrics& metrics_;
     std::function<bool()> ready_;
+    AdminHandler handler_;
     std::atomic<bool> stopped_{false};
     uint16_t port_ = 0;
 };
@@ -124,6 +138,8 @@ Result<std::unique_ptr<AdminServer>> AdminServer::create(net::io_context& io,
 AdminServer::~AdminServer() = default;
 
 uint16_t AdminServer::port() const { return impl_->port_; }
+
+void AdminServer::set_handler(AdminHandler handler) { impl_->handler_ = std::move(handler); }
 
 void AdminServer::start() {
     net::co_spawn(

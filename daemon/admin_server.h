@@ -1,14 +1,17 @@
 #pragma once
 
 // AdminServer is the plain-HTTP admin listener (loopback by default): GET /metrics (Prometheus
-// text format), /healthz (the process is alive) and /readyz (models loaded and not draining).
+// text format), /healthz (the process is alive) and /readyz (models loaded and not draining),
+// plus whatever an installed AdminHandler answers under /admin/.
 // Runs on the given io_context; one short request at a time per connection, 5 s read timeout.
 // Threading: start() from any thread; stop() closes the acceptor and open connections and may be
 // called from any thread. The io_context, metrics and ready callback must outlive it.
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 
@@ -20,6 +23,18 @@ namespace edge::daemon {
 
 class Metrics;
 
+// An answer from an extra admin handler (e.g. the cluster's /admin/* views).
+struct AdminReply {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+};
+// Called for every request whose path starts with "/admin/", with the method ("GET", "POST",
+// ...) and the full target (query included); nullopt means not found. Runs on an I/O thread and
+// must not block.
+using AdminHandler =
+    std::function<std::optional<AdminReply>(std::string_view method, std::string_view target)>;
+
 class AdminServer {
 public:
     static Result<std::unique_ptr<AdminServer>> create(boost::asio::io_context& io,
@@ -28,6 +43,8 @@ public:
                                                        std::function<bool()> ready);
     ~AdminServer();
     uint16_t port() const;
+    // Installs the /admin/* handler; call before start().
+    void set_handler(AdminHandler handler);
     void start();
     void stop();
 

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 
 #include "common/result.h"
 #include "engine/engine.h"
+#include "routing/health/outlier_detector.h"
 #include "routing/selection/cost.h"
 #include "routing/selection/selector.h"
 #include "tls/tls_context.h"
@@ -39,6 +41,13 @@ struct SiteConfig {
     std::string region;        // Free-form region label, e.g. "eu-central".
     double latitude = 0.0;     // Degrees north, -90..90.
     double longitude = 0.0;    // Degrees east, -180..180.
+    // host:port other sites send forwarded requests to (this site's peer mTLS listener), as
+    // gossiped; empty: this site takes no forwarded requests (the daemon may fill it in from the
+    // bound peer listener).
+    std::string peer_address;
+    // host:port other sites reach this site's admin listener at (active /readyz checks); empty:
+    // the admin listen address and bound port.
+    std::string admin_address;
 };
 
 struct TenantConfig {
@@ -83,6 +92,66 @@ struct LogConfig {
 struct RoutingConfig {
     routing::selection::CostConfig cost;
     routing::selection::SelectionConfig selection;
+    // Passive outlier detection of pools (Envoy's defaults; `routing.outlier.*`).
+    routing::health::OutlierConfig outlier;
+    // Unpinned requests prefer each model's target version (the newest rollout intent); true
+    // lets them fall back to other versions when no pool of the target version can take them.
+    bool version_fallback = true;
+    // Initial target version digest per model (a rollout intent at Lamport time 0; any
+    // `edgeserve rollout` overrides it cluster-wide).
+    std::map<std::string, std::string> target_versions;
+};
+
+// Gossip membership between sites (routing/membership over UDP and TCP on one port). Absent:
+// the site runs alone and every request is served locally.
+struct GossipConfig {
+    bool enabled = false;                  // True when the `gossip` section is present.
+    std::string bind_address = "0.0.0.0";  // IP literal the UDP and TCP sockets bind to.
+    uint16_t port = 7946;                  // UDP and TCP port; 0 picks a free one (tests).
+    std::string advertise_address;         // host:port other sites reach; "": bind address:port.
+    std::vector<std::string> join;         // host:port of members to join through at start.
+    std::string preset = "lan";            // Timing profile: lan, wan or local (loopback tests).
+    std::string label;                     // Cluster label; clusters with others never mix.
+    std::vector<std::string> keys;         // AES-256 keys, 64 hex digits each; first is primary.
+    std::string keyring_file;              // File with one hex key per line, after `keys`.
+    // Overrides of the preset's timing; 0 keeps the preset's value. Milliseconds.
+    std::chrono::milliseconds probe_interval{0};
+    std::chrono::milliseconds probe_timeout{0};
+    std::chrono::milliseconds gossip_interval{0};
+    std::chrono::milliseconds push_pull_interval{0};
+    int32_t suspicion_mult = 0;  // 0 keeps the preset's.
+    // How often this site's pools and load are sampled for publication (only material changes
+    // are gossiped).
+    std::chrono::milliseconds publish_interval{500};
+    // After leaving, how long the leave keeps being gossiped before the sockets close.
+    std::chrono::milliseconds leave_drain{1000};
+    // Active checks of every peer's /readyz; 0 disables them.
+    std::chrono::milliseconds health_check_interval{2000};
+    std::chrono::milliseconds health_check_timeout{1000};  // One check's deadline.
+    // TESTING ONLY: artificial one-way delay added to this site's gossip packets to the named
+    // site (site id -> milliseconds), so tests on loopback see distinct RTTs.
+    std::map<std::string, std::chrono::milliseconds> testing_peer_delay;
+};
+
+// The peer listener and the forwarding client between sites (mutual TLS with a cluster CA). The
+// same certificate serves both: as the peer listener's server certificate and as the client
+// certificate this site presents when it forwards. Absent: no peer listener, no forwarding.
+struct PeerConfig {
+    std::string address = "0.0.0.0";  // Listen address of the peer (mTLS) listener.
+    uint16_t port = 8444;              // TCP port; 0 picks a free one (tests).
+    std::string ca_path;               // PEM: the cluster CA that signs every site's certificate.
+    std::string cert_path;             // PEM: this site's certificate (server and client).
+    std::string key_path;              // PEM: its private key.
+    std::chrono::milliseconds connect_timeout{2'000};  // TCP connect + TLS handshake to a peer.
+    std::chrono::milliseconds response_timeout{30'000};  // Request sent to response head.
+    std::chrono::milliseconds stream_idle_timeout{60'000};  // Longest silence inside a response.
+    std::chrono::milliseconds pool_idle_timeout{30'000};  // Idle pooled connections older are
+                                                          // closed, not reused.
+    int32_t max_idle_connections = 16;  // Idle keep-alive connections pooled per peer.
+    // Retries in flight at most this fraction of the forwarded requests in flight...
+    double retry_budget = 0.2;
+    int32_t min_retry_concurrency = 3;  // ...but this many retries are always allowed.
+    uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed peer answer, bytes.
 };
 
 struct Config {
@@ -98,6 +167,8 @@ struct Config {
     ProxyProtocolConfig proxy_protocol;
     LogConfig log;
     RoutingConfig routing;
+    GossipConfig gossip;
+    std::optional<PeerConfig> peer;  // Absent: no peer listener, no forwarding.
 };
 
 // Reads and validates `path`. Relative paths inside (certificates, models) are resolved against

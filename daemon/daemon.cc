@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <future>
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
@@ -7,6 +9,9 @@
 #include "daemon/admin_server.h"
 #include "daemon/api/api_router.h"
 #include "daemon/certificate_expiry.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/forward/peer_client.h"
+#include "daemon/forward/peer_handler.h"
 #include "daemon/metrics.h"
 #include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
@@ -55,11 +60,45 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     server_config.limits.max_header_bytes = l.max_header_bytes;
     server_config.limits.max_body_bytes = l.max_body_bytes;
     server_config.limits.max_connections = l.max_connections;
+    const tls::HttpLimits server_config_limits = server_config.limits;
     EDGE_ASSIGN_OR_RETURN(server_config.proxy_trusted,
                           tls::CidrSet::parse(config.proxy_protocol.trusted));
     EDGE_ASSIGN_OR_RETURN(d->server_, tls::HttpServer::create(*d->io_, std::move(server_config),
                                                               *d->tls_, *d->router_,
                                                               d->metrics_.get()));
+    d->router_->set_site_id(config.site.id);
+    if (config.peer) {
+        const PeerConfig& p = *config.peer;
+        tls::CertificateConfig peer_cert{{}, p.cert_path, p.key_path};
+        EDGE_ASSIGN_OR_RETURN(d->peer_tls_,
+                              tls::TlsContextStore::create({peer_cert},
+                                                           tls::ClientAuthConfig{p.ca_path}));
+        d->peer_handler_ = std::make_unique<forward::PeerHandler>(*d->router_);
+        tls::HttpServerConfig peer_config;
+        peer_config.address = p.address;
+        peer_config.port = p.port;
+        peer_config.io_threads = d->io_threads_;
+        peer_config.limits = server_config_limits;
+        EDGE_ASSIGN_OR_RETURN(d->peer_server_,
+                              tls::HttpServer::create(*d->io_, std::move(peer_config),
+                                                      *d->peer_tls_, *d->peer_handler_, nullptr));
+        forward::PeerClientConfig client;
+        client.site_id = config.site.id;
+        client.ca_path = p.ca_path;
+        client.cert_path = p.cert_path;
+        client.key_path = p.key_path;
+        client.connect_timeout = p.connect_timeout;
+        client.response_timeout = p.response_timeout;
+        client.stream_idle_timeout = p.stream_idle_timeout;
+        client.pool_idle_timeout = p.pool_idle_timeout;
+        client.max_idle_connections = p.max_idle_connections;
+        client.retry_budget = p.retry_budget;
+        client.min_retry_concurrency = p.min_retry_concurrency;
+        client.max_response_bytes = p.max_response_bytes;
+        EDGE_ASSIGN_OR_RETURN(d->forwarder_, forward::PeerClient::create(
+                                                 *d->io_, std::move(client), d->metrics_.get()));
+        d->router_->set_forwarder(d->forwarder_.get());
+    }
     Daemon* raw = d.get();
     EDGE_ASSIGN_OR_RETURN(d->admin_, AdminServer::create(*d->io_, config.admin.address,
                                                          config.admin.port, *d->metrics_,
@@ -67,7 +106,50 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                                              return !raw->draining_.load() &&
                                                                     raw->generator_->ready();
                                                          }));
+    if (config.gossip.enabled) {
+        // The admin address other sites check /readyz at: the listen address, or the gossip
+        // advertise host when listening on every interface.
+        std::string admin_host = config.admin.address;
+        if (admin_host == "0.0.0.0" || admin_host == "::") {
+            const std::string& adv = config.gossip.advertise_address;
+            admin_host = adv.empty() ? config.gossip.bind_address : adv.substr(0, adv.rfind(':'));
+        }
+        const bool v6 = admin_host.find(':') != std::string::npos && admin_host[0] != '[';
+        const std::string admin_addr = (v6 ? "[" + admin_host + "]" : admin_host) + ":" +
+                                       std::to_string(d->admin_->port());
+        EDGE_ASSIGN_OR_RETURN(d->cluster_,
+                              cluster::Cluster::create(*d->io_, config, generator,
+                                                       d->metrics_.get(), clock, admin_addr));
+        cluster::Cluster* c = d->cluster_.get();
+        if (d->peer_server_) {
+            // Other sites forward to the bound peer listener (unless site.peer_address says
+            // otherwise), at the admin host when the peer listener listens everywhere.
+            std::string peer_host = config.peer->address;
+            if (peer_host == "0.0.0.0" || peer_host == "::") {
+                peer_host = admin_host;
+            }
+            const bool peer_v6 = peer_host.find(':') != std::string::npos && peer_host[0] != '[';
+            c->set_peer_addr((peer_v6 ? "[" + peer_host + "]" : peer_host) + ":" +
+                             std::to_string(d->peer_server_->port()));
+        }
+        // Without a forwarder every request runs here; the cluster is then only visible.
+        if (d->forwarder_) {
+            d->set_route_planner(&c->planner());
+        }
+        d->admin_->set_handler([c](std::string_view method, std::string_view target) {
+            return c->handle_admin(method, target);
+        });
+        // On SIGTERM the draining state is gossiped for a few rounds before the listener stops.
+        const auto gossip_round = config.gossip.gossip_interval.count() > 0
+                                      ? config.gossip.gossip_interval
+                                      : std::chrono::milliseconds(200);
+        d->advertise_drain_ = 3 * gossip_round;
+    }
     return d;
+}
+
+cluster::RoutePlanner* Daemon::route_planner() {
+    return cluster_ ? &cluster_->planner() : nullptr;
 }
 
 Daemon::~Daemon() {
@@ -77,12 +159,23 @@ Daemon::~Daemon() {
     // The listeners go before the io_context: their sockets need its services; coroutine frames
     // still parked in it are destroyed with it.
     server_.reset();
+    peer_server_.reset();
+    forwarder_.reset();
     admin_.reset();
+    // No thread runs the io_context any more: mark it stopped so the gossip service closes
+    // without waiting for its strand.
+    if (io_) {
+        io_->stop();
+    }
+    cluster_.reset();
     io_.reset();
 }
 
 void Daemon::start() {
     server_->start();
+    if (peer_server_) {
+        peer_server_->start();
+    }
     admin_->start();
     for (int i = 0; i < io_threads_; ++i) {
         threads_.emplace_back([this] {
@@ -90,8 +183,12 @@ void Daemon::start() {
             io_->run();
         });
     }
+    if (cluster_) {
+        cluster_->start();
+    }
     log::info("listening", {{"public_port", static_cast<uint64_t>(server_->port())},
                             {"admin_port", static_cast<uint64_t>(admin_->port())},
+                            {"peer_port", static_cast<uint64_t>(peer_port())},
                             {"io_threads", static_cast<int64_t>(io_threads_)}});
 }
 
@@ -124,8 +221,28 @@ void Daemon::stop(std::chrono::milliseconds deadline) {
     draining_.store(true);
     log::info("draining", {{"deadline_ms", static_cast<int64_t>(deadline.count())},
                            {"connections", static_cast<uint64_t>(server_->open_connections())}});
+    if (cluster_ && !threads_.empty()) {
+        // Advertise draining first so other sites stop sending here, then drain, then leave.
+        cluster_->set_draining();
+        std::this_thread::sleep_for(std::min(deadline, advertise_drain_));
+    }
     if (!threads_.empty()) {
+        // Both listeners drain at once: requests other sites forwarded here finish too.
+        std::future<void> peer_stopped;
+        if (peer_server_) {
+            peer_stopped = std::async(std::launch::async,
+                                      [this, deadline] { peer_server_->stop(deadline); });
+        }
         server_->stop(deadline);
+        if (peer_stopped.valid()) {
+            peer_stopped.wait();
+        }
+        if (forwarder_) {
+            forwarder_->stop(std::chrono::seconds(2));
+        }
+    }
+    if (cluster_ && !threads_.empty()) {
+        cluster_->stop();
     }
     admin_->stop();
     io_->stop();
@@ -138,5 +255,13 @@ void Daemon::stop(std::chrono::milliseconds deadline) {
 
 uint16_t Daemon::public_port() const { return server_->port(); }
 uint16_t Daemon::admin_port() const { return admin_->port(); }
+uint16_t Daemon::peer_port() const { return peer_server_ ? peer_server_->port() : 0; }
+
+void Daemon::set_route_planner(cluster::RoutePlanner* planner) {
+    router_->set_route_planner(planner);
+    if (forwarder_) {
+        forwarder_->set_planner(planner);
+    }
+}
 
 }  // namespace edge::daemon

@@ -2,9 +2,13 @@
 
 // Daemon wires one PoP together from a validated Config and a Generator: the TLS certificates,
 // the public HTTPS listener with the OpenAI API, the admin listener with metrics and health, and
-// the I/O threads that run them. Lifecycle: create() binds the listeners (so the ports are known),
-// start() starts serving, reload_certificates() is SIGHUP, stop(deadline) is SIGTERM: drain, then
-// close. Threading: call create/start/stop from one controlling thread (never an I/O thread);
+// the I/O threads that run them; with a `peer` section also the peer (mutual TLS) listener that
+// takes requests other sites forward, and the forwarding client (daemon/forward/); with a
+// `gossip` section the cluster: gossip membership, this site's published pools and the route
+// planner (daemon/cluster/). Lifecycle: create() binds the listeners (so the ports are known),
+// start() starts serving and joins the cluster, reload_certificates() is SIGHUP, stop(deadline)
+// is SIGTERM: advertise draining, drain, leave the cluster, then close. Threading: call
+// create/start/stop from one controlling thread (never an I/O thread);
 // reload_certificates() and the accessors from any thread. The generator and clock must outlive
 // the Daemon.
 
@@ -38,6 +42,14 @@ class TenantLimiter;
 namespace api {
 class ApiRouter;
 }
+namespace cluster {
+class Cluster;
+class RoutePlanner;
+}  // namespace cluster
+namespace forward {
+class PeerClient;
+class PeerHandler;
+}  // namespace forward
 
 class Daemon {
 public:
@@ -61,8 +73,18 @@ public:
 
     uint16_t public_port() const;
     uint16_t admin_port() const;
+    // The peer listener's port; 0 without a `peer` section.
+    uint16_t peer_port() const;
+    // Installs the route planner (null: every request runs here). It also hears the forwarder's
+    // reports. Any thread; the planner must outlive the Daemon.
+    void set_route_planner(cluster::RoutePlanner* planner);
+    // The forwarding client; null without a `peer` section.
+    forward::PeerClient* forwarder() { return forwarder_.get(); }
     bool draining() const { return draining_.load(); }
     Metrics& metrics() { return *metrics_; }
+    // The gossip cluster and its route planner; null when the config has no `gossip` section.
+    cluster::Cluster* cluster() { return cluster_.get(); }
+    cluster::RoutePlanner* route_planner();
 
 private:
     Daemon() = default;
@@ -77,6 +99,12 @@ private:
     std::unique_ptr<tls::HttpServer> server_;
     std::unique_ptr<AdminServer> admin_;
     std::vector<tls::CertificateConfig> certificates_;  // For the expiry gauge after a reload.
+    std::unique_ptr<cluster::Cluster> cluster_;
+    std::chrono::milliseconds advertise_drain_{0};
+    std::unique_ptr<tls::TlsContextStore> peer_tls_;
+    std::unique_ptr<forward::PeerHandler> peer_handler_;
+    std::unique_ptr<tls::HttpServer> peer_server_;
+    std::unique_ptr<forward::PeerClient> forwarder_;
     std::vector<std::thread> threads_;
     std::atomic<bool> draining_{false};
     bool stopped_ = false;

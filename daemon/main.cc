@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "daemon/cluster/cli.h"
 #include "daemon/commands.h"
 #include "engine/tools/generate.h"
 #include "engine/tools/make_model.h"
@@ -33,6 +34,14 @@ constexpr Command kCommands[] = {
      "quantize --model IN --policy P --out DIR   write a quantized checkpoint (FP8/INT8/INT4)"},
     {"quant-eval", edge::engine::quant_eval_main,
      "quant-eval --model DIR --policies P1,P2 [--text FILE] [--tokens N]   quality table"},
+    {"members", edge::daemon::cluster::members_main,
+     "members [--admin HOST:PORT] [--json]   gossip members of the cluster"},
+    {"pools", edge::daemon::cluster::pools_main,
+     "pools [--admin HOST:PORT] [--json]     every model pool in the cluster, with load"},
+    {"route", edge::daemon::cluster::route_main,
+     "route --model M [--version V] [--admin HOST:PORT] [--json]   where M would run, and why"},
+    {"rollout", edge::daemon::cluster::rollout_main,
+     "rollout --model M --version DIGEST [--admin HOST:PORT]   set the cluster's target version"},
 };
 
 void usage(FILE* out) {

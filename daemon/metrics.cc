@@ -91,6 +91,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                           .Name("edgeserve_expert_tokens_total")
                           .Help("Tokens routed to each MoE expert (summed over layers), by model.")
                           .Register(*registry_);
+    forwarded_ = &prometheus::BuildCounter()
+                      .Name("edgeserve_forwarded_requests_total")
+                      .Help("Requests forwarded to another site, by destination site and outcome.")
+                      .Register(*registry_);
+    forward_latency_ = &prometheus::BuildHistogram()
+                            .Name("edgeserve_forward_latency_seconds")
+                            .Help("Forwarded requests: time to the peer's response head, by site.")
+                            .Register(*registry_);
+    forward_retries_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_forward_retries_total")
+                            .Help("Forwarded requests retried on the next target, by reason.")
+                            .Register(*registry_);
     prometheus::BuildGauge()
         .Name("edgeserve_build_info")
         .Help("Build information; the value is always 1.")
@@ -99,6 +111,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
         .Set(1);
     handshakes_full_ = &handshakes_->Add({{"resumed", "false"}});
     handshakes_resumed_ = &handshakes_->Add({{"resumed", "true"}});
+    // Routing between sites (daemon/cluster).
+    route_ejections_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_route_ejections_total")
+                            .Help("Outlier ejections of a site's pool, by site.")
+                            .Register(*registry_);
+    site_rtt_ = &prometheus::BuildGauge()
+                     .Name("edgeserve_site_rtt_seconds")
+                     .Help("Estimated round-trip time to each site (Vivaldi, or the "
+                           "great-circle prior before coordinates converge).")
+                     .Register(*registry_);
 }
 
 Metrics::~Metrics() = default;
@@ -385,6 +407,21 @@ void Metrics::on_expert_tokens(const std::string& model, int expert, int64_t tok
         .Increment(static_cast<double>(tokens));
 }
 
+void Metrics::on_forwarded(const std::string& site, std::string_view outcome) {
+    forwarded_->Add({{"site", site}, {"outcome", std::string(outcome)}}).Increment();
+}
+
+void Metrics::on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head) {
+    static const prometheus::Histogram::BucketBoundaries kBuckets{
+        0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+    forward_latency_->Add({{"site", site}}, kBuckets)
+        .Observe(std::chrono::duration<double>(to_head).count());
+}
+
+void Metrics::on_forward_retry(std::string_view reason) {
+    forward_retries_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
 void Metrics::on_connection_opened() { open_connections_->Increment(); }
 void Metrics::on_connection_closed() { open_connections_->Decrement(); }
 
@@ -429,6 +466,14 @@ void Metrics::on_response(std::string_view method, std::string_view path, int st
     }
     entry.count->Increment();
     entry.duration->Observe(std::chrono::duration<double>(duration).count());
+}
+
+void Metrics::on_route_ejection(const std::string& site) {
+    route_ejections_->Add({{"site", site}}).Increment();
+}
+
+void Metrics::set_site_rtt(const std::string& site, double seconds) {
+    site_rtt_->Add({{"site", site}}).Set(seconds);
 }
 
 }  // namespace edge::daemon

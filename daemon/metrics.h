@@ -22,7 +22,14 @@
 // edgeserve_admission_rejections_total{model,[tenant,]reason}, and the histograms
 // edgeserve_queue_time_seconds, edgeserve_time_to_first_token_seconds,
 // edgeserve_inter_token_latency_seconds, edgeserve_end_to_end_latency_seconds.
+//
+// Routing between sites: edgeserve_route_decisions_total{outcome,site},
+// edgeserve_route_ejections_total{site}, edgeserve_site_rtt_seconds{site},
+// edgeserve_gossip_members{state}; forwarding (label: a configured site id):
+// edgeserve_forwarded_requests_total{site,outcome}, edgeserve_forward_latency_seconds{site}
+// (time to the peer's response head), edgeserve_forward_retries_total{reason}.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -93,6 +100,16 @@ public:
     // edgeserve_expert_tokens_total{model,expert}: tokens routed to an expert, summed over
     // layers (expert: its index; bounded by the model's expert count).
     void on_expert_tokens(const std::string& model, int expert, int64_t tokens);
+    // One outlier ejection of a pool at `site`.
+    void on_route_ejection(const std::string& site);
+    // Estimated round-trip time to `site`, seconds.
+    void set_site_rtt(const std::string& site, double seconds);
+    // Forwarding to other sites. outcome: "ok" (the peer answered < 500), "error" (5xx or no
+    // answer, or cut mid-stream), "cancelled" (the client went away). reason (of the failure
+    // before the retry): "connect", "timeout", "reset" (no response head), "status_5xx".
+    void on_forwarded(const std::string& site, std::string_view outcome);
+    void on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head);
+    void on_forward_retry(std::string_view reason);
 
     // The bounded route label for a request path.
     static std::string_view route_label(std::string_view path);
@@ -125,6 +142,11 @@ private:
     prometheus::Family<prometheus::Gauge>* batch_sequences_;
     prometheus::Family<prometheus::Gauge>* queued_requests_;
     prometheus::Family<prometheus::Counter>* expert_tokens_;
+    prometheus::Family<prometheus::Counter>* route_ejections_;
+    prometheus::Family<prometheus::Gauge>* site_rtt_;
+    prometheus::Family<prometheus::Counter>* forwarded_;
+    prometheus::Family<prometheus::Histogram>* forward_latency_;
+    prometheus::Family<prometheus::Counter>* forward_retries_;
 
     struct RouteStatus {
         prometheus::Counter* count;

@@ -48,6 +48,18 @@ TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants
     }
 }
 
+const Tenant* TenantTable::find(std::string_view name) const {
+    if (!enabled_) {
+        return &anonymous_;
+    }
+    for (const Tenant& t : tenants_) {
+        if (t.name == name) {
+            return &t;
+        }
+    }
+    return nullptr;
+}
+
 TenantTable::Match TenantTable::authenticate(std::string_view authorization) const {
     if (!enabled_) {
         return {AuthOutcome::kOk, &anonymous_};

@@ -42,6 +42,10 @@ public:
     // `authorization` is the raw header value ("" when absent).
     Match authenticate(std::string_view authorization) const;
 
+    // The tenant configured under `name` (the anonymous tenant when authentication is off), or
+    // null. For forwarded requests, whose tenant the forwarding site authenticated.
+    const Tenant* find(std::string_view name) const;
+
     // Lower-case hex SHA-256 of `key` (for configs and the demo script).
     static std::string sha256_hex(std::string_view key);
 

@@ -166,6 +166,7 @@ private:
     std::function<void()> gone_callback_;
     std::string remote_;
     std::string server_name_;
+    std::string peer_identity_;
     std::string write_buffer_;
     uint64_t seq_ = 0;
     // Between the first byte of a request and the end of its response; drain closes connections
@@ -279,6 +280,13 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
     SSL* ssl = stream_.native_handle();
     if (const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name)) {
         server_name_ = name;
+    }
+    if (X509* cert = SSL_get0_peer_certificate(ssl);
+        cert != nullptr && SSL_get_verify_result(ssl) == X509_V_OK) {
+        char name[256];
+        int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, name,
+                                          sizeof(name));
+        peer_identity_ = n > 0 ? std::string(name, static_cast<size_t>(n)) : "(no common name)";
     }
     server_.observer_->on_handshake(SSL_session_reused(ssl) == 1, "");
     co_return true;
@@ -578,6 +586,7 @@ net::awaitable<void> HttpSession::run() {
         request.body = std::move(beast_request.body());
         request.remote_address = remote_;
         request.server_name = server_name_;
+        request.peer_identity = peer_identity_;
         bool keep_alive = beast_request.keep_alive() && !draining();
         int version = request.version;
         std::string method = request.method;

@@ -28,6 +28,9 @@ struct HttpRequest {
     std::string body;
     std::string remote_address;  // The client: from the PROXY header when one was accepted.
     std::string server_name;     // SNI name the client asked for ("" when none).
+    // Common name of the client certificate verified by mutual TLS ("" when the listener asks
+    // for none).
+    std::string peer_identity;
 
     // The first header named `name` (ASCII case-insensitive), or "" when absent.
     std::string_view header(std::string_view name) const;

@@ -84,6 +84,23 @@ int select_certificate(SSL* ssl, int*, void* arg) {
     return SSL_TLSEXT_ERR_OK;
 }
 
+// Mutual TLS: ask for a client certificate, refuse the handshake without a valid one.
+Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
+    if (SSL_CTX_load_verify_locations(ctx, ca_path.c_str(), nullptr) != 1) {
+        return invalid_argument_error("cannot load client CA '" + ca_path +
+                                      "': " + openssl_errors());
+    }
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(ca_path.c_str());
+    if (names == nullptr) {
+        return invalid_argument_error("client CA '" + ca_path +
+                                      "' holds no certificate: " + openssl_errors());
+    }
+    SSL_CTX_set_client_CA_list(ctx, names);  // Takes ownership.
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    SSL_CTX_set_verify_depth(ctx, 4);
+    return ok_status();
+}
+
 }  // namespace
 
 TlsGeneration::~TlsGeneration() = default;
@@ -106,11 +123,12 @@ SSL_CTX* TlsGeneration::native_context(size_t chain) const {
 }
 
 Result<std::unique_ptr<TlsContextStore>> TlsContextStore::create(
-    std::vector<CertificateConfig> certs) {
+    std::vector<CertificateConfig> certs, ClientAuthConfig client_auth) {
     if (certs.empty()) {
         return invalid_argument_error("no certificates configured for the TLS listener");
     }
-    std::unique_ptr<TlsContextStore> store(new TlsContextStore(std::move(certs)));
+    std::unique_ptr<TlsContextStore> store(
+        new TlsContextStore(std::move(certs), std::move(client_auth)));
     EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, store->build(1));
     store->current_ = std::move(generation);
     store->next_number_ = 2;
@@ -163,6 +181,9 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(uint64_t number) c
             return invalid_argument_error("private key '" + cert.key_path +
                                           "' does not match certificate '" + cert.cert_path +
                                           "': " + openssl_errors());
+        }
+        if (!client_auth_.ca_path.empty()) {
+            EDGE_RETURN_IF_ERROR(require_client_certificates(ctx, client_auth_.ca_path));
         }
         generation->chains_.push_back(TlsGeneration::Chain{cert.server_names, std::move(context)});
     }

@@ -7,6 +7,10 @@
 // hold the generation they started with (shared_ptr) for their whole life, so open connections are
 // never disturbed by a reload; new handshakes get the new one.
 //
+// With a ClientAuthConfig (the peer listener between sites), every chain also asks clients for a
+// certificate and refuses the handshake unless one is presented that chains to the configured CA
+// (mutual TLS).
+//
 // Threading: current() and reload() are thread-safe. A TlsGeneration is immutable and shareable.
 
 #include <memory>
@@ -27,6 +31,12 @@ struct CertificateConfig {
     std::vector<std::string> server_names;  // SNI names served by this chain ("*.x.org" allowed).
     std::string cert_path;                  // PEM file: leaf certificate then intermediates.
     std::string key_path;                   // PEM file: the leaf's private key.
+};
+
+struct ClientAuthConfig {
+    // PEM file of the CA(s) that client certificates must chain to; "" asks for no client
+    // certificate (the public listener).
+    std::string ca_path;
 };
 
 class TlsGeneration {
@@ -58,7 +68,8 @@ private:
 class TlsContextStore {
 public:
     // Loads every chain; any unreadable or mismatched file is an error naming it.
-    static Result<std::unique_ptr<TlsContextStore>> create(std::vector<CertificateConfig> certs);
+    static Result<std::unique_ptr<TlsContextStore>> create(std::vector<CertificateConfig> certs,
+                                                           ClientAuthConfig client_auth = {});
 
     std::shared_ptr<const TlsGeneration> current() const;
 
@@ -66,10 +77,12 @@ public:
     Status reload();
 
 private:
-    explicit TlsContextStore(std::vector<CertificateConfig> certs) : certs_(std::move(certs)) {}
+    TlsContextStore(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth)
+        : certs_(std::move(certs)), client_auth_(std::move(client_auth)) {}
     Result<std::shared_ptr<TlsGeneration>> build(uint64_t number) const;
 
     std::vector<CertificateConfig> certs_;
+    ClientAuthConfig client_auth_;
     mutable std::mutex mu_;
     std::shared_ptr<const TlsGeneration> current_;
     uint64_t next_number_ = 1;

@@ -41,6 +41,31 @@ ApiError limit_error(RejectReason reason, Duration retry_after, const std::strin
     return e;
 }
 
+ApiError route_rejection_error(const cluster::RoutePlan& plan, const std::string& model) {
+    ApiError e;
+    e.status = 503;
+    e.type = "server_error";
+    switch (plan.rejection) {
+        case cluster::RouteRejection::kNoPoolServesModel:
+            e.code = "no_pool_serves_model";
+            break;
+        case cluster::RouteRejection::kVersionPinUnmatched:
+            e.code = "version_pin_unmatched";
+            e.param = "X-Model-Version";
+            break;
+        case cluster::RouteRejection::kAllSaturated:
+            e.code = "all_pools_saturated";
+            break;
+        case cluster::RouteRejection::kNone:
+            break;
+    }
+    e.message = plan.message.empty() ? "No pool in the cluster can take model '" + model + "' (" +
+                                           *e.code + ")."
+                                     : plan.message;
+    e.retry_after_seconds = std::max(0, plan.retry_after_seconds);
+    return e;
+}
+
 }  // namespace
 
 void ApiRouter::set_tenants(std::shared_ptr<const TenantTable> tenants) {
@@ -91,13 +116,24 @@ void ApiRouter::list_models(std::shared_ptr<tls::ResponseChannel>& channel) {
 }
 
 void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel) {
+    serve(std::move(request), std::move(channel), false);
+}
+
+void ApiRouter::handle_forwarded(tls::HttpRequest request,
+                                 std::shared_ptr<tls::ResponseChannel> channel) {
+    serve(std::move(request), std::move(channel), true);
+}
+
+void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel,
+                      bool from_peer) {
     std::string_view path = request.path();
     if (access_log_) {
         log::info("request", {{"method", request.method},
                               {"path", std::string(path)},
-                              {"client", request.remote_address}});
+                              {"client", request.remote_address},
+                              {"peer", from_peer}});
     }
-    Endpoint endpoint;
+    Endpoint endpoint = Endpoint::kChatCompletions;
     if (path == "/v1/models") {
         if (request.method != "GET") {
             ApiError e = method_not_allowed(request.method, path);
@@ -126,10 +162,51 @@ void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseCh
     }
 
     std::shared_ptr<const TenantTable> table = tenants();
-    TenantTable::Match auth = table->authenticate(request.header("authorization"));
-    if (auth.outcome != AuthOutcome::kOk) {
-        channel->respond(auth_error(auth.outcome).to_response());
-        return;
+    std::string_view hop = request.header(cluster::kHopHeader);
+    // The tenant of a forwarded request: the configured one of that name when this site knows
+    // it (its weight and caps apply), else one with the forwarding site's name and no caps.
+    Tenant forwarded_tenant;
+    const Tenant* tenant_ptr = nullptr;
+    if (!from_peer) {
+        if (!hop.empty()) {
+            ApiError e = invalid_request(
+                "The " + std::string(cluster::kHopHeader) +
+                    " header is only accepted from cluster peers on the peer listener; a request "
+                    "that carries it here is refused, so a forwarding loop cannot form.",
+                std::nullopt);
+            e.code = "forwarding_header_not_allowed";
+            channel->respond(e.to_response());
+            return;
+        }
+        TenantTable::Match auth = table->authenticate(request.header("authorization"));
+        if (auth.outcome != AuthOutcome::kOk) {
+            channel->respond(auth_error(auth.outcome).to_response());
+            return;
+        }
+        tenant_ptr = auth.tenant;
+    } else {
+        std::string_view tenant_name = request.header(cluster::kTenantHeader);
+        ApiError e;
+        if (request.peer_identity.empty()) {
+            e.status = 403;
+            e.type = "permission_error";
+            e.code = "peer_not_authenticated";
+            e.message = "Forwarded requests need a client certificate from the cluster CA.";
+        } else if (hop.empty() || tenant_name.empty()) {
+            e.code = "not_a_forwarded_request";
+            e.message = "The peer listener only takes requests forwarded by another site: " +
+                        std::string(cluster::kHopHeader) + " and " +
+                        std::string(cluster::kTenantHeader) + " are required.";
+        }
+        if (e.status != 400 || !e.message.empty()) {
+            channel->respond(e.to_response());
+            return;
+        }
+        if (const Tenant* known = table->find(tenant_name)) {
+            forwarded_tenant = *known;
+        }
+        forwarded_tenant.name = std::string(tenant_name);
+        tenant_ptr = &forwarded_tenant;
     }
     if (path == "/v1/models") {
         list_models(channel);
@@ -141,15 +218,15 @@ void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseCh
         return;
     }
     ParsedRequest& req = std::get<ParsedRequest>(parsed);
-    const Tenant& tenant = *auth.tenant;
+    const Tenant& tenant = *tenant_ptr;
     auto reject = [&](const ApiError& e, std::string_view reason) {
-        if (metrics_ != nullptr) {
+        if (metrics_ != nullptr && !from_peer) {
             metrics_->on_tenant_rejected(tenant.name, reason);
             metrics_->on_tenant_request(tenant.name, "rejected");
         }
         channel->respond(e.to_response());
     };
-    if (!tenant.may_use(req.generate.model)) {
+    if (!from_peer && !tenant.may_use(req.generate.model)) {
         ApiError e;
         e.status = 403;
         e.type = "permission_error";
@@ -175,18 +252,66 @@ void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseCh
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.tenant_weight = tenant.weight;
     req.generate.priority = tenant.priority;
+    req.generate.tenant = tenant.name;
+    char id[24];
+    std::snprintf(id, sizeof(id), "%016llx",
+                  static_cast<unsigned long long>(next_request_.fetch_add(1)));
+    req.generate.request_id = id;
+
+    if (from_peer) {
+        // Limits were charged at the forwarding site. Runs here or fails: never forwarded again.
+        if (ApiError e; !serves_here(req.generate.model,
+                                     request.header(cluster::kModelVersionHeader), e)) {
+            channel->respond(e.to_response());
+            return;
+        }
+        run_completion(generator_, std::move(req), std::move(channel),
+                       clock_.wall_now_us() / 1'000'000);
+        return;
+    }
+
     TenantLimiter::Decision admitted = limiter_.admit(tenant.name);
     if (admitted.reason != RejectReason::kNone) {
         reject(limit_error(admitted.reason, admitted.retry_after, tenant.name),
                reject_reason_name(admitted.reason));
         return;
     }
-    req.generate.tenant = tenant.name;
-    char id[24];
-    std::snprintf(id, sizeof(id), "%016llx",
-                  static_cast<unsigned long long>(next_request_.fetch_add(1)));
-    req.generate.request_id = id;
     std::string tenant_name = tenant.name;
+    if (cluster::RoutePlanner* planner = planner_.load()) {
+        cluster::RoutePlan plan =
+            planner->plan(req.generate.model, request.header(cluster::kModelVersionHeader));
+        if (plan.rejection != cluster::RouteRejection::kNone) {
+            reject(route_rejection_error(plan, req.generate.model), "route_rejected");
+            return;
+        }
+        if (!plan.targets.empty() && !plan.targets.front().local) {
+            if (forwarder_ == nullptr) {
+                ApiError e;
+                e.status = 503;
+                e.type = "server_error";
+                e.code = "forwarding_unavailable";
+                e.message = "Model '" + req.generate.model + "' is routed to site '" +
+                            plan.targets.front().site_id +
+                            "', but this site has no `peer` section to forward with.";
+                reject(e, "forwarding_unavailable");
+                return;
+            }
+            std::string model = req.generate.model;
+            forwarder_->forward(
+                std::move(request), tenant_name, std::move(plan.targets), std::move(channel),
+                [lease = std::move(admitted.lease), metrics = metrics_,
+                 tenant_name](const cluster::ForwardResult& result) {
+                    lease->finish(result.prompt_tokens, result.completion_tokens);
+                    if (metrics != nullptr) {
+                        metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
+                                                  result.completion_tokens);
+                        metrics->on_tenant_request(
+                            tenant_name, result.started && result.status < 500 ? "ok" : "error");
+                    }
+                });
+            return;
+        }
+    }
     run_completion(
         generator_, std::move(req), std::move(channel), clock_.wall_now_us() / 1'000'000,
         [lease = std::move(admitted.lease), metrics = metrics_,
@@ -202,6 +327,31 @@ void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseCh
                 metrics->on_tenant_request(tenant_name, outcome);
             }
         });
+}
+
+bool ApiRouter::serves_here(const std::string& model, std::string_view version_pin,
+                            ApiError& error) const {
+    for (const engine::ModelInfo& m : generator_.models()) {
+        if (m.name != model) {
+            continue;
+        }
+        if (!version_pin.empty() && !m.version.empty() && m.version != version_pin) {
+            error.status = 503;
+            error.type = "server_error";
+            error.code = "version_pin_unmatched";
+            error.message = "Site '" + site_id_ + "' serves model '" + model + "' in version " +
+                            m.version + ", not the pinned " + std::string(version_pin) +
+                            "; a forwarded request is never forwarded again.";
+            return false;
+        }
+        return true;
+    }
+    error.status = 503;
+    error.type = "server_error";
+    error.code = "model_not_served_here";
+    error.message = "Site '" + site_id_ + "' does not serve model '" + model +
+                    "'; a forwarded request is never forwarded again.";
+    return false;
 }
 
 }  // namespace edge::daemon::api

@@ -8,6 +8,15 @@
 // connection strands concurrently; set_tenants() (SIGHUP reload) swaps the table under a mutex,
 // and requests already admitted keep the table they started with. The generator, limiter,
 // metrics and clock must outlive it.
+//
+// Between sites: with a RoutePlanner installed (set_route_planner; without one every request runs
+// here), an admitted completion goes where the plan says: here, to the Forwarder (another site), or
+// a 503 that says why no pool can take it (Retry-After when waiting helps). handle() serves the
+// public listener, where the hop header (cluster::kHopHeader) is refused with a 400: only sites
+// forward. handle_forwarded() serves the peer (mutual TLS) listener: it requires the hop header and
+// an authenticated peer, takes the tenant from cluster::kTenantHeader (the forwarding site
+// authenticated it and charged its limits), and always runs the request here, never forwarding it
+// again, so a forwarding loop cannot form. The planner and forwarder must outlive the router.
 
 #include <atomic>
 #include <memory>
@@ -16,6 +25,8 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "daemon/api/api_error.h"
+#include "daemon/cluster/route_planner.h"
 #include "daemon/metrics.h"
 #include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
@@ -37,11 +48,26 @@ public:
           access_log_(access_log) {}
 
     void set_tenants(std::shared_ptr<const TenantTable> tenants);
+    // Null: everything runs here. Any thread, any time; must outlive the router.
+    void set_route_planner(cluster::RoutePlanner* planner) { planner_.store(planner); }
+    // Carries requests planned for another site; null: such plans fail with 503. Before serving.
+    void set_forwarder(cluster::Forwarder* forwarder) { forwarder_ = forwarder; }
+    // This site's id, for error messages. Before serving.
+    void set_site_id(std::string site_id) { site_id_ = std::move(site_id); }
 
+    // The public listener.
     void handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel) override;
+    // The peer listener: requests other sites forwarded here.
+    void handle_forwarded(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel);
 
 private:
+    void serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel,
+               bool from_peer);
     void list_models(std::shared_ptr<tls::ResponseChannel>& channel);
+    // Whether a forwarded request for `model` (pinned to `version_pin`, "" for none) can run
+    // here; else `error` says why.
+    bool serves_here(const std::string& model, std::string_view version_pin,
+                     ApiError& error) const;
 
     std::shared_ptr<const TenantTable> tenants() const;
 
@@ -53,6 +79,9 @@ private:
     Clock& clock_;
     const bool access_log_;
     std::atomic<uint64_t> next_request_{1};
+    std::atomic<cluster::RoutePlanner*> planner_{nullptr};
+    cluster::Forwarder* forwarder_ = nullptr;
+    std::string site_id_;
     // GET /v1/models body, rebuilt only when the model list changes.
     std::mutex models_mu_;
     std::vector<std::pair<std::string, int64_t>> models_key_;

@@ -39,6 +39,7 @@ struct RouteTarget {
     std::string site_id;    // The site that runs it (this site's id when local).
     std::string peer_addr;  // host:port of the site's peer (mTLS) listener; empty when local.
     double cost_s = 0.0;    // The selection cost, for logs and metrics.
+    std::string model;      // The model the plan was for (keys outlier detection per pool).
 };
 
 // Why no pool can take a request (mirrors routing::selection::Rejection).

@@ -118,7 +118,24 @@ public:
             return;
         }
         auto buf = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
-        udp_.async_send_to(asio::buffer(*buf), udp::endpoint(ep->first, ep->second),
+        const udp::endpoint to(ep->first, ep->second);
+        const Duration delay = packet_delay_ ? packet_delay_(addr) : Duration::zero();
+        if (delay > Duration::zero()) {
+            // Testing only (see set_packet_delay): hold the datagram back, then send it.
+            auto self = shared_from_this();
+            auto t = std::make_shared<asio::steady_timer>(strand_);
+            t->expires_after(delay);
+            t->async_wait(asio::bind_executor(strand_, [self, t, buf, to](error_code ec) {
+                if (ec || self->closed_) {
+                    return;
+                }
+                self->udp_.async_send_to(asio::buffer(*buf), to,
+                                         asio::bind_executor(self->strand_,
+                                                             [buf](error_code, size_t) {}));
+            }));
+            return;
+        }
+        udp_.async_send_to(asio::buffer(*buf), to,
                            asio::bind_executor(strand_, [buf](error_code, size_t) {}));
     }
 
@@ -229,6 +246,7 @@ public:
     uint16_t port_ = 0;
     asio::ip::address host_;
     bool closed_ = false;
+    std::function<Duration(const std::string&)> packet_delay_;
     TimePoint armed_ = TimePoint::max();
     uint64_t published_ = ~uint64_t{0};
     std::array<uint8_t, 65536> udp_buf_{};
@@ -447,6 +465,9 @@ void MembershipService::set_event_callback(Memberlist::EventCallback cb) {
 }
 void MembershipService::set_user_event_callback(Memberlist::UserEventCallback cb) {
     impl_->ml_->set_user_event_callback(std::move(cb));
+}
+void MembershipService::set_packet_delay(std::function<Duration(const std::string&)> delay) {
+    impl_->packet_delay_ = std::move(delay);
 }
 void MembershipService::start(const std::vector<std::string>& seeds) { impl_->start(seeds); }
 void MembershipService::post(std::function<void(Memberlist&)> fn) { impl_->post(std::move(fn)); }

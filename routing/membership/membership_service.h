@@ -48,6 +48,11 @@ public:
     void set_event_callback(Memberlist::EventCallback cb);
     void set_user_event_callback(Memberlist::UserEventCallback cb);
 
+    // TESTING ONLY: every UDP packet to an address is held back by `delay(addr)` before it is
+    // sent (runs on the strand; zero sends at once), so loopback tests see distinct RTTs. Set
+    // before start().
+    void set_packet_delay(std::function<Duration(const std::string& addr)> delay);
+
     // Starts the timers and joins through `seeds` ("ip:port"); returns at once.
     void start(const std::vector<std::string>& seeds);
     // Runs `fn` on the strand with the protocol object.

@@ -104,8 +104,8 @@ TEST_CASE("no tenants section means authentication off and defaults apply") {
 TEST_CASE("unknown keys are rejected with file:line:column and the key path") {
     std::string e = error_of(testing::config_yaml("/c", "/k", "limits:\n  header_timeout: 5\n"));
     CHECK(e == "/etc/edgeserve/test.yaml:18:3: limits.header_timeout: unknown key");
-    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  port: 1\n"))
-              .find("test.yaml:17:1: gossip: unknown key") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  prot: 1\n")) ==
+          "/etc/edgeserve/test.yaml:18:3: gossip.prot: unknown key");
 }
 
 TEST_CASE("type and range errors name the place") {
@@ -233,4 +233,143 @@ TEST_CASE("routing section: milliseconds become seconds, defaults stay, bad keys
           "/etc/edgeserve/test.yaml:18:19: routing.path_inflation: must be in 1..10");
     CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  margin_ms: soon\n")) ==
           "/etc/edgeserve/test.yaml:18:14: routing.margin_ms: expected a number");
+}
+
+TEST_CASE("gossip section: keys, presets and overrides load; absent means no gossip") {
+    Result<Config> none = parse_config(testing::config_yaml("/c", "/k", ""), "/x.yaml");
+    REQUIRE(none.ok());
+    CHECK_FALSE(none->gossip.enabled);
+    CHECK(none->routing.version_fallback);
+
+    Result<Config> c = parse_config(
+        testing::config_yaml("/c", "/k",
+                             "  peer_address: 10.0.0.1:7443\n"
+                             "  admin_address: '[fd00::1]:9443'\n"
+                             "gossip:\n"
+                             "  bind_address: 127.0.0.1\n"
+                             "  port: 0\n"
+                             "  advertise_address: 10.0.0.1:7946\n"
+                             "  join: [10.0.0.2:7946, '[fd00::2]:7946']\n"
+                             "  preset: local\n"
+                             "  label: prod\n"
+                             "  keys: [" + std::string(64, 'a') + "]\n"
+                             "  probe_interval_ms: 300\n"
+                             "  gossip_interval_ms: 50\n"
+                             "  suspicion_mult: 2\n"
+                             "  publish_interval_ms: 100\n"
+                             "  leave_drain_ms: 0\n"
+                             "  health_check_interval_ms: 0\n"
+                             "  testing_peer_delay_ms: {sin1: 40, gru1: 0}\n"
+                             "routing:\n"
+                             "  version_fallback: false\n"
+                             "  target_versions: {kimi: abc123}\n"
+                             "  outlier:\n"
+                             "    consecutive_failures: 2\n"
+                             "    base_ejection_ms: 5000\n"
+                             "    max_ejection_percent: 50\n"),
+        "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->site.peer_address == "10.0.0.1:7443");
+    CHECK(c->site.admin_address == "[fd00::1]:9443");
+    const GossipConfig& g = c->gossip;
+    CHECK(g.enabled);
+    CHECK(g.bind_address == "127.0.0.1");
+    CHECK(g.port == 0);
+    CHECK(g.advertise_address == "10.0.0.1:7946");
+    CHECK(g.join == std::vector<std::string>{"10.0.0.2:7946", "[fd00::2]:7946"});
+    CHECK(g.preset == "local");
+    CHECK(g.label == "prod");
+    CHECK(g.keys.size() == 1);
+    CHECK(g.probe_interval == std::chrono::milliseconds(300));
+    CHECK(g.gossip_interval == std::chrono::milliseconds(50));
+    CHECK(g.probe_timeout == std::chrono::milliseconds(0));
+    CHECK(g.suspicion_mult == 2);
+    CHECK(g.publish_interval == std::chrono::milliseconds(100));
+    CHECK(g.leave_drain == std::chrono::milliseconds(0));
+    CHECK(g.health_check_interval == std::chrono::milliseconds(0));
+    CHECK(g.testing_peer_delay.at("sin1") == std::chrono::milliseconds(40));
+    CHECK(g.testing_peer_delay.at("gru1") == std::chrono::milliseconds(0));
+    CHECK_FALSE(c->routing.version_fallback);
+    CHECK(c->routing.target_versions.at("kimi") == "abc123");
+    CHECK(c->routing.outlier.consecutive_failures == 2);
+    CHECK(c->routing.outlier.base_ejection_time == std::chrono::seconds(5));
+    CHECK(c->routing.outlier.max_ejection_percent == 50);
+    CHECK(c->routing.outlier.interval == std::chrono::seconds(10));  // Default kept.
+
+    Result<Config> bare = parse_config(testing::config_yaml("/c", "/k", "gossip:\n"), "/x.yaml");
+    REQUIRE_MESSAGE(bare.ok(), bare.status().to_string());
+    CHECK(bare->gossip.enabled);
+    CHECK(bare->gossip.port == 7946);
+    CHECK(bare->gossip.preset == "lan");
+    CHECK(bare->gossip.health_check_interval == std::chrono::milliseconds(2000));
+}
+
+TEST_CASE("gossip section: bad values name file, line, column and key") {
+    auto gossip = [](const std::string& body) {
+        return error_of(testing::config_yaml("/c", "/k", "gossip:\n" + body));
+    };
+    CHECK(gossip("  preset: moon\n") ==
+          "/etc/edgeserve/test.yaml:18:11: gossip.preset: expected lan, wan or local");
+    CHECK(gossip("  join: [nohost]\n") ==
+          "/etc/edgeserve/test.yaml:18:10: gossip.join[0]: expected host:port");
+    CHECK(gossip("  join: ['10.0.0.1:99999']\n") ==
+          "/etc/edgeserve/test.yaml:18:10: gossip.join[0]: expected a port in 1..65535 after "
+          "the colon");
+    CHECK(gossip("  keys: [abcd]\n") ==
+          "/etc/edgeserve/test.yaml:18:10: gossip.keys[0]: expected 64 hex digits (an AES-256 "
+          "key)");
+    CHECK(gossip("  port: 70000\n") ==
+          "/etc/edgeserve/test.yaml:18:9: gossip.port: must be in 0..65535");
+    CHECK(gossip("  seeds: []\n") == "/etc/edgeserve/test.yaml:18:3: gossip.seeds: unknown key");
+    CHECK(gossip("  bind_address: example.org\n") ==
+          "/etc/edgeserve/test.yaml:18:17: gossip.bind_address: expected an IP literal");
+    CHECK(gossip("  testing_peer_delay_ms: {sin1: 20000}\n") ==
+          "/etc/edgeserve/test.yaml:18:33: gossip.testing_peer_delay_ms.sin1: must be in "
+          "0..10000");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "  peer_address: 7443\n")) ==
+          "/etc/edgeserve/test.yaml:17:17: site.peer_address: expected host:port");
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "routing:\n  outlier:\n    max_ejection_percent: 200\n")) ==
+          "/etc/edgeserve/test.yaml:19:27: routing.outlier.max_ejection_percent: must be in "
+          "0..100");
+}
+
+TEST_CASE("peer section: paths resolved, defaults, required keys and ranges") {
+    Result<Config> none = parse_config(testing::config_yaml("/c", "/k", ""), "/x.yaml");
+    REQUIRE(none.ok());
+    CHECK_FALSE(none->peer.has_value());
+
+    Result<Config> c = parse_config(testing::config_yaml("/c", "/k",
+                                                         "peer:\n"
+                                                         "  address: 127.0.0.1\n"
+                                                         "  port: 0\n"
+                                                         "  ca: certs/ca.crt\n"
+                                                         "  cert: /abs/site.crt\n"
+                                                         "  key: certs/site.key\n"
+                                                         "  connect_timeout_ms: 500\n"
+                                                         "  retry_budget: 0.5\n"
+                                                         "  max_idle_connections: 4\n"),
+                                    "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    REQUIRE(c->peer.has_value());
+    CHECK(c->peer->address == "127.0.0.1");
+    CHECK(c->peer->port == 0);
+    CHECK(c->peer->ca_path == "/etc/edgeserve/certs/ca.crt");
+    CHECK(c->peer->cert_path == "/abs/site.crt");
+    CHECK(c->peer->key_path == "/etc/edgeserve/certs/site.key");
+    CHECK(c->peer->connect_timeout == std::chrono::milliseconds(500));
+    CHECK(c->peer->response_timeout == std::chrono::milliseconds(30'000));
+    CHECK(c->peer->retry_budget == doctest::Approx(0.5));
+    CHECK(c->peer->min_retry_concurrency == 3);
+    CHECK(c->peer->max_idle_connections == 4);
+
+    CHECK(error_of(testing::config_yaml("/c", "/k", "peer:\n  ca: a\n  cert: b\n")) ==
+          "/etc/edgeserve/test.yaml:18:3: peer.key: required key missing");
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "peer:\n  ca: a\n  cert: b\n  key: c\n"
+                                        "  retry_budget: 2\n")) ==
+          "/etc/edgeserve/test.yaml:21:17: peer.retry_budget: must be in 0..1");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "peer:\n  ca: a\n  cert: b\n  key: c\n"
+                                                    "  tls: yes\n")) ==
+          "/etc/edgeserve/test.yaml:21:3: peer.tls: unknown key");
 }

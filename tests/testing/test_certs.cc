@@ -77,4 +77,94 @@ TestCertificate make_certificate(const std::string& dir, const std::string& stem
     return out;
 }
 
+namespace {
+
+using KeyPtr = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;
+using CertPtr = std::unique_ptr<X509, decltype(&X509_free)>;
+
+void add_extension(X509* cert, X509* issuer, int nid, const std::string& value) {
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+    X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+    EDGE_CHECK(ext != nullptr, "extension " + value);
+    X509_add_ext(cert, ext, -1);
+    X509_EXTENSION_free(ext);
+}
+
+CertPtr new_certificate(EVP_PKEY* key, const std::string& common_name) {
+    CertPtr cert(X509_new(), X509_free);
+    X509_set_version(cert.get(), 2);
+    static long serial = 50'000;
+    ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), ++serial);
+    X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert.get()), 2 * 24 * 3600);
+    X509_set_pubkey(cert.get(), key);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(cert.get()), "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
+                               -1, 0);
+    return cert;
+}
+
+void write_pem(const std::string& cert_path, X509* cert, const std::string& key_path,
+               EVP_PKEY* key) {
+    FILE* f = std::fopen(cert_path.c_str(), "w");
+    EDGE_CHECK(f != nullptr);
+    PEM_write_X509(f, cert);
+    std::fclose(f);
+    f = std::fopen(key_path.c_str(), "w");
+    EDGE_CHECK(f != nullptr);
+    PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+    std::fclose(f);
+}
+
+}  // namespace
+
+TestCa make_ca(const std::string& dir, const std::string& stem, const std::string& common_name) {
+    KeyPtr key(EVP_EC_gen("P-256"), EVP_PKEY_free);
+    EDGE_CHECK(key != nullptr, "EVP_EC_gen failed");
+    CertPtr cert = new_certificate(key.get(), common_name);
+    X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get()));
+    add_extension(cert.get(), cert.get(), NID_basic_constraints, "critical,CA:TRUE");
+    add_extension(cert.get(), cert.get(), NID_key_usage, "critical,keyCertSign,cRLSign");
+    add_extension(cert.get(), cert.get(), NID_subject_key_identifier, "hash");
+    EDGE_CHECK(X509_sign(cert.get(), key.get(), EVP_sha256()) > 0, "X509_sign failed");
+    TestCa out{dir + "/" + stem + ".crt", dir + "/" + stem + ".key"};
+    write_pem(out.cert_path, cert.get(), out.key_path, key.get());
+    return out;
+}
+
+TestCertificate make_signed_certificate(const TestCa& ca, const std::string& dir,
+                                        const std::string& stem,
+                                        const std::vector<std::string>& dns_names) {
+    EDGE_CHECK(!dns_names.empty());
+    FILE* f = std::fopen(ca.cert_path.c_str(), "r");
+    EDGE_CHECK(f != nullptr, "cannot open " + ca.cert_path);
+    CertPtr ca_cert(PEM_read_X509(f, nullptr, nullptr, nullptr), X509_free);
+    std::fclose(f);
+    f = std::fopen(ca.key_path.c_str(), "r");
+    EDGE_CHECK(f != nullptr, "cannot open " + ca.key_path);
+    KeyPtr ca_key(PEM_read_PrivateKey(f, nullptr, nullptr, nullptr), EVP_PKEY_free);
+    std::fclose(f);
+    EDGE_CHECK(ca_cert != nullptr && ca_key != nullptr, "bad CA files");
+
+    KeyPtr key(EVP_EC_gen("P-256"), EVP_PKEY_free);
+    EDGE_CHECK(key != nullptr, "EVP_EC_gen failed");
+    CertPtr cert = new_certificate(key.get(), dns_names[0]);
+    X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get()));
+    std::string san;
+    for (const std::string& n : dns_names) {
+        san += (san.empty() ? "DNS:" : ",DNS:") + n;
+    }
+    san += ",IP:127.0.0.1";
+    add_extension(cert.get(), ca_cert.get(), NID_subject_alt_name, san);
+    add_extension(cert.get(), ca_cert.get(), NID_basic_constraints, "CA:FALSE");
+    add_extension(cert.get(), ca_cert.get(), NID_ext_key_usage, "serverAuth,clientAuth");
+    add_extension(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid");
+    EDGE_CHECK(X509_sign(cert.get(), ca_key.get(), EVP_sha256()) > 0, "X509_sign failed");
+    TestCertificate out{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", dns_names[0]};
+    write_pem(out.cert_path, cert.get(), out.key_path, key.get());
+    return out;
+}
+
 }  // namespace edge::testing

@@ -36,4 +36,17 @@ struct TestCertificate {
 TestCertificate make_certificate(const std::string& dir, const std::string& stem,
                                  const std::vector<std::string>& dns_names);
 
+// A certificate authority made at test time (a cluster CA): `<dir>/<stem>.crt` and `.key`.
+struct TestCa {
+    std::string cert_path;
+    std::string key_path;
+};
+TestCa make_ca(const std::string& dir, const std::string& stem, const std::string& common_name);
+
+// Writes `<dir>/<stem>.crt` and `.key`: a certificate for `dns_names` (the first is the common
+// name) and IP 127.0.0.1, signed by `ca`, usable as TLS server and client certificate.
+TestCertificate make_signed_certificate(const TestCa& ca, const std::string& dir,
+                                        const std::string& stem,
+                                        const std::vector<std::string>& dns_names);
+
 }  // namespace edge::testing

@@ -62,6 +62,14 @@ Result<std::unique_ptr<TlsClient>> TlsClient::connect(uint16_t port, TlsClientOp
         SSL_CTX_set_max_proto_version(c->ctx_, options.max_version);
     }
     SSL_CTX_set_session_cache_mode(c->ctx_, SSL_SESS_CACHE_CLIENT);
+    if (!options.client_cert_path.empty()) {
+        if (SSL_CTX_use_certificate_chain_file(c->ctx_, options.client_cert_path.c_str()) != 1 ||
+            SSL_CTX_use_PrivateKey_file(c->ctx_, options.client_key_path.c_str(),
+                                        SSL_FILETYPE_PEM) != 1) {
+            return invalid_argument_error("cannot load client certificate " +
+                                          options.client_cert_path);
+        }
+    }
     static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
     SSL_CTX_set_alpn_protos(c->ctx_, kAlpn, sizeof(kAlpn));
     c->ssl_ = SSL_new(c->ctx_);

@@ -23,6 +23,8 @@ struct TlsClientOptions {
     std::string before_handshake;  // Raw bytes sent first (a PROXY header).
     SSL_SESSION* resume = nullptr;  // Offered for resumption (not owned).
     int timeout_ms = 5000;
+    std::string client_cert_path;  // PEM client certificate for mutual TLS ("" sends none).
+    std::string client_key_path;   // Its key.
 };
 
 struct HttpReply {

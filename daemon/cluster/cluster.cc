@@ -1,0 +1,575 @@
+#include "daemon/cluster/cluster.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "common/log.h"
+#include "daemon/cluster/admin_views.h"
+#include "daemon/metrics.h"
+
+namespace edge::daemon::cluster {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace membership = routing::membership;
+using tcp = net::ip::tcp;
+using boost::system::error_code;
+constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+
+Result<membership::MembershipConfig> membership_config(const Config& config) {
+    const GossipConfig& g = config.gossip;
+    membership::MembershipConfig mc = g.preset == "wan"     ? membership::wan_profile()
+                                      : g.preset == "local" ? membership::local_profile()
+                                                            : membership::lan_profile();
+    mc.name = config.site.id;
+    mc.advertise_addr = g.advertise_address;
+    mc.label = g.label;
+    if (g.probe_interval.count() > 0) mc.probe_interval = g.probe_interval;
+    if (g.probe_timeout.count() > 0) mc.probe_timeout = g.probe_timeout;
+    if (g.gossip_interval.count() > 0) mc.gossip_interval = g.gossip_interval;
+    if (g.push_pull_interval.count() > 0) mc.push_pull_interval = g.push_pull_interval;
+    if (g.suspicion_mult > 0) mc.suspicion_mult = g.suspicion_mult;
+    mc.seed = std::hash<std::string>{}(config.site.id) ^ std::random_device{}();
+    // An empty advertise address is filled in from the bound socket by MembershipService.
+    membership::MembershipConfig check = mc;
+    if (check.advertise_addr.empty()) {
+        check.advertise_addr = "127.0.0.1:1";
+    }
+    if (Status s = check.validate(); !s.ok()) {
+        return invalid_argument_error(config.source + ": gossip: " + s.message());
+    }
+    return mc;
+}
+
+Result<membership::Keyring> load_keyring(const GossipConfig& gossip) {
+    std::vector<membership::GossipKey> keys;
+    for (const std::string& hex : gossip.keys) {
+        EDGE_ASSIGN_OR_RETURN(membership::GossipKey k, membership::parse_gossip_key(hex));
+        keys.push_back(k);
+    }
+    if (!gossip.keyring_file.empty()) {
+        std::ifstream in(gossip.keyring_file);
+        if (!in) {
+            return not_found_error("gossip.keyring_file: cannot open '" + gossip.keyring_file +
+                                   "'");
+        }
+        std::string line;
+        int n = 0;
+        while (std::getline(in, line)) {
+            ++n;
+            const size_t b = line.find_first_not_of(" \t\r");
+            if (b == std::string::npos || line[b] == '#') {
+                continue;
+            }
+            const size_t e = line.find_last_not_of(" \t\r");
+            Result<membership::GossipKey> k =
+                membership::parse_gossip_key(line.substr(b, e - b + 1));
+            if (!k.ok()) {
+                return invalid_argument_error(gossip.keyring_file + ":" + std::to_string(n) +
+                                              ": expected 64 hex digits (an AES-256 key)");
+            }
+            if (std::find(keys.begin(), keys.end(), *k) == keys.end()) {
+                keys.push_back(*k);
+            }
+        }
+    }
+    Result<membership::Keyring> ring = membership::Keyring::create(std::move(keys));
+    if (!ring.ok()) {
+        return invalid_argument_error("gossip keys: " + ring.status().message());
+    }
+    return ring;
+}
+
+namespace {
+
+std::string percent_decode(std::string_view s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const auto hex = [&](size_t j) {
+            return std::isxdigit(static_cast<unsigned char>(s[j])) != 0;
+        };
+        if (s[i] == '%' && i + 2 < s.size() && hex(i + 1) && hex(i + 2)) {
+            out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+            i += 2;
+        } else if (s[i] == '+') {
+            out += ' ';
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
+std::map<std::string, std::string> parse_query(std::string_view q) {
+    std::map<std::string, std::string> out;
+    while (!q.empty()) {
+        const size_t amp = q.find('&');
+        std::string_view part = q.substr(0, amp);
+        q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+        const size_t eq = part.find('=');
+        out[percent_decode(part.substr(0, eq))] =
+            eq == std::string_view::npos ? "" : percent_decode(part.substr(eq + 1));
+    }
+    return out;
+}
+
+AdminReply json_error(int status, const std::string& message) {
+    boost::json::object o;
+    o["error"] = message;
+    return {status, "application/json", boost::json::serialize(o) + "\n"};
+}
+
+}  // namespace
+
+class Cluster::Impl : public std::enable_shared_from_this<Cluster::Impl> {
+public:
+    Impl(net::io_context& io, engine::Generator& generator, Metrics* metrics, Clock& clock)
+        : io_(io), strand_(net::make_strand(io)), publish_timer_(strand_),
+          health_timer_(strand_), generator_(generator), metrics_(metrics), clock_(clock) {}
+
+    membership::SiteState site_state() const {
+        membership::SiteState s;
+        s.site_id = site_.id;
+        s.region = site_.region;
+        s.latitude = site_.latitude;
+        s.longitude = site_.longitude;
+        s.admin_addr = admin_addr_;
+        {
+            std::lock_guard lock(mu_);
+            s.peer_addr = peer_addr_;
+        }
+        const bool ready = generator_.ready();
+        const std::vector<engine::ModelLoad> loads = generator_.load();
+        for (const engine::ModelInfo& info : generator_.models()) {
+            membership::PoolInfo p;
+            p.model = info.name;
+            p.version_digest = info.version;
+            p.state = draining_.load() ? membership::PoolState::kDraining
+                      : ready          ? membership::PoolState::kServing
+                                       : membership::PoolState::kLoading;
+            for (const engine::ModelLoad& l : loads) {
+                if (l.name == info.name) {
+                    p.capacity = l.capacity;
+                    p.load.queue_depth = l.queue_depth;
+                    p.load.running = l.running;
+                    p.load.kv_use = l.kv_use;
+                    p.load.tokens_per_s = l.decode_tokens_per_s;
+                }
+            }
+            s.pools.push_back(std::move(p));
+        }
+        return s;
+    }
+
+    // On strand_: samples the site state and gossips it when it changed materially.
+    void publish(bool force) {
+        membership::SiteState s = site_state();
+        const membership::MembershipConfig& mc = mconfig_;
+        if (!force && last_published_ &&
+            !membership::load_changed_materially(*last_published_, s, mc.load_change_fraction,
+                                                 mc.load_change_abs)) {
+            return;
+        }
+        last_published_ = s;
+        service_->post([s = std::move(s)](membership::Memberlist& ml) mutable {
+            ml.update_site_state(std::move(s));
+        });
+    }
+
+    void update_metrics() {
+        if (metrics_ == nullptr) {
+            return;
+        }
+        auto snap = service_->snapshot();
+        if (!snap) {
+            return;
+        }
+        for (membership::NodeState st : {membership::NodeState::kAlive,
+                                         membership::NodeState::kSuspect,
+                                         membership::NodeState::kDead,
+                                         membership::NodeState::kLeft}) {
+            metrics_->set_gossip_members(membership::node_state_name(st),
+                                         static_cast<int64_t>(snap->count(st)));
+        }
+        for (const membership::MemberView& m : snap->members) {
+            if (m.site && !m.is_local && m.name != snap->local_name) {
+                metrics_->set_site_rtt(m.site->site_id,
+                                       member_rtt(*snap, m, planner_->config().cost).rtt_s);
+            }
+        }
+    }
+
+    void arm_publish() {
+        if (stopped_) {
+            return;
+        }
+        publish_timer_.expires_after(gossip_.publish_interval);
+        publish_timer_.async_wait([self = shared_from_this()](error_code ec) {
+            if (ec || self->stopped_) {
+                return;
+            }
+            self->publish(false);
+            self->update_metrics();
+            self->arm_publish();
+        });
+    }
+
+    void arm_health() {
+        if (stopped_ || gossip_.health_check_interval.count() <= 0) {
+            return;
+        }
+        health_timer_.expires_after(gossip_.health_check_interval);
+        health_timer_.async_wait([self = shared_from_this()](error_code ec) {
+            if (ec || self->stopped_) {
+                return;
+            }
+            self->run_health_checks();
+            self->arm_health();
+        });
+    }
+
+    void run_health_checks() {
+        auto snap = service_->snapshot();
+        if (!snap) {
+            return;
+        }
+        for (const membership::MemberView& m : snap->members) {
+            if (m.is_local || m.name == snap->local_name || !m.site || m.site->admin_addr.empty() ||
+                (m.state != membership::NodeState::kAlive &&
+                 m.state != membership::NodeState::kSuspect)) {
+                continue;
+            }
+            net::co_spawn(strand_, check_ready(shared_from_this(), m.name, m.site->admin_addr),
+                          net::detached);
+        }
+    }
+
+    static net::awaitable<void> check_ready(std::shared_ptr<Impl> self, std::string member,
+                                            std::string addr) {
+        bool ok = false;
+        Result<std::pair<std::string, uint16_t>> hp = membership::split_host_port(addr);
+        error_code ec;
+        net::ip::address ip;
+        if (hp.ok()) {
+            ip = net::ip::make_address(hp->first, ec);
+        }
+        if (hp.ok() && !ec) {
+            beast::tcp_stream stream(self->strand_);
+            stream.expires_after(self->gossip_.health_check_timeout);
+            auto [cec] = co_await stream.async_connect(tcp::endpoint(ip, hp->second), kTuple);
+            if (!cec) {
+                http::request<http::empty_body> req{http::verb::get, "/readyz", 11};
+                req.set(http::field::host, addr);
+                req.keep_alive(false);
+                auto [wec, wn] = co_await http::async_write(stream, req, kTuple);
+                if (!wec) {
+                    beast::flat_buffer buf;
+                    http::response<http::string_body> res;
+                    auto [rec, rn] = co_await http::async_read(stream, buf, res, kTuple);
+                    ok = !rec && res.result() == http::status::ok;
+                }
+            }
+            error_code ignored;
+            stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+        }
+        if (self->stopped_) {
+            co_return;
+        }
+        if (!ok) {
+            log::debug("peer_not_ready", {{"member", member}, {"admin", addr}});
+        }
+        self->planner_->report_active(member, ok);
+    }
+
+    std::optional<AdminReply> handle_admin(std::string_view method, std::string_view target) {
+        const size_t qpos = target.find('?');
+        const std::string_view path = target.substr(0, qpos);
+        const auto query = parse_query(qpos == std::string_view::npos ? std::string_view()
+                                                                      : target.substr(qpos + 1));
+        const bool text = query.count("format") && query.at("format") == "text";
+        const std::string_view ctype = text ? "text/plain; charset=utf-8" : "application/json";
+        auto get_only = [&]() -> std::optional<AdminReply> {
+            if (method != "GET" && method != "HEAD") {
+                return json_error(405, std::string(path) + " takes GET");
+            }
+            return std::nullopt;
+        };
+        auto snap = service_->snapshot();
+        if (path == "/admin/members") {
+            if (auto e = get_only()) return e;
+            const auto& cost = planner_->config().cost;
+            return AdminReply{200, std::string(ctype),
+                              text ? members_text(*snap, cost) : members_json(*snap, cost)};
+        }
+        if (path == "/admin/pools") {
+            if (auto e = get_only()) return e;
+            auto table = planner_->table();
+            auto rollouts = rollouts_.all();
+            return AdminReply{200, std::string(ctype),
+                              text ? pools_text(*table, *snap, rollouts)
+                                   : pools_json(*table, *snap, rollouts)};
+        }
+        if (path == "/admin/route") {
+            if (auto e = get_only()) return e;
+            auto model = query.find("model");
+            if (model == query.end() || model->second.empty()) {
+                return json_error(400, "/admin/route needs ?model=NAME");
+            }
+            auto version = query.find("version");
+            VersionChoice v;
+            routing::selection::RouteDecision d = planner_->explain(
+                model->second, version == query.end() ? "" : version->second, &v);
+            return AdminReply{200, std::string(ctype), text ? route_text(d, v) : route_json(d, v)};
+        }
+        if (path == "/admin/rollout") {
+            if (method != "POST") {
+                return json_error(405, "/admin/rollout takes POST ?model=NAME&version=DIGEST");
+            }
+            auto model = query.find("model");
+            auto version = query.find("version");
+            if (model == query.end() || version == query.end() || model->second.empty() ||
+                version->second.empty()) {
+                return json_error(400, "/admin/rollout needs ?model=NAME&version=DIGEST");
+            }
+            if (Status s = send_rollout(model->second, version->second); !s.ok()) {
+                return json_error(400, s.message());
+            }
+            boost::json::object o;
+            o["model"] = model->second;
+            o["version"] = version->second;
+            o["sent"] = true;
+            return AdminReply{200, "application/json", boost::json::serialize(o) + "\n"};
+        }
+        if (path == "/admin/rollouts") {
+            if (auto e = get_only()) return e;
+            boost::json::array arr;
+            std::vector<std::vector<std::string>> rows{{"MODEL", "TARGET_VERSION", "LAMPORT"}};
+            for (const RolloutIntent& r : rollouts_.all()) {
+                boost::json::object o;
+                o["model"] = r.model;
+                o["version"] = r.version;
+                o["ltime"] = r.ltime;
+                arr.push_back(std::move(o));
+                rows.push_back({r.model, r.version, std::to_string(r.ltime)});
+            }
+            boost::json::object root;
+            root["rollouts"] = std::move(arr);
+            return AdminReply{200, std::string(ctype),
+                              text ? text_table(rows) : boost::json::serialize(root) + "\n"};
+        }
+        return std::nullopt;
+    }
+
+    Status send_rollout(const std::string& model, const std::string& version) {
+        if (model.empty() || version.empty() || model.size() > 255 || version.size() > 255 ||
+            model.find('\n') != std::string::npos || version.find('\n') != std::string::npos) {
+            return invalid_argument_error("rollout: model and version must be 1..255 bytes "
+                                          "without newlines");
+        }
+        auto payload = encode_rollout(model, version);
+        service_->post([payload = std::move(payload)](membership::Memberlist& ml) mutable {
+            Status s = ml.send_user_event(std::string(kRolloutEvent), std::move(payload));
+            if (!s.ok()) {
+                log::warn("rollout_send_failed", {{"error", s.message()}});
+            }
+        });
+        return ok_status();
+    }
+
+    net::io_context& io_;
+    net::strand<net::io_context::executor_type> strand_;
+    net::steady_timer publish_timer_;
+    net::steady_timer health_timer_;
+    engine::Generator& generator_;
+    Metrics* metrics_;
+    Clock& clock_;
+    SiteConfig site_;
+    GossipConfig gossip_;
+    membership::MembershipConfig mconfig_;
+    std::string admin_addr_;
+    mutable std::mutex mu_;
+    std::string peer_addr_;  // Under mu_.
+    std::atomic<bool> draining_{false};
+    std::atomic<bool> stopped_{false};
+    bool started_ = false;
+    std::optional<membership::SiteState> last_published_;  // On strand_.
+    std::unique_ptr<membership::MembershipService> service_;
+    std::unique_ptr<ClusterRoutePlanner> planner_;
+    RolloutBook rollouts_;
+    std::map<std::string, Duration> peer_delay_;  // Testing only: site id -> delay.
+};
+
+Cluster::Cluster(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Cluster::~Cluster() {
+    if (impl_->started_ && !impl_->stopped_) {
+        kill();
+    }
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Config& config,
+                                                 engine::Generator& generator, Metrics* metrics,
+                                                 Clock& clock, const std::string& admin_addr) {
+    if (!config.gossip.enabled) {
+        return failed_precondition_error("cluster: no `gossip` section in the config");
+    }
+    auto impl = std::make_shared<Impl>(io, generator, metrics, clock);
+    impl->site_ = config.site;
+    impl->gossip_ = config.gossip;
+    impl->admin_addr_ = config.site.admin_address.empty() ? admin_addr : config.site.admin_address;
+    impl->peer_addr_ = config.site.peer_address;
+    for (const auto& [site, delay] : config.gossip.testing_peer_delay) {
+        impl->peer_delay_[site] = delay;
+    }
+    EDGE_ASSIGN_OR_RETURN(impl->mconfig_, membership_config(config));
+    EDGE_ASSIGN_OR_RETURN(membership::Keyring keyring, load_keyring(config.gossip));
+    for (const auto& [model, version] : config.routing.target_versions) {
+        impl->rollouts_.apply({model, version, 0});
+    }
+    EDGE_ASSIGN_OR_RETURN(impl->service_,
+                          membership::MembershipService::create(
+                              io, impl->mconfig_, std::move(keyring), impl->site_state(),
+                              config.gossip.bind_address, config.gossip.port));
+
+    PlannerConfig pc;
+    pc.cost = config.routing.cost;
+    pc.selection = config.routing.selection;
+    pc.outlier = config.routing.outlier;
+    pc.version_fallback = config.routing.version_fallback;
+    Impl* raw = impl.get();
+    impl->planner_ = std::make_unique<ClusterRoutePlanner>(
+        pc, clock, [raw] { return raw->service_->snapshot(); }, impl->rollouts_, metrics);
+
+    impl->service_->set_user_event_callback([raw](const membership::UserEventMsg& e) {
+        if (e.name != kRolloutEvent) {
+            return;
+        }
+        Result<RolloutIntent> intent = decode_rollout(e.payload, e.ltime);
+        if (!intent.ok()) {
+            log::warn("rollout_event_invalid", {{"error", intent.status().message()}});
+            return;
+        }
+        if (raw->rollouts_.apply(*intent)) {
+            log::info("rollout_target", {{"model", intent->model},
+                                         {"version", intent->version},
+                                         {"ltime", intent->ltime}});
+        }
+    });
+    impl->service_->set_event_callback([raw](const membership::MemberEvent& e) {
+        log::info("gossip_member", {{"event", std::string(membership::member_event_name(e.kind))},
+                                    {"member", e.name},
+                                    {"site", raw->site_.id}});
+    });
+    if (!impl->peer_delay_.empty()) {
+        log::warn("testing_peer_delay", {{"detail", "gossip.testing_peer_delay_ms is set: "
+                                                    "gossip packets are delayed on purpose"}});
+        // Runs on the membership strand: map the address back to a member through the latest
+        // snapshot (member names are site ids).
+        impl->service_->set_packet_delay([raw](const std::string& addr) -> Duration {
+            auto snap = raw->service_->snapshot();
+            if (!snap) {
+                return Duration::zero();
+            }
+            for (const membership::MemberView& m : snap->members) {
+                if (m.addr == addr) {
+                    auto it = raw->peer_delay_.find(m.name);
+                    return it == raw->peer_delay_.end() ? Duration::zero() : it->second;
+                }
+            }
+            return Duration::zero();
+        });
+    }
+    return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
+void Cluster::set_peer_addr(const std::string& addr) {
+    std::lock_guard lock(impl_->mu_);
+    if (impl_->peer_addr_.empty()) {
+        impl_->peer_addr_ = addr;
+    }
+}
+
+void Cluster::start() {
+    impl_->started_ = true;
+    impl_->service_->start(impl_->gossip_.join);
+    net::post(impl_->strand_, [self = impl_] {
+        self->publish(true);
+        self->arm_publish();
+        self->arm_health();
+    });
+    log::info("gossip_started", {{"site", impl_->site_.id},
+                                 {"advertise", impl_->service_->advertise_addr()},
+                                 {"seeds", static_cast<int64_t>(impl_->gossip_.join.size())}});
+}
+
+void Cluster::set_draining() {
+    if (impl_->draining_.exchange(true)) {
+        return;
+    }
+    log::info("pools_draining", {{"site", impl_->site_.id}});
+    net::post(impl_->strand_, [self = impl_] {
+        if (!self->stopped_) {
+            self->publish(true);
+        }
+    });
+}
+
+void Cluster::stop() {
+    if (impl_->stopped_.exchange(true)) {
+        return;
+    }
+    net::post(impl_->strand_, [self = impl_] {
+        self->publish_timer_.cancel();
+        self->health_timer_.cancel();
+    });
+    impl_->service_->stop(impl_->gossip_.leave_drain);
+    log::info("gossip_left", {{"site", impl_->site_.id}});
+}
+
+void Cluster::kill() {
+    if (impl_->stopped_.exchange(true)) {
+        return;
+    }
+    net::post(impl_->strand_, [self = impl_] {
+        self->publish_timer_.cancel();
+        self->health_timer_.cancel();
+    });
+    impl_->service_->kill();
+}
+
+ClusterRoutePlanner& Cluster::planner() { return *impl_->planner_; }
+RolloutBook& Cluster::rollouts() { return impl_->rollouts_; }
+
+Status Cluster::rollout(const std::string& model, const std::string& version) {
+    return impl_->send_rollout(model, version);
+}
+
+std::shared_ptr<const membership::MembershipSnapshot> Cluster::snapshot() const {
+    return impl_->service_->snapshot();
+}
+uint16_t Cluster::gossip_port() const { return impl_->service_->port(); }
+const std::string& Cluster::advertise_addr() const { return impl_->service_->advertise_addr(); }
+
+std::optional<AdminReply> Cluster::handle_admin(std::string_view method, std::string_view target) {
+    return impl_->handle_admin(method, target);
+}
+
+}  // namespace edge::daemon::cluster

@@ -1,0 +1,282 @@
+#include "daemon/cluster/planner.h"
+
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "daemon/metrics.h"
+
+namespace edge::daemon::cluster {
+
+namespace sel = routing::selection;
+namespace membership = routing::membership;
+using routing::health::pool_key;
+
+namespace {
+
+std::mt19937_64& thread_rng() {
+    thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                     std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    return rng;
+}
+
+RouteRejection map_rejection(sel::Rejection r) {
+    switch (r) {
+        case sel::Rejection::kNoPoolServesModel: return RouteRejection::kNoPoolServesModel;
+        case sel::Rejection::kVersionPinUnmatched: return RouteRejection::kVersionPinUnmatched;
+        case sel::Rejection::kAllSaturated: return RouteRejection::kAllSaturated;
+        case sel::Rejection::kNone: break;
+    }
+    return RouteRejection::kNone;
+}
+
+bool usable(const sel::RouteCandidate& c) {
+    return c.state == membership::PoolState::kServing && !c.cost.saturated;
+}
+
+}  // namespace
+
+ClusterRoutePlanner::ClusterRoutePlanner(PlannerConfig config, Clock& clock,
+                                         SnapshotSource snapshots, RolloutBook& rollouts,
+                                         Metrics* metrics)
+    : config_(std::move(config)), clock_(clock), snapshots_(std::move(snapshots)),
+      rollouts_(rollouts), metrics_(metrics), outliers_(config_.outlier, clock) {}
+
+std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
+    std::shared_ptr<const membership::MembershipSnapshot> snap) {
+    auto b = std::make_shared<Built>();
+    b->snapshot = snap;
+    b->ejections = outliers_.ejections_total();
+    b->built_at = clock_.now();
+    if (!snap) {
+        return b;
+    }
+    b->table = sel::build_route_table(
+        *snap, config_.cost, [this](std::string_view member, std::string_view model) {
+            return outliers_.is_ejected(pool_key(member, model)) ? sel::PoolHealth::kEjected
+                                                                 : sel::PoolHealth::kHealthy;
+        });
+    std::set<std::string> pools;
+    for (const membership::MemberView& m : snap->members) {
+        if (!m.site) {
+            continue;
+        }
+        b->peer_addr[m.name] = m.site->peer_addr;
+        if (m.is_local || m.name == snap->local_name) {
+            continue;
+        }
+        for (const membership::PoolInfo& p : m.site->pools) {
+            pools.insert(pool_key(m.name, p.model));
+        }
+    }
+    // Pools come and go with the snapshot; the detector's ejection cap counts the live ones.
+    for (const std::string& p : pools) {
+        if (!known_pools_.count(p)) {
+            outliers_.add_pool(p);
+        }
+    }
+    for (const std::string& p : known_pools_) {
+        if (!pools.count(p)) {
+            outliers_.remove_pool(p);
+        }
+    }
+    known_pools_ = std::move(pools);
+    return b;
+}
+
+std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::current() {
+    outliers_.tick();
+    auto snap = snapshots_ ? snapshots_() : nullptr;
+    std::lock_guard lock(mu_);
+    if (built_ && built_->snapshot == snap && built_->ejections == outliers_.ejections_total() &&
+        clock_.now() - built_->built_at < config_.rebuild_interval) {
+        return built_;
+    }
+    built_ = rebuild(std::move(snap));
+    return built_;
+}
+
+std::shared_ptr<const sel::RouteTable> ClusterRoutePlanner::table() {
+    auto b = current();
+    return std::shared_ptr<const sel::RouteTable>(b, &b->table);
+}
+
+VersionChoice ClusterRoutePlanner::version_for(const Built& b, std::string_view model,
+                                               std::string_view pin, std::mt19937_64& rng,
+                                               sel::RouteChoice* choice) {
+    if (!pin.empty()) {
+        *choice = sel::choose(b.table, {model, pin}, config_.selection, rng);
+        return {std::string(pin), "pin"};
+    }
+    std::optional<RolloutIntent> target = rollouts_.target(model);
+    if (target) {
+        sel::RouteChoice c = sel::choose(b.table, {model, target->version}, config_.selection, rng);
+        if (c.chosen != nullptr || !config_.version_fallback) {
+            *choice = c;
+            return {target->version, "target"};
+        }
+        sel::RouteChoice any = sel::choose(b.table, {model, ""}, config_.selection, rng);
+        if (any.chosen != nullptr || c.rejection == sel::Rejection::kVersionPinUnmatched) {
+            *choice = any;
+            return {"", "fallback"};
+        }
+        *choice = c;
+        return {target->version, "target"};
+    }
+    *choice = sel::choose(b.table, {model, ""}, config_.selection, rng);
+    return {"", "none"};
+}
+
+RoutePlan ClusterRoutePlanner::plan(std::string_view model, std::string_view version_pin) {
+    auto b = current();
+    sel::RouteChoice choice;
+    const VersionChoice v = version_for(*b, model, version_pin, thread_rng(), &choice);
+    RoutePlan plan;
+    const std::string m(model);
+
+    auto target_of = [&](const sel::RouteCandidate& c) -> std::optional<RouteTarget> {
+        RouteTarget t;
+        t.local = c.is_local;
+        t.site_id = c.site_id;
+        t.cost_s = c.cost.total_s;
+        t.model = m;
+        if (!c.is_local) {
+            auto it = b->peer_addr.find(c.member);
+            if (it == b->peer_addr.end() || it->second.empty()) {
+                return std::nullopt;  // The site takes no forwarded requests.
+            }
+            t.peer_addr = it->second;
+        }
+        return t;
+    };
+
+    if (choice.chosen != nullptr) {
+        if (auto t = target_of(*choice.chosen)) {
+            plan.targets.push_back(std::move(*t));
+        }
+        const sel::ModelPools* pools = b->table.find(model);
+        // Fallbacks by cost: first those of the version filter, then (only when the filter is
+        // the target version and fallback is allowed) the other versions.
+        const bool other_versions = v.source == "target" && config_.version_fallback;
+        for (int pass = 0; pass < (other_versions ? 2 : 1); ++pass) {
+            for (size_t i = 0; pools != nullptr && i < pools->index.size(); ++i) {
+                if (plan.targets.size() >= config_.max_fallbacks + 1) {
+                    break;
+                }
+                const sel::RouteCandidate& c = pools->candidates[pools->index[i]];
+                if (&c == choice.chosen || !usable(c)) {
+                    continue;
+                }
+                const bool matches = v.version.empty() || c.version_digest == v.version;
+                if (matches != (pass == 0)) {
+                    continue;
+                }
+                if (auto t = target_of(c)) {
+                    plan.targets.push_back(std::move(*t));
+                }
+            }
+        }
+        if (!plan.targets.empty()) {
+            if (metrics_ != nullptr) {
+                metrics_->on_route_decision(plan.targets[0].local ? "local" : "forwarded",
+                                            plan.targets[0].site_id);
+            }
+            return plan;
+        }
+        plan.rejection = RouteRejection::kNoPoolServesModel;
+        plan.message = "no reachable pool serves model '" + m +
+                       "': the pools that do take no forwarded requests";
+    } else {
+        plan.rejection = map_rejection(choice.rejection);
+        switch (choice.rejection) {
+            case sel::Rejection::kNoPoolServesModel:
+                plan.message = "no pool in the cluster serves model '" + m + "'";
+                break;
+            case sel::Rejection::kVersionPinUnmatched:
+                plan.message = "no pool serves version '" + v.version + "' of model '" + m + "'" +
+                               (v.source == "target" ? " (the cluster's target version)" : "");
+                break;
+            case sel::Rejection::kAllSaturated:
+                plan.message = "every pool serving model '" + m + "' is saturated";
+                plan.retry_after_seconds =
+                    static_cast<int>(std::ceil(std::clamp(choice.retry_after_s, 1.0, 3600.0)));
+                break;
+            case sel::Rejection::kNone:
+                plan.rejection = RouteRejection::kNoPoolServesModel;
+                plan.message = "no pool in the cluster serves model '" + m + "'";
+                break;
+        }
+    }
+    if (metrics_ != nullptr) {
+        metrics_->on_route_decision("rejected", "");
+    }
+    return plan;
+}
+
+void ClusterRoutePlanner::note_ejections(uint64_t before, const std::string& site) {
+    const uint64_t after = outliers_.ejections_total();
+    if (after != before && metrics_ != nullptr) {
+        for (uint64_t i = before; i < after; ++i) {
+            metrics_->on_route_ejection(site);
+        }
+    }
+}
+
+void ClusterRoutePlanner::report(const RouteTarget& target, bool ok,
+                                 std::chrono::nanoseconds /*latency*/) {
+    if (target.local || target.site_id.empty() || target.model.empty()) {
+        return;
+    }
+    const std::string key = pool_key(target.site_id, target.model);
+    const uint64_t before = outliers_.ejections_total();
+    if (ok) {
+        outliers_.report_success(key);
+    } else {
+        outliers_.report_failure(key, routing::health::FailureKind::kConnect);
+    }
+    note_ejections(before, target.site_id);
+}
+
+void ClusterRoutePlanner::report_active(const std::string& member, bool ok) {
+    auto b = current();
+    if (!b->snapshot) {
+        return;
+    }
+    const membership::MemberView* m = b->snapshot->find(member);
+    if (m == nullptr || !m->site) {
+        return;
+    }
+    const uint64_t before = outliers_.ejections_total();
+    for (const membership::PoolInfo& p : m->site->pools) {
+        const std::string key = pool_key(member, p.model);
+        if (ok) {
+            outliers_.report_success(key);
+        } else {
+            outliers_.report_failure(key, routing::health::FailureKind::kConnect);
+        }
+    }
+    note_ejections(before, m->site->site_id);
+}
+
+sel::RouteDecision ClusterRoutePlanner::explain(std::string_view model,
+                                                std::string_view version_pin,
+                                                VersionChoice* version) {
+    auto b = current();
+    sel::RouteChoice choice;
+    std::mt19937_64& rng = thread_rng();
+    VersionChoice v = version_for(*b, model, version_pin, rng, &choice);
+    sel::RouteDecision d = sel::explain(b->table, {model, v.version}, config_.selection, rng);
+    if (v.source == "target") {
+        d.reasons.push_back("unpinned request: only the cluster's target version " + v.version +
+                            " is used");
+    } else if (v.source == "fallback") {
+        d.reasons.push_back("unpinned request: no pool of the target version can take it; "
+                            "other versions serve as fallback");
+    }
+    if (version != nullptr) {
+        *version = std::move(v);
+    }
+    return d;
+}
+
+}  // namespace edge::daemon::cluster

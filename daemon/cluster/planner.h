@@ -1,0 +1,110 @@
+#pragma once
+
+// ClusterRoutePlanner is the RoutePlanner of a daemon that gossips: it turns the latest
+// membership snapshot into a RouteTable (routing/selection; cached, rebuilt when the snapshot
+// changes, when an ejection happens, and at least every rebuild_interval so ejections expire),
+// applies outlier detection (routing/health: report() from forwarded requests and
+// report_active() from /readyz checks feed it) and picks the pool with choose(): the chosen
+// target first, then fallbacks by cost. Model versions: a pinned X-Model-Version is honoured
+// exactly; without a pin the model's target version (RolloutBook) is preferred and other
+// versions serve only as fallback when version_fallback is set.
+// Threading: every method is safe from any thread (the cache sits behind a mutex held only to
+// swap a shared_ptr; the outlier detector and RolloutBook lock internally). The clock, snapshot
+// source, rollout book and metrics must outlive the planner.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "daemon/cluster/rollout.h"
+#include "daemon/cluster/route_planner.h"
+#include "routing/health/outlier_detector.h"
+#include "routing/membership/snapshot.h"
+#include "routing/selection/route_table.h"
+#include "routing/selection/selector.h"
+
+namespace edge::daemon {
+class Metrics;
+}
+
+namespace edge::daemon::cluster {
+
+struct PlannerConfig {
+    routing::selection::CostConfig cost;
+    routing::selection::SelectionConfig selection;
+    routing::health::OutlierConfig outlier;
+    // Unpinned requests may use other versions than the target when none of it can take them.
+    bool version_fallback = true;
+    // Fallback targets listed after the chosen one, at most.
+    size_t max_fallbacks = 3;
+    // The table is rebuilt at least this often (ejections expire with time).
+    Duration rebuild_interval = std::chrono::milliseconds(250);
+};
+
+using SnapshotSource =
+    std::function<std::shared_ptr<const routing::membership::MembershipSnapshot>()>;
+
+// The version filter a request gets: its pin, else the target version, else none.
+struct VersionChoice {
+    std::string version;   // Digest filtered on ("" for any).
+    std::string source;    // "pin", "target", "fallback" (target unusable) or "none".
+};
+
+class ClusterRoutePlanner final : public RoutePlanner {
+public:
+    ClusterRoutePlanner(PlannerConfig config, Clock& clock, SnapshotSource snapshots,
+                        RolloutBook& rollouts, Metrics* metrics);
+
+    RoutePlan plan(std::string_view model, std::string_view version_pin) override;
+    void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) override;
+
+    // The result of one active /readyz check of `member`: counts for each of its pools.
+    void report_active(const std::string& member, bool ok);
+
+    // The same decision as plan() with every candidate's cost terms and verdict; `version`
+    // receives the version filter used.
+    routing::selection::RouteDecision explain(std::string_view model,
+                                              std::string_view version_pin,
+                                              VersionChoice* version = nullptr);
+
+    // The current table (rebuilt first when stale).
+    std::shared_ptr<const routing::selection::RouteTable> table();
+    routing::health::OutlierDetector& outliers() { return outliers_; }
+    const PlannerConfig& config() const { return config_; }
+
+private:
+    struct Built {
+        std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot;
+        routing::selection::RouteTable table;
+        std::unordered_map<std::string, std::string> peer_addr;  // member -> peer listener
+        uint64_t ejections = 0;
+        TimePoint built_at{};
+    };
+
+    std::shared_ptr<const Built> current();
+    std::shared_ptr<const Built> rebuild(
+        std::shared_ptr<const routing::membership::MembershipSnapshot> snap);
+    VersionChoice version_for(const Built& b, std::string_view model, std::string_view pin,
+                              std::mt19937_64& rng, routing::selection::RouteChoice* choice);
+    void note_ejections(uint64_t before, const std::string& site);
+
+    const PlannerConfig config_;
+    Clock& clock_;
+    SnapshotSource snapshots_;
+    RolloutBook& rollouts_;
+    Metrics* metrics_;
+    routing::health::OutlierDetector outliers_;
+
+    std::mutex mu_;
+    std::shared_ptr<const Built> built_;
+    std::set<std::string> known_pools_;  // Registered with the detector (under mu_).
+};
+
+}  // namespace edge::daemon::cluster

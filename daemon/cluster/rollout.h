@@ -1,0 +1,49 @@
+#pragma once
+
+// RolloutBook holds the cluster's target version per model: the newest rollout intent by Lamport
+// time. An intent is a small gossip user event (name kRolloutEvent, payload "model\nversion")
+// sent by `edgeserve rollout --model M --version V` through any site's admin listener; every
+// site applies the one with the highest Lamport time (ties: the larger version string, so all
+// sites agree). Config `routing.target_versions` seeds intents at Lamport time 0.
+// Thread-safe: every method takes an internal mutex.
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace edge::daemon::cluster {
+
+inline constexpr std::string_view kRolloutEvent = "rollout";
+
+struct RolloutIntent {
+    std::string model;
+    std::string version;  // Version digest the cluster should serve.
+    uint64_t ltime = 0;   // Lamport time of the intent (0: from the config).
+};
+
+// The payload of a rollout user event, and its untrusted-input parser (bounded, no newlines in
+// either field, both non-empty, at most 255 bytes each).
+std::vector<uint8_t> encode_rollout(std::string_view model, std::string_view version);
+Result<RolloutIntent> decode_rollout(std::span<const uint8_t> payload, uint64_t ltime);
+
+class RolloutBook {
+public:
+    // Applies an intent; true when it became the model's target (newer than the one held).
+    bool apply(const RolloutIntent& intent);
+    // The model's target version, if any intent names one.
+    std::optional<RolloutIntent> target(std::string_view model) const;
+    std::vector<RolloutIntent> all() const;
+
+private:
+    mutable std::mutex mu_;
+    std::map<std::string, RolloutIntent, std::less<>> by_model_;
+};
+
+}  // namespace edge::daemon::cluster

@@ -1,0 +1,701 @@
+#include "daemon/forward/peer_client.h"
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include "common/log.h"
+#include "daemon/api/api_error.h"
+#include "daemon/forward/usage_scanner.h"
+#include "daemon/metrics.h"
+
+namespace edge::daemon::forward {
+
+namespace net = boost::asio;
+namespace ssl = net::ssl;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Stream = beast::ssl_stream<beast::tcp_stream>;
+using SteadyClock = std::chrono::steady_clock;
+using cluster::ForwardResult;
+using cluster::RouteTarget;
+constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+
+namespace {
+
+std::string openssl_errors() {
+    std::string out;
+    while (unsigned long e = ERR_get_error()) {
+        char buf[256];
+        ERR_error_string_n(e, buf, sizeof(buf));
+        if (!out.empty()) {
+            out += "; ";
+        }
+        out += buf;
+    }
+    return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+// Client headers that travel to the peer. Never Authorization: the tenant travels instead.
+constexpr std::string_view kForwardedRequestHeaders[] = {
+    "content-type", "accept", cluster::kModelVersionHeader, "x-request-id", "user-agent"};
+
+// Peer response headers not passed to the client: hop-by-hop ones, and those our server writes.
+bool is_hop_by_hop(std::string_view name) {
+    for (std::string_view h : {"connection", "keep-alive", "transfer-encoding", "content-length",
+                               "te", "trailer", "upgrade", "proxy-connection", "content-type"}) {
+        if (beast::iequals(name, h)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+struct HostPort {
+    std::string host;
+    std::string port;
+};
+
+Result<HostPort> split_host_port(std::string_view addr) {
+    std::string_view host;
+    std::string_view port;
+    if (!addr.empty() && addr.front() == '[') {
+        size_t close = addr.find(']');
+        if (close == std::string_view::npos || close + 1 >= addr.size() || addr[close + 1] != ':') {
+            return invalid_argument_error("peer address '" + std::string(addr) +
+                                          "' is not [IPv6]:port");
+        }
+        host = addr.substr(1, close - 1);
+        port = addr.substr(close + 2);
+    } else {
+        size_t colon = addr.rfind(':');
+        if (colon == std::string_view::npos || colon == 0) {
+            return invalid_argument_error("peer address '" + std::string(addr) +
+                                          "' is not host:port");
+        }
+        host = addr.substr(0, colon);
+        port = addr.substr(colon + 1);
+    }
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return invalid_argument_error("peer address '" + std::string(addr) + "' has a bad port");
+    }
+    return HostPort{std::string(host), std::string(port)};
+}
+
+struct Connection {
+    Connection(net::any_io_executor executor, ssl::context& context)
+        : stream(beast::tcp_stream(std::move(executor)), context) {}
+
+    void close() {
+        boost::system::error_code ignored;
+        auto& socket = beast::get_lowest_layer(stream).socket();
+        socket.shutdown(tcp::socket::shutdown_both, ignored);
+        socket.close(ignored);
+    }
+
+    Stream stream;
+    beast::flat_buffer buffer;
+    SteadyClock::time_point idle_since{};
+    bool reused = false;  // Came from the pool (the peer may have closed it meanwhile).
+};
+
+enum class Failure { kNone, kConnect, kTimeout, kReset, kStatus5xx };
+
+std::string_view failure_reason(Failure f) {
+    switch (f) {
+        case Failure::kConnect: return "connect";
+        case Failure::kTimeout: return "timeout";
+        case Failure::kReset: return "reset";
+        case Failure::kStatus5xx: return "status_5xx";
+        case Failure::kNone: break;
+    }
+    return "none";
+}
+
+}  // namespace
+
+struct ForwardJob {
+    tls::HttpRequest request;
+    std::string tenant;
+    std::vector<RouteTarget> targets;
+    std::shared_ptr<tls::ResponseChannel> channel;
+    std::function<void(const ForwardResult&)> done;
+    ForwardResult result;
+    // Strand only.
+    Connection* current = nullptr;  // The connection in use, closed when the client goes away.
+    bool cancelled = false;
+    bool counted_retry = false;  // Holds one of the retry budget's slots.
+    bool cut = false;            // The answer broke after bytes reached the client.
+    // The answer's last piece (respond or end_stream): delivered after `done` ran, so the caller's
+    // bookkeeping (the tenant's concurrency slot) is settled before the client sees the end, as
+    // for requests run here.
+    std::function<void()> deliver_last;
+    Failure last_failure = Failure::kNone;
+    std::string last_error;
+};
+
+class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
+public:
+    Impl(net::io_context& io, PeerClientConfig config, Metrics* metrics)
+        : strand_(net::make_strand(io)),
+          ssl_(ssl::context::tls_client),
+          config_(std::move(config)),
+          metrics_(metrics) {}
+
+    Status init();
+    net::awaitable<void> run(std::shared_ptr<ForwardJob> job);
+    // One target. True when the job is over (answered, or cancelled); false to try the next.
+    net::awaitable<bool> attempt(ForwardJob& job, const RouteTarget& target, bool can_retry);
+    net::awaitable<std::unique_ptr<Connection>> connect(ForwardJob& job,
+                                                        const std::string& peer_addr,
+                                                        Failure& failure, std::string& error);
+    std::unique_ptr<Connection> take_pooled(const std::string& peer);
+    void give_back(const std::string& peer, std::unique_ptr<Connection> connection);
+    bool retry_allowed() const;
+    void cancel(ForwardJob& job);
+    void report(const RouteTarget& target, bool ok, SteadyClock::duration latency);
+    void finish(ForwardJob& job);
+
+    net::strand<net::io_context::executor_type> strand_;
+    ssl::context ssl_;
+    const PeerClientConfig config_;
+    Metrics* const metrics_;
+    std::atomic<cluster::RoutePlanner*> planner_{nullptr};
+    std::atomic<int64_t> active_{0};
+    std::atomic<int64_t> opened_{0};
+    std::atomic<int64_t> idle_{0};
+    std::atomic<bool> stopping_{false};
+    std::mutex done_mu_;
+    std::condition_variable done_cv_;
+
+    // Strand only.
+    std::unordered_map<std::string, std::deque<std::unique_ptr<Connection>>> pool_;
+    std::unordered_set<ForwardJob*> jobs_;
+    int64_t retries_in_flight_ = 0;
+};
+
+Status PeerClient::Impl::init() {
+    SSL_CTX* ctx = ssl_.native_handle();
+    ERR_clear_error();
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    if (SSL_CTX_use_certificate_chain_file(ctx, config_.cert_path.c_str()) != 1) {
+        return invalid_argument_error("peer: cannot load certificate '" + config_.cert_path +
+                                      "': " + openssl_errors());
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, config_.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
+        return invalid_argument_error("peer: cannot load private key '" + config_.key_path +
+                                      "': " + openssl_errors());
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        return invalid_argument_error("peer: key '" + config_.key_path +
+                                      "' does not match certificate '" + config_.cert_path + "'");
+    }
+    if (SSL_CTX_load_verify_locations(ctx, config_.ca_path.c_str(), nullptr) != 1) {
+        return invalid_argument_error("peer: cannot load cluster CA '" + config_.ca_path +
+                                      "': " + openssl_errors());
+    }
+    // Trust is membership of the cluster CA; peer addresses are often bare IPs, so the peer's
+    // name is not checked against the address.
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    return ok_status();
+}
+
+bool PeerClient::Impl::retry_allowed() const {
+    double cap = std::max(static_cast<double>(config_.min_retry_concurrency),
+                          config_.retry_budget * static_cast<double>(active_.load()));
+    return static_cast<double>(retries_in_flight_ + 1) <= cap;
+}
+
+void PeerClient::Impl::cancel(ForwardJob& job) {
+    job.cancelled = true;
+    if (job.current != nullptr) {
+        job.current->close();
+    }
+}
+
+void PeerClient::Impl::report(const RouteTarget& target, bool ok, SteadyClock::duration latency) {
+    if (cluster::RoutePlanner* planner = planner_.load()) {
+        planner->report(target, ok, std::chrono::duration_cast<std::chrono::nanoseconds>(latency));
+    }
+}
+
+std::unique_ptr<Connection> PeerClient::Impl::take_pooled(const std::string& peer) {
+    auto it = pool_.find(peer);
+    if (it == pool_.end()) {
+        return nullptr;
+    }
+    auto now = SteadyClock::now();
+    while (!it->second.empty()) {
+        std::unique_ptr<Connection> c = std::move(it->second.back());
+        it->second.pop_back();
+        idle_.fetch_sub(1);
+        if (now - c->idle_since > config_.pool_idle_timeout) {
+            c->close();
+            continue;
+        }
+        c->reused = true;
+        return c;
+    }
+    return nullptr;
+}
+
+void PeerClient::Impl::give_back(const std::string& peer, std::unique_ptr<Connection> connection) {
+    auto& idle = pool_[peer];
+    if (stopping_.load() || idle.size() >= static_cast<size_t>(config_.max_idle_connections)) {
+        connection->close();
+        return;
+    }
+    connection->idle_since = SteadyClock::now();
+    idle.push_back(std::move(connection));
+    idle_.fetch_add(1);
+}
+
+net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
+    ForwardJob& job, const std::string& peer_addr, Failure& failure, std::string& error) {
+    failure = Failure::kConnect;
+    Result<HostPort> hp = split_host_port(peer_addr);
+    if (!hp.ok()) {
+        error = hp.status().message();
+        co_return nullptr;
+    }
+    std::vector<tcp::endpoint> endpoints;
+    boost::system::error_code ec;
+    net::ip::address literal = net::ip::make_address(hp->host, ec);
+    uint16_t port = static_cast<uint16_t>(std::stoi(hp->port));
+    if (!ec) {
+        endpoints.emplace_back(literal, port);
+    } else {
+        tcp::resolver resolver(strand_);
+        auto [rec, results] = co_await resolver.async_resolve(hp->host, hp->port, kTuple);
+        if (rec) {
+            error = "cannot resolve '" + hp->host + "': " + rec.message();
+            co_return nullptr;
+        }
+        for (const auto& entry : results) {
+            endpoints.push_back(entry.endpoint());
+        }
+    }
+    auto connection = std::make_unique<Connection>(strand_, ssl_);
+    job.current = connection.get();
+    auto& layer = beast::get_lowest_layer(connection->stream);
+    layer.expires_after(config_.connect_timeout);
+    auto [cec, endpoint] = co_await layer.async_connect(endpoints, kTuple);
+    if (cec) {
+        job.current = nullptr;
+        failure = cec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+        error = "connect: " + cec.message();
+        co_return nullptr;
+    }
+    boost::system::error_code ignored;
+    layer.socket().set_option(tcp::no_delay(true), ignored);
+    if (ec) {  // A name, not an IP literal: send it as SNI.
+        SSL_set_tlsext_host_name(connection->stream.native_handle(), hp->host.c_str());
+    }
+    auto [hec] = co_await connection->stream.async_handshake(ssl::stream_base::client, kTuple);
+    job.current = nullptr;
+    if (hec) {
+        failure = hec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
+        error = "TLS handshake: " + hec.message();
+        connection->close();
+        co_return nullptr;
+    }
+    opened_.fetch_add(1);
+    co_return connection;
+}
+
+net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarget& target,
+                                               bool can_retry) {
+    const auto start = SteadyClock::now();
+    // `reported`: the planner already heard of this attempt (at the response head).
+    auto fail = [&](Failure failure, const std::string& why, bool reported = false) {
+        job.last_failure = failure;
+        job.last_error = "site '" + target.site_id + "' (" + target.peer_addr + "): " + why;
+        if (!reported) {
+            report(target, false, SteadyClock::now() - start);
+        }
+        log::info("forward_attempt_failed", {{"site", target.site_id},
+                                             {"peer", target.peer_addr},
+                                             {"reason", std::string(failure_reason(failure))},
+                                             {"error", why}});
+    };
+
+    http::request<http::string_body> req;
+    req.version(11);
+    req.method_string(job.request.method);
+    req.target(job.request.target);
+    req.set(http::field::host, target.peer_addr);
+    req.set(cluster::kHopHeader, config_.site_id);
+    req.set(cluster::kTenantHeader, job.tenant);
+    for (std::string_view name : kForwardedRequestHeaders) {
+        std::string_view value = job.request.header(name);
+        if (!value.empty()) {
+            req.set(name, value);
+        }
+    }
+    req.body() = job.request.body;
+    req.keep_alive(true);
+    req.prepare_payload();
+
+    std::unique_ptr<Connection> conn = take_pooled(target.peer_addr);
+    std::optional<http::response_parser<http::buffer_body>> parser;
+    for (int tries = 0;; ++tries) {
+        if (!conn) {
+            Failure failure = Failure::kNone;
+            std::string why;
+            conn = co_await connect(job, target.peer_addr, failure, why);
+            if (job.cancelled) {
+                co_return true;
+            }
+            if (!conn) {
+                fail(failure, why);
+                co_return false;
+            }
+        }
+        job.current = conn.get();
+        auto& layer = beast::get_lowest_layer(conn->stream);
+        layer.expires_after(config_.response_timeout);
+        auto [wec, wn] = co_await http::async_write(conn->stream, req, kTuple);
+        boost::system::error_code ec = wec;
+        if (!ec) {
+            parser.emplace();
+            parser->header_limit(64 * 1024);
+            auto [hec, hn] = co_await http::async_read_header(conn->stream, conn->buffer, *parser,
+                                                              kTuple);
+            ec = hec;
+        }
+        if (!ec) {
+            break;
+        }
+        job.current = nullptr;
+        // A pooled connection the peer closed while idle fails before any answer: once, open a
+        // fresh one to the same target instead of counting it as the target's failure.
+        bool stale = conn->reused && tries == 0 && ec != beast::error::timeout &&
+                     (parser == std::nullopt || !parser->got_some());
+        conn->close();
+        conn.reset();
+        if (job.cancelled) {
+            co_return true;
+        }
+        if (stale) {
+            continue;
+        }
+        fail(ec == beast::error::timeout ? Failure::kTimeout : Failure::kReset,
+             "no response head: " + ec.message());
+        co_return false;
+    }
+
+    const auto to_head = SteadyClock::now() - start;
+    auto& response = parser->get();
+    const int status = response.result_int();
+    report(target, status < 500, to_head);
+    if (metrics_ != nullptr) {
+        metrics_->on_forward_latency(target.site_id, to_head);
+    }
+    if (status >= 500 && can_retry) {
+        job.current = nullptr;
+        conn->close();
+        fail(Failure::kStatus5xx, "answered " + std::to_string(status), true);
+        co_return false;
+    }
+
+    tls::HttpResponse head;
+    head.status = status;
+    auto content_type = response[http::field::content_type];
+    head.content_type = content_type.empty() ? "application/json" : std::string(content_type);
+    for (const auto& field : response) {
+        if (!is_hop_by_hop(field.name_string())) {
+            head.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+        }
+    }
+    head.headers.push_back({std::string(kServedByHeader), target.site_id});
+    const bool streamed = !parser->is_done() &&
+                          (parser->chunked() || !parser->content_length().has_value());
+    const bool event_stream = beast::iequals(content_type, "text/event-stream");
+    job.result.status = status;
+    if (streamed) {
+        job.channel->begin_stream(head);
+        job.result.started = true;
+    }
+
+    UsageScanner usage;
+    std::string body;
+    std::array<char, 16 * 1024> chunk;
+    boost::system::error_code ec;
+    auto& layer = beast::get_lowest_layer(conn->stream);
+    while (!parser->is_done()) {
+        response.body().data = chunk.data();
+        response.body().size = chunk.size();
+        layer.expires_after(config_.stream_idle_timeout);
+        auto [rec, rn] = co_await http::async_read_some(conn->stream, conn->buffer, *parser,
+                                                        kTuple);
+        size_t got = chunk.size() - response.body().size;
+        if (got > 0) {
+            std::string_view piece(chunk.data(), got);
+            if (streamed) {
+                if (event_stream) {
+                    usage.feed_events(piece);
+                }
+                job.channel->write(std::string(piece));
+            } else if (body.size() + got > config_.max_response_bytes) {
+                ec = http::error::body_limit;
+                break;
+            } else {
+                body.append(piece);
+            }
+        }
+        if (rec && rec != http::error::need_buffer) {
+            ec = rec;
+            break;
+        }
+        if (job.cancelled) {
+            break;
+        }
+    }
+    job.current = nullptr;
+    if (ec || job.cancelled) {
+        conn->close();
+        if (job.cancelled) {
+            co_return true;
+        }
+        log::warn("forward_response_cut", {{"site", target.site_id},
+                                           {"streamed", streamed},
+                                           {"error", ec.message()}});
+        if (streamed) {
+            // Bytes are out: no retry. Say so in-band where the format allows, then end.
+            if (event_stream) {
+                api::ApiError e;
+                e.status = 502;
+                e.type = "server_error";
+                e.code = "upstream_cut";
+                e.message = "the connection to site '" + target.site_id +
+                            "' broke while streaming: " + ec.message();
+                job.channel->write("data: " + e.to_json() + "\n\n");
+            }
+            job.cut = true;
+            job.deliver_last = [channel = job.channel] { channel->end_stream(); };
+        } else {
+            api::ApiError e;
+            e.status = 503;
+            e.type = "server_error";
+            e.code = ec == http::error::body_limit ? "upstream_answer_too_large" : "upstream_cut";
+            e.message = ec == http::error::body_limit
+                            ? "the answer of site '" + target.site_id + "' is larger than " +
+                                  std::to_string(config_.max_response_bytes) + " bytes"
+                            : "the connection to site '" + target.site_id +
+                                  "' broke while reading its answer: " + ec.message();
+            job.result.status = e.status;
+            job.result.started = true;
+            job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
+                channel->respond(std::move(r));
+            };
+        }
+        co_return true;
+    }
+    if (streamed) {
+        job.deliver_last = [channel = job.channel] { channel->end_stream(); };
+        job.result.prompt_tokens = usage.prompt_tokens();
+        job.result.completion_tokens = usage.completion_tokens();
+    } else {
+        if (status == 200) {
+            usage.feed_json(body);
+            job.result.prompt_tokens = usage.prompt_tokens();
+            job.result.completion_tokens = usage.completion_tokens();
+        }
+        head.body = std::move(body);
+        job.result.started = true;
+        job.deliver_last = [channel = job.channel, head = std::move(head)]() mutable {
+            channel->respond(std::move(head));
+        };
+    }
+    if (parser->keep_alive()) {
+        conn->reused = false;
+        give_back(target.peer_addr, std::move(conn));
+    } else {
+        conn->close();
+    }
+    co_return true;
+}
+
+void PeerClient::Impl::finish(ForwardJob& job) {
+    // A job cancelled by stop() still answers; one whose client left has nobody to answer.
+    if (!job.result.started && (!job.cancelled || stopping_.load())) {
+        api::ApiError e;
+        e.status = job.last_failure == Failure::kTimeout ? 504 : 503;
+        e.type = "server_error";
+        e.code = job.last_failure == Failure::kTimeout ? "upstream_timeout"
+                                                       : "upstream_unavailable";
+        if (stopping_.load()) {
+            e.message = "this site is shutting down";
+        } else if (job.last_error.empty()) {
+            e.message = "no remote site to forward the request to";
+        } else {
+            e.message = "no site could take the request; last: " + job.last_error;
+        }
+        e.retry_after_seconds = 1;
+        job.result.status = e.status;
+        job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
+            channel->respond(std::move(r));
+        };
+    }
+    if (metrics_ != nullptr && !job.result.site_id.empty()) {
+        std::string_view outcome =
+            job.cancelled ? "cancelled"
+            : job.result.started && job.result.status < 500 && !job.cut ? "ok"
+                                                                          : "error";
+        metrics_->on_forwarded(job.result.site_id, outcome);
+    }
+}
+
+net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
+    jobs_.insert(job.get());
+    std::vector<size_t> remote;
+    for (size_t i = 0; i < job->targets.size(); ++i) {
+        if (!job->targets[i].local && !job->targets[i].peer_addr.empty()) {
+            remote.push_back(i);
+        }
+    }
+    for (size_t k = 0; k < remote.size() && !job->cancelled && !stopping_.load(); ++k) {
+        const RouteTarget& target = job->targets[remote[k]];
+        if (k > 0) {
+            if (!job->counted_retry) {
+                if (!retry_allowed()) {
+                    log::info("forward_retry_budget_exhausted",
+                              {{"retries_in_flight", retries_in_flight_}});
+                    break;
+                }
+                job->counted_retry = true;
+                ++retries_in_flight_;
+            }
+            if (metrics_ != nullptr) {
+                metrics_->on_forward_retry(failure_reason(job->last_failure));
+            }
+        }
+        bool can_retry = k + 1 < remote.size() && (job->counted_retry || retry_allowed());
+        ++job->result.attempts;
+        job->result.site_id = target.site_id;
+        bool over = co_await attempt(*job, target, can_retry);
+        if (over) {
+            break;
+        }
+    }
+    finish(*job);
+    jobs_.erase(job.get());
+    if (job->counted_retry) {
+        --retries_in_flight_;
+    }
+    auto done = std::move(job->done);
+    auto deliver_last = std::move(job->deliver_last);
+    ForwardResult result = job->result;
+    job.reset();
+    if (done) {
+        done(result);
+    }
+    if (deliver_last) {
+        deliver_last();
+    }
+    {
+        std::lock_guard lock(done_mu_);
+        active_.fetch_sub(1);
+    }
+    done_cv_.notify_all();
+}
+
+Result<std::unique_ptr<PeerClient>> PeerClient::create(net::io_context& io,
+                                                       PeerClientConfig config,
+                                                       Metrics* metrics) {
+    auto impl = std::make_shared<Impl>(io, std::move(config), metrics);
+    EDGE_RETURN_IF_ERROR(impl->init());
+    return std::unique_ptr<PeerClient>(new PeerClient(std::move(impl)));
+}
+
+PeerClient::~PeerClient() { stop(std::chrono::milliseconds(0)); }
+
+void PeerClient::set_planner(cluster::RoutePlanner* planner) { impl_->planner_.store(planner); }
+
+void PeerClient::forward(tls::HttpRequest request, std::string tenant,
+                         std::vector<RouteTarget> targets,
+                         std::shared_ptr<tls::ResponseChannel> channel,
+                         std::function<void(const ForwardResult&)> done) {
+    auto job = std::make_shared<ForwardJob>();
+    job->request = std::move(request);
+    job->tenant = std::move(tenant);
+    job->targets = std::move(targets);
+    job->channel = std::move(channel);
+    job->done = std::move(done);
+    impl_->active_.fetch_add(1);
+    std::weak_ptr<ForwardJob> weak = job;
+    job->channel->on_client_gone([impl = impl_, weak] {
+        net::post(impl->strand_, [impl, weak] {
+            if (auto j = weak.lock()) {
+                impl->cancel(*j);
+            }
+        });
+    });
+    net::co_spawn(impl_->strand_,
+                  [impl = impl_, job = std::move(job)]() mutable {
+                      return impl->run(std::move(job));
+                  },
+                  [](std::exception_ptr e) {
+                      if (e) {
+                          try {
+                              std::rethrow_exception(e);
+                          } catch (const std::exception& ex) {
+                              log::error("forward_exception", {{"what", ex.what()}});
+                          } catch (...) {
+                              log::error("forward_exception", {{"what", "unknown"}});
+                          }
+                      }
+                  });
+}
+
+void PeerClient::stop(std::chrono::milliseconds deadline) {
+    if (!impl_->stopping_.exchange(true)) {
+        net::post(impl_->strand_, [impl = impl_] {
+            for (auto& [peer, idle] : impl->pool_) {
+                for (auto& c : idle) {
+                    c->close();
+                }
+            }
+            impl->pool_.clear();
+            impl->idle_.store(0);
+            for (ForwardJob* job : impl->jobs_) {
+                impl->cancel(*job);
+            }
+        });
+    }
+    std::unique_lock lock(impl_->done_mu_);
+    impl_->done_cv_.wait_for(lock, deadline, [this] { return impl_->active_.load() == 0; });
+}
+
+int64_t PeerClient::active() const { return impl_->active_.load(); }
+int64_t PeerClient::connections_opened() const { return impl_->opened_.load(); }
+int64_t PeerClient::idle_connections() const { return impl_->idle_.load(); }
+
+}  // namespace edge::daemon::forward

@@ -1,0 +1,90 @@
+#pragma once
+
+// PeerClient is the forwarding client between sites: the cluster::Forwarder that carries a request
+// to another site's peer listener over mutual TLS (this site's certificate, signed by the cluster
+// CA, as the client certificate; the peer's certificate verified against the same CA) and streams
+// the answer back to the client's ResponseChannel as it arrives.
+//
+// Per peer (host:port) it keeps a pool of idle keep-alive connections. A forwarded request carries
+// the hop header (this site's id) and the tenant header; of the client's headers only an allow-list
+// travels (never the client's API key). Targets are tried in order: the next one when connecting
+// fails, a step times out, or the peer answers 5xx before any byte reached the client, as long as
+// the retry budget allows (retries in flight <= max(min_retry_concurrency, retry_budget x forwards
+// in flight)); never once a byte reached the client. Every attempt is reported to the planner.
+// A client that goes away closes the upstream connection, which cancels the generation there.
+//
+// Threading: forward() and the accessors are thread-safe. All connections and forwards live on one
+// strand of the given io_context. stop() may be called from any thread; forwards in flight are
+// cancelled and finish on the io_context. Lifetime: the io_context must outlive the PeerClient and
+// keep running until forwards in flight have finished; the planner and metrics must outlive it.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "daemon/cluster/route_planner.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace edge::daemon {
+class Metrics;
+}
+
+namespace edge::daemon::forward {
+
+// Carried on every forwarded answer to the client: the site that produced it.
+inline constexpr std::string_view kServedByHeader = "X-Edgeserve-Site";
+
+struct PeerClientConfig {
+    std::string site_id;    // This site's id: the value of the hop header.
+    std::string ca_path;    // PEM: the cluster CA that peers' certificates must chain to.
+    std::string cert_path;  // PEM: this site's certificate, presented as the client certificate.
+    std::string key_path;   // PEM: its private key.
+    std::chrono::milliseconds connect_timeout{2'000};       // TCP connect + TLS handshake.
+    std::chrono::milliseconds response_timeout{30'000};     // Request sent to response head.
+    std::chrono::milliseconds stream_idle_timeout{60'000};  // Longest silence in a response body.
+    std::chrono::milliseconds pool_idle_timeout{30'000};    // Older idle connections are closed.
+    int32_t max_idle_connections = 16;  // Idle connections pooled per peer.
+    double retry_budget = 0.2;          // Retries in flight / forwards in flight, at most...
+    int32_t min_retry_concurrency = 3;  // ...but this many retries in flight always allowed.
+    uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed answer, bytes.
+};
+
+class PeerClient final : public cluster::Forwarder {
+public:
+    // Loads the certificate, key and CA (errors name the file). `metrics` may be null.
+    static Result<std::unique_ptr<PeerClient>> create(boost::asio::io_context& io,
+                                                      PeerClientConfig config, Metrics* metrics);
+    ~PeerClient() override;
+
+    // The planner that hears about every attempt (report()); null: nobody. Any thread.
+    void set_planner(cluster::RoutePlanner* planner);
+
+    void forward(tls::HttpRequest request, std::string tenant,
+                 std::vector<cluster::RouteTarget> targets,
+                 std::shared_ptr<tls::ResponseChannel> channel,
+                 std::function<void(const cluster::ForwardResult&)> done) override;
+
+    // Closes the pooled connections and cancels the forwards in flight (their clients get what
+    // was already sent, or a 503). New forwards fail with 503 at once. Waits up to `deadline`
+    // for the forwards to finish (the io_context must be running); call from a non-I/O thread.
+    void stop(std::chrono::milliseconds deadline);
+
+    // Figures for tests and metrics.
+    int64_t active() const;            // Forwards in flight.
+    int64_t connections_opened() const;  // TLS connections made since start.
+    int64_t idle_connections() const;  // Pooled idle connections, all peers.
+
+    class Impl;
+
+private:
+    explicit PeerClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+    std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace edge::daemon::forward

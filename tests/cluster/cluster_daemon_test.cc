@@ -1,0 +1,384 @@
+// Three real Daemons in one process on loopback, gossiping over real UDP/TCP with the `local`
+// preset and fast intervals: they converge, the admin views list every site and every cost term,
+// published load and injected per-peer latency move the route, a rollout intent reaches every
+// site, SIGTERM's path advertises draining before leaving, and a site that dies without leaving
+// stops getting traffic within the detection bound. Waits poll real state with a deadline (the
+// gossip runs on real sockets); nothing sleeps for a fixed time.
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <functional>
+#include <future>
+#include <thread>
+
+#include "daemon/cluster/cli.h"
+#include "daemon/cluster/cluster.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/metrics.h"
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_generator.h"
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+
+using namespace edge;
+using namespace std::chrono_literals;
+namespace json = boost::json;
+namespace membership = edge::routing::membership;
+
+namespace {
+
+struct SiteSpec {
+    std::string id;
+    double lat;
+    double lon;
+};
+const SiteSpec kFra{"fra", 50.1, 8.7};
+const SiteSpec kSin{"sin", 1.35, 103.8};
+const SiteSpec kGru{"gru", -23.5, -46.6};
+
+bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > end) {
+            return false;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    return true;
+}
+
+struct Site {
+    SiteSpec spec;
+    testing::ScriptedGenerator generator;
+    std::unique_ptr<daemon::Daemon> daemon;
+
+    Site(SiteSpec s, std::vector<std::string> models) : spec(std::move(s)), generator(models) {}
+
+    std::string admin() const { return "127.0.0.1:" + std::to_string(daemon->admin_port()); }
+
+    json::value get_json(const std::string& target) {
+        auto r = daemon::cluster::admin_request(admin(), "GET", target);
+        REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+        REQUIRE_MESSAGE(r->status == 200, r->body);
+        return json::parse(r->body);
+    }
+
+    std::string chosen(const std::string& model = "test-model") {
+        json::value v = get_json("/admin/route?model=" + model);
+        const json::value& c = v.at("chosen");
+        return c.is_null() ? "rejected" : std::string(c.at("site").as_string());
+    }
+
+    std::shared_ptr<const membership::MembershipSnapshot> snapshot() {
+        return daemon->cluster()->snapshot();
+    }
+
+    // This site sees `n` members alive, each with its site state and pools known.
+    bool sees_alive(size_t n) {
+        auto snap = snapshot();
+        size_t alive = 0;
+        for (const auto& m : snap->members) {
+            if (m.state == membership::NodeState::kAlive && m.site) {
+                ++alive;
+            }
+        }
+        return alive == n;
+    }
+
+    const membership::MemberView* member(const std::string& name) {
+        snap_ = snapshot();
+        return snap_->find(name);
+    }
+
+    std::shared_ptr<const membership::MembershipSnapshot> snap_;
+};
+
+class Cluster3 {
+public:
+    // `extra_gossip` is appended inside each site's gossip section; `delays(site)` its
+    // testing_peer_delay_ms mapping ("" for none).
+    Cluster3(const std::vector<std::vector<std::string>>& models,
+             const std::function<std::string(const std::string&)>& delays = {},
+             const std::string& routing = "") {
+        cert_ = testing::make_certificate(dir_.path(), "srv", {"localhost"});
+        const SiteSpec specs[3] = {kFra, kSin, kGru};
+        for (size_t i = 0; i < 3; ++i) {
+            sites_.push_back(std::make_unique<Site>(specs[i], models[i]));
+            Site& s = *sites_.back();
+            std::string join;
+            if (i > 0) {
+                const uint16_t seed = sites_[0]->daemon->cluster()->gossip_port();
+                join = "  join: ['127.0.0.1:" + std::to_string(seed) + "']\n";
+            }
+            std::string delay = delays ? delays(s.spec.id) : "";
+            std::string yaml =
+                "listeners:\n"
+                "  public:\n"
+                "    address: 127.0.0.1\n"
+                "    port: 0\n"
+                "    certificates:\n"
+                "      - server_names: [localhost]\n"
+                "        cert: " + cert_.cert_path + "\n"
+                "        key: " + cert_.key_path + "\n"
+                "  admin:\n"
+                "    address: 127.0.0.1\n"
+                "    port: 0\n"
+                "site:\n"
+                "  id: " + s.spec.id + "\n"
+                "  latitude: " + std::to_string(s.spec.lat) + "\n"
+                "  longitude: " + std::to_string(s.spec.lon) + "\n"
+                "  peer_address: 127.0.0.1:" + std::to_string(20000 + i) + "\n"
+                "limits:\n"
+                "  drain_deadline_ms: 5000\n"
+                "gossip:\n"
+                "  bind_address: 127.0.0.1\n"
+                "  port: 0\n"
+                "  preset: local\n"
+                "  probe_interval_ms: 200\n"
+                "  probe_timeout_ms: 150\n"
+                "  gossip_interval_ms: 30\n"
+                "  push_pull_interval_ms: 1000\n"
+                "  suspicion_mult: 2\n"
+                "  publish_interval_ms: 50\n"
+                "  leave_drain_ms: 100\n"
+                "  health_check_interval_ms: 100\n"
+                "  health_check_timeout_ms: 200\n" + join +
+                (delay.empty() ? "" : "  testing_peer_delay_ms: {" + delay + "}\n") +
+                "routing:\n"
+                "  outlier:\n"
+                "    consecutive_failures: 2\n"
+                "    max_ejection_percent: 100\n" + routing;
+            auto config = daemon::parse_config(yaml, dir_.file(s.spec.id + ".yaml"));
+            REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+            auto d = daemon::Daemon::create(*config, s.generator, SystemClock::instance());
+            REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+            s.daemon = std::move(d).value();
+            s.daemon->start();
+        }
+    }
+
+    Site& operator[](size_t i) { return *sites_.at(i); }
+
+    bool converged() {
+        for (auto& s : sites_) {
+            if (s->daemon && !s->sees_alive(3)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+private:
+    testing::TempDir dir_;
+    testing::TestCertificate cert_;
+    std::vector<std::unique_ptr<Site>> sites_;
+};
+
+engine::ModelLoad load(uint32_t queue, uint32_t running) {
+    engine::ModelLoad l;
+    l.name = "test-model";
+    l.queue_depth = queue;
+    l.running = running;
+    l.capacity = 8;
+    l.decode_tokens_per_s = 100.0;
+    return l;
+}
+
+}  // namespace
+
+TEST_CASE("three daemons converge; /admin/members, /pools and /route show the whole cluster") {
+    Cluster3 c({{"test-model"}, {"test-model"}, {"test-model"}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+
+    json::value members = c[0].get_json("/admin/members");
+    CHECK(members.at("local").as_string() == "fra");
+    REQUIRE(members.at("members").as_array().size() == 3);
+    std::set<std::string> names;
+    for (const auto& m : members.at("members").as_array()) {
+        names.insert(std::string(m.at("name").as_string()));
+        CHECK(m.at("state").as_string() == "alive");
+        CHECK(m.at("pools").as_int64() == 1);
+        CHECK(m.at("admin_addr").as_string().starts_with("127.0.0.1:"));
+    }
+    CHECK(names == std::set<std::string>{"fra", "gru", "sin"});
+
+    json::value pools = c[1].get_json("/admin/pools");
+    REQUIRE(pools.at("pools").as_array().size() == 3);
+    for (const auto& p : pools.at("pools").as_array()) {
+        CHECK(p.at("model").as_string() == "test-model");
+        CHECK(p.at("version").as_string() == "v1");
+        CHECK(p.at("state").as_string() == "serving");
+        CHECK(p.at("capacity").as_int64() == 0);
+    }
+
+    json::value route = c[0].get_json("/admin/route?model=test-model");
+    CHECK(route.at("outcome").as_string() == "local");
+    REQUIRE(route.at("candidates").as_array().size() == 3);
+    for (const auto& cand : route.at("candidates").as_array()) {
+        for (const char* term : {"rtt_ms", "queue_ms", "prefill_ms", "kv_ms", "penalty_ms",
+                                 "total_ms", "verdict"}) {
+            CHECK_MESSAGE(cand.as_object().contains(term), term);
+        }
+    }
+    auto text = daemon::cluster::admin_request(c[0].admin(), "GET",
+                                               "/admin/members?format=text");
+    REQUIRE(text.ok());
+    CHECK(text->body.find("fra *") != std::string::npos);
+    CHECK(text->body.find("sin") != std::string::npos);
+    auto bad = daemon::cluster::admin_request(c[0].admin(), "GET", "/admin/route");
+    REQUIRE(bad.ok());
+    CHECK(bad->status == 400);
+    auto wrong = daemon::cluster::admin_request(c[0].admin(), "POST", "/admin/members");
+    REQUIRE(wrong.ok());
+    CHECK(wrong->status == 405);
+
+    // Gauges follow within one publish interval (50 ms here).
+    CHECK(wait_for(
+        [&] {
+            const std::string metrics = c[0].daemon->metrics().serialize();
+            return metrics.find("edgeserve_gossip_members{state=\"alive\"} 3") !=
+                       std::string::npos &&
+                   metrics.find("edgeserve_site_rtt_seconds{site=\"sin\"}") != std::string::npos;
+        },
+        2s));
+}
+
+TEST_CASE("published load moves the route: a loaded local pool spills, then comes back") {
+    Cluster3 c({{"test-model"}, {"test-model"}, {}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    CHECK(c[0].chosen() == "fra");
+    c[0].generator.set_load({load(40, 8)});  // Saturated: 4 queued per slot.
+    CHECK(wait_for([&] { return c[0].chosen() == "sin"; }, 5s));
+    // The other site sees it too, through gossip.
+    CHECK(wait_for([&] { return c[2].chosen() == "sin"; }, 5s));
+    c[0].generator.set_load({load(0, 1)});
+    CHECK(wait_for([&] { return c[0].chosen() == "fra"; }, 5s));
+}
+
+TEST_CASE("injected per-peer latency: routing follows the measured RTT, not the map") {
+    // fra has no pool. By the map gru (Sao Paulo) is about as far as sin (Singapore); the
+    // injected delays make sin 10 ms away and gru 100 ms.
+    auto delays = [](const std::string& site) -> std::string {
+        if (site == "fra") return "sin: 5, gru: 50";
+        if (site == "sin") return "fra: 5, gru: 50";
+        return "fra: 50, sin: 50";
+    };
+    Cluster3 c({{}, {"test-model"}, {"test-model"}}, delays);
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    // Coordinates converge from the probes' RTTs; then the route is decided by them.
+    bool vivaldi = wait_for(
+        [&] {
+            json::value r = c[0].get_json("/admin/route?model=test-model");
+            if (r.at("chosen").is_null()) return false;
+            for (const auto& cand : r.at("candidates").as_array()) {
+                if (cand.at("rtt_source").as_string() != "vivaldi") return false;
+            }
+            return true;
+        },
+        20s);
+    REQUIRE(vivaldi);
+    json::value r = c[0].get_json("/admin/route?model=test-model");
+    double sin_rtt = 0;
+    double gru_rtt = 0;
+    for (const auto& cand : r.at("candidates").as_array()) {
+        (cand.at("site").as_string() == "sin" ? sin_rtt : gru_rtt) =
+            cand.at("rtt_ms").to_number<double>();
+    }
+    MESSAGE("vivaldi rtt from fra: sin " << sin_rtt << " ms, gru " << gru_rtt << " ms");
+    CHECK(sin_rtt < gru_rtt);
+    CHECK(gru_rtt > 40.0);
+    CHECK(c[0].chosen() == "sin");
+}
+
+TEST_CASE("a rollout intent reaches every site and steers unpinned requests") {
+    Cluster3 c({{}, {"test-model"}, {"test-model"}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    auto r = daemon::cluster::admin_request(c[1].admin(), "POST",
+                                            "/admin/rollout?model=test-model&version=v2");
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    for (size_t i = 0; i < 3; ++i) {
+        CHECK(wait_for(
+            [&] {
+                json::value v = c[i].get_json("/admin/rollouts");
+                const auto& arr = v.at("rollouts").as_array();
+                return arr.size() == 1 && arr[0].at("version").as_string() == "v2";
+            },
+            5s));
+    }
+    // No pool serves v2: the default fallback lets v1 serve, and the route says so.
+    json::value route = c[0].get_json("/admin/route?model=test-model");
+    CHECK(route.at("version_source").as_string() == "fallback");
+    CHECK_FALSE(route.at("chosen").is_null());
+    json::value pinned = c[0].get_json("/admin/route?model=test-model&version=v9");
+    CHECK(pinned.at("rejection").as_string() == "version_pin_unmatched");
+}
+
+TEST_CASE("SIGTERM path: the site advertises draining, finishes its stream, then leaves") {
+    Cluster3 c({{}, {"test-model"}, {"test-model"}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+
+    // A stream in flight at sin.
+    auto client = testing::TlsClient::connect(c[1].daemon->public_port());
+    REQUIRE(client.ok());
+    REQUIRE((*client)
+                ->send(testing::http_request(
+                    "POST", "/v1/chat/completions",
+                    R"({"model":"test-model","stream":true,)"
+                    R"("messages":[{"role":"user","content":"hi"}]})"))
+                .ok());
+    REQUIRE(c[1].generator.wait_for_request(0));
+
+    auto stopping = std::async(std::launch::async,
+                               [&] { c[1].daemon->stop(std::chrono::milliseconds(5000)); });
+    // fra sees sin's pool draining and routes only to gru.
+    CHECK(wait_for(
+        [&] {
+            const auto* m = c[0].member("sin");
+            return m && m->site && !m->site->pools.empty() &&
+                   m->site->pools[0].state == membership::PoolState::kDraining;
+        },
+        5s));
+    for (int i = 0; i < 20; ++i) {
+        CHECK(c[0].chosen() == "gru");
+    }
+    CHECK(stopping.wait_for(0ms) == std::future_status::timeout);  // Still draining the stream.
+    c[1].generator.emit(0, "hello");
+    c[1].generator.finish(0, engine::FinishReason::kStop, {1, 1, 0});
+    auto reply = (*client)->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 200);
+    CHECK(reply->body.find("hello") != std::string::npos);
+    CHECK(reply->body.find("[DONE]") != std::string::npos);
+    stopping.get();
+    CHECK(wait_for(
+        [&] {
+            const auto* m = c[0].member("sin");
+            return m && m->state == membership::NodeState::kLeft;
+        },
+        5s));
+}
+
+TEST_CASE("a site that dies without leaving stops getting traffic within the detection bound") {
+    Cluster3 c({{}, {"test-model"}, {"test-model"}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    // Make sin the cheaper one: gru is loaded.
+    c[1].generator.set_load({load(0, 1)});
+    c[2].generator.set_load({load(6, 8)});
+    const bool sin_first = wait_for([&] { return c[0].chosen() == "sin"; }, 5s);
+    REQUIRE_MESSAGE(sin_first, json::serialize(c[0].get_json("/admin/route?model=test-model")));
+
+    const auto died = std::chrono::steady_clock::now();
+    c[1].daemon->cluster()->kill();  // No leave, no draining: as SIGKILL would.
+    c[1].daemon.reset();             // Listeners gone too.
+    REQUIRE(wait_for([&] { return c[0].chosen() == "gru"; }, 5s));
+    const auto shifted = std::chrono::steady_clock::now() - died;
+    MESSAGE("traffic shifted after " << std::chrono::duration<double, std::milli>(shifted).count()
+                                     << " ms");
+    // Bound: two failed /readyz checks 100 ms apart (ejection) or the gossip suspicion.
+    CHECK(shifted < 3s);
+}

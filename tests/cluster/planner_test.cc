@@ -1,0 +1,332 @@
+// ClusterRoutePlanner on synthetic snapshots with a manual clock: the cheapest pool wins, load
+// spills to the next, pins and target versions are honoured, draining pools get nothing, suspect
+// and ejected pools are penalized, ejections expire, rejections say why.
+
+#include "daemon/cluster/planner.h"
+
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "daemon/cluster/admin_views.h"
+#include "daemon/metrics.h"
+
+using namespace edge;
+using namespace edge::daemon::cluster;
+namespace membership = edge::routing::membership;
+
+namespace {
+
+struct Site {
+    std::string name;
+    double lat;
+    double lon;
+};
+// Frankfurt (local), Amsterdam (~360 km), Singapore (~10 000 km).
+const Site kFra{"fra", 50.1, 8.7};
+const Site kAms{"ams", 52.4, 4.9};
+const Site kSin{"sin", 1.35, 103.8};
+
+membership::PoolInfo pool(const std::string& version = "v1",
+                          membership::PoolState state = membership::PoolState::kServing,
+                          uint32_t queue = 0, uint32_t running = 0) {
+    membership::PoolInfo p;
+    p.model = "m";
+    p.version_digest = version;
+    p.state = state;
+    p.capacity = 8;
+    p.load.queue_depth = queue;
+    p.load.running = running;
+    p.load.tokens_per_s = 100.0;
+    return p;
+}
+
+// A cluster picture as the local site "fra" sees it.
+class World {
+public:
+    World() {
+        snap_ = std::make_shared<membership::MembershipSnapshot>();
+        snap_->local_name = kFra.name;
+        add(kFra, {});
+    }
+
+    void add(const Site& s, std::vector<membership::PoolInfo> pools,
+             membership::NodeState state = membership::NodeState::kAlive,
+             std::string peer = "auto") {
+        auto site = std::make_shared<membership::SiteState>();
+        site->site_id = s.name;
+        site->latitude = s.lat;
+        site->longitude = s.lon;
+        site->peer_addr =
+            peer == "auto" ? "127.0.0.1:" + std::to_string(7000 + next_port_++) : peer;
+        site->admin_addr = "127.0.0.1:9000";
+        site->pools = std::move(pools);
+        membership::MemberView m;
+        m.name = s.name;
+        m.addr = "127.0.0.1:1";
+        m.state = state;
+        m.site = site;
+        m.is_local = s.name == snap_->local_name;
+        std::erase_if(snap_->members, [&](const auto& v) { return v.name == s.name; });
+        snap_->members.push_back(m);
+        std::sort(snap_->members.begin(), snap_->members.end(),
+                  [](const auto& a, const auto& b) { return a.name < b.name; });
+        // A new snapshot object, as the membership service publishes one per change.
+        snap_ = std::make_shared<membership::MembershipSnapshot>(*snap_);
+    }
+
+    std::shared_ptr<const membership::MembershipSnapshot> snapshot() const { return snap_; }
+
+private:
+    std::shared_ptr<membership::MembershipSnapshot> snap_;
+    int next_port_ = 0;
+};
+
+struct Fixture {
+    ManualClock clock;
+    World world;
+    RolloutBook rollouts;
+    daemon::Metrics metrics;
+    std::unique_ptr<ClusterRoutePlanner> planner;
+
+    explicit Fixture(PlannerConfig config = {}) {
+        config.outlier.consecutive_failures = 3;
+        config.outlier.base_ejection_time = std::chrono::seconds(30);
+        config.outlier.max_ejection_percent = 100;
+        planner = std::make_unique<ClusterRoutePlanner>(
+            config, clock, [this] { return world.snapshot(); }, rollouts, &metrics);
+    }
+
+    std::string first(std::string_view pin = "") {
+        RoutePlan p = planner->plan("m", pin);
+        return p.targets.empty() ? "rejected" : p.targets[0].site_id;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("planner: the lowest-cost pool wins and the rest follow as fallbacks by cost") {
+    Fixture f;
+    f.world.add(kSin, {pool()});
+    f.world.add(kAms, {pool()});
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 2);
+    CHECK(p.rejection == RouteRejection::kNone);
+    CHECK(p.targets[0].site_id == "ams");
+    CHECK_FALSE(p.targets[0].local);
+    CHECK(p.targets[0].model == "m");
+    CHECK(p.targets[0].peer_addr.starts_with("127.0.0.1:"));
+    CHECK(p.targets[1].site_id == "sin");
+    CHECK(p.targets[0].cost_s < p.targets[1].cost_s);
+    // Singapore is ~10 000 km away: > 100 ms more than Amsterdam by fibre.
+    CHECK(p.targets[1].cost_s - p.targets[0].cost_s > 0.1);
+
+    // A local pool within the hysteresis of the best stays local.
+    f.world.add(kFra, {pool()});
+    RoutePlan local = f.planner->plan("m", "");
+    REQUIRE_FALSE(local.targets.empty());
+    CHECK(local.targets[0].local);
+    CHECK(local.targets[0].peer_addr.empty());
+    CHECK(local.targets[0].site_id == "fra");
+    CHECK(f.metrics.serialize().find(
+              "edgeserve_route_decisions_total{outcome=\"local\",site=\"fra\"} 1") !=
+          std::string::npos);
+    CHECK(f.metrics.serialize().find(
+              "edgeserve_route_decisions_total{outcome=\"forwarded\",site=\"ams\"} 1") !=
+          std::string::npos);
+}
+
+TEST_CASE("planner: a loaded pool spills to the next, a saturated cluster rejects with retry") {
+    Fixture f;
+    f.world.add(kAms, {pool("v1", membership::PoolState::kServing, 0, 2)});
+    f.world.add(kSin, {pool()});
+    CHECK(f.first() == "ams");
+    // 6 queued at 100 tokens/s * 256 tokens each: seconds of wait, far more than the RTT gap.
+    f.world.add(kAms, {pool("v1", membership::PoolState::kServing, 6, 8)});
+    CHECK(f.first() == "sin");
+    // Saturated (queue >= 4 per slot) is not even a fallback.
+    f.world.add(kAms, {pool("v1", membership::PoolState::kServing, 40, 8)});
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 1);
+    CHECK(p.targets[0].site_id == "sin");
+    f.world.add(kSin, {pool("v1", membership::PoolState::kServing, 40, 8)});
+    RoutePlan r = f.planner->plan("m", "");
+    CHECK(r.targets.empty());
+    CHECK(r.rejection == RouteRejection::kAllSaturated);
+    CHECK(r.retry_after_seconds >= 1);
+    CHECK(r.message == "every pool serving model 'm' is saturated");
+}
+
+TEST_CASE("planner: a pinned version is honoured or rejected with the reason") {
+    Fixture f;
+    f.world.add(kAms, {pool("v1")});
+    f.world.add(kSin, {pool("v2")});
+    CHECK(f.first() == "ams");
+    RoutePlan p = f.planner->plan("m", "v2");
+    REQUIRE(p.targets.size() == 1);  // No fallback of another version for a pin.
+    CHECK(p.targets[0].site_id == "sin");
+    RoutePlan r = f.planner->plan("m", "v3");
+    CHECK(r.targets.empty());
+    CHECK(r.rejection == RouteRejection::kVersionPinUnmatched);
+    CHECK(r.message == "no pool serves version 'v3' of model 'm'");
+    RoutePlan none = f.planner->plan("other", "");
+    CHECK(none.rejection == RouteRejection::kNoPoolServesModel);
+    CHECK(none.message == "no pool in the cluster serves model 'other'");
+}
+
+TEST_CASE("planner: the target version is preferred; others only as configured fallback") {
+    Fixture f;
+    f.world.add(kAms, {pool("v1")});
+    f.world.add(kSin, {pool("v2")});
+    CHECK(f.rollouts.apply({"m", "v2", 5}));
+    CHECK_FALSE(f.rollouts.apply({"m", "v1", 4}));  // Older intent loses.
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 2);
+    CHECK(p.targets[0].site_id == "sin");  // Target version although farther.
+    CHECK(p.targets[1].site_id == "ams");  // Other version as the fallback after it.
+    // The target's pool drains: the fallback version serves.
+    f.world.add(kSin, {pool("v2", membership::PoolState::kDraining)});
+    CHECK(f.first() == "ams");
+    VersionChoice v;
+    auto d = f.planner->explain("m", "", &v);
+    CHECK(v.source == "fallback");
+    REQUIRE(d.chosen);
+    CHECK(d.chosen->site_id == "ams");
+
+    PlannerConfig strict;
+    strict.version_fallback = false;
+    Fixture g(strict);
+    g.world.add(kAms, {pool("v1")});
+    g.world.add(kSin, {pool("v2")});
+    g.rollouts.apply({"m", "v2", 1});
+    RoutePlan q = g.planner->plan("m", "");
+    REQUIRE(q.targets.size() == 1);
+    CHECK(q.targets[0].site_id == "sin");
+    g.world.add(kSin, {pool("v2", membership::PoolState::kDraining)});
+    RoutePlan r = g.planner->plan("m", "");
+    CHECK(r.rejection == RouteRejection::kVersionPinUnmatched);
+    CHECK(r.message == "no pool serves version 'v2' of model 'm' (the cluster's target version)");
+}
+
+TEST_CASE("planner: a draining pool gets nothing, not even as a fallback") {
+    Fixture f;
+    f.world.add(kFra, {pool("v1", membership::PoolState::kDraining)});
+    f.world.add(kAms, {pool("v1", membership::PoolState::kDraining)});
+    f.world.add(kSin, {pool()});
+    for (int i = 0; i < 20; ++i) {
+        RoutePlan p = f.planner->plan("m", "");
+        REQUIRE(p.targets.size() == 1);
+        CHECK(p.targets[0].site_id == "sin");
+    }
+    f.world.add(kSin, {pool("v1", membership::PoolState::kLoading)});
+    CHECK(f.planner->plan("m", "").rejection == RouteRejection::kNoPoolServesModel);
+}
+
+TEST_CASE("planner: suspect members and ejected pools are penalized; ejection expires") {
+    Fixture f;
+    f.world.add(kAms, {pool()});
+    f.world.add(kSin, {pool()});
+    CHECK(f.first() == "ams");
+    f.world.add(kAms, {pool()}, membership::NodeState::kSuspect);
+    CHECK(f.first() == "sin");  // +500 ms suspect penalty outweighs ~150 ms of distance.
+    f.world.add(kAms, {pool()}, membership::NodeState::kAlive);
+    CHECK(f.first() == "ams");
+
+    RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
+    f.planner->report(ams, false, std::chrono::milliseconds(1));
+    f.planner->report(ams, false, std::chrono::milliseconds(1));
+    CHECK(f.first() == "ams");  // Two failures: not yet.
+    f.planner->report(ams, false, std::chrono::milliseconds(1));
+    CHECK(f.planner->outliers().is_ejected("ams/m"));
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 2);
+    CHECK(p.targets[0].site_id == "sin");
+    CHECK(p.targets[1].site_id == "ams");  // Last resort, after every healthy pool.
+    CHECK(f.metrics.serialize().find("edgeserve_route_ejections_total{site=\"ams\"} 1") !=
+          std::string::npos);
+
+    f.clock.advance(std::chrono::seconds(29));
+    CHECK(f.first() == "sin");
+    f.clock.advance(std::chrono::seconds(12));  // Past 30 s and the next detector interval.
+    CHECK(f.first() == "ams");  // Planning runs the detector's interval work first.
+    CHECK_FALSE(f.planner->outliers().is_ejected("ams/m"));
+
+    // Active checks count like requests: three failed /readyz eject again.
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report_active("ams", false);
+    }
+    CHECK(f.first() == "sin");
+}
+
+TEST_CASE("planner: a remote site without a peer listener is never a target") {
+    Fixture f;
+    f.world.add(kAms, {pool()}, membership::NodeState::kAlive, "");
+    f.world.add(kSin, {pool()});
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 1);
+    CHECK(p.targets[0].site_id == "sin");
+    f.world.add(kSin, {pool()}, membership::NodeState::kAlive, "");
+    RoutePlan r = f.planner->plan("m", "");
+    CHECK(r.targets.empty());
+    CHECK(r.rejection == RouteRejection::kNoPoolServesModel);
+}
+
+TEST_CASE("planner: the table is cached until the snapshot changes or it goes stale") {
+    Fixture f;
+    f.world.add(kAms, {pool()});
+    auto a = f.planner->table();
+    auto b = f.planner->table();
+    CHECK(a.get() == b.get());
+    f.clock.advance(std::chrono::seconds(1));
+    auto c = f.planner->table();
+    CHECK(c.get() != b.get());
+    f.world.add(kSin, {pool()});
+    auto d = f.planner->table();
+    CHECK(d.get() != c.get());
+    CHECK(d->size() == 2);
+}
+
+TEST_CASE("admin views: route text shows each cost term and the verdicts") {
+    Fixture f;
+    f.world.add(kAms, {pool()});
+    f.world.add(kSin, {pool("v1", membership::PoolState::kDraining)});
+    VersionChoice v;
+    auto d = f.planner->explain("m", "", &v);
+    const std::string text = route_text(d, v);
+    CHECK(text.find("RTT_MS") != std::string::npos);
+    CHECK(text.find("QUEUE_MS") != std::string::npos);
+    CHECK(text.find("PENALTY_MS") != std::string::npos);
+    CHECK(text.find("chosen") != std::string::npos);
+    CHECK(text.find("not serving (draining)") != std::string::npos);
+    const std::string json = route_json(d, v);
+    CHECK(json.find("\"version_source\":\"none\"") != std::string::npos);
+    CHECK(json.find("\"rtt_ms\"") != std::string::npos);
+    const std::string members = members_text(*f.world.snapshot(), f.planner->config().cost);
+    CHECK(members.find("fra *") != std::string::npos);
+    CHECK(members.find("great_circle") != std::string::npos);
+}
+
+TEST_CASE("rollout events: encode, decode, and untrusted payloads are refused") {
+    auto bytes = encode_rollout("kimi", "abc");
+    Result<RolloutIntent> r = decode_rollout(bytes, 7);
+    REQUIRE(r.ok());
+    CHECK(r->model == "kimi");
+    CHECK(r->version == "abc");
+    CHECK(r->ltime == 7);
+    auto bad = [](std::string s) {
+        std::vector<uint8_t> b(s.begin(), s.end());
+        return decode_rollout(b, 1).ok();
+    };
+    CHECK_FALSE(bad(""));
+    CHECK_FALSE(bad("kimi"));
+    CHECK_FALSE(bad("\nabc"));
+    CHECK_FALSE(bad("kimi\n"));
+    CHECK_FALSE(bad("kimi\nab\nc"));
+    CHECK_FALSE(bad(std::string(300, 'a') + "\nb"));
+    RolloutBook book;
+    CHECK(book.apply({"m", "b", 3}));
+    CHECK_FALSE(book.apply({"m", "a", 3}));  // Tie: the larger version wins everywhere.
+    CHECK(book.apply({"m", "c", 3}));
+    CHECK(book.target("m")->version == "c");
+    CHECK_FALSE(book.target("x"));
+}

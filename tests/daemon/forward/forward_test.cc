@@ -1,0 +1,622 @@
+// Forwarding between sites end to end: real Daemons on loopback, each with a peer (mutual TLS)
+// listener whose certificates a cluster CA made at test time signs, ScriptedGenerators whose timing
+// the test drives, and a static RoutePlanner (a test double listing the peers) in place of the
+// gossip-fed one.
+
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "daemon/cluster/route_planner.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/forward/peer_client.h"
+#include "daemon/metrics.h"
+#include "daemon/tenants.h"
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_generator.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+
+using namespace edge;
+using daemon::cluster::RoutePlan;
+using daemon::cluster::RouteRejection;
+using daemon::cluster::RouteTarget;
+using edge::testing::TlsClient;
+
+namespace {
+
+constexpr const char* kKey = "sk-forward-test";
+
+class StaticPlanner final : public daemon::cluster::RoutePlanner {
+public:
+    struct Report {
+        std::string site;
+        bool ok;
+    };
+
+    void set(RoutePlan plan) {
+        std::lock_guard lock(mu_);
+        plan_ = std::move(plan);
+    }
+    void route_to(std::vector<RouteTarget> targets) {
+        RoutePlan p;
+        p.targets = std::move(targets);
+        set(std::move(p));
+    }
+    RoutePlan plan(std::string_view model, std::string_view version_pin) override {
+        std::lock_guard lock(mu_);
+        ++plans_;
+        last_pin_ = std::string(version_pin);
+        return plan_;
+    }
+    void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds) override {
+        std::lock_guard lock(mu_);
+        reports_.push_back({target.site_id, ok});
+    }
+    int plans() const {
+        std::lock_guard lock(mu_);
+        return plans_;
+    }
+    std::string last_pin() const {
+        std::lock_guard lock(mu_);
+        return last_pin_;
+    }
+    std::vector<Report> reports() const {
+        std::lock_guard lock(mu_);
+        return reports_;
+    }
+
+private:
+    mutable std::mutex mu_;
+    RoutePlan plan_;  // Empty: run here.
+    int plans_ = 0;
+    std::string last_pin_;
+    std::vector<Report> reports_;
+};
+
+struct Cluster {
+    Cluster() { ca = testing::make_ca(dir.path(), "cluster-ca", "edgeserve test cluster CA"); }
+    testing::TempDir dir;
+    testing::TestCa ca;
+    // Site certificates made elsewhere (deploy/make-cluster-certs), by site id.
+    std::map<std::string, testing::TestCertificate> premade;
+};
+
+std::string peer_section(const testing::TestCa& ca, const testing::TestCertificate& cert,
+                         const std::string& extra = "") {
+    return "peer:\n"
+           "  address: 127.0.0.1\n"
+           "  port: 0\n"
+           "  ca: " + ca.cert_path + "\n"
+           "  cert: " + cert.cert_path + "\n"
+           "  key: " + cert.key_path + "\n" + extra;
+}
+
+struct Site {
+    // `extra`: more config sections; `peer_extra`: more keys of the peer section.
+    Site(Cluster& cluster, std::string site_id, std::vector<std::string> models,
+         const std::string& extra = "", bool with_peer = true, const std::string& peer_extra = "")
+        : id(std::move(site_id)), generator(std::move(models)) {
+        auto made = cluster.premade.find(id);
+        cert = made != cluster.premade.end()
+                   ? made->second
+                   : testing::make_signed_certificate(cluster.ca, cluster.dir.path(), id,
+                                                      {id + ".cluster.test", "localhost"});
+        std::string yaml = testing::config_yaml(
+            cert.cert_path, cert.key_path,
+            extra + (with_peer ? peer_section(cluster.ca, cert, peer_extra) : ""));
+        size_t at = yaml.find("id: test-site");
+        REQUIRE(at != std::string::npos);
+        yaml.replace(at, 13, "id: " + id);
+        auto config = daemon::parse_config(yaml, cluster.dir.file(id + ".yaml"));
+        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+        auto d = daemon::Daemon::create(*config, generator, clock);
+        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+        daemon = std::move(d).value();
+        daemon->set_route_planner(&planner);
+        daemon->start();
+    }
+
+    RouteTarget target() const {
+        return RouteTarget{false, id, "127.0.0.1:" + std::to_string(daemon->peer_port()), 0.0};
+    }
+
+    std::unique_ptr<TlsClient> client() {
+        auto c = TlsClient::connect(daemon->public_port());
+        REQUIRE(c.ok());
+        return std::move(c).value();
+    }
+
+    std::string id;
+    testing::TestCertificate cert;
+    ManualClock clock;
+    testing::ScriptedGenerator generator;
+    StaticPlanner planner;
+    std::unique_ptr<daemon::Daemon> daemon;
+};
+
+std::string tenants_section() {
+    return "tenants:\n"
+           "  - name: acme\n"
+           "    api_key_sha256: [" + daemon::TenantTable::sha256_hex(kKey) + "]\n";
+}
+
+std::string auth() { return std::string("Authorization: Bearer ") + kKey + "\r\n"; }
+
+std::string chat_body(bool stream, const std::string& model = "m") {
+    return R"({"model":")" + model + R"(","messages":[{"role":"user","content":"hi"}])" +
+           (stream ? R"(,"stream":true,"stream_options":{"include_usage":true})" : "") + "}";
+}
+
+std::string chat_request(bool stream, const std::string& model = "m",
+                         const std::string& headers = "") {
+    return testing::http_request("POST", "/v1/chat/completions", chat_body(stream, model),
+                                 auth() + headers);
+}
+
+boost::json::object json_of(const std::string& s) {
+    boost::system::error_code ec;
+    boost::json::value v = boost::json::parse(s, ec);
+    REQUIRE_MESSAGE(!ec, s);
+    REQUIRE(v.is_object());
+    return v.get_object();
+}
+
+std::string error_code_of(const testing::HttpReply& r) {
+    auto body = json_of(r.body);
+    const auto& code = body["error"].as_object()["code"];
+    return code.is_string() ? std::string(code.as_string()) : "";
+}
+
+// A loopback port nobody listens on (bound, then closed).
+uint16_t refused_port() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+bool metrics_contain(Site& site, const std::string& line) {
+    return site.daemon->metrics().serialize().find(line) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTLS connection") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+
+    for (size_t i = 0; i < 2; ++i) {
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false, "m", "X-Model-Version: v1\r\n")).ok());
+        if (!b.generator.wait_for_request(i)) {
+            auto r = c->read_response();
+            std::string what = r.ok() ? std::to_string(r->status) + r->body
+                                      : r.status().to_string();
+            FAIL(what);
+        }
+        auto req = b.generator.request(i);
+        CHECK(req.tenant == "acme");  // From the tenant header: B has no tenants of its own.
+        CHECK(req.model == "m");
+        b.generator.emit(i, "Hello");
+        b.generator.emit(i, " world");
+        b.generator.finish(i, engine::FinishReason::kStop, engine::Usage{5, 2, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        auto body = json_of(r->body);
+        CHECK(body["choices"].as_array()[0].as_object()["message"].as_object()["content"] ==
+              "Hello world");
+        CHECK(body["usage"].as_object()["total_tokens"] == 7);
+    }
+    CHECK_FALSE(a.generator.wait_for_request(0, 0));  // Nothing ran at the forwarding site.
+    CHECK(a.planner.last_pin() == "v1");
+    CHECK(a.daemon->forwarder()->connections_opened() == 1);  // Keep-alive pool reused.
+    auto reports = a.planner.reports();
+    REQUIRE(reports.size() == 2);
+    CHECK(reports[0].site == "sin");
+    CHECK(reports[0].ok);
+    CHECK(metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"ok\",site=\"sin\"} 2"));
+    // The forwarding site charged the tenant the peer's usage.
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 10"));
+    CHECK(metrics_contain(a, "edgeserve_forward_latency_seconds_count{site=\"sin\"} 2"));
+}
+
+TEST_CASE("forwarded SSE stream passes chunks through as they are produced") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "Hel");
+    // The first token reaches the client while the generation is still running.
+    auto first = c->read_until("Hel");
+    REQUIRE(first.ok());
+    CHECK(first->find("200 OK") != std::string::npos);
+    CHECK(first->find("text/event-stream") != std::string::npos);
+    CHECK(first->find("X-Edgeserve-Site: sin") != std::string::npos);
+    b.generator.emit(0, "lo");
+    auto second = c->read_until("lo\"");
+    REQUIRE(second.ok());
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{4, 2, 0});
+    auto rest = c->read_until("data: [DONE]\n\n");
+    REQUIRE(rest.ok());
+    REQUIRE(c->read_until("0\r\n\r\n").ok());  // The stream's end.
+    CHECK(rest->find("\"finish_reason\":\"stop\"") != std::string::npos);
+    CHECK(rest->find("\"prompt_tokens\":4") != std::string::npos);
+    // Usage read from the stream reached the tenant's accounting at the forwarding site.
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
+}
+
+TEST_CASE("a client that goes away cancels the request on the remote engine") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+
+    SUBCASE("mid-stream") {
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(true)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.emit(0, "tok");
+        REQUIRE(c->read_until("tok").ok());
+        c->close();
+        CHECK(b.generator.wait_cancelled(0));
+    }
+    SUBCASE("before the answer's head") {
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        c->close();
+        CHECK(b.generator.wait_cancelled(0));
+    }
+}
+
+TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    Site c(cluster, "gru", {"m"});
+
+    SUBCASE("connection refused") {
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        a.planner.route_to({dead, b.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.emit(0, "ok");
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        auto reports = a.planner.reports();
+        REQUIRE(reports.size() == 2);
+        CHECK(reports[0].site == "dead");
+        CHECK_FALSE(reports[0].ok);
+        CHECK(reports[1].site == "sin");
+        CHECK(reports[1].ok);
+        CHECK(metrics_contain(a, "edgeserve_forward_retries_total{reason=\"connect\"} 1"));
+    }
+    SUBCASE("the peer answers 503") {
+        c.generator.fail_next_submit(unavailable_error("engine queue full"));
+        a.planner.route_to({c.target(), b.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        auto reports = a.planner.reports();
+        REQUIRE(reports.size() == 2);
+        CHECK(reports[0].site == "gru");
+        CHECK_FALSE(reports[0].ok);
+        CHECK(metrics_contain(a, "edgeserve_forward_retries_total{reason=\"status_5xx\"} 1"));
+    }
+    SUBCASE("every target fails: the last 5xx reaches the client") {
+        c.generator.fail_next_submit(unavailable_error("engine queue full"));
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        a.planner.route_to({dead, c.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(r->headers["x-edgeserve-site"] == "gru");
+        CHECK(json_of(r->body)["error"].as_object()["message"] == "engine queue full");
+    }
+    SUBCASE("every target unreachable: 503 naming the last failure") {
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        a.planner.route_to({dead});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "upstream_unavailable");
+        std::string message(json_of(r->body)["error"].as_object()["message"].as_string());
+        CHECK(message.find("site 'dead'") != std::string::npos);
+        CHECK(r->headers["retry-after"] == "1");
+    }
+}
+
+TEST_CASE("a retry budget of zero forbids the retry") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), true,
+           "  retry_budget: 0\n  min_retry_concurrency: 0\n");
+    Site b(cluster, "sin", {"m"});
+    RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+    a.planner.route_to({dead, b.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(error_code_of(*r) == "upstream_unavailable");
+    CHECK_FALSE(b.generator.wait_for_request(0, 0));
+    CHECK(a.planner.reports().size() == 1);
+}
+
+TEST_CASE("no retry once bytes reached the client") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    auto c = std::make_unique<Site>(cluster, "gru", std::vector<std::string>{"m"});
+    a.planner.route_to({c->target(), b.target()});
+
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(true)).ok());
+    REQUIRE(c->generator.wait_for_request(0));
+    c->generator.emit(0, "partial");
+    REQUIRE(client->read_until("partial").ok());
+    // The serving site dies mid-stream: the client gets the cut reported in-band, no replay.
+    c->daemon->stop(std::chrono::milliseconds(0));
+    auto rest = client->read_until("upstream_cut");
+    REQUIRE(rest.ok());
+    REQUIRE(client->read_until("0\r\n\r\n").ok());  // The stream's end.
+    CHECK_FALSE(b.generator.wait_for_request(0, 0));
+    auto reports = a.planner.reports();
+    REQUIRE(reports.size() == 1);
+    CHECK(reports[0].site == "gru");
+    CHECK(metrics_contain(
+        a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"gru\"} 1"));
+    CHECK_FALSE(metrics_contain(a, "edgeserve_forward_retries_total{"));
+}
+
+TEST_CASE("the peer listener refuses clients without a cluster certificate") {
+    Cluster cluster;
+    Site b(cluster, "sin", {"m"});
+    const uint16_t port = b.daemon->peer_port();
+    const std::string forwarded = testing::http_request(
+        "POST", "/v1/chat/completions", chat_body(false),
+        "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n");
+
+    SUBCASE("no client certificate") {
+        auto c = TlsClient::connect(port);
+        // TLS 1.3 finishes the client's side first; the refusal arrives on the first read.
+        if (c.ok()) {
+            (void)(*c)->send(forwarded);
+            CHECK_FALSE((*c)->read_response().ok());
+        }
+        CHECK_FALSE(b.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("a certificate from another CA") {
+        testing::TempDir other;
+        testing::TestCa rogue_ca = testing::make_ca(other.path(), "rogue", "rogue CA");
+        auto rogue = testing::make_signed_certificate(rogue_ca, other.path(), "rogue",
+                                                      {"rogue.test"});
+        testing::TlsClientOptions options;
+        options.client_cert_path = rogue.cert_path;
+        options.client_key_path = rogue.key_path;
+        auto c = TlsClient::connect(port, options);
+        if (c.ok()) {
+            (void)(*c)->send(forwarded);
+            CHECK_FALSE((*c)->read_response().ok());
+        }
+        CHECK_FALSE(b.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("a cluster certificate: forwarded requests run, others are refused") {
+        auto site = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "fra",
+                                                     {"fra.cluster.test"});
+        testing::TlsClientOptions options;
+        options.client_cert_path = site.cert_path;
+        options.client_key_path = site.key_path;
+        auto c = TlsClient::connect(port, options);
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("POST", "/v1/chat/completions",
+                                                 chat_body(false)))
+                    .ok());
+        auto plain = (*c)->read_response();
+        REQUIRE(plain.ok());
+        CHECK(plain->status == 400);
+        CHECK(error_code_of(*plain) == "not_a_forwarded_request");
+
+        auto c2 = TlsClient::connect(port, options);
+        REQUIRE(c2.ok());
+        REQUIRE((*c2)->send(forwarded).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        CHECK(b.generator.request(0).tenant == "acme");
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        auto r = (*c2)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(b.planner.plans() == 0);  // A forwarded request is never planned again.
+    }
+}
+
+TEST_CASE("a forwarding loop cannot form") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"other"}, tenants_section());
+
+    SUBCASE("the hop header on the public listener is refused") {
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false, "m", "X-Edgeserve-Forwarded-By: sin\r\n")).ok());
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(error_code_of(*r) == "forwarding_header_not_allowed");
+        CHECK(a.planner.plans() == 0);
+        CHECK_FALSE(a.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("two sites whose planners point at each other") {
+        a.planner.route_to({b.target()});
+        b.planner.route_to({a.target()});
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        // B does not serve the model and never forwards a forwarded request: a clear error.
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "model_not_served_here");
+        std::string message(json_of(r->body)["error"].as_object()["message"].as_string());
+        CHECK(message.find("never forwarded again") != std::string::npos);
+        CHECK(a.planner.plans() == 1);
+        CHECK(b.planner.plans() == 0);
+        CHECK_FALSE(a.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("a planner that routes a site to itself runs the request there once") {
+        a.planner.route_to({a.target()});
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        REQUIRE(a.generator.wait_for_request(0));
+        a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(a.planner.plans() == 1);
+    }
+}
+
+TEST_CASE("no pool can take the request: 503 saying why, Retry-After when waiting helps") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    struct Case {
+        RouteRejection rejection;
+        int retry_after;
+        const char* code;
+    };
+    for (Case k : {Case{RouteRejection::kNoPoolServesModel, 0, "no_pool_serves_model"},
+                   Case{RouteRejection::kVersionPinUnmatched, 0, "version_pin_unmatched"},
+                   Case{RouteRejection::kAllSaturated, 3, "all_pools_saturated"}}) {
+        CAPTURE(k.code);
+        RoutePlan plan;
+        plan.rejection = k.rejection;
+        plan.message = std::string("because: ") + k.code;
+        plan.retry_after_seconds = k.retry_after;
+        a.planner.set(plan);
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == k.code);
+        CHECK(json_of(r->body)["error"].as_object()["message"].as_string() == plan.message.c_str());
+        if (k.retry_after > 0) {
+            CHECK(r->headers["retry-after"] == std::to_string(k.retry_after));
+        } else {
+            CHECK(r->headers.count("retry-after") == 0);
+        }
+    }
+    CHECK_FALSE(a.generator.wait_for_request(0, 0));
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_rejections_total{reason=\"route_rejected\",tenant=\"acme\"} 3"));
+}
+
+TEST_CASE("a plan to another site without a peer section fails clearly; no planner runs here") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), false);
+    CHECK(a.daemon->peer_port() == 0);
+    CHECK(a.daemon->forwarder() == nullptr);
+    a.planner.route_to({RouteTarget{false, "sin", "127.0.0.1:1", 0.0}});
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(false)).ok());
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(error_code_of(*r) == "forwarding_unavailable");
+
+    a.daemon->set_route_planner(nullptr);
+    REQUIRE(c->send(chat_request(false)).ok());
+    REQUIRE(a.generator.wait_for_request(0));
+    a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+    auto local = c->read_response();
+    REQUIRE(local.ok());
+    CHECK(local->status == 200);
+}
+
+TEST_CASE("deploy/make-cluster-certs certificates carry a forwarded stream to curl") {
+    if (!testing::have_program("openssl") || !testing::have_program("curl")) {
+        MESSAGE("openssl or curl missing: skipped");
+        return;
+    }
+    Cluster cluster;
+    std::string certs = cluster.dir.file("made");
+    auto made = testing::run({EDGE_SOURCE_DIR "/deploy/make-cluster-certs", certs,
+                              "fra:localhost,127.0.0.1", "sin:localhost,127.0.0.1"});
+    REQUIRE_MESSAGE(made.exit_code == 0, made.err);
+    cluster.ca = testing::TestCa{certs + "/ca.crt", certs + "/ca.key"};
+    for (const char* site : {"fra", "sin"}) {
+        cluster.premade[site] = testing::TestCertificate{certs + "/" + site + ".crt",
+                                                         certs + "/" + site + ".key", site};
+    }
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+
+    // curl streams through fra to sin.
+    testing::CommandResult streamed;
+    std::thread curl([&] {
+        streamed = testing::run(
+            {"curl", "-sS", "-N", "--cacert", cluster.ca.cert_path,
+             "https://localhost:" + std::to_string(a.daemon->public_port()) +
+                 "/v1/chat/completions",
+             "-H", std::string("Authorization: Bearer ") + kKey, "-H",
+             "Content-Type: application/json", "-d", chat_body(true)});
+    });
+    REQUIRE(b.generator.wait_for_request(0, 10'000));
+    b.generator.emit(0, "curl-sees-this");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{2, 1, 0});
+    curl.join();
+    CHECK_MESSAGE(streamed.exit_code == 0, streamed.err);
+    CHECK(streamed.out.find("curl-sees-this") != std::string::npos);
+    CHECK(streamed.out.find("data: [DONE]") != std::string::npos);
+
+    // curl as a peer: the site's certificate opens sin's peer listener; without one it is shut.
+    std::string peer_url =
+        "https://127.0.0.1:" + std::to_string(b.daemon->peer_port()) + "/v1/models";
+    auto as_peer = testing::run({"curl", "-sS", "--cacert", cluster.ca.cert_path, "--cert",
+                                 certs + "/fra.crt", "--key", certs + "/fra.key", "-H",
+                                 "X-Edgeserve-Forwarded-By: fra", "-H",
+                                 "X-Edgeserve-Tenant: acme", peer_url});
+    CHECK_MESSAGE(as_peer.exit_code == 0, as_peer.err);
+    CHECK(as_peer.out.find("\"id\":\"m\"") != std::string::npos);
+    auto stranger = testing::run({"curl", "-sS", "--cacert", cluster.ca.cert_path, peer_url});
+    CHECK(stranger.exit_code != 0);
+}
