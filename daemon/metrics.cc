@@ -71,26 +71,6 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             .Name("edgeserve_route_decisions_total")
                             .Help("Routing decisions, by outcome and destination site.")
                             .Register(*registry_);
-    time_to_first_token_ = &prometheus::BuildHistogram()
-                                .Name("edgeserve_time_to_first_token_seconds")
-                                .Help("Time from admission to the first generated token, by model.")
-                                .Register(*registry_);
-    kv_cache_usage_ = &prometheus::BuildGauge()
-                           .Name("edgeserve_kv_cache_usage_ratio")
-                           .Help("Used KV-cache blocks over all blocks, by model.")
-                           .Register(*registry_);
-    batch_sequences_ = &prometheus::BuildGauge()
-                            .Name("edgeserve_engine_batch_sequences")
-                            .Help("Sequences in the engine's running batch, by model.")
-                            .Register(*registry_);
-    queued_requests_ = &prometheus::BuildGauge()
-                            .Name("edgeserve_engine_queued_requests")
-                            .Help("Requests waiting for a batch slot, by model.")
-                            .Register(*registry_);
-    expert_tokens_ = &prometheus::BuildCounter()
-                          .Name("edgeserve_expert_tokens_total")
-                          .Help("Tokens routed to each MoE expert (summed over layers), by model.")
-                          .Register(*registry_);
     forwarded_ = &prometheus::BuildCounter()
                       .Name("edgeserve_forwarded_requests_total")
                       .Help("Requests forwarded to another site, by destination site and outcome.")
@@ -309,6 +289,27 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
         out << "edgeserve_kv_cache_budget_bytes" << labels({{"model", m.model}}) << " "
             << m.kv_budget_bytes << "\n";
     }
+    header(out, "edgeserve_engine_batch_sequences", "gauge",
+           "Sequences in the engine's running batch.");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_engine_batch_sequences" << labels({{"model", m.model}}) << " "
+            << m.batch_sequences << "\n";
+    }
+    header(out, "edgeserve_engine_queued_requests", "gauge",
+           "Requests waiting for admission to the running batch (all tenants).");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_engine_queued_requests" << labels({{"model", m.model}}) << " "
+            << m.queued << "\n";
+    }
+    header(out, "edgeserve_expert_tokens_total", "counter",
+           "Tokens routed to each MoE expert since load, summed over layers.");
+    for (const engine::ServingStats& m : stats) {
+        for (size_t e = 0; e < m.expert_tokens.size(); ++e) {
+            out << "edgeserve_expert_tokens_total"
+                << labels({{"model", m.model}, {"expert", std::to_string(e)}}) << " "
+                << m.expert_tokens[e] << "\n";
+        }
+    }
     histogram(out, stats, "edgeserve_queue_time_seconds",
               "Time from submission to first admission to the running batch.",
               [](const T& t) -> const engine::LatencyHistogram& { return t.queue_time; });
@@ -379,32 +380,6 @@ void Metrics::on_route_decision(std::string_view outcome, const std::string& sit
         return;
     }
     route_decisions_->Add({{"outcome", std::string(outcome)}, {"site", site}}).Increment();
-}
-
-void Metrics::on_time_to_first_token(const std::string& model, double seconds) {
-    static const prometheus::Histogram::BucketBoundaries kBuckets{
-        0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30};
-    time_to_first_token_->Add({{"model", model}}, kBuckets).Observe(std::max(seconds, 0.0));
-}
-
-void Metrics::set_kv_cache_usage(const std::string& model, double ratio) {
-    kv_cache_usage_->Add({{"model", model}}).Set(std::clamp(ratio, 0.0, 1.0));
-}
-
-void Metrics::set_batch_sequences(const std::string& model, int64_t sequences) {
-    batch_sequences_->Add({{"model", model}}).Set(static_cast<double>(sequences));
-}
-
-void Metrics::set_queued_requests(const std::string& model, int64_t requests) {
-    queued_requests_->Add({{"model", model}}).Set(static_cast<double>(requests));
-}
-
-void Metrics::on_expert_tokens(const std::string& model, int expert, int64_t tokens) {
-    if (expert < 0 || tokens <= 0) {
-        return;
-    }
-    expert_tokens_->Add({{"model", model}, {"expert", std::to_string(expert)}})
-        .Increment(static_cast<double>(tokens));
 }
 
 void Metrics::on_forwarded(const std::string& site, std::string_view outcome) {

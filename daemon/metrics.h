@@ -15,7 +15,9 @@
 //
 // The engine's serving figures (engine/serving_stats.h) are pulled from a source at each scrape
 // and rendered after the registry, per model and tenant: edgeserve_tenant_queued_requests,
-// edgeserve_tenant_running_requests, edgeserve_kv_cache_usage_ratio{model},
+// edgeserve_tenant_running_requests, edgeserve_engine_batch_sequences{model},
+// edgeserve_engine_queued_requests{model}, edgeserve_expert_tokens_total{model,expert},
+// edgeserve_kv_cache_usage_ratio{model},
 // edgeserve_kv_cache_blocks{model,state}, edgeserve_kv_cache_budget_bytes{model},
 // edgeserve_prefix_cache_queries_total / _hits_total (prompt tokens),
 // edgeserve_generated_tokens_total, edgeserve_prompt_tokens_total, edgeserve_preemptions_total,
@@ -88,18 +90,6 @@ public:
     // "forwarded" or "rejected" (others ignored); site: the destination site id ("" for rejected).
     void on_route_decision(std::string_view outcome, const std::string& site);
 
-    // Engine internals, per configured model name.
-    // edgeserve_time_to_first_token_seconds{model}: request admitted to first token out.
-    void on_time_to_first_token(const std::string& model, double seconds);
-    // edgeserve_kv_cache_usage_ratio{model}: used KV-cache blocks over all blocks, 0..1.
-    void set_kv_cache_usage(const std::string& model, double ratio);
-    // edgeserve_engine_batch_sequences{model}: sequences in the running batch.
-    void set_batch_sequences(const std::string& model, int64_t sequences);
-    // edgeserve_engine_queued_requests{model}: requests waiting for a batch slot.
-    void set_queued_requests(const std::string& model, int64_t requests);
-    // edgeserve_expert_tokens_total{model,expert}: tokens routed to an expert, summed over
-    // layers (expert: its index; bounded by the model's expert count).
-    void on_expert_tokens(const std::string& model, int expert, int64_t tokens);
     // One outlier ejection of a pool at `site`.
     void on_route_ejection(const std::string& site);
     // Estimated round-trip time to `site`, seconds.
@@ -137,11 +127,6 @@ private:
     prometheus::Family<prometheus::Gauge>* certificate_expiry_;
     prometheus::Family<prometheus::Gauge>* gossip_members_;
     prometheus::Family<prometheus::Counter>* route_decisions_;
-    prometheus::Family<prometheus::Histogram>* time_to_first_token_;
-    prometheus::Family<prometheus::Gauge>* kv_cache_usage_;
-    prometheus::Family<prometheus::Gauge>* batch_sequences_;
-    prometheus::Family<prometheus::Gauge>* queued_requests_;
-    prometheus::Family<prometheus::Counter>* expert_tokens_;
     prometheus::Family<prometheus::Counter>* route_ejections_;
     prometheus::Family<prometheus::Gauge>* site_rtt_;
     prometheus::Family<prometheus::Counter>* forwarded_;

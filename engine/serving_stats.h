@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace edge::engine {
 
@@ -69,6 +70,11 @@ struct ServingStats {
     int64_t kv_budget_bytes = 0;        // Configured KV memory budget, bytes.
     int64_t rejected_overloaded = 0;    // submit() refusals: the model's whole queue was full.
     int64_t steps = 0;                  // Engine iterations run.
+    int64_t batch_sequences = 0;        // Sequences in the running batch now.
+    int64_t queued = 0;                 // Requests waiting for admission now (all tenants).
+    // Tokens routed to each MoE expert since load, summed over layers ([expert]); empty for a
+    // model without a sharded MoE block.
+    std::vector<int64_t> expert_tokens;
     std::map<std::string, TenantServingStats> tenants;  // By tenant name.
 };
 

@@ -117,6 +117,7 @@ struct MoeBlock::Rank {
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
     int64_t rows_computed = 0;
+    std::vector<int64_t> routed;  // Tokens this rank routed to each expert, [expert], all layers.
     shard::MoePhaseTimes times;
 };
 
@@ -179,6 +180,7 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
             rank->backend = rank->own_backend.get();
         }
         rank->window.assign(cells * kBuckets, 0);
+        rank->routed.assign(static_cast<size_t>(shape.experts), 0);
         rank->load.assign(cells, 0);
         block->ranks_.push_back(std::move(rank));
     }
@@ -267,6 +269,7 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         for (int32_t j = 0; j < K; ++j) {
             EDGE_CHECK(idx[i * K + j] >= 0 && idx[i * K + j] < E, "router chose no expert");
             ++window[idx[i * K + j]];
+            ++rk.routed[static_cast<size_t>(idx[i * K + j])];
         }
     }
     rk.times.routing_s += since(t);
@@ -456,6 +459,10 @@ shard::ShardStats MoeBlock::stats() const {
     s.imbalance = shard::imbalance(placement_, load_);
     for (const auto& rk : ranks_) {
         s.rank_rows.push_back(rk->rows_computed);
+        s.expert_tokens.resize(rk->routed.size(), 0);
+        for (size_t e = 0; e < rk->routed.size(); ++e) {
+            s.expert_tokens[e] += rk->routed[e];
+        }
         s.times.routing_s = std::max(s.times.routing_s, rk->times.routing_s);
         s.times.dispatch_s = std::max(s.times.dispatch_s, rk->times.dispatch_s);
         s.times.compute_s = std::max(s.times.compute_s, rk->times.compute_s);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "common/log.h"
@@ -166,7 +167,18 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
     kv_use_.store(model_->kv_use(), std::memory_order_relaxed);
     {
         const KvCacheStats kv = model_->kv_stats();
+        std::optional<shard::ShardStats> shard = model_->shard_stats();
+        size_t queued = 0;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            queued = waiting_.size();
+        }
         std::lock_guard<std::mutex> lock(stats_mu_);
+        serving_.batch_sequences = static_cast<int64_t>(running_.size());
+        serving_.queued = static_cast<int64_t>(queued);
+        if (shard) {
+            serving_.expert_tokens = std::move(shard->expert_tokens);
+        }
         serving_.kv_use = model_->kv_use();
         serving_.kv_blocks_total = kv.blocks_total;
         serving_.kv_blocks_used = kv.blocks_used;

@@ -35,6 +35,8 @@ struct ShardStats {
     double imbalance = 1.0;
     // Expert rows each rank computed since creation ([rank]).
     std::vector<int64_t> rank_rows;
+    // Tokens routed to each expert since creation, summed over layers and ranks ([expert]).
+    std::vector<int64_t> expert_tokens;
     MoePhaseTimes times;
 };
 

@@ -34,7 +34,7 @@ std::set<std::string> adapter_keys() {
     std::string source = read_file(EDGE_SOURCE_DIR "/daemon/config.cc");
     REQUIRE(!source.empty());
     std::set<std::string> keys;
-    std::regex entry("\\{\"([a-z_0-9]+)\",\\s*(\\[|[a-z_]+_field\\()");
+    std::regex entry("\\{\"([a-z_0-9]+)\",\\s*(\\[|[a-z_0-9]+_field\\()");
     for (auto it = std::sregex_iterator(source.begin(), source.end(), entry);
          it != std::sregex_iterator(); ++it) {
         keys.insert((*it)[1]);
@@ -55,8 +55,9 @@ std::vector<std::string> split_path(const std::string& path) {
     }
 }
 
-// A YAML document holding only `path` (lists for `[]` components) set to a mapping, which no
-// scalar key accepts: a known key fails on its type, an unknown one as "unknown key".
+// A YAML document holding only `path` (lists for `[]` components) set to a mapping whose one
+// entry is a list, which no key accepts: a scalar or list key fails on its type, a map key (model
+// -> digest, site -> delay) on the entry's value, an unknown key as "unknown key".
 std::string yaml_for(const std::string& path) {
     std::string yaml;
     std::string indent;
@@ -69,7 +70,7 @@ std::string yaml_for(const std::string& path) {
             indent += "  ";
         }
     }
-    return yaml + indent + "not_a_value_of_this_key: 1\n";
+    return yaml + indent + "not_a_value_of_this_key: [1]\n";
 }
 
 }  // namespace

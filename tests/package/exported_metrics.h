@@ -8,8 +8,10 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "daemon/metrics.h"
+#include "engine/serving_stats.h"
 
 namespace edge::package_testing {
 
@@ -30,11 +32,29 @@ inline std::string populated_metrics_text() {
     m.set_gossip_members("alive", 3);
     m.on_route_decision("local", "fra1");
     m.on_route_decision("forwarded", "ams1");
-    m.on_time_to_first_token("qwen3-moe", 0.3);
-    m.set_kv_cache_usage("qwen3-moe", 0.5);
-    m.set_batch_sequences("qwen3-moe", 12);
-    m.set_queued_requests("qwen3-moe", 2);
-    m.on_expert_tokens("qwen3-moe", 7, 100);
+    m.on_route_ejection("ams1");
+    m.set_site_rtt("ams1", 0.012);
+    m.on_forwarded("ams1", "ok");
+    m.on_forward_latency("ams1", std::chrono::milliseconds(3));
+    m.on_forward_retry("connect");
+    // The engine's series come from its serving stats at each scrape.
+    m.set_serving_source([] {
+        engine::ServingStats s;
+        s.model = "qwen3-moe";
+        s.kv_use = 0.5;
+        s.batch_sequences = 12;
+        s.queued = 2;
+        s.expert_tokens = {100, 0, 7};
+        engine::TenantServingStats& t = s.tenants["acme"];
+        t.queued = 2;
+        t.running = 12;
+        t.generated_tokens = 20;
+        t.rejected_queue_full = 1;
+        for (engine::LatencyHistogram* h : {&t.queue_time, &t.ttft, &t.inter_token, &t.end_to_end}) {
+            h->observe(0.3);
+        }
+        return std::vector<engine::ServingStats>{s};
+    });
     return m.serialize();
 }
 

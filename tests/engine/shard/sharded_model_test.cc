@@ -1,5 +1,5 @@
 // Expert-parallel sharding on the fixture models (Qwen3-MoE, GLM-4.5, DeepSeek-V3): R = 1, 2, 4
-// ranks give identical greedy tokens and logits within 1e-5 of R = 1, one prompt at a time and
+// ranks give identical greedy tokens and logits within 1e-4 of R = 1, one prompt at a time and
 // batched, with and without replicated experts; plans applied mid-generation (static ones and
 // ones the planner makes from measured load) change no output; bad sharding configs are refused.
 
@@ -16,7 +16,10 @@ namespace {
 
 using testing::fixture_dir;
 
-constexpr double kShardTolerance = 1e-5;
+// Sharding changes how many rows share each expert matmul call, and the BF16 kernel (vdpbf16ps
+// over activations split into two bf16 parts) sums in an order that depends on that, so logits
+// differ from R = 1 by float rounding (measured up to 4.1e-5); greedy tokens stay identical.
+constexpr double kShardTolerance = 1e-4;
 
 std::unique_ptr<CausalLM> load_sharded(const std::string& name, const shard::ShardingConfig& sc,
                                        int threads = 2) {
@@ -222,6 +225,37 @@ TEST_CASE("sharding: bad configurations are refused with a clear error") {
     options.max_context = 64;
     CHECK(load_model(fixture_dir("micro-qwen3-moe"), options).status().code() ==
           StatusCode::kNotFound);
+}
+
+
+TEST_CASE("sharding: expert token counts add up to tokens x top-k x MoE layers on any rank count") {
+    // micro-qwen3-moe: 2 MoE layers, 8 experts, top-2. One prefill of 5 tokens, then 3 decode
+    // steps: 8 tokens, so 8 x 2 x 2 = 32 assignments, the same per expert for R = 1 and R = 2.
+    std::vector<int64_t> counts[2];
+    for (int32_t r : {1, 2}) {
+        auto model = load_sharded("micro-qwen3-moe", ranks_of(r));
+        auto slot = model->acquire_slot();
+        REQUIRE(slot.ok());
+        std::vector<TokenId> prompt = {11, 22, 33, 44, 55};
+        std::vector<float> logits;
+        SequenceChunk chunk{*slot, 0, prompt, false};
+        REQUIRE(model->forward({&chunk, 1}, &logits).ok());
+        for (int32_t pos = 5; pos < 8; ++pos) {
+            const std::vector<TokenId> next = {static_cast<TokenId>(pos)};
+            SequenceChunk step{*slot, pos, next, false};
+            REQUIRE(model->forward({&step, 1}, &logits).ok());
+        }
+        const auto stats = model->shard_stats();
+        REQUIRE(stats.has_value());
+        REQUIRE(stats->expert_tokens.size() == 8);
+        int64_t total = 0;
+        for (int64_t n : stats->expert_tokens) {
+            total += n;
+        }
+        CHECK(total == 32);
+        counts[r - 1] = stats->expert_tokens;
+    }
+    CHECK(counts[0] == counts[1]);
 }
 
 }  // namespace
