@@ -12,31 +12,9 @@
 namespace edge::engine {
 namespace {
 
-WeightFormat format_of(DType d) {
-    switch (d) {
-        case DType::kBF16:
-            return WeightFormat::kBF16;
-        case DType::kF16:
-            return WeightFormat::kF16;
-        default:
-            return WeightFormat::kF32;
-    }
-}
-
 const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 
 }  // namespace
-
-float stored_element(const void* data, WeightFormat f, int64_t i) {
-    switch (f) {
-        case WeightFormat::kBF16:
-            return cpu::bf16_to_f32(cpu::load_u16(data, i));
-        case WeightFormat::kF16:
-            return cpu::f16_to_f32(cpu::load_u16(data, i));
-        default:
-            return cpu::load_f32(data, i);
-    }
-}
 
 Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j) {
     constexpr int64_t kBig = int64_t{1} << 24;
@@ -140,7 +118,7 @@ Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, in
     }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
     Weight w;
-    w.format = format_of(t.dtype());
+    w.format = float_format_of(t.dtype());
     w.rows = rows;
     w.cols = cols;
     w.data = t.data;
@@ -153,12 +131,7 @@ Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, in
 }
 
 Result<std::vector<float>> SigmoidMoeModel::vector(const std::string& name, int64_t n) {
-    EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {n}));
-    std::vector<float> out(n);
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = stored_element(t.data, format_of(t.dtype()), i);
-    }
-    return out;
+    return read_float_vector(*ckpt_, name, n);
 }
 
 Result<SwiGlu> SigmoidMoeModel::swiglu(const std::string& prefix, int64_t inter) {

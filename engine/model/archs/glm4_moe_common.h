@@ -20,6 +20,7 @@
 #include "engine/cpu/router.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/paged_causal_lm.h"
+#include "engine/model/stored_tensor.h"
 #include "engine/model/loader.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
@@ -123,8 +124,5 @@ class SigmoidMoeModel : public PagedCausalLM {
     std::vector<FfnLayer> ffn_;
     std::vector<float> tmp_, gate_, up_, act_;
 };
-
-// Reads one element of a stored float vector.
-float stored_element(const void* data, WeightFormat f, int64_t i);
 
 }  // namespace edge::engine

@@ -9,6 +9,7 @@
 #include "engine/cpu/ops.h"
 #include "engine/model/paged_attention.h"
 #include "engine/model/paged_causal_lm.h"
+#include "engine/model/stored_tensor.h"
 #include "engine/model/model_config.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
@@ -30,29 +31,6 @@ struct Layer {
     Mlp dense;
 };
 
-WeightFormat format_of(DType d) {
-    switch (d) {
-        case DType::kBF16:
-            return WeightFormat::kBF16;
-        case DType::kF16:
-            return WeightFormat::kF16;
-        default:
-            return WeightFormat::kF32;
-    }
-}
-
-float element(const void* data, WeightFormat f, int64_t i) {
-    switch (f) {
-        case WeightFormat::kBF16:
-            return cpu::bf16_to_f32(cpu::load_u16(data, i));
-        case WeightFormat::kF16:
-            return cpu::f16_to_f32(cpu::load_u16(data, i));
-        default:
-            return cpu::load_f32(data, i);
-    }
-}
-
-const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 
 class Qwen3Moe final : public PagedCausalLM {
 public:
@@ -114,12 +92,7 @@ Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t c
 }
 
 Result<std::vector<float>> Qwen3Moe::vector(const std::string& name, int64_t n) {
-    EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {n}));
-    std::vector<float> out(n);
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = element(t.data, format_of(t.dtype()), i);
-    }
-    return out;
+    return read_float_vector(*ckpt_, name, n);
 }
 
 Result<Mlp> Qwen3Moe::mlp(const std::string& prefix, int64_t inter) {
