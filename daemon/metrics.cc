@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <charconv>
-#include <set>
 #include <sstream>
 
 namespace edge::daemon {
@@ -113,22 +112,10 @@ std::string Metrics::serialize() const {
         std::lock_guard<std::mutex> lock(source_mu_);
         source = serving_source_;
     }
-    if (!source) {
-        prometheus::TextSerializer().Serialize(out, families);
-        return out.str();
-    }
-    // A family name is exported once: a populated registry family wins over the engine's
-    // rendering of the same name, an empty one gives way to it.
-    std::set<std::string> populated;
-    std::erase_if(families, [&](const prometheus::MetricFamily& f) {
-        if (!f.metric.empty()) {
-            populated.insert(f.name);
-            return false;
-        }
-        return true;
-    });
     prometheus::TextSerializer().Serialize(out, families);
-    out << render_serving(source(), populated);
+    if (source) {
+        out << render_serving(source());
+    }
     return out.str();
 }
 
@@ -174,20 +161,10 @@ void header(std::ostringstream& out, const char* name, const char* type, const c
     out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
 }
 
-// Families already exported by the registry; render_serving skips them.
-thread_local const std::set<std::string>* skip_families = nullptr;
-
-bool skipped(const char* name) {
-    return skip_families != nullptr && skip_families->count(name) > 0;
-}
-
 using TenantValue = std::function<double(const engine::TenantServingStats&)>;
 
 void per_tenant(std::ostringstream& out, const std::vector<engine::ServingStats>& stats,
                 const char* name, const char* type, const char* help, const TenantValue& value) {
-    if (skipped(name)) {
-        return;
-    }
     header(out, name, type, help);
     for (const engine::ServingStats& m : stats) {
         for (const auto& [tenant, t] : m.tenants) {
@@ -201,9 +178,6 @@ using HistogramOf = std::function<const engine::LatencyHistogram&(const engine::
 
 void histogram(std::ostringstream& out, const std::vector<engine::ServingStats>& stats,
                const char* name, const char* help, const HistogramOf& of) {
-    if (skipped(name)) {
-        return;
-    }
     header(out, name, "histogram", help);
     const auto& bounds = engine::LatencyHistogram::kBounds;
     for (const engine::ServingStats& m : stats) {
@@ -227,10 +201,8 @@ void histogram(std::ostringstream& out, const std::vector<engine::ServingStats>&
 
 }  // namespace
 
-std::string Metrics::render_serving(const std::vector<engine::ServingStats>& stats,
-                                    const std::set<std::string>& skip) {
+std::string Metrics::render_serving(const std::vector<engine::ServingStats>& stats) {
     using T = engine::TenantServingStats;
-    skip_families = &skip;
     std::ostringstream out;
     per_tenant(out, stats, "edgeserve_tenant_queued_requests", "gauge",
                "Requests waiting for admission to the running batch.",
@@ -266,13 +238,11 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
             << labels({{"model", m.model}, {"reason", "model_queue_full"}}) << " "
             << m.rejected_overloaded << "\n";
     }
-    if (!skipped("edgeserve_kv_cache_usage_ratio")) {
-        header(out, "edgeserve_kv_cache_usage_ratio", "gauge",
-               "KV-cache blocks referenced by running sequences over all blocks.");
-        for (const engine::ServingStats& m : stats) {
-            out << "edgeserve_kv_cache_usage_ratio" << labels({{"model", m.model}}) << " "
-                << number(m.kv_use) << "\n";
-        }
+    header(out, "edgeserve_kv_cache_usage_ratio", "gauge",
+           "KV-cache blocks referenced by running sequences over all blocks.");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_kv_cache_usage_ratio" << labels({{"model", m.model}}) << " "
+            << number(m.kv_use) << "\n";
     }
     header(out, "edgeserve_kv_cache_blocks", "gauge",
            "KV-cache blocks by state: used (referenced), cached (prefix cache), total.");
@@ -322,7 +292,6 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
     histogram(out, stats, "edgeserve_end_to_end_latency_seconds",
               "Time from submission to the end of a request.",
               [](const T& t) -> const engine::LatencyHistogram& { return t.end_to_end; });
-    skip_families = nullptr;
     return out.str();
 }
 

@@ -36,7 +36,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -107,10 +106,8 @@ public:
     // Where serialize() gets the engine's serving figures (Generator::serving_stats). Set once
     // before serving; the source must outlive this object.
     void set_serving_source(std::function<std::vector<engine::ServingStats>()> source);
-    // The text exposition of serving figures (the part serialize() appends), without the
-    // families named in `skip` (exported by the registry already).
-    static std::string render_serving(const std::vector<engine::ServingStats>& stats,
-                                      const std::set<std::string>& skip = {});
+    // The text exposition of serving figures (the part serialize() appends).
+    static std::string render_serving(const std::vector<engine::ServingStats>& stats);
 
 private:
     std::shared_ptr<prometheus::Registry> registry_;
