@@ -3,6 +3,7 @@
 // tokens/s at 1 and 2 threads, batched decode at 8 and 32 sequences, weight bytes read per decode
 // token and the fraction of measured memory bandwidth decode reaches, resident memory after load.
 // Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
+//                     [--profile single|batchedN]
 // (batched figures use the last thread count run: 2 by default).
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
@@ -154,6 +155,9 @@ int main(int argc, char** argv) {
     int steps = 32;
     int prefill = 128;
     int only_threads = 0;  // 1 or 2: run that thread count only (faster, for experiments).
+    // "single" or "batchedN": after warm-up run only that phase for --steps steps and exit,
+    // printing its tokens/s (for `perf record`; skips the probes and the table).
+    std::string profile;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--model")) {
             model_dir = argv[i + 1];
@@ -161,6 +165,8 @@ int main(int argc, char** argv) {
             steps = std::max(1, std::atoi(argv[i + 1]));
         } else if (!std::strcmp(argv[i], "--threads")) {
             only_threads = std::atoi(argv[i + 1]);
+        } else if (!std::strcmp(argv[i], "--profile")) {
+            profile = argv[i + 1];
         } else if (!std::strcmp(argv[i], "--prefill")) {
             prefill = std::max(1, std::atoi(argv[i + 1]));
         }
@@ -190,6 +196,33 @@ int main(int argc, char** argv) {
         return 1;
     }
     const int64_t bytes_per_token = decode_bytes_per_token(*config);
+    if (!profile.empty()) {
+        edge::engine::LoadOptions lo;
+        lo.threads = only_threads == 0 ? 2 : only_threads;
+        lo.max_slots = 72;
+        lo.max_context = 1024;
+        auto model = edge::engine::load_model(model_dir, lo);
+        if (!model.ok()) {
+            std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
+            return 1;
+        }
+        const int seqs = profile.rfind("batched", 0) == 0 ? std::atoi(profile.c_str() + 7) : 0;
+        run_batched(**model, 32, 4);
+        const auto s0 = (*model)->shard_stats();
+        const auto t0 = Clock::now();
+        const double tps = seqs > 0 ? run_batched(**model, seqs, steps)
+                                    : run_single(**model, prefill, steps).decode_tps;
+        const double wall = seconds_since(t0);
+        std::printf("%s tokens/s %.2f\n", profile.c_str(), tps);
+        const auto s1 = (*model)->shard_stats();
+        if (s0 && s1) {
+            std::printf("wall %.1f ms, moe dispatch %.1f ms, compute %.1f ms, combine %.1f ms\n",
+                        wall * 1e3, (s1->times.dispatch_s - s0->times.dispatch_s) * 1e3,
+                        (s1->times.compute_s - s0->times.compute_s) * 1e3,
+                        (s1->times.combine_s - s0->times.combine_s) * 1e3);
+        }
+        return 0;
+    }
     const double bw1 = edge::bench::measure_read_bandwidth(1);
     const double bw2 = edge::bench::measure_read_bandwidth(2);
     // Per second of CPU time: on a machine shared with other work, what one thread reads while

@@ -6,7 +6,8 @@
 // figure is the median of --rounds passes over all matrices. At 1 thread it also prints the rate
 // per second of CPU time against the probe's (steadier when other work shares the machine).
 //
-//   bench_matvec [--mb MiB] [--rounds R]
+//   bench_matvec [--mb MiB] [--rounds R] [--tokens N]
+// With --tokens N each call multiplies N tokens (weights still read once per call).
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -43,11 +44,14 @@ double now_s() {
 int main(int argc, char** argv) {
     int64_t mb = 1024;
     int rounds = 7;
+    int64_t tokens = 1;  // Tokens per call (batched decode's experts see a few each).
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--mb")) {
             mb = std::max<int64_t>(64, std::atoll(argv[i + 1]));
         } else if (!std::strcmp(argv[i], "--rounds")) {
             rounds = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--tokens")) {
+            tokens = std::max<int64_t>(1, std::atoll(argv[i + 1]));
         }
     }
     constexpr int64_t kRows = 1024, kCols = 1024;
@@ -89,8 +93,8 @@ int main(int argc, char** argv) {
     for (int64_t m = 0; m < count; ++m) {
         weights.push_back({WeightFormat::kBF16, kRows, kCols, base + m * matrix_bytes, nullptr});
     }
-    std::vector<float> x(kCols), y(kRows);
-    for (int64_t c = 0; c < kCols; ++c) {
+    std::vector<float> x(kCols * tokens), y(kRows * tokens);
+    for (int64_t c = 0; c < kCols * tokens; ++c) {
         x[c] = std::sin(static_cast<float>(c));
     }
 
@@ -112,7 +116,8 @@ int main(int argc, char** argv) {
 
     std::printf("%-32s %8s %10s %10s %9s %10s\n", "kernel", "threads", "GB/s", "probe", "fraction",
                 "cpu-frac");
-    std::string json = "{\"bench\":\"matvec\",\"mb\":" + std::to_string(total >> 20);
+    std::string json = "{\"bench\":\"matvec\",\"tokens\":" + std::to_string(tokens) +
+                       ",\"mb\":" + std::to_string(total >> 20);
     for (int threads = 1; threads <= 2; ++threads) {
         cpu::ThreadPool pool(threads);
         const double probe = edge::bench::measure_read_bandwidth(threads);
@@ -125,7 +130,7 @@ int main(int argc, char** argv) {
                 const double t0 = now_s();
                 const double c0 = edge::bench::process_cpu_seconds();
                 for (const Weight& w : weights) {
-                    cpu::matmul(pool, v.isa, w, x.data(), 1, y.data(), kRows);
+                    cpu::matmul(pool, v.isa, w, x.data(), tokens, y.data(), kRows);
                 }
                 const double s = now_s() - t0;
                 const double cs = (edge::bench::process_cpu_seconds() - c0) / threads;

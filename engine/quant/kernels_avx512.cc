@@ -88,6 +88,8 @@ EDGE_AVX512 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy
             acc[t] = _mm512_setzero_ps();
         }
         for (int64_t b = 0; b < full_blocks; ++b) {
+            prefetch_ahead(q + b * 128);
+            prefetch_ahead(q + b * 128 + 64);
             fp8_block<T, true>(q + b * 128, x, cols, b * 128, 128, _mm512_set1_ps(srow[b] * 256.0f),
                                acc);
         }
@@ -176,6 +178,7 @@ EDGE_AVX512_VBMI void fp8_vbmi_rows(const Weight& w, const float* x, float* y, i
             }
             const int64_t end = std::min<int64_t>(cols, b * 128 + 128);
             for (int64_t c = b * 128; c < end; c += 64) {
+                prefetch_ahead(q + c);
                 const int64_t n = end - c;
                 __m512 wv[4];
                 if (n >= 64) {
@@ -248,6 +251,7 @@ EDGE_AVX512 void int8_rows(const Weight& w, const float* x, float* y, int64_t ld
             }
         }
         for (int64_t c = 0; c < full; c += 64) {
+            prefetch_ahead(q + c);
             int8_piece<T, true>(q, x, cols, c, 64, acc);
         }
         if (full < cols) {
@@ -278,6 +282,7 @@ EDGE_AVX512 void int4_float_rows(const Weight& w, const float* x, float* y, int6
             acc[t][1] = _mm512_setzero_ps();
         }
         for (int64_t gi = 0; gi < groups; ++gi) {
+            prefetch_ahead(q + gi * g / 2);
             const __m512 scale = _mm512_set1_ps(srow[gi]);
             const __m512 offset = _mm512_set1_ps(-8.0f * srow[gi]);
             for (int64_t c = gi * g; c < (gi + 1) * g; c += 32) {

@@ -121,6 +121,7 @@ EDGE_AVX512_VNNI void int4_vnni_rows(const Weight& w, const Int4Chunk* prepared,
     const int64_t full_chunks = cols / 128;
     // Lane j of a chunk covers columns 8j..8j+7, i.e. group j / 4 of the chunk's four (G = 32).
     const __m512i group_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const int64_t ahead_rows = kPrefetchBytes / std::max<int64_t>(1, cols / 2);
     for (int64_t r = row_begin; r < row_end; ++r) {
         const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
         const float* srow = w.scales + r * groups;
@@ -128,7 +129,12 @@ EDGE_AVX512_VNNI void int4_vnni_rows(const Weight& w, const Int4Chunk* prepared,
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm512_setzero_ps();
         }
+        // The scales of the row the weight prefetch is reaching (a stream of its own).
+        if (r + ahead_rows < w.rows) {
+            prefetch_span(srow + ahead_rows * groups, groups * 4);
+        }
         for (int64_t k = 0; k < full_chunks; ++k) {
+            prefetch_ahead(q + k * 64);
             const __m512i wv = _mm512_loadu_si512(q + k * 64);
             __m512 wscale;
             if constexpr (G == 32) {
@@ -208,6 +214,7 @@ EDGE_AVX512_VNNI void int8_vnni_rows(const Weight& w, const Int8Chunk* prepared,
             acc[t] = _mm512_setzero_ps();
         }
         for (int64_t k = 0; k < n_chunks; ++k) {
+            prefetch_ahead(q + k * 64);
             // Past the row's end the masked load gives 0, flipped to 128, times x_q = 0.
             const __m512i raw = k < full_chunks
                                     ? _mm512_loadu_si512(q + k * 64)
