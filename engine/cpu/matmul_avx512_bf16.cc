@@ -3,8 +3,8 @@
 // everything in it has internal linkage except the kernel itself.
 //
 // vdpbf16ps multiplies bf16 pairs, so the activations are split once per call into two bf16
-// arrays, hi = bf16(x) and lo = bf16(x - hi): w * hi + w * lo carries about 16 mantissa bits of
-// each activation (relative error about 2^-17 per product, against 2^-24 for the f32 FMA kernel),
+// arrays (engine/cpu/bf16_split.h): w * hi + w * lo carries about 16 mantissa bits of each
+// activation (relative error about 2^-17 per product, against 2^-24 for the f32 FMA kernel),
 // and the weights go straight from memory into the dot product with no widening. Each dot product
 // of bf16 pairs is exact in f32 before the add. Tolerance against the scalar reference:
 // |simd - scalar| <= 2e-5 * sum_c |w*x| + 1e-6 (tests/engine/cpu/matmul_test.cc).
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/cpu/bf16_split.h"
 #include "engine/cpu/matmul_kernels.h"
 
 namespace edge::engine::cpu {
@@ -30,33 +31,6 @@ inline __m512bh as_bh(__m512i v) { return std::bit_cast<__m512bh>(v); }
 
 inline __mmask32 mask32(int64_t n) {
     return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1u);
-}
-
-// x (n rows of k f32) -> hi/lo bf16 rows of kp (k rounded up to 32) elements, zero padded.
-// Non-finite activations keep lo = 0 so inf stays inf (inf - inf would be NaN).
-void split_activations(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* hi,
-                       uint16_t* lo) {
-    const __m512 inf = _mm512_set1_ps(__builtin_inff());
-    for (int64_t t = 0; t < n; ++t) {
-        const float* xt = x + t * k;
-        uint16_t* ht = hi + t * kp;
-        uint16_t* lt = lo + t * kp;
-        for (int64_t c = 0; c < kp; c += 16) {
-            const __mmask16 m = c + 16 <= k   ? static_cast<__mmask16>(0xFFFF)
-                                : c < k       ? static_cast<__mmask16>((1u << (k - c)) - 1u)
-                                              : static_cast<__mmask16>(0);
-            const __m512 v = _mm512_maskz_loadu_ps(m, xt + c);
-            const __m256bh h = _mm512_cvtneps_pbh(v);
-            const __m256i hbits = std::bit_cast<__m256i>(h);
-            const __m512 hv =
-                _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hbits), 16));
-            const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(hv), inf, _CMP_LT_OQ);
-            const __m512 rest = _mm512_maskz_sub_ps(finite, v, hv);
-            const __m256i lbits = std::bit_cast<__m256i>(_mm512_cvtneps_pbh(rest));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ht + c), hbits);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(lt + c), lbits);
-        }
-    }
 }
 
 // R rows by T tokens. For one token, hi and lo products go to separate accumulators so each
@@ -172,7 +146,7 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
     const auto* base = static_cast<const uint16_t*>(w.data);
     for (int64_t t0 = 0; t0 < n; t0 += group) {
         const int64_t nt = n - t0 < group ? n - t0 : group;
-        split_activations(x + t0 * k, nt, k, kp, hi, lo);
+        split_activations_bf16(x + t0 * k, nt, k, kp, hi, lo);
         float* yt = y + t0 * ldy;
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {

@@ -3,7 +3,7 @@
 // The per-ISA matrix kernels behind quant::matmul_kernel_for (quant_kernels.h), one file per ISA:
 // kernels_scalar.cc (reference, any CPU), kernels_avx2.cc (AVX2+FMA+F16C), kernels_avx512.cc
 // (AVX-512 F/BW/VL/DQ, and VBMI for one FP8 variant), kernels_avx512_vnni.cc (AVX-512 VNNI, INT8
-// and INT4 with int8 activations); shared helpers in kernels_x86.h. Each ISA file compiles its
+// and INT4 with int8 activations), kernels_avx512_bf16.cc (AVX512_BF16, FP8); shared helpers in kernels_x86.h. Each ISA file compiles its
 // functions with target attributes, so the binary runs on any x86-64 and quant_kernels.cc picks by
 // cpuid at run time. All kernels have the MatmulKernel contract and are thread-safe on disjoint row
 // ranges (scratch is thread_local).
@@ -30,6 +30,9 @@ EDGE_QUANT_KERNEL(matmul_int4_avx2);
 EDGE_QUANT_KERNEL(matmul_fp8_avx512);
 // FP8 decoded by two vpermi2b table lookups (AVX-512 VBMI).
 EDGE_QUANT_KERNEL(matmul_fp8_avx512_vbmi);
+// FP8 converted to bf16 in registers and multiplied with AVX512_BF16 dot products against the
+// activations split into hi + lo bf16 (kernels_avx512_bf16.cc).
+EDGE_QUANT_KERNEL(matmul_fp8_avx512_bf16);
 EDGE_QUANT_KERNEL(matmul_int8_avx512);
 // INT8 with the activations quantized to int8 per 64 columns and VNNI dot products.
 EDGE_QUANT_KERNEL(matmul_int8_avx512_vnni);

@@ -2,6 +2,8 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+
+#include "engine/cpu/bf16_split.h"
 #endif
 
 #include "engine/quant/kernels_internal.h"
@@ -15,6 +17,7 @@ struct CpuFeatures {
     bool avx512 = false;  // AVX-512 F/BW/VL/DQ.
     bool vnni = false;    // AVX-512 VNNI.
     bool vbmi = false;    // AVX-512 VBMI (byte permutes).
+    bool bf16 = false;    // AVX512_BF16 (bf16 dot products).
 };
 
 #if defined(__x86_64__)
@@ -34,6 +37,7 @@ CpuFeatures detect() {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     f.vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
     f.vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
+    f.bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
 #endif
     return f;
 }
@@ -62,6 +66,10 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
             }
             if (f.avx512) {
                 out.push_back({"avx512", detail::matmul_fp8_avx512, 0});
+            }
+            if (f.bf16) {
+                out.push_back({"avx512-bf16", detail::matmul_fp8_avx512_bf16, 0,
+                               cpu::kBf16SplitRelError});
             }
 #endif
             break;

@@ -24,13 +24,16 @@ MatmulKernel matmul_kernel_for(WeightFormat format);
 
 // One implementation of a format's kernel, for tests (SIMD vs scalar reference) and benchmarks.
 struct KernelVariant {
-    const char* name = "";  // "scalar", "avx2", "avx512", "avx512-vnni".
+    const char* name = "";  // "scalar", "avx2", "avx512", "avx512-vnni", "avx512-bf16".
     MatmulKernel kernel = nullptr;
     // 0: activations are used as f32, so the result equals the dequantized-weight product up to
     // f32 rounding. Otherwise the kernel rounds each token's activations to int8 per this many
     // columns (scale max|x| / 127) and uses integer dot products (VNNI), adding at most
     // sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| to |y - y_exact| per output.
     int64_t activation_group = 0;
+    // 0, or: the kernel uses each activation x as hi + lo bf16 with |x - (hi + lo)| <= this * |x|
+    // (AVX512_BF16 dot products), adding at most this * sum_c |W[r][c] * x_c| per output.
+    double activation_rel_error = 0.0;
 };
 
 // Every variant this CPU runs for `format`, the scalar reference first and the one

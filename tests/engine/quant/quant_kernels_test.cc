@@ -17,7 +17,9 @@ namespace {
 //    than the reference; rows here are at most ~1000 columns);
 //  - VNNI kernels round activations to int8 per group of KernelVariant::activation_group columns,
 //    adding at most sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| (half a step of
-//    x's int8 grid), computed below per output from the actual weights and activations.
+//    x's int8 grid), computed below per output from the actual weights and activations;
+//  - AVX512_BF16 kernels use x as hi + lo bf16, adding KernelVariant::activation_rel_error
+//    (2^-17) times the magnitude.
 constexpr double kFloatRelTol = 1e-5;
 
 struct Case {
@@ -108,7 +110,7 @@ void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
                     continue;
                 }
                 const size_t i = t * c.rows + r;
-                const double tol = kFloatRelTol * magnitude[i] + 1e-6 +
+                const double tol = (kFloatRelTol + v.activation_rel_error) * magnitude[i] + 1e-6 +
                                    activation_bound(v.activation_group, t, r) * (1 + 1e-4);
                 const double err = std::fabs(got - exact[i]);
                 worst = std::max(worst, err / tol);
