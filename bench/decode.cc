@@ -7,6 +7,7 @@
 // (batched figures use the last thread count run: 2 by default).
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -220,6 +221,14 @@ int main(int argc, char** argv) {
                         wall * 1e3, (s1->times.dispatch_s - s0->times.dispatch_s) * 1e3,
                         (s1->times.compute_s - s0->times.compute_s) * 1e3,
                         (s1->times.combine_s - s0->times.combine_s) * 1e3);
+            std::vector<int64_t> tok = s1->expert_tokens;
+            std::sort(tok.begin(), tok.end());
+            if (!tok.empty()) {
+                std::printf("expert tokens (all layers): min %lld median %lld max %lld\n",
+                            static_cast<long long>(tok.front()),
+                            static_cast<long long>(tok[tok.size() / 2]),
+                            static_cast<long long>(tok.back()));
+            }
         }
         return 0;
     }
