@@ -473,4 +473,16 @@ shard::ShardStats MoeBlock::stats() const {
     return s;
 }
 
+void swiglu_rows(Backend& backend, const SwiGlu& m, const float* in, int64_t rows, float* out,
+                 SwiGluScratch* scratch) {
+    const int64_t inter = m.gate.rows;
+    float* gate = grow(scratch->gate, static_cast<size_t>(rows * inter));
+    float* up = grow(scratch->up, static_cast<size_t>(rows * inter));
+    float* act = grow(scratch->act, static_cast<size_t>(rows * inter));
+    const MatmulJob gate_up[] = {{&m.gate, in, rows, gate, inter}, {&m.up, in, rows, up, inter}};
+    backend.matmul_batch(gate_up);
+    cpu::silu_mul(gate, up, rows * inter, act);
+    backend.matmul(m.down, act, rows, out, m.down.rows);
+}
+
 }  // namespace edge::engine

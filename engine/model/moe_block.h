@@ -50,6 +50,16 @@ struct SwiGlu {
     Weight down;
 };
 
+// Scratch of swiglu_rows, kept by its caller between calls (it grows to the largest call).
+struct SwiGluScratch {
+    std::vector<float> gate, up, act;
+};
+
+// A dense SwiGLU over `rows` rows of `in` (gate.cols floats each) into `out` (down.rows floats
+// each): the dense layers and shared experts of every architecture. Gate and up run as one batch.
+void swiglu_rows(Backend& backend, const SwiGlu& m, const float* in, int64_t rows, float* out,
+                 SwiGluScratch* scratch);
+
 // Chooses the experts of one token from its router logits. Implementations are immutable and
 // called concurrently from the ranks' threads.
 class ExpertRouter {

@@ -241,17 +241,6 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     return ok_status();
 }
 
-void SigmoidMoeModel::mlp_rows(const SwiGlu& m, const float* in, int64_t rows, float* out) {
-    const int64_t inter = m.gate.rows;
-    float* gate = grow(gate_, rows * inter);
-    float* up = grow(up_, rows * inter);
-    float* act = grow(act_, rows * inter);
-    const MatmulJob gate_up[] = {{&m.gate, in, rows, gate, inter}, {&m.up, in, rows, up, inter}};
-    backend_->matmul_batch(gate_up);
-    cpu::silu_mul(gate, up, rows * inter, act);
-    backend_->matmul(m.down, act, rows, out, c_.hidden_size);
-}
-
 Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
     const int64_t H = c_.hidden_size;
     const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -262,14 +251,14 @@ Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
     }
     float* out = grow(tmp_, n * H);
     if (!F.moe) {
-        mlp_rows(F.dense, h, n, out);
+        swiglu_rows(*backend_, F.dense, h, n, out, &mlp_scratch_);
         for (int64_t i = 0; i < n * H; ++i) {
             x[i] += out[i];
         }
         return ok_status();
     }
     if (c_.n_shared_experts > 0) {
-        mlp_rows(F.shared, h, n, out);
+        swiglu_rows(*backend_, F.shared, h, n, out, &mlp_scratch_);
         for (int64_t i = 0; i < n * H; ++i) {
             x[i] += out[i];
         }

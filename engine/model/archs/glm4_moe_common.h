@@ -90,7 +90,6 @@ class SigmoidMoeModel : public PagedCausalLM {
     Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
     Result<std::vector<float>> vector(const std::string& name, int64_t n);
     Result<SwiGlu> swiglu(const std::string& prefix, int64_t inter);
-    void mlp_rows(const SwiGlu& m, const float* in, int64_t rows, float* out);
     static float* grow(std::vector<float>& v, size_t n) {
         if (v.size() < n) {
             v.resize(n);
@@ -122,7 +121,8 @@ class SigmoidMoeModel : public PagedCausalLM {
     Weight lm_head_;
     std::vector<float> final_norm_;
     std::vector<FfnLayer> ffn_;
-    std::vector<float> tmp_, gate_, up_, act_;
+    std::vector<float> tmp_;
+    SwiGluScratch mlp_scratch_;
 };
 
 }  // namespace edge::engine

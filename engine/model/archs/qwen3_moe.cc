@@ -55,7 +55,6 @@ private:
     Result<Mlp> mlp(const std::string& prefix, int64_t inter);
     void attention_block(const Layer& layer, int32_t li, int64_t n);
     Status moe_block(const Layer& layer, int32_t li, int64_t n);
-    void mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out);
     static float* grow(std::vector<float>& v, size_t n) {
         if (v.size() < n) {
             v.resize(n);
@@ -78,7 +77,7 @@ private:
     // Per-forward token metadata and scratch, grown on demand and kept between calls.
     std::vector<int32_t> tok_slot_, tok_pos_;
     std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, scores_, rope_;
-    std::vector<float> gate_, up_, act_;
+    SwiGluScratch mlp_scratch_;
 };
 
 Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t cols) {
@@ -295,17 +294,6 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
     }
 }
 
-void Qwen3Moe::mlp_rows(const Mlp& m, const float* in, int64_t rows, float* out) {
-    const int64_t inter = m.gate.rows;
-    float* gate = grow(gate_, rows * inter);
-    float* up = grow(up_, rows * inter);
-    float* act = grow(act_, rows * inter);
-    const MatmulJob gate_up[] = {{&m.gate, in, rows, gate, inter}, {&m.up, in, rows, up, inter}};
-    backend_->matmul_batch(gate_up);
-    cpu::silu_mul(gate, up, rows * inter, act);
-    backend_->matmul(m.down, act, rows, out, c_.hidden_size);
-}
-
 Status Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
     const int64_t H = c_.hidden_size;
     const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -316,7 +304,7 @@ Status Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
     }
     if (!L.moe) {
         float* out = grow(tmp_, n * H);
-        mlp_rows(L.dense, h, n, out);
+        swiglu_rows(*backend_, L.dense, h, n, out, &mlp_scratch_);
         for (int64_t i = 0; i < n * H; ++i) {
             x[i] += out[i];
         }
