@@ -104,11 +104,13 @@ Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
     if (name == "cuda") {
         const int devices = cuda::cuda_device_count();
         if (options.device < 0 || options.device >= devices) {
+            // Only expert-parallel ranks ask for devices past 0 (rank r on GPU r).
             return unavailable_error(
                 "cuda backend: device " + std::to_string(options.device) + " requested but " +
-                std::to_string(devices) +
-                " visible (expert-parallel sharding on CUDA needs one GPU per rank: "
-                "engine.sharding.ranks must not exceed the GPU count)");
+                std::to_string(devices) + " visible" +
+                (options.device > 0 ? " (sharding on CUDA runs one rank per GPU: "
+                                      "engine.sharding.ranks must not exceed the GPU count)"
+                                    : ""));
         }
         cuda::CudaBackendOptions co;
         co.device = options.device;
