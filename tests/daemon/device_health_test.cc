@@ -2,11 +2,15 @@
 // a sticky device fault, injected with the test-only health probe or reported to the engine's
 // process-wide device health, turns /readyz into 503 with the reason, makes gossip advertise the
 // site's pools as draining (another daemon sees it), lets an in-flight request receive its error
-// during the bounded drain, and ends the daemon with kExitDeviceFault. The binary refuses
+// during the bounded drain, and ends the daemon with kExitDeviceFault; the run loop itself
+// (run_main, in process) exits with that status on a fault. The binary refuses
 // engine.backend: cuda on a machine without a GPU. Waits poll real state with a deadline; nothing
 // sleeps for a fixed time.
 
 #include <doctest/doctest.h>
+
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -205,6 +209,31 @@ TEST_CASE("the default probe is the engine's device health: a reported fault fai
     CHECK(testing::plain_http_get(admin, "/readyz")->status == 503);
     CHECK_FALSE(site.daemon->check_health().ok());
     site.daemon->stop(0ms);
+}
+
+TEST_CASE("the run loop (edgeserve run) exits with kExitDeviceFault on a device fault") {
+    testing::TempDir dir;
+    const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+    const std::string config =
+        dir.write("run.yaml", testing::config_yaml(cert.cert_path, cert.key_path));
+    // The fault is there before the loop starts: its first health poll (after at most
+    // kHealthPollInterval) finds it.
+    engine::report_device_fault(unavailable_error("CUDA device lost: injected before run"));
+    std::string arg0 = "run", arg1 = "--config", arg2 = config;
+    char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+    // Its own thread: run_main blocks SIGTERM/SIGINT/SIGHUP in the calling thread's mask and
+    // waits for them there, so a loop that missed the fault is stopped with a SIGTERM to it.
+    std::promise<int> exit_code;
+    std::future<int> code = exit_code.get_future();
+    std::thread loop([&] { exit_code.set_value(daemon::run_main(3, argv)); });
+    const bool returned = code.wait_for(30s) == std::future_status::ready;
+    if (!returned) {
+        pthread_kill(loop.native_handle(), SIGTERM);
+    }
+    loop.join();
+    engine::clear_reported_device_fault_for_testing();
+    CHECK(returned);
+    CHECK(code.get() == daemon::kExitDeviceFault);
 }
 
 TEST_CASE("edgeserve run: engine.backend cuda without a visible GPU is a start error") {
