@@ -1,6 +1,7 @@
 // The device decoder on a real checkpoint and the sharded engine on several GPUs: greedy tokens
 // of the fixture model with every op of the decode step on the device (one CUDA graph per step)
-// against the CPU backend, for the stored BF16 experts and INT4 experts quantized on load; and
+// against the CPU backend (stored BF16 experts) and against the engine's forward on the CUDA
+// backend (INT4 experts quantized on load); and
 // the model sharded expert-parallel over all GPUs (one rank per GPU, NCCL) against one GPU.
 
 #include <algorithm>
@@ -56,12 +57,16 @@ DeviceMemoryConfig small_arena() {
 
 TEST_CASE("end to end on the fixture model: the device decoder's greedy tokens equal the CPU's") {
     const int steps = 24;
+    // BF16 as stored: against the CPU backend. INT4 experts: against the engine's own forward on
+    // the CUDA backend (same quantized weights, same f32-activation matmul kernels), because the
+    // CPU's INT4 kernels quantize activations to int8 and may flip a near-tie of the random
+    // fixture's argmax.
     for (const char* policy : {"none", "experts-int4"}) {
         CAPTURE(policy);
         LoadOptions lo;
-        lo.backend = "cpu";
+        lo.backend = std::string(policy) == "none" ? "cpu" : "cuda";
         lo.quantization = policy;
-        const std::vector<TokenId> cpu = engine_greedy(lo, steps, nullptr);
+        const std::vector<TokenId> want = engine_greedy(lo, steps, nullptr);
 
         CheckpointDecoderOptions o;
         o.batch = 2;  // Two identical sequences: the batched kernels must keep them apart.
@@ -89,7 +94,7 @@ TEST_CASE("end to end on the fixture model: the device decoder's greedy tokens e
             CHECK((*t)[0] == (*t)[1]);
             gpu.push_back((*t)[0]);
         }
-        CHECK(gpu == cpu);
+        CHECK(gpu == want);
     }
     CHECK(cuda_device_health().ok());
 }
@@ -105,15 +110,14 @@ TEST_CASE("a checkpoint the device decoder cannot run is a named error, not a cr
     CHECK_FALSE(missing.ok());
     auto dec = DeviceDecoder::create_from_checkpoint(kMicro, o, small_arena());
     REQUIRE(dec.ok());
-    CHECK_FALSE((*dec)->set_tokens(std::vector<int32_t>{512}).ok());  // Outside the vocab.
+    CHECK_FALSE((*dec)->set_tokens(std::vector<int32_t>{512}).ok());   // Outside the vocab.
     CHECK_FALSE((*dec)->set_tokens(std::vector<int32_t>{1, 2}).ok());  // Batch is 1.
 }
 
 TEST_CASE("sharded over every GPU (one rank per GPU, NCCL) equals one GPU") {
     const int devices = cuda_device_count();
     if (devices < 2) {
-        std::printf("SKIPPED: sharded-vs-single-GPU needs at least 2 GPUs; %d visible\n",
-                    devices);
+        std::printf("SKIPPED: sharded-vs-single-GPU needs at least 2 GPUs; %d visible\n", devices);
         MESSAGE("skipped: needs at least 2 GPUs, " << devices << " visible");
         return;
     }

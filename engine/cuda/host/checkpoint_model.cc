@@ -64,8 +64,8 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     m.norm_topk_prob = c.norm_topk_prob;
     // The CPU model's formula (qwen3_moe.cc), so both sides rotate by the same angles.
     for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-        m.inv_freq.push_back(std::pow(c.rope_theta, -2.0 * static_cast<double>(i) /
-                                                        static_cast<double>(c.head_dim)));
+        m.inv_freq.push_back(std::pow(
+            c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim)));
     }
 
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open_dir(dir));
@@ -112,11 +112,12 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
                     m.expert_format = w->format;
                     expert_format_known = true;
                 } else if (w->format != m.expert_format) {
-                    return unimplemented_error(
-                        ck.description() + ": " + ep + ": expert format " +
-                        quant::weight_format_name(w->format) + " differs from the first "
-                        "expert's " + quant::weight_format_name(m.expert_format) +
-                        " (the device decoder needs one expert format)");
+                    return unimplemented_error(ck.description() + ": " + ep + ": expert format " +
+                                               quant::weight_format_name(w->format) +
+                                               " differs from the first "
+                                               "expert's " +
+                                               quant::weight_format_name(m.expert_format) +
+                                               " (the device decoder needs one expert format)");
                 }
             }
             L.gate.push_back(g);

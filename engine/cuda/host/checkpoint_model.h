@@ -30,12 +30,12 @@ class WeightLoader;
 namespace edge::engine::cuda {
 
 struct CheckpointLayer {
-    std::vector<float> input_norm;  // hidden
-    std::vector<float> post_norm;   // hidden
-    std::vector<float> q_norm;      // head_dim
-    std::vector<float> k_norm;      // head_dim
-    Weight q, k, v, o;              // Attention projections.
-    Weight router;                  // experts x hidden (mlp.gate).
+    std::vector<float> input_norm;       // hidden
+    std::vector<float> post_norm;        // hidden
+    std::vector<float> q_norm;           // head_dim
+    std::vector<float> k_norm;           // head_dim
+    Weight q, k, v, o;                   // Attention projections.
+    Weight router;                       // experts x hidden (mlp.gate).
     std::vector<Weight> gate, up, down;  // One per routed expert.
 };
 
@@ -49,18 +49,18 @@ struct CheckpointModel {
     int32_t kv_heads = 0;
     int32_t head_dim = 0;
     int32_t vocab = 0;
-    int32_t max_position = 0;       // max_position_embeddings.
+    int32_t max_position = 0;  // max_position_embeddings.
     float rms_eps = 1e-6f;
     bool norm_topk_prob = false;
     WeightFormat expert_format = WeightFormat::kBF16;  // Of every routed expert matrix.
-    std::vector<double> inv_freq;   // head_dim / 2 RoPE frequencies, as the CPU model computes.
+    std::vector<double> inv_freq;  // head_dim / 2 RoPE frequencies, as the CPU model computes.
     Weight embed;
-    Weight lm_head;                 // The embedding table when tied.
+    Weight lm_head;  // The embedding table when tied.
     std::vector<float> final_norm;
     std::vector<CheckpointLayer> layer;
 
-    std::shared_ptr<Checkpoint> checkpoint;   // Owns the mapping the views point into.
-    std::shared_ptr<WeightLoader> loader;     // Owns quantized-on-load copies.
+    std::shared_ptr<Checkpoint> checkpoint;  // Owns the mapping the views point into.
+    std::shared_ptr<WeightLoader> loader;    // Owns quantized-on-load copies.
 };
 
 // Reads `dir` with the quantize-on-load `policy` ("none", "experts-int4", "routed_experts=fp8",

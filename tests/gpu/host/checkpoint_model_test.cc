@@ -28,8 +28,7 @@ std::string fixture_config() {
 // The fixture's config.json with `field`'s value replaced, alone in a temp dir.
 Status read_with(const testing::TempDir& dir, const std::string& field, const std::string& value) {
     const std::string text = std::regex_replace(
-        fixture_config(), std::regex("\"" + field + "\": [^,\\n]*"),
-        "\"" + field + "\": " + value);
+        fixture_config(), std::regex("\"" + field + "\": [^,\\n]*"), "\"" + field + "\": " + value);
     dir.write("config.json", text);
     return read_checkpoint_model(dir.path(), "none").status();
 }

@@ -28,7 +28,7 @@ ModelConfig micro_model() {
 
 // Reports `fault` on the first delta it receives (when `inject`), then records the finish.
 class FaultSink final : public GenerationSink {
-public:
+  public:
     explicit FaultSink(bool inject) : inject_(inject) {}
     void on_delta(TokenDelta delta) override {
         std::lock_guard<std::mutex> lock(mu_);
@@ -54,7 +54,7 @@ public:
         return true;
     }
 
-private:
+  private:
     bool inject_;
     std::mutex mu_;
     std::condition_variable cv_;
