@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
         }
     }
 #if !defined(EDGE_HAVE_CUDA)
+    (void)steps;
+    (void)context;
     std::printf("bench_gpu_decode: built without CUDA (no nvcc at configure time)\n");
     std::printf("{\"bench\":\"gpu_decode\",\"skipped\":\"built without CUDA\"}\n");
     return 2;
