@@ -157,6 +157,8 @@ Status NcclCommunicator::ensure_scratch(int64_t bytes) {
     if (bytes <= scratch_bytes_) {
         return ok_status();
     }
+    // The calling thread's current device may be another rank's: allocate on this rank's GPU.
+    EDGE_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
     if (scratch_ != nullptr) {
         EDGE_CUDA_FAIL_IF_ERROR(cudaFree(scratch_));
         scratch_ = nullptr;
