@@ -39,7 +39,7 @@ TEST_CASE("engine.sharding section") {
               .find("engine.sharding.rank") != std::string::npos);
 }
 
-TEST_CASE("engine.backend: cpu by default; cpu, cuda and auto accepted; anything else named") {
+TEST_CASE("engine.backend: cpu by default, cpu or cuda or auto accepted, anything else named") {
     Result<Config> d = parse_config(testing::config_yaml("/c", "/k"), "/etc/edgeserve/test.yaml");
     REQUIRE_MESSAGE(d.ok(), d.status().to_string());
     CHECK(d->engine.backend == "cpu");

@@ -113,7 +113,7 @@ TEST_CASE("a device fault during generation ends the running request with the fa
     CHECK(late_deltas == 0);
 }
 
-TEST_CASE("resolve_backend: cpu, auto and cuda on this machine; other names rejected") {
+TEST_CASE("resolve_backend: cpu, auto and cuda on this machine, other names rejected") {
     const auto names = available_backends();
     const bool has_cuda = std::find(names.begin(), names.end(), "cuda") != names.end();
     CHECK(*resolve_backend("cpu") == "cpu");
