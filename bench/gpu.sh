@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# One-shot GPU check for an H100/H200-class machine: builds edgeserve with the CUDA backend (only
-# the targets needed, for this GPU's architecture), runs the gpu-labelled tests (each kernel
-# against its CPU twin, end-to-end greedy tokens vs the CPU backend, CUDA-graph replay, NCCL),
-# then the decode benchmark (bench/gpu_decode.cc). Prints the test summary, the bench table, and
-# as its last line the bench's JSON. Fails if a gpu test fails or was skipped.
+# One-shot GPU check for an H100/H200-class machine, from a fresh copy of the repository on a
+# machine with the CUDA toolkit and the Debian build packages (deploy/packages.txt; installed with
+# deploy/setup when missing and the network allows): builds edgeserve with the CUDA backend (only
+# the targets needed, for this GPU's architecture), runs the gpu- and cuda_host-labelled tests
+# (each kernel against its CPU twin, the device decoder's greedy tokens on the fixture checkpoint
+# vs the CPU backend, CUDA-graph replay, NCCL, sharded vs single GPU when there are several),
+# writes make-model's `bench` checkpoint, then runs the decode benchmark (bench/gpu_decode.cc) on
+# its real weights: BF16, FP8 and INT4 experts, 1 and 64 streams, as a fraction of the measured
+# device-to-device copy bandwidth. Prints the test summary, the bench table, and as its last line
+# the bench's JSON. Fails if a test fails or was skipped.
 # Usage: bench/gpu.sh [extra cmake args]   (EDGE_GPU_BUILD_DIR overrides build-gpu/)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -14,6 +19,22 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     exit 2
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+if [ ! -x "$nvcc" ]; then
+    echo "bench/gpu.sh: no nvcc (looked at \$CUDACXX, PATH and /usr/local/cuda/bin)" >&2
+    exit 2
+fi
+# The Debian packages the build needs (a subset of deploy/packages.txt).
+missing=()
+for p in cmake pkg-config g++ libboost1.81-dev libboost-json1.81-dev libssl-dev libyaml-cpp-dev \
+    prometheus-cpp-dev doctest-dev libpcre2-dev libicu-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "bench/gpu.sh: installing ${missing[*]} (deploy/setup)" >&2
+    "$root/deploy/setup" || { echo "bench/gpu.sh: missing packages: ${missing[*]}" >&2; exit 2; }
+fi
+generator=(-G "Unix Makefiles")
+command -v ninja >/dev/null && generator=(-G Ninja)
 # Compile for this GPU only: compute capability 9.0 -> sm_90a, 8.0 -> sm_80, ...
 cap="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')"
 arch="$cap"
@@ -22,11 +43,11 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
     -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 t0=$(date +%s)
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGE_CUDA=ON \
+cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEDGE_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch" "${launcher[@]}" "$@" \
     >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep -q "CUDA backend ON" "$build.configure.log" || { echo "CUDA backend not enabled" >&2; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target gpu_tests cuda_host_tests bench_gpu_decode
+cmake --build "$build" -j"$(nproc)" --target gpu_tests cuda_host_tests bench_gpu_decode edgeserve
 t1=$(date +%s)
 echo "build: $((t1 - t0)) s (sm_$arch)"
 cd "$build"
@@ -37,4 +58,10 @@ if grep -q "Skipped" "$build/gpu-ctest.log" || grep -q "\*\*\*Not Run" "$build/g
 fi
 t2=$(date +%s)
 echo "tests: $((t2 - t1)) s"
-"$build/bench/bench_gpu_decode" --steps 32 --context 256
+model="$build/bench-model"
+if [ ! -f "$model/config.json" ]; then
+    "$build/daemon/edgeserve" make-model --preset bench --out "$model" --seed 7 >/dev/null
+fi
+t3=$(date +%s)
+echo "bench checkpoint: $((t3 - t2)) s ($(du -sh "$model" | cut -f1))"
+"$build/bench/bench_gpu_decode" --model "$model" --steps 32 --context 256

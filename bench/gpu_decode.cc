@@ -1,37 +1,51 @@
-// GPU decode benchmark: whole decode steps on one GPU (engine/cuda/device_decoder.h), each step
-// replayed as a CUDA graph, on make-model's `bench` preset shape (Qwen3-MoE, hidden 1024, 12
-// layers, 64 experts top-8, expert width 512, 16/4 heads of 64, vocab 32000) with random weights,
-// for BF16, FP8 block-128 and INT4 group-32 experts, single-stream and 64 streams. The limit is
-// the GPU's own memory bandwidth, measured in the same run with a device-to-device copy (bytes
-// read + written per second); a step's figure is the weight and KV bytes it reads (only the
-// experts it routed to) per second, as a fraction of that.
+// GPU decode benchmark: whole decode steps on one GPU (engine/cuda/device_decoder.h), every op on
+// the device, each step replayed as a CUDA graph, for BF16, FP8 block-128 and INT4 group-32
+// experts, single-stream and 64 streams. With --model DIR (a checkpoint of make-model's `bench`
+// preset: Qwen3-MoE, hidden 1024, 12 layers, 64 experts top-8, expert width 512, 16/4 heads of
+// 64, vocab 32000) the real weights are read once per format (FP8 and INT4 quantized on load,
+// as `engine.models[].quantization` would) and uploaded; without it, random weights of the same
+// shape are generated on the device. The limit is the GPU's own memory bandwidth, measured in
+// the same run with a device-to-device copy (bytes read + written per second); a step's figure is
+// the weight and KV bytes it reads (only the experts it routed to) per second, as a fraction of
+// that.
 //
-// Usage: bench_gpu_decode [--steps N] [--context N]
+// Usage: bench_gpu_decode [--model DIR] [--steps N] [--context N]
 // Prints a table, then one JSON line. Without a CUDA build or a GPU it says so and exits 2.
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <iterator>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #if defined(EDGE_HAVE_CUDA)
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device_decoder.h"
+#include "engine/cuda/host/checkpoint_model.h"
 #include "engine/quant/quantized_weight.h"
 #endif
 
 int main(int argc, char** argv) {
     int steps = 32;
     int context = 256;
+    std::string model_dir;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--steps")) {
+        if (!std::strcmp(argv[i], "--model")) {
+            model_dir = argv[i + 1];
+        } else if (!std::strcmp(argv[i], "--steps")) {
             steps = std::max(4, std::atoi(argv[i + 1]));
         } else if (!std::strcmp(argv[i], "--context")) {
             context = std::max(1, std::atoi(argv[i + 1]));
         }
     }
 #if !defined(EDGE_HAVE_CUDA)
+    (void)steps;
+    (void)context;
     std::printf("bench_gpu_decode: built without CUDA (no nvcc at configure time)\n");
     std::printf("{\"bench\":\"gpu_decode\",\"skipped\":\"built without CUDA\"}\n");
     return 2;
@@ -55,16 +69,58 @@ int main(int argc, char** argv) {
         long long bytes;
     };
     std::vector<Row> rows;
-    const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kFP8E4M3Block128,
-                                    WeightFormat::kInt4G32};
-    for (WeightFormat f : formats) {
+    struct Variant {
+        WeightFormat format;
+        const char* policy;  // Quantize-on-load policy for the checkpoint's BF16 experts.
+    };
+    const Variant variants[] = {{WeightFormat::kBF16, "none"},
+                                {WeightFormat::kFP8E4M3Block128, "routed_experts=fp8"},
+                                {WeightFormat::kInt4G32, "experts-int4"}};
+    // The three reads (FP8 and INT4 quantize every expert on the CPU) run at once, while the
+    // GPU measures the first format.
+    std::vector<std::future<edge::Result<ec::CheckpointModel>>> reads;
+    if (!model_dir.empty()) {
+        for (const Variant& v : variants) {
+            reads.push_back(std::async(std::launch::async, [&model_dir, policy = v.policy] {
+                return ec::read_checkpoint_model(model_dir, policy);
+            }));
+        }
+    }
+    for (size_t vi = 0; vi < std::size(variants); ++vi) {
+        const Variant& v = variants[vi];
+        std::optional<ec::CheckpointModel> model;
+        if (!model_dir.empty()) {
+            auto m = reads[vi].get();
+            if (!m.ok()) {
+                std::fprintf(stderr, "%s\n", m.status().to_string().c_str());
+                return 1;
+            }
+            if (m->expert_format != v.format) {
+                std::fprintf(stderr, "%s: experts are %s after policy %s, expected %s\n",
+                             model_dir.c_str(),
+                             edge::engine::quant::weight_format_name(m->expert_format), v.policy,
+                             edge::engine::quant::weight_format_name(v.format));
+                return 1;
+            }
+            model = std::move(m).value();
+        }
         for (int streams : {1, 64}) {
-            ec::DecoderShape shape = ec::bench_preset_shape(streams, f);
-            shape.context = context;
-            shape.max_context = context + 2 * steps + 64;
             ec::DeviceMemoryConfig memory;
             memory.free_fraction = 0.6;
-            auto dec = ec::DeviceDecoder::create(shape, memory, 1);
+            edge::Result<std::unique_ptr<ec::DeviceDecoder>> dec =
+                edge::not_found_error("no decoder");
+            if (model) {
+                ec::CheckpointDecoderOptions o;
+                o.batch = streams;
+                o.context = context;
+                o.max_context = context + 2 * steps + 64;
+                dec = ec::DeviceDecoder::create_from_model(*model, o, memory);
+            } else {
+                ec::DecoderShape shape = ec::bench_preset_shape(streams, v.format);
+                shape.context = context;
+                shape.max_context = context + 2 * steps + 64;
+                dec = ec::DeviceDecoder::create(shape, memory, 1);
+            }
             if (!dec.ok()) {
                 std::fprintf(stderr, "%s\n", dec.status().to_string().c_str());
                 return 1;
@@ -77,11 +133,13 @@ int main(int argc, char** argv) {
             }
             const double s = stats->seconds_per_step;
             const double gbps = static_cast<double>(stats->bytes_per_step) / s;
-            rows.push_back({edge::engine::quant::weight_format_name(f), streams, streams / s,
-                            gbps / 1e9, gbps / *copy_bw, s * 1e3,
+            rows.push_back({edge::engine::quant::weight_format_name(v.format), streams,
+                            streams / s, gbps / 1e9, gbps / *copy_bw, s * 1e3,
                             static_cast<long long>(stats->bytes_per_step)});
         }
     }
+    std::printf("weights: %s\n", model_dir.empty() ? "random (bench preset shape)"
+                                                   : ("checkpoint " + model_dir).c_str());
     std::printf("device-to-device copy bandwidth: %.1f GB/s (read + write)\n", *copy_bw / 1e9);
     std::printf("%-14s %8s %12s %10s %12s %10s %10s\n", "experts", "streams", "tokens/s",
                 "ms/step", "MB/step", "GB/s", "of copy bw");
@@ -90,7 +148,8 @@ int main(int argc, char** argv) {
                     r.tps, r.ms, r.bytes / 1e6, r.gbps, r.fraction);
     }
     std::string json = "{\"bench\":\"gpu_decode\",\"copy_gbps\":" +
-                       std::to_string(*copy_bw / 1e9) + ",\"steps\":" + std::to_string(steps);
+                       std::to_string(*copy_bw / 1e9) + ",\"steps\":" + std::to_string(steps) +
+                       ",\"weights\":\"" + (model_dir.empty() ? "random" : "checkpoint") + "\"";
     for (const Row& r : rows) {
         const std::string key = r.format + "_" + std::to_string(r.streams);
         json += ",\"" + key + "_tps\":" + std::to_string(r.tps) + ",\"" + key +

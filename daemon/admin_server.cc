@@ -21,7 +21,7 @@ constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
 class AdminServer::Impl : public std::enable_shared_from_this<AdminServer::Impl> {
 public:
-    Impl(net::io_context& io, Metrics& metrics, std::function<bool()> ready)
+    Impl(net::io_context& io, Metrics& metrics, std::function<Status()> ready)
         : io_(io), acceptor_(io), metrics_(metrics), ready_(std::move(ready)) {}
 
     net::awaitable<void> accept_loop() {
@@ -78,9 +78,9 @@ public:
             } else if (target == "/healthz") {
                 res.body() = "ok\n";
             } else if (target == "/readyz") {
-                bool ready = ready_();
-                res.result(ready ? http::status::ok : http::status::service_unavailable);
-                res.body() = ready ? "ready\n" : "not ready\n";
+                const Status ready = ready_();
+                res.result(ready.ok() ? http::status::ok : http::status::service_unavailable);
+                res.body() = ready.ok() ? "ready\n" : "not ready: " + ready.message() + "\n";
             } else {
                 res.result(http::status::not_found);
                 res.body() = "not found\n";
@@ -99,7 +99,7 @@ public:
     net::io_context& io_;
     tcp::acceptor acceptor_;
     Metrics& metrics_;
-    std::function<bool()> ready_;
+    std::function<Status()> ready_;
     AdminHandler handler_;
     std::atomic<bool> stopped_{false};
     uint16_t port_ = 0;
@@ -108,7 +108,7 @@ public:
 Result<std::unique_ptr<AdminServer>> AdminServer::create(net::io_context& io,
                                                          const std::string& address,
                                                          uint16_t port, Metrics& metrics,
-                                                         std::function<bool()> ready) {
+                                                         std::function<Status()> ready) {
     auto impl = std::make_shared<Impl>(io, metrics, std::move(ready));
     boost::system::error_code ec;
     net::ip::address addr = net::ip::make_address(address, ec);

@@ -2,7 +2,9 @@
 
 // AdminServer is the plain-HTTP admin listener (loopback by default): GET /metrics (Prometheus
 // text format), /healthz (the process is alive) and /readyz (models loaded and not draining),
-// plus whatever an installed AdminHandler answers under /admin/.
+// plus whatever an installed AdminHandler answers under /admin/. /readyz answers 200 "ready" when
+// the ready callback returns OK, else 503 "not ready: <its message>" (draining, models loading, a
+// failed device).
 // Runs on the given io_context; one short request at a time per connection, 5 s read timeout.
 // Threading: start() from any thread; stop() closes the acceptor and open connections and may be
 // called from any thread. The io_context, metrics and ready callback must outlive it.
@@ -40,7 +42,7 @@ public:
     static Result<std::unique_ptr<AdminServer>> create(boost::asio::io_context& io,
                                                        const std::string& address, uint16_t port,
                                                        Metrics& metrics,
-                                                       std::function<bool()> ready);
+                                                       std::function<Status()> ready);
     ~AdminServer();
     uint16_t port() const;
     // Installs the /admin/* handler; call before start().

@@ -14,6 +14,7 @@
 #include "daemon/null_generator.h"
 #include "daemon/socket_activation.h"
 #include "daemon/systemd_notify.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 
 namespace edge::daemon {
@@ -48,6 +49,14 @@ int check_config_main(int argc, char** argv) {
     return 0;
 }
 
+int exit_on_device_fault(Daemon& daemon, const Status& fault, std::chrono::milliseconds drain) {
+    log::error("device_fault_exit", {{"error", fault.message()},
+                                     {"drain_ms", static_cast<int64_t>(drain.count())},
+                                     {"exit_code", static_cast<int64_t>(kExitDeviceFault)}});
+    daemon.stop(drain);
+    return kExitDeviceFault;
+}
+
 int run_main(int argc, char** argv) {
     std::string config_path;
     for (int i = 1; i < argc; ++i) {
@@ -68,6 +77,14 @@ int run_main(int argc, char** argv) {
         return 1;
     }
     log::set_level(parse_level(config->log.level));
+    // engine.backend: `cuda` without a device is a start error, not a silent CPU fallback.
+    Result<std::string> backend = engine::resolve_backend(config->engine.backend);
+    if (!backend.ok()) {
+        log::error("backend_unavailable", {{"error", backend.status().to_string()}});
+        std::fprintf(stderr, "edgeserve: %s\n", backend.status().message().c_str());
+        return 1;
+    }
+    log::info("backend", {{"requested", config->engine.backend}, {"using", *backend}});
 
     // Socket activation (edgeserve.socket): the first inherited socket is the public listener,
     // so a restart never closes the port; listeners.public.address/port then go unused.
@@ -135,10 +152,19 @@ int run_main(int argc, char** argv) {
         (void)notifier.notify("WATCHDOG=1");
     }
     for (;;) {
-        auto wait = interval ? *interval : std::chrono::microseconds(std::chrono::seconds(3600));
+        // Wakes at least every kHealthPollInterval to ask for the device's health.
+        auto wait = std::chrono::duration_cast<std::chrono::microseconds>(kHealthPollInterval);
+        if (interval && *interval < wait) {
+            wait = *interval;
+        }
         timespec ts{static_cast<time_t>(wait.count() / 1'000'000),
                     static_cast<long>((wait.count() % 1'000'000) * 1000)};
         int sig = sigtimedwait(&signals, nullptr, &ts);
+        if (Status health = (*daemon)->check_health(); !health.ok()) {
+            (void)notifier.notify("STOPPING=1\nSTATUS=device fault: " + health.message());
+            return exit_on_device_fault(
+                **daemon, health, std::min(config->limits.drain_deadline, kDeviceFaultDrain));
+        }
         if (sig < 0) {
             if (interval) {
                 (void)notifier.notify("WATCHDOG=1");

@@ -329,6 +329,14 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
     return r.for_each_key(
         node, key,
         {{"threads", int_field(r, e.threads, 0, 4096)},
+         {"backend",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(e.backend, r.string(n, k));
+              if (e.backend != "cpu" && e.backend != "cuda" && e.backend != "auto") {
+                  return r.error(n, k, "expected cpu, cuda or auto");
+              }
+              return ok_status();
+          }},
          {"max_batch_sequences", int_field(r, e.max_batch_sequences, 1, 1 << 16)},
          {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},

@@ -15,6 +15,7 @@
 #include "daemon/metrics.h"
 #include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
+#include "engine/backend.h"
 #include "tls/http_server.h"
 #include "tls/tls_context.h"
 
@@ -100,12 +101,23 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         d->router_->set_forwarder(d->forwarder_.get());
     }
     Daemon* raw = d.get();
-    EDGE_ASSIGN_OR_RETURN(d->admin_, AdminServer::create(*d->io_, config.admin.address,
-                                                         config.admin.port, *d->metrics_,
-                                                         [raw] {
-                                                             return !raw->draining_.load() &&
-                                                                    raw->generator_->ready();
-                                                         }));
+    d->health_probe_ = [] { return engine::device_health(); };
+    EDGE_ASSIGN_OR_RETURN(
+        d->admin_, AdminServer::create(*d->io_, config.admin.address, config.admin.port,
+                                       *d->metrics_, [raw]() -> Status {
+                                           // A failed device first: it is why the site drains.
+                                           Status h = raw->check_health();
+                                           if (!h.ok()) {
+                                               return h;
+                                           }
+                                           if (raw->draining_.load()) {
+                                               return unavailable_error("draining");
+                                           }
+                                           if (!raw->generator_->ready()) {
+                                               return unavailable_error("models loading");
+                                           }
+                                           return ok_status();
+                                       }));
     if (config.gossip.enabled) {
         // The admin address other sites check /readyz at: the listen address, or the gossip
         // advertise host when listening on every interface.
@@ -146,6 +158,40 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         d->advertise_drain_ = 3 * gossip_round;
     }
     return d;
+}
+
+void Daemon::set_health_probe(std::function<Status()> probe) {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    health_probe_ = std::move(probe);
+}
+
+Status Daemon::health() const {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    return fault_;
+}
+
+Status Daemon::check_health() {
+    Status probed;
+    {
+        std::lock_guard<std::mutex> lock(health_mu_);
+        if (!fault_.ok()) {
+            return fault_;
+        }
+        probed = health_probe_ ? health_probe_() : ok_status();
+        if (probed.ok()) {
+            return probed;
+        }
+        fault_ = unavailable_error("engine device failed: " + probed.message());
+        probed = fault_;
+    }
+    log::error("device_unhealthy", {{"error", probed.message()},
+                                    {"detail", "advertising draining; the process exits for a "
+                                               "restart"}});
+    draining_.store(true);
+    if (cluster_) {
+        cluster_->set_draining();
+    }
+    return probed;
 }
 
 cluster::RoutePlanner* Daemon::route_planner() {

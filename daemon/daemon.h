@@ -7,14 +7,21 @@
 // `gossip` section the cluster: gossip membership, this site's published pools and the route
 // planner (daemon/cluster/). Lifecycle: create() binds the listeners (so the ports are known),
 // start() starts serving and joins the cluster, reload_certificates() is SIGHUP, stop(deadline)
-// is SIGTERM: advertise draining, drain, leave the cluster, then close. Threading: call
+// is SIGTERM: advertise draining, drain, leave the cluster, then close. Device health: the health
+// probe (default engine::device_health(), a sticky GPU error) is asked by every /readyz and by
+// check_health(), which the run loop polls; the first failure marks the daemon unhealthy for good
+// (/readyz 503 with the reason, gossip advertises every local pool as draining) and the run loop
+// then drains briefly and exits with kExitDeviceFault (daemon/commands.h) so systemd restarts
+// the process. Threading: call
 // create/start/stop from one controlling thread (never an I/O thread);
 // reload_certificates() and the accessors from any thread. The generator and clock must outlive
 // the Daemon.
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -81,6 +88,16 @@ public:
     // The forwarding client; null without a `peer` section.
     forward::PeerClient* forwarder() { return forwarder_.get(); }
     bool draining() const { return draining_.load(); }
+    // Replaces the device-health probe (default: engine::device_health). Only tests call this,
+    // to inject a fault on a machine without a GPU; the binary has no way to reach it. Call
+    // before start().
+    void set_health_probe(std::function<Status()> probe);
+    // Asks the probe. On its first failure: logs it, marks the daemon unhealthy for good (/readyz
+    // 503 "not ready: <reason>", gossip advertises every local pool as draining) and returns the
+    // fault; afterwards returns that same fault without asking again. Any thread.
+    Status check_health();
+    // The recorded fault, or OK while the probe has never failed. Any thread.
+    Status health() const;
     Metrics& metrics() { return *metrics_; }
     // The gossip cluster and its route planner; null when the config has no `gossip` section.
     cluster::Cluster* cluster() { return cluster_.get(); }
@@ -108,6 +125,9 @@ private:
     std::vector<std::thread> threads_;
     std::atomic<bool> draining_{false};
     bool stopped_ = false;
+    std::function<Status()> health_probe_;
+    mutable std::mutex health_mu_;
+    Status fault_;  // Guarded by health_mu_; sticky once set.
 };
 
 }  // namespace edge::daemon

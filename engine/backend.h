@@ -33,6 +33,8 @@ enum class Op {
 
 struct BackendOptions {
     int32_t threads = 0;  // Compute threads; 0: one per hardware thread.
+    int32_t device = 0;   // Device ordinal for device backends (CUDA: the GPU); the CPU ignores
+                          // it. Expert-parallel ranks pass their rank (one GPU per rank).
 };
 
 class Backend {
@@ -71,9 +73,27 @@ protected:
     virtual void run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) = 0;
 };
 
-// OK unless a device of a compiled-in backend has failed for good (a sticky CUDA error: the
-// process must restart). For the daemon's /readyz and gossip draining; thread-safe, cheap.
+// OK unless a device of a compiled-in backend has failed for good (a sticky CUDA error, or a fault
+// reported with report_device_fault(): the process must restart). For the scheduler (which fails
+// the sequences it runs), the daemon's /readyz, gossip draining and exit; thread-safe, cheap.
 Status device_health();
+
+// Records a sticky device fault found outside the CUDA runtime's own error codes (a kernel's error
+// flag, a communicator, a watchdog): device_health() returns the first one for the rest of the
+// process. Thread-safe.
+void report_device_fault(const Status& fault);
+
+// Forgets faults recorded by report_device_fault() (not the CUDA runtime's own sticky errors, which
+// only a new process clears). For tests that inject a fault and must leave the process clean; never
+// called by the daemon.
+void clear_reported_device_fault_for_testing();
+
+// The backend `engine.backend` asks for, resolved on this machine: "cpu" -> "cpu"; "auto" ->
+// "cuda" when the CUDA backend is compiled in and a device is visible, else "cpu"; "cuda" ->
+// "cuda", or kUnavailable when no device is visible / kNotFound when the build has no CUDA
+// backend (a clear startup error, never a silent fall back to the CPU). kInvalidArgument for any
+// other name.
+Result<std::string> resolve_backend(std::string_view requested);
 
 // Names of the backends compiled in ("cpu", later "cuda").
 std::vector<std::string> available_backends();

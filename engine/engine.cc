@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/clock.h"
+#include "engine/backend.h"
 #include "engine/model/loader.h"
 #include "engine/sched/local_generator.h"
 #include "engine/tokenizer/tiktoken.h"
@@ -14,7 +15,8 @@ namespace edge::engine {
 
 namespace {
 
-Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config) {
+Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config,
+                                            const std::string& backend) {
     sched::ServedModel m;
     m.config = mc;
     // tokenizer.json (byte-level BPE), else a tiktoken model (Kimi K2).
@@ -28,6 +30,7 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     EDGE_ASSIGN_OR_RETURN(m.tokenizer_config, tokenizer::load_tokenizer_config(mc.path));
     LoadOptions options;
     options.threads = config.threads;
+    options.backend = backend;
     options.max_slots = config.max_batch_sequences;
     options.max_context = static_cast<int32_t>(std::max<int64_t>(mc.max_context, 0));
     options.kv_cache_bytes = config.kv_cache_bytes;
@@ -47,9 +50,10 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
 }  // namespace
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config) {
+    EDGE_ASSIGN_OR_RETURN(const std::string backend, resolve_backend(config.backend));
     std::vector<sched::ServedModel> served;
     for (const ModelConfig& mc : config.models) {
-        auto m = load_served_model(mc, config);
+        auto m = load_served_model(mc, config, backend);
         if (!m.ok()) {
             return m.status().with_context("model \"" + mc.name + "\" (" + mc.path + ")");
         }

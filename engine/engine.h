@@ -26,6 +26,9 @@ struct ModelConfig {
 
 struct EngineConfig {
     int32_t threads = 0;                 // Compute threads; 0: one per core.
+    std::string backend = "cpu";         // Where forward() runs: "cpu", "cuda" or "auto" (cuda
+                                         // when a device is visible, else cpu); see
+                                         // resolve_backend() in engine/backend.h.
     int32_t max_batch_sequences = 64;    // Sequences in the running batch at most.
     int32_t max_batch_tokens = 2048;     // Tokens per engine step (decode + prefill chunks).
     int64_t kv_cache_bytes = 256 << 20;  // KV-cache memory budget per model, bytes.

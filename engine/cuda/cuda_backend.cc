@@ -39,7 +39,7 @@ struct Staging {
 
 class CudaBackend final : public Backend {
 public:
-    CudaBackend(const CudaBackendOptions& options, std::unique_ptr<DeviceAllocator> alloc,
+    CudaBackend(const CudaBackendOptions& options, std::shared_ptr<DeviceAllocator> alloc,
                 cudaStream_t stream)
         : pool_(options.host_threads), device_(options.device), alloc_(std::move(alloc)),
           stream_(stream) {}
@@ -48,7 +48,16 @@ public:
         check_cleanup(cudaSetDevice(device_), "cudaSetDevice");
         check_cleanup(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
         check_cleanup(cudaStreamDestroy(stream_), "cudaStreamDestroy");
-        // The arena goes with alloc_; nothing else was taken from the device.
+        // The arena may be shared with other backends on this device: give back what this one
+        // took (the arena itself goes with its last backend).
+        for (auto& [host, d] : weights_) {
+            alloc_->release(d.data);
+            alloc_->release(d.scales);
+            alloc_->release(d.tables);
+        }
+        for (Staging* st : {&x_, &y_, &offsets_}) {
+            alloc_->release(st->p);
+        }
     }
 
     std::string_view name() const override { return "cuda"; }
@@ -74,14 +83,16 @@ public:
     void matmul_batch(std::span<const MatmulJob> jobs) override {
         Status s = run_matmuls(jobs);
         if (!s.ok()) {
-            // The interface has no error path: mark the backend unhealthy (readyz fails, the
-            // daemon restarts) and poison the outputs so nothing downstream looks valid.
+            // The interface has no error path: mark the backend and the process's device health
+            // unhealthy (the scheduler fails the batch, /readyz fails, the daemon restarts) and
+            // poison the outputs so nothing downstream looks valid.
             {
                 std::lock_guard<std::mutex> lock(health_mu_);
                 if (health_.ok()) {
                     health_ = s;
                 }
             }
+            mark_device_unhealthy(s);
             for (const MatmulJob& j : jobs) {
                 for (int64_t t = 0; t < j.n; ++t) {
                     std::fill(j.y + t * j.ldy, j.y + t * j.ldy + j.w->rows,
@@ -216,13 +227,31 @@ private:
 
     cpu::ThreadPool pool_;
     int32_t device_;
-    std::unique_ptr<DeviceAllocator> alloc_;
+    std::shared_ptr<DeviceAllocator> alloc_;
     cudaStream_t stream_;
     std::unordered_map<const void*, DeviceWeight> weights_;
     Staging x_, y_, offsets_;
     mutable std::mutex health_mu_;
     Status health_;
 };
+
+// The arena of `device`, shared by every backend of the process on that device (expert-parallel
+// rank 0 and the model's driver backend both live on GPU 0): created by the first with its
+// memory config, freed with the last.
+Result<std::shared_ptr<DeviceAllocator>> shared_arena(int32_t device,
+                                                      const DeviceMemoryConfig& memory) {
+    static std::mutex mu;
+    static std::unordered_map<int32_t, std::weak_ptr<DeviceAllocator>> arenas;
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto live = arenas[device].lock()) {
+        return live;
+    }
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceAllocator> fresh,
+                          DeviceAllocator::create(memory, device));
+    std::shared_ptr<DeviceAllocator> arena(std::move(fresh));
+    arenas[device] = arena;
+    return arena;
+}
 
 }  // namespace
 
@@ -234,7 +263,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& o
     }
     EDGE_RETURN_IF_ERROR(cuda_device_health());
     EDGE_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
-    EDGE_ASSIGN_OR_RETURN(auto alloc, DeviceAllocator::create(options.memory));
+    EDGE_ASSIGN_OR_RETURN(auto alloc, shared_arena(options.device, options.memory));
     cudaStream_t stream = nullptr;
     EDGE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     return std::unique_ptr<Backend>(

@@ -4,7 +4,7 @@
 // on the device with the stored weight formats dequantized in registers (BF16, F16, F32, FP8
 // block-128, INT8 per row, INT4 group 32/128); each weight is copied to the device once, on first
 // use, into an arena taken with one cudaMalloc sized from CudaBackendOptions::memory (never
-// managed memory). The device kernels for the rest of a forward (embedding, RMSNorm, RoPE, paged
+// managed memory) and shared by every backend of the process on that device. The device kernels for the rest of a forward (embedding, RMSNorm, RoPE, paged
 // attention, routing, permute, grouped expert matmuls, SwiGLU, sampling) are in
 // engine/cuda/kernels/kernels.h; engine/cuda/device_decoder.h runs a whole decode step on the
 // device as a CUDA graph.
@@ -29,7 +29,8 @@ namespace edge::engine::cuda {
 struct CudaBackendOptions {
     int32_t device = 0;         // CUDA device ordinal.
     int32_t host_threads = 0;   // Threads for the host-side loops (for_each_task); 0: per core.
-    DeviceMemoryConfig memory;  // Size of the device arena (weights, staging buffers).
+    DeviceMemoryConfig memory;  // Size of the device arena (weights, staging buffers). Backends
+                                // on one device share one arena; the first one sizes it.
 };
 
 // CUDA devices visible to this process; 0 without a driver or a device (never an error).

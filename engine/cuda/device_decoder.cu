@@ -9,6 +9,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_allocator.h"
+#include "engine/cuda/host/checkpoint_model.h"
 #include "engine/cuda/host/launch_plan.h"
 #include "engine/cuda/host/paged_kv_layout.h"
 #include "engine/cuda/kernels/kernels.h"
@@ -16,8 +17,6 @@
 
 namespace edge::engine::cuda {
 namespace {
-
-constexpr float kEps = 1e-6f;
 
 __device__ __forceinline__ uint32_t hash32(uint64_t seed, uint64_t i) {
     uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;
@@ -91,6 +90,11 @@ struct DeviceDecoder::Impl {
     cudaGraphExec_t exec = nullptr;
     uint64_t seed = 1;
     uint64_t fills = 0;
+    float eps = 1e-6f;            // RMSNorm epsilon (the checkpoint's rms_norm_eps).
+    bool norm_topk_prob = true;   // Renormalise the top-k routing weights.
+    bool zero_kv = false;         // Positions below the start hold zeros (else random values).
+    std::vector<double> host_inv_freq;  // RoPE frequencies; empty: rope_inv_freq(1e6).
+    int64_t dense_bytes = 0;      // Bytes of the dense weights one step reads (not embed).
     std::vector<Layer> layers;
     Weight embed, lm_head;
     float* final_norm = nullptr;
@@ -176,11 +180,102 @@ struct DeviceDecoder::Impl {
             data[e] = w.data;
             scales[e] = w.scales;
         }
+        return expert_tables(s.expert_format, rows, cols, data, scales);
+    }
+
+    Status dense(const Weight& w, const float* in, float* out) {
+        kernels::GroupedWeights g;
+        g.format = w.format;
+        g.rows = w.rows;
+        g.cols = w.cols;
+        g.groups = 1;
+        const void* const* t = dense_tables(w);
+        g.data = t;
+        g.scales = w.scales != nullptr ? reinterpret_cast<const float* const*>(t + 1) : nullptr;
+        return kernels::grouped_matmul(g, dense_offsets, in, out, stream);
+    }
+
+    // Device arrays {data pointer, scales pointer} of each dense weight.
+    std::vector<std::pair<const void*, const void* const*>> tables;
+    const void* const* dense_tables(const Weight& w) {
+        for (const auto& [data, table] : tables) {
+            if (data == w.data) {
+                return table;
+            }
+        }
+        return nullptr;  // Never: every dense weight is registered at creation.
+    }
+    Status register_dense(const Weight& w) {
+        EDGE_ASSIGN_OR_RETURN(const void** t, take<const void*>(2, "dense table"));
+        const void* p[2] = {w.data, w.scales};
+        EDGE_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(t, p, sizeof(p), cudaMemcpyHostToDevice, stream));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+        tables.emplace_back(w.data, t);
+        dense_bytes += quant::weight_data_bytes(w.format, w.rows, w.cols) +
+                       quant::weight_scale_count(w.format, w.rows, w.cols) * 4;
+        return ok_status();
+    }
+
+    // A host weight (checkpoint view) copied to the device; its device view.
+    Result<Weight> upload_weight(const Weight& w) {
+        const int64_t data_bytes = quant::weight_data_bytes(w.format, w.rows, w.cols);
+        const int64_t scales = quant::weight_scale_count(w.format, w.rows, w.cols);
+        if (!cuda_matmul_supports(w.format) || data_bytes <= 0 || w.data == nullptr ||
+            (scales > 0 && w.scales == nullptr)) {
+            return invalid_argument_error(std::string("device decoder: cannot run a ") +
+                                          quant::weight_format_name(w.format) + " weight of " +
+                                          std::to_string(w.rows) + " x " +
+                                          std::to_string(w.cols));
+        }
+        EDGE_ASSIGN_OR_RETURN(uint8_t* data, take<uint8_t>(data_bytes, "weight"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, w.data, static_cast<size_t>(data_bytes),
+                                                  cudaMemcpyHostToDevice, stream));
+        float* sc = nullptr;
+        if (scales > 0) {
+            EDGE_ASSIGN_OR_RETURN(sc, take<float>(scales, "weight scales"));
+            EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sc, w.scales,
+                                                      static_cast<size_t>(scales) * 4,
+                                                      cudaMemcpyHostToDevice, stream));
+        }
+        return Weight{w.format, w.rows, w.cols, data, sc};
+    }
+
+    Result<Weight> upload_dense(const Weight& w) {
+        EDGE_ASSIGN_OR_RETURN(Weight d, upload_weight(w));
+        EDGE_RETURN_IF_ERROR(register_dense(d));
+        return d;
+    }
+
+    Result<float*> upload_floats(const std::vector<float>& v) {
+        EDGE_ASSIGN_OR_RETURN(float* d, take<float>(static_cast<int64_t>(v.size()), "norm"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(float),
+                                                  cudaMemcpyHostToDevice, stream));
+        return d;
+    }
+
+    // The experts of one projection as one grouped weight (device tables of pointers).
+    Result<kernels::GroupedWeights> upload_experts(const std::vector<Weight>& experts) {
+        const int32_t E = static_cast<int32_t>(experts.size());
+        std::vector<const void*> data(E);
+        std::vector<const float*> scales(E);
+        for (int32_t e = 0; e < E; ++e) {
+            EDGE_ASSIGN_OR_RETURN(Weight w, upload_weight(experts[e]));
+            data[e] = w.data;
+            scales[e] = w.scales;
+        }
+        return expert_tables(experts[0].format, experts[0].rows, experts[0].cols, data, scales);
+    }
+
+    Result<kernels::GroupedWeights> expert_tables(WeightFormat format, int64_t rows, int64_t cols,
+                                                  const std::vector<const void*>& data,
+                                                  const std::vector<const float*>& scales) {
+        const int32_t E = static_cast<int32_t>(data.size());
         EDGE_ASSIGN_OR_RETURN(const void** dd, take<const void*>(E, "expert table"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dd, data.data(), E * sizeof(void*),
                                                   cudaMemcpyHostToDevice, stream));
         kernels::GroupedWeights g;
-        g.format = s.expert_format;
+        g.format = format;
         g.rows = rows;
         g.cols = cols;
         g.groups = E;
@@ -195,35 +290,37 @@ struct DeviceDecoder::Impl {
         return g;
     }
 
-    Status dense(const Weight& w, const float* in, float* out) {
-        kernels::GroupedWeights g;
-        g.format = w.format;
-        g.rows = w.rows;
-        g.cols = w.cols;
-        g.groups = 1;
-        g.data = dense_tables(w);
-        g.scales = nullptr;
-        return kernels::grouped_matmul(g, dense_offsets, in, out, stream);
-    }
-
-    // Device arrays holding each dense weight's data pointer (BF16: no scales).
-    std::vector<std::pair<const void*, const void* const*>> tables;
-    const void* const* dense_tables(const Weight& w) {
-        for (const auto& [data, table] : tables) {
-            if (data == w.data) {
-                return table;
-            }
+    // Every tensor of `m` to the device (the shape was set from it).
+    Status upload_model(const CheckpointModel& m) {
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        EDGE_ASSIGN_OR_RETURN(embed, upload_weight(m.embed));
+        if (m.lm_head.data == m.embed.data) {
+            lm_head = embed;
+            EDGE_RETURN_IF_ERROR(register_dense(lm_head));
+        } else {
+            EDGE_ASSIGN_OR_RETURN(lm_head, upload_dense(m.lm_head));
         }
-        return nullptr;  // Never: every dense weight is registered at creation.
-    }
-    Status register_dense(const Weight& w) {
-        EDGE_ASSIGN_OR_RETURN(const void** t, take<const void*>(1, "dense table"));
-        const void* p = w.data;
-        EDGE_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(t, &p, sizeof(void*), cudaMemcpyHostToDevice, stream));
-        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-        tables.emplace_back(w.data, t);
-        return ok_status();
+        EDGE_ASSIGN_OR_RETURN(final_norm, upload_floats(m.final_norm));
+        layers.resize(s.layers);
+        for (int32_t l = 0; l < s.layers; ++l) {
+            const CheckpointLayer& src = m.layer[static_cast<size_t>(l)];
+            Layer& L = layers[l];
+            EDGE_ASSIGN_OR_RETURN(L.in_norm, upload_floats(src.input_norm));
+            EDGE_ASSIGN_OR_RETURN(L.post_norm, upload_floats(src.post_norm));
+            EDGE_ASSIGN_OR_RETURN(L.q_norm, upload_floats(src.q_norm));
+            EDGE_ASSIGN_OR_RETURN(L.k_norm, upload_floats(src.k_norm));
+            EDGE_ASSIGN_OR_RETURN(L.q, upload_dense(src.q));
+            EDGE_ASSIGN_OR_RETURN(L.k, upload_dense(src.k));
+            EDGE_ASSIGN_OR_RETURN(L.v, upload_dense(src.v));
+            EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
+            EDGE_ASSIGN_OR_RETURN(L.router, upload_dense(src.router));
+            EDGE_ASSIGN_OR_RETURN(L.gate, upload_experts(src.gate));
+            EDGE_ASSIGN_OR_RETURN(L.up, upload_experts(src.up));
+            EDGE_ASSIGN_OR_RETURN(L.down, upload_experts(src.down));
+            EDGE_ASSIGN_OR_RETURN(L.offsets, take<int32_t>(s.experts + 1, "offsets"));
+        }
+        host_inv_freq = m.inv_freq;
+        return build_buffers();
     }
 
     Result<Weight> random_dense(int64_t rows, int64_t cols) {
@@ -234,7 +331,7 @@ struct DeviceDecoder::Impl {
     }
 
     Status build() {
-        const int64_t H = s.hidden, B = s.batch, E = s.experts, K = s.top_k, I = s.moe_inter;
+        const int64_t H = s.hidden, E = s.experts, I = s.moe_inter;
         const int64_t hd = s.head_dim, qd = s.heads * hd, kvd = s.kv_heads * hd;
         EDGE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         EDGE_ASSIGN_OR_RETURN(embed, random_weight(WeightFormat::kBF16, s.vocab, H, 1.0f));
@@ -261,14 +358,27 @@ struct DeviceDecoder::Impl {
             EDGE_ASSIGN_OR_RETURN(L.down, random_experts(H, I));
             EDGE_ASSIGN_OR_RETURN(L.offsets, take<int32_t>(E + 1, "offsets"));
         }
-        std::vector<double> freq = cpu::rope_inv_freq(1e6, hd);
+        return build_buffers();
+    }
+
+    // The KV cache, sequence state and activations (after the weights).
+    Status build_buffers() {
+        const int64_t H = s.hidden, B = s.batch, E = s.experts, K = s.top_k, I = s.moe_inter;
+        const int64_t hd = s.head_dim, qd = s.heads * hd, kvd = s.kv_heads * hd;
+        std::vector<double> freq =
+            host_inv_freq.empty() ? cpu::rope_inv_freq(1e6, hd) : host_inv_freq;
         EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(hd / 2, "rope"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(), hd / 2 * sizeof(double),
                                                   cudaMemcpyHostToDevice, stream));
         max_blocks = kv_blocks_for(s.max_context);
         kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim, static_cast<int32_t>(B) * max_blocks};
         EDGE_ASSIGN_OR_RETURN(pool, take<float>(kv.pool_floats(), "KV pool"));
-        EDGE_RETURN_IF_ERROR(fill_f32(pool, kv.pool_floats(), 0.0f, 1.0f));
+        if (zero_kv) {
+            EDGE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+                pool, 0, static_cast<size_t>(kv.pool_floats()) * sizeof(float), stream));
+        } else {
+            EDGE_RETURN_IF_ERROR(fill_f32(pool, kv.pool_floats(), 0.0f, 1.0f));
+        }
         // Sequence b owns blocks [b * max_blocks, (b + 1) * max_blocks).
         EDGE_ASSIGN_OR_RETURN(block_table, take<int32_t>(B * max_blocks, "block table"));
         iota_kernel<<<64, 256, 0, stream>>>(block_table, static_cast<int32_t>(B) * max_blocks, 0);
@@ -277,7 +387,11 @@ struct DeviceDecoder::Impl {
         EDGE_ASSIGN_OR_RETURN(positions, take<int32_t>(B, "positions"));
         fill_i32_kernel<<<1, 256, 0, stream>>>(positions, static_cast<int32_t>(B), s.context);
         EDGE_ASSIGN_OR_RETURN(tokens, take<int32_t>(B, "tokens"));
-        iota_kernel<<<1, 256, 0, stream>>>(tokens, static_cast<int32_t>(B), 1);
+        if (zero_kv) {
+            fill_i32_kernel<<<1, 256, 0, stream>>>(tokens, static_cast<int32_t>(B), 0);
+        } else {
+            iota_kernel<<<1, 256, 0, stream>>>(tokens, static_cast<int32_t>(B), 1);
+        }
         EDGE_ASSIGN_OR_RETURN(dense_offsets, take<int32_t>(2, "offsets"));
         const int32_t off[2] = {0, static_cast<int32_t>(B)};
         EDGE_CUDA_RETURN_IF_ERROR(
@@ -312,7 +426,7 @@ struct DeviceDecoder::Impl {
         rp.scoring = RouterScoring::kSoftmax;
         rp.experts = s.experts;
         rp.top_k = s.top_k;
-        rp.norm_topk_prob = true;
+        rp.norm_topk_prob = norm_topk_prob;
         return rp;
     }
 
@@ -324,13 +438,13 @@ struct DeviceDecoder::Impl {
         EDGE_RETURN_IF_ERROR(kernels::embedding(embed, tokens, B, x, stream));
         for (int32_t li = 0; li < s.layers; ++li) {
             const Layer& L = layers[li];
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, kEps, h, stream));
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, eps, h, stream));
             EDGE_RETURN_IF_ERROR(dense(L.q, h, q));
             EDGE_RETURN_IF_ERROR(dense(L.k, h, k));
             EDGE_RETURN_IF_ERROR(dense(L.v, h, v));
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, kEps, q, stream));
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, eps, q, stream));
             EDGE_RETURN_IF_ERROR(
-                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, kEps, k, stream));
+                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, eps, k, stream));
             EDGE_RETURN_IF_ERROR(
                 kernels::rope(q, positions, B, s.heads, hd, hd, inv_freq, true, 1.0f, stream));
             EDGE_RETURN_IF_ERROR(
@@ -342,7 +456,7 @@ struct DeviceDecoder::Impl {
                                                           pool, scale, attn, stream));
             EDGE_RETURN_IF_ERROR(dense(L.o, attn, o));
             EDGE_RETURN_IF_ERROR(kernels::add_inplace(x, o, B * H, stream));
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.post_norm, B, H, kEps, h, stream));
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.post_norm, B, H, eps, h, stream));
             EDGE_RETURN_IF_ERROR(dense(L.router, h, router_logits));
             EDGE_RETURN_IF_ERROR(kernels::route(router_logits, nullptr, router_params(), B,
                                                 topk_idx, topk_w, route_scratch, stream));
@@ -355,7 +469,7 @@ struct DeviceDecoder::Impl {
             EDGE_RETURN_IF_ERROR(
                 kernels::unpermute(down, row_of, topk_w, B, s.top_k, H, true, x, stream));
         }
-        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, final_norm, B, H, kEps, h, stream));
+        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, final_norm, B, H, eps, h, stream));
         EDGE_RETURN_IF_ERROR(dense(lm_head, h, logits));
         EDGE_RETURN_IF_ERROR(kernels::argmax(logits, B, s.vocab, tokens, stream));
         advance_kernel<<<static_cast<unsigned>((B + 255) / 256), 256, 0, stream>>>(
@@ -367,13 +481,12 @@ struct DeviceDecoder::Impl {
     // Bytes one step reads: dense weights, the experts the last step touched, and the KV cache.
     Result<int64_t> bytes_per_step() {
         const int64_t H = s.hidden, E = s.experts;
-        const int64_t qd = s.heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
-        int64_t bytes = 2 * (s.vocab * H) + 4 * H;
+        const int64_t kvd = s.kv_heads * s.head_dim;
+        int64_t bytes = dense_bytes + 4 * H * (2 * s.layers + 1);
         const int64_t expert = quant::weight_data_bytes(s.expert_format, s.moe_inter, H) * 3 +
                                quant::weight_scale_count(s.expert_format, s.moe_inter, H) * 12;
         std::vector<int32_t> offsets(E + 1);
         for (const Layer& L : layers) {
-            bytes += 2 * (qd * H * 2 + kvd * H * 2 + E * H);
             EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.data(), L.offsets,
                                                       (E + 1) * sizeof(int32_t),
                                                       cudaMemcpyDeviceToHost, stream));
@@ -409,9 +522,76 @@ Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create(const DecoderShape&
     auto impl = std::make_unique<Impl>();
     impl->s = shape;
     impl->seed = seed;
-    EDGE_ASSIGN_OR_RETURN(impl->alloc, DeviceAllocator::create(memory));
+    int device = 0;
+    EDGE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    EDGE_ASSIGN_OR_RETURN(impl->alloc, DeviceAllocator::create(memory, device));
     EDGE_RETURN_IF_ERROR(impl->build());
     return std::unique_ptr<DeviceDecoder>(new DeviceDecoder(std::move(impl)));
+}
+
+Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_from_checkpoint(
+    const std::string& dir, const CheckpointDecoderOptions& options,
+    const DeviceMemoryConfig& memory) {
+    EDGE_ASSIGN_OR_RETURN(CheckpointModel m, read_checkpoint_model(dir, options.quantization));
+    return create_from_model(m, options, memory);
+}
+
+Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_from_model(
+    const CheckpointModel& m, const CheckpointDecoderOptions& options,
+    const DeviceMemoryConfig& memory) {
+    if (options.batch <= 0 || options.context < 0 || options.context >= options.max_context ||
+        options.max_context > m.max_position) {
+        return invalid_argument_error(
+            "device decoder: batch " + std::to_string(options.batch) + ", context " +
+            std::to_string(options.context) + " and max_context " +
+            std::to_string(options.max_context) + " must satisfy batch > 0 and 0 <= context < "
+            "max_context <= max_position_embeddings (" + std::to_string(m.max_position) + ")");
+    }
+    EDGE_RETURN_IF_ERROR(cuda_device_health());
+    auto impl = std::make_unique<Impl>();
+    DecoderShape& s = impl->s;
+    s.hidden = m.hidden;
+    s.layers = m.layers;
+    s.experts = m.experts;
+    s.top_k = m.top_k;
+    s.moe_inter = m.moe_inter;
+    s.heads = m.heads;
+    s.kv_heads = m.kv_heads;
+    s.head_dim = m.head_dim;
+    s.vocab = m.vocab;
+    s.batch = options.batch;
+    s.context = options.context;
+    s.max_context = options.max_context;
+    s.expert_format = m.expert_format;
+    impl->eps = m.rms_eps;
+    impl->norm_topk_prob = m.norm_topk_prob;
+    impl->zero_kv = true;
+    int device = 0;
+    EDGE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    EDGE_ASSIGN_OR_RETURN(impl->alloc, DeviceAllocator::create(memory, device));
+    EDGE_RETURN_IF_ERROR(impl->upload_model(m));
+    return std::unique_ptr<DeviceDecoder>(new DeviceDecoder(std::move(impl)));
+}
+
+const DecoderShape& DeviceDecoder::shape() const { return impl_->s; }
+
+Status DeviceDecoder::set_tokens(std::span<const int32_t> tokens) {
+    Impl& m = *impl_;
+    if (tokens.size() != static_cast<size_t>(m.s.batch)) {
+        return invalid_argument_error("device decoder: " + std::to_string(tokens.size()) +
+                                      " tokens for a batch of " + std::to_string(m.s.batch));
+    }
+    for (int32_t t : tokens) {
+        if (t < 0 || t >= m.s.vocab) {
+            return invalid_argument_error("device decoder: token " + std::to_string(t) +
+                                          " is outside the vocabulary of " +
+                                          std::to_string(m.s.vocab));
+        }
+    }
+    EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.tokens, tokens.data(), tokens.size_bytes(),
+                                              cudaMemcpyHostToDevice, m.stream));
+    EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+    return ok_status();
 }
 
 Status DeviceDecoder::step() {

@@ -5,18 +5,24 @@
 // softmax top-k routing, permute, grouped expert matmuls with fused dequantization, SwiGLU,
 // unpermute, final norm, LM head, argmax), for `batch` sequences advancing one token per step.
 // A step is captured once as a CUDA graph and replayed: positions and tokens live on the device
-// and the graph advances them itself. Weights are random (seeded), generated on the device, with
-// the experts in the chosen format; it exists for the GPU benchmark (bench/gpu_decode.cc) and the
-// GPU tests, not for serving. This header includes no CUDA header.
+// and the graph advances them itself. Weights come either from a real Qwen3-MoE checkpoint
+// (create_from_checkpoint: every tensor uploaded once, experts in their stored or
+// quantized-on-load format) or are random (create: seeded, generated on the device, experts in
+// the chosen format, the bench preset's shape). It serves the GPU benchmark (bench/gpu_decode.cc)
+// and the GPU tests (greedy tokens of the fixture model against the CPU engine); the serving
+// engine runs its own forward. This header includes no CUDA header.
 //
 // Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
 #include "engine/cpu/weight.h"
+#include "engine/cuda/host/checkpoint_model.h"
 #include "engine/cuda/host/device_memory_plan.h"
 
 namespace edge::engine::cuda {
@@ -40,6 +46,17 @@ struct DecoderShape {
 // The `bench` preset of make-model (engine/tools/make_model.cc) with `batch` streams.
 DecoderShape bench_preset_shape(int32_t batch, WeightFormat expert_format);
 
+struct CheckpointDecoderOptions {
+    int32_t batch = 1;            // Sequences decoded per step.
+    int32_t context = 0;          // Position every sequence starts at. Positions below it hold
+                                  // zero keys/values (a benchmark's stand-in for a prompt);
+                                  // 0: the sequences start empty and prompts are fed with
+                                  // set_tokens() + step().
+    int32_t max_context = 4096;   // Positions per sequence the cache holds (<= the model's).
+    std::string quantization = "none";  // Quantize-on-load policy (engine/quant/policy.h), e.g.
+                                        // "routed_experts=fp8" or "experts-int4".
+};
+
 struct DecodeStepStats {
     double seconds_per_step = 0.0;  // Median wall time of one replayed step.
     int64_t bytes_per_step = 0;     // Weight and KV bytes one step reads (touched experts only).
@@ -50,10 +67,27 @@ public:
     static Result<std::unique_ptr<DeviceDecoder>> create(const DecoderShape& shape,
                                                          const DeviceMemoryConfig& memory,
                                                          uint64_t seed);
+    // The Qwen3-MoE checkpoint in `dir` (engine/cuda/host/checkpoint_model.h says which configs
+    // run; others are kUnimplemented) on the current device. Every sequence's first input token
+    // is 0 until set_tokens().
+    static Result<std::unique_ptr<DeviceDecoder>> create_from_checkpoint(
+        const std::string& dir, const CheckpointDecoderOptions& options,
+        const DeviceMemoryConfig& memory);
+    // The same from a checkpoint already read (read_checkpoint_model), so several decoders (a
+    // benchmark's batch sizes) share one read and quantization; options.quantization is unused.
+    static Result<std::unique_ptr<DeviceDecoder>> create_from_model(
+        const CheckpointModel& model, const CheckpointDecoderOptions& options,
+        const DeviceMemoryConfig& memory);
     ~DeviceDecoder();
     DeviceDecoder(const DeviceDecoder&) = delete;
     DeviceDecoder& operator=(const DeviceDecoder&) = delete;
 
+    // The shape in use (for a checkpoint: read from its config).
+    const DecoderShape& shape() const;
+    // Sets each sequence's next input token (`tokens` has batch() entries, each < vocab): how a
+    // prompt is fed, one step per token; the step after the last prompt token produces the first
+    // generated one, and later steps feed their own argmax back.
+    Status set_tokens(std::span<const int32_t> tokens);
     // One step without a graph (kernels launched one by one).
     Status step();
     // Captures one step as a CUDA graph (once) and replays it `steps` times, timing each replay;

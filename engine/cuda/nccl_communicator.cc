@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 #include <string>
+#include <thread>
 
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/cuda_check.h"
@@ -28,6 +29,28 @@ Status nccl_status(ncclResult_t r, const char* call, const char* file, int line)
     }
     return r == ncclInvalidArgument || r == ncclInvalidUsage ? invalid_argument_error(msg)
                                                              : unavailable_error("NCCL: " + msg);
+}
+
+// Whether `p` is memory a kernel on a device can address (cudaMalloc'd or managed); plain host
+// memory (moe_block's rank buffers) is staged through the device instead.
+bool is_device_memory(const void* p) {
+    if (p == nullptr) {
+        return true;  // Nothing to stage; the counts are all zero.
+    }
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();  // Not a pointer CUDA knows: host memory.
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+int64_t total_of(std::span<const int64_t> counts) {
+    int64_t t = 0;
+    for (int64_t c : counts) {
+        t += std::max<int64_t>(c, 0);
+    }
+    return t;
 }
 
 }  // namespace
@@ -101,6 +124,26 @@ NcclCommunicator::~NcclCommunicator() {
     if (scratch_ != nullptr) {
         check_cleanup(cudaFree(scratch_), "cudaFree");
     }
+    if (stage_ != nullptr) {
+        check_cleanup(cudaFree(stage_), "cudaFree");
+    }
+}
+
+Status NcclCommunicator::ensure_stage(int64_t bytes) {
+    if (bytes <= stage_bytes_) {
+        return ok_status();
+    }
+    EDGE_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
+    if (stage_ != nullptr) {
+        EDGE_CUDA_FAIL_IF_ERROR(cudaFree(stage_));
+        stage_ = nullptr;
+        stage_bytes_ = 0;
+    }
+    // Grows geometrically: the MoE dispatch sizes change every step.
+    const int64_t want = std::max<int64_t>({bytes, 2 * stage_bytes_, int64_t{1} << 20});
+    EDGE_CUDA_FAIL_IF_ERROR(cudaMalloc(&stage_, static_cast<size_t>(want)));
+    stage_bytes_ = want;
+    return ok_status();
 }
 
 Status NcclCommunicator::fail(Status s) {
@@ -114,6 +157,8 @@ Status NcclCommunicator::ensure_scratch(int64_t bytes) {
     if (bytes <= scratch_bytes_) {
         return ok_status();
     }
+    // The calling thread's current device may be another rank's: allocate on this rank's GPU.
+    EDGE_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
     if (scratch_ != nullptr) {
         EDGE_CUDA_FAIL_IF_ERROR(cudaFree(scratch_));
         scratch_ = nullptr;
@@ -185,6 +230,33 @@ Status NcclCommunicator::all_to_all_v(const void* send, std::span<const int64_t>
         recv_counts.size() != static_cast<size_t>(size_)) {
         return invalid_argument_error("nccl all_to_all_v: spans must have one entry per rank");
     }
+    EDGE_RETURN_IF_ERROR(health_);
+    if (is_device_memory(send) && is_device_memory(recv)) {
+        return device_all_to_all_v(send, send_counts, recv, recv_counts);
+    }
+    // Host buffers: through the device and back.
+    const int64_t out = total_of(send_counts);
+    const int64_t in = total_of(recv_counts);
+    EDGE_RETURN_IF_ERROR(ensure_stage(out + in + 256));
+    char* d_send = static_cast<char*>(stage_);
+    char* d_recv = d_send + ((out + 255) & ~int64_t{255});
+    EDGE_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
+    if (out > 0) {
+        EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(d_send, send, static_cast<size_t>(out),
+                                                cudaMemcpyHostToDevice, stream_));
+    }
+    EDGE_RETURN_IF_ERROR(device_all_to_all_v(d_send, send_counts, d_recv, recv_counts));
+    if (in > 0) {
+        EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(recv, d_recv, static_cast<size_t>(in),
+                                                cudaMemcpyDeviceToHost, stream_));
+        EDGE_CUDA_FAIL_IF_ERROR(cudaStreamSynchronize(stream_));
+    }
+    return ok_status();
+}
+
+Status NcclCommunicator::device_all_to_all_v(const void* send,
+                                             std::span<const int64_t> send_counts, void* recv,
+                                             std::span<const int64_t> recv_counts) {
     // What each peer will really send: a mismatch must be an error, not a hang.
     std::vector<int64_t> incoming(size_);
     EDGE_RETURN_IF_ERROR(exchange_counts(send_counts, incoming));
@@ -238,8 +310,22 @@ Status NcclCommunicator::all_gather(const void* send, int64_t bytes, void* recv)
         return ok_status();
     }
     EDGE_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
+    if (is_device_memory(send) && is_device_memory(recv)) {
+        EDGE_NCCL_RETURN_IF_ERROR(
+            ncclAllGather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_));
+        EDGE_CUDA_FAIL_IF_ERROR(cudaStreamSynchronize(stream_));
+        return ok_status();
+    }
+    const int64_t in = bytes * size_;
+    EDGE_RETURN_IF_ERROR(ensure_stage(in + bytes + 256));
+    char* d_recv = static_cast<char*>(stage_);
+    char* d_send = d_recv + ((in + 255) & ~int64_t{255});
+    EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(d_send, send, static_cast<size_t>(bytes),
+                                            cudaMemcpyHostToDevice, stream_));
     EDGE_NCCL_RETURN_IF_ERROR(
-        ncclAllGather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_));
+        ncclAllGather(d_send, d_recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_));
+    EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(recv, d_recv, static_cast<size_t>(in),
+                                            cudaMemcpyDeviceToHost, stream_));
     EDGE_CUDA_FAIL_IF_ERROR(cudaStreamSynchronize(stream_));
     return ok_status();
 }
@@ -253,13 +339,24 @@ Status NcclCommunicator::all_reduce_impl(std::span<T> data) {
     }
     EDGE_RETURN_IF_ERROR(ensure_scratch(n * size_ * int64_t{sizeof(T)}));
     EDGE_CUDA_FAIL_IF_ERROR(cudaSetDevice(device_));
-    EDGE_NCCL_RETURN_IF_ERROR(ncclAllGather(data.data(), scratch_, static_cast<size_t>(n),
+    const bool host = !is_device_memory(data.data());
+    T* d_data = data.data();
+    if (host) {
+        EDGE_RETURN_IF_ERROR(ensure_stage(n * int64_t{sizeof(T)}));
+        d_data = static_cast<T*>(stage_);
+        EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(d_data, data.data(), data.size_bytes(),
+                                                cudaMemcpyHostToDevice, stream_));
+    }
+    EDGE_NCCL_RETURN_IF_ERROR(ncclAllGather(d_data, scratch_, static_cast<size_t>(n),
                                             std::is_same_v<T, float> ? ncclFloat32 : ncclInt64,
                                             comm_, stream_));
-    Status s = sum_ranks_in_order(static_cast<const T*>(scratch_), size_, n, data.data(),
-                                  stream_);
+    Status s = sum_ranks_in_order(static_cast<const T*>(scratch_), size_, n, d_data, stream_);
     if (!s.ok()) {
         return fail(s);
+    }
+    if (host) {
+        EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(data.data(), d_data, data.size_bytes(),
+                                                cudaMemcpyDeviceToHost, stream_));
     }
     EDGE_CUDA_FAIL_IF_ERROR(cudaStreamSynchronize(stream_));
     return ok_status();
@@ -277,33 +374,38 @@ Result<std::vector<std::unique_ptr<shard::Communicator>>> create_nccl_communicat
     int32_t ranks) {
     const int devices = cuda_device_count();
     if (ranks < 1 || ranks > devices) {
-        return invalid_argument_error("nccl: " + std::to_string(ranks) + " ranks need as many "
-                                      "GPUs; " + std::to_string(devices) + " visible");
+        return invalid_argument_error("nccl: " + std::to_string(ranks) +
+                                      " ranks need one GPU each; " + std::to_string(devices) +
+                                      " visible");
     }
-    std::vector<ncclComm_t> comms(ranks);
-    std::vector<int> devs(ranks);
+    // The multi-node bootstrap, in one process: rank 0's unique id handed to every rank, each
+    // rank joining from its own thread (ncclCommInitRank blocks until the whole group joined).
+    EDGE_ASSIGN_OR_RETURN(const NcclUniqueId id, nccl_unique_id());
+    std::vector<Result<std::unique_ptr<NcclCommunicator>>> joined;
     for (int32_t r = 0; r < ranks; ++r) {
-        devs[r] = r;
+        joined.emplace_back(internal_error("nccl: rank did not run"));
     }
-    const ncclResult_t res = ncclCommInitAll(comms.data(), ranks, devs.data());
-    if (res != ncclSuccess) {
-        return nccl_status(res, "ncclCommInitAll", __FILE__, __LINE__);
+    {
+        std::vector<std::thread> threads;
+        threads.reserve(static_cast<size_t>(ranks));
+        for (int32_t r = 0; r < ranks; ++r) {
+            threads.emplace_back([&joined, &id, r, ranks] {
+                joined[static_cast<size_t>(r)] = NcclCommunicator::create(id, r, ranks, r);
+            });
+        }
+        for (std::thread& t : threads) {
+            t.join();
+        }
     }
     std::vector<std::unique_ptr<shard::Communicator>> out;
     for (int32_t r = 0; r < ranks; ++r) {
-        cudaStream_t stream = nullptr;
-        cudaError_t e = cudaSetDevice(r);
-        if (e == cudaSuccess) {
-            e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        auto& j = joined[static_cast<size_t>(r)];
+        if (!j.ok()) {
+            // The others are destroyed with `joined` (their destructors free their comms).
+            return j.status().with_context("nccl: rank " + std::to_string(r) + " of " +
+                                           std::to_string(ranks));
         }
-        if (e != cudaSuccess) {
-            for (int32_t q = r; q < ranks; ++q) {
-                (void)ncclCommDestroy(comms[q]);  // Already failing; the CUDA error is returned.
-            }
-            return cuda_error_status(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
-        }
-        out.push_back(std::unique_ptr<shard::Communicator>(
-            new NcclCommunicator(comms[r], stream, r, ranks, r)));
+        out.push_back(std::move(j).value());
     }
     return out;
 }

@@ -3,14 +3,16 @@
 // NcclCommunicator: the sharding Communicator (engine/shard/communicator.h) over NCCL, one rank
 // per GPU; RAII over ncclComm_t (destroyed with the object, aborted instead when a call failed so
 // a dead peer cannot hang the destructor). Buffers are device memory on the rank's GPU; counts are
-// host values. all_to_all_v is grouped ncclSend/ncclRecv; all_reduce_sum gathers every rank's
+// host values. Host buffers are accepted too (the CPU-side MoE dispatch of engine/model/moe_block
+// passes them): they are staged through a device buffer, one copy each way. all_to_all_v is grouped ncclSend/ncclRecv; all_reduce_sum gathers every rank's
 // data and sums it on the device in rank order, so results are bit-identical on every rank as the
 // interface requires; sizes are compared across ranks (a small all-gather) before each collective
 // so disagreeing sizes give kInvalidArgument instead of a hang. Every call waits for its stream.
 //
 // Bootstrap: rank 0 calls nccl_unique_id() and the daemon hands the 128 bytes to every rank (any
 // node); each rank calls NcclCommunicator::create with it. create_nccl_communicators() builds a
-// whole group in one process (one GPU per rank), for single-node serving and tests.
+// whole group in one process the same way (rank r on GPU r, one thread per rank joining), for
+// single-node serving and tests; shard::create_communicators("nccl", R) calls it.
 //
 // This header includes no CUDA or NCCL header. Threading: as Communicator (one driving thread
 // per rank); ranks of one process must be driven by different threads.
@@ -33,8 +35,6 @@ using NcclUniqueId = std::array<char, 128>;
 
 // A fresh unique id for a new group (rank 0 calls it once per group).
 Result<NcclUniqueId> nccl_unique_id();
-
-Result<std::vector<std::unique_ptr<shard::Communicator>>> create_nccl_communicators(int32_t ranks);
 
 class NcclCommunicator final : public shard::Communicator {
 public:
@@ -62,8 +62,6 @@ public:
     Status health() const { return health_; }
 
 private:
-    friend Result<std::vector<std::unique_ptr<shard::Communicator>>> create_nccl_communicators(
-        int32_t ranks);
     NcclCommunicator(ncclComm* comm, CUstream_st* stream, int32_t rank, int32_t size,
                      int32_t device)
         : comm_(comm), stream_(stream), rank_(rank), size_(size), device_(device) {}
@@ -73,6 +71,10 @@ private:
     // kInvalidArgument unless every rank passed the same `value` for `what`.
     Status check_agree(int64_t value, const char* what);
     Status ensure_scratch(int64_t bytes);
+    // The staging buffer for host-memory arguments, at least `bytes`.
+    Status ensure_stage(int64_t bytes);
+    Status device_all_to_all_v(const void* send, std::span<const int64_t> send_counts,
+                               void* recv, std::span<const int64_t> recv_counts);
     Status fail(Status s);
     template <typename T>
     Status all_reduce_impl(std::span<T> data);
@@ -84,11 +86,14 @@ private:
     int32_t device_;
     void* scratch_ = nullptr;  // cudaMalloc'd, grows on demand.
     int64_t scratch_bytes_ = 0;
+    void* stage_ = nullptr;  // cudaMalloc'd, grows on demand (host-buffer staging).
+    int64_t stage_bytes_ = 0;
     Status health_;
 };
 
-// `ranks` communicators on devices 0 .. ranks-1 of this process (ncclCommInitAll), element r
-// being rank r. kInvalidArgument when fewer devices are visible.
+// `ranks` communicators on devices 0 .. ranks-1 of this process, element r being rank r (unique id
+// from nccl_unique_id(), one joining thread per rank). kInvalidArgument naming both counts when
+// fewer GPUs than ranks are visible.
 Result<std::vector<std::unique_ptr<shard::Communicator>>> create_nccl_communicators(int32_t ranks);
 
 }  // namespace edge::engine::cuda

@@ -173,9 +173,11 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
         if (config.ranks == 1) {
             rank->backend = driver;
         } else {
-            // Each rank gets its share of the driver's threads.
+            // Each rank gets its share of the driver's threads and, on a device backend, its
+            // own device (rank r on GPU r; the CPU ignores it).
             BackendOptions bo;
             bo.threads = std::max(1, driver->threads() / config.ranks);
+            bo.device = r;
             EDGE_ASSIGN_OR_RETURN(rank->own_backend, create_backend(driver->name(), bo));
             rank->backend = rank->own_backend.get();
         }

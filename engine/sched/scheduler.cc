@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "engine/backend.h"
 #include "engine/sched/prefix_hash.h"
 
 namespace edge::engine::sched {
@@ -338,6 +339,11 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
         }
         logits->clear();
         Status st = model_->forward(chunks, logits);
+        if (st.ok()) {
+            // A lost device (sticky CUDA error) may have left garbage in the logits: the batch
+            // ends with the device's error instead of sampling from them.
+            st = device_health();
+        }
         const size_t want = batch->size() * static_cast<size_t>(model_->spec().vocab_size);
         if (st.ok() && logits->size() == want) {
             return true;

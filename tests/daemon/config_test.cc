@@ -39,6 +39,24 @@ TEST_CASE("engine.sharding section") {
               .find("engine.sharding.rank") != std::string::npos);
 }
 
+TEST_CASE("engine.backend: cpu by default, cpu or cuda or auto accepted, anything else named") {
+    Result<Config> d = parse_config(testing::config_yaml("/c", "/k"), "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+    CHECK(d->engine.backend == "cpu");
+    for (const char* b : {"cpu", "cuda", "auto"}) {
+        Result<Config> c = parse_config(
+            testing::config_yaml("/c", "/k", std::string("engine:\n  backend: ") + b + "\n"),
+            "/etc/edgeserve/test.yaml");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        CHECK(c->engine.backend == b);
+    }
+    const std::string bad =
+        error_of(testing::config_yaml("/c", "/k", "engine:\n  backend: tpu\n"));
+    CHECK_MESSAGE(bad.find("engine.backend: expected cpu, cuda or auto") != std::string::npos,
+                  bad);
+    CHECK(bad.find("test.yaml:18:") != std::string::npos);  // file:line of the value.
+}
+
 }  // namespace
 
 TEST_CASE("a full config loads with every section") {

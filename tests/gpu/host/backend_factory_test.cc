@@ -8,6 +8,7 @@
 
 #include "engine/backend.h"
 #include "engine/model/loader.h"
+#include "engine/shard/communicator.h"
 
 namespace edge::engine {
 namespace {
@@ -55,6 +56,37 @@ TEST_CASE("loading a model on the cuda backend without a device fails cleanly") 
     auto bad = load_model(EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe", lo);
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.status().code() == StatusCode::kNotFound);
+}
+
+TEST_CASE("the nccl communicator: listed in CUDA builds, a clear error without enough GPUs") {
+    const auto kinds = shard::available_communicators();
+    CHECK(kinds.front() == "in_process");
+    const bool nccl = std::find(kinds.begin(), kinds.end(), "nccl") != kinds.end();
+    if (!nccl) {
+        auto g = shard::create_communicators("nccl", 2);
+        REQUIRE_FALSE(g.ok());
+        CHECK(g.status().code() == StatusCode::kNotFound);
+        return;
+    }
+    // 65 ranks: more GPUs than any machine here has, so the count check answers before NCCL
+    // is touched.
+    auto g = shard::create_communicators("nccl", 65);
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(g.status().message().find("65 ranks need one GPU each") != std::string::npos,
+                  g.status().message());
+    if (!has_cuda_device()) {
+        // Sharding onto CUDA ranks without GPUs fails at load, naming the shortage.
+        LoadOptions lo;
+        lo.threads = 1;
+        lo.max_slots = 1;
+        lo.max_context = 64;
+        lo.sharding.ranks = 2;
+        lo.sharding.communicator = "nccl";
+        auto m = load_model(EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe", lo);
+        REQUIRE_FALSE(m.ok());
+        CHECK(m.status().message().find("GPU") != std::string::npos);
+    }
 }
 
 }  // namespace

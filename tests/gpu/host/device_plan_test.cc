@@ -100,7 +100,7 @@ TEST_CASE("plan_grouped_matmul: grid, vector path, and refused shapes") {
     }
 }
 
-TEST_CASE("plan_attention: one block per (token, head); head_dim limits") {
+TEST_CASE("plan_attention: one block per (token, head), head_dim limits") {
     auto s = plan_attention(65, 16, 4, 128);
     REQUIRE(s.ok());
     CHECK(s->grid_x == 65);

@@ -83,7 +83,7 @@ TEST_CASE("route_token equals the CPU routers (softmax top-k, sigmoid grouped) w
     }
 }
 
-TEST_CASE("permute groups assignments stably by expert; unpermute is the weighted sum") {
+TEST_CASE("permute groups assignments stably by expert, unpermute is the weighted sum") {
     const int32_t E = 4, K = 2;
     const int64_t T = 3, H = 2;
     const std::vector<int32_t> idx = {2, 0, 0, 2, 3, 0};
@@ -155,7 +155,7 @@ TEST_CASE("paged_attention twin over shuffled blocks equals contiguous attention
     CHECK(got == want);
 }
 
-TEST_CASE("sample_top_p: temperature 0 and a tiny top_p are argmax; u walks the nucleus") {
+TEST_CASE("sample_top_p: temperature 0 and a tiny top_p are argmax, u walks the nucleus") {
     const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 3.0f, -1.0f};
     CHECK(twin::argmax(logits.data(), 5) == 1);
     CHECK(twin::sample_top_p(logits.data(), 5, 0.0f, 0.9f, 0.7f) == 1);

@@ -1,0 +1,257 @@
+// Device health through the real daemon (real HTTPS, admin and gossip listeners on 127.0.0.1:0):
+// a sticky device fault, injected with the test-only health probe or reported to the engine's
+// process-wide device health, turns /readyz into 503 with the reason, makes gossip advertise the
+// site's pools as draining (another daemon sees it), lets an in-flight request receive its error
+// during the bounded drain, and ends the daemon with kExitDeviceFault; the run loop itself
+// (run_main, in process) exits with that status on a fault. The binary refuses
+// engine.backend: cuda on a machine without a GPU. Waits poll real state with a deadline; nothing
+// sleeps for a fixed time.
+
+#include <doctest/doctest.h>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "daemon/cluster/cluster.h"
+#include "daemon/commands.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "engine/backend.h"
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_generator.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+
+using namespace edge;
+using namespace std::chrono_literals;
+namespace membership = edge::routing::membership;
+
+namespace {
+
+bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > end) {
+            return false;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    return true;
+}
+
+std::string gossip_site_yaml(const testing::TestCertificate& cert, const std::string& id,
+                             const std::string& join) {
+    return "listeners:\n"
+           "  public:\n"
+           "    address: 127.0.0.1\n"
+           "    port: 0\n"
+           "    certificates:\n"
+           "      - server_names: [localhost]\n"
+           "        cert: " + cert.cert_path + "\n"
+           "        key: " + cert.key_path + "\n"
+           "  admin:\n"
+           "    address: 127.0.0.1\n"
+           "    port: 0\n"
+           "site:\n"
+           "  id: " + id + "\n"
+           "  latitude: 50.1\n"
+           "  longitude: 8.7\n"
+           "limits:\n"
+           "  drain_deadline_ms: 5000\n"
+           "gossip:\n"
+           "  bind_address: 127.0.0.1\n"
+           "  port: 0\n"
+           "  preset: local\n"
+           "  probe_interval_ms: 200\n"
+           "  probe_timeout_ms: 150\n"
+           "  gossip_interval_ms: 30\n"
+           "  push_pull_interval_ms: 1000\n"
+           "  publish_interval_ms: 50\n"
+           "  leave_drain_ms: 100\n"
+           "  health_check_interval_ms: 0\n" + join;
+}
+
+// A daemon serving "test-model" from a scripted generator.
+struct Site {
+    testing::ScriptedGenerator generator{{"test-model"}};
+    std::unique_ptr<daemon::Daemon> daemon;
+
+    void create(const std::string& yaml, const std::string& path) {
+        auto config = daemon::parse_config(yaml, path);
+        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+        auto d = daemon::Daemon::create(*config, generator, SystemClock::instance());
+        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+        daemon = std::move(d).value();
+    }
+
+    std::optional<membership::PoolState> pool_state_seen_by(daemon::Daemon& other,
+                                                            const std::string& site) {
+        auto snap = other.cluster()->snapshot();
+        const auto* m = snap->find(site);
+        if (m == nullptr || !m->site || m->site->pools.empty()) {
+            return std::nullopt;
+        }
+        return m->site->pools[0].state;
+    }
+};
+
+// A fault the probe reports once `failed` is set (what a lost GPU looks like to the daemon).
+struct InjectedFault {
+    std::atomic<bool> failed{false};
+    Status fault = unavailable_error("CUDA device lost: cudaErrorIllegalAddress (injected)");
+    std::function<Status()> probe() {
+        return [this] { return failed.load() ? fault : ok_status(); };
+    }
+};
+
+}  // namespace
+
+TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-flight error, exit 3") {
+    testing::TempDir dir;
+    const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+    Site fra, sin;
+    fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
+    fra.daemon->start();
+    const uint16_t seed = fra.daemon->cluster()->gossip_port();
+    sin.create(gossip_site_yaml(cert, "sin", "  join: ['127.0.0.1:" + std::to_string(seed) +
+                                                  "']\n"),
+               dir.file("sin.yaml"));
+    InjectedFault injected;
+    sin.daemon->set_health_probe(injected.probe());
+    sin.daemon->start();
+    REQUIRE(wait_for(
+        [&] {
+            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kServing;
+        },
+        10s));
+    const uint16_t admin = sin.daemon->admin_port();
+    auto ready = testing::plain_http_get(admin, "/readyz");
+    REQUIRE(ready.ok());
+    CHECK(ready->status == 200);
+    CHECK(sin.daemon->check_health().ok());
+
+    // A stream in flight when the device dies.
+    auto client = testing::TlsClient::connect(sin.daemon->public_port());
+    REQUIRE(client.ok());
+    REQUIRE((*client)
+                ->send(testing::http_request("POST", "/v1/chat/completions",
+                                             R"({"model":"test-model","stream":true,)"
+                                             R"("messages":[{"role":"user","content":"hi"}]})"))
+                .ok());
+    REQUIRE(sin.generator.wait_for_request(0));
+    sin.generator.emit(0, "before");
+    REQUIRE((*client)->read_until("before").ok());
+
+    injected.failed = true;
+    // /readyz asks the probe itself: 503 at once, with the reason.
+    auto not_ready = testing::plain_http_get(admin, "/readyz");
+    REQUIRE(not_ready.ok());
+    CHECK(not_ready->status == 503);
+    CHECK_MESSAGE(not_ready->body.find("not ready: engine device failed: CUDA device lost") !=
+                      std::string::npos,
+                  not_ready->body);
+    // Sticky, and what the run loop sees.
+    const Status fault = sin.daemon->check_health();
+    CHECK(fault.code() == StatusCode::kUnavailable);
+    CHECK(fault.message().find("cudaErrorIllegalAddress") != std::string::npos);
+    injected.failed = false;
+    CHECK(sin.daemon->check_health() == fault);
+    CHECK(sin.daemon->health() == fault);
+    // The other site learns through gossip that sin's pool drains.
+    CHECK(wait_for(
+        [&] {
+            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kDraining;
+        },
+        5s));
+
+    // The run loop's fault path: a bounded drain, during which the in-flight request receives
+    // the error the engine finished it with, then the documented exit status.
+    auto exiting = std::async(std::launch::async, [&] {
+        return daemon::exit_on_device_fault(*sin.daemon, fault, 5000ms);
+    });
+    sin.generator.finish(0, engine::FinishReason::kError, {}, fault);
+    auto rest = (*client)->read_until("data: [DONE]");
+    REQUIRE(rest.ok());
+    CHECK_MESSAGE(rest->find("CUDA device lost") != std::string::npos, *rest);
+    CHECK(rest->find("\"error\"") != std::string::npos);
+    REQUIRE(exiting.wait_for(10s) == std::future_status::ready);
+    CHECK(exiting.get() == daemon::kExitDeviceFault);
+    CHECK(daemon::kExitDeviceFault != 0);  // systemd's Restart=on-failure restarts it.
+    CHECK_FALSE(testing::tcp_connect(sin.daemon->public_port(), 500).ok());
+    fra.daemon->stop(0ms);
+}
+
+TEST_CASE("the default probe is the engine's device health: a reported fault fails readyz") {
+    testing::TempDir dir;
+    const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+    Site site;
+    site.create(testing::config_yaml(cert.cert_path, cert.key_path), dir.file("site.yaml"));
+    site.daemon->start();
+    const uint16_t admin = site.daemon->admin_port();
+    REQUIRE(engine::device_health().ok());
+    CHECK(testing::plain_http_get(admin, "/readyz")->status == 200);
+    engine::report_device_fault(internal_error("NCCL: peer rank 1 gone (injected)"));
+    auto not_ready = testing::plain_http_get(admin, "/readyz");
+    engine::clear_reported_device_fault_for_testing();  // Before any CHECK can leave it set.
+    REQUIRE(not_ready.ok());
+    CHECK(not_ready->status == 503);
+    CHECK(not_ready->body.find("peer rank 1 gone") != std::string::npos);
+    // Sticky in the daemon even once the process-wide state is clear again.
+    CHECK(testing::plain_http_get(admin, "/readyz")->status == 503);
+    CHECK_FALSE(site.daemon->check_health().ok());
+    site.daemon->stop(0ms);
+}
+
+TEST_CASE("the run loop (edgeserve run) exits with kExitDeviceFault on a device fault") {
+    testing::TempDir dir;
+    const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+    const std::string config =
+        dir.write("run.yaml", testing::config_yaml(cert.cert_path, cert.key_path));
+    // The fault is there before the loop starts: its first health poll (after at most
+    // kHealthPollInterval) finds it.
+    engine::report_device_fault(unavailable_error("CUDA device lost: injected before run"));
+    std::string arg0 = "run", arg1 = "--config", arg2 = config;
+    char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+    // Its own thread: run_main blocks SIGTERM/SIGINT/SIGHUP in the calling thread's mask and
+    // waits for them there, so a loop that missed the fault is stopped with a SIGTERM to it.
+    std::promise<int> exit_code;
+    std::future<int> code = exit_code.get_future();
+    std::thread loop([&] { exit_code.set_value(daemon::run_main(3, argv)); });
+    const bool returned = code.wait_for(30s) == std::future_status::ready;
+    if (!returned) {
+        pthread_kill(loop.native_handle(), SIGTERM);
+    }
+    loop.join();
+    engine::clear_reported_device_fault_for_testing();
+    CHECK(returned);
+    CHECK(code.get() == daemon::kExitDeviceFault);
+}
+
+TEST_CASE("edgeserve run: engine.backend cuda without a visible GPU is a start error") {
+    const auto names = engine::available_backends();
+    if (std::find(names.begin(), names.end(), "cuda") != names.end()) {
+        MESSAGE("a CUDA device is visible: the start error cannot be provoked here");
+        return;
+    }
+    testing::TempDir dir;
+    const std::string config = dir.write(
+        "cuda.yaml", testing::config_yaml("c.pem", "k.pem", "engine:\n  backend: cuda\n"));
+    auto r = testing::run({EDGE_BINARY_DIR "/daemon/edgeserve", "run", "--config", config});
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("engine.backend is \"cuda\"") != std::string::npos, r.err);
+    // auto falls back to the CPU and starts (stopped at once by a missing certificate instead).
+    const std::string autocfg = dir.write(
+        "auto.yaml", testing::config_yaml("c.pem", "k.pem", "engine:\n  backend: auto\n"));
+    auto a = testing::run({EDGE_BINARY_DIR "/daemon/edgeserve", "run", "--config", autocfg});
+    CHECK(a.exit_code == 1);
+    CHECK(a.err.find("engine.backend") == std::string::npos);
+}

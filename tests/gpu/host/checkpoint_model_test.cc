@@ -1,0 +1,108 @@
+// What the device decoder reads from a checkpoint, checked on the CPU: the fixture's shape and
+// tensors, the expert format after quantize-on-load, and clear kUnimplemented errors (naming
+// config.json and the field) for configs the whole-step device path does not run.
+
+#include "engine/cuda/host/checkpoint_model.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "tests/testing/test_certs.h"
+
+namespace edge::engine::cuda {
+namespace {
+
+const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
+
+std::string fixture_config() {
+    std::ifstream in(kMicro + "/config.json");
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+// The fixture's config.json with `field`'s value replaced, alone in a temp dir.
+Status read_with(const testing::TempDir& dir, const std::string& field, const std::string& value) {
+    const std::string text = std::regex_replace(
+        fixture_config(), std::regex("\"" + field + "\": [^,\\n]*"), "\"" + field + "\": " + value);
+    dir.write("config.json", text);
+    return read_checkpoint_model(dir.path(), "none").status();
+}
+
+TEST_CASE("checkpoint model: the fixture's shape, norms and every expert as host views") {
+    auto m = read_checkpoint_model(kMicro, "none");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->hidden == 128);
+    CHECK(m->layers == 2);
+    CHECK(m->experts == 8);
+    CHECK(m->top_k == 2);
+    CHECK(m->moe_inter == 64);
+    CHECK(m->heads == 4);
+    CHECK(m->kv_heads == 2);
+    CHECK(m->head_dim == 32);
+    CHECK(m->vocab == 512);
+    CHECK(m->norm_topk_prob);
+    CHECK(m->rms_eps == doctest::Approx(1e-6));
+    REQUIRE(m->inv_freq.size() == 16);
+    CHECK(m->inv_freq[0] == 1.0);
+    CHECK(m->inv_freq[1] == doctest::Approx(std::pow(1e6, -2.0 / 32.0)));
+    CHECK(m->embed.rows == 512);
+    CHECK(m->lm_head.data != m->embed.data);  // Not tied in the fixture.
+    CHECK(m->final_norm.size() == 128);
+    REQUIRE(m->layer.size() == 2);
+    for (const CheckpointLayer& L : m->layer) {
+        CHECK(L.q.rows == 128);
+        CHECK(L.k.rows == 64);
+        CHECK(L.o.cols == 128);
+        CHECK(L.router.rows == 8);
+        CHECK(L.q_norm.size() == 32);
+        REQUIRE(L.gate.size() == 8);
+        CHECK(L.down.size() == 8);
+        CHECK(L.gate[3].rows == 64);
+        CHECK(L.down[3].rows == 128);
+        CHECK(L.gate[3].format == m->expert_format);
+    }
+}
+
+TEST_CASE("checkpoint model: quantize-on-load sets the expert format, dense layers untouched") {
+    auto int4 = read_checkpoint_model(kMicro, "experts-int4");
+    REQUIRE_MESSAGE(int4.ok(), int4.status().to_string());
+    CHECK(int4->expert_format == WeightFormat::kInt4G32);
+    CHECK(int4->layer[1].up[5].format == WeightFormat::kInt4G32);
+    CHECK(int4->layer[1].up[5].scales != nullptr);
+    CHECK(int4->layer[0].q.format != WeightFormat::kInt4G32);
+    auto fp8 = read_checkpoint_model(kMicro, "routed_experts=fp8");
+    REQUIRE_MESSAGE(fp8.ok(), fp8.status().to_string());
+    CHECK(fp8->expert_format == WeightFormat::kFP8E4M3Block128);
+    auto bad = read_checkpoint_model(kMicro, "routed_experts=fp4");
+    CHECK_FALSE(bad.ok());
+}
+
+TEST_CASE("checkpoint model: configs the device path does not run are named errors") {
+    testing::TempDir dir;
+    Status dense = read_with(dir, "mlp_only_layers", "[1]");
+    CHECK(dense.code() == StatusCode::kUnimplemented);
+    CHECK_MESSAGE(dense.message().find("config.json: decoder_sparse_step / mlp_only_layers") !=
+                      std::string::npos,
+                  dense.message());
+    Status rope = read_with(dir, "rope_scaling", R"({"type": "yarn", "factor": 4.0})");
+    CHECK(rope.code() == StatusCode::kUnimplemented);
+    CHECK(rope.message().find("rope_scaling") != std::string::npos);
+    Status bias = read_with(dir, "attention_bias", "true");
+    CHECK(bias.code() == StatusCode::kUnimplemented);
+    Status head = read_with(dir, "head_dim", "48");
+    CHECK(head.code() == StatusCode::kUnimplemented);
+    CHECK(head.message().find("head_dim") != std::string::npos);
+    // A good config without its weights: the checkpoint error, not a crash.
+    Status missing = read_with(dir, "head_dim", "32");
+    CHECK_FALSE(missing.ok());
+    CHECK(missing.code() != StatusCode::kUnimplemented);
+    CHECK_FALSE(read_checkpoint_model(dir.path() + "/nowhere", "none").ok());
+}
+
+}  // namespace
+}  // namespace edge::engine::cuda
