@@ -190,7 +190,7 @@ engine::ModelLoad load(uint32_t queue, uint32_t running) {
 
 }  // namespace
 
-TEST_CASE("three daemons converge; /admin/members, /pools and /route show the whole cluster") {
+TEST_CASE("three daemons converge, /admin/members, /pools and /route show the whole cluster") {
     Cluster3 c({{"test-model"}, {"test-model"}, {"test-model"}});
     REQUIRE(wait_for([&] { return c.converged(); }, 10s));
 

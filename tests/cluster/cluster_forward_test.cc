@@ -272,7 +272,7 @@ TEST_CASE("e2e: requests go to the lowest-cost pool and spill to the next when i
           std::string::npos);
 }
 
-TEST_CASE("e2e: a pinned version goes to the pool serving it; a rollout steers unpinned ones") {
+TEST_CASE("e2e: a pinned version goes to the pool serving it, a rollout steers unpinned ones") {
     ForwardingCluster c("v1", "v2");
     c["sin"].generator.inner.set_load({load(0, 1)});
     c["gru"].generator.inner.set_load({load(0, 1)});

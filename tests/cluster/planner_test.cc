@@ -174,7 +174,7 @@ TEST_CASE("planner: a pinned version is honoured or rejected with the reason") {
     CHECK(none.message == "no pool in the cluster serves model 'other'");
 }
 
-TEST_CASE("planner: the target version is preferred; others only as configured fallback") {
+TEST_CASE("planner: the target version is preferred, others only as configured fallback") {
     Fixture f;
     f.world.add(kAms, {pool("v1")});
     f.world.add(kSin, {pool("v2")});
@@ -222,7 +222,7 @@ TEST_CASE("planner: a draining pool gets nothing, not even as a fallback") {
     CHECK(f.planner->plan("m", "").rejection == RouteRejection::kNoPoolServesModel);
 }
 
-TEST_CASE("planner: suspect members and ejected pools are penalized; ejection expires") {
+TEST_CASE("planner: suspect members and ejected pools are penalized, ejection expires") {
     Fixture f;
     f.world.add(kAms, {pool()});
     f.world.add(kSin, {pool()});

@@ -253,7 +253,7 @@ TEST_CASE("routing section: milliseconds become seconds, defaults stay, bad keys
           "/etc/edgeserve/test.yaml:18:14: routing.margin_ms: expected a number");
 }
 
-TEST_CASE("gossip section: keys, presets and overrides load; absent means no gossip") {
+TEST_CASE("gossip section: keys, presets and overrides load, absent means no gossip") {
     Result<Config> none = parse_config(testing::config_yaml("/c", "/k", ""), "/x.yaml");
     REQUIRE(none.ok());
     CHECK_FALSE(none->gossip.enabled);

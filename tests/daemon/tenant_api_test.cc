@@ -88,7 +88,7 @@ struct TenantFixture {
 
 }  // namespace
 
-TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape; clock refills the bucket") {
+TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refills the bucket") {
     TenantFixture f("    requests_per_second: 1\n    burst: 1\n");
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
@@ -254,7 +254,7 @@ TEST_CASE("engine admission: tenant queue full is 429, model queue full is 503, 
     CHECK(overloaded.headers["retry-after"] == "1");
 }
 
-TEST_CASE("engine serving figures: priority reaches the engine; /metrics has per-tenant series") {
+TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per-tenant series") {
     TenantFixture f("    priority: 7\n");
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),

@@ -47,7 +47,7 @@ TEST_CASE("token bucket: starts full, refills at the rate, caps at capacity, rep
     CHECK(b.level(clock.now()) == doctest::Approx(2.0));
 }
 
-TEST_CASE("limiter: requests per second with burst; Retry-After time; other tenants unaffected") {
+TEST_CASE("limiter: requests per second with burst, Retry-After time, other tenants unaffected") {
     ManualClock clock;
     TenantLimiter limiter(clock);
     TenantConfig a = tenant("a");
@@ -97,7 +97,7 @@ TEST_CASE("limiter: concurrency slots are released on finish and on destruction,
     CHECK(limiter.running("a") == 1);
 }
 
-TEST_CASE("limiter: tokens per minute are charged at finish; in debt new requests wait") {
+TEST_CASE("limiter: tokens per minute are charged at finish, in debt new requests wait") {
     ManualClock clock;
     TenantLimiter limiter(clock);
     TenantConfig a = tenant("a");
@@ -119,7 +119,7 @@ TEST_CASE("limiter: tokens per minute are charged at finish; in debt new request
     CHECK(out.retry_after == Duration(40s));
 }
 
-TEST_CASE("limiter: reconfigure keeps counters by name; removed tenants' leases stay valid") {
+TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases stay valid") {
     ManualClock clock;
     TenantLimiter limiter(clock);
     TenantConfig a = tenant("a");

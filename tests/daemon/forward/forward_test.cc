@@ -549,7 +549,7 @@ TEST_CASE("no pool can take the request: 503 saying why, Retry-After when waitin
         a, "edgeserve_tenant_rejections_total{reason=\"route_rejected\",tenant=\"acme\"} 3"));
 }
 
-TEST_CASE("a plan to another site without a peer section fails clearly; no planner runs here") {
+TEST_CASE("a plan to another site without a peer section fails clearly, no planner runs here") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section(), false);
     CHECK(a.daemon->peer_port() == 0);

@@ -208,7 +208,7 @@ TEST_CASE("prefix cache: cached blocks are evicted least recently used when memo
     CHECK(again1->ids() == FakeCausalLM::expected(opts, p1, 3));
 }
 
-TEST_CASE("preemption: the lowest priority, most recent sequence goes first; all finish alike") {
+TEST_CASE("preemption: the lowest priority, most recent sequence goes first, all finish alike") {
     FakeOptions opts = Paged::paged_options();
     opts.kv_tokens = 48;  // 12 blocks; the load below needs 4 x 5 = 20 at its peak.
     SchedulerConfig config;

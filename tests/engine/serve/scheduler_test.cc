@@ -269,7 +269,7 @@ TEST_CASE("scheduler: seeded sampling gives the same tokens alone and batched wi
     }
 }
 
-TEST_CASE("scheduler: slots limit the batch; the rest wait their turn") {
+TEST_CASE("scheduler: slots limit the batch, the rest wait their turn") {
     FakeOptions opts;
     opts.slots = 2;
     Harness h(opts);

@@ -32,7 +32,7 @@ TEST_CASE("stop matcher: the earliest of several stop strings wins") {
     CHECK(m.stopped());
 }
 
-TEST_CASE("stop matcher: flush returns the held tail; no stops passes through") {
+TEST_CASE("stop matcher: flush returns the held tail, no stops passes through") {
     StopMatcher m({"\n\n"});
     CHECK(m.push("line\n") == "line");
     CHECK(m.flush() == "\n");

@@ -109,7 +109,7 @@ TEST_CASE("planner: skewed load is balanced within 1.10x of the mean") {
     }
 }
 
-TEST_CASE("planner: no load keeps the contiguous layout; bad input is refused") {
+TEST_CASE("planner: no load keeps the contiguous layout, bad input is refused") {
     std::vector<int64_t> zero(2 * 8, 0);
     auto plan = plan_placement(zero, 2, 8, 2, 5);
     REQUIRE(plan.ok());

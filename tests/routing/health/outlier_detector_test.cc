@@ -19,7 +19,7 @@ void add_pools(OutlierDetector& d, int n) {
 
 }  // namespace
 
-TEST_CASE("outlier: five consecutive failures eject; a success in between resets") {
+TEST_CASE("outlier: five consecutive failures eject, a success in between resets") {
     ManualClock clock;
     OutlierDetector d(OutlierConfig{}, clock);
     add_pools(d, 10);
