@@ -684,7 +684,8 @@ TEST_CASE("SIGHUP reloads the cluster certificates; a broken file keeps the old 
             return "";
         }
         (void)(*c)->send(testing::http_request(
-            "GET", "/v1/models", "", "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n"));
+            "GET", "/v1/models", "",
+            "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n"));
         auto r = (*c)->read_response();
         return r.ok() && r->status == 200 ? (*c)->peer_common_name() : "";
     };
