@@ -174,6 +174,7 @@ std::string site_yaml(const Site& s, const testing::TestCa& ca,
          "  health_check_timeout_ms: " + std::to_string(kHealthTimeoutMs) + "\n"
          "  testing_peer_delay_ms: {" + s.delays + "}\n" + join +
          "routing:\n"
+         "  coord_error_max: 1.0\n"  // Trust the measured coordinates early (a test on loopback).
          "  outlier:\n"
          "    consecutive_failures: 2\n"
          "    base_ejection_ms: 1000\n"
