@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -778,7 +779,18 @@ Result<Config> load_config(const std::string& path) {
     if (text.str().size() > (16u << 20)) {
         return invalid_argument_error(path + ": config file larger than 16 MiB");
     }
-    return parse_config(text.str(), path);
+    EDGE_ASSIGN_OR_RETURN(Config config, parse_config(text.str(), path));
+    // A testing-only key in a config file read by the daemon (run, check-config, SIGHUP): refused
+    // unless the environment says this is a test (never set in the systemd unit).
+    const char* testing = std::getenv("EDGESERVE_TESTING");
+    if (!config.gossip.testing_peer_delay.empty() &&
+        (testing == nullptr || std::string_view(testing) != "1")) {
+        return invalid_argument_error(
+            path + ": gossip.testing_peer_delay_ms is for tests only (it delays gossip packets "
+                   "and forwarded requests on purpose); refused unless the environment sets "
+                   "EDGESERVE_TESTING=1");
+    }
+    return config;
 }
 
 }  // namespace edge::daemon

@@ -129,7 +129,9 @@ struct GossipConfig {
     std::chrono::milliseconds health_check_interval{2000};
     std::chrono::milliseconds health_check_timeout{1000};  // One check's deadline.
     // TESTING ONLY: artificial one-way delay added to this site's gossip packets to the named
-    // site (site id -> milliseconds), so tests on loopback see distinct RTTs.
+    // site (site id -> milliseconds), and twice over (there and back) to requests forwarded to
+    // it, so tests on loopback see distinct RTTs. load_config() refuses it unless the
+    // environment sets EDGESERVE_TESTING=1.
     std::map<std::string, std::chrono::milliseconds> testing_peer_delay;
 };
 

@@ -96,6 +96,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         client.retry_budget = p.retry_budget;
         client.min_retry_concurrency = p.min_retry_concurrency;
         client.max_response_bytes = p.max_response_bytes;
+        client.testing_delay = config.gossip.testing_peer_delay;
         EDGE_ASSIGN_OR_RETURN(d->forwarder_, forward::PeerClient::create(
                                                  *d->io_, std::move(client), d->metrics_.get()));
         d->router_->set_forwarder(d->forwarder_.get());
@@ -239,6 +240,7 @@ void Daemon::start() {
 }
 
 Status Daemon::reload_certificates() {
+    // Each set is reloaded on its own; the first error is returned.
     Status s = tls_->reload();
     if (s.ok()) {
         publish_certificate_expiry(certificates_, *metrics_);
@@ -246,6 +248,34 @@ Status Daemon::reload_certificates() {
     } else {
         log::error("certificates_reload_failed",
                    {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
+    }
+    // The cluster certificates: the peer listener's (server side) and the forwarding client's.
+    if (peer_tls_) {
+        Status p = peer_tls_->reload();
+        if (p.ok()) {
+            log::info("peer_certificates_reloaded",
+                      {{"listener", "peer"}, {"generation", peer_tls_->current()->number()}});
+        } else {
+            log::error("peer_certificates_reload_failed",
+                       {{"listener", "peer"},
+                        {"error", p.message()},
+                        {"kept_generation", peer_tls_->current()->number()}});
+            if (s.ok()) {
+                s = p;
+            }
+        }
+    }
+    if (forwarder_) {
+        Status f = forwarder_->reload();
+        if (f.ok()) {
+            log::info("peer_certificates_reloaded", {{"listener", "forwarding_client"}});
+        } else {
+            log::error("peer_certificates_reload_failed",
+                       {{"listener", "forwarding_client"}, {"error", f.message()}});
+            if (s.ok()) {
+                s = f;
+            }
+        }
     }
     return s;
 }

@@ -69,7 +69,9 @@ public:
     ~Daemon();
 
     void start();
-    // Re-reads the certificate files; on error the old ones stay (and the error is returned).
+    // Re-reads the certificate files: the public ones, and with a `peer` section the cluster
+    // certificate, key and CA of the peer listener and of the forwarding client. Each set whose
+    // files fail to load keeps its old certificates (logged; the first error is returned).
     Status reload_certificates();
     // Replaces tenants, keys and limits (SIGHUP). Requests in flight keep running and keep their
     // concurrency slots; new requests see the new table at once.

@@ -20,6 +20,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -109,8 +110,8 @@ Result<HostPort> split_host_port(std::string_view addr) {
 }
 
 struct Connection {
-    Connection(net::any_io_executor executor, ssl::context& context)
-        : stream(beast::tcp_stream(std::move(executor)), context) {}
+    Connection(net::any_io_executor executor, std::shared_ptr<ssl::context> ctx)
+        : context(std::move(ctx)), stream(beast::tcp_stream(std::move(executor)), *context) {}
 
     void close() {
         boost::system::error_code ignored;
@@ -119,6 +120,7 @@ struct Connection {
         socket.close(ignored);
     }
 
+    std::shared_ptr<ssl::context> context;  // The certificates it was made with (before stream).
     Stream stream;
     beast::flat_buffer buffer;
     SteadyClock::time_point idle_since{};
@@ -164,11 +166,15 @@ class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
 public:
     Impl(net::io_context& io, PeerClientConfig config, Metrics* metrics)
         : strand_(net::make_strand(io)),
-          ssl_(ssl::context::tls_client),
           config_(std::move(config)),
           metrics_(metrics) {}
 
-    Status init();
+    // A client context from the configured files (errors name the file).
+    Result<std::shared_ptr<ssl::context>> load_context() const;
+    std::shared_ptr<ssl::context> context() const {
+        std::lock_guard lock(ssl_mu_);
+        return ssl_;
+    }
     net::awaitable<void> run(std::shared_ptr<ForwardJob> job);
     // One target. True when the job is over (answered, or cancelled); false to try the next.
     net::awaitable<bool> attempt(ForwardJob& job, const RouteTarget& target, bool can_retry);
@@ -182,8 +188,11 @@ public:
     void report(const RouteTarget& target, bool ok, SteadyClock::duration latency);
     void finish(ForwardJob& job);
 
+    net::awaitable<void> testing_delay(const RouteTarget& target);
+
     net::strand<net::io_context::executor_type> strand_;
-    ssl::context ssl_;
+    mutable std::mutex ssl_mu_;
+    std::shared_ptr<ssl::context> ssl_;  // Under ssl_mu_; replaced by reload().
     const PeerClientConfig config_;
     Metrics* const metrics_;
     std::atomic<cluster::RoutePlanner*> planner_{nullptr};
@@ -200,8 +209,9 @@ public:
     int64_t retries_in_flight_ = 0;
 };
 
-Status PeerClient::Impl::init() {
-    SSL_CTX* ctx = ssl_.native_handle();
+Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context() const {
+    auto context = std::make_shared<ssl::context>(ssl::context::tls_client);
+    SSL_CTX* ctx = context->native_handle();
     ERR_clear_error();
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
@@ -224,7 +234,16 @@ Status PeerClient::Impl::init() {
     // Trust is membership of the cluster CA; peer addresses are often bare IPs, so the peer's
     // name is not checked against the address.
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
-    return ok_status();
+    return context;
+}
+
+net::awaitable<void> PeerClient::Impl::testing_delay(const RouteTarget& target) {
+    auto it = config_.testing_delay.find(target.site_id);
+    if (it == config_.testing_delay.end() || it->second.count() <= 0) {
+        co_return;
+    }
+    net::steady_timer timer(strand_, it->second);
+    co_await timer.async_wait(kTuple);
 }
 
 bool PeerClient::Impl::retry_allowed() const {
@@ -302,7 +321,7 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
             endpoints.push_back(entry.endpoint());
         }
     }
-    auto connection = std::make_unique<Connection>(strand_, ssl_);
+    auto connection = std::make_unique<Connection>(strand_, context());
     job.current = connection.get();
     auto& layer = beast::get_lowest_layer(connection->stream);
     layer.expires_after(config_.connect_timeout);
@@ -363,6 +382,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     req.keep_alive(true);
     req.prepare_payload();
 
+    co_await testing_delay(target);  // Testing only: the request's way there.
+    if (job.cancelled) {
+        co_return true;
+    }
     std::unique_ptr<Connection> conn = take_pooled(target.peer_addr);
     std::optional<http::response_parser<http::buffer_body>> parser;
     for (int tries = 0;; ++tries) {
@@ -411,6 +434,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         co_return false;
     }
 
+    co_await testing_delay(target);  // Testing only: the answer's way back.
+    if (job.cancelled) {
+        job.current = nullptr;
+        conn->close();
+        co_return true;
+    }
     const auto to_head = SteadyClock::now() - start;
     auto& response = parser->get();
     const int status = response.result_int();
@@ -631,11 +660,37 @@ Result<std::unique_ptr<PeerClient>> PeerClient::create(net::io_context& io,
                                                        PeerClientConfig config,
                                                        Metrics* metrics) {
     auto impl = std::make_shared<Impl>(io, std::move(config), metrics);
-    EDGE_RETURN_IF_ERROR(impl->init());
+    EDGE_ASSIGN_OR_RETURN(impl->ssl_, impl->load_context());
+    if (!impl->config_.testing_delay.empty()) {
+        log::warn("testing_peer_delay", {{"detail", "forwards to some sites are delayed on "
+                                                    "purpose (gossip.testing_peer_delay_ms)"}});
+    }
     return std::unique_ptr<PeerClient>(new PeerClient(std::move(impl)));
 }
 
 PeerClient::~PeerClient() { stop(std::chrono::milliseconds(0)); }
+
+Status PeerClient::reload() {
+    Result<std::shared_ptr<ssl::context>> fresh = impl_->load_context();
+    if (!fresh.ok()) {
+        return fresh.status();
+    }
+    {
+        std::lock_guard lock(impl_->ssl_mu_);
+        impl_->ssl_ = std::move(fresh).value();
+    }
+    // Pooled connections were made with the old certificates: new requests handshake afresh.
+    net::post(impl_->strand_, [impl = impl_] {
+        for (auto& [peer, idle] : impl->pool_) {
+            for (auto& c : idle) {
+                c->close();
+            }
+            impl->idle_.fetch_sub(static_cast<int64_t>(idle.size()));
+        }
+        impl->pool_.clear();
+    });
+    return ok_status();
+}
 
 void PeerClient::set_planner(cluster::RoutePlanner* planner) { impl_->planner_.store(planner); }
 

@@ -13,6 +13,14 @@
 // in flight)); never once a byte reached the client. Every attempt is reported to the planner.
 // A client that goes away closes the upstream connection, which cancels the generation there.
 //
+// reload() (SIGHUP) re-reads the certificate, key and CA: new handshakes use them, the pooled idle
+// connections (made with the old ones) are closed, forwards in flight keep theirs; a file that
+// does not load keeps the old ones and the error names it.
+//
+// Testing only: `testing_delay` holds a forward to the named site back before the request is sent
+// and again before the answer's head is passed on (one emulated round trip of twice the delay),
+// so sites on one machine see distinct forwarding latencies (config gossip.testing_peer_delay_ms).
+//
 // Threading: forward() and the accessors are thread-safe. All connections and forwards live on one
 // strand of the given io_context. stop() may be called from any thread; forwards in flight are
 // cancelled and finish on the io_context. Lifetime: the io_context must outlive the PeerClient and
@@ -21,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -53,6 +62,8 @@ struct PeerClientConfig {
     double retry_budget = 0.2;          // Retries in flight / forwards in flight, at most...
     int32_t min_retry_concurrency = 3;  // ...but this many retries in flight always allowed.
     uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed answer, bytes.
+    // TESTING ONLY: site id -> artificial one-way delay on forwards to it (see above).
+    std::map<std::string, std::chrono::milliseconds> testing_delay;
 };
 
 class PeerClient final : public cluster::Forwarder {
@@ -69,6 +80,10 @@ public:
                  std::vector<cluster::RouteTarget> targets,
                  std::shared_ptr<tls::ResponseChannel> channel,
                  std::function<void(const cluster::ForwardResult&)> done) override;
+
+    // Re-reads cert_path, key_path and ca_path; on error nothing changes and the error (naming
+    // the file) is returned. Any thread.
+    Status reload();
 
     // Closes the pooled connections and cancels the forwards in flight (their clients get what
     // was already sent, or a 503). New forwards fail with 503 at once. Waits up to `deadline`

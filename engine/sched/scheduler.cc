@@ -131,7 +131,10 @@ bool Scheduler::step() {
     admit();
     stats_.max_running = std::max(stats_.max_running, static_cast<int32_t>(running_.size()));
     if (running_.empty()) {
-        return fail_unadmittable();
+        const bool progressed = fail_unadmittable();
+        // Idle now (the last sequences finished or were cancelled): the advertised load says so.
+        publish_load(0, 0, {});
+        return progressed;
     }
     std::vector<BatchEntry> batch = plan_batch();
     std::vector<float> logits;

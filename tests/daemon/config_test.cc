@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/test_certs.h"
 
@@ -164,6 +166,34 @@ TEST_CASE("load_config reports an unreadable file") {
     Result<Config> bad = load_config(path);
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.status().message() == path + ":17:1: bogus: unknown key");
+}
+
+TEST_CASE("load_config refuses the testing-only peer delay unless EDGESERVE_TESTING=1") {
+    testing::TempDir dir;
+    std::string path = dir.write(
+        "t.yaml", testing::config_yaml("c", "k", "gossip:\n  testing_peer_delay_ms: {sin: 5}\n"));
+    const char* saved = std::getenv("EDGESERVE_TESTING");
+    const std::string before = saved ? saved : "";
+    unsetenv("EDGESERVE_TESTING");
+    Result<Config> refused = load_config(path);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find(path + ": gossip.testing_peer_delay_ms is for tests "
+                                                 "only") == 0);
+    CHECK(refused.status().message().find("EDGESERVE_TESTING=1") != std::string::npos);
+    setenv("EDGESERVE_TESTING", "yes", 1);
+    CHECK_FALSE(load_config(path).ok());
+    setenv("EDGESERVE_TESTING", "1", 1);
+    Result<Config> allowed = load_config(path);
+    REQUIRE_MESSAGE(allowed.ok(), allowed.status().to_string());
+    CHECK(allowed->gossip.testing_peer_delay.at("sin") == std::chrono::milliseconds(5));
+    if (saved) {
+        setenv("EDGESERVE_TESTING", before.c_str(), 1);
+    } else {
+        unsetenv("EDGESERVE_TESTING");
+    }
+    // Without the key the environment does not matter.
+    std::string plain = dir.write("p.yaml", testing::config_yaml("c", "k"));
+    CHECK(load_config(plain).ok());
 }
 
 TEST_CASE("tenant limits: parsed with defaults, bad values named by file:line:column") {

@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -91,14 +93,16 @@ struct Cluster {
     testing::TestCa ca;
     // Site certificates made elsewhere (deploy/make-cluster-certs), by site id.
     std::map<std::string, testing::TestCertificate> premade;
+    // A site's own copy of the CA file (default: ca.cert_path), by site id.
+    std::map<std::string, std::string> ca_files;
 };
 
-std::string peer_section(const testing::TestCa& ca, const testing::TestCertificate& cert,
+std::string peer_section(const std::string& ca_path, const testing::TestCertificate& cert,
                          const std::string& extra = "") {
     return "peer:\n"
            "  address: 127.0.0.1\n"
            "  port: 0\n"
-           "  ca: " + ca.cert_path + "\n"
+           "  ca: " + ca_path + "\n"
            "  cert: " + cert.cert_path + "\n"
            "  key: " + cert.key_path + "\n" + extra;
 }
@@ -115,7 +119,10 @@ struct Site {
                                                       {id + ".cluster.test", "localhost"});
         std::string yaml = testing::config_yaml(
             cert.cert_path, cert.key_path,
-            extra + (with_peer ? peer_section(cluster.ca, cert, peer_extra) : ""));
+            extra + (with_peer ? peer_section(cluster.ca_files.count(id) ? cluster.ca_files[id]
+                                                                          : cluster.ca.cert_path,
+                                              cert, peer_extra)
+                               : ""));
         size_t at = yaml.find("id: test-site");
         REQUIRE(at != std::string::npos);
         yaml.replace(at, 13, "id: " + id);
@@ -619,4 +626,98 @@ TEST_CASE("deploy/make-cluster-certs certificates carry a forwarded stream to cu
     CHECK(as_peer.out.find("\"id\":\"m\"") != std::string::npos);
     auto stranger = testing::run({"curl", "-sS", "--cacert", cluster.ca.cert_path, peer_url});
     CHECK(stranger.exit_code != 0);
+}
+
+TEST_CASE("SIGHUP reloads the cluster certificates; a broken file keeps the old ones") {
+    namespace fs = std::filesystem;
+    Cluster cluster;  // Its CA is the first cluster CA.
+    testing::TempDir second;
+    testing::TestCa ca2 = testing::make_ca(second.path(), "ca2", "edgeserve second cluster CA");
+    const std::string live = cluster.dir.file("live");
+    fs::create_directories(live);
+    // Makes SITE's certificate (common name `cn`) signed by `ca` and installs it, its key and
+    // the CA as the files the site's config names.
+    auto install = [&](const std::string& site, const testing::TestCa& ca,
+                       const std::string& where, const std::string& cn) {
+        auto made = testing::make_signed_certificate(ca, where, site + "-" + cn, {cn});
+        fs::copy_file(made.cert_path, live + "/" + site + ".crt",
+                      fs::copy_options::overwrite_existing);
+        fs::copy_file(made.key_path, live + "/" + site + ".key",
+                      fs::copy_options::overwrite_existing);
+        fs::copy_file(ca.cert_path, live + "/" + site + "-ca.pem",
+                      fs::copy_options::overwrite_existing);
+        return made;
+    };
+    auto fra1 = install("fra", cluster.ca, cluster.dir.path(), "fra.cluster.test");
+    install("sin", cluster.ca, cluster.dir.path(), "sin.cluster.test");
+    for (const char* site : {"fra", "sin"}) {
+        cluster.premade[site] = testing::TestCertificate{live + "/" + site + ".crt",
+                                                         live + "/" + site + ".key", site};
+        cluster.ca_files[site] = live + "/" + site + "-ca.pem";
+    }
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+
+    size_t served = 0;
+    auto forward = [&]() -> int {
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        if (!b.generator.wait_for_request(served)) {
+            auto r = c->read_response();
+            FAIL((r.ok() ? std::to_string(r->status) + r->body : r.status().to_string()));
+        }
+        b.generator.finish(served++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        return r->status;
+    };
+    // A fresh handshake with sin's peer listener presenting `client`: the common name of the
+    // certificate sin presents, or "" when sin refuses the client.
+    auto handshake = [&](const testing::TestCertificate& client) -> std::string {
+        testing::TlsClientOptions options;
+        options.client_cert_path = client.cert_path;
+        options.client_key_path = client.key_path;
+        auto c = TlsClient::connect(b.daemon->peer_port(), options);
+        if (!c.ok()) {
+            return "";
+        }
+        (void)(*c)->send(testing::http_request(
+            "GET", "/v1/models", "",
+            "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n"));
+        auto r = (*c)->read_response();
+        return r.ok() && r->status == 200 ? (*c)->peer_common_name() : "";
+    };
+
+    CHECK(forward() == 200);
+    CHECK(a.daemon->forwarder()->connections_opened() == 1);
+    CHECK(handshake(fra1) == "sin.cluster.test");
+
+    SUBCASE("a broken file keeps the old certificates, and the error names it") {
+        std::ofstream(live + "/sin.crt") << "not a certificate\n";
+        Status s = b.daemon->reload_certificates();
+        CHECK_FALSE(s.ok());
+        CHECK_MESSAGE(s.message().find(live + "/sin.crt") != std::string::npos, s.message());
+        std::ofstream(live + "/fra-ca.pem") << "-----BEGIN CERTIFICATE-----\nbroken\n";
+        Status f = a.daemon->reload_certificates();
+        CHECK_FALSE(f.ok());
+        CHECK_MESSAGE(f.message().find(live + "/fra-ca.pem") != std::string::npos, f.message());
+        CHECK(handshake(fra1) == "sin.cluster.test");  // sin's peer listener: as before.
+        CHECK(forward() == 200);
+        CHECK(metrics_contain(
+            a, "edgeserve_forwarded_requests_total{outcome=\"ok\",site=\"sin\"} 2"));
+    }
+    SUBCASE("rotating to a new CA: new handshakes use the new certificate and CA") {
+        auto fra2 = install("fra", ca2, second.path(), "fra-2.cluster.test");
+        install("sin", ca2, second.path(), "sin-2.cluster.test");
+        REQUIRE(b.daemon->reload_certificates().ok());
+        CHECK(handshake(fra1) == "");                     // Signed by the old CA: refused now.
+        CHECK(handshake(fra2) == "sin-2.cluster.test");  // The new certificate, the new CA.
+        REQUIRE(a.daemon->reload_certificates().ok());
+        // fra's pooled connection went with the reload: the next forward handshakes afresh, which
+        // sin accepts only from a certificate of the new CA, presenting one only it trusts.
+        CHECK(forward() == 200);
+        CHECK(a.daemon->forwarder()->connections_opened() == 2);
+    }
 }
