@@ -628,7 +628,7 @@ TEST_CASE("deploy/make-cluster-certs certificates carry a forwarded stream to cu
     CHECK(stranger.exit_code != 0);
 }
 
-TEST_CASE("SIGHUP reloads the cluster certificates; a broken file keeps the old ones") {
+TEST_CASE("SIGHUP reloads the cluster certificates, a broken file keeps the old ones") {
     namespace fs = std::filesystem;
     Cluster cluster;  // Its CA is the first cluster CA.
     testing::TempDir second;
