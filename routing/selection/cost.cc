@@ -74,8 +74,12 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
         std::max(in.prefill_tokens_per_s > 0.0 ? in.prefill_tokens_per_s
                                                : config.default_prefill_tokens_per_s,
                  config.min_rate);
+    // Requests that must finish before this one gets a slot: the running and queued ones beyond
+    // the slots (a queued request with a slot free starts at the next engine step, so a short
+    // burst at an idle pool does not make it look a whole generation away).
     const double slots_ahead =
-        static_cast<double>(in.queue_depth) + (in.running >= in.capacity ? 1.0 : 0.0);
+        std::max(0.0, static_cast<double>(in.queue_depth) + static_cast<double>(in.running) + 1.0 -
+                          static_cast<double>(std::max<uint32_t>(in.capacity, 1)));
     t.queue_s = slots_ahead * config.mean_output_tokens / decode_rate;
     t.prefill_s = config.prompt_tokens / prefill_rate;
     const double kv = std::isfinite(in.kv_use) ? std::clamp(in.kv_use, 0.0, 1.0) : 1.0;

@@ -11,7 +11,8 @@
 //          times path_inflation.
 //   ttft = queue_s + prefill_s + kv_s
 //          queue_s   = slots_ahead * mean_output_tokens / max(decode_tokens_per_s, min_rate)
-//                      slots_ahead = queue_depth + (running >= capacity ? 1 : 0)
+//                      slots_ahead = max(0, queue_depth + running + 1 - max(capacity, 1))
+//                      (queued requests count only beyond the free slots)
 //          prefill_s = prompt_tokens / max(prefill_tokens_per_s, min_rate)
 //          kv_s      = kv_use > kv_soft_limit ?
 //                      (kv_use - kv_soft_limit) / (1 - kv_soft_limit) * kv_full_penalty_s : 0

@@ -90,8 +90,23 @@ TEST_CASE("cost table: each term of the formula") {
         in.is_local = true;
         in.prefill_tokens_per_s = 0.0;  // default 4000
         in.decode_tokens_per_s = 0.0;   // floor 1 tok/s
-        in.queue_depth = 1;
+        in.running = 7;
+        in.queue_depth = 1;  // 1 + 7 + 1 - 8 = 1 ahead
         rows.push_back({"no rates advertised", in, 0, 256.0, 0.128, 0, 0, false});
+    }
+    {
+        CostInput in = base();
+        in.is_local = true;
+        in.running = 4;
+        in.queue_depth = 3;  // 3 + 4 + 1 <= 8: a slot is free for it
+        rows.push_back({"4 running, 3 queued of 8: free slots, no wait", in, 0, 0, 0.1, 0, 0, false});
+    }
+    {
+        CostInput in = base();
+        in.is_local = true;
+        in.running = 6;
+        in.queue_depth = 4;  // 4 + 6 + 1 - 8 = 3 must finish first
+        rows.push_back({"6 running, 4 queued of 8: 3*256/1000", in, 0, 0.768, 0.1, 0, 0, false});
     }
     {
         CostInput in = base();
