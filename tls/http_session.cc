@@ -7,6 +7,7 @@
 #include <openssl/ssl.h>
 
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <deque>
 
@@ -37,6 +38,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
 namespace {
+
+class ChannelImpl;
 
 struct Piece {
     enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
@@ -126,6 +129,23 @@ public:
         }
         signal_.cancel();
     }
+    // Strand only: the stream of request `seq` queued more than max_stream_buffer_bytes for a
+    // client that does not read; cancel it (generation stops, the connection closes).
+    void cancel_slow_stream(uint64_t seq, size_t queued) {
+        if (seq != seq_ || response_done_ || client_gone_) {
+            return;
+        }
+        log::warn("stream_cancelled",
+                  {{"reason", "slow_reader"},
+                   {"peer", remote_},
+                   {"queued_bytes", queued},
+                   {"limit_bytes", server_.config_.limits.max_stream_buffer_bytes}});
+        server_.observer_->on_stream_cancelled("slow_reader");
+        pending_.clear();
+        mark_client_gone();
+        close_socket();
+        signal_.cancel();
+    }
     net::any_io_executor executor() { return stream_.get_executor(); }
 
 private:
@@ -163,6 +183,7 @@ private:
     beast::flat_buffer buffer_;
     net::steady_timer signal_;
     std::deque<Piece> pending_;
+    std::shared_ptr<ChannelImpl> channel_;  // The current request's.
     std::function<void()> gone_callback_;
     std::string remote_;
     std::string server_name_;
@@ -182,8 +203,12 @@ namespace {
 
 class ChannelImpl final : public ResponseChannel {
 public:
-    ChannelImpl(net::any_io_executor executor, std::weak_ptr<HttpSession> session, uint64_t seq)
-        : executor_(std::move(executor)), session_(std::move(session)), seq_(seq) {}
+    ChannelImpl(net::any_io_executor executor, std::weak_ptr<HttpSession> session, uint64_t seq,
+                size_t max_queued)
+        : executor_(std::move(executor)),
+          session_(std::move(session)),
+          seq_(seq),
+          max_queued_(max_queued) {}
 
     void respond(HttpResponse response) override {
         deliver(Piece{Piece::kFull, std::move(response), {}});
@@ -192,6 +217,21 @@ public:
         deliver(Piece{Piece::kHead, std::move(head), {}});
     }
     void write(std::string chunk) override {
+        // Counted here, before the hand-over to the strand, so that what waits in the
+        // io_context's queue is bounded too.
+        const size_t n = chunk.size();
+        const size_t queued = queued_.fetch_add(n, std::memory_order_relaxed) + n;
+        if (queued > max_queued_) {
+            queued_.fetch_sub(n, std::memory_order_relaxed);
+            if (!overflowed_.exchange(true)) {
+                net::dispatch(executor_, [session = session_, seq = seq_, queued] {
+                    if (auto s = session.lock()) {
+                        s->cancel_slow_stream(seq, queued);
+                    }
+                });
+            }
+            return;
+        }
         deliver(Piece{Piece::kChunk, {}, std::move(chunk)});
     }
     void end_stream() override { deliver(Piece{Piece::kEnd, {}, {}}); }
@@ -217,6 +257,13 @@ private:
     net::any_io_executor executor_;
     std::weak_ptr<HttpSession> session_;
     uint64_t seq_;
+    size_t max_queued_;
+    std::atomic<bool> overflowed_{false};
+
+public:
+    // Bytes of chunks written to the channel and not yet to the socket; the session subtracts
+    // what it wrote.
+    std::atomic<size_t> queued_{0};
 };
 
 }  // namespace
@@ -529,6 +576,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 auto raw = net::buffer(piece.data);
                 std::tie(ec, std::ignore) = co_await net::async_write(stream_, raw, kTuple);
             }
+            channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
             if (ec) {
                 ok = false;
                 break;
@@ -596,11 +644,12 @@ net::awaitable<void> HttpSession::run() {
         response_done_ = false;
         gone_callback_ = nullptr;
         pending_.clear();
-        auto channel =
-            std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_);
-        server_.handler_.handle(std::move(request), std::move(channel));
+        channel_ = std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_,
+                                                 server_.config_.limits.max_stream_buffer_bytes);
+        server_.handler_.handle(std::move(request), channel_);
         bool again = co_await serve_response(version, keep_alive && !draining(), start, method,
                                              path);
+        channel_.reset();
         busy_ = false;
         if (!again || draining()) {
             break;
