@@ -10,18 +10,18 @@
 #include <atomic>
 #include <charconv>
 #include <deque>
+#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "common/log.h"
 #include "tls/http_server_impl.h"
@@ -33,7 +33,10 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
-using Stream = beast::ssl_stream<beast::tcp_stream>;
+// A plain Asio TLS stream over the socket: deadlines come from the session's one watchdog timer
+// (see set_deadline) instead of a timer armed and cancelled around every operation, and every
+// write hands one buffer to SSL_write (one TLS record).
+using Stream = net::ssl::stream<tcp::socket>;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
@@ -47,8 +50,8 @@ struct Piece {
     std::string data;
 };
 
-std::string_view handshake_failure_reason(const boost::system::error_code& ec) {
-    if (ec == beast::error::timeout) {
+std::string_view handshake_failure_reason(const boost::system::error_code& ec, bool timed_out) {
+    if (timed_out) {
         return "timeout";
     }
     if (ec == net::error::eof || ec == net::ssl::error::stream_truncated ||
@@ -95,8 +98,9 @@ public:
                 std::shared_ptr<const TlsGeneration> generation)
         : server_(server),
           generation_(std::move(generation)),
-          stream_(beast::tcp_stream(std::move(socket)), generation_->default_context()),
-          signal_(stream_.get_executor()) {}
+          stream_(std::move(socket), generation_->default_context()),
+          signal_(stream_.get_executor()),
+          watchdog_(stream_.get_executor()) {}
 
     ~HttpSession() { server_.remove_session(this); }
 
@@ -172,8 +176,45 @@ private:
     }
     void close_socket() {
         boost::system::error_code ignored;
-        stream_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
-        stream_.next_layer().socket().close(ignored);
+        stream_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
+        stream_.next_layer().close(ignored);
+    }
+    // The next I/O must be done within `timeout` (else the socket is closed, which ends the
+    // pending operation with an error and sets timed_out_). Cheap: the watchdog timer is re-armed
+    // only when the new deadline is well before the one it waits for; when it wakes early it
+    // waits again for the current deadline.
+    void set_deadline(Clock::duration timeout) {
+        deadline_ = Clock::now() + timeout;
+        if (!watchdog_armed_ || deadline_ + timeout / 8 < watchdog_at_) {
+            arm_watchdog();
+        }
+    }
+    void clear_deadline() { deadline_ = Clock::time_point::max(); }
+    void arm_watchdog() {
+        watchdog_armed_ = true;
+        watchdog_at_ = deadline_;
+        const uint64_t generation = ++watchdog_generation_;
+        watchdog_.expires_at(deadline_);
+        watchdog_.async_wait([self = shared_from_this(), generation](boost::system::error_code) {
+            if (generation != self->watchdog_generation_) {
+                return;  // Re-armed or stopped since.
+            }
+            self->watchdog_armed_ = false;
+            if (self->deadline_ == Clock::time_point::max()) {
+                return;
+            }
+            if (Clock::now() >= self->deadline_) {
+                self->timed_out_ = true;
+                self->close_socket();
+                return;
+            }
+            self->arm_watchdog();
+        });
+    }
+    void stop_watchdog() {
+        ++watchdog_generation_;
+        watchdog_armed_ = false;
+        watchdog_.cancel();
     }
     bool draining() const { return drain_requested_ || server_.draining_.load(); }
 
@@ -182,6 +223,12 @@ private:
     Stream stream_;
     beast::flat_buffer buffer_;
     net::steady_timer signal_;
+    net::steady_timer watchdog_;
+    Clock::time_point deadline_ = Clock::time_point::max();
+    Clock::time_point watchdog_at_;
+    uint64_t watchdog_generation_ = 0;
+    bool watchdog_armed_ = false;
+    bool timed_out_ = false;
     std::deque<Piece> pending_;
     std::shared_ptr<ChannelImpl> channel_;  // The current request's.
     std::function<void()> gone_callback_;
@@ -271,7 +318,7 @@ public:
 net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
     auto& tcp_layer = stream_.next_layer();
     boost::system::error_code ec;
-    tcp::endpoint peer = tcp_layer.socket().remote_endpoint(ec);
+    tcp::endpoint peer = tcp_layer.remote_endpoint(ec);
     if (ec) {
         co_return false;
     }
@@ -285,11 +332,11 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         Result<IpAddress> ip = IpAddress::parse(remote_);
         trusted = ip.ok() && server_.config_.proxy_trusted.contains(*ip);
     }
-    tcp_layer.expires_after(server_.config_.limits.handshake_timeout);
+    set_deadline(server_.config_.limits.handshake_timeout);
     for (;;) {
         auto [read_ec, n] = co_await tcp_layer.async_read_some(buffer_.prepare(512), kTuple);
         if (read_ec) {
-            server_.observer_->on_handshake(false, handshake_failure_reason(read_ec));
+            server_.observer_->on_handshake(false, handshake_failure_reason(read_ec, timed_out_));
             co_return false;
         }
         buffer_.commit(n);
@@ -321,7 +368,7 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         co_await stream_.async_handshake(net::ssl::stream_base::server, buffer_.data(), kTuple);
     buffer_.consume(buffer_.size());
     if (hs_ec) {
-        server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec));
+        server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec, timed_out_));
         co_return false;
     }
     SSL* ssl = stream_.native_handle();
@@ -346,7 +393,7 @@ net::awaitable<void> HttpSession::wait_signal(Clock::duration timeout) {
 
 void HttpSession::start_watcher() {
     watcher_running_ = true;
-    stream_.next_layer().expires_never();
+    clear_deadline();
     net::co_spawn(
         stream_.get_executor(),
         [self = shared_from_this()]() -> net::awaitable<void> {
@@ -364,11 +411,8 @@ void HttpSession::start_watcher() {
         [](std::exception_ptr) {});
 }
 
-net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
-    // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
-    // request once the buffer has grown.
-    std::string& out = write_buffer_;
-    out.clear();
+void format_head(std::string& out, const HttpResponse& response, int version, bool keep_alive,
+                 std::optional<size_t> content_length) {
     out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
     char number[24];
     auto [end, ec] = std::to_chars(number, number + sizeof(number), response.status);
@@ -384,16 +428,29 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
         out += h.value;
         out += "\r\n";
     }
-    out += "Content-Length: ";
-    end = std::to_chars(number, number + sizeof(number), response.body.size()).ptr;
-    out.append(number, end);
-    if (!keep_alive) {
-        out += "\r\nConnection: close";
-    } else if (version < 11) {
-        out += "\r\nConnection: keep-alive";
+    if (content_length) {
+        out += "Content-Length: ";
+        end = std::to_chars(number, number + sizeof(number), *content_length).ptr;
+        out.append(number, end);
+        out += "\r\n";
+    } else if (version >= 11) {
+        out += "Transfer-Encoding: chunked\r\n";
     }
-    out += "\r\n\r\n";
-    stream_.next_layer().expires_after(server_.config_.limits.write_timeout);
+    if (!keep_alive) {
+        out += "Connection: close\r\n";
+    } else if (version < 11) {
+        out += "Connection: keep-alive\r\n";
+    }
+    out += "\r\n";
+}
+
+net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
+    // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
+    // request once the buffer has grown.
+    std::string& out = write_buffer_;
+    out.clear();
+    format_head(out, response, version, keep_alive, response.body.size());
+    set_deadline(server_.config_.limits.write_timeout);
     boost::system::error_code wec;
     if (response.body.size() <= 16 * 1024) {
         // Head and body in one buffer: one TLS record, and a single buffer is written as is
@@ -420,9 +477,9 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
     // for a short bounded while, then close (closing with unread input would reset the answer).
     auto& tcp_layer = stream_.next_layer();
     boost::system::error_code ignored;
-    tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    tcp_layer.expires_after(std::min<Clock::duration>(server_.config_.limits.header_timeout,
-                                                      std::chrono::seconds(1)));
+    tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
+    set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout,
+                                           std::chrono::seconds(1)));
     size_t discarded = 0;
     while (discarded < 64 * 1024) {
         char sink[4096];
@@ -441,7 +498,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         if (draining()) {
             co_return false;
         }
-        stream_.next_layer().expires_after(limits.idle_timeout);
+        set_deadline(limits.idle_timeout);
         auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kTuple);
         if (ec) {
             co_return false;
@@ -460,7 +517,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         ec = {};
     }
     if (!ec && !parser.is_header_done()) {
-        stream_.next_layer().expires_after(limits.header_timeout);
+        set_deadline(limits.header_timeout);
         auto [read_ec, n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
         ec = read_ec;
     }
@@ -484,14 +541,14 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         auto expect = head[http::field::expect];
         if (beast::iequals(expect, "100-continue")) {
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-            stream_.next_layer().expires_after(limits.write_timeout);
+            set_deadline(limits.write_timeout);
             auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());
             auto [wec, wn] = co_await net::async_write(stream_, continue_buffer, kTuple);
             if (wec) {
                 co_return false;
             }
         }
-        stream_.next_layer().expires_after(limits.body_timeout);
+        set_deadline(limits.body_timeout);
         auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
         if (bec == http::error::body_limit) {
             co_await reject(413, "request body too large", head.version());
@@ -538,20 +595,14 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         if (piece.kind == Piece::kHead && !streaming) {
             streaming = true;
             status = piece.response.status;
-            http::response<http::empty_body> res{static_cast<http::status>(status), version};
-            res.set(http::field::content_type, piece.response.content_type);
-            for (HttpHeader& h : piece.response.headers) {
-                res.set(h.name, h.value);
+            if (version < 11) {
+                keep_alive = false;  // The end of the body is the end of the connection.
             }
-            if (version >= 11) {
-                res.chunked(true);
-            } else {
-                keep_alive = false;
-            }
-            res.keep_alive(keep_alive);
-            http::response_serializer<http::empty_body> serializer{res};
-            stream_.next_layer().expires_after(write_timeout);
-            auto [ec, n] = co_await http::async_write_header(stream_, serializer, kTuple);
+            write_buffer_.clear();
+            format_head(write_buffer_, piece.response, version, keep_alive, std::nullopt);
+            set_deadline(write_timeout);
+            auto head = net::buffer(write_buffer_);
+            auto [ec, n] = co_await net::async_write(stream_, head, kTuple);
             if (ec) {
                 ok = false;
                 break;
@@ -567,11 +618,23 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             if (piece.data.empty()) {
                 continue;
             }
-            stream_.next_layer().expires_after(write_timeout);
+            set_deadline(write_timeout);
             boost::system::error_code ec;
             if (version >= 11) {
-                auto chunk = http::make_chunk(net::buffer(piece.data));
+                // Size line, data and CRLF in one buffer: one TLS record per write.
+                std::string& out = write_buffer_;
+                out.clear();
+                char size[24];
+                auto end = std::to_chars(size, size + sizeof(size), piece.data.size(), 16).ptr;
+                out.append(size, end);
+                out += "\r\n";
+                out += piece.data;
+                out += "\r\n";
+                auto chunk = net::buffer(out);
                 std::tie(ec, std::ignore) = co_await net::async_write(stream_, chunk, kTuple);
+                if (out.capacity() > 64 * 1024) {
+                    std::string().swap(out);
+                }
             } else {
                 auto raw = net::buffer(piece.data);
                 std::tie(ec, std::ignore) = co_await net::async_write(stream_, raw, kTuple);
@@ -585,8 +648,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         if (piece.kind == Piece::kEnd && streaming) {
             if (version >= 11) {
-                stream_.next_layer().expires_after(write_timeout);
-                auto last = http::make_chunk_last();
+                set_deadline(write_timeout);
+                static constexpr std::string_view kLast = "0\r\n\r\n";
+                auto last = net::buffer(kLast.data(), kLast.size());
                 auto [ec, n] = co_await net::async_write(stream_, last, kTuple);
                 ok = !ec;
             }
@@ -609,6 +673,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
 net::awaitable<void> HttpSession::run() {
     if (!co_await accept_proxy_and_handshake()) {
         close_socket();
+        stop_watchdog();
         co_return;
     }
     for (;;) {
@@ -663,6 +728,7 @@ net::awaitable<void> HttpSession::run() {
         }
     }
     close_socket();
+    stop_watchdog();
 }
 
 void start_session(HttpServer::Impl& server, tcp::socket socket) {
