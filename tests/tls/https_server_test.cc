@@ -500,3 +500,24 @@ TEST_CASE("a stream whose client stops reading is cancelled at max_stream_buffer
     second->end_stream();
     CHECK(f.observer.cancelled().size() == 1);
 }
+
+TEST_CASE("a response to a client that stops reading is cut at the write timeout") {
+    HttpLimits limits;
+    limits.write_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    int small = 4096;
+    setsockopt((*c)->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    auto started = std::chrono::steady_clock::now();
+    // Far more than the socket buffers take: the write stalls until the watchdog closes it.
+    channel->respond(HttpResponse{200, "text/plain", {}, std::string(64 << 20, 'z')});
+    for (int i = 0; i < 800 && f.server->open_connections() > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on a socket close.
+    }
+    CHECK(f.server->open_connections() == 0);
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+}
