@@ -457,7 +457,9 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
          {"drain_deadline_ms", ms_field(r, l.drain_deadline)},
          {"max_header_bytes", int_field(r, l.max_header_bytes, 1024, 1 << 20)},
          {"max_body_bytes", int_field(r, l.max_body_bytes, 1024, int64_t{1} << 30)},
-         {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)}});
+         {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)},
+         {"max_stream_buffer_bytes",
+          int_field(r, l.max_stream_buffer_bytes, 4096, int64_t{1} << 30)}});
 }
 
 // Assigns a double field within [min, max], scaled by `scale` (milliseconds in YAML to seconds).

@@ -34,6 +34,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Name("edgeserve_connections_rejected_total")
                      .Help("Connections closed before TLS, by reason.")
                      .Register(*registry_);
+    streams_cancelled_ = &prometheus::BuildCounter()
+                              .Name("edgeserve_http_streams_cancelled_total")
+                              .Help("Streamed responses cut by the server, by reason.")
+                              .Register(*registry_);
     open_connections_ = &prometheus::BuildGauge()
                              .Name("edgeserve_open_connections")
                              .Help("Open connections on the public listener.")
@@ -371,6 +375,10 @@ void Metrics::on_connection_closed() { open_connections_->Decrement(); }
 
 void Metrics::on_connection_rejected(std::string_view reason) {
     rejected_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::on_stream_cancelled(std::string_view reason) {
+    streams_cancelled_->Add({{"reason", std::string(reason)}}).Increment();
 }
 
 void Metrics::on_handshake(bool resumed, std::string_view failure_reason) {

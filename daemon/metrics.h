@@ -4,6 +4,7 @@
 // edgeserve_http_requests_total{route,status}, edgeserve_http_request_duration_seconds{route,
 // status}, edgeserve_tls_handshakes_total{resumed}, edgeserve_tls_handshake_failures_total{reason},
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
+// edgeserve_http_streams_cancelled_total{reason},
 // edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
 // edgeserve_tenant_rejections_total{tenant,reason}; the site, certificates, gossip membership,
@@ -68,6 +69,7 @@ public:
     void on_handshake(bool resumed, std::string_view failure_reason) override;
     void on_response(std::string_view method, std::string_view path, int status,
                      std::chrono::nanoseconds duration) override;
+    void on_stream_cancelled(std::string_view reason) override;
 
     // Per-tenant figures; `tenant` is a configured name (bounded by the config).
     // outcome: "ok", "error", "cancelled", "rejected".
@@ -116,6 +118,7 @@ private:
     prometheus::Family<prometheus::Counter>* handshakes_;
     prometheus::Family<prometheus::Counter>* handshake_failures_;
     prometheus::Family<prometheus::Counter>* rejected_;
+    prometheus::Family<prometheus::Counter>* streams_cancelled_;
     prometheus::Gauge* open_connections_;
     prometheus::Family<prometheus::Counter>* tenant_requests_;
     prometheus::Family<prometheus::Counter>* tenant_tokens_;

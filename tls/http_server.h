@@ -36,6 +36,9 @@ struct HttpLimits {
     size_t max_header_bytes = 16 * 1024;                  // Request line + headers, bytes.
     size_t max_body_bytes = 4 * 1024 * 1024;              // Request body, bytes.
     size_t max_connections = 10'000;                      // Open connections at most.
+    // Bytes of a streamed response queued for a client and not yet written (the socket's own
+    // buffers aside); a stream that would queue more is cancelled: its reader is too slow.
+    size_t max_stream_buffer_bytes = 1024 * 1024;
 };
 
 struct HttpServerConfig {

@@ -7,20 +7,21 @@
 #include <openssl/ssl.h>
 
 #include <array>
+#include <atomic>
 #include <charconv>
 #include <deque>
+#include <optional>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "common/log.h"
 #include "tls/http_server_impl.h"
@@ -32,11 +33,16 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
-using Stream = beast::ssl_stream<beast::tcp_stream>;
+// A plain Asio TLS stream over the socket: deadlines come from the session's one watchdog timer
+// (see set_deadline) instead of a timer armed and cancelled around every operation, and every
+// write hands one buffer to SSL_write (one TLS record).
+using Stream = net::ssl::stream<tcp::socket>;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
 namespace {
+
+class ChannelImpl;
 
 struct Piece {
     enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
@@ -44,8 +50,8 @@ struct Piece {
     std::string data;
 };
 
-std::string_view handshake_failure_reason(const boost::system::error_code& ec) {
-    if (ec == beast::error::timeout) {
+std::string_view handshake_failure_reason(const boost::system::error_code& ec, bool timed_out) {
+    if (timed_out) {
         return "timeout";
     }
     if (ec == net::error::eof || ec == net::ssl::error::stream_truncated ||
@@ -92,8 +98,9 @@ public:
                 std::shared_ptr<const TlsGeneration> generation)
         : server_(server),
           generation_(std::move(generation)),
-          stream_(beast::tcp_stream(std::move(socket)), generation_->default_context()),
-          signal_(stream_.get_executor()) {}
+          stream_(std::move(socket), generation_->default_context()),
+          signal_(stream_.get_executor()),
+          watchdog_(stream_.get_executor()) {}
 
     ~HttpSession() { server_.remove_session(this); }
 
@@ -126,6 +133,23 @@ public:
         }
         signal_.cancel();
     }
+    // Strand only: the stream of request `seq` queued more than max_stream_buffer_bytes for a
+    // client that does not read; cancel it (generation stops, the connection closes).
+    void cancel_slow_stream(uint64_t seq, size_t queued) {
+        if (seq != seq_ || response_done_ || client_gone_) {
+            return;
+        }
+        log::warn("stream_cancelled",
+                  {{"reason", "slow_reader"},
+                   {"peer", remote_},
+                   {"queued_bytes", queued},
+                   {"limit_bytes", server_.config_.limits.max_stream_buffer_bytes}});
+        server_.observer_->on_stream_cancelled("slow_reader");
+        pending_.clear();
+        mark_client_gone();
+        close_socket();
+        signal_.cancel();
+    }
     net::any_io_executor executor() { return stream_.get_executor(); }
 
 private:
@@ -152,8 +176,45 @@ private:
     }
     void close_socket() {
         boost::system::error_code ignored;
-        stream_.next_layer().socket().shutdown(tcp::socket::shutdown_both, ignored);
-        stream_.next_layer().socket().close(ignored);
+        stream_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
+        stream_.next_layer().close(ignored);
+    }
+    // The next I/O must be done within `timeout` (else the socket is closed, which ends the
+    // pending operation with an error and sets timed_out_). Cheap: the watchdog timer is re-armed
+    // only when the new deadline is well before the one it waits for; when it wakes early it
+    // waits again for the current deadline.
+    void set_deadline(Clock::duration timeout) {
+        deadline_ = Clock::now() + timeout;
+        if (!watchdog_armed_ || deadline_ + timeout / 8 < watchdog_at_) {
+            arm_watchdog();
+        }
+    }
+    void clear_deadline() { deadline_ = Clock::time_point::max(); }
+    void arm_watchdog() {
+        watchdog_armed_ = true;
+        watchdog_at_ = deadline_;
+        const uint64_t generation = ++watchdog_generation_;
+        watchdog_.expires_at(deadline_);
+        watchdog_.async_wait([self = shared_from_this(), generation](boost::system::error_code) {
+            if (generation != self->watchdog_generation_) {
+                return;  // Re-armed or stopped since.
+            }
+            self->watchdog_armed_ = false;
+            if (self->deadline_ == Clock::time_point::max()) {
+                return;
+            }
+            if (Clock::now() >= self->deadline_) {
+                self->timed_out_ = true;
+                self->close_socket();
+                return;
+            }
+            self->arm_watchdog();
+        });
+    }
+    void stop_watchdog() {
+        ++watchdog_generation_;
+        watchdog_armed_ = false;
+        watchdog_.cancel();
     }
     bool draining() const { return drain_requested_ || server_.draining_.load(); }
 
@@ -162,7 +223,14 @@ private:
     Stream stream_;
     beast::flat_buffer buffer_;
     net::steady_timer signal_;
+    net::steady_timer watchdog_;
+    Clock::time_point deadline_ = Clock::time_point::max();
+    Clock::time_point watchdog_at_;
+    uint64_t watchdog_generation_ = 0;
+    bool watchdog_armed_ = false;
+    bool timed_out_ = false;
     std::deque<Piece> pending_;
+    std::shared_ptr<ChannelImpl> channel_;  // The current request's.
     std::function<void()> gone_callback_;
     std::string remote_;
     std::string server_name_;
@@ -176,14 +244,23 @@ private:
     bool client_gone_ = false;
     bool watcher_running_ = false;
     bool drain_requested_ = false;
+    bool keeps_buffers_ = false;
 };
 
 namespace {
 
+// The session whose handler runs on this thread right now (inside HttpHandler::handle, on the
+// connection's strand): calls its channel makes there apply at once, not through the executor.
+thread_local HttpSession* t_handling = nullptr;
+
 class ChannelImpl final : public ResponseChannel {
 public:
-    ChannelImpl(net::any_io_executor executor, std::weak_ptr<HttpSession> session, uint64_t seq)
-        : executor_(std::move(executor)), session_(std::move(session)), seq_(seq) {}
+    ChannelImpl(net::any_io_executor executor, std::weak_ptr<HttpSession> session, uint64_t seq,
+                size_t max_queued)
+        : executor_(std::move(executor)),
+          session_(std::move(session)),
+          seq_(seq),
+          max_queued_(max_queued) {}
 
     void respond(HttpResponse response) override {
         deliver(Piece{Piece::kFull, std::move(response), {}});
@@ -192,31 +269,61 @@ public:
         deliver(Piece{Piece::kHead, std::move(head), {}});
     }
     void write(std::string chunk) override {
+        // Counted here, before the hand-over to the strand, so that what waits in the
+        // io_context's queue is bounded too.
+        const size_t n = chunk.size();
+        const size_t queued = queued_.fetch_add(n, std::memory_order_relaxed) + n;
+        if (queued > max_queued_) {
+            queued_.fetch_sub(n, std::memory_order_relaxed);
+            if (!overflowed_.exchange(true)) {
+                on_session([seq = seq_, queued](HttpSession& s) {
+                    s.cancel_slow_stream(seq, queued);
+                });
+            }
+            return;
+        }
         deliver(Piece{Piece::kChunk, {}, std::move(chunk)});
     }
     void end_stream() override { deliver(Piece{Piece::kEnd, {}, {}}); }
     void on_client_gone(std::function<void()> callback) override {
-        net::dispatch(executor_, [session = session_, seq = seq_,
-                                  callback = std::move(callback)]() mutable {
-            if (auto s = session.lock()) {
-                s->set_gone_callback(seq, std::move(callback));
-            }
+        on_session([seq = seq_, callback = std::move(callback)](HttpSession& s) mutable {
+            s.set_gone_callback(seq, std::move(callback));
         });
     }
 
 private:
     void deliver(Piece piece) {
-        net::dispatch(executor_,
-                      [session = session_, seq = seq_, piece = std::move(piece)]() mutable {
-                          if (auto s = session.lock()) {
-                              s->push(seq, std::move(piece));
-                          }
-                      });
+        on_session([seq = seq_, piece = std::move(piece)](HttpSession& s) mutable {
+            s.push(seq, std::move(piece));
+        });
+    }
+    // Runs f(session) on the session's strand: at once when called from its handler, else
+    // through the executor (nothing when the session is gone).
+    template <typename F>
+    void on_session(F&& f) {
+        if (t_handling != nullptr) {
+            if (auto s = session_.lock(); s.get() == t_handling) {
+                f(*s);
+                return;
+            }
+        }
+        net::dispatch(executor_, [session = session_, f = std::forward<F>(f)]() mutable {
+            if (auto s = session.lock()) {
+                f(*s);
+            }
+        });
     }
 
     net::any_io_executor executor_;
     std::weak_ptr<HttpSession> session_;
     uint64_t seq_;
+    size_t max_queued_;
+    std::atomic<bool> overflowed_{false};
+
+public:
+    // Bytes of chunks written to the channel and not yet to the socket; the session subtracts
+    // what it wrote.
+    std::atomic<size_t> queued_{0};
 };
 
 }  // namespace
@@ -224,7 +331,7 @@ private:
 net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
     auto& tcp_layer = stream_.next_layer();
     boost::system::error_code ec;
-    tcp::endpoint peer = tcp_layer.socket().remote_endpoint(ec);
+    tcp::endpoint peer = tcp_layer.remote_endpoint(ec);
     if (ec) {
         co_return false;
     }
@@ -238,11 +345,11 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         Result<IpAddress> ip = IpAddress::parse(remote_);
         trusted = ip.ok() && server_.config_.proxy_trusted.contains(*ip);
     }
-    tcp_layer.expires_after(server_.config_.limits.handshake_timeout);
+    set_deadline(server_.config_.limits.handshake_timeout);
     for (;;) {
         auto [read_ec, n] = co_await tcp_layer.async_read_some(buffer_.prepare(512), kTuple);
         if (read_ec) {
-            server_.observer_->on_handshake(false, handshake_failure_reason(read_ec));
+            server_.observer_->on_handshake(false, handshake_failure_reason(read_ec, timed_out_));
             co_return false;
         }
         buffer_.commit(n);
@@ -274,7 +381,7 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         co_await stream_.async_handshake(net::ssl::stream_base::server, buffer_.data(), kTuple);
     buffer_.consume(buffer_.size());
     if (hs_ec) {
-        server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec));
+        server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec, timed_out_));
         co_return false;
     }
     SSL* ssl = stream_.native_handle();
@@ -299,7 +406,7 @@ net::awaitable<void> HttpSession::wait_signal(Clock::duration timeout) {
 
 void HttpSession::start_watcher() {
     watcher_running_ = true;
-    stream_.next_layer().expires_never();
+    clear_deadline();
     net::co_spawn(
         stream_.get_executor(),
         [self = shared_from_this()]() -> net::awaitable<void> {
@@ -317,11 +424,8 @@ void HttpSession::start_watcher() {
         [](std::exception_ptr) {});
 }
 
-net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
-    // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
-    // request once the buffer has grown.
-    std::string& out = write_buffer_;
-    out.clear();
+void format_head(std::string& out, const HttpResponse& response, int version, bool keep_alive,
+                 std::optional<size_t> content_length) {
     out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
     char number[24];
     auto [end, ec] = std::to_chars(number, number + sizeof(number), response.status);
@@ -337,16 +441,29 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
         out += h.value;
         out += "\r\n";
     }
-    out += "Content-Length: ";
-    end = std::to_chars(number, number + sizeof(number), response.body.size()).ptr;
-    out.append(number, end);
-    if (!keep_alive) {
-        out += "\r\nConnection: close";
-    } else if (version < 11) {
-        out += "\r\nConnection: keep-alive";
+    if (content_length) {
+        out += "Content-Length: ";
+        end = std::to_chars(number, number + sizeof(number), *content_length).ptr;
+        out.append(number, end);
+        out += "\r\n";
+    } else if (version >= 11) {
+        out += "Transfer-Encoding: chunked\r\n";
     }
-    out += "\r\n\r\n";
-    stream_.next_layer().expires_after(server_.config_.limits.write_timeout);
+    if (!keep_alive) {
+        out += "Connection: close\r\n";
+    } else if (version < 11) {
+        out += "Connection: keep-alive\r\n";
+    }
+    out += "\r\n";
+}
+
+net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
+    // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
+    // request once the buffer has grown.
+    std::string& out = write_buffer_;
+    out.clear();
+    format_head(out, response, version, keep_alive, response.body.size());
+    set_deadline(server_.config_.limits.write_timeout);
     boost::system::error_code wec;
     if (response.body.size() <= 16 * 1024) {
         // Head and body in one buffer: one TLS record, and a single buffer is written as is
@@ -373,9 +490,9 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
     // for a short bounded while, then close (closing with unread input would reset the answer).
     auto& tcp_layer = stream_.next_layer();
     boost::system::error_code ignored;
-    tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    tcp_layer.expires_after(std::min<Clock::duration>(server_.config_.limits.header_timeout,
-                                                      std::chrono::seconds(1)));
+    tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
+    set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout,
+                                           std::chrono::seconds(1)));
     size_t discarded = 0;
     while (discarded < 64 * 1024) {
         char sink[4096];
@@ -394,7 +511,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         if (draining()) {
             co_return false;
         }
-        stream_.next_layer().expires_after(limits.idle_timeout);
+        set_deadline(limits.idle_timeout);
         auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kTuple);
         if (ec) {
             co_return false;
@@ -402,6 +519,13 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         buffer_.commit(n);
     }
     busy_ = true;
+    if (!keeps_buffers_) {
+        // A connection that sends requests keeps OpenSSL's record buffers (about 34 KiB) instead
+        // of freeing and allocating both around every record (7% of the instructions of a small
+        // keep-alive request); one that only handshakes and idles holds none.
+        SSL_clear_mode(stream_.native_handle(), SSL_MODE_RELEASE_BUFFERS);
+        keeps_buffers_ = true;
+    }
     parser.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     // Usually the whole header is already in the buffer (a keep-alive client sends a request in
@@ -413,7 +537,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         ec = {};
     }
     if (!ec && !parser.is_header_done()) {
-        stream_.next_layer().expires_after(limits.header_timeout);
+        set_deadline(limits.header_timeout);
         auto [read_ec, n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
         ec = read_ec;
     }
@@ -437,14 +561,14 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         auto expect = head[http::field::expect];
         if (beast::iequals(expect, "100-continue")) {
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-            stream_.next_layer().expires_after(limits.write_timeout);
+            set_deadline(limits.write_timeout);
             auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());
             auto [wec, wn] = co_await net::async_write(stream_, continue_buffer, kTuple);
             if (wec) {
                 co_return false;
             }
         }
-        stream_.next_layer().expires_after(limits.body_timeout);
+        set_deadline(limits.body_timeout);
         auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
         if (bec == http::error::body_limit) {
             co_await reject(413, "request body too large", head.version());
@@ -491,20 +615,14 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         if (piece.kind == Piece::kHead && !streaming) {
             streaming = true;
             status = piece.response.status;
-            http::response<http::empty_body> res{static_cast<http::status>(status), version};
-            res.set(http::field::content_type, piece.response.content_type);
-            for (HttpHeader& h : piece.response.headers) {
-                res.set(h.name, h.value);
+            if (version < 11) {
+                keep_alive = false;  // The end of the body is the end of the connection.
             }
-            if (version >= 11) {
-                res.chunked(true);
-            } else {
-                keep_alive = false;
-            }
-            res.keep_alive(keep_alive);
-            http::response_serializer<http::empty_body> serializer{res};
-            stream_.next_layer().expires_after(write_timeout);
-            auto [ec, n] = co_await http::async_write_header(stream_, serializer, kTuple);
+            write_buffer_.clear();
+            format_head(write_buffer_, piece.response, version, keep_alive, std::nullopt);
+            set_deadline(write_timeout);
+            auto head = net::buffer(write_buffer_);
+            auto [ec, n] = co_await net::async_write(stream_, head, kTuple);
             if (ec) {
                 ok = false;
                 break;
@@ -520,15 +638,28 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             if (piece.data.empty()) {
                 continue;
             }
-            stream_.next_layer().expires_after(write_timeout);
+            set_deadline(write_timeout);
             boost::system::error_code ec;
             if (version >= 11) {
-                auto chunk = http::make_chunk(net::buffer(piece.data));
+                // Size line, data and CRLF in one buffer: one TLS record per write.
+                std::string& out = write_buffer_;
+                out.clear();
+                char size[24];
+                auto end = std::to_chars(size, size + sizeof(size), piece.data.size(), 16).ptr;
+                out.append(size, end);
+                out += "\r\n";
+                out += piece.data;
+                out += "\r\n";
+                auto chunk = net::buffer(out);
                 std::tie(ec, std::ignore) = co_await net::async_write(stream_, chunk, kTuple);
+                if (out.capacity() > 64 * 1024) {
+                    std::string().swap(out);
+                }
             } else {
                 auto raw = net::buffer(piece.data);
                 std::tie(ec, std::ignore) = co_await net::async_write(stream_, raw, kTuple);
             }
+            channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
             if (ec) {
                 ok = false;
                 break;
@@ -537,8 +668,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         if (piece.kind == Piece::kEnd && streaming) {
             if (version >= 11) {
-                stream_.next_layer().expires_after(write_timeout);
-                auto last = http::make_chunk_last();
+                set_deadline(write_timeout);
+                static constexpr std::string_view kLast = "0\r\n\r\n";
+                auto last = net::buffer(kLast.data(), kLast.size());
                 auto [ec, n] = co_await net::async_write(stream_, last, kTuple);
                 ok = !ec;
             }
@@ -561,6 +693,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
 net::awaitable<void> HttpSession::run() {
     if (!co_await accept_proxy_and_handshake()) {
         close_socket();
+        stop_watchdog();
         co_return;
     }
     for (;;) {
@@ -596,11 +729,14 @@ net::awaitable<void> HttpSession::run() {
         response_done_ = false;
         gone_callback_ = nullptr;
         pending_.clear();
-        auto channel =
-            std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_);
-        server_.handler_.handle(std::move(request), std::move(channel));
+        channel_ = std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_,
+                                                 server_.config_.limits.max_stream_buffer_bytes);
+        t_handling = this;
+        server_.handler_.handle(std::move(request), channel_);
+        t_handling = nullptr;
         bool again = co_await serve_response(version, keep_alive && !draining(), start, method,
                                              path);
+        channel_.reset();
         busy_ = false;
         if (!again || draining()) {
             break;
@@ -614,6 +750,7 @@ net::awaitable<void> HttpSession::run() {
         }
     }
     close_socket();
+    stop_watchdog();
 }
 
 void start_session(HttpServer::Impl& server, tcp::socket socket) {

@@ -85,6 +85,9 @@ public:
     // responses the server makes itself (400 malformed, 413, 431).
     virtual void on_response(std::string_view method, std::string_view path, int status,
                              std::chrono::nanoseconds duration) {}
+    // A streamed response the server cut before its end. reason: "slow_reader" (more than
+    // HttpLimits::max_stream_buffer_bytes queued for a client that does not read).
+    virtual void on_stream_cancelled(std::string_view reason) {}
 };
 
 // Standard reason phrase, for the status line of streamed heads and logs.

@@ -83,6 +83,7 @@ TEST_CASE("a full config loads with every section") {
                                                 "limits:\n"
                                                 "  header_timeout_ms: 200\n"
                                                 "  max_body_bytes: 65536\n"
+                                                "  max_stream_buffer_bytes: 131072\n"
                                                 "  drain_deadline_ms: 5000\n"
                                                 "proxy_protocol:\n"
                                                 "  trusted: [10.0.0.0/8, '::1']\n"
@@ -108,6 +109,7 @@ TEST_CASE("a full config loads with every section") {
     CHECK((*c->tenants)[0].api_key_sha256[0] == std::string(64, 'a'));
     CHECK(c->limits.header_timeout == std::chrono::milliseconds(200));
     CHECK(c->limits.drain_deadline == std::chrono::milliseconds(5000));
+    CHECK(c->limits.max_stream_buffer_bytes == 131072);
     CHECK(c->proxy_protocol.trusted.size() == 2);
     CHECK(c->log.access_log);
 }

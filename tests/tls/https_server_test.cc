@@ -49,12 +49,36 @@ public:
         std::lock_guard lock(mu_);
         return held_;
     }
+    // Ready for another "/hold".
+    void reset_held() {
+        std::lock_guard lock(mu_);
+        held_.reset();
+        held_promise_ = {};
+        held_future_ = held_promise_.get_future();
+    }
 
 private:
     std::mutex mu_;
     std::shared_ptr<ResponseChannel> held_;
     std::promise<void> held_promise_;
     std::future<void> held_future_ = held_promise_.get_future();
+};
+
+// Counts what the server reports (any thread).
+class CountingObserver final : public ServerObserver {
+public:
+    void on_stream_cancelled(std::string_view reason) override {
+        std::lock_guard lock(mu_);
+        cancelled_.emplace_back(reason);
+    }
+    std::vector<std::string> cancelled() {
+        std::lock_guard lock(mu_);
+        return cancelled_;
+    }
+
+private:
+    std::mutex mu_;
+    std::vector<std::string> cancelled_;
 };
 
 struct Fixture {
@@ -73,7 +97,7 @@ struct Fixture {
         config.limits = limits;
         config.proxy_trusted = *CidrSet::parse(trusted);
         config.io_threads = io_threads;
-        auto created = HttpServer::create(io, config, *tls, handler, nullptr);
+        auto created = HttpServer::create(io, config, *tls, handler, &observer);
         REQUIRE(created.ok());
         server = std::move(created).value();
         server->start();
@@ -102,6 +126,7 @@ struct Fixture {
     testing::TestCertificate a, b;
     boost::asio::io_context io;
     EchoHandler handler;
+    CountingObserver observer;
     std::unique_ptr<TlsContextStore> tls;
     std::unique_ptr<HttpServer> server;
     std::vector<std::thread> threads;
@@ -419,4 +444,80 @@ TEST_CASE("Expect: 100-continue gets an interim response before the body is sent
     auto r = (*c)->read_response();
     REQUIRE(r.ok());
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=4");
+}
+
+TEST_CASE("a stream whose client stops reading is cancelled at max_stream_buffer_bytes") {
+    HttpLimits limits;
+    limits.max_stream_buffer_bytes = 256 * 1024;
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    int small = 4096;  // Little kernel buffering on the client's side: the server queue fills.
+    setsockopt((*c)->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    std::atomic<bool> gone{false};
+    channel->on_client_gone([&gone] { gone = true; });
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    // A generator far faster than its reader, which reads nothing at all.
+    const std::string chunk = "data: " + std::string(16 * 1024, 'x') + "\n\n";
+    size_t written = 0;
+    const size_t give_up = size_t{1} << 30;
+    while (!gone && written < give_up) {
+        channel->write(chunk);
+        written += chunk.size();
+        if (written % (64 * chunk.size()) == 0) {
+            std::this_thread::yield();
+        }
+    }
+    CHECK(gone.load());  // The engine side hears of it as a disconnect (it cancels generation).
+    CHECK(written < give_up);
+    CHECK(f.observer.cancelled() == std::vector<std::string>{"slow_reader"});
+    for (int i = 0; i < 400 && f.server->open_connections() > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on a socket close.
+    }
+    CHECK(f.server->open_connections() == 0);
+    channel->write(chunk);  // Later calls are ignored.
+    channel->end_stream();
+
+    // A reader that keeps up is never cut, with the same limit.
+    auto reader = f.connect();
+    REQUIRE(reader.ok());
+    f.handler.reset_held();
+    REQUIRE((*reader)->send(testing::http_request("GET", "/hold")).ok());
+    auto second = f.handler.wait_held();
+    REQUIRE(second != nullptr);
+    second->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    REQUIRE((*reader)->read_until("\r\n\r\n").ok());
+    for (int i = 0; i < 64; ++i) {
+        const std::string marker = "<" + std::to_string(i) + ">";
+        second->write("data: " + std::string(64 * 1024, 'y') + marker + "\n\n");
+        auto got = (*reader)->read_until(marker);
+        REQUIRE(got.ok());
+        REQUIRE(got->find(marker) != std::string::npos);
+    }
+    second->end_stream();
+    CHECK(f.observer.cancelled().size() == 1);
+}
+
+TEST_CASE("a response to a client that stops reading is cut at the write timeout") {
+    HttpLimits limits;
+    limits.write_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    int small = 4096;
+    setsockopt((*c)->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    auto started = std::chrono::steady_clock::now();
+    // Far more than the socket buffers take: the write stalls until the watchdog closes it.
+    channel->respond(HttpResponse{200, "text/plain", {}, std::string(64 << 20, 'z')});
+    for (int i = 0; i < 800 && f.server->open_connections() > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on a socket close.
+    }
+    CHECK(f.server->open_connections() == 0);
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
 }
