@@ -452,7 +452,7 @@ TEST_CASE("three edgeserve binaries: lowest RTT first, spill when loaded, SIGKIL
             CHECK(a.site == "gru");
         }
     }
-    CHECK(failed == 0);
+    CHECK_MESSAGE(failed == 0, c.logs());
     CHECK(in_flight_at_kill >= 1);
     MESSAGE(answers.size() << " requests during phase 3, " << in_flight_at_kill
                            << " in flight at the SIGKILL and answered by gru");
