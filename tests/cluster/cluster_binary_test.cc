@@ -299,6 +299,17 @@ public:
         }
         for (Site& s : sites_) {
             out += "--- " + s.id + "\n" + read_text(s.log_path);
+            // The serving sites' engine and request series: a request that a site received but
+            // never answered shows here (a SIGKILLed site answers nothing).
+            if (s.id != "fra") {
+                std::istringstream site_metrics(s.metrics());
+                for (std::string line; std::getline(site_metrics, line);) {
+                    if (line.rfind("edgeserve_engine", 0) == 0 ||
+                        line.rfind("edgeserve_requests", 0) == 0) {
+                        out += line + "\n";
+                    }
+                }
+            }
         }
         return out;
     }
