@@ -420,28 +420,3 @@ TEST_CASE("Expect: 100-continue gets an interim response before the body is sent
     REQUIRE(r.ok());
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=4");
 }
-
-// The test client's read timeout (SO_RCVTIMEO) surfaces from OpenSSL as SSL_ERROR_WANT_READ with
-// EAGAIN; it must read as a timeout with the connection still open, never as the server closing
-// it (which made a slow answer in the cluster test look like fra dropping the client, and made
-// wait_closed() true for a connection that was still open).
-TEST_CASE("the test client reports a silent server as a read timeout, not as a close") {
-    Fixture f;
-    TlsClientOptions o;
-    o.timeout_ms = 200;
-    auto c = f.connect(o);
-    REQUIRE(c.ok());
-    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
-    std::shared_ptr<ResponseChannel> held = f.handler.wait_held();
-    REQUIRE(held != nullptr);
-    auto reply = (*c)->read_response();
-    REQUIRE_FALSE(reply.ok());
-    CHECK_MESSAGE(reply.status().code() == StatusCode::kDeadlineExceeded,
-                  reply.status().to_string());
-    CHECK_FALSE((*c)->wait_closed());
-    // Still open: the late answer arrives on the same connection.
-    held->respond(HttpResponse{200, "text/plain", {}, "late"});
-    auto late = (*c)->read_response();
-    REQUIRE_MESSAGE(late.ok(), late.status().to_string());
-    CHECK(late->body == "late");
-}
