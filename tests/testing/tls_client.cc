@@ -15,6 +15,15 @@
 #include <cstring>
 
 namespace edge::testing {
+namespace {
+
+// SSL_get_error results that a blocking socket gives for a timed-out or interrupted syscall.
+bool retryable(int ssl_error) {
+    return ssl_error == SSL_ERROR_WANT_READ || ssl_error == SSL_ERROR_WANT_WRITE ||
+           ssl_error == SSL_ERROR_SYSCALL;
+}
+
+}  // namespace
 
 Result<int> tcp_connect(uint16_t port, int timeout_ms) {
     // Writes to a socket the server closed must fail, not kill the test.
@@ -109,8 +118,18 @@ void TlsClient::close() {
 Status TlsClient::send(std::string_view bytes) {
     size_t off = 0;
     while (off < bytes.size()) {
+        ERR_clear_error();
+        errno = 0;
         int n = SSL_write(ssl_, bytes.data() + off, static_cast<int>(bytes.size() - off));
         if (n <= 0) {
+            const int err = SSL_get_error(ssl_, n);
+            const int sys = errno;
+            if (retryable(err) && sys == EINTR) {
+                continue;  // A signal interrupted the write: nothing was lost.
+            }
+            if (retryable(err) && (sys == EAGAIN || sys == EWOULDBLOCK)) {
+                return deadline_exceeded_error("write timed out");
+            }
             return unavailable_error("SSL_write failed");
         }
         off += static_cast<size_t>(n);
@@ -120,19 +139,30 @@ Status TlsClient::send(std::string_view bytes) {
 
 Result<size_t> TlsClient::fill() {
     char buf[16384];
-    int n = SSL_read(ssl_, buf, sizeof(buf));
-    if (n > 0) {
-        buffer_.append(buf, static_cast<size_t>(n));
-        return static_cast<size_t>(n);
+    for (;;) {
+        ERR_clear_error();
+        errno = 0;
+        int n = SSL_read(ssl_, buf, sizeof(buf));
+        if (n > 0) {
+            buffer_.append(buf, static_cast<size_t>(n));
+            return static_cast<size_t>(n);
+        }
+        const int err = SSL_get_error(ssl_, n);
+        const int sys = errno;
+        if (err == SSL_ERROR_ZERO_RETURN) {
+            return size_t{0};
+        }
+        // On this blocking socket OpenSSL reports the SO_RCVTIMEO timeout (EAGAIN) as WANT_READ
+        // (or SYSCALL), and a read interrupted by a signal the same way with EINTR: neither is the
+        // server closing the connection.
+        if (retryable(err) && sys == EINTR) {
+            continue;
+        }
+        if (retryable(err) && (sys == EAGAIN || sys == EWOULDBLOCK)) {
+            return deadline_exceeded_error("read timed out");
+        }
+        return size_t{0};  // EOF, reset or truncation: closed.
     }
-    int err = SSL_get_error(ssl_, n);
-    if (err == SSL_ERROR_ZERO_RETURN) {
-        return size_t{0};
-    }
-    if (err == SSL_ERROR_SYSCALL && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return deadline_exceeded_error("read timed out");
-    }
-    return size_t{0};  // Reset or truncation: treat as closed.
 }
 
 Result<HttpReply> TlsClient::read_response() {
