@@ -12,19 +12,6 @@ namespace {
 
 constexpr unsigned char kSessionIdContext[] = "edgeserve";
 
-std::string openssl_errors() {
-    std::string out;
-    while (unsigned long e = ERR_get_error()) {
-        char buf[256];
-        ERR_error_string_n(e, buf, sizeof(buf));
-        if (!out.empty()) {
-            out += "; ";
-        }
-        out += buf;
-    }
-    return out.empty() ? "unknown OpenSSL error" : out;
-}
-
 bool name_matches(std::string_view pattern, std::string_view name) {
     auto lower_equal = [](std::string_view a, std::string_view b) {
         if (a.size() != b.size()) {
@@ -102,6 +89,19 @@ Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
 }
 
 }  // namespace
+
+std::string openssl_errors() {
+    std::string out;
+    while (unsigned long e = ERR_get_error()) {
+        char buf[256];
+        ERR_error_string_n(e, buf, sizeof(buf));
+        if (!out.empty()) {
+            out += "; ";
+        }
+        out += buf;
+    }
+    return out.empty() ? "unknown OpenSSL error" : out;
+}
 
 TlsGeneration::~TlsGeneration() = default;
 

@@ -27,6 +27,10 @@ struct ssl_ctx_st;  // OpenSSL's SSL_CTX.
 
 namespace edge::tls {
 
+// Drains this thread's OpenSSL error queue into one "; "-separated line ("unknown OpenSSL error"
+// when it is empty), for messages about a failed OpenSSL call.
+std::string openssl_errors();
+
 struct CertificateConfig {
     std::vector<std::string> server_names;  // SNI names served by this chain ("*.x.org" allowed).
     std::string cert_path;                  // PEM file: leaf certificate then intermediates.

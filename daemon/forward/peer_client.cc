@@ -33,6 +33,7 @@
 #include "daemon/api/api_error.h"
 #include "daemon/forward/usage_scanner.h"
 #include "daemon/metrics.h"
+#include "tls/tls_context.h"
 
 namespace edge::daemon::forward {
 
@@ -48,19 +49,6 @@ using cluster::RouteTarget;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
 namespace {
-
-std::string openssl_errors() {
-    std::string out;
-    while (unsigned long e = ERR_get_error()) {
-        char buf[256];
-        ERR_error_string_n(e, buf, sizeof(buf));
-        if (!out.empty()) {
-            out += "; ";
-        }
-        out += buf;
-    }
-    return out.empty() ? "unknown OpenSSL error" : out;
-}
 
 // Client headers that travel to the peer. Never Authorization: the tenant travels instead.
 constexpr std::string_view kForwardedRequestHeaders[] = {
@@ -217,11 +205,11 @@ Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context() const {
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     if (SSL_CTX_use_certificate_chain_file(ctx, config_.cert_path.c_str()) != 1) {
         return invalid_argument_error("peer: cannot load certificate '" + config_.cert_path +
-                                      "': " + openssl_errors());
+                                      "': " + tls::openssl_errors());
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, config_.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
         return invalid_argument_error("peer: cannot load private key '" + config_.key_path +
-                                      "': " + openssl_errors());
+                                      "': " + tls::openssl_errors());
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
         return invalid_argument_error("peer: key '" + config_.key_path +
@@ -229,7 +217,7 @@ Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context() const {
     }
     if (SSL_CTX_load_verify_locations(ctx, config_.ca_path.c_str(), nullptr) != 1) {
         return invalid_argument_error("peer: cannot load cluster CA '" + config_.ca_path +
-                                      "': " + openssl_errors());
+                                      "': " + tls::openssl_errors());
     }
     // Trust is membership of the cluster CA; peer addresses are often bare IPs, so the peer's
     // name is not checked against the address.

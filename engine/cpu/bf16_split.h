@@ -13,8 +13,10 @@
 #include <cstdint>
 
 // GCC 12 reports its own _mm512_undefined_* placeholders inside the intrinsic headers as
-// "may be used uninitialized" (a known false positive of the convert intrinsics).
+// "may be used uninitialized" (a known false positive of the convert intrinsics); silenced for
+// this function only.
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
@@ -52,3 +54,7 @@ split_activations_bf16(const float* x, int64_t n, int64_t k, int64_t kp, uint16_
 }
 
 }  // namespace edge::engine::cpu
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

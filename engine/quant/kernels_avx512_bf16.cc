@@ -58,10 +58,6 @@ EDGE_AVX512_BF16 EDGE_INLINE void fp8x32_to_bf16(__m256i bytes, __m512i subnorma
     *out = reinterpret_cast<__m512bh>(bits);  // A vector cast: the same 64 bytes.
 }
 
-inline __mmask32 mask32_of(int64_t n) {
-    return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1u);
-}
-
 // Rows [row_begin, row_end) for T tokens whose activations are split into hi/lo (rows of kp).
 template <int T>
 EDGE_AVX512_BF16 void fp8_bf16_rows(const Weight& w, const uint16_t* hi, const uint16_t* lo,
@@ -94,7 +90,7 @@ EDGE_AVX512_BF16 void fp8_bf16_rows(const Weight& w, const uint16_t* hi, const u
                 const __m256i raw =
                     end - c >= 32
                         ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c))
-                        : _mm256_maskz_loadu_epi8(mask32_of(end - c), q + c);  // Zero: +0.0.
+                        : _mm256_maskz_loadu_epi8(mask32(end - c), q + c);  // Zero: +0.0.
                 __m512bh wv;
                 fp8x32_to_bf16(raw, subnormals, &wv);
 #pragma GCC unroll 4
