@@ -18,30 +18,30 @@ enum class Arch { kQwen3Moe, kGlm4Moe, kDeepseekV3 };
 
 // One size of one architecture. Fields an architecture does not use are 0.
 struct ArchPreset {
-    const char* name;  // "tiny" or "bench".
-    Arch arch;
-    int64_t hidden;          // hidden_size.
-    int64_t layers;          // num_hidden_layers.
-    int64_t experts;         // Routed experts per MoE layer.
-    int64_t top_k;           // Experts per token.
-    int64_t moe_inter;       // Intermediate size of one expert.
-    int64_t inter;           // Intermediate size of a dense MLP layer.
-    int64_t heads;           // Attention heads.
-    int64_t kv_heads;        // Key/value heads (GQA; MLA: = heads).
-    int64_t head_dim;        // GQA head size.
-    int64_t vocab;           // vocab_size (the last three ids are the special tokens).
-    int64_t max_positions;   // max_position_embeddings.
-    bool tie_embeddings;     // lm_head shares the embedding matrix.
-    int64_t dense_layers;    // Leading dense layers (Qwen3: mlp_only_layers = [0, n)).
-    int64_t shared_experts;  // n_shared_experts (GLM, DeepSeek).
-    int64_t n_group;         // Expert groups for group-limited routing.
-    int64_t topk_group;      // Groups a token may use.
-    double partial_rotary;   // GLM: fraction of head_dim that is rotated.
-    int64_t q_lora_rank;     // MLA ranks and head parts (DeepSeek-V3).
-    int64_t kv_lora_rank;
-    int64_t qk_nope_head_dim;
-    int64_t qk_rope_head_dim;
-    int64_t v_head_dim;
+    const char* name = nullptr;  // "tiny" or "bench".
+    Arch arch = Arch::kQwen3Moe;
+    int64_t hidden = 0;           // hidden_size.
+    int64_t layers = 0;           // num_hidden_layers.
+    int64_t experts = 0;          // Routed experts per MoE layer.
+    int64_t top_k = 0;            // Experts per token.
+    int64_t moe_inter = 0;        // Intermediate size of one expert.
+    int64_t inter = 0;            // Intermediate size of a dense MLP layer.
+    int64_t heads = 0;            // Attention heads.
+    int64_t kv_heads = 0;         // Key/value heads (GQA; MLA: = heads).
+    int64_t head_dim = 0;         // GQA head size.
+    int64_t vocab = 0;            // vocab_size (the last three ids are the special tokens).
+    int64_t max_positions = 0;    // max_position_embeddings.
+    bool tie_embeddings = false;  // lm_head shares the embedding matrix.
+    int64_t dense_layers = 0;     // Leading dense layers (Qwen3: mlp_only_layers = [0, n)).
+    int64_t shared_experts = 0;   // n_shared_experts (GLM, DeepSeek).
+    int64_t n_group = 0;          // Expert groups for group-limited routing.
+    int64_t topk_group = 0;       // Groups a token may use.
+    double partial_rotary = 0;    // GLM: fraction of head_dim that is rotated.
+    int64_t q_lora_rank = 0;      // MLA ranks and head parts (DeepSeek-V3).
+    int64_t kv_lora_rank = 0;
+    int64_t qk_nope_head_dim = 0;
+    int64_t qk_rope_head_dim = 0;
+    int64_t v_head_dim = 0;
 };
 
 // "qwen3_moe", "glm4_moe", "deepseek_v3".
