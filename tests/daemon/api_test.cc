@@ -12,6 +12,7 @@
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
 #include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_daemon.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
@@ -23,66 +24,21 @@ namespace {
 
 constexpr const char* kKey = "sk-test-key-1";
 
-struct ApiFixture {
-    explicit ApiFixture(const std::string& extra = "") {
-        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
-        auto config = daemon::parse_config(testing::config_yaml(cert.cert_path, cert.key_path,
-                                                                extra),
-                                           dir.file("c.yaml"));
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, generator, clock);
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        daemon = std::move(d).value();
-        daemon->start();
+struct ApiFixture : testing::ScriptedDaemon {
+    explicit ApiFixture(const std::string& extra = "")
+        : ScriptedDaemon({"test-model", "other-model"}) {
+        start(extra);
     }
-
-    std::unique_ptr<TlsClient> client() {
-        auto c = TlsClient::connect(daemon->public_port());
-        REQUIRE(c.ok());
-        return std::move(c).value();
-    }
-
-    testing::HttpReply call(const std::string& method, const std::string& path,
-                            const std::string& body = "", const std::string& headers = "") {
-        auto c = client();
-        REQUIRE(c->send(testing::http_request(method, path, body, headers)).ok());
-        auto r = c->read_response();
-        REQUIRE(r.ok());
-        return *r;
-    }
-
-    testing::TempDir dir;
-    testing::TestCertificate cert;
-    ManualClock clock;
-    testing::ScriptedGenerator generator{{"test-model", "other-model"}};
-    std::unique_ptr<daemon::Daemon> daemon;
 };
 
-boost::json::object json_of(const std::string& s) {
-    boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(s, ec);
-    REQUIRE_MESSAGE(!ec, s);
-    REQUIRE(v.is_object());
-    return v.get_object();
-}
+boost::json::object json_of(const std::string& s) { return testing::json_object_of(s); }
 
 std::string chat_body(bool stream, const std::string& extra = "") {
     return std::string(R"({"model":"test-model","messages":[{"role":"user","content":"hi"}])") +
            (stream ? R"(,"stream":true)" : "") + extra + "}";
 }
 
-// The `data:` payloads of an SSE body.
-std::vector<std::string> sse_events(const std::string& body) {
-    std::vector<std::string> out;
-    size_t pos = 0;
-    while ((pos = body.find("data: ", pos)) != std::string::npos) {
-        size_t end = body.find("\n\n", pos);
-        REQUIRE(end != std::string::npos);
-        out.push_back(body.substr(pos + 6, end - pos - 6));
-        pos = end + 2;
-    }
-    return out;
-}
+using testing::sse_events;
 
 }  // namespace
 

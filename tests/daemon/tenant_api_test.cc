@@ -12,6 +12,7 @@
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
 #include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_daemon.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
@@ -36,54 +37,17 @@ std::string chat_body(bool stream, const std::string& extra = "") {
            (stream ? R"(,"stream":true)" : "") + extra + "}";
 }
 
-boost::json::object json_of(const std::string& s) {
-    boost::system::error_code ec;
-    boost::json::value v = boost::json::parse(s, ec);
-    REQUIRE_MESSAGE(!ec, s);
-    REQUIRE(v.is_object());
-    return v.get_object();
-}
+boost::json::object json_of(const std::string& s) { return testing::json_object_of(s); }
 
-struct TenantFixture {
-    explicit TenantFixture(const std::string& limits) {
-        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
-        config_text = testing::config_yaml(cert.cert_path, cert.key_path,
-                                           tenant_yaml(kOldKey, limits));
-        auto config = daemon::parse_config(config_text, dir.file("c.yaml"));
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, generator, clock);
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        daemon = std::move(d).value();
-        daemon->start();
+struct TenantFixture : testing::ScriptedDaemon {
+    explicit TenantFixture(const std::string& limits) : ScriptedDaemon({"test-model"}) {
+        start(tenant_yaml(kOldKey, limits));
     }
 
-    std::unique_ptr<TlsClient> client() {
-        auto c = TlsClient::connect(daemon->public_port());
-        REQUIRE(c.ok());
-        return std::move(c).value();
-    }
-
+    // POST /v1/chat/completions with `key`.
     testing::HttpReply call(const std::string& body, const std::string& key) {
-        auto c = client();
-        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", body, auth(key)))
-                    .ok());
-        auto r = c->read_response();
-        REQUIRE(r.ok());
-        return *r;
+        return ScriptedDaemon::call("POST", "/v1/chat/completions", body, auth(key));
     }
-
-    std::string metrics() {
-        auto m = testing::plain_http_get(daemon->admin_port(), "/metrics");
-        REQUIRE(m.ok());
-        return m->body;
-    }
-
-    testing::TempDir dir;
-    testing::TestCertificate cert;
-    std::string config_text;
-    ManualClock clock;
-    testing::ScriptedGenerator generator{{"test-model"}};
-    std::unique_ptr<daemon::Daemon> daemon;
 };
 
 }  // namespace

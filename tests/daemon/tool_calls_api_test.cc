@@ -10,6 +10,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_daemon.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
@@ -20,53 +21,18 @@ namespace json = boost::json;
 
 namespace {
 
-struct ToolFixture {
-    ToolFixture() {
+struct ToolFixture : testing::ScriptedDaemon {
+    ToolFixture() : ScriptedDaemon({"qwen", "glm", "kimi", "plain"}) {
         generator.set_tool_call_format("qwen", "hermes");
         generator.set_tool_call_format("glm", "glm4_5");
         generator.set_tool_call_format("kimi", "kimi_k2");
-        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
-        auto config = daemon::parse_config(testing::config_yaml(cert.cert_path, cert.key_path, ""),
-                                           dir.file("c.yaml"));
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, generator, clock);
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        daemon = std::move(d).value();
-        daemon->start();
+        start();
     }
-
-    std::unique_ptr<TlsClient> client() {
-        auto c = TlsClient::connect(daemon->public_port());
-        REQUIRE(c.ok());
-        return std::move(c).value();
-    }
-
-    testing::TempDir dir;
-    testing::TestCertificate cert;
-    ManualClock clock;
-    testing::ScriptedGenerator generator{{"qwen", "glm", "kimi", "plain"}};
-    std::unique_ptr<daemon::Daemon> daemon;
 };
 
-json::object json_of(const std::string& s) {
-    boost::system::error_code ec;
-    json::value v = json::parse(s, ec);
-    REQUIRE_MESSAGE(!ec, s);
-    REQUIRE(v.is_object());
-    return v.get_object();
-}
+json::object json_of(const std::string& s) { return testing::json_object_of(s); }
 
-std::vector<std::string> sse_events(const std::string& body) {
-    std::vector<std::string> out;
-    size_t pos = 0;
-    while ((pos = body.find("data: ", pos)) != std::string::npos) {
-        const size_t end = body.find("\n\n", pos);
-        REQUIRE(end != std::string::npos);
-        out.push_back(body.substr(pos + 6, end - pos - 6));
-        pos = end + 2;
-    }
-    return out;
-}
+using testing::sse_events;
 
 constexpr const char* kTools =
     R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather.",)"
