@@ -1,5 +1,7 @@
 #include "engine/tools/make_model_archs.h"
 
+#include <string_view>
+
 namespace edge::engine::make_model {
 namespace {
 
@@ -7,117 +9,67 @@ namespace json = boost::json;
 
 // Bench sizes share the Qwen3 bench's shape (hidden 1024, 12 layers, 64 experts top-8, expert
 // width 512: about 2.5 GB of BF16) so the three architectures decode comparable weight bytes; the
-// tiny ones mirror the micro fixtures (tests/fixtures/micro-*).
-// Fields left out of an initializer keep ArchPreset's defaults (0, false).
-const ArchPreset kPresets[] = {
-    // Qwen3 tiny: layer 0 dense and tied embeddings so tests reach those paths too.
-    {.name = "tiny",
-     .arch = Arch::kQwen3Moe,
-     .hidden = 128,
-     .layers = 2,
-     .experts = 8,
-     .top_k = 2,
-     .moe_inter = 64,
-     .inter = 256,
-     .heads = 4,
-     .kv_heads = 2,
-     .head_dim = 32,
-     .vocab = 512,
-     .max_positions = 2048,
-     .tie_embeddings = true,
-     .dense_layers = 1},
-    {.name = "bench",
-     .arch = Arch::kQwen3Moe,
-     .hidden = 1024,
-     .layers = 12,
-     .experts = 64,
-     .top_k = 8,
-     .moe_inter = 512,
-     .inter = 2816,
-     .heads = 16,
-     .kv_heads = 4,
-     .head_dim = 64,
-     .vocab = 32000,
-     .max_positions = 4096},
-    {.name = "tiny",
-     .arch = Arch::kGlm4Moe,
-     .hidden = 128,
-     .layers = 3,
-     .experts = 8,
-     .top_k = 2,
-     .moe_inter = 64,
-     .inter = 256,
-     .heads = 4,
-     .kv_heads = 2,
-     .head_dim = 32,
-     .vocab = 512,
-     .max_positions = 2048,
-     .dense_layers = 1,
-     .shared_experts = 1,
-     .n_group = 2,
-     .topk_group = 1,
-     .partial_rotary = 0.5},
-    {.name = "bench",
-     .arch = Arch::kGlm4Moe,
-     .hidden = 1024,
-     .layers = 12,
-     .experts = 64,
-     .top_k = 8,
-     .moe_inter = 512,
-     .inter = 2816,
-     .heads = 16,
-     .kv_heads = 4,
-     .head_dim = 64,
-     .vocab = 32000,
-     .max_positions = 4096,
-     .dense_layers = 1,
-     .shared_experts = 1,
-     .n_group = 1,
-     .topk_group = 1,
-     .partial_rotary = 0.5},
-    {.name = "tiny",
-     .arch = Arch::kDeepseekV3,
-     .hidden = 128,
-     .layers = 3,
-     .experts = 8,
-     .top_k = 2,
-     .moe_inter = 64,
-     .inter = 256,
-     .heads = 4,
-     .kv_heads = 4,
-     .vocab = 512,
-     .max_positions = 2048,
-     .dense_layers = 1,
-     .shared_experts = 1,
-     .n_group = 2,
-     .topk_group = 1,
-     .q_lora_rank = 64,
-     .kv_lora_rank = 32,
-     .qk_nope_head_dim = 32,
-     .qk_rope_head_dim = 16,
-     .v_head_dim = 32},
-    {.name = "bench",
-     .arch = Arch::kDeepseekV3,
-     .hidden = 1024,
-     .layers = 12,
-     .experts = 64,
-     .top_k = 8,
-     .moe_inter = 512,
-     .inter = 2816,
-     .heads = 16,
-     .kv_heads = 16,
-     .vocab = 32000,
-     .max_positions = 4096,
-     .dense_layers = 1,
-     .shared_experts = 1,
-     .n_group = 8,
-     .topk_group = 4,
-     .q_lora_rank = 384,
-     .kv_lora_rank = 128,
-     .qk_nope_head_dim = 64,
-     .qk_rope_head_dim = 32,
-     .v_head_dim = 64},
-};
+// tiny ones mirror the micro fixtures (tests/fixtures/micro-*). sized() is the shape a size shares
+// across architectures (GQA: kv_heads and head_dim; MLA overrides them).
+ArchPreset sized(const char* name, Arch arch) {
+    const bool bench = std::string_view(name) == "bench";
+    ArchPreset p;
+    p.name = name;
+    p.arch = arch;
+    p.hidden = bench ? 1024 : 128;
+    p.layers = bench ? 12 : 3;
+    p.experts = bench ? 64 : 8;
+    p.top_k = bench ? 8 : 2;
+    p.moe_inter = bench ? 512 : 64;
+    p.inter = bench ? 2816 : 256;
+    p.heads = bench ? 16 : 4;
+    p.kv_heads = bench ? 4 : 2;
+    p.head_dim = bench ? 64 : 32;
+    p.vocab = bench ? 32000 : 512;
+    p.max_positions = bench ? 4096 : 2048;
+    return p;
+}
+
+std::vector<ArchPreset> make_presets() {
+    std::vector<ArchPreset> out;
+    for (const char* size : {"tiny", "bench"}) {
+        const bool bench = std::string_view(size) == "bench";
+        // Qwen3 tiny: 2 layers, layer 0 dense and tied embeddings so tests reach those paths.
+        ArchPreset qwen = sized(size, Arch::kQwen3Moe);
+        qwen.layers = bench ? 12 : 2;
+        qwen.tie_embeddings = !bench;
+        qwen.dense_layers = bench ? 0 : 1;
+        out.push_back(qwen);
+
+        ArchPreset glm = sized(size, Arch::kGlm4Moe);
+        glm.dense_layers = 1;
+        glm.shared_experts = 1;
+        glm.n_group = bench ? 1 : 2;
+        glm.topk_group = 1;
+        glm.partial_rotary = 0.5;
+        out.push_back(glm);
+
+        ArchPreset ds = sized(size, Arch::kDeepseekV3);
+        ds.kv_heads = ds.heads;
+        ds.head_dim = 0;
+        ds.dense_layers = 1;
+        ds.shared_experts = 1;
+        ds.n_group = bench ? 8 : 2;
+        ds.topk_group = bench ? 4 : 1;
+        ds.q_lora_rank = bench ? 384 : 64;
+        ds.kv_lora_rank = bench ? 128 : 32;
+        ds.qk_nope_head_dim = bench ? 64 : 32;
+        ds.qk_rope_head_dim = bench ? 32 : 16;
+        ds.v_head_dim = bench ? 64 : 32;
+        out.push_back(ds);
+    }
+    return out;
+}
+
+const std::vector<ArchPreset>& presets() {
+    static const std::vector<ArchPreset> all = make_presets();
+    return all;
+}
 
 // The keys every architecture's config.json has, with the values all presets share.
 json::object common_config(const ArchPreset& p, const char* architecture, const char* model_type) {
@@ -269,7 +221,7 @@ bool arch_from_name(const std::string& name, Arch* arch) {
 }
 
 const ArchPreset* find_preset(Arch arch, const std::string& name) {
-    for (const ArchPreset& p : kPresets) {
+    for (const ArchPreset& p : presets()) {
         if (p.arch == arch && name == p.name) {
             return &p;
         }
