@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -149,35 +150,20 @@ struct Row {
 int main(int argc, char** argv) {
     std::string models_dir;
     int steps = 12, reps = 3, threads = 2;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--models")) {
-            models_dir = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--steps")) {
-            steps = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--reps")) {
-            reps = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--threads")) {
-            threads = std::max(1, std::atoi(argv[i + 1]));
-        }
-    }
-    const bool temp = models_dir.empty();
-    if (temp) {
-        models_dir = (std::filesystem::temp_directory_path() /
-                      ("edge_bench_archs_" + std::to_string(std::random_device{}())))
-                         .string();
-    }
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::string("--models", &models_dir,
+                                   "folder of <arch> checkpoints, written where missing "
+                                   "(default: temporary)"),
+         edge::bench::Flag::integer("--steps", &steps, 1, "decode steps per run"),
+         edge::bench::Flag::integer("--reps", &reps, 1, "runs per figure (median)"),
+         edge::bench::Flag::integer("--threads", &threads, 1, "compute threads")},
+        "bench_decode_archs: decode per architecture, BF16 and experts-int4");
     std::vector<Row> rows;
     for (const char* arch : {"qwen3_moe", "glm4_moe", "deepseek_v3"}) {
-        const std::string dir = models_dir + "/" + arch;
-        if (!std::filesystem::exists(dir + "/model.safetensors")) {
-            MakeModelOptions mo;
-            mo.arch = arch;
-            mo.preset = "bench";
-            mo.out_dir = dir;
-            if (edge::Status st = write_random_checkpoint(mo); !st.ok()) {
-                fail("make-model", st);
-            }
-        }
+        const edge::bench::BenchCheckpoint checkpoint(
+            models_dir.empty() ? "" : models_dir + "/" + arch, "bench", arch, true);
+        const std::string& dir = checkpoint.dir();
         auto config = ConfigJson::read(dir);
         if (!config.ok()) {
             fail(arch, config.status());
@@ -229,12 +215,6 @@ int main(int argc, char** argv) {
                              r.tps);
             }
         }
-        if (temp) {
-            std::filesystem::remove_all(dir);
-        }
-    }
-    if (temp) {
-        std::filesystem::remove_all(models_dir);
     }
     std::printf("%-12s %-13s %7s %12s %11s %13s %10s %9s %8s\n", "arch", "format", "streams",
                 "kv_B/token", "resident_MB", "bytes/step_MB", "tokens/s", "GB/s_bw", "bw_frac");

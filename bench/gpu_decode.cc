@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
+
 #if defined(EDGE_HAVE_CUDA)
 #include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device_decoder.h"
@@ -34,15 +36,13 @@ int main(int argc, char** argv) {
     int steps = 32;
     int context = 256;
     std::string model_dir;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--model")) {
-            model_dir = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--steps")) {
-            steps = std::max(4, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--context")) {
-            context = std::max(1, std::atoi(argv[i + 1]));
-        }
-    }
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::string("--model", &model_dir,
+                                   "Qwen3-MoE checkpoint for the greedy check (optional)"),
+         edge::bench::Flag::integer("--steps", &steps, 4, "replayed decode steps"),
+         edge::bench::Flag::integer("--context", &context, 1, "positions each stream starts at")},
+        "bench_gpu_decode: whole-step CUDA-graph decode against device copy bandwidth");
 #if !defined(EDGE_HAVE_CUDA)
     (void)steps;
     (void)context;

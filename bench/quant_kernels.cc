@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "engine/quant/quantized_weight.h"
 
 namespace {
@@ -262,16 +263,13 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
 int main(int argc, char** argv) {
     int passes = 5;
     int rounds = 4;
-    double target_mib = 1024;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (std::strcmp(argv[i], "--passes") == 0) {
-            passes = std::max(1, std::atoi(argv[i + 1]));
-        } else if (std::strcmp(argv[i], "--rounds") == 0) {
-            rounds = std::max(1, std::atoi(argv[i + 1]));
-        } else if (std::strcmp(argv[i], "--mb") == 0) {
-            target_mib = std::max(1, std::atoi(argv[i + 1]));
-        }
-    }
+    int64_t target_mib = 1024;
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::integer("--passes", &passes, 1, "passes per round"),
+         edge::bench::Flag::integer("--rounds", &rounds, 1, "rounds (median)"),
+         edge::bench::Flag::integer("--mb", &target_mib, 1, "MiB of weights per format")},
+        "bench_quant_kernels: quantized matvec/matmul kernels against memory bandwidth");
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
         std::printf("bench_quant_kernels needs AVX2+FMA\n{\"error\": \"no avx2\"}\n");
         return 0;
@@ -292,7 +290,7 @@ int main(int argc, char** argv) {
                                     WeightFormat::kInt4G128};
     for (WeightFormat format : formats) {
         FormatSet set;
-        if (!build_set(format, target_mib * 1048576.0, rng, &set)) {
+        if (!build_set(format, static_cast<double>(target_mib) * 1048576.0, rng, &set)) {
             return 1;
         }
         struct Case {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "engine/model/expert_placement.h"
 #include "engine/model/loader.h"
 #include "engine/shard/placement_planner.h"
@@ -267,29 +268,15 @@ int main(int argc, char** argv) {
     std::string model_dir;
     int steps = 12;
     int threads = 2;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--model")) {
-            model_dir = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--steps")) {
-            steps = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--threads")) {
-            threads = std::max(1, std::atoi(argv[i + 1]));
-        }
-    }
-    bool temp = false;
-    if (model_dir.empty()) {
-        model_dir = (std::filesystem::temp_directory_path() /
-                     ("edge_bench_shard_" + std::to_string(std::random_device{}())))
-                        .string();
-        edge::engine::MakeModelOptions mo;
-        mo.preset = "bench";
-        mo.out_dir = model_dir;
-        auto st = edge::engine::write_random_checkpoint(mo);
-        if (!st.ok()) {
-            die(st.to_string());
-        }
-        temp = true;
-    }
+    edge::bench::parse_flags(argc, argv,
+                             {edge::bench::Flag::string("--model", &model_dir,
+                                                        "checkpoint (default: the bench preset)"),
+                              edge::bench::Flag::integer("--steps", &steps, 1, "decode steps"),
+                              edge::bench::Flag::integer("--threads", &threads, 1,
+                                                         "compute threads")},
+                             "bench_shard: expert-parallel sharding on the bench preset");
+    const edge::bench::BenchCheckpoint checkpoint(model_dir);
+    model_dir = checkpoint.dir();
     const double load0 = load_average();
     Split split[2];
     for (int r = 1; r <= 2; ++r) {
@@ -302,10 +289,6 @@ int main(int argc, char** argv) {
     const double tps8 = decode_tps(model_dir, threads, 8, steps);
     const double tps32 = decode_tps(model_dir, threads, 32, steps);
     const double load1 = load_average();
-    if (temp) {
-        std::error_code ec;
-        std::filesystem::remove_all(model_dir, ec);
-    }
 
     std::printf("bench_shard: bench preset, %d threads, 32-sequence decode, %d steps, load avg "
                 "%.1f -> %.1f\n\n",

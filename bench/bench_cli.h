@@ -1,0 +1,147 @@
+#pragma once
+
+// What the benchmark programs share on their command line: `--name VALUE` flags (an unknown flag,
+// a missing value or a number out of range stops the program with a message naming it, and
+// `--help` lists the flags), and the checkpoint a bench runs on (the one given with --model, or
+// a make-model preset written to a fresh temporary folder that is removed at exit).
+//
+// Threading: main thread only, before the bench starts.
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "engine/tools/make_model.h"
+
+namespace edge::bench {
+
+// One `--name VALUE` flag bound to a variable, which holds its default until parsed.
+struct Flag {
+    std::string_view name;         // "--steps".
+    std::string_view help;         // One line for --help.
+    std::string* text = nullptr;   // A string flag's variable; or
+    int64_t* wide = nullptr;       // an integer flag's variable (int64_t or int),
+    int* narrow = nullptr;         //
+    int64_t min = 0;               // with its smallest and largest allowed values.
+    int64_t max = INT32_MAX;
+
+    static Flag string(std::string_view name, std::string* v, std::string_view help) {
+        return {.name = name, .help = help, .text = v};
+    }
+    static Flag integer(std::string_view name, int* v, int64_t min, std::string_view help) {
+        return {.name = name, .help = help, .narrow = v, .min = min};
+    }
+    static Flag integer(std::string_view name, int64_t* v, int64_t min, std::string_view help) {
+        return {.name = name, .help = help, .wide = v, .min = min, .max = INT64_MAX};
+    }
+};
+
+[[noreturn]] inline void usage_error(const char* program, const std::string& what) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", program, what.c_str());
+    std::exit(2);
+}
+
+// Sets the flags' variables from argv; `about` opens the --help text.
+inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags,
+                        std::string_view about) {
+    const char* program = argv[0];
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg == "--help" || arg == "-h") {
+            std::printf("%.*s\n\nflags:\n", static_cast<int>(about.size()), about.data());
+            for (const Flag& f : flags) {
+                std::printf("  %-16.*s %.*s\n", static_cast<int>(f.name.size()), f.name.data(),
+                            static_cast<int>(f.help.size()), f.help.data());
+            }
+            std::exit(0);
+        }
+        const Flag* flag = nullptr;
+        for (const Flag& f : flags) {
+            flag = f.name == arg ? &f : flag;
+        }
+        if (flag == nullptr) {
+            usage_error(program, "unknown argument '" + std::string(arg) + "'");
+        }
+        if (i + 1 >= argc) {
+            usage_error(program, std::string(arg) + " needs a value");
+        }
+        const std::string_view value = argv[++i];
+        if (flag->text != nullptr) {
+            *flag->text = value;
+            continue;
+        }
+        int64_t n = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec != std::errc() || end != value.data() + value.size() || n < flag->min ||
+            n > flag->max) {
+            usage_error(program, std::string(arg) + " takes an integer >= " +
+                                     std::to_string(flag->min) + ", not '" +
+                                     std::string(value) + "'");
+        }
+        if (flag->wide != nullptr) {
+            *flag->wide = n;
+        } else {
+            *flag->narrow = static_cast<int>(n);
+        }
+    }
+}
+
+// The checkpoint a bench runs on: `dir` when it is given, otherwise make-model's `preset` of
+// `arch` (seed 1) written to a fresh temporary folder, removed when this is destroyed. With
+// `fill`, a given `dir` that holds no checkpoint yet receives the preset and keeps it. Exits with
+// the error when the preset cannot be written.
+class BenchCheckpoint {
+public:
+    explicit BenchCheckpoint(std::string dir, const std::string& preset = "bench",
+                             const std::string& arch = "qwen3_moe", bool fill = false)
+        : dir_(std::move(dir)) {
+        if (!dir_.empty() &&
+            (!fill || std::filesystem::exists(std::filesystem::path(dir_) / "config.json"))) {
+            return;
+        }
+        if (dir_.empty()) {
+            dir_ = (std::filesystem::temp_directory_path() /
+                    ("edge_bench_" + arch + "_" + std::to_string(std::random_device{}())))
+                       .string();
+            temporary_ = true;
+        }
+        engine::MakeModelOptions mo;
+        mo.preset = preset;
+        mo.arch = arch;
+        mo.out_dir = dir_;
+        mo.seed = 1;
+        std::fprintf(stderr, "writing the %s preset of %s to %s\n", preset.c_str(), arch.c_str(),
+                     dir_.c_str());
+        if (Status st = engine::write_random_checkpoint(mo); !st.ok()) {
+            std::fprintf(stderr, "make-model: %s\n", st.to_string().c_str());
+            remove();
+            std::exit(1);
+        }
+    }
+    ~BenchCheckpoint() { remove(); }
+    BenchCheckpoint(const BenchCheckpoint&) = delete;
+    BenchCheckpoint& operator=(const BenchCheckpoint&) = delete;
+
+    const std::string& dir() const { return dir_; }
+
+private:
+    void remove() {
+        if (temporary_) {
+            std::error_code ec;
+            std::filesystem::remove_all(dir_, ec);
+            temporary_ = false;
+        }
+    }
+
+    std::string dir_;
+    bool temporary_ = false;
+};
+
+}  // namespace edge::bench
