@@ -11,12 +11,15 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "engine/cpu/bf16_split.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/ops.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -33,12 +36,75 @@ inline __mmask32 mask32(int64_t n) {
     return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1u);
 }
 
+// How a block prefetches its weights: kRowAhead, each row kPrefetchBytes ahead of itself (one
+// matrix, rows in order); kCursor, a PrefetchCursor running ahead over a list of matrices (the
+// expert kernel, whose gate, up and down and the next expert are separate tensors anywhere in the
+// mapped file); kNone, nothing (a second pass over rows already in cache).
+enum class Prefetch { kRowAhead, kCursor, kNone };
+
+// A prefetch stream over up to kMaxSegments byte ranges read one after another, kept a fixed
+// distance ahead of the reads: each block step prefetches as many lines as it consumes.
+class PrefetchCursor {
+public:
+    static constexpr int kMaxSegments = 4;
+    void add(const void* data, int64_t bytes) {
+        if (count_ < kMaxSegments && bytes > 0) {
+            const char* p = static_cast<const char*>(data);
+            segs_[count_++] = {p, p + bytes};
+        }
+    }
+    // Starts the stream `ahead` bytes into the segments (those are left to the previous job's
+    // cursor and the hardware prefetchers).
+    void start(int64_t ahead) {
+        next_ = 0;
+        p_ = end_ = nullptr;
+        while (next_ < count_) {
+            const int64_t len = segs_[next_].end - segs_[next_].p;
+            if (ahead < len) {
+                p_ = segs_[next_].p + ahead;
+                end_ = segs_[next_].end;
+                ++next_;
+                return;
+            }
+            ahead -= len;
+            ++next_;
+        }
+    }
+    template <int Lines>
+    __attribute__((always_inline)) void step() {
+#pragma GCC unroll 8
+        for (int l = 0; l < Lines; ++l) {
+            if (p_ >= end_) {
+                if (next_ >= count_) {
+                    return;
+                }
+                p_ = segs_[next_].p;
+                end_ = segs_[next_].end;
+                ++next_;
+            }
+            _mm_prefetch(p_, _MM_HINT_T1);
+            p_ += 64;
+        }
+    }
+
+private:
+    struct Segment {
+        const char* p;
+        const char* end;
+    };
+    Segment segs_[kMaxSegments] = {};
+    int count_ = 0;
+    int next_ = 0;
+    const char* p_ = nullptr;
+    const char* end_ = nullptr;
+};
+
 // R rows by T tokens. For one token, hi and lo products go to separate accumulators so each
 // row has two independent dependency chains.
-template <int R, int T>
+template <int R, int T, Prefetch P = Prefetch::kRowAhead>
 __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, const uint16_t* hi,
                                                  const uint16_t* lo, int64_t kp, float* y,
-                                                 int64_t ldy) {
+                                                 int64_t ldy, PrefetchCursor* pf = nullptr) {
     constexpr int A = T == 1 ? 2 : 1;  // Accumulators per (row, token).
     __m512 acc[R][T][A];
 #pragma GCC unroll 16
@@ -59,10 +125,15 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
             xh[t] = as_bh(_mm512_loadu_si512(hi + t * kp + c));
             xl[t] = as_bh(_mm512_loadu_si512(lo + t * kp + c));
         }
+        if constexpr (P == Prefetch::kCursor) {
+            pf->step<R>();  // The R 64-byte lines this step reads, one stream further on.
+        }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
             const uint16_t* row = w0 + r * k + c;
-            _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+            if constexpr (P == Prefetch::kRowAhead) {
+                _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+            }
             const __m512bh wv = as_bh(_mm512_loadu_si512(row));
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
@@ -124,7 +195,117 @@ inline void rows_block(const uint16_t* w0, int64_t k, const uint16_t* hi, const 
     }
 }
 
+// Rows [0, rows) of one weight for n tokens (split activations hi/lo with stride kp): the first
+// token group streams the rows with the cursor, later groups re-read them from cache.
+inline void rows_cursor(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
+                        const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy,
+                        PrefetchCursor* pf) {
+    constexpr auto kC = Prefetch::kCursor;
+    constexpr auto kN = Prefetch::kNone;
+    const int64_t t1 = n < 4 ? n : 4;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const uint16_t* w0 = w + r * k;
+        float* yr = y + r;
+        switch (t1) {
+            case 4:
+                block<4, 4, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                break;
+            case 3:
+                block<4, 3, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                break;
+            case 2:
+                block<4, 2, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                break;
+            default:
+                block<4, 1, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                break;
+        }
+        int64_t t = t1;
+        for (; t + 4 <= n; t += 4) {
+            block<4, 4, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+        }
+        switch (n - t) {
+            case 3:
+                block<4, 3, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+                break;
+            case 2:
+                block<4, 2, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+                break;
+            case 1:
+                block<4, 1, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+                break;
+            default:
+                break;
+        }
+    }
+    for (; r < rows; ++r) {
+        rows_block<1>(w + r * k, k, hi, lo, kp, n, y + r, ldy);
+    }
+}
+
+// Distance the expert kernel's prefetch cursor runs ahead of the weight reads. A 4-row block of a
+// 1024-wide BF16 matrix is 8 KiB read in parallel, so the lead over a block's last row is this
+// minus about 6 KiB.
+int64_t expert_prefetch_bytes() {
+    static const int64_t bytes = [] {
+        const char* e = std::getenv("EDGE_EXPERT_PREFETCH");
+        return e != nullptr ? std::atoll(e) : int64_t{16384};
+    }();
+    return bytes;
+}
+
 }  // namespace
+
+void swiglu_bf16_avx512bf16(const SwiGluJob& j, const SwiGluJob* next) {
+    const int64_t in = j.gate->cols;
+    const int64_t inter = j.gate->rows;
+    const int64_t out = j.down->rows;
+    if (j.n <= 0) {
+        return;
+    }
+    const int64_t inp = (in + 31) / 32 * 32;
+    const int64_t interp = (inter + 31) / 32 * 32;
+    constexpr int64_t kTokenGroup = 64;
+    const int64_t group = j.n < kTokenGroup ? j.n : kTokenGroup;
+    thread_local std::vector<uint16_t> split;
+    thread_local std::vector<float> buf;
+    const size_t split_need = static_cast<size_t>(2 * group * (inp > interp ? inp : interp));
+    const size_t buf_need = static_cast<size_t>(3 * group * inter);
+    if (split.size() < split_need) {
+        split.resize(split_need);
+    }
+    if (buf.size() < buf_need) {
+        buf.resize(buf_need);
+    }
+    const auto* gate = static_cast<const uint16_t*>(j.gate->data);
+    const auto* up = static_cast<const uint16_t*>(j.up->data);
+    const auto* down = static_cast<const uint16_t*>(j.down->data);
+    const int64_t ahead = expert_prefetch_bytes();
+    PrefetchCursor pf;
+    pf.add(gate, inter * in * 2);
+    pf.add(up, inter * in * 2);
+    pf.add(down, out * inter * 2);
+    if (next != nullptr) {
+        pf.add(next->gate->data, std::min<int64_t>(ahead, next->gate->rows * next->gate->cols * 2));
+    }
+    pf.start(ahead);
+    float* g = buf.data();
+    float* u = g + group * inter;
+    float* act = u + group * inter;
+    for (int64_t t0 = 0; t0 < j.n; t0 += group) {
+        const int64_t nt = j.n - t0 < group ? j.n - t0 : group;
+        uint16_t* hi = split.data();
+        uint16_t* lo = hi + nt * inp;
+        split_activations_bf16(j.x + t0 * in, nt, in, inp, hi, lo);
+        rows_cursor(gate, inter, in, hi, lo, inp, nt, g, inter, &pf);
+        rows_cursor(up, inter, in, hi, lo, inp, nt, u, inter, &pf);
+        silu_mul(g, u, nt * inter, act);
+        lo = hi + nt * interp;
+        split_activations_bf16(act, nt, inter, interp, hi, lo);
+        rows_cursor(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy, &pf);
+    }
+}
 
 void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                             int64_t r0, int64_t r1) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "engine/cpu/matmul_job.h"
 #include "engine/cpu/weight.h"
 
 namespace edge::engine::cpu {
@@ -36,5 +37,12 @@ void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int
 // bits per activation instead of 24 (see matmul_avx512_bf16.cc for the error bound).
 void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                             int64_t r0, int64_t r1);
+
+// One SwiGLU job (gate, up and down all BF16) on the calling thread with the same dot products:
+// each projection's input is split once, the weights are streamed gate, up, down in order with a
+// software prefetch running ahead of them and on into the first lines of `next` (the job this
+// thread will likely run next; may be null). Same tolerance as matmul_bf16_avx512bf16 per
+// projection.
+void swiglu_bf16_avx512bf16(const SwiGluJob& job, const SwiGluJob* next);
 
 }  // namespace edge::engine::cpu

@@ -113,6 +113,7 @@ struct MoeBlock::Rank {
     std::vector<float> in, gate, up, act, out, back, ret;
     std::vector<int32_t> row_of, expert_begin, fill;
     std::vector<MatmulJob> jobs;
+    std::vector<SwiGluJob> swiglu_jobs;
 
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
@@ -338,12 +339,11 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         std::memcpy(in + row * H, recv + k * rec_bytes + sizeof(int32_t),
                     static_cast<size_t>(H) * 4);
     }
-    float* gate = grow(rk.gate, static_cast<size_t>(rows * I));
-    float* up = grow(rk.up, static_cast<size_t>(rows * I));
-    float* act = grow(rk.act, static_cast<size_t>(rows * I));
     float* out = grow(rk.out, static_cast<size_t>(rows * H));
-    for (int pass = 0; pass < 2; ++pass) {
-        rk.jobs.clear();
+    if (n > 1) {
+        // Several tokens (batched decode, prefill): each expert is one job, run whole by one
+        // thread on the CPU backend (engine/cpu/matmul.h swiglu_batch).
+        rk.swiglu_jobs.clear();
         for (int32_t e = 0; e < E; ++e) {
             const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
             if (cnt == 0) {
@@ -351,18 +351,37 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
             }
             const int64_t r0 = rk.expert_begin[e];
             const SwiGlu& s = layer.experts[e];
-            if (pass == 0) {
-                rk.jobs.push_back({&s.gate, in + r0 * H, cnt, gate + r0 * I, I});
-                rk.jobs.push_back({&s.up, in + r0 * H, cnt, up + r0 * I, I});
-            } else {
-                rk.jobs.push_back({&s.down, act + r0 * I, cnt, out + r0 * H, H});
+            rk.swiglu_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, cnt, out + r0 * H, H});
+        }
+        if (!rk.swiglu_jobs.empty()) {
+            rk.backend->swiglu_batch(rk.swiglu_jobs);
+        }
+    } else {
+        float* gate = grow(rk.gate, static_cast<size_t>(rows * I));
+        float* up = grow(rk.up, static_cast<size_t>(rows * I));
+        float* act = grow(rk.act, static_cast<size_t>(rows * I));
+        for (int pass = 0; pass < 2; ++pass) {
+            rk.jobs.clear();
+            for (int32_t e = 0; e < E; ++e) {
+                const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
+                if (cnt == 0) {
+                    continue;
+                }
+                const int64_t r0 = rk.expert_begin[e];
+                const SwiGlu& s = layer.experts[e];
+                if (pass == 0) {
+                    rk.jobs.push_back({&s.gate, in + r0 * H, cnt, gate + r0 * I, I});
+                    rk.jobs.push_back({&s.up, in + r0 * H, cnt, up + r0 * I, I});
+                } else {
+                    rk.jobs.push_back({&s.down, act + r0 * I, cnt, out + r0 * H, H});
+                }
             }
-        }
-        if (!rk.jobs.empty()) {
-            rk.backend->matmul_batch(rk.jobs);
-        }
-        if (pass == 0 && rows > 0) {
-            cpu::silu_mul(gate, up, rows * I, act);
+            if (!rk.jobs.empty()) {
+                rk.backend->matmul_batch(rk.jobs);
+            }
+            if (pass == 0 && rows > 0) {
+                cpu::silu_mul(gate, up, rows * I, act);
+            }
         }
     }
     rk.rows_computed += rows;
