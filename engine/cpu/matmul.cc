@@ -142,9 +142,9 @@ bool all_bf16(const SwiGluJob& j) {
 
 // One job on the calling thread, with the kernels of any format: gate and up, the SiLU product,
 // then down, in per-thread scratch.
-void swiglu_one(Isa isa, const SwiGluJob& j, const SwiGluJob* next) {
+void swiglu_one(Isa isa, const SwiGluJob& j) {
     if (isa == Isa::kAvx512Bf16 && all_bf16(j)) {
-        swiglu_bf16_avx512bf16(j, next != nullptr && all_bf16(*next) ? next : nullptr);
+        swiglu_bf16_avx512bf16(j);
         return;
     }
     const int64_t inter = j.gate->rows;
@@ -226,10 +226,7 @@ void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
                      [&](int32_t a, int32_t b) { return jobs[a].n > jobs[b].n; });
     // A thread_local named inside the lambda would be each worker's own (empty) one.
     const int32_t* ord = order.data();
-    auto run = [&](int64_t task, int) {
-        const SwiGluJob* next = task + 1 < count ? &jobs[ord[task + 1]] : nullptr;
-        swiglu_one(isa, jobs[ord[task]], next);
-    };
+    auto run = [&](int64_t task, int) { swiglu_one(isa, jobs[ord[task]]); };
     if (pool.size() == 1 || work < kMinParallelWork) {
         for (int64_t t = 0; t < count; ++t) {
             run(t, 0);

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
 #include "engine/cpu/bf16_split.h"
@@ -36,75 +35,25 @@ inline __mmask32 mask32(int64_t n) {
     return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1u);
 }
 
-// How a block prefetches its weights: kRowAhead, each row kPrefetchBytes ahead of itself (one
-// matrix, rows in order); kCursor, a PrefetchCursor running ahead over a list of matrices (the
-// expert kernel, whose gate, up and down and the next expert are separate tensors anywhere in the
-// mapped file); kNone, nothing (a second pass over rows already in cache).
-enum class Prefetch { kRowAhead, kCursor, kNone };
-
-// A prefetch stream over up to kMaxSegments byte ranges read one after another, kept a fixed
-// distance ahead of the reads: each block step prefetches as many lines as it consumes.
-class PrefetchCursor {
-public:
-    static constexpr int kMaxSegments = 4;
-    void add(const void* data, int64_t bytes) {
-        if (count_ < kMaxSegments && bytes > 0) {
-            const char* p = static_cast<const char*>(data);
-            segs_[count_++] = {p, p + bytes};
-        }
-    }
-    // Starts the stream `ahead` bytes into the segments (those are left to the previous job's
-    // cursor and the hardware prefetchers).
-    void start(int64_t ahead) {
-        next_ = 0;
-        p_ = end_ = nullptr;
-        while (next_ < count_) {
-            const int64_t len = segs_[next_].end - segs_[next_].p;
-            if (ahead < len) {
-                p_ = segs_[next_].p + ahead;
-                end_ = segs_[next_].end;
-                ++next_;
-                return;
-            }
-            ahead -= len;
-            ++next_;
-        }
-    }
-    template <int Lines>
-    __attribute__((always_inline)) void step() {
-#pragma GCC unroll 8
-        for (int l = 0; l < Lines; ++l) {
-            if (p_ >= end_) {
-                if (next_ >= count_) {
-                    return;
-                }
-                p_ = segs_[next_].p;
-                end_ = segs_[next_].end;
-                ++next_;
-            }
-            _mm_prefetch(p_, _MM_HINT_T1);
-            p_ += 64;
-        }
-    }
-
-private:
-    struct Segment {
-        const char* p;
-        const char* end;
-    };
-    Segment segs_[kMaxSegments] = {};
-    int count_ = 0;
-    int next_ = 0;
-    const char* p_ = nullptr;
-    const char* end_ = nullptr;
-};
+// How a block prefetches its weights: kRowAhead, each row kPrefetchBytes ahead of itself (rows in
+// order, one matrix); kStream, the block's rows are far apart, each the head of a long sequential
+// stream, and each prefetches a given distance further along itself (the expert kernel); kNone,
+// nothing.
+enum class Prefetch { kRowAhead, kNone, kStream };
 
 // R rows by T tokens. For one token, hi and lo products go to separate accumulators so each
 // row has two independent dependency chains.
 template <int R, int T, Prefetch P = Prefetch::kRowAhead>
 __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, const uint16_t* hi,
                                                  const uint16_t* lo, int64_t kp, float* y,
-                                                 int64_t ldy, PrefetchCursor* pf = nullptr) {
+                                                 int64_t ldy, int64_t rs = 0, int64_t ys = 1,
+                                                 int64_t ahead = 0) {
+    // kStream: the R rows are rs elements apart (each the head of a long sequential stream) and
+    // their outputs ys apart; each prefetches `ahead` bytes further along its own stream.
+    if constexpr (P != Prefetch::kStream) {
+        rs = k;
+        ys = 1;
+    }
     constexpr int A = T == 1 ? 2 : 1;  // Accumulators per (row, token).
     __m512 acc[R][T][A];
 #pragma GCC unroll 16
@@ -125,14 +74,15 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
             xh[t] = as_bh(_mm512_loadu_si512(hi + t * kp + c));
             xl[t] = as_bh(_mm512_loadu_si512(lo + t * kp + c));
         }
-        if constexpr (P == Prefetch::kCursor) {
-            pf->step<R>();  // The R 64-byte lines this step reads, one stream further on.
-        }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const uint16_t* row = w0 + r * k + c;
+            const uint16_t* row = w0 + r * rs + c;
             if constexpr (P == Prefetch::kRowAhead) {
                 _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
+            } else if constexpr (P == Prefetch::kStream) {
+                if (ahead != 0) {
+                    _mm_prefetch(reinterpret_cast<const char*>(row) + ahead, _MM_HINT_T0);
+                }
             }
             const __m512bh wv = as_bh(_mm512_loadu_si512(row));
 #pragma GCC unroll 16
@@ -152,7 +102,7 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
         }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
-            const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w0 + r * k + c));
+            const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w0 + r * rs + c));
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv, xh[t]);
@@ -168,7 +118,7 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
             if constexpr (A == 2) {
                 s = _mm512_add_ps(s, acc[r][t][1]);
             }
-            y[t * ldy + r] = _mm512_reduce_add_ps(s);
+            y[t * ldy + r * ys] = _mm512_reduce_add_ps(s);
         }
     }
 }
@@ -195,69 +145,69 @@ inline void rows_block(const uint16_t* w0, int64_t k, const uint16_t* hi, const 
     }
 }
 
-// Rows [0, rows) of one weight for n tokens (split activations hi/lo with stride kp): the first
-// token group streams the rows with the cursor, later groups re-read them from cache.
-inline void rows_cursor(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
+// Rows [0, rows) of one weight for n tokens, as four long sequential streams: a block takes rows
+// i, i + q, i + 2q, i + 3q (q = rows / 4), so each stream walks q consecutive rows and the hardware
+// prefetchers see four long sequential reads instead of many 2 KiB ones; each stream also
+// prefetches `ahead` bytes further along itself. The first token group streams from memory,
+// later groups re-read the same rows from cache.
+inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
                         const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy,
-                        PrefetchCursor* pf) {
-    constexpr auto kC = Prefetch::kCursor;
-    constexpr auto kN = Prefetch::kNone;
+                        int64_t ahead) {
+    constexpr auto kS = Prefetch::kStream;
+    const int64_t q = rows / 4;
+    const int64_t rs = q * k;
     const int64_t t1 = n < 4 ? n : 4;
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-        const uint16_t* w0 = w + r * k;
-        float* yr = y + r;
+    for (int64_t i = 0; i < q; ++i) {
+        const uint16_t* w0 = w + i * k;
+        float* yr = y + i;
         switch (t1) {
             case 4:
-                block<4, 4, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                block<4, 4, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
             case 3:
-                block<4, 3, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                block<4, 3, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
             case 2:
-                block<4, 2, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                block<4, 2, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
             default:
-                block<4, 1, kC>(w0, k, hi, lo, kp, yr, ldy, pf);
+                block<4, 1, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
         }
         int64_t t = t1;
         for (; t + 4 <= n; t += 4) {
-            block<4, 4, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+            block<4, 4, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
         }
         switch (n - t) {
             case 3:
-                block<4, 3, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+                block<4, 3, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs,
+                                q);
                 break;
             case 2:
-                block<4, 2, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+                block<4, 2, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs,
+                                q);
                 break;
             case 1:
-                block<4, 1, kN>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy);
+                block<4, 1, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs,
+                                q);
                 break;
             default:
                 break;
         }
     }
-    for (; r < rows; ++r) {
+    for (int64_t r = 4 * q; r < rows; ++r) {
         rows_block<1>(w + r * k, k, hi, lo, kp, n, y + r, ldy);
     }
 }
 
-// Distance the expert kernel's prefetch cursor runs ahead of the weight reads. A 4-row block of a
-// 1024-wide BF16 matrix is 8 KiB read in parallel, so the lead over a block's last row is this
-// minus about 6 KiB.
-int64_t expert_prefetch_bytes() {
-    static const int64_t bytes = [] {
-        const char* e = std::getenv("EDGE_EXPERT_PREFETCH");
-        return e != nullptr ? std::atoll(e) : int64_t{16384};
-    }();
-    return bytes;
-}
+// How far ahead along its own stream each of rows_stream's four streams prefetches. Measured on
+// this machine's 2 cores (bench_decode --profile batched32): 0 B 286 tokens/s, 1-2 KiB 308-313,
+// 4 KiB 288, 8 KiB 299; the hardware prefetchers do most of the work once the streams are long.
+constexpr int64_t kStreamPrefetchBytes = 2048;
 
 }  // namespace
 
-void swiglu_bf16_avx512bf16(const SwiGluJob& j, const SwiGluJob* next) {
+void swiglu_bf16_avx512bf16(const SwiGluJob& j) {
     const int64_t in = j.gate->cols;
     const int64_t inter = j.gate->rows;
     const int64_t out = j.down->rows;
@@ -281,15 +231,7 @@ void swiglu_bf16_avx512bf16(const SwiGluJob& j, const SwiGluJob* next) {
     const auto* gate = static_cast<const uint16_t*>(j.gate->data);
     const auto* up = static_cast<const uint16_t*>(j.up->data);
     const auto* down = static_cast<const uint16_t*>(j.down->data);
-    const int64_t ahead = expert_prefetch_bytes();
-    PrefetchCursor pf;
-    pf.add(gate, inter * in * 2);
-    pf.add(up, inter * in * 2);
-    pf.add(down, out * inter * 2);
-    if (next != nullptr) {
-        pf.add(next->gate->data, std::min<int64_t>(ahead, next->gate->rows * next->gate->cols * 2));
-    }
-    pf.start(ahead);
+    constexpr int64_t ahead = kStreamPrefetchBytes;
     float* g = buf.data();
     float* u = g + group * inter;
     float* act = u + group * inter;
@@ -298,12 +240,12 @@ void swiglu_bf16_avx512bf16(const SwiGluJob& j, const SwiGluJob* next) {
         uint16_t* hi = split.data();
         uint16_t* lo = hi + nt * inp;
         split_activations_bf16(j.x + t0 * in, nt, in, inp, hi, lo);
-        rows_cursor(gate, inter, in, hi, lo, inp, nt, g, inter, &pf);
-        rows_cursor(up, inter, in, hi, lo, inp, nt, u, inter, &pf);
+        rows_stream(gate, inter, in, hi, lo, inp, nt, g, inter, ahead);
+        rows_stream(up, inter, in, hi, lo, inp, nt, u, inter, ahead);
         silu_mul(g, u, nt * inter, act);
         lo = hi + nt * interp;
         split_activations_bf16(act, nt, inter, interp, hi, lo);
-        rows_cursor(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy, &pf);
+        rows_stream(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy, ahead);
     }
 }
 
@@ -329,6 +271,13 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
         const int64_t nt = n - t0 < group ? n - t0 : group;
         split_activations_bf16(x + t0 * k, nt, k, kp, hi, lo);
         float* yt = y + t0 * ldy;
+        if (n > 1 && r1 - r0 >= 64) {
+            // Several tokens: compute takes long enough per row that short row streams starve;
+            // four long streams (see rows_stream) keep the memory system ahead.
+            rows_stream(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
+                        kStreamPrefetchBytes);
+            continue;
+        }
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {
             rows_block<4>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
