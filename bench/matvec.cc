@@ -60,10 +60,10 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds) {
     std::vector<Expert> experts;
     for (int64_t e = 0; e < layers * kPerLayer; ++e) {
         const char* p = base + e * kExpertBytes;
-        experts.push_back({{WeightFormat::kBF16, kInter, kHidden, p, nullptr},
-                           {WeightFormat::kBF16, kInter, kHidden, p + kExpertBytes / 3, nullptr},
-                           {WeightFormat::kBF16, kHidden, kInter, p + 2 * kExpertBytes / 3,
-                            nullptr}});
+        experts.push_back(
+            {{WeightFormat::kBF16, kInter, kHidden, p, nullptr},
+             {WeightFormat::kBF16, kInter, kHidden, p + kExpertBytes / 3, nullptr},
+             {WeightFormat::kBF16, kHidden, kInter, p + 2 * kExpertBytes / 3, nullptr}});
     }
     const int64_t rows = kPerLayer * tokens;
     std::vector<float> x(static_cast<size_t>(rows * kHidden)), y(x.size());
@@ -124,10 +124,10 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds) {
             std::sort(rates.begin(), rates.end());
             const double gbps = rates[rates.size() / 2];
             const char* name = path == 0 ? "swiglu_batch (task per expert)" : "two matmul_batch";
-            std::printf("%-32s %8d %10.2f %10.2f %9.3f\n", name, threads, gbps / 1e9,
-                        probe / 1e9, gbps / probe);
-            json += std::string(",\"") + (path == 0 ? "swiglu_batch" : "two_step") +
-                    "_fraction_" + std::to_string(threads) + "t\":" + std::to_string(gbps / probe);
+            std::printf("%-32s %8d %10.2f %10.2f %9.3f\n", name, threads, gbps / 1e9, probe / 1e9,
+                        gbps / probe);
+            json += std::string(",\"") + (path == 0 ? "swiglu_batch" : "two_step") + "_fraction_" +
+                    std::to_string(threads) + "t\":" + std::to_string(gbps / probe);
         }
     }
     std::printf("%s}\n", json.c_str());

@@ -180,16 +180,13 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
         }
         switch (n - t) {
             case 3:
-                block<4, 3, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs,
-                                q);
+                block<4, 3, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
                 break;
             case 2:
-                block<4, 2, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs,
-                                q);
+                block<4, 2, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
                 break;
             case 1:
-                block<4, 1, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs,
-                                q);
+                block<4, 1, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
                 break;
             default:
                 break;

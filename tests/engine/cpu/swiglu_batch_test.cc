@@ -102,8 +102,8 @@ void check_swiglu(Isa isa, WeightFormat format, int64_t in, int64_t inter, int64
     std::vector<SwiGluJob> jobs;
     int64_t r0 = 0;
     for (size_t e = 0; e < tokens.size(); ++e) {
-        jobs.push_back({&experts[e].g, &experts[e].u, &experts[e].d, x.data() + r0 * in,
-                        tokens[e], got.data() + r0 * ldy, ldy});
+        jobs.push_back({&experts[e].g, &experts[e].u, &experts[e].d, x.data() + r0 * in, tokens[e],
+                        got.data() + r0 * ldy, ldy});
         r0 += tokens[e];
     }
     ThreadPool pool(threads);
@@ -133,9 +133,9 @@ void check_swiglu(Isa isa, WeightFormat format, int64_t in, int64_t inter, int64
                     const double w = std::fabs(ex.down[static_cast<size_t>(r * inter + c)]);
                     mag += w * (std::fabs(act[static_cast<size_t>(t * inter + c)]) + 1.0);
                 }
-                INFO(isa_name(isa) << " in " << in << " inter " << inter << " out " << out
-                                   << " expert " << e << " n " << n << " t " << t << " r " << r
-                                   << " threads " << threads);
+                INFO(isa_name(isa)
+                     << " in " << in << " inter " << inter << " out " << out << " expert " << e
+                     << " n " << n << " t " << t << " r " << r << " threads " << threads);
                 CHECK(std::fabs(v - want[static_cast<size_t>(t * out + r)]) <= 1e-4 * mag + 1e-5);
             }
         }
@@ -198,8 +198,7 @@ TEST_CASE("paged attention with AVX-512 head dims equals contiguous attention to
             std::vector<float> want(q.size()), got(q.size()), scores(static_cast<size_t>(n_q * n));
             attention_gqa(q.data(), n_q, hd, keys.data(), values.data(), hd, n, 0.125f,
                           scores.data(), want.data());
-            paged_attention_gqa(c, slot, 0, 1, q.data(), n_q, n, 0.125f, scores.data(),
-                                got.data());
+            paged_attention_gqa(c, slot, 0, 1, q.data(), n_q, n, 0.125f, scores.data(), got.data());
             for (size_t i = 0; i < want.size(); ++i) {
                 INFO("head_dim " << hd << " n_q " << n_q << " i " << i);
                 CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * (1.0 + std::fabs(want[i])));
