@@ -6,8 +6,13 @@
 // figure is the median of --rounds passes over all matrices. At 1 thread it also prints the rate
 // per second of CPU time against the probe's (steadier when other work shares the machine).
 //
-//   bench_matvec [--mb MiB] [--rounds R] [--tokens N]
+//   bench_matvec [--mb MiB] [--rounds R] [--tokens N] [--experts]
 // With --tokens N each call multiplies N tokens (weights still read once per call).
+// With --experts the same mapping holds routed experts of the bench preset's shape (gate and up
+// 512 x 1024, down 1024 x 512, BF16, 3 MiB each), and each layer's worth (64 experts, --tokens
+// tokens each) runs through cpu::swiglu_batch (one task per expert) and through the two-step
+// form (every gate/up in one matmul_batch, the SiLU product, every down in another), as batched
+// decode's routed experts do.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -26,6 +31,7 @@
 #include "bench/membw_probe.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace {
@@ -39,12 +45,102 @@ double now_s() {
         .count();
 }
 
+// --experts: see the file comment.
+int run_experts(const char* base, int64_t total, int64_t tokens, int rounds) {
+    constexpr int64_t kHidden = 1024, kInter = 512, kPerLayer = 64;
+    constexpr int64_t kExpertBytes = 3 * kHidden * kInter * 2;
+    const int64_t layers = total / (kExpertBytes * kPerLayer);
+    if (layers < 1) {
+        std::fprintf(stderr, "--experts needs --mb of at least 192\n");
+        return 1;
+    }
+    struct Expert {
+        Weight gate, up, down;
+    };
+    std::vector<Expert> experts;
+    for (int64_t e = 0; e < layers * kPerLayer; ++e) {
+        const char* p = base + e * kExpertBytes;
+        experts.push_back(
+            {{WeightFormat::kBF16, kInter, kHidden, p, nullptr},
+             {WeightFormat::kBF16, kInter, kHidden, p + kExpertBytes / 3, nullptr},
+             {WeightFormat::kBF16, kHidden, kInter, p + 2 * kExpertBytes / 3, nullptr}});
+    }
+    const int64_t rows = kPerLayer * tokens;
+    std::vector<float> x(static_cast<size_t>(rows * kHidden)), y(x.size());
+    std::vector<float> gate(static_cast<size_t>(rows * kInter)), up(gate.size()), act(gate.size());
+    for (size_t c = 0; c < x.size(); ++c) {
+        x[c] = std::sin(static_cast<float>(c));
+    }
+    const int64_t bytes = layers * kPerLayer * kExpertBytes;
+    const cpu::Isa isa = cpu::detect_isa();
+    std::printf("%lld layers of %lld experts, %lld tokens each, isa %s\n",
+                static_cast<long long>(layers), static_cast<long long>(kPerLayer),
+                static_cast<long long>(tokens), std::string(cpu::isa_name(isa)).c_str());
+    std::printf("%-32s %8s %10s %10s %9s\n", "path", "threads", "GB/s", "probe", "fraction");
+    std::string json = "{\"bench\":\"matvec_experts\",\"tokens\":" + std::to_string(tokens);
+    for (int threads = 1; threads <= 2; ++threads) {
+        cpu::ThreadPool pool(threads);
+        const double probe = edge::bench::measure_read_bandwidth(threads);
+        json += ",\"membw_gbps_" + std::to_string(threads) + "t\":" + std::to_string(probe / 1e9);
+        for (int path = 0; path < 2; ++path) {
+            std::vector<double> rates;
+            for (int r = 0; r < rounds + 1; ++r) {
+                const double t0 = now_s();
+                for (int64_t l = 0; l < layers; ++l) {
+                    const Expert* ex = experts.data() + l * kPerLayer;
+                    if (path == 0) {
+                        std::vector<edge::engine::SwiGluJob> jobs;
+                        for (int64_t e = 0; e < kPerLayer; ++e) {
+                            jobs.push_back({&ex[e].gate, &ex[e].up, &ex[e].down,
+                                            x.data() + e * tokens * kHidden, tokens,
+                                            y.data() + e * tokens * kHidden, kHidden});
+                        }
+                        cpu::swiglu_batch(pool, isa, jobs);
+                    } else {
+                        std::vector<edge::engine::MatmulJob> jobs;
+                        for (int64_t e = 0; e < kPerLayer; ++e) {
+                            const int64_t o = e * tokens;
+                            jobs.push_back({&ex[e].gate, x.data() + o * kHidden, tokens,
+                                            gate.data() + o * kInter, kInter});
+                            jobs.push_back({&ex[e].up, x.data() + o * kHidden, tokens,
+                                            up.data() + o * kInter, kInter});
+                        }
+                        cpu::matmul_batch(pool, isa, jobs);
+                        cpu::silu_mul(gate.data(), up.data(), rows * kInter, act.data());
+                        jobs.clear();
+                        for (int64_t e = 0; e < kPerLayer; ++e) {
+                            const int64_t o = e * tokens;
+                            jobs.push_back({&ex[e].down, act.data() + o * kInter, tokens,
+                                            y.data() + o * kHidden, kHidden});
+                        }
+                        cpu::matmul_batch(pool, isa, jobs);
+                    }
+                }
+                const double s = now_s() - t0;
+                if (r > 0) {
+                    rates.push_back(static_cast<double>(bytes) / s);
+                }
+            }
+            std::sort(rates.begin(), rates.end());
+            const double gbps = rates[rates.size() / 2];
+            const char* name = path == 0 ? "swiglu_batch (task per expert)" : "two matmul_batch";
+            std::printf("%-32s %8d %10.2f %10.2f %9.3f\n", name, threads, gbps / 1e9, probe / 1e9,
+                        gbps / probe);
+            json += std::string(",\"") + (path == 0 ? "swiglu_batch" : "two_step") + "_fraction_" +
+                    std::to_string(threads) + "t\":" + std::to_string(gbps / probe);
+        }
+    }
+    std::printf("%s}\n", json.c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     int64_t mb = 1024;
     int rounds = 7;
     int64_t tokens = 1;  // Tokens per call (batched decode's experts see a few each).
+    bool experts_mode = false;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--mb")) {
             mb = std::max<int64_t>(64, std::atoll(argv[i + 1]));
@@ -52,6 +148,11 @@ int main(int argc, char** argv) {
             rounds = std::max(1, std::atoi(argv[i + 1]));
         } else if (!std::strcmp(argv[i], "--tokens")) {
             tokens = std::max<int64_t>(1, std::atoll(argv[i + 1]));
+        }
+    }
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--experts")) {
+            experts_mode = true;
         }
     }
     constexpr int64_t kRows = 1024, kCols = 1024;
@@ -96,6 +197,11 @@ int main(int argc, char** argv) {
     std::vector<float> x(kCols * tokens), y(kRows * tokens);
     for (int64_t c = 0; c < kCols * tokens; ++c) {
         x[c] = std::sin(static_cast<float>(c));
+    }
+    if (experts_mode) {
+        const int rc = run_experts(base, total, tokens, rounds);
+        munmap(mem, static_cast<size_t>(total));
+        return rc;
     }
 
     struct Variant {

@@ -20,6 +20,10 @@ void CpuBackend::matmul_batch(std::span<const MatmulJob> jobs) {
     cpu::matmul_batch(pool_, isa_, jobs);
 }
 
+void CpuBackend::swiglu_batch(std::span<const SwiGluJob> jobs) {
+    cpu::swiglu_batch(pool_, isa_, jobs);
+}
+
 void CpuBackend::run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) {
     pool_.for_each_task(n, [fn, ctx](int64_t i, int worker) { fn(ctx, i, worker); });
 }

@@ -23,6 +23,7 @@ public:
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
+    void swiglu_batch(std::span<const SwiGluJob> jobs) override;
 
     Isa isa() const { return isa_; }
     ThreadPool& pool() { return pool_; }

@@ -1,9 +1,11 @@
 #include "engine/cpu/matmul.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "common/check.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/ops.h"
 
 namespace edge::engine::cpu {
 
@@ -126,6 +128,112 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs) {
         return;
     }
     pool.parallel_for(grains, 1, run_grains);
+}
+
+}  // namespace edge::engine::cpu
+
+namespace edge::engine::cpu {
+namespace {
+
+bool all_bf16(const SwiGluJob& j) {
+    return j.gate->format == WeightFormat::kBF16 && j.up->format == WeightFormat::kBF16 &&
+           j.down->format == WeightFormat::kBF16;
+}
+
+// One job on the calling thread, with the kernels of any format: gate and up, the SiLU product,
+// then down, in per-thread scratch.
+void swiglu_one(Isa isa, const SwiGluJob& j) {
+    if (isa == Isa::kAvx512Bf16 && all_bf16(j)) {
+        swiglu_bf16_avx512bf16(j);
+        return;
+    }
+    const int64_t inter = j.gate->rows;
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(3 * j.n * inter)) {
+        scratch.resize(static_cast<size_t>(3 * j.n * inter));
+    }
+    float* gate = scratch.data();
+    float* up = gate + j.n * inter;
+    float* act = up + j.n * inter;
+    quant::MatmulKernel kg = matmul_kernel(j.gate->format, isa);
+    quant::MatmulKernel ku = matmul_kernel(j.up->format, isa);
+    quant::MatmulKernel kd = matmul_kernel(j.down->format, isa);
+    EDGE_CHECK(kg != nullptr && ku != nullptr && kd != nullptr,
+               "swiglu on a weight format without a kernel");
+    kg(*j.gate, j.x, j.n, gate, inter, 0, inter);
+    ku(*j.up, j.x, j.n, up, inter, 0, inter);
+    silu_mul(gate, up, j.n * inter, act);
+    kd(*j.down, act, j.n, j.y, j.ldy, 0, j.down->rows);
+}
+
+// Few jobs: each projection split by rows over the pool, two parallel steps.
+void swiglu_rows_split(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
+    thread_local std::vector<float> gate, up, act;
+    thread_local std::vector<MatmulJob> mm;
+    int64_t total = 0;
+    for (const SwiGluJob& j : jobs) {
+        total += j.n * j.gate->rows;
+    }
+    if (gate.size() < static_cast<size_t>(total)) {
+        gate.resize(static_cast<size_t>(total));
+        up.resize(static_cast<size_t>(total));
+        act.resize(static_cast<size_t>(total));
+    }
+    mm.clear();
+    int64_t off = 0;
+    for (const SwiGluJob& j : jobs) {
+        mm.push_back({j.gate, j.x, j.n, gate.data() + off, j.gate->rows});
+        mm.push_back({j.up, j.x, j.n, up.data() + off, j.gate->rows});
+        off += j.n * j.gate->rows;
+    }
+    matmul_batch(pool, isa, mm);
+    silu_mul(gate.data(), up.data(), total, act.data());
+    mm.clear();
+    off = 0;
+    for (const SwiGluJob& j : jobs) {
+        mm.push_back({j.down, act.data() + off, j.n, j.y, j.ldy});
+        off += j.n * j.gate->rows;
+    }
+    matmul_batch(pool, isa, mm);
+}
+
+}  // namespace
+
+void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
+    int64_t work = 0;
+    for (const SwiGluJob& j : jobs) {
+        EDGE_CHECK(j.gate->rows == j.up->rows && j.gate->cols == j.up->cols &&
+                       j.down->cols == j.gate->rows,
+                   "swiglu job with mismatched gate/up/down shapes");
+        work += j.n * j.gate->cols * j.gate->rows * 3;
+    }
+    if (jobs.empty()) {
+        return;
+    }
+    constexpr int64_t kMinParallelWork = 1 << 15;
+    const auto count = static_cast<int64_t>(jobs.size());
+    if (pool.size() > 1 && work >= kMinParallelWork && count < 2 * pool.size()) {
+        swiglu_rows_split(pool, isa, jobs);
+        return;
+    }
+    // Largest jobs first, so the last task to finish is a small one.
+    thread_local std::vector<int32_t> order;
+    order.resize(jobs.size());
+    for (int32_t i = 0; i < static_cast<int32_t>(count); ++i) {
+        order[static_cast<size_t>(i)] = i;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return jobs[a].n > jobs[b].n; });
+    // A thread_local named inside the lambda would be each worker's own (empty) one.
+    const int32_t* ord = order.data();
+    auto run = [&](int64_t task, int) { swiglu_one(isa, jobs[ord[task]]); };
+    if (pool.size() == 1 || work < kMinParallelWork) {
+        for (int64_t t = 0; t < count; ++t) {
+            run(t, 0);
+        }
+        return;
+    }
+    pool.for_each_task(count, run);
 }
 
 }  // namespace edge::engine::cpu

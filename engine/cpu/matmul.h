@@ -39,6 +39,14 @@ void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t 
 // parallel loop over all their rows: one dispatch instead of one per matrix.
 void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs);
 
+// Runs independent SwiGLU feed-forwards (a step's routed experts, each with its own few tokens):
+// jobs[i].y = down(silu(gate x) * up x). With enough jobs to share out, each job is one task run
+// whole by one worker (largest first): its gate, up and down weights are streamed once, back to
+// back, and there is no barrier between the projections. With fewer jobs than that (one dense MLP,
+// a few experts) the projections are split by rows across the pool instead. Same results as the
+// separate matmuls to rounding.
+void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs);
+
 // Bytes `w` occupies as stored (data only, without scales).
 int64_t weight_bytes(const Weight& w);
 

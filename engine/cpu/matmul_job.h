@@ -2,7 +2,9 @@
 
 // MatmulJob: one matmul of a batch of independent matmuls (Backend::matmul_batch),
 //   y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c]   for t < n, r < W.rows.
-// A plain view; the weight and buffers are the caller's and must outlive the call.
+// SwiGluJob: one SwiGLU feed-forward (a routed expert) of a batch (Backend::swiglu_batch),
+//   y[t * ldy + :] = down(silu(gate x_t) * up x_t)   for t < n.
+// Plain views; the weights and buffers are the caller's and must outlive the call.
 
 #include <cstdint>
 
@@ -16,6 +18,16 @@ struct MatmulJob {
     int64_t n = 0;             // Tokens.
     float* y = nullptr;        // n rows with stride ldy.
     int64_t ldy = 0;           // Output row stride, floats.
+};
+
+struct SwiGluJob {
+    const Weight* gate = nullptr;  // [inter][in].
+    const Weight* up = nullptr;    // [inter][in], same shape as gate.
+    const Weight* down = nullptr;  // [out][inter].
+    const float* x = nullptr;      // n rows of `in` inputs (contiguous).
+    int64_t n = 0;                 // Tokens.
+    float* y = nullptr;            // n rows of `out` outputs with stride ldy (overwritten).
+    int64_t ldy = 0;               // Output row stride, floats.
 };
 
 }  // namespace edge::engine

@@ -113,6 +113,7 @@ struct MoeBlock::Rank {
     std::vector<float> in, gate, up, act, out, back, ret;
     std::vector<int32_t> row_of, expert_begin, fill;
     std::vector<MatmulJob> jobs;
+    std::vector<SwiGluJob> swiglu_jobs;
 
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
@@ -275,6 +276,12 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         }
     }
     rk.times.routing_s += since(t);
+    if (R == 1 && n > 1) {
+        // One rank: no exchange to make, so the records, both all-to-alls and their copies are
+        // skipped; rows reach the experts in the same order as through them (same results).
+        local_compute(rk, layer, li, h, m, idx, w, x);
+        return ok_status();
+    }
 
     // Dispatch: each assignment to one rank holding its expert (replicas in turn, starting at a
     // rank-dependent offset), records grouped by destination in (token, k) order.
@@ -338,12 +345,11 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         std::memcpy(in + row * H, recv + k * rec_bytes + sizeof(int32_t),
                     static_cast<size_t>(H) * 4);
     }
-    float* gate = grow(rk.gate, static_cast<size_t>(rows * I));
-    float* up = grow(rk.up, static_cast<size_t>(rows * I));
-    float* act = grow(rk.act, static_cast<size_t>(rows * I));
     float* out = grow(rk.out, static_cast<size_t>(rows * H));
-    for (int pass = 0; pass < 2; ++pass) {
-        rk.jobs.clear();
+    if (n > 1) {
+        // Several tokens (batched decode, prefill): each expert is one job, run whole by one
+        // thread on the CPU backend (engine/cpu/matmul.h swiglu_batch).
+        rk.swiglu_jobs.clear();
         for (int32_t e = 0; e < E; ++e) {
             const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
             if (cnt == 0) {
@@ -351,18 +357,37 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
             }
             const int64_t r0 = rk.expert_begin[e];
             const SwiGlu& s = layer.experts[e];
-            if (pass == 0) {
-                rk.jobs.push_back({&s.gate, in + r0 * H, cnt, gate + r0 * I, I});
-                rk.jobs.push_back({&s.up, in + r0 * H, cnt, up + r0 * I, I});
-            } else {
-                rk.jobs.push_back({&s.down, act + r0 * I, cnt, out + r0 * H, H});
+            rk.swiglu_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, cnt, out + r0 * H, H});
+        }
+        if (!rk.swiglu_jobs.empty()) {
+            rk.backend->swiglu_batch(rk.swiglu_jobs);
+        }
+    } else {
+        float* gate = grow(rk.gate, static_cast<size_t>(rows * I));
+        float* up = grow(rk.up, static_cast<size_t>(rows * I));
+        float* act = grow(rk.act, static_cast<size_t>(rows * I));
+        for (int pass = 0; pass < 2; ++pass) {
+            rk.jobs.clear();
+            for (int32_t e = 0; e < E; ++e) {
+                const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
+                if (cnt == 0) {
+                    continue;
+                }
+                const int64_t r0 = rk.expert_begin[e];
+                const SwiGlu& s = layer.experts[e];
+                if (pass == 0) {
+                    rk.jobs.push_back({&s.gate, in + r0 * H, cnt, gate + r0 * I, I});
+                    rk.jobs.push_back({&s.up, in + r0 * H, cnt, up + r0 * I, I});
+                } else {
+                    rk.jobs.push_back({&s.down, act + r0 * I, cnt, out + r0 * H, H});
+                }
             }
-        }
-        if (!rk.jobs.empty()) {
-            rk.backend->matmul_batch(rk.jobs);
-        }
-        if (pass == 0 && rows > 0) {
-            cpu::silu_mul(gate, up, rows * I, act);
+            if (!rk.jobs.empty()) {
+                rk.backend->matmul_batch(rk.jobs);
+            }
+            if (pass == 0 && rows > 0) {
+                cpu::silu_mul(gate, up, rows * I, act);
+            }
         }
     }
     rk.rows_computed += rows;
@@ -396,6 +421,62 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
     }
     rk.times.combine_s += since(t);
     return ok_status();
+}
+
+void MoeBlock::local_compute(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t m,
+                             const int32_t* idx, const float* w, float* x) {
+    const int64_t H = shape_.hidden;
+    const int32_t E = shape_.experts;
+    const int32_t K = shape_.top_k;
+    auto t = SteadyClock::now();
+    const int64_t rows = m * K;
+    rk.expert_begin.assign(E + 1, 0);
+    rk.fill.assign(E, 0);
+    for (int64_t a = 0; a < rows; ++a) {
+        EDGE_CHECK(placement_.holds(li, idx[a], rk.id),
+                   "moe block: the only rank does not hold an expert");
+        ++rk.expert_begin[idx[a] + 1];
+    }
+    for (int32_t e = 0; e < E; ++e) {
+        rk.expert_begin[e + 1] += rk.expert_begin[e];
+    }
+    int32_t* row_of = grow(rk.row_of, static_cast<size_t>(rows));
+    float* in = grow(rk.in, static_cast<size_t>(rows * H));
+    float* out = grow(rk.out, static_cast<size_t>(rows * H));
+    for (int64_t a = 0; a < rows; ++a) {
+        const int32_t e = idx[a];
+        const int32_t row = rk.expert_begin[e] + rk.fill[e]++;
+        row_of[a] = row;
+        std::memcpy(in + row * H, h + (a / K) * H, static_cast<size_t>(H) * 4);
+    }
+    rk.swiglu_jobs.clear();
+    for (int32_t e = 0; e < E; ++e) {
+        const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
+        if (cnt == 0) {
+            continue;
+        }
+        const int64_t r0 = rk.expert_begin[e];
+        const SwiGlu& s = layer.experts[e];
+        rk.swiglu_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, cnt, out + r0 * H, H});
+    }
+    if (!rk.swiglu_jobs.empty()) {
+        rk.backend->swiglu_batch(rk.swiglu_jobs);
+    }
+    rk.rows_computed += rows;
+    rk.times.compute_s += since(t);
+    t = SteadyClock::now();
+    for (int64_t i = 0; i < m; ++i) {
+        float* xi = x + i * H;
+        for (int32_t j = 0; j < K; ++j) {
+            const int64_t a = i * K + j;
+            const float wt = w[a];
+            const float* res = out + static_cast<int64_t>(row_of[a]) * H;
+            for (int64_t d = 0; d < H; ++d) {
+                xi[d] += wt * res[d];
+            }
+        }
+    }
+    rk.times.combine_s += since(t);
 }
 
 Status MoeBlock::refresh_load(bool plan) {

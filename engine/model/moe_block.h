@@ -9,9 +9,11 @@
 //   dispatch: every (token, expert) assignment goes to a rank holding that expert in the current
 //             ExpertPlacement (replicas taken in turn), grouped by destination; one count exchange
 //             and one all-to-all through the rank's Communicator;
-//   compute:  the received rows grouped by expert and run as ONE grouped pass (all gate/up
-//             projections in one matmul_batch, then all down projections in another), so an
-//             expert chosen by several tokens is read once per step;
+//   compute:  the received rows grouped by expert and run as ONE grouped pass, so an expert
+//             chosen by several tokens is read once per step: with several tokens (batched
+//             decode, prefill) one Backend::swiglu_batch over every expert with work (the CPU
+//             runs each expert whole as one task); with one token all gate/up projections in
+//             one matmul_batch, then all down projections in another;
 //   combine:  results returned by a second all-to-all and added to x with the routing weights, per
 //             token in top-k order. Deterministic for a given R and plan. Across R and plans, the
 //             only difference is how many rows share a matmul call, so output matches R = 1 to
@@ -125,6 +127,9 @@ private:
     MoeBlock() = default;
     Status rank_forward(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t n,
                         float* x);
+    // The one-rank form of rank_forward's dispatch, compute and combine for several tokens.
+    void local_compute(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t m,
+                       const int32_t* idx, const float* w, float* x);
     Status refresh_load(bool plan);
 
     MoeShape shape_;
