@@ -477,11 +477,14 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     if (response.body.size() <= 16 * 1024) {
         // Head and body in one buffer: one TLS record.
         out += response.body;
-        wec = co_await stream_.write(net::buffer(out));
+        auto single = net::buffer(out);
+        wec = co_await stream_.write(single);
     } else {
-        wec = co_await stream_.write(net::buffer(out));
+        auto head = net::buffer(out);
+        wec = co_await stream_.write(head);
         if (!wec) {
-            wec = co_await stream_.write(net::buffer(response.body));
+            auto body = net::buffer(response.body);
+            wec = co_await stream_.write(body);
         }
     }
     if (out.capacity() > 64 * 1024) {
@@ -658,7 +661,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             write_buffer_.clear();
             format_head(write_buffer_, piece.response, version, keep_alive, std::nullopt);
             set_deadline(write_timeout);
-            boost::system::error_code ec = co_await stream_.write(net::buffer(write_buffer_));
+            auto head = net::buffer(write_buffer_);
+            boost::system::error_code ec = co_await stream_.write(head);
             if (ec) {
                 ok = false;
                 break;
@@ -686,12 +690,14 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 out += "\r\n";
                 out += piece.data;
                 out += "\r\n";
-                ec = co_await stream_.write(net::buffer(out));
+                auto chunk = net::buffer(out);
+                ec = co_await stream_.write(chunk);
                 if (out.capacity() > 64 * 1024) {
                     std::string().swap(out);
                 }
             } else {
-                ec = co_await stream_.write(net::buffer(piece.data));
+                auto raw = net::buffer(piece.data);
+                ec = co_await stream_.write(raw);
             }
             channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
             if (ec) {

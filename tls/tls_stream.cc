@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ssl/error.hpp>
@@ -32,9 +33,11 @@ void clear_stale_errors() {
 
 }  // namespace
 
-// The BIO between OpenSSL and the socket. It reads the socket's descriptor at every call (not a
-// copy taken at the start), so once the session closes the socket OpenSSL gets EBADF instead of
-// a descriptor number the kernel may have given to another connection.
+// The BIO between OpenSSL and the socket. Reads come from the stream's input buffer, refilled
+// from the socket when empty (WANT_READ when the socket has nothing either). Reads and writes take
+// the socket's descriptor at every call (not a copy taken at the start), so once the session
+// closes the socket OpenSSL gets EBADF instead of a descriptor number the kernel may have given
+// to another connection.
 struct TlsStreamBio {
     static TlsStream* stream(BIO* bio) { return static_cast<TlsStream*>(BIO_get_data(bio)); }
 
@@ -44,40 +47,38 @@ struct TlsStreamBio {
         if (size <= 0) {
             return 0;
         }
-        if (s->prefix_used_ < s->prefix_.size()) {
-            const size_t n =
-                std::min(static_cast<size_t>(size), s->prefix_.size() - s->prefix_used_);
-            std::memcpy(out, s->prefix_.data() + s->prefix_used_, n);
-            s->prefix_used_ += n;
-            if (s->prefix_used_ == s->prefix_.size()) {
-                std::string().swap(s->prefix_);
-                s->prefix_used_ = 0;
+        if (s->in_begin_ == s->in_end_) {
+            // Try the socket at once: on a busy connection the next request is often there by
+            // the time the last response is written, and this read costs no trip through the
+            // reactor. Only when it would block does the stream wait (async_read_some).
+            s->in_begin_ = 0;
+            s->in_end_ = 0;
+            const int fd = s->socket_.native_handle();
+            if (fd < 0) {
+                s->last_errno_ = EBADF;
+                return -1;
             }
-            return static_cast<int>(n);
-        }
-        const int fd = s->socket_.native_handle();
-        if (fd < 0) {
-            s->last_errno_ = EBADF;
-            return -1;
-        }
-        for (;;) {
-            const ssize_t n = ::recv(fd, out, static_cast<size_t>(size), 0);
-            if (n >= 0) {
-                if (n == 0) {
-                    s->last_errno_ = 0;
+            ssize_t got;
+            do {
+                got = ::recv(fd, s->in_.data(), s->in_.size(), 0);
+            } while (got < 0 && errno == EINTR);
+            if (got == 0) {
+                return 0;  // End of stream.
+            }
+            if (got < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    BIO_set_retry_read(bio);
+                } else {
+                    s->last_errno_ = errno;
                 }
-                return static_cast<int>(n);
+                return -1;
             }
-            if (errno == EINTR) {
-                continue;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                BIO_set_retry_read(bio);
-            } else {
-                s->last_errno_ = errno;
-            }
-            return -1;
+            s->in_end_ = static_cast<size_t>(got);
         }
+        const size_t n = std::min(static_cast<size_t>(size), s->in_end_ - s->in_begin_);
+        std::memcpy(out, s->in_.data() + s->in_begin_, n);
+        s->in_begin_ += n;
+        return static_cast<int>(n);
     }
 
     static int write(BIO* bio, const char* data, int size) {
@@ -132,7 +133,11 @@ struct TlsStreamBio {
     }
 };
 
-TlsStream::TlsStream(tcp::socket socket, SSL_CTX* context) : socket_(std::move(socket)) {
+// Room for one whole TLS record (16 KiB of plaintext plus the largest expansion).
+constexpr size_t kInputBytes = 17 * 1024;
+
+TlsStream::TlsStream(tcp::socket socket, SSL_CTX* context)
+    : socket_(std::move(socket)), in_(kInputBytes) {
     boost::system::error_code ignored;
     socket_.non_blocking(true, ignored);
     BIO_METHOD* method = TlsStreamBio::method();
@@ -155,9 +160,6 @@ TlsStream::TlsStream(tcp::socket socket, SSL_CTX* context) : socket_(std::move(s
     // buffer can move between tries), and returns after each record so a long body is not held
     // back until all of it is encrypted.
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-    // Read whole socket buffers at once rather than a record header then its body: half the
-    // recv calls for small requests.
-    SSL_set_read_ahead(ssl_, 1);
     SSL_set_accept_state(ssl_);
 }
 
@@ -232,18 +234,58 @@ TlsStream::Step TlsStream::try_write(const void* data, size_t size) {
     return failed(ret);
 }
 
+net::mutable_buffer TlsStream::fill_buffer() {
+    if (in_begin_ == in_end_) {
+        in_begin_ = 0;
+        in_end_ = 0;
+    }
+    return net::buffer(in_.data() + in_end_, in_.size() - in_end_);
+}
+
+TlsStream::error_code TlsStream::filled(error_code ec, size_t n) {
+    in_end_ += n;
+    if (ec == net::error::eof && SSL_is_init_finished(ssl_) == 1) {
+        // The peer closed without close_notify: as asio::ssl::stream reports it.
+        return net::ssl::error::stream_truncated;
+    }
+    return ec;
+}
+
 net::awaitable<TlsStream::error_code> TlsStream::handshake(std::string_view already_read) {
-    prefix_.assign(already_read);
-    prefix_used_ = 0;
+    if (already_read.size() > in_.size()) {
+        in_.resize(already_read.size());
+    }
+    std::memcpy(in_.data(), already_read.data(), already_read.size());
+    in_begin_ = 0;
+    in_end_ = already_read.size();
     for (;;) {
         Step step = try_handshake();
         if (step.want == Want::kNone) {
             co_return step.ec;
         }
-        auto [ec] = co_await socket_.async_wait(
-            step.want == Want::kRead ? tcp::socket::wait_read : tcp::socket::wait_write, kTuple);
-        if (ec) {
-            co_return ec;
+        if (in_.size() > kInputBytes && in_begin_ == in_end_) {
+            in_.resize(kInputBytes);
+            in_.shrink_to_fit();
+        }
+        // Inline rather than a helper coroutine: one awaitable frame fewer per wait.
+        error_code wait_ec;
+        if (step.want == Want::kRead) {
+            if (filling_) {
+                // A write that needs input (never on a TLS 1.2 connection without
+                // renegotiation, nor on TLS 1.3) while a read waits for it: refuse rather than
+                // read into the same buffer twice.
+                co_return net::error::in_progress;
+            }
+            filling_ = true;
+            auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
+            auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
+            filling_ = false;
+            wait_ec = filled(ec, n);
+        } else {
+            std::tie(wait_ec) = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
+        }
+        if (wait_ec) {
+            co_return wait_ec;
         }
     }
 }
@@ -258,10 +300,22 @@ net::awaitable<std::pair<TlsStream::error_code, size_t>> TlsStream::read_some(
         if (step.want == Want::kNone) {
             co_return std::pair{step.ec, step.bytes};
         }
-        auto [ec] = co_await socket_.async_wait(
-            step.want == Want::kRead ? tcp::socket::wait_read : tcp::socket::wait_write, kTuple);
-        if (ec) {
-            co_return std::pair{ec, size_t{0}};
+        // Inline rather than a helper coroutine: one awaitable frame fewer per wait.
+        error_code wait_ec;
+        if (step.want == Want::kRead) {
+            if (filling_) {
+                co_return std::pair{error_code(net::error::in_progress), size_t{0}};
+            }
+            filling_ = true;
+            auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
+            auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
+            filling_ = false;
+            wait_ec = filled(ec, n);
+        } else {
+            std::tie(wait_ec) = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
+        }
+        if (wait_ec) {
+            co_return std::pair{wait_ec, size_t{0}};
         }
     }
 }
@@ -279,13 +333,29 @@ net::awaitable<TlsStream::error_code> TlsStream::write(net::const_buffer buffer)
             left -= step.bytes;
             continue;
         }
-        auto [ec] = co_await socket_.async_wait(
-            step.want == Want::kRead ? tcp::socket::wait_read : tcp::socket::wait_write, kTuple);
-        if (ec) {
-            co_return ec;
+        // Inline rather than a helper coroutine: one awaitable frame fewer per wait.
+        error_code wait_ec;
+        if (step.want == Want::kRead) {
+            if (filling_) {
+                // A write that needs input (never on a TLS 1.2 connection without
+                // renegotiation, nor on TLS 1.3) while a read waits for it: refuse rather than
+                // read into the same buffer twice.
+                co_return net::error::in_progress;
+            }
+            filling_ = true;
+            auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
+            auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
+            filling_ = false;
+            wait_ec = filled(ec, n);
+        } else {
+            std::tie(wait_ec) = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
+        }
+        if (wait_ec) {
+            co_return wait_ec;
         }
     }
     co_return error_code{};
 }
+
 
 }  // namespace edge::tls
