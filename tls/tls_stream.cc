@@ -357,5 +357,4 @@ net::awaitable<TlsStream::error_code> TlsStream::write(net::const_buffer buffer)
     co_return error_code{};
 }
 
-
 }  // namespace edge::tls

@@ -85,13 +85,15 @@ public:
     template <typename MutableBufferSequence, typename Token>
     auto async_read_some(const MutableBufferSequence& buffers, Token&& token) {
         return boost::asio::async_compose<Token, void(error_code, size_t)>(
-            IoOp<MutableBufferSequence, true>{*this, buffers}, token, socket_);
+            IoOp<MutableBufferSequence, true>{*this, buffers, false, false, false, Step{}}, token,
+            socket_);
     }
     // AsyncWriteStream: writes from the first non-empty buffer of `buffers`.
     template <typename ConstBufferSequence, typename Token>
     auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
         return boost::asio::async_compose<Token, void(error_code, size_t)>(
-            IoOp<ConstBufferSequence, false>{*this, buffers}, token, socket_);
+            IoOp<ConstBufferSequence, false>{*this, buffers, false, false, false, Step{}}, token,
+            socket_);
     }
 
 private:
