@@ -48,6 +48,12 @@ struct TlsStreamBio {
             return 0;
         }
         if (s->in_begin_ == s->in_end_) {
+            if (s->filling_) {
+                // A socket read into in_ is pending (another operation waits for input): leave
+                // the buffer to it.
+                BIO_set_retry_read(bio);
+                return -1;
+            }
             // Try the socket at once: on a busy connection the next request is often there by
             // the time the last response is written, and this read costs no trip through the
             // reactor. Only when it would block does the stream wait (async_read_some).
