@@ -15,6 +15,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -524,6 +525,12 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             co_return false;
         }
         set_deadline(limits.idle_timeout);
+        if (seq_ != 0) {
+            // Right after a response the client has rarely sent its next request yet: let the
+            // other connections' ready work run first, then read (a read at once would mostly
+            // find nothing and cost two recv calls and a wait in the reactor).
+            co_await net::post(stream_.get_executor(), net::use_awaitable);
+        }
         auto first = buffer_.prepare(4096);
         auto [ec, n] = co_await stream_.read_some(first);
         if (ec) {
