@@ -261,7 +261,9 @@ net::awaitable<TlsStream::error_code> TlsStream::handshake(std::string_view alre
     if (already_read.size() > in_.size()) {
         in_.resize(already_read.size());
     }
-    std::memcpy(in_.data(), already_read.data(), already_read.size());
+    if (!already_read.empty()) {
+        std::memcpy(in_.data(), already_read.data(), already_read.size());
+    }
     in_begin_ = 0;
     in_end_ = already_read.size();
     for (;;) {
