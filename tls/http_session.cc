@@ -529,7 +529,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             // Right after a response the client has rarely sent its next request yet: let the
             // other connections' ready work run first, then read (a read at once would mostly
             // find nothing and cost two recv calls and a wait in the reactor).
-            co_await net::post(stream_.get_executor(), net::use_awaitable);
+            auto executor = stream_.get_executor();  // Named: GCC 12 and co_await temporaries.
+            co_await net::post(executor, net::use_awaitable);
         }
         auto first = buffer_.prepare(4096);
         auto [ec, n] = co_await stream_.read_some(first);
