@@ -15,8 +15,8 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ssl/error.hpp>
-#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "tls/http_server_impl.h"
 #include "tls/proxy_protocol.h"
+#include "tls/tls_stream.h"
 
 namespace edge::tls {
 
@@ -33,10 +34,10 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
-// A plain Asio TLS stream over the socket: deadlines come from the session's one watchdog timer
-// (see set_deadline) instead of a timer armed and cancelled around every operation, and every
-// write hands one buffer to SSL_write (one TLS record).
-using Stream = net::ssl::stream<tcp::socket>;
+// Our own TLS stream over the socket (tls/tls_stream.h): OpenSSL reads and writes the descriptor
+// directly. Deadlines come from the session's one watchdog timer (see set_deadline) instead of a
+// timer armed and cancelled around every operation.
+using Stream = TlsStream;
 using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
@@ -98,7 +99,7 @@ public:
                 std::shared_ptr<const TlsGeneration> generation)
         : server_(server),
           generation_(std::move(generation)),
-          stream_(std::move(socket), generation_->default_context()),
+          stream_(std::move(socket), generation_->native_context(0)),
           signal_(stream_.get_executor()),
           watchdog_(stream_.get_executor()) {}
 
@@ -155,6 +156,11 @@ public:
 private:
     net::awaitable<bool> accept_proxy_and_handshake();
     net::awaitable<bool> read_request(http::request_parser<http::string_body>& parser);
+    // Feeds buffered bytes to `parser`, reading more from the stream while needed, until the
+    // header (`header_only`) or the whole message is parsed. Beast's read algorithms do this
+    // through the stream's Asio interface; here nothing is read while the buffered bytes suffice.
+    net::awaitable<boost::system::error_code> parse_request(
+        http::request_parser<http::string_body>& parser, bool header_only);
     net::awaitable<bool> serve_response(int version, bool keep_alive, Clock::time_point start,
                                         std::string_view method, std::string_view path);
     // Coroutine arguments are references and temporaries are named: GCC 12 mis-destroys
@@ -176,8 +182,8 @@ private:
     }
     void close_socket() {
         boost::system::error_code ignored;
-        stream_.next_layer().shutdown(tcp::socket::shutdown_both, ignored);
-        stream_.next_layer().close(ignored);
+        stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+        stream_.socket().close(ignored);
     }
     // The next I/O must be done within `timeout` (else the socket is closed, which ends the
     // pending operation with an error and sets timed_out_). Cheap: the watchdog timer is re-armed
@@ -329,8 +335,12 @@ public:
 }  // namespace
 
 net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
-    auto& tcp_layer = stream_.next_layer();
+    auto& tcp_layer = stream_.socket();
     boost::system::error_code ec;
+    if (!stream_.ok()) {
+        server_.observer_->on_handshake(false, "other");
+        co_return false;
+    }
     tcp::endpoint peer = tcp_layer.remote_endpoint(ec);
     if (ec) {
         co_return false;
@@ -377,8 +387,8 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
             break;
         }
     }
-    auto [hs_ec, used] =
-        co_await stream_.async_handshake(net::ssl::stream_base::server, buffer_.data(), kTuple);
+    std::string_view hello(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    boost::system::error_code hs_ec = co_await stream_.handshake(hello);
     buffer_.consume(buffer_.size());
     if (hs_ec) {
         server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec, timed_out_));
@@ -410,8 +420,8 @@ void HttpSession::start_watcher() {
     net::co_spawn(
         stream_.get_executor(),
         [self = shared_from_this()]() -> net::awaitable<void> {
-            auto [ec, n] = co_await self->stream_.async_read_some(self->buffer_.prepare(2048),
-                                                                  kTuple);
+            auto watch_buffer = self->buffer_.prepare(2048);
+            auto [ec, n] = co_await self->stream_.read_some(watch_buffer);
             self->watcher_running_ = false;
             if (ec) {
                 self->mark_client_gone();
@@ -466,14 +476,17 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     set_deadline(server_.config_.limits.write_timeout);
     boost::system::error_code wec;
     if (response.body.size() <= 16 * 1024) {
-        // Head and body in one buffer: one TLS record, and a single buffer is written as is
-        // (a sequence of two would be copied into the stream's coalescing buffer first).
+        // Head and body in one buffer: one TLS record.
         out += response.body;
         auto single = net::buffer(out);
-        std::tie(wec, std::ignore) = co_await net::async_write(stream_, single, kTuple);
+        wec = co_await stream_.write(single);
     } else {
-        std::array<net::const_buffer, 2> buffers{net::buffer(out), net::buffer(response.body)};
-        std::tie(wec, std::ignore) = co_await net::async_write(stream_, buffers, kTuple);
+        auto head = net::buffer(out);
+        wec = co_await stream_.write(head);
+        if (!wec) {
+            auto body = net::buffer(response.body);
+            wec = co_await stream_.write(body);
+        }
     }
     if (out.capacity() > 64 * 1024) {
         std::string().swap(out);
@@ -488,7 +501,7 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
     server_.observer_->on_response("", "", status, Clock::now() - start);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
-    auto& tcp_layer = stream_.next_layer();
+    auto& tcp_layer = stream_.socket();
     boost::system::error_code ignored;
     tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
     set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout,
@@ -512,7 +525,15 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             co_return false;
         }
         set_deadline(limits.idle_timeout);
-        auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(4096), kTuple);
+        if (seq_ != 0) {
+            // Right after a response the client has rarely sent its next request yet: let the
+            // other connections' ready work run first, then read (a read at once would mostly
+            // find nothing and cost two recv calls and a wait in the reactor).
+            auto executor = stream_.get_executor();  // Named: GCC 12 and co_await temporaries.
+            co_await net::post(executor, net::use_awaitable);
+        }
+        auto first = buffer_.prepare(4096);
+        auto [ec, n] = co_await stream_.read_some(first);
         if (ec) {
             co_return false;
         }
@@ -529,18 +550,9 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     parser.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
     parser.body_limit(limits.max_body_bytes);
     // Usually the whole header is already in the buffer (a keep-alive client sends a request in
-    // one segment): parse it here, and read asynchronously only when more bytes are needed (an
-    // asynchronous read that needs no bytes still completes through the io_context queue).
-    boost::system::error_code ec;
-    buffer_.consume(parser.put(buffer_.data(), ec));
-    if (ec == http::error::need_more) {
-        ec = {};
-    }
-    if (!ec && !parser.is_header_done()) {
-        set_deadline(limits.header_timeout);
-        auto [read_ec, n] = co_await http::async_read_header(stream_, buffer_, parser, kTuple);
-        ec = read_ec;
-    }
+    // one segment): it is parsed without any further read.
+    set_deadline(limits.header_timeout);
+    boost::system::error_code ec = co_await parse_request(parser, true);
     if (ec == http::error::header_limit) {
         co_await reject(431, "request header fields too large", 11);
         co_return false;
@@ -563,13 +575,13 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
             set_deadline(limits.write_timeout);
             auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());
-            auto [wec, wn] = co_await net::async_write(stream_, continue_buffer, kTuple);
+            boost::system::error_code wec = co_await stream_.write(continue_buffer);
             if (wec) {
                 co_return false;
             }
         }
         set_deadline(limits.body_timeout);
-        auto [bec, bn] = co_await http::async_read(stream_, buffer_, parser, kTuple);
+        boost::system::error_code bec = co_await parse_request(parser, false);
         if (bec == http::error::body_limit) {
             co_await reject(413, "request body too large", head.version());
             co_return false;
@@ -583,6 +595,42 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         }
     }
     co_return true;
+}
+
+net::awaitable<boost::system::error_code> HttpSession::parse_request(
+    http::request_parser<http::string_body>& parser, bool header_only) {
+    auto finished = [&] { return header_only ? parser.is_header_done() : parser.is_done(); };
+    boost::system::error_code ec;
+    for (;;) {
+        while (buffer_.size() > 0 && !finished()) {
+            const size_t used = parser.put(buffer_.data(), ec);
+            buffer_.consume(used);
+            if (ec == http::error::need_more) {
+                ec = {};
+                break;
+            }
+            if (ec) {
+                co_return ec;
+            }
+            if (used == 0) {
+                break;
+            }
+        }
+        if (finished()) {
+            co_return ec;
+        }
+        auto more = buffer_.prepare(header_only ? 4096 : 16 * 1024);
+        auto [read_ec, n] = co_await stream_.read_some(more);
+        if (read_ec == net::error::eof || read_ec == net::ssl::error::stream_truncated) {
+            // The client closed mid-message: a partial message, as Beast's readers report it.
+            parser.put_eof(ec);
+            co_return ec ? ec : http::make_error_code(http::error::partial_message);
+        }
+        if (read_ec) {
+            co_return read_ec;  // Timeout or reset.
+        }
+        buffer_.commit(n);
+    }
 }
 
 net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
@@ -622,7 +670,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             format_head(write_buffer_, piece.response, version, keep_alive, std::nullopt);
             set_deadline(write_timeout);
             auto head = net::buffer(write_buffer_);
-            auto [ec, n] = co_await net::async_write(stream_, head, kTuple);
+            boost::system::error_code ec = co_await stream_.write(head);
             if (ec) {
                 ok = false;
                 break;
@@ -651,13 +699,13 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 out += piece.data;
                 out += "\r\n";
                 auto chunk = net::buffer(out);
-                std::tie(ec, std::ignore) = co_await net::async_write(stream_, chunk, kTuple);
+                ec = co_await stream_.write(chunk);
                 if (out.capacity() > 64 * 1024) {
                     std::string().swap(out);
                 }
             } else {
                 auto raw = net::buffer(piece.data);
-                std::tie(ec, std::ignore) = co_await net::async_write(stream_, raw, kTuple);
+                ec = co_await stream_.write(raw);
             }
             channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
             if (ec) {
@@ -671,7 +719,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 set_deadline(write_timeout);
                 static constexpr std::string_view kLast = "0\r\n\r\n";
                 auto last = net::buffer(kLast.data(), kLast.size());
-                auto [ec, n] = co_await net::async_write(stream_, last, kTuple);
+                boost::system::error_code ec = co_await stream_.write(last);
                 ok = !ec;
             }
             if (version < 11) {
