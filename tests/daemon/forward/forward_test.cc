@@ -136,7 +136,8 @@ struct Site {
     }
 
     RouteTarget target() const {
-        return RouteTarget{false, id, "127.0.0.1:" + std::to_string(daemon->peer_port()), 0.0};
+        return RouteTarget{false, id, "127.0.0.1:" + std::to_string(daemon->peer_port()), 0.0,
+                           "m"};
     }
 
     std::unique_ptr<TlsClient> client() {
@@ -310,7 +311,8 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
     Site c(cluster, "gru", {"m"});
 
     SUBCASE("connection refused") {
-        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                         "m"};
         a.planner.route_to({dead, b.target()});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -348,7 +350,8 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
     }
     SUBCASE("every target fails: the last 5xx reaches the client") {
         c.generator.fail_next_submit(unavailable_error("engine queue full"));
-        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                         "m"};
         a.planner.route_to({dead, c.target()});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -359,7 +362,8 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
         CHECK(json_of(r->body)["error"].as_object()["message"] == "engine queue full");
     }
     SUBCASE("every target unreachable: 503 naming the last failure") {
-        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                         "m"};
         a.planner.route_to({dead});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -378,7 +382,8 @@ TEST_CASE("a retry budget of zero forbids the retry") {
     Site a(cluster, "fra", {"m"}, tenants_section(), true,
            "  retry_budget: 0\n  min_retry_concurrency: 0\n");
     Site b(cluster, "sin", {"m"});
-    RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+    RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                     "m"};
     a.planner.route_to({dead, b.target()});
     auto client = a.client();
     REQUIRE(client->send(chat_request(false)).ok());
@@ -561,7 +566,7 @@ TEST_CASE("a plan to another site without a peer section fails clearly, no plann
     Site a(cluster, "fra", {"m"}, tenants_section(), false);
     CHECK(a.daemon->peer_port() == 0);
     CHECK(a.daemon->forwarder() == nullptr);
-    a.planner.route_to({RouteTarget{false, "sin", "127.0.0.1:1", 0.0}});
+    a.planner.route_to({RouteTarget{false, "sin", "127.0.0.1:1", 0.0, "m"}});
     auto c = a.client();
     REQUIRE(c->send(chat_request(false)).ok());
     auto r = c->read_response();
