@@ -30,6 +30,7 @@
 
 #include "daemon/cluster/cli.h"
 #include "daemon/cluster/route_planner.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
@@ -49,25 +50,19 @@ const std::string kModel = EDGE_SOURCE_DIR "/deploy/demo-model";
 // traffic) or 2 failed active /readyz checks, so at most 2 x health_check_interval +
 // health_check_timeout after the death even without traffic. Gossip suspects the member after a
 // probe interval + probe timeout and declares it dead after the suspicion timeout
-// (suspicion_mult x max(1, log10 n) x probe interval at the least).
+// (suspicion_mult x max(1, log10 n) x probe interval at the least). The route does not wait
+// for that, so the suspicion timeout is long (1.5 s): a live site starved of CPU on a loaded
+// machine for a second is not declared dead, which would drop its pools from the route until it
+// rejoins (a request then had no pool to fall back on when sin died).
 constexpr int kProbeIntervalMs = 250;
 constexpr int kProbeTimeoutMs = 200;
-constexpr int kSuspicionMult = 3;
+constexpr int kSuspicionMult = 6;
 constexpr int kHealthIntervalMs = 200;
 constexpr int kHealthTimeoutMs = 1000;
 constexpr auto kDetectionBound =
     std::chrono::milliseconds(2 * kHealthIntervalMs + kHealthTimeoutMs);
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    const auto end = SteadyClock::now() + limit;
-    while (!pred()) {
-        if (SteadyClock::now() > end) {
-            return false;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
+using testing::wait_for;
 
 std::string read_text(const std::string& path) {
     std::ifstream in(path);
@@ -162,68 +157,51 @@ struct Site {
 };
 
 std::string site_yaml(const Site& s, const testing::TestCa& ca,
-                      const testing::TestCertificate& cert, const std::string& join) {
-    std::string y =
-        "listeners:\n"
-        "  public:\n"
-        "    address: 127.0.0.1\n"
-        "    port: 0\n"
-        "    certificates:\n"
-        "      - server_names: [localhost]\n"
-        "        cert: " + cert.cert_path + "\n"
-        "        key: " + cert.key_path + "\n"
-        "  admin:\n"
-        "    address: 127.0.0.1\n"
-        "    port: 0\n"
-        "site:\n"
-        "  id: " + s.id + "\n"
-        "  latitude: " + std::to_string(s.lat) + "\n"
-        "  longitude: " + std::to_string(s.lon) + "\n"
+                      const testing::TestCertificate& cert, const std::string& seed) {
+    testing::DaemonYaml y;
+    y.site_id = s.id;
+    y.latitude = s.lat;
+    y.longitude = s.lon;
+    y.cert_path = cert.cert_path;
+    y.key_path = cert.key_path;
+    y.drain_deadline_ms = 1000;
+    // A generous connect timeout: a TLS handshake between starved processes on a loaded machine
+    // can take a second, and a timed-out one sends the request to the next pool. A SIGKILLed
+    // site refuses connections at once, so the kill phase does not wait on it.
+    y.peer = testing::PeerYaml{ca.cert_path, cert.cert_path, cert.key_path, 5000,
+                               "  min_retry_concurrency: 16\n"};
+    testing::GossipYaml& g = y.gossip.emplace();
+    g.probe_interval_ms = kProbeIntervalMs;
+    g.probe_timeout_ms = kProbeTimeoutMs;
+    g.suspicion_mult = kSuspicionMult;
+    g.leave_drain_ms = 0;
+    g.health_check_interval_ms = kHealthIntervalMs;
+    g.health_check_timeout_ms = kHealthTimeoutMs;
+    g.testing_peer_delay = s.delays;
+    if (!seed.empty()) {
+        g.join = {seed};
+    }
+    y.extra =
         "log:\n"
         "  level: info\n"
         "  access_log: true\n"  // Which site saw which request, in the failure dump.
-        "limits:\n"
-        "  drain_deadline_ms: 1000\n";
+        "routing:\n"
+        "  coord_error_max: 1.0\n"  // Trust the measured coordinates early (a test on loopback).
+        "  outlier:\n"
+        "    consecutive_failures: 2\n"
+        "    base_ejection_ms: 1000\n"
+        "    interval_ms: 500\n"
+        "    max_ejection_percent: 100\n";
     if (s.serves) {
-        y += "models:\n"
-             "  - name: fortunes\n"
-             "    path: " + kModel + "\n"
-             "engine:\n"
-             "  threads: 1\n"
-             "  max_batch_sequences: 4\n";
+        y.extra +=
+            "models:\n"
+            "  - name: fortunes\n"
+            "    path: " + kModel + "\n"
+            "engine:\n"
+            "  threads: 1\n"
+            "  max_batch_sequences: 4\n";
     }
-    y += "peer:\n"
-         "  address: 127.0.0.1\n"
-         "  port: 0\n"
-         "  ca: " + ca.cert_path + "\n"
-         "  cert: " + cert.cert_path + "\n"
-         "  key: " + cert.key_path + "\n"
-         // Generous: a TLS handshake between starved processes on a loaded machine can take a
-         // second, and a timed-out handshake sends the request to the next pool. A SIGKILLed
-         // site refuses connections at once, so the kill phase does not wait on this.
-         "  connect_timeout_ms: 5000\n"
-         "  min_retry_concurrency: 16\n"
-         "gossip:\n"
-         "  bind_address: 127.0.0.1\n"
-         "  port: 0\n"
-         "  preset: local\n"
-         "  probe_interval_ms: " + std::to_string(kProbeIntervalMs) + "\n"
-         "  probe_timeout_ms: " + std::to_string(kProbeTimeoutMs) + "\n"
-         "  suspicion_mult: " + std::to_string(kSuspicionMult) + "\n"
-         "  gossip_interval_ms: 30\n"
-         "  push_pull_interval_ms: 1000\n"
-         "  publish_interval_ms: 50\n"
-         "  health_check_interval_ms: " + std::to_string(kHealthIntervalMs) + "\n"
-         "  health_check_timeout_ms: " + std::to_string(kHealthTimeoutMs) + "\n"
-         "  testing_peer_delay_ms: {" + s.delays + "}\n" + join +
-         "routing:\n"
-         "  coord_error_max: 1.0\n"  // Trust the measured coordinates early (a test on loopback).
-         "  outlier:\n"
-         "    consecutive_failures: 2\n"
-         "    base_ejection_ms: 1000\n"
-         "    interval_ms: 500\n"
-         "    max_ejection_percent: 100\n";
-    return y;
+    return testing::daemon_yaml(y);
 }
 
 std::string chat(int max_tokens, bool stream, const std::string& extra_headers = "") {
@@ -301,12 +279,9 @@ public:
         for (Site& s : sites_) {
             auto cert = testing::make_signed_certificate(ca_, dir_.path(), s.id,
                                                          {s.id + ".cluster.test", "localhost"});
-            std::string join;
-            if (s.id != "fra") {
-                join = "  join: ['" + sites_[0].gossip_addr + "']\n";
-            }
+            const std::string seed = s.id == "fra" ? "" : sites_[0].gossip_addr;
             const std::string config =
-                dir_.write(s.id + ".yaml", site_yaml(s, ca_, cert, join));
+                dir_.write(s.id + ".yaml", site_yaml(s, ca_, cert, seed));
             s.log_path = dir_.file(s.id + ".log");
             s.child = std::make_unique<testing::Child>(
                 std::vector<std::string>{kBinary, "run", "--config", config},

@@ -24,10 +24,11 @@
 #include "daemon/forward/peer_client.h"
 #include "daemon/metrics.h"
 #include "daemon/tenants.h"
-#include "tests/testing/config_yaml.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_certs.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/tls_client.h"
 
 using namespace edge;
@@ -97,16 +98,6 @@ struct Cluster {
     std::map<std::string, std::string> ca_files;
 };
 
-std::string peer_section(const std::string& ca_path, const testing::TestCertificate& cert,
-                         const std::string& extra = "") {
-    return "peer:\n"
-           "  address: 127.0.0.1\n"
-           "  port: 0\n"
-           "  ca: " + ca_path + "\n"
-           "  cert: " + cert.cert_path + "\n"
-           "  key: " + cert.key_path + "\n" + extra;
-}
-
 struct Site {
     // `extra`: more config sections; `peer_extra`: more keys of the peer section.
     Site(Cluster& cluster, std::string site_id, std::vector<std::string> models,
@@ -117,20 +108,20 @@ struct Site {
                    ? made->second
                    : testing::make_signed_certificate(cluster.ca, cluster.dir.path(), id,
                                                       {id + ".cluster.test", "localhost"});
-        std::string yaml = testing::config_yaml(
-            cert.cert_path, cert.key_path,
-            extra + (with_peer ? peer_section(cluster.ca_files.count(id) ? cluster.ca_files[id]
-                                                                          : cluster.ca.cert_path,
-                                              cert, peer_extra)
-                               : ""));
-        size_t at = yaml.find("id: test-site");
-        REQUIRE(at != std::string::npos);
-        yaml.replace(at, 13, "id: " + id);
-        auto config = daemon::parse_config(yaml, cluster.dir.file(id + ".yaml"));
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, generator, clock);
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        daemon = std::move(d).value();
+        testing::DaemonYaml y;
+        y.site_id = id;
+        y.region = "local";
+        y.cert_path = cert.cert_path;
+        y.key_path = cert.key_path;
+        y.drain_deadline_ms = 0;
+        if (with_peer) {
+            y.peer = testing::PeerYaml{cluster.ca_files.count(id) ? cluster.ca_files[id]
+                                                                  : cluster.ca.cert_path,
+                                       cert.cert_path, cert.key_path, 0, peer_extra};
+        }
+        y.extra = extra;
+        daemon = testing::make_daemon(testing::daemon_yaml(y), cluster.dir.file(id + ".yaml"),
+                                      generator, clock);
         daemon->set_route_planner(&planner);
         daemon->start();
     }
