@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     auto sin = make_site("sin", dir, ca, generator, clock);
     auto fra = make_site("fra", dir, ca, generator, clock);
     FixedPlanner planner(daemon::cluster::RouteTarget{
-        false, "sin", "127.0.0.1:" + std::to_string(sin->peer_port()), 0.0});
+        false, "sin", "127.0.0.1:" + std::to_string(sin->peer_port()), 0.0, "m"});
     fra->set_route_planner(&planner);
     sin->start();
     fra->start();

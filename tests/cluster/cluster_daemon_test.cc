@@ -19,8 +19,9 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/metrics.h"
-#include "tests/testing/config_yaml.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 
@@ -40,16 +41,7 @@ const SiteSpec kFra{"fra", 50.1, 8.7};
 const SiteSpec kSin{"sin", 1.35, 103.8};
 const SiteSpec kGru{"gru", -23.5, -46.6};
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > end) {
-            return false;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
+using testing::wait_for;
 
 struct Site {
     SiteSpec spec;
@@ -99,7 +91,7 @@ struct Site {
 
 class Cluster3 {
 public:
-    // `extra_gossip` is appended inside each site's gossip section; `delays(site)` its
+    // `routing` is appended to each site's routing section; `delays(site)` is its
     // testing_peer_delay_ms mapping ("" for none).
     Cluster3(const std::vector<std::vector<std::string>>& models,
              const std::function<std::string(const std::string&)>& delays = {},
@@ -109,54 +101,28 @@ public:
         for (size_t i = 0; i < 3; ++i) {
             sites_.push_back(std::make_unique<Site>(specs[i], models[i]));
             Site& s = *sites_.back();
-            std::string join;
+            testing::DaemonYaml y;
+            y.site_id = s.spec.id;
+            y.latitude = s.spec.lat;
+            y.longitude = s.spec.lon;
+            y.peer_address = "127.0.0.1:" + std::to_string(20000 + i);
+            y.cert_path = cert_.cert_path;
+            y.key_path = cert_.key_path;
+            y.gossip.emplace();
+            y.gossip->suspicion_mult = 2;
             if (i > 0) {
                 const uint16_t seed = sites_[0]->daemon->cluster()->gossip_port();
-                join = "  join: ['127.0.0.1:" + std::to_string(seed) + "']\n";
+                y.gossip->join = {"127.0.0.1:" + std::to_string(seed)};
             }
-            std::string delay = delays ? delays(s.spec.id) : "";
-            std::string yaml =
-                "listeners:\n"
-                "  public:\n"
-                "    address: 127.0.0.1\n"
-                "    port: 0\n"
-                "    certificates:\n"
-                "      - server_names: [localhost]\n"
-                "        cert: " + cert_.cert_path + "\n"
-                "        key: " + cert_.key_path + "\n"
-                "  admin:\n"
-                "    address: 127.0.0.1\n"
-                "    port: 0\n"
-                "site:\n"
-                "  id: " + s.spec.id + "\n"
-                "  latitude: " + std::to_string(s.spec.lat) + "\n"
-                "  longitude: " + std::to_string(s.spec.lon) + "\n"
-                "  peer_address: 127.0.0.1:" + std::to_string(20000 + i) + "\n"
-                "limits:\n"
-                "  drain_deadline_ms: 5000\n"
-                "gossip:\n"
-                "  bind_address: 127.0.0.1\n"
-                "  port: 0\n"
-                "  preset: local\n"
-                "  probe_interval_ms: 200\n"
-                "  probe_timeout_ms: 150\n"
-                "  gossip_interval_ms: 30\n"
-                "  push_pull_interval_ms: 1000\n"
-                "  suspicion_mult: 2\n"
-                "  publish_interval_ms: 50\n"
-                "  leave_drain_ms: 100\n"
-                "  health_check_interval_ms: 100\n"
-                "  health_check_timeout_ms: 200\n" + join +
-                (delay.empty() ? "" : "  testing_peer_delay_ms: {" + delay + "}\n") +
+            y.gossip->testing_peer_delay = delays ? delays(s.spec.id) : "";
+            y.extra =
                 "routing:\n"
                 "  outlier:\n"
                 "    consecutive_failures: 2\n"
                 "    max_ejection_percent: 100\n" + routing;
-            auto config = daemon::parse_config(yaml, dir_.file(s.spec.id + ".yaml"));
-            REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-            auto d = daemon::Daemon::create(*config, s.generator, SystemClock::instance());
-            REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-            s.daemon = std::move(d).value();
+            s.daemon = testing::make_daemon(testing::daemon_yaml(y),
+                                            dir_.file(s.spec.id + ".yaml"), s.generator,
+                                            SystemClock::instance());
             s.daemon->start();
         }
     }

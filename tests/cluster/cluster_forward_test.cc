@@ -20,7 +20,9 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/metrics.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 
@@ -31,16 +33,7 @@ namespace membership = edge::routing::membership;
 
 namespace {
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > end) {
-            return false;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
+using testing::wait_for;
 
 // A ScriptedGenerator that advertises its models with a given version digest.
 class VersionedGenerator final : public engine::Generator {
@@ -177,58 +170,27 @@ private:
         Site& s = *sites_.back();
         auto cert = testing::make_signed_certificate(ca_, dir_.path(), id,
                                                      {id + ".cluster.test", "localhost"});
-        std::string join;
+        testing::DaemonYaml y;
+        y.site_id = id;
+        y.latitude = lat;
+        y.longitude = lon;
+        y.cert_path = cert.cert_path;
+        y.key_path = cert.key_path;
+        // A handshake on a loaded machine can take a while; a dead site refuses at once.
+        y.peer = testing::PeerYaml{ca_.cert_path, cert.cert_path, cert.key_path, 5000, ""};
+        y.gossip.emplace();
+        y.gossip->suspicion_mult = 2;
         if (sites_.size() > 1) {
-            join = "  join: ['127.0.0.1:" +
-                   std::to_string(sites_[0]->daemon->cluster()->gossip_port()) + "']\n";
+            y.gossip->join = {"127.0.0.1:" +
+                              std::to_string(sites_[0]->daemon->cluster()->gossip_port())};
         }
-        std::string yaml =
-            "listeners:\n"
-            "  public:\n"
-            "    address: 127.0.0.1\n"
-            "    port: 0\n"
-            "    certificates:\n"
-            "      - server_names: [localhost]\n"
-            "        cert: " + cert.cert_path + "\n"
-            "        key: " + cert.key_path + "\n"
-            "  admin:\n"
-            "    address: 127.0.0.1\n"
-            "    port: 0\n"
-            "site:\n"
-            "  id: " + id + "\n"
-            "  latitude: " + std::to_string(lat) + "\n"
-            "  longitude: " + std::to_string(lon) + "\n"
-            "limits:\n"
-            "  drain_deadline_ms: 5000\n"
-            "peer:\n"
-            "  address: 127.0.0.1\n"
-            "  port: 0\n"
-            "  ca: " + ca_.cert_path + "\n"
-            "  cert: " + cert.cert_path + "\n"
-            "  key: " + cert.key_path + "\n"
-            "  connect_timeout_ms: 500\n"
-            "gossip:\n"
-            "  bind_address: 127.0.0.1\n"
-            "  port: 0\n"
-            "  preset: local\n"
-            "  probe_interval_ms: 200\n"
-            "  probe_timeout_ms: 150\n"
-            "  gossip_interval_ms: 30\n"
-            "  push_pull_interval_ms: 1000\n"
-            "  suspicion_mult: 2\n"
-            "  publish_interval_ms: 50\n"
-            "  leave_drain_ms: 100\n"
-            "  health_check_interval_ms: 100\n"
-            "  health_check_timeout_ms: 200\n" + join +
+        y.extra =
             "routing:\n"
             "  outlier:\n"
             "    consecutive_failures: 2\n"
             "    max_ejection_percent: 100\n";
-        auto config = daemon::parse_config(yaml, dir_.file(id + ".yaml"));
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, s.generator, SystemClock::instance());
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        s.daemon = std::move(d).value();
+        s.daemon = testing::make_daemon(testing::daemon_yaml(y), dir_.file(id + ".yaml"),
+                                        s.generator, SystemClock::instance());
         s.daemon->start();
     }
 

@@ -26,8 +26,10 @@
 #include "daemon/daemon.h"
 #include "engine/backend.h"
 #include "tests/testing/config_yaml.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 
@@ -37,47 +39,22 @@ namespace membership = edge::routing::membership;
 
 namespace {
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds limit) {
-    const auto end = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() > end) {
-            return false;
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    return true;
-}
+using testing::wait_for;
 
+// A site of a two-daemon gossip cluster, without active health checks.
 std::string gossip_site_yaml(const testing::TestCertificate& cert, const std::string& id,
                              const std::string& join) {
-    return "listeners:\n"
-           "  public:\n"
-           "    address: 127.0.0.1\n"
-           "    port: 0\n"
-           "    certificates:\n"
-           "      - server_names: [localhost]\n"
-           "        cert: " + cert.cert_path + "\n"
-           "        key: " + cert.key_path + "\n"
-           "  admin:\n"
-           "    address: 127.0.0.1\n"
-           "    port: 0\n"
-           "site:\n"
-           "  id: " + id + "\n"
-           "  latitude: 50.1\n"
-           "  longitude: 8.7\n"
-           "limits:\n"
-           "  drain_deadline_ms: 5000\n"
-           "gossip:\n"
-           "  bind_address: 127.0.0.1\n"
-           "  port: 0\n"
-           "  preset: local\n"
-           "  probe_interval_ms: 200\n"
-           "  probe_timeout_ms: 150\n"
-           "  gossip_interval_ms: 30\n"
-           "  push_pull_interval_ms: 1000\n"
-           "  publish_interval_ms: 50\n"
-           "  leave_drain_ms: 100\n"
-           "  health_check_interval_ms: 0\n" + join;
+    testing::DaemonYaml y;
+    y.site_id = id;
+    y.cert_path = cert.cert_path;
+    y.key_path = cert.key_path;
+    y.gossip.emplace();
+    y.gossip->health_check_interval_ms = 0;
+    y.gossip->health_check_timeout_ms = 0;
+    if (!join.empty()) {
+        y.gossip->join = {join};
+    }
+    return testing::daemon_yaml(y);
 }
 
 // A daemon serving "test-model" from a scripted generator.
@@ -86,11 +63,7 @@ struct Site {
     std::unique_ptr<daemon::Daemon> daemon;
 
     void create(const std::string& yaml, const std::string& path) {
-        auto config = daemon::parse_config(yaml, path);
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, generator, SystemClock::instance());
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        daemon = std::move(d).value();
+        daemon = testing::make_daemon(yaml, path, generator, SystemClock::instance());
     }
 
     std::optional<membership::PoolState> pool_state_seen_by(daemon::Daemon& other,
@@ -122,8 +95,7 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
     fra.daemon->start();
     const uint16_t seed = fra.daemon->cluster()->gossip_port();
-    sin.create(gossip_site_yaml(cert, "sin", "  join: ['127.0.0.1:" + std::to_string(seed) +
-                                                  "']\n"),
+    sin.create(gossip_site_yaml(cert, "sin", "127.0.0.1:" + std::to_string(seed)),
                dir.file("sin.yaml"));
     InjectedFault injected;
     sin.daemon->set_health_probe(injected.probe());

@@ -24,10 +24,11 @@
 #include "daemon/forward/peer_client.h"
 #include "daemon/metrics.h"
 #include "daemon/tenants.h"
-#include "tests/testing/config_yaml.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_certs.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/tls_client.h"
 
 using namespace edge;
@@ -97,16 +98,6 @@ struct Cluster {
     std::map<std::string, std::string> ca_files;
 };
 
-std::string peer_section(const std::string& ca_path, const testing::TestCertificate& cert,
-                         const std::string& extra = "") {
-    return "peer:\n"
-           "  address: 127.0.0.1\n"
-           "  port: 0\n"
-           "  ca: " + ca_path + "\n"
-           "  cert: " + cert.cert_path + "\n"
-           "  key: " + cert.key_path + "\n" + extra;
-}
-
 struct Site {
     // `extra`: more config sections; `peer_extra`: more keys of the peer section.
     Site(Cluster& cluster, std::string site_id, std::vector<std::string> models,
@@ -117,26 +108,27 @@ struct Site {
                    ? made->second
                    : testing::make_signed_certificate(cluster.ca, cluster.dir.path(), id,
                                                       {id + ".cluster.test", "localhost"});
-        std::string yaml = testing::config_yaml(
-            cert.cert_path, cert.key_path,
-            extra + (with_peer ? peer_section(cluster.ca_files.count(id) ? cluster.ca_files[id]
-                                                                          : cluster.ca.cert_path,
-                                              cert, peer_extra)
-                               : ""));
-        size_t at = yaml.find("id: test-site");
-        REQUIRE(at != std::string::npos);
-        yaml.replace(at, 13, "id: " + id);
-        auto config = daemon::parse_config(yaml, cluster.dir.file(id + ".yaml"));
-        REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-        auto d = daemon::Daemon::create(*config, generator, clock);
-        REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-        daemon = std::move(d).value();
+        testing::DaemonYaml y;
+        y.site_id = id;
+        y.region = "local";
+        y.cert_path = cert.cert_path;
+        y.key_path = cert.key_path;
+        y.drain_deadline_ms = 0;
+        if (with_peer) {
+            y.peer = testing::PeerYaml{cluster.ca_files.count(id) ? cluster.ca_files[id]
+                                                                  : cluster.ca.cert_path,
+                                       cert.cert_path, cert.key_path, 0, peer_extra};
+        }
+        y.extra = extra;
+        daemon = testing::make_daemon(testing::daemon_yaml(y), cluster.dir.file(id + ".yaml"),
+                                      generator, clock);
         daemon->set_route_planner(&planner);
         daemon->start();
     }
 
     RouteTarget target() const {
-        return RouteTarget{false, id, "127.0.0.1:" + std::to_string(daemon->peer_port()), 0.0};
+        return RouteTarget{false, id, "127.0.0.1:" + std::to_string(daemon->peer_port()), 0.0,
+                           "m"};
     }
 
     std::unique_ptr<TlsClient> client() {
@@ -310,7 +302,8 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
     Site c(cluster, "gru", {"m"});
 
     SUBCASE("connection refused") {
-        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                         "m"};
         a.planner.route_to({dead, b.target()});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -348,7 +341,8 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
     }
     SUBCASE("every target fails: the last 5xx reaches the client") {
         c.generator.fail_next_submit(unavailable_error("engine queue full"));
-        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                         "m"};
         a.planner.route_to({dead, c.target()});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -359,7 +353,8 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
         CHECK(json_of(r->body)["error"].as_object()["message"] == "engine queue full");
     }
     SUBCASE("every target unreachable: 503 naming the last failure") {
-        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+        RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                         "m"};
         a.planner.route_to({dead});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -378,7 +373,8 @@ TEST_CASE("a retry budget of zero forbids the retry") {
     Site a(cluster, "fra", {"m"}, tenants_section(), true,
            "  retry_budget: 0\n  min_retry_concurrency: 0\n");
     Site b(cluster, "sin", {"m"});
-    RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0};
+    RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                     "m"};
     a.planner.route_to({dead, b.target()});
     auto client = a.client();
     REQUIRE(client->send(chat_request(false)).ok());
@@ -561,7 +557,7 @@ TEST_CASE("a plan to another site without a peer section fails clearly, no plann
     Site a(cluster, "fra", {"m"}, tenants_section(), false);
     CHECK(a.daemon->peer_port() == 0);
     CHECK(a.daemon->forwarder() == nullptr);
-    a.planner.route_to({RouteTarget{false, "sin", "127.0.0.1:1", 0.0}});
+    a.planner.route_to({RouteTarget{false, "sin", "127.0.0.1:1", 0.0, "m"}});
     auto c = a.client();
     REQUIRE(c->send(chat_request(false)).ok());
     auto r = c->read_response();
