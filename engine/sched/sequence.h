@@ -45,7 +45,7 @@ struct SequenceRequest {
     SamplingParams sampling;               // Validated.
     uint64_t seed = 0;                     // Seed for the sampler.
     std::shared_ptr<GenerationSink> sink;  // Receives deltas and the finish.
-    std::string tenant;                    // Fair-share key ("" is a tenant like any other).
+    std::string tenant = {};               // Fair-share key ("" is a tenant like any other).
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
     int32_t priority = 0;                  // Higher is preempted later.
     std::vector<TokenId> kept_special = {};  // Special tokens decoded anyway (tool markers).
