@@ -2,8 +2,8 @@
 
 #include <doctest/doctest.h>
 
-#include "daemon/config.h"
 #include "tests/testing/config_yaml.h"
+#include "tests/testing/test_daemon.h"
 
 namespace edge::testing {
 
@@ -13,11 +13,7 @@ ScriptedDaemon::ScriptedDaemon(std::vector<std::string> models) : generator(std:
 
 void ScriptedDaemon::start(const std::string& extra_yaml) {
     config_text = config_yaml(cert.cert_path, cert.key_path, extra_yaml);
-    auto config = daemon::parse_config(config_text, dir.file("c.yaml"));
-    REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-    auto d = daemon::Daemon::create(*config, generator, clock);
-    REQUIRE_MESSAGE(d.ok(), d.status().to_string());
-    daemon = std::move(d).value();
+    daemon = make_daemon(config_text, dir.file("c.yaml"), generator, clock);
     daemon->start();
 }
 
