@@ -22,11 +22,13 @@
 
 namespace edge::bench {
 
-// One `--name VALUE` flag bound to a variable, which holds its default until parsed.
+// One `--name VALUE` flag (or a bare `--name` switch) bound to a variable, which holds its
+// default until parsed.
 struct Flag {
     std::string_view name;         // "--steps".
     std::string_view help;         // One line for --help.
     std::string* text = nullptr;   // A string flag's variable; or
+    bool* on = nullptr;            // a switch's (set to true when present); or
     int64_t* wide = nullptr;       // an integer flag's variable (int64_t or int),
     int* narrow = nullptr;         //
     int64_t min = 0;               // with its smallest and largest allowed values.
@@ -34,6 +36,9 @@ struct Flag {
 
     static Flag string(std::string_view name, std::string* v, std::string_view help) {
         return {.name = name, .help = help, .text = v};
+    }
+    static Flag boolean(std::string_view name, bool* v, std::string_view help) {
+        return {.name = name, .help = help, .on = v};
     }
     static Flag integer(std::string_view name, int* v, int64_t min, std::string_view help) {
         return {.name = name, .help = help, .narrow = v, .min = min};
@@ -68,6 +73,10 @@ inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags,
         }
         if (flag == nullptr) {
             usage_error(program, "unknown argument '" + std::string(arg) + "'");
+        }
+        if (flag->on != nullptr) {
+            *flag->on = true;
+            continue;
         }
         if (i + 1 >= argc) {
             usage_error(program, std::string(arg) + " needs a value");

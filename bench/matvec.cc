@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
@@ -141,20 +142,14 @@ int main(int argc, char** argv) {
     int rounds = 7;
     int64_t tokens = 1;  // Tokens per call (batched decode's experts see a few each).
     bool experts_mode = false;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--mb")) {
-            mb = std::max<int64_t>(64, std::atoll(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--rounds")) {
-            rounds = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--tokens")) {
-            tokens = std::max<int64_t>(1, std::atoll(argv[i + 1]));
-        }
-    }
-    for (int i = 1; i < argc; ++i) {
-        if (!std::strcmp(argv[i], "--experts")) {
-            experts_mode = true;
-        }
-    }
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::integer("--mb", &mb, 64, "MiB of BF16 weights streamed per pass"),
+         edge::bench::Flag::integer("--rounds", &rounds, 1, "rounds (median)"),
+         edge::bench::Flag::integer("--tokens", &tokens, 1, "tokens per call"),
+         edge::bench::Flag::boolean("--experts", &experts_mode,
+                                    "routed-expert SwiGLU tasks instead of plain matvec")},
+        "bench_matvec: the BF16 matvec/matmul kernels against memory bandwidth");
     constexpr int64_t kRows = 1024, kCols = 1024;
     const int64_t matrix_bytes = kRows * kCols * 2;
     const int64_t count = mb * 1024 * 1024 / matrix_bytes;

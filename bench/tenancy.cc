@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "engine/model/loader.h"
 #include "engine/sched/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -127,42 +128,18 @@ int main(int argc, char** argv) {
     int batch = 32;
     int out_tokens = 24;
     int step_tokens = 64;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--model")) {
-            model_dir = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--preset")) {
-            preset = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--steps")) {
-            steps = std::max(10, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--threads")) {
-            threads = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--batch")) {
-            batch = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--step-tokens")) {
-            step_tokens = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--out")) {
-            out_tokens = std::max(2, std::atoi(argv[i + 1]));
-        }
-    }
-    bool temp = false;
-    if (model_dir.empty()) {
-        model_dir = (std::filesystem::temp_directory_path() /
-                     ("edge_bench_tenancy_" + std::to_string(std::random_device{}())))
-                        .string();
-        edge::engine::MakeModelOptions mo;
-        mo.preset = preset;
-        mo.out_dir = model_dir;
-        mo.seed = 1;
-        const auto t0 = Clock::now();
-        edge::Status st = edge::engine::write_random_checkpoint(mo);
-        if (!st.ok()) {
-            std::fprintf(stderr, "%s\n", st.to_string().c_str());
-            return 1;
-        }
-        temp = true;
-        std::fprintf(stderr, "wrote %s preset to %s in %.1f s\n", preset.c_str(),
-                     model_dir.c_str(), since(t0, Clock::now()));
-    }
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: --preset's)"),
+         edge::bench::Flag::string("--preset", &preset, "make-model preset (default bench)"),
+         edge::bench::Flag::integer("--steps", &steps, 10, "scheduler steps measured"),
+         edge::bench::Flag::integer("--threads", &threads, 1, "compute threads"),
+         edge::bench::Flag::integer("--batch", &batch, 1, "max running sequences"),
+         edge::bench::Flag::integer("--step-tokens", &step_tokens, 1, "token budget per step"),
+         edge::bench::Flag::integer("--out", &out_tokens, 2, "tokens generated per request")},
+        "bench_tenancy: 64 streams from 4 tenants of different weights on one engine");
+    const edge::bench::BenchCheckpoint checkpoint(model_dir, preset);
+    model_dir = checkpoint.dir();
     auto tok = edge::engine::tokenizer::Tokenizer::load_file(model_dir + "/tokenizer.json");
     if (!tok.ok()) {
         std::fprintf(stderr, "%s\n", tok.status().to_string().c_str());
@@ -312,9 +289,6 @@ int main(int argc, char** argv) {
     const double total_tps = static_cast<double>(measured_tokens) / elapsed;
     const edge::engine::ServingStats serving = sched->serving_stats();
     sched->stop();
-    if (temp) {
-        std::filesystem::remove_all(model_dir);
-    }
 
     int64_t all_tokens = 0;
     int32_t all_weight = 0;
