@@ -18,6 +18,7 @@
 
 #include "common/result.h"
 #include "engine/cpu/matmul_job.h"
+#include "engine/cpu/swiglu_job.h"
 #include "engine/cpu/weight.h"
 
 namespace edge::engine {
@@ -56,6 +57,13 @@ public:
     // Independent matmuls run as one parallel step: jobs[i] computes y = x W^T for its own
     // weight, input and output.
     virtual void matmul_batch(std::span<const MatmulJob> jobs) = 0;
+    // One token through each job's SwiGLU MLP (swiglu_job.h), all jobs as one parallel step with
+    // no barrier between the gate/up and down projections. Returns false, doing nothing, on a
+    // backend without it (the caller then uses matmul_batch and silu_mul).
+    virtual bool swiglu_single(std::span<const SwiGluJob> jobs) {
+        (void)jobs;
+        return false;
+    }
 
     // Runs body(task, worker) for every task in [0, n) on the backend's threads; worker <
     // threads() names the thread running it (for per-thread scratch).

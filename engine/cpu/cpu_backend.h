@@ -5,7 +5,9 @@
 //
 // Threading: as Backend: one driving thread at a time.
 
+#include <atomic>
 #include <optional>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/cpu/matmul.h"
@@ -23,6 +25,10 @@ public:
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
+    // One task list for all jobs: each job's gate/up rows in a few parts (silu_mul on its own
+    // rows), then each job's down rows in a few parts, a down part starting once its job's
+    // up parts are done (tasks are claimed in order, so it rarely waits).
+    bool swiglu_single(std::span<const SwiGluJob> jobs) override;
 
     Isa isa() const { return isa_; }
     ThreadPool& pool() { return pool_; }
@@ -33,6 +39,7 @@ protected:
 private:
     ThreadPool pool_;
     Isa isa_;
+    std::vector<std::atomic<int>> up_done_;  // swiglu_single: gate/up parts done, per job.
 };
 
 }  // namespace edge::engine::cpu

@@ -113,6 +113,7 @@ struct MoeBlock::Rank {
     std::vector<float> in, gate, up, act, out, back, ret;
     std::vector<int32_t> row_of, expert_begin, fill;
     std::vector<MatmulJob> jobs;
+    std::vector<SwiGluJob> single_jobs;
 
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
@@ -342,7 +343,25 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
     float* up = grow(rk.up, static_cast<size_t>(rows * I));
     float* act = grow(rk.act, static_cast<size_t>(rows * I));
     float* out = grow(rk.out, static_cast<size_t>(rows * H));
-    for (int pass = 0; pass < 2; ++pass) {
+    // One token per expert (single-stream decode): each expert's whole MLP as one parallel step.
+    bool single = rows > 0;
+    for (int32_t e = 0; e < E && single; ++e) {
+        single = rk.expert_begin[e + 1] - rk.expert_begin[e] <= 1;
+    }
+    if (single) {
+        rk.single_jobs.clear();
+        for (int32_t e = 0; e < E; ++e) {
+            if (rk.expert_begin[e + 1] == rk.expert_begin[e]) {
+                continue;
+            }
+            const int64_t r0 = rk.expert_begin[e];
+            const SwiGlu& s = layer.experts[e];
+            rk.single_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, gate + r0 * I,
+                                      up + r0 * I, act + r0 * I, out + r0 * H});
+        }
+        single = rk.backend->swiglu_single(rk.single_jobs);
+    }
+    for (int pass = 0; pass < 2 && !single; ++pass) {
         rk.jobs.clear();
         for (int32_t e = 0; e < E; ++e) {
             const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
