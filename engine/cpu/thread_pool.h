@@ -77,7 +77,7 @@ private:
     int64_t min_claim_ = 1;   // Range jobs: the fewest grains one claim takes.
     bool tasks_ = false;
     // Each counter on its own line: claims do not disturb the workers polling gen_.
-    alignas(64) std::atomic<int64_t> next_{0};  // Next chunk to claim.
+    alignas(64) std::atomic<int64_t> next_{0};  // Next grain (range jobs) or task to claim.
     alignas(64) std::atomic<uint64_t> gen_{0};  // Even: job open; odd: closed. Bumped per open/close.
     std::atomic<bool> stop_{false};
     alignas(64) std::atomic<int> active_{0};  // Workers inside the current job.
