@@ -26,10 +26,12 @@ void CpuBackend::matmul_batch(std::span<const MatmulJob> jobs) {
 
 bool CpuBackend::swiglu_single(std::span<const SwiGluJob> jobs) {
     // Parts per job: few enough that each streams for a while (every part starts cold, its first
-    // rows not prefetched; bench preset: a gate/up part reads 1 MiB, a down part 512 KiB), enough
-    // that the workers end together. Measured with bench_decode --profile single: 1-2 parts
-    // beat 4 by ~5%, 8 lost ~10%.
-    constexpr int64_t kUpParts = 2;
+    // rows not prefetched, and the quantized kernels prepare the activations once per call;
+    // bench preset: a gate/up part reads 2 MiB, a down part 512 KiB), enough that the workers
+    // end together. Measured: BF16 (bench_decode --profile single) 1-2 parts beat 4 by ~5%, 8
+    // lost ~10%; INT8 and INT4 (bench_decode_quant --formats int8,int4-g128) one gate/up part
+    // beat two by 1-35% tokens/s in two interleaved pairs.
+    constexpr int64_t kUpParts = 1;
     constexpr int64_t kDownParts = 2;
     constexpr int64_t kAlign = 16;  // Part boundaries in rows (whole 4-row kernel blocks).
     const auto nj = static_cast<int64_t>(jobs.size());
