@@ -5,6 +5,7 @@
 // fraction of memory read bandwidth (measured in this run, same thread count) that it reaches.
 // Embeddings and lm_head stay BF16 in every policy, as the presets leave them.
 // Usage: bench_decode_quant [--model DIR] [--steps N] [--reps N] [--threads N]
+//                           [--formats bf16,fp8,int8,int4-g32,int4-g128,experts-int4]
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
 #include <algorithm>
@@ -93,6 +94,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
     std::string model_dir;
     int steps = 24, reps = 3, threads = 2;
+    std::string only;  // --formats a,b: run only these rows (names as printed), e.g. for A/B runs.
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--model")) {
             model_dir = argv[i + 1];
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
             reps = std::max(1, std::atoi(argv[i + 1]));
         } else if (!std::strcmp(argv[i], "--threads")) {
             threads = std::max(1, std::atoi(argv[i + 1]));
+        } else if (!std::strcmp(argv[i], "--formats")) {
+            only = "," + std::string(argv[i + 1]) + ",";
         }
     }
     bool temp = false;
@@ -138,6 +142,9 @@ int main(int argc, char** argv) {
     };
     std::vector<Row> rows;
     for (const auto& [name, policy] : runs) {
+        if (!only.empty() && only.find("," + name + ",") == std::string::npos) {
+            continue;
+        }
         LoadOptions lo;
         lo.threads = threads;
         lo.max_slots = 1;

@@ -57,11 +57,11 @@ public:
     // weight, input and output.
     virtual void matmul_batch(std::span<const MatmulJob> jobs) = 0;
 
+
     // Independent SwiGLU feed-forwards (the routed experts of a step, each with its own tokens):
     // jobs[i].y = down(silu(gate x) * up x). The default runs every gate and up projection as one
     // matmul_batch, the SiLU product on the host, then every down projection as one more; the CPU
-    // backend runs each expert whole as one task (its weights streamed once, no barrier between
-    // the projections).
+    // backend has no barrier between the projections (engine/cpu/cpu_backend.h).
     virtual void swiglu_batch(std::span<const SwiGluJob> jobs);
 
     // Runs body(task, worker) for every task in [0, n) on the backend's threads; worker <

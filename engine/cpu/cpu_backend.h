@@ -5,7 +5,9 @@
 //
 // Threading: as Backend: one driving thread at a time.
 
+#include <atomic>
 #include <optional>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/cpu/matmul.h"
@@ -23,6 +25,10 @@ public:
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
+    // Several tokens: one task per expert (cpu::swiglu_batch). One token through every expert
+    // (single-stream decode): each expert's gate/up (SiLU product on its own rows) as one task,
+    // then its down rows in a few parts that start once that expert's gate/up is done, all in
+    // one task list with no barrier between the projections.
     void swiglu_batch(std::span<const SwiGluJob> jobs) override;
 
     Isa isa() const { return isa_; }
@@ -34,6 +40,11 @@ protected:
 private:
     ThreadPool pool_;
     Isa isa_;
+    void swiglu_one_token(std::span<const SwiGluJob> jobs);
+
+    std::vector<std::atomic<int>> up_done_;  // swiglu_one_token: gate/up parts done, per job.
+    std::vector<int64_t> offset_;            // swiglu_one_token: job j's rows in the scratch.
+    std::vector<float> gate_, up_, act_;     // swiglu_one_token: scratch, gate->rows per job.
 };
 
 }  // namespace edge::engine::cpu

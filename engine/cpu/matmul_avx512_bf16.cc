@@ -8,6 +8,8 @@
 // and the weights go straight from memory into the dot product with no widening. Each dot product
 // of bf16 pairs is exact in f32 before the add. Tolerance against the scalar reference:
 // |simd - scalar| <= 2e-5 * sum_c |w*x| + 1e-6 (tests/engine/cpu/matmul_test.cc).
+// One token (n == 1) goes to the AVX-512 widen + FMA kernel (matmul_avx512.cc) instead; see the
+// entry point.
 
 #include <immintrin.h>
 
@@ -250,6 +252,14 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
                             int64_t r0, int64_t r1) {
     const int64_t k = w.cols;
     if (n <= 0 || k <= 0 || r0 >= r1) {
+        return;
+    }
+    // One token (decode) is memory-bound, and there the widen + FMA kernel streams faster with
+    // both cores reading (no hi/lo activation split, half the dot products): bench_decode
+    // --profile single --threads 2, median of 5 interleaved runs, 91.5 vs 77.7 tokens/s; equal
+    // at one thread. Several tokens reuse each weight load and are compute-bound: vdpbf16ps.
+    if (n == 1) {
+        matmul_bf16_avx512(w, x, n, y, ldy, r0, r1);
         return;
     }
     const int64_t kp = (k + 31) / 32 * 32;

@@ -18,8 +18,11 @@ constexpr auto kSpinTime = std::chrono::microseconds(300);
 // (a worker preempted mid-chunk may be waiting for this very core), then sleeps.
 constexpr auto kCallerSpinTime = std::chrono::microseconds(50);
 constexpr auto kCallerYieldTime = std::chrono::milliseconds(2);
-// Chunks per worker: enough that the others can absorb a late worker's share.
-constexpr int64_t kChunksPerWorker = 4;
+// Range jobs: a claim takes 1 / (kClaimDivisor * workers) of the grains left, but at least
+// 1 / kMaxClaims of all (bounding the claims per job, each a contended atomic and a kernel call
+// whose first rows are not yet prefetched).
+constexpr int64_t kClaimDivisor = 2;
+constexpr int64_t kMaxClaims = 64;
 // Pause instructions between clock reads while spinning.
 constexpr int kPausesPerCheck = 32;
 
@@ -60,9 +63,7 @@ void ThreadPool::run(int64_t n, int64_t grain, Fn fn, void* ctx) {
         fn(ctx, 0, n);
         return;
     }
-    const int64_t grains = (n + grain - 1) / grain;
-    const int64_t chunks = std::min<int64_t>(grains, size_ * kChunksPerWorker);
-    dispatch(fn, ctx, n, grain, chunks, false);
+    dispatch(fn, ctx, n, grain, 0, false);
 }
 
 void ThreadPool::run_dynamic(int64_t tasks, Fn fn, void* ctx) {
@@ -87,6 +88,7 @@ void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t grain, int64_t ch
     grain_ = grain;
     grains_ = (n + grain - 1) / grain;
     chunks_ = chunks;
+    min_claim_ = std::max<int64_t>(1, grains_ / kMaxClaims);
     tasks_ = tasks;
     next_.store(0, std::memory_order_relaxed);
     gen_.fetch_add(1, std::memory_order_seq_cst);  // Open.
@@ -122,16 +124,29 @@ void ThreadPool::dispatch(Fn fn, void* ctx, int64_t n, int64_t grain, int64_t ch
 }
 
 void ThreadPool::work_on(int worker) {
+    if (tasks_) {
+        for (;;) {
+            const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+            if (c >= chunks_) {
+                return;
+            }
+            fn_(ctx_, c, worker);
+        }
+    }
+    // Range jobs: guided claims over grains. Each claim takes a share of what is left (so the
+    // first are large and the last small): the workers finish within a small chunk of each
+    // other, where equal chunks leave one waiting for up to a whole chunk at every barrier.
+    int64_t g = next_.load(std::memory_order_relaxed);
     for (;;) {
-        const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
-        if (c >= chunks_) {
+        if (g >= grains_) {
             return;
         }
-        if (tasks_) {
-            fn_(ctx_, c, worker);
-        } else {
-            fn_(ctx_, chunk_begin(c), chunk_begin(c + 1));
+        const int64_t take = std::max(min_claim_, (grains_ - g) / (kClaimDivisor * size_));
+        if (!next_.compare_exchange_weak(g, g + take, std::memory_order_relaxed)) {
+            continue;
         }
+        fn_(ctx_, g * grain_, std::min(n_, (g + take) * grain_));
+        g = next_.load(std::memory_order_relaxed);
     }
 }
 

@@ -1,11 +1,12 @@
 #pragma once
 
 // ThreadPool is a fixed set of compute threads that run one parallel_for at a time. The calling
-// thread takes part as worker 0, so a pool of size 1 starts no thread at all. A parallel_for splits
-// [0, n) into a few contiguous, equal chunks per worker (boundaries at multiples of `grain`) that
-// the workers claim from a shared counter: on a busy machine, a worker the OS has not scheduled yet
-// costs nothing, because the others take its chunks and the caller never waits for a worker that
-// has not started. Nothing is allocated per call: the body is passed as a pointer to the caller's
+// thread takes part as worker 0, so a pool of size 1 starts no thread at all. A parallel_for hands
+// out [0, n) in contiguous chunks (boundaries at multiples of `grain`) that the workers claim from
+// a shared counter, each claim a share of what is left (guided: large first, small last, so the
+// workers reach the end together): on a busy machine, a worker the OS has not scheduled yet costs
+// nothing, because the others take its chunks and the caller never waits for a worker that has
+// not started. Nothing is allocated per call: the body is passed as a pointer to the caller's
 // lambda. Idle workers spin for a short while (kSpinTime in thread_pool.cc) before they sleep, so
 // the many short jobs of a forward pass start without a wake-up system call; the claim counter, the
 // job generation and the active count live on separate cache lines.
@@ -62,11 +63,6 @@ private:
     void work_on(int worker);
     void worker_loop(int worker);
 
-    // Start of chunk c of the current job (chunks are equal to within one grain).
-    int64_t chunk_begin(int64_t c) const {
-        return c >= chunks_ ? n_ : std::min(n_, c * grains_ / chunks_ * grain_);
-    }
-
     int size_ = 1;
     std::vector<std::thread> threads_;
     // The current job. Written by the caller only while the job is closed (gen_ odd) and no
@@ -77,10 +73,11 @@ private:
     int64_t n_ = 0;
     int64_t grain_ = 1;
     int64_t grains_ = 0;
-    int64_t chunks_ = 0;
+    int64_t chunks_ = 0;      // Task jobs: the number of tasks.
+    int64_t min_claim_ = 1;   // Range jobs: the fewest grains one claim takes.
     bool tasks_ = false;
     // Each counter on its own line: claims do not disturb the workers polling gen_.
-    alignas(64) std::atomic<int64_t> next_{0};  // Next chunk to claim.
+    alignas(64) std::atomic<int64_t> next_{0};  // Next grain (range jobs) or task to claim.
     alignas(64) std::atomic<uint64_t> gen_{0};  // Even: job open; odd: closed. Bumped per open/close.
     std::atomic<bool> stop_{false};
     alignas(64) std::atomic<int> active_{0};  // Workers inside the current job.

@@ -110,7 +110,7 @@ struct MoeBlock::Rank {
     std::vector<int32_t> topk_idx, dest, slot, turn;
     std::vector<int64_t> send_rows, send_bytes, recv_bytes, back_send, back_recv, row_begin;
     std::vector<unsigned char> send, recv;
-    std::vector<float> in, gate, up, act, out, back, ret;
+    std::vector<float> in, out, back, ret;
     std::vector<int32_t> row_of, expert_begin, fill;
     std::vector<MatmulJob> jobs;
     std::vector<SwiGluJob> swiglu_jobs;
@@ -246,7 +246,6 @@ Status MoeBlock::forward(int32_t li, const float* h, int64_t n, float* x) {
 Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const float* h,
                               int64_t n, float* x) {
     const int64_t H = shape_.hidden;
-    const int64_t I = shape_.inter;
     const int32_t E = shape_.experts;
     const int32_t K = shape_.top_k;
     const auto R = static_cast<int32_t>(ranks_.size());
@@ -276,7 +275,7 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         }
     }
     rk.times.routing_s += since(t);
-    if (R == 1 && n > 1) {
+    if (R == 1) {
         // One rank: no exchange to make, so the records, both all-to-alls and their copies are
         // skipped; rows reach the experts in the same order as through them (same results).
         local_compute(rk, layer, li, h, m, idx, w, x);
@@ -346,50 +345,7 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
                     static_cast<size_t>(H) * 4);
     }
     float* out = grow(rk.out, static_cast<size_t>(rows * H));
-    if (n > 1) {
-        // Several tokens (batched decode, prefill): each expert is one job, run whole by one
-        // thread on the CPU backend (engine/cpu/matmul.h swiglu_batch).
-        rk.swiglu_jobs.clear();
-        for (int32_t e = 0; e < E; ++e) {
-            const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
-            if (cnt == 0) {
-                continue;
-            }
-            const int64_t r0 = rk.expert_begin[e];
-            const SwiGlu& s = layer.experts[e];
-            rk.swiglu_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, cnt, out + r0 * H, H});
-        }
-        if (!rk.swiglu_jobs.empty()) {
-            rk.backend->swiglu_batch(rk.swiglu_jobs);
-        }
-    } else {
-        float* gate = grow(rk.gate, static_cast<size_t>(rows * I));
-        float* up = grow(rk.up, static_cast<size_t>(rows * I));
-        float* act = grow(rk.act, static_cast<size_t>(rows * I));
-        for (int pass = 0; pass < 2; ++pass) {
-            rk.jobs.clear();
-            for (int32_t e = 0; e < E; ++e) {
-                const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
-                if (cnt == 0) {
-                    continue;
-                }
-                const int64_t r0 = rk.expert_begin[e];
-                const SwiGlu& s = layer.experts[e];
-                if (pass == 0) {
-                    rk.jobs.push_back({&s.gate, in + r0 * H, cnt, gate + r0 * I, I});
-                    rk.jobs.push_back({&s.up, in + r0 * H, cnt, up + r0 * I, I});
-                } else {
-                    rk.jobs.push_back({&s.down, act + r0 * I, cnt, out + r0 * H, H});
-                }
-            }
-            if (!rk.jobs.empty()) {
-                rk.backend->matmul_batch(rk.jobs);
-            }
-            if (pass == 0 && rows > 0) {
-                cpu::silu_mul(gate, up, rows * I, act);
-            }
-        }
-    }
+    run_experts(rk, layer, in, out);
     rk.rows_computed += rows;
     rk.times.compute_s += since(t);
 
@@ -423,6 +379,26 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
     return ok_status();
 }
 
+void MoeBlock::run_experts(Rank& rk, const Layer& layer, const float* in, float* out) {
+    const int64_t H = shape_.hidden;
+    const int32_t E = shape_.experts;
+    // Each expert with rows is one job, its whole SwiGLU over them (the CPU backend runs one
+    // token per expert as one parallel step without barriers, several tokens one expert a task).
+    rk.swiglu_jobs.clear();
+    for (int32_t e = 0; e < E; ++e) {
+        const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
+        if (cnt == 0) {
+            continue;
+        }
+        const int64_t r0 = rk.expert_begin[e];
+        const SwiGlu& s = layer.experts[e];
+        rk.swiglu_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, cnt, out + r0 * H, H});
+    }
+    if (!rk.swiglu_jobs.empty()) {
+        rk.backend->swiglu_batch(rk.swiglu_jobs);
+    }
+}
+
 void MoeBlock::local_compute(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t m,
                              const int32_t* idx, const float* w, float* x) {
     const int64_t H = shape_.hidden;
@@ -449,19 +425,7 @@ void MoeBlock::local_compute(Rank& rk, const Layer& layer, int32_t li, const flo
         row_of[a] = row;
         std::memcpy(in + row * H, h + (a / K) * H, static_cast<size_t>(H) * 4);
     }
-    rk.swiglu_jobs.clear();
-    for (int32_t e = 0; e < E; ++e) {
-        const int64_t cnt = rk.expert_begin[e + 1] - rk.expert_begin[e];
-        if (cnt == 0) {
-            continue;
-        }
-        const int64_t r0 = rk.expert_begin[e];
-        const SwiGlu& s = layer.experts[e];
-        rk.swiglu_jobs.push_back({&s.gate, &s.up, &s.down, in + r0 * H, cnt, out + r0 * H, H});
-    }
-    if (!rk.swiglu_jobs.empty()) {
-        rk.backend->swiglu_batch(rk.swiglu_jobs);
-    }
+    run_experts(rk, layer, in, out);
     rk.rows_computed += rows;
     rk.times.compute_s += since(t);
     t = SteadyClock::now();

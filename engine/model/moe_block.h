@@ -127,9 +127,11 @@ private:
     MoeBlock() = default;
     Status rank_forward(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t n,
                         float* x);
-    // The one-rank form of rank_forward's dispatch, compute and combine for several tokens.
+    // The one-rank form of rank_forward's dispatch, compute and combine (no records, no exchange).
     void local_compute(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t m,
                        const int32_t* idx, const float* w, float* x);
+    // Runs every expert that rk.expert_begin gives rows, reading `in` and writing `out` by row.
+    void run_experts(Rank& rk, const Layer& layer, const float* in, float* out);
     Status refresh_load(bool plan);
 
     MoeShape shape_;

@@ -142,6 +142,59 @@ Result<TensorInfo> parse_entry(std::string_view file, const std::string& name,
     return info;
 }
 
+// Maps `size` bytes of `fd` read-only at a 2 MiB-aligned address and faults every page in now
+// (so the first forward pays no fault per page and resident memory after load is the weights).
+// The alignment and MADV_HUGEPAGE let the kernel map the page cache's large folios with 2 MiB
+// page-table entries: decode streams the whole file once per token, and with 4 KiB entries the
+// TLB misses cost a measurable share of the bandwidth (bench_decode --profile single at 2 threads:
+// ~3% more tokens/s). Pages read from disk now come in as 2 MiB folios (the fault readahead of a
+// VM_HUGEPAGE mapping); what the page cache already holds in smaller folios is mapped as it is
+// (FilePmdMapped in /proc/PID/smaps shows how much got 2 MiB entries). All hints are best-effort:
+// a kernel or filesystem without them leaves an ordinary mapping.
+void* map_weights(int fd, uint64_t size) {
+    constexpr uint64_t kHuge = uint64_t{2} << 20;
+    void* p = MAP_FAILED;
+    void* reserve = mmap(nullptr, size + kHuge, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserve != MAP_FAILED) {
+        const auto base = reinterpret_cast<uintptr_t>(reserve);
+        const uintptr_t aligned = (base + kHuge - 1) & ~(kHuge - 1);
+        p = mmap(reinterpret_cast<void*>(aligned), size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+        if (p == MAP_FAILED) {
+            munmap(reserve, size + kHuge);
+        } else {
+            // Give back the unused head and tail of the reservation.
+            const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+            const uintptr_t end = (aligned + size + page - 1) & ~(page - 1);
+            if (aligned > base) {
+                munmap(reserve, aligned - base);
+            }
+            if (base + size + kHuge > end) {
+                munmap(reinterpret_cast<void*>(end), base + size + kHuge - end);
+            }
+        }
+    }
+    if (p == MAP_FAILED) {
+        return mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    }
+#if defined(MADV_HUGEPAGE)
+    madvise(p, size, MADV_HUGEPAGE);
+#endif
+#if defined(MADV_POPULATE_READ)
+    if (madvise(p, size, MADV_POPULATE_READ) != 0)
+#endif
+    {
+        // No MADV_POPULATE_READ (kernels before 5.14): read ahead and touch every page.
+        madvise(p, size, MADV_WILLNEED);
+        const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+        volatile uint8_t sink = 0;
+        for (uint64_t off = 0; off < size; off += page) {
+            sink = sink + static_cast<const volatile uint8_t*>(p)[off];
+        }
+    }
+    return p;
+}
+
 }  // namespace
 
 std::string_view dtype_name(DType dtype) {
@@ -256,17 +309,13 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
     uint64_t size = static_cast<uint64_t>(st.st_size);
     const uint8_t* data = nullptr;
     if (size > 0) {
-        // MAP_POPULATE: map every page now, so the first forward does not pay a fault per page and
-        // resident memory after load is the weights.
-        void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        void* p = map_weights(fd, size);
         if (p == MAP_FAILED) {
             int err = errno;
             ::close(fd);
             return internal_error(path + ": mmap failed: " + std::strerror(err));
         }
         data = static_cast<const uint8_t*>(p);
-        // Start reading ahead now: every weight is read on the first forward anyway.
-        madvise(p, size, MADV_WILLNEED);
     }
     ::close(fd);
     return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
