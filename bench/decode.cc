@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -159,38 +160,18 @@ int main(int argc, char** argv) {
     // "single" or "batchedN": after warm-up run only that phase for --steps steps and exit,
     // printing its tokens/s (for `perf record`; skips the probes and the table).
     std::string profile;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--model")) {
-            model_dir = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--steps")) {
-            steps = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--threads")) {
-            only_threads = std::atoi(argv[i + 1]);
-        } else if (!std::strcmp(argv[i], "--profile")) {
-            profile = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--prefill")) {
-            prefill = std::max(1, std::atoi(argv[i + 1]));
-        }
-    }
-    bool temp = false;
-    if (model_dir.empty()) {
-        model_dir = (std::filesystem::temp_directory_path() /
-                     ("edge_bench_model_" + std::to_string(std::random_device{}())))
-                        .string();
-        auto t0 = Clock::now();
-        edge::engine::MakeModelOptions mo;
-        mo.preset = "bench";
-        mo.out_dir = model_dir;
-        mo.seed = 1;
-        edge::Status st = edge::engine::write_random_checkpoint(mo);
-        if (!st.ok()) {
-            std::fprintf(stderr, "%s\n", st.to_string().c_str());
-            return 1;
-        }
-        temp = true;
-        std::fprintf(stderr, "wrote bench preset to %s in %.1f s\n", model_dir.c_str(),
-                     seconds_since(t0));
-    }
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: the bench preset)"),
+         edge::bench::Flag::integer("--steps", &steps, 1, "decode steps per figure"),
+         edge::bench::Flag::integer("--prefill", &prefill, 1, "prompt tokens"),
+         edge::bench::Flag::integer("--threads", &only_threads, 0,
+                                    "run only this thread count (0: 1 and 2)"),
+         edge::bench::Flag::string("--profile", &profile,
+                                   "single or batchedN: only that phase, for perf record")},
+        "bench_decode: decode and prefill on the bench preset against memory bandwidth");
+    const edge::bench::BenchCheckpoint checkpoint(model_dir);
+    model_dir = checkpoint.dir();
     auto config = edge::engine::ConfigJson::read(model_dir);
     if (!config.ok()) {
         std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
@@ -273,9 +254,6 @@ int main(int argc, char** argv) {
             batched8 = run_batched(m, 8, std::max(4, steps / 2));
             batched32 = run_batched(m, 32, std::max(4, steps / 4));
         }
-    }
-    if (temp) {
-        std::filesystem::remove_all(model_dir);
     }
     const double frac1 = single[0].decode_tps * bytes_per_token / bw1;
     const double frac2 = single[1].decode_tps * bytes_per_token / bw2;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -95,34 +96,21 @@ int main(int argc, char** argv) {
     std::string model_dir;
     int steps = 24, reps = 3, threads = 2;
     std::string only;  // --formats a,b: run only these rows (names as printed), e.g. for A/B runs.
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--model")) {
-            model_dir = argv[i + 1];
-        } else if (!std::strcmp(argv[i], "--steps")) {
-            steps = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--reps")) {
-            reps = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--threads")) {
-            threads = std::max(1, std::atoi(argv[i + 1]));
-        } else if (!std::strcmp(argv[i], "--formats")) {
-            only = "," + std::string(argv[i + 1]) + ",";
-        }
+    std::string formats;
+    edge::bench::parse_flags(
+        argc, argv,
+        {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: the bench preset)"),
+         edge::bench::Flag::integer("--steps", &steps, 1, "decode steps per run"),
+         edge::bench::Flag::integer("--reps", &reps, 1, "runs per figure (median)"),
+         edge::bench::Flag::integer("--threads", &threads, 1, "compute threads"),
+         edge::bench::Flag::string("--formats", &formats,
+                                   "a,b: only these rows (names as printed)")},
+        "bench_decode_quant: single-stream decode per weight format against memory bandwidth");
+    if (!formats.empty()) {
+        only = "," + formats + ",";
     }
-    bool temp = false;
-    if (model_dir.empty()) {
-        model_dir = (std::filesystem::temp_directory_path() /
-                     ("edge_bench_quant_" + std::to_string(std::random_device{}())))
-                        .string();
-        MakeModelOptions mo;
-        mo.preset = "bench";
-        mo.out_dir = model_dir;
-        edge::Status st = write_random_checkpoint(mo);
-        if (!st.ok()) {
-            std::fprintf(stderr, "%s\n", st.to_string().c_str());
-            return 1;
-        }
-        temp = true;
-    }
+    const edge::bench::BenchCheckpoint checkpoint(model_dir);
+    model_dir = checkpoint.dir();
     auto config = ConfigJson::read(model_dir);
     if (!config.ok()) {
         std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
@@ -168,9 +156,6 @@ int main(int argc, char** argv) {
         r.tps = median(tps);
         r.bw = median(bw);
         rows.push_back(r);
-    }
-    if (temp) {
-        std::filesystem::remove_all(model_dir);
     }
     std::printf("%-13s %14s %14s %10s %12s %10s %8s\n", "format", "bytes/token_MB", "resident_MB",
                 "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
