@@ -275,27 +275,27 @@ net::awaitable<TlsStream::error_code> TlsStream::handshake(std::string_view alre
             in_.resize(kInputBytes);
             in_.shrink_to_fit();
         }
-        // Inline rather than a helper coroutine: one awaitable frame fewer per wait.
-        error_code wait_ec;
-        if (step.want == Want::kRead) {
-            if (filling_) {
-                // A write that needs input (never on a TLS 1.2 connection without
-                // renegotiation, nor on TLS 1.3) while a read waits for it: refuse rather than
-                // read into the same buffer twice.
-                co_return net::error::in_progress;
-            }
-            filling_ = true;
-            auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
-            auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
-            filling_ = false;
-            wait_ec = filled(ec, n);
-        } else {
-            std::tie(wait_ec) = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
-        }
-        if (wait_ec) {
+        if (error_code wait_ec = co_await wait(step.want); wait_ec) {
             co_return wait_ec;
         }
     }
+}
+
+net::awaitable<TlsStream::error_code> TlsStream::wait(Want want) {
+    if (want == Want::kWrite) {
+        auto [ec] = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
+        co_return ec;
+    }
+    if (filling_) {
+        // A write that needs input (never on a TLS 1.2 connection without renegotiation, nor on
+        // TLS 1.3) while a read waits for it: refuse rather than read into the same buffer twice.
+        co_return net::error::in_progress;
+    }
+    filling_ = true;
+    auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
+    auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
+    filling_ = false;
+    co_return filled(ec, n);
 }
 
 net::awaitable<std::pair<TlsStream::error_code, size_t>> TlsStream::read_some(
@@ -308,21 +308,7 @@ net::awaitable<std::pair<TlsStream::error_code, size_t>> TlsStream::read_some(
         if (step.want == Want::kNone) {
             co_return std::pair{step.ec, step.bytes};
         }
-        // Inline rather than a helper coroutine: one awaitable frame fewer per wait.
-        error_code wait_ec;
-        if (step.want == Want::kRead) {
-            if (filling_) {
-                co_return std::pair{error_code(net::error::in_progress), size_t{0}};
-            }
-            filling_ = true;
-            auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
-            auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
-            filling_ = false;
-            wait_ec = filled(ec, n);
-        } else {
-            std::tie(wait_ec) = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
-        }
-        if (wait_ec) {
+        if (error_code wait_ec = co_await wait(step.want); wait_ec) {
             co_return std::pair{wait_ec, size_t{0}};
         }
     }
@@ -341,24 +327,7 @@ net::awaitable<TlsStream::error_code> TlsStream::write(net::const_buffer buffer)
             left -= step.bytes;
             continue;
         }
-        // Inline rather than a helper coroutine: one awaitable frame fewer per wait.
-        error_code wait_ec;
-        if (step.want == Want::kRead) {
-            if (filling_) {
-                // A write that needs input (never on a TLS 1.2 connection without
-                // renegotiation, nor on TLS 1.3) while a read waits for it: refuse rather than
-                // read into the same buffer twice.
-                co_return net::error::in_progress;
-            }
-            filling_ = true;
-            auto space = fill_buffer();  // Named: see the note on temporaries in co_await.
-            auto [ec, n] = co_await socket_.async_read_some(space, kTuple);
-            filling_ = false;
-            wait_ec = filled(ec, n);
-        } else {
-            std::tie(wait_ec) = co_await socket_.async_wait(tcp::socket::wait_write, kTuple);
-        }
-        if (wait_ec) {
+        if (error_code wait_ec = co_await wait(step.want); wait_ec) {
             co_return wait_ec;
         }
     }

@@ -99,6 +99,10 @@ public:
 private:
     friend struct TlsStreamBio;
 
+    // Waits for what `want` (kRead or kWrite) names: readable bytes go straight into the input
+    // buffer; a write waits for the socket to be writable. The awaitable members' one wait.
+    boost::asio::awaitable<error_code> wait(Want want);
+
     // One async_read_some / async_write_some: try, wait for readiness while OpenSSL asks, and
     // complete through the executor when no wait was needed (never inside the initiating call).
     template <typename Buffers, bool kRead>
