@@ -3,7 +3,7 @@
 #include <mutex>
 
 #include "engine/cpu/cpu_backend.h"
-#include "engine/cpu/ops.h"
+#include "engine/cpu/matmul.h"
 #if defined(EDGE_HAVE_CUDA)
 #include "engine/cuda/cuda_backend.h"
 #endif
@@ -32,39 +32,7 @@ int visible_cuda_devices() {
 }  // namespace
 
 void Backend::swiglu_batch(std::span<const SwiGluJob> jobs) {
-    // Scratch of the calling (driving) thread, grown to the largest step.
-    thread_local std::vector<float> gate, up, act;
-    thread_local std::vector<MatmulJob> mm;
-    int64_t total = 0;
-    for (const SwiGluJob& j : jobs) {
-        total += j.n * j.gate->rows;
-    }
-    if (gate.size() < static_cast<size_t>(total)) {
-        gate.resize(static_cast<size_t>(total));
-        up.resize(static_cast<size_t>(total));
-        act.resize(static_cast<size_t>(total));
-    }
-    mm.clear();
-    int64_t off = 0;
-    for (const SwiGluJob& j : jobs) {
-        const int64_t inter = j.gate->rows;
-        mm.push_back({j.gate, j.x, j.n, gate.data() + off, inter});
-        mm.push_back({j.up, j.x, j.n, up.data() + off, inter});
-        off += j.n * inter;
-    }
-    if (!mm.empty()) {
-        matmul_batch(mm);
-    }
-    cpu::silu_mul(gate.data(), up.data(), total, act.data());
-    mm.clear();
-    off = 0;
-    for (const SwiGluJob& j : jobs) {
-        mm.push_back({j.down, act.data() + off, j.n, j.y, j.ldy});
-        off += j.n * j.gate->rows;
-    }
-    if (!mm.empty()) {
-        matmul_batch(mm);
-    }
+    cpu::swiglu_two_steps(jobs, [this](std::span<const MatmulJob> mm) { matmul_batch(mm); });
 }
 
 // The one place that decides which backends exist: the CPU always, CUDA when it was compiled in

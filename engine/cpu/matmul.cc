@@ -166,37 +166,6 @@ void swiglu_one(Isa isa, const SwiGluJob& j) {
     kd(*j.down, act, j.n, j.y, j.ldy, 0, j.down->rows);
 }
 
-// Few jobs: each projection split by rows over the pool, two parallel steps.
-void swiglu_rows_split(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
-    thread_local std::vector<float> gate, up, act;
-    thread_local std::vector<MatmulJob> mm;
-    int64_t total = 0;
-    for (const SwiGluJob& j : jobs) {
-        total += j.n * j.gate->rows;
-    }
-    if (gate.size() < static_cast<size_t>(total)) {
-        gate.resize(static_cast<size_t>(total));
-        up.resize(static_cast<size_t>(total));
-        act.resize(static_cast<size_t>(total));
-    }
-    mm.clear();
-    int64_t off = 0;
-    for (const SwiGluJob& j : jobs) {
-        mm.push_back({j.gate, j.x, j.n, gate.data() + off, j.gate->rows});
-        mm.push_back({j.up, j.x, j.n, up.data() + off, j.gate->rows});
-        off += j.n * j.gate->rows;
-    }
-    matmul_batch(pool, isa, mm);
-    silu_mul(gate.data(), up.data(), total, act.data());
-    mm.clear();
-    off = 0;
-    for (const SwiGluJob& j : jobs) {
-        mm.push_back({j.down, act.data() + off, j.n, j.y, j.ldy});
-        off += j.n * j.gate->rows;
-    }
-    matmul_batch(pool, isa, mm);
-}
-
 }  // namespace
 
 void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
@@ -213,7 +182,10 @@ void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
     constexpr int64_t kMinParallelWork = 1 << 15;
     const auto count = static_cast<int64_t>(jobs.size());
     if (pool.size() > 1 && work >= kMinParallelWork && count < 2 * pool.size()) {
-        swiglu_rows_split(pool, isa, jobs);
+        // Few jobs: each projection split by rows over the pool.
+        swiglu_two_steps(jobs, [&](std::span<const MatmulJob> mm) {
+            matmul_batch(pool, isa, mm);
+        });
         return;
     }
     // Largest jobs first, so the last task to finish is a small one.
@@ -234,6 +206,41 @@ void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
         return;
     }
     pool.for_each_task(count, run);
+}
+
+void swiglu_two_steps(std::span<const SwiGluJob> jobs,
+                      const std::function<void(std::span<const MatmulJob>)>& matmul_batch) {
+    thread_local std::vector<float> gate, up, act;
+    thread_local std::vector<MatmulJob> mm;
+    int64_t total = 0;
+    for (const SwiGluJob& j : jobs) {
+        total += j.n * j.gate->rows;
+    }
+    if (gate.size() < static_cast<size_t>(total)) {
+        gate.resize(static_cast<size_t>(total));
+        up.resize(static_cast<size_t>(total));
+        act.resize(static_cast<size_t>(total));
+    }
+    mm.clear();
+    int64_t off = 0;
+    for (const SwiGluJob& j : jobs) {
+        mm.push_back({j.gate, j.x, j.n, gate.data() + off, j.gate->rows});
+        mm.push_back({j.up, j.x, j.n, up.data() + off, j.gate->rows});
+        off += j.n * j.gate->rows;
+    }
+    if (!mm.empty()) {
+        matmul_batch(mm);
+    }
+    silu_mul(gate.data(), up.data(), total, act.data());
+    mm.clear();
+    off = 0;
+    for (const SwiGluJob& j : jobs) {
+        mm.push_back({j.down, act.data() + off, j.n, j.y, j.ldy});
+        off += j.n * j.gate->rows;
+    }
+    if (!mm.empty()) {
+        matmul_batch(mm);
+    }
 }
 
 }  // namespace edge::engine::cpu

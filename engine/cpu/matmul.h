@@ -9,6 +9,7 @@
 // from one thread at a time per pool.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -46,6 +47,12 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs);
 // a few experts) the projections are split by rows across the pool instead. Same results as the
 // separate matmuls to rounding.
 void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs);
+
+// The same in two parallel steps through `matmul_batch`: every gate and up projection, the SiLU
+// product on the calling thread, then every down projection (for backends without a fused form
+// and for few jobs). Scratch is the calling thread's own.
+void swiglu_two_steps(std::span<const SwiGluJob> jobs,
+                      const std::function<void(std::span<const MatmulJob>)>& matmul_batch);
 
 // Bytes `w` occupies as stored (data only, without scales).
 int64_t weight_bytes(const Weight& w);
