@@ -11,39 +11,9 @@
 # "nginx_instructions_per_request", "ratio" (nginx/edgeserve, > 1: edgeserve runs fewer)}.
 # Env: EDGE_BUILD_DIR (default build/), BENCH_SECONDS (10), BENCH_CONNECTIONS (8).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${EDGE_BUILD_DIR:-$root/build}"
-seconds="${BENCH_SECONDS:-10}"
 conns="${BENCH_CONNECTIONS:-8}"
-edgeserve="$build/daemon/edgeserve"
-for tool in wrk nginx openssl curl valgrind callgrind_control; do
-    command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
-        { echo "tls_instructions: $tool is missing" >&2; exit 1; }
-done
-nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
-[ -x "$edgeserve" ] || { echo "tls_instructions: build edgeserve first ($edgeserve)" >&2; exit 1; }
-
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-edge_port="$(free_port)"; admin_port="$(free_port)"; nginx_port="$(free_port)"; status_port="$(free_port)"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
-
-wait_port() {
-    for _ in $(seq 600); do
-        curl -sk -o /dev/null "https://127.0.0.1:$1/v1/models" && return 0
-        sleep 0.2
-    done
-    echo "tls_instructions: nothing answers on port $1" >&2; exit 1
-}
+source "$(dirname "$0")/tls_bench_common.sh"
+tls_bench_setup tls_instructions valgrind callgrind_control
 
 # measure PID PORT COUNT_FUNCTION OUT: callgrind instructions per request of PID.
 measure() {
@@ -61,17 +31,6 @@ measure() {
     awk -v t="$total" -v n=$((r1 - r0)) 'BEGIN {printf "%.0f %d\n", t / n, n}'
 }
 
-cat > "$work/edgeserve.yaml" <<YAML
-listeners:
-  public:
-    address: 127.0.0.1
-    port: $edge_port
-    io_threads: 1
-    certificates: [{server_names: [localhost], cert: $work/cert.pem, key: $work/key.pem}]
-  admin: {address: 127.0.0.1, port: $admin_port}
-site: {id: bench}
-log: {level: error}
-YAML
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/edge.cg" \
     "$edgeserve" run --config "$work/edgeserve.yaml" 2>"$work/edgeserve.log" &
 edge_pid=$!
@@ -85,35 +44,7 @@ edge_count() {
 read -r edge_ir edge_n < <(measure "$edge_pid" "$edge_port" edge_count "$work/edge.cg")
 kill "$edge_pid"
 
-mkdir -p "$work/nginx"
-cat > "$work/nginx.conf" <<NGINX
-worker_processes 1;
-master_process off;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log error;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    server_tokens off;
-    client_body_temp_path $work/nginx;
-    keepalive_requests 100000000;
-    server {
-        listen 127.0.0.1:$nginx_port ssl;
-        ssl_certificate $work/cert.pem;
-        ssl_certificate_key $work/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location = /v1/models {
-            default_type application/json;
-            return 200 '$body';
-        }
-    }
-    server {
-        listen 127.0.0.1:$status_port;
-        location = /status { stub_status; }
-    }
-}
-NGINX
+write_nginx_conf "$body" "master_process off;"
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/nginx.cg" \
     "$nginx_bin" -c "$work/nginx.conf" -p "$work/nginx" 2>"$work/nginx-valgrind.log" &
 nginx_pid=$!

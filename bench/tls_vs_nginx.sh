@@ -12,83 +12,18 @@
 # Env: EDGE_BUILD_DIR (default build/), BENCH_SECONDS (10), BENCH_CONNECTIONS (32),
 # BENCH_ROUNDS (3).
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${EDGE_BUILD_DIR:-$root/build}"
-seconds="${BENCH_SECONDS:-10}"
 conns="${BENCH_CONNECTIONS:-32}"
 rounds="${BENCH_ROUNDS:-3}"
-edgeserve="$build/daemon/edgeserve"
-for tool in wrk nginx openssl curl; do
-    command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
-        { echo "tls_vs_nginx: $tool is missing (deploy/setup installs it)" >&2; exit 1; }
-done
-nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
-[ -x "$edgeserve" ] || { echo "tls_vs_nginx: build edgeserve first ($edgeserve)" >&2; exit 1; }
+source "$(dirname "$0")/tls_bench_common.sh"
+tls_bench_setup tls_vs_nginx
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-edge_port="$(free_port)"; admin_port="$(free_port)"; nginx_port="$(free_port)"
-
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
-    -addext subjectAltName=DNS:localhost -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
-
-cat > "$work/edgeserve.yaml" <<YAML
-listeners:
-  public:
-    address: 127.0.0.1
-    port: $edge_port
-    io_threads: 1
-    certificates: [{server_names: [localhost], cert: $work/cert.pem, key: $work/key.pem}]
-  admin: {address: 127.0.0.1, port: $admin_port}
-site: {id: bench}
-log: {level: error}
-YAML
 "$edgeserve" run --config "$work/edgeserve.yaml" 2>"$work/edgeserve.log" &
 pids+=($!)
 edge_pid=$!
-
-wait_port() {
-    for _ in $(seq 100); do
-        curl -sk -o /dev/null "https://127.0.0.1:$1/v1/models" && return 0
-        sleep 0.1
-    done
-    echo "tls_vs_nginx: nothing answers on port $1" >&2; exit 1
-}
 wait_port "$edge_port"
 body="$(curl -sk "https://127.0.0.1:$edge_port/v1/models")"
 
-mkdir -p "$work/nginx"
-cat > "$work/nginx.conf" <<NGINX
-worker_processes 1;
-daemon off;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log error;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    server_tokens off;
-    client_body_temp_path $work/nginx;
-    keepalive_requests 100000000;
-    server {
-        listen 127.0.0.1:$nginx_port ssl;
-        ssl_certificate $work/cert.pem;
-        ssl_certificate_key $work/key.pem;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location = /v1/models {
-            default_type application/json;
-            return 200 '$body';
-        }
-    }
-}
-NGINX
+write_nginx_conf "$body"
 "$nginx_bin" -c "$work/nginx.conf" -p "$work/nginx" 2>>"$work/nginx-error.log" &
 pids+=($!)
 wait_port "$nginx_port"
