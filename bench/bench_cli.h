@@ -27,12 +27,13 @@ namespace edge::bench {
 struct Flag {
     std::string_view name;         // "--steps".
     std::string_view help;         // One line for --help.
-    std::string* text = nullptr;   // A string flag's variable; or
-    bool* on = nullptr;            // a switch's (set to true when present); or
-    int64_t* wide = nullptr;       // an integer flag's variable (int64_t or int),
-    int* narrow = nullptr;         //
-    int64_t min = 0;               // with its smallest and largest allowed values.
-    int64_t max = INT32_MAX;
+    // The variable: exactly one of these is set.
+    std::string* text = nullptr;  // A string flag's.
+    bool* on = nullptr;           // A switch's (set to true when present).
+    int64_t* wide = nullptr;      // An int64_t flag's.
+    int* narrow = nullptr;        // An int flag's.
+    int64_t min = 0;              // Integer flags: the smallest allowed value,
+    int64_t max = INT32_MAX;      // and the largest.
 
     static Flag string(std::string_view name, std::string* v, std::string_view help) {
         return {.name = name, .help = help, .text = v};

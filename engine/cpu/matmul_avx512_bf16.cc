@@ -278,7 +278,7 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
         const int64_t nt = n - t0 < group ? n - t0 : group;
         split_activations_bf16(x + t0 * k, nt, k, kp, hi, lo);
         float* yt = y + t0 * ldy;
-        if (n > 1 && r1 - r0 >= 64) {
+        if (r1 - r0 >= 64) {
             // Several tokens: compute takes long enough per row that short row streams starve;
             // four long streams (see rows_stream) keep the memory system ahead.
             rows_stream(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
