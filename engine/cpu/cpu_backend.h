@@ -25,9 +25,9 @@ public:
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
-    // Several tokens: one task per expert (cpu::swiglu_batch). One token through every expert
-    // (single-stream decode): each expert's gate/up (SiLU product on its own rows) as one task,
-    // then its down rows in a few parts that start once that expert's gate/up is done, all in
+    // One task per expert (cpu::swiglu_batch), except one token through quantized experts
+    // (single-stream decode): there each expert's gate/up (SiLU product on its own rows) is one
+    // task, then its down rows a few parts that start once that expert's gate/up is done, all in
     // one task list with no barrier between the projections.
     void swiglu_batch(std::span<const SwiGluJob> jobs) override;
 

@@ -8,8 +8,6 @@
 // and the weights go straight from memory into the dot product with no widening. Each dot product
 // of bf16 pairs is exact in f32 before the add. Tolerance against the scalar reference:
 // |simd - scalar| <= 2e-5 * sum_c |w*x| + 1e-6 (tests/engine/cpu/matmul_test.cc).
-// One token (n == 1) goes to the AVX-512 widen + FMA kernel (matmul_avx512.cc) instead; see the
-// entry point.
 
 #include <immintrin.h>
 
@@ -254,14 +252,6 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
     if (n <= 0 || k <= 0 || r0 >= r1) {
         return;
     }
-    // One token (decode) is memory-bound, and there the widen + FMA kernel streams faster with
-    // both cores reading (no hi/lo activation split, half the dot products): bench_decode
-    // --profile single --threads 2, median of 5 interleaved runs, 91.5 vs 77.7 tokens/s; equal
-    // at one thread. Several tokens reuse each weight load and are compute-bound: vdpbf16ps.
-    if (n == 1) {
-        matmul_bf16_avx512(w, x, n, y, ldy, r0, r1);
-        return;
-    }
     const int64_t kp = (k + 31) / 32 * 32;
     // Per-thread scratch for the split activations of up to kTokenGroup tokens (bounded: a long
     // prefill is taken a group at a time, each group reading the rows once).
@@ -279,8 +269,11 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
         split_activations_bf16(x + t0 * k, nt, k, kp, hi, lo);
         float* yt = y + t0 * ldy;
         if (r1 - r0 >= 64) {
-            // Several tokens: compute takes long enough per row that short row streams starve;
-            // four long streams (see rows_stream) keep the memory system ahead.
+            // Four long streams (see rows_stream) keep the memory system ahead: with several
+            // tokens compute takes long enough per row that short row streams starve, and with
+            // one token (decode) they read faster than the widen + FMA kernel's blocks of four
+            // adjacent rows (bench_decode --profile single --threads 2, experts already streamed:
+            // 107.2 / 111.1 / 107.7 against 104.0 / 104.9 / 100.8 tokens/s, interleaved).
             rows_stream(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
                         kStreamPrefetchBytes);
             continue;
