@@ -24,6 +24,7 @@
 #include "engine/cpu/weight.h"
 #include "engine/cuda/host/checkpoint_model.h"
 #include "engine/cuda/host/device_memory_plan.h"
+#include "engine/cuda/host/serving_plan.h"
 
 namespace edge::engine::cuda {
 
@@ -57,6 +58,16 @@ struct CheckpointDecoderOptions {
                                         // "routed_experts=fp8" or "experts-int4".
 };
 
+// A decoder for serving (engine/cuda/device_causal_lm.h): steps of up to max_rows rows, each row
+// one token of some sequence at some position (prefill and decode alike), over a paged KV pool
+// whose blocks the caller assigns (host/serving_plan.h describes the staging buffer).
+struct ServingDecoderOptions {
+    int32_t max_rows = 64;            // Rows of the largest bucket (host/serving_plan.h).
+    int32_t kv_blocks = 0;            // Physical KV blocks the caller assigns; the pool has one
+                                      // more, the scratch block padded rows write.
+    int32_t max_blocks_per_seq = 0;   // Block-table entries per sequence.
+};
+
 struct DecodeStepStats {
     double seconds_per_step = 0.0;  // Median wall time of one replayed step.
     int64_t bytes_per_step = 0;     // Weight and KV bytes one step reads (touched experts only).
@@ -78,6 +89,11 @@ public:
     static Result<std::unique_ptr<DeviceDecoder>> create_from_model(
         const CheckpointModel& model, const CheckpointDecoderOptions& options,
         const DeviceMemoryConfig& memory);
+    // For serving: weights from `model`, a KV pool of options.kv_blocks + 1 blocks, buffers for
+    // options.max_rows rows; driven by run_rows() (not set_tokens/step/run_graph).
+    static Result<std::unique_ptr<DeviceDecoder>> create_for_serving(
+        const CheckpointModel& model, const ServingDecoderOptions& options,
+        const DeviceMemoryConfig& memory);
     ~DeviceDecoder();
     DeviceDecoder(const DeviceDecoder&) = delete;
     DeviceDecoder& operator=(const DeviceDecoder&) = delete;
@@ -95,6 +111,15 @@ public:
     Result<DecodeStepStats> run_graph(int32_t steps);
     // The tokens the last step produced (batch ids), copied to the host.
     Result<std::vector<int32_t>> last_tokens();
+    // Serving: copies each move's KV block (every layer, keys and values) from `from` to `to`.
+    Status copy_kv_blocks(std::span<const BlockMove> moves);
+    // Serving: uploads `staging` (a prefix of the StepLayout buffer, host/serving_plan.h) and runs
+    // `bucket` rows (a bucket of row_buckets(max_rows)) as that bucket's CUDA graph, captured on
+    // its first use; the logits stay on the device for copy_logits().
+    Status run_rows(int32_t bucket, std::span<const int32_t> staging);
+    // Serving: copies the logits of `runs` (rows of the last run_rows) into `out` (row-major,
+    // vocab floats per row, at each run's out_row) and waits for them.
+    Status copy_logits(std::span<const RowRun> runs, float* out);
     // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`, the HBM
     // reference figure for the benchmark.
     static Result<double> measure_copy_bandwidth(int64_t bytes, int32_t repeats);
