@@ -4,7 +4,9 @@
 # deploy/setup when missing and the network allows): builds edgeserve with the CUDA backend (only
 # the targets needed, for this GPU's architecture), runs the gpu- and cuda_host-labelled tests
 # (each kernel against its CPU twin, the device decoder's greedy tokens on the fixture checkpoint
-# vs the CPU backend, CUDA-graph replay, NCCL, sharded vs single GPU when there are several),
+# vs the CPU backend, CUDA-graph replay, NCCL, sharded vs single GPU when there are several,
+# serving on the device: the device CausalLM's logits vs the CPU model and the engine API's greedy
+# tokens with engine.backend cuda vs cpu),
 # writes make-model's `bench` checkpoint, then runs the decode benchmark (bench/gpu_decode.cc) on
 # its real weights: BF16, FP8 and INT4 experts, 1 and 64 streams, as a fraction of the measured
 # device-to-device copy bandwidth. Prints the test summary, the bench table, and as its last line

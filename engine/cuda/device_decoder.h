@@ -9,8 +9,10 @@
 // (create_from_checkpoint: every tensor uploaded once, experts in their stored or
 // quantized-on-load format) or are random (create: seeded, generated on the device, experts in
 // the chosen format, the bench preset's shape). It serves the GPU benchmark (bench/gpu_decode.cc)
-// and the GPU tests (greedy tokens of the fixture model against the CPU engine); the serving
-// engine runs its own forward. This header includes no CUDA header.
+// and the GPU tests (greedy tokens of the fixture model against the CPU engine). In serving mode
+// (create_for_serving, used by engine/cuda/device_causal_lm.h) rows are any tokens of any
+// sequences at any positions over a caller-assigned paged KV pool, one CUDA graph per batch-size
+// bucket, and the logits go back to the host. This header includes no CUDA header.
 //
 // Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
 
