@@ -1,104 +1,48 @@
 #include "engine/cuda/device_causal_lm.h"
 
-#include <vector>
-
-#include "engine/cuda/cuda_backend.h"
 #include "engine/cuda/device_decoder.h"
-#include "engine/cuda/host/checkpoint_model.h"
-#include "engine/cuda/host/paged_kv_layout.h"
-#include "engine/cuda/host/serving_plan.h"
-#include "engine/model/paged_causal_lm.h"
+#include "engine/cuda/host/serving_model.h"
 
 namespace edge::engine::cuda {
 namespace {
 
-class DeviceCausalLM final : public PagedCausalLM {
+// The serving steps on the current device: DeviceDecoder in serving mode.
+class DeviceStepRunner final : public StepRunner {
 public:
-    const ModelSpec& spec() const override { return spec_; }
-
-    Status load(const std::string& dir, const LoadOptions& options) {
-        const std::string refusal = device_serving_refusal(DeviceServingRequest{
-            options.backend, options.sharding.ranks, options.kv_block_tokens});
-        if (!refusal.empty()) {
-            return unimplemented_error(refusal);
-        }
-        EDGE_ASSIGN_OR_RETURN(CheckpointModel model,
-                              read_checkpoint_model(dir, options.quantization));
-        EDGE_ASSIGN_OR_RETURN(spec_, serving_model_spec(dir, model, options.max_context));
-        EDGE_RETURN_IF_ERROR(create_kv_cache(model.layers, model.kv_heads, model.head_dim,
-                                             options.max_slots, spec_.max_context,
-                                             options.kv_block_tokens, options.kv_cache_bytes));
-        ServingDecoderOptions so;
-        so.max_rows = serving_max_rows(options.max_slots);
-        so.kv_blocks = kv_->num_blocks();
-        so.max_blocks_per_seq = kv_blocks_for(spec_.max_context);
-        EDGE_ASSIGN_OR_RETURN(buckets_, row_buckets(so.max_rows));
-        layout_ = StepLayout{so.max_rows, so.max_blocks_per_seq};
-        DeviceMemoryConfig memory;
-        memory.arena_bytes = serving_arena_bytes(model, so.max_rows, so.kv_blocks + 1,
-                                                 so.max_blocks_per_seq, memory.alignment);
-        EDGE_ASSIGN_OR_RETURN(decoder_, DeviceDecoder::create_for_serving(model, so, memory));
-        scratch_block_ = so.kv_blocks;
-        return ok_status();
+    explicit DeviceStepRunner(std::unique_ptr<DeviceDecoder> decoder)
+        : decoder_(std::move(decoder)) {}
+    Status copy_kv_blocks(std::span<const BlockMove> moves) override {
+        return decoder_->copy_kv_blocks(moves);
     }
-
-    Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override {
-        EDGE_RETURN_IF_ERROR(cuda_device_health());
-        // The tables before the reservation, to find blocks the host cache copied on write.
-        std::vector<std::vector<int32_t>> before(batch.size());
-        for (size_t i = 0; i < batch.size(); ++i) {
-            if (kv_->in_use(batch[i].slot)) {
-                const std::span<const int32_t> t = kv_->blocks(batch[i].slot);
-                before[i].assign(t.begin(), t.end());
-            }
-        }
-        int64_t total = 0;
-        EDGE_RETURN_IF_ERROR(prepare_batch(batch, &total));
-        std::vector<BlockMove> moves;
-        SlotTables tables(batch.size());
-        int64_t out_rows = 0;
-        for (size_t i = 0; i < batch.size(); ++i) {
-            const std::span<const int32_t> t = kv_->blocks(batch[i].slot);
-            tables[i].assign(t.begin(), t.end());
-            for (const BlockMove& m : moved_blocks(before[i], tables[i], batch[i].start_pos,
-                                                   kv_->block_tokens())) {
-                moves.push_back(m);
-            }
-            out_rows += batch[i].all_logits ? static_cast<int64_t>(batch[i].tokens.size()) : 1;
-        }
-        std::vector<DeviceStep> steps;
-        EDGE_RETURN_IF_ERROR(
-            plan_device_steps(batch, tables, layout_, buckets_, scratch_block_, &steps));
-        // A failure below leaves the reserved blocks unwritten and the lengths as they were
-        // (commit_batch is not reached), as the CPU model does on error.
-        EDGE_RETURN_IF_ERROR(decoder_->copy_kv_blocks(moves));
-        logits->assign(static_cast<size_t>(out_rows * spec_.vocab_size), 0.0f);
-        int64_t out_row = 0;
-        for (const DeviceStep& step : steps) {
-            EDGE_RETURN_IF_ERROR(decoder_->run_rows(step.bucket, step.staging));
-            const std::vector<RowRun> runs = logit_runs(step.logit_rows, out_row);
-            EDGE_RETURN_IF_ERROR(decoder_->copy_logits(runs, logits->data()));
-            out_row += static_cast<int64_t>(step.logit_rows.size());
-        }
-        commit_batch(batch);
-        return ok_status();
+    Status run_rows(int32_t bucket, std::span<const int32_t> staging) override {
+        return decoder_->run_rows(bucket, staging);
+    }
+    Status copy_logits(std::span<const RowRun> runs, float* out) override {
+        return decoder_->copy_logits(runs, out);
     }
 
 private:
-    ModelSpec spec_;
     std::unique_ptr<DeviceDecoder> decoder_;
-    std::vector<int32_t> buckets_;
-    StepLayout layout_;
-    int32_t scratch_block_ = 0;
 };
 
 }  // namespace
 
 Result<std::unique_ptr<CausalLM>> load_device_causal_lm(const std::string& dir,
                                                         const LoadOptions& options) {
-    auto model = std::make_unique<DeviceCausalLM>();
-    EDGE_RETURN_IF_ERROR(model->load(dir, options));
-    return std::unique_ptr<CausalLM>(std::move(model));
+    return load_serving_causal_lm(
+        dir, options,
+        [](const CheckpointModel& model,
+           const ServingDecoderOptions& so) -> Result<std::unique_ptr<StepRunner>> {
+            DeviceMemoryConfig memory;
+            // One arena of what this model needs (weights, KV pool, rows), so several models
+            // of one process each take their own.
+            memory.arena_bytes = serving_arena_bytes(model, so.max_rows, so.kv_blocks + 1,
+                                                     so.max_blocks_per_seq, memory.alignment);
+            EDGE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceDecoder> decoder,
+                                  DeviceDecoder::create_for_serving(model, so, memory));
+            return std::unique_ptr<StepRunner>(
+                std::make_unique<DeviceStepRunner>(std::move(decoder)));
+        });
 }
 
 }  // namespace edge::engine::cuda

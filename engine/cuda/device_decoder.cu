@@ -691,6 +691,10 @@ Status DeviceDecoder::copy_kv_blocks(std::span<const BlockMove> moves) {
     if (!m.serving) {
         return failed_precondition_error("device decoder: copy_kv_blocks is for serving");
     }
+    if (moves.empty()) {
+        return ok_status();
+    }
+    EDGE_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.alloc->device()));
     const int64_t bytes = m.kv.block_floats() * static_cast<int64_t>(sizeof(float));
     for (const BlockMove& mv : moves) {
         if (mv.from < 0 || mv.from >= m.serve.kv_blocks || mv.to < 0 ||
@@ -718,6 +722,8 @@ Status DeviceDecoder::run_rows(int32_t bucket, std::span<const int32_t> staging)
         return failed_precondition_error("device decoder: run_rows is for serving");
     }
     EDGE_RETURN_IF_ERROR(cuda_device_health());
+    // The scheduler's thread drives serving, not the one that loaded it.
+    EDGE_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.alloc->device()));
     const auto it = std::find(m.buckets.begin(), m.buckets.end(), bucket);
     if (it == m.buckets.end()) {
         return invalid_argument_error("device decoder: " + std::to_string(bucket) +

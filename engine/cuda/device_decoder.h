@@ -60,16 +60,6 @@ struct CheckpointDecoderOptions {
                                         // "routed_experts=fp8" or "experts-int4".
 };
 
-// A decoder for serving (engine/cuda/device_causal_lm.h): steps of up to max_rows rows, each row
-// one token of some sequence at some position (prefill and decode alike), over a paged KV pool
-// whose blocks the caller assigns (host/serving_plan.h describes the staging buffer).
-struct ServingDecoderOptions {
-    int32_t max_rows = 64;            // Rows of the largest bucket (host/serving_plan.h).
-    int32_t kv_blocks = 0;            // Physical KV blocks the caller assigns; the pool has one
-                                      // more, the scratch block padded rows write.
-    int32_t max_blocks_per_seq = 0;   // Block-table entries per sequence.
-};
-
 struct DecodeStepStats {
     double seconds_per_step = 0.0;  // Median wall time of one replayed step.
     int64_t bytes_per_step = 0;     // Weight and KV bytes one step reads (touched experts only).
@@ -91,8 +81,9 @@ public:
     static Result<std::unique_ptr<DeviceDecoder>> create_from_model(
         const CheckpointModel& model, const CheckpointDecoderOptions& options,
         const DeviceMemoryConfig& memory);
-    // For serving: weights from `model`, a KV pool of options.kv_blocks + 1 blocks, buffers for
-    // options.max_rows rows; driven by run_rows() (not set_tokens/step/run_graph).
+    // For serving (host/serving_plan.h: ServingDecoderOptions, StepRunner): weights from
+    // `model`, a KV pool of options.kv_blocks + 1 blocks, buffers for options.max_rows rows;
+    // driven by copy_kv_blocks(), run_rows() and copy_logits() (not set_tokens/step/run_graph).
     static Result<std::unique_ptr<DeviceDecoder>> create_for_serving(
         const CheckpointModel& model, const ServingDecoderOptions& options,
         const DeviceMemoryConfig& memory);

@@ -29,6 +29,15 @@
 
 namespace edge::engine::cuda {
 
+// The device side of serving: a decoder of up to max_rows rows per step over a paged KV pool
+// whose blocks the caller assigns.
+struct ServingDecoderOptions {
+    int32_t max_rows = 64;            // Rows of the largest bucket (row_buckets(max_rows)).
+    int32_t kv_blocks = 0;            // Physical KV blocks the caller assigns; the pool has one
+                                      // more, the scratch block padded rows write.
+    int32_t max_blocks_per_seq = 0;   // Block-table entries per sequence.
+};
+
 // Rows (tokens) one device step runs at most, for a model serving `max_slots` sequences: the
 // next power of two of max(max_slots, 64), at most 512. Larger batches (long prefill chunks)
 // run as several steps.
