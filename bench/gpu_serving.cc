@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
         }
         edge::engine::CausalLM& m = **lm;
         std::vector<int32_t> slots;
-        std::vector<std::vector<TokenId>> prompts(static_cast<size_t>(streams));
+        std::vector<std::vector<TokenId> > prompts(static_cast<size_t>(streams));
         std::vector<SequenceChunk> batch;
         for (int s = 0; s < streams; ++s) {
             slots.push_back(*m.acquire_slot());
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
         }
         std::vector<float> logits;
         edge::Status st = m.forward(batch, &logits);
-        std::vector<std::vector<TokenId>> next(static_cast<size_t>(streams));
+        std::vector<std::vector<TokenId> > next(static_cast<size_t>(streams));
         std::vector<double> times;
         for (int step = 0; st.ok() && step < steps + steps / 2; ++step) {
             batch.clear();

@@ -8,7 +8,7 @@ namespace {
 
 // The serving steps on the current device: DeviceDecoder in serving mode.
 class DeviceStepRunner final : public StepRunner {
-public:
+  public:
     explicit DeviceStepRunner(std::unique_ptr<DeviceDecoder> decoder)
         : decoder_(std::move(decoder)) {}
     Status copy_kv_blocks(std::span<const BlockMove> moves) override {
@@ -21,7 +21,7 @@ public:
         return decoder_->copy_logits(runs, out);
     }
 
-private:
+  private:
     std::unique_ptr<DeviceDecoder> decoder_;
 };
 

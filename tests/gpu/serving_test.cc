@@ -29,8 +29,7 @@ const std::string kGlm = EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe";
 TEST_CASE("device CausalLM: prefill, mixed batches, decode and the prefix cache equal the CPU") {
     auto cpu = load_model(testing::kMicroQwen3, testing::serving_script_options("cpu"));
     REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-    auto dev =
-        load_device_causal_lm(testing::kMicroQwen3, testing::serving_script_options("cuda"));
+    auto dev = load_device_causal_lm(testing::kMicroQwen3, testing::serving_script_options("cuda"));
     REQUIRE_MESSAGE(dev.ok(), dev.status().to_string());
     // f32 activations over the same BF16 weights on both sides; only summation orders differ.
     testing::run_serving_script(**cpu, **dev, 2e-3);

@@ -10,13 +10,13 @@ namespace edge::engine::cuda {
 namespace {
 
 class ServingCausalLM final : public PagedCausalLM {
-public:
+  public:
     const ModelSpec& spec() const override { return spec_; }
 
     Status load(const std::string& dir, const LoadOptions& options,
                 const StepRunnerFactory& factory) {
-        const std::string refusal = device_serving_refusal(DeviceServingRequest{
-            options.backend, options.sharding.ranks, options.kv_block_tokens});
+        const std::string refusal = device_serving_refusal(
+            DeviceServingRequest{options.backend, options.sharding.ranks, options.kv_block_tokens});
         if (!refusal.empty()) {
             return unimplemented_error(refusal);
         }
@@ -56,8 +56,8 @@ public:
         for (size_t i = 0; i < batch.size(); ++i) {
             const std::span<const int32_t> t = kv_->blocks(batch[i].slot);
             tables[i].assign(t.begin(), t.end());
-            for (const BlockMove& m : moved_blocks(before[i], tables[i], batch[i].start_pos,
-                                                   kv_->block_tokens())) {
+            for (const BlockMove& m :
+                 moved_blocks(before[i], tables[i], batch[i].start_pos, kv_->block_tokens())) {
                 moves.push_back(m);
             }
             out_rows += batch[i].all_logits ? static_cast<int64_t>(batch[i].tokens.size()) : 1;
@@ -78,7 +78,7 @@ public:
         return ok_status();
     }
 
-private:
+  private:
     ModelSpec spec_;
     std::unique_ptr<StepRunner> runner_;
     std::vector<int32_t> buckets_;

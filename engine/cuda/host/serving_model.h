@@ -28,7 +28,7 @@ namespace edge::engine::cuda {
 
 // One device (or twin) of the serving steps. Threading: one driving thread.
 class StepRunner {
-public:
+  public:
     virtual ~StepRunner() = default;
     // Copies each move's KV block (every layer, keys and values) from `from` to `to`.
     virtual Status copy_kv_blocks(std::span<const BlockMove> moves) = 0;

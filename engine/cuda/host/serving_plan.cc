@@ -41,9 +41,9 @@ Result<int32_t> choose_bucket(std::span<const int32_t> buckets, int32_t rows) {
             }
         }
     }
-    return invalid_argument_error(
-        "device serving: no bucket for " + std::to_string(rows) + " rows (largest " +
-        std::to_string(buckets.empty() ? 0 : buckets.back()) + ")");
+    return invalid_argument_error("device serving: no bucket for " + std::to_string(rows) +
+                                  " rows (largest " +
+                                  std::to_string(buckets.empty() ? 0 : buckets.back()) + ")");
 }
 
 Status check_staging(const StepLayout& layout, std::span<const int32_t> staging, int32_t bucket,
@@ -71,9 +71,8 @@ Status check_staging(const StepLayout& layout, std::span<const int32_t> staging,
             return invalid_argument_error(
                 "device step: row " + std::to_string(r) + " (token " + std::to_string(token) +
                 ", position " + std::to_string(pos) + ", table row " + std::to_string(seq) +
-                ") is outside vocab " + std::to_string(vocab) + ", " +
-                std::to_string(table_rows) + " table rows or " +
-                std::to_string(mb * kKvBlockTokens) + " positions");
+                ") is outside vocab " + std::to_string(vocab) + ", " + std::to_string(table_rows) +
+                " table rows or " + std::to_string(mb * kKvBlockTokens) + " positions");
         }
     }
     for (int64_t i = layout.table_offset(); i < size; ++i) {
@@ -215,15 +214,14 @@ Status plan_device_steps(std::span<const SequenceChunk> batch, const SlotTables&
     return ok_status();
 }
 
-std::vector<BlockMove> moved_blocks(std::span<const int32_t> before,
-                                    std::span<const int32_t> after, int32_t old_length,
-                                    int32_t block_tokens) {
+std::vector<BlockMove> moved_blocks(std::span<const int32_t> before, std::span<const int32_t> after,
+                                    int32_t old_length, int32_t block_tokens) {
     std::vector<BlockMove> moves;
     if (block_tokens <= 0 || old_length <= 0) {
         return moves;
     }
-    const size_t written = static_cast<size_t>((int64_t{old_length} + block_tokens - 1) /
-                                               block_tokens);
+    const size_t written =
+        static_cast<size_t>((int64_t{old_length} + block_tokens - 1) / block_tokens);
     const size_t n = std::min({written, before.size(), after.size()});
     for (size_t b = 0; b < n; ++b) {
         if (before[b] != after[b]) {

@@ -32,10 +32,10 @@ namespace edge::engine::cuda {
 // The device side of serving: a decoder of up to max_rows rows per step over a paged KV pool
 // whose blocks the caller assigns.
 struct ServingDecoderOptions {
-    int32_t max_rows = 64;            // Rows of the largest bucket (row_buckets(max_rows)).
-    int32_t kv_blocks = 0;            // Physical KV blocks the caller assigns; the pool has one
-                                      // more, the scratch block padded rows write.
-    int32_t max_blocks_per_seq = 0;   // Block-table entries per sequence.
+    int32_t max_rows = 64;           // Rows of the largest bucket (row_buckets(max_rows)).
+    int32_t kv_blocks = 0;           // Physical KV blocks the caller assigns; the pool has one
+                                     // more, the scratch block padded rows write.
+    int32_t max_blocks_per_seq = 0;  // Block-table entries per sequence.
 };
 
 // Rows (tokens) one device step runs at most, for a model serving `max_slots` sequences: the
@@ -117,17 +117,16 @@ struct BlockMove {
 
 // The moves between a slot's table before and after a reservation: entries below
 // ceil(old_length / block_tokens) that changed.
-std::vector<BlockMove> moved_blocks(std::span<const int32_t> before,
-                                    std::span<const int32_t> after, int32_t old_length,
-                                    int32_t block_tokens);
+std::vector<BlockMove> moved_blocks(std::span<const int32_t> before, std::span<const int32_t> after,
+                                    int32_t old_length, int32_t block_tokens);
 
 // What serving on the device needs beyond the checkpoint itself (read_checkpoint_model checks
 // that): the CUDA backend, no expert-parallel sharding, 16-token KV blocks. Empty when served on
 // the device, else why not (for the fallback's log line).
 struct DeviceServingRequest {
-    std::string backend;          // The resolved engine.backend ("cpu" or "cuda").
-    int32_t sharding_ranks = 1;   // engine.sharding.ranks.
-    int32_t kv_block_tokens = 16; // engine.kv_block_tokens.
+    std::string backend;           // The resolved engine.backend ("cpu" or "cuda").
+    int32_t sharding_ranks = 1;    // engine.sharding.ranks.
+    int32_t kv_block_tokens = 16;  // engine.kv_block_tokens.
 };
 std::string device_serving_refusal(const DeviceServingRequest& request);
 

@@ -11,9 +11,11 @@ namespace edge::engine::cuda {
 namespace {
 
 class TwinStepRunner final : public StepRunner {
-public:
+  public:
     TwinStepRunner(const CheckpointModel& model, const ServingDecoderOptions& options)
-        : m_(model), o_(options), layout_{options.max_rows, options.max_blocks_per_seq},
+        : m_(model),
+          o_(options),
+          layout_{options.max_rows, options.max_blocks_per_seq},
           kv_{model.layers, model.kv_heads, model.head_dim, options.kv_blocks + 1} {}
 
     Status init() {
@@ -69,7 +71,7 @@ public:
         return ok_status();
     }
 
-private:
+  private:
     static float* grow(std::vector<float>& v, int64_t n) {
         v.resize(static_cast<size_t>(n));
         return v.data();
@@ -165,8 +167,9 @@ private:
 Result<std::unique_ptr<StepRunner>> create_twin_step_runner(const CheckpointModel& model,
                                                             const ServingDecoderOptions& options) {
     if (options.max_rows <= 0 || options.kv_blocks <= 0 || options.max_blocks_per_seq <= 0) {
-        return invalid_argument_error("twin runner: max_rows, kv_blocks and max_blocks_per_seq "
-                                      "must be positive");
+        return invalid_argument_error(
+            "twin runner: max_rows, kv_blocks and max_blocks_per_seq "
+            "must be positive");
     }
     auto runner = std::make_unique<TwinStepRunner>(model, options);
     EDGE_RETURN_IF_ERROR(runner->init());

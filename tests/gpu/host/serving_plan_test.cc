@@ -3,6 +3,8 @@
 // masked to the scratch block, the logits copied back, copy-on-write moves of the host cache,
 // the checks before an upload, and the decision to serve on the device or fall back.
 
+#include "engine/cuda/host/serving_plan.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 
 #include "engine/cuda/host/checkpoint_model.h"
 #include "engine/cuda/host/paged_kv_layout.h"
-#include "engine/cuda/host/serving_plan.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/loader.h"
 
@@ -121,8 +122,8 @@ TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logi
             CHECK(check_staging(layout, s.staging, s.bucket, 512, 9).ok());
         }
         CHECK(pos == 13);
-        CHECK(at(steps[2], layout.seqs_offset() + 2) == 1);   // Slot 5's table row.
-        CHECK(at(steps[2], layout.seqs_offset() + 3) == 2);   // The pad row.
+        CHECK(at(steps[2], layout.seqs_offset() + 2) == 1);  // Slot 5's table row.
+        CHECK(at(steps[2], layout.seqs_offset() + 3) == 2);  // The pad row.
         CHECK(at(steps[2], layout.table_offset() + 2) == 6);
         size_t wanted = 0;
         int64_t out = 0;
@@ -163,9 +164,9 @@ TEST_CASE("device rows: random batches keep every real row on its slot's blocks"
             for (TokenId& t : toks[c]) {
                 t = static_cast<TokenId>(rng() % 512);
             }
-            tables.emplace_back(blocks.begin() + static_cast<int64_t>(next),
-                                blocks.begin() + static_cast<int64_t>(next) +
-                                    kv_blocks_for(start + n));
+            tables.emplace_back(
+                blocks.begin() + static_cast<int64_t>(next),
+                blocks.begin() + static_cast<int64_t>(next) + kv_blocks_for(start + n));
             next += static_cast<size_t>(kv_blocks_for(start + n));
             batch.push_back(SequenceChunk{c * 3, start, toks[c], (rng() % 2) == 0});
         }
@@ -307,8 +308,8 @@ TEST_CASE("serving on the device or falling back: the decision and its reasons")
     // The fixture architectures: Qwen3-MoE runs on the device; the others fall back.
     for (const char* other : {"micro-glm4-moe", "micro-deepseek-v3"}) {
         CAPTURE(other);
-        auto m = read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/" + std::string(other),
-                                       "none");
+        auto m =
+            read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/" + std::string(other), "none");
         REQUIRE_FALSE(m.ok());
         CHECK(serving_path_after(m.status()) == ServingPath::kFallback);
         CHECK(m.status().message().find("config.json") != std::string::npos);

@@ -51,7 +51,7 @@ inline std::vector<float> forward_both(CausalLM& cpu, CausalLM& dev,
     double worst = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
         const double err = std::fabs(static_cast<double>(got[i]) - want[i]) -
-                         tol * std::fabs(static_cast<double>(want[i]));
+                           tol * std::fabs(static_cast<double>(want[i]));
         worst = std::isnan(got[i]) ? INFINITY : std::max(worst, err);
     }
     CHECK(worst <= tol);

@@ -13,13 +13,13 @@
 namespace edge::engine::cuda {
 namespace {
 
-TEST_CASE("serving path on the CPU twin: prefill steps, buckets, decode and prefix copy-on-write "
-          "equal the CPU model") {
+TEST_CASE(
+    "serving path on the CPU twin: prefill steps, buckets, decode and prefix copy-on-write "
+    "equal the CPU model") {
     auto cpu = load_model(testing::kMicroQwen3, testing::serving_script_options("cpu"));
     REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-    auto twin = load_serving_causal_lm(testing::kMicroQwen3,
-                                       testing::serving_script_options("cuda"),
-                                       create_twin_step_runner);
+    auto twin = load_serving_causal_lm(
+        testing::kMicroQwen3, testing::serving_script_options("cuda"), create_twin_step_runner);
     REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
     // Same weights and f32 activations; the twins accumulate matmuls in double.
     testing::run_serving_script(**cpu, **twin, 1e-3);
@@ -36,9 +36,9 @@ TEST_CASE("serving path: configurations the whole-step forward does not run are 
         REQUIRE_FALSE(m.ok());
         CHECK(serving_path_after(m.status()) == ServingPath::kFallback);
     }
-    auto glm = load_serving_causal_lm(EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe",
-                                      testing::serving_script_options("cuda"),
-                                      create_twin_step_runner);
+    auto glm =
+        load_serving_causal_lm(EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe",
+                               testing::serving_script_options("cuda"), create_twin_step_runner);
     REQUIRE_FALSE(glm.ok());
     CHECK(serving_path_after(glm.status()) == ServingPath::kFallback);
     LoadOptions too_long = testing::serving_script_options("cuda");
