@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include "engine/backend.h"
 #include "engine/cuda/host/serving_model.h"
 #include "engine/cuda/host/twin_step_runner.h"
 #include "tests/gpu/host/serving_script.h"
@@ -23,6 +24,27 @@ TEST_CASE(
     REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
     // Same weights and f32 activations; the twins accumulate matmuls in double.
     testing::run_serving_script(**cpu, **twin, 1e-3);
+}
+
+TEST_CASE("serving path: a sticky device fault fails every forward and changes no length") {
+    clear_reported_device_fault_for_testing();
+    auto twin = load_serving_causal_lm(
+        testing::kMicroQwen3, testing::serving_script_options("cuda"), create_twin_step_runner);
+    REQUIRE(twin.ok());
+    CausalLM& m = **twin;
+    const int32_t slot = *m.acquire_slot();
+    const std::vector<TokenId> prompt = {1, 2, 3};
+    const std::vector<SequenceChunk> batch = {{slot, 0, prompt, false}};
+    std::vector<float> logits;
+    REQUIRE(m.forward(batch, &logits).ok());
+    report_device_fault(unavailable_error("CUDA device lost: injected by the test"));
+    const std::vector<SequenceChunk> next = {{slot, 3, prompt, false}};
+    const Status s = m.forward(next, &logits);
+    clear_reported_device_fault_for_testing();  // Before any check can leave it set.
+    CHECK(s.code() == StatusCode::kUnavailable);
+    CHECK(s.message().find("injected") != std::string::npos);
+    CHECK(m.slot_length(slot) == 3);
+    CHECK(m.forward(next, &logits).ok());  // Only the fault stopped it.
 }
 
 TEST_CASE("serving path: configurations the whole-step forward does not run are kUnimplemented") {
