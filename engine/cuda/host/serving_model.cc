@@ -62,9 +62,8 @@ class ServingCausalLM final : public PagedCausalLM {
             }
             out_rows += batch[i].all_logits ? static_cast<int64_t>(batch[i].tokens.size()) : 1;
         }
-        std::vector<DeviceStep> steps;
-        EDGE_RETURN_IF_ERROR(
-            plan_device_steps(batch, tables, layout_, buckets_, scratch_block_, &steps));
+        EDGE_ASSIGN_OR_RETURN(std::vector<DeviceStep> steps,
+                              plan_device_steps(batch, tables, layout_, buckets_, scratch_block_));
         EDGE_RETURN_IF_ERROR(runner_->copy_kv_blocks(moves));
         logits->assign(static_cast<size_t>(out_rows * spec_.vocab_size), 0.0f);
         int64_t out_row = 0;

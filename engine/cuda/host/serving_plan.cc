@@ -138,10 +138,12 @@ Status finish_step(const StepLayout& layout, std::span<const int32_t> buckets, i
 
 }  // namespace
 
-Status plan_device_steps(std::span<const SequenceChunk> batch, const SlotTables& tables,
-                         const StepLayout& layout, std::span<const int32_t> buckets,
-                         int32_t scratch_block, std::vector<DeviceStep>* steps) {
-    steps->clear();
+Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk> batch,
+                                                  const SlotTables& tables,
+                                                  const StepLayout& layout,
+                                                  std::span<const int32_t> buckets,
+                                                  int32_t scratch_block) {
+    std::vector<DeviceStep> steps;
     if (layout.max_rows <= 0 || layout.max_blocks_per_seq <= 0 || buckets.empty() ||
         buckets.back() != layout.max_rows) {
         return invalid_argument_error("device serving: bad step layout (max_rows " +
@@ -188,7 +190,7 @@ Status plan_device_steps(std::span<const SequenceChunk> batch, const SlotTables&
         for (int32_t j = 0; j < n; ++j) {
             if (step.rows == layout.max_rows) {
                 EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, scratch_block, &step));
-                steps->push_back(std::move(step));
+                steps.push_back(std::move(step));
                 begin_step(layout, &step);
                 seq = -1;
             }
@@ -209,9 +211,9 @@ Status plan_device_steps(std::span<const SequenceChunk> batch, const SlotTables&
     }
     if (step.rows > 0) {
         EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, scratch_block, &step));
-        steps->push_back(std::move(step));
+        steps.push_back(std::move(step));
     }
-    return ok_status();
+    return steps;
 }
 
 std::vector<BlockMove> moved_blocks(std::span<const int32_t> before, std::span<const int32_t> after,

@@ -103,9 +103,11 @@ using SlotTables = std::vector<std::vector<int32_t>>;
 // table of batch[i]'s slot; `scratch_block` is the pad block (the last physical block of the
 // device pool). kInvalidArgument when a table is shorter than the chunk's positions need, has a
 // block outside [0, scratch_block), or longer than max_blocks_per_seq.
-Status plan_device_steps(std::span<const SequenceChunk> batch, const SlotTables& tables,
-                         const StepLayout& layout, std::span<const int32_t> buckets,
-                         int32_t scratch_block, std::vector<DeviceStep>* steps);
+Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk> batch,
+                                                  const SlotTables& tables,
+                                                  const StepLayout& layout,
+                                                  std::span<const int32_t> buckets,
+                                                  int32_t scratch_block);
 
 // A physical KV block whose contents moved to another block (copy-on-write in the host cache):
 // the device pool must copy `from` into `to` before the step writes.

@@ -54,8 +54,9 @@ TEST_CASE("device rows: slots' block tables translated, padded rows on the scrat
     // Slot 3 decodes position 20 (blocks 9, 4); slot 1 prefills positions 0..4 (block 12).
     const std::vector<SequenceChunk> batch = {{3, 20, decode, false}, {1, 0, prompt, false}};
     const SlotTables tables = {{9, 4}, {12}};
-    std::vector<DeviceStep> steps;
-    REQUIRE(plan_device_steps(batch, tables, layout, buckets, scratch, &steps).ok());
+    auto planned = plan_device_steps(batch, tables, layout, buckets, scratch);
+    REQUIRE(planned.ok());
+    const std::vector<DeviceStep>& steps = *planned;
     REQUIRE(steps.size() == 1);
     const DeviceStep& s = steps[0];
     CHECK(s.rows == 6);
@@ -102,8 +103,9 @@ TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logi
         CAPTURE(all);
         const std::vector<SequenceChunk> batch = {{0, 3, prompt, all}, {5, 0, one, false}};
         const SlotTables tables = {{2}, {6}};
-        std::vector<DeviceStep> steps;
-        REQUIRE(plan_device_steps(batch, tables, layout, buckets, 8, &steps).ok());
+        auto planned = plan_device_steps(batch, tables, layout, buckets, 8);
+        REQUIRE(planned.ok());
+        const std::vector<DeviceStep>& steps = *planned;
         REQUIRE(steps.size() == 3);
         CHECK(steps[0].rows == 4);
         CHECK(steps[1].rows == 4);
@@ -170,8 +172,9 @@ TEST_CASE("device rows: random batches keep every real row on its slot's blocks"
             next += static_cast<size_t>(kv_blocks_for(start + n));
             batch.push_back(SequenceChunk{c * 3, start, toks[c], (rng() % 2) == 0});
         }
-        std::vector<DeviceStep> steps;
-        REQUIRE(plan_device_steps(batch, tables, layout, buckets, scratch, &steps).ok());
+        auto planned = plan_device_steps(batch, tables, layout, buckets, scratch);
+        REQUIRE(planned.ok());
+        const std::vector<DeviceStep>& steps = *planned;
         int64_t rows = 0, wanted = 0;
         size_t chunk = 0;
         int32_t j = 0;  // Token of `chunk` the next real row runs.
@@ -219,28 +222,26 @@ TEST_CASE("device rows: tables that would reach outside the pool are refused, na
     const auto buckets = *row_buckets(8);
     const std::vector<TokenId> toks = {1, 2};
     const std::vector<SequenceChunk> batch = {{4, 15, toks, false}};
-    std::vector<DeviceStep> steps;
     // Positions 15..16 need two blocks.
-    Status short_table = plan_device_steps(batch, {{3}}, layout, buckets, 10, &steps);
+    Status short_table = plan_device_steps(batch, {{3}}, layout, buckets, 10).status();
     CHECK(short_table.code() == StatusCode::kInvalidArgument);
     CHECK(short_table.message().find("chunk 0 (slot 4)") != std::string::npos);
-    CHECK_FALSE(plan_device_steps(batch, {{3, 10}}, layout, buckets, 10, &steps).ok());
-    CHECK_FALSE(plan_device_steps(batch, {{3, -1}}, layout, buckets, 10, &steps).ok());
-    CHECK_FALSE(plan_device_steps(batch, {{3, 4, 5}}, layout, buckets, 10, &steps).ok());
-    CHECK_FALSE(plan_device_steps(batch, {}, layout, buckets, 10, &steps).ok());
-    CHECK_FALSE(plan_device_steps(batch, {{3, 4}}, StepLayout{16, 2}, buckets, 10, &steps).ok());
-    CHECK(plan_device_steps(batch, {{3, 4}}, layout, buckets, 10, &steps).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, 10}}, layout, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, -1}}, layout, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, 4, 5}}, layout, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {}, layout, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, 4}}, StepLayout{16, 2}, buckets, 10).ok());
+    CHECK(plan_device_steps(batch, {{3, 4}}, layout, buckets, 10).ok());
 }
 
 TEST_CASE("staging checks: bad tokens, table rows, positions, blocks and sizes are refused") {
     const StepLayout layout{4, 2};
     const auto buckets = *row_buckets(4);
     const std::vector<TokenId> toks = {5, 6};
-    std::vector<DeviceStep> steps;
-    REQUIRE(plan_device_steps(std::vector<SequenceChunk>{{0, 0, toks, false}}, {{1}}, layout,
-                              buckets, 3, &steps)
-                .ok());
-    const std::vector<int32_t> good = steps[0].staging;
+    auto steps = plan_device_steps(std::vector<SequenceChunk>{{0, 0, toks, false}}, {{1}}, layout,
+                                   buckets, 3);
+    REQUIRE(steps.ok());
+    const std::vector<int32_t> good = (*steps)[0].staging;
     CHECK(check_staging(layout, good, 2, 512, 4).ok());
     auto bad = [&](int64_t i, int32_t v) {
         std::vector<int32_t> s = good;
