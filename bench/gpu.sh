@@ -4,11 +4,15 @@
 # deploy/setup when missing and the network allows): builds edgeserve with the CUDA backend (only
 # the targets needed, for this GPU's architecture), runs the gpu- and cuda_host-labelled tests
 # (each kernel against its CPU twin, the device decoder's greedy tokens on the fixture checkpoint
-# vs the CPU backend, CUDA-graph replay, NCCL, sharded vs single GPU when there are several),
+# vs the CPU backend, CUDA-graph replay, NCCL, sharded vs single GPU when there are several,
+# serving on the device: the device CausalLM's logits vs the CPU model and the engine API's greedy
+# tokens with engine.backend cuda vs cpu),
 # writes make-model's `bench` checkpoint, then runs the decode benchmark (bench/gpu_decode.cc) on
 # its real weights: BF16, FP8 and INT4 experts, 1 and 64 streams, as a fraction of the measured
-# device-to-device copy bandwidth. Prints the test summary, the bench table, and as its last line
-# the bench's JSON. Fails if a test fails or was skipped.
+# device-to-device copy bandwidth (after bench_gpu_serving: decode through the engine's device
+# CausalLM, as engine.backend cuda serves, over the bare graph decoder's tokens/s). Prints the
+# test summary, the bench tables, and as its last line the decode bench's JSON. Fails if a test
+# fails or was skipped.
 # Usage: bench/gpu.sh [extra cmake args]   (EDGE_GPU_BUILD_DIR overrides build-gpu/)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -47,7 +51,8 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch" "${launcher[@]}" "$@" \
     >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 grep -q "CUDA backend ON" "$build.configure.log" || { echo "CUDA backend not enabled" >&2; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target gpu_tests cuda_host_tests bench_gpu_decode edgeserve
+cmake --build "$build" -j"$(nproc)" --target gpu_tests cuda_host_tests bench_gpu_decode \
+    bench_gpu_serving edgeserve
 t1=$(date +%s)
 echo "build: $((t1 - t0)) s (sm_$arch)"
 cd "$build"
@@ -64,4 +69,6 @@ if [ ! -f "$model/config.json" ]; then
 fi
 t3=$(date +%s)
 echo "bench checkpoint: $((t3 - t2)) s ($(du -sh "$model" | cut -f1))"
+# Serving through the engine's device CausalLM vs the bare graph decoder (host overhead ratio).
+"$build/bench/bench_gpu_serving" --model "$model" --steps 32 --context 256
 "$build/bench/bench_gpu_decode" --model "$model" --steps 32 --context 256

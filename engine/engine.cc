@@ -4,7 +4,12 @@
 #include <random>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "engine/backend.h"
+#if defined(EDGE_HAVE_CUDA)
+#include "engine/cuda/device_causal_lm.h"
+#include "engine/cuda/host/serving_plan.h"
+#endif
 #include "engine/model/loader.h"
 #include "engine/sched/local_generator.h"
 #include "engine/tokenizer/tiktoken.h"
@@ -14,6 +19,33 @@
 namespace edge::engine {
 
 namespace {
+
+// The model on the backend: with "cuda", every op of a step on the device
+// (engine/cuda/device_causal_lm.h) when the device forward runs the model, else (logged) the
+// engine's own forward with the CUDA backend's matmuls.
+Result<std::unique_ptr<CausalLM>> load_causal_lm(const ModelConfig& mc,
+                                                 const LoadOptions& options) {
+#if defined(EDGE_HAVE_CUDA)
+    if (options.backend == "cuda") {
+        auto device = cuda::load_device_causal_lm(mc.path, options);
+        switch (cuda::serving_path_after(device.status())) {
+            case cuda::ServingPath::kDevice:
+                log::info("engine.device_forward", {{"model", mc.name}, {"path", mc.path}});
+                return std::move(device).value();
+            case cuda::ServingPath::kFallback:
+                log::warn("engine.device_forward_fallback",
+                          {{"model", mc.name},
+                           {"path", mc.path},
+                           {"reason", device.status().message()},
+                           {"running", "the engine's forward with the cuda backend's matmuls"}});
+                break;
+            case cuda::ServingPath::kFail:
+                return device.status();
+        }
+    }
+#endif
+    return load_model(mc.path, options);
+}
 
 Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config,
                                             const std::string& backend) {
@@ -37,7 +69,7 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     options.kv_block_tokens = config.kv_block_tokens;
     options.quantization = mc.quantization;
     options.sharding = config.sharding;
-    EDGE_ASSIGN_OR_RETURN(m.model, load_model(mc.path, options));
+    EDGE_ASSIGN_OR_RETURN(m.model, load_causal_lm(mc, options));
     if (m.model->spec().vocab_size < m.tokenizer->vocab_size()) {
         return invalid_argument_error(
             "tokenizer.json has " + std::to_string(m.tokenizer->vocab_size()) +

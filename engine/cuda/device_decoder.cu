@@ -107,6 +107,18 @@ struct DeviceDecoder::Impl {
     int32_t* positions = nullptr;
     int32_t* seq_ids = nullptr;
     int32_t* dense_offsets = nullptr;  // {0, batch}
+    const int32_t* step_offsets = nullptr;  // {0, rows} of the step being enqueued.
+    // Serving (create_for_serving): buckets, the staging buffer (tokens, positions, sequences and
+    // block table live in it), {0, bucket} per bucket, and one graph per bucket.
+    bool serving = false;
+    ServingDecoderOptions serve;
+    StepLayout layout;
+    std::vector<int32_t> buckets;
+    int32_t* staging = nullptr;
+    int32_t* bucket_offsets = nullptr;  // 2 per bucket.
+    std::vector<cudaGraph_t> bucket_graphs;      // Per bucket; null until captured.
+    std::vector<cudaGraphExec_t> bucket_execs;   // Per bucket; null until captured.
+    int32_t last_bucket = 0;  // Rows of the last run_rows.
     float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
     float *o = nullptr, *router_logits = nullptr, *topk_w = nullptr, *route_scratch = nullptr;
     float *permuted = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr, *down = nullptr;
@@ -117,6 +129,16 @@ struct DeviceDecoder::Impl {
     ~Impl() {
         if (exec != nullptr) {
             check_cleanup(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
+        }
+        for (cudaGraphExec_t e : bucket_execs) {
+            if (e != nullptr) {
+                check_cleanup(cudaGraphExecDestroy(e), "cudaGraphExecDestroy");
+            }
+        }
+        for (cudaGraph_t g : bucket_graphs) {
+            if (g != nullptr) {
+                check_cleanup(cudaGraphDestroy(g), "cudaGraphDestroy");
+            }
         }
         if (graph != nullptr) {
             check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
@@ -192,7 +214,7 @@ struct DeviceDecoder::Impl {
         const void* const* t = dense_tables(w);
         g.data = t;
         g.scales = w.scales != nullptr ? reinterpret_cast<const float* const*>(t + 1) : nullptr;
-        return kernels::grouped_matmul(g, dense_offsets, in, out, stream);
+        return kernels::grouped_matmul(g, step_offsets, in, out, stream);
     }
 
     // Device arrays {data pointer, scales pointer} of each dense weight.
@@ -363,15 +385,15 @@ struct DeviceDecoder::Impl {
 
     // The KV cache, sequence state and activations (after the weights).
     Status build_buffers() {
-        const int64_t H = s.hidden, B = s.batch, E = s.experts, K = s.top_k, I = s.moe_inter;
-        const int64_t hd = s.head_dim, qd = s.heads * hd, kvd = s.kv_heads * hd;
+        const int64_t B = s.batch, hd = s.head_dim;
         std::vector<double> freq =
             host_inv_freq.empty() ? cpu::rope_inv_freq(1e6, hd) : host_inv_freq;
         EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(hd / 2, "rope"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(), hd / 2 * sizeof(double),
                                                   cudaMemcpyHostToDevice, stream));
-        max_blocks = kv_blocks_for(s.max_context);
-        kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim, static_cast<int32_t>(B) * max_blocks};
+        max_blocks = serving ? serve.max_blocks_per_seq : kv_blocks_for(s.max_context);
+        kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim,
+                           serving ? serve.kv_blocks + 1 : static_cast<int32_t>(B) * max_blocks};
         EDGE_ASSIGN_OR_RETURN(pool, take<float>(kv.pool_floats(), "KV pool"));
         if (zero_kv) {
             EDGE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
@@ -379,7 +401,46 @@ struct DeviceDecoder::Impl {
         } else {
             EDGE_RETURN_IF_ERROR(fill_f32(pool, kv.pool_floats(), 0.0f, 1.0f));
         }
-        // Sequence b owns blocks [b * max_blocks, (b + 1) * max_blocks).
+        if (serving) {
+            EDGE_RETURN_IF_ERROR(build_serving_buffers());
+        } else {
+            EDGE_RETURN_IF_ERROR(build_batch_buffers());
+        }
+        return build_activations();
+    }
+
+    // Serving: the staging buffer holds the step's tokens, positions, sequences and block table
+    // (uploaded by run_rows); {0, bucket} per bucket for the dense matmuls.
+    Status build_serving_buffers() {
+        layout = StepLayout{static_cast<int32_t>(s.batch), max_blocks};
+        EDGE_ASSIGN_OR_RETURN(buckets, row_buckets(layout.max_rows));
+        EDGE_ASSIGN_OR_RETURN(staging, take<int32_t>(layout.total_ints(), "staging"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+            staging, 0, static_cast<size_t>(layout.total_ints()) * sizeof(int32_t), stream));
+        tokens = staging + layout.tokens_offset();
+        positions = staging + layout.positions_offset();
+        seq_ids = staging + layout.seqs_offset();
+        block_table = staging + layout.table_offset();
+        std::vector<int32_t> off;
+        for (int32_t b : buckets) {
+            off.push_back(0);
+            off.push_back(b);
+        }
+        EDGE_ASSIGN_OR_RETURN(bucket_offsets, take<int32_t>(static_cast<int64_t>(off.size()),
+                                                            "bucket offsets"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bucket_offsets, off.data(),
+                                                  off.size() * sizeof(int32_t),
+                                                  cudaMemcpyHostToDevice, stream));
+        bucket_graphs.assign(buckets.size(), nullptr);
+        bucket_execs.assign(buckets.size(), nullptr);
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // `off` dies here.
+        return ok_status();
+    }
+
+    // The fixed batch: sequence b owns blocks [b * max_blocks, (b + 1) * max_blocks), every
+    // sequence at the same position.
+    Status build_batch_buffers() {
+        const int64_t B = s.batch;
         EDGE_ASSIGN_OR_RETURN(block_table, take<int32_t>(B * max_blocks, "block table"));
         iota_kernel<<<64, 256, 0, stream>>>(block_table, static_cast<int32_t>(B) * max_blocks, 0);
         EDGE_ASSIGN_OR_RETURN(seq_ids, take<int32_t>(B, "sequences"));
@@ -397,6 +458,14 @@ struct DeviceDecoder::Impl {
         EDGE_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(dense_offsets, off, sizeof(off), cudaMemcpyHostToDevice, stream));
         EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("decoder setup");
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // `off` dies here.
+        return ok_status();
+    }
+
+    // Activations for s.batch rows.
+    Status build_activations() {
+        const int64_t H = s.hidden, B = s.batch, E = s.experts, K = s.top_k, I = s.moe_inter;
+        const int64_t hd = s.head_dim, qd = s.heads * hd, kvd = s.kv_heads * hd;
         for (float** b : {&x, &h, &o}) {
             EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * H, "activations"));
         }
@@ -430,9 +499,12 @@ struct DeviceDecoder::Impl {
         return rp;
     }
 
-    // Enqueues one decode step on `stream` (also what the graph captures).
-    Status enqueue_step() {
-        const int64_t H = s.hidden, B = s.batch, K = s.top_k, I = s.moe_inter;
+    // Enqueues one step of `rows` rows on `stream` (also what a graph captures); `offsets` is
+    // {0, rows} on the device. `feed_back`: the argmax becomes the next input token and every
+    // position advances (the fixed batch); else the logits are left for the caller (serving).
+    Status enqueue_step(int64_t rows, const int32_t* offsets, bool feed_back) {
+        const int64_t H = s.hidden, B = rows, K = s.top_k, I = s.moe_inter;
+        step_offsets = offsets;
         const int64_t hd = s.head_dim;
         const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         EDGE_RETURN_IF_ERROR(kernels::embedding(embed, tokens, B, x, stream));
@@ -471,6 +543,9 @@ struct DeviceDecoder::Impl {
         }
         EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, final_norm, B, H, eps, h, stream));
         EDGE_RETURN_IF_ERROR(dense(lm_head, h, logits));
+        if (!feed_back) {
+            return ok_status();
+        }
         EDGE_RETURN_IF_ERROR(kernels::argmax(logits, B, s.vocab, tokens, stream));
         advance_kernel<<<static_cast<unsigned>((B + 255) / 256), 256, 0, stream>>>(
             positions, static_cast<int32_t>(B));
@@ -573,10 +648,140 @@ Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_from_model(
     return std::unique_ptr<DeviceDecoder>(new DeviceDecoder(std::move(impl)));
 }
 
+Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_for_serving(
+    const CheckpointModel& m, const ServingDecoderOptions& options,
+    const DeviceMemoryConfig& memory) {
+    if (options.max_rows <= 0 || options.kv_blocks <= 0 || options.max_blocks_per_seq <= 0 ||
+        int64_t{options.max_blocks_per_seq} * kKvBlockTokens > int64_t{1} << 30) {
+        return invalid_argument_error(
+            "device decoder: serving needs max_rows, kv_blocks and max_blocks_per_seq > 0 (got " +
+            std::to_string(options.max_rows) + ", " + std::to_string(options.kv_blocks) + ", " +
+            std::to_string(options.max_blocks_per_seq) + ")");
+    }
+    EDGE_RETURN_IF_ERROR(cuda_device_health());
+    auto impl = std::make_unique<Impl>();
+    DecoderShape& s = impl->s;
+    s.hidden = m.hidden;
+    s.layers = m.layers;
+    s.experts = m.experts;
+    s.top_k = m.top_k;
+    s.moe_inter = m.moe_inter;
+    s.heads = m.heads;
+    s.kv_heads = m.kv_heads;
+    s.head_dim = m.head_dim;
+    s.vocab = m.vocab;
+    s.batch = options.max_rows;
+    s.context = 0;
+    s.max_context = options.max_blocks_per_seq * kKvBlockTokens;
+    s.expert_format = m.expert_format;
+    impl->eps = m.rms_eps;
+    impl->norm_topk_prob = m.norm_topk_prob;
+    impl->zero_kv = true;
+    impl->serving = true;
+    impl->serve = options;
+    int device = 0;
+    EDGE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    EDGE_ASSIGN_OR_RETURN(impl->alloc, DeviceAllocator::create(memory, device));
+    EDGE_RETURN_IF_ERROR(impl->upload_model(m));
+    return std::unique_ptr<DeviceDecoder>(new DeviceDecoder(std::move(impl)));
+}
+
+Status DeviceDecoder::copy_kv_blocks(std::span<const BlockMove> moves) {
+    Impl& m = *impl_;
+    if (!m.serving) {
+        return failed_precondition_error("device decoder: copy_kv_blocks is for serving");
+    }
+    if (moves.empty()) {
+        return ok_status();
+    }
+    EDGE_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.alloc->device()));
+    const int64_t bytes = m.kv.block_floats() * static_cast<int64_t>(sizeof(float));
+    for (const BlockMove& mv : moves) {
+        if (mv.from < 0 || mv.from >= m.serve.kv_blocks || mv.to < 0 ||
+            mv.to >= m.serve.kv_blocks) {
+            return invalid_argument_error("device decoder: KV block move " +
+                                          std::to_string(mv.from) + " -> " +
+                                          std::to_string(mv.to) + " outside the pool's " +
+                                          std::to_string(m.serve.kv_blocks) + " blocks");
+        }
+        for (int32_t l = 0; l < m.s.layers; ++l) {
+            for (int32_t which = 0; which < 2; ++which) {
+                float* plane = m.pool + m.kv.plane_offset(l, which);
+                EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                    plane + m.kv.row_offset(mv.to, 0, 0), plane + m.kv.row_offset(mv.from, 0, 0),
+                    static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, m.stream));
+            }
+        }
+    }
+    return ok_status();
+}
+
+Status DeviceDecoder::run_rows(int32_t bucket, std::span<const int32_t> staging) {
+    Impl& m = *impl_;
+    if (!m.serving) {
+        return failed_precondition_error("device decoder: run_rows is for serving");
+    }
+    EDGE_RETURN_IF_ERROR(cuda_device_health());
+    // The scheduler's thread drives serving, not the one that loaded it.
+    EDGE_CUDA_RETURN_IF_ERROR(cudaSetDevice(m.alloc->device()));
+    const auto it = std::find(m.buckets.begin(), m.buckets.end(), bucket);
+    if (it == m.buckets.end()) {
+        return invalid_argument_error("device decoder: " + std::to_string(bucket) +
+                                      " rows is not a bucket");
+    }
+    EDGE_RETURN_IF_ERROR(check_staging(m.layout, staging, bucket, m.s.vocab, m.kv.num_blocks));
+    const size_t b = static_cast<size_t>(it - m.buckets.begin());
+    EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.staging, staging.data(), staging.size_bytes(),
+                                              cudaMemcpyHostToDevice, m.stream));
+    if (m.bucket_execs[b] == nullptr) {
+        EDGE_CUDA_RETURN_IF_ERROR(
+            cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
+        Status s = m.enqueue_step(bucket, m.bucket_offsets + 2 * b, false);
+        cudaGraph_t graph = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
+        if (!s.ok() || end != cudaSuccess) {
+            if (graph != nullptr) {
+                check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
+            }
+            EDGE_RETURN_IF_ERROR(s);
+            EDGE_CUDA_RETURN_IF_ERROR(end);
+        }
+        m.bucket_graphs[b] = graph;
+        EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&m.bucket_execs[b], graph, 0));
+    }
+    EDGE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(m.bucket_execs[b], m.stream));
+    m.last_bucket = bucket;
+    return ok_status();
+}
+
+Status DeviceDecoder::copy_logits(std::span<const RowRun> runs, float* out) {
+    Impl& m = *impl_;
+    const int64_t V = m.s.vocab;
+    for (const RowRun& r : runs) {
+        if (r.first_row < 0 || r.rows <= 0 || r.first_row + r.rows > m.last_bucket ||
+            r.out_row < 0) {
+            return invalid_argument_error("device decoder: logits of rows " +
+                                          std::to_string(r.first_row) + ".." +
+                                          std::to_string(r.first_row + r.rows - 1) +
+                                          " outside the last step's " +
+                                          std::to_string(m.last_bucket) + " rows");
+        }
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+            out + r.out_row * V, m.logits + int64_t{r.first_row} * V,
+            static_cast<size_t>(int64_t{r.rows} * V) * sizeof(float), cudaMemcpyDeviceToHost,
+            m.stream));
+    }
+    EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
+    return ok_status();
+}
+
 const DecoderShape& DeviceDecoder::shape() const { return impl_->s; }
 
 Status DeviceDecoder::set_tokens(std::span<const int32_t> tokens) {
     Impl& m = *impl_;
+    if (m.serving) {
+        return failed_precondition_error("device decoder: a serving decoder runs run_rows()");
+    }
     if (tokens.size() != static_cast<size_t>(m.s.batch)) {
         return invalid_argument_error("device decoder: " + std::to_string(tokens.size()) +
                                       " tokens for a batch of " + std::to_string(m.s.batch));
@@ -596,10 +801,13 @@ Status DeviceDecoder::set_tokens(std::span<const int32_t> tokens) {
 
 Status DeviceDecoder::step() {
     Impl& m = *impl_;
+    if (m.serving) {
+        return failed_precondition_error("device decoder: a serving decoder runs run_rows()");
+    }
     if (m.position + 1 >= m.s.max_context) {
         return out_of_range_error("device decoder: sequences are at max_context");
     }
-    EDGE_RETURN_IF_ERROR(m.enqueue_step());
+    EDGE_RETURN_IF_ERROR(m.enqueue_step(m.s.batch, m.dense_offsets, true));
     EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
     ++m.position;
     return ok_status();
@@ -607,6 +815,9 @@ Status DeviceDecoder::step() {
 
 Result<DecodeStepStats> DeviceDecoder::run_graph(int32_t steps) {
     Impl& m = *impl_;
+    if (m.serving) {
+        return failed_precondition_error("device decoder: a serving decoder runs run_rows()");
+    }
     if (steps <= 0 || m.position + steps >= m.s.max_context) {
         return out_of_range_error("device decoder: " + std::to_string(steps) +
                                   " steps from position " + std::to_string(m.position) +
@@ -614,7 +825,7 @@ Result<DecodeStepStats> DeviceDecoder::run_graph(int32_t steps) {
     }
     if (m.exec == nullptr) {
         EDGE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-        Status s = m.enqueue_step();
+        Status s = m.enqueue_step(m.s.batch, m.dense_offsets, true);
         cudaGraph_t graph = nullptr;
         const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
         if (!s.ok() || end != cudaSuccess) {

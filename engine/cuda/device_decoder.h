@@ -9,8 +9,10 @@
 // (create_from_checkpoint: every tensor uploaded once, experts in their stored or
 // quantized-on-load format) or are random (create: seeded, generated on the device, experts in
 // the chosen format, the bench preset's shape). It serves the GPU benchmark (bench/gpu_decode.cc)
-// and the GPU tests (greedy tokens of the fixture model against the CPU engine); the serving
-// engine runs its own forward. This header includes no CUDA header.
+// and the GPU tests (greedy tokens of the fixture model against the CPU engine). In serving mode
+// (create_for_serving, used by engine/cuda/device_causal_lm.h) rows are any tokens of any
+// sequences at any positions over a caller-assigned paged KV pool, one CUDA graph per batch-size
+// bucket, and the logits go back to the host. This header includes no CUDA header.
 //
 // Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
 
@@ -24,6 +26,7 @@
 #include "engine/cpu/weight.h"
 #include "engine/cuda/host/checkpoint_model.h"
 #include "engine/cuda/host/device_memory_plan.h"
+#include "engine/cuda/host/serving_plan.h"
 
 namespace edge::engine::cuda {
 
@@ -78,6 +81,12 @@ public:
     static Result<std::unique_ptr<DeviceDecoder>> create_from_model(
         const CheckpointModel& model, const CheckpointDecoderOptions& options,
         const DeviceMemoryConfig& memory);
+    // For serving (host/serving_plan.h: ServingDecoderOptions, StepRunner): weights from
+    // `model`, a KV pool of options.kv_blocks + 1 blocks, buffers for options.max_rows rows;
+    // driven by copy_kv_blocks(), run_rows() and copy_logits() (not set_tokens/step/run_graph).
+    static Result<std::unique_ptr<DeviceDecoder>> create_for_serving(
+        const CheckpointModel& model, const ServingDecoderOptions& options,
+        const DeviceMemoryConfig& memory);
     ~DeviceDecoder();
     DeviceDecoder(const DeviceDecoder&) = delete;
     DeviceDecoder& operator=(const DeviceDecoder&) = delete;
@@ -95,6 +104,15 @@ public:
     Result<DecodeStepStats> run_graph(int32_t steps);
     // The tokens the last step produced (batch ids), copied to the host.
     Result<std::vector<int32_t>> last_tokens();
+    // Serving: copies each move's KV block (every layer, keys and values) from `from` to `to`.
+    Status copy_kv_blocks(std::span<const BlockMove> moves);
+    // Serving: uploads `staging` (a prefix of the StepLayout buffer, host/serving_plan.h) and runs
+    // `bucket` rows (a bucket of row_buckets(max_rows)) as that bucket's CUDA graph, captured on
+    // its first use; the logits stay on the device for copy_logits().
+    Status run_rows(int32_t bucket, std::span<const int32_t> staging);
+    // Serving: copies the logits of `runs` (rows of the last run_rows) into `out` (row-major,
+    // vocab floats per row, at each run's out_row) and waits for them.
+    Status copy_logits(std::span<const RowRun> runs, float* out);
     // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`, the HBM
     // reference figure for the benchmark.
     static Result<double> measure_copy_bandwidth(int64_t bytes, int32_t repeats);

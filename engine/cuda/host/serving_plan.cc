@@ -1,0 +1,331 @@
+#include "engine/cuda/host/serving_plan.h"
+
+#include <algorithm>
+
+#include "engine/cuda/host/paged_kv_layout.h"
+#include "engine/cuda/host/router_rule.h"
+#include "engine/model/archs/qwen3_moe.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weight_loader.h"
+#include "engine/quant/quantized_weight.h"
+
+namespace edge::engine::cuda {
+
+int32_t serving_max_rows(int32_t max_slots) {
+    int32_t rows = 64;
+    while (rows < max_slots && rows < 512) {
+        rows *= 2;
+    }
+    return rows;
+}
+
+Result<std::vector<int32_t>> row_buckets(int32_t max_rows) {
+    if (max_rows <= 0) {
+        return invalid_argument_error("device serving: max_rows " + std::to_string(max_rows) +
+                                      " must be positive");
+    }
+    std::vector<int32_t> buckets;
+    for (int32_t b = 1; b < max_rows; b *= 2) {
+        buckets.push_back(b);
+    }
+    buckets.push_back(max_rows);
+    return buckets;
+}
+
+Result<int32_t> choose_bucket(std::span<const int32_t> buckets, int32_t rows) {
+    if (rows > 0) {
+        for (int32_t b : buckets) {
+            if (b >= rows) {
+                return b;
+            }
+        }
+    }
+    return invalid_argument_error("device serving: no bucket for " + std::to_string(rows) +
+                                  " rows (largest " +
+                                  std::to_string(buckets.empty() ? 0 : buckets.back()) + ")");
+}
+
+Status check_staging(const StepLayout& layout, std::span<const int32_t> staging, int32_t bucket,
+                     int32_t vocab, int32_t pool_blocks) {
+    const int64_t size = static_cast<int64_t>(staging.size());
+    const int64_t mb = layout.max_blocks_per_seq;
+    if (mb <= 0 || layout.max_rows <= 0 || size < layout.table_offset() + mb ||
+        size > layout.total_ints() || (size - layout.table_offset()) % mb != 0) {
+        return invalid_argument_error("device step: staging of " + std::to_string(size) +
+                                      " ints does not fit the layout (" +
+                                      std::to_string(layout.max_rows) + " rows, " +
+                                      std::to_string(mb) + " blocks per sequence)");
+    }
+    if (bucket <= 0 || bucket > layout.max_rows) {
+        return invalid_argument_error("device step: bucket " + std::to_string(bucket) +
+                                      " outside 1.." + std::to_string(layout.max_rows));
+    }
+    const int64_t table_rows = (size - layout.table_offset()) / mb;
+    for (int32_t r = 0; r < bucket; ++r) {
+        const int32_t token = staging[static_cast<size_t>(layout.tokens_offset() + r)];
+        const int32_t pos = staging[static_cast<size_t>(layout.positions_offset() + r)];
+        const int32_t seq = staging[static_cast<size_t>(layout.seqs_offset() + r)];
+        if (token < 0 || token >= vocab || seq < 0 || seq >= table_rows || pos < 0 ||
+            int64_t{pos} >= mb * kKvBlockTokens) {
+            return invalid_argument_error(
+                "device step: row " + std::to_string(r) + " (token " + std::to_string(token) +
+                ", position " + std::to_string(pos) + ", table row " + std::to_string(seq) +
+                ") is outside vocab " + std::to_string(vocab) + ", " + std::to_string(table_rows) +
+                " table rows or " + std::to_string(mb * kKvBlockTokens) + " positions");
+        }
+    }
+    for (int64_t i = layout.table_offset(); i < size; ++i) {
+        const int32_t b = staging[static_cast<size_t>(i)];
+        if (b < 0 || b >= pool_blocks) {
+            return invalid_argument_error("device step: block-table entry " +
+                                          std::to_string(i - layout.table_offset()) + " is " +
+                                          std::to_string(b) + ", outside the pool's " +
+                                          std::to_string(pool_blocks) + " blocks");
+        }
+    }
+    return ok_status();
+}
+
+std::vector<RowRun> logit_runs(std::span<const int32_t> rows, int64_t out_row) {
+    std::vector<RowRun> runs;
+    for (int32_t r : rows) {
+        if (!runs.empty() && runs.back().first_row + runs.back().rows == r) {
+            ++runs.back().rows;
+        } else {
+            runs.push_back(RowRun{r, 1, out_row});
+        }
+        ++out_row;
+    }
+    return runs;
+}
+
+namespace {
+
+// Starts a step in `step` (rows 0) with the staging prefix sized for no table row yet.
+void begin_step(const StepLayout& layout, DeviceStep* step) {
+    step->rows = 0;
+    step->bucket = 0;
+    step->staging.assign(static_cast<size_t>(layout.table_offset()), 0);
+    step->logit_rows.clear();
+}
+
+// Appends the table row of a chunk's slot (unused entries: the scratch block).
+void add_table_row(const StepLayout& layout, std::span<const int32_t> table, int32_t scratch,
+                   DeviceStep* step) {
+    const size_t at = step->staging.size();
+    step->staging.resize(at + static_cast<size_t>(layout.max_blocks_per_seq), scratch);
+    std::copy(table.begin(), table.end(), step->staging.begin() + static_cast<int64_t>(at));
+}
+
+// Pads rows [rows, bucket) and appends the pad table row.
+Status finish_step(const StepLayout& layout, std::span<const int32_t> buckets, int32_t scratch,
+                   DeviceStep* step) {
+    EDGE_ASSIGN_OR_RETURN(step->bucket, choose_bucket(buckets, step->rows));
+    const int64_t table_rows =
+        (static_cast<int64_t>(step->staging.size()) - layout.table_offset()) /
+        layout.max_blocks_per_seq;
+    for (int32_t r = step->rows; r < step->bucket; ++r) {
+        step->staging[static_cast<size_t>(layout.tokens_offset() + r)] = 0;
+        step->staging[static_cast<size_t>(layout.positions_offset() + r)] = 0;
+        step->staging[static_cast<size_t>(layout.seqs_offset() + r)] =
+            static_cast<int32_t>(table_rows);
+    }
+    step->staging.resize(step->staging.size() + static_cast<size_t>(layout.max_blocks_per_seq),
+                         scratch);
+    return ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk> batch,
+                                                  const SlotTables& tables,
+                                                  const StepLayout& layout,
+                                                  std::span<const int32_t> buckets,
+                                                  int32_t scratch_block) {
+    std::vector<DeviceStep> steps;
+    if (layout.max_rows <= 0 || layout.max_blocks_per_seq <= 0 || buckets.empty() ||
+        buckets.back() != layout.max_rows) {
+        return invalid_argument_error("device serving: bad step layout (max_rows " +
+                                      std::to_string(layout.max_rows) + ", max_blocks_per_seq " +
+                                      std::to_string(layout.max_blocks_per_seq) + ")");
+    }
+    if (tables.size() != batch.size()) {
+        return invalid_argument_error("device serving: " + std::to_string(tables.size()) +
+                                      " block tables for " + std::to_string(batch.size()) +
+                                      " chunks");
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const SequenceChunk& ch = batch[i];
+        const std::vector<int32_t>& table = tables[i];
+        const std::string where = "device serving: chunk " + std::to_string(i) + " (slot " +
+                                  std::to_string(ch.slot) + ")";
+        const int64_t end = int64_t{ch.start_pos} + static_cast<int64_t>(ch.tokens.size());
+        if (ch.start_pos < 0 || ch.tokens.empty() ||
+            end > int64_t{kKvBlockTokens} * static_cast<int64_t>(table.size())) {
+            return invalid_argument_error(where + ": positions " + std::to_string(ch.start_pos) +
+                                          ".." + std::to_string(end - 1) + " need more than its " +
+                                          std::to_string(table.size()) + " KV blocks");
+        }
+        if (static_cast<int64_t>(table.size()) > layout.max_blocks_per_seq) {
+            return invalid_argument_error(where + ": " + std::to_string(table.size()) +
+                                          " KV blocks, more than the device table's " +
+                                          std::to_string(layout.max_blocks_per_seq));
+        }
+        for (size_t b = 0; b < table.size(); ++b) {
+            if (table[b] < 0 || table[b] >= scratch_block) {
+                return invalid_argument_error(where + ": KV block entry " + std::to_string(b) +
+                                              " is " + std::to_string(table[b]) +
+                                              ", outside the device pool's " +
+                                              std::to_string(scratch_block) + " blocks");
+            }
+        }
+    }
+    DeviceStep step;
+    begin_step(layout, &step);
+    for (size_t i = 0; i < batch.size(); ++i) {
+        const SequenceChunk& ch = batch[i];
+        const int32_t n = static_cast<int32_t>(ch.tokens.size());
+        int32_t seq = -1;  // This chunk's table row in the current step, once added.
+        for (int32_t j = 0; j < n; ++j) {
+            if (step.rows == layout.max_rows) {
+                EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, scratch_block, &step));
+                steps.push_back(std::move(step));
+                begin_step(layout, &step);
+                seq = -1;
+            }
+            if (seq < 0) {
+                seq = static_cast<int32_t>(
+                    (static_cast<int64_t>(step.staging.size()) - layout.table_offset()) /
+                    layout.max_blocks_per_seq);
+                add_table_row(layout, tables[i], scratch_block, &step);
+            }
+            const int32_t r = step.rows++;
+            step.staging[static_cast<size_t>(layout.tokens_offset() + r)] = ch.tokens[j];
+            step.staging[static_cast<size_t>(layout.positions_offset() + r)] = ch.start_pos + j;
+            step.staging[static_cast<size_t>(layout.seqs_offset() + r)] = seq;
+            if (ch.all_logits || j == n - 1) {
+                step.logit_rows.push_back(r);
+            }
+        }
+    }
+    if (step.rows > 0) {
+        EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, scratch_block, &step));
+        steps.push_back(std::move(step));
+    }
+    return steps;
+}
+
+std::vector<BlockMove> moved_blocks(std::span<const int32_t> before, std::span<const int32_t> after,
+                                    int32_t old_length, int32_t block_tokens) {
+    std::vector<BlockMove> moves;
+    if (block_tokens <= 0 || old_length <= 0) {
+        return moves;
+    }
+    const size_t written =
+        static_cast<size_t>((int64_t{old_length} + block_tokens - 1) / block_tokens);
+    const size_t n = std::min({written, before.size(), after.size()});
+    for (size_t b = 0; b < n; ++b) {
+        if (before[b] != after[b]) {
+            moves.push_back(BlockMove{before[b], after[b]});
+        }
+    }
+    return moves;
+}
+
+std::string device_serving_refusal(const DeviceServingRequest& request) {
+    if (request.backend != "cuda") {
+        return "engine.backend resolved to \"" + request.backend + "\", not \"cuda\"";
+    }
+    if (request.sharding_ranks > 1) {
+        return "engine.sharding.ranks is " + std::to_string(request.sharding_ranks) +
+               " (the whole-step device forward runs one GPU; sharded models run the engine's "
+               "forward on the CUDA backend)";
+    }
+    if (request.kv_block_tokens != kKvBlockTokens) {
+        return "engine.kv_block_tokens is " + std::to_string(request.kv_block_tokens) +
+               " (the device KV cache uses blocks of " + std::to_string(kKvBlockTokens) +
+               " tokens)";
+    }
+    return "";
+}
+
+ServingPath serving_path_after(const Status& device_load) {
+    if (device_load.ok()) {
+        return ServingPath::kDevice;
+    }
+    return device_load.code() == StatusCode::kUnimplemented ? ServingPath::kFallback
+                                                            : ServingPath::kFail;
+}
+
+Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointModel& model,
+                                     int32_t max_context) {
+    EDGE_ASSIGN_OR_RETURN(ConfigJson json, ConfigJson::read(dir));
+    EDGE_ASSIGN_OR_RETURN(Qwen3MoeConfig c, Qwen3MoeConfig::from_json(json));
+    if (max_context < 0 || max_context > model.max_position) {
+        return invalid_argument_error(dir + ": max_context " + std::to_string(max_context) +
+                                      " is larger than the model's max_position_embeddings " +
+                                      std::to_string(model.max_position));
+    }
+    ModelSpec spec;
+    spec.architecture = kQwen3MoeArchitecture;
+    spec.vocab_size = model.vocab;
+    spec.max_context = max_context > 0 ? max_context : model.max_position;
+    for (int64_t id : c.eos_token_ids) {
+        spec.eos_token_ids.push_back(static_cast<TokenId>(id));
+    }
+    spec.bos_token_id = static_cast<TokenId>(
+        c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size ? c.bos_token_id : -1);
+    spec.version = version_digest(json, *model.checkpoint);
+    spec.weight_bytes = model.loader->resident_bytes();
+    spec.kv_bytes_per_token = int64_t{model.layers} * 2 * model.kv_heads * model.head_dim * 4;
+    return spec;
+}
+
+int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int32_t pool_blocks,
+                            int32_t max_blocks_per_seq, int64_t alignment) {
+    int64_t bytes = 0;
+    int64_t allocations = 0;
+    auto weight = [&](const Weight& w) {
+        bytes += quant::weight_data_bytes(w.format, w.rows, w.cols) +
+                 quant::weight_scale_count(w.format, w.rows, w.cols) * 4;
+        allocations += 2;
+    };
+    weight(model.embed);
+    if (model.lm_head.data != model.embed.data) {
+        weight(model.lm_head);
+    }
+    const int64_t H = model.hidden, hd = model.head_dim, E = model.experts, K = model.top_k;
+    const int64_t qd = int64_t{model.heads} * hd, kvd = int64_t{model.kv_heads} * hd;
+    for (const CheckpointLayer& L : model.layer) {
+        for (const Weight* w : {&L.q, &L.k, &L.v, &L.o, &L.router}) {
+            weight(*w);
+            allocations += 1;  // Its pointer table.
+        }
+        for (const auto* experts : {&L.gate, &L.up, &L.down}) {
+            for (const Weight& w : *experts) {
+                weight(w);
+            }
+            bytes += 2 * E * 8;  // Pointer tables.
+            allocations += 2;
+        }
+        bytes += (2 * H + 2 * hd + E + 1) * 4;  // Norms and expert offsets.
+        allocations += 5;
+    }
+    bytes += H * 4 + hd / 2 * 8;  // Final norm, RoPE frequencies.
+    const PagedKvLayout kv{model.layers, model.kv_heads, model.head_dim, pool_blocks};
+    bytes += kv.pool_floats() * 4;
+    RouterParams rp;
+    rp.experts = model.experts;
+    rp.top_k = model.top_k;
+    const int64_t per_row = 3 * H + 2 * qd + 2 * kvd + E + 3 * K + router_scratch_floats(rp) +
+                            2 * K * H + 3 * K * model.moe_inter + model.vocab;
+    bytes += int64_t{max_rows} * per_row * 4;
+    const StepLayout layout{max_rows, max_blocks_per_seq};
+    bytes += layout.total_ints() * 4 + 64 * 8;  // Staging and per-bucket offsets.
+    allocations += 64;
+    bytes += allocations * alignment;
+    return bytes + bytes / 8 + (int64_t{64} << 20);
+}
+
+}  // namespace edge::engine::cuda

@@ -1,0 +1,179 @@
+#include "engine/cuda/host/twin_step_runner.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/cuda/host/cpu_twins.h"
+#include "engine/cuda/host/paged_kv_layout.h"
+
+namespace edge::engine::cuda {
+namespace {
+
+class TwinStepRunner final : public StepRunner {
+  public:
+    TwinStepRunner(const CheckpointModel& model, const ServingDecoderOptions& options)
+        : m_(model),
+          o_(options),
+          layout_{options.max_rows, options.max_blocks_per_seq},
+          kv_{model.layers, model.kv_heads, model.head_dim, options.kv_blocks + 1} {}
+
+    Status init() {
+        EDGE_ASSIGN_OR_RETURN(buckets_, row_buckets(o_.max_rows));
+        pool_.assign(static_cast<size_t>(kv_.pool_floats()), 0.0f);
+        return ok_status();
+    }
+
+    Status copy_kv_blocks(std::span<const BlockMove> moves) override {
+        for (const BlockMove& mv : moves) {
+            if (mv.from < 0 || mv.from >= o_.kv_blocks || mv.to < 0 || mv.to >= o_.kv_blocks) {
+                return invalid_argument_error("twin runner: KV block move outside the pool");
+            }
+            for (int32_t l = 0; l < m_.layers; ++l) {
+                for (int32_t which = 0; which < 2; ++which) {
+                    float* plane = pool_.data() + kv_.plane_offset(l, which);
+                    std::memcpy(plane + kv_.row_offset(mv.to, 0, 0),
+                                plane + kv_.row_offset(mv.from, 0, 0),
+                                static_cast<size_t>(kv_.block_floats()) * sizeof(float));
+                }
+            }
+        }
+        return ok_status();
+    }
+
+    Status run_rows(int32_t bucket, std::span<const int32_t> staging) override {
+        bool is_bucket = false;
+        for (int32_t b : buckets_) {
+            is_bucket = is_bucket || b == bucket;
+        }
+        if (!is_bucket) {
+            return invalid_argument_error("twin runner: " + std::to_string(bucket) +
+                                          " rows is not a bucket");
+        }
+        EDGE_RETURN_IF_ERROR(check_staging(layout_, staging, bucket, m_.vocab, kv_.num_blocks));
+        // The device buffer after the upload: the prefix replaced, the rest as it was.
+        staging_.resize(static_cast<size_t>(layout_.total_ints()), 0);
+        std::copy(staging.begin(), staging.end(), staging_.begin());
+        step(bucket);
+        rows_ = bucket;
+        return ok_status();
+    }
+
+    Status copy_logits(std::span<const RowRun> runs, float* out) override {
+        const int64_t V = m_.vocab;
+        for (const RowRun& r : runs) {
+            if (r.first_row < 0 || r.rows <= 0 || r.first_row + r.rows > rows_ || r.out_row < 0) {
+                return invalid_argument_error("twin runner: logits outside the last step");
+            }
+            std::memcpy(out + r.out_row * V, logits_.data() + int64_t{r.first_row} * V,
+                        static_cast<size_t>(int64_t{r.rows} * V) * sizeof(float));
+        }
+        return ok_status();
+    }
+
+  private:
+    static float* grow(std::vector<float>& v, int64_t n) {
+        v.resize(static_cast<size_t>(n));
+        return v.data();
+    }
+    static int32_t* grow(std::vector<int32_t>& v, int64_t n) {
+        v.resize(static_cast<size_t>(n));
+        return v.data();
+    }
+    void dense(const Weight& w, const float* in, int64_t rows, float* out) {
+        const int32_t off[2] = {0, static_cast<int32_t>(rows)};
+        twin::grouped_matmul(std::span<const Weight>(&w, 1), off, in, out);
+    }
+
+    // DeviceDecoder's enqueue_step(bucket, {0, bucket}, feed_back = false), op by op.
+    void step(int64_t B) {
+        const int64_t H = m_.hidden, K = m_.top_k, I = m_.moe_inter, hd = m_.head_dim;
+        const int64_t qd = int64_t{m_.heads} * hd, kvd = int64_t{m_.kv_heads} * hd;
+        const int32_t* tokens = staging_.data() + layout_.tokens_offset();
+        const int32_t* positions = staging_.data() + layout_.positions_offset();
+        const int32_t* seqs = staging_.data() + layout_.seqs_offset();
+        const int32_t* table = staging_.data() + layout_.table_offset();
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        float* x = grow(x_, B * H);
+        float* h = grow(h_, B * H);
+        float* o = grow(o_buf_, B * H);
+        float* q = grow(q_, B * qd);
+        float* attn = grow(attn_, B * qd);
+        float* k = grow(k_, B * kvd);
+        float* v = grow(v_, B * kvd);
+        float* router = grow(router_, B * m_.experts);
+        float* topk_w = grow(topk_w_, B * K);
+        int32_t* topk_idx = grow(topk_idx_, B * K);
+        int32_t* row_of = grow(row_of_, B * K);
+        int32_t* offsets = grow(offsets_, m_.experts + 1);
+        float* permuted = grow(permuted_, B * K * H);
+        float* gate = grow(gate_, B * K * I);
+        float* up = grow(up_, B * K * I);
+        float* act = grow(act_, B * K * I);
+        float* down = grow(down_, B * K * H);
+        RouterParams rp;
+        rp.scoring = RouterScoring::kSoftmax;
+        rp.experts = m_.experts;
+        rp.top_k = m_.top_k;
+        rp.norm_topk_prob = m_.norm_topk_prob;
+        twin::embedding(m_.embed, tokens, B, x);
+        for (int32_t li = 0; li < m_.layers; ++li) {
+            const CheckpointLayer& L = m_.layer[static_cast<size_t>(li)];
+            twin::rms_norm_rows(x, L.input_norm.data(), B, H, m_.rms_eps, h);
+            dense(L.q, h, B, q);
+            dense(L.k, h, B, k);
+            dense(L.v, h, B, v);
+            twin::rms_norm_rows(q, L.q_norm.data(), B * m_.heads, hd, m_.rms_eps, q);
+            twin::rms_norm_rows(k, L.k_norm.data(), B * m_.kv_heads, hd, m_.rms_eps, k);
+            twin::rope(q, positions, B, m_.heads, hd, hd, m_.inv_freq.data(), true, 1.0f);
+            twin::rope(k, positions, B, m_.kv_heads, hd, hd, m_.inv_freq.data(), true, 1.0f);
+            twin::paged_kv_write(kv_, li, k, v, seqs, positions, B, table,
+                                 layout_.max_blocks_per_seq, pool_.data());
+            twin::paged_attention(kv_, li, q, B, m_.heads, seqs, positions, table,
+                                  layout_.max_blocks_per_seq, pool_.data(), scale, attn);
+            dense(L.o, attn, B, o);
+            for (int64_t i = 0; i < B * H; ++i) {
+                x[i] += o[i];
+            }
+            twin::rms_norm_rows(x, L.post_norm.data(), B, H, m_.rms_eps, h);
+            dense(L.router, h, B, router);
+            twin::route(router, nullptr, rp, B, topk_idx, topk_w);
+            twin::permute(topk_idx, B, m_.top_k, m_.experts, h, H, offsets, row_of, permuted);
+            twin::grouped_matmul(L.gate, offsets, permuted, gate);
+            twin::grouped_matmul(L.up, offsets, permuted, up);
+            twin::silu_mul(gate, up, B * K * I, act);
+            twin::grouped_matmul(L.down, offsets, act, down);
+            twin::unpermute(down, row_of, topk_w, B, m_.top_k, H, true, x);
+        }
+        twin::rms_norm_rows(x, m_.final_norm.data(), B, H, m_.rms_eps, h);
+        dense(m_.lm_head, h, B, grow(logits_, B * m_.vocab));
+    }
+
+    CheckpointModel m_;
+    ServingDecoderOptions o_;
+    StepLayout layout_;
+    PagedKvLayout kv_;
+    std::vector<int32_t> buckets_;
+    std::vector<float> pool_;
+    std::vector<int32_t> staging_;
+    int32_t rows_ = 0;
+    std::vector<float> x_, h_, o_buf_, q_, attn_, k_, v_, router_, topk_w_, permuted_, gate_, up_,
+        act_, down_, logits_;
+    std::vector<int32_t> topk_idx_, row_of_, offsets_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<StepRunner>> create_twin_step_runner(const CheckpointModel& model,
+                                                            const ServingDecoderOptions& options) {
+    if (options.max_rows <= 0 || options.kv_blocks <= 0 || options.max_blocks_per_seq <= 0) {
+        return invalid_argument_error(
+            "twin runner: max_rows, kv_blocks and max_blocks_per_seq "
+            "must be positive");
+    }
+    auto runner = std::make_unique<TwinStepRunner>(model, options);
+    EDGE_RETURN_IF_ERROR(runner->init());
+    return std::unique_ptr<StepRunner>(std::move(runner));
+}
+
+}  // namespace edge::engine::cuda
