@@ -126,6 +126,28 @@ struct DeviceDecoder::Impl {
     int32_t *topk_idx = nullptr, *row_of = nullptr;
     int32_t position = 0;  // Host copy of every sequence's position (they advance together).
 
+    // The checkpoint's shape and norms for `batch` rows starting at `context` of `max_context`
+    // positions, positions below the start holding zeros.
+    void take_model_shape(const CheckpointModel& m, int32_t batch, int32_t context,
+                          int32_t max_context) {
+        s.hidden = m.hidden;
+        s.layers = m.layers;
+        s.experts = m.experts;
+        s.top_k = m.top_k;
+        s.moe_inter = m.moe_inter;
+        s.heads = m.heads;
+        s.kv_heads = m.kv_heads;
+        s.head_dim = m.head_dim;
+        s.vocab = m.vocab;
+        s.batch = batch;
+        s.context = context;
+        s.max_context = max_context;
+        s.expert_format = m.expert_format;
+        eps = m.rms_eps;
+        norm_topk_prob = m.norm_topk_prob;
+        zero_kv = true;
+    }
+
     ~Impl() {
         if (exec != nullptr) {
             check_cleanup(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
@@ -624,23 +646,7 @@ Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_from_model(
     }
     EDGE_RETURN_IF_ERROR(cuda_device_health());
     auto impl = std::make_unique<Impl>();
-    DecoderShape& s = impl->s;
-    s.hidden = m.hidden;
-    s.layers = m.layers;
-    s.experts = m.experts;
-    s.top_k = m.top_k;
-    s.moe_inter = m.moe_inter;
-    s.heads = m.heads;
-    s.kv_heads = m.kv_heads;
-    s.head_dim = m.head_dim;
-    s.vocab = m.vocab;
-    s.batch = options.batch;
-    s.context = options.context;
-    s.max_context = options.max_context;
-    s.expert_format = m.expert_format;
-    impl->eps = m.rms_eps;
-    impl->norm_topk_prob = m.norm_topk_prob;
-    impl->zero_kv = true;
+    impl->take_model_shape(m, options.batch, options.context, options.max_context);
     int device = 0;
     EDGE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
     EDGE_ASSIGN_OR_RETURN(impl->alloc, DeviceAllocator::create(memory, device));
@@ -660,23 +666,7 @@ Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_for_serving(
     }
     EDGE_RETURN_IF_ERROR(cuda_device_health());
     auto impl = std::make_unique<Impl>();
-    DecoderShape& s = impl->s;
-    s.hidden = m.hidden;
-    s.layers = m.layers;
-    s.experts = m.experts;
-    s.top_k = m.top_k;
-    s.moe_inter = m.moe_inter;
-    s.heads = m.heads;
-    s.kv_heads = m.kv_heads;
-    s.head_dim = m.head_dim;
-    s.vocab = m.vocab;
-    s.batch = options.max_rows;
-    s.context = 0;
-    s.max_context = options.max_blocks_per_seq * kKvBlockTokens;
-    s.expert_format = m.expert_format;
-    impl->eps = m.rms_eps;
-    impl->norm_topk_prob = m.norm_topk_prob;
-    impl->zero_kv = true;
+    impl->take_model_shape(m, options.max_rows, 0, options.max_blocks_per_seq * kKvBlockTokens);
     impl->serving = true;
     impl->serve = options;
     int device = 0;
