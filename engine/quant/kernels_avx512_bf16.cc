@@ -199,7 +199,7 @@ EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_chunk(const Fp8Bf16Regs& g, __m
     const __m512i lb = _mm512_permutex2var_epi8(g.lo0, raw, g.lo1);
     const auto w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lb, hb));
     const auto w1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lb, hb));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
         const Bf16Chunk& a = prepared[t * n_chunks + k];
         p0[t] = _mm512_dpbf16_ps(p0[t], w0, reinterpret_cast<__m512bh>(_mm512_load_si512(a.w0)));
@@ -216,7 +216,7 @@ EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_row(const Weight& w, const Fp8B
     const int64_t block_cols = (cols + 127) / 128;
     const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
     const float* srow = w.scales + (r / 128) * block_cols;
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
         acc[t] = _mm512_setzero_ps();
     }
@@ -224,12 +224,17 @@ EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_row(const Weight& w, const Fp8B
         const int64_t c0 = b * 128;
         prefetch_ahead(q + c0);
         prefetch_ahead(q + c0 + 64);
-        __m512 p0[T], p1[T];
-#pragma GCC unroll 4
+        // Two dot-product chains per token for latency; above two tokens the tokens give enough
+        // independent chains, and one per token keeps an 8-token tile in registers.
+        constexpr int kChains = T <= 2 ? 2 : 1;
+        __m512 part[kChains][T];
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
-            p0[t] = _mm512_setzero_ps();
-            p1[t] = _mm512_setzero_ps();
+            part[0][t] = _mm512_setzero_ps();
+            part[kChains - 1][t] = _mm512_setzero_ps();
         }
+        __m512* p0 = part[0];
+        __m512* p1 = part[kChains - 1];
         if (c0 + 128 <= cols) {
             fp8_table_chunk<T>(g, _mm512_loadu_si512(q + c0), prepared, n_chunks, 2 * b, p0, p1);
             fp8_table_chunk<T>(g, _mm512_loadu_si512(q + c0 + 64), prepared, n_chunks, 2 * b + 1,
@@ -243,9 +248,10 @@ EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_row(const Weight& w, const Fp8B
             }
         }
         const __m512 scale = _mm512_set1_ps(srow[b]);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
-            acc[t] = _mm512_fmadd_ps(_mm512_add_ps(p0[t], p1[t]), scale, acc[t]);
+            const __m512 sum = kChains == 2 ? _mm512_add_ps(p0[t], p1[t]) : p0[t];
+            acc[t] = _mm512_fmadd_ps(sum, scale, acc[t]);
         }
     }
 }
@@ -261,22 +267,32 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
                         _mm512_load_si512(tab.lo), _mm512_load_si512(tab.lo + 64),
                         _mm512_set1_epi8(static_cast<char>(0x80))};
     int64_t r = row_begin;
-    for (; r + 4 <= row_end; r += 4) {
-        __m512 acc[4][T];
+    if constexpr (T <= 2) {  // Four rows per reduction.
+        for (; r + 4 <= row_end; r += 4) {
+            __m512 acc[4][T];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-            fp8_table_row<T>(w, g, prepared, n_chunks, r + i, acc[i]);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            _mm_storeu_ps(y + t * ldy + r, reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+            for (int i = 0; i < 4; ++i) {
+                fp8_table_row<T>(w, g, prepared, n_chunks, r + i, acc[i]);
+            }
+#pragma GCC unroll 2
+            for (int t = 0; t < T; ++t) {
+                _mm_storeu_ps(y + t * ldy + r,
+                              reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+            }
         }
     }
     for (; r < row_end; ++r) {
         __m512 acc[T];
         fp8_table_row<T>(w, g, prepared, n_chunks, r, acc);
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
+        int t = 0;
+        for (; t + 4 <= T; t += 4) {  // Four tokens per reduction.
+            alignas(16) float sums[4];
+            _mm_store_ps(sums, reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]));
+            for (int i = 0; i < 4; ++i) {
+                y[(t + i) * ldy + r] = sums[i];
+            }
+        }
+        for (; t < T; ++t) {
             y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
         }
     }
@@ -308,8 +324,10 @@ void matmul_fp8_avx512_bf16(const Weight& w, const float* x, int64_t n_tokens, f
 
 void matmul_fp8_avx512_bf16_vbmi(const Weight& w, const float* x, int64_t n_tokens, float* y,
                                  int64_t ldy, int64_t row_begin, int64_t row_end) {
-    static constexpr TableRowsFn kTiles[kMaxTile] = {fp8_table_rows<1>, fp8_table_rows<2>,
-                                                     fp8_table_rows<3>, fp8_table_rows<4>};
+    constexpr int kTile = 8;  // Tokens one pass over the weights serves.
+    static constexpr TableRowsFn kTiles[kTile] = {
+        fp8_table_rows<1>, fp8_table_rows<2>, fp8_table_rows<3>, fp8_table_rows<4>,
+        fp8_table_rows<5>, fp8_table_rows<6>, fp8_table_rows<7>, fp8_table_rows<8>};
     const int64_t n_chunks = (w.cols + 63) / 64;
     thread_local std::vector<Bf16Chunk> prepared;
     if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
@@ -318,8 +336,8 @@ void matmul_fp8_avx512_bf16_vbmi(const Weight& w, const float* x, int64_t n_toke
     for (int64_t t = 0; t < n_tokens; ++t) {
         prepare_bf16_chunks(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
     }
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
-        const int64_t nt = n_tokens - t0 < kMaxTile ? n_tokens - t0 : kMaxTile;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
+        const int64_t nt = n_tokens - t0 < kTile ? n_tokens - t0 : kTile;
         kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
                        row_end);
     }
