@@ -308,33 +308,68 @@ EDGE_AVX512_VNNI void prepare_int8_activations(const float* x, int64_t cols, Int
     }
 }
 
+// Row r for T tokens into acc[T] (not yet reduced, not yet times the row's weight scale).
 template <int T>
-EDGE_AVX512_VNNI void int8_vnni_rows(const Weight& w, const Int8Chunk* prepared, int64_t n_chunks,
-                                     float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+EDGE_AVX512_VNNI EDGE_INLINE void int8_vnni_row(const Weight& w, const Int8Chunk* prepared,
+                                                int64_t n_chunks, int64_t r, __m512* acc) {
     const int64_t cols = w.cols;
     const int64_t full_chunks = cols / 64;
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    for (int64_t r = row_begin; r < row_end; ++r) {
-        const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
-        __m512 acc[T];
+    const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        prefetch_ahead(q + k * 64);
+        // Past the row's end the masked load gives 0, flipped to 128, times x_q = 0.
+        const __m512i raw = k < full_chunks
+                                ? _mm512_loadu_si512(q + k * 64)
+                                : _mm512_maskz_loadu_epi8(mask64(cols - k * 64), q + k * 64);
+        const __m512i wu = _mm512_xor_si512(raw, flip);
+#pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
-            acc[t] = _mm512_setzero_ps();
+            const Int8Chunk& ch = prepared[t * n_chunks + k];
+            const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(ch.neg_corr), wu,
+                                                    _mm512_load_si512(ch.x));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(ch.scale), acc[t]);
         }
-        for (int64_t k = 0; k < n_chunks; ++k) {
-            prefetch_ahead(q + k * 64);
-            // Past the row's end the masked load gives 0, flipped to 128, times x_q = 0.
-            const __m512i raw = k < full_chunks
-                                    ? _mm512_loadu_si512(q + k * 64)
-                                    : _mm512_maskz_loadu_epi8(mask64(cols - k * 64), q + k * 64);
-            const __m512i wu = _mm512_xor_si512(raw, flip);
+    }
+}
+
+// Rows [row_begin, row_end) for T tokens: four rows (T <= 2) or four tokens of a row share one
+// horizontal reduction.
+template <int T>
+EDGE_AVX512_VNNI void int8_vnni_rows(const Weight& w, const Int8Chunk* prepared, int64_t n_chunks,
+                                     float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    int64_t r = row_begin;
+    if constexpr (T <= 2) {
+        for (; r + 4 <= row_end; r += 4) {
+            __m512 acc[4][T];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                int8_vnni_row<T>(w, prepared, n_chunks, r + i, acc[i]);
+            }
+            const __m128 ws = _mm_loadu_ps(w.scales + r);
+#pragma GCC unroll 2
             for (int t = 0; t < T; ++t) {
-                const Int8Chunk& ch = prepared[t * n_chunks + k];
-                const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(ch.neg_corr), wu,
-                                                        _mm512_load_si512(ch.x));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(ch.scale), acc[t]);
+                _mm_storeu_ps(y + t * ldy + r,
+                              _mm_mul_ps(reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]), ws));
             }
         }
-        for (int t = 0; t < T; ++t) {
+    }
+    for (; r < row_end; ++r) {
+        __m512 acc[T];
+        int8_vnni_row<T>(w, prepared, n_chunks, r, acc);
+        int t = 0;
+        for (; t + 4 <= T; t += 4) {
+            alignas(16) float sums[4];
+            _mm_store_ps(sums, reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]));
+            for (int i = 0; i < 4; ++i) {
+                y[(t + i) * ldy + r] = sums[i] * w.scales[r];
+            }
+        }
+        for (; t < T; ++t) {
             y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]) * w.scales[r];
         }
     }
@@ -357,10 +392,13 @@ void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
     }
     using VnniRows =
         void (*)(const Weight&, const Int8Chunk*, int64_t, float*, int64_t, int64_t, int64_t);
-    static constexpr VnniRows kTiles[kMaxTile] = {int8_vnni_rows<1>, int8_vnni_rows<2>,
-                                                  int8_vnni_rows<3>, int8_vnni_rows<4>};
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
-        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
+    constexpr int kTile = 8;  // Tokens one pass over the weights serves.
+    static constexpr VnniRows kTiles[kTile] = {int8_vnni_rows<1>, int8_vnni_rows<2>,
+                                               int8_vnni_rows<3>, int8_vnni_rows<4>,
+                                               int8_vnni_rows<5>, int8_vnni_rows<6>,
+                                               int8_vnni_rows<7>, int8_vnni_rows<8>};
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
+        const int64_t nt = std::min<int64_t>(kTile, n_tokens - t0);
         kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
                        row_end);
     }
