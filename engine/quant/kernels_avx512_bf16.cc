@@ -266,6 +266,8 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
     const Fp8Bf16Regs g{_mm512_load_si512(tab.hi), _mm512_load_si512(tab.hi + 64),
                         _mm512_load_si512(tab.lo), _mm512_load_si512(tab.lo + 64),
                         _mm512_set1_epi8(static_cast<char>(0x80))};
+    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * w.cols,
+                   (row_end - row_begin) * w.cols);
     int64_t r = row_begin;
     if constexpr (T <= 2) {  // Four rows per reduction.
         for (; r + 4 <= row_end; r += 4) {

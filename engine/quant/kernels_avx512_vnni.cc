@@ -237,6 +237,9 @@ EDGE_AVX512_VNNI_GFNI void int4_gfni_rows(const Weight& w, const Int4Chunk* prep
                                           int64_t n_chunks, float* y, int64_t ldy,
                                           int64_t row_begin, int64_t row_end) {
     const int64_t ahead_rows = kPrefetchBytes / std::max<int64_t>(1, w.cols / 2);
+    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * (w.cols / 2),
+                   (row_end - row_begin) * (w.cols / 2));
+    prefetch_start(w.scales + row_begin * (w.cols / G), (row_end - row_begin) * (w.cols / G) * 4);
     int64_t r = row_begin;
     if constexpr (T <= 2) {  // Four rows per reduction.
         for (; r + 4 <= row_end; r += 4) {
@@ -342,6 +345,8 @@ EDGE_AVX512_VNNI EDGE_INLINE void int8_vnni_row(const Weight& w, const Int8Chunk
 template <int T>
 EDGE_AVX512_VNNI void int8_vnni_rows(const Weight& w, const Int8Chunk* prepared, int64_t n_chunks,
                                      float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    prefetch_start(static_cast<const int8_t*>(w.data) + row_begin * w.cols,
+                   (row_end - row_begin) * w.cols);
     int64_t r = row_begin;
     if constexpr (T <= 2) {
         for (; r + 4 <= row_end; r += 4) {

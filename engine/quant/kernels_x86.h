@@ -50,6 +50,13 @@ inline __attribute__((always_inline)) void prefetch_span(const void* p, int64_t 
     }
 }
 
+// Prefetches the first kPrefetchBytes of a row range that starts a kernel call: prefetch_ahead
+// keeps the lines kPrefetchBytes ahead in flight, but each call starts cold (its first lines
+// would otherwise be demand misses one after another while the hardware prefetcher trains).
+inline __attribute__((always_inline)) void prefetch_start(const void* p, int64_t bytes) {
+    prefetch_span(p, bytes < kPrefetchBytes ? bytes : kPrefetchBytes);
+}
+
 // Masks of the first n lanes (all lanes for n at or above the width).
 inline __mmask16 mask16(int64_t n) {
     return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
