@@ -22,9 +22,10 @@
 
 #define EDGE_AVX512_BF16 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,avx2")))
-#define EDGE_AVX512_BF16_VBMI                                                          \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,fma,f16c," \
-                          "avx2")))
+#define EDGE_AVX512_BF16_VBMI                                                       \
+    __attribute__((                                                                 \
+        target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,fma,f16c," \
+               "avx2")))
 
 namespace edge::engine::quant::detail {
 namespace {
@@ -91,9 +92,8 @@ EDGE_AVX512_BF16 void fp8_bf16_rows(const Weight& w, const uint16_t* hi, const u
             }
             for (int64_t c = c0; c < end; c += 32) {
                 const __m256i raw =
-                    end - c >= 32
-                        ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c))
-                        : _mm256_maskz_loadu_epi8(mask32(end - c), q + c);  // Zero: +0.0.
+                    end - c >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c))
+                                  : _mm256_maskz_loadu_epi8(mask32(end - c), q + c);  // Zero: +0.0.
                 __m512bh wv;
                 fp8x32_to_bf16(raw, subnormals, &wv);
 #pragma GCC unroll 4
@@ -278,8 +278,7 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
             }
 #pragma GCC unroll 2
             for (int t = 0; t < T; ++t) {
-                _mm_storeu_ps(y + t * ldy + r,
-                              reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+                _mm_storeu_ps(y + t * ldy + r, reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
             }
         }
     }

@@ -165,9 +165,10 @@ EDGE_AVX512_VNNI void int4_vnni_rows(const Weight& w, const Int4Chunk* prepared,
 // The same kernel with GFNI: the high nibbles come out of one vgf2p8affineqb (a bit matrix that
 // shifts each byte right by 4) instead of a 16-bit shift and a mask, and four rows (or, at four
 // tokens, four tokens of a row) share one horizontal reduction.
-#define EDGE_AVX512_VNNI_GFNI                                                              \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,gfni,fma,f16c," \
-                          "avx2")))
+#define EDGE_AVX512_VNNI_GFNI                                                 \
+    __attribute__((                                                           \
+        target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,gfni,fma,f16c," \
+               "avx2")))
 
 // Bit matrix of vgf2p8affineqb for "byte >> 4": result bit i (i < 4) is input bit i + 4; the
 // matrix byte 7 - i selects the input bits of result bit i.
@@ -224,8 +225,8 @@ EDGE_AVX512_VNNI_GFNI EDGE_INLINE void int4_gfni_row(const Weight& w, const Int4
         if (full_chunks < n_chunks) {  // 1..3 trailing groups of 32 columns.
             const int64_t ng = (cols - full_chunks * 128) / 32;
             const __m512i wv = _mm512_maskz_loadu_epi8(mask64(ng * 16), q + full_chunks * 64);
-            const __m128 s4 = _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << ng) - 1),
-                                                 srow + full_chunks * 4);
+            const __m128 s4 =
+                _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << ng) - 1), srow + full_chunks * 4);
             const __m512 wscale = _mm512_permutexvar_ps(group_of_lane, _mm512_castps128_ps512(s4));
             int4_gfni_chunk<T>(wv, wscale, prepared, n_chunks, full_chunks, acc);
         }
@@ -250,8 +251,7 @@ EDGE_AVX512_VNNI_GFNI void int4_gfni_rows(const Weight& w, const Int4Chunk* prep
             }
 #pragma GCC unroll 2
             for (int t = 0; t < T; ++t) {
-                _mm_storeu_ps(y + t * ldy + r,
-                              reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+                _mm_storeu_ps(y + t * ldy + r, reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
             }
         }
     }
@@ -333,8 +333,8 @@ EDGE_AVX512_VNNI EDGE_INLINE void int8_vnni_row(const Weight& w, const Int8Chunk
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) {
             const Int8Chunk& ch = prepared[t * n_chunks + k];
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(ch.neg_corr), wu,
-                                                    _mm512_load_si512(ch.x));
+            const __m512i dot =
+                _mm512_dpbusd_epi32(_mm512_load_si512(ch.neg_corr), wu, _mm512_load_si512(ch.x));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(ch.scale), acc[t]);
         }
     }
@@ -398,10 +398,9 @@ void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
     using VnniRows =
         void (*)(const Weight&, const Int8Chunk*, int64_t, float*, int64_t, int64_t, int64_t);
     constexpr int kTile = 8;  // Tokens one pass over the weights serves.
-    static constexpr VnniRows kTiles[kTile] = {int8_vnni_rows<1>, int8_vnni_rows<2>,
-                                               int8_vnni_rows<3>, int8_vnni_rows<4>,
-                                               int8_vnni_rows<5>, int8_vnni_rows<6>,
-                                               int8_vnni_rows<7>, int8_vnni_rows<8>};
+    static constexpr VnniRows kTiles[kTile] = {
+        int8_vnni_rows<1>, int8_vnni_rows<2>, int8_vnni_rows<3>, int8_vnni_rows<4>,
+        int8_vnni_rows<5>, int8_vnni_rows<6>, int8_vnni_rows<7>, int8_vnni_rows<8>};
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
         const int64_t nt = std::min<int64_t>(kTile, n_tokens - t0);
         kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
@@ -456,9 +455,8 @@ void matmul_int4_avx512_vnni_gfni(const Weight& w, const float* x, int64_t n_tok
         }
     }
     static constexpr VnniRowsFn kTiles32[kInt4GfniMaxTile] = {
-        int4_gfni_rows<1, 32>, int4_gfni_rows<2, 32>, int4_gfni_rows<3, 32>,
-        int4_gfni_rows<4, 32>, int4_gfni_rows<5, 32>, int4_gfni_rows<6, 32>,
-        int4_gfni_rows<7, 32>, int4_gfni_rows<8, 32>};
+        int4_gfni_rows<1, 32>, int4_gfni_rows<2, 32>, int4_gfni_rows<3, 32>, int4_gfni_rows<4, 32>,
+        int4_gfni_rows<5, 32>, int4_gfni_rows<6, 32>, int4_gfni_rows<7, 32>, int4_gfni_rows<8, 32>};
     static constexpr VnniRowsFn kTiles128[kInt4GfniMaxTile] = {
         int4_gfni_rows<1, 128>, int4_gfni_rows<2, 128>, int4_gfni_rows<3, 128>,
         int4_gfni_rows<4, 128>, int4_gfni_rows<5, 128>, int4_gfni_rows<6, 128>,

@@ -82,8 +82,8 @@ EDGE_AVX512 EDGE_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
     // 4x4 transpose-and-add inside the lanes: element 0 of lane L becomes its sum.
     const __m512 s2 = _mm512_add_ps(s, _mm512_permute_ps(s, _MM_SHUFFLE(1, 0, 3, 2)));
     const __m512 s3 = _mm512_add_ps(s2, _mm512_permute_ps(s2, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), s3));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(
+        _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), s3));
 }
 
 // A kernel body for a fixed tile of T tokens: rows [row_begin, row_end), x and y of the tile.

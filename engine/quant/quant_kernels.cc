@@ -70,8 +70,8 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
                 out.push_back({"avx512", detail::matmul_fp8_avx512, 0});
             }
             if (f.bf16) {
-                out.push_back({"avx512-bf16", detail::matmul_fp8_avx512_bf16, 0,
-                               cpu::kBf16SplitRelError});
+                out.push_back(
+                    {"avx512-bf16", detail::matmul_fp8_avx512_bf16, 0, cpu::kBf16SplitRelError});
             }
             // Table decode into bf16 and one bf16 per activation: the fewest ops per weight.
             if (f.bf16 && f.vbmi) {

@@ -178,7 +178,8 @@ TEST_CASE("fp8 kernels decode every E4M3 code exactly") {
     }
     codes[0x7F] = 0;
     codes[0xFF] = 0;
-    QuantizedWeight q(WeightFormat::kFP8E4M3Block128, 1, cols, codes, std::vector<float>{1.0f, 1.0f});
+    QuantizedWeight q(WeightFormat::kFP8E4M3Block128, 1, cols, codes,
+                      std::vector<float>{1.0f, 1.0f});
     for (const KernelVariant& v : matmul_kernel_variants(WeightFormat::kFP8E4M3Block128)) {
         const std::string variant = v.name;
         CAPTURE(variant);
