@@ -8,7 +8,7 @@
 // limit is a read-bandwidth probe (a 1 GiB buffer) with the same thread count, measured in every
 // round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
 //
-//   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB]
+//   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB] [--formats bf16,fp8-block128,...]
 
 #include "engine/quant/quant_kernels.h"
 
@@ -264,11 +264,14 @@ int main(int argc, char** argv) {
     int passes = 5;
     int rounds = 4;
     int64_t target_mib = 1024;
+    std::string formats_flag;  // Comma-separated format names (as printed); empty: all.
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::integer("--passes", &passes, 1, "passes per round"),
          edge::bench::Flag::integer("--rounds", &rounds, 1, "rounds (median)"),
-         edge::bench::Flag::integer("--mb", &target_mib, 1, "MiB of weights per format")},
+         edge::bench::Flag::integer("--mb", &target_mib, 1, "MiB of weights per format"),
+         edge::bench::Flag::string("--formats", &formats_flag,
+                                   "only these formats, e.g. bf16,int4-g32 (default: all)")},
         "bench_quant_kernels: quantized matvec/matmul kernels against memory bandwidth");
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
         std::printf("bench_quant_kernels needs AVX2+FMA\n{\"error\": \"no avx2\"}\n");
@@ -288,7 +291,16 @@ int main(int argc, char** argv) {
     const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kFP8E4M3Block128,
                                     WeightFormat::kInt8Row, WeightFormat::kInt4G32,
                                     WeightFormat::kInt4G128};
+    const std::string only = "," + formats_flag + ",";
+    auto selected = [&](WeightFormat format) {
+        return formats_flag.empty() ||
+               only.find("," + std::string(quant::weight_format_name(format)) + ",") !=
+                   std::string::npos;
+    };
     for (WeightFormat format : formats) {
+        if (!selected(format)) {
+            continue;
+        }
         FormatSet set;
         if (!build_set(format, static_cast<double>(target_mib) * 1048576.0, rng, &set)) {
             return 1;
@@ -391,7 +403,7 @@ int main(int argc, char** argv) {
     const double bf16_layer = per_layer_time("bf16", "avx2-loop", 2, 1);
     bool first = true;
     for (WeightFormat format : formats) {
-        if (format == WeightFormat::kBF16) {
+        if (format == WeightFormat::kBF16 || !selected(format)) {
             continue;
         }
         const std::string name = quant::weight_format_name(format);

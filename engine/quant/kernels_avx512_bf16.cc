@@ -22,6 +22,10 @@
 
 #define EDGE_AVX512_BF16 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,avx2")))
+#define EDGE_AVX512_BF16_VBMI                                                       \
+    __attribute__((                                                                 \
+        target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,fma,f16c," \
+               "avx2")))
 
 namespace edge::engine::quant::detail {
 namespace {
@@ -88,9 +92,8 @@ EDGE_AVX512_BF16 void fp8_bf16_rows(const Weight& w, const uint16_t* hi, const u
             }
             for (int64_t c = c0; c < end; c += 32) {
                 const __m256i raw =
-                    end - c >= 32
-                        ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c))
-                        : _mm256_maskz_loadu_epi8(mask32(end - c), q + c);  // Zero: +0.0.
+                    end - c >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c))
+                                  : _mm256_maskz_loadu_epi8(mask32(end - c), q + c);  // Zero: +0.0.
                 __m512bh wv;
                 fp8x32_to_bf16(raw, subnormals, &wv);
 #pragma GCC unroll 4
@@ -118,6 +121,187 @@ EDGE_AVX512_BF16 void fp8_bf16_rows(const Weight& w, const uint16_t* hi, const u
 using Bf16RowsFn = void (*)(const Weight&, const uint16_t*, const uint16_t*, int64_t, float*,
                             int64_t, int64_t, int64_t);
 
+// --- Table decode (VBMI) against single-bf16 activations. ---
+//
+// Every finite E4M3 value is exactly a bf16, so the bf16's high and low bytes are two functions of
+// the byte's 7 magnitude bits: two vpermi2b lookups in 128-entry tables give them for 64 weights
+// (subnormals exact, vpermi2b ignores bit 7), one ternary-logic op ORs the sign bit into the high
+// byte, and two byte unpacks make the 16-bit words. The unpacks work inside 128-bit lanes, so
+// word vector w0 holds columns 16L + 0..7 and w1 columns 16L + 8..15 of 128-bit lane L; the
+// activations are reordered to match once per call (Bf16Chunk). ~6 integer ops and two dot
+// products per 64 weights and token, against ~16 and four for the hi + lo kernel above.
+
+struct Fp8Bf16Tables {
+    alignas(64) uint8_t hi[128];  // High byte of the bf16 of magnitude code m (sign clear).
+    alignas(64) uint8_t lo[128];  // Low byte.
+};
+
+const Fp8Bf16Tables& fp8_bf16_tables() {
+    static const Fp8Bf16Tables tables = [] {
+        Fp8Bf16Tables t{};
+        const float* decode = fp8_e4m3_table();
+        for (int m = 0; m < 127; ++m) {  // 0x7F is NaN (rejected on load): left 0.
+            const auto bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(decode[m]) >> 16);
+            t.hi[m] = static_cast<uint8_t>(bits >> 8);
+            t.lo[m] = static_cast<uint8_t>(bits & 0xFF);
+        }
+        return t;
+    }();
+    return tables;
+}
+
+// One token's activations for 64 columns as bf16 in the order of the decoded weight words.
+struct alignas(64) Bf16Chunk {
+    uint16_t w0[32];  // Word 8L + j: column 16L + j (L = 0..3, j = 0..7).
+    uint16_t w1[32];  // Word 8L + j: column 16L + 8 + j.
+};
+static_assert(sizeof(Bf16Chunk) == 128, "two cache lines per 64 columns");
+
+// x (cols floats) -> ceil(cols / 64) chunks, each activation rounded to the nearest bf16; columns
+// past `cols` are zero.
+EDGE_AVX512_BF16_VBMI void prepare_bf16_chunks(const float* x, int64_t cols, Bf16Chunk* chunks) {
+    alignas(64) uint16_t idx0[32], idx1[32];
+    for (int l = 0; l < 4; ++l) {
+        for (int j = 0; j < 8; ++j) {
+            idx0[8 * l + j] = static_cast<uint16_t>(16 * l + j);
+            idx1[8 * l + j] = static_cast<uint16_t>(16 * l + 8 + j);
+        }
+    }
+    const __m512i order0 = _mm512_load_si512(idx0);
+    const __m512i order1 = _mm512_load_si512(idx1);
+    const int64_t n_chunks = (cols + 63) / 64;
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        __m512 v[4];
+        for (int i = 0; i < 4; ++i) {
+            const int64_t c = k * 64 + i * 16;
+            v[i] = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), x + c) : _mm512_setzero_ps();
+        }
+        // Vector casts below: the same 64 bytes.
+        const auto a = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v[1], v[0]));  // Cols 0..31.
+        const auto b = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v[3], v[2]));  // 32..63.
+        _mm512_store_si512(chunks[k].w0, _mm512_permutex2var_epi16(a, order0, b));
+        _mm512_store_si512(chunks[k].w1, _mm512_permutex2var_epi16(a, order1, b));
+    }
+}
+
+// Table registers of the decode.
+struct Fp8Bf16Regs {
+    __m512i hi0, hi1, lo0, lo1, sign;
+};
+
+// 64 weight bytes of chunk k (zeros past the row: code 0 is +0.0) into T tokens' dot products.
+template <int T>
+EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_chunk(const Fp8Bf16Regs& g, __m512i raw,
+                                                       const Bf16Chunk* prepared, int64_t n_chunks,
+                                                       int64_t k, __m512* p0, __m512* p1) {
+    const __m512i hb = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(g.hi0, raw, g.hi1), raw,
+                                                 g.sign, 0xF8);  // table | (raw & 0x80)
+    const __m512i lb = _mm512_permutex2var_epi8(g.lo0, raw, g.lo1);
+    const auto w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lb, hb));
+    const auto w1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lb, hb));
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+        const Bf16Chunk& a = prepared[t * n_chunks + k];
+        p0[t] = _mm512_dpbf16_ps(p0[t], w0, reinterpret_cast<__m512bh>(_mm512_load_si512(a.w0)));
+        p1[t] = _mm512_dpbf16_ps(p1[t], w1, reinterpret_cast<__m512bh>(_mm512_load_si512(a.w1)));
+    }
+}
+
+// Row r for T tokens into acc[T] (not yet reduced).
+template <int T>
+EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_row(const Weight& w, const Fp8Bf16Regs& g,
+                                                     const Bf16Chunk* prepared, int64_t n_chunks,
+                                                     int64_t r, __m512* acc) {
+    const int64_t cols = w.cols;
+    const int64_t block_cols = (cols + 127) / 128;
+    const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
+    const float* srow = w.scales + (r / 128) * block_cols;
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+        acc[t] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < block_cols; ++b) {
+        const int64_t c0 = b * 128;
+        prefetch_ahead(q + c0);
+        prefetch_ahead(q + c0 + 64);
+        // Two dot-product chains per token for latency; above two tokens the tokens give enough
+        // independent chains, and one per token keeps an 8-token tile in registers.
+        constexpr int kChains = T <= 2 ? 2 : 1;
+        __m512 part[kChains][T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            part[0][t] = _mm512_setzero_ps();
+            part[kChains - 1][t] = _mm512_setzero_ps();
+        }
+        __m512* p0 = part[0];
+        __m512* p1 = part[kChains - 1];
+        if (c0 + 128 <= cols) {
+            fp8_table_chunk<T>(g, _mm512_loadu_si512(q + c0), prepared, n_chunks, 2 * b, p0, p1);
+            fp8_table_chunk<T>(g, _mm512_loadu_si512(q + c0 + 64), prepared, n_chunks, 2 * b + 1,
+                               p0, p1);
+        } else {
+            fp8_table_chunk<T>(g, _mm512_maskz_loadu_epi8(mask64(cols - c0), q + c0), prepared,
+                               n_chunks, 2 * b, p0, p1);
+            if (c0 + 64 < cols) {
+                fp8_table_chunk<T>(g, _mm512_maskz_loadu_epi8(mask64(cols - c0 - 64), q + c0 + 64),
+                                   prepared, n_chunks, 2 * b + 1, p0, p1);
+            }
+        }
+        const __m512 scale = _mm512_set1_ps(srow[b]);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            const __m512 sum = kChains == 2 ? _mm512_add_ps(p0[t], p1[t]) : p0[t];
+            acc[t] = _mm512_fmadd_ps(sum, scale, acc[t]);
+        }
+    }
+}
+
+// Rows [row_begin, row_end) for T tokens; `prepared` holds n_chunks chunks per token. Four rows
+// at a time share one horizontal reduction.
+template <int T>
+EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prepared,
+                                          int64_t n_chunks, float* y, int64_t ldy,
+                                          int64_t row_begin, int64_t row_end) {
+    const Fp8Bf16Tables& tab = fp8_bf16_tables();
+    const Fp8Bf16Regs g{_mm512_load_si512(tab.hi), _mm512_load_si512(tab.hi + 64),
+                        _mm512_load_si512(tab.lo), _mm512_load_si512(tab.lo + 64),
+                        _mm512_set1_epi8(static_cast<char>(0x80))};
+    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * w.cols,
+                   (row_end - row_begin) * w.cols);
+    int64_t r = row_begin;
+    if constexpr (T <= 2) {  // Four rows per reduction.
+        for (; r + 4 <= row_end; r += 4) {
+            __m512 acc[4][T];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; ++i) {
+                fp8_table_row<T>(w, g, prepared, n_chunks, r + i, acc[i]);
+            }
+#pragma GCC unroll 2
+            for (int t = 0; t < T; ++t) {
+                _mm_storeu_ps(y + t * ldy + r, reduce4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+            }
+        }
+    }
+    for (; r < row_end; ++r) {
+        __m512 acc[T];
+        fp8_table_row<T>(w, g, prepared, n_chunks, r, acc);
+        int t = 0;
+        for (; t + 4 <= T; t += 4) {  // Four tokens per reduction.
+            alignas(16) float sums[4];
+            _mm_store_ps(sums, reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]));
+            for (int i = 0; i < 4; ++i) {
+                y[(t + i) * ldy + r] = sums[i];
+            }
+        }
+        for (; t < T; ++t) {
+            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+        }
+    }
+}
+
+using TableRowsFn = void (*)(const Weight&, const Bf16Chunk*, int64_t, float*, int64_t, int64_t,
+                             int64_t);
+
 }  // namespace
 
 void matmul_fp8_avx512_bf16(const Weight& w, const float* x, int64_t n_tokens, float* y,
@@ -136,6 +320,27 @@ void matmul_fp8_avx512_bf16(const Weight& w, const float* x, int64_t n_tokens, f
         const int64_t nt = n_tokens - t0 < kMaxTile ? n_tokens - t0 : kMaxTile;
         cpu::split_activations_bf16(x + t0 * k, nt, k, kp, hi, lo);
         kTiles[nt - 1](w, hi, lo, kp, y + t0 * ldy, ldy, row_begin, row_end);
+    }
+}
+
+void matmul_fp8_avx512_bf16_vbmi(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                                 int64_t ldy, int64_t row_begin, int64_t row_end) {
+    constexpr int kTile = 8;  // Tokens one pass over the weights serves.
+    static constexpr TableRowsFn kTiles[kTile] = {
+        fp8_table_rows<1>, fp8_table_rows<2>, fp8_table_rows<3>, fp8_table_rows<4>,
+        fp8_table_rows<5>, fp8_table_rows<6>, fp8_table_rows<7>, fp8_table_rows<8>};
+    const int64_t n_chunks = (w.cols + 63) / 64;
+    thread_local std::vector<Bf16Chunk> prepared;
+    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
+        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        prepare_bf16_chunks(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
+    }
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
+        const int64_t nt = n_tokens - t0 < kTile ? n_tokens - t0 : kTile;
+        kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
+                       row_end);
     }
 }
 

@@ -18,6 +18,7 @@ struct CpuFeatures {
     bool vnni = false;    // AVX-512 VNNI.
     bool vbmi = false;    // AVX-512 VBMI (byte permutes).
     bool bf16 = false;    // AVX512_BF16 (bf16 dot products).
+    bool gfni = false;    // GFNI (bit-matrix byte transforms), with AVX-512.
 };
 
 #if defined(__x86_64__)
@@ -38,6 +39,7 @@ CpuFeatures detect() {
     f.vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
     f.vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
     f.bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    f.gfni = f.avx512 && __builtin_cpu_supports("gfni");
 #endif
     return f;
 }
@@ -68,8 +70,13 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
                 out.push_back({"avx512", detail::matmul_fp8_avx512, 0});
             }
             if (f.bf16) {
-                out.push_back({"avx512-bf16", detail::matmul_fp8_avx512_bf16, 0,
-                               cpu::kBf16SplitRelError});
+                out.push_back(
+                    {"avx512-bf16", detail::matmul_fp8_avx512_bf16, 0, cpu::kBf16SplitRelError});
+            }
+            // Table decode into bf16 and one bf16 per activation: the fewest ops per weight.
+            if (f.bf16 && f.vbmi) {
+                out.push_back({"avx512-bf16-vbmi", detail::matmul_fp8_avx512_bf16_vbmi, 0,
+                               kBf16RoundRelError});
             }
 #endif
             break;
@@ -100,6 +107,10 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
             if (f.vnni) {
                 out.push_back(
                     {"avx512-vnni", detail::matmul_int4_avx512_vnni, int4_group_size(format)});
+            }
+            if (f.vnni && f.gfni) {
+                out.push_back({"avx512-vnni-gfni", detail::matmul_int4_avx512_vnni_gfni,
+                               int4_group_size(format)});
             }
 #endif
             break;

@@ -31,10 +31,16 @@ struct KernelVariant {
     // columns (scale max|x| / 127) and uses integer dot products (VNNI), adding at most
     // sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| to |y - y_exact| per output.
     int64_t activation_group = 0;
-    // 0, or: the kernel uses each activation x as hi + lo bf16 with |x - (hi + lo)| <= this * |x|
-    // (AVX512_BF16 dot products), adding at most this * sum_c |W[r][c] * x_c| per output.
+    // 0, or: the kernel uses each activation x as a bf16 approximation x' (one rounded bf16, or
+    // hi + lo bf16) with |x - x'| <= this * |x| (AVX512_BF16 dot products), adding at most
+    // this * sum_c |W[r][c] * x_c| per output.
     double activation_rel_error = 0.0;
 };
+
+// Relative error of rounding an f32 to the nearest bf16 (8 significant bits): half an ulp, at most
+// 2^-8 of the value. The FP8 weights themselves carry up to 2^-4 (half an ulp of 3 mantissa bits),
+// so a single-bf16 activation adds ~1/16 of the weight error.
+inline constexpr double kBf16RoundRelError = 1.0 / 256;
 
 // Every variant this CPU runs for `format`, the scalar reference first and the one
 // matmul_kernel_for picks last; empty for float formats.

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/quant/fp8.h"
 #include "engine/quant/quantized_weight.h"
 
 namespace edge::engine::quant {
@@ -18,8 +19,10 @@ namespace {
 //  - VNNI kernels round activations to int8 per group of KernelVariant::activation_group columns,
 //    adding at most sum_g (max_{c in g} |x_c| / 254) * sum_{c in g} |W[r][c]| (half a step of
 //    x's int8 grid), computed below per output from the actual weights and activations;
-//  - AVX512_BF16 kernels use x as hi + lo bf16, adding KernelVariant::activation_rel_error
-//    (2^-17) times the magnitude.
+//  - AVX512_BF16 kernels use x as hi + lo bf16 (KernelVariant::activation_rel_error = 2^-17) or
+//    as one rounded bf16 (2^-8, kBf16RoundRelError), adding that times the magnitude. The weights
+//    are compared here after dequantization, so the weight error (FP8: up to 2^-4 of each value)
+//    is not in this bound; the model-level bounds against BF16 (quant_load_test.cc) hold both.
 constexpr double kFloatRelTol = 1e-5;
 
 struct Case {
@@ -160,6 +163,72 @@ TEST_CASE("int4 kernels handle all-zero activation groups") {
         v.kernel(q->view(), x.data(), 1, y.data(), rows, 0, rows);
         for (float f : y) {
             CHECK(f == doctest::Approx(0.02).epsilon(1e-5));
+        }
+    }
+}
+
+TEST_CASE("fp8 kernels decode every E4M3 code exactly") {
+    // One row holding all 256 codes (the two NaN codes, rejected on load, replaced by zero) with
+    // scale 1; a one-hot activation of a power of two picks one weight, exactly, in every kernel
+    // (bf16 rounding of a power of two is exact, and so is each product).
+    const int64_t cols = 256;
+    std::vector<uint8_t> codes(cols);
+    for (int64_t c = 0; c < cols; ++c) {
+        codes[c] = static_cast<uint8_t>(c);
+    }
+    codes[0x7F] = 0;
+    codes[0xFF] = 0;
+    QuantizedWeight q(WeightFormat::kFP8E4M3Block128, 1, cols, codes,
+                      std::vector<float>{1.0f, 1.0f});
+    for (const KernelVariant& v : matmul_kernel_variants(WeightFormat::kFP8E4M3Block128)) {
+        const std::string variant = v.name;
+        CAPTURE(variant);
+        int bad = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+            for (float one : {1.0f, -0.25f}) {
+                std::vector<float> x(cols, 0.0f);
+                x[c] = one;
+                float y = -1.0f;
+                v.kernel(q.view(), x.data(), 1, &y, 1, 0, 1);
+                bad += y != fp8_e4m3_decode(codes[c]) * one;
+            }
+        }
+        CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("quantized kernels: every token count up to 12 equals one token at a time") {
+    // Tiles of several tokens must give each token what a one-token call gives (up to f32
+    // summation order), for row ranges that are not multiples of the four-row reductions.
+    std::mt19937 rng(7);
+    const int64_t rows = 23, cols = 384;
+    const std::vector<float> wsrc = random_vector(rows * cols, rng, 0.05f);
+    const std::vector<float> x = random_vector(12 * cols, rng, 1.0f);
+    for (WeightFormat format : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
+                                WeightFormat::kInt4G32, WeightFormat::kInt4G128}) {
+        auto q = quantize(SourceMatrix::f32(wsrc.data(), rows, cols), format);
+        REQUIRE(q.ok());
+        for (const KernelVariant& v : matmul_kernel_variants(format)) {
+            const std::string variant = std::string(weight_format_name(format)) + "/" + v.name;
+            CAPTURE(variant);
+            std::vector<float> single(12 * rows);
+            for (int64_t t = 0; t < 12; ++t) {
+                v.kernel(q->view(), x.data() + t * cols, 1, single.data() + t * rows, rows, 2,
+                         rows);
+            }
+            for (int64_t n = 2; n <= 12; ++n) {
+                CAPTURE(n);
+                std::vector<float> y(n * rows);
+                v.kernel(q->view(), x.data(), n, y.data(), rows, 2, rows);
+                int bad = 0;
+                for (int64_t t = 0; t < n; ++t) {
+                    for (int64_t r = 2; r < rows; ++r) {
+                        const float a = y[t * rows + r], b = single[t * rows + r];
+                        bad += !(std::fabs(a - b) <= 1e-5f * (1.0f + std::fabs(b)));
+                    }
+                }
+                CHECK(bad == 0);
+            }
         }
     }
 }
