@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -256,6 +257,61 @@ EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_row(const Weight& w, const Fp8B
     }
 }
 
+// One token, rows r, r + q, r + 2q and r + 3q at once into acc[4] (not yet reduced): each block's
+// chunks of the four rows are interleaved, so eight dot-product chains (two per row) overlap and
+// four memory streams run at once. One row at a time the two chains of a row and one stream left
+// the kernel at ~21 GB/s per core when streaming, against ~43 in cache.
+EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_four_rows(const Weight& w, const Fp8Bf16Regs& g,
+                                                           const Bf16Chunk* prepared,
+                                                           int64_t n_chunks, int64_t r, int64_t q,
+                                                           __m512* acc) {
+    const int64_t cols = w.cols;
+    const int64_t block_cols = (cols + 127) / 128;
+    const uint8_t* rows[4];
+    const float* srow[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+        rows[s] = static_cast<const uint8_t*>(w.data) + (r + s * q) * cols;
+        srow[s] = w.scales + ((r + s * q) / 128) * block_cols;
+        acc[s] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < block_cols; ++b) {
+        const int64_t c0 = b * 128;
+        __m512 p0[4], p1[4];
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) {
+            prefetch_ahead(rows[s] + c0);
+            prefetch_ahead(rows[s] + c0 + 64);
+            p0[s] = _mm512_setzero_ps();
+            p1[s] = _mm512_setzero_ps();
+        }
+        if (c0 + 128 <= cols) {
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; ++s) {
+                fp8_table_chunk<1>(g, _mm512_loadu_si512(rows[s] + c0), prepared, n_chunks, 2 * b,
+                                   &p0[s], &p1[s]);
+                fp8_table_chunk<1>(g, _mm512_loadu_si512(rows[s] + c0 + 64), prepared, n_chunks,
+                                   2 * b + 1, &p0[s], &p1[s]);
+            }
+        } else {
+            for (int s = 0; s < 4; ++s) {
+                fp8_table_chunk<1>(g, _mm512_maskz_loadu_epi8(mask64(cols - c0), rows[s] + c0),
+                                   prepared, n_chunks, 2 * b, &p0[s], &p1[s]);
+                if (c0 + 64 < cols) {
+                    fp8_table_chunk<1>(
+                        g, _mm512_maskz_loadu_epi8(mask64(cols - c0 - 64), rows[s] + c0 + 64),
+                        prepared, n_chunks, 2 * b + 1, &p0[s], &p1[s]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) {
+            acc[s] = _mm512_fmadd_ps(_mm512_add_ps(p0[s], p1[s]), _mm512_set1_ps(srow[s][b]),
+                                     acc[s]);
+        }
+    }
+}
+
 // Rows [row_begin, row_end) for T tokens; `prepared` holds n_chunks chunks per token. Four rows
 // at a time share one horizontal reduction.
 template <int T>
@@ -266,10 +322,29 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
     const Fp8Bf16Regs g{_mm512_load_si512(tab.hi), _mm512_load_si512(tab.hi + 64),
                         _mm512_load_si512(tab.lo), _mm512_load_si512(tab.lo + 64),
                         _mm512_set1_epi8(static_cast<char>(0x80))};
-    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * w.cols,
-                   (row_end - row_begin) * w.cols);
     int64_t r = row_begin;
-    if constexpr (T <= 2) {  // Four rows per reduction.
+    if constexpr (T == 1) {  // Four streams (rows r + i, r + q + i, ...), one reduction.
+        const int64_t q = (row_end - row_begin) / 4;
+        for (int s = 0; s < 4 && q > 0; ++s) {
+            prefetch_span(static_cast<const uint8_t*>(w.data) + (row_begin + s * q) * w.cols,
+                          std::min<int64_t>(q * w.cols, 2048));
+        }
+        for (int64_t i = 0; i < q; ++i) {
+            __m512 acc[4];
+            fp8_table_four_rows(w, g, prepared, n_chunks, row_begin + i, q, acc);
+            const __m128 sums = reduce4(acc[0], acc[1], acc[2], acc[3]);
+            alignas(16) float out[4];
+            _mm_store_ps(out, sums);
+            for (int s = 0; s < 4; ++s) {
+                y[row_begin + i + s * q] = out[s];
+            }
+        }
+        r = row_begin + 4 * q;
+    } else {
+        prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * w.cols,
+                       (row_end - row_begin) * w.cols);
+    }
+    if constexpr (T == 2) {  // Four rows per reduction.
         for (; r + 4 <= row_end; r += 4) {
             __m512 acc[4][T];
 #pragma GCC unroll 4
