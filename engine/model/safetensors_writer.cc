@@ -26,6 +26,13 @@ Status write_raw_safetensors(const std::string& path, std::string_view header,
     return ok_status();
 }
 
+// Tensor data starts on a cache-line boundary (header padded with spaces, as the format allows,
+// and each tensor's offset rounded up), so every row of a mapped matrix whose row bytes are a
+// multiple of 64 is line-aligned: with the 8-byte alignment the format requires, each bench-preset
+// tensor started 40 bytes into a line and batched decode ran ~10% slower (bench_decode, batched
+// 32 sequences: 312-327 against 353-355 tokens/s).
+constexpr uint64_t kDataAlign = 64;
+
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors) {
     boost::json::object header;
     uint64_t offset = 0;
@@ -40,7 +47,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
                                           std::to_string(t.bytes.size()) + " bytes for shape " +
                                           shape_string(t.shape));
         }
-        offset = (offset + 7) & ~uint64_t{7};
+        offset = (offset + kDataAlign - 1) & ~(kDataAlign - 1);
         boost::json::array shape;
         for (int64_t d : t.shape) {
             shape.push_back(d);
@@ -51,7 +58,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
         offset += nbytes;
     }
     std::string text = boost::json::serialize(header);
-    while (text.size() % 8 != 0) {
+    while ((8 + text.size()) % kDataAlign != 0) {
         text += ' ';
     }
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -66,7 +73,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
     out.write(le, 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     uint64_t written = 0;
-    static const char kZeros[8] = {};
+    static const char kZeros[kDataAlign] = {};
     std::vector<char> buffer;
     for (const TensorToWrite& t : tensors) {
         int64_t numel = 1;
@@ -74,7 +81,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
             numel *= d;
         }
         const uint64_t nbytes = static_cast<uint64_t>(numel * dtype_size(t.dtype));
-        uint64_t aligned = (written + 7) & ~uint64_t{7};
+        uint64_t aligned = (written + kDataAlign - 1) & ~(kDataAlign - 1);
         out.write(kZeros, static_cast<std::streamsize>(aligned - written));
         if (t.fill) {
             buffer.resize(nbytes);
