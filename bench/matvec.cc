@@ -6,13 +6,15 @@
 // figure is the median of --rounds passes over all matrices. At 1 thread it also prints the rate
 // per second of CPU time against the probe's (steadier when other work shares the machine).
 //
-//   bench_matvec [--mb MiB] [--rounds R] [--tokens N] [--experts]
+//   bench_matvec [--mb MiB] [--rounds R] [--tokens N] [--experts [--sequences S]]
 // With --tokens N each call multiplies N tokens (weights still read once per call).
 // With --experts the same mapping holds routed experts of the bench preset's shape (gate and up
 // 512 x 1024, down 1024 x 512, BF16, 3 MiB each), and each layer's worth (64 experts, --tokens
 // tokens each) runs through cpu::swiglu_batch (one task per expert) and through the two-step
 // form (every gate/up in one matmul_batch, the SiLU product, every down in another), as batched
-// decode's routed experts do.
+// decode's routed experts do. With --sequences S the experts' token counts are those of a
+// decode step of S sequences (each picks 8 distinct experts of a layer, seeded), uneven as in
+// batched decode, instead of --tokens each; the rate counts the experts that got tokens.
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -24,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -47,7 +50,7 @@ double now_s() {
 }
 
 // --experts: see the file comment.
-int run_experts(const char* base, int64_t total, int64_t tokens, int rounds) {
+int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int64_t sequences) {
     constexpr int64_t kHidden = 1024, kInter = 512, kPerLayer = 64;
     constexpr int64_t kExpertBytes = 3 * kHidden * kInter * 2;
     const int64_t layers = total / (kExpertBytes * kPerLayer);
@@ -66,19 +69,51 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds) {
              {WeightFormat::kBF16, kInter, kHidden, p + kExpertBytes / 3, nullptr},
              {WeightFormat::kBF16, kHidden, kInter, p + 2 * kExpertBytes / 3, nullptr}});
     }
-    const int64_t rows = kPerLayer * tokens;
+    // Tokens per expert and each expert's first row in its layer's inputs.
+    constexpr int kTopK = 8;
+    std::vector<int64_t> count(static_cast<size_t>(layers * kPerLayer), tokens);
+    if (sequences > 0) {
+        std::fill(count.begin(), count.end(), 0);
+        std::mt19937 rng(1);
+        std::vector<int64_t> pick(kPerLayer);
+        for (int64_t l = 0; l < layers; ++l) {
+            for (int64_t s = 0; s < sequences; ++s) {
+                std::iota(pick.begin(), pick.end(), 0);
+                std::shuffle(pick.begin(), pick.end(), rng);
+                for (int k = 0; k < kTopK; ++k) {
+                    ++count[static_cast<size_t>(l * kPerLayer + pick[static_cast<size_t>(k)])];
+                }
+            }
+        }
+    }
+    std::vector<int64_t> first(count.size());
+    int64_t rows = 0;  // The most rows of any layer.
+    int64_t bytes = 0;
+    for (int64_t l = 0; l < layers; ++l) {
+        int64_t r = 0;
+        for (int64_t e = 0; e < kPerLayer; ++e) {
+            const size_t i = static_cast<size_t>(l * kPerLayer + e);
+            first[i] = r;
+            r += count[i];
+            bytes += count[i] > 0 ? kExpertBytes : 0;
+        }
+        rows = std::max(rows, r);
+    }
     std::vector<float> x(static_cast<size_t>(rows * kHidden)), y(x.size());
     std::vector<float> gate(static_cast<size_t>(rows * kInter)), up(gate.size()), act(gate.size());
     for (size_t c = 0; c < x.size(); ++c) {
         x[c] = std::sin(static_cast<float>(c));
     }
-    const int64_t bytes = layers * kPerLayer * kExpertBytes;
     const cpu::Isa isa = cpu::detect_isa();
-    std::printf("%lld layers of %lld experts, %lld tokens each, isa %s\n",
+    const auto [lo, hi] = std::minmax_element(count.begin(), count.end());
+    std::printf("%lld layers of %lld experts, %lld-%lld tokens each (%s), isa %s\n",
                 static_cast<long long>(layers), static_cast<long long>(kPerLayer),
-                static_cast<long long>(tokens), std::string(cpu::isa_name(isa)).c_str());
+                static_cast<long long>(*lo), static_cast<long long>(*hi),
+                sequences > 0 ? "a step of --sequences" : "--tokens",
+                std::string(cpu::isa_name(isa)).c_str());
     std::printf("%-32s %8s %10s %10s %9s\n", "path", "threads", "GB/s", "probe", "fraction");
-    std::string json = "{\"bench\":\"matvec_experts\",\"tokens\":" + std::to_string(tokens);
+    std::string json = "{\"bench\":\"matvec_experts\",\"tokens\":" + std::to_string(tokens) +
+                       ",\"sequences\":" + std::to_string(sequences);
     for (int threads = 1; threads <= 2; ++threads) {
         cpu::ThreadPool pool(threads);
         const double probe = edge::bench::measure_read_bandwidth(threads);
@@ -89,30 +124,36 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds) {
                 const double t0 = now_s();
                 for (int64_t l = 0; l < layers; ++l) {
                     const Expert* ex = experts.data() + l * kPerLayer;
+                    const int64_t* n = count.data() + l * kPerLayer;
+                    const int64_t* o = first.data() + l * kPerLayer;
                     if (path == 0) {
                         std::vector<edge::engine::SwiGluJob> jobs;
                         for (int64_t e = 0; e < kPerLayer; ++e) {
-                            jobs.push_back({&ex[e].gate, &ex[e].up, &ex[e].down,
-                                            x.data() + e * tokens * kHidden, tokens,
-                                            y.data() + e * tokens * kHidden, kHidden});
+                            if (n[e] > 0) {
+                                jobs.push_back({&ex[e].gate, &ex[e].up, &ex[e].down,
+                                                x.data() + o[e] * kHidden, n[e],
+                                                y.data() + o[e] * kHidden, kHidden});
+                            }
                         }
                         cpu::swiglu_batch(pool, isa, jobs);
                     } else {
                         std::vector<edge::engine::MatmulJob> jobs;
                         for (int64_t e = 0; e < kPerLayer; ++e) {
-                            const int64_t o = e * tokens;
-                            jobs.push_back({&ex[e].gate, x.data() + o * kHidden, tokens,
-                                            gate.data() + o * kInter, kInter});
-                            jobs.push_back({&ex[e].up, x.data() + o * kHidden, tokens,
-                                            up.data() + o * kInter, kInter});
+                            if (n[e] > 0) {
+                                jobs.push_back({&ex[e].gate, x.data() + o[e] * kHidden, n[e],
+                                                gate.data() + o[e] * kInter, kInter});
+                                jobs.push_back({&ex[e].up, x.data() + o[e] * kHidden, n[e],
+                                                up.data() + o[e] * kInter, kInter});
+                            }
                         }
                         cpu::matmul_batch(pool, isa, jobs);
                         cpu::silu_mul(gate.data(), up.data(), rows * kInter, act.data());
                         jobs.clear();
                         for (int64_t e = 0; e < kPerLayer; ++e) {
-                            const int64_t o = e * tokens;
-                            jobs.push_back({&ex[e].down, act.data() + o * kInter, tokens,
-                                            y.data() + o * kHidden, kHidden});
+                            if (n[e] > 0) {
+                                jobs.push_back({&ex[e].down, act.data() + o[e] * kInter, n[e],
+                                                y.data() + o[e] * kHidden, kHidden});
+                            }
                         }
                         cpu::matmul_batch(pool, isa, jobs);
                     }
@@ -142,13 +183,16 @@ int main(int argc, char** argv) {
     int rounds = 7;
     int64_t tokens = 1;  // Tokens per call (batched decode's experts see a few each).
     bool experts_mode = false;
+    int64_t sequences = 0;  // --experts: token counts of a step of this many sequences (0: off).
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::integer("--mb", &mb, 64, "MiB of BF16 weights streamed per pass"),
          edge::bench::Flag::integer("--rounds", &rounds, 1, "rounds (median)"),
          edge::bench::Flag::integer("--tokens", &tokens, 1, "tokens per call"),
          edge::bench::Flag::boolean("--experts", &experts_mode,
-                                    "routed-expert SwiGLU tasks instead of plain matvec")},
+                                    "routed-expert SwiGLU tasks instead of plain matvec"),
+         edge::bench::Flag::integer("--sequences", &sequences, 0,
+                                    "--experts: token counts of a decode step of S sequences")},
         "bench_matvec: the BF16 matvec/matmul kernels against memory bandwidth");
     constexpr int64_t kRows = 1024, kCols = 1024;
     const int64_t matrix_bytes = kRows * kCols * 2;
@@ -194,7 +238,7 @@ int main(int argc, char** argv) {
         x[c] = std::sin(static_cast<float>(c));
     }
     if (experts_mode) {
-        const int rc = run_experts(base, total, tokens, rounds);
+        const int rc = run_experts(base, total, tokens, rounds, sequences);
         munmap(mem, static_cast<size_t>(total));
         return rc;
     }
