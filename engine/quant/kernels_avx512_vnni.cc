@@ -261,16 +261,80 @@ EDGE_AVX512_VNNI_GFNI EDGE_INLINE void int4_gfni_row(const Weight& w, const Int4
     }
 }
 
+// One token, rows r, r + q, r + 2q and r + 3q at once into acc[4] (not yet reduced): chunk k of
+// the four rows in one loop body, so four dot-product chains and four memory streams run at once
+// (as the FP8 table kernel; one row at a time left two chains and one stream in flight).
+template <int G>
+EDGE_AVX512_VNNI_GFNI EDGE_INLINE void int4_gfni_four_rows(const Weight& w,
+                                                           const Int4Chunk* prepared,
+                                                           int64_t n_chunks, int64_t ahead_rows,
+                                                           int64_t r, int64_t q, __m512* acc) {
+    const int64_t cols = w.cols;
+    const int64_t groups = cols / G;
+    const int64_t full_chunks = cols / 128;
+    const __m512i group_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const uint8_t* rows[4];
+    const float* srow[4];
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+        rows[s] = static_cast<const uint8_t*>(w.data) + (r + s * q) * (cols / 2);
+        srow[s] = w.scales + (r + s * q) * groups;
+        acc[s] = _mm512_setzero_ps();
+        if (r + s * q + ahead_rows < w.rows) {
+            prefetch_span(srow[s] + ahead_rows * groups, groups * 4);
+        }
+    }
+    for (int64_t k = 0; k < full_chunks; ++k) {
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; ++s) {
+            int4_gfni_full_chunk<1, G>(rows[s], srow[s], k, prepared, n_chunks, &acc[s]);
+        }
+    }
+    if constexpr (G == 32) {
+        if (full_chunks < n_chunks) {  // 1..3 trailing groups of 32 columns.
+            const int64_t ng = (cols - full_chunks * 128) / 32;
+            for (int s = 0; s < 4; ++s) {
+                const __m512i wv =
+                    _mm512_maskz_loadu_epi8(mask64(ng * 16), rows[s] + full_chunks * 64);
+                const __m128 s4 = _mm_maskz_loadu_ps(static_cast<__mmask8>((1u << ng) - 1),
+                                                     srow[s] + full_chunks * 4);
+                const __m512 wscale =
+                    _mm512_permutexvar_ps(group_of_lane, _mm512_castps128_ps512(s4));
+                int4_gfni_chunk<1>(wv, wscale, prepared, n_chunks, full_chunks, &acc[s]);
+            }
+        }
+    }
+}
+
 template <int T, int G>
 EDGE_AVX512_VNNI_GFNI void int4_gfni_rows(const Weight& w, const Int4Chunk* prepared,
                                           int64_t n_chunks, float* y, int64_t ldy,
                                           int64_t row_begin, int64_t row_end) {
     const int64_t ahead_rows = kPrefetchBytes / std::max<int64_t>(1, w.cols / 2);
-    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * (w.cols / 2),
-                   (row_end - row_begin) * (w.cols / 2));
-    prefetch_start(w.scales + row_begin * (w.cols / G), (row_end - row_begin) * (w.cols / G) * 4);
     int64_t r = row_begin;
-    if constexpr (T <= 2) {  // Four rows per reduction.
+    if constexpr (T == 1) {  // Four streams (rows r + i, r + q + i, ...), one reduction.
+        const int64_t q = (row_end - row_begin) / 4;
+        for (int s = 0; s < 4 && q > 0; ++s) {
+            prefetch_span(static_cast<const uint8_t*>(w.data) + (row_begin + s * q) * (w.cols / 2),
+                          std::min<int64_t>(q * (w.cols / 2), 2048));
+        }
+        for (int64_t i = 0; i < q; ++i) {
+            __m512 acc[4];
+            int4_gfni_four_rows<G>(w, prepared, n_chunks, ahead_rows, row_begin + i, q, acc);
+            alignas(16) float out[4];
+            _mm_store_ps(out, reduce4(acc[0], acc[1], acc[2], acc[3]));
+            for (int s = 0; s < 4; ++s) {
+                y[row_begin + i + s * q] = out[s];
+            }
+        }
+        r = row_begin + 4 * q;
+    } else {
+        prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * (w.cols / 2),
+                       (row_end - row_begin) * (w.cols / 2));
+        prefetch_start(w.scales + row_begin * (w.cols / G),
+                       (row_end - row_begin) * (w.cols / G) * 4);
+    }
+    if constexpr (T == 2) {  // Four rows per reduction.
         for (; r + 4 <= row_end; r += 4) {
             __m512 acc[4][T];
 #pragma GCC unroll 4
