@@ -306,8 +306,8 @@ EDGE_AVX512_BF16_VBMI EDGE_INLINE void fp8_table_four_rows(const Weight& w, cons
         }
 #pragma GCC unroll 4
         for (int s = 0; s < 4; ++s) {
-            acc[s] = _mm512_fmadd_ps(_mm512_add_ps(p0[s], p1[s]), _mm512_set1_ps(srow[s][b]),
-                                     acc[s]);
+            acc[s] =
+                _mm512_fmadd_ps(_mm512_add_ps(p0[s], p1[s]), _mm512_set1_ps(srow[s][b]), acc[s]);
         }
     }
 }
@@ -332,12 +332,7 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
         for (int64_t i = 0; i < q; ++i) {
             __m512 acc[4];
             fp8_table_four_rows(w, g, prepared, n_chunks, row_begin + i, q, acc);
-            const __m128 sums = reduce4(acc[0], acc[1], acc[2], acc[3]);
-            alignas(16) float out[4];
-            _mm_store_ps(out, sums);
-            for (int s = 0; s < 4; ++s) {
-                y[row_begin + i + s * q] = out[s];
-            }
+            store_stream_sums(acc, y, row_begin + i, q);
         }
         r = row_begin + 4 * q;
     } else {
@@ -360,17 +355,7 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
     for (; r < row_end; ++r) {
         __m512 acc[T];
         fp8_table_row<T>(w, g, prepared, n_chunks, r, acc);
-        int t = 0;
-        for (; t + 4 <= T; t += 4) {  // Four tokens per reduction.
-            alignas(16) float sums[4];
-            _mm_store_ps(sums, reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]));
-            for (int i = 0; i < 4; ++i) {
-                y[(t + i) * ldy + r] = sums[i];
-            }
-        }
-        for (; t < T; ++t) {
-            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
-        }
+        store_token_sums<T>(acc, y, ldy, r);
     }
 }
 

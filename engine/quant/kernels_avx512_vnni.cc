@@ -321,11 +321,7 @@ EDGE_AVX512_VNNI_GFNI void int4_gfni_rows(const Weight& w, const Int4Chunk* prep
         for (int64_t i = 0; i < q; ++i) {
             __m512 acc[4];
             int4_gfni_four_rows<G>(w, prepared, n_chunks, ahead_rows, row_begin + i, q, acc);
-            alignas(16) float out[4];
-            _mm_store_ps(out, reduce4(acc[0], acc[1], acc[2], acc[3]));
-            for (int s = 0; s < 4; ++s) {
-                y[row_begin + i + s * q] = out[s];
-            }
+            store_stream_sums(acc, y, row_begin + i, q);
         }
         r = row_begin + 4 * q;
     } else {
@@ -350,17 +346,7 @@ EDGE_AVX512_VNNI_GFNI void int4_gfni_rows(const Weight& w, const Int4Chunk* prep
     for (; r < row_end; ++r) {
         __m512 acc[T];
         int4_gfni_row<T, G>(w, prepared, n_chunks, ahead_rows, r, acc);
-        int t = 0;
-        for (; t + 4 <= T; t += 4) {  // Four tokens per reduction.
-            alignas(16) float sums[4];
-            _mm_store_ps(sums, reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]));
-            for (int i = 0; i < 4; ++i) {
-                y[(t + i) * ldy + r] = sums[i];
-            }
-        }
-        for (; t < T; ++t) {
-            y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
-        }
+        store_token_sums<T>(acc, y, ldy, r);
     }
 }
 
@@ -505,21 +491,29 @@ void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
     }
 }
 
-void matmul_int4_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,
-                             int64_t ldy, int64_t row_begin, int64_t row_end) {
-    const bool g32 = w.format == WeightFormat::kInt4G32;
+// Every token's activations prepared for the INT4 kernels, in this thread's scratch (valid until
+// the thread's next call).
+const Int4Chunk* prepare_int4_tokens(const Weight& w, const float* x, int64_t n_tokens) {
     const int64_t n_chunks = (w.cols + 127) / 128;
     thread_local std::vector<Int4Chunk> prepared;
     if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
         prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
     }
     for (int64_t t = 0; t < n_tokens; ++t) {
-        if (g32) {
+        if (w.format == WeightFormat::kInt4G32) {
             prepare_int4_activations<32>(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
         } else {
             prepare_int4_activations<128>(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
         }
     }
+    return prepared.data();
+}
+
+void matmul_int4_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                             int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const bool g32 = w.format == WeightFormat::kInt4G32;
+    const int64_t n_chunks = (w.cols + 127) / 128;
+    const Int4Chunk* prepared = prepare_int4_tokens(w, x, n_tokens);
     static constexpr VnniRowsFn kTiles32[kMaxTile] = {int4_vnni_rows<1, 32>, int4_vnni_rows<2, 32>,
                                                       int4_vnni_rows<3, 32>, int4_vnni_rows<4, 32>};
     static constexpr VnniRowsFn kTiles128[kMaxTile] = {
@@ -528,8 +522,7 @@ void matmul_int4_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
     const auto& tiles = g32 ? kTiles32 : kTiles128;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
         const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
-        tiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
-                      row_end);
+        tiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin, row_end);
     }
 }
 
@@ -540,17 +533,7 @@ void matmul_int4_avx512_vnni_gfni(const Weight& w, const float* x, int64_t n_tok
                                   int64_t ldy, int64_t row_begin, int64_t row_end) {
     const bool g32 = w.format == WeightFormat::kInt4G32;
     const int64_t n_chunks = (w.cols + 127) / 128;
-    thread_local std::vector<Int4Chunk> prepared;
-    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
-        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
-    }
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        if (g32) {
-            prepare_int4_activations<32>(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
-        } else {
-            prepare_int4_activations<128>(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
-        }
-    }
+    const Int4Chunk* prepared = prepare_int4_tokens(w, x, n_tokens);
     static constexpr VnniRowsFn kTiles32[kInt4GfniMaxTile] = {
         int4_gfni_rows<1, 32>, int4_gfni_rows<2, 32>, int4_gfni_rows<3, 32>, int4_gfni_rows<4, 32>,
         int4_gfni_rows<5, 32>, int4_gfni_rows<6, 32>, int4_gfni_rows<7, 32>, int4_gfni_rows<8, 32>};
@@ -561,8 +544,7 @@ void matmul_int4_avx512_vnni_gfni(const Weight& w, const float* x, int64_t n_tok
     const auto& tiles = g32 ? kTiles32 : kTiles128;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt4GfniMaxTile) {
         const int64_t nt = std::min<int64_t>(kInt4GfniMaxTile, n_tokens - t0);
-        tiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
-                      row_end);
+        tiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin, row_end);
     }
 }
 

@@ -86,6 +86,31 @@ EDGE_AVX512 EDGE_INLINE __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
         _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), s3));
 }
 
+// Row r's sums for T tokens (acc[t] reduced, four tokens per reduction) into y[t * ldy + r].
+template <int T>
+EDGE_AVX512 EDGE_INLINE void store_token_sums(const __m512* acc, float* y, int64_t ldy, int64_t r) {
+    int t = 0;
+    for (; t + 4 <= T; t += 4) {
+        alignas(16) float sums[4];
+        _mm_store_ps(sums, reduce4(acc[t], acc[t + 1], acc[t + 2], acc[t + 3]));
+        for (int i = 0; i < 4; ++i) {
+            y[(t + i) * ldy + r] = sums[i];
+        }
+    }
+    for (; t < T; ++t) {
+        y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+    }
+}
+
+// One token's sums of four stream rows r, r + q, r + 2q, r + 3q (acc[4], one reduction) into y.
+EDGE_AVX512 EDGE_INLINE void store_stream_sums(const __m512* acc, float* y, int64_t r, int64_t q) {
+    alignas(16) float out[4];
+    _mm_store_ps(out, reduce4(acc[0], acc[1], acc[2], acc[3]));
+    for (int s = 0; s < 4; ++s) {
+        y[r + s * q] = out[s];
+    }
+}
+
 // A kernel body for a fixed tile of T tokens: rows [row_begin, row_end), x and y of the tile.
 using RowsFn = void (*)(const Weight&, const float*, float*, int64_t, int64_t, int64_t);
 
