@@ -325,10 +325,7 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
     int64_t r = row_begin;
     if constexpr (T == 1) {  // Four streams (rows r + i, r + q + i, ...), one reduction.
         const int64_t q = (row_end - row_begin) / 4;
-        for (int s = 0; s < 4 && q > 0; ++s) {
-            prefetch_span(static_cast<const uint8_t*>(w.data) + (row_begin + s * q) * w.cols,
-                          std::min<int64_t>(q * w.cols, 2048));
-        }
+        prefetch_stream_heads(w.data, w.cols, row_begin, q);
         for (int64_t i = 0; i < q; ++i) {
             __m512 acc[4];
             fp8_table_four_rows(w, g, prepared, n_chunks, row_begin + i, q, acc);
@@ -390,16 +387,11 @@ void matmul_fp8_avx512_bf16_vbmi(const Weight& w, const float* x, int64_t n_toke
         fp8_table_rows<1>, fp8_table_rows<2>, fp8_table_rows<3>, fp8_table_rows<4>,
         fp8_table_rows<5>, fp8_table_rows<6>, fp8_table_rows<7>, fp8_table_rows<8>};
     const int64_t n_chunks = (w.cols + 63) / 64;
-    thread_local std::vector<Bf16Chunk> prepared;
-    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
-        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
-    }
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        prepare_bf16_chunks(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
-    }
+    const Bf16Chunk* prepared =
+        prepare_tokens<Bf16Chunk>(x, w.cols, n_tokens, n_chunks, prepare_bf16_chunks);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
         const int64_t nt = n_tokens - t0 < kTile ? n_tokens - t0 : kTile;
-        kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
+        kTiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
                        row_end);
     }
 }

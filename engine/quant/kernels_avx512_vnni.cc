@@ -94,6 +94,23 @@ EDGE_AVX512_VNNI void prepare_int4_activations(const float* x, int64_t cols, Int
     }
 }
 
+// Chunk k's dot products for T tokens, the nibbles already split (lo: even columns, hi: odd
+// ones, as unsigned bytes), into acc[t] scaled by the weight and activation scales.
+template <int T>
+EDGE_AVX512_VNNI EDGE_INLINE void int4_dot_tokens(__m512i lo, __m512i hi, __m512 wscale,
+                                                  const Int4Chunk* prepared, int64_t n_chunks,
+                                                  int64_t k, __m512* acc) {
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        const Int4Chunk& ch = prepared[t * n_chunks + k];
+        __m512i dot = _mm512_load_si512(ch.neg_corr);
+        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(ch.even));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(ch.odd));
+        const __m512 s = _mm512_mul_ps(wscale, _mm512_load_ps(ch.scale));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t]);
+    }
+}
+
 // One 128-column chunk of one row for T tokens; `wv` holds its 64 packed bytes (zeros past the
 // row's end) and `wscale` the weight scale of each lane's group.
 template <int T>
@@ -103,14 +120,7 @@ EDGE_AVX512_VNNI EDGE_INLINE void int4_vnni_chunk(__m512i wv, __m512 wscale,
     const __m512i nib = _mm512_set1_epi8(0x0F);
     const __m512i lo = _mm512_and_si512(wv, nib);
     const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
-    for (int t = 0; t < T; ++t) {
-        const Int4Chunk& ch = prepared[t * n_chunks + k];
-        __m512i dot = _mm512_load_si512(ch.neg_corr);
-        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(ch.even));
-        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(ch.odd));
-        const __m512 s = _mm512_mul_ps(wscale, _mm512_load_ps(ch.scale));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t]);
-    }
+    int4_dot_tokens<T>(lo, hi, wscale, prepared, n_chunks, k, acc);
 }
 
 template <int T, int G>
@@ -180,15 +190,7 @@ EDGE_AVX512_VNNI_GFNI EDGE_INLINE void int4_gfni_chunk(__m512i wv, __m512 wscale
                                                        int64_t k, __m512* acc) {
     const __m512i lo = _mm512_and_si512(wv, _mm512_set1_epi8(0x0F));
     const __m512i hi = _mm512_gf2p8affine_epi64_epi8(wv, _mm512_set1_epi64(kShiftRight4Matrix), 0);
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-        const Int4Chunk& ch = prepared[t * n_chunks + k];
-        __m512i dot = _mm512_load_si512(ch.neg_corr);
-        dot = _mm512_dpbusd_epi32(dot, lo, _mm512_load_si512(ch.even));
-        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(ch.odd));
-        const __m512 s = _mm512_mul_ps(wscale, _mm512_load_ps(ch.scale));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[t]);
-    }
+    int4_dot_tokens<T>(lo, hi, wscale, prepared, n_chunks, k, acc);
 }
 
 // Full chunk k of a row (packed bytes q, scales srow) for T tokens into `into`.
@@ -314,10 +316,7 @@ EDGE_AVX512_VNNI_GFNI void int4_gfni_rows(const Weight& w, const Int4Chunk* prep
     int64_t r = row_begin;
     if constexpr (T == 1) {  // Four streams (rows r + i, r + q + i, ...), one reduction.
         const int64_t q = (row_end - row_begin) / 4;
-        for (int s = 0; s < 4 && q > 0; ++s) {
-            prefetch_span(static_cast<const uint8_t*>(w.data) + (row_begin + s * q) * (w.cols / 2),
-                          std::min<int64_t>(q * (w.cols / 2), 2048));
-        }
+        prefetch_stream_heads(w.data, w.cols / 2, row_begin, q);
         for (int64_t i = 0; i < q; ++i) {
             __m512 acc[4];
             int4_gfni_four_rows<G>(w, prepared, n_chunks, ahead_rows, row_begin + i, q, acc);
@@ -471,13 +470,8 @@ using VnniRowsFn = void (*)(const Weight&, const Int4Chunk*, int64_t, float*, in
 void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,
                              int64_t ldy, int64_t row_begin, int64_t row_end) {
     const int64_t n_chunks = (w.cols + 63) / 64;
-    thread_local std::vector<Int8Chunk> prepared;
-    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
-        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
-    }
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        prepare_int8_activations(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
-    }
+    const Int8Chunk* prepared =
+        prepare_tokens<Int8Chunk>(x, w.cols, n_tokens, n_chunks, prepare_int8_activations);
     using VnniRows =
         void (*)(const Weight&, const Int8Chunk*, int64_t, float*, int64_t, int64_t, int64_t);
     constexpr int kTile = 8;  // Tokens one pass over the weights serves.
@@ -486,7 +480,7 @@ void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
         int8_vnni_rows<5>, int8_vnni_rows<6>, int8_vnni_rows<7>, int8_vnni_rows<8>};
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
         const int64_t nt = std::min<int64_t>(kTile, n_tokens - t0);
-        kTiles[nt - 1](w, prepared.data() + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
+        kTiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
                        row_end);
     }
 }
@@ -495,18 +489,11 @@ void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
 // the thread's next call).
 const Int4Chunk* prepare_int4_tokens(const Weight& w, const float* x, int64_t n_tokens) {
     const int64_t n_chunks = (w.cols + 127) / 128;
-    thread_local std::vector<Int4Chunk> prepared;
-    if (prepared.size() < static_cast<size_t>(n_tokens * n_chunks)) {
-        prepared.resize(static_cast<size_t>(n_tokens * n_chunks));
-    }
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        if (w.format == WeightFormat::kInt4G32) {
-            prepare_int4_activations<32>(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
-        } else {
-            prepare_int4_activations<128>(x + t * w.cols, w.cols, prepared.data() + t * n_chunks);
-        }
-    }
-    return prepared.data();
+    return w.format == WeightFormat::kInt4G32
+               ? prepare_tokens<Int4Chunk>(x, w.cols, n_tokens, n_chunks,
+                                           prepare_int4_activations<32>)
+               : prepare_tokens<Int4Chunk>(x, w.cols, n_tokens, n_chunks,
+                                           prepare_int4_activations<128>);
 }
 
 void matmul_int4_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "engine/cpu/weight.h"
 
@@ -55,6 +56,31 @@ inline __attribute__((always_inline)) void prefetch_span(const void* p, int64_t 
 // would otherwise be demand misses one after another while the hardware prefetcher trains).
 inline __attribute__((always_inline)) void prefetch_start(const void* p, int64_t bytes) {
     prefetch_span(p, bytes < kPrefetchBytes ? bytes : kPrefetchBytes);
+}
+
+// Prefetches the first 2 KiB of each of the four streams of a one-token call (rows row_begin +
+// s * q, s = 0..3, of `row_bytes` each): every call starts cold.
+inline void prefetch_stream_heads(const void* data, int64_t row_bytes, int64_t row_begin,
+                                  int64_t q) {
+    for (int s = 0; s < 4 && q > 0; ++s) {
+        prefetch_span(static_cast<const uint8_t*>(data) + (row_begin + s * q) * row_bytes,
+                      std::min<int64_t>(q * row_bytes, 2048));
+    }
+}
+
+// Each token's activations prepared by prepare(x_t, cols, chunks_t) into `chunks_per_token` Chunks
+// per token, in this thread's scratch (valid until the thread's next call for the same Chunk).
+template <typename Chunk, typename Prepare>
+const Chunk* prepare_tokens(const float* x, int64_t cols, int64_t n_tokens,
+                            int64_t chunks_per_token, Prepare&& prepare) {
+    thread_local std::vector<Chunk> scratch;
+    if (scratch.size() < static_cast<size_t>(n_tokens * chunks_per_token)) {
+        scratch.resize(static_cast<size_t>(n_tokens * chunks_per_token));
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        prepare(x + t * cols, cols, scratch.data() + t * chunks_per_token);
+    }
+    return scratch.data();
 }
 
 // Masks of the first n lanes (all lanes for n at or above the width).
