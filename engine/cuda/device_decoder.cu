@@ -148,6 +148,26 @@ struct DeviceDecoder::Impl {
         zero_kv = true;
     }
 
+    // Captures one step of `rows` rows (enqueue_step) on the stream as a graph and instantiates
+    // it into *graph / *exec (both left null on failure, the graph destroyed).
+    Status capture_step(int64_t rows, const int32_t* offsets, bool feed_back, cudaGraph_t* graph,
+                        cudaGraphExec_t* exec) {
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        Status s = enqueue_step(rows, offsets, feed_back);
+        cudaGraph_t g = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(stream, &g);
+        if (!s.ok() || end != cudaSuccess) {
+            if (g != nullptr) {
+                check_cleanup(cudaGraphDestroy(g), "cudaGraphDestroy");
+            }
+            EDGE_RETURN_IF_ERROR(s);
+            EDGE_CUDA_RETURN_IF_ERROR(end);
+        }
+        *graph = g;
+        EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(exec, g, 0));
+        return ok_status();
+    }
+
     ~Impl() {
         if (exec != nullptr) {
             check_cleanup(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
@@ -724,20 +744,8 @@ Status DeviceDecoder::run_rows(int32_t bucket, std::span<const int32_t> staging)
     EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.staging, staging.data(), staging.size_bytes(),
                                               cudaMemcpyHostToDevice, m.stream));
     if (m.bucket_execs[b] == nullptr) {
-        EDGE_CUDA_RETURN_IF_ERROR(
-            cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-        Status s = m.enqueue_step(bucket, m.bucket_offsets + 2 * b, false);
-        cudaGraph_t graph = nullptr;
-        const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
-        if (!s.ok() || end != cudaSuccess) {
-            if (graph != nullptr) {
-                check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
-            }
-            EDGE_RETURN_IF_ERROR(s);
-            EDGE_CUDA_RETURN_IF_ERROR(end);
-        }
-        m.bucket_graphs[b] = graph;
-        EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&m.bucket_execs[b], graph, 0));
+        EDGE_RETURN_IF_ERROR(m.capture_step(bucket, m.bucket_offsets + 2 * b, false,
+                                            &m.bucket_graphs[b], &m.bucket_execs[b]));
     }
     EDGE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(m.bucket_execs[b], m.stream));
     m.last_bucket = bucket;
@@ -814,19 +822,8 @@ Result<DecodeStepStats> DeviceDecoder::run_graph(int32_t steps) {
                                   " pass max_context " + std::to_string(m.s.max_context));
     }
     if (m.exec == nullptr) {
-        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(m.stream, cudaStreamCaptureModeThreadLocal));
-        Status s = m.enqueue_step(m.s.batch, m.dense_offsets, true);
-        cudaGraph_t graph = nullptr;
-        const cudaError_t end = cudaStreamEndCapture(m.stream, &graph);
-        if (!s.ok() || end != cudaSuccess) {
-            if (graph != nullptr) {
-                check_cleanup(cudaGraphDestroy(graph), "cudaGraphDestroy");
-            }
-            EDGE_RETURN_IF_ERROR(s);
-            EDGE_CUDA_RETURN_IF_ERROR(end);
-        }
-        m.graph = graph;
-        EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&m.exec, m.graph, 0));
+        EDGE_RETURN_IF_ERROR(
+            m.capture_step(m.s.batch, m.dense_offsets, true, &m.graph, &m.exec));
     }
     cudaEvent_t start = nullptr, stop = nullptr;
     Status st;
