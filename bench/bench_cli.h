@@ -1,16 +1,19 @@
 #pragma once
 
-// What the benchmark programs share on their command line: `--name VALUE` flags (an unknown flag,
-// a missing value or a number out of range stops the program with a message naming it, and
-// `--help` lists the flags), and the checkpoint a bench runs on (the one given with --model, or
-// a make-model preset written to a fresh temporary folder that is removed at exit).
+// What the benchmark programs share: `--name VALUE` flags (an unknown flag, a missing value or a
+// number out of range stops the program with a message naming it, and `--help` lists the flags),
+// decode step timing at the median step (StepTimes), and the checkpoint a bench runs on (the one
+// given with --model, or a make-model preset written to a fresh temporary folder that is removed
+// at exit).
 //
 // Threading: main thread only, before the bench starts.
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,8 +31,8 @@ namespace edge::bench {
 // One `--name VALUE` flag (or a bare `--name` switch) bound to a variable, which holds its
 // default until parsed.
 struct Flag {
-    std::string_view name;         // "--steps".
-    std::string_view help;         // One line for --help.
+    std::string_view name;  // "--steps".
+    std::string_view help;  // One line for --help.
     // The variable: exactly one of these is set.
     std::string* text = nullptr;  // A string flag's.
     bool* on = nullptr;           // A switch's (set to true when present).
@@ -94,9 +97,9 @@ inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags,
         const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
         if (ec != std::errc() || end != value.data() + value.size() || n < flag->min ||
             n > flag->max) {
-            usage_error(program, std::string(arg) + " takes an integer >= " +
-                                     std::to_string(flag->min) + ", not '" +
-                                     std::string(value) + "'");
+            usage_error(program, std::string(arg) +
+                                     " takes an integer >= " + std::to_string(flag->min) +
+                                     ", not '" + std::string(value) + "'");
         }
         if (flag->wide != nullptr) {
             *flag->wide = n;
@@ -106,12 +109,38 @@ inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags,
     }
 }
 
+// Step times of one phase. The rate is taken from the median step, as the bandwidth probe takes
+// the median pass: on a shared VM the real-time scheduler's throttling (5% of each second goes to
+// other processes) and other tenants stretch a few steps to 5-10x the median (seen: 12 ms steps,
+// a few of 60 ms), which a whole-run mean charges to the engine and the probe's median does not.
+// run_rate gives the whole-run rate beside it.
+struct StepTimes {
+    std::vector<double> seconds;
+    std::chrono::steady_clock::time_point run_start = std::chrono::steady_clock::now();
+
+    // Records the step that started at t0.
+    void add(std::chrono::steady_clock::time_point t0) {
+        seconds.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    // Tokens per second at the median step, each step producing `tokens`.
+    double median_rate(double tokens) const {
+        std::vector<double> s = seconds;
+        std::sort(s.begin(), s.end());
+        return s.empty() ? 0.0 : tokens / s[s.size() / 2];
+    }
+    double run_rate(double tokens) const {
+        return static_cast<double>(seconds.size()) * tokens /
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    }
+};
+
 // The checkpoint a bench runs on: `dir` when it is given, otherwise make-model's `preset` of
 // `arch` (seed 1) written to a fresh temporary folder, removed when this is destroyed. With
 // `fill`, a given `dir` that holds no checkpoint yet receives the preset and keeps it. Exits with
 // the error when the preset cannot be written.
 class BenchCheckpoint {
-public:
+  public:
     explicit BenchCheckpoint(std::string dir, const std::string& preset = "bench",
                              const std::string& arch = "qwen3_moe", bool fill = false)
         : dir_(std::move(dir)) {
@@ -163,7 +192,7 @@ public:
 
     const std::string& dir() const { return dir_; }
 
-private:
+  private:
     void remove() {
         if (temporary_) {
             std::error_code ec;

@@ -48,27 +48,6 @@ int64_t rss_bytes() {
     return 0;
 }
 
-// Step times of one phase. The rate is taken from the median step, as the bandwidth probe takes
-// the median pass: on a shared VM the real-time scheduler's throttling (5% of each second goes to
-// other processes) and other tenants stretch a few steps to 5-10x the median (seen: 12 ms steps,
-// a few of 60 ms), which a whole-run mean charges to the engine and the probe's median does not.
-// The whole-run rate is kept beside it.
-struct StepTimes {
-    std::vector<double> seconds;
-    Clock::time_point run_start = Clock::now();
-
-    void add(Clock::time_point t0) { seconds.push_back(seconds_since(t0)); }
-    // Tokens per second at the median step, each step producing `tokens`.
-    double median_rate(double tokens) const {
-        std::vector<double> s = seconds;
-        std::sort(s.begin(), s.end());
-        return s.empty() ? 0.0 : tokens / s[s.size() / 2];
-    }
-    double run_rate(double tokens) const {
-        return static_cast<double>(seconds.size()) * tokens / seconds_since(run_start);
-    }
-};
-
 TokenId argmax(const float* l, int64_t n) {
     int64_t b = 0;
     for (int64_t i = 1; i < n; ++i) {
@@ -85,7 +64,8 @@ int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
     auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
     const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
     const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
-    const int64_t E = g("num_experts"), K = g("num_experts_per_tok"), I = g("moe_intermediate_size");
+    const int64_t E = g("num_experts"), K = g("num_experts_per_tok"),
+                  I = g("moe_intermediate_size");
     int64_t params = 0;
     for (int64_t l = 0; l < L; ++l) {
         params += H * q * 2 + H * kv * 2;
@@ -97,8 +77,8 @@ int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
 
 struct Single {
     double prefill_tps = 0;
-    double decode_tps = 0;      // At the median step.
-    double decode_tps_run = 0;  // Steps over the whole run's wall time.
+    double decode_tps = 0;              // At the median step.
+    double decode_tps_run = 0;          // Steps over the whole run's wall time.
     double decode_cpu_s_per_token = 0;  // Process CPU seconds (all threads) per decode token.
 };
 
@@ -120,7 +100,7 @@ Single run_single(CausalLM& m, int prefill, int steps) {
     Single r;
     r.prefill_tps = prefill / seconds_since(t0);
     TokenId tok = argmax(logits.data(), V);
-    StepTimes times;
+    edge::bench::StepTimes times;
     const double cpu0 = edge::bench::process_cpu_seconds();
     for (int s = 0; s < steps; ++s) {
         const auto ts = Clock::now();
@@ -159,7 +139,7 @@ double run_batched(CausalLM& m, int sequences, int steps) {
         std::exit(1);
     }
     std::vector<TokenId> next(sequences);
-    StepTimes times;
+    edge::bench::StepTimes times;
     for (int s = 0; s < steps; ++s) {
         const auto ts = Clock::now();
         batch.clear();
@@ -319,17 +299,18 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"bench\":\"decode\",\"membw_gbps_1t\":%.3f,\"membw_gbps_2t\":%.3f,"
         "\"weight_bytes_per_decode_token\":%lld,\"decode_tps_1t\":%.3f,\"decode_tps_2t\":%.3f,"
-        "\"decode_tps_run_1t\":%.3f,\"decode_tps_run_2t\":%.3f,\"decode_bw_fraction_1t\":%.4f,\"decode_bw_fraction_2t\":%.4f,"
+        "\"decode_tps_run_1t\":%.3f,\"decode_tps_run_2t\":%.3f,\"decode_bw_fraction_1t\":%.4f,"
+        "\"decode_bw_fraction_2t\":%.4f,"
         "\"decode_bw_fraction_per_cpu_s_1t\":%.4f,\"decode_cpu_ms_per_token_1t\":%.3f,"
         "\"decode_cpu_ms_per_token_2t\":%.3f,\"prefill_tps_1t\":%.2f,"
         "\"prefill_tps_2t\":%.2f,\"batched_tps_8\":%.3f,\"batched_tps_32\":%.3f,"
         "\"batched32_over_single\":%.3f,\"weight_bytes\":%lld,\"kv_bytes_per_token\":%lld,"
         "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
         bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
-        single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2, frac1_cpu, single[0].decode_cpu_s_per_token * 1e3,
-        single[1].decode_cpu_s_per_token * 1e3, single[0].prefill_tps, single[1].prefill_tps,
-        batched8, batched32, batched32 / single_ref, static_cast<long long>(weight_bytes),
-        static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
-        static_cast<long long>(rss_warm));
+        single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
+        frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,
+        single[0].prefill_tps, single[1].prefill_tps, batched8, batched32, batched32 / single_ref,
+        static_cast<long long>(weight_bytes), static_cast<long long>(kv_per_token),
+        static_cast<long long>(rss_load), static_cast<long long>(rss_warm));
     return 0;
 }

@@ -63,7 +63,7 @@ double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Decode tokens/s at the median step (as bench_decode: on a shared VM a few steps stretch 5-10x).
+// Decode tokens/s at the median step (edge::bench::StepTimes).
 double decode_tps(CausalLM& m, int steps) {
     std::vector<TokenId> prompt(16);
     std::mt19937 rng(5);
@@ -78,7 +78,7 @@ double decode_tps(CausalLM& m, int steps) {
         std::exit(1);
     }
     TokenId tok = 0;
-    std::vector<double> step_s;
+    edge::bench::StepTimes times;
     for (int s = 0; s < steps; ++s) {
         const auto t0 = Clock::now();
         tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -87,10 +87,10 @@ double decode_tps(CausalLM& m, int steps) {
             std::fprintf(stderr, "decode failed\n");
             std::exit(1);
         }
-        step_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        times.add(t0);
     }
     m.release_slot(slot);
-    return 1.0 / median(step_s);
+    return times.median_rate(1);
 }
 
 }  // namespace
