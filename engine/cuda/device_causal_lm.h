@@ -1,8 +1,8 @@
 #pragma once
 
 // DeviceCausalLM is the CausalLM the engine serves when engine.backend is "cuda" and the model is
-// one the whole-step device forward runs (engine/cuda/host/checkpoint_model.h: all-MoE Qwen3,
-// one expert format; host/serving_plan.h: one GPU, 16-token KV blocks). Every op of a step runs
+// one the whole-step device forward runs (engine/cuda/host/checkpoint_model.h: all-MoE Qwen3 and
+// GLM-4.5, one expert format; host/serving_plan.h: one GPU, 16-token KV blocks). Every op of a step runs
 // on the device (DeviceDecoder in serving mode): the scheduler's chunks become device rows (one
 // token each, prefill and decode alike, several steps when a batch has more than max_rows
 // tokens), each step replays the CUDA graph of its batch-size bucket with padded rows masked,
