@@ -6,10 +6,15 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "engine/backend.h"
 #include "engine/cuda/host/serving_model.h"
 #include "engine/cuda/host/twin_step_runner.h"
 #include "tests/gpu/host/serving_script.h"
+#include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
 namespace {
@@ -42,6 +47,36 @@ TEST_CASE(
     // As Qwen3's: the same BF16 weights and f32 activations, the twins' matmuls accumulating in
     // double against the CPU's f32 sums; routed_scaling_factor 2.5 scales the routed part.
     testing::run_serving_script(**cpu, **twin, 1e-3);
+}
+
+TEST_CASE(
+    "serving path on the CPU twin: GLM-4.5 variants (no shared expert, no q/k norm, one expert "
+    "group, no attention bias) equal the CPU model") {
+    std::ifstream in(testing::kMicroGlm4 + "/config.json");
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::vector<std::pair<std::string, std::string>> variants = {
+        {"\"n_shared_experts\": 1", "\"n_shared_experts\": 0"},
+        {"\"use_qk_norm\": true", "\"use_qk_norm\": false"},
+        {"\"n_group\": 2", "\"n_group\": 1"},
+        {"\"attention_bias\": true", "\"attention_bias\": false"},
+    };
+    for (const auto& v : variants) {
+        CAPTURE(v.second);
+        edge::testing::TempDir dir;
+        const std::string config = text.str();
+        const size_t at = config.find(v.first);
+        REQUIRE(at != std::string::npos);
+        dir.write("config.json", std::string(config).replace(at, v.first.size(), v.second));
+        std::filesystem::create_symlink(testing::kMicroGlm4 + "/model.safetensors",
+                                        dir.file("model.safetensors"));
+        auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
+        REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+        auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
+                                           create_twin_step_runner);
+        REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
+        testing::run_serving_script(**cpu, **twin, 1e-3);
+    }
 }
 
 TEST_CASE("serving path: a sticky device fault fails every forward and changes no length") {
