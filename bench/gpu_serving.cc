@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
     std::string quantization = "none";
     edge::bench::parse_flags(
         argc, argv,
-        {edge::bench::Flag::string("--model", &model_dir, "Qwen3-MoE or GLM-4.5 checkpoint (required)"),
+        {edge::bench::Flag::string("--model", &model_dir,
+                                   "Qwen3-MoE or GLM-4.5 checkpoint (required)"),
          edge::bench::Flag::integer("--steps", &steps, 4, "timed decode steps"),
          edge::bench::Flag::integer("--context", &context, 1, "prompt tokens per stream"),
          edge::bench::Flag::string("--quantization", &quantization,

@@ -27,7 +27,7 @@ struct TensorPlan {
     bool attention_bias = false;  // q/k/v_proj.bias.
     bool qk_norm = false;         // self_attn.q_norm / k_norm.
     bool tie_word_embeddings = false;
-    bool float_embed = false;     // The embedding table read as stored (never quantized).
+    bool float_embed = false;  // The embedding table read as stored (never quantized).
     double rope_theta = 10000.0;
     std::vector<bool> moe_layer;  // Per layer: routed experts (else a dense MLP).
 };
@@ -39,8 +39,10 @@ Status check_device_limits(const ConfigJson& json, const CheckpointModel& m) {
     }
     if (m.experts > kMaxRouterExperts) {
         return unsupported(json, "num_experts / n_routed_experts",
-                           std::to_string(m.experts) + " routed experts (the device router "
-                           "takes at most " + std::to_string(kMaxRouterExperts) + ")");
+                           std::to_string(m.experts) +
+                               " routed experts (the device router "
+                               "takes at most " +
+                               std::to_string(kMaxRouterExperts) + ")");
     }
     if (m.head_dim % 32 != 0 || m.head_dim > 256) {
         return unsupported(json, "head_dim",
@@ -104,7 +106,8 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     }
     EDGE_ASSIGN_OR_RETURN(double factor, json.get_double("partial_rotary_factor", 1.0));
     if (!(factor > 0.0 && factor <= 1.0)) {
-        return invalid_argument_error(json.path() + ": field 'partial_rotary_factor' must be in "
+        return invalid_argument_error(json.path() +
+                                      ": field 'partial_rotary_factor' must be in "
                                       "(0, 1]");
     }
     const int64_t rot = std::llround(static_cast<double>(head_dim) * factor);
@@ -121,8 +124,7 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     m->top_k = static_cast<int32_t>(c.num_experts_per_tok);
     m->moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
     m->shared_inter = static_cast<int32_t>(c.moe_intermediate_size * c.n_shared_experts);
-    m->dense_inter =
-        c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
+    m->dense_inter = c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
     m->heads = static_cast<int32_t>(c.num_attention_heads);
     m->kv_heads = static_cast<int32_t>(kv_heads);
     m->head_dim = static_cast<int32_t>(head_dim);
@@ -191,8 +193,9 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
         EDGE_RETURN_IF_ERROR(plan_glm4(json, &m, &plan));
     } else if (arch == kDeepseekV3Architecture) {
         return unsupported(json, "architectures",
-                           "'" + arch + "' uses MLA attention, which the device decoder does not "
-                           "run yet");
+                           "'" + arch +
+                               "' uses MLA attention, which the device decoder does not "
+                               "run yet");
     } else {
         return unsupported(json, "architectures", "'" + arch + "' is not supported");
     }
@@ -212,9 +215,9 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     WeightLoader& wl = *m.loader;
     const int64_t H = m.hidden, E = m.experts;
     if (plan.float_embed) {
-        EDGE_ASSIGN_OR_RETURN(TensorView t, ck.tensor("model.embed_tokens.weight",
-                                                      {DType::kBF16, DType::kF16, DType::kF32},
-                                                      {m.vocab, H}));
+        EDGE_ASSIGN_OR_RETURN(TensorView t,
+                              ck.tensor("model.embed_tokens.weight",
+                                        {DType::kBF16, DType::kF16, DType::kF32}, {m.vocab, H}));
         m.embed = Weight{float_format_of(t.dtype()), m.vocab, H, t.data, nullptr};
     } else {
         EDGE_ASSIGN_OR_RETURN(m.embed, wl.matrix("model.embed_tokens.weight", m.vocab, H));

@@ -36,8 +36,8 @@ TEST_CASE(
     "routing with correction bias, q/k/v bias, q/k norm, partial RoPE) equals the CPU model") {
     auto cpu = load_model(testing::kMicroGlm4, testing::serving_script_options("cpu"));
     REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-    auto twin = load_serving_causal_lm(
-        testing::kMicroGlm4, testing::serving_script_options("cuda"), create_twin_step_runner);
+    auto twin = load_serving_causal_lm(testing::kMicroGlm4, testing::serving_script_options("cuda"),
+                                       create_twin_step_runner);
     REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
     CHECK(twin->get()->spec().architecture == cpu->get()->spec().architecture);
     CHECK(twin->get()->spec().eos_token_ids == cpu->get()->spec().eos_token_ids);
@@ -117,8 +117,7 @@ TEST_CASE("serving path: configurations the whole-step forward does not run are 
                                testing::serving_script_options("cuda"), create_twin_step_runner);
     REQUIRE_FALSE(mla.ok());
     CHECK(serving_path_after(mla.status()) == ServingPath::kFallback);
-    CHECK_MESSAGE(mla.status().message().find("MLA") != std::string::npos,
-                  mla.status().message());
+    CHECK_MESSAGE(mla.status().message().find("MLA") != std::string::npos, mla.status().message());
     LoadOptions too_long = testing::serving_script_options("cuda");
     too_long.max_context = 1 << 20;
     auto bad = load_serving_causal_lm(testing::kMicroQwen3, too_long, create_twin_step_runner);
