@@ -409,7 +409,7 @@ struct DeviceDecoder::Impl {
             EDGE_ASSIGN_OR_RETURN(L.in_norm, upload_floats(src.input_norm));
             EDGE_ASSIGN_OR_RETURN(L.post_norm, upload_floats(src.post_norm));
             switch (m.attention) {
-                case AttentionKind::kGqa:
+                case AttentionKind::kGqa: {
                     EDGE_ASSIGN_OR_RETURN(L.q_norm, upload_optional(src.q_norm));
                     EDGE_ASSIGN_OR_RETURN(L.k_norm, upload_optional(src.k_norm));
                     EDGE_ASSIGN_OR_RETURN(L.q_bias, upload_optional(src.q_bias));
@@ -420,6 +420,7 @@ struct DeviceDecoder::Impl {
                     EDGE_ASSIGN_OR_RETURN(L.v, upload_dense(src.v));
                     EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
                     break;
+                }
             }
             L.moe = src.moe;
             if (!src.moe) {
