@@ -70,14 +70,27 @@ __global__ void advance_kernel(int32_t* positions, int32_t n) {
     }
 }
 
+// A dense SwiGLU on the device (registered dense weights); null data when absent.
+struct DenseMlp {
+    Weight gate, up, down;
+    bool present() const { return gate.data != nullptr; }
+};
+
 struct Layer {
     float* in_norm = nullptr;
     float* post_norm = nullptr;
-    float* q_norm = nullptr;
+    float* q_norm = nullptr;  // Null: no per-head q/k norm.
     float* k_norm = nullptr;
+    float* q_bias = nullptr;  // Null: no attention bias.
+    float* k_bias = nullptr;
+    float* v_bias = nullptr;
     Weight q, k, v, o, router;
+    bool moe = true;               // Routed experts; else the dense MLP.
+    DenseMlp dense;                // moe false.
+    DenseMlp shared;               // Shared experts of a moe layer, or absent.
+    float* router_bias = nullptr;  // e_score_correction_bias, or null.
     kernels::GroupedWeights gate, up, down;
-    int32_t* offsets = nullptr;  // experts + 1, written by permute each step.
+    int32_t* offsets = nullptr;  // experts + 1, written by permute each step (moe layers).
 };
 
 }  // namespace
@@ -92,6 +105,10 @@ struct DeviceDecoder::Impl {
     uint64_t fills = 0;
     float eps = 1e-6f;            // RMSNorm epsilon (the checkpoint's rms_norm_eps).
     bool norm_topk_prob = true;   // Renormalise the top-k routing weights.
+    RouterParams rule;            // The checkpoint's routing rule; softmax top-k when random.
+    AttentionKind attention = AttentionKind::kGqa;
+    int32_t rot_dim = 0;          // Leading values of a head RoPE rotates; 0: head_dim.
+    int64_t mlp_inter = 0;        // Widest dense / shared SwiGLU (0: none).
     bool zero_kv = false;         // Positions below the start hold zeros (else random values).
     std::vector<double> host_inv_freq;  // RoPE frequencies; empty: rope_inv_freq(1e6).
     int64_t dense_bytes = 0;      // Bytes of the dense weights one step reads (not embed).
@@ -145,6 +162,10 @@ struct DeviceDecoder::Impl {
         s.expert_format = m.expert_format;
         eps = m.rms_eps;
         norm_topk_prob = m.norm_topk_prob;
+        rule = m.router;
+        attention = m.attention;
+        rot_dim = m.rot_dim;
+        mlp_inter = std::max(m.dense_inter, m.shared_inter);
         zero_kv = true;
     }
 
@@ -311,6 +332,22 @@ struct DeviceDecoder::Impl {
         return d;
     }
 
+    // Null for an empty vector (an absent bias or norm).
+    Result<float*> upload_optional(const std::vector<float>& v) {
+        if (v.empty()) {
+            return static_cast<float*>(nullptr);
+        }
+        return upload_floats(v);
+    }
+
+    Result<DenseMlp> upload_mlp(const CheckpointMlp& w) {
+        DenseMlp d;
+        EDGE_ASSIGN_OR_RETURN(d.gate, upload_dense(w.gate));
+        EDGE_ASSIGN_OR_RETURN(d.up, upload_dense(w.up));
+        EDGE_ASSIGN_OR_RETURN(d.down, upload_dense(w.down));
+        return d;
+    }
+
     Result<float*> upload_floats(const std::vector<float>& v) {
         EDGE_ASSIGN_OR_RETURN(float* d, take<float>(static_cast<int64_t>(v.size()), "norm"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(float),
@@ -371,12 +408,29 @@ struct DeviceDecoder::Impl {
             Layer& L = layers[l];
             EDGE_ASSIGN_OR_RETURN(L.in_norm, upload_floats(src.input_norm));
             EDGE_ASSIGN_OR_RETURN(L.post_norm, upload_floats(src.post_norm));
-            EDGE_ASSIGN_OR_RETURN(L.q_norm, upload_floats(src.q_norm));
-            EDGE_ASSIGN_OR_RETURN(L.k_norm, upload_floats(src.k_norm));
-            EDGE_ASSIGN_OR_RETURN(L.q, upload_dense(src.q));
-            EDGE_ASSIGN_OR_RETURN(L.k, upload_dense(src.k));
-            EDGE_ASSIGN_OR_RETURN(L.v, upload_dense(src.v));
-            EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
+            switch (m.attention) {
+                case AttentionKind::kGqa: {
+                    EDGE_ASSIGN_OR_RETURN(L.q_norm, upload_optional(src.q_norm));
+                    EDGE_ASSIGN_OR_RETURN(L.k_norm, upload_optional(src.k_norm));
+                    EDGE_ASSIGN_OR_RETURN(L.q_bias, upload_optional(src.q_bias));
+                    EDGE_ASSIGN_OR_RETURN(L.k_bias, upload_optional(src.k_bias));
+                    EDGE_ASSIGN_OR_RETURN(L.v_bias, upload_optional(src.v_bias));
+                    EDGE_ASSIGN_OR_RETURN(L.q, upload_dense(src.q));
+                    EDGE_ASSIGN_OR_RETURN(L.k, upload_dense(src.k));
+                    EDGE_ASSIGN_OR_RETURN(L.v, upload_dense(src.v));
+                    EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
+                    break;
+                }
+            }
+            L.moe = src.moe;
+            if (!src.moe) {
+                EDGE_ASSIGN_OR_RETURN(L.dense, upload_mlp(src.dense));
+                continue;
+            }
+            if (src.shared.present()) {
+                EDGE_ASSIGN_OR_RETURN(L.shared, upload_mlp(src.shared));
+            }
+            EDGE_ASSIGN_OR_RETURN(L.router_bias, upload_optional(src.router_bias));
             EDGE_ASSIGN_OR_RETURN(L.router, upload_dense(src.router));
             EDGE_ASSIGN_OR_RETURN(L.gate, upload_experts(src.gate));
             EDGE_ASSIGN_OR_RETURN(L.up, upload_experts(src.up));
@@ -428,10 +482,20 @@ struct DeviceDecoder::Impl {
     // The KV cache, sequence state and activations (after the weights).
     Status build_buffers() {
         const int64_t B = s.batch, hd = s.head_dim;
+        if (rot_dim <= 0) {
+            rot_dim = s.head_dim;
+        }
         std::vector<double> freq =
-            host_inv_freq.empty() ? cpu::rope_inv_freq(1e6, hd) : host_inv_freq;
-        EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(hd / 2, "rope"));
-        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(), hd / 2 * sizeof(double),
+            host_inv_freq.empty() ? cpu::rope_inv_freq(1e6, rot_dim) : host_inv_freq;
+        if (static_cast<int64_t>(freq.size()) != rot_dim / 2 || rot_dim > hd) {
+            return invalid_argument_error("device decoder: " + std::to_string(freq.size()) +
+                                          " RoPE frequencies for rot_dim " +
+                                          std::to_string(rot_dim) + " of head_dim " +
+                                          std::to_string(hd));
+        }
+        EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(rot_dim / 2, "rope"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(),
+                                                  rot_dim / 2 * sizeof(double),
                                                   cudaMemcpyHostToDevice, stream));
         max_blocks = serving ? serve.max_blocks_per_seq : kv_blocks_for(s.max_context);
         kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim,
@@ -523,8 +587,10 @@ struct DeviceDecoder::Impl {
         EDGE_ASSIGN_OR_RETURN(route_scratch, take<float>(B * router_scratch_floats(rp), "route"));
         EDGE_ASSIGN_OR_RETURN(permuted, take<float>(B * K * H, "permuted"));
         EDGE_ASSIGN_OR_RETURN(down, take<float>(B * K * H, "expert out"));
+        // The expert activations also hold the dense MLP's and the shared experts'.
+        const int64_t inter = std::max(K * I, mlp_inter);
         for (float** b : {&gate, &up, &act}) {
-            EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * K * I, "expert act"));
+            EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * inter, "expert act"));
         }
         EDGE_ASSIGN_OR_RETURN(logits, take<float>(B * s.vocab, "logits"));
         position = s.context;
@@ -532,7 +598,11 @@ struct DeviceDecoder::Impl {
         return ok_status();
     }
 
+    // The checkpoint's rule, or softmax top-k for random weights (rule.experts still 0).
     RouterParams router_params() const {
+        if (rule.experts > 0) {
+            return rule;
+        }
         RouterParams rp;
         rp.scoring = RouterScoring::kSoftmax;
         rp.experts = s.experts;
@@ -541,38 +611,72 @@ struct DeviceDecoder::Impl {
         return rp;
     }
 
+    // x += down(silu(gate h) * up h) over `rows` rows (gate/up/act/o as scratch).
+    Status mlp(const DenseMlp& w, int64_t rows) {
+        EDGE_RETURN_IF_ERROR(dense(w.gate, h, gate));
+        EDGE_RETURN_IF_ERROR(dense(w.up, h, up));
+        EDGE_RETURN_IF_ERROR(kernels::silu_mul(gate, up, rows * w.gate.rows, act, stream));
+        EDGE_RETURN_IF_ERROR(dense(w.down, act, o));
+        return kernels::add_inplace(x, o, rows * s.hidden, stream);
+    }
+
+    // kGqa attention of layer li over `rows` rows: x += o(attention(rope(norm(qkv + bias)))).
+    Status gqa_attention(int32_t li, int64_t rows) {
+        const Layer& L = layers[li];
+        const int64_t H = s.hidden, B = rows, hd = s.head_dim;
+        const int64_t qd = s.heads * hd, kvd = s.kv_heads * hd;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, eps, h, stream));
+        EDGE_RETURN_IF_ERROR(dense(L.q, h, q));
+        EDGE_RETURN_IF_ERROR(dense(L.k, h, k));
+        EDGE_RETURN_IF_ERROR(dense(L.v, h, v));
+        if (L.q_bias != nullptr) {
+            EDGE_RETURN_IF_ERROR(kernels::add_bias_rows(q, L.q_bias, B, qd, stream));
+            EDGE_RETURN_IF_ERROR(kernels::add_bias_rows(k, L.k_bias, B, kvd, stream));
+            EDGE_RETURN_IF_ERROR(kernels::add_bias_rows(v, L.v_bias, B, kvd, stream));
+        }
+        if (L.q_norm != nullptr) {
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, eps, q, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, eps, k, stream));
+        }
+        EDGE_RETURN_IF_ERROR(
+            kernels::rope(q, positions, B, s.heads, hd, rot_dim, inv_freq, true, 1.0f, stream));
+        EDGE_RETURN_IF_ERROR(kernels::rope(k, positions, B, s.kv_heads, hd, rot_dim, inv_freq,
+                                           true, 1.0f, stream));
+        EDGE_RETURN_IF_ERROR(kernels::paged_kv_write(kv, li, k, v, seq_ids, positions, B,
+                                                     block_table, max_blocks, pool, stream));
+        EDGE_RETURN_IF_ERROR(kernels::paged_attention(kv, li, q, B, s.heads, seq_ids, positions,
+                                                      block_table, max_blocks, pool, scale, attn,
+                                                      stream));
+        EDGE_RETURN_IF_ERROR(dense(L.o, attn, o));
+        return kernels::add_inplace(x, o, B * H, stream);
+    }
+
     // Enqueues one step of `rows` rows on `stream` (also what a graph captures); `offsets` is
     // {0, rows} on the device. `feed_back`: the argmax becomes the next input token and every
     // position advances (the fixed batch); else the logits are left for the caller (serving).
     Status enqueue_step(int64_t rows, const int32_t* offsets, bool feed_back) {
         const int64_t H = s.hidden, B = rows, K = s.top_k, I = s.moe_inter;
         step_offsets = offsets;
-        const int64_t hd = s.head_dim;
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         EDGE_RETURN_IF_ERROR(kernels::embedding(embed, tokens, B, x, stream));
         for (int32_t li = 0; li < s.layers; ++li) {
             const Layer& L = layers[li];
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, eps, h, stream));
-            EDGE_RETURN_IF_ERROR(dense(L.q, h, q));
-            EDGE_RETURN_IF_ERROR(dense(L.k, h, k));
-            EDGE_RETURN_IF_ERROR(dense(L.v, h, v));
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, eps, q, stream));
-            EDGE_RETURN_IF_ERROR(
-                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, eps, k, stream));
-            EDGE_RETURN_IF_ERROR(
-                kernels::rope(q, positions, B, s.heads, hd, hd, inv_freq, true, 1.0f, stream));
-            EDGE_RETURN_IF_ERROR(
-                kernels::rope(k, positions, B, s.kv_heads, hd, hd, inv_freq, true, 1.0f, stream));
-            EDGE_RETURN_IF_ERROR(kernels::paged_kv_write(kv, li, k, v, seq_ids, positions, B,
-                                                         block_table, max_blocks, pool, stream));
-            EDGE_RETURN_IF_ERROR(kernels::paged_attention(kv, li, q, B, s.heads, seq_ids,
-                                                          positions, block_table, max_blocks,
-                                                          pool, scale, attn, stream));
-            EDGE_RETURN_IF_ERROR(dense(L.o, attn, o));
-            EDGE_RETURN_IF_ERROR(kernels::add_inplace(x, o, B * H, stream));
+            switch (attention) {
+                case AttentionKind::kGqa:
+                    EDGE_RETURN_IF_ERROR(gqa_attention(li, B));
+                    break;
+            }
             EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.post_norm, B, H, eps, h, stream));
+            if (!L.moe) {
+                EDGE_RETURN_IF_ERROR(mlp(L.dense, B));
+                continue;
+            }
+            if (L.shared.present()) {
+                EDGE_RETURN_IF_ERROR(mlp(L.shared, B));
+            }
             EDGE_RETURN_IF_ERROR(dense(L.router, h, router_logits));
-            EDGE_RETURN_IF_ERROR(kernels::route(router_logits, nullptr, router_params(), B,
+            EDGE_RETURN_IF_ERROR(kernels::route(router_logits, L.router_bias, router_params(), B,
                                                 topk_idx, topk_w, route_scratch, stream));
             EDGE_RETURN_IF_ERROR(kernels::permute(topk_idx, B, s.top_k, s.experts, h, H,
                                                   L.offsets, row_of, permuted, stream));
@@ -604,6 +708,9 @@ struct DeviceDecoder::Impl {
                                quant::weight_scale_count(s.expert_format, s.moe_inter, H) * 12;
         std::vector<int32_t> offsets(E + 1);
         for (const Layer& L : layers) {
+            if (!L.moe) {
+                continue;  // A dense layer's MLP is in dense_bytes.
+            }
             EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.data(), L.offsets,
                                                       (E + 1) * sizeof(int32_t),
                                                       cudaMemcpyDeviceToHost, stream));
