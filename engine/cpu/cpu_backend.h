@@ -5,9 +5,7 @@
 //
 // Threading: as Backend: one driving thread at a time.
 
-#include <atomic>
 #include <optional>
-#include <vector>
 
 #include "engine/backend.h"
 #include "engine/cpu/matmul.h"
@@ -25,10 +23,7 @@ public:
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
-    // One task per expert (cpu::swiglu_batch), except one token through quantized experts
-    // (single-stream decode): there each expert's gate/up (SiLU product on its own rows) is one
-    // task, then its down rows a few parts that start once that expert's gate/up is done, all in
-    // one task list with no barrier between the projections.
+    // One task per expert (cpu::swiglu_batch), at any token count and weight format.
     void swiglu_batch(std::span<const SwiGluJob> jobs) override;
 
     Isa isa() const { return isa_; }
@@ -40,11 +35,6 @@ protected:
 private:
     ThreadPool pool_;
     Isa isa_;
-    void swiglu_one_token(std::span<const SwiGluJob> jobs);
-
-    std::vector<std::atomic<int>> up_done_;  // swiglu_one_token: gate/up parts done, per job.
-    std::vector<int64_t> offset_;            // swiglu_one_token: job j's rows in the scratch.
-    std::vector<float> gate_, up_, act_;     // swiglu_one_token: scratch, gate->rows per job.
 };
 
 }  // namespace edge::engine::cpu
