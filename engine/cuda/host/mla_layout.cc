@@ -27,8 +27,8 @@ MlaDims mla_dims(const SigmoidMoeConfig& c, const MlaConfig& m) {
 
 Status check_mla_dims(const MlaDims& d) {
     auto bad = [](const char* field, int64_t v, const std::string& why) {
-        return invalid_argument_error("mla: " + std::string(field) + " " + std::to_string(v) +
-                                      " " + why);
+        return invalid_argument_error("mla: " + std::string(field) + " " + std::to_string(v) + " " +
+                                      why);
     };
     if (d.hidden <= 0) {
         return bad("hidden", d.hidden, "must be positive");
@@ -71,11 +71,11 @@ Status check_mla_layout(const MlaLatentLayout& layout, int32_t layer, const MlaD
                                       " blocks");
     }
     if (layout.latent != dims.kv_lora_rank || layout.rope != dims.rope) {
-        return invalid_argument_error(
-            "mla cache: rows of " + std::to_string(layout.latent) + " + " +
-            std::to_string(layout.rope) + " floats, but the layer has kv_lora_rank " +
-            std::to_string(dims.kv_lora_rank) + " and qk_rope_head_dim " +
-            std::to_string(dims.rope));
+        return invalid_argument_error("mla cache: rows of " + std::to_string(layout.latent) +
+                                      " + " + std::to_string(layout.rope) +
+                                      " floats, but the layer has kv_lora_rank " +
+                                      std::to_string(dims.kv_lora_rank) + " and qk_rope_head_dim " +
+                                      std::to_string(dims.rope));
     }
     const int64_t max = std::numeric_limits<int64_t>::max();
     if (layout.block_floats() > max / layout.num_blocks / layout.layers) {
@@ -94,8 +94,8 @@ Status check_mla_block_table(const MlaLatentLayout& layout, std::span<const int3
     return check_block_table(blocks, table, max_blocks_per_seq, lengths);
 }
 
-Result<MlaLayerWeights> read_mla_layer(const Checkpoint& ck, WeightLoader& wl,
-                                       const std::string& p, const MlaDims& d) {
+Result<MlaLayerWeights> read_mla_layer(const Checkpoint& ck, WeightLoader& wl, const std::string& p,
+                                       const MlaDims& d) {
     MlaLayerWeights w;
     const int64_t q_rows = static_cast<int64_t>(d.heads) * d.qk();
     if (d.q_lora_rank > 0) {

@@ -59,9 +59,7 @@ struct MlaDims {
     // Floats of one cached position: latent + rope (also the absorbed query width per head).
     EDGE_HD int64_t row() const { return static_cast<int64_t>(kv_lora_rank) + rope; }
     // Rows of kv_b_proj that belong to one head: nope (k part) then v_head_dim (v part).
-    EDGE_HD int64_t kv_b_rows_per_head() const {
-        return static_cast<int64_t>(nope) + v_head_dim;
-    }
+    EDGE_HD int64_t kv_b_rows_per_head() const { return static_cast<int64_t>(nope) + v_head_dim; }
 };
 
 // The dims of a DeepseekV3ForCausalLM config as the CPU model reads them (deepseek_v3_config.h),
@@ -89,8 +87,8 @@ struct MlaLatentLayout {
     // Offset of the row of (layer, physical block, row in block) in the pool.
     EDGE_HD int64_t row_offset(int32_t layer, int32_t block, int32_t row) const {
         return static_cast<int64_t>(layer) * layer_floats() +
-               static_cast<int64_t>(block) * block_floats() + static_cast<int64_t>(row) *
-                                                                  row_floats();
+               static_cast<int64_t>(block) * block_floats() +
+               static_cast<int64_t>(row) * row_floats();
     }
     // Offset of position `pos` of the sequence whose table row is `table`, in `layer`.
     EDGE_HD int64_t position_offset(int32_t layer, const int32_t* table, int32_t pos) const {
@@ -112,13 +110,13 @@ Status check_mla_block_table(const MlaLatentLayout& layout, std::span<const int3
 
 // One MLA layer's weights as host views (stored or quantized-on-load format; norms as f32).
 struct MlaLayerWeights {
-    Weight q_a;                     // q_a_proj [q_lora_rank, hidden]; empty when q_lora_rank 0.
-    std::vector<float> q_a_norm;    // q_a_layernorm [q_lora_rank]; empty when q_lora_rank 0.
-    Weight q;                       // q_b_proj [heads * qk, q_lora_rank], or q_proj [.., hidden].
-    Weight kv_a;                    // kv_a_proj_with_mqa [latent + rope, hidden].
-    std::vector<float> kv_a_norm;   // kv_a_layernorm [latent].
-    Weight kv_b;                    // kv_b_proj [heads * (nope + v), latent].
-    Weight o;                       // o_proj [hidden, heads * v] (applied by the caller).
+    Weight q_a;                    // q_a_proj [q_lora_rank, hidden]; empty when q_lora_rank 0.
+    std::vector<float> q_a_norm;   // q_a_layernorm [q_lora_rank]; empty when q_lora_rank 0.
+    Weight q;                      // q_b_proj [heads * qk, q_lora_rank], or q_proj [.., hidden].
+    Weight kv_a;                   // kv_a_proj_with_mqa [latent + rope, hidden].
+    std::vector<float> kv_a_norm;  // kv_a_layernorm [latent].
+    Weight kv_b;                   // kv_b_proj [heads * (nope + v), latent].
+    Weight o;                      // o_proj [hidden, heads * v] (applied by the caller).
 };
 
 // Reads the attention weights of one layer, `prefix` being e.g. "model.layers.3.self_attn.";

@@ -54,8 +54,7 @@ void mla_latent_write(const MlaLatentLayout& layout, int32_t layer, const MlaDim
     }
 }
 
-void mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows,
-                float* q_full) {
+void mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows, float* q_full) {
     const int64_t c = d.kv_lora_rank;
     std::vector<float> wk(static_cast<size_t>(d.nope) * c);
     for (int32_t h = 0; h < d.heads; ++h) {
@@ -170,8 +169,7 @@ Status mla_attention_layer(const MlaLayerWeights& w, const MlaDims& d,
     }
     EDGE_RETURN_IF_ERROR(check_mla_block_table(
         layout,
-        std::span<const int32_t>(block_table,
-                                 static_cast<size_t>(sequences) * max_blocks_per_seq),
+        std::span<const int32_t>(block_table, static_cast<size_t>(sequences) * max_blocks_per_seq),
         max_blocks_per_seq, lengths));
     std::vector<float> scratch(static_cast<size_t>(mla_scratch_floats(d, rows)));
     float* qa = scratch.data();

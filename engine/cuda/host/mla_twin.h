@@ -33,8 +33,7 @@ void mla_latent_write(const MlaLatentLayout& layout, int32_t layer, const MlaDim
 
 // q_full[t][h] = [q_nope[t][h] * W_k(h), q_pe[t][h]], W_k(h) = kv_b rows [h * (nope + v),
 // h * (nope + v) + nope) as a nope x latent matrix.
-void mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows,
-                float* q_full);
+void mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows, float* q_full);
 
 // Causal attention in the latent space: row t, head h sees positions [0, pos_of_token[t]] of its
 // sequence; score(p) = q_full[t][h] . cache_row(p) * d.softmax_scale (latent and rope parts in
@@ -46,8 +45,7 @@ void mla_attention(const MlaLatentLayout& layout, int32_t layer, const MlaDims& 
 
 // out[t][h] = W_v(h) o_lat[t][h], W_v(h) = kv_b rows [h * (nope + v) + nope, (h + 1) * (nope + v))
 // as a v x latent matrix.
-void mla_expand(const Weight& kv_b, const MlaDims& d, const float* o_lat, int64_t rows,
-                float* out);
+void mla_expand(const Weight& kv_b, const MlaDims& d, const float* o_lat, int64_t rows, float* out);
 
 // The whole MLA attention of one layer for `rows` rows, up to (not including) o_proj:
 //   x    [rows][hidden]   hidden states after the layer's input RMSNorm

@@ -20,9 +20,8 @@ constexpr int kLatentPerThread = kMlaMaxLatent / kMlaThreads;
 // [normed latent, k_pe] into the pool.
 __global__ void __launch_bounds__(kMlaThreads)
     latent_write_kernel(MlaLatentLayout layout, int32_t layer, float eps, const float* kv,
-                        const float* norm, const int32_t* seq_of_token,
-                        const int32_t* pos_of_token, const int32_t* block_table,
-                        int32_t max_blocks, float* pool) {
+                        const float* norm, const int32_t* seq_of_token, const int32_t* pos_of_token,
+                        const int32_t* block_table, int32_t max_blocks, float* pool) {
     __shared__ double shared[32];
     const int64_t t = blockIdx.x;
     const int64_t c = layout.latent;
@@ -75,9 +74,9 @@ __global__ void __launch_bounds__(kMlaThreads)
 // column, kLatentPerThread columns in registers).
 __global__ void __launch_bounds__(kMlaThreads)
     attention_kernel(MlaLatentLayout layout, int32_t layer, int32_t heads, float scale,
-                     const float* q_full, const int32_t* seq_of_token,
-                     const int32_t* pos_of_token, const int32_t* block_table, int32_t max_blocks,
-                     const float* pool, float* o_lat) {
+                     const float* q_full, const int32_t* seq_of_token, const int32_t* pos_of_token,
+                     const int32_t* block_table, int32_t max_blocks, const float* pool,
+                     float* o_lat) {
     extern __shared__ float smem[];
     float* scores = smem;
     float* qs = smem + kMlaTile;
@@ -190,8 +189,8 @@ Status check_rows(int64_t rows, const MlaDims& d, const char* what) {
                                       " rows exceed the grid");
     }
     if (d.heads > 65535) {
-        return invalid_argument_error(std::string("cuda ") + what + ": " +
-                                      std::to_string(d.heads) + " heads exceed the grid");
+        return invalid_argument_error(std::string("cuda ") + what + ": " + std::to_string(d.heads) +
+                                      " heads exceed the grid");
     }
     return check_mla_dims(d);
 }
@@ -199,12 +198,11 @@ Status check_rows(int64_t rows, const MlaDims& d, const char* what) {
 Status check_kv_b(const Weight& kv_b, const MlaDims& d, const char* what) {
     if (kv_b.data == nullptr || kv_b.rows != d.heads * d.kv_b_rows_per_head() ||
         kv_b.cols != d.kv_lora_rank) {
-        return invalid_argument_error(std::string("cuda ") + what + ": kv_b_proj of " +
-                                      std::to_string(kv_b.rows) + " x " +
-                                      std::to_string(kv_b.cols) + " (or no data) for " +
-                                      std::to_string(d.heads) + " heads of " +
-                                      std::to_string(d.kv_b_rows_per_head()) + " rows x " +
-                                      std::to_string(d.kv_lora_rank));
+        return invalid_argument_error(
+            std::string("cuda ") + what + ": kv_b_proj of " + std::to_string(kv_b.rows) + " x " +
+            std::to_string(kv_b.cols) + " (or no data) for " + std::to_string(d.heads) +
+            " heads of " + std::to_string(d.kv_b_rows_per_head()) + " rows x " +
+            std::to_string(d.kv_lora_rank));
     }
     if (!cuda_matmul_supports(kv_b.format)) {
         return invalid_argument_error(std::string("cuda ") + what +
@@ -229,14 +227,14 @@ Status mla_latent_write(const MlaLatentLayout& layout, int32_t layer, const MlaD
         return ok_status();
     }
     latent_write_kernel<<<static_cast<unsigned>(rows), kMlaThreads, 0, stream>>>(
-        layout, layer, d.eps, kv, norm, seq_of_token, pos_of_token, block_table,
-        max_blocks_per_seq, pool);
+        layout, layer, d.eps, kv, norm, seq_of_token, pos_of_token, block_table, max_blocks_per_seq,
+        pool);
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("mla_latent_write");
     return ok_status();
 }
 
-Status mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows,
-                  float* q_full, cudaStream_t stream) {
+Status mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows, float* q_full,
+                  cudaStream_t stream) {
     EDGE_RETURN_IF_ERROR(check_rows(rows, d, "mla_absorb"));
     EDGE_RETURN_IF_ERROR(check_kv_b(kv_b, d, "mla_absorb"));
     if (rows <= 0) {
@@ -248,8 +246,9 @@ Status mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t 
                                       std::to_string(d.nope) + " exceeds shared memory");
     }
     dispatch_format(kv_b.format, [&](auto tag) {
-        absorb_kernel<decltype(tag)::kFormat><<<row_head_grid(rows, d), kMlaThreads, shared,
-                                                stream>>>(kv_b.data, kv_b.scales, d, q, q_full);
+        absorb_kernel<decltype(tag)::kFormat>
+            <<<row_head_grid(rows, d), kMlaThreads, shared, stream>>>(kv_b.data, kv_b.scales, d, q,
+                                                                      q_full);
     });
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("mla_absorb");
     return ok_status();
@@ -282,8 +281,9 @@ Status mla_expand(const Weight& kv_b, const MlaDims& d, const float* o_lat, int6
     }
     const size_t shared = static_cast<size_t>(d.kv_lora_rank) * sizeof(float);
     dispatch_format(kv_b.format, [&](auto tag) {
-        expand_kernel<decltype(tag)::kFormat><<<row_head_grid(rows, d), kMlaThreads, shared,
-                                                stream>>>(kv_b.data, kv_b.scales, d, o_lat, out);
+        expand_kernel<decltype(tag)::kFormat>
+            <<<row_head_grid(rows, d), kMlaThreads, shared, stream>>>(kv_b.data, kv_b.scales, d,
+                                                                      o_lat, out);
     });
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("mla_expand");
     return ok_status();
@@ -319,15 +319,14 @@ Status mla_attention_layer(const MlaDeviceWeights& w, const MlaDims& d,
     // heads of width qk (or row) starting nope (or latent) floats in, as the twin does.
     EDGE_RETURN_IF_ERROR(rope(q + d.nope, pos_of_token, rows, d.heads, d.qk(), d.rope, inv_freq,
                               !d.interleave, d.rope_mscale, stream));
-    EDGE_RETURN_IF_ERROR(rope(kv + d.kv_lora_rank, pos_of_token, rows, 1, d.row(), d.rope,
-                              inv_freq, !d.interleave, d.rope_mscale, stream));
+    EDGE_RETURN_IF_ERROR(rope(kv + d.kv_lora_rank, pos_of_token, rows, 1, d.row(), d.rope, inv_freq,
+                              !d.interleave, d.rope_mscale, stream));
     EDGE_RETURN_IF_ERROR(mla_latent_write(layout, layer, d, kv, w.kv_a_norm, seq_of_token,
-                                          pos_of_token, rows, block_table, max_blocks_per_seq,
-                                          pool, stream));
+                                          pos_of_token, rows, block_table, max_blocks_per_seq, pool,
+                                          stream));
     EDGE_RETURN_IF_ERROR(mla_absorb(w.kv_b, d, q, rows, q_full, stream));
-    EDGE_RETURN_IF_ERROR(mla_attention(layout, layer, d, q_full, rows, seq_of_token,
-                                       pos_of_token, block_table, max_blocks_per_seq, pool, o_lat,
-                                       stream));
+    EDGE_RETURN_IF_ERROR(mla_attention(layout, layer, d, q_full, rows, seq_of_token, pos_of_token,
+                                       block_table, max_blocks_per_seq, pool, o_lat, stream));
     return mla_expand(w.kv_b, d, o_lat, rows, out, stream);
 }
 

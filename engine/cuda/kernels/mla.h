@@ -32,8 +32,8 @@ Status mla_latent_write(const MlaLatentLayout& layout, int32_t layer, const MlaD
 
 // twin::mla_absorb: q [rows][heads][nope + rope] -> q_full [rows][heads][latent + rope]; kv_b is
 // a device view of kv_b_proj [heads * (nope + v), latent].
-Status mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows,
-                  float* q_full, cudaStream_t stream);
+Status mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t rows, float* q_full,
+                  cudaStream_t stream);
 
 // twin::mla_attention: causal latent attention, o_lat [rows][heads][latent].
 Status mla_attention(const MlaLatentLayout& layout, int32_t layer, const MlaDims& d,
@@ -50,12 +50,12 @@ Status mla_expand(const Weight& kv_b, const MlaDims& d, const float* o_lat, int6
 // dense matmul of kernels.h: device arrays holding the data pointer and the scales pointer);
 // kv_b is a plain device view, as the absorb and expand kernels read it directly.
 struct MlaDeviceWeights {
-    GroupedWeights q_a;                 // q_a_proj (unused when q_lora_rank is 0).
-    const float* q_a_norm = nullptr;    // q_a_layernorm [q_lora_rank].
-    GroupedWeights q;                   // q_b_proj, or q_proj when q_lora_rank is 0.
-    GroupedWeights kv_a;                // kv_a_proj_with_mqa.
-    const float* kv_a_norm = nullptr;   // kv_a_layernorm [latent].
-    Weight kv_b;                        // kv_b_proj, device view.
+    GroupedWeights q_a;                // q_a_proj (unused when q_lora_rank is 0).
+    const float* q_a_norm = nullptr;   // q_a_layernorm [q_lora_rank].
+    GroupedWeights q;                  // q_b_proj, or q_proj when q_lora_rank is 0.
+    GroupedWeights kv_a;               // kv_a_proj_with_mqa.
+    const float* kv_a_norm = nullptr;  // kv_a_layernorm [latent].
+    Weight kv_b;                       // kv_b_proj, device view.
 };
 
 // The whole MLA attention of one layer for `rows` rows up to o_proj, the launch sequence of

@@ -7,6 +7,8 @@
 // row's logits compared (the CPU model in its plain and absorbed modes), with and without YaRN
 // (mscale on the softmax scale and on cos/sin). Plus the layout math and the input checks.
 
+#include "engine/cuda/host/mla_twin.h"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,7 +22,6 @@
 #include "engine/cpu/ops.h"
 #include "engine/cuda/host/cpu_twins.h"
 #include "engine/cuda/host/mla_layout.h"
-#include "engine/cuda/host/mla_twin.h"
 #include "engine/model/archs/deepseek_v3.h"
 #include "engine/model/archs/deepseek_v3_config.h"
 #include "engine/model/model_config.h"
@@ -54,8 +55,8 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 // The fixture's config.json cut to one layer, optionally with YaRN rope scaling whose mscale
 // differs from mscale_all_dim (so both the softmax scale and cos/sin are scaled).
 ConfigJson one_layer_config(bool yarn) {
-    std::string text = replaced(fixture_config(), "\"num_hidden_layers\": 3",
-                                "\"num_hidden_layers\": 1");
+    std::string text =
+        replaced(fixture_config(), "\"num_hidden_layers\": 3", "\"num_hidden_layers\": 1");
     if (yarn) {
         text = replaced(text, "\"rope_scaling\": null",
                         "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 8.0, "
@@ -224,8 +225,8 @@ float schedule_diff(const ConfigJson& json, MlaPath path, const TwinModel& tm, c
         REQUIRE_MESSAGE(s.ok(), s.to_string());
         worst = std::max(worst, max_diff(twin_step(tm, cache, ids, seqs, pos, d), want));
     };
-    step({{0, 5}, {1, 3}});  // Prefill chunks of both sequences in one step.
-    step({{1, 6}});          // More prefill of sequence 1.
+    step({{0, 5}, {1, 3}});         // Prefill chunks of both sequences in one step.
+    step({{1, 6}});                 // More prefill of sequence 1.
     for (int i = 0; i < 30; ++i) {  // Decode rows of both, across blocks 0..2 of each.
         step({{0, 1}, {1, 1}});
     }
@@ -310,9 +311,8 @@ TEST_CASE("mla checks: bad dims, layouts and block tables are clear errors, noth
     auto run = [&](const MlaLatentLayout& layout, const std::vector<int32_t>& table,
                    const std::vector<int32_t>& pos, int32_t sequences = 2) {
         return twin::mla_attention_layer(tm->attn, d, layout, 0, h.data(), 3, seqs.data(),
-                                         pos.data(), sequences, table.data(),
-                                         TwinCache::kMaxBlocks, tm->mla.inv_freq.data(),
-                                         cache.pool.data(), out.data());
+                                         pos.data(), sequences, table.data(), TwinCache::kMaxBlocks,
+                                         tm->mla.inv_freq.data(), cache.pool.data(), out.data());
     };
     CHECK(run(cache.layout, cache.table, {0, 0, 1}).ok());
     std::vector<int32_t> table = cache.table;
