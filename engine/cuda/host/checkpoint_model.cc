@@ -2,6 +2,10 @@
 
 #include <cmath>
 
+#include "engine/cpu/rope_scaling.h"
+#include "engine/model/archs/deepseek_v3.h"
+#include "engine/model/archs/glm4_moe.h"
+#include "engine/model/archs/glm4_moe_common.h"
 #include "engine/model/archs/qwen3_moe.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -14,59 +18,188 @@ namespace {
 
 Status unsupported(const ConfigJson& json, const std::string& field, const std::string& why) {
     return unimplemented_error(json.path() + ": " + field + ": " + why +
-                               " (the device decoder runs all-MoE Qwen3 checkpoints only)");
+                               " (the device decoder runs Qwen3-MoE and GLM-4.5 checkpoints; "
+                               "engine/cuda/host/checkpoint_model.h lists what)");
+}
+
+// What config.json says about the tensors to read, beyond the shape in CheckpointModel.
+struct TensorPlan {
+    bool attention_bias = false;  // q/k/v_proj.bias.
+    bool qk_norm = false;         // self_attn.q_norm / k_norm.
+    bool tie_word_embeddings = false;
+    double rope_theta = 10000.0;
+    std::vector<bool> moe_layer;  // Per layer: routed experts (else a dense MLP).
+};
+
+// The checks every architecture's attention and experts share on the device.
+Status check_device_limits(const ConfigJson& json, const CheckpointModel& m) {
+    if (m.experts <= 0) {
+        return unsupported(json, "num_experts / n_routed_experts", "no routed experts");
+    }
+    if (m.experts > kMaxRouterExperts) {
+        return unsupported(json, "num_experts / n_routed_experts",
+                           std::to_string(m.experts) + " routed experts (the device router "
+                           "takes at most " + std::to_string(kMaxRouterExperts) + ")");
+    }
+    if (m.head_dim % 32 != 0 || m.head_dim > 256) {
+        return unsupported(json, "head_dim",
+                           std::to_string(m.head_dim) + " is not a multiple of 32 up to 256");
+    }
+    if (m.kv_heads <= 0 || m.heads % m.kv_heads != 0) {
+        return unsupported(json, "num_key_value_heads", "does not divide num_attention_heads");
+    }
+    if (!json.is_null("rope_scaling")) {
+        return unsupported(json, "rope_scaling", "scaled RoPE");
+    }
+    return ok_status();
+}
+
+Status plan_qwen3(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
+    EDGE_ASSIGN_OR_RETURN(Qwen3MoeConfig c, Qwen3MoeConfig::from_json(json));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        if (!c.is_moe_layer(l)) {
+            return unsupported(json, "decoder_sparse_step / mlp_only_layers",
+                               "layer " + std::to_string(l) + " is a dense MLP in a Qwen3-MoE");
+        }
+    }
+    if (c.attention_bias) {
+        return unsupported(json, "attention_bias", "attention biases in a Qwen3-MoE");
+    }
+    m->architecture = kQwen3MoeArchitecture;
+    m->hidden = static_cast<int32_t>(c.hidden_size);
+    m->layers = static_cast<int32_t>(c.num_hidden_layers);
+    m->experts = static_cast<int32_t>(c.num_experts);
+    m->top_k = static_cast<int32_t>(c.num_experts_per_tok);
+    m->moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
+    m->heads = static_cast<int32_t>(c.num_attention_heads);
+    m->kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+    m->head_dim = static_cast<int32_t>(c.head_dim);
+    m->rot_dim = m->head_dim;
+    m->vocab = static_cast<int32_t>(c.vocab_size);
+    m->max_position = static_cast<int32_t>(c.max_position_embeddings);
+    m->rms_eps = static_cast<float>(c.rms_norm_eps);
+    m->norm_topk_prob = c.norm_topk_prob;
+    m->router.scoring = RouterScoring::kSoftmax;
+    m->eos_token_ids = c.eos_token_ids;
+    m->bos_token_id = c.bos_token_id;
+    plan->qk_norm = true;
+    plan->tie_word_embeddings = c.tie_word_embeddings;
+    plan->rope_theta = c.rope_theta;
+    plan->moe_layer.assign(static_cast<size_t>(c.num_hidden_layers), true);
+    return ok_status();
+}
+
+// GLM-4.5's attention fields, read as the CPU model (engine/model/archs/glm4_moe.cc) reads them.
+Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    if (c.n_routed_experts <= 0) {
+        return unsupported(json, "n_routed_experts", "no routed experts");
+    }
+    EDGE_ASSIGN_OR_RETURN(int64_t kv_heads,
+                          get_int_in(json, "num_key_value_heads", 1, c.num_attention_heads));
+    int64_t head_dim = c.hidden_size / c.num_attention_heads;
+    if (!json.is_null("head_dim")) {
+        EDGE_ASSIGN_OR_RETURN(head_dim, get_int_in(json, "head_dim", 2, 1 << 16));
+    }
+    EDGE_ASSIGN_OR_RETURN(double factor, json.get_double("partial_rotary_factor", 1.0));
+    if (!(factor > 0.0 && factor <= 1.0)) {
+        return invalid_argument_error(json.path() + ": field 'partial_rotary_factor' must be in "
+                                      "(0, 1]");
+    }
+    const int64_t rot = std::llround(static_cast<double>(head_dim) * factor);
+    if (rot % 2 != 0 || rot < 2) {
+        return invalid_argument_error(json.path() + ": head_dim * partial_rotary_factor (" +
+                                      std::to_string(rot) + ") must be even");
+    }
+    EDGE_ASSIGN_OR_RETURN(plan->attention_bias, json.get_bool("attention_bias", false));
+    EDGE_ASSIGN_OR_RETURN(plan->qk_norm, json.get_bool("use_qk_norm", false));
+    m->architecture = kGlm4MoeArchitecture;
+    m->hidden = static_cast<int32_t>(c.hidden_size);
+    m->layers = static_cast<int32_t>(c.num_hidden_layers);
+    m->experts = static_cast<int32_t>(c.n_routed_experts);
+    m->top_k = static_cast<int32_t>(c.num_experts_per_tok);
+    m->moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
+    m->shared_inter = static_cast<int32_t>(c.moe_intermediate_size * c.n_shared_experts);
+    m->dense_inter =
+        c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
+    m->heads = static_cast<int32_t>(c.num_attention_heads);
+    m->kv_heads = static_cast<int32_t>(kv_heads);
+    m->head_dim = static_cast<int32_t>(head_dim);
+    m->rot_dim = static_cast<int32_t>(rot);
+    m->vocab = static_cast<int32_t>(c.vocab_size);
+    m->max_position = static_cast<int32_t>(c.max_position_embeddings);
+    m->rms_eps = static_cast<float>(c.rms_norm_eps);
+    m->norm_topk_prob = c.norm_topk_prob;
+    m->router.scoring = RouterScoring::kSigmoid;
+    m->router.n_group = static_cast<int32_t>(c.n_group);
+    m->router.topk_group = static_cast<int32_t>(c.topk_group);
+    m->router.scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    m->eos_token_ids = c.eos_token_ids;
+    m->bos_token_id = c.bos_token_id;
+    plan->tie_word_embeddings = c.tie_word_embeddings;
+    plan->rope_theta = c.rope_theta;
+    plan->moe_layer.resize(static_cast<size_t>(c.num_hidden_layers));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        plan->moe_layer[static_cast<size_t>(l)] = c.is_moe_layer(l);
+    }
+    return ok_status();
+}
+
+Result<CheckpointMlp> read_mlp(WeightLoader& wl, const std::string& prefix, int64_t inter,
+                               int64_t hidden) {
+    CheckpointMlp mlp;
+    EDGE_ASSIGN_OR_RETURN(mlp.gate, wl.matrix(prefix + "gate_proj.weight", inter, hidden));
+    EDGE_ASSIGN_OR_RETURN(mlp.up, wl.matrix(prefix + "up_proj.weight", inter, hidden));
+    EDGE_ASSIGN_OR_RETURN(mlp.down, wl.matrix(prefix + "down_proj.weight", hidden, inter));
+    return mlp;
+}
+
+// kGqa attention of layer `p` ("model.layers.N.").
+Status read_gqa(const Checkpoint& ck, WeightLoader& wl, const CheckpointModel& m,
+                const TensorPlan& plan, const std::string& p, CheckpointLayer* L) {
+    const int64_t H = m.hidden, hd = m.head_dim;
+    const int64_t qd = int64_t{m.heads} * hd, kvd = int64_t{m.kv_heads} * hd;
+    const std::string a = p + "self_attn.";
+    if (plan.qk_norm) {
+        EDGE_ASSIGN_OR_RETURN(L->q_norm, read_float_vector(ck, a + "q_norm.weight", hd));
+        EDGE_ASSIGN_OR_RETURN(L->k_norm, read_float_vector(ck, a + "k_norm.weight", hd));
+    }
+    EDGE_ASSIGN_OR_RETURN(L->q, wl.matrix(a + "q_proj.weight", qd, H));
+    EDGE_ASSIGN_OR_RETURN(L->k, wl.matrix(a + "k_proj.weight", kvd, H));
+    EDGE_ASSIGN_OR_RETURN(L->v, wl.matrix(a + "v_proj.weight", kvd, H));
+    EDGE_ASSIGN_OR_RETURN(L->o, wl.matrix(a + "o_proj.weight", H, qd));
+    if (plan.attention_bias) {
+        EDGE_ASSIGN_OR_RETURN(L->q_bias, read_float_vector(ck, a + "q_proj.bias", qd));
+        EDGE_ASSIGN_OR_RETURN(L->k_bias, read_float_vector(ck, a + "k_proj.bias", kvd));
+        EDGE_ASSIGN_OR_RETURN(L->v_bias, read_float_vector(ck, a + "v_proj.bias", kvd));
+    }
+    return ok_status();
 }
 
 }  // namespace
 
 Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std::string& policy) {
     EDGE_ASSIGN_OR_RETURN(ConfigJson json, ConfigJson::read(dir));
-    if (json.architecture() != kQwen3MoeArchitecture && json.architecture() != "qwen3_moe") {
-        return unsupported(json, "architectures",
-                           "'" + json.architecture() + "' is not " + kQwen3MoeArchitecture);
-    }
-    EDGE_ASSIGN_OR_RETURN(Qwen3MoeConfig c, Qwen3MoeConfig::from_json(json));
-    if (c.num_experts <= 0) {
-        return unsupported(json, "num_experts", "no routed experts");
-    }
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        if (!c.is_moe_layer(l)) {
-            return unsupported(json, "decoder_sparse_step / mlp_only_layers",
-                               "layer " + std::to_string(l) + " is a dense MLP");
-        }
-    }
-    if (c.attention_bias) {
-        return unsupported(json, "attention_bias", "attention biases");
-    }
-    if (!json.is_null("rope_scaling")) {
-        return unsupported(json, "rope_scaling", "scaled RoPE");
-    }
-    if (c.head_dim % 32 != 0 || c.head_dim > 256) {
-        return unsupported(json, "head_dim",
-                           std::to_string(c.head_dim) + " is not a multiple of 32 up to 256");
-    }
-    if (c.num_attention_heads % c.num_key_value_heads != 0) {
-        return unsupported(json, "num_key_value_heads", "does not divide num_attention_heads");
-    }
-
     CheckpointModel m;
-    m.hidden = static_cast<int32_t>(c.hidden_size);
-    m.layers = static_cast<int32_t>(c.num_hidden_layers);
-    m.experts = static_cast<int32_t>(c.num_experts);
-    m.top_k = static_cast<int32_t>(c.num_experts_per_tok);
-    m.moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
-    m.heads = static_cast<int32_t>(c.num_attention_heads);
-    m.kv_heads = static_cast<int32_t>(c.num_key_value_heads);
-    m.head_dim = static_cast<int32_t>(c.head_dim);
-    m.vocab = static_cast<int32_t>(c.vocab_size);
-    m.max_position = static_cast<int32_t>(c.max_position_embeddings);
-    m.rms_eps = static_cast<float>(c.rms_norm_eps);
-    m.norm_topk_prob = c.norm_topk_prob;
-    // The CPU model's formula (qwen3_moe.cc), so both sides rotate by the same angles.
-    for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-        m.inv_freq.push_back(std::pow(
-            c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim)));
+    TensorPlan plan;
+    const std::string arch = json.architecture();
+    if (arch == kQwen3MoeArchitecture || arch == "qwen3_moe") {
+        EDGE_RETURN_IF_ERROR(plan_qwen3(json, &m, &plan));
+    } else if (arch == kGlm4MoeArchitecture) {
+        EDGE_RETURN_IF_ERROR(plan_glm4(json, &m, &plan));
+    } else if (arch == kDeepseekV3Architecture) {
+        return unsupported(json, "architectures",
+                           "'" + arch + "' uses MLA attention, which the device decoder does not "
+                           "run yet");
+    } else {
+        return unsupported(json, "architectures", "'" + arch + "' is not supported");
     }
+    EDGE_RETURN_IF_ERROR(check_device_limits(json, m));
+    m.router.experts = m.experts;
+    m.router.top_k = m.top_k;
+    m.router.norm_topk_prob = m.norm_topk_prob;
+    // The CPU models' formula (cpu::rope_inv_freq), so both sides rotate by the same angles.
+    m.inv_freq = cpu::rope_inv_freq(plan.rope_theta, m.rot_dim);
 
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open_dir(dir));
     m.checkpoint = std::move(ckpt);
@@ -75,39 +208,46 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     m.loader = std::move(loader);
     const Checkpoint& ck = *m.checkpoint;
     WeightLoader& wl = *m.loader;
-    const int64_t H = c.hidden_size, hd = c.head_dim;
-    const int64_t qd = c.num_attention_heads * hd, kvd = c.num_key_value_heads * hd;
-    EDGE_ASSIGN_OR_RETURN(m.embed, wl.matrix("model.embed_tokens.weight", c.vocab_size, H));
-    if (c.tie_word_embeddings && !ck.has("lm_head.weight")) {
+    const int64_t H = m.hidden, E = m.experts;
+    EDGE_ASSIGN_OR_RETURN(m.embed, wl.matrix("model.embed_tokens.weight", m.vocab, H));
+    if (plan.tie_word_embeddings && !ck.has("lm_head.weight")) {
         m.lm_head = m.embed;
     } else {
-        EDGE_ASSIGN_OR_RETURN(m.lm_head, wl.matrix("lm_head.weight", c.vocab_size, H));
+        EDGE_ASSIGN_OR_RETURN(m.lm_head, wl.matrix("lm_head.weight", m.vocab, H));
     }
     EDGE_ASSIGN_OR_RETURN(m.final_norm, read_float_vector(ck, "model.norm.weight", H));
     bool expert_format_known = false;
-    m.layer.resize(static_cast<size_t>(c.num_hidden_layers));
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    m.layer.resize(static_cast<size_t>(m.layers));
+    for (int64_t l = 0; l < m.layers; ++l) {
         CheckpointLayer& L = m.layer[static_cast<size_t>(l)];
         const std::string p = "model.layers." + std::to_string(l) + ".";
         EDGE_ASSIGN_OR_RETURN(L.input_norm, read_float_vector(ck, p + "input_layernorm.weight", H));
         EDGE_ASSIGN_OR_RETURN(L.post_norm,
                               read_float_vector(ck, p + "post_attention_layernorm.weight", H));
-        EDGE_ASSIGN_OR_RETURN(L.q_norm, read_float_vector(ck, p + "self_attn.q_norm.weight", hd));
-        EDGE_ASSIGN_OR_RETURN(L.k_norm, read_float_vector(ck, p + "self_attn.k_norm.weight", hd));
-        EDGE_ASSIGN_OR_RETURN(L.q, wl.matrix(p + "self_attn.q_proj.weight", qd, H));
-        EDGE_ASSIGN_OR_RETURN(L.k, wl.matrix(p + "self_attn.k_proj.weight", kvd, H));
-        EDGE_ASSIGN_OR_RETURN(L.v, wl.matrix(p + "self_attn.v_proj.weight", kvd, H));
-        EDGE_ASSIGN_OR_RETURN(L.o, wl.matrix(p + "self_attn.o_proj.weight", H, qd));
-        EDGE_ASSIGN_OR_RETURN(L.router, wl.matrix(p + "mlp.gate.weight", c.num_experts, H));
-        for (int64_t e = 0; e < c.num_experts; ++e) {
+        switch (m.attention) {
+            case AttentionKind::kGqa:
+                EDGE_RETURN_IF_ERROR(read_gqa(ck, wl, m, plan, p, &L));
+                break;
+        }
+        L.moe = plan.moe_layer[static_cast<size_t>(l)];
+        if (!L.moe) {
+            EDGE_ASSIGN_OR_RETURN(L.dense, read_mlp(wl, p + "mlp.", m.dense_inter, H));
+            continue;
+        }
+        EDGE_ASSIGN_OR_RETURN(L.router, wl.matrix(p + "mlp.gate.weight", E, H));
+        // Optional, as in the CPU model (which routes without it when absent).
+        const std::string bias = p + "mlp.gate.e_score_correction_bias";
+        if (m.router.scoring == RouterScoring::kSigmoid && ck.has(bias)) {
+            EDGE_ASSIGN_OR_RETURN(L.router_bias, read_float_vector(ck, bias, E));
+        }
+        if (m.shared_inter > 0) {
+            EDGE_ASSIGN_OR_RETURN(L.shared,
+                                  read_mlp(wl, p + "mlp.shared_experts.", m.shared_inter, H));
+        }
+        for (int64_t e = 0; e < E; ++e) {
             const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
-            EDGE_ASSIGN_OR_RETURN(Weight g,
-                                  wl.matrix(ep + "gate_proj.weight", c.moe_intermediate_size, H));
-            EDGE_ASSIGN_OR_RETURN(Weight u,
-                                  wl.matrix(ep + "up_proj.weight", c.moe_intermediate_size, H));
-            EDGE_ASSIGN_OR_RETURN(Weight d,
-                                  wl.matrix(ep + "down_proj.weight", H, c.moe_intermediate_size));
-            for (const Weight* w : {&g, &u, &d}) {
+            EDGE_ASSIGN_OR_RETURN(CheckpointMlp x, read_mlp(wl, ep, m.moe_inter, H));
+            for (const Weight* w : {&x.gate, &x.up, &x.down}) {
                 if (!expert_format_known) {
                     m.expert_format = w->format;
                     expert_format_known = true;
@@ -120,9 +260,9 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
                                                " (the device decoder needs one expert format)");
                 }
             }
-            L.gate.push_back(g);
-            L.up.push_back(u);
-            L.down.push_back(d);
+            L.gate.push_back(x.gate);
+            L.up.push_back(x.up);
+            L.down.push_back(x.down);
         }
     }
     return m;

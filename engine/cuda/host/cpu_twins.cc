@@ -60,6 +60,14 @@ void rope(float* x, const int32_t* positions, int64_t tokens, int64_t heads, int
     }
 }
 
+void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+            x[r * cols + c] += bias[c];
+        }
+    }
+}
+
 void paged_kv_write(const PagedKvLayout& layout, int32_t layer, const float* k, const float* v,
                     const int32_t* seq_of_token, const int32_t* pos_of_token, int64_t tokens,
                     const int32_t* block_table, int32_t max_blocks_per_seq, float* pool) {

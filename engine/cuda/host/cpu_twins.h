@@ -63,6 +63,9 @@ void unpermute(const float* y, const int32_t* row_of, const float* w, int64_t to
 void grouped_matmul(std::span<const Weight> weights, const int32_t* offsets, const float* x,
                     float* y);
 
+// x[r * cols + c] += bias[c] for rows x cols (a projection's bias broadcast over its rows).
+void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols);
+
 // out[i] = silu(gate[i]) * up[i] (cpu::silu_mul).
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 

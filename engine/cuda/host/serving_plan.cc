@@ -4,7 +4,6 @@
 
 #include "engine/cuda/host/paged_kv_layout.h"
 #include "engine/cuda/host/router_rule.h"
-#include "engine/model/archs/qwen3_moe.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_loader.h"
@@ -261,21 +260,20 @@ ServingPath serving_path_after(const Status& device_load) {
 Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointModel& model,
                                      int32_t max_context) {
     EDGE_ASSIGN_OR_RETURN(ConfigJson json, ConfigJson::read(dir));
-    EDGE_ASSIGN_OR_RETURN(Qwen3MoeConfig c, Qwen3MoeConfig::from_json(json));
     if (max_context < 0 || max_context > model.max_position) {
         return invalid_argument_error(dir + ": max_context " + std::to_string(max_context) +
                                       " is larger than the model's max_position_embeddings " +
                                       std::to_string(model.max_position));
     }
     ModelSpec spec;
-    spec.architecture = kQwen3MoeArchitecture;
+    spec.architecture = model.architecture;
     spec.vocab_size = model.vocab;
     spec.max_context = max_context > 0 ? max_context : model.max_position;
-    for (int64_t id : c.eos_token_ids) {
+    for (int64_t id : model.eos_token_ids) {
         spec.eos_token_ids.push_back(static_cast<TokenId>(id));
     }
     spec.bos_token_id = static_cast<TokenId>(
-        c.bos_token_id >= 0 && c.bos_token_id < c.vocab_size ? c.bos_token_id : -1);
+        model.bos_token_id >= 0 && model.bos_token_id < model.vocab ? model.bos_token_id : -1);
     spec.version = version_digest(json, *model.checkpoint);
     spec.weight_bytes = model.loader->resident_bytes();
     spec.kv_bytes_per_token = int64_t{model.layers} * 2 * model.kv_heads * model.head_dim * 4;
@@ -298,9 +296,17 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
     const int64_t H = model.hidden, hd = model.head_dim, E = model.experts, K = model.top_k;
     const int64_t qd = int64_t{model.heads} * hd, kvd = int64_t{model.kv_heads} * hd;
     for (const CheckpointLayer& L : model.layer) {
-        for (const Weight* w : {&L.q, &L.k, &L.v, &L.o, &L.router}) {
-            weight(*w);
-            allocations += 1;  // Its pointer table.
+        for (const Weight* w : {&L.q, &L.k, &L.v, &L.o, &L.router, &L.dense.gate, &L.dense.up,
+                                &L.dense.down, &L.shared.gate, &L.shared.up, &L.shared.down}) {
+            if (w->data != nullptr) {
+                weight(*w);
+                allocations += 1;  // Its pointer table.
+            }
+        }
+        for (const std::vector<float>* v :
+             {&L.q_bias, &L.k_bias, &L.v_bias, &L.router_bias, &L.q_norm, &L.k_norm}) {
+            bytes += static_cast<int64_t>(v->size()) * 4;
+            allocations += 1;
         }
         for (const auto* experts : {&L.gate, &L.up, &L.down}) {
             for (const Weight& w : *experts) {
@@ -309,17 +315,18 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
             bytes += 2 * E * 8;  // Pointer tables.
             allocations += 2;
         }
-        bytes += (2 * H + 2 * hd + E + 1) * 4;  // Norms and expert offsets.
-        allocations += 5;
+        bytes += (2 * H + E + 1) * 4;  // Norms and expert offsets.
+        allocations += 3;
     }
-    bytes += H * 4 + hd / 2 * 8;  // Final norm, RoPE frequencies.
+    bytes += H * 4 + hd / 2 * 8;  // Final norm, RoPE frequencies (rot_dim / 2 <= hd / 2).
     const PagedKvLayout kv{model.layers, model.kv_heads, model.head_dim, pool_blocks};
     bytes += kv.pool_floats() * 4;
-    RouterParams rp;
-    rp.experts = model.experts;
-    rp.top_k = model.top_k;
-    const int64_t per_row = 3 * H + 2 * qd + 2 * kvd + E + 3 * K + router_scratch_floats(rp) +
-                            2 * K * H + 3 * K * model.moe_inter + model.vocab;
+    // The expert activations also hold the dense MLP's and the shared experts' (one row each).
+    const int64_t inter = std::max({K * model.moe_inter, int64_t{model.dense_inter},
+                                    int64_t{model.shared_inter}});
+    const int64_t per_row = 3 * H + 2 * qd + 2 * kvd + E + 3 * K +
+                            router_scratch_floats(model.router) + 2 * K * H + 3 * inter +
+                            model.vocab;
     bytes += int64_t{max_rows} * per_row * 4;
     const StepLayout layout{max_rows, max_blocks_per_seq};
     bytes += layout.total_ints() * 4 + 64 * 8;  // Staging and per-bucket offsets.

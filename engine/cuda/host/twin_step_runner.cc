@@ -1,5 +1,6 @@
 #include "engine/cuda/host/twin_step_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -85,59 +86,96 @@ class TwinStepRunner final : public StepRunner {
         twin::grouped_matmul(std::span<const Weight>(&w, 1), off, in, out);
     }
 
+    // A dense SwiGLU over B rows of h_, added into x_ (gate_/up_/act_/o_buf_ as scratch).
+    void mlp(const CheckpointMlp& w, int64_t B) {
+        const int64_t H = m_.hidden, I = w.gate.rows;
+        dense(w.gate, h_.data(), B, gate_.data());
+        dense(w.up, h_.data(), B, up_.data());
+        twin::silu_mul(gate_.data(), up_.data(), B * I, act_.data());
+        dense(w.down, act_.data(), B, o_buf_.data());
+        for (int64_t i = 0; i < B * H; ++i) {
+            x_[static_cast<size_t>(i)] += o_buf_[static_cast<size_t>(i)];
+        }
+    }
+
+    // kGqa attention of layer li over B rows: x_ += o(attention(rope(norm(qkv(norm(x_)))))).
+    void gqa_attention(int32_t li, int64_t B, const int32_t* positions, const int32_t* seqs,
+                       const int32_t* table) {
+        const CheckpointLayer& L = m_.layer[static_cast<size_t>(li)];
+        const int64_t H = m_.hidden, hd = m_.head_dim;
+        const int64_t qd = int64_t{m_.heads} * hd, kvd = int64_t{m_.kv_heads} * hd;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        float *x = x_.data(), *h = h_.data(), *q = q_.data(), *k = k_.data(), *v = v_.data();
+        twin::rms_norm_rows(x, L.input_norm.data(), B, H, m_.rms_eps, h);
+        dense(L.q, h, B, q);
+        dense(L.k, h, B, k);
+        dense(L.v, h, B, v);
+        if (!L.q_bias.empty()) {
+            twin::add_bias_rows(q, L.q_bias.data(), B, qd);
+            twin::add_bias_rows(k, L.k_bias.data(), B, kvd);
+            twin::add_bias_rows(v, L.v_bias.data(), B, kvd);
+        }
+        if (!L.q_norm.empty()) {
+            twin::rms_norm_rows(q, L.q_norm.data(), B * m_.heads, hd, m_.rms_eps, q);
+            twin::rms_norm_rows(k, L.k_norm.data(), B * m_.kv_heads, hd, m_.rms_eps, k);
+        }
+        twin::rope(q, positions, B, m_.heads, hd, m_.rot_dim, m_.inv_freq.data(), true, 1.0f);
+        twin::rope(k, positions, B, m_.kv_heads, hd, m_.rot_dim, m_.inv_freq.data(), true, 1.0f);
+        twin::paged_kv_write(kv_, li, k, v, seqs, positions, B, table,
+                             layout_.max_blocks_per_seq, pool_.data());
+        twin::paged_attention(kv_, li, q, B, m_.heads, seqs, positions, table,
+                              layout_.max_blocks_per_seq, pool_.data(), scale, attn_.data());
+        dense(L.o, attn_.data(), B, o_buf_.data());
+        for (int64_t i = 0; i < B * H; ++i) {
+            x[i] += o_buf_[static_cast<size_t>(i)];
+        }
+    }
+
     // DeviceDecoder's enqueue_step(bucket, {0, bucket}, feed_back = false), op by op.
     void step(int64_t B) {
         const int64_t H = m_.hidden, K = m_.top_k, I = m_.moe_inter, hd = m_.head_dim;
         const int64_t qd = int64_t{m_.heads} * hd, kvd = int64_t{m_.kv_heads} * hd;
+        const int64_t inter = std::max({K * I, int64_t{m_.dense_inter}, int64_t{m_.shared_inter}});
         const int32_t* tokens = staging_.data() + layout_.tokens_offset();
         const int32_t* positions = staging_.data() + layout_.positions_offset();
         const int32_t* seqs = staging_.data() + layout_.seqs_offset();
         const int32_t* table = staging_.data() + layout_.table_offset();
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         float* x = grow(x_, B * H);
         float* h = grow(h_, B * H);
-        float* o = grow(o_buf_, B * H);
-        float* q = grow(q_, B * qd);
-        float* attn = grow(attn_, B * qd);
-        float* k = grow(k_, B * kvd);
-        float* v = grow(v_, B * kvd);
+        grow(o_buf_, B * H);
+        grow(q_, B * qd);
+        grow(attn_, B * qd);
+        grow(k_, B * kvd);
+        grow(v_, B * kvd);
         float* router = grow(router_, B * m_.experts);
         float* topk_w = grow(topk_w_, B * K);
         int32_t* topk_idx = grow(topk_idx_, B * K);
         int32_t* row_of = grow(row_of_, B * K);
         int32_t* offsets = grow(offsets_, m_.experts + 1);
         float* permuted = grow(permuted_, B * K * H);
-        float* gate = grow(gate_, B * K * I);
-        float* up = grow(up_, B * K * I);
-        float* act = grow(act_, B * K * I);
+        float* gate = grow(gate_, B * inter);
+        float* up = grow(up_, B * inter);
+        float* act = grow(act_, B * inter);
         float* down = grow(down_, B * K * H);
-        RouterParams rp;
-        rp.scoring = RouterScoring::kSoftmax;
-        rp.experts = m_.experts;
-        rp.top_k = m_.top_k;
-        rp.norm_topk_prob = m_.norm_topk_prob;
         twin::embedding(m_.embed, tokens, B, x);
         for (int32_t li = 0; li < m_.layers; ++li) {
             const CheckpointLayer& L = m_.layer[static_cast<size_t>(li)];
-            twin::rms_norm_rows(x, L.input_norm.data(), B, H, m_.rms_eps, h);
-            dense(L.q, h, B, q);
-            dense(L.k, h, B, k);
-            dense(L.v, h, B, v);
-            twin::rms_norm_rows(q, L.q_norm.data(), B * m_.heads, hd, m_.rms_eps, q);
-            twin::rms_norm_rows(k, L.k_norm.data(), B * m_.kv_heads, hd, m_.rms_eps, k);
-            twin::rope(q, positions, B, m_.heads, hd, hd, m_.inv_freq.data(), true, 1.0f);
-            twin::rope(k, positions, B, m_.kv_heads, hd, hd, m_.inv_freq.data(), true, 1.0f);
-            twin::paged_kv_write(kv_, li, k, v, seqs, positions, B, table,
-                                 layout_.max_blocks_per_seq, pool_.data());
-            twin::paged_attention(kv_, li, q, B, m_.heads, seqs, positions, table,
-                                  layout_.max_blocks_per_seq, pool_.data(), scale, attn);
-            dense(L.o, attn, B, o);
-            for (int64_t i = 0; i < B * H; ++i) {
-                x[i] += o[i];
+            switch (m_.attention) {
+                case AttentionKind::kGqa:
+                    gqa_attention(li, B, positions, seqs, table);
+                    break;
             }
             twin::rms_norm_rows(x, L.post_norm.data(), B, H, m_.rms_eps, h);
+            if (!L.moe) {
+                mlp(L.dense, B);
+                continue;
+            }
+            if (L.shared.present()) {
+                mlp(L.shared, B);
+            }
             dense(L.router, h, B, router);
-            twin::route(router, nullptr, rp, B, topk_idx, topk_w);
+            twin::route(router, L.router_bias.empty() ? nullptr : L.router_bias.data(), m_.router,
+                        B, topk_idx, topk_w);
             twin::permute(topk_idx, B, m_.top_k, m_.experts, h, H, offsets, row_of, permuted);
             twin::grouped_matmul(L.gate, offsets, permuted, gate);
             twin::grouped_matmul(L.up, offsets, permuted, up);

@@ -306,8 +306,10 @@ TEST_CASE("serving on the device or falling back: the decision and its reasons")
     CHECK(serving_path_after(unimplemented_error("x")) == ServingPath::kFallback);
     CHECK(serving_path_after(resource_exhausted_error("x")) == ServingPath::kFail);
     CHECK(serving_path_after(unavailable_error("x")) == ServingPath::kFail);
-    // The fixture architectures: Qwen3-MoE runs on the device; the others fall back.
-    for (const char* other : {"micro-glm4-moe", "micro-deepseek-v3"}) {
+    // The fixture architectures: Qwen3-MoE and GLM-4.5 run on the device; DeepSeek-V3 (MLA)
+    // falls back.
+    CHECK(read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe", "none").ok());
+    for (const char* other : {"micro-deepseek-v3"}) {
         CAPTURE(other);
         auto m =
             read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/" + std::string(other), "none");
@@ -321,19 +323,25 @@ TEST_CASE("serving on the device or falling back: the decision and its reasons")
 }
 
 TEST_CASE("the device model's spec is the CPU model's (same sampler inputs, same version)") {
-    for (const char* policy : {"none", "experts-int4"}) {
+    const std::string glm = EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe";
+    for (const std::pair<std::string, std::string>& run :
+         std::vector<std::pair<std::string, std::string>>{
+             {kMicro, "none"}, {kMicro, "experts-int4"}, {glm, "none"}, {glm, "experts-int4"}}) {
+        const std::string& dir = run.first;
+        const std::string& policy = run.second;
+        CAPTURE(dir);
         CAPTURE(policy);
         LoadOptions lo;
         lo.threads = 1;
         lo.max_slots = 2;
         lo.max_context = 256;
         lo.quantization = policy;
-        auto cpu = load_model(kMicro, lo);
+        auto cpu = load_model(dir, lo);
         REQUIRE(cpu.ok());
         const ModelSpec& want = (*cpu)->spec();
-        auto m = read_checkpoint_model(kMicro, policy);
+        auto m = read_checkpoint_model(dir, policy);
         REQUIRE(m.ok());
-        auto spec = serving_model_spec(kMicro, *m, 256);
+        auto spec = serving_model_spec(dir, *m, 256);
         REQUIRE(spec.ok());
         CHECK(spec->architecture == want.architecture);
         CHECK(spec->vocab_size == want.vocab_size);
@@ -343,8 +351,8 @@ TEST_CASE("the device model's spec is the CPU model's (same sampler inputs, same
         CHECK(spec->version == want.version);
         CHECK(spec->weight_bytes == want.weight_bytes);
         CHECK(spec->kv_bytes_per_token == want.kv_bytes_per_token);
-        CHECK(serving_model_spec(kMicro, *m, 0)->max_context == m->max_position);
-        CHECK_FALSE(serving_model_spec(kMicro, *m, m->max_position + 1).ok());
+        CHECK(serving_model_spec(dir, *m, 0)->max_context == m->max_position);
+        CHECK_FALSE(serving_model_spec(dir, *m, m->max_position + 1).ok());
         // The arena covers the weights and the pool, and grows with the rows.
         const int64_t small = serving_arena_bytes(*m, 64, 100, 16, 256);
         const PagedKvLayout kv{m->layers, m->kv_heads, m->head_dim, 100};

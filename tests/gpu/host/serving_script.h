@@ -20,6 +20,7 @@
 namespace edge::engine::cuda::testing {
 
 inline const std::string kMicroQwen3 = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
+inline const std::string kMicroGlm4 = EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe";
 
 // What both models are loaded with (backend set by the caller).
 inline LoadOptions serving_script_options(const std::string& backend) {
