@@ -10,7 +10,8 @@
 # writes make-model's `bench` checkpoint, then runs the decode benchmark (bench/gpu_decode.cc) on
 # its real weights: BF16, FP8 and INT4 experts, 1 and 64 streams, as a fraction of the measured
 # device-to-device copy bandwidth (after bench_gpu_serving: decode through the engine's device
-# CausalLM, as engine.backend cuda serves, over the bare graph decoder's tokens/s). Prints the
+# CausalLM, as engine.backend cuda serves, over the bare graph decoder's tokens/s, for the Qwen3
+# and the GLM-4.5 bench checkpoints). Prints the
 # test summary, the bench tables, and as its last line the decode bench's JSON. Fails if a test
 # fails or was skipped.
 # Usage: bench/gpu.sh [extra cmake args]   (EDGE_GPU_BUILD_DIR overrides build-gpu/)
@@ -71,4 +72,12 @@ t3=$(date +%s)
 echo "bench checkpoint: $((t3 - t2)) s ($(du -sh "$model" | cut -f1))"
 # Serving through the engine's device CausalLM vs the bare graph decoder (host overhead ratio).
 "$build/bench/bench_gpu_serving" --model "$model" --steps 32 --context 256
+# The same on make-model's GLM-4.5 `bench` checkpoint (dense first layer, shared expert, sigmoid
+# grouped routing, q/k/v bias, partial RoPE on the device).
+glm_model="$build/bench-model-glm4"
+if [ ! -f "$glm_model/config.json" ]; then
+    "$build/daemon/edgeserve" make-model --arch glm4_moe --preset bench --out "$glm_model" \
+        --seed 7 >/dev/null
+fi
+"$build/bench/bench_gpu_serving" --model "$glm_model" --steps 32 --context 256
 "$build/bench/bench_gpu_decode" --model "$model" --steps 32 --context 256

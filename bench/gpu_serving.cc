@@ -9,6 +9,8 @@
 // rows, several steps per batch).
 //
 // Usage: bench_gpu_serving --model DIR [--steps N] [--context N] [--quantization POLICY]
+// DIR: any checkpoint the whole-step device forward runs (engine/cuda/host/checkpoint_model.h:
+// Qwen3-MoE, GLM-4.5).
 // Prints a table, then one JSON line. Without a CUDA build, a GPU or --model it says so and
 // exits 2.
 
@@ -35,7 +37,8 @@ int main(int argc, char** argv) {
     std::string quantization = "none";
     edge::bench::parse_flags(
         argc, argv,
-        {edge::bench::Flag::string("--model", &model_dir, "Qwen3-MoE checkpoint (required)"),
+        {edge::bench::Flag::string("--model", &model_dir,
+                                   "Qwen3-MoE or GLM-4.5 checkpoint (required)"),
          edge::bench::Flag::integer("--steps", &steps, 4, "timed decode steps"),
          edge::bench::Flag::integer("--context", &context, 1, "prompt tokens per stream"),
          edge::bench::Flag::string("--quantization", &quantization,

@@ -13,6 +13,7 @@
 #include "engine/cuda/host/launch_plan.h"
 #include "engine/cuda/host/paged_kv_layout.h"
 #include "engine/cuda/kernels/kernels.h"
+#include "engine/cuda/kernels/mla.h"
 #include "engine/quant/quantized_weight.h"
 
 namespace edge::engine::cuda {
@@ -70,14 +71,28 @@ __global__ void advance_kernel(int32_t* positions, int32_t n) {
     }
 }
 
+// A dense SwiGLU on the device (registered dense weights); null data when absent.
+struct DenseMlp {
+    Weight gate, up, down;
+    bool present() const { return gate.data != nullptr; }
+};
+
 struct Layer {
     float* in_norm = nullptr;
     float* post_norm = nullptr;
-    float* q_norm = nullptr;
+    float* q_norm = nullptr;  // Null: no per-head q/k norm.
     float* k_norm = nullptr;
+    float* q_bias = nullptr;  // Null: no attention bias.
+    float* k_bias = nullptr;
+    float* v_bias = nullptr;
     Weight q, k, v, o, router;
+    bool moe = true;               // Routed experts; else the dense MLP.
+    DenseMlp dense;                // moe false.
+    DenseMlp shared;               // Shared experts of a moe layer, or absent.
+    float* router_bias = nullptr;  // e_score_correction_bias, or null.
     kernels::GroupedWeights gate, up, down;
-    int32_t* offsets = nullptr;  // experts + 1, written by permute each step.
+    int32_t* offsets = nullptr;  // experts + 1, written by permute each step (moe layers).
+    kernels::MlaDeviceWeights mla;  // kMla attention (its o_proj is `o`).
 };
 
 }  // namespace
@@ -92,6 +107,14 @@ struct DeviceDecoder::Impl {
     uint64_t fills = 0;
     float eps = 1e-6f;            // RMSNorm epsilon (the checkpoint's rms_norm_eps).
     bool norm_topk_prob = true;   // Renormalise the top-k routing weights.
+    RouterParams rule;            // The checkpoint's routing rule; softmax top-k when random.
+    AttentionKind attention = AttentionKind::kGqa;
+    MlaDims mla;                  // kMla: the attention's shapes and scales.
+    MlaLatentLayout mla_kv;       // kMla: the pool's layout (the same bytes as `kv`'s).
+    float* mla_scratch = nullptr; // kMla: mla_scratch_floats(mla, batch).
+    float* mla_out = nullptr;     // kMla: [batch][heads * v_head_dim], the input of o_proj.
+    int32_t rot_dim = 0;          // Leading values of a head RoPE rotates; 0: head_dim.
+    int64_t mlp_inter = 0;        // Widest dense / shared SwiGLU (0: none).
     bool zero_kv = false;         // Positions below the start hold zeros (else random values).
     std::vector<double> host_inv_freq;  // RoPE frequencies; empty: rope_inv_freq(1e6).
     int64_t dense_bytes = 0;      // Bytes of the dense weights one step reads (not embed).
@@ -145,6 +168,11 @@ struct DeviceDecoder::Impl {
         s.expert_format = m.expert_format;
         eps = m.rms_eps;
         norm_topk_prob = m.norm_topk_prob;
+        rule = m.router;
+        attention = m.attention;
+        mla = m.mla;
+        rot_dim = m.rot_dim;
+        mlp_inter = std::max(m.dense_inter, m.shared_inter);
         zero_kv = true;
     }
 
@@ -311,6 +339,22 @@ struct DeviceDecoder::Impl {
         return d;
     }
 
+    // Null for an empty vector (an absent bias or norm).
+    Result<float*> upload_optional(const std::vector<float>& v) {
+        if (v.empty()) {
+            return static_cast<float*>(nullptr);
+        }
+        return upload_floats(v);
+    }
+
+    Result<DenseMlp> upload_mlp(const CheckpointMlp& w) {
+        DenseMlp d;
+        EDGE_ASSIGN_OR_RETURN(d.gate, upload_dense(w.gate));
+        EDGE_ASSIGN_OR_RETURN(d.up, upload_dense(w.up));
+        EDGE_ASSIGN_OR_RETURN(d.down, upload_dense(w.down));
+        return d;
+    }
+
     Result<float*> upload_floats(const std::vector<float>& v) {
         EDGE_ASSIGN_OR_RETURN(float* d, take<float>(static_cast<int64_t>(v.size()), "norm"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d, v.data(), v.size() * sizeof(float),
@@ -371,12 +415,32 @@ struct DeviceDecoder::Impl {
             Layer& L = layers[l];
             EDGE_ASSIGN_OR_RETURN(L.in_norm, upload_floats(src.input_norm));
             EDGE_ASSIGN_OR_RETURN(L.post_norm, upload_floats(src.post_norm));
-            EDGE_ASSIGN_OR_RETURN(L.q_norm, upload_floats(src.q_norm));
-            EDGE_ASSIGN_OR_RETURN(L.k_norm, upload_floats(src.k_norm));
-            EDGE_ASSIGN_OR_RETURN(L.q, upload_dense(src.q));
-            EDGE_ASSIGN_OR_RETURN(L.k, upload_dense(src.k));
-            EDGE_ASSIGN_OR_RETURN(L.v, upload_dense(src.v));
-            EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
+            switch (m.attention) {
+                case AttentionKind::kGqa: {
+                    EDGE_ASSIGN_OR_RETURN(L.q_norm, upload_optional(src.q_norm));
+                    EDGE_ASSIGN_OR_RETURN(L.k_norm, upload_optional(src.k_norm));
+                    EDGE_ASSIGN_OR_RETURN(L.q_bias, upload_optional(src.q_bias));
+                    EDGE_ASSIGN_OR_RETURN(L.k_bias, upload_optional(src.k_bias));
+                    EDGE_ASSIGN_OR_RETURN(L.v_bias, upload_optional(src.v_bias));
+                    EDGE_ASSIGN_OR_RETURN(L.q, upload_dense(src.q));
+                    EDGE_ASSIGN_OR_RETURN(L.k, upload_dense(src.k));
+                    EDGE_ASSIGN_OR_RETURN(L.v, upload_dense(src.v));
+                    EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
+                    break;
+                }
+                case AttentionKind::kMla:
+                    EDGE_RETURN_IF_ERROR(upload_mla(src.mla, &L));
+                    break;
+            }
+            L.moe = src.moe;
+            if (!src.moe) {
+                EDGE_ASSIGN_OR_RETURN(L.dense, upload_mlp(src.dense));
+                continue;
+            }
+            if (src.shared.present()) {
+                EDGE_ASSIGN_OR_RETURN(L.shared, upload_mlp(src.shared));
+            }
+            EDGE_ASSIGN_OR_RETURN(L.router_bias, upload_optional(src.router_bias));
             EDGE_ASSIGN_OR_RETURN(L.router, upload_dense(src.router));
             EDGE_ASSIGN_OR_RETURN(L.gate, upload_experts(src.gate));
             EDGE_ASSIGN_OR_RETURN(L.up, upload_experts(src.up));
@@ -385,6 +449,39 @@ struct DeviceDecoder::Impl {
         }
         host_inv_freq = m.inv_freq;
         return build_buffers();
+    }
+
+    // A registered dense weight as the single-group GroupedWeights the MLA entry takes.
+    kernels::GroupedWeights single_group(const Weight& w) {
+        kernels::GroupedWeights g;
+        g.format = w.format;
+        g.rows = w.rows;
+        g.cols = w.cols;
+        g.groups = 1;
+        const void* const* t = dense_tables(w);
+        g.data = t;
+        g.scales = w.scales != nullptr ? reinterpret_cast<const float* const*>(t + 1) : nullptr;
+        return g;
+    }
+
+    // kMla attention weights of one layer (kv_b_proj as a plain view: the MLA kernels read it).
+    Status upload_mla(const MlaLayerWeights& src, Layer* L) {
+        if (src.q_a.data != nullptr) {
+            EDGE_ASSIGN_OR_RETURN(Weight q_a, upload_dense(src.q_a));
+            L->mla.q_a = single_group(q_a);
+            EDGE_ASSIGN_OR_RETURN(float* n, upload_floats(src.q_a_norm));
+            L->mla.q_a_norm = n;
+        }
+        EDGE_ASSIGN_OR_RETURN(Weight q, upload_dense(src.q));
+        L->mla.q = single_group(q);
+        EDGE_ASSIGN_OR_RETURN(Weight kv_a, upload_dense(src.kv_a));
+        L->mla.kv_a = single_group(kv_a);
+        EDGE_ASSIGN_OR_RETURN(float* kv_norm, upload_floats(src.kv_a_norm));
+        L->mla.kv_a_norm = kv_norm;
+        EDGE_ASSIGN_OR_RETURN(L->mla.kv_b, upload_weight(src.kv_b));
+        dense_bytes += quant::weight_data_bytes(src.kv_b.format, src.kv_b.rows, src.kv_b.cols);
+        EDGE_ASSIGN_OR_RETURN(L->o, upload_dense(src.o));
+        return ok_status();
     }
 
     Result<Weight> random_dense(int64_t rows, int64_t cols) {
@@ -428,15 +525,33 @@ struct DeviceDecoder::Impl {
     // The KV cache, sequence state and activations (after the weights).
     Status build_buffers() {
         const int64_t B = s.batch, hd = s.head_dim;
+        if (rot_dim <= 0) {
+            rot_dim = s.head_dim;
+        }
         std::vector<double> freq =
-            host_inv_freq.empty() ? cpu::rope_inv_freq(1e6, hd) : host_inv_freq;
-        EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(hd / 2, "rope"));
-        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(), hd / 2 * sizeof(double),
+            host_inv_freq.empty() ? cpu::rope_inv_freq(1e6, rot_dim) : host_inv_freq;
+        if (static_cast<int64_t>(freq.size()) != rot_dim / 2 || rot_dim > hd) {
+            return invalid_argument_error("device decoder: " + std::to_string(freq.size()) +
+                                          " RoPE frequencies for rot_dim " +
+                                          std::to_string(rot_dim) + " of head_dim " +
+                                          std::to_string(hd));
+        }
+        EDGE_ASSIGN_OR_RETURN(inv_freq, take<double>(rot_dim / 2, "rope"));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(inv_freq, freq.data(),
+                                                  rot_dim / 2 * sizeof(double),
                                                   cudaMemcpyHostToDevice, stream));
         max_blocks = serving ? serve.max_blocks_per_seq : kv_blocks_for(s.max_context);
         kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim,
                            serving ? serve.kv_blocks + 1 : static_cast<int32_t>(B) * max_blocks};
         EDGE_ASSIGN_OR_RETURN(pool, take<float>(kv.pool_floats(), "KV pool"));
+        if (attention == AttentionKind::kMla) {
+            // The latent pool: kv_heads 1 and head_dim half a latent row make `kv` its size.
+            mla_kv = mla_latent_layout(mla, s.layers, kv.num_blocks);
+            if (mla_kv.pool_floats() != kv.pool_floats()) {
+                return invalid_argument_error("device decoder: the MLA pool does not match the "
+                                              "KV layout (kv_heads 1, head_dim half a row)");
+            }
+        }
         if (zero_kv) {
             EDGE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
                 pool, 0, static_cast<size_t>(kv.pool_floats()) * sizeof(float), stream));
@@ -523,16 +638,27 @@ struct DeviceDecoder::Impl {
         EDGE_ASSIGN_OR_RETURN(route_scratch, take<float>(B * router_scratch_floats(rp), "route"));
         EDGE_ASSIGN_OR_RETURN(permuted, take<float>(B * K * H, "permuted"));
         EDGE_ASSIGN_OR_RETURN(down, take<float>(B * K * H, "expert out"));
+        // The expert activations also hold the dense MLP's and the shared experts'.
+        const int64_t inter = std::max(K * I, mlp_inter);
         for (float** b : {&gate, &up, &act}) {
-            EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * K * I, "expert act"));
+            EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * inter, "expert act"));
         }
         EDGE_ASSIGN_OR_RETURN(logits, take<float>(B * s.vocab, "logits"));
+        if (attention == AttentionKind::kMla) {
+            EDGE_ASSIGN_OR_RETURN(mla_scratch, take<float>(mla_scratch_floats(mla, B), "mla"));
+            EDGE_ASSIGN_OR_RETURN(mla_out,
+                                  take<float>(B * s.heads * mla.v_head_dim, "mla out"));
+        }
         position = s.context;
         EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
         return ok_status();
     }
 
+    // The checkpoint's rule, or softmax top-k for random weights (rule.experts still 0).
     RouterParams router_params() const {
+        if (rule.experts > 0) {
+            return rule;
+        }
         RouterParams rp;
         rp.scoring = RouterScoring::kSoftmax;
         rp.experts = s.experts;
@@ -541,38 +667,86 @@ struct DeviceDecoder::Impl {
         return rp;
     }
 
+    // x += down(silu(gate h) * up h) over `rows` rows (gate/up/act/o as scratch).
+    Status mlp(const DenseMlp& w, int64_t rows) {
+        EDGE_RETURN_IF_ERROR(dense(w.gate, h, gate));
+        EDGE_RETURN_IF_ERROR(dense(w.up, h, up));
+        EDGE_RETURN_IF_ERROR(kernels::silu_mul(gate, up, rows * w.gate.rows, act, stream));
+        EDGE_RETURN_IF_ERROR(dense(w.down, act, o));
+        return kernels::add_inplace(x, o, rows * s.hidden, stream);
+    }
+
+    // kGqa attention of layer li over `rows` rows: x += o(attention(rope(norm(qkv + bias)))).
+    Status gqa_attention(int32_t li, int64_t rows) {
+        const Layer& L = layers[li];
+        const int64_t H = s.hidden, B = rows, hd = s.head_dim;
+        const int64_t qd = s.heads * hd, kvd = s.kv_heads * hd;
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, eps, h, stream));
+        EDGE_RETURN_IF_ERROR(dense(L.q, h, q));
+        EDGE_RETURN_IF_ERROR(dense(L.k, h, k));
+        EDGE_RETURN_IF_ERROR(dense(L.v, h, v));
+        if (L.q_bias != nullptr) {
+            EDGE_RETURN_IF_ERROR(kernels::add_bias_rows(q, L.q_bias, B, qd, stream));
+            EDGE_RETURN_IF_ERROR(kernels::add_bias_rows(k, L.k_bias, B, kvd, stream));
+            EDGE_RETURN_IF_ERROR(kernels::add_bias_rows(v, L.v_bias, B, kvd, stream));
+        }
+        if (L.q_norm != nullptr) {
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, eps, q, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, eps, k, stream));
+        }
+        EDGE_RETURN_IF_ERROR(
+            kernels::rope(q, positions, B, s.heads, hd, rot_dim, inv_freq, true, 1.0f, stream));
+        EDGE_RETURN_IF_ERROR(kernels::rope(k, positions, B, s.kv_heads, hd, rot_dim, inv_freq,
+                                           true, 1.0f, stream));
+        EDGE_RETURN_IF_ERROR(kernels::paged_kv_write(kv, li, k, v, seq_ids, positions, B,
+                                                     block_table, max_blocks, pool, stream));
+        EDGE_RETURN_IF_ERROR(kernels::paged_attention(kv, li, q, B, s.heads, seq_ids, positions,
+                                                      block_table, max_blocks, pool, scale, attn,
+                                                      stream));
+        EDGE_RETURN_IF_ERROR(dense(L.o, attn, o));
+        return kernels::add_inplace(x, o, B * H, stream);
+    }
+
+    // kMla attention of layer li over `rows` rows: x += o(kernels::mla_attention_layer(norm(x))).
+    Status mla_attention(int32_t li, int64_t rows) {
+        const Layer& L = layers[li];
+        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, rows, s.hidden, eps, h, stream));
+        EDGE_RETURN_IF_ERROR(kernels::mla_attention_layer(
+            L.mla, mla, mla_kv, li, h, rows, step_offsets, seq_ids, positions, block_table,
+            max_blocks, inv_freq, pool, mla_scratch, mla_out, stream));
+        EDGE_RETURN_IF_ERROR(dense(L.o, mla_out, o));
+        return kernels::add_inplace(x, o, rows * s.hidden, stream);
+    }
+
     // Enqueues one step of `rows` rows on `stream` (also what a graph captures); `offsets` is
     // {0, rows} on the device. `feed_back`: the argmax becomes the next input token and every
     // position advances (the fixed batch); else the logits are left for the caller (serving).
     Status enqueue_step(int64_t rows, const int32_t* offsets, bool feed_back) {
         const int64_t H = s.hidden, B = rows, K = s.top_k, I = s.moe_inter;
         step_offsets = offsets;
-        const int64_t hd = s.head_dim;
-        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
         EDGE_RETURN_IF_ERROR(kernels::embedding(embed, tokens, B, x, stream));
         for (int32_t li = 0; li < s.layers; ++li) {
             const Layer& L = layers[li];
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, B, H, eps, h, stream));
-            EDGE_RETURN_IF_ERROR(dense(L.q, h, q));
-            EDGE_RETURN_IF_ERROR(dense(L.k, h, k));
-            EDGE_RETURN_IF_ERROR(dense(L.v, h, v));
-            EDGE_RETURN_IF_ERROR(kernels::rms_norm(q, L.q_norm, B * s.heads, hd, eps, q, stream));
-            EDGE_RETURN_IF_ERROR(
-                kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, eps, k, stream));
-            EDGE_RETURN_IF_ERROR(
-                kernels::rope(q, positions, B, s.heads, hd, hd, inv_freq, true, 1.0f, stream));
-            EDGE_RETURN_IF_ERROR(
-                kernels::rope(k, positions, B, s.kv_heads, hd, hd, inv_freq, true, 1.0f, stream));
-            EDGE_RETURN_IF_ERROR(kernels::paged_kv_write(kv, li, k, v, seq_ids, positions, B,
-                                                         block_table, max_blocks, pool, stream));
-            EDGE_RETURN_IF_ERROR(kernels::paged_attention(kv, li, q, B, s.heads, seq_ids,
-                                                          positions, block_table, max_blocks,
-                                                          pool, scale, attn, stream));
-            EDGE_RETURN_IF_ERROR(dense(L.o, attn, o));
-            EDGE_RETURN_IF_ERROR(kernels::add_inplace(x, o, B * H, stream));
+            switch (attention) {
+                case AttentionKind::kGqa:
+                    EDGE_RETURN_IF_ERROR(gqa_attention(li, B));
+                    break;
+                case AttentionKind::kMla:
+                    EDGE_RETURN_IF_ERROR(mla_attention(li, B));
+                    break;
+            }
             EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.post_norm, B, H, eps, h, stream));
+            if (!L.moe) {
+                EDGE_RETURN_IF_ERROR(mlp(L.dense, B));
+                continue;
+            }
+            if (L.shared.present()) {
+                EDGE_RETURN_IF_ERROR(mlp(L.shared, B));
+            }
             EDGE_RETURN_IF_ERROR(dense(L.router, h, router_logits));
-            EDGE_RETURN_IF_ERROR(kernels::route(router_logits, nullptr, router_params(), B,
+            EDGE_RETURN_IF_ERROR(kernels::route(router_logits, L.router_bias, router_params(), B,
                                                 topk_idx, topk_w, route_scratch, stream));
             EDGE_RETURN_IF_ERROR(kernels::permute(topk_idx, B, s.top_k, s.experts, h, H,
                                                   L.offsets, row_of, permuted, stream));
@@ -604,6 +778,9 @@ struct DeviceDecoder::Impl {
                                quant::weight_scale_count(s.expert_format, s.moe_inter, H) * 12;
         std::vector<int32_t> offsets(E + 1);
         for (const Layer& L : layers) {
+            if (!L.moe) {
+                continue;  // A dense layer's MLP is in dense_bytes.
+            }
             EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets.data(), L.offsets,
                                                       (E + 1) * sizeof(int32_t),
                                                       cudaMemcpyDeviceToHost, stream));
@@ -715,6 +892,15 @@ Status DeviceDecoder::copy_kv_blocks(std::span<const BlockMove> moves) {
                                           std::to_string(m.serve.kv_blocks) + " blocks");
         }
         for (int32_t l = 0; l < m.s.layers; ++l) {
+            if (m.attention == AttentionKind::kMla) {
+                // One latent row block per layer (the same bytes as a K and a V block).
+                EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                    m.pool + m.mla_kv.row_offset(l, mv.to, 0),
+                    m.pool + m.mla_kv.row_offset(l, mv.from, 0),
+                    static_cast<size_t>(m.mla_kv.block_floats()) * sizeof(float),
+                    cudaMemcpyDeviceToDevice, m.stream));
+                continue;
+            }
             for (int32_t which = 0; which < 2; ++which) {
                 float* plane = m.pool + m.kv.plane_offset(l, which);
                 EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(

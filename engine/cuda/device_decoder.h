@@ -1,18 +1,20 @@
 #pragma once
 
-// DeviceDecoder runs whole decode steps of a Qwen3-MoE-shaped model on one GPU, every op on the
-// device (embedding, RMSNorm with per-head q/k norms, NeoX RoPE, paged KV cache, attention,
-// softmax top-k routing, permute, grouped expert matmuls with fused dequantization, SwiGLU,
-// unpermute, final norm, LM head, argmax), for `batch` sequences advancing one token per step.
-// A step is captured once as a CUDA graph and replayed: positions and tokens live on the device
-// and the graph advances them itself. Weights come either from a real Qwen3-MoE checkpoint
-// (create_from_checkpoint: every tensor uploaded once, experts in their stored or
-// quantized-on-load format) or are random (create: seeded, generated on the device, experts in
-// the chosen format, the bench preset's shape). It serves the GPU benchmark (bench/gpu_decode.cc)
-// and the GPU tests (greedy tokens of the fixture model against the CPU engine). In serving mode
-// (create_for_serving, used by engine/cuda/device_causal_lm.h) rows are any tokens of any
-// sequences at any positions over a caller-assigned paged KV pool, one CUDA graph per batch-size
-// bucket, and the logits go back to the host. This header includes no CUDA header.
+// DeviceDecoder runs whole decode steps of a Qwen3-MoE or GLM-4.5 model on one GPU, every op on the
+// device (embedding, RMSNorm, GQA attention with optional q/k/v bias and per-head q/k norms, NeoX
+// RoPE on all or the first rot_dim values of a head, paged KV cache, attention, dense SwiGLU
+// layers, softmax top-k or sigmoid grouped top-k routing with the correction bias, permute, grouped
+// expert matmuls with fused dequantization, SwiGLU, shared experts, unpermute, final norm, LM head,
+// argmax), for `batch` sequences advancing one token per step. A step is captured once as a CUDA
+// graph and replayed: positions and tokens live on the device and the graph advances them itself.
+// Weights come either from a real checkpoint (host/checkpoint_model.h; create_from_checkpoint:
+// every tensor uploaded once, experts in their stored or quantized-on-load format) or are random
+// (create: Qwen3-MoE-shaped, seeded, generated on the device, experts in the chosen format, the
+// bench preset's shape). It serves the GPU benchmark (bench/gpu_decode.cc) and the GPU tests
+// (greedy tokens of the fixture models against the CPU engine). In serving mode
+// (create_for_serving, used by engine/cuda/device_causal_lm.h) rows are any tokens of any sequences
+// at any positions over a caller-assigned paged KV pool, one CUDA graph per batch-size bucket, and
+// the logits go back to the host. This header includes no CUDA header.
 //
 // Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
 
@@ -32,7 +34,7 @@ namespace edge::engine::cuda {
 
 struct DecoderShape {
     int32_t hidden = 1024;        // Model width.
-    int32_t layers = 12;          // Decoder layers (all MoE).
+    int32_t layers = 12;          // Decoder layers (all MoE when random).
     int32_t experts = 64;         // Routed experts per layer.
     int32_t top_k = 8;            // Experts per token.
     int32_t moe_inter = 512;      // Expert intermediate width.
@@ -70,7 +72,7 @@ public:
     static Result<std::unique_ptr<DeviceDecoder>> create(const DecoderShape& shape,
                                                          const DeviceMemoryConfig& memory,
                                                          uint64_t seed);
-    // The Qwen3-MoE checkpoint in `dir` (engine/cuda/host/checkpoint_model.h says which configs
+    // The checkpoint in `dir` (engine/cuda/host/checkpoint_model.h says which configs
     // run; others are kUnimplemented) on the current device. Every sequence's first input token
     // is 0 until set_tokens().
     static Result<std::unique_ptr<DeviceDecoder>> create_from_checkpoint(

@@ -2,7 +2,8 @@
 // of the fixture model with every op of the decode step on the device (one CUDA graph per step)
 // against the CPU backend (stored BF16 experts) and against the engine's forward on the CUDA
 // backend (INT4 experts quantized on load); and
-// the model sharded expert-parallel over all GPUs (one rank per GPU, NCCL) against one GPU.
+// the model sharded expert-parallel over all GPUs (one rank per GPU, NCCL) against one GPU; the
+// GLM-4.5 fixture's greedy tokens on the device decoder against the CPU.
 
 #include <algorithm>
 #include <cstdio>
@@ -17,14 +18,16 @@ namespace edge::engine::cuda {
 namespace {
 
 const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
+const std::string kGlm = EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe";
 const std::vector<TokenId> kPrompt = {510, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114};
 
 // Greedy decode of `steps` tokens after kPrompt through the engine's own forward.
-std::vector<TokenId> engine_greedy(LoadOptions lo, int steps, std::vector<float>* first) {
+std::vector<TokenId> engine_greedy(LoadOptions lo, int steps, std::vector<float>* first,
+                                   const std::string& dir = kMicro) {
     lo.threads = 2;
     lo.max_slots = 2;
     lo.max_context = 256;
-    auto model = load_model(kMicro, lo);
+    auto model = load_model(dir, lo);
     REQUIRE_MESSAGE(model.ok(), model.status().to_string());
     CausalLM& m = **model;
     auto slot = m.acquire_slot();
@@ -96,6 +99,38 @@ TEST_CASE("end to end on the fixture model: the device decoder's greedy tokens e
         }
         CHECK(gpu == want);
     }
+    CHECK(cuda_device_health().ok());
+}
+
+TEST_CASE("GLM-4.5 fixture: the device decoder's greedy tokens (eager and graph) equal the CPU's") {
+    const int steps = 24;
+    LoadOptions lo;
+    lo.backend = "cpu";
+    const std::vector<TokenId> want = engine_greedy(lo, steps, nullptr, kGlm);
+    CheckpointDecoderOptions o;
+    o.batch = 2;
+    o.max_context = 256;
+    auto dec = DeviceDecoder::create_from_checkpoint(kGlm, o, small_arena());
+    REQUIRE_MESSAGE(dec.ok(), dec.status().to_string());
+    DeviceDecoder& d = **dec;
+    std::vector<TokenId> gpu;
+    for (TokenId t : kPrompt) {
+        REQUIRE(d.set_tokens(std::vector<int32_t>{t, t}).ok());
+        REQUIRE(d.step().ok());
+    }
+    auto first = d.last_tokens();
+    REQUIRE(first.ok());
+    gpu.push_back((*first)[0]);
+    for (int i = 1; i < steps; ++i) {
+        auto stats = d.run_graph(1);
+        REQUIRE_MESSAGE(stats.ok(), stats.status().to_string());
+        CHECK(stats->bytes_per_step > 0);
+        auto t = d.last_tokens();
+        REQUIRE(t.ok());
+        CHECK((*t)[0] == (*t)[1]);
+        gpu.push_back((*t)[0]);
+    }
+    CHECK(gpu == want);
     CHECK(cuda_device_health().ok());
 }
 

@@ -212,7 +212,7 @@ TEST_CASE("routing picks the twin's experts (ties to the lower index) and weight
     }
 }
 
-TEST_CASE("permute, unpermute and silu_mul match the twins") {
+TEST_CASE("permute, unpermute, silu_mul and add_bias_rows match the twins") {
     std::mt19937_64 rng(6);
     const int32_t E = 16, K = 4;
     const int64_t T = 23, H = 72;
@@ -250,6 +250,14 @@ TEST_CASE("permute, unpermute and silu_mul match the twins") {
     std::vector<float> act(1000);
     twin::silu_mul(gate.data(), up.data(), 1000, act.data());
     check_close(da.download(), act, 1e-6, 1e-6, "silu_mul");
+    // The projection bias, broadcast over rows (GLM-4.5's q/k/v bias).
+    auto rows = random_floats(rng, 7 * 96);
+    auto bias = random_floats(rng, 96);
+    DeviceVec<float> drows(rows), dbias(bias);
+    REQUIRE(kernels::add_bias_rows(drows.get(), dbias.get(), 7, 96, nullptr).ok());
+    CHECK_FALSE(kernels::add_bias_rows(drows.get(), dbias.get(), 7, 0, nullptr).ok());
+    twin::add_bias_rows(rows.data(), bias.data(), 7, 96);
+    check_close(drows.download(), rows, 0.0, 0.0, "add_bias_rows");  // One f32 add each.
 }
 
 TEST_CASE("grouped matmul with fused dequant matches the twin for every format") {

@@ -29,6 +29,7 @@ struct TensorPlan {
     bool attention_bias = false;  // q/k/v_proj.bias.
     bool qk_norm = false;         // self_attn.q_norm / k_norm.
     bool tie_word_embeddings = false;
+    bool float_embed = false;  // The embedding table read as stored (never quantized).
     double rope_theta = 10000.0;
     std::vector<bool> moe_layer;  // Per layer: routed experts (else a dense MLP).
 };
@@ -40,8 +41,10 @@ Status check_device_limits(const ConfigJson& json, const CheckpointModel& m) {
     }
     if (m.experts > kMaxRouterExperts) {
         return unsupported(json, "num_experts / n_routed_experts",
-                           std::to_string(m.experts) + " routed experts (the device router "
-                           "takes at most " + std::to_string(kMaxRouterExperts) + ")");
+                           std::to_string(m.experts) +
+                               " routed experts (the device router "
+                               "takes at most " +
+                               std::to_string(kMaxRouterExperts) + ")");
     }
     if (m.attention == AttentionKind::kMla) {
         const Status s = check_mla_dims(m.mla);
@@ -118,6 +121,7 @@ void plan_sigmoid_moe(const SigmoidMoeConfig& c, CheckpointModel* m, TensorPlan*
     m->eos_token_ids = c.eos_token_ids;
     m->bos_token_id = c.bos_token_id;
     plan->tie_word_embeddings = c.tie_word_embeddings;
+    plan->float_embed = true;  // As the CPU model (glm4_moe_common.cc) reads it.
     plan->rope_theta = c.rope_theta;
     plan->moe_layer.resize(static_cast<size_t>(c.num_hidden_layers));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -139,7 +143,8 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     }
     EDGE_ASSIGN_OR_RETURN(double factor, json.get_double("partial_rotary_factor", 1.0));
     if (!(factor > 0.0 && factor <= 1.0)) {
-        return invalid_argument_error(json.path() + ": field 'partial_rotary_factor' must be in "
+        return invalid_argument_error(json.path() +
+                                      ": field 'partial_rotary_factor' must be in "
                                       "(0, 1]");
     }
     const int64_t rot = std::llround(static_cast<double>(head_dim) * factor);
@@ -240,7 +245,14 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     const Checkpoint& ck = *m.checkpoint;
     WeightLoader& wl = *m.loader;
     const int64_t H = m.hidden, E = m.experts;
-    EDGE_ASSIGN_OR_RETURN(m.embed, wl.matrix("model.embed_tokens.weight", m.vocab, H));
+    if (plan.float_embed) {
+        EDGE_ASSIGN_OR_RETURN(TensorView t,
+                              ck.tensor("model.embed_tokens.weight",
+                                        {DType::kBF16, DType::kF16, DType::kF32}, {m.vocab, H}));
+        m.embed = Weight{float_format_of(t.dtype()), m.vocab, H, t.data, nullptr};
+    } else {
+        EDGE_ASSIGN_OR_RETURN(m.embed, wl.matrix("model.embed_tokens.weight", m.vocab, H));
+    }
     if (plan.tie_word_embeddings && !ck.has("lm_head.weight")) {
         m.lm_head = m.embed;
     } else {

@@ -130,8 +130,8 @@ class TwinStepRunner final : public StepRunner {
         }
         twin::rope(q, positions, B, m_.heads, hd, m_.rot_dim, m_.inv_freq.data(), true, 1.0f);
         twin::rope(k, positions, B, m_.kv_heads, hd, m_.rot_dim, m_.inv_freq.data(), true, 1.0f);
-        twin::paged_kv_write(kv_, li, k, v, seqs, positions, B, table,
-                             layout_.max_blocks_per_seq, pool_.data());
+        twin::paged_kv_write(kv_, li, k, v, seqs, positions, B, table, layout_.max_blocks_per_seq,
+                             pool_.data());
         twin::paged_attention(kv_, li, q, B, m_.heads, seqs, positions, table,
                               layout_.max_blocks_per_seq, pool_.data(), scale, attn_.data());
         dense(L.o, attn_.data(), B, o_buf_.data());

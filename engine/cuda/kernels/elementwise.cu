@@ -1,4 +1,4 @@
-// Embedding, RMSNorm, RoPE, SwiGLU and residual adds.
+// Embedding, RMSNorm, RoPE, SwiGLU, residual adds and bias adds.
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/dequant.cuh"
@@ -70,6 +70,13 @@ __global__ void add_kernel(float* out, const float* add, int64_t n) {
     }
 }
 
+__global__ void add_bias_kernel(float* x, const float* bias, int64_t n, int64_t cols) {
+    for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        x[i] += bias[i % cols];
+    }
+}
+
 }  // namespace
 
 Status embedding(const Weight& table, const int32_t* ids, int64_t n, float* out,
@@ -135,6 +142,21 @@ Status add_inplace(float* out, const float* add, int64_t n, cudaStream_t stream)
     const LaunchShape s = plan_elementwise(n);
     add_kernel<<<grid_of(s), s.block, 0, stream>>>(out, add, n);
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("add");
+    return ok_status();
+}
+
+Status add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
+    if (rows < 0 || cols <= 0) {
+        return invalid_argument_error("cuda add_bias_rows: " + std::to_string(rows) + " x " +
+                                      std::to_string(cols));
+    }
+    if (rows == 0) {
+        return ok_status();
+    }
+    const LaunchShape s = plan_elementwise(rows * cols);
+    add_bias_kernel<<<grid_of(s), s.block, 0, stream>>>(x, bias, rows * cols, cols);
+    EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("add_bias_rows");
     return ok_status();
 }
 

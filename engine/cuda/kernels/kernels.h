@@ -82,6 +82,10 @@ Status silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaS
 // out[i] += add[i] (residual connections).
 Status add_inplace(float* out, const float* add, int64_t n, cudaStream_t stream);
 
+// x[r * cols + c] += bias[c] for rows x cols (projection biases).
+Status add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols,
+                     cudaStream_t stream);
+
 // out[r] = argmax of logits row r (n values), ties to the lower index.
 Status argmax(const float* logits, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream);
 

@@ -50,10 +50,10 @@ void write_without(const testing::TempDir& dir, const std::string& drop) {
         }
         auto t = (*ck)->tensor(name);
         REQUIRE(t.ok());
-        keep.push_back(TensorToWrite{name, t->dtype(), t->shape(),
-                                     std::string_view(static_cast<const char*>(t->data),
-                                                      static_cast<size_t>(t->nbytes)),
-                                     nullptr});
+        keep.push_back(TensorToWrite{
+            name, t->dtype(), t->shape(),
+            std::string_view(static_cast<const char*>(t->data), static_cast<size_t>(t->nbytes)),
+            nullptr});
     }
     REQUIRE(dropped);
     REQUIRE(write_safetensors(dir.file("model.safetensors"), keep).ok());
@@ -156,15 +156,14 @@ TEST_CASE("checkpoint model (GLM-4.5): a missing bias or shared-expert tensor na
         auto m = read_checkpoint_model(dir.path(), "none");
         REQUIRE_FALSE(m.ok());
         CHECK(m.status().code() != StatusCode::kUnimplemented);  // Broken, not a fallback.
-        CHECK_MESSAGE(m.status().message().find(drop) != std::string::npos,
-                      m.status().message());
+        CHECK_MESSAGE(m.status().message().find(drop) != std::string::npos, m.status().message());
     }
     // Without attention_bias the biases are not read (the same checkpoint then loads).
     testing::TempDir dir;
     write_without(dir, "model.layers.1.self_attn.k_proj.bias");
-    dir.write("config.json", std::regex_replace(glm_config(),
-                                                std::regex("\"attention_bias\": true"),
-                                                "\"attention_bias\": false"));
+    dir.write("config.json",
+              std::regex_replace(glm_config(), std::regex("\"attention_bias\": true"),
+                                 "\"attention_bias\": false"));
     auto m = read_checkpoint_model(dir.path(), "none");
     REQUIRE_MESSAGE(m.ok(), m.status().to_string());
     CHECK(m->layer[1].k_bias.empty());

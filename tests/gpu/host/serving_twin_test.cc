@@ -6,10 +6,15 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include "engine/backend.h"
 #include "engine/cuda/host/serving_model.h"
 #include "engine/cuda/host/twin_step_runner.h"
 #include "tests/gpu/host/serving_script.h"
+#include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
 namespace {
@@ -31,8 +36,8 @@ TEST_CASE(
     "routing with correction bias, q/k/v bias, q/k norm, partial RoPE) equals the CPU model") {
     auto cpu = load_model(testing::kMicroGlm4, testing::serving_script_options("cpu"));
     REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-    auto twin = load_serving_causal_lm(
-        testing::kMicroGlm4, testing::serving_script_options("cuda"), create_twin_step_runner);
+    auto twin = load_serving_causal_lm(testing::kMicroGlm4, testing::serving_script_options("cuda"),
+                                       create_twin_step_runner);
     REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
     CHECK(twin->get()->spec().architecture == cpu->get()->spec().architecture);
     CHECK(twin->get()->spec().eos_token_ids == cpu->get()->spec().eos_token_ids);
@@ -42,6 +47,36 @@ TEST_CASE(
     // As Qwen3's: the same BF16 weights and f32 activations, the twins' matmuls accumulating in
     // double against the CPU's f32 sums; routed_scaling_factor 2.5 scales the routed part.
     testing::run_serving_script(**cpu, **twin, 1e-3);
+}
+
+TEST_CASE(
+    "serving path on the CPU twin: GLM-4.5 variants (no shared expert, no q/k norm, one expert "
+    "group, no attention bias) equal the CPU model") {
+    std::ifstream in(testing::kMicroGlm4 + "/config.json");
+    std::ostringstream text;
+    text << in.rdbuf();
+    const std::vector<std::pair<std::string, std::string>> variants = {
+        {"\"n_shared_experts\": 1", "\"n_shared_experts\": 0"},
+        {"\"use_qk_norm\": true", "\"use_qk_norm\": false"},
+        {"\"n_group\": 2", "\"n_group\": 1"},
+        {"\"attention_bias\": true", "\"attention_bias\": false"},
+    };
+    for (const auto& v : variants) {
+        CAPTURE(v.second);
+        edge::testing::TempDir dir;
+        const std::string config = text.str();
+        const size_t at = config.find(v.first);
+        REQUIRE(at != std::string::npos);
+        dir.write("config.json", std::string(config).replace(at, v.first.size(), v.second));
+        std::filesystem::create_symlink(testing::kMicroGlm4 + "/model.safetensors",
+                                        dir.file("model.safetensors"));
+        auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
+        REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+        auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
+                                           create_twin_step_runner);
+        REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
+        testing::run_serving_script(**cpu, **twin, 1e-3);
+    }
 }
 
 TEST_CASE("serving path: a sticky device fault fails every forward and changes no length") {
@@ -76,14 +111,6 @@ TEST_CASE("serving path: configurations the whole-step forward does not run are 
         REQUIRE_FALSE(m.ok());
         CHECK(serving_path_after(m.status()) == ServingPath::kFallback);
     }
-    // DeepSeek-V3's MLA attention is not on the device yet.
-    auto mla =
-        load_serving_causal_lm(EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3",
-                               testing::serving_script_options("cuda"), create_twin_step_runner);
-    REQUIRE_FALSE(mla.ok());
-    CHECK(serving_path_after(mla.status()) == ServingPath::kFallback);
-    CHECK_MESSAGE(mla.status().message().find("MLA") != std::string::npos,
-                  mla.status().message());
     LoadOptions too_long = testing::serving_script_options("cuda");
     too_long.max_context = 1 << 20;
     auto bad = load_serving_causal_lm(testing::kMicroQwen3, too_long, create_twin_step_runner);

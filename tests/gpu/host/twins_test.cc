@@ -102,6 +102,13 @@ TEST_CASE("permute groups assignments stably by expert, unpermute is the weighte
     CHECK(out == std::vector<float>{11, 11, 12, 12, 13, 13});
 }
 
+TEST_CASE("add_bias_rows adds the bias to every row, column by column") {
+    std::vector<float> x = {1, 2, 3, 4, 5, 6};
+    const std::vector<float> bias = {10, 20, 30};
+    twin::add_bias_rows(x.data(), bias.data(), 2, 3);
+    CHECK(x == std::vector<float>{11, 22, 33, 14, 25, 36});
+}
+
 TEST_CASE("grouped_matmul twin equals the CPU backend's matmul per group") {
     std::mt19937_64 rng(10);
     const int64_t rows = 33, cols = 64;
