@@ -107,8 +107,7 @@ void plan_sigmoid_moe(const SigmoidMoeConfig& c, CheckpointModel* m, TensorPlan*
     m->top_k = static_cast<int32_t>(c.num_experts_per_tok);
     m->moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
     m->shared_inter = static_cast<int32_t>(c.moe_intermediate_size * c.n_shared_experts);
-    m->dense_inter =
-        c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
+    m->dense_inter = c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
     m->heads = static_cast<int32_t>(c.num_attention_heads);
     m->vocab = static_cast<int32_t>(c.vocab_size);
     m->max_position = static_cast<int32_t>(c.max_position_embeddings);

@@ -333,9 +333,9 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
     if (model.attention == AttentionKind::kMla) {
         // The MLA scratch and output (the latent pool is the kv layout's size: kv_heads 1,
         // head_dim half a latent row).
-        bytes += (mla_scratch_floats(model.mla, max_rows) +
-                  int64_t{max_rows} * model.heads * model.mla.v_head_dim) * 4 +
-                 static_cast<int64_t>(model.inv_freq.size()) * 8;
+        const int64_t out = int64_t{max_rows} * model.heads * model.mla.v_head_dim;
+        bytes += (mla_scratch_floats(model.mla, max_rows) + out) * 4;
+        bytes += static_cast<int64_t>(model.inv_freq.size()) * 8;
         allocations += 3;
     }
     const StepLayout layout{max_rows, max_blocks_per_seq};

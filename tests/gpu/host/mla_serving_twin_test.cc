@@ -95,10 +95,10 @@ TEST_CASE("checkpoint model (DeepSeek-V3): MLA attention, dims, YaRN tables and 
             }
             auto t = (*ck)->tensor(name);
             REQUIRE(t.ok());
-            keep.push_back(TensorToWrite{name, t->dtype(), t->shape(),
-                                         std::string_view(static_cast<const char*>(t->data),
-                                                          static_cast<size_t>(t->nbytes)),
-                                         nullptr});
+            keep.push_back(TensorToWrite{
+                name, t->dtype(), t->shape(),
+                std::string_view(static_cast<const char*>(t->data), static_cast<size_t>(t->nbytes)),
+                nullptr});
         }
         REQUIRE(write_safetensors(dir.file("model.safetensors"), keep).ok());
         dir.write("config.json", deepseek_config());

@@ -309,8 +309,8 @@ TEST_CASE("serving on the device or falling back: the decision and its reasons")
     // The fixture architectures all run on the device (DeepSeek-V3 with MLA attention).
     for (const char* name : {"micro-glm4-moe", "micro-deepseek-v3"}) {
         CAPTURE(name);
-        auto m = read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/" + std::string(name),
-                                       "none");
+        auto m =
+            read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/" + std::string(name), "none");
         CHECK_MESSAGE(m.ok(), m.status().to_string());
     }
     auto missing = read_checkpoint_model(kMicro + "/nowhere", "none");
