@@ -117,8 +117,9 @@ MlaDims dims_of(int32_t heads, int32_t latent, int32_t rope, int32_t nope, int32
 
 TEST_CASE("mla kernels (latent write, absorb, attention, expand) match the twins") {
     std::mt19937_64 rng(19);
-    // DeepSeek-V3's per-head shape with fewer heads, the fixture's, and odd widths.
-    const MlaDims shapes[] = {dims_of(3, 512, 64, 128, 128), dims_of(4, 32, 16, 32, 32),
+    // DeepSeek-V3's per-head shape (two head groups, the second partial), the fixture's with
+    // two full groups, and odd widths with one partial group.
+    const MlaDims shapes[] = {dims_of(11, 512, 64, 128, 128), dims_of(16, 32, 16, 32, 32),
                               dims_of(5, 100, 8, 24, 20)};
     const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kF32,
                                     WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row};

@@ -34,12 +34,15 @@ struct SigmoidMoeConfig;
 
 namespace edge::engine::cuda {
 
-// Limits of the MLA kernels: the latent output of one (token, head) lives in registers,
-// kMlaMaxLatent / kMlaThreads floats a thread; the query row (latent + rope) in shared memory.
+// Limits of the MLA kernels. The attention runs one block per (row, group of kMlaHeadsPerBlock
+// heads), so each cached row is read once per group rather than once per head: the group's
+// latent outputs live in registers (kMlaHeadsPerBlock * kMlaMaxLatent / kMlaThreads floats a
+// thread), its query rows (latent + rope each) and kMlaTile positions' scores in shared memory.
 inline constexpr int32_t kMlaThreads = 128;
 inline constexpr int32_t kMlaMaxLatent = 1024;
 inline constexpr int32_t kMlaMaxRope = 256;
-inline constexpr int32_t kMlaTile = 64;  // Positions scored per pass (online softmax).
+inline constexpr int32_t kMlaHeadsPerBlock = 8;
+inline constexpr int32_t kMlaTile = 32;  // Positions scored per pass (online softmax).
 
 struct MlaDims {
     int32_t hidden = 0;        // Model width (input of q_a_proj / q_proj / kv_a_proj_with_mqa).

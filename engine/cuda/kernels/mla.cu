@@ -69,86 +69,141 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
 }
 
-// One block per (row, head): scores of kMlaTile positions at a time (a warp per position, lanes
-// over the row), then an online-softmax update of the latent output (a thread per latent
-// column, kLatentPerThread columns in registers).
+// One block per (row, group of kG heads): scores of kMlaTile positions at a time for the whole
+// group (a warp per position, lanes over the row, each cached value read once for all kG
+// queries), then an online-softmax update of the group's latent outputs (a thread per latent
+// column, kLatentPerThread columns of each head in registers). Heads past `heads` in the last
+// group have zero queries and are not written.
+constexpr int kG = kMlaHeadsPerBlock;
+
 __global__ void __launch_bounds__(kMlaThreads)
     attention_kernel(MlaLatentLayout layout, int32_t layer, int32_t heads, float scale,
                      const float* q_full, const int32_t* seq_of_token, const int32_t* pos_of_token,
                      const int32_t* block_table, int32_t max_blocks, const float* pool,
                      float* o_lat) {
     extern __shared__ float smem[];
-    float* scores = smem;
-    float* qs = smem + kMlaTile;
-    const int64_t t = blockIdx.x;
-    const int64_t h = blockIdx.y;
     const int32_t c = layout.latent;
     const int32_t width = static_cast<int32_t>(layout.row_floats());
+    float* qs = smem;                     // [kG][width]
+    float* scores = qs + kG * width;      // [kG][kMlaTile]
+    float* m_s = scores + kG * kMlaTile;  // [kG] running max
+    float* corr_s = m_s + kG;             // [kG] rescale of this tile
+    float* l_s = corr_s + kG;             // [kG] running sum
+    const int64_t t = blockIdx.x;
+    const int32_t h0 = blockIdx.y * kG;
+    const int32_t group = min(kG, heads - h0);
     const int32_t n_ctx = pos_of_token[t] + 1;
     const int32_t* table = block_table + static_cast<int64_t>(seq_of_token[t]) * max_blocks;
-    const float* qh = q_full + (t * heads + h) * width;
-    for (int j = threadIdx.x; j < width; j += blockDim.x) {
-        qs[j] = qh[j];
+    const float* qh = q_full + (t * heads + h0) * width;
+    for (int i = threadIdx.x; i < kG * width; i += blockDim.x) {
+        qs[i] = i / width < group ? qh[i] : 0.0f;
+    }
+    if (threadIdx.x < kG) {
+        m_s[threadIdx.x] = -FLT_MAX;
+        l_s[threadIdx.x] = 0.0f;
     }
     __syncthreads();
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
-    float m = -FLT_MAX;
-    float l = 0.0f;
-    float acc[kLatentPerThread];
+    float acc[kG][kLatentPerThread];
 #pragma unroll
-    for (int k = 0; k < kLatentPerThread; ++k) {
-        acc[k] = 0.0f;
+    for (int g = 0; g < kG; ++g) {
+#pragma unroll
+        for (int k = 0; k < kLatentPerThread; ++k) {
+            acc[g][k] = 0.0f;
+        }
     }
     for (int32_t p0 = 0; p0 < n_ctx; p0 += kMlaTile) {
+        const int live = min(kMlaTile, n_ctx - p0);
         for (int pi = warp; pi < kMlaTile; pi += kWarps) {
             const int32_t p = p0 + pi;
-            float dot = 0.0f;
+            float dot[kG];
+#pragma unroll
+            for (int g = 0; g < kG; ++g) {
+                dot[g] = 0.0f;
+            }
             if (p < n_ctx) {
                 const float* row = pool + layout.position_offset(layer, table, p);
                 for (int j = lane; j < width; j += 32) {
-                    dot += qs[j] * row[j];
+                    const float v = row[j];
+#pragma unroll
+                    for (int g = 0; g < kG; ++g) {
+                        dot[g] += qs[g * width + j] * v;
+                    }
                 }
             }
-            dot = warp_sum(dot);
+#pragma unroll
+            for (int g = 0; g < kG; ++g) {
+                dot[g] = warp_sum(dot[g]);
+            }
             if (lane == 0) {
-                scores[pi] = p < n_ctx ? dot * scale : -FLT_MAX;
+#pragma unroll
+                for (int g = 0; g < kG; ++g) {
+                    scores[g * kMlaTile + pi] = p < n_ctx ? dot[g] * scale : -FLT_MAX;
+                }
             }
         }
         __syncthreads();
-        const int live = min(kMlaTile, n_ctx - p0);
-        float tile_max = -FLT_MAX;
-        for (int i = 0; i < live; ++i) {
-            tile_max = fmaxf(tile_max, scores[i]);
+        if (threadIdx.x < kG) {
+            const int g = threadIdx.x;
+            float tile_max = -FLT_MAX;
+            for (int i = 0; i < live; ++i) {
+                tile_max = fmaxf(tile_max, scores[g * kMlaTile + i]);
+            }
+            const float m_new = fmaxf(m_s[g], tile_max);
+            corr_s[g] = expf(m_s[g] - m_new);
+            m_s[g] = m_new;
         }
-        const float m_new = fmaxf(m, tile_max);
-        const float corr = expf(m - m_new);
-        l *= corr;
+        __syncthreads();
+        for (int i = threadIdx.x; i < kG * kMlaTile; i += blockDim.x) {
+            const int g = i / kMlaTile;
+            scores[i] = i % kMlaTile < live ? expf(scores[i] - m_s[g]) : 0.0f;
+        }
+        __syncthreads();
+        if (threadIdx.x < kG) {
+            const int g = threadIdx.x;
+            float sum = 0.0f;
+            for (int i = 0; i < live; ++i) {
+                sum += scores[g * kMlaTile + i];
+            }
+            l_s[g] = l_s[g] * corr_s[g] + sum;
+        }
 #pragma unroll
-        for (int k = 0; k < kLatentPerThread; ++k) {
-            acc[k] *= corr;
+        for (int g = 0; g < kG; ++g) {
+            const float corr = corr_s[g];
+#pragma unroll
+            for (int k = 0; k < kLatentPerThread; ++k) {
+                acc[g][k] *= corr;
+            }
         }
         for (int i = 0; i < live; ++i) {
-            const float e = expf(scores[i] - m_new);
-            l += e;
             const float* row = pool + layout.position_offset(layer, table, p0 + i);
 #pragma unroll
             for (int k = 0; k < kLatentPerThread; ++k) {
                 const int j = threadIdx.x + k * kMlaThreads;
                 if (j < c) {
-                    acc[k] += e * row[j];
+                    const float v = row[j];
+#pragma unroll
+                    for (int g = 0; g < kG; ++g) {
+                        acc[g][k] += scores[g * kMlaTile + i] * v;
+                    }
                 }
             }
         }
-        m = m_new;
         __syncthreads();
     }
-    float* o = o_lat + (t * heads + h) * c;
 #pragma unroll
-    for (int k = 0; k < kLatentPerThread; ++k) {
-        const int j = threadIdx.x + k * kMlaThreads;
-        if (j < c) {
-            o[j] = acc[k] / l;
+    for (int g = 0; g < kG; ++g) {
+        if (g < group) {
+            float* o = o_lat + (t * heads + h0 + g) * c;
+            const float l = l_s[g];
+#pragma unroll
+            for (int k = 0; k < kLatentPerThread; ++k) {
+                const int j = threadIdx.x + k * kMlaThreads;
+                if (j < c) {
+                    o[j] = acc[g][k] / l;
+                }
+            }
         }
     }
 }
@@ -264,8 +319,14 @@ Status mla_attention(const MlaLatentLayout& layout, int32_t layer, const MlaDims
     if (rows <= 0) {
         return ok_status();
     }
-    const size_t shared = static_cast<size_t>(kMlaTile + d.row()) * sizeof(float);
-    attention_kernel<<<row_head_grid(rows, d), kMlaThreads, shared, stream>>>(
+    const size_t shared = static_cast<size_t>(kG * (d.row() + kMlaTile) + 3 * kG) * sizeof(float);
+    if (shared > 48 * 1024) {
+        return invalid_argument_error("cuda mla_attention: rows of " + std::to_string(d.row()) +
+                                      " floats exceed shared memory for " + std::to_string(kG) +
+                                      " heads a block");
+    }
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((d.heads + kG - 1) / kG), 1);
+    attention_kernel<<<grid, kMlaThreads, shared, stream>>>(
         layout, layer, d.heads, d.softmax_scale, q_full, seq_of_token, pos_of_token, block_table,
         max_blocks_per_seq, pool, o_lat);
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("mla_attention");
