@@ -40,32 +40,49 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
 }
 
-// One block per (row, head): q_full[j] = sum_i q_nope[i] * kv_b[h * (nope + v) + i][j] (a thread
-// per latent column, reading kv_b rows coalesced), then q_pe copied behind the latent part.
+// Rows a block of the absorb and expand kernels takes: kv_b_proj is read once per tile of rows.
+constexpr int kRowTile = 8;
+
+// One block per (tile of kRowTile rows, head): q_full[t][j] = sum_i q_nope[t][i] *
+// kv_b[h * (nope + v) + i][j] (a thread per latent column, reading kv_b rows coalesced, once for
+// the tile), then q_pe copied behind the latent part.
 template <WeightFormat F>
 __global__ void __launch_bounds__(kMlaThreads)
     absorb_kernel(const void* kv_b, const float* kv_b_scales, MlaDims d, const float* q,
-                  float* q_full) {
-    extern __shared__ float qn[];
-    const int64_t t = blockIdx.x;
+                  int64_t rows, float* q_full) {
+    extern __shared__ float qn[];  // [kRowTile][nope]
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRowTile;
+    const int here = static_cast<int>(min(static_cast<int64_t>(kRowTile), rows - t0));
     const int64_t h = blockIdx.y;
     const int64_t c = d.kv_lora_rank;
-    const float* qh = q + (t * d.heads + h) * d.qk();
-    float* qf = q_full + (t * d.heads + h) * d.row();
-    for (int i = threadIdx.x; i < d.nope; i += blockDim.x) {
-        qn[i] = qh[i];
+    const int nope = d.nope;
+    for (int k = threadIdx.x; k < kRowTile * nope; k += blockDim.x) {
+        const int r = k / nope;
+        qn[k] = r < here ? q[((t0 + r) * d.heads + h) * d.qk() + k % nope] : 0.0f;
     }
     __syncthreads();
     const int64_t r0 = h * d.kv_b_rows_per_head();
     for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int i = 0; i < d.nope; ++i) {
-            acc += qn[i] * load1<F>(kv_b, kv_b_scales, r0 + i, j, c);
+        float acc[kRowTile];
+#pragma unroll
+        for (int r = 0; r < kRowTile; ++r) {
+            acc[r] = 0.0f;
         }
-        qf[j] = acc;
+        for (int i = 0; i < nope; ++i) {
+            const float w = load1<F>(kv_b, kv_b_scales, r0 + i, j, c);
+#pragma unroll
+            for (int r = 0; r < kRowTile; ++r) {
+                acc[r] += qn[r * nope + i] * w;
+            }
+        }
+        for (int r = 0; r < here; ++r) {
+            q_full[((t0 + r) * d.heads + h) * d.row() + j] = acc[r];
+        }
     }
-    for (int i = threadIdx.x; i < d.rope; i += blockDim.x) {
-        qf[c + i] = qh[d.nope + i];
+    for (int k = threadIdx.x; k < here * d.rope; k += blockDim.x) {
+        const int64_t t = t0 + k / d.rope;
+        q_full[(t * d.heads + h) * d.row() + c + k % d.rope] =
+            q[(t * d.heads + h) * d.qk() + nope + k % d.rope];
     }
 }
 
@@ -208,32 +225,46 @@ __global__ void __launch_bounds__(kMlaThreads)
     }
 }
 
-// One block per (row, head): out[e] = kv_b[h * (nope + v) + nope + e] . o_lat (a warp per output,
-// lanes over the latent).
+// One block per (tile of kRowTile rows, head): out[t][e] = kv_b[h * (nope + v) + nope + e] .
+// o_lat[t] (a warp per output, lanes over the latent, each kv_b row read once for the tile).
 template <WeightFormat F>
 __global__ void __launch_bounds__(kMlaThreads)
     expand_kernel(const void* kv_b, const float* kv_b_scales, MlaDims d, const float* o_lat,
-                  float* out) {
-    extern __shared__ float ol[];
-    const int64_t t = blockIdx.x;
+                  int64_t rows, float* out) {
+    extern __shared__ float ol[];  // [kRowTile][latent]
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRowTile;
+    const int here = static_cast<int>(min(static_cast<int64_t>(kRowTile), rows - t0));
     const int64_t h = blockIdx.y;
-    const int64_t c = d.kv_lora_rank;
-    const float* src = o_lat + (t * d.heads + h) * c;
-    for (int64_t j = threadIdx.x; j < c; j += blockDim.x) {
-        ol[j] = src[j];
+    const int c = d.kv_lora_rank;
+    for (int k = threadIdx.x; k < kRowTile * c; k += blockDim.x) {
+        const int r = k / c;
+        ol[k] = r < here ? o_lat[((t0 + r) * d.heads + h) * c + k % c] : 0.0f;
     }
     __syncthreads();
     const int lane = threadIdx.x % 32;
     const int warp = threadIdx.x / 32;
     const int64_t r0 = h * d.kv_b_rows_per_head() + d.nope;
     for (int e = warp; e < d.v_head_dim; e += kWarps) {
-        float acc = 0.0f;
-        for (int64_t j = lane; j < c; j += 32) {
-            acc += ol[j] * load1<F>(kv_b, kv_b_scales, r0 + e, j, c);
+        float acc[kRowTile];
+#pragma unroll
+        for (int r = 0; r < kRowTile; ++r) {
+            acc[r] = 0.0f;
         }
-        acc = warp_sum(acc);
+        for (int j = lane; j < c; j += 32) {
+            const float w = load1<F>(kv_b, kv_b_scales, r0 + e, j, c);
+#pragma unroll
+            for (int r = 0; r < kRowTile; ++r) {
+                acc[r] += ol[r * c + j] * w;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < kRowTile; ++r) {
+            acc[r] = warp_sum(acc[r]);
+        }
         if (lane == 0) {
-            out[(t * d.heads + h) * d.v_head_dim + e] = acc;
+            for (int r = 0; r < here; ++r) {
+                out[((t0 + r) * d.heads + h) * d.v_head_dim + e] = acc[r];
+            }
         }
     }
 }
@@ -266,8 +297,10 @@ Status check_kv_b(const Weight& kv_b, const MlaDims& d, const char* what) {
     return ok_status();
 }
 
-dim3 row_head_grid(int64_t rows, const MlaDims& d) {
-    return dim3(static_cast<unsigned>(rows), static_cast<unsigned>(d.heads), 1);
+// (tiles of kRowTile rows) x heads.
+dim3 row_tile_grid(int64_t rows, const MlaDims& d) {
+    return dim3(static_cast<unsigned>((rows + kRowTile - 1) / kRowTile),
+                static_cast<unsigned>(d.heads), 1);
 }
 
 }  // namespace
@@ -295,15 +328,15 @@ Status mla_absorb(const Weight& kv_b, const MlaDims& d, const float* q, int64_t 
     if (rows <= 0) {
         return ok_status();
     }
-    const size_t shared = static_cast<size_t>(d.nope) * sizeof(float);
+    const size_t shared = static_cast<size_t>(kRowTile) * d.nope * sizeof(float);
     if (shared > 48 * 1024) {
         return invalid_argument_error("cuda mla_absorb: qk_nope_head_dim " +
                                       std::to_string(d.nope) + " exceeds shared memory");
     }
     dispatch_format(kv_b.format, [&](auto tag) {
         absorb_kernel<decltype(tag)::kFormat>
-            <<<row_head_grid(rows, d), kMlaThreads, shared, stream>>>(kv_b.data, kv_b.scales, d, q,
-                                                                      q_full);
+            <<<row_tile_grid(rows, d), kMlaThreads, shared, stream>>>(kv_b.data, kv_b.scales, d, q,
+                                                                      rows, q_full);
     });
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("mla_absorb");
     return ok_status();
@@ -340,11 +373,11 @@ Status mla_expand(const Weight& kv_b, const MlaDims& d, const float* o_lat, int6
     if (rows <= 0) {
         return ok_status();
     }
-    const size_t shared = static_cast<size_t>(d.kv_lora_rank) * sizeof(float);
+    const size_t shared = static_cast<size_t>(kRowTile) * d.kv_lora_rank * sizeof(float);
     dispatch_format(kv_b.format, [&](auto tag) {
         expand_kernel<decltype(tag)::kFormat>
-            <<<row_head_grid(rows, d), kMlaThreads, shared, stream>>>(kv_b.data, kv_b.scales, d,
-                                                                      o_lat, out);
+            <<<row_tile_grid(rows, d), kMlaThreads, shared, stream>>>(kv_b.data, kv_b.scales, d,
+                                                                      o_lat, rows, out);
     });
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("mla_expand");
     return ok_status();

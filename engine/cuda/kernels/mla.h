@@ -7,10 +7,10 @@
 // contracts), which the GPU tests compare them with. kv_b_proj is read in its stored format
 // (every format dequant.cuh's load1 reads: f32, bf16, f16, FP8 block-128, int8, int4).
 //
-// The absorb and expand kernels run one block of kMlaThreads per (row, head); the attention one
-// per (row, group of kMlaHeadsPerBlock heads), reading each cached row once for the group, and
-// scores kMlaTile cached positions at a time with an online softmax, so any context length runs
-// in fixed shared memory.
+// The absorb and expand kernels run one block of kMlaThreads per (tile of 8 rows, head), reading
+// kv_b_proj once per tile; the attention one per (row, group of kMlaHeadsPerBlock heads), reading
+// each cached row once for the group, and scores kMlaTile cached positions at a time with an
+// online softmax, so any context length runs in fixed shared memory.
 //
 // Threading: entries are thread-safe; ordering is the stream's.
 
