@@ -80,4 +80,11 @@ if [ ! -f "$glm_model/config.json" ]; then
         --seed 7 >/dev/null
 fi
 "$build/bench/bench_gpu_serving" --model "$glm_model" --steps 32 --context 256
+# And on its DeepSeek-V3 `bench` checkpoint (MLA attention over the paged latent cache).
+mla_model="$build/bench-model-deepseek-v3"
+if [ ! -f "$mla_model/config.json" ]; then
+    "$build/daemon/edgeserve" make-model --arch deepseek_v3 --preset bench --out "$mla_model" \
+        --seed 7 >/dev/null
+fi
+"$build/bench/bench_gpu_serving" --model "$mla_model" --steps 32 --context 256
 "$build/bench/bench_gpu_decode" --model "$model" --steps 32 --context 256

@@ -13,6 +13,7 @@
 #include "engine/cuda/host/launch_plan.h"
 #include "engine/cuda/host/paged_kv_layout.h"
 #include "engine/cuda/kernels/kernels.h"
+#include "engine/cuda/kernels/mla.h"
 #include "engine/quant/quantized_weight.h"
 
 namespace edge::engine::cuda {
@@ -91,6 +92,7 @@ struct Layer {
     float* router_bias = nullptr;  // e_score_correction_bias, or null.
     kernels::GroupedWeights gate, up, down;
     int32_t* offsets = nullptr;  // experts + 1, written by permute each step (moe layers).
+    kernels::MlaDeviceWeights mla;  // kMla attention (its o_proj is `o`).
 };
 
 }  // namespace
@@ -107,6 +109,10 @@ struct DeviceDecoder::Impl {
     bool norm_topk_prob = true;   // Renormalise the top-k routing weights.
     RouterParams rule;            // The checkpoint's routing rule; softmax top-k when random.
     AttentionKind attention = AttentionKind::kGqa;
+    MlaDims mla;                  // kMla: the attention's shapes and scales.
+    MlaLatentLayout mla_kv;       // kMla: the pool's layout (the same bytes as `kv`'s).
+    float* mla_scratch = nullptr; // kMla: mla_scratch_floats(mla, batch).
+    float* mla_out = nullptr;     // kMla: [batch][heads * v_head_dim], the input of o_proj.
     int32_t rot_dim = 0;          // Leading values of a head RoPE rotates; 0: head_dim.
     int64_t mlp_inter = 0;        // Widest dense / shared SwiGLU (0: none).
     bool zero_kv = false;         // Positions below the start hold zeros (else random values).
@@ -164,6 +170,7 @@ struct DeviceDecoder::Impl {
         norm_topk_prob = m.norm_topk_prob;
         rule = m.router;
         attention = m.attention;
+        mla = m.mla;
         rot_dim = m.rot_dim;
         mlp_inter = std::max(m.dense_inter, m.shared_inter);
         zero_kv = true;
@@ -421,6 +428,9 @@ struct DeviceDecoder::Impl {
                     EDGE_ASSIGN_OR_RETURN(L.o, upload_dense(src.o));
                     break;
                 }
+                case AttentionKind::kMla:
+                    EDGE_RETURN_IF_ERROR(upload_mla(src.mla, &L));
+                    break;
             }
             L.moe = src.moe;
             if (!src.moe) {
@@ -439,6 +449,39 @@ struct DeviceDecoder::Impl {
         }
         host_inv_freq = m.inv_freq;
         return build_buffers();
+    }
+
+    // A registered dense weight as the single-group GroupedWeights the MLA entry takes.
+    kernels::GroupedWeights single_group(const Weight& w) {
+        kernels::GroupedWeights g;
+        g.format = w.format;
+        g.rows = w.rows;
+        g.cols = w.cols;
+        g.groups = 1;
+        const void* const* t = dense_tables(w);
+        g.data = t;
+        g.scales = w.scales != nullptr ? reinterpret_cast<const float* const*>(t + 1) : nullptr;
+        return g;
+    }
+
+    // kMla attention weights of one layer (kv_b_proj as a plain view: the MLA kernels read it).
+    Status upload_mla(const MlaLayerWeights& src, Layer* L) {
+        if (src.q_a.data != nullptr) {
+            EDGE_ASSIGN_OR_RETURN(Weight q_a, upload_dense(src.q_a));
+            L->mla.q_a = single_group(q_a);
+            EDGE_ASSIGN_OR_RETURN(float* n, upload_floats(src.q_a_norm));
+            L->mla.q_a_norm = n;
+        }
+        EDGE_ASSIGN_OR_RETURN(Weight q, upload_dense(src.q));
+        L->mla.q = single_group(q);
+        EDGE_ASSIGN_OR_RETURN(Weight kv_a, upload_dense(src.kv_a));
+        L->mla.kv_a = single_group(kv_a);
+        EDGE_ASSIGN_OR_RETURN(float* kv_norm, upload_floats(src.kv_a_norm));
+        L->mla.kv_a_norm = kv_norm;
+        EDGE_ASSIGN_OR_RETURN(L->mla.kv_b, upload_weight(src.kv_b));
+        dense_bytes += quant::weight_data_bytes(src.kv_b.format, src.kv_b.rows, src.kv_b.cols);
+        EDGE_ASSIGN_OR_RETURN(L->o, upload_dense(src.o));
+        return ok_status();
     }
 
     Result<Weight> random_dense(int64_t rows, int64_t cols) {
@@ -501,6 +544,14 @@ struct DeviceDecoder::Impl {
         kv = PagedKvLayout{s.layers, s.kv_heads, s.head_dim,
                            serving ? serve.kv_blocks + 1 : static_cast<int32_t>(B) * max_blocks};
         EDGE_ASSIGN_OR_RETURN(pool, take<float>(kv.pool_floats(), "KV pool"));
+        if (attention == AttentionKind::kMla) {
+            // The latent pool: kv_heads 1 and head_dim half a latent row make `kv` its size.
+            mla_kv = mla_latent_layout(mla, s.layers, kv.num_blocks);
+            if (mla_kv.pool_floats() != kv.pool_floats()) {
+                return invalid_argument_error("device decoder: the MLA pool does not match the "
+                                              "KV layout (kv_heads 1, head_dim half a row)");
+            }
+        }
         if (zero_kv) {
             EDGE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
                 pool, 0, static_cast<size_t>(kv.pool_floats()) * sizeof(float), stream));
@@ -593,6 +644,11 @@ struct DeviceDecoder::Impl {
             EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * inter, "expert act"));
         }
         EDGE_ASSIGN_OR_RETURN(logits, take<float>(B * s.vocab, "logits"));
+        if (attention == AttentionKind::kMla) {
+            EDGE_ASSIGN_OR_RETURN(mla_scratch, take<float>(mla_scratch_floats(mla, B), "mla"));
+            EDGE_ASSIGN_OR_RETURN(mla_out,
+                                  take<float>(B * s.heads * mla.v_head_dim, "mla out"));
+        }
         position = s.context;
         EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
         return ok_status();
@@ -653,6 +709,17 @@ struct DeviceDecoder::Impl {
         return kernels::add_inplace(x, o, B * H, stream);
     }
 
+    // kMla attention of layer li over `rows` rows: x += o(kernels::mla_attention_layer(norm(x))).
+    Status mla_attention(int32_t li, int64_t rows) {
+        const Layer& L = layers[li];
+        EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.in_norm, rows, s.hidden, eps, h, stream));
+        EDGE_RETURN_IF_ERROR(kernels::mla_attention_layer(
+            L.mla, mla, mla_kv, li, h, rows, step_offsets, seq_ids, positions, block_table,
+            max_blocks, inv_freq, pool, mla_scratch, mla_out, stream));
+        EDGE_RETURN_IF_ERROR(dense(L.o, mla_out, o));
+        return kernels::add_inplace(x, o, rows * s.hidden, stream);
+    }
+
     // Enqueues one step of `rows` rows on `stream` (also what a graph captures); `offsets` is
     // {0, rows} on the device. `feed_back`: the argmax becomes the next input token and every
     // position advances (the fixed batch); else the logits are left for the caller (serving).
@@ -665,6 +732,9 @@ struct DeviceDecoder::Impl {
             switch (attention) {
                 case AttentionKind::kGqa:
                     EDGE_RETURN_IF_ERROR(gqa_attention(li, B));
+                    break;
+                case AttentionKind::kMla:
+                    EDGE_RETURN_IF_ERROR(mla_attention(li, B));
                     break;
             }
             EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, L.post_norm, B, H, eps, h, stream));
@@ -822,6 +892,15 @@ Status DeviceDecoder::copy_kv_blocks(std::span<const BlockMove> moves) {
                                           std::to_string(m.serve.kv_blocks) + " blocks");
         }
         for (int32_t l = 0; l < m.s.layers; ++l) {
+            if (m.attention == AttentionKind::kMla) {
+                // One latent row block per layer (the same bytes as a K and a V block).
+                EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                    m.pool + m.mla_kv.row_offset(l, mv.to, 0),
+                    m.pool + m.mla_kv.row_offset(l, mv.from, 0),
+                    static_cast<size_t>(m.mla_kv.block_floats()) * sizeof(float),
+                    cudaMemcpyDeviceToDevice, m.stream));
+                continue;
+            }
             for (int32_t which = 0; which < 2; ++which) {
                 float* plane = m.pool + m.kv.plane_offset(l, which);
                 EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(

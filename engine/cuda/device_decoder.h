@@ -1,8 +1,9 @@
 #pragma once
 
-// DeviceDecoder runs whole decode steps of a Qwen3-MoE or GLM-4.5 model on one GPU, every op on the
-// device (embedding, RMSNorm, GQA attention with optional q/k/v bias and per-head q/k norms, NeoX
-// RoPE on all or the first rot_dim values of a head, paged KV cache, attention, dense SwiGLU
+// DeviceDecoder runs whole decode steps of a Qwen3-MoE, GLM-4.5 or DeepSeek-V3 / Kimi K2 model on
+// one GPU, every op on the device (embedding, RMSNorm, GQA attention with optional q/k/v bias and
+// per-head q/k norms, NeoX RoPE on all or the first rot_dim values of a head, paged KV cache,
+// attention, or MLA attention over the paged latent cache (kernels/mla.h), dense SwiGLU
 // layers, softmax top-k or sigmoid grouped top-k routing with the correction bias, permute, grouped
 // expert matmuls with fused dequantization, SwiGLU, shared experts, unpermute, final norm, LM head,
 // argmax), for `batch` sequences advancing one token per step. A step is captured once as a CUDA

@@ -19,6 +19,7 @@ namespace {
 
 const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
 const std::string kGlm = EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe";
+const std::string kDeepseek = EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3";
 const std::vector<TokenId> kPrompt = {510, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114};
 
 // Greedy decode of `steps` tokens after kPrompt through the engine's own forward.
@@ -102,15 +103,17 @@ TEST_CASE("end to end on the fixture model: the device decoder's greedy tokens e
     CHECK(cuda_device_health().ok());
 }
 
-TEST_CASE("GLM-4.5 fixture: the device decoder's greedy tokens (eager and graph) equal the CPU's") {
+// The device decoder's greedy tokens (eager prompt steps, then graph steps) on the fixture in
+// `dir` equal the CPU engine's.
+void check_device_greedy(const std::string& dir) {
     const int steps = 24;
     LoadOptions lo;
     lo.backend = "cpu";
-    const std::vector<TokenId> want = engine_greedy(lo, steps, nullptr, kGlm);
+    const std::vector<TokenId> want = engine_greedy(lo, steps, nullptr, dir);
     CheckpointDecoderOptions o;
     o.batch = 2;
     o.max_context = 256;
-    auto dec = DeviceDecoder::create_from_checkpoint(kGlm, o, small_arena());
+    auto dec = DeviceDecoder::create_from_checkpoint(dir, o, small_arena());
     REQUIRE_MESSAGE(dec.ok(), dec.status().to_string());
     DeviceDecoder& d = **dec;
     std::vector<TokenId> gpu;
@@ -132,6 +135,14 @@ TEST_CASE("GLM-4.5 fixture: the device decoder's greedy tokens (eager and graph)
     }
     CHECK(gpu == want);
     CHECK(cuda_device_health().ok());
+}
+
+TEST_CASE("GLM-4.5 fixture: the device decoder's greedy tokens (eager and graph) equal the CPU's") {
+    check_device_greedy(kGlm);
+}
+
+TEST_CASE("DeepSeek-V3 fixture (MLA): the device decoder's greedy tokens equal the CPU's") {
+    check_device_greedy(kDeepseek);
 }
 
 TEST_CASE("a checkpoint the device decoder cannot run is a named error, not a crash") {

@@ -3,8 +3,7 @@
 // step's rows, a batch of several slots in one bucket with padding, decode, the prefix cache with
 // a copy-on-write block), the same greedy tokens through the engine API with engine.backend
 // "cuda" as with "cpu" while several requests share steps, sampling with logprobs on the device
-// path, for Qwen3-MoE and GLM-4.5, and the logged fall back for an architecture the device
-// forward does not run (DeepSeek-V3's MLA).
+// path, for Qwen3-MoE, GLM-4.5 and DeepSeek-V3 (MLA attention over the paged latent pool).
 
 #include <doctest/doctest.h>
 
@@ -42,6 +41,16 @@ TEST_CASE("device CausalLM (GLM-4.5): dense layer, shared expert, sigmoid routin
     REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
     auto dev = load_device_causal_lm(testing::kMicroGlm4, testing::serving_script_options("cuda"));
     REQUIRE_MESSAGE(dev.ok(), dev.status().to_string());
+    testing::run_serving_script(**cpu, **dev, 2e-3);
+    CHECK(cuda_device_health().ok());
+}
+
+TEST_CASE("device CausalLM (DeepSeek-V3): MLA over the paged latent pool, prefix copy-on-write") {
+    auto cpu = load_model(kMla, testing::serving_script_options("cpu"));
+    REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+    auto dev = load_device_causal_lm(kMla, testing::serving_script_options("cuda"));
+    REQUIRE_MESSAGE(dev.ok(), dev.status().to_string());
+    // As GLM-4.5's; the latent attention's f32 sums are bounded in mla_kernels_test.cc.
     testing::run_serving_script(**cpu, **dev, 2e-3);
     CHECK(cuda_device_health().ok());
 }
@@ -129,7 +138,7 @@ TEST_CASE("engine API with backend cuda: greedy tokens equal the CPU backend's, 
         std::vector<TokenId>(40, 77),
     };
     std::string cpu_log, gpu_log;
-    for (const std::string& path : {kMicro, testing::kMicroGlm4}) {
+    for (const std::string& path : {kMicro, testing::kMicroGlm4, kMla}) {
         CAPTURE(path);
         const auto want = serve("cpu", path, prompts, &cpu_log);
         const auto got = serve("cuda", path, prompts, &gpu_log);
@@ -142,17 +151,6 @@ TEST_CASE("engine API with backend cuda: greedy tokens equal the CPU backend's, 
         }
     }
     CHECK(device_health().ok());
-}
-
-TEST_CASE("engine API with backend cuda: MLA (DeepSeek-V3) falls back, with a log line") {
-    std::string log;
-    const std::vector<std::vector<TokenId>> prompts = {{1, 2, 3}};
-    const auto got = serve("cuda", kMla, prompts, &log);
-    CHECK(log.find("engine.device_forward_fallback") != std::string::npos);
-    CHECK(log.find("config.json") != std::string::npos);
-    CHECK(log.find("MLA") != std::string::npos);
-    REQUIRE(got.size() == 1u);
-    CHECK(got[0].size() == 12u);
 }
 
 }  // namespace

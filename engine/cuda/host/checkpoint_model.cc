@@ -4,6 +4,7 @@
 
 #include "engine/cpu/rope_scaling.h"
 #include "engine/model/archs/deepseek_v3.h"
+#include "engine/model/archs/deepseek_v3_config.h"
 #include "engine/model/archs/glm4_moe.h"
 #include "engine/model/archs/glm4_moe_common.h"
 #include "engine/model/archs/qwen3_moe.h"
@@ -18,7 +19,8 @@ namespace {
 
 Status unsupported(const ConfigJson& json, const std::string& field, const std::string& why) {
     return unimplemented_error(json.path() + ": " + field + ": " + why +
-                               " (the device decoder runs Qwen3-MoE and GLM-4.5 checkpoints; "
+                               " (the device decoder runs Qwen3-MoE, GLM-4.5 and DeepSeek-V3 "
+                               "checkpoints; "
                                "engine/cuda/host/checkpoint_model.h lists what)");
 }
 
@@ -43,6 +45,10 @@ Status check_device_limits(const ConfigJson& json, const CheckpointModel& m) {
                                " routed experts (the device router "
                                "takes at most " +
                                std::to_string(kMaxRouterExperts) + ")");
+    }
+    if (m.attention == AttentionKind::kMla) {
+        const Status s = check_mla_dims(m.mla);
+        return s.ok() ? s : unsupported(json, "MLA dims", s.message());
     }
     if (m.head_dim % 32 != 0 || m.head_dim > 256) {
         return unsupported(json, "head_dim",
@@ -92,6 +98,36 @@ Status plan_qwen3(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) 
     return ok_status();
 }
 
+// The feed-forward, routing and vocabulary fields GLM-4.5 and DeepSeek-V3 share
+// (glm4_moe_common.h), as their CPU models read them.
+void plan_sigmoid_moe(const SigmoidMoeConfig& c, CheckpointModel* m, TensorPlan* plan) {
+    m->hidden = static_cast<int32_t>(c.hidden_size);
+    m->layers = static_cast<int32_t>(c.num_hidden_layers);
+    m->experts = static_cast<int32_t>(c.n_routed_experts);
+    m->top_k = static_cast<int32_t>(c.num_experts_per_tok);
+    m->moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
+    m->shared_inter = static_cast<int32_t>(c.moe_intermediate_size * c.n_shared_experts);
+    m->dense_inter = c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
+    m->heads = static_cast<int32_t>(c.num_attention_heads);
+    m->vocab = static_cast<int32_t>(c.vocab_size);
+    m->max_position = static_cast<int32_t>(c.max_position_embeddings);
+    m->rms_eps = static_cast<float>(c.rms_norm_eps);
+    m->norm_topk_prob = c.norm_topk_prob;
+    m->router.scoring = RouterScoring::kSigmoid;
+    m->router.n_group = static_cast<int32_t>(c.n_group);
+    m->router.topk_group = static_cast<int32_t>(c.topk_group);
+    m->router.scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    m->eos_token_ids = c.eos_token_ids;
+    m->bos_token_id = c.bos_token_id;
+    plan->tie_word_embeddings = c.tie_word_embeddings;
+    plan->float_embed = true;  // As the CPU model (glm4_moe_common.cc) reads it.
+    plan->rope_theta = c.rope_theta;
+    plan->moe_layer.resize(static_cast<size_t>(c.num_hidden_layers));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        plan->moe_layer[static_cast<size_t>(l)] = c.is_moe_layer(l);
+    }
+}
+
 // GLM-4.5's attention fields, read as the CPU model (engine/model/archs/glm4_moe.cc) reads them.
 Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
@@ -118,34 +154,28 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     EDGE_ASSIGN_OR_RETURN(plan->attention_bias, json.get_bool("attention_bias", false));
     EDGE_ASSIGN_OR_RETURN(plan->qk_norm, json.get_bool("use_qk_norm", false));
     m->architecture = kGlm4MoeArchitecture;
-    m->hidden = static_cast<int32_t>(c.hidden_size);
-    m->layers = static_cast<int32_t>(c.num_hidden_layers);
-    m->experts = static_cast<int32_t>(c.n_routed_experts);
-    m->top_k = static_cast<int32_t>(c.num_experts_per_tok);
-    m->moe_inter = static_cast<int32_t>(c.moe_intermediate_size);
-    m->shared_inter = static_cast<int32_t>(c.moe_intermediate_size * c.n_shared_experts);
-    m->dense_inter = c.first_k_dense_replace > 0 ? static_cast<int32_t>(c.intermediate_size) : 0;
-    m->heads = static_cast<int32_t>(c.num_attention_heads);
+    plan_sigmoid_moe(c, m, plan);
     m->kv_heads = static_cast<int32_t>(kv_heads);
     m->head_dim = static_cast<int32_t>(head_dim);
     m->rot_dim = static_cast<int32_t>(rot);
-    m->vocab = static_cast<int32_t>(c.vocab_size);
-    m->max_position = static_cast<int32_t>(c.max_position_embeddings);
-    m->rms_eps = static_cast<float>(c.rms_norm_eps);
-    m->norm_topk_prob = c.norm_topk_prob;
-    m->router.scoring = RouterScoring::kSigmoid;
-    m->router.n_group = static_cast<int32_t>(c.n_group);
-    m->router.topk_group = static_cast<int32_t>(c.topk_group);
-    m->router.scaling_factor = static_cast<float>(c.routed_scaling_factor);
-    m->eos_token_ids = c.eos_token_ids;
-    m->bos_token_id = c.bos_token_id;
-    plan->tie_word_embeddings = c.tie_word_embeddings;
-    plan->float_embed = true;  // As the CPU model (glm4_moe_common.cc) reads it.
-    plan->rope_theta = c.rope_theta;
-    plan->moe_layer.resize(static_cast<size_t>(c.num_hidden_layers));
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        plan->moe_layer[static_cast<size_t>(l)] = c.is_moe_layer(l);
+    return ok_status();
+}
+
+// DeepSeek-V3's MLA fields, read by the CPU model's own MlaConfig (YaRN included).
+Status plan_deepseek_v3(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    if (c.n_routed_experts <= 0) {
+        return unsupported(json, "n_routed_experts", "no routed experts");
     }
+    EDGE_ASSIGN_OR_RETURN(MlaConfig mla, MlaConfig::from_json(json, c));
+    m->architecture = kDeepseekV3Architecture;
+    m->attention = AttentionKind::kMla;
+    plan_sigmoid_moe(c, m, plan);
+    m->mla = mla_dims(c, mla);
+    m->kv_heads = 1;
+    m->head_dim = static_cast<int32_t>(m->mla.row() / 2);
+    m->rot_dim = m->mla.rope;
+    m->inv_freq = mla.inv_freq;
     return ok_status();
 }
 
@@ -192,10 +222,7 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     } else if (arch == kGlm4MoeArchitecture) {
         EDGE_RETURN_IF_ERROR(plan_glm4(json, &m, &plan));
     } else if (arch == kDeepseekV3Architecture) {
-        return unsupported(json, "architectures",
-                           "'" + arch +
-                               "' uses MLA attention, which the device decoder does not "
-                               "run yet");
+        EDGE_RETURN_IF_ERROR(plan_deepseek_v3(json, &m, &plan));
     } else {
         return unsupported(json, "architectures", "'" + arch + "' is not supported");
     }
@@ -203,8 +230,11 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     m.router.experts = m.experts;
     m.router.top_k = m.top_k;
     m.router.norm_topk_prob = m.norm_topk_prob;
-    // The CPU models' formula (cpu::rope_inv_freq), so both sides rotate by the same angles.
-    m.inv_freq = cpu::rope_inv_freq(plan.rope_theta, m.rot_dim);
+    // The CPU models' formula (cpu::rope_inv_freq), so both sides rotate by the same angles
+    // (kMla: MlaConfig's, already set).
+    if (m.attention != AttentionKind::kMla) {
+        m.inv_freq = cpu::rope_inv_freq(plan.rope_theta, m.rot_dim);
+    }
 
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open_dir(dir));
     m.checkpoint = std::move(ckpt);
@@ -239,6 +269,9 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
         switch (m.attention) {
             case AttentionKind::kGqa:
                 EDGE_RETURN_IF_ERROR(read_gqa(ck, wl, m, plan, p, &L));
+                break;
+            case AttentionKind::kMla:
+                EDGE_ASSIGN_OR_RETURN(L.mla, read_mla_layer(ck, wl, p + "self_attn.", m.mla));
                 break;
         }
         L.moe = plan.moe_layer[static_cast<size_t>(l)];

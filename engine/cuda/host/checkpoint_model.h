@@ -14,11 +14,15 @@
 //    topk_group, norm_topk_prob, routed_scaling_factor) plus `n_shared_experts` shared experts
 //    as one dense SwiGLU added unscaled; q/k/v bias (attention_bias), optional q/k RMSNorm
 //    (use_qk_norm), NeoX RoPE on the first head_dim * partial_rotary_factor dims.
-// Both: GQA attention (AttentionKind::kGqa), no rope_scaling, head_dim a multiple of 32 and at
-// most 256, every routed expert of the model in one format. Anything else (DeepSeek-V3 / Kimi K2
-// until MLA attention lands) is kUnimplemented naming config.json and the field, so the caller
-// can fall back to the engine's own forward; a missing or misshapen tensor is the checkpoint's
-// error naming the file and tensor.
+//  - DeepseekV3ForCausalLM (DeepSeek-V3, Kimi K2): GLM-4.5's feed-forward and routing with
+//    Multi-head Latent Attention (AttentionKind::kMla, host/mla_layout.h): the query LoRA (or
+//    q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj of each layer; YaRN
+//    rope_scaling as the CPU model reads it (deepseek_v3_config.h).
+// Qwen3 and GLM: GQA attention (AttentionKind::kGqa), no rope_scaling, head_dim a multiple of 32
+// and at most 256. All: every routed expert of the model in one format. Anything else is
+// kUnimplemented naming config.json and the field, so the caller can fall back to the engine's
+// own forward; a missing or misshapen tensor is the checkpoint's error naming the file and
+// tensor.
 //
 // Threading: built by one thread; afterwards immutable. Lifetime: the views point into the
 // mapped checkpoint and the loader's quantized copies, both owned here.
@@ -30,6 +34,7 @@
 
 #include "common/result.h"
 #include "engine/cpu/weight.h"
+#include "engine/cuda/host/mla_layout.h"
 #include "engine/cuda/host/router_rule.h"
 
 namespace edge::engine {
@@ -42,6 +47,7 @@ namespace edge::engine::cuda {
 // How a layer's attention runs on the device. Every layer of a model has the same kind.
 enum class AttentionKind : int32_t {
     kGqa = 0,  // q/k/v projections (optional bias, optional per-head q/k norm), RoPE, paged GQA.
+    kMla = 1,  // Multi-head Latent Attention over the paged latent cache (host/mla_layout.h).
 };
 
 // A dense SwiGLU MLP: down(silu(gate x) * up x). Empty (null data) when the layer has none.
@@ -60,6 +66,8 @@ struct CheckpointLayer {
     std::vector<float> k_bias;           // kv_heads * head_dim; empty without attention bias.
     std::vector<float> v_bias;           // kv_heads * head_dim; empty without attention bias.
     Weight q, k, v, o;                   // Attention projections.
+    // kMla attention (its o_proj is mla.o).
+    MlaLayerWeights mla;
     // Feed-forward: a dense MLP (moe false) or routed experts plus optional shared experts.
     bool moe = true;
     CheckpointMlp dense;                 // moe false: intermediate dense_inter.
@@ -92,6 +100,10 @@ struct CheckpointModel {
     int64_t bos_token_id = -1;           // config.json bos_token_id, -1 when absent.
     WeightFormat expert_format = WeightFormat::kBF16;  // Of every routed expert matrix.
     std::vector<double> inv_freq;  // rot_dim / 2 RoPE frequencies, as the CPU model computes.
+    // kMla: the attention's shapes and scales (rot_dim is mla.rope, inv_freq YaRN-scaled); the
+    // host cache is sized with kv_heads 1 and head_dim (kv_lora_rank + rope) / 2, which gives the
+    // latent rows' bytes (the CPU model's choice), and the device pool is MlaLatentLayout.
+    MlaDims mla;
     Weight embed;
     Weight lm_head;  // The embedding table when tied.
     std::vector<float> final_norm;

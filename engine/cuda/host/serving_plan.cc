@@ -297,14 +297,16 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
     const int64_t qd = int64_t{model.heads} * hd, kvd = int64_t{model.kv_heads} * hd;
     for (const CheckpointLayer& L : model.layer) {
         for (const Weight* w : {&L.q, &L.k, &L.v, &L.o, &L.router, &L.dense.gate, &L.dense.up,
-                                &L.dense.down, &L.shared.gate, &L.shared.up, &L.shared.down}) {
+                                &L.dense.down, &L.shared.gate, &L.shared.up, &L.shared.down,
+                                &L.mla.q_a, &L.mla.q, &L.mla.kv_a, &L.mla.kv_b, &L.mla.o}) {
             if (w->data != nullptr) {
                 weight(*w);
                 allocations += 1;  // Its pointer table.
             }
         }
         for (const std::vector<float>* v :
-             {&L.q_bias, &L.k_bias, &L.v_bias, &L.router_bias, &L.q_norm, &L.k_norm}) {
+             {&L.q_bias, &L.k_bias, &L.v_bias, &L.router_bias, &L.q_norm, &L.k_norm,
+              &L.mla.q_a_norm, &L.mla.kv_a_norm}) {
             bytes += static_cast<int64_t>(v->size()) * 4;
             allocations += 1;
         }
@@ -328,6 +330,14 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
                             router_scratch_floats(model.router) + 2 * K * H + 3 * inter +
                             model.vocab;
     bytes += int64_t{max_rows} * per_row * 4;
+    if (model.attention == AttentionKind::kMla) {
+        // The MLA scratch and output (the latent pool is the kv layout's size: kv_heads 1,
+        // head_dim half a latent row).
+        const int64_t out = int64_t{max_rows} * model.heads * model.mla.v_head_dim;
+        bytes += (mla_scratch_floats(model.mla, max_rows) + out) * 4;
+        bytes += static_cast<int64_t>(model.inv_freq.size()) * 8;
+        allocations += 3;
+    }
     const StepLayout layout{max_rows, max_blocks_per_seq};
     bytes += layout.total_ints() * 4 + 64 * 8;  // Staging and per-bucket offsets.
     allocations += 64;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/cuda/host/cpu_twins.h"
+#include "engine/cuda/host/mla_twin.h"
 #include "engine/cuda/host/paged_kv_layout.h"
 
 namespace edge::engine::cuda {
@@ -17,11 +18,13 @@ class TwinStepRunner final : public StepRunner {
         : m_(model),
           o_(options),
           layout_{options.max_rows, options.max_blocks_per_seq},
-          kv_{model.layers, model.kv_heads, model.head_dim, options.kv_blocks + 1} {}
+          kv_{model.layers, model.kv_heads, model.head_dim, options.kv_blocks + 1},
+          mla_kv_(mla_latent_layout(model.mla, model.layers, options.kv_blocks + 1)) {}
 
     Status init() {
         EDGE_ASSIGN_OR_RETURN(buckets_, row_buckets(o_.max_rows));
-        pool_.assign(static_cast<size_t>(kv_.pool_floats()), 0.0f);
+        const bool mla = m_.attention == AttentionKind::kMla;
+        pool_.assign(static_cast<size_t>(mla ? mla_kv_.pool_floats() : kv_.pool_floats()), 0.0f);
         return ok_status();
     }
 
@@ -31,6 +34,12 @@ class TwinStepRunner final : public StepRunner {
                 return invalid_argument_error("twin runner: KV block move outside the pool");
             }
             for (int32_t l = 0; l < m_.layers; ++l) {
+                if (m_.attention == AttentionKind::kMla) {
+                    std::memcpy(pool_.data() + mla_kv_.row_offset(l, mv.to, 0),
+                                pool_.data() + mla_kv_.row_offset(l, mv.from, 0),
+                                static_cast<size_t>(mla_kv_.block_floats()) * sizeof(float));
+                    continue;
+                }
                 for (int32_t which = 0; which < 2; ++which) {
                     float* plane = pool_.data() + kv_.plane_offset(l, which);
                     std::memcpy(plane + kv_.row_offset(mv.to, 0, 0),
@@ -55,7 +64,7 @@ class TwinStepRunner final : public StepRunner {
         // The device buffer after the upload: the prefix replaced, the rest as it was.
         staging_.resize(static_cast<size_t>(layout_.total_ints()), 0);
         std::copy(staging.begin(), staging.end(), staging_.begin());
-        step(bucket);
+        EDGE_RETURN_IF_ERROR(step(bucket));
         rows_ = bucket;
         return ok_status();
     }
@@ -131,8 +140,27 @@ class TwinStepRunner final : public StepRunner {
         }
     }
 
+    // kMla attention of layer li over B rows: x_ += o(twin::mla_attention_layer(norm(x_))).
+    Status mla_attention(int32_t li, int64_t B, const int32_t* positions, const int32_t* seqs,
+                         const int32_t* table) {
+        const CheckpointLayer& L = m_.layer[static_cast<size_t>(li)];
+        const int64_t H = m_.hidden;
+        float *x = x_.data(), *h = h_.data();
+        float* attn = grow(attn_, B * m_.heads * m_.mla.v_head_dim);
+        twin::rms_norm_rows(x, L.input_norm.data(), B, H, m_.rms_eps, h);
+        EDGE_RETURN_IF_ERROR(twin::mla_attention_layer(
+            L.mla, m_.mla, mla_kv_, li, h, B, seqs, positions,
+            static_cast<int32_t>(layout_.table_rows()), table, layout_.max_blocks_per_seq,
+            m_.inv_freq.data(), pool_.data(), attn));
+        dense(L.mla.o, attn, B, o_buf_.data());
+        for (int64_t i = 0; i < B * H; ++i) {
+            x[i] += o_buf_[static_cast<size_t>(i)];
+        }
+        return ok_status();
+    }
+
     // DeviceDecoder's enqueue_step(bucket, {0, bucket}, feed_back = false), op by op.
-    void step(int64_t B) {
+    Status step(int64_t B) {
         const int64_t H = m_.hidden, K = m_.top_k, I = m_.moe_inter, hd = m_.head_dim;
         const int64_t qd = int64_t{m_.heads} * hd, kvd = int64_t{m_.kv_heads} * hd;
         const int64_t inter = std::max({K * I, int64_t{m_.dense_inter}, int64_t{m_.shared_inter}});
@@ -164,6 +192,9 @@ class TwinStepRunner final : public StepRunner {
                 case AttentionKind::kGqa:
                     gqa_attention(li, B, positions, seqs, table);
                     break;
+                case AttentionKind::kMla:
+                    EDGE_RETURN_IF_ERROR(mla_attention(li, B, positions, seqs, table));
+                    break;
             }
             twin::rms_norm_rows(x, L.post_norm.data(), B, H, m_.rms_eps, h);
             if (!L.moe) {
@@ -185,12 +216,14 @@ class TwinStepRunner final : public StepRunner {
         }
         twin::rms_norm_rows(x, m_.final_norm.data(), B, H, m_.rms_eps, h);
         dense(m_.lm_head, h, B, grow(logits_, B * m_.vocab));
+        return ok_status();
     }
 
     CheckpointModel m_;
     ServingDecoderOptions o_;
     StepLayout layout_;
     PagedKvLayout kv_;
+    MlaLatentLayout mla_kv_;  // The pool's layout for kMla attention (else kv_'s).
     std::vector<int32_t> buckets_;
     std::vector<float> pool_;
     std::vector<int32_t> staging_;

@@ -1,7 +1,7 @@
 // What the device decoder reads from a GLM-4.5 checkpoint (Glm4MoeForCausalLM), checked on the
 // CPU: the fixture's shape, routing rule, dense first layer, shared expert, biases and partial
 // RoPE frequencies; errors naming the file and field or tensor for bad configs and missing
-// tensors; DeepSeek-V3 (MLA attention) still refused with kUnimplemented.
+// tensors (DeepSeek-V3's MLA checkpoint: tests/gpu/host/mla_serving_twin_test.cc).
 
 #include <doctest/doctest.h>
 
@@ -167,14 +167,6 @@ TEST_CASE("checkpoint model (GLM-4.5): a missing bias or shared-expert tensor na
     auto m = read_checkpoint_model(dir.path(), "none");
     REQUIRE_MESSAGE(m.ok(), m.status().to_string());
     CHECK(m->layer[1].k_bias.empty());
-}
-
-TEST_CASE("checkpoint model: DeepSeek-V3 (MLA attention) stays kUnimplemented naming MLA") {
-    auto m = read_checkpoint_model(EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3", "none");
-    REQUIRE_FALSE(m.ok());
-    CHECK(m.status().code() == StatusCode::kUnimplemented);
-    CHECK_MESSAGE(m.status().message().find("MLA") != std::string::npos, m.status().message());
-    CHECK(m.status().message().find("config.json") != std::string::npos);
 }
 
 }  // namespace

@@ -111,13 +111,6 @@ TEST_CASE("serving path: configurations the whole-step forward does not run are 
         REQUIRE_FALSE(m.ok());
         CHECK(serving_path_after(m.status()) == ServingPath::kFallback);
     }
-    // DeepSeek-V3's MLA attention is not on the device yet.
-    auto mla =
-        load_serving_causal_lm(EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3",
-                               testing::serving_script_options("cuda"), create_twin_step_runner);
-    REQUIRE_FALSE(mla.ok());
-    CHECK(serving_path_after(mla.status()) == ServingPath::kFallback);
-    CHECK_MESSAGE(mla.status().message().find("MLA") != std::string::npos, mla.status().message());
     LoadOptions too_long = testing::serving_script_options("cuda");
     too_long.max_context = 1 << 20;
     auto bad = load_serving_causal_lm(testing::kMicroQwen3, too_long, create_twin_step_runner);
