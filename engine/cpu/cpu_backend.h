@@ -24,6 +24,7 @@ public:
     bool supports(Op op, WeightFormat format) const override;
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
+    void matmul_exact(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
     // One task per expert (cpu::swiglu_batch), except one token through quantized experts
     // (single-stream decode): there each expert's gate/up (SiLU product on its own rows) is one
@@ -32,6 +33,7 @@ public:
     void swiglu_batch(std::span<const SwiGluJob> jobs) override;
 
     Isa isa() const { return isa_; }
+    ActivationPrecision activation_precision() const override { return precision_; }
     ThreadPool& pool() { return pool_; }
 
 protected:
@@ -40,6 +42,7 @@ protected:
 private:
     ThreadPool pool_;
     Isa isa_;
+    ActivationPrecision precision_;  // BackendOptions::activation_precision.
     void swiglu_one_token(std::span<const SwiGluJob> jobs);
 
     std::vector<std::atomic<int>> up_done_;  // swiglu_one_token: gate/up parts done, per job.
