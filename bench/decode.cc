@@ -3,10 +3,12 @@
 // tokens/s at 1 and 2 threads, batched decode at 8 and 32 sequences, weight bytes read per decode
 // token and the fraction of measured memory bandwidth decode reaches, resident memory after load.
 // Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
-//                     [--profile single|batchedN]
-// (batched figures use the last thread count run: 2 by default). Decode rates are taken at the
-// median step, like the probe's median pass (StepTimes); the whole-run single-stream rate is
-// printed too.
+//                     [--profile single|batchedN] [--activations exact|bf16|both]
+// (batched figures use the last thread count run: 2 by default; --activations picks
+// engine.activation_precision for them, default both: exact, then the same phases on a second
+// load of the model with single-bf16 activations; single-stream decode is always exact). Decode
+// rates are taken at the median step, like the probe's median pass (StepTimes); the whole-run
+// single-stream rate is printed too.
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
 #include <algorithm>
@@ -170,6 +172,7 @@ int main(int argc, char** argv) {
     // "single" or "batchedN": after warm-up run only that phase for --steps steps and exit,
     // printing its tokens/s (for `perf record`; skips the probes and the table).
     std::string profile;
+    std::string activations = "both";
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: the bench preset)"),
@@ -178,8 +181,17 @@ int main(int argc, char** argv) {
          edge::bench::Flag::integer("--threads", &only_threads, 0,
                                     "run only this thread count (0: 1 and 2)"),
          edge::bench::Flag::string("--profile", &profile,
-                                   "single or batchedN: only that phase, for perf record")},
+                                   "single or batchedN: only that phase, for perf record"),
+         edge::bench::Flag::string("--activations", &activations,
+                                   "exact, bf16 or both: activation precision of batched steps")},
         "bench_decode: decode and prefill on the bench preset against memory bandwidth");
+    if (activations != "exact" && activations != "bf16" && activations != "both") {
+        std::fprintf(stderr, "--activations: expected exact, bf16 or both, got '%s'\n",
+                     activations.c_str());
+        return 2;
+    }
+    const bool run_exact = activations != "bf16";
+    const bool run_bf16 = activations != "exact";
     const edge::bench::BenchCheckpoint checkpoint(model_dir);
     model_dir = checkpoint.dir();
     auto config = edge::engine::ConfigJson::read(model_dir);
@@ -191,6 +203,8 @@ int main(int argc, char** argv) {
     if (!profile.empty()) {
         edge::engine::LoadOptions lo;
         lo.threads = only_threads == 0 ? 2 : only_threads;
+        lo.activation_precision = run_exact ? edge::engine::ActivationPrecision::kExact
+                                            : edge::engine::ActivationPrecision::kBf16;
         lo.max_slots = 72;
         lo.max_context = 1024;
         auto model = edge::engine::load_model(model_dir, lo);
@@ -230,7 +244,8 @@ int main(int argc, char** argv) {
     const double bw1_cpu = edge::bench::measure_read_bandwidth(1, size_t{1} << 30, 7, true);
 
     Single single[2];
-    double batched8 = 0, batched32 = 0;
+    double batched8 = 0, batched32 = 0;            // Exact activations.
+    double batched8_bf16 = 0, batched32_bf16 = 0;  // Single-bf16 activations.
     int64_t rss_load = 0, rss_warm = 0, weight_bytes = 0, kv_per_token = 0;
     for (int threads = 1; threads <= 2; ++threads) {
         if (only_threads != 0 && threads != only_threads) {
@@ -261,8 +276,22 @@ int main(int argc, char** argv) {
         }
         single[threads - 1] = run_single(m, prefill, steps);
         if (threads == 2 || only_threads == 1) {
-            batched8 = run_batched(m, 8, std::max(4, steps / 2));
-            batched32 = run_batched(m, 32, std::max(4, steps / 4));
+            if (run_exact) {
+                batched8 = run_batched(m, 8, std::max(4, steps / 2));
+                batched32 = run_batched(m, 32, std::max(4, steps / 4));
+            }
+            if (run_bf16) {
+                // Same weights (the same mapped file), another backend setting.
+                lo.activation_precision = edge::engine::ActivationPrecision::kBf16;
+                auto bf16_model = edge::engine::load_model(model_dir, lo);
+                if (!bf16_model.ok()) {
+                    std::fprintf(stderr, "%s\n", bf16_model.status().to_string().c_str());
+                    return 1;
+                }
+                run_batched(**bf16_model, 32, 4);
+                batched8_bf16 = run_batched(**bf16_model, 8, std::max(4, steps / 2));
+                batched32_bf16 = run_batched(**bf16_model, 32, std::max(4, steps / 4));
+            }
         }
     }
     const double frac1 = single[0].decode_tps * bytes_per_token / bw1;
@@ -293,6 +322,10 @@ int main(int argc, char** argv) {
     std::printf("%-44s %14.2f\n", "batched decode tokens/s, 32 seqs", batched32);
     std::printf("%-44s %14.2f\n", "batched 32 / single-stream (same threads)",
                 batched32 / single_ref);
+    std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 8 seqs", batched8_bf16);
+    std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 32 seqs", batched32_bf16);
+    std::printf("%-44s %14.2f\n", "bf16 activations: batched 32 / single-stream",
+                batched32_bf16 / single_ref);
     std::printf("%-44s %14.1f\n", "weight MB (mapped)", weight_bytes / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after load", rss_load / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after warm-up", rss_warm / 1e6);
@@ -304,12 +337,15 @@ int main(int argc, char** argv) {
         "\"decode_bw_fraction_per_cpu_s_1t\":%.4f,\"decode_cpu_ms_per_token_1t\":%.3f,"
         "\"decode_cpu_ms_per_token_2t\":%.3f,\"prefill_tps_1t\":%.2f,"
         "\"prefill_tps_2t\":%.2f,\"batched_tps_8\":%.3f,\"batched_tps_32\":%.3f,"
-        "\"batched32_over_single\":%.3f,\"weight_bytes\":%lld,\"kv_bytes_per_token\":%lld,"
+        "\"batched32_over_single\":%.3f,\"batched_tps_8_bf16\":%.3f,"
+        "\"batched_tps_32_bf16\":%.3f,\"batched32_bf16_over_single\":%.3f,\"weight_bytes\":%lld,"
+        "\"kv_bytes_per_token\":%lld,"
         "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
         bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
         single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
         frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,
         single[0].prefill_tps, single[1].prefill_tps, batched8, batched32, batched32 / single_ref,
+        batched8_bf16, batched32_bf16, batched32_bf16 / single_ref,
         static_cast<long long>(weight_bytes), static_cast<long long>(kv_per_token),
         static_cast<long long>(rss_load), static_cast<long long>(rss_warm));
     return 0;

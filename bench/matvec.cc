@@ -14,7 +14,8 @@
 // form (every gate/up in one matmul_batch, the SiLU product, every down in another), as batched
 // decode's routed experts do. With --sequences S the experts' token counts are those of a
 // decode step of S sequences (each picks 8 distinct experts of a layer, seeded), uneven as in
-// batched decode, instead of --tokens each; the rate counts the experts that got tokens.
+// batched decode, instead of --tokens each; the rate counts the experts that got tokens. The
+// swiglu_batch path also runs with single-bf16 activations (engine.activation_precision: bf16).
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -118,7 +119,9 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
         cpu::ThreadPool pool(threads);
         const double probe = edge::bench::measure_read_bandwidth(threads);
         json += ",\"membw_gbps_" + std::to_string(threads) + "t\":" + std::to_string(probe / 1e9);
-        for (int path = 0; path < 2; ++path) {
+        // Path 0: swiglu_batch, 1: the two-step form, 2: swiglu_batch with single-bf16
+        // activations (engine.activation_precision: bf16).
+        for (int path = 0; path < 3; ++path) {
             std::vector<double> rates;
             for (int r = 0; r < rounds + 1; ++r) {
                 const double t0 = now_s();
@@ -126,7 +129,7 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
                     const Expert* ex = experts.data() + l * kPerLayer;
                     const int64_t* n = count.data() + l * kPerLayer;
                     const int64_t* o = first.data() + l * kPerLayer;
-                    if (path == 0) {
+                    if (path != 1) {
                         std::vector<edge::engine::SwiGluJob> jobs;
                         for (int64_t e = 0; e < kPerLayer; ++e) {
                             if (n[e] > 0) {
@@ -135,7 +138,9 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
                                                 y.data() + o[e] * kHidden, kHidden});
                             }
                         }
-                        cpu::swiglu_batch(pool, isa, jobs);
+                        cpu::swiglu_batch(pool, isa, jobs,
+                                          path == 2 ? edge::engine::ActivationPrecision::kBf16
+                                                    : edge::engine::ActivationPrecision::kExact);
                     } else {
                         std::vector<edge::engine::MatmulJob> jobs;
                         for (int64_t e = 0; e < kPerLayer; ++e) {
@@ -165,11 +170,16 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
             }
             std::sort(rates.begin(), rates.end());
             const double gbps = rates[rates.size() / 2];
-            const char* name = path == 0 ? "swiglu_batch (task per expert)" : "two matmul_batch";
+            const char* name = path == 0   ? "swiglu_batch (task per expert)"
+                               : path == 1 ? "two matmul_batch"
+                                           : "swiglu_batch, bf16 activations";
             std::printf("%-32s %8d %10.2f %10.2f %9.3f\n", name, threads, gbps / 1e9, probe / 1e9,
                         gbps / probe);
-            json += std::string(",\"") + (path == 0 ? "swiglu_batch" : "two_step") + "_fraction_" +
-                    std::to_string(threads) + "t\":" + std::to_string(gbps / probe);
+            json += std::string(",\"") +
+                    (path == 0   ? "swiglu_batch"
+                     : path == 1 ? "two_step"
+                                 : "swiglu_batch_bf16") +
+                    "_fraction_" + std::to_string(threads) + "t\":" + std::to_string(gbps / probe);
         }
     }
     std::printf("%s}\n", json.c_str());

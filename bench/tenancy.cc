@@ -9,7 +9,9 @@
 // Goals: 64-stream throughput >= 8x single stream; each tenant's share within 10% of its weight;
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
-//                      [--batch N] [--out TOKENS] [--step-tokens N]
+//                      [--batch N] [--out TOKENS] [--step-tokens N] [--activations exact|bf16]
+// --activations: engine.activation_precision of the multi-token steps (the single stream decodes
+// one token per step, which is always exact).
 // Without --model it writes the preset (default `bench`, about 2.5 GB) to a temp dir and removes
 // it afterwards. The last line of output is one JSON object with the figures.
 
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
     int batch = 32;
     int out_tokens = 24;
     int step_tokens = 64;
+    std::string activations = "exact";
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: --preset's)"),
@@ -136,7 +139,9 @@ int main(int argc, char** argv) {
          edge::bench::Flag::integer("--threads", &threads, 1, "compute threads"),
          edge::bench::Flag::integer("--batch", &batch, 1, "max running sequences"),
          edge::bench::Flag::integer("--step-tokens", &step_tokens, 1, "token budget per step"),
-         edge::bench::Flag::integer("--out", &out_tokens, 2, "tokens generated per request")},
+         edge::bench::Flag::integer("--out", &out_tokens, 2, "tokens generated per request"),
+         edge::bench::Flag::string("--activations", &activations,
+                                   "exact or bf16: engine.activation_precision")},
         "bench_tenancy: 64 streams from 4 tenants of different weights on one engine");
     const edge::bench::BenchCheckpoint checkpoint(model_dir, preset);
     model_dir = checkpoint.dir();
@@ -144,6 +149,11 @@ int main(int argc, char** argv) {
     if (!tok.ok()) {
         std::fprintf(stderr, "%s\n", tok.status().to_string().c_str());
         return 1;
+    }
+    if (activations != "exact" && activations != "bf16") {
+        std::fprintf(stderr, "--activations: expected exact or bf16, got '%s'\n",
+                     activations.c_str());
+        return 2;
     }
     constexpr int kStreams = 64;
     constexpr int kSystemTokens = 64;
@@ -153,6 +163,8 @@ int main(int argc, char** argv) {
     lo.max_slots = batch;
     lo.max_context = 512;
     lo.kv_block_tokens = 16;
+    lo.activation_precision = activations == "bf16" ? edge::engine::ActivationPrecision::kBf16
+                                                    : edge::engine::ActivationPrecision::kExact;
     auto make_scheduler = [&](int32_t max_batch, int64_t kv_bytes)
         -> std::unique_ptr<edge::engine::sched::Scheduler> {
         lo.kv_cache_bytes = kv_bytes;
@@ -300,8 +312,9 @@ int main(int argc, char** argv) {
         cached += f.cached_tokens;
     }
     std::printf("model %s, %d streams, batch %d, %d threads, %d steps (%d warm-up), %d out tokens,"
-                " %d tokens per step\n",
-                preset.c_str(), kStreams, batch, threads, steps, warmup, out_tokens, step_tokens);
+                " %d tokens per step, activations %s\n",
+                preset.c_str(), kStreams, batch, threads, steps, warmup, out_tokens, step_tokens,
+                activations.c_str());
     std::printf("%-8s %6s %8s %8s %9s %9s %9s %9s %9s\n", "tenant", "weight", "share",
                 "target", "ttft p50", "ttft p99", "itl p50", "itl p99", "itl99/50");
     std::string json_tenants;
@@ -342,12 +355,13 @@ int main(int argc, char** argv) {
                 static_cast<long long>(sched->stats().preemptions));
     std::printf("%-44s %12lld\n", "KV blocks total", static_cast<long long>(serving.kv_blocks_total));
     std::printf(
-        "{\"bench\":\"tenancy\",\"preset\":\"%s\",\"streams\":%d,\"batch\":%d,\"threads\":%d,"
-        "\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
+        "{\"bench\":\"tenancy\",\"preset\":\"%s\",\"activations\":\"%s\",\"streams\":%d,"
+        "\"batch\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
         "\"throughput_ratio\":%.3f,\"throughput_goal_met\":%s,\"worst_share_error\":%.4f,"
         "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
         "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,\"tenants\":{%s}}\n",
-        preset.c_str(), kStreams, batch, threads, steps, single_tps, total_tps, speedup,
+        preset.c_str(), activations.c_str(), kStreams, batch, threads, steps, single_tps,
+        total_tps, speedup,
         speedup >= 8 ? "true" : "false", worst_share_err, worst_share_err <= 0.10 ? "true" : "false",
         worst_itl_ratio, worst_itl_ratio < 3 ? "true" : "false", kv_use, hit_rate,
         static_cast<long long>(sched->stats().preemptions), json_tenants.c_str());

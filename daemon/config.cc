@@ -338,6 +338,18 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
               }
               return ok_status();
           }},
+         {"activation_precision",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(const std::string p, r.string(n, k));
+              if (p == "exact") {
+                  e.activation_precision = engine::ActivationPrecision::kExact;
+              } else if (p == "bf16") {
+                  e.activation_precision = engine::ActivationPrecision::kBf16;
+              } else {
+                  return r.error(n, k, "expected exact or bf16");
+              }
+              return ok_status();
+          }},
          {"max_batch_sequences", int_field(r, e.max_batch_sequences, 1, 1 << 16)},
          {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},

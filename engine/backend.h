@@ -35,6 +35,9 @@ struct BackendOptions {
     int32_t threads = 0;  // Compute threads; 0: one per hardware thread.
     int32_t device = 0;   // Device ordinal for device backends (CUDA: the GPU); the CPU ignores
                           // it. Expert-parallel ranks pass their rank (one GPU per rank).
+    // Activations of multi-token BF16 products on the CPU (engine.activation_precision); device
+    // backends ignore it.
+    ActivationPrecision activation_precision = ActivationPrecision::kExact;
 };
 
 class Backend {
@@ -45,6 +48,8 @@ public:
     // Whether `op` runs on weights stored as `format` (ops without weights ignore `format`).
     virtual bool supports(Op op, WeightFormat format) const = 0;
     virtual int threads() const = 0;
+    // BackendOptions::activation_precision as this backend applies it (kExact where it has none).
+    virtual ActivationPrecision activation_precision() const { return ActivationPrecision::kExact; }
     // OK while the backend can run work; once a device reports a sticky error (the CUDA context
     // is lost) it returns that error for good, and the daemon's /readyz fails on it. Thread-safe.
     virtual Status health() const { return ok_status(); }
@@ -52,6 +57,14 @@ public:
     // y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c] for t < n, r < W.rows; weight rows are
     // read once for all n tokens.
     virtual void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) = 0;
+
+    // The same at full activation precision whatever BackendOptions::activation_precision says:
+    // for small matmuls whose results make discrete choices (the MoE router's logits decide the
+    // experts, and a near tie flipped by bf16 activations changes the output by far more than
+    // the rounding). The default is matmul().
+    virtual void matmul_exact(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) {
+        matmul(w, x, n, y, ldy);
+    }
 
     // Independent matmuls run as one parallel step: jobs[i] computes y = x W^T for its own
     // weight, input and output.

@@ -63,6 +63,7 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     LoadOptions options;
     options.threads = config.threads;
     options.backend = backend;
+    options.activation_precision = config.activation_precision;
     options.max_slots = config.max_batch_sequences;
     options.max_context = static_cast<int32_t>(std::max<int64_t>(mc.max_context, 0));
     options.kv_cache_bytes = config.kv_cache_bytes;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/cpu/matmul_job.h"
 #include "engine/generator.h"
 #include "engine/shard/sharding_config.h"
 
@@ -39,6 +40,9 @@ struct EngineConfig {
     int64_t max_queue_wait_ms = 0;       // Estimated queue wait before kUnavailable (503), ms;
                                          // 0: off (only the queue bounds apply).
     bool prefix_cache = true;            // Reuse cached prompt blocks within a tenant.
+    // Activations of multi-token steps' BF16 products on the CPU: kExact (bf16 hi + lo pairs,
+    // ~16 bits) or kBf16 (one bf16 each, 8 bits, about half the multiply work).
+    ActivationPrecision activation_precision = ActivationPrecision::kExact;
     shard::ShardingConfig sharding;      // Expert-parallel ranks and placement (docs/sharding.md).
     std::vector<ModelConfig> models;
 };

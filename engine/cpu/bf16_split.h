@@ -24,6 +24,9 @@ namespace edge::engine::cpu {
 
 // Relative error bound of hi + lo against x (for the tests' tolerances).
 inline constexpr double kBf16SplitRelError = 1.0 / (1 << 17);
+// Relative error bound of one activation rounded to bf16 (8 significant bits, round to nearest:
+// half an ulp, 2^-8 of the value at most).
+inline constexpr double kBf16RoundRelError = 1.0 / (1 << 8);
 
 // x (n rows of k f32) -> hi/lo bf16 rows of kp (k rounded up to 32) elements, zero padded.
 // Non-finite activations keep lo = 0 so inf stays inf (inf - inf would be NaN).
@@ -49,6 +52,25 @@ split_activations_bf16(const float* x, int64_t n, int64_t k, int64_t kp, uint16_
             const __m256i lbits = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(rest));
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(ht + c), hbits);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(lt + c), lbits);
+        }
+    }
+}
+
+// x (n rows of k f32) -> one bf16 row of kp (k rounded up to 32) elements per token, each
+// activation rounded to nearest even (relative error <= 2^-8, kBf16RoundRelError), zero padded.
+// For engine.activation_precision: bf16 (one product per weight instead of two).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) inline void
+round_activations_bf16(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* out) {
+    for (int64_t t = 0; t < n; ++t) {
+        const float* xt = x + t * k;
+        uint16_t* ot = out + t * kp;
+        for (int64_t c = 0; c < kp; c += 16) {
+            const __mmask16 m = c + 16 <= k   ? static_cast<__mmask16>(0xFFFF)
+                                : c < k       ? static_cast<__mmask16>((1u << (k - c)) - 1u)
+                                              : static_cast<__mmask16>(0);
+            const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, xt + c));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ot + c),
+                                reinterpret_cast<__m256i>(h));
         }
     }
 }

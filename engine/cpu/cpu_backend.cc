@@ -7,7 +7,9 @@
 namespace edge::engine::cpu {
 
 CpuBackend::CpuBackend(const BackendOptions& options, std::optional<Isa> isa)
-    : pool_(options.threads), isa_(isa.value_or(detect_isa())) {}
+    : pool_(options.threads),
+      isa_(isa.value_or(detect_isa())),
+      precision_(options.activation_precision) {}
 
 bool CpuBackend::supports(Op op, WeightFormat format) const {
     if (op == Op::kMatmul) {
@@ -17,11 +19,15 @@ bool CpuBackend::supports(Op op, WeightFormat format) const {
 }
 
 void CpuBackend::matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) {
-    cpu::matmul(pool_, isa_, w, x, n, y, ldy);
+    cpu::matmul(pool_, isa_, w, x, n, y, ldy, precision_);
+}
+
+void CpuBackend::matmul_exact(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) {
+    cpu::matmul(pool_, isa_, w, x, n, y, ldy, ActivationPrecision::kExact);
 }
 
 void CpuBackend::matmul_batch(std::span<const MatmulJob> jobs) {
-    cpu::matmul_batch(pool_, isa_, jobs);
+    cpu::matmul_batch(pool_, isa_, jobs, precision_);
 }
 
 void CpuBackend::swiglu_batch(std::span<const SwiGluJob> jobs) {
@@ -34,7 +40,7 @@ void CpuBackend::swiglu_batch(std::span<const SwiGluJob> jobs) {
     // alternating every 16 decode steps on one loaded bench preset, 12-20 rounds, median of the
     // per-round ratios; docs/quantization.md): per-expert tasks faster by 5.4% / 2.6% (int4-g128,
     // two runs), 2.1% / 1.8% (fp8), 1.3% (int8), 1.8% (int4-g32), 0.3% (experts-int4).
-    cpu::swiglu_batch(pool_, isa_, jobs);
+    cpu::swiglu_batch(pool_, isa_, jobs, precision_);
 }
 
 void CpuBackend::run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) {

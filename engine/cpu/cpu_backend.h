@@ -22,11 +22,13 @@ public:
     bool supports(Op op, WeightFormat format) const override;
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
+    void matmul_exact(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_batch(std::span<const MatmulJob> jobs) override;
     // One task per expert (cpu::swiglu_batch), at any token count and weight format.
     void swiglu_batch(std::span<const SwiGluJob> jobs) override;
 
     Isa isa() const { return isa_; }
+    ActivationPrecision activation_precision() const override { return precision_; }
     ThreadPool& pool() { return pool_; }
 
 protected:
@@ -35,6 +37,7 @@ protected:
 private:
     ThreadPool pool_;
     Isa isa_;
+    ActivationPrecision precision_;  // BackendOptions::activation_precision.
 };
 
 }  // namespace edge::engine::cpu

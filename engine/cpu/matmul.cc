@@ -39,9 +39,10 @@ std::string_view isa_name(Isa isa) {
     return "?";
 }
 
-quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa) {
+quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecision precision) {
     if (format == WeightFormat::kBF16 && isa == Isa::kAvx512Bf16) {
-        return matmul_bf16_avx512bf16;
+        return precision == ActivationPrecision::kBf16 ? matmul_bf16_avx512bf16_bf16act
+                                                       : matmul_bf16_avx512bf16;
     }
     if (isa == Isa::kAvx512Bf16) {
         isa = Isa::kAvx512;  // The other float formats have no BF16-specific kernel.
@@ -81,9 +82,18 @@ int64_t weight_bytes(const Weight& w) {
     return 0;
 }
 
+namespace {
+
+// The precision a call of n tokens runs at: one-token calls stay exact.
+ActivationPrecision for_tokens(ActivationPrecision precision, int64_t n) {
+    return n > 1 ? precision : ActivationPrecision::kExact;
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
-            int64_t ldy) {
-    quant::MatmulKernel kernel = matmul_kernel(w.format, isa);
+            int64_t ldy, ActivationPrecision precision) {
+    quant::MatmulKernel kernel = matmul_kernel(w.format, isa, for_tokens(precision, n));
     EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
     // Below this much work (multiply-adds) a split costs more than it saves.
     constexpr int64_t kMinParallelWork = 1 << 15;
@@ -98,7 +108,8 @@ void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t 
 
 namespace edge::engine::cpu {
 
-void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs) {
+void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
+                  ActivationPrecision precision) {
     // Rows are handed out in grains of kGrain within each job, so a part never straddles jobs
     // mid-grain and the kernels see whole 4-row blocks.
     constexpr int64_t kGrain = 16;
@@ -115,7 +126,8 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs) {
             const int64_t b = std::max(g0, base);
             const int64_t e = std::min(g1, base + jg);
             if (b < e) {
-                quant::MatmulKernel kernel = matmul_kernel(j.w->format, isa);
+                quant::MatmulKernel kernel =
+                    matmul_kernel(j.w->format, isa, for_tokens(precision, j.n));
                 kernel(*j.w, j.x, j.n, j.y, j.ldy, (b - base) * kGrain,
                        std::min(j.w->rows, (e - base) * kGrain));
             }
@@ -142,9 +154,10 @@ bool all_bf16(const SwiGluJob& j) {
 
 // One job on the calling thread, with the kernels of any format: gate and up, the SiLU product,
 // then down, in per-thread scratch.
-void swiglu_one(Isa isa, const SwiGluJob& j) {
+void swiglu_one(Isa isa, const SwiGluJob& j, ActivationPrecision precision) {
+    precision = for_tokens(precision, j.n);
     if (isa == Isa::kAvx512Bf16 && all_bf16(j)) {
-        swiglu_bf16_avx512bf16(j);
+        swiglu_bf16_avx512bf16(j, precision);
         return;
     }
     const int64_t inter = j.gate->rows;
@@ -155,9 +168,9 @@ void swiglu_one(Isa isa, const SwiGluJob& j) {
     float* gate = scratch.data();
     float* up = gate + j.n * inter;
     float* act = up + j.n * inter;
-    quant::MatmulKernel kg = matmul_kernel(j.gate->format, isa);
-    quant::MatmulKernel ku = matmul_kernel(j.up->format, isa);
-    quant::MatmulKernel kd = matmul_kernel(j.down->format, isa);
+    quant::MatmulKernel kg = matmul_kernel(j.gate->format, isa, precision);
+    quant::MatmulKernel ku = matmul_kernel(j.up->format, isa, precision);
+    quant::MatmulKernel kd = matmul_kernel(j.down->format, isa, precision);
     EDGE_CHECK(kg != nullptr && ku != nullptr && kd != nullptr,
                "swiglu on a weight format without a kernel");
     kg(*j.gate, j.x, j.n, gate, inter, 0, inter);
@@ -168,7 +181,8 @@ void swiglu_one(Isa isa, const SwiGluJob& j) {
 
 }  // namespace
 
-void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
+void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs,
+                  ActivationPrecision precision) {
     int64_t work = 0;
     for (const SwiGluJob& j : jobs) {
         EDGE_CHECK(j.gate->rows == j.up->rows && j.gate->cols == j.up->cols &&
@@ -184,7 +198,7 @@ void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
     if (pool.size() > 1 && work >= kMinParallelWork && count < 2 * pool.size()) {
         // Few jobs: each projection split by rows over the pool.
         swiglu_two_steps(jobs, [&](std::span<const MatmulJob> mm) {
-            matmul_batch(pool, isa, mm);
+            matmul_batch(pool, isa, mm, precision);
         });
         return;
     }
@@ -198,7 +212,7 @@ void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs) {
                      [&](int32_t a, int32_t b) { return jobs[a].n > jobs[b].n; });
     // A thread_local named inside the lambda would be each worker's own (empty) one.
     const int32_t* ord = order.data();
-    auto run = [&](int64_t task, int) { swiglu_one(isa, jobs[ord[task]]); };
+    auto run = [&](int64_t task, int) { swiglu_one(isa, jobs[ord[task]], precision); };
     if (pool.size() == 1 || work < kMinParallelWork) {
         for (int64_t t = 0; t < count; ++t) {
             run(t, 0);

@@ -28,17 +28,21 @@ Isa detect_isa();
 std::string_view isa_name(Isa isa);
 
 // The kernel for `format` at `isa` (float formats), the quantized kernel for quantized formats,
-// or nullptr when there is none.
-quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa);
+// or nullptr when there is none. `precision` kBf16 picks the single-bf16-activation BF16 kernel
+// at kAvx512Bf16 (the callers below pass it only for calls of more than one token).
+quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa,
+                                  ActivationPrecision precision = ActivationPrecision::kExact);
 
 // Runs the kernel for w.format at `isa` with rows split across the pool. The kernel must exist
-// (checked by the loader through Backend::supports).
+// (checked by the loader through Backend::supports). `precision` applies when n > 1 (and to the
+// BF16 kernel at kAvx512Bf16 only); the same holds for the batch forms below, per job.
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
-            int64_t ldy);
+            int64_t ldy, ActivationPrecision precision = ActivationPrecision::kExact);
 
 // Runs independent matmuls (e.g. q/k/v, or every active expert's gate and up projections) as one
 // parallel loop over all their rows: one dispatch instead of one per matrix.
-void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs);
+void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
+                  ActivationPrecision precision = ActivationPrecision::kExact);
 
 // Runs independent SwiGLU feed-forwards (a step's routed experts, each with its own few tokens):
 // jobs[i].y = down(silu(gate x) * up x). With enough jobs to share out, each job is one task run
@@ -46,7 +50,8 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs);
 // back, and there is no barrier between the projections. With fewer jobs than that (one dense MLP,
 // a few experts) the projections are split by rows across the pool instead. Same results as the
 // separate matmuls to rounding.
-void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs);
+void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs,
+                  ActivationPrecision precision = ActivationPrecision::kExact);
 
 // The same in two parallel steps through `matmul_batch`: every gate and up projection, the SiLU
 // product on the calling thread, then every down projection (for backends without a fused form

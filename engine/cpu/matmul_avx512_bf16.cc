@@ -45,7 +45,10 @@ enum class Prefetch { kRowAhead, kNone, kStream };
 // vdpbf16ps has a 6-cycle latency at two per cycle, so it needs about 12 independent chains, and
 // 4 x 2 accumulators with two dependent products each per step run latency-bound (in L1, 4 rows
 // x 2 tokens: 5.0 G products/s with two accumulators against 3.8 with one; 4 x 4 reaches 5.4).
-template <int R, int T, Prefetch P = Prefetch::kRowAhead>
+// L false (engine.activation_precision: bf16): the activations are one bf16 row each (`lo` is
+// unused), one product per weight; with one or two tokens alternate 32-column steps go to the
+// two accumulators instead.
+template <int R, int T, Prefetch P = Prefetch::kRowAhead, bool L = true>
 __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, const uint16_t* hi,
                                                  const uint16_t* lo, int64_t kp, float* y,
                                                  int64_t ldy, int64_t rs = 0, int64_t ys = 1,
@@ -68,13 +71,15 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
             }
         }
     }
-    int64_t c = 0;
-    for (; c + 32 <= k; c += 32) {
+    // One 32-column step; `a` picks the accumulator of a single-product step.
+    auto step = [&](int64_t c, int a) __attribute__((always_inline)) {
         __m512bh xh[T], xl[T];
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             xh[t] = as_bh(_mm512_loadu_si512(hi + t * kp + c));
-            xl[t] = as_bh(_mm512_loadu_si512(lo + t * kp + c));
+            if constexpr (L) {
+                xl[t] = as_bh(_mm512_loadu_si512(lo + t * kp + c));
+            }
         }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
@@ -89,10 +94,24 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
             const __m512bh wv = as_bh(_mm512_loadu_si512(row));
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
-                acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv, xh[t]);
-                acc[r][t][A - 1] = _mm512_dpbf16_ps(acc[r][t][A - 1], wv, xl[t]);
+                if constexpr (L) {
+                    acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv, xh[t]);
+                    acc[r][t][A - 1] = _mm512_dpbf16_ps(acc[r][t][A - 1], wv, xl[t]);
+                } else {
+                    acc[r][t][a] = _mm512_dpbf16_ps(acc[r][t][a], wv, xh[t]);
+                }
             }
         }
+    };
+    int64_t c = 0;
+    if constexpr (!L && A == 2) {
+        for (; c + 64 <= k; c += 64) {
+            step(c, 0);
+            step(c + 32, 1);
+        }
+    }
+    for (; c + 32 <= k; c += 32) {
+        step(c, 0);
     }
     if (c < k) {
         const __mmask32 m = mask32(k - c);
@@ -100,7 +119,9 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
 #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
             xh[t] = as_bh(_mm512_loadu_si512(hi + t * kp + c));  // Zero padded to kp.
-            xl[t] = as_bh(_mm512_loadu_si512(lo + t * kp + c));
+            if constexpr (L) {
+                xl[t] = as_bh(_mm512_loadu_si512(lo + t * kp + c));
+            }
         }
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
@@ -108,7 +129,9 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
 #pragma GCC unroll 16
             for (int t = 0; t < T; ++t) {
                 acc[r][t][0] = _mm512_dpbf16_ps(acc[r][t][0], wv, xh[t]);
-                acc[r][t][A - 1] = _mm512_dpbf16_ps(acc[r][t][A - 1], wv, xl[t]);
+                if constexpr (L) {
+                    acc[r][t][A - 1] = _mm512_dpbf16_ps(acc[r][t][A - 1], wv, xl[t]);
+                }
             }
         }
     }
@@ -125,22 +148,25 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
     }
 }
 
-template <int R>
+template <int R, bool L>
 inline void rows_block(const uint16_t* w0, int64_t k, const uint16_t* hi, const uint16_t* lo,
                        int64_t kp, int64_t n, float* y, int64_t ldy) {
     int64_t t = 0;
     for (; t + 4 <= n; t += 4) {
-        block<R, 4>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy, ldy);
+        block<R, 4, Prefetch::kRowAhead, L>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy, ldy);
     }
     switch (n - t) {
         case 3:
-            block<R, 3>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy, ldy);
+            block<R, 3, Prefetch::kRowAhead, L>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy,
+                                                ldy);
             break;
         case 2:
-            block<R, 2>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy, ldy);
+            block<R, 2, Prefetch::kRowAhead, L>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy,
+                                                ldy);
             break;
         case 1:
-            block<R, 1>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy, ldy);
+            block<R, 1, Prefetch::kRowAhead, L>(w0, k, hi + t * kp, lo + t * kp, kp, y + t * ldy,
+                                                ldy);
             break;
         default:
             break;
@@ -152,6 +178,7 @@ inline void rows_block(const uint16_t* w0, int64_t k, const uint16_t* hi, const 
 // prefetchers see four long sequential reads instead of many 2 KiB ones; each stream also
 // prefetches `ahead` bytes further along itself. The first token group streams from memory,
 // later groups re-read the same rows from cache.
+template <bool L>
 inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
                         const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy,
                         int64_t ahead) {
@@ -164,38 +191,38 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
         float* yr = y + i;
         switch (t1) {
             case 4:
-                block<4, 4, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 4, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
             case 3:
-                block<4, 3, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 3, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
             case 2:
-                block<4, 2, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 2, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
             default:
-                block<4, 1, kS>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 1, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
                 break;
         }
         int64_t t = t1;
         for (; t + 4 <= n; t += 4) {
-            block<4, 4, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
+            block<4, 4, kS, L>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
         }
         switch (n - t) {
             case 3:
-                block<4, 3, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
+                block<4, 3, kS, L>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
                 break;
             case 2:
-                block<4, 2, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
+                block<4, 2, kS, L>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
                 break;
             case 1:
-                block<4, 1, kS>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
+                block<4, 1, kS, L>(w0, k, hi + t * kp, lo + t * kp, kp, yr + t * ldy, ldy, rs, q);
                 break;
             default:
                 break;
         }
     }
     for (int64_t r = 4 * q; r < rows; ++r) {
-        rows_block<1>(w + r * k, k, hi, lo, kp, n, y + r, ldy);
+        rows_block<1, L>(w + r * k, k, hi, lo, kp, n, y + r, ldy);
     }
 }
 
@@ -204,9 +231,19 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
 // 4 KiB 288, 8 KiB 299; the hardware prefetchers do most of the work once the streams are long.
 constexpr int64_t kStreamPrefetchBytes = 2048;
 
-}  // namespace
+// The activations as the kernels take them: hi + lo (L) or one rounded bf16 row per token.
+template <bool L>
+inline void prepare(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* hi, uint16_t* lo) {
+    if constexpr (L) {
+        split_activations_bf16(x, n, k, kp, hi, lo);
+    } else {
+        round_activations_bf16(x, n, k, kp, hi);
+    }
+}
 
-void swiglu_bf16_avx512bf16(const SwiGluJob& j) {
+// One SwiGLU job; L: activations as bf16 hi + lo (exact mode), else one bf16 each.
+template <bool L>
+void swiglu_impl(const SwiGluJob& j) {
     const int64_t in = j.gate->cols;
     const int64_t inter = j.gate->rows;
     const int64_t out = j.down->rows;
@@ -238,18 +275,19 @@ void swiglu_bf16_avx512bf16(const SwiGluJob& j) {
         const int64_t nt = j.n - t0 < group ? j.n - t0 : group;
         uint16_t* hi = split.data();
         uint16_t* lo = hi + nt * inp;
-        split_activations_bf16(j.x + t0 * in, nt, in, inp, hi, lo);
-        rows_stream(gate, inter, in, hi, lo, inp, nt, g, inter, ahead);
-        rows_stream(up, inter, in, hi, lo, inp, nt, u, inter, ahead);
+        prepare<L>(j.x + t0 * in, nt, in, inp, hi, lo);
+        rows_stream<L>(gate, inter, in, hi, lo, inp, nt, g, inter, ahead);
+        rows_stream<L>(up, inter, in, hi, lo, inp, nt, u, inter, ahead);
         silu_mul(g, u, nt * inter, act);
         lo = hi + nt * interp;
-        split_activations_bf16(act, nt, inter, interp, hi, lo);
-        rows_stream(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy, ahead);
+        prepare<L>(act, nt, inter, interp, hi, lo);
+        rows_stream<L>(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy, ahead);
     }
 }
 
-void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
-                            int64_t r0, int64_t r1) {
+template <bool L>
+void matmul_impl(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0,
+                 int64_t r1) {
     const int64_t k = w.cols;
     if (n <= 0 || k <= 0 || r0 >= r1) {
         return;
@@ -268,7 +306,7 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
     const auto* base = static_cast<const uint16_t*>(w.data);
     for (int64_t t0 = 0; t0 < n; t0 += group) {
         const int64_t nt = n - t0 < group ? n - t0 : group;
-        split_activations_bf16(x + t0 * k, nt, k, kp, hi, lo);
+        prepare<L>(x + t0 * k, nt, k, kp, hi, lo);
         float* yt = y + t0 * ldy;
         if (r1 - r0 >= 64) {
             // Four long streams (see rows_stream) keep the memory system ahead: with several
@@ -276,18 +314,38 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
             // one token (decode) they read faster than the widen + FMA kernel's blocks of four
             // adjacent rows (bench_decode --profile single --threads 2, experts already streamed:
             // 107.2 / 111.1 / 107.7 against 104.0 / 104.9 / 100.8 tokens/s, interleaved).
-            rows_stream(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
-                        kStreamPrefetchBytes);
+            rows_stream<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
+                           kStreamPrefetchBytes);
             continue;
         }
         int64_t r = r0;
         for (; r + 4 <= r1; r += 4) {
-            rows_block<4>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
+            rows_block<4, L>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
         }
         for (; r < r1; ++r) {
-            rows_block<1>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
+            rows_block<1, L>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
         }
     }
+}
+
+}  // namespace
+
+void swiglu_bf16_avx512bf16(const SwiGluJob& j, ActivationPrecision precision) {
+    if (precision == ActivationPrecision::kBf16) {
+        swiglu_impl<false>(j);
+    } else {
+        swiglu_impl<true>(j);
+    }
+}
+
+void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                            int64_t r0, int64_t r1) {
+    matmul_impl<true>(w, x, n, y, ldy, r0, r1);
+}
+
+void matmul_bf16_avx512bf16_bf16act(const Weight& w, const float* x, int64_t n, float* y,
+                                    int64_t ldy, int64_t r0, int64_t r1) {
+    matmul_impl<false>(w, x, n, y, ldy, r0, r1);
 }
 
 }  // namespace edge::engine::cpu

@@ -4,6 +4,8 @@
 //   y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c]   for t < n, r < W.rows.
 // SwiGluJob: one SwiGLU feed-forward (a routed expert) of a batch (Backend::swiglu_batch),
 //   y[t * ldy + :] = down(silu(gate x_t) * up x_t)   for t < n.
+// ActivationPrecision: how multi-token BF16 products carry the f32 activations
+// (engine.activation_precision).
 // Plain views; the weights and buffers are the caller's and must outlive the call.
 
 #include <cstdint>
@@ -11,6 +13,13 @@
 #include "engine/cpu/weight.h"
 
 namespace edge::engine {
+
+// How the CPU's AVX512_BF16 kernels carry f32 activations into bf16 dot products when a call has
+// more than one token (one-token calls are always exact; other ISAs and formats ignore it).
+enum class ActivationPrecision {
+    kExact,  // bf16 hi + lo pair per activation: about 16 mantissa bits, two products per weight.
+    kBf16,   // One bf16 per activation (round to nearest even, 8 bits): one product per weight.
+};
 
 struct MatmulJob {
     const Weight* w = nullptr;

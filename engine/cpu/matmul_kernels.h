@@ -37,12 +37,23 @@ void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int
 // bits per activation instead of 24 (see matmul_avx512_bf16.cc for the error bound).
 void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                             int64_t r0, int64_t r1);
+// The same with each activation rounded to one bf16 (ActivationPrecision::kBf16): one product per
+// weight. Equals matmul_bf16_scalar_bf16act within 1e-5 * sum_c |w * bf16(x)| + 1e-6 for
+// cols <= 4096 (each bf16 product is exact in f32; only the f32 sum is reordered); against the
+// exact f32 product it is off by at most 2^-8 * sum_c |w * x| more (the rounding of x).
+void matmul_bf16_avx512bf16_bf16act(const Weight& w, const float* x, int64_t n, float* y,
+                                    int64_t ldy, int64_t r0, int64_t r1);
+// Reference for it: each activation rounded to bf16 (nearest even), products summed in double.
+void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                                int64_t r0, int64_t r1);
 
 // One SwiGLU job (gate, up and down all BF16) on the calling thread with the same dot products:
 // each projection's input is split once, and each weight is read as four long sequential streams
 // (a block takes rows i, i + q, i + 2q, i + 3q of q = rows / 4), which the hardware prefetchers
 // follow far better than the many short rows of the plain kernel. Same tolerance as
-// matmul_bf16_avx512bf16 per projection.
-void swiglu_bf16_avx512bf16(const SwiGluJob& job);
+// matmul_bf16_avx512bf16 per projection; with kBf16 each projection's input is rounded to bf16
+// instead (as matmul_bf16_avx512bf16_bf16act).
+void swiglu_bf16_avx512bf16(const SwiGluJob& job,
+                            ActivationPrecision precision = ActivationPrecision::kExact);
 
 }  // namespace edge::engine::cpu

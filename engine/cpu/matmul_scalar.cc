@@ -40,4 +40,20 @@ void matmul_f16_scalar(const Weight& w, const float* x, int64_t n, float* y, int
     matmul_scalar(w, x, n, y, ldy, r0, r1, [p](int64_t i) { return f16_to_f32(load_u16(p, i)); });
 }
 
+void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                                int64_t r0, int64_t r1) {
+    const int64_t k = w.cols;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* xt = x + t * k;
+        for (int64_t r = r0; r < r1; ++r) {
+            double acc = 0.0;
+            for (int64_t c = 0; c < k; ++c) {
+                acc += static_cast<double>(bf16_to_f32(load_u16(w.data, r * k + c))) *
+                       static_cast<double>(bf16_to_f32(f32_to_bf16(xt[c])));
+            }
+            y[t * ldy + r] = static_cast<float>(acc);
+        }
+    }
+}
+
 }  // namespace edge::engine::cpu

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "engine/cpu/matmul_job.h"
 #include "engine/model/causal_lm.h"
 #include "engine/shard/sharding_config.h"
 
@@ -25,6 +26,8 @@ struct LoadOptions {
     // pairs, or both; "none" keeps every tensor as stored.
     std::string quantization = "none";
     std::string backend = "cpu";    // Where forward() runs: "cpu", or "cuda" when compiled in.
+    // Activations of multi-token BF16 products on the CPU (engine.activation_precision).
+    ActivationPrecision activation_precision = ActivationPrecision::kExact;
     // Expert-parallel sharding of the MoE layers (engine/shard/sharding_config.h).
     shard::ShardingConfig sharding;
 };

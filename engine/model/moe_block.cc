@@ -179,6 +179,7 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
             BackendOptions bo;
             bo.threads = std::max(1, driver->threads() / config.ranks);
             bo.device = r;
+            bo.activation_precision = driver->activation_precision();
             EDGE_ASSIGN_OR_RETURN(rank->own_backend, create_backend(driver->name(), bo));
             rank->backend = rank->own_backend.get();
         }
@@ -259,7 +260,9 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
     auto t = SteadyClock::now();
     float* logits = grow(rk.logits, static_cast<size_t>(m * E));
     if (m > 0) {
-        rk.backend->matmul(layer.router, h + b * H, m, logits, E);
+        // Exact activations whatever the backend's setting: a near tie between experts must not
+        // flip on the rounding of bf16 activations (engine.activation_precision).
+        rk.backend->matmul_exact(layer.router, h + b * H, m, logits, E);
     }
     float* scratch = grow(rk.route_scratch, static_cast<size_t>(layer.route->scratch_floats()));
     int32_t* idx = grow(rk.topk_idx, static_cast<size_t>(m * K));

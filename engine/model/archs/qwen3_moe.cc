@@ -364,6 +364,7 @@ Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const C
     EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(dir));
     BackendOptions bo;
     bo.threads = options.threads;
+    bo.activation_precision = options.activation_precision;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
     auto model =
         std::make_unique<Qwen3Moe>(std::move(config), std::move(ckpt), std::move(backend));
