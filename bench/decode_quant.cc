@@ -5,6 +5,9 @@
 // fraction of memory read bandwidth (measured in this run, same thread count: the median of the
 // probe readings taken between the formats' runs) that it reaches. Rates are at the median step.
 // Embeddings and lm_head stay BF16 in every policy, as the presets leave them.
+// A second table splits the decode steps with the MoE block's own phase timers (ShardStats):
+// routing (router matmul and top-k), the routed experts and their combine, each the mean per step
+// over every timed step, the rest of the mean step, and the experts' weight bytes over their time.
 // Usage: bench_decode_quant [--model DIR] [--steps N] [--reps N] [--threads N]
 //                           [--formats bf16,fp8,int8,int4-g32,int4-g128,experts-int4]
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
@@ -14,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +28,7 @@
 #include "engine/model/model_config.h"
 #include "engine/quant/policy.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/shard/shard_stats.h"
 #include "engine/tools/make_model.h"
 
 namespace {
@@ -58,13 +63,28 @@ int64_t bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p) {
     return b;
 }
 
+// Weight bytes of the routed experts one decode token reads under `p` (top-k per layer).
+int64_t expert_bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p) {
+    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
+    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), K = g("num_experts_per_tok");
+    const int64_t I = g("moe_intermediate_size");
+    const WeightFormat x = p.format_for(quant::TensorClass::kRoutedExperts);
+    return L * K * (2 * matrix_bytes(x, I, H) + matrix_bytes(x, H, I));
+}
+
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Decode tokens/s at the median step (edge::bench::StepTimes).
-double decode_tps(CausalLM& m, int steps) {
+// Seconds summed over the timed decode steps: all of them, and the MoE block's phases.
+struct PhaseSums {
+    double steps_s = 0, routing_s = 0, experts_s = 0, combine_s = 0;
+    int64_t steps = 0;
+};
+
+// Decode tokens/s at the median step (edge::bench::StepTimes); adds the steps' times to `sums`.
+double decode_tps(CausalLM& m, int steps, PhaseSums* sums = nullptr) {
     std::vector<TokenId> prompt(16);
     std::mt19937 rng(5);
     for (TokenId& t : prompt) {
@@ -79,6 +99,7 @@ double decode_tps(CausalLM& m, int steps) {
     }
     TokenId tok = 0;
     edge::bench::StepTimes times;
+    const std::optional<edge::engine::shard::ShardStats> before = m.shard_stats();
     for (int s = 0; s < steps; ++s) {
         const auto t0 = Clock::now();
         tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -90,6 +111,18 @@ double decode_tps(CausalLM& m, int steps) {
         times.add(t0);
     }
     m.release_slot(slot);
+    const std::optional<edge::engine::shard::ShardStats> after = m.shard_stats();
+    if (sums != nullptr) {
+        for (double t : times.seconds) {
+            sums->steps_s += t;
+        }
+        sums->steps += static_cast<int64_t>(times.seconds.size());
+        if (before && after) {
+            sums->routing_s += after->times.routing_s - before->times.routing_s;
+            sums->experts_s += after->times.compute_s - before->times.compute_s;
+            sums->combine_s += after->times.combine_s - before->times.combine_s;
+        }
+    }
     return times.median_rate(1);
 }
 
@@ -128,8 +161,9 @@ int main(int argc, char** argv) {
         {"int4-g32", int4_all}, {"int4-g128", int4_all128}, {"experts-int4", "experts-int4"}};
     struct Row {
         std::string name;
-        int64_t bytes = 0, resident = 0;
+        int64_t bytes = 0, resident = 0, expert_bytes = 0;
         double tps = 0, bw = 0;
+        PhaseSums phases;
     };
     std::vector<Row> rows;
     std::vector<double> all_bw;  // Every probe reading of the run.
@@ -151,11 +185,13 @@ int main(int argc, char** argv) {
         r.name = name;
         r.bytes = bytes_per_token(*config, *edge::engine::quant::parse_quant_policy(policy));
         r.resident = (*model)->spec().weight_bytes;
+        r.expert_bytes =
+            expert_bytes_per_token(*config, *edge::engine::quant::parse_quant_policy(policy));
         decode_tps(**model, 4);  // Warm-up: pages in the weights.
         std::vector<double> tps, bw;
         for (int k = 0; k < reps; ++k) {
             bw.push_back(edge::bench::measure_read_bandwidth(threads, size_t{1} << 30, 3));
-            tps.push_back(decode_tps(**model, steps));
+            tps.push_back(decode_tps(**model, steps, &r.phases));
         }
         r.tps = median(tps);
         all_bw.insert(all_bw.end(), bw.begin(), bw.end());
@@ -170,18 +206,43 @@ int main(int argc, char** argv) {
     std::printf("%-13s %14s %14s %10s %12s %10s %8s\n", "format", "bytes/token_MB", "resident_MB",
                 "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
     std::string json = "{\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+    std::vector<std::string> phase_lines;
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         const double eff = r.tps * static_cast<double>(r.bytes);
         std::printf("%-13s %14.2f %14.1f %10.2f %12.2f %10.2f %8.3f\n", r.name.c_str(),
                     r.bytes / 1e6, r.resident / 1e6, r.tps, eff / 1e9, r.bw / 1e9, eff / r.bw);
-        char buf[512];
+        // Mean milliseconds per timed step.
+        const double n = static_cast<double>(std::max<int64_t>(1, r.phases.steps));
+        const double step_ms = r.phases.steps_s * 1e3 / n;
+        const double routing_ms = r.phases.routing_s * 1e3 / n;
+        const double experts_ms = r.phases.experts_s * 1e3 / n;
+        const double combine_ms = r.phases.combine_s * 1e3 / n;
+        const double experts_gbps = experts_ms > 0 ? r.expert_bytes / (experts_ms * 1e6) : 0.0;
+        char line[256];
+        std::snprintf(line, sizeof line, "%-13s %10.3f %11.3f %11.3f %11.3f %9.3f %13.2f %12.3f",
+                      r.name.c_str(), step_ms, routing_ms, experts_ms, combine_ms,
+                      step_ms - routing_ms - experts_ms - combine_ms, experts_gbps,
+                      experts_gbps * 1e9 / r.bw);
+        phase_lines.emplace_back(line);
+        char buf[768];
         std::snprintf(buf, sizeof buf,
                       "%s{\"format\":\"%s\",\"bytes_per_token\":%lld,\"resident_bytes\":%lld,"
-                      "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%.4g}",
+                      "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%.4g,"
+                      "\"mean_step_ms\":%.4g,\"moe_routing_ms\":%.4g,\"experts_ms\":%.4g,"
+                      "\"moe_combine_ms\":%.4g,\"expert_bytes_per_token\":%lld,"
+                      "\"experts_bandwidth_fraction\":%.4g}",
                       i ? "," : "", r.name.c_str(), static_cast<long long>(r.bytes),
-                      static_cast<long long>(r.resident), r.tps, eff / r.bw, r.tps / rows[0].tps);
+                      static_cast<long long>(r.resident), r.tps, eff / r.bw, r.tps / rows[0].tps,
+                      step_ms, routing_ms, experts_ms, combine_ms,
+                      static_cast<long long>(r.expert_bytes), experts_gbps * 1e9 / r.bw);
         json += buf;
+    }
+    std::printf("\nper decode step, mean over the timed steps (MoE phases from ShardStats):\n");
+    std::printf("%-13s %10s %11s %11s %11s %9s %13s %12s\n", "format", "step_ms", "routing_ms",
+                "experts_ms", "combine_ms", "rest_ms", "experts_GB/s", "experts_frac");
+    for (const std::string& line : phase_lines) {
+        std::printf("%s\n", line.c_str());
     }
     std::printf("%s]}\n", json.c_str());
     return 0;
