@@ -16,7 +16,8 @@
 // (create_for_serving, used by engine/cuda/device_causal_lm.h) rows are any tokens of any sequences
 // at any positions over a caller-assigned paged KV pool, one CUDA graph per (batch-size bucket,
 // logits-rows bucket), the final norm and LM head only on the rows whose logits are asked for
-// (gathered into compact rows), and those logits go back to the host. This header includes no CUDA header.
+// (gathered into compact rows), and those logits go back to the host. This header includes no
+// CUDA header.
 //
 // Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
 
