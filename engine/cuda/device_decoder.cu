@@ -131,17 +131,23 @@ struct DeviceDecoder::Impl {
     int32_t* seq_ids = nullptr;
     int32_t* dense_offsets = nullptr;  // {0, batch}
     const int32_t* step_offsets = nullptr;  // {0, rows} of the step being enqueued.
-    // Serving (create_for_serving): buckets, the staging buffer (tokens, positions, sequences and
-    // block table live in it), {0, bucket} per bucket, and one graph per bucket.
+    // Serving (create_for_serving): buckets, the staging buffer (tokens, positions, sequences,
+    // logit rows and block table live in it), {0, bucket} per bucket, {0, logit bucket} per
+    // logit bucket, and one graph per (bucket, logit bucket or none).
     bool serving = false;
     ServingDecoderOptions serve;
     StepLayout layout;
     std::vector<int32_t> buckets;
+    std::vector<int32_t> logit_buckets;  // row_buckets(serve.max_logit_rows).
     int32_t* staging = nullptr;
+    int32_t* logit_idx = nullptr;       // In staging: the rows the LM head runs on.
     int32_t* bucket_offsets = nullptr;  // 2 per bucket.
-    std::vector<cudaGraph_t> bucket_graphs;      // Per bucket; null until captured.
-    std::vector<cudaGraphExec_t> bucket_execs;   // Per bucket; null until captured.
-    int32_t last_bucket = 0;  // Rows of the last run_rows.
+    int32_t* logit_offsets = nullptr;   // 2 per logit bucket.
+    // Per (bucket b, logit choice j) at b * (logit_buckets.size() + 1) + j, j 0: no logits,
+    // j > 0: logit_buckets[j - 1]; null until captured.
+    std::vector<cudaGraph_t> bucket_graphs;
+    std::vector<cudaGraphExec_t> bucket_execs;
+    int32_t last_logit_rows = 0;  // Compact logits rows of the last run_rows.
     float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
     float *o = nullptr, *router_logits = nullptr, *topk_w = nullptr, *route_scratch = nullptr;
     float *permuted = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr, *down = nullptr;
@@ -178,10 +184,10 @@ struct DeviceDecoder::Impl {
 
     // Captures one step of `rows` rows (enqueue_step) on the stream as a graph and instantiates
     // it into *graph / *exec (both left null on failure, the graph destroyed).
-    Status capture_step(int64_t rows, const int32_t* offsets, bool feed_back, cudaGraph_t* graph,
-                        cudaGraphExec_t* exec) {
+    Status capture_step(int64_t rows, const int32_t* offsets, bool feed_back, int64_t logit_rows,
+                        const int32_t* logit_offs, cudaGraph_t* graph, cudaGraphExec_t* exec) {
         EDGE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        Status s = enqueue_step(rows, offsets, feed_back);
+        Status s = enqueue_step(rows, offsets, feed_back, logit_rows, logit_offs);
         cudaGraph_t g = nullptr;
         const cudaError_t end = cudaStreamEndCapture(stream, &g);
         if (!s.ok() || end != cudaSuccess) {
@@ -569,7 +575,7 @@ struct DeviceDecoder::Impl {
     // Serving: the staging buffer holds the step's tokens, positions, sequences and block table
     // (uploaded by run_rows); {0, bucket} per bucket for the dense matmuls.
     Status build_serving_buffers() {
-        layout = StepLayout{static_cast<int32_t>(s.batch), max_blocks};
+        layout = StepLayout{static_cast<int32_t>(s.batch), max_blocks, serve.max_logit_rows};
         EDGE_ASSIGN_OR_RETURN(buckets, row_buckets(layout.max_rows));
         EDGE_ASSIGN_OR_RETURN(staging, take<int32_t>(layout.total_ints(), "staging"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
@@ -577,20 +583,34 @@ struct DeviceDecoder::Impl {
         tokens = staging + layout.tokens_offset();
         positions = staging + layout.positions_offset();
         seq_ids = staging + layout.seqs_offset();
+        logit_idx = staging + layout.logit_rows_offset();
         block_table = staging + layout.table_offset();
-        std::vector<int32_t> off;
+        EDGE_ASSIGN_OR_RETURN(logit_buckets, row_buckets(layout.max_logit_rows));
+        std::vector<int32_t> off, logit_off;
         for (int32_t b : buckets) {
             off.push_back(0);
             off.push_back(b);
         }
+        for (int32_t b : logit_buckets) {
+            logit_off.push_back(0);
+            logit_off.push_back(b);
+        }
         EDGE_ASSIGN_OR_RETURN(bucket_offsets, take<int32_t>(static_cast<int64_t>(off.size()),
                                                             "bucket offsets"));
+        EDGE_ASSIGN_OR_RETURN(logit_offsets,
+                              take<int32_t>(static_cast<int64_t>(logit_off.size()),
+                                            "logit bucket offsets"));
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(bucket_offsets, off.data(),
                                                   off.size() * sizeof(int32_t),
                                                   cudaMemcpyHostToDevice, stream));
-        bucket_graphs.assign(buckets.size(), nullptr);
-        bucket_execs.assign(buckets.size(), nullptr);
-        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // `off` dies here.
+        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logit_offsets, logit_off.data(),
+                                                  logit_off.size() * sizeof(int32_t),
+                                                  cudaMemcpyHostToDevice, stream));
+        const size_t graphs = buckets.size() * (logit_buckets.size() + 1);
+        bucket_graphs.assign(graphs, nullptr);
+        bucket_execs.assign(graphs, nullptr);
+        // `off` and `logit_off` die here.
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
         return ok_status();
     }
 
@@ -643,7 +663,9 @@ struct DeviceDecoder::Impl {
         for (float** b : {&gate, &up, &act}) {
             EDGE_ASSIGN_OR_RETURN(*b, take<float>(B * inter, "expert act"));
         }
-        EDGE_ASSIGN_OR_RETURN(logits, take<float>(B * s.vocab, "logits"));
+        // Serving computes logits only for the rows gathered by the logit rows.
+        const int64_t logit_rows = serving ? int64_t{serve.max_logit_rows} : B;
+        EDGE_ASSIGN_OR_RETURN(logits, take<float>(logit_rows * s.vocab, "logits"));
         if (attention == AttentionKind::kMla) {
             EDGE_ASSIGN_OR_RETURN(mla_scratch, take<float>(mla_scratch_floats(mla, B), "mla"));
             EDGE_ASSIGN_OR_RETURN(mla_out,
@@ -721,9 +743,13 @@ struct DeviceDecoder::Impl {
     }
 
     // Enqueues one step of `rows` rows on `stream` (also what a graph captures); `offsets` is
-    // {0, rows} on the device. `feed_back`: the argmax becomes the next input token and every
-    // position advances (the fixed batch); else the logits are left for the caller (serving).
-    Status enqueue_step(int64_t rows, const int32_t* offsets, bool feed_back) {
+    // {0, rows} on the device. `feed_back`: the final norm and LM head run on every row, the
+    // argmax becomes the next input token and every position advances (the fixed batch); else
+    // (serving) they run only on the `logit_rows` rows gathered by logit_idx (none when 0;
+    // `logit_offs` is {0, logit_rows} on the device) and the compact logits are left for the
+    // caller.
+    Status enqueue_step(int64_t rows, const int32_t* offsets, bool feed_back, int64_t logit_rows,
+                        const int32_t* logit_offs) {
         const int64_t H = s.hidden, B = rows, K = s.top_k, I = s.moe_inter;
         step_offsets = offsets;
         EDGE_RETURN_IF_ERROR(kernels::embedding(embed, tokens, B, x, stream));
@@ -757,11 +783,17 @@ struct DeviceDecoder::Impl {
             EDGE_RETURN_IF_ERROR(
                 kernels::unpermute(down, row_of, topk_w, B, s.top_k, H, true, x, stream));
         }
+        if (!feed_back) {
+            if (logit_rows == 0) {
+                return ok_status();
+            }
+            EDGE_RETURN_IF_ERROR(kernels::gather_rows(x, logit_idx, logit_rows, H, o, stream));
+            EDGE_RETURN_IF_ERROR(kernels::rms_norm(o, final_norm, logit_rows, H, eps, h, stream));
+            step_offsets = logit_offs;
+            return dense(lm_head, h, logits);
+        }
         EDGE_RETURN_IF_ERROR(kernels::rms_norm(x, final_norm, B, H, eps, h, stream));
         EDGE_RETURN_IF_ERROR(dense(lm_head, h, logits));
-        if (!feed_back) {
-            return ok_status();
-        }
         EDGE_RETURN_IF_ERROR(kernels::argmax(logits, B, s.vocab, tokens, stream));
         advance_kernel<<<static_cast<unsigned>((B + 255) / 256), 256, 0, stream>>>(
             positions, static_cast<int32_t>(B));
@@ -855,11 +887,14 @@ Result<std::unique_ptr<DeviceDecoder>> DeviceDecoder::create_for_serving(
     const CheckpointModel& m, const ServingDecoderOptions& options,
     const DeviceMemoryConfig& memory) {
     if (options.max_rows <= 0 || options.kv_blocks <= 0 || options.max_blocks_per_seq <= 0 ||
-        int64_t{options.max_blocks_per_seq} * kKvBlockTokens > int64_t{1} << 30) {
+        int64_t{options.max_blocks_per_seq} * kKvBlockTokens > int64_t{1} << 30 ||
+        options.max_logit_rows <= 0 || options.max_logit_rows > options.max_rows) {
         return invalid_argument_error(
-            "device decoder: serving needs max_rows, kv_blocks and max_blocks_per_seq > 0 (got " +
+            "device decoder: serving needs max_rows, kv_blocks and max_blocks_per_seq > 0 and "
+            "max_logit_rows in 1..max_rows (got " +
             std::to_string(options.max_rows) + ", " + std::to_string(options.kv_blocks) + ", " +
-            std::to_string(options.max_blocks_per_seq) + ")");
+            std::to_string(options.max_blocks_per_seq) + ", " +
+            std::to_string(options.max_logit_rows) + ")");
     }
     EDGE_RETURN_IF_ERROR(cuda_device_health());
     auto impl = std::make_unique<Impl>();
@@ -912,7 +947,8 @@ Status DeviceDecoder::copy_kv_blocks(std::span<const BlockMove> moves) {
     return ok_status();
 }
 
-Status DeviceDecoder::run_rows(int32_t bucket, std::span<const int32_t> staging) {
+Status DeviceDecoder::run_rows(int32_t bucket, int32_t logit_bucket,
+                              std::span<const int32_t> staging) {
     Impl& m = *impl_;
     if (!m.serving) {
         return failed_precondition_error("device decoder: run_rows is for serving");
@@ -925,16 +961,29 @@ Status DeviceDecoder::run_rows(int32_t bucket, std::span<const int32_t> staging)
         return invalid_argument_error("device decoder: " + std::to_string(bucket) +
                                       " rows is not a bucket");
     }
-    EDGE_RETURN_IF_ERROR(check_staging(m.layout, staging, bucket, m.s.vocab, m.kv.num_blocks));
+    size_t j = 0;  // 0: no logits; else 1 + the logit bucket's index.
+    if (logit_bucket != 0) {
+        const auto lit = std::find(m.logit_buckets.begin(), m.logit_buckets.end(), logit_bucket);
+        if (lit == m.logit_buckets.end()) {
+            return invalid_argument_error("device decoder: " + std::to_string(logit_bucket) +
+                                          " logits rows is not a logit bucket");
+        }
+        j = 1 + static_cast<size_t>(lit - m.logit_buckets.begin());
+    }
+    EDGE_RETURN_IF_ERROR(
+        check_staging(m.layout, staging, bucket, logit_bucket, m.s.vocab, m.kv.num_blocks));
     const size_t b = static_cast<size_t>(it - m.buckets.begin());
+    const size_t g = b * (m.logit_buckets.size() + 1) + j;
     EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.staging, staging.data(), staging.size_bytes(),
                                               cudaMemcpyHostToDevice, m.stream));
-    if (m.bucket_execs[b] == nullptr) {
-        EDGE_RETURN_IF_ERROR(m.capture_step(bucket, m.bucket_offsets + 2 * b, false,
-                                            &m.bucket_graphs[b], &m.bucket_execs[b]));
+    m.last_logit_rows = 0;
+    if (m.bucket_execs[g] == nullptr) {
+        EDGE_RETURN_IF_ERROR(m.capture_step(bucket, m.bucket_offsets + 2 * b, false, logit_bucket,
+                                            j == 0 ? nullptr : m.logit_offsets + 2 * (j - 1),
+                                            &m.bucket_graphs[g], &m.bucket_execs[g]));
     }
-    EDGE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(m.bucket_execs[b], m.stream));
-    m.last_bucket = bucket;
+    EDGE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(m.bucket_execs[g], m.stream));
+    m.last_logit_rows = logit_bucket;
     return ok_status();
 }
 
@@ -942,13 +991,13 @@ Status DeviceDecoder::copy_logits(std::span<const RowRun> runs, float* out) {
     Impl& m = *impl_;
     const int64_t V = m.s.vocab;
     for (const RowRun& r : runs) {
-        if (r.first_row < 0 || r.rows <= 0 || r.first_row + r.rows > m.last_bucket ||
+        if (r.first_row < 0 || r.rows <= 0 || r.first_row + r.rows > m.last_logit_rows ||
             r.out_row < 0) {
-            return invalid_argument_error("device decoder: logits of rows " +
+            return invalid_argument_error("device decoder: logits rows " +
                                           std::to_string(r.first_row) + ".." +
                                           std::to_string(r.first_row + r.rows - 1) +
                                           " outside the last step's " +
-                                          std::to_string(m.last_bucket) + " rows");
+                                          std::to_string(m.last_logit_rows) + " logits rows");
         }
         EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
             out + r.out_row * V, m.logits + int64_t{r.first_row} * V,
@@ -991,7 +1040,7 @@ Status DeviceDecoder::step() {
     if (m.position + 1 >= m.s.max_context) {
         return out_of_range_error("device decoder: sequences are at max_context");
     }
-    EDGE_RETURN_IF_ERROR(m.enqueue_step(m.s.batch, m.dense_offsets, true));
+    EDGE_RETURN_IF_ERROR(m.enqueue_step(m.s.batch, m.dense_offsets, true, 0, nullptr));
     EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream));
     ++m.position;
     return ok_status();
@@ -1009,7 +1058,7 @@ Result<DecodeStepStats> DeviceDecoder::run_graph(int32_t steps) {
     }
     if (m.exec == nullptr) {
         EDGE_RETURN_IF_ERROR(
-            m.capture_step(m.s.batch, m.dense_offsets, true, &m.graph, &m.exec));
+            m.capture_step(m.s.batch, m.dense_offsets, true, 0, nullptr, &m.graph, &m.exec));
     }
     cudaEvent_t start = nullptr, stop = nullptr;
     Status st;

@@ -14,8 +14,10 @@
 // bench preset's shape). It serves the GPU benchmark (bench/gpu_decode.cc) and the GPU tests
 // (greedy tokens of the fixture models against the CPU engine). In serving mode
 // (create_for_serving, used by engine/cuda/device_causal_lm.h) rows are any tokens of any sequences
-// at any positions over a caller-assigned paged KV pool, one CUDA graph per batch-size bucket, and
-// the logits go back to the host. This header includes no CUDA header.
+// at any positions over a caller-assigned paged KV pool, one CUDA graph per (batch-size bucket,
+// logits-rows bucket), the final norm and LM head only on the rows whose logits are asked for
+// (gathered into compact rows), and those logits go back to the host. This header includes no
+// CUDA header.
 //
 // Threading: one driving thread. All device memory comes from one arena (DeviceMemoryConfig).
 
@@ -85,7 +87,8 @@ public:
         const CheckpointModel& model, const CheckpointDecoderOptions& options,
         const DeviceMemoryConfig& memory);
     // For serving (host/serving_plan.h: ServingDecoderOptions, StepRunner): weights from
-    // `model`, a KV pool of options.kv_blocks + 1 blocks, buffers for options.max_rows rows;
+    // `model`, a KV pool of options.kv_blocks + 1 blocks, buffers for options.max_rows rows and
+    // logits for options.max_logit_rows rows;
     // driven by copy_kv_blocks(), run_rows() and copy_logits() (not set_tokens/step/run_graph).
     static Result<std::unique_ptr<DeviceDecoder>> create_for_serving(
         const CheckpointModel& model, const ServingDecoderOptions& options,
@@ -110,11 +113,13 @@ public:
     // Serving: copies each move's KV block (every layer, keys and values) from `from` to `to`.
     Status copy_kv_blocks(std::span<const BlockMove> moves);
     // Serving: uploads `staging` (a prefix of the StepLayout buffer, host/serving_plan.h) and runs
-    // `bucket` rows (a bucket of row_buckets(max_rows)) as that bucket's CUDA graph, captured on
-    // its first use; the logits stay on the device for copy_logits().
-    Status run_rows(int32_t bucket, std::span<const int32_t> staging);
-    // Serving: copies the logits of `runs` (rows of the last run_rows) into `out` (row-major,
-    // vocab floats per row, at each run's out_row) and waits for them.
+    // `bucket` rows (a bucket of row_buckets(max_rows)) with the final norm and LM head on the
+    // `logit_bucket` rows its logit rows gather (0 or a bucket of row_buckets(max_logit_rows)) as
+    // that pair's CUDA graph, captured on its first use; the compact logits stay on the device
+    // for copy_logits().
+    Status run_rows(int32_t bucket, int32_t logit_bucket, std::span<const int32_t> staging);
+    // Serving: copies the logits of `runs` (compact logits rows of the last run_rows) into `out`
+    // (row-major, vocab floats per row, at each run's out_row) and waits for them.
     Status copy_logits(std::span<const RowRun> runs, float* out);
     // Device-to-device copy bandwidth (bytes read + written per second) over `bytes`, the HBM
     // reference figure for the benchmark.

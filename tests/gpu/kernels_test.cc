@@ -260,6 +260,23 @@ TEST_CASE("permute, unpermute, silu_mul and add_bias_rows match the twins") {
     check_close(drows.download(), rows, 0.0, 0.0, "add_bias_rows");  // One f32 add each.
 }
 
+TEST_CASE("gather_rows copies the indexed rows exactly, repeats included, like the twin") {
+    std::mt19937_64 rng(11);
+    const int64_t rows = 37, cols = 300;  // cols past one block of threads.
+    auto x = random_floats(rng, rows * cols);
+    const std::vector<int32_t> idx = {36, 0, 5, 5, 17, 0, 0, 0};  // A serving step's pattern.
+    const int64_t n = static_cast<int64_t>(idx.size());
+    DeviceVec<float> dx(x), dout(n * cols);
+    DeviceVec<int32_t> di(idx);
+    REQUIRE(kernels::gather_rows(dx.get(), di.get(), n, cols, dout.get(), nullptr).ok());
+    CHECK(kernels::gather_rows(dx.get(), di.get(), 0, cols, dout.get(), nullptr).ok());
+    CHECK_FALSE(kernels::gather_rows(dx.get(), di.get(), n, 0, dout.get(), nullptr).ok());
+    std::vector<float> want(static_cast<size_t>(n * cols));
+    twin::gather_rows(x.data(), idx.data(), n, cols, want.data());
+    check_close(dout.download(), want, 0.0, 0.0, "gather_rows");  // Copies.
+    CHECK(std::equal(want.begin(), want.begin() + cols, x.begin() + 36 * cols));
+}
+
 TEST_CASE("grouped matmul with fused dequant matches the twin for every format") {
     std::mt19937_64 rng(7);
     // Threshold: dequantized weights are exact on both sides; f32 accumulation in another order

@@ -208,6 +208,12 @@ void grouped_matmul(std::span<const Weight> weights, const int32_t* offsets, con
     }
 }
 
+void gather_rows(const float* x, const int32_t* idx, int64_t n, int64_t cols, float* out) {
+    for (int64_t i = 0; i < n; ++i) {
+        std::copy(x + int64_t{idx[i]} * cols, x + (int64_t{idx[i]} + 1) * cols, out + i * cols);
+    }
+}
+
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
     cpu::silu_mul(gate, up, n, out);
 }

@@ -66,6 +66,9 @@ void grouped_matmul(std::span<const Weight> weights, const int32_t* offsets, con
 // x[r * cols + c] += bias[c] for rows x cols (a projection's bias broadcast over its rows).
 void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols);
 
+// out[i] = x row idx[i] (cols floats) for i < n (kernels::gather_rows).
+void gather_rows(const float* x, const int32_t* idx, int64_t n, int64_t cols, float* out);
+
 // out[i] = silu(gate[i]) * up[i] (cpu::silu_mul).
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 

@@ -30,8 +30,9 @@ class ServingCausalLM final : public PagedCausalLM {
         so.max_rows = serving_max_rows(options.max_slots);
         so.kv_blocks = kv_->num_blocks();
         so.max_blocks_per_seq = kv_blocks_for(spec_.max_context);
+        so.max_logit_rows = serving_max_logit_rows(options.max_slots, so.max_rows);
         EDGE_ASSIGN_OR_RETURN(buckets_, row_buckets(so.max_rows));
-        layout_ = StepLayout{so.max_rows, so.max_blocks_per_seq};
+        layout_ = StepLayout{so.max_rows, so.max_blocks_per_seq, so.max_logit_rows};
         scratch_block_ = so.kv_blocks;
         EDGE_ASSIGN_OR_RETURN(runner_, factory(model, so));
         return ok_status();
@@ -68,8 +69,8 @@ class ServingCausalLM final : public PagedCausalLM {
         logits->assign(static_cast<size_t>(out_rows * spec_.vocab_size), 0.0f);
         int64_t out_row = 0;
         for (const DeviceStep& step : steps) {
-            EDGE_RETURN_IF_ERROR(runner_->run_rows(step.bucket, step.staging));
-            const std::vector<RowRun> runs = logit_runs(step.logit_rows, out_row);
+            EDGE_RETURN_IF_ERROR(runner_->run_rows(step.bucket, step.logit_bucket, step.staging));
+            const std::vector<RowRun> runs = logit_runs(step, out_row);
             EDGE_RETURN_IF_ERROR(runner_->copy_logits(runs, logits->data()));
             out_row += static_cast<int64_t>(step.logit_rows.size());
         }

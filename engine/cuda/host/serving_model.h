@@ -7,9 +7,10 @@
 //
 // forward(): the host KvCache (PagedCausalLM) checks the batch and reserves its blocks; blocks it
 // copied on write are copied by the runner too; the chunks become device steps
-// (plan_device_steps: rows per bucket, padded rows on the scratch block); each step runs and the
-// logits the batch asks for are copied back for the engine's sampler; the lengths are committed
-// last, so a failed step changes no length.
+// (plan_device_steps: rows per bucket, padded rows on the scratch block); each step runs, the
+// LM head only on the rows whose logits the batch asks for (gathered into compact rows), and
+// those logits are copied back for the engine's sampler; the lengths are committed last, so a
+// failed step changes no length.
 //
 // Threading: as CausalLM (one driving thread).
 
@@ -32,11 +33,13 @@ class StepRunner {
     virtual ~StepRunner() = default;
     // Copies each move's KV block (every layer, keys and values) from `from` to `to`.
     virtual Status copy_kv_blocks(std::span<const BlockMove> moves) = 0;
-    // Runs `bucket` rows of the staging prefix `staging` (StepLayout of the runner's options);
-    // the logits stay for copy_logits().
-    virtual Status run_rows(int32_t bucket, std::span<const int32_t> staging) = 0;
-    // Copies the logits of `runs` (rows of the last run_rows) to `out` at each run's out_row
-    // (vocab floats per row).
+    // Runs `bucket` rows of the staging prefix `staging` (StepLayout of the runner's options)
+    // and the final norm and LM head on `logit_bucket` rows gathered by the staging's logit rows
+    // (0: none); the logits stay for copy_logits().
+    virtual Status run_rows(int32_t bucket, int32_t logit_bucket,
+                            std::span<const int32_t> staging) = 0;
+    // Copies the logits of `runs` (compact logits rows of the last run_rows) to `out` at each
+    // run's out_row (vocab floats per row).
     virtual Status copy_logits(std::span<const RowRun> runs, float* out) = 0;
 };
 

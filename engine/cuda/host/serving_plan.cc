@@ -19,6 +19,14 @@ int32_t serving_max_rows(int32_t max_slots) {
     return rows;
 }
 
+int32_t serving_max_logit_rows(int32_t max_slots, int32_t max_rows) {
+    int32_t rows = 16;
+    while (rows < max_slots && rows < max_rows) {
+        rows *= 2;
+    }
+    return std::max(1, std::min(rows, max_rows));
+}
+
 Result<std::vector<int32_t>> row_buckets(int32_t max_rows) {
     if (max_rows <= 0) {
         return invalid_argument_error("device serving: max_rows " + std::to_string(max_rows) +
@@ -46,19 +54,36 @@ Result<int32_t> choose_bucket(std::span<const int32_t> buckets, int32_t rows) {
 }
 
 Status check_staging(const StepLayout& layout, std::span<const int32_t> staging, int32_t bucket,
-                     int32_t vocab, int32_t pool_blocks) {
+                     int32_t logit_bucket, int32_t vocab, int32_t pool_blocks) {
     const int64_t size = static_cast<int64_t>(staging.size());
     const int64_t mb = layout.max_blocks_per_seq;
-    if (mb <= 0 || layout.max_rows <= 0 || size < layout.table_offset() + mb ||
+    if (mb <= 0 || layout.max_rows <= 0 || layout.max_logit_rows <= 0 ||
+        layout.max_logit_rows > layout.max_rows || size < layout.table_offset() + mb ||
         size > layout.total_ints() || (size - layout.table_offset()) % mb != 0) {
         return invalid_argument_error("device step: staging of " + std::to_string(size) +
                                       " ints does not fit the layout (" +
                                       std::to_string(layout.max_rows) + " rows, " +
+                                      std::to_string(layout.max_logit_rows) + " logits rows, " +
                                       std::to_string(mb) + " blocks per sequence)");
     }
     if (bucket <= 0 || bucket > layout.max_rows) {
         return invalid_argument_error("device step: bucket " + std::to_string(bucket) +
                                       " outside 1.." + std::to_string(layout.max_rows));
+    }
+    const int32_t max_logits = std::min(bucket, layout.max_logit_rows);
+    if (logit_bucket < 0 || logit_bucket > max_logits) {
+        return invalid_argument_error("device step: logit bucket " +
+                                      std::to_string(logit_bucket) + " outside 0.." +
+                                      std::to_string(max_logits));
+    }
+    for (int32_t i = 0; i < logit_bucket; ++i) {
+        const int32_t row = staging[static_cast<size_t>(layout.logit_rows_offset() + i)];
+        if (row < 0 || row >= bucket) {
+            return invalid_argument_error("device step: logits row " + std::to_string(i) +
+                                          " gathers row " + std::to_string(row) +
+                                          ", outside the bucket's " + std::to_string(bucket) +
+                                          " rows");
+        }
     }
     const int64_t table_rows = (size - layout.table_offset()) / mb;
     for (int32_t r = 0; r < bucket; ++r) {
@@ -86,17 +111,11 @@ Status check_staging(const StepLayout& layout, std::span<const int32_t> staging,
     return ok_status();
 }
 
-std::vector<RowRun> logit_runs(std::span<const int32_t> rows, int64_t out_row) {
-    std::vector<RowRun> runs;
-    for (int32_t r : rows) {
-        if (!runs.empty() && runs.back().first_row + runs.back().rows == r) {
-            ++runs.back().rows;
-        } else {
-            runs.push_back(RowRun{r, 1, out_row});
-        }
-        ++out_row;
+std::vector<RowRun> logit_runs(const DeviceStep& step, int64_t out_row) {
+    if (step.logit_rows.empty()) {
+        return {};
     }
-    return runs;
+    return {RowRun{0, static_cast<int32_t>(step.logit_rows.size()), out_row}};
 }
 
 namespace {
@@ -117,10 +136,23 @@ void add_table_row(const StepLayout& layout, std::span<const int32_t> table, int
     std::copy(table.begin(), table.end(), step->staging.begin() + static_cast<int64_t>(at));
 }
 
-// Pads rows [rows, bucket) and appends the pad table row.
-Status finish_step(const StepLayout& layout, std::span<const int32_t> buckets, int32_t scratch,
-                   DeviceStep* step) {
+// Pads rows [rows, bucket), writes the gather indices (logit_rows, then row 0 up to
+// max_logit_rows) and appends the pad table row.
+Status finish_step(const StepLayout& layout, std::span<const int32_t> buckets,
+                   std::span<const int32_t> logit_buckets, int32_t scratch, DeviceStep* step) {
     EDGE_ASSIGN_OR_RETURN(step->bucket, choose_bucket(buckets, step->rows));
+    step->logit_bucket = 0;
+    if (!step->logit_rows.empty()) {
+        EDGE_ASSIGN_OR_RETURN(
+            step->logit_bucket,
+            choose_bucket(logit_buckets, static_cast<int32_t>(step->logit_rows.size())));
+    }
+    for (int32_t i = 0; i < layout.max_logit_rows; ++i) {
+        step->staging[static_cast<size_t>(layout.logit_rows_offset() + i)] =
+            i < static_cast<int32_t>(step->logit_rows.size())
+                ? step->logit_rows[static_cast<size_t>(i)]
+                : 0;
+    }
     const int64_t table_rows =
         (static_cast<int64_t>(step->staging.size()) - layout.table_offset()) /
         layout.max_blocks_per_seq;
@@ -144,11 +176,16 @@ Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk>
                                                   int32_t scratch_block) {
     std::vector<DeviceStep> steps;
     if (layout.max_rows <= 0 || layout.max_blocks_per_seq <= 0 || buckets.empty() ||
-        buckets.back() != layout.max_rows) {
+        buckets.back() != layout.max_rows || layout.max_logit_rows <= 0 ||
+        layout.max_logit_rows > layout.max_rows) {
         return invalid_argument_error("device serving: bad step layout (max_rows " +
                                       std::to_string(layout.max_rows) + ", max_blocks_per_seq " +
-                                      std::to_string(layout.max_blocks_per_seq) + ")");
+                                      std::to_string(layout.max_blocks_per_seq) +
+                                      ", max_logit_rows " +
+                                      std::to_string(layout.max_logit_rows) + ")");
     }
+    EDGE_ASSIGN_OR_RETURN(const std::vector<int32_t> logit_buckets,
+                          row_buckets(layout.max_logit_rows));
     if (tables.size() != batch.size()) {
         return invalid_argument_error("device serving: " + std::to_string(tables.size()) +
                                       " block tables for " + std::to_string(batch.size()) +
@@ -187,8 +224,12 @@ Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk>
         const int32_t n = static_cast<int32_t>(ch.tokens.size());
         int32_t seq = -1;  // This chunk's table row in the current step, once added.
         for (int32_t j = 0; j < n; ++j) {
-            if (step.rows == layout.max_rows) {
-                EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, scratch_block, &step));
+            const bool wants_logits = ch.all_logits || j == n - 1;
+            if (step.rows == layout.max_rows ||
+                (wants_logits &&
+                 static_cast<int32_t>(step.logit_rows.size()) == layout.max_logit_rows)) {
+                EDGE_RETURN_IF_ERROR(
+                    finish_step(layout, buckets, logit_buckets, scratch_block, &step));
                 steps.push_back(std::move(step));
                 begin_step(layout, &step);
                 seq = -1;
@@ -203,13 +244,13 @@ Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk>
             step.staging[static_cast<size_t>(layout.tokens_offset() + r)] = ch.tokens[j];
             step.staging[static_cast<size_t>(layout.positions_offset() + r)] = ch.start_pos + j;
             step.staging[static_cast<size_t>(layout.seqs_offset() + r)] = seq;
-            if (ch.all_logits || j == n - 1) {
+            if (wants_logits) {
                 step.logit_rows.push_back(r);
             }
         }
     }
     if (step.rows > 0) {
-        EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, scratch_block, &step));
+        EDGE_RETURN_IF_ERROR(finish_step(layout, buckets, logit_buckets, scratch_block, &step));
         steps.push_back(std::move(step));
     }
     return steps;
@@ -280,7 +321,8 @@ Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointMod
     return spec;
 }
 
-int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int32_t pool_blocks,
+int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows,
+                            int32_t max_logit_rows, int32_t pool_blocks,
                             int32_t max_blocks_per_seq, int64_t alignment) {
     int64_t bytes = 0;
     int64_t allocations = 0;
@@ -327,9 +369,9 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
     const int64_t inter = std::max({K * model.moe_inter, int64_t{model.dense_inter},
                                     int64_t{model.shared_inter}});
     const int64_t per_row = 3 * H + 2 * qd + 2 * kvd + E + 3 * K +
-                            router_scratch_floats(model.router) + 2 * K * H + 3 * inter +
-                            model.vocab;
+                            router_scratch_floats(model.router) + 2 * K * H + 3 * inter;
     bytes += int64_t{max_rows} * per_row * 4;
+    bytes += int64_t{max_logit_rows} * model.vocab * 4;  // Logits of the gathered rows only.
     if (model.attention == AttentionKind::kMla) {
         // The MLA scratch and output (the latent pool is the kv layout's size: kv_heads 1,
         // head_dim half a latent row).
@@ -338,7 +380,7 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int3
         bytes += static_cast<int64_t>(model.inv_freq.size()) * 8;
         allocations += 3;
     }
-    const StepLayout layout{max_rows, max_blocks_per_seq};
+    const StepLayout layout{max_rows, max_blocks_per_seq, max_logit_rows};
     bytes += layout.total_ints() * 4 + 64 * 8;  // Staging and per-bucket offsets.
     allocations += 64;
     bytes += allocations * alignment;

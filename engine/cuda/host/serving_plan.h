@@ -4,17 +4,24 @@
 // the CPU tests cover it: which batch-size bucket (one CUDA graph each) a step runs in, how the
 // scheduler's chunks become device rows (one row per token: prefill chunks and decode tokens
 // alike), how the slots' KV block tables are translated into the device table, how padded rows
-// are masked, which rows' logits go back to the host, which KV blocks the host cache moved
-// (copy-on-write of a shared block) and whether a model is served on the device at all.
+// are masked, which rows' logits are computed and go back to the host, which KV blocks the host
+// cache moved (copy-on-write of a shared block) and whether a model is served on the device at
+// all.
 //
 // Device rows of one step, staged in one int32 buffer uploaded with one copy (StepLayout):
 //   tokens[max_rows], positions[max_rows], sequence of each row[max_rows],
-//   block table[(max_rows + 1) rows][max_blocks_per_seq]
+//   logit rows[max_logit_rows], block table[(max_rows + 1) rows][max_blocks_per_seq]
 // Row r runs token tokens[r] at position positions[r] of table row seqs[r]. Table row i < chunks
 // is the i-th chunk's slot table, its unused entries pointing at the scratch block. Padded rows
 // (from the real row count up to the bucket) run token 0 at position 0 of the pad table row,
 // whose every entry is the scratch block: they write only the scratch block, read only what
 // they wrote, and their logits are never copied back, so they cannot change a real row.
+// Logits: only the rows that want them (a chunk's last token, every token of an all_logits
+// chunk) go through the final norm and the LM head. The step gathers their final hidden states
+// by the logit rows (compact logits row i is device row logit_rows[i]), padded with row 0 up to
+// the step's logit bucket (a power of two up to max_logit_rows, 0 when no row wants logits), so
+// each (row bucket, logit bucket) pair is one CUDA graph of fixed shapes; the logits buffer holds
+// max_logit_rows rows, not max_rows.
 //
 // Pure functions and values; thread-safe.
 
@@ -36,12 +43,19 @@ struct ServingDecoderOptions {
     int32_t kv_blocks = 0;           // Physical KV blocks the caller assigns; the pool has one
                                      // more, the scratch block padded rows write.
     int32_t max_blocks_per_seq = 0;  // Block-table entries per sequence.
+    int32_t max_logit_rows = 0;      // Rows whose logits one step computes at most (LM head
+                                     // rows, logits buffer rows), in 1..max_rows.
 };
 
 // Rows (tokens) one device step runs at most, for a model serving `max_slots` sequences: the
 // next power of two of max(max_slots, 64), at most 512. Larger batches (long prefill chunks)
 // run as several steps.
 int32_t serving_max_rows(int32_t max_slots);
+
+// Logits rows one device step computes at most for `max_slots` sequences and `max_rows` rows:
+// the next power of two of max(max_slots, 16), at most max_rows. A step that would want more
+// (chunks asking for every row's logits) is split; a step of one row per sequence never is.
+int32_t serving_max_logit_rows(int32_t max_slots, int32_t max_rows);
 
 // The batch-size buckets, each captured once as a CUDA graph: 1, 2, 4, ... up to max_rows (the
 // last is max_rows itself when it is not a power of two). kInvalidArgument for max_rows <= 0.
@@ -54,11 +68,13 @@ Result<int32_t> choose_bucket(std::span<const int32_t> buckets, int32_t rows);
 struct StepLayout {
     int32_t max_rows = 0;            // Rows of the largest bucket.
     int32_t max_blocks_per_seq = 0;  // Block-table entries per table row.
+    int32_t max_logit_rows = 0;      // Gather indices (logits rows) per step, 1..max_rows.
 
     int64_t tokens_offset() const { return 0; }
     int64_t positions_offset() const { return max_rows; }
     int64_t seqs_offset() const { return int64_t{2} * max_rows; }
-    int64_t table_offset() const { return int64_t{3} * max_rows; }
+    int64_t logit_rows_offset() const { return int64_t{3} * max_rows; }
+    int64_t table_offset() const { return logit_rows_offset() + max_logit_rows; }
     // Table rows: one per chunk (at most max_rows) plus the pad row.
     int64_t table_rows() const { return int64_t{max_rows} + 1; }
     // Ints of the whole staging buffer.
@@ -69,40 +85,49 @@ struct StepLayout {
 struct DeviceStep {
     int32_t rows = 0;    // Real rows (tokens) of the step.
     int32_t bucket = 0;  // Rows the graph runs (>= rows); rows [rows, bucket) are padding.
+    // Logits rows the graph computes: 0 when no row wants logits, else the smallest bucket of
+    // row_buckets(max_logit_rows) holding logit_rows (never more than `bucket`).
+    int32_t logit_bucket = 0;
     // Staging buffer prefix to upload: layout.table_offset() + (chunks + 1) * max_blocks ints.
     std::vector<int32_t> staging;
-    // Rows whose logits the caller wants, in output order (ascending).
+    // Device rows whose logits the caller wants, in output order (ascending): the gather
+    // indices (compact logits row i is logit_rows[i]); at most layout.max_logit_rows.
     std::vector<int32_t> logit_rows;
 };
 
 // Checks a staging prefix before it is uploaded (a bad entry would make a kernel read or write
 // outside its buffers): its size (the table rows it carries, at least one, fit the layout),
 // every one of `bucket` rows (a token below `vocab`, a table row it carries, a position the
-// table covers) and every table entry in [0, pool_blocks). kInvalidArgument naming the row or
-// entry.
+// table covers), the logit bucket (0..min(bucket, max_logit_rows)) and each of its gather
+// indices (a row below `bucket`), and every table entry in [0, pool_blocks).
+// kInvalidArgument naming the row or entry.
 Status check_staging(const StepLayout& layout, std::span<const int32_t> staging, int32_t bucket,
-                     int32_t vocab, int32_t pool_blocks);
+                     int32_t logit_bucket, int32_t vocab, int32_t pool_blocks);
 
-// A run of consecutive rows whose logits are copied back with one copy.
+// A run of consecutive compact logits rows copied back with one copy.
 struct RowRun {
-    int32_t first_row = 0;  // First device row.
+    int32_t first_row = 0;  // First compact logits row of the step (not a device row).
     int32_t rows = 0;       // Consecutive rows.
     int64_t out_row = 0;    // Row of the caller's logits the run starts at.
 };
 
-// The runs of `rows` (ascending, distinct) with their place in the output, which continues
-// from `out_row`.
-std::vector<RowRun> logit_runs(std::span<const int32_t> rows, int64_t out_row);
+// The copies of `step`'s logits into the caller's output, which continues from `out_row`: the
+// compact rows [0, logit_rows.size()) are already in output order, so one run (none when the
+// step computes no logits).
+std::vector<RowRun> logit_runs(const DeviceStep& step, int64_t out_row);
 
 // The KV block table of each chunk's slot after the host cache reserved the batch (entries
 // cover at least the chunk's last position).
 using SlotTables = std::vector<std::vector<int32_t>>;
 
 // The device steps of `batch` (already validated by the model: positions and tokens in range):
-// its tokens in chunk order, max_rows per step, each padded to its bucket. `tables[i]` is the
-// table of batch[i]'s slot; `scratch_block` is the pad block (the last physical block of the
-// device pool). kInvalidArgument when a table is shorter than the chunk's positions need, has a
-// block outside [0, scratch_block), or longer than max_blocks_per_seq.
+// its tokens in chunk order, max_rows per step (and at most max_logit_rows rows wanting logits:
+// a step ends before the row that would pass it), each padded to its bucket, the gather indices
+// padded with row 0 to the logit bucket. `tables[i]` is the table of batch[i]'s slot;
+// `scratch_block` is the pad block (the last physical block of the device pool).
+// kInvalidArgument for a bad layout (max_logit_rows outside 1..max_rows) or when a table is
+// shorter than the chunk's positions need, has a block outside [0, scratch_block), or is longer
+// than max_blocks_per_seq.
 Result<std::vector<DeviceStep>> plan_device_steps(std::span<const SequenceChunk> batch,
                                                   const SlotTables& tables,
                                                   const StepLayout& layout,
@@ -147,9 +172,10 @@ Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointMod
                                      int32_t max_context);
 
 // Device bytes serving `model` takes: its weights as uploaded, a KV pool of `pool_blocks`
-// blocks, the activations and staging of `max_rows` rows and the per-allocation alignment, with
-// a margin (the arena is taken once, so this errs high).
-int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows, int32_t pool_blocks,
+// blocks, the activations and staging of `max_rows` rows, the logits of `max_logit_rows` rows
+// and the per-allocation alignment, with a margin (the arena is taken once, so this errs high).
+int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows,
+                            int32_t max_logit_rows, int32_t pool_blocks,
                             int32_t max_blocks_per_seq, int64_t alignment);
 
 }  // namespace edge::engine::cuda

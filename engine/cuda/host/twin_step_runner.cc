@@ -17,12 +17,13 @@ class TwinStepRunner final : public StepRunner {
     TwinStepRunner(const CheckpointModel& model, const ServingDecoderOptions& options)
         : m_(model),
           o_(options),
-          layout_{options.max_rows, options.max_blocks_per_seq},
+          layout_{options.max_rows, options.max_blocks_per_seq, options.max_logit_rows},
           kv_{model.layers, model.kv_heads, model.head_dim, options.kv_blocks + 1},
           mla_kv_(mla_latent_layout(model.mla, model.layers, options.kv_blocks + 1)) {}
 
     Status init() {
         EDGE_ASSIGN_OR_RETURN(buckets_, row_buckets(o_.max_rows));
+        EDGE_ASSIGN_OR_RETURN(logit_buckets_, row_buckets(o_.max_logit_rows));
         const bool mla = m_.attention == AttentionKind::kMla;
         pool_.assign(static_cast<size_t>(mla ? mla_kv_.pool_floats() : kv_.pool_floats()), 0.0f);
         return ok_status();
@@ -51,7 +52,8 @@ class TwinStepRunner final : public StepRunner {
         return ok_status();
     }
 
-    Status run_rows(int32_t bucket, std::span<const int32_t> staging) override {
+    Status run_rows(int32_t bucket, int32_t logit_bucket,
+                    std::span<const int32_t> staging) override {
         bool is_bucket = false;
         for (int32_t b : buckets_) {
             is_bucket = is_bucket || b == bucket;
@@ -60,20 +62,32 @@ class TwinStepRunner final : public StepRunner {
             return invalid_argument_error("twin runner: " + std::to_string(bucket) +
                                           " rows is not a bucket");
         }
-        EDGE_RETURN_IF_ERROR(check_staging(layout_, staging, bucket, m_.vocab, kv_.num_blocks));
+        bool is_logit_bucket = logit_bucket == 0;
+        for (int32_t b : logit_buckets_) {
+            is_logit_bucket = is_logit_bucket || b == logit_bucket;
+        }
+        if (!is_logit_bucket) {
+            return invalid_argument_error("twin runner: " + std::to_string(logit_bucket) +
+                                          " logits rows is not a logit bucket");
+        }
+        EDGE_RETURN_IF_ERROR(
+            check_staging(layout_, staging, bucket, logit_bucket, m_.vocab, kv_.num_blocks));
         // The device buffer after the upload: the prefix replaced, the rest as it was.
         staging_.resize(static_cast<size_t>(layout_.total_ints()), 0);
         std::copy(staging.begin(), staging.end(), staging_.begin());
-        EDGE_RETURN_IF_ERROR(step(bucket));
-        rows_ = bucket;
+        logit_rows_ = 0;
+        EDGE_RETURN_IF_ERROR(step(bucket, logit_bucket));
+        logit_rows_ = logit_bucket;
         return ok_status();
     }
 
     Status copy_logits(std::span<const RowRun> runs, float* out) override {
         const int64_t V = m_.vocab;
         for (const RowRun& r : runs) {
-            if (r.first_row < 0 || r.rows <= 0 || r.first_row + r.rows > rows_ || r.out_row < 0) {
-                return invalid_argument_error("twin runner: logits outside the last step");
+            if (r.first_row < 0 || r.rows <= 0 || r.first_row + r.rows > logit_rows_ ||
+                r.out_row < 0) {
+                return invalid_argument_error("twin runner: logits outside the last step's " +
+                                              std::to_string(logit_rows_) + " logits rows");
             }
             std::memcpy(out + r.out_row * V, logits_.data() + int64_t{r.first_row} * V,
                         static_cast<size_t>(int64_t{r.rows} * V) * sizeof(float));
@@ -159,8 +173,8 @@ class TwinStepRunner final : public StepRunner {
         return ok_status();
     }
 
-    // DeviceDecoder's enqueue_step(bucket, {0, bucket}, feed_back = false), op by op.
-    Status step(int64_t B) {
+    // DeviceDecoder's serving step of B rows and LB logits rows, op by op.
+    Status step(int64_t B, int64_t LB) {
         const int64_t H = m_.hidden, K = m_.top_k, I = m_.moe_inter, hd = m_.head_dim;
         const int64_t qd = int64_t{m_.heads} * hd, kvd = int64_t{m_.kv_heads} * hd;
         const int64_t inter = std::max({K * I, int64_t{m_.dense_inter}, int64_t{m_.shared_inter}});
@@ -214,8 +228,14 @@ class TwinStepRunner final : public StepRunner {
             twin::grouped_matmul(L.down, offsets, act, down);
             twin::unpermute(down, row_of, topk_w, B, m_.top_k, H, true, x);
         }
-        twin::rms_norm_rows(x, m_.final_norm.data(), B, H, m_.rms_eps, h);
-        dense(m_.lm_head, h, B, grow(logits_, B * m_.vocab));
+        if (LB == 0) {
+            return ok_status();
+        }
+        // The rows that want logits, gathered, then the final norm and the LM head on those only.
+        const int32_t* logit_rows = staging_.data() + layout_.logit_rows_offset();
+        twin::gather_rows(x, logit_rows, LB, H, o_buf_.data());
+        twin::rms_norm_rows(o_buf_.data(), m_.final_norm.data(), LB, H, m_.rms_eps, h);
+        dense(m_.lm_head, h, LB, grow(logits_, LB * m_.vocab));
         return ok_status();
     }
 
@@ -225,9 +245,10 @@ class TwinStepRunner final : public StepRunner {
     PagedKvLayout kv_;
     MlaLatentLayout mla_kv_;  // The pool's layout for kMla attention (else kv_'s).
     std::vector<int32_t> buckets_;
+    std::vector<int32_t> logit_buckets_;
     std::vector<float> pool_;
     std::vector<int32_t> staging_;
-    int32_t rows_ = 0;
+    int32_t logit_rows_ = 0;  // Compact logits rows of the last step.
     std::vector<float> x_, h_, o_buf_, q_, attn_, k_, v_, router_, topk_w_, permuted_, gate_, up_,
         act_, down_, logits_;
     std::vector<int32_t> topk_idx_, row_of_, offsets_;
@@ -237,10 +258,11 @@ class TwinStepRunner final : public StepRunner {
 
 Result<std::unique_ptr<StepRunner>> create_twin_step_runner(const CheckpointModel& model,
                                                             const ServingDecoderOptions& options) {
-    if (options.max_rows <= 0 || options.kv_blocks <= 0 || options.max_blocks_per_seq <= 0) {
+    if (options.max_rows <= 0 || options.kv_blocks <= 0 || options.max_blocks_per_seq <= 0 ||
+        options.max_logit_rows <= 0 || options.max_logit_rows > options.max_rows) {
         return invalid_argument_error(
-            "twin runner: max_rows, kv_blocks and max_blocks_per_seq "
-            "must be positive");
+            "twin runner: max_rows, kv_blocks and max_blocks_per_seq must be positive and "
+            "max_logit_rows in 1..max_rows");
     }
     auto runner = std::make_unique<TwinStepRunner>(model, options);
     EDGE_RETURN_IF_ERROR(runner->init());

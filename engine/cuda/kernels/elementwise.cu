@@ -70,6 +70,14 @@ __global__ void add_kernel(float* out, const float* add, int64_t n) {
     }
 }
 
+__global__ void gather_rows_kernel(const float* x, const int32_t* idx, int64_t cols, float* out) {
+    const float* row = x + static_cast<int64_t>(idx[blockIdx.x]) * cols;
+    float* o = out + static_cast<int64_t>(blockIdx.x) * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        o[c] = row[c];
+    }
+}
+
 __global__ void add_bias_kernel(float* x, const float* bias, int64_t n, int64_t cols) {
     for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -142,6 +150,21 @@ Status add_inplace(float* out, const float* add, int64_t n, cudaStream_t stream)
     const LaunchShape s = plan_elementwise(n);
     add_kernel<<<grid_of(s), s.block, 0, stream>>>(out, add, n);
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("add");
+    return ok_status();
+}
+
+Status gather_rows(const float* x, const int32_t* idx, int64_t n, int64_t cols, float* out,
+                   cudaStream_t stream) {
+    if (n < 0 || cols <= 0) {
+        return invalid_argument_error("cuda gather_rows: " + std::to_string(n) + " x " +
+                                      std::to_string(cols));
+    }
+    if (n == 0) {
+        return ok_status();
+    }
+    const LaunchShape s = plan_rows(n, cols);
+    gather_rows_kernel<<<grid_of(s), s.block, 0, stream>>>(x, idx, cols, out);
+    EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("gather_rows");
     return ok_status();
 }
 

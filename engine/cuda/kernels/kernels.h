@@ -86,6 +86,11 @@ Status add_inplace(float* out, const float* add, int64_t n, cudaStream_t stream)
 Status add_bias_rows(float* x, const float* bias, int64_t rows, int64_t cols,
                      cudaStream_t stream);
 
+// out[i] = x row idx[i] (cols floats) for i < n: the rows whose logits a serving step computes.
+// Every idx[i] must be a row of x (the caller checks them: check_staging).
+Status gather_rows(const float* x, const int32_t* idx, int64_t n, int64_t cols, float* out,
+                   cudaStream_t stream);
+
 // out[r] = argmax of logits row r (n values), ties to the lower index.
 Status argmax(const float* logits, int64_t rows, int64_t n, int32_t* out, cudaStream_t stream);
 

@@ -28,6 +28,14 @@ TEST_CASE("serving buckets: powers of two up to max_rows, the smallest that hold
     CHECK(serving_max_rows(64) == 64);
     CHECK(serving_max_rows(65) == 128);
     CHECK(serving_max_rows(100000) == 512);
+    // Logits rows: one per sequence (at least 16), never more than the rows.
+    CHECK(serving_max_logit_rows(1, 64) == 16);
+    CHECK(serving_max_logit_rows(4, 64) == 16);
+    CHECK(serving_max_logit_rows(17, 64) == 32);
+    CHECK(serving_max_logit_rows(100, 64) == 64);
+    CHECK(serving_max_logit_rows(300, 512) == 512);
+    CHECK(serving_max_logit_rows(4, 8) == 8);
+    CHECK(serving_max_logit_rows(1, 1) == 1);
     auto b = row_buckets(64);
     REQUIRE(b.ok());
     CHECK(*b == std::vector<int32_t>{1, 2, 4, 8, 16, 32, 64});
@@ -46,7 +54,7 @@ TEST_CASE("serving buckets: powers of two up to max_rows, the smallest that hold
 }
 
 TEST_CASE("device rows: slots' block tables translated, padded rows on the scratch block") {
-    const StepLayout layout{8, 4};
+    const StepLayout layout{8, 4, 8};
     const auto buckets = *row_buckets(8);
     const int32_t scratch = 50;
     const std::vector<TokenId> decode = {7};
@@ -82,19 +90,24 @@ TEST_CASE("device rows: slots' block tables translated, padded rows on the scrat
     const std::vector<int32_t> want_table = {9, 4, 50, 50, 12, 50, 50, 50, 50, 50, 50, 50};
     CHECK(std::vector<int32_t>(s.staging.begin() + layout.table_offset(), s.staging.end()) ==
           want_table);
-    // Logits: the decode row and the prompt's last row, in chunk order, one run each.
+    // Logits: the decode row and the prompt's last row, in chunk order: the LM head runs on
+    // those two rows only (logit bucket 2), gathered into compact rows 0 and 1 (the other
+    // gather indices are row 0), and one copy brings both back.
     CHECK(s.logit_rows == std::vector<int32_t>{0, 5});
-    CHECK(check_staging(layout, s.staging, s.bucket, 512, scratch + 1).ok());
-    const auto runs = logit_runs(s.logit_rows, 0);
-    REQUIRE(runs.size() == 2);
+    CHECK(s.logit_bucket == 2);
+    const std::vector<int32_t> want_gather = {0, 5, 0, 0, 0, 0, 0, 0};
+    CHECK(std::vector<int32_t>(s.staging.begin() + layout.logit_rows_offset(),
+                               s.staging.begin() + layout.table_offset()) == want_gather);
+    CHECK(check_staging(layout, s.staging, s.bucket, s.logit_bucket, 512, scratch + 1).ok());
+    const auto runs = logit_runs(s, 3);
+    REQUIRE(runs.size() == 1);
     CHECK(runs[0].first_row == 0);
-    CHECK(runs[0].out_row == 0);
-    CHECK(runs[1].first_row == 5);
-    CHECK(runs[1].out_row == 1);
+    CHECK(runs[0].rows == 2);
+    CHECK(runs[0].out_row == 3);
 }
 
 TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logits in order") {
-    const StepLayout layout{4, 2};
+    const StepLayout layout{4, 2, 4};
     const auto buckets = *row_buckets(4);
     std::vector<TokenId> prompt(10);
     std::iota(prompt.begin(), prompt.end(), 100);
@@ -111,6 +124,11 @@ TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logi
         CHECK(steps[1].rows == 4);
         CHECK(steps[2].rows == 3);  // Prompt tokens 8, 9 and the other chunk's token.
         CHECK(steps[2].bucket == 4);
+        // The prompt's first two steps want no logits unless all_logits: no LM head there.
+        CHECK(steps[0].logit_bucket == (all ? 4 : 0));
+        CHECK(steps[1].logit_bucket == (all ? 4 : 0));
+        CHECK(steps[2].logit_bucket == (all ? 4 : 2));
+        CHECK(logit_runs(steps[0], 0).size() == (all ? 1u : 0u));
         // Positions continue across steps; each step carries the prompt's table row 0.
         int32_t pos = 3;
         for (const DeviceStep& s : steps) {
@@ -121,7 +139,7 @@ TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logi
                 }
             }
             CHECK(at(s, layout.table_offset()) == 2);
-            CHECK(check_staging(layout, s.staging, s.bucket, 512, 9).ok());
+            CHECK(check_staging(layout, s.staging, s.bucket, s.logit_bucket, 512, 9).ok());
         }
         CHECK(pos == 13);
         CHECK(at(steps[2], layout.seqs_offset() + 2) == 1);  // Slot 5's table row.
@@ -130,7 +148,7 @@ TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logi
         size_t wanted = 0;
         int64_t out = 0;
         for (const DeviceStep& s : steps) {
-            const auto runs = logit_runs(s.logit_rows, out);
+            const auto runs = logit_runs(s, out);
             for (const RowRun& r : runs) {
                 CHECK(r.out_row == out);
                 out += r.rows;
@@ -140,14 +158,17 @@ TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logi
         CHECK(wanted == (all ? 11u : 2u));
         CHECK(out == static_cast<int64_t>(wanted));
         if (all) {
-            CHECK(logit_runs(steps[0].logit_rows, 0).size() == 1);  // 4 rows, one copy.
+            REQUIRE(logit_runs(steps[0], 0).size() == 1);  // 4 rows, one copy.
+            CHECK(logit_runs(steps[0], 0)[0].rows == 4);
         }
     }
 }
 
-TEST_CASE("device rows: random batches keep every real row on its slot's blocks") {
+TEST_CASE(
+    "device rows: random batches keep every real row on its slot's blocks, logits gathered") {
     std::mt19937 rng(7);
-    const StepLayout layout{16, 6};
+    // At most 4 logits rows per step: all_logits chunks split steps before a fifth.
+    const StepLayout layout{16, 6, 4};
     const auto buckets = *row_buckets(16);
     const int32_t scratch = 200;
     for (int iter = 0; iter < 200; ++iter) {
@@ -179,9 +200,26 @@ TEST_CASE("device rows: random batches keep every real row on its slot's blocks"
         size_t chunk = 0;
         int32_t j = 0;  // Token of `chunk` the next real row runs.
         for (const DeviceStep& s : steps) {
-            REQUIRE(check_staging(layout, s.staging, s.bucket, 512, scratch + 1).ok());
+            REQUIRE(check_staging(layout, s.staging, s.bucket, s.logit_bucket, 512, scratch + 1)
+                        .ok());
             const int64_t table_rows =
                 (static_cast<int64_t>(s.staging.size()) - layout.table_offset()) / 6;
+            // The logit bucket: none without logits, else the smallest power of two holding
+            // them, within the step's bucket; the gather indices are the logit rows, then 0.
+            const int32_t n_logits = static_cast<int32_t>(s.logit_rows.size());
+            CHECK(n_logits <= 4);
+            if (n_logits == 0) {
+                CHECK(s.logit_bucket == 0);
+            } else {
+                CHECK(s.logit_bucket >= n_logits);
+                CHECK(s.logit_bucket < 2 * n_logits);
+                CHECK(s.logit_bucket <= s.bucket);
+            }
+            for (int32_t i = 0; i < layout.max_logit_rows; ++i) {
+                CHECK(at(s, layout.logit_rows_offset() + i) ==
+                      (i < n_logits ? s.logit_rows[static_cast<size_t>(i)] : 0));
+            }
+            size_t next_logit = 0;
             for (int32_t r = 0; r < s.bucket; ++r) {
                 const int32_t seq = at(s, layout.seqs_offset() + r);
                 const int32_t pos = at(s, layout.positions_offset() + r);
@@ -200,11 +238,17 @@ TEST_CASE("device rows: random batches keep every real row on its slot's blocks"
                 CHECK(block == tables[chunk][static_cast<size_t>(pos / 16)]);
                 CHECK(block != scratch);
                 ++rows;
+                if (ch.all_logits || j + 1 == static_cast<int32_t>(ch.tokens.size())) {
+                    // A row that wants logits is the step's next gathered row.
+                    REQUIRE(next_logit < s.logit_rows.size());
+                    CHECK(s.logit_rows[next_logit++] == r);
+                }
                 if (++j == static_cast<int32_t>(ch.tokens.size())) {
                     ++chunk;
                     j = 0;
                 }
             }
+            CHECK(next_logit == s.logit_rows.size());
             wanted += static_cast<int64_t>(s.logit_rows.size());
         }
         int64_t want_rows = 0, want_logits = 0;
@@ -218,7 +262,7 @@ TEST_CASE("device rows: random batches keep every real row on its slot's blocks"
 }
 
 TEST_CASE("device rows: tables that would reach outside the pool are refused, naming the chunk") {
-    const StepLayout layout{8, 2};
+    const StepLayout layout{8, 2, 8};
     const auto buckets = *row_buckets(8);
     const std::vector<TokenId> toks = {1, 2};
     const std::vector<SequenceChunk> batch = {{4, 15, toks, false}};
@@ -230,35 +274,52 @@ TEST_CASE("device rows: tables that would reach outside the pool are refused, na
     CHECK_FALSE(plan_device_steps(batch, {{3, -1}}, layout, buckets, 10).ok());
     CHECK_FALSE(plan_device_steps(batch, {{3, 4, 5}}, layout, buckets, 10).ok());
     CHECK_FALSE(plan_device_steps(batch, {}, layout, buckets, 10).ok());
-    CHECK_FALSE(plan_device_steps(batch, {{3, 4}}, StepLayout{16, 2}, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, 4}}, StepLayout{16, 2, 16}, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, 4}}, StepLayout{8, 2, 0}, buckets, 10).ok());
+    CHECK_FALSE(plan_device_steps(batch, {{3, 4}}, StepLayout{8, 2, 9}, buckets, 10).ok());
     CHECK(plan_device_steps(batch, {{3, 4}}, layout, buckets, 10).ok());
 }
 
-TEST_CASE("staging checks: bad tokens, table rows, positions, blocks and sizes are refused") {
-    const StepLayout layout{4, 2};
+TEST_CASE(
+    "staging checks: bad tokens, table rows, positions, gather rows, blocks and sizes are "
+    "refused") {
+    const StepLayout layout{4, 2, 4};
     const auto buckets = *row_buckets(4);
     const std::vector<TokenId> toks = {5, 6};
     auto steps = plan_device_steps(std::vector<SequenceChunk>{{0, 0, toks, false}}, {{1}}, layout,
                                    buckets, 3);
     REQUIRE(steps.ok());
     const std::vector<int32_t> good = (*steps)[0].staging;
-    CHECK(check_staging(layout, good, 2, 512, 4).ok());
+    REQUIRE((*steps)[0].logit_bucket == 1);
+    CHECK(check_staging(layout, good, 2, 1, 512, 4).ok());
+    CHECK(check_staging(layout, good, 2, 0, 512, 4).ok());
+    CHECK(check_staging(layout, good, 2, 2, 512, 4).ok());  // Pads gather row 0.
     auto bad = [&](int64_t i, int32_t v) {
         std::vector<int32_t> s = good;
         s[static_cast<size_t>(i)] = v;
-        return check_staging(layout, s, 2, 512, 4);
+        return check_staging(layout, s, 2, 1, 512, 4);
     };
+    // A gather index outside the bucket's rows, or a logit bucket past the bucket or layout.
+    const Status gather = bad(layout.logit_rows_offset(), 2);
+    CHECK(gather.code() == StatusCode::kInvalidArgument);
+    CHECK(gather.message().find("logits row 0") != std::string::npos);
+    CHECK_FALSE(bad(layout.logit_rows_offset(), -1).ok());
+    CHECK(bad(layout.logit_rows_offset() + 1, 7).ok());  // Past the logit bucket: unused.
+    CHECK_FALSE(check_staging(layout, good, 2, 3, 512, 4).ok());
+    CHECK_FALSE(check_staging(layout, good, 2, -1, 512, 4).ok());
+    CHECK_FALSE(check_staging(StepLayout{4, 2, 0}, good, 2, 0, 512, 4).ok());
     CHECK_FALSE(bad(layout.tokens_offset() + 1, 512).ok());
     CHECK_FALSE(bad(layout.tokens_offset(), -1).ok());
     CHECK_FALSE(bad(layout.seqs_offset() + 1, 2).ok());  // Only rows 0 and 1 are uploaded.
     CHECK_FALSE(bad(layout.positions_offset(), 32).ok());
     CHECK_FALSE(bad(layout.table_offset() + 1, 4).ok());
-    CHECK_FALSE(check_staging(layout, good, 5, 512, 4).ok());
-    CHECK_FALSE(check_staging(layout, good, 0, 512, 4).ok());
+    CHECK_FALSE(check_staging(layout, good, 5, 1, 512, 4).ok());
+    CHECK_FALSE(check_staging(layout, good, 0, 0, 512, 4).ok());
     std::vector<int32_t> ragged = good;
     ragged.push_back(0);
-    CHECK_FALSE(check_staging(layout, ragged, 2, 512, 4).ok());
-    CHECK_FALSE(check_staging(layout, std::span<const int32_t>(good.data(), 12), 2, 512, 4).ok());
+    CHECK_FALSE(check_staging(layout, ragged, 2, 1, 512, 4).ok());
+    CHECK_FALSE(
+        check_staging(layout, std::span<const int32_t>(good.data(), 12), 2, 1, 512, 4).ok());
 }
 
 TEST_CASE("copy-on-write in the host KV cache is seen as a block move for the device pool") {
@@ -350,10 +411,16 @@ TEST_CASE("the device model's spec is the CPU model's (same sampler inputs, same
         CHECK(serving_model_spec(dir, *m, 0)->max_context == m->max_position);
         CHECK_FALSE(serving_model_spec(dir, *m, m->max_position + 1).ok());
         // The arena covers the weights and the pool, and grows with the rows.
-        const int64_t small = serving_arena_bytes(*m, 64, 100, 16, 256);
+        const int64_t small = serving_arena_bytes(*m, 64, 16, 100, 16, 256);
         const PagedKvLayout kv{m->layers, m->kv_heads, m->head_dim, 100};
         CHECK(small > spec->weight_bytes + kv.pool_floats() * 4);
-        CHECK(serving_arena_bytes(*m, 128, 100, 16, 256) > small);
+        CHECK(serving_arena_bytes(*m, 128, 16, 100, 16, 256) > small);
+        // The logits are sized by the logits rows, not the rows: 48 more logits rows cost 48
+        // vocab rows of floats (the staging's 48 gather indices and the 1/8 margin on top).
+        const int64_t all_rows = serving_arena_bytes(*m, 64, 64, 100, 16, 256);
+        const int64_t logits = int64_t{48} * m->vocab * 4;
+        CHECK(all_rows - small >= logits);
+        CHECK(all_rows - small <= (logits + 48 * 4) * 9 / 8 + 1);
     }
 }
 

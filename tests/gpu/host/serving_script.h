@@ -1,8 +1,9 @@
 #pragma once
 
 // The scheduler-like script the serving tests run on a whole-step CausalLM (the device's, or its
-// CPU twin's) next to the CPU model: two prompts in one forward (81 rows: two steps of at most 64
-// rows, one chunk wanting every row's logits), decode of both slots (bucket 2) then one
+// CPU twin's) next to the CPU model: two prompts in one forward (81 rows, one chunk wanting
+// every row's logits: five steps, each ending at the 16 logits rows a step computes at most with
+// 4 slots, so the LM head's gathered rows span steps), decode of both slots (bucket 2) then one
 // (bucket 1, no padding), the prefix cache with a block shared and written (copy on write next
 // to the block's owner), then bad input. After every forward the logits must agree within
 // `tol` (absolute and relative) with the same argmax, and the lengths must be equal.

@@ -79,6 +79,118 @@ TEST_CASE(
     }
 }
 
+// The twin runner, recording each step's (bucket, logit bucket): how many rows every step ran
+// and how many of them went through the final norm and the LM head.
+class CountingRunner final : public StepRunner {
+  public:
+    CountingRunner(std::unique_ptr<StepRunner> inner, std::vector<std::pair<int32_t, int32_t>>* log)
+        : inner_(std::move(inner)), log_(log) {}
+    Status copy_kv_blocks(std::span<const BlockMove> moves) override {
+        return inner_->copy_kv_blocks(moves);
+    }
+    Status run_rows(int32_t bucket, int32_t logit_bucket,
+                    std::span<const int32_t> staging) override {
+        log_->emplace_back(bucket, logit_bucket);
+        return inner_->run_rows(bucket, logit_bucket, staging);
+    }
+    Status copy_logits(std::span<const RowRun> runs, float* out) override {
+        return inner_->copy_logits(runs, out);
+    }
+
+  private:
+    std::unique_ptr<StepRunner> inner_;
+    std::vector<std::pair<int32_t, int32_t>>* log_;
+};
+
+TEST_CASE(
+    "serving path on the CPU twin: the LM head runs only on the rows whose logits are asked "
+    "for, and those logits equal the CPU model's") {
+    auto cpu = load_model(testing::kMicroQwen3, testing::serving_script_options("cpu"));
+    REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+    std::vector<std::pair<int32_t, int32_t>> log;
+    auto twin = load_serving_causal_lm(
+        testing::kMicroQwen3, testing::serving_script_options("cuda"),
+        [&](const CheckpointModel& model,
+            const ServingDecoderOptions& so) -> Result<std::unique_ptr<StepRunner>> {
+            CHECK(so.max_rows == 64);
+            CHECK(so.max_logit_rows == 16);  // 4 slots: at least 16.
+            EDGE_ASSIGN_OR_RETURN(std::unique_ptr<StepRunner> inner,
+                                  create_twin_step_runner(model, so));
+            return std::unique_ptr<StepRunner>(
+                std::make_unique<CountingRunner>(std::move(inner), &log));
+        });
+    REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
+    CausalLM& c = **cpu;
+    CausalLM& d = **twin;
+    const int32_t V = c.spec().vocab_size;
+    const int32_t a = *c.acquire_slot(), b = *c.acquire_slot();
+    REQUIRE(*d.acquire_slot() == a);
+    REQUIRE(*d.acquire_slot() == b);
+    const std::vector<TokenId> pa = {510, 72, 101, 108, 108, 111};
+    testing::forward_both(c, d, {{a, 0, pa, false}}, 1e-3, "a's prompt");
+    CHECK(log == std::vector<std::pair<int32_t, int32_t>>{{8, 1}});
+    // A long prefill chunk next to a decode row: 101 rows in two steps of bucket 64; the first
+    // (64 prefill rows) wants no logits and runs no LM head, the second runs it on 2 rows
+    // (b's last token and a's decode token), not on 128.
+    std::vector<TokenId> pb(100);
+    for (size_t i = 0; i < pb.size(); ++i) {
+        pb[i] = static_cast<TokenId>((i * 53 + 7) % 500);
+    }
+    const std::vector<TokenId> ta = {11};
+    log.clear();
+    std::vector<float> logits = testing::forward_both(
+        c, d, {{b, 0, pb, false}, {a, c.slot_length(a), ta, false}}, 1e-3, "long prefill");
+    CHECK(logits.size() == static_cast<size_t>(2 * V));
+    CHECK(log == std::vector<std::pair<int32_t, int32_t>>{{64, 0}, {64, 2}});
+    // Every row's logits of a 40-token chunk: steps end at 16 logits rows (the logits buffer's
+    // rows), the last one with b's decode row too.
+    std::vector<TokenId> pa2(40);
+    for (size_t i = 0; i < pa2.size(); ++i) {
+        pa2[i] = static_cast<TokenId>((i * 29 + 3) % 500);
+    }
+    const std::vector<TokenId> tb = {testing::row_argmax(logits, 0, V)};
+    log.clear();
+    logits = testing::forward_both(
+        c, d, {{a, c.slot_length(a), pa2, true}, {b, c.slot_length(b), tb, false}}, 1e-3,
+        "all logits");
+    CHECK(logits.size() == static_cast<size_t>(41 * V));
+    CHECK(log == std::vector<std::pair<int32_t, int32_t>>{{16, 16}, {16, 16}, {16, 16}});
+}
+
+TEST_CASE("twin runner: logit buckets and compact logits rows outside the step are refused") {
+    auto model = read_checkpoint_model(testing::kMicroQwen3, "none");
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    ServingDecoderOptions so;
+    so.max_rows = 8;
+    so.kv_blocks = 4;
+    so.max_blocks_per_seq = 2;
+    so.max_logit_rows = 4;
+    auto runner = create_twin_step_runner(*model, so);
+    REQUIRE_MESSAGE(runner.ok(), runner.status().to_string());
+    ServingDecoderOptions too_many = so;
+    too_many.max_logit_rows = 9;
+    CHECK_FALSE(create_twin_step_runner(*model, too_many).ok());
+    const StepLayout layout{so.max_rows, so.max_blocks_per_seq, so.max_logit_rows};
+    const std::vector<TokenId> toks = {5, 6, 7};
+    auto steps = plan_device_steps(std::vector<SequenceChunk>{{0, 0, toks, false}}, {{1}}, layout,
+                                   *row_buckets(8), so.kv_blocks);
+    REQUIRE(steps.ok());
+    REQUIRE(steps->size() == 1);
+    const DeviceStep& s = (*steps)[0];
+    REQUIRE(s.bucket == 4);
+    REQUIRE(s.logit_bucket == 1);
+    StepRunner& r = **runner;
+    CHECK_FALSE(r.run_rows(s.bucket, 3, s.staging).ok());  // Not a logit bucket.
+    CHECK_FALSE(r.run_rows(s.bucket, 8, s.staging).ok());  // Past max_logit_rows.
+    REQUIRE(r.run_rows(s.bucket, s.logit_bucket, s.staging).ok());
+    std::vector<float> out(static_cast<size_t>(2 * model->vocab));
+    CHECK(r.copy_logits(logit_runs(s, 1), out.data()).ok());
+    CHECK_FALSE(r.copy_logits(std::vector<RowRun>{{0, 2, 0}}, out.data()).ok());
+    CHECK_FALSE(r.copy_logits(std::vector<RowRun>{{1, 1, 0}}, out.data()).ok());
+    REQUIRE(r.run_rows(s.bucket, 0, s.staging).ok());  // No LM head: nothing to copy.
+    CHECK_FALSE(r.copy_logits(std::vector<RowRun>{{0, 1, 0}}, out.data()).ok());
+}
+
 TEST_CASE("serving path: a sticky device fault fails every forward and changes no length") {
     clear_reported_device_fault_for_testing();
     auto twin = load_serving_causal_lm(

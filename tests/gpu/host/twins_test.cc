@@ -109,6 +109,14 @@ TEST_CASE("add_bias_rows adds the bias to every row, column by column") {
     CHECK(x == std::vector<float>{11, 22, 33, 14, 25, 36});
 }
 
+TEST_CASE("gather_rows copies the indexed rows in index order, repeats included") {
+    const std::vector<float> x = {1, 2, 3, 4, 5, 6};  // Three rows of two.
+    const std::vector<int32_t> idx = {2, 0, 2};
+    std::vector<float> out(6, -1.0f);
+    twin::gather_rows(x.data(), idx.data(), 3, 2, out.data());
+    CHECK(out == std::vector<float>{5, 6, 1, 2, 5, 6});
+}
+
 TEST_CASE("grouped_matmul twin equals the CPU backend's matmul per group") {
     std::mt19937_64 rng(10);
     const int64_t rows = 33, cols = 64;
