@@ -282,15 +282,7 @@ struct DeviceDecoder::Impl {
     }
 
     Status dense(const Weight& w, const float* in, float* out) {
-        kernels::GroupedWeights g;
-        g.format = w.format;
-        g.rows = w.rows;
-        g.cols = w.cols;
-        g.groups = 1;
-        const void* const* t = dense_tables(w);
-        g.data = t;
-        g.scales = w.scales != nullptr ? reinterpret_cast<const float* const*>(t + 1) : nullptr;
-        return kernels::grouped_matmul(g, step_offsets, in, out, stream);
+        return kernels::grouped_matmul(single_group(w), step_offsets, in, out, stream);
     }
 
     // Device arrays {data pointer, scales pointer} of each dense weight.
@@ -457,7 +449,7 @@ struct DeviceDecoder::Impl {
         return build_buffers();
     }
 
-    // A registered dense weight as the single-group GroupedWeights the MLA entry takes.
+    // A registered dense weight as a single-group GroupedWeights (dense matmuls, the MLA entry).
     kernels::GroupedWeights single_group(const Weight& w) {
         kernels::GroupedWeights g;
         g.format = w.format;

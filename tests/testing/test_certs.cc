@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "common/check.h"
 
@@ -33,6 +34,14 @@ std::string TempDir::write(const std::string& name, const std::string& contents)
     out << contents;
     EDGE_CHECK(out.good(), "cannot write " + p);
     return p;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    EDGE_CHECK(in.good(), "cannot read " + path);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    return bytes.str();
 }
 
 TestCertificate make_certificate(const std::string& dir, const std::string& stem,

@@ -1,8 +1,8 @@
 #pragma once
 
-// Test helpers: temporary directories and certificates generated at test time with OpenSSL
-// (EC P-256 keys, self-signed certificates with DNS subjectAltNames). Nothing is embedded.
-// Not thread-safe; call from the test's thread.
+// Test helpers: temporary directories, whole-file reads, and certificates generated at test time
+// with OpenSSL (EC P-256 keys, self-signed certificates with DNS subjectAltNames). Nothing is
+// embedded. Not thread-safe; call from the test's thread.
 
 #include <string>
 #include <vector>
@@ -24,6 +24,9 @@ public:
 private:
     std::string path_;
 };
+
+// The whole file at `path` as bytes; a file that cannot be read fails the test's invariant.
+std::string read_file(const std::string& path);
 
 struct TestCertificate {
     std::string cert_path;

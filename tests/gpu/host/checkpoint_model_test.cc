@@ -7,9 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "tests/testing/test_certs.h"
 
@@ -18,12 +16,7 @@ namespace {
 
 const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
 
-std::string fixture_config() {
-    std::ifstream in(kMicro + "/config.json");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string fixture_config() { return testing::read_file(kMicro + "/config.json"); }
 
 // The fixture's config.json with `field`'s value replaced, alone in a temp dir.
 Status read_with(const testing::TempDir& dir, const std::string& field, const std::string& value) {

@@ -6,9 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "engine/cpu/rope_scaling.h"
 #include "engine/cuda/host/checkpoint_model.h"
@@ -21,12 +19,7 @@ namespace {
 
 const std::string kGlm = EDGE_SOURCE_DIR "/tests/fixtures/micro-glm4-moe";
 
-std::string glm_config() {
-    std::ifstream in(kGlm + "/config.json");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string glm_config() { return testing::read_file(kGlm + "/config.json"); }
 
 // The fixture's config.json with `field`'s value replaced, alone in a temp dir.
 Status read_with(const testing::TempDir& dir, const std::string& field, const std::string& value) {

@@ -8,8 +8,6 @@
 
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -27,12 +25,7 @@ namespace {
 
 const std::string kMicroDeepseek = EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3";
 
-std::string deepseek_config() {
-    std::ifstream in(kMicroDeepseek + "/config.json");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string deepseek_config() { return edge::testing::read_file(kMicroDeepseek + "/config.json"); }
 
 TEST_CASE("checkpoint model (DeepSeek-V3): MLA attention, dims, YaRN tables and tensors") {
     auto m = read_checkpoint_model(kMicroDeepseek, "none");
@@ -64,10 +57,8 @@ TEST_CASE("checkpoint model (DeepSeek-V3): MLA attention, dims, YaRN tables and 
 
     SUBCASE("YaRN rope_scaling: MlaConfig's tables and scales") {
         edge::testing::TempDir dir;
-        std::ifstream src(kMicroDeepseek + "/model.safetensors", std::ios::binary);
-        std::ostringstream bytes;
-        bytes << src.rdbuf();
-        dir.write("model.safetensors", bytes.str());
+        dir.write("model.safetensors",
+                  edge::testing::read_file(kMicroDeepseek + "/model.safetensors"));
         const std::string cfg = deepseek_config();
         const std::string from = "\"rope_scaling\": null";
         REQUIRE(cfg.find(from) != std::string::npos);

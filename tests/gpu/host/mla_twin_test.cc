@@ -13,9 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +26,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/stored_tensor.h"
 #include "engine/model/weight_loader.h"
+#include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
 namespace {
@@ -39,12 +38,7 @@ const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3";
 // them by more than 0.1 (checked below for both mscales). Measured: 4.5e-5.
 constexpr float kTolerance = 2e-4f;
 
-std::string fixture_config() {
-    std::ifstream in(kMicro + "/config.json");
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
+std::string fixture_config() { return testing::read_file(kMicro + "/config.json"); }
 
 std::string replaced(std::string text, const std::string& from, const std::string& to) {
     const size_t at = text.find(from);

@@ -7,8 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "engine/backend.h"
 #include "engine/cuda/host/serving_model.h"
@@ -52,9 +50,7 @@ TEST_CASE(
 TEST_CASE(
     "serving path on the CPU twin: GLM-4.5 variants (no shared expert, no q/k norm, one expert "
     "group, no attention bias) equal the CPU model") {
-    std::ifstream in(testing::kMicroGlm4 + "/config.json");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const std::string text = edge::testing::read_file(testing::kMicroGlm4 + "/config.json");
     const std::vector<std::pair<std::string, std::string>> variants = {
         {"\"n_shared_experts\": 1", "\"n_shared_experts\": 0"},
         {"\"use_qk_norm\": true", "\"use_qk_norm\": false"},
@@ -64,7 +60,7 @@ TEST_CASE(
     for (const auto& v : variants) {
         CAPTURE(v.second);
         edge::testing::TempDir dir;
-        const std::string config = text.str();
+        const std::string config = text;
         const size_t at = config.find(v.first);
         REQUIRE(at != std::string::npos);
         dir.write("config.json", std::string(config).replace(at, v.first.size(), v.second));
