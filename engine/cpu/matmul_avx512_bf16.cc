@@ -258,8 +258,9 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
 }
 
 
-// Multi-token blocks for calls of 8 or more tokens (batched decode's attention projections and
-// lm_head, prefill), where the products, not the weight bytes, bound the time. R rows by T
+// Multi-token blocks for calls of kGemmMinTokens or more tokens (batched decode's attention
+// projections and lm_head, prefill, experts that got many tokens), where the products, not the
+// weight bytes, bound the time. R rows by T
 // tokens with the R weight vectors of a 32-column step held in registers and the T tokens'
 // activations loaded one at a time (R * T accumulators + R + 2 registers: 3 x 8 uses 29 of the
 // 32), so a step issues R + T loads (R + 2T in exact mode) for R * T dot products (2 R T).
@@ -354,9 +355,16 @@ inline void gemm_rows(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
     }
 }
 
-// Rows [0, rows) of one weight for n >= 8 tokens: panels of kGemmPanelRows rows (96 KiB at
-// k = 1024, in L2), each multiplied by groups of 8 tokens; the first group of a panel prefetches
-// the next panel.
+// From this many tokens a pass over a weight takes the panel form (rows_gemm) instead of the four
+// streams (rows_stream). Below it the weights' bytes bound the time (an expert of the bench preset
+// at 8 tokens: ~57 us of products per thread against ~120 us to read its 3 MiB), and the four
+// streams read faster: bench_matvec --experts --sequences 64 (~8 tokens per expert) read at
+// 0.18 of the probe with the panels from 8 tokens on in the two-step form, 0.28 with the streams.
+constexpr int64_t kGemmMinTokens = 16;
+
+// Rows [0, rows) of one weight for n >= kGemmMinTokens tokens: panels of kGemmPanelRows rows
+// (96 KiB at k = 1024, in L2), each multiplied by groups of 8 tokens; the first group of a panel
+// prefetches the next panel.
 constexpr int64_t kGemmPanelRows = 48;
 
 template <bool L>
@@ -424,13 +432,13 @@ inline void prepare(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* 
 // once per group of this many tokens, bounding the activations one pass reads.
 constexpr int64_t kTokenGroup = 64;
 
-// A whole weight for nt tokens as the expert kernel runs it: four streams (rows_stream) for up to
-// 7 tokens, the panel form (rows_gemm) from 8 on, the same choice and sums as
+// A whole weight for nt tokens as the expert kernel runs it: four streams (rows_stream) below
+// kGemmMinTokens tokens, the panel form (rows_gemm) from there on, the same choice and sums as
 // matmul_bf16_avx512bf16_prepared over all rows.
 template <bool L>
 inline void rows_whole(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
                        const uint16_t* lo, int64_t kp, int64_t nt, float* y, int64_t ldy) {
-    if (nt >= 8) {
+    if (nt >= kGemmMinTokens) {
         rows_gemm<L>(w, rows, k, hi, lo, kp, nt, y, ldy);
     } else {
         rows_stream<L>(w, rows, k, hi, lo, kp, nt, y, ldy, kStreamPrefetchBytes);
@@ -483,7 +491,7 @@ void swiglu_impl(const SwiGluJob& j) {
 template <bool L>
 void rows_prepared(const uint16_t* base, int64_t k, const uint16_t* hi, const uint16_t* lo,
                    int64_t kp, int64_t nt, float* yt, int64_t ldy, int64_t r0, int64_t r1) {
-    if (nt >= 8) {
+    if (nt >= kGemmMinTokens) {
         rows_gemm<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy);
         return;
     }

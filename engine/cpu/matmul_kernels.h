@@ -60,8 +60,8 @@ int64_t bf16_activation_elements(int64_t n, int64_t k, ActivationPrecision preci
 Bf16Activations prepare_bf16_activations(const float* x, int64_t n, int64_t k,
                                          ActivationPrecision precision, uint16_t* scratch);
 // matmul_bf16_avx512bf16 (a.lo set) or matmul_bf16_avx512bf16_bf16act (a.lo null) on prepared
-// activations, rows [r0, r1); same results as those. Calls of 8 or more tokens use register
-// blocks of 3 rows x 8 tokens over L2-sized row panels (compute-bound shapes).
+// activations, rows [r0, r1); same results as those. Calls of 16 or more tokens (per group of
+// 64) use register blocks of 3 rows x 8 tokens over L2-sized row panels (compute-bound shapes).
 void matmul_bf16_avx512bf16_prepared(const Weight& w, const Bf16Activations& a, float* y,
                                      int64_t ldy, int64_t r0, int64_t r1);
 // Reference for it: each activation rounded to bf16 (nearest even), products summed in double.

@@ -137,7 +137,7 @@ bool Scheduler::step() {
         return progressed;
     }
     std::vector<BatchEntry> batch = plan_batch();
-    std::vector<float> logits;
+    std::vector<float>& logits = logits_;
     const TimePoint started = clock_->now();
     if (!forward_with_preemption(&batch, &logits)) {
         remove_finished();

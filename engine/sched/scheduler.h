@@ -148,6 +148,9 @@ private:
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a preemption, until a sequence finishes.
     SchedulerStats stats_;
+    // The last step's logits, kept so that a step reuses the buffer (batch x vocab floats, 4 MiB
+    // at 32 x 32000) instead of allocating and faulting in a fresh one.
+    std::vector<float> logits_;
     std::thread thread_;
 
     // Published load (written by the scheduler thread, read by load()).

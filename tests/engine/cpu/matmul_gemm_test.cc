@@ -1,13 +1,12 @@
-// The multi-token BF16 path on CPUs with AVX512_BF16 (calls of 8 or more tokens: register blocks of
-// 3 rows x 8 tokens over row panels, activations prepared once per call and shared by the pool's
-// row ranges). Against the scalar references within the kernels' stated bounds (hi + lo:
-// 2e-5 * sum_c |w * x| + 1e-6; single bf16: 1e-5 * sum_c |w * bf16(x)| + 1e-6), in both
-// precisions, over shapes with remainders of every block (rows not a multiple of 3 or of the
-// 48-row panel, tokens not a multiple of 8, columns not a multiple of 32); the prepared entry
-// equals the per-call kernel bit for bit, and so does any split of the rows over the pool
-// (each output's sum does not depend on where its block or panel starts); matmul_batch with
-// jobs sharing one input (q/k/v) equals separate calls. Skipped with a message without
-// AVX512_BF16.
+// The multi-token BF16 path on CPUs with AVX512_BF16 (groups of 16 to 64 tokens: register blocks
+// of 3 rows x 8 tokens over row panels; fewer: four row streams; activations prepared once per
+// call and shared by the pool's row ranges). Against the scalar references within the kernels'
+// stated bounds (hi + lo: 2e-5 * sum_c |w * x| + 1e-6; single bf16: 1e-5 * sum_c |w * bf16(x)| +
+// 1e-6), in both precisions, over shapes with remainders of every block (rows not a multiple of 3
+// or of the 48-row panel, tokens not a multiple of 8, columns not a multiple of 32); the prepared
+// entry equals the per-call kernel bit for bit, and so does any split of the rows over the pool
+// (each output's sum does not depend on where its block or panel starts); matmul_batch with jobs
+// sharing one input (q/k/v) equals separate calls. Skipped with a message without AVX512_BF16.
 
 #include <doctest/doctest.h>
 
@@ -73,7 +72,7 @@ double magnitude(const Bf16Weight& w, const std::vector<float>& x, int64_t t, in
     return m;
 }
 
-TEST_CASE("matmul gemm: 8+ tokens equal the scalar references in both precisions") {
+TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precisions") {
     if (!have_bf16()) {
         return;
     }
@@ -82,9 +81,10 @@ TEST_CASE("matmul gemm: 8+ tokens equal the scalar references in both precisions
         int64_t rows, cols, n;
     };
     // 101 rows: two 48-row panels and a 5-row one (3-row blocks and 1-row remainders); 160 and
-    // 1000 columns: a masked last step; 8, 9, 17, 32, 70 tokens: whole and partial token groups.
-    const Shape shapes[] = {{101, 160, 8}, {101, 1000, 9}, {50, 96, 17},
-                            {97, 256, 32}, {48, 1024, 32}, {13, 200, 70}};
+    // 1000 columns: a masked last step; 16, 17, 32, 70 tokens: whole and partial groups of 8
+    // (70: a group of 64, then 6 through the four streams); 9 tokens: the four streams.
+    const Shape shapes[] = {{101, 160, 16}, {101, 1000, 17}, {50, 96, 9},
+                            {97, 256, 32},  {48, 1024, 32},  {13, 200, 70}};
     for (const Shape& s : shapes) {
         Bf16Weight w;
         make_weight(s.rows, s.cols, rng, &w);
