@@ -10,10 +10,12 @@
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
 //                      [--batch N] [--out TOKENS] [--step-tokens N] [--activations exact|bf16]
-//                      [--decode N]
+//                      [--decode N] [--warmup STEPS]
 // --decode N: SchedulerConfig::max_decode_sequences (at most N sequences decode per step, picked
 // by tenant weight; 0, the default: every running sequence decodes). With --batch 64 every
-// stream stays admitted and the weights act through which streams decode.
+// stream stays admitted and the weights act through which streams decode. --warmup: steps before
+// the figures are taken (default min(steps / 4, 40)); with --batch 64 the first prompts of all 64
+// streams take ~140 steps to prefill, so take --steps 400 --warmup 160 there.
 // --activations: engine.activation_precision of the multi-token steps (the single stream decodes
 // one token per step, which is always exact).
 // Without --model it writes the preset (default `bench`, about 2.5 GB) to a temp dir and removes
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
     int out_tokens = 24;
     int step_tokens = 64;
     int decode = 0;
+    int warmup_steps = -1;
     std::string activations = "exact";
     edge::bench::parse_flags(
         argc, argv,
@@ -147,6 +150,8 @@ int main(int argc, char** argv) {
          edge::bench::Flag::integer("--out", &out_tokens, 2, "tokens generated per request"),
          edge::bench::Flag::integer("--decode", &decode, 0,
                                     "most sequences decoding per step (0: all running)"),
+         edge::bench::Flag::integer("--warmup", &warmup_steps, 0,
+                                    "steps before measuring (default min(steps / 4, 40))"),
          edge::bench::Flag::string("--activations", &activations,
                                    "exact or bf16: engine.activation_precision")},
         "bench_tenancy: 64 streams from 4 tenants of different weights on one engine");
@@ -260,7 +265,8 @@ int main(int argc, char** argv) {
     }
     // Tokens per tenant are counted from the step when every tenant is backlogged to the end;
     // latency figures from requests that started after the warm-up.
-    const int warmup = std::min(steps / 4, 40);
+    const int warmup =
+        warmup_steps >= 0 ? std::min(warmup_steps, steps - 1) : std::min(steps / 4, 40);
     double kv_sum = 0.0;
     int kv_samples = 0;
     Clock::time_point measure_start = Clock::now();

@@ -166,6 +166,9 @@ private:
     // max_decode_sequences: each running tenant's pass (decode tokens / weight, offset so that
     // a tenant joins at the smallest pass of those running).
     std::map<std::string, double> decode_pass_;
+    // The tenants the last pick_decoders left ready sequences of (the limit, not their own
+    // readiness, held them back).
+    mutable std::vector<std::string> decode_backlogged_;
     std::thread thread_;
 
     // Published load (written by the scheduler thread, read by load()).

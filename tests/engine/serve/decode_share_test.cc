@@ -1,7 +1,8 @@
 // SchedulerConfig::max_decode_sequences on FakeCausalLM, stepped by the test: with more
 // sequences admitted than may decode per step, at most that many decode, tenants' generated
-// tokens follow their weights (stride order), sequences of one tenant take turns, and a tenant
-// that joins late gets its share from then on, not a burst of saved-up credit.
+// tokens follow their weights (stride order), sequences of one tenant take turns, and neither a
+// tenant that joins late nor one that had too few sequences ready to use its share gets a burst
+// of saved-up credit that starves the others.
 
 #include <doctest/doctest.h>
 
@@ -150,6 +151,41 @@ TEST_CASE("decode share: a tenant that joins late gets its share, not a burst") 
     CHECK(t.at("late") >= 180 - 6);
     CHECK(t.at("a") >= 60 - 6);
     CHECK(t.at("b") >= 120 - 6);
+}
+
+TEST_CASE("decode share: a tenant short of ready sequences saves no credit to starve others") {
+    // "b" (weight 2) has only 2 sequences while "a" (weight 1) has 8: b takes its 2 a step and
+    // a the other 4. Then b gets 8 more: from then on 2 of 6 a step go to a and 4 to b, and a
+    // decodes in every step (with saved-up credit b would take all 6 for ~25 steps).
+    DecodeSim sim(24, 6);
+    sim.submit("a", 1, 8);
+    sim.submit("b", 2, 2);
+    for (int i = 0; i < 3; ++i) {
+        REQUIRE(sim.scheduler->step());
+    }
+    std::vector<int64_t> before = sim.counts();
+    for (int i = 0; i < 50; ++i) {
+        REQUIRE(sim.scheduler->step());
+    }
+    auto t = sim.per_tenant(before);
+    CHECK(t.at("a") == 200);
+    CHECK(t.at("b") == 100);
+    sim.submit("b", 2, 8);
+    for (int i = 0; i < 2; ++i) {
+        REQUIRE(sim.scheduler->step());
+    }
+    before = sim.counts();
+    int starved = 0;
+    for (int i = 0; i < 30; ++i) {
+        const int64_t a0 = sim.per_tenant({}).at("a");
+        REQUIRE(sim.scheduler->step());
+        starved += sim.per_tenant({}).at("a") == a0 ? 1 : 0;
+    }
+    t = sim.per_tenant(before);
+    MESSAGE("a " << t.at("a") << ", b " << t.at("b") << ", steps a got none " << starved);
+    CHECK(starved == 0);
+    CHECK(t.at("a") >= 60 - 2);
+    CHECK(t.at("a") <= 60 + 2);
 }
 
 TEST_CASE("decode share: fewer ready than the limit all decode") {
