@@ -29,7 +29,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -203,8 +202,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double peak_pro
     for (int i = 0; i < kChains; ++i) {
         acc[i] = _mm512_set1_ps(static_cast<float>(i));
     }
-    const __m512bh a = std::bit_cast<__m512bh>(_mm512_set1_epi16(0x3f80));
-    __m512bh b = std::bit_cast<__m512bh>(_mm512_set1_epi16(0x3c00));
+    const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));
+    __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3c00));
     const double t0 = now_s();
     for (int64_t it = 0; it < kIters; ++it) {
 #pragma GCC unroll 16
@@ -218,7 +217,9 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double peak_pro
     for (int i = 1; i < kChains; ++i) {
         sum = _mm512_add_ps(sum, acc[i]);
     }
-    volatile float sink = _mm512_reduce_add_ps(sum);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    volatile float sink = lanes[0];
     (void)sink;
     return static_cast<double>(kIters) * kChains * 32 / s;
 }
