@@ -6,7 +6,7 @@
 // figure is the median of --rounds passes over all matrices. At 1 thread it also prints the rate
 // per second of CPU time against the probe's (steadier when other work shares the machine).
 //
-//   bench_matvec [--mb MiB] [--rounds R] [--tokens N] [--experts [--sequences S]]
+//   bench_matvec [--mb MiB] [--rounds R] [--tokens N] [--experts [--sequences S]] [--gemm]
 // With --tokens N each call multiplies N tokens (weights still read once per call).
 // With --experts the same mapping holds routed experts of the bench preset's shape (gate and up
 // 512 x 1024, down 1024 x 512, BF16, 3 MiB each), and each layer's worth (64 experts, --tokens
@@ -16,10 +16,17 @@
 // decode step of S sequences (each picks 8 distinct experts of a layer, seeded), uneven as in
 // batched decode, instead of --tokens each; the rate counts the experts that got tokens. The
 // swiglu_batch path also runs with single-bf16 activations (engine.activation_precision: bf16).
+// With --gemm (AVX512_BF16 CPUs) the same mapping holds the bench preset's non-expert matmuls
+// (12 layers of q/k/v 1536 x 1024 through matmul_batch and o 1024 x 1024 through matmul, then
+// lm_head 32000 x 1024), each call --tokens tokens (32: a batched decode step): the
+// compute-bound part of a batched step. The figure is products per second against a vdpbf16ps
+// loop on registers at the same thread count (`fraction_of_peak`), in both activation precisions.
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -186,6 +193,147 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
     return 0;
 }
 
+// A loop of independent vdpbf16ps on registers: the most bf16 products per second one thread
+// retires (32 per instruction). Returns products per second.
+__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double peak_products_per_s() {
+    constexpr int kChains = 16;
+    constexpr int64_t kIters = 1 << 22;
+    __m512 acc[kChains];
+    for (int i = 0; i < kChains; ++i) {
+        acc[i] = _mm512_set1_ps(static_cast<float>(i));
+    }
+    const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));
+    __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3c00));
+    const double t0 = now_s();
+    for (int64_t it = 0; it < kIters; ++it) {
+#pragma GCC unroll 16
+        for (int i = 0; i < kChains; ++i) {
+            acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        }
+        __asm__ volatile("" : "+v"(b));
+    }
+    const double s = now_s() - t0;
+    __m512 sum = acc[0];
+    for (int i = 1; i < kChains; ++i) {
+        sum = _mm512_add_ps(sum, acc[i]);
+    }
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    volatile float sink = lanes[0];
+    (void)sink;
+    return static_cast<double>(kIters) * kChains * 32 / s;
+}
+
+// --gemm: see the file comment.
+int run_gemm(const char* base, int64_t total, int64_t tokens, int rounds) {
+    constexpr int64_t kHidden = 1024, kQ = 1024, kKv = 256, kVocab = 32000, kLayers = 12;
+    const int64_t layer_bytes = (kQ + 2 * kKv + kHidden) * kHidden * 2;
+    const int64_t need = kLayers * layer_bytes + kVocab * kHidden * 2;
+    if (total < need) {
+        std::fprintf(stderr, "--gemm needs --mb of at least %lld\n",
+                     static_cast<long long>((need >> 20) + 1));
+        return 1;
+    }
+    if (cpu::detect_isa() != cpu::Isa::kAvx512Bf16) {
+        std::fprintf(stderr, "--gemm needs a CPU with AVX512_BF16\n");
+        return 1;
+    }
+    struct Layer {
+        Weight q, k, v, o;
+    };
+    std::vector<Layer> layers;
+    const char* p = base;
+    auto take = [&](int64_t rows) {
+        Weight w{WeightFormat::kBF16, rows, kHidden, p, nullptr};
+        p += rows * kHidden * 2;
+        return w;
+    };
+    for (int64_t l = 0; l < kLayers; ++l) {
+        Layer L;
+        L.q = take(kQ);
+        L.k = take(kKv);
+        L.v = take(kKv);
+        L.o = take(kHidden);
+        layers.push_back(L);
+    }
+    const Weight lm_head = take(kVocab);
+    std::vector<float> x(static_cast<size_t>(tokens * kHidden));
+    for (size_t c = 0; c < x.size(); ++c) {
+        x[c] = std::sin(static_cast<float>(c));
+    }
+    std::vector<float> q(static_cast<size_t>(tokens * kQ)), k(static_cast<size_t>(tokens * kKv));
+    std::vector<float> v(k.size()), o(static_cast<size_t>(tokens * kHidden));
+    std::vector<float> logits(static_cast<size_t>(tokens * kVocab));
+    const double attn_products = static_cast<double>(kLayers) * (kQ + 2 * kKv + kHidden) *
+                                 kHidden * static_cast<double>(tokens);
+    const double head_products = static_cast<double>(kVocab) * kHidden * tokens;
+    std::printf("non-expert matmuls of the bench preset, %lld tokens per call\n",
+                static_cast<long long>(tokens));
+    std::printf("%-22s %-6s %8s %12s %12s %9s %9s\n", "part", "acts", "threads", "Gprod/s",
+                "peak", "fraction", "ms");
+    std::string json = "{\"bench\":\"matvec_gemm\",\"tokens\":" + std::to_string(tokens);
+    const cpu::Isa isa = cpu::Isa::kAvx512Bf16;
+    for (int threads = 1; threads <= 2; ++threads) {
+        cpu::ThreadPool pool(threads);
+        std::vector<double> peaks;
+        for (int r = 0; r < 3; ++r) {
+            peaks.push_back(0);
+            pool.parallel_for(threads, 1, [&](int64_t b, int64_t e) {
+                (void)e;
+                const double pk = peak_products_per_s();
+                if (b == 0) {
+                    peaks.back() = pk * threads;
+                }
+            });
+        }
+        std::sort(peaks.begin(), peaks.end());
+        const double peak = peaks[1];
+        json += ",\"peak_gprod_" + std::to_string(threads) + "t\":" + std::to_string(peak / 1e9);
+        for (int prec = 0; prec < 2; ++prec) {
+            const auto precision = prec == 0 ? edge::engine::ActivationPrecision::kExact
+                                             : edge::engine::ActivationPrecision::kBf16;
+            // Exact mode multiplies each weight twice (hi and lo); the figure counts weights
+            // times tokens, and the peak is halved to match.
+            const double pk = prec == 0 ? peak / 2 : peak;
+            for (int part = 0; part < 2; ++part) {
+                std::vector<double> secs;
+                for (int r = 0; r < rounds + 1; ++r) {
+                    const double t0 = now_s();
+                    if (part == 0) {
+                        for (const Layer& L : layers) {
+                            const edge::engine::MatmulJob jobs[] = {
+                                {&L.q, x.data(), tokens, q.data(), kQ},
+                                {&L.k, x.data(), tokens, k.data(), kKv},
+                                {&L.v, x.data(), tokens, v.data(), kKv}};
+                            cpu::matmul_batch(pool, isa, jobs, precision);
+                            cpu::matmul(pool, isa, L.o, x.data(), tokens, o.data(), kHidden,
+                                        precision);
+                        }
+                    } else {
+                        cpu::matmul(pool, isa, lm_head, x.data(), tokens, logits.data(), kVocab,
+                                    precision);
+                    }
+                    if (r > 0) {
+                        secs.push_back(now_s() - t0);
+                    }
+                }
+                std::sort(secs.begin(), secs.end());
+                const double s = secs[secs.size() / 2];
+                const double rate = (part == 0 ? attn_products : head_products) / s;
+                const char* name = part == 0 ? "12 x (q/k/v, o)" : "lm_head";
+                const char* acts = prec == 0 ? "exact" : "bf16";
+                std::printf("%-22s %-6s %8d %12.1f %12.1f %9.3f %9.3f\n", name, acts, threads,
+                            rate / 1e9, pk / 1e9, rate / pk, s * 1e3);
+                json += std::string(",\"") + (part == 0 ? "attn" : "lm_head") + "_" + acts +
+                        "_fraction_of_peak_" + std::to_string(threads) +
+                        "t\":" + std::to_string(rate / pk);
+            }
+        }
+    }
+    std::printf("%s}\n", json.c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +341,7 @@ int main(int argc, char** argv) {
     int rounds = 7;
     int64_t tokens = 1;  // Tokens per call (batched decode's experts see a few each).
     bool experts_mode = false;
+    bool gemm_mode = false;
     int64_t sequences = 0;  // --experts: token counts of a step of this many sequences (0: off).
     edge::bench::parse_flags(
         argc, argv,
@@ -202,7 +351,9 @@ int main(int argc, char** argv) {
          edge::bench::Flag::boolean("--experts", &experts_mode,
                                     "routed-expert SwiGLU tasks instead of plain matvec"),
          edge::bench::Flag::integer("--sequences", &sequences, 0,
-                                    "--experts: token counts of a decode step of S sequences")},
+                                    "--experts: token counts of a decode step of S sequences"),
+         edge::bench::Flag::boolean("--gemm", &gemm_mode,
+                                    "the bench preset's non-expert matmuls (q/k/v, o, lm_head)")},
         "bench_matvec: the BF16 matvec/matmul kernels against memory bandwidth");
     constexpr int64_t kRows = 1024, kCols = 1024;
     const int64_t matrix_bytes = kRows * kCols * 2;
@@ -246,6 +397,11 @@ int main(int argc, char** argv) {
     std::vector<float> x(kCols * tokens), y(kRows * tokens);
     for (int64_t c = 0; c < kCols * tokens; ++c) {
         x[c] = std::sin(static_cast<float>(c));
+    }
+    if (gemm_mode) {
+        const int rc = run_gemm(base, total, tokens, rounds);
+        munmap(mem, static_cast<size_t>(total));
+        return rc;
     }
     if (experts_mode) {
         const int rc = run_experts(base, total, tokens, rounds, sequences);

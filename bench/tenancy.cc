@@ -10,6 +10,12 @@
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
 //                      [--batch N] [--out TOKENS] [--step-tokens N] [--activations exact|bf16]
+//                      [--decode N] [--warmup STEPS]
+// --decode N: SchedulerConfig::max_decode_sequences (at most N sequences decode per step, picked
+// by tenant weight; 0, the default: every running sequence decodes). With --batch 64 every
+// stream stays admitted and the weights act through which streams decode. --warmup: steps before
+// the figures are taken (default min(steps / 4, 40)); with --batch 64 the first prompts of all 64
+// streams take ~140 steps to prefill, so take --steps 400 --warmup 160 there.
 // --activations: engine.activation_precision of the multi-token steps (the single stream decodes
 // one token per step, which is always exact).
 // Without --model it writes the preset (default `bench`, about 2.5 GB) to a temp dir and removes
@@ -130,6 +136,8 @@ int main(int argc, char** argv) {
     int batch = 32;
     int out_tokens = 24;
     int step_tokens = 64;
+    int decode = 0;
+    int warmup_steps = -1;
     std::string activations = "exact";
     edge::bench::parse_flags(
         argc, argv,
@@ -140,6 +148,10 @@ int main(int argc, char** argv) {
          edge::bench::Flag::integer("--batch", &batch, 1, "max running sequences"),
          edge::bench::Flag::integer("--step-tokens", &step_tokens, 1, "token budget per step"),
          edge::bench::Flag::integer("--out", &out_tokens, 2, "tokens generated per request"),
+         edge::bench::Flag::integer("--decode", &decode, 0,
+                                    "most sequences decoding per step (0: all running)"),
+         edge::bench::Flag::integer("--warmup", &warmup_steps, 0,
+                                    "steps before measuring (default min(steps / 4, 40))"),
          edge::bench::Flag::string("--activations", &activations,
                                    "exact or bf16: engine.activation_precision")},
         "bench_tenancy: 64 streams from 4 tenants of different weights on one engine");
@@ -177,6 +189,7 @@ int main(int argc, char** argv) {
         sc.max_batch_sequences = max_batch;
         sc.max_batch_tokens = step_tokens;  // Small prefill chunks keep decode steps even.
         sc.fair_quantum_tokens = 128;
+        sc.max_decode_sequences = max_batch > 1 ? decode : 0;
         return std::make_unique<edge::engine::sched::Scheduler>(std::move(model).value(),
                                                                 tok->get(), sc);
     };
@@ -252,7 +265,8 @@ int main(int argc, char** argv) {
     }
     // Tokens per tenant are counted from the step when every tenant is backlogged to the end;
     // latency figures from requests that started after the warm-up.
-    const int warmup = std::min(steps / 4, 40);
+    const int warmup =
+        warmup_steps >= 0 ? std::min(warmup_steps, steps - 1) : std::min(steps / 4, 40);
     double kv_sum = 0.0;
     int kv_samples = 0;
     Clock::time_point measure_start = Clock::now();
@@ -312,9 +326,9 @@ int main(int argc, char** argv) {
         cached += f.cached_tokens;
     }
     std::printf("model %s, %d streams, batch %d, %d threads, %d steps (%d warm-up), %d out tokens,"
-                " %d tokens per step, activations %s\n",
+                " %d tokens per step, decode %d, activations %s\n",
                 preset.c_str(), kStreams, batch, threads, steps, warmup, out_tokens, step_tokens,
-                activations.c_str());
+                decode, activations.c_str());
     std::printf("%-8s %6s %8s %8s %9s %9s %9s %9s %9s\n", "tenant", "weight", "share",
                 "target", "ttft p50", "ttft p99", "itl p50", "itl p99", "itl99/50");
     std::string json_tenants;
@@ -356,11 +370,11 @@ int main(int argc, char** argv) {
     std::printf("%-44s %12lld\n", "KV blocks total", static_cast<long long>(serving.kv_blocks_total));
     std::printf(
         "{\"bench\":\"tenancy\",\"preset\":\"%s\",\"activations\":\"%s\",\"streams\":%d,"
-        "\"batch\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
+        "\"batch\":%d,\"decode\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
         "\"throughput_ratio\":%.3f,\"throughput_goal_met\":%s,\"worst_share_error\":%.4f,"
         "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
         "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,\"tenants\":{%s}}\n",
-        preset.c_str(), activations.c_str(), kStreams, batch, threads, steps, single_tps,
+        preset.c_str(), activations.c_str(), kStreams, batch, decode, threads, steps, single_tps,
         total_tps, speedup,
         speedup >= 8 ? "true" : "false", worst_share_err, worst_share_err <= 0.10 ? "true" : "false",
         worst_itl_ratio, worst_itl_ratio < 3 ? "true" : "false", kv_use, hit_rate,

@@ -89,10 +89,34 @@ ActivationPrecision for_tokens(ActivationPrecision precision, int64_t n) {
     return n > 1 ? precision : ActivationPrecision::kExact;
 }
 
+// Multi-token BF16 calls at kAvx512Bf16 prepare their activations once, on the calling thread,
+// and every row range reads them (rather than each claim of the pool splitting them again).
+bool prepared_path(const Weight& w, Isa isa, int64_t n) {
+    return n > 1 && isa == Isa::kAvx512Bf16 && w.format == WeightFormat::kBF16;
+}
+
 }  // namespace
 
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
             int64_t ldy, ActivationPrecision precision) {
+    if (prepared_path(w, isa, n)) {
+        thread_local std::vector<uint16_t> scratch;
+        const auto need = static_cast<size_t>(bf16_activation_elements(n, w.cols, precision));
+        if (scratch.size() < need) {
+            scratch.resize(need);
+        }
+        const Bf16Activations a =
+            prepare_bf16_activations(x, n, w.cols, precision, scratch.data());
+        constexpr int64_t kMinParallelWork = 1 << 15;
+        if (pool.size() == 1 || w.rows * w.cols * n < kMinParallelWork) {
+            matmul_bf16_avx512bf16_prepared(w, a, y, ldy, 0, w.rows);
+            return;
+        }
+        pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e) {
+            matmul_bf16_avx512bf16_prepared(w, a, y, ldy, b, e);
+        });
+        return;
+    }
     quant::MatmulKernel kernel = matmul_kernel(w.format, isa, for_tokens(precision, n));
     EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
     // Below this much work (multiply-adds) a split costs more than it saves.
@@ -119,13 +143,46 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
         grains += (j.w->rows + kGrain - 1) / kGrain;
         work += j.w->rows * j.w->cols * j.n;
     }
+    // Multi-token BF16 jobs' activations, prepared once here (once for jobs that share their
+    // input, as q/k/v do); prep[i].n == 0 for the other jobs.
+    thread_local std::vector<uint16_t> scratch;
+    thread_local std::vector<Bf16Activations> prep;
+    prep.assign(jobs.size(), Bf16Activations{});
+    size_t need = 0;  // Sized as if none shared.
+    for (const MatmulJob& j : jobs) {
+        if (prepared_path(*j.w, isa, j.n)) {
+            need += static_cast<size_t>(bf16_activation_elements(j.n, j.w->cols, precision));
+        }
+    }
+    if (scratch.size() < need) {
+        scratch.resize(need);
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const MatmulJob& j = jobs[i];
+        if (!prepared_path(*j.w, isa, j.n)) {
+            continue;
+        }
+        if (i > 0 && prep[i - 1].n > 0 && j.x == jobs[i - 1].x && j.n == jobs[i - 1].n &&
+            j.w->cols == jobs[i - 1].w->cols) {
+            prep[i] = prep[i - 1];
+            continue;
+        }
+        prep[i] = prepare_bf16_activations(j.x, j.n, j.w->cols, precision, scratch.data() + used);
+        used += static_cast<size_t>(bf16_activation_elements(j.n, j.w->cols, precision));
+    }
+    const Bf16Activations* prepared = prep.data();
     auto run_grains = [&](int64_t g0, int64_t g1) {
         int64_t base = 0;
-        for (const MatmulJob& j : jobs) {
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            const MatmulJob& j = jobs[i];
             const int64_t jg = (j.w->rows + kGrain - 1) / kGrain;
             const int64_t b = std::max(g0, base);
             const int64_t e = std::min(g1, base + jg);
-            if (b < e) {
+            if (b < e && prepared[i].n > 0) {
+                matmul_bf16_avx512bf16_prepared(*j.w, prepared[i], j.y, j.ldy, (b - base) * kGrain,
+                                                std::min(j.w->rows, (e - base) * kGrain));
+            } else if (b < e) {
                 quant::MatmulKernel kernel =
                     matmul_kernel(j.w->format, isa, for_tokens(precision, j.n));
                 kernel(*j.w, j.x, j.n, j.y, j.ldy, (b - base) * kGrain,

@@ -35,6 +35,37 @@ inline __mmask32 mask32(int64_t n) {
     return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1u);
 }
 
+// Sums of 16 vectors at once: lane j of the result is the sum of v[j]'s 16 lanes. A tree of
+// unpacks and 128-bit lane shuffles, 45 instructions for the 16 sums against ~8 per sum for
+// _mm512_reduce_add_ps one vector at a time (at 4 rows x 4 tokens over 1024 columns the separate
+// reductions cost about a fifth as many instructions as the dot products). The additions pair up
+// differently from _mm512_reduce_add_ps, so sums may differ from it in the last bits.
+inline __m512 reduce16(const __m512* v) {
+    __m512 a[8], b[4], c[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        // Per 128-bit lane: (v0+v2, w0+w2, v1+v3, w1+w3) of v = v[2i], w = v[2i + 1].
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        // Per 128-bit lane: one partial sum each of v[4i] .. v[4i + 3].
+        const __m512d x = _mm512_castps_pd(a[2 * i]);
+        const __m512d y = _mm512_castps_pd(a[2 * i + 1]);
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) {
+        // 128-bit lanes: b[2i] (lanes 0+1, 2+3), b[2i + 1] (lanes 0+1, 2+3).
+        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
+    }
+    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                         _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+}
+
 // How a block prefetches its weights: kRowAhead, each row kPrefetchBytes ahead of itself (rows in
 // order, one matrix); kStream, the block's rows are far apart, each the head of a long sequential
 // stream, and each prefetches a given distance further along itself (the expert kernel); kNone,
@@ -226,6 +257,162 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
     }
 }
 
+
+// Multi-token blocks for calls of kGemmMinTokens or more tokens (batched decode's attention
+// projections and lm_head, prefill, experts that got many tokens), where the products, not the
+// weight bytes, bound the time. R rows by T
+// tokens with the R weight vectors of a 32-column step held in registers and the T tokens'
+// activations loaded one at a time (R * T accumulators + R + 2 registers: 3 x 8 uses 29 of the
+// 32), so a step issues R + T loads (R + 2T in exact mode) for R * T dot products (2 R T).
+// rows_gemm keeps a group of 8 tokens' activations in L1 (16 KiB, 32 KiB hi + lo) and a panel of
+// rows in L2 while the groups pass over it. The 24 sums are reduced with reduce16.
+// Measured with bench_matvec --gemm --tokens 32 (2 threads, bf16 activations): 4 x 4 blocks over
+// all 32 tokens per row block, activations re-read from L2 on every step, ran at 0.43-0.46 of the
+// vdpbf16ps peak.
+template <int R, int T, bool L>
+__attribute__((always_inline)) inline void gemm_block(const uint16_t* w0, int64_t k,
+                                                      const uint16_t* hi, const uint16_t* lo,
+                                                      int64_t kp, float* y, int64_t ldy,
+                                                      const char* prefetch) {
+    static_assert(R * T <= 24, "gemm_block: too many accumulators for 32 registers");
+    __m512 acc[R * T];
+#pragma GCC unroll 24
+    for (int i = 0; i < R * T; ++i) {
+        acc[i] = _mm512_setzero_ps();
+    }
+    auto step = [&](int64_t c, __mmask32 m, bool masked) __attribute__((always_inline)) {
+        __m512bh wv[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r) {
+            const uint16_t* row = w0 + r * k + c;
+            wv[r] = masked ? as_bh(_mm512_maskz_loadu_epi16(m, row))
+                           : as_bh(_mm512_loadu_si512(row));
+            // The same column of the next block's rows, into L1 a block ahead (from L2 the
+            // weight loads stalled the loop: ~15% of its samples).
+            _mm_prefetch(reinterpret_cast<const char*>(row + R * k), _MM_HINT_T0);
+        }
+        if (prefetch != nullptr) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                _mm_prefetch(prefetch + (r * k + c) * 2, _MM_HINT_T1);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            const __m512bh xh = as_bh(_mm512_loadu_si512(hi + t * kp + c));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                acc[r * T + t] = _mm512_dpbf16_ps(acc[r * T + t], wv[r], xh);
+            }
+            if constexpr (L) {
+                const __m512bh xl = as_bh(_mm512_loadu_si512(lo + t * kp + c));
+#pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    acc[r * T + t] = _mm512_dpbf16_ps(acc[r * T + t], wv[r], xl);
+                }
+            }
+        }
+    };
+    int64_t c = 0;
+    for (; c + 32 <= k; c += 32) {
+        step(c, 0, false);
+    }
+    if (c < k) {
+        step(c, mask32(k - c), true);  // Activations are zero padded to kp.
+    }
+    // Sums: reduce16 over groups of 16 accumulators (the last group zero padded).
+    alignas(64) float out[32];
+    for (int g = 0; g * 16 < R * T; ++g) {
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+            v[i] = g * 16 + i < R * T ? acc[g * 16 + i] : _mm512_setzero_ps();
+        }
+        _mm512_store_ps(out + g * 16, reduce16(v));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = out[r * T + t];
+        }
+    }
+}
+
+// gemm_block over rows [0, rows) for T tokens; `next` (may be null) is the same row's data one
+// panel further on, prefetched into L2 while this panel is computed.
+template <int T, bool L>
+inline void gemm_rows(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
+                      const uint16_t* lo, int64_t kp, float* y, int64_t ldy, const char* next) {
+    int64_t r = 0;
+    for (; r + 3 <= rows; r += 3) {
+        gemm_block<3, T, L>(w + r * k, k, hi, lo, kp, y + r, ldy,
+                            next != nullptr ? next + r * k * 2 : nullptr);
+    }
+    for (; r < rows; ++r) {
+        gemm_block<1, T, L>(w + r * k, k, hi, lo, kp, y + r, ldy,
+                            next != nullptr ? next + r * k * 2 : nullptr);
+    }
+}
+
+// From this many tokens a pass over a weight takes the panel form (rows_gemm) instead of the four
+// streams (rows_stream). Below it the weights' bytes bound the time (an expert of the bench preset
+// at 8 tokens: ~57 us of products per thread against ~120 us to read its 3 MiB), and the four
+// streams read faster: bench_matvec --experts --sequences 64 (~8 tokens per expert) read at
+// 0.18 of the probe with the panels from 8 tokens on in the two-step form, 0.28 with the streams.
+constexpr int64_t kGemmMinTokens = 16;
+
+// Rows [0, rows) of one weight for n >= kGemmMinTokens tokens: panels of kGemmPanelRows rows
+// (96 KiB at k = 1024, in L2), each multiplied by groups of 8 tokens; the first group of a panel
+// prefetches the next panel.
+constexpr int64_t kGemmPanelRows = 48;
+
+template <bool L>
+inline void rows_gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
+                      const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy) {
+    for (int64_t p = 0; p < rows; p += kGemmPanelRows) {
+        const int64_t pr = std::min(kGemmPanelRows, rows - p);
+        const uint16_t* wp = w + p * k;
+        const int64_t next_rows = std::min(kGemmPanelRows, rows - p - pr);
+        const char* next = next_rows > 0 ? reinterpret_cast<const char*>(wp + pr * k) : nullptr;
+        for (int64_t t = 0; t < n; t += 8) {
+            const uint16_t* h = hi + t * kp;
+            const uint16_t* l = lo + t * kp;
+            float* yt = y + t * ldy + p;
+            // Prefetch only as many rows as the next panel has.
+            const char* nx = t == 0 ? next : nullptr;
+            const int64_t rr = nx != nullptr ? std::min(pr, next_rows) : pr;
+            switch (std::min<int64_t>(n - t, 8)) {
+                case 8:
+                    gemm_rows<8, L>(wp, rr, k, h, l, kp, yt, ldy, nx);
+                    gemm_rows<8, L>(wp + rr * k, pr - rr, k, h, l, kp, yt + rr, ldy, nullptr);
+                    break;
+                case 7:
+                    gemm_rows<7, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+                case 6:
+                    gemm_rows<6, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+                case 5:
+                    gemm_rows<5, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+                case 4:
+                    gemm_rows<4, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+                case 3:
+                    gemm_rows<3, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+                case 2:
+                    gemm_rows<2, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+                default:
+                    gemm_rows<1, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
+                    break;
+            }
+        }
+    }
+}
+
 // How far ahead along its own stream each of rows_stream's four streams prefetches. Measured on
 // this machine's 2 cores (bench_decode --profile batched32): 0 B 286 tokens/s, 1-2 KiB 308-313,
 // 4 KiB 288, 8 KiB 299; the hardware prefetchers do most of the work once the streams are long.
@@ -241,6 +428,23 @@ inline void prepare(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* 
     }
 }
 
+// The most tokens one pass over a weight's rows multiplies: longer calls (prefill) take the rows
+// once per group of this many tokens, bounding the activations one pass reads.
+constexpr int64_t kTokenGroup = 64;
+
+// A whole weight for nt tokens as the expert kernel runs it: four streams (rows_stream) below
+// kGemmMinTokens tokens, the panel form (rows_gemm) from there on, the same choice and sums as
+// matmul_bf16_avx512bf16_prepared over all rows.
+template <bool L>
+inline void rows_whole(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
+                       const uint16_t* lo, int64_t kp, int64_t nt, float* y, int64_t ldy) {
+    if (nt >= kGemmMinTokens) {
+        rows_gemm<L>(w, rows, k, hi, lo, kp, nt, y, ldy);
+    } else {
+        rows_stream<L>(w, rows, k, hi, lo, kp, nt, y, ldy, kStreamPrefetchBytes);
+    }
+}
+
 // One SwiGLU job; L: activations as bf16 hi + lo (exact mode), else one bf16 each.
 template <bool L>
 void swiglu_impl(const SwiGluJob& j) {
@@ -252,7 +456,6 @@ void swiglu_impl(const SwiGluJob& j) {
     }
     const int64_t inp = (in + 31) / 32 * 32;
     const int64_t interp = (inter + 31) / 32 * 32;
-    constexpr int64_t kTokenGroup = 64;
     const int64_t group = j.n < kTokenGroup ? j.n : kTokenGroup;
     thread_local std::vector<uint16_t> split;
     thread_local std::vector<float> buf;
@@ -267,7 +470,6 @@ void swiglu_impl(const SwiGluJob& j) {
     const auto* gate = static_cast<const uint16_t*>(j.gate->data);
     const auto* up = static_cast<const uint16_t*>(j.up->data);
     const auto* down = static_cast<const uint16_t*>(j.down->data);
-    constexpr int64_t ahead = kStreamPrefetchBytes;
     float* g = buf.data();
     float* u = g + group * inter;
     float* act = u + group * inter;
@@ -276,12 +478,39 @@ void swiglu_impl(const SwiGluJob& j) {
         uint16_t* hi = split.data();
         uint16_t* lo = hi + nt * inp;
         prepare<L>(j.x + t0 * in, nt, in, inp, hi, lo);
-        rows_stream<L>(gate, inter, in, hi, lo, inp, nt, g, inter, ahead);
-        rows_stream<L>(up, inter, in, hi, lo, inp, nt, u, inter, ahead);
+        rows_whole<L>(gate, inter, in, hi, lo, inp, nt, g, inter);
+        rows_whole<L>(up, inter, in, hi, lo, inp, nt, u, inter);
         silu_mul(g, u, nt * inter, act);
         lo = hi + nt * interp;
         prepare<L>(act, nt, inter, interp, hi, lo);
-        rows_stream<L>(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy, ahead);
+        rows_whole<L>(down, out, inter, hi, lo, interp, nt, j.y + t0 * j.ldy, j.ldy);
+    }
+}
+
+// Rows [r0, r1) for nt prepared tokens.
+template <bool L>
+void rows_prepared(const uint16_t* base, int64_t k, const uint16_t* hi, const uint16_t* lo,
+                   int64_t kp, int64_t nt, float* yt, int64_t ldy, int64_t r0, int64_t r1) {
+    if (nt >= kGemmMinTokens) {
+        rows_gemm<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy);
+        return;
+    }
+    if (r1 - r0 >= 64) {
+        // Four long streams (see rows_stream) keep the memory system ahead: with several
+        // tokens compute takes long enough per row that short row streams starve, and with
+        // one token (decode) they read faster than the widen + FMA kernel's blocks of four
+        // adjacent rows (bench_decode --profile single --threads 2, experts already streamed:
+        // 107.2 / 111.1 / 107.7 against 104.0 / 104.9 / 100.8 tokens/s, interleaved).
+        rows_stream<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
+                       kStreamPrefetchBytes);
+        return;
+    }
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        rows_block<4, L>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
+    }
+    for (; r < r1; ++r) {
+        rows_block<1, L>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
     }
 }
 
@@ -295,7 +524,6 @@ void matmul_impl(const Weight& w, const float* x, int64_t n, float* y, int64_t l
     const int64_t kp = (k + 31) / 32 * 32;
     // Per-thread scratch for the split activations of up to kTokenGroup tokens (bounded: a long
     // prefill is taken a group at a time, each group reading the rows once).
-    constexpr int64_t kTokenGroup = 64;
     thread_local std::vector<uint16_t> scratch;
     const int64_t group = n < kTokenGroup ? n : kTokenGroup;
     if (scratch.size() < static_cast<size_t>(2 * group * kp)) {
@@ -307,24 +535,7 @@ void matmul_impl(const Weight& w, const float* x, int64_t n, float* y, int64_t l
     for (int64_t t0 = 0; t0 < n; t0 += group) {
         const int64_t nt = n - t0 < group ? n - t0 : group;
         prepare<L>(x + t0 * k, nt, k, kp, hi, lo);
-        float* yt = y + t0 * ldy;
-        if (r1 - r0 >= 64) {
-            // Four long streams (see rows_stream) keep the memory system ahead: with several
-            // tokens compute takes long enough per row that short row streams starve, and with
-            // one token (decode) they read faster than the widen + FMA kernel's blocks of four
-            // adjacent rows (bench_decode --profile single --threads 2, experts already streamed:
-            // 107.2 / 111.1 / 107.7 against 104.0 / 104.9 / 100.8 tokens/s, interleaved).
-            rows_stream<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
-                           kStreamPrefetchBytes);
-            continue;
-        }
-        int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) {
-            rows_block<4, L>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
-        }
-        for (; r < r1; ++r) {
-            rows_block<1, L>(base + r * k, k, hi, lo, kp, nt, yt + r, ldy);
-        }
+        rows_prepared<L>(base, k, hi, lo, kp, nt, y + t0 * ldy, ldy, r0, r1);
     }
 }
 
@@ -346,6 +557,46 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
 void matmul_bf16_avx512bf16_bf16act(const Weight& w, const float* x, int64_t n, float* y,
                                     int64_t ldy, int64_t r0, int64_t r1) {
     matmul_impl<false>(w, x, n, y, ldy, r0, r1);
+}
+
+int64_t bf16_activation_elements(int64_t n, int64_t k, ActivationPrecision precision) {
+    const int64_t kp = (k + 31) / 32 * 32;
+    return (precision == ActivationPrecision::kExact ? 2 : 1) * n * kp;
+}
+
+Bf16Activations prepare_bf16_activations(const float* x, int64_t n, int64_t k,
+                                         ActivationPrecision precision, uint16_t* scratch) {
+    Bf16Activations a;
+    a.n = n;
+    a.k = k;
+    a.kp = (k + 31) / 32 * 32;
+    a.hi = scratch;
+    if (precision == ActivationPrecision::kExact) {
+        a.lo = scratch + n * a.kp;
+        prepare<true>(x, n, k, a.kp, scratch, scratch + n * a.kp);
+    } else {
+        prepare<false>(x, n, k, a.kp, scratch, nullptr);
+    }
+    return a;
+}
+
+void matmul_bf16_avx512bf16_prepared(const Weight& w, const Bf16Activations& a, float* y,
+                                     int64_t ldy, int64_t r0, int64_t r1) {
+    if (a.n <= 0 || a.k <= 0 || r0 >= r1) {
+        return;
+    }
+    const auto* base = static_cast<const uint16_t*>(w.data);
+    // Groups of kTokenGroup tokens, as matmul_impl and swiglu_impl take them (same sums).
+    for (int64_t t0 = 0; t0 < a.n; t0 += kTokenGroup) {
+        const int64_t nt = std::min(kTokenGroup, a.n - t0);
+        const uint16_t* hi = a.hi + t0 * a.kp;
+        if (a.lo != nullptr) {
+            rows_prepared<true>(base, a.k, hi, a.lo + t0 * a.kp, a.kp, nt, y + t0 * ldy, ldy, r0,
+                                r1);
+        } else {
+            rows_prepared<false>(base, a.k, hi, hi, a.kp, nt, y + t0 * ldy, ldy, r0, r1);
+        }
+    }
 }
 
 }  // namespace edge::engine::cpu

@@ -43,6 +43,27 @@ void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y
 // exact f32 product it is off by at most 2^-8 * sum_c |w * x| more (the rounding of x).
 void matmul_bf16_avx512bf16_bf16act(const Weight& w, const float* x, int64_t n, float* y,
                                     int64_t ldy, int64_t r0, int64_t r1);
+// The activations of one call prepared once for the AVX512_BF16 kernel (matmul() prepares them on
+// the calling thread and the workers share them, instead of each row range preparing its own):
+// n rows of kp = k rounded up to 32 bf16, zero padded; `lo` is the exact mode's residual rows
+// (bf16_split.h), nullptr with single-bf16 activations.
+struct Bf16Activations {
+    const uint16_t* hi = nullptr;
+    const uint16_t* lo = nullptr;
+    int64_t n = 0;   // Tokens.
+    int64_t k = 0;   // Columns (the weight's cols).
+    int64_t kp = 0;  // Row stride of hi and lo, elements.
+};
+// uint16_t elements of scratch prepare_bf16_activations needs.
+int64_t bf16_activation_elements(int64_t n, int64_t k, ActivationPrecision precision);
+// Prepares x (n rows of k f32) in `scratch`; the result points into it.
+Bf16Activations prepare_bf16_activations(const float* x, int64_t n, int64_t k,
+                                         ActivationPrecision precision, uint16_t* scratch);
+// matmul_bf16_avx512bf16 (a.lo set) or matmul_bf16_avx512bf16_bf16act (a.lo null) on prepared
+// activations, rows [r0, r1); same results as those. Calls of 16 or more tokens (per group of
+// 64) use register blocks of 3 rows x 8 tokens over L2-sized row panels (compute-bound shapes).
+void matmul_bf16_avx512bf16_prepared(const Weight& w, const Bf16Activations& a, float* y,
+                                     int64_t ldy, int64_t r0, int64_t r1);
 // Reference for it: each activation rounded to bf16 (nearest even), products summed in double.
 void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                                 int64_t r0, int64_t r1);

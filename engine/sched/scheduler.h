@@ -60,6 +60,13 @@ struct SchedulerConfig {
     // over the recent token rate. 0: off (also while no rate is measured yet).
     std::chrono::milliseconds max_queue_wait{0};
     int64_t fair_quantum_tokens = 512; // Tokens a weight-1 tenant may be admitted per DRR turn.
+    // Sequences that decode one token in a step, at most; 0: every running sequence that is
+    // decoding. When more are ready, tenants' weights pick them (stride order: each token a
+    // tenant decodes advances its pass by 1 / weight, the smallest pass goes next), least
+    // recently decoded first within a tenant. With max_batch_sequences above this, more
+    // sequences stay admitted than decode per step, and the weights hold even when every
+    // tenant's streams are all admitted.
+    int32_t max_decode_sequences = 0;
     std::vector<TokenId> eos_token_ids;  // Tokens that end generation (unless ignore_eos).
     bool prefix_cache = true;          // Reuse cached prompt blocks (paged models only).
     std::string prefix_secret;         // Server secret mixed into tenant salts; "": random.
@@ -116,6 +123,11 @@ private:
     void sweep_cancelled();
     void admit();
     std::vector<BatchEntry> plan_batch() const;
+    // plan_batch's decoders when more than max_decode_sequences are ready (see SchedulerConfig).
+    void pick_decoders(std::vector<Sequence*> ready, int32_t limit,
+                       std::vector<BatchEntry>* batch) const;
+    // Advances the decoding tenants' passes after a step; drops tenants no longer running.
+    void account_decodes(const std::vector<BatchEntry>& batch);
     // Runs forward, preempting on KV exhaustion; false when the step failed (sequences errored).
     bool forward_with_preemption(std::vector<BatchEntry>* batch, std::vector<float>* logits);
     // Preempts the lowest-priority, most recently admitted running sequence.
@@ -148,6 +160,15 @@ private:
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a preemption, until a sequence finishes.
     SchedulerStats stats_;
+    // The last step's logits, kept so that a step reuses the buffer (batch x vocab floats, 4 MiB
+    // at 32 x 32000) instead of allocating and faulting in a fresh one.
+    std::vector<float> logits_;
+    // max_decode_sequences: each running tenant's pass (decode tokens / weight, offset so that
+    // a tenant joins at the smallest pass of those running).
+    std::map<std::string, double> decode_pass_;
+    // The tenants the last pick_decoders left ready sequences of (the limit, not their own
+    // readiness, held them back).
+    mutable std::vector<std::string> decode_backlogged_;
     std::thread thread_;
 
     // Published load (written by the scheduler thread, read by load()).

@@ -90,6 +90,7 @@ struct Sequence {
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.
     bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
+    uint64_t last_decode_step = 0;  // Step of its last decode token (round robin in a tenant).
 
     // Prefix cache: chain hashes of the prompt's full blocks (computed at first admission),
     // how many of them are published, and the prompt tokens found cached at first admission.

@@ -1,0 +1,188 @@
+// The multi-token BF16 path on CPUs with AVX512_BF16 (groups of 16 to 64 tokens: register blocks
+// of 3 rows x 8 tokens over row panels; fewer: four row streams; activations prepared once per
+// call and shared by the pool's row ranges). Against the scalar references within the kernels'
+// stated bounds (hi + lo: 2e-5 * sum_c |w * x| + 1e-6; single bf16: 1e-5 * sum_c |w * bf16(x)| +
+// 1e-6), in both precisions, over shapes with remainders of every block (rows not a multiple of 3
+// or of the 48-row panel, tokens not a multiple of 8, columns not a multiple of 32); the prepared
+// entry equals the per-call kernel bit for bit, and so does any split of the rows over the pool
+// (each output's sum does not depend on where its block or panel starts); matmul_batch with jobs
+// sharing one input (q/k/v) equals separate calls. Skipped with a message without AVX512_BF16.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/cpu/convert.h"
+#include "engine/cpu/matmul.h"
+#include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/thread_pool.h"
+
+namespace edge::engine::cpu {
+namespace {
+
+bool have_bf16() {
+    if (detect_isa() != Isa::kAvx512Bf16) {
+        MESSAGE("no AVX512_BF16 on this CPU: the multi-token BF16 path has nothing to test");
+        return false;
+    }
+    return true;
+}
+
+struct Bf16Weight {
+    std::vector<float> values;
+    std::vector<uint16_t> bits;
+    Weight w;
+};
+
+void make_weight(int64_t rows, int64_t cols, std::mt19937& rng, Bf16Weight* out) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    out->values.resize(static_cast<size_t>(rows * cols));
+    out->bits.resize(out->values.size());
+    for (size_t i = 0; i < out->values.size(); ++i) {
+        out->bits[i] = f32_to_bf16(normal(rng) / std::sqrt(static_cast<float>(cols)));
+        out->values[i] = bf16_to_f32(out->bits[i]);
+    }
+    out->w = Weight{WeightFormat::kBF16, rows, cols, out->bits.data(), nullptr};
+}
+
+std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (float& v : x) {
+        v = normal(rng);
+    }
+    return x;
+}
+
+// sum_c |w[r][c] * x[t][c]| with x as the mode carries it (rounded to bf16 in kBf16).
+double magnitude(const Bf16Weight& w, const std::vector<float>& x, int64_t t, int64_t r,
+                 ActivationPrecision precision) {
+    const int64_t k = w.w.cols;
+    double m = 0.0;
+    for (int64_t c = 0; c < k; ++c) {
+        float xv = x[static_cast<size_t>(t * k + c)];
+        if (precision == ActivationPrecision::kBf16) {
+            xv = bf16_to_f32(f32_to_bf16(xv));
+        }
+        m += std::fabs(static_cast<double>(w.values[static_cast<size_t>(r * k + c)]) * xv);
+    }
+    return m;
+}
+
+TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precisions") {
+    if (!have_bf16()) {
+        return;
+    }
+    std::mt19937 rng(5);
+    struct Shape {
+        int64_t rows, cols, n;
+    };
+    // 101 rows: two 48-row panels and a 5-row one (3-row blocks and 1-row remainders); 160 and
+    // 1000 columns: a masked last step; 16, 17, 32, 70 tokens: whole and partial groups of 8
+    // (70: a group of 64, then 6 through the four streams); 9 tokens: the four streams.
+    const Shape shapes[] = {{101, 160, 16}, {101, 1000, 17}, {50, 96, 9},
+                            {97, 256, 32},  {48, 1024, 32},  {13, 200, 70}};
+    for (const Shape& s : shapes) {
+        Bf16Weight w;
+        make_weight(s.rows, s.cols, rng, &w);
+        const std::vector<float> x = random_x(s.n, s.cols, rng);
+        const int64_t ldy = s.rows + 3;  // Output rows wider than the weight's.
+        for (ActivationPrecision precision :
+             {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
+            const bool exact = precision == ActivationPrecision::kExact;
+            std::vector<float> want(static_cast<size_t>(s.n * ldy), 0.0f);
+            std::vector<float> got(want.size(), -9.0f);
+            (exact ? matmul_bf16_scalar : matmul_bf16_scalar_bf16act)(w.w, x.data(), s.n,
+                                                                     want.data(), ldy, 0, s.rows);
+            (exact ? matmul_bf16_avx512bf16 : matmul_bf16_avx512bf16_bf16act)(
+                w.w, x.data(), s.n, got.data(), ldy, 0, s.rows);
+            double worst = 0.0;
+            for (int64_t t = 0; t < s.n; ++t) {
+                for (int64_t r = 0; r < s.rows; ++r) {
+                    const size_t i = static_cast<size_t>(t * ldy + r);
+                    const double bound = (exact ? 2e-5 : 1e-5) * magnitude(w, x, t, r, precision) +
+                                         1e-6;
+                    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+                    worst = std::max(worst, err / bound);
+                }
+                // The padding columns of y are not written.
+                for (int64_t r = s.rows; r < ldy; ++r) {
+                    CHECK(got[static_cast<size_t>(t * ldy + r)] == -9.0f);
+                }
+            }
+            INFO("rows " << s.rows << " cols " << s.cols << " tokens " << s.n << " exact "
+                         << exact << " worst error / bound " << worst);
+            CHECK(worst <= 1.0);
+
+            // The prepared entry over row ranges (as the pool splits them) equals the whole
+            // call bit for bit.
+            std::vector<uint16_t> scratch(
+                static_cast<size_t>(bf16_activation_elements(s.n, s.cols, precision)));
+            const Bf16Activations a =
+                prepare_bf16_activations(x.data(), s.n, s.cols, precision, scratch.data());
+            CHECK((a.lo != nullptr) == exact);
+            std::vector<float> parts(want.size(), -9.0f);
+            const int64_t cut1 = std::min<int64_t>(16, s.rows);
+            const int64_t cut2 = std::min<int64_t>(64, s.rows);
+            matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, 0, cut1);
+            matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, cut1, cut2);
+            matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, cut2, s.rows);
+            CHECK(std::memcmp(parts.data(), got.data(), got.size() * sizeof(float)) == 0);
+
+            // matmul() on two threads (activations prepared once, rows split by the pool).
+            for (int threads : {1, 2}) {
+                ThreadPool pool(threads);
+                std::vector<float> pooled(want.size(), -9.0f);
+                matmul(pool, Isa::kAvx512Bf16, w.w, x.data(), s.n, pooled.data(), ldy,
+                       precision);
+                INFO("threads " << threads);
+                CHECK(std::memcmp(pooled.data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul gemm: matmul_batch with a shared input equals separate calls") {
+    if (!have_bf16()) {
+        return;
+    }
+    std::mt19937 rng(8);
+    const int64_t cols = 288, n = 32;
+    Bf16Weight q, k, v, other;
+    make_weight(128, cols, rng, &q);
+    make_weight(40, cols, rng, &k);
+    make_weight(40, cols, rng, &v);
+    make_weight(24, 96, rng, &other);
+    const std::vector<float> x = random_x(n, cols, rng);
+    const std::vector<float> x2 = random_x(3, 96, rng);  // A job of 3 tokens: four-stream path.
+    for (ActivationPrecision precision :
+         {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
+        ThreadPool pool(2);
+        std::vector<float> yq(n * 128), yk(n * 40), yv(n * 40), yo(3 * 24);
+        const MatmulJob jobs[] = {{&q.w, x.data(), n, yq.data(), 128},
+                                  {&k.w, x.data(), n, yk.data(), 40},
+                                  {&v.w, x.data(), n, yv.data(), 40},
+                                  {&other.w, x2.data(), 3, yo.data(), 24}};
+        matmul_batch(pool, Isa::kAvx512Bf16, jobs, precision);
+        const bool exact = precision == ActivationPrecision::kExact;
+        auto kernel = exact ? matmul_bf16_avx512bf16 : matmul_bf16_avx512bf16_bf16act;
+        std::vector<float> wq(yq.size()), wk(yk.size()), wv(yv.size()), wo(yo.size());
+        kernel(q.w, x.data(), n, wq.data(), 128, 0, 128);
+        kernel(k.w, x.data(), n, wk.data(), 40, 0, 40);
+        kernel(v.w, x.data(), n, wv.data(), 40, 0, 40);
+        kernel(other.w, x2.data(), 3, wo.data(), 24, 0, 24);
+        INFO("exact " << exact);
+        CHECK(yq == wq);
+        CHECK(yk == wk);
+        CHECK(yv == wv);
+        // The 3-token job splits its rows over the pool in the four-stream kernel, whose sums do
+        // not depend on the split either (one row's products, in column order, per block).
+        CHECK(yo == wo);
+    }
+}
+
+}  // namespace
+}  // namespace edge::engine::cpu
