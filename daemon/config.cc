@@ -352,6 +352,7 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
           }},
          {"max_batch_sequences", int_field(r, e.max_batch_sequences, 1, 1 << 16)},
          {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
+         {"max_decode_sequences", int_field(r, e.max_decode_sequences, 0, 1 << 16)},
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},
          {"kv_block_tokens", int_field(r, e.kv_block_tokens, 1, 4096)},
          {"max_queue", int_field(r, e.max_queue, 1, 1 << 24)},

@@ -32,6 +32,8 @@ struct EngineConfig {
                                          // resolve_backend() in engine/backend.h.
     int32_t max_batch_sequences = 64;    // Sequences in the running batch at most.
     int32_t max_batch_tokens = 2048;     // Tokens per engine step (decode + prefill chunks).
+    int32_t max_decode_sequences = 0;    // Running sequences that decode in one step at most,
+                                         // picked by tenant weight when more are ready; 0: all.
     int64_t kv_cache_bytes = 256 << 20;  // KV-cache memory budget per model, bytes.
     int32_t kv_block_tokens = 16;        // Tokens per KV-cache block.
     int32_t max_queue = 1024;            // Waiting requests per model before kUnavailable (503).

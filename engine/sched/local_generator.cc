@@ -66,6 +66,7 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         SchedulerConfig sc;
         sc.max_batch_sequences = config.max_batch_sequences;
         sc.max_batch_tokens = config.max_batch_tokens;
+        sc.max_decode_sequences = config.max_decode_sequences;
         sc.max_queue = config.max_queue;
         sc.max_queue_per_tenant = config.max_queue_per_tenant;
         sc.prefix_cache = config.prefix_cache;

@@ -71,6 +71,7 @@ TEST_CASE("a full config loads with every section") {
                                             "engine:\n"
                                             "  threads: 2\n"
                                             "  activation_precision: bf16\n"
+                                            "  max_decode_sequences: 40\n"
                                             "  max_queue: 8\n"
                                             "  max_queue_per_tenant: 3\n"
                                             "  max_queue_wait_ms: 1500\n"
@@ -103,6 +104,7 @@ TEST_CASE("a full config loads with every section") {
     CHECK(c->engine.models.size() == 1);
     CHECK(c->engine.threads == 2);
     CHECK(c->engine.activation_precision == engine::ActivationPrecision::kBf16);
+    CHECK(c->engine.max_decode_sequences == 40);
     CHECK(c->engine.max_queue == 8);
     CHECK(c->engine.max_queue_per_tenant == 3);
     CHECK(c->engine.max_queue_wait_ms == 1500);
@@ -124,6 +126,7 @@ TEST_CASE("no tenants section means authentication off and defaults apply") {
     CHECK(c->admin.address == "127.0.0.1");
     CHECK(c->limits.max_connections == 10000);
     CHECK(c->engine.activation_precision == engine::ActivationPrecision::kExact);
+    CHECK(c->engine.max_decode_sequences == 0);
 }
 
 TEST_CASE("unknown keys are rejected with file:line:column and the key path") {
@@ -140,6 +143,8 @@ TEST_CASE("type and range errors name the place") {
               .find("engine.threads: must be in 0..4096") != std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  activation_precision: fp8\n"))
               .find("engine.activation_precision: expected exact or bf16") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  max_decode_sequences: -1\n"))
+              .find("engine.max_decode_sequences: must be in 0..65536") != std::string::npos);
     std::string yaml = testing::config_yaml("/c", "/k");
     yaml.replace(yaml.find("latitude: 50.1"), 14, "latitude: 95");
     CHECK(error_of(yaml).find("site.latitude: must be in -90..90") != std::string::npos);
