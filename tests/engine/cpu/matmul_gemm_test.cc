@@ -19,6 +19,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/thread_pool.h"
+#include "tests/engine/cpu/bf16_test_weights.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -31,31 +32,9 @@ bool have_bf16() {
     return true;
 }
 
-struct Bf16Weight {
-    std::vector<float> values;
-    std::vector<uint16_t> bits;
-    Weight w;
-};
-
-void make_weight(int64_t rows, int64_t cols, std::mt19937& rng, Bf16Weight* out) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    out->values.resize(static_cast<size_t>(rows * cols));
-    out->bits.resize(out->values.size());
-    for (size_t i = 0; i < out->values.size(); ++i) {
-        out->bits[i] = f32_to_bf16(normal(rng) / std::sqrt(static_cast<float>(cols)));
-        out->values[i] = bf16_to_f32(out->bits[i]);
-    }
-    out->w = Weight{WeightFormat::kBF16, rows, cols, out->bits.data(), nullptr};
-}
-
-std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n * cols));
-    for (float& v : x) {
-        v = normal(rng);
-    }
-    return x;
-}
+using testing::Bf16Weight;
+using testing::make_weight;
+using testing::random_x;
 
 // sum_c |w[r][c] * x[t][c]| with x as the mode carries it (rounded to bf16 in kBf16).
 double magnitude(const Bf16Weight& w, const std::vector<float>& x, int64_t t, int64_t r,
