@@ -349,6 +349,16 @@ std::vector<Scheduler::BatchEntry> Scheduler::plan_batch() const {
     return batch;
 }
 
+double Scheduler::least_decode_pass() const {
+    double least = 0.0;
+    bool any = false;
+    for (const auto& [tenant, pass] : decode_pass_) {
+        least = any ? std::min(least, pass) : pass;
+        any = true;
+    }
+    return least;
+}
+
 void Scheduler::pick_decoders(std::vector<Sequence*> ready, int32_t limit,
                               std::vector<BatchEntry>* batch) const {
     // Per tenant, its ready sequences least recently decoded first (then oldest admission).
@@ -365,12 +375,7 @@ void Scheduler::pick_decoders(std::vector<Sequence*> ready, int32_t limit,
         double stride;
     };
     std::vector<Turn> turns;
-    double floor = 0.0;
-    bool any = false;
-    for (const auto& [tenant, pass] : decode_pass_) {
-        floor = any ? std::min(floor, pass) : pass;
-        any = true;
-    }
+    const double floor = least_decode_pass();
     for (size_t i = 0; i < ready.size();) {
         size_t j = i;
         while (j < ready.size() && ready[j]->tenant == ready[i]->tenant) {
@@ -407,12 +412,7 @@ void Scheduler::account_decodes(const std::vector<BatchEntry>& batch) {
         return;
     }
     // Tenants that joined start at the smallest pass of those already running.
-    double floor = 0.0;
-    bool any = false;
-    for (const auto& [tenant, pass] : decode_pass_) {
-        floor = any ? std::min(floor, pass) : pass;
-        any = true;
-    }
+    const double floor = least_decode_pass();
     for (const BatchEntry& e : batch) {
         if (e.count != 1 || e.seq->computed <= e.seq->prompt_len) {
             continue;  // Prefill.
@@ -451,12 +451,7 @@ void Scheduler::account_decodes(const std::vector<BatchEntry>& batch) {
         }
         return true;
     });
-    double low = 0.0;
-    any = false;
-    for (const auto& [tenant, pass] : decode_pass_) {
-        low = any ? std::min(low, pass) : pass;
-        any = true;
-    }
+    const double low = least_decode_pass();
     for (auto& [tenant, pass] : decode_pass_) {
         pass -= low;
     }

@@ -128,6 +128,8 @@ private:
                        std::vector<BatchEntry>* batch) const;
     // Advances the decoding tenants' passes after a step; drops tenants no longer running.
     void account_decodes(const std::vector<BatchEntry>& batch);
+    // The smallest of the running tenants' decode passes (0 when none).
+    double least_decode_pass() const;
     // Runs forward, preempting on KV exhaustion; false when the step failed (sequences errored).
     bool forward_with_preemption(std::vector<BatchEntry>* batch, std::vector<float>* logits);
     // Preempts the lowest-priority, most recently admitted running sequence.
