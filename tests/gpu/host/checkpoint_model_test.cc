@@ -7,8 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <regex>
 
+#include "tests/gpu/host/config_edit.h"
 #include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
@@ -20,10 +20,7 @@ std::string fixture_config() { return testing::read_file(kMicro + "/config.json"
 
 // The fixture's config.json with `field`'s value replaced, alone in a temp dir.
 Status read_with(const testing::TempDir& dir, const std::string& field, const std::string& value) {
-    const std::string text = std::regex_replace(
-        fixture_config(), std::regex("\"" + field + "\": [^,\\n]*"), "\"" + field + "\": " + value);
-    dir.write("config.json", text);
-    return read_checkpoint_model(dir.path(), "none").status();
+    return read_config_with(dir, fixture_config(), field, value);
 }
 
 TEST_CASE("checkpoint model: the fixture's shape, norms and every expert as host views") {

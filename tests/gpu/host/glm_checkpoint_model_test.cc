@@ -6,12 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <regex>
 
 #include "engine/cpu/rope_scaling.h"
 #include "engine/cuda/host/checkpoint_model.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
+#include "tests/gpu/host/config_edit.h"
 #include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
@@ -23,11 +23,7 @@ std::string glm_config() { return testing::read_file(kGlm + "/config.json"); }
 
 // The fixture's config.json with `field`'s value replaced, alone in a temp dir.
 Status read_with(const testing::TempDir& dir, const std::string& field, const std::string& value) {
-    const std::string text = std::regex_replace(
-        glm_config(), std::regex("\"" + field + "\": [^,\\n]*"), "\"" + field + "\": " + value);
-    REQUIRE(text != glm_config());
-    dir.write("config.json", text);
-    return read_checkpoint_model(dir.path(), "none").status();
+    return read_config_with(dir, glm_config(), field, value);
 }
 
 // The fixture's checkpoint without tensor `drop` in `dir` (config.json unchanged).
@@ -154,9 +150,7 @@ TEST_CASE("checkpoint model (GLM-4.5): a missing bias or shared-expert tensor na
     // Without attention_bias the biases are not read (the same checkpoint then loads).
     testing::TempDir dir;
     write_without(dir, "model.layers.1.self_attn.k_proj.bias");
-    dir.write("config.json",
-              std::regex_replace(glm_config(), std::regex("\"attention_bias\": true"),
-                                 "\"attention_bias\": false"));
+    dir.write("config.json", config_with_field(glm_config(), "attention_bias", "false"));
     auto m = read_checkpoint_model(dir.path(), "none");
     REQUIRE_MESSAGE(m.ok(), m.status().to_string());
     CHECK(m->layer[1].k_bias.empty());
