@@ -95,37 +95,38 @@ bool prepared_path(const Weight& w, Isa isa, int64_t n) {
     return n > 1 && isa == Isa::kAvx512Bf16 && w.format == WeightFormat::kBF16;
 }
 
+// Below this much work (multiply-adds) a split over the pool costs more than it saves.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
 }  // namespace
 
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
             int64_t ldy, ActivationPrecision precision) {
+    Bf16Activations prepared;  // prepared.n == 0: the format's kernel prepares its own.
+    quant::MatmulKernel kernel = nullptr;
     if (prepared_path(w, isa, n)) {
         thread_local std::vector<uint16_t> scratch;
         const auto need = static_cast<size_t>(bf16_activation_elements(n, w.cols, precision));
         if (scratch.size() < need) {
             scratch.resize(need);
         }
-        const Bf16Activations a =
-            prepare_bf16_activations(x, n, w.cols, precision, scratch.data());
-        constexpr int64_t kMinParallelWork = 1 << 15;
-        if (pool.size() == 1 || w.rows * w.cols * n < kMinParallelWork) {
-            matmul_bf16_avx512bf16_prepared(w, a, y, ldy, 0, w.rows);
-            return;
+        prepared = prepare_bf16_activations(x, n, w.cols, precision, scratch.data());
+    } else {
+        kernel = matmul_kernel(w.format, isa, for_tokens(precision, n));
+        EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
+    }
+    auto rows = [&](int64_t b, int64_t e) {
+        if (prepared.n > 0) {
+            matmul_bf16_avx512bf16_prepared(w, prepared, y, ldy, b, e);
+        } else {
+            kernel(w, x, n, y, ldy, b, e);
         }
-        pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e) {
-            matmul_bf16_avx512bf16_prepared(w, a, y, ldy, b, e);
-        });
-        return;
-    }
-    quant::MatmulKernel kernel = matmul_kernel(w.format, isa, for_tokens(precision, n));
-    EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
-    // Below this much work (multiply-adds) a split costs more than it saves.
-    constexpr int64_t kMinParallelWork = 1 << 15;
+    };
     if (pool.size() == 1 || w.rows * w.cols * n < kMinParallelWork) {
-        kernel(w, x, n, y, ldy, 0, w.rows);
+        rows(0, w.rows);
         return;
     }
-    pool.parallel_for(w.rows, 16, [&](int64_t b, int64_t e) { kernel(w, x, n, y, ldy, b, e); });
+    pool.parallel_for(w.rows, 16, rows);
 }
 
 }  // namespace edge::engine::cpu
@@ -191,7 +192,6 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
             base += jg;
         }
     };
-    constexpr int64_t kMinParallelWork = 1 << 15;
     if (pool.size() == 1 || work < kMinParallelWork) {
         run_grains(0, grains);
         return;
@@ -250,7 +250,6 @@ void swiglu_batch(ThreadPool& pool, Isa isa, std::span<const SwiGluJob> jobs,
     if (jobs.empty()) {
         return;
     }
-    constexpr int64_t kMinParallelWork = 1 << 15;
     const auto count = static_cast<int64_t>(jobs.size());
     if (pool.size() > 1 && work >= kMinParallelWork && count < 2 * pool.size()) {
         // Few jobs: each projection split by rows over the pool.
