@@ -355,6 +355,18 @@ inline void gemm_rows(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
     }
 }
 
+using GemmRowsFn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, const uint16_t*,
+                           int64_t, float*, int64_t, const char*);
+
+// gemm_rows for `tokens` (1..8) tokens.
+template <bool L>
+GemmRowsFn gemm_rows_for(int64_t tokens) {
+    static constexpr GemmRowsFn kByTokens[8] = {
+        &gemm_rows<1, L>, &gemm_rows<2, L>, &gemm_rows<3, L>, &gemm_rows<4, L>,
+        &gemm_rows<5, L>, &gemm_rows<6, L>, &gemm_rows<7, L>, &gemm_rows<8, L>};
+    return kByTokens[tokens - 1];
+}
+
 // From this many tokens a pass over a weight takes the panel form (rows_gemm) instead of the four
 // streams (rows_stream). Below it the weights' bytes bound the time (an expert of the bench preset
 // at 8 tokens: ~57 us of products per thread against ~120 us to read its 3 MiB), and the four
@@ -379,35 +391,14 @@ inline void rows_gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
             const uint16_t* h = hi + t * kp;
             const uint16_t* l = lo + t * kp;
             float* yt = y + t * ldy + p;
-            // Prefetch only as many rows as the next panel has.
+            // Prefetch only as many rows as the next panel has (the first group of a panel is
+            // always 8 tokens: n >= kGemmMinTokens).
             const char* nx = t == 0 ? next : nullptr;
             const int64_t rr = nx != nullptr ? std::min(pr, next_rows) : pr;
-            switch (std::min<int64_t>(n - t, 8)) {
-                case 8:
-                    gemm_rows<8, L>(wp, rr, k, h, l, kp, yt, ldy, nx);
-                    gemm_rows<8, L>(wp + rr * k, pr - rr, k, h, l, kp, yt + rr, ldy, nullptr);
-                    break;
-                case 7:
-                    gemm_rows<7, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
-                case 6:
-                    gemm_rows<6, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
-                case 5:
-                    gemm_rows<5, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
-                case 4:
-                    gemm_rows<4, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
-                case 3:
-                    gemm_rows<3, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
-                case 2:
-                    gemm_rows<2, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
-                default:
-                    gemm_rows<1, L>(wp, pr, k, h, l, kp, yt, ldy, nullptr);
-                    break;
+            const GemmRowsFn fn = gemm_rows_for<L>(std::min<int64_t>(n - t, 8));
+            fn(wp, rr, k, h, l, kp, yt, ldy, nx);
+            if (rr < pr) {
+                fn(wp + rr * k, pr - rr, k, h, l, kp, yt + rr, ldy, nullptr);
             }
         }
     }
