@@ -308,36 +308,27 @@ void Scheduler::admit() {
     }
 }
 
-std::vector<Scheduler::BatchEntry> Scheduler::plan_batch() const {
+std::vector<Scheduler::BatchEntry> Scheduler::plan_batch() {
     std::vector<BatchEntry> batch;
     int32_t budget = config_.max_batch_tokens;
-    // Decode steps first: they keep latency low for requests already streaming.
-    const int32_t limit = config_.max_decode_sequences;
-    if (limit > 0) {
-        std::vector<Sequence*> ready;
-        for (const auto& seq : running_) {
-            if (seq->pending() == 1) {
-                ready.push_back(seq.get());
-            }
-        }
-        const int32_t take = std::min(budget, limit);
-        if (static_cast<int32_t>(ready.size()) > take) {
-            pick_decoders(std::move(ready), take, &batch);
-            budget -= take;
-        } else {
-            for (Sequence* seq : ready) {
-                batch.push_back({seq, 1});
-            }
-            budget -= static_cast<int32_t>(ready.size());
-        }
-    } else {
-        for (const auto& seq : running_) {
-            if (budget > 0 && seq->pending() == 1) {
-                batch.push_back({seq.get(), 1});
-                --budget;
-            }
+    // Decode steps first: they keep latency low for requests already streaming. With
+    // max_decode_sequences set and more ready than it, the tenants' weights pick which.
+    std::vector<Sequence*> ready;
+    for (const auto& seq : running_) {
+        if (seq->pending() == 1) {
+            ready.push_back(seq.get());
         }
     }
+    const int32_t limit = config_.max_decode_sequences;
+    const int32_t take = limit > 0 ? std::min(budget, limit) : budget;
+    if (limit > 0 && static_cast<int32_t>(ready.size()) > take) {
+        pick_decoders(std::move(ready), take, &batch);
+    } else {
+        for (size_t i = 0; i < ready.size() && static_cast<int32_t>(i) < take; ++i) {
+            batch.push_back({ready[i], 1});
+        }
+    }
+    budget -= static_cast<int32_t>(batch.size());
     // Then prefill chunks, oldest admission first (running_ is in admission order).
     for (const auto& seq : running_) {
         if (budget > 0 && seq->pending() > 1) {
@@ -360,7 +351,7 @@ double Scheduler::least_decode_pass() const {
 }
 
 void Scheduler::pick_decoders(std::vector<Sequence*> ready, int32_t limit,
-                              std::vector<BatchEntry>* batch) const {
+                              std::vector<BatchEntry>* batch) {
     // Per tenant, its ready sequences least recently decoded first (then oldest admission).
     std::stable_sort(ready.begin(), ready.end(), [](const Sequence* a, const Sequence* b) {
         if (a->tenant != b->tenant) {

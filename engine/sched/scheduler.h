@@ -122,10 +122,11 @@ private:
     bool fail_unadmittable();
     void sweep_cancelled();
     void admit();
-    std::vector<BatchEntry> plan_batch() const;
+    // The next step's chunks (pick_decoders records which tenants it held back).
+    std::vector<BatchEntry> plan_batch();
     // plan_batch's decoders when more than max_decode_sequences are ready (see SchedulerConfig).
     void pick_decoders(std::vector<Sequence*> ready, int32_t limit,
-                       std::vector<BatchEntry>* batch) const;
+                       std::vector<BatchEntry>* batch);
     // Advances the decoding tenants' passes after a step; drops tenants no longer running.
     void account_decodes(const std::vector<BatchEntry>& batch);
     // The smallest of the running tenants' decode passes (0 when none).
@@ -170,7 +171,7 @@ private:
     std::map<std::string, double> decode_pass_;
     // The tenants the last pick_decoders left ready sequences of (the limit, not their own
     // readiness, held them back).
-    mutable std::vector<std::string> decode_backlogged_;
+    std::vector<std::string> decode_backlogged_;
     std::thread thread_;
 
     // Published load (written by the scheduler thread, read by load()).
