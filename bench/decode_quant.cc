@@ -43,26 +43,6 @@ int64_t matrix_bytes(WeightFormat f, int64_t rows, int64_t cols) {
     return quant::weight_data_bytes(f, rows, cols) + quant::weight_scale_count(f, rows, cols) * 4;
 }
 
-// Weight bytes one decode token reads under `p`: attention, router (BF16), the top-k experts of
-// each layer (every layer of the preset is MoE), one embedding row and lm_head.
-int64_t bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p) {
-    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
-    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
-    const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
-    const int64_t E = g("num_experts"), K = g("num_experts_per_tok");
-    const int64_t I = g("moe_intermediate_size"), V = g("vocab_size");
-    const WeightFormat a = p.format_for(quant::TensorClass::kAttention);
-    const WeightFormat x = p.format_for(quant::TensorClass::kRoutedExperts);
-    int64_t b = 0;
-    for (int64_t l = 0; l < L; ++l) {
-        b += matrix_bytes(a, q, H) + 2 * matrix_bytes(a, kv, H) + matrix_bytes(a, H, q);
-        b += E * H * 2;
-        b += K * (2 * matrix_bytes(x, I, H) + matrix_bytes(x, H, I));
-    }
-    b += H * 2 + matrix_bytes(p.format_for(quant::TensorClass::kLmHead), V, H);
-    return b;
-}
-
 // Weight bytes of the routed experts one decode token reads under `p` (top-k per layer).
 int64_t expert_bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p) {
     auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
@@ -70,6 +50,23 @@ int64_t expert_bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p)
     const int64_t I = g("moe_intermediate_size");
     const WeightFormat x = p.format_for(quant::TensorClass::kRoutedExperts);
     return L * K * (2 * matrix_bytes(x, I, H) + matrix_bytes(x, H, I));
+}
+
+// Weight bytes one decode token reads under `p`: attention, router (BF16), the top-k experts of
+// each layer (every layer of the preset is MoE), one embedding row and lm_head.
+int64_t bytes_per_token(const ConfigJson& c, const quant::QuantPolicy& p) {
+    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
+    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
+    const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
+    const int64_t E = g("num_experts"), V = g("vocab_size");
+    const WeightFormat a = p.format_for(quant::TensorClass::kAttention);
+    int64_t b = expert_bytes_per_token(c, p);
+    for (int64_t l = 0; l < L; ++l) {
+        b += matrix_bytes(a, q, H) + 2 * matrix_bytes(a, kv, H) + matrix_bytes(a, H, q);
+        b += E * H * 2;
+    }
+    b += H * 2 + matrix_bytes(p.format_for(quant::TensorClass::kLmHead), V, H);
+    return b;
 }
 
 double median(std::vector<double> v) {
