@@ -2,6 +2,10 @@
 
 #include <vector>
 
+#include "engine/backend.h"
+#include "engine/cpu/ops.h"
+#include "engine/model/weight_loader.h"
+
 namespace edge::engine {
 
 Status PagedCausalLM::create_kv_cache(int32_t layers, int32_t kv_heads, int32_t head_dim,
@@ -88,6 +92,46 @@ void PagedCausalLM::commit_batch(std::span<const SequenceChunk> batch) {
     for (const SequenceChunk& ch : batch) {
         kv_->set_length(ch.slot, ch.start_pos + static_cast<int32_t>(ch.tokens.size()));
     }
+}
+
+int64_t PagedCausalLM::embed_batch(std::span<const SequenceChunk> batch, const Weight& embed,
+                                   float* x) {
+    int64_t n = 0;
+    for (const SequenceChunk& ch : batch) {
+        n += static_cast<int64_t>(ch.tokens.size());
+    }
+    tok_slot_.resize(static_cast<size_t>(n));
+    tok_pos_.resize(static_cast<size_t>(n));
+    int64_t i = 0;
+    int64_t out_rows = 0;
+    for (const SequenceChunk& ch : batch) {
+        for (size_t j = 0; j < ch.tokens.size(); ++j, ++i) {
+            tok_slot_[i] = ch.slot;
+            tok_pos_[i] = ch.start_pos + static_cast<int32_t>(j);
+            embedding_row(embed, ch.tokens[j], x + i * embed.cols);
+        }
+        out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
+    }
+    return out_rows;
+}
+
+void PagedCausalLM::batch_logits(std::span<const SequenceChunk> batch, const float* x,
+                                 std::span<const float> final_norm, float eps,
+                                 const Weight& lm_head, int64_t out_rows, Backend& backend,
+                                 std::vector<float>& h, std::vector<float>* logits) {
+    const int64_t H = lm_head.cols;
+    float* hn = grow(h, static_cast<size_t>(out_rows * H));
+    int64_t row = 0;
+    int64_t i = 0;
+    for (const SequenceChunk& ch : batch) {
+        const int64_t len = static_cast<int64_t>(ch.tokens.size());
+        for (int64_t j = ch.all_logits ? 0 : len - 1; j < len; ++j, ++row) {
+            cpu::rms_norm(x + (i + j) * H, final_norm.data(), H, eps, hn + row * H);
+        }
+        i += len;
+    }
+    logits->resize(static_cast<size_t>(out_rows * lm_head.rows));
+    backend.matmul(lm_head, hn, out_rows, logits->data(), lm_head.rows);
 }
 
 }  // namespace edge::engine

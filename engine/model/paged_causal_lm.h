@@ -4,17 +4,23 @@
 // slots, lengths, the prefix cache, and the checks and block reservation a batch needs before a
 // forward writes anything. An architecture derives from it, creates kv_ on load with
 // create_kv_cache(), calls prepare_batch() at the top of forward() and commit_batch() at its end,
-// and reads and writes keys and values through kv_ (engine/model/paged_attention.h).
+// and reads and writes keys and values through kv_ (engine/model/paged_attention.h). The ends of
+// every forward are shared too: embed_batch() (token embeddings, slots and positions) and
+// batch_logits() (final norm and lm_head on the rows whose logits are wanted).
 //
 // Threading: like CausalLM, driven by one thread.
 
 #include <memory>
 #include <span>
+#include <vector>
 
+#include "engine/cpu/weight.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/kv_cache.h"
 
 namespace edge::engine {
+
+class Backend;
 
 class PagedCausalLM : public CausalLM {
 public:
@@ -43,8 +49,26 @@ protected:
     Status prepare_batch(std::span<const SequenceChunk> batch, int64_t* total);
     // Records the new lengths after the forward wrote the batch.
     void commit_batch(std::span<const SequenceChunk> batch);
+    // Fills tok_slot_ and tok_pos_ with each token's slot and position and `x` (one row of
+    // embed.cols floats per token, in batch order) with its embedding row. Returns how many rows
+    // want logits: every token of an all_logits chunk, the last token of any other.
+    int64_t embed_batch(std::span<const SequenceChunk> batch, const Weight& embed, float* x);
+    // RMS-normalizes (weights `final_norm`, epsilon `eps`) the rows of `x` that want logits, in
+    // batch order, into `h`, then writes their `out_rows` x lm_head.rows logits.
+    void batch_logits(std::span<const SequenceChunk> batch, const float* x,
+                      std::span<const float> final_norm, float eps, const Weight& lm_head,
+                      int64_t out_rows, Backend& backend, std::vector<float>& h,
+                      std::vector<float>* logits);
+    // v.data() after growing v to at least n elements (scratch kept between forwards).
+    static float* grow(std::vector<float>& v, size_t n) {
+        if (v.size() < n) {
+            v.resize(n);
+        }
+        return v.data();
+    }
 
     std::unique_ptr<KvCache> kv_;
+    std::vector<int32_t> tok_slot_, tok_pos_;  // This forward's tokens: slot and position.
 };
 
 }  // namespace edge::engine

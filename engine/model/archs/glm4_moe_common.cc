@@ -101,11 +101,10 @@ SigmoidMoeModel::SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkp
       backend_(std::move(backend)) {}
 
 Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, int64_t cols) {
-    // The embedding table and MLA's kv_b_proj are read element by element (stored_element), so
-    // they stay float; every other matrix goes through the WeightLoader (quantized checkpoints,
-    // quantization policy on load), as in Qwen3-MoE.
-    const bool float_only =
-        name == "model.embed_tokens.weight" || name.ends_with("kv_b_proj.weight");
+    // MLA's kv_b_proj is read element by element (stored_element, widened to f32 for the
+    // absorbed path), so it stays float; every other matrix goes through the WeightLoader
+    // (quantized checkpoints, quantization policy on load), as in Qwen3-MoE.
+    const bool float_only = name.ends_with("kv_b_proj.weight");
     if (!float_only && weights_ != nullptr) {
         EDGE_ASSIGN_OR_RETURN(Weight w, weights_->matrix(name, rows, cols));
         if (!backend_->supports(Op::kMatmul, w.format)) {
@@ -269,24 +268,7 @@ Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
 Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
     int64_t n = 0;
     EDGE_RETURN_IF_ERROR(prepare_batch(batch, &n));
-    const int64_t H = c_.hidden_size;
-    const int64_t V = c_.vocab_size;
-    tok_slot_.resize(n);
-    tok_pos_.resize(n);
-    float* x = grow(x_, n * H);
-    int64_t i = 0;
-    int64_t out_rows = 0;
-    for (const SequenceChunk& ch : batch) {
-        for (size_t j = 0; j < ch.tokens.size(); ++j, ++i) {
-            tok_slot_[i] = ch.slot;
-            tok_pos_[i] = ch.start_pos + static_cast<int32_t>(j);
-            const int64_t base = static_cast<int64_t>(ch.tokens[j]) * H;
-            for (int64_t d = 0; d < H; ++d) {
-                x[i * H + d] = stored_element(embed_.data, embed_.format, base + d);
-            }
-        }
-        out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
-    }
+    const int64_t out_rows = embed_batch(batch, embed_, grow(x_, n * c_.hidden_size));
     if (moe_) {
         moe_->begin_step();
     }
@@ -294,19 +276,8 @@ Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vecto
         attention(l, n);
         EDGE_RETURN_IF_ERROR(ffn(ffn_[l], l, n));
     }
-    float* h = grow(h_, out_rows * H);
-    const float eps = static_cast<float>(c_.rms_norm_eps);
-    int64_t row = 0;
-    i = 0;
-    for (const SequenceChunk& ch : batch) {
-        const int64_t len = static_cast<int64_t>(ch.tokens.size());
-        for (int64_t j = ch.all_logits ? 0 : len - 1; j < len; ++j, ++row) {
-            cpu::rms_norm(x_.data() + (i + j) * H, final_norm_.data(), H, eps, h + row * H);
-        }
-        i += len;
-    }
-    logits->resize(static_cast<size_t>(out_rows * V));
-    backend_->matmul(lm_head_, h, out_rows, logits->data(), V);
+    batch_logits(batch, x_.data(), final_norm_, static_cast<float>(c_.rms_norm_eps), lm_head_,
+                 out_rows, *backend_, h_, logits);
     commit_batch(batch);
     return moe_ ? moe_->end_step() : ok_status();
 }

@@ -90,12 +90,6 @@ class SigmoidMoeModel : public PagedCausalLM {
     Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
     Result<std::vector<float>> vector(const std::string& name, int64_t n);
     Result<SwiGlu> swiglu(const std::string& prefix, int64_t inter);
-    static float* grow(std::vector<float>& v, size_t n) {
-        if (v.size() < n) {
-            v.resize(n);
-        }
-        return v.data();
-    }
 
     SigmoidMoeConfig c_;
     std::unique_ptr<Checkpoint> ckpt_;
@@ -103,7 +97,6 @@ class SigmoidMoeModel : public PagedCausalLM {
     std::unique_ptr<WeightLoader> weights_;  // Quantized checkpoints and the policy; after ckpt_.
     std::unique_ptr<MoeBlock> moe_;  // Routed experts of every MoE layer, sharded over ranks.
     ModelSpec spec_;
-    std::vector<int32_t> tok_slot_, tok_pos_;
     std::vector<float> x_;                        // [n][hidden] residual stream.
     std::vector<float> h_;                        // [n][hidden] normed input of a block.
     std::vector<std::vector<float>> input_norm_;  // Per layer, applied before attention.

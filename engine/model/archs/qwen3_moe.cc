@@ -55,12 +55,6 @@ private:
     Result<Mlp> mlp(const std::string& prefix, int64_t inter);
     void attention_block(const Layer& layer, int32_t li, int64_t n);
     Status moe_block(const Layer& layer, int32_t li, int64_t n);
-    static float* grow(std::vector<float>& v, size_t n) {
-        if (v.size() < n) {
-            v.resize(n);
-        }
-        return v.data();
-    }
 
     Qwen3MoeConfig c_;
     std::unique_ptr<Checkpoint> ckpt_;
@@ -74,8 +68,7 @@ private:
     std::vector<Layer> layers_;
     std::vector<double> inv_freq_;
 
-    // Per-forward token metadata and scratch, grown on demand and kept between calls.
-    std::vector<int32_t> tok_slot_, tok_pos_;
+    // Per-forward scratch, grown on demand and kept between calls.
     std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, scores_, rope_;
     SwiGluScratch mlp_scratch_;
 };
@@ -316,21 +309,7 @@ Status Qwen3Moe::moe_block(const Layer& L, int32_t li, int64_t n) {
 Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
     int64_t n = 0;
     EDGE_RETURN_IF_ERROR(prepare_batch(batch, &n));
-    const int64_t H = c_.hidden_size;
-    const int64_t V = c_.vocab_size;
-    tok_slot_.resize(n);
-    tok_pos_.resize(n);
-    float* x = grow(x_, n * H);
-    int64_t i = 0;
-    int64_t out_rows = 0;
-    for (const SequenceChunk& ch : batch) {
-        for (size_t j = 0; j < ch.tokens.size(); ++j, ++i) {
-            tok_slot_[i] = ch.slot;
-            tok_pos_[i] = ch.start_pos + static_cast<int32_t>(j);
-            embedding_row(embed_, ch.tokens[j], x + i * H);
-        }
-        out_rows += ch.all_logits ? static_cast<int64_t>(ch.tokens.size()) : 1;
-    }
+    const int64_t out_rows = embed_batch(batch, embed_, grow(x_, n * c_.hidden_size));
     if (moe_) {
         moe_->begin_step();
     }
@@ -338,20 +317,8 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
         attention_block(layers_[l], l, n);
         EDGE_RETURN_IF_ERROR(moe_block(layers_[l], l, n));
     }
-    // Final norm only on the rows whose logits are wanted.
-    float* h = grow(h_, out_rows * H);
-    const float eps = static_cast<float>(c_.rms_norm_eps);
-    int64_t row = 0;
-    i = 0;
-    for (const SequenceChunk& ch : batch) {
-        const int64_t len = static_cast<int64_t>(ch.tokens.size());
-        for (int64_t j = ch.all_logits ? 0 : len - 1; j < len; ++j, ++row) {
-            cpu::rms_norm(x + (i + j) * H, final_norm_.data(), H, eps, h + row * H);
-        }
-        i += len;
-    }
-    logits->resize(static_cast<size_t>(out_rows * V));
-    backend_->matmul(lm_head_, h, out_rows, logits->data(), V);
+    batch_logits(batch, x_.data(), final_norm_, static_cast<float>(c_.rms_norm_eps), lm_head_,
+                 out_rows, *backend_, h_, logits);
     commit_batch(batch);
     return moe_ ? moe_->end_step() : ok_status();
 }
