@@ -4,6 +4,7 @@
 
 #include "engine/backend.h"
 #include "engine/cpu/ops.h"
+#include "engine/model/loader.h"
 #include "engine/model/weight_loader.h"
 
 namespace edge::engine {
@@ -85,6 +86,37 @@ Status PagedCausalLM::prepare_batch(std::span<const SequenceChunk> batch, int64_
         *total = 0;
         return resource_exhausted_error("forward: " + st.message());
     }
+    return ok_status();
+}
+
+Status PagedCausalLM::finish_load(const std::string& dir, const LoadOptions& options,
+                                  const PagedModelShape& shape, ModelSpec* spec) {
+    int64_t max_context = shape.max_position_embeddings;
+    if (options.max_context > 0) {
+        if (options.max_context > max_context) {
+            return invalid_argument_error(dir + ": max_context " +
+                                          std::to_string(options.max_context) +
+                                          " is larger than the model's max_position_embeddings " +
+                                          std::to_string(max_context));
+        }
+        max_context = options.max_context;
+    }
+    EDGE_RETURN_IF_ERROR(create_kv_cache(
+        static_cast<int32_t>(shape.layers), static_cast<int32_t>(shape.kv_heads),
+        static_cast<int32_t>(shape.head_dim), options.max_slots, static_cast<int32_t>(max_context),
+        options.kv_block_tokens, options.kv_cache_bytes));
+    spec->architecture = shape.architecture;
+    spec->vocab_size = static_cast<int32_t>(shape.vocab_size);
+    spec->max_context = static_cast<int32_t>(max_context);
+    for (int64_t id : shape.eos_token_ids) {
+        spec->eos_token_ids.push_back(static_cast<TokenId>(id));
+    }
+    spec->bos_token_id = static_cast<TokenId>(
+        shape.bos_token_id >= 0 && shape.bos_token_id < shape.vocab_size ? shape.bos_token_id
+                                                                         : -1);
+    spec->version = shape.version;
+    spec->weight_bytes = shape.weight_bytes;
+    spec->kv_bytes_per_token = shape.kv_bytes_per_token;
     return ok_status();
 }
 

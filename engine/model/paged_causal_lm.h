@@ -2,16 +2,18 @@
 
 // PagedCausalLM is the part of a CausalLM that every architecture shares over a paged KvCache:
 // slots, lengths, the prefix cache, and the checks and block reservation a batch needs before a
-// forward writes anything. An architecture derives from it, creates kv_ on load with
-// create_kv_cache(), calls prepare_batch() at the top of forward() and commit_batch() at its end,
-// and reads and writes keys and values through kv_ (engine/model/paged_attention.h). The ends of
-// every forward are shared too: embed_batch() (token embeddings, slots and positions) and
-// batch_logits() (final norm and lm_head on the rows whose logits are wanted).
+// forward writes anything. An architecture derives from it, ends its load with finish_load()
+// (the context limit, the KV cache through create_kv_cache(), the spec), calls prepare_batch() at
+// the top of forward() and commit_batch() at its end, and reads and writes keys and values through
+// kv_ (engine/model/paged_attention.h). The ends of every forward are shared too: embed_batch()
+// (token embeddings, slots and positions) and batch_logits() (final norm and lm_head on the rows
+// whose logits are wanted).
 //
 // Threading: like CausalLM, driven by one thread.
 
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/cpu/weight.h"
@@ -21,6 +23,22 @@
 namespace edge::engine {
 
 class Backend;
+struct LoadOptions;
+
+// What finish_load needs to know of an architecture's checkpoint besides the load options.
+struct PagedModelShape {
+    std::string architecture;
+    int64_t layers = 0;
+    int64_t kv_heads = 0;  // Cached heads per layer and their width (MLA: 1 latent row).
+    int64_t head_dim = 0;
+    int64_t max_position_embeddings = 0;
+    int64_t vocab_size = 0;
+    std::vector<int64_t> eos_token_ids;
+    int64_t bos_token_id = -1;       // Out of the vocabulary: none.
+    int64_t kv_bytes_per_token = 0;  // What the spec reports.
+    std::string version;             // version_digest of config and checkpoint.
+    int64_t weight_bytes = 0;        // Weights as held in memory.
+};
 
 class PagedCausalLM : public CausalLM {
 public:
@@ -42,6 +60,11 @@ protected:
     // `kv_heads` x `head_dim` per layer; the budget is `kv_cache_bytes` (0: `slots` full contexts).
     Status create_kv_cache(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t slots,
                            int32_t max_context, int32_t block_tokens, int64_t kv_cache_bytes);
+    // The end of every architecture's load: checks options.max_context against the model's
+    // positions (an error naming `dir` when larger), creates the KV cache (shape.kv_heads x
+    // shape.head_dim per layer, the options' slots, block size and budget) and fills `spec`.
+    Status finish_load(const std::string& dir, const LoadOptions& options,
+                       const PagedModelShape& shape, ModelSpec* spec);
     // Checks the batch against the CausalLM contract (slots acquired and distinct, start_pos at
     // the slot's length, tokens in the vocabulary, within the context) and reserves its blocks;
     // `total` receives the batch's tokens. kResourceExhausted when the blocks are not there

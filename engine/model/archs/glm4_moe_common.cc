@@ -212,32 +212,19 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
                                                {"layers", c_.num_nextn_predict_layers},
                                                {"first", c_.num_hidden_layers}});
     }
-    int64_t max_context = c_.max_position_embeddings;
-    if (options.max_context > 0) {
-        if (options.max_context > max_context) {
-            return invalid_argument_error(dir + ": max_context " +
-                                          std::to_string(options.max_context) +
-                                          " is larger than the model's max_position_embeddings " +
-                                          std::to_string(max_context));
-        }
-        max_context = options.max_context;
-    }
-    EDGE_RETURN_IF_ERROR(create_kv_cache(static_cast<int32_t>(c_.num_hidden_layers), kv_heads,
-                                         head_dim, options.max_slots,
-                                         static_cast<int32_t>(max_context), options.kv_block_tokens,
-                                         options.kv_cache_bytes));
-    spec_.architecture = architecture;
-    spec_.vocab_size = static_cast<int32_t>(c_.vocab_size);
-    spec_.max_context = static_cast<int32_t>(max_context);
-    for (int64_t id : c_.eos_token_ids) {
-        spec_.eos_token_ids.push_back(static_cast<TokenId>(id));
-    }
-    spec_.bos_token_id = static_cast<TokenId>(
-        c_.bos_token_id >= 0 && c_.bos_token_id < c_.vocab_size ? c_.bos_token_id : -1);
-    spec_.version = version_digest(json, *ckpt_);
-    spec_.weight_bytes = weights_->resident_bytes();
-    spec_.kv_bytes_per_token = kv_bytes_per_token;
-    return ok_status();
+    PagedModelShape shape;
+    shape.architecture = architecture;
+    shape.layers = c_.num_hidden_layers;
+    shape.kv_heads = kv_heads;
+    shape.head_dim = head_dim;
+    shape.max_position_embeddings = c_.max_position_embeddings;
+    shape.vocab_size = c_.vocab_size;
+    shape.eos_token_ids = c_.eos_token_ids;
+    shape.bos_token_id = c_.bos_token_id;
+    shape.kv_bytes_per_token = kv_bytes_per_token;
+    shape.version = version_digest(json, *ckpt_);
+    shape.weight_bytes = weights_->resident_bytes();
+    return finish_load(dir, options, shape, &spec_);
 }
 
 Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
