@@ -214,6 +214,26 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     CHECK(contains(s, "config.json: not valid JSON"));
 }
 
+TEST_CASE("a max_context beyond the model's positions is refused by every architecture") {
+    for (const char* name : {"micro-qwen3-moe", "micro-glm4-moe", "micro-deepseek-v3"}) {
+        CAPTURE(name);
+        const std::string dir = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/" + name;
+        LoadOptions o;
+        o.threads = 1;
+        o.max_slots = 1;
+        o.max_context = 1 << 30;
+        auto r = load_model(dir, o);
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.status().code() == StatusCode::kInvalidArgument);
+        CHECK(contains(r.status(), dir + ": max_context 1073741824 is larger than the model's "
+                                         "max_position_embeddings"));
+        o.max_context = 32;  // Within: loads, and the spec reports the limit.
+        auto ok = load_model(dir, o);
+        REQUIRE_MESSAGE(ok.ok(), ok.status().to_string());
+        CHECK((*ok)->spec().max_context == 32);
+    }
+}
+
 TEST_CASE("forward rejects positions past the context / bad tokens / bad slots / full cache") {
     LoadOptions o;
     o.threads = 1;
