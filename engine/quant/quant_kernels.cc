@@ -51,7 +51,17 @@ const CpuFeatures& features() {
 
 }  // namespace
 
-std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
+namespace {
+
+// The kernels for WeightLayout::kRowTiles16 (none yet: no weight is tiled).
+std::vector<KernelVariant> row_tile_variants(WeightFormat) { return {}; }
+
+}  // namespace
+
+std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format, WeightLayout layout) {
+    if (layout == WeightLayout::kRowTiles16) {
+        return row_tile_variants(format);
+    }
     std::vector<KernelVariant> out;
     [[maybe_unused]] const CpuFeatures& f = features();
     switch (format) {
@@ -120,8 +130,8 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
     return out;
 }
 
-MatmulKernel matmul_kernel_for(WeightFormat format) {
-    const std::vector<KernelVariant> variants = matmul_kernel_variants(format);
+MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout) {
+    const std::vector<KernelVariant> variants = matmul_kernel_variants(format, layout);
     return variants.empty() ? nullptr : variants.back().kernel;
 }
 
