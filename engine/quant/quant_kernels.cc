@@ -53,8 +53,30 @@ const CpuFeatures& features() {
 
 namespace {
 
-// The kernels for WeightLayout::kRowTiles16 (none yet: no weight is tiled).
-std::vector<KernelVariant> row_tile_variants(WeightFormat) { return {}; }
+// The kernels for WeightLayout::kRowTiles16 (no scalar one: see matmul_kernel_variants).
+std::vector<KernelVariant> row_tile_variants(WeightFormat format) {
+    std::vector<KernelVariant> out;
+#if defined(__x86_64__)
+    const CpuFeatures& f = features();
+    switch (format) {
+        case WeightFormat::kInt8Row:
+            if (f.vnni) {
+                out.push_back({"avx512-vnni-tiles", detail::matmul_int8_tiles_avx512_vnni, 64});
+            }
+            break;
+        case WeightFormat::kInt4G32:
+        case WeightFormat::kInt4G128:
+            if (f.vnni && f.gfni) {
+                out.push_back({"avx512-vnni-gfni-tiles", detail::matmul_int4_tiles_avx512_vnni_gfni,
+                               int4_group_size(format)});
+            }
+            break;
+        default:
+            break;
+    }
+#endif
+    return out;
+}
 
 }  // namespace
 
