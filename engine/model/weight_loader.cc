@@ -204,7 +204,8 @@ Result<std::unique_ptr<WeightLoader>> WeightLoader::create(const Checkpoint& che
 
 Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
     const Weight& v = w.view();
-    if (row_tiles_ && quant::row_tiles_support(v.format, v.cols) &&
+    if (row_tiles_ && quant::row_tiles_by_default(v.format) &&
+        quant::row_tiles_support(v.format, v.cols) &&
         quant::matmul_kernel_for(v.format, WeightLayout::kRowTiles16) != nullptr) {
         EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight tiled, quant::tile_rows(v));
         const int64_t data_bytes = quant::weight_data_bytes(v.format, v.rows, v.cols);

@@ -57,8 +57,9 @@ class WeightLoader {
     // the checkpoint and tensor.
     Result<Weight> matrix(const std::string& weight_name, int64_t rows, int64_t cols);
 
-    // From now on, INT4 and INT8 matrices are handed out in row tiles (WeightLayout::kRowTiles16,
-    // engine/cpu/weight.h) when this CPU has a kernel for that layout and the shape allows it; the
+    // From now on, INT8 and INT4 matrices are handed out in row tiles (WeightLayout::kRowTiles16,
+    // engine/cpu/weight.h) when quant::row_tiles_by_default(format) (INT8, INT4-G32), this CPU has
+    // a kernel for that layout and the shape allows it; the
     // row-major copy made on load is freed, and a matrix viewed in a mapped checkpoint is copied
     // into tiles (its mapped bytes are no longer read). Only for a backend whose
     // supports_row_tiles() is true (the CPU); off by default.

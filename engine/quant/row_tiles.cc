@@ -32,6 +32,10 @@ bool row_tiles_support(WeightFormat format, int64_t cols) {
     }
 }
 
+bool row_tiles_by_default(WeightFormat format) {
+    return format == WeightFormat::kInt8Row || format == WeightFormat::kInt4G32;
+}
+
 Result<QuantizedWeight> tile_rows(const Weight& w) {
     if (w.layout != WeightLayout::kRows || !row_tiles_support(w.format, w.cols) || w.rows <= 0) {
         return invalid_argument_error(std::string("tile_rows: ") + weight_format_name(w.format) +

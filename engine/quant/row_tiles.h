@@ -18,6 +18,12 @@ namespace edge::engine::quant {
 // multiple of 4). FP8 and float formats: false (a new format adds its case in row_tiles.cc).
 bool row_tiles_support(WeightFormat format, int64_t cols);
 
+// Whether a loader asked for row tiles (WeightLoader::use_row_tiles) tiles `format`: INT8 and
+// INT4-G32. INT4-G128 stays row-major for now: its tiled kernel is faster in bench_quant_kernels,
+// but single-stream decode on the bench preset measured 0.787 against 0.841 of the bandwidth probe
+// (medians of five interleaved runs, docs/quantization.md), so it is not yet the default.
+bool row_tiles_by_default(WeightFormat format);
+
 // The kRowTiles16 copy of row-major quantized weight `w` (owned; `w`'s memory, e.g. a mapped
 // checkpoint, is no longer needed afterwards). kInvalidArgument for a format or shape that
 // row_tiles_support rejects or a weight already tiled.
