@@ -261,8 +261,8 @@ EDGE_AVX512_VNNI_GFNI void int4_tiles_rows(const Weight& w, const Int4TileChunk*
     }
 }
 
-using Int4TilesFn = void (*)(const Weight&, const Int4TileChunk*, int64_t, float*, int64_t,
-                             int64_t, int64_t);
+using Int4TilesFn = void (*)(const Weight&, const Int4TileChunk*, int64_t, float*, int64_t, int64_t,
+                             int64_t);
 
 // One token's activations for 64 columns, prepared for the tiled INT8 kernel.
 struct alignas(64) Int8TileChunk {
@@ -373,20 +373,18 @@ EDGE_AVX512_VNNI void int8_tiles_rows(const Weight& w, const Int8TileChunk* prep
     }
 }
 
-using Int8TilesFn = void (*)(const Weight&, const Int8TileChunk*, int64_t, float*, int64_t,
-                             int64_t, int64_t);
+using Int8TilesFn = void (*)(const Weight&, const Int8TileChunk*, int64_t, float*, int64_t, int64_t,
+                             int64_t);
 
 }  // namespace
 
-void matmul_int4_tiles_avx512_vnni_gfni(const Weight& w, const float* x, int64_t n_tokens,
-                                        float* y, int64_t ldy, int64_t row_begin,
-                                        int64_t row_end) {
+void matmul_int4_tiles_avx512_vnni_gfni(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                                        int64_t ldy, int64_t row_begin, int64_t row_end) {
     const bool g32 = w.format == WeightFormat::kInt4G32;
     const int64_t n_chunks = (w.cols + 127) / 128;
     const Int4TileChunk* prepared =
         g32 ? prepare_tokens<Int4TileChunk>(x, w.cols, n_tokens, n_chunks, prepare_int4_tiles<32>)
-            : prepare_tokens<Int4TileChunk>(x, w.cols, n_tokens, n_chunks,
-                                            prepare_int4_tiles<128>);
+            : prepare_tokens<Int4TileChunk>(x, w.cols, n_tokens, n_chunks, prepare_int4_tiles<128>);
     static constexpr Int4TilesFn kTiles32[kTileTokens] = {
         int4_tiles_rows<1, 32>, int4_tiles_rows<2, 32>, int4_tiles_rows<3, 32>,
         int4_tiles_rows<4, 32>, int4_tiles_rows<5, 32>, int4_tiles_rows<6, 32>,

@@ -38,11 +38,10 @@ bool row_tiles_by_default(WeightFormat format) {
 
 Result<QuantizedWeight> tile_rows(const Weight& w) {
     if (w.layout != WeightLayout::kRows || !row_tiles_support(w.format, w.cols) || w.rows <= 0) {
-        return invalid_argument_error(std::string("tile_rows: ") + weight_format_name(w.format) +
-                                      " " + std::to_string(w.rows) + " x " +
-                                      std::to_string(w.cols) +
-                                      (w.layout != WeightLayout::kRows ? " is already tiled"
-                                                                       : " cannot be tiled"));
+        return invalid_argument_error(
+            std::string("tile_rows: ") + weight_format_name(w.format) + " " +
+            std::to_string(w.rows) + " x " + std::to_string(w.cols) +
+            (w.layout != WeightLayout::kRows ? " is already tiled" : " cannot be tiled"));
     }
     const int64_t tiles = (w.rows + kRowTile - 1) / kRowTile;
     const int64_t bytes = row_bytes(w);  // A multiple of 4 (checked by row_tiles_support).

@@ -99,8 +99,8 @@ TEST_CASE("row tiles: kernels are chosen by format and layout") {
         CHECK((matmul_kernel_for(format, WeightLayout::kRowTiles16) ==
                (tiles.empty() ? nullptr : tiles.back().kernel)));
     }
-    CHECK(matmul_kernel_variants(WeightFormat::kFP8E4M3Block128, WeightLayout::kRowTiles16)
-              .empty());
+    CHECK(
+        matmul_kernel_variants(WeightFormat::kFP8E4M3Block128, WeightLayout::kRowTiles16).empty());
 }
 
 struct Case {
@@ -127,8 +127,9 @@ void check_tiled(WeightFormat format, const Case& c, uint32_t seed) {
     const std::vector<KernelVariant> variants =
         matmul_kernel_variants(format, WeightLayout::kRowTiles16);
     const int64_t ldy = c.rows + 5;
-    const std::pair<int64_t, int64_t> ranges[] = {
-        {0, c.rows}, {1, std::max<int64_t>(1, c.rows - 1)}, {std::min<int64_t>(17, c.rows), c.rows}};
+    const std::pair<int64_t, int64_t> ranges[] = {{0, c.rows},
+                                                  {1, std::max<int64_t>(1, c.rows - 1)},
+                                                  {std::min<int64_t>(17, c.rows), c.rows}};
     for (const KernelVariant& v : variants) {
         const std::string variant = v.name;
         CAPTURE(variant);
@@ -174,8 +175,8 @@ TEST_CASE("row tiles: tiled kernels equal the exact product on ragged shapes") {
     const Case g32[] = {{1, 32, 1},   {15, 64, 2},  {17, 96, 9},  {33, 160, 5},
                         {40, 224, 3}, {64, 512, 1}, {23, 1056, 8}};
     const Case g128[] = {{1, 128, 1}, {18, 384, 4}, {65, 640, 1}, {31, 1024, 7}};
-    const Case i8[] = {{1, 4, 1},   {15, 60, 2},   {17, 100, 9},  {40, 256, 3},
-                       {33, 68, 5}, {64, 512, 1},  {23, 1000, 8}};
+    const Case i8[] = {{1, 4, 1},   {15, 60, 2},  {17, 100, 9}, {40, 256, 3},
+                       {33, 68, 5}, {64, 512, 1}, {23, 1000, 8}};
     uint32_t seed = 200;
     for (const Case& c : g32) {
         check_tiled(WeightFormat::kInt4G32, c, seed++);
