@@ -4,7 +4,9 @@
 // layers as it takes for that format's weights to fill --mb MiB (default 1024: this machine's
 // caches hold well over 128 MiB, so smaller sets measure the cache, not memory), then times GEMV
 // (1 token) over all of them with 1 and 2 threads, each thread taking half the rows of every
-// matrix as the engine's dispatcher does, and the default kernel with a batch of 8 tokens. The
+// matrix as the engine's dispatcher does, and the default kernel with a batch of 8 tokens; where
+// this CPU has kernels for row tiles (WeightLayout::kRowTiles16), those too (1 and 8 tokens, on
+// tiled copies of the same weights, split at tile boundaries). The
 // limit is a read-bandwidth probe (a 1 GiB buffer) with the same thread count, measured in every
 // round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
 //
@@ -33,6 +35,7 @@
 
 #include "bench/bench_cli.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/quant/row_tiles.h"
 
 namespace {
 
@@ -182,6 +185,8 @@ struct FormatSet {
     std::vector<std::vector<uint16_t>> bf16;
     std::vector<quant::QuantizedWeight> quantized;
     std::vector<Weight> weights;
+    std::vector<quant::QuantizedWeight> tiled;  // Row-tile copies, when this CPU has the kernels.
+    std::vector<Weight> tiled_weights;
     double bytes = 0;
     int layers = 0;
 };
@@ -255,6 +260,19 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
     for (const quant::QuantizedWeight& q : set->quantized) {
         set->weights.push_back(q.view());
     }
+    if (quant::matmul_kernel_for(format, edge::engine::WeightLayout::kRowTiles16) != nullptr) {
+        for (const quant::QuantizedWeight& q : set->quantized) {
+            auto t = quant::tile_rows(q.view());
+            if (!t.ok()) {
+                std::printf("tile_rows failed: %s\n", t.status().to_string().c_str());
+                return false;
+            }
+            set->tiled.push_back(std::move(t).value());
+        }
+        for (const quant::QuantizedWeight& q : set->tiled) {
+            set->tiled_weights.push_back(q.view());
+        }
+    }
     return true;
 }
 
@@ -309,6 +327,7 @@ int main(int argc, char** argv) {
             std::string variant;
             int tokens;
             quant::MatmulKernel kernel;  // nullptr: the local BF16 loop.
+            bool tiles = false;          // Runs on the row-tile copies (WeightLayout::kRowTiles16).
         };
         std::vector<Case> cases;
         if (format == WeightFormat::kBF16) {
@@ -320,6 +339,11 @@ int main(int argc, char** argv) {
                 }
             }
             cases.push_back({"default", kBatch, quant::matmul_kernel_for(format)});
+            for (const quant::KernelVariant& v :
+                 quant::matmul_kernel_variants(format, edge::engine::WeightLayout::kRowTiles16)) {
+                cases.push_back({v.name, 1, v.kernel, true});
+                cases.push_back({v.name, kBatch, v.kernel, true});
+            }
         }
         std::vector<double> best(cases.size() * 2, 1e30);
         for (int round = 0; round < rounds; ++round) {
@@ -330,9 +354,13 @@ int main(int argc, char** argv) {
                 for (int threads : {1, 2}) {
                     const double t = time_passes(threads, passes, [&](int index) {
                         thread_local std::vector<float> y(kBatch * kHidden);
-                        for (const Weight& w : set.weights) {
-                            const int64_t b = w.rows * index / threads;
-                            const int64_t e = w.rows * (index + 1) / threads;
+                        // Row tiles are split at tile boundaries, as the engine's pool does.
+                        const int64_t align = c.tiles ? edge::engine::kRowTile : 1;
+                        for (const Weight& w : c.tiles ? set.tiled_weights : set.weights) {
+                            const int64_t b = w.rows * index / threads / align * align;
+                            const int64_t e =
+                                index + 1 == threads ? w.rows
+                                                     : w.rows * (index + 1) / threads / align * align;
                             if (c.kernel == nullptr) {
                                 bf16_gemv(w, x.data(), y.data(), b, e);
                             } else {

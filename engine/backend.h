@@ -47,6 +47,10 @@ public:
     virtual std::string_view name() const = 0;
     // Whether `op` runs on weights stored as `format` (ops without weights ignore `format`).
     virtual bool supports(Op op, WeightFormat format) const = 0;
+    // Whether matmul takes quantized weights in WeightLayout::kRowTiles16 (engine/cpu/weight.h);
+    // models ask their WeightLoader for row tiles only then. Device backends upload row-major
+    // weights only.
+    virtual bool supports_row_tiles() const { return false; }
     virtual int threads() const = 0;
     // BackendOptions::activation_precision as this backend applies it (kExact where it has none).
     virtual ActivationPrecision activation_precision() const { return ActivationPrecision::kExact; }

@@ -20,6 +20,7 @@ public:
 
     std::string_view name() const override { return "cpu"; }
     bool supports(Op op, WeightFormat format) const override;
+    bool supports_row_tiles() const override { return true; }
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_exact(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;

@@ -65,6 +65,13 @@ quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecis
     }
 }
 
+quant::MatmulKernel matmul_kernel(const Weight& w, Isa isa, ActivationPrecision precision) {
+    if (w.layout != WeightLayout::kRows) {
+        return quant::matmul_kernel_for(w.format, w.layout);
+    }
+    return matmul_kernel(w.format, isa, precision);
+}
+
 int64_t weight_bytes(const Weight& w) {
     switch (w.format) {
         case WeightFormat::kF32:
@@ -112,7 +119,7 @@ void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t 
         }
         prepared = prepare_bf16_activations(x, n, w.cols, precision, scratch.data());
     } else {
-        kernel = matmul_kernel(w.format, isa, for_tokens(precision, n));
+        kernel = matmul_kernel(w, isa, for_tokens(precision, n));
         EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
     }
     auto rows = [&](int64_t b, int64_t e) {
@@ -185,7 +192,7 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
                                                 std::min(j.w->rows, (e - base) * kGrain));
             } else if (b < e) {
                 quant::MatmulKernel kernel =
-                    matmul_kernel(j.w->format, isa, for_tokens(precision, j.n));
+                    matmul_kernel(*j.w, isa, for_tokens(precision, j.n));
                 kernel(*j.w, j.x, j.n, j.y, j.ldy, (b - base) * kGrain,
                        std::min(j.w->rows, (e - base) * kGrain));
             }
@@ -225,9 +232,9 @@ void swiglu_one(Isa isa, const SwiGluJob& j, ActivationPrecision precision) {
     float* gate = scratch.data();
     float* up = gate + j.n * inter;
     float* act = up + j.n * inter;
-    quant::MatmulKernel kg = matmul_kernel(j.gate->format, isa, precision);
-    quant::MatmulKernel ku = matmul_kernel(j.up->format, isa, precision);
-    quant::MatmulKernel kd = matmul_kernel(j.down->format, isa, precision);
+    quant::MatmulKernel kg = matmul_kernel(*j.gate, isa, precision);
+    quant::MatmulKernel ku = matmul_kernel(*j.up, isa, precision);
+    quant::MatmulKernel kd = matmul_kernel(*j.down, isa, precision);
     EDGE_CHECK(kg != nullptr && ku != nullptr && kd != nullptr,
                "swiglu on a weight format without a kernel");
     kg(*j.gate, j.x, j.n, gate, inter, 0, inter);

@@ -32,6 +32,10 @@ std::string_view isa_name(Isa isa);
 // at kAvx512Bf16 (the callers below pass it only for calls of more than one token).
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa,
                                   ActivationPrecision precision = ActivationPrecision::kExact);
+// The kernel for `w` as laid out: matmul_kernel(w.format, ...) for row-major weights,
+// quant::matmul_kernel_for(w.format, w.layout) for row tiles (nullptr when there is none).
+quant::MatmulKernel matmul_kernel(const Weight& w, Isa isa,
+                                  ActivationPrecision precision = ActivationPrecision::kExact);
 
 // Runs the kernel for w.format at `isa` with rows split across the pool. The kernel must exist
 // (checked by the loader through Backend::supports). `precision` applies when n > 1 (and to the

@@ -38,12 +38,37 @@ enum class WeightFormat {
 //      little-endian machine, so such checkpoints are viewed as is. scales = rows * (cols / G)
 //      f32, row-major: value = q * scales[r * (cols / G) + c / G].
 // No extra fields are needed: strides and group sizes follow from `format`, `rows` and `cols`.
+//
+// Row tiles (layout kRowTiles16, only kInt8Row and kInt4G32 / kInt4G128; built on load for the CPU
+// kernels by quant::tile_rows, never stored in a checkpoint): rows are taken 16 at a time (tile
+// t = rows 16t .. 16t+15; ceil(rows / 16) tiles, a last partial tile padded with zero weights and
+// zero scales), and a tile's bytes are interleaved so that one 64-byte vector holds the same
+// 4-byte word of each of its 16 rows: byte b (0..3) of word d of tile row i (0..15) is at
+//      data[t * 16 * B + d * 64 + i * 4 + b],   B = bytes of one row-major row (cols / 2 for INT4,
+//      cols for INT8, which must then be a multiple of 4),
+// i.e. word d of a row is its row-major bytes 4d .. 4d+3 (INT4: columns 8d .. 8d+7, nibbles as in
+// the row layout, a zero weight stored as 0x8 per nibble; INT8: columns 4d .. 4d+3). A tile is one
+// contiguous run of 16 * B bytes, so a kernel reads each tile as a single sequential stream and
+// gets one row per vector lane (no horizontal sums).
+//  scales: INT4: for tile t and group g (of G columns), 16 f32 (one per tile row) at
+//      scales[(t * (cols / G) + g) * 16 + i]; INT8: 16 f32 per tile, scales[t * 16 + i].
+//  Sizes: ceil(rows / 16) * 16 rows' worth of data and scales (the padding counts).
+// Kernels are chosen by (format, layout); a kernel for one layout never receives the other.
+enum class WeightLayout {
+    kRows,        // Row-major, as described above the format list (every format, every backend).
+    kRowTiles16,  // Tiles of 16 interleaved rows (CPU only, INT8 and INT4).
+};
+
+// Rows of one row tile.
+inline constexpr int64_t kRowTile = 16;
+
 struct Weight {
     WeightFormat format = WeightFormat::kF32;
     int64_t rows = 0;
     int64_t cols = 0;
     const void* data = nullptr;    // Stored elements.
     const float* scales = nullptr; // Format-specific scales; nullptr for float formats.
+    WeightLayout layout = WeightLayout::kRows;  // How `data` and `scales` are ordered.
 };
 
 }  // namespace edge::engine

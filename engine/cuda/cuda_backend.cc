@@ -119,6 +119,13 @@ private:
             }
             return &it->second;
         }
+        if (w.layout != WeightLayout::kRows) {
+            // Row tiles are a CPU kernel layout; the device kernels read row-major weights.
+            return invalid_argument_error("cuda backend: a " + std::to_string(w.rows) + " x " +
+                                          std::to_string(w.cols) +
+                                          " weight in CPU row tiles cannot be uploaded (load it "
+                                          "row-major: WeightLoader::use_row_tiles(false))");
+        }
         const int64_t data_bytes = quant::weight_data_bytes(w.format, w.rows, w.cols);
         const int64_t scale_bytes =
             quant::weight_scale_count(w.format, w.rows, w.cols) * int64_t{sizeof(float)};

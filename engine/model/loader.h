@@ -30,6 +30,9 @@ struct LoadOptions {
     ActivationPrecision activation_precision = ActivationPrecision::kExact;
     // Expert-parallel sharding of the MoE layers (engine/shard/sharding_config.h).
     shard::ShardingConfig sharding;
+    // INT4/INT8 matrices in CPU row tiles (WeightLayout::kRowTiles16, engine/cpu/weight.h) where
+    // the backend takes them and this CPU has the kernels; false keeps them row-major (A/B tests).
+    bool row_tiles = true;
 };
 
 Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options);

@@ -9,6 +9,8 @@
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/checkpoint_formats.h"
+#include "engine/quant/quant_kernels.h"
+#include "engine/quant/row_tiles.h"
 
 namespace edge::engine {
 namespace {
@@ -201,6 +203,20 @@ Result<std::unique_ptr<WeightLoader>> WeightLoader::create(const Checkpoint& che
 }
 
 Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
+    const Weight& v = w.view();
+    if (row_tiles_ && quant::row_tiles_by_default(v.format) &&
+        quant::row_tiles_support(v.format, v.cols) &&
+        quant::matmul_kernel_for(v.format, WeightLayout::kRowTiles16) != nullptr) {
+        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight tiled, quant::tile_rows(v));
+        const int64_t data_bytes = quant::weight_data_bytes(v.format, v.rows, v.cols);
+        if (w.owns_data()) {  // Quantized on load: the tiles replace the row-major copy.
+            added_bytes_ += tiled.size_bytes() - w.size_bytes();
+        } else {  // Viewed in the mapping: those bytes are no longer read; the tiles are new.
+            replaced_bytes_ += data_bytes;
+            added_bytes_ += tiled.size_bytes() - w.size_bytes() + data_bytes;
+        }
+        w = std::move(tiled);  // Frees the row-major copy, if any.
+    }
     owned_.push_back(std::move(w));
     return owned_.back().view();
 }

@@ -57,8 +57,17 @@ class WeightLoader {
     // the checkpoint and tensor.
     Result<Weight> matrix(const std::string& weight_name, int64_t rows, int64_t cols);
 
+    // From now on, INT8 and INT4 matrices are handed out in row tiles (WeightLayout::kRowTiles16,
+    // engine/cpu/weight.h) when quant::row_tiles_by_default(format) (INT8, INT4-G32), this CPU has
+    // a kernel for that layout and the shape allows it; the
+    // row-major copy made on load is freed, and a matrix viewed in a mapped checkpoint is copied
+    // into tiles (its mapped bytes are no longer read). Only for a backend whose
+    // supports_row_tiles() is true (the CPU); off by default.
+    void use_row_tiles(bool on) { row_tiles_ = on; }
+
     // Bytes of weights as held in memory: the checkpoint's tensors, minus the full-precision
-    // matrices that were replaced by quantized copies, plus those copies.
+    // matrices that were replaced by quantized copies (and the mapped quantized data replaced by
+    // row tiles), plus those copies.
     int64_t resident_bytes() const;
     const quant::QuantPolicy& policy() const { return policy_; }
     const StoredQuantization& stored() const { return stored_; }
@@ -74,6 +83,7 @@ class WeightLoader {
     std::deque<quant::QuantizedWeight> owned_;  // Stable addresses for the views handed out.
     int64_t replaced_bytes_ = 0;                // Full-precision bytes no longer read.
     int64_t added_bytes_ = 0;                   // Bytes of quantized copies made on load.
+    bool row_tiles_ = false;                    // use_row_tiles().
 };
 
 // True for the formats a kernel dequantizes (FP8, INT8, INT4).

@@ -3,8 +3,8 @@
 // The per-ISA matrix kernels behind quant::matmul_kernel_for (quant_kernels.h), one file per ISA:
 // kernels_scalar.cc (reference, any CPU), kernels_avx2.cc (AVX2+FMA+F16C), kernels_avx512.cc
 // (AVX-512 F/BW/VL/DQ, and VBMI for one FP8 variant), kernels_avx512_vnni.cc (AVX-512 VNNI, INT8
-// and INT4 with int8 activations), kernels_avx512_bf16.cc (AVX512_BF16, FP8); shared helpers in
-// kernels_x86.h. Each ISA file compiles its
+// and INT4 with int8 activations), kernels_avx512_bf16.cc (AVX512_BF16, FP8), kernels_avx512_tiles.cc (INT4/INT8 in row tiles); shared
+// helpers in kernels_x86.h. Each ISA file compiles its
 // functions with target attributes, so the binary runs on any x86-64 and quant_kernels.cc picks by
 // cpuid at run time. All kernels have the MatmulKernel contract and are thread-safe on disjoint row
 // ranges (scratch is thread_local).
@@ -46,6 +46,10 @@ EDGE_QUANT_KERNEL(matmul_int4_avx512_vnni);
 EDGE_QUANT_KERNEL(matmul_int4_avx512_vnni_gfni);
 // INT4 with nibbles widened to f32 and FMA (exact up to f32 rounding), for comparison.
 EDGE_QUANT_KERNEL(matmul_int4_avx512);
+// Row-tiled layout (WeightLayout::kRowTiles16, kernels_avx512_tiles.cc): one row per lane, VNNI
+// with broadcast activations; INT4 needs GFNI too.
+EDGE_QUANT_KERNEL(matmul_int4_tiles_avx512_vnni_gfni);
+EDGE_QUANT_KERNEL(matmul_int8_tiles_avx512_vnni);
 #endif
 
 #undef EDGE_QUANT_KERNEL

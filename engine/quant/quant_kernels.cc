@@ -51,7 +51,39 @@ const CpuFeatures& features() {
 
 }  // namespace
 
-std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
+namespace {
+
+// The kernels for WeightLayout::kRowTiles16 (no scalar one: see matmul_kernel_variants).
+std::vector<KernelVariant> row_tile_variants(WeightFormat format) {
+    std::vector<KernelVariant> out;
+#if defined(__x86_64__)
+    const CpuFeatures& f = features();
+    switch (format) {
+        case WeightFormat::kInt8Row:
+            if (f.vnni) {
+                out.push_back({"avx512-vnni-tiles", detail::matmul_int8_tiles_avx512_vnni, 64});
+            }
+            break;
+        case WeightFormat::kInt4G32:
+        case WeightFormat::kInt4G128:
+            if (f.vnni && f.gfni) {
+                out.push_back({"avx512-vnni-gfni-tiles", detail::matmul_int4_tiles_avx512_vnni_gfni,
+                               int4_group_size(format)});
+            }
+            break;
+        default:
+            break;
+    }
+#endif
+    return out;
+}
+
+}  // namespace
+
+std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format, WeightLayout layout) {
+    if (layout == WeightLayout::kRowTiles16) {
+        return row_tile_variants(format);
+    }
     std::vector<KernelVariant> out;
     [[maybe_unused]] const CpuFeatures& f = features();
     switch (format) {
@@ -120,8 +152,8 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format) {
     return out;
 }
 
-MatmulKernel matmul_kernel_for(WeightFormat format) {
-    const std::vector<KernelVariant> variants = matmul_kernel_variants(format);
+MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout) {
+    const std::vector<KernelVariant> variants = matmul_kernel_variants(format, layout);
     return variants.empty() ? nullptr : variants.back().kernel;
 }
 

@@ -19,8 +19,10 @@ namespace edge::engine::quant {
 using MatmulKernel = void (*)(const Weight& w, const float* x, int64_t n_tokens, float* y,
                               int64_t ldy, int64_t row_begin, int64_t row_end);
 
-// The fastest kernel this CPU runs for `format`, or nullptr for float formats (engine/cpu's job).
-MatmulKernel matmul_kernel_for(WeightFormat format);
+// The fastest kernel this CPU runs for `format` in `layout`, or nullptr for float formats
+// (engine/cpu's job) and for a layout this CPU has no kernel for (row tiles: INT4 needs AVX-512
+// VNNI and GFNI, INT8 AVX-512 VNNI). A kernel for one layout must never receive the other.
+MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout = WeightLayout::kRows);
 
 // One implementation of a format's kernel, for tests (SIMD vs scalar reference) and benchmarks.
 struct KernelVariant {
@@ -42,8 +44,11 @@ struct KernelVariant {
 // so a single-bf16 activation adds ~1/16 of the weight error.
 inline constexpr double kBf16RoundRelError = 1.0 / 256;
 
-// Every variant this CPU runs for `format`, the scalar reference first and the one
-// matmul_kernel_for picks last; empty for float formats.
-std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format);
+// Every variant this CPU runs for `format` in `layout`, the one matmul_kernel_for picks last;
+// empty for float formats. Row-major: the scalar reference first. Row tiles: only SIMD kernels
+// (tests compare them with the row-major scalar reference on the same weights), empty when this
+// CPU has none.
+std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format,
+                                                  WeightLayout layout = WeightLayout::kRows);
 
 }  // namespace edge::engine::quant

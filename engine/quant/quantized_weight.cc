@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/quant/fp8.h"
+#include "engine/quant/row_tiles.h"
 
 namespace edge::engine::quant {
 namespace {
@@ -61,9 +62,11 @@ Status check_finite_row(const float* row, int64_t r, int64_t cols, std::string_v
 }  // namespace
 
 QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols,
-                                 std::vector<uint8_t> data, std::vector<float> scales)
+                                 std::vector<uint8_t> data, std::vector<float> scales,
+                                 WeightLayout layout)
     : data_(std::move(data)), scales_(std::move(scales)) {
-    view_ = Weight{format, rows, cols, data_.data(), scales_.empty() ? nullptr : scales_.data()};
+    view_ = Weight{format, rows, cols, data_.data(), scales_.empty() ? nullptr : scales_.data(),
+                   layout};
 }
 
 QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols,
@@ -73,8 +76,11 @@ QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols
 }
 
 int64_t QuantizedWeight::size_bytes() const {
-    return weight_data_bytes(view_.format, view_.rows, view_.cols) +
-           weight_scale_count(view_.format, view_.rows, view_.cols) *
+    const int64_t rows = view_.layout == WeightLayout::kRowTiles16
+                             ? ceil_div(view_.rows, kRowTile) * kRowTile
+                             : view_.rows;
+    return weight_data_bytes(view_.format, rows, view_.cols) +
+           weight_scale_count(view_.format, rows, view_.cols) *
                static_cast<int64_t>(sizeof(float));
 }
 
@@ -274,6 +280,14 @@ Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
 }
 
 void dequantize_row(const Weight& w, int64_t r, float* out) {
+    if (w.layout == WeightLayout::kRowTiles16) {
+        // Gather the row back into the row-major layout and decode that one-row matrix.
+        std::vector<uint8_t> bytes(static_cast<size_t>(weight_data_bytes(w.format, 1, w.cols)));
+        std::vector<float> scales(static_cast<size_t>(weight_scale_count(w.format, 1, w.cols)));
+        untile_row(w, r, bytes.data(), scales.data());
+        dequantize_row(Weight{w.format, 1, w.cols, bytes.data(), scales.data()}, 0, out);
+        return;
+    }
     const int64_t cols = w.cols;
     switch (w.format) {
         case WeightFormat::kFP8E4M3Block128: {

@@ -34,9 +34,9 @@ struct SourceMatrix {
 class QuantizedWeight {
   public:
     QuantizedWeight() = default;
-    // Owns both data and scales.
+    // Owns both data and scales, ordered as `layout` says (engine/cpu/weight.h).
     QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, std::vector<uint8_t> data,
-                    std::vector<float> scales);
+                    std::vector<float> scales, WeightLayout layout = WeightLayout::kRows);
     // Views `data` in place (owned elsewhere, e.g. a mapped checkpoint) and owns the scales.
     QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, const void* external_data,
                     std::vector<float> scales);
@@ -47,7 +47,8 @@ class QuantizedWeight {
     QuantizedWeight& operator=(const QuantizedWeight&) = delete;
 
     const Weight& view() const { return view_; }
-    // Bytes of data plus scales this weight's format takes (whether owned or viewed).
+    // Bytes of data plus scales this weight's format and layout take (whether owned or viewed;
+    // row tiles count their padding rows).
     int64_t size_bytes() const;
     bool owns_data() const { return !data_.empty(); }
     std::span<const float> scales() const { return scales_; }
@@ -80,8 +81,8 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
 Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
                                  std::string_view name = "");
 
-// Reference dequantization of row `r` of a quantized view into `out` (w.cols floats). For tests
-// and tools, never on the inference path.
+// Reference dequantization of row `r` of a quantized view (either layout) into `out` (w.cols
+// floats). For tests and tools, never on the inference path.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
 }  // namespace edge::engine::quant

@@ -147,6 +147,7 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
                                     int64_t kv_bytes_per_token) {
     const int64_t H = c_.hidden_size;
     EDGE_ASSIGN_OR_RETURN(weights_, WeightLoader::create(*ckpt_, json, options.quantization));
+    weights_->use_row_tiles(options.row_tiles && backend_->supports_row_tiles());
     EDGE_ASSIGN_OR_RETURN(embed_, weight("model.embed_tokens.weight", c_.vocab_size, H));
     if (c_.tie_word_embeddings && !ckpt_->has("lm_head.weight")) {
         lm_head_ = embed_;

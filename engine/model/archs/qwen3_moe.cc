@@ -100,6 +100,7 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     const int64_t qdim = c_.num_attention_heads * hd;
     const int64_t kvdim = c_.num_key_value_heads * hd;
     EDGE_ASSIGN_OR_RETURN(weights_, WeightLoader::create(*ckpt_, json, options.quantization));
+    weights_->use_row_tiles(options.row_tiles && backend_->supports_row_tiles());
     EDGE_ASSIGN_OR_RETURN(embed_, weight("model.embed_tokens.weight", c_.vocab_size,
                                          c_.hidden_size));
     if (c_.tie_word_embeddings && !ckpt_->has("lm_head.weight")) {
