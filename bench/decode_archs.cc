@@ -13,6 +13,9 @@
 // counted (a few hundred positions at most).
 //
 // Usage: bench_decode_archs [--models DIR] [--steps N] [--reps N] [--threads N]
+//                           [--archs qwen3_moe,glm4_moe,deepseek_v3] [--row-major]
+// --archs runs only those architectures; --row-major keeps INT4 weights row-major instead of the
+// CPU's row tiles (LoadOptions::row_tiles), for A/B runs of the two layouts with one binary.
 // --models DIR holds (or receives) DIR/<arch> checkpoints; without it they are written to a temp
 // dir (about 2.5 GB each, one at a time) and removed afterwards. Prints a table, then one JSON
 // line.
@@ -150,6 +153,8 @@ struct Row {
 int main(int argc, char** argv) {
     std::string models_dir;
     int steps = 12, reps = 3, threads = 2;
+    std::string archs = "qwen3_moe,glm4_moe,deepseek_v3";
+    bool row_major = false;
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--models", &models_dir,
@@ -157,10 +162,16 @@ int main(int argc, char** argv) {
                                    "(default: temporary)"),
          edge::bench::Flag::integer("--steps", &steps, 1, "decode steps per run"),
          edge::bench::Flag::integer("--reps", &reps, 1, "runs per figure (median)"),
-         edge::bench::Flag::integer("--threads", &threads, 1, "compute threads")},
+         edge::bench::Flag::integer("--threads", &threads, 1, "compute threads"),
+         edge::bench::Flag::string("--archs", &archs, "a,b: only these architectures"),
+         edge::bench::Flag::boolean("--row-major", &row_major,
+                                    "INT4 weights row-major, not in row tiles")},
         "bench_decode_archs: decode per architecture, BF16 and experts-int4");
     std::vector<Row> rows;
     for (const char* arch : {"qwen3_moe", "glm4_moe", "deepseek_v3"}) {
+        if (("," + archs + ",").find(std::string(",") + arch + ",") == std::string::npos) {
+            continue;
+        }
         const edge::bench::BenchCheckpoint checkpoint(
             models_dir.empty() ? "" : models_dir + "/" + arch, "bench", arch, true);
         const std::string& dir = checkpoint.dir();
@@ -176,6 +187,7 @@ int main(int argc, char** argv) {
             lo.max_slots = kStreams;
             lo.max_context = kPrompt + steps + 8;
             lo.quantization = policy;
+            lo.row_tiles = !row_major;
             auto model = load_model(dir, lo);
             if (!model.ok()) {
                 fail(arch, model.status());

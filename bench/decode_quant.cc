@@ -10,6 +10,9 @@
 // over every timed step, the rest of the mean step, and the experts' weight bytes over their time.
 // Usage: bench_decode_quant [--model DIR] [--steps N] [--reps N] [--threads N]
 //                           [--formats bf16,fp8,int8,int4-g32,int4-g128,experts-int4]
+//                           [--row-major]
+// --row-major keeps INT4/INT8 weights row-major instead of the CPU's row tiles
+// (LoadOptions::row_tiles), for A/B runs of the two layouts with one binary.
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
 #include <algorithm>
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
     int steps = 24, reps = 3, threads = 2;
     std::string only;  // --formats a,b: run only these rows (names as printed), e.g. for A/B runs.
     std::string formats;
+    bool row_major = false;
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: the bench preset)"),
@@ -137,7 +141,9 @@ int main(int argc, char** argv) {
          edge::bench::Flag::integer("--reps", &reps, 1, "runs per figure (median)"),
          edge::bench::Flag::integer("--threads", &threads, 1, "compute threads"),
          edge::bench::Flag::string("--formats", &formats,
-                                   "a,b: only these rows (names as printed)")},
+                                   "a,b: only these rows (names as printed)"),
+         edge::bench::Flag::boolean("--row-major", &row_major,
+                                    "INT4/INT8 weights row-major, not in row tiles")},
         "bench_decode_quant: single-stream decode per weight format against memory bandwidth");
     if (!formats.empty()) {
         only = "," + formats + ",";
@@ -173,6 +179,7 @@ int main(int argc, char** argv) {
         lo.max_slots = 1;
         lo.max_context = 16 + steps + 1;
         lo.quantization = policy;
+        lo.row_tiles = !row_major;
         auto model = load_model(model_dir, lo);
         if (!model.ok()) {
             std::fprintf(stderr, "%s: %s\n", name.c_str(), model.status().to_string().c_str());
