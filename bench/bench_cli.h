@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <string_view>
@@ -54,6 +55,18 @@ struct Flag {
         return {.name = name, .help = help, .wide = v, .min = min, .max = INT64_MAX};
     }
 };
+
+// Resident set size of this process in bytes (VmRSS of /proc/self/status), 0 when unreadable.
+inline int64_t rss_bytes() {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) {
+            return std::stoll(line.substr(6)) * 1024;
+        }
+    }
+    return 0;
+}
 
 [[noreturn]] inline void usage_error(const char* program, const std::string& what) {
     std::fprintf(stderr, "%s: %s (see --help)\n", program, what.c_str());

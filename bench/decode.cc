@@ -38,18 +38,6 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Resident set size in bytes (VmRSS of /proc/self/status).
-int64_t rss_bytes() {
-    std::ifstream in("/proc/self/status");
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("VmRSS:", 0) == 0) {
-            return std::stoll(line.substr(6)) * 1024;
-        }
-    }
-    return 0;
-}
-
 TokenId argmax(const float* l, int64_t n) {
     int64_t b = 0;
     for (int64_t i = 1; i < n; ++i) {
@@ -255,7 +243,7 @@ int main(int argc, char** argv) {
         lo.threads = threads;
         lo.max_slots = 40;
         lo.max_context = 1024;
-        const int64_t rss0 = rss_bytes();
+        const int64_t rss0 = edge::bench::rss_bytes();
         auto model = edge::engine::load_model(model_dir, lo);
         if (!model.ok()) {
             std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
@@ -263,7 +251,7 @@ int main(int argc, char** argv) {
         }
         CausalLM& m = **model;
         if (rss_load == 0) {
-            rss_load = rss_bytes() - rss0;
+            rss_load = edge::bench::rss_bytes() - rss0;
         }
         weight_bytes = m.spec().weight_bytes;
         kv_per_token = m.spec().kv_bytes_per_token;
@@ -272,7 +260,7 @@ int main(int argc, char** argv) {
         run_batched(m, 32, 10);
         run_single(m, 8, 8);
         if (rss_warm == 0) {
-            rss_warm = rss_bytes() - rss0;
+            rss_warm = edge::bench::rss_bytes() - rss0;
         }
         single[threads - 1] = run_single(m, prefill, steps);
         if (threads == 2 || only_threads == 1) {

@@ -4,7 +4,10 @@
 // the same BF16 checkpoint; with the weight bytes one decode token reads in each format and the
 // fraction of memory read bandwidth (measured in this run, same thread count: the median of the
 // probe readings taken between the formats' runs) that it reaches. Rates are at the median step.
-// Embeddings and lm_head stay BF16 in every policy, as the presets leave them.
+// Embeddings and lm_head stay BF16 in every policy, as the presets leave them. resident_MB is what
+// the model counts as held in memory (ModelSpec::weight_bytes); rss_MB is what the process's
+// resident set grew by from before the load to after the warm-up steps (weights, KV cache,
+// scratch).
 // A second table splits the decode steps with the MoE block's own phase timers (ShardStats):
 // routing (router matmul and top-k), the routed experts and their combine, each the mean per step
 // over every timed step, the rest of the mean step, and the experts' weight bytes over their time.
@@ -14,6 +17,8 @@
 // --row-major keeps INT4/INT8 weights row-major instead of the CPU's row tiles
 // (LoadOptions::row_tiles), for A/B runs of the two layouts with one binary.
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
+
+#include <malloc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -165,6 +170,7 @@ int main(int argc, char** argv) {
     struct Row {
         std::string name;
         int64_t bytes = 0, resident = 0, expert_bytes = 0;
+        int64_t rss = 0;  // Growth of the process's resident set from before load to warm.
         double tps = 0, bw = 0;
         PhaseSums phases;
     };
@@ -174,6 +180,8 @@ int main(int argc, char** argv) {
         if (!only.empty() && only.find("," + name + ",") == std::string::npos) {
             continue;
         }
+        malloc_trim(0);  // Hand the previous format's freed heap back, so rss0 is a baseline.
+        const int64_t rss0 = edge::bench::rss_bytes();
         LoadOptions lo;
         lo.threads = threads;
         lo.max_slots = 1;
@@ -192,6 +200,7 @@ int main(int argc, char** argv) {
         r.expert_bytes =
             expert_bytes_per_token(*config, *edge::engine::quant::parse_quant_policy(policy));
         decode_tps(**model, 4);  // Warm-up: pages in the weights.
+        r.rss = edge::bench::rss_bytes() - rss0;
         std::vector<double> tps, bw;
         for (int k = 0; k < reps; ++k) {
             bw.push_back(edge::bench::measure_read_bandwidth(threads, size_t{1} << 30, 3));
@@ -207,15 +216,16 @@ int main(int argc, char** argv) {
     for (Row& r : rows) {
         r.bw = limit;
     }
-    std::printf("%-13s %14s %14s %10s %12s %10s %8s\n", "format", "bytes/token_MB", "resident_MB",
-                "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
+    std::printf("%-13s %14s %12s %8s %10s %12s %10s %8s\n", "format", "bytes/token_MB",
+                "resident_MB", "rss_MB", "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
     std::string json = "{\"threads\":" + std::to_string(threads) + ",\"rows\":[";
     std::vector<std::string> phase_lines;
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         const double eff = r.tps * static_cast<double>(r.bytes);
-        std::printf("%-13s %14.2f %14.1f %10.2f %12.2f %10.2f %8.3f\n", r.name.c_str(),
-                    r.bytes / 1e6, r.resident / 1e6, r.tps, eff / 1e9, r.bw / 1e9, eff / r.bw);
+        std::printf("%-13s %14.2f %12.1f %8.1f %10.2f %12.2f %10.2f %8.3f\n", r.name.c_str(),
+                    r.bytes / 1e6, r.resident / 1e6, r.rss / 1e6, r.tps, eff / 1e9, r.bw / 1e9,
+                    eff / r.bw);
         // Mean milliseconds per timed step.
         const double n = static_cast<double>(std::max<int64_t>(1, r.phases.steps));
         const double step_ms = r.phases.steps_s * 1e3 / n;
@@ -232,12 +242,14 @@ int main(int argc, char** argv) {
         char buf[768];
         std::snprintf(buf, sizeof buf,
                       "%s{\"format\":\"%s\",\"bytes_per_token\":%lld,\"resident_bytes\":%lld,"
+                      "\"rss_growth_bytes\":%lld,"
                       "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%.4g,"
                       "\"mean_step_ms\":%.4g,\"moe_routing_ms\":%.4g,\"experts_ms\":%.4g,"
                       "\"moe_combine_ms\":%.4g,\"expert_bytes_per_token\":%lld,"
                       "\"experts_bandwidth_fraction\":%.4g}",
                       i ? "," : "", r.name.c_str(), static_cast<long long>(r.bytes),
-                      static_cast<long long>(r.resident), r.tps, eff / r.bw, r.tps / rows[0].tps,
+                      static_cast<long long>(r.resident), static_cast<long long>(r.rss), r.tps,
+                      eff / r.bw, r.tps / rows[0].tps,
                       step_ms, routing_ms, experts_ms, combine_ms,
                       static_cast<long long>(r.expert_bytes), experts_gbps * 1e9 / r.bw);
         json += buf;

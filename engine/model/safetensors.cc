@@ -197,6 +197,16 @@ void* map_weights(int fd, uint64_t size) {
 
 }  // namespace
 
+void release_mapped_pages(const void* data, int64_t bytes) {
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(data);
+    const uintptr_t first = (begin + page - 1) & ~(page - 1);
+    const uintptr_t last = (begin + static_cast<uintptr_t>(bytes)) & ~(page - 1);
+    if (bytes > 0 && last > first) {
+        madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+    }
+}
+
 std::string_view dtype_name(DType dtype) {
     for (const DTypeName& d : kDTypes) {
         if (d.dtype == dtype) {

@@ -74,6 +74,13 @@ private:
     uint64_t size_ = 0;
 };
 
+// Drops the whole pages inside [data, data + bytes) of a read-only file mapping (the bytes of a
+// MappedFile) from this process's resident set (MADV_DONTNEED). The bytes stay readable: a later
+// read faults them back in from the page cache or the file. For tensors the loader has copied
+// (quantized on load, or repacked into row tiles), so that resident memory is what the model
+// reads. Partial pages at either end are kept (a neighbouring tensor may live there).
+void release_mapped_pages(const void* data, int64_t bytes);
+
 // A tensor as stored: raw bytes of `dtype` in row-major order of `shape`.
 struct TensorView {
     const TensorInfo* info = nullptr;

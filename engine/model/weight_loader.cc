@@ -214,6 +214,7 @@ Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
         } else {  // Viewed in the mapping: those bytes are no longer read; the tiles are new.
             replaced_bytes_ += data_bytes;
             added_bytes_ += tiled.size_bytes() - w.size_bytes() + data_bytes;
+            release_mapped_pages(v.data, data_bytes);
         }
         w = std::move(tiled);  // Frees the row-major copy, if any.
     }
@@ -328,6 +329,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w, quant::quantize(src, target, weight_name));
         replaced_bytes_ += t.nbytes;
         added_bytes_ += w.size_bytes();
+        release_mapped_pages(t.data, t.nbytes);  // The quantized copy is what is read from now.
         return keep(std::move(w));
     }
     Weight w;

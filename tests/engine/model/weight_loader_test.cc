@@ -1,0 +1,94 @@
+// WeightLoader and resident memory: a full-precision tensor quantized on load leaves the process's
+// resident set (its pages of the checkpoint mapping are dropped once the quantized copy exists),
+// while its bytes stay readable through the mapping.
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/safetensors_writer.h"
+#include "engine/model/weight_loader.h"
+
+namespace edge::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Kilobytes of `path`'s mappings resident in this process (the Rss lines of /proc/self/smaps
+// under each mapping whose file is `path`).
+int64_t mapped_rss_kb(const std::string& path) {
+    std::ifstream in("/proc/self/smaps");
+    std::string line;
+    bool ours = false;
+    int64_t kb = 0;
+    while (std::getline(in, line)) {
+        // A mapping's first line: "start-end perms offset dev inode [path]".
+        const size_t dash = line.find('-');
+        if (dash != std::string::npos && dash > 0 &&
+            line.find_first_not_of("0123456789abcdef") == dash) {
+            ours = line.size() >= path.size() &&
+                   line.compare(line.size() - path.size(), path.size(), path) == 0;
+            continue;
+        }
+        if (ours && line.rfind("Rss:", 0) == 0) {
+            kb += std::stoll(line.substr(4));
+        }
+    }
+    return kb;
+}
+
+TEST_CASE("a tensor quantized on load leaves resident memory, its mapped bytes stay readable") {
+    const fs::path dir = fs::temp_directory_path() /
+                         ("edge_weight_loader_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"]})";
+    const std::string path = fs::canonical(dir).string() + "/model.safetensors";
+    // One routed-expert matrix of 2 MiB of BF16 (1024 x 1024) with random small values.
+    const int64_t rows = 1024, cols = 1024;
+    std::string bytes(static_cast<size_t>(rows * cols * 2), '\0');
+    std::mt19937 rng(7);
+    for (size_t i = 0; i < bytes.size(); i += 2) {
+        const uint16_t bf16 = static_cast<uint16_t>(0x3C00 + rng() % 0x200);  // ~0.008-0.03.
+        std::memcpy(&bytes[i], &bf16, 2);
+    }
+    const std::string name = "model.layers.0.mlp.experts.0.gate_proj.weight";
+    REQUIRE(write_safetensors(path, {{name, DType::kBF16, {rows, cols}, bytes, {}}}).ok());
+
+    auto ck = Checkpoint::open_files({path});
+    REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
+    auto config = ConfigJson::read(dir.string());
+    REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+    const int64_t before_kb = mapped_rss_kb(path);
+    CHECK(before_kb >= rows * cols * 2 / 1024);  // The whole file is read in at open.
+
+    auto loader = WeightLoader::create(**ck, *config, "experts-int4");
+    REQUIRE_MESSAGE(loader.ok(), loader.status().to_string());
+    auto w = (*loader)->matrix(name, rows, cols);
+    REQUIRE_MESSAGE(w.ok(), w.status().to_string());
+    CHECK(w->format == WeightFormat::kInt4G32);
+    const int64_t after_kb = mapped_rss_kb(path);
+    CAPTURE(before_kb);
+    CAPTURE(after_kb);
+    // What stays: the header's page and the partial pages at the tensor's ends.
+    CHECK(after_kb <= 3 * sysconf(_SC_PAGESIZE) / 1024);
+    CHECK((*loader)->resident_bytes() < rows * cols);  // INT4 plus scales, not the BF16 bytes.
+
+    // The mapping still reads the tensor as written (faulted back in).
+    auto view = (*ck)->tensor(name);
+    REQUIRE(view.ok());
+    CHECK(std::memcmp(view->data, bytes.data(), bytes.size()) == 0);
+    fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace edge::engine
