@@ -26,14 +26,6 @@
 namespace edge::engine::quant::detail {
 namespace {
 
-#define EDGE_AVX512_VNNI_GFNI                                                 \
-    __attribute__((                                                           \
-        target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,gfni,fma,f16c," \
-               "avx2")))
-
-// Bit matrix of vgf2p8affineqb for "byte >> 4" (as in kernels_avx512_vnni.cc).
-constexpr long long kShiftRight4Matrix = 0x1020408000000000LL;
-
 // Tokens one pass over a tile serves (an accumulator per token and group stays in registers).
 constexpr int kTileTokens = 8;
 
@@ -45,58 +37,15 @@ struct alignas(64) Int4TileChunk {
     float scale[4];       // Activation scale of group p (G = 128: all four equal).
 };
 
-// Per group of G columns: scale = max|x| / 127, x_q = round-to-nearest-even(x * 127 / max|x|);
-// columns past `cols` in the last chunk read as zero.
+// One token's activations for the tiled INT4 kernel (quantize_int4_x128 per 128 columns).
 template <int G>
 EDGE_AVX512_VNNI void prepare_int4_tiles(const float* x, int64_t cols, Int4TileChunk* chunks) {
-    const int64_t n_chunks = (cols + 127) / 128;
-    const __m512i even_idx =
-        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i odd_idx =
-        _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    const __m512i ones = _mm512_set1_epi8(1);
-    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-    for (int64_t k = 0; k < n_chunks; ++k) {
+    for (int64_t k = 0; k < (cols + 127) / 128; ++k) {
         Int4TileChunk& ch = chunks[k];
-        __m512 v[8];
-        for (int i = 0; i < 8; ++i) {
-            const int64_t c = k * 128 + i * 16;
-            v[i] = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), x + c) : _mm512_setzero_ps();
-        }
-        __m512 amax[4];
-        for (int p = 0; p < 4; ++p) {
-            amax[p] = _mm512_max_ps(_mm512_and_ps(v[2 * p], abs_mask),
-                                    _mm512_and_ps(v[2 * p + 1], abs_mask));
-        }
-        float inv[4];
-        if constexpr (G == 32) {
-            for (int p = 0; p < 4; ++p) {
-                const float m = _mm512_reduce_max_ps(amax[p]);
-                ch.scale[p] = m / 127.0f;
-                inv[p] = m > 0.0f ? 127.0f / m : 0.0f;
-            }
-        } else {
-            const float m = _mm512_reduce_max_ps(
-                _mm512_max_ps(_mm512_max_ps(amax[0], amax[1]), _mm512_max_ps(amax[2], amax[3])));
-            for (int p = 0; p < 4; ++p) {
-                ch.scale[p] = m / 127.0f;
-                inv[p] = m > 0.0f ? 127.0f / m : 0.0f;
-            }
-        }
-        for (int p = 0; p < 4; ++p) {  // Columns 32p .. 32p+31 of the chunk.
-            const __m512 s = _mm512_set1_ps(inv[p]);
-            const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * p], s));
-            const __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * p + 1], s));
-            _mm_store_si128(reinterpret_cast<__m128i*>(ch.even + 16 * p),
-                            _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(a, even_idx, b)));
-            _mm_store_si128(reinterpret_cast<__m128i*>(ch.odd + 16 * p),
-                            _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(a, odd_idx, b)));
-        }
         // Lane j: sum of x_q over columns 8j .. 8j+7; group p holds lanes 4p .. 4p+3.
-        __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(ch.even));
-        sum = _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(ch.odd));
         alignas(64) int32_t lanes[16];
-        _mm512_store_si512(lanes, sum);
+        _mm512_store_si512(lanes, quantize_int4_x128<G>(x, k * 128, cols, ch.even, ch.odd,
+                                                        ch.scale));
         for (int p = 0; p < 4; ++p) {
             ch.neg_corr[p] =
                 -8 * (lanes[4 * p] + lanes[4 * p + 1] + lanes[4 * p + 2] + lanes[4 * p + 3]);
@@ -271,30 +220,13 @@ struct alignas(64) Int8TileChunk {
     float scale;       // Activation scale of the 64 columns.
 };
 
-// Per 64 columns: scale = max|x| / 127, x_q = round-to-nearest-even(x * 127 / max|x|).
+// One token's activations for the tiled INT8 kernel (quantize_int8_x64 per 64 columns).
 EDGE_AVX512_VNNI void prepare_int8_tiles(const float* x, int64_t cols, Int8TileChunk* chunks) {
-    const int64_t n_chunks = (cols + 63) / 64;
-    const __m512i ones = _mm512_set1_epi8(1);
-    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
-    for (int64_t k = 0; k < n_chunks; ++k) {
+    for (int64_t k = 0; k < (cols + 63) / 64; ++k) {
         Int8TileChunk& ch = chunks[k];
-        __m512 v[4];
-        __m512 amax = _mm512_setzero_ps();
-        for (int i = 0; i < 4; ++i) {
-            const int64_t c = k * 64 + i * 16;
-            v[i] = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), x + c) : _mm512_setzero_ps();
-            amax = _mm512_max_ps(amax, _mm512_and_ps(v[i], abs_mask));
-        }
-        const float m = _mm512_reduce_max_ps(amax);
-        const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
-        for (int i = 0; i < 4; ++i) {
-            _mm_store_si128(reinterpret_cast<__m128i*>(ch.x + 16 * i),
-                            _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv))));
-        }
-        const __m512i sum =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(ch.x));
+        __m512i sum;
+        ch.scale = quantize_int8_x64(x, k * 64, cols, ch.x, &sum);
         ch.neg_corr = -128 * _mm512_reduce_add_epi32(sum);
-        ch.scale = m / 127.0f;
     }
 }
 

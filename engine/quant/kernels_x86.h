@@ -26,6 +26,11 @@
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,fma,f16c,avx2")))
 #define EDGE_AVX512_VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,avx2")))
+// VNNI plus GFNI (the INT4 kernels' one-instruction nibble shift).
+#define EDGE_AVX512_VNNI_GFNI                                                 \
+    __attribute__((                                                           \
+        target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,gfni,fma,f16c," \
+               "avx2")))
 #define EDGE_INLINE inline __attribute__((always_inline))
 
 namespace edge::engine::quant::detail {
@@ -135,6 +140,87 @@ EDGE_AVX512 EDGE_INLINE void store_stream_sums(const __m512* acc, float* y, int6
     for (int s = 0; s < 4; ++s) {
         y[r + s * q] = out[s];
     }
+}
+
+// Bit matrix of vgf2p8affineqb for "byte >> 4": result bit i (i < 4) is input bit i + 4; the
+// matrix byte 7 - i selects the input bits of result bit i.
+inline constexpr long long kShiftRight4Matrix = 0x1020408000000000LL;
+
+// The VNNI kernels' activations: a token's floats rounded to int8 per group, scale = max|x| / 127
+// and x_q = round-to-nearest-even(x * 127 / max|x|) (0 for an all-zero group); columns past
+// `cols` read as zero. Vectorized because it runs once per kernel call and thread (a scalar
+// version took half the time of a 256-row slice of a 1024-column matrix).
+
+// Columns c0 .. c0 + 63 as one group into q (64 bytes, 64-byte aligned); returns the scale and,
+// in *quad_sums, lane j = the sum of x_q over columns 4j .. 4j+3.
+EDGE_AVX512_VNNI EDGE_INLINE float quantize_int8_x64(const float* x, int64_t c0, int64_t cols,
+                                                     int8_t* q, __m512i* quad_sums) {
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    __m512 v[4];
+    __m512 amax = _mm512_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+        const int64_t c = c0 + i * 16;
+        v[i] = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), x + c) : _mm512_setzero_ps();
+        amax = _mm512_max_ps(amax, _mm512_and_ps(v[i], abs_mask));
+    }
+    const float m = _mm512_reduce_max_ps(amax);
+    const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+    for (int i = 0; i < 4; ++i) {
+        _mm_store_si128(reinterpret_cast<__m128i*>(q + 16 * i),
+                        _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv))));
+    }
+    *quad_sums =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_load_si512(q));
+    return m / 127.0f;
+}
+
+// Columns c0 .. c0 + 127 in groups of G (32 or 128), split into even columns (0, 2, .., 126: the
+// low nibbles of the INT4 layout) and odd ones (64 bytes each, 64-byte aligned); scale[p] is the
+// scale of columns 32p .. 32p + 31 (for G = 128 all four equal). Returns lane j = the sum of x_q
+// over columns 8j .. 8j+7 (four even and four odd bytes).
+template <int G>
+EDGE_AVX512_VNNI EDGE_INLINE __m512i quantize_int4_x128(const float* x, int64_t c0, int64_t cols,
+                                                        int8_t* even, int8_t* odd,
+                                                        float* scale) {
+    static_assert(G == 32 || G == 128);
+    const __m512i even_idx =
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odd_idx =
+        _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+    __m512 v[8];
+    for (int i = 0; i < 8; ++i) {
+        const int64_t c = c0 + i * 16;
+        v[i] = c < cols ? _mm512_maskz_loadu_ps(mask16(cols - c), x + c) : _mm512_setzero_ps();
+    }
+    __m512 amax[4];
+    for (int p = 0; p < 4; ++p) {
+        amax[p] = _mm512_max_ps(_mm512_and_ps(v[2 * p], abs_mask),
+                                _mm512_and_ps(v[2 * p + 1], abs_mask));
+    }
+    float m[4];
+    if constexpr (G == 32) {
+        for (int p = 0; p < 4; ++p) {
+            m[p] = _mm512_reduce_max_ps(amax[p]);
+        }
+    } else {
+        m[0] = _mm512_reduce_max_ps(
+            _mm512_max_ps(_mm512_max_ps(amax[0], amax[1]), _mm512_max_ps(amax[2], amax[3])));
+        m[1] = m[2] = m[3] = m[0];
+    }
+    for (int p = 0; p < 4; ++p) {  // Columns 32p .. 32p+31 of the chunk.
+        scale[p] = m[p] / 127.0f;
+        const __m512 s = _mm512_set1_ps(m[p] > 0.0f ? 127.0f / m[p] : 0.0f);
+        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * p], s));
+        const __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * p + 1], s));
+        _mm_store_si128(reinterpret_cast<__m128i*>(even + 16 * p),
+                        _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(a, even_idx, b)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(odd + 16 * p),
+                        _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(a, odd_idx, b)));
+    }
+    const __m512i ones = _mm512_set1_epi8(1);
+    const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_load_si512(even));
+    return _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(odd));
 }
 
 // A kernel body for a fixed tile of T tokens: rows [row_begin, row_end), x and y of the tile.
