@@ -9,6 +9,7 @@
 
 #include "engine/quant/fp8.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/quant/row_tiles.h"
 
 namespace edge::engine::quant {
 namespace {
@@ -199,7 +200,8 @@ TEST_CASE("fp8 kernels decode every E4M3 code exactly") {
 
 TEST_CASE("quantized kernels: every token count up to 12 equals one token at a time") {
     // Tiles of several tokens must give each token what a one-token call gives (up to f32
-    // summation order), for row ranges that are not multiples of the four-row reductions.
+    // summation order), for row ranges that are not multiples of the four-row reductions or of
+    // the 16-row tiles; row-major weights and, where a format has them, row tiles.
     std::mt19937 rng(7);
     const int64_t rows = 23, cols = 384;
     const std::vector<float> wsrc = random_vector(rows * cols, rng, 0.05f);
@@ -208,26 +210,36 @@ TEST_CASE("quantized kernels: every token count up to 12 equals one token at a t
                                 WeightFormat::kInt4G32, WeightFormat::kInt4G128}) {
         auto q = quantize(SourceMatrix::f32(wsrc.data(), rows, cols), format);
         REQUIRE(q.ok());
-        for (const KernelVariant& v : matmul_kernel_variants(format)) {
-            const std::string variant = std::string(weight_format_name(format)) + "/" + v.name;
-            CAPTURE(variant);
-            std::vector<float> single(12 * rows);
-            for (int64_t t = 0; t < 12; ++t) {
-                v.kernel(q->view(), x.data() + t * cols, 1, single.data() + t * rows, rows, 2,
-                         rows);
-            }
-            for (int64_t n = 2; n <= 12; ++n) {
-                CAPTURE(n);
-                std::vector<float> y(n * rows);
-                v.kernel(q->view(), x.data(), n, y.data(), rows, 2, rows);
-                int bad = 0;
-                for (int64_t t = 0; t < n; ++t) {
-                    for (int64_t r = 2; r < rows; ++r) {
-                        const float a = y[t * rows + r], b = single[t * rows + r];
-                        bad += !(std::fabs(a - b) <= 1e-5f * (1.0f + std::fabs(b)));
-                    }
+        std::vector<QuantizedWeight> layouts;
+        layouts.push_back(std::move(*q));
+        if (row_tiles_support(format, cols)) {
+            auto tiled = tile_rows(layouts[0].view());
+            REQUIRE(tiled.ok());
+            layouts.push_back(std::move(*tiled));
+        }
+        for (const QuantizedWeight& qw : layouts) {
+            const Weight& w = qw.view();
+            for (const KernelVariant& v : matmul_kernel_variants(format, w.layout)) {
+                const std::string variant = std::string(weight_format_name(format)) + "/" +
+                                            v.name;
+                CAPTURE(variant);
+                std::vector<float> single(12 * rows);
+                for (int64_t t = 0; t < 12; ++t) {
+                    v.kernel(w, x.data() + t * cols, 1, single.data() + t * rows, rows, 2, rows);
                 }
-                CHECK(bad == 0);
+                for (int64_t n = 2; n <= 12; ++n) {
+                    CAPTURE(n);
+                    std::vector<float> y(n * rows);
+                    v.kernel(w, x.data(), n, y.data(), rows, 2, rows);
+                    int bad = 0;
+                    for (int64_t t = 0; t < n; ++t) {
+                        for (int64_t r = 2; r < rows; ++r) {
+                            const float a = y[t * rows + r], b = single[t * rows + r];
+                            bad += !(std::fabs(a - b) <= 1e-5f * (1.0f + std::fabs(b)));
+                        }
+                    }
+                    CHECK(bad == 0);
+                }
             }
         }
     }

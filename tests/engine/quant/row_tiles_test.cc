@@ -189,38 +189,5 @@ TEST_CASE("row tiles: tiled kernels equal the exact product on ragged shapes") {
     }
 }
 
-TEST_CASE("row tiles: every token count up to 12 equals one token at a time") {
-    std::mt19937 rng(8);
-    const int64_t rows = 37, cols = 384;
-    for (WeightFormat format : kTiledFormats) {
-        const QuantizedWeight q = make_weight(format, rows, cols, rng);
-        auto tiled = tile_rows(q.view());
-        REQUIRE(tiled.ok());
-        const std::vector<float> x = random_vector(12 * cols, rng, 1.0f);
-        for (const KernelVariant& v : matmul_kernel_variants(format, WeightLayout::kRowTiles16)) {
-            const std::string variant = std::string(weight_format_name(format)) + "/" + v.name;
-            CAPTURE(variant);
-            std::vector<float> single(12 * rows);
-            for (int64_t t = 0; t < 12; ++t) {
-                v.kernel(tiled->view(), x.data() + t * cols, 1, single.data() + t * rows, rows, 3,
-                         rows);
-            }
-            for (int64_t n = 2; n <= 12; ++n) {
-                CAPTURE(n);
-                std::vector<float> y(n * rows);
-                v.kernel(tiled->view(), x.data(), n, y.data(), rows, 3, rows);
-                int bad = 0;
-                for (int64_t t = 0; t < n; ++t) {
-                    for (int64_t r = 3; r < rows; ++r) {
-                        const float a = y[t * rows + r], b = single[t * rows + r];
-                        bad += !(std::fabs(a - b) <= 1e-5f * (1.0f + std::fabs(b)));
-                    }
-                }
-                CHECK(bad == 0);
-            }
-        }
-    }
-}
-
 }  // namespace
 }  // namespace edge::engine::quant
