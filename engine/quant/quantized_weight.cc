@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/check.h"
 #include "engine/quant/fp8.h"
 #include "engine/quant/row_tiles.h"
 
@@ -64,8 +65,12 @@ Status check_finite_row(const float* row, int64_t r, int64_t cols, std::string_v
 QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols,
                                  std::vector<uint8_t> data, std::vector<float> scales,
                                  WeightLayout layout)
-    : data_(std::move(data)), scales_(std::move(scales)) {
-    view_ = Weight{format, rows, cols, data_.data(), scales_.empty() ? nullptr : scales_.data(),
+    : scales_(std::move(scales)) {
+    const size_t bytes = (data.size() + 63) / 64 * 64;
+    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
+    EDGE_CHECK(data_ != nullptr, "out of memory for a quantized weight");
+    std::memcpy(data_.get(), data.data(), data.size());
+    view_ = Weight{format, rows, cols, data_.get(), scales_.empty() ? nullptr : scales_.data(),
                    layout};
 }
 

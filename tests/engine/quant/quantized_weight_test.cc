@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
+
+#include "engine/quant/row_tiles.h"
 
 namespace edge::engine::quant {
 namespace {
@@ -196,6 +199,24 @@ TEST_CASE("a moved QuantizedWeight keeps its view valid") {
     QuantizedWeight moved = std::move(q).value();
     CHECK(moved.view().data == data);
     CHECK(moved.view().scales == moved.scales().data());
+}
+
+TEST_CASE("owned quantized data starts on a 64-byte boundary, row-major and in row tiles") {
+    // The kernels load 64 bytes at a time: a buffer 16 bytes past a line (where malloc puts a
+    // vector) would make every load straddle two cache lines.
+    std::vector<float> m = random_matrix(37, 256, 6);
+    for (WeightFormat f : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
+                           WeightFormat::kInt4G32, WeightFormat::kInt4G128}) {
+        CAPTURE(weight_format_name(f));
+        auto q = quantize(SourceMatrix::f32(m.data(), 37, 256), f);
+        REQUIRE(q.ok());
+        CHECK(reinterpret_cast<uintptr_t>(q->view().data) % 64 == 0);
+        if (row_tiles_support(f, 256)) {
+            auto tiled = tile_rows(q->view());
+            REQUIRE(tiled.ok());
+            CHECK(reinterpret_cast<uintptr_t>(tiled->view().data) % 64 == 0);
+        }
+    }
 }
 
 }  // namespace
