@@ -248,8 +248,9 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
             } else {
                 const quant::QuantizedWeight& first = set->quantized[i];
                 const auto* bytes = static_cast<const uint8_t*>(first.view().data);
-                std::vector<uint8_t> data(bytes,
-                                          bytes + quant::weight_data_bytes(format, m.rows, m.cols));
+                quant::AlignedBytes data(
+                    static_cast<size_t>(quant::weight_data_bytes(format, m.rows, m.cols)));
+                std::memcpy(data.data(), bytes, data.size());
                 std::vector<float> scales(first.scales().begin(), first.scales().end());
                 set->quantized.emplace_back(format, m.rows, m.cols, std::move(data),
                                             std::move(scales));
@@ -358,9 +359,9 @@ int main(int argc, char** argv) {
                         const int64_t align = c.tiles ? edge::engine::kRowTile : 1;
                         for (const Weight& w : c.tiles ? set.tiled_weights : set.weights) {
                             const int64_t b = w.rows * index / threads / align * align;
-                            const int64_t e =
-                                index + 1 == threads ? w.rows
-                                                     : w.rows * (index + 1) / threads / align * align;
+                            const int64_t e = index + 1 == threads
+                                                  ? w.rows
+                                                  : w.rows * (index + 1) / threads / align * align;
                             if (c.kernel == nullptr) {
                                 bf16_gemv(w, x.data(), y.data(), b, e);
                             } else {

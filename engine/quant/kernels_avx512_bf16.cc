@@ -356,8 +356,7 @@ EDGE_AVX512_BF16_VBMI void fp8_table_rows(const Weight& w, const Bf16Chunk* prep
     }
 }
 
-using TableRowsFn = void (*)(const Weight&, const Bf16Chunk*, int64_t, float*, int64_t, int64_t,
-                             int64_t);
+using TableRowsFn = PreparedRowsFn<Bf16Chunk>;
 
 }  // namespace
 
@@ -389,11 +388,7 @@ void matmul_fp8_avx512_bf16_vbmi(const Weight& w, const float* x, int64_t n_toke
     const int64_t n_chunks = (w.cols + 63) / 64;
     const Bf16Chunk* prepared =
         prepare_tokens<Bf16Chunk>(x, w.cols, n_tokens, n_chunks, prepare_bf16_chunks);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
-        const int64_t nt = n_tokens - t0 < kTile ? n_tokens - t0 : kTile;
-        kTiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
-                       row_end);
-    }
+    run_prepared_tiles(kTiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
 }
 
 }  // namespace edge::engine::quant::detail

@@ -210,8 +210,7 @@ EDGE_AVX512_VNNI_GFNI void int4_tiles_rows(const Weight& w, const Int4TileChunk*
     }
 }
 
-using Int4TilesFn = void (*)(const Weight&, const Int4TileChunk*, int64_t, float*, int64_t, int64_t,
-                             int64_t);
+using Int4TilesFn = PreparedRowsFn<Int4TileChunk>;
 
 // One token's activations for 64 columns, prepared for the tiled INT8 kernel.
 struct alignas(64) Int8TileChunk {
@@ -305,8 +304,7 @@ EDGE_AVX512_VNNI void int8_tiles_rows(const Weight& w, const Int8TileChunk* prep
     }
 }
 
-using Int8TilesFn = void (*)(const Weight&, const Int8TileChunk*, int64_t, float*, int64_t, int64_t,
-                             int64_t);
+using Int8TilesFn = PreparedRowsFn<Int8TileChunk>;
 
 }  // namespace
 
@@ -326,10 +324,7 @@ void matmul_int4_tiles_avx512_vnni_gfni(const Weight& w, const float* x, int64_t
         int4_tiles_rows<4, 128>, int4_tiles_rows<5, 128>, int4_tiles_rows<6, 128>,
         int4_tiles_rows<7, 128>, int4_tiles_rows<8, 128>};
     const auto& tiles = g32 ? kTiles32 : kTiles128;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-        const int64_t nt = std::min<int64_t>(kTileTokens, n_tokens - t0);
-        tiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin, row_end);
-    }
+    run_prepared_tiles(tiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
 }
 
 void matmul_int8_tiles_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, float* y,
@@ -340,11 +335,7 @@ void matmul_int8_tiles_avx512_vnni(const Weight& w, const float* x, int64_t n_to
     static constexpr Int8TilesFn kTiles[kTileTokens] = {
         int8_tiles_rows<1>, int8_tiles_rows<2>, int8_tiles_rows<3>, int8_tiles_rows<4>,
         int8_tiles_rows<5>, int8_tiles_rows<6>, int8_tiles_rows<7>, int8_tiles_rows<8>};
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
-        const int64_t nt = std::min<int64_t>(kTileTokens, n_tokens - t0);
-        kTiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
-                       row_end);
-    }
+    run_prepared_tiles(kTiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
 }
 
 }  // namespace edge::engine::quant::detail

@@ -391,8 +391,7 @@ EDGE_AVX512_VNNI void int8_vnni_rows(const Weight& w, const Int8Chunk* prepared,
     }
 }
 
-using VnniRowsFn = void (*)(const Weight&, const Int4Chunk*, int64_t, float*, int64_t, int64_t,
-                            int64_t);
+using VnniRowsFn = PreparedRowsFn<Int4Chunk>;
 
 }  // namespace
 
@@ -401,17 +400,12 @@ void matmul_int8_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
     const int64_t n_chunks = (w.cols + 63) / 64;
     const Int8Chunk* prepared =
         prepare_tokens<Int8Chunk>(x, w.cols, n_tokens, n_chunks, prepare_int8_activations);
-    using VnniRows =
-        void (*)(const Weight&, const Int8Chunk*, int64_t, float*, int64_t, int64_t, int64_t);
+    using VnniRows = PreparedRowsFn<Int8Chunk>;
     constexpr int kTile = 8;  // Tokens one pass over the weights serves.
     static constexpr VnniRows kTiles[kTile] = {
         int8_vnni_rows<1>, int8_vnni_rows<2>, int8_vnni_rows<3>, int8_vnni_rows<4>,
         int8_vnni_rows<5>, int8_vnni_rows<6>, int8_vnni_rows<7>, int8_vnni_rows<8>};
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
-        const int64_t nt = std::min<int64_t>(kTile, n_tokens - t0);
-        kTiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
-                       row_end);
-    }
+    run_prepared_tiles(kTiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
 }
 
 // Every token's activations prepared for the INT4 kernels, in this thread's scratch (valid until
@@ -436,10 +430,7 @@ void matmul_int4_avx512_vnni(const Weight& w, const float* x, int64_t n_tokens, 
         int4_vnni_rows<1, 128>, int4_vnni_rows<2, 128>, int4_vnni_rows<3, 128>,
         int4_vnni_rows<4, 128>};
     const auto& tiles = g32 ? kTiles32 : kTiles128;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
-        const int64_t nt = std::min<int64_t>(kMaxTile, n_tokens - t0);
-        tiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin, row_end);
-    }
+    run_prepared_tiles(tiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
 }
 
 // Tokens one pass of the GFNI INT4 kernel serves (each weight chunk is decoded once for all).
@@ -458,10 +449,7 @@ void matmul_int4_avx512_vnni_gfni(const Weight& w, const float* x, int64_t n_tok
         int4_gfni_rows<4, 128>, int4_gfni_rows<5, 128>, int4_gfni_rows<6, 128>,
         int4_gfni_rows<7, 128>, int4_gfni_rows<8, 128>};
     const auto& tiles = g32 ? kTiles32 : kTiles128;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt4GfniMaxTile) {
-        const int64_t nt = std::min<int64_t>(kInt4GfniMaxTile, n_tokens - t0);
-        tiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin, row_end);
-    }
+    run_prepared_tiles(tiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
 }
 
 }  // namespace edge::engine::quant::detail

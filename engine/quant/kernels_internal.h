@@ -3,11 +3,11 @@
 // The per-ISA matrix kernels behind quant::matmul_kernel_for (quant_kernels.h), one file per ISA:
 // kernels_scalar.cc (reference, any CPU), kernels_avx2.cc (AVX2+FMA+F16C), kernels_avx512.cc
 // (AVX-512 F/BW/VL/DQ, and VBMI for one FP8 variant), kernels_avx512_vnni.cc (AVX-512 VNNI, INT8
-// and INT4 with int8 activations), kernels_avx512_bf16.cc (AVX512_BF16, FP8), kernels_avx512_tiles.cc (INT4/INT8 in row tiles); shared
-// helpers in kernels_x86.h. Each ISA file compiles its
-// functions with target attributes, so the binary runs on any x86-64 and quant_kernels.cc picks by
-// cpuid at run time. All kernels have the MatmulKernel contract and are thread-safe on disjoint row
-// ranges (scratch is thread_local).
+// and INT4 with int8 activations), kernels_avx512_bf16.cc (AVX512_BF16, FP8),
+// kernels_avx512_tiles.cc (INT4/INT8 in row tiles); shared helpers in kernels_x86.h. Each ISA
+// file compiles its functions with target attributes, so the binary runs on any x86-64 and
+// quant_kernels.cc picks by cpuid at run time. All kernels have the MatmulKernel contract and are
+// thread-safe on disjoint row ranges (scratch is thread_local).
 
 #include <cstdint>
 

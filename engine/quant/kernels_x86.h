@@ -223,6 +223,24 @@ EDGE_AVX512_VNNI EDGE_INLINE __m512i quantize_int4_x128(const float* x, int64_t 
     return _mm512_dpbusd_epi32(sum, ones, _mm512_load_si512(odd));
 }
 
+// A kernel body for a fixed tile of tokens over activations prepared per token (n_chunks chunks
+// each): the tile's first chunk, n_chunks, y of the tile, ldy, rows [row_begin, row_end).
+template <typename Chunk>
+using PreparedRowsFn = void (*)(const Weight&, const Chunk*, int64_t, float*, int64_t, int64_t,
+                                int64_t);
+
+// Runs tiles[nt - 1] over the tokens in tiles of up to N, each on its tokens' prepared chunks.
+template <typename Chunk, size_t N>
+inline void run_prepared_tiles(const PreparedRowsFn<Chunk> (&tiles)[N], const Weight& w,
+                               const Chunk* prepared, int64_t n_chunks, int64_t n_tokens, float* y,
+                               int64_t ldy, int64_t row_begin, int64_t row_end) {
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += static_cast<int64_t>(N)) {
+        const int64_t nt = std::min<int64_t>(static_cast<int64_t>(N), n_tokens - t0);
+        tiles[nt - 1](w, prepared + t0 * n_chunks, n_chunks, y + t0 * ldy, ldy, row_begin,
+                      row_end);
+    }
+}
+
 // A kernel body for a fixed tile of T tokens: rows [row_begin, row_end), x and y of the tile.
 using RowsFn = void (*)(const Weight&, const float*, float*, int64_t, int64_t, int64_t);
 

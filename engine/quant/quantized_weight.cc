@@ -62,15 +62,18 @@ Status check_finite_row(const float* row, int64_t r, int64_t cols, std::string_v
 
 }  // namespace
 
+AlignedBytes::AlignedBytes(size_t size, uint8_t fill) : size_(size) {
+    // aligned_alloc wants a multiple of the alignment.
+    const size_t rounded = std::max<size_t>(64, (size + 63) / 64 * 64);
+    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
+    EDGE_CHECK(data_ != nullptr, "out of memory for " + std::to_string(size) + " weight bytes");
+    std::memset(data_.get(), fill, size);
+}
+
 QuantizedWeight::QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols,
-                                 std::vector<uint8_t> data, std::vector<float> scales,
-                                 WeightLayout layout)
-    : scales_(std::move(scales)) {
-    const size_t bytes = (data.size() + 63) / 64 * 64;
-    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64))));
-    EDGE_CHECK(data_ != nullptr, "out of memory for a quantized weight");
-    std::memcpy(data_.get(), data.data(), data.size());
-    view_ = Weight{format, rows, cols, data_.get(), scales_.empty() ? nullptr : scales_.data(),
+                                 AlignedBytes data, std::vector<float> scales, WeightLayout layout)
+    : data_(std::move(data)), scales_(std::move(scales)) {
+    view_ = Weight{format, rows, cols, data_.data(), scales_.empty() ? nullptr : scales_.data(),
                    layout};
 }
 
@@ -164,7 +167,7 @@ Result<QuantizedWeight> quantize_fp8_block(const SourceMatrix& src, std::string_
     const int64_t cols = src.cols;
     const int64_t block_cols = ceil_div(cols, kFp8Block);
     std::vector<float> scales(static_cast<size_t>(ceil_div(rows, kFp8Block) * block_cols));
-    std::vector<uint8_t> data(static_cast<size_t>(rows * cols));
+    AlignedBytes data(static_cast<size_t>(rows * cols));
     std::vector<float> panel(static_cast<size_t>(kFp8Block * cols));
     for (int64_t r0 = 0; r0 < rows; r0 += kFp8Block) {
         const int64_t nr = std::min(kFp8Block, rows - r0);
@@ -201,7 +204,7 @@ Result<QuantizedWeight> quantize_int8_row(const SourceMatrix& src, std::string_v
     const int64_t rows = src.rows;
     const int64_t cols = src.cols;
     std::vector<float> scales(static_cast<size_t>(rows));
-    std::vector<uint8_t> data(static_cast<size_t>(rows * cols));
+    AlignedBytes data(static_cast<size_t>(rows * cols));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
         load_row(src, r, row.data());
@@ -236,7 +239,7 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
     }
     const int64_t groups = cols / group_size;
     std::vector<float> scales(static_cast<size_t>(rows * groups));
-    std::vector<uint8_t> data(static_cast<size_t>(rows * cols / 2));
+    AlignedBytes data(static_cast<size_t>(rows * cols / 2));
     std::vector<float> row(static_cast<size_t>(cols));
     for (int64_t r = 0; r < rows; ++r) {
         load_row(src, r, row.data());
@@ -286,9 +289,12 @@ Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
 
 void dequantize_row(const Weight& w, int64_t r, float* out) {
     if (w.layout == WeightLayout::kRowTiles16) {
-        // Gather the row back into the row-major layout and decode that one-row matrix.
-        std::vector<uint8_t> bytes(static_cast<size_t>(weight_data_bytes(w.format, 1, w.cols)));
-        std::vector<float> scales(static_cast<size_t>(weight_scale_count(w.format, 1, w.cols)));
+        // Gather the row back into the row-major layout and decode that one-row matrix (scratch
+        // kept per thread: embedding lookups come here once per token).
+        thread_local std::vector<uint8_t> bytes;
+        thread_local std::vector<float> scales;
+        bytes.resize(static_cast<size_t>(weight_data_bytes(w.format, 1, w.cols)));
+        scales.resize(static_cast<size_t>(weight_scale_count(w.format, 1, w.cols)));
         untile_row(w, r, bytes.data(), scales.data());
         dequantize_row(Weight{w.format, 1, w.cols, bytes.data(), scales.data()}, 0, out);
         return;

@@ -33,11 +33,32 @@ struct SourceMatrix {
     }
 };
 
+// Owned bytes of a quantized matrix on a 64-byte boundary, so that the kernels' 64-byte loads
+// never straddle two cache lines (a malloc'd std::vector starts 16 bytes past one). Filled with
+// `fill` on construction; move-only.
+class AlignedBytes {
+  public:
+    AlignedBytes() = default;
+    explicit AlignedBytes(size_t size, uint8_t fill = 0);
+
+    uint8_t* data() { return data_.get(); }
+    const uint8_t* data() const { return data_.get(); }
+    size_t size() const { return size_; }
+    uint8_t& operator[](size_t i) { return data_[i]; }
+
+  private:
+    struct Free {
+        void operator()(uint8_t* p) const { std::free(p); }
+    };
+    std::unique_ptr<uint8_t[], Free> data_;
+    size_t size_ = 0;
+};
+
 class QuantizedWeight {
   public:
     QuantizedWeight() = default;
     // Owns both data and scales, ordered as `layout` says (engine/cpu/weight.h).
-    QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, std::vector<uint8_t> data,
+    QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, AlignedBytes data,
                     std::vector<float> scales, WeightLayout layout = WeightLayout::kRows);
     // Views `data` in place (owned elsewhere, e.g. a mapped checkpoint) and owns the scales.
     QuantizedWeight(WeightFormat format, int64_t rows, int64_t cols, const void* external_data,
@@ -52,17 +73,12 @@ class QuantizedWeight {
     // Bytes of data plus scales this weight's format and layout take (whether owned or viewed;
     // row tiles count their padding rows).
     int64_t size_bytes() const;
-    bool owns_data() const { return data_ != nullptr; }
+    bool owns_data() const { return data_.data() != nullptr; }
     std::span<const float> scales() const { return scales_; }
 
   private:
     Weight view_;
-    // Owned data, copied to a 64-byte boundary so that the kernels' 64-byte loads never straddle
-    // two cache lines (a malloc'd vector starts 16 bytes past one).
-    struct FreeBytes {
-        void operator()(uint8_t* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t[], FreeBytes> data_;
+    AlignedBytes data_;  // Empty when the data is viewed in place.
     std::vector<float> scales_;
 };
 
@@ -89,7 +105,7 @@ Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
                                  std::string_view name = "");
 
 // Reference dequantization of row `r` of a quantized view (either layout) into `out` (w.cols
-// floats). For tests and tools, never on the inference path.
+// floats). For tests, tools and embedding lookups (embedding_row), not for matrix products.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
 }  // namespace edge::engine::quant

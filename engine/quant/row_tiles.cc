@@ -48,7 +48,7 @@ Result<QuantizedWeight> tile_rows(const Weight& w) {
     const int64_t words = bytes / 4;
     const int64_t per_row = row_scales(w);
     const auto* src = static_cast<const uint8_t*>(w.data);
-    std::vector<uint8_t> data(static_cast<size_t>(tiles * kRowTile * bytes), zero_byte(w.format));
+    AlignedBytes data(static_cast<size_t>(tiles * kRowTile * bytes), zero_byte(w.format));
     std::vector<float> scales(static_cast<size_t>(tiles * kRowTile * per_row), 0.0f);
     for (int64_t r = 0; r < w.rows; ++r) {
         const int64_t t = r / kRowTile;
