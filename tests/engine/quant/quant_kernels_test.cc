@@ -95,15 +95,15 @@ void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
     REQUIRE(!variants.empty());
     CHECK(std::string(variants.front().name) == "scalar");
     CHECK((matmul_kernel_for(format) == variants.back().kernel));
-    // Rows [1, rows - 1) into a y with padding, to check the range and ldy are honoured.
+    // Rows [rb, re) of `kw` into a y with padding, to check the range and ldy are honoured.
     const int64_t ldy = c.rows + 3;
-    const int64_t rb = c.rows > 2 ? 1 : 0;
-    const int64_t re = c.rows > 2 ? c.rows - 1 : c.rows;
-    for (const KernelVariant& v : variants) {
+    auto check = [&](const Weight& kw, const KernelVariant& v, int64_t rb, int64_t re) {
         const std::string variant = v.name;
         CAPTURE(variant);
+        CAPTURE(rb);
+        CAPTURE(re);
         std::vector<float> y(c.n_tokens * ldy, -12345.0f);
-        v.kernel(w, x.data(), c.n_tokens, y.data(), ldy, rb, re);
+        v.kernel(kw, x.data(), c.n_tokens, y.data(), ldy, rb, re);
         int bad = 0, untouched_changed = 0;
         double worst = 0.0;
         for (int64_t t = 0; t < c.n_tokens; ++t) {
@@ -124,6 +124,21 @@ void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
         CAPTURE(worst);
         CHECK(bad == 0);
         CHECK(untouched_changed == 0);
+    };
+    const int64_t rb = c.rows > 2 ? 1 : 0;
+    const int64_t re = c.rows > 2 ? c.rows - 1 : c.rows;
+    for (const KernelVariant& v : variants) {
+        check(w, v, rb, re);
+    }
+    // The row-tile kernels on a tiled copy of the same weights, over ranges that cut tiles.
+    if (row_tiles_support(format, c.cols)) {
+        auto tiled = tile_rows(w);
+        REQUIRE(tiled.ok());
+        for (const KernelVariant& v : matmul_kernel_variants(format, WeightLayout::kRowTiles16)) {
+            check(tiled->view(), v, 0, c.rows);
+            check(tiled->view(), v, rb, re);
+            check(tiled->view(), v, std::min<int64_t>(17, c.rows), c.rows);
+        }
     }
 }
 
@@ -147,6 +162,23 @@ TEST_CASE("int4 kernels equal the reference on ragged shapes") {
     }
     for (const Case& c : g128) {
         check_variants(WeightFormat::kInt4G128, c, seed++);
+    }
+}
+
+TEST_CASE("row-major and row-tiled kernels on shapes around the 16-row tiles") {
+    const Case g32[] = {{15, 64, 2}, {17, 96, 9}, {33, 160, 5}, {40, 224, 3}, {23, 1056, 8}};
+    const Case g128[] = {{18, 384, 4}, {31, 1024, 7}};
+    const Case i8[] = {{1, 4, 1},   {15, 60, 2},  {17, 100, 9}, {40, 256, 3},
+                       {33, 68, 5}, {64, 512, 1}, {23, 1000, 8}};
+    uint32_t seed = 200;
+    for (const Case& c : g32) {
+        check_variants(WeightFormat::kInt4G32, c, seed++);
+    }
+    for (const Case& c : g128) {
+        check_variants(WeightFormat::kInt4G128, c, seed++);
+    }
+    for (const Case& c : i8) {
+        check_variants(WeightFormat::kInt8Row, c, seed++);
     }
 }
 
