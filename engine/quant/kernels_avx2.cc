@@ -1,6 +1,20 @@
 // AVX2 + FMA + F16C kernels. Every function carries the target attribute, so this file is compiled
-// for baseline x86-64 and only runs after quant_kernels.cc has checked cpuid. Weights are widened
-// to f32 in registers and multiplied with FMA; a tile of up to 4 tokens shares each weight load.
+// for baseline x86-64 and only runs after quant_kernels.cc has checked cpuid.
+//
+// "avx2" (FP8, INT8, INT4): weights widened to f32 in registers and multiplied with FMA; a tile of
+// up to 4 tokens shares each weight load. Exact up to f32 rounding.
+//
+// "avx2-i8dot" (INT8, INT4): integer dot products for CPUs without VNNI (Zen 3, Haswell to
+// Skylake client). Each token's activations are rounded to int8 per group, as the VNNI kernels do
+// (kernels_x86.h's rule: scale max|x| / 127, round to nearest even), and vpmaddubsw (unsigned x
+// signed bytes, pairs summed to int16) plus vpmaddwd (pairs of int16 summed to int32) give the
+// dot product of 4 or 8 columns per 32-bit lane: ~5 vector ops per 32 weight bytes per token
+// instead of ~12 (INT8) or ~24 (INT4) for widening to f32.
+//  - INT4: the nibbles (q + 8, 0..15) are the unsigned operand, the activations the signed one
+//    (|pair sum| <= 2 * 15 * 127, no saturation); each lane starts at -8 * sum(x_q of its
+//    columns), as in kernels_avx512_vnni.cc.
+//  - INT8: both operands are signed, so the weights' signs move onto the activations (vpsignb):
+//    |w| * (x_q * sign(w)), |pair sum| <= 2 * 128 * 127 < 2^15, no saturation.
 
 #if defined(__x86_64__)
 
@@ -22,16 +36,72 @@ EDGE_AVX2 inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// 16 E4M3 bytes -> 16 floats (two vectors) times `scale`, via the bit-identical F16 encoding:
-// E4M3 magnitude bits shifted into an F16's exponent/mantissa give the value * 2^-8, subnormals
-// included, and vcvtph2ps converts exactly.
-EDGE_AVX2 inline void decode_fp8_16(const uint8_t* p, __m256 scale256, __m256* lo, __m256* hi) {
+// 16 E4M3 bytes -> two vectors of value / 256, as kernels_avx512.cc's fp8_words_to_f32: with the
+// byte in the high half of a 16-bit lane, an arithmetic shift right by one puts the magnitude bits
+// into an F16's exponent and mantissa (subnormals included) and copies the sign into bit 14, which
+// the mask clears; vcvtph2ps is exact.
+EDGE_AVX2 EDGE_INLINE void decode_fp8_16(const uint8_t* p, __m256* lo, __m256* hi) {
     const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256i mag = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(0x3F80));
-    const __m256i sign = _mm256_and_si256(_mm256_slli_epi16(v, 8), _mm256_set1_epi16(-32768));
-    const __m256i h = _mm256_or_si256(mag, sign);
-    *lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), scale256);
-    *hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), scale256);
+    const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1),
+                                       _mm256_set1_epi16(static_cast<int16_t>(0xBFFF)));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+// Columns c + i .. c + i + 15 of one row for T tokens into partials J and J + 1 (a constant
+// index, so the partials stay in registers).
+template <int T, int J>
+EDGE_AVX2 EDGE_INLINE void fp8_step(const uint8_t* q, const float* x, int64_t cols, int64_t c,
+                                    int64_t i, __m256 (*part)[4]) {
+    __m256 w0, w1;
+    decode_fp8_16(q + i, &w0, &w1);
+    for (int t = 0; t < T; ++t) {
+        const float* xt = x + t * cols + c + i;
+        part[t][J] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), part[t][J]);
+        part[t][J + 1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), part[t][J + 1]);
+    }
+}
+
+// Columns [c, c + n) of one row (n <= 128, one scale block) for T tokens, summed unscaled in
+// partial vectors (one token: four, since two FMA chains would wait on FMA latency; more tokens:
+// two each, so that all stay in the 16 registers), then added to acc[t] times the block's
+// scale * 256. Columns past the last multiple of 16 go through the table, into tail[t].
+template <int T>
+EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t cols, int64_t c,
+                                     int64_t n, float scale, __m256* acc, float* tail) {
+    __m256 part[T][4];
+    for (int t = 0; t < T; ++t) {
+        for (int j = 0; j < 4; ++j) {
+            part[t][j] = _mm256_setzero_ps();
+        }
+    }
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        if (i % 64 == 0) {
+            prefetch_ahead(q + i);
+        }
+        fp8_step<T, 0>(q, x, cols, c, i, part);
+        fp8_step<T, T == 1 ? 2 : 0>(q, x, cols, c, i + 16, part);
+    }
+    if (i + 16 <= n) {
+        fp8_step<T, 0>(q, x, cols, c, i, part);
+        i += 16;
+    }
+    const __m256 s256 = _mm256_set1_ps(scale * 256.0f);
+    for (int t = 0; t < T; ++t) {
+        __m256 sum = _mm256_add_ps(part[t][0], part[t][1]);
+        if constexpr (T == 1) {
+            sum = _mm256_add_ps(sum, _mm256_add_ps(part[t][2], part[t][3]));
+        }
+        acc[t] = _mm256_fmadd_ps(sum, s256, acc[t]);
+    }
+    const float* table = fp8_e4m3_table();
+    for (; i < n; ++i) {
+        const float wv = table[q[i]] * scale;
+        for (int t = 0; t < T; ++t) {
+            tail[t] += wv * x[t * cols + c + i];
+        }
+    }
 }
 
 template <int T>
@@ -39,39 +109,22 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
                         int64_t row_end) {
     const int64_t cols = w.cols;
     const int64_t block_cols = (cols + 127) / 128;
-    const float* table = fp8_e4m3_table();
+    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * cols,
+                   (row_end - row_begin) * cols);
     for (int64_t r = row_begin; r < row_end; ++r) {
         const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
         const float* srow = w.scales + (r / 128) * block_cols;
-        __m256 acc[T][2];
-        for (int t = 0; t < T; ++t) {
-            acc[t][0] = _mm256_setzero_ps();
-            acc[t][1] = _mm256_setzero_ps();
-        }
+        __m256 acc[T];
         float tail[T] = {};
-        for (int64_t c0 = 0; c0 < cols; c0 += 128) {
-            const int64_t end = std::min<int64_t>(c0 + 128, cols);
-            const float s = srow[c0 / 128];
-            const __m256 s256 = _mm256_set1_ps(s * 256.0f);
-            int64_t c = c0;
-            for (; c + 16 <= end; c += 16) {
-                __m256 w0, w1;
-                decode_fp8_16(q + c, s256, &w0, &w1);
-                for (int t = 0; t < T; ++t) {
-                    const float* xt = x + t * cols + c;
-                    acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[t][0]);
-                    acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), acc[t][1]);
-                }
-            }
-            for (; c < end; ++c) {
-                const float wv = table[q[c]] * s;
-                for (int t = 0; t < T; ++t) {
-                    tail[t] += wv * x[t * cols + c];
-                }
-            }
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm256_setzero_ps();
+        }
+        for (int64_t b = 0; b < block_cols; ++b) {
+            const int64_t c = b * 128;
+            fp8_block<T>(q + c, x, cols, c, std::min<int64_t>(128, cols - c), srow[b], acc, tail);
         }
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + tail[t];
+            y[t * ldy + r] = hsum(acc[t]) + tail[t];
         }
     }
 }
@@ -159,6 +212,260 @@ EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
     }
 }
 
+// --- avx2-i8dot: activations rounded to int8, integer dot products. ---
+
+// x[c .. c + 7] with columns past `cols` read as zero.
+EDGE_AVX2 EDGE_INLINE __m256 load_cols8(const float* x, int64_t c, int64_t cols) {
+    if (c + 8 <= cols) {
+        return _mm256_loadu_ps(x + c);
+    }
+    if (c >= cols) {
+        return _mm256_setzero_ps();
+    }
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(cols - c)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(x + c, mask);
+}
+
+EDGE_AVX2 EDGE_INLINE float abs_max(const __m256* v, int n) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; ++i) {
+        m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
+    }
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// v[0..3] (32 floats) times `inv`, rounded to nearest even and saturated to int8, in order.
+EDGE_AVX2 EDGE_INLINE __m256i round_to_int8_x32(const __m256* v, __m256 inv) {
+    const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], inv));
+    const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], inv));
+    const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], inv));
+    const __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], inv));
+    // The packs work per 128-bit lane: dwords come out as a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7.
+    const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    return _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Sums of pairs of int16 lanes into int32 lanes.
+EDGE_AVX2 EDGE_INLINE __m256i pair_sums(__m256i v) {
+    return _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+}
+
+// One token's activations for 64 columns, prepared for the INT8 kernel.
+struct alignas(32) Int8DotChunk {
+    int8_t x[64];  // x_q of the 64 columns.
+    float scale;   // Activation scale of the 64 columns.
+    float pad[7];
+};
+static_assert(sizeof(Int8DotChunk) == 96, "three 32-byte loads per 64 columns");
+
+EDGE_AVX2 void prepare_int8_dot(const float* x, int64_t cols, Int8DotChunk* chunks) {
+    for (int64_t k = 0; k < (cols + 63) / 64; ++k) {
+        __m256 v[8];
+        for (int i = 0; i < 8; ++i) {
+            v[i] = load_cols8(x, k * 64 + i * 8, cols);
+        }
+        const float m = abs_max(v, 8);
+        const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        Int8DotChunk& ch = chunks[k];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ch.x), round_to_int8_x32(v, inv));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ch.x + 32), round_to_int8_x32(v + 4, inv));
+        ch.scale = m / 127.0f;
+    }
+}
+
+// 32 weight bytes times 32 activation bytes, summed per 4 columns into int32 lanes.
+EDGE_AVX2 EDGE_INLINE __m256i int8_dot32(__m256i w_abs, __m256i w, const int8_t* xq) {
+    const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq));
+    return pair_sums(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)));
+}
+
+template <int T>
+EDGE_AVX2 void int8_dot_rows(const Weight& w, const Int8DotChunk* prepared, int64_t n_chunks,
+                             float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t full_chunks = cols / 64;
+    prefetch_start(static_cast<const int8_t*>(w.data) + row_begin * cols,
+                   (row_end - row_begin) * cols);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
+        __m256 acc[T];
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm256_setzero_ps();
+        }
+        for (int64_t k = 0; k < n_chunks; ++k) {
+            __m256i w0, w1;
+            if (k < full_chunks) {
+                prefetch_ahead(q + k * 64);
+                w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k * 64));
+                w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k * 64 + 32));
+            } else {  // The row's last 1..63 columns; x_q is zero past them.
+                alignas(32) int8_t tail[64] = {};
+                std::copy(q + k * 64, q + cols, tail);
+                w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail));
+                w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(tail + 32));
+            }
+            const __m256i a0 = _mm256_abs_epi8(w0);
+            const __m256i a1 = _mm256_abs_epi8(w1);
+            for (int t = 0; t < T; ++t) {
+                const Int8DotChunk& ch = prepared[t * n_chunks + k];
+                const __m256i dot =
+                    _mm256_add_epi32(int8_dot32(a0, w0, ch.x), int8_dot32(a1, w1, ch.x + 32));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&ch.scale),
+                                         acc[t]);
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = hsum(acc[t]) * w.scales[r];
+        }
+    }
+}
+
+// One token's activations for 64 columns, prepared for the INT4 kernel: split into even and odd
+// columns to match the low and high nibbles of the 32 packed weight bytes.
+struct alignas(32) Int4DotChunk {
+    int8_t even[32];      // x_q of columns 0, 2, ..., 62.
+    int8_t odd[32];       // x_q of columns 1, 3, ..., 63.
+    int32_t neg_corr[8];  // Lane j: -8 * sum of x_q over columns 8j .. 8j+7.
+    float scale[8];       // Lane j: activation scale of the group holding columns 8j .. 8j+7.
+};
+static_assert(sizeof(Int4DotChunk) == 128, "two cache lines per 64 columns");
+
+// Activations quantized per group of G columns (cols is a multiple of G, and of 32). A last chunk
+// of 32 columns has zeros (and scale 0) in its upper half.
+template <int G>
+EDGE_AVX2 void prepare_int4_dot(const float* x, int64_t cols, Int4DotChunk* chunks) {
+    static_assert(G == 32 || G == 128);
+    // Within each 128-bit lane: the 8 even bytes, then the 8 odd ones.
+    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                           2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    const int64_t n_chunks = (cols + 63) / 64;
+    if (cols % 64 != 0) {
+        std::fill_n(reinterpret_cast<uint8_t*>(&chunks[n_chunks - 1]), sizeof(Int4DotChunk), 0);
+    }
+    for (int64_t g0 = 0; g0 < cols; g0 += G) {
+        __m256 v[G / 8];
+        for (int i = 0; i < G / 8; ++i) {
+            v[i] = _mm256_loadu_ps(x + g0 + i * 8);
+        }
+        const float m = abs_max(v, G / 8);
+        const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        for (int p = 0; p < G / 32; ++p) {  // Columns g0 + 32p .. + 31: half h of chunk k.
+            const int64_t c = g0 + 32 * p;
+            Int4DotChunk& ch = chunks[c / 64];
+            const int h = static_cast<int>((c / 32) % 2);
+            // Low 128 bits: the 16 even columns; high: the 16 odd ones.
+            const __m256i eo = _mm256_permute4x64_epi64(
+                _mm256_shuffle_epi8(round_to_int8_x32(v + 4 * p, inv), split),
+                _MM_SHUFFLE(3, 1, 2, 0));
+            _mm_store_si128(reinterpret_cast<__m128i*>(ch.even + 16 * h),
+                            _mm256_castsi256_si128(eo));
+            _mm_store_si128(reinterpret_cast<__m128i*>(ch.odd + 16 * h),
+                            _mm256_extracti128_si256(eo, 1));
+            for (int j = 0; j < 4; ++j) {
+                ch.scale[4 * h + j] = m / 127.0f;
+            }
+        }
+    }
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        Int4DotChunk& ch = chunks[k];
+        const __m256i e = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.even));
+        const __m256i o = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.odd));
+        const __m256i sum = pair_sums(
+            _mm256_add_epi16(_mm256_maddubs_epi16(ones, e), _mm256_maddubs_epi16(ones, o)));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ch.neg_corr),
+                           _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sum, 3)));
+    }
+}
+
+// Chunk k of a row (packed bytes q, 64 columns or, at the end, 32) for T tokens: the integer
+// dot products, offset removed, added to dot[t].
+template <int T>
+EDGE_AVX2 EDGE_INLINE void int4_dot_chunk(const uint8_t* q, int64_t k, bool half,
+                                          const Int4DotChunk* prepared, int64_t n_chunks,
+                                          __m256i* dot) {
+    const __m256i wv =
+        half ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k * 32)))
+             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k * 32));
+    const __m256i nib = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(wv, nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+    for (int t = 0; t < T; ++t) {
+        const Int4DotChunk& ch = prepared[t * n_chunks + k];
+        const __m256i e = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.even));
+        const __m256i o = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.odd));
+        const __m256i d =
+            pair_sums(_mm256_add_epi16(_mm256_maddubs_epi16(lo, e), _mm256_maddubs_epi16(hi, o)));
+        dot[t] = _mm256_add_epi32(
+            dot[t],
+            _mm256_add_epi32(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.neg_corr))));
+    }
+}
+
+// INT4 rows for T tokens. G = 128: the two chunks of a group are summed in int32 and scaled once.
+template <int T, int G>
+EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int64_t n_chunks,
+                             float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t groups = cols / G;
+    const int64_t full_chunks = cols / 64;
+    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * (cols / 2),
+                   (row_end - row_begin) * (cols / 2));
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+        const float* srow = w.scales + r * groups;
+        __m256 acc[T];
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm256_setzero_ps();
+        }
+        if constexpr (G == 128) {
+            for (int64_t gi = 0; gi < groups; ++gi) {
+                prefetch_ahead(q + gi * 64);
+                __m256i dot[T];
+                for (int t = 0; t < T; ++t) {
+                    dot[t] = _mm256_setzero_si256();
+                }
+                int4_dot_chunk<T>(q, 2 * gi, false, prepared, n_chunks, dot);
+                int4_dot_chunk<T>(q, 2 * gi + 1, false, prepared, n_chunks, dot);
+                const __m256 ws = _mm256_set1_ps(srow[gi]);
+                for (int t = 0; t < T; ++t) {
+                    const __m256 s =
+                        _mm256_mul_ps(ws, _mm256_load_ps(prepared[t * n_chunks + 2 * gi].scale));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), s, acc[t]);
+                }
+            }
+        } else {
+            for (int64_t k = 0; k < n_chunks; ++k) {
+                if (k % 2 == 0) {
+                    prefetch_ahead(q + k * 32);
+                }
+                const bool half = k == full_chunks;
+                __m256i dot[T];
+                for (int t = 0; t < T; ++t) {
+                    dot[t] = _mm256_setzero_si256();
+                }
+                int4_dot_chunk<T>(q, k, half, prepared, n_chunks, dot);
+                // Lanes 0-3: group 2k, lanes 4-7: group 2k + 1 (none in a half chunk).
+                const __m256 ws = _mm256_set_m128(_mm_set1_ps(half ? 0.0f : srow[2 * k + 1]),
+                                                  _mm_set1_ps(srow[2 * k]));
+                for (int t = 0; t < T; ++t) {
+                    const __m256 s =
+                        _mm256_mul_ps(ws, _mm256_load_ps(prepared[t * n_chunks + k].scale));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), s, acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = hsum(acc[t]);
+        }
+    }
+}
+
 }  // namespace
 
 void matmul_fp8_avx2(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
@@ -179,6 +486,32 @@ void matmul_int4_avx2(const Weight& w, const float* x, int64_t n_tokens, float* 
     static constexpr RowsFn kTiles[kMaxTile] = {int4_rows<1>, int4_rows<2>, int4_rows<3>,
                                                 int4_rows<4>};
     run_tiles(kTiles, w, x, n_tokens, y, ldy, row_begin, row_end);
+}
+
+void matmul_int8_avx2_i8dot(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                            int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t n_chunks = (w.cols + 63) / 64;
+    const Int8DotChunk* prepared =
+        prepare_tokens<Int8DotChunk>(x, w.cols, n_tokens, n_chunks, prepare_int8_dot);
+    static constexpr PreparedRowsFn<Int8DotChunk> kTiles[kMaxTile] = {
+        int8_dot_rows<1>, int8_dot_rows<2>, int8_dot_rows<3>, int8_dot_rows<4>};
+    run_prepared_tiles(kTiles, w, prepared, n_chunks, n_tokens, y, ldy, row_begin, row_end);
+}
+
+void matmul_int4_avx2_i8dot(const Weight& w, const float* x, int64_t n_tokens, float* y,
+                            int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t n_chunks = (w.cols + 63) / 64;
+    using Rows = PreparedRowsFn<Int4DotChunk>;
+    static constexpr Rows kTiles32[kMaxTile] = {int4_dot_rows<1, 32>, int4_dot_rows<2, 32>,
+                                                int4_dot_rows<3, 32>, int4_dot_rows<4, 32>};
+    static constexpr Rows kTiles128[kMaxTile] = {int4_dot_rows<1, 128>, int4_dot_rows<2, 128>,
+                                                 int4_dot_rows<3, 128>, int4_dot_rows<4, 128>};
+    const bool g32 = w.format == WeightFormat::kInt4G32;
+    const Int4DotChunk* prepared =
+        g32 ? prepare_tokens<Int4DotChunk>(x, w.cols, n_tokens, n_chunks, prepare_int4_dot<32>)
+            : prepare_tokens<Int4DotChunk>(x, w.cols, n_tokens, n_chunks, prepare_int4_dot<128>);
+    run_prepared_tiles(g32 ? kTiles32 : kTiles128, w, prepared, n_chunks, n_tokens, y, ldy,
+                       row_begin, row_end);
 }
 
 }  // namespace edge::engine::quant::detail

@@ -27,6 +27,9 @@ EDGE_QUANT_KERNEL(matmul_int4_scalar);
 EDGE_QUANT_KERNEL(matmul_fp8_avx2);
 EDGE_QUANT_KERNEL(matmul_int8_avx2);
 EDGE_QUANT_KERNEL(matmul_int4_avx2);
+// INT8 / INT4 with the activations rounded to int8 per group and vpmaddubsw dot products.
+EDGE_QUANT_KERNEL(matmul_int8_avx2_i8dot);
+EDGE_QUANT_KERNEL(matmul_int4_avx2_i8dot);
 
 EDGE_QUANT_KERNEL(matmul_fp8_avx512);
 // FP8 decoded by two vpermi2b table lookups (AVX-512 VBMI).

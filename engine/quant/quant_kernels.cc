@@ -121,6 +121,11 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format, WeightLay
             if (f.avx512) {
                 out.push_back({"avx512", detail::matmul_int8_avx512, 0});
             }
+            // Integer dot products need fewer ops per weight than widening to f32, even at half
+            // the vector width; picked where VNNI is missing (docs/quantization.md).
+            if (f.avx2) {
+                out.push_back({"avx2-i8dot", detail::matmul_int8_avx2_i8dot, 64});
+            }
             if (f.vnni) {
                 out.push_back({"avx512-vnni", detail::matmul_int8_avx512_vnni, 64});
             }
@@ -135,6 +140,10 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format, WeightLay
             }
             if (f.avx512) {
                 out.push_back({"avx512", detail::matmul_int4_avx512, 0});
+            }
+            if (f.avx2) {
+                out.push_back(
+                    {"avx2-i8dot", detail::matmul_int4_avx2_i8dot, int4_group_size(format)});
             }
             if (f.vnni) {
                 out.push_back(
