@@ -1,72 +1,62 @@
 #include "engine/cpu/ops.h"
 
 #include <cmath>
+#include <string_view>
+#include <vector>
 
 #include "engine/cpu/ops_kernels.h"
 
 namespace edge::engine::cpu {
 
-bool ops_use_avx512() {
+std::vector<OpsVariant> ops_variants() {
+    std::vector<OpsVariant> out;
+    out.push_back({"scalar", rms_norm_scalar, rope_neox_scalar, rope_interleaved_scalar,
+                   softmax_scalar, silu_mul_scalar});
 #if defined(__x86_64__)
-    static const bool use = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    }();
-    return use;
-#else
-    return false;
-#endif
-}
-
-void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
-#if defined(__x86_64__)
-    if (ops_use_avx512()) {
-        rms_norm_avx512(x, weight, n, eps, out);
-        return;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        out.push_back({"avx2", rms_norm_avx2, rope_neox_avx2, rope_interleaved_avx2, softmax_avx2,
+                       silu_mul_avx2});
+    }
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+        out.push_back({"avx512", rms_norm_avx512, rope_neox_avx512, rope_interleaved_avx512,
+                       softmax_avx512, silu_mul_avx512});
     }
 #endif
-    rms_norm_scalar(x, weight, n, eps, out);
+    return out;
+}
+
+namespace {
+
+// The variant ops.h's functions call: the last (widest) one this CPU runs, chosen once.
+const OpsVariant& ops() {
+    static const OpsVariant chosen = ops_variants().back();
+    return chosen;
+}
+
+}  // namespace
+
+std::string_view ops_isa_name() { return ops().name; }
+
+bool ops_use_avx512() { return ops_isa_name() == "avx512"; }
+
+void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
+    ops().rms_norm(x, weight, n, eps, out);
 }
 
 void rope_neox(float* head, int64_t rot_dim, const float* cos, const float* sin) {
-#if defined(__x86_64__)
-    if (ops_use_avx512()) {
-        rope_neox_avx512(head, rot_dim, cos, sin);
-        return;
-    }
-#endif
-    rope_neox_scalar(head, rot_dim, cos, sin);
+    ops().rope_neox(head, rot_dim, cos, sin);
 }
 
 void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const float* sin) {
-#if defined(__x86_64__)
-    if (ops_use_avx512()) {
-        rope_interleaved_avx512(head, rot_dim, cos, sin);
-        return;
-    }
-#endif
-    rope_interleaved_scalar(head, rot_dim, cos, sin);
+    ops().rope_interleaved(head, rot_dim, cos, sin);
 }
 
-void softmax(float* x, int64_t n) {
-#if defined(__x86_64__)
-    if (ops_use_avx512()) {
-        softmax_avx512(x, n);
-        return;
-    }
-#endif
-    softmax_scalar(x, n);
-}
+void softmax(float* x, int64_t n) { ops().softmax(x, n); }
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-#if defined(__x86_64__)
-    if (ops_use_avx512()) {
-        silu_mul_avx512(gate, up, n, out);
-        return;
-    }
-#endif
-    silu_mul_scalar(gate, up, n, out);
+    ops().silu_mul(gate, up, n, out);
 }
 
 void rms_norm_scalar(const float* x, const float* weight, int64_t n, float eps, float* out) {

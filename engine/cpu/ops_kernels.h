@@ -1,12 +1,15 @@
 #pragma once
 
-// The per-ISA versions of the element-wise kernels behind ops.h: the scalar references (any CPU)
-// and the AVX-512 versions (ops_avx512.cc, only called after cpuid reports AVX-512F/BW/VL/DQ).
-// ops.h's functions pick one at run time; this header is for them and for the parity tests.
+// The per-ISA versions of the element-wise kernels behind ops.h: the scalar references (any CPU),
+// the AVX2 versions (ops_avx2.cc, only called after cpuid reports AVX2 and FMA) and the AVX-512
+// ones (ops_avx512.cc, AVX-512F/BW/VL/DQ). ops.h's functions call the widest this CPU runs,
+// chosen once; this header is for them and for the parity tests.
 // Same contracts as the ops.h functions of the same name; pure functions, thread-safe on disjoint
 // outputs.
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 namespace edge::engine::cpu {
 
@@ -16,13 +19,35 @@ void rope_interleaved_scalar(float* head, int64_t rot_dim, const float* cos, con
 void softmax_scalar(float* x, int64_t n);
 void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out);
 
+void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, float* out);
+void rope_neox_avx2(float* head, int64_t rot_dim, const float* cos, const float* sin);
+void rope_interleaved_avx2(float* head, int64_t rot_dim, const float* cos, const float* sin);
+void softmax_avx2(float* x, int64_t n);
+void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
+
 void rms_norm_avx512(const float* x, const float* weight, int64_t n, float eps, float* out);
 void rope_neox_avx512(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void rope_interleaved_avx512(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void softmax_avx512(float* x, int64_t n);
 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out);
 
-// Whether ops.h dispatches to the AVX-512 versions on this CPU.
+// One ISA's set of the kernels.
+struct OpsVariant {
+    const char* name;  // "scalar", "avx2", "avx512".
+    void (*rms_norm)(const float*, const float*, int64_t, float, float*);
+    void (*rope_neox)(float*, int64_t, const float*, const float*);
+    void (*rope_interleaved)(float*, int64_t, const float*, const float*);
+    void (*softmax)(float*, int64_t);
+    void (*silu_mul)(const float*, const float*, int64_t, float*);
+};
+
+// Every variant this CPU runs, the scalar references first and the one ops.h uses last.
+std::vector<OpsVariant> ops_variants();
+
+// The name of the variant ops.h's functions use on this CPU.
+std::string_view ops_isa_name();
+
+// Whether that variant is AVX-512 (paged attention picks its own AVX-512 form by it).
 bool ops_use_avx512();
 
 }  // namespace edge::engine::cpu

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/cpu/ops.h"
@@ -65,17 +66,16 @@ TEST_CASE("attention over one position returns its value and causal weights sum 
     CHECK(out[hd] == doctest::Approx((1 + 5 * e) / (e + 1)));      // Head 1 prefers key 1.
 }
 
-// Each AVX-512 element-wise kernel against its scalar reference on random inputs, with lengths
-// that are and are not multiples of the vector width (16). Tolerances:
+// Each SIMD element-wise kernel (AVX2, AVX-512: every variant this CPU runs) against its scalar
+// reference on random inputs, with lengths that are and are not multiples of the vector widths
+// (8, 16). Tolerances:
 //   rms_norm: 4e-6 relative + 1e-7 (f32 instead of f64 sum of squares);
 //   softmax:  4e-6 relative + 1e-9 (polynomial exp, about 2e-7, and an f32 sum);
 //   silu_mul: 4e-6 relative + 1e-7 (polynomial exp);
 //   RoPE:     2e-6 absolute on values of magnitude <= 4 (fused multiply-add rounding).
-TEST_CASE("AVX-512 element-wise kernels equal their scalar references") {
-    if (!ops_use_avx512()) {
-        MESSAGE("no AVX-512 on this CPU: the dispatchers use the scalar references");
-        return;
-    }
+void check_ops_variant(const OpsVariant& simd) {
+    const std::string variant = simd.name;
+    CAPTURE(variant);
     std::mt19937 rng(77);
     std::normal_distribution<float> normal(0.0f, 2.0f);
     auto close = [](float got, float want, double rel, double abs_tol) {
@@ -89,13 +89,13 @@ TEST_CASE("AVX-512 element-wise kernels equal their scalar references") {
         }
         INFO("n = " << n);
         rms_norm_scalar(x.data(), w.data(), n, 1e-6f, a.data());
-        rms_norm_avx512(x.data(), w.data(), n, 1e-6f, b.data());
+        simd.rms_norm(x.data(), w.data(), n, 1e-6f, b.data());
         for (int64_t i = 0; i < n; ++i) {
             CHECK(close(b[i], a[i], 4e-6, 1e-7));
         }
         // In place, as the archs call it.
         b = x;
-        rms_norm_avx512(b.data(), w.data(), n, 1e-6f, b.data());
+        simd.rms_norm(b.data(), w.data(), n, 1e-6f, b.data());
         for (int64_t i = 0; i < n; ++i) {
             CHECK(close(b[i], a[i], 4e-6, 1e-7));
         }
@@ -109,7 +109,7 @@ TEST_CASE("AVX-512 element-wise kernels equal their scalar references") {
         }
         b = a;
         softmax_scalar(a.data(), n);
-        softmax_avx512(b.data(), n);
+        simd.softmax(b.data(), n);
         for (int64_t i = 0; i < n; ++i) {
             CHECK(close(b[i], a[i], 4e-6, 1e-9));
         }
@@ -120,7 +120,7 @@ TEST_CASE("AVX-512 element-wise kernels equal their scalar references") {
             g[3] = -120.0f;
         }
         silu_mul_scalar(g.data(), w.data(), n, a.data());
-        silu_mul_avx512(g.data(), w.data(), n, b.data());
+        simd.silu_mul(g.data(), w.data(), n, b.data());
         for (int64_t i = 0; i < n; ++i) {
             CHECK(close(b[i], a[i], 4e-6, 1e-7));
         }
@@ -145,14 +145,14 @@ TEST_CASE("AVX-512 element-wise kernels equal their scalar references") {
             INFO("head_dim " << hd << " rot_dim " << rot);
             std::vector<float> a = head, b = head;
             rope_neox_scalar(a.data(), rot, cs.data(), sn.data());
-            rope_neox_avx512(b.data(), rot, cs.data(), sn.data());
+            simd.rope_neox(b.data(), rot, cs.data(), sn.data());
             for (int64_t i = 0; i < hd; ++i) {
                 CHECK(std::fabs(a[i] - b[i]) <= 2e-6);
             }
             a = head;
             b = head;
             rope_interleaved_scalar(a.data(), rot, cs.data(), sn.data());
-            rope_interleaved_avx512(b.data(), rot, cs.data(), sn.data());
+            simd.rope_interleaved(b.data(), rot, cs.data(), sn.data());
             for (int64_t i = 0; i < hd; ++i) {
                 CHECK(std::fabs(a[i] - b[i]) <= 2e-6);
             }
@@ -160,6 +160,19 @@ TEST_CASE("AVX-512 element-wise kernels equal their scalar references") {
                 CHECK(b[i] == head[i]);
             }
         }
+    }
+}
+
+TEST_CASE("SIMD element-wise kernels equal their scalar references") {
+    const std::vector<OpsVariant> variants = ops_variants();
+    REQUIRE(!variants.empty());
+    CHECK(std::string(variants.front().name) == "scalar");
+    CHECK(ops_isa_name() == variants.back().name);
+    if (variants.size() == 1) {
+        MESSAGE("no AVX2 or AVX-512 on this CPU: the dispatchers use the scalar references");
+    }
+    for (size_t i = 1; i < variants.size(); ++i) {
+        check_ops_variant(variants[i]);
     }
 }
 

@@ -1,0 +1,197 @@
+// AVX2+FMA versions of the element-wise kernels of ops.h (RMSNorm, NeoX and interleaved RoPE,
+// softmax, SiLU-gated product), for CPUs without AVX-512 (Zen 3, Haswell to Skylake client). This
+// file is compiled with AVX2/FMA flags (engine/CMakeLists.txt) and only called after cpuid reports
+// them (ops.cc picks at run time). Lengths that are not multiples of 8 finish with scalar code of
+// the same arithmetic. Tolerances against the scalar references of ops_kernels.h are stated in
+// tests/engine/cpu/ops_test.cc.
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cpu/ops_kernels.h"
+
+namespace edge::engine::cpu {
+namespace {
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline float hmax(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// e^x for 8 lanes, as ops_avx512.cc's exp_ps: x = n ln2 + r with |r| <= ln2 / 2, e^r by its
+// degree-6 Taylor polynomial, times 2^n built in the exponent field. Without vscalefps the range
+// is clamped to [-87.3, 88.3], where 2^n stays a normal f32: below, the result is ~1e-38 instead
+// of a smaller number or 0 (an absolute error under 1.2e-38); above, e^88.3 ~ 2.2e38 instead of
+// a larger number or inf (silu's g / (1 + e^-g) is then 0 either way for g <= -88.3). NaN stays
+// NaN (max/min return the second operand, here x, when it is NaN).
+inline __m256 exp_ps(__m256 x) {
+    x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
+    x = _mm256_min_ps(_mm256_set1_ps(88.3f), x);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 high part, exact.
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);      // ln2 low part.
+    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+}  // namespace
+
+void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, float* out) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_loadu_ps(x + i);
+        const __m256 b = _mm256_loadu_ps(x + i + 8);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+        s1 = _mm256_fmadd_ps(b, b, s1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x + i);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+    }
+    double ss = hsum(_mm256_add_ps(s0, s1));
+    for (; i < n; ++i) {
+        ss += static_cast<double>(x[i]) * x[i];
+    }
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x + i);
+        const __m256 w = _mm256_loadu_ps(weight + i);
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(a, vinv), w));
+    }
+    for (; i < n; ++i) {
+        out[i] = x[i] * inv * weight[i];
+    }
+}
+
+void rope_neox_avx2(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+    const int64_t half = rot_dim / 2;
+    int64_t i = 0;
+    for (; i + 8 <= half; i += 8) {
+        const __m256 a = _mm256_loadu_ps(head + i);
+        const __m256 b = _mm256_loadu_ps(head + i + half);
+        const __m256 c = _mm256_loadu_ps(cos + i);
+        const __m256 s = _mm256_loadu_ps(sin + i);
+        _mm256_storeu_ps(head + i, _mm256_fmsub_ps(a, c, _mm256_mul_ps(b, s)));
+        _mm256_storeu_ps(head + i + half, _mm256_fmadd_ps(b, c, _mm256_mul_ps(a, s)));
+    }
+    for (; i < half; ++i) {
+        const float a = head[i], b = head[i + half];
+        head[i] = std::fma(a, cos[i], -(b * sin[i]));
+        head[i + half] = std::fma(b, cos[i], a * sin[i]);
+    }
+}
+
+void rope_interleaved_avx2(float* head, int64_t rot_dim, const float* cos, const float* sin) {
+    // Pairs (2i, 2i+1): 8 floats hold 4 pairs; cos/sin are duplicated into both lanes of a pair.
+    const int64_t half = rot_dim / 2;
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    const __m256 sign = _mm256_setr_ps(-1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f);
+    int64_t i = 0;
+    for (; i + 4 <= half; i += 4) {
+        const __m256 v = _mm256_loadu_ps(head + 2 * i);
+        const __m256 c =
+            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cos + i)), dup);
+        const __m256 s =
+            _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sin + i)), dup);
+        // swapped = (b, a) per pair; even lanes get a*c - b*s, odd lanes b*c + a*s.
+        const __m256 swapped = _mm256_permute_ps(v, 0xB1);
+        _mm256_storeu_ps(head + 2 * i,
+                         _mm256_fmadd_ps(v, c, _mm256_mul_ps(swapped, _mm256_mul_ps(s, sign))));
+    }
+    for (; i < half; ++i) {
+        const float a = head[2 * i], b = head[2 * i + 1];
+        head[2 * i] = std::fma(a, cos[i], -(b * sin[i]));
+        head[2 * i + 1] = std::fma(b, cos[i], a * sin[i]);
+    }
+}
+
+void softmax_avx2(float* x, int64_t n) {
+    if (n <= 0) {
+        return;
+    }
+    __m256 mx = _mm256_set1_ps(-__builtin_inff());
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+    }
+    float m = hmax(mx);
+    for (; i < n; ++i) {
+        m = std::max(m, x[i]);
+    }
+    const __m256 vmax = _mm256_set1_ps(m);
+    __m256 vsum = _mm256_setzero_ps();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+        _mm256_storeu_ps(x + i, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum(vsum);
+    if (i < n) {  // The tail through the same exp, eight lanes with the unused ones at -inf.
+        alignas(32) float tail[8];
+        for (int j = 0; j < 8; ++j) {
+            tail[j] = i + j < n ? x[i + j] : -__builtin_inff();
+        }
+        _mm256_store_ps(tail, exp_ps(_mm256_sub_ps(_mm256_load_ps(tail), vmax)));
+        for (; i < n; ++i) {
+            x[i] = tail[i % 8];
+            sum += x[i];
+        }
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (i = 0; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    }
+    for (; i < n; ++i) {
+        x[i] *= 1.0f / sum;
+    }
+}
+
+void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        alignas(32) float g8[8] = {}, u8[8] = {}, o8[8];
+        const bool full = i + 8 <= n;
+        if (!full) {
+            for (int64_t j = i; j < n; ++j) {
+                g8[j - i] = gate[j];
+                u8[j - i] = up[j];
+            }
+        }
+        const __m256 g = full ? _mm256_loadu_ps(gate + i) : _mm256_load_ps(g8);
+        const __m256 u = full ? _mm256_loadu_ps(up + i) : _mm256_load_ps(u8);
+        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        const __m256 y = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), u);
+        if (full) {
+            _mm256_storeu_ps(out + i, y);
+        } else {
+            _mm256_store_ps(o8, y);
+            for (int64_t j = i; j < n; ++j) {
+                out[j] = o8[j - i];
+            }
+        }
+    }
+}
+
+}  // namespace edge::engine::cpu
