@@ -2,6 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "tests/engine/serve/collecting_sink.h"
@@ -16,10 +19,11 @@ using testing::FakeOptions;
 
 const std::string kMicro = EDGE_SOURCE_DIR "/tests/fixtures/micro-qwen3-moe";
 
-ServedModel fake_model(const std::string& name, FakeOptions opts) {
+ServedModel fake_model(const std::string& name, FakeOptions opts,
+                       std::shared_ptr<testing::FakeLog> log = nullptr) {
     ServedModel m;
     m.config.name = name;
-    m.model = std::make_unique<FakeCausalLM>(opts);
+    m.model = std::make_unique<FakeCausalLM>(opts, std::move(log));
     auto tok = tokenizer::Tokenizer::load_file(kMicro + "/tokenizer.json");
     REQUIRE(tok.ok());
     m.tokenizer = std::move(tok).value();
@@ -30,9 +34,10 @@ ServedModel fake_model(const std::string& name, FakeOptions opts) {
     return m;
 }
 
-std::unique_ptr<LocalGenerator> make_generator(FakeOptions opts = {}, EngineConfig config = {}) {
+std::unique_ptr<LocalGenerator> make_generator(FakeOptions opts = {}, EngineConfig config = {},
+                                               std::shared_ptr<testing::FakeLog> log = nullptr) {
     std::vector<ServedModel> models;
-    models.push_back(fake_model("micro", opts));
+    models.push_back(fake_model("micro", opts, std::move(log)));
     auto gen = LocalGenerator::create(std::move(models), config, 42);
     REQUIRE_MESSAGE(gen.ok(), gen.status().to_string());
     return std::move(gen).value();
@@ -177,6 +182,44 @@ TEST_CASE("local generator: concurrent submitters each get their own exact token
                       opts, {static_cast<TokenId>(t + 1), static_cast<TokenId>(i + 1)}, 5 + i));
         }
     }
+}
+
+TEST_CASE("local generator: the engine's batch limits reach the scheduler") {
+    // Four requests running together under max_decode_sequences = 2: no step decodes more than
+    // two of them (the scheduler's rule, tested in decode_share_test.cc; here, that the engine
+    // config is what the scheduler got). The first forward waits until all four are queued, so
+    // they run together.
+    FakeOptions opts;
+    std::atomic<bool> all_queued{false};
+    opts.on_forward = [&] {
+        while (!all_queued.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    };
+    EngineConfig config;
+    config.max_batch_sequences = 4;
+    config.max_decode_sequences = 2;
+    auto log = std::make_shared<testing::FakeLog>();
+    auto gen = make_generator(opts, config, log);
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (TokenId i = 1; i <= 4; ++i) {
+        sinks.push_back(std::make_shared<CollectingSink>());
+        REQUIRE(gen->submit(request({i, 7, 9}, 8), sinks.back()).ok());
+    }
+    all_queued = true;
+    for (TokenId i = 1; i <= 4; ++i) {
+        REQUIRE(sinks[i - 1]->wait());
+        CHECK(sinks[i - 1]->ids() == FakeCausalLM::expected(opts, {i, 7, 9}, 8));
+    }
+    size_t most_decoding = 0, most_sequences = 0;
+    for (const testing::ForwardCall& call : log->snapshot()) {
+        const auto decoding = static_cast<size_t>(std::count_if(
+            call.chunks.begin(), call.chunks.end(), [](const auto& c) { return c.second == 1; }));
+        most_decoding = std::max(most_decoding, decoding);
+        most_sequences = std::max(most_sequences, call.chunks.size());
+    }
+    CHECK(most_decoding == 2);
+    CHECK(most_sequences <= 4);
 }
 
 TEST_CASE("local generator: the same seed gives the same sampled text") {
