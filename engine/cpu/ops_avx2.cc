@@ -38,17 +38,14 @@ inline float hmax(__m256 v) {
 inline __m256 exp_ps(__m256 x) {
     x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
     x = _mm256_min_ps(_mm256_set1_ps(88.3f), x);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);  // ln2 high part, exact.
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);      // ln2 low part.
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2High), x);  // ln2 high part, exact.
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Low), r);          // ln2 low part.
+    __m256 p = _mm256_set1_ps(kExpTaylor[0]);
+    for (int i = 1; i < 7; ++i) {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpTaylor[i]));
+    }
     const __m256i bits =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));

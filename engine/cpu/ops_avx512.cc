@@ -21,18 +21,14 @@ inline __mmask16 tail_mask(int64_t n) {
 inline __m512 exp_ps(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
     x = _mm512_min_ps(x, _mm512_set1_ps(89.0f));
-    const __m512 n =
-        _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 high part, exact.
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);      // ln2 low part.
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2High), x);  // ln2 high part, exact.
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Low), r);          // ln2 low part.
+    __m512 p = _mm512_set1_ps(kExpTaylor[0]);
+    for (int i = 1; i < 7; ++i) {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
+    }
     return _mm512_scalef_ps(p, n);
 }
 

@@ -31,6 +31,16 @@ void rope_interleaved_avx512(float* head, int64_t rot_dim, const float* cos, con
 void softmax_avx512(float* x, int64_t n);
 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out);
 
+// e^x in the SIMD versions (ops_avx2.cc, ops_avx512.cc): x = n ln2 + r with n = round(x log2 e),
+// r by ln2 in two parts (the high one exact in a few bits, so n * kLn2High is exact), and e^r by
+// its degree-6 Taylor polynomial (truncation error below 1.2e-7 relative for |r| <= ln2 / 2),
+// coefficients highest degree first, for Horner's rule.
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2High = 0.693359375f;
+inline constexpr float kLn2Low = -2.12194440e-4f;
+inline constexpr float kExpTaylor[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f,
+                                        0.5f,          1.0f,          1.0f};
+
 // One ISA's set of the kernels.
 struct OpsVariant {
     const char* name;  // "scalar", "avx2", "avx512".
