@@ -2,13 +2,11 @@
 // softmax, SiLU-gated product), for CPUs without AVX-512 (Zen 3, Haswell to Skylake client). This
 // file is compiled with AVX2/FMA flags (engine/CMakeLists.txt) and only called after cpuid reports
 // them (ops.cc picks at run time). Lengths that are not multiples of 8 finish with scalar code of
-// the same arithmetic. Tolerances against the scalar references of ops_kernels.h are stated in
+// the same arithmetic. It calls no inline function of a shared header (only intrinsics and
+// builtins): an out-of-line copy compiled here with AVX2 could be the one the linker keeps. Tolerances against the scalar references of ops_kernels.h are stated in
 // tests/engine/cpu/ops_test.cc.
 
 #include <immintrin.h>
-
-#include <algorithm>
-#include <cmath>
 
 #include "engine/cpu/ops_kernels.h"
 
@@ -70,7 +68,7 @@ void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, fl
     for (; i < n; ++i) {
         ss += static_cast<double>(x[i]) * x[i];
     }
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    const float inv = static_cast<float>(1.0 / __builtin_sqrt(ss / static_cast<double>(n) + eps));
     const __m256 vinv = _mm256_set1_ps(inv);
     for (i = 0; i + 8 <= n; i += 8) {
         const __m256 a = _mm256_loadu_ps(x + i);
@@ -95,8 +93,8 @@ void rope_neox_avx2(float* head, int64_t rot_dim, const float* cos, const float*
     }
     for (; i < half; ++i) {
         const float a = head[i], b = head[i + half];
-        head[i] = std::fma(a, cos[i], -(b * sin[i]));
-        head[i + half] = std::fma(b, cos[i], a * sin[i]);
+        head[i] = __builtin_fmaf(a, cos[i], -(b * sin[i]));
+        head[i + half] = __builtin_fmaf(b, cos[i], a * sin[i]);
     }
 }
 
@@ -119,8 +117,8 @@ void rope_interleaved_avx2(float* head, int64_t rot_dim, const float* cos, const
     }
     for (; i < half; ++i) {
         const float a = head[2 * i], b = head[2 * i + 1];
-        head[2 * i] = std::fma(a, cos[i], -(b * sin[i]));
-        head[2 * i + 1] = std::fma(b, cos[i], a * sin[i]);
+        head[2 * i] = __builtin_fmaf(a, cos[i], -(b * sin[i]));
+        head[2 * i + 1] = __builtin_fmaf(b, cos[i], a * sin[i]);
     }
 }
 
@@ -135,7 +133,7 @@ void softmax_avx2(float* x, int64_t n) {
     }
     float m = hmax(mx);
     for (; i < n; ++i) {
-        m = std::max(m, x[i]);
+        m = x[i] > m ? x[i] : m;
     }
     const __m256 vmax = _mm256_set1_ps(m);
     __m256 vsum = _mm256_setzero_ps();

@@ -72,6 +72,67 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void attend_av
     }
 }
 
+// The same with AVX2 + FMA for head_dim a multiple of 8 (only called after cpuid reports them).
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) void attend_avx2(const KvCache& kv, int32_t slot, int32_t layer,
+                                                     int32_t kv_head, const float* q, int64_t n_q,
+                                                     int64_t n_ctx, float scale, float* scores,
+                                                     float* out) {
+    const int64_t hd = kv.shape().head_dim;
+    const int64_t bt = kv.block_tokens();
+    const auto table = kv.blocks(slot);
+    const int64_t vecs = hd / 8;
+    for (int64_t h0 = 0; h0 < n_q; h0 += 4) {
+        const int64_t nh = std::min<int64_t>(4, n_q - h0);
+        for (int64_t b0 = 0; b0 < n_ctx; b0 += bt) {
+            const float* keys = kv.block_keys(table[b0 / bt], layer, kv_head);
+            const int64_t end = std::min(bt, n_ctx - b0);
+            for (int64_t p = 0; p < end; ++p) {
+                const float* k = keys + p * hd;
+                __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                                 _mm256_setzero_ps()};
+                for (int64_t v = 0; v < vecs; ++v) {
+                    const __m256 k8 = _mm256_loadu_ps(k + v * 8);
+                    for (int64_t h = 0; h < nh; ++h) {
+                        acc[h] =
+                            _mm256_fmadd_ps(_mm256_loadu_ps(q + (h0 + h) * hd + v * 8), k8, acc[h]);
+                    }
+                }
+                for (int64_t h = 0; h < nh; ++h) {
+                    scores[(h0 + h) * n_ctx + b0 + p] = hsum8(acc[h]) * scale;
+                }
+            }
+        }
+        for (int64_t h = 0; h < nh; ++h) {
+            cpu::softmax(scores + (h0 + h) * n_ctx, n_ctx);
+        }
+        for (int64_t v = 0; v < vecs; ++v) {
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                             _mm256_setzero_ps()};
+            for (int64_t b0 = 0; b0 < n_ctx; b0 += bt) {
+                const float* values = kv.block_values(table[b0 / bt], layer, kv_head);
+                const int64_t end = std::min(bt, n_ctx - b0);
+                for (int64_t p = 0; p < end; ++p) {
+                    const __m256 val = _mm256_loadu_ps(values + p * hd + v * 8);
+                    for (int64_t h = 0; h < nh; ++h) {
+                        const __m256 w = _mm256_set1_ps(scores[(h0 + h) * n_ctx + b0 + p]);
+                        acc[h] = _mm256_fmadd_ps(w, val, acc[h]);
+                    }
+                }
+            }
+            for (int64_t h = 0; h < nh; ++h) {
+                _mm256_storeu_ps(out + (h0 + h) * hd + v * 8, acc[h]);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -84,6 +145,10 @@ void paged_attention_gqa(const KvCache& kv, int32_t slot, int32_t layer, int32_t
     const int64_t hd = kv.shape().head_dim;
     if (hd % 16 == 0 && cpu::ops_use_avx512()) {
         attend_avx512(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
+        return;
+    }
+    if (hd % 8 == 0 && cpu::ops_isa_name() == "avx2") {
+        attend_avx2(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
         return;
     }
     const int64_t bt = kv.block_tokens();
