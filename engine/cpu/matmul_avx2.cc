@@ -53,7 +53,10 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-template <typename L, int R, int T>
+// R rows by T tokens: R*T accumulators; each weight vector loaded once is used for T tokens.
+// kFirst: the first token tile over these rows, which reads them from memory; it prefetches each
+// row's stream kPrefetchBytes ahead (the next row block), as the one-token loop does.
+template <typename L, int R, int T, bool kFirst = true>
 __attribute__((always_inline)) inline void block(const char* w0, int64_t row_bytes, const float* x, int64_t k, float* y,
                   int64_t ldy) {
     __m256 acc[R][T];
@@ -97,6 +100,14 @@ __attribute__((always_inline)) inline void block(const char* w0, int64_t row_byt
         }
     }
     for (; c + 8 <= k; c += 8) {
+        if constexpr (kFirst && T > 1) {
+            if (c % (64 / L::kBytes) == 0) {  // Once per 64-byte line of each row.
+                #pragma GCC unroll 16
+                for (int r = 0; r < R; ++r) {
+                    _mm_prefetch(w0 + r * row_bytes + c * L::kBytes + kPrefetchBytes, _MM_HINT_T0);
+                }
+            }
+        }
         __m256 xv[T];
         #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
@@ -128,8 +139,12 @@ template <typename L, int R>
 inline void rows_block(const char* w0, int64_t row_bytes, const float* x, int64_t n, int64_t k,
                        float* y, int64_t ldy) {
     int64_t t = 0;
+    if (n >= 3) {
+        block<L, R, 3, true>(w0, row_bytes, x, k, y, ldy);
+        t = 3;
+    }
     for (; t + 3 <= n; t += 3) {
-        block<L, R, 3>(w0, row_bytes, x + t * k, k, y + t * ldy, ldy);
+        block<L, R, 3, false>(w0, row_bytes, x + t * k, k, y + t * ldy, ldy);
     }
     switch (n - t) {
         case 2:
