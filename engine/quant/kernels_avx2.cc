@@ -62,6 +62,33 @@ EDGE_AVX2 EDGE_INLINE void fp8_step(const uint8_t* q, const float* x, int64_t co
     }
 }
 
+// Columns c + i .. c + i + 31 for T tokens into the partials (four for one token, else two). The
+// byte unpacks against zero put each byte into the high half of a 16-bit lane (the shift of
+// decode_fp8_16 for free), in the unpacks' order: the low result holds columns 0-7 and 16-23, the
+// high one 8-15 and 24-31.
+template <int T>
+EDGE_AVX2 EDGE_INLINE void fp8_step32(const uint8_t* q, const float* x, int64_t cols, int64_t c,
+                                      int64_t i, __m256 (*part)[4]) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
+    const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
+    const __m256i a = _mm256_and_si256(
+        _mm256_srai_epi16(_mm256_unpacklo_epi8(_mm256_setzero_si256(), v), 1), mask);
+    const __m256i b = _mm256_and_si256(
+        _mm256_srai_epi16(_mm256_unpackhi_epi8(_mm256_setzero_si256(), v), 1), mask);
+    const __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(a));       // Columns 0-7.
+    const __m256 w1 = _mm256_cvtph_ps(_mm256_castsi256_si128(b));       // 8-15.
+    const __m256 w2 = _mm256_cvtph_ps(_mm256_extracti128_si256(a, 1));  // 16-23.
+    const __m256 w3 = _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1));  // 24-31.
+    constexpr int J = T == 1 ? 2 : 0;
+    for (int t = 0; t < T; ++t) {
+        const float* xt = x + t * cols + c + i;
+        part[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), part[t][0]);
+        part[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), part[t][1]);
+        part[t][J] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), part[t][J]);
+        part[t][J + 1] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), part[t][J + 1]);
+    }
+}
+
 // Columns [c, c + n) of one row (n <= 128, one scale block) for T tokens, summed unscaled in
 // partial vectors (one token: four, since two FMA chains would wait on FMA latency; more tokens:
 // two each, so that all stay in the 16 registers), then added to acc[t] times the block's
@@ -80,8 +107,7 @@ EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t c
         if (i % 64 == 0) {
             prefetch_ahead(q + i);
         }
-        fp8_step<T, 0>(q, x, cols, c, i, part);
-        fp8_step<T, T == 1 ? 2 : 0>(q, x, cols, c, i + 16, part);
+        fp8_step32<T>(q, x, cols, c, i, part);
     }
     if (i + 16 <= n) {
         fp8_step<T, 0>(q, x, cols, c, i, part);
