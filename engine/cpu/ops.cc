@@ -39,7 +39,15 @@ const OpsVariant& ops() {
 
 std::string_view ops_isa_name() { return ops().name; }
 
-bool ops_use_avx512() { return ops_isa_name() == "avx512"; }
+bool ops_use_avx512() {
+    static const bool use = ops_isa_name() == "avx512";
+    return use;
+}
+
+bool ops_use_avx2() {
+    static const bool use = ops_isa_name() == "avx2";
+    return use;
+}
 
 void rms_norm(const float* x, const float* weight, int64_t n, float eps, float* out) {
     ops().rms_norm(x, weight, n, eps, out);

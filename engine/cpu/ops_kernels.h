@@ -57,7 +57,8 @@ std::vector<OpsVariant> ops_variants();
 // The name of the variant ops.h's functions use on this CPU.
 std::string_view ops_isa_name();
 
-// Whether that variant is AVX-512 (paged attention picks its own AVX-512 form by it).
+// Whether that variant is AVX-512, or AVX2 (paged attention picks its own forms by them).
 bool ops_use_avx512();
+bool ops_use_avx2();
 
 }  // namespace edge::engine::cpu

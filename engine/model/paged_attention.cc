@@ -147,7 +147,7 @@ void paged_attention_gqa(const KvCache& kv, int32_t slot, int32_t layer, int32_t
         attend_avx512(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
         return;
     }
-    if (hd % 8 == 0 && cpu::ops_isa_name() == "avx2") {
+    if (hd % 8 == 0 && cpu::ops_use_avx2()) {
         attend_avx2(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
         return;
     }
