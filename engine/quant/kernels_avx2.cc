@@ -55,6 +55,7 @@ EDGE_AVX2 EDGE_INLINE void fp8_step(const uint8_t* q, const float* x, int64_t co
                                     int64_t i, __m256 (*part)[4]) {
     __m256 w0, w1;
     decode_fp8_16(q + i, &w0, &w1);
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
         const float* xt = x + t * cols + c + i;
         part[t][J] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), part[t][J]);
@@ -80,6 +81,7 @@ EDGE_AVX2 EDGE_INLINE void fp8_step32(const uint8_t* q, const float* x, int64_t 
     const __m256 w2 = _mm256_cvtph_ps(_mm256_extracti128_si256(a, 1));  // 16-23.
     const __m256 w3 = _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1));  // 24-31.
     constexpr int J = T == 1 ? 2 : 0;
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
         const float* xt = x + t * cols + c + i;
         part[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), part[t][0]);
@@ -97,6 +99,7 @@ template <int T>
 EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t cols, int64_t c,
                                      int64_t n, float scale, __m256* acc, float* tail) {
     __m256 part[T][4];
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
         for (int j = 0; j < 4; ++j) {
             part[t][j] = _mm256_setzero_ps();
@@ -114,6 +117,7 @@ EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t c
         i += 16;
     }
     const __m256 s256 = _mm256_set1_ps(scale * 256.0f);
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
         __m256 sum = _mm256_add_ps(part[t][0], part[t][1]);
         if constexpr (T == 1) {
@@ -124,6 +128,7 @@ EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t c
     const float* table = fp8_e4m3_table();
     for (; i < n; ++i) {
         const float wv = table[q[i]] * scale;
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             tail[t] += wv * x[t * cols + c + i];
         }
@@ -142,6 +147,7 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
         const float* srow = w.scales + (r / 128) * block_cols;
         __m256 acc[T];
         float tail[T] = {};
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm256_setzero_ps();
         }
@@ -149,6 +155,7 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
             const int64_t c = b * 128;
             fp8_block<T>(q + c, x, cols, c, std::min<int64_t>(128, cols - c), srow[b], acc, tail);
         }
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             y[t * ldy + r] = hsum(acc[t]) + tail[t];
         }
@@ -162,6 +169,7 @@ EDGE_AVX2 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
     for (int64_t r = row_begin; r < row_end; ++r) {
         const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
         __m256 acc[T][2];
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             acc[t][0] = _mm256_setzero_ps();
             acc[t][1] = _mm256_setzero_ps();
@@ -171,12 +179,14 @@ EDGE_AVX2 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
             const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c));
             const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
             const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+#pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
                 const float* xt = x + t * cols + c;
                 acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[t][0]);
                 acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), acc[t][1]);
             }
         }
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             float sum = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
             for (int64_t i = c; i < cols; ++i) {
@@ -213,6 +223,7 @@ EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
         const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
         const float* srow = w.scales + r * groups;
         __m256 acc[T][2];
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             acc[t][0] = _mm256_setzero_ps();
             acc[t][1] = _mm256_setzero_ps();
@@ -223,6 +234,7 @@ EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
             for (int64_t c = gi * g; c < (gi + 1) * g; c += 32) {
                 __m256 wv[4];
                 decode_int4_32(q + c / 2, scale, offset, wv);
+#pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     const float* xt = x + t * cols + c;
                     acc[t][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xt), acc[t][0]);
@@ -232,6 +244,7 @@ EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
                 }
             }
         }
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             y[t * ldy + r] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
         }
@@ -320,6 +333,7 @@ EDGE_AVX2 void int8_dot_rows(const Weight& w, const Int8DotChunk* prepared, int6
     for (int64_t r = row_begin; r < row_end; ++r) {
         const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
         __m256 acc[T];
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm256_setzero_ps();
         }
@@ -337,6 +351,7 @@ EDGE_AVX2 void int8_dot_rows(const Weight& w, const Int8DotChunk* prepared, int6
             }
             const __m256i a0 = _mm256_abs_epi8(w0);
             const __m256i a1 = _mm256_abs_epi8(w1);
+#pragma GCC unroll 4
             for (int t = 0; t < T; ++t) {
                 const Int8DotChunk& ch = prepared[t * n_chunks + k];
                 const __m256i dot =
@@ -345,6 +360,7 @@ EDGE_AVX2 void int8_dot_rows(const Weight& w, const Int8DotChunk* prepared, int6
                                          acc[t]);
             }
         }
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             y[t * ldy + r] = hsum(acc[t]) * w.scales[r];
         }
@@ -421,6 +437,7 @@ EDGE_AVX2 EDGE_INLINE void int4_dot_chunk(const uint8_t* q, int64_t k, bool half
     const __m256i nib = _mm256_set1_epi8(0x0F);
     const __m256i lo = _mm256_and_si256(wv, nib);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+#pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
         const Int4DotChunk& ch = prepared[t * n_chunks + k];
         const __m256i e = _mm256_load_si256(reinterpret_cast<const __m256i*>(ch.even));
@@ -446,6 +463,7 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
         const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
         const float* srow = w.scales + r * groups;
         __m256 acc[T];
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             acc[t] = _mm256_setzero_ps();
         }
@@ -453,12 +471,14 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
             for (int64_t gi = 0; gi < groups; ++gi) {
                 prefetch_ahead(q + gi * 64);
                 __m256i dot[T];
+#pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     dot[t] = _mm256_setzero_si256();
                 }
                 int4_dot_chunk<T>(q, 2 * gi, false, prepared, n_chunks, dot);
                 int4_dot_chunk<T>(q, 2 * gi + 1, false, prepared, n_chunks, dot);
                 const __m256 ws = _mm256_set1_ps(srow[gi]);
+#pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     const __m256 s =
                         _mm256_mul_ps(ws, _mm256_load_ps(prepared[t * n_chunks + 2 * gi].scale));
@@ -472,6 +492,7 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
                 }
                 const bool half = k == full_chunks;
                 __m256i dot[T];
+#pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     dot[t] = _mm256_setzero_si256();
                 }
@@ -479,6 +500,7 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
                 // Lanes 0-3: group 2k, lanes 4-7: group 2k + 1 (none in a half chunk).
                 const __m256 ws = _mm256_set_m128(_mm_set1_ps(half ? 0.0f : srow[2 * k + 1]),
                                                   _mm_set1_ps(srow[2 * k]));
+#pragma GCC unroll 4
                 for (int t = 0; t < T; ++t) {
                     const __m256 s =
                         _mm256_mul_ps(ws, _mm256_load_ps(prepared[t * n_chunks + k].scale));
@@ -486,6 +508,7 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
                 }
             }
         }
+#pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
             y[t * ldy + r] = hsum(acc[t]);
         }
