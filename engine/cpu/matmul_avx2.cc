@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 
+#include "engine/cpu/avx2_reduce.h"
 #include "engine/cpu/convert.h"
 #include "engine/cpu/matmul_kernels.h"
 
@@ -45,13 +46,6 @@ struct LoadF16 {
     }
     static constexpr int64_t kBytes = 2;
 };
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 // R rows by T tokens: R*T accumulators; each weight vector loaded once is used for T tokens.
 // kFirst: the first token tile over these rows, which reads them from memory; it prefetches each
@@ -126,7 +120,7 @@ __attribute__((always_inline)) inline void block(const char* w0, int64_t row_byt
     for (int r = 0; r < R; ++r) {
         #pragma GCC unroll 16
         for (int t = 0; t < T; ++t) {
-            float s = hsum(acc[r][t]);
+            float s = hsum_avx2(acc[r][t]);
             for (int64_t cc = c; cc < k; ++cc) {
                 s += L::scalar(w0 + r * row_bytes, cc) * x[t * k + cc];
             }

@@ -2,30 +2,19 @@
 // softmax, SiLU-gated product), for CPUs without AVX-512 (Zen 3, Haswell to Skylake client). This
 // file is compiled with AVX2/FMA flags (engine/CMakeLists.txt) and only called after cpuid reports
 // them (ops.cc picks at run time). Lengths that are not multiples of 8 finish with scalar code of
-// the same arithmetic. It calls no inline function of a shared header (only intrinsics and
-// builtins): an out-of-line copy compiled here with AVX2 could be the one the linker keeps. Tolerances against the scalar references of ops_kernels.h are stated in
+// the same arithmetic. It calls no extern inline function of a shared header (only intrinsics,
+// builtins and avx2_reduce.h's static ones): an out-of-line copy compiled here with AVX2 could be
+// the one the linker keeps.
+// Tolerances against the scalar references of ops_kernels.h are stated in
 // tests/engine/cpu/ops_test.cc.
 
 #include <immintrin.h>
 
+#include "engine/cpu/avx2_reduce.h"
 #include "engine/cpu/ops_kernels.h"
 
 namespace edge::engine::cpu {
 namespace {
-
-inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-inline float hmax(__m256 v) {
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 // e^x for 8 lanes, as ops_avx512.cc's exp_ps: x = n ln2 + r with |r| <= ln2 / 2, e^r by its
 // degree-6 Taylor polynomial, times 2^n built in the exponent field. Without vscalefps the range
@@ -64,7 +53,7 @@ void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, fl
         const __m256 a = _mm256_loadu_ps(x + i);
         s0 = _mm256_fmadd_ps(a, a, s0);
     }
-    double ss = hsum(_mm256_add_ps(s0, s1));
+    double ss = hsum_avx2(_mm256_add_ps(s0, s1));
     for (; i < n; ++i) {
         ss += static_cast<double>(x[i]) * x[i];
     }
@@ -131,7 +120,7 @@ void softmax_avx2(float* x, int64_t n) {
     for (; i + 8 <= n; i += 8) {
         mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
     }
-    float m = hmax(mx);
+    float m = hmax_avx2(mx);
     for (; i < n; ++i) {
         m = x[i] > m ? x[i] : m;
     }
@@ -142,7 +131,7 @@ void softmax_avx2(float* x, int64_t n) {
         _mm256_storeu_ps(x + i, e);
         vsum = _mm256_add_ps(vsum, e);
     }
-    float sum = hsum(vsum);
+    float sum = hsum_avx2(vsum);
     if (i < n) {  // The tail through the same exp, eight lanes with the unused ones at -inf.
         alignas(32) float tail[8];
         for (int j = 0; j < 8; ++j) {

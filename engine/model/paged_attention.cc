@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "engine/cpu/avx2_reduce.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/ops_kernels.h"
 
@@ -73,13 +74,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void attend_av
 }
 
 // The same with AVX2 + FMA for head_dim a multiple of 8 (only called after cpuid reports them).
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 __attribute__((target("avx2,fma"))) void attend_avx2(const KvCache& kv, int32_t slot, int32_t layer,
                                                      int32_t kv_head, const float* q, int64_t n_q,
                                                      int64_t n_ctx, float scale, float* scores,
@@ -105,7 +99,7 @@ __attribute__((target("avx2,fma"))) void attend_avx2(const KvCache& kv, int32_t 
                     }
                 }
                 for (int64_t h = 0; h < nh; ++h) {
-                    scores[(h0 + h) * n_ctx + b0 + p] = hsum8(acc[h]) * scale;
+                    scores[(h0 + h) * n_ctx + b0 + p] = cpu::hsum_avx2(acc[h]) * scale;
                 }
             }
         }

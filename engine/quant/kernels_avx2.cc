@@ -22,6 +22,7 @@
 
 #include <algorithm>
 
+#include "engine/cpu/avx2_reduce.h"
 #include "engine/quant/fp8.h"
 #include "engine/quant/kernels_internal.h"
 #include "engine/quant/kernels_x86.h"
@@ -29,12 +30,8 @@
 namespace edge::engine::quant::detail {
 namespace {
 
-EDGE_AVX2 inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+using cpu::hmax_avx2;
+using cpu::hsum_avx2;
 
 // 16 E4M3 bytes -> two vectors of value / 256, as kernels_avx512.cc's fp8_words_to_f32: with the
 // byte in the high half of a 16-bit lane, an arithmetic shift right by one puts the magnitude bits
@@ -157,7 +154,7 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = hsum(acc[t]) + tail[t];
+            y[t * ldy + r] = hsum_avx2(acc[t]) + tail[t];
         }
     }
 }
@@ -188,7 +185,7 @@ EDGE_AVX2 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy,
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            float sum = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+            float sum = hsum_avx2(_mm256_add_ps(acc[t][0], acc[t][1]));
             for (int64_t i = c; i < cols; ++i) {
                 sum += static_cast<float>(q[i]) * x[t * cols + i];
             }
@@ -246,7 +243,7 @@ EDGE_AVX2 void int4_rows(const Weight& w, const float* x, float* y, int64_t ldy,
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+            y[t * ldy + r] = hsum_avx2(_mm256_add_ps(acc[t][0], acc[t][1]));
         }
     }
 }
@@ -272,10 +269,7 @@ EDGE_AVX2 EDGE_INLINE float abs_max(const __m256* v, int n) {
     for (int i = 0; i < n; ++i) {
         m = _mm256_max_ps(m, _mm256_and_ps(v[i], abs_mask));
     }
-    __m128 s = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_max_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    return hmax_avx2(m);
 }
 
 // v[0..3] (32 floats) times `inv`, rounded to nearest even and saturated to int8, in order.
@@ -362,7 +356,7 @@ EDGE_AVX2 void int8_dot_rows(const Weight& w, const Int8DotChunk* prepared, int6
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = hsum(acc[t]) * w.scales[r];
+            y[t * ldy + r] = hsum_avx2(acc[t]) * w.scales[r];
         }
     }
 }
@@ -510,7 +504,7 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
         }
 #pragma GCC unroll 4
         for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = hsum(acc[t]);
+            y[t * ldy + r] = hsum_avx2(acc[t]);
         }
     }
 }
