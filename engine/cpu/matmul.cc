@@ -89,6 +89,18 @@ int64_t weight_bytes(const Weight& w) {
     return 0;
 }
 
+void* kernel_scratch(int slot, int64_t bytes) {
+    EDGE_CHECK(slot >= 0 && slot < kKernelScratchSlots && bytes >= 0, "bad kernel scratch request");
+    // Floats, so the storage is aligned for every element type the kernels put in it.
+    thread_local std::vector<float> buffers[kKernelScratchSlots];
+    std::vector<float>& b = buffers[slot];
+    const auto floats = static_cast<size_t>((bytes + 3) / 4);
+    if (b.size() < floats) {
+        b.resize(floats);
+    }
+    return b.data();
+}
+
 namespace {
 
 // The precision a call of n tokens runs at: one-token calls stay exact.

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <vector>
 
 #include "engine/cpu/bf16_split.h"
 #include "engine/cpu/matmul_kernels.h"
@@ -448,25 +447,17 @@ void swiglu_impl(const SwiGluJob& j) {
     const int64_t inp = (in + 31) / 32 * 32;
     const int64_t interp = (inter + 31) / 32 * 32;
     const int64_t group = j.n < kTokenGroup ? j.n : kTokenGroup;
-    thread_local std::vector<uint16_t> split;
-    thread_local std::vector<float> buf;
-    const size_t split_need = static_cast<size_t>(2 * group * (inp > interp ? inp : interp));
-    const size_t buf_need = static_cast<size_t>(3 * group * inter);
-    if (split.size() < split_need) {
-        split.resize(split_need);
-    }
-    if (buf.size() < buf_need) {
-        buf.resize(buf_need);
-    }
+    auto* split = static_cast<uint16_t*>(
+        kernel_scratch(0, 2 * group * (inp > interp ? inp : interp) * sizeof(uint16_t)));
+    float* g = static_cast<float*>(kernel_scratch(1, 3 * group * inter * sizeof(float)));
     const auto* gate = static_cast<const uint16_t*>(j.gate->data);
     const auto* up = static_cast<const uint16_t*>(j.up->data);
     const auto* down = static_cast<const uint16_t*>(j.down->data);
-    float* g = buf.data();
     float* u = g + group * inter;
     float* act = u + group * inter;
     for (int64_t t0 = 0; t0 < j.n; t0 += group) {
         const int64_t nt = j.n - t0 < group ? j.n - t0 : group;
-        uint16_t* hi = split.data();
+        uint16_t* hi = split;
         uint16_t* lo = hi + nt * inp;
         prepare<L>(j.x + t0 * in, nt, in, inp, hi, lo);
         rows_whole<L>(gate, inter, in, hi, lo, inp, nt, g, inter);
@@ -515,12 +506,8 @@ void matmul_impl(const Weight& w, const float* x, int64_t n, float* y, int64_t l
     const int64_t kp = (k + 31) / 32 * 32;
     // Per-thread scratch for the split activations of up to kTokenGroup tokens (bounded: a long
     // prefill is taken a group at a time, each group reading the rows once).
-    thread_local std::vector<uint16_t> scratch;
     const int64_t group = n < kTokenGroup ? n : kTokenGroup;
-    if (scratch.size() < static_cast<size_t>(2 * group * kp)) {
-        scratch.resize(static_cast<size_t>(2 * group * kp));
-    }
-    uint16_t* hi = scratch.data();
+    auto* hi = static_cast<uint16_t*>(kernel_scratch(0, 2 * group * kp * sizeof(uint16_t)));
     uint16_t* lo = hi + group * kp;
     const auto* base = static_cast<const uint16_t*>(w.data);
     for (int64_t t0 = 0; t0 < n; t0 += group) {

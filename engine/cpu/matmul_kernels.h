@@ -33,6 +33,14 @@ void matmul_bf16_avx512(const Weight& w, const float* x, int64_t n, float* y, in
                         int64_t r0, int64_t r1);
 void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                        int64_t r0, int64_t r1);
+// Per-thread scratch for the kernels of files compiled with ISA flags, which must not instantiate
+// std::vector themselves: an out-of-line copy of its members compiled with those flags could be
+// the one the linker keeps for the whole program, and would then fault on a CPU without them.
+// `slot` (< kKernelScratchSlots) picks one of independent buffers, for a kernel that needs two at
+// once. Returns at least `bytes` bytes, valid until the next call for the same slot on the same
+// thread.
+inline constexpr int kKernelScratchSlots = 2;
+void* kernel_scratch(int slot, int64_t bytes);
 // AVX512_BF16 (vdpbf16ps) with the activations split into bf16 hi + lo parts: about 16 mantissa
 // bits per activation instead of 24 (see matmul_avx512_bf16.cc for the error bound).
 void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,

@@ -6,7 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/cpu/convert.h"
@@ -133,6 +135,24 @@ TEST_CASE("SIMD matmul kernels equal the scalar reference") {
             }
         }
     }
+}
+
+TEST_CASE("kernel scratch: independent slots per thread that keep their size") {
+    auto* a = static_cast<uint8_t*>(kernel_scratch(0, 1000));
+    auto* b = static_cast<uint8_t*>(kernel_scratch(1, 1000));
+    std::memset(a, 1, 1000);
+    std::memset(b, 2, 1000);
+    CHECK(a != b);
+    CHECK(a[999] == 1);  // Writing slot 1 left slot 0 alone.
+    // A smaller request keeps the buffer; a larger one gets at least its bytes.
+    CHECK(kernel_scratch(0, 10) == a);
+    auto* big = static_cast<uint8_t*>(kernel_scratch(0, 1 << 20));
+    std::memset(big, 3, size_t{1} << 20);
+    CHECK(reinterpret_cast<uintptr_t>(big) % alignof(float) == 0);
+    // Another thread has its own.
+    void* other = nullptr;
+    std::thread([&] { other = kernel_scratch(0, 1 << 20); }).join();
+    CHECK(other != big);
 }
 
 TEST_CASE("scalar bf16 and f16 conversions") {
