@@ -8,6 +8,7 @@
 #include "engine/cpu/convert.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "engine/model/stored_tensor.h"
 #include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/quant_kernels.h"
 #include "engine/quant/row_tiles.h"
@@ -43,17 +44,6 @@ quant::TensorRef ref(const TensorView& t) {
     r.data = t.data;
     r.size_bytes = t.nbytes;
     return r;
-}
-
-WeightFormat float_format(DType d) {
-    switch (d) {
-        case DType::kBF16:
-            return WeightFormat::kBF16;
-        case DType::kF16:
-            return WeightFormat::kF16;
-        default:
-            return WeightFormat::kF32;
-    }
 }
 
 std::string module_of(const std::string& weight_name) {
@@ -322,7 +312,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
             src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
         } else {
             tmp.resize(static_cast<size_t>(rows * cols));
-            embedding_row(Weight{float_format(t.dtype()), 1, rows * cols, t.data, nullptr}, 0,
+            embedding_row(Weight{float_format_of(t.dtype()), 1, rows * cols, t.data, nullptr}, 0,
                           tmp.data());
             src = quant::SourceMatrix::f32(tmp.data(), rows, cols);
         }
@@ -333,7 +323,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         return keep(std::move(w));
     }
     Weight w;
-    w.format = float_format(t.dtype());
+    w.format = float_format_of(t.dtype());
     w.rows = rows;
     w.cols = cols;
     w.data = t.data;

@@ -163,6 +163,22 @@ Status parse_added_tokens(const json::value* v, TokenizerJson* out) {
     return ok_status();
 }
 
+using EntryParser = Status (*)(const json::value*, const std::string&, TokenizerJson*);
+
+// A "Sequence" entry: each member of its array `key`, parsed by `parse` at its own path.
+Status parse_sequence(const json::object& o, const std::string& key, const std::string& where,
+                      TokenizerJson* out, EntryParser parse) {
+    const json::value* list = o.if_contains(key);
+    if (list == nullptr || !list->is_array()) {
+        return bad(where + "." + key, "missing or not an array");
+    }
+    for (size_t i = 0; i < list->get_array().size(); ++i) {
+        EDGE_RETURN_IF_ERROR(parse(&list->get_array()[i],
+                                   where + "." + key + "[" + std::to_string(i) + "]", out));
+    }
+    return ok_status();
+}
+
 Status parse_normalizer(const json::value* v, const std::string& where, TokenizerJson* out) {
     if (v == nullptr || v->is_null()) {
         return ok_status();
@@ -177,15 +193,7 @@ Status parse_normalizer(const json::value* v, const std::string& where, Tokenize
         return ok_status();
     }
     if (type == "Sequence") {
-        const json::value* list = o->if_contains("normalizers");
-        if (list == nullptr || !list->is_array()) {
-            return bad(where + ".normalizers", "missing or not an array");
-        }
-        for (size_t i = 0; i < list->get_array().size(); ++i) {
-            EDGE_RETURN_IF_ERROR(parse_normalizer(
-                &list->get_array()[i], where + ".normalizers[" + std::to_string(i) + "]", out));
-        }
-        return ok_status();
+        return parse_sequence(*o, "normalizers", where, out, parse_normalizer);
     }
     return unimplemented_error(where + ": normalizer \"" + std::string(type) +
                                "\" is not supported (only NFC)");
@@ -201,15 +209,7 @@ Status parse_pre_tokenizer(const json::value* v, const std::string& where, Token
     }
     const std::string_view type = type_of(*o);
     if (type == "Sequence") {
-        const json::value* list = o->if_contains("pretokenizers");
-        if (list == nullptr || !list->is_array()) {
-            return bad(where + ".pretokenizers", "missing or not an array");
-        }
-        for (size_t i = 0; i < list->get_array().size(); ++i) {
-            EDGE_RETURN_IF_ERROR(parse_pre_tokenizer(
-                &list->get_array()[i], where + ".pretokenizers[" + std::to_string(i) + "]", out));
-        }
-        return ok_status();
+        return parse_sequence(*o, "pretokenizers", where, out, parse_pre_tokenizer);
     }
     if (type == "ByteLevel") {
         const json::value* prefix = o->if_contains("add_prefix_space");

@@ -230,6 +230,18 @@ TEST_CASE("tokenizer: bad tokenizer.json gives a clear status") {
          StatusCode::kInvalidArgument, "does not compile"},
         {R"({"model":{"type":"BPE","vocab":{}},"normalizer":{"type":"NFKD"}})",
          StatusCode::kUnimplemented, "normalizer"},
+        // Sequences: a missing list, and a bad member named by its index.
+        {R"({"model":{"type":"BPE","vocab":{}},"normalizer":{"type":"Sequence"}})",
+         StatusCode::kInvalidArgument, "normalizer.normalizers"},
+        {R"({"model":{"type":"BPE","vocab":{}},"normalizer":{"type":"Sequence",
+            "normalizers":[{"type":"NFC"},{"type":"NFKD"}]}})",
+         StatusCode::kUnimplemented, "normalizer.normalizers[1]"},
+        {R"({"model":{"type":"BPE","vocab":{}},"pre_tokenizer":{"type":"Sequence",
+            "pretokenizers":{}}})",
+         StatusCode::kInvalidArgument, "pre_tokenizer.pretokenizers"},
+        {R"({"model":{"type":"BPE","vocab":{}},"pre_tokenizer":{"type":"Sequence",
+            "pretokenizers":[{"type":"ByteLevel","add_prefix_space":true}]}})",
+         StatusCode::kUnimplemented, "pre_tokenizer.pretokenizers[0].add_prefix_space"},
     };
     for (const Case& c : cases) {
         CAPTURE(c.json);
