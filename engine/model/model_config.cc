@@ -167,6 +167,31 @@ Result<int64_t> get_int_in(const ConfigJson& config, std::string_view key, int64
     return v;
 }
 
+Status require_string_if_set(const ConfigJson& config, std::string_view key,
+                             std::string_view only) {
+    if (config.is_null(key)) {
+        return ok_status();
+    }
+    EDGE_ASSIGN_OR_RETURN(std::string v, config.get_string(key));
+    if (v != only) {
+        return unimplemented_error(config.path() + ": field '" + std::string(key) + "' '" + v +
+                                   "' is not supported (only " + std::string(only) + ")");
+    }
+    return ok_status();
+}
+
+Result<std::vector<int64_t>> get_token_ids(const ConfigJson& config, std::string_view key,
+                                           int64_t vocab_size) {
+    EDGE_ASSIGN_OR_RETURN(std::vector<int64_t> ids, config.get_int_list(key));
+    for (int64_t id : ids) {
+        if (id < 0 || id >= vocab_size) {
+            return invalid_argument_error(config.path() + ": field '" + std::string(key) + "' " +
+                                          std::to_string(id) + " is outside the vocabulary");
+        }
+    }
+    return ids;
+}
+
 std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint) {
     EVP_MD_CTX* ctx = EVP_MD_CTX_new();
     EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);

@@ -58,6 +58,14 @@ private:
 // Reads an int field and checks lo <= value <= hi.
 Result<int64_t> get_int_in(const ConfigJson& config, std::string_view key, int64_t lo, int64_t hi);
 
+// A string field that, when present and not null, must equal `only`; any other value is
+// unimplemented ("config.json: field 'hidden_act' 'gelu' is not supported (only silu)").
+Status require_string_if_set(const ConfigJson& config, std::string_view key, std::string_view only);
+
+// Token ids (an int or a list, as eos_token_id), each checked to lie in [0, vocab_size).
+Result<std::vector<int64_t>> get_token_ids(const ConfigJson& config, std::string_view key,
+                                           int64_t vocab_size);
+
 // Hex SHA-256 over the config bytes and the checkpoint's tensor index (each tensor's name, dtype
 // and shape, in name order): equal for two copies of one checkpoint, different when either
 // changes.

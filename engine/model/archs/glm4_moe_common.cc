@@ -69,28 +69,10 @@ Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j) {
     }
     EDGE_ASSIGN_OR_RETURN(c.norm_topk_prob, j.get_bool("norm_topk_prob", true));
     EDGE_ASSIGN_OR_RETURN(c.tie_word_embeddings, j.get_bool("tie_word_embeddings", false));
-    if (!j.is_null("hidden_act")) {
-        EDGE_ASSIGN_OR_RETURN(std::string act, j.get_string("hidden_act"));
-        if (act != "silu") {
-            return unimplemented_error(j.path() + ": field 'hidden_act' '" + act +
-                                       "' is not supported (only silu)");
-        }
-    }
-    if (!j.is_null("scoring_func")) {
-        EDGE_ASSIGN_OR_RETURN(std::string f, j.get_string("scoring_func"));
-        if (f != "sigmoid") {
-            return unimplemented_error(j.path() + ": field 'scoring_func' '" + f +
-                                       "' is not supported (only sigmoid)");
-        }
-    }
-    EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, j.get_int_list("eos_token_id"));
+    EDGE_RETURN_IF_ERROR(require_string_if_set(j, "hidden_act", "silu"));
+    EDGE_RETURN_IF_ERROR(require_string_if_set(j, "scoring_func", "sigmoid"));
+    EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, get_token_ids(j, "eos_token_id", c.vocab_size));
     EDGE_ASSIGN_OR_RETURN(c.bos_token_id, j.get_int("bos_token_id", -1));
-    for (int64_t id : c.eos_token_ids) {
-        if (id < 0 || id >= c.vocab_size) {
-            return invalid_argument_error(j.path() + ": field 'eos_token_id' " +
-                                          std::to_string(id) + " is outside the vocabulary");
-        }
-    }
     return c;
 }
 

@@ -59,24 +59,9 @@ Result<Qwen3MoeConfig> Qwen3MoeConfig::from_json(const ConfigJson& j) {
     if (!j.is_null("rope_scaling")) {
         return unimplemented_error(j.path() + ": field 'rope_scaling' is not supported yet");
     }
-    if (!j.is_null("hidden_act")) {
-        auto act = j.get_string("hidden_act");
-        if (!act.ok()) {
-            return act.status();
-        }
-        if (*act != "silu") {
-            return unimplemented_error(j.path() + ": field 'hidden_act' '" + *act +
-                                       "' is not supported (only silu)");
-        }
-    }
-    EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, j.get_int_list("eos_token_id"));
+    EDGE_RETURN_IF_ERROR(require_string_if_set(j, "hidden_act", "silu"));
+    EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, get_token_ids(j, "eos_token_id", c.vocab_size));
     EDGE_ASSIGN_OR_RETURN(c.bos_token_id, j.get_int("bos_token_id", -1));
-    for (int64_t id : c.eos_token_ids) {
-        if (id < 0 || id >= c.vocab_size) {
-            return invalid_argument_error(j.path() + ": field 'eos_token_id' " +
-                                          std::to_string(id) + " is outside the vocabulary");
-        }
-    }
     return c;
 }
 

@@ -24,12 +24,12 @@ const std::string kMicro = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro
 // A fresh copy of the micro fixture in a temp dir, removed at the end.
 struct TempModel {
     fs::path dir;
-    TempModel() {
+    explicit TempModel(const std::string& source = kMicro) {
         std::random_device rd;
         dir = fs::temp_directory_path() / ("edge_bad_input_" + std::to_string(rd()));
         fs::create_directories(dir);
         for (const char* f : {"config.json", "model.safetensors", "generation_config.json"}) {
-            fs::copy_file(kMicro + "/" + f, dir / f);
+            fs::copy_file(source + "/" + f, dir / f);
         }
     }
     ~TempModel() { fs::remove_all(dir); }
@@ -212,6 +212,38 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     s = load_status(m);
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(contains(s, "config.json: not valid JSON"));
+}
+
+TEST_CASE("every architecture refuses an unsupported activation or scoring and a bad eos id") {
+    for (const char* name : {"micro-qwen3-moe", "micro-glm4-moe", "micro-deepseek-v3"}) {
+        CAPTURE(name);
+        TempModel m(std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/" + name);
+        const json::object cfg = json::parse(read(m.path("config.json"))).as_object();
+        auto with = [&](const char* key, json::value v) {
+            json::object c = cfg;
+            c[key] = std::move(v);
+            write(m.path("config.json"), json::serialize(c));
+            return load_status(m);
+        };
+        Status s = with("hidden_act", "gelu");
+        CHECK(s.code() == StatusCode::kUnimplemented);
+        CHECK(contains(s, "config.json: field 'hidden_act' 'gelu' is not supported (only silu)"));
+        s = with("hidden_act", 3);
+        CHECK(s.code() == StatusCode::kInvalidArgument);
+        CHECK(contains(s, "field 'hidden_act'"));
+        s = with("eos_token_id", json::array{1, 512});
+        CHECK(s.code() == StatusCode::kInvalidArgument);
+        CHECK(contains(s, "field 'eos_token_id' 512 is outside the vocabulary"));
+        s = with("eos_token_id", -1);
+        CHECK(contains(s, "field 'eos_token_id' -1 is outside the vocabulary"));
+        if (std::string(name) != "micro-qwen3-moe") {  // Sigmoid routers only.
+            s = with("scoring_func", "softmax");
+            CHECK(s.code() == StatusCode::kUnimplemented);
+            CHECK(contains(s, "field 'scoring_func' 'softmax' is not supported (only sigmoid)"));
+        }
+        s = with("hidden_act", nullptr);  // Absent or null: the default, silu.
+        CHECK_MESSAGE(s.ok(), s.to_string());
+    }
 }
 
 TEST_CASE("a max_context beyond the model's positions is refused by every architecture") {
