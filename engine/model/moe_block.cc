@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "engine/cpu/ops.h"
+#include "engine/model/weight_loader.h"
 #include "engine/shard/placement_planner.h"
 
 namespace edge::engine {
@@ -539,6 +540,18 @@ shard::ShardStats MoeBlock::stats() const {
     s.times.total_s = total_s_;
     s.times.calls = calls_;
     return s;
+}
+
+Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend,
+                           const std::string& prefix, int64_t hidden, int64_t inter) {
+    SwiGlu m;
+    EDGE_ASSIGN_OR_RETURN(m.gate, weights.matrix_for(backend, prefix + "gate_proj.weight", inter,
+                                                     hidden));
+    EDGE_ASSIGN_OR_RETURN(m.up, weights.matrix_for(backend, prefix + "up_proj.weight", inter,
+                                                   hidden));
+    EDGE_ASSIGN_OR_RETURN(m.down, weights.matrix_for(backend, prefix + "down_proj.weight", hidden,
+                                                     inter));
+    return m;
 }
 
 void swiglu_rows(Backend& backend, const SwiGlu& m, const float* in, int64_t rows, float* out,

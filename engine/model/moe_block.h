@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -45,12 +46,19 @@
 
 namespace edge::engine {
 
+class WeightLoader;
+
 // One SwiGLU feed-forward: down(silu(gate x) * up x).
 struct SwiGlu {
     Weight gate;
     Weight up;
     Weight down;
 };
+
+// gate_proj, up_proj (inter x hidden) and down_proj (hidden x inter) under `prefix`, through
+// weights.matrix_for(backend, ...).
+Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend,
+                           const std::string& prefix, int64_t hidden, int64_t inter);
 
 // Scratch of swiglu_rows, kept by its caller between calls (it grows to the largest call).
 struct SwiGluScratch {

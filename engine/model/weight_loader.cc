@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/backend.h"
 #include "engine/cpu/convert.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -210,6 +211,18 @@ Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
     }
     owned_.push_back(std::move(w));
     return owned_.back().view();
+}
+
+Result<Weight> WeightLoader::matrix_for(const Backend& backend, const std::string& weight_name,
+                                        int64_t rows, int64_t cols) {
+    EDGE_ASSIGN_OR_RETURN(Weight w, matrix(weight_name, rows, cols));
+    if (!backend.supports(Op::kMatmul, w.format)) {
+        return unimplemented_error(ckpt_.description() + ": tensor '" + weight_name +
+                                   "': backend " + std::string(backend.name()) +
+                                   " has no matmul for format " +
+                                   std::string(quant::weight_format_name(w.format)));
+    }
+    return w;
 }
 
 Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows, int64_t cols) {

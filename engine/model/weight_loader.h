@@ -35,6 +35,7 @@
 namespace edge::engine {
 
 class Checkpoint;
+class Backend;
 class ConfigJson;
 
 // What the checkpoint's config.json says about stored quantization.
@@ -56,6 +57,10 @@ class WeightLoader {
     // The matrix named `weight_name` (ending in ".weight"), checked to be rows x cols. Errors name
     // the checkpoint and tensor.
     Result<Weight> matrix(const std::string& weight_name, int64_t rows, int64_t cols);
+    // matrix(), refused (kUnimplemented, naming the checkpoint and tensor) when `backend` has no
+    // matmul for the format it comes in.
+    Result<Weight> matrix_for(const Backend& backend, const std::string& weight_name, int64_t rows,
+                              int64_t cols);
 
     // From now on, INT8 and INT4 matrices are handed out in row tiles (WeightLayout::kRowTiles16,
     // engine/cpu/weight.h) when quant::row_tiles_by_default(format) (INT8, INT4-G32), this CPU has

@@ -88,14 +88,7 @@ Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, in
     // (quantized checkpoints, quantization policy on load), as in Qwen3-MoE.
     const bool float_only = name.ends_with("kv_b_proj.weight");
     if (!float_only && weights_ != nullptr) {
-        EDGE_ASSIGN_OR_RETURN(Weight w, weights_->matrix(name, rows, cols));
-        if (!backend_->supports(Op::kMatmul, w.format)) {
-            return unimplemented_error(ckpt_->description() + ": tensor '" + name +
-                                       "': backend " + std::string(backend_->name()) +
-                                       " has no matmul for format " +
-                                       std::string(quant::weight_format_name(w.format)));
-        }
-        return w;
+        return weights_->matrix_for(*backend_, name, rows, cols);
     }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
     Weight w;
@@ -116,11 +109,7 @@ Result<std::vector<float>> SigmoidMoeModel::vector(const std::string& name, int6
 }
 
 Result<SwiGlu> SigmoidMoeModel::swiglu(const std::string& prefix, int64_t inter) {
-    SwiGlu m;
-    EDGE_ASSIGN_OR_RETURN(m.gate, weight(prefix + "gate_proj.weight", inter, c_.hidden_size));
-    EDGE_ASSIGN_OR_RETURN(m.up, weight(prefix + "up_proj.weight", inter, c_.hidden_size));
-    EDGE_ASSIGN_OR_RETURN(m.down, weight(prefix + "down_proj.weight", c_.hidden_size, inter));
-    return m;
+    return load_swiglu(*weights_, *backend_, prefix, c_.hidden_size, inter);
 }
 
 Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& json,

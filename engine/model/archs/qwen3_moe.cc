@@ -74,13 +74,7 @@ private:
 };
 
 Result<Weight> Qwen3Moe::weight(const std::string& name, int64_t rows, int64_t cols) {
-    EDGE_ASSIGN_OR_RETURN(Weight w, weights_->matrix(name, rows, cols));
-    if (!backend_->supports(Op::kMatmul, w.format)) {
-        return unimplemented_error(ckpt_->description() + ": tensor '" + name + "': backend " +
-                                   std::string(backend_->name()) + " has no matmul for format " +
-                                   std::string(quant::weight_format_name(w.format)));
-    }
-    return w;
+    return weights_->matrix_for(*backend_, name, rows, cols);
 }
 
 Result<std::vector<float>> Qwen3Moe::vector(const std::string& name, int64_t n) {
@@ -88,11 +82,7 @@ Result<std::vector<float>> Qwen3Moe::vector(const std::string& name, int64_t n) 
 }
 
 Result<Mlp> Qwen3Moe::mlp(const std::string& prefix, int64_t inter) {
-    Mlp m;
-    EDGE_ASSIGN_OR_RETURN(m.gate, weight(prefix + "gate_proj.weight", inter, c_.hidden_size));
-    EDGE_ASSIGN_OR_RETURN(m.up, weight(prefix + "up_proj.weight", inter, c_.hidden_size));
-    EDGE_ASSIGN_OR_RETURN(m.down, weight(prefix + "down_proj.weight", c_.hidden_size, inter));
-    return m;
+    return load_swiglu(*weights_, *backend_, prefix, c_.hidden_size, inter);
 }
 
 Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const LoadOptions& options) {
