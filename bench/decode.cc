@@ -65,6 +65,12 @@ int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
     return params * 2;
 }
 
+// Weight bytes one pass over one routed expert reads (gate, up and down, BF16).
+int64_t expert_pass_bytes(const edge::engine::ConfigJson& c) {
+    return 3 * c.get_int("moe_intermediate_size").value_or(0) *
+           c.get_int("hidden_size").value_or(0) * 2;
+}
+
 struct Single {
     double prefill_tps = 0;
     double decode_tps = 0;              // At the median step.
@@ -109,8 +115,9 @@ Single run_single(CausalLM& m, int prefill, int steps) {
     return r;
 }
 
-// Batched decode tokens/s at the median step (see StepTimes).
-double run_batched(CausalLM& m, int sequences, int steps) {
+// Batched decode tokens/s at the median step (see StepTimes). With `passes_per_step`, also the
+// expert passes (ShardStats::expert_passes) per timed step: each reads one expert's weights.
+double run_batched(CausalLM& m, int sequences, int steps, double* passes_per_step = nullptr) {
     const int64_t V = m.spec().vocab_size;
     std::vector<int32_t> slots;
     std::vector<std::vector<TokenId>> prompts(sequences);
@@ -130,6 +137,7 @@ double run_batched(CausalLM& m, int sequences, int steps) {
     }
     std::vector<TokenId> next(sequences);
     edge::bench::StepTimes times;
+    const auto stats0 = m.shard_stats();
     for (int s = 0; s < steps; ++s) {
         const auto ts = Clock::now();
         batch.clear();
@@ -144,6 +152,11 @@ double run_batched(CausalLM& m, int sequences, int steps) {
         times.add(ts);
     }
     const double tps = times.median_rate(sequences);
+    const auto stats1 = m.shard_stats();
+    if (passes_per_step != nullptr && stats0 && stats1) {
+        *passes_per_step =
+            static_cast<double>(stats1->expert_passes - stats0->expert_passes) / steps;
+    }
     for (int32_t s : slots) {
         m.release_slot(s);
     }
@@ -233,6 +246,7 @@ int main(int argc, char** argv) {
 
     Single single[2];
     double batched8 = 0, batched32 = 0;            // Exact activations.
+    double passes32 = 0;                            // Expert passes per 32-sequence step.
     double batched8_bf16 = 0, batched32_bf16 = 0;  // Single-bf16 activations.
     int64_t rss_load = 0, rss_warm = 0, weight_bytes = 0, kv_per_token = 0;
     for (int threads = 1; threads <= 2; ++threads) {
@@ -266,7 +280,7 @@ int main(int argc, char** argv) {
         if (threads == 2 || only_threads == 1) {
             if (run_exact) {
                 batched8 = run_batched(m, 8, std::max(4, steps / 2));
-                batched32 = run_batched(m, 32, std::max(4, steps / 4));
+                batched32 = run_batched(m, 32, std::max(4, steps / 4), &passes32);
             }
             if (run_bf16) {
                 // Same weights (the same mapped file), another backend setting.
@@ -289,6 +303,19 @@ int main(int argc, char** argv) {
                                  : 0.0;
     // The single-stream rate at the thread count the batched figures were taken with.
     const double single_ref = only_threads == 1 ? single[0].decode_tps : single[1].decode_tps;
+    // A 32-sequence step reads the non-expert weights once and each expert it routes to once:
+    // the single token's bytes with its top-k passes per layer replaced by the step's passes.
+    // 32 x (single token's bytes) / (step's bytes) is what batched 32 / single comes to when
+    // both read at one fraction of the bandwidth (a 64-expert top-8 model routes 32 tokens to
+    // nearly every expert, so this is well under 32).
+    const int64_t single_passes = config->get_int("num_experts_per_tok").value_or(0) *
+                                  config->get_int("num_hidden_layers").value_or(0);
+    const double step32_bytes =
+        static_cast<double>(bytes_per_token) +
+        (passes32 - static_cast<double>(single_passes)) * expert_pass_bytes(*config);
+    const double bw_ref = only_threads == 1 ? bw1 : bw2;
+    const double batched32_frac = passes32 > 0 ? batched32 / 32 * step32_bytes / bw_ref : 0.0;
+    const double bytes_bound = passes32 > 0 ? 32 * bytes_per_token / step32_bytes : 0.0;
     std::printf("%-44s %14s\n", "figure", "value");
     std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);
     std::printf("%-44s %14.2f\n", "memory read bandwidth 2 threads (GB/s)", bw2 / 1e9);
@@ -310,6 +337,10 @@ int main(int argc, char** argv) {
     std::printf("%-44s %14.2f\n", "batched decode tokens/s, 32 seqs", batched32);
     std::printf("%-44s %14.2f\n", "batched 32 / single-stream (same threads)",
                 batched32 / single_ref);
+    std::printf("%-44s %14.1f\n", "expert passes per 32-sequence step", passes32);
+    std::printf("%-44s %14.1f\n", "weight MB read per 32-sequence step", step32_bytes / 1e6);
+    std::printf("%-44s %14.3f\n", "batched 32 fraction of bandwidth", batched32_frac);
+    std::printf("%-44s %14.2f\n", "batched 32 / single at one fraction (bytes)", bytes_bound);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 8 seqs", batched8_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 32 seqs", batched32_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched 32 / single-stream",
@@ -325,7 +356,9 @@ int main(int argc, char** argv) {
         "\"decode_bw_fraction_per_cpu_s_1t\":%.4f,\"decode_cpu_ms_per_token_1t\":%.3f,"
         "\"decode_cpu_ms_per_token_2t\":%.3f,\"prefill_tps_1t\":%.2f,"
         "\"prefill_tps_2t\":%.2f,\"batched_tps_8\":%.3f,\"batched_tps_32\":%.3f,"
-        "\"batched32_over_single\":%.3f,\"batched_tps_8_bf16\":%.3f,"
+        "\"batched32_over_single\":%.3f,\"batched32_expert_passes_per_step\":%.2f,"
+        "\"batched32_step_bytes\":%.0f,\"batched32_bw_fraction\":%.4f,"
+        "\"batched32_over_single_bytes_bound\":%.3f,\"batched_tps_8_bf16\":%.3f,"
         "\"batched_tps_32_bf16\":%.3f,\"batched32_bf16_over_single\":%.3f,\"weight_bytes\":%lld,"
         "\"kv_bytes_per_token\":%lld,"
         "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
@@ -333,7 +366,7 @@ int main(int argc, char** argv) {
         single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
         frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,
         single[0].prefill_tps, single[1].prefill_tps, batched8, batched32, batched32 / single_ref,
-        batched8_bf16, batched32_bf16, batched32_bf16 / single_ref,
+        passes32, passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16, batched32_bf16, batched32_bf16 / single_ref,
         static_cast<long long>(weight_bytes), static_cast<long long>(kv_per_token),
         static_cast<long long>(rss_load), static_cast<long long>(rss_warm));
     return 0;

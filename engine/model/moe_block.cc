@@ -119,6 +119,7 @@ struct MoeBlock::Rank {
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
     int64_t rows_computed = 0;
+    int64_t expert_passes = 0;  // ShardStats::expert_passes, this rank's.
     std::vector<int64_t> routed;  // Tokens this rank routed to each expert, [expert], all layers.
     shard::MoePhaseTimes times;
 };
@@ -401,6 +402,7 @@ void MoeBlock::run_experts(Rank& rk, const Layer& layer, const float* in, float*
     if (!rk.swiglu_jobs.empty()) {
         rk.backend->swiglu_batch(rk.swiglu_jobs);
     }
+    rk.expert_passes += static_cast<int64_t>(rk.swiglu_jobs.size());
 }
 
 void MoeBlock::local_compute(Rank& rk, const Layer& layer, int32_t li, const float* h, int64_t m,
@@ -528,6 +530,7 @@ shard::ShardStats MoeBlock::stats() const {
     s.imbalance = shard::imbalance(placement_, load_);
     for (const auto& rk : ranks_) {
         s.rank_rows.push_back(rk->rows_computed);
+        s.expert_passes += rk->expert_passes;
         s.expert_tokens.resize(rk->routed.size(), 0);
         for (size_t e = 0; e < rk->routed.size(); ++e) {
             s.expert_tokens[e] += rk->routed[e];

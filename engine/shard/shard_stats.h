@@ -35,6 +35,10 @@ struct ShardStats {
     double imbalance = 1.0;
     // Expert rows each rank computed since creation ([rank]).
     std::vector<int64_t> rank_rows;
+    // Expert passes since creation: one for each expert given rows in one MoE layer's forward,
+    // summed over layers and ranks. Each pass reads that expert's weights once, however many
+    // tokens it serves, so passes per step say how many expert bytes a batched step reads.
+    int64_t expert_passes = 0;
     // Tokens routed to each expert since creation, summed over layers and ranks ([expert]).
     std::vector<int64_t> expert_tokens;
     MoePhaseTimes times;

@@ -228,7 +228,8 @@ TEST_CASE("sharding: bad configurations are refused with a clear error") {
 }
 
 
-TEST_CASE("sharding: expert token counts add up to tokens x top-k x MoE layers on any rank count") {
+TEST_CASE("sharding: expert token counts add up to tokens x top-k x MoE layers on any rank count, "
+          "and a decode token makes top-k expert passes per layer") {
     // micro-qwen3-moe: 2 MoE layers, 8 experts, top-2. One prefill of 5 tokens, then 3 decode
     // steps: 8 tokens, so 8 x 2 x 2 = 32 assignments, the same per expert for R = 1 and R = 2.
     std::vector<int64_t> counts[2];
@@ -240,6 +241,11 @@ TEST_CASE("sharding: expert token counts add up to tokens x top-k x MoE layers o
         std::vector<float> logits;
         SequenceChunk chunk{*slot, 0, prompt, false};
         REQUIRE(model->forward({&chunk, 1}, &logits).ok());
+        // Expert passes (weights read once per expert per layer): the prefill's 10 assignments
+        // per layer go to 2..8 distinct experts; a decode token's 2 to exactly 2.
+        const int64_t prefill_passes = model->shard_stats()->expert_passes;
+        CHECK(prefill_passes >= 2 * 2);
+        CHECK(prefill_passes <= 2 * 8);
         for (int32_t pos = 5; pos < 8; ++pos) {
             const std::vector<TokenId> next = {static_cast<TokenId>(pos)};
             SequenceChunk step{*slot, pos, next, false};
@@ -247,6 +253,7 @@ TEST_CASE("sharding: expert token counts add up to tokens x top-k x MoE layers o
         }
         const auto stats = model->shard_stats();
         REQUIRE(stats.has_value());
+        CHECK(stats->expert_passes == prefill_passes + 3 * 2 * 2);
         REQUIRE(stats->expert_tokens.size() == 8);
         int64_t total = 0;
         for (int64_t n : stats->expert_tokens) {
