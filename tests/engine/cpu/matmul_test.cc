@@ -96,7 +96,10 @@ TEST_CASE("SIMD matmul kernels equal the scalar reference") {
                                  {13, 31, 3},  {8, 32, 4},   {9, 33, 5},   {17, 100, 7},
                                  {64, 128, 1}, {33, 257, 9}, {7, 1000, 4}, {128, 64, 32},
                                  {6, 63, 1},   {11, 65, 2},  {5, 1023, 1}, {2, 2048, 3},
-                                 {9, 70, 67},  {5, 40, 130}, {67, 96, 2},  {130, 100, 6}};
+                                 {9, 70, 67},  {5, 40, 130}, {67, 96, 2},  {130, 100, 6},
+                                 // Four streams of the AVX2 kernel (64 rows up): rows past 4q,
+                                 // ragged columns, each token-tile remainder.
+                                 {257, 1000, 1}, {100, 33, 3}, {71, 64, 4}, {66, 17, 5}};
     for (const Case& c : cases_for_cpu()) {
         for (const auto& shape : shapes) {
             const int64_t rows = shape[0], cols = shape[1], n = shape[2];
