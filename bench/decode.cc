@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
 
     Single single[2];
     double batched8 = 0, batched32 = 0;            // Exact activations.
-    double passes32 = 0;                            // Expert passes per 32-sequence step.
+    double passes32 = 0;                           // Expert passes per 32-sequence step.
     double batched8_bf16 = 0, batched32_bf16 = 0;  // Single-bf16 activations.
     int64_t rss_load = 0, rss_warm = 0, weight_bytes = 0, kv_per_token = 0;
     for (int threads = 1; threads <= 2; ++threads) {
@@ -366,8 +366,9 @@ int main(int argc, char** argv) {
         single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
         frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,
         single[0].prefill_tps, single[1].prefill_tps, batched8, batched32, batched32 / single_ref,
-        passes32, passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16, batched32_bf16, batched32_bf16 / single_ref,
-        static_cast<long long>(weight_bytes), static_cast<long long>(kv_per_token),
-        static_cast<long long>(rss_load), static_cast<long long>(rss_warm));
+        passes32, passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16,
+        batched32_bf16, batched32_bf16 / single_ref, static_cast<long long>(weight_bytes),
+        static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
+        static_cast<long long>(rss_warm));
     return 0;
 }

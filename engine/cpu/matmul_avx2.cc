@@ -54,8 +54,8 @@ struct LoadF16 {
 // rows, which reads them from memory; it prefetches kPrefetchBytes ahead along each row's stream,
 // as the one-token loop does.
 template <typename L, int R, int T, bool kFirst = true>
-__attribute__((always_inline)) inline void block(const char* w0, int64_t row_stride,
-                                                 const float* x, int64_t k, float* y, int64_t ldy,
+__attribute__((always_inline)) inline void block(const char* w0, int64_t row_stride, const float* x,
+                                                 int64_t k, float* y, int64_t ldy,
                                                  int64_t y_stride) {
     __m256 acc[R][T];
     #pragma GCC unroll 16
@@ -102,8 +102,7 @@ __attribute__((always_inline)) inline void block(const char* w0, int64_t row_str
             if (c % (64 / L::kBytes) == 0) {  // Once per 64-byte line of each row.
                 #pragma GCC unroll 16
                 for (int r = 0; r < R; ++r) {
-                    _mm_prefetch(w0 + r * row_stride + c * L::kBytes + kPrefetchBytes,
-                                 _MM_HINT_T0);
+                    _mm_prefetch(w0 + r * row_stride + c * L::kBytes + kPrefetchBytes, _MM_HINT_T0);
                 }
             }
         }
@@ -174,8 +173,8 @@ void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy, i
     if (r1 - r0 >= kStreamMinRows) {
         const int64_t q = (r1 - r0) / 4;
         for (int64_t i = 0; i < q; ++i) {
-            rows_block<L, 4>(base + (r0 + i) * row_bytes, q * row_bytes, x, n, k, y + r0 + i,
-                             ldy, q);
+            rows_block<L, 4>(base + (r0 + i) * row_bytes, q * row_bytes, x, n, k, y + r0 + i, ldy,
+                             q);
         }
         r = r0 + 4 * q;
     }

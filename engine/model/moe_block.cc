@@ -119,7 +119,7 @@ struct MoeBlock::Rank {
     std::vector<int64_t> window;  // [bucket][layer * experts + expert].
     std::vector<int64_t> load;    // Window summed, then all-reduced.
     int64_t rows_computed = 0;
-    int64_t expert_passes = 0;  // ShardStats::expert_passes, this rank's.
+    int64_t expert_passes = 0;    // ShardStats::expert_passes, this rank's.
     std::vector<int64_t> routed;  // Tokens this rank routed to each expert, [expert], all layers.
     shard::MoePhaseTimes times;
 };
@@ -545,15 +545,15 @@ shard::ShardStats MoeBlock::stats() const {
     return s;
 }
 
-Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend,
-                           const std::string& prefix, int64_t hidden, int64_t inter) {
+Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend, const std::string& prefix,
+                           int64_t hidden, int64_t inter) {
     SwiGlu m;
-    EDGE_ASSIGN_OR_RETURN(m.gate, weights.matrix_for(backend, prefix + "gate_proj.weight", inter,
-                                                     hidden));
-    EDGE_ASSIGN_OR_RETURN(m.up, weights.matrix_for(backend, prefix + "up_proj.weight", inter,
-                                                   hidden));
-    EDGE_ASSIGN_OR_RETURN(m.down, weights.matrix_for(backend, prefix + "down_proj.weight", hidden,
-                                                     inter));
+    EDGE_ASSIGN_OR_RETURN(m.gate,
+                          weights.matrix_for(backend, prefix + "gate_proj.weight", inter, hidden));
+    EDGE_ASSIGN_OR_RETURN(m.up,
+                          weights.matrix_for(backend, prefix + "up_proj.weight", inter, hidden));
+    EDGE_ASSIGN_OR_RETURN(m.down,
+                          weights.matrix_for(backend, prefix + "down_proj.weight", hidden, inter));
     return m;
 }
 

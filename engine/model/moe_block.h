@@ -57,8 +57,8 @@ struct SwiGlu {
 
 // gate_proj, up_proj (inter x hidden) and down_proj (hidden x inter) under `prefix`, through
 // weights.matrix_for(backend, ...).
-Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend,
-                           const std::string& prefix, int64_t hidden, int64_t inter);
+Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend, const std::string& prefix,
+                           int64_t hidden, int64_t inter);
 
 // Scratch of swiglu_rows, kept by its caller between calls (it grows to the largest call).
 struct SwiGluScratch {

@@ -173,8 +173,8 @@ Status parse_sequence(const json::object& o, const std::string& key, const std::
         return bad(where + "." + key, "missing or not an array");
     }
     for (size_t i = 0; i < list->get_array().size(); ++i) {
-        EDGE_RETURN_IF_ERROR(parse(&list->get_array()[i],
-                                   where + "." + key + "[" + std::to_string(i) + "]", out));
+        EDGE_RETURN_IF_ERROR(
+            parse(&list->get_array()[i], where + "." + key + "[" + std::to_string(i) + "]", out));
     }
     return ok_status();
 }
