@@ -1,6 +1,7 @@
 // WeightLoader and resident memory: a full-precision tensor quantized on load leaves the process's
 // resident set (its pages of the checkpoint mapping are dropped once the quantized copy exists),
-// while its bytes stay readable through the mapping.
+// while its bytes stay readable through the mapping. And matrix_for: a matrix in a format the
+// backend has no matmul for is refused by name.
 
 #include <doctest/doctest.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -87,6 +89,59 @@ TEST_CASE("a tensor quantized on load leaves resident memory, its mapped bytes s
     auto view = (*ck)->tensor(name);
     REQUIRE(view.ok());
     CHECK(std::memcmp(view->data, bytes.data(), bytes.size()) == 0);
+    fs::remove_all(dir);
+}
+
+// A backend with matmuls for BF16 only (nothing runs on it).
+class Bf16OnlyBackend final : public Backend {
+public:
+    std::string_view name() const override { return "bf16-only"; }
+    bool supports(Op, WeightFormat format) const override {
+        return format == WeightFormat::kBF16;
+    }
+    int threads() const override { return 1; }
+    void matmul(const Weight&, const float*, int64_t, float*, int64_t) override {}
+    void matmul_batch(std::span<const MatmulJob>) override {}
+
+protected:
+    void run_tasks(int64_t, void (*)(void*, int64_t, int), void*) override {}
+};
+
+TEST_CASE("matrix_for refuses a format the backend has no matmul for, naming the tensor") {
+    const fs::path dir = fs::temp_directory_path() /
+                         ("edge_weight_loader_" + std::to_string(std::random_device{}()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"]})";
+    const std::string path = fs::canonical(dir).string() + "/model.safetensors";
+    const int64_t rows = 64, cols = 64;
+    std::string bytes(static_cast<size_t>(rows * cols * 2), '\0');
+    for (size_t i = 0; i < bytes.size(); i += 2) {
+        const uint16_t bf16 = 0x3C00;  // 1/128.
+        std::memcpy(&bytes[i], &bf16, 2);
+    }
+    const std::string expert = "model.layers.0.mlp.experts.0.gate_proj.weight";
+    const std::string attn = "model.layers.0.self_attn.q_proj.weight";
+    REQUIRE(write_safetensors(path, {{expert, DType::kBF16, {rows, cols}, bytes, {}},
+                                     {attn, DType::kBF16, {rows, cols}, bytes, {}}})
+                .ok());
+    auto ck = Checkpoint::open_files({path});
+    REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
+    auto config = ConfigJson::read(dir.string());
+    REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+    auto loader = WeightLoader::create(**ck, *config, "experts-int4");
+    REQUIRE_MESSAGE(loader.ok(), loader.status().to_string());
+    const Bf16OnlyBackend backend;
+    // The routed expert is quantized to INT4 by the policy: refused.
+    auto w = (*loader)->matrix_for(backend, expert, rows, cols);
+    REQUIRE_FALSE(w.ok());
+    CHECK(w.status().code() == StatusCode::kUnimplemented);
+    CHECK(w.status().message().find("tensor '" + expert + "': backend bf16-only has no matmul "
+                                    "for format int4-g32") != std::string::npos);
+    CHECK(w.status().message().find(path) != std::string::npos);
+    // Attention stays BF16 under the same policy: handed out.
+    auto a = (*loader)->matrix_for(backend, attn, rows, cols);
+    REQUIRE_MESSAGE(a.ok(), a.status().to_string());
+    CHECK(a->format == WeightFormat::kBF16);
     fs::remove_all(dir);
 }
 
