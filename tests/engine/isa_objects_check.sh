@@ -5,7 +5,8 @@
 # function or template (std::vector's members, a shared header's helper) compiled with those
 # flags may be the one the linker keeps for the whole program, which then faults on a CPU without
 # that ISA. Such files take their scratch from cpu::kernel_scratch and call only builtins and
-# static or always-inline helpers. Sanitizer runtime symbols are not counted.
+# static or always-inline helpers. Not counted: sanitizer symbols and DW.ref.* (a data pointer to
+# the exception personality routine that instrumented builds emit, not code).
 set -euo pipefail
 names=()
 while [[ $# -gt 0 && "$1" != "--" ]]; do
@@ -26,7 +27,7 @@ for name in "${names[@]}"; do
         continue
     fi
     weak=$(nm -C --defined-only "$obj" | awk '$2 ~ /^[WVu]$/' |
-        grep -Ev ' _*(asan|ubsan|sancov|odr_asan|tsan|msan)' || true)
+        grep -Ev ' (_*(asan|ubsan|sancov|odr_asan|tsan|msan)|DW\.ref\.)' || true)
     if [[ -n "$weak" ]]; then
         echo "$name: defines weak symbols compiled with its ISA flags:" >&2
         echo "$weak" >&2
