@@ -1,9 +1,10 @@
 #pragma once
 
 // Attention reads through a KvCache's block tables: the paged counterpart of
-// cpu::attention_gqa (the same arithmetic; bit-identical to the contiguous cache except where
-// AVX-512 runs head dims that are multiples of 16, whose sums are ordered differently and agree to
-// f32 rounding), plus a gather of cached rows for attention that needs them contiguous (MLA).
+// cpu::attention_gqa (the same arithmetic; bit-identical to the contiguous cache except where a
+// SIMD form runs: head dims that are multiples of 16 on AVX-512 and of 8 on AVX2
+// (paged_attention_simd.h), whose sums are ordered differently and agree to f32 rounding), plus a
+// gather of cached rows for attention that needs them contiguous (MLA).
 //
 // Threading: pure functions over memory the caller owns; distinct outputs may be computed from
 // different threads at once.
