@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,12 +51,32 @@ int64_t mapped_rss_kb(const std::string& path) {
     return kb;
 }
 
+// A Qwen3-MoE checkpoint of the given tensors in a temp dir (removed at the end), opened, with
+// its config.
+struct TempCheckpoint {
+    fs::path dir;
+    std::string path;  // Its model.safetensors.
+    std::unique_ptr<Checkpoint> ckpt;
+    std::optional<ConfigJson> config;
+
+    explicit TempCheckpoint(const std::vector<TensorToWrite>& tensors) {
+        dir = fs::temp_directory_path() /
+              ("edge_weight_loader_" + std::to_string(std::random_device{}()));
+        fs::create_directories(dir);
+        std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"]})";
+        path = fs::canonical(dir).string() + "/model.safetensors";
+        REQUIRE(write_safetensors(path, tensors).ok());
+        auto ck = Checkpoint::open_files({path});
+        REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
+        ckpt = std::move(ck).value();
+        auto cfg = ConfigJson::read(dir.string());
+        REQUIRE_MESSAGE(cfg.ok(), cfg.status().to_string());
+        config = std::move(cfg).value();
+    }
+    ~TempCheckpoint() { fs::remove_all(dir); }
+};
+
 TEST_CASE("a tensor quantized on load leaves resident memory, its mapped bytes stay readable") {
-    const fs::path dir = fs::temp_directory_path() /
-                         ("edge_weight_loader_" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"]})";
-    const std::string path = fs::canonical(dir).string() + "/model.safetensors";
     // One routed-expert matrix of 2 MiB of BF16 (1024 x 1024) with random small values.
     const int64_t rows = 1024, cols = 1024;
     std::string bytes(static_cast<size_t>(rows * cols * 2), '\0');
@@ -64,16 +86,12 @@ TEST_CASE("a tensor quantized on load leaves resident memory, its mapped bytes s
         std::memcpy(&bytes[i], &bf16, 2);
     }
     const std::string name = "model.layers.0.mlp.experts.0.gate_proj.weight";
-    REQUIRE(write_safetensors(path, {{name, DType::kBF16, {rows, cols}, bytes, {}}}).ok());
-
-    auto ck = Checkpoint::open_files({path});
-    REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
-    auto config = ConfigJson::read(dir.string());
-    REQUIRE_MESSAGE(config.ok(), config.status().to_string());
+    TempCheckpoint tmp({{name, DType::kBF16, {rows, cols}, bytes, {}}});
+    const std::string& path = tmp.path;
     const int64_t before_kb = mapped_rss_kb(path);
     CHECK(before_kb >= rows * cols * 2 / 1024);  // The whole file is read in at open.
 
-    auto loader = WeightLoader::create(**ck, *config, "experts-int4");
+    auto loader = WeightLoader::create(*tmp.ckpt, *tmp.config, "experts-int4");
     REQUIRE_MESSAGE(loader.ok(), loader.status().to_string());
     auto w = (*loader)->matrix(name, rows, cols);
     REQUIRE_MESSAGE(w.ok(), w.status().to_string());
@@ -86,10 +104,9 @@ TEST_CASE("a tensor quantized on load leaves resident memory, its mapped bytes s
     CHECK((*loader)->resident_bytes() < rows * cols);  // INT4 plus scales, not the BF16 bytes.
 
     // The mapping still reads the tensor as written (faulted back in).
-    auto view = (*ck)->tensor(name);
+    auto view = tmp.ckpt->tensor(name);
     REQUIRE(view.ok());
     CHECK(std::memcmp(view->data, bytes.data(), bytes.size()) == 0);
-    fs::remove_all(dir);
 }
 
 // A backend with matmuls for BF16 only (nothing runs on it).
@@ -108,11 +125,6 @@ protected:
 };
 
 TEST_CASE("matrix_for refuses a format the backend has no matmul for, naming the tensor") {
-    const fs::path dir = fs::temp_directory_path() /
-                         ("edge_weight_loader_" + std::to_string(std::random_device{}()));
-    fs::create_directories(dir);
-    std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"]})";
-    const std::string path = fs::canonical(dir).string() + "/model.safetensors";
     const int64_t rows = 64, cols = 64;
     std::string bytes(static_cast<size_t>(rows * cols * 2), '\0');
     for (size_t i = 0; i < bytes.size(); i += 2) {
@@ -121,14 +133,9 @@ TEST_CASE("matrix_for refuses a format the backend has no matmul for, naming the
     }
     const std::string expert = "model.layers.0.mlp.experts.0.gate_proj.weight";
     const std::string attn = "model.layers.0.self_attn.q_proj.weight";
-    REQUIRE(write_safetensors(path, {{expert, DType::kBF16, {rows, cols}, bytes, {}},
-                                     {attn, DType::kBF16, {rows, cols}, bytes, {}}})
-                .ok());
-    auto ck = Checkpoint::open_files({path});
-    REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
-    auto config = ConfigJson::read(dir.string());
-    REQUIRE_MESSAGE(config.ok(), config.status().to_string());
-    auto loader = WeightLoader::create(**ck, *config, "experts-int4");
+    TempCheckpoint tmp({{expert, DType::kBF16, {rows, cols}, bytes, {}},
+                        {attn, DType::kBF16, {rows, cols}, bytes, {}}});
+    auto loader = WeightLoader::create(*tmp.ckpt, *tmp.config, "experts-int4");
     REQUIRE_MESSAGE(loader.ok(), loader.status().to_string());
     const Bf16OnlyBackend backend;
     // The routed expert is quantized to INT4 by the policy: refused.
@@ -137,12 +144,11 @@ TEST_CASE("matrix_for refuses a format the backend has no matmul for, naming the
     CHECK(w.status().code() == StatusCode::kUnimplemented);
     CHECK(w.status().message().find("tensor '" + expert + "': backend bf16-only has no matmul "
                                     "for format int4-g32") != std::string::npos);
-    CHECK(w.status().message().find(path) != std::string::npos);
+    CHECK(w.status().message().find(tmp.path) != std::string::npos);
     // Attention stays BF16 under the same policy: handed out.
     auto a = (*loader)->matrix_for(backend, attn, rows, cols);
     REQUIRE_MESSAGE(a.ok(), a.status().to_string());
     CHECK(a->format == WeightFormat::kBF16);
-    fs::remove_all(dir);
 }
 
 }  // namespace
