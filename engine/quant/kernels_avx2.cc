@@ -159,6 +159,90 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
     }
 }
 
+// One token, rows from kFp8StreamMinRows up: four row streams (rows i, i + q, i + 2q and i + 3q
+// of the range), as matmul_avx2.cc reads BF16 and for the same reason (Zen 3's prefetchers follow
+// four long sequential reads better than one that restarts on every row of a small matrix); the
+// four rows also share each activation load. Each row keeps one partial per scale block, so the
+// loop's 4 partials, 4 accumulators and the decode temporaries stay in the 16 registers.
+constexpr int64_t kFp8StreamMinRows = 64;
+
+EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, float* y, int64_t row_begin,
+                                int64_t q) {
+    const int64_t cols = w.cols;
+    const int64_t block_cols = (cols + 127) / 128;
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
+    const float* table = fp8_e4m3_table();
+    prefetch_stream_heads(data, cols, row_begin, q);
+    for (int64_t i = 0; i < q; ++i) {
+        const uint8_t* row[4];
+        const float* srow[4];
+        __m256 acc[4];
+        float tail[4] = {};
+        for (int s = 0; s < 4; ++s) {
+            const int64_t r = row_begin + i + s * q;
+            row[s] = data + r * cols;
+            srow[s] = w.scales + (r / 128) * block_cols;
+            acc[s] = _mm256_setzero_ps();
+        }
+        for (int64_t b = 0; b < block_cols; ++b) {
+            const int64_t c = b * 128;
+            const int64_t n = std::min<int64_t>(128, cols - c);
+            const float* xc = x + c;
+            __m256 part[4];
+            for (int s = 0; s < 4; ++s) {
+                part[s] = _mm256_setzero_ps();
+            }
+            int64_t j = 0;
+            for (; j + 32 <= n; j += 32) {
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; ++s) {
+                    if (j % 64 == 0) {
+                        prefetch_ahead(row[s] + c + j);
+                    }
+                    const __m256i v =
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[s] + c + j));
+                    const __m256i lo = _mm256_and_si256(
+                        _mm256_srai_epi16(_mm256_unpacklo_epi8(_mm256_setzero_si256(), v), 1),
+                        mask);
+                    const __m256i hi = _mm256_and_si256(
+                        _mm256_srai_epi16(_mm256_unpackhi_epi8(_mm256_setzero_si256(), v), 1),
+                        mask);
+                    // fp8_step32's order: lo holds columns 0-7 and 16-23, hi 8-15 and 24-31.
+                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)),
+                                              _mm256_loadu_ps(xc + j), part[s]);
+                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)),
+                                              _mm256_loadu_ps(xc + j + 8), part[s]);
+                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)),
+                                              _mm256_loadu_ps(xc + j + 16), part[s]);
+                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)),
+                                              _mm256_loadu_ps(xc + j + 24), part[s]);
+                }
+            }
+            if (j + 16 <= n) {
+#pragma GCC unroll 4
+                for (int s = 0; s < 4; ++s) {
+                    __m256 w0, w1;
+                    decode_fp8_16(row[s] + c + j, &w0, &w1);
+                    part[s] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xc + j), part[s]);
+                    part[s] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc + j + 8), part[s]);
+                }
+                j += 16;
+            }
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; ++s) {
+                acc[s] = _mm256_fmadd_ps(part[s], _mm256_set1_ps(srow[s][b] * 256.0f), acc[s]);
+                for (int64_t k = j; k < n; ++k) {
+                    tail[s] += table[row[s][c + k]] * srow[s][b] * xc[k];
+                }
+            }
+        }
+        for (int s = 0; s < 4; ++s) {
+            y[row_begin + i + s * q] = hsum_avx2(acc[s]) + tail[s];
+        }
+    }
+}
+
 template <int T>
 EDGE_AVX2 void int8_rows(const Weight& w, const float* x, float* y, int64_t ldy, int64_t row_begin,
                          int64_t row_end) {
@@ -513,6 +597,12 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
 
 void matmul_fp8_avx2(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                      int64_t row_begin, int64_t row_end) {
+    if (n_tokens == 1 && row_end - row_begin >= kFp8StreamMinRows) {
+        const int64_t q = (row_end - row_begin) / 4;
+        fp8_rows_streams(w, x, y, row_begin, q);
+        fp8_rows<1>(w, x, y, ldy, row_begin + 4 * q, row_end);
+        return;
+    }
     static constexpr RowsFn kTiles[kMaxTile] = {fp8_rows<1>, fp8_rows<2>, fp8_rows<3>, fp8_rows<4>};
     run_tiles(kTiles, w, x, n_tokens, y, ldy, row_begin, row_end);
 }
