@@ -146,10 +146,10 @@ TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
     // One token over 64+ rows reads FP8 as four row streams: 203 rows (ranges of 201, four
     // streams of 50 plus one row left) span two 128-row scale blocks; 200 columns end in a
     // 72-column block (two 32-column steps, no 16-column step, 8 columns through the table), 264
-    // in an 8-column one, 1000 in a 104-column one (a 16-column step).
+    // in an 8-column one, 1008 in a 112-column one (three 32-column steps and a 16-column one).
     const Case cases[] = {{1, 1, 1},     {3, 17, 1},   {5, 33, 2},    {130, 257, 1},
                           {129, 300, 5}, {64, 512, 4}, {7, 1000, 9},  {40, 63, 3},
-                          {203, 200, 1}, {66, 264, 1}, {257, 1000, 1}};
+                          {203, 200, 1}, {66, 264, 1}, {257, 1008, 1}};
     uint32_t seed = 10;
     for (const Case& c : cases) {
         check_variants(WeightFormat::kFP8E4M3Block128, c, seed++);
