@@ -93,13 +93,15 @@ TEST_CASE("SIMD matmul kernels equal the scalar reference") {
     // {67, 96, 2} and {130, 100, 6}: the AVX512_BF16 kernel's four-stream blocks (64 rows or
     // more) with a two-token group, first and later, and rows left over past 4 * (rows / 4). The
     // last four: the AVX2 kernel's four streams (64 rows or more) with rows past 4q, ragged
-    // columns and each token-tile remainder.
-    const int64_t shapes[][3] = {{1, 1, 1},    {3, 7, 1},    {4, 16, 1},   {5, 17, 2},
-                                 {13, 31, 3},  {8, 32, 4},   {9, 33, 5},   {17, 100, 7},
-                                 {64, 128, 1}, {33, 257, 9}, {7, 1000, 4}, {128, 64, 32},
-                                 {6, 63, 1},   {11, 65, 2},  {5, 1023, 1}, {2, 2048, 3},
-                                 {9, 70, 67},  {5, 40, 130}, {67, 96, 2},  {130, 100, 6},
-                                 {257, 1000, 1}, {100, 33, 3}, {71, 64, 4}, {66, 17, 5}};
+    // columns and each token-tile remainder. {71, 64, 4}, {66, 17, 5}, {130, 100, 6} and
+    // {7, 19, 6} also take the AVX2 kernel's packed 4-6 token pass (two rows at a time, and one
+    // for the rows left over); from {70, 41, 7} on, 7-9 tokens in its tiles of 3.
+    const int64_t shapes[][3] = {
+        {1, 1, 1},   {3, 7, 1},     {4, 16, 1},     {5, 17, 2},   {13, 31, 3},  {8, 32, 4},
+        {9, 33, 5},  {17, 100, 7},  {64, 128, 1},   {33, 257, 9}, {7, 1000, 4}, {128, 64, 32},
+        {6, 63, 1},  {11, 65, 2},   {5, 1023, 1},   {2, 2048, 3}, {9, 70, 67},  {5, 40, 130},
+        {67, 96, 2}, {130, 100, 6}, {257, 1000, 1}, {100, 33, 3}, {71, 64, 4},  {66, 17, 5},
+        {70, 41, 7}, {75, 72, 8},   {6, 23, 8},     {7, 19, 6},   {65, 48, 9}};
     for (const Case& c : cases_for_cpu()) {
         for (const auto& shape : shapes) {
             const int64_t rows = shape[0], cols = shape[1], n = shape[2];
