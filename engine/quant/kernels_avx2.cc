@@ -21,6 +21,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "engine/cpu/avx2_reduce.h"
 #include "engine/quant/fp8.h"
@@ -162,17 +164,73 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
 // One token, rows from kFp8StreamMinRows up: four row streams (rows i, i + q, i + 2q and i + 3q
 // of the range), as matmul_avx2.cc reads BF16 and for the same reason (Zen 3's prefetchers follow
 // four long sequential reads better than one that restarts on every row of a small matrix); the
-// four rows also share each activation load. Each row keeps one partial per scale block, so the
-// loop's 4 partials, 4 accumulators and the decode temporaries stay in the 16 registers.
+// four rows also share each activation load.
 constexpr int64_t kFp8StreamMinRows = 64;
 
-EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, float* y, int64_t row_begin,
-                                int64_t q) {
+// The streams decode FP8 with integer shifts alone (no byte unpacks, extracts or vcvtph2ps, the
+// cost of decode_fp8_16 that made the one-token kernel compute-bound: 10.4 GB/s per core on
+// in-L2 rows against ~11 GB/s of memory bandwidth per core). The 32 bytes of a step, read as 8
+// dwords, give four vectors: byte k of each dword shifted to the top (left by 24 - 8k), then
+// arithmetically right by 4, puts its magnitude bits at f32 bits 20-26 (the top of the exponent
+// field stays 0) and copies its sign to bits 27-31; masking with 0x87F00000 leaves an f32 of the
+// FP8 value * 2^-120 exactly, subnormals included (E4M3 subnormals land on f32 subnormals: no
+// penalty on Zen 3, measured; a CPU with one, or with denormals-are-zero set, is slower or drops
+// those few tiny weights). Vector k holds columns 4i + k, so the activations are prepared in
+// that order (Fp8ShiftChunk), times 2^64 so that the products stay normal; each block's sum
+// takes scale * 2^56 instead of scale.
+struct alignas(32) Fp8ShiftChunk {
+    float x[32];  // x[8k + i] = activation of column 4i + k of the 32-column step, times 2^64.
+};
+constexpr float kFp8ShiftXScale = 0x1p64f;
+constexpr float kFp8ShiftBlockScale = 0x1p56f;  // 2^120 / 2^64.
+
+// One token's activations as Fp8ShiftChunks (columns below cols rounded down to 32), or false when
+// max|x| is outside [2^-60, 2^60) (or not finite), where 2^64 could overflow or leave products
+// subnormal: the caller then decodes through F16 instead.
+EDGE_AVX2 bool prepare_fp8_shift(const float* x, int64_t cols, Fp8ShiftChunk* chunks) {
+    float m = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+        m = std::max(m, std::fabs(x[c]));
+    }
+    if (!(m >= 0x1p-60f && m < 0x1p60f)) {
+        return false;
+    }
+    for (int64_t g = 0; g < cols / 32; ++g) {
+        for (int k = 0; k < 4; ++k) {
+            for (int i = 0; i < 8; ++i) {
+                chunks[g].x[8 * k + i] = x[g * 32 + 4 * i + k] * kFp8ShiftXScale;
+            }
+        }
+    }
+    return true;
+}
+
+// 32 E4M3 bytes as f32 values * 2^-120, columns 4i + k in vector k.
+EDGE_AVX2 EDGE_INLINE void decode_fp8_shift32(const uint8_t* p, __m256* w) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i mask = _mm256_set1_epi32(static_cast<int32_t>(0x87F00000u));
+    w[0] =
+        _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(v, 24), 4), mask));
+    w[1] =
+        _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 4), mask));
+    w[2] =
+        _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(v, 8), 4), mask));
+    w[3] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(v, 4), mask));
+}
+
+// Rows row_begin + i + s * q (s = 0..3, i < q) for one token. kShift: the 32-column steps decode
+// with decode_fp8_shift32 against `shift` (x prepared as Fp8ShiftChunks), else through F16 as
+// fp8_step32 does. The steps of 16 columns left in a block decode through F16 either way, the
+// last few columns through the table.
+template <bool kShift>
+EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, const Fp8ShiftChunk* shift,
+                                float* y, int64_t row_begin, int64_t q) {
     const int64_t cols = w.cols;
     const int64_t block_cols = (cols + 127) / 128;
     const auto* data = static_cast<const uint8_t*>(w.data);
-    const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
+    const __m256i mask16 = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
     const float* table = fp8_e4m3_table();
+    constexpr float step_scale = kShift ? kFp8ShiftBlockScale : 256.0f;
     prefetch_stream_heads(data, cols, row_begin, q);
     for (int64_t i = 0; i < q; ++i) {
         const uint8_t* row[4];
@@ -189,9 +247,11 @@ EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, float* y, int64
             const int64_t c = b * 128;
             const int64_t n = std::min<int64_t>(128, cols - c);
             const float* xc = x + c;
-            __m256 part[4];
+            // Two partials per row, so that each row's FMAs form two chains.
+            __m256 part[4][2];
             for (int s = 0; s < 4; ++s) {
-                part[s] = _mm256_setzero_ps();
+                part[s][0] = _mm256_setzero_ps();
+                part[s][1] = _mm256_setzero_ps();
             }
             int64_t j = 0;
             for (; j + 32 <= n; j += 32) {
@@ -200,38 +260,50 @@ EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, float* y, int64
                     if (j % 64 == 0) {
                         prefetch_ahead(row[s] + c + j);
                     }
-                    const __m256i v =
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[s] + c + j));
-                    const __m256i lo = _mm256_and_si256(
-                        _mm256_srai_epi16(_mm256_unpacklo_epi8(_mm256_setzero_si256(), v), 1),
-                        mask);
-                    const __m256i hi = _mm256_and_si256(
-                        _mm256_srai_epi16(_mm256_unpackhi_epi8(_mm256_setzero_si256(), v), 1),
-                        mask);
-                    // fp8_step32's order: lo holds columns 0-7 and 16-23, hi 8-15 and 24-31.
-                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)),
-                                              _mm256_loadu_ps(xc + j), part[s]);
-                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)),
-                                              _mm256_loadu_ps(xc + j + 8), part[s]);
-                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)),
-                                              _mm256_loadu_ps(xc + j + 16), part[s]);
-                    part[s] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)),
-                                              _mm256_loadu_ps(xc + j + 24), part[s]);
+                    __m256 wv[4];
+                    const float* xs;
+                    if constexpr (kShift) {
+                        decode_fp8_shift32(row[s] + c + j, wv);
+                        xs = shift[(c + j) / 32].x;
+                    } else {
+                        const __m256i v =
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[s] + c + j));
+                        const __m256i lo = _mm256_and_si256(
+                            _mm256_srai_epi16(_mm256_unpacklo_epi8(_mm256_setzero_si256(), v), 1),
+                            mask16);
+                        const __m256i hi = _mm256_and_si256(
+                            _mm256_srai_epi16(_mm256_unpackhi_epi8(_mm256_setzero_si256(), v), 1),
+                            mask16);
+                        // fp8_step32's order: columns 0-7, 8-15, 16-23, 24-31.
+                        wv[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
+                        wv[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
+                        wv[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
+                        wv[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+                        xs = xc + j;
+                    }
+                    part[s][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xs), part[s][0]);
+                    part[s][1] = _mm256_fmadd_ps(wv[1], _mm256_loadu_ps(xs + 8), part[s][1]);
+                    part[s][0] = _mm256_fmadd_ps(wv[2], _mm256_loadu_ps(xs + 16), part[s][0]);
+                    part[s][1] = _mm256_fmadd_ps(wv[3], _mm256_loadu_ps(xs + 24), part[s][1]);
                 }
+            }
+#pragma GCC unroll 4
+            for (int s = 0; s < 4; ++s) {
+                const __m256 sum = _mm256_add_ps(part[s][0], part[s][1]);
+                acc[s] = _mm256_fmadd_ps(sum, _mm256_set1_ps(srow[s][b] * step_scale), acc[s]);
             }
             if (j + 16 <= n) {
 #pragma GCC unroll 4
                 for (int s = 0; s < 4; ++s) {
                     __m256 w0, w1;
                     decode_fp8_16(row[s] + c + j, &w0, &w1);
-                    part[s] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xc + j), part[s]);
-                    part[s] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc + j + 8), part[s]);
+                    const __m256 sum = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xc + j + 8),
+                                                       _mm256_mul_ps(w0, _mm256_loadu_ps(xc + j)));
+                    acc[s] = _mm256_fmadd_ps(sum, _mm256_set1_ps(srow[s][b] * 256.0f), acc[s]);
                 }
                 j += 16;
             }
-#pragma GCC unroll 4
             for (int s = 0; s < 4; ++s) {
-                acc[s] = _mm256_fmadd_ps(part[s], _mm256_set1_ps(srow[s][b] * 256.0f), acc[s]);
                 for (int64_t k = j; k < n; ++k) {
                     tail[s] += table[row[s][c + k]] * srow[s][b] * xc[k];
                 }
@@ -598,8 +670,15 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
 void matmul_fp8_avx2(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                      int64_t row_begin, int64_t row_end) {
     if (n_tokens == 1 && row_end - row_begin >= kFp8StreamMinRows) {
+        thread_local std::vector<Fp8ShiftChunk> chunks;
+        chunks.resize(static_cast<size_t>(w.cols / 32));
+        const bool shift = prepare_fp8_shift(x, w.cols, chunks.data());
         const int64_t q = (row_end - row_begin) / 4;
-        fp8_rows_streams(w, x, y, row_begin, q);
+        if (shift) {
+            fp8_rows_streams<true>(w, x, chunks.data(), y, row_begin, q);
+        } else {
+            fp8_rows_streams<false>(w, x, nullptr, y, row_begin, q);
+        }
         fp8_rows<1>(w, x, y, ldy, row_begin + 4 * q, row_end);
         return;
     }

@@ -41,7 +41,7 @@ std::vector<float> random_vector(size_t n, std::mt19937& rng, float stddev) {
     return v;
 }
 
-void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
+void check_variants(WeightFormat format, const Case& c, uint32_t seed, float x_scale = 1.0f) {
     const std::string format_name = weight_format_name(format);
     CAPTURE(format_name);
     CAPTURE(c.rows);
@@ -51,6 +51,9 @@ void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
     const std::vector<float> wsrc = random_vector(c.rows * c.cols, rng, 0.05f);
     std::vector<float> x = random_vector(c.n_tokens * c.cols, rng, 1.0f);
     x[0] = 6.0f;  // An activation outlier, as in real models.
+    for (float& v : x) {
+        v *= x_scale;
+    }
     auto q = quantize(SourceMatrix::f32(wsrc.data(), c.rows, c.cols), format);
     REQUIRE(q.ok());
     const Weight& w = q->view();
@@ -114,7 +117,8 @@ void check_variants(WeightFormat format, const Case& c, uint32_t seed) {
                     continue;
                 }
                 const size_t i = t * c.rows + r;
-                const double tol = (kFloatRelTol + v.activation_rel_error) * magnitude[i] + 1e-6 +
+                const double tol = (kFloatRelTol + v.activation_rel_error) * magnitude[i] +
+                                   1e-6 * x_scale +
                                    activation_bound(v.activation_group, t, r) * (1 + 1e-4);
                 const double err = std::fabs(got - exact[i]);
                 worst = std::max(worst, err / tol);
@@ -154,6 +158,11 @@ TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
     for (const Case& c : cases) {
         check_variants(WeightFormat::kFP8E4M3Block128, c, seed++);
         check_variants(WeightFormat::kInt8Row, c, seed++);
+    }
+    // The FP8 streams decode through F16 when max|x| leaves [2^-60, 2^60).
+    for (float x_scale : {0x1p61f, 0x1p-62f, 0x1p58f, 0x1p-58f}) {
+        CAPTURE(x_scale);
+        check_variants(WeightFormat::kFP8E4M3Block128, {203, 200, 1}, seed++, x_scale);
     }
 }
 
@@ -206,18 +215,23 @@ TEST_CASE("int4 kernels handle all-zero activation groups") {
 }
 
 TEST_CASE("fp8 kernels decode every E4M3 code exactly") {
-    // One row holding all 256 codes (the two NaN codes, rejected on load, replaced by zero) with
-    // scale 1; a one-hot activation of a power of two picks one weight, exactly, in every kernel
-    // (bf16 rounding of a power of two is exact, and so is each product).
+    // 64 rows (one token over 64 rows reads four row streams) of all 256 codes, row r rotated by
+    // r columns, the two NaN codes (rejected on load) replaced by zero, scale 1; a one-hot
+    // activation of a power of two picks one weight of each row, exactly, in every kernel (bf16
+    // rounding of a power of two is exact, and so is each product): every code at every column
+    // position of the 32-byte steps, in each stream.
+    const int64_t rows = 64;
     const int64_t cols = 256;
-    AlignedBytes codes(cols);
-    for (int64_t c = 0; c < cols; ++c) {
-        codes[c] = static_cast<uint8_t>(c);
+    AlignedBytes codes(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+            const auto code = static_cast<uint8_t>((c + r) % 256);
+            codes[r * cols + c] = code == 0x7F || code == 0xFF ? 0 : code;
+        }
     }
-    codes[0x7F] = 0;
-    codes[0xFF] = 0;
-    QuantizedWeight q(WeightFormat::kFP8E4M3Block128, 1, cols, std::move(codes),
+    QuantizedWeight q(WeightFormat::kFP8E4M3Block128, rows, cols, std::move(codes),
                       std::vector<float>{1.0f, 1.0f});
+    const auto* stored = static_cast<const uint8_t*>(q.view().data);
     for (const KernelVariant& v : matmul_kernel_variants(WeightFormat::kFP8E4M3Block128)) {
         const std::string variant = v.name;
         CAPTURE(variant);
@@ -226,9 +240,11 @@ TEST_CASE("fp8 kernels decode every E4M3 code exactly") {
             for (float one : {1.0f, -0.25f}) {
                 std::vector<float> x(cols, 0.0f);
                 x[c] = one;
-                float y = -1.0f;
-                v.kernel(q.view(), x.data(), 1, &y, 1, 0, 1);
-                bad += y != fp8_e4m3_decode(static_cast<const uint8_t*>(q.view().data)[c]) * one;
+                std::vector<float> y(rows, -1.0f);
+                v.kernel(q.view(), x.data(), 1, y.data(), rows, 0, rows);
+                for (int64_t r = 0; r < rows; ++r) {
+                    bad += y[r] != fp8_e4m3_decode(stored[r * cols + c]) * one;
+                }
             }
         }
         CHECK(bad == 0);
