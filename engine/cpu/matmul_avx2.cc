@@ -49,6 +49,18 @@ struct LoadF16 {
     static constexpr int64_t kBytes = 2;
 };
 
+// Prefetches kPrefetchBytes ahead along each of R rows, once per 64-byte line (at column c).
+template <typename L, int R>
+__attribute__((always_inline)) inline void prefetch_lines(const char* w0, int64_t row_stride,
+                                                          int64_t c) {
+    if (c % (64 / L::kBytes) == 0) {
+        #pragma GCC unroll 16
+        for (int r = 0; r < R; ++r) {
+            _mm_prefetch(w0 + r * row_stride + c * L::kBytes + kPrefetchBytes, _MM_HINT_T0);
+        }
+    }
+}
+
 // The R x T outputs of a block: each accumulator summed, plus columns [c, k) in scalar.
 template <typename L, int R, int T>
 __attribute__((always_inline)) inline void store_rows(const __m256 (&acc)[R][T], const char* w0,
@@ -118,12 +130,7 @@ __attribute__((always_inline)) inline void block(const char* w0, int64_t row_str
     }
     for (; c + 8 <= k; c += 8) {
         if constexpr (kFirst && T > 1) {
-            if (c % (64 / L::kBytes) == 0) {  // Once per 64-byte line of each row.
-                #pragma GCC unroll 16
-                for (int r = 0; r < R; ++r) {
-                    _mm_prefetch(w0 + r * row_stride + c * L::kBytes + kPrefetchBytes, _MM_HINT_T0);
-                }
-            }
+            prefetch_lines<L, R>(w0, row_stride, c);
         }
         __m256 xv[T];
         #pragma GCC unroll 16
@@ -183,12 +190,7 @@ __attribute__((always_inline)) inline void block_packed(const char* w0, int64_t 
     }
     int64_t c = 0;
     for (; c + 8 <= k; c += 8) {
-        if (c % (64 / L::kBytes) == 0) {  // Once per 64-byte line of each row.
-            #pragma GCC unroll 16
-            for (int r = 0; r < R; ++r) {
-                _mm_prefetch(w0 + r * row_stride + c * L::kBytes + kPrefetchBytes, _MM_HINT_T0);
-            }
-        }
+        prefetch_lines<L, R>(w0, row_stride, c);
         __m256 wv[R];
         #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
