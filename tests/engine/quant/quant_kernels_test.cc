@@ -151,15 +151,16 @@ TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
     // streams of 50 plus one row left) span two 128-row scale blocks; 200 columns end in a
     // 72-column block (two 32-column steps, no 16-column step, 8 columns through the table), 264
     // in an 8-column one, 1008 in a 112-column one (three 32-column steps and a 16-column one).
-    const Case cases[] = {{1, 1, 1},     {3, 17, 1},   {5, 33, 2},    {130, 257, 1},
-                          {129, 300, 5}, {64, 512, 4}, {7, 1000, 9},  {40, 63, 3},
-                          {203, 200, 1}, {66, 264, 1}, {257, 1008, 1}};
+    const Case cases[] = {{1, 1, 1},     {3, 17, 1},   {5, 33, 2},     {130, 257, 1},
+                          {129, 300, 5}, {64, 512, 4}, {7, 1000, 9},   {40, 63, 3},
+                          {203, 200, 1}, {66, 264, 1}, {257, 1008, 1}, {131, 256, 1}};
     uint32_t seed = 10;
     for (const Case& c : cases) {
         check_variants(WeightFormat::kFP8E4M3Block128, c, seed++);
         check_variants(WeightFormat::kInt8Row, c, seed++);
     }
-    // The FP8 streams decode through F16 when max|x| leaves [2^-60, 2^60).
+    // {131, 256, 1}: the INT8 streams (columns a multiple of 64). The FP8 streams decode through
+    // F16 when max|x| leaves [2^-60, 2^60).
     for (float x_scale : {0x1p61f, 0x1p-62f, 0x1p58f, 0x1p-58f}) {
         CAPTURE(x_scale);
         check_variants(WeightFormat::kFP8E4M3Block128, {203, 200, 1}, seed++, x_scale);
@@ -167,9 +168,12 @@ TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
 }
 
 TEST_CASE("int4 kernels equal the reference on ragged shapes") {
-    const Case g32[] = {{1, 32, 1},   {3, 64, 1},   {5, 96, 2},   {9, 160, 5},
-                        {33, 224, 4}, {64, 512, 1}, {17, 1056, 9}};
-    const Case g128[] = {{1, 128, 1}, {6, 384, 3}, {65, 640, 1}, {11, 1024, 6}};
+    // {131, 256, 1}, {131, 384, 1} and {70, 1024, 1}: one token over 64+ rows with columns a
+    // multiple of 128 (the shapes a four-stream INT4 kernel would take).
+    const Case g32[] = {{1, 32, 1},   {3, 64, 1},    {5, 96, 2},    {9, 160, 5},  {33, 224, 4},
+                        {64, 512, 1}, {17, 1056, 9}, {131, 256, 1}, {70, 1024, 1}};
+    const Case g128[] = {{1, 128, 1},   {6, 384, 3},   {65, 640, 1},
+                         {11, 1024, 6}, {131, 384, 1}, {70, 1024, 1}};
     uint32_t seed = 100;
     for (const Case& c : g32) {
         check_variants(WeightFormat::kInt4G32, c, seed++);
