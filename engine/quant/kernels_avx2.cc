@@ -62,31 +62,37 @@ EDGE_AVX2 EDGE_INLINE void fp8_step(const uint8_t* q, const float* x, int64_t co
     }
 }
 
-// Columns c + i .. c + i + 31 for T tokens into the partials (four for one token, else two). The
-// byte unpacks against zero put each byte into the high half of a 16-bit lane (the shift of
+// 32 E4M3 bytes -> four vectors of value / 256 in column order (0-7, 8-15, 16-23, 24-31). The byte
+// unpacks against zero put each byte into the high half of a 16-bit lane (the shift of
 // decode_fp8_16 for free), in the unpacks' order: the low result holds columns 0-7 and 16-23, the
 // high one 8-15 and 24-31.
-template <int T>
-EDGE_AVX2 EDGE_INLINE void fp8_step32(const uint8_t* q, const float* x, int64_t cols, int64_t c,
-                                      int64_t i, __m256 (*part)[4]) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
+EDGE_AVX2 EDGE_INLINE void decode_fp8_32(const uint8_t* p, __m256* w) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i mask = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
     const __m256i a = _mm256_and_si256(
         _mm256_srai_epi16(_mm256_unpacklo_epi8(_mm256_setzero_si256(), v), 1), mask);
     const __m256i b = _mm256_and_si256(
         _mm256_srai_epi16(_mm256_unpackhi_epi8(_mm256_setzero_si256(), v), 1), mask);
-    const __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(a));       // Columns 0-7.
-    const __m256 w1 = _mm256_cvtph_ps(_mm256_castsi256_si128(b));       // 8-15.
-    const __m256 w2 = _mm256_cvtph_ps(_mm256_extracti128_si256(a, 1));  // 16-23.
-    const __m256 w3 = _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1));  // 24-31.
+    w[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(a));
+    w[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(b));
+    w[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(a, 1));
+    w[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1));
+}
+
+// Columns c + i .. c + i + 31 for T tokens into the partials (four for one token, else two).
+template <int T>
+EDGE_AVX2 EDGE_INLINE void fp8_step32(const uint8_t* q, const float* x, int64_t cols, int64_t c,
+                                      int64_t i, __m256 (*part)[4]) {
+    __m256 w[4];
+    decode_fp8_32(q + i, w);
     constexpr int J = T == 1 ? 2 : 0;
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
         const float* xt = x + t * cols + c + i;
-        part[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), part[t][0]);
-        part[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), part[t][1]);
-        part[t][J] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xt + 16), part[t][J]);
-        part[t][J + 1] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xt + 24), part[t][J + 1]);
+        part[t][0] = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(xt), part[t][0]);
+        part[t][1] = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xt + 8), part[t][1]);
+        part[t][J] = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xt + 16), part[t][J]);
+        part[t][J + 1] = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xt + 24), part[t][J + 1]);
     }
 }
 
@@ -173,11 +179,11 @@ constexpr int64_t kStreamMinRows = 64;
 // dwords, give four vectors: byte k of each dword shifted to the top (left by 24 - 8k), then
 // arithmetically right by 4, puts its magnitude bits at f32 bits 20-26 (the top of the exponent
 // field stays 0) and copies its sign to bits 27-31; masking with 0x87F00000 leaves an f32 of the
-// FP8 value * 2^-120 exactly, subnormals included (E4M3 subnormals land on f32 subnormals: no
-// penalty on Zen 3, measured; a CPU with one, or with denormals-are-zero set, is slower or drops
-// those few tiny weights). Vector k holds columns 4i + k, so the activations are prepared in
-// that order (Fp8ShiftChunk), times 2^64 so that the products stay normal; each block's sum
-// takes scale * 2^56 instead of scale.
+// FP8 value * 2^-120 exactly, subnormals included (E4M3 subnormals land on f32 subnormals, which
+// Zen 3 multiplies at full speed, measured; a CPU that slows down on subnormal inputs pays that
+// for these few tiny weights, and one running with denormals-are-zero reads them as zero). Vector k
+// holds columns 4i + k, so the activations are prepared in that order (Fp8ShiftChunk), times 2^64
+// so that the products stay normal; each block's sum takes scale * 2^56 instead of scale.
 struct alignas(32) Fp8ShiftChunk {
     float x[32];  // x[8k + i] = activation of column 4i + k of the 32-column step, times 2^64.
 };
@@ -228,7 +234,6 @@ EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, const Fp8ShiftC
     const int64_t cols = w.cols;
     const int64_t block_cols = (cols + 127) / 128;
     const auto* data = static_cast<const uint8_t*>(w.data);
-    const __m256i mask16 = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
     const float* table = fp8_e4m3_table();
     constexpr float step_scale = kShift ? kFp8ShiftBlockScale : 256.0f;
     prefetch_stream_heads(data, cols, row_begin, q);
@@ -266,19 +271,7 @@ EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, const Fp8ShiftC
                         decode_fp8_shift32(row[s] + c + j, wv);
                         xs = shift[(c + j) / 32].x;
                     } else {
-                        const __m256i v =
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[s] + c + j));
-                        const __m256i lo = _mm256_and_si256(
-                            _mm256_srai_epi16(_mm256_unpacklo_epi8(_mm256_setzero_si256(), v), 1),
-                            mask16);
-                        const __m256i hi = _mm256_and_si256(
-                            _mm256_srai_epi16(_mm256_unpackhi_epi8(_mm256_setzero_si256(), v), 1),
-                            mask16);
-                        // fp8_step32's order: columns 0-7, 8-15, 16-23, 24-31.
-                        wv[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(lo));
-                        wv[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(hi));
-                        wv[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1));
-                        wv[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1));
+                        decode_fp8_32(row[s] + c + j, wv);
                         xs = xc + j;
                     }
                     part[s][0] = _mm256_fmadd_ps(wv[0], _mm256_loadu_ps(xs), part[s][0]);
