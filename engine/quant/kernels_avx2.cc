@@ -191,22 +191,41 @@ constexpr float kFp8ShiftXScale = 0x1p64f;
 constexpr float kFp8ShiftBlockScale = 0x1p56f;  // 2^120 / 2^64.
 
 // One token's activations as Fp8ShiftChunks (columns below cols rounded down to 32), or false when
-// max|x| is outside [2^-60, 2^60) (or not finite), where 2^64 could overflow or leave products
-// subnormal: the caller then decodes through F16 instead.
+// max|x| is outside [2^-60, 2^60) (or infinite), where 2^64 could overflow or leave products
+// subnormal: the caller then decodes through F16 instead. (A NaN activation gives NaN outputs
+// either way.) Each group of 32 is an 8 x 4 transpose (column 4i + k to lane i of vector k): the
+// 4 x 4 transpose of each 128-bit lane, then one lane-crossing permute per vector.
 EDGE_AVX2 bool prepare_fp8_shift(const float* x, int64_t cols, Fp8ShiftChunk* chunks) {
-    float m = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 mv = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8) {
+        mv = _mm256_max_ps(mv, _mm256_and_ps(_mm256_loadu_ps(x + c), abs_mask));
+    }
+    float m = hmax_avx2(mv);
+    for (; c < cols; ++c) {
         m = std::max(m, std::fabs(x[c]));
     }
     if (!(m >= 0x1p-60f && m < 0x1p60f)) {
         return false;
     }
+    const __m256 scale = _mm256_set1_ps(kFp8ShiftXScale);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t g = 0; g < cols / 32; ++g) {
-        for (int k = 0; k < 4; ++k) {
-            for (int i = 0; i < 8; ++i) {
-                chunks[g].x[8 * k + i] = x[g * 32 + 4 * i + k] * kFp8ShiftXScale;
-            }
-        }
+        // Lane 0 of v_j holds columns 8j .. 8j + 3 (i = 2j), lane 1 columns 8j + 4 .. (i = 2j + 1).
+        const float* xg = x + g * 32;
+        const __m256 v0 = _mm256_loadu_ps(xg), v1 = _mm256_loadu_ps(xg + 8);
+        const __m256 v2 = _mm256_loadu_ps(xg + 16), v3 = _mm256_loadu_ps(xg + 24);
+        const __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+        const __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+        // Per lane, vector k: k of i = 0, 2, 4, 6 (lane 0) or 1, 3, 5, 7 (lane 1).
+        const __m256 k0 = _mm256_shuffle_ps(t0, t2, 0x44), k1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+        const __m256 k2 = _mm256_shuffle_ps(t1, t3, 0x44), k3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+        float* out = chunks[g].x;
+        _mm256_store_ps(out, _mm256_mul_ps(_mm256_permutevar8x32_ps(k0, order), scale));
+        _mm256_store_ps(out + 8, _mm256_mul_ps(_mm256_permutevar8x32_ps(k1, order), scale));
+        _mm256_store_ps(out + 16, _mm256_mul_ps(_mm256_permutevar8x32_ps(k2, order), scale));
+        _mm256_store_ps(out + 24, _mm256_mul_ps(_mm256_permutevar8x32_ps(k3, order), scale));
     }
     return true;
 }
@@ -304,6 +323,89 @@ EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, const Fp8ShiftC
         }
         for (int s = 0; s < 4; ++s) {
             y[row_begin + i + s * q] = hsum_avx2(acc[s]) + tail[s];
+        }
+    }
+}
+
+// Rows [row_begin, row_end) for T tokens with the shift decode, one row at a time as fp8_rows:
+// `chunks` holds each token's activations as Fp8ShiftChunks, `groups` (cols / 32) per token.
+// One or two tokens keep two partials each, so that at least four FMA chains are in flight.
+template <int T>
+EDGE_AVX2 void fp8_rows_shift(const Weight& w, const float* x, const Fp8ShiftChunk* chunks,
+                              float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t groups = cols / 32;
+    const int64_t block_cols = (cols + 127) / 128;
+    const float* table = fp8_e4m3_table();
+    constexpr int P = T <= 2 ? 2 : 1;
+    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * cols,
+                   (row_end - row_begin) * cols);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+        const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
+        const float* srow = w.scales + (r / 128) * block_cols;
+        __m256 acc[T];
+        float tail[T] = {};
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            acc[t] = _mm256_setzero_ps();
+        }
+        for (int64_t b = 0; b < block_cols; ++b) {
+            const int64_t c = b * 128;
+            const int64_t n = std::min<int64_t>(128, cols - c);
+            __m256 part[T][P];
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                for (int p = 0; p < P; ++p) {
+                    part[t][p] = _mm256_setzero_ps();
+                }
+            }
+            int64_t j = 0;
+            for (; j + 32 <= n; j += 32) {
+                if (j % 64 == 0) {
+                    prefetch_ahead(q + c + j);
+                }
+                __m256 wv[4];
+                decode_fp8_shift32(q + c + j, wv);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    const float* xs = chunks[t * groups + (c + j) / 32].x;
+                    part[t][0] = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xs), part[t][0]);
+                    part[t][P - 1] = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xs + 8), part[t][P - 1]);
+                    part[t][0] = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xs + 16), part[t][0]);
+                    part[t][P - 1] =
+                        _mm256_fmadd_ps(wv[3], _mm256_load_ps(xs + 24), part[t][P - 1]);
+                }
+            }
+            const __m256 s = _mm256_set1_ps(srow[b] * kFp8ShiftBlockScale);
+#pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) {
+                const __m256 sum = P == 2 ? _mm256_add_ps(part[t][0], part[t][P - 1]) : part[t][0];
+                acc[t] = _mm256_fmadd_ps(sum, s, acc[t]);
+            }
+            if (j + 16 <= n) {
+                __m256 w0, w1;
+                decode_fp8_16(q + c + j, &w0, &w1);
+                const __m256 s256 = _mm256_set1_ps(srow[b] * 256.0f);
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    const float* xt = x + t * cols + c + j;
+                    const __m256 sum = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8),
+                                                       _mm256_mul_ps(w0, _mm256_loadu_ps(xt)));
+                    acc[t] = _mm256_fmadd_ps(sum, s256, acc[t]);
+                }
+                j += 16;
+            }
+            for (int64_t k = j; k < n; ++k) {
+                const float wk = table[q[c + k]] * srow[b];
+#pragma GCC unroll 4
+                for (int t = 0; t < T; ++t) {
+                    tail[t] += wk * x[t * cols + c + k];
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            y[t * ldy + r] = hsum_avx2(acc[t]) + tail[t];
         }
     }
 }
@@ -707,17 +809,42 @@ EDGE_AVX2 void int4_dot_rows(const Weight& w, const Int4DotChunk* prepared, int6
 
 void matmul_fp8_avx2(const Weight& w, const float* x, int64_t n_tokens, float* y, int64_t ldy,
                      int64_t row_begin, int64_t row_end) {
+    // Every token's activations prepared for the shift decode, unless one is out of its range.
+    const int64_t groups = w.cols / 32;
+    thread_local std::vector<Fp8ShiftChunk> chunks;
+    chunks.resize(static_cast<size_t>(n_tokens * groups));
+    bool shift = true;
+    for (int64_t t = 0; t < n_tokens && shift; ++t) {
+        shift = prepare_fp8_shift(x + t * w.cols, w.cols, chunks.data() + t * groups);
+    }
     if (n_tokens == 1 && row_end - row_begin >= kStreamMinRows) {
-        thread_local std::vector<Fp8ShiftChunk> chunks;
-        chunks.resize(static_cast<size_t>(w.cols / 32));
-        const bool shift = prepare_fp8_shift(x, w.cols, chunks.data());
         const int64_t q = (row_end - row_begin) / 4;
         if (shift) {
             fp8_rows_streams<true>(w, x, chunks.data(), y, row_begin, q);
         } else {
             fp8_rows_streams<false>(w, x, nullptr, y, row_begin, q);
         }
-        fp8_rows<1>(w, x, y, ldy, row_begin + 4 * q, row_end);
+        row_begin += 4 * q;
+    }
+    if (shift) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += kMaxTile) {
+            const float* xt = x + t0 * w.cols;
+            const Fp8ShiftChunk* ct = chunks.data() + t0 * groups;
+            switch (std::min<int64_t>(kMaxTile, n_tokens - t0)) {
+                case 1:
+                    fp8_rows_shift<1>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    break;
+                case 2:
+                    fp8_rows_shift<2>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    break;
+                case 3:
+                    fp8_rows_shift<3>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    break;
+                default:
+                    fp8_rows_shift<4>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    break;
+            }
+        }
         return;
     }
     static constexpr RowsFn kTiles[kMaxTile] = {fp8_rows<1>, fp8_rows<2>, fp8_rows<3>, fp8_rows<4>};

@@ -159,11 +159,13 @@ TEST_CASE("fp8 and int8 kernels equal the reference on ragged shapes") {
         check_variants(WeightFormat::kFP8E4M3Block128, c, seed++);
         check_variants(WeightFormat::kInt8Row, c, seed++);
     }
-    // {131, 256, 1}: the INT8 streams (columns a multiple of 64). The FP8 streams decode through
-    // F16 when max|x| leaves [2^-60, 2^60).
+    // {131, 256, 1}: the INT8 streams (columns a multiple of 64). The FP8 kernel decodes through
+    // F16 when max|x| of any token leaves [2^-60, 2^60).
     for (float x_scale : {0x1p61f, 0x1p-62f, 0x1p58f, 0x1p-58f}) {
         CAPTURE(x_scale);
         check_variants(WeightFormat::kFP8E4M3Block128, {203, 200, 1}, seed++, x_scale);
+        check_variants(WeightFormat::kFP8E4M3Block128, {40, 63, 3}, seed++, x_scale);
+        check_variants(WeightFormat::kFP8E4M3Block128, {129, 300, 5}, seed++, x_scale);
     }
 }
 
