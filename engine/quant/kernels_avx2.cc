@@ -140,6 +140,8 @@ EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t c
     }
 }
 
+// Rows [row_begin, row_end) for T tokens decoded through F16: what matmul_fp8_avx2 runs when a
+// token's activations are out of the shift decode's range (fp8_rows_shift below otherwise).
 template <int T>
 EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, int64_t row_begin,
                         int64_t row_end) {
@@ -173,17 +175,18 @@ EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, 
 // four rows also share each activation load.
 constexpr int64_t kStreamMinRows = 64;
 
-// The streams decode FP8 with integer shifts alone (no byte unpacks, extracts or vcvtph2ps, the
-// cost of decode_fp8_16 that made the one-token kernel compute-bound: 10.4 GB/s per core on
-// in-L2 rows against ~11 GB/s of memory bandwidth per core). The 32 bytes of a step, read as 8
-// dwords, give four vectors: byte k of each dword shifted to the top (left by 24 - 8k), then
-// arithmetically right by 4, puts its magnitude bits at f32 bits 20-26 (the top of the exponent
-// field stays 0) and copies its sign to bits 27-31; masking with 0x87F00000 leaves an f32 of the
-// FP8 value * 2^-120 exactly, subnormals included (E4M3 subnormals land on f32 subnormals, which
-// Zen 3 multiplies at full speed, measured; a CPU that slows down on subnormal inputs pays that
-// for these few tiny weights, and one running with denormals-are-zero reads them as zero). Vector k
-// holds columns 4i + k, so the activations are prepared in that order (Fp8ShiftChunk), times 2^64
-// so that the products stay normal; each block's sum takes scale * 2^56 instead of scale.
+// The streams and the token tiles decode FP8 with integer shifts alone (no byte unpacks, extracts
+// or vcvtph2ps, the cost of decode_fp8_16 that made the one-token kernel compute-bound: 10.4 GB/s
+// per core on in-L2 rows against ~11 GB/s of memory bandwidth per core). The 32 bytes of a step,
+// read as 8 dwords, give four vectors: byte k of each dword shifted to the top (left by 24 - 8k),
+// then arithmetically right by 4, puts its magnitude bits at f32 bits 20-26 (the top of the
+// exponent field stays 0) and copies its sign to bits 27-31; masking with 0x87F00000 leaves an f32
+// of the FP8 value * 2^-120 exactly, subnormals included (E4M3 subnormals land on f32 subnormals,
+// which Zen 3 multiplies at full speed, measured; a CPU that slows down on subnormal inputs pays
+// that for these few tiny weights, and one running with denormals-are-zero reads them as zero).
+// Vector k holds columns 4i + k, so the activations are prepared in that order (Fp8ShiftChunk),
+// times 2^64 so that the products stay normal; each block's sum takes scale * 2^56 instead of
+// scale.
 struct alignas(32) Fp8ShiftChunk {
     float x[32];  // x[8k + i] = activation of column 4i + k of the 32-column step, times 2^64.
 };
