@@ -96,6 +96,21 @@ EDGE_AVX2 EDGE_INLINE void fp8_step32(const uint8_t* q, const float* x, int64_t 
     }
 }
 
+// Columns [c + i, c + n) of one row (q = the row + c) for T tokens through the decode table, into
+// tail[t]: a block's last columns past its 16-column steps.
+template <int T>
+EDGE_AVX2 EDGE_INLINE void fp8_table_tail(const uint8_t* q, const float* x, int64_t cols, int64_t c,
+                                          int64_t i, int64_t n, float scale, float* tail) {
+    const float* table = fp8_e4m3_table();
+    for (; i < n; ++i) {
+        const float wv = table[q[i]] * scale;
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            tail[t] += wv * x[t * cols + c + i];
+        }
+    }
+}
+
 // Columns [c, c + n) of one row (n <= 128, one scale block) for T tokens, summed unscaled in
 // partial vectors (one token: four, since two FMA chains would wait on FMA latency; more tokens:
 // two each, so that all stay in the 16 registers), then added to acc[t] times the block's
@@ -130,43 +145,7 @@ EDGE_AVX2 EDGE_INLINE void fp8_block(const uint8_t* q, const float* x, int64_t c
         }
         acc[t] = _mm256_fmadd_ps(sum, s256, acc[t]);
     }
-    const float* table = fp8_e4m3_table();
-    for (; i < n; ++i) {
-        const float wv = table[q[i]] * scale;
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            tail[t] += wv * x[t * cols + c + i];
-        }
-    }
-}
-
-// Rows [row_begin, row_end) for T tokens decoded through F16: what matmul_fp8_avx2 runs when a
-// token's activations are out of the shift decode's range (fp8_rows_shift below otherwise).
-template <int T>
-EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, int64_t row_begin,
-                        int64_t row_end) {
-    const int64_t cols = w.cols;
-    const int64_t block_cols = (cols + 127) / 128;
-    prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * cols,
-                   (row_end - row_begin) * cols);
-    for (int64_t r = row_begin; r < row_end; ++r) {
-        const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
-        const float* srow = w.scales + (r / 128) * block_cols;
-        __m256 acc[T];
-        float tail[T] = {};
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            acc[t] = _mm256_setzero_ps();
-        }
-        for (int64_t b = 0; b < block_cols; ++b) {
-            const int64_t c = b * 128;
-            fp8_block<T>(q + c, x, cols, c, std::min<int64_t>(128, cols - c), srow[b], acc, tail);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) {
-            y[t * ldy + r] = hsum_avx2(acc[t]) + tail[t];
-        }
-    }
+    fp8_table_tail<T>(q, x, cols, c, i, n, scale, tail);
 }
 
 // One token, rows from kStreamMinRows up: four row streams (rows i, i + q, i + 2q and i + 3q
@@ -330,17 +309,70 @@ EDGE_AVX2 void fp8_rows_streams(const Weight& w, const float* x, const Fp8ShiftC
     }
 }
 
-// Rows [row_begin, row_end) for T tokens with the shift decode, one row at a time as fp8_rows:
-// `chunks` holds each token's activations as Fp8ShiftChunks, `groups` (cols / 32) per token.
-// One or two tokens keep two partials each, so that at least four FMA chains are in flight.
+// Columns [c, c + n) of one row (q = the row + c; n <= 128, one scale block) for T tokens with the
+// shift decode, added to acc[t] times the block's scale (the last columns through the table into
+// tail[t], as fp8_block). One or two tokens keep two partials each, so that at least four FMA
+// chains are in flight.
 template <int T>
-EDGE_AVX2 void fp8_rows_shift(const Weight& w, const float* x, const Fp8ShiftChunk* chunks,
-                              float* y, int64_t ldy, int64_t row_begin, int64_t row_end) {
-    const int64_t cols = w.cols;
+EDGE_AVX2 EDGE_INLINE void fp8_block_shift(const uint8_t* q, const float* x,
+                                           const Fp8ShiftChunk* chunks, int64_t cols, int64_t c,
+                                           int64_t n, float scale, __m256* acc, float* tail) {
     const int64_t groups = cols / 32;
-    const int64_t block_cols = (cols + 127) / 128;
-    const float* table = fp8_e4m3_table();
     constexpr int P = T <= 2 ? 2 : 1;
+    __m256 part[T][P];
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        for (int p = 0; p < P; ++p) {
+            part[t][p] = _mm256_setzero_ps();
+        }
+    }
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        if (j % 64 == 0) {
+            prefetch_ahead(q + j);
+        }
+        __m256 wv[4];
+        decode_fp8_shift32(q + j, wv);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const float* xs = chunks[t * groups + (c + j) / 32].x;
+            part[t][0] = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xs), part[t][0]);
+            part[t][P - 1] = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xs + 8), part[t][P - 1]);
+            part[t][0] = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xs + 16), part[t][0]);
+            part[t][P - 1] = _mm256_fmadd_ps(wv[3], _mm256_load_ps(xs + 24), part[t][P - 1]);
+        }
+    }
+    const __m256 s = _mm256_set1_ps(scale * kFp8ShiftBlockScale);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+        const __m256 sum = P == 2 ? _mm256_add_ps(part[t][0], part[t][P - 1]) : part[t][0];
+        acc[t] = _mm256_fmadd_ps(sum, s, acc[t]);
+    }
+    if (j + 16 <= n) {
+        __m256 w0, w1;
+        decode_fp8_16(q + j, &w0, &w1);
+        const __m256 s256 = _mm256_set1_ps(scale * 256.0f);
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) {
+            const float* xt = x + t * cols + c + j;
+            const __m256 sum = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8),
+                                               _mm256_mul_ps(w0, _mm256_loadu_ps(xt)));
+            acc[t] = _mm256_fmadd_ps(sum, s256, acc[t]);
+        }
+        j += 16;
+    }
+    fp8_table_tail<T>(q, x, cols, c, j, n, scale, tail);
+}
+
+// Rows [row_begin, row_end) for T tokens, one row at a time, each 128-column block by
+// fp8_block_shift (kShift: `chunks` holds every token's activations as Fp8ShiftChunks, cols / 32
+// per token) or fp8_block (through F16: what matmul_fp8_avx2 runs when a token's activations are
+// out of the shift decode's range).
+template <int T, bool kShift>
+EDGE_AVX2 void fp8_rows_impl(const Weight& w, const float* x, const Fp8ShiftChunk* chunks, float* y,
+                             int64_t ldy, int64_t row_begin, int64_t row_end) {
+    const int64_t cols = w.cols;
+    const int64_t block_cols = (cols + 127) / 128;
     prefetch_start(static_cast<const uint8_t*>(w.data) + row_begin * cols,
                    (row_end - row_begin) * cols);
     for (int64_t r = row_begin; r < row_end; ++r) {
@@ -355,55 +387,10 @@ EDGE_AVX2 void fp8_rows_shift(const Weight& w, const float* x, const Fp8ShiftChu
         for (int64_t b = 0; b < block_cols; ++b) {
             const int64_t c = b * 128;
             const int64_t n = std::min<int64_t>(128, cols - c);
-            __m256 part[T][P];
-#pragma GCC unroll 4
-            for (int t = 0; t < T; ++t) {
-                for (int p = 0; p < P; ++p) {
-                    part[t][p] = _mm256_setzero_ps();
-                }
-            }
-            int64_t j = 0;
-            for (; j + 32 <= n; j += 32) {
-                if (j % 64 == 0) {
-                    prefetch_ahead(q + c + j);
-                }
-                __m256 wv[4];
-                decode_fp8_shift32(q + c + j, wv);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; ++t) {
-                    const float* xs = chunks[t * groups + (c + j) / 32].x;
-                    part[t][0] = _mm256_fmadd_ps(wv[0], _mm256_load_ps(xs), part[t][0]);
-                    part[t][P - 1] = _mm256_fmadd_ps(wv[1], _mm256_load_ps(xs + 8), part[t][P - 1]);
-                    part[t][0] = _mm256_fmadd_ps(wv[2], _mm256_load_ps(xs + 16), part[t][0]);
-                    part[t][P - 1] =
-                        _mm256_fmadd_ps(wv[3], _mm256_load_ps(xs + 24), part[t][P - 1]);
-                }
-            }
-            const __m256 s = _mm256_set1_ps(srow[b] * kFp8ShiftBlockScale);
-#pragma GCC unroll 4
-            for (int t = 0; t < T; ++t) {
-                const __m256 sum = P == 2 ? _mm256_add_ps(part[t][0], part[t][P - 1]) : part[t][0];
-                acc[t] = _mm256_fmadd_ps(sum, s, acc[t]);
-            }
-            if (j + 16 <= n) {
-                __m256 w0, w1;
-                decode_fp8_16(q + c + j, &w0, &w1);
-                const __m256 s256 = _mm256_set1_ps(srow[b] * 256.0f);
-#pragma GCC unroll 4
-                for (int t = 0; t < T; ++t) {
-                    const float* xt = x + t * cols + c + j;
-                    const __m256 sum = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8),
-                                                       _mm256_mul_ps(w0, _mm256_loadu_ps(xt)));
-                    acc[t] = _mm256_fmadd_ps(sum, s256, acc[t]);
-                }
-                j += 16;
-            }
-            for (int64_t k = j; k < n; ++k) {
-                const float wk = table[q[c + k]] * srow[b];
-#pragma GCC unroll 4
-                for (int t = 0; t < T; ++t) {
-                    tail[t] += wk * x[t * cols + c + k];
-                }
+            if constexpr (kShift) {
+                fp8_block_shift<T>(q + c, x, chunks, cols, c, n, srow[b], acc, tail);
+            } else {
+                fp8_block<T>(q + c, x, cols, c, n, srow[b], acc, tail);
             }
         }
 #pragma GCC unroll 4
@@ -411,6 +398,12 @@ EDGE_AVX2 void fp8_rows_shift(const Weight& w, const float* x, const Fp8ShiftChu
             y[t * ldy + r] = hsum_avx2(acc[t]) + tail[t];
         }
     }
+}
+
+template <int T>
+EDGE_AVX2 void fp8_rows(const Weight& w, const float* x, float* y, int64_t ldy, int64_t row_begin,
+                        int64_t row_end) {
+    fp8_rows_impl<T, false>(w, x, nullptr, y, ldy, row_begin, row_end);
 }
 
 template <int T>
@@ -835,16 +828,16 @@ void matmul_fp8_avx2(const Weight& w, const float* x, int64_t n_tokens, float* y
             const Fp8ShiftChunk* ct = chunks.data() + t0 * groups;
             switch (std::min<int64_t>(kMaxTile, n_tokens - t0)) {
                 case 1:
-                    fp8_rows_shift<1>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    fp8_rows_impl<1, true>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
                     break;
                 case 2:
-                    fp8_rows_shift<2>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    fp8_rows_impl<2, true>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
                     break;
                 case 3:
-                    fp8_rows_shift<3>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    fp8_rows_impl<3, true>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
                     break;
                 default:
-                    fp8_rows_shift<4>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
+                    fp8_rows_impl<4, true>(w, xt, ct, y + t0 * ldy, ldy, row_begin, row_end);
                     break;
             }
         }
