@@ -108,10 +108,78 @@ ActivationPrecision for_tokens(ActivationPrecision precision, int64_t n) {
     return n > 1 ? precision : ActivationPrecision::kExact;
 }
 
-// Multi-token BF16 calls at kAvx512Bf16 prepare their activations once, on the calling thread,
-// and every row range reads them (rather than each claim of the pool splitting them again).
-bool prepared_path(const Weight& w, Isa isa, int64_t n) {
-    return n > 1 && isa == Isa::kAvx512Bf16 && w.format == WeightFormat::kBF16;
+// Multi-token calls prepare their activations once, on the calling thread, and every row range
+// reads them (rather than each claim of the pool preparing them again): BF16 weights at
+// kAvx512Bf16 split them into bf16 (Bf16Activations), float weights at kAvx2 pack them in token
+// groups (PackedActivations). At most one of the two is set (n > 0).
+struct PreparedInput {
+    Bf16Activations bf16;
+    PackedActivations packed;
+};
+
+enum class Prep { kNone, kBf16, kPacked };
+
+Prep prep_for(const Weight& w, Isa isa, int64_t n) {
+    if (n <= 1 || w.layout != WeightLayout::kRows) {
+        return Prep::kNone;
+    }
+    if (isa == Isa::kAvx512Bf16 && w.format == WeightFormat::kBF16) {
+        return Prep::kBf16;
+    }
+    const bool float_format = w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16 ||
+                              w.format == WeightFormat::kF16;
+    return isa == Isa::kAvx2 && float_format ? Prep::kPacked : Prep::kNone;
+}
+
+// Floats of scratch prepare_input needs (bf16 elements stored two per float).
+int64_t prep_floats(const Weight& w, Isa isa, int64_t n, ActivationPrecision precision) {
+    switch (prep_for(w, isa, n)) {
+        case Prep::kBf16:
+            return (bf16_activation_elements(n, w.cols, precision) + 1) / 2;
+        case Prep::kPacked:
+            return packed_activation_floats(n, w.cols);
+        case Prep::kNone:
+            break;
+    }
+    return 0;
+}
+
+PreparedInput prepare_input(const Weight& w, Isa isa, const float* x, int64_t n,
+                            ActivationPrecision precision, float* scratch) {
+    PreparedInput p;
+    switch (prep_for(w, isa, n)) {
+        case Prep::kBf16:
+            p.bf16 = prepare_bf16_activations(x, n, w.cols, precision,
+                                              reinterpret_cast<uint16_t*>(scratch));
+            break;
+        case Prep::kPacked:
+            p.packed = pack_activations_avx2(w.format, x, n, w.cols, scratch);
+            break;
+        case Prep::kNone:
+            break;
+    }
+    return p;
+}
+
+// Whether an input of n tokens prepared for weight a serves weight b too (q, k and v share
+// their input, as gate and up do).
+bool same_preparation(const Weight& a, const Weight& b, Isa isa, int64_t n) {
+    return a.cols == b.cols && a.format == b.format && prep_for(a, isa, n) == prep_for(b, isa, n);
+}
+
+// Rows [r0, r1) of w times x: from the prepared input when there is one, else with the format's
+// kernel.
+void run_rows(const Weight& w, Isa isa, const PreparedInput& p, const float* x, int64_t n, float* y,
+              int64_t ldy, ActivationPrecision precision, int64_t r0, int64_t r1) {
+    if (p.bf16.n > 0) {
+        matmul_bf16_avx512bf16_prepared(w, p.bf16, y, ldy, r0, r1);
+    } else if (p.packed.n > 0) {
+        matmul_avx2_packed(w, p.packed, y, ldy, r0, r1);
+    } else {
+        quant::MatmulKernel kernel = matmul_kernel(w, isa, for_tokens(precision, n));
+        EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
+        kernel(w, x, n, y, ldy, r0, r1);
+    }
 }
 
 // Below this much work (multiply-adds) a split over the pool costs more than it saves.
@@ -121,25 +189,14 @@ constexpr int64_t kMinParallelWork = 1 << 15;
 
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
             int64_t ldy, ActivationPrecision precision) {
-    Bf16Activations prepared;  // prepared.n == 0: the format's kernel prepares its own.
-    quant::MatmulKernel kernel = nullptr;
-    if (prepared_path(w, isa, n)) {
-        thread_local std::vector<uint16_t> scratch;
-        const auto need = static_cast<size_t>(bf16_activation_elements(n, w.cols, precision));
-        if (scratch.size() < need) {
-            scratch.resize(need);
-        }
-        prepared = prepare_bf16_activations(x, n, w.cols, precision, scratch.data());
-    } else {
-        kernel = matmul_kernel(w, isa, for_tokens(precision, n));
-        EDGE_CHECK(kernel != nullptr, "matmul on a weight format without a kernel");
+    thread_local std::vector<float> scratch;
+    const auto need = static_cast<size_t>(prep_floats(w, isa, n, precision));
+    if (scratch.size() < need) {
+        scratch.resize(need);
     }
+    const PreparedInput prepared = prepare_input(w, isa, x, n, precision, scratch.data());
     auto rows = [&](int64_t b, int64_t e) {
-        if (prepared.n > 0) {
-            matmul_bf16_avx512bf16_prepared(w, prepared, y, ldy, b, e);
-        } else {
-            kernel(w, x, n, y, ldy, b, e);
-        }
+        run_rows(w, isa, prepared, x, n, y, ldy, precision, b, e);
     };
     if (pool.size() == 1 || w.rows * w.cols * n < kMinParallelWork) {
         rows(0, w.rows);
@@ -163,16 +220,14 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
         grains += (j.w->rows + kGrain - 1) / kGrain;
         work += j.w->rows * j.w->cols * j.n;
     }
-    // Multi-token BF16 jobs' activations, prepared once here (once for jobs that share their
-    // input, as q/k/v do); prep[i].n == 0 for the other jobs.
-    thread_local std::vector<uint16_t> scratch;
-    thread_local std::vector<Bf16Activations> prep;
-    prep.assign(jobs.size(), Bf16Activations{});
+    // Multi-token jobs' activations, prepared once here (once for jobs that share their input,
+    // as q/k/v do); prep[i] holds none for the other jobs.
+    thread_local std::vector<float> scratch;
+    thread_local std::vector<PreparedInput> prep;
+    prep.assign(jobs.size(), PreparedInput{});
     size_t need = 0;  // Sized as if none shared.
     for (const MatmulJob& j : jobs) {
-        if (prepared_path(*j.w, isa, j.n)) {
-            need += static_cast<size_t>(bf16_activation_elements(j.n, j.w->cols, precision));
-        }
+        need += static_cast<size_t>(prep_floats(*j.w, isa, j.n, precision));
     }
     if (scratch.size() < need) {
         scratch.resize(need);
@@ -180,18 +235,15 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
     size_t used = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
         const MatmulJob& j = jobs[i];
-        if (!prepared_path(*j.w, isa, j.n)) {
-            continue;
-        }
-        if (i > 0 && prep[i - 1].n > 0 && j.x == jobs[i - 1].x && j.n == jobs[i - 1].n &&
-            j.w->cols == jobs[i - 1].w->cols) {
+        if (i > 0 && j.x == jobs[i - 1].x && j.n == jobs[i - 1].n &&
+            same_preparation(*jobs[i - 1].w, *j.w, isa, j.n)) {
             prep[i] = prep[i - 1];
             continue;
         }
-        prep[i] = prepare_bf16_activations(j.x, j.n, j.w->cols, precision, scratch.data() + used);
-        used += static_cast<size_t>(bf16_activation_elements(j.n, j.w->cols, precision));
+        prep[i] = prepare_input(*j.w, isa, j.x, j.n, precision, scratch.data() + used);
+        used += static_cast<size_t>(prep_floats(*j.w, isa, j.n, precision));
     }
-    const Bf16Activations* prepared = prep.data();
+    const PreparedInput* prepared = prep.data();
     auto run_grains = [&](int64_t g0, int64_t g1) {
         int64_t base = 0;
         for (size_t i = 0; i < jobs.size(); ++i) {
@@ -199,14 +251,9 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
             const int64_t jg = (j.w->rows + kGrain - 1) / kGrain;
             const int64_t b = std::max(g0, base);
             const int64_t e = std::min(g1, base + jg);
-            if (b < e && prepared[i].n > 0) {
-                matmul_bf16_avx512bf16_prepared(*j.w, prepared[i], j.y, j.ldy, (b - base) * kGrain,
-                                                std::min(j.w->rows, (e - base) * kGrain));
-            } else if (b < e) {
-                quant::MatmulKernel kernel =
-                    matmul_kernel(*j.w, isa, for_tokens(precision, j.n));
-                kernel(*j.w, j.x, j.n, j.y, j.ldy, (b - base) * kGrain,
-                       std::min(j.w->rows, (e - base) * kGrain));
+            if (b < e) {
+                run_rows(*j.w, isa, prepared[i], j.x, j.n, j.y, j.ldy, precision,
+                         (b - base) * kGrain, std::min(j.w->rows, (e - base) * kGrain));
             }
             base += jg;
         }
@@ -237,22 +284,29 @@ void swiglu_one(Isa isa, const SwiGluJob& j, ActivationPrecision precision) {
         return;
     }
     const int64_t inter = j.gate->rows;
-    thread_local std::vector<float> scratch;
+    thread_local std::vector<float> scratch, prep_scratch;
     if (scratch.size() < static_cast<size_t>(3 * j.n * inter)) {
         scratch.resize(static_cast<size_t>(3 * j.n * inter));
+    }
+    const auto need = static_cast<size_t>(std::max({prep_floats(*j.gate, isa, j.n, precision),
+                                                    prep_floats(*j.up, isa, j.n, precision),
+                                                    prep_floats(*j.down, isa, j.n, precision)}));
+    if (prep_scratch.size() < need) {
+        prep_scratch.resize(need);
     }
     float* gate = scratch.data();
     float* up = gate + j.n * inter;
     float* act = up + j.n * inter;
-    quant::MatmulKernel kg = matmul_kernel(*j.gate, isa, precision);
-    quant::MatmulKernel ku = matmul_kernel(*j.up, isa, precision);
-    quant::MatmulKernel kd = matmul_kernel(*j.down, isa, precision);
-    EDGE_CHECK(kg != nullptr && ku != nullptr && kd != nullptr,
-               "swiglu on a weight format without a kernel");
-    kg(*j.gate, j.x, j.n, gate, inter, 0, inter);
-    ku(*j.up, j.x, j.n, up, inter, 0, inter);
+    // Gate and up read the same input: prepared once when their formats agree.
+    PreparedInput p = prepare_input(*j.gate, isa, j.x, j.n, precision, prep_scratch.data());
+    run_rows(*j.gate, isa, p, j.x, j.n, gate, inter, precision, 0, inter);
+    if (!same_preparation(*j.gate, *j.up, isa, j.n)) {
+        p = prepare_input(*j.up, isa, j.x, j.n, precision, prep_scratch.data());
+    }
+    run_rows(*j.up, isa, p, j.x, j.n, up, inter, precision, 0, inter);
     silu_mul(gate, up, j.n * inter, act);
-    kd(*j.down, act, j.n, j.y, j.ldy, 0, j.down->rows);
+    p = prepare_input(*j.down, isa, act, j.n, precision, prep_scratch.data());
+    run_rows(*j.down, isa, p, act, j.n, j.y, j.ldy, precision, 0, j.down->rows);
 }
 
 }  // namespace

@@ -41,6 +41,24 @@ void matmul_f16_avx512(const Weight& w, const float* x, int64_t n, float* y, int
 // thread.
 inline constexpr int kKernelScratchSlots = 2;
 void* kernel_scratch(int slot, int64_t bytes);
+// The activations of one multi-token call packed once for the AVX2 float kernels (matmul() and
+// matmul_batch() pack them on the calling thread and the workers share them, instead of each row
+// range packing its own): groups of up to 6 tokens, each as blocks of 16 columns whose floats
+// are in the order the format's weights are widened in (matmul_avx2.cc).
+struct PackedActivations {
+    const float* x = nullptr;       // The tokens as given: the columns past the last block.
+    const float* packed = nullptr;  // packed_activation_floats(n, k) floats.
+    int64_t n = 0;                  // Tokens.
+    int64_t k = 0;                  // Columns (the weight's cols).
+};
+inline int64_t packed_activation_floats(int64_t n, int64_t k) { return n * (k / 16 * 16); }
+// Packs x (n > 1 rows of k f32) for weights of `format` (F32, BF16 or F16) in `scratch`.
+PackedActivations pack_activations_avx2(WeightFormat format, const float* x, int64_t n, int64_t k,
+                                        float* scratch);
+// matmul_{f32,bf16,f16}_avx2 on packed activations (for w's format), rows [r0, r1); the same
+// results as those.
+void matmul_avx2_packed(const Weight& w, const PackedActivations& a, float* y, int64_t ldy,
+                        int64_t r0, int64_t r1);
 // AVX512_BF16 (vdpbf16ps) with the activations split into bf16 hi + lo parts: about 16 mantissa
 // bits per activation instead of 24 (see matmul_avx512_bf16.cc for the error bound).
 void matmul_bf16_avx512bf16(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,

@@ -14,6 +14,7 @@
 #include "engine/cpu/convert.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
 
 namespace edge::engine::cpu {
@@ -92,16 +93,19 @@ TEST_CASE("SIMD matmul kernels equal the scalar reference") {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     // {67, 96, 2} and {130, 100, 6}: the AVX512_BF16 kernel's four-stream blocks (64 rows or
     // more) with a two-token group, first and later, and rows left over past 4 * (rows / 4). The
-    // last four: the AVX2 kernel's four streams (64 rows or more) with rows past 4q, ragged
-    // columns and each token-tile remainder. {71, 64, 4}, {66, 17, 5}, {130, 100, 6} and
-    // {7, 19, 6} also take the AVX2 kernel's packed 4-6 token pass (two rows at a time, and one
-    // for the rows left over); from {70, 41, 7} on, 7-9 tokens in its tiles of 3.
+    // last four: the AVX2 kernel's four streams (64 rows or more) with rows past 4q and ragged
+    // columns. Every call of 2 or more tokens takes the AVX2 kernel's groups of up to 6 packed
+    // tokens (2-6 tokens, and 7 on in groups as equal as possible: {9, 70, 67} is 12 groups) over
+    // tiles of up to four 4-row blocks; {37, 24, 13} (three groups, two tiles and a row left
+    // over, 8 columns past 16), {68, 7, 11} (no 16-column block), {100, 50, 2} (four streams of
+    // 25 rows: tiles of 4, 4, 4, 4, 4, 4 and 1 block) and {260, 40, 32} take its tile edges.
     const int64_t shapes[][3] = {
         {1, 1, 1},   {3, 7, 1},     {4, 16, 1},     {5, 17, 2},   {13, 31, 3},  {8, 32, 4},
         {9, 33, 5},  {17, 100, 7},  {64, 128, 1},   {33, 257, 9}, {7, 1000, 4}, {128, 64, 32},
         {6, 63, 1},  {11, 65, 2},   {5, 1023, 1},   {2, 2048, 3}, {9, 70, 67},  {5, 40, 130},
         {67, 96, 2}, {130, 100, 6}, {257, 1000, 1}, {100, 33, 3}, {71, 64, 4},  {66, 17, 5},
-        {70, 41, 7}, {75, 72, 8},   {6, 23, 8},     {7, 19, 6},   {65, 48, 9}};
+        {70, 41, 7}, {75, 72, 8},   {6, 23, 8},     {7, 19, 6},   {65, 48, 9},  {37, 24, 13},
+        {68, 7, 11}, {100, 50, 2},  {260, 40, 32}};
     for (const Case& c : cases_for_cpu()) {
         for (const auto& shape : shapes) {
             const int64_t rows = shape[0], cols = shape[1], n = shape[2];
@@ -193,6 +197,149 @@ TEST_CASE("matmul splits rows over the pool and equals one thread") {
         matmul(three, detect_isa(), w, x.data(), n, b.data(), rows);
     }
     CHECK(a == b);
+}
+
+// A weight of `format` with N(0,1)/sqrt(cols) values, its bytes kept alive beside it.
+struct TestWeight {
+    std::vector<uint8_t> bytes;
+    Weight w;
+};
+
+TestWeight random_weight(WeightFormat format, int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> v(static_cast<size_t>(rows * cols));
+    for (float& e : v) {
+        e = normal(rng) / std::sqrt(static_cast<float>(cols));
+    }
+    TestWeight t{store(format, v), {}};
+    t.w = Weight{format, rows, cols, t.bytes.data(), nullptr};
+    return t;
+}
+
+std::vector<float> random_input(int64_t n, int64_t cols, std::mt19937& rng) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (float& v : x) {
+        v = normal(rng);
+    }
+    return x;
+}
+
+quant::MatmulKernel avx2_kernel(WeightFormat format) {
+    return format == WeightFormat::kF32    ? matmul_f32_avx2
+           : format == WeightFormat::kBF16 ? matmul_bf16_avx2
+                                           : matmul_f16_avx2;
+}
+
+// The AVX2 float kernels' multi-token activations are packed once per call of matmul() /
+// matmul_batch() / per expert (gate and up share theirs) and shared by every row range. Each
+// output's sum does not depend on where its block, tile or row range starts, so all of these equal
+// the per-call kernel bit for bit; jobs that share an input but not a format must not share its
+// packing (BF16 packs even and odd columns apart, F32 and F16 in order).
+TEST_CASE("AVX2: packed activations, shared by row ranges, jobs and gate/up, equal the kernel") {
+    if (detect_isa() == Isa::kScalar) {
+        MESSAGE("no AVX2 on this CPU: the packed AVX2 path has nothing to test");
+        return;
+    }
+    std::mt19937 rng(77);
+    const WeightFormat formats[] = {WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16};
+    struct Shape {
+        int64_t rows, cols, n;
+    };
+    const Shape shapes[] = {{301, 259, 6}, {100, 1000, 32}, {70, 40, 13}, {5, 17, 2}, {64, 9, 3}};
+    for (WeightFormat format : formats) {
+        for (const Shape& s : shapes) {
+            const TestWeight w = random_weight(format, s.rows, s.cols, rng);
+            const std::vector<float> x = random_input(s.n, s.cols, rng);
+            const int64_t ldy = s.rows + 3;
+            std::vector<float> want(static_cast<size_t>(s.n * ldy), -9.0f);
+            avx2_kernel(format)(w.w, x.data(), s.n, want.data(), ldy, 0, s.rows);
+
+            std::vector<float> scratch(
+                static_cast<size_t>(packed_activation_floats(s.n, s.cols)) + 1);
+            const PackedActivations a =
+                pack_activations_avx2(format, x.data(), s.n, s.cols, scratch.data());
+            std::vector<float> parts(want.size(), -9.0f);
+            const int64_t cut1 = std::min<int64_t>(16, s.rows);
+            const int64_t cut2 = std::min<int64_t>(68, s.rows);
+            matmul_avx2_packed(w.w, a, parts.data(), ldy, 0, cut1);
+            matmul_avx2_packed(w.w, a, parts.data(), ldy, cut1, cut2);
+            matmul_avx2_packed(w.w, a, parts.data(), ldy, cut2, s.rows);
+            INFO("format " << static_cast<int>(format) << " rows " << s.rows << " cols " << s.cols
+                           << " tokens " << s.n);
+            CHECK(parts == want);
+            for (int threads : {1, 2}) {
+                ThreadPool pool(threads);
+                std::vector<float> pooled(want.size(), -9.0f);
+                matmul(pool, Isa::kAvx2, w.w, x.data(), s.n, pooled.data(), ldy);
+                CHECK(pooled == want);
+            }
+        }
+    }
+
+    // matmul_batch: q and k share x and BF16; v shares x but is F32; o is F16 with 3 tokens of
+    // its own; a one-token job.
+    const int64_t cols = 200, n = 9;
+    const TestWeight q = random_weight(WeightFormat::kBF16, 96, cols, rng);
+    const TestWeight k = random_weight(WeightFormat::kBF16, 40, cols, rng);
+    const TestWeight v = random_weight(WeightFormat::kF32, 40, cols, rng);
+    const TestWeight o = random_weight(WeightFormat::kF16, 24, 48, rng);
+    const TestWeight one = random_weight(WeightFormat::kBF16, 30, cols, rng);
+    const std::vector<float> x = random_input(n, cols, rng);
+    const std::vector<float> x3 = random_input(3, 48, rng);
+    const MatmulJob jobs[] = {{&q.w, x.data(), n, nullptr, 96},
+                              {&k.w, x.data(), n, nullptr, 40},
+                              {&v.w, x.data(), n, nullptr, 40},
+                              {&o.w, x3.data(), 3, nullptr, 24},
+                              {&one.w, x.data(), 1, nullptr, 30}};
+    std::vector<std::vector<float>> got, want;
+    std::vector<MatmulJob> run(std::begin(jobs), std::end(jobs));
+    for (MatmulJob& j : run) {
+        got.emplace_back(static_cast<size_t>(j.n * j.ldy), -9.0f);
+        want.emplace_back(static_cast<size_t>(j.n * j.ldy), -9.0f);
+        j.y = got.back().data();
+    }
+    ThreadPool pool(2);
+    matmul_batch(pool, Isa::kAvx2, run, ActivationPrecision::kExact);
+    for (size_t i = 0; i < run.size(); ++i) {
+        const MatmulJob& j = run[i];
+        avx2_kernel(j.w->format)(*j.w, j.x, j.n, want[i].data(), j.ldy, 0, j.w->rows);
+        INFO("job " << i);
+        CHECK(got[i] == want[i]);
+    }
+
+    // swiglu_batch, one task per expert (more jobs than twice the pool): gate BF16 and up F32
+    // (one input, two packings), down F16; and an all-BF16 expert.
+    const int64_t in = 72, inter = 40, out = 56;
+    std::vector<TestWeight> weights;
+    std::vector<std::vector<float>> inputs;
+    std::vector<SwiGluJob> experts;
+    std::vector<std::vector<float>> ys;
+    for (int e = 0; e < 6; ++e) {
+        const bool mixed = e % 2 == 0;
+        weights.push_back(random_weight(WeightFormat::kBF16, inter, in, rng));
+        weights.push_back(random_weight(mixed ? WeightFormat::kF32 : WeightFormat::kBF16, inter,
+                                        in, rng));
+        weights.push_back(random_weight(mixed ? WeightFormat::kF16 : WeightFormat::kBF16, out,
+                                        inter, rng));
+        inputs.push_back(random_input(2 + e, in, rng));
+        ys.emplace_back(static_cast<size_t>((2 + e) * out), -9.0f);
+    }
+    for (int e = 0; e < 6; ++e) {
+        experts.push_back({&weights[3 * e].w, &weights[3 * e + 1].w, &weights[3 * e + 2].w,
+                           inputs[e].data(), 2 + e, ys[e].data(), out});
+    }
+    swiglu_batch(pool, Isa::kAvx2, experts, ActivationPrecision::kExact);
+    for (const SwiGluJob& j : experts) {
+        std::vector<float> g(static_cast<size_t>(j.n * inter)), u(g.size()), act(g.size());
+        std::vector<float> y(static_cast<size_t>(j.n * out));
+        avx2_kernel(j.gate->format)(*j.gate, j.x, j.n, g.data(), inter, 0, inter);
+        avx2_kernel(j.up->format)(*j.up, j.x, j.n, u.data(), inter, 0, inter);
+        silu_mul(g.data(), u.data(), j.n * inter, act.data());
+        avx2_kernel(j.down->format)(*j.down, act.data(), j.n, y.data(), out, 0, out);
+        INFO("expert of " << j.n << " tokens, up format " << static_cast<int>(j.up->format));
+        CHECK(std::memcmp(y.data(), j.y, y.size() * sizeof(float)) == 0);
+    }
 }
 
 TEST_CASE("thread pool - thousands of back-to-back jobs / more workers than cores") {
