@@ -89,6 +89,8 @@ int64_t weight_bytes(const Weight& w) {
     return 0;
 }
 
+int64_t packed_activation_floats(int64_t n, int64_t k) { return n * (k / 16 * 16); }
+
 void* kernel_scratch(int slot, int64_t bytes) {
     EDGE_CHECK(slot >= 0 && slot < kKernelScratchSlots && bytes >= 0, "bad kernel scratch request");
     // Floats, so the storage is aligned for every element type the kernels put in it.

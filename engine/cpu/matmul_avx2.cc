@@ -4,8 +4,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "engine/cpu/avx2_reduce.h"
 #include "engine/cpu/convert.h"
 #include "engine/cpu/matmul_kernels.h"
@@ -20,6 +18,10 @@ constexpr int64_t kPrefetchBytes = 8192;
 constexpr int64_t kStreamMinRows = 64;
 // Blocks of four rows in a multi-token tile (rows_tile).
 constexpr int64_t kTileBlocks = 4;
+
+// Blocks of the next tile when `left` blocks remain (a plain expression: this file calls no
+// out-of-line template such as std::min, see tests/engine/isa_objects_check.sh).
+constexpr int64_t tile_blocks(int64_t left) { return left < kTileBlocks ? left : kTileBlocks; }
 
 struct LoadF32 {
     static __m256 load(const void* row, int64_t c) {
@@ -346,14 +348,13 @@ void matmul(const Weight& w, const float* x, const float* xp, int64_t n, float* 
     if (r1 - r0 >= kStreamMinRows) {
         const int64_t q = (r1 - r0) / 4;
         for (int64_t i = 0; i < q; i += kTileBlocks) {
-            rows_tile<L, 4>(base + (r0 + i) * row_bytes, q * row_bytes,
-                            std::min(kTileBlocks, q - i), row_bytes, 1, x, xp, n, k, y + r0 + i,
-                            ldy, q);
+            rows_tile<L, 4>(base + (r0 + i) * row_bytes, q * row_bytes, tile_blocks(q - i),
+                            row_bytes, 1, x, xp, n, k, y + r0 + i, ldy, q);
         }
         r = r0 + 4 * q;
     }
     while (r + 4 <= r1) {
-        const int64_t blocks = std::min(kTileBlocks, (r1 - r) / 4);
+        const int64_t blocks = tile_blocks((r1 - r) / 4);
         rows_tile<L, 4>(base + r * row_bytes, row_bytes, blocks, 4 * row_bytes, 4, x, xp, n, k,
                         y + r, ldy, 1);
         r += 4 * blocks;

@@ -51,7 +51,9 @@ struct PackedActivations {
     int64_t n = 0;                  // Tokens.
     int64_t k = 0;                  // Columns (the weight's cols).
 };
-inline int64_t packed_activation_floats(int64_t n, int64_t k) { return n * (k / 16 * 16); }
+// Floats of packed activations for n tokens of k columns (defined in matmul.cc, not inline, so
+// the ISA-flagged kernel file that calls it emits no copy of it).
+int64_t packed_activation_floats(int64_t n, int64_t k);
 // Packs x (n > 1 rows of k f32) for weights of `format` (F32, BF16 or F16) in `scratch`.
 PackedActivations pack_activations_avx2(WeightFormat format, const float* x, int64_t n, int64_t k,
                                         float* scratch);
