@@ -30,7 +30,7 @@ inline constexpr double kBf16RoundRelError = 1.0 / (1 << 8);
 
 // x (n rows of k f32) -> hi/lo bf16 rows of kp (k rounded up to 32) elements, zero padded.
 // Non-finite activations keep lo = 0 so inf stays inf (inf - inf would be NaN).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) inline void
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static inline void
 split_activations_bf16(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* hi,
                        uint16_t* lo) {
     const __m512 inf = _mm512_set1_ps(__builtin_inff());
@@ -59,7 +59,7 @@ split_activations_bf16(const float* x, int64_t n, int64_t k, int64_t kp, uint16_
 // x (n rows of k f32) -> one bf16 row of kp (k rounded up to 32) elements per token, each
 // activation rounded to nearest even (relative error <= 2^-8, kBf16RoundRelError), zero padded.
 // For engine.activation_precision: bf16 (one product per weight instead of two).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) inline void
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) static inline void
 round_activations_bf16(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* out) {
     for (int64_t t = 0; t < n; ++t) {
         const float* xt = x + t * k;

@@ -11,8 +11,6 @@
 
 #include <immintrin.h>
 
-#include <algorithm>
-#include <bit>
 #include <cstdint>
 
 #include "engine/cpu/bf16_split.h"
@@ -28,7 +26,12 @@ namespace {
 // machine's 2 cores (bench_matvec: 1 KiB gave 0.65 of the 2-thread probe, 8 KiB 0.73-0.81).
 constexpr int64_t kPrefetchBytes = 8192;
 
-inline __m512bh as_bh(__m512i v) { return std::bit_cast<__m512bh>(v); }
+// The same 512 bits as bf16 pairs (a GCC vector cast: std::bit_cast would be an out-of-line
+// template at -O0, compiled here with AVX-512 flags; see tests/engine/isa_objects_check.sh).
+inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+// std::min for this file, for the same reason.
+constexpr int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 inline __mmask32 mask32(int64_t n) {
     return n >= 32 ? static_cast<__mmask32>(0xFFFFFFFFu) : static_cast<__mmask32>((1u << n) - 1u);
@@ -382,9 +385,9 @@ template <bool L>
 inline void rows_gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
                       const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy) {
     for (int64_t p = 0; p < rows; p += kGemmPanelRows) {
-        const int64_t pr = std::min(kGemmPanelRows, rows - p);
+        const int64_t pr = min_i64(kGemmPanelRows, rows - p);
         const uint16_t* wp = w + p * k;
-        const int64_t next_rows = std::min(kGemmPanelRows, rows - p - pr);
+        const int64_t next_rows = min_i64(kGemmPanelRows, rows - p - pr);
         const char* next = next_rows > 0 ? reinterpret_cast<const char*>(wp + pr * k) : nullptr;
         for (int64_t t = 0; t < n; t += 8) {
             const uint16_t* h = hi + t * kp;
@@ -393,8 +396,8 @@ inline void rows_gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
             // Prefetch only as many rows as the next panel has (the first group of a panel is
             // always 8 tokens: n >= kGemmMinTokens).
             const char* nx = t == 0 ? next : nullptr;
-            const int64_t rr = nx != nullptr ? std::min(pr, next_rows) : pr;
-            const GemmRowsFn fn = gemm_rows_for<L>(std::min<int64_t>(n - t, 8));
+            const int64_t rr = nx != nullptr ? min_i64(pr, next_rows) : pr;
+            const GemmRowsFn fn = gemm_rows_for<L>(min_i64(n - t, 8));
             fn(wp, rr, k, h, l, kp, yt, ldy, nx);
             if (rr < pr) {
                 fn(wp + rr * k, pr - rr, k, h, l, kp, yt + rr, ldy, nullptr);
@@ -566,7 +569,7 @@ void matmul_bf16_avx512bf16_prepared(const Weight& w, const Bf16Activations& a, 
     const auto* base = static_cast<const uint16_t*>(w.data);
     // Groups of kTokenGroup tokens, as matmul_impl and swiglu_impl take them (same sums).
     for (int64_t t0 = 0; t0 < a.n; t0 += kTokenGroup) {
-        const int64_t nt = std::min(kTokenGroup, a.n - t0);
+        const int64_t nt = min_i64(kTokenGroup, a.n - t0);
         const uint16_t* hi = a.hi + t0 * a.kp;
         if (a.lo != nullptr) {
             rows_prepared<true>(base, a.k, hi, a.lo + t0 * a.kp, a.kp, nt, y + t0 * ldy, ldy, r0,

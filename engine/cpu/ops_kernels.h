@@ -38,8 +38,10 @@ void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out);
 inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2High = 0.693359375f;
 inline constexpr float kLn2Low = -2.12194440e-4f;
-inline constexpr float kExpTaylor[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f,
-                                        0.5f,          1.0f,          1.0f};
+// Internal linkage (not `inline`): an -O0 build of the per-ISA files would otherwise emit the
+// array there as a unique global, which tests/engine/isa_objects_check.sh refuses.
+constexpr float kExpTaylor[7] = {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f,
+                                 0.5f,          1.0f,          1.0f};
 
 // One ISA's set of the kernels.
 struct OpsVariant {

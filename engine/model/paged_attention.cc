@@ -13,11 +13,13 @@ void paged_attention_gqa(const KvCache& kv, int32_t slot, int32_t layer, int32_t
                          float* out) {
     const int64_t hd = kv.shape().head_dim;
     if (hd % 16 == 0 && cpu::ops_use_avx512()) {
-        detail::attend_avx512(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
+        detail::attend_avx512(detail::kv_seq_view(kv, slot), layer, kv_head, q, n_q, n_ctx, scale,
+                              scores, out);
         return;
     }
     if (hd % 8 == 0 && cpu::ops_use_avx2()) {
-        detail::attend_avx2(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
+        detail::attend_avx2(detail::kv_seq_view(kv, slot), layer, kv_head, q, n_q, n_ctx, scale,
+                            scores, out);
         return;
     }
     const int64_t bt = kv.block_tokens();

@@ -22,9 +22,9 @@ struct Avx2 {
 
 }  // namespace
 
-void attend_avx2(const KvCache& kv, int32_t slot, int32_t layer, int32_t kv_head, const float* q,
-                 int64_t n_q, int64_t n_ctx, float scale, float* scores, float* out) {
-    attend_simd<Avx2>(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
+void attend_avx2(const KvSeqView& s, int32_t layer, int32_t kv_head, const float* q, int64_t n_q,
+                 int64_t n_ctx, float scale, float* scores, float* out) {
+    attend_simd<Avx2>(s, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
 }
 
 }  // namespace edge::engine::detail

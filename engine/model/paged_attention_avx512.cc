@@ -21,9 +21,9 @@ struct Avx512 {
 
 }  // namespace
 
-void attend_avx512(const KvCache& kv, int32_t slot, int32_t layer, int32_t kv_head, const float* q,
-                   int64_t n_q, int64_t n_ctx, float scale, float* scores, float* out) {
-    attend_simd<Avx512>(kv, slot, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
+void attend_avx512(const KvSeqView& s, int32_t layer, int32_t kv_head, const float* q, int64_t n_q,
+                   int64_t n_ctx, float scale, float* scores, float* out) {
+    attend_simd<Avx512>(s, layer, kv_head, q, n_q, n_ctx, scale, scores, out);
 }
 
 }  // namespace edge::engine::detail

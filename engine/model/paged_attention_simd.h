@@ -8,7 +8,10 @@
 // taken in another order than the scalar loop, so results agree with it to f32 rounding.
 //
 // attend_simd has internal linkage and calls only V's members, KvCache's out-of-line accessors
-// and cpu::softmax, so the per-ISA files define no weak symbol (see engine/CMakeLists.txt).
+// and cpu::softmax, so the per-ISA files define no weak symbol (see engine/CMakeLists.txt). What
+// it needs of KvCache's inline accessors (the head size, the block size and the slot's block
+// table) the caller reads for it into a KvSeqView: called in the per-ISA files, an -O0 build
+// would emit those accessors there as weak copies compiled with the ISA's flags.
 
 #include <cstdint>
 
@@ -17,24 +20,37 @@
 
 namespace edge::engine::detail {
 
+// One slot of the cache as attend_simd reads it.
+struct KvSeqView {
+    const KvCache* kv = nullptr;
+    const int32_t* table = nullptr;  // kv->blocks(slot).data()
+    int64_t head_dim = 0;            // kv->shape().head_dim
+    int64_t block_tokens = 0;        // kv->block_tokens()
+};
+
+inline KvSeqView kv_seq_view(const KvCache& kv, int32_t slot) {
+    return {&kv, kv.blocks(slot).data(), kv.shape().head_dim, kv.block_tokens()};
+}
+
 // head_dim a multiple of 8, AVX2 + FMA.
-void attend_avx2(const KvCache& kv, int32_t slot, int32_t layer, int32_t kv_head, const float* q,
-                 int64_t n_q, int64_t n_ctx, float scale, float* scores, float* out);
+void attend_avx2(const KvSeqView& s, int32_t layer, int32_t kv_head, const float* q, int64_t n_q,
+                 int64_t n_ctx, float scale, float* scores, float* out);
 // head_dim a multiple of 16, AVX-512 F/BW/VL/DQ.
-void attend_avx512(const KvCache& kv, int32_t slot, int32_t layer, int32_t kv_head, const float* q,
-                   int64_t n_q, int64_t n_ctx, float scale, float* scores, float* out);
+void attend_avx512(const KvSeqView& s, int32_t layer, int32_t kv_head, const float* q, int64_t n_q,
+                   int64_t n_ctx, float scale, float* scores, float* out);
 
 namespace {
 
 // V: Vec, kLanes, zero(), load(p), store(p, v), set1(x), fma(a, b, c) = a * b + c, sum(v).
 template <typename V>
-void attend_simd(const KvCache& kv, int32_t slot, int32_t layer, int32_t kv_head, const float* q,
-                 int64_t n_q, int64_t n_ctx, float scale, float* scores, float* out) {
+void attend_simd(const KvSeqView& s, int32_t layer, int32_t kv_head, const float* q, int64_t n_q,
+                 int64_t n_ctx, float scale, float* scores, float* out) {
     using Vec = typename V::Vec;
     constexpr int64_t kL = V::kLanes;
-    const int64_t hd = kv.shape().head_dim;
-    const int64_t bt = kv.block_tokens();
-    const int32_t* table = kv.blocks(slot).data();
+    const KvCache& kv = *s.kv;
+    const int64_t hd = s.head_dim;
+    const int64_t bt = s.block_tokens;
+    const int32_t* table = s.table;
     const int64_t vecs = hd / kL;
     for (int64_t h0 = 0; h0 < n_q; h0 += 4) {
         const int64_t nh = n_q - h0 < 4 ? n_q - h0 : 4;
