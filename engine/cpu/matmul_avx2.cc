@@ -383,6 +383,7 @@ PackedActivations pack_activations_avx2(WeightFormat format, const float* x, int
     if (format == WeightFormat::kBF16) {
         pack_tokens<LoadBF16>(x, n, k, scratch);
     } else {
+        static_assert(!LoadF32::kEvenOdd && !LoadF16::kEvenOdd);
         pack_tokens<LoadF32>(x, n, k, scratch);  // F32 and F16: the columns in order.
     }
     return {x, scratch, n, k};

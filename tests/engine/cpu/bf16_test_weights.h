@@ -1,9 +1,11 @@
 #pragma once
 
 // Random BF16 weights and f32 activations for the CPU matmul tests (bf16_activations_test,
-// matmul_gemm_test): N(0,1)/sqrt(cols) weights stored as BF16 beside their exact f32 values, and
-// N(0,1) activations. Plain functions of the given generator; no shared state.
+// matmul_gemm_test, matmul_test): N(0,1)/sqrt(cols) weights stored as BF16 beside their exact f32
+// values, and N(0,1) activations; and the row ranges a pool split takes. Plain functions of the
+// given generator; no shared state.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -40,6 +42,17 @@ inline std::vector<float> random_x(int64_t n, int64_t cols, std::mt19937& rng) {
         v = normal(rng);
     }
     return x;
+}
+
+// run(r0, r1) over rows [0, rows) cut at `first` and `second` (each clamped to rows), as the pool
+// splits a matmul's rows: a prepared entry must give the same outputs whatever the cuts.
+template <typename F>
+void in_three_row_ranges(int64_t rows, int64_t first, int64_t second, F&& run) {
+    const int64_t a = std::min(first, rows);
+    const int64_t b = std::min(second, rows);
+    run(0, a);
+    run(a, b);
+    run(b, rows);
 }
 
 }  // namespace edge::engine::cpu::testing

@@ -104,11 +104,9 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
                 prepare_bf16_activations(x.data(), s.n, s.cols, precision, scratch.data());
             CHECK((a.lo != nullptr) == exact);
             std::vector<float> parts(want.size(), -9.0f);
-            const int64_t cut1 = std::min<int64_t>(16, s.rows);
-            const int64_t cut2 = std::min<int64_t>(64, s.rows);
-            matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, 0, cut1);
-            matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, cut1, cut2);
-            matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, cut2, s.rows);
+            testing::in_three_row_ranges(s.rows, 16, 64, [&](int64_t r0, int64_t r1) {
+                matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, r0, r1);
+            });
             CHECK(std::memcmp(parts.data(), got.data(), got.size() * sizeof(float)) == 0);
 
             // matmul() on two threads (activations prepared once, rows split by the pool).

@@ -3,6 +3,8 @@
 // tol = 1e-5 for the f32-FMA kernels (f32 rounding of a reordered sum) and 2e-5 for the AVX512_BF16
 // kernel (activations carried as bf16 hi + lo: about 2^-17 relative per product).
 
+#include "engine/cpu/matmul.h"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,10 +14,10 @@
 #include <vector>
 
 #include "engine/cpu/convert.h"
-#include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
+#include "tests/engine/cpu/bf16_test_weights.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -216,15 +218,6 @@ TestWeight random_weight(WeightFormat format, int64_t rows, int64_t cols, std::m
     return t;
 }
 
-std::vector<float> random_input(int64_t n, int64_t cols, std::mt19937& rng) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n * cols));
-    for (float& v : x) {
-        v = normal(rng);
-    }
-    return x;
-}
-
 quant::MatmulKernel avx2_kernel(WeightFormat format) {
     return format == WeightFormat::kF32    ? matmul_f32_avx2
            : format == WeightFormat::kBF16 ? matmul_bf16_avx2
@@ -250,21 +243,19 @@ TEST_CASE("AVX2: packed activations, shared by row ranges, jobs and gate/up, equ
     for (WeightFormat format : formats) {
         for (const Shape& s : shapes) {
             const TestWeight w = random_weight(format, s.rows, s.cols, rng);
-            const std::vector<float> x = random_input(s.n, s.cols, rng);
+            const std::vector<float> x = testing::random_x(s.n, s.cols, rng);
             const int64_t ldy = s.rows + 3;
             std::vector<float> want(static_cast<size_t>(s.n * ldy), -9.0f);
             avx2_kernel(format)(w.w, x.data(), s.n, want.data(), ldy, 0, s.rows);
 
-            std::vector<float> scratch(
-                static_cast<size_t>(packed_activation_floats(s.n, s.cols)) + 1);
+            // {64, 9, 3} packs nothing (no 16-column block): an empty scratch.
+            std::vector<float> scratch(static_cast<size_t>(packed_activation_floats(s.n, s.cols)));
             const PackedActivations a =
                 pack_activations_avx2(format, x.data(), s.n, s.cols, scratch.data());
             std::vector<float> parts(want.size(), -9.0f);
-            const int64_t cut1 = std::min<int64_t>(16, s.rows);
-            const int64_t cut2 = std::min<int64_t>(68, s.rows);
-            matmul_avx2_packed(w.w, a, parts.data(), ldy, 0, cut1);
-            matmul_avx2_packed(w.w, a, parts.data(), ldy, cut1, cut2);
-            matmul_avx2_packed(w.w, a, parts.data(), ldy, cut2, s.rows);
+            testing::in_three_row_ranges(s.rows, 16, 68, [&](int64_t r0, int64_t r1) {
+                matmul_avx2_packed(w.w, a, parts.data(), ldy, r0, r1);
+            });
             INFO("format " << static_cast<int>(format) << " rows " << s.rows << " cols " << s.cols
                            << " tokens " << s.n);
             CHECK(parts == want);
@@ -285,8 +276,8 @@ TEST_CASE("AVX2: packed activations, shared by row ranges, jobs and gate/up, equ
     const TestWeight v = random_weight(WeightFormat::kF32, 40, cols, rng);
     const TestWeight o = random_weight(WeightFormat::kF16, 24, 48, rng);
     const TestWeight one = random_weight(WeightFormat::kBF16, 30, cols, rng);
-    const std::vector<float> x = random_input(n, cols, rng);
-    const std::vector<float> x3 = random_input(3, 48, rng);
+    const std::vector<float> x = testing::random_x(n, cols, rng);
+    const std::vector<float> x3 = testing::random_x(3, 48, rng);
     const MatmulJob jobs[] = {{&q.w, x.data(), n, nullptr, 96},
                               {&k.w, x.data(), n, nullptr, 40},
                               {&v.w, x.data(), n, nullptr, 40},
@@ -322,7 +313,7 @@ TEST_CASE("AVX2: packed activations, shared by row ranges, jobs and gate/up, equ
                                         in, rng));
         weights.push_back(random_weight(mixed ? WeightFormat::kF16 : WeightFormat::kBF16, out,
                                         inter, rng));
-        inputs.push_back(random_input(2 + e, in, rng));
+        inputs.push_back(testing::random_x(2 + e, in, rng));
         ys.emplace_back(static_cast<size_t>((2 + e) * out), -9.0f);
     }
     for (int e = 0; e < 6; ++e) {
