@@ -399,7 +399,8 @@ void matmul_avx2_packed(const Weight& w, const PackedActivations& a, float* y, i
         case WeightFormat::kF16:
             return matmul<LoadF16>(w, a.x, a.packed, a.n, y, ldy, r0, r1);
         default:
-            break;
+            // matmul.cc packs only for these formats; anything else would leave y unwritten.
+            __builtin_trap();
     }
 }
 
