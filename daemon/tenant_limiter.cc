@@ -123,26 +123,26 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant) {
     }
     std::lock_guard lock(state->mu);
     TimePoint now = clock_.now();
+    // Every limit that blocks is checked, and the longest wait is the one reported: the request
+    // passes only once all of them allow it, so a client following Retry-After is not refused
+    // again by the next limit in line.
+    auto blocked = [&](RejectReason reason, Duration wait) {
+        if (wait > Duration(0) && (d.reason == RejectReason::kNone || wait > d.retry_after)) {
+            d.reason = reason;
+            d.retry_after = wait;
+        }
+    };
     if (state->limits.max_concurrent > 0 && state->running >= state->limits.max_concurrent) {
-        d.reason = RejectReason::kConcurrency;
-        d.retry_after = std::chrono::seconds(1);
-        return d;
+        blocked(RejectReason::kConcurrency, std::chrono::seconds(1));
     }
     if (state->input_tokens) {
-        Duration wait = state->input_tokens->debt_wait(now);
-        if (wait > Duration(0)) {
-            d.reason = RejectReason::kInputTokens;
-            d.retry_after = wait;
-            return d;
-        }
+        blocked(RejectReason::kInputTokens, state->input_tokens->debt_wait(now));
     }
     if (state->output_tokens) {
-        Duration wait = state->output_tokens->debt_wait(now);
-        if (wait > Duration(0)) {
-            d.reason = RejectReason::kOutputTokens;
-            d.retry_after = wait;
-            return d;
-        }
+        blocked(RejectReason::kOutputTokens, state->output_tokens->debt_wait(now));
+    }
+    if (d.reason != RejectReason::kNone) {
+        return d;
     }
     // Last, so a rejection for another reason does not spend a request.
     if (state->requests) {

@@ -119,6 +119,27 @@ TEST_CASE("limiter: tokens per minute are charged at finish, in debt new request
     CHECK(out.retry_after == Duration(40s));
 }
 
+TEST_CASE("limiter: with several limits in debt, Retry-After is the longest wait") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.input_tokens_per_minute = 600;  // 10 per second.
+    a.output_tokens_per_minute = 60;  // 1 per second.
+    a.max_concurrent = 1;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision d = limiter.admit("a");
+    REQUIRE(d.lease);
+    TenantLimiter::Decision busy = limiter.admit("a");
+    CHECK(busy.reason == RejectReason::kConcurrency);
+    CHECK(busy.retry_after == Duration(1s));
+    d.lease->finish(650, 100);  // Input 5 s of debt, output 40 s.
+    TenantLimiter::Decision over = limiter.admit("a");
+    CHECK(over.reason == RejectReason::kOutputTokens);
+    CHECK(over.retry_after == Duration(40s));
+    clock.advance(over.retry_after);  // A client that follows Retry-After is admitted.
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+}
+
 TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases stay valid") {
     ManualClock clock;
     TenantLimiter limiter(clock);
