@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cctype>
 
 namespace edge::daemon {
 namespace {
@@ -64,10 +65,12 @@ TenantTable::Match TenantTable::authenticate(std::string_view authorization) con
     if (!enabled_) {
         return {AuthOutcome::kOk, &anonymous_};
     }
-    constexpr std::string_view kBearer = "Bearer ";
+    // The scheme is case-insensitive (RFC 7235 2.1): "Bearer", "bearer" and "BEARER" all work.
+    constexpr std::string_view kBearer = "bearer ";
     if (authorization.size() <= kBearer.size() ||
-        !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(),
-                    [](char a, char b) { return a == b || (a == 'B' && b == 'b'); })) {
+        !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(), [](char a, char b) {
+            return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
         return {AuthOutcome::kMissing, nullptr};
     }
     std::string_view key = authorization.substr(kBearer.size());

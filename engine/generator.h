@@ -66,6 +66,9 @@ struct GenerateRequest {
     // The prompt: raw text, token ids, or chat messages (the model's chat template is applied).
     std::variant<std::string, std::vector<TokenId>, std::vector<ChatMessage>> prompt;
     SamplingParams sampling;
+    // sampling.max_tokens is a default the client did not set: the engine lowers it to what the
+    // context (and max_context_tokens) leaves after the prompt instead of refusing the request.
+    bool max_tokens_is_default = false;
     bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
     // Tools offered to the model (chat prompts only), rendered in the model family's format.
     // Empty when tool_choice is "none" (the caller drops them then).
@@ -91,7 +94,7 @@ struct TopLogprob {
 };
 
 struct TokenLogprob {
-    std::string token;  // The token's text (may be a partial UTF-8 sequence, as OpenAI returns).
+    std::string token;  // The token's bytes: may be part of a UTF-8 character (a byte token).
     TokenId id = 0;
     float logprob = 0.0f;
     std::vector<TopLogprob> top;

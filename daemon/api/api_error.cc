@@ -26,6 +26,9 @@ tls::HttpResponse ApiError::to_response() const {
     if (retry_after_seconds > 0) {
         r.headers.push_back({"Retry-After", std::to_string(retry_after_seconds)});
     }
+    if (!www_authenticate.empty()) {
+        r.headers.push_back({"WWW-Authenticate", www_authenticate});
+    }
     return r;
 }
 
@@ -46,35 +49,48 @@ ApiError model_not_found(const std::string& model) {
     return e;
 }
 
+namespace {
+
+// A 400 whose `param` is the field the engine names first: "max_tokens: ..." or "prompt[3]: ...",
+// as the API layer spells its own ("messages[0].role").
+ApiError bad_field(const std::string& m) {
+    ApiError e;
+    e.status = 400;
+    e.message = m;
+    std::string_view head(m);
+    if (head.rfind("param ", 0) == 0) {
+        head.remove_prefix(6);
+    }
+    size_t colon = head.find(": ");
+    if (colon != std::string_view::npos && colon > 0) {
+        std::string_view field = head.substr(0, colon);
+        bool is_field = std::all_of(field.begin(), field.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+                   c == '[' || c == ']';
+        });
+        if (is_field && !std::isdigit(static_cast<unsigned char>(field[0]))) {
+            e.param = std::string(field);
+            e.message = std::string(head);
+        }
+    }
+    return e;
+}
+
+}  // namespace
+
 ApiError api_error_from_status(const Status& status, const std::string& model) {
     ApiError e;
     switch (status.code()) {
         case StatusCode::kNotFound:
             return model_not_found(model);
-        case StatusCode::kInvalidArgument: {
-            e.status = 400;
-            e.message = status.message();
-            // The engine names the offending field first: "max_tokens: ..." or "prompt[3]: ...".
-            // That field becomes the OpenAI `param`, as the API layer spells its own ("messages[0].role").
-            const std::string& m = status.message();
-            std::string_view head(m);
-            if (head.rfind("param ", 0) == 0) {
-                head.remove_prefix(6);
-            }
-            size_t colon = head.find(": ");
-            if (colon != std::string_view::npos && colon > 0) {
-                std::string_view field = head.substr(0, colon);
-                bool is_field = std::all_of(field.begin(), field.end(), [](char c) {
-                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
-                           c == '[' || c == ']';
-                });
-                if (is_field && !std::isdigit(static_cast<unsigned char>(field[0]))) {
-                    e.param = std::string(field);
-                    e.message = std::string(head);
-                }
-            }
+        case StatusCode::kInvalidArgument:
+            return bad_field(status.message());
+        case StatusCode::kOutOfRange:
+            // The prompt and max_tokens do not fit the context: OpenAI's code, which clients
+            // key on to shorten the conversation.
+            e = bad_field(status.message());
+            e.code = "context_length_exceeded";
             return e;
-        }
         case StatusCode::kResourceExhausted:
             e.status = 429;
             e.type = "rate_limit_error";

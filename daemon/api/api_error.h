@@ -19,6 +19,7 @@ struct ApiError {
     std::optional<std::string> param;  // The offending request field, e.g. "messages[0].role".
     std::optional<std::string> code;   // e.g. "model_not_found", "invalid_api_key".
     int retry_after_seconds = 0;       // Sent as Retry-After when > 0 (429, 503).
+    std::string www_authenticate;      // Sent as WWW-Authenticate when set (401).
 
     std::string to_json() const;
     tls::HttpResponse to_response() const;

@@ -14,6 +14,9 @@ namespace {
 ApiError auth_error(AuthOutcome outcome) {
     ApiError e;
     e.status = 401;
+    // RFC 7235 3.1 and RFC 6750 3: a 401 names the scheme it wants.
+    e.www_authenticate =
+        outcome == AuthOutcome::kMissing ? "Bearer" : "Bearer error=\"invalid_token\"";
     e.code = "invalid_api_key";
     e.message = outcome == AuthOutcome::kMissing
                     ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
@@ -31,7 +34,7 @@ ApiError method_not_allowed(std::string_view method, std::string_view path) {
 ApiError limit_error(RejectReason reason, Duration retry_after, const std::string& tenant) {
     ApiError e;
     e.status = 429;
-    e.type = "rate_limit_exceeded";
+    e.type = "rate_limit_error";  // As the engine's queue 429 (api_error.cc).
     e.code = reject_reason_name(reason);
     int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(retry_after).count();
     int64_t seconds = ns <= 0 ? 1 : (ns + 999'999'999) / 1'000'000'000;
@@ -78,14 +81,38 @@ std::shared_ptr<const TenantTable> ApiRouter::tenants() const {
     return tenants_;
 }
 
-void ApiRouter::list_models(std::shared_ptr<tls::ResponseChannel>& channel) {
+void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
+                                const Tenant* tenant, std::string_view id) {
+    // Only the models this tenant may use, as OpenAI lists those its key can call.
     std::vector<engine::ModelInfo> models = generator_.models();
+    std::erase_if(models, [&](const engine::ModelInfo& m) {
+        return tenant != nullptr && !tenant->may_use(m.name);
+    });
+    auto model_json = [](const engine::ModelInfo& m) {
+        boost::json::object model;
+        model["id"] = m.name;
+        model["object"] = "model";
+        model["created"] = m.created_unix;
+        model["owned_by"] = "edgeserve";
+        return model;
+    };
+    tls::HttpResponse response;
+    if (!id.empty()) {  // GET /v1/models/{model}
+        for (const engine::ModelInfo& m : models) {
+            if (m.name == id) {
+                response.body = boost::json::serialize(model_json(m));
+                channel->respond(std::move(response));
+                return;
+            }
+        }
+        channel->respond(model_not_found(std::string(id)).to_response());
+        return;
+    }
     std::vector<std::pair<std::string, int64_t>> key;
     key.reserve(models.size());
     for (const engine::ModelInfo& m : models) {
         key.emplace_back(m.name, m.created_unix);
     }
-    tls::HttpResponse response;
     {
         std::lock_guard lock(models_mu_);
         if (key == models_key_ && !models_body_.empty()) {
@@ -96,12 +123,7 @@ void ApiRouter::list_models(std::shared_ptr<tls::ResponseChannel>& channel) {
     }
     boost::json::array data;
     for (const engine::ModelInfo& m : models) {
-        boost::json::object model;
-        model["id"] = m.name;
-        model["object"] = "model";
-        model["created"] = m.created_unix;
-        model["owned_by"] = "edgeserve";
-        data.push_back(std::move(model));
+        data.push_back(model_json(m));
     }
     boost::json::object root;
     root["object"] = "list";
@@ -134,7 +156,10 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                               {"peer", from_peer}});
     }
     Endpoint endpoint = Endpoint::kChatCompletions;
-    if (path == "/v1/models") {
+    constexpr std::string_view kModelsPrefix = "/v1/models/";
+    const bool models_path = path == "/v1/models" || (path.size() > kModelsPrefix.size() &&
+                                                      path.starts_with(kModelsPrefix));
+    if (models_path) {
         if (request.method != "GET") {
             ApiError e = method_not_allowed(request.method, path);
             tls::HttpResponse r = e.to_response();
@@ -208,8 +233,10 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         forwarded_tenant.name = std::string(tenant_name);
         tenant_ptr = &forwarded_tenant;
     }
-    if (path == "/v1/models") {
-        list_models(channel);
+    if (models_path) {
+        models_endpoint(channel, from_peer ? nullptr : tenant_ptr,
+                        path.size() > kModelsPrefix.size() ? path.substr(kModelsPrefix.size())
+                                                           : std::string_view());
         return;
     }
     std::variant<ParsedRequest, ApiError> parsed = parse_openai_request(endpoint, request.body);
@@ -239,11 +266,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
     int32_t& max_tokens = req.generate.sampling.max_tokens;
     if (tenant.max_output_tokens > 0 && max_tokens > tenant.max_output_tokens) {
-        if (req.max_tokens_given) {
-            reject(invalid_request("max_tokens (" + std::to_string(max_tokens) +
+        if (!req.max_tokens_param.empty()) {
+            reject(invalid_request(req.max_tokens_param + " (" + std::to_string(max_tokens) +
                                        ") exceeds this tenant's limit of " +
                                        std::to_string(tenant.max_output_tokens),
-                                   "max_tokens"),
+                                   req.max_tokens_param),
                    "max_output_tokens");
             return;
         }

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,10 @@ public:
 private:
     void serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel,
                bool from_peer);
-    void list_models(std::shared_ptr<tls::ResponseChannel>& channel);
+    // GET /v1/models (`id` empty) or /v1/models/{id}: the models `tenant` may use (all for a
+    // null tenant: a forwarded request).
+    void models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel, const Tenant* tenant,
+                         std::string_view id);
     // Whether a forwarded request for `model` (pinned to `version_pin`, "" for none) can run
     // here; else `error` says why.
     bool serves_here(const std::string& model, std::string_view version_pin,
@@ -78,7 +82,9 @@ private:
     Metrics* const metrics_;
     Clock& clock_;
     const bool access_log_;
-    std::atomic<uint64_t> next_request_{1};
+    // Request ids count from a random start, so ids (and the response ids made from them) do
+    // not repeat across restarts or between sites.
+    std::atomic<uint64_t> next_request_{uint64_t{std::random_device{}()} << 32};
     std::atomic<cluster::RoutePlanner*> planner_{nullptr};
     cluster::Forwarder* forwarder_ = nullptr;
     std::string site_id_;

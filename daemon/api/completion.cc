@@ -1,9 +1,14 @@
 #include "daemon/api/completion.h"
 
+#include <cstdio>
+#include <mutex>
+#include <string_view>
+
 #include <boost/json.hpp>
 
 #include "daemon/api/tool_call_output.h"
 #include "daemon/sse_writer.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace edge::daemon::api {
 namespace {
@@ -26,6 +31,28 @@ json::array token_bytes(const std::string& token) {
         bytes.push_back(static_cast<int64_t>(c));
     }
     return bytes;
+}
+
+// A token's text for JSON, which must be valid UTF-8: a token that is part of a character (a
+// byte-fallback token, half of a CJK character) has its bytes that are not a whole character
+// written as the text \xNN. Distinct tokens keep distinct texts (completions' top_logprobs are
+// an object keyed by them), and `bytes` keeps the exact bytes.
+std::string token_text(std::string_view token) {
+    std::string out;
+    size_t pos = 0;
+    while (pos < token.size()) {
+        const size_t n = engine::tokenizer::utf8_valid_sequence(token.substr(pos));
+        if (n > 0) {
+            out.append(token.substr(pos, n));
+            pos += n;
+            continue;
+        }
+        char hex[5];
+        std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(token[pos]));
+        out.append(hex, 4);
+        ++pos;
+    }
+    return out;
 }
 
 json::value usage_json(const engine::Usage& u) {
@@ -55,10 +82,16 @@ public:
           channel_(channel),
           sse_(std::move(channel)) {}
 
+    // Opens the event stream (the 200 head and, for chat, the role chunk) unless the response
+    // has begun. Called once the engine accepted the request, so a request it refuses gets its
+    // HTTP status (400, 404, 429 with Retry-After) rather than a 200 with the error inside;
+    // also called by the sink's callbacks, which may run before that on the engine's thread.
     void start_stream() {
-        if (!stream_) {
+        std::lock_guard lock(begin_mu_);
+        if (!stream_ || begun_) {
             return;
         }
+        begun_ = true;
         sse_.begin();
         if (chat_) {
             // The first chunk carries the role, as OpenAI's does.
@@ -70,6 +103,7 @@ public:
     }
 
     void on_delta(engine::TokenDelta delta) override {
+        start_stream();
         if (tools_) {
             on_tool_delta(tools_->feed(delta.text), delta);
             return;
@@ -102,25 +136,26 @@ public:
         }
         if (finish.reason == engine::FinishReason::kCancelled) {
             // The client left (or we are shutting down): end what was started, if anyone listens.
-            if (stream_) {
+            ApiError error =
+                api_error_from_status(unavailable_error("the request was cancelled"), model_);
+            if (!stream_) {
+                channel_->respond(error.to_response());
+            } else if (!begin_with_error(error)) {
                 sse_.done();
-            } else {
-                channel_->respond(api_error_from_status(
-                                      unavailable_error("the request was cancelled"), model_)
-                                      .to_response());
             }
             return;
         }
         if (finish.reason == engine::FinishReason::kError) {
             ApiError error = api_error_from_status(finish.error, model_);
-            if (stream_) {
+            if (!stream_) {
+                channel_->respond(error.to_response());
+            } else if (!begin_with_error(error)) {
                 sse_.event(error.to_json());
                 sse_.done();
-            } else {
-                channel_->respond(error.to_response());
             }
             return;
         }
+        start_stream();
         const char* reason = finish_reason_name(finish.reason);
         if (tools_) {
             on_tool_delta(tools_->finish(), engine::TokenDelta());
@@ -183,6 +218,18 @@ public:
     }
 
 private:
+    // Answers a stream that has not begun with the error's own status; false once it has begun
+    // (the error then goes in-band).
+    bool begin_with_error(const ApiError& error) {
+        std::lock_guard lock(begin_mu_);
+        if (begun_) {
+            return false;
+        }
+        begun_ = true;
+        channel_->respond(error.to_response());
+        return true;
+    }
+
     // A delta of a response with tools: content and tool-call deltas as the parser released them.
     // Logprobs of tokens the parser holds back go out with the next chunk that carries anything.
     void on_tool_delta(engine::chat::ParsedDelta parsed, const engine::TokenDelta& delta) {
@@ -247,13 +294,13 @@ private:
         }
         for (const engine::TokenLogprob& lp : delta.logprobs) {
             json::object entry;
-            entry["token"] = lp.token;
+            entry["token"] = token_text(lp.token);
             entry["logprob"] = lp.logprob;
             entry["bytes"] = token_bytes(lp.token);
             json::array top;
             for (const engine::TopLogprob& t : lp.top) {
                 json::object alt;
-                alt["token"] = t.token;
+                alt["token"] = token_text(t.token);
                 alt["logprob"] = t.logprob;
                 alt["bytes"] = token_bytes(t.token);
                 top.push_back(std::move(alt));
@@ -301,6 +348,8 @@ private:
     const std::string id_;
     const int64_t created_;
     std::shared_ptr<tls::ResponseChannel> channel_;
+    std::mutex begin_mu_;
+    bool begun_ = false;  // The stream's head (or a whole error response) went out.
     SseWriter sse_;
     std::string text_;
     json::array all_logprobs_;
@@ -326,8 +375,6 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     auto sink = std::make_shared<CompletionSink>(
         request, channel, created_unix, on_done,
         std::move(std::get<std::unique_ptr<ToolCallOutput>>(tools)));
-    // The head goes out before any token so clients see the stream open at once.
-    sink->start_stream();
     Result<std::shared_ptr<engine::GenerationHandle>> handle =
         generator.submit(std::move(request.generate), sink);
     if (!handle.ok()) {
@@ -337,17 +384,12 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             finish.error = handle.status();
             on_done(finish);
         }
-        ApiError error = api_error_from_status(handle.status(), model);
-        if (request.stream) {
-            // Nothing was streamed beyond the head yet, but the head is out: report in-band.
-            SseWriter sse(channel);
-            sse.event(error.to_json());
-            sse.done();
-        } else {
-            channel->respond(error.to_response());
-        }
+        // Nothing went out yet: the error's own status, streaming or not.
+        channel->respond(api_error_from_status(handle.status(), model).to_response());
         return;
     }
+    // The head goes out before any token, so clients see the stream open at once.
+    sink->start_stream();
     channel->on_client_gone([handle = *handle] { handle->cancel(); });
 }
 

@@ -602,7 +602,10 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     out.endpoint = endpoint;
     engine::GenerateRequest& req = out.generate;
     engine::SamplingParams& s = req.sampling;
-    s.max_tokens = chat ? 4096 : 16;
+    // Unset, a chat reply may run to the end of the context, a completion to OpenAI's 16 tokens;
+    // the engine lowers either to what the context leaves after the prompt.
+    s.max_tokens = chat ? static_cast<int32_t>(kMaxTokensLimit) : 16;
+    req.max_tokens_is_default = true;
     Validator v;
     bool have_prompt = false;
     bool want_logprobs = false;
@@ -627,11 +630,15 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             ok = parse_prompt(v, value, req);
             have_prompt = true;
         } else if (key == "max_tokens" || key == "max_completion_tokens") {
+            // max_completion_tokens, OpenAI's newer name, wins over max_tokens in either order.
             if (!value.is_null()) {
                 auto n = v.integer(value, key, 1, kMaxTokensLimit);
                 ok = n.has_value();
-                s.max_tokens = static_cast<int32_t>(n.value_or(1));
-                out.max_tokens_given = true;
+                if (ok && (key == "max_completion_tokens" || out.max_tokens_param.empty())) {
+                    s.max_tokens = static_cast<int32_t>(*n);
+                    req.max_tokens_is_default = false;
+                    out.max_tokens_param = key;
+                }
             }
         } else if (key == "temperature") {
             if (!value.is_null()) {

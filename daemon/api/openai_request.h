@@ -31,7 +31,9 @@ struct ParsedRequest {
     engine::GenerateRequest generate;  // request_id and tenant are left for the caller.
     bool stream = false;               // Answer as server-sent events.
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
-    bool max_tokens_given = false;     // The client set max_tokens (else the default applies).
+    // The field that set generate.sampling.max_tokens ("max_completion_tokens" or "max_tokens");
+    // empty when the client set neither and the default applies.
+    std::string max_tokens_param;
     // How the tools in generate.tools may be used; kNone leaves generate.tools empty.
     ToolChoice tool_choice = ToolChoice::kNone;
     std::string tool_choice_function;  // kFunction: the function to call (one of the tools).

@@ -144,6 +144,13 @@ TokenId Sampler::draw(std::span<const float> scaled) {
 }
 
 SampledToken Sampler::sample(std::span<float> logits) {
+    // Log-probabilities are the model's own, taken before penalties and temperature change the
+    // logits (as OpenAI and vLLM report them), so they do not depend on the sampling knobs.
+    std::vector<float> lp;
+    const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
+    if (want_logprobs) {
+        log_softmax(logits, &lp);
+    }
     apply_penalties(logits);
     const bool greedy = params_.temperature <= 0.0f;
     if (!greedy && params_.temperature != 1.0f) {
@@ -166,9 +173,7 @@ SampledToken Sampler::sample(std::span<float> logits) {
         out.id = draw(logits);
     }
     ++counts_[out.id];
-    if (params_.logprobs || params_.top_logprobs > 0) {
-        std::vector<float> lp;
-        log_softmax(logits, &lp);
+    if (want_logprobs) {
         out.logprob = lp[out.id];
         for (TokenId id : top_n(lp, params_.top_logprobs)) {
             out.top.emplace_back(id, lp[id]);

@@ -186,18 +186,27 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     }
     EDGE_RETURN_IF_ERROR(sampling::validate_sampling_params(request.sampling));
     EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, prompt_ids(rt, request));
-    const int64_t needed = static_cast<int64_t>(ids.size()) + request.sampling.max_tokens;
-    if (needed > rt.context) {
-        return invalid_argument_error(
-            "max_tokens: the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens (" +
-            std::to_string(request.sampling.max_tokens) + ") exceeds the model's context of " +
-            std::to_string(rt.context) + " tokens");
+    // OpenAI's context_length_exceeded: kOutOfRange, naming the prompt's field.
+    const int64_t prompt_len = static_cast<int64_t>(ids.size());
+    const bool tenant_caps =
+        request.max_context_tokens > 0 && request.max_context_tokens < rt.context;
+    const int64_t limit = tenant_caps ? request.max_context_tokens : rt.context;
+    const std::string within = tenant_caps ? "the tenant's limit of " + std::to_string(limit)
+                                           : "the model's context of " + std::to_string(limit);
+    const char* field =
+        std::holds_alternative<std::vector<ChatMessage>>(request.prompt) ? "messages" : "prompt";
+    if (prompt_len >= limit) {
+        return out_of_range_error(std::string(field) + ": the prompt (" +
+                                  std::to_string(prompt_len) + " tokens) leaves no room for " +
+                                  "output within " + within + " tokens");
     }
-    if (request.max_context_tokens > 0 && needed > request.max_context_tokens) {
-        return invalid_argument_error(
-            "max_tokens: the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens (" +
-            std::to_string(request.sampling.max_tokens) + ") exceeds the tenant's limit of " +
-            std::to_string(request.max_context_tokens) + " tokens");
+    int32_t& max_tokens = request.sampling.max_tokens;
+    if (request.max_tokens_is_default) {
+        max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, limit - prompt_len));
+    } else if (prompt_len + max_tokens > limit) {
+        return out_of_range_error(std::string(field) + ": the prompt (" +
+                                  std::to_string(prompt_len) + " tokens) plus max_tokens (" +
+                                  std::to_string(max_tokens) + ") exceeds " + within + " tokens");
     }
     SequenceRequest seq;
     seq.request_id = std::move(request.request_id);

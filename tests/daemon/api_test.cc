@@ -177,12 +177,41 @@ TEST_CASE("errors: bad JSON, wrong types, submit() failures mapped to OpenAI err
     CHECK(inv.status == 400);
     CHECK(json_of(inv.body)["error"].as_object()["param"] == "max_tokens");
 
+    f.generator.fail_next_submit(out_of_range_error("messages: the prompt does not fit"));
+    auto too_long = f.call("POST", "/v1/chat/completions", chat_body(false));
+    CHECK(too_long.status == 400);
+    CHECK(json_of(too_long.body)["error"].as_object()["code"] == "context_length_exceeded");
+    CHECK(json_of(too_long.body)["error"].as_object()["param"] == "messages");
+
+    // A stream the engine refuses gets the refusal's status and headers, not a 200 event stream
+    // with the error inside: clients retry a 429 only when they see one.
     f.generator.fail_next_submit(resource_exhausted_error("queue full"));
     auto streamed = f.call("POST", "/v1/chat/completions", chat_body(true));
-    CHECK(streamed.status == 200);
-    auto events = sse_events(streamed.body);
+    CHECK(streamed.status == 429);
+    CHECK(streamed.headers["retry-after"] == "1");
+    CHECK(json_of(streamed.body)["error"].as_object()["code"] == "rate_limit_exceeded");
+    auto streamed_unknown =
+        f.call("POST", "/v1/chat/completions",
+               R"({"model":"nope","messages":[{"role":"user","content":"x"}],"stream":true})");
+    CHECK(streamed_unknown.status == 404);
+}
+
+TEST_CASE("a stream that fails after it opened reports the error in-band") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(true))).ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    auto head = c->read_until("assistant");  // The head and role chunk, before any token.
+    REQUIRE(head.ok());
+    CHECK(head->find("200 OK") != std::string::npos);
+    f.generator.finish(0, engine::FinishReason::kError, engine::Usage{},
+                       unavailable_error("engine stopped"));
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    auto events = sse_events(*head + *rest);
     REQUIRE(events.size() == 3);  // role chunk, error, [DONE]
-    CHECK(json_of(events[1])["error"].as_object()["code"] == "rate_limit_exceeded");
+    CHECK(json_of(events[1])["error"].as_object()["code"] == "service_unavailable");
+    CHECK(events[2] == "[DONE]");
 }
 
 TEST_CASE("client disconnect cancels the generation (streaming and not)") {
@@ -214,9 +243,25 @@ TEST_CASE("tenants: 401 without or with a wrong key, 403 for a model not allowed
     auto none = f.call("GET", "/v1/models");
     CHECK(none.status == 401);
     CHECK(json_of(none.body)["error"].as_object()["code"] == "invalid_api_key");
-    CHECK(f.call("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n").status == 401);
+    CHECK(none.headers["www-authenticate"] == "Bearer");
+    auto wrong = f.call("GET", "/v1/models", "", "Authorization: Bearer wrong\r\n");
+    CHECK(wrong.status == 401);
+    CHECK(wrong.headers["www-authenticate"] == "Bearer error=\"invalid_token\"");
+    CHECK(f.call("GET", "/v1/models", "", std::string("Authorization: BEARER ") + kKey + "\r\n")
+              .status == 200);
     std::string auth = std::string("Authorization: Bearer ") + kKey + "\r\n";
-    CHECK(f.call("GET", "/v1/models", "", auth).status == 200);
+    // The list holds only the models this tenant may use; each can be fetched by id.
+    auto listed = f.call("GET", "/v1/models", "", auth);
+    CHECK(listed.status == 200);
+    auto data = json_of(listed.body)["data"].as_array();
+    REQUIRE(data.size() == 1);
+    CHECK(data[0].as_object().at("id") == "test-model");
+    auto one = f.call("GET", "/v1/models/test-model", "", auth);
+    CHECK(one.status == 200);
+    CHECK(json_of(one.body)["id"] == "test-model");
+    CHECK(json_of(one.body)["object"] == "model");
+    CHECK(f.call("GET", "/v1/models/other-model", "", auth).status == 404);
+    CHECK(f.call("GET", "/v1/models/nope", "", auth).status == 404);
     auto forbidden = f.call("POST", "/v1/chat/completions",
                             R"({"model":"other-model","messages":[{"role":"user","content":"x"}]})",
                             auth);

@@ -66,7 +66,7 @@ TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refil
     CHECK(limited.status == 429);
     CHECK(limited.headers["retry-after"] == "1");
     boost::json::object error = json_of(limited.body)["error"].as_object();
-    CHECK(error["type"] == "rate_limit_exceeded");
+    CHECK(error["type"] == "rate_limit_error");
     CHECK(error["code"] == "requests_per_second");
     CHECK(error["message"].as_string().size() > 0);
 

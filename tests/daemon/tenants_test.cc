@@ -32,6 +32,9 @@ TEST_CASE("SHA-256 of keys, bearer parsing and per-tenant model lists") {
     CHECK_FALSE(m.tenant->may_use("m2"));
     auto z = table.authenticate("bearer k3");
     REQUIRE(z.outcome == AuthOutcome::kOk);
+    CHECK(table.authenticate("BEARER k3").outcome == AuthOutcome::kOk);
+    CHECK(table.authenticate("BeArEr k3").outcome == AuthOutcome::kOk);
+    CHECK(table.authenticate("Bearerk3").outcome == AuthOutcome::kMissing);
     CHECK(z.tenant->may_use("anything"));
 
     TenantTable off(std::nullopt);

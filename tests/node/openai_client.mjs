@@ -133,6 +133,35 @@ await check('unknown model is a NotFoundError', async () => {
         (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
 });
 
+await check('a refused stream is a NotFoundError too, not an error inside a 200 stream', async () => {
+    await assert.rejects(
+        client.chat.completions.create({ model: 'no-such-model', stream: true,
+                                         messages: [{ role: 'user', content: 'x' }] }),
+        (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+});
+
+await check('models.retrieve by id', async () => {
+    const m = await client.models.retrieve(model);
+    assert.equal(m.id, model);
+    await assert.rejects(client.models.retrieve('no-such-model'),
+        (e) => e instanceof OpenAI.NotFoundError);
+});
+
+await check('without max_tokens the reply runs to a stop within the context', async () => {
+    const r = await client.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Tell me my fortune' }], temperature: 0 });
+    assert.ok(r.choices[0].message.content.length > 0);
+    assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+});
+
+await check('a prompt beyond the context is context_length_exceeded', async () => {
+    await assert.rejects(
+        client.chat.completions.create({ model, max_tokens: 4,
+            messages: [{ role: 'user', content: 'fortune '.repeat(3000) }] }),
+        (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded' &&
+               e.param === 'messages');
+});
+
 await check('bad parameter is a BadRequestError naming the param', async () => {
     await assert.rejects(
         client.chat.completions.create({ model, messages: [{ role: 'user', content: 'x' }],

@@ -90,7 +90,18 @@ TEST_CASE("local generator: submit validates the request and names the field") {
     }
     cases.push_back({request({1, 512}, 4), StatusCode::kInvalidArgument, "prompt[1]"});
     cases.push_back({request({1, -1}, 4), StatusCode::kInvalidArgument, "prompt[1]"});
-    cases.push_back({request({1, 2}, 255), StatusCode::kInvalidArgument, "max_tokens"});
+    cases.push_back({request({1, 2}, 255), StatusCode::kOutOfRange, "prompt: the prompt (2"});
+    {
+        // A default max_tokens is lowered to fit, but a prompt that fills the context is refused.
+        GenerateRequest r = request(std::vector<TokenId>(256, 1), 4);
+        r.max_tokens_is_default = true;
+        cases.push_back({r, StatusCode::kOutOfRange, "prompt: the prompt (256"});
+    }
+    {
+        GenerateRequest r = request({1}, 300);
+        r.prompt = std::vector<ChatMessage>{{"user", "hi"}};
+        cases.push_back({r, StatusCode::kOutOfRange, "messages: the prompt"});
+    }
     {
         GenerateRequest r = request({1}, 4);
         r.sampling.temperature = 5.0f;
@@ -265,9 +276,20 @@ TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_toke
     over.max_context_tokens = 10;
     auto rejected = gen->submit(over, sink);
     REQUIRE_FALSE(rejected.ok());
-    CHECK(rejected.status().code() == StatusCode::kInvalidArgument);
-    CHECK(rejected.status().message().find("max_tokens:") == 0);
+    CHECK(rejected.status().code() == StatusCode::kOutOfRange);
+    CHECK(rejected.status().message().find("prompt:") == 0);
     CHECK(rejected.status().message().find("tenant's limit of 10") != std::string::npos);
+    // The same request without a max_tokens of its own runs, to the tenant's limit.
+    GenerateRequest lowered = request({1, 2, 3}, 1 << 20);
+    lowered.max_tokens_is_default = true;
+    lowered.sampling.ignore_eos = true;
+    lowered.max_context_tokens = 10;
+    auto lowered_sink = std::make_shared<CollectingSink>();
+    REQUIRE(gen->submit(lowered, lowered_sink).ok());
+    auto lowered_finish = lowered_sink->wait();
+    REQUIRE(lowered_finish.has_value());
+    CHECK(lowered_finish->reason == FinishReason::kLength);
+    CHECK(lowered_finish->usage.completion_tokens == 7);
     GenerateRequest fits = request({1, 2, 3}, 7);
     fits.max_context_tokens = 10;
     fits.tenant = "acme";

@@ -108,7 +108,7 @@ TEST_CASE("sampler: the same seed gives the same tokens, another seed others") {
     CHECK(run(11) != run(12));
 }
 
-TEST_CASE("sampler: logprobs are the log-softmax of the processed logits") {
+TEST_CASE("sampler: logprobs are the model's log-softmax, whatever temperature and penalties") {
     SamplingParams p = greedy();
     p.logprobs = true;
     p.top_logprobs = 2;
@@ -122,13 +122,22 @@ TEST_CASE("sampler: logprobs are the log-softmax of the processed logits") {
     CHECK(t.top[1].first == 0);  // tie with id 2 goes to the lower id
     CHECK(t.top[1].second == doctest::Approx(std::log(0.25)));
 
+    // Temperature 2 would make these 1/4, 3/4, a frequency penalty lower id 1 after its first
+    // draw: the reported values stay the model's 1/10, 9/10 on every draw.
     SamplingParams hot;
     hot.temperature = 2.0f;
+    hot.frequency_penalty = 2.0f;
     hot.logprobs = true;
+    hot.top_logprobs = 2;
     Sampler h(hot, 1);
-    std::vector<float> l2 = {0.0f, 2.0f * std::log(3.0f)};  // /2 -> 0, ln 3: probs 1/4, 3/4
-    const SampledToken u = h.sample(l2);
-    CHECK(u.logprob == doctest::Approx(u.id == 1 ? std::log(0.75) : std::log(0.25)));
+    for (int i = 0; i < 4; ++i) {
+        std::vector<float> l2 = {0.0f, 2.0f * std::log(3.0f)};
+        const SampledToken u = h.sample(l2);
+        CHECK(u.logprob == doctest::Approx(u.id == 1 ? std::log(0.9) : std::log(0.1)));
+        REQUIRE(u.top.size() == 2);
+        CHECK(u.top[0].first == 1);
+        CHECK(u.top[0].second == doctest::Approx(std::log(0.9)));
+    }
 }
 
 TEST_CASE("sampler: bad values are rejected naming the field") {
