@@ -33,11 +33,9 @@ json::array token_bytes(const std::string& token) {
     return bytes;
 }
 
-// A token's text for JSON, which must be valid UTF-8: a token that is part of a character (a
-// byte-fallback token, half of a CJK character) has its bytes that are not a whole character
-// written as the text \xNN. Distinct tokens keep distinct texts (completions' top_logprobs are
-// an object keyed by them), and `bytes` keeps the exact bytes.
-std::string token_text(std::string_view token) {
+}  // namespace
+
+std::string logprob_token_text(std::string_view token) {
     std::string out;
     size_t pos = 0;
     while (pos < token.size()) {
@@ -54,6 +52,8 @@ std::string token_text(std::string_view token) {
     }
     return out;
 }
+
+namespace {
 
 json::value usage_json(const engine::Usage& u) {
     json::object usage;
@@ -294,13 +294,13 @@ private:
         }
         for (const engine::TokenLogprob& lp : delta.logprobs) {
             json::object entry;
-            entry["token"] = token_text(lp.token);
+            entry["token"] = logprob_token_text(lp.token);
             entry["logprob"] = lp.logprob;
             entry["bytes"] = token_bytes(lp.token);
             json::array top;
             for (const engine::TopLogprob& t : lp.top) {
                 json::object alt;
-                alt["token"] = token_text(t.token);
+                alt["token"] = logprob_token_text(t.token);
                 alt["logprob"] = t.logprob;
                 alt["bytes"] = token_bytes(t.token);
                 top.push_back(std::move(alt));

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "daemon/api/openai_request.h"
 #include "engine/generator.h"
@@ -23,5 +24,11 @@ using CompletionDone = std::function<void(const engine::Finish&)>;
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
                     CompletionDone on_done = {});
+
+// A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
+// a whole character (a byte-fallback token, half of a CJK character) are written as the text
+// \xNN. Distinct tokens keep distinct texts (completions' top_logprobs are an object keyed by
+// them); the `bytes` array beside it keeps the exact bytes.
+std::string logprob_token_text(std::string_view token);
 
 }  // namespace edge::daemon::api

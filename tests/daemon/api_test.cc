@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "daemon/api/completion.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
@@ -324,4 +325,15 @@ TEST_CASE("graceful drain in process: a stream in progress completes, new connec
     CHECK(rest->find("after") != std::string::npos);
     CHECK(stopper.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
     CHECK_FALSE(f.generator.cancelled(0));
+}
+
+TEST_CASE("logprobs token text: whole characters as they are, other bytes as \\xNN") {
+    using daemon::api::logprob_token_text;
+    CHECK(logprob_token_text("hello") == "hello");
+    CHECK(logprob_token_text("\xE4\xBD\xA0") == "\xE4\xBD\xA0");  // 你
+    CHECK(logprob_token_text("\x9a") == "\\x9a");
+    CHECK(logprob_token_text("\xE4\xBD") == "\\xe4\\xbd");  // Half a character.
+    CHECK(logprob_token_text("a\xC3") == "a\\xc3");
+    CHECK(logprob_token_text("\xF0\x9F\x98\x80!") == "\xF0\x9F\x98\x80!");  // 😀
+    CHECK(logprob_token_text("\xC3") != logprob_token_text("\xC4"));
 }
