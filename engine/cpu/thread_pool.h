@@ -24,6 +24,9 @@
 
 namespace edge::engine::cpu {
 
+// The most threads a pool is asked for: engine.threads and the tools' --threads are bounded by it.
+inline constexpr int kMaxPoolThreads = 4096;
+
 class ThreadPool {
 public:
     // `threads` workers in all (including the caller); values < 1 mean one per hardware thread.

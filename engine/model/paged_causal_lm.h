@@ -82,6 +82,17 @@ protected:
                       std::span<const float> final_norm, float eps, const Weight& lm_head,
                       int64_t out_rows, Backend& backend, std::vector<float>& h,
                       std::vector<float>* logits);
+    // Positions the longest sequence of this forward attends over: max(tok_pos_) + 1. Sizes the
+    // attention score scratch by what the batch needs, not the model's maximum context (which
+    // would commit threads x heads x max_context floats on the first forward).
+    int64_t longest_context() const {
+        int32_t longest = 0;
+        for (int32_t p : tok_pos_) {
+            longest = p + 1 > longest ? p + 1 : longest;
+        }
+        return longest;
+    }
+
     // v.data() after growing v to at least n elements (scratch kept between forwards).
     static float* grow(std::vector<float>& v, size_t n) {
         if (v.size() < n) {

@@ -1,7 +1,10 @@
 #include "engine/model/safetensors_writer.h"
 
 #include <boost/json.hpp>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 namespace edge::engine {
 
@@ -61,9 +64,10 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
     while ((8 + text.size()) % kDataAlign != 0) {
         text += ' ';
     }
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    const std::string partial = path + ".partial";
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) {
-        return internal_error(path + ": cannot create");
+        return internal_error(partial + ": cannot create");
     }
     uint64_t len = text.size();
     char le[8];
@@ -93,8 +97,55 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
         written = aligned + nbytes;
     }
     out.close();
+    std::error_code ec;
+    if (!out) {
+        std::filesystem::remove(partial, ec);
+        return internal_error(partial + ": write failed");
+    }
+    std::filesystem::rename(partial, path, ec);
+    if (ec) {
+        std::filesystem::remove(partial, ec);
+        return internal_error(path + ": cannot replace with " + partial + ": " + ec.message());
+    }
+    return ok_status();
+}
+
+Status write_text_file(const std::string& path, std::string_view text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
     if (!out) {
         return internal_error(path + ": write failed");
+    }
+    return ok_status();
+}
+
+Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!input_dir.empty() && fs::equivalent(out_dir, input_dir, ec)) {
+        return invalid_argument_error(out_dir + ": is the input checkpoint " + input_dir +
+                                      "; write to another directory");
+    }
+    if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec)) {
+        return invalid_argument_error(out_dir + ": exists and is not a directory");
+    }
+    fs::create_directories(out_dir, ec);
+    if (ec) {
+        return internal_error(out_dir + ": cannot create: " + ec.message());
+    }
+    for (const fs::directory_entry& e : fs::directory_iterator(out_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        const bool stale = name == "model.safetensors.index.json" ||
+                           (e.path().extension() == ".safetensors" && name != "model.safetensors");
+        if (stale) {
+            return invalid_argument_error(
+                out_dir + ": holds " + name + ", which the loader would read instead of the " +
+                "new model.safetensors; remove the old checkpoint or choose another directory");
+        }
+    }
+    if (ec) {
+        return internal_error(out_dir + ": cannot list: " + ec.message());
     }
     return ok_status();
 }

@@ -28,7 +28,18 @@ struct TensorToWrite {
 };
 
 // Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
+// The bytes go to `path`.partial, renamed over `path` only once all are written: a failed write
+// leaves no truncated model, and a reader that maps the old file keeps its bytes.
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+
+// Writes `text` to `path` (replacing it); kInternal on I/O.
+Status write_text_file(const std::string& path, std::string_view text);
+
+// Creates `out_dir` for a checkpoint about to be written as config.json + model.safetensors
+// (make-model, quantize). Refused with kInvalidArgument: `out_dir` is `input_dir` (the checkpoint
+// being read), or it holds an index or shards other than model.safetensors, which the loader
+// would read instead of the new file.
+Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir = {});
 
 // Writes a file made of an 8-byte little-endian header length, `header` and `data` as given
 // (no checks: for building corrupt files in tests).

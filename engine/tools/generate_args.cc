@@ -2,7 +2,10 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <string>
 #include <string_view>
+
+#include "engine/cpu/thread_pool.h"
 
 namespace edge::engine {
 
@@ -82,6 +85,9 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
     }
     if (a->model_dir.empty()) {
         return "--model is required";
+    }
+    if (a->threads < 0 || a->threads > cpu::kMaxPoolThreads) {
+        return "--threads must be 0 (one per core) to " + std::to_string(cpu::kMaxPoolThreads);
     }
     if (a->prompt.has_value() == a->prompt_ids.has_value()) {
         return "give exactly one of --prompt and --prompt-ids";

@@ -55,16 +55,6 @@ std::vector<std::string> byte_symbols() {
     return out;
 }
 
-Status write_text(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-        return internal_error(path + ": write failed");
-    }
-    return ok_status();
-}
-
 const char* kSpecials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
 Status write_tokenizer(const std::string& dir, const ArchPreset& p) {
@@ -126,7 +116,7 @@ Status write_tokenizer(const std::string& dir, const ArchPreset& p) {
           {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
           {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab},
           {"merges", merge_list}}}};
-    EDGE_RETURN_IF_ERROR(write_text(dir + "/tokenizer.json", json::serialize(tok)));
+    EDGE_RETURN_IF_ERROR(write_text_file(dir + "/tokenizer.json", json::serialize(tok)));
 
     json::object cfg{
         {"add_bos_token", false},
@@ -146,11 +136,11 @@ Status write_tokenizer(const std::string& dir, const ArchPreset& p) {
          "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
          "message['content'] + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt "
          "%}{{- '<|im_start|>assistant\\n' }}{%- endif %}"}};
-    EDGE_RETURN_IF_ERROR(write_text(dir + "/tokenizer_config.json", json::serialize(cfg)));
+    EDGE_RETURN_IF_ERROR(write_text_file(dir + "/tokenizer_config.json", json::serialize(cfg)));
     json::object gen{{"bos_token_id", p.vocab - 3},
                      {"eos_token_id", {p.vocab - 3, p.vocab - 1}},
                      {"do_sample", false}};
-    return write_text(dir + "/generation_config.json", json::serialize(gen));
+    return write_text_file(dir + "/generation_config.json", json::serialize(gen));
 }
 
 // Weight scales as in the fixtures: linear N(0,1)/sqrt(fan_in), router and lm_head
@@ -213,15 +203,11 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
     if (options.out_dir.empty()) {
         return invalid_argument_error("make-model: no output directory");
     }
-    std::error_code ec;
-    std::filesystem::create_directories(options.out_dir, ec);
-    if (ec) {
-        return internal_error(options.out_dir + ": cannot create: " + ec.message());
-    }
+    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir));
     const ArchPreset& p = *preset;
     const std::string& dir = options.out_dir;
     EDGE_RETURN_IF_ERROR(
-        write_text(dir + "/config.json", json::serialize(make_model::config_json(p))));
+        write_text_file(dir + "/config.json", json::serialize(make_model::config_json(p))));
     EDGE_RETURN_IF_ERROR(write_tokenizer(dir, p));
 
     std::vector<TensorToWrite> tensors;

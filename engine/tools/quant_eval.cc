@@ -1,14 +1,17 @@
 #include "engine/tools/quant_eval.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string_view>
 
+#include "engine/cpu/thread_pool.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/policy.h"
@@ -145,6 +148,17 @@ Result<std::vector<TokenId>> read_ids(const QuantEvalOptions& o) {
     return ids;
 }
 
+// The whole of `v` as an integer in [lo, hi]; throws otherwise ("12abc" is not 12).
+int64_t whole_number(const std::string& v, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    const char* end = v.data() + v.size();
+    auto [ptr, ec] = std::from_chars(v.data(), end, n);
+    if (ec != std::errc() || ptr != end || n < lo || n > hi) {
+        throw std::invalid_argument("not a whole number in range");
+    }
+    return n;
+}
+
 }  // namespace
 
 Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
@@ -278,17 +292,17 @@ int quant_eval_main(int argc, char** argv) {
             } else if (a == "--text") {
                 o.text_path = v;
             } else if (a == "--tokens") {
-                o.tokens = std::stoll(v);
+                o.tokens = whole_number(v, 2, int64_t{1} << 30);
             } else if (a == "--chunk") {
-                o.chunk = std::stoll(v);
+                o.chunk = whole_number(v, 2, int64_t{1} << 20);
             } else if (a == "--threads") {
-                o.threads = static_cast<int32_t>(std::stol(v));
+                o.threads = static_cast<int32_t>(whole_number(v, 0, cpu::kMaxPoolThreads));
             } else {
                 std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i - 1], usage);
                 return 2;
             }
         } catch (...) {
-            std::fprintf(stderr, "bad number '%s' for %s\n%s", v.c_str(), argv[i - 1], usage);
+            std::fprintf(stderr, "bad value '%s' for %s\n%s", v.c_str(), argv[i - 1], usage);
             return 2;
         }
     }

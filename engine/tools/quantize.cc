@@ -28,16 +28,6 @@ namespace fs = std::filesystem;
 
 std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
-Status write_text(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-        return internal_error("cannot write " + path);
-    }
-    return ok_status();
-}
-
 // Owned bytes of the tensors to write, kept alive until write_safetensors returns.
 struct Buffers {
     std::vector<quant::QuantizedWeight> weights;
@@ -49,6 +39,7 @@ struct Buffers {
 
 Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy policy, quant::parse_quant_policy(options.policy));
+    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, options.model_dir));
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(options.model_dir));
     EDGE_ASSIGN_OR_RETURN(StoredQuantization stored, parse_stored_quantization(config));
     if (!stored.quant_method.empty()) {
@@ -232,10 +223,6 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     }
 
     std::error_code ec;
-    fs::create_directories(options.out_dir, ec);
-    if (ec) {
-        return internal_error("cannot create " + options.out_dir + ": " + ec.message());
-    }
     EDGE_RETURN_IF_ERROR(write_safetensors(options.out_dir + "/model.safetensors", out));
     boost::system::error_code jec;
     json::value root = json::parse(config.text(), jec);
@@ -246,7 +233,7 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         root.as_object()["quantization_config"] = std::move(qc);
         root.as_object()["edgeserve_quantization_policy"] = policy.to_string();
     }
-    EDGE_RETURN_IF_ERROR(write_text(options.out_dir + "/config.json", json::serialize(root)));
+    EDGE_RETURN_IF_ERROR(write_text_file(options.out_dir + "/config.json", json::serialize(root)));
     for (const auto& entry : fs::directory_iterator(options.model_dir, ec)) {
         const std::string fname = entry.path().filename().string();
         if (!entry.is_regular_file() || fname == "config.json" ||

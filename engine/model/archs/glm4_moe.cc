@@ -168,17 +168,16 @@ void Glm4Moe::attention(int32_t li, int64_t n) {
         }
     });
     float* out = grow(out_, n * qdim);
-    float* scores =
-        grow(scores_, static_cast<size_t>(backend_->threads()) * group * spec_.max_context);
+    const auto score_rows = static_cast<size_t>(group * longest_context());  // Per worker.
+    float* scores = grow(scores_, static_cast<size_t>(backend_->threads()) * score_rows);
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     backend_->for_each_task(n * nkv, [&](int64_t task, int worker) {
         const int64_t i = task / nkv;
         const auto g = static_cast<int32_t>(task % nkv);
         const int32_t slot = tok_slot_[i];
-        paged_attention_gqa(*kv_, slot, li, g, q + i * qdim + g * group * hd, group,
-                            tok_pos_[i] + 1, scale,
-                            scores + static_cast<size_t>(worker) * group * spec_.max_context,
-                            out + i * qdim + g * group * hd);
+        paged_attention_gqa(
+            *kv_, slot, li, g, q + i * qdim + g * group * hd, group, tok_pos_[i] + 1, scale,
+            scores + static_cast<size_t>(worker) * score_rows, out + i * qdim + g * group * hd);
     });
     float* o = grow(o_, n * H);
     backend_->matmul(L.o, out, n, o, H);

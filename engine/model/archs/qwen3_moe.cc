@@ -188,7 +188,8 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
     float* v = grow(v_, n * kvdim);
     float* attn = grow(attn_, n * qdim);
     float* rope = grow(rope_, threads * hd);
-    float* scores = grow(scores_, static_cast<size_t>(threads) * group * spec_.max_context);
+    const auto score_rows = static_cast<size_t>(group * longest_context());  // Per worker.
+    float* scores = grow(scores_, static_cast<size_t>(threads) * score_rows);
 
     for (int64_t i = 0; i < n; ++i) {
         cpu::rms_norm(x + i * H, L.input_norm.data(), H, eps, h + i * H);
@@ -232,10 +233,9 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
         const int64_t i = task / nkv;
         const int32_t g = static_cast<int32_t>(task % nkv);
         const int32_t slot = tok_slot_[i];
-        paged_attention_gqa(*kv_, slot, li, g, q + i * qdim + g * group * hd, group,
-                            tok_pos_[i] + 1, scale,
-                            scores + static_cast<size_t>(worker) * group * spec_.max_context,
-                            attn + i * qdim + g * group * hd);
+        paged_attention_gqa(
+            *kv_, slot, li, g, q + i * qdim + g * group * hd, group, tok_pos_[i] + 1, scale,
+            scores + static_cast<size_t>(worker) * score_rows, attn + i * qdim + g * group * hd);
     };
     // Short decode steps are cheaper on this thread than a dispatch.
     int64_t ctx_work = 0;

@@ -9,6 +9,8 @@
 #include <random>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -263,6 +265,40 @@ TEST_CASE("a max_context beyond the model's positions is refused by every archit
         auto ok = load_model(dir, o);
         REQUIRE_MESSAGE(ok.ok(), ok.status().to_string());
         CHECK((*ok)->spec().max_context == 32);
+    }
+}
+
+// Resident kilobytes of this process (/proc/self/statm).
+int64_t resident_kb() {
+    std::ifstream in("/proc/self/statm");
+    int64_t size = 0, resident = 0;
+    in >> size >> resident;
+    return resident * sysconf(_SC_PAGESIZE) / 1024;
+}
+
+TEST_CASE("attention scratch follows the batch's context, not max_position_embeddings") {
+    for (const char* name : {"micro-qwen3-moe", "micro-glm4-moe"}) {
+        CAPTURE(name);
+        TempModel m(std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/" + name);
+        json::object cfg = json::parse(read(m.path("config.json"))).as_object();
+        cfg["max_position_embeddings"] = 1 << 24;
+        write(m.path("config.json"), json::serialize(cfg));
+        LoadOptions o;
+        o.threads = 2;
+        o.max_slots = 1;
+        o.max_context = 1 << 24;
+        auto model = load_model(m.dir.string(), o);
+        REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+        CausalLM& lm = **model;
+        const int32_t slot = *lm.acquire_slot();
+        const std::vector<TokenId> prompt = {1, 2, 3, 4};
+        std::vector<float> logits;
+        SequenceChunk ch{slot, 0, prompt, false};
+        const int64_t before_kb = resident_kb();
+        REQUIRE(lm.forward({&ch, 1}, &logits).ok());
+        // Sized by the model's maximum, the scores of 2 workers would commit at least
+        // 2 x 2^24 floats (128 MiB) at this first forward.
+        CHECK(resident_kb() - before_kb < 32 * 1024);
     }
 }
 

@@ -492,6 +492,45 @@ TEST_CASE("quantize and quant-eval command lines") {
     TempDir tmp2("cli2");
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", tmp.path, "--policy", "all-int8",
                                "--out", tmp2.path}) == 1);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8", "--chunk", "12abc"}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8", "--threads", "100000"}) == 2);
+}
+
+TEST_CASE("quantize refuses to write over its input or beside another checkpoint's shards") {
+    // Into the input directory: the writer would truncate the very file it copies tensors from.
+    TempDir in("inplace");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+    }
+    const auto size = fs::file_size(in.path + "/model.safetensors");
+    for (const std::string& out :
+         {in.path, in.path + "/.", in.path + "/../" + fs::path(in.path).filename().string()}) {
+        CAPTURE(out);
+        Status st = quantize_checkpoint({in.path, "experts-int4", out});
+        REQUIRE_FALSE(st.ok());
+        CHECK(contains(st, "is the input checkpoint"));
+    }
+    CHECK(fs::file_size(in.path + "/model.safetensors") == size);
+    CHECK(logits_of(in.path, "none").ok());
+
+    // Beside a sharded checkpoint, whose index the loader would read instead.
+    TempDir out("stale");
+    write_text(out.path + "/model.safetensors.index.json", "{}");
+    Status st = quantize_checkpoint({kMicro, "experts-int4", out.path});
+    REQUIRE_FALSE(st.ok());
+    CHECK(contains(st, "model.safetensors.index.json"));
+    fs::remove(out.path + "/model.safetensors.index.json");
+    write_text(out.path + "/model-00001-of-00002.safetensors", "x");
+    CHECK(contains(quantize_checkpoint({kMicro, "experts-int4", out.path}),
+                   "model-00001-of-00002.safetensors"));
+    fs::remove(out.path + "/model-00001-of-00002.safetensors");
+    // An earlier model.safetensors is replaced, and no partial file is left.
+    REQUIRE(quantize_checkpoint({kMicro, "experts-int4", out.path}).ok());
+    REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path}).ok());
+    CHECK_FALSE(fs::exists(out.path + "/model.safetensors.partial"));
+    CHECK(logits_of(out.path, "none").ok());
 }
 
 }  // namespace

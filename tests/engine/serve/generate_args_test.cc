@@ -44,6 +44,8 @@ TEST_CASE("generate args: mistakes name the flag") {
         {{"--model", "/m", "--prompt", "x", "--temperature"}, "--temperature needs a value"},
         {{"--model", "/m", "--prompt", "x", "--bogus", "1"}, "unknown flag --bogus"},
         {{"--model", "/m", "--prompt-ids", "1", "--chat"}, "--chat"},
+        {{"--model", "/m", "--prompt", "x", "--threads", "100000"}, "--threads"},
+        {{"--model", "/m", "--prompt", "x", "--threads", "-1"}, "--threads"},
     };
     for (const Case& c : cases) {
         auto a = parse(c.words);
