@@ -110,7 +110,12 @@ private:
         uint64_t incarnation = 0;
         NodeState state = NodeState::kAlive;
         TimePoint state_change{};
+        // The newest state version announced at `incarnation` (by alive messages).
         uint64_t state_version = 0;
+        // The key of the site state held: a member's site state is ordered by (incarnation,
+        // version), because a restarted member counts versions from 1 again while its
+        // refutation lifts its incarnation above its previous life's.
+        uint64_t site_incarnation = 0;
         uint64_t site_version = 0;
         std::shared_ptr<const SiteState> site;
         std::vector<uint8_t> site_bytes;
@@ -159,7 +164,9 @@ private:
     void correct_stale(const Member& m, const std::string* reply_to);
     void arm_suspicion_timer(Member& m);
     void refute(uint64_t accused_incarnation);
-    void apply_site_bytes(Member& m, uint64_t version, std::vector<uint8_t> bytes);
+    // Takes `bytes` as m's site state if (incarnation, version) is newer than the one held.
+    void apply_site_bytes(Member& m, uint64_t incarnation, uint64_t version,
+                          std::vector<uint8_t> bytes);
     void publish_local_state();
     void flush_pending_load();
     void broadcast(const std::string& key, const Message& msg);

@@ -98,8 +98,15 @@ PushPullMsg Memberlist::local_push_pull(bool join) const {
         n.addr = m.addr;
         n.incarnation = name == config_.name ? incarnation_ : m.incarnation;
         n.state = name == config_.name && leaving_ ? NodeState::kLeft : m.state;
-        n.state_version = m.site_version;
-        n.site_state = m.site_bytes;
+        // The receiver orders the state by (incarnation, state_version): send it only under the
+        // incarnation it was published in. A state held from an older incarnation goes as the
+        // announced version alone, which makes the receiver fetch it from its owner.
+        if (m.site_incarnation == n.incarnation) {
+            n.state_version = m.site_version;
+            n.site_state = m.site_bytes;
+        } else {
+            n.state_version = m.state_version;
+        }
         n.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;
         pp.nodes.push_back(std::move(n));
     }
@@ -148,8 +155,8 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp) {
             if (n.coord && !m->coord) {
                 m->coord = n.coord;
             }
-            if (!n.site_state.empty() && n.state_version > m->site_version) {
-                apply_site_bytes(*m, n.state_version, n.site_state);
+            if (!n.site_state.empty()) {
+                apply_site_bytes(*m, n.incarnation, n.state_version, n.site_state);
             }
         }
     }
