@@ -69,11 +69,14 @@ void Memberlist::start() {
 }
 
 void Memberlist::join(const std::vector<std::string>& seeds) {
+    seeds_.clear();
     for (const std::string& addr : seeds) {
         if (addr != config_.advertise_addr) {
-            start_push_pull(addr, StreamKind::kJoin, {});
+            seeds_.push_back(addr);
         }
     }
+    join_backoff_ = config_.join_retry_interval;
+    try_join();
     // Tell whoever we already know that we are here.
     broadcast(config_.name, local_alive());
 }

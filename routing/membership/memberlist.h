@@ -61,7 +61,9 @@ public:
 
     // Schedules the probe, gossip and push-pull timers.
     void start();
-    // Full-state exchange with each seed address; members learned arrive as join events.
+    // Full-state exchange with each seed address; members learned arrive as join events. Retried
+    // with backoff whenever this member knows no other live member; a seed that is not a live
+    // member also gets a push-pull every reconnect_interval (it may have left and come back).
     void join(const std::vector<std::string>& seeds);
     // Broadcasts our departure; keep driving timers for a few gossip intervals so it spreads.
     void leave();
@@ -91,6 +93,8 @@ public:
     void set_user_event_callback(UserEventCallback cb) { on_user_event_ = std::move(cb); }
 
     const MembershipStats& stats() const { return stats_; }
+    // For the driver, which counts its own transport figures (inbound streams) here too.
+    MembershipStats& stats() { return stats_; }
     Keyring& keyring() { return keyring_; }
     const MembershipConfig& config() const { return config_; }
     const std::string& name() const { return config_.name; }
@@ -190,6 +194,11 @@ private:
     void gossip_tick();
     void push_pull_tick();
     void reconnect_tick();
+    // Starts a join push-pull with every seed that has none in flight.
+    void try_join();
+    // Arms the join retry timer (once) when there are seeds and we know no other live member.
+    void schedule_join_retry();
+    void join_retry_tick();
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
     void merge_push_pull(const PushPullMsg& pp);
@@ -223,6 +232,12 @@ private:
     uint64_t pending_site_timer_ = 0;
     bool leaving_ = false;
     bool started_ = false;
+
+    std::vector<std::string> seeds_;
+    Duration join_backoff_{};
+    uint64_t join_retry_timer_ = 0;
+    // A failed join is logged as a warning once, until a join succeeds; retries log at debug.
+    bool join_failure_logged_ = false;
 
     uint64_t seq_ = 0;
     std::optional<ProbeRound> probe_;

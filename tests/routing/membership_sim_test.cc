@@ -256,6 +256,31 @@ TEST_CASE("sim: a restarted member's new state wins over its previous life's, ho
     CHECK(sim.false_deaths() == 0);
 }
 
+TEST_CASE("sim: the others find a seed again that left and came back knowing nobody") {
+    // Member 0 is everyone's seed and joins nobody itself (the first site of a fleet).
+    const size_t n = 5;
+    const MembershipConfig c = lan_profile();
+    GossipSim sim(n, c, 12);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    sim.node(0).leave();
+    sim.net().run_for(seconds(2));
+    sim.kill(0);
+    // The others forget it (it left), then it comes back as a new process.
+    REQUIRE(sim.run_until([&] { return sim.count_seeing_dead(0) == n - 1; }, seconds(5)));
+    sim.net().run_for(c.gossip_to_the_dead_time + c.push_pull_interval);
+    SiteState site;
+    site.site_id = GossipSim::name(0);
+    sim.restart(0, site);
+    const TimePoint restarted = sim.net().now();
+    const bool ok =
+        sim.run_until([&] { return sim.converged(); }, c.reconnect_interval + c.push_pull_interval);
+    MESSAGE("rejoined in " << to_seconds(sim.net().now() - restarted) << " s");
+    CHECK(ok);
+    CHECK(sim.false_deaths() == 0);
+}
+
 // N = 1000 runs in bench_gossip_sim (its joins cost ~N^2 log N messages, a minute of CPU).
 TEST_CASE("sim: an update reaches every member within retransmit_limit(N) gossip rounds") {
     for (size_t n : {10u, 100u, 300u}) {
