@@ -474,7 +474,8 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
         }
     });
     impl->service_->set_event_callback([raw](const membership::MemberEvent& e) {
-        log::info("gossip_member", {{"event", std::string(membership::member_event_name(e.kind))},
+        // "change", not "event": a field named "event" would overwrite the event name.
+        log::info("gossip_member", {{"change", std::string(membership::member_event_name(e.kind))},
                                     {"member", e.name},
                                     {"site", raw->site_.id}});
     });

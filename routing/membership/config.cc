@@ -19,6 +19,12 @@ Status MembershipConfig::validate() const {
         probe_timeout > probe_interval) {
         return bad("need 0 < probe_timeout <= probe_interval");
     }
+    if (max_inbound_streams == 0) {
+        return bad("max_inbound_streams must be positive");
+    }
+    if (join_retry_interval <= Duration::zero() || join_retry_max_interval < join_retry_interval) {
+        return bad("need 0 < join_retry_interval <= join_retry_max_interval");
+    }
     if (gossip_interval <= Duration::zero() || push_pull_interval <= Duration::zero() ||
         reconnect_interval <= Duration::zero() ||
         stream_timeout <= Duration::zero()) {

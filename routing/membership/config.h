@@ -53,8 +53,12 @@ struct MembershipConfig {
     Duration push_pull_interval = std::chrono::seconds(30);
     // Deadline for one TCP stream (push-pull or fallback ping) to complete.
     Duration stream_timeout = std::chrono::seconds(10);
-    // Largest stream message accepted, in bytes.
+    // Largest stream message accepted, in bytes. The buffer grows only as bytes arrive, since a
+    // frame can be authenticated only once it is whole.
     size_t max_stream_bytes = 32u << 20;
+    // Inbound stream connections served at once; more are closed at accept. With
+    // stream_timeout and max_stream_bytes this bounds what unauthenticated clients can hold.
+    size_t max_inbound_streams = 64;
 
     // Largest UDP payload sent, in bytes (memberlist's UDPBufferSize).
     size_t mtu = 1400;
@@ -78,6 +82,12 @@ struct MembershipConfig {
     // Every this often, one random failed member gets a push-pull: this is how the two sides of
     // a healed partition find each other again (serf's reconnect).
     Duration reconnect_interval = std::chrono::seconds(30);
+
+    // While this member knows no other live member, it retries its join seeds, first after
+    // join_retry_interval, then at twice the previous wait up to join_retry_max_interval (so a
+    // site that boots before its seeds, or whose seeds all restart, joins when they are back).
+    Duration join_retry_interval = std::chrono::seconds(1);
+    Duration join_retry_max_interval = std::chrono::seconds(30);
 
     // Vivaldi tunables for this member's coordinate.
     coords::VivaldiConfig vivaldi;

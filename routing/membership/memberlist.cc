@@ -1,11 +1,23 @@
 #include "routing/membership/memberlist.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/log.h"
 #include "routing/membership/timing.h"
 
 namespace edge::routing::membership {
+
+namespace {
+
+// Site state order: a newer incarnation wins whatever its version (a restarted member counts
+// versions from 1 again), and within one incarnation the higher version wins.
+bool newer_site_state(uint64_t incarnation, uint64_t version, uint64_t held_incarnation,
+                      uint64_t held_version) {
+    return std::tie(incarnation, version) > std::tie(held_incarnation, held_version);
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, Keyring keyring,
                                                        Clock& clock, Transport& transport,
@@ -57,11 +69,14 @@ void Memberlist::start() {
 }
 
 void Memberlist::join(const std::vector<std::string>& seeds) {
+    seeds_.clear();
     for (const std::string& addr : seeds) {
         if (addr != config_.advertise_addr) {
-            start_push_pull(addr, StreamKind::kJoin, {});
+            seeds_.push_back(addr);
         }
     }
+    join_backoff_ = config_.join_retry_interval;
+    try_join();
     // Tell whoever we already know that we are here.
     broadcast(config_.name, local_alive());
 }
@@ -153,8 +168,9 @@ void Memberlist::emit(MemberEventKind kind, const std::string& name) {
     }
 }
 
-void Memberlist::apply_site_bytes(Member& m, uint64_t version, std::vector<uint8_t> bytes) {
-    if (version <= m.site_version) {
+void Memberlist::apply_site_bytes(Member& m, uint64_t incarnation, uint64_t version,
+                                  std::vector<uint8_t> bytes) {
+    if (!newer_site_state(incarnation, version, m.site_incarnation, m.site_version)) {
         return;
     }
     auto site = decode_site_state(bytes);
@@ -166,8 +182,11 @@ void Memberlist::apply_site_bytes(Member& m, uint64_t version, std::vector<uint8
     }
     m.site = std::make_shared<const SiteState>(std::move(site).value());
     m.site_bytes = std::move(bytes);
+    m.site_incarnation = incarnation;
     m.site_version = version;
-    m.state_version = std::max(m.state_version, version);
+    if (incarnation == m.incarnation) {
+        m.state_version = std::max(m.state_version, version);
+    }
     m.fetch_pending = false;
     stats_.state_changes.fetch_add(1);
     emit(MemberEventKind::kUpdate, m.name);
@@ -180,6 +199,7 @@ void Memberlist::publish_local_state() {
     self.incarnation = incarnation_;
     self.site = std::make_shared<const SiteState>(site_);
     self.site_bytes = encode_site_state(site_);
+    self.site_incarnation = incarnation_;
     self.site_version = state_version_;
     self.state_version = state_version_;
     stats_.state_changes.fetch_add(1);
@@ -226,7 +246,11 @@ void Memberlist::flush_pending_load() {
 
 void Memberlist::refute(uint64_t accused_incarnation) {
     incarnation_ = std::max(incarnation_, accused_incarnation) + 1;
-    members_.at(config_.name).incarnation = incarnation_;
+    // The alive below carries our current state under the new incarnation; after a restart
+    // that is what makes it win over our previous life's state, whatever its version.
+    Member& self = members_.at(config_.name);
+    self.incarnation = incarnation_;
+    self.site_incarnation = incarnation_;
     awareness_.apply_delta(1);
     stats_.awareness = awareness_.score();
     stats_.refutations.fetch_add(1);
@@ -263,7 +287,7 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         probe_order_.insert(probe_order_.begin() + static_cast<std::ptrdiff_t>(pos(rng_)), a.node);
         m->state_version = a.state_version;
         if (a.state) {
-            apply_site_bytes(*m, a.state_version, *a.state);
+            apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
         }
         emit(MemberEventKind::kJoin, a.node);
         broadcast(a.node, a);
@@ -278,21 +302,25 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             m->suspicion_timer = 0;
         }
         m->suspicion.reset();
+        // A newer incarnation may be a restarted member whose versions start again from 1.
+        m->state_version = a.incarnation > m->incarnation
+                               ? a.state_version
+                               : std::max(m->state_version, a.state_version);
         m->incarnation = a.incarnation;
         m->addr = a.addr;
-        m->state_version = std::max(m->state_version, a.state_version);
         if (prev != NodeState::kAlive) {
             set_state(*m, NodeState::kAlive);
             emit(prev == NodeState::kSuspect ? MemberEventKind::kRecover : MemberEventKind::kJoin,
                  a.node);
         }
-        if (a.state && a.state_version > m->site_version) {
-            apply_site_bytes(*m, a.state_version, *a.state);
+        if (a.state) {
+            apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
         }
         broadcast(a.node, a);
     }
     // Too large to travel inline: fetch it by push-pull from its owner.
-    if (m->state_version > m->site_version && !m->fetch_pending && !leaving_) {
+    if (newer_site_state(m->incarnation, m->state_version, m->site_incarnation, m->site_version) &&
+        !m->fetch_pending && !leaving_) {
         m->fetch_pending = true;
         start_push_pull(m->addr, StreamKind::kFetch, m->name);
     }
@@ -309,8 +337,8 @@ void Memberlist::correct_stale(const Member& m, const std::string* reply_to) {
         return;
     }
     AliveMsg a{m.incarnation, m.name, m.addr, m.state_version, std::nullopt};
-    if (m.site_version == m.state_version && !m.site_bytes.empty() &&
-        m.site_bytes.size() <= config_.max_inline_state) {
+    if (m.site_incarnation == m.incarnation && m.site_version == m.state_version &&
+        !m.site_bytes.empty() && m.site_bytes.size() <= config_.max_inline_state) {
         a.state = m.site_bytes;
     }
     send_messages(*reply_to, {encode_message(a)});

@@ -61,7 +61,9 @@ public:
 
     // Schedules the probe, gossip and push-pull timers.
     void start();
-    // Full-state exchange with each seed address; members learned arrive as join events.
+    // Full-state exchange with each seed address; members learned arrive as join events. Retried
+    // with backoff whenever this member knows no other live member; a seed that is not a live
+    // member also gets a push-pull every reconnect_interval (it may have left and come back).
     void join(const std::vector<std::string>& seeds);
     // Broadcasts our departure; keep driving timers for a few gossip intervals so it spreads.
     void leave();
@@ -91,6 +93,8 @@ public:
     void set_user_event_callback(UserEventCallback cb) { on_user_event_ = std::move(cb); }
 
     const MembershipStats& stats() const { return stats_; }
+    // For the driver, which counts its own transport figures (inbound streams) here too.
+    MembershipStats& stats() { return stats_; }
     Keyring& keyring() { return keyring_; }
     const MembershipConfig& config() const { return config_; }
     const std::string& name() const { return config_.name; }
@@ -110,7 +114,12 @@ private:
         uint64_t incarnation = 0;
         NodeState state = NodeState::kAlive;
         TimePoint state_change{};
+        // The newest state version announced at `incarnation` (by alive messages).
         uint64_t state_version = 0;
+        // The key of the site state held: a member's site state is ordered by (incarnation,
+        // version), because a restarted member counts versions from 1 again while its
+        // refutation lifts its incarnation above its previous life's.
+        uint64_t site_incarnation = 0;
         uint64_t site_version = 0;
         std::shared_ptr<const SiteState> site;
         std::vector<uint8_t> site_bytes;
@@ -159,7 +168,9 @@ private:
     void correct_stale(const Member& m, const std::string* reply_to);
     void arm_suspicion_timer(Member& m);
     void refute(uint64_t accused_incarnation);
-    void apply_site_bytes(Member& m, uint64_t version, std::vector<uint8_t> bytes);
+    // Takes `bytes` as m's site state if (incarnation, version) is newer than the one held.
+    void apply_site_bytes(Member& m, uint64_t incarnation, uint64_t version,
+                          std::vector<uint8_t> bytes);
     void publish_local_state();
     void flush_pending_load();
     void broadcast(const std::string& key, const Message& msg);
@@ -183,6 +194,11 @@ private:
     void gossip_tick();
     void push_pull_tick();
     void reconnect_tick();
+    // Starts a join push-pull with every seed that has none in flight.
+    void try_join();
+    // Arms the join retry timer (once) when there are seeds and we know no other live member.
+    void schedule_join_retry();
+    void join_retry_tick();
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
     void merge_push_pull(const PushPullMsg& pp);
@@ -216,6 +232,12 @@ private:
     uint64_t pending_site_timer_ = 0;
     bool leaving_ = false;
     bool started_ = false;
+
+    std::vector<std::string> seeds_;
+    Duration join_backoff_{};
+    uint64_t join_retry_timer_ = 0;
+    // A failed join is logged as a warning once, until a join succeeds; retries log at debug.
+    bool join_failure_logged_ = false;
 
     uint64_t seq_ = 0;
     std::optional<ProbeRound> probe_;

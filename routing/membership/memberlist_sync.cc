@@ -66,6 +66,42 @@ void Memberlist::push_pull_tick() {
     if (!peers.empty() && peers[0]->state == NodeState::kAlive) {
         start_push_pull(peers[0]->addr, StreamKind::kPushPull, {});
     }
+    // Alone again (everyone else died or left): go back to retrying the seeds.
+    schedule_join_retry();
+}
+
+void Memberlist::try_join() {
+    for (const std::string& addr : seeds_) {
+        const bool in_flight = std::any_of(streams_.begin(), streams_.end(), [&](const auto& s) {
+            return s.second.kind == StreamKind::kJoin && s.second.addr == addr;
+        });
+        if (!in_flight) {
+            start_push_pull(addr, StreamKind::kJoin, {});
+        }
+    }
+    schedule_join_retry();
+}
+
+void Memberlist::schedule_join_retry() {
+    if (seeds_.empty() || leaving_ || live_count_ > 1 || join_retry_timer_ != 0) {
+        return;
+    }
+    join_retry_timer_ =
+        timers_.schedule(clock_.now() + join_backoff_, [this] { join_retry_tick(); });
+}
+
+void Memberlist::join_retry_tick() {
+    join_retry_timer_ = 0;
+    if (leaving_) {
+        return;
+    }
+    if (live_count_ > 1) {
+        // Joined: the next time we are alone, retries start again from the shortest wait.
+        join_backoff_ = config_.join_retry_interval;
+        return;
+    }
+    join_backoff_ = std::min(join_backoff_ * 2, config_.join_retry_max_interval);
+    try_join();
 }
 
 void Memberlist::reconnect_tick() {
@@ -74,10 +110,23 @@ void Memberlist::reconnect_tick() {
         return;
     }
     std::vector<const Member*> failed;
+    std::vector<const std::string*> lost_seeds;
+    for (const std::string& seed : seeds_) {
+        lost_seeds.push_back(&seed);
+    }
     for (const auto& [name, m] : members_) {
         if (m.state == NodeState::kDead) {
             failed.push_back(&m);
         }
+        if (m.state == NodeState::kAlive || m.state == NodeState::kSuspect) {
+            std::erase_if(lost_seeds, [&](const std::string* s) { return *s == m.addr; });
+        }
+    }
+    // A seed that left (a graceful restart) is forgotten, and it may know nobody when it comes
+    // back; ask one seed that is not a live member. While alone, try_join does this already.
+    if (!lost_seeds.empty() && live_count_ > 1) {
+        std::uniform_int_distribution<size_t> pick_seed(0, lost_seeds.size() - 1);
+        start_push_pull(*lost_seeds[pick_seed(rng_)], StreamKind::kPushPull, {});
     }
     if (failed.empty()) {
         return;
@@ -98,8 +147,15 @@ PushPullMsg Memberlist::local_push_pull(bool join) const {
         n.addr = m.addr;
         n.incarnation = name == config_.name ? incarnation_ : m.incarnation;
         n.state = name == config_.name && leaving_ ? NodeState::kLeft : m.state;
-        n.state_version = m.site_version;
-        n.site_state = m.site_bytes;
+        // The receiver orders the state by (incarnation, state_version): send it only under the
+        // incarnation it was published in. A state held from an older incarnation goes as the
+        // announced version alone, which makes the receiver fetch it from its owner.
+        if (m.site_incarnation == n.incarnation) {
+            n.state_version = m.site_version;
+            n.site_state = m.site_bytes;
+        } else {
+            n.state_version = m.state_version;
+        }
         n.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;
         pp.nodes.push_back(std::move(n));
     }
@@ -148,8 +204,8 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp) {
             if (n.coord && !m->coord) {
                 m->coord = n.coord;
             }
-            if (!n.site_state.empty() && n.state_version > m->site_version) {
-                apply_site_bytes(*m, n.state_version, n.site_state);
+            if (!n.site_state.empty()) {
+                apply_site_bytes(*m, n.incarnation, n.state_version, n.site_state);
             }
         }
     }
@@ -307,8 +363,16 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
             }
         }
         if (pending.kind == StreamKind::kJoin) {
-            log::warn("gossip_join_failed",
-                      {{"seed", pending.addr}, {"error", response.status().to_string()}});
+            if (!join_failure_logged_) {
+                join_failure_logged_ = true;
+                log::warn("gossip_join_failed",
+                          {{"seed", pending.addr},
+                           {"error", response.status().to_string()},
+                           {"retry", "with backoff while no other member is known"}});
+            } else {
+                log::debug("gossip_join_failed",
+                           {{"seed", pending.addr}, {"error", response.status().to_string()}});
+            }
         }
         return;
     }
@@ -321,6 +385,10 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
             }
         }
         return;
+    }
+    if (pending.kind == StreamKind::kJoin && join_failure_logged_) {
+        join_failure_logged_ = false;
+        log::info("gossip_joined", {{"seed", pending.addr}});
     }
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {

@@ -68,6 +68,10 @@ std::string endpoint_string(const asio::ip::address& ip, uint16_t port) {
                       : ip.to_string() + ":" + std::to_string(port);
 }
 
+// A stream body is read in pieces of at most this many bytes, so the buffer holds only what the
+// peer has actually sent.
+constexpr size_t kStreamReadChunk = 64 * 1024;
+
 std::array<uint8_t, 4> frame_header(size_t n) {
     return {static_cast<uint8_t>(n >> 24), static_cast<uint8_t>(n >> 16),
             static_cast<uint8_t>(n >> 8), static_cast<uint8_t>(n)};
@@ -249,6 +253,8 @@ public:
     std::function<Duration(const std::string&)> packet_delay_;
     TimePoint armed_ = TimePoint::max();
     uint64_t published_ = ~uint64_t{0};
+    // Inbound stream connections open now (strand only).
+    size_t inbound_streams_ = 0;
     std::array<uint8_t, 65536> udp_buf_{};
     udp::endpoint udp_from_;
 
@@ -256,6 +262,15 @@ private:
     struct StreamConn {
         explicit StreamConn(asio::strand<asio::io_context::executor_type>& s)
             : socket(s), deadline(s) {}
+        // An inbound connection holds one of max_inbound_streams slots until its last handler
+        // lets go of it (on the strand, or single-threaded at io_context teardown).
+        ~StreamConn() {
+            if (inbound_owner) {
+                --inbound_owner->inbound_streams_;
+                inbound_owner->ml_->stats().inbound_streams.fetch_sub(1);
+            }
+        }
+        std::shared_ptr<Impl> inbound_owner;
         tcp::socket socket;
         asio::steady_timer deadline;
         std::array<uint8_t, 4> header_out{};
@@ -289,7 +304,8 @@ private:
     template <typename Done>
     void read_frame(const std::shared_ptr<StreamConn>& conn, Done done) {
         auto self = shared_from_this();
-        asio::async_read(conn->socket, asio::buffer(conn->header_in),
+        asio::async_read(
+            conn->socket, asio::buffer(conn->header_in),
             asio::bind_executor(strand_, [self, conn, done](error_code ec, size_t) mutable {
                 if (ec) {
                     return done(unavailable_error("gossip stream: read header: " + ec.message()));
@@ -301,15 +317,28 @@ private:
                     return done(data_loss_error("gossip stream: frame of " + std::to_string(n) +
                                                 " bytes is out of bounds"));
                 }
-                conn->in.resize(n);
-                asio::async_read(conn->socket, asio::buffer(conn->in),
-                    asio::bind_executor(self->strand_, [conn, done](error_code ec, size_t) mutable {
-                        if (ec) {
-                            return done(unavailable_error("gossip stream: read body: " +
-                                                          ec.message()));
-                        }
-                        done(std::move(conn->in));
-                    }));
+                conn->in.clear();
+                self->read_body(conn, n, std::move(done));
+            }));
+    }
+
+    // Reads the rest of a body of `n` bytes into conn->in, one bounded chunk at a time.
+    template <typename Done>
+    void read_body(const std::shared_ptr<StreamConn>& conn, size_t n, Done done) {
+        const size_t have = conn->in.size();
+        if (have == n) {
+            return done(std::move(conn->in));
+        }
+        const size_t chunk = std::min(kStreamReadChunk, n - have);
+        conn->in.resize(have + chunk);
+        auto self = shared_from_this();
+        asio::async_read(
+            conn->socket, asio::buffer(conn->in.data() + have, chunk),
+            asio::bind_executor(strand_, [self, conn, n, done](error_code ec, size_t) mutable {
+                if (ec) {
+                    return done(unavailable_error("gossip stream: read body: " + ec.message()));
+                }
+                self->read_body(conn, n, std::move(done));
             }));
     }
 
@@ -343,7 +372,14 @@ private:
                 return;
             }
             if (!ec) {
-                self->serve(std::move(s));
+                if (self->inbound_streams_ >= self->ml_->config().max_inbound_streams) {
+                    // Full: drop it unread, so a flood of connections costs a socket each.
+                    self->ml_->stats().inbound_streams_refused.fetch_add(1);
+                    error_code ignored;
+                    s.close(ignored);
+                } else {
+                    self->serve(std::move(s));
+                }
             }
             self->accept_tcp();
         }));
@@ -353,6 +389,9 @@ private:
         auto self = shared_from_this();
         auto conn = std::make_shared<StreamConn>(strand_);
         conn->socket = std::move(socket);
+        conn->inbound_owner = self;
+        ++inbound_streams_;
+        ml_->stats().inbound_streams.fetch_add(1);
         error_code ec;
         auto remote = conn->socket.remote_endpoint(ec);
         const std::string from = ec ? "unknown" : endpoint_string(remote.address(), remote.port());

@@ -32,6 +32,10 @@ struct MembershipStats {
     std::atomic<uint64_t> bytes_received{0};
     std::atomic<uint64_t> push_pulls{0};
     std::atomic<uint64_t> stream_failures{0};
+    // Gauge: inbound TCP stream connections open now; and those closed at accept because
+    // max_inbound_streams were open.
+    std::atomic<int64_t> inbound_streams{0};
+    std::atomic<uint64_t> inbound_streams_refused{0};
     // Packets and streams dropped because they failed authentication (never parsed).
     std::atomic<uint64_t> auth_failures{0};
     // Authenticated packets that did not decode.

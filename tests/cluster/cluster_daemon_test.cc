@@ -8,12 +8,14 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
-
 #include <chrono>
 #include <functional>
 #include <future>
+#include <mutex>
+#include <string_view>
 #include <thread>
 
+#include "common/log.h"
 #include "daemon/cluster/cli.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/config.h"
@@ -21,8 +23,8 @@
 #include "daemon/metrics.h"
 #include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
-#include "tests/testing/test_daemon.h"
 #include "tests/testing/test_certs.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/tls_client.h"
 
 using namespace edge;
@@ -211,6 +213,30 @@ TEST_CASE("three daemons converge, /admin/members, /pools and /route show the wh
                    metrics.find("edgeserve_site_rtt_seconds{site=\"sin\"}") != std::string::npos;
         },
         2s));
+}
+
+TEST_CASE("membership changes are logged as gossip_member events naming the change") {
+    std::mutex mu;
+    std::vector<std::string> lines;
+    log::set_sink([&](std::string_view line) {
+        std::lock_guard lock(mu);
+        lines.emplace_back(line);
+    });
+    {
+        Cluster3 c({{"test-model"}, {"test-model"}, {"test-model"}});
+        REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    }
+    log::set_sink(nullptr);
+    size_t joins = 0;
+    for (const std::string& line : lines) {
+        const json::value v = json::parse(line);
+        if (v.at("event").as_string() == "gossip_member") {
+            joins += v.at("change").as_string() == "join" ? 1 : 0;
+            CHECK(v.as_object().contains("member"));
+        }
+    }
+    // Each of the three sites saw the two others join.
+    CHECK(joins >= 6);
 }
 
 TEST_CASE("published load moves the route: a loaded local pool spills, then comes back") {

@@ -153,6 +153,134 @@ TEST_CASE("sim: a partition heals and state converges through push-pull") {
     CHECK(sim.count_with_version(0, version) == n);
 }
 
+// The pool digest and state member `target` holds for member `of`, "" when it holds none.
+std::string pool_seen(GossipSim& sim, size_t target, size_t of) {
+    const MemberView* v = sim.node(target).snapshot()->find(GossipSim::name(of));
+    if (v == nullptr || v->state != NodeState::kAlive || !v->site || v->site->pools.empty()) {
+        return "";
+    }
+    const PoolInfo& p = v->site->pools[0];
+    return p.version_digest + " " + std::string(pool_state_name(p.state));
+}
+
+// Whether every live member other than `of` holds `want` as `of`'s pool.
+bool all_see_pool(GossipSim& sim, size_t of, const std::string& want) {
+    for (size_t i = 0; i < sim.size(); ++i) {
+        if (i != of && !sim.is_killed(i) && pool_seen(sim, i, of) != want) {
+            return false;
+        }
+    }
+    return true;
+}
+
+TEST_CASE("sim: a restarted member's new state wins over its previous life's, however late") {
+    const size_t n = 6;
+    GossipSim sim(n, lan_profile(), 11);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    // Members 3 and 4 publish many versions, so their previous lives' versions are high.
+    for (int k = 0; k < 20; ++k) {
+        for (size_t i : {3u, 4u}) {
+            sim.node(i).update_site_state(
+                changed_site(sim.node(i), "sha256:v" + std::to_string(k)));
+        }
+        sim.net().run_for(milliseconds(300));
+    }
+    // 3 drains and leaves (SIGTERM); 4 dies (SIGKILL).
+    SiteState draining = changed_site(sim.node(3), "sha256:v19");
+    draining.pools[0].state = PoolState::kDraining;
+    sim.node(3).update_site_state(draining);
+    REQUIRE(
+        sim.run_until([&] { return all_see_pool(sim, 3, "sha256:v19 draining"); }, seconds(10)));
+    REQUIRE(all_see_pool(sim, 4, "sha256:v19 serving"));
+    const MemberView old3 = *sim.node(0).snapshot()->find(GossipSim::name(3));
+    const std::vector<uint8_t> old3_bytes = encode_site_state(*old3.site);
+    REQUIRE(old3.site_version > 20);
+    sim.node(3).leave();
+    sim.net().run_for(seconds(2));
+    sim.kill(3);
+    sim.kill(4);
+    sim.net().run_for(seconds(1));
+
+    // Both come back as new processes with a new state (version 1 again); 4's is large.
+    for (size_t i : {3u, 4u}) {
+        SiteState fresh;
+        fresh.site_id = GossipSim::name(i);
+        fresh.peer_addr = GossipSim::addr(i);
+        fresh.admin_addr = "new-admin:" + std::to_string(i);
+        PoolInfo p;
+        p.model = "glm-4.6";
+        p.version_digest = "sha256:new";
+        p.state = PoolState::kServing;
+        p.capacity = 8;
+        fresh.pools = {p};
+        if (i == 4) {
+            // Too large to inline in alive messages: the others fetch it by push-pull.
+            for (int k = 0; k < 20; ++k) {
+                p.model = "model-" + std::to_string(k);
+                fresh.pools.push_back(p);
+            }
+            REQUIRE(encode_site_state(fresh).size() > lan_profile().max_inline_state);
+        }
+        sim.restart(i, fresh);
+    }
+    const bool ok = sim.run_until(
+        [&] {
+            return all_see_pool(sim, 3, "sha256:new serving") &&
+                   all_see_pool(sim, 4, "sha256:new serving");
+        },
+        seconds(20));
+    for (size_t i = 0; i < n; ++i) {
+        MESSAGE("member " << i << " sees 3 as '" << pool_seen(sim, i, 3) << "', 4 as '"
+                          << pool_seen(sim, i, 4) << "'");
+    }
+    CHECK(ok);
+    CHECK(sim.node(1).snapshot()->find(GossipSim::name(3))->site->admin_addr == "new-admin:3");
+
+    // The previous life's state arriving late, by gossip or by push-pull, changes nothing.
+    Memberlist& m0 = sim.node(0);
+    AliveMsg stale{old3.incarnation, old3.name, old3.addr, old3.site_version, old3_bytes};
+    std::vector<std::vector<uint8_t>> framed{encode_message(stale)};
+    m0.handle_packet("late:1", m0.keyring().seal(m0.config().label, encode_packet(framed)).value());
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{old3.name, old3.addr, old3.incarnation, NodeState::kAlive,
+                                    old3.site_version, old3_bytes, std::nullopt});
+    framed = {encode_message(pp)};
+    auto reply = m0.handle_stream(
+        "late:1", m0.keyring().seal(m0.config().label, encode_packet(framed)).value());
+    CHECK(reply.ok());
+    CHECK(pool_seen(sim, 0, 3) == "sha256:new serving");
+    sim.net().run_for(seconds(5));
+    CHECK(all_see_pool(sim, 3, "sha256:new serving"));
+    CHECK(sim.false_deaths() == 0);
+}
+
+TEST_CASE("sim: the others find a seed again that left and came back knowing nobody") {
+    // Member 0 is everyone's seed and joins nobody itself (the first site of a fleet).
+    const size_t n = 5;
+    const MembershipConfig c = lan_profile();
+    GossipSim sim(n, c, 12);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    sim.node(0).leave();
+    sim.net().run_for(seconds(2));
+    sim.kill(0);
+    // The others forget it (it left), then it comes back as a new process.
+    REQUIRE(sim.run_until([&] { return sim.count_seeing_dead(0) == n - 1; }, seconds(5)));
+    sim.net().run_for(c.gossip_to_the_dead_time + c.push_pull_interval);
+    SiteState site;
+    site.site_id = GossipSim::name(0);
+    sim.restart(0, site);
+    const TimePoint restarted = sim.net().now();
+    const bool ok =
+        sim.run_until([&] { return sim.converged(); }, c.reconnect_interval + c.push_pull_interval);
+    MESSAGE("rejoined in " << to_seconds(sim.net().now() - restarted) << " s");
+    CHECK(ok);
+    CHECK(sim.false_deaths() == 0);
+}
+
 // N = 1000 runs in bench_gossip_sim (its joins cost ~N^2 log N messages, a minute of CPU).
 TEST_CASE("sim: an update reaches every member within retransmit_limit(N) gossip rounds") {
     for (size_t n : {10u, 100u, 300u}) {

@@ -5,10 +5,13 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-
-#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -36,6 +39,9 @@ MembershipConfig fast_config(const std::string& name) {
     c.push_pull_interval = milliseconds(1000);
     c.reconnect_interval = milliseconds(1000);
     c.stream_timeout = milliseconds(1000);
+    c.join_retry_interval = milliseconds(100);
+    c.join_retry_max_interval = milliseconds(400);
+    c.max_inbound_streams = 16;
     c.suspicion_mult = 4;
     return c;
 }
@@ -55,12 +61,13 @@ public:
         thread_.join();
     }
 
-    MembershipService& add(const std::string& name, std::vector<GossipKey> keys) {
+    MembershipService& add(const std::string& name, std::vector<GossipKey> keys,
+                           uint16_t port = 0) {
         SiteState site;
         site.site_id = name;
         auto svc = MembershipService::create(io_, fast_config(name),
                                              Keyring::create(std::move(keys)).value(), site,
-                                             "127.0.0.1", 0);
+                                             "127.0.0.1", port);
         REQUIRE_MESSAGE(svc.ok(), svc.status().to_string());
         svc.value()->set_event_callback([this, name](const MemberEvent& e) {
             std::lock_guard lock(mu_);
@@ -241,6 +248,72 @@ TEST_CASE("sockets: a member stopped abruptly is declared dead by the others") {
             return true;
         },
         std::chrono::seconds(5)));
+}
+
+TEST_CASE("sockets: a member whose seed is not up yet joins once the seed is") {
+    Cluster c;
+    // A port with nothing behind it yet: joins to it are refused until the seed binds it.
+    uint16_t seed_port = 0;
+    {
+        boost::asio::ip::tcp::acceptor probe(c.io_,
+                                             {boost::asio::ip::make_address("127.0.0.1"), 0});
+        seed_port = probe.local_endpoint().port();
+    }
+    MembershipService& first = c.add("site0", {key_of(5)});
+    MembershipService& late = c.add("site2", {key_of(5)});
+    first.start({});
+    late.start({"127.0.0.1:" + std::to_string(seed_port)});
+    REQUIRE(Cluster::wait_for([&] { return late.stats().stream_failures.load() > 1; },
+                              std::chrono::seconds(5)));
+    CHECK(late.snapshot()->members.size() == 1);
+    MembershipService& seed = c.add("site1", {key_of(5)}, seed_port);
+    seed.start({first.advertise_addr()});
+    CHECK(
+        Cluster::wait_for([&] { return c.all_see_alive(3, names(3)); }, std::chrono::seconds(10)));
+}
+
+// Resident set size of this process, in bytes.
+size_t resident_bytes() {
+    std::ifstream statm("/proc/self/statm");
+    size_t pages = 0;
+    size_t resident = 0;
+    statm >> pages >> resident;
+    return resident * 4096;
+}
+
+TEST_CASE("sockets: unauthenticated stream connections are capped and cost what they send") {
+    Cluster c;
+    MembershipService& seed = c.add("site0", {key_of(6)});
+    seed.start({});
+    const size_t cap = fast_config("x").max_inbound_streams;
+    const size_t before = resident_bytes();
+    // Each claims a frame of 32 MiB - 1 and sends nothing more: an unbounded reader would
+    // allocate (and zero) 32 MiB for each before authenticating anything.
+    boost::asio::io_context io;
+    std::vector<boost::asio::ip::tcp::socket> conns;
+    const boost::asio::ip::tcp::endpoint to(boost::asio::ip::make_address("127.0.0.1"),
+                                            seed.port());
+    for (size_t i = 0; i < cap + 4; ++i) {
+        conns.emplace_back(io);
+        conns.back().connect(to);
+        const std::array<uint8_t, 4> header{0x01, 0xff, 0xff, 0xff};
+        boost::asio::write(conns.back(), boost::asio::buffer(header));
+    }
+    // The ones past the cap are closed at accept, long before the 1 s stream timeout.
+    REQUIRE(Cluster::wait_for([&] { return seed.stats().inbound_streams_refused.load() >= 4; },
+                              milliseconds(500)));
+    CHECK(seed.stats().inbound_streams.load() == static_cast<int64_t>(cap));
+    const size_t grown = resident_bytes() - std::min(before, resident_bytes());
+    MESSAGE("resident set grew by " << grown / 1024 << " KiB with " << cap << " open streams");
+    CHECK(grown < (64u << 20));
+    for (auto& s : conns) {
+        s.close();
+    }
+    REQUIRE(Cluster::wait_for([&] { return seed.stats().inbound_streams.load() == 0; },
+                              std::chrono::seconds(3)));
+    // Honest members still join.
+    c.add("site1", {key_of(6)}).start({seed.advertise_addr()});
+    CHECK(Cluster::wait_for([&] { return c.all_see_alive(2, names(2)); }, std::chrono::seconds(5)));
 }
 
 TEST_CASE("sockets: addresses are parsed strictly") {

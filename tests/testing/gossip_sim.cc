@@ -57,14 +57,16 @@ struct GossipSim::Node final : routing::membership::Transport {
     std::unique_ptr<Memberlist> ml;
     bool alive = true;
     TimePoint pending = TimePoint::max();
+    // Bumped by restart(): callbacks of an earlier process are dropped.
+    uint64_t generation = 0;
 
     void send_packet(const std::string& to, std::vector<uint8_t> bytes) override {
         sim->net_.send_packet(addr, to, std::move(bytes));
     }
     void send_stream(const std::string& to, uint64_t id, std::vector<uint8_t> req) override {
         sim->net_.send_stream(addr, to, std::move(req),
-                              [this, id](Result<std::vector<uint8_t>> r) {
-                                  if (!alive) {
+                              [this, id, gen = generation](Result<std::vector<uint8_t>> r) {
+                                  if (!alive || generation != gen) {
                                       return;
                                   }
                                   ml->handle_stream_response(id, std::move(r));
@@ -75,57 +77,62 @@ struct GossipSim::Node final : routing::membership::Transport {
 
 GossipSim::GossipSim(size_t n, MembershipConfig base, uint64_t seed,
                      std::optional<routing::membership::GossipKey> key)
-    : net_(seed) {
+    : net_(seed), base_(std::move(base)), key_(key), seed_(seed) {
     for (size_t i = 0; i < n; ++i) {
         auto node = std::make_unique<Node>();
         node->sim = this;
         node->index = i;
         node->addr = addr(i);
         node->clock = std::make_unique<NodeClock>(net_.clock());
-        MembershipConfig c = base;
-        c.name = name(i);
-        c.advertise_addr = node->addr;
-        c.seed = seed * 1000003 + i;
         SiteState site;
-        site.site_id = c.name;
+        site.site_id = name(i);
         site.region = i % 2 == 0 ? "eu" : "us";
         site.peer_addr = node->addr;
-        Keyring ring;
-        if (key) {
-            ring = Keyring::create({*key}).value();
-        }
-        auto ml = Memberlist::create(c, std::move(ring), *node->clock, *node, site);
-        EDGE_CHECK(ml.ok(), ml.status().to_string());
-        node->ml = std::move(ml).value();
-        Node* raw = node.get();
-        node->ml->set_event_callback([this, i](const MemberEvent& e) {
-            if (e.kind == MemberEventKind::kDead) {
-                auto it = index_.find(e.name);
-                if (it != index_.end() && nodes_[it->second]->alive) {
-                    ++false_deaths_;
-                    false_death_log_.push_back(name(i) + "->" + e.name);
-                }
-            }
-        });
-        net_.attach(
-            node->addr,
-            [this, raw](const std::string& from, std::vector<uint8_t> bytes) {
-                if (!raw->alive) {
-                    return;
-                }
-                raw->ml->handle_packet(from, bytes);
-                reschedule(*raw);
-            },
-            [this, raw](const std::string& from,
-                        std::vector<uint8_t> bytes) -> Result<std::vector<uint8_t>> {
-                auto r = raw->ml->handle_stream(from, bytes);
-                reschedule(*raw);
-                return r;
-            });
-        index_[c.name] = i;
+        index_[name(i)] = i;
+        create_member(*node, std::move(site));
         nodes_.push_back(std::move(node));
     }
-    net_.set_stream_timeout(base.stream_timeout);
+    net_.set_stream_timeout(base_.stream_timeout);
+}
+
+void GossipSim::create_member(Node& node, SiteState site) {
+    const size_t i = node.index;
+    MembershipConfig c = base_;
+    c.name = name(i);
+    c.advertise_addr = node.addr;
+    c.seed = seed_ * 1000003 + i + 7919 * node.generation;
+    Keyring ring;
+    if (key_) {
+        ring = Keyring::create({*key_}).value();
+    }
+    auto ml = Memberlist::create(c, std::move(ring), *node.clock, node, std::move(site));
+    EDGE_CHECK(ml.ok(), ml.status().to_string());
+    node.ml = std::move(ml).value();
+    Node* raw = &node;
+    node.ml->set_event_callback([this, i](const MemberEvent& e) {
+        if (e.kind == MemberEventKind::kDead) {
+            auto it = index_.find(e.name);
+            if (it != index_.end() && nodes_[it->second]->alive) {
+                ++false_deaths_;
+                false_death_log_.push_back(name(i) + "->" + e.name);
+            }
+        }
+    });
+    net_.attach(
+        node.addr,
+        [this, raw](const std::string& from, std::vector<uint8_t> bytes) {
+            if (!raw->alive) {
+                return;
+            }
+            raw->ml->handle_packet(from, bytes);
+            reschedule(*raw);
+        },
+        [this, raw](const std::string& from,
+                    std::vector<uint8_t> bytes) -> Result<std::vector<uint8_t>> {
+            auto r = raw->ml->handle_stream(from, bytes);
+            reschedule(*raw);
+            return r;
+        });
 }
 
 GossipSim::~GossipSim() = default;
@@ -173,6 +180,21 @@ void GossipSim::kill(size_t i) {
 }
 
 bool GossipSim::is_killed(size_t i) const { return !nodes_.at(i)->alive; }
+
+void GossipSim::restart(size_t i, SiteState site) {
+    Node& n = *nodes_.at(i);
+    EDGE_CHECK(!n.alive, "restart a killed member");
+    // Whatever the previous process had in flight (streams, timers) must not reach the new one.
+    ++n.generation;
+    n.pending = TimePoint::max();
+    create_member(n, std::move(site));
+    n.alive = true;
+    n.ml->start();
+    if (i != 0) {
+        n.ml->join({addr(0)});
+    }
+    reschedule(n);
+}
 
 bool GossipSim::run_until(const std::function<bool()>& pred, Duration limit, Duration step) {
     const TimePoint end = net_.now() + limit;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,6 +38,9 @@ public:
     // Kills member i abruptly (no leave): its address goes dark and its timers stop.
     void kill(size_t i);
     bool is_killed(size_t i) const;
+    // Starts member i again as a new process after kill(i): a fresh Memberlist (versions and
+    // incarnation from scratch) with `site` as its state, joining member 0.
+    void restart(size_t i, routing::membership::SiteState site);
 
     // Runs until `pred` holds (checked every `step`) or `limit` passes; true if it held.
     bool run_until(const std::function<bool()>& pred, Duration limit,
@@ -57,8 +61,13 @@ public:
 private:
     struct Node;
     void reschedule(Node& n);
+    // (Re)creates member i's Memberlist and attaches its address.
+    void create_member(Node& n, routing::membership::SiteState site);
 
     FakeNetwork net_;
+    routing::membership::MembershipConfig base_;
+    std::optional<routing::membership::GossipKey> key_;
+    uint64_t seed_ = 0;
     std::vector<std::unique_ptr<Node>> nodes_;
     std::unordered_map<std::string, size_t> index_;
     uint64_t false_deaths_ = 0;
