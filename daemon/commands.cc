@@ -180,7 +180,7 @@ int run_main(int argc, char** argv) {
             if (!fresh.ok()) {
                 log::error("tenants_reload_failed", {{"error", fresh.status().message()}});
             } else {
-                (*daemon)->reload_tenants(fresh->tenants);
+                (void)(*daemon)->reload_tenants(fresh->tenants);  // Logged when refused.
             }
             (void)notifier.notify("READY=1");
             continue;

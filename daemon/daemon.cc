@@ -281,13 +281,21 @@ Status Daemon::reload_certificates() {
     return s;
 }
 
-void Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants) {
+Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants) {
+    if (!tenants && router_->tenants_enabled()) {
+        Status refused = failed_precondition_error(
+            "the new config has no `tenants` section, which would turn authentication off; "
+            "the old tenants stay (restart to run without authentication)");
+        log::error("tenants_reload_refused", {{"error", refused.message()}});
+        return refused;
+    }
     auto table = std::make_shared<const TenantTable>(tenants);
     limiter_->configure(tenants);
     router_->set_tenants(table);
     log::info("tenants_reloaded",
               {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
                {"auth", table->enabled() ? "on" : "off"}});
+    return ok_status();
 }
 
 void Daemon::stop(std::chrono::milliseconds deadline) {

@@ -74,8 +74,10 @@ public:
     // files fail to load keeps its old certificates (logged; the first error is returned).
     Status reload_certificates();
     // Replaces tenants, keys and limits (SIGHUP). Requests in flight keep running and keep their
-    // concurrency slots; new requests see the new table at once.
-    void reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants);
+    // concurrency slots; new requests see the new table at once. A config without `tenants`
+    // while authentication is on is refused (kFailedPrecondition, the old tenants stay): one
+    // mis-edit must not open a live site to everyone; restart to run without authentication.
+    Status reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants);
     // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
     // the admin listener and the I/O threads.
     void stop(std::chrono::milliseconds deadline);

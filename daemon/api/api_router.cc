@@ -24,6 +24,22 @@ ApiError auth_error(AuthOutcome outcome) {
     return e;
 }
 
+// The rejections_total reason of a request the engine refused at submit().
+const char* engine_refusal_reason(const Status& status) {
+    switch (status.code()) {
+        case StatusCode::kResourceExhausted:
+            return "queue_full";
+        case StatusCode::kUnavailable:
+            return "overloaded";
+        case StatusCode::kOutOfRange:
+            return "context_length_exceeded";
+        case StatusCode::kNotFound:
+            return "model_not_found";
+        default:
+            return "invalid_request";
+    }
+}
+
 ApiError method_not_allowed(std::string_view method, std::string_view path) {
     ApiError e;
     e.status = 405;
@@ -341,18 +357,23 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
     run_completion(
         generator_, std::move(req), std::move(channel), clock_.wall_now_us() / 1'000'000,
-        [lease = std::move(admitted.lease), metrics = metrics_,
-         tenant_name](const engine::Finish& finish) {
+        [lease = std::move(admitted.lease), metrics = metrics_, tenant_name](
+            const engine::Finish& finish, bool refused) {
             lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
-            if (metrics != nullptr) {
-                metrics->on_tenant_tokens(tenant_name, finish.usage.prompt_tokens,
-                                          finish.usage.completion_tokens);
-                const char* outcome = finish.reason == engine::FinishReason::kError ? "error"
-                                      : finish.reason == engine::FinishReason::kCancelled
-                                          ? "cancelled"
-                                          : "ok";
-                metrics->on_tenant_request(tenant_name, outcome);
+            if (metrics == nullptr) {
+                return;
             }
+            metrics->on_tenant_tokens(tenant_name, finish.usage.prompt_tokens,
+                                      finish.usage.completion_tokens);
+            if (refused) {
+                metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));
+                metrics->on_tenant_request(tenant_name, "rejected");
+                return;
+            }
+            const char* outcome = finish.reason == engine::FinishReason::kError       ? "error"
+                                  : finish.reason == engine::FinishReason::kCancelled ? "cancelled"
+                                                                                      : "ok";
+            metrics->on_tenant_request(tenant_name, outcome);
         });
 }
 

@@ -49,6 +49,8 @@ public:
           access_log_(access_log) {}
 
     void set_tenants(std::shared_ptr<const TenantTable> tenants);
+    // Whether the tenant table in force checks API keys.
+    bool tenants_enabled() const { return tenants()->enabled(); }
     // Null: everything runs here. Any thread, any time; must outlive the router.
     void set_route_planner(cluster::RoutePlanner* planner) { planner_.store(planner); }
     // Carries requests planned for another site; null: such plans fail with 503. Before serving.

@@ -131,7 +131,7 @@ public:
 
     void on_finish(engine::Finish finish) override {
         if (on_done_) {
-            on_done_(finish);
+            on_done_(finish, false);
             on_done_ = nullptr;
         }
         if (finish.reason == engine::FinishReason::kCancelled) {
@@ -367,7 +367,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             engine::Finish finish;
             finish.reason = engine::FinishReason::kError;
             finish.error = invalid_argument_error(error->message);
-            on_done(finish);
+            on_done(finish, true);
         }
         channel->respond(error->to_response());
         return;
@@ -382,7 +382,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             engine::Finish finish;
             finish.reason = engine::FinishReason::kError;
             finish.error = handle.status();
-            on_done(finish);
+            on_done(finish, true);
         }
         // Nothing went out yet: the error's own status, streaming or not.
         channel->respond(api_error_from_status(handle.status(), model).to_response());

@@ -16,9 +16,10 @@
 
 namespace edge::daemon::api {
 
-// Called exactly once when the request is over: with the engine's Finish, or with reason kError
-// and the submit() error when it was never started.
-using CompletionDone = std::function<void(const engine::Finish&)>;
+// Called exactly once when the request is over: with the engine's Finish and refused false, or
+// with reason kError, the submit() error and refused true when the engine refused it (a full
+// queue, a prompt beyond the context, a bad field) and it never started.
+using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
 void run_completion(engine::Generator& generator, ParsedRequest request,

@@ -195,6 +195,16 @@ TEST_CASE("errors: bad JSON, wrong types, submit() failures mapped to OpenAI err
         f.call("POST", "/v1/chat/completions",
                R"({"model":"nope","messages":[{"role":"user","content":"x"}],"stream":true})");
     CHECK(streamed_unknown.status == 404);
+
+    // What the engine refused counts as rejected, by reason, not as an error of the tenant's.
+    auto metrics = testing::plain_http_get(f.daemon->admin_port(), "/metrics");
+    REQUIRE(metrics.ok());
+    const std::string& m = metrics->body;
+    CHECK(
+        m.find(R"(edgeserve_tenant_rejections_total{reason="queue_full",tenant="anonymous"} 2)") !=
+        std::string::npos);
+    CHECK(m.find(R"(reason="context_length_exceeded",tenant="anonymous"} 1)") != std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="error")") == std::string::npos);
 }
 
 TEST_CASE("a stream that fails after it opened reports the error in-band") {

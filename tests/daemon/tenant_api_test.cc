@@ -181,7 +181,10 @@ TEST_CASE("reload rotates a key while a request runs: old key 401 after, running
                              tenant_yaml(kNewKey, "    max_concurrent: 2\n")),
         f.dir.file("c.yaml"));
     REQUIRE(reloaded.ok());
-    f.daemon->reload_tenants(reloaded->tenants);
+    // A config that lost its tenants section would turn authentication off: refused.
+    CHECK(f.daemon->reload_tenants(std::nullopt).code() == StatusCode::kFailedPrecondition);
+    CHECK(f.call(chat_body(false), "sk-unknown").status == 401);
+    REQUIRE(f.daemon->reload_tenants(reloaded->tenants).ok());
 
     testing::HttpReply old_key = f.call(chat_body(false), kOldKey);
     CHECK(old_key.status == 401);
