@@ -43,7 +43,12 @@ Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
         c.architecture_ = std::string(archs->get_array()[0].get_string());
     } else if (const json::value* mt = c.root_.if_contains("model_type");
                mt != nullptr && mt->is_string()) {
-        c.architecture_ = std::string(mt->get_string());
+        // No `architectures`: the class Hugging Face pairs with a known model_type.
+        const std::string_view type = mt->get_string();
+        c.architecture_ = type == "qwen3_moe"                          ? "Qwen3MoeForCausalLM"
+                          : type == "glm4_moe"                         ? "Glm4MoeForCausalLM"
+                          : type == "deepseek_v3" || type == "kimi_k2" ? "DeepseekV3ForCausalLM"
+                                                                       : std::string(type);
     } else {
         return c.field_error("architectures", "is missing (and there is no model_type)");
     }

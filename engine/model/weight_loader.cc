@@ -253,9 +253,13 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                           std::to_string(cols) + " / group size]");
         }
         const int64_t group = cols / scale.shape()[1];
-        EDGE_ASSIGN_OR_RETURN(
-            quant::QuantizedWeight w,
-            quant::from_compressed_tensors(ref(packed), ref(scale), ref(shape), group));
+        // The format's checks name the tensor; the shard is named here.
+        Result<quant::QuantizedWeight> parsed =
+            quant::from_compressed_tensors(ref(packed), ref(scale), ref(shape), group);
+        if (!parsed.ok()) {
+            return parsed.status().with_context(*packed.file);
+        }
+        quant::QuantizedWeight w = std::move(parsed).value();
         if (w.view().rows != rows || w.view().cols != cols) {
             return invalid_argument_error(where + ": weight_shape is [" +
                                           std::to_string(w.view().rows) + ", " +
@@ -280,9 +284,12 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
             return shape_error(t, {rows, cols});
         }
         EDGE_ASSIGN_OR_RETURN(TensorView scale, ckpt_.tensor(scale_name));
-        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w,
-                              quant::from_fp8_block(ref(t), ref(scale), /*scan_for_nan=*/true));
-        return keep(std::move(w));
+        Result<quant::QuantizedWeight> parsed =
+            quant::from_fp8_block(ref(t), ref(scale), /*scan_for_nan=*/true);
+        if (!parsed.ok()) {
+            return parsed.status().with_context(*t.file);
+        }
+        return keep(std::move(parsed).value());
     }
     if (t.dtype() == DType::kI8) {
         if (stored_.quant_method != "compressed-tensors") {

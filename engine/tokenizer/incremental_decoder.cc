@@ -34,7 +34,7 @@ std::string IncrementalDecoder::push_bytes(std::string_view bytes) {
             break;  // Wait for the next token to complete it.
         }
         out.append(kReplacement);
-        ++pos;
+        pos += utf8_maximal_subpart(rest);
     }
     pending_.erase(0, pos);
     return out;

@@ -77,6 +77,20 @@ bool utf8_incomplete_prefix(std::string_view text) {
     return prefix_bytes_allowed(text, length);
 }
 
+size_t utf8_maximal_subpart(std::string_view text) {
+    if (text.empty()) {
+        return 0;
+    }
+    const int length = utf8_sequence_length(static_cast<uint8_t>(text[0]));
+    size_t n = 1;
+    // The lead byte and each following byte allowed at its place, short of a whole sequence.
+    while (length > 1 && n < text.size() && n < static_cast<size_t>(length) &&
+           prefix_bytes_allowed(text.substr(0, n + 1), length)) {
+        ++n;
+    }
+    return n;
+}
+
 size_t utf8_first_invalid(std::string_view text) {
     size_t pos = 0;
     while (pos < text.size()) {

@@ -21,6 +21,12 @@ size_t utf8_valid_sequence(std::string_view text);
 // followed by fewer continuation bytes than it needs, each allowed at its place.
 bool utf8_incomplete_prefix(std::string_view text);
 
+// Bytes of the maximal subpart at the start of `text`, which does not start a valid sequence:
+// the lead byte and the continuation bytes allowed after it (1..3). Replacing each maximal
+// subpart with one U+FFFD is Unicode's recommended practice (Python's and Rust's decoders, so
+// Hugging Face's): "\xE4\xB8A" decodes as U+FFFD then "A". 0 for empty text.
+size_t utf8_maximal_subpart(std::string_view text);
+
 // Byte offset of the first invalid sequence in `text`, or text.size() when it is all valid.
 size_t utf8_first_invalid(std::string_view text);
 

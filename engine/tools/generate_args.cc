@@ -29,17 +29,20 @@ bool parse_float(const std::string& s, float* out) {
     return !s.empty() && end == s.c_str() + s.size();
 }
 
+// "1,2,3": every item a number ("1," and ",1" are not).
 bool parse_ids(std::string_view s, std::vector<TokenId>* out) {
-    while (!s.empty()) {
+    for (;;) {
         const size_t comma = s.find(',');
         TokenId id = 0;
         if (!parse_number(s.substr(0, comma), &id)) {
             return false;
         }
         out->push_back(id);
-        s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+        if (comma == std::string_view::npos) {
+            return true;
+        }
+        s = s.substr(comma + 1);
     }
-    return !out->empty();
 }
 
 // Returns an error message, or "" on success.

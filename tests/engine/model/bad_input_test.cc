@@ -204,6 +204,14 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     s = with([](json::object& c) { c["architectures"] = {"LlamaForCausalLM"}; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "'LlamaForCausalLM' is not supported"));
+    // Without `architectures`, model_type names the class as Hugging Face pairs them.
+    s = with([](json::object& c) { c.erase("architectures"); });
+    CHECK_MESSAGE(s.ok(), s.to_string());
+    s = with([](json::object& c) {
+        c.erase("architectures");
+        c["model_type"] = "llama";
+    });
+    CHECK(contains(s, "'llama' is not supported"));
     s = with([](json::object& c) { c["hidden_act"] = "gelu"; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "field 'hidden_act' 'gelu'"));

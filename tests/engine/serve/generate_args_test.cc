@@ -40,6 +40,8 @@ TEST_CASE("generate args: mistakes name the flag") {
         {{"--model", "/m"}, "exactly one"},
         {{"--model", "/m", "--prompt", "x", "--prompt-ids", "1"}, "exactly one"},
         {{"--model", "/m", "--prompt-ids", "1,,2"}, "--prompt-ids"},
+        {{"--model", "/m", "--prompt-ids", "1,"}, "--prompt-ids"},
+        {{"--model", "/m", "--prompt-ids", ""}, "--prompt-ids"},
         {{"--model", "/m", "--prompt", "x", "--max-tokens", "ten"}, "--max-tokens"},
         {{"--model", "/m", "--prompt", "x", "--temperature"}, "--temperature needs a value"},
         {{"--model", "/m", "--prompt", "x", "--bogus", "1"}, "unknown flag --bogus"},

@@ -201,6 +201,13 @@ TEST_CASE("tokenizer: incremental decoder holds partial bytes and replaces inval
     CHECK(dec.push('a') ==
           "\xEF\xBF\xBD"
           "a");
+    // One U+FFFD per maximal subpart, as Python's and Hugging Face's errors="replace".
+    CHECK(dec.push(0xE4).empty());
+    CHECK(dec.push(0xB8).empty());
+    CHECK(dec.push('A') ==
+          "\xEF\xBF\xBD"
+          "A");
+    CHECK(dec.push(0xC0) == "\xEF\xBF\xBD");  // Never a lead byte: replaced at once.
     CHECK(dec.push(0xE2).empty());
     CHECK(dec.flush() == "\xEF\xBF\xBD");
     CHECK(dec.push(511) == "<|im_end|>");
