@@ -572,6 +572,14 @@ bool Scheduler::is_eos(TokenId id) const {
 }
 
 void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
+    // NaN weights in a checkpoint (or a numeric fault) would otherwise pick token 0 forever.
+    if (std::any_of(logits.begin(), logits.end(), [](float x) { return std::isnan(x); })) {
+        finish(seq, FinishReason::kError,
+               internal_error("the model produced NaN logits at generated token " +
+                              std::to_string(seq->generated()) +
+                              " (NaN or Inf in the checkpoint's weights?)"));
+        return;
+    }
     const sampling::SampledToken sampled = seq->sampler.sample(logits);
     seq->tokens.push_back(sampled.id);
     {

@@ -14,6 +14,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -50,6 +51,7 @@ struct FakeOptions {
     std::vector<TokenId> eos = {509};
     NextToken next = default_next;
     int fail_call = -1;  // forward() call (0-based) that fails with kInternal; -1: none.
+    int32_t nan_slot = -1;  // Slot whose logits are NaN from its second forward on; -1: none.
     std::function<void()> on_forward;  // Called by each forward() (a test advances its clock).
 };
 
@@ -146,6 +148,10 @@ public:
                 logits->push_back(static_cast<float>((h >> (v % 48)) % 1000) / 1000.0f);
             }
             logits->at(logits->size() - options_.vocab_size + next) = 10.0f;
+            if (c.slot == options_.nan_slot && c.start_pos > 0) {
+                std::fill(logits->end() - options_.vocab_size, logits->end(),
+                          std::numeric_limits<float>::quiet_NaN());
+            }
         }
         return record(call, ok_status());
     }

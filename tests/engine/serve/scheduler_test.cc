@@ -319,6 +319,24 @@ TEST_CASE("scheduler: a failing forward ends that batch's requests with the erro
     CHECK(c->wait()->reason == FinishReason::kLength);
 }
 
+TEST_CASE("scheduler: NaN logits end that request with an error, not with garbage tokens") {
+    FakeOptions opts;
+    opts.nan_slot = 0;  // The first request's; its prompt's logits are fine.
+    Harness h(opts);
+    auto bad = h.submit({1, 2}, 5);
+    auto good = h.submit({3, 4}, 5);
+    h.drain();
+    auto finish = bad->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kError);
+    CHECK(finish->error.code() == StatusCode::kInternal);
+    CHECK(finish->error.message().find("NaN") != std::string::npos);
+    CHECK(finish->usage.completion_tokens == 1);
+    REQUIRE(good->wait());
+    CHECK(good->wait()->reason == FinishReason::kLength);
+    CHECK(h.log->slots_in_use == 0);
+}
+
 FakeOptions scripted(std::string script) {
     FakeOptions opts;
     opts.next = [script](std::span<const TokenId> history) -> TokenId {
