@@ -292,6 +292,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             channel->respond(e.to_response());
             return;
         }
+        req.report_usage = true;  // The forwarding site charges the tenant from it.
         run_completion(generator_, std::move(req), std::move(channel),
                        clock_.wall_now_us() / 1'000'000);
         return;

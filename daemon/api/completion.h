@@ -16,6 +16,12 @@
 
 namespace edge::daemon::api {
 
+// A stream answered to a forwarding site (ParsedRequest::report_usage) ends, before
+// `data: [DONE]`, with the SSE comment
+// `: edgeserve-usage {"prompt_tokens":N,"completion_tokens":M}` so that site charges the tenant the real usage whatever stream_options asked; the forwarder
+// consumes it and never relays it to the client (forward/usage_scanner.h).
+inline constexpr std::string_view kUsageReportComment = "edgeserve-usage ";
+
 // Called exactly once when the request is over: with the engine's Finish, or with reason kError
 // and the submit() error when it was never started.
 using CompletionDone = std::function<void(const engine::Finish&)>;

@@ -476,10 +476,11 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         if (got > 0) {
             std::string_view piece(chunk.data(), got);
             if (streamed) {
-                if (event_stream) {
-                    usage.feed_events(piece);
+                // Events pass whole, less the peer's usage report (only for this site).
+                std::string relay = event_stream ? usage.feed_events(piece) : std::string(piece);
+                if (!relay.empty()) {
+                    job.channel->write(std::move(relay));
                 }
-                job.channel->write(std::string(piece));
             } else if (body.size() + got > config_.max_response_bytes) {
                 ec = http::error::body_limit;
                 break;
@@ -536,6 +537,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         co_return true;
     }
     if (streamed) {
+        if (std::string held = usage.flush(); !held.empty()) {
+            job.channel->write(std::move(held));
+        }
         job.deliver_last = [channel = job.channel] { channel->end_stream(); };
         job.result.prompt_tokens = usage.prompt_tokens();
         job.result.completion_tokens = usage.completion_tokens();

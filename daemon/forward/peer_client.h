@@ -12,6 +12,9 @@
 // the retry budget allows (retries in flight <= max(min_retry_concurrency, retry_budget x forwards
 // in flight)); never once a byte reached the client. Every attempt is reported to the planner.
 // A client that goes away closes the upstream connection, which cancels the generation there.
+// The tenant's token usage, which this site charges (the peer does not), comes from the answer:
+// a JSON body's usage, or a stream's usage report comment (api::kUsageReportComment), which the
+// peer always sends to forwarding sites and which is not relayed to the client.
 //
 // reload() (SIGHUP) re-reads the certificate, key and CA: new handshakes use them, the pooled idle
 // connections (made with the old ones) are closed, forwards in flight keep theirs; a file that

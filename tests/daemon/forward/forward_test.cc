@@ -271,6 +271,39 @@ TEST_CASE("forwarded SSE stream passes chunks through as they are produced") {
         a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
 }
 
+TEST_CASE("a forwarded stream without include_usage charges the tenant the peer's real usage") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    const std::string plain_stream = testing::http_request(
+        "POST", "/v1/chat/completions",
+        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})", auth());
+
+    auto c = a.client();
+    REQUIRE(c->send(plain_stream).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "Hello");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 20, 0});
+    auto all = c->read_until("0\r\n\r\n");
+    REQUIRE(all.ok());
+    CHECK(all->find("data: [DONE]\n\n") != std::string::npos);
+    // The peer's report is for the forwarding site only: the client sees what it asked for.
+    CHECK(all->find("edgeserve-usage") == std::string::npos);
+    CHECK(all->find("\"usage\"") == std::string::npos);
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 20"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+
+    // 20 tokens against 5 per minute: the tenant is in debt, as if the request had run here.
+    auto c2 = a.client();
+    REQUIRE(c2->send(plain_stream).ok());
+    auto r = c2->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 429);
+    CHECK_FALSE(b.generator.wait_for_request(1, 0));
+}
+
 TEST_CASE("a client that goes away cancels the request on the remote engine") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
