@@ -373,7 +373,7 @@ private:
 
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done) {
+                    CompletionDone on_done, std::function<void()> on_accepted) {
     std::string model = request.generate.model;
     auto tools = ToolCallOutput::create(request, generator.models());
     if (auto* error = std::get_if<ApiError>(&tools)) {
@@ -404,6 +404,9 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     }
     // The head goes out before any token, so clients see the stream open at once.
     sink->start_stream();
+    if (on_accepted) {
+        on_accepted();
+    }
     channel->on_client_gone([handle = *handle] { handle->cancel(); });
 }
 

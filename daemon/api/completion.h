@@ -27,9 +27,10 @@ inline constexpr std::string_view kUsageReportComment = "edgeserve-usage ";
 using CompletionDone = std::function<void(const engine::Finish&)>;
 
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
+// `on_accepted`, when set, runs once submit() succeeded (before any answer may have gone out).
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done = {});
+                    CompletionDone on_done = {}, std::function<void()> on_accepted = {});
 
 // A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
 // a whole character (a byte-fallback token, half of a CJK character) are written as the text
