@@ -529,6 +529,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         if (job.cancelled) {
             co_return true;
         }
+        if (deferred && ec != http::error::body_limit && can_retry) {
+            // Nothing reached the client and the peer is gone (a slow answer has no deadline
+            // here): the next target runs it, as for a peer that died before its head.
+            fail(Failure::kReset, "deferred answer cut: " + ec.message());
+            co_return false;
+        }
         log::warn("forward_response_cut", {{"site", target.site_id},
                                            {"streamed", streamed},
                                            {"error", ec.message()}});
