@@ -70,6 +70,23 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
     for (const char* state : {"alive", "suspect", "dead", "left"}) {
         gossip_members_->Add({{"state", state}}).Set(0);
     }
+    gossip_rejected_ = &prometheus::BuildCounter()
+                            .Name("edgeserve_gossip_packets_rejected_total")
+                            .Help("Gossip packets and streams dropped, by reason (auth, decode).")
+                            .Register(*registry_);
+    for (const char* reason : {"auth", "decode"}) {
+        gossip_rejected_->Add({{"reason", reason}});
+    }
+    gossip_inbound_streams_ = &prometheus::BuildGauge()
+                                   .Name("edgeserve_gossip_inbound_streams")
+                                   .Help("Inbound gossip TCP streams open now.")
+                                   .Register(*registry_)
+                                   .Add({});
+    gossip_inbound_refused_ = &prometheus::BuildCounter()
+                                   .Name("edgeserve_gossip_inbound_streams_refused_total")
+                                   .Help("Inbound gossip TCP streams refused at the cap.")
+                                   .Register(*registry_)
+                                   .Add({});
     route_decisions_ = &prometheus::BuildCounter()
                             .Name("edgeserve_route_decisions_total")
                             .Help("Routing decisions, by outcome and destination site.")
@@ -338,6 +355,30 @@ void Metrics::set_certificate_expiry(const std::string& certificate,
                                      int64_t not_after_unix_seconds) {
     certificate_expiry_->Add({{"certificate", certificate}})
         .Set(static_cast<double>(not_after_unix_seconds));
+}
+
+namespace {
+
+// Brings a counter up to a running total kept elsewhere (never down).
+void raise_to(prometheus::Counter& counter, uint64_t total) {
+    const double now = counter.Value();
+    if (static_cast<double>(total) > now) {
+        counter.Increment(static_cast<double>(total) - now);
+    }
+}
+
+}  // namespace
+
+void Metrics::set_gossip_rejected(std::string_view reason, uint64_t total) {
+    if (reason != "auth" && reason != "decode") {
+        return;
+    }
+    raise_to(gossip_rejected_->Add({{"reason", std::string(reason)}}), total);
+}
+
+void Metrics::set_gossip_inbound_streams(int64_t open, uint64_t refused_total) {
+    gossip_inbound_streams_->Set(static_cast<double>(std::max<int64_t>(open, 0)));
+    raise_to(*gossip_inbound_refused_, refused_total);
 }
 
 void Metrics::set_gossip_members(std::string_view state, int64_t members) {

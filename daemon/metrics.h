@@ -87,6 +87,13 @@ public:
     // edgeserve_gossip_members{state}: members of the fleet as this site's gossip sees them.
     // state: "alive", "suspect", "dead" or "left"; any other value is ignored.
     void set_gossip_members(std::string_view state, int64_t members);
+    // edgeserve_gossip_packets_rejected_total{reason}: gossip packets and streams dropped, from
+    // the membership's running totals. reason: "auth" (no accepted key opens it: a wrong or
+    // missing gossip key) or "decode" (authenticated but malformed); others ignored.
+    void set_gossip_rejected(std::string_view reason, uint64_t total);
+    // edgeserve_gossip_inbound_streams (gauge) and edgeserve_gossip_inbound_streams_refused_total
+    // (from the running total): gossip TCP streams open now, and refused at the cap.
+    void set_gossip_inbound_streams(int64_t open, uint64_t refused_total);
     // edgeserve_route_decisions_total{outcome,site}: where requests were sent. outcome: "local",
     // "forwarded" or "rejected" (others ignored); site: the destination site id ("" for rejected).
     void on_route_decision(std::string_view outcome, const std::string& site);
@@ -126,6 +133,9 @@ private:
     prometheus::Family<prometheus::Gauge>* site_info_;
     prometheus::Family<prometheus::Gauge>* certificate_expiry_;
     prometheus::Family<prometheus::Gauge>* gossip_members_;
+    prometheus::Family<prometheus::Counter>* gossip_rejected_;
+    prometheus::Gauge* gossip_inbound_streams_;
+    prometheus::Counter* gossip_inbound_refused_;
     prometheus::Family<prometheus::Counter>* route_decisions_;
     prometheus::Family<prometheus::Counter>* route_ejections_;
     prometheus::Family<prometheus::Gauge>* site_rtt_;

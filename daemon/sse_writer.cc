@@ -31,6 +31,16 @@ void SseWriter::event(std::string_view json) {
     }
 }
 
+void SseWriter::comment(std::string_view text) {
+    begin();
+    if (!finished_) {
+        std::string line = ": ";
+        line += text;
+        line += "\n\n";
+        channel_->write(std::move(line));
+    }
+}
+
 void SseWriter::done() {
     begin();
     if (finished_) {

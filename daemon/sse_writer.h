@@ -20,6 +20,8 @@ public:
 
     void begin();
     void event(std::string_view json);
+    // ": <text>\n\n", a comment line that clients ignore.
+    void comment(std::string_view text);
     // Writes [DONE] and ends the response.
     void done();
 

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "daemon/api/completion.h"
+#include "daemon/api/deferred_response.h"
 #include "daemon/api/openai_request.h"
 
 namespace edge::daemon::api {
@@ -308,8 +309,16 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             channel->respond(e.to_response());
             return;
         }
+        req.report_usage = true;  // The forwarding site charges the tenant from it.
+        std::function<void()> on_accepted;
+        if (!req.stream && !request.header(kDeferredHeadHeader).empty()) {
+            // The head goes out once the engine accepted the request (deferred_response.h).
+            auto deferred = std::make_shared<DeferredHeadChannel>(std::move(channel));
+            channel = deferred;
+            on_accepted = [deferred] { deferred->open(); };
+        }
         run_completion(generator_, std::move(req), std::move(channel),
-                       clock_.wall_now_us() / 1'000'000);
+                       clock_.wall_now_us() / 1'000'000, {}, std::move(on_accepted));
         return;
     }
 

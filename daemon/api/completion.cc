@@ -75,6 +75,7 @@ public:
           chat_(request.endpoint == Endpoint::kChatCompletions),
           stream_(request.stream),
           include_usage_(request.include_usage),
+          report_usage_(request.report_usage),
           logprobs_(request.generate.sampling.logprobs),
           model_(request.generate.model),
           id_((chat_ ? "chatcmpl-" : "cmpl-") + request.generate.request_id),
@@ -151,6 +152,7 @@ public:
                 channel_->respond(error.to_response());
             } else if (!begin_with_error(error)) {
                 sse_.event(error.to_json());
+                report_usage(finish.usage);
                 sse_.done();
             }
             return;
@@ -184,6 +186,7 @@ public:
                 u["usage"] = usage_json(finish.usage);
                 sse_.event(json::serialize(u));
             }
+            report_usage(finish.usage);
             sse_.done();
             return;
         }
@@ -218,6 +221,16 @@ public:
     }
 
 private:
+    void report_usage(const engine::Usage& usage) {
+        if (!report_usage_) {
+            return;
+        }
+        json::object u;
+        u["prompt_tokens"] = usage.prompt_tokens;
+        u["completion_tokens"] = usage.completion_tokens;
+        sse_.comment(std::string(kUsageReportComment) + json::serialize(u));
+    }
+
     // Answers a stream that has not begun with the error's own status; false once it has begun
     // (the error then goes in-band).
     bool begin_with_error(const ApiError& error) {
@@ -343,6 +356,7 @@ private:
     const bool chat_;
     const bool stream_;
     const bool include_usage_;
+    const bool report_usage_;
     const bool logprobs_;
     const std::string model_;
     const std::string id_;
@@ -359,7 +373,7 @@ private:
 
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done) {
+                    CompletionDone on_done, std::function<void()> on_accepted) {
     std::string model = request.generate.model;
     auto tools = ToolCallOutput::create(request, generator.models());
     if (auto* error = std::get_if<ApiError>(&tools)) {
@@ -390,6 +404,9 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     }
     // The head goes out before any token, so clients see the stream open at once.
     sink->start_stream();
+    if (on_accepted) {
+        on_accepted();
+    }
     channel->on_client_gone([handle = *handle] { handle->cancel(); });
 }
 

@@ -16,15 +16,23 @@
 
 namespace edge::daemon::api {
 
+// A stream answered to a forwarding site (ParsedRequest::report_usage) ends, before
+// `data: [DONE]`, with the SSE comment `: edgeserve-usage {"prompt_tokens":N,
+// "completion_tokens":M}`, so that site charges the tenant the real usage whatever
+// stream_options asked; the forwarder consumes it and never relays it to the client
+// (forward/usage_scanner.h).
+inline constexpr std::string_view kUsageReportComment = "edgeserve-usage ";
+
 // Called exactly once when the request is over: with the engine's Finish and refused false, or
 // with reason kError, the submit() error and refused true when the engine refused it (a full
 // queue, a prompt beyond the context, a bad field) and it never started.
 using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
+// `on_accepted`, when set, runs once submit() succeeded (before any answer may have gone out).
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done = {});
+                    CompletionDone on_done = {}, std::function<void()> on_accepted = {});
 
 // A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
 // a whole character (a byte-fallback token, half of a CJK character) are written as the text

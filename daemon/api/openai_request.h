@@ -31,6 +31,9 @@ struct ParsedRequest {
     engine::GenerateRequest generate;  // request_id and tenant are left for the caller.
     bool stream = false;               // Answer as server-sent events.
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
+    // Set by the router, never parsed: a stream forwarded by another site ends with the usage
+    // report comment (kUsageReportComment) that the forwarding site reads and does not relay.
+    bool report_usage = false;
     // The field that set generate.sampling.max_tokens ("max_completion_tokens" or "max_tokens");
     // empty when the client set neither and the default applies.
     std::string max_tokens_param;

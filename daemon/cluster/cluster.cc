@@ -198,6 +198,11 @@ public:
         if (metrics_ == nullptr) {
             return;
         }
+        const membership::MembershipStats& stats = service_->stats();
+        metrics_->set_gossip_rejected("auth", stats.auth_failures.load());
+        metrics_->set_gossip_rejected("decode", stats.decode_failures.load());
+        metrics_->set_gossip_inbound_streams(stats.inbound_streams.load(),
+                                             stats.inbound_streams_refused.load());
         auto snap = service_->snapshot();
         if (!snap) {
             return;

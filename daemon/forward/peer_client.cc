@@ -1,7 +1,10 @@
 #include "daemon/forward/peer_client.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <array>
@@ -31,6 +34,7 @@
 
 #include "common/log.h"
 #include "daemon/api/api_error.h"
+#include "daemon/api/deferred_response.h"
 #include "daemon/forward/usage_scanner.h"
 #include "daemon/metrics.h"
 #include "tls/tls_context.h"
@@ -322,6 +326,18 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
     }
     boost::system::error_code ignored;
     layer.socket().set_option(tcp::no_delay(true), ignored);
+    // A deferred answer's body has no deadline (see attempt()): keepalive probes notice a peer
+    // host that vanished.
+    layer.socket().set_option(net::socket_base::keep_alive(true), ignored);
+    int keep_idle_s = 10;
+    int keep_interval_s = 5;
+    int keep_count = 3;
+    setsockopt(layer.socket().native_handle(), IPPROTO_TCP, TCP_KEEPIDLE, &keep_idle_s,
+               sizeof(keep_idle_s));
+    setsockopt(layer.socket().native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &keep_interval_s,
+               sizeof(keep_interval_s));
+    setsockopt(layer.socket().native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &keep_count,
+               sizeof(keep_count));
     if (ec) {  // A name, not an IP literal: send it as SNI.
         SSL_set_tlsext_host_name(connection->stream.native_handle(), hp->host.c_str());
     }
@@ -360,6 +376,8 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     req.set(http::field::host, target.peer_addr);
     req.set(cluster::kHopHeader, config_.site_id);
     req.set(cluster::kTenantHeader, job.tenant);
+    // A non-streamed answer's head comes once the peer's engine accepted the request.
+    req.set(api::kDeferredHeadHeader, "1");
     for (std::string_view name : kForwardedRequestHeaders) {
         std::string_view value = job.request.header(name);
         if (!value.empty()) {
@@ -452,7 +470,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         }
     }
     head.headers.push_back({std::string(kServedByHeader), target.site_id});
-    const bool streamed = !parser->is_done() &&
+    // A deferred answer (api/deferred_response.h): the peer accepted the request; its answer,
+    // status included, is the body. Not retried elsewhere from here on.
+    const bool deferred = status == 200 && !response[api::kDeferredHeadHeader].empty();
+    const bool streamed = !deferred && !parser->is_done() &&
                           (parser->chunked() || !parser->content_length().has_value());
     const bool event_stream = beast::iequals(content_type, "text/event-stream");
     job.result.status = status;
@@ -469,17 +490,24 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     while (!parser->is_done()) {
         response.body().data = chunk.data();
         response.body().size = chunk.size();
-        layer.expires_after(config_.stream_idle_timeout);
+        if (deferred) {
+            // The generation's length, unknown: the peer's death (reset, keepalive) or the
+            // client's going away ends the wait, as for a request run here.
+            layer.expires_never();
+        } else {
+            layer.expires_after(config_.stream_idle_timeout);
+        }
         auto [rec, rn] = co_await http::async_read_some(conn->stream, conn->buffer, *parser,
                                                         kTuple);
         size_t got = chunk.size() - response.body().size;
         if (got > 0) {
             std::string_view piece(chunk.data(), got);
             if (streamed) {
-                if (event_stream) {
-                    usage.feed_events(piece);
+                // Events pass whole, less the peer's usage report (only for this site).
+                std::string relay = event_stream ? usage.feed_events(piece) : std::string(piece);
+                if (!relay.empty()) {
+                    job.channel->write(std::move(relay));
                 }
-                job.channel->write(std::string(piece));
             } else if (body.size() + got > config_.max_response_bytes) {
                 ec = http::error::body_limit;
                 break;
@@ -500,6 +528,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         conn->close();
         if (job.cancelled) {
             co_return true;
+        }
+        if (deferred && ec != http::error::body_limit && can_retry) {
+            // Nothing reached the client and the peer is gone (a slow answer has no deadline
+            // here): the next target runs it, as for a peer that died before its head.
+            fail(Failure::kReset, "deferred answer cut: " + ec.message());
+            co_return false;
         }
         log::warn("forward_response_cut", {{"site", target.site_id},
                                            {"streamed", streamed},
@@ -536,11 +570,29 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         co_return true;
     }
     if (streamed) {
+        if (std::string held = usage.flush(); !held.empty()) {
+            job.channel->write(std::move(held));
+        }
         job.deliver_last = [channel = job.channel] { channel->end_stream(); };
         job.result.prompt_tokens = usage.prompt_tokens();
         job.result.completion_tokens = usage.completion_tokens();
     } else {
-        if (status == 200) {
+        if (deferred) {
+            std::optional<tls::HttpResponse> answer = api::decode_deferred_response(body);
+            if (!answer) {
+                api::ApiError e;
+                e.status = 502;
+                e.type = "server_error";
+                e.code = "upstream_bad_answer";
+                e.message = "site '" + target.site_id + "' sent a malformed deferred answer";
+                answer = e.to_response();
+            }
+            answer->headers.push_back({std::string(kServedByHeader), target.site_id});
+            head = std::move(*answer);
+            body = std::move(head.body);
+            job.result.status = head.status;
+        }
+        if (head.status == 200) {
             usage.feed_json(body);
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();

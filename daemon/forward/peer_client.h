@@ -11,7 +11,12 @@
 // fails, a step times out, or the peer answers 5xx before any byte reached the client, as long as
 // the retry budget allows (retries in flight <= max(min_retry_concurrency, retry_budget x forwards
 // in flight)); never once a byte reached the client. Every attempt is reported to the planner.
-// A client that goes away closes the upstream connection, which cancels the generation there.
+// A non-streamed answer's head is deferred (api/deferred_response.h): it comes once the peer's
+// engine accepted the request, so response_timeout bounds the wait for acceptance, not the
+// generation. A client that goes away closes the upstream connection, which cancels the generation
+// there. The tenant's token usage, which this site charges (the peer does not), comes from the
+// answer: a JSON body's usage, or a stream's usage report comment (api::kUsageReportComment),
+// which the peer always sends to forwarding sites and which is not relayed to the client.
 //
 // reload() (SIGHUP) re-reads the certificate, key and CA: new handshakes use them, the pooled idle
 // connections (made with the old ones) are closed, forwards in flight keep theirs; a file that
@@ -56,7 +61,8 @@ struct PeerClientConfig {
     std::string key_path;   // PEM: its private key.
     std::chrono::milliseconds connect_timeout{2'000};       // TCP connect + TLS handshake.
     std::chrono::milliseconds response_timeout{30'000};     // Request sent to response head.
-    std::chrono::milliseconds stream_idle_timeout{60'000};  // Longest silence in a response body.
+    // Longest silence in a streamed response body (a deferred answer's body has no deadline).
+    std::chrono::milliseconds stream_idle_timeout{60'000};
     std::chrono::milliseconds pool_idle_timeout{30'000};    // Older idle connections are closed.
     int32_t max_idle_connections = 16;  // Idle connections pooled per peer.
     double retry_budget = 0.2;          // Retries in flight / forwards in flight, at most...

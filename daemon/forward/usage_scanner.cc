@@ -1,6 +1,10 @@
 #include "daemon/forward/usage_scanner.h"
 
+#include <algorithm>
+
 #include <boost/json.hpp>
+
+#include "daemon/api/completion.h"
 
 namespace edge::daemon::forward {
 
@@ -25,53 +29,63 @@ void UsageScanner::feed_json(std::string_view body) {
 
 void UsageScanner::parse_event(std::string_view event) {
     constexpr std::string_view kData = "data: ";
-    if (event.substr(0, kData.size()) != kData ||
+    if (reported_ || event.substr(0, kData.size()) != kData ||
         event.find("\"usage\":{") == std::string_view::npos) {
         return;
     }
     feed_json(event.substr(kData.size()));
 }
 
-void UsageScanner::feed_events(std::string_view bytes) {
-    while (!bytes.empty()) {
-        size_t end = bytes.find("\n\n");
-        // An event's "\n\n" may straddle two pieces.
-        if (!partial_.empty() && partial_.back() == '\n' && bytes.front() == '\n') {
-            end = std::string_view::npos;
-            if (!skipping_) {
-                partial_.pop_back();
-                parse_event(partial_);
-            }
-            partial_.clear();
-            skipping_ = false;
-            bytes.remove_prefix(1);
-            continue;
-        }
-        if (end == std::string_view::npos) {
-            if (!skipping_ && partial_.size() + bytes.size() > kMaxPartialEvent) {
-                skipping_ = true;
-                partial_.clear();
-            }
-            if (skipping_) {
-                // Keep the last byte only, to notice a straddling "\n\n".
-                partial_.assign(1, bytes.back());
-            } else {
-                partial_.append(bytes);
-            }
-            return;
-        }
-        if (!skipping_) {
-            if (partial_.empty()) {
-                parse_event(bytes.substr(0, end));
-            } else {
-                partial_.append(bytes.substr(0, end));
-                parse_event(partial_);
-            }
-        }
-        partial_.clear();
-        skipping_ = false;
-        bytes.remove_prefix(end + 2);
+bool UsageScanner::take_report(std::string_view event) {
+    constexpr std::string_view kComment = ": ";
+    if (!event.starts_with(kComment) ||
+        !event.substr(kComment.size()).starts_with(api::kUsageReportComment)) {
+        return false;
     }
+    feed_json(R"({"usage":)" +
+              std::string(event.substr(kComment.size() + api::kUsageReportComment.size())) + "}");
+    reported_ = true;
+    return true;
+}
+
+std::string UsageScanner::feed_events(std::string_view bytes) {
+    std::string out;
+    partial_.append(bytes);
+    size_t start = 0;
+    for (;;) {
+        size_t end = partial_.find("\n\n", std::max(start, scanned_));
+        if (end == std::string::npos) {
+            break;
+        }
+        std::string_view event(partial_.data() + start, end - start);
+        if (passing_) {
+            passing_ = false;  // The tail of an over-long event: relayed, not parsed.
+            out.append(partial_, start, end + 2 - start);
+        } else if (!take_report(event)) {
+            parse_event(event);
+            out.append(partial_, start, end + 2 - start);
+        }
+        start = end + 2;
+    }
+    partial_.erase(0, start);
+    if (passing_ || partial_.size() > kMaxPartialEvent) {
+        passing_ = true;
+        // Keep the last byte only, to notice a "\n\n" that straddles two pieces.
+        if (partial_.size() > 1) {
+            out.append(partial_, 0, partial_.size() - 1);
+            partial_.erase(0, partial_.size() - 1);
+        }
+    }
+    scanned_ = partial_.empty() ? 0 : partial_.size() - 1;
+    return out;
+}
+
+std::string UsageScanner::flush() {
+    std::string out = std::move(partial_);
+    partial_.clear();
+    scanned_ = 0;
+    passing_ = false;
+    return out;
 }
 
 }  // namespace edge::daemon::forward

@@ -2,9 +2,11 @@
 
 // UsageScanner reads the token usage out of a peer's OpenAI answer as it passes through the
 // forwarder, so the forwarding site can charge the tenant's token limits: from a JSON body's
-// "usage", or from the server-sent event that carries "usage" in a stream fed piece by piece
-// (events may be split across pieces). It keeps at most one partial event (bounded) and parses only
-// events that mention "usage". Not synchronized: one forward at a time.
+// "usage", or, in a stream fed piece by piece (events may be split across pieces), from the
+// peer's usage report comment (api::kUsageReportComment), which it removes from what is relayed,
+// else from the server-sent event that carries "usage". It holds back at most one partial event
+// (bounded: a longer one is relayed as it comes and not parsed) and parses only events that
+// mention "usage". Not synchronized: one forward at a time.
 
 #include <cstdint>
 #include <string>
@@ -16,18 +18,27 @@ class UsageScanner {
 public:
     // A whole JSON answer.
     void feed_json(std::string_view body);
-    // The next bytes of a text/event-stream body.
-    void feed_events(std::string_view bytes);
+    // The next bytes of a text/event-stream body. Returns the bytes to relay to the client: the
+    // whole events seen so far, less the usage report; an event's start stays held until its end.
+    std::string feed_events(std::string_view bytes);
+    // At the end of the stream: the bytes still held (an event without its final blank line).
+    std::string flush();
 
     int64_t prompt_tokens() const { return prompt_tokens_; }
     int64_t completion_tokens() const { return completion_tokens_; }
+    // The peer's usage report comment was seen (its figures win over a "usage" event's).
+    bool reported() const { return reported_; }
 
 private:
     void parse_event(std::string_view event);
+    // True when `event` is the usage report comment (read, not to be relayed).
+    bool take_report(std::string_view event);
 
-    static constexpr size_t kMaxPartialEvent = 1 << 20;  // Longer events are skipped.
+    static constexpr size_t kMaxPartialEvent = 1 << 20;  // Longer events are not held back.
     std::string partial_;
-    bool skipping_ = false;  // Inside an over-long event: drop until its end.
+    size_t scanned_ = 0;    // partial_[0, scanned_) holds no "\n\n".
+    bool passing_ = false;  // Inside an over-long event: relay until its end, parse nothing.
+    bool reported_ = false;
     int64_t prompt_tokens_ = 0;
     int64_t completion_tokens_ = 0;
 };

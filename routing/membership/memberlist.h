@@ -205,13 +205,20 @@ private:
     void handle_user_event(const UserEventMsg& e);
     bool remember_event(const UserEventMsg& e);
     void send_messages(const std::string& addr, std::vector<std::vector<uint8_t>> framed);
-    Result<std::vector<Message>> open_and_decode(std::span<const uint8_t> bytes);
+    // `from`: the sender's address, for the log ("" when unknown).
+    Result<std::vector<Message>> open_and_decode(std::span<const uint8_t> bytes,
+                                                 const std::string& from);
+    // Warns that `from` sent gossip no accepted key opens, at most once per kAuthWarnInterval.
+    void warn_auth_failed(const std::string& from, const Status& error);
     void dispatch(const std::string& from, const Message& m);
     void reap_dead();
 
     MembershipConfig config_;
     Keyring keyring_;
     Clock& clock_;
+    static constexpr std::chrono::seconds kAuthWarnInterval{10};
+    std::optional<TimePoint> last_auth_warn_;  // Strand only.
+    uint64_t auth_warns_suppressed_ = 0;       // Failures not logged since the last warning.
     Transport& transport_;
     std::mt19937_64 rng_;
     TimerQueue timers_;

@@ -264,10 +264,28 @@ void Memberlist::handle_user_event(const UserEventMsg& e) {
     }
 }
 
-Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t> bytes) {
+void Memberlist::warn_auth_failed(const std::string& from, const Status& error) {
+    const TimePoint now = clock_.now();
+    if (last_auth_warn_ && now - *last_auth_warn_ < kAuthWarnInterval) {
+        ++auth_warns_suppressed_;
+        return;
+    }
+    last_auth_warn_ = now;
+    log::warn("gossip_auth_failed",
+              {{"from", from.empty() ? std::string("(stream response)") : from},
+               {"error", error.to_string()},
+               {"suppressed", static_cast<int64_t>(auth_warns_suppressed_)},
+               {"detail", "no accepted gossip key opens it: the sender's gossip.keys (or "
+                          "label) differ from this site's"}});
+    auth_warns_suppressed_ = 0;
+}
+
+Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t> bytes,
+                                                         const std::string& from) {
     auto plain = keyring_.open(config_.label, bytes);
     if (!plain.ok()) {
         stats_.auth_failures.fetch_add(1);
+        warn_auth_failed(from, plain.status());
         return plain.status();
     }
     auto msgs = decode_packet(*plain);
@@ -307,7 +325,7 @@ void Memberlist::dispatch(const std::string& from, const Message& m) {
 void Memberlist::handle_packet(const std::string& from, std::span<const uint8_t> bytes) {
     stats_.packets_received.fetch_add(1);
     stats_.bytes_received.fetch_add(bytes.size());
-    auto msgs = open_and_decode(bytes);
+    auto msgs = open_and_decode(bytes, from);
     if (!msgs.ok()) {
         log::debug("gossip_packet_dropped",
                    {{"from", from}, {"error", msgs.status().to_string()}});
@@ -321,7 +339,7 @@ void Memberlist::handle_packet(const std::string& from, std::span<const uint8_t>
 Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
                                                        std::span<const uint8_t> bytes) {
     stats_.bytes_received.fetch_add(bytes.size());
-    auto msgs = open_and_decode(bytes);
+    auto msgs = open_and_decode(bytes, from);
     if (!msgs.ok()) {
         return msgs.status().with_context("gossip stream from " + from);
     }
@@ -377,7 +395,7 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
         return;
     }
     stats_.bytes_received.fetch_add(response->size());
-    auto msgs = open_and_decode(*response);
+    auto msgs = open_and_decode(*response, pending.addr);
     if (!msgs.ok()) {
         if (pending.kind == StreamKind::kFetch) {
             if (Member* m = find(pending.node)) {

@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include "daemon/api/completion.h"
+#include "daemon/api/deferred_response.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
@@ -346,4 +347,27 @@ TEST_CASE("logprobs token text: whole characters as they are, other bytes as \\x
     CHECK(logprob_token_text("a\xC3") == "a\\xc3");
     CHECK(logprob_token_text("\xF0\x9F\x98\x80!") == "\xF0\x9F\x98\x80!");  // 😀
     CHECK(logprob_token_text("\xC3") != logprob_token_text("\xC4"));
+}
+
+TEST_CASE("deferred answers: encode then decode gives the response back, bad bytes are refused") {
+    using daemon::api::decode_deferred_response;
+    using daemon::api::encode_deferred_response;
+    tls::HttpResponse r;
+    r.status = 429;
+    r.content_type = "application/json";
+    r.headers.push_back({"Retry-After", "7"});
+    r.body = "{\"error\":{}}\nsecond line\n\n";
+    auto back = decode_deferred_response(encode_deferred_response(r));
+    REQUIRE(back.has_value());
+    CHECK(back->status == 429);
+    CHECK(back->content_type == "application/json");
+    REQUIRE(back->headers.size() == 1);
+    CHECK(back->headers[0].name == "Retry-After");
+    CHECK(back->headers[0].value == "7");
+    CHECK(back->body == r.body);
+    for (const char* bad : {"", "200", "abc\njson\n\n", "99\njson\n\n", "200\njson\nNoColon\n\n",
+                            "200\njson\nX: 1\n"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(decode_deferred_response(bad).has_value());
+    }
 }

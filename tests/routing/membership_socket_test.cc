@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "common/log.h"
 #include "routing/membership/membership_service.h"
 
 namespace edge::routing::membership {
@@ -158,6 +159,14 @@ TEST_CASE("sockets: five encrypted members find each other from one seed") {
 }
 
 TEST_CASE("sockets: a member with the wrong key is never admitted") {
+    std::mutex log_mu;
+    std::vector<std::string> warnings;
+    edge::log::set_sink([&](std::string_view line) {
+        if (line.find("\"gossip_auth_failed\"") != std::string_view::npos) {
+            std::lock_guard lock(log_mu);
+            warnings.emplace_back(line);
+        }
+    });
     Cluster c;
     start_five(c, {key_of(7)});
     REQUIRE(Cluster::wait_for([&] { return c.all_see_alive(5, names(5)); },
@@ -171,6 +180,13 @@ TEST_CASE("sockets: a member with the wrong key is never admitted") {
                               std::chrono::seconds(5)));
     CHECK(c.all_see_alive(5, names(5)));
     CHECK(intruder.snapshot()->members.size() == 1);
+    // The seed says why, once (rate-limited), naming the sender's address.
+    REQUIRE(Cluster::wait_for([&] { return c.at(0).stats().auth_failures.load() > 1; },
+                              std::chrono::seconds(10)));
+    edge::log::set_sink(nullptr);
+    std::lock_guard lock(log_mu);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("127.0.0.1") != std::string::npos);
 }
 
 TEST_CASE("sockets: keys rotate with no member lost") {

@@ -271,6 +271,77 @@ TEST_CASE("forwarded SSE stream passes chunks through as they are produced") {
         a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
 }
 
+TEST_CASE("a forwarded stream without include_usage charges the tenant the peer's real usage") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    const std::string plain_stream = testing::http_request(
+        "POST", "/v1/chat/completions",
+        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})", auth());
+
+    auto c = a.client();
+    REQUIRE(c->send(plain_stream).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "Hello");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 20, 0});
+    auto all = c->read_until("0\r\n\r\n");
+    REQUIRE(all.ok());
+    CHECK(all->find("data: [DONE]\n\n") != std::string::npos);
+    // The peer's report is for the forwarding site only: the client sees what it asked for.
+    CHECK(all->find("edgeserve-usage") == std::string::npos);
+    CHECK(all->find("\"usage\"") == std::string::npos);
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 20"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+
+    // 20 tokens against 5 per minute: the tenant is in debt, as if the request had run here.
+    auto c2 = a.client();
+    REQUIRE(c2->send(plain_stream).ok());
+    auto r = c2->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 429);
+    CHECK_FALSE(b.generator.wait_for_request(1, 0));
+}
+
+TEST_CASE("a non-streamed answer slower than response_timeout is not rerun elsewhere") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  response_timeout_ms: 200\n");
+    Site b(cluster, "sin", {"m"});
+    Site c(cluster, "syd", {"m"});
+    a.planner.route_to({b.target(), c.target()});
+
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "slow");
+    // The generation outlasts response_timeout: the peer's head came when it accepted.
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{2, 1, 0});
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->headers["content-type"] == "application/json");
+    CHECK(r->headers.count("x-edgeserve-deferred-head") == 0);
+    CHECK(r->headers["x-edgeserve-site"] == "sin");
+    auto body = json_of(r->body);
+    CHECK(body["choices"].as_array()[0].as_object()["message"].as_object()["content"] == "slow");
+    CHECK_FALSE(c.generator.wait_for_request(0, 0));  // Run once, at b only.
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 2"));
+
+    // An error after the peer accepted keeps its own status, not the deferred head's 200.
+    auto client2 = a.client();
+    REQUIRE(client2->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(1));
+    b.generator.finish(1, engine::FinishReason::kError, engine::Usage{},
+                       invalid_argument_error("prompt too long"));
+    auto r2 = client2->read_response();
+    REQUIRE(r2.ok());
+    CHECK(r2->status == 400);
+    CHECK(r2->body.find("prompt too long") != std::string::npos);
+    CHECK_FALSE(c.generator.wait_for_request(0, 0));
+}
+
 TEST_CASE("a client that goes away cancels the request on the remote engine") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());

@@ -56,3 +56,40 @@ TEST_CASE("usage scanner: JSON bodies, garbage and over-long events") {
     split_long.feed_events(kStream);         // And the scanner recovers at the next event.
     CHECK(split_long.prompt_tokens() == 12);
 }
+
+TEST_CASE("usage scanner: the peer's usage report is read and not relayed, at any split") {
+    const std::string relayed =
+        "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"
+        "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,"
+        "\"completion_tokens\":1}}\n\n";
+    const std::string report =
+        ": edgeserve-usage {\"prompt_tokens\":7,\"completion_tokens\":9}\n\n";
+    const std::string stream = relayed + report + "data: [DONE]\n\n";
+    for (size_t cut = 0; cut <= stream.size(); ++cut) {
+        CAPTURE(cut);
+        UsageScanner scanner;
+        std::string out = scanner.feed_events(std::string_view(stream).substr(0, cut));
+        out += scanner.feed_events(std::string_view(stream).substr(cut));
+        out += scanner.flush();
+        CHECK(out == relayed + "data: [DONE]\n\n");
+        CHECK(scanner.reported());
+        CHECK(scanner.prompt_tokens() == 7);  // The report wins over the client's usage chunk.
+        CHECK(scanner.completion_tokens() == 9);
+    }
+    UsageScanner held;
+    CHECK(held.feed_events("data: {\"a\":1}\n").empty());  // Half an event: held back.
+    CHECK(held.feed_events("\ndata: {").size() == std::string("data: {\"a\":1}\n\n").size());
+    CHECK(held.flush() == "data: {");
+}
+
+TEST_CASE("usage scanner: an over-long event is relayed intact without being held") {
+    const std::string huge = "data: {\"pad\":\"" + std::string(3 << 20, 'x') + "\"}\n\n";
+    UsageScanner scanner;
+    std::string out;
+    for (size_t at = 0; at < huge.size(); at += 16 * 1024) {
+        std::string piece = scanner.feed_events(std::string_view(huge).substr(at, 16 * 1024));
+        out += piece;
+    }
+    out += scanner.feed_events("data: [DONE]\n\n");
+    CHECK(out == huge + "data: [DONE]\n\n");
+}
