@@ -160,7 +160,10 @@ bool load_changed_materially(const SiteState& prev, const SiteState& next, doubl
     for (size_t i = 0; i < prev.pools.size(); ++i) {
         const PoolLoad& a = prev.pools[i].load;
         const PoolLoad& b = next.pools[i].load;
-        if (moved(a.queue_depth, b.queue_depth, fraction, abs_requests) ||
+        // A pool going idle (its queue or running count back to 0) is news however small the
+        // step: else an idle site advertises its last request until something else changes.
+        if ((a.queue_depth != 0 && b.queue_depth == 0) || (a.running != 0 && b.running == 0) ||
+            moved(a.queue_depth, b.queue_depth, fraction, abs_requests) ||
             moved(a.running, b.running, fraction, abs_requests) ||
             moved(a.kv_use, b.kv_use, fraction, fraction) ||
             moved(a.tokens_per_s, b.tokens_per_s, fraction, 1.0)) {

@@ -63,8 +63,9 @@ std::vector<uint8_t> encode_site_state(const SiteState& s);
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 
 // True when `next` differs from `prev` enough to be worth gossiping now: anything but load
-// changed, or a load figure moved by at least `fraction` of its old value and `abs_requests`
-// (queue depth, running) or `fraction` (KV use, tokens/s).
+// changed, a pool's queue depth or running count went to 0, or a load figure moved by at least
+// `fraction` of its old value and `abs_requests` (queue depth, running) or `fraction` (KV use,
+// tokens/s).
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
                              uint32_t abs_requests);
 // True when the two states differ only in pool load figures.

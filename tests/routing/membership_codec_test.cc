@@ -128,6 +128,14 @@ TEST_CASE("site state: load changes are material only past the thresholds") {
     CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
     b.pools[0].load.queue_depth = 10;
     CHECK(load_changed_materially(a, b, 0.1, 2));
+    // Going idle is material however small the step; a first request on an idle pool is not.
+    SiteState busy = a, idle = a;
+    busy.pools[0].load.running = 1;
+    busy.pools[0].load.queue_depth = 0;
+    idle.pools[0].load.running = 0;
+    idle.pools[0].load.queue_depth = 0;
+    CHECK(load_changed_materially(busy, idle, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(idle, busy, 0.1, 2));
     b = a;
     b.pools[0].state = PoolState::kDraining;
     CHECK_FALSE(only_load_differs(a, b));
