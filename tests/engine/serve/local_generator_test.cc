@@ -99,7 +99,10 @@ TEST_CASE("local generator: submit validates the request and names the field") {
     }
     {
         GenerateRequest r = request({1}, 300);
-        r.prompt = std::vector<ChatMessage>{{"user", "hi"}};
+        ChatMessage hi;
+        hi.role = "user";
+        hi.content = "hi";
+        r.prompt = std::vector<ChatMessage>{hi};
         cases.push_back({r, StatusCode::kOutOfRange, "messages: the prompt"});
     }
     {
