@@ -16,13 +16,6 @@ const char kGenerateUsage[] =
 
 namespace {
 
-template <typename T>
-bool parse_number(std::string_view s, T* out) {
-    const char* end = s.data() + s.size();
-    auto [ptr, ec] = std::from_chars(s.data(), end, *out);
-    return ec == std::errc() && ptr == end;
-}
-
 bool parse_float(const std::string& s, float* out) {
     char* end = nullptr;
     *out = std::strtof(s.c_str(), &end);
@@ -34,7 +27,7 @@ bool parse_ids(std::string_view s, std::vector<TokenId>* out) {
     for (;;) {
         const size_t comma = s.find(',');
         TokenId id = 0;
-        if (!parse_number(s.substr(0, comma), &id)) {
+        if (!parse_whole_number(s.substr(0, comma), &id)) {
             return false;
         }
         out->push_back(id);
@@ -70,15 +63,15 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
             a->prompt_ids.emplace();
             ok = parse_ids(value, &*a->prompt_ids);
         } else if (flag == "--max-tokens") {
-            ok = parse_number(value, &a->max_tokens);
+            ok = parse_whole_number(value, &a->max_tokens);
         } else if (flag == "--temperature") {
             ok = parse_float(value, &a->temperature);
         } else if (flag == "--seed") {
             uint64_t seed = 0;
-            ok = parse_number(value, &seed);
+            ok = parse_whole_number(value, &seed);
             a->seed = seed;
         } else if (flag == "--threads") {
-            ok = parse_number(value, &a->threads);
+            ok = parse_whole_number(value, &a->threads);
         } else {
             return "unknown flag " + std::string(flag);
         }

@@ -1,7 +1,6 @@
 #include "engine/tools/quant_eval.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/quant/policy.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tools/generate_args.h"
 
 namespace edge::engine {
 namespace {
@@ -151,9 +151,7 @@ Result<std::vector<TokenId>> read_ids(const QuantEvalOptions& o) {
 // The whole of `v` as an integer in [lo, hi]; throws otherwise ("12abc" is not 12).
 int64_t whole_number(const std::string& v, int64_t lo, int64_t hi) {
     int64_t n = 0;
-    const char* end = v.data() + v.size();
-    auto [ptr, ec] = std::from_chars(v.data(), end, n);
-    if (ec != std::errc() || ptr != end || n < lo || n > hi) {
+    if (!parse_whole_number(v, &n) || n < lo || n > hi) {
         throw std::invalid_argument("not a whole number in range");
     }
     return n;
