@@ -98,10 +98,14 @@ struct TokenLogprob {
     TokenId id = 0;
     float logprob = 0.0f;
     std::vector<TopLogprob> top;
+    size_t text_offset = 0;  // Byte offset of the token's text in the generated text.
 };
 
 // Text produced since the previous delta. `text` never ends inside a UTF-8 character and never
-// contains a stop string; it may be empty while a possible stop string is held back.
+// contains a stop string; it may be empty while a possible stop string is held back. A token's
+// logprob travels with the delta that shows the first of its text, so logprobs are held back with
+// the text, and the logprobs of tokens that fall wholly inside or after a stop string are never
+// sent (they still count in usage).
 struct TokenDelta {
     std::string text;
     std::vector<TokenId> token_ids;

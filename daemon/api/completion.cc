@@ -1,5 +1,6 @@
 #include "daemon/api/completion.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <string_view>
@@ -301,7 +302,8 @@ private:
         return o;
     }
 
-    void append_logprobs(const engine::TokenDelta& delta, json::array& out) const {
+    // Called once for each delta (of any text) when logprobs are asked for.
+    void append_logprobs(const engine::TokenDelta& delta, json::array& out) {
         if (!logprobs_) {
             return;
         }
@@ -319,8 +321,20 @@ private:
                 top.push_back(std::move(alt));
             }
             entry["top_logprobs"] = std::move(top);
+            if (!chat_) {
+                // The legacy text_offset counts characters, as a Python client indexes the text.
+                // The engine holds a token's logprob until its text starts showing, so its offset
+                // falls inside this delta's text (or at its end).
+                const size_t in_delta = std::min(
+                    delta.text.size(), lp.text_offset - std::min(lp.text_offset, shown_bytes_));
+                entry["text_offset"] =
+                    shown_chars_ + engine::tokenizer::utf8_length(
+                                       std::string_view(delta.text).substr(0, in_delta));
+            }
             out.push_back(std::move(entry));
         }
+        shown_bytes_ += delta.text.size();
+        shown_chars_ += engine::tokenizer::utf8_length(delta.text);
     }
 
     json::value logprobs_value(json::array entries) const {
@@ -333,9 +347,11 @@ private:
         json::array tokens;
         json::array token_logprobs;
         json::array top_logprobs;
+        json::array text_offset;
         for (const json::value& e : entries) {
             const json::object& eo = e.get_object();
             tokens.push_back(eo.at("token"));
+            text_offset.push_back(eo.at("text_offset"));
             token_logprobs.push_back(eo.at("logprob"));
             json::object top;
             for (const json::value& t : eo.at("top_logprobs").get_array()) {
@@ -347,6 +363,7 @@ private:
         o["tokens"] = std::move(tokens);
         o["token_logprobs"] = std::move(token_logprobs);
         o["top_logprobs"] = std::move(top_logprobs);
+        o["text_offset"] = std::move(text_offset);
         return o;
     }
 
@@ -367,6 +384,8 @@ private:
     SseWriter sse_;
     std::string text_;
     json::array all_logprobs_;
+    size_t shown_bytes_ = 0;  // Generated text sent before the current delta, in bytes...
+    size_t shown_chars_ = 0;  // ...and in characters.
 };
 
 }  // namespace

@@ -597,33 +597,51 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
 
     TokenDelta delta;
     delta.token_ids.push_back(sampled.id);
+    const size_t token_start = seq->decoded_bytes;
+    // Decoded text goes through the stop matcher; what it lets through is shown.
+    auto show = [&](std::string text) {
+        seq->decoded_bytes += text.size();
+        std::string shown = seq->stop.push(text);
+        seq->shown_bytes += shown.size();
+        delta.text += shown;
+    };
+    std::optional<FinishReason> reason;
+    if (!seq->params.ignore_eos && is_eos(sampled.id)) {
+        // The end-of-sequence token is counted and its id reported, but it has no text.
+        show(seq->decoder.flush());
+        reason = FinishReason::kStop;
+    } else {
+        show(seq->decoder.push(sampled.id));
+        if (seq->stop.stopped()) {
+            reason = FinishReason::kStop;
+        } else if (seq->generated() >= seq->params.max_tokens) {
+            show(seq->decoder.flush());
+            reason = seq->stop.stopped() ? FinishReason::kStop : FinishReason::kLength;
+        }
+    }
+    if (reason && !seq->stop.stopped()) {
+        std::string rest = seq->stop.flush();
+        seq->shown_bytes += rest.size();
+        delta.text += rest;
+    }
     if (seq->params.logprobs || seq->params.top_logprobs > 0) {
         TokenLogprob lp;
         lp.id = sampled.id;
         lp.token = std::string(tokenizer_->token_bytes(sampled.id));
         lp.logprob = sampled.logprob;
+        lp.text_offset = token_start;
         for (const auto& [id, value] : sampled.top) {
             lp.top.push_back(TopLogprob{std::string(tokenizer_->token_bytes(id)), id, value});
         }
-        delta.logprobs.push_back(std::move(lp));
-    }
-
-    std::optional<FinishReason> reason;
-    if (!seq->params.ignore_eos && is_eos(sampled.id)) {
-        // The end-of-sequence token is counted and its id reported, but it has no text.
-        delta.text = seq->stop.push(seq->decoder.flush());
-        reason = FinishReason::kStop;
-    } else {
-        delta.text = seq->stop.push(seq->decoder.push(sampled.id));
-        if (seq->stop.stopped()) {
-            reason = FinishReason::kStop;
-        } else if (seq->generated() >= seq->params.max_tokens) {
-            delta.text += seq->stop.push(seq->decoder.flush());
-            reason = seq->stop.stopped() ? FinishReason::kStop : FinishReason::kLength;
+        seq->held_logprobs.push_back(std::move(lp));
+        // A logprob goes out once some of its token's text is shown, or once nothing is held;
+        // those still held when a stop string ends the sequence belong to text never shown.
+        const bool nothing_held = seq->stop.held_bytes() == 0 && !seq->stop.stopped();
+        while (!seq->held_logprobs.empty() &&
+               (nothing_held || seq->held_logprobs.front().text_offset < seq->shown_bytes)) {
+            delta.logprobs.push_back(std::move(seq->held_logprobs.front()));
+            seq->held_logprobs.pop_front();
         }
-    }
-    if (reason && !seq->stop.stopped()) {
-        delta.text += seq->stop.flush();
     }
     seq->sink->on_delta(std::move(delta));
     if (reason) {

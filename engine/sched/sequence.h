@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +80,11 @@ struct Sequence {
     sampling::Sampler sampler;
     tokenizer::IncrementalDecoder decoder;
     sampling::StopMatcher stop;
+    // Logprobs of tokens whose text the stop matcher still holds, and the byte counts of the text
+    // decoded and shown so far (see TokenDelta).
+    std::deque<TokenLogprob> held_logprobs;
+    size_t decoded_bytes = 0;
+    size_t shown_bytes = 0;
     std::shared_ptr<GenerationSink> sink;
     std::shared_ptr<SequenceControl> control;
     std::string tenant;

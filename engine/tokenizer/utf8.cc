@@ -1,5 +1,7 @@
 #include "engine/tokenizer/utf8.h"
 
+#include <algorithm>
+
 namespace edge::engine::tokenizer {
 
 int utf8_sequence_length(uint8_t lead) {
@@ -135,6 +137,12 @@ uint32_t utf8_decode(std::string_view text, size_t length) {
         cp = (cp << 6) | (static_cast<uint8_t>(text[i]) & 0x3F);
     }
     return cp;
+}
+
+size_t utf8_length(std::string_view text) {
+    return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+        return (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    }));
 }
 
 }  // namespace edge::engine::tokenizer

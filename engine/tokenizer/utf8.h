@@ -32,6 +32,9 @@ size_t utf8_first_invalid(std::string_view text);
 
 inline bool utf8_is_valid(std::string_view text) { return utf8_first_invalid(text) == text.size(); }
 
+// Code points in valid UTF-8 text (its bytes that are not continuation bytes).
+size_t utf8_length(std::string_view text);
+
 // Appends the UTF-8 encoding of `code_point` (must be <= U+10FFFF and not a surrogate).
 void utf8_append(uint32_t code_point, std::string* out);
 

@@ -129,15 +129,19 @@ TEST_CASE("completions: non-streaming and streaming without usage") {
                                           R"({"model":"test-model","prompt":"x","logprobs":1})"))
                 .ok());
     REQUIRE(f.generator.wait_for_request(0));
-    f.generator.emit(0, "abc");
-    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    f.generator.emit(0, "\xC3\xA9");  // é
+    f.generator.emit(0, "bc");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 2, 0});
     auto r = c->read_response();
     REQUIRE(r.ok());
     auto body = json_of(r->body);
     CHECK(body["object"] == "text_completion");
     auto choice = body["choices"].as_array()[0].as_object();
-    CHECK(choice["text"] == "abc");
-    CHECK(choice["logprobs"].as_object()["tokens"].as_array()[0] == "abc");
+    CHECK(choice["text"] == "\xC3\xA9" "bc");
+    auto& logprobs = choice["logprobs"].as_object();
+    CHECK(logprobs["tokens"].as_array() == boost::json::array{"\xC3\xA9", "bc"});
+    // Offsets count characters, as Python indexes the text.
+    CHECK(logprobs["text_offset"].as_array() == boost::json::array{0, 1});
 
     REQUIRE(c->send(testing::http_request("POST", "/v1/completions",
                                           R"({"model":"test-model","prompt":"x","stream":true})"))

@@ -1,6 +1,7 @@
 #include "tests/testing/scripted_generator.h"
 
 #include <chrono>
+#include <utility>
 
 namespace edge::testing {
 
@@ -114,12 +115,15 @@ bool ScriptedGenerator::cancelled(size_t index) const {
 
 void ScriptedGenerator::emit(size_t index, std::string text) {
     std::shared_ptr<engine::GenerationSink> sink;
+    size_t offset = 0;
     {
         std::lock_guard lock(mu_);
         if (calls_.at(index)->finished) {
             return;
         }
         sink = calls_.at(index)->sink;
+        offset = std::exchange(calls_.at(index)->emitted_bytes,
+                               calls_.at(index)->emitted_bytes + text.size());
     }
     engine::TokenDelta delta;
     delta.text = std::move(text);
@@ -128,6 +132,7 @@ void ScriptedGenerator::emit(size_t index, std::string text) {
     lp.token = delta.text;
     lp.id = 1;
     lp.logprob = -0.5f;
+    lp.text_offset = offset;
     delta.logprobs.push_back(lp);
     sink->on_delta(std::move(delta));
 }

@@ -23,6 +23,7 @@ public:
         std::shared_ptr<engine::GenerationSink> sink;
         bool cancelled = false;
         bool finished = false;
+        size_t emitted_bytes = 0;  // Text sent so far (the logprobs' text_offset).
     };
 
     explicit ScriptedGenerator(std::vector<std::string> model_names = {"test-model"});

@@ -21,6 +21,7 @@ public:
         text_ += delta.text;
         ids_.insert(ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
         for (auto& lp : delta.logprobs) {
+            logprob_ahead_of_text_ |= lp.text_offset > text_.size();
             logprobs_.push_back(std::move(lp));
         }
         ++deltas_;
@@ -59,10 +60,11 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         return logprobs_;
     }
-    // True when the Generator contract was broken (a callback after on_finish).
+    // True when the Generator contract was broken: a callback after on_finish, or a logprob sent
+    // before any of its token's text.
     bool protocol_violated() {
         std::lock_guard<std::mutex> lock(mu_);
-        return delta_after_finish_ || second_finish_;
+        return delta_after_finish_ || second_finish_ || logprob_ahead_of_text_;
     }
 
 private:
@@ -75,6 +77,7 @@ private:
     std::optional<Finish> finish_;
     bool delta_after_finish_ = false;
     bool second_finish_ = false;
+    bool logprob_ahead_of_text_ = false;
 };
 
 }  // namespace edge::engine::testing

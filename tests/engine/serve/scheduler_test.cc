@@ -372,6 +372,39 @@ TEST_CASE("scheduler: held-back text is released when generation ends by length"
     CHECK(sink->text() == "abcEN");
 }
 
+TEST_CASE("scheduler: logprobs travel with their text and end where a stop string starts") {
+    // Tokens are single characters: "EN" is held as a possible "END", then shown when "E" breaks
+    // it; the second "END" stops the sequence and its three tokens' logprobs are never sent.
+    Harness h(scripted("Hi ENEND more"));
+    SamplingParams p = Harness::greedy();
+    p.stop = {"END"};
+    p.logprobs = true;
+    auto sink = h.submit({1}, 20, p);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kStop);
+    CHECK(sink->text() == "Hi EN");
+    CHECK(finish->usage.completion_tokens == 8);
+    const auto lps = sink->logprobs();
+    REQUIRE(lps.size() == 5);
+    for (size_t i = 0; i < lps.size(); ++i) {
+        CHECK(lps[i].token == std::string(1, "Hi EN"[i]));
+        CHECK(lps[i].text_offset == i);
+    }
+    CHECK_FALSE(sink->protocol_violated());
+
+    // Ended by length, the held tail and its logprobs are all released.
+    Harness by_length(scripted("abcEN"));
+    auto sink2 = by_length.submit({1}, 5, p);
+    by_length.drain();
+    REQUIRE(sink2->wait());
+    CHECK(sink2->text() == "abcEN");
+    CHECK(sink2->logprobs().size() == 5);
+    CHECK(sink2->logprobs().back().text_offset == 4);
+    CHECK_FALSE(sink2->protocol_violated());
+}
+
 TEST_CASE("scheduler: EOS ends generation, is counted, and adds no text") {
     FakeOptions opts = scripted("hi");
     opts.next = [](std::span<const TokenId> history) -> TokenId {
