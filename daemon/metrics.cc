@@ -248,16 +248,19 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
                [](const T& t) { return static_cast<double>(t.preemptions); });
 
     header(out, "edgeserve_admission_rejections_total", "counter",
-           "Requests refused at admission: a tenant's queue full (429) or the model's (503).");
+           "Requests refused at admission: the tenant's queue full (429), the model's queue full "
+           "(503) or the estimated queue wait past engine.max_queue_wait_ms (503).");
     for (const engine::ServingStats& m : stats) {
         for (const auto& [tenant, t] : m.tenants) {
-            out << "edgeserve_admission_rejections_total"
-                << labels({{"model", m.model}, {"tenant", tenant}, {"reason", "tenant_queue_full"}})
-                << " " << t.rejected_queue_full << "\n";
+            for (const auto& [reason, count] :
+                 {std::pair<const char*, int64_t>{"tenant_queue_full", t.rejected_queue_full},
+                  {"model_queue_full", t.rejected_model_queue_full},
+                  {"queue_wait", t.rejected_queue_wait}}) {
+                out << "edgeserve_admission_rejections_total"
+                    << labels({{"model", m.model}, {"tenant", tenant}, {"reason", reason}}) << " "
+                    << count << "\n";
+            }
         }
-        out << "edgeserve_admission_rejections_total"
-            << labels({{"model", m.model}, {"reason", "model_queue_full"}}) << " "
-            << m.rejected_overloaded << "\n";
     }
     header(out, "edgeserve_kv_cache_usage_ratio", "gauge",
            "KV-cache blocks referenced by running sequences over all blocks.");

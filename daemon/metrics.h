@@ -75,7 +75,8 @@ public:
     // outcome: "ok", "error", "cancelled", "rejected".
     void on_tenant_request(const std::string& tenant, std::string_view outcome);
     void on_tenant_tokens(const std::string& tenant, int64_t prompt, int64_t completion);
-    // reason: "unknown_key", "model_not_allowed", "max_output_tokens", or a rate limit's key.
+    // reason: "missing_key" or "unknown_key" (tenant ""), "model_not_allowed",
+    // "max_output_tokens", an engine refusal, or a rate limit's key.
     void on_tenant_rejected(const std::string& tenant, std::string_view reason);
 
     // Site identity for the fleet map: edgeserve_site_info{site,region,latitude,longitude} = 1.

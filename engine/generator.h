@@ -57,6 +57,9 @@ struct SamplingParams {
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.
+    // Added to these tokens' logits before sampling (OpenAI's logit_bias: -100 bans a token, 100
+    // all but forces it); logprobs stay the model's own.
+    std::vector<std::pair<TokenId, float>> logit_bias;
 };
 
 struct GenerateRequest {

@@ -53,7 +53,9 @@ struct TenantServingStats {
     int64_t generated_tokens = 0;    // Tokens generated (streamed), counted as they are produced.
     int64_t prefix_query_tokens = 0; // Prompt tokens looked up in the prefix cache.
     int64_t prefix_hit_tokens = 0;   // Of those, tokens found cached.
-    int64_t rejected_queue_full = 0; // submit() refusals: the tenant's queue was full.
+    int64_t rejected_queue_full = 0; // submit() refusals: the tenant's queue was full...
+    int64_t rejected_model_queue_full = 0;  // ...the model's whole queue was full...
+    int64_t rejected_queue_wait = 0;        // ...the estimated queue wait passed the limit.
     int64_t preemptions = 0;         // Times its sequences were preempted.
     LatencyHistogram queue_time;     // Submit to first admission, seconds.
     LatencyHistogram ttft;           // Submit to first generated token, seconds.
@@ -68,7 +70,6 @@ struct ServingStats {
     int64_t kv_blocks_used = 0;         // Blocks referenced by running sequences.
     int64_t kv_blocks_cached = 0;       // Unreferenced blocks kept for the prefix cache.
     int64_t kv_budget_bytes = 0;        // Configured KV memory budget, bytes.
-    int64_t rejected_overloaded = 0;    // submit() refusals: the model's whole queue was full.
     int64_t steps = 0;                  // Engine iterations run.
     int64_t batch_sequences = 0;        // Sequences in the running batch now.
     int64_t queued = 0;                 // Requests waiting for admission now (all tenants).

@@ -100,8 +100,19 @@ std::shared_ptr<const TenantTable> ApiRouter::tenants() const {
 
 void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
                                 const Tenant* tenant, std::string_view id) {
-    // Only the models this tenant may use, as OpenAI lists those its key can call.
+    // Only the models this tenant may use, as OpenAI lists those its key can call: this site's own
+    // and those other sites serve (a request for one is forwarded there).
     std::vector<engine::ModelInfo> models = generator_.models();
+    if (cluster::RoutePlanner* planner = planner_.load()) {
+        for (std::string& name : planner->cluster_models()) {
+            if (std::none_of(models.begin(), models.end(),
+                             [&](const engine::ModelInfo& m) { return m.name == name; })) {
+                engine::ModelInfo remote;
+                remote.name = std::move(name);
+                models.push_back(std::move(remote));
+            }
+        }
+    }
     std::erase_if(models, [&](const engine::ModelInfo& m) {
         return tenant != nullptr && !tenant->may_use(m.name);
     });
@@ -222,6 +233,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         TenantTable::Match auth = table->authenticate(request.header("authorization"));
         if (auth.outcome != AuthOutcome::kOk) {
+            // No tenant is known: the series has tenant="" (a revoked or mistyped key shows here).
+            if (metrics_ != nullptr) {
+                metrics_->on_tenant_rejected(
+                    "", auth.outcome == AuthOutcome::kMissing ? "missing_key" : "unknown_key");
+            }
             channel->respond(auth_error(auth.outcome).to_response());
             return;
         }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include <boost/json.hpp>
 
@@ -78,6 +79,7 @@ public:
           include_usage_(request.include_usage),
           report_usage_(request.report_usage),
           logprobs_(request.generate.sampling.logprobs),
+          return_token_ids_(request.return_token_ids),
           model_(request.generate.model),
           id_((chat_ ? "chatcmpl-" : "cmpl-") + request.generate.request_id),
           created_(created),
@@ -106,6 +108,9 @@ public:
 
     void on_delta(engine::TokenDelta delta) override {
         start_stream();
+        if (return_token_ids_) {
+            token_ids_.insert(token_ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
+        }
         if (tools_) {
             on_tool_delta(tools_->feed(delta.text), delta);
             return;
@@ -124,10 +129,10 @@ public:
         if (chat_) {
             json::object d;
             d["content"] = delta.text;
-            sse_.event(json::serialize(chunk(std::move(d), nullptr, std::move(logprobs))));
+            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, std::move(logprobs)))));
         } else {
-            sse_.event(json::serialize(chunk(json::string(delta.text), nullptr,
-                                             std::move(logprobs))));
+            sse_.event(json::serialize(
+                with_ids(chunk(json::string(delta.text), nullptr, std::move(logprobs)))));
         }
     }
 
@@ -171,7 +176,7 @@ public:
             if (logprobs_ && !pending_logprobs_.empty()) {
                 lp = logprobs_value(std::move(pending_logprobs_));
             }
-            json::object end = chunk(std::move(last), reason, std::move(lp));
+            json::object end = with_ids(chunk(std::move(last), reason, std::move(lp)));
             if (tools_ && !tools_->abandoned().empty()) {
                 json::array abandoned;
                 for (int32_t i : tools_->abandoned()) {
@@ -212,6 +217,9 @@ public:
         choice["logprobs"] = logprobs_ ? logprobs_value(std::move(all_logprobs_))
                                        : json::value(nullptr);
         choice["finish_reason"] = reason;
+        if (return_token_ids_) {
+            choice["token_ids"] = json::value_from(token_ids_);
+        }
         json::array choices;
         choices.push_back(std::move(choice));
         root["choices"] = std::move(choices);
@@ -265,12 +273,12 @@ private:
         if (!parsed.content.empty()) {
             json::object d;
             d["content"] = parsed.content;
-            sse_.event(json::serialize(chunk(std::move(d), nullptr, take_logprobs())));
+            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
         }
         if (!parsed.tool_calls.empty()) {
             json::object d;
             d["tool_calls"] = ToolCallOutput::delta_tool_calls(parsed.tool_calls);
-            sse_.event(json::serialize(chunk(std::move(d), nullptr, take_logprobs())));
+            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
         }
     }
 
@@ -303,6 +311,16 @@ private:
     }
 
     // Called once for each delta (of any text) when logprobs are asked for.
+    // A streamed chunk carries the ids generated since the previous one that carried ids (those of
+    // a delta with no text wait for the next chunk). Engine thread only.
+    json::object with_ids(json::object chunk) {
+        if (return_token_ids_) {
+            chunk["choices"].get_array()[0].get_object()["token_ids"] = json::value_from(token_ids_);
+            token_ids_.clear();
+        }
+        return chunk;
+    }
+
     void append_logprobs(const engine::TokenDelta& delta, json::array& out) {
         if (!logprobs_) {
             return;
@@ -375,6 +393,7 @@ private:
     const bool include_usage_;
     const bool report_usage_;
     const bool logprobs_;
+    const bool return_token_ids_;
     const std::string model_;
     const std::string id_;
     const int64_t created_;
@@ -384,6 +403,7 @@ private:
     SseWriter sse_;
     std::string text_;
     json::array all_logprobs_;
+    std::vector<engine::TokenId> token_ids_;  // Not yet sent (all of them when not streaming).
     size_t shown_bytes_ = 0;  // Generated text sent before the current delta, in bytes...
     size_t shown_chars_ = 0;  // ...and in characters.
 };

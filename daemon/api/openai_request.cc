@@ -1,12 +1,15 @@
 #include "daemon/api/openai_request.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 
 #include <boost/json.hpp>
+
+#include "engine/sampling/sampler.h"
 
 namespace edge::daemon::api {
 namespace {
@@ -528,21 +531,53 @@ bool parse_stop(Validator& v, const json::value& value, std::vector<std::string>
     return true;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}; null or {} is none.
+bool parse_logit_bias(Validator& v, const json::value& value,
+                      std::vector<std::pair<engine::TokenId, float>>& out) {
+    if (value.is_null()) {
+        return true;
+    }
+    if (!value.is_object()) {
+        return v.fail("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+    }
+    if (value.get_object().size() > engine::sampling::kMaxLogitBias) {
+        return v.fail("'logit_bias' may hold at most 1024 tokens", "logit_bias");
+    }
+    for (const auto& kv : value.get_object()) {
+        const std::string_view key = kv.key();
+        int64_t id = -1;
+        const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+        if (ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+            id > std::numeric_limits<engine::TokenId>::max()) {
+            return v.fail("'logit_bias' key '" + std::string(key.substr(0, 64)) +
+                              "' is not a token id",
+                          "logit_bias");
+        }
+        const std::string name = "logit_bias." + std::string(key);
+        std::optional<double> bias = v.number(kv.value(), name, -100, 100);
+        if (!bias) {
+            return false;
+        }
+        out.emplace_back(static_cast<engine::TokenId>(id), static_cast<float>(*bias));
+    }
+    return true;
+}
+
 // Fields that clients commonly send with their default (unused) value; anything else is refused.
 bool parse_unsupported(Validator& v, const std::string& key, const json::value& value) {
     auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
     if (key == "n" || key == "best_of") {
-        std::optional<int64_t> n = v.integer(value, key, 1, 128);
+        std::optional<int64_t> n = value.is_null() ? 1 : v.integer(value, key, 1, 128);
         return n && (*n == 1 || refuse());
     }
-    if (key == "logit_bias" || key == "metadata") {
+    if (key == "metadata") {
         if (value.is_null()) {
             return true;
         }
         if (!value.is_object()) {
             return v.fail("'" + key + "' must be an object", key);
         }
-        return key == "metadata" || value.get_object().empty() || refuse();
+        return true;
     }
     if (key == "functions") {
         if (value.is_null()) {
@@ -572,7 +607,7 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         return value.is_null() || v.string(value, key) != nullptr;
     }
     if (key == "echo") {
-        std::optional<bool> b = v.boolean(value, key);
+        std::optional<bool> b = value.is_null() ? false : v.boolean(value, key);
         return b && (!*b || refuse());
     }
     if (key == "suffix" || key == "modalities" || key == "prediction" || key == "audio") {
@@ -727,9 +762,15 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 }
             }
         } else if (key == "ignore_eos") {
-            auto b = v.boolean(value, key);
+            auto b = value.is_null() ? false : v.boolean(value, key);
             ok = b.has_value();
             s.ignore_eos = b.value_or(false);
+        } else if (key == "return_token_ids") {
+            auto b = value.is_null() ? false : v.boolean(value, key);
+            ok = b.has_value();
+            out.return_token_ids = b.value_or(false);
+        } else if (key == "logit_bias") {
+            ok = parse_logit_bias(v, value, s.logit_bias);
         } else {
             ok = parse_unsupported(v, key, value);
         }

@@ -31,6 +31,9 @@ struct ParsedRequest {
     engine::GenerateRequest generate;  // request_id and tenant are left for the caller.
     bool stream = false;               // Answer as server-sent events.
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
+    // "return_token_ids": true: each choice (each streamed chunk) also carries `token_ids`, the
+    // generated token ids (as vLLM answers), tokens past a stop string included.
+    bool return_token_ids = false;
     // Set by the router, never parsed: a stream forwarded by another site ends with the usage
     // report comment (kUsageReportComment) that the forwarding site reads and does not relay.
     bool report_usage = false;

@@ -96,6 +96,24 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::current()
     return built_;
 }
 
+std::vector<std::string> ClusterRoutePlanner::cluster_models() {
+    std::set<std::string> models;
+    const auto snap = snapshots_ ? snapshots_() : nullptr;
+    if (snap != nullptr) {
+        for (const membership::MemberView& m : snap->members) {
+            if (m.state != membership::NodeState::kAlive || m.site == nullptr) {
+                continue;
+            }
+            for (const membership::PoolInfo& pool : m.site->pools) {
+                if (pool.state == membership::PoolState::kServing) {
+                    models.insert(pool.model);
+                }
+            }
+        }
+    }
+    return {models.begin(), models.end()};
+}
+
 std::shared_ptr<const sel::RouteTable> ClusterRoutePlanner::table() {
     auto b = current();
     return std::shared_ptr<const sel::RouteTable>(b, &b->table);

@@ -64,6 +64,7 @@ public:
 
     RoutePlan plan(std::string_view model, std::string_view version_pin) override;
     void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) override;
+    std::vector<std::string> cluster_models() override;
 
     // The result of one active /readyz check of `member`: counts for each of its pools.
     void report_active(const std::string& member, bool ok);

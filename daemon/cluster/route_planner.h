@@ -66,6 +66,9 @@ public:
     // Outcome of one attempt on a target, for outlier detection and metrics. `ok` false for a
     // connect failure, a timeout or a 5xx; latency is the time to the response head.
     virtual void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) = 0;
+    // Models some live site of the cluster serves now (any version), sorted, without duplicates:
+    // what a request may name here even when this site runs none of them.
+    virtual std::vector<std::string> cluster_models() { return {}; }
 };
 
 // What happened to a forwarded request, for the caller's bookkeeping (limits, metrics).

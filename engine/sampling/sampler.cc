@@ -48,6 +48,15 @@ Status validate_sampling_params(const SamplingParams& p) {
     if (p.stop.size() > kMaxStopStrings) {
         return out_of_range("stop", "at most 16 stop strings");
     }
+    if (p.logit_bias.size() > kMaxLogitBias) {
+        return out_of_range("logit_bias", "at most 1024 tokens");
+    }
+    for (const auto& [id, bias] : p.logit_bias) {
+        if (id < 0 || !std::isfinite(bias) || std::fabs(bias) > kMaxLogitBiasValue) {
+            return invalid_argument_error("logit_bias: token " + std::to_string(id) +
+                                          " needs an id >= 0 and a bias in [-100, 100]");
+        }
+    }
     for (size_t i = 0; i < p.stop.size(); ++i) {
         const std::string& s = p.stop[i];
         if (s.empty() || s.size() > kMaxStopBytes || !tokenizer::utf8_is_valid(s)) {
@@ -87,6 +96,11 @@ std::vector<TokenId> top_n(std::span<const float> values, int32_t n) {
 Sampler::Sampler(const SamplingParams& params, uint64_t seed) : params_(params), rng_(seed) {}
 
 void Sampler::apply_penalties(std::span<float> logits) const {
+    for (const auto& [id, bias] : params_.logit_bias) {
+        if (static_cast<size_t>(id) < logits.size()) {
+            logits[id] += bias;
+        }
+    }
     if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) {
         return;
     }
@@ -152,7 +166,7 @@ SampledToken Sampler::sample(std::span<float> logits) {
         log_softmax(logits, &lp);
     }
     apply_penalties(logits);
-    const bool greedy = params_.temperature <= 0.0f;
+    const bool greedy = params_.temperature < kGreedyTemperature;
     if (!greedy && params_.temperature != 1.0f) {
         const float inv = 1.0f / params_.temperature;
         for (float& x : logits) {

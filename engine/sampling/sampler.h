@@ -2,11 +2,11 @@
 
 // Sampler picks the next token of one sequence from the model's logits, as the request's
 // SamplingParams say: presence/frequency penalties over the tokens generated so far, then greedy
-// (temperature 0: highest logit, ties to the lowest id) or temperature scaling, top-k, top-p and a
-// draw from a seeded std::mt19937_64 (same seed, same logits -> same tokens). It also reports the
-// log-probability of the chosen token and the top alternatives: the log-softmax of the processed
-// logits (after penalties and temperature, before the top-k/top-p cut), which is what OpenAI's
-// API reports.
+// (temperature below kGreedyTemperature: highest logit, ties to the lowest id) or temperature
+// scaling, top-k, top-p and a draw from a seeded std::mt19937_64 (same seed, same logits -> same
+// tokens). It also reports the log-probability of the chosen token and the top alternatives: the
+// log-softmax of the model's own logits, before penalties and temperature, as OpenAI and vLLM
+// report them.
 //
 // Threading: one Sampler per sequence, used by one thread at a time (the scheduler's).
 
@@ -21,15 +21,22 @@
 
 namespace edge::engine::sampling {
 
+// Temperatures below this sample greedily: the scaled distribution is an argmax to float
+// precision, and dividing by a smaller one could overflow the logits (vLLM uses the same bound).
+inline constexpr float kGreedyTemperature = 1e-5f;
 // Largest top_logprobs a request may ask for (as OpenAI).
 inline constexpr int32_t kMaxTopLogprobs = 20;
 // Stop strings per request at most, and bytes per stop string at most.
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopBytes = 256;
+// logit_bias entries per request at most, and the largest bias either way.
+inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr float kMaxLogitBiasValue = 100.0f;
 
 // kInvalidArgument naming the field when a value is out of range (temperature in [0, 2], top_p in
 // (0, 1], top_k >= 0, penalties in [-2, 2], max_tokens >= 1, top_logprobs in [0, 20], stop
-// strings non-empty valid UTF-8 within the limits above).
+// strings non-empty valid UTF-8 within the limits above, logit_bias ids >= 0 with biases in
+// [-100, 100]; the caller checks the ids against the vocabulary).
 Status validate_sampling_params(const SamplingParams& params);
 
 struct SampledToken {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/log.h"
 #include "engine/sampling/sampler.h"
 
 namespace edge::engine::sched {
@@ -46,6 +47,20 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         rt->info =
             ModelInfo{m.config.name, spec.version, spec.architecture, rt->context, m.created_unix};
         rt->vocab_size = spec.vocab_size;
+        const KvCacheStats kv = m.model->kv_stats();
+        rt->kv_tokens = int64_t{kv.blocks_total} * kv.block_tokens;
+        log::info("model_ready", {{"model", m.config.name},
+                                  {"architecture", spec.architecture},
+                                  {"context", rt->context},
+                                  {"kv_cache_tokens", rt->kv_tokens}});
+        if (rt->kv_tokens > 0 && rt->kv_tokens < rt->context) {
+            log::warn("kv_cache_below_context",
+                      {{"model", m.config.name},
+                       {"context", rt->context},
+                       {"kv_cache_tokens", rt->kv_tokens},
+                       {"detail", "requests longer than the KV cache are refused; raise "
+                                  "engine.kv_cache_bytes or lower models[].max_context"}});
+        }
         rt->add_bos = m.tokenizer_config.add_bos_token;
         rt->bos = spec.bos_token_id >= 0 ? spec.bos_token_id : m.tokenizer_config.generation_bos_id;
         if (!m.tokenizer_config.bos_token.empty()) {
@@ -185,14 +200,27 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
         return invalid_argument_error("sink: null");
     }
     EDGE_RETURN_IF_ERROR(sampling::validate_sampling_params(request.sampling));
+    for (const auto& [id, bias] : request.sampling.logit_bias) {
+        if (id >= rt.vocab_size) {
+            return invalid_argument_error("logit_bias: token id " + std::to_string(id) +
+                                          " is out of range [0, " +
+                                          std::to_string(rt.vocab_size) + ")");
+        }
+    }
     EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, prompt_ids(rt, request));
     // OpenAI's context_length_exceeded: kOutOfRange, naming the prompt's field.
     const int64_t prompt_len = static_cast<int64_t>(ids.size());
-    const bool tenant_caps =
-        request.max_context_tokens > 0 && request.max_context_tokens < rt.context;
-    const int64_t limit = tenant_caps ? request.max_context_tokens : rt.context;
-    const std::string within = tenant_caps ? "the tenant's limit of " + std::to_string(limit)
-                                           : "the model's context of " + std::to_string(limit);
+    // The tightest of the model's context, the tenant's cap and what the KV cache can hold.
+    int64_t limit = rt.context;
+    std::string within = "the model's context of " + std::to_string(limit);
+    if (request.max_context_tokens > 0 && request.max_context_tokens < limit) {
+        limit = request.max_context_tokens;
+        within = "the tenant's limit of " + std::to_string(limit);
+    }
+    if (rt.kv_tokens > 0 && rt.kv_tokens < limit) {
+        limit = rt.kv_tokens;
+        within = "this site's KV cache capacity of " + std::to_string(limit);
+    }
     const char* field =
         std::holds_alternative<std::vector<ChatMessage>>(request.prompt) ? "messages" : "prompt";
     if (prompt_len >= limit) {

@@ -69,6 +69,9 @@ private:
         bool add_bos = false;
         int32_t vocab_size = 0;
         int64_t context = 0;
+        // Positions the KV cache holds in all (0: unknown). A sequence longer than this could
+        // never finish, so requests are held to it like to the context.
+        int64_t kv_tokens = 0;
         std::unique_ptr<Scheduler> scheduler;
     };
 

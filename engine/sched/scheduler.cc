@@ -28,6 +28,10 @@ Scheduler::Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer
         }
     }
     serving_.model = config_.model_name;
+    // The cache's size is known from the start; the gauges need not wait for the first step.
+    const KvCacheStats kv = model_->kv_stats();
+    serving_.kv_blocks_total = kv.blocks_total;
+    serving_.kv_budget_bytes = kv.budget_bytes;
 }
 
 Scheduler::~Scheduler() { stop(); }
@@ -53,7 +57,7 @@ Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest requ
         }
         if (waiting_.size() >= static_cast<size_t>(std::max(config_.max_queue, 0))) {
             std::lock_guard<std::mutex> stats_lock(stats_mu_);
-            ++serving_.rejected_overloaded;
+            ++tenant_stats(tenant).rejected_model_queue_full;
             return unavailable_error("the model's queue is full (" +
                                      std::to_string(config_.max_queue) +
                                      " requests waiting); retry later");
@@ -66,7 +70,7 @@ Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest requ
             const double limit_s = static_cast<double>(config_.max_queue_wait.count()) / 1000.0;
             if (wait_s > limit_s) {
                 std::lock_guard<std::mutex> stats_lock(stats_mu_);
-                ++serving_.rejected_overloaded;
+                ++tenant_stats(tenant).rejected_queue_wait;
                 return unavailable_error(
                     "the model is overloaded: the estimated queue wait of " +
                     std::to_string(std::llround(wait_s * 1000)) +

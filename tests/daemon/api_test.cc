@@ -158,6 +158,40 @@ TEST_CASE("completions: non-streaming and streaming without usage") {
     CHECK(events[2] == "[DONE]");
 }
 
+TEST_CASE("completions: return_token_ids gives the generated ids, whole or per chunk") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/completions",
+                        R"({"model":"test-model","prompt":[5,6],"return_token_ids":true})"))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.emit(0, "a");
+    f.generator.emit(0, "b");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{2, 2, 0});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    auto choice = json_of(r->body)["choices"].as_array()[0].as_object();
+    CHECK(choice["token_ids"].as_array() == boost::json::array{1, 1});
+
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/chat/completions",
+                        R"({"model":"test-model","messages":[{"role":"user","content":"x"}],)"
+                        R"("stream":true,"return_token_ids":true})"))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    f.generator.emit(1, "z");
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto s = c->read_response();
+    REQUIRE(s.ok());
+    auto events = sse_events(s->body);
+    REQUIRE(events.size() == 4);  // Role, "z", the finish, [DONE].
+    auto delta_choice = json_of(events[1])["choices"].as_array()[0].as_object();
+    CHECK(delta_choice["delta"].as_object()["content"] == "z");
+    CHECK(delta_choice["token_ids"].as_array() == boost::json::array{1});
+    CHECK(json_of(events[2])["choices"].as_array()[0].as_object()["token_ids"].as_array().empty());
+}
+
 TEST_CASE("errors: bad JSON, wrong types, submit() failures mapped to OpenAI errors") {
     ApiFixture f;
     auto bad = f.call("POST", "/v1/chat/completions", "{oops");

@@ -108,6 +108,14 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
              "stop"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"x":1}})",
+             "logit_bias"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"-1":1}})",
+             "logit_bias"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"7":101}})",
+             "logit_bias.7"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":[1]})",
+             "logit_bias"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})",
              "tools[0].type"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
@@ -146,6 +154,17 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
         REQUIRE(e.param.has_value());
         CHECK(*e.param == c.param);
     }
+}
+
+TEST_CASE("logit_bias is parsed, and optional fields take null as their default") {
+    auto p = parse(Endpoint::kCompletions,
+                   R"({"model":"m","prompt":"x","logit_bias":{"50256":-100,"7":2.5},"n":null,)"
+                   R"("best_of":null,"echo":null,"ignore_eos":null})");
+    const auto& bias = p.generate.sampling.logit_bias;
+    REQUIRE(bias.size() == 2);
+    CHECK(bias[0] == std::pair<engine::TokenId, float>{50256, -100.0f});
+    CHECK(bias[1] == std::pair<engine::TokenId, float>{7, 2.5f});
+    CHECK_FALSE(p.generate.sampling.ignore_eos);
 }
 
 TEST_CASE("deeply nested JSON is refused, not recursed into") {

@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "tests/package/exported_metrics.h"
 #include "tests/package/package_testing.h"
@@ -170,4 +171,27 @@ TEST_CASE("promtool check rules and promtool test rules pass on the alerts") {
         {"promtool", "test", "rules", EDGE_SOURCE_DIR "/deploy/prometheus/alerts_test.yml"}, 60000);
     CHECK_MESSAGE(test.exit_code == 0, test.out << test.err);
     CHECK(test.out.find("SUCCESS") != std::string::npos);
+}
+
+TEST_CASE("the operations guide's metrics table lists exactly the families the daemon exports") {
+    std::set<std::string> exported;
+    for (const auto& [name, type] : metric_types(populated_metrics_text())) {
+        exported.insert(name);
+    }
+    std::set<std::string> documented;
+    std::istringstream doc(read_file(EDGE_SOURCE_DIR "/docs/operations.md"));
+    std::string line;
+    std::regex row("^\\| `(edgeserve_[a-z0-9_]+)` \\|");
+    while (std::getline(doc, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, row)) {
+            documented.insert(m[1].str());
+        }
+    }
+    for (const std::string& name : exported) {
+        CHECK_MESSAGE(documented.count(name) == 1, name << " is exported but not documented");
+    }
+    for (const std::string& name : documented) {
+        CHECK_MESSAGE(exported.count(name) == 1, name << " is documented but not exported");
+    }
 }

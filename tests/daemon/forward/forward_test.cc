@@ -67,6 +67,14 @@ public:
         std::lock_guard lock(mu_);
         reports_.push_back({target.site_id, ok});
     }
+    std::vector<std::string> cluster_models() override {
+        std::lock_guard lock(mu_);
+        return cluster_models_;
+    }
+    void set_cluster_models(std::vector<std::string> models) {
+        std::lock_guard lock(mu_);
+        cluster_models_ = std::move(models);
+    }
     int plans() const {
         std::lock_guard lock(mu_);
         return plans_;
@@ -86,6 +94,7 @@ private:
     int plans_ = 0;
     std::string last_pin_;
     std::vector<Report> reports_;
+    std::vector<std::string> cluster_models_;
 };
 
 struct Cluster {
@@ -197,6 +206,28 @@ bool metrics_contain(Site& site, const std::string& line) {
 }
 
 }  // namespace
+
+TEST_CASE("/v1/models lists the models other sites serve beside this site's own") {
+    Cluster cluster;
+    Site a(cluster, "a", {"m"}, tenants_section());
+    a.planner.set_cluster_models({"far-model", "m"});
+    auto c = a.client();
+    REQUIRE(c->send(testing::http_request("GET", "/v1/models", "", auth())).ok());
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    std::vector<std::string> ids;
+    const boost::json::object list = json_of(r->body);
+    for (const auto& m : list.at("data").as_array()) {
+        ids.emplace_back(m.as_object().at("id").as_string());
+    }
+    CHECK(ids == std::vector<std::string>{"m", "far-model"});
+    REQUIRE(c->send(testing::http_request("GET", "/v1/models/far-model", "", auth())).ok());
+    auto one = c->read_response();
+    REQUIRE(one.ok());
+    CHECK(one->status == 200);
+    CHECK(json_of(one->body)["id"] == "far-model");
+}
 
 TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTLS connection") {
     Cluster cluster;

@@ -253,6 +253,7 @@ TEST_CASE("local generator: the same seed gives the same sampled text") {
 TEST_CASE("local generator: destruction cancels what is running") {
     FakeOptions opts;
     opts.max_context = 100000;
+    opts.kv_tokens = 100000;
     auto gen = make_generator(opts);
     auto sink = std::make_shared<CollectingSink>();
     REQUIRE(gen->submit(request({1}, 90000), sink).ok());
@@ -302,6 +303,32 @@ TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_toke
     auto finish = sink->wait();
     REQUIRE(finish.has_value());
     CHECK(finish->usage.completion_tokens > 0);
+}
+
+TEST_CASE("local generator: a request the KV cache could never hold is refused up front") {
+    // The context allows 256 positions but the cache holds 32: a longer sequence would fail
+    // midway however long it waited, so it is out of range (not "busy") before it starts.
+    FakeOptions opts;
+    opts.kv_tokens = 32;
+    auto gen = make_generator(opts);
+    CHECK(gen->models()[0].context_length == 256);
+    auto sink = std::make_shared<CollectingSink>();
+    auto rejected = gen->submit(request({1, 2, 3}, 40), sink);
+    REQUIRE_FALSE(rejected.ok());
+    CHECK(rejected.status().code() == StatusCode::kOutOfRange);
+    CHECK(rejected.status().message().find("KV cache capacity of 32") != std::string::npos);
+    auto long_prompt = gen->submit(request(std::vector<TokenId>(40, 7), 1), sink);
+    CHECK(long_prompt.status().code() == StatusCode::kOutOfRange);
+
+    // Without a max_tokens of its own, the request runs to the cache's capacity.
+    GenerateRequest lowered = request({1, 2, 3}, 1 << 20);
+    lowered.max_tokens_is_default = true;
+    lowered.sampling.ignore_eos = true;
+    REQUIRE(gen->submit(lowered, sink).ok());
+    auto finish = sink->wait();
+    REQUIRE(finish.has_value());
+    CHECK(finish->reason == FinishReason::kLength);
+    CHECK(finish->usage.completion_tokens == 29);
 }
 
 }  // namespace

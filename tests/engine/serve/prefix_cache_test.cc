@@ -295,7 +295,7 @@ TEST_CASE("admission control: a tenant's full queue is 429-like, the model's ful
     CHECK(fourth.status().code() == StatusCode::kUnavailable);
     const ServingStats stats = h.scheduler->serving_stats();
     CHECK(stats.tenants.at("a").rejected_queue_full == 1);
-    CHECK(stats.rejected_overloaded == 1);
+    CHECK(stats.tenants.at("c").rejected_model_queue_full == 1);
     CHECK(stats.tenants.at("a").queued == 2);
     h.drain();
     CHECK(h.scheduler->serving_stats().tenants.at("a").queued == 0);
@@ -323,7 +323,7 @@ TEST_CASE("admission control: an estimated queue wait past the limit is refused 
     // A small request still fits: (24 + 6) / 40 = 0.75 s.
     auto d = h.try_submit("d", prompt_of(4), 2, sink);
     CHECK(d.ok());
-    CHECK(h.scheduler->serving_stats().rejected_overloaded == 1);
+    CHECK(h.scheduler->serving_stats().tenants.at("c").rejected_queue_wait == 1);
     h.drain();
 }
 

@@ -22,6 +22,35 @@ TEST_CASE("sampler: greedy takes the highest logit, ties to the lowest id") {
     CHECK(pick(s, {-1.0f, -0.5f, -3.0f}) == 1);
 }
 
+TEST_CASE("sampler: a vanishing temperature is greedy, not an overflow") {
+    // 1/T of these overflows float: scaled logits of inf and NaN probabilities would pick the
+    // last id.
+    for (float t : {1e-40f, 1e-38f, 1e-30f, 1e-6f}) {
+        SamplingParams p;
+        p.temperature = t;
+        Sampler s(p, 7);
+        CHECK(pick(s, {1.0f, 3.0f, 2.0f, -1.0f}) == 1);
+        CHECK(pick(s, {100.0f, -50.0f, 99.0f}) == 0);
+    }
+}
+
+TEST_CASE("sampler: logit_bias shifts the logits it names, not the logprobs") {
+    SamplingParams p = greedy();
+    p.logit_bias = {{1, -100.0f}, {3, 1.5f}};
+    p.logprobs = true;
+    Sampler s(p, 1);
+    std::vector<float> logits = {1.0f, 3.0f, 2.0f, 1.0f};
+    const SampledToken t = s.sample(logits);
+    CHECK(t.id == 3);  // 1 + 1.5 beats 2; id 1 is banned.
+    std::vector<float> lp;
+    log_softmax(std::vector<float>{1.0f, 3.0f, 2.0f, 1.0f}, &lp);
+    CHECK(t.logprob == doctest::Approx(lp[3]));
+
+    SamplingParams bad = greedy();
+    bad.logit_bias = {{2, 150.0f}};
+    CHECK(validate_sampling_params(bad).code() == StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("sampler: presence penalty is subtracted once per generated token") {
     SamplingParams p = greedy();
     p.presence_penalty = 0.5f;
