@@ -2,9 +2,10 @@
 
 // Internal to engine/chat: the shared driver of the tool-call parsers (MarkerParser: plain content
 // until the format's start marker, then the format's step() until the call ends, giving a
-// malformed call back as content) and the constructors of the three formats, one file each
-// (hermes_parser.cc, glm45_parser.cc, kimi_k2_parser.cc). The public interface is
-// engine/chat/tool_call_parser.h. Threading: as ToolCallParser (one per response, one thread).
+// malformed call back as content) and the constructors of the formats, one file each
+// (hermes_parser.cc, glm45_parser.cc, kimi_k2_parser.cc, deepseek_v3_parser.cc). The public
+// interface is engine/chat/tool_call_parser.h. Threading: as ToolCallParser (one per response, one
+// thread).
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -178,5 +179,6 @@ std::unique_ptr<ToolCallParser> make_hermes_parser(std::string id_prefix);
 std::unique_ptr<ToolCallParser> make_glm45_parser(std::string id_prefix,
                                                   const std::vector<ToolSpec>& tools);
 std::unique_ptr<ToolCallParser> make_kimi_k2_parser(std::string id_prefix);
+std::unique_ptr<ToolCallParser> make_deepseek_v3_parser(std::string id_prefix);
 
 }  // namespace edge::engine::chat::detail

@@ -16,8 +16,11 @@ Result<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
     if (name == "kimi_k2") {
         return ToolCallFormat::kKimiK2;
     }
+    if (name == "deepseek_v3") {
+        return ToolCallFormat::kDeepSeekV3;
+    }
     return invalid_argument_error("tool-call format '" + std::string(name) +
-                                  "' is not known (hermes, qwen3, glm4_5, kimi_k2)");
+                                  "' is not known (hermes, qwen3, glm4_5, kimi_k2, deepseek_v3)");
 }
 
 std::string_view tool_call_format_name(ToolCallFormat format) {
@@ -28,6 +31,8 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
             return "glm4_5";
         case ToolCallFormat::kKimiK2:
             return "kimi_k2";
+        case ToolCallFormat::kDeepSeekV3:
+            return "deepseek_v3";
     }
     return "hermes";
 }
@@ -40,6 +45,11 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function)
             return function.empty() ? "<|tool_calls_section_begin|><|tool_call_begin|>"
                                     : "<|tool_calls_section_begin|><|tool_call_begin|>functions." +
                                           std::string(function) + ":0<|tool_call_argument_begin|>";
+        case ToolCallFormat::kDeepSeekV3:
+            return function.empty()
+                       ? "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+                       : "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" +
+                             std::string(function) + "\n```json\n";
         case ToolCallFormat::kHermes:
             break;
     }
@@ -56,6 +66,8 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
             return detail::make_glm45_parser(std::move(id_prefix), tools);
         case ToolCallFormat::kKimiK2:
             return detail::make_kimi_k2_parser(std::move(id_prefix));
+        case ToolCallFormat::kDeepSeekV3:
+            return detail::make_deepseek_v3_parser(std::move(id_prefix));
         case ToolCallFormat::kHermes:
         default:
             return detail::make_hermes_parser(std::move(id_prefix));

@@ -1,12 +1,14 @@
 #pragma once
 
 // Tool-call parsers: they split a model's streamed output text into plain content and OpenAI
-// tool calls, for the three formats the served families write:
+// tool calls, for the formats the served families write:
 //   kHermes (Qwen3):  <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
 //   kGlm45 (GLM-4.5): <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n...</tool_call>
 //   kKimiK2:          <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0
 //                     <|tool_call_argument_begin|>{...}<|tool_call_end|>...
 //                     <|tool_calls_section_end|>
+//   kDeepSeekV3:      <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
+//                     ```json\n{...}\n```<｜tool▁call▁end｜>\n...<｜tool▁calls▁end｜>
 // Text is fed as it is decoded (any split, even inside a marker or a UTF-8 character). Content
 // that may be the start of a marker is held back until it is known not to be. A call's first
 // delta carries its index, id and name (never a partial name); argument text follows as it is
@@ -29,9 +31,10 @@
 
 namespace edge::engine::chat {
 
-enum class ToolCallFormat { kHermes, kGlm45, kKimiK2 };
+enum class ToolCallFormat { kHermes, kGlm45, kKimiK2, kDeepSeekV3 };
 
-// "hermes" / "qwen3" -> kHermes, "glm4_5" / "glm45" -> kGlm45, "kimi_k2" -> kKimiK2.
+// "hermes" / "qwen3" -> kHermes, "glm4_5" / "glm45" -> kGlm45, "kimi_k2" -> kKimiK2,
+// "deepseek_v3" -> kDeepSeekV3.
 Result<ToolCallFormat> tool_call_format_from_name(std::string_view name);
 std::string_view tool_call_format_name(ToolCallFormat format);
 

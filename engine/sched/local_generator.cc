@@ -77,6 +77,17 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
             rt->info.tool_call_format = std::string(tokenizer::tool_call_format_of(*format));
         } else if (format.status().code() != StatusCode::kNotFound) {
             return format.status().with_context(where);
+        } else if (!m.tokenizer_config.chat_template.empty()) {
+            // The checkpoint ships a chat template in a format we do not render: the model
+            // still serves completions, and chat requests say how to pick a format.
+            log::warn("chat_template_unrecognised", {{"model", m.config.name},
+                                                     {"path", m.config.path},
+                                                     {"known", tokenizer::kChatFormatNames}});
+            rt->no_chat = "messages: the chat template of model \"" + m.config.name +
+                          "\" (tokenizer_config.json) is not recognised; set the model's "
+                          "models[].chat_template to one of " +
+                          std::string(tokenizer::kChatFormatNames) +
+                          " to chat with it, or use /v1/completions";
         }
         SchedulerConfig sc;
         sc.max_batch_sequences = config.max_batch_sequences;
@@ -167,8 +178,10 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
     } else {
         const auto& messages = std::get<std::vector<ChatMessage>>(request.prompt);
         if (!rt.chat) {
-            return invalid_argument_error("messages: model \"" + rt.info.name +
-                                          "\" has no chat template");
+            return invalid_argument_error(!rt.no_chat.empty()
+                                              ? rt.no_chat
+                                              : "messages: model \"" + rt.info.name +
+                                                    "\" has no chat template");
         }
         EDGE_ASSIGN_OR_RETURN(ids, rt.chat->render(messages, request.tools));
         if (!request.assistant_prefix.empty()) {

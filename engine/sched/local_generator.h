@@ -44,7 +44,8 @@ class LocalGenerator final : public Generator {
 public:
     // Starts one scheduler per model. kInvalidArgument for duplicate names or a chat template
     // name that is not known; a checkpoint without a recognisable chat format still serves
-    // text and token prompts.
+    // text and token prompts (a template that is not recognised logs chat_template_unrecognised
+    // and chat requests are refused with how to set models[].chat_template).
     static Result<std::unique_ptr<LocalGenerator>> create(std::vector<ServedModel> models,
                                                           const EngineConfig& config,
                                                           uint64_t seed);
@@ -65,6 +66,7 @@ private:
         ModelInfo info;
         std::unique_ptr<tokenizer::Tokenizer> tokenizer;
         std::optional<tokenizer::ChatTemplate> chat;
+        std::string no_chat;  // Why chat is refused when the checkpoint's template is unknown.
         TokenId bos = -1;
         bool add_bos = false;
         int32_t vocab_size = 0;

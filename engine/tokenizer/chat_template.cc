@@ -13,6 +13,19 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 constexpr std::string_view kGMask = "[gMASK]";
 constexpr std::string_view kGlmAssistant = "<|assistant|>";
 constexpr std::string_view kImMiddle = "<|im_middle|>";
+constexpr std::string_view kDsBos = "<｜begin▁of▁sentence｜>";
+constexpr std::string_view kDsEos = "<｜end▁of▁sentence｜>";
+constexpr std::string_view kDsUser = "<｜User｜>";
+constexpr std::string_view kDsAssistant = "<｜Assistant｜>";
+constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+constexpr std::string_view kDsOutputsBegin = "<｜tool▁outputs▁begin｜>";
+constexpr std::string_view kDsOutputsEnd = "<｜tool▁outputs▁end｜>";
+constexpr std::string_view kDsOutputBegin = "<｜tool▁output▁begin｜>";
+constexpr std::string_view kDsOutputEnd = "<｜tool▁output▁end｜>";
 
 using Piece = ChatTemplate::Piece;
 
@@ -328,6 +341,106 @@ Status kimi_k2(std::span<const ChatMessage> messages, const json::array& tools, 
     return ok_status();
 }
 
+// One call as DeepSeek-V3 writes it, from <｜tool▁call▁begin｜> to <｜tool▁call▁end｜>.
+void deepseek_call(const ChatToolCall& c, Builder* b) {
+    b->marker(kDsCallBegin);
+    b->text("function");
+    b->marker(kDsSep);
+    b->text(c.name + "\n```json\n" + (c.arguments.empty() ? "{}" : c.arguments) + "\n```");
+    b->marker(kDsCallEnd);
+}
+
+// DeepSeek-V3's shipped template, quirks included, since the served model saw prompts rendered by
+// it: system messages are joined ("\n\n") right after BOS; only the conversation's first tool call
+// opens with <｜Assistant｜><｜tool▁calls▁begin｜>, each later one (in any message) is "\n" + call
+// + <｜tool▁calls▁end｜><｜end▁of▁sentence｜>; an assistant message's tool calls are rendered only
+// when it has no content (OpenAI's `content: null`, here ""); the first tool result opens
+// <｜tool▁outputs▁begin｜>, later ones are "\n" + result; after tool results the prompt ends with
+// <｜tool▁outputs▁end｜> instead of <｜Assistant｜>. Tools, which the template never renders, are
+// declared after the system prompt, with the call syntax the model writes.
+Status deepseek_v3(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+    b->marker(kDsBos);
+    std::string system;
+    bool first_system = true;
+    for (const ChatMessage& m : messages) {
+        if (m.role == "system") {
+            system += (first_system ? "" : "\n\n") + m.content;
+            first_system = false;
+        }
+    }
+    b->text(system);
+    if (!tools.empty()) {
+        b->text(system.empty() ? "" : "\n\n");
+        b->text(kToolsIntro);
+        for (const auto& t : tools) {
+            std::string s;
+            py_json(t, &s);
+            b->text("\n" + s);
+        }
+        b->text("\n</tools>\n\nTo call functions, write ");
+        b->marker(kDsCallsBegin);
+        b->text(", then each call as ");
+        b->marker(kDsCallBegin);
+        b->text("function");
+        b->marker(kDsSep);
+        b->text("{function-name}\n```json\n{arguments as a JSON object}\n```");
+        b->marker(kDsCallEnd);
+        b->text(" (calls separated by a newline), and after the last call ");
+        b->marker(kDsCallsEnd);
+        b->text(".");
+    }
+    bool called = false;       // The template's ns.is_first.
+    bool after_tool = false;   // ns.is_tool.
+    bool first_output = true;  // ns.is_output_first.
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        if (m.role == "system") {
+            continue;
+        }
+        if (m.role == "user") {
+            after_tool = false;
+            b->marker(kDsUser);
+            b->text(m.content);
+        } else if (m.role == "assistant" && m.content.empty() && !m.tool_calls.empty()) {
+            after_tool = false;
+            for (const ChatToolCall& c : m.tool_calls) {
+                if (!called) {
+                    b->marker(kDsAssistant);
+                    b->marker(kDsCallsBegin);
+                    deepseek_call(c, b);
+                    called = true;
+                } else {
+                    b->text("\n");
+                    deepseek_call(c, b);
+                    b->marker(kDsCallsEnd);
+                    b->marker(kDsEos);
+                }
+            }
+        } else if (m.role == "assistant") {
+            b->marker(after_tool ? kDsOutputsEnd : kDsAssistant);
+            b->text(m.content);
+            b->marker(kDsEos);
+            after_tool = false;
+        } else if (m.role == "tool") {
+            after_tool = true;
+            if (first_output) {
+                b->marker(kDsOutputsBegin);
+                first_output = false;
+            } else {
+                b->text("\n");
+            }
+            b->marker(kDsOutputBegin);
+            b->text(m.content);
+            b->marker(kDsOutputEnd);
+        } else {
+            return invalid_argument_error("messages[" + std::to_string(i) + "].role: \"" + m.role +
+                                          "\" is not system, user, assistant or tool");
+        }
+    }
+    b->marker(after_tool ? kDsOutputsEnd : kDsAssistant);
+    return ok_status();
+}
+
 }  // namespace
 
 std::string_view tool_call_format_of(ChatFormat format) {
@@ -336,6 +449,8 @@ std::string_view tool_call_format_of(ChatFormat format) {
             return "glm4_5";
         case ChatFormat::kKimiK2:
             return "kimi_k2";
+        case ChatFormat::kDeepSeekV3:
+            return "deepseek_v3";
         case ChatFormat::kChatMl:
             break;
     }
@@ -353,9 +468,12 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
     if (configured == "kimi_k2") {
         return ChatFormat::kKimiK2;
     }
+    if (configured == "deepseek_v3") {
+        return ChatFormat::kDeepSeekV3;
+    }
     if (!configured.empty() && configured != "auto") {
         return invalid_argument_error("chat_template: unknown format \"" + std::string(configured) +
-                                      "\" (known: auto, chatml, glm4_5, kimi_k2)");
+                                      "\" (known: auto, " + std::string(kChatFormatNames) + ")");
     }
     // Checkpoints ship Jinja; recognise the family by its control tokens.
     const std::string& t = config.chat_template;
@@ -368,6 +486,10 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
     if (t.find(kImStart) != std::string::npos) {
         return ChatFormat::kChatMl;
     }
+    if (t.find(kDsUser) != std::string::npos && t.find(kDsAssistant) != std::string::npos &&
+        t.find("<think>") == std::string::npos) {
+        return ChatFormat::kDeepSeekV3;
+    }
     if (t.empty()) {
         if (tokenizer.token_id(kImMiddle) >= 0 && tokenizer.token_id(kImEnd) >= 0) {
             return ChatFormat::kKimiK2;
@@ -378,10 +500,18 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
         if (tokenizer.token_id(kImStart) >= 0 && tokenizer.token_id(kImEnd) >= 0) {
             return ChatFormat::kChatMl;
         }
+        if (tokenizer.token_id(kDsUser) >= 0 && tokenizer.token_id(kDsAssistant) >= 0) {
+            return ChatFormat::kDeepSeekV3;
+        }
+        return not_found_error(
+            "chat_template: the checkpoint has no chat template and its vocabulary matches no "
+            "known format; set the model's chat_template to one of: " +
+            std::string(kChatFormatNames));
     }
     return not_found_error(
-        "chat_template: the checkpoint's chat format is not recognised; set "
-        "the model's chat_template to one of: chatml, glm4_5, kimi_k2");
+        "chat_template: the checkpoint's chat template is not recognised; set "
+        "the model's chat_template to one of: " +
+        std::string(kChatFormatNames));
 }
 
 Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* tokenizer) {
@@ -396,6 +526,11 @@ Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* to
             break;
         case ChatFormat::kKimiK2:
             required = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", kImMiddle, kImEnd};
+            break;
+        case ChatFormat::kDeepSeekV3:
+            required = {kDsBos,        kDsEos,         kDsUser,     kDsAssistant, kDsCallsBegin,
+                        kDsCallsEnd,   kDsCallBegin,   kDsCallEnd,  kDsSep,       kDsOutputsBegin,
+                        kDsOutputsEnd, kDsOutputBegin, kDsOutputEnd};
             break;
     }
     for (std::string_view token : required) {
@@ -431,6 +566,9 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
             break;
         case ChatFormat::kKimiK2:
             EDGE_RETURN_IF_ERROR(kimi_k2(messages, tj, &b));
+            break;
+        case ChatFormat::kDeepSeekV3:
+            EDGE_RETURN_IF_ERROR(deepseek_v3(messages, tj, &b));
             break;
     }
     return std::move(b.pieces);
@@ -479,6 +617,9 @@ std::vector<TokenId> ChatTemplate::tool_call_marker_ids() const {
             markers = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
                        "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
                        "<|tool_call_end|>"};
+            break;
+        case ChatFormat::kDeepSeekV3:
+            markers = {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
             break;
     }
     std::vector<TokenId> ids;

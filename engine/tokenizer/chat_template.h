@@ -3,9 +3,10 @@
 // ChatTemplate renders chat `messages` into prompt token ids for one model family. The family is
 // chosen from the checkpoint (the shipped Jinja template's markers) or named in the model config;
 // we do not run Jinja: each family is a small renderer written to match its template. Today:
-// ChatML (Qwen, with Qwen3's Hermes-style tools block), GLM-4.5 and Kimi K2, each with the system,
-// user, assistant (including its earlier tool calls) and tool roles, and OpenAI `tools` rendered
-// into the prompt the way the family's shipped template does.
+// ChatML (Qwen, with Qwen3's Hermes-style tools block), GLM-4.5, Kimi K2 and DeepSeek-V3, each with
+// the system, user, assistant (including its earlier tool calls) and tool roles, and OpenAI `tools`
+// rendered into the prompt the way the family's shipped template does (DeepSeek-V3's template has
+// no place for tools: ours declares them after the system prompt).
 //
 // Control tokens are inserted as ids and message text is encoded with special-token parsing off,
 // so a message cannot inject `<|im_start|>`. Markers that a vocabulary may or may not hold as one
@@ -28,15 +29,22 @@ enum class ChatFormat {
     kChatMl,  // <|im_start|>{role}\n{content}<|im_end|>\n ..., then <|im_start|>assistant\n
     kGlm45,   // [gMASK]<sop><|system|>\n...<|user|>\n...<|assistant|>
     kKimiK2,  // <|im_user|>user<|im_middle|>...<|im_end|>...<|im_assistant|>assistant<|im_middle|>
+    kDeepSeekV3,  // <｜begin▁of▁sentence｜>{system}<｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜>
 };
 
+// The names choose_chat_format() accepts besides "auto", for messages that list them.
+inline constexpr std::string_view kChatFormatNames = "chatml, glm4_5, kimi_k2, deepseek_v3";
+
 // The tool-call output format the family writes, as named by engine/chat/tool_call_parser.h's
-// tool_call_format_from_name(): "hermes" (ChatML / Qwen3), "glm4_5", "kimi_k2".
+// tool_call_format_from_name(): "hermes" (ChatML / Qwen3), "glm4_5", "kimi_k2", "deepseek_v3".
 std::string_view tool_call_format_of(ChatFormat format);
 
-// "chatml" -> kChatMl, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2; "auto" (or "") -> from the
-// checkpoint's template, else from its vocabulary.
-// kInvalidArgument for an unknown name; kNotFound when "auto" finds no known format.
+// "chatml" -> kChatMl, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2, "deepseek_v3" -> kDeepSeekV3;
+// "auto" (or "") -> from the checkpoint's template, else (no template) from its vocabulary.
+// DeepSeek-V3's template is told from DeepSeek-R1's and V3.1's (which add <think>) and those are
+// not recognised: they render differently.
+// kInvalidArgument for an unknown name; kNotFound when "auto" finds no known format (the message
+// says whether the checkpoint has a template that is not recognised or none at all).
 Result<ChatFormat> choose_chat_format(std::string_view configured, const TokenizerConfig& config,
                                       const Tokenizer& tokenizer);
 

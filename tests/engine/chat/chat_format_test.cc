@@ -1,4 +1,5 @@
-// Chat formats: GLM-4.5, Kimi K2 and ChatML (with Qwen3's tools block) rendered with every role,
+// Chat formats: GLM-4.5, Kimi K2, ChatML (with Qwen3's tools block) and DeepSeek-V3 (compared with
+// what its shipped Jinja template renders for the same messages) rendered with every role,
 // tools and earlier tool calls; the format chosen from the checkpoint's template or vocabulary and
 // overridable; control tokens inserted as ids while message text cannot inject them; and the
 // rendered tool calls read back by each family's tool-call parser.
@@ -131,6 +132,125 @@ TEST_CASE("chat formats: ChatML with Qwen3 tools") {
     CHECK(parser->completed_calls() == 1);
 }
 
+// DeepSeek-V3's control tokens, spelled out once for the expected prompts below.
+const std::string kDsBos = "<｜begin▁of▁sentence｜>";
+const std::string kDsEos = "<｜end▁of▁sentence｜>";
+const std::string kDsUser = "<｜User｜>";
+const std::string kDsAssistant = "<｜Assistant｜>";
+const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+const std::string kDsCallsEnd = "<｜tool▁calls▁end｜>";
+const std::string kDsCallBegin = "<｜tool▁call▁begin｜>";
+const std::string kDsCallEnd = "<｜tool▁call▁end｜>";
+const std::string kDsSep = "<｜tool▁sep｜>";
+const std::string kDsOutputsBegin = "<｜tool▁outputs▁begin｜>";
+const std::string kDsOutputsEnd = "<｜tool▁outputs▁end｜>";
+const std::string kDsOutputBegin = "<｜tool▁output▁begin｜>";
+const std::string kDsOutputEnd = "<｜tool▁output▁end｜>";
+
+TEST_CASE("chat formats: DeepSeek-V3 renders as its shipped template does") {
+    // Each expected prompt is what DeepSeek-V3's tokenizer_config.json chat_template renders
+    // (Jinja2, bos_token "<｜begin▁of▁sentence｜>", add_generation_prompt) for the same messages,
+    // its quirks included: system messages gathered after BOS, the conversation's first tool call
+    // alone opening the calls section, later results without <｜tool▁outputs▁begin｜>, and no
+    // <｜Assistant｜> after tool results.
+    auto tok = tokenizer_with_markers();
+    auto t = ChatTemplate::create(ChatFormat::kDeepSeekV3, tok.get());
+    REQUIRE(t.ok());
+    struct Case {
+        const char* what;
+        std::vector<ChatMessage> messages;
+        std::string expected;
+    };
+    const std::vector<Case> cases = {
+        {"user", {{"user", "Hi", "", {}, ""}}, kDsBos + kDsUser + "Hi" + kDsAssistant},
+        {"system",
+         {{"system", "Be brief.", "", {}, ""}, {"user", "Hi", "", {}, ""}},
+         kDsBos + "Be brief." + kDsUser + "Hi" + kDsAssistant},
+        {"multi-turn",
+         {{"system", "A", "", {}, ""},
+          {"user", "Hi", "", {}, ""},
+          {"assistant", "Hello!", "", {}, ""},
+          {"system", "B", "", {}, ""},
+          {"user", "Bye", "", {}, ""}},
+         kDsBos + "A\n\nB" + kDsUser + "Hi" + kDsAssistant + "Hello!" + kDsEos + kDsUser + "Bye" +
+             kDsAssistant},
+        {"tool calls and results",
+         {{"system", "Be brief.", "", {}, ""},
+          {"user", "Weather in Paris?", "", {}, ""},
+          {"assistant",
+           "",
+           "",
+           {{"c0", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"}, {"c1", "get_time", "{}"}},
+           ""},
+          {"tool", "sunny", "", {}, "c0"},
+          {"tool", "noon", "", {}, "c1"},
+          {"assistant", "Sunny at noon.", "", {}, ""},
+          {"user", "And Rome?", "", {}, ""},
+          {"assistant", "", "", {{"c2", "get_weather", "{\"city\": \"Rome\"}"}}, ""},
+          {"tool", "rain", "", {}, "c2"}},
+         kDsBos + "Be brief." + kDsUser + "Weather in Paris?" + kDsAssistant + kDsCallsBegin +
+             kDsCallBegin + "function" + kDsSep +
+             "get_weather\n```json\n{\"city\": \"Paris\", \"days\": 2}\n```" + kDsCallEnd + "\n" +
+             kDsCallBegin + "function" + kDsSep + "get_time\n```json\n{}\n```" + kDsCallEnd +
+             kDsCallsEnd + kDsEos + kDsOutputsBegin + kDsOutputBegin + "sunny" + kDsOutputEnd +
+             "\n" + kDsOutputBegin + "noon" + kDsOutputEnd + kDsOutputsEnd + "Sunny at noon." +
+             kDsEos + kDsUser + "And Rome?\n" + kDsCallBegin + "function" + kDsSep +
+             "get_weather\n```json\n{\"city\": \"Rome\"}\n```" + kDsCallEnd + kDsCallsEnd + kDsEos +
+             "\n" + kDsOutputBegin + "rain" + kDsOutputEnd + kDsOutputsEnd},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.what);
+        CHECK(t->render_text(c.messages) == c.expected);
+        check_ids_match_text(*t, *tok, c.messages, {});
+    }
+    // Every control token is one id: the last case holds each of them.
+    auto ids = t->render(cases.back().messages);
+    REQUIRE(ids.ok());
+    for (const std::string& marker :
+         {kDsBos, kDsEos, kDsUser, kDsAssistant, kDsCallsBegin, kDsCallsEnd, kDsCallBegin,
+          kDsCallEnd, kDsSep, kDsOutputsBegin, kDsOutputsEnd, kDsOutputBegin, kDsOutputEnd}) {
+        CAPTURE(marker);
+        CHECK(std::count(ids->begin(), ids->end(), tok->token_id(marker)) > 0);
+    }
+    // Message text cannot inject control tokens.
+    std::vector<ChatMessage> inject = {{"user", kDsAssistant + kDsEos, "", {}, ""}};
+    ids = t->render(inject);
+    REQUIRE(ids.ok());
+    CHECK(std::count(ids->begin(), ids->end(), tok->token_id(kDsAssistant)) == 1);
+    CHECK(std::count(ids->begin(), ids->end(), tok->token_id(kDsEos)) == 0);
+    // The history's calls read back through the DeepSeek-V3 parser.
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kDeepSeekV3, "c");
+    parser->feed(t->render_text(cases.back().messages));
+    parser->finish();
+    CHECK(parser->completed_calls() == 2);
+    CHECK_FALSE(parser->malformed());
+}
+
+TEST_CASE("chat formats: DeepSeek-V3 declares offered tools after the system prompt") {
+    auto tok = tokenizer_with_markers();
+    auto t = ChatTemplate::create(ChatFormat::kDeepSeekV3, tok.get());
+    REQUIRE(t.ok());
+    const std::string declared =
+        std::string(
+            "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou "
+            "are provided with function signatures within <tools></tools> XML "
+            "tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+            "\"description\": \"Weather of a city\", \"parameters\": {\"type\": \"object\", "
+            "\"properties\": {\"city\": {\"type\": \"string\"}}}}}\n</tools>\n\nTo call functions, "
+            "write ") +
+        kDsCallsBegin + ", then each call as " + kDsCallBegin + "function" + kDsSep +
+        "{function-name}\n```json\n{arguments as a JSON object}\n```" + kDsCallEnd +
+        " (calls separated by a newline), and after the last call " + kDsCallsEnd + ".";
+    std::vector<ChatMessage> m = {{"system", "Be brief.", "", {}, ""}, {"user", "Hi", "", {}, ""}};
+    CHECK(t->render_text(m, kTools) ==
+          kDsBos + "Be brief.\n\n" + declared + kDsUser + "Hi" + kDsAssistant);
+    check_ids_match_text(*t, *tok, m, kTools);
+    m.erase(m.begin());
+    CHECK(t->render_text(m, kTools) == kDsBos + declared + kDsUser + "Hi" + kDsAssistant);
+    // Without tools the prompt is the template's.
+    CHECK(t->render_text(m) == kDsBos + kDsUser + "Hi" + kDsAssistant);
+}
+
 TEST_CASE("chat formats: chosen from the checkpoint and overridable") {
     auto tok = tokenizer_with_markers();
     TokenizerConfig config;
@@ -142,8 +262,21 @@ TEST_CASE("chat formats: chosen from the checkpoint and overridable") {
     CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kChatMl);
     CHECK(*choose_chat_format("glm4_5", config, *tok) == ChatFormat::kGlm45);
     CHECK(*choose_chat_format("kimi_k2", config, *tok) == ChatFormat::kKimiK2);
+    CHECK(*choose_chat_format("deepseek_v3", config, *tok) == ChatFormat::kDeepSeekV3);
     CHECK(choose_chat_format("llama3", config, *tok).status().code() ==
           StatusCode::kInvalidArgument);
+    // DeepSeek-V3's template; R1's and V3.1's (with <think>) render differently and are not it.
+    config.chat_template =
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+        "{{'<｜User｜>' + message['content']}}{% elif message['role'] == 'assistant' %}"
+        "{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{% endif %}"
+        "{% endfor %}{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% endif %}";
+    CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kDeepSeekV3);
+    config.chat_template += "{{'<think>\\n'}}";
+    auto r1 = choose_chat_format("auto", config, *tok);
+    CHECK(r1.status().code() == StatusCode::kNotFound);
+    CHECK(r1.status().message().find("not recognised") != std::string::npos);
+    CHECK(r1.status().message().find("deepseek_v3") != std::string::npos);
     config.chat_template.clear();
     CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kKimiK2);  // By vocabulary.
     CHECK(tool_call_format_of(ChatFormat::kGlm45) == "glm4_5");
@@ -174,6 +307,17 @@ TEST_CASE("chat formats: errors") {
     auto missing = ChatTemplate::create(ChatFormat::kKimiK2, plain->get());
     REQUIRE_FALSE(missing.ok());
     CHECK(missing.status().to_string().find("<|im_system|>") != std::string::npos);
+    auto no_deepseek = ChatTemplate::create(ChatFormat::kDeepSeekV3, plain->get());
+    REQUIRE_FALSE(no_deepseek.ok());
+    CHECK(no_deepseek.status().code() == StatusCode::kNotFound);
+    CHECK(no_deepseek.status().to_string().find("<｜begin▁of▁sentence｜>") != std::string::npos);
+    // An unknown role is refused, naming the message.
+    auto ds = ChatTemplate::create(ChatFormat::kDeepSeekV3, tok.get());
+    REQUIRE(ds.ok());
+    m = {{"user", "x", "", {}, ""}, {"robot", "x", "", {}, ""}};
+    auto robot = ds->render(m);
+    REQUIRE_FALSE(robot.ok());
+    CHECK(robot.status().to_string().find("messages[1].role") != std::string::npos);
 }
 
 }  // namespace

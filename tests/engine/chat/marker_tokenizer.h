@@ -1,7 +1,7 @@
 #pragma once
 
-// The micro fixtures' tokenizer with the GLM-4.5 and Kimi K2 control tokens added as special
-// tokens (ids 512 onwards, in kMarkers order), for chat-format and tool-call tests.
+// The micro fixtures' tokenizer with the GLM-4.5, Kimi K2 and DeepSeek-V3 control tokens added as
+// special tokens (ids 512 onwards, in kMarkers order), for chat-format and tool-call tests.
 
 #include <doctest/doctest.h>
 
@@ -39,7 +39,20 @@ inline constexpr const char* kMarkers[] = {"[gMASK]",
                                            "<|tool_calls_section_end|>",
                                            "<|tool_call_begin|>",
                                            "<|tool_call_argument_begin|>",
-                                           "<|tool_call_end|>"};
+                                           "<|tool_call_end|>",
+                                           "<｜begin▁of▁sentence｜>",
+                                           "<｜end▁of▁sentence｜>",
+                                           "<｜User｜>",
+                                           "<｜Assistant｜>",
+                                           "<｜tool▁calls▁begin｜>",
+                                           "<｜tool▁calls▁end｜>",
+                                           "<｜tool▁call▁begin｜>",
+                                           "<｜tool▁call▁end｜>",
+                                           "<｜tool▁sep｜>",
+                                           "<｜tool▁outputs▁begin｜>",
+                                           "<｜tool▁outputs▁end｜>",
+                                           "<｜tool▁output▁begin｜>",
+                                           "<｜tool▁output▁end｜>"};
 
 inline std::unique_ptr<Tokenizer> tokenizer_with_markers() {
     std::ifstream in(std::string(EDGE_SOURCE_DIR) +

@@ -160,9 +160,28 @@ TEST_CASE("tool calls: Kimi K2 format") {
     CHECK(o.calls[1].name == "get_time");
 }
 
+TEST_CASE("tool calls: DeepSeek-V3 format") {
+    const std::string text =
+        "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+        "```json\n{\"city\": \"Beijing\", \"n\": [1, 2.5e3]}\n```<｜tool▁call▁end｜>\n"
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>"
+        "<｜tool▁calls▁end｜>";
+    const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV3, text);
+    CHECK(o.content == "Checking.");
+    REQUIRE(o.calls.size() == 2);
+    CHECK(o.calls[0].id == "call_0");
+    CHECK(o.calls[0].name == "get_weather");
+    check_json(o.calls[0].arguments, "{\"city\": \"Beijing\", \"n\": [1, 2.5e3]}");
+    CHECK(o.calls[1].id == "call_1");
+    CHECK(o.calls[1].name == "get_time");
+    check_json(o.calls[1].arguments, "{}");
+    CHECK_FALSE(o.malformed);
+}
+
 TEST_CASE("tool calls: plain text and marker look-alikes pass through") {
-    for (auto f : {ToolCallFormat::kHermes, ToolCallFormat::kGlm45, ToolCallFormat::kKimiK2}) {
-        const std::string text = "a < b, <tool and <|tool_calls are not markers <";
+    for (auto f : {ToolCallFormat::kHermes, ToolCallFormat::kGlm45, ToolCallFormat::kKimiK2,
+                   ToolCallFormat::kDeepSeekV3}) {
+        const std::string text = "a < b, <tool and <|tool_calls are not markers <｜tool <";
         const Outcome o = check_all_splits(f, text);
         CHECK(o.content == text);
         CHECK(o.calls.empty());
@@ -210,14 +229,35 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK(o.calls.empty());
         CHECK(o.content == text);
     }
+    SUBCASE("DeepSeek-V3: arguments without their fence") {
+        const std::string text =
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": 1}"
+            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV3, text);
+        CHECK(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == text);
+    }
+    SUBCASE("DeepSeek-V3: a good call survives output ending inside the next") {
+        const std::string text =
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```"
+            "<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>h\n```json\n{\"a";
+        const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV3, text);
+        CHECK(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        CHECK(o.calls[0].name == "g");
+        CHECK(o.content == "\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>h\n```json\n{\"a");
+    }
 }
 
 TEST_CASE("tool calls: format names") {
     CHECK(*tool_call_format_from_name("qwen3") == ToolCallFormat::kHermes);
     CHECK(*tool_call_format_from_name("glm4_5") == ToolCallFormat::kGlm45);
     CHECK(*tool_call_format_from_name("kimi_k2") == ToolCallFormat::kKimiK2);
+    CHECK(*tool_call_format_from_name("deepseek_v3") == ToolCallFormat::kDeepSeekV3);
     CHECK_FALSE(tool_call_format_from_name("xml").ok());
     CHECK(tool_call_format_name(ToolCallFormat::kKimiK2) == "kimi_k2");
+    CHECK(tool_call_format_name(ToolCallFormat::kDeepSeekV3) == "deepseek_v3");
 }
 
 TEST_CASE("tool calls: JSON stream validator") {

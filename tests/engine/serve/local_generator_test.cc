@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/json.hpp>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include "common/log.h"
 #include "tests/engine/serve/collecting_sink.h"
 #include "tests/engine/serve/fake_causal_lm.h"
 
@@ -271,6 +275,67 @@ TEST_CASE("local generator: an unknown chat template name is rejected at creatio
     auto gen = LocalGenerator::create(std::move(models), EngineConfig{}, 1);
     CHECK(gen.status().code() == StatusCode::kInvalidArgument);
     CHECK(gen.status().message().find("chat_template") != std::string::npos);
+}
+
+// The micro tokenizer with its ChatML markers renamed, so its vocabulary names no chat format.
+std::unique_ptr<tokenizer::Tokenizer> tokenizer_without_chat_markers() {
+    std::ifstream in(kMicro + "/tokenizer.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    boost::json::value root = boost::json::parse(ss.str());
+    for (boost::json::value& t : root.at("added_tokens").as_array()) {
+        boost::json::object& o = t.as_object();
+        if (o.at("content") == "<|im_start|>" || o.at("content") == "<|im_end|>") {
+            o["content"] = "<|x" + std::to_string(o.at("id").as_int64()) + "|>";
+        }
+    }
+    auto tok = tokenizer::Tokenizer::from_json(boost::json::serialize(root));
+    REQUIRE_MESSAGE(tok.ok(), tok.status().to_string());
+    return std::move(tok).value();
+}
+
+// Creates a generator for `m` and submits a one-message chat; returns the submit status and the
+// log lines written while the generator was created.
+std::pair<Status, std::string> chat_with(ServedModel m) {
+    std::string lines;
+    log::set_sink([&](std::string_view line) { lines += std::string(line) + "\n"; });
+    std::vector<ServedModel> models;
+    models.push_back(std::move(m));
+    auto gen = LocalGenerator::create(std::move(models), EngineConfig{}, 1);
+    log::set_sink(nullptr);
+    REQUIRE_MESSAGE(gen.ok(), gen.status().to_string());
+    GenerateRequest chat = request({}, 4);
+    chat.prompt = std::vector<ChatMessage>{{"user", "hi", ""}};
+    auto submitted = (*gen)->submit(chat, std::make_shared<CollectingSink>());
+    return {submitted.ok() ? ok_status() : submitted.status(), lines};
+}
+
+TEST_CASE("local generator: a chat template in no known format is logged and named in the 400") {
+    ServedModel m = fake_model("micro", {});
+    m.config.path = "/models/llama";
+    m.tokenizer_config.chat_template =
+        "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
+    auto [status, lines] = chat_with(std::move(m));
+    CHECK(status.code() == StatusCode::kInvalidArgument);
+    CHECK(status.message().find("messages: the chat template of model \"micro\"") == 0);
+    CHECK(status.message().find("is not recognised") != std::string::npos);
+    CHECK(status.message().find("models[].chat_template") != std::string::npos);
+    CHECK(status.message().find("deepseek_v3") != std::string::npos);
+    CHECK(lines.find("\"level\":\"warn\"") != std::string::npos);
+    CHECK(lines.find("\"event\":\"chat_template_unrecognised\"") != std::string::npos);
+    CHECK(lines.find("\"model\":\"micro\"") != std::string::npos);
+    CHECK(lines.find("\"path\":\"/models/llama\"") != std::string::npos);
+    CHECK(lines.find("chatml, glm4_5, kimi_k2, deepseek_v3") != std::string::npos);
+}
+
+TEST_CASE("local generator: a model with no chat template at all keeps its plain 400") {
+    ServedModel m = fake_model("micro", {});
+    m.tokenizer = tokenizer_without_chat_markers();
+    m.tokenizer_config.chat_template.clear();
+    auto [status, lines] = chat_with(std::move(m));
+    CHECK(status.code() == StatusCode::kInvalidArgument);
+    CHECK(status.message() == "messages: model \"micro\" has no chat template");
+    CHECK(lines.find("chat_template_unrecognised") == std::string::npos);
 }
 
 TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_tokens") {

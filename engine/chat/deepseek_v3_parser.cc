@@ -1,0 +1,182 @@
+// Tool-call parser for the DeepSeek-V3 format (see engine/chat/tool_call_parser.h).
+
+#include <string>
+#include <string_view>
+
+#include "engine/chat/json_stream.h"
+#include "engine/chat/marker_parser.h"
+
+namespace edge::engine::chat::detail {
+namespace {
+
+// DeepSeek-V3: a section of calls, each "function", the name on its own line, then the JSON
+// arguments in a ```json fence.
+class DeepSeekV3Parser final : public MarkerParser {
+  public:
+    explicit DeepSeekV3Parser(std::string id_prefix)
+        : MarkerParser("<｜tool▁calls▁begin｜>", std::move(id_prefix)) {}
+
+  private:
+    enum class State { kBetween, kType, kSep, kName, kFence, kLead, kArgs, kClose, kEnd };
+    void begin_call() override { state_ = State::kBetween; }
+
+    // Consumes `lit` at the start of the buffer: kDone, kNeedMore, or kMalformed with `what`.
+    Step expect(std::string_view lit, const char* what) {
+        switch (starts_with(buf_, lit)) {
+            case Lit::kPartial:
+                return Step::kNeedMore;
+            case Lit::kNo:
+                take(1);
+                return malformed(what);
+            case Lit::kYes:
+                take(lit.size());
+                return Step::kDone;
+        }
+        return Step::kNeedMore;
+    }
+
+    Step step(ParsedDelta& out) override {
+        static constexpr std::string_view kBegin = "<｜tool▁call▁begin｜>";
+        static constexpr std::string_view kSep = "<｜tool▁sep｜>";
+        static constexpr std::string_view kEndCall = "<｜tool▁call▁end｜>";
+        static constexpr std::string_view kEndSection = "<｜tool▁calls▁end｜>";
+        while (true) {
+            switch (state_) {
+                case State::kBetween: {
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    const Lit end = starts_with(buf_, kEndSection);
+                    if (end == Lit::kYes) {
+                        buf_.erase(0, kEndSection.size());
+                        return Step::kDone;
+                    }
+                    const Lit begin = starts_with(buf_, kBegin);
+                    if (end == Lit::kPartial || begin == Lit::kPartial) {
+                        return Step::kNeedMore;
+                    }
+                    if (begin == Lit::kNo) {
+                        take(1);
+                        return malformed("expected <｜tool▁call▁begin｜> in a tool-call section");
+                    }
+                    take(kBegin.size());
+                    state_ = State::kType;
+                    break;
+                }
+                case State::kType: {
+                    const Step s = expect("function", "a tool call's type is not \"function\"");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    state_ = State::kSep;
+                    break;
+                }
+                case State::kSep: {
+                    const Step s =
+                        expect(kSep, "a tool call's type is not followed by <｜tool▁sep｜>");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    state_ = State::kName;
+                    break;
+                }
+                case State::kName: {
+                    const size_t at = buf_.find('\n');
+                    if (at == std::string::npos) {
+                        return buf_.size() > kMaxHeader
+                                   ? malformed("a tool call's name is too long")
+                                   : Step::kNeedMore;
+                    }
+                    std::string name = take(at + 1);
+                    while (!name.empty() && is_space(name.back())) {
+                        name.pop_back();
+                    }
+                    if (name.empty() || name.find_first_of(" \t\r<`") != std::string::npos) {
+                        return malformed("a tool call's name '" + name + "' is not a name");
+                    }
+                    emit_start(out, next_id(), name);
+                    json_ = JsonStream();
+                    state_ = State::kFence;
+                    break;
+                }
+                case State::kFence: {
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    const Step s =
+                        expect("```json", "a tool call's arguments do not open with ```json");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    state_ = State::kLead;
+                    break;
+                }
+                case State::kLead:
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    if (buf_[0] != '{') {
+                        take(1);
+                        return malformed("a tool call's arguments are not a JSON object");
+                    }
+                    state_ = State::kArgs;
+                    break;
+                case State::kArgs: {
+                    if (buf_.empty()) {
+                        return Step::kNeedMore;
+                    }
+                    size_t i = 0;
+                    JsonStream::Result r = JsonStream::Result::kOk;
+                    while (i < buf_.size() && r == JsonStream::Result::kOk) {
+                        r = json_.feed(buf_[i++]);
+                    }
+                    if (r == JsonStream::Result::kInvalid) {
+                        take(i);
+                        return malformed("a tool call's arguments are not valid JSON");
+                    }
+                    emit_args(out, take(i));
+                    if (r == JsonStream::Result::kDone) {
+                        state_ = State::kClose;
+                    }
+                    break;
+                }
+                case State::kClose: {
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    const Step s = expect("```", "a tool call's arguments are not closed by ```");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    state_ = State::kEnd;
+                    break;
+                }
+                case State::kEnd: {
+                    if (!skip_space()) {
+                        return Step::kNeedMore;
+                    }
+                    const Step s = expect(kEndCall,
+                                          "a tool call's arguments are not followed by "
+                                          "<｜tool▁call▁end｜>");
+                    if (s != Step::kDone) {
+                        return s;
+                    }
+                    finish_call();
+                    state_ = State::kBetween;
+                    break;
+                }
+            }
+        }
+    }
+
+    State state_ = State::kBetween;
+    JsonStream json_;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolCallParser> make_deepseek_v3_parser(std::string id_prefix) {
+    return std::make_unique<DeepSeekV3Parser>(std::move(id_prefix));
+}
+
+}  // namespace edge::engine::chat::detail
