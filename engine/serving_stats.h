@@ -57,6 +57,7 @@ struct TenantServingStats {
     int64_t rejected_model_queue_full = 0;  // ...the model's whole queue was full...
     int64_t rejected_queue_wait = 0;        // ...the estimated queue wait passed the limit.
     int64_t preemptions = 0;         // Times its sequences were preempted.
+    int64_t fair_preemptions = 0;    // Of those, to make room for a tenant below its share.
     LatencyHistogram queue_time;     // Submit to first admission, seconds.
     LatencyHistogram ttft;           // Submit to first generated token, seconds.
     LatencyHistogram inter_token;    // Between consecutive generated tokens, seconds.

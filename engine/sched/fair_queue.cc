@@ -46,6 +46,9 @@ void FairQueue::push_back(std::unique_ptr<Sequence> seq) {
 
 void FairQueue::push_front(std::unique_ptr<Sequence> seq) {
     Flow& f = flow_for(seq->tenant);
+    if (f.queue.empty()) {
+        f.weight = std::max<int64_t>(seq->tenant_weight, 1);  // A new flow's weight.
+    }
     f.deficit += cost(*seq);
     queued_cost_ += cost(*seq);
     f.queue.push_front(std::move(seq));
@@ -53,12 +56,25 @@ void FairQueue::push_front(std::unique_ptr<Sequence> seq) {
 }
 
 std::unique_ptr<Sequence> FairQueue::pop() {
-    if (active_.empty()) {
+    return pop_if([](const std::string&) { return true; });
+}
+
+std::unique_ptr<Sequence> FairQueue::pop_if(
+    const std::function<bool(const std::string&)>& eligible) {
+    if (std::none_of(active_.begin(), active_.end(), eligible)) {
         return nullptr;
     }
-    // Terminates: every pass over the active tenants adds at least quantum_ to each deficit.
+    // Terminates: every pass over the active tenants adds at least quantum_ to each eligible
+    // one's deficit.
     while (true) {
         const std::string tenant = active_.front();
+        if (!eligible(tenant)) {
+            // Its turn passes without a quantum.
+            active_.pop_front();
+            active_.push_back(tenant);
+            turn_open_ = false;
+            continue;
+        }
         Flow& f = flows_.at(tenant);
         if (!turn_open_) {
             f.deficit += quantum_ * f.weight;
@@ -79,6 +95,36 @@ std::unique_ptr<Sequence> FairQueue::pop() {
         active_.push_back(tenant);
         turn_open_ = false;
     }
+}
+
+std::unique_ptr<Sequence> FairQueue::pop_tenant(const std::string& tenant) {
+    auto it = flows_.find(tenant);
+    if (it == flows_.end()) {
+        return nullptr;
+    }
+    Flow& f = it->second;
+    const int64_t c = cost(*f.queue.front());
+    f.deficit -= c;
+    std::unique_ptr<Sequence> seq = std::move(f.queue.front());
+    f.queue.pop_front();
+    --size_;
+    queued_cost_ -= c;
+    drop_if_empty(tenant);
+    return seq;
+}
+
+std::vector<FairQueue::Backlog> FairQueue::backlog() const {
+    std::vector<Backlog> out;
+    out.reserve(flows_.size());
+    for (const auto& [tenant, f] : flows_) {
+        out.push_back(Backlog{tenant, f.queue.size(), static_cast<int32_t>(f.weight)});
+    }
+    return out;
+}
+
+int32_t FairQueue::head_priority(const std::string& tenant) const {
+    auto it = flows_.find(tenant);
+    return it == flows_.end() ? 0 : it->second.queue.front()->priority;
 }
 
 void FairQueue::refund(const std::string& tenant, int64_t tokens) {

@@ -9,6 +9,9 @@
 // refunded, and a preempted request is requeued first in its tenant's queue with its cost
 // refunded, so neither is charged twice. With every tenant backlogged, each one's share of
 // admitted tokens converges to its weight's share, whatever the number of requests it sends.
+// The scheduler may restrict a pop to some tenants (those with the fewest places in its batch
+// per weight), or take a given tenant's oldest request out of turn (pop_tenant); either is
+// charged the same way, a deficit going negative if need be, so DRR makes up for it later.
 //
 // Not thread-safe: the scheduler guards it with its mutex.
 
@@ -26,6 +29,13 @@ namespace edge::engine::sched {
 
 class FairQueue {
 public:
+    // One tenant with requests waiting.
+    struct Backlog {
+        std::string tenant;
+        size_t waiting = 0;  // Requests.
+        int32_t weight = 1;  // Its weight (the latest request's).
+    };
+
     // `quantum_tokens` (>= 1): deficit added per turn for a weight of 1.
     explicit FairQueue(int64_t quantum_tokens = 512);
 
@@ -41,6 +51,15 @@ public:
     void push_front(std::unique_ptr<Sequence> seq);
     // The next request by DRR, charged to its tenant; null when empty.
     std::unique_ptr<Sequence> pop();
+    // The next request by DRR among the tenants for which `eligible` is true (the others' turns
+    // pass without a quantum); null when there is none.
+    std::unique_ptr<Sequence> pop_if(const std::function<bool(const std::string&)>& eligible);
+    // `tenant`'s oldest request out of turn, charged to it; null when it has none waiting.
+    std::unique_ptr<Sequence> pop_tenant(const std::string& tenant);
+    // The tenants with requests waiting, by name.
+    std::vector<Backlog> backlog() const;
+    // Priority of `tenant`'s oldest waiting request (the next it admits); 0 when none.
+    int32_t head_priority(const std::string& tenant) const;
     // Credits `tokens` back to `tenant` while it has requests waiting (a request that ended
     // before using all of its max_tokens).
     void refund(const std::string& tenant, int64_t tokens);

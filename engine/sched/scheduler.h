@@ -2,17 +2,31 @@
 
 // Scheduler runs one model's requests with continuous batching at iteration level. Each step it
 // admits waiting requests while the model has free slots (and the batch has room), choosing
-// between tenants by deficit round robin on tokens weighted by tenant_weight and first come first
-// served within a tenant (FairQueue), then runs one
+// between tenants by their places in the batch per weight, then by deficit round robin on tokens
+// weighted by tenant_weight, first come first served within a tenant (FairQueue), then runs one
 // CausalLM::forward over every running sequence: a decode token for each sequence that is
 // generating and prefill chunks for new ones, within max_batch_tokens (chunked prefill, decode
 // first). Each sequence whose tokens are all in the cache samples its next token and streams it
 // to its sink (text through the incremental decoder and stop-string holdback, ids, logprobs);
 // a finished sequence leaves the batch at once. When forward reports kResourceExhausted (KV blocks
-// run out), the lowest-priority, most recently admitted sequence is preempted (slot and blocks
-// released, requeued first in its tenant's queue, recomputed later from its tokens), so every
-// request still completes with the same tokens. cancel() takes effect at the next step (finish
-// kCancelled).
+// run out), the lowest-priority sequence is preempted (slot and blocks released, requeued first
+// in its tenant's queue, recomputed later from its tokens), so every request still completes with
+// the same tokens; among equal priorities, one of the tenant holding the most places per weight,
+// its most recently admitted. cancel() takes effect at the next step (finish kCancelled).
+//
+// Fair places in the batch: a tenant's level is its running sequences over its weight. A free
+// place goes to the waiting tenants whose level with it would be lowest, by DRR among them (so
+// DRR alone decides between tenants at the same level). A waiting tenant is owed a place when,
+// with one more, its level would still be no higher than another running tenant's level with one
+// fewer; admitting as above leaves none owed, but a tenant that starts sending may be. When no
+// place is free (max_batch_sequences or the model's slots taken, or a KV preemption since the
+// last finish), the owed tenant furthest behind takes one: of the sequences of tenants that stay at
+// or above its level without them, of no higher priority than its waiting request and running for
+// at least fair_preempt_min_steps, the lowest priority, of the tenant with the highest level, the
+// most recently admitted, is preempted as above, and the owed request is admitted in the same
+// step. So a tenant with a few requests no longer waits for a tenant that holds every place to
+// finish one. Each such move lowers sum(running^2 / weight), so places do not swap back and
+// forth; a tenant with nothing waiting claims nothing, and what it leaves goes to the others.
 //
 // Prefix cache (models with a paged KV cache): at admission the prompt's full blocks are hashed as
 // a chain salted per tenant (prefix_hash.h) and the longest cached run is attached to the slot, so
@@ -67,6 +81,9 @@ struct SchedulerConfig {
     // sequences stay admitted than decode per step, and the weights hold even when every
     // tenant's streams are all admitted.
     int32_t max_decode_sequences = 0;
+    // Steps a sequence runs after its admission before it may be preempted for a tenant below
+    // its fair share (so that a recomputed sequence makes progress before it can go again).
+    int32_t fair_preempt_min_steps = 8;
     std::vector<TokenId> eos_token_ids;  // Tokens that end generation (unless ignore_eos).
     bool prefix_cache = true;          // Reuse cached prompt blocks (paged models only).
     std::string prefix_secret;         // Server secret mixed into tenant salts; "": random.
@@ -76,7 +93,8 @@ struct SchedulerConfig {
 
 struct SchedulerStats {
     int64_t steps = 0;        // forward() calls that succeeded.
-    int64_t preemptions = 0;  // Sequences evicted for lack of KV space.
+    int64_t preemptions = 0;  // Sequences evicted (for lack of KV space or for a fair share).
+    int64_t fair_preemptions = 0;  // Of those, evicted for a tenant below its fair share.
     int32_t max_running = 0;  // Largest batch seen, in sequences.
     int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.
     int64_t prefix_hit_tokens = 0;    // Prompt tokens found there.
@@ -118,6 +136,23 @@ private:
         int32_t count;  // Tokens fed this step.
     };
 
+    // A tenant's part in the batch: sequences running and waiting, and its weight.
+    struct TenantLoad {
+        int32_t running = 0;
+        int64_t waiting = 0;
+        int32_t weight = 1;
+        // Places per weight with `delta` places more (or fewer).
+        double level(int32_t delta) const {
+            return static_cast<double>(running + delta) / static_cast<double>(weight);
+        }
+    };
+    // A waiting tenant owed a place: its level with that place, and its next request's priority.
+    struct Claim {
+        std::string tenant;
+        double level = 0.0;
+        int32_t priority = 0;
+    };
+
     void run();
     bool fail_unadmittable();
     void sweep_cancelled();
@@ -133,8 +168,19 @@ private:
     double least_decode_pass() const;
     // Runs forward, preempting on KV exhaustion; false when the step failed (sequences errored).
     bool forward_with_preemption(std::vector<BatchEntry>* batch, std::vector<float>* logits);
-    // Preempts the lowest-priority, most recently admitted running sequence.
+    // Preempts the lowest-priority running sequence: of those, one of the tenant with the most
+    // places per weight, the most recently admitted.
     void preempt_victim();
+    // Every tenant with sequences running or waiting.
+    std::map<std::string, TenantLoad> tenant_loads(
+        const std::vector<FairQueue::Backlog>& backlog) const;
+    // The waiting tenants owed a place (see the top of this file), the furthest behind first.
+    std::vector<Claim> owed_claims(const std::map<std::string, TenantLoad>& loads) const;
+    // Preempts a sequence to make room for `claim` (see the top of this file); false when no
+    // sequence may go.
+    bool preempt_for_fairness(const Claim& claim, const std::map<std::string, TenantLoad>& loads);
+    // Releases the sequence's slot and requeues it first in its tenant's queue.
+    void preempt(std::vector<std::unique_ptr<Sequence>>::iterator victim, bool for_fairness);
     void attach_prefix(Sequence* seq);
     void publish_prefix(Sequence* seq);
     TenantServingStats& tenant_stats(const std::string& tenant);  // stats_mu_ held.
@@ -161,7 +207,7 @@ private:
     std::vector<std::unique_ptr<Sequence>> running_;
     std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by tenant.
     uint64_t next_admission_ = 1;
-    bool admission_blocked_ = false;  // After a preemption, until a sequence finishes.
+    bool admission_blocked_ = false;  // After a KV preemption, until a sequence finishes.
     SchedulerStats stats_;
     // The last step's logits, kept so that a step reuses the buffer (batch x vocab floats, 4 MiB
     // at 32 x 32000) instead of allocating and faulting in a fresh one.

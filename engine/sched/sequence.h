@@ -94,6 +94,7 @@ struct Sequence {
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
+    int64_t admitted_step = 0;  // Scheduler steps run before its latest admission.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.
     bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
     uint64_t last_decode_step = 0;  // Step of its last decode token (round robin in a tenant).

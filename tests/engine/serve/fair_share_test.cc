@@ -1,6 +1,8 @@
 // Weighted fair sharing between tenants in the scheduler, in simulated steps on FakeCausalLM:
 // the FairQueue's DRR order on its own, then a flooding tenant against a light one (share of
-// generated tokens, time to first token), weights, and FIFO within a tenant.
+// generated tokens, time to first token), weights, and FIFO within a tenant; then fair shares of
+// the batch: a tenant below its share takes a place from one above it (slots or KV cache full),
+// without swapping back and forth, never from a higher priority, with unchanged outputs.
 
 #include <doctest/doctest.h>
 
@@ -23,11 +25,12 @@ using testing::FakeOptions;
 using testing::micro_tokenizer;
 
 SequenceRequest request(const std::string& tenant, int32_t weight, int32_t prompt_len,
-                        int32_t max_tokens, std::shared_ptr<GenerationSink> sink) {
+                        int32_t max_tokens, std::shared_ptr<GenerationSink> sink,
+                        TokenId first = 40) {
     SequenceRequest r;
     r.request_id = tenant;
     for (int32_t i = 0; i < prompt_len; ++i) {
-        r.prompt.push_back(40 + i);
+        r.prompt.push_back(first + i);
     }
     r.sampling.temperature = 0.0f;
     r.sampling.max_tokens = max_tokens;
@@ -51,14 +54,16 @@ struct Tracked {
     std::shared_ptr<CollectingSink> sink;
     int64_t submitted_step = 0;
     int64_t first_token_step = -1;
+    std::vector<TokenId> prompt = {};
+    int32_t max_tokens = 0;
 };
 
 // A scheduler on a fake model, stepped by the test; each step's tokens are counted per tenant.
 struct Sim {
-    explicit Sim(int32_t batch) {
-        FakeOptions options;
+    explicit Sim(int32_t batch, int64_t kv_tokens = 1 << 14) {
         options.slots = batch;
         options.max_context = 512;
+        options.kv_tokens = kv_tokens;
         SchedulerConfig config;
         config.max_batch_sequences = batch;
         config.max_queue = 100000;
@@ -69,13 +74,38 @@ struct Sim {
             &micro_tokenizer(), config);
     }
 
-    size_t submit(const std::string& tenant, int32_t weight, int32_t max_tokens) {
+    // `first`: the prompt's first token (distinct prompts give distinct outputs).
+    size_t submit(const std::string& tenant, int32_t weight, int32_t max_tokens,
+                  int32_t priority = 0, TokenId first = 40) {
         auto sink = std::make_shared<CollectingSink>();
-        auto handle = scheduler->submit(request(tenant, weight, 4, max_tokens, sink));
+        SequenceRequest r = request(tenant, weight, 4, max_tokens, sink, first);
+        r.priority = priority;
+        std::vector<TokenId> prompt = r.prompt;
+        auto handle = scheduler->submit(std::move(r));
         REQUIRE(handle.ok());
         handles.push_back(*handle);
-        tracked.push_back(Tracked{tenant, sink, step_no, -1});
+        tracked.push_back(Tracked{tenant, sink, step_no, -1, std::move(prompt), max_tokens});
         return tracked.size() - 1;
+    }
+
+    // Every finished request generated what it generates alone.
+    void check_outputs() {
+        for (const Tracked& t : tracked) {
+            if (t.sink->finished()) {
+                CHECK(t.sink->ids() == FakeCausalLM::expected(options, t.prompt, t.max_tokens));
+                CHECK_FALSE(t.sink->protocol_violated());
+            }
+        }
+    }
+
+    int64_t ttft(size_t i) const { return tracked[i].first_token_step - tracked[i].submitted_step; }
+
+    // Steps until request i has its first token (at most `limit` steps).
+    void step_until_first_token(size_t i, int limit = 1000) {
+        for (int n = 0; n < limit && tracked[i].first_token_step < 0; ++n) {
+            step();
+        }
+        REQUIRE(tracked[i].first_token_step >= 0);
     }
 
     void step() {
@@ -118,6 +148,7 @@ struct Sim {
         return worst;
     }
 
+    FakeOptions options;
     std::unique_ptr<Scheduler> scheduler;
     std::vector<std::shared_ptr<GenerationHandle>> handles;
     std::vector<Tracked> tracked;
@@ -263,6 +294,220 @@ TEST_CASE("fair share: weights 3:1 give 3:1 token shares while both are backlogg
     const double l = static_cast<double>(sim.tokens("light"));
     MESSAGE("heavy " << h << ", light " << l);
     CHECK(h / (h + l) == doctest::Approx(0.75).epsilon(0.1));
+}
+
+TEST_CASE("fair batch: a light tenant gets a place within steps while a heavy one holds them all") {
+    Sim sim(8);
+    // Heavy opens 16 long requests: 8 run, 8 wait.
+    for (int i = 0; i < 16; ++i) {
+        sim.submit("heavy", 1, 200, 0, static_cast<TokenId>(40 + i));
+    }
+    for (int i = 0; i < 20; ++i) {
+        sim.step();
+    }
+    // Light (weight 3) sends 20-token requests one after another, a few steps apart (heavy
+    // takes the place each one leaves). Without fair places in the batch each waited for a
+    // heavy request to finish (about 180 steps here).
+    int64_t worst = 0;
+    for (int r = 0; r < 5; ++r) {
+        const size_t light = sim.submit("light", 3, 20, 0, static_cast<TokenId>(100 + r));
+        sim.step_until_first_token(light);
+        worst = std::max(worst, sim.ttft(light));
+        while (!sim.tracked[light].sink->finished()) {
+            sim.step();
+        }
+        for (int i = 0; i < 3 && !sim.all_finished("heavy"); ++i) {
+            sim.step();
+        }
+    }
+    MESSAGE("light's worst time to first token: " << worst << " steps");
+    // Admitted at the next step, its first token from its prefill.
+    CHECK(worst <= 2);
+    // One heavy sequence preempted per light request, none for anything else.
+    const SchedulerStats& stats = sim.scheduler->stats();
+    CHECK(stats.fair_preemptions == 5);
+    CHECK(stats.preemptions == 5);
+    CHECK(stats.max_running == 8);
+    const ServingStats serving = sim.scheduler->serving_stats();
+    CHECK(serving.tenants.at("heavy").fair_preemptions == 5);
+    CHECK(serving.tenants.at("light").preemptions == 0);
+    // The preempted heavy requests recompute and finish with the tokens they produce alone.
+    for (int i = 0; i < 5000 && !sim.all_finished("heavy"); ++i) {
+        sim.step();
+    }
+    REQUIRE(sim.all_finished("heavy"));
+    sim.check_outputs();
+    CHECK(sim.scheduler->serving_stats().tenants.at("heavy").running == 0);
+    CHECK(sim.scheduler->serving_stats().tenants.at("heavy").queued == 0);
+}
+
+TEST_CASE("fair batch: with the KV cache full, a light tenant takes a heavy tenant's place") {
+    // Room for about 4 of heavy's 8 sequences of 4 + 120 tokens: the cache, not the slots,
+    // bounds the batch, and admission waits after each KV preemption.
+    Sim sim(8, 4 * 124);
+    for (int i = 0; i < 8; ++i) {
+        sim.submit("heavy", 1, 120, 0, static_cast<TokenId>(40 + i));
+    }
+    for (int i = 0; i < 80; ++i) {
+        sim.step();
+    }
+    REQUIRE(sim.scheduler->stats().preemptions > 0);
+    REQUIRE(sim.scheduler->serving_stats().tenants.at("heavy").queued > 0);
+    const size_t light = sim.submit("light", 1, 10, 0, 200);
+    sim.step_until_first_token(light);
+    MESSAGE("light's time to first token: " << sim.ttft(light) << " steps");
+    CHECK(sim.ttft(light) <= 2);
+    CHECK(sim.scheduler->stats().fair_preemptions >= 1);
+    for (int i = 0; i < 5000 && !(sim.all_finished("heavy") && sim.all_finished("light")); ++i) {
+        sim.step();
+    }
+    REQUIRE(sim.all_finished("heavy"));
+    REQUIRE(sim.all_finished("light"));
+    CHECK(sim.scheduler->serving_stats().tenants.at("light").preemptions == 0);
+    sim.check_outputs();
+}
+
+TEST_CASE("fair batch: tenants at their shares do not swap places back and forth") {
+    // Three equal tenants (8 / 3 places each) and one of weight 2, each keeping more requests
+    // open than its share, of varied lengths: places change hands as requests finish, not by
+    // preemption.
+    Sim sim(8);
+    const std::vector<std::pair<std::string, int32_t>> tenants = {
+        {"a", 1}, {"b", 1}, {"c", 1}, {"d", 2}};
+    int next = 0;
+    auto open = [&](const std::string& tenant, int32_t weight) {
+        ++next;
+        sim.submit(tenant, weight, 5 + (next * 37) % 60, 0, static_cast<TokenId>(40 + next % 80));
+    };
+    for (const auto& [tenant, weight] : tenants) {
+        for (int i = 0; i < 5; ++i) {
+            open(tenant, weight);
+        }
+    }
+    std::vector<bool> seen(sim.tracked.size(), false);
+    for (int s = 0; s < 3000; ++s) {
+        sim.step();
+        for (size_t i = 0; i < sim.tracked.size(); ++i) {
+            if (i < seen.size() && !seen[i] && sim.tracked[i].sink->finished()) {
+                seen[i] = true;
+                const std::string tenant = sim.tracked[i].tenant;
+                open(tenant, tenant == "d" ? 2 : 1);
+            }
+        }
+        seen.resize(sim.tracked.size(), false);
+    }
+    const SchedulerStats& stats = sim.scheduler->stats();
+    MESSAGE("requests " << sim.tracked.size() << ", fair preemptions " << stats.fair_preemptions);
+    CHECK(sim.tracked.size() > 400);
+    CHECK(stats.fair_preemptions == 0);
+    CHECK(stats.preemptions == 0);
+    // Weight 2 against 1: about twice the tokens of each equal tenant.
+    const double d = static_cast<double>(sim.tokens("d"));
+    const double a = static_cast<double>(sim.tokens("a"));
+    MESSAGE("tokens a " << a << ", d " << d);
+    CHECK(d / a == doctest::Approx(2.0).epsilon(0.2));
+    sim.check_outputs();
+}
+
+TEST_CASE("fair batch: a light tenant arriving and leaving preempts once per request, no more") {
+    // Two equal heavy tenants keep the batch full; a third comes in bursts. Each burst takes
+    // places from the others once; nothing is preempted twice in a row for the same place.
+    Sim sim(6);
+    for (int i = 0; i < 30; ++i) {
+        sim.submit("x", 1, 80, 0, static_cast<TokenId>(40 + i));
+        sim.submit("y", 1, 80, 0, static_cast<TokenId>(70 + i));
+    }
+    int64_t light_requests = 0;
+    int64_t worst = 0;
+    for (int round = 0; round < 6; ++round) {
+        for (int i = 0; i < 30; ++i) {
+            sim.step();
+        }
+        std::vector<size_t> burst;
+        for (int i = 0; i < 2; ++i) {
+            burst.push_back(sim.submit("z", 1, 15, 0, static_cast<TokenId>(150 + round * 2 + i)));
+            ++light_requests;
+        }
+        for (size_t b : burst) {
+            sim.step_until_first_token(b);
+            worst = std::max(worst, sim.ttft(b));
+        }
+    }
+    for (int i = 0;
+         i < 5000 && !(sim.all_finished("x") && sim.all_finished("y") && sim.all_finished("z"));
+         ++i) {
+        sim.step();
+    }
+    const SchedulerStats& stats = sim.scheduler->stats();
+    MESSAGE("z requests " << light_requests << ", fair preemptions " << stats.fair_preemptions
+                          << ", z's worst time to first token " << worst);
+    // z's share of 6 places is 2: each of its requests takes at most one place.
+    CHECK(stats.fair_preemptions <= light_requests);
+    CHECK(worst <= 3);
+    sim.check_outputs();
+}
+
+TEST_CASE("fair batch: a higher priority is never preempted for a lower one") {
+    SUBCASE("the heavy tenant's higher priority keeps its places") {
+        Sim sim(4);
+        for (int i = 0; i < 8; ++i) {
+            sim.submit("heavy", 1, 60, 10, static_cast<TokenId>(40 + i));
+        }
+        for (int i = 0; i < 20; ++i) {
+            sim.step();
+        }
+        const size_t light = sim.submit("light", 3, 10, 0, 200);
+        sim.step_until_first_token(light);
+        // It waits for a heavy request to finish (60 tokens, 20 steps already done).
+        CHECK(sim.ttft(light) >= 30);
+        CHECK(sim.scheduler->stats().preemptions == 0);
+    }
+    SUBCASE("the light tenant's higher priority takes a place") {
+        Sim sim(4);
+        for (int i = 0; i < 8; ++i) {
+            sim.submit("heavy", 1, 60, 0, static_cast<TokenId>(40 + i));
+        }
+        for (int i = 0; i < 20; ++i) {
+            sim.step();
+        }
+        const size_t light = sim.submit("light", 3, 10, 10, 200);
+        sim.step_until_first_token(light);
+        CHECK(sim.ttft(light) <= 2);
+        CHECK(sim.scheduler->stats().fair_preemptions == 1);
+        for (int i = 0; i < 1000 && !sim.all_finished("heavy"); ++i) {
+            sim.step();
+        }
+        sim.check_outputs();
+    }
+    SUBCASE("of two running tenants, the lower priority gives the place") {
+        Sim sim(4);
+        for (int i = 0; i < 4; ++i) {
+            sim.submit("gold", 1, 60, 10, static_cast<TokenId>(40 + i));
+            sim.submit("free", 1, 60, 0, static_cast<TokenId>(60 + i));
+        }
+        for (int i = 0; i < 20; ++i) {
+            sim.step();
+        }
+        const size_t light = sim.submit("light", 1, 10, 10, 200);
+        sim.step_until_first_token(light);
+        CHECK(sim.ttft(light) <= 2);
+        const ServingStats serving = sim.scheduler->serving_stats();
+        CHECK(serving.tenants.at("gold").preemptions == 0);
+        CHECK(serving.tenants.at("free").preemptions == 1);
+    }
+}
+
+TEST_CASE("fair batch: a sequence runs fair_preempt_min_steps before it can be preempted") {
+    Sim sim(2);
+    sim.submit("heavy", 1, 100, 0, 40);
+    sim.submit("heavy", 1, 100, 0, 41);
+    sim.step();  // Both admitted at step 0.
+    const size_t light = sim.submit("light", 1, 5, 0, 200);
+    sim.step_until_first_token(light);
+    // Its place came free after the default 8 steps of the heavy sequences, not before.
+    CHECK(sim.ttft(light) >= 8);
+    CHECK(sim.ttft(light) <= 10);
+    CHECK(sim.scheduler->stats().fair_preemptions == 1);
 }
 
 }  // namespace edge::engine::sched
