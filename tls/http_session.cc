@@ -646,6 +646,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 ok = false;
                 break;
             }
+            // A write deadline bounds one write, not the wait for the next piece: generation
+            // may pause (a preempted request) while the client keeps reading.
+            clear_deadline();
             if (!watcher_running_) {
                 start_watcher();
             }
@@ -729,6 +732,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         // Out-of-order calls (a chunk before the head, a second respond) are ignored.
     }
+    clear_deadline();  // The last write is done; what comes next sets its own.
     response_done_ = true;
     gone_callback_ = nullptr;
     if (!ok) {

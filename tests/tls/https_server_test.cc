@@ -521,3 +521,25 @@ TEST_CASE("a response to a client that stops reading is cut at the write timeout
     CHECK(f.server->open_connections() == 0);
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
 }
+
+TEST_CASE("a pause between stream chunks longer than the write timeout does not cut the stream") {
+    HttpLimits limits;
+    limits.write_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    channel->write("data: first\n\n");
+    REQUIRE((*c)->read_until("first").ok());
+    // Generation pauses (a preempted request) while the client keeps reading.
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    channel->write("data: second\n\n");
+    REQUIRE((*c)->read_until("second").ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    channel->end_stream();
+    CHECK((*c)->read_until("0\r\n\r\n").ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Still kept alive.
+}
