@@ -39,13 +39,33 @@ public:
     }
 
     net::awaitable<void> serve(beast::tcp_stream stream) {
-        beast::flat_buffer buffer;
+        // Bounded: Beast limits the header but not a chunk-size line or trailer, which would be
+        // buffered until the read timeout.
+        beast::flat_buffer buffer(kMaxRequestBytes);
         for (;;) {
             http::request_parser<http::empty_body> parser;
-            parser.header_limit(8192);
+            parser.header_limit(kMaxRequestBytes);
             stream.expires_after(std::chrono::seconds(5));
             auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
-            if (ec || stopped_) {
+            if (stopped_) {
+                break;
+            }
+            if (ec) {
+                // A request that cannot be served gets a status; a timeout or a close, nothing.
+                int status = 0;
+                const bool overflow = ec == http::error::buffer_overflow;
+                if (ec == http::error::header_limit || (overflow && !parser.is_header_done())) {
+                    status = 431;
+                } else if (overflow || ec == http::error::unexpected_body) {
+                    status = 413;  // No admin request has a body.
+                } else if (ec.category() ==
+                               http::make_error_code(http::error::bad_method).category() &&
+                           ec != http::error::end_of_stream && ec != http::error::partial_message) {
+                    status = 400;
+                }
+                if (status != 0) {
+                    co_await reject(stream, status);
+                }
                 break;
             }
             auto& req = parser.get();
@@ -95,6 +115,35 @@ public:
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     }
+
+    // Answers a request that cannot be served, then closes: what follows it on the connection
+    // cannot be framed.
+    static net::awaitable<void> reject(beast::tcp_stream& stream, int status) {
+        http::response<http::string_body> res{static_cast<http::status>(status), 11};
+        res.set(http::field::content_type, "text/plain; charset=utf-8");
+        res.body() = std::string(http::obsolete_reason(res.result())) + "\n";
+        res.keep_alive(false);
+        res.prepare_payload();
+        stream.expires_after(std::chrono::seconds(5));
+        auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
+        beast::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        // Discard what the client still sends for a short bounded while: closing with unread
+        // input would reset the connection before the answer is read.
+        stream.expires_after(std::chrono::seconds(1));
+        size_t discarded = 0;
+        while (!wec && discarded < 64 * 1024) {
+            char sink[4096];
+            auto [rec, rn] = co_await stream.async_read_some(net::buffer(sink), kTuple);
+            if (rec) {
+                break;
+            }
+            discarded += rn;
+        }
+    }
+
+    // Request line and header fields, or a chunk-size line or trailer section, at most.
+    static constexpr size_t kMaxRequestBytes = 8192;
 
     net::io_context& io_;
     tcp::acceptor acceptor_;

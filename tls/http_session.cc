@@ -582,6 +582,10 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         }
         set_deadline(limits.body_timeout);
         boost::system::error_code bec = co_await parse_request(parser, false);
+        if (bec == http::error::header_limit) {
+            co_await reject(400, "chunk size line or trailer section too long", head.version());
+            co_return false;
+        }
         if (bec == http::error::body_limit) {
             co_await reject(413, "request body too large", head.version());
             co_return false;
@@ -618,6 +622,12 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
         }
         if (finished()) {
             co_return ec;
+        }
+        // Beast bounds the header and the payload, not a chunk-size line with its extensions or
+        // the trailer section: what the parser left unconsumed is one of those (or the header,
+        // which Beast bounds itself). Hold at most max_header_bytes of it.
+        if (!header_only && buffer_.size() >= server_.config_.limits.max_header_bytes) {
+            co_return http::make_error_code(http::error::header_limit);
         }
         auto more = buffer_.prepare(header_only ? 4096 : 16 * 1024);
         auto [read_ec, n] = co_await stream_.read_some(more);

@@ -543,3 +543,34 @@ TEST_CASE("a pause between stream chunks longer than the write timeout does not 
     CHECK((*c)->read_until("0\r\n\r\n").ok());
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Still kept alive.
 }
+
+TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at max_header_bytes") {
+    HttpLimits limits;
+    limits.max_header_bytes = 2048;
+    Fixture f(limits);
+    const std::string head = "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (const std::string& start :
+         {std::string("1;"), std::string("0"), std::string("0\r\nX: ")}) {
+        CAPTURE(start);
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(head + start).ok());
+        const char fill = start == "0" ? '0' : 'a';
+        for (int i = 0; i < 4; ++i) {
+            REQUIRE((*c)->send(std::string(4096, fill)).ok());
+        }
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(r->headers["connection"] == "close");
+    }
+    // Extensions and trailers within the bound are accepted.
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(head + "3;name=" + std::string(1000, 'v') +
+                       "\r\nabc\r\n0\r\nX-Trailer: " + std::string(1000, 't') + "\r\n\r\n")
+                .ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
+}
