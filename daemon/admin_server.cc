@@ -1,14 +1,19 @@
 #include "daemon/admin_server.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/log.h"
 #include "daemon/metrics.h"
 
 namespace edge::daemon {
@@ -25,14 +30,35 @@ public:
         : io_(io), acceptor_(io), metrics_(metrics), ready_(std::move(ready)) {}
 
     net::awaitable<void> accept_loop() {
+        // After a failed accept (out of descriptors, most often) the connection stays in the
+        // backlog and the listener readable: wait before the next accept instead of spinning,
+        // 5 ms doubling to 500 ms, and log at most once a second.
+        std::chrono::milliseconds delay{0};
+        uint64_t failures = 0;
+        std::chrono::steady_clock::time_point logged_at{};
         for (;;) {
             auto [ec, socket] = co_await acceptor_.async_accept(kTuple);
             if (ec) {
                 if (!acceptor_.is_open()) {
                     co_return;
                 }
+                delay = delay.count() == 0 ? std::chrono::milliseconds(5)
+                                           : std::min(delay * 2, std::chrono::milliseconds(500));
+                ++failures;
+                const auto now = std::chrono::steady_clock::now();
+                if (now - logged_at >= std::chrono::seconds(1)) {
+                    log::warn("admin_accept_failed",
+                              {{"error", ec.message()},
+                               {"failures", failures},
+                               {"pause_ms", static_cast<int64_t>(delay.count())}});
+                    failures = 0;
+                    logged_at = now;
+                }
+                net::steady_timer pause(io_, delay);
+                co_await pause.async_wait(kTuple);
                 continue;
             }
+            delay = std::chrono::milliseconds(0);
             net::co_spawn(io_, serve(beast::tcp_stream(std::move(socket))),
                           [](std::exception_ptr) {});
         }

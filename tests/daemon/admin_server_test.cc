@@ -1,18 +1,24 @@
-// The admin listener over real loopback sockets: bounded request reads.
+// The admin listener over real loopback sockets: bounded request reads, accept back-off.
 
 #include "daemon/admin_server.h"
 
 #include <doctest/doctest.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "common/log.h"
 #include "daemon/metrics.h"
 #include "tests/testing/tls_client.h"
 
@@ -76,4 +82,57 @@ TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status an
     CHECK(extension.find("Connection: close\r\n") != std::string::npos);
     CHECK(status_of(f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")) ==
           200);
+}
+
+TEST_CASE("admin: out of file descriptors, the accept loop backs off, then serves again") {
+    AdminFixture f;
+    auto failures_logged = std::make_shared<std::atomic<int>>(0);
+    log::set_sink([failures_logged](std::string_view line) {
+        if (line.find("admin_accept_failed") != std::string_view::npos) {
+            ++*failures_logged;
+        }
+    });
+    clockid_t io_clock;
+    REQUIRE(pthread_getcpuclockid(f.thread.native_handle(), &io_clock) == 0);
+    auto cpu_now = [&] {
+        timespec ts{};
+        clock_gettime(io_clock, &ts);
+        return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+    };
+    rlimit old{};
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    rlimit low = old;
+    low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 512);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    std::vector<int> held;
+    for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) {
+        held.push_back(fd);
+    }
+    const bool filled = !held.empty();
+    if (filled) {
+        ::close(held.back());  // Room for the client's socket only: the server's accept fails.
+        held.pop_back();
+    }
+    auto waiting = testing::tcp_connect(f.server->port());
+    const auto cpu_before = cpu_now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto cpu_used = cpu_now() - cpu_before;
+    const int logged = failures_logged->load();
+    for (int fd : held) {
+        ::close(fd);
+    }
+    setrlimit(RLIMIT_NOFILE, &old);
+    log::set_sink(nullptr);
+    REQUIRE(filled);
+    REQUIRE(waiting.ok());
+    // The waiting connection is served once descriptors are free again.
+    const std::string req = "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    ::send(*waiting, req.data(), req.size(), MSG_NOSIGNAL);
+    char buf[1024];
+    const ssize_t n = ::recv(*waiting, buf, sizeof(buf), 0);
+    ::close(*waiting);
+    CHECK(n > 0);
+    CHECK(std::string_view(buf, n > 0 ? static_cast<size_t>(n) : 0).starts_with("HTTP/1.1 200"));
+    CHECK(cpu_used < std::chrono::milliseconds(100));  // Spinning used the whole 500 ms.
+    CHECK(logged == 1);
 }

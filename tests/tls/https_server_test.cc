@@ -6,6 +6,7 @@
 
 #include <openssl/ssl.h>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "common/log.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 #include "tls/tls_context.h"
@@ -573,4 +575,44 @@ TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at 
     auto r = (*c)->read_response();
     REQUIRE(r.ok());
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
+}
+
+TEST_CASE("out of file descriptors, the accept loop backs off and logs once, then serves again") {
+    Fixture f;
+    auto failures_logged = std::make_shared<std::atomic<int>>(0);
+    log::set_sink([failures_logged](std::string_view line) {
+        if (line.find("accept_failed") != std::string_view::npos) {
+            ++*failures_logged;
+        }
+    });
+    rlimit old{};
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    rlimit low = old;
+    low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 512);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    std::vector<int> held;
+    for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) {
+        held.push_back(fd);
+    }
+    const bool filled = !held.empty();
+    if (filled) {
+        ::close(held.back());  // Room for the client's socket only: the server's accept fails.
+        held.pop_back();
+    }
+    auto waiting = testing::tcp_connect(f.server->port());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const int logged = failures_logged->load();
+    for (int fd : held) {
+        ::close(fd);
+    }
+    setrlimit(RLIMIT_NOFILE, &old);
+    log::set_sink(nullptr);
+    REQUIRE(filled);
+    REQUIRE(waiting.ok());
+    ::close(*waiting);
+    CHECK(logged >= 1);
+    CHECK(logged <= 2);  // Spinning logged tens of thousands of lines a second.
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
