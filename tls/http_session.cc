@@ -659,7 +659,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             // A write deadline bounds one write, not the wait for the next piece: generation
             // may pause (a preempted request) while the client keeps reading.
             clear_deadline();
-            if (!watcher_running_) {
+            // Bytes already buffered are the next pipelined request: a watcher would read past
+            // them and hold the stream, so it is started only on an empty buffer.
+            if (!watcher_running_ && buffer_.size() == 0) {
                 start_watcher();
             }
             co_await wait_signal(std::chrono::hours(24 * 365));

@@ -546,6 +546,39 @@ TEST_CASE("a pause between stream chunks longer than the write timeout does not 
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Still kept alive.
 }
 
+TEST_CASE("a request pipelined behind a pending response is answered after it") {
+    HttpLimits limits;
+    limits.idle_timeout = std::chrono::milliseconds(1500);
+    Fixture f(limits);
+    for (bool same_write : {true, false}) {
+        f.handler.reset_held();
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        if (same_write) {
+            REQUIRE((*c)->send(testing::http_request("GET", "/hold") +
+                               testing::http_request("POST", "/x", "abc"))
+                        .ok());
+        } else {
+            // The second request arrives while the first is pending (read by the watcher).
+            REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+            REQUIRE(f.handler.wait_held() != nullptr);
+            REQUIRE((*c)->send(testing::http_request("POST", "/x", "abc")).ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        auto channel = f.handler.wait_held();
+        REQUIRE(channel != nullptr);
+        channel->respond(HttpResponse{200, "text/plain", {}, "held"});
+        auto first = (*c)->read_response();
+        REQUIRE(first.ok());
+        CHECK(first->body == "held");
+        auto started = std::chrono::steady_clock::now();
+        auto second = (*c)->read_response();
+        REQUIRE(second.ok());
+        CHECK(second->body == "remote=127.0.0.1 sni=localhost body=3");
+        CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(1000));
+    }
+}
+
 TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at max_header_bytes") {
     HttpLimits limits;
     limits.max_header_bytes = 2048;
