@@ -11,6 +11,7 @@
 #include <charconv>
 #include <deque>
 #include <optional>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -82,6 +83,54 @@ std::string_view handshake_failure_reason(const boost::system::error_code& ec, b
         }
     }
     return "other";
+}
+
+struct FramingError {
+    int status = 0;  // 0: the framing is fine.
+    std::string_view message;
+};
+
+// Transfer-Encoding is accepted only as exactly "chunked" on HTTP/1.1 without Content-Length
+// (RFC 9112 section 6): any other coding, or one the server cannot frame, closes the connection
+// after the answer.
+FramingError check_transfer_encoding(const http::request_header<>& head) {
+    std::vector<std::string_view> codings;
+    bool present = false;
+    const auto [first, last] = head.equal_range(http::field::transfer_encoding);
+    for (auto field = first; field != last; ++field) {
+        present = true;
+        std::string_view value = field->value();
+        while (!value.empty()) {
+            const size_t comma = value.find(',');
+            std::string_view coding = value.substr(0, comma);
+            value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+            while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+                coding.remove_prefix(1);
+            }
+            while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+                coding.remove_suffix(1);
+            }
+            if (!coding.empty()) {
+                codings.push_back(coding);
+            }
+        }
+    }
+    if (!present) {
+        return {};
+    }
+    if (head.version() < 11) {
+        return {400, "Transfer-Encoding in an HTTP/1.0 request"};
+    }
+    if (head.find(http::field::content_length) != head.end()) {
+        return {400, "both Transfer-Encoding and Content-Length in the request"};
+    }
+    if (codings.empty() || !beast::iequals(codings.back(), "chunked")) {
+        return {400, "Transfer-Encoding whose final coding is not chunked"};
+    }
+    if (codings.size() > 1) {
+        return {501, "Transfer-Encoding other than chunked is not supported"};
+    }
+    return {};
 }
 
 std::string error_body(std::string_view message) {
@@ -569,6 +618,12 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_return false;  // Timeout, reset or end of stream: nothing to answer.
     }
     auto& head = parser.get();
+    if (auto framing = check_transfer_encoding(head); framing.status != 0) {
+        // The body's length is unknown or not ours to trust: answer and close, so that no byte
+        // of it is read as the next request (RFC 9112 section 6.1 and 6.3).
+        co_await reject(framing.status, framing.message, head.version());
+        co_return false;
+    }
     if (!parser.is_done()) {
         auto expect = head[http::field::expect];
         if (beast::iequals(expect, "100-continue")) {

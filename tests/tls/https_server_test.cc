@@ -610,6 +610,42 @@ TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at 
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
 }
 
+TEST_CASE("Transfer-Encoding other than chunked alone is refused and the connection closed") {
+    Fixture f;
+    const std::string inner = testing::http_request("GET", "/x");
+    struct Case {
+        std::string headers;
+        int status;
+        std::string version = "1.1";
+    };
+    for (const Case& k : {Case{"Transfer-Encoding: xchunked\r\n", 400},
+                          Case{"Transfer-Encoding: chunked, gzip\r\n", 400},
+                          Case{"Transfer-Encoding: identity\r\n", 400},
+                          Case{"Transfer-Encoding: xchunked\r\nContent-Length: 3\r\n", 400},
+                          Case{"Transfer-Encoding: gzip, chunked\r\n", 501},
+                          Case{"Transfer-Encoding: chunked\r\n", 400, "1.0"}}) {
+        CAPTURE(k.headers);
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("POST /x HTTP/" + k.version + "\r\nHost: a\r\n" + k.headers +
+                           "\r\n0\r\n\r\n" + inner)
+                    .ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == k.status);
+        CHECK(r->headers["connection"] == "close");
+        CHECK((*c)->wait_closed());  // The body is not served as a second request.
+    }
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                       "2\r\nab\r\n0\r\n\r\n")
+                .ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=2");
+}
+
 TEST_CASE("out of file descriptors, the accept loop backs off and logs once, then serves again") {
     Fixture f;
     auto failures_logged = std::make_shared<std::atomic<int>>(0);
