@@ -116,7 +116,7 @@ public:
                 res.body() = std::move(extra->body);
             } else if (req.method() != http::verb::get && req.method() != http::verb::head) {
                 res.result(http::status::method_not_allowed);
-                res.set(http::field::allow, "GET");
+                res.set(http::field::allow, "GET, HEAD");
                 res.body() = "method not allowed\n";
             } else if (target == "/metrics") {
                 res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -133,6 +133,9 @@ public:
             }
             res.keep_alive(req.keep_alive());
             res.prepare_payload();
+            if (req.method() == http::verb::head) {
+                res.body().clear();  // RFC 9110 section 9.3.2; Content-Length stays the GET's.
+            }
             auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
             if (wec || !res.keep_alive()) {
                 break;

@@ -214,7 +214,9 @@ private:
                                         std::string_view method, std::string_view path);
     // Coroutine arguments are references and temporaries are named: GCC 12 mis-destroys
     // temporaries inside co_await expressions.
-    net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive);
+    // `head_only`: the answer to a HEAD request, its head alone (Content-Length included).
+    net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive,
+                                    bool head_only);
     net::awaitable<void> reject(int status, std::string_view message, int version);
     net::awaitable<void> wait_signal(Clock::duration timeout);
     void start_watcher();
@@ -516,7 +518,8 @@ void format_head(std::string& out, const HttpResponse& response, int version, bo
     out += "\r\n";
 }
 
-net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
+net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive,
+                                             bool head_only) {
     // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
     // request once the buffer has grown.
     std::string& out = write_buffer_;
@@ -524,7 +527,10 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     format_head(out, response, version, keep_alive, response.body.size());
     set_deadline(server_.config_.limits.write_timeout);
     boost::system::error_code wec;
-    if (response.body.size() <= 16 * 1024) {
+    if (head_only) {
+        auto head = net::buffer(out);
+        wec = co_await stream_.write(head);
+    } else if (response.body.size() <= 16 * 1024) {
         // Head and body in one buffer: one TLS record.
         out += response.body;
         auto single = net::buffer(out);
@@ -546,7 +552,7 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
 net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
     auto start = Clock::now();
     HttpResponse response{status, "application/json", {}, error_body(message)};
-    co_await write_full(response, version, false);
+    co_await write_full(response, version, false, false);
     server_.observer_->on_response("", "", status, Clock::now() - start);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
@@ -705,6 +711,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     bool streaming = false;
     bool ok = true;
     const auto write_timeout = server_.config_.limits.write_timeout;
+    // RFC 9110 section 9.3.2: no content in an answer to HEAD, whatever the handler produced.
+    const bool head_only = method == "HEAD";
     for (;;) {
         if (pending_.empty()) {
             if (client_gone_) {
@@ -727,7 +735,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         keep_alive = keep_alive && !draining();
         if (piece.kind == Piece::kFull && !streaming) {
             status = piece.response.status;
-            ok = co_await write_full(piece.response, version, keep_alive);
+            ok = co_await write_full(piece.response, version, keep_alive, head_only);
             break;
         }
         if (piece.kind == Piece::kHead && !streaming) {
@@ -753,7 +761,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 piece.data += pending_.front().data;
                 pending_.pop_front();
             }
-            if (piece.data.empty()) {
+            if (piece.data.empty() || head_only) {
+                channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
                 continue;
             }
             set_deadline(write_timeout);
@@ -785,7 +794,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             continue;
         }
         if (piece.kind == Piece::kEnd && streaming) {
-            if (version >= 11) {
+            if (version >= 11 && !head_only) {
                 set_deadline(write_timeout);
                 static constexpr std::string_view kLast = "0\r\n\r\n";
                 auto last = net::buffer(kLast.data(), kLast.size());

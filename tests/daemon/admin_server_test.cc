@@ -1,4 +1,4 @@
-// The admin listener over real loopback sockets: bounded request reads, accept back-off.
+// The admin listener over real loopback sockets: HEAD, bounded request reads, accept back-off.
 
 #include "daemon/admin_server.h"
 
@@ -63,7 +63,28 @@ struct AdminFixture {
     std::thread thread;
 };
 
+size_t count(std::string_view haystack, std::string_view needle) {
+    size_t n = 0;
+    for (size_t at = haystack.find(needle); at != std::string_view::npos;
+         at = haystack.find(needle, at + 1)) {
+        ++n;
+    }
+    return n;
+}
+
 }  // namespace
+
+TEST_CASE("admin: a HEAD response carries the GET's Content-Length and no body") {
+    AdminFixture f;
+    const std::string all = f.exchange(
+        "HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    CHECK(count(all, "HTTP/1.1 200 OK\r\n") == 2);
+    CHECK(count(all, "Content-Length: 3\r\n") == 2);
+    CHECK(count(all, "ok\n") == 1);  // The GET's body only.
+    const std::string refused = f.exchange("DELETE /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    CHECK(refused.find("Allow: GET, HEAD\r\n") != std::string::npos);
+}
 
 TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status and a close") {
     AdminFixture f;

@@ -646,6 +646,20 @@ TEST_CASE("Transfer-Encoding other than chunked alone is refused and the connect
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=2");
 }
 
+TEST_CASE("a HEAD response has the GET's Content-Length and no body") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("HEAD", "/x")).ok());
+    auto head = (*c)->read_until("\r\n\r\n");
+    REQUIRE(head.ok());
+    const std::string body = "remote=127.0.0.1 sni=localhost body=0";
+    CHECK(head->find("Content-Length: " + std::to_string(body.size()) + "\r\n") !=
+          std::string::npos);
+    // A body sent anyway would be read here as the next response.
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
 TEST_CASE("out of file descriptors, the accept loop backs off and logs once, then serves again") {
     Fixture f;
     auto failures_logged = std::make_shared<std::atomic<int>>(0);
