@@ -632,7 +632,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     }
     if (!parser.is_done()) {
         auto expect = head[http::field::expect];
-        if (beast::iequals(expect, "100-continue")) {
+        if (head.version() >= 11 && beast::iequals(expect, "100-continue")) {
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
             set_deadline(limits.write_timeout);
             auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());

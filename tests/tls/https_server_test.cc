@@ -660,6 +660,18 @@ TEST_CASE("a HEAD response has the GET's Content-Length and no body") {
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
 
+TEST_CASE("Expect: 100-continue in an HTTP/1.0 request gets no interim response") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.0\r\nHost: a\r\nContent-Length: 4\r\n"
+                       "Expect: 100-continue\r\n\r\nabcd")
+                .ok());
+    auto head = (*c)->read_until("\r\n\r\n");
+    REQUIRE(head.ok());
+    CHECK(head->starts_with("HTTP/1.0 200 "));  // Not an interim "HTTP/1.1 100 Continue".
+}
+
 TEST_CASE("out of file descriptors, the accept loop backs off and logs once, then serves again") {
     Fixture f;
     auto failures_logged = std::make_shared<std::atomic<int>>(0);
