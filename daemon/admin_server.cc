@@ -1,14 +1,19 @@
 #include "daemon/admin_server.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 
+#include "common/log.h"
 #include "daemon/metrics.h"
 
 namespace edge::daemon {
@@ -25,27 +30,68 @@ public:
         : io_(io), acceptor_(io), metrics_(metrics), ready_(std::move(ready)) {}
 
     net::awaitable<void> accept_loop() {
+        // After a failed accept (out of descriptors, most often) the connection stays in the
+        // backlog and the listener readable: wait before the next accept instead of spinning,
+        // 5 ms doubling to 500 ms, and log at most once a second.
+        std::chrono::milliseconds delay{0};
+        uint64_t failures = 0;
+        std::chrono::steady_clock::time_point logged_at{};
         for (;;) {
             auto [ec, socket] = co_await acceptor_.async_accept(kTuple);
             if (ec) {
                 if (!acceptor_.is_open()) {
                     co_return;
                 }
+                delay = delay.count() == 0 ? std::chrono::milliseconds(5)
+                                           : std::min(delay * 2, std::chrono::milliseconds(500));
+                ++failures;
+                const auto now = std::chrono::steady_clock::now();
+                if (now - logged_at >= std::chrono::seconds(1)) {
+                    log::warn("admin_accept_failed",
+                              {{"error", ec.message()},
+                               {"failures", failures},
+                               {"pause_ms", static_cast<int64_t>(delay.count())}});
+                    failures = 0;
+                    logged_at = now;
+                }
+                net::steady_timer pause(io_, delay);
+                co_await pause.async_wait(kTuple);
                 continue;
             }
+            delay = std::chrono::milliseconds(0);
             net::co_spawn(io_, serve(beast::tcp_stream(std::move(socket))),
                           [](std::exception_ptr) {});
         }
     }
 
     net::awaitable<void> serve(beast::tcp_stream stream) {
-        beast::flat_buffer buffer;
+        // Bounded: Beast limits the header but not a chunk-size line or trailer, which would be
+        // buffered until the read timeout.
+        beast::flat_buffer buffer(kMaxRequestBytes);
         for (;;) {
             http::request_parser<http::empty_body> parser;
-            parser.header_limit(8192);
+            parser.header_limit(kMaxRequestBytes);
             stream.expires_after(std::chrono::seconds(5));
             auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
-            if (ec || stopped_) {
+            if (stopped_) {
+                break;
+            }
+            if (ec) {
+                // A request that cannot be served gets a status; a timeout or a close, nothing.
+                int status = 0;
+                const bool overflow = ec == http::error::buffer_overflow;
+                if (ec == http::error::header_limit || (overflow && !parser.is_header_done())) {
+                    status = 431;
+                } else if (overflow || ec == http::error::unexpected_body) {
+                    status = 413;  // No admin request has a body.
+                } else if (ec.category() ==
+                               http::make_error_code(http::error::bad_method).category() &&
+                           ec != http::error::end_of_stream && ec != http::error::partial_message) {
+                    status = 400;
+                }
+                if (status != 0) {
+                    co_await reject(stream, status);
+                }
                 break;
             }
             auto& req = parser.get();
@@ -70,7 +116,7 @@ public:
                 res.body() = std::move(extra->body);
             } else if (req.method() != http::verb::get && req.method() != http::verb::head) {
                 res.result(http::status::method_not_allowed);
-                res.set(http::field::allow, "GET");
+                res.set(http::field::allow, "GET, HEAD");
                 res.body() = "method not allowed\n";
             } else if (target == "/metrics") {
                 res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
@@ -87,6 +133,9 @@ public:
             }
             res.keep_alive(req.keep_alive());
             res.prepare_payload();
+            if (req.method() == http::verb::head) {
+                res.body().clear();  // RFC 9110 section 9.3.2; Content-Length stays the GET's.
+            }
             auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
             if (wec || !res.keep_alive()) {
                 break;
@@ -95,6 +144,35 @@ public:
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
     }
+
+    // Answers a request that cannot be served, then closes: what follows it on the connection
+    // cannot be framed.
+    static net::awaitable<void> reject(beast::tcp_stream& stream, int status) {
+        http::response<http::string_body> res{static_cast<http::status>(status), 11};
+        res.set(http::field::content_type, "text/plain; charset=utf-8");
+        res.body() = std::string(http::obsolete_reason(res.result())) + "\n";
+        res.keep_alive(false);
+        res.prepare_payload();
+        stream.expires_after(std::chrono::seconds(5));
+        auto [wec, wn] = co_await http::async_write(stream, res, kTuple);
+        beast::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        // Discard what the client still sends for a short bounded while: closing with unread
+        // input would reset the connection before the answer is read.
+        stream.expires_after(std::chrono::seconds(1));
+        size_t discarded = 0;
+        while (!wec && discarded < 64 * 1024) {
+            char sink[4096];
+            auto [rec, rn] = co_await stream.async_read_some(net::buffer(sink), kTuple);
+            if (rec) {
+                break;
+            }
+            discarded += rn;
+        }
+    }
+
+    // Request line and header fields, or a chunk-size line or trailer section, at most.
+    static constexpr size_t kMaxRequestBytes = 8192;
 
     net::io_context& io_;
     tcp::acceptor acceptor_;

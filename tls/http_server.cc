@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
 
 #include <boost/asio/ip/address.hpp>
@@ -76,6 +77,7 @@ void HttpServer::Impl::start_accepting() {
             return;
         }
         if (!ec) {
+            accept_delay_ = std::chrono::milliseconds(0);
             if (draining_.load()) {
                 observer_->on_connection_rejected("draining");
             } else if (open_.load() >= config_.limits.max_connections) {
@@ -87,8 +89,9 @@ void HttpServer::Impl::start_accepting() {
                 socket.set_option(tcp::no_delay(true), ec);
                 start_session(*this, std::move(socket));
             }
-        } else if (ec == net::error::no_descriptors) {
-            log::warn("accept_failed", {{"error", ec.message()}});
+        } else {
+            pause_accepting(ec);
+            return;
         }
         start_accepting();
     };
@@ -97,6 +100,31 @@ void HttpServer::Impl::start_accepting() {
     } else {
         acceptor_.async_accept(io_, std::move(on_accept));
     }
+}
+
+void HttpServer::Impl::pause_accepting(const boost::system::error_code& ec) {
+    // Out of descriptors (EMFILE, ENFILE), the pending connection stays in the backlog and the
+    // listener stays readable: accepting again at once would spin. Go's net/http waits 5 ms,
+    // doubling to 1 s; nginx stops accepting for 500 ms.
+    constexpr std::chrono::milliseconds kFirst{5};
+    constexpr std::chrono::milliseconds kMax{500};
+    accept_delay_ = accept_delay_.count() == 0 ? kFirst : std::min(accept_delay_ * 2, kMax);
+    ++accept_failures_;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - accept_logged_at_ >= std::chrono::seconds(1)) {
+        log::warn("accept_failed", {{"error", ec.message()},
+                                    {"failures", accept_failures_},
+                                    {"pause_ms", static_cast<int64_t>(accept_delay_.count())}});
+        accept_failures_ = 0;
+        accept_logged_at_ = now;
+    }
+    accept_pause_.expires_after(accept_delay_);
+    accept_pause_.async_wait([this](boost::system::error_code wec) {
+        if (wec == net::error::operation_aborted || !acceptor_.is_open()) {
+            return;
+        }
+        start_accepting();
+    });
 }
 
 void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& session) {
@@ -135,6 +163,7 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline) {
     net::post(acceptor_.get_executor(), [this, &closed] {
         boost::system::error_code ignored;
         acceptor_.close(ignored);
+        accept_pause_.cancel();
         closed.set_value();
     });
     closed.get_future().wait();

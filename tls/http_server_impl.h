@@ -11,6 +11,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include "tls/http_server.h"
@@ -28,11 +29,16 @@ public:
           tls_(tls),
           handler_(handler),
           observer_(observer ? observer : &null_observer_),
-          acceptor_(io) {}
+          acceptor_(io),
+          accept_pause_(io) {}
 
     Status listen();
     Status adopt_listener();  // listen() for config_.listen_fd.
     void start_accepting();
+    // After a failed accept (out of descriptors, most often): waits before accepting again, so
+    // that a listener whose backlog cannot be drained does not spin, and logs at most once a
+    // second. Acceptor's executor only.
+    void pause_accepting(const boost::system::error_code& ec);
     void stop(std::chrono::milliseconds deadline);
 
     // Registry of live sessions, for drain. Any thread.
@@ -46,6 +52,12 @@ public:
     ServerObserver null_observer_;
     ServerObserver* observer_;
     boost::asio::ip::tcp::acceptor acceptor_;
+    // Accept back-off (acceptor's executor only): the current pause, 0 after a good accept; the
+    // failures not yet logged and when the last line was.
+    boost::asio::steady_timer accept_pause_;
+    std::chrono::milliseconds accept_delay_{0};
+    uint64_t accept_failures_ = 0;
+    std::chrono::steady_clock::time_point accept_logged_at_{};
     uint16_t port_ = 0;
     std::atomic<bool> draining_{false};
     std::atomic<size_t> open_{0};

@@ -11,6 +11,7 @@
 #include <charconv>
 #include <deque>
 #include <optional>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -82,6 +83,54 @@ std::string_view handshake_failure_reason(const boost::system::error_code& ec, b
         }
     }
     return "other";
+}
+
+struct FramingError {
+    int status = 0;  // 0: the framing is fine.
+    std::string_view message;
+};
+
+// Transfer-Encoding is accepted only as exactly "chunked" on HTTP/1.1 without Content-Length
+// (RFC 9112 section 6): any other coding, or one the server cannot frame, closes the connection
+// after the answer.
+FramingError check_transfer_encoding(const http::request_header<>& head) {
+    std::vector<std::string_view> codings;
+    bool present = false;
+    const auto [first, last] = head.equal_range(http::field::transfer_encoding);
+    for (auto field = first; field != last; ++field) {
+        present = true;
+        std::string_view value = field->value();
+        while (!value.empty()) {
+            const size_t comma = value.find(',');
+            std::string_view coding = value.substr(0, comma);
+            value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+            while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+                coding.remove_prefix(1);
+            }
+            while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+                coding.remove_suffix(1);
+            }
+            if (!coding.empty()) {
+                codings.push_back(coding);
+            }
+        }
+    }
+    if (!present) {
+        return {};
+    }
+    if (head.version() < 11) {
+        return {400, "Transfer-Encoding in an HTTP/1.0 request"};
+    }
+    if (head.find(http::field::content_length) != head.end()) {
+        return {400, "both Transfer-Encoding and Content-Length in the request"};
+    }
+    if (codings.empty() || !beast::iequals(codings.back(), "chunked")) {
+        return {400, "Transfer-Encoding whose final coding is not chunked"};
+    }
+    if (codings.size() > 1) {
+        return {501, "Transfer-Encoding other than chunked is not supported"};
+    }
+    return {};
 }
 
 std::string error_body(std::string_view message) {
@@ -165,7 +214,9 @@ private:
                                         std::string_view method, std::string_view path);
     // Coroutine arguments are references and temporaries are named: GCC 12 mis-destroys
     // temporaries inside co_await expressions.
-    net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive);
+    // `head_only`: the answer to a HEAD request, its head alone (Content-Length included).
+    net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive,
+                                    bool head_only);
     net::awaitable<void> reject(int status, std::string_view message, int version);
     net::awaitable<void> wait_signal(Clock::duration timeout);
     void start_watcher();
@@ -467,7 +518,8 @@ void format_head(std::string& out, const HttpResponse& response, int version, bo
     out += "\r\n";
 }
 
-net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive) {
+net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive,
+                                             bool head_only) {
     // Formatted by hand into a buffer the session reuses: one TLS write, no allocation per
     // request once the buffer has grown.
     std::string& out = write_buffer_;
@@ -475,7 +527,10 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     format_head(out, response, version, keep_alive, response.body.size());
     set_deadline(server_.config_.limits.write_timeout);
     boost::system::error_code wec;
-    if (response.body.size() <= 16 * 1024) {
+    if (head_only) {
+        auto head = net::buffer(out);
+        wec = co_await stream_.write(head);
+    } else if (response.body.size() <= 16 * 1024) {
         // Head and body in one buffer: one TLS record.
         out += response.body;
         auto single = net::buffer(out);
@@ -497,7 +552,7 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
 net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
     auto start = Clock::now();
     HttpResponse response{status, "application/json", {}, error_body(message)};
-    co_await write_full(response, version, false);
+    co_await write_full(response, version, false, false);
     server_.observer_->on_response("", "", status, Clock::now() - start);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
@@ -569,9 +624,15 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_return false;  // Timeout, reset or end of stream: nothing to answer.
     }
     auto& head = parser.get();
+    if (auto framing = check_transfer_encoding(head); framing.status != 0) {
+        // The body's length is unknown or not ours to trust: answer and close, so that no byte
+        // of it is read as the next request (RFC 9112 section 6.1 and 6.3).
+        co_await reject(framing.status, framing.message, head.version());
+        co_return false;
+    }
     if (!parser.is_done()) {
         auto expect = head[http::field::expect];
-        if (beast::iequals(expect, "100-continue")) {
+        if (head.version() >= 11 && beast::iequals(expect, "100-continue")) {
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
             set_deadline(limits.write_timeout);
             auto continue_buffer = net::buffer(kContinue.data(), kContinue.size());
@@ -582,6 +643,10 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         }
         set_deadline(limits.body_timeout);
         boost::system::error_code bec = co_await parse_request(parser, false);
+        if (bec == http::error::header_limit) {
+            co_await reject(400, "chunk size line or trailer section too long", head.version());
+            co_return false;
+        }
         if (bec == http::error::body_limit) {
             co_await reject(413, "request body too large", head.version());
             co_return false;
@@ -619,6 +684,12 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
         if (finished()) {
             co_return ec;
         }
+        // Beast bounds the header and the payload, not a chunk-size line with its extensions or
+        // the trailer section: what the parser left unconsumed is one of those (or the header,
+        // which Beast bounds itself). Hold at most max_header_bytes of it.
+        if (!header_only && buffer_.size() >= server_.config_.limits.max_header_bytes) {
+            co_return http::make_error_code(http::error::header_limit);
+        }
         auto more = buffer_.prepare(header_only ? 4096 : 16 * 1024);
         auto [read_ec, n] = co_await stream_.read_some(more);
         if (read_ec == net::error::eof || read_ec == net::ssl::error::stream_truncated) {
@@ -640,13 +711,20 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     bool streaming = false;
     bool ok = true;
     const auto write_timeout = server_.config_.limits.write_timeout;
+    // RFC 9110 section 9.3.2: no content in an answer to HEAD, whatever the handler produced.
+    const bool head_only = method == "HEAD";
     for (;;) {
         if (pending_.empty()) {
             if (client_gone_) {
                 ok = false;
                 break;
             }
-            if (!watcher_running_) {
+            // A write deadline bounds one write, not the wait for the next piece: generation
+            // may pause (a preempted request) while the client keeps reading.
+            clear_deadline();
+            // Bytes already buffered are the next pipelined request: a watcher would read past
+            // them and hold the stream, so it is started only on an empty buffer.
+            if (!watcher_running_ && buffer_.size() == 0) {
                 start_watcher();
             }
             co_await wait_signal(std::chrono::hours(24 * 365));
@@ -657,7 +735,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         keep_alive = keep_alive && !draining();
         if (piece.kind == Piece::kFull && !streaming) {
             status = piece.response.status;
-            ok = co_await write_full(piece.response, version, keep_alive);
+            ok = co_await write_full(piece.response, version, keep_alive, head_only);
             break;
         }
         if (piece.kind == Piece::kHead && !streaming) {
@@ -683,7 +761,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 piece.data += pending_.front().data;
                 pending_.pop_front();
             }
-            if (piece.data.empty()) {
+            if (piece.data.empty() || head_only) {
+                channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
                 continue;
             }
             set_deadline(write_timeout);
@@ -715,7 +794,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             continue;
         }
         if (piece.kind == Piece::kEnd && streaming) {
-            if (version >= 11) {
+            if (version >= 11 && !head_only) {
                 set_deadline(write_timeout);
                 static constexpr std::string_view kLast = "0\r\n\r\n";
                 auto last = net::buffer(kLast.data(), kLast.size());
@@ -729,6 +808,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         // Out-of-order calls (a chunk before the head, a second respond) are ignored.
     }
+    clear_deadline();  // The last write is done; what comes next sets its own.
     response_done_ = true;
     gone_callback_ = nullptr;
     if (!ok) {

@@ -44,7 +44,7 @@ const char* engine_refusal_reason(const Status& status) {
 ApiError method_not_allowed(std::string_view method, std::string_view path) {
     ApiError e;
     e.status = 405;
-    e.message = "Method " + std::string(method) + " is not allowed on " + std::string(path);
+    e.message = "Method " + std::string(method) + " is not allowed on " + logprob_token_text(path);
     return e;
 }
 
@@ -133,7 +133,8 @@ void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
                 return;
             }
         }
-        channel->respond(model_not_found(std::string(id)).to_response());
+        // The id comes from the request target, which may hold any byte: JSON is UTF-8.
+        channel->respond(model_not_found(logprob_token_text(id)).to_response());
         return;
     }
     std::vector<std::pair<std::string, int64_t>> key;
@@ -179,7 +180,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     std::string_view path = request.path();
     if (access_log_) {
         log::info("request", {{"method", request.method},
-                              {"path", std::string(path)},
+                              {"path", logprob_token_text(path)},  // Not UTF-8: \xNN.
                               {"client", request.remote_address},
                               {"peer", from_peer}});
     }
@@ -208,7 +209,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     } else {
         ApiError e;
         e.status = 404;
-        e.message = "Unknown request URL: " + request.method + " " + std::string(path);
+        e.message = "Unknown request URL: " + request.method + " " + logprob_token_text(path);
         e.code = "unknown_url";
         channel->respond(e.to_response());
         return;

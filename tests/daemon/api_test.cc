@@ -62,6 +62,19 @@ TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
     CHECK(f.call("GET", "/v1/chat/completions").status == 405);
 }
 
+TEST_CASE("error messages quote bytes of the request target that are not UTF-8 as \\xNN") {
+    ApiFixture f;
+    auto unknown = f.call("GET", "/\xff\xfe/x");
+    CHECK(unknown.status == 404);
+    // json_of parses strictly: invalid UTF-8 in the body fails it.
+    CHECK(json_of(unknown.body)["error"].as_object().at("message") ==
+          "Unknown request URL: GET /\\xff\\xfe/x");
+    auto model = f.call("GET", "/v1/models/\xff");
+    CHECK(model.status == 404);
+    CHECK(json_of(model.body)["error"].as_object().at("message").as_string().find("'\\xff'") !=
+          std::string::npos);
+}
+
 TEST_CASE("non-streaming chat completion with usage") {
     ApiFixture f;
     auto c = f.client();

@@ -6,6 +6,7 @@
 
 #include <openssl/ssl.h>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "common/log.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 #include "tls/tls_context.h"
@@ -520,4 +522,192 @@ TEST_CASE("a response to a client that stops reading is cut at the write timeout
     }
     CHECK(f.server->open_connections() == 0);
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+}
+
+TEST_CASE("a pause between stream chunks longer than the write timeout does not cut the stream") {
+    HttpLimits limits;
+    limits.write_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    channel->write("data: first\n\n");
+    REQUIRE((*c)->read_until("first").ok());
+    // Generation pauses (a preempted request) while the client keeps reading.
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    channel->write("data: second\n\n");
+    REQUIRE((*c)->read_until("second").ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    channel->end_stream();
+    CHECK((*c)->read_until("0\r\n\r\n").ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Still kept alive.
+}
+
+TEST_CASE("a request pipelined behind a pending response is answered after it") {
+    HttpLimits limits;
+    limits.idle_timeout = std::chrono::milliseconds(1500);
+    Fixture f(limits);
+    for (bool same_write : {true, false}) {
+        f.handler.reset_held();
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        if (same_write) {
+            REQUIRE((*c)->send(testing::http_request("GET", "/hold") +
+                               testing::http_request("POST", "/x", "abc"))
+                        .ok());
+        } else {
+            // The second request arrives while the first is pending (read by the watcher).
+            REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+            REQUIRE(f.handler.wait_held() != nullptr);
+            REQUIRE((*c)->send(testing::http_request("POST", "/x", "abc")).ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        auto channel = f.handler.wait_held();
+        REQUIRE(channel != nullptr);
+        channel->respond(HttpResponse{200, "text/plain", {}, "held"});
+        auto first = (*c)->read_response();
+        REQUIRE(first.ok());
+        CHECK(first->body == "held");
+        auto started = std::chrono::steady_clock::now();
+        auto second = (*c)->read_response();
+        REQUIRE(second.ok());
+        CHECK(second->body == "remote=127.0.0.1 sni=localhost body=3");
+        CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(1000));
+    }
+}
+
+TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at max_header_bytes") {
+    HttpLimits limits;
+    limits.max_header_bytes = 2048;
+    Fixture f(limits);
+    const std::string head = "POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (const std::string& start :
+         {std::string("1;"), std::string("0"), std::string("0\r\nX: ")}) {
+        CAPTURE(start);
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(head + start).ok());
+        const char fill = start == "0" ? '0' : 'a';
+        for (int i = 0; i < 4; ++i) {
+            REQUIRE((*c)->send(std::string(4096, fill)).ok());
+        }
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(r->headers["connection"] == "close");
+    }
+    // Extensions and trailers within the bound are accepted.
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(head + "3;name=" + std::string(1000, 'v') +
+                       "\r\nabc\r\n0\r\nX-Trailer: " + std::string(1000, 't') + "\r\n\r\n")
+                .ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
+}
+
+TEST_CASE("Transfer-Encoding other than chunked alone is refused and the connection closed") {
+    Fixture f;
+    const std::string inner = testing::http_request("GET", "/x");
+    struct Case {
+        std::string headers;
+        int status;
+        std::string version = "1.1";
+    };
+    for (const Case& k : {Case{"Transfer-Encoding: xchunked\r\n", 400},
+                          Case{"Transfer-Encoding: chunked, gzip\r\n", 400},
+                          Case{"Transfer-Encoding: identity\r\n", 400},
+                          Case{"Transfer-Encoding: xchunked\r\nContent-Length: 3\r\n", 400},
+                          Case{"Transfer-Encoding: gzip, chunked\r\n", 501},
+                          Case{"Transfer-Encoding: chunked\r\n", 400, "1.0"}}) {
+        CAPTURE(k.headers);
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("POST /x HTTP/" + k.version + "\r\nHost: a\r\n" + k.headers +
+                           "\r\n0\r\n\r\n" + inner)
+                    .ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == k.status);
+        CHECK(r->headers["connection"] == "close");
+        CHECK((*c)->wait_closed());  // The body is not served as a second request.
+    }
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n"
+                       "2\r\nab\r\n0\r\n\r\n")
+                .ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=2");
+}
+
+TEST_CASE("a HEAD response has the GET's Content-Length and no body") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("HEAD", "/x")).ok());
+    auto head = (*c)->read_until("\r\n\r\n");
+    REQUIRE(head.ok());
+    const std::string body = "remote=127.0.0.1 sni=localhost body=0";
+    CHECK(head->find("Content-Length: " + std::to_string(body.size()) + "\r\n") !=
+          std::string::npos);
+    // A body sent anyway would be read here as the next response.
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
+TEST_CASE("Expect: 100-continue in an HTTP/1.0 request gets no interim response") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.0\r\nHost: a\r\nContent-Length: 4\r\n"
+                       "Expect: 100-continue\r\n\r\nabcd")
+                .ok());
+    auto head = (*c)->read_until("\r\n\r\n");
+    REQUIRE(head.ok());
+    CHECK(head->starts_with("HTTP/1.0 200 "));  // Not an interim "HTTP/1.1 100 Continue".
+}
+
+TEST_CASE("out of file descriptors, the accept loop backs off and logs once, then serves again") {
+    Fixture f;
+    auto failures_logged = std::make_shared<std::atomic<int>>(0);
+    log::set_sink([failures_logged](std::string_view line) {
+        if (line.find("accept_failed") != std::string_view::npos) {
+            ++*failures_logged;
+        }
+    });
+    rlimit old{};
+    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+    rlimit low = old;
+    low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 512);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    std::vector<int> held;
+    for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) {
+        held.push_back(fd);
+    }
+    const bool filled = !held.empty();
+    if (filled) {
+        ::close(held.back());  // Room for the client's socket only: the server's accept fails.
+        held.pop_back();
+    }
+    auto waiting = testing::tcp_connect(f.server->port());
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const int logged = failures_logged->load();
+    for (int fd : held) {
+        ::close(fd);
+    }
+    setrlimit(RLIMIT_NOFILE, &old);
+    log::set_sink(nullptr);
+    REQUIRE(filled);
+    REQUIRE(waiting.ok());
+    ::close(*waiting);
+    CHECK(logged >= 1);
+    CHECK(logged <= 2);  // Spinning logged tens of thousands of lines a second.
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
