@@ -243,9 +243,20 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
     per_tenant(out, stats, "edgeserve_prefix_cache_hits_total", "counter",
                "Prompt tokens served from the prefix cache.",
                [](const T& t) { return static_cast<double>(t.prefix_hit_tokens); });
-    per_tenant(out, stats, "edgeserve_preemptions_total", "counter",
-               "Sequences preempted for lack of KV-cache blocks (recomputed later).",
-               [](const T& t) { return static_cast<double>(t.preemptions); });
+    header(out, "edgeserve_preemptions_total", "counter",
+           "Sequences preempted (recomputed later): kv_cache for lack of KV-cache blocks, "
+           "fair_share to give a tenant below its weighted share of the batch its place.");
+    for (const engine::ServingStats& m : stats) {
+        for (const auto& [tenant, t] : m.tenants) {
+            for (const auto& [reason, count] :
+                 {std::pair<const char*, int64_t>{"kv_cache", t.preemptions - t.fair_preemptions},
+                  {"fair_share", t.fair_preemptions}}) {
+                out << "edgeserve_preemptions_total"
+                    << labels({{"model", m.model}, {"tenant", tenant}, {"reason", reason}}) << " "
+                    << count << "\n";
+            }
+        }
+    }
 
     header(out, "edgeserve_admission_rejections_total", "counter",
            "Requests refused at admission: the tenant's queue full (429), the model's queue full "
