@@ -97,9 +97,10 @@ TEST_CASE("edgeserve --version, --help, unknown and missing subcommands") {
 
 TEST_CASE("edgeserve check-config accepts a good file and names file:line:column of a bad one") {
     testing::TempDir dir;
-    std::string good = dir.write("good.yaml", testing::config_yaml("c.pem", "k.pem"));
+    testing::make_certificate(dir.path(), "c", {"localhost"});
+    std::string good = dir.write("good.yaml", testing::config_yaml("c.crt", "c.key"));
     auto ok = testing::run({kBinary, "check-config", good});
-    CHECK(ok.exit_code == 0);
+    CHECK_MESSAGE(ok.exit_code == 0, ok.err);
     CHECK(ok.out.find("ok") != std::string::npos);
     std::string bad = dir.write("bad.yaml", testing::config_yaml("c.pem", "k.pem",
                                                                  "limits:\n  max_body: 5\n"));
@@ -114,7 +115,8 @@ TEST_CASE("the example configs in deploy/config pass check-config") {
         if (entry.path().extension() != ".yaml") {
             continue;
         }
-        auto r = testing::run({kBinary, "check-config", entry.path().string()});
+        // The certificates and models they name exist only on a configured host.
+        auto r = testing::run({kBinary, "check-config", "--no-files", entry.path().string()});
         CHECK_MESSAGE(r.exit_code == 0, entry.path().string() << ": " << r.err);
     }
 }
@@ -127,7 +129,115 @@ TEST_CASE("edgeserve run with models but no engine fails with a clear message") 
                                        "models:\n  - {name: m, path: " + dir.file("none") + "}\n"));
     auto r = testing::run({kBinary, "run", "--config", config});
     CHECK(r.exit_code == 1);
-    CHECK(r.err.find("engine") != std::string::npos);
+    // The model directory is checked before any engine is asked to load it.
+    CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": models[0] (\"m\", " + dir.file("none") +
+                             "): ") != std::string::npos,
+                  r.err);
+    CHECK(r.err.find("config.json") != std::string::npos);
+}
+
+TEST_CASE("check-config loads what run loads: certificates, ports, model files, keyring") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    auto other = testing::make_certificate(dir.path(), "o", {"other"});
+    auto check = [&](const std::string& yaml) {
+        std::string path = dir.write("c.yaml", yaml);
+        auto r = testing::run({kBinary, "check-config", path});
+        CHECK(r.exit_code == (r.err.empty() ? 0 : 1));
+        return r.err;
+    };
+    const std::string c = dir.file("c.yaml");
+    CHECK(check(testing::config_yaml(cert.cert_path, cert.key_path)).empty());
+    std::string e = check(testing::config_yaml(dir.file("nonexist.crt"), cert.key_path));
+    CHECK_MESSAGE(e.find(c + ": listeners.public.certificates[0]: cannot load certificate chain '" +
+                         dir.file("nonexist.crt") + "'") == 0,
+                  e);
+    e = check(testing::config_yaml(cert.cert_path, other.key_path));
+    CHECK_MESSAGE(e.find(c + ": listeners.public.certificates[0]: ") == 0, e);
+    CHECK(e.find(other.key_path) != std::string::npos);
+    // The certificate file is a YAML file, not PEM.
+    e = check(testing::config_yaml(c, cert.key_path));
+    CHECK_MESSAGE(e.find(c + ": listeners.public.certificates[0]: cannot load certificate") == 0,
+                  e);
+
+    std::string same_port = testing::config_yaml(cert.cert_path, cert.key_path);
+    same_port.replace(same_port.find("port: 0"), 7, "port: 19650");
+    same_port.replace(same_port.find("port: 0"), 7, "port: 19650");
+    e = check(same_port);
+    CHECK_MESSAGE(e == c + ": listeners.admin.port: port 19650 is also listeners.public.port\n", e);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "peer:\n  ca: /none/ca.pem\n  cert: " + cert.cert_path +
+                                       "\n  key: " + cert.key_path + "\n"));
+    CHECK_MESSAGE(e.find(c + ": peer: ") == 0, e);
+    CHECK(e.find("/none/ca.pem") != std::string::npos);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "models:\n  - {name: m, path: " + dir.path() + "}\n"));
+    CHECK_MESSAGE(e.find(c + ": models[0] (\"m\", " + dir.path() + "): ") == 0, e);
+    CHECK(e.find("config.json") != std::string::npos);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "engine:\n  sharding:\n    communicator: carrier-pigeon\n"));
+    CHECK_MESSAGE(e.find(c + ": engine.sharding.communicator: 'carrier-pigeon' is not compiled "
+                             "in (available: in_process") == 0,
+                  e);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "gossip:\n  port: 0\n  keyring_file: /none/keyring\n"));
+    CHECK_MESSAGE(e.find(c + ": gossip.keyring_file: cannot open '/none/keyring'") == 0, e);
+
+    // --no-files checks the YAML only.
+    std::string missing = dir.write(
+        "m.yaml", testing::config_yaml(dir.file("nonexist.crt"), dir.file("nonexist.key")));
+    CHECK(testing::run({kBinary, "check-config", "--no-files", missing}).exit_code == 0);
+    CHECK(testing::run({kBinary, "check-config", missing}).exit_code == 1);
+}
+
+TEST_CASE("edgeserve run refuses a bad certificate before it loads any model") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    auto other = testing::make_certificate(dir.path(), "o", {"other"});
+    // The model directory exists (the fixture): with the old order the engine loaded it first.
+    std::string config =
+        dir.write("c.yaml", testing::config_yaml(cert.cert_path, other.key_path,
+                                                 "models:\n  - {name: m, path: " EDGE_SOURCE_DIR
+                                                 "/deploy/demo-model}\n"));
+    auto r = testing::run({kBinary, "run", "--config", config});
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": listeners.public.certificates[0]: ") !=
+                      std::string::npos,
+                  r.err);
+    CHECK(r.err.find("engine_failed") == std::string::npos);
+}
+
+TEST_CASE("subcommand --help prints usage to stdout, usage errors say what was wrong") {
+    for (const char* cmd : {"run", "check-config", "members", "pools", "route", "rollout"}) {
+        for (const char* help : {"--help", "-h"}) {
+            auto r = testing::run({kBinary, cmd, help});
+            CHECK_MESSAGE(r.exit_code == 0, cmd << " " << help << ": " << r.err);
+            CHECK_MESSAGE(r.out.find(std::string("usage: edgeserve ") + cmd) == 0, cmd);
+        }
+    }
+    auto missing = testing::run({kBinary, "run", "--config"});
+    CHECK(missing.exit_code == 2);
+    CHECK(missing.err.find("edgeserve run: missing the value of --config") == 0);
+    auto extra = testing::run({kBinary, "run", "--config", "f.yaml", "--extra"});
+    CHECK(extra.exit_code == 2);
+    CHECK(extra.err.find("edgeserve run: unexpected argument '--extra'") == 0);
+    auto none = testing::run({kBinary, "check-config"});
+    CHECK(none.exit_code == 2);
+    CHECK(none.err.find("edgeserve check-config: missing the config FILE") == 0);
+    auto members = testing::run({kBinary, "members", "--admin"});
+    CHECK(members.exit_code == 2);
+    CHECK(members.err.find("edgeserve members: missing the value of --admin") == 0);
+    auto route = testing::run({kBinary, "route"});
+    CHECK(route.exit_code == 2);
+    CHECK(route.err.find("edgeserve route: missing --model") == 0);
+    auto unreadable = testing::run({kBinary, "run", "--config", "/nonexistent/e.yaml"});
+    CHECK(unreadable.exit_code == 1);
+    CHECK(unreadable.err.find("edgeserve: cannot open config file '/nonexistent/e.yaml'") !=
+          std::string::npos);
 }
 
 TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTERM drain") {
