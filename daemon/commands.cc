@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/log.h"
 #include "daemon/config.h"
@@ -228,13 +229,28 @@ int run_main(int argc, char** argv) {
         if (sig == SIGHUP) {
             (void)notifier.notify("RELOADING=1");
             log::info("reload", {{"signal", "SIGHUP"}});
-            (void)(*daemon)->reload_certificates();
-            // Tenants, keys and limits come from the config file again; on error the old stay.
+            // Certificates, tenants, keys and limits come from the config file again; a file
+            // that does not load changes nothing.
             Result<Config> fresh = load_config(config_path);
             if (!fresh.ok()) {
-                log::error("tenants_reload_failed", {{"error", fresh.status().message()}});
+                log::error("config_reload_failed",
+                           {{"error", fresh.status().message()},
+                            {"detail", "the certificates and tenants stay as they were"}});
             } else {
+                (void)(*daemon)->reload_certificates(*fresh);     // Logged per set.
                 (void)(*daemon)->reload_tenants(fresh->tenants);  // Logged when refused.
+                std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
+                if (!changed.empty()) {
+                    std::string sections;
+                    for (const std::string& name : changed) {
+                        sections += (sections.empty() ? "" : ",") + name;
+                    }
+                    log::warn("changed_sections_need_restart",
+                              {{"sections", sections},
+                               {"detail",
+                                "a reload applies only certificates and tenants; these "
+                                "changes wait for a restart"}});
+                }
             }
             (void)notifier.notify("READY=1");
             continue;

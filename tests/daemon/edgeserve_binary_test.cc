@@ -332,6 +332,80 @@ TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTER
     CHECK(final_log.find("\"event\":\"stopped\"") != std::string::npos);
 }
 
+TEST_CASE(
+    "SIGHUP serves a changed certificate list, and a config that does not load changes nothing") {
+    testing::TempDir dir;
+    auto first = testing::make_certificate(dir.path(), "first", {"localhost"});
+    auto second = testing::make_certificate(dir.path(), "second", {"second.test"});
+    auto third = testing::make_certificate(dir.path(), "third", {"third.test"});
+    std::string config = dir.write("c.yaml", testing::config_yaml(first.cert_path, first.key_path));
+    NotifySocket notify(dir.file("notify.sock"));
+    std::string log_path = dir.file("stderr.log");
+    testing::Child child({kBinary, "run", "--config", config},
+                         {"NOTIFY_SOCKET=" + dir.file("notify.sock")}, log_path);
+    REQUIRE(notify.expect("READY=1"));
+    const std::string started = read_file(log_path);
+    const uint16_t port = port_from_log(started, "public_port");
+    const uint16_t admin = port_from_log(started, "admin_port");
+    auto served = [&](const std::string& name) {
+        testing::TlsClientOptions options;
+        options.server_name = name;
+        auto c = testing::TlsClient::connect(port, options);
+        return c.ok() ? (*c)->peer_common_name() : "connect failed: " + c.status().message();
+    };
+    CHECK(served("localhost") == "localhost");
+
+    // Another default chain plus an SNI chain, and a limit that needs a restart.
+    std::string yaml = testing::config_yaml(second.cert_path, second.key_path,
+                                            "limits:\n  max_body_bytes: 4096\n");
+    yaml.replace(yaml.find("[localhost]"), 11, "[second.test]");
+    yaml.replace(yaml.find("  admin:"), 0,
+                 "      - server_names: [third.test]\n        cert: " + third.cert_path +
+                     "\n        key: " + third.key_path + "\n");
+    dir.write("c.yaml", yaml);
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    CHECK(served("localhost") == "second.test");  // The new default chain.
+    CHECK(served("third.test") == "third.test");
+    std::string log = read_file(log_path);
+    CHECK(log.find("\"event\":\"certificates_reloaded\",\"generation\":2,\"chains\":2") !=
+          std::string::npos);
+    CHECK(log.find("\"event\":\"changed_sections_need_restart\",\"sections\":\"limits\"") !=
+          std::string::npos);
+    auto metrics = testing::plain_http_get(admin, "/metrics");
+    REQUIRE(metrics.ok());
+    CHECK(metrics->body.find("certificate=\"second.test\"") != std::string::npos);
+    CHECK(metrics->body.find("certificate=\"third.test\"") != std::string::npos);
+    CHECK(metrics->body.find("certificate=\"localhost\"") == std::string::npos);
+
+    // An unterminated quote: nothing is reloaded, not even the certificates.
+    std::string broken = testing::config_yaml(first.cert_path, first.key_path);
+    broken.replace(broken.find("id: test-site"), 13, "id: \"test-site");
+    dir.write("c.yaml", broken);
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    CHECK(served("localhost") == "second.test");
+    log = read_file(log_path);
+    CHECK(log.find("\"event\":\"config_reload_failed\"") != std::string::npos);
+    CHECK(log.find("unterminated quoted string") != std::string::npos);
+    CHECK(log.find("\"generation\":3") == std::string::npos);
+
+    // A site without `gossip` has no cluster to show.
+    auto members =
+        testing::run({kBinary, "members", "--admin", "127.0.0.1:" + std::to_string(admin)});
+    CHECK(members.exit_code == 1);
+    CHECK_MESSAGE(members.err.find("has no `gossip` section") != std::string::npos, members.err);
+    auto rollout = testing::run({kBinary, "rollout", "--model", "m", "--version", "v", "--admin",
+                                 "127.0.0.1:" + std::to_string(admin)});
+    CHECK(rollout.exit_code == 1);
+    CHECK(rollout.err.find("has no `gossip` section") != std::string::npos);
+
+    child.signal(SIGTERM);
+    CHECK(child.wait(15000) == 0);
+}
+
 TEST_CASE("systemd-analyze verify accepts the unit") {
     if (!testing::have_program("systemd-analyze")) {
         MESSAGE("systemd-analyze not installed; skipping the unit check");
