@@ -39,12 +39,15 @@ std::string certificate_label(const tls::CertificateConfig& cert) {
 
 void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs,
                                 Metrics& metrics) {
+    std::vector<std::string> labels;
     for (const tls::CertificateConfig& cert : certs) {
         Result<int64_t> not_after = certificate_not_after(cert.cert_path);
         if (not_after.ok()) {
             metrics.set_certificate_expiry(certificate_label(cert), *not_after);
+            labels.push_back(certificate_label(cert));
         }
     }
+    metrics.retain_certificate_expiry(labels);
 }
 
 }  // namespace edge::daemon

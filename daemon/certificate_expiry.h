@@ -21,8 +21,9 @@ Result<int64_t> certificate_not_after(const std::string& path);
 // The metric label for a configured chain.
 std::string certificate_label(const tls::CertificateConfig& cert);
 
-// Sets the expiry gauge for every chain that can be read; unreadable ones are skipped (loading
-// them reports the error).
+// Sets the expiry gauge for every chain that can be read and drops the series of every other
+// (unreadable ones are skipped: loading them reports the error; chains no longer configured
+// are gone).
 void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs, Metrics& metrics);
 
 }  // namespace edge::daemon

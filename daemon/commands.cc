@@ -7,11 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/null_generator.h"
+#include "daemon/preflight.h"
 #include "daemon/socket_activation.h"
 #include "daemon/systemd_notify.h"
 #include "engine/backend.h"
@@ -35,16 +38,47 @@ log::Level parse_level(const std::string& level) {
 }  // namespace
 
 int check_config_main(int argc, char** argv) {
-    if (argc != 2 || std::strcmp(argv[1], "--help") == 0) {
-        std::fprintf(stderr, "usage: edgeserve check-config FILE\n");
+    constexpr const char* kUsage =
+        "usage: edgeserve check-config [--no-files] FILE\n"
+        "  --no-files   check the YAML alone, not the certificates, models and keyring it names\n";
+    bool files = true;
+    std::string path;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        std::string wrong;
+        if (arg == "--help" || arg == "-h") {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
+        if (arg == "--no-files") {
+            files = false;
+        } else if (arg.size() > 1 && arg[0] == '-') {
+            wrong = "unknown option '" + std::string(arg) + "'";
+        } else if (!path.empty()) {
+            wrong = "unexpected argument '" + std::string(arg) + "' (one FILE only)";
+        } else {
+            path = arg;
+        }
+        if (!wrong.empty()) {
+            std::fprintf(stderr, "edgeserve check-config: %s\n%s", wrong.c_str(), kUsage);
+            return 2;
+        }
+    }
+    if (path.empty()) {
+        std::fprintf(stderr, "edgeserve check-config: missing the config FILE\n%s", kUsage);
         return 2;
     }
-    Result<Config> config = load_config(argv[1]);
+    Result<Config> config = load_config(path);
     if (!config.ok()) {
         std::fprintf(stderr, "%s\n", config.status().message().c_str());
         return 1;
     }
-    std::printf("%s: ok (%zu models, %s)\n", argv[1], config->models.size(),
+    // The files the config names (certificates, models, keyring), as `run` checks them.
+    if (Status s = files ? preflight_config(*config) : ok_status(); !s.ok()) {
+        std::fprintf(stderr, "%s\n", s.message().c_str());
+        return 1;
+    }
+    std::printf("%s: ok (%zu models, %s)\n", path.c_str(), config->models.size(),
                 config->tenants ? "authentication on" : "authentication off");
     return 0;
 }
@@ -58,22 +92,35 @@ int exit_on_device_fault(Daemon& daemon, const Status& fault, std::chrono::milli
 }
 
 int run_main(int argc, char** argv) {
+    constexpr const char* kUsage = "usage: edgeserve run --config FILE\n";
     std::string config_path;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+        const std::string_view arg = argv[i];
+        std::string wrong;
+        if (arg == "--help" || arg == "-h") {
+            std::fputs(kUsage, stdout);
+            return 0;
+        }
+        if (arg == "--config" && i + 1 < argc) {
             config_path = argv[++i];
+        } else if (arg == "--config") {
+            wrong = "missing the value of --config";
         } else {
-            std::fprintf(stderr, "usage: edgeserve run --config FILE\n");
+            wrong = "unexpected argument '" + std::string(arg) + "'";
+        }
+        if (!wrong.empty()) {
+            std::fprintf(stderr, "edgeserve run: %s\n%s", wrong.c_str(), kUsage);
             return 2;
         }
     }
     if (config_path.empty()) {
-        std::fprintf(stderr, "usage: edgeserve run --config FILE\n");
+        std::fprintf(stderr, "edgeserve run: missing --config FILE\n%s", kUsage);
         return 2;
     }
     Result<Config> config = load_config(config_path);
     if (!config.ok()) {
         log::error("config_invalid", {{"error", config.status().message()}});
+        std::fprintf(stderr, "edgeserve: %s\n", config.status().message().c_str());
         return 1;
     }
     log::set_level(parse_level(config->log.level));
@@ -103,6 +150,14 @@ int run_main(int argc, char** argv) {
             close((*inherited)[i]);
         }
         log::info("socket_activation", {{"public_fd", static_cast<int64_t>(public_fd)}});
+    }
+
+    // Certificates, ports and the models' files are checked before the models load (which can
+    // take minutes), with the same checks as check-config.
+    if (Status s = preflight_config(*config, public_fd >= 0); !s.ok()) {
+        log::error("config_invalid", {{"error", s.message()}});
+        std::fprintf(stderr, "edgeserve: %s\n", s.message().c_str());
+        return 1;
     }
 
     // Signals are taken synchronously by this thread; block them before any thread starts so
@@ -174,13 +229,28 @@ int run_main(int argc, char** argv) {
         if (sig == SIGHUP) {
             (void)notifier.notify("RELOADING=1");
             log::info("reload", {{"signal", "SIGHUP"}});
-            (void)(*daemon)->reload_certificates();
-            // Tenants, keys and limits come from the config file again; on error the old stay.
+            // Certificates, tenants, keys and limits come from the config file again; a file
+            // that does not load changes nothing.
             Result<Config> fresh = load_config(config_path);
             if (!fresh.ok()) {
-                log::error("tenants_reload_failed", {{"error", fresh.status().message()}});
+                log::error("config_reload_failed",
+                           {{"error", fresh.status().message()},
+                            {"detail", "the certificates and tenants stay as they were"}});
             } else {
+                (void)(*daemon)->reload_certificates(*fresh);     // Logged per set.
                 (void)(*daemon)->reload_tenants(fresh->tenants);  // Logged when refused.
+                std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
+                if (!changed.empty()) {
+                    std::string sections;
+                    for (const std::string& name : changed) {
+                        sections += (sections.empty() ? "" : ",") + name;
+                    }
+                    log::warn("changed_sections_need_restart",
+                              {{"sections", sections},
+                               {"detail",
+                                "a reload applies only certificates and tenants; these "
+                                "changes wait for a restart"}});
+                }
             }
             (void)notifier.notify("READY=1");
             continue;

@@ -29,7 +29,8 @@ int run_main(int argc, char** argv);
 // (gossip already says draining) and stops the daemon; returns kExitDeviceFault for main().
 int exit_on_device_fault(Daemon& daemon, const Status& fault, std::chrono::milliseconds drain);
 
-// `edgeserve check-config FILE`: validates and prints "ok" (0) or the errors (1).
+// `edgeserve check-config [--no-files] FILE`: validates the YAML and (unless --no-files) the
+// files it names (daemon/preflight.h); prints "ok" (0) or the error (1); usage errors exit 2.
 int check_config_main(int argc, char** argv);
 
 }  // namespace edge::daemon

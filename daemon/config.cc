@@ -5,6 +5,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <boost/asio/ip/address.hpp>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -34,6 +36,15 @@ public:
         return invalid_argument_error(where + ": " + (key.empty() ? "" : key + ": ") + message);
     }
     Status error(const YAML::Node& node, const std::string& key, const std::string& message) const {
+        // yaml-cpp gives an empty value the mark of the token after it (often the next line):
+        // point at its key instead.
+        if (node.IsNull()) {
+            for (const auto& [value, key_mark] : null_values_) {
+                if (value.is(node)) {
+                    return error(key_mark, key, message);
+                }
+            }
+        }
         return error(node.Mark(), key, message);
     }
 
@@ -58,6 +69,9 @@ public:
             }
             if (!seen.insert(key).second) {
                 return error(it->first, key_path, "duplicate key");
+            }
+            if (it->second.IsNull()) {
+                null_values_.emplace_back(it->second, it->first.Mark());
             }
             EDGE_RETURN_IF_ERROR(handler->second(it->second, key_path));
         }
@@ -152,6 +166,8 @@ public:
 private:
     std::string source_;
     std::filesystem::path base_dir_;
+    // Each empty map value seen so far, with its key's mark (for error()).
+    mutable std::vector<std::pair<YAML::Node, YAML::Mark>> null_values_;
 };
 
 using Handlers =
@@ -180,6 +196,41 @@ std::function<Status(const YAML::Node&, const std::string&)> ms_field(
     const Reader& r, std::chrono::milliseconds& field) {
     return [&r, &field](const YAML::Node& n, const std::string& k) {
         return r.milliseconds(n, k, field);
+    };
+}
+
+// A listen or bind address: an IP literal, parsed as the listeners parse it (no host names).
+std::function<Status(const YAML::Node&, const std::string&)> ip_field(const Reader& r,
+                                                                      std::string& field) {
+    return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(field, r.string(n, k));
+        boost::system::error_code ec;
+        (void)boost::asio::ip::make_address(field, ec);
+        if (ec) {
+            return r.error(n, k, "expected an IP literal (not a host name)");
+        }
+        return ok_status();
+    };
+}
+
+// Site ids, regions and tenant names become metric labels, log fields and gossiped fields: 1 to
+// 64 letters, digits, '.', '_' or '-'.
+constexpr size_t kMaxIdentifier = 64;
+
+std::function<Status(const YAML::Node&, const std::string&)> identifier_field(const Reader& r,
+                                                                              std::string& field) {
+    return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(field, r.string(n, k));
+        if (field.empty() || field.size() > kMaxIdentifier) {
+            return r.error(n, k, "must be 1 to 64 characters");
+        }
+        for (char ch : field) {
+            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-')) {
+                return r.error(n, k, "may hold only letters, digits, '.', '_' and '-'");
+            }
+        }
+        return ok_status();
     };
 }
 
@@ -221,7 +272,7 @@ Status parse_listeners(const Reader& r, const YAML::Node& node, const std::strin
           [&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_RETURN_IF_ERROR(r.for_each_key(
                   n, k,
-                  {{"address", string_field(r, c.listener.address)},
+                  {{"address", ip_field(r, c.listener.address)},
                    {"port", int_field(r, c.listener.port, 0, 65535)},
                    {"io_threads", int_field(r, c.listener.io_threads, 1, 256)},
                    {"certificates", [&](const YAML::Node& cn, const std::string& ck) {
@@ -231,7 +282,7 @@ Status parse_listeners(const Reader& r, const YAML::Node& node, const std::strin
           }},
          {"admin", [&](const YAML::Node& n, const std::string& k) -> Status {
               return r.for_each_key(n, k,
-                                    {{"address", string_field(r, c.admin.address)},
+                                    {{"address", ip_field(r, c.admin.address)},
                                      {"port", int_field(r, c.admin.port, 0, 65535)}});
           }}}));
     return r.require_keys(node, key, {"public"});
@@ -265,8 +316,8 @@ Result<std::string> host_port(const Reader& r, const YAML::Node& n, const std::s
 Status parse_site(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         node, key,
-        {{"id", string_field(r, c.site.id)},
-         {"region", string_field(r, c.site.region)},
+        {{"id", identifier_field(r, c.site.id)},
+         {"region", identifier_field(r, c.site.region)},
          {"latitude",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(c.site.latitude, r.number(n, k, -90, 90));
@@ -286,11 +337,7 @@ Status parse_site(const Reader& r, const YAML::Node& node, const std::string& ke
               EDGE_ASSIGN_OR_RETURN(c.site.admin_address, host_port(r, n, k));
               return ok_status();
           }}}));
-    EDGE_RETURN_IF_ERROR(r.require_keys(node, key, {"id"}));
-    if (c.site.id.empty()) {
-        return r.error(node["id"], key + ".id", "must not be empty");
-    }
-    return ok_status();
+    return r.require_keys(node, key, {"id"});
 }
 
 Status parse_models(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
@@ -404,10 +451,15 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
         TenantConfig t;
         EDGE_RETURN_IF_ERROR(r.for_each_key(
             node[i], item,
-            {{"name", string_field(r, t.name)},
+            {{"name", identifier_field(r, t.name)},
              {"api_key_sha256",
               [&](const YAML::Node& n, const std::string& k) -> Status {
                   EDGE_ASSIGN_OR_RETURN(t.api_key_sha256, r.strings(n, k));
+                  if (t.api_key_sha256.empty()) {
+                      return r.error(n, k,
+                                     "must list at least one key hash (with none the "
+                                     "tenant can never authenticate)");
+                  }
                   for (size_t j = 0; j < t.api_key_sha256.size(); ++j) {
                       std::string& h = t.api_key_sha256[j];
                       for (char& ch : h) {
@@ -426,6 +478,9 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
              {"models",
               [&](const YAML::Node& n, const std::string& k) -> Status {
                   EDGE_ASSIGN_OR_RETURN(t.models, r.strings(n, k));
+                  if (t.models.empty()) {
+                      return r.error(n, k, "empty list; omit the key to allow every model");
+                  }
                   return ok_status();
               }},
              {"weight", int_field(r, t.weight, 1, 10'000)},
@@ -440,8 +495,8 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
              {"max_context_tokens", int_field(r, t.max_context_tokens, 0, int64_t{1} << 24)},
              {"max_output_tokens", int_field(r, t.max_output_tokens, 0, int64_t{1} << 24)}}));
         EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"name", "api_key_sha256"}));
-        if (t.name.empty() || !names.insert(t.name).second) {
-            return r.error(node[i]["name"], item + ".name", "empty or duplicate tenant name");
+        if (!names.insert(t.name).second) {
+            return r.error(node[i]["name"], item + ".name", "duplicate tenant name");
         }
         if (t.burst > 0 && t.requests_per_second == 0) {
             return r.error(node[i]["burst"], item + ".burst",
@@ -547,7 +602,9 @@ Status parse_routing(const Reader& r, const YAML::Node& node, const std::string&
                   if (model.empty() || digest.empty()) {
                       return r.error(it->first, k, "model and version must not be empty");
                   }
-                  c.routing.target_versions[model] = digest;
+                  if (!c.routing.target_versions.emplace(model, digest).second) {
+                      return r.error(it->first, k + "." + model, "duplicate key");
+                  }
               }
               return ok_status();
           }},
@@ -577,16 +634,7 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
     }
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         node, key,
-        {{"bind_address",
-          [&](const YAML::Node& n, const std::string& k) -> Status {
-              EDGE_ASSIGN_OR_RETURN(g.bind_address, r.string(n, k));
-              if (g.bind_address.empty() ||
-                  g.bind_address.find_first_not_of("0123456789abcdefABCDEF.:") !=
-                      std::string::npos) {
-                  return r.error(n, k, "expected an IP literal");
-              }
-              return ok_status();
-          }},
+        {{"bind_address", ip_field(r, g.bind_address)},
          {"port", int_field(r, g.port, 0, 65535)},
          {"advertise_address",
           [&](const YAML::Node& n, const std::string& k) -> Status {
@@ -629,6 +677,13 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
                       return r.error(n[i], k + "[" + std::to_string(i) + "]",
                                      "expected 64 hex digits (an AES-256 key)");
                   }
+                  for (size_t j = 0; j < i; ++j) {
+                      if (*routing::membership::parse_gossip_key(g.keys[j]) ==
+                          *routing::membership::parse_gossip_key(g.keys[i])) {
+                          return r.error(n[i], k + "[" + std::to_string(i) + "]",
+                                         "the same key as " + k + "[" + std::to_string(j) + "]");
+                      }
+                  }
               }
               return ok_status();
           }},
@@ -642,6 +697,14 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
          {"gossip_interval_ms", ms0_field(r, g.gossip_interval)},
          {"push_pull_interval_ms", ms0_field(r, g.push_pull_interval)},
          {"suspicion_mult", int_field(r, g.suspicion_mult, 0, 100)},
+         {"join_retry_interval_ms",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              // At most the retry's cap (routing/membership's join_retry_max_interval).
+              EDGE_ASSIGN_OR_RETURN(int64_t v, r.integer(n, k, 0, 30'000));
+              g.join_retry_interval = std::chrono::milliseconds(v);
+              return ok_status();
+          }},
+         {"max_inbound_streams", int_field(r, g.max_inbound_streams, 0, 65'536)},
          {"publish_interval_ms", ms_field(r, g.publish_interval)},
          {"leave_drain_ms", ms0_field(r, g.leave_drain)},
          {"health_check_interval_ms", ms0_field(r, g.health_check_interval)},
@@ -654,7 +717,9 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
                   EDGE_ASSIGN_OR_RETURN(std::string site, r.string(it->first, k));
                   EDGE_ASSIGN_OR_RETURN(int64_t ms, r.integer(it->second, k + "." + site, 0,
                                                               10'000));
-                  g.testing_peer_delay[site] = std::chrono::milliseconds(ms);
+                  if (!g.testing_peer_delay.emplace(site, std::chrono::milliseconds(ms)).second) {
+                      return r.error(it->first, k + "." + site, "duplicate key");
+                  }
               }
               return ok_status();
           }}}));
@@ -671,7 +736,7 @@ Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& ke
     };
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         node, key,
-        {{"address", string_field(r, p.address)},
+        {{"address", ip_field(r, p.address)},
          {"port", int_field(r, p.port, 0, 65535)},
          {"ca", path_field(p.ca_path)},
          {"cert", path_field(p.cert_path)},
@@ -686,6 +751,22 @@ Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& ke
          {"max_response_bytes",
           int_field(r, p.max_response_bytes, 1024, int64_t{1} << 32)}}));
     return r.require_keys(node, key, {"ca", "cert", "key"});
+}
+
+// `node` with every mapping and sequence in block style, so that a section written in flow
+// style (`{a: 1}`) dumps as the same text as in block style.
+YAML::Node block_style(YAML::Node node) {
+    if (node.IsMap() || node.IsSequence()) {
+        node.SetStyle(YAML::EmitterStyle::Block);
+        for (auto it = node.begin(); it != node.end(); ++it) {
+            if (node.IsMap()) {
+                block_style(it->second);
+            } else {
+                block_style(*it);
+            }
+        }
+    }
+    return node;
 }
 
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
@@ -760,7 +841,65 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
         }
     }
     c.engine.models = c.models;
+    for (auto it = root.begin(); it != root.end(); ++it) {
+        const std::string section = it->first.Scalar();
+        if (section == "tenants") {
+            continue;
+        }
+        YAML::Node copy = YAML::Clone(it->second);
+        if (section == "listeners" && copy["public"].IsMap()) {
+            copy["public"].remove("certificates");
+        } else if (section == "peer" && copy.IsMap()) {
+            for (const char* reloaded : {"ca", "cert", "key"}) {
+                copy.remove(reloaded);
+            }
+        }
+        c.restart_sections[section] = YAML::Dump(block_style(copy));
+    }
     return ok_status();
+}
+
+// yaml-cpp 0.7 accepts a quoted scalar whose closing quote never comes: it runs to the end of
+// the input and swallows every section after it. Each quoted scalar (yaml-cpp tags it "!") is
+// checked in the raw text from its opening quote at Mark().pos: a double-quoted one ends at an
+// unescaped `"`, a single-quoted one at a `'` not doubled.
+Status check_quoted_scalars(const Reader& r, std::string_view text, size_t offset,
+                            const YAML::Node& node) {
+    if (node.IsMap()) {
+        for (auto it = node.begin(); it != node.end(); ++it) {
+            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, it->first));
+            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, it->second));
+        }
+        return ok_status();
+    }
+    if (node.IsSequence()) {
+        for (size_t i = 0; i < node.size(); ++i) {
+            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, node[i]));
+        }
+        return ok_status();
+    }
+    if (!node.IsScalar() || node.Tag() != "!" || node.Mark().is_null()) {
+        return ok_status();
+    }
+    const size_t start = offset + static_cast<size_t>(node.Mark().pos);
+    if (start >= text.size() || (text[start] != '"' && text[start] != '\'')) {
+        return ok_status();  // A block scalar (| or >), or a tagged one.
+    }
+    const char quote = text[start];
+    for (size_t i = start + 1; i < text.size(); ++i) {
+        if (quote == '"' && text[i] == '\\') {
+            ++i;  // The escaped character, whatever it is.
+        } else if (text[i] == quote) {
+            if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+                ++i;  // '' is a quote inside a single-quoted string.
+            } else {
+                return ok_status();
+            }
+        }
+    }
+    return r.error(node, "",
+                   std::string("unterminated quoted string (no closing ") + quote +
+                       " before the end of the file)");
 }
 
 }  // namespace
@@ -771,10 +910,19 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
     std::filesystem::path base = std::filesystem::path(source).parent_path();
     Reader reader(source, base.empty() ? std::filesystem::path(".") : base);
     try {
-        YAML::Node root = YAML::Load(std::string(yaml_text));
+        std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml_text));
+        if (documents.size() > 1) {
+            return reader.error(documents[1], "",
+                                "a second YAML document (after `---`); the configuration is "
+                                "one document");
+        }
+        YAML::Node root = documents.empty() ? YAML::Node() : documents[0];
         if (!root.IsDefined() || root.IsNull()) {
             return invalid_argument_error(source + ": empty configuration");
         }
+        // yaml-cpp's marks do not count a UTF-8 byte order mark.
+        const size_t offset = yaml_text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+        EDGE_RETURN_IF_ERROR(check_quoted_scalars(reader, yaml_text, offset, root));
         EDGE_RETURN_IF_ERROR(parse_root(reader, root, config));
     } catch (const YAML::Exception& e) {
         return reader.error(e.mark, "", e.msg);
@@ -782,6 +930,25 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
         return invalid_argument_error(source + ": " + e.what());
     }
     return config;
+}
+
+std::vector<std::string> changed_restart_sections(const Config& running, const Config& fresh) {
+    std::set<std::string> names;
+    for (const Config* c : {&running, &fresh}) {
+        for (const auto& [name, text] : c->restart_sections) {
+            names.insert(name);
+        }
+    }
+    std::vector<std::string> changed;
+    for (const std::string& name : names) {
+        auto a = running.restart_sections.find(name);
+        auto b = fresh.restart_sections.find(name);
+        if (a == running.restart_sections.end() || b == fresh.restart_sections.end() ||
+            a->second != b->second) {
+            changed.push_back(name);
+        }
+    }
+    return changed;
 }
 
 Result<Config> load_config(const std::string& path) {

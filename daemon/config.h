@@ -53,7 +53,7 @@ struct SiteConfig {
 struct TenantConfig {
     std::string name;                         // Shown in logs and metrics; never the key.
     std::vector<std::string> api_key_sha256;  // Lower-case hex SHA-256 of each accepted key.
-    std::vector<std::string> models;          // Models the tenant may use; empty: all.
+    std::vector<std::string> models;          // Models the tenant may use; empty (absent): all.
     int32_t weight = 1;      // Share of engine capacity relative to other tenants (1..10000).
     int32_t priority = 0;    // Higher is preempted last (0..100).
     // Limits; 0 means unlimited.
@@ -121,6 +121,12 @@ struct GossipConfig {
     std::chrono::milliseconds gossip_interval{0};
     std::chrono::milliseconds push_pull_interval{0};
     int32_t suspicion_mult = 0;  // 0 keeps the preset's.
+    // While no other member is alive, the first wait before the join seeds are tried again
+    // (doubling up to 30 s); 0 keeps the default (1 s).
+    std::chrono::milliseconds join_retry_interval{0};
+    // Inbound gossip TCP streams served at once (more are closed at accept); 0 keeps the
+    // default (64).
+    int32_t max_inbound_streams = 0;
     // How often this site's pools and load are sampled for publication (only material changes
     // are gossiped).
     std::chrono::milliseconds publish_interval{500};
@@ -172,11 +178,19 @@ struct Config {
     RoutingConfig routing;
     GossipConfig gossip;
     std::optional<PeerConfig> peer;  // Absent: no peer listener, no forwarding.
+    // Per top-level section that only a restart applies, its YAML in a canonical form (comments
+    // and layout dropped; `tenants`, listeners.public.certificates and peer.ca/cert/key left
+    // out, as SIGHUP reloads them): what changed_restart_sections() compares.
+    std::map<std::string, std::string> restart_sections;
 };
 
 // Reads and validates `path`. Relative paths inside (certificates, models) are resolved against
 // the directory of `path`.
 Result<Config> load_config(const std::string& path);
+
+// The sections whose restart-only settings differ between `running` and `fresh` (added,
+// removed or changed), in name order: a SIGHUP does not apply them.
+std::vector<std::string> changed_restart_sections(const Config& running, const Config& fresh);
 
 // Parses YAML text; `source` names it in errors and is the base for relative paths. Never throws.
 Result<Config> parse_config(std::string_view yaml_text, const std::string& source);

@@ -72,6 +72,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     if (config.peer) {
         const PeerConfig& p = *config.peer;
         tls::CertificateConfig peer_cert{{}, p.cert_path, p.key_path};
+        d->peer_certificate_ = peer_cert;
+        d->peer_ca_ = p.ca_path;
         EDGE_ASSIGN_OR_RETURN(d->peer_tls_,
                               tls::TlsContextStore::create({peer_cert},
                                                            tls::ClientAuthConfig{p.ca_path}));
@@ -241,18 +243,40 @@ void Daemon::start() {
 }
 
 Status Daemon::reload_certificates() {
+    std::lock_guard lock(reload_mu_);
+    return reload_certificate_files(certificates_, peer_certificate_, peer_ca_);
+}
+
+Status Daemon::reload_certificates(const Config& config) {
+    std::lock_guard lock(reload_mu_);
+    tls::CertificateConfig peer_certificate = peer_certificate_;
+    std::string peer_ca = peer_ca_;
+    if (config.peer) {
+        peer_certificate = {{}, config.peer->cert_path, config.peer->key_path};
+        peer_ca = config.peer->ca_path;
+    }
+    return reload_certificate_files(config.listener.certificates, peer_certificate, peer_ca);
+}
+
+Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig>& certificates,
+                                        const tls::CertificateConfig& peer_certificate,
+                                        const std::string& peer_ca) {
     // Each set is reloaded on its own; the first error is returned.
-    Status s = tls_->reload();
+    Status s = tls_->reload(certificates, {});
     if (s.ok()) {
+        certificates_ = certificates;
         publish_certificate_expiry(certificates_, *metrics_);
-        log::info("certificates_reloaded", {{"generation", tls_->current()->number()}});
+        log::info("certificates_reloaded", {{"generation", tls_->current()->number()},
+                                            {"chains", static_cast<int64_t>(certificates.size())}});
     } else {
         log::error("certificates_reload_failed",
                    {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
     }
     // The cluster certificates: the peer listener's (server side) and the forwarding client's.
+    bool peer_loaded = true;
     if (peer_tls_) {
-        Status p = peer_tls_->reload();
+        Status p = peer_tls_->reload({peer_certificate}, tls::ClientAuthConfig{peer_ca});
+        peer_loaded = p.ok();
         if (p.ok()) {
             log::info("peer_certificates_reloaded",
                       {{"listener", "peer"}, {"generation", peer_tls_->current()->number()}});
@@ -267,7 +291,9 @@ Status Daemon::reload_certificates() {
         }
     }
     if (forwarder_) {
-        Status f = forwarder_->reload();
+        Status f =
+            forwarder_->reload(peer_ca, peer_certificate.cert_path, peer_certificate.key_path);
+        peer_loaded = peer_loaded && f.ok();
         if (f.ok()) {
             log::info("peer_certificates_reloaded", {{"listener", "forwarding_client"}});
         } else {
@@ -277,6 +303,11 @@ Status Daemon::reload_certificates() {
                 s = f;
             }
         }
+    }
+    if (peer_loaded) {
+        // Later reloads of the same files read these.
+        peer_certificate_ = peer_certificate;
+        peer_ca_ = peer_ca;
     }
     return s;
 }

@@ -73,6 +73,11 @@ public:
     // certificate, key and CA of the peer listener and of the forwarding client. Each set whose
     // files fail to load keeps its old certificates (logged; the first error is returned).
     Status reload_certificates();
+    // The same, from the files `config` names (SIGHUP with the re-read config): its
+    // listeners.public.certificates (chains added, removed or moved) and, when the daemon runs a
+    // peer listener and `config` has a `peer` section, its ca/cert/key. A set that loads
+    // replaces the old one (the expiry gauge follows); one that fails keeps the old.
+    Status reload_certificates(const Config& config);
     // Replaces tenants, keys and limits (SIGHUP). Requests in flight keep running and keep their
     // concurrency slots; new requests see the new table at once. A config without `tenants`
     // while authentication is on is refused (kFailedPrecondition, the old tenants stay): one
@@ -109,6 +114,10 @@ public:
 
 private:
     Daemon() = default;
+    // Loads each set from the given files; reload_mu_ held.
+    Status reload_certificate_files(const std::vector<tls::CertificateConfig>& certificates,
+                                    const tls::CertificateConfig& peer_certificate,
+                                    const std::string& peer_ca);
 
     engine::Generator* generator_ = nullptr;
     int io_threads_ = 1;
@@ -119,7 +128,12 @@ private:
     std::unique_ptr<api::ApiRouter> router_;
     std::unique_ptr<tls::HttpServer> server_;
     std::unique_ptr<AdminServer> admin_;
-    std::vector<tls::CertificateConfig> certificates_;  // For the expiry gauge after a reload.
+    // The files the certificates came from (the expiry gauge, a reload of the same files);
+    // guarded by reload_mu_, which serialises reloads.
+    std::mutex reload_mu_;
+    std::vector<tls::CertificateConfig> certificates_;
+    tls::CertificateConfig peer_certificate_;
+    std::string peer_ca_;
     std::unique_ptr<cluster::Cluster> cluster_;
     std::chrono::milliseconds advertise_drain_{0};
     std::unique_ptr<tls::TlsContextStore> peer_tls_;

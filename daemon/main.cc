@@ -23,10 +23,11 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", edge::daemon::run_main, "run --config FILE      serve (until SIGTERM)"},
     {"check-config", edge::daemon::check_config_main,
-     "check-config FILE      validate a config file"},
+     "check-config [--no-files] FILE   validate a config file and the files it names"},
     {"generate", edge::engine::generate_main,
      "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
-     "         [--temperature T] [--seed N] [--ids] [--chat]   run a checkpoint without the daemon"},
+     "         [--temperature T] [--seed N] [--ids] [--chat]   run a checkpoint without the "
+     "daemon"},
     {"make-model", edge::engine::make_model_main,
      "make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench --out DIR "
      "[--seed N]   write a random MoE checkpoint"},

@@ -367,8 +367,26 @@ void Metrics::set_site_info(const std::string& site, const std::string& region, 
 
 void Metrics::set_certificate_expiry(const std::string& certificate,
                                      int64_t not_after_unix_seconds) {
+    std::lock_guard lock(certificates_mu_);
     certificate_expiry_->Add({{"certificate", certificate}})
         .Set(static_cast<double>(not_after_unix_seconds));
+    if (std::find(certificate_labels_.begin(), certificate_labels_.end(), certificate) ==
+        certificate_labels_.end()) {
+        certificate_labels_.push_back(certificate);
+    }
+}
+
+void Metrics::retain_certificate_expiry(const std::vector<std::string>& keep) {
+    std::lock_guard lock(certificates_mu_);
+    std::vector<std::string> kept;
+    for (const std::string& label : certificate_labels_) {
+        if (std::find(keep.begin(), keep.end(), label) != keep.end()) {
+            kept.push_back(label);
+        } else {
+            certificate_expiry_->Remove(&certificate_expiry_->Add({{"certificate", label}}));
+        }
+    }
+    certificate_labels_ = std::move(kept);
 }
 
 namespace {

@@ -85,6 +85,9 @@ public:
     // edgeserve_tls_certificate_expiry_timestamp_seconds{certificate}: the leaf's notAfter, Unix
     // seconds. `certificate`: the chain's first SNI name (daemon/certificate_expiry.h).
     void set_certificate_expiry(const std::string& certificate, int64_t not_after_unix_seconds);
+    // Drops the expiry series of every certificate not in `keep` (chains a reload took out of
+    // the config), so an alert never fires for a file that is no longer served.
+    void retain_certificate_expiry(const std::vector<std::string>& keep);
     // edgeserve_gossip_members{state}: members of the fleet as this site's gossip sees them.
     // state: "alive", "suspect", "dead" or "left"; any other value is ignored.
     void set_gossip_members(std::string_view state, int64_t members);
@@ -150,6 +153,8 @@ private:
     };
     std::mutex mu_;
     std::map<std::pair<std::string_view, int>, RouteStatus> by_route_status_;
+    std::mutex certificates_mu_;
+    std::vector<std::string> certificate_labels_;  // Guarded by certificates_mu_.
     mutable std::mutex source_mu_;
     std::function<std::vector<engine::ServingStats>()> serving_source_;
     prometheus::Counter* handshakes_full_;

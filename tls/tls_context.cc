@@ -129,7 +129,8 @@ Result<std::unique_ptr<TlsContextStore>> TlsContextStore::create(
     }
     std::unique_ptr<TlsContextStore> store(
         new TlsContextStore(std::move(certs), std::move(client_auth)));
-    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, store->build(1));
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
+                          build(store->certs_, store->client_auth_, 1));
     store->current_ = std::move(generation);
     store->next_number_ = 2;
     return store;
@@ -141,22 +142,41 @@ std::shared_ptr<const TlsGeneration> TlsContextStore::current() const {
 }
 
 Status TlsContextStore::reload() {
+    std::vector<CertificateConfig> certs;
+    ClientAuthConfig client_auth;
+    {
+        std::lock_guard lock(mu_);
+        certs = certs_;
+        client_auth = client_auth_;
+    }
+    return reload(std::move(certs), std::move(client_auth));
+}
+
+Status TlsContextStore::reload(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth) {
+    if (certs.empty()) {
+        return invalid_argument_error("no certificates configured for the TLS listener");
+    }
     uint64_t number;
     {
         std::lock_guard lock(mu_);
         number = next_number_++;
     }
-    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, build(number));
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
+                          build(certs, client_auth, number));
     std::lock_guard lock(mu_);
     current_ = std::move(generation);
+    certs_ = std::move(certs);
+    client_auth_ = std::move(client_auth);
     return ok_status();
 }
 
-Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(uint64_t number) const {
+Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
+    const std::vector<CertificateConfig>& certs, const ClientAuthConfig& client_auth,
+    uint64_t number) {
     std::shared_ptr<TlsGeneration> generation(new TlsGeneration());
     generation->number_ = number;
     ERR_clear_error();
-    for (const CertificateConfig& cert : certs_) {
+    for (const CertificateConfig& cert : certs) {
         auto context = std::make_unique<boost::asio::ssl::context>(
             boost::asio::ssl::context::tls_server);
         SSL_CTX* ctx = context->native_handle();
@@ -182,8 +202,8 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(uint64_t number) c
                                           "' does not match certificate '" + cert.cert_path +
                                           "': " + openssl_errors());
         }
-        if (!client_auth_.ca_path.empty()) {
-            EDGE_RETURN_IF_ERROR(require_client_certificates(ctx, client_auth_.ca_path));
+        if (!client_auth.ca_path.empty()) {
+            EDGE_RETURN_IF_ERROR(require_client_certificates(ctx, client_auth.ca_path));
         }
         generation->chains_.push_back(TlsGeneration::Chain{cert.server_names, std::move(context)});
     }

@@ -79,15 +79,21 @@ public:
 
     // Re-reads the same files. On error, the current generation stays and the error is returned.
     Status reload();
+    // Builds a generation from `certs` and `client_auth` instead (a reloaded config that added,
+    // removed or moved chains); only when every chain loads do they replace the configured ones
+    // (later reload() calls read them). On error nothing changes and the error is returned.
+    Status reload(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth);
 
-private:
+  private:
     TlsContextStore(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth)
         : certs_(std::move(certs)), client_auth_(std::move(client_auth)) {}
-    Result<std::shared_ptr<TlsGeneration>> build(uint64_t number) const;
+    static Result<std::shared_ptr<TlsGeneration>> build(const std::vector<CertificateConfig>& certs,
+                                                        const ClientAuthConfig& client_auth,
+                                                        uint64_t number);
 
-    std::vector<CertificateConfig> certs_;
-    ClientAuthConfig client_auth_;
     mutable std::mutex mu_;
+    std::vector<CertificateConfig> certs_;  // Guarded by mu_.
+    ClientAuthConfig client_auth_;          // Guarded by mu_.
     std::shared_ptr<const TlsGeneration> current_;
     uint64_t next_number_ = 1;
 };

@@ -80,25 +80,51 @@ struct Args {
     std::string model;
     std::string version;
     bool json = false;
+    bool help = false;
 };
 
-// Parses the shared flags; `want_model`/`want_version` enable --model/--version.
-bool parse_args(int argc, char** argv, bool want_model, bool want_version, Args& a) {
+// Parses the shared flags; `want_model`/`want_version` enable --model/--version. Returns what
+// was wrong ("" when nothing was).
+std::string parse_args(int argc, char** argv, bool want_model, bool want_version, Args& a) {
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
-        if (arg == "--admin" && i + 1 < argc) {
-            a.admin = argv[++i];
+        std::string* value = nullptr;
+        if (arg == "--help" || arg == "-h") {
+            a.help = true;
+            return "";
         } else if (arg == "--json") {
             a.json = true;
-        } else if (want_model && arg == "--model" && i + 1 < argc) {
-            a.model = argv[++i];
-        } else if (want_version && arg == "--version" && i + 1 < argc) {
-            a.version = argv[++i];
+            continue;
+        } else if (arg == "--admin") {
+            value = &a.admin;
+        } else if (want_model && arg == "--model") {
+            value = &a.model;
+        } else if (want_version && arg == "--version") {
+            value = &a.version;
         } else {
-            return false;
+            return "unexpected argument '" + std::string(arg) + "'";
         }
+        if (i + 1 >= argc) {
+            return "missing the value of " + std::string(arg);
+        }
+        *value = argv[++i];
     }
-    return true;
+    return "";
+}
+
+// Prints `usage` (to stdout for --help, exit 0; else after the error to stderr, exit 2), or
+// returns -1 when the arguments are fine.
+int usage_exit(const char* command, const std::string& wrong, const Args& a, const char* usage) {
+    if (a.help) {
+        std::printf("usage: edgeserve %s %s\n", command, usage);
+        return 0;
+    }
+    if (!wrong.empty()) {
+        std::fprintf(stderr, "edgeserve %s: %s\nusage: edgeserve %s %s\n", command, wrong.c_str(),
+                     command, usage);
+        return 2;
+    }
+    return -1;
 }
 
 int run(const Args& a, const std::string& method, std::string target) {
@@ -110,6 +136,15 @@ int run(const Args& a, const std::string& method, std::string target) {
         std::fprintf(stderr, "edgeserve: %s\n", r.status().message().c_str());
         return 1;
     }
+    if ((r->status == 404 || r->status == 405) && r->body.rfind('{', 0) != 0) {
+        // The admin listener's own answer (the cluster's errors are JSON): it serves /admin/*
+        // only with a `gossip` section.
+        std::fprintf(stderr,
+                     "edgeserve: the site at %s does not serve %s (HTTP %d): it has no `gossip` "
+                     "section, so it runs alone and has no cluster to show or change\n",
+                     a.admin.c_str(), target.substr(0, target.find('?')).c_str(), r->status);
+        return 1;
+    }
     std::fputs(r->body.c_str(), r->status == 200 ? stdout : stderr);
     return r->status == 200 ? 0 : 1;
 }
@@ -118,28 +153,32 @@ int run(const Args& a, const std::string& method, std::string target) {
 
 int members_main(int argc, char** argv) {
     Args a;
-    if (!parse_args(argc, argv, false, false, a)) {
-        std::fprintf(stderr, "usage: edgeserve members [--admin HOST:PORT] [--json]\n");
-        return 2;
+    const std::string wrong = parse_args(argc, argv, false, false, a);
+    if (int rc = usage_exit("members", wrong, a, "[--admin HOST:PORT] [--json]"); rc >= 0) {
+        return rc;
     }
     return run(a, "GET", "/admin/members");
 }
 
 int pools_main(int argc, char** argv) {
     Args a;
-    if (!parse_args(argc, argv, false, false, a)) {
-        std::fprintf(stderr, "usage: edgeserve pools [--admin HOST:PORT] [--json]\n");
-        return 2;
+    const std::string wrong = parse_args(argc, argv, false, false, a);
+    if (int rc = usage_exit("pools", wrong, a, "[--admin HOST:PORT] [--json]"); rc >= 0) {
+        return rc;
     }
     return run(a, "GET", "/admin/pools");
 }
 
 int route_main(int argc, char** argv) {
     Args a;
-    if (!parse_args(argc, argv, true, true, a) || a.model.empty()) {
-        std::fprintf(stderr, "usage: edgeserve route --model M [--version DIGEST] "
-                             "[--admin HOST:PORT] [--json]\n");
-        return 2;
+    std::string wrong = parse_args(argc, argv, true, true, a);
+    if (wrong.empty() && a.model.empty()) {
+        wrong = "missing --model M";
+    }
+    if (int rc = usage_exit("route", wrong, a,
+                            "--model M [--version DIGEST] [--admin HOST:PORT] [--json]");
+        rc >= 0) {
+        return rc;
     }
     std::string target = "/admin/route?model=" + url_encode(a.model);
     if (!a.version.empty()) {
@@ -150,10 +189,15 @@ int route_main(int argc, char** argv) {
 
 int rollout_main(int argc, char** argv) {
     Args a;
-    if (!parse_args(argc, argv, true, true, a) || a.model.empty() || a.version.empty()) {
-        std::fprintf(stderr, "usage: edgeserve rollout --model M --version DIGEST "
-                             "[--admin HOST:PORT]\n");
-        return 2;
+    std::string wrong = parse_args(argc, argv, true, true, a);
+    if (wrong.empty() && a.model.empty()) {
+        wrong = "missing --model M";
+    } else if (wrong.empty() && a.version.empty()) {
+        wrong = "missing --version DIGEST";
+    }
+    if (int rc = usage_exit("rollout", wrong, a, "--model M --version DIGEST [--admin HOST:PORT]");
+        rc >= 0) {
+        return rc;
     }
     a.json = true;
     return run(a, "POST",

@@ -47,6 +47,10 @@ Result<membership::MembershipConfig> membership_config(const Config& config) {
     if (g.gossip_interval.count() > 0) mc.gossip_interval = g.gossip_interval;
     if (g.push_pull_interval.count() > 0) mc.push_pull_interval = g.push_pull_interval;
     if (g.suspicion_mult > 0) mc.suspicion_mult = g.suspicion_mult;
+    if (g.join_retry_interval.count() > 0) mc.join_retry_interval = g.join_retry_interval;
+    if (g.max_inbound_streams > 0) {
+        mc.max_inbound_streams = static_cast<size_t>(g.max_inbound_streams);
+    }
     mc.seed = std::hash<std::string>{}(config.site.id) ^ std::random_device{}();
     // An empty advertise address is filled in from the bound socket by MembershipService.
     membership::MembershipConfig check = mc;

@@ -161,8 +161,10 @@ public:
           config_(std::move(config)),
           metrics_(metrics) {}
 
-    // A client context from the configured files (errors name the file).
-    Result<std::shared_ptr<ssl::context>> load_context() const;
+    // A client context from the three PEM files (errors name the file).
+    static Result<std::shared_ptr<ssl::context>> load_context(const std::string& ca_path,
+                                                              const std::string& cert_path,
+                                                              const std::string& key_path);
     std::shared_ptr<ssl::context> context() const {
         std::lock_guard lock(ssl_mu_);
         return ssl_;
@@ -185,6 +187,10 @@ public:
     net::strand<net::io_context::executor_type> strand_;
     mutable std::mutex ssl_mu_;
     std::shared_ptr<ssl::context> ssl_;  // Under ssl_mu_; replaced by reload().
+    // The files ssl_ came from (under ssl_mu_; config_'s at first, a reload may move them).
+    std::string ca_path_;
+    std::string cert_path_;
+    std::string key_path_;
     const PeerClientConfig config_;
     Metrics* const metrics_;
     std::atomic<cluster::RoutePlanner*> planner_{nullptr};
@@ -201,26 +207,28 @@ public:
     int64_t retries_in_flight_ = 0;
 };
 
-Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context() const {
+Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context(const std::string& ca_path,
+                                                                     const std::string& cert_path,
+                                                                     const std::string& key_path) {
     auto context = std::make_shared<ssl::context>(ssl::context::tls_client);
     SSL_CTX* ctx = context->native_handle();
     ERR_clear_error();
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
-    if (SSL_CTX_use_certificate_chain_file(ctx, config_.cert_path.c_str()) != 1) {
-        return invalid_argument_error("peer: cannot load certificate '" + config_.cert_path +
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_path.c_str()) != 1) {
+        return invalid_argument_error("peer: cannot load certificate '" + cert_path +
                                       "': " + tls::openssl_errors());
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, config_.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
-        return invalid_argument_error("peer: cannot load private key '" + config_.key_path +
+    if (SSL_CTX_use_PrivateKey_file(ctx, key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
+        return invalid_argument_error("peer: cannot load private key '" + key_path +
                                       "': " + tls::openssl_errors());
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
-        return invalid_argument_error("peer: key '" + config_.key_path +
-                                      "' does not match certificate '" + config_.cert_path + "'");
+        return invalid_argument_error("peer: key '" + key_path + "' does not match certificate '" +
+                                      cert_path + "'");
     }
-    if (SSL_CTX_load_verify_locations(ctx, config_.ca_path.c_str(), nullptr) != 1) {
-        return invalid_argument_error("peer: cannot load cluster CA '" + config_.ca_path +
+    if (SSL_CTX_load_verify_locations(ctx, ca_path.c_str(), nullptr) != 1) {
+        return invalid_argument_error("peer: cannot load cluster CA '" + ca_path +
                                       "': " + tls::openssl_errors());
     }
     // Trust is membership of the cluster CA; peer addresses are often bare IPs, so the peer's
@@ -700,7 +708,11 @@ Result<std::unique_ptr<PeerClient>> PeerClient::create(net::io_context& io,
                                                        PeerClientConfig config,
                                                        Metrics* metrics) {
     auto impl = std::make_shared<Impl>(io, std::move(config), metrics);
-    EDGE_ASSIGN_OR_RETURN(impl->ssl_, impl->load_context());
+    impl->ca_path_ = impl->config_.ca_path;
+    impl->cert_path_ = impl->config_.cert_path;
+    impl->key_path_ = impl->config_.key_path;
+    EDGE_ASSIGN_OR_RETURN(impl->ssl_,
+                          Impl::load_context(impl->ca_path_, impl->cert_path_, impl->key_path_));
     if (!impl->config_.testing_delay.empty()) {
         log::warn("testing_peer_delay", {{"detail", "forwards to some sites are delayed on "
                                                     "purpose (gossip.testing_peer_delay_ms)"}});
@@ -711,13 +723,28 @@ Result<std::unique_ptr<PeerClient>> PeerClient::create(net::io_context& io,
 PeerClient::~PeerClient() { stop(std::chrono::milliseconds(0)); }
 
 Status PeerClient::reload() {
-    Result<std::shared_ptr<ssl::context>> fresh = impl_->load_context();
+    std::string ca_path, cert_path, key_path;
+    {
+        std::lock_guard lock(impl_->ssl_mu_);
+        ca_path = impl_->ca_path_;
+        cert_path = impl_->cert_path_;
+        key_path = impl_->key_path_;
+    }
+    return reload(ca_path, cert_path, key_path);
+}
+
+Status PeerClient::reload(const std::string& ca_path, const std::string& cert_path,
+                          const std::string& key_path) {
+    Result<std::shared_ptr<ssl::context>> fresh = Impl::load_context(ca_path, cert_path, key_path);
     if (!fresh.ok()) {
         return fresh.status();
     }
     {
         std::lock_guard lock(impl_->ssl_mu_);
         impl_->ssl_ = std::move(fresh).value();
+        impl_->ca_path_ = ca_path;
+        impl_->cert_path_ = cert_path;
+        impl_->key_path_ = key_path;
     }
     // Pooled connections were made with the old certificates: new requests handshake afresh.
     net::post(impl_->strand_, [impl = impl_] {

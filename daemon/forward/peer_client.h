@@ -90,6 +90,10 @@ public:
     // Re-reads cert_path, key_path and ca_path; on error nothing changes and the error (naming
     // the file) is returned. Any thread.
     Status reload();
+    // Reads these files instead (a reloaded config that moved them); on success they are the
+    // ones later reload() calls read. On error nothing changes. Any thread.
+    Status reload(const std::string& ca_path, const std::string& cert_path,
+                  const std::string& key_path);
 
     // Closes the pooled connections and cancels the forwards in flight (their clients get what
     // was already sent, or a 503). New forwards fail with 503 at once. Waits up to `deadline`

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "daemon/cluster/cluster.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/test_certs.h"
 
@@ -382,7 +383,10 @@ TEST_CASE("gossip section: bad values name file, line, column and key") {
           "/etc/edgeserve/test.yaml:18:9: gossip.port: must be in 0..65535");
     CHECK(gossip("  seeds: []\n") == "/etc/edgeserve/test.yaml:18:3: gossip.seeds: unknown key");
     CHECK(gossip("  bind_address: example.org\n") ==
-          "/etc/edgeserve/test.yaml:18:17: gossip.bind_address: expected an IP literal");
+          "/etc/edgeserve/test.yaml:18:17: gossip.bind_address: expected an IP literal (not a "
+          "host name)");
+    CHECK(gossip("  bind_address: \"::::\"\n").find("18:17: gossip.bind_address: expected an IP") !=
+          std::string::npos);
     CHECK(gossip("  testing_peer_delay_ms: {sin1: 20000}\n") ==
           "/etc/edgeserve/test.yaml:18:33: gossip.testing_peer_delay_ms.sin1: must be in "
           "0..10000");
@@ -432,4 +436,149 @@ TEST_CASE("peer section: paths resolved, defaults, required keys and ranges") {
     CHECK(error_of(testing::config_yaml("/c", "/k", "peer:\n  ca: a\n  cert: b\n  key: c\n"
                                                     "  tls: yes\n")) ==
           "/etc/edgeserve/test.yaml:21:3: peer.tls: unknown key");
+}
+
+TEST_CASE("an unterminated quoted string is an error at its opening quote") {
+    // yaml-cpp alone accepts these: the string runs to the end of the file and swallows the
+    // sections after it (here `tenants`, which would turn authentication off).
+    const std::string tenants =
+        "tenants:\n  - name: demo\n    api_key_sha256: [" + std::string(64, '0') + "]\n";
+    for (const char* open : {"\"fra1", "'fra1"}) {
+        std::string yaml = testing::config_yaml("/c", "/k", tenants);
+        yaml.replace(yaml.find("id: test-site"), 13, std::string("id: ") + open);
+        const std::string e = error_of(yaml);
+        CHECK_MESSAGE(e.find("/etc/edgeserve/test.yaml:13:7: unterminated quoted string") == 0, e);
+    }
+    // Closed strings with escaped quotes, multi-line strings, keys and a BOM all load.
+    std::string good = testing::config_yaml(
+        "/c", "/k",
+        "tenants:\n  - name: 'a-b'\n    \"api_key_sha256\": [\"" + std::string(64, '0') +
+            "\"]\nlog:\n  level: \"in\\\n  fo\"\nrouting:\n  target_versions: {'m''x': "
+            "\"d\\\"\"}\n");
+    Result<Config> c = parse_config("\xEF\xBB\xBF" + good, "/etc/edgeserve/test.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->log.level == "info");
+    CHECK(c->routing.target_versions.at("m'x") == "d\"");
+    CHECK((*c->tenants)[0].name == "a-b");
+    // A later quoted value that never closes, after a BOM.
+    const std::string late =
+        error_of("\xEF\xBB\xBF" + testing::config_yaml("/c", "/k") + "log:\n  level: \"info\n");
+    CHECK_MESSAGE(late.find("/etc/edgeserve/test.yaml:18:10: unterminated quoted string") == 0,
+                  late);
+}
+
+TEST_CASE("site.id, site.region and tenant names are short identifiers") {
+    auto site = [](const std::string& from, const std::string& to) {
+        std::string yaml = testing::config_yaml("/c", "/k");
+        yaml.replace(yaml.find(from), from.size(), to);
+        return yaml;
+    };
+    for (const char* bad : {"\"fra 1\"", "\"\"", "\"fra1\\n\"", "\"a/b\""}) {
+        const std::string e = error_of(site("id: test-site", std::string("id: ") + bad));
+        CHECK_MESSAGE(e.find("/etc/edgeserve/test.yaml:13:7: site.id: ") == 0, e);
+    }
+    CHECK(error_of(site("id: test-site", "id: " + std::string(65, 'a')))
+              .find("site.id: must be 1 to 64 characters") != std::string::npos);
+    CHECK(parse_config(site("id: test-site", "id: " + std::string(64, 'a')), "x.yaml").ok());
+    CHECK(error_of(site("region: local", "region: eu central"))
+              .find("/etc/edgeserve/test.yaml:14:11: site.region: may hold only letters, digits, "
+                    "'.', '_' and "
+                    "'-'") == 0);
+    CHECK(parse_config(site("region: local", "region: eu-central_2.b"), "x.yaml").ok());
+    const std::string tenant = error_of(testing::config_yaml(
+        "/c", "/k",
+        "tenants:\n  - name: team a\n    api_key_sha256: [" + std::string(64, '0') + "]\n"));
+    CHECK_MESSAGE(
+        tenant.find("/etc/edgeserve/test.yaml:18:11: tenants[0].name: may hold only") == 0, tenant);
+}
+
+TEST_CASE("an empty value is reported at its key, not at the next token") {
+    std::string yaml = testing::config_yaml("/c", "/k");
+    yaml.replace(yaml.find("region: local"), 13, "region:\n\n\n");
+    CHECK(error_of(yaml) == "/etc/edgeserve/test.yaml:14:3: site.region: expected a string");
+    std::string key = testing::config_yaml("/c", "/k");
+    key.replace(key.find("key: /k"), 7, "key:");
+    CHECK(error_of(key) ==
+          "/etc/edgeserve/test.yaml:8:9: listeners.public.certificates[0].key: expected a string");
+    // A section left empty, last in the file.
+    CHECK(error_of(testing::config_yaml("/c", "/k", "limits:\n")) ==
+          "/etc/edgeserve/test.yaml:17:1: limits: expected a mapping");
+}
+
+TEST_CASE("empty key lists, duplicate map keys and a second document are errors") {
+    const std::string hash = std::string(64, '0');
+    const std::string no_keys = error_of(
+        testing::config_yaml("/c", "/k", "tenants:\n  - name: a\n    api_key_sha256: []\n"));
+    CHECK_MESSAGE(
+        no_keys.find(
+            "/etc/edgeserve/test.yaml:19:21: tenants[0].api_key_sha256: must list at least "
+            "one key hash") == 0,
+        no_keys);
+    const std::string no_models = error_of(testing::config_yaml(
+        "/c", "/k", "tenants:\n  - name: a\n    api_key_sha256: [" + hash + "]\n    models: []\n"));
+    CHECK_MESSAGE(no_models.find(
+                      "/etc/edgeserve/test.yaml:20:13: tenants[0].models: empty list; omit the key "
+                      "to allow every model") == 0,
+                  no_models);
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "routing:\n  target_versions:\n    m: a\n    m: b\n")) ==
+          "/etc/edgeserve/test.yaml:20:5: routing.target_versions.m: duplicate key");
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "gossip:\n  testing_peer_delay_ms: {sin: 5, sin: 6}\n")) ==
+          "/etc/edgeserve/test.yaml:18:35: gossip.testing_peer_delay_ms.sin: duplicate key");
+    const std::string second =
+        error_of(testing::config_yaml("/c", "/k", "---\nlimits:\n  max_connections: 5\n"));
+    CHECK_MESSAGE(second.find("/etc/edgeserve/test.yaml:18:1: a second YAML document") == 0,
+                  second);
+    // A leading `---` is still one document.
+    CHECK(parse_config("---\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
+}
+
+TEST_CASE("gossip.join_retry_interval_ms and gossip.max_inbound_streams reach the membership") {
+    Result<Config> d = parse_config(testing::config_yaml("/c", "/k", "gossip:\n"), "x.yaml");
+    REQUIRE_MESSAGE(d.ok(), d.status().to_string());
+    Result<routing::membership::MembershipConfig> defaults = cluster::membership_config(*d);
+    REQUIRE(defaults.ok());
+    CHECK(defaults->join_retry_interval == std::chrono::seconds(1));
+    CHECK(defaults->max_inbound_streams == 64);
+    Result<Config> c = parse_config(
+        testing::config_yaml("/c", "/k",
+                             "gossip:\n  join_retry_interval_ms: 250\n  max_inbound_streams: 8\n"),
+        "x.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    Result<routing::membership::MembershipConfig> m = cluster::membership_config(*c);
+    REQUIRE(m.ok());
+    CHECK(m->join_retry_interval == std::chrono::milliseconds(250));
+    CHECK(m->max_inbound_streams == 8);
+    CHECK(
+        error_of(testing::config_yaml("/c", "/k", "gossip:\n  join_retry_interval_ms: 30001\n")) ==
+        "/etc/edgeserve/test.yaml:18:27: gossip.join_retry_interval_ms: must be in 0..30000");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  max_inbound_streams: -1\n")) ==
+          "/etc/edgeserve/test.yaml:18:24: gossip.max_inbound_streams: must be in 0..65536");
+}
+
+TEST_CASE("changed_restart_sections names what a reload does not apply") {
+    auto load = [](const std::string& extra, const std::string& cert = "/c") {
+        Result<Config> c = parse_config(testing::config_yaml(cert, "/k", extra), "x.yaml");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        return *c;
+    };
+    const std::string hash = std::string(64, '0');
+    const Config running = load("limits:\n  max_body_bytes: 65536\n");
+    // Comments, layout, tenants and certificate paths: nothing to restart for.
+    CHECK(changed_restart_sections(
+              running, load("# a comment\nlimits: {max_body_bytes: 65536}\ntenants:\n  - name: a\n"
+                            "    api_key_sha256: [" +
+                                hash + "]\n",
+                            "/other.crt"))
+              .empty());
+    CHECK(changed_restart_sections(running, load("limits:\n  max_body_bytes: 4096\nlog:\n"
+                                                 "  level: warn\n")) ==
+          std::vector<std::string>{"limits", "log"});
+    CHECK(changed_restart_sections(running, load("")) == std::vector<std::string>{"limits"});
+    std::string port = testing::config_yaml("/c", "/k", "limits:\n  max_body_bytes: 65536\n");
+    port.replace(port.find("port: 0"), 7, "port: 8443");
+    Result<Config> moved = parse_config(port, "x.yaml");
+    REQUIRE(moved.ok());
+    CHECK(changed_restart_sections(running, *moved) == std::vector<std::string>{"listeners"});
 }

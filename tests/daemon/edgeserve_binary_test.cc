@@ -97,9 +97,10 @@ TEST_CASE("edgeserve --version, --help, unknown and missing subcommands") {
 
 TEST_CASE("edgeserve check-config accepts a good file and names file:line:column of a bad one") {
     testing::TempDir dir;
-    std::string good = dir.write("good.yaml", testing::config_yaml("c.pem", "k.pem"));
+    testing::make_certificate(dir.path(), "c", {"localhost"});
+    std::string good = dir.write("good.yaml", testing::config_yaml("c.crt", "c.key"));
     auto ok = testing::run({kBinary, "check-config", good});
-    CHECK(ok.exit_code == 0);
+    CHECK_MESSAGE(ok.exit_code == 0, ok.err);
     CHECK(ok.out.find("ok") != std::string::npos);
     std::string bad = dir.write("bad.yaml", testing::config_yaml("c.pem", "k.pem",
                                                                  "limits:\n  max_body: 5\n"));
@@ -114,7 +115,8 @@ TEST_CASE("the example configs in deploy/config pass check-config") {
         if (entry.path().extension() != ".yaml") {
             continue;
         }
-        auto r = testing::run({kBinary, "check-config", entry.path().string()});
+        // The certificates and models they name exist only on a configured host.
+        auto r = testing::run({kBinary, "check-config", "--no-files", entry.path().string()});
         CHECK_MESSAGE(r.exit_code == 0, entry.path().string() << ": " << r.err);
     }
 }
@@ -127,7 +129,115 @@ TEST_CASE("edgeserve run with models but no engine fails with a clear message") 
                                        "models:\n  - {name: m, path: " + dir.file("none") + "}\n"));
     auto r = testing::run({kBinary, "run", "--config", config});
     CHECK(r.exit_code == 1);
-    CHECK(r.err.find("engine") != std::string::npos);
+    // The model directory is checked before any engine is asked to load it.
+    CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": models[0] (\"m\", " + dir.file("none") +
+                             "): ") != std::string::npos,
+                  r.err);
+    CHECK(r.err.find("config.json") != std::string::npos);
+}
+
+TEST_CASE("check-config loads what run loads: certificates, ports, model files, keyring") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    auto other = testing::make_certificate(dir.path(), "o", {"other"});
+    auto check = [&](const std::string& yaml) {
+        std::string path = dir.write("c.yaml", yaml);
+        auto r = testing::run({kBinary, "check-config", path});
+        CHECK(r.exit_code == (r.err.empty() ? 0 : 1));
+        return r.err;
+    };
+    const std::string c = dir.file("c.yaml");
+    CHECK(check(testing::config_yaml(cert.cert_path, cert.key_path)).empty());
+    std::string e = check(testing::config_yaml(dir.file("nonexist.crt"), cert.key_path));
+    CHECK_MESSAGE(e.find(c + ": listeners.public.certificates[0]: cannot load certificate chain '" +
+                         dir.file("nonexist.crt") + "'") == 0,
+                  e);
+    e = check(testing::config_yaml(cert.cert_path, other.key_path));
+    CHECK_MESSAGE(e.find(c + ": listeners.public.certificates[0]: ") == 0, e);
+    CHECK(e.find(other.key_path) != std::string::npos);
+    // The certificate file is a YAML file, not PEM.
+    e = check(testing::config_yaml(c, cert.key_path));
+    CHECK_MESSAGE(e.find(c + ": listeners.public.certificates[0]: cannot load certificate") == 0,
+                  e);
+
+    std::string same_port = testing::config_yaml(cert.cert_path, cert.key_path);
+    same_port.replace(same_port.find("port: 0"), 7, "port: 19650");
+    same_port.replace(same_port.find("port: 0"), 7, "port: 19650");
+    e = check(same_port);
+    CHECK_MESSAGE(e == c + ": listeners.admin.port: port 19650 is also listeners.public.port\n", e);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "peer:\n  ca: /none/ca.pem\n  cert: " + cert.cert_path +
+                                       "\n  key: " + cert.key_path + "\n"));
+    CHECK_MESSAGE(e.find(c + ": peer: ") == 0, e);
+    CHECK(e.find("/none/ca.pem") != std::string::npos);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "models:\n  - {name: m, path: " + dir.path() + "}\n"));
+    CHECK_MESSAGE(e.find(c + ": models[0] (\"m\", " + dir.path() + "): ") == 0, e);
+    CHECK(e.find("config.json") != std::string::npos);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "engine:\n  sharding:\n    communicator: carrier-pigeon\n"));
+    CHECK_MESSAGE(e.find(c + ": engine.sharding.communicator: 'carrier-pigeon' is not compiled "
+                             "in (available: in_process") == 0,
+                  e);
+
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "gossip:\n  port: 0\n  keyring_file: /none/keyring\n"));
+    CHECK_MESSAGE(e.find(c + ": gossip.keyring_file: cannot open '/none/keyring'") == 0, e);
+
+    // --no-files checks the YAML only.
+    std::string missing = dir.write(
+        "m.yaml", testing::config_yaml(dir.file("nonexist.crt"), dir.file("nonexist.key")));
+    CHECK(testing::run({kBinary, "check-config", "--no-files", missing}).exit_code == 0);
+    CHECK(testing::run({kBinary, "check-config", missing}).exit_code == 1);
+}
+
+TEST_CASE("edgeserve run refuses a bad certificate before it loads any model") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    auto other = testing::make_certificate(dir.path(), "o", {"other"});
+    // The model directory exists (the fixture): with the old order the engine loaded it first.
+    std::string config =
+        dir.write("c.yaml", testing::config_yaml(cert.cert_path, other.key_path,
+                                                 "models:\n  - {name: m, path: " EDGE_SOURCE_DIR
+                                                 "/deploy/demo-model}\n"));
+    auto r = testing::run({kBinary, "run", "--config", config});
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": listeners.public.certificates[0]: ") !=
+                      std::string::npos,
+                  r.err);
+    CHECK(r.err.find("engine_failed") == std::string::npos);
+}
+
+TEST_CASE("subcommand --help prints usage to stdout, usage errors say what was wrong") {
+    for (const char* cmd : {"run", "check-config", "members", "pools", "route", "rollout"}) {
+        for (const char* help : {"--help", "-h"}) {
+            auto r = testing::run({kBinary, cmd, help});
+            CHECK_MESSAGE(r.exit_code == 0, cmd << " " << help << ": " << r.err);
+            CHECK_MESSAGE(r.out.find(std::string("usage: edgeserve ") + cmd) == 0, cmd);
+        }
+    }
+    auto missing = testing::run({kBinary, "run", "--config"});
+    CHECK(missing.exit_code == 2);
+    CHECK(missing.err.find("edgeserve run: missing the value of --config") == 0);
+    auto extra = testing::run({kBinary, "run", "--config", "f.yaml", "--extra"});
+    CHECK(extra.exit_code == 2);
+    CHECK(extra.err.find("edgeserve run: unexpected argument '--extra'") == 0);
+    auto none = testing::run({kBinary, "check-config"});
+    CHECK(none.exit_code == 2);
+    CHECK(none.err.find("edgeserve check-config: missing the config FILE") == 0);
+    auto members = testing::run({kBinary, "members", "--admin"});
+    CHECK(members.exit_code == 2);
+    CHECK(members.err.find("edgeserve members: missing the value of --admin") == 0);
+    auto route = testing::run({kBinary, "route"});
+    CHECK(route.exit_code == 2);
+    CHECK(route.err.find("edgeserve route: missing --model") == 0);
+    auto unreadable = testing::run({kBinary, "run", "--config", "/nonexistent/e.yaml"});
+    CHECK(unreadable.exit_code == 1);
+    CHECK(unreadable.err.find("edgeserve: cannot open config file '/nonexistent/e.yaml'") !=
+          std::string::npos);
 }
 
 TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTERM drain") {
@@ -220,6 +330,80 @@ TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTER
     std::string final_log = read_file(log_path);
     CHECK(final_log.find("certificates_reloaded") != std::string::npos);
     CHECK(final_log.find("\"event\":\"stopped\"") != std::string::npos);
+}
+
+TEST_CASE(
+    "SIGHUP serves a changed certificate list, and a config that does not load changes nothing") {
+    testing::TempDir dir;
+    auto first = testing::make_certificate(dir.path(), "first", {"localhost"});
+    auto second = testing::make_certificate(dir.path(), "second", {"second.test"});
+    auto third = testing::make_certificate(dir.path(), "third", {"third.test"});
+    std::string config = dir.write("c.yaml", testing::config_yaml(first.cert_path, first.key_path));
+    NotifySocket notify(dir.file("notify.sock"));
+    std::string log_path = dir.file("stderr.log");
+    testing::Child child({kBinary, "run", "--config", config},
+                         {"NOTIFY_SOCKET=" + dir.file("notify.sock")}, log_path);
+    REQUIRE(notify.expect("READY=1"));
+    const std::string started = read_file(log_path);
+    const uint16_t port = port_from_log(started, "public_port");
+    const uint16_t admin = port_from_log(started, "admin_port");
+    auto served = [&](const std::string& name) {
+        testing::TlsClientOptions options;
+        options.server_name = name;
+        auto c = testing::TlsClient::connect(port, options);
+        return c.ok() ? (*c)->peer_common_name() : "connect failed: " + c.status().message();
+    };
+    CHECK(served("localhost") == "localhost");
+
+    // Another default chain plus an SNI chain, and a limit that needs a restart.
+    std::string yaml = testing::config_yaml(second.cert_path, second.key_path,
+                                            "limits:\n  max_body_bytes: 4096\n");
+    yaml.replace(yaml.find("[localhost]"), 11, "[second.test]");
+    yaml.replace(yaml.find("  admin:"), 0,
+                 "      - server_names: [third.test]\n        cert: " + third.cert_path +
+                     "\n        key: " + third.key_path + "\n");
+    dir.write("c.yaml", yaml);
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    CHECK(served("localhost") == "second.test");  // The new default chain.
+    CHECK(served("third.test") == "third.test");
+    std::string log = read_file(log_path);
+    CHECK(log.find("\"event\":\"certificates_reloaded\",\"generation\":2,\"chains\":2") !=
+          std::string::npos);
+    CHECK(log.find("\"event\":\"changed_sections_need_restart\",\"sections\":\"limits\"") !=
+          std::string::npos);
+    auto metrics = testing::plain_http_get(admin, "/metrics");
+    REQUIRE(metrics.ok());
+    CHECK(metrics->body.find("certificate=\"second.test\"") != std::string::npos);
+    CHECK(metrics->body.find("certificate=\"third.test\"") != std::string::npos);
+    CHECK(metrics->body.find("certificate=\"localhost\"") == std::string::npos);
+
+    // An unterminated quote: nothing is reloaded, not even the certificates.
+    std::string broken = testing::config_yaml(first.cert_path, first.key_path);
+    broken.replace(broken.find("id: test-site"), 13, "id: \"test-site");
+    dir.write("c.yaml", broken);
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    CHECK(served("localhost") == "second.test");
+    log = read_file(log_path);
+    CHECK(log.find("\"event\":\"config_reload_failed\"") != std::string::npos);
+    CHECK(log.find("unterminated quoted string") != std::string::npos);
+    CHECK(log.find("\"generation\":3") == std::string::npos);
+
+    // A site without `gossip` has no cluster to show.
+    auto members =
+        testing::run({kBinary, "members", "--admin", "127.0.0.1:" + std::to_string(admin)});
+    CHECK(members.exit_code == 1);
+    CHECK_MESSAGE(members.err.find("has no `gossip` section") != std::string::npos, members.err);
+    auto rollout = testing::run({kBinary, "rollout", "--model", "m", "--version", "v", "--admin",
+                                 "127.0.0.1:" + std::to_string(admin)});
+    CHECK(rollout.exit_code == 1);
+    CHECK(rollout.err.find("has no `gossip` section") != std::string::npos);
+
+    child.signal(SIGTERM);
+    CHECK(child.wait(15000) == 0);
 }
 
 TEST_CASE("systemd-analyze verify accepts the unit") {

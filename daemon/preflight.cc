@@ -1,0 +1,138 @@
+#include "daemon/preflight.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "daemon/cluster/cluster.h"
+#include "engine/model/model_config.h"
+#include "engine/quant/policy.h"
+#include "engine/shard/communicator.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tiktoken.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/tokenizer_config.h"
+#include "tls/tls_context.h"
+
+namespace edge::daemon {
+namespace {
+
+struct Listener {
+    std::string key;  // The config key of its port.
+    std::string address;
+    uint16_t port;
+};
+
+bool wildcard(const std::string& address) { return address == "0.0.0.0" || address == "::"; }
+
+// Two TCP listeners on one port collide when either listens everywhere or both on one address.
+Status check_ports(const Config& config, bool public_socket_inherited) {
+    std::vector<Listener> listeners;
+    if (!public_socket_inherited) {
+        listeners.push_back(
+            {"listeners.public.port", config.listener.address, config.listener.port});
+    }
+    listeners.push_back({"listeners.admin.port", config.admin.address, config.admin.port});
+    if (config.peer) {
+        listeners.push_back({"peer.port", config.peer->address, config.peer->port});
+    }
+    if (config.gossip.enabled) {
+        listeners.push_back({"gossip.port", config.gossip.bind_address, config.gossip.port});
+    }
+    for (size_t i = 0; i < listeners.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) {
+            const Listener& a = listeners[j];
+            const Listener& b = listeners[i];
+            if (a.port != 0 && a.port == b.port &&
+                (a.address == b.address || wildcard(a.address) || wildcard(b.address))) {
+                return invalid_argument_error(config.source + ": " + b.key + ": port " +
+                                              std::to_string(b.port) + " is also " + a.key);
+            }
+        }
+    }
+    return ok_status();
+}
+
+// What the engine reads first when it loads `model`, and the options it checks by name.
+Status check_model(const engine::ModelConfig& model) {
+    EDGE_RETURN_IF_ERROR(engine::ConfigJson::read(model.path).status());
+    if (!model.quantization.empty() && model.quantization != "none") {
+        Result<engine::quant::QuantPolicy> policy =
+            engine::quant::parse_quant_policy(model.quantization);
+        if (!policy.ok()) {
+            return policy.status().with_context("quantization");
+        }
+    }
+    // The tokenizer as engine/engine.cc picks it: tokenizer.json, else a tiktoken model.
+    std::unique_ptr<engine::tokenizer::Tokenizer> tokenizer;
+    if (std::filesystem::exists(model.path + "/tokenizer.json") ||
+        !std::filesystem::exists(model.path + "/tiktoken.model")) {
+        EDGE_ASSIGN_OR_RETURN(
+            tokenizer, engine::tokenizer::Tokenizer::load_file(model.path + "/tokenizer.json"));
+    } else {
+        EDGE_ASSIGN_OR_RETURN(tokenizer, engine::tokenizer::load_tiktoken_dir(model.path));
+    }
+    EDGE_ASSIGN_OR_RETURN(engine::tokenizer::TokenizerConfig tokenizer_config,
+                          engine::tokenizer::load_tokenizer_config(model.path));
+    // kNotFound ("auto" recognises no format) only turns chat completions off for the model.
+    Result<engine::tokenizer::ChatFormat> format =
+        engine::tokenizer::choose_chat_format(model.chat_template, tokenizer_config, *tokenizer);
+    if (!format.ok() && format.status().code() != StatusCode::kNotFound) {
+        return format.status();
+    }
+    return ok_status();
+}
+
+}  // namespace
+
+Status preflight_config(const Config& config, bool public_socket_inherited) {
+    const std::string& file = config.source;
+    const auto& certs = config.listener.certificates;
+    for (size_t i = 0; i < certs.size(); ++i) {
+        Result<std::unique_ptr<tls::TlsContextStore>> store =
+            tls::TlsContextStore::create({certs[i]});
+        if (!store.ok()) {
+            return store.status().with_context(file + ": listeners.public.certificates[" +
+                                               std::to_string(i) + "]");
+        }
+    }
+    if (config.peer) {
+        const PeerConfig& p = *config.peer;
+        Result<std::unique_ptr<tls::TlsContextStore>> store =
+            tls::TlsContextStore::create({tls::CertificateConfig{{}, p.cert_path, p.key_path}},
+                                         tls::ClientAuthConfig{p.ca_path});
+        if (!store.ok()) {
+            return store.status().with_context(file + ": peer");
+        }
+    }
+    EDGE_RETURN_IF_ERROR(check_ports(config, public_socket_inherited));
+    const std::vector<std::string> communicators = engine::shard::available_communicators();
+    if (std::find(communicators.begin(), communicators.end(),
+                  config.engine.sharding.communicator) == communicators.end()) {
+        std::string known;
+        for (const std::string& c : communicators) {
+            known += (known.empty() ? "" : ", ") + c;
+        }
+        return invalid_argument_error(file + ": engine.sharding.communicator: '" +
+                                      config.engine.sharding.communicator +
+                                      "' is not compiled in (available: " + known + ")");
+    }
+    for (size_t i = 0; i < config.models.size(); ++i) {
+        const engine::ModelConfig& m = config.models[i];
+        if (Status s = check_model(m); !s.ok()) {
+            return s.with_context(file + ": models[" + std::to_string(i) + "] (\"" + m.name +
+                                  "\", " + m.path + ")");
+        }
+    }
+    if (config.gossip.enabled) {
+        // membership_config names the config file and `gossip` itself.
+        EDGE_RETURN_IF_ERROR(cluster::membership_config(config).status());
+        Result<routing::membership::Keyring> keyring = cluster::load_keyring(config.gossip);
+        if (!keyring.ok()) {
+            return keyring.status().with_context(file);
+        }
+    }
+    return ok_status();
+}
+
+}  // namespace edge::daemon

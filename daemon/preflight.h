@@ -1,0 +1,22 @@
+#pragma once
+
+// preflight_config() checks what a loaded Config names outside itself, without serving: every
+// certificate and key pair loads and matches (the public chains and the peer mTLS set, through
+// the same TlsContextStore::create the daemon uses), no two TCP listeners share a port, each
+// model directory has a readable config.json and tokenizer, its quantization policy parses and
+// its chat_template is known, the sharding communicator is compiled in, and the gossip
+// settings and keyring load. `edgeserve check-config` runs it after load_config(), and `run`
+// runs it before loading the models, so the two cannot disagree and a certificate typo fails
+// the start at once. Errors name the config file and the key. Pure apart from reading files;
+// call from any thread.
+
+#include "common/result.h"
+#include "daemon/config.h"
+
+namespace edge::daemon {
+
+// `public_socket_inherited`: the public listener comes from socket activation, so
+// listeners.public.address/port are not used (and not checked against the other ports).
+Status preflight_config(const Config& config, bool public_socket_inherited = false);
+
+}  // namespace edge::daemon
