@@ -14,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -859,6 +860,33 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     return ok_status();
 }
 
+// The 0-based line of a `---` document marker that follows content (comments, blank lines and
+// directives are not content), if any: the start of a second document.
+std::optional<int> second_document_line(std::string_view text) {
+    bool content = false;
+    int line = 0;
+    for (size_t pos = 0; pos < text.size(); ++line) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) {
+            end = text.size();
+        }
+        std::string_view l = text.substr(pos, end - pos);
+        pos = end + 1;
+        if (!l.empty() && l.back() == '\r') {
+            l.remove_suffix(1);
+        }
+        const bool marker = l.starts_with("---") && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
+        if (marker && content) {
+            return line;
+        }
+        const size_t first = l.find_first_not_of(" \t");
+        if (!marker && first != std::string_view::npos && l[first] != '#' && l[0] != '%') {
+            content = true;
+        }
+    }
+    return std::nullopt;
+}
+
 // yaml-cpp 0.7 accepts a quoted scalar whose closing quote never comes: it runs to the end of
 // the input and swallows every section after it. Each quoted scalar (yaml-cpp tags it "!") is
 // checked in the raw text from its opening quote at Mark().pos: a double-quoted one ends at an
@@ -910,13 +938,16 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
     std::filesystem::path base = std::filesystem::path(source).parent_path();
     Reader reader(source, base.empty() ? std::filesystem::path(".") : base);
     try {
-        std::vector<YAML::Node> documents = YAML::LoadAll(std::string(yaml_text));
-        if (documents.size() > 1) {
-            return reader.error(documents[1], "",
-                                "a second YAML document (after `---`); the configuration is "
-                                "one document");
+        // Not YAML::LoadAll: yaml-cpp 0.7 can loop forever in it on malformed input (the
+        // fuzzer found one). A second document starts with `---` at column 0 after content.
+        if (std::optional<int> line = second_document_line(yaml_text)) {
+            YAML::Mark mark;
+            mark.line = *line;
+            return reader.error(mark, "",
+                                "a second YAML document (`---` after the first); the "
+                                "configuration is one document");
         }
-        YAML::Node root = documents.empty() ? YAML::Node() : documents[0];
+        YAML::Node root = YAML::Load(std::string(yaml_text));
         if (!root.IsDefined() || root.IsNull()) {
             return invalid_argument_error(source + ": empty configuration");
         }

@@ -528,7 +528,7 @@ TEST_CASE("empty key lists, duplicate map keys and a second document are errors"
           "/etc/edgeserve/test.yaml:18:35: gossip.testing_peer_delay_ms.sin: duplicate key");
     const std::string second =
         error_of(testing::config_yaml("/c", "/k", "---\nlimits:\n  max_connections: 5\n"));
-    CHECK_MESSAGE(second.find("/etc/edgeserve/test.yaml:18:1: a second YAML document") == 0,
+    CHECK_MESSAGE(second.find("/etc/edgeserve/test.yaml:17:1: a second YAML document") == 0,
                   second);
     // A leading `---` is still one document.
     CHECK(parse_config("---\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
