@@ -20,21 +20,6 @@ class DeepSeekV3Parser final : public MarkerParser {
     enum class State { kBetween, kType, kSep, kName, kFence, kLead, kArgs, kClose, kEnd };
     void begin_call() override { state_ = State::kBetween; }
 
-    // Consumes `lit` at the start of the buffer: kDone, kNeedMore, or kMalformed with `what`.
-    Step expect(std::string_view lit, const char* what) {
-        switch (starts_with(buf_, lit)) {
-            case Lit::kPartial:
-                return Step::kNeedMore;
-            case Lit::kNo:
-                take(1);
-                return malformed(what);
-            case Lit::kYes:
-                take(lit.size());
-                return Step::kDone;
-        }
-        return Step::kNeedMore;
-    }
-
     Step step(ParsedDelta& out) override {
         static constexpr std::string_view kBegin = "<｜tool▁call▁begin｜>";
         static constexpr std::string_view kSep = "<｜tool▁sep｜>";
@@ -43,23 +28,9 @@ class DeepSeekV3Parser final : public MarkerParser {
         while (true) {
             switch (state_) {
                 case State::kBetween: {
-                    if (!skip_space()) {
-                        return Step::kNeedMore;
+                    if (std::optional<Step> s = between_calls(kBegin, kEndSection)) {
+                        return *s;
                     }
-                    const Lit end = starts_with(buf_, kEndSection);
-                    if (end == Lit::kYes) {
-                        buf_.erase(0, kEndSection.size());
-                        return Step::kDone;
-                    }
-                    const Lit begin = starts_with(buf_, kBegin);
-                    if (end == Lit::kPartial || begin == Lit::kPartial) {
-                        return Step::kNeedMore;
-                    }
-                    if (begin == Lit::kNo) {
-                        take(1);
-                        return malformed("expected <｜tool▁call▁begin｜> in a tool-call section");
-                    }
-                    take(kBegin.size());
                     state_ = State::kType;
                     break;
                 }

@@ -21,20 +21,6 @@ class KimiK2Parser final : public MarkerParser {
     enum class State { kBetween, kId, kLead, kArgs, kEnd };
     void begin_call() override { state_ = State::kBetween; }
 
-    Step expect(std::string_view lit, const char* what) {
-        switch (starts_with(buf_, lit)) {
-            case Lit::kPartial:
-                return Step::kNeedMore;
-            case Lit::kNo:
-                take(1);
-                return malformed(what);
-            case Lit::kYes:
-                take(lit.size());
-                return Step::kDone;
-        }
-        return Step::kNeedMore;
-    }
-
     Step step(ParsedDelta& out) override {
         static constexpr std::string_view kBegin = "<|tool_call_begin|>";
         static constexpr std::string_view kArgBegin = "<|tool_call_argument_begin|>";
@@ -43,23 +29,9 @@ class KimiK2Parser final : public MarkerParser {
         while (true) {
             switch (state_) {
                 case State::kBetween: {
-                    if (!skip_space()) {
-                        return Step::kNeedMore;
+                    if (std::optional<Step> s = between_calls(kBegin, kEndSection)) {
+                        return *s;
                     }
-                    const Lit end = starts_with(buf_, kEndSection);
-                    if (end == Lit::kYes) {
-                        buf_.erase(0, kEndSection.size());
-                        return Step::kDone;
-                    }
-                    const Lit begin = starts_with(buf_, kBegin);
-                    if (end == Lit::kPartial || begin == Lit::kPartial) {
-                        return Step::kNeedMore;
-                    }
-                    if (begin == Lit::kNo) {
-                        take(1);
-                        return malformed("expected <|tool_call_begin|> in a tool-call section");
-                    }
-                    take(kBegin.size());
                     state_ = State::kId;
                     break;
                 }

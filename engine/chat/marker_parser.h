@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,6 +99,43 @@ class MarkerParser : public ToolCallParser {
     Step malformed(std::string reason) {
         reason_ = std::move(reason);
         return Step::kMalformed;
+    }
+    // Consumes `lit` at the start of the buffer: kDone, kNeedMore, or kMalformed with `what`.
+    Step expect(std::string_view lit, const char* what) {
+        switch (starts_with(buf_, lit)) {
+            case Lit::kPartial:
+                return Step::kNeedMore;
+            case Lit::kNo:
+                take(1);
+                return malformed(what);
+            case Lit::kYes:
+                take(lit.size());
+                return Step::kDone;
+        }
+        return Step::kNeedMore;
+    }
+    // Between the calls of a section whose calls open with `begin` and which closes with
+    // `end_section`: kDone when the section closed, nullopt when a call opened (both consumed),
+    // else kNeedMore or kMalformed.
+    std::optional<Step> between_calls(std::string_view begin, std::string_view end_section) {
+        if (!skip_space()) {
+            return Step::kNeedMore;
+        }
+        const Lit end = starts_with(buf_, end_section);
+        if (end == Lit::kYes) {
+            buf_.erase(0, end_section.size());
+            return Step::kDone;
+        }
+        const Lit call = starts_with(buf_, begin);
+        if (end == Lit::kPartial || call == Lit::kPartial) {
+            return Step::kNeedMore;
+        }
+        if (call == Lit::kNo) {
+            take(1);
+            return malformed("expected " + std::string(begin) + " in a tool-call section");
+        }
+        take(begin.size());
+        return std::nullopt;
     }
     std::string next_id() const { return id_prefix_ + std::to_string(index_); }
     void emit_start(ParsedDelta& out, std::string id, std::string name) {
