@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "daemon/metrics.h"
+#include "tests/testing/fd_exhaustion.h"
 #include "tests/testing/tls_client.h"
 
 using namespace edge;
@@ -120,31 +121,16 @@ TEST_CASE("admin: out of file descriptors, the accept loop backs off, then serve
         clock_gettime(io_clock, &ts);
         return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
     };
-    rlimit old{};
-    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
-    rlimit low = old;
-    low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 512);
-    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
-    std::vector<int> held;
-    for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) {
-        held.push_back(fd);
-    }
-    const bool filled = !held.empty();
-    if (filled) {
-        ::close(held.back());  // Room for the client's socket only: the server's accept fails.
-        held.pop_back();
-    }
+    // Room for the client's socket only: the server's accept fails.
+    testing::FdExhaustion exhausted;
     auto waiting = testing::tcp_connect(f.server->port());
     const auto cpu_before = cpu_now();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const auto cpu_used = cpu_now() - cpu_before;
     const int logged = failures_logged->load();
-    for (int fd : held) {
-        ::close(fd);
-    }
-    setrlimit(RLIMIT_NOFILE, &old);
+    exhausted.release();
     log::set_sink(nullptr);
-    REQUIRE(filled);
+    REQUIRE(exhausted.filled());
     REQUIRE(waiting.ok());
     // The waiting connection is served once descriptors are free again.
     const std::string req = "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";

@@ -20,6 +20,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "common/log.h"
+#include "tests/testing/fd_exhaustion.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 #include "tls/tls_context.h"
@@ -680,29 +681,14 @@ TEST_CASE("out of file descriptors, the accept loop backs off and logs once, the
             ++*failures_logged;
         }
     });
-    rlimit old{};
-    REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
-    rlimit low = old;
-    low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 512);
-    REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
-    std::vector<int> held;
-    for (int fd; (fd = ::dup(STDERR_FILENO)) >= 0;) {
-        held.push_back(fd);
-    }
-    const bool filled = !held.empty();
-    if (filled) {
-        ::close(held.back());  // Room for the client's socket only: the server's accept fails.
-        held.pop_back();
-    }
+    // Room for the client's socket only: the server's accept fails.
+    testing::FdExhaustion exhausted;
     auto waiting = testing::tcp_connect(f.server->port());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const int logged = failures_logged->load();
-    for (int fd : held) {
-        ::close(fd);
-    }
-    setrlimit(RLIMIT_NOFILE, &old);
+    exhausted.release();
     log::set_sink(nullptr);
-    REQUIRE(filled);
+    REQUIRE(exhausted.filled());
     REQUIRE(waiting.ok());
     ::close(*waiting);
     CHECK(logged >= 1);
