@@ -72,7 +72,7 @@ void set_sink(std::function<void(std::string_view)> s) {
     sink() = std::move(s);
 }
 
-std::string format_line(Level lvl, std::string_view event, std::initializer_list<Field> fields) {
+std::string format_line(Level lvl, std::string_view event, std::span<const Field> fields) {
     boost::json::object obj;
     obj["ts"] = timestamp();
     obj["level"] = level_name(lvl);
@@ -84,7 +84,15 @@ std::string format_line(Level lvl, std::string_view event, std::initializer_list
     return boost::json::serialize(obj);
 }
 
+std::string format_line(Level lvl, std::string_view event, std::initializer_list<Field> fields) {
+    return format_line(lvl, event, std::span<const Field>(fields.begin(), fields.size()));
+}
+
 void write(Level lvl, std::string_view event, std::initializer_list<Field> fields) {
+    write(lvl, event, std::span<const Field>(fields.begin(), fields.size()));
+}
+
+void write(Level lvl, std::string_view event, std::span<const Field> fields) {
     if (lvl < level()) {
         return;
     }

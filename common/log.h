@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -44,8 +45,11 @@ void set_sink(std::function<void(std::string_view line)> sink);
 
 // Formats one line; exposed for tests.
 std::string format_line(Level level, std::string_view event, std::initializer_list<Field> fields);
+std::string format_line(Level level, std::string_view event, std::span<const Field> fields);
 
 void write(Level level, std::string_view event, std::initializer_list<Field> fields);
+// For a list of fields made at run time.
+void write(Level level, std::string_view event, std::span<const Field> fields);
 
 inline void debug(std::string_view event, std::initializer_list<Field> fields = {}) {
     if (level() <= Level::kDebug) {

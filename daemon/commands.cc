@@ -235,10 +235,12 @@ int run_main(int argc, char** argv) {
             if (!fresh.ok()) {
                 log::error("config_reload_failed",
                            {{"error", fresh.status().message()},
-                            {"detail", "the certificates and tenants stay as they were"}});
+                            {"detail", "the certificates, tenants and gossip keys stay as "
+                                       "they were"}});
             } else {
                 (void)(*daemon)->reload_certificates(*fresh);     // Logged per set.
                 (void)(*daemon)->reload_tenants(fresh->tenants);  // Logged when refused.
+                (void)(*daemon)->reload_gossip_keys(fresh->gossip);  // Logged.
                 std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
                 if (!changed.empty()) {
                     std::string sections;
@@ -248,8 +250,8 @@ int run_main(int argc, char** argv) {
                     log::warn("changed_sections_need_restart",
                               {{"sections", sections},
                                {"detail",
-                                "a reload applies only certificates and tenants; these "
-                                "changes wait for a restart"}});
+                                "a reload applies only certificates, tenants and gossip "
+                                "keys; these changes wait for a restart"}});
                 }
             }
             (void)notifier.notify("READY=1");

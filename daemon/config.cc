@@ -854,6 +854,10 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
             for (const char* reloaded : {"ca", "cert", "key"}) {
                 copy.remove(reloaded);
             }
+        } else if (section == "gossip" && copy.IsMap()) {
+            for (const char* reloaded : {"keys", "keyring_file"}) {
+                copy.remove(reloaded);
+            }
         }
         c.restart_sections[section] = YAML::Dump(block_style(copy));
     }

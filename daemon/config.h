@@ -179,8 +179,9 @@ struct Config {
     GossipConfig gossip;
     std::optional<PeerConfig> peer;  // Absent: no peer listener, no forwarding.
     // Per top-level section that only a restart applies, its YAML in a canonical form (comments
-    // and layout dropped; `tenants`, listeners.public.certificates and peer.ca/cert/key left
-    // out, as SIGHUP reloads them): what changed_restart_sections() compares.
+    // and layout dropped; `tenants`, listeners.public.certificates, peer.ca/cert/key and
+    // gossip.keys/keyring_file left out, as SIGHUP reloads them): what
+    // changed_restart_sections() compares.
     std::map<std::string, std::string> restart_sections;
 };
 

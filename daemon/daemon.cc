@@ -44,8 +44,9 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     }
     EDGE_ASSIGN_OR_RETURN(d->tls_, tls::TlsContextStore::create(config.listener.certificates));
     d->router_ = std::make_unique<api::ApiRouter>(generator, std::move(tenants), *d->limiter_,
-                                                  d->metrics_.get(), clock,
-                                                  config.log.access_log);
+                                                  d->metrics_.get(), clock);
+    d->access_log_ =
+        std::make_unique<AccessLog>(d->metrics_.get(), "public", config.log.access_log);
 
     tls::HttpServerConfig server_config;
     server_config.address = config.listener.address;
@@ -67,7 +68,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                           tls::CidrSet::parse(config.proxy_protocol.trusted));
     EDGE_ASSIGN_OR_RETURN(d->server_, tls::HttpServer::create(*d->io_, std::move(server_config),
                                                               *d->tls_, *d->router_,
-                                                              d->metrics_.get()));
+                                                              d->access_log_.get()));
     d->router_->set_site_id(config.site.id);
     if (config.peer) {
         const PeerConfig& p = *config.peer;
@@ -78,6 +79,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                               tls::TlsContextStore::create({peer_cert},
                                                            tls::ClientAuthConfig{p.ca_path}));
         d->peer_handler_ = std::make_unique<forward::PeerHandler>(*d->router_);
+        d->peer_access_log_ =
+            std::make_unique<AccessLog>(nullptr, "peer", config.log.access_log);
         tls::HttpServerConfig peer_config;
         peer_config.address = p.address;
         peer_config.port = p.port;
@@ -85,7 +88,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         peer_config.limits = server_config_limits;
         EDGE_ASSIGN_OR_RETURN(d->peer_server_,
                               tls::HttpServer::create(*d->io_, std::move(peer_config),
-                                                      *d->peer_tls_, *d->peer_handler_, nullptr));
+                                                      *d->peer_tls_, *d->peer_handler_,
+                                                      d->peer_access_log_.get()));
         forward::PeerClientConfig client;
         client.site_id = config.site.id;
         client.ca_path = p.ca_path;
@@ -326,6 +330,20 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
     log::info("tenants_reloaded",
               {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
                {"auth", table->enabled() ? "on" : "off"}});
+    return ok_status();
+}
+
+Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
+    if (!cluster_) {
+        return ok_status();
+    }
+    if (Status s = cluster_->reload_keys(gossip); !s.ok()) {
+        log::error("gossip_keys_reload_failed",
+                   {{"error", s.message()}, {"detail", "the previous gossip keys stay"}});
+        return s;
+    }
+    log::info("gossip_keys_reloaded", {{"configured", static_cast<uint64_t>(gossip.keys.size())},
+                                       {"file", gossip.keyring_file}});
     return ok_status();
 }
 

@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "daemon/access_log.h"
 #include "daemon/config.h"
 #include "engine/generator.h"
 #include "tls/tls_context.h"
@@ -83,6 +84,9 @@ public:
     // while authentication is on is refused (kFailedPrecondition, the old tenants stay): one
     // mis-edit must not open a live site to everyone; restart to run without authentication.
     Status reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants);
+    // Replaces the gossip keys (SIGHUP; see Cluster::reload_keys), logged either way. Nothing
+    // to do without a `gossip` section.
+    Status reload_gossip_keys(const GossipConfig& gossip);
     // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
     // the admin listener and the I/O threads.
     void stop(std::chrono::milliseconds deadline);
@@ -123,6 +127,9 @@ private:
     int io_threads_ = 1;
     std::unique_ptr<boost::asio::io_context> io_;
     std::unique_ptr<Metrics> metrics_;
+    // The listeners' observers: the public one passes events on to metrics_.
+    std::unique_ptr<AccessLog> access_log_;
+    std::unique_ptr<AccessLog> peer_access_log_;
     std::unique_ptr<TenantLimiter> limiter_;
     std::unique_ptr<tls::TlsContextStore> tls_;
     std::unique_ptr<api::ApiRouter> router_;

@@ -471,9 +471,9 @@ std::string_view Metrics::route_label(std::string_view path) {
     return "other";
 }
 
-void Metrics::on_response(std::string_view method, std::string_view path, int status,
-                          std::chrono::nanoseconds duration) {
-    std::string_view route = route_label(path);
+void Metrics::on_response(const tls::ResponseRecord& record) {
+    const int status = record.status;
+    std::string_view route = route_label(record.path);
     RouteStatus entry;
     {
         std::lock_guard lock(mu_);
@@ -490,7 +490,7 @@ void Metrics::on_response(std::string_view method, std::string_view path, int st
         entry = it->second;
     }
     entry.count->Increment();
-    entry.duration->Observe(std::chrono::duration<double>(duration).count());
+    entry.duration->Observe(std::chrono::duration<double>(record.duration).count());
 }
 
 void Metrics::on_route_ejection(const std::string& site) {

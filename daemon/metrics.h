@@ -67,8 +67,7 @@ public:
     void on_connection_closed() override;
     void on_connection_rejected(std::string_view reason) override;
     void on_handshake(bool resumed, std::string_view failure_reason) override;
-    void on_response(std::string_view method, std::string_view path, int status,
-                     std::chrono::nanoseconds duration) override;
+    void on_response(const tls::ResponseRecord& record) override;
     void on_stream_cancelled(std::string_view reason) override;
 
     // Per-tenant figures; `tenant` is a configured name (bounded by the config).

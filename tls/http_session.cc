@@ -164,6 +164,11 @@ public:
         pending_.push_back(std::move(piece));
         signal_.cancel();
     }
+    void add_note(uint64_t seq, ResponseNote note) {
+        if (seq == seq_ && !response_done_) {
+            notes_.push_back(std::move(note));
+        }
+    }
     void set_gone_callback(uint64_t seq, std::function<void()> callback) {
         if (seq != seq_ || response_done_) {
             return;
@@ -287,6 +292,7 @@ private:
     bool watchdog_armed_ = false;
     bool timed_out_ = false;
     std::deque<Piece> pending_;
+    std::vector<ResponseNote> notes_;       // The current request's (ResponseRecord::notes).
     std::shared_ptr<ChannelImpl> channel_;  // The current request's.
     std::function<void()> gone_callback_;
     std::string remote_;
@@ -346,6 +352,10 @@ public:
         on_session([seq = seq_, callback = std::move(callback)](HttpSession& s) mutable {
             s.set_gone_callback(seq, std::move(callback));
         });
+    }
+    void note(std::string name, std::variant<std::string, int64_t> value) override {
+        on_session([seq = seq_, note = ResponseNote{std::move(name), std::move(value)}](
+                       HttpSession& s) mutable { s.add_note(seq, std::move(note)); });
     }
 
 private:
@@ -552,8 +562,13 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
 net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
     auto start = Clock::now();
     HttpResponse response{status, "application/json", {}, error_body(message)};
-    co_await write_full(response, version, false, false);
-    server_.observer_->on_response("", "", status, Clock::now() - start);
+    ResponseRecord record;
+    record.client = remote_;
+    record.status = status;
+    record.complete = co_await write_full(response, version, false, false);
+    record.body_bytes = record.complete ? response.body.size() : 0;
+    record.duration = Clock::now() - start;
+    server_.observer_->on_response(record);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
     auto& tcp_layer = stream_.socket();
@@ -609,11 +624,21 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     set_deadline(limits.header_timeout);
     boost::system::error_code ec = co_await parse_request(parser, true);
     if (ec == http::error::header_limit) {
-        co_await reject(431, "request header fields too large", 11);
+        // No target yet: the request line alone passed the limit, a target too long (RFC 9112
+        // section 3; Beast sets the target once the request line is whole).
+        if (parser.get().target().empty()) {
+            co_await reject(414, "request target too long", 11);
+        } else {
+            co_await reject(431, "request header fields too large", 11);
+        }
         co_return false;
     }
     if (ec == http::error::body_limit) {
         co_await reject(413, "request body too large", 11);
+        co_return false;
+    }
+    if (ec == http::error::bad_version) {
+        co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
         co_return false;
     }
     if (ec && ec.category() == http::make_error_code(http::error::bad_method).category()) {
@@ -624,6 +649,16 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_return false;  // Timeout, reset or end of stream: nothing to answer.
     }
     auto& head = parser.get();
+    if (head.version() != 10 && head.version() != 11) {
+        co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
+        co_return false;
+    }
+    if (head.method() == http::verb::unknown) {
+        // A method Beast does not know at all (GET, POST, PUT, PROPFIND, ... it does: those get
+        // the handler's 404 or 405).
+        co_await reject(501, "method not implemented", head.version());
+        co_return false;
+    }
     if (auto framing = check_transfer_encoding(head); framing.status != 0) {
         // The body's length is unknown or not ours to trust: answer and close, so that no byte
         // of it is read as the next request (RFC 9112 section 6.1 and 6.3).
@@ -707,7 +742,8 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
 net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                                                  Clock::time_point start, std::string_view method,
                                                  std::string_view path) {
-    int status = 0;
+    int status = kClientClosedRequest;
+    uint64_t body_bytes = 0;
     bool streaming = false;
     bool ok = true;
     const auto write_timeout = server_.config_.limits.write_timeout;
@@ -736,6 +772,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         if (piece.kind == Piece::kFull && !streaming) {
             status = piece.response.status;
             ok = co_await write_full(piece.response, version, keep_alive, head_only);
+            if (ok && !head_only) {
+                body_bytes = piece.response.body.size();
+            }
             break;
         }
         if (piece.kind == Piece::kHead && !streaming) {
@@ -791,6 +830,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 ok = false;
                 break;
             }
+            body_bytes += piece.data.size();
             continue;
         }
         if (piece.kind == Piece::kEnd && streaming) {
@@ -814,7 +854,16 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     if (!ok) {
         mark_client_gone();
     }
-    server_.observer_->on_response(method, path, status, Clock::now() - start);
+    ResponseRecord record;
+    record.method = method;
+    record.path = path;
+    record.client = remote_;
+    record.status = status;
+    record.complete = ok;
+    record.body_bytes = body_bytes;
+    record.duration = Clock::now() - start;
+    record.notes = notes_;
+    server_.observer_->on_response(record);
     co_return ok && keep_alive;
 }
 
@@ -857,6 +906,7 @@ net::awaitable<void> HttpSession::run() {
         response_done_ = false;
         gone_callback_ = nullptr;
         pending_.clear();
+        notes_.clear();
         channel_ = std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_,
                                                  server_.config_.limits.max_stream_buffer_bytes);
         t_handling = this;

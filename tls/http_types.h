@@ -6,11 +6,14 @@
 // end). Plain values; ResponseChannel's contract is on the class.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace edge::tls {
@@ -18,6 +21,12 @@ namespace edge::tls {
 struct HttpHeader {
     std::string name;  // As received (compare case-insensitively).
     std::string value;
+};
+
+// A field a handler adds to the record of its request (ResponseChannel::note).
+struct ResponseNote {
+    std::string name;
+    std::variant<std::string, int64_t> value;
 };
 
 struct HttpRequest {
@@ -60,6 +69,10 @@ public:
     // `callback` runs once, on the connection's strand, if the client disconnects or the
     // connection is closed before the response was fully written. Set it before answering.
     virtual void on_client_gone(std::function<void()> callback) = 0;
+    // Adds `name`=`value` to this request's record (ResponseRecord::notes, the access log): the
+    // tenant, the model, where it was served. Notes made before the answer's last piece are in
+    // the record; later ones may be missing.
+    virtual void note(std::string name, std::variant<std::string, int64_t> value) = 0;
 };
 
 class HttpHandler {
@@ -68,6 +81,26 @@ public:
     // Called on the connection's strand; must not block. May answer inline or later.
     virtual void handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) = 0;
 };
+
+// One request's answer, as the connection saw it: for metrics and the access log.
+struct ResponseRecord {
+    // "" for answers the server makes itself (400 malformed, 413, 414, 431, 501, 505).
+    std::string_view method;
+    std::string_view path;
+    std::string_view client;  // HttpRequest::remote_address.
+    // The status sent; kClientClosedRequest when the client left before any answer began.
+    int status = 0;
+    // Every byte of the answer was written (false: the client left, a write failed or timed out,
+    // or a stream was cut).
+    bool complete = false;
+    uint64_t body_bytes = 0;               // Body bytes written (chunk framing not counted).
+    std::chrono::nanoseconds duration{};  // From the request's last byte read to the answer's end.
+    std::span<const ResponseNote> notes;  // The handler's ResponseChannel::note calls, in order.
+};
+
+// The status recorded (never sent) for a request whose client went away before an answer began,
+// as nginx logs it.
+inline constexpr int kClientClosedRequest = 499;
 
 // Hooks for metrics. Called on connection strands (any I/O thread); implementations are
 // thread-safe.
@@ -81,10 +114,8 @@ public:
     // failure_reason: "" on success, else "timeout", "eof", "not_tls", "version",
     // "no_shared_cipher", "certificate_rejected", "other".
     virtual void on_handshake(bool resumed, std::string_view failure_reason) {}
-    // After the response's last byte was written (or writing failed). `method` is "" for
-    // responses the server makes itself (400 malformed, 413, 431).
-    virtual void on_response(std::string_view method, std::string_view path, int status,
-                             std::chrono::nanoseconds duration) {}
+    // After the answer's last byte was written, or writing it failed, or the client left.
+    virtual void on_response(const ResponseRecord& record) {}
     // A streamed response the server cut before its end. reason: "slow_reader" (more than
     // HttpLimits::max_stream_buffer_bytes queued for a client that does not read).
     virtual void on_stream_cancelled(std::string_view reason) {}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
 
 #include "common/log.h"
@@ -84,6 +85,34 @@ ApiError route_rejection_error(const cluster::RoutePlan& plan, const std::string
                                      : plan.message;
     e.retry_after_seconds = std::max(0, plan.retry_after_seconds);
     return e;
+}
+
+void note_usage(tls::ResponseChannel& channel, int64_t prompt_tokens, int64_t completion_tokens) {
+    channel.note("prompt_tokens", prompt_tokens);
+    channel.note("completion_tokens", completion_tokens);
+}
+
+// Notes how generation ended (tokens, outcome, an engine refusal's reason); returns the outcome:
+// "ok", "error", "cancelled" or "rejected" (refused at submit).
+const char* note_finish(tls::ResponseChannel& channel, const engine::Finish& finish,
+                        bool refused) {
+    note_usage(channel, finish.usage.prompt_tokens, finish.usage.completion_tokens);
+    const char* outcome = refused ? "rejected"
+                          : finish.reason == engine::FinishReason::kError     ? "error"
+                          : finish.reason == engine::FinishReason::kCancelled ? "cancelled"
+                                                                              : "ok";
+    channel.note("outcome", std::string(outcome));
+    if (refused) {
+        channel.note("rejected", std::string(engine_refusal_reason(finish.error)));
+    }
+    return outcome;
+}
+
+// A request id as this daemon makes them: 16 lowercase hex digits.
+bool is_request_id(std::string_view s) {
+    return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
+               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+           });
 }
 
 }  // namespace
@@ -178,12 +207,6 @@ void ApiRouter::handle_forwarded(tls::HttpRequest request,
 void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel,
                       bool from_peer) {
     std::string_view path = request.path();
-    if (access_log_) {
-        log::info("request", {{"method", request.method},
-                              {"path", logprob_token_text(path)},  // Not UTF-8: \xNN.
-                              {"client", request.remote_address},
-                              {"peer", from_peer}});
-    }
     Endpoint endpoint = Endpoint::kChatCompletions;
     constexpr std::string_view kModelsPrefix = "/v1/models/";
     const bool models_path = path == "/v1/models" || (path.size() > kModelsPrefix.size() &&
@@ -266,7 +289,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         forwarded_tenant.name = std::string(tenant_name);
         tenant_ptr = &forwarded_tenant;
+        channel->note("from_site", std::string(hop));
     }
+    channel->note("tenant", tenant_ptr->name);
     if (models_path) {
         models_endpoint(channel, from_peer ? nullptr : tenant_ptr,
                         path.size() > kModelsPrefix.size() ? path.substr(kModelsPrefix.size())
@@ -285,6 +310,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             metrics_->on_tenant_rejected(tenant.name, reason);
             metrics_->on_tenant_request(tenant.name, "rejected");
         }
+        channel->note("rejected", std::string(reason));
         channel->respond(e.to_response());
     };
     if (!from_peer && !tenant.may_use(req.generate.model)) {
@@ -314,10 +340,17 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     req.generate.tenant_weight = tenant.weight;
     req.generate.priority = tenant.priority;
     req.generate.tenant = tenant.name;
-    char id[24];
-    std::snprintf(id, sizeof(id), "%016llx",
-                  static_cast<unsigned long long>(next_request_.fetch_add(1)));
-    req.generate.request_id = id;
+    if (std::string_view forwarded_id = request.header(cluster::kRequestIdHeader);
+        from_peer && is_request_id(forwarded_id)) {
+        req.generate.request_id = std::string(forwarded_id);
+    } else {
+        char id[24];
+        std::snprintf(id, sizeof(id), "%016llx",
+                      static_cast<unsigned long long>(next_request_.fetch_add(1)));
+        req.generate.request_id = id;
+    }
+    channel->note("model", req.generate.model);
+    channel->note("request_id", req.generate.request_id);
 
     if (from_peer) {
         // Limits were charged at the forwarding site. Runs here or fails: never forwarded again.
@@ -327,6 +360,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             return;
         }
         req.report_usage = true;  // The forwarding site charges the tenant from it.
+        channel->note("served_by", site_id_);
         std::function<void()> on_accepted;
         if (!req.stream && !request.header(kDeferredHeadHeader).empty()) {
             // The head goes out once the engine accepted the request (deferred_response.h).
@@ -334,8 +368,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             channel = deferred;
             on_accepted = [deferred] { deferred->open(); };
         }
-        run_completion(generator_, std::move(req), std::move(channel),
-                       clock_.wall_now_us() / 1'000'000, {}, std::move(on_accepted));
+        run_completion(generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
+                       [channel](const engine::Finish& finish, bool refused) {
+                           note_finish(*channel, finish, refused);
+                       },
+                       std::move(on_accepted));
         return;
     }
 
@@ -366,10 +403,20 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                 return;
             }
             std::string model = req.generate.model;
+            // The serving site takes this request's id (a client's own header is replaced).
+            std::erase_if(request.headers, [](const tls::HttpHeader& h) {
+                return boost::algorithm::iequals(h.name, cluster::kRequestIdHeader);
+            });
+            request.headers.push_back(
+                {std::string(cluster::kRequestIdHeader), req.generate.request_id});
+            std::shared_ptr<tls::ResponseChannel> notes = channel;
             forwarder_->forward(
                 std::move(request), tenant_name, std::move(plan.targets), std::move(channel),
-                [lease = std::move(admitted.lease), metrics = metrics_,
-                 tenant_name](const cluster::ForwardResult& result) {
+                [lease = std::move(admitted.lease), metrics = metrics_, tenant_name,
+                 notes = std::move(notes)](const cluster::ForwardResult& result) {
+                    notes->note("served_by", result.site_id);
+                    notes->note("attempts", result.attempts);
+                    note_usage(*notes, result.prompt_tokens, result.completion_tokens);
                     lease->finish(result.prompt_tokens, result.completion_tokens);
                     if (metrics != nullptr) {
                         metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
@@ -381,10 +428,12 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             return;
         }
     }
+    channel->note("served_by", site_id_);
     run_completion(
-        generator_, std::move(req), std::move(channel), clock_.wall_now_us() / 1'000'000,
-        [lease = std::move(admitted.lease), metrics = metrics_, tenant_name](
+        generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
+        [lease = std::move(admitted.lease), metrics = metrics_, tenant_name, channel](
             const engine::Finish& finish, bool refused) {
+            const char* outcome = note_finish(*channel, finish, refused);
             lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
             if (metrics == nullptr) {
                 return;
@@ -393,12 +442,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                                       finish.usage.completion_tokens);
             if (refused) {
                 metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));
-                metrics->on_tenant_request(tenant_name, "rejected");
-                return;
             }
-            const char* outcome = finish.reason == engine::FinishReason::kError       ? "error"
-                                  : finish.reason == engine::FinishReason::kCancelled ? "cancelled"
-                                                                                      : "ok";
             metrics->on_tenant_request(tenant_name, outcome);
         });
 }

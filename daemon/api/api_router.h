@@ -40,13 +40,12 @@ class ApiRouter final : public tls::HttpHandler {
 public:
     // `metrics` may be null.
     ApiRouter(engine::Generator& generator, std::shared_ptr<const TenantTable> tenants,
-              TenantLimiter& limiter, Metrics* metrics, Clock& clock, bool access_log)
+              TenantLimiter& limiter, Metrics* metrics, Clock& clock)
         : generator_(generator),
           tenants_(std::move(tenants)),
           limiter_(limiter),
           metrics_(metrics),
-          clock_(clock),
-          access_log_(access_log) {}
+          clock_(clock) {}
 
     void set_tenants(std::shared_ptr<const TenantTable> tenants);
     // Whether the tenant table in force checks API keys.
@@ -83,7 +82,6 @@ private:
     TenantLimiter& limiter_;
     Metrics* const metrics_;
     Clock& clock_;
-    const bool access_log_;
     // Request ids count from a random start, so ids (and the response ids made from them) do
     // not repeat across restarts or between sites.
     std::atomic<uint64_t> next_request_{uint64_t{std::random_device{}()} << 32};

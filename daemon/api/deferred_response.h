@@ -45,6 +45,9 @@ public:
     void write(std::string chunk) override;
     void end_stream() override;
     void on_client_gone(std::function<void()> callback) override;
+    void note(std::string name, std::variant<std::string, int64_t> value) override {
+        inner_->note(std::move(name), std::move(value));
+    }
 
 private:
     const std::shared_ptr<tls::ResponseChannel> inner_;

@@ -424,6 +424,7 @@ public:
     std::unique_ptr<ClusterRoutePlanner> planner_;
     RolloutBook rollouts_;
     std::map<std::string, Duration> peer_delay_;  // Testing only: site id -> delay.
+    bool encrypted_ = false;                      // Started with gossip keys.
 };
 
 Cluster::Cluster(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -450,6 +451,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
     }
     EDGE_ASSIGN_OR_RETURN(impl->mconfig_, membership_config(config));
     EDGE_ASSIGN_OR_RETURN(membership::Keyring keyring, load_keyring(config.gossip));
+    impl->encrypted_ = !keyring.empty();
     for (const auto& [model, version] : config.routing.target_versions) {
         impl->rollouts_.apply({model, version, 0});
     }
@@ -570,6 +572,21 @@ RolloutBook& Cluster::rollouts() { return impl_->rollouts_; }
 
 Status Cluster::rollout(const std::string& model, const std::string& version) {
     return impl_->send_rollout(model, version);
+}
+
+Status Cluster::reload_keys(const GossipConfig& gossip) {
+    EDGE_ASSIGN_OR_RETURN(membership::Keyring keyring, load_keyring(gossip));
+    if (keyring.empty() == impl_->encrypted_) {
+        return failed_precondition_error(
+            impl_->encrypted_
+                ? "the new config has no gossip keys: a reload cannot turn gossip encryption off"
+                : "the new config has gossip keys, but this site gossips in clear: a reload "
+                  "cannot turn gossip encryption on (restart every site)");
+    }
+    impl_->service_->post([keyring = std::move(keyring)](membership::Memberlist& ml) mutable {
+        ml.keyring() = std::move(keyring);
+    });
+    return ok_status();
 }
 
 std::shared_ptr<const membership::MembershipSnapshot> Cluster::snapshot() const {

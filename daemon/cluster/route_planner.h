@@ -31,6 +31,9 @@ namespace edge::daemon::cluster {
 inline constexpr std::string_view kHopHeader = "X-Edgeserve-Forwarded-By";
 // The authenticated tenant of a forwarded request (trusted only from an mTLS peer).
 inline constexpr std::string_view kTenantHeader = "X-Edgeserve-Tenant";
+// The forwarding site's request id (16 hex digits), which the serving site takes for its own: both
+// access logs and the response id ("chatcmpl-<id>") name the request the same way.
+inline constexpr std::string_view kRequestIdHeader = "X-Edgeserve-Request-Id";
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
 

@@ -97,7 +97,7 @@ public:
     // testing_peer_delay_ms mapping ("" for none).
     Cluster3(const std::vector<std::vector<std::string>>& models,
              const std::function<std::string(const std::string&)>& delays = {},
-             const std::string& routing = "") {
+             const std::string& routing = "", const std::vector<std::string>& gossip_keys = {}) {
         cert_ = testing::make_certificate(dir_.path(), "srv", {"localhost"});
         const SiteSpec specs[3] = {kFra, kSin, kGru};
         for (size_t i = 0; i < 3; ++i) {
@@ -117,6 +117,7 @@ public:
                 y.gossip->join = {"127.0.0.1:" + std::to_string(seed)};
             }
             y.gossip->testing_peer_delay = delays ? delays(s.spec.id) : "";
+            y.gossip->keys = gossip_keys;
             y.extra =
                 "routing:\n"
                 "  outlier:\n"
@@ -284,6 +285,48 @@ TEST_CASE("injected per-peer latency: routing follows the measured RTT, not the 
     CHECK(sin_rtt < gru_rtt);
     CHECK(gru_rtt > 40.0);
     CHECK(c[0].chosen() == "sin");
+}
+
+// Gossip packets and streams a site dropped because no key of its own opened them.
+uint64_t gossip_auth_rejected(daemon::Daemon& d) {
+    const std::string text = d.metrics().serialize();
+    const std::string name = "edgeserve_gossip_packets_rejected_total{reason=\"auth\"} ";
+    const size_t at = text.find(name);
+    return at == std::string::npos ? 0 : std::stoull(text.substr(at + name.size()));
+}
+
+TEST_CASE("a reload rotates the gossip keys in three rounds with no member lost") {
+    const std::string k1(64, '1'), k2(64, '2'), k3(64, '3');
+    Cluster3 c({{"test-model"}, {"test-model"}, {"test-model"}}, {}, "", {k1});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    auto reload = [&](size_t site, std::vector<std::string> keys, std::string file = "") {
+        daemon::GossipConfig g;
+        g.keys = std::move(keys);
+        g.keyring_file = std::move(file);
+        return c[site].daemon->reload_gossip_keys(g);
+    };
+    // Add the new key, make it primary, drop the old one: each round on every site first.
+    for (const std::vector<std::string>& keys : std::vector<std::vector<std::string>>{
+             {k1, k2}, {k2, k1}, {k2}}) {
+        for (size_t i = 0; i < 3; ++i) {
+            REQUIRE(reload(i, keys).ok());
+        }
+        std::this_thread::sleep_for(300ms);
+    }
+    // Probes and a push-pull under the new key alone.
+    std::this_thread::sleep_for(1500ms);
+    CHECK(c.converged());
+    for (size_t i = 0; i < 3; ++i) {
+        CHECK(gossip_auth_rejected(*c[i].daemon) == 0);
+    }
+    // Refused, the keys staying: encryption off, a keyring file that does not open.
+    CHECK(reload(0, {}).code() == StatusCode::kFailedPrecondition);
+    CHECK(reload(0, {k2}, "/nonexistent/gossip.keys").code() == StatusCode::kNotFound);
+    std::this_thread::sleep_for(500ms);
+    CHECK(c.converged());
+    // The reload is what the site seals with: a key no one else holds makes it unreadable.
+    REQUIRE(reload(2, {k3}).ok());
+    CHECK(wait_for([&] { return gossip_auth_rejected(*c[0].daemon) > 0; }, 5s));
 }
 
 TEST_CASE("a rollout intent reaches every site and steers unpinned requests") {

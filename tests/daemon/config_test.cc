@@ -576,6 +576,16 @@ TEST_CASE("changed_restart_sections names what a reload does not apply") {
                                                  "  level: warn\n")) ==
           std::vector<std::string>{"limits", "log"});
     CHECK(changed_restart_sections(running, load("")) == std::vector<std::string>{"limits"});
+    // Gossip keys are reloaded; the rest of the gossip section is not.
+    const std::string k1(64, '1'), k2(64, '2');
+    const Config keyed = load("gossip:\n  keys: [" + k1 + "]\n  probe_interval_ms: 500\n");
+    CHECK(changed_restart_sections(keyed, load("gossip:\n  keys: [" + k2 + ", " + k1 +
+                                               "]\n  keyring_file: /k.txt\n"
+                                               "  probe_interval_ms: 500\n"))
+              .empty());
+    CHECK(changed_restart_sections(keyed, load("gossip:\n  keys: [" + k1 + "]\n"
+                                               "  probe_interval_ms: 400\n")) ==
+          std::vector<std::string>{"gossip"});
     std::string port = testing::config_yaml("/c", "/k", "limits:\n  max_body_bytes: 65536\n");
     port.replace(port.find("port: 0"), 7, "port: 8443");
     Result<Config> moved = parse_config(port, "x.yaml");

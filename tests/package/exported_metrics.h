@@ -23,7 +23,13 @@ inline std::string populated_metrics_text() {
     m.on_handshake(false, "");
     m.on_handshake(true, "");
     m.on_handshake(false, "no_shared_cipher");
-    m.on_response("POST", "/v1/chat/completions", 200, std::chrono::milliseconds(12));
+    tls::ResponseRecord answered;
+    answered.method = "POST";
+    answered.path = "/v1/chat/completions";
+    answered.status = 200;
+    answered.complete = true;
+    answered.duration = std::chrono::milliseconds(12);
+    m.on_response(answered);
     m.on_stream_cancelled("slow_reader");
     m.on_tenant_request("acme", "ok");
     m.on_tenant_tokens("acme", 10, 20);

@@ -74,6 +74,13 @@ std::string daemon_yaml(const DaemonYaml& c) {
             }
             y += "]\n";
         }
+        if (!g.keys.empty()) {
+            y += "  keys: [";
+            for (size_t i = 0; i < g.keys.size(); ++i) {
+                y += (i > 0 ? ", " : "") + g.keys[i];
+            }
+            y += "]\n";
+        }
     }
     return y + c.extra;
 }

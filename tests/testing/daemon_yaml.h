@@ -29,6 +29,7 @@ struct GossipYaml {
     // testing_peer_delay_ms mapping without braces ("sin: 5, gru: 45"); "": none.
     std::string testing_peer_delay;
     std::vector<std::string> join;  // Seed members' gossip addresses (host:port).
+    std::vector<std::string> keys;  // gossip.keys (64 hex digits each); none: in clear.
 };
 
 // The `peer` (mutual TLS forwarding) section.

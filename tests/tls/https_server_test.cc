@@ -14,7 +14,10 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <variant>
+#include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -67,6 +70,15 @@ private:
     std::future<void> held_future_ = held_promise_.get_future();
 };
 
+// A ResponseRecord with its views copied.
+struct Answered {
+    std::string method, path, client;
+    int status = 0;
+    bool complete = false;
+    uint64_t body_bytes = 0;
+    std::vector<std::string> notes;  // "name=value".
+};
+
 // Counts what the server reports (any thread).
 class CountingObserver final : public ServerObserver {
 public:
@@ -74,14 +86,42 @@ public:
         std::lock_guard lock(mu_);
         cancelled_.emplace_back(reason);
     }
+    void on_response(const ResponseRecord& r) override {
+        Answered a{std::string(r.method), std::string(r.path), std::string(r.client),
+                   r.status, r.complete, r.body_bytes, {}};
+        for (const ResponseNote& n : r.notes) {
+            std::visit([&](const auto& v) { a.notes.push_back(n.name + "=" + as_text(v)); },
+                       n.value);
+        }
+        std::lock_guard lock(mu_);
+        answered_.push_back(std::move(a));
+    }
     std::vector<std::string> cancelled() {
         std::lock_guard lock(mu_);
         return cancelled_;
     }
+    // The answers reported so far, once there are at least `n` (5 s at most).
+    std::vector<Answered> answered(size_t n) {
+        for (int i = 0; i < 500; ++i) {
+            {
+                std::lock_guard lock(mu_);
+                if (answered_.size() >= n) {
+                    return answered_;
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        std::lock_guard lock(mu_);
+        return answered_;
+    }
 
 private:
+    static std::string as_text(const std::string& v) { return v; }
+    static std::string as_text(int64_t v) { return std::to_string(v); }
+
     std::mutex mu_;
     std::vector<std::string> cancelled_;
+    std::vector<Answered> answered_;
 };
 
 struct Fixture {
@@ -286,6 +326,20 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
         auto r = (*c)->read_response();
         REQUIRE(r.ok());
         CHECK(r->status == 431);
+    }
+    // A request line longer than the limit, an unknown method, a version other than 1.0 and 1.1.
+    for (const auto& [request, status] : std::vector<std::pair<std::string, int>>{
+             {"GET /" + std::string(3000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
+             {"BREW /x HTTP/1.1\r\nHost: x\r\n\r\n", 501},
+             {"GET /x HTTP/2.0\r\nHost: x\r\n\r\n", 505},
+             {"GET /x HTTP/1.2\r\nHost: x\r\n\r\n", 505}}) {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(request).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == status);
+        CHECK(r->headers["connection"] == "close");
     }
     {
         auto c = f.connect();
@@ -696,4 +750,69 @@ TEST_CASE("out of file descriptors, the accept loop backs off and logs once, the
     auto c = f.connect();
     REQUIRE(c.ok());
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
+TEST_CASE("each answer is reported once: status, body bytes, completeness and the handler's notes") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    const std::string body = get_body(**c, "/x");
+    std::vector<Answered> a = f.observer.answered(1);
+    REQUIRE(a.size() == 1);
+    CHECK(a[0].method == "GET");
+    CHECK(a[0].path == "/x");
+    CHECK(a[0].client == "127.0.0.1");
+    CHECK(a[0].status == 200);
+    CHECK(a[0].complete);
+    CHECK(a[0].body_bytes == body.size());
+    CHECK(a[0].notes.empty());
+
+    // A streamed answer: its notes in order, the chunks' bytes without the chunk framing.
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    std::shared_ptr<ResponseChannel> held = f.handler.wait_held();
+    REQUIRE(held != nullptr);
+    held->note("tenant", "acme");
+    held->note("completion_tokens", int64_t{7});
+    held->begin_stream(HttpResponse{200, "text/plain", {}, {}});
+    held->write("abc");
+    held->write("de");
+    held->end_stream();
+    auto reply = (*c)->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->body == "abcde");
+    a = f.observer.answered(2);
+    REQUIRE(a.size() == 2);
+    CHECK(a[1].path == "/hold");
+    CHECK(a[1].status == 200);
+    CHECK(a[1].complete);
+    CHECK(a[1].body_bytes == 5);
+    CHECK(a[1].notes == std::vector<std::string>{"tenant=acme", "completion_tokens=7"});
+
+    // The client leaves before any answer: 499, not complete, and a late answer changes nothing.
+    f.handler.reset_held();
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    held = f.handler.wait_held();
+    REQUIRE(held != nullptr);
+    held->note("tenant", "acme");
+    (*c)->close();
+    a = f.observer.answered(3);
+    REQUIRE(a.size() == 3);
+    CHECK(a[2].status == kClientClosedRequest);
+    CHECK_FALSE(a[2].complete);
+    CHECK(a[2].body_bytes == 0);
+    CHECK(a[2].notes == std::vector<std::string>{"tenant=acme"});
+    held->respond(HttpResponse{});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(f.observer.answered(3).size() == 3);
+
+    // What the server answers itself has no method.
+    auto bad = f.connect();
+    REQUIRE(bad.ok());
+    REQUIRE((*bad)->send("NOT HTTP\r\n\r\n").ok());
+    a = f.observer.answered(4);
+    REQUIRE(a.size() == 4);
+    CHECK(a[3].method.empty());
+    CHECK(a[3].status == 400);
+    CHECK(a[3].complete);
+    CHECK(a[3].body_bytes > 0);
 }

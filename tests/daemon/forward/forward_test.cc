@@ -18,6 +18,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/log.h"
 #include "daemon/cluster/route_planner.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -270,6 +271,117 @@ TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTL
     // The forwarding site charged the tenant the peer's usage.
     CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 10"));
     CHECK(metrics_contain(a, "edgeserve_forward_latency_seconds_count{site=\"sin\"} 2"));
+}
+
+// Collects the access log's lines ("event":"request") while it lives.
+class AccessLines {
+public:
+    AccessLines() {
+        log::set_sink([this](std::string_view line) {
+            boost::json::object v = json_of(std::string(line));
+            if (v["event"] == "request") {
+                std::lock_guard lock(mu_);
+                lines_.push_back(std::move(v));
+            }
+        });
+    }
+    ~AccessLines() { log::set_sink(nullptr); }
+    size_t count() {
+        std::lock_guard lock(mu_);
+        return lines_.size();
+    }
+    // The lines so far, once there are `n` (5 s at most).
+    std::vector<boost::json::object> wait(size_t n) {
+        for (int i = 0; i < 500; ++i) {
+            {
+                std::lock_guard lock(mu_);
+                if (lines_.size() >= n) {
+                    return lines_;
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        std::lock_guard lock(mu_);
+        return lines_;
+    }
+
+private:
+    std::mutex mu_;
+    std::vector<boost::json::object> lines_;
+};
+
+TEST_CASE("the access log has one line per answer, written at its end, on both sites of a forward") {
+    AccessLines log;
+    Cluster cluster;
+    const std::string logged = "log:\n  access_log: true\n";
+    Site a(cluster, "fra", {"m"}, tenants_section() + logged);
+    Site b(cluster, "sin", {"m"}, logged);
+    a.planner.route_to({b.target()});
+
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(log.count() == 0);  // Nothing before the answer ends.
+    b.generator.emit(0, "Hello");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{5, 2, 0});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    REQUIRE(r->status == 200);
+    // A key no tenant holds: refused before any tenant is known.
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                          "Authorization: Bearer sk-wrong\r\n"))
+                .ok());
+    auto refused = c->read_response();
+    REQUIRE(refused.ok());
+    CHECK(refused->status == 401);
+
+    std::vector<boost::json::object> lines = log.wait(3);
+    REQUIRE(lines.size() == 3);
+    const boost::json::object* public_line = nullptr;
+    const boost::json::object* peer_line = nullptr;
+    const boost::json::object* denied_line = nullptr;
+    for (const auto& l : lines) {
+        if (l.at("status") == 401) {
+            denied_line = &l;
+        } else if (l.at("status") == 200) {
+            (l.at("listener") == "peer" ? peer_line : public_line) = &l;
+        }
+    }
+    REQUIRE(public_line != nullptr);
+    REQUIRE(peer_line != nullptr);
+    REQUIRE(denied_line != nullptr);
+    const boost::json::object& fra = *public_line;
+    const boost::json::object& sin = *peer_line;
+    CHECK(fra.at("method") == "POST");
+    CHECK(fra.at("path") == "/v1/chat/completions");
+    CHECK(fra.at("client") == "127.0.0.1");
+    CHECK(fra.at("complete") == true);
+    CHECK(fra.at("body_bytes").to_number<uint64_t>() == r->body.size());
+    CHECK(fra.at("duration_ms").to_number<double>() >= 0.0);
+    CHECK(fra.at("tenant") == "acme");
+    CHECK(fra.at("model") == "m");
+    CHECK(fra.at("served_by") == "sin");
+    CHECK(fra.at("attempts") == 1);
+    CHECK(fra.at("prompt_tokens") == 5);
+    CHECK(fra.at("completion_tokens") == 2);
+    // Both sites name the request by the response's id.
+    CHECK("chatcmpl-" + std::string(fra.at("request_id").as_string()) ==
+          json_of(r->body).at("id").as_string());
+    CHECK(sin.at("request_id") == fra.at("request_id"));
+    CHECK(sin.at("from_site") == "fra");
+    CHECK(sin.at("tenant") == "acme");
+    CHECK(sin.at("served_by") == "sin");
+    CHECK(sin.at("outcome") == "ok");
+    CHECK(sin.at("completion_tokens") == 2);
+    const boost::json::object& denied = *denied_line;
+    CHECK(denied.at("status") == 401);
+    CHECK(denied.at("listener") == "public");
+    CHECK_FALSE(denied.contains("tenant"));
+    // No key reaches the log.
+    for (const auto& l : lines) {
+        CHECK(boost::json::serialize(l).find("sk-") == std::string::npos);
+    }
 }
 
 TEST_CASE("forwarded SSE stream passes chunks through as they are produced") {

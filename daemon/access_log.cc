@@ -1,0 +1,67 @@
+#include "daemon/access_log.h"
+
+#include <chrono>
+#include <variant>
+#include <vector>
+
+#include "common/log.h"
+#include "daemon/api/completion.h"
+
+namespace edge::daemon {
+
+void AccessLog::on_connection_opened() {
+    if (next_ != nullptr) {
+        next_->on_connection_opened();
+    }
+}
+
+void AccessLog::on_connection_closed() {
+    if (next_ != nullptr) {
+        next_->on_connection_closed();
+    }
+}
+
+void AccessLog::on_connection_rejected(std::string_view reason) {
+    if (next_ != nullptr) {
+        next_->on_connection_rejected(reason);
+    }
+}
+
+void AccessLog::on_handshake(bool resumed, std::string_view failure_reason) {
+    if (next_ != nullptr) {
+        next_->on_handshake(resumed, failure_reason);
+    }
+}
+
+void AccessLog::on_stream_cancelled(std::string_view reason) {
+    if (next_ != nullptr) {
+        next_->on_stream_cancelled(reason);
+    }
+}
+
+void AccessLog::on_response(const tls::ResponseRecord& record) {
+    if (next_ != nullptr) {
+        next_->on_response(record);
+    }
+    if (!enabled_) {
+        return;
+    }
+    const double ms = std::chrono::duration<double, std::milli>(record.duration).count();
+    // The path as sent may hold any byte: the log shows what is not UTF-8 as \xNN.
+    const std::string path = api::logprob_token_text(record.path);
+    std::vector<log::Field> fields{{"listener", listener_},
+                                   {"method", record.method},
+                                   {"path", path},
+                                   {"status", record.status},
+                                   {"duration_ms", ms},
+                                   {"body_bytes", record.body_bytes},
+                                   {"complete", record.complete},
+                                   {"client", record.client}};
+    fields.reserve(fields.size() + record.notes.size());
+    for (const tls::ResponseNote& note : record.notes) {
+        std::visit([&](const auto& value) { fields.emplace_back(note.name, value); }, note.value);
+    }
+    log::write(log::Level::kInfo, "request", fields);
+}
+
+}  // namespace edge::daemon
