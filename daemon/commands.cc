@@ -206,6 +206,7 @@ int run_main(int argc, char** argv) {
     if (interval) {
         (void)notifier.notify("WATCHDOG=1");
     }
+    bool watchdog_withheld = false;
     for (;;) {
         // Wakes at least every kHealthPollInterval to ask for the device's health.
         auto wait = std::chrono::duration_cast<std::chrono::microseconds>(kHealthPollInterval);
@@ -222,7 +223,24 @@ int run_main(int argc, char** argv) {
         }
         if (sig < 0) {
             if (interval) {
-                (void)notifier.notify("WATCHDOG=1");
+                // Pinged only while the I/O threads and the engine make progress: a daemon stuck
+                // for longer than the interval is then restarted by systemd (WatchdogSec).
+                const std::string stuck = (*daemon)->stuck(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(*interval));
+                if (stuck.empty()) {
+                    (void)notifier.notify("WATCHDOG=1");
+                    watchdog_withheld = false;
+                } else if (!watchdog_withheld) {
+                    watchdog_withheld = true;
+                    log::error("watchdog_withheld",
+                               {{"stuck", stuck},
+                                {"stalled_over_ms",
+                                 static_cast<int64_t>(std::chrono::duration_cast<
+                                                          std::chrono::milliseconds>(*interval)
+                                                          .count())},
+                                {"detail", "no WATCHDOG=1 until it moves again; systemd "
+                                           "restarts the service at WatchdogSec"}});
+                }
             }
             continue;
         }

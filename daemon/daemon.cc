@@ -4,6 +4,7 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include "common/log.h"
 #include "daemon/admin_server.h"
@@ -36,6 +37,11 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     d->metrics_->set_gossip_members("alive", 1);
     d->metrics_->set_serving_source([&generator] { return generator.serving_stats(); });
     auto tenants = std::make_shared<const TenantTable>(config.tenants);
+    d->liveness_ = std::make_unique<Liveness>(
+        [io = d->io_.get()](std::function<void()> fn) {
+            boost::asio::post(*io, std::move(fn));
+        },
+        [&generator] { return generator.serving_stats(); });
     d->limiter_ = std::make_unique<TenantLimiter>(clock);
     d->limiter_->configure(config.tenants);
     if (!tenants->enabled()) {
@@ -331,6 +337,10 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
               {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
                {"auth", table->enabled() ? "on" : "off"}});
     return ok_status();
+}
+
+std::string Daemon::stuck(std::chrono::milliseconds stall) {
+    return liveness_->check(std::chrono::steady_clock::now(), stall);
 }
 
 Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {

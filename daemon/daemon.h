@@ -29,6 +29,7 @@
 #include "common/result.h"
 #include "daemon/access_log.h"
 #include "daemon/config.h"
+#include "daemon/liveness.h"
 #include "engine/generator.h"
 #include "tls/tls_context.h"
 
@@ -112,6 +113,9 @@ public:
     // The recorded fault, or OK while the probe has never failed. Any thread.
     Status health() const;
     Metrics& metrics() { return *metrics_; }
+    // For the systemd watchdog (daemon/liveness.h): "" while the I/O threads and the engine make
+    // progress, else what has made none for longer than `stall` ("io", "engine"). Run loop only.
+    std::string stuck(std::chrono::milliseconds stall);
     // The gossip cluster and its route planner; null when the config has no `gossip` section.
     cluster::Cluster* cluster() { return cluster_.get(); }
     cluster::RoutePlanner* route_planner();
@@ -130,6 +134,7 @@ private:
     // The listeners' observers: the public one passes events on to metrics_.
     std::unique_ptr<AccessLog> access_log_;
     std::unique_ptr<AccessLog> peer_access_log_;
+    std::unique_ptr<Liveness> liveness_;
     std::unique_ptr<TenantLimiter> limiter_;
     std::unique_ptr<tls::TlsContextStore> tls_;
     std::unique_ptr<api::ApiRouter> router_;

@@ -1,0 +1,37 @@
+#include "daemon/liveness.h"
+
+namespace edge::daemon {
+
+Liveness::Liveness(std::function<void(std::function<void()>)> post_to_io,
+                   std::function<std::vector<engine::ServingStats>()> stats)
+    : post_to_io_(std::move(post_to_io)), stats_(std::move(stats)) {}
+
+std::string Liveness::check(TimePoint now, std::chrono::milliseconds stall) {
+    std::lock_guard lock(mu_);
+    std::string stuck;
+    if (probe_ && !probe_->done.load()) {
+        if (now - probe_posted_ > stall) {
+            stuck = "io";
+        }
+    } else {
+        probe_ = std::make_shared<Probe>();
+        probe_posted_ = now;
+        post_to_io_([probe = probe_] { probe->done.store(true); });
+    }
+    const std::vector<engine::ServingStats> stats = stats_();
+    if (stats.size() != steps_.size()) {
+        steps_.assign(stats.size(), -1);
+        progress_at_.assign(stats.size(), now);
+    }
+    for (size_t i = 0; i < stats.size(); ++i) {
+        if (stats[i].steps != steps_[i] || stats[i].batch_sequences == 0) {
+            steps_[i] = stats[i].steps;
+            progress_at_[i] = now;
+        } else if (now - progress_at_[i] > stall && stuck.empty()) {
+            stuck = "engine";
+        }
+    }
+    return stuck;
+}
+
+}  // namespace edge::daemon

@@ -1,0 +1,76 @@
+// What the systemd watchdog ping vouches for: I/O threads that run a posted probe, and an engine
+// that steps while its batch holds sequences. Time is passed in; the I/O threads are a queue the
+// test drains (or not).
+
+#include "daemon/liveness.h"
+
+#include <doctest/doctest.h>
+
+#include <deque>
+
+using namespace edge;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Fake {
+    std::deque<std::function<void()>> io;  // Posted, not yet run.
+    std::vector<engine::ServingStats> stats{engine::ServingStats{}};
+    daemon::Liveness liveness{[this](std::function<void()> fn) { io.push_back(std::move(fn)); },
+                              [this] { return stats; }};
+    void run_io() {
+        while (!io.empty()) {
+            io.front()();
+            io.pop_front();
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("liveness: a probe the I/O threads do not run within the stall names io") {
+    Fake f;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(f.liveness.check(t0, 1000ms).empty());
+    REQUIRE(f.io.size() == 1);
+    f.run_io();
+    CHECK(f.liveness.check(t0 + 1s, 1000ms).empty());  // A new probe goes out.
+    REQUIRE(f.io.size() == 1);
+    // Nobody runs it: alive until the stall has passed, one probe outstanding at a time.
+    CHECK(f.liveness.check(t0 + 1500ms, 1000ms).empty());
+    CHECK(f.liveness.check(t0 + 2000ms, 1000ms).empty());
+    CHECK(f.liveness.check(t0 + 2001ms, 1000ms) == "io");
+    CHECK(f.io.size() == 1);
+    // The threads catch up: alive again.
+    f.run_io();
+    CHECK(f.liveness.check(t0 + 3s, 1000ms).empty());
+}
+
+TEST_CASE("liveness: an engine that stops stepping with sequences in its batch names engine") {
+    Fake f;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto check = [&](std::chrono::milliseconds at) {
+        std::string stuck = f.liveness.check(t0 + at, 1000ms);
+        f.run_io();
+        return stuck;
+    };
+    CHECK(check(0ms).empty());
+    // Idle (empty batch, steps unchanged) for long: alive.
+    CHECK(check(5000ms).empty());
+    f.stats[0].batch_sequences = 4;
+    f.stats[0].steps = 10;
+    CHECK(check(6000ms).empty());
+    f.stats[0].steps = 50;
+    CHECK(check(6900ms).empty());
+    // No step since 6.9 s.
+    CHECK(check(7900ms).empty());
+    CHECK(check(7901ms) == "engine");
+    f.stats[0].steps = 51;
+    CHECK(check(8000ms).empty());
+    // A second model appears (stats grow): tracked from now.
+    f.stats.push_back(engine::ServingStats{});
+    f.stats[1].batch_sequences = 1;
+    CHECK(check(8500ms).empty());
+    f.stats[0].steps = 52;
+    CHECK(check(9600ms) == "engine");
+}
