@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -61,7 +62,21 @@ Result<CidrSet> CidrSet::parse(const std::vector<std::string>& ranges) {
                                               std::to_string(max_bits) + ")");
             }
         }
-        set.ranges_.push_back(Range{base, base.is_v4 ? bits + 96 : bits});
+        const int prefix_bits = base.is_v4 ? bits + 96 : bits;
+        IpAddress network = base;
+        for (int i = 0; i < 16; ++i) {
+            const int keep = std::clamp(prefix_bits - 8 * i, 0, 8);
+            network.bytes[i] &= static_cast<uint8_t>(0xff00 >> keep);
+        }
+        if (network.bytes != base.bytes) {
+            // Most likely a typo for the network, or for one address: say which is which.
+            return invalid_argument_error(
+                "'" + text + "' has address bits past its /" + std::to_string(bits) +
+                " prefix: write the range as " + network.to_string() + "/" +
+                std::to_string(bits) + ", or one address as " + base.to_string() + "/" +
+                std::to_string(max_bits));
+        }
+        set.ranges_.push_back(Range{base, prefix_bits});
     }
     return set;
 }

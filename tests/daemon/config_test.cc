@@ -158,6 +158,10 @@ TEST_CASE("type and range errors name the place") {
               .find("model 'nope' is not in `models`") != std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "proxy_protocol:\n  trusted: [10.0.0.0/40]\n"))
               .find("proxy_protocol.trusted: bad prefix length") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "proxy_protocol:\n  trusted: [10.1.2.3/8]\n"))
+              .find("proxy_protocol.trusted: '10.1.2.3/8' has address bits past its /8 prefix: "
+                    "write the range as 10.0.0.0/8, or one address as 10.1.2.3/32") !=
+          std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "models:\n  - name: a\n"))
               .find("models[0].path: required key missing") != std::string::npos);
 }
