@@ -23,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "common/log.h"
+#include "tests/testing/daemon_yaml.h"
 #include "tests/testing/fd_exhaustion.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
@@ -102,15 +103,12 @@ public:
     }
     // The answers reported so far, once there are at least `n` (5 s at most).
     std::vector<Answered> answered(size_t n) {
-        for (int i = 0; i < 500; ++i) {
-            {
+        testing::wait_for(
+            [&] {
                 std::lock_guard lock(mu_);
-                if (answered_.size() >= n) {
-                    return answered_;
-                }
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+                return answered_.size() >= n;
+            },
+            std::chrono::seconds(5));
         std::lock_guard lock(mu_);
         return answered_;
     }

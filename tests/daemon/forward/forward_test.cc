@@ -292,15 +292,7 @@ public:
     }
     // The lines so far, once there are `n` (5 s at most).
     std::vector<boost::json::object> wait(size_t n) {
-        for (int i = 0; i < 500; ++i) {
-            {
-                std::lock_guard lock(mu_);
-                if (lines_.size() >= n) {
-                    return lines_;
-                }
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+        testing::wait_for([&] { return count() >= n; }, std::chrono::seconds(5));
         std::lock_guard lock(mu_);
         return lines_;
     }
