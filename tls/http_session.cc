@@ -571,6 +571,7 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
     server_.observer_->on_response(record);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
+    stream_.send_close_notify();
     auto& tcp_layer = stream_.socket();
     boost::system::error_code ignored;
     tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
@@ -927,6 +928,7 @@ net::awaitable<void> HttpSession::run() {
             }
         }
     }
+    stream_.send_close_notify();
     close_socket();
     stop_watchdog();
 }

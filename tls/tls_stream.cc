@@ -189,11 +189,13 @@ TlsStream::Step TlsStream::failed(int ret) {
             step.ec = net::error::eof;
             break;
         case SSL_ERROR_SYSCALL:
+            fatal_ = true;
             step.ec = last_errno_ != 0
                           ? error_code(last_errno_, net::error::get_system_category())
                           : error_code(net::ssl::error::stream_truncated);
             break;
         case SSL_ERROR_SSL: {
+            fatal_ = true;
             const unsigned long e = ERR_get_error();
             if (ERR_GET_REASON(e) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
                 step.ec = net::ssl::error::stream_truncated;
@@ -209,6 +211,18 @@ TlsStream::Step TlsStream::failed(int ret) {
     last_errno_ = 0;
     ERR_clear_error();
     return step;
+}
+
+void TlsStream::send_close_notify() {
+    // SSL_shutdown must not follow a fatal error (OpenSSL's SSL_shutdown(3)).
+    if (ssl_ == nullptr || sent_close_notify_ || fatal_ || SSL_is_init_finished(ssl_) != 1) {
+        return;
+    }
+    sent_close_notify_ = true;
+    clear_stale_errors();
+    (void)SSL_shutdown(ssl_);
+    last_errno_ = 0;
+    ERR_clear_error();
 }
 
 TlsStream::Step TlsStream::try_handshake() {

@@ -76,6 +76,11 @@ public:
     // Writes all of `buffer`.
     boost::asio::awaitable<error_code> write(boost::asio::const_buffer buffer);
 
+    // Sends close_notify, once, without waiting for the peer's: the client can tell the end of
+    // a response read to the close from a cut connection. Best effort: nothing before the
+    // handshake finished or after a fatal error, and dropped when the socket would block.
+    void send_close_notify();
+
     // One attempt each, never blocking; the building blocks of the members above and below.
     Step try_handshake();
     Step try_read(void* data, size_t size);
@@ -192,6 +197,8 @@ private:
     bool filling_ = false;  // A socket read into in_ is in progress.
     // errno of the BIO's last failed recv or send.
     int last_errno_ = 0;
+    bool fatal_ = false;          // OpenSSL reported SSL_ERROR_SSL or SSL_ERROR_SYSCALL.
+    bool sent_close_notify_ = false;
 };
 
 }  // namespace edge::tls

@@ -277,6 +277,10 @@ bool TlsClient::wait_closed() {
     return false;
 }
 
+bool TlsClient::got_close_notify() const {
+    return (SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) != 0;
+}
+
 std::string TlsClient::peer_common_name() const {
     X509* cert = SSL_get1_peer_certificate(ssl_);
     if (!cert) {

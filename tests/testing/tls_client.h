@@ -48,6 +48,8 @@ public:
     Result<std::string> read_until(std::string_view needle);
     // True when the server closed the connection (read returns EOF or an error within timeout).
     bool wait_closed();
+    // The server ended the TLS session with close_notify (seen by a read that returned EOF).
+    bool got_close_notify() const;
     void close();
 
     std::string peer_common_name() const;

@@ -314,6 +314,8 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
         REQUIRE(r.ok());
         CHECK(r->status == 400);
         CHECK(r->headers["connection"] == "close");
+        CHECK((*c)->wait_closed());
+        CHECK((*c)->got_close_notify());  // A clean TLS close, not a cut connection.
     }
     {
         auto c = f.connect();
@@ -813,4 +815,20 @@ TEST_CASE("each answer is reported once: status, body bytes, completeness and th
     CHECK(a[3].status == 400);
     CHECK(a[3].complete);
     CHECK(a[3].body_bytes > 0);
+}
+
+TEST_CASE("a body read to the close (HTTP/1.0 stream) ends with close_notify, not a cut") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("GET /hold HTTP/1.0\r\nHost: a\r\n\r\n").ok());
+    std::shared_ptr<ResponseChannel> held = f.handler.wait_held();
+    REQUIRE(held != nullptr);
+    held->begin_stream(HttpResponse{200, "text/plain", {}, {}});
+    held->write("abc");
+    held->end_stream();
+    auto reply = (*c)->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->body == "abc");
+    CHECK((*c)->got_close_notify());
 }
