@@ -178,7 +178,7 @@ int run_main(int argc, char** argv) {
         Result<std::unique_ptr<engine::Generator>> engine = engine::create_engine(config->engine);
         if (!engine.ok()) {
             std::string message = engine.status().code() == StatusCode::kUnimplemented
-                                      ? "this build has no engine to serve the configured models"
+                                      ? "a configured model uses what this engine does not support"
                                       : "the engine failed to load the configured models";
             log::error("engine_failed",
                        {{"error", engine.status().to_string()}, {"detail", message}});

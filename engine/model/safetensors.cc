@@ -301,6 +301,25 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
                                    std::to_string(prev.end) + ")");
         }
     }
+    // The tensors tile the data section exactly, as the format requires: bytes that belong to
+    // no tensor are most likely a tensor named twice in the header (JSON keeps the last entry,
+    // so the first one's bytes are orphaned) or a corrupt offset.
+    int64_t covered = 0;
+    for (const TensorInfo& t : header.tensors) {
+        if (t.begin != covered) {
+            return data_loss_error(
+                file + ": data bytes " + std::to_string(covered) + ".." +
+                std::to_string(t.begin) + " belong to no tensor (before " + quote(t.name) +
+                "; a tensor named twice in the header, or a corrupt data_offsets?)");
+        }
+        covered = t.end;
+    }
+    if (static_cast<uint64_t>(covered) != data_size) {
+        return data_loss_error(file + ": data bytes " + std::to_string(covered) + ".." +
+                               std::to_string(data_size) +
+                               " after the last tensor belong to no tensor (a tensor named "
+                               "twice in the header, or bytes appended to the file?)");
+    }
     return header;
 }
 

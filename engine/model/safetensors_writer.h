@@ -1,8 +1,10 @@
 #pragma once
 
-// Writing safetensors files: make-model's checkpoints and the tests' corrupt variants. Tensors
-// are laid out in the order given, each aligned to 8 bytes, the header padded with spaces to a
-// multiple of 8 as the reference writer does.
+// Writing safetensors files: make-model's and quantize's checkpoints and the tests' corrupt
+// variants. The tensors tile the data section with no gap, as the format requires (Hugging
+// Face's reader refuses a hole or trailing bytes); the header is padded with spaces so the data
+// starts on a 64-byte boundary, and the tensors whose size is a multiple of 64 bytes come first,
+// in the order given, then the others: every matrix with line-multiple rows is line-aligned.
 //
 // Threading: free functions; no shared state.
 

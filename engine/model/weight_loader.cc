@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/log.h"
 #include "engine/backend.h"
 #include "engine/cpu/convert.h"
 #include "engine/model/model_config.h"
@@ -225,6 +226,24 @@ Result<Weight> WeightLoader::matrix_for(const Backend& backend, const std::strin
     return w;
 }
 
+void WeightLoader::kept_as_stored(const std::string& weight_name, std::string_view stored_as) {
+    const std::optional<quant::TensorClass> cls = quant::tensor_class_for_name(weight_name);
+    if (!cls || !is_quantized_format(policy_.format_for(*cls))) {
+        return;
+    }
+    const size_t c = static_cast<size_t>(*cls);
+    if (!policy_skipped_[c]) {
+        policy_skipped_[c] = true;
+        log::warn("quantization_policy_not_applied",
+                  {{"checkpoint", ckpt_.description()},
+                   {"class", quant::tensor_class_name(*cls)},
+                   {"policy_format", quant::policy_format_name(policy_.format_for(*cls))},
+                   {"stored_as", stored_as},
+                   {"detail", "the checkpoint stores this class quantized already; a policy "
+                              "quantizes float tensors only, so these stay as stored"}});
+    }
+}
+
 Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows, int64_t cols) {
     const std::string m = module_of(weight_name);
     const std::string where = ckpt_.description() + ": module '" + m + "'";
@@ -266,6 +285,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                           std::to_string(w.view().cols) + "], expected [" +
                                           std::to_string(rows) + ", " + std::to_string(cols) + "]");
         }
+        kept_as_stored(weight_name, "int4");
         return keep(std::move(w));
     }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(weight_name));
@@ -289,6 +309,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         if (!parsed.ok()) {
             return parsed.status().with_context(*t.file);
         }
+        kept_as_stored(weight_name, "fp8");
         return keep(std::move(parsed).value());
     }
     if (t.dtype() == DType::kI8) {
@@ -318,6 +339,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                               " has a negative or non-finite scale");
             }
         }
+        kept_as_stored(weight_name, "int8");
         return keep(
             quant::QuantizedWeight(WeightFormat::kInt8Row, rows, cols, t.data, std::move(scales)));
     }
@@ -348,6 +370,33 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
     w.cols = cols;
     w.data = t.data;
     return w;
+}
+
+Result<Weight> WeightLoader::float_matrix(const std::string& weight_name, int64_t rows,
+                                         int64_t cols) {
+    static const std::vector<DType> kFloat = {DType::kBF16, DType::kF16, DType::kF32};
+    if (ckpt_.has(weight_name)) {
+        EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(weight_name));
+        if (std::find(kFloat.begin(), kFloat.end(), t.dtype()) != kFloat.end()) {
+            EDGE_ASSIGN_OR_RETURN(t, ckpt_.tensor(weight_name, kFloat, {rows, cols}));
+            return Weight{float_format_of(t.dtype()), rows, cols, t.data, nullptr};
+        }
+    }
+    // Stored quantized: read as matrix() does (a float tensor was handled above, so no policy
+    // applies), row-major, then widened row by row.
+    const bool tiles = row_tiles_;
+    row_tiles_ = false;
+    Result<Weight> q = matrix(weight_name, rows, cols);
+    row_tiles_ = tiles;
+    if (!q.ok()) {
+        return q.status();
+    }
+    std::vector<float>& copy = float_copies_.emplace_back(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        embedding_row(*q, r, copy.data() + r * cols);
+    }
+    added_bytes_ += rows * cols * static_cast<int64_t>(sizeof(float));
+    return Weight{WeightFormat::kF32, rows, cols, copy.data(), nullptr};
 }
 
 int64_t WeightLoader::resident_bytes() const {

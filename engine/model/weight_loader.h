@@ -62,6 +62,11 @@ class WeightLoader {
     Result<Weight> matrix_for(const Backend& backend, const std::string& weight_name, int64_t rows,
                               int64_t cols);
 
+    // The matrix in float whatever the policy: a BF16/F16/F32 tensor viewed in place, a stored
+    // quantized one (FP8, INT8, INT4, as matrix() reads them) dequantized into an F32 copy owned
+    // here. For matrices read element by element (MLA's kv_b_proj), which real FP8 checkpoints
+    // (DeepSeek-V3, Kimi K2) store quantized like the rest.
+    Result<Weight> float_matrix(const std::string& weight_name, int64_t rows, int64_t cols);
     // From now on, INT8 and INT4 matrices are handed out in row tiles (WeightLayout::kRowTiles16,
     // engine/cpu/weight.h) when quant::row_tiles_by_default(format) (INT8, INT4-G32), this CPU has
     // a kernel for that layout and the shape allows it; the
@@ -81,14 +86,18 @@ class WeightLoader {
     WeightLoader(const Checkpoint& checkpoint, StoredQuantization stored, quant::QuantPolicy policy)
         : ckpt_(checkpoint), stored_(std::move(stored)), policy_(policy) {}
     Result<Weight> keep(quant::QuantizedWeight w);
+    // A matrix stored quantized whose class the policy would quantize: warned once per class.
+    void kept_as_stored(const std::string& weight_name, std::string_view stored_as);
 
     const Checkpoint& ckpt_;
     StoredQuantization stored_;
     quant::QuantPolicy policy_;
     std::deque<quant::QuantizedWeight> owned_;  // Stable addresses for the views handed out.
+    std::deque<std::vector<float>> float_copies_;  // float_matrix() of quantized tensors.
     int64_t replaced_bytes_ = 0;                // Full-precision bytes no longer read.
     int64_t added_bytes_ = 0;                   // Bytes of quantized copies made on load.
     bool row_tiles_ = false;                    // use_row_tiles().
+    bool policy_skipped_[quant::kTensorClassCount] = {};  // kept_as_stored() warned.
 };
 
 // True for the formats a kernel dequantizes (FP8, INT8, INT4).

@@ -183,6 +183,7 @@ Result<QuantPolicy> parse_quant_policy(std::string_view text) {
     QuantPolicy policy;
     bool assigned[kTensorClassCount] = {};
     bool saw_pair = false;
+    std::string_view preset_name;
     for (std::string_view raw : split(whole, ',')) {
         const std::string_view item = trim(raw);
         const std::string where = " in quantization policy '" + std::string(whole) + "'";
@@ -195,6 +196,14 @@ Result<QuantPolicy> parse_quant_policy(std::string_view text) {
                 return invalid_argument_error("preset '" + std::string(item) +
                                               "' must come before class=format pairs" + where);
             }
+            if (!preset_name.empty()) {
+                // Presets do not combine (the second would replace the first): one preset, then
+                // class=format pairs that change it.
+                return invalid_argument_error("preset '" + std::string(item) + "' after preset '" +
+                                              std::string(preset_name) + "'" + where +
+                                              ": give one preset, then class=format pairs");
+            }
+            preset_name = item;
             auto preset = quant_policy_preset(item);
             if (!preset.ok()) {
                 return invalid_argument_error("unknown preset '" + std::string(item) + "'" + where +
@@ -255,6 +264,11 @@ std::optional<TensorClass> tensor_class_for_name(std::string_view name) {
         const std::string_view p = parts[i];
         if (p == "self_attn" || p == "attention" || p == "attn") {
             // Projections only; q_norm, k_norm, q_a_layernorm, kv_a_layernorm are not matrices.
+            // MLA's kv_b_proj neither: the absorbed attention reads it element by element, so
+            // it stays in float (WeightLoader::float_matrix dequantizes a stored quantized one).
+            if (leaf == "kv_b_proj") {
+                return std::nullopt;
+            }
             if (ends_with(leaf, "_proj") || leaf == "kv_a_proj_with_mqa") {
                 return TensorClass::kAttention;
             }

@@ -64,7 +64,8 @@ Result<QuantPolicy> quant_policy_preset(std::string_view name);
 const char* policy_format_name(WeightFormat f);
 
 // The class of a weight tensor from its Hugging Face name, or nullopt for tensors that are never
-// quantized (norms, biases, the MoE router `mlp.gate`, score-correction biases) and for names this
+// quantized (norms, biases, the MoE router `mlp.gate`, score-correction biases, MLA's
+// `kv_b_proj`, which the attention reads in float) and for names this
 // does not recognise. Suffixes of quantized checkpoints (.weight, .weight_scale_inv,
 // .weight_packed, .weight_scale, .weight_shape) map to the class of their module.
 std::optional<TensorClass> tensor_class_for_name(std::string_view name);

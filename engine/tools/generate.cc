@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/tools/cli.h"
 #include "engine/tools/generate_args.h"
 
 namespace edge::engine {
@@ -57,6 +58,10 @@ private:
 int generate_main(int argc, char** argv) {
     // argv[0] is the program, argv[1] may be the "generate" subcommand itself.
     const int first = argc > 1 && std::string_view(argv[1]) == "generate" ? 2 : 1;
+    if (wants_help(argc, argv, first)) {
+        std::fputs(kGenerateUsage, stdout);
+        return 0;
+    }
     auto parsed = parse_generate_args(argc, argv, first);
     if (!parsed.ok()) {
         std::fprintf(stderr, "edgeserve generate: %s\n%s", parsed.status().message().c_str(),

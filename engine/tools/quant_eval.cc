@@ -10,14 +10,19 @@
 #include <stdexcept>
 #include <string_view>
 
+#include <boost/json.hpp>
+
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/policy.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tools/cli.h"
 #include "engine/tools/generate_args.h"
 
 namespace edge::engine {
+
+namespace json = boost::json;
 namespace {
 
 struct Run {
@@ -127,6 +132,8 @@ QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& 
     row.top1 = n ? static_cast<double>(agree) / static_cast<double>(n) : 1.0;
     row.perplexity = scored ? std::exp(nll / static_cast<double>(scored)) : 0.0;
     row.logit_rmse = n ? std::sqrt(sq / static_cast<double>(n * vocab)) : 0.0;
+    row.positions = static_cast<int64_t>(n);
+    row.scored = scored;
     return row;
 }
 
@@ -206,17 +213,40 @@ Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
     rows.back().label = "bf16";
     rows.back().policy = "none";
     const double base_ppl = rows.back().perplexity;
-    for (const auto& [label, policy] : runs) {
+    if (!std::isfinite(base_ppl)) {
+        return invalid_argument_error(
+            "quant-eval: " + o.model_dir +
+            ": the unquantized model gives NaN or Inf logits on this text (NaN or Inf in the "
+            "checkpoint's weights?); nothing to compare against");
+    }
+    for (size_t k = 0; k < runs.size(); ++k) {
+        const auto& [label, policy] = runs[k];
+        const bool asked = k < o.policies.size();  // Not one of the per-class runs.
         int64_t v = 0;
         auto r = run_model(o, policy, ids, &v);
         if (!r.ok()) {
             return Status(r.status().code(),
                           "quant-eval: policy '" + label + "': " + r.status().message());
         }
-        rows.push_back(compare(base, *r, ids, o.chunk, vocab));
-        rows.back().label = label;
-        rows.back().policy = policy;
-        rows.back().ppl_ratio = base_ppl > 0 ? rows.back().perplexity / base_ppl : 0.0;
+        QuantEvalRow row = compare(base, *r, ids, o.chunk, vocab);
+        if (row.weight_bytes == base.weight_bytes && r->logits == base.logits) {
+            // Nothing of this model was quantized: its classes are absent, or the checkpoint
+            // stores them quantized already (a policy applies to float tensors only).
+            if (asked) {
+                return invalid_argument_error(
+                    "quant-eval: policy '" + label + "' changes no tensor of " + o.model_dir +
+                    " (the classes it names are absent, or stored quantized already)");
+            }
+            continue;
+        }
+        if (!std::isfinite(row.perplexity) || !std::isfinite(row.logit_rmse)) {
+            return invalid_argument_error("quant-eval: policy '" + label +
+                                          "' gives NaN or Inf logits on this text");
+        }
+        row.label = label;
+        row.policy = policy;
+        row.ppl_ratio = base_ppl > 0 ? row.perplexity / base_ppl : 0.0;
+        rows.push_back(std::move(row));
     }
     return rows;
 }
@@ -235,24 +265,36 @@ std::string quant_eval_table(const std::vector<QuantEvalRow>& rows) {
                       r.p99_kl, r.top1, r.perplexity, r.ppl_ratio, r.logit_rmse, r.decode_tps);
         s += line;
     }
+    if (!rows.empty()) {
+        s += "(" + std::to_string(rows[0].positions) + " positions compared, " +
+             std::to_string(rows[0].scored) + " next tokens scored for the perplexity)\n";
+    }
     return s;
 }
 
 std::string quant_eval_json(const std::vector<QuantEvalRow>& rows) {
-    std::string s = "{\"rows\":[";
-    char buf[768];
-    for (size_t i = 0; i < rows.size(); ++i) {
-        const QuantEvalRow& r = rows[i];
-        std::snprintf(buf, sizeof buf,
-                      "%s{\"label\":\"%s\",\"policy\":\"%s\",\"weight_bytes\":%lld,"
-                      "\"mean_kl\":%.8g,\"p99_kl\":%.8g,\"top1\":%.6g,\"perplexity\":%.8g,"
-                      "\"ppl_ratio\":%.8g,\"logit_rmse\":%.8g,\"decode_tps\":%.6g}",
-                      i ? "," : "", r.label.c_str(), r.policy.c_str(),
-                      static_cast<long long>(r.weight_bytes), r.mean_kl, r.p99_kl, r.top1,
-                      r.perplexity, r.ppl_ratio, r.logit_rmse, r.decode_tps);
-        s += buf;
+    // Non-finite numbers have no JSON form: null.
+    auto number = [](double x) { return std::isfinite(x) ? json::value(x) : json::value(nullptr); };
+    json::array out;
+    for (const QuantEvalRow& r : rows) {
+        json::object o;
+        o["label"] = r.label;
+        o["policy"] = r.policy;
+        o["weight_bytes"] = r.weight_bytes;
+        o["mean_kl"] = number(r.mean_kl);
+        o["p99_kl"] = number(r.p99_kl);
+        o["top1"] = number(r.top1);
+        o["perplexity"] = number(r.perplexity);
+        o["ppl_ratio"] = number(r.ppl_ratio);
+        o["logit_rmse"] = number(r.logit_rmse);
+        o["decode_tps"] = number(r.decode_tps);
+        o["positions"] = r.positions;
+        o["scored_tokens"] = r.scored;
+        out.push_back(std::move(o));
     }
-    return s + "]}";
+    json::object root;
+    root["rows"] = std::move(out);
+    return json::serialize(root);
 }
 
 int quant_eval_main(int argc, char** argv) {
@@ -261,11 +303,20 @@ int quant_eval_main(int argc, char** argv) {
         "usage: edgeserve quant-eval --model DIR --policies P1,P2,... [--text FILE] "
         "[--tokens N] [--chunk N] [--threads N] [--no-per-class]\n";
     QuantEvalOptions o;
+    if (wants_help(argc, argv, i)) {
+        std::fputs(usage, stdout);
+        return 0;
+    }
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--no-per-class") {
             o.per_class = false;
             continue;
+        }
+        if (a != "--model" && a != "--policies" && a != "--text" && a != "--tokens" &&
+            a != "--chunk" && a != "--threads") {
+            std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
+            return 2;
         }
         if (i + 1 >= argc) {
             std::fprintf(stderr, "missing value for %s\n%s", argv[i], usage);

@@ -44,6 +44,8 @@ struct QuantEvalRow {
     double ppl_ratio = 1.0;    // perplexity / baseline perplexity.
     double logit_rmse = 0.0;   // RMS difference of raw logits against the baseline.
     double decode_tps = 0.0;   // Single-stream decode tokens per second.
+    int64_t positions = 0;     // Positions compared (KL, top-1, RMSE).
+    int64_t scored = 0;        // Next tokens scored for the perplexity.
 };
 
 // Runs the evaluation; rows[0] is the baseline.

@@ -4,6 +4,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include "engine/model/weight_loader.h"
 #include "engine/quant/policy.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/tools/cli.h"
 
 namespace edge::engine {
 namespace {
@@ -39,7 +41,6 @@ struct Buffers {
 
 Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy policy, quant::parse_quant_policy(options.policy));
-    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, options.model_dir));
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(options.model_dir));
     EDGE_ASSIGN_OR_RETURN(StoredQuantization stored, parse_stored_quantization(config));
     if (!stored.quant_method.empty()) {
@@ -48,11 +49,34 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     }
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                           Checkpoint::open_dir(options.model_dir));
+    // The format each linear layer's weight takes (kBF16: stays as stored).
+    auto format_of = [&](const std::string& name, const TensorView& t) {
+        const auto cls = quant::tensor_class_for_name(name);
+        const bool linear = cls.has_value() && name.ends_with(".weight") && t.shape().size() == 2;
+        return linear ? policy.format_for(*cls) : WeightFormat::kBF16;
+    };
+    // The formats this checkpoint ends up with (the policy's classes it has).
     std::set<WeightFormat> used;
-    for (WeightFormat f : policy.formats) {
-        if (is_quantized_format(f)) {
+    std::set<std::string> classes_present;
+    for (const std::string& name : ckpt->names()) {
+        EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt->tensor(name));
+        if (const auto cls = quant::tensor_class_for_name(name); cls && t.shape().size() == 2) {
+            classes_present.insert(std::string(quant::tensor_class_name(*cls)));
+        }
+        if (const WeightFormat f = format_of(name, t); is_quantized_format(f)) {
             used.insert(f);
         }
+    }
+    const bool quantizes = std::any_of(policy.formats.begin(), policy.formats.end(),
+                                       [](WeightFormat f) { return is_quantized_format(f); });
+    if (quantizes && used.empty()) {
+        std::string present;
+        for (const std::string& c : classes_present) {
+            present += (present.empty() ? "" : ", ") + c;
+        }
+        return invalid_argument_error("policy '" + options.policy + "' quantizes no tensor of " +
+                                      options.model_dir + " (its matrices are in the classes: " +
+                                      present + ")");
     }
     const bool fp8_only = used.size() == 1 && *used.begin() == WeightFormat::kFP8E4M3Block128;
 
@@ -63,11 +87,9 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     std::vector<std::string> ignore;
     for (const std::string& name : ckpt->names()) {
         EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt->tensor(name));
-        const auto cls = quant::tensor_class_for_name(name);
-        const bool linear = cls.has_value() && name.size() > 7 &&
-                            name.compare(name.size() - 7, 7, ".weight") == 0 &&
-                            t.shape().size() == 2;
-        const WeightFormat f = linear ? policy.format_for(*cls) : WeightFormat::kBF16;
+        const bool linear = quant::tensor_class_for_name(name).has_value() &&
+                            name.ends_with(".weight") && t.shape().size() == 2;
+        const WeightFormat f = format_of(name, t);
         if (!is_quantized_format(f)) {
             if (linear) {
                 ignore.push_back(name.substr(0, name.size() - 7));
@@ -223,6 +245,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     }
 
     std::error_code ec;
+    // The input checked out: only now is --out made (a failed run leaves no empty directory).
+    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, options.model_dir));
     EDGE_RETURN_IF_ERROR(write_safetensors(options.out_dir + "/model.safetensors", out));
     boost::system::error_code jec;
     json::value root = json::parse(config.text(), jec);
@@ -263,10 +287,18 @@ int quantize_main(int argc, char** argv) {
     int i = argc > 1 && std::string_view(argv[1]) == "quantize" ? 2 : 1;
     QuantizeOptions o;
     const char* usage = "usage: edgeserve quantize --model IN --policy P --out DIR\n";
+    if (wants_help(argc, argv, i)) {
+        std::fputs(usage, stdout);
+        return 0;
+    }
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
+        if (a != "--model" && a != "--policy" && a != "--out") {
+            std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
+            return 2;
+        }
         if (i + 1 >= argc) {
-            std::fprintf(stderr, "%s: missing value for %s\n", usage, argv[i]);
+            std::fprintf(stderr, "missing value for %s\n%s", argv[i], usage);
             return 2;
         }
         if (a == "--model") {

@@ -84,11 +84,13 @@ SigmoidMoeModel::SigmoidMoeModel(SigmoidMoeConfig config, std::unique_ptr<Checkp
 
 Result<Weight> SigmoidMoeModel::weight(const std::string& name, int64_t rows, int64_t cols) {
     // MLA's kv_b_proj is read element by element (stored_element, widened to f32 for the
-    // absorbed path), so it stays float; every other matrix goes through the WeightLoader
-    // (quantized checkpoints, quantization policy on load), as in Qwen3-MoE.
+    // absorbed path), so it stays float (dequantized on load when the checkpoint stores it in
+    // FP8, as DeepSeek-V3's does); every other matrix goes through the WeightLoader (quantized
+    // checkpoints, quantization policy on load), as in Qwen3-MoE.
     const bool float_only = name.ends_with("kv_b_proj.weight");
-    if (!float_only && weights_ != nullptr) {
-        return weights_->matrix_for(*backend_, name, rows, cols);
+    if (weights_ != nullptr) {
+        return float_only ? weights_->float_matrix(name, rows, cols)
+                          : weights_->matrix_for(*backend_, name, rows, cols);
     }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_->tensor(name, kFloatTypes, {rows, cols}));
     Weight w;

@@ -151,6 +151,36 @@ TEST_CASE("header offsets past the file / overlapping / misaligned / wrong span"
     CHECK(contains(s, "unsupported dtype"));
 }
 
+TEST_CASE("a tensor named twice, a hole or trailing bytes: the data must be tiled exactly") {
+    TempModel m;
+    auto [header, data] = split(read(m.path("model.safetensors")));
+    const std::string victim = "model.layers.1.self_attn.k_norm.weight";
+    const json::object& entry = header[victim].as_object();
+    const int64_t n = entry.at("data_offsets").as_array()[1].to_number<int64_t>() -
+                      entry.at("data_offsets").as_array()[0].to_number<int64_t>();
+    // The victim again at the end, over zeros: JSON keeps the second entry, and the first
+    // one's bytes belong to no tensor.
+    json::object dup = entry;
+    dup["data_offsets"] = {static_cast<int64_t>(data.size()),
+                           static_cast<int64_t>(data.size()) + n};
+    std::string text = json::serialize(header);
+    text.insert(text.size() - 1, ",\"" + victim + "\":" + json::serialize(dup));
+    REQUIRE(write_raw_safetensors(m.path("model.safetensors"), text,
+                                  data + std::string(static_cast<size_t>(n), '\0'))
+                .ok());
+    Status s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "belong to no tensor"));
+    CHECK(contains(s, "named twice"));
+    // Bytes appended after the last tensor.
+    REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(header),
+                                  data + "extra")
+                .ok());
+    s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "after the last tensor"));
+}
+
 TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
     TempModel m;
     auto [header, data] = split(read(m.path("model.safetensors")));
@@ -176,7 +206,9 @@ TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
         CHECK(contains(s, "dtype I32"));
     }
     {
+        // Its bytes stay, under another name (the tensors must cover the data section).
         json::object h = header;
+        h["filler"] = h["lm_head.weight"];
         h.erase("lm_head.weight");
         REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
         Status s = load_status(m);
@@ -403,6 +435,7 @@ TEST_CASE("sharded checkpoint through model.safetensors.index.json") {
     int64_t b = off[0].to_number<int64_t>(), e = off[1].to_number<int64_t>();
     std::string lm_bytes = data.substr(b, e - b);
     json::object first = header;
+    first["filler"] = first["lm_head.weight"];  // Its bytes stay in the first shard.
     first.erase("lm_head.weight");
     REQUIRE(write_raw_safetensors(m.path("model-00001-of-00002.safetensors"),
                                   json::serialize(first), data)

@@ -80,6 +80,8 @@ TEST_CASE("policy errors are clear") {
     CHECK(contains(parse_quant_policy("").status(), "empty quantization policy"));
     CHECK(contains(parse_quant_policy("attention=fp8,,lm_head=int8").status(), "empty item"));
     CHECK(contains(parse_quant_policy("attention=fp8,attention=int8").status(), "given twice"));
+    CHECK(contains(parse_quant_policy("experts-int4,all-fp8").status(),
+                   "preset 'all-fp8' after preset 'experts-int4'"));
     CHECK(contains(parse_quant_policy("attention=fp8,all-fp8").status(),
                    "must come before class=format pairs"));
     CHECK_FALSE(parse_quant_policy("attention=").ok());

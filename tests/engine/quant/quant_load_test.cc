@@ -3,6 +3,7 @@
 // (bounds from quant-eval), and bad quantized checkpoints (clear errors).
 
 #include <doctest/doctest.h>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -13,9 +14,12 @@
 #include <functional>
 #include <sstream>
 
+#include <boost/json.hpp>
+
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
+#include "engine/quant/quantized_weight.h"
 #include "engine/tools/quant_eval.h"
 #include "engine/tools/quantize.h"
 
@@ -294,7 +298,8 @@ TEST_CASE("GLM-4.5 and DeepSeek-V3 quantize on load and load quantized checkpoin
         int64_t bf16_bytes = 0;
         auto bf16 = logits_of(dir, "none", &bf16_bytes);
         REQUIRE_MESSAGE(bf16.ok(), bf16.status().to_string());
-        for (const std::string policy : {"experts-int4", "embeddings=int8"}) {
+        // all-fp8 and all-int8 take the attention too; DeepSeek-V3's kv_b_proj stays float.
+        for (const std::string policy : {"experts-int4", "embeddings=int8", "all-fp8", "all-int8"}) {
             CAPTURE(policy);
             int64_t bytes = 0;
             auto on_load = logits_of(dir, policy, &bytes);
@@ -316,6 +321,53 @@ TEST_CASE("GLM-4.5 and DeepSeek-V3 quantize on load and load quantized checkpoin
             CHECK(*written == *on_load);
         }
     }
+}
+
+TEST_CASE("DeepSeek-V3: kv_b_proj stored in FP8, as the real checkpoints have it, loads") {
+    const std::string dir = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-deepseek-v3";
+    TempDir tmp("kvb_fp8");
+    REQUIRE(quantize_checkpoint({dir, "all-fp8", tmp.path}).ok());
+    auto float_kvb = logits_of(tmp.path, "none");  // quantize leaves kv_b_proj in BF16.
+    REQUIRE_MESSAGE(float_kvb.ok(), float_kvb.status().to_string());
+    std::deque<std::string> bytes;  // The rewritten tensors' bytes (stable addresses).
+    int rewritten = 0;
+    rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+        const size_t n = ts.size();
+        for (size_t i = 0; i < n; ++i) {
+            if (!ts[i].name.ends_with("kv_b_proj.weight")) {
+                continue;
+            }
+            REQUIRE(ts[i].dtype == DType::kBF16);
+            const int64_t rows = ts[i].shape[0], cols = ts[i].shape[1];
+            auto q = quant::quantize(
+                quant::SourceMatrix::bf16(reinterpret_cast<const uint16_t*>(ts[i].bytes.data()),
+                                          rows, cols),
+                WeightFormat::kFP8E4M3Block128, ts[i].name);
+            REQUIRE(q.ok());
+            const std::string& data = bytes.emplace_back(
+                static_cast<const char*>(q->view().data),
+                static_cast<size_t>(quant::weight_data_bytes(WeightFormat::kFP8E4M3Block128, rows,
+                                                             cols)));
+            const std::string& scales = bytes.emplace_back(
+                reinterpret_cast<const char*>(q->scales().data()), q->scales().size() * 4);
+            ts[i].dtype = DType::kF8E4M3;
+            ts[i].bytes = data;
+            const std::string module = ts[i].name.substr(0, ts[i].name.size() - 7);
+            ts.push_back({module + ".weight_scale_inv",
+                          DType::kF32,
+                          {(rows + 127) / 128, (cols + 127) / 128},
+                          scales,
+                          {}});
+            ++rewritten;
+        }
+    });
+    REQUIRE(rewritten > 0);
+    auto fp8_kvb = logits_of(tmp.path, "none");
+    REQUIRE_MESSAGE(fp8_kvb.ok(), fp8_kvb.status().to_string());
+    // FP8's rounding of kv_b_proj moves the logits a little, and only a little.
+    const double err = rmse(*fp8_kvb, *float_kvb);
+    CHECK(err > 0);
+    CHECK(err < 0.5);
 }
 
 TEST_CASE("compressed-tensors weight_shape loads stored as I32 or as I64") {
@@ -496,6 +548,43 @@ TEST_CASE("quantize and quant-eval command lines") {
                                  "all-int8", "--chunk", "12abc"}) == 2);
     CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
                                  "all-int8", "--threads", "100000"}) == 2);
+    // Help is not an error; an unknown flag at the end is named as such.
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--help"}) == 0);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "-h"}) == 0);
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--bogus"}) == 2);
+}
+
+TEST_CASE("quant-eval: a policy that changes nothing is an error; the JSON line parses") {
+    QuantEvalOptions o;
+    o.model_dir = kMicro;
+    for (int i = 0; i < 64; ++i) {
+        o.token_ids.push_back(static_cast<TokenId>((i * 37 + 11) % 500));
+    }
+    o.chunk = 32;
+    o.decode_steps = 0;
+    o.per_class = false;
+    o.policies = {"dense_mlp=int8"};  // Qwen3-MoE has no dense MLP.
+    auto none = run_quant_eval(o);
+    REQUIRE_FALSE(none.ok());
+    CHECK(contains(none.status(), "policy 'dense_mlp=int8' changes no tensor"));
+    // A label with a character JSON must escape, and per-class rows only where they change
+    // something (dense_mlp and shared_expert are absent).
+    o.policies = {"experts-int4,\tattention=int8"};
+    o.per_class = true;
+    auto rows = run_quant_eval(o);
+    REQUIRE_MESSAGE(rows.ok(), rows.status().to_string());
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(quant_eval_json(*rows), ec);
+    REQUIRE_MESSAGE(!ec, quant_eval_json(*rows));
+    const boost::json::array& out = v.at("rows").as_array();
+    REQUIRE(out.size() == rows->size());
+    CHECK(out[1].at("label") == "experts-int4,\tattention=int8");
+    CHECK(out[1].at("positions") == 64);
+    CHECK(out[1].at("scored_tokens") == 62);  // Two chunks of 32: 31 next tokens each.
+    for (const QuantEvalRow& r : *rows) {
+        CHECK(r.label.find("dense_mlp") == std::string::npos);
+        CHECK(r.label.find("shared_expert") == std::string::npos);
+    }
 }
 
 TEST_CASE("quantize refuses to write over its input or beside another checkpoint's shards") {
@@ -531,6 +620,13 @@ TEST_CASE("quantize refuses to write over its input or beside another checkpoint
     REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path}).ok());
     CHECK_FALSE(fs::exists(out.path + "/model.safetensors.partial"));
     CHECK(logits_of(out.path, "none").ok());
+
+    // A policy that would quantize nothing here (Qwen3-MoE has no dense MLP) is an error, and a
+    // refused run makes no output directory.
+    const std::string never = out.path + "/never";
+    CHECK(contains(quantize_checkpoint({kMicro, "dense_mlp=int8", never}),
+                   "policy 'dense_mlp=int8' quantizes no tensor"));
+    CHECK_FALSE(fs::exists(never));
 }
 
 }  // namespace
