@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "daemon/cluster/cluster.h"
+#include "engine/model/loader.h"
 #include "engine/model/model_config.h"
-#include "engine/quant/policy.h"
 #include "engine/shard/communicator.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tiktoken.h"
@@ -55,14 +55,9 @@ Status check_ports(const Config& config, bool public_socket_inherited) {
 
 // What the engine reads first when it loads `model`, and the options it checks by name.
 Status check_model(const engine::ModelConfig& model) {
-    EDGE_RETURN_IF_ERROR(engine::ConfigJson::read(model.path).status());
-    if (!model.quantization.empty() && model.quantization != "none") {
-        Result<engine::quant::QuantPolicy> policy =
-            engine::quant::parse_quant_policy(model.quantization);
-        if (!policy.ok()) {
-            return policy.status().with_context("quantization");
-        }
-    }
+    // config.json and its architecture's fields, the safetensors headers, the stored
+    // quantization and the policy: what the load checks before reading a weight.
+    EDGE_RETURN_IF_ERROR(engine::check_model_files(model.path, model.quantization));
     // The tokenizer as engine/engine.cc picks it: tokenizer.json, else a tiktoken model.
     std::unique_ptr<engine::tokenizer::Tokenizer> tokenizer;
     if (std::filesystem::exists(model.path + "/tokenizer.json") ||

@@ -3,8 +3,9 @@
 // preflight_config() checks what a loaded Config names outside itself, without serving: every
 // certificate and key pair loads and matches (the public chains and the peer mTLS set, through
 // the same TlsContextStore::create the daemon uses), no two TCP listeners share a port, each
-// model directory has a readable config.json and tokenizer, its quantization policy parses and
-// its chat_template is known, the sharding communicator is compiled in, and the gossip
+// model directory passes engine::check_model_files (config.json and its architecture's fields,
+// the safetensors headers, the stored quantization and the policy: what the load checks before
+// reading a weight), its tokenizer loads and its chat_template is known, the sharding communicator is compiled in, and the gossip
 // settings and keyring load. `edgeserve check-config` runs it after load_config(), and `run`
 // runs it before loading the models, so the two cannot disagree and a certificate typo fails
 // the start at once. Errors name the config file and the key. Pure apart from reading files;

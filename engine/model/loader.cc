@@ -6,6 +6,8 @@
 #include "engine/model/archs/glm4_moe.h"
 #include "engine/model/archs/qwen3_moe.h"
 #include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/weight_loader.h"
 
 namespace edge::engine {
 namespace {
@@ -15,6 +17,7 @@ using ArchLoader = Result<std::unique_ptr<CausalLM>> (*)(const std::string&, con
 struct Arch {
     const char* name;
     ArchLoader load;
+    Status (*check_config)(const ConfigJson&);
 };
 
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3_auto(const std::string& dir,
@@ -25,25 +28,40 @@ Result<std::unique_ptr<CausalLM>> load_deepseek_v3_auto(const std::string& dir,
 
 // The architectures this build knows (Kimi K2 checkpoints name DeepseekV3ForCausalLM).
 constexpr Arch kArchitectures[] = {
-    {kQwen3MoeArchitecture, &load_qwen3_moe},
-    {kGlm4MoeArchitecture, &load_glm4_moe},
-    {kDeepseekV3Architecture, &load_deepseek_v3_auto},
+    {kQwen3MoeArchitecture, &load_qwen3_moe, &check_qwen3_moe_config},
+    {kGlm4MoeArchitecture, &load_glm4_moe, &check_glm4_moe_config},
+    {kDeepseekV3Architecture, &load_deepseek_v3_auto, &check_deepseek_v3_config},
 };
 
-}  // namespace
-
-Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options) {
-    EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
+// The architecture `config` names, or kUnimplemented listing those this build knows.
+Result<const Arch*> find_arch(const ConfigJson& config) {
     std::string known;
     for (const Arch& a : kArchitectures) {
         if (config.architecture() == a.name) {
-            return a.load(dir, config, options);
+            return &a;
         }
         known += (known.empty() ? "" : ", ") + std::string(a.name);
     }
     return unimplemented_error(config.path() + ": field 'architectures': '" +
                                config.architecture() + "' is not supported (supported: " + known +
                                ")");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadOptions& options) {
+    EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
+    EDGE_ASSIGN_OR_RETURN(const Arch* arch, find_arch(config));
+    return arch->load(dir, config, options);
+}
+
+Status check_model_files(const std::string& dir, const std::string& policy) {
+    EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
+    EDGE_ASSIGN_OR_RETURN(const Arch* arch, find_arch(config));
+    EDGE_RETURN_IF_ERROR(arch->check_config(config));
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::open_dir(dir));
+    // The stored quantization_config and the policy, as the WeightLoader checks them.
+    return WeightLoader::create(*checkpoint, config, policy).status();
 }
 
 }  // namespace edge::engine

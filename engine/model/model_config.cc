@@ -208,10 +208,10 @@ std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoin
     };
     feed(config.text());
     for (const std::string& name : checkpoint.names()) {
-        auto t = checkpoint.tensor(name);
+        const TensorInfo* t = checkpoint.info(name);
         feed(name);
-        feed(dtype_name(t->dtype()));
-        feed(shape_string(t->shape()));
+        feed(dtype_name(t->dtype));
+        feed(shape_string(t->shape));
     }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;

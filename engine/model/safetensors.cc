@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "common/log.h"
+
 namespace edge::engine {
 namespace {
 
@@ -441,10 +443,56 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir)
 
 bool Checkpoint::has(std::string_view name) const { return entries_.find(name) != entries_.end(); }
 
+const TensorInfo* Checkpoint::info(std::string_view name) const {
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : it->second.info;
+}
+
+std::vector<std::string> Checkpoint::unread_names() const {
+    std::lock_guard lock(read_mu_);
+    std::vector<std::string> out;
+    for (const auto& [name, entry] : entries_) {
+        if (!read_.contains(name)) {
+            out.push_back(name);
+        }
+    }
+    return out;
+}
+
+void warn_unread_tensors(const Checkpoint& checkpoint) {
+    const std::vector<std::string> unread = checkpoint.unread_names();
+    if (unread.empty()) {
+        return;
+    }
+    int64_t bytes = 0;
+    std::string first;
+    for (size_t i = 0; i < unread.size(); ++i) {
+        if (const TensorInfo* t = checkpoint.info(unread[i])) {
+            bytes += t->end - t->begin;
+        }
+        if (i < 4) {
+            first += (first.empty() ? "" : ", ") + unread[i];
+        }
+    }
+    log::warn("checkpoint_tensors_unused",
+              {{"checkpoint", checkpoint.description()},
+               {"count", static_cast<uint64_t>(unread.size())},
+               {"bytes", bytes},
+               {"first", first},
+               {"detail", "the model does not read them: config.json may not describe this "
+                          "checkpoint (num_hidden_layers, num_experts, ...), or they belong to a "
+                          "part the engine does not run (DeepSeek-V3's multi-token prediction "
+                          "layer)"}});
+}
+
 Result<TensorView> Checkpoint::tensor(std::string_view name) const {
     auto it = entries_.find(name);
     if (it == entries_.end()) {
         return not_found_error(description_ + ": tensor '" + std::string(name) + "' is missing");
+    }
+    {
+        std::lock_guard lock(read_mu_);
+        read_.insert(it->first);
     }
     const MappedFile& f = *files_[it->second.file];
     const SafetensorsHeader& h = *headers_[it->second.file];

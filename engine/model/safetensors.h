@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,9 +110,14 @@ public:
     Result<TensorView> tensor(std::string_view name, const std::vector<DType>& allowed,
                               const std::vector<int64_t>& shape) const;
     bool has(std::string_view name) const;
+    // The header entry of `name` (dtype, shape, bytes), or nullptr; unlike tensor() it does not
+    // count as reading the tensor (unread_names()).
+    const TensorInfo* info(std::string_view name) const;
 
     // Tensor names in sorted order.
     std::vector<std::string> names() const;
+    // The names no tensor() call has asked for yet, in name order.
+    std::vector<std::string> unread_names() const;
     // Sum of all tensors' bytes.
     int64_t total_bytes() const;
     // Description for messages ("dir/model.safetensors" or the index path).
@@ -124,10 +131,17 @@ private:
     Status add_file(const std::string& path);
 
     std::string description_;
+    mutable std::mutex read_mu_;
+    mutable std::set<std::string_view> read_;  // Names tensor() handed out (entries_' keys).
     std::vector<std::unique_ptr<MappedFile>> files_;
     std::vector<std::unique_ptr<SafetensorsHeader>> headers_;
     std::map<std::string, Entry, std::less<>> entries_;
 };
+
+// Logs `checkpoint_tensors_unused` (count, bytes, the first names) when the model read only some
+// of `checkpoint`'s tensors: config.json may not describe the checkpoint (num_hidden_layers,
+// num_experts), or they belong to a part the engine does not run. Call once loading is done.
+void warn_unread_tensors(const Checkpoint& checkpoint);
 
 // Human-readable "[a, b, c]".
 std::string shape_string(const std::vector<int64_t>& shape);

@@ -176,6 +176,25 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
                                    "models:\n  - {name: m, path: " + dir.path() + "}\n"));
     CHECK_MESSAGE(e.find(c + ": models[0] (\"m\", " + dir.path() + "): ") == 0, e);
     CHECK(e.find("config.json") != std::string::npos);
+    // A model whose files run would refuse: a truncated safetensors file, a config field the
+    // architecture does not support. Found from the headers, without reading a weight.
+    const std::string model = dir.path() + "/model";
+    std::filesystem::copy(std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe", model);
+    const std::string models = "models:\n  - {name: m, path: " + model + "}\n";
+    CHECK(check(testing::config_yaml(cert.cert_path, cert.key_path, models)).empty());
+    std::filesystem::resize_file(model + "/model.safetensors",
+                                 std::filesystem::file_size(model + "/model.safetensors") - 100);
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path, models));
+    CHECK_MESSAGE(e.find("model.safetensors") != std::string::npos, e);
+    CHECK_MESSAGE(e.find("truncated?") != std::string::npos, e);
+    std::filesystem::copy_file(
+        std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe/model.safetensors",
+        model + "/model.safetensors", std::filesystem::copy_options::overwrite_existing);
+    std::string json = read_file(model + "/config.json");
+    json.replace(json.find("\"silu\""), 6, "\"gelu\"");
+    std::ofstream(model + "/config.json", std::ios::trunc) << json;
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path, models));
+    CHECK_MESSAGE(e.find("hidden_act") != std::string::npos, e);
 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "engine:\n  sharding:\n    communicator: carrier-pigeon\n"));

@@ -38,5 +38,7 @@ enum class MlaPath {
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const ConfigJson& config,
                                                    const LoadOptions& options,
                                                    MlaPath path = MlaPath::kAuto);
+// What load_deepseek_v3 checks before it reads a weight: the config's fields.
+Status check_deepseek_v3_config(const ConfigJson& config);
 
 }  // namespace edge::engine

@@ -188,6 +188,11 @@ void Glm4Moe::attention(int32_t li, int64_t n) {
 
 }  // namespace
 
+Status check_glm4_moe_config(const ConfigJson& json) {
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    return Glm4AttentionConfig::from_json(json, c).status();
+}
+
 Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const ConfigJson& json,
                                                 const LoadOptions& options) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));

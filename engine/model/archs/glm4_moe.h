@@ -22,5 +22,7 @@ inline constexpr const char* kGlm4MoeArchitecture = "Glm4MoeForCausalLM";
 
 Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const ConfigJson& config,
                                                 const LoadOptions& options);
+// What load_glm4_moe checks before it reads a weight: the config's fields.
+Status check_glm4_moe_config(const ConfigJson& config);
 
 }  // namespace edge::engine

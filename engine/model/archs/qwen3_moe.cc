@@ -168,6 +168,9 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     shape.kv_bytes_per_token = c_.num_hidden_layers * 2 * c_.num_key_value_heads * hd * 4;
     shape.version = version_digest(json, *ckpt_);
     shape.weight_bytes = weights_->resident_bytes();
+    if (options.sharding.ranks <= 1) {  // A rank of a sharded model reads its experts only.
+        warn_unread_tensors(*ckpt_);
+    }
     return finish_load(dir, options, shape, &spec_);
 }
 
@@ -300,6 +303,10 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
 }
 
 }  // namespace
+
+Status check_qwen3_moe_config(const ConfigJson& json) {
+    return Qwen3MoeConfig::from_json(json).status();
+}
 
 Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const ConfigJson& json,
                                                  const LoadOptions& options) {

@@ -54,5 +54,7 @@ struct Qwen3MoeConfig {
 
 Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const ConfigJson& config,
                                                  const LoadOptions& options);
+// What load_qwen3_moe checks before it reads a weight: the config's fields.
+Status check_qwen3_moe_config(const ConfigJson& config);
 
 }  // namespace edge::engine

@@ -8,9 +8,12 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <unistd.h>
 
+#include "common/log.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -179,6 +182,24 @@ TEST_CASE("a tensor named twice, a hole or trailing bytes: the data must be tile
     s = load_status(m);
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(contains(s, "after the last tensor"));
+}
+
+TEST_CASE("tensors the model does not read are named in a warning (a config with a layer less)") {
+    TempModel m;
+    std::string config = read(m.path("config.json"));
+    config.replace(config.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 1");
+    write(m.path("config.json"), config);
+    std::vector<std::string> warned;
+    log::set_sink([&](std::string_view line) {
+        if (line.find("checkpoint_tensors_unused") != std::string_view::npos) {
+            warned.emplace_back(line);
+        }
+    });
+    const Status s = load_status(m);
+    log::set_sink(nullptr);
+    CHECK(s.ok());  // It loads (as a one-layer model), and says what it left out.
+    REQUIRE(warned.size() == 1);
+    CHECK(warned[0].find("model.layers.1.") != std::string::npos);
 }
 
 TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
