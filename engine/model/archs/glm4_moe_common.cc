@@ -122,7 +122,9 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     EDGE_ASSIGN_OR_RETURN(weights_, WeightLoader::create(*ckpt_, json, options.quantization));
     weights_->use_row_tiles(options.row_tiles && backend_->supports_row_tiles());
     EDGE_ASSIGN_OR_RETURN(embed_, weight("model.embed_tokens.weight", c_.vocab_size, H));
-    if (c_.tie_word_embeddings && !ckpt_->has("lm_head.weight")) {
+    // Tied as Hugging Face ties them: the embeddings, even when the checkpoint also holds an
+    // lm_head.weight (then logged as unread).
+    if (c_.tie_word_embeddings) {
         lm_head_ = embed_;
     } else {
         EDGE_ASSIGN_OR_RETURN(lm_head_, weight("lm_head.weight", c_.vocab_size, H));

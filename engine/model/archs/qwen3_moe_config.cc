@@ -45,9 +45,13 @@ Result<Qwen3MoeConfig> Qwen3MoeConfig::from_json(const ConfigJson& j) {
     EDGE_ASSIGN_OR_RETURN(c.mlp_only_layers, j.get_int_list("mlp_only_layers"));
     EDGE_ASSIGN_OR_RETURN(c.rope_theta, j.get_double("rope_theta", 10000.0));
     EDGE_ASSIGN_OR_RETURN(c.rms_norm_eps, j.get_double("rms_norm_eps", 1e-6));
-    if (!(c.rope_theta > 1.0) || !(c.rms_norm_eps > 0.0 && c.rms_norm_eps < 1.0)) {
-        return invalid_argument_error(j.path() +
-                                      ": field 'rope_theta' or 'rms_norm_eps' is out of range");
+    if (!(c.rope_theta > 1.0)) {
+        return invalid_argument_error(j.path() + ": field 'rope_theta' is " +
+                                      std::to_string(c.rope_theta) + ", expected more than 1");
+    }
+    if (!(c.rms_norm_eps > 0.0 && c.rms_norm_eps < 1.0)) {
+        return invalid_argument_error(j.path() + ": field 'rms_norm_eps' is " +
+                                      std::to_string(c.rms_norm_eps) + ", expected in (0, 1)");
     }
     EDGE_ASSIGN_OR_RETURN(c.norm_topk_prob, j.get_bool("norm_topk_prob", false));
     EDGE_ASSIGN_OR_RETURN(c.tie_word_embeddings, j.get_bool("tie_word_embeddings", false));
