@@ -84,7 +84,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
     const std::string partial = path + ".partial";
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) {
-        return internal_error(partial + ": cannot create");
+        return internal_error(partial + ": cannot create: " + std::strerror(errno));
     }
     uint64_t len = text.size();
     char le[8];

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -41,6 +42,8 @@ struct Buffers {
 
 Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy policy, quant::parse_quant_policy(options.policy));
+    // What the loader would refuse (config fields, headers) is refused here, not written out.
+    EDGE_RETURN_IF_ERROR(check_model_files(options.model_dir, ""));
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(options.model_dir));
     EDGE_ASSIGN_OR_RETURN(StoredQuantization stored, parse_stored_quantization(config));
     if (!stored.quant_method.empty()) {
