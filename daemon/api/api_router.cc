@@ -229,6 +229,19 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         endpoint = path == "/v1/completions" ? Endpoint::kCompletions
                                              : Endpoint::kChatCompletions;
+        // A compressed body would otherwise read as malformed JSON (RFC 9110 section 15.5.16).
+        if (std::string_view coding = request.header("content-encoding");
+            !coding.empty() && !boost::algorithm::iequals(coding, "identity")) {
+            ApiError e;
+            e.status = 415;
+            e.code = "unsupported_content_encoding";
+            e.message = "Content-Encoding '" + logprob_token_text(coding) +
+                        "' is not supported: send the JSON body uncompressed.";
+            tls::HttpResponse r = e.to_response();
+            r.headers.push_back({"Accept-Encoding", "identity"});
+            channel->respond(std::move(r));
+            return;
+        }
     } else {
         ApiError e;
         e.status = 404;

@@ -60,6 +60,11 @@ TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
     CHECK(wrong.status == 405);
     CHECK(wrong.headers["allow"] == "GET");
     CHECK(f.call("GET", "/v1/chat/completions").status == 405);
+    // A compressed body: 415 naming the coding, not a JSON parse error.
+    auto gz = f.call("POST", "/v1/chat/completions", "\x1f\x8b\x08", "Content-Encoding: gzip\r\n");
+    CHECK(gz.status == 415);
+    CHECK(json_of(gz.body)["error"].as_object().at("code") == "unsupported_content_encoding");
+    CHECK(gz.headers["accept-encoding"] == "identity");
 }
 
 TEST_CASE("error messages quote bytes of the request target that are not UTF-8 as \\xNN") {
