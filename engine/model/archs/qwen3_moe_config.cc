@@ -65,7 +65,9 @@ Result<Qwen3MoeConfig> Qwen3MoeConfig::from_json(const ConfigJson& j) {
     }
     EDGE_RETURN_IF_ERROR(require_string_if_set(j, "hidden_act", "silu"));
     EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, get_token_ids(j, "eos_token_id", c.vocab_size));
-    EDGE_ASSIGN_OR_RETURN(c.bos_token_id, j.get_int("bos_token_id", -1));
+    if (!j.is_null("bos_token_id")) {  // Absent or null: no BOS.
+        EDGE_ASSIGN_OR_RETURN(c.bos_token_id, get_int_in(j, "bos_token_id", 0, c.vocab_size - 1));
+    }
     return c;
 }
 
