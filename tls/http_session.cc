@@ -654,6 +654,11 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
         co_return false;
     }
+    if (head.version() == 11 && head.count(http::field::host) != 1) {
+        // RFC 9112 section 3.2: an HTTP/1.1 request has exactly one Host.
+        co_await reject(400, "an HTTP/1.1 request needs exactly one Host header", 11);
+        co_return false;
+    }
     if (head.method() == http::verb::unknown) {
         // A method Beast does not know at all (GET, POST, PUT, PROPFIND, ... it does: those get
         // the handler's 404 or 405).

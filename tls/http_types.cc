@@ -30,8 +30,19 @@ std::string_view HttpRequest::header(std::string_view name) const {
 
 std::string_view HttpRequest::path() const {
     std::string_view t = target;
-    size_t q = t.find('?');
-    return q == std::string_view::npos ? t : t.substr(0, q);
+    // The absolute form ("http://host/v1/models", RFC 9112 section 3.2.2), which a server must
+    // accept: the path after the authority.
+    const size_t scheme = t.find("://");
+    if (scheme != std::string_view::npos && t.front() != '/') {
+        const std::string_view name = t.substr(0, scheme);
+        if (iequals(name, "http") || iequals(name, "https")) {
+            const size_t slash = t.find_first_of("/?", scheme + 3);
+            t = slash == std::string_view::npos ? std::string_view() : t.substr(slash);
+        }
+    }
+    const size_t q = t.find('?');
+    t = q == std::string_view::npos ? t : t.substr(0, q);
+    return t.empty() ? std::string_view("/") : t;
 }
 
 std::string_view reason_phrase(int status) {

@@ -53,6 +53,8 @@ TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
     REQUIRE(m["data"].as_array().size() == 2);
     CHECK(m["data"].as_array()[0].as_object().at("id") == "test-model");
 
+    // The absolute form is the same request (RFC 9112 section 3.2.2).
+    CHECK(f.call("GET", "https://localhost/v1/models").status == 200);
     auto missing = f.call("GET", "/v1/nothing");
     CHECK(missing.status == 404);
     CHECK(json_of(missing.body)["error"].as_object().contains("message"));

@@ -327,12 +327,15 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
         REQUIRE(r.ok());
         CHECK(r->status == 431);
     }
-    // A request line longer than the limit, an unknown method, a version other than 1.0 and 1.1.
+    // A request line longer than the limit, an unknown method, a version other than 1.0 and 1.1,
+    // an HTTP/1.1 request without one Host.
     for (const auto& [request, status] : std::vector<std::pair<std::string, int>>{
              {"GET /" + std::string(3000, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 414},
              {"BREW /x HTTP/1.1\r\nHost: x\r\n\r\n", 501},
              {"GET /x HTTP/2.0\r\nHost: x\r\n\r\n", 505},
-             {"GET /x HTTP/1.2\r\nHost: x\r\n\r\n", 505}}) {
+             {"GET /x HTTP/1.2\r\nHost: x\r\n\r\n", 505},
+             {"GET /x HTTP/1.1\r\n\r\n", 400},
+             {"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400}}) {
         auto c = f.connect();
         REQUIRE(c.ok());
         REQUIRE((*c)->send(request).ok());
@@ -831,4 +834,18 @@ TEST_CASE("a body read to the close (HTTP/1.0 stream) ends with close_notify, no
     REQUIRE(reply.ok());
     CHECK(reply->body == "abc");
     CHECK((*c)->got_close_notify());
+}
+
+TEST_CASE("the request path: origin form, absolute form, query dropped") {
+    auto path = [](std::string target) {
+        HttpRequest r;
+        r.target = std::move(target);
+        return std::string(r.path());
+    };
+    CHECK(path("/v1/models?limit=2") == "/v1/models");
+    CHECK(path("https://edge.example:8443/v1/models?x") == "/v1/models");
+    CHECK(path("HTTP://edge.example/v1/chat/completions") == "/v1/chat/completions");
+    CHECK(path("http://edge.example") == "/");
+    CHECK(path("http://edge.example?x=1") == "/");
+    CHECK(path("/a://b") == "/a://b");  // Origin form that holds "://".
 }
