@@ -31,6 +31,8 @@ Status write_raw_safetensors(const std::string& path, std::string_view header,
     return ok_status();
 }
 
+namespace {
+
 // Tensor data starts on a cache-line boundary (the header padded with spaces, as the format
 // allows; the tensors whose size is a multiple of 64 first, so no padding between tensors is
 // needed, which the format forbids), so every row of a mapped matrix whose row bytes are a
@@ -39,6 +41,24 @@ Status write_raw_safetensors(const std::string& path, std::string_view header,
 // 32 sequences: 312-327 against 353-355 tokens/s).
 constexpr uint64_t kDataAlign = 64;
 
+// Closes `out` (written to `partial`) and renames it over `path`; on failure removes it, so
+// `path` stays as it was.
+Status replace_with_partial(std::ofstream& out, const std::string& partial,
+                            const std::string& path) {
+    out.close();
+    std::error_code ec;
+    if (!out) {
+        std::filesystem::remove(partial, ec);
+        return internal_error(partial + ": write failed");
+    }
+    std::filesystem::rename(partial, path, ec);
+    if (ec) {
+        std::filesystem::remove(partial, ec);
+        return internal_error(path + ": cannot replace with " + partial + ": " + ec.message());
+    }
+    return ok_status();
+}
+
 uint64_t tensor_bytes(const TensorToWrite& t) {
     int64_t numel = 1;
     for (int64_t d : t.shape) {
@@ -46,6 +66,8 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
     }
     return static_cast<uint64_t>(numel * dtype_size(t.dtype));
 }
+
+}  // namespace
 
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& given) {
     // Line-multiple tensors first (each then starts on a line), in the given order, then the rest.
@@ -105,18 +127,7 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
             out.write(t.bytes.data(), static_cast<std::streamsize>(nbytes));
         }
     }
-    out.close();
-    std::error_code ec;
-    if (!out) {
-        std::filesystem::remove(partial, ec);
-        return internal_error(partial + ": write failed");
-    }
-    std::filesystem::rename(partial, path, ec);
-    if (ec) {
-        std::filesystem::remove(partial, ec);
-        return internal_error(path + ": cannot replace with " + partial + ": " + ec.message());
-    }
-    return ok_status();
+    return replace_with_partial(out, partial, path);
 }
 
 Status write_text_file(const std::string& path, std::string_view text) {
@@ -127,18 +138,7 @@ Status write_text_file(const std::string& path, std::string_view text) {
         return internal_error(partial + ": cannot create: " + std::strerror(errno));
     }
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    std::error_code ec;
-    if (!out) {
-        std::filesystem::remove(partial, ec);
-        return internal_error(partial + ": write failed");
-    }
-    std::filesystem::rename(partial, path, ec);
-    if (ec) {
-        std::filesystem::remove(partial, ec);
-        return internal_error(path + ": cannot replace with " + partial + ": " + ec.message());
-    }
-    return ok_status();
+    return replace_with_partial(out, partial, path);
 }
 
 Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir) {
