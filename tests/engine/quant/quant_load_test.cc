@@ -554,7 +554,7 @@ TEST_CASE("quantize and quant-eval command lines") {
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--bogus"}) == 2);
 }
 
-TEST_CASE("quant-eval: a policy that changes nothing is an error; the JSON line parses") {
+TEST_CASE("quant-eval: a policy that changes nothing is an error, the JSON line parses") {
     QuantEvalOptions o;
     o.model_dir = kMicro;
     for (int i = 0; i < 64; ++i) {
