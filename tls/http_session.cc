@@ -768,6 +768,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             // them and hold the stream, so it is started only on an empty buffer.
             if (!watcher_running_ && buffer_.size() == 0) {
                 start_watcher();
+                // The watcher may have finished at once (a client already gone, its EOF already
+                // read), and its wake-up then found no wait to cancel: look again before waiting.
+                continue;
             }
             co_await wait_signal(std::chrono::hours(24 * 365));
             continue;
