@@ -270,7 +270,6 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
     SafetensorsHeader header;
     header.data_offset = static_cast<int64_t>(8 + header_len);
     const uint64_t data_size = file_size - 8 - header_len;
-    std::set<std::string_view> seen;
     for (const auto& kv : root.get_object()) {
         std::string name(kv.key());
         if (name == "__metadata__") {
@@ -289,25 +288,19 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
               [](const TensorInfo& a, const TensorInfo& b) {
                   return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
               });
-    for (size_t i = 1; i < header.tensors.size(); ++i) {
-        const TensorInfo& prev = header.tensors[i - 1];
-        const TensorInfo& cur = header.tensors[i];
-        if (cur.name == prev.name) {
-            return data_loss_error(file + ": tensor " + quote(cur.name) + " appears twice");
-        }
-        if (cur.begin < prev.end) {
-            return data_loss_error(file + ": tensor " + quote(cur.name) + " (bytes " +
-                                   std::to_string(cur.begin) + ".." + std::to_string(cur.end) +
-                                   ") overlaps tensor " + quote(prev.name) + " (bytes " +
-                                   std::to_string(prev.begin) + ".." +
-                                   std::to_string(prev.end) + ")");
-        }
-    }
-    // The tensors tile the data section exactly, as the format requires: bytes that belong to
+    // The tensors tile the data section exactly, as the format requires. Bytes that belong to
     // no tensor are most likely a tensor named twice in the header (JSON keeps the last entry,
     // so the first one's bytes are orphaned) or a corrupt offset.
     int64_t covered = 0;
+    const TensorInfo* prev = nullptr;
     for (const TensorInfo& t : header.tensors) {
+        if (prev != nullptr && t.begin < prev->end) {
+            return data_loss_error(file + ": tensor " + quote(t.name) + " (bytes " +
+                                   std::to_string(t.begin) + ".." + std::to_string(t.end) +
+                                   ") overlaps tensor " + quote(prev->name) + " (bytes " +
+                                   std::to_string(prev->begin) + ".." +
+                                   std::to_string(prev->end) + ")");
+        }
         if (t.begin != covered) {
             return data_loss_error(
                 file + ": data bytes " + std::to_string(covered) + ".." +
@@ -315,6 +308,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
                 "; a tensor named twice in the header, or a corrupt data_offsets?)");
         }
         covered = t.end;
+        prev = &t;
     }
     if (static_cast<uint64_t>(covered) != data_size) {
         return data_loss_error(file + ": data bytes " + std::to_string(covered) + ".." +
