@@ -172,6 +172,7 @@ class BenchCheckpoint {
         mo.arch = arch;
         mo.out_dir = dir_;
         mo.seed = 1;
+        mo.overwrite = true;  // `fill`: a dir without config.json may hold a partial write.
         std::fprintf(stderr, "writing the %s preset of %s to %s\n", preset.c_str(), arch.c_str(),
                      dir_.c_str());
         if (Status st = engine::write_random_checkpoint(mo); !st.ok()) {

@@ -30,9 +30,10 @@ constexpr Command kCommands[] = {
      "daemon"},
     {"make-model", edge::engine::make_model_main,
      "make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench --out DIR "
-     "[--seed N]   write a random MoE checkpoint"},
+     "[--seed N] [--force]   write a random MoE checkpoint"},
     {"quantize", edge::engine::quantize_main,
-     "quantize --model IN --policy P --out DIR   write a quantized checkpoint (FP8/INT8/INT4)"},
+     "quantize --model IN --policy P --out DIR [--force]   write a quantized checkpoint "
+     "(FP8/INT8/INT4)"},
     {"quant-eval", edge::engine::quant_eval_main,
      "quant-eval --model DIR --policies P1,P2 [--text FILE] [--tokens N]   quality table"},
     {"members", edge::daemon::cluster::members_main,

@@ -141,7 +141,8 @@ Status write_text_file(const std::string& path, std::string_view text) {
     return replace_with_partial(out, partial, path);
 }
 
-Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir) {
+Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir,
+                              bool overwrite) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!input_dir.empty() && fs::equivalent(out_dir, input_dir, ec)) {
@@ -163,6 +164,11 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
             return invalid_argument_error(
                 out_dir + ": holds " + name + ", which the loader would read instead of the " +
                 "new model.safetensors; remove the old checkpoint or choose another directory");
+        }
+        if (!overwrite && (name == "model.safetensors" || name == "config.json")) {
+            return invalid_argument_error(out_dir + ": already holds a checkpoint (" + name +
+                                          "); pass --force to replace it, or choose another " +
+                                          "directory");
         }
     }
     if (ec) {

@@ -39,9 +39,11 @@ Status write_text_file(const std::string& path, std::string_view text);
 
 // Creates `out_dir` for a checkpoint about to be written as config.json + model.safetensors
 // (make-model, quantize). Refused with kInvalidArgument: `out_dir` is `input_dir` (the checkpoint
-// being read), or it holds an index or shards other than model.safetensors, which the loader
-// would read instead of the new file.
-Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir = {});
+// being read); it holds an index or shards other than model.safetensors, which the loader would
+// read instead of the new file; or, unless `overwrite`, it already holds a checkpoint
+// (config.json or model.safetensors), which the write would replace.
+Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir = {},
+                              bool overwrite = false);
 
 // Writes a file made of an 8-byte little-endian header length, `header` and `data` as given
 // (no checks: for building corrupt files in tests).

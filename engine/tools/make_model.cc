@@ -203,7 +203,7 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
     if (options.out_dir.empty()) {
         return invalid_argument_error("make-model: no output directory");
     }
-    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir));
+    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, {}, options.overwrite));
     const ArchPreset& p = *preset;
     const std::string& dir = options.out_dir;
     EDGE_RETURN_IF_ERROR(
@@ -225,7 +225,7 @@ int make_model_main(int argc, char** argv) {
     options.preset.clear();
     const char* usage =
         "usage: edgeserve make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench "
-        "--out DIR [--seed N]\n";
+        "--out DIR [--seed N] [--force]\n";
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if ((a == "--preset" || a == "--out" || a == "--seed" || a == "--arch") && i + 1 < argc) {
@@ -251,6 +251,8 @@ int make_model_main(int argc, char** argv) {
         } else if (a == "--preset" || a == "--out" || a == "--seed" || a == "--arch") {
             std::cerr << "make-model: " << a << " needs a value\n" << usage;
             return 2;
+        } else if (a == "--force") {
+            options.overwrite = true;
         } else if (a == "--help" || a == "-h") {
             std::cout << usage;
             return 0;

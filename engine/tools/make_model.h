@@ -19,7 +19,8 @@ namespace edge::engine {
 
 struct MakeModelOptions {
     std::string preset = "tiny";  // "tiny" (about 1 MB, for tests) or "bench" (about 2.5 GB).
-    std::string out_dir;          // Created if missing; existing files are overwritten.
+    std::string out_dir;          // Created if missing.
+    bool overwrite = false;       // Replace a checkpoint already in out_dir (else refused).
     uint64_t seed = 1;            // Seed of the random weights.
     // Architecture: "qwen3_moe", "glm4_moe" (GLM-4.5) or "deepseek_v3" (MLA; Kimi K2's).
     std::string arch = "qwen3_moe";
@@ -30,7 +31,8 @@ std::vector<std::string> make_model_presets();
 
 Status write_random_checkpoint(const MakeModelOptions& options);
 
-// `edgeserve make-model [--arch A] --preset NAME --out DIR [--seed N]`; argv[0] is "make-model".
+// `edgeserve make-model [--arch A] --preset NAME --out DIR [--seed N] [--force]`; argv[0] is
+// "make-model".
 // Returns the process exit code (0 ok, 1 failure, 2 usage).
 int make_model_main(int argc, char** argv);
 

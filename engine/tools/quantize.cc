@@ -249,7 +249,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
 
     std::error_code ec;
     // The input checked out: only now is --out made (a failed run leaves no empty directory).
-    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, options.model_dir));
+    EDGE_RETURN_IF_ERROR(
+        prepare_checkpoint_dir(options.out_dir, options.model_dir, options.overwrite));
     EDGE_RETURN_IF_ERROR(write_safetensors(options.out_dir + "/model.safetensors", out));
     boost::system::error_code jec;
     json::value root = json::parse(config.text(), jec);
@@ -289,13 +290,17 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
 int quantize_main(int argc, char** argv) {
     int i = argc > 1 && std::string_view(argv[1]) == "quantize" ? 2 : 1;
     QuantizeOptions o;
-    const char* usage = "usage: edgeserve quantize --model IN --policy P --out DIR\n";
+    const char* usage = "usage: edgeserve quantize --model IN --policy P --out DIR [--force]\n";
     if (wants_help(argc, argv, i)) {
         std::fputs(usage, stdout);
         return 0;
     }
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
+        if (a == "--force") {
+            o.overwrite = true;
+            continue;
+        }
         if (a != "--model" && a != "--policy" && a != "--out") {
             std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
             return 2;

@@ -28,7 +28,8 @@ namespace edge::engine {
 struct QuantizeOptions {
     std::string model_dir;  // Input checkpoint directory.
     std::string policy;     // Policy string (preset and/or class=format pairs).
-    std::string out_dir;    // Created if missing; model.safetensors and config.json overwritten.
+    std::string out_dir;    // Created if missing.
+    bool overwrite = false; // Replace a checkpoint already in out_dir (else refused).
 };
 
 // Writes the quantized checkpoint. Errors name the tensor or file.

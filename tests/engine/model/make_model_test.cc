@@ -36,6 +36,15 @@ TEST_CASE("make-model tiny writes a loadable / deterministic checkpoint") {
     o.seed = 43;
     o.out_dir = (root / "c").string();
     REQUIRE(write_random_checkpoint(o).ok());
+    // A directory that already holds a checkpoint is replaced only with `overwrite` (--force).
+    o.out_dir = (root / "b").string();
+    Status again = write_random_checkpoint(o);
+    CHECK(again.code() == StatusCode::kInvalidArgument);
+    CHECK(again.message().find("already holds a checkpoint") != std::string::npos);
+    o.overwrite = true;
+    REQUIRE(write_random_checkpoint(o).ok());
+    o.seed = 42;
+    REQUIRE(write_random_checkpoint(o).ok());
     for (const char* f : {"config.json", "model.safetensors", "tokenizer.json",
                           "tokenizer_config.json", "generation_config.json"}) {
         CHECK(fs::exists(root / "a" / f));

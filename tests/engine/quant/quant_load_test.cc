@@ -538,6 +538,11 @@ TEST_CASE("quantize and quant-eval command lines") {
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
                                "experts-int4", "--out", tmp.path}) == 0);
     CHECK(fs::exists(tmp.path + "/model.safetensors"));
+    // A second write to the same --out replaces the checkpoint only when asked to.
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                               "all-int8", "--out", tmp.path}) == 1);
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                               "experts-int4", "--out", tmp.path, "--force"}) == 0);
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy", "int4",
                                "--out", tmp.path}) == 1);
     // A quantized checkpoint is not quantized again.
@@ -615,9 +620,11 @@ TEST_CASE("quantize refuses to write over its input or beside another checkpoint
     CHECK(contains(quantize_checkpoint({kMicro, "experts-int4", out.path}),
                    "model-00001-of-00002.safetensors"));
     fs::remove(out.path + "/model-00001-of-00002.safetensors");
-    // An earlier model.safetensors is replaced, and no partial file is left.
+    // An earlier checkpoint is replaced only when asked to, and no partial file is left.
     REQUIRE(quantize_checkpoint({kMicro, "experts-int4", out.path}).ok());
-    REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path}).ok());
+    CHECK(contains(quantize_checkpoint({kMicro, "all-int8", out.path}),
+                   "already holds a checkpoint"));
+    REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path, true}).ok());
     CHECK_FALSE(fs::exists(out.path + "/model.safetensors.partial"));
     CHECK(logits_of(out.path, "none").ok());
 
