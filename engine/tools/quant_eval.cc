@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string_view>
 
@@ -31,8 +32,16 @@ struct Run {
     double decode_tps = 0.0;
 };
 
-Result<Run> run_model(const QuantEvalOptions& o, const std::string& policy,
-                      const std::vector<TokenId>& ids, int64_t* vocab) {
+// The text to score as token ids, and the size of the tokenizer that made them (0 when the
+// options gave ids).
+struct EvalIds {
+    std::vector<TokenId> ids;
+    int64_t tokenizer_vocab = 0;
+};
+
+Result<Run> run_model(const QuantEvalOptions& o, const std::string& policy, const EvalIds& text,
+                      int64_t* vocab) {
+    const std::vector<TokenId>& ids = text.ids;
     LoadOptions lo;
     lo.threads = o.threads;
     lo.max_slots = 1;
@@ -40,6 +49,19 @@ Result<Run> run_model(const QuantEvalOptions& o, const std::string& policy,
     lo.quantization = policy;
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, load_model(o.model_dir, lo));
     *vocab = model->spec().vocab_size;
+    // As the engine refuses such a model at load: a tokenizer larger than the model.
+    if (text.tokenizer_vocab > *vocab) {
+        return invalid_argument_error("tokenizer.json has " + std::to_string(text.tokenizer_vocab) +
+                                      " tokens but the model's vocab_size is " +
+                                      std::to_string(*vocab));
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= *vocab) {
+            return invalid_argument_error("token id " + std::to_string(ids[i]) + " at position " +
+                                          std::to_string(i) + " is outside the vocabulary of " +
+                                          std::to_string(*vocab));
+        }
+    }
     Run r;
     r.weight_bytes = model->spec().weight_bytes;
     r.logits.reserve(ids.size() * static_cast<size_t>(*vocab));
@@ -137,9 +159,14 @@ QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& 
     return row;
 }
 
-Result<std::vector<TokenId>> read_ids(const QuantEvalOptions& o) {
+// The first `o.tokens` tokens of the text (or the ids given). Reads the file in growing prefixes
+// cut at a line end, so a large text is neither read nor tokenized past what is scored; a prefix
+// is taken once it holds a margin of tokens beyond the count, which the cut cannot reach.
+Result<EvalIds> read_ids(const QuantEvalOptions& o) {
+    EvalIds out;
     if (!o.token_ids.empty()) {
-        return o.token_ids;
+        out.ids = o.token_ids;
+        return out;
     }
     const std::string path = o.text_path.empty() ? o.model_dir + "/eval.txt" : o.text_path;
     std::ifstream in(path, std::ios::binary);
@@ -147,12 +174,56 @@ Result<std::vector<TokenId>> read_ids(const QuantEvalOptions& o) {
         return not_found_error("quant-eval: cannot read text file " + path +
                                " (give one with --text)");
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
     EDGE_ASSIGN_OR_RETURN(auto tok,
                           tokenizer::Tokenizer::load_file(o.model_dir + "/tokenizer.json"));
-    EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, tok->encode(ss.str(), false));
-    return ids;
+    out.tokenizer_vocab = tok->vocab_size();
+    constexpr int64_t kMargin = 64;
+    std::string text;
+    size_t want = static_cast<size_t>(std::min<int64_t>(o.tokens * 8, int64_t{1} << 40)) + 4096;
+    while (true) {
+        const size_t had = text.size();
+        text.resize(want);
+        in.read(text.data() + had, static_cast<std::streamsize>(want - had));
+        text.resize(had + static_cast<size_t>(in.gcount()));
+        if (in.bad()) {
+            return internal_error("quant-eval: cannot read text file " + path);
+        }
+        const bool whole = in.eof();
+        const size_t cut = whole ? text.size() : text.rfind('\n') + 1;  // npos + 1 == 0
+        if (cut > 0 || whole) {
+            EDGE_ASSIGN_OR_RETURN(out.ids,
+                                  tok->encode(std::string_view(text).substr(0, cut), false));
+            if (whole || static_cast<int64_t>(out.ids.size()) >= o.tokens + kMargin) {
+                break;
+            }
+        }
+        want = text.size() * 2;
+    }
+    if (static_cast<int64_t>(out.ids.size()) > o.tokens) {
+        out.ids.resize(static_cast<size_t>(o.tokens));
+    }
+    return out;
+}
+
+// The baseline row's label: the stored float format ("bf16", "f16", "f32", by the bytes of each),
+// or "as-stored" when the checkpoint already stores quantized tensors.
+Result<std::string> baseline_label(const std::string& model_dir) {
+    EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(model_dir));
+    std::map<DType, int64_t> bytes;
+    for (const std::string& name : ckpt->names()) {
+        const TensorInfo* t = ckpt->info(name);
+        if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32) {
+            return std::string("as-stored");
+        }
+        bytes[t->dtype] += t->end - t->begin;
+    }
+    const auto most = std::max_element(bytes.begin(), bytes.end(), [](auto& a, auto& b) {
+        return a.second < b.second;
+    });
+    std::string label(most == bytes.end() ? "BF16" : dtype_name(most->first));
+    std::transform(label.begin(), label.end(), label.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    return label;
 }
 
 // The whole of `v` as an integer in [lo, hi]; throws otherwise ("12abc" is not 12).
@@ -199,7 +270,8 @@ Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
             }
         }
     }
-    EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, read_ids(o));
+    EDGE_ASSIGN_OR_RETURN(EvalIds text, read_ids(o));
+    std::vector<TokenId>& ids = text.ids;
     if (static_cast<int64_t>(ids.size()) > o.tokens) {
         ids.resize(static_cast<size_t>(o.tokens));
     }
@@ -207,10 +279,10 @@ Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
         return invalid_argument_error("quant-eval: the text has fewer than 2 tokens");
     }
     int64_t vocab = 0;
-    EDGE_ASSIGN_OR_RETURN(Run base, run_model(o, "none", ids, &vocab));
+    EDGE_ASSIGN_OR_RETURN(Run base, run_model(o, "none", text, &vocab));
     std::vector<QuantEvalRow> rows;
     rows.push_back(compare(base, base, ids, o.chunk, vocab));
-    rows.back().label = "bf16";
+    EDGE_ASSIGN_OR_RETURN(rows.back().label, baseline_label(o.model_dir));
     rows.back().policy = "none";
     const double base_ppl = rows.back().perplexity;
     if (!std::isfinite(base_ppl)) {
@@ -223,7 +295,7 @@ Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
         const auto& [label, policy] = runs[k];
         const bool asked = k < o.policies.size();  // Not one of the per-class runs.
         int64_t v = 0;
-        auto r = run_model(o, policy, ids, &v);
+        auto r = run_model(o, policy, text, &v);
         if (!r.ok()) {
             return Status(r.status().code(),
                           "quant-eval: policy '" + label + "': " + r.status().message());

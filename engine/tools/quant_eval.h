@@ -22,7 +22,7 @@
 namespace edge::engine {
 
 struct QuantEvalOptions {
-    std::string model_dir;              // Checkpoint directory (BF16/F16/F32 weights).
+    std::string model_dir;              // Checkpoint directory (the baseline: as stored).
     std::vector<std::string> policies;  // Policy strings (parse_quant_policy syntax).
     std::string text_path;              // Text to score; empty: model_dir/eval.txt.
     std::vector<TokenId> token_ids;     // When non-empty, scored instead of the text.
@@ -34,7 +34,9 @@ struct QuantEvalOptions {
 };
 
 struct QuantEvalRow {
-    std::string label;         // "bf16" for the baseline, else the policy or "class=format".
+    // The baseline's stored format ("bf16", "f16", "f32"; "as-stored" for a checkpoint with
+    // quantized tensors), else the policy or "class=format".
+    std::string label;
     std::string policy;        // Canonical policy string.
     int64_t weight_bytes = 0;  // Weights as held in memory.
     double mean_kl = 0.0;      // Mean KL(p_baseline || p_policy) over scored positions, nats.

@@ -20,6 +20,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/quant_eval.h"
 #include "engine/tools/quantize.h"
 
@@ -590,6 +591,63 @@ TEST_CASE("quant-eval: a policy that changes nothing is an error, the JSON line 
         CHECK(r.label.find("dense_mlp") == std::string::npos);
         CHECK(r.label.find("shared_expert") == std::string::npos);
     }
+}
+
+TEST_CASE("quant-eval: the text's first tokens, the baseline's label, a tokenizer too large") {
+    // A text far longer than the tokens scored gives the ids of tokenizing it whole.
+    TempDir dir("text");
+    std::string text;
+    for (int i = 0; text.size() < (4 << 20); ++i) {
+        text += "line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog\n";
+    }
+    write_text(dir.path + "/long.txt", text);
+    auto tok = tokenizer::Tokenizer::load_file(kMicro + "/tokenizer.json");
+    REQUIRE(tok.ok());
+    auto all = (*tok)->encode(text, false);
+    REQUIRE(all.ok());
+    QuantEvalOptions o;
+    o.model_dir = kMicro;
+    o.text_path = dir.path + "/long.txt";
+    o.tokens = 300;
+    o.chunk = 100;
+    o.decode_steps = 0;
+    o.per_class = false;
+    o.policies = {"all-int8"};
+    auto from_text = run_quant_eval(o);
+    REQUIRE_MESSAGE(from_text.ok(), from_text.status().to_string());
+    o.token_ids.assign(all->begin(), all->begin() + 300);
+    auto from_ids = run_quant_eval(o);
+    REQUIRE(from_ids.ok());
+    CHECK((*from_text)[0].positions == 300);
+    CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
+    CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
+    CHECK((*from_text)[0].label == "bf16");
+
+    // A checkpoint that stores quantized tensors is compared against itself as stored.
+    TempDir q("stored");
+    REQUIRE(quantize_checkpoint({kMicro, "experts-int4", q.path, true}).ok());
+    o.model_dir = q.path;
+    auto stored = run_quant_eval(o);
+    REQUIRE_MESSAGE(stored.ok(), stored.status().to_string());
+    CHECK((*stored)[0].label == "as-stored");
+
+    // A tokenizer with more tokens than the model: the engine's load error, not a token id.
+    TempDir big("bigtok");
+    for (const char* f : {"config.json", "model.safetensors"}) {
+        fs::copy_file(kMicro + "/" + f, big.path + "/" + f);
+    }
+    auto tj = boost::json::parse(read_text(kMicro + "/tokenizer.json")).as_object();
+    tj["added_tokens"].as_array().push_back(
+        boost::json::object{{"id", 520}, {"content", "<|extra|>"}, {"single_word", false},
+                            {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                            {"special", true}});
+    write_text(big.path + "/tokenizer.json", boost::json::serialize(tj));
+    o.model_dir = big.path;
+    o.token_ids.clear();
+    auto mismatch = run_quant_eval(o);
+    REQUIRE_FALSE(mismatch.ok());
+    CHECK(contains(mismatch.status(), "tokenizer.json has 521 tokens but the model's vocab_size "
+                                      "is 512"));
 }
 
 TEST_CASE("quantize refuses to write over its input or beside another checkpoint's shards") {
