@@ -177,7 +177,8 @@ Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef&
 
 Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,
                                                 const TensorRef& weight_scale,
-                                                const TensorRef& weight_shape, int64_t group_size) {
+                                                const TensorRef& weight_shape, int64_t group_size,
+                                                int64_t expected_rows, int64_t expected_cols) {
     if (group_size != 32 && group_size != 128) {
         return invalid_argument_error(label(weight_packed) + ": int4 group_size " +
                                       std::to_string(group_size) + " unsupported (32 or 128)");
@@ -204,6 +205,12 @@ Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,
     if (rows <= 0 || cols <= 0 || rows > kMaxDim || cols > kMaxDim) {
         return invalid_argument_error(label(weight_shape) + ": bad weight shape [" +
                                       std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    }
+    if (expected_rows > 0 && expected_cols > 0 && (rows != expected_rows || cols != expected_cols)) {
+        return invalid_argument_error(label(weight_shape) + " is [" + std::to_string(rows) + ", " +
+                                      std::to_string(cols) + "], but the model's config wants [" +
+                                      std::to_string(expected_rows) + ", " +
+                                      std::to_string(expected_cols) + "]");
     }
     if (cols % group_size != 0) {
         return invalid_argument_error(label(weight_packed) + ": " + std::to_string(cols) +

@@ -49,10 +49,14 @@ Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef&
 
 // Checks a compressed-tensors pack-quantized INT4 triple for `group_size` (32 or 128; from the
 // config's `weights.group_size`) and returns a kInt4G32/kInt4G128 view of the packed words in place
-// with the scales converted to f32. `weight_shape`'s cols must be a multiple of group_size.
+// with the scales converted to f32. `weight_shape`'s cols must be a multiple of group_size. With
+// `expected_rows`/`expected_cols` (> 0: the shape the model's architecture wants), a weight_shape
+// that disagrees is refused as such, before the packed words are checked against it.
 Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,
                                                 const TensorRef& weight_scale,
-                                                const TensorRef& weight_shape, int64_t group_size);
+                                                const TensorRef& weight_shape, int64_t group_size,
+                                                int64_t expected_rows = 0,
+                                                int64_t expected_cols = 0);
 
 // compressed-tensors packing of signed 4-bit values (q in [-8, 7], rows x cols, row-major) into
 // int32 words [rows, ceil(cols/8)]; a padded tail nibble holds 0 (the packed form of -8 + 8 = 0,

@@ -114,6 +114,14 @@ TEST_CASE("compressed-tensors bad input gets clear errors") {
         REQUIRE_FALSE(r.ok());
         CHECK(contains(r.status(), "e.weight_packed"));
         CHECK(contains(r.status(), "expected [4, 16]"));
+        // Given the shape the architecture wants, a disagreeing weight_shape is named as such.
+        auto arch = from_compressed_tensors(packed_ref, scale_ref,
+                                            ref("e.weight_shape", TensorDType::kI32, {2}, bigger),
+                                            32, rows, cols);
+        REQUIRE_FALSE(arch.ok());
+        CHECK(contains(arch.status(), "tensor 'e.weight_shape' is [4, 128], but the model's "
+                                      "config wants [4, 64]"));
+        CHECK(from_compressed_tensors(packed_ref, scale_ref, shape_ref, 32, rows, cols).ok());
         auto truncated = packed_ref;
         truncated.size_bytes -= 4;
         auto t = from_compressed_tensors(truncated, scale_ref, shape_ref, 32);
