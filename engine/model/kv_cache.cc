@@ -158,8 +158,10 @@ void KvCache::truncate(int32_t slot, int32_t length) {
     auto& table = tables_[slot];
     const size_t keep =
         static_cast<size_t>((length + shape_.block_tokens - 1) / shape_.block_tokens);
-    for (size_t i = keep; i < table.size(); ++i) {
-        pool_.release(table[i]);
+    // Last block first: the pool evicts the least recently released, so a cached chain loses
+    // its leaves before its root (a chain without its root can never be attached again).
+    for (size_t i = table.size(); i > keep; --i) {
+        pool_.release(table[i - 1]);
     }
     if (table.size() > keep) {
         table.resize(keep);

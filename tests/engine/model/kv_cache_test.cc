@@ -138,6 +138,27 @@ TEST_CASE("kv cache: published blocks are attached to a later slot and copied be
     CHECK(c.attach_prefix(e, other) == 0);
 }
 
+TEST_CASE("kv cache: eviction takes a cached chain's last block first, its root last") {
+    auto kv = KvCache::create(small_shape(6));
+    REQUIRE(kv.ok());
+    KvCache& c = **kv;
+    auto a = *c.acquire();
+    const SlotGrowth ga[] = {{a, 16}};
+    REQUIRE(c.reserve(ga).ok());
+    c.set_length(a, 16);
+    const BlockHash chain[] = {hash_of(1), hash_of(2), hash_of(3), hash_of(4)};
+    c.publish_prefix(a, chain);
+    c.release(a);
+    CHECK(c.stats().blocks_cached == 4);
+    // Another sequence needs 3 blocks: the 2 free ones and 1 cached, the chain's leaf.
+    auto b = *c.acquire();
+    const SlotGrowth gb[] = {{b, 12}};
+    REQUIRE(c.reserve(gb).ok());
+    c.release(b);
+    auto d = *c.acquire();
+    CHECK(c.attach_prefix(d, chain) == 12);
+}
+
 TEST_CASE("paged attention equals contiguous attention bit for bit") {
     // A head size no SIMD form takes (those need multiples of 8 or 16 and sum in another order,
     // swiglu_batch_test.cc), so both sides run the same scalar loops.
