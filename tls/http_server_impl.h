@@ -29,8 +29,14 @@ public:
           tls_(tls),
           handler_(handler),
           observer_(observer ? observer : &null_observer_),
+          late_observer_(std::make_shared<ObserverSlot>(observer_)),
           acceptor_(io),
           accept_pause_(io) {}
+    // A record still deferred (ObserverSlot) is dropped once the server is gone.
+    ~Impl() {
+        std::lock_guard lock(late_observer_->mu);
+        late_observer_->observer = nullptr;
+    }
 
     Status listen();
     Status adopt_listener();  // listen() for config_.listen_fd.
@@ -51,6 +57,14 @@ public:
     HttpHandler& handler_;
     ServerObserver null_observer_;
     ServerObserver* observer_;
+    // The observer as records deferred past their session see it (ChannelImpl's late record):
+    // null once the server is destroyed.
+    struct ObserverSlot {
+        explicit ObserverSlot(ServerObserver* o) : observer(o) {}
+        std::mutex mu;
+        ServerObserver* observer;
+    };
+    std::shared_ptr<ObserverSlot> late_observer_;
     boost::asio::ip::tcp::acceptor acceptor_;
     // Accept back-off (acceptor's executor only): the current pause, 0 after a good accept; the
     // failures not yet logged and when the last line was.

@@ -164,10 +164,13 @@ public:
         pending_.push_back(std::move(piece));
         signal_.cancel();
     }
-    void add_note(uint64_t seq, ResponseNote note) {
+    // False when request `seq`'s answer is over (its record was made or handed to its channel).
+    bool add_note(uint64_t seq, ResponseNote& note) {
         if (seq == seq_ && !response_done_) {
             notes_.push_back(std::move(note));
+            return true;
         }
+        return false;
     }
     void set_gone_callback(uint64_t seq, std::function<void()> callback) {
         if (seq != seq_ || response_done_) {
@@ -316,7 +319,20 @@ namespace {
 // connection's strand): calls its channel makes there apply at once, not through the executor.
 thread_local HttpSession* t_handling = nullptr;
 
-class ChannelImpl final : public ResponseChannel {
+// A request's record whose answer ended incomplete (the client left, a write failed) while its
+// handler still held the channel, generation still running: it waits in the channel for the
+// handler's last notes (tokens, outcome) and goes to the observer when the channel is destroyed.
+struct LateRecord {
+    std::string method;
+    std::string path;
+    std::string client;
+    ResponseRecord record;  // Its views point into the strings above and `notes`.
+    std::vector<ResponseNote> notes;
+    std::shared_ptr<HttpServer::Impl::ObserverSlot> observer;
+};
+
+class ChannelImpl final : public ResponseChannel,
+                          public std::enable_shared_from_this<ChannelImpl> {
 public:
     ChannelImpl(net::any_io_executor executor, std::weak_ptr<HttpSession> session, uint64_t seq,
                 size_t max_queued)
@@ -324,6 +340,27 @@ public:
           session_(std::move(session)),
           seq_(seq),
           max_queued_(max_queued) {}
+
+    ~ChannelImpl() override {
+        if (!late_) {
+            return;
+        }
+        LateRecord& r = *late_;
+        r.record.method = r.method;
+        r.record.path = r.path;
+        r.record.client = r.client;
+        r.record.notes = r.notes;
+        std::lock_guard lock(r.observer->mu);
+        if (r.observer->observer != nullptr) {
+            r.observer->observer->on_response(r.record);
+        }
+    }
+
+    // Session strand: the answer is over; the record waits for this channel's destruction.
+    void defer_record(LateRecord record) {
+        std::lock_guard lock(late_mu_);
+        late_ = std::move(record);
+    }
 
     void respond(HttpResponse response) override {
         deliver(Piece{Piece::kFull, std::move(response), {}});
@@ -354,11 +391,35 @@ public:
         });
     }
     void note(std::string name, std::variant<std::string, int64_t> value) override {
-        on_session([seq = seq_, note = ResponseNote{std::move(name), std::move(value)}](
-                       HttpSession& s) mutable { s.add_note(seq, std::move(note)); });
+        ResponseNote note{std::move(name), std::move(value)};
+        if (add_late_note(note)) {
+            return;
+        }
+        if (t_handling != nullptr) {
+            if (auto s = session_.lock(); s.get() == t_handling && s->add_note(seq_, note)) {
+                return;
+            }
+        }
+        // Holds the channel, so a record deferred meanwhile waits for this note.
+        net::dispatch(executor_, [session = session_, seq = seq_, note = std::move(note),
+                                  self = shared_from_this()]() mutable {
+            auto s = session.lock();
+            if (!s || !s->add_note(seq, note)) {
+                self->add_late_note(note);
+            }
+        });
     }
 
 private:
+    bool add_late_note(ResponseNote& note) {
+        std::lock_guard lock(late_mu_);
+        if (!late_) {
+            return false;
+        }
+        late_->notes.push_back(std::move(note));
+        return true;
+    }
+
     void deliver(Piece piece) {
         on_session([seq = seq_, piece = std::move(piece)](HttpSession& s) mutable {
             s.push(seq, std::move(piece));
@@ -386,6 +447,8 @@ private:
     uint64_t seq_;
     size_t max_queued_;
     std::atomic<bool> overflowed_{false};
+    std::mutex late_mu_;
+    std::optional<LateRecord> late_;
 
 public:
     // Bytes of chunks written to the channel and not yet to the socket; the session subtracts
@@ -871,6 +934,13 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     record.complete = ok;
     record.body_bytes = body_bytes;
     record.duration = Clock::now() - start;
+    if (!ok && channel_.use_count() > 1) {
+        // The handler still holds the channel (a generation being cancelled): its last notes
+        // (tokens, outcome) come after this, so the record goes out when it lets go.
+        channel_->defer_record(LateRecord{std::string(method), std::string(path), remote_, record,
+                                          std::move(notes_), server_.late_observer_});
+        co_return false;
+    }
     record.notes = notes_;
     server_.observer_->on_response(record);
     co_return ok && keep_alive;

@@ -18,7 +18,7 @@ public:
             }
             call_->cancelled = true;
             call_->finished = true;
-            sink = call_->sink;
+            sink = std::move(call_->sink);  // Let go after on_finish, as the engine does.
         }
         owner_.cv_.notify_all();
         engine::Finish finish;
@@ -146,7 +146,7 @@ void ScriptedGenerator::finish(size_t index, engine::FinishReason reason, engine
             return;
         }
         calls_.at(index)->finished = true;
-        sink = calls_.at(index)->sink;
+        sink = std::move(calls_.at(index)->sink);  // Let go after on_finish, as the engine does.
     }
     engine::Finish finish;
     finish.reason = reason;

@@ -791,18 +791,28 @@ TEST_CASE("each answer is reported once: status, body bytes, completeness and th
     CHECK(a[1].body_bytes == 5);
     CHECK(a[1].notes == std::vector<std::string>{"tenant=acme", "completion_tokens=7"});
 
-    // The client leaves before any answer: 499, not complete, and a late answer changes nothing.
+    // The client leaves before any answer: 499, not complete. The record waits until the
+    // handler lets go of the channel, so the notes it makes meanwhile (how generation ended) are
+    // in it; a late answer changes nothing.
     f.handler.reset_held();
     REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
     held = f.handler.wait_held();
     REQUIRE(held != nullptr);
+    held->note("tenant", "acme");
     (*c)->close();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHECK(f.observer.answered(2).size() == 2);
+    held->note("outcome", "cancelled");
+    held->respond(HttpResponse{});
+    f.handler.reset_held();
+    held.reset();
     a = f.observer.answered(3);
     REQUIRE(a.size() == 3);
     CHECK(a[2].status == kClientClosedRequest);
     CHECK_FALSE(a[2].complete);
     CHECK(a[2].body_bytes == 0);
-    held->respond(HttpResponse{});
+    CHECK(a[2].path == "/hold");
+    CHECK(a[2].notes == std::vector<std::string>{"tenant=acme", "outcome=cancelled"});
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     CHECK(f.observer.answered(3).size() == 3);
 

@@ -478,9 +478,11 @@ TEST_CASE("a non-streamed answer slower than response_timeout is not rerun elsew
 }
 
 TEST_CASE("a client that goes away cancels the request on the remote engine") {
+    AccessLines log;
     Cluster cluster;
+    const std::string logged = "log:\n  access_log: true\n";
     Site a(cluster, "fra", {"m"}, tenants_section());
-    Site b(cluster, "sin", {"m"});
+    Site b(cluster, "sin", {"m"}, logged);
     a.planner.route_to({b.target()});
 
     SUBCASE("mid-stream") {
@@ -491,6 +493,13 @@ TEST_CASE("a client that goes away cancels the request on the remote engine") {
         REQUIRE(c->read_until("tok").ok());
         c->close();
         CHECK(b.generator.wait_cancelled(0));
+        // The serving site's line waits for how generation ended, after the answer was cut.
+        std::vector<boost::json::object> lines = log.wait(1);
+        REQUIRE(lines.size() == 1);
+        CHECK(lines[0].at("listener") == "peer");
+        CHECK(lines[0].at("complete") == false);
+        CHECK(lines[0].at("outcome") == "cancelled");
+        CHECK(lines[0].contains("completion_tokens"));
     }
     SUBCASE("before the answer's head") {
         auto c = a.client();
