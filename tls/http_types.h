@@ -71,7 +71,9 @@ public:
     virtual void on_client_gone(std::function<void()> callback) = 0;
     // Adds `name`=`value` to this request's record (ResponseRecord::notes, the access log): the
     // tenant, the model, where it was served. Notes made before the answer's last piece are in
-    // the record; later ones may be missing.
+    // the record; later ones may be missing, except when the answer ended incomplete (the client
+    // left) while the handler held the channel: that record waits for every note made until the
+    // channel is released.
     virtual void note(std::string name, std::variant<std::string, int64_t> value) = 0;
 };
 
@@ -114,7 +116,9 @@ public:
     // failure_reason: "" on success, else "timeout", "eof", "not_tls", "version",
     // "no_shared_cipher", "certificate_rejected", "other".
     virtual void on_handshake(bool resumed, std::string_view failure_reason) {}
-    // After the answer's last byte was written, or writing it failed, or the client left.
+    // After the answer's last byte was written, or writing it failed, or the client left; an
+    // incomplete answer whose channel the handler still holds (a generation being cancelled) is
+    // reported when the handler releases it, from the thread that does.
     virtual void on_response(const ResponseRecord& record) {}
     // A streamed response the server cut before its end. reason: "slow_reader" (more than
     // HttpLimits::max_stream_buffer_bytes queued for a client that does not read).
