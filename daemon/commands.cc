@@ -83,11 +83,19 @@ int check_config_main(int argc, char** argv) {
     return 0;
 }
 
-int exit_on_device_fault(Daemon& daemon, const Status& fault, std::chrono::milliseconds drain) {
+// Drains the daemon, then stops the engine while the daemon lives: the requests the drain cut
+// end (cancelled) through callbacks that use its metrics and tenant limiter.
+void shut_down(Daemon& daemon, engine::Generator& generator, std::chrono::milliseconds drain) {
+    daemon.stop(drain);
+    generator.stop();
+}
+
+int exit_on_device_fault(Daemon& daemon, engine::Generator& generator, const Status& fault,
+                         std::chrono::milliseconds drain) {
     log::error("device_fault_exit", {{"error", fault.message()},
                                      {"drain_ms", static_cast<int64_t>(drain.count())},
                                      {"exit_code", static_cast<int64_t>(kExitDeviceFault)}});
-    daemon.stop(drain);
+    shut_down(daemon, generator, drain);
     return kExitDeviceFault;
 }
 
@@ -219,7 +227,8 @@ int run_main(int argc, char** argv) {
         if (Status health = (*daemon)->check_health(); !health.ok()) {
             (void)notifier.notify("STOPPING=1\nSTATUS=device fault: " + health.message());
             return exit_on_device_fault(
-                **daemon, health, std::min(config->limits.drain_deadline, kDeviceFaultDrain));
+                **daemon, *generator, health,
+                std::min(config->limits.drain_deadline, kDeviceFaultDrain));
         }
         if (sig < 0) {
             if (interval) {
@@ -277,7 +286,7 @@ int run_main(int argc, char** argv) {
         }
         log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
         (void)notifier.notify("STOPPING=1");
-        (*daemon)->stop(config->limits.drain_deadline);
+        shut_down(**daemon, *generator, config->limits.drain_deadline);
         return 0;
     }
 }

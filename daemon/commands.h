@@ -8,6 +8,10 @@
 
 #include "common/status.h"
 
+namespace edge::engine {
+class Generator;
+}  // namespace edge::engine
+
 namespace edge::daemon {
 
 class Daemon;
@@ -26,8 +30,10 @@ inline constexpr std::chrono::milliseconds kDeviceFaultDrain{5000};
 int run_main(int argc, char** argv);
 
 // The run loop's path once check_health() failed with `fault`: logs it, drains for `drain`
-// (gossip already says draining) and stops the daemon; returns kExitDeviceFault for main().
-int exit_on_device_fault(Daemon& daemon, const Status& fault, std::chrono::milliseconds drain);
+// (gossip already says draining), stops the daemon and then `generator`; returns
+// kExitDeviceFault for main().
+int exit_on_device_fault(Daemon& daemon, engine::Generator& generator, const Status& fault,
+                         std::chrono::milliseconds drain);
 
 // `edgeserve check-config [--no-files] FILE`: validates the YAML and (unless --no-files) the
 // files it names (daemon/preflight.h); prints "ok" (0) or the error (1); usage errors exit 2.

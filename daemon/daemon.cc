@@ -372,12 +372,19 @@ void Daemon::stop(std::chrono::milliseconds deadline) {
     }
     if (!threads_.empty()) {
         // Both listeners drain at once: requests other sites forwarded here finish too.
+        // At the deadline the engine stops: the requests still running end with an error the
+        // client reads (an error event and [DONE], or a 503), not with a bare close.
+        auto cut = [this] {
+            if (generator_ != nullptr) {
+                generator_->stop();
+            }
+        };
         std::future<void> peer_stopped;
         if (peer_server_) {
             peer_stopped = std::async(std::launch::async,
-                                      [this, deadline] { peer_server_->stop(deadline); });
+                                      [this, deadline, cut] { peer_server_->stop(deadline, cut); });
         }
-        server_->stop(deadline);
+        server_->stop(deadline, cut);
         if (peer_stopped.valid()) {
             peer_stopped.wait();
         }

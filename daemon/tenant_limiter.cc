@@ -32,12 +32,14 @@ std::optional<Duration> TokenBucket::try_take(double n, TimePoint now) {
 
 void TokenBucket::charge(double n, TimePoint now) {
     refill(now);
-    level_ -= n;
+    level_ = std::min(capacity_, level_ - n);
 }
 
-Duration TokenBucket::debt_wait(TimePoint now) {
+Duration TokenBucket::debt_wait(TimePoint now) { return wait_for_level(0.0, now); }
+
+Duration TokenBucket::wait_for_level(double n, TimePoint now) {
     refill(now);
-    return level_ >= 0 ? Duration(0) : wait_for(-level_);
+    return level_ >= n ? Duration(0) : wait_for(n - level_);
 }
 
 void TokenBucket::reconfigure(double rate, double capacity, TimePoint now) {
@@ -107,7 +109,22 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
     states_ = std::move(next);
 }
 
-TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant) {
+int64_t TenantLimiter::output_budget(const std::string& tenant) const {
+    std::shared_ptr<State> state;
+    {
+        std::lock_guard lock(mu_);
+        auto it = states_.find(tenant);
+        if (it == states_.end()) {
+            return 0;
+        }
+        state = it->second;
+    }
+    std::lock_guard lock(state->mu);
+    return state->output_tokens ? state->limits.output_tokens_per_minute : 0;
+}
+
+TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
+                                             int64_t max_output_tokens) {
     std::shared_ptr<State> state;
     {
         std::lock_guard lock(mu_);
@@ -118,7 +135,7 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant) {
     }
     Decision d;
     if (!state) {
-        d.lease = std::make_shared<Lease>(nullptr);
+        d.lease = std::make_shared<Lease>(nullptr, 0);
         return d;
     }
     std::lock_guard lock(state->mu);
@@ -138,8 +155,14 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant) {
     if (state->input_tokens) {
         blocked(RejectReason::kInputTokens, state->input_tokens->debt_wait(now));
     }
+    // The reservation: at most the bucket's capacity, so a wait always ends.
+    const double reserve =
+        state->output_tokens
+            ? std::min(static_cast<double>(std::max<int64_t>(max_output_tokens, 0)),
+                       state->output_tokens->capacity())
+            : 0.0;
     if (state->output_tokens) {
-        blocked(RejectReason::kOutputTokens, state->output_tokens->debt_wait(now));
+        blocked(RejectReason::kOutputTokens, state->output_tokens->wait_for_level(reserve, now));
     }
     if (d.reason != RejectReason::kNone) {
         return d;
@@ -152,8 +175,11 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant) {
             return d;
         }
     }
+    if (state->output_tokens) {
+        state->output_tokens->charge(reserve, now);
+    }
     ++state->running;
-    d.lease = std::make_shared<Lease>(std::move(state));
+    d.lease = std::make_shared<Lease>(std::move(state), static_cast<int64_t>(reserve));
     return d;
 }
 
@@ -183,8 +209,10 @@ void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_toke
                                          now);
         }
         if (state_->output_tokens) {
+            // Against the reservation: what was not generated goes back.
             state_->output_tokens->charge(
-                static_cast<double>(std::max<int64_t>(completion_tokens, 0)), now);
+                static_cast<double>(std::max<int64_t>(completion_tokens, 0) - reserved_output_),
+                now);
         }
         --state_->running;
     });

@@ -7,7 +7,10 @@
 // TenantLimiter enforces the per-tenant limits of the config (requests/s with burst, input and
 // output tokens per minute, concurrent requests). admit() either rejects with a reason and the
 // time until a retry can succeed, or returns a Lease that holds one concurrency slot until it is
-// finished or destroyed; finish() charges the request's tokens. State is kept per tenant name, so
+// finished or destroyed. Output tokens are reserved at admission (the request's max_tokens, as
+// OpenAI counts them) and what generation did not use is refunded at finish(), so concurrent
+// requests cannot overshoot the output budget; prompt tokens are known only after tokenizing and
+// are charged at finish(), admission waiting while that bucket is in debt. State is kept per tenant name, so
 // configure() (SIGHUP reload) keeps the counters of tenants that keep their name, and leases of
 // running requests stay valid even for tenants the reload removed. Thread-safe.
 
@@ -32,10 +35,14 @@ public:
     // Takes `n` units when the level allows it and returns nullopt; otherwise takes nothing and
     // returns the wait until it would (rounded up to whole nanoseconds).
     std::optional<Duration> try_take(double n, TimePoint now);
-    // Takes `n` units, going into debt (negative level) when there are not enough.
+    // Takes `n` units, going into debt (negative level) when there are not enough; a negative
+    // `n` gives units back (up to the capacity).
     void charge(double n, TimePoint now);
+    double capacity() const { return capacity_; }
     // Zero when the level is not negative, else the wait until it is back to zero.
     Duration debt_wait(TimePoint now);
+    // Zero when the level is at least `n`, else the wait until it is.
+    Duration wait_for_level(double n, TimePoint now);
     // New rate and capacity; the level is kept (capped at the new capacity).
     void reconfigure(double rate, double capacity, TimePoint now);
     double level(TimePoint now);
@@ -66,15 +73,18 @@ public:
     // Releases its concurrency slot once: at finish() or when destroyed. Thread-safe.
     class Lease {
     public:
-        explicit Lease(std::shared_ptr<State> state) : state_(std::move(state)) {}
+        Lease(std::shared_ptr<State> state, int64_t reserved_output)
+            : state_(std::move(state)), reserved_output_(reserved_output) {}
         ~Lease();
         Lease(const Lease&) = delete;
         Lease& operator=(const Lease&) = delete;
-        // Charges the request's tokens and releases the slot; later calls do nothing.
+        // Charges the request's tokens (against the output reserved at admission) and releases
+        // the slot; later calls do nothing. Destroyed unfinished: the reservation is refunded.
         void finish(int64_t prompt_tokens, int64_t completion_tokens);
 
     private:
         std::shared_ptr<State> state_;
+        int64_t reserved_output_;
         std::once_flag once_;
     };
 
@@ -84,7 +94,12 @@ public:
         std::shared_ptr<Lease> lease;  // Set when admitted.
     };
     // A tenant without a configured entry (e.g. "anonymous") is admitted without limits.
-    Decision admit(const std::string& tenant);
+    // `max_output_tokens` (the request's max_tokens) is reserved from the output bucket: a
+    // request waits (kOutputTokens, 429) until the bucket holds it. One larger than the whole
+    // bucket could never pass: the caller refuses it first (output_budget()).
+    Decision admit(const std::string& tenant, int64_t max_output_tokens = 0);
+    // The tenant's output_tokens_per_minute (0: unlimited); the most one request may reserve.
+    int64_t output_budget(const std::string& tenant) const;
 
     // Requests of `tenant` holding a slot now (for tests and metrics).
     int64_t running(const std::string& tenant) const;

@@ -36,7 +36,7 @@ TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants
     for (const TenantConfig& t : *tenants) {
         size_t index = tenants_.size();
         tenants_.push_back(Tenant{t.name, t.models, t.weight, t.max_context_tokens,
-                                  t.max_output_tokens, t.priority});
+                                  t.max_output_tokens, t.priority, t.input_tokens_per_minute});
         for (const std::string& hex : t.api_key_sha256) {
             // The config loader checked: 64 lower-case hex digits.
             Entry e{{}, index};

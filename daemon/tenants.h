@@ -22,6 +22,7 @@ struct Tenant {
     int64_t max_context_tokens = 0;   // Prompt + max_tokens cap; 0: none.
     int64_t max_output_tokens = 0;    // max_tokens cap; 0: none.
     int32_t priority = 0;             // Preemption priority passed to the engine (higher: later).
+    int64_t input_tokens_per_minute = 0;  // The longest prompt one request may have; 0: none.
 
     bool may_use(std::string_view model) const;
 };

@@ -83,6 +83,9 @@ struct GenerateRequest {
     std::string assistant_prefix = {};
     // The tenant's cap on prompt + max_tokens, tokens; 0: only the model's context applies.
     int64_t max_context_tokens = 0;
+    // The tenant's input_tokens_per_minute: a longer prompt could never fit its budget and is
+    // refused (kInvalidArgument); 0: no such cap.
+    int64_t max_prompt_tokens = 0;
     // The tenant's weight in the scheduler's fair share (deficit round robin on tokens); >= 1.
     int32_t tenant_weight = 1;
     // The tenant's priority (config, 0..100): when KV blocks run out, the lowest priority's most
@@ -190,6 +193,11 @@ class Generator {
     // Per-model, per-tenant serving figures for metrics (engine/serving_stats.h). Thread-safe;
     // called at each metrics scrape. Empty when the implementation keeps none.
     virtual std::vector<ServingStats> serving_stats() const { return {}; }
+
+    // Shutdown: cancels every queued and running request, each one's on_finish running before
+    // this returns, and refuses later submits. For callers whose sinks' callbacks use state that
+    // is torn down next (the daemon's metrics and limiter). Idempotent.
+    virtual void stop() {}
 };
 
 }  // namespace edge::engine

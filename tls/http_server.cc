@@ -143,7 +143,8 @@ void HttpServer::Impl::remove_session(HttpSession* session) {
     cv_.notify_all();
 }
 
-void HttpServer::Impl::stop(std::chrono::milliseconds deadline) {
+void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
+                            std::function<void()> at_deadline) {
     auto notify_all_sessions = [this](bool force) {
         std::vector<std::shared_ptr<HttpSession>> live;
         {
@@ -168,9 +169,15 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline) {
     });
     closed.get_future().wait();
     notify_all_sessions(false);
-    {
+    auto wait_empty = [this](std::chrono::milliseconds bound) {
         std::unique_lock lock(mu_);
-        cv_.wait_for(lock, deadline, [this] { return sessions_.empty(); });
+        return cv_.wait_for(lock, bound, [this] { return sessions_.empty(); });
+    };
+    if (!wait_empty(deadline) && at_deadline) {
+        // The owner ends the requests still running; their answers get a moment to go out.
+        log::warn("drain_deadline_cut", {{"connections", static_cast<uint64_t>(open_.load())}});
+        at_deadline();
+        wait_empty(HttpServer::kCutGrace);
     }
     if (open_.load() != 0) {
         log::warn("drain_deadline", {{"connections_closed", static_cast<uint64_t>(open_.load())}});
@@ -199,7 +206,9 @@ void HttpServer::start() {
     net::post(impl_->acceptor_.get_executor(), [impl = impl_.get()] { impl->start_accepting(); });
 }
 
-void HttpServer::stop(std::chrono::milliseconds deadline) { impl_->stop(deadline); }
+void HttpServer::stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline) {
+    impl_->stop(deadline, std::move(at_deadline));
+}
 
 size_t HttpServer::open_connections() const { return impl_->open_.load(); }
 

@@ -12,6 +12,7 @@
 // returns.
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,8 +69,12 @@ public:
     void start();
     // Stops accepting (new connections are refused), closes idle keep-alive connections, lets
     // requests in flight finish (their responses carry Connection: close) until `deadline`
-    // elapses, then closes what is left. Returns when every connection is gone.
-    void stop(std::chrono::milliseconds deadline);
+    // elapses, then closes what is left. With `at_deadline`, what is left is first given the
+    // chance to end its answers: it is called (the owner ends the requests, e.g. with an error
+    // event), and the connections get kCutGrace to write that before they are closed. Returns
+    // when every connection is gone.
+    void stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline = {});
+    static constexpr std::chrono::milliseconds kCutGrace{1000};
     size_t open_connections() const;
 
     class Impl;

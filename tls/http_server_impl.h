@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -45,7 +46,7 @@ public:
     // that a listener whose backlog cannot be drained does not spin, and logs at most once a
     // second. Acceptor's executor only.
     void pause_accepting(const boost::system::error_code& ec);
-    void stop(std::chrono::milliseconds deadline);
+    void stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline);
 
     // Registry of live sessions, for drain. Any thread.
     void add_session(const std::shared_ptr<HttpSession>& session);

@@ -349,7 +349,21 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         max_tokens = static_cast<int32_t>(tenant.max_output_tokens);  // Lower the default.
     }
+    // One request larger than a whole minute's output budget could never be admitted.
+    if (const int64_t budget = limiter_.output_budget(tenant.name);
+        !from_peer && budget > 0 && max_tokens > budget) {
+        if (!req.max_tokens_param.empty()) {
+            reject(invalid_request(req.max_tokens_param + " (" + std::to_string(max_tokens) +
+                                       ") exceeds this tenant's output_tokens_per_minute of " +
+                                       std::to_string(budget),
+                                   req.max_tokens_param),
+                   "output_tokens_per_minute");
+            return;
+        }
+        max_tokens = static_cast<int32_t>(budget);  // Lower the default.
+    }
     req.generate.max_context_tokens = tenant.max_context_tokens;
+    req.generate.max_prompt_tokens = tenant.input_tokens_per_minute;
     req.generate.tenant_weight = tenant.weight;
     req.generate.priority = tenant.priority;
     req.generate.tenant = tenant.name;
@@ -389,7 +403,16 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         return;
     }
 
-    TenantLimiter::Decision admitted = limiter_.admit(tenant.name);
+    // Reserved from the output budget: max_tokens, or for a default what the model's context
+    // allows at most (the engine lowers it so).
+    int64_t reserve = max_tokens;
+    for (const engine::ModelInfo& m : generator_.models()) {
+        if (m.name == req.generate.model && req.generate.max_tokens_is_default &&
+            m.context_length > 0) {
+            reserve = std::min(reserve, m.context_length);
+        }
+    }
+    TenantLimiter::Decision admitted = limiter_.admit(tenant.name, reserve);
     if (admitted.reason != RejectReason::kNone) {
         reject(limit_error(admitted.reason, admitted.retry_after, tenant.name),
                reject_reason_name(admitted.reason));

@@ -141,19 +141,16 @@ public:
             on_done_(finish, false);
             on_done_ = nullptr;
         }
-        if (finish.reason == engine::FinishReason::kCancelled) {
-            // The client left (or we are shutting down): end what was started, if anyone listens.
-            ApiError error =
-                api_error_from_status(unavailable_error("the request was cancelled"), model_);
-            if (!stream_) {
-                channel_->respond(error.to_response());
-            } else if (!begin_with_error(error)) {
-                sse_.done();
-            }
-            return;
-        }
-        if (finish.reason == engine::FinishReason::kError) {
-            ApiError error = api_error_from_status(finish.error, model_);
+        if (finish.reason == engine::FinishReason::kError ||
+            finish.reason == engine::FinishReason::kCancelled) {
+            // Cancelled: the client left (nobody reads this) or the server is shutting down and
+            // its drain deadline cut the request.
+            ApiError error = api_error_from_status(
+                finish.reason == engine::FinishReason::kError
+                    ? finish.error
+                    : unavailable_error("the request was cancelled: the server is shutting down "
+                                        "or the client left"),
+                model_);
             if (!stream_) {
                 channel_->respond(error.to_response());
             } else if (!begin_with_error(error)) {

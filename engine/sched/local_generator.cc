@@ -109,10 +109,15 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
     return gen;
 }
 
-LocalGenerator::~LocalGenerator() {
-    for (auto& [name, rt] : models_) {
-        rt->scheduler->stop();
-    }
+LocalGenerator::~LocalGenerator() { stop(); }
+
+void LocalGenerator::stop() {
+    // Once: the daemon's two listeners may reach their drain deadline together.
+    std::call_once(stopped_, [this] {
+        for (auto& [name, rt] : models_) {
+            rt->scheduler->stop();
+        }
+    });
 }
 
 std::vector<ModelInfo> LocalGenerator::models() const {
@@ -236,6 +241,12 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     }
     const char* field =
         std::holds_alternative<std::vector<ChatMessage>>(request.prompt) ? "messages" : "prompt";
+    if (request.max_prompt_tokens > 0 && prompt_len > request.max_prompt_tokens) {
+        return invalid_argument_error(std::string(field) + ": the prompt (" +
+                                      std::to_string(prompt_len) +
+                                      " tokens) exceeds this tenant's input_tokens_per_minute of " +
+                                      std::to_string(request.max_prompt_tokens));
+    }
     if (prompt_len >= limit) {
         return out_of_range_error(std::string(field) + ": the prompt (" +
                                   std::to_string(prompt_len) + " tokens) leaves no room for " +

@@ -57,6 +57,7 @@ public:
     bool ready() const override { return true; }
     std::vector<ModelLoad> load() const override;
     std::vector<ServingStats> serving_stats() const override;
+    void stop() override;
 
     // The tokenizer of a served model (nullptr when unknown), for tools and tests.
     const tokenizer::Tokenizer* tokenizer(const std::string& model) const;
@@ -85,6 +86,7 @@ private:
     std::map<std::string, std::unique_ptr<Runtime>> models_;
     std::mutex seed_mu_;
     std::mt19937_64 seed_rng_;
+    std::once_flag stopped_;
 };
 
 }  // namespace edge::engine::sched

@@ -148,7 +148,7 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     // The run loop's fault path: a bounded drain, during which the in-flight request receives
     // the error the engine finished it with, then the documented exit status.
     auto exiting = std::async(std::launch::async, [&] {
-        return daemon::exit_on_device_fault(*sin.daemon, fault, 5000ms);
+        return daemon::exit_on_device_fault(*sin.daemon, sin.generator, fault, 5000ms);
     });
     sin.generator.finish(0, engine::FinishReason::kError, {}, fault);
     auto rest = (*client)->read_until("data: [DONE]");

@@ -108,19 +108,55 @@ TEST_CASE("tenant limits: max_tokens and context caps, defaults lowered, tokens 
     CHECK(seen.tenant == "acme");
     engine::Usage usage;
     usage.prompt_tokens = 7;
-    usage.completion_tokens = 90;  // 30 tokens of output debt: 30 s.
+    usage.completion_tokens = 90;  // 30 tokens of output debt, past the 50 reserved.
     f.generator.finish(0, engine::FinishReason::kStop, usage);
     CHECK(c->read_response()->status == 200);
 
+    // The debt and the next request's reservation (its default max_tokens, 50) at 1 token/s.
     testing::HttpReply limited = f.call(chat_body(false), kOldKey);
     CHECK(limited.status == 429);
-    CHECK(limited.headers["retry-after"] == "30");
+    CHECK(limited.headers["retry-after"] == "80");
     CHECK(json_of(limited.body)["error"].as_object()["code"] == "output_tokens_per_minute");
     std::string m = f.metrics();
     CHECK(m.find(R"(edgeserve_tenant_tokens_total{kind="completion",tenant="acme"} 90)") !=
           std::string::npos);
     CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="max_output_tokens",tenant="acme"} 1)") !=
           std::string::npos);
+}
+
+TEST_CASE("tenant limits: output tokens are reserved at admission, the unused part refunded") {
+    TenantFixture f("    output_tokens_per_minute: 60\n    input_tokens_per_minute: 500\n");
+    // More than a whole minute's budget can never be admitted: 400, not an endless 429.
+    testing::HttpReply huge = f.call(chat_body(false, R"(,"max_tokens":61)"), kOldKey);
+    CHECK(huge.status == 400);
+    CHECK(json_of(huge.body)["error"].as_object()["param"] == "max_tokens");
+    CHECK(json_of(huge.body)["error"].as_object()["message"].as_string().find(
+              "output_tokens_per_minute of 60") != std::string::npos);
+    // Two at once of 40 each: the first reserves 40 of 60, the second waits for 20 more.
+    auto first = f.client();
+    REQUIRE(first->send(testing::http_request("POST", "/v1/chat/completions",
+                                              chat_body(false, R"(,"max_tokens":40)"),
+                                              auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    CHECK(f.generator.request(0).max_prompt_tokens == 500);  // The engine refuses longer ones.
+    testing::HttpReply second = f.call(chat_body(false, R"(,"max_tokens":40)"), kOldKey);
+    CHECK(second.status == 429);
+    CHECK(second.headers["retry-after"] == "20");
+    CHECK(json_of(second.body)["error"].as_object()["code"] == "output_tokens_per_minute");
+    // The first used 10 of its 40: 30 come back, and the second fits at once.
+    engine::Usage usage;
+    usage.completion_tokens = 10;
+    f.generator.finish(0, engine::FinishReason::kStop, usage);
+    CHECK(first->read_response()->status == 200);
+    auto third = f.client();
+    REQUIRE(third->send(testing::http_request("POST", "/v1/chat/completions",
+                                              chat_body(false, R"(,"max_tokens":40)"),
+                                              auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    f.generator.finish(1, engine::FinishReason::kStop, usage);
+    CHECK(third->read_response()->status == 200);
 }
 
 TEST_CASE("tenant limits: max_concurrent counts running requests, released on finish and cancel") {

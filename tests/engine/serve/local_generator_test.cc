@@ -370,6 +370,22 @@ TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_toke
     CHECK(finish->usage.completion_tokens > 0);
 }
 
+TEST_CASE("local generator: a prompt longer than the tenant's input budget is refused") {
+    auto gen = make_generator();
+    auto sink = std::make_shared<CollectingSink>();
+    GenerateRequest over = request({1, 2, 3, 4}, 2);
+    over.max_prompt_tokens = 3;
+    auto rejected = gen->submit(over, sink);
+    REQUIRE_FALSE(rejected.ok());
+    CHECK(rejected.status().code() == StatusCode::kInvalidArgument);
+    CHECK(rejected.status().message() ==
+          "prompt: the prompt (4 tokens) exceeds this tenant's input_tokens_per_minute of 3");
+    GenerateRequest fits = request({1, 2, 3}, 2);
+    fits.max_prompt_tokens = 3;
+    REQUIRE(gen->submit(fits, sink).ok());
+    REQUIRE(sink->wait().has_value());
+}
+
 TEST_CASE("local generator: a request the KV cache could never hold is refused up front") {
     // The context allows 256 positions but the cache holds 32: a longer sequence would fail
     // midway however long it waited, so it is out of range (not "busy") before it starts.
