@@ -127,10 +127,7 @@ std::shared_ptr<const TenantTable> ApiRouter::tenants() const {
     return tenants_;
 }
 
-void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
-                                const Tenant* tenant, std::string_view id) {
-    // Only the models this tenant may use, as OpenAI lists those its key can call: this site's own
-    // and those other sites serve (a request for one is forwarded there).
+std::vector<engine::ModelInfo> ApiRouter::known_models() const {
     std::vector<engine::ModelInfo> models = generator_.models();
     if (cluster::RoutePlanner* planner = planner_.load()) {
         for (std::string& name : planner->cluster_models()) {
@@ -142,6 +139,13 @@ void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
             }
         }
     }
+    return models;
+}
+
+void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
+                                const Tenant* tenant, std::string_view id) {
+    // Only the models this tenant may use, as OpenAI lists those its key can call.
+    std::vector<engine::ModelInfo> models = known_models();
     std::erase_if(models, [&](const engine::ModelInfo& m) {
         return tenant != nullptr && !tenant->may_use(m.name);
     });
@@ -327,6 +331,15 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         channel->respond(e.to_response());
     };
     if (!from_peer && !tenant.may_use(req.generate.model)) {
+        // A model no site serves is not found, whoever asks; 403 is for one that exists.
+        const std::vector<engine::ModelInfo> known = known_models();
+        if (std::none_of(known.begin(), known.end(), [&](const engine::ModelInfo& m) {
+                return m.name == req.generate.model;
+            })) {
+            reject(api_error_from_status(not_found_error("unknown model"), req.generate.model),
+                   "model_not_found");
+            return;
+        }
         ApiError e;
         e.status = 403;
         e.type = "permission_error";

@@ -65,6 +65,8 @@ public:
 private:
     void serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel,
                bool from_peer);
+    // This site's models and those other sites serve (a request for one is forwarded there).
+    std::vector<engine::ModelInfo> known_models() const;
     // GET /v1/models (`id` empty) or /v1/models/{id}: the models `tenant` may use (all for a
     // null tenant: a forwarded request).
     void models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel, const Tenant* tenant,

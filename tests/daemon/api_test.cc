@@ -336,6 +336,11 @@ TEST_CASE("tenants: 401 without or with a wrong key, 403 for a model not allowed
                             R"({"model":"other-model","messages":[{"role":"user","content":"x"}]})",
                             auth);
     CHECK(forbidden.status == 403);
+    // A model no site serves is not found, not forbidden.
+    auto unknown = f.call("POST", "/v1/chat/completions",
+                          R"({"model":"nope","messages":[{"role":"user","content":"x"}]})", auth);
+    CHECK(unknown.status == 404);
+    CHECK(json_of(unknown.body)["error"].as_object()["code"] == "model_not_found");
 
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false), auth))
