@@ -125,6 +125,37 @@ int run_main(int argc, char** argv) {
         std::fprintf(stderr, "edgeserve run: missing --config FILE\n%s", kUsage);
         return 2;
     }
+    // Signals are taken synchronously by this thread; blocked first, before any thread starts
+    // (every thread inherits the mask) and before the checks and the load, so a SIGTERM during
+    // them is a logged, clean stop rather than the default action's silent exit.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    // A SIGTERM or SIGINT that arrived during a step that cannot be interrupted (the checks, the
+    // models' load): stop before serving.
+    auto stopped_before_serving = [&signals](std::string_view during) {
+        sigset_t pending;
+        sigemptyset(&pending);
+        if (sigpending(&pending) != 0 ||
+            (!sigismember(&pending, SIGTERM) && !sigismember(&pending, SIGINT))) {
+            return false;
+        }
+        int sig = 0;
+        sigset_t stop_signals;
+        sigemptyset(&stop_signals);
+        sigaddset(&stop_signals, SIGTERM);
+        sigaddset(&stop_signals, SIGINT);
+        sigwait(&stop_signals, &sig);
+        log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"},
+                               {"detail", "received during " + std::string(during) +
+                                              "; stopping before serving"}});
+        return true;
+    };
+
     Result<Config> config = load_config(config_path);
     if (!config.ok()) {
         log::error("config_invalid", {{"error", config.status().message()}});
@@ -167,16 +198,14 @@ int run_main(int argc, char** argv) {
         std::fprintf(stderr, "edgeserve: %s\n", s.message().c_str());
         return 1;
     }
-
-    // Signals are taken synchronously by this thread; block them before any thread starts so
-    // every thread inherits the mask.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    signal(SIGPIPE, SIG_IGN);
+    if (Status s = check_ports_free(*config, public_fd >= 0); !s.ok()) {
+        log::error("start_failed", {{"error", s.message()}});
+        std::fprintf(stderr, "edgeserve: %s\n", s.message().c_str());
+        return 1;
+    }
+    if (stopped_before_serving("the config checks")) {
+        return 0;
+    }
 
     std::unique_ptr<engine::Generator> generator;
     if (config->models.empty()) {
@@ -195,6 +224,9 @@ int run_main(int argc, char** argv) {
             return 1;
         }
         generator = std::move(engine).value();
+    }
+    if (stopped_before_serving("the models' load")) {
+        return 0;
     }
 
     Result<std::unique_ptr<Daemon>> daemon =

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <vector>
 
+#include <boost/asio/ip/tcp.hpp>
+
 #include "daemon/cluster/cluster.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -26,7 +28,8 @@ struct Listener {
 bool wildcard(const std::string& address) { return address == "0.0.0.0" || address == "::"; }
 
 // Two TCP listeners on one port collide when either listens everywhere or both on one address.
-Status check_ports(const Config& config, bool public_socket_inherited) {
+// The TCP ports the daemon listens on (gossip also takes UDP on its port).
+std::vector<Listener> tcp_listeners(const Config& config, bool public_socket_inherited) {
     std::vector<Listener> listeners;
     if (!public_socket_inherited) {
         listeners.push_back(
@@ -39,6 +42,11 @@ Status check_ports(const Config& config, bool public_socket_inherited) {
     if (config.gossip.enabled) {
         listeners.push_back({"gossip.port", config.gossip.bind_address, config.gossip.port});
     }
+    return listeners;
+}
+
+Status check_ports(const Config& config, bool public_socket_inherited) {
+    const std::vector<Listener> listeners = tcp_listeners(config, public_socket_inherited);
     for (size_t i = 0; i < listeners.size(); ++i) {
         for (size_t j = 0; j < i; ++j) {
             const Listener& a = listeners[j];
@@ -125,6 +133,31 @@ Status preflight_config(const Config& config, bool public_socket_inherited) {
         Result<routing::membership::Keyring> keyring = cluster::load_keyring(config.gossip);
         if (!keyring.ok()) {
             return keyring.status().with_context(file);
+        }
+    }
+    return ok_status();
+}
+
+Status check_ports_free(const Config& config, bool public_socket_inherited) {
+    namespace net = boost::asio;
+    net::io_context io;
+    for (const Listener& l : tcp_listeners(config, public_socket_inherited)) {
+        boost::system::error_code ec;
+        const net::ip::address address = net::ip::make_address(l.address, ec);
+        if (ec || l.port == 0) {
+            continue;  // A name the listener resolves itself, or any free port.
+        }
+        const net::ip::tcp::endpoint endpoint(address, l.port);
+        net::ip::tcp::acceptor probe(io);
+        probe.open(endpoint.protocol(), ec);
+        if (!ec) {
+            probe.set_option(net::socket_base::reuse_address(true), ec);
+            probe.bind(endpoint, ec);
+        }
+        if (ec) {
+            return unavailable_error(config.source + ": " + l.key + ": cannot listen on " +
+                                     l.address + ":" + std::to_string(l.port) + ": " +
+                                     ec.message());
         }
     }
     return ok_status();

@@ -20,4 +20,10 @@ namespace edge::daemon {
 // listeners.public.address/port are not used (and not checked against the other ports).
 Status preflight_config(const Config& config, bool public_socket_inherited = false);
 
+// For `run`, before the models load (which can take minutes): each TCP listener's address and
+// port can be bound now (a port another process listens on fails here, at once). Not part of
+// check-config, which runs beside a live daemon whose ports are taken. kUnavailable names the
+// config key and the system's reason.
+Status check_ports_free(const Config& config, bool public_socket_inherited = false);
+
 }  // namespace edge::daemon

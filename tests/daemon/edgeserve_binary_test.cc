@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -134,6 +135,42 @@ TEST_CASE("edgeserve run with models but no engine fails with a clear message") 
                              "): ") != std::string::npos,
                   r.err);
     CHECK(r.err.find("config.json") != std::string::npos);
+}
+
+TEST_CASE("edgeserve run finds a port in use before it loads the models; check-config does not") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    // Another process's listener on the admin port.
+    const int taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(taken >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(listen(taken, 1) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    const std::string port = std::to_string(ntohs(addr.sin_port));
+    std::string yaml = testing::config_yaml(
+        cert.cert_path, cert.key_path,
+        "models:\n  - {name: m, path: " + std::string(EDGE_SOURCE_DIR) +
+            "/tests/fixtures/micro-qwen3-moe}\n");
+    const size_t admin = yaml.find("admin:");
+    REQUIRE(admin != std::string::npos);
+    yaml.replace(yaml.find("port: 0", admin), 7, "port: " + port);
+    const std::string config = dir.write("c.yaml", yaml);
+    auto r = testing::run({kBinary, "run", "--config", config});
+    // check-config runs beside a live daemon, whose ports are taken: not its concern.
+    auto checked = testing::run({kBinary, "check-config", config});
+    ::close(taken);
+    CHECK_MESSAGE(checked.exit_code == 0, checked.err);
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": listeners.admin.port: cannot listen on " +
+                             "127.0.0.1:" + port + ": Address already in use") !=
+                      std::string::npos,
+                  r.err);
+    CHECK_MESSAGE(r.out.find("model_ready") == std::string::npos, r.out);
+    CHECK_MESSAGE(r.err.find("model_ready") == std::string::npos, r.err);
 }
 
 TEST_CASE("check-config loads what run loads: certificates, ports, model files, keyring") {
