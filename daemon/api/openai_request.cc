@@ -567,8 +567,10 @@ bool parse_logit_bias(Validator& v, const json::value& value,
 bool parse_unsupported(Validator& v, const std::string& key, const json::value& value) {
     auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
     if (key == "n" || key == "best_of") {
-        std::optional<int64_t> n = value.is_null() ? 1 : v.integer(value, key, 1, 128);
-        return n && (*n == 1 || refuse());
+        // One choice per request is all this server makes: any other count is refused as such.
+        std::optional<int64_t> n =
+            value.is_null() ? 1 : v.integer(value, key, INT64_MIN, INT64_MAX);
+        return n && (*n == 1 || v.fail("'" + key + "' must be 1 (one choice per request)", key));
     }
     if (key == "metadata") {
         if (value.is_null()) {

@@ -345,8 +345,11 @@ void Scheduler::admit() {
             if (!seq->admitted_once) {
                 t.queue_time.observe(
                     std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
-                t.prefix_query_tokens += seq->prompt_len;
-                t.prefix_hit_tokens += seq->cached_tokens;
+                if (config_.prefix_cache && model_->kv_block_tokens() > 0) {
+                    // Without a prefix cache there is nothing to query.
+                    t.prefix_query_tokens += seq->prompt_len;
+                    t.prefix_hit_tokens += seq->cached_tokens;
+                }
             }
         }
         seq->admitted_once = true;

@@ -234,3 +234,17 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     CHECK(none.tool_choice == ToolChoice::kNone);
     CHECK(none.generate.tools.empty());  // Not offered at all.
 }
+
+TEST_CASE("n and best_of: any count but one is refused as such, not as out of a range") {
+    for (const char* n : {"0", "2", "-1", "1000"}) {
+        CAPTURE(n);
+        auto r = parse_openai_request(Endpoint::kCompletions,
+                                      std::string(R"({"model":"m","prompt":"x","n":)") + n + "}");
+        REQUIRE(std::holds_alternative<ApiError>(r));
+        CHECK(std::get<ApiError>(r).message == "'n' must be 1 (one choice per request)");
+        CHECK(std::get<ApiError>(r).param == "n");
+    }
+    auto one = parse_openai_request(Endpoint::kCompletions,
+                                    R"({"model":"m","prompt":"x","n":1,"best_of":1.0})");
+    CHECK(std::holds_alternative<ParsedRequest>(one));
+}

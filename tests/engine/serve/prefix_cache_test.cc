@@ -145,6 +145,20 @@ TEST_CASE("prefix cache: the same prompt twice from one tenant hits and gives th
     CHECK(stats.tenants.at("a").prefix_query_tokens == 13 + 13 + 12);
     CHECK(stats.tenants.at("a").prefix_hit_tokens == 20);
     CHECK(h.scheduler->stats().prefix_hit_tokens == 20);
+
+    // With the prefix cache off nothing is queried, so no hit ratio of 0% is reported.
+    SchedulerConfig off;
+    off.prefix_cache = false;
+    Paged plain(Paged::paged_options(), off);
+    for (int i = 0; i < 2; ++i) {
+        auto s = plain.submit("a", prompt, 3);
+        plain.drain();
+        auto f = s->wait();
+        REQUIRE(f);
+        CHECK(f->usage.cached_tokens == 0);
+    }
+    CHECK(plain.scheduler->serving_stats().tenants.at("a").prefix_query_tokens == 0);
+    CHECK(plain.scheduler->stats().prefix_query_tokens == 0);
 }
 
 TEST_CASE("prefix cache: tenant B never hits A's blocks and takes the same steps as alone") {
