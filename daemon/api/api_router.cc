@@ -315,12 +315,6 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                                                            : std::string_view());
         return;
     }
-    std::variant<ParsedRequest, ApiError> parsed = parse_openai_request(endpoint, request.body);
-    if (auto* error = std::get_if<ApiError>(&parsed)) {
-        channel->respond(error->to_response());
-        return;
-    }
-    ParsedRequest& req = std::get<ParsedRequest>(parsed);
     const Tenant& tenant = *tenant_ptr;
     auto reject = [&](const ApiError& e, std::string_view reason) {
         if (metrics_ != nullptr && !from_peer) {
@@ -330,6 +324,13 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         channel->note("rejected", std::string(reason));
         channel->respond(e.to_response());
     };
+    std::variant<ParsedRequest, ApiError> parsed = parse_openai_request(endpoint, request.body);
+    if (auto* error = std::get_if<ApiError>(&parsed)) {
+        // Counted with the tenant's other refusals, so its request total is its HTTP total.
+        reject(*error, "invalid_request");
+        return;
+    }
+    ParsedRequest& req = std::get<ParsedRequest>(parsed);
     if (!from_peer && !tenant.may_use(req.generate.model)) {
         // A model no site serves is not found, whoever asks; 403 is for one that exists.
         const std::vector<engine::ModelInfo> known = known_models();

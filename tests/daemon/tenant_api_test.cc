@@ -159,6 +159,17 @@ TEST_CASE("tenant limits: output tokens are reserved at admission, the unused pa
     CHECK(third->read_response()->status == 200);
 }
 
+TEST_CASE("tenant metrics: a body the API refuses counts as the tenant's rejected request") {
+    TenantFixture f("");
+    testing::HttpReply bad = f.call(chat_body(false, R"(,"n":3)"), kOldKey);
+    CHECK(bad.status == 400);
+    std::string m = f.metrics();
+    CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="invalid_request",tenant="acme"} 1)") !=
+          std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="rejected",tenant="acme"} 1)") !=
+          std::string::npos);
+}
+
 TEST_CASE("tenant limits: max_concurrent counts running requests, released on finish and cancel") {
     TenantFixture f("    max_concurrent: 1\n");
     {
