@@ -185,6 +185,18 @@ std::function<Status(const YAML::Node&, const std::string&)> int_field(const Rea
     };
 }
 
+// Assigns a double field within [min, max], scaled by `scale` (milliseconds in YAML to seconds).
+std::function<Status(const YAML::Node&, const std::string&)> number_field(const Reader& r,
+                                                                          double& field,
+                                                                          double min, double max,
+                                                                          double scale = 1.0) {
+    return [&r, &field, min, max, scale](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(double v, r.number(n, k, min, max));
+        field = v * scale;
+        return ok_status();
+    };
+}
+
 std::function<Status(const YAML::Node&, const std::string&)> string_field(const Reader& r,
                                                                           std::string& field) {
     return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
@@ -486,7 +498,7 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
               }},
              {"weight", int_field(r, t.weight, 1, 10'000)},
              {"priority", int_field(r, t.priority, 0, 100)},
-             {"requests_per_second", int_field(r, t.requests_per_second, 0, 1'000'000)},
+             {"requests_per_second", number_field(r, t.requests_per_second, 0.0, 1e6)},
              {"burst", int_field(r, t.burst, 0, 1'000'000)},
              {"input_tokens_per_minute",
               int_field(r, t.input_tokens_per_minute, 0, int64_t{1} << 40)},
@@ -498,6 +510,10 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
         EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"name", "api_key_sha256"}));
         if (!names.insert(t.name).second) {
             return r.error(node[i]["name"], item + ".name", "duplicate tenant name");
+        }
+        if (t.requests_per_second > 0 && t.requests_per_second < 1.0 / 60) {
+            return r.error(node[i]["requests_per_second"], item + ".requests_per_second",
+                           "below one request per minute; 0 means unlimited");
         }
         if (t.burst > 0 && t.requests_per_second == 0) {
             return r.error(node[i]["burst"], item + ".burst",
@@ -529,18 +545,6 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
          {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)},
          {"max_stream_buffer_bytes",
           int_field(r, l.max_stream_buffer_bytes, 4096, int64_t{1} << 30)}});
-}
-
-// Assigns a double field within [min, max], scaled by `scale` (milliseconds in YAML to seconds).
-std::function<Status(const YAML::Node&, const std::string&)> number_field(const Reader& r,
-                                                                          double& field,
-                                                                          double min, double max,
-                                                                          double scale = 1.0) {
-    return [&r, &field, min, max, scale](const YAML::Node& n, const std::string& k) -> Status {
-        EDGE_ASSIGN_OR_RETURN(double v, r.number(n, k, min, max));
-        field = v * scale;
-        return ok_status();
-    };
 }
 
 // A millisecond count (1..86400000) into a common Duration.

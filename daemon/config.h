@@ -57,7 +57,7 @@ struct TenantConfig {
     int32_t weight = 1;      // Share of engine capacity relative to other tenants (1..10000).
     int32_t priority = 0;    // Higher is preempted last (0..100).
     // Limits; 0 means unlimited.
-    int64_t requests_per_second = 0;       // Sustained request rate, requests/s.
+    double requests_per_second = 0;        // Sustained request rate, requests/s (0.5: 30/min).
     int64_t burst = 0;                     // Requests allowed at once above the rate; 0: the rate.
     int64_t input_tokens_per_minute = 0;   // Prompt tokens per minute (charged after each request).
     int64_t output_tokens_per_minute = 0;  // Generated tokens per minute (charged as produced).

@@ -82,8 +82,10 @@ void set_bucket(std::optional<TokenBucket>& bucket, double rate, double capacity
 void TenantLimiter::State::apply(const TenantConfig& config) {
     TimePoint now = clock.now();
     limits = config;
-    double rps = static_cast<double>(config.requests_per_second);
-    double burst = config.burst > 0 ? static_cast<double>(config.burst) : rps;
+    double rps = config.requests_per_second;
+    // Without a burst, the rate's whole requests, and at least one (a rate below 1/s).
+    double burst = config.burst > 0 ? static_cast<double>(config.burst)
+                                    : std::max(1.0, std::floor(rps));
     set_bucket(requests, rps, burst, now);
     double in = static_cast<double>(config.input_tokens_per_minute);
     set_bucket(input_tokens, in / 60.0, in, now);

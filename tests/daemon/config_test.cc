@@ -254,7 +254,10 @@ TEST_CASE("tenant limits: parsed with defaults, bad values named by file:line:co
     CHECK(tenant("    max_concurrent: -1\n") ==
           "/etc/edgeserve/test.yaml:20:21: tenants[0].max_concurrent: must be in 0..1000000");
     CHECK(tenant("    requests_per_second: fast\n") ==
-          "/etc/edgeserve/test.yaml:20:26: tenants[0].requests_per_second: expected an integer");
+          "/etc/edgeserve/test.yaml:20:26: tenants[0].requests_per_second: expected a number");
+    CHECK(tenant("    requests_per_second: 0.01\n") ==
+          "/etc/edgeserve/test.yaml:20:26: tenants[0].requests_per_second: below one request per "
+          "minute; 0 means unlimited");
     CHECK(tenant("    burst: 5\n") ==
           "/etc/edgeserve/test.yaml:20:12: tenants[0].burst: needs requests_per_second (burst "
           "alone limits nothing)");

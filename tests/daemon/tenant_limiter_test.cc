@@ -72,6 +72,20 @@ TEST_CASE("limiter: requests per second with burst, Retry-After time, other tena
     CHECK(limiter.admit("a").reason == RejectReason::kRequestRate);
 }
 
+TEST_CASE("limiter: a rate below one request per second admits one, then one per period") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.requests_per_second = 0.5;  // 30 a minute; no burst: one at a time.
+    limiter.configure(std::vector<TenantConfig>{a});
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+    TenantLimiter::Decision over = limiter.admit("a");
+    CHECK(over.reason == RejectReason::kRequestRate);
+    CHECK(over.retry_after == Duration(2s));
+    clock.advance(2s);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+}
+
 TEST_CASE("limiter: concurrency slots are released on finish and on destruction, once") {
     ManualClock clock;
     TenantLimiter limiter(clock);
