@@ -3,11 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -85,9 +87,31 @@ int check_config_main(int argc, char** argv) {
 
 // Drains the daemon, then stops the engine while the daemon lives: the requests the drain cut
 // end (cancelled) through callbacks that use its metrics and tenant limiter.
+// Signals that arrive meanwhile are logged: the drain runs to its deadline regardless.
 void shut_down(Daemon& daemon, engine::Generator& generator, std::chrono::milliseconds drain) {
+    std::atomic<bool> done{false};
+    std::thread signals_meanwhile([&done] {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGHUP);
+        const timespec poll{0, 100'000'000};
+        while (!done.load()) {
+            const int sig = sigtimedwait(&set, nullptr, &poll);
+            if (sig > 0) {
+                const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
+                log::info("signal_while_draining",
+                          {{"signal", name},
+                           {"detail", "already stopping; requests still running are cut at "
+                                      "limits.drain_deadline_ms"}});
+            }
+        }
+    });
     daemon.stop(drain);
     generator.stop();
+    done.store(true);
+    signals_meanwhile.join();
 }
 
 int exit_on_device_fault(Daemon& daemon, engine::Generator& generator, const Status& fault,
