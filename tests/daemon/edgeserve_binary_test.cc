@@ -137,7 +137,7 @@ TEST_CASE("edgeserve run with models but no engine fails with a clear message") 
     CHECK(r.err.find("config.json") != std::string::npos);
 }
 
-TEST_CASE("edgeserve run finds a port in use before it loads the models; check-config does not") {
+TEST_CASE("edgeserve run finds a port in use before it loads the models, check-config does not") {
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
     // Another process's listener on the admin port.

@@ -1,0 +1,298 @@
+// Admission to the running batch (engine/sched/scheduler.h): which waiting request gets a free
+// place (the tenant furthest behind its weighted share first), preemption for fairness and for
+// KV blocks, and the prefix cache's attach and publish. Scheduler's own thread only, like the rest
+// of its step.
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/log.h"
+#include "engine/sched/prefix_hash.h"
+#include "engine/sched/scheduler.h"
+
+namespace edge::engine::sched {
+
+bool Scheduler::fail_unadmittable() {
+    // Nothing runs, so every slot should be free; a request that still cannot get one would spin
+    // the loop forever. It fails instead.
+    std::unique_ptr<Sequence> seq;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (waiting_.empty()) {
+            return false;
+        }
+        seq = waiting_.pop();
+    }
+    finish(seq.get(), FinishReason::kError,
+           resource_exhausted_error("the model has no free sequence slot"));
+    return true;
+}
+
+namespace {
+
+// Places per weight are fractions; this absorbs their rounding.
+constexpr double kLevelSlack = 1e-9;
+
+}  // namespace
+
+void Scheduler::admit() {
+    if (running_.empty()) {
+        admission_blocked_ = false;  // Nothing left to wait for.
+    }
+    while (true) {
+        std::vector<FairQueue::Backlog> backlog;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (waiting_.empty()) {
+                return;
+            }
+            backlog = waiting_.backlog();
+        }
+        const auto running = static_cast<int32_t>(running_.size());
+        Result<int32_t> slot = resource_exhausted_error("the batch is full");
+        if (!admission_blocked_ && running < config_.max_batch_sequences) {
+            slot = model_->acquire_slot();
+        }
+        const std::map<std::string, TenantLoad> loads = tenant_loads(backlog);
+        std::unique_ptr<Sequence> seq;
+        if (slot.ok()) {
+            // A free place goes to the waiting tenants with the fewest places per weight (with
+            // it), by DRR among them; so no admission leaves a tenant owed a place.
+            double least = 0.0;
+            bool any = false;
+            for (const FairQueue::Backlog& b : backlog) {
+                const double level = loads.at(b.tenant).level(1);
+                least = any ? std::min(least, level) : level;
+                any = true;
+            }
+            std::lock_guard<std::mutex> lock(mu_);
+            seq = waiting_.pop_if([&](const std::string& tenant) {
+                const auto it = loads.find(tenant);  // A tenant that came since: next round.
+                return it != loads.end() && it->second.level(1) <= least + kLevelSlack;
+            });
+        } else {
+            // No free place: a tenant owed one takes it from a tenant further ahead.
+            const Claim* claim = nullptr;
+            const std::vector<Claim> claims = owed_claims(loads);
+            for (const Claim& c : claims) {
+                if (preempt_for_fairness(c, loads)) {
+                    claim = &c;
+                    break;
+                }
+            }
+            if (claim == nullptr) {
+                return;  // The queue waits for a sequence to finish.
+            }
+            slot = model_->acquire_slot();
+            if (!slot.ok()) {
+                return;
+            }
+            std::lock_guard<std::mutex> lock(mu_);
+            seq = waiting_.pop_tenant(claim->tenant);
+        }
+        seq->slot = *slot;
+        seq->computed = 0;
+        seq->admitted_at = next_admission_++;
+        seq->admitted_step = stats_.steps;
+        attach_prefix(seq.get());
+        {
+            std::lock_guard<std::mutex> lock(stats_mu_);
+            TenantServingStats& t = tenant_stats(seq->tenant);
+            --t.queued;
+            ++t.running;
+            if (!seq->admitted_once) {
+                t.queue_time.observe(
+                    std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
+                if (config_.prefix_cache && model_->kv_block_tokens() > 0) {
+                    // Without a prefix cache there is nothing to query.
+                    t.prefix_query_tokens += seq->prompt_len;
+                    t.prefix_hit_tokens += seq->cached_tokens;
+                }
+            }
+        }
+        seq->admitted_once = true;
+        running_.push_back(std::move(seq));
+    }
+}
+
+std::map<std::string, Scheduler::TenantLoad> Scheduler::tenant_loads(
+    const std::vector<FairQueue::Backlog>& backlog) const {
+    std::map<std::string, TenantLoad> loads;
+    for (const auto& seq : running_) {
+        if (!seq->finished) {
+            TenantLoad& l = loads[seq->tenant];
+            ++l.running;
+            l.weight = std::max(seq->tenant_weight, 1);
+        }
+    }
+    for (const FairQueue::Backlog& b : backlog) {
+        TenantLoad& l = loads[b.tenant];
+        l.waiting = static_cast<int64_t>(b.waiting);
+        l.weight = std::max(b.weight, 1);
+    }
+    return loads;
+}
+
+std::vector<Scheduler::Claim> Scheduler::owed_claims(
+    const std::map<std::string, TenantLoad>& loads) const {
+    std::vector<Claim> claims;
+    for (const auto& [tenant, l] : loads) {
+        if (l.waiting == 0) {
+            continue;
+        }
+        const double level = l.level(1);
+        for (const auto& [other, o] : loads) {
+            if (other != tenant && o.running > 0 && o.level(-1) + kLevelSlack >= level) {
+                claims.push_back(Claim{tenant, level, 0});
+                break;
+            }
+        }
+    }
+    // The furthest behind first; ties by tenant name (the map's order).
+    std::stable_sort(claims.begin(), claims.end(),
+                     [](const Claim& a, const Claim& b) { return a.level < b.level; });
+    if (!claims.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Claim& c : claims) {
+            c.priority = waiting_.head_priority(c.tenant);
+        }
+    }
+    return claims;
+}
+
+bool Scheduler::preempt_for_fairness(const Claim& claim,
+                                     const std::map<std::string, TenantLoad>& loads) {
+    auto victim = running_.end();
+    double victim_level = 0.0;
+    for (auto it = running_.begin(); it != running_.end(); ++it) {
+        const Sequence& s = **it;
+        if (s.finished || s.tenant == claim.tenant || s.priority > claim.priority ||
+            stats_.steps - s.admitted_step < config_.fair_preempt_min_steps) {
+            continue;
+        }
+        const TenantLoad& l = loads.at(s.tenant);
+        if (l.level(-1) + kLevelSlack < claim.level) {
+            continue;  // Its tenant would end up behind the claimant.
+        }
+        // Lowest priority, then the tenant with the most places per weight, then the newest.
+        const double level = l.level(0);
+        if (victim == running_.end() || s.priority < (*victim)->priority ||
+            (s.priority == (*victim)->priority &&
+             (level > victim_level ||
+              (level == victim_level && s.admitted_at > (*victim)->admitted_at)))) {
+            victim = it;
+            victim_level = level;
+        }
+    }
+    if (victim == running_.end()) {
+        return false;
+    }
+    preempt(victim, /*for_fairness=*/true);
+    return true;
+}
+
+void Scheduler::attach_prefix(Sequence* seq) {
+    const int32_t bt = model_->kv_block_tokens();
+    if (!config_.prefix_cache || bt <= 0) {
+        return;
+    }
+    if (!seq->chain_ready) {
+        auto salt = salts_.find(seq->tenant);
+        if (salt == salts_.end()) {
+            salt = salts_.emplace(seq->tenant, tenant_salt(config_.prefix_secret, seq->tenant))
+                       .first;
+        }
+        seq->prefix_chain = prefix_chain(
+            std::span<const TokenId>(seq->tokens.data(), static_cast<size_t>(seq->prompt_len)),
+            bt, salt->second, SIZE_MAX);
+        seq->chain_ready = true;
+    }
+    // At least one token is left to compute: its logits give the next token.
+    const size_t usable =
+        std::min(seq->prefix_chain.size(), (seq->tokens.size() - 1) / static_cast<size_t>(bt));
+    const int32_t attached = model_->attach_prefix(
+        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), usable));
+    seq->computed = attached;
+    seq->published_blocks = attached / bt;
+    if (!seq->admitted_once) {
+        seq->cached_tokens = attached;
+        stats_.prefix_query_tokens += seq->prompt_len;
+        stats_.prefix_hit_tokens += attached;
+    }
+}
+
+void Scheduler::publish_prefix(Sequence* seq) {
+    const int32_t bt = model_->kv_block_tokens();
+    if (seq->prefix_chain.empty() || bt <= 0) {
+        return;
+    }
+    const int32_t full =
+        std::min(static_cast<int32_t>(seq->prefix_chain.size()),
+                 std::min(seq->computed, seq->prompt_len) / bt);
+    if (full > seq->published_blocks) {
+        model_->publish_prefix(seq->slot, std::span<const BlockHash>(
+                                              seq->prefix_chain.data(), static_cast<size_t>(full)));
+        seq->published_blocks = full;
+    }
+}
+
+void Scheduler::preempt_victim() {
+    // Lowest priority first; among equals one of the tenant with the most places per weight
+    // (a tenant that just got its fair place keeps it), the most recently admitted (it has done
+    // least work).
+    std::vector<FairQueue::Backlog> backlog;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        backlog = waiting_.backlog();
+    }
+    const std::map<std::string, TenantLoad> loads = tenant_loads(backlog);
+    auto victim =
+        std::min_element(running_.begin(), running_.end(), [&](const auto& a, const auto& b) {
+            if (a->priority != b->priority) {
+                return a->priority < b->priority;
+            }
+            const double la = loads.at(a->tenant).level(0);
+            const double lb = loads.at(b->tenant).level(0);
+            if (la != lb) {
+                return la > lb;
+            }
+            return a->admitted_at > b->admitted_at;
+        });
+    preempt(victim, /*for_fairness=*/false);
+}
+
+void Scheduler::preempt(std::vector<std::unique_ptr<Sequence>>::iterator victim,
+                        bool for_fairness) {
+    std::unique_ptr<Sequence> seq = std::move(*victim);
+    running_.erase(victim);
+    model_->truncate_slot(seq->slot, 0);
+    model_->release_slot(seq->slot);
+    log::debug("sequence_preempted", {{"request_id", seq->request_id},
+                                      {"tenant", seq->tenant},
+                                      {"reason", for_fairness ? "fair_share" : "kv_cache"},
+                                      {"tokens", static_cast<int64_t>(seq->tokens.size())}});
+    seq->slot = -1;
+    seq->computed = 0;
+    seq->published_blocks = 0;
+    ++seq->preemptions;
+    ++stats_.preemptions;
+    if (for_fairness) {
+        ++stats_.fair_preemptions;
+    } else {
+        admission_blocked_ = true;  // Until a sequence finishes, the cache holds no more.
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    {
+        std::lock_guard<std::mutex> stats_lock(stats_mu_);
+        TenantServingStats& t = tenant_stats(seq->tenant);
+        --t.running;
+        ++t.queued;
+        ++t.preemptions;
+        if (for_fairness) {
+            ++t.fair_preemptions;
+        }
+    }
+    waiting_.push_front(std::move(seq));
+}
+
+}  // namespace edge::engine::sched
