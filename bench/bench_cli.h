@@ -54,6 +54,14 @@ struct Flag {
     static Flag integer(std::string_view name, int64_t* v, int64_t min, std::string_view help) {
         return {.name = name, .help = help, .wide = v, .min = min, .max = INT64_MAX};
     }
+    static Flag integer(std::string_view name, int* v, int64_t min, int64_t max,
+                        std::string_view help) {
+        return {.name = name, .help = help, .narrow = v, .min = min, .max = max};
+    }
+    static Flag integer(std::string_view name, int64_t* v, int64_t min, int64_t max,
+                        std::string_view help) {
+        return {.name = name, .help = help, .wide = v, .min = min, .max = max};
+    }
 };
 
 // Resident set size of this process in bytes (VmRSS of /proc/self/status), 0 when unreadable.
@@ -110,8 +118,11 @@ inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags,
         const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
         if (ec != std::errc() || end != value.data() + value.size() || n < flag->min ||
             n > flag->max) {
-            usage_error(program, std::string(arg) +
-                                     " takes an integer >= " + std::to_string(flag->min) +
+            const bool open = flag->max == INT64_MAX || flag->max == INT32_MAX;
+            usage_error(program, std::string(arg) + " takes an integer " +
+                                     (open ? ">= " + std::to_string(flag->min)
+                                           : "in " + std::to_string(flag->min) + ".." +
+                                                 std::to_string(flag->max)) +
                                      ", not '" + std::string(value) + "'");
         }
         if (flag->wide != nullptr) {
@@ -120,6 +131,59 @@ inline void parse_flags(int argc, char** argv, const std::vector<Flag>& flags,
             *flag->narrow = static_cast<int>(n);
         }
     }
+}
+
+// For the benches that take at most one positional count (bench_gossip_sim N, bench_forward_hop
+// N): `--help` prints `about` (exit 0), a count that is not a whole number in [min, max] or a
+// second argument is a usage error (exit 2). `fallback` when none is given.
+inline int64_t positional_count(int argc, char** argv, std::string_view about, int64_t fallback,
+                                int64_t min, int64_t max) {
+    if (argc > 1 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+        std::printf("%.*s\n", static_cast<int>(about.size()), about.data());
+        std::exit(0);
+    }
+    if (argc > 2) {
+        usage_error(argv[0], "unexpected argument '" + std::string(argv[2]) + "'");
+    }
+    if (argc < 2) {
+        return fallback;
+    }
+    const std::string_view value = argv[1];
+    int64_t n = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || end != value.data() + value.size() || n < min || n > max) {
+        usage_error(argv[0], "the count must be a whole number in " + std::to_string(min) + ".." +
+                                 std::to_string(max) + ", not '" + std::string(value) + "'");
+    }
+    return n;
+}
+
+// The comma-separated names of `list`, each one of `known` (else a usage error naming them).
+inline std::vector<std::string> known_names(const char* program, std::string_view flag,
+                                            std::string_view list,
+                                            const std::vector<std::string>& known) {
+    std::vector<std::string> out;
+    while (!list.empty()) {
+        const size_t comma = list.find(',');
+        const std::string name(list.substr(0, comma));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+        if (name.empty()) {
+            continue;
+        }
+        if (std::find(known.begin(), known.end(), name) == known.end()) {
+            std::string names;
+            for (const std::string& k : known) {
+                names += (names.empty() ? "" : ", ") + k;
+            }
+            usage_error(program, std::string(flag) + ": unknown name '" + name + "' (known: " +
+                                     names + ")");
+        }
+        out.push_back(name);
+    }
+    if (out.empty()) {
+        usage_error(program, std::string(flag) + " names nothing");
+    }
+    return out;
 }
 
 // Step times of one phase. The rate is taken from the median step, as the bandwidth probe takes

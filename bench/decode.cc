@@ -78,6 +78,15 @@ struct Single {
     double decode_cpu_s_per_token = 0;  // Process CPU seconds (all threads) per decode token.
 };
 
+int32_t acquire_or_exit(CausalLM& m) {
+    auto slot = m.acquire_slot();
+    if (!slot.ok()) {
+        std::fprintf(stderr, "%s\n", slot.status().to_string().c_str());
+        std::exit(1);
+    }
+    return *slot;
+}
+
 Single run_single(CausalLM& m, int prefill, int steps) {
     const int64_t V = m.spec().vocab_size;
     std::vector<TokenId> prompt(prefill);
@@ -85,12 +94,12 @@ Single run_single(CausalLM& m, int prefill, int steps) {
     for (TokenId& t : prompt) {
         t = static_cast<TokenId>(rng() % 256);
     }
-    int32_t slot = *m.acquire_slot();
+    int32_t slot = acquire_or_exit(m);
     std::vector<float> logits;
     SequenceChunk ch{slot, 0, prompt, false};
     auto t0 = Clock::now();
-    if (!m.forward({&ch, 1}, &logits).ok()) {
-        std::fprintf(stderr, "prefill failed\n");
+    if (edge::Status st = m.forward({&ch, 1}, &logits); !st.ok()) {
+        std::fprintf(stderr, "prefill failed: %s\n", st.to_string().c_str());
         std::exit(1);
     }
     Single r;
@@ -124,7 +133,7 @@ double run_batched(CausalLM& m, int sequences, int steps, double* passes_per_ste
     std::vector<SequenceChunk> batch;
     std::mt19937 rng(11);
     for (int i = 0; i < sequences; ++i) {
-        slots.push_back(*m.acquire_slot());
+        slots.push_back(acquire_or_exit(m));
         for (int j = 0; j < 16; ++j) {
             prompts[i].push_back(static_cast<TokenId>(rng() % 256));
         }
@@ -179,7 +188,7 @@ int main(int argc, char** argv) {
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: the bench preset)"),
          edge::bench::Flag::integer("--steps", &steps, 1, "decode steps per figure"),
          edge::bench::Flag::integer("--prefill", &prefill, 1, "prompt tokens"),
-         edge::bench::Flag::integer("--threads", &only_threads, 0,
+         edge::bench::Flag::integer("--threads", &only_threads, 0, 2,
                                     "run only this thread count (0: 1 and 2)"),
          edge::bench::Flag::string("--profile", &profile,
                                    "single or batchedN: only that phase, for perf record"),
@@ -190,6 +199,19 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--activations: expected exact, bf16 or both, got '%s'\n",
                      activations.c_str());
         return 2;
+    }
+    // --profile: "single" or "batched1".."batched72" (the profile model's slots).
+    int profile_seqs = 0;
+    if (!profile.empty() && profile != "single") {
+        const std::string_view n = std::string_view(profile).substr(
+            profile.rfind("batched", 0) == 0 ? 7 : profile.size());
+        const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), profile_seqs);
+        if (profile.rfind("batched", 0) != 0 || ec != std::errc() || end != n.data() + n.size() ||
+            profile_seqs < 1 || profile_seqs > 72) {
+            std::fprintf(stderr, "--profile: expected single or batched1..batched72, got '%s'\n",
+                         profile.c_str());
+            return 2;
+        }
     }
     const bool run_exact = activations != "bf16";
     const bool run_bf16 = activations != "exact";
@@ -213,7 +235,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
             return 1;
         }
-        const int seqs = profile.rfind("batched", 0) == 0 ? std::atoi(profile.c_str() + 7) : 0;
+        const int seqs = profile_seqs;
         run_batched(**model, 32, 4);
         const auto s0 = (*model)->shard_stats();
         const auto t0 = Clock::now();
@@ -236,6 +258,9 @@ int main(int argc, char** argv) {
                             static_cast<long long>(tok.back()));
             }
         }
+        std::printf("{\"bench\":\"decode_profile\",\"profile\":\"%s\",\"tokens_per_s\":%.3f,"
+                    "\"wall_ms\":%.1f}\n",
+                    profile.c_str(), tps, wall * 1e3);
         return 0;
     }
     const double bw1 = edge::bench::measure_read_bandwidth(1);
@@ -296,6 +321,8 @@ int main(int argc, char** argv) {
             }
         }
     }
+    // A figure of a phase that did not run is 0, never NaN (the JSON line must parse).
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
     const double frac1 = single[0].decode_tps * bytes_per_token / bw1;
     const double frac2 = single[1].decode_tps * bytes_per_token / bw2;
     const double frac1_cpu = single[0].decode_cpu_s_per_token > 0
@@ -336,15 +363,16 @@ int main(int argc, char** argv) {
     std::printf("%-44s %14.2f\n", "batched decode tokens/s, 8 seqs", batched8);
     std::printf("%-44s %14.2f\n", "batched decode tokens/s, 32 seqs", batched32);
     std::printf("%-44s %14.2f\n", "batched 32 / single-stream (same threads)",
-                batched32 / single_ref);
+                ratio(batched32, single_ref));
     std::printf("%-44s %14.1f\n", "expert passes per 32-sequence step", passes32);
-    std::printf("%-44s %14.1f\n", "weight MB read per 32-sequence step", step32_bytes / 1e6);
+    std::printf("%-44s %14.1f\n", "weight MB read per 32-sequence step",
+                passes32 > 0 ? step32_bytes / 1e6 : 0.0);
     std::printf("%-44s %14.3f\n", "batched 32 fraction of bandwidth", batched32_frac);
     std::printf("%-44s %14.2f\n", "batched 32 / single at one fraction (bytes)", bytes_bound);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 8 seqs", batched8_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 32 seqs", batched32_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched 32 / single-stream",
-                batched32_bf16 / single_ref);
+                ratio(batched32_bf16, single_ref));
     std::printf("%-44s %14.1f\n", "weight MB (mapped)", weight_bytes / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after load", rss_load / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after warm-up", rss_warm / 1e6);
@@ -365,9 +393,10 @@ int main(int argc, char** argv) {
         bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
         single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
         frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,
-        single[0].prefill_tps, single[1].prefill_tps, batched8, batched32, batched32 / single_ref,
+        single[0].prefill_tps, single[1].prefill_tps, batched8, batched32,
+        ratio(batched32, single_ref),
         passes32, passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16,
-        batched32_bf16, batched32_bf16 / single_ref, static_cast<long long>(weight_bytes),
+        batched32_bf16, ratio(batched32_bf16, single_ref), static_cast<long long>(weight_bytes),
         static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
         static_cast<long long>(rss_warm));
     return 0;

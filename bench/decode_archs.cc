@@ -167,9 +167,12 @@ int main(int argc, char** argv) {
          edge::bench::Flag::boolean("--row-major", &row_major,
                                     "INT4 weights row-major, not in row tiles")},
         "bench_decode_archs: decode per architecture, BF16 and experts-int4");
+    const std::vector<std::string> wanted =
+        edge::bench::known_names(argv[0], "--archs", archs,
+                                 {"qwen3_moe", "glm4_moe", "deepseek_v3"});
     std::vector<Row> rows;
     for (const char* arch : {"qwen3_moe", "glm4_moe", "deepseek_v3"}) {
-        if (("," + archs + ",").find(std::string(",") + arch + ",") == std::string::npos) {
+        if (std::find(wanted.begin(), wanted.end(), arch) == wanted.end()) {
             continue;
         }
         const edge::bench::BenchCheckpoint checkpoint(
@@ -230,7 +233,7 @@ int main(int argc, char** argv) {
     }
     std::printf("%-12s %-13s %7s %12s %11s %13s %10s %9s %8s\n", "arch", "format", "streams",
                 "kv_B/token", "resident_MB", "bytes/step_MB", "tokens/s", "GB/s_bw", "bw_frac");
-    std::string json = "{\"threads\":" + std::to_string(threads) +
+    std::string json = "{\"bench\":\"decode_archs\",\"threads\":" + std::to_string(threads) +
                        ",\"steps\":" + std::to_string(steps) + ",\"rows\":[";
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];

@@ -98,8 +98,8 @@ double decode_tps(CausalLM& m, int steps, PhaseSums* sums = nullptr) {
     int32_t slot = *m.acquire_slot();
     std::vector<float> logits;
     SequenceChunk ch{slot, 0, prompt, false};
-    if (!m.forward({&ch, 1}, &logits).ok()) {
-        std::fprintf(stderr, "prefill failed\n");
+    if (edge::Status st = m.forward({&ch, 1}, &logits); !st.ok()) {
+        std::fprintf(stderr, "prefill failed: %s\n", st.to_string().c_str());
         std::exit(1);
     }
     TokenId tok = 0;
@@ -109,8 +109,8 @@ double decode_tps(CausalLM& m, int steps, PhaseSums* sums = nullptr) {
         const auto t0 = Clock::now();
         tok = static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         SequenceChunk d{slot, m.slot_length(slot), {&tok, 1}, false};
-        if (!m.forward({&d, 1}, &logits).ok()) {
-            std::fprintf(stderr, "decode failed\n");
+        if (edge::Status st = m.forward({&d, 1}, &logits); !st.ok()) {
+            std::fprintf(stderr, "decode failed: %s\n", st.to_string().c_str());
             std::exit(1);
         }
         times.add(t0);
@@ -150,8 +150,13 @@ int main(int argc, char** argv) {
          edge::bench::Flag::boolean("--row-major", &row_major,
                                     "INT4/INT8 weights row-major, not in row tiles")},
         "bench_decode_quant: single-stream decode per weight format against memory bandwidth");
+    const std::vector<std::string> format_names = {"bf16",      "fp8",       "int8",
+                                                   "int4-g32", "int4-g128", "experts-int4"};
     if (!formats.empty()) {
-        only = "," + formats + ",";
+        for (const std::string& f :
+             edge::bench::known_names(argv[0], "--formats", formats, format_names)) {
+            only += "," + f + ",";
+        }
     }
     const edge::bench::BenchCheckpoint checkpoint(model_dir);
     model_dir = checkpoint.dir();
@@ -185,7 +190,7 @@ int main(int argc, char** argv) {
         LoadOptions lo;
         lo.threads = threads;
         lo.max_slots = 1;
-        lo.max_context = 16 + steps + 1;
+        lo.max_context = 16 + std::max(steps, 4) + 1;  // The warm-up decodes 4.
         lo.quantization = policy;
         lo.row_tiles = !row_major;
         auto model = load_model(model_dir, lo);
@@ -218,7 +223,13 @@ int main(int argc, char** argv) {
     }
     std::printf("%-13s %14s %12s %8s %10s %12s %10s %8s\n", "format", "bytes/token_MB",
                 "resident_MB", "rss_MB", "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
-    std::string json = "{\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+    std::string json =
+        "{\"bench\":\"decode_quant\",\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+    // The bf16 row's rate, when it ran: the speed-ups are to it, or null.
+    double bf16_tps = 0;
+    for (const Row& r : rows) {
+        bf16_tps = r.name == "bf16" ? r.tps : bf16_tps;
+    }
     std::vector<std::string> phase_lines;
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
@@ -243,13 +254,14 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf,
                       "%s{\"format\":\"%s\",\"bytes_per_token\":%lld,\"resident_bytes\":%lld,"
                       "\"rss_growth_bytes\":%lld,"
-                      "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%.4g,"
+                      "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%s,"
                       "\"mean_step_ms\":%.4g,\"moe_routing_ms\":%.4g,\"experts_ms\":%.4g,"
                       "\"moe_combine_ms\":%.4g,\"expert_bytes_per_token\":%lld,"
                       "\"experts_bandwidth_fraction\":%.4g}",
                       i ? "," : "", r.name.c_str(), static_cast<long long>(r.bytes),
                       static_cast<long long>(r.resident), static_cast<long long>(r.rss), r.tps,
-                      eff / r.bw, r.tps / rows[0].tps,
+                      eff / r.bw,
+                      bf16_tps > 0 ? std::to_string(r.tps / bf16_tps).c_str() : "null",
                       step_ms, routing_ms, experts_ms, combine_ms,
                       static_cast<long long>(r.expert_bytes), experts_gbps * 1e9 / r.bw);
         json += buf;

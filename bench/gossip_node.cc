@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
     std::vector<GossipKey> keys;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
+        if (arg == "--help" || arg == "-h") {
+            std::printf("usage: bench_gossip_node --name N --bind IP:PORT [--join IP:PORT]... "
+                        "[--key HEX64] [--profile lan|local]\n");
+            return 0;
+        }
         if (i + 1 >= argc) {
             return usage();
         }
@@ -59,6 +64,9 @@ int main(int argc, char** argv) {
         } else if (arg == "--join") {
             joins.push_back(val);
         } else if (arg == "--profile") {
+            if (val != "lan" && val != "local") {
+                return usage();
+            }
             profile = val;
         } else if (arg == "--key") {
             auto k = parse_gossip_key(val);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "routing/membership/config.h"
 #include "routing/membership/timing.h"
 #include "tests/testing/gossip_sim.h"
@@ -110,7 +111,11 @@ Row run(size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    size_t max_n = argc > 1 ? static_cast<size_t>(std::strtoull(argv[1], nullptr, 10)) : 1000;
+    const size_t max_n = static_cast<size_t>(edge::bench::positional_count(
+        argc, argv,
+        "usage: bench_gossip_sim [MAX_N]   (10..1000, default 1000): the simulated cluster "
+        "sizes 10, 100, 1000 up to MAX_N",
+        1000, 10, 1000));
     std::vector<Row> rows;
     for (size_t n : {size_t{10}, size_t{100}, size_t{1000}}) {
         if (n <= max_n) {

@@ -13,6 +13,12 @@ set -euo pipefail
 BUILD=${1:-build}
 N=${N:-20}
 WINDOW=${WINDOW:-10}
+# Member 7 is killed and member 3 changes its tags: at least 8 members, and serf's RPC ports
+# (27000 + 1000 + i) must stay below edgeserve's (29000).
+if ! [[ "$N" =~ ^[0-9]+$ ]] || [ "$N" -lt 8 ] || [ "$N" -gt 999 ]; then
+    echo "gossip_vs_serf.sh: N must be 8..999, not '$N'" >&2
+    exit 2
+fi
 NODE="$BUILD/bench/bench_gossip_node"
 for tool in serf strace "$NODE"; do
     command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }

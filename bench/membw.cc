@@ -3,9 +3,13 @@
 
 #include <cstdio>
 
+#include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
 
-int main() {
+int main(int argc, char** argv) {
+    edge::bench::parse_flags(argc, argv, {},
+                             "bench_membw: memory read bandwidth at 1 and 2 threads (median of 7 "
+                             "runs over a 1 GiB buffer)");
     double one = edge::bench::measure_read_bandwidth(1);
     double two = edge::bench::measure_read_bandwidth(2);
     std::printf("%-28s %10s\n", "threads", "GB/s");

@@ -287,8 +287,10 @@ int main(int argc, char** argv) {
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::integer("--passes", &passes, 1, "passes per round"),
-         edge::bench::Flag::integer("--rounds", &rounds, 1, "rounds (median)"),
-         edge::bench::Flag::integer("--mb", &target_mib, 1, "MiB of weights per format"),
+         edge::bench::Flag::integer("--rounds", &rounds, 1,
+                                    "rounds (each figure: the fastest pass of all rounds)"),
+         edge::bench::Flag::integer("--mb", &target_mib, 256, 65536,
+                                    "MiB of weights per format (>= 256: past the caches)"),
          edge::bench::Flag::string("--formats", &formats_flag,
                                    "only these formats, e.g. bf16,int4-g32 (default: all)")},
         "bench_quant_kernels: quantized matvec/matmul kernels against memory bandwidth");
@@ -310,7 +312,17 @@ int main(int argc, char** argv) {
     const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kFP8E4M3Block128,
                                     WeightFormat::kInt8Row, WeightFormat::kInt4G32,
                                     WeightFormat::kInt4G128};
-    const std::string only = "," + formats_flag + ",";
+    std::string only;
+    if (!formats_flag.empty()) {
+        std::vector<std::string> names;
+        for (WeightFormat f : formats) {
+            names.emplace_back(quant::weight_format_name(f));
+        }
+        for (const std::string& f :
+             edge::bench::known_names(argv[0], "--formats", formats_flag, names)) {
+            only += "," + f + ",";
+        }
+    }
     auto selected = [&](WeightFormat format) {
         return formats_flag.empty() ||
                only.find("," + std::string(quant::weight_format_name(format)) + ",") !=
@@ -448,9 +460,10 @@ int main(int argc, char** argv) {
         char item[200];
         std::snprintf(item, sizeof(item),
                       "%s\"%s\":{\"kernel\":\"%s\",\"fraction_of_bandwidth\":%.3f,"
-                      "\"speedup_vs_bf16\":%.3f}",
+                      "\"speedup_vs_bf16\":%s}",
                       first ? "" : ",", name.c_str(), kernel.c_str(), fraction,
-                      t > 0 ? bf16_layer / t : 0.0);
+                      t > 0 && bf16_layer > 0 ? std::to_string(bf16_layer / t).c_str()
+                                              : "null");
         json += item;
         first = false;
     }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_cli.h"
 #include "routing/selection/route_table.h"
 #include "routing/selection/selector.h"
 
@@ -111,7 +112,10 @@ double empty_loop_ns() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    edge::bench::parse_flags(argc, argv, {},
+                             "bench_route_decision: nanoseconds per routing decision against an "
+                             "empty loop");
     std::mt19937_64 rng(20261130);
     const double floor_ns = empty_loop_ns();
     std::printf("%10s %6s %12s %12s %10s\n", "pools", "case", "median_ns", "p99_ns", "chosen");

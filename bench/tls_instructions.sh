@@ -14,6 +14,11 @@ set -euo pipefail
 conns="${BENCH_CONNECTIONS:-8}"
 source "$(dirname "$0")/tls_bench_common.sh"
 tls_bench_setup tls_instructions valgrind callgrind_control
+if [ "$seconds" -lt 6 ]; then
+    # The counters are zeroed 3 s into the run, after the handshakes: leave time to count.
+    echo "tls_instructions.sh: BENCH_SECONDS must be at least 6, not $seconds" >&2
+    exit 2
+fi
 
 # measure PID PORT COUNT_FUNCTION OUT: callgrind instructions per request of PID.
 measure() {
@@ -28,6 +33,10 @@ measure() {
     callgrind_control -d "$pid" >/dev/null
     r1="$($count)"
     total="$(grep -m1 '^totals:' "$out.1" | awk '{print $2}')"
+    if [ $((r1 - r0)) -le 0 ]; then
+        echo "tls_instructions.sh: no request was counted on port $port; nothing to divide" >&2
+        exit 1
+    fi
     awk -v t="$total" -v n=$((r1 - r0)) 'BEGIN {printf "%.0f %d\n", t / n, n}'
 }
 
