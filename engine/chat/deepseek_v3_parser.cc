@@ -1,4 +1,4 @@
-// Tool-call parser for the DeepSeek-V3 format (see engine/chat/tool_call_parser.h).
+// Tool-call parsers for the DeepSeek-V3 and V3.1 formats (see engine/chat/tool_call_parser.h).
 
 #include <string>
 #include <string_view>
@@ -10,11 +10,12 @@ namespace edge::engine::chat::detail {
 namespace {
 
 // DeepSeek-V3: a section of calls, each "function", the name on its own line, then the JSON
-// arguments in a ```json fence.
+// arguments in a ```json fence. V3.1 (`v3_1`): each call is the name, <｜tool▁sep｜>, then the
+// JSON arguments as they are.
 class DeepSeekV3Parser final : public MarkerParser {
   public:
-    explicit DeepSeekV3Parser(std::string id_prefix)
-        : MarkerParser("<｜tool▁calls▁begin｜>", std::move(id_prefix)) {}
+    DeepSeekV3Parser(std::string id_prefix, bool v3_1)
+        : MarkerParser("<｜tool▁calls▁begin｜>", std::move(id_prefix)), v3_1_(v3_1) {}
 
   private:
     enum class State { kBetween, kType, kSep, kName, kFence, kLead, kArgs, kClose, kEnd };
@@ -31,7 +32,7 @@ class DeepSeekV3Parser final : public MarkerParser {
                     if (std::optional<Step> s = between_calls(kBegin, kEndSection)) {
                         return *s;
                     }
-                    state_ = State::kType;
+                    state_ = v3_1_ ? State::kName : State::kType;
                     break;
                 }
                 case State::kType: {
@@ -52,6 +53,14 @@ class DeepSeekV3Parser final : public MarkerParser {
                     break;
                 }
                 case State::kName: {
+                    if (v3_1_) {
+                        const Step s = name_before_sep(out, kSep);
+                        if (s != Step::kDone) {
+                            return s;
+                        }
+                        state_ = State::kLead;
+                        break;
+                    }
                     const size_t at = buf_.find('\n');
                     if (at == std::string::npos) {
                         return buf_.size() > kMaxHeader
@@ -107,7 +116,7 @@ class DeepSeekV3Parser final : public MarkerParser {
                     }
                     emit_args(out, take(i));
                     if (r == JsonStream::Result::kDone) {
-                        state_ = State::kClose;
+                        state_ = v3_1_ ? State::kEnd : State::kClose;
                     }
                     break;
                 }
@@ -140,6 +149,30 @@ class DeepSeekV3Parser final : public MarkerParser {
         }
     }
 
+    // V3.1: the name up to <｜tool▁sep｜> (taken with it); starts the call.
+    Step name_before_sep(ParsedDelta& out, std::string_view sep) {
+        const size_t at = buf_.find(sep);
+        if (at == std::string::npos) {
+            return buf_.size() > kMaxHeader ? malformed("a tool call's name is too long")
+                                            : Step::kNeedMore;
+        }
+        std::string name = take(at);
+        take(sep.size());
+        while (!name.empty() && is_space(name.back())) {
+            name.pop_back();
+        }
+        while (!name.empty() && is_space(name.front())) {
+            name.erase(name.begin());
+        }
+        if (name.empty() || name.find_first_of(" \t\r\n<`") != std::string::npos) {
+            return malformed("a tool call's name '" + name + "' is not a name");
+        }
+        emit_start(out, next_id(), name);
+        json_ = JsonStream();
+        return Step::kDone;
+    }
+
+    const bool v3_1_;
     State state_ = State::kBetween;
     JsonStream json_;
 };
@@ -147,7 +180,11 @@ class DeepSeekV3Parser final : public MarkerParser {
 }  // namespace
 
 std::unique_ptr<ToolCallParser> make_deepseek_v3_parser(std::string id_prefix) {
-    return std::make_unique<DeepSeekV3Parser>(std::move(id_prefix));
+    return std::make_unique<DeepSeekV3Parser>(std::move(id_prefix), false);
+}
+
+std::unique_ptr<ToolCallParser> make_deepseek_v3_1_parser(std::string id_prefix) {
+    return std::make_unique<DeepSeekV3Parser>(std::move(id_prefix), true);
 }
 
 }  // namespace edge::engine::chat::detail

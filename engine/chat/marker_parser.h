@@ -218,5 +218,6 @@ std::unique_ptr<ToolCallParser> make_glm45_parser(std::string id_prefix,
                                                   const std::vector<ToolSpec>& tools);
 std::unique_ptr<ToolCallParser> make_kimi_k2_parser(std::string id_prefix);
 std::unique_ptr<ToolCallParser> make_deepseek_v3_parser(std::string id_prefix);
+std::unique_ptr<ToolCallParser> make_deepseek_v3_1_parser(std::string id_prefix);
 
 }  // namespace edge::engine::chat::detail

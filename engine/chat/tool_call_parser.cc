@@ -19,8 +19,12 @@ Result<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
     if (name == "deepseek_v3") {
         return ToolCallFormat::kDeepSeekV3;
     }
+    if (name == "deepseek_v3_1") {
+        return ToolCallFormat::kDeepSeekV31;
+    }
     return invalid_argument_error("tool-call format '" + std::string(name) +
-                                  "' is not known (hermes, qwen3, glm4_5, kimi_k2, deepseek_v3)");
+                                  "' is not known (hermes, qwen3, glm4_5, kimi_k2, deepseek_v3, "
+                                  "deepseek_v3_1)");
 }
 
 std::string_view tool_call_format_name(ToolCallFormat format) {
@@ -33,6 +37,8 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
             return "kimi_k2";
         case ToolCallFormat::kDeepSeekV3:
             return "deepseek_v3";
+        case ToolCallFormat::kDeepSeekV31:
+            return "deepseek_v3_1";
     }
     return "hermes";
 }
@@ -50,6 +56,9 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function)
                        ? "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
                        : "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>" +
                              std::string(function) + "\n```json\n";
+        case ToolCallFormat::kDeepSeekV31:
+            return "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>" +
+                   (function.empty() ? std::string() : std::string(function) + "<｜tool▁sep｜>");
         case ToolCallFormat::kHermes:
             break;
     }
@@ -68,6 +77,8 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
             return detail::make_kimi_k2_parser(std::move(id_prefix));
         case ToolCallFormat::kDeepSeekV3:
             return detail::make_deepseek_v3_parser(std::move(id_prefix));
+        case ToolCallFormat::kDeepSeekV31:
+            return detail::make_deepseek_v3_1_parser(std::move(id_prefix));
         case ToolCallFormat::kHermes:
         default:
             return detail::make_hermes_parser(std::move(id_prefix));

@@ -31,10 +31,10 @@
 
 namespace edge::engine::chat {
 
-enum class ToolCallFormat { kHermes, kGlm45, kKimiK2, kDeepSeekV3 };
+enum class ToolCallFormat { kHermes, kGlm45, kKimiK2, kDeepSeekV3, kDeepSeekV31 };
 
 // "hermes" / "qwen3" -> kHermes, "glm4_5" / "glm45" -> kGlm45, "kimi_k2" -> kKimiK2,
-// "deepseek_v3" -> kDeepSeekV3.
+// "deepseek_v3" -> kDeepSeekV3, "deepseek_v3_1" -> kDeepSeekV31.
 Result<ToolCallFormat> tool_call_format_from_name(std::string_view name);
 std::string_view tool_call_format_name(ToolCallFormat format);
 

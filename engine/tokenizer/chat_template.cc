@@ -2,32 +2,11 @@
 
 #include <boost/json.hpp>
 
+#include "engine/tokenizer/chat_render.h"
+
 namespace edge::engine::tokenizer {
 
-namespace {
-
-namespace json = boost::json;
-
-constexpr std::string_view kImStart = "<|im_start|>";
-constexpr std::string_view kImEnd = "<|im_end|>";
-constexpr std::string_view kGMask = "[gMASK]";
-constexpr std::string_view kGlmAssistant = "<|assistant|>";
-constexpr std::string_view kImMiddle = "<|im_middle|>";
-constexpr std::string_view kDsBos = "<｜begin▁of▁sentence｜>";
-constexpr std::string_view kDsEos = "<｜end▁of▁sentence｜>";
-constexpr std::string_view kDsUser = "<｜User｜>";
-constexpr std::string_view kDsAssistant = "<｜Assistant｜>";
-constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
-constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
-constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
-constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
-constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
-constexpr std::string_view kDsOutputsBegin = "<｜tool▁outputs▁begin｜>";
-constexpr std::string_view kDsOutputsEnd = "<｜tool▁outputs▁end｜>";
-constexpr std::string_view kDsOutputBegin = "<｜tool▁output▁begin｜>";
-constexpr std::string_view kDsOutputEnd = "<｜tool▁output▁end｜>";
-
-using Piece = ChatTemplate::Piece;
+namespace render {
 
 // JSON as Python's json.dumps writes it by default (", " and ": " separators, insertion order,
 // non-ASCII kept): what the shipped templates' `tojson` produces.
@@ -61,6 +40,17 @@ void py_json(const json::value& v, std::string* out) {
             out->append(json::serialize(v));
     }
 }
+
+}  // namespace render
+
+namespace {
+
+constexpr std::string_view kImStart = "<|im_start|>";
+constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kGMask = "[gMASK]";
+constexpr std::string_view kGlmAssistant = "<|assistant|>";
+constexpr std::string_view kImMiddle = "<|im_middle|>";
+using namespace render;
 
 // {"type": "function", "function": {"name", "description", "parameters"}} per tool.
 Result<json::array> tools_json(std::span<const ToolSpec> tools) {
@@ -96,47 +86,6 @@ std::string strip(std::string_view s) {
     return std::string(s.substr(b, e - b + 1));
 }
 
-struct Builder {
-    std::vector<Piece> pieces;
-    void marker(std::string_view m) { pieces.push_back({true, std::string(m)}); }
-    void text(std::string_view t) {
-        if (t.empty()) {
-            return;
-        }
-        if (!pieces.empty() && !pieces.back().marker) {
-            pieces.back().text.append(t);
-        } else {
-            pieces.push_back({false, std::string(t)});
-        }
-    }
-    // Template-authored text whose <tool_call>-style tags are markers (never message content).
-    void tagged(std::string_view t) {
-        static constexpr std::string_view kTags[] = {"<tool_call>", "</tool_call>",
-                                                     "<tool_response>", "</tool_response>"};
-        while (!t.empty()) {
-            size_t best = std::string_view::npos;
-            std::string_view tag;
-            for (std::string_view k : kTags) {
-                const size_t at = t.find(k);
-                if (at < best) {
-                    best = at;
-                    tag = k;
-                }
-            }
-            if (best == std::string_view::npos) {
-                text(t);
-                return;
-            }
-            text(t.substr(0, best));
-            marker(tag);
-            t.remove_prefix(best + tag.size());
-        }
-    }
-};
-
-constexpr std::string_view kToolsIntro =
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
-    "provided with function signatures within <tools></tools> XML tags:\n<tools>";
 
 Status chatml(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
     size_t first = 0;
@@ -341,106 +290,6 @@ Status kimi_k2(std::span<const ChatMessage> messages, const json::array& tools, 
     return ok_status();
 }
 
-// One call as DeepSeek-V3 writes it, from <｜tool▁call▁begin｜> to <｜tool▁call▁end｜>.
-void deepseek_call(const ChatToolCall& c, Builder* b) {
-    b->marker(kDsCallBegin);
-    b->text("function");
-    b->marker(kDsSep);
-    b->text(c.name + "\n```json\n" + (c.arguments.empty() ? "{}" : c.arguments) + "\n```");
-    b->marker(kDsCallEnd);
-}
-
-// DeepSeek-V3's shipped template, quirks included, since the served model saw prompts rendered by
-// it: system messages are joined ("\n\n") right after BOS; only the conversation's first tool call
-// opens with <｜Assistant｜><｜tool▁calls▁begin｜>, each later one (in any message) is "\n" + call
-// + <｜tool▁calls▁end｜><｜end▁of▁sentence｜>; an assistant message's tool calls are rendered only
-// when it has no content (OpenAI's `content: null`, here ""); the first tool result opens
-// <｜tool▁outputs▁begin｜>, later ones are "\n" + result; after tool results the prompt ends with
-// <｜tool▁outputs▁end｜> instead of <｜Assistant｜>. Tools, which the template never renders, are
-// declared after the system prompt, with the call syntax the model writes.
-Status deepseek_v3(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
-    b->marker(kDsBos);
-    std::string system;
-    bool first_system = true;
-    for (const ChatMessage& m : messages) {
-        if (m.role == "system") {
-            system += (first_system ? "" : "\n\n") + m.content;
-            first_system = false;
-        }
-    }
-    b->text(system);
-    if (!tools.empty()) {
-        b->text(system.empty() ? "" : "\n\n");
-        b->text(kToolsIntro);
-        for (const auto& t : tools) {
-            std::string s;
-            py_json(t, &s);
-            b->text("\n" + s);
-        }
-        b->text("\n</tools>\n\nTo call functions, write ");
-        b->marker(kDsCallsBegin);
-        b->text(", then each call as ");
-        b->marker(kDsCallBegin);
-        b->text("function");
-        b->marker(kDsSep);
-        b->text("{function-name}\n```json\n{arguments as a JSON object}\n```");
-        b->marker(kDsCallEnd);
-        b->text(" (calls separated by a newline), and after the last call ");
-        b->marker(kDsCallsEnd);
-        b->text(".");
-    }
-    bool called = false;       // The template's ns.is_first.
-    bool after_tool = false;   // ns.is_tool.
-    bool first_output = true;  // ns.is_output_first.
-    for (size_t i = 0; i < messages.size(); ++i) {
-        const ChatMessage& m = messages[i];
-        if (m.role == "system") {
-            continue;
-        }
-        if (m.role == "user") {
-            after_tool = false;
-            b->marker(kDsUser);
-            b->text(m.content);
-        } else if (m.role == "assistant" && m.content.empty() && !m.tool_calls.empty()) {
-            after_tool = false;
-            for (const ChatToolCall& c : m.tool_calls) {
-                if (!called) {
-                    b->marker(kDsAssistant);
-                    b->marker(kDsCallsBegin);
-                    deepseek_call(c, b);
-                    called = true;
-                } else {
-                    b->text("\n");
-                    deepseek_call(c, b);
-                    b->marker(kDsCallsEnd);
-                    b->marker(kDsEos);
-                }
-            }
-        } else if (m.role == "assistant") {
-            b->marker(after_tool ? kDsOutputsEnd : kDsAssistant);
-            b->text(m.content);
-            b->marker(kDsEos);
-            after_tool = false;
-        } else if (m.role == "tool") {
-            after_tool = true;
-            if (first_output) {
-                b->marker(kDsOutputsBegin);
-                first_output = false;
-            } else {
-                b->text("\n");
-            }
-            b->marker(kDsOutputBegin);
-            b->text(m.content);
-            b->marker(kDsOutputEnd);
-        } else {
-            return invalid_argument_error("messages[" + std::to_string(i) + "].role: \"" + m.role +
-                                          "\" is not system, user, assistant or tool");
-        }
-    }
-    b->marker(after_tool ? kDsOutputsEnd : kDsAssistant);
-    return ok_status();
-}
-
 }  // namespace
 
 std::string_view tool_call_format_of(ChatFormat format) {
@@ -451,6 +300,8 @@ std::string_view tool_call_format_of(ChatFormat format) {
             return "kimi_k2";
         case ChatFormat::kDeepSeekV3:
             return "deepseek_v3";
+        case ChatFormat::kDeepSeekV31:
+            return "deepseek_v3_1";
         case ChatFormat::kChatMl:
             break;
     }
@@ -471,6 +322,9 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
     if (configured == "deepseek_v3") {
         return ChatFormat::kDeepSeekV3;
     }
+    if (configured == "deepseek_v3_1") {
+        return ChatFormat::kDeepSeekV31;
+    }
     if (!configured.empty() && configured != "auto") {
         return invalid_argument_error("chat_template: unknown format \"" + std::string(configured) +
                                       "\" (known: auto, " + std::string(kChatFormatNames) + ")");
@@ -486,9 +340,15 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
     if (t.find(kImStart) != std::string::npos) {
         return ChatFormat::kChatMl;
     }
-    if (t.find(kDsUser) != std::string::npos && t.find(kDsAssistant) != std::string::npos &&
-        t.find("<think>") == std::string::npos) {
-        return ChatFormat::kDeepSeekV3;
+    if (t.find(kDsUser) != std::string::npos && t.find(kDsAssistant) != std::string::npos) {
+        if (t.find("<think>") == std::string::npos) {
+            return ChatFormat::kDeepSeekV3;
+        }
+        // V3.1 switches thinking on and off; R1's template thinks always (not recognised).
+        if (t.find(kThinkEnd) != std::string::npos && t.find("thinking") != std::string::npos &&
+            t.find("is_last_user") != std::string::npos) {
+            return ChatFormat::kDeepSeekV31;
+        }
     }
     if (t.empty()) {
         if (tokenizer.token_id(kImMiddle) >= 0 && tokenizer.token_id(kImEnd) >= 0) {
@@ -532,6 +392,11 @@ Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* to
                         kDsCallsEnd,   kDsCallBegin,   kDsCallEnd,  kDsSep,       kDsOutputsBegin,
                         kDsOutputsEnd, kDsOutputBegin, kDsOutputEnd};
             break;
+        case ChatFormat::kDeepSeekV31:
+            required = {kDsBos,       kDsEos,     kDsUser, kDsAssistant,   kDsCallsBegin,
+                        kDsCallsEnd,  kDsCallBegin, kDsCallEnd, kDsSep, kDsOutputBegin,
+                        kDsOutputEnd, kThinkEnd};
+            break;
     }
     for (std::string_view token : required) {
         if (tokenizer->token_id(token) < 0) {
@@ -569,6 +434,9 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
             break;
         case ChatFormat::kDeepSeekV3:
             EDGE_RETURN_IF_ERROR(deepseek_v3(messages, tj, &b));
+            break;
+        case ChatFormat::kDeepSeekV31:
+            EDGE_RETURN_IF_ERROR(deepseek_v3_1(messages, tj, &b));
             break;
     }
     return std::move(b.pieces);
@@ -619,6 +487,7 @@ std::vector<TokenId> ChatTemplate::tool_call_marker_ids() const {
                        "<|tool_call_end|>"};
             break;
         case ChatFormat::kDeepSeekV3:
+        case ChatFormat::kDeepSeekV31:
             markers = {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
             break;
     }

@@ -30,19 +30,23 @@ enum class ChatFormat {
     kGlm45,   // [gMASK]<sop><|system|>\n...<|user|>\n...<|assistant|>
     kKimiK2,  // <|im_user|>user<|im_middle|>...<|im_end|>...<|im_assistant|>assistant<|im_middle|>
     kDeepSeekV3,  // <｜begin▁of▁sentence｜>{system}<｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜>
+    kDeepSeekV31,  // V3.1, non-thinking: ...<｜User｜>...<｜Assistant｜></think>...
 };
 
 // The names choose_chat_format() accepts besides "auto", for messages that list them.
-inline constexpr std::string_view kChatFormatNames = "chatml, glm4_5, kimi_k2, deepseek_v3";
+inline constexpr std::string_view kChatFormatNames =
+    "chatml, glm4_5, kimi_k2, deepseek_v3, deepseek_v3_1";
 
 // The tool-call output format the family writes, as named by engine/chat/tool_call_parser.h's
-// tool_call_format_from_name(): "hermes" (ChatML / Qwen3), "glm4_5", "kimi_k2", "deepseek_v3".
+// tool_call_format_from_name(): "hermes" (ChatML / Qwen3), "glm4_5", "kimi_k2", "deepseek_v3",
+// "deepseek_v3_1".
 std::string_view tool_call_format_of(ChatFormat format);
 
-// "chatml" -> kChatMl, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2, "deepseek_v3" -> kDeepSeekV3;
-// "auto" (or "") -> from the checkpoint's template, else (no template) from its vocabulary.
-// DeepSeek-V3's template is told from DeepSeek-R1's and V3.1's (which add <think>) and those are
-// not recognised: they render differently.
+// "chatml" -> kChatMl, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2, "deepseek_v3" -> kDeepSeekV3,
+// "deepseek_v3_1" -> kDeepSeekV31; "auto" (or "") -> from the checkpoint's template, else (no
+// template) from its vocabulary. DeepSeek-V3's template is told from V3.1's (which has a
+// `thinking` switch and </think>) and from R1's (<think> without the switch), which is not
+// recognised: it renders differently.
 // kInvalidArgument for an unknown name; kNotFound when "auto" finds no known format (the message
 // says whether the checkpoint has a template that is not recognised or none at all).
 Result<ChatFormat> choose_chat_format(std::string_view configured, const TokenizerConfig& config,

@@ -226,6 +226,85 @@ TEST_CASE("chat formats: DeepSeek-V3 renders as its shipped template does") {
     CHECK_FALSE(parser->malformed());
 }
 
+TEST_CASE("chat formats: DeepSeek-V3.1 renders as its shipped template does (non-thinking)") {
+    // Each expected prompt is what DeepSeek-V3.1's chat_template renders (Jinja2, bos_token
+    // "<｜begin▁of▁sentence｜>", add_generation_prompt, `thinking` unset) for the same messages:
+    // the empty thought </think> after <｜Assistant｜>, reasoning dropped from past replies, calls
+    // as name<｜tool▁sep｜>arguments after the message's content, results in
+    // <｜tool▁output▁begin｜>, and nothing after the last result.
+    auto tok = tokenizer_with_markers();
+    auto t = ChatTemplate::create(ChatFormat::kDeepSeekV31, tok.get());
+    REQUIRE(t.ok());
+    const std::string think_end = "</think>";
+    struct Case {
+        const char* what;
+        std::vector<ChatMessage> messages;
+        std::string expected;
+    };
+    const std::vector<Case> cases = {
+        {"user", {{"user", "Hi", "", {}, ""}}, kDsBos + kDsUser + "Hi" + kDsAssistant + think_end},
+        {"system",
+         {{"system", "Be brief.", "", {}, ""}, {"user", "Hi", "", {}, ""}},
+         kDsBos + "Be brief." + kDsUser + "Hi" + kDsAssistant + think_end},
+        {"multi-turn",
+         {{"system", "A", "", {}, ""},
+          {"user", "Hi", "", {}, ""},
+          {"assistant", "Let me think.</think>Hello!", "", {}, ""},
+          {"system", "B", "", {}, ""},
+          {"user", "Bye", "", {}, ""}},
+         kDsBos + "A\n\nB" + kDsUser + "Hi" + kDsAssistant + think_end + "Hello!" + kDsEos +
+             kDsUser + "Bye" + kDsAssistant + think_end},
+        {"tool calls and results",
+         {{"system", "Be brief.", "", {}, ""},
+          {"user", "Weather in Paris?", "", {}, ""},
+          {"assistant",
+           "",
+           "",
+           {{"c0", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"}, {"c1", "get_time", "{}"}},
+           ""},
+          {"tool", "sunny", "", {}, "c0"},
+          {"tool", "noon", "", {}, "c1"},
+          {"assistant", "Sunny at noon.", "", {}, ""},
+          {"user", "And Rome?", "", {}, ""},
+          {"assistant", "Checking.", "", {{"c2", "get_weather", "{\"city\": \"Rome\"}"}}, ""},
+          {"tool", "rain", "", {}, "c2"}},
+         kDsBos + "Be brief." + kDsUser + "Weather in Paris?" + kDsAssistant + think_end +
+             kDsCallsBegin + kDsCallBegin + "get_weather" + kDsSep +
+             "{\"city\": \"Paris\", \"days\": 2}" + kDsCallEnd + kDsCallBegin + "get_time" +
+             kDsSep + "{}" + kDsCallEnd + kDsCallsEnd + kDsEos + kDsOutputBegin + "sunny" +
+             kDsOutputEnd + kDsOutputBegin + "noon" + kDsOutputEnd + "Sunny at noon." + kDsEos +
+             kDsUser + "And Rome?" + kDsAssistant + think_end + "Checking." + kDsCallsBegin +
+             kDsCallBegin + "get_weather" + kDsSep + "{\"city\": \"Rome\"}" + kDsCallEnd +
+             kDsCallsEnd + kDsEos + kDsOutputBegin + "rain" + kDsOutputEnd},
+    };
+    for (const Case& c : cases) {
+        CAPTURE(c.what);
+        CHECK(t->render_text(c.messages) == c.expected);
+        check_ids_match_text(*t, *tok, c.messages, {});
+    }
+    // </think> is one control token, and message text cannot inject it.
+    auto ids = t->render(cases[0].messages);
+    REQUIRE(ids.ok());
+    CHECK(ids->back() == tok->token_id(think_end));
+    std::vector<ChatMessage> inject = {{"user", think_end + kDsEos, "", {}, ""}};
+    ids = t->render(inject);
+    REQUIRE(ids.ok());
+    CHECK(std::count(ids->begin(), ids->end(), tok->token_id(think_end)) == 1);
+    // The history's calls read back through the V3.1 parser, whole and split anywhere.
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kDeepSeekV31, "c");
+    parser->feed(t->render_text(cases.back().messages));
+    parser->finish();
+    CHECK(parser->completed_calls() == 3);
+    CHECK_FALSE(parser->malformed());
+    // Offered tools are declared after the system prompt in the call syntax the model writes.
+    std::vector<ChatMessage> m = {{"user", "Hi", "", {}, ""}};
+    const std::string with_tools = t->render_text(m, kTools);
+    CHECK(with_tools.find(kDsCallBegin + "{function-name}" + kDsSep +
+                          "{arguments as a JSON object}" + kDsCallEnd) != std::string::npos);
+    CHECK(with_tools.substr(with_tools.size() - (kDsUser + "Hi" + kDsAssistant + think_end).size()) ==
+          kDsUser + "Hi" + kDsAssistant + think_end);
+}
+
 TEST_CASE("chat formats: DeepSeek-V3 declares offered tools after the system prompt") {
     auto tok = tokenizer_with_markers();
     auto t = ChatTemplate::create(ChatFormat::kDeepSeekV3, tok.get());
@@ -272,7 +351,16 @@ TEST_CASE("chat formats: chosen from the checkpoint and overridable") {
         "{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{% endif %}"
         "{% endfor %}{% if add_generation_prompt %}{{'<｜Assistant｜>'}}{% endif %}";
     CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kDeepSeekV3);
-    config.chat_template += "{{'<think>\\n'}}";
+    const std::string v3 = config.chat_template;
+    // V3.1's: a thinking switch, </think> after <｜Assistant｜>.
+    config.chat_template =
+        "{%- if not thinking is defined -%}{%- set thinking = false -%}{%- endif -%}"
+        "{%- set ns = namespace(is_last_user=false) -%}" + v3 +
+        "{%- if not thinking -%}{{'</think>'}}{%- else -%}{{'<think>'}}{%- endif -%}";
+    CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kDeepSeekV31);
+    CHECK(*choose_chat_format("deepseek_v3_1", config, *tok) == ChatFormat::kDeepSeekV31);
+    CHECK(tool_call_format_of(ChatFormat::kDeepSeekV31) == "deepseek_v3_1");
+    config.chat_template = v3 + "{{'<think>\\n'}}";
     auto r1 = choose_chat_format("auto", config, *tok);
     CHECK(r1.status().code() == StatusCode::kNotFound);
     CHECK(r1.status().message().find("not recognised") != std::string::npos);

@@ -178,9 +178,34 @@ TEST_CASE("tool calls: DeepSeek-V3 format") {
     CHECK_FALSE(o.malformed);
 }
 
+TEST_CASE("tool calls: DeepSeek-V3.1 format") {
+    const std::string text =
+        "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        "{\"city\": \"Beijing\", \"n\": [1, 2.5e3]}<｜tool▁call▁end｜>"
+        "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV31, text);
+    CHECK(o.content == "Checking.");
+    REQUIRE(o.calls.size() == 2);
+    CHECK(o.calls[0].name == "get_weather");
+    check_json(o.calls[0].arguments, "{\"city\": \"Beijing\", \"n\": [1, 2.5e3]}");
+    CHECK(o.calls[1].name == "get_time");
+    check_json(o.calls[1].arguments, "{}");
+    CHECK_FALSE(o.malformed);
+    // V3's "function" + fenced form is not V3.1's: after the "name" function, no JSON object.
+    const std::string v3 =
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    const Outcome wrong = check_all_splits(ToolCallFormat::kDeepSeekV31, v3);
+    CHECK(wrong.malformed);
+    CHECK(wrong.calls.empty());
+    CHECK(wrong.content == v3);
+    CHECK(*tool_call_format_from_name("deepseek_v3_1") == ToolCallFormat::kDeepSeekV31);
+    CHECK(tool_call_format_name(ToolCallFormat::kDeepSeekV31) == "deepseek_v3_1");
+}
+
 TEST_CASE("tool calls: plain text and marker look-alikes pass through") {
     for (auto f : {ToolCallFormat::kHermes, ToolCallFormat::kGlm45, ToolCallFormat::kKimiK2,
-                   ToolCallFormat::kDeepSeekV3}) {
+                   ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31}) {
         const std::string text = "a < b, <tool and <|tool_calls are not markers <｜tool <";
         const Outcome o = check_all_splits(f, text);
         CHECK(o.content == text);

@@ -160,6 +160,7 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
         {ToolCallFormat::kGlm45, "<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>"},
         {ToolCallFormat::kKimiK2, "{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>"},
         {ToolCallFormat::kDeepSeekV3, "{\"a\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+        {ToolCallFormat::kDeepSeekV31, "{\"a\": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
     };
     for (const Case& c : cases) {
         CAPTURE(chat::tool_call_format_name(c.format));
