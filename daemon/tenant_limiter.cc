@@ -111,15 +111,16 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
     states_ = std::move(next);
 }
 
+std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& tenant) const {
+    std::lock_guard lock(mu_);
+    auto it = states_.find(tenant);
+    return it != states_.end() ? it->second : nullptr;
+}
+
 int64_t TenantLimiter::output_budget(const std::string& tenant) const {
-    std::shared_ptr<State> state;
-    {
-        std::lock_guard lock(mu_);
-        auto it = states_.find(tenant);
-        if (it == states_.end()) {
-            return 0;
-        }
-        state = it->second;
+    std::shared_ptr<State> state = find(tenant);
+    if (!state) {
+        return 0;
     }
     std::lock_guard lock(state->mu);
     return state->output_tokens ? state->limits.output_tokens_per_minute : 0;
@@ -127,14 +128,7 @@ int64_t TenantLimiter::output_budget(const std::string& tenant) const {
 
 TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
                                              int64_t max_output_tokens) {
-    std::shared_ptr<State> state;
-    {
-        std::lock_guard lock(mu_);
-        auto it = states_.find(tenant);
-        if (it != states_.end()) {
-            state = it->second;
-        }
-    }
+    std::shared_ptr<State> state = find(tenant);
     Decision d;
     if (!state) {
         d.lease = std::make_shared<Lease>(nullptr, 0);
@@ -186,14 +180,9 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
 }
 
 int64_t TenantLimiter::running(const std::string& tenant) const {
-    std::shared_ptr<State> state;
-    {
-        std::lock_guard lock(mu_);
-        auto it = states_.find(tenant);
-        if (it == states_.end()) {
-            return 0;
-        }
-        state = it->second;
+    std::shared_ptr<State> state = find(tenant);
+    if (!state) {
+        return 0;
     }
     std::lock_guard lock(state->mu);
     return state->running;

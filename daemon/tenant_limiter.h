@@ -117,6 +117,9 @@ private:
         void apply(const TenantConfig& config);
     };
 
+    // The state kept under `tenant`'s name, or null.
+    std::shared_ptr<State> find(const std::string& tenant) const;
+
     Clock& clock_;
     mutable std::mutex mu_;
     std::map<std::string, std::shared_ptr<State>> states_;

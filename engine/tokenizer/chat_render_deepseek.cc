@@ -16,6 +16,51 @@ void deepseek_call(const ChatToolCall& c, Builder* b) {
     b->marker(kDsCallEnd);
 }
 
+// BOS, the system messages joined by "\n\n", then the offered tools (which neither template
+// renders) with the call syntax the model writes: V3's "function", name and fenced JSON, or
+// V3.1's name and bare JSON.
+void system_and_tools(std::span<const ChatMessage> messages, const json::array& tools, bool v3_1,
+                      Builder* b) {
+    b->marker(kDsBos);
+    std::string system;
+    bool first_system = true;
+    for (const ChatMessage& m : messages) {
+        if (m.role == "system") {
+            system += (first_system ? "" : "\n\n") + m.content;
+            first_system = false;
+        }
+    }
+    b->text(system);
+    if (tools.empty()) {
+        return;
+    }
+    b->text(system.empty() ? "" : "\n\n");
+    b->text(kToolsIntro);
+    for (const auto& t : tools) {
+        std::string s;
+        py_json(t, &s);
+        b->text("\n" + s);
+    }
+    b->text("\n</tools>\n\nTo call functions, write ");
+    b->marker(kDsCallsBegin);
+    b->text(", then each call as ");
+    b->marker(kDsCallBegin);
+    if (v3_1) {
+        b->text("{function-name}");
+        b->marker(kDsSep);
+        b->text("{arguments as a JSON object}");
+    } else {
+        b->text("function");
+        b->marker(kDsSep);
+        b->text("{function-name}\n```json\n{arguments as a JSON object}\n```");
+    }
+    b->marker(kDsCallEnd);
+    b->text(v3_1 ? " (calls one after another, nothing between them), and after the last call "
+                 : " (calls separated by a newline), and after the last call ");
+    b->marker(kDsCallsEnd);
+    b->text(".");
+}
+
 }  // namespace
 
 // DeepSeek-V3's shipped template, quirks included, since the served model saw prompts rendered by
@@ -27,36 +72,7 @@ void deepseek_call(const ChatToolCall& c, Builder* b) {
 // <｜tool▁outputs▁end｜> instead of <｜Assistant｜>. Tools, which the template never renders, are
 // declared after the system prompt, with the call syntax the model writes.
 Status deepseek_v3(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
-    b->marker(kDsBos);
-    std::string system;
-    bool first_system = true;
-    for (const ChatMessage& m : messages) {
-        if (m.role == "system") {
-            system += (first_system ? "" : "\n\n") + m.content;
-            first_system = false;
-        }
-    }
-    b->text(system);
-    if (!tools.empty()) {
-        b->text(system.empty() ? "" : "\n\n");
-        b->text(kToolsIntro);
-        for (const auto& t : tools) {
-            std::string s;
-            py_json(t, &s);
-            b->text("\n" + s);
-        }
-        b->text("\n</tools>\n\nTo call functions, write ");
-        b->marker(kDsCallsBegin);
-        b->text(", then each call as ");
-        b->marker(kDsCallBegin);
-        b->text("function");
-        b->marker(kDsSep);
-        b->text("{function-name}\n```json\n{arguments as a JSON object}\n```");
-        b->marker(kDsCallEnd);
-        b->text(" (calls separated by a newline), and after the last call ");
-        b->marker(kDsCallsEnd);
-        b->text(".");
-    }
+    system_and_tools(messages, tools, false, b);
     bool called = false;       // The template's ns.is_first.
     bool after_tool = false;   // ns.is_tool.
     bool first_output = true;  // ns.is_output_first.
@@ -120,36 +136,7 @@ Status deepseek_v3(std::span<const ChatMessage> messages, const json::array& too
 // tool results (the model writes its reply next). Tools, which the template never renders, are
 // declared after the system prompt in the call syntax the model writes.
 Status deepseek_v3_1(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
-    b->marker(kDsBos);
-    std::string system;
-    bool first_system = true;
-    for (const ChatMessage& m : messages) {
-        if (m.role == "system") {
-            system += (first_system ? "" : "\n\n") + m.content;
-            first_system = false;
-        }
-    }
-    b->text(system);
-    if (!tools.empty()) {
-        b->text(system.empty() ? "" : "\n\n");
-        b->text(kToolsIntro);
-        for (const auto& t : tools) {
-            std::string s;
-            py_json(t, &s);
-            b->text("\n" + s);
-        }
-        b->text("\n</tools>\n\nTo call functions, write ");
-        b->marker(kDsCallsBegin);
-        b->text(", then each call as ");
-        b->marker(kDsCallBegin);
-        b->text("{function-name}");
-        b->marker(kDsSep);
-        b->text("{arguments as a JSON object}");
-        b->marker(kDsCallEnd);
-        b->text(" (calls one after another, nothing between them), and after the last call ");
-        b->marker(kDsCallsEnd);
-        b->text(".");
-    }
+    system_and_tools(messages, tools, true, b);
     bool last_user = false;  // The template's ns.is_last_user.
     bool after_tool = false;  // ns.is_tool.
     for (size_t i = 0; i < messages.size(); ++i) {
