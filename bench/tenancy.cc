@@ -336,8 +336,8 @@ int main(int argc, char** argv) {
     }
     std::printf("model %s, %d streams, batch %d, %d threads, %d steps (%d warm-up), %d out tokens,"
                 " %d tokens per step, decode %d, activations %s\n",
-                model_name.c_str(), kStreams, batch, threads, steps, warmup, out_tokens, step_tokens,
-                decode, activations.c_str());
+                model_name.c_str(), kStreams, batch, threads, steps, warmup, out_tokens,
+                step_tokens, decode, activations.c_str());
     std::printf("%-8s %6s %8s %8s %9s %9s %9s %9s %9s\n", "tenant", "weight", "share",
                 "target", "ttft p50", "ttft p99", "itl p50", "itl p99", "itl99/50");
     std::string json_tenants;

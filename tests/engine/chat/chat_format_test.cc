@@ -147,6 +147,33 @@ const std::string kDsOutputsEnd = "<｜tool▁outputs▁end｜>";
 const std::string kDsOutputBegin = "<｜tool▁output▁begin｜>";
 const std::string kDsOutputEnd = "<｜tool▁output▁end｜>";
 
+// The DeepSeek tests' conversations: system messages around a first reply (`reply`), and two
+// rounds of tool calls with their results, the second call's message saying `content`.
+std::vector<ChatMessage> ds_multi_turn(const std::string& reply) {
+    return {{"system", "A", "", {}, ""},
+            {"user", "Hi", "", {}, ""},
+            {"assistant", reply, "", {}, ""},
+            {"system", "B", "", {}, ""},
+            {"user", "Bye", "", {}, ""}};
+}
+
+std::vector<ChatMessage> ds_tool_turns(const std::string& content) {
+    return {{"system", "Be brief.", "", {}, ""},
+            {"user", "Weather in Paris?", "", {}, ""},
+            {"assistant",
+             "",
+             "",
+             {{"c0", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"},
+              {"c1", "get_time", "{}"}},
+             ""},
+            {"tool", "sunny", "", {}, "c0"},
+            {"tool", "noon", "", {}, "c1"},
+            {"assistant", "Sunny at noon.", "", {}, ""},
+            {"user", "And Rome?", "", {}, ""},
+            {"assistant", content, "", {{"c2", "get_weather", "{\"city\": \"Rome\"}"}}, ""},
+            {"tool", "rain", "", {}, "c2"}};
+}
+
 TEST_CASE("chat formats: DeepSeek-V3 renders as its shipped template does") {
     // Each expected prompt is what DeepSeek-V3's tokenizer_config.json chat_template renders
     // (Jinja2, bos_token "<｜begin▁of▁sentence｜>", add_generation_prompt) for the same messages,
@@ -167,27 +194,11 @@ TEST_CASE("chat formats: DeepSeek-V3 renders as its shipped template does") {
          {{"system", "Be brief.", "", {}, ""}, {"user", "Hi", "", {}, ""}},
          kDsBos + "Be brief." + kDsUser + "Hi" + kDsAssistant},
         {"multi-turn",
-         {{"system", "A", "", {}, ""},
-          {"user", "Hi", "", {}, ""},
-          {"assistant", "Hello!", "", {}, ""},
-          {"system", "B", "", {}, ""},
-          {"user", "Bye", "", {}, ""}},
+         ds_multi_turn("Hello!"),
          kDsBos + "A\n\nB" + kDsUser + "Hi" + kDsAssistant + "Hello!" + kDsEos + kDsUser + "Bye" +
              kDsAssistant},
         {"tool calls and results",
-         {{"system", "Be brief.", "", {}, ""},
-          {"user", "Weather in Paris?", "", {}, ""},
-          {"assistant",
-           "",
-           "",
-           {{"c0", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"}, {"c1", "get_time", "{}"}},
-           ""},
-          {"tool", "sunny", "", {}, "c0"},
-          {"tool", "noon", "", {}, "c1"},
-          {"assistant", "Sunny at noon.", "", {}, ""},
-          {"user", "And Rome?", "", {}, ""},
-          {"assistant", "", "", {{"c2", "get_weather", "{\"city\": \"Rome\"}"}}, ""},
-          {"tool", "rain", "", {}, "c2"}},
+         ds_tool_turns(""),
          kDsBos + "Be brief." + kDsUser + "Weather in Paris?" + kDsAssistant + kDsCallsBegin +
              kDsCallBegin + "function" + kDsSep +
              "get_weather\n```json\n{\"city\": \"Paris\", \"days\": 2}\n```" + kDsCallEnd + "\n" +
@@ -247,27 +258,11 @@ TEST_CASE("chat formats: DeepSeek-V3.1 renders as its shipped template does (non
          {{"system", "Be brief.", "", {}, ""}, {"user", "Hi", "", {}, ""}},
          kDsBos + "Be brief." + kDsUser + "Hi" + kDsAssistant + think_end},
         {"multi-turn",
-         {{"system", "A", "", {}, ""},
-          {"user", "Hi", "", {}, ""},
-          {"assistant", "Let me think.</think>Hello!", "", {}, ""},
-          {"system", "B", "", {}, ""},
-          {"user", "Bye", "", {}, ""}},
+         ds_multi_turn("Let me think.</think>Hello!"),
          kDsBos + "A\n\nB" + kDsUser + "Hi" + kDsAssistant + think_end + "Hello!" + kDsEos +
              kDsUser + "Bye" + kDsAssistant + think_end},
         {"tool calls and results",
-         {{"system", "Be brief.", "", {}, ""},
-          {"user", "Weather in Paris?", "", {}, ""},
-          {"assistant",
-           "",
-           "",
-           {{"c0", "get_weather", "{\"city\": \"Paris\", \"days\": 2}"}, {"c1", "get_time", "{}"}},
-           ""},
-          {"tool", "sunny", "", {}, "c0"},
-          {"tool", "noon", "", {}, "c1"},
-          {"assistant", "Sunny at noon.", "", {}, ""},
-          {"user", "And Rome?", "", {}, ""},
-          {"assistant", "Checking.", "", {{"c2", "get_weather", "{\"city\": \"Rome\"}"}}, ""},
-          {"tool", "rain", "", {}, "c2"}},
+         ds_tool_turns("Checking."),
          kDsBos + "Be brief." + kDsUser + "Weather in Paris?" + kDsAssistant + think_end +
              kDsCallsBegin + kDsCallBegin + "get_weather" + kDsSep +
              "{\"city\": \"Paris\", \"days\": 2}" + kDsCallEnd + kDsCallBegin + "get_time" +
@@ -301,8 +296,8 @@ TEST_CASE("chat formats: DeepSeek-V3.1 renders as its shipped template does (non
     const std::string with_tools = t->render_text(m, kTools);
     CHECK(with_tools.find(kDsCallBegin + "{function-name}" + kDsSep +
                           "{arguments as a JSON object}" + kDsCallEnd) != std::string::npos);
-    CHECK(with_tools.substr(with_tools.size() - (kDsUser + "Hi" + kDsAssistant + think_end).size()) ==
-          kDsUser + "Hi" + kDsAssistant + think_end);
+    const std::string ending = kDsUser + "Hi" + kDsAssistant + think_end;
+    CHECK(with_tools.substr(with_tools.size() - ending.size()) == ending);
 }
 
 TEST_CASE("chat formats: DeepSeek-V3 declares offered tools after the system prompt") {
