@@ -64,7 +64,7 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
     const int64_t layers = total / (kExpertBytes * kPerLayer);
     if (layers < 1) {
         std::fprintf(stderr, "--experts needs --mb of at least 192\n");
-        return 1;
+        return 2;
     }
     struct Expert {
         Weight gate, up, down;
@@ -232,7 +232,7 @@ int run_gemm(const char* base, int64_t total, int64_t tokens, int rounds) {
     if (total < need) {
         std::fprintf(stderr, "--gemm needs --mb of at least %lld\n",
                      static_cast<long long>((need >> 20) + 1));
-        return 1;
+        return 2;
     }
     if (cpu::detect_isa() != cpu::Isa::kAvx512Bf16) {
         std::fprintf(stderr, "--gemm needs a CPU with AVX512_BF16\n");
@@ -345,9 +345,10 @@ int main(int argc, char** argv) {
     int64_t sequences = 0;  // --experts: token counts of a step of this many sequences (0: off).
     edge::bench::parse_flags(
         argc, argv,
-        {edge::bench::Flag::integer("--mb", &mb, 64, "MiB of BF16 weights streamed per pass"),
+        {edge::bench::Flag::integer("--mb", &mb, 64, 65536,
+                                    "MiB of BF16 weights streamed per pass"),
          edge::bench::Flag::integer("--rounds", &rounds, 1, "rounds (median)"),
-         edge::bench::Flag::integer("--tokens", &tokens, 1, "tokens per call"),
+         edge::bench::Flag::integer("--tokens", &tokens, 1, 4096, "tokens per call"),
          edge::bench::Flag::boolean("--experts", &experts_mode,
                                     "routed-expert SwiGLU tasks instead of plain matvec"),
          edge::bench::Flag::integer("--sequences", &sequences, 0,
@@ -454,8 +455,13 @@ int main(int argc, char** argv) {
             std::sort(cpu_rates.begin(), cpu_rates.end());
             const double gbps = rates[rates.size() / 2];
             const double cpu_frac = threads == 1 ? cpu_rates[cpu_rates.size() / 2] / probe_cpu : 0.0;
-            std::printf("%-32s %8d %10.2f %10.2f %9.3f %10.3f\n", v.name, threads, gbps / 1e9,
-                        probe / 1e9, gbps / probe, cpu_frac);
+            // The CPU-time fraction is measured at one thread only: "-" at two.
+            char cpu_col[16] = "         -";
+            if (threads == 1) {
+                std::snprintf(cpu_col, sizeof cpu_col, "%10.3f", cpu_frac);
+            }
+            std::printf("%-32s %8d %10.2f %10.2f %9.3f %s\n", v.name, threads, gbps / 1e9,
+                        probe / 1e9, gbps / probe, cpu_col);
             if (threads == 1) {
                 json += ",\"" + std::string(cpu::isa_name(v.isa)) + "_cpu_fraction_1t\":" +
                         std::to_string(cpu_frac);
