@@ -9,6 +9,8 @@
 // Threading: main thread only, before the bench starts.
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -212,6 +215,34 @@ struct StepTimes {
     }
 };
 
+namespace detail {
+
+// The temporary checkpoint folder of the running bench ("" when none), for the signal handler.
+inline char g_temp_checkpoint[4096];
+
+// SIGINT/SIGTERM while a temporary checkpoint exists: removes it (a forked `rm -rf`; only
+// async-signal-safe calls), then dies of the signal as it would have.
+inline void remove_temp_checkpoint_and_die(int sig) {
+    if (g_temp_checkpoint[0] != '\0') {
+        const pid_t pid = fork();
+        if (pid == 0) {
+            char rm[] = "/bin/rm", flags[] = "-rf", end[] = "--";
+            char* args[] = {rm, flags, end, g_temp_checkpoint, nullptr};
+            char* no_env[] = {nullptr};
+            execve(rm, args, no_env);
+            _exit(127);
+        }
+        if (pid > 0) {
+            int status = 0;
+            waitpid(pid, &status, 0);
+        }
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+}  // namespace detail
+
 // The checkpoint a bench runs on: `dir` when it is given, otherwise make-model's `preset` of
 // `arch` (seed 1) written to a fresh temporary folder, removed when this is destroyed. With
 // `fill`, a given `dir` that holds no checkpoint yet receives the preset and keeps it. Exits with
@@ -230,6 +261,15 @@ class BenchCheckpoint {
                     ("edge_bench_" + arch + "_" + std::to_string(std::random_device{}())))
                        .string();
             temporary_ = true;
+            // Interrupted (Ctrl-C, timeout), the bench must not leave gigabytes in $TMPDIR.
+            if (dir_.size() < sizeof(detail::g_temp_checkpoint)) {
+                std::memcpy(detail::g_temp_checkpoint, dir_.c_str(), dir_.size() + 1);
+                struct sigaction sa {};
+                sa.sa_handler = detail::remove_temp_checkpoint_and_die;
+                sigemptyset(&sa.sa_mask);
+                sigaction(SIGINT, &sa, nullptr);
+                sigaction(SIGTERM, &sa, nullptr);
+            }
         }
         engine::MakeModelOptions mo;
         mo.preset = preset;
@@ -273,6 +313,7 @@ class BenchCheckpoint {
   private:
     void remove() {
         if (temporary_) {
+            detail::g_temp_checkpoint[0] = '\0';
             std::error_code ec;
             std::filesystem::remove_all(dir_, ec);
             temporary_ = false;

@@ -7,8 +7,8 @@
 // matrix as the engine's dispatcher does, and the default kernel with a batch of 8 tokens; where
 // this CPU has kernels for row tiles (WeightLayout::kRowTiles16), those too (1 and 8 tokens, on
 // tiled copies of the same weights, split at tile boundaries). The
-// limit is a read-bandwidth probe (a 1 GiB buffer) with the same thread count, measured in every
-// round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
+// limit is the shared read-bandwidth probe (bench/membw_probe.h, 1 GiB) with the same thread
+// count, measured in every round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
 //
 //   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB] [--formats bf16,fp8-block128,...]
 
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "bench/membw_probe.h"
 #include "engine/quant/quantized_weight.h"
 #include "engine/quant/row_tiles.h"
 
@@ -77,53 +78,6 @@ double time_passes(int threads, int passes, const std::function<void(int)>& body
         t.join();
     }
     return *std::min_element(pass_times.begin(), pass_times.end());
-}
-
-// --- Bandwidth probe: sum 64-bit words of a buffer much larger than the caches. ---
-
-__attribute__((target("avx2"))) uint64_t sum_avx2(const uint64_t* p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 8)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 12)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t out[4];
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), a0);
-    uint64_t s = out[0] + out[1] + out[2] + out[3];
-    for (; i < n; ++i) {
-        s += p[i];
-    }
-    return s;
-}
-
-struct AlignedBuffer {
-    explicit AlignedBuffer(size_t bytes)
-        : ptr(static_cast<uint64_t*>(std::aligned_alloc(64, bytes))), size(bytes) {
-        std::memset(ptr, 1, bytes);  // Touch every page.
-    }
-    ~AlignedBuffer() { std::free(ptr); }
-    uint64_t* ptr;
-    size_t size;
-};
-
-// GB/s of reading `buf` with `threads` threads, each summing its contiguous share.
-double probe_bandwidth(const AlignedBuffer& buf, int threads, int passes) {
-    const size_t kBytes = buf.size;
-    const size_t words = kBytes / 8;
-    std::atomic<uint64_t> sink{0};
-    const double t = time_passes(threads, passes, [&](int index) {
-        const size_t begin = words * index / threads;
-        const size_t end = words * (index + 1) / threads;
-        sink += sum_avx2(buf.ptr + begin, end - begin);
-    });
-    if (sink.load() == 42) {
-        std::printf("#");
-    }
-    return static_cast<double>(kBytes) / t / 1e9;
 }
 
 // --- BF16 baseline, a simple AVX2 loop (widen to f32, FMA). ---
@@ -305,7 +259,6 @@ int main(int argc, char** argv) {
     for (float& v : x) {
         v = normal(rng);
     }
-    const AlignedBuffer probe_buffer(size_t{1024} << 20);
     double bw[3] = {0.0, 0.0, 0.0};
     std::vector<Row> rows;
 
@@ -360,8 +313,12 @@ int main(int argc, char** argv) {
         }
         std::vector<double> best(cases.size() * 2, 1e30);
         for (int round = 0; round < rounds; ++round) {
-            bw[1] = std::max(bw[1], probe_bandwidth(probe_buffer, 1, passes));
-            bw[2] = std::max(bw[2], probe_bandwidth(probe_buffer, 2, passes));
+            // The shared probe (bench/membw_probe.h): the fastest of one stream and four
+            // interleaved ones, as the engine's four-stream kernels read.
+            bw[1] = std::max(bw[1], edge::bench::measure_read_bandwidth(1, size_t{1} << 30,
+                                                                        passes) / 1e9);
+            bw[2] = std::max(bw[2], edge::bench::measure_read_bandwidth(2, size_t{1} << 30,
+                                                                        passes) / 1e9);
             for (size_t i = 0; i < cases.size(); ++i) {
                 const Case& c = cases[i];
                 for (int threads : {1, 2}) {
