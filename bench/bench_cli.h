@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -220,23 +221,26 @@ namespace detail {
 // The temporary checkpoint folder of the running bench ("" when none), for the signal handler.
 inline char g_temp_checkpoint[4096];
 
-// SIGINT/SIGTERM while a temporary checkpoint exists: removes it (a forked `rm -rf`; only
-// async-signal-safe calls), then dies of the signal as it would have.
+// SIGINT/SIGTERM while a temporary checkpoint exists: dies of the signal as it would have, and
+// leaves behind a child (made by _Fork, which unlike fork runs no atfork handler and takes no
+// malloc lock) that waits until this process is gone, every thread of it that might still be
+// writing the checkpoint included, then runs `rm -rf` on it. Async-signal-safe calls only.
 inline void remove_temp_checkpoint_and_die(int sig) {
     if (g_temp_checkpoint[0] != '\0') {
-        const pid_t pid = fork();
-        if (pid == 0) {
+        const pid_t parent = getpid();
+        if (_Fork() == 0) {
+            while (getppid() == parent) {
+                const timespec wait{0, 20'000'000};
+                nanosleep(&wait, nullptr);
+            }
             char rm[] = "/bin/rm", flags[] = "-rf", end[] = "--";
             char* args[] = {rm, flags, end, g_temp_checkpoint, nullptr};
             char* no_env[] = {nullptr};
             execve(rm, args, no_env);
             _exit(127);
         }
-        if (pid > 0) {
-            int status = 0;
-            waitpid(pid, &status, 0);
-        }
     }
+    // Pending until the handler returns and unblocks it, then fatal.
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -263,10 +267,17 @@ class BenchCheckpoint {
             temporary_ = true;
             // Interrupted (Ctrl-C, timeout), the bench must not leave gigabytes in $TMPDIR.
             if (dir_.size() < sizeof(detail::g_temp_checkpoint)) {
-                std::memcpy(detail::g_temp_checkpoint, dir_.c_str(), dir_.size() + 1);
+                // The first byte last: a handler never sees a half-written path.
+                detail::g_temp_checkpoint[0] = '\0';
+                std::memcpy(detail::g_temp_checkpoint + 1, dir_.c_str() + 1, dir_.size());
+                detail::g_temp_checkpoint[0] = dir_[0];
                 struct sigaction sa {};
                 sa.sa_handler = detail::remove_temp_checkpoint_and_die;
+                // Both blocked in the handler, and so in the child it leaves (execve keeps the
+                // mask): a signal sent to the whole process group cannot kill that child.
                 sigemptyset(&sa.sa_mask);
+                sigaddset(&sa.sa_mask, SIGINT);
+                sigaddset(&sa.sa_mask, SIGTERM);
                 sigaction(SIGINT, &sa, nullptr);
                 sigaction(SIGTERM, &sa, nullptr);
             }

@@ -236,7 +236,28 @@ int run_main(int argc, char** argv) {
         log::info("no_models", {{"detail", "no models configured; /v1/models is empty"}});
         generator = std::make_unique<NullGenerator>();
     } else {
+        // The load can take minutes: a SIGTERM or SIGINT meanwhile ends the process at once
+        // (nothing serves yet), well within systemd's TimeoutStopSec.
+        std::atomic<bool> loaded{false};
+        std::thread load_signals([&loaded] {
+            sigset_t stop;
+            sigemptyset(&stop);
+            sigaddset(&stop, SIGTERM);
+            sigaddset(&stop, SIGINT);
+            const timespec poll{0, 100'000'000};
+            while (!loaded.load()) {
+                const int sig = sigtimedwait(&stop, nullptr, &poll);
+                if (sig > 0) {
+                    log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"},
+                                           {"detail", "received during the models' load; "
+                                                      "exiting before serving"}});
+                    std::_Exit(0);
+                }
+            }
+        });
         Result<std::unique_ptr<engine::Generator>> engine = engine::create_engine(config->engine);
+        loaded.store(true);
+        load_signals.join();
         if (!engine.ok()) {
             std::string message = engine.status().code() == StatusCode::kUnimplemented
                                       ? "a configured model uses what this engine does not support"

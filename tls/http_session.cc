@@ -352,7 +352,11 @@ public:
         r.record.notes = r.notes;
         std::lock_guard lock(r.observer->mu);
         if (r.observer->observer != nullptr) {
-            r.observer->observer->on_response(r.record);
+            try {
+                r.observer->observer->on_response(r.record);
+            } catch (...) {
+                // A destructor must not throw; the record is lost rather than the process.
+            }
         }
     }
 
@@ -921,11 +925,13 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         // Out-of-order calls (a chunk before the head, a second respond) are ignored.
     }
     clear_deadline();  // The last write is done; what comes next sets its own.
-    response_done_ = true;
-    gone_callback_ = nullptr;
     if (!ok) {
+        // Before the answer counts as done, so the handler hears of it (a failed or timed-out
+        // write cancels the generation, as a client that left does).
         mark_client_gone();
     }
+    response_done_ = true;
+    gone_callback_ = nullptr;
     ResponseRecord record;
     record.method = method;
     record.path = path;

@@ -104,7 +104,8 @@ struct ResponseRecord {
 // as nginx logs it.
 inline constexpr int kClientClosedRequest = 499;
 
-// Hooks for metrics. Called on connection strands (any I/O thread); implementations are
+// Hooks for metrics. Called on connection strands (any I/O thread), except a deferred
+// on_response (below), which runs on the thread that releases the channel; implementations are
 // thread-safe.
 class ServerObserver {
 public:

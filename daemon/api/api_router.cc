@@ -417,13 +417,14 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         return;
     }
 
-    // Reserved from the output budget: max_tokens, or for a default what the model's context
-    // allows at most (the engine lowers it so).
+    // Reserved from the output budget: the client's max_tokens. A default one (a chat request
+    // without max_tokens may run to the end of the context) reserves at most a quarter of the
+    // minute's budget, so a tenant's default requests still run several at once; what they
+    // generate beyond it is charged as debt when they end, like prompt tokens.
     int64_t reserve = max_tokens;
-    for (const engine::ModelInfo& m : generator_.models()) {
-        if (m.name == req.generate.model && req.generate.max_tokens_is_default &&
-            m.context_length > 0) {
-            reserve = std::min(reserve, m.context_length);
+    if (req.generate.max_tokens_is_default) {
+        if (const int64_t budget = limiter_.output_budget(tenant.name); budget > 0) {
+            reserve = std::min(reserve, std::max<int64_t>(1, budget / 4));
         }
     }
     TenantLimiter::Decision admitted = limiter_.admit(tenant.name, reserve);

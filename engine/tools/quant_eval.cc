@@ -212,8 +212,13 @@ Result<std::string> baseline_label(const std::string& model_dir) {
     std::map<DType, int64_t> bytes;
     for (const std::string& name : ckpt->names()) {
         const TensorInfo* t = ckpt->info(name);
-        if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32) {
+        // Only weights a policy could quantize tell; integer buffers (position ids) do not.
+        if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32 &&
+            quant::tensor_class_for_name(name).has_value()) {
             return std::string("as-stored");
+        }
+        if (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32) {
+            continue;
         }
         bytes[t->dtype] += t->end - t->begin;
     }
@@ -238,8 +243,9 @@ int64_t whole_number(const std::string& v, int64_t lo, int64_t hi) {
 }  // namespace
 
 Result<std::vector<QuantEvalRow>> run_quant_eval(const QuantEvalOptions& o) {
-    if (o.tokens < 2 || o.chunk < 2) {
-        return invalid_argument_error("quant-eval: --tokens and --chunk must be at least 2");
+    if (o.tokens < 2 || o.chunk < 2 || o.tokens > (int64_t{1} << 30)) {
+        return invalid_argument_error(
+            "quant-eval: --tokens must be in 2..2^30 and --chunk at least 2");
     }
     std::vector<std::pair<std::string, std::string>> runs;  // label, policy
     std::set<WeightFormat> formats;

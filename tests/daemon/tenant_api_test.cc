@@ -112,10 +112,11 @@ TEST_CASE("tenant limits: max_tokens and context caps, defaults lowered, tokens 
     f.generator.finish(0, engine::FinishReason::kStop, usage);
     CHECK(c->read_response()->status == 200);
 
-    // The debt and the next request's reservation (its default max_tokens, 50) at 1 token/s.
+    // A default max_tokens reserves a quarter of the 60 (15): the bucket went 60 -> 45, and the
+    // 90 generated take it to -30; the next default request's 15 come back in 45 s.
     testing::HttpReply limited = f.call(chat_body(false), kOldKey);
     CHECK(limited.status == 429);
-    CHECK(limited.headers["retry-after"] == "80");
+    CHECK(limited.headers["retry-after"] == "45");
     CHECK(json_of(limited.body)["error"].as_object()["code"] == "output_tokens_per_minute");
     std::string m = f.metrics();
     CHECK(m.find(R"(edgeserve_tenant_tokens_total{kind="completion",tenant="acme"} 90)") !=
