@@ -3,13 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "common/log.h"
@@ -17,6 +16,7 @@
 #include "daemon/daemon.h"
 #include "daemon/null_generator.h"
 #include "daemon/preflight.h"
+#include "daemon/signals.h"
 #include "daemon/socket_activation.h"
 #include "daemon/systemd_notify.h"
 #include "engine/backend.h"
@@ -89,29 +89,14 @@ int check_config_main(int argc, char** argv) {
 // end (cancelled) through callbacks that use its metrics and tenant limiter.
 // Signals that arrive meanwhile are logged: the drain runs to its deadline regardless.
 void shut_down(Daemon& daemon, engine::Generator& generator, std::chrono::milliseconds drain) {
-    std::atomic<bool> done{false};
-    std::thread signals_meanwhile([&done] {
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGTERM);
-        sigaddset(&set, SIGINT);
-        sigaddset(&set, SIGHUP);
-        const timespec poll{0, 100'000'000};
-        while (!done.load()) {
-            const int sig = sigtimedwait(&set, nullptr, &poll);
-            if (sig > 0) {
-                const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
-                log::info("signal_while_draining",
-                          {{"signal", name},
-                           {"detail", "already stopping; requests still running are cut at "
-                                      "limits.drain_deadline_ms"}});
-            }
-        }
+    SignalWatcher signals_meanwhile({SIGTERM, SIGINT, SIGHUP}, [](int sig) {
+        log::info("signal_while_draining",
+                  {{"signal", signal_name(sig)},
+                   {"detail", "already stopping; requests still running are cut at "
+                              "limits.drain_deadline_ms"}});
     });
     daemon.stop(drain);
     generator.stop();
-    done.store(true);
-    signals_meanwhile.join();
 }
 
 int exit_on_device_fault(Daemon& daemon, engine::Generator& generator, const Status& fault,
@@ -152,32 +137,19 @@ int run_main(int argc, char** argv) {
     // Signals are taken synchronously by this thread; blocked first, before any thread starts
     // (every thread inherits the mask) and before the checks and the load, so a SIGTERM during
     // them is a logged, clean stop rather than the default action's silent exit.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGHUP);
+    const sigset_t signals = signal_set({SIGTERM, SIGINT, SIGHUP});
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
     // A SIGTERM or SIGINT that arrived during a step that cannot be interrupted (the checks, the
     // models' load): stop before serving.
-    auto stopped_before_serving = [&signals](std::string_view during) {
-        sigset_t pending;
-        sigemptyset(&pending);
-        if (sigpending(&pending) != 0 ||
-            (!sigismember(&pending, SIGTERM) && !sigismember(&pending, SIGINT))) {
-            return false;
+    auto stopped_before_serving = [](std::string_view during) {
+        std::optional<int> sig = take_pending_stop();
+        if (sig) {
+            log::info("shutdown", {{"signal", signal_name(*sig)},
+                                   {"detail", "received during " + std::string(during) +
+                                                  "; stopping before serving"}});
         }
-        int sig = 0;
-        sigset_t stop_signals;
-        sigemptyset(&stop_signals);
-        sigaddset(&stop_signals, SIGTERM);
-        sigaddset(&stop_signals, SIGINT);
-        sigwait(&stop_signals, &sig);
-        log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"},
-                               {"detail", "received during " + std::string(during) +
-                                              "; stopping before serving"}});
-        return true;
+        return sig.has_value();
     };
 
     Result<Config> config = load_config(config_path);
@@ -238,26 +210,15 @@ int run_main(int argc, char** argv) {
     } else {
         // The load can take minutes: a SIGTERM or SIGINT meanwhile ends the process at once
         // (nothing serves yet), well within systemd's TimeoutStopSec.
-        std::atomic<bool> loaded{false};
-        std::thread load_signals([&loaded] {
-            sigset_t stop;
-            sigemptyset(&stop);
-            sigaddset(&stop, SIGTERM);
-            sigaddset(&stop, SIGINT);
-            const timespec poll{0, 100'000'000};
-            while (!loaded.load()) {
-                const int sig = sigtimedwait(&stop, nullptr, &poll);
-                if (sig > 0) {
-                    log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"},
-                                           {"detail", "received during the models' load; "
-                                                      "exiting before serving"}});
-                    std::_Exit(0);
-                }
-            }
-        });
-        Result<std::unique_ptr<engine::Generator>> engine = engine::create_engine(config->engine);
-        loaded.store(true);
-        load_signals.join();
+        Result<std::unique_ptr<engine::Generator>> engine = [&config] {
+            SignalWatcher during_load({SIGTERM, SIGINT}, [](int sig) {
+                log::info("shutdown", {{"signal", signal_name(sig)},
+                                       {"detail", "received during the models' load; "
+                                                  "exiting before serving"}});
+                std::_Exit(0);
+            });
+            return engine::create_engine(config->engine);
+        }();
         if (!engine.ok()) {
             std::string message = engine.status().code() == StatusCode::kUnimplemented
                                       ? "a configured model uses what this engine does not support"
@@ -361,7 +322,7 @@ int run_main(int argc, char** argv) {
             (void)notifier.notify("READY=1");
             continue;
         }
-        log::info("shutdown", {{"signal", sig == SIGTERM ? "SIGTERM" : "SIGINT"}});
+        log::info("shutdown", {{"signal", signal_name(sig)}});
         (void)notifier.notify("STOPPING=1");
         shut_down(**daemon, *generator, config->limits.drain_deadline);
         return 0;

@@ -572,6 +572,8 @@ TEST_CASE("a response to a client that stops reading is cut at the write timeout
     REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
     auto channel = f.handler.wait_held();
     REQUIRE(channel != nullptr);
+    std::atomic<bool> gone{false};
+    channel->on_client_gone([&gone] { gone = true; });
     auto started = std::chrono::steady_clock::now();
     // Far more than the socket buffers take: the write stalls until the watchdog closes it.
     channel->respond(HttpResponse{200, "text/plain", {}, std::string(64 << 20, 'z')});
@@ -580,6 +582,35 @@ TEST_CASE("a response to a client that stops reading is cut at the write timeout
     }
     CHECK(f.server->open_connections() == 0);
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+    CHECK(gone.load());  // The handler hears of the cut as of a client that left.
+}
+
+TEST_CASE("a stream cut at the write timeout tells its handler, which stops generating") {
+    HttpLimits limits;
+    limits.write_timeout = std::chrono::milliseconds(200);
+    limits.max_stream_buffer_bytes = size_t{1} << 30;  // The timeout cuts it, not the buffer.
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    int small = 4096;
+    setsockopt((*c)->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    std::atomic<bool> gone{false};
+    channel->on_client_gone([&gone] { gone = true; });
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    channel->write("data: " + std::string(32 << 20, 'x') + "\n\n");  // Stalls in one write.
+    for (int i = 0; i < 800 && !gone; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(gone.load());
+    CHECK(f.observer.cancelled().empty());  // Not the slow-reader cut.
+    for (int i = 0; i < 400 && f.server->open_connections() > 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(f.server->open_connections() == 0);
+    channel->end_stream();  // The handler's last calls are ignored.
 }
 
 TEST_CASE("a pause between stream chunks longer than the write timeout does not cut the stream") {
