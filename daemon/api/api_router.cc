@@ -1,6 +1,7 @@
 #include "daemon/api/api_router.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
@@ -376,6 +377,21 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         max_tokens = static_cast<int32_t>(budget);  // Lower the default.
     }
+    if (std::string_view cap = request.header(cluster::kMaxTokensHeader);
+        from_peer && !cap.empty() && req.generate.max_tokens_is_default) {
+        // The default the forwarding site lowered for its tenant's limits.
+        int64_t value = 0;
+        const auto [end, ec] = std::from_chars(cap.data(), cap.data() + cap.size(), value);
+        if (ec != std::errc() || end != cap.data() + cap.size() || value < 1) {
+            reject(invalid_request(std::string(cluster::kMaxTokensHeader) +
+                                       " must be a positive integer, not '" +
+                                       logprob_token_text(cap) + "'",
+                                   std::nullopt),
+                   "invalid_request");
+            return;
+        }
+        max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, value));
+    }
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.max_prompt_tokens = tenant.input_tokens_per_minute;
     req.generate.tenant_weight = tenant.weight;
@@ -460,6 +476,13 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             });
             request.headers.push_back(
                 {std::string(cluster::kRequestIdHeader), req.generate.request_id});
+            std::erase_if(request.headers, [](const tls::HttpHeader& h) {
+                return boost::algorithm::iequals(h.name, cluster::kMaxTokensHeader);
+            });
+            if (req.generate.max_tokens_is_default) {
+                request.headers.push_back(
+                    {std::string(cluster::kMaxTokensHeader), std::to_string(max_tokens)});
+            }
             std::shared_ptr<tls::ResponseChannel> notes = channel;
             forwarder_->forward(
                 std::move(request), tenant_name, std::move(plan.targets), std::move(channel),

@@ -34,6 +34,9 @@ inline constexpr std::string_view kTenantHeader = "X-Edgeserve-Tenant";
 // The forwarding site's request id (16 hex digits), which the serving site takes for its own: both
 // access logs and the response id ("chatcmpl-<id>") name the request the same way.
 inline constexpr std::string_view kRequestIdHeader = "X-Edgeserve-Request-Id";
+// The max_tokens the forwarding site gave a request whose client set none (its tenant's limits
+// can lower the default); the serving site generates no more than that. Trusted only from a peer.
+inline constexpr std::string_view kMaxTokensHeader = "X-Edgeserve-Max-Tokens";
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
 

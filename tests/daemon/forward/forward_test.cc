@@ -416,8 +416,15 @@ TEST_CASE("a forwarded stream without include_usage charges the tenant the peer'
         R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})", auth());
 
     auto c = a.client();
-    REQUIRE(c->send(plain_stream).ok());
+    // A client's own cap header is not the forwarding site's: replaced.
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/chat/completions",
+                        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})",
+                        auth() + "X-Edgeserve-Max-Tokens: 100000\r\n"))
+                .ok());
     REQUIRE(b.generator.wait_for_request(0));
+    // The default max_tokens, lowered to the tenant's minute budget at fra, holds at sin too.
+    CHECK(b.generator.request(0).sampling.max_tokens == 5);
     b.generator.emit(0, "Hello");
     b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 20, 0});
     auto all = c->read_until("0\r\n\r\n");
@@ -685,6 +692,30 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
         REQUIRE(r.ok());
         CHECK(r->status == 200);
         CHECK(b.planner.plans() == 0);  // A forwarded request is never planned again.
+
+        // The forwarding site's cap on a default max_tokens: applied, or refused when malformed.
+        auto c3 = TlsClient::connect(port, options);
+        REQUIRE(c3.ok());
+        REQUIRE((*c3)->send(testing::http_request(
+                                "POST", "/v1/chat/completions", chat_body(false),
+                                "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n"
+                                "X-Edgeserve-Max-Tokens: 7\r\n"))
+                    .ok());
+        REQUIRE(b.generator.wait_for_request(1));
+        CHECK(b.generator.request(1).sampling.max_tokens == 7);
+        b.generator.finish(1, engine::FinishReason::kLength, engine::Usage{1, 7, 0});
+        REQUIRE((*c3)->read_response().ok());
+        REQUIRE((*c3)->send(testing::http_request(
+                                "POST", "/v1/chat/completions", chat_body(false),
+                                "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n"
+                                "X-Edgeserve-Max-Tokens: 7x\r\n"))
+                    .ok());
+        auto bad = (*c3)->read_response();
+        REQUIRE(bad.ok());
+        CHECK(bad->status == 400);
+        CHECK(bad->body.find("X-Edgeserve-Max-Tokens must be a positive integer") !=
+              std::string::npos);
+        CHECK_FALSE(b.generator.wait_for_request(2, 0));
     }
 }
 
