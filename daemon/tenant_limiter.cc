@@ -188,25 +188,43 @@ int64_t TenantLimiter::running(const std::string& tenant) const {
     return state->running;
 }
 
+void TenantLimiter::Lease::charge_prompt(int64_t prompt_tokens) {
+    if (!state_ || prompt_tokens <= 0) {
+        return;
+    }
+    std::lock_guard lock(state_->mu);
+    if (finished_ || charged_prompt_ > 0) {
+        return;
+    }
+    charged_prompt_ = prompt_tokens;
+    if (state_->input_tokens) {
+        state_->input_tokens->charge(static_cast<double>(prompt_tokens), state_->clock.now());
+    }
+}
+
 void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_tokens) {
-    std::call_once(once_, [&] {
-        if (!state_) {
-            return;
+    if (!state_) {
+        return;
+    }
+    std::lock_guard lock(state_->mu);
+    if (finished_) {
+        return;
+    }
+    finished_ = true;
+    TimePoint now = state_->clock.now();
+    if (state_->input_tokens) {
+        // What charge_prompt() did not take already (a destroyed lease's 0: nothing more).
+        const int64_t rest = std::max<int64_t>(prompt_tokens, 0) - charged_prompt_;
+        if (rest > 0) {
+            state_->input_tokens->charge(static_cast<double>(rest), now);
         }
-        std::lock_guard lock(state_->mu);
-        TimePoint now = state_->clock.now();
-        if (state_->input_tokens) {
-            state_->input_tokens->charge(static_cast<double>(std::max<int64_t>(prompt_tokens, 0)),
-                                         now);
-        }
-        if (state_->output_tokens) {
-            // Against the reservation: what was not generated goes back.
-            state_->output_tokens->charge(
-                static_cast<double>(std::max<int64_t>(completion_tokens, 0) - reserved_output_),
-                now);
-        }
-        --state_->running;
-    });
+    }
+    if (state_->output_tokens) {
+        // Against the reservation: what was not generated goes back.
+        state_->output_tokens->charge(
+            static_cast<double>(std::max<int64_t>(completion_tokens, 0) - reserved_output_), now);
+    }
+    --state_->running;
 }
 
 TenantLimiter::Lease::~Lease() { finish(0, 0); }

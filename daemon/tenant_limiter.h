@@ -9,10 +9,11 @@
 // time until a retry can succeed, or returns a Lease that holds one concurrency slot until it is
 // finished or destroyed. Output tokens are reserved at admission (the request's max_tokens, as
 // OpenAI counts them) and what generation did not use is refunded at finish(), so concurrent
-// requests cannot overshoot the output budget; prompt tokens are known only after tokenizing and
-// are charged at finish(), admission waiting while that bucket is in debt. State is kept per tenant name, so
-// configure() (SIGHUP reload) keeps the counters of tenants that keep their name, and leases of
-// running requests stay valid even for tenants the reload removed. Thread-safe.
+// requests cannot overshoot the output budget. Prompt tokens are known only after tokenizing:
+// they are charged then (Lease::charge_prompt(), or at finish() for a request another site ran),
+// and admission waits while that bucket is in debt. State is kept per tenant name, so configure()
+// (SIGHUP reload) keeps the counters of tenants that keep their name, and leases of running
+// requests stay valid even for tenants the reload removed. Thread-safe.
 
 #include <cstdint>
 #include <map>
@@ -78,14 +79,19 @@ public:
         ~Lease();
         Lease(const Lease&) = delete;
         Lease& operator=(const Lease&) = delete;
-        // Charges the request's tokens (against the output reserved at admission) and releases
-        // the slot; later calls do nothing. Destroyed unfinished: the reservation is refunded.
+        // Charges the prompt's tokens as soon as they are known (the engine tokenized it), so
+        // the tenant's next request already waits on them. Once; nothing after finish().
+        void charge_prompt(int64_t prompt_tokens);
+        // Charges the request's tokens (the prompt's less what charge_prompt() took, the output
+        // against what admission reserved) and releases the slot; later calls do nothing.
+        // Destroyed unfinished: the output reservation is refunded, a charged prompt is not.
         void finish(int64_t prompt_tokens, int64_t completion_tokens);
 
     private:
         std::shared_ptr<State> state_;
         int64_t reserved_output_;
-        std::once_flag once_;
+        int64_t charged_prompt_ = 0;  // Guarded by state_->mu, as is finished_.
+        bool finished_ = false;
     };
 
     struct Decision {

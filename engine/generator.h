@@ -144,6 +144,9 @@ class GenerationHandle {
     virtual ~GenerationHandle() = default;
     // Stops the request at the next engine step; on_finish(kCancelled) follows.
     virtual void cancel() = 0;
+    // The prompt's length in tokens, known once submit() tokenized it; 0 where it is not (a
+    // generator that tokenizes later). Lets a caller charge input quotas at admission.
+    virtual int64_t prompt_tokens() const { return 0; }
 };
 
 struct ModelInfo {

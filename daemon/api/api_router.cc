@@ -418,12 +418,12 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         req.report_usage = true;  // The forwarding site charges the tenant from it.
         channel->note("served_by", site_id_);
-        std::function<void()> on_accepted;
+        std::function<void(int64_t)> on_accepted;
         if (!req.stream && !request.header(kDeferredHeadHeader).empty()) {
             // The head goes out once the engine accepted the request (deferred_response.h).
             auto deferred = std::make_shared<DeferredHeadChannel>(std::move(channel));
             channel = deferred;
-            on_accepted = [deferred] { deferred->open(); };
+            on_accepted = [deferred](int64_t) { deferred->open(); };
         }
         run_completion(generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
                        [channel](const engine::Finish& finish, bool refused) {
@@ -503,6 +503,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
     }
     channel->note("served_by", site_id_);
+    std::shared_ptr<TenantLimiter::Lease> lease = admitted.lease;
     run_completion(
         generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
         [lease = std::move(admitted.lease), metrics = metrics_, tenant_name, channel](
@@ -518,7 +519,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                 metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));
             }
             metrics->on_tenant_request(tenant_name, outcome);
-        });
+        },
+        // The prompt counts against input_tokens_per_minute from now, not from its end.
+        [lease = std::move(lease)](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); });
 }
 
 bool ApiRouter::serves_here(const std::string& model, std::string_view version_pin,

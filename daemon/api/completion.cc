@@ -409,7 +409,8 @@ private:
 
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done, std::function<void()> on_accepted) {
+                    CompletionDone on_done,
+                    std::function<void(int64_t prompt_tokens)> on_accepted) {
     std::string model = request.generate.model;
     auto tools = ToolCallOutput::create(request, generator.models());
     if (auto* error = std::get_if<ApiError>(&tools)) {
@@ -441,7 +442,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     // The head goes out before any token, so clients see the stream open at once.
     sink->start_stream();
     if (on_accepted) {
-        on_accepted();
+        on_accepted((*handle)->prompt_tokens());
     }
     channel->on_client_gone([handle = *handle] { handle->cancel(); });
 }

@@ -29,10 +29,11 @@ inline constexpr std::string_view kUsageReportComment = "edgeserve-usage ";
 using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
-// `on_accepted`, when set, runs once submit() succeeded (before any answer may have gone out).
+// `on_accepted`, when set, runs once submit() succeeded, with the prompt's length in tokens (0
+// where the generator does not know it yet).
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done = {}, std::function<void()> on_accepted = {});
+                    CompletionDone on_done = {}, std::function<void(int64_t prompt_tokens)> on_accepted = {});
 
 // A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
 // a whole character (a byte-fallback token, half of a CJK character) are written as the text

@@ -39,7 +39,8 @@ Scheduler::~Scheduler() { stop(); }
 Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest request) {
     auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
     seq->submitted_at = clock_->now();
-    auto handle = std::make_shared<RequestHandle>(seq->control);
+    auto handle = std::make_shared<RequestHandle>(
+        seq->control, static_cast<int64_t>(seq->prompt_len));
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) {

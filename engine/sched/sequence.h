@@ -31,12 +31,14 @@ struct SequenceControl {
 
 class RequestHandle final : public GenerationHandle {
 public:
-    explicit RequestHandle(std::shared_ptr<SequenceControl> control)
-        : control_(std::move(control)) {}
+    RequestHandle(std::shared_ptr<SequenceControl> control, int64_t prompt_tokens)
+        : control_(std::move(control)), prompt_tokens_(prompt_tokens) {}
     void cancel() override { control_->cancelled.store(true, std::memory_order_relaxed); }
+    int64_t prompt_tokens() const override { return prompt_tokens_; }
 
 private:
     std::shared_ptr<SequenceControl> control_;
+    int64_t prompt_tokens_;
 };
 
 // What the scheduler needs to start a request (prompt already tokenized and validated).

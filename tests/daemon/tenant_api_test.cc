@@ -160,6 +160,32 @@ TEST_CASE("tenant limits: output tokens are reserved at admission, the unused pa
     CHECK(third->read_response()->status == 200);
 }
 
+TEST_CASE("tenant limits: a prompt counts against input tokens once tokenized, not at its end") {
+    TenantFixture f("    input_tokens_per_minute: 60\n");
+    f.generator.set_prompt_tokens(90);
+    auto first = f.client();
+    REQUIRE(first->send(testing::http_request("POST", "/v1/chat/completions", chat_body(true),
+                                              auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    // Still running, its 90 prompt tokens already taken the bucket to -30: the next one waits.
+    testing::HttpReply second = f.call(chat_body(false), kOldKey);
+    CHECK(second.status == 429);
+    CHECK(json_of(second.body)["error"].as_object()["code"] == "input_tokens_per_minute");
+    CHECK(second.headers["retry-after"] == "30");
+    // Its end reports the same 90: not charged twice.
+    engine::Usage usage;
+    usage.prompt_tokens = 90;
+    usage.completion_tokens = 1;
+    f.generator.finish(0, engine::FinishReason::kStop, usage);
+    REQUIRE(first->read_until("data: [DONE]").ok());
+    testing::HttpReply third = f.call(chat_body(false), kOldKey);
+    CHECK(third.status == 429);
+    CHECK(third.headers["retry-after"] == "30");
+    CHECK(f.metrics().find(R"(edgeserve_tenant_tokens_total{kind="prompt",tenant="acme"} 90)") !=
+          std::string::npos);
+}
+
 TEST_CASE("tenant metrics: a body the API refuses counts as the tenant's rejected request") {
     TenantFixture f("");
     testing::HttpReply bad = f.call(chat_body(false, R"(,"n":3)"), kOldKey);

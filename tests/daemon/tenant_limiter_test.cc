@@ -133,6 +133,38 @@ TEST_CASE("limiter: tokens per minute are charged at finish, in debt new request
     CHECK(out.retry_after == Duration(40s));
 }
 
+TEST_CASE("limiter: a prompt charged once tokenized is not charged again at finish") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.input_tokens_per_minute = 600;  // 10 per second.
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision d = limiter.admit("a");
+    REQUIRE(d.lease);
+    d.lease->charge_prompt(700);  // 100 of debt while the request still runs.
+    d.lease->charge_prompt(700);  // Once.
+    TenantLimiter::Decision over = limiter.admit("a");
+    CHECK(over.reason == RejectReason::kInputTokens);
+    CHECK(over.retry_after == Duration(10s));
+    d.lease->finish(720, 0);  // Only the 20 more it reports: 120 of debt.
+    CHECK(limiter.admit("a").retry_after == Duration(12s));
+
+    // Finished first (a request that ended before its acceptance was reported): nothing more.
+    clock.advance(12s);
+    TenantLimiter::Decision e = limiter.admit("a");
+    REQUIRE(e.lease);
+    e.lease->finish(0, 0);  // Its usage says no prompt (cancelled before tokenizing).
+    e.lease->charge_prompt(600);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+    // Destroyed unfinished: the charged prompt stays charged.
+    {
+        TenantLimiter::Decision f = limiter.admit("a");
+        REQUIRE(f.lease);
+        f.lease->charge_prompt(50);
+    }
+    CHECK(limiter.admit("a").retry_after == Duration(5s));
+}
+
 TEST_CASE("limiter: with several limits in debt, Retry-After is the longest wait") {
     ManualClock clock;
     TenantLimiter limiter(clock);

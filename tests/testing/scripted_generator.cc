@@ -7,8 +7,9 @@ namespace edge::testing {
 
 class ScriptedGenerator::Handle final : public engine::GenerationHandle {
 public:
-    Handle(ScriptedGenerator& owner, std::shared_ptr<Call> call)
-        : owner_(owner), call_(std::move(call)) {}
+    Handle(ScriptedGenerator& owner, std::shared_ptr<Call> call, int64_t prompt_tokens)
+        : owner_(owner), call_(std::move(call)), prompt_tokens_(prompt_tokens) {}
+    int64_t prompt_tokens() const override { return prompt_tokens_; }
     void cancel() override {
         std::shared_ptr<engine::GenerationSink> sink;
         {
@@ -29,6 +30,7 @@ public:
 private:
     ScriptedGenerator& owner_;
     std::shared_ptr<Call> call_;
+    int64_t prompt_tokens_;
 };
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> model_names)
@@ -64,7 +66,7 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     call->sink = std::move(sink);
     calls_.push_back(call);
     cv_.notify_all();
-    return std::shared_ptr<engine::GenerationHandle>(std::make_shared<Handle>(*this, call));
+    return std::shared_ptr<engine::GenerationHandle>(std::make_shared<Handle>(*this, call, prompt_tokens_));
 }
 
 std::vector<engine::ModelLoad> ScriptedGenerator::load() const {

@@ -45,6 +45,11 @@ public:
         serving_ = std::move(stats);
     }
 
+    // What the handles of later submit() calls report as the prompt's length (0 by default).
+    void set_prompt_tokens(int64_t n) {
+        std::lock_guard<std::mutex> lock(mu_);
+        prompt_tokens_ = n;
+    }
     // The next submit() fails with `status` (once).
     void fail_next_submit(Status status);
     void set_ready(bool ready) { ready_ = ready; }
@@ -71,6 +76,7 @@ private:
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
     bool ready_ = true;
+    int64_t prompt_tokens_ = 0;
     std::vector<engine::ModelLoad> load_;
     std::vector<engine::ServingStats> serving_;
 };
