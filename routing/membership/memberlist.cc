@@ -245,7 +245,10 @@ void Memberlist::flush_pending_load() {
 }
 
 void Memberlist::refute(uint64_t accused_incarnation) {
-    incarnation_ = std::max(incarnation_, accused_incarnation) + 1;
+    incarnation_ = std::max(incarnation_, accused_incarnation);
+    if (incarnation_ < UINT64_MAX) {  // Unreachable: plausible_incarnation() bounds the steps.
+        ++incarnation_;
+    }
     // The alive below carries our current state under the new incarnation; after a restart
     // that is what makes it win over our previous life's state, whatever its version.
     Member& self = members_.at(config_.name);
@@ -267,6 +270,17 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         if (!leaving_ && a.incarnation >= incarnation_ &&
             (a.incarnation > incarnation_ || a.addr != config_.advertise_addr ||
              a.state_version != state_version_)) {
+            uint64_t suppressed = 0;
+            if (a.addr != config_.advertise_addr && warn_allowed("name", a.addr, suppressed)) {
+                log::warn("gossip_name_conflict",
+                          {{"member", a.node},
+                           {"claimed_address", a.addr},
+                           {"address", config_.advertise_addr},
+                           {"suppressed", suppressed},
+                           {"detail", "another address gossips this site's name; refuted. Its "
+                                      "previous life elsewhere, two sites with one gossip.name, "
+                                      "or a forged message"}});
+            }
             refute(a.incarnation);
         }
         return;

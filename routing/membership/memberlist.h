@@ -201,24 +201,38 @@ private:
     void join_retry_tick();
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
-    void merge_push_pull(const PushPullMsg& pp);
+    // `from`: the address the state came from (for the log).
+    void merge_push_pull(const PushPullMsg& pp, const std::string& from);
     void handle_user_event(const UserEventMsg& e);
     bool remember_event(const UserEventMsg& e);
     void send_messages(const std::string& addr, std::vector<std::vector<uint8_t>> framed);
     // `from`: the sender's address, for the log ("" when unknown).
     Result<std::vector<Message>> open_and_decode(std::span<const uint8_t> bytes,
                                                  const std::string& from);
-    // Warns that `from` sent gossip no accepted key opens, at most once per kAuthWarnInterval.
+    // Whether a warning of `kind` about what `from` sent may be logged now: each kind and sending
+    // host at most once per kWarnInterval (a flood from one host hides no other). Sets
+    // `suppressed` to how many were not logged since the last one.
+    bool warn_allowed(std::string_view kind, const std::string& from, uint64_t& suppressed);
     void warn_auth_failed(const std::string& from, const Status& error);
+    // False (counted, warned) for a message about `node` whose incarnation is more than
+    // kMaxIncarnationStep above the one held for it (ours for ourselves; 0 for a member not
+    // known yet). Legitimate incarnations rise by one per refutation; one near 2^64 would leave
+    // the member no higher incarnation to refute with, dead for good.
+    bool plausible_incarnation(const std::string& node, uint64_t incarnation,
+                               const std::string& from);
     void dispatch(const std::string& from, const Message& m);
     void reap_dead();
 
     MembershipConfig config_;
     Keyring keyring_;
     Clock& clock_;
-    static constexpr std::chrono::seconds kAuthWarnInterval{10};
-    std::optional<TimePoint> last_auth_warn_;  // Strand only.
-    uint64_t auth_warns_suppressed_ = 0;       // Failures not logged since the last warning.
+    static constexpr std::chrono::seconds kWarnInterval{10};
+    static constexpr uint64_t kMaxIncarnationStep = uint64_t{1} << 20;
+    struct WarnState {
+        TimePoint last{};
+        uint64_t suppressed = 0;
+    };
+    std::unordered_map<std::string, WarnState> warned_;  // By kind and sender; strand only.
     Transport& transport_;
     std::mt19937_64 rng_;
     TimerQueue timers_;

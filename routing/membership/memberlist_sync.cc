@@ -178,8 +178,11 @@ void Memberlist::start_push_pull(const std::string& addr, StreamKind kind,
     transport_.send_stream(addr, id, std::move(sealed).value());
 }
 
-void Memberlist::merge_push_pull(const PushPullMsg& pp) {
+void Memberlist::merge_push_pull(const PushPullMsg& pp, const std::string& from) {
     for (const PushPullNode& n : pp.nodes) {
+        if (!plausible_incarnation(n.name, n.incarnation, from)) {
+            continue;
+        }
         switch (n.state) {
             case NodeState::kAlive: {
                 AliveMsg a{n.incarnation, n.name, n.addr, n.state_version, std::nullopt};
@@ -264,20 +267,63 @@ void Memberlist::handle_user_event(const UserEventMsg& e) {
     }
 }
 
-void Memberlist::warn_auth_failed(const std::string& from, const Status& error) {
+bool Memberlist::warn_allowed(std::string_view kind, const std::string& from,
+                              uint64_t& suppressed) {
     const TimePoint now = clock_.now();
-    if (last_auth_warn_ && now - *last_auth_warn_ < kAuthWarnInterval) {
-        ++auth_warns_suppressed_;
+    if (warned_.size() > 1024) {  // Many senders (a scan): forget the quiet ones.
+        std::erase_if(warned_, [&](const auto& e) { return now - e.second.last >= kWarnInterval; });
+        if (warned_.size() > 1024) {
+            warned_.clear();
+        }
+    }
+    // By host: a sender's streams come from ever new ports.
+    const std::string_view host = std::string_view(from).substr(0, from.rfind(':'));
+    auto [it, fresh] = warned_.try_emplace(std::string(kind) + " " + std::string(host));
+    WarnState& w = it->second;
+    if (!fresh && now - w.last < kWarnInterval) {
+        ++w.suppressed;
+        return false;
+    }
+    w.last = now;
+    suppressed = w.suppressed;
+    w.suppressed = 0;
+    return true;
+}
+
+void Memberlist::warn_auth_failed(const std::string& from, const Status& error) {
+    const std::string sender = from.empty() ? std::string("(stream response)") : from;
+    uint64_t suppressed = 0;
+    if (!warn_allowed("auth", sender, suppressed)) {
         return;
     }
-    last_auth_warn_ = now;
     log::warn("gossip_auth_failed",
-              {{"from", from.empty() ? std::string("(stream response)") : from},
+              {{"from", sender},
                {"error", error.to_string()},
-               {"suppressed", static_cast<int64_t>(auth_warns_suppressed_)},
+               {"suppressed", suppressed},
                {"detail", "no accepted gossip key opens it: the sender's gossip.keys (or "
                           "label) differ from this site's"}});
-    auth_warns_suppressed_ = 0;
+}
+
+bool Memberlist::plausible_incarnation(const std::string& node, uint64_t incarnation,
+                                       const std::string& from) {
+    const Member* m = find(node);
+    const uint64_t held = m != nullptr ? m->incarnation : 0;
+    if (incarnation <= held || incarnation - held <= kMaxIncarnationStep) {
+        return true;
+    }
+    stats_.decode_failures.fetch_add(1);
+    uint64_t suppressed = 0;
+    if (warn_allowed("incarnation", from, suppressed)) {
+        log::warn("gossip_incarnation_refused",
+                  {{"from", from.empty() ? std::string("(stream response)") : from},
+                   {"member", node},
+                   {"incarnation", incarnation},
+                   {"held", held},
+                   {"suppressed", suppressed},
+                   {"detail", "more than 2^20 above the incarnation held for the member; "
+                              "refutations raise it by one (a forged or corrupt message)"}});
+    }
+    return false;
 }
 
 Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t> bytes,
@@ -289,8 +335,16 @@ Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t
         return plain.status();
     }
     auto msgs = decode_packet(*plain);
+    uint64_t suppressed = 0;
     if (!msgs.ok()) {
         stats_.decode_failures.fetch_add(1);
+        if (warn_allowed("decode", from, suppressed)) {
+            log::warn("gossip_undecodable",
+                      {{"from", from.empty() ? std::string("(stream response)") : from},
+                       {"error", msgs.status().to_string()},
+                       {"suppressed", suppressed},
+                       {"detail", "authenticated, but not a message this version reads"}});
+        }
     }
     return msgs;
 }
@@ -308,11 +362,17 @@ void Memberlist::dispatch(const std::string& from, const Message& m) {
             } else if constexpr (std::is_same_v<T, NackMsg>) {
                 handle_nack(v);
             } else if constexpr (std::is_same_v<T, SuspectMsg>) {
-                handle_suspect(v, &from);
+                if (plausible_incarnation(v.node, v.incarnation, from)) {
+                    handle_suspect(v, &from);
+                }
             } else if constexpr (std::is_same_v<T, AliveMsg>) {
-                handle_alive(v);
+                if (plausible_incarnation(v.node, v.incarnation, from)) {
+                    handle_alive(v);
+                }
             } else if constexpr (std::is_same_v<T, DeadMsg>) {
-                handle_dead(v, &from);
+                if (plausible_incarnation(v.node, v.incarnation, from)) {
+                    handle_dead(v, &from);
+                }
             } else if constexpr (std::is_same_v<T, UserEventMsg>) {
                 handle_user_event(v);
             } else if constexpr (std::is_same_v<T, PushPullMsg>) {
@@ -346,7 +406,7 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
     std::vector<std::vector<uint8_t>> reply;
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
-            merge_push_pull(*pp);
+            merge_push_pull(*pp, from);
             reply.push_back(encode_message(local_push_pull(false)));
         } else if (const auto* ping = std::get_if<PingMsg>(&m)) {
             if (ping->target.empty() || ping->target == config_.name) {
@@ -410,7 +470,7 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
     }
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
-            merge_push_pull(*pp);
+            merge_push_pull(*pp, pending.addr);
         } else if (const auto* ack = std::get_if<AckMsg>(&m)) {
             // A TCP fallback ack proves the target alive, but its RTT is not a UDP RTT.
             handle_ack(AckMsg{ack->seq, std::nullopt}, false);

@@ -9,6 +9,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/udp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <fstream>
@@ -17,7 +18,9 @@
 #include <thread>
 
 #include "common/log.h"
+#include "routing/membership/keyring.h"
 #include "routing/membership/membership_service.h"
+#include "routing/membership/messages.h"
 
 namespace edge::routing::membership {
 namespace {
@@ -187,6 +190,51 @@ TEST_CASE("sockets: a member with the wrong key is never admitted") {
     std::lock_guard lock(log_mu);
     REQUIRE(warnings.size() == 1);
     CHECK(warnings[0].find("127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE("sockets: a forged death at an incarnation near 2^64 is refused, not refuted") {
+    std::mutex log_mu;
+    std::vector<std::string> warnings;
+    edge::log::set_sink([&](std::string_view line) {
+        if (line.find("\"gossip_incarnation_refused\"") != std::string_view::npos) {
+            std::lock_guard lock(log_mu);
+            warnings.emplace_back(line);
+        }
+    });
+    Cluster c;
+    c.add("site0", {key_of(7)});
+    c.add("site1", {key_of(7)});
+    c.at(0).start({});
+    c.at(1).start({c.at(0).advertise_addr()});
+    REQUIRE(Cluster::wait_for([&] { return c.all_see_alive(2, names(2)); },
+                              std::chrono::seconds(10)));
+    // Whoever holds the key (or anyone, on a cluster without keys) could send it: were it taken,
+    // site0 would refute at 2^64 - 1 + 1 = 0 and stay dead everywhere.
+    const std::vector<uint8_t> forged[] = {
+        encode_message(DeadMsg{UINT64_MAX, "site0", "forger"}),
+        encode_message(SuspectMsg{UINT64_MAX - 1, "site0", "forger"})};
+    auto sealed = Keyring::create({key_of(7)})->seal("test-cluster", encode_packet(forged));
+    REQUIRE(sealed.ok());
+    boost::asio::ip::udp::socket sock(c.io_, boost::asio::ip::udp::v4());
+    const std::string target = c.at(1).advertise_addr();
+    const boost::asio::ip::udp::endpoint to(
+        boost::asio::ip::make_address("127.0.0.1"),
+        static_cast<uint16_t>(std::stoi(target.substr(target.rfind(':') + 1))));
+    const uint64_t before = c.at(1).stats().decode_failures.load();
+    sock.send_to(boost::asio::buffer(*sealed), to);
+    REQUIRE(Cluster::wait_for([&] { return c.at(1).stats().decode_failures.load() >= before + 2; },
+                              std::chrono::seconds(5)));
+    // Both still see both alive for several probe rounds, and site0 refuted nothing.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (std::chrono::steady_clock::now() < until) {
+        REQUIRE(c.all_see_alive(2, names(2)));
+        std::this_thread::sleep_for(milliseconds(50));
+    }
+    CHECK(c.at(0).stats().refutations.load() == 0);
+    edge::log::set_sink(nullptr);
+    std::lock_guard lock(log_mu);
+    REQUIRE(warnings.size() == 1);  // Once per sending host and interval.
+    CHECK(warnings[0].find("\"member\":\"site0\"") != std::string::npos);
 }
 
 TEST_CASE("sockets: keys rotate with no member lost") {
