@@ -644,6 +644,17 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
          {"advertise_address",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(g.advertise_address, host_port(r, n, k));
+              // Gossiped as is to every member, which sends to it: an address, not a name.
+              std::string host = g.advertise_address.substr(0, g.advertise_address.rfind(':'));
+              if (host.size() > 2 && host.front() == '[') {
+                  host = host.substr(1, host.size() - 2);
+              }
+              boost::system::error_code ec;
+              (void)boost::asio::ip::make_address(host, ec);
+              if (ec) {
+                  return r.error(n, k, "expected an IP literal and a port (members gossip it "
+                                       "and send to it; not a host name)");
+              }
               return ok_status();
           }},
          {"join",

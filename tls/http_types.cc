@@ -45,6 +45,28 @@ std::string_view HttpRequest::path() const {
     return t.empty() ? std::string_view("/") : t;
 }
 
+std::string percent_decode(std::string_view s, bool plus_is_space) {
+    const auto hex = [](char c) -> int {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+        return -1;
+    };
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+            out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+            i += 2;
+        } else if (s[i] == '+' && plus_is_space) {
+            out += ' ';
+        } else {
+            out += s[i];
+        }
+    }
+    return out;
+}
+
 std::string_view reason_phrase(int status) {
     switch (status) {
         case 100: return "Continue";

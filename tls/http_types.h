@@ -129,4 +129,8 @@ public:
 // Standard reason phrase, for the status line of streamed heads and logs.
 std::string_view reason_phrase(int status);
 
+// `s` with each %XX escape (RFC 3986) replaced by its byte; a '%' not followed by two hex digits
+// stays as it is. `plus_is_space`: a '+' is a space too (form-encoded query strings).
+std::string percent_decode(std::string_view s, bool plus_is_space = false);
+
 }  // namespace edge::tls

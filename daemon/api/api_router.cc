@@ -156,6 +156,9 @@ void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
         model["object"] = "model";
         model["created"] = m.created_unix;
         model["owned_by"] = "edgeserve";
+        if (!m.version.empty()) {
+            model["version"] = m.version;  // The digest X-Model-Version pins.
+        }
         return model;
     };
     tls::HttpResponse response;
@@ -311,9 +314,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
     channel->note("tenant", tenant_ptr->name);
     if (models_path) {
+        // OpenAI clients escape the id ("org%2Fname" for "org/name").
         models_endpoint(channel, from_peer ? nullptr : tenant_ptr,
-                        path.size() > kModelsPrefix.size() ? path.substr(kModelsPrefix.size())
-                                                           : std::string_view());
+                        path.size() > kModelsPrefix.size()
+                            ? tls::percent_decode(path.substr(kModelsPrefix.size()))
+                            : std::string());
         return;
     }
     const Tenant& tenant = *tenant_ptr;
@@ -437,6 +442,24 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     // without max_tokens may run to the end of the context) reserves at most a quarter of the
     // minute's budget, so a tenant's default requests still run several at once; what they
     // generate beyond it is charged as debt when they end, like prompt tokens.
+    // A version pin on a site without a cluster: only this site's own version can answer it (a
+    // planner applies it to every pool otherwise).
+    if (std::string_view pin = request.header(cluster::kModelVersionHeader);
+        !pin.empty() && planner_.load() == nullptr) {
+        for (const engine::ModelInfo& m : generator_.models()) {
+            if (m.name == req.generate.model && !m.version.empty() && m.version != pin) {
+                ApiError e;
+                e.status = 503;
+                e.type = "server_error";
+                e.code = "version_pin_unmatched";
+                e.message = "Model '" + m.name + "' is served here in version " + m.version +
+                            ", not the pinned " + logprob_token_text(pin) +
+                            ", and this site has no cluster to find that version in.";
+                reject(e, "route_rejected");
+                return;
+            }
+        }
+    }
     int64_t reserve = max_tokens;
     if (req.generate.max_tokens_is_default) {
         if (const int64_t budget = limiter_.output_budget(tenant.name); budget > 0) {

@@ -600,7 +600,16 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         }
         const json::object* o = value.if_object();
         const json::value* t = o ? o->if_contains("type") : nullptr;
-        return (t && t->is_string() && t->get_string() == "text") || refuse();
+        if (!(t && t->is_string() && t->get_string() == "text")) {
+            return refuse();
+        }
+        for (const auto& [k, unused] : *o) {
+            if (k != "type") {
+                return v.fail("unrecognized field 'response_format." + std::string(k) + "'",
+                              "response_format");
+            }
+        }
+        return true;
     }
     if (key == "parallel_tool_calls" || key == "store") {
         return value.is_null() || v.boolean(value, key).has_value();
@@ -691,9 +700,10 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             }
         } else if (key == "top_k") {
             if (!value.is_null()) {
-                auto k = v.integer(value, key, 0, 1 << 20);
+                // -1 is vLLM's "off", as 0 is here.
+                auto k = v.integer(value, key, -1, 1 << 20);
                 ok = k.has_value();
-                s.top_k = static_cast<int32_t>(k.value_or(0));
+                s.top_k = static_cast<int32_t>(std::max<int64_t>(k.value_or(0), 0));
             }
         } else if (key == "seed") {
             if (!value.is_null()) {

@@ -94,6 +94,12 @@ Result<membership::Keyring> load_keyring(const GossipConfig& gossip) {
                 keys.push_back(*k);
             }
         }
+        if (keys.empty()) {
+            // Encryption off by an emptied file would be silent: say so instead.
+            return invalid_argument_error(
+                gossip.keyring_file + ": no keys (one 64-hex-digit key per line); to run "
+                "gossip unencrypted, remove gossip.keyring_file");
+        }
     }
     Result<membership::Keyring> ring = membership::Keyring::create(std::move(keys));
     if (!ring.ok()) {
@@ -104,24 +110,6 @@ Result<membership::Keyring> load_keyring(const GossipConfig& gossip) {
 
 namespace {
 
-std::string percent_decode(std::string_view s) {
-    std::string out;
-    for (size_t i = 0; i < s.size(); ++i) {
-        const auto hex = [&](size_t j) {
-            return std::isxdigit(static_cast<unsigned char>(s[j])) != 0;
-        };
-        if (s[i] == '%' && i + 2 < s.size() && hex(i + 1) && hex(i + 2)) {
-            out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
-            i += 2;
-        } else if (s[i] == '+') {
-            out += ' ';
-        } else {
-            out += s[i];
-        }
-    }
-    return out;
-}
-
 std::map<std::string, std::string> parse_query(std::string_view q) {
     std::map<std::string, std::string> out;
     while (!q.empty()) {
@@ -129,8 +117,8 @@ std::map<std::string, std::string> parse_query(std::string_view q) {
         std::string_view part = q.substr(0, amp);
         q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
         const size_t eq = part.find('=');
-        out[percent_decode(part.substr(0, eq))] =
-            eq == std::string_view::npos ? "" : percent_decode(part.substr(eq + 1));
+        out[tls::percent_decode(part.substr(0, eq), true)] =
+            eq == std::string_view::npos ? "" : tls::percent_decode(part.substr(eq + 1), true);
     }
     return out;
 }

@@ -1,6 +1,7 @@
 #include "routing/membership/membership_service.h"
 
 #include <boost/asio/bind_executor.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/post.hpp>
@@ -145,9 +146,13 @@ public:
 
     void send_stream(const std::string& addr, uint64_t id, std::vector<uint8_t> request) override {
         auto self = shared_from_this();
-        auto ep = resolve(addr);
-        if (!ep.ok() || closed_) {
-            Status st = ep.ok() ? unavailable_error("gossip: service closed") : ep.status();
+        // A seed (gossip.join) may be a host name, resolved at each attempt; members gossip
+        // their IP addresses.
+        auto hp = split_host_port(addr);
+        Result<asio::ip::address> ip =
+            hp.ok() ? parse_ip(hp->first) : Result<asio::ip::address>(hp.status());
+        if (!hp.ok() || closed_) {
+            Status st = hp.ok() ? unavailable_error("gossip: service closed") : hp.status();
             asio::post(strand_, [self, id, st] { self->finish_stream(id, st); });
             return;
         }
@@ -161,28 +166,49 @@ public:
                 conn->socket.close(ignored);
             }
         }));
-        conn->socket.async_connect(
-            tcp::endpoint(ep->first, ep->second),
-            asio::bind_executor(strand_, [self, conn, id, addr](error_code ec) {
-                if (ec) {
-                    return self->fail_stream(conn, id, "connect to " + addr, ec);
-                }
-                std::array<asio::const_buffer, 2> bufs{asio::buffer(conn->header_out),
-                                                       asio::buffer(conn->out)};
-                asio::async_write(conn->socket, bufs,
-                                  asio::bind_executor(self->strand_, [self, conn, id, addr](
-                                                                         error_code ec, size_t) {
-                                      if (ec) {
-                                          return self->fail_stream(conn, id, "write to " + addr, ec);
-                                      }
-                                      self->read_frame(conn, [self, conn, id](Result<std::vector<uint8_t>> r) {
-                                          conn->deadline.cancel();
-                                          error_code ignored;
-                                          conn->socket.close(ignored);
-                                          self->finish_stream(id, std::move(r));
-                                      });
-                                  }));
-            }));
+        auto connected = [self, conn, id, addr](error_code ec) {
+            if (ec) {
+                return self->fail_stream(conn, id, "connect to " + addr, ec);
+            }
+            std::array<asio::const_buffer, 2> bufs{asio::buffer(conn->header_out),
+                                                   asio::buffer(conn->out)};
+            asio::async_write(
+                conn->socket, bufs,
+                asio::bind_executor(self->strand_, [self, conn, id, addr](error_code ec, size_t) {
+                    if (ec) {
+                        return self->fail_stream(conn, id, "write to " + addr, ec);
+                    }
+                    self->read_frame(conn, [self, conn, id](Result<std::vector<uint8_t>> r) {
+                        conn->deadline.cancel();
+                        error_code ignored;
+                        conn->socket.close(ignored);
+                        self->finish_stream(id, std::move(r));
+                    });
+                }));
+        };
+        if (ip.ok()) {
+            conn->socket.async_connect(tcp::endpoint(*ip, hp->second),
+                                       asio::bind_executor(strand_, std::move(connected)));
+            return;
+        }
+        auto resolver = std::make_shared<tcp::resolver>(strand_);
+        resolver->async_resolve(
+            hp->first, std::to_string(hp->second),
+            asio::bind_executor(
+                strand_, [self, conn, id, addr, resolver, connected = std::move(connected)](
+                             error_code ec, tcp::resolver::results_type found) {
+                    if (!ec && conn->deadline.expiry() <= asio::steady_timer::clock_type::now()) {
+                        ec = asio::error::timed_out;  // The stream's deadline passed meanwhile.
+                    }
+                    if (ec) {
+                        return self->fail_stream(conn, id, "resolve " + addr, ec);
+                    }
+                    asio::async_connect(
+                        conn->socket, found,
+                        asio::bind_executor(
+                            self->strand_,
+                            [connected](error_code ec, const tcp::endpoint&) { connected(ec); }));
+                }));
     }
 
     void start(std::vector<std::string> seeds) {

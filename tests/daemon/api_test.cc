@@ -69,6 +69,26 @@ TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
     CHECK(gz.headers["accept-encoding"] == "identity");
 }
 
+TEST_CASE("X-Model-Version on a site without a cluster: its own version or 503") {
+    ApiFixture f;
+    auto models = json_of(f.call("GET", "/v1/models").body);
+    CHECK(models["data"].as_array()[0].as_object().at("version") == "v1");  // What a pin names.
+    auto other = f.call("POST", "/v1/chat/completions", chat_body(false),
+                        "X-Model-Version: deadbeef\r\n");
+    CHECK(other.status == 503);
+    CHECK(json_of(other.body)["error"].as_object().at("code") == "version_pin_unmatched");
+    CHECK(json_of(other.body)["error"].as_object().at("message").as_string().find(
+              "version v1, not the pinned deadbeef") != std::string::npos);
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
+    auto pinned = f.client();
+    REQUIRE(pinned->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                               "X-Model-Version: v1\r\n"))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+    CHECK(pinned->read_response()->status == 200);
+}
+
 TEST_CASE("error messages quote bytes of the request target that are not UTF-8 as \\xNN") {
     ApiFixture f;
     auto unknown = f.call("GET", "/\xff\xfe/x");
@@ -332,6 +352,9 @@ TEST_CASE("tenants: 401 without or with a wrong key, 403 for a model not allowed
     CHECK(json_of(one.body)["object"] == "model");
     CHECK(f.call("GET", "/v1/models/other-model", "", auth).status == 404);
     CHECK(f.call("GET", "/v1/models/nope", "", auth).status == 404);
+    // Clients escape the id in the path (the official ones always do).
+    CHECK(f.call("GET", "/v1/models/test%2dmodel", "", auth).status == 200);
+    CHECK(f.call("GET", "/v1/models/test%2Dmodel%", "", auth).status == 404);
     auto forbidden = f.call("POST", "/v1/chat/completions",
                             R"({"model":"other-model","messages":[{"role":"user","content":"x"}]})",
                             auth);

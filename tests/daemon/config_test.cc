@@ -383,6 +383,15 @@ TEST_CASE("gossip section: bad values name file, line, column and key") {
     CHECK(gossip("  join: ['10.0.0.1:99999']\n") ==
           "/etc/edgeserve/test.yaml:18:10: gossip.join[0]: expected a port in 1..65535 after "
           "the colon");
+    CHECK(gossip("  advertise_address: edge1.example.org:7946\n").find(
+              "18:22: gossip.advertise_address: expected an IP literal and a port") !=
+          std::string::npos);
+    // An IPv6 address advertises; a host name is a valid seed (resolved at each attempt).
+    CHECK(parse_config(testing::config_yaml("/c", "/k",
+                                            "gossip:\n  advertise_address: '[::1]:7946'\n"
+                                            "  join: ['seed.example.org:7946']\n"),
+                       "/x.yaml")
+              .ok());
     CHECK(gossip("  keys: [abcd]\n") ==
           "/etc/edgeserve/test.yaml:18:10: gossip.keys[0]: expected 64 hex digits (an AES-256 "
           "key)");

@@ -242,6 +242,11 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "gossip:\n  port: 0\n  keyring_file: /none/keyring\n"));
     CHECK_MESSAGE(e.find(c + ": gossip.keyring_file: cannot open '/none/keyring'") == 0, e);
+    // An emptied keyring would turn encryption off without a word.
+    const std::string empty_ring = dir.write("empty.keyring", "# rotated out\n\n");
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "gossip:\n  port: 0\n  keyring_file: " + empty_ring + "\n"));
+    CHECK_MESSAGE(e.find(empty_ring + ": no keys") != std::string::npos, e);
 
     // --no-files checks the YAML only.
     std::string missing = dir.write(

@@ -167,6 +167,24 @@ TEST_CASE("logit_bias is parsed, and optional fields take null as their default"
     CHECK_FALSE(p.generate.sampling.ignore_eos);
 }
 
+TEST_CASE("top_k: -1 is vLLM's off, as 0 is; below that is refused") {
+    CHECK(parse(Endpoint::kCompletions, R"({"model":"m","prompt":"x","top_k":-1})")
+              .generate.sampling.top_k == 0);
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":"x","top_k":-2})")
+              .param == "top_k");
+}
+
+TEST_CASE("response_format: text alone; other types and extra keys are refused") {
+    const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+    parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})");
+    ApiError extra =
+        error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text","x":1}})");
+    CHECK(extra.param == "response_format");
+    CHECK(extra.message.find("response_format.x") != std::string::npos);
+    CHECK(error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"json_object"}})")
+              .param == "response_format");
+}
+
 TEST_CASE("deeply nested JSON is refused, not recursed into") {
     std::string deep(10000, '[');
     CHECK(error_of(Endpoint::kChatCompletions, deep).status == 400);

@@ -237,6 +237,17 @@ TEST_CASE("sockets: a forged death at an incarnation near 2^64 is refused, not r
     CHECK(warnings[0].find("\"member\":\"site0\"") != std::string::npos);
 }
 
+TEST_CASE("sockets: a seed given by host name is resolved") {
+    Cluster c;
+    c.add("site0", {key_of(7)});
+    c.add("site1", {key_of(7)});
+    c.at(0).start({});
+    const std::string seed = c.at(0).advertise_addr();
+    c.at(1).start({"localhost" + seed.substr(seed.rfind(':'))});
+    CHECK(Cluster::wait_for([&] { return c.all_see_alive(2, names(2)); },
+                            std::chrono::seconds(10)));
+}
+
 TEST_CASE("sockets: keys rotate with no member lost") {
     Cluster c;
     start_five(c, {key_of(1)});
