@@ -167,14 +167,14 @@ TEST_CASE("logit_bias is parsed, and optional fields take null as their default"
     CHECK_FALSE(p.generate.sampling.ignore_eos);
 }
 
-TEST_CASE("top_k: -1 is vLLM's off, as 0 is; below that is refused") {
+TEST_CASE("top_k: -1 is vLLM's off, as 0 is, below that is refused") {
     CHECK(parse(Endpoint::kCompletions, R"({"model":"m","prompt":"x","top_k":-1})")
               .generate.sampling.top_k == 0);
     CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":"x","top_k":-2})")
               .param == "top_k");
 }
 
-TEST_CASE("response_format: text alone; other types and extra keys are refused") {
+TEST_CASE("response_format: text alone, other types and extra keys are refused") {
     const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
     parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})");
     ApiError extra =
