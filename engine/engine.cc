@@ -51,6 +51,16 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
                                             const std::string& backend) {
     sched::ServedModel m;
     m.config = mc;
+    std::error_code ec;
+    if (!std::filesystem::is_directory(mc.path, ec)) {
+        return not_found_error(mc.path + ": not a directory (a checkpoint is a directory with "
+                                         "config.json, *.safetensors and a tokenizer)");
+    }
+    if (!std::filesystem::exists(mc.path + "/config.json", ec)) {
+        // Before the tokenizer, whose absence would otherwise be reported first.
+        return not_found_error(mc.path + "/config.json: cannot open (not a checkpoint, or one "
+                                         "whose writing was interrupted)");
+    }
     // tokenizer.json (byte-level BPE), else a tiktoken model (Kimi K2).
     if (std::filesystem::exists(mc.path + "/tokenizer.json") ||
         !std::filesystem::exists(mc.path + "/tiktoken.model")) {
@@ -81,6 +91,17 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
 }
 
 }  // namespace
+
+Status check_checkpoint_loads(const std::string& dir) {
+    ModelConfig mc;
+    mc.name = "check";
+    mc.path = dir;
+    mc.max_context = 16;
+    EngineConfig config;
+    config.threads = 1;
+    config.max_batch_sequences = 1;
+    return load_served_model(mc, config, "cpu").status();
+}
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config) {
     EDGE_ASSIGN_OR_RETURN(const std::string backend, resolve_backend(config.backend));

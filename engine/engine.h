@@ -51,4 +51,9 @@ struct EngineConfig {
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config);
 
+// Loads the checkpoint in `dir` as a served model would be (tokenizer, its config, the weights
+// on the CPU with a small KV cache) and drops it: ok when it would serve. For the tools that
+// write checkpoints.
+Status check_checkpoint_loads(const std::string& dir);
+
 }  // namespace edge::engine

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "engine/model/safetensors.h"
 
 namespace edge::engine {
@@ -15,13 +16,8 @@ namespace json = boost::json;
 
 Result<ConfigJson> ConfigJson::read(const std::string& dir) {
     std::string path = dir + "/config.json";
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        return not_found_error(path + ": cannot open");
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return parse(ss.str(), path);
+    EDGE_ASSIGN_OR_RETURN(std::string text, read_small_file(path));
+    return parse(text, path);
 }
 
 Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
@@ -98,6 +94,10 @@ Result<double> ConfigJson::get_double(std::string_view key) const {
         return field_error(key, "is missing");
     }
     if (v->is_double()) {
+        // 1e999 parses as infinity: no range check below would see it.
+        if (!std::isfinite(v->get_double())) {
+            return field_error(key, "is not a finite number");
+        }
         return v->get_double();
     }
     if (v->is_int64()) {

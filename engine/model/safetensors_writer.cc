@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <vector>
 
 namespace edge::engine {
 
@@ -141,6 +142,12 @@ Status write_text_file(const std::string& path, std::string_view text) {
     return replace_with_partial(out, partial, path);
 }
 
+const char* const kCheckpointFiles[13] = {
+    "config.json",      "generation_config.json", "tokenizer.json",     "tokenizer_config.json",
+    "tiktoken.model",   "tokenizer.model",        "special_tokens_map.json", "vocab.json",
+    "merges.txt",       "vocab.txt",              "chat_template.jinja", "added_tokens.json",
+    "model.safetensors"};
+
 Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir,
                               bool overwrite) {
     namespace fs = std::filesystem;
@@ -156,6 +163,7 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
     if (ec) {
         return internal_error(out_dir + ": cannot create: " + ec.message());
     }
+    std::vector<fs::path> partial;
     for (const fs::directory_entry& e : fs::directory_iterator(out_dir, ec)) {
         const std::string name = e.path().filename().string();
         const bool stale = name == "model.safetensors.index.json" ||
@@ -170,9 +178,22 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
                                           "); pass --force to replace it, or choose another " +
                                           "directory");
         }
+        if (e.path().extension() == ".partial") {
+            partial.push_back(e.path());
+        }
     }
     if (ec) {
         return internal_error(out_dir + ": cannot list: " + ec.message());
+    }
+    for (const fs::path& p : partial) {
+        fs::remove(p, ec);
+    }
+    {
+        for (const char* name : kCheckpointFiles) {  // config.json first.
+            if (!fs::remove(fs::path(out_dir) / name, ec) && ec) {
+                return internal_error(out_dir + "/" + name + ": cannot remove: " + ec.message());
+            }
+        }
     }
     return ok_status();
 }

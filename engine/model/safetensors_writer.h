@@ -37,11 +37,18 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
 // Writes `text` to `path` (replacing it); kInternal on I/O.
 Status write_text_file(const std::string& path, std::string_view text);
 
-// Creates `out_dir` for a checkpoint about to be written as config.json + model.safetensors
-// (make-model, quantize). Refused with kInvalidArgument: `out_dir` is `input_dir` (the checkpoint
-// being read); it holds an index or shards other than model.safetensors, which the loader would
-// read instead of the new file; or, unless `overwrite`, it already holds a checkpoint
-// (config.json or model.safetensors), which the write would replace.
+// The files of a checkpoint that make-model and quantize write or copy (config.json first).
+extern const char* const kCheckpointFiles[13];
+
+// Creates `out_dir` for a checkpoint about to be written (make-model, quantize), which then
+// writes config.json last: it marks a complete checkpoint, so an interrupted write leaves a
+// directory that fails to load ("config.json: cannot open") rather than a mix that loads.
+// Refused with kInvalidArgument: `out_dir` is `input_dir` (the checkpoint being read); it holds
+// an index or shards other than model.safetensors, which the loader would read instead of the
+// new file; or, unless `overwrite`, it already holds a checkpoint (config.json or
+// model.safetensors). Then the kCheckpointFiles there are removed, config.json first (the old
+// checkpoint's with `overwrite`, else an interrupted write's), so none of them outlives it beside
+// the new weights, and so are the `.partial` files an interrupted write left; other files stay.
 Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir = {},
                               bool overwrite = false);
 

@@ -206,8 +206,6 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
     EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, {}, options.overwrite));
     const ArchPreset& p = *preset;
     const std::string& dir = options.out_dir;
-    EDGE_RETURN_IF_ERROR(
-        write_text_file(dir + "/config.json", json::serialize(make_model::config_json(p))));
     EDGE_RETURN_IF_ERROR(write_tokenizer(dir, p));
 
     std::vector<TensorToWrite> tensors;
@@ -217,7 +215,9 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
         Rng mix{options.seed * 0x100000001b3ull + (++counter)};
         tensors.push_back(random_tensor(std::move(name), std::move(shape), init, mix.next()));
     });
-    return write_safetensors(dir + "/model.safetensors", tensors);
+    EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", tensors));
+    // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir).
+    return write_text_file(dir + "/config.json", json::serialize(make_model::config_json(p)));
 }
 
 int make_model_main(int argc, char** argv) {

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include <unistd.h>
+
 #include <boost/json.hpp>
 
 #include "engine/cpu/thread_pool.h"
@@ -61,6 +63,19 @@ Result<Run> run_model(const QuantEvalOptions& o, const std::string& policy, cons
                                           std::to_string(i) + " is outside the vocabulary of " +
                                           std::to_string(*vocab));
         }
+    }
+    // Every position's logits are kept, for the baseline and a policy at once: they must fit.
+    const double logit_bytes = 2.0 * static_cast<double>(ids.size()) *
+                               static_cast<double>(*vocab) * static_cast<double>(sizeof(float));
+    const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (logit_bytes > memory / 2) {
+        return invalid_argument_error(
+            "quant-eval: " + std::to_string(ids.size()) + " tokens of a " +
+            std::to_string(*vocab) + "-token vocabulary keep " +
+            std::to_string(static_cast<int64_t>(logit_bytes / (1 << 20))) +
+            " MiB of logits (baseline and policy), more than half this machine's memory; "
+            "lower --tokens");
     }
     Run r;
     r.weight_bytes = model->spec().weight_bytes;

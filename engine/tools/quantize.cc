@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -261,28 +262,30 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         root.as_object()["quantization_config"] = std::move(qc);
         root.as_object()["edgeserve_quantization_policy"] = policy.to_string();
     }
-    EDGE_RETURN_IF_ERROR(write_text_file(options.out_dir + "/config.json", json::serialize(root)));
-    for (const auto& entry : fs::directory_iterator(options.model_dir, ec)) {
-        const std::string fname = entry.path().filename().string();
-        if (!entry.is_regular_file() || fname == "config.json" ||
-            fname == "model.safetensors.index.json" || entry.path().extension() == ".safetensors") {
+    // The tokenizer and generation files (kCheckpointFiles); not reference outputs or other
+    // artefacts, which describe the unquantized model.
+    for (const char* name : kCheckpointFiles) {
+        const fs::path from = fs::path(options.model_dir) / name;
+        const std::string_view fname = name;
+        if (fname == "config.json" || fname == "model.safetensors" ||
+            !fs::is_regular_file(from, ec)) {
             continue;
         }
-        // Tokenizer and generation files; not reference outputs or other artefacts, which
-        // describe the unquantized model.
-        const bool keep = fname == "tokenizer.json" || fname == "tokenizer_config.json" ||
-                          fname == "generation_config.json" || fname == "special_tokens_map.json" ||
-                          fname == "vocab.json" || fname == "tokenizer.model" ||
-                          fname == "merges.txt" || fname == "vocab.txt" ||
-                          fname == "chat_template.jinja" || fname == "added_tokens.json";
-        if (!keep) {
-            continue;
-        }
-        fs::copy_file(entry.path(), fs::path(options.out_dir) / fname,
+        fs::copy_file(from, fs::path(options.out_dir) / name,
                       fs::copy_options::overwrite_existing, ec);
         if (ec) {
-            return internal_error("cannot copy " + entry.path().string() + ": " + ec.message());
+            return internal_error("cannot copy " + from.string() + ": " + ec.message());
         }
+    }
+    // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir).
+    EDGE_RETURN_IF_ERROR(write_text_file(options.out_dir + "/config.json", json::serialize(root)));
+    // The checks before cover the config and the headers; the loader checks every tensor, the
+    // tokenizer and the generation config. What it refuses is not left as a checkpoint.
+    if (Status loads = check_checkpoint_loads(options.out_dir); !loads.ok()) {
+        fs::remove(fs::path(options.out_dir) / "config.json", ec);
+        return invalid_argument_error(
+            "the quantized checkpoint in " + options.out_dir + " does not load (its config.json "
+            "removed), because of its input " + options.model_dir + ": " + loads.to_string());
     }
     return ok_status();
 }

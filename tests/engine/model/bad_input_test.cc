@@ -268,6 +268,12 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     s = with([](json::object& c) { c["hidden_act"] = "gelu"; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "field 'hidden_act' 'gelu'"));
+    // 1e999 parses as infinity, which would pass rope_theta > 1 and turn RoPE off.
+    json::object no_theta = cfg;
+    no_theta.erase("rope_theta");
+    write(m.path("config.json"),
+          json::serialize(no_theta).insert(1, std::string("\"rope_theta\": 1e999, ")));
+    CHECK(contains(load_status(m), "config.json: field 'rope_theta' is not a finite number"));
     s = with([](json::object& c) { c["rope_scaling"] = {{"type", "yarn"}}; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "rope_scaling"));

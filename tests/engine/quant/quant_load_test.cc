@@ -16,6 +16,7 @@
 
 #include <boost/json.hpp>
 
+#include "engine/engine.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -172,6 +173,51 @@ TEST_CASE("quantize: written checkpoint and quantize-on-load give identical logi
             CHECK(cfg.find("\"ignore\":[") != std::string::npos);
         }
     }
+}
+
+TEST_CASE("quantize: --force leaves nothing of the old checkpoint, an input that cannot load "
+          "leaves no checkpoint") {
+    TempDir in("in");
+    TempDir out("out");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+    }
+    std::ofstream(in.path + "/tiktoken.model") << "unused beside tokenizer.json\n";
+    // The output held another checkpoint with a generation config (its eos would stop the new
+    // model), and an interrupted write's leftovers.
+    REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path}).ok());
+    REQUIRE(fs::exists(out.path + "/generation_config.json"));
+    std::ofstream(out.path + "/model.safetensors.partial") << "half";
+    std::ofstream(out.path + "/NOTES.md") << "the operator's";
+    CHECK(quantize_checkpoint({in.path, "all-int8", out.path}).code() ==
+          StatusCode::kInvalidArgument);  // Without --force.
+    REQUIRE(quantize_checkpoint({in.path, "all-int8", out.path, true}).ok());
+    CHECK_FALSE(fs::exists(out.path + "/generation_config.json"));
+    CHECK_FALSE(fs::exists(out.path + "/tokenizer_config.json"));
+    CHECK_FALSE(fs::exists(out.path + "/model.safetensors.partial"));
+    CHECK(fs::exists(out.path + "/tiktoken.model"));  // Kimi K2's tokenizer travels too.
+    CHECK(fs::exists(out.path + "/NOTES.md"));        // Not a checkpoint file: kept.
+    REQUIRE(logits_of(out.path, "none").ok());
+
+    // An input whose headers check out but which the loader refuses (a tensor missing).
+    rewrite(in.path, [](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+        std::erase_if(ts, [](const TensorToWrite& t) {
+            return t.name == "model.layers.0.self_attn.k_norm.weight";
+        });
+    });
+    Status broken = quantize_checkpoint({in.path, "all-int8", out.path, true});
+    CHECK(broken.code() == StatusCode::kInvalidArgument);
+    CHECK(broken.message().find("does not load") != std::string::npos);
+    CHECK(broken.message().find("k_norm") != std::string::npos);
+    CHECK_FALSE(fs::exists(out.path + "/config.json"));
+}
+
+TEST_CASE("a directory that is not a checkpoint is named as such, before its tokenizer") {
+    CHECK(check_checkpoint_loads("/nonexistent/model").message().find(
+              "/nonexistent/model: not a directory") == 0);
+    TempDir empty("not_ckpt");
+    CHECK(check_checkpoint_loads(empty.path).message().find(empty.path +
+                                                           "/config.json: cannot open") == 0);
 }
 
 TEST_CASE("row tiles: INT4 and INT8 weights in CPU row tiles give the row-major logits") {
