@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/file.h"
 #include "routing/membership/keyring.h"
 #include "tls/cidr.h"
 
@@ -1002,16 +1003,14 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
 }
 
 Result<Config> load_config(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    Result<std::string> text = read_small_file(path, uint64_t{16} << 20);
+    if (text.status().code() == StatusCode::kNotFound) {
         return not_found_error("cannot open config file '" + path + "'");
     }
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (text.str().size() > (16u << 20)) {
-        return invalid_argument_error(path + ": config file larger than 16 MiB");
+    if (!text.ok()) {
+        return text.status();
     }
-    EDGE_ASSIGN_OR_RETURN(Config config, parse_config(text.str(), path));
+    EDGE_ASSIGN_OR_RETURN(Config config, parse_config(*text, path));
     // A testing-only key in a config file read by the daemon (run, check-config, SIGHUP): refused
     // unless the environment says this is a test (never set in the systemd unit).
     const char* testing = std::getenv("EDGESERVE_TESTING");

@@ -9,10 +9,12 @@
 #include <boost/json.hpp>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/file.h"
 #include "common/log.h"
 
 namespace edge::engine {
@@ -382,14 +384,13 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open_files(const std::vector<std
 
 Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir) {
     const std::string index_path = dir + "/model.safetensors.index.json";
-    std::ifstream in(index_path, std::ios::binary);
-    if (!in) {
+    std::error_code missing;
+    if (!std::filesystem::exists(index_path, missing)) {
         return open_files({dir + "/model.safetensors"});
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
+    EDGE_ASSIGN_OR_RETURN(std::string index_text, read_small_file(index_path));
     boost::system::error_code ec;
-    json::value root = json::parse(ss.str(), ec);
+    json::value root = json::parse(index_text, ec);
     if (ec || !root.is_object()) {
         return data_loss_error(index_path + ": not a JSON object" +
                                (ec ? ": " + ec.message() : std::string()));

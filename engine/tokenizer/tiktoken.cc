@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "common/file.h"
 #include "engine/tokenizer/byte_level.h"
 
 namespace edge::engine::tokenizer {
@@ -60,16 +61,6 @@ bool base64_decode(std::string_view in, std::string* out) {
         }
     }
     return true;
-}
-
-Result<std::string> read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        return not_found_error(path + ": cannot open");
-    }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 }  // namespace
@@ -197,10 +188,10 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_from_tiktoken(std::string_view mode
 
 Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir) {
     const std::string model_path = dir + "/tiktoken.model";
-    EDGE_ASSIGN_OR_RETURN(std::string model_text, read_file(model_path));
+    EDGE_ASSIGN_OR_RETURN(std::string model_text, read_small_file(model_path));
     std::vector<AddedToken> specials;
     const std::string config_path = dir + "/tokenizer_config.json";
-    if (auto config_text = read_file(config_path); config_text.ok()) {
+    if (auto config_text = read_small_file(config_path); config_text.ok()) {
         std::error_code ec;
         json::value root = json::parse(*config_text, ec);
         if (ec || !root.is_object()) {

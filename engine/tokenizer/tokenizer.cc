@@ -4,21 +4,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::tokenizer {
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        return not_found_error(path + ": cannot open");
-    }
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad()) {
-        return data_loss_error(path + ": read failed");
-    }
-    auto tokenizer = from_json(buffer.str());
+    EDGE_ASSIGN_OR_RETURN(std::string text, read_small_file(path));
+    auto tokenizer = from_json(text);
     if (!tokenizer.ok()) {
         return tokenizer.status().with_context(path);
     }

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/file.h"
+
 namespace edge::engine::tokenizer {
 
 namespace json = boost::json;
@@ -115,13 +117,7 @@ Result<std::string> read_optional(const std::filesystem::path& path) {
     if (!std::filesystem::exists(path, ec)) {
         return std::string();
     }
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        return not_found_error(path.string() + ": cannot open");
-    }
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    return buffer.str();
+    return read_small_file(path.string());
 }
 
 }  // namespace
