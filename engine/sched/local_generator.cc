@@ -11,11 +11,28 @@ namespace {
 
 std::vector<TokenId> eos_ids(const ServedModel& m) {
     std::vector<TokenId> ids = m.model->spec().eos_token_ids;
+    const int64_t vocab = m.model->spec().vocab_size;
     for (TokenId id : m.tokenizer_config.generation_eos_ids) {
+        if (id < 0 || id >= vocab) {
+            // Never sampled: it could not end a reply. Said, as a checkpoint mix-up would be.
+            log::warn("eos_ignored", {{"model", m.config.name},
+                                      {"eos_token_id", static_cast<int64_t>(id)},
+                                      {"vocab_size", vocab},
+                                      {"detail", "generation_config.json names an id outside "
+                                                 "the vocabulary"}});
+            continue;
+        }
         ids.push_back(id);
     }
     if (!m.tokenizer_config.eos_token.empty()) {
-        ids.push_back(m.tokenizer->token_id(m.tokenizer_config.eos_token));
+        const TokenId id = m.tokenizer->token_id(m.tokenizer_config.eos_token);
+        if (id < 0) {
+            log::warn("eos_ignored", {{"model", m.config.name},
+                                      {"eos_token", m.tokenizer_config.eos_token},
+                                      {"detail", "tokenizer_config.json names a token the "
+                                                 "tokenizer does not have"}});
+        }
+        ids.push_back(id);
     }
     std::erase(ids, -1);
     std::sort(ids.begin(), ids.end());
@@ -64,7 +81,26 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         rt->add_bos = m.tokenizer_config.add_bos_token;
         rt->bos = spec.bos_token_id >= 0 ? spec.bos_token_id : m.tokenizer_config.generation_bos_id;
         if (!m.tokenizer_config.bos_token.empty()) {
-            rt->bos = m.tokenizer->token_id(m.tokenizer_config.bos_token);
+            const TokenId named = m.tokenizer->token_id(m.tokenizer_config.bos_token);
+            if (named < 0) {
+                log::warn("bos_token_unknown",
+                          {{"model", m.config.name},
+                           {"bos_token", m.tokenizer_config.bos_token},
+                           {"using", static_cast<int64_t>(rt->bos)},
+                           {"detail", "tokenizer_config.json names a token the tokenizer does "
+                                      "not have; the id from config.json or "
+                                      "generation_config.json stays"}});
+            }
+            rt->bos = named >= 0 ? named : rt->bos;
+        }
+        if (rt->add_bos && rt->bos >= spec.vocab_size) {
+            // Every prompt would begin with it: refused here rather than on each request.
+            return invalid_argument_error(where + ": the BOS token id " +
+                                          std::to_string(rt->bos) +
+                                          " (config.json, generation_config.json or "
+                                          "tokenizer_config.json) is outside the vocabulary of " +
+                                          std::to_string(spec.vocab_size) +
+                                          ", and add_bos_token is true");
         }
         auto format =
             tokenizer::choose_chat_format(m.config.chat_template, m.tokenizer_config, *m.tokenizer);
@@ -257,7 +293,8 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
         max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, limit - prompt_len));
     } else if (prompt_len + max_tokens > limit) {
         return out_of_range_error(std::string(field) + ": the prompt (" +
-                                  std::to_string(prompt_len) + " tokens) plus max_tokens (" +
+                                  std::to_string(prompt_len) + " tokens) plus " +
+                                  request.max_tokens_field + " (" +
                                   std::to_string(max_tokens) + ") exceeds " + within + " tokens");
     }
     SequenceRequest seq;

@@ -277,6 +277,32 @@ TEST_CASE("local generator: an unknown chat template name is rejected at creatio
     CHECK(gen.status().message().find("chat_template") != std::string::npos);
 }
 
+TEST_CASE("local generator: a BOS it must add but cannot is refused at creation, an unusable "
+          "EOS is logged") {
+    ServedModel bos = fake_model("micro", {});
+    bos.tokenizer_config.add_bos_token = true;
+    bos.tokenizer_config.generation_bos_id = 99999;  // generation_config.json's.
+    std::vector<ServedModel> models;
+    models.push_back(std::move(bos));
+    auto gen = LocalGenerator::create(std::move(models), EngineConfig{}, 1);
+    CHECK(gen.status().code() == StatusCode::kInvalidArgument);
+    CHECK(gen.status().message().find("BOS token id 99999") != std::string::npos);
+    CHECK(gen.status().message().find("outside the vocabulary of 512") != std::string::npos);
+
+    ServedModel eos = fake_model("micro", {});
+    eos.tokenizer_config.generation_eos_ids = {99999};
+    eos.tokenizer_config.eos_token = "<|nope|>";
+    std::string lines;
+    log::set_sink([&](std::string_view line) { lines += std::string(line) + "\n"; });
+    models.clear();
+    models.push_back(std::move(eos));
+    auto created = LocalGenerator::create(std::move(models), EngineConfig{}, 1);
+    log::set_sink(nullptr);
+    REQUIRE(created.ok());
+    CHECK(lines.find("\"eos_token_id\":99999") != std::string::npos);
+    CHECK(lines.find("\"eos_token\":\"<|nope|>\"") != std::string::npos);
+}
+
 // The micro tokenizer with its ChatML markers renamed, so its vocabulary names no chat format.
 std::unique_ptr<tokenizer::Tokenizer> tokenizer_without_chat_markers() {
     std::ifstream in(kMicro + "/tokenizer.json");
