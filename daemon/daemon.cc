@@ -347,12 +347,15 @@ Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
     if (!cluster_) {
         return ok_status();
     }
-    if (Status s = cluster_->reload_keys(gossip); !s.ok()) {
-        log::error("gossip_keys_reload_failed",
-                   {{"error", s.message()}, {"detail", "the previous gossip keys stay"}});
-        return s;
+    Result<size_t> keys = cluster_->reload_keys(gossip);
+    if (!keys.ok()) {
+        log::error("gossip_keys_reload_failed", {{"error", keys.status().message()},
+                                                 {"detail", "the previous gossip keys stay"}});
+        return keys.status();
     }
-    log::info("gossip_keys_reloaded", {{"configured", static_cast<uint64_t>(gossip.keys.size())},
+    // `keys`: those accepted now, from gossip.keys and the keyring file together.
+    log::info("gossip_keys_reloaded", {{"keys", static_cast<uint64_t>(*keys)},
+                                       {"configured", static_cast<uint64_t>(gossip.keys.size())},
                                        {"file", gossip.keyring_file}});
     return ok_status();
 }

@@ -72,6 +72,8 @@ struct GenerateRequest {
     // sampling.max_tokens is a default the client did not set: the engine lowers it to what the
     // context (and max_context_tokens) leaves after the prompt instead of refusing the request.
     bool max_tokens_is_default = false;
+    // The request field that set max_tokens, for errors ("max_tokens" or "max_completion_tokens").
+    std::string max_tokens_field = "max_tokens";
     bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
     // Tools offered to the model (chat prompts only), rendered in the model family's format.
     // Empty when tool_choice is "none" (the caller drops them then).

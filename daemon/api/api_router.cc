@@ -311,6 +311,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         forwarded_tenant.name = std::string(tenant_name);
         tenant_ptr = &forwarded_tenant;
         channel->note("from_site", std::string(hop));
+        channel->note("peer_cert", request.peer_identity);
     }
     channel->note("tenant", tenant_ptr->name);
     if (models_path) {

@@ -683,6 +683,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 if (ok && (key == "max_completion_tokens" || out.max_tokens_param.empty())) {
                     s.max_tokens = static_cast<int32_t>(*n);
                     req.max_tokens_is_default = false;
+                    req.max_tokens_field = key;
                     out.max_tokens_param = key;
                 }
             }

@@ -58,23 +58,42 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
     return out;
 }
 
-chat::ParsedDelta ToolCallOutput::feed(std::string_view text) {
+chat::ParsedDelta ToolCallOutput::take_prefix() {
     chat::ParsedDelta out;
     if (from_prefix_) {
         out = std::move(*from_prefix_);
         from_prefix_.reset();
     }
-    merge(out, parser_->feed(text));
+    return out;
+}
+
+chat::ParsedDelta ToolCallOutput::settle(chat::ParsedDelta out) {
+    // A call given up in the same delta that started it never reaches the client: its text is
+    // content, as in the non-streamed answer, with no header of a call that is not one.
+    std::erase_if(out.abandoned_calls, [&](int32_t index) {
+        const bool started_here = std::any_of(
+            out.tool_calls.begin(), out.tool_calls.end(),
+            [&](const chat::ToolCallDelta& d) { return d.index == index && !d.name.empty(); });
+        if (started_here) {
+            std::erase_if(out.tool_calls,
+                          [&](const chat::ToolCallDelta& d) { return d.index == index; });
+        }
+        return started_here;
+    });
     abandoned_.insert(abandoned_.end(), out.abandoned_calls.begin(), out.abandoned_calls.end());
     return out;
 }
 
+chat::ParsedDelta ToolCallOutput::feed(std::string_view text) {
+    chat::ParsedDelta out = take_prefix();
+    merge(out, parser_->feed(text));
+    return settle(std::move(out));
+}
+
 chat::ParsedDelta ToolCallOutput::finish() {
-    chat::ParsedDelta out = feed("");
-    chat::ParsedDelta last = parser_->finish();
-    abandoned_.insert(abandoned_.end(), last.abandoned_calls.begin(), last.abandoned_calls.end());
-    merge(out, std::move(last));
-    return out;
+    chat::ParsedDelta out = take_prefix();
+    merge(out, parser_->finish());
+    return settle(std::move(out));
 }
 
 void ToolCallOutput::accumulate(const chat::ParsedDelta& delta) {

@@ -56,7 +56,8 @@ class ToolCallOutput {
 
     // The finish reason given the engine's (`engine_reason` is "stop", "length", ...).
     const char* finish_reason(const char* engine_reason) const;
-    // Calls the parser gave up after their first delta went out (streaming).
+    // Calls the parser gave up after their first delta went out (streaming); one given up in
+    // the delta that started it is dropped from that delta instead.
     const std::vector<int32_t>& abandoned() const { return abandoned_; }
     bool malformed() const { return parser_->malformed(); }
 
@@ -70,6 +71,12 @@ class ToolCallOutput {
 
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
+
+    // What the forced prefix produced, once (the first feed() or finish() returns it).
+    engine::chat::ParsedDelta take_prefix();
+    // Drops from `out` the calls started and given up within it (never shown), and records the
+    // others given up (abandoned()).
+    engine::chat::ParsedDelta settle(engine::chat::ParsedDelta out);
 
     std::unique_ptr<engine::chat::ToolCallParser> parser_;
     std::optional<engine::chat::ParsedDelta> from_prefix_;  // Returned by the first feed().

@@ -562,7 +562,7 @@ Status Cluster::rollout(const std::string& model, const std::string& version) {
     return impl_->send_rollout(model, version);
 }
 
-Status Cluster::reload_keys(const GossipConfig& gossip) {
+Result<size_t> Cluster::reload_keys(const GossipConfig& gossip) {
     EDGE_ASSIGN_OR_RETURN(membership::Keyring keyring, load_keyring(gossip));
     if (keyring.empty() == impl_->encrypted_) {
         return failed_precondition_error(
@@ -571,10 +571,11 @@ Status Cluster::reload_keys(const GossipConfig& gossip) {
                 : "the new config has gossip keys, but this site gossips in clear: a reload "
                   "cannot turn gossip encryption on (restart every site)");
     }
+    const size_t keys = keyring.keys().size();
     impl_->service_->post([keyring = std::move(keyring)](membership::Memberlist& ml) mutable {
         ml.keyring() = std::move(keyring);
     });
-    return ok_status();
+    return keys;
 }
 
 std::shared_ptr<const membership::MembershipSnapshot> Cluster::snapshot() const {

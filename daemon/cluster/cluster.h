@@ -67,7 +67,8 @@ public:
     // `gossip.keyring_file`, read again), for the next packet sent or received. Refused, the old
     // keys staying, when they do not load or when they would turn encryption on or off (the
     // other sites would neither read this one nor be read: that needs every site restarted).
-    Status reload_keys(const GossipConfig& gossip);
+    // Returns how many keys are now accepted.
+    Result<size_t> reload_keys(const GossipConfig& gossip);
 
     std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot() const;
     uint16_t gossip_port() const;

@@ -556,7 +556,8 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                 e.code = "upstream_cut";
                 e.message = "the connection to site '" + target.site_id +
                             "' broke while streaming: " + ec.message();
-                job.channel->write("data: " + e.to_json() + "\n\n");
+                // Ended as a locally cut stream is: the error event, then the stream's end.
+                job.channel->write("data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
             }
             job.cut = true;
             job.deliver_last = [channel = job.channel] { channel->end_stream(); };

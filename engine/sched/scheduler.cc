@@ -476,7 +476,8 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
         delta.text += shown;
     };
     std::optional<FinishReason> reason;
-    if (!seq->params.ignore_eos && is_eos(sampled.id)) {
+    const bool ends_at_eos = !seq->params.ignore_eos && is_eos(sampled.id);
+    if (ends_at_eos) {
         // The end-of-sequence token is counted and its id reported, but it has no text.
         show(seq->decoder.flush());
         reason = FinishReason::kStop;
@@ -495,15 +496,19 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
         delta.text += rest;
     }
     if (seq->params.logprobs || seq->params.top_logprobs > 0) {
-        TokenLogprob lp;
-        lp.id = sampled.id;
-        lp.token = std::string(tokenizer_->token_bytes(sampled.id));
-        lp.logprob = sampled.logprob;
-        lp.text_offset = token_start;
-        for (const auto& [id, value] : sampled.top) {
-            lp.top.push_back(TopLogprob{std::string(tokenizer_->token_bytes(id)), id, value});
+        // Not the end-of-sequence token: it has no text, and as OpenAI's the logprobs' tokens
+        // join to the content.
+        if (!ends_at_eos) {
+            TokenLogprob lp;
+            lp.id = sampled.id;
+            lp.token = std::string(tokenizer_->token_bytes(sampled.id));
+            lp.logprob = sampled.logprob;
+            lp.text_offset = token_start;
+            for (const auto& [id, value] : sampled.top) {
+                lp.top.push_back(TopLogprob{std::string(tokenizer_->token_bytes(id)), id, value});
+            }
+            seq->held_logprobs.push_back(std::move(lp));
         }
-        seq->held_logprobs.push_back(std::move(lp));
         // A logprob goes out once some of its token's text is shown, or once nothing is held;
         // those still held when a stop string ends the sequence belong to text never shown.
         const bool nothing_held = seq->stop.held_bytes() == 0 && !seq->stop.stopped();

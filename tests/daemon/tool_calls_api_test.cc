@@ -349,6 +349,25 @@ TEST_CASE("tools: a malformed call comes back as content with finish_reason malf
     const json::object& cut_choice = body["choices"].as_array()[0].as_object();
     CHECK(cut_choice.at("finish_reason") == "length");
     CHECK(cut_choice.at("message").as_object().at("content").as_string() == std::string_view(cut));
+
+    // A forced call that the model's first token already breaks: its header is never streamed,
+    // so a client that accumulates deltas ends with the non-streamed answer (no tool_calls).
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/chat/completions",
+                        tool_body("qwen", true,
+                                  R"(,"tool_choice":{"type":"function","function":)"
+                                  R"({"name":"get_weather"}})")))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(3));
+    f.generator.emit(3, "> nonsense");
+    f.generator.finish(3, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    reply = c->read_response();
+    REQUIRE(reply.ok());
+    s = collect(reply->body);
+    CHECK(s.finish_reason == "malformed_tool_call");
+    CHECK(s.calls.empty());
+    CHECK_FALSE(s.abandoned.is_array());
+    CHECK(s.content == "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": > nonsense");
 }
 
 TEST_CASE("tools: none is not offered and a model without a tool format refuses tools") {

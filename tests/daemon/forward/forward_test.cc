@@ -624,7 +624,9 @@ TEST_CASE("no retry once bytes reached the client") {
     c->daemon->stop(std::chrono::milliseconds(0));
     auto rest = client->read_until("upstream_cut");
     REQUIRE(rest.ok());
-    REQUIRE(client->read_until("0\r\n\r\n").ok());  // The stream's end.
+    auto end = client->read_until("0\r\n\r\n");  // The stream's end...
+    REQUIRE(end.ok());
+    CHECK(end->find("data: [DONE]") != std::string::npos);  // ...as a local cut ends it.
     CHECK_FALSE(b.generator.wait_for_request(0, 0));
     auto reports = a.planner.reports();
     REQUIRE(reports.size() == 1);

@@ -411,7 +411,9 @@ TEST_CASE("scheduler: EOS ends generation, is counted, and adds no text") {
         return history.size() == 3 ? 509 : 'h';
     };
     Harness h(opts);
-    auto sink = h.submit({1}, 10);
+    SamplingParams with_logprobs = Harness::greedy();
+    with_logprobs.logprobs = true;
+    auto sink = h.submit({1}, 10, with_logprobs);
     h.drain();
     auto finish = sink->wait();
     REQUIRE(finish);
@@ -419,6 +421,10 @@ TEST_CASE("scheduler: EOS ends generation, is counted, and adds no text") {
     CHECK(sink->text() == "hh");
     CHECK(sink->ids() == std::vector<TokenId>{'h', 'h', 509});
     CHECK(finish->usage.completion_tokens == 3);
+    // Its logprob is not reported: the tokens of the logprobs join to the text.
+    const auto lps = sink->logprobs();
+    REQUIRE(lps.size() == 2);
+    CHECK(lps[1].token == "h");
 
     Harness ignoring(opts);
     SamplingParams p = Harness::greedy();
