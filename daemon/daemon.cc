@@ -161,6 +161,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         // Without a forwarder every request runs here; the cluster is then only visible.
         if (d->forwarder_) {
             d->set_route_planner(&c->planner());
+            // A forward to a site found dead ends now, not at the stream's idle timeout.
+            c->set_on_site_dead(d->forwarder_->site_lost_handler());
         }
         d->admin_->set_handler([c](std::string_view method, std::string_view target) {
             return c->handle_admin(method, target);

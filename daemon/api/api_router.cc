@@ -220,10 +220,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     const bool models_path = path == "/v1/models" || (path.size() > kModelsPrefix.size() &&
                                                       path.starts_with(kModelsPrefix));
     if (models_path) {
-        if (request.method != "GET") {
+        // HEAD as GET (RFC 9110 section 9.3.2): the server sends the head alone.
+        if (request.method != "GET" && request.method != "HEAD") {
             ApiError e = method_not_allowed(request.method, path);
             tls::HttpResponse r = e.to_response();
-            r.headers.push_back({"Allow", "GET"});
+            r.headers.push_back({"Allow", "GET, HEAD"});
             channel->respond(std::move(r));
             return;
         }

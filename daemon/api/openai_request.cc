@@ -71,6 +71,10 @@ public:
         } else if (v.is_double() && std::trunc(v.get_double()) == v.get_double() &&
                    std::abs(v.get_double()) < 9e15) {
             i = static_cast<int64_t>(v.get_double());
+        } else if (v.is_double() && std::trunc(v.get_double()) == v.get_double()) {
+            // A whole number beyond 64 bits parses as a double.
+            fail("'" + name + "' is too large", name);
+            return std::nullopt;
         } else {
             fail("'" + name + "' must be an integer", name);
             return std::nullopt;
@@ -282,7 +286,8 @@ bool parse_tools(Validator& v, const json::value& value, std::vector<engine::Too
             return v.fail("'" + where + "' must be an object", where);
         }
         const json::object& t = tools[i].get_object();
-        if (!only_keys(v, t, where, {"type", "function"}) || !function_type(v, t, where)) {
+        // The type first: another type's own key ("custom") would read as unrecognized.
+        if (!function_type(v, t, where) || !only_keys(v, t, where, {"type", "function"})) {
             return false;
         }
         const json::value* fn = t.if_contains("function");
@@ -510,23 +515,32 @@ bool parse_stop(Validator& v, const json::value& value, std::vector<std::string>
     if (value.is_null()) {
         return true;
     }
-    if (value.is_string()) {
-        out.push_back(std::string(value.get_string()));
+    // One string, or each of the array's, named as the client wrote it.
+    auto take = [&](const json::string& s, const std::string& name) {
+        if (s.empty()) {
+            return v.fail("'" + name + "' must not be empty", name);
+        }
+        if (s.size() > engine::sampling::kMaxStopBytes) {
+            return v.fail("'" + name + "' is longer than " +
+                              std::to_string(engine::sampling::kMaxStopBytes) + " bytes",
+                          name);
+        }
+        out.push_back(std::string(s));
         return true;
+    };
+    if (value.is_string()) {
+        return take(value.get_string(), "stop");
     }
     if (!value.is_array() || value.get_array().size() > kMaxStops) {
         return v.fail("'stop' must be a string or an array of at most 4 strings", "stop");
     }
     const json::array& a = value.get_array();
     for (size_t i = 0; i < a.size(); ++i) {
-        const json::string* s = v.string(a[i], "stop[" + std::to_string(i) + "]");
-        if (s == nullptr) {
+        const std::string name = "stop[" + std::to_string(i) + "]";
+        const json::string* s = v.string(a[i], name);
+        if (s == nullptr || !take(*s, name)) {
             return false;
         }
-        if (s->empty()) {
-            return v.fail("stop strings must not be empty", "stop[" + std::to_string(i) + "]");
-        }
-        out.push_back(std::string(*s));
     }
     return true;
 }
@@ -564,8 +578,13 @@ bool parse_logit_bias(Validator& v, const json::value& value,
 }
 
 // Fields that clients commonly send with their default (unused) value; anything else is refused.
-bool parse_unsupported(Validator& v, const std::string& key, const json::value& value) {
+// `chat`: the completions-only ones (echo, suffix, best_of) are unknown there, as in OpenAI's API.
+bool parse_unsupported(Validator& v, const std::string& key, const json::value& value, bool chat) {
     auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
+    if (chat && (key == "echo" || key == "suffix" || key == "best_of")) {
+        return v.fail("unrecognized request argument '" + key + "' (a /v1/completions field)",
+                      key);
+    }
     if (key == "n" || key == "best_of") {
         // One choice per request is all this server makes: any other count is refused as such.
         std::optional<int64_t> n =
@@ -785,7 +804,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
         } else if (key == "logit_bias") {
             ok = parse_logit_bias(v, value, s.logit_bias);
         } else {
-            ok = parse_unsupported(v, key, value);
+            ok = parse_unsupported(v, key, value, chat);
         }
         if (!ok) {
             return *v.error;

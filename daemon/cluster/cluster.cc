@@ -412,6 +412,7 @@ public:
     std::unique_ptr<ClusterRoutePlanner> planner_;
     RolloutBook rollouts_;
     std::map<std::string, Duration> peer_delay_;  // Testing only: site id -> delay.
+    std::function<void(const std::string&)> on_site_dead_;  // Set before start().
     bool encrypted_ = false;                      // Started with gossip keys.
 };
 
@@ -477,6 +478,9 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
         log::info("gossip_member", {{"change", std::string(membership::member_event_name(e.kind))},
                                     {"member", e.name},
                                     {"site", raw->site_.id}});
+        if (e.kind == membership::MemberEventKind::kDead && raw->on_site_dead_) {
+            raw->on_site_dead_(e.name);
+        }
     });
     if (!impl->peer_delay_.empty()) {
         log::warn("testing_peer_delay", {{"detail", "gossip.testing_peer_delay_ms is set: "
@@ -498,6 +502,10 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
         });
     }
     return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
+void Cluster::set_on_site_dead(std::function<void(const std::string&)> fn) {
+    impl_->on_site_dead_ = std::move(fn);
 }
 
 void Cluster::set_peer_addr(const std::string& addr) {

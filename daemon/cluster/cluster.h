@@ -18,6 +18,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,9 @@ public:
     // The peer (forwarding) listener's address to advertise, when known only after binding
     // (config `site.peer_address` wins). Call before start().
     void set_peer_addr(const std::string& addr);
+    // Called with a site's id when gossip declares it dead (not when it leaves: a leaving site
+    // drains what it runs), on the membership strand. Call before start().
+    void set_on_site_dead(std::function<void(const std::string& site_id)> fn);
 
     void start();
     // Advertises every pool as draining (new requests go elsewhere); in-flight ones continue.

@@ -144,6 +144,8 @@ struct ForwardJob {
     ForwardResult result;
     // Strand only.
     Connection* current = nullptr;  // The connection in use, closed when the client goes away.
+    std::string current_site;       // The target of the attempt running.
+    bool site_lost = false;         // Its connection was closed: gossip declared the site dead.
     bool cancelled = false;
     bool counted_retry = false;  // Holds one of the retry budget's slots.
     bool cut = false;            // The answer broke after bytes reached the client.
@@ -180,6 +182,8 @@ public:
     void give_back(const std::string& peer, std::unique_ptr<Connection> connection);
     bool retry_allowed() const;
     void cancel(ForwardJob& job);
+    // Strand only: closes the connections of the forwards whose attempt runs on `site_id`.
+    void abandon_site(const std::string& site_id);
     void report(const RouteTarget& target, bool ok, SteadyClock::duration latency);
     void finish(ForwardJob& job);
 
@@ -251,6 +255,15 @@ bool PeerClient::Impl::retry_allowed() const {
     double cap = std::max(static_cast<double>(config_.min_retry_concurrency),
                           config_.retry_budget * static_cast<double>(active_.load()));
     return static_cast<double>(retries_in_flight_ + 1) <= cap;
+}
+
+void PeerClient::Impl::abandon_site(const std::string& site_id) {
+    for (ForwardJob* job : jobs_) {
+        if (job->current != nullptr && job->current_site == site_id) {
+            job->site_lost = true;
+            job->current->close();
+        }
+    }
 }
 
 void PeerClient::Impl::cancel(ForwardJob& job) {
@@ -378,6 +391,8 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                                              {"error", why}});
     };
 
+    job.current_site = target.site_id;
+    job.site_lost = false;
     http::request<http::string_body> req;
     req.version(11);
     req.method_string(job.request.method);
@@ -544,9 +559,11 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             fail(Failure::kReset, "deferred answer cut: " + ec.message());
             co_return false;
         }
-        log::warn("forward_response_cut", {{"site", target.site_id},
-                                           {"streamed", streamed},
-                                           {"error", ec.message()}});
+        log::warn("forward_response_cut",
+                  {{"site", target.site_id},
+                   {"streamed", streamed},
+                   {"error", job.site_lost ? std::string("declared dead by gossip")
+                                           : ec.message()}});
         if (streamed) {
             // Bytes are out: no retry. Say so in-band where the format allows, then end.
             if (event_stream) {
@@ -554,8 +571,11 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                 e.status = 502;
                 e.type = "server_error";
                 e.code = "upstream_cut";
-                e.message = "the connection to site '" + target.site_id +
-                            "' broke while streaming: " + ec.message();
+                e.message = job.site_lost
+                                ? "site '" + target.site_id +
+                                      "' was declared dead (gossip) while streaming"
+                                : "the connection to site '" + target.site_id +
+                                      "' broke while streaming: " + ec.message();
                 // Ended as a locally cut stream is: the error event, then the stream's end.
                 job.channel->write("data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
             }
@@ -816,6 +836,14 @@ void PeerClient::stop(std::chrono::milliseconds deadline) {
     }
     std::unique_lock lock(impl_->done_mu_);
     impl_->done_cv_.wait_for(lock, deadline, [this] { return impl_->active_.load() == 0; });
+}
+
+std::function<void(const std::string&)> PeerClient::site_lost_handler() {
+    return [weak = std::weak_ptr<Impl>(impl_)](const std::string& site_id) {
+        if (std::shared_ptr<Impl> impl = weak.lock()) {
+            net::post(impl->strand_, [impl, site_id] { impl->abandon_site(site_id); });
+        }
+    };
 }
 
 int64_t PeerClient::active() const { return impl_->active_.load(); }

@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,6 +100,12 @@ public:
     // was already sent, or a 503). New forwards fail with 503 at once. Waits up to `deadline`
     // for the forwards to finish (the io_context must be running); call from a non-I/O thread.
     void stop(std::chrono::milliseconds deadline);
+
+    // A function to call (any thread) when gossip declares a site dead: the forwards in flight to
+    // it end now, rerun elsewhere when no byte reached the client, else cut in-band, rather than
+    // at stream_idle_timeout (a paused or partitioned site keeps its connections open). It
+    // does nothing once this PeerClient is gone.
+    std::function<void(const std::string& site_id)> site_lost_handler();
 
     // Figures for tests and metrics.
     int64_t active() const;            // Forwards in flight.

@@ -60,7 +60,12 @@ TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
     CHECK(json_of(missing.body)["error"].as_object().contains("message"));
     auto wrong = f.call("POST", "/v1/models", "{}");
     CHECK(wrong.status == 405);
-    CHECK(wrong.headers["allow"] == "GET");
+    CHECK(wrong.headers["allow"] == "GET, HEAD");
+    auto head_client = f.client();
+    REQUIRE(head_client->send(testing::http_request("HEAD", "/v1/models")).ok());
+    auto head = head_client->read_until("\r\n\r\n");
+    REQUIRE(head.ok());
+    CHECK(head->rfind("HTTP/1.1 200", 0) == 0);
     CHECK(f.call("GET", "/v1/chat/completions").status == 405);
     // A compressed body: 415 naming the coding, not a JSON parse error.
     auto gz = f.call("POST", "/v1/chat/completions", "\x1f\x8b\x08", "Content-Encoding: gzip\r\n");

@@ -174,6 +174,37 @@ TEST_CASE("top_k: -1 is vLLM's off, as 0 is, below that is refused") {
               .param == "top_k");
 }
 
+TEST_CASE("stop: empty or over 256 bytes is refused, named as sent, and huge integers are too "
+          "large") {
+    const std::string head = R"({"model":"m","prompt":"x",)";
+    ApiError one = error_of(Endpoint::kCompletions, head + R"("stop":""})");
+    CHECK(one.param == "stop");
+    CHECK(one.message == "'stop' must not be empty");
+    ApiError second = error_of(Endpoint::kCompletions, head + R"("stop":["a",""]})");
+    CHECK(second.param == "stop[1]");
+    CHECK(second.message == "'stop[1]' must not be empty");
+    ApiError long_stop =
+        error_of(Endpoint::kCompletions, head + R"("stop":")" + std::string(257, 'x') + "\"}");
+    CHECK(long_stop.message == "'stop' is longer than 256 bytes");
+    CHECK(parse(Endpoint::kCompletions, head + R"("stop":")" + std::string(256, 'x') + "\"}")
+              .generate.sampling.stop.size() == 1);
+    for (const char* n : {"18446744073709551616", "1e30", "-99999999999999999999999"}) {
+        CAPTURE(n);
+        ApiError big = error_of(Endpoint::kCompletions, head + R"("seed":)" + n + "}");
+        CHECK(big.message == "'seed' is too large");
+    }
+    CHECK(error_of(Endpoint::kCompletions, head + R"("seed":1.5})").message ==
+          "'seed' must be an integer");
+}
+
+TEST_CASE("a tool of another type is refused for its type, not for its type's fields") {
+    ApiError e = error_of(Endpoint::kChatCompletions,
+                          R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                          R"("tools":[{"type":"custom","custom":{"name":"f"}}]})");
+    CHECK(e.param == "tools[0].type");
+    CHECK(e.message == "'tools[0].type' must be \"function\"");
+}
+
 TEST_CASE("response_format: text alone, other types and extra keys are refused") {
     const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
     parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})");
@@ -265,4 +296,13 @@ TEST_CASE("n and best_of: any count but one is refused as such, not as out of a 
     auto one = parse_openai_request(Endpoint::kCompletions,
                                     R"({"model":"m","prompt":"x","n":1,"best_of":1.0})");
     CHECK(std::holds_alternative<ParsedRequest>(one));
+    // Completions' own fields are unknown to chat.
+    for (const char* field : {"echo", "suffix", "best_of"}) {
+        CAPTURE(field);
+        ApiError e = error_of(Endpoint::kChatCompletions,
+                              std::string(R"({"model":"m","messages":[{"role":"user",)") +
+                                  R"("content":"x"}],")" + field + R"(":null})");
+        CHECK(e.param == field);
+        CHECK(e.message.find("unrecognized request argument") == 0);
+    }
 }

@@ -636,6 +636,30 @@ TEST_CASE("no retry once bytes reached the client") {
     CHECK_FALSE(metrics_contain(a, "edgeserve_forward_retries_total{"));
 }
 
+TEST_CASE("a site declared dead mid-stream: its forwards end now, not at the idle timeout") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    Site c(cluster, "gru", {"m"});
+    a.planner.route_to({c.target(), b.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(true)).ok());
+    REQUIRE(c.generator.wait_for_request(0));
+    c.generator.emit(0, "partial");
+    REQUIRE(client->read_until("partial").ok());
+    // gru goes silent (paused, partitioned) with its connection open; gossip finds it dead.
+    std::function<void(const std::string&)> lost = a.daemon->forwarder()->site_lost_handler();
+    lost("sin");  // Another site: nothing happens to this forward.
+    lost("gru");
+    auto rest = client->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    CHECK(rest->find("upstream_cut") != std::string::npos);
+    CHECK(rest->find("was declared dead (gossip) while streaming") != std::string::npos);
+    CHECK(rest->find("data: [DONE]") != std::string::npos);
+    CHECK_FALSE(b.generator.wait_for_request(0, 0));  // Bytes were out: not rerun.
+    c.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+}
+
 TEST_CASE("the peer listener refuses clients without a cluster certificate") {
     Cluster cluster;
     Site b(cluster, "sin", {"m"});
