@@ -87,6 +87,11 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                    .Help("Inbound gossip TCP streams refused at the cap.")
                                    .Register(*registry_)
                                    .Add({});
+    gossip_refutations_ = &prometheus::BuildCounter()
+                               .Name("edgeserve_gossip_refutations_total")
+                               .Help("Suspicions, deaths and name claims this site refuted.")
+                               .Register(*registry_)
+                               .Add({});
     route_decisions_ = &prometheus::BuildCounter()
                             .Name("edgeserve_route_decisions_total")
                             .Help("Routing decisions, by outcome and destination site.")
@@ -412,6 +417,8 @@ void Metrics::set_gossip_inbound_streams(int64_t open, uint64_t refused_total) {
     gossip_inbound_streams_->Set(static_cast<double>(std::max<int64_t>(open, 0)));
     raise_to(*gossip_inbound_refused_, refused_total);
 }
+
+void Metrics::set_gossip_refutations(uint64_t total) { raise_to(*gossip_refutations_, total); }
 
 void Metrics::set_gossip_members(std::string_view state, int64_t members) {
     if (state != "alive" && state != "suspect" && state != "dead" && state != "left") {

@@ -97,6 +97,9 @@ public:
     // edgeserve_gossip_inbound_streams (gauge) and edgeserve_gossip_inbound_streams_refused_total
     // (from the running total): gossip TCP streams open now, and refused at the cap.
     void set_gossip_inbound_streams(int64_t open, uint64_t refused_total);
+    // edgeserve_gossip_refutations_total (from the running total): times this site out-bid a
+    // suspicion, a death or a claim of its name from another address.
+    void set_gossip_refutations(uint64_t total);
     // edgeserve_route_decisions_total{outcome,site}: where requests were sent. outcome: "local",
     // "forwarded" or "rejected" (others ignored); site: the destination site id ("" for rejected).
     void on_route_decision(std::string_view outcome, const std::string& site);
@@ -139,6 +142,7 @@ private:
     prometheus::Family<prometheus::Counter>* gossip_rejected_;
     prometheus::Gauge* gossip_inbound_streams_;
     prometheus::Counter* gossip_inbound_refused_;
+    prometheus::Counter* gossip_refutations_;
     prometheus::Family<prometheus::Counter>* route_decisions_;
     prometheus::Family<prometheus::Counter>* route_ejections_;
     prometheus::Family<prometheus::Gauge>* site_rtt_;

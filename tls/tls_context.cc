@@ -1,7 +1,9 @@
 #include "tls/tls_context.h"
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include <cstring>
 
@@ -71,6 +73,27 @@ int select_certificate(SSL* ssl, int*, void* arg) {
     return SSL_TLSEXT_ERR_OK;
 }
 
+// Whether the PEM file holds a certificate that may sign others (a CA); false when it cannot be
+// read, which the caller reports on its own.
+bool holds_ca_certificate(const std::string& path) {
+    BIO* bio = BIO_new_file(path.c_str(), "r");
+    if (bio == nullptr) {
+        ERR_clear_error();
+        return false;
+    }
+    bool found = false;
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+        found = X509_check_ca(cert) > 0;
+        X509_free(cert);
+        if (found) {
+            break;
+        }
+    }
+    ERR_clear_error();  // The read that ended the loop.
+    BIO_free(bio);
+    return found;
+}
+
 // Mutual TLS: ask for a client certificate, refuse the handshake without a valid one.
 Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
     if (SSL_CTX_load_verify_locations(ctx, ca_path.c_str(), nullptr) != 1) {
@@ -83,6 +106,12 @@ Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
                                       "' holds no certificate: " + openssl_errors());
     }
     SSL_CTX_set_client_CA_list(ctx, names);  // Takes ownership.
+    if (!holds_ca_certificate(ca_path)) {
+        // A site's own (leaf) certificate, say: every peer's handshake would fail at run time.
+        return invalid_argument_error("client CA '" + ca_path +
+                                      "' holds no CA certificate (basicConstraints CA:TRUE); "
+                                      "give the cluster CA's certificate, not a site's");
+    }
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
     SSL_CTX_set_verify_depth(ctx, 4);
     return ok_status();

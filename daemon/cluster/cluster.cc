@@ -52,6 +52,16 @@ Result<membership::MembershipConfig> membership_config(const Config& config) {
         mc.max_inbound_streams = static_cast<size_t>(g.max_inbound_streams);
     }
     mc.seed = std::hash<std::string>{}(config.site.id) ^ std::random_device{}();
+    if (mc.probe_timeout > mc.probe_interval) {
+        // Named by the config's keys; either may be the preset's.
+        const auto ms = [](Duration d) {
+            return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+        };
+        return invalid_argument_error(
+            config.source + ": gossip.probe_timeout_ms (" + ms(mc.probe_timeout) +
+            ") must be at most gossip.probe_interval_ms (" + ms(mc.probe_interval) +
+            ", with gossip.preset " + g.preset + ")");
+    }
     // An empty advertise address is filled in from the bound socket by MembershipService.
     membership::MembershipConfig check = mc;
     if (check.advertise_addr.empty()) {
@@ -195,6 +205,7 @@ public:
         metrics_->set_gossip_rejected("decode", stats.decode_failures.load());
         metrics_->set_gossip_inbound_streams(stats.inbound_streams.load(),
                                              stats.inbound_streams_refused.load());
+        metrics_->set_gossip_refutations(stats.refutations.load());
         auto snap = service_->snapshot();
         if (!snap) {
             return;

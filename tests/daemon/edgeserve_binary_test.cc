@@ -242,6 +242,22 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "gossip:\n  port: 0\n  keyring_file: /none/keyring\n"));
     CHECK_MESSAGE(e.find(c + ": gossip.keyring_file: cannot open '/none/keyring'") == 0, e);
+    // A site's own certificate as the cluster CA: every peer handshake would fail at run time.
+    testing::TestCa ca = testing::make_ca(dir.path(), "clusterca", "cluster CA");
+    auto site = testing::make_signed_certificate(ca, dir.path(), "site", {"site.test"});
+    const std::string peer = "peer:\n  address: 127.0.0.1\n  port: 0\n  cert: " +
+                             site.cert_path + "\n  key: " + site.key_path + "\n  ca: ";
+    CHECK(check(testing::config_yaml(cert.cert_path, cert.key_path, peer + ca.cert_path + "\n"))
+              .empty());
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path, peer + site.cert_path + "\n"));
+    CHECK_MESSAGE(e.find("holds no CA certificate") != std::string::npos, e);
+    // A probe timeout longer than the interval, named by its keys.
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "gossip:\n  port: 0\n  probe_interval_ms: 300\n"
+                                   "  probe_timeout_ms: 5000\n"));
+    CHECK_MESSAGE(e.find("gossip.probe_timeout_ms (5000) must be at most "
+                         "gossip.probe_interval_ms (300") != std::string::npos,
+                  e);
     // An emptied keyring would turn encryption off without a word.
     const std::string empty_ring = dir.write("empty.keyring", "# rotated out\n\n");
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
