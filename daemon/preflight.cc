@@ -75,6 +75,14 @@ Status check_model(const engine::ModelConfig& model) {
     } else {
         EDGE_ASSIGN_OR_RETURN(tokenizer, engine::tokenizer::load_tiktoken_dir(model.path));
     }
+    // As the load refuses it: a tokenizer whose ids the model has no rows for.
+    EDGE_ASSIGN_OR_RETURN(engine::ConfigJson config, engine::ConfigJson::read(model.path));
+    if (Result<int64_t> vocab = config.get_int("vocab_size");
+        vocab.ok() && tokenizer->vocab_size() > *vocab) {
+        return invalid_argument_error("tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                                      " tokens but " + config.path() + " says vocab_size " +
+                                      std::to_string(*vocab));
+    }
     EDGE_ASSIGN_OR_RETURN(engine::tokenizer::TokenizerConfig tokenizer_config,
                           engine::tokenizer::load_tokenizer_config(model.path));
     // kNotFound ("auto" recognises no format) only turns chat completions off for the model.

@@ -49,7 +49,12 @@ Result<Run> run_model(const QuantEvalOptions& o, const std::string& policy, cons
     lo.max_slots = 1;
     lo.max_context = static_cast<int32_t>(std::max<int64_t>(o.chunk, o.decode_steps + 1));
     lo.quantization = policy;
-    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, load_model(o.model_dir, lo));
+    Result<std::unique_ptr<CausalLM>> loaded = load_model(o.model_dir, lo);
+    if (!loaded.ok() && lo.max_context == o.chunk &&
+        loaded.status().message().find("max_context") != std::string::npos) {
+        return loaded.status().with_context("quant-eval: --chunk " + std::to_string(o.chunk));
+    }
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, std::move(loaded));
     *vocab = model->spec().vocab_size;
     // As the engine refuses such a model at load: a tokenizer larger than the model.
     if (text.tokenizer_vocab > *vocab) {
@@ -206,8 +211,12 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
         const bool whole = in.eof();
         const size_t cut = whole ? text.size() : text.rfind('\n') + 1;  // npos + 1 == 0
         if (cut > 0 || whole) {
-            EDGE_ASSIGN_OR_RETURN(out.ids,
-                                  tok->encode(std::string_view(text).substr(0, cut), false));
+            Result<std::vector<TokenId>> ids =
+                tok->encode(std::string_view(text).substr(0, cut), false);
+            if (!ids.ok()) {
+                return ids.status().with_context("quant-eval: " + path);
+            }
+            out.ids = std::move(ids).value();
             if (whole || static_cast<int64_t>(out.ids.size()) >= o.tokens + kMargin) {
                 break;
             }

@@ -73,7 +73,12 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     }
     const bool quantizes = std::any_of(policy.formats.begin(), policy.formats.end(),
                                        [](WeightFormat f) { return is_quantized_format(f); });
-    if (quantizes && used.empty()) {
+    if (!quantizes) {
+        return invalid_argument_error("policy '" + options.policy +
+                                      "' quantizes nothing (every class stays as stored); "
+                                      "a copy of the checkpoint needs no quantize");
+    }
+    if (used.empty()) {
         std::string present;
         for (const std::string& c : classes_present) {
             present += (present.empty() ? "" : ", ") + c;

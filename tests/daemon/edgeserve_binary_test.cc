@@ -232,6 +232,16 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     std::ofstream(model + "/config.json", std::ios::trunc) << json;
     e = check(testing::config_yaml(cert.cert_path, cert.key_path, models));
     CHECK_MESSAGE(e.find("hidden_act") != std::string::npos, e);
+    // A tokenizer larger than the model's vocabulary, as run refuses it.
+    json = read_file(std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe/config.json");
+    const size_t at = json.find("\"vocab_size\"");
+    REQUIRE(at != std::string::npos);
+    json.replace(at, json.find_first_of(",}", at) - at, "\"vocab_size\": 510");
+    std::ofstream(model + "/config.json", std::ios::trunc) << json;
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path, models));
+    CHECK_MESSAGE(e.find("tokenizer has 512 tokens but " + model +
+                         "/config.json says vocab_size 510") != std::string::npos,
+                  e);
 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "engine:\n  sharding:\n    communicator: carrier-pigeon\n"));

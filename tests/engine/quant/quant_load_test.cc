@@ -598,6 +598,13 @@ TEST_CASE("quantize and quant-eval command lines") {
                                "--out", tmp2.path}) == 1);
     CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
                                  "all-int8", "--chunk", "12abc"}) == 2);
+    // A policy that quantizes nothing would write a plain copy.
+    TempDir tmp3("cli3");
+    Status none = quantize_checkpoint({kMicro, "none", tmp3.path});
+    CHECK(none.code() == StatusCode::kInvalidArgument);
+    CHECK(none.message().find("quantizes nothing") != std::string::npos);
+    CHECK(quantize_checkpoint({kMicro, "attention=bf16", tmp3.path}).code() ==
+          StatusCode::kInvalidArgument);
     CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
                                  "all-int8", "--threads", "100000"}) == 2);
     // Help is not an error; an unknown flag at the end is named as such.
