@@ -23,6 +23,7 @@
 
 #include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
+#include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "engine/tools/make_model.h"
@@ -343,7 +344,10 @@ int main(int argc, char** argv) {
     const double bw_ref = only_threads == 1 ? bw1 : bw2;
     const double batched32_frac = passes32 > 0 ? batched32 / 32 * step32_bytes / bw_ref : 0.0;
     const double bytes_bound = passes32 > 0 ? 32 * bytes_per_token / step32_bytes : 0.0;
+    // The kernels the figures come from (EDGE_CPU_AMX=0 measures without the AMX tiles).
+    const std::string isa(edge::engine::cpu::isa_name(edge::engine::cpu::detect_isa()));
     std::printf("%-44s %14s\n", "figure", "value");
+    std::printf("%-44s %14s\n", "CPU kernels", isa.c_str());
     std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);
     std::printf("%-44s %14.2f\n", "memory read bandwidth 2 threads (GB/s)", bw2 / 1e9);
     std::printf("%-44s %14.1f\n", "weight MB read per decode token", bytes_per_token / 1e6);
@@ -377,7 +381,7 @@ int main(int argc, char** argv) {
     std::printf("%-44s %14.1f\n", "resident MB after load", rss_load / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after warm-up", rss_warm / 1e6);
     std::printf(
-        "{\"bench\":\"decode\",\"membw_gbps_1t\":%.3f,\"membw_gbps_2t\":%.3f,"
+        "{\"bench\":\"decode\",\"isa\":\"%s\",\"membw_gbps_1t\":%.3f,\"membw_gbps_2t\":%.3f,"
         "\"weight_bytes_per_decode_token\":%lld,\"decode_tps_1t\":%.3f,\"decode_tps_2t\":%.3f,"
         "\"decode_tps_run_1t\":%.3f,\"decode_tps_run_2t\":%.3f,\"decode_bw_fraction_1t\":%.4f,"
         "\"decode_bw_fraction_2t\":%.4f,"
@@ -389,7 +393,7 @@ int main(int argc, char** argv) {
         "\"batched32_over_single_bytes_bound\":%.3f,\"batched_tps_8_bf16\":%.3f,"
         "\"batched_tps_32_bf16\":%.3f,\"batched32_bf16_over_single\":%.3f,\"weight_bytes\":%lld,"
         "\"kv_bytes_per_token\":%lld,"
-        "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
+        "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n", isa.c_str(),
         bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
         single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
         frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,

@@ -234,7 +234,7 @@ int run_gemm(const char* base, int64_t total, int64_t tokens, int rounds) {
                      static_cast<long long>((need >> 20) + 1));
         return 2;
     }
-    if (cpu::detect_isa() != cpu::Isa::kAvx512Bf16) {
+    if (!cpu::has_avx512_bf16(cpu::detect_isa())) {
         std::fprintf(stderr, "--gemm needs a CPU with AVX512_BF16\n");
         return 1;
     }
@@ -416,10 +416,10 @@ int main(int argc, char** argv) {
     };
     std::vector<Variant> variants;
     const cpu::Isa best = cpu::detect_isa();
-    if (best == cpu::Isa::kAvx512Bf16) {
+    if (cpu::has_avx512_bf16(best)) {
         variants.push_back({"bf16 avx512_bf16 (vdpbf16ps)", cpu::Isa::kAvx512Bf16});
     }
-    if (best == cpu::Isa::kAvx512Bf16 || best == cpu::Isa::kAvx512) {
+    if (cpu::has_avx512_bf16(best) || best == cpu::Isa::kAvx512) {
         variants.push_back({"bf16 avx512 (widen + fma)", cpu::Isa::kAvx512});
     }
     if (best != cpu::Isa::kScalar) {

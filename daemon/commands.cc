@@ -20,6 +20,7 @@
 #include "daemon/socket_activation.h"
 #include "daemon/systemd_notify.h"
 #include "engine/backend.h"
+#include "engine/cpu/matmul.h"
 #include "engine/engine.h"
 
 namespace edge::daemon {
@@ -166,7 +167,10 @@ int run_main(int argc, char** argv) {
         std::fprintf(stderr, "edgeserve: %s\n", backend.status().message().c_str());
         return 1;
     }
-    log::info("backend", {{"requested", config->engine.backend}, {"using", *backend}});
+    // cpu_kernels: the CPU's matmul kernels (also the CPU parts of a cuda backend), e.g. amx_bf16.
+    log::info("backend", {{"requested", config->engine.backend},
+                          {"using", *backend},
+                          {"cpu_kernels", engine::cpu::isa_name(engine::cpu::detect_isa())}});
 
     // Socket activation (edgeserve.socket): the first inherited socket is the public listener,
     // so a restart never closes the port; listeners.public.address/port then go unused.

@@ -1,6 +1,12 @@
 #include "engine/cpu/matmul.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "common/check.h"
@@ -9,13 +15,43 @@
 
 namespace edge::engine::cpu {
 
+bool amx_bf16_usable() {
+#if defined(__x86_64__)
+    static const bool usable = [] {
+        unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+        if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) {
+            return false;
+        }
+        const bool amx_bf16 = ((edx >> 22) & 1) != 0;
+        const bool amx_tile = ((edx >> 24) & 1) != 0;
+        if (!amx_bf16 || !amx_tile) {
+            return false;
+        }
+        // Linux hands the tile data state out on request (ARCH_REQ_XCOMP_PERM, XTILEDATA = 18);
+        // refused (an old kernel, a hypervisor that hides it), the tiles cannot be used.
+        constexpr long kArchReqXcompPerm = 0x1023;
+        constexpr long kXfeatureXtiledata = 18;
+        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }();
+    return usable;
+#else
+    return false;
+#endif
+}
+
 Isa detect_isa() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("fma")) {
-        return __builtin_cpu_supports("avx512bf16") ? Isa::kAvx512Bf16 : Isa::kAvx512;
+        if (!__builtin_cpu_supports("avx512bf16")) {
+            return Isa::kAvx512;
+        }
+        // EDGE_CPU_AMX=0 keeps the AVX512_BF16 kernels (A/B measurements).
+        const char* amx = std::getenv("EDGE_CPU_AMX");
+        const bool allowed = amx == nullptr || std::string_view(amx) != "0";
+        return allowed && amx_bf16_usable() ? Isa::kAmxBf16 : Isa::kAvx512Bf16;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         // F16C is implied on every AVX2 CPU shipped; the F16 kernel relies on it.
@@ -35,16 +71,21 @@ std::string_view isa_name(Isa isa) {
             return "avx512";
         case Isa::kAvx512Bf16:
             return "avx512_bf16";
+        case Isa::kAmxBf16:
+            return "amx_bf16";
     }
     return "?";
 }
 
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecision precision) {
+    if (format == WeightFormat::kBF16 && isa == Isa::kAmxBf16) {
+        return precision == ActivationPrecision::kBf16 ? matmul_bf16_amx_bf16act : matmul_bf16_amx;
+    }
     if (format == WeightFormat::kBF16 && isa == Isa::kAvx512Bf16) {
         return precision == ActivationPrecision::kBf16 ? matmul_bf16_avx512bf16_bf16act
                                                        : matmul_bf16_avx512bf16;
     }
-    if (isa == Isa::kAvx512Bf16) {
+    if (isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16) {
         isa = Isa::kAvx512;  // The other float formats have no BF16-specific kernel.
     }
     switch (format) {
@@ -112,20 +153,24 @@ ActivationPrecision for_tokens(ActivationPrecision precision, int64_t n) {
 
 // Multi-token calls prepare their activations once, on the calling thread, and every row range
 // reads them (rather than each claim of the pool preparing them again): BF16 weights at
-// kAvx512Bf16 split them into bf16 (Bf16Activations), float weights at kAvx2 pack them in token
-// groups (PackedActivations). At most one of the two is set (n > 0).
+// kAvx512Bf16 split them into bf16 (Bf16Activations; at kAmxBf16 with 16+ tokens also in the
+// tiles' layout), float weights at kAvx2 pack them in token groups (PackedActivations). At most
+// one of the two is set (n > 0).
 struct PreparedInput {
     Bf16Activations bf16;
     PackedActivations packed;
 };
 
-enum class Prep { kNone, kBf16, kPacked };
+enum class Prep { kNone, kBf16, kAmx, kPacked };
 
 Prep prep_for(const Weight& w, Isa isa, int64_t n) {
     if (n <= 1 || w.layout != WeightLayout::kRows) {
         return Prep::kNone;
     }
-    if (isa == Isa::kAvx512Bf16 && w.format == WeightFormat::kBF16) {
+    if (isa == Isa::kAmxBf16 && w.format == WeightFormat::kBF16 && n >= kAmxMinTokens) {
+        return Prep::kAmx;
+    }
+    if ((isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16) && w.format == WeightFormat::kBF16) {
         return Prep::kBf16;
     }
     const bool float_format = w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16 ||
@@ -138,6 +183,10 @@ int64_t prep_floats(const Weight& w, Isa isa, int64_t n, ActivationPrecision pre
     switch (prep_for(w, isa, n)) {
         case Prep::kBf16:
             return (bf16_activation_elements(n, w.cols, precision) + 1) / 2;
+        case Prep::kAmx:
+            return (bf16_activation_elements(n, w.cols, precision) +
+                    (precision == ActivationPrecision::kExact ? 2 : 1) *
+                        amx_activation_elements(n, w.cols) + 1) / 2;
         case Prep::kPacked:
             return packed_activation_floats(n, w.cols);
         case Prep::kNone:
@@ -154,6 +203,19 @@ PreparedInput prepare_input(const Weight& w, Isa isa, const float* x, int64_t n,
             p.bf16 = prepare_bf16_activations(x, n, w.cols, precision,
                                               reinterpret_cast<uint16_t*>(scratch));
             break;
+        case Prep::kAmx: {
+            auto* rows = reinterpret_cast<uint16_t*>(scratch);
+            p.bf16 = prepare_bf16_activations(x, n, w.cols, precision, rows);
+            uint16_t* tiles = rows + bf16_activation_elements(n, w.cols, precision);
+            to_amx_layout(p.bf16.hi, n, p.bf16.kp, tiles);
+            p.bf16.amx_hi = tiles;
+            if (p.bf16.lo != nullptr) {
+                tiles += amx_activation_elements(n, w.cols);
+                to_amx_layout(p.bf16.lo, n, p.bf16.kp, tiles);
+                p.bf16.amx_lo = tiles;
+            }
+            break;
+        }
         case Prep::kPacked:
             p.packed = pack_activations_avx2(w.format, x, n, w.cols, scratch);
             break;
@@ -173,7 +235,9 @@ bool same_preparation(const Weight& a, const Weight& b, Isa isa, int64_t n) {
 // kernel.
 void run_rows(const Weight& w, Isa isa, const PreparedInput& p, const float* x, int64_t n, float* y,
               int64_t ldy, ActivationPrecision precision, int64_t r0, int64_t r1) {
-    if (p.bf16.n > 0) {
+    if (p.bf16.amx_hi != nullptr) {
+        matmul_bf16_amx_prepared(w, p.bf16, y, ldy, r0, r1);
+    } else if (p.bf16.n > 0) {
         matmul_bf16_avx512bf16_prepared(w, p.bf16, y, ldy, r0, r1);
     } else if (p.packed.n > 0) {
         matmul_avx2_packed(w, p.packed, y, ldy, r0, r1);
@@ -187,7 +251,36 @@ void run_rows(const Weight& w, Isa isa, const PreparedInput& p, const float* x, 
 // Below this much work (multiply-adds) a split over the pool costs more than it saves.
 constexpr int64_t kMinParallelWork = 1 << 15;
 
+// matmul_bf16_amx(_bf16act): the activations prepared here, then the tiles; fewer than
+// kAmxMinTokens tokens on the AVX512_BF16 kernels, as matmul() would run them.
+void matmul_bf16_amx_call(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                          int64_t r0, int64_t r1, ActivationPrecision precision) {
+    if (n < kAmxMinTokens) {
+        (precision == ActivationPrecision::kBf16 ? matmul_bf16_avx512bf16_bf16act
+                                                 : matmul_bf16_avx512bf16)(w, x, n, y, ldy, r0,
+                                                                            r1);
+        return;
+    }
+    thread_local std::vector<float> scratch;
+    const auto need = static_cast<size_t>(prep_floats(w, Isa::kAmxBf16, n, precision));
+    if (scratch.size() < need) {
+        scratch.resize(need);
+    }
+    const PreparedInput p = prepare_input(w, Isa::kAmxBf16, x, n, precision, scratch.data());
+    matmul_bf16_amx_prepared(w, p.bf16, y, ldy, r0, r1);
+}
+
 }  // namespace
+
+void matmul_bf16_amx(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1) {
+    matmul_bf16_amx_call(w, x, n, y, ldy, r0, r1, ActivationPrecision::kExact);
+}
+
+void matmul_bf16_amx_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                             int64_t r0, int64_t r1) {
+    matmul_bf16_amx_call(w, x, n, y, ldy, r0, r1, ActivationPrecision::kBf16);
+}
 
 void matmul(ThreadPool& pool, Isa isa, const Weight& w, const float* x, int64_t n, float* y,
             int64_t ldy, ActivationPrecision precision) {
@@ -281,7 +374,8 @@ bool all_bf16(const SwiGluJob& j) {
 // then down, in per-thread scratch.
 void swiglu_one(Isa isa, const SwiGluJob& j, ActivationPrecision precision) {
     precision = for_tokens(precision, j.n);
-    if (isa == Isa::kAvx512Bf16 && all_bf16(j)) {
+    if ((isa == Isa::kAvx512Bf16 || (isa == Isa::kAmxBf16 && j.n < kAmxMinTokens)) &&
+        all_bf16(j)) {
         swiglu_bf16_avx512bf16(j, precision);
         return;
     }

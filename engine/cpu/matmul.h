@@ -21,10 +21,13 @@
 namespace edge::engine::cpu {
 
 // kAvx512Bf16 is kAvx512 plus AVX512_BF16 dot products for BF16 weights (F32/F16 as kAvx512).
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+// kAmxBf16 is kAvx512Bf16 plus AMX-BF16 tiles for BF16 products of 16 tokens or more.
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmxBf16 };
 
-// The best ISA this CPU runs (cpuid).
+// The best ISA this CPU runs (cpuid; EDGE_CPU_AMX=0 stops at kAvx512Bf16).
 Isa detect_isa();
+// Whether `isa` has the AVX512_BF16 kernels (kAvx512Bf16, and kAmxBf16 for fewer than 16 tokens).
+inline bool has_avx512_bf16(Isa isa) { return isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16; }
 std::string_view isa_name(Isa isa);
 
 // The kernel for `format` at `isa` (float formats), the quantized kernel for quantized formats,

@@ -78,6 +78,9 @@ void matmul_bf16_avx512bf16_bf16act(const Weight& w, const float* x, int64_t n, 
 struct Bf16Activations {
     const uint16_t* hi = nullptr;
     const uint16_t* lo = nullptr;
+    // The same in AMX's layout (to_amx_layout), for matmul_bf16_amx_prepared; else nullptr.
+    const uint16_t* amx_hi = nullptr;
+    const uint16_t* amx_lo = nullptr;
     int64_t n = 0;   // Tokens.
     int64_t k = 0;   // Columns (the weight's cols).
     int64_t kp = 0;  // Row stride of hi and lo, elements.
@@ -95,6 +98,27 @@ void matmul_bf16_avx512bf16_prepared(const Weight& w, const Bf16Activations& a, 
 // Reference for it: each activation rounded to bf16 (nearest even), products summed in double.
 void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                                 int64_t r0, int64_t r1);
+
+// AMX-BF16 tiles (Isa::kAmxBf16, matmul_amx.cc) for calls of kAmxMinTokens tokens or more; fewer
+// go to the AVX512_BF16 kernels (a tile holds 16 tokens: fewer waste it). Same error bounds as
+// those. amx_bf16_usable(): the CPU has AMX-BF16 and the kernel granted tile data (once).
+inline constexpr int64_t kAmxMinTokens = 16;
+bool amx_bf16_usable();
+// bf16 elements of the AMX layout of n rows of k columns: 16-token groups x 32-column chunks,
+// each 16 column pairs x 16 tokens (zero past n).
+int64_t amx_activation_elements(int64_t n, int64_t k);
+// Lays out `rows` (n rows, stride kp, a multiple of 32) for the tiles in `out`.
+void to_amx_layout(const uint16_t* rows, int64_t n, int64_t kp, uint16_t* out);
+// Rows [r0, r1) from activations with amx_hi (and amx_lo for kExact) set. Any split of the rows
+// gives the same bits.
+void matmul_bf16_amx_prepared(const Weight& w, const Bf16Activations& a, float* y, int64_t ldy,
+                              int64_t r0, int64_t r1);
+// Per-call entries (kExact, kBf16 activations): prepare on the calling thread, then as above; the
+// AVX512_BF16 kernels below kAmxMinTokens.
+void matmul_bf16_amx(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                     int64_t r0, int64_t r1);
+void matmul_bf16_amx_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
+                             int64_t r0, int64_t r1);
 
 // One SwiGLU job (gate, up and down all BF16) on the calling thread with the same dot products:
 // each projection's input is split once, and each weight is read as four long sequential streams

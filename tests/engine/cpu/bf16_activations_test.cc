@@ -29,7 +29,7 @@ namespace edge::engine::cpu {
 namespace {
 
 bool have_bf16() {
-    if (detect_isa() != Isa::kAvx512Bf16) {
+    if (!has_avx512_bf16(detect_isa())) {
         MESSAGE("no AVX512_BF16 on this CPU: activation_precision bf16 has no kernel to test");
         return false;
     }

@@ -25,7 +25,7 @@ namespace edge::engine::cpu {
 namespace {
 
 bool have_bf16() {
-    if (detect_isa() != Isa::kAvx512Bf16) {
+    if (!has_avx512_bf16(detect_isa())) {
         MESSAGE("no AVX512_BF16 on this CPU: the multi-token BF16 path has nothing to test");
         return false;
     }
@@ -117,6 +117,83 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
                        precision);
                 INFO("threads " << threads);
                 CHECK(std::memcmp(pooled.data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
+        }
+    }
+}
+
+TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split the whole call") {
+    if (detect_isa() != Isa::kAmxBf16) {
+        MESSAGE("no AMX-BF16 (or no tile permission) here: the AMX path has nothing to test");
+        return;
+    }
+    std::mt19937 rng(11);
+    struct Shape {
+        int64_t rows, cols, n;
+    };
+    // Rows: whole and partial 16-row blocks, an odd count of blocks, fewer than 16; columns: a
+    // multiple of 32 and not (the last chunk from a padded copy); tokens: one group, a partial
+    // second, an odd count of groups, and below the 16-token threshold (the AVX512_BF16 kernels).
+    const Shape shapes[] = {{64, 256, 16}, {101, 160, 17}, {13, 1000, 33},
+                            {48, 96, 70},  {200, 512, 48}, {50, 96, 9}};
+    for (const Shape& s : shapes) {
+        Bf16Weight w;
+        make_weight(s.rows, s.cols, rng, &w);
+        const std::vector<float> x = random_x(s.n, s.cols, rng);
+        const int64_t ldy = s.rows + 3;
+        for (ActivationPrecision precision :
+             {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
+            const bool exact = precision == ActivationPrecision::kExact;
+            std::vector<float> want(static_cast<size_t>(s.n * ldy), 0.0f);
+            std::vector<float> got(want.size(), -9.0f);
+            (exact ? matmul_bf16_scalar : matmul_bf16_scalar_bf16act)(w.w, x.data(), s.n,
+                                                                     want.data(), ldy, 0, s.rows);
+            (exact ? matmul_bf16_amx : matmul_bf16_amx_bf16act)(w.w, x.data(), s.n, got.data(),
+                                                                ldy, 0, s.rows);
+            double worst = 0.0;
+            for (int64_t t = 0; t < s.n; ++t) {
+                for (int64_t r = 0; r < s.rows; ++r) {
+                    const size_t i = static_cast<size_t>(t * ldy + r);
+                    const double bound = (exact ? 2e-5 : 1e-5) * magnitude(w, x, t, r, precision) +
+                                         1e-6;
+                    worst = std::max(worst,
+                                     std::fabs(static_cast<double>(got[i]) - want[i]) / bound);
+                }
+                for (int64_t r = s.rows; r < ldy; ++r) {
+                    CHECK(got[static_cast<size_t>(t * ldy + r)] == -9.0f);
+                }
+            }
+            INFO("rows " << s.rows << " cols " << s.cols << " tokens " << s.n << " exact "
+                         << exact << " worst error / bound " << worst);
+            CHECK(worst <= 1.0);
+            // matmul() on the pool (activations laid out once, rows split) gives the same bits.
+            for (int threads : {1, 2}) {
+                ThreadPool pool(threads);
+                std::vector<float> pooled(want.size(), -9.0f);
+                matmul(pool, Isa::kAmxBf16, w.w, x.data(), s.n, pooled.data(), ldy, precision);
+                INFO("threads " << threads);
+                CHECK(std::memcmp(pooled.data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
+            if (s.n >= kAmxMinTokens) {
+                std::vector<float> parts(want.size(), -9.0f);
+                std::vector<float> prep_scratch(static_cast<size_t>(
+                    bf16_activation_elements(s.n, s.cols, precision) +
+                    2 * amx_activation_elements(s.n, s.cols)));
+                auto* rows = reinterpret_cast<uint16_t*>(prep_scratch.data());
+                Bf16Activations a =
+                    prepare_bf16_activations(x.data(), s.n, s.cols, precision, rows);
+                uint16_t* tiles = rows + bf16_activation_elements(s.n, s.cols, precision);
+                to_amx_layout(a.hi, s.n, a.kp, tiles);
+                a.amx_hi = tiles;
+                if (exact) {
+                    to_amx_layout(a.lo, s.n, a.kp, tiles + amx_activation_elements(s.n, s.cols));
+                    a.amx_lo = tiles + amx_activation_elements(s.n, s.cols);
+                }
+                // Ranges that split 16-row blocks: each row's sum is the same.
+                testing::in_three_row_ranges(s.rows, 7, 37, [&](int64_t r0, int64_t r1) {
+                    matmul_bf16_amx_prepared(w.w, a, parts.data(), ldy, r0, r1);
+                });
+                CHECK(std::memcmp(parts.data(), got.data(), got.size() * sizeof(float)) == 0);
             }
         }
     }

@@ -33,7 +33,10 @@ struct Case {
 std::vector<Case> cases_for_cpu() {
     std::vector<Case> out;
     Isa isa = detect_isa();
-    if (isa == Isa::kAvx512Bf16) {
+    if (isa == Isa::kAmxBf16) {
+        out.push_back({WeightFormat::kBF16, matmul_bf16_scalar, matmul_bf16_amx, "bf16 amx", 2e-5});
+    }
+    if (has_avx512_bf16(isa)) {
         out.push_back({WeightFormat::kBF16, matmul_bf16_scalar, matmul_bf16_avx512bf16,
                        "bf16 avx512_bf16", 2e-5});
         isa = Isa::kAvx512;

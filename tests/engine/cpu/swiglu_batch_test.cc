@@ -74,11 +74,14 @@ std::vector<Isa> isas_for_cpu() {
     if (best != Isa::kScalar) {
         out.push_back(Isa::kAvx2);
     }
-    if (best == Isa::kAvx512 || best == Isa::kAvx512Bf16) {
+    if (best == Isa::kAvx512 || has_avx512_bf16(best)) {
         out.push_back(Isa::kAvx512);
     }
-    if (best == Isa::kAvx512Bf16) {
+    if (has_avx512_bf16(best)) {
         out.push_back(Isa::kAvx512Bf16);
+    }
+    if (best == Isa::kAmxBf16) {
+        out.push_back(Isa::kAmxBf16);
     }
     return out;
 }
