@@ -50,11 +50,43 @@ struct RowSource {
     const uint16_t* tail = nullptr;  // The last chunk (16 x 32, stride 32) when k % 32 != 0.
 };
 
+// Loads chunk c of a row block into A tile kReg (the last chunk from its padded copy, if any).
+template <int kReg>
+inline __attribute__((always_inline)) void load_rows(const RowSource& src, int64_t c,
+                                                     int64_t chunks) {
+    if (c == chunks - 1 && src.tail != nullptr) {
+        _tile_loadd(kReg, src.tail, kChunk * 2);
+    } else {
+        _tile_loadd(kReg, src.rows + c * kChunk, src.stride * 2);
+    }
+}
+
+// Loads the B tiles (tmm6/7) of chunk c for token groups g0 (and g0 + 1) from `layout`
+// (amx_hi or amx_lo) and adds their products with the A tiles (tmm4/5) to the accumulators.
+template <int kBlocks, int kGroups>
+inline __attribute__((always_inline)) void products(const uint16_t* layout, int64_t chunks,
+                                                    int64_t g0, int64_t c) {
+    const uint16_t* b = layout + (g0 * chunks + c) * kBlockElems;
+    _tile_loadd(6, b, kTile * 4);
+    if constexpr (kGroups > 1) {
+        _tile_loadd(7, b + chunks * kBlockElems, kTile * 4);  // Group g0 + 1, same chunk.
+    }
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (kGroups > 1) {
+        _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (kBlocks > 1) {
+        _tile_dpbf16ps(2, 5, 6);
+        if constexpr (kGroups > 1) {
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+}
+
 // 4 accumulators (C0..C3), A in tmm4/5, B in tmm6/7. kBlocks row blocks x kGroups token groups.
 template <int kBlocks, int kGroups, bool kLo>
 void tile_block(const RowSource* src, const Bf16Activations& a, int64_t g0, float* out) {
     const int64_t chunks = a.kp / kChunk;
-    const int64_t groups = (a.n + kTile - 1) / kTile;
     _tile_zero(0);
     if constexpr (kGroups > 1) {
         _tile_zero(1);
@@ -66,53 +98,15 @@ void tile_block(const RowSource* src, const Bf16Activations& a, int64_t g0, floa
         }
     }
     for (int64_t c = 0; c < chunks; ++c) {
-        const bool tail_chunk = c == chunks - 1 && src[0].tail != nullptr;
-        if (tail_chunk) {
-            _tile_loadd(4, src[0].tail, kChunk * 2);
-        } else {
-            _tile_loadd(4, src[0].rows + c * kChunk, src[0].stride * 2);
-        }
+        load_rows<4>(src[0], c, chunks);
         if constexpr (kBlocks > 1) {
-            if (c == chunks - 1 && src[1].tail != nullptr) {
-                _tile_loadd(5, src[1].tail, kChunk * 2);
-            } else {
-                _tile_loadd(5, src[1].rows + c * kChunk, src[1].stride * 2);
-            }
+            load_rows<5>(src[1], c, chunks);
         }
-        const uint16_t* b_hi = a.amx_hi + (g0 * chunks + c) * kBlockElems;
-        _tile_loadd(6, b_hi, kTile * 4);
-        if constexpr (kGroups > 1) {
-            _tile_loadd(7, b_hi + chunks * kBlockElems, kTile * 4);
-        }
-        _tile_dpbf16ps(0, 4, 6);
-        if constexpr (kGroups > 1) {
-            _tile_dpbf16ps(1, 4, 7);
-        }
-        if constexpr (kBlocks > 1) {
-            _tile_dpbf16ps(2, 5, 6);
-            if constexpr (kGroups > 1) {
-                _tile_dpbf16ps(3, 5, 7);
-            }
-        }
+        products<kBlocks, kGroups>(a.amx_hi, chunks, g0, c);
         if constexpr (kLo) {
-            const uint16_t* b_lo = a.amx_lo + (g0 * chunks + c) * kBlockElems;
-            _tile_loadd(6, b_lo, kTile * 4);
-            if constexpr (kGroups > 1) {
-                _tile_loadd(7, b_lo + chunks * kBlockElems, kTile * 4);
-            }
-            _tile_dpbf16ps(0, 4, 6);
-            if constexpr (kGroups > 1) {
-                _tile_dpbf16ps(1, 4, 7);
-            }
-            if constexpr (kBlocks > 1) {
-                _tile_dpbf16ps(2, 5, 6);
-                if constexpr (kGroups > 1) {
-                    _tile_dpbf16ps(3, 5, 7);
-                }
-            }
+            products<kBlocks, kGroups>(a.amx_lo, chunks, g0, c);
         }
     }
-    (void)groups;
     // out: [block][group][16 rows][16 tokens].
     _tile_stored(0, out, kTile * 4);
     if constexpr (kGroups > 1) {

@@ -51,6 +51,34 @@ double magnitude(const Bf16Weight& w, const std::vector<float>& x, int64_t t, in
     return m;
 }
 
+// Runs `kernel` over all rows into *got (ldy-wide rows, padding -9) and returns the worst error
+// against the scalar reference of `precision` in units of its bound (hi + lo: 2e-5 * sum_c
+// |w * x| + 1e-6; single bf16: 1e-5 * ...). The padding columns must stay unwritten.
+double worst_over_bound(const Bf16Weight& w, const std::vector<float>& x, int64_t n, int64_t ldy,
+                        ActivationPrecision precision, quant::MatmulKernel kernel,
+                        std::vector<float>* got) {
+    const bool exact = precision == ActivationPrecision::kExact;
+    const int64_t rows = w.w.rows;
+    std::vector<float> want(static_cast<size_t>(n * ldy), 0.0f);
+    got->assign(want.size(), -9.0f);
+    (exact ? matmul_bf16_scalar : matmul_bf16_scalar_bf16act)(w.w, x.data(), n, want.data(), ldy,
+                                                             0, rows);
+    kernel(w.w, x.data(), n, got->data(), ldy, 0, rows);
+    double worst = 0.0;
+    for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+            const size_t i = static_cast<size_t>(t * ldy + r);
+            const double bound =
+                (exact ? 2e-5 : 1e-5) * magnitude(w, x, t, r, precision) + 1e-6;
+            worst = std::max(worst, std::fabs(static_cast<double>((*got)[i]) - want[i]) / bound);
+        }
+        for (int64_t r = rows; r < ldy; ++r) {
+            CHECK((*got)[static_cast<size_t>(t * ldy + r)] == -9.0f);
+        }
+    }
+    return worst;
+}
+
 TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precisions") {
     if (!have_bf16()) {
         return;
@@ -72,26 +100,10 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
         for (ActivationPrecision precision :
              {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
             const bool exact = precision == ActivationPrecision::kExact;
-            std::vector<float> want(static_cast<size_t>(s.n * ldy), 0.0f);
-            std::vector<float> got(want.size(), -9.0f);
-            (exact ? matmul_bf16_scalar : matmul_bf16_scalar_bf16act)(w.w, x.data(), s.n,
-                                                                     want.data(), ldy, 0, s.rows);
-            (exact ? matmul_bf16_avx512bf16 : matmul_bf16_avx512bf16_bf16act)(
-                w.w, x.data(), s.n, got.data(), ldy, 0, s.rows);
-            double worst = 0.0;
-            for (int64_t t = 0; t < s.n; ++t) {
-                for (int64_t r = 0; r < s.rows; ++r) {
-                    const size_t i = static_cast<size_t>(t * ldy + r);
-                    const double bound = (exact ? 2e-5 : 1e-5) * magnitude(w, x, t, r, precision) +
-                                         1e-6;
-                    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-                    worst = std::max(worst, err / bound);
-                }
-                // The padding columns of y are not written.
-                for (int64_t r = s.rows; r < ldy; ++r) {
-                    CHECK(got[static_cast<size_t>(t * ldy + r)] == -9.0f);
-                }
-            }
+            std::vector<float> got;
+            const double worst = worst_over_bound(
+                w, x, s.n, ldy, precision,
+                exact ? matmul_bf16_avx512bf16 : matmul_bf16_avx512bf16_bf16act, &got);
             INFO("rows " << s.rows << " cols " << s.cols << " tokens " << s.n << " exact "
                          << exact << " worst error / bound " << worst);
             CHECK(worst <= 1.0);
@@ -103,7 +115,7 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
             const Bf16Activations a =
                 prepare_bf16_activations(x.data(), s.n, s.cols, precision, scratch.data());
             CHECK((a.lo != nullptr) == exact);
-            std::vector<float> parts(want.size(), -9.0f);
+            std::vector<float> parts(got.size(), -9.0f);
             testing::in_three_row_ranges(s.rows, 16, 64, [&](int64_t r0, int64_t r1) {
                 matmul_bf16_avx512bf16_prepared(w.w, a, parts.data(), ldy, r0, r1);
             });
@@ -112,7 +124,7 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
             // matmul() on two threads (activations prepared once, rows split by the pool).
             for (int threads : {1, 2}) {
                 ThreadPool pool(threads);
-                std::vector<float> pooled(want.size(), -9.0f);
+                std::vector<float> pooled(got.size(), -9.0f);
                 matmul(pool, Isa::kAvx512Bf16, w.w, x.data(), s.n, pooled.data(), ldy,
                        precision);
                 INFO("threads " << threads);
@@ -144,38 +156,23 @@ TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split
         for (ActivationPrecision precision :
              {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
             const bool exact = precision == ActivationPrecision::kExact;
-            std::vector<float> want(static_cast<size_t>(s.n * ldy), 0.0f);
-            std::vector<float> got(want.size(), -9.0f);
-            (exact ? matmul_bf16_scalar : matmul_bf16_scalar_bf16act)(w.w, x.data(), s.n,
-                                                                     want.data(), ldy, 0, s.rows);
-            (exact ? matmul_bf16_amx : matmul_bf16_amx_bf16act)(w.w, x.data(), s.n, got.data(),
-                                                                ldy, 0, s.rows);
-            double worst = 0.0;
-            for (int64_t t = 0; t < s.n; ++t) {
-                for (int64_t r = 0; r < s.rows; ++r) {
-                    const size_t i = static_cast<size_t>(t * ldy + r);
-                    const double bound = (exact ? 2e-5 : 1e-5) * magnitude(w, x, t, r, precision) +
-                                         1e-6;
-                    worst = std::max(worst,
-                                     std::fabs(static_cast<double>(got[i]) - want[i]) / bound);
-                }
-                for (int64_t r = s.rows; r < ldy; ++r) {
-                    CHECK(got[static_cast<size_t>(t * ldy + r)] == -9.0f);
-                }
-            }
+            std::vector<float> got;
+            const double worst = worst_over_bound(
+                w, x, s.n, ldy, precision, exact ? matmul_bf16_amx : matmul_bf16_amx_bf16act,
+                &got);
             INFO("rows " << s.rows << " cols " << s.cols << " tokens " << s.n << " exact "
                          << exact << " worst error / bound " << worst);
             CHECK(worst <= 1.0);
             // matmul() on the pool (activations laid out once, rows split) gives the same bits.
             for (int threads : {1, 2}) {
                 ThreadPool pool(threads);
-                std::vector<float> pooled(want.size(), -9.0f);
+                std::vector<float> pooled(got.size(), -9.0f);
                 matmul(pool, Isa::kAmxBf16, w.w, x.data(), s.n, pooled.data(), ldy, precision);
                 INFO("threads " << threads);
                 CHECK(std::memcmp(pooled.data(), got.data(), got.size() * sizeof(float)) == 0);
             }
             if (s.n >= kAmxMinTokens) {
-                std::vector<float> parts(want.size(), -9.0f);
+                std::vector<float> parts(got.size(), -9.0f);
                 std::vector<float> prep_scratch(static_cast<size_t>(
                     bf16_activation_elements(s.n, s.cols, precision) +
                     2 * amx_activation_elements(s.n, s.cols)));
