@@ -51,13 +51,18 @@ struct RowSource {
 };
 
 // Loads chunk c of a row block into A tile kReg (the last chunk from its padded copy, if any).
+// (The intrinsics take the register as a literal: it is spelled out for each.)
 template <int kReg>
 inline __attribute__((always_inline)) void load_rows(const RowSource& src, int64_t c,
                                                      int64_t chunks) {
-    if (c == chunks - 1 && src.tail != nullptr) {
-        _tile_loadd(kReg, src.tail, kChunk * 2);
+    const bool tail = c == chunks - 1 && src.tail != nullptr;
+    const uint16_t* from = tail ? src.tail : src.rows + c * kChunk;
+    const int64_t stride = (tail ? kChunk : src.stride) * 2;
+    static_assert(kReg == 4 || kReg == 5, "A tiles are tmm4 and tmm5");
+    if constexpr (kReg == 4) {
+        _tile_loadd(4, from, stride);
     } else {
-        _tile_loadd(kReg, src.rows + c * kChunk, src.stride * 2);
+        _tile_loadd(5, from, stride);
     }
 }
 

@@ -458,6 +458,8 @@ int quant_eval_main(int argc, char** argv) {
         }
     }
     if (o.model_dir.empty() || o.policies.empty()) {
+        std::fprintf(stderr, "quant-eval: missing %s\n",
+                     o.model_dir.empty() ? "--model" : "--policies (at least one policy)");
         std::fputs(usage, stderr);
         return 2;
     }

@@ -328,9 +328,14 @@ int quantize_main(int argc, char** argv) {
             return 2;
         }
     }
-    if (o.model_dir.empty() || o.policy.empty() || o.out_dir.empty()) {
-        std::fputs(usage, stderr);
-        return 2;
+    for (const auto& [value, flag] : {std::pair{&o.model_dir, "--model"},
+                                       std::pair{&o.policy, "--policy"},
+                                       std::pair{&o.out_dir, "--out"}}) {
+        if (value->empty()) {
+            std::fprintf(stderr, "quantize: missing %s (or an empty value for it)\n%s", flag,
+                         usage);
+            return 2;
+        }
     }
     Status st = quantize_checkpoint(o);
     if (!st.ok()) {
