@@ -4,11 +4,13 @@
 // token and the fraction of measured memory bandwidth decode reaches, resident memory after load.
 // Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
 //                     [--profile single|batchedN] [--activations exact|bf16|both]
+//                     [--cpu-kernels auto|amx_bf16|avx512_bf16|...]
 // (batched figures use the last thread count run: 2 by default; --activations picks
 // engine.activation_precision for them, default both: exact, then the same phases on a second
 // load of the model with single-bf16 activations; single-stream decode is always exact). Decode
 // rates are taken at the median step, like the probe's median pass (StepTimes); the whole-run
 // single-stream rate is printed too.
+// --cpu-kernels is engine.cpu_kernels (avx512_bf16 measures without the AMX tiles).
 // Without --model it writes the preset to a temp dir (about 2.5 GB) and removes it afterwards.
 
 #include <algorithm>
@@ -184,6 +186,7 @@ int main(int argc, char** argv) {
     // printing its tokens/s (for `perf record`; skips the probes and the table).
     std::string profile;
     std::string activations = "both";
+    std::string cpu_kernels = "auto";
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: the bench preset)"),
@@ -193,9 +196,17 @@ int main(int argc, char** argv) {
                                     "run only this thread count (0: 1 and 2)"),
          edge::bench::Flag::string("--profile", &profile,
                                    "single or batchedN: only that phase, for perf record"),
+         edge::bench::Flag::string("--cpu-kernels", &cpu_kernels,
+                                   "auto or an ISA this CPU runs (engine.cpu_kernels)"),
          edge::bench::Flag::string("--activations", &activations,
                                    "exact, bf16 or both: activation precision of batched steps")},
         "bench_decode: decode and prefill on the bench preset against memory bandwidth");
+    if (cpu_kernels != "auto") {
+        if (auto isa = edge::engine::cpu::isa_by_name(cpu_kernels); !isa.ok()) {
+            std::fprintf(stderr, "--cpu-kernels: %s\n", isa.status().message().c_str());
+            return 2;
+        }
+    }
     if (activations != "exact" && activations != "bf16" && activations != "both") {
         std::fprintf(stderr, "--activations: expected exact, bf16 or both, got '%s'\n",
                      activations.c_str());
@@ -227,6 +238,7 @@ int main(int argc, char** argv) {
     if (!profile.empty()) {
         edge::engine::LoadOptions lo;
         lo.threads = only_threads == 0 ? 2 : only_threads;
+        lo.cpu_kernels = cpu_kernels;
         lo.activation_precision = run_exact ? edge::engine::ActivationPrecision::kExact
                                             : edge::engine::ActivationPrecision::kBf16;
         lo.max_slots = 72;
@@ -281,6 +293,7 @@ int main(int argc, char** argv) {
         }
         edge::engine::LoadOptions lo;
         lo.threads = threads;
+        lo.cpu_kernels = cpu_kernels;
         lo.max_slots = 40;
         lo.max_context = 1024;
         const int64_t rss0 = edge::bench::rss_bytes();
@@ -344,8 +357,11 @@ int main(int argc, char** argv) {
     const double bw_ref = only_threads == 1 ? bw1 : bw2;
     const double batched32_frac = passes32 > 0 ? batched32 / 32 * step32_bytes / bw_ref : 0.0;
     const double bytes_bound = passes32 > 0 ? 32 * bytes_per_token / step32_bytes : 0.0;
-    // The kernels the figures come from (EDGE_CPU_AMX=0 measures without the AMX tiles).
-    const std::string isa(edge::engine::cpu::isa_name(edge::engine::cpu::detect_isa()));
+    // The kernels the figures come from (--cpu-kernels avx512_bf16 measures without the tiles).
+    const std::string isa = cpu_kernels != "auto"
+                                ? cpu_kernels
+                                : std::string(edge::engine::cpu::isa_name(
+                                      edge::engine::cpu::detect_isa()));
     std::printf("%-44s %14s\n", "figure", "value");
     std::printf("%-44s %14s\n", "CPU kernels", isa.c_str());
     std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);

@@ -16,6 +16,7 @@
 // stream stays admitted and the weights act through which streams decode. --warmup: steps before
 // the figures are taken (default min(steps / 4, 40)); with --batch 64 the first prompts of all 64
 // streams take ~140 steps to prefill, so take --steps 400 --warmup 160 there.
+// --cpu-kernels: engine.cpu_kernels (auto, or e.g. avx512_bf16 to measure without AMX tiles).
 // --activations: engine.activation_precision of the multi-token steps (the single stream decodes
 // one token per step, which is always exact).
 // Without --model it writes the preset (default `bench`, about 2.5 GB) to a temp dir and removes
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
 #include "engine/sched/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
     int decode = 0;
     int warmup_steps = -1;
     std::string activations = "exact";
+    std::string cpu_kernels = "auto";
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: --preset's)"),
@@ -152,10 +155,18 @@ int main(int argc, char** argv) {
                                     "most sequences decoding per step (0: all running)"),
          edge::bench::Flag::integer("--warmup", &warmup_steps, 0,
                                     "steps before measuring (default min(steps / 4, 40))"),
+         edge::bench::Flag::string("--cpu-kernels", &cpu_kernels,
+                                   "auto or an ISA this CPU runs (engine.cpu_kernels)"),
          edge::bench::Flag::string("--activations", &activations,
                                    "exact or bf16: engine.activation_precision")},
         "bench_tenancy: 64 streams from 4 tenants of different weights on one engine");
     // Flags first: a bad one must not cost the write of a 2.5 GB preset.
+    if (cpu_kernels != "auto") {
+        if (auto isa = edge::engine::cpu::isa_by_name(cpu_kernels); !isa.ok()) {
+            std::fprintf(stderr, "--cpu-kernels: %s\n", isa.status().message().c_str());
+            return 2;
+        }
+    }
     if (activations != "exact" && activations != "bf16") {
         std::fprintf(stderr, "--activations: expected exact or bf16, got '%s'\n",
                      activations.c_str());
@@ -181,6 +192,7 @@ int main(int argc, char** argv) {
     constexpr int kUserTokens = 16;
     edge::engine::LoadOptions lo;
     lo.threads = threads;
+    lo.cpu_kernels = cpu_kernels;
     lo.max_slots = batch;
     lo.max_context = 512;
     lo.kv_block_tokens = 16;

@@ -167,10 +167,14 @@ int run_main(int argc, char** argv) {
         std::fprintf(stderr, "edgeserve: %s\n", backend.status().message().c_str());
         return 1;
     }
-    // cpu_kernels: the CPU's matmul kernels (also the CPU parts of a cuda backend), e.g. amx_bf16.
+    // cpu_kernels: the CPU's matmul kernels engine.cpu_kernels picks (auto: the best it has).
+    const std::string cpu_kernels =
+        config->engine.cpu_kernels == "auto"
+            ? std::string(engine::cpu::isa_name(engine::cpu::detect_isa()))
+            : config->engine.cpu_kernels;
     log::info("backend", {{"requested", config->engine.backend},
                           {"using", *backend},
-                          {"cpu_kernels", engine::cpu::isa_name(engine::cpu::detect_isa())}});
+                          {"cpu_kernels", cpu_kernels}});
 
     // Socket activation (edgeserve.socket): the first inherited socket is the public listener,
     // so a restart never closes the port; listeners.public.address/port then go unused.

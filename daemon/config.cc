@@ -411,6 +411,18 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
               }
               return ok_status();
           }},
+         {"cpu_kernels",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              // Whether this CPU runs them is checked with the files (check-config, run).
+              EDGE_ASSIGN_OR_RETURN(e.cpu_kernels, r.string(n, k));
+              for (const char* known :
+                   {"auto", "amx_bf16", "avx512_bf16", "avx512", "avx2", "scalar"}) {
+                  if (e.cpu_kernels == known) {
+                      return ok_status();
+                  }
+              }
+              return r.error(n, k, "expected auto, amx_bf16, avx512_bf16, avx512, avx2 or scalar");
+          }},
          {"max_batch_sequences", int_field(r, e.max_batch_sequences, 1, 1 << 16)},
          {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
          {"max_decode_sequences", int_field(r, e.max_decode_sequences, 0, 1 << 16)},

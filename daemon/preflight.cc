@@ -7,6 +7,7 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include "daemon/cluster/cluster.h"
+#include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "engine/shard/communicator.h"
@@ -117,6 +118,12 @@ Status preflight_config(const Config& config, bool public_socket_inherited) {
         }
     }
     EDGE_RETURN_IF_ERROR(check_ports(config, public_socket_inherited));
+    if (config.engine.cpu_kernels != "auto") {
+        if (Result<engine::cpu::Isa> isa = engine::cpu::isa_by_name(config.engine.cpu_kernels);
+            !isa.ok()) {
+            return isa.status().with_context(file + ": engine.cpu_kernels");
+        }
+    }
     const std::vector<std::string> communicators = engine::shard::available_communicators();
     if (std::find(communicators.begin(), communicators.end(),
                   config.engine.sharding.communicator) == communicators.end()) {

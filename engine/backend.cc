@@ -1,6 +1,7 @@
 #include "engine/backend.h"
 
 #include <mutex>
+#include <optional>
 
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/matmul.h"
@@ -103,7 +104,15 @@ Result<std::string> resolve_backend(std::string_view requested) {
 Result<std::unique_ptr<Backend>> create_backend(std::string_view name,
                                                 const BackendOptions& options) {
     if (name == "cpu") {
-        return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options));
+        std::optional<cpu::Isa> isa;
+        if (options.cpu_kernels != "auto") {
+            Result<cpu::Isa> chosen = cpu::isa_by_name(options.cpu_kernels);
+            if (!chosen.ok()) {
+                return chosen.status().with_context("engine.cpu_kernels");
+            }
+            isa = *chosen;
+        }
+        return std::unique_ptr<Backend>(std::make_unique<cpu::CpuBackend>(options, isa));
     }
 #if defined(EDGE_HAVE_CUDA)
     if (name == "cuda") {

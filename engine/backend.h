@@ -38,6 +38,9 @@ struct BackendOptions {
     // Activations of multi-token BF16 products on the CPU (engine.activation_precision); device
     // backends ignore it.
     ActivationPrecision activation_precision = ActivationPrecision::kExact;
+    // The CPU backend's matmul kernels (engine.cpu_kernels): "auto", or an ISA name of
+    // cpu::isa_name() no better than this CPU's; device backends ignore it.
+    std::string cpu_kernels = "auto";
 };
 
 class Backend {
@@ -54,6 +57,8 @@ public:
     virtual int threads() const = 0;
     // BackendOptions::activation_precision as this backend applies it (kExact where it has none).
     virtual ActivationPrecision activation_precision() const { return ActivationPrecision::kExact; }
+    // BackendOptions::cpu_kernels as this backend resolved it ("auto" where it has none).
+    virtual std::string cpu_kernels() const { return "auto"; }
     // OK while the backend can run work; once a device reports a sticky error (the CUDA context
     // is lost) it returns that error for good, and the daemon's /readyz fails on it. Thread-safe.
     virtual Status health() const { return ok_status(); }

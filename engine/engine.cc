@@ -47,8 +47,9 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const ModelConfig& mc,
     return load_model(mc.path, options);
 }
 
+// `row_tiles` false: quantized matrices stay mapped as stored (no copy into CPU row tiles).
 Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config,
-                                            const std::string& backend) {
+                                            const std::string& backend, bool row_tiles = true) {
     sched::ServedModel m;
     m.config = mc;
     std::error_code ec;
@@ -74,11 +75,13 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     options.threads = config.threads;
     options.backend = backend;
     options.activation_precision = config.activation_precision;
+    options.cpu_kernels = config.cpu_kernels;
     options.max_slots = config.max_batch_sequences;
     options.max_context = static_cast<int32_t>(std::max<int64_t>(mc.max_context, 0));
     options.kv_cache_bytes = config.kv_cache_bytes;
     options.kv_block_tokens = config.kv_block_tokens;
     options.quantization = mc.quantization;
+    options.row_tiles = row_tiles;
     options.sharding = config.sharding;
     EDGE_ASSIGN_OR_RETURN(m.model, load_causal_lm(mc, options));
     if (m.model->spec().vocab_size < m.tokenizer->vocab_size()) {
@@ -100,7 +103,9 @@ Status check_checkpoint_loads(const std::string& dir) {
     EngineConfig config;
     config.threads = 1;
     config.max_batch_sequences = 1;
-    return load_served_model(mc, config, "cpu").status();
+    // Mapped as stored: the check costs no copy of a model that may be larger than this
+    // machine's memory.
+    return load_served_model(mc, config, "cpu", false).status();
 }
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config) {

@@ -45,15 +45,19 @@ struct EngineConfig {
     // Activations of multi-token steps' BF16 products on the CPU: kExact (bf16 hi + lo pairs,
     // ~16 bits) or kBf16 (one bf16 each, 8 bits, about half the multiply work).
     ActivationPrecision activation_precision = ActivationPrecision::kExact;
+    // The CPU's matmul kernels: "auto" (the best this CPU runs) or one at most that good
+    // ("amx_bf16", "avx512_bf16", "avx512", "avx2", "scalar"), for comparisons and fallbacks.
+    std::string cpu_kernels = "auto";
     shard::ShardingConfig sharding;      // Expert-parallel ranks and placement (docs/sharding.md).
     std::vector<ModelConfig> models;
 };
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config);
 
-// Loads the checkpoint in `dir` as a served model would be (tokenizer, its config, the weights
-// on the CPU with a small KV cache) and drops it: ok when it would serve. For the tools that
-// write checkpoints.
+// Loads the checkpoint in `dir` as the engine loads a model (tokenizer, its config, every weight
+// checked against the architecture, mapped as stored, with a small KV cache) and drops it. For
+// the tools that write checkpoints; the generator's own checks at start (the BOS token, the chat
+// format) are not run.
 Status check_checkpoint_loads(const std::string& dir);
 
 }  // namespace edge::engine

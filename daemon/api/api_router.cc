@@ -177,7 +177,7 @@ void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
     std::vector<std::pair<std::string, int64_t>> key;
     key.reserve(models.size());
     for (const engine::ModelInfo& m : models) {
-        key.emplace_back(m.name, m.created_unix);
+        key.emplace_back(m.name + '\n' + m.version, m.created_unix);  // What the body shows.
     }
     {
         std::lock_guard lock(models_mu_);
@@ -440,10 +440,6 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         return;
     }
 
-    // Reserved from the output budget: the client's max_tokens. A default one (a chat request
-    // without max_tokens may run to the end of the context) reserves at most a quarter of the
-    // minute's budget, so a tenant's default requests still run several at once; what they
-    // generate beyond it is charged as debt when they end, like prompt tokens.
     // A version pin on a site without a cluster: only this site's own version can answer it (a
     // planner applies it to every pool otherwise).
     if (std::string_view pin = request.header(cluster::kModelVersionHeader);
@@ -462,6 +458,10 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             }
         }
     }
+    // Reserved from the output budget: the client's max_tokens. A default one (a chat request
+    // without max_tokens may run to the end of the context) reserves at most a quarter of the
+    // minute's budget, so a tenant's default requests still run several at once; what they
+    // generate beyond it is charged as debt when they end, like prompt tokens.
     int64_t reserve = max_tokens;
     if (req.generate.max_tokens_is_default) {
         if (const int64_t budget = limiter_.output_budget(tenant.name); budget > 0) {

@@ -33,7 +33,8 @@ using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 // where the generator does not know it yet).
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
-                    CompletionDone on_done = {}, std::function<void(int64_t prompt_tokens)> on_accepted = {});
+                    CompletionDone on_done = {},
+                    std::function<void(int64_t prompt_tokens)> on_accepted = {});
 
 // A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
 // a whole character (a byte-fallback token, half of a CJK character) are written as the text

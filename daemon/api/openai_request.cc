@@ -64,17 +64,20 @@ public:
             i = v.get_int64();
         } else if (v.is_uint64()) {
             if (v.get_uint64() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-                fail("'" + name + "' is too large", name);
+                fail("'" + name + "' is outside the 64-bit integer range", name);
                 return std::nullopt;
             }
             i = static_cast<int64_t>(v.get_uint64());
-        } else if (v.is_double() && std::trunc(v.get_double()) == v.get_double() &&
-                   std::abs(v.get_double()) < 9e15) {
-            i = static_cast<int64_t>(v.get_double());
         } else if (v.is_double() && std::trunc(v.get_double()) == v.get_double()) {
-            // A whole number beyond 64 bits parses as a double.
-            fail("'" + name + "' is too large", name);
-            return std::nullopt;
+            // 1e16, or a whole number beyond 64 bits (parsed as a double). -2^63 converts
+            // exactly; 2^63 would not.
+            constexpr double kTwo63 = 9223372036854775808.0;
+            const double d = v.get_double();
+            if (!(d >= -kTwo63 && d < kTwo63)) {
+                fail("'" + name + "' is outside the 64-bit integer range", name);
+                return std::nullopt;
+            }
+            i = static_cast<int64_t>(d);
         } else {
             fail("'" + name + "' must be an integer", name);
             return std::nullopt;

@@ -19,7 +19,9 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 
+#include "common/file.h"
 #include "common/log.h"
 #include "daemon/cluster/admin_views.h"
 #include "daemon/metrics.h"
@@ -80,11 +82,16 @@ Result<membership::Keyring> load_keyring(const GossipConfig& gossip) {
         keys.push_back(k);
     }
     if (!gossip.keyring_file.empty()) {
-        std::ifstream in(gossip.keyring_file);
-        if (!in) {
+        // Bounded and from a regular file only: a FIFO there would hang the reload.
+        Result<std::string> text = read_small_file(gossip.keyring_file, uint64_t{1} << 20);
+        if (text.status().code() == StatusCode::kNotFound) {
             return not_found_error("gossip.keyring_file: cannot open '" + gossip.keyring_file +
                                    "'");
         }
+        if (!text.ok()) {
+            return text.status().with_context("gossip.keyring_file");
+        }
+        std::istringstream in(*text);
         std::string line;
         int n = 0;
         while (std::getline(in, line)) {

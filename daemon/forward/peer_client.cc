@@ -448,8 +448,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         }
         job.current = nullptr;
         // A pooled connection the peer closed while idle fails before any answer: once, open a
-        // fresh one to the same target instead of counting it as the target's failure.
-        bool stale = conn->reused && tries == 0 && ec != beast::error::timeout &&
+        // fresh one to the same target instead of counting it as the target's failure (not when
+        // this site closed it because gossip declared the target dead).
+        bool stale = !job.site_lost && conn->reused && tries == 0 &&
+                     ec != beast::error::timeout &&
                      (parser == std::nullopt || !parser->got_some());
         conn->close();
         conn.reset();
@@ -460,7 +462,8 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             continue;
         }
         fail(ec == beast::error::timeout ? Failure::kTimeout : Failure::kReset,
-             "no response head: " + ec.message());
+             job.site_lost ? std::string("no response head: declared dead by gossip")
+                           : "no response head: " + ec.message());
         co_return false;
     }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/check.h"
+#include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/ops.h"
 
 namespace edge::engine::cpu {
@@ -9,7 +11,11 @@ namespace edge::engine::cpu {
 CpuBackend::CpuBackend(const BackendOptions& options, std::optional<Isa> isa)
     : pool_(options.threads),
       isa_(isa.value_or(detect_isa())),
-      precision_(options.activation_precision) {}
+      precision_(options.activation_precision) {
+    // Tile instructions without the kernel's grant fault (SIGILL): an explicit kAmxBf16 needs it.
+    EDGE_CHECK(isa_ != Isa::kAmxBf16 || amx_bf16_usable(),
+               "Isa::kAmxBf16 on a CPU or kernel without usable AMX-BF16 tiles");
+}
 
 bool CpuBackend::supports(Op op, WeightFormat format) const {
     if (op == Op::kMatmul) {

@@ -30,6 +30,7 @@ public:
 
     Isa isa() const { return isa_; }
     ActivationPrecision activation_precision() const override { return precision_; }
+    std::string cpu_kernels() const override { return std::string(isa_name(isa_)); }
     ThreadPool& pool() { return pool_; }
 
 protected:

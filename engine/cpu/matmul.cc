@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string_view>
 #include <vector>
 
@@ -48,10 +47,7 @@ Isa detect_isa() {
         if (!__builtin_cpu_supports("avx512bf16")) {
             return Isa::kAvx512;
         }
-        // EDGE_CPU_AMX=0 keeps the AVX512_BF16 kernels (A/B measurements).
-        const char* amx = std::getenv("EDGE_CPU_AMX");
-        const bool allowed = amx == nullptr || std::string_view(amx) != "0";
-        return allowed && amx_bf16_usable() ? Isa::kAmxBf16 : Isa::kAvx512Bf16;
+        return amx_bf16_usable() ? Isa::kAmxBf16 : Isa::kAvx512Bf16;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         // F16C is implied on every AVX2 CPU shipped; the F16 kernel relies on it.
@@ -75,6 +71,26 @@ std::string_view isa_name(Isa isa) {
             return "amx_bf16";
     }
     return "?";
+}
+
+Result<Isa> isa_by_name(std::string_view name) {
+    // Each includes the ones before it: a CPU runs every ISA up to its best.
+    constexpr Isa kAll[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16,
+                            Isa::kAmxBf16};
+    std::string known;
+    for (Isa isa : kAll) {
+        if (isa_name(isa) == name) {
+            const Isa best = detect_isa();
+            if (static_cast<int>(isa) > static_cast<int>(best)) {
+                return invalid_argument_error("'" + std::string(name) +
+                                              "' is not available on this CPU (its best: " +
+                                              std::string(isa_name(best)) + ")");
+            }
+            return isa;
+        }
+        known += (known.empty() ? "" : ", ") + std::string(isa_name(isa));
+    }
+    return invalid_argument_error("'" + std::string(name) + "' is not auto or one of " + known);
 }
 
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecision precision) {
@@ -267,6 +283,8 @@ void matmul_bf16_amx_call(const Weight& w, const float* x, int64_t n, float* y, 
         scratch.resize(need);
     }
     const PreparedInput p = prepare_input(w, Isa::kAmxBf16, x, n, precision, scratch.data());
+    EDGE_CHECK(p.bf16.amx_hi != nullptr && amx_bf16_usable(),
+               "matmul_bf16_amx: a row-major BF16 weight on a CPU with usable AMX tiles");
     matmul_bf16_amx_prepared(w, p.bf16, y, ldy, r0, r1);
 }
 

@@ -13,6 +13,8 @@
 #include <span>
 #include <string_view>
 
+#include "common/result.h"
+
 #include "engine/cpu/matmul_job.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/cpu/weight.h"
@@ -24,8 +26,11 @@ namespace edge::engine::cpu {
 // kAmxBf16 is kAvx512Bf16 plus AMX-BF16 tiles for BF16 products of 16 tokens or more.
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmxBf16 };
 
-// The best ISA this CPU runs (cpuid; EDGE_CPU_AMX=0 stops at kAvx512Bf16).
+// The best ISA this CPU runs (cpuid; for kAmxBf16 also the kernel's grant of the tile state).
 Isa detect_isa();
+// The ISA isa_name() calls `name`, when this CPU runs it (engine.cpu_kernels); kInvalidArgument
+// naming the known names, or that this CPU's best is lower.
+Result<Isa> isa_by_name(std::string_view name);
 // Whether `isa` has the AVX512_BF16 kernels (kAvx512Bf16, and kAmxBf16 for fewer than 16 tokens).
 inline bool has_avx512_bf16(Isa isa) { return isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16; }
 std::string_view isa_name(Isa isa);

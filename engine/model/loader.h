@@ -28,6 +28,7 @@ struct LoadOptions {
     std::string backend = "cpu";    // Where forward() runs: "cpu", or "cuda" when compiled in.
     // Activations of multi-token BF16 products on the CPU (engine.activation_precision).
     ActivationPrecision activation_precision = ActivationPrecision::kExact;
+    std::string cpu_kernels = "auto";  // engine.cpu_kernels (BackendOptions::cpu_kernels).
     // Expert-parallel sharding of the MoE layers (engine/shard/sharding_config.h).
     shard::ShardingConfig sharding;
     // INT4/INT8 matrices in CPU row tiles (WeightLayout::kRowTiles16, engine/cpu/weight.h) where

@@ -182,6 +182,7 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
             bo.threads = std::max(1, driver->threads() / config.ranks);
             bo.device = r;
             bo.activation_precision = driver->activation_precision();
+            bo.cpu_kernels = driver->cpu_kernels();
             EDGE_ASSIGN_OR_RETURN(rank->own_backend, create_backend(driver->name(), bo));
             rank->backend = rank->own_backend.get();
         }

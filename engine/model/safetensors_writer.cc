@@ -1,6 +1,8 @@
 #include "engine/model/safetensors_writer.h"
 
 #include <boost/json.hpp>
+#include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -163,6 +165,11 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
     if (ec) {
         return internal_error(out_dir + ": cannot create: " + ec.message());
     }
+    const auto is_checkpoint_file = [](const std::string& name) {
+        return std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
+                            [&](const char* f) { return name == f; }) !=
+               std::end(kCheckpointFiles);
+    };
     std::vector<fs::path> partial;
     for (const fs::directory_entry& e : fs::directory_iterator(out_dir, ec)) {
         const std::string name = e.path().filename().string();
@@ -173,12 +180,15 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
                 out_dir + ": holds " + name + ", which the loader would read instead of the " +
                 "new model.safetensors; remove the old checkpoint or choose another directory");
         }
-        if (!overwrite && (name == "model.safetensors" || name == "config.json")) {
-            return invalid_argument_error(out_dir + ": already holds a checkpoint (" + name +
-                                          "); pass --force to replace it, or choose another " +
+        // Without --force nothing of a checkpoint (whole or interrupted) is replaced.
+        if (!overwrite && is_checkpoint_file(name)) {
+            return invalid_argument_error(out_dir + ": already holds " + name +
+                                          " (a checkpoint, or an interrupted write of one); "
+                                          "pass --force to replace it, or choose another " +
                                           "directory");
         }
-        if (e.path().extension() == ".partial") {
+        // An interrupted write's leftovers: ours by name.
+        if (e.path().extension() == ".partial" && is_checkpoint_file(e.path().stem().string())) {
             partial.push_back(e.path());
         }
     }
@@ -188,7 +198,7 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
     for (const fs::path& p : partial) {
         fs::remove(p, ec);
     }
-    {
+    if (overwrite) {
         for (const char* name : kCheckpointFiles) {  // config.json first.
             if (!fs::remove(fs::path(out_dir) / name, ec) && ec) {
                 return internal_error(out_dir + "/" + name + ": cannot remove: " + ec.message());

@@ -45,10 +45,10 @@ extern const char* const kCheckpointFiles[13];
 // directory that fails to load ("config.json: cannot open") rather than a mix that loads.
 // Refused with kInvalidArgument: `out_dir` is `input_dir` (the checkpoint being read); it holds
 // an index or shards other than model.safetensors, which the loader would read instead of the
-// new file; or, unless `overwrite`, it already holds a checkpoint (config.json or
-// model.safetensors). Then the kCheckpointFiles there are removed, config.json first (the old
-// checkpoint's with `overwrite`, else an interrupted write's), so none of them outlives it beside
-// the new weights, and so are the `.partial` files an interrupted write left; other files stay.
+// new file; or, unless `overwrite`, it holds any of kCheckpointFiles (a checkpoint, or an
+// interrupted write of one). With `overwrite` those files are removed, config.json first, so none
+// of the old checkpoint's outlives it beside the new weights. The `.partial` files of
+// kCheckpointFiles an interrupted write left are removed either way; other files stay.
 Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir = {},
                               bool overwrite = false);
 

@@ -192,10 +192,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         }
     }
 
-    json::object qc;
-    if (used.empty()) {
-        // Nothing quantized: a plain copy without quantization_config.
-    } else if (fp8_only) {
+    json::object qc;  // `used` is not empty: refused above.
+    if (fp8_only) {
         qc["quant_method"] = "fp8";
         qc["fmt"] = "e4m3";
         qc["activation_scheme"] = "dynamic";
@@ -263,10 +261,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     if (jec || !root.is_object()) {
         return invalid_argument_error(config.path() + ": not a JSON object");
     }
-    if (!used.empty()) {
-        root.as_object()["quantization_config"] = std::move(qc);
-        root.as_object()["edgeserve_quantization_policy"] = policy.to_string();
-    }
+    root.as_object()["quantization_config"] = std::move(qc);
+    root.as_object()["edgeserve_quantization_policy"] = policy.to_string();
     // The tokenizer and generation files (kCheckpointFiles); not reference outputs or other
     // artefacts, which describe the unquantized model.
     for (const char* name : kCheckpointFiles) {

@@ -245,10 +245,8 @@ void Memberlist::flush_pending_load() {
 }
 
 void Memberlist::refute(uint64_t accused_incarnation) {
-    incarnation_ = std::max(incarnation_, accused_incarnation);
-    if (incarnation_ < UINT64_MAX) {  // Unreachable: plausible_incarnation() bounds the steps.
-        ++incarnation_;
-    }
+    // Accusations at or above kMaxIncarnation are refused before they get here.
+    incarnation_ = std::min(std::max(incarnation_, accused_incarnation) + 1, kMaxIncarnation - 1);
     // The alive below carries our current state under the new incarnation; after a restart
     // that is what makes it win over our previous life's state, whatever its version.
     Member& self = members_.at(config_.name);

@@ -214,10 +214,10 @@ private:
     // `suppressed` to how many were not logged since the last one.
     bool warn_allowed(std::string_view kind, const std::string& from, uint64_t& suppressed);
     void warn_auth_failed(const std::string& from, const Status& error);
-    // False (counted, warned) for a message about `node` whose incarnation is more than
-    // kMaxIncarnationStep above the one held for it (ours for ourselves; 0 for a member not
-    // known yet). Legitimate incarnations rise by one per refutation; one near 2^64 would leave
-    // the member no higher incarnation to refute with, dead for good.
+    // False (counted, warned) for a message about `node` with an incarnation at or above
+    // kMaxIncarnation. A site's incarnation rises with each refutation and each site-state
+    // publish (about one a second under load: 2^62 is 10^11 years away); one at 2^64 - 1 would
+    // wrap the member's refutation to 0. refute() stays below it too.
     bool plausible_incarnation(const std::string& node, uint64_t incarnation,
                                const std::string& from);
     void dispatch(const std::string& from, const Message& m);
@@ -227,7 +227,7 @@ private:
     Keyring keyring_;
     Clock& clock_;
     static constexpr std::chrono::seconds kWarnInterval{10};
-    static constexpr uint64_t kMaxIncarnationStep = uint64_t{1} << 20;
+    static constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
     struct WarnState {
         TimePoint last{};
         uint64_t suppressed = 0;

@@ -66,6 +66,12 @@ TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
     auto head = head_client->read_until("\r\n\r\n");
     REQUIRE(head.ok());
     CHECK(head->rfind("HTTP/1.1 200", 0) == 0);
+    CHECK(head->find("Content-Length: 0\r\n") == std::string::npos);  // The GET's length.
+    // No body followed: the next answer on the connection starts right after the head.
+    REQUIRE(head_client->send(testing::http_request("GET", "/v1/models")).ok());
+    auto next = head_client->read_response();
+    REQUIRE(next.ok());
+    CHECK(next->status == 200);
     CHECK(f.call("GET", "/v1/chat/completions").status == 405);
     // A compressed body: 415 naming the coding, not a JSON parse error.
     auto gz = f.call("POST", "/v1/chat/completions", "\x1f\x8b\x08", "Content-Encoding: gzip\r\n");

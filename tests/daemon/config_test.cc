@@ -72,6 +72,7 @@ TEST_CASE("a full config loads with every section") {
                                             "engine:\n"
                                             "  threads: 2\n"
                                             "  activation_precision: bf16\n"
+                                            "  cpu_kernels: avx2\n"
                                             "  max_decode_sequences: 40\n"
                                             "  max_queue: 8\n"
                                             "  max_queue_per_tenant: 3\n"
@@ -105,6 +106,7 @@ TEST_CASE("a full config loads with every section") {
     CHECK(c->engine.models.size() == 1);
     CHECK(c->engine.threads == 2);
     CHECK(c->engine.activation_precision == engine::ActivationPrecision::kBf16);
+    CHECK(c->engine.cpu_kernels == "avx2");
     CHECK(c->engine.max_decode_sequences == 40);
     CHECK(c->engine.max_queue == 8);
     CHECK(c->engine.max_queue_per_tenant == 3);
@@ -144,6 +146,9 @@ TEST_CASE("type and range errors name the place") {
               .find("engine.threads: must be in 0..4096") != std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  activation_precision: fp8\n"))
               .find("engine.activation_precision: expected exact or bf16") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  cpu_kernels: sse4\n"))
+              .find("engine.cpu_kernels: expected auto, amx_bf16, avx512_bf16") !=
+          std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  max_decode_sequences: -1\n"))
               .find("engine.max_decode_sequences: must be in 0..65536") != std::string::npos);
     std::string yaml = testing::config_yaml("/c", "/k");

@@ -174,8 +174,8 @@ TEST_CASE("top_k: -1 is vLLM's off, as 0 is, below that is refused") {
               .param == "top_k");
 }
 
-TEST_CASE("stop: empty or over 256 bytes is refused, named as sent, and huge integers are too "
-          "large") {
+TEST_CASE("stop: empty or over 256 bytes is refused, named as sent, and integers beyond 64 bits "
+          "are out of range") {
     const std::string head = R"({"model":"m","prompt":"x",)";
     ApiError one = error_of(Endpoint::kCompletions, head + R"("stop":""})");
     CHECK(one.param == "stop");
@@ -191,8 +191,10 @@ TEST_CASE("stop: empty or over 256 bytes is refused, named as sent, and huge int
     for (const char* n : {"18446744073709551616", "1e30", "-99999999999999999999999"}) {
         CAPTURE(n);
         ApiError big = error_of(Endpoint::kCompletions, head + R"("seed":)" + n + "}");
-        CHECK(big.message == "'seed' is too large");
+        CHECK(big.message == "'seed' is outside the 64-bit integer range");
     }
+    CHECK(parse(Endpoint::kCompletions, head + R"("seed":1e16})").generate.sampling.seed ==
+          uint64_t{10000000000000000});
     CHECK(error_of(Endpoint::kCompletions, head + R"("seed":1.5})").message ==
           "'seed' must be an integer");
 }
@@ -212,8 +214,8 @@ TEST_CASE("response_format: text alone, other types and extra keys are refused")
         error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text","x":1}})");
     CHECK(extra.param == "response_format");
     CHECK(extra.message.find("response_format.x") != std::string::npos);
-    CHECK(error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"json_object"}})")
-              .param == "response_format");
+    const std::string json_object = R"("response_format":{"type":"json_object"}})";
+    CHECK(error_of(Endpoint::kChatCompletions, head + json_object).param == "response_format");
 }
 
 TEST_CASE("deeply nested JSON is refused, not recursed into") {

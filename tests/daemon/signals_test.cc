@@ -14,11 +14,13 @@
 namespace edge::daemon {
 namespace {
 
-// Runs `body` in a forked child and returns its exit code (-1 when it died of a signal).
+// Runs `body` in a forked child and returns its exit code (-1 when it died of a signal, as it
+// does at the alarm if it hangs).
 template <typename Body>
 int in_child(Body body) {
     const pid_t pid = fork();
     if (pid == 0) {
+        alarm(30);
         _exit(body());
     }
     int status = 0;
@@ -56,17 +58,25 @@ TEST_CASE("SignalWatcher calls back for each watched signal, on its own thread, 
                 seen.fetch_add(1);
             });
             kill(getpid(), SIGUSR1);
-            if (!wait_for(seen, 1) || last != SIGUSR1) return 10;
+            if (!wait_for(seen, 1) || last != SIGUSR1) {
+                return 10;
+            }
             kill(getpid(), SIGUSR2);
-            if (!wait_for(seen, 2) || last != SIGUSR2) return 11;
+            if (!wait_for(seen, 2) || last != SIGUSR2) {
+                return 11;
+            }
         }
         // Destroyed: a later signal stays pending, no callback.
         kill(getpid(), SIGUSR1);
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        if (seen != 2) return 12;
+        if (seen != 2) {
+            return 12;
+        }
         sigset_t pending;
         sigpending(&pending);
-        if (!sigismember(&pending, SIGUSR1)) return 13;
+        if (!sigismember(&pending, SIGUSR1)) {
+            return 13;
+        }
         return other_thread ? 0 : 14;
     });
     CHECK(code == 0);
@@ -89,16 +99,26 @@ TEST_CASE("take_pending_stop takes a pending SIGTERM or SIGINT once, and leaves 
     const int code = in_child([] {
         const sigset_t set = signal_set({SIGTERM, SIGINT, SIGHUP});
         pthread_sigmask(SIG_BLOCK, &set, nullptr);
-        if (take_pending_stop()) return 10;
+        if (take_pending_stop()) {
+            return 10;
+        }
         kill(getpid(), SIGHUP);
-        if (take_pending_stop()) return 11;
+        if (take_pending_stop()) {
+            return 11;
+        }
         kill(getpid(), SIGTERM);
         std::optional<int> sig = take_pending_stop();
-        if (!sig || *sig != SIGTERM) return 12;
-        if (take_pending_stop()) return 13;
+        if (!sig || *sig != SIGTERM) {
+            return 12;
+        }
+        if (take_pending_stop()) {
+            return 13;
+        }
         kill(getpid(), SIGINT);
         sig = take_pending_stop();
-        if (!sig || *sig != SIGINT) return 14;
+        if (!sig || *sig != SIGINT) {
+            return 14;
+        }
         sigset_t pending;
         sigpending(&pending);
         return sigismember(&pending, SIGHUP) ? 0 : 15;

@@ -66,7 +66,8 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     call->sink = std::move(sink);
     calls_.push_back(call);
     cv_.notify_all();
-    return std::shared_ptr<engine::GenerationHandle>(std::make_shared<Handle>(*this, call, prompt_tokens_));
+    return std::shared_ptr<engine::GenerationHandle>(
+        std::make_shared<Handle>(*this, call, prompt_tokens_));
 }
 
 std::vector<engine::ModelLoad> ScriptedGenerator::load() const {

@@ -325,6 +325,7 @@ Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const
     BackendOptions bo;
     bo.threads = options.threads;
     bo.activation_precision = options.activation_precision;
+    bo.cpu_kernels = options.cpu_kernels;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
     auto model = std::make_unique<DeepseekV3>(std::move(c), std::move(m), path, std::move(ckpt),
                                               std::move(backend));

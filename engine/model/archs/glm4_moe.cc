@@ -201,6 +201,7 @@ Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const Co
     BackendOptions bo;
     bo.threads = options.threads;
     bo.activation_precision = options.activation_precision;
+    bo.cpu_kernels = options.cpu_kernels;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
     auto model = std::make_unique<Glm4Moe>(std::move(c), a, std::move(ckpt), std::move(backend));
     EDGE_RETURN_IF_ERROR(model->load(dir, json, options));

@@ -317,6 +317,7 @@ Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const C
     BackendOptions bo;
     bo.threads = options.threads;
     bo.activation_precision = options.activation_precision;
+    bo.cpu_kernels = options.cpu_kernels;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
     auto model =
         std::make_unique<Qwen3Moe>(std::move(config), std::move(ckpt), std::move(backend));

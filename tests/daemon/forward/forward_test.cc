@@ -417,10 +417,10 @@ TEST_CASE("a forwarded stream without include_usage charges the tenant the peer'
 
     auto c = a.client();
     // A client's own cap header is not the forwarding site's: replaced.
-    REQUIRE(c->send(testing::http_request(
-                        "POST", "/v1/chat/completions",
-                        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})",
-                        auth() + "X-Edgeserve-Max-Tokens: 100000\r\n"))
+    const std::string stream_body =
+        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})";
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", stream_body,
+                                          auth() + "X-Edgeserve-Max-Tokens: 100000\r\n"))
                 .ok());
     REQUIRE(b.generator.wait_for_request(0));
     // The default max_tokens, lowered to the tenant's minute budget at fra, holds at sin too.
@@ -658,6 +658,21 @@ TEST_CASE("a site declared dead mid-stream: its forwards end now, not at the idl
     CHECK(rest->find("data: [DONE]") != std::string::npos);
     CHECK_FALSE(b.generator.wait_for_request(0, 0));  // Bytes were out: not rerun.
     c.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+
+    // Non-streamed, on the pooled connection: nothing reached the client, so the next target
+    // runs it (not a fresh connection to the dead site).
+    auto again = a.client();
+    REQUIRE(again->send(chat_request(false)).ok());
+    REQUIRE(c.generator.wait_for_request(1));
+    lost("gru");
+    REQUIRE(b.generator.wait_for_request(0));
+    CHECK_FALSE(c.generator.wait_for_request(2, 200));
+    b.generator.emit(0, "from sin");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 2, 0});
+    auto reply = again->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 200);
+    CHECK(reply->body.find("from sin") != std::string::npos);
 }
 
 TEST_CASE("the peer listener refuses clients without a cluster certificate") {

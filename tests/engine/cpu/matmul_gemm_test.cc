@@ -146,8 +146,9 @@ TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split
     // Rows: whole and partial 16-row blocks, an odd count of blocks, fewer than 16; columns: a
     // multiple of 32 and not (the last chunk from a padded copy); tokens: one group, a partial
     // second, an odd count of groups, and below the 16-token threshold (the AVX512_BF16 kernels).
-    const Shape shapes[] = {{64, 256, 16}, {101, 160, 17}, {13, 1000, 33},
-                            {48, 96, 70},  {200, 512, 48}, {50, 96, 9}};
+    // (Full 16-row blocks with a last chunk past the columns: 101 x 1000, 64 x 33.)
+    const Shape shapes[] = {{64, 256, 16}, {101, 160, 17}, {13, 1000, 33}, {48, 96, 70},
+                            {200, 512, 48}, {50, 96, 9},   {101, 1000, 17}, {64, 33, 32}};
     for (const Shape& s : shapes) {
         Bf16Weight w;
         make_weight(s.rows, s.cols, rng, &w);

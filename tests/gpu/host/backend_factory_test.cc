@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "engine/backend.h"
+#include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
 #include "engine/shard/communicator.h"
 
@@ -38,6 +39,24 @@ TEST_CASE("create_backend(\"cuda\") without a device is a Status naming the back
     auto cpu = create_backend("cpu", o);
     REQUIRE(cpu.ok());
     CHECK((*cpu)->health().ok());
+    // engine.cpu_kernels: the best this CPU runs, or a lower one by name; an unknown name or
+    // one above this CPU's best is an error naming the key.
+    CHECK((*cpu)->cpu_kernels() == cpu::isa_name(cpu::detect_isa()));
+    o.cpu_kernels = "scalar";
+    auto scalar = create_backend("cpu", o);
+    REQUIRE(scalar.ok());
+    CHECK((*scalar)->cpu_kernels() == "scalar");
+    o.cpu_kernels = "avx1024";
+    auto unknown = create_backend("cpu", o);
+    REQUIRE_FALSE(unknown.ok());
+    CHECK(unknown.status().message().find("engine.cpu_kernels: 'avx1024' is not auto or one of") !=
+          std::string::npos);
+    if (cpu::detect_isa() != cpu::Isa::kAmxBf16) {
+        o.cpu_kernels = "amx_bf16";
+        auto above = create_backend("cpu", o);
+        REQUIRE_FALSE(above.ok());
+        CHECK(above.status().message().find("is not available on this CPU") != std::string::npos);
+    }
 }
 
 TEST_CASE("loading a model on the cuda backend without a device fails cleanly") {
