@@ -200,9 +200,10 @@ int64_t prep_floats(const Weight& w, Isa isa, int64_t n, ActivationPrecision pre
         case Prep::kBf16:
             return (bf16_activation_elements(n, w.cols, precision) + 1) / 2;
         case Prep::kAmx:
-            return (bf16_activation_elements(n, w.cols, precision) +
-                    (precision == ActivationPrecision::kExact ? 2 : 1) *
-                        amx_activation_elements(n, w.cols) + 1) / 2;
+            // The tiles' layout, and one 16-token group split row-major on its way there.
+            return ((precision == ActivationPrecision::kExact ? 2 : 1) *
+                        amx_activation_elements(n, w.cols) +
+                    bf16_activation_elements(kAmxGroup, w.cols, precision) + 1) / 2;
         case Prep::kPacked:
             return packed_activation_floats(n, w.cols);
         case Prep::kNone:
@@ -220,16 +221,28 @@ PreparedInput prepare_input(const Weight& w, Isa isa, const float* x, int64_t n,
                                               reinterpret_cast<uint16_t*>(scratch));
             break;
         case Prep::kAmx: {
-            auto* rows = reinterpret_cast<uint16_t*>(scratch);
-            p.bf16 = prepare_bf16_activations(x, n, w.cols, precision, rows);
-            uint16_t* tiles = rows + bf16_activation_elements(n, w.cols, precision);
-            to_amx_layout(p.bf16.hi, n, p.bf16.kp, tiles);
-            p.bf16.amx_hi = tiles;
-            if (p.bf16.lo != nullptr) {
-                tiles += amx_activation_elements(n, w.cols);
-                to_amx_layout(p.bf16.lo, n, p.bf16.kp, tiles);
-                p.bf16.amx_lo = tiles;
+            // Split 16 tokens at a time into a small row-major buffer and lay each group out for
+            // the tiles (the layout is group-major), so only the tiles' copy is n tokens long.
+            const bool exact = precision == ActivationPrecision::kExact;
+            auto* hi = reinterpret_cast<uint16_t*>(scratch);
+            uint16_t* lo = exact ? hi + amx_activation_elements(n, w.cols) : nullptr;
+            uint16_t* group = hi + (exact ? 2 : 1) * amx_activation_elements(n, w.cols);
+            const int64_t group_elems = amx_activation_elements(kAmxGroup, w.cols);
+            for (int64_t t0 = 0; t0 < n; t0 += kAmxGroup) {
+                const int64_t nt = std::min(kAmxGroup, n - t0);
+                const Bf16Activations g =
+                    prepare_bf16_activations(x + t0 * w.cols, nt, w.cols, precision, group);
+                const int64_t at = t0 / kAmxGroup * group_elems;
+                to_amx_layout(g.hi, nt, g.kp, hi + at);
+                if (lo != nullptr) {
+                    to_amx_layout(g.lo, nt, g.kp, lo + at);
+                }
+                p.bf16.kp = g.kp;
             }
+            p.bf16.n = n;
+            p.bf16.k = w.cols;
+            p.bf16.amx_hi = hi;
+            p.bf16.amx_lo = lo;
             break;
         }
         case Prep::kPacked:

@@ -79,6 +79,7 @@ struct Bf16Activations {
     const uint16_t* hi = nullptr;
     const uint16_t* lo = nullptr;
     // The same in AMX's layout (to_amx_layout), for matmul_bf16_amx_prepared; else nullptr.
+    // matmul() prepares only these for the tiles (hi and lo then null).
     const uint16_t* amx_hi = nullptr;
     const uint16_t* amx_lo = nullptr;
     int64_t n = 0;   // Tokens.
@@ -103,6 +104,7 @@ void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, floa
 // go to the AVX512_BF16 kernels (a tile holds 16 tokens: fewer waste it). Same error bounds as
 // those. amx_bf16_usable(): the CPU has AMX-BF16 and the kernel granted tile data (once).
 inline constexpr int64_t kAmxMinTokens = 16;
+inline constexpr int64_t kAmxGroup = 16;  // Tokens per B tile (one group of the layout).
 bool amx_bf16_usable();
 // bf16 elements of the AMX layout of n rows of k columns: 16-token groups x 32-column chunks,
 // each 16 column pairs x 16 tokens (zero past n).
