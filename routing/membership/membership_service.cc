@@ -164,6 +164,9 @@ public:
             if (!ec) {
                 error_code ignored;
                 conn->socket.close(ignored);
+                if (conn->resolver) {
+                    conn->resolver->cancel();  // A lookup still running ends now.
+                }
             }
         }));
         auto connected = [self, conn, id, addr](error_code ec) {
@@ -191,11 +194,11 @@ public:
                                        asio::bind_executor(strand_, std::move(connected)));
             return;
         }
-        auto resolver = std::make_shared<tcp::resolver>(strand_);
-        resolver->async_resolve(
+        conn->resolver = std::make_unique<tcp::resolver>(strand_);
+        conn->resolver->async_resolve(
             hp->first, std::to_string(hp->second),
             asio::bind_executor(
-                strand_, [self, conn, id, addr, resolver, connected = std::move(connected)](
+                strand_, [self, conn, id, addr, connected = std::move(connected)](
                              error_code ec, tcp::resolver::results_type found) {
                     if (!ec && conn->deadline.expiry() <= asio::steady_timer::clock_type::now()) {
                         ec = asio::error::timed_out;  // The stream's deadline passed meanwhile.
@@ -298,6 +301,7 @@ private:
         }
         std::shared_ptr<Impl> inbound_owner;
         tcp::socket socket;
+        std::unique_ptr<tcp::resolver> resolver;  // A host-name seed's lookup, while it runs.
         asio::steady_timer deadline;
         std::array<uint8_t, 4> header_out{};
         std::array<uint8_t, 4> header_in{};
