@@ -419,7 +419,8 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     if (from_peer) {
         // Limits were charged at the forwarding site. Runs here or fails: never forwarded again.
         if (ApiError e; !serves_here(req.generate.model,
-                                     request.header(cluster::kModelVersionHeader), e)) {
+                                     request.header(cluster::kModelVersionHeader), e,
+                                     "a forwarded request is never forwarded again")) {
             channel->respond(e.to_response());
             return;
         }
@@ -441,22 +442,13 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
 
     // A version pin on a site without a cluster: only this site's own version can answer it (a
-    // planner applies it to every pool otherwise).
-    if (std::string_view pin = request.header(cluster::kModelVersionHeader);
-        !pin.empty() && planner_.load() == nullptr) {
-        for (const engine::ModelInfo& m : generator_.models()) {
-            if (m.name == req.generate.model && !m.version.empty() && m.version != pin) {
-                ApiError e;
-                e.status = 503;
-                e.type = "server_error";
-                e.code = "version_pin_unmatched";
-                e.message = "Model '" + m.name + "' is served here in version " + m.version +
-                            ", not the pinned " + logprob_token_text(pin) +
-                            ", and this site has no cluster to find that version in.";
-                reject(e, "route_rejected");
-                return;
-            }
-        }
+    // planner applies it to every pool otherwise; a model not served here is the engine's 404).
+    if (ApiError e; planner_.load() == nullptr &&
+                    !serves_here(req.generate.model, request.header(cluster::kModelVersionHeader),
+                                 e, "this site has no cluster to find that version in") &&
+                    e.code == "version_pin_unmatched") {
+        reject(e, "route_rejected");
+        return;
     }
     // Reserved from the output budget: the client's max_tokens. A default one (a chat request
     // without max_tokens may run to the end of the context) reserves at most a quarter of the
@@ -550,7 +542,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
 }
 
 bool ApiRouter::serves_here(const std::string& model, std::string_view version_pin,
-                            ApiError& error) const {
+                            ApiError& error, std::string_view no_elsewhere) const {
     for (const engine::ModelInfo& m : generator_.models()) {
         if (m.name != model) {
             continue;
@@ -560,8 +552,8 @@ bool ApiRouter::serves_here(const std::string& model, std::string_view version_p
             error.type = "server_error";
             error.code = "version_pin_unmatched";
             error.message = "Site '" + site_id_ + "' serves model '" + model + "' in version " +
-                            m.version + ", not the pinned " + std::string(version_pin) +
-                            "; a forwarded request is never forwarded again.";
+                            m.version + ", not the pinned " + logprob_token_text(version_pin) +
+                            "; " + std::string(no_elsewhere) + ".";
             return false;
         }
         return true;
@@ -569,8 +561,8 @@ bool ApiRouter::serves_here(const std::string& model, std::string_view version_p
     error.status = 503;
     error.type = "server_error";
     error.code = "model_not_served_here";
-    error.message = "Site '" + site_id_ + "' does not serve model '" + model +
-                    "'; a forwarded request is never forwarded again.";
+    error.message = "Site '" + site_id_ + "' does not serve model '" + model + "'; " +
+                    std::string(no_elsewhere) + ".";
     return false;
 }
 

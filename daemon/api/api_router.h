@@ -71,10 +71,11 @@ private:
     // null tenant: a forwarded request).
     void models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel, const Tenant* tenant,
                          std::string_view id);
-    // Whether a forwarded request for `model` (pinned to `version_pin`, "" for none) can run
-    // here; else `error` says why.
-    bool serves_here(const std::string& model, std::string_view version_pin,
-                     ApiError& error) const;
+    // Whether a request for `model` (pinned to `version_pin`, "" for none) can run here; else
+    // `error` says why (code version_pin_unmatched or model_not_served_here), ending with
+    // `no_elsewhere`: why no other site will be tried.
+    bool serves_here(const std::string& model, std::string_view version_pin, ApiError& error,
+                     std::string_view no_elsewhere) const;
 
     std::shared_ptr<const TenantTable> tenants() const;
 

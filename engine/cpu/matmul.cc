@@ -101,7 +101,7 @@ quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecis
         return precision == ActivationPrecision::kBf16 ? matmul_bf16_avx512bf16_bf16act
                                                        : matmul_bf16_avx512bf16;
     }
-    if (isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16) {
+    if (has_avx512_bf16(isa)) {
         isa = Isa::kAvx512;  // The other float formats have no BF16-specific kernel.
     }
     switch (format) {
@@ -186,7 +186,7 @@ Prep prep_for(const Weight& w, Isa isa, int64_t n) {
     if (isa == Isa::kAmxBf16 && w.format == WeightFormat::kBF16 && n >= kAmxMinTokens) {
         return Prep::kAmx;
     }
-    if ((isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16) && w.format == WeightFormat::kBF16) {
+    if (has_avx512_bf16(isa) && w.format == WeightFormat::kBF16) {
         return Prep::kBf16;
     }
     const bool float_format = w.format == WeightFormat::kF32 || w.format == WeightFormat::kBF16 ||

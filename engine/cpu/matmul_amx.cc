@@ -27,7 +27,7 @@
 namespace edge::engine::cpu {
 namespace {
 
-constexpr int64_t kTile = 16;       // Weight rows per A tile, tokens per B tile.
+constexpr int64_t kTile = kAmxGroup;  // Weight rows per A tile, tokens per B tile.
 constexpr int64_t kChunk = 32;      // Columns per tile step (16 pairs).
 constexpr int64_t kBlockElems = kTile * kChunk;  // bf16 elements of one B tile (1 KiB).
 

@@ -1,13 +1,14 @@
 #include "engine/model/safetensors_writer.h"
 
 #include <boost/json.hpp>
+
 #include <algorithm>
-#include <iterator>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <system_error>
 #include <vector>
 
@@ -143,12 +144,6 @@ Status write_text_file(const std::string& path, std::string_view text) {
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
     return replace_with_partial(out, partial, path);
 }
-
-const char* const kCheckpointFiles[13] = {
-    "config.json",      "generation_config.json", "tokenizer.json",     "tokenizer_config.json",
-    "tiktoken.model",   "tokenizer.model",        "special_tokens_map.json", "vocab.json",
-    "merges.txt",       "vocab.txt",              "chat_template.jinja", "added_tokens.json",
-    "model.safetensors"};
 
 Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir,
                               bool overwrite) {

@@ -38,7 +38,11 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
 Status write_text_file(const std::string& path, std::string_view text);
 
 // The files of a checkpoint that make-model and quantize write or copy (config.json first).
-extern const char* const kCheckpointFiles[13];
+inline constexpr const char* kCheckpointFiles[] = {
+    "config.json",         "generation_config.json", "tokenizer.json",   "tokenizer_config.json",
+    "tiktoken.model",      "tokenizer.model",        "special_tokens_map.json", "vocab.json",
+    "merges.txt",          "vocab.txt",              "chat_template.jinja",     "added_tokens.json",
+    "model.safetensors"};
 
 // Creates `out_dir` for a checkpoint about to be written (make-model, quantize), which then
 // writes config.json last: it marks a complete checkpoint, so an interrupted write leaves a

@@ -245,7 +245,7 @@ void Memberlist::flush_pending_load() {
 }
 
 void Memberlist::refute(uint64_t accused_incarnation) {
-    // Accusations at or above kMaxIncarnation are refused before they get here.
+    // Accusations at or above kMaxIncarnation are refused by the decoder (messages.h).
     incarnation_ = std::min(std::max(incarnation_, accused_incarnation) + 1, kMaxIncarnation - 1);
     // The alive below carries our current state under the new incarnation; after a restart
     // that is what makes it win over our previous life's state, whatever its version.

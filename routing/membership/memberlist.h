@@ -201,8 +201,7 @@ private:
     void join_retry_tick();
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
-    // `from`: the address the state came from (for the log).
-    void merge_push_pull(const PushPullMsg& pp, const std::string& from);
+    void merge_push_pull(const PushPullMsg& pp);
     void handle_user_event(const UserEventMsg& e);
     bool remember_event(const UserEventMsg& e);
     void send_messages(const std::string& addr, std::vector<std::vector<uint8_t>> framed);
@@ -214,12 +213,6 @@ private:
     // `suppressed` to how many were not logged since the last one.
     bool warn_allowed(std::string_view kind, const std::string& from, uint64_t& suppressed);
     void warn_auth_failed(const std::string& from, const Status& error);
-    // False (counted, warned) for a message about `node` with an incarnation at or above
-    // kMaxIncarnation. A site's incarnation rises with each refutation and each site-state
-    // publish (about one a second under load: 2^62 is 10^11 years away); one at 2^64 - 1 would
-    // wrap the member's refutation to 0. refute() stays below it too.
-    bool plausible_incarnation(const std::string& node, uint64_t incarnation,
-                               const std::string& from);
     void dispatch(const std::string& from, const Message& m);
     void reap_dead();
 
@@ -227,7 +220,6 @@ private:
     Keyring keyring_;
     Clock& clock_;
     static constexpr std::chrono::seconds kWarnInterval{10};
-    static constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
     struct WarnState {
         TimePoint last{};
         uint64_t suppressed = 0;

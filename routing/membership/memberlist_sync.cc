@@ -178,11 +178,8 @@ void Memberlist::start_push_pull(const std::string& addr, StreamKind kind,
     transport_.send_stream(addr, id, std::move(sealed).value());
 }
 
-void Memberlist::merge_push_pull(const PushPullMsg& pp, const std::string& from) {
+void Memberlist::merge_push_pull(const PushPullMsg& pp) {
     for (const PushPullNode& n : pp.nodes) {
-        if (!plausible_incarnation(n.name, n.incarnation, from)) {
-            continue;
-        }
         switch (n.state) {
             case NodeState::kAlive: {
                 AliveMsg a{n.incarnation, n.name, n.addr, n.state_version, std::nullopt};
@@ -304,25 +301,6 @@ void Memberlist::warn_auth_failed(const std::string& from, const Status& error) 
                           "label) differ from this site's"}});
 }
 
-bool Memberlist::plausible_incarnation(const std::string& node, uint64_t incarnation,
-                                       const std::string& from) {
-    if (incarnation < kMaxIncarnation) {
-        return true;
-    }
-    stats_.decode_failures.fetch_add(1);
-    uint64_t suppressed = 0;
-    if (warn_allowed("incarnation", from, suppressed)) {
-        log::warn("gossip_incarnation_refused",
-                  {{"from", from.empty() ? std::string("(stream response)") : from},
-                   {"member", node},
-                   {"incarnation", incarnation},
-                   {"suppressed", suppressed},
-                   {"detail", "at or above 2^62, which no site reaches: a forged or corrupt "
-                              "message (taken, its member could not refute it)"}});
-    }
-    return false;
-}
-
 Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t> bytes,
                                                          const std::string& from) {
     auto plain = keyring_.open(config_.label, bytes);
@@ -359,17 +337,11 @@ void Memberlist::dispatch(const std::string& from, const Message& m) {
             } else if constexpr (std::is_same_v<T, NackMsg>) {
                 handle_nack(v);
             } else if constexpr (std::is_same_v<T, SuspectMsg>) {
-                if (plausible_incarnation(v.node, v.incarnation, from)) {
-                    handle_suspect(v, &from);
-                }
+                handle_suspect(v, &from);
             } else if constexpr (std::is_same_v<T, AliveMsg>) {
-                if (plausible_incarnation(v.node, v.incarnation, from)) {
-                    handle_alive(v);
-                }
+                handle_alive(v);
             } else if constexpr (std::is_same_v<T, DeadMsg>) {
-                if (plausible_incarnation(v.node, v.incarnation, from)) {
-                    handle_dead(v, &from);
-                }
+                handle_dead(v, &from);
             } else if constexpr (std::is_same_v<T, UserEventMsg>) {
                 handle_user_event(v);
             } else if constexpr (std::is_same_v<T, PushPullMsg>) {
@@ -403,7 +375,7 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
     std::vector<std::vector<uint8_t>> reply;
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
-            merge_push_pull(*pp, from);
+            merge_push_pull(*pp);
             reply.push_back(encode_message(local_push_pull(false)));
         } else if (const auto* ping = std::get_if<PingMsg>(&m)) {
             if (ping->target.empty() || ping->target == config_.name) {
@@ -467,7 +439,7 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
     }
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
-            merge_push_pull(*pp, pending.addr);
+            merge_push_pull(*pp);
         } else if (const auto* ack = std::get_if<AckMsg>(&m)) {
             // A TCP fallback ack proves the target alive, but its RTT is not a UDP RTT.
             handle_ack(AckMsg{ack->seq, std::nullopt}, false);

@@ -48,6 +48,16 @@ Result<coords::Coordinate> get_coord(const WireField& f) {
     return c;
 }
 
+// An incarnation field, refused at or above kMaxIncarnation.
+Result<uint64_t> get_incarnation(const WireField& f) {
+    EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
+    if (v >= kMaxIncarnation) {
+        return data_loss_error("incarnation " + std::to_string(v) +
+                               " at or above 2^62, which no site reaches");
+    }
+    return v;
+}
+
 Result<std::string> get_name(const WireField& f, std::string_view what) {
     if (f.value.size() > kMaxName) {
         return data_loss_error(std::string(what) + " longer than 512 bytes");
@@ -206,7 +216,7 @@ template <typename T>
 Result<T> decode_accusation(std::span<const uint8_t> bytes) {
     T m;
     EDGE_FIELDS("suspect/dead") {
-        case 1: { EDGE_ASSIGN_OR_RETURN(m.incarnation, f.as_uint()); break; }
+        case 1: { EDGE_ASSIGN_OR_RETURN(m.incarnation, get_incarnation(f)); break; }
         case 2: { EDGE_ASSIGN_OR_RETURN(m.node, get_name(f, "node")); break; }
         case 3: { EDGE_ASSIGN_OR_RETURN(m.from, get_name(f, "from")); break; }
         default: break;
@@ -218,7 +228,7 @@ Result<T> decode_accusation(std::span<const uint8_t> bytes) {
 Result<AliveMsg> decode_alive(std::span<const uint8_t> bytes) {
     AliveMsg m;
     EDGE_FIELDS("alive") {
-        case 1: { EDGE_ASSIGN_OR_RETURN(m.incarnation, f.as_uint()); break; }
+        case 1: { EDGE_ASSIGN_OR_RETURN(m.incarnation, get_incarnation(f)); break; }
         case 2: { EDGE_ASSIGN_OR_RETURN(m.node, get_name(f, "node")); break; }
         case 3: { EDGE_ASSIGN_OR_RETURN(m.addr, get_name(f, "addr")); break; }
         case 4: { EDGE_ASSIGN_OR_RETURN(m.state_version, f.as_uint()); break; }
@@ -246,7 +256,7 @@ Result<PushPullNode> decode_pp_node(std::span<const uint8_t> bytes) {
     EDGE_FIELDS("push-pull node") {
         case 1: { EDGE_ASSIGN_OR_RETURN(n.name, get_name(f, "name")); break; }
         case 2: { EDGE_ASSIGN_OR_RETURN(n.addr, get_name(f, "addr")); break; }
-        case 3: { EDGE_ASSIGN_OR_RETURN(n.incarnation, f.as_uint()); break; }
+        case 3: { EDGE_ASSIGN_OR_RETURN(n.incarnation, get_incarnation(f)); break; }
         case 4: {
             EDGE_ASSIGN_OR_RETURN(uint64_t s, f.as_uint());
             if (s < 1 || s > 4) {

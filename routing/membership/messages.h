@@ -61,6 +61,11 @@ struct NackMsg {
     uint64_t seq = 0;
 };
 
+// Incarnations at or above this are refused by the decoder: a site's incarnation rises with each
+// refutation and each site-state publish (about one a second under load: 2^62 is 10^11 years
+// away), and one at 2^64 - 1 would wrap its member's refutation to 0, leaving it dead for good.
+inline constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
+
 struct SuspectMsg {
     uint64_t incarnation = 0;
     std::string node;

@@ -89,7 +89,8 @@ TEST_CASE("X-Model-Version on a site without a cluster: its own version or 503")
     CHECK(other.status == 503);
     CHECK(json_of(other.body)["error"].as_object().at("code") == "version_pin_unmatched");
     CHECK(json_of(other.body)["error"].as_object().at("message").as_string().find(
-              "version v1, not the pinned deadbeef") != std::string::npos);
+              "version v1, not the pinned deadbeef; this site has no cluster") !=
+          std::string::npos);
     CHECK_FALSE(f.generator.wait_for_request(0, 0));
     auto pinned = f.client();
     REQUIRE(pinned->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),

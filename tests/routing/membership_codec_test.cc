@@ -114,6 +114,18 @@ TEST_CASE("codec: truncations, bad versions and lying lengths are kDataLoss") {
     std::vector<uint8_t> endless{kProtocolVersion, 1};
     endless.insert(endless.end(), 12, 0xff);
     CHECK_FALSE(decode_packet(endless).ok());
+    // Incarnations at or above 2^62 (none is ever reached; at 2^64 - 1 a refutation wraps).
+    for (const std::vector<uint8_t>& m :
+         {encode_message(AliveMsg{kMaxIncarnation, "d", "d:1", 1, std::nullopt}),
+          encode_message(SuspectMsg{UINT64_MAX, "d", "e"}),
+          encode_message(DeadMsg{kMaxIncarnation + 1, "d", "e"})}) {
+        auto r = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{m}));
+        CHECK(r.status().code() == StatusCode::kDataLoss);
+        CHECK(r.status().message().find("at or above 2^62") != std::string::npos);
+    }
+    CHECK(decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{
+                            encode_message(DeadMsg{kMaxIncarnation - 1, "d", "e"})}))
+              .ok());
     // Non-finite latitude in site state.
     WireWriter w;
     w.field_double(3, std::nan(""));
