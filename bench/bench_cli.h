@@ -245,6 +245,15 @@ inline void remove_temp_checkpoint_and_die(int sig) {
     raise(sig);
 }
 
+// std::exit on an error path runs no destructors: removes the temporary checkpoint then.
+inline void remove_temp_checkpoint_at_exit() {
+    if (g_temp_checkpoint[0] != '\0') {
+        std::error_code ec;
+        std::filesystem::remove_all(g_temp_checkpoint, ec);
+        g_temp_checkpoint[0] = '\0';
+    }
+}
+
 }  // namespace detail
 
 // The checkpoint a bench runs on: `dir` when it is given, otherwise make-model's `preset` of
@@ -280,6 +289,9 @@ class BenchCheckpoint {
                 sigaddset(&sa.sa_mask, SIGTERM);
                 sigaction(SIGINT, &sa, nullptr);
                 sigaction(SIGTERM, &sa, nullptr);
+                static const bool at_exit =
+                    std::atexit(detail::remove_temp_checkpoint_at_exit) == 0;
+                (void)at_exit;
             }
         }
         engine::MakeModelOptions mo;
