@@ -183,7 +183,8 @@ Prep prep_for(const Weight& w, Isa isa, int64_t n) {
     if (n <= 1 || w.layout != WeightLayout::kRows) {
         return Prep::kNone;
     }
-    if (isa == Isa::kAmxBf16 && w.format == WeightFormat::kBF16 && n >= kAmxMinTokens) {
+    if (isa == Isa::kAmxBf16 && n >= kAmxMinTokens &&
+        (w.format == WeightFormat::kBF16 || quant::decodes_to_bf16(w))) {
         return Prep::kAmx;
     }
     if (has_avx512_bf16(isa) && w.format == WeightFormat::kBF16) {
@@ -265,7 +266,8 @@ bool same_preparation(const Weight& a, const Weight& b, Isa isa, int64_t n) {
 void run_rows(const Weight& w, Isa isa, const PreparedInput& p, const float* x, int64_t n, float* y,
               int64_t ldy, ActivationPrecision precision, int64_t r0, int64_t r1) {
     if (p.bf16.amx_hi != nullptr) {
-        matmul_bf16_amx_prepared(w, p.bf16, y, ldy, r0, r1);
+        (w.format == WeightFormat::kBF16 ? matmul_bf16_amx_prepared
+                                         : matmul_quant_amx_prepared)(w, p.bf16, y, ldy, r0, r1);
     } else if (p.bf16.n > 0) {
         matmul_bf16_avx512bf16_prepared(w, p.bf16, y, ldy, r0, r1);
     } else if (p.packed.n > 0) {

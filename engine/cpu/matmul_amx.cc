@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "engine/cpu/matmul_kernels.h"
+#include "engine/quant/quant_kernels.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -43,11 +44,13 @@ struct alignas(64) TileConfig {
 
 inline int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Where one 16-row block's A tiles come from: the weight itself, or a zero-padded copy.
+// Where one 16-row block's A tiles come from: the weight itself, a zero-padded copy, or a
+// quantized weight's rows decoded to bf16 (hi, and lo with exact activations).
 struct RowSource {
     const uint16_t* rows = nullptr;  // Row r of the block at rows + r * stride.
     int64_t stride = 0;              // Elements.
     const uint16_t* tail = nullptr;  // The last chunk (16 x 32, stride 32) when k % 32 != 0.
+    const uint16_t* lo = nullptr;    // Decoded weights' residual rows (same stride, no tail).
 };
 
 // Loads chunk c of a row block into A tile kReg (the last chunk from its padded copy, if any).
@@ -63,6 +66,17 @@ inline __attribute__((always_inline)) void load_rows(const RowSource& src, int64
         _tile_loadd(4, from, stride);
     } else {
         _tile_loadd(5, from, stride);
+    }
+}
+
+// Loads chunk c of a decoded block's residual rows (RowSource::lo) into A tile kReg.
+template <int kReg>
+inline __attribute__((always_inline)) void load_lo_rows(const RowSource& src, int64_t c) {
+    static_assert(kReg == 4 || kReg == 5, "A tiles are tmm4 and tmm5");
+    if constexpr (kReg == 4) {
+        _tile_loadd(4, src.lo + c * kChunk, src.stride * 2);
+    } else {
+        _tile_loadd(5, src.lo + c * kChunk, src.stride * 2);
     }
 }
 
@@ -89,7 +103,9 @@ inline __attribute__((always_inline)) void products(const uint16_t* layout, int6
 }
 
 // 4 accumulators (C0..C3), A in tmm4/5, B in tmm6/7. kBlocks row blocks x kGroups token groups.
-template <int kBlocks, int kGroups, bool kLo>
+// kLo: the activations' lo product too; kWeightLo: the weights' residual rows times the hi
+// activations too (the lo x lo product, under 2^-18 of each term, is left out).
+template <int kBlocks, int kGroups, bool kLo, bool kWeightLo>
 void tile_block(const RowSource* src, const Bf16Activations& a, int64_t g0, float* out) {
     const int64_t chunks = a.kp / kChunk;
     _tile_zero(0);
@@ -111,6 +127,13 @@ void tile_block(const RowSource* src, const Bf16Activations& a, int64_t g0, floa
         if constexpr (kLo) {
             products<kBlocks, kGroups>(a.amx_lo, chunks, g0, c);
         }
+        if constexpr (kWeightLo) {
+            load_lo_rows<4>(src[0], c);
+            if constexpr (kBlocks > 1) {
+                load_lo_rows<5>(src[1], c);
+            }
+            products<kBlocks, kGroups>(a.amx_hi, chunks, g0, c);
+        }
     }
     // out: [block][group][16 rows][16 tokens].
     _tile_stored(0, out, kTile * 4);
@@ -125,16 +148,111 @@ void tile_block(const RowSource* src, const Bf16Activations& a, int64_t g0, floa
     }
 }
 
-template <bool kLo>
+// r[i] (16 floats, or 16 32-bit pairs) as row i of a 16 x 16 matrix -> out[j] = its column j.
+// 32-bit then 64-bit unpacks within 128-bit lanes, then lane shuffles.
+inline void transpose16(__m512* r, __m512* out) {
+    // out[2j], out[2j + 1]: rows 2j and 2j + 1 interleaved (columns 4L, 4L + 1 and 4L + 2,
+    // 4L + 3 of each 128-bit lane L).
+    for (int j = 0; j < 8; ++j) {
+        out[2 * j] = _mm512_unpacklo_ps(r[2 * j], r[2 * j + 1]);
+        out[2 * j + 1] = _mm512_unpackhi_ps(r[2 * j], r[2 * j + 1]);
+    }
+    // r[4g + m], lane L: column 4L + m of rows 4g .. 4g + 3.
+    for (int g = 0; g < 4; ++g) {
+        const __m512d a = _mm512_castps_pd(out[4 * g]), b = _mm512_castps_pd(out[4 * g + 2]);
+        const __m512d c = _mm512_castps_pd(out[4 * g + 1]), d = _mm512_castps_pd(out[4 * g + 3]);
+        r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    // Column 4L + m gathers lane L of r[m], r[4 + m], r[8 + m], r[12 + m].
+    for (int m = 0; m < 4; ++m) {
+        const __m512 p01 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x44);
+        const __m512 q01 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x44);
+        const __m512 p23 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xEE);
+        const __m512 q23 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xEE);
+        out[m] = _mm512_shuffle_f32x4(p01, q01, 0x88);
+        out[4 + m] = _mm512_shuffle_f32x4(p01, q01, 0xDD);
+        out[8 + m] = _mm512_shuffle_f32x4(p23, q23, 0x88);
+        out[12 + m] = _mm512_shuffle_f32x4(p23, q23, 0xDD);
+    }
+}
+
+inline __mmask16 first_lanes(int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Copies one 16 x 16 accumulator tile (row i: weight row row0 + i for 16 tokens) into y
+// transposed: token t0 + t's `rows` outputs at y + (t0 + t) * ldy + row0, for t < toks.
+inline void store_transposed(const float* tile, float* y, int64_t ldy, int64_t row0, int64_t rows,
+                             int64_t t0, int64_t toks) {
+    __m512 r[16], cols[16];
+    for (int i = 0; i < 16; ++i) {
+        r[i] = _mm512_load_ps(tile + i * kTile);
+    }
+    transpose16(r, cols);
+    const __mmask16 mask = first_lanes(rows);
+    for (int64_t t = 0; t < toks; ++t) {
+        _mm512_mask_storeu_ps(y + (t0 + t) * ldy + row0, mask, cols[t]);
+    }
+}
+
+template <bool kLo, bool kWeightLo>
 void dispatch_block(int blocks, int groups, const RowSource* src, const Bf16Activations& a,
                     int64_t g0, float* out) {
     if (blocks == 2) {
-        groups == 2 ? tile_block<2, 2, kLo>(src, a, g0, out)
-                    : tile_block<2, 1, kLo>(src, a, g0, out);
+        groups == 2 ? tile_block<2, 2, kLo, kWeightLo>(src, a, g0, out)
+                    : tile_block<2, 1, kLo, kWeightLo>(src, a, g0, out);
     } else {
-        groups == 2 ? tile_block<1, 2, kLo>(src, a, g0, out)
-                    : tile_block<1, 1, kLo>(src, a, g0, out);
+        groups == 2 ? tile_block<1, 2, kLo, kWeightLo>(src, a, g0, out)
+                    : tile_block<1, 1, kLo, kWeightLo>(src, a, g0, out);
     }
+}
+
+// Rows [r0, r1) of the product in pairs of 16-row blocks: fill(first, b, &src) says where block
+// b (0 or 1) of a pair, starting at row `first`, has its A tiles, then each pair of token groups
+// runs on the tiles and is copied out to y. `weight_lo`: every block has RowSource::lo.
+template <class Fill>
+void run_row_blocks(const Bf16Activations& a, bool weight_lo, float* y, int64_t ldy, int64_t r0,
+                    int64_t r1, Fill&& fill) {
+    TileConfig cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        cfg.rows[t] = kTile;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    const int64_t groups = (a.n + kTile - 1) / kTile;
+    alignas(64) float out[4 * kTile * kTile];
+    for (int64_t rb = r0; rb < r1; rb += 2 * kTile) {
+        const int blocks = rb + kTile < r1 ? 2 : 1;
+        RowSource src[2];
+        for (int b = 0; b < blocks; ++b) {
+            fill(rb + b * kTile, b, &src[b]);
+        }
+        for (int64_t g = 0; g < groups; g += 2) {
+            const int g_count = g + 1 < groups ? 2 : 1;
+            if (a.amx_lo == nullptr) {
+                dispatch_block<false, false>(blocks, g_count, src, a, g, out);
+            } else if (weight_lo) {
+                dispatch_block<true, true>(blocks, g_count, src, a, g, out);
+            } else {
+                dispatch_block<true, false>(blocks, g_count, src, a, g, out);
+            }
+            for (int b = 0; b < blocks; ++b) {
+                for (int gi = 0; gi < g_count; ++gi) {
+                    const float* tile = out + (b * 2 + gi) * kTile * kTile;
+                    const int64_t row0 = rb + b * kTile;
+                    const int64_t rows = min_i64(kTile, r1 - row0);
+                    const int64_t t0 = (g + gi) * kTile;
+                    store_transposed(tile, y, ldy, row0, rows, t0, min_i64(kTile, a.n - t0));
+                }
+            }
+        }
+    }
+    _tile_release();
 }
 
 }  // namespace
@@ -149,17 +267,19 @@ void to_amx_layout(const uint16_t* rows, int64_t n, int64_t kp, uint16_t* out) {
     const int64_t chunks = kp / kChunk;
     const int64_t groups = (n + kTile - 1) / kTile;
     for (int64_t g = 0; g < groups; ++g) {
+        const int64_t tokens = min_i64(kTile, n - g * kTile);
         for (int64_t c = 0; c < chunks; ++c) {
-            uint16_t* block = out + (g * chunks + c) * kBlockElems;
+            // Token tl's 16 column pairs of the chunk as row tl; its transpose is the block:
+            // row p holds pair p of the 16 tokens (zero past n).
+            __m512 r[16], pairs[16];
             for (int64_t tl = 0; tl < kTile; ++tl) {
-                const int64_t t = g * kTile + tl;
-                for (int64_t p = 0; p < kChunk / 2; ++p) {
-                    uint32_t pair = 0;
-                    if (t < n) {
-                        std::memcpy(&pair, rows + t * kp + c * kChunk + 2 * p, 4);
-                    }
-                    std::memcpy(block + p * kTile * 2 + tl * 2, &pair, 4);
-                }
+                r[tl] = tl < tokens ? _mm512_loadu_ps(rows + (g * kTile + tl) * kp + c * kChunk)
+                                    : _mm512_setzero_ps();
+            }
+            transpose16(r, pairs);
+            float* block = reinterpret_cast<float*>(out + (g * chunks + c) * kBlockElems);
+            for (int p = 0; p < 16; ++p) {
+                _mm512_storeu_ps(block + p * kTile, pairs[p]);
             }
         }
     }
@@ -170,74 +290,55 @@ void matmul_bf16_amx_prepared(const Weight& w, const Bf16Activations& a, float* 
     if (a.n <= 0 || a.k <= 0 || r0 >= r1) {
         return;
     }
-    TileConfig cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
-    for (int t = 0; t < 8; ++t) {
-        cfg.rows[t] = kTile;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
     const auto* base = static_cast<const uint16_t*>(w.data);
     const int64_t k = a.k;
     const int64_t kp = a.kp;
-    const int64_t groups = (a.n + kTile - 1) / kTile;
     const bool tail_cols = k % kChunk != 0;
     // Per block: a zero-padded copy of rows past the weight's end (16 x kp) and of the last chunk.
     auto* pad = static_cast<uint16_t*>(kernel_scratch(0, 2 * (kTile * kp + kTile * kChunk) * 2));
-    alignas(64) float out[4 * kTile * kTile];
-    for (int64_t rb = r0; rb < r1; rb += 2 * kTile) {
-        const int blocks = rb + kTile < r1 ? 2 : 1;
-        RowSource src[2];
-        for (int b = 0; b < blocks; ++b) {
-            const int64_t first = rb + b * kTile;
-            uint16_t* padded = pad + b * (kTile * kp + kTile * kChunk);
-            uint16_t* tail = padded + kTile * kp;
-            if (first + kTile <= w.rows) {
-                src[b].rows = base + first * k;
-                src[b].stride = k;
-                if (tail_cols) {
-                    const int64_t c0 = kp - kChunk;
-                    for (int64_t r = 0; r < kTile; ++r) {
-                        std::memset(tail + r * kChunk, 0, kChunk * 2);
-                        std::memcpy(tail + r * kChunk, src[b].rows + r * k + c0, (k - c0) * 2);
-                    }
-                    src[b].tail = tail;
+    run_row_blocks(a, false, y, ldy, r0, r1, [&](int64_t first, int b, RowSource* src) {
+        uint16_t* padded = pad + b * (kTile * kp + kTile * kChunk);
+        uint16_t* tail = padded + kTile * kp;
+        if (first + kTile <= w.rows) {
+            src->rows = base + first * k;
+            src->stride = k;
+            if (tail_cols) {
+                const int64_t c0 = kp - kChunk;
+                for (int64_t r = 0; r < kTile; ++r) {
+                    std::memset(tail + r * kChunk, 0, kChunk * 2);
+                    std::memcpy(tail + r * kChunk, src->rows + r * k + c0, (k - c0) * 2);
                 }
-            } else {
-                // The weight's last rows: zero-padded to 16 rows and kp columns.
-                std::memset(padded, 0, kTile * kp * 2);
-                for (int64_t r = 0; first + r < w.rows; ++r) {
-                    std::memcpy(padded + r * kp, base + (first + r) * k, k * 2);
-                }
-                src[b].rows = padded;
-                src[b].stride = kp;
+                src->tail = tail;
             }
+        } else {
+            // The weight's last rows: zero-padded to 16 rows and kp columns.
+            std::memset(padded, 0, kTile * kp * 2);
+            for (int64_t r = 0; first + r < w.rows; ++r) {
+                std::memcpy(padded + r * kp, base + (first + r) * k, k * 2);
+            }
+            src->rows = padded;
+            src->stride = kp;
         }
-        for (int64_t g = 0; g < groups; g += 2) {
-            const int g_count = g + 1 < groups ? 2 : 1;
-            if (a.amx_lo != nullptr) {
-                dispatch_block<true>(blocks, g_count, src, a, g, out);
-            } else {
-                dispatch_block<false>(blocks, g_count, src, a, g, out);
-            }
-            for (int b = 0; b < blocks; ++b) {
-                for (int gi = 0; gi < g_count; ++gi) {
-                    const float* tile = out + (b * 2 + gi) * kTile * kTile;
-                    const int64_t row0 = rb + b * kTile;
-                    const int64_t rows = min_i64(kTile, r1 - row0);
-                    const int64_t t0 = (g + gi) * kTile;
-                    const int64_t toks = min_i64(kTile, a.n - t0);
-                    for (int64_t i = 0; i < rows; ++i) {
-                        for (int64_t t = 0; t < toks; ++t) {
-                            y[(t0 + t) * ldy + row0 + i] = tile[i * kTile + t];
-                        }
-                    }
-                }
-            }
-        }
+    });
+}
+
+void matmul_quant_amx_prepared(const Weight& w, const Bf16Activations& a, float* y, int64_t ldy,
+                               int64_t r0, int64_t r1) {
+    if (a.n <= 0 || a.k <= 0 || r0 >= r1) {
+        return;
     }
-    _tile_release();
+    const bool split = a.amx_lo != nullptr;
+    const int64_t kp = a.kp;
+    const int64_t block_elems = (split ? 2 : 1) * kTile * kp;  // One block's hi (and lo) rows.
+    auto* decoded = static_cast<uint16_t*>(kernel_scratch(0, 2 * block_elems * 2));
+    run_row_blocks(a, split, y, ldy, r0, r1, [&](int64_t first, int b, RowSource* src) {
+        uint16_t* hi = decoded + b * block_elems;
+        uint16_t* lo = split ? hi + kTile * kp : nullptr;
+        quant::decode_rows_bf16(w, first, kTile, kp, hi, lo);
+        src->rows = hi;
+        src->stride = kp;
+        src->lo = lo;
+    });
 }
 
 }  // namespace edge::engine::cpu

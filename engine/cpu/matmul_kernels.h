@@ -115,6 +115,15 @@ void to_amx_layout(const uint16_t* rows, int64_t n, int64_t kp, uint16_t* out);
 // gives the same bits.
 void matmul_bf16_amx_prepared(const Weight& w, const Bf16Activations& a, float* y, int64_t ldy,
                               int64_t r0, int64_t r1);
+// The same for a quantized weight the tiles take (quant::decodes_to_bf16: row-major FP8, INT8,
+// INT4): each 16-row block is decoded once per call and range into bf16 rows (quant::
+// decode_rows_bf16), with exact activations as hi + lo (three products: w_hi x_hi, w_hi x_lo,
+// w_lo x_hi), with kBf16 ones as hi alone. Error against the f32 product of the dequantized
+// weights: exact, at most 3 * 2^-17 * sum_c |w * x| (the two splits and the dropped lo x lo
+// product); kBf16, at most (2^-8 + 2^-9 + 2^-17) * sum_c |w * x|. Any split of the rows gives the
+// same bits.
+void matmul_quant_amx_prepared(const Weight& w, const Bf16Activations& a, float* y, int64_t ldy,
+                               int64_t r0, int64_t r1);
 // Per-call entries (kExact, kBf16 activations): prepare on the calling thread, then as above; the
 // AVX512_BF16 kernels below kAmxMinTokens.
 void matmul_bf16_amx(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,

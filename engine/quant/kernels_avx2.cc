@@ -35,7 +35,7 @@ namespace {
 using cpu::hmax_avx2;
 using cpu::hsum_avx2;
 
-// 16 E4M3 bytes -> two vectors of value / 256, as kernels_avx512.cc's fp8_words_to_f32: with the
+// 16 E4M3 bytes -> two vectors of value / 256, as kernels_x86.h's fp8_words_to_f32: with the
 // byte in the high half of a 16-bit lane, an arithmetic shift right by one puts the magnitude bits
 // into an F16's exponent and mantissa (subnormals included) and copies the sign into bit 14, which
 // the mask clears; vcvtph2ps is exact.

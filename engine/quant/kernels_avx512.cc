@@ -20,17 +20,6 @@
 namespace edge::engine::quant::detail {
 namespace {
 
-// 32 E4M3 bytes (already zero-extended to 16-bit lanes) -> two vectors of value / 256, through
-// the bit-identical F16 encoding: with the byte in the high half of a 16-bit lane, an arithmetic
-// shift right by one puts the magnitude bits into an F16's exponent and mantissa (value * 2^-8,
-// subnormals included) and copies the sign into bit 14, which the mask clears; vcvtph2ps is exact.
-EDGE_AVX512 EDGE_INLINE void fp8_words_to_f32(__m512i v, __m512* lo, __m512* hi) {
-    const __m512i h = _mm512_and_si512(_mm512_srai_epi16(_mm512_slli_epi16(v, 8), 1),
-                                       _mm512_set1_epi16(static_cast<int16_t>(0xBFFF)));
-    *lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-    *hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-}
-
 // Columns [c, c + n) of one row (n <= 128, one scale block) for T tokens; `full` means n == 128
 // and lets the loads go unmasked.
 template <int T, bool kFull>

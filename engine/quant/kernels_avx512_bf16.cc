@@ -20,6 +20,8 @@
 #include "engine/quant/fp8.h"
 #include "engine/quant/kernels_internal.h"
 #include "engine/quant/kernels_x86.h"
+#include "engine/quant/quant_kernels.h"
+#include "engine/quant/quantized_weight.h"
 
 #define EDGE_AVX512_BF16 \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c,avx2")))
@@ -392,5 +394,102 @@ void matmul_fp8_avx512_bf16_vbmi(const Weight& w, const float* x, int64_t n_toke
 }
 
 }  // namespace edge::engine::quant::detail
+
+namespace edge::engine::quant {
+namespace {
+
+// Row r of row-major `w` (FP8 block, INT8 row or INT4 group) as f32 values, each the stored value
+// times its scale rounded once, as the scalar kernels compute them, into out[0, w.cols).
+EDGE_AVX512_BF16 void decode_row_f32(const Weight& w, int64_t r, float* out) {
+    const int64_t cols = w.cols;
+    switch (w.format) {
+        case WeightFormat::kFP8E4M3Block128: {
+            const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * cols;
+            const float* block_scales = w.scales + (r / 128) * ((cols + 127) / 128);
+            for (int64_t c = 0; c < cols; c += 32) {  // 32 columns never straddle a block.
+                const int64_t n = cols - c;
+                const __m512i v =
+                    _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(detail::mask32(n), q + c));
+                __m512 first, second;
+                detail::fp8_words_to_f32(v, &first, &second);  // value / 256: exact.
+                const __m512 s = _mm512_set1_ps(block_scales[c / 128] * 256.0f);
+                _mm512_mask_storeu_ps(out + c, detail::mask16(n), _mm512_mul_ps(first, s));
+                if (n > 16) {
+                    _mm512_mask_storeu_ps(out + c + 16, detail::mask16(n - 16),
+                                          _mm512_mul_ps(second, s));
+                }
+            }
+            return;
+        }
+        case WeightFormat::kInt8Row: {
+            const int8_t* q = static_cast<const int8_t*>(w.data) + r * cols;
+            const __m512 s = _mm512_set1_ps(w.scales[r]);
+            for (int64_t c = 0; c < cols; c += 16) {
+                const __mmask16 m = detail::mask16(cols - c);
+                const __m512i v = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, q + c));
+                _mm512_mask_storeu_ps(out + c, m, _mm512_mul_ps(_mm512_cvtepi32_ps(v), s));
+            }
+            return;
+        }
+        case WeightFormat::kInt4G32:
+        case WeightFormat::kInt4G128: {
+            // cols is a multiple of the group (32 or 128): 32 columns are one group's.
+            const int64_t group = int4_group_size(w.format);
+            const uint8_t* q = static_cast<const uint8_t*>(w.data) + r * (cols / 2);
+            const float* group_scales = w.scales + r * (cols / group);
+            // Column 2i is byte i's low nibble, 2i + 1 its high one: interleave the two.
+            const __m512i first_idx =
+                _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+            const __m512i second_idx =
+                _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+            const __m512i eight = _mm512_set1_epi32(8);
+            for (int64_t c = 0; c < cols; c += 32) {
+                const __m512i b = _mm512_cvtepu8_epi32(
+                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + c / 2)));
+                const __m512 even = _mm512_cvtepi32_ps(
+                    _mm512_sub_epi32(_mm512_and_si512(b, _mm512_set1_epi32(15)), eight));
+                const __m512 odd =
+                    _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(b, 4), eight));
+                const __m512 s = _mm512_set1_ps(group_scales[c / group]);
+                _mm512_storeu_ps(out + c,
+                                 _mm512_mul_ps(_mm512_permutex2var_ps(even, first_idx, odd), s));
+                _mm512_storeu_ps(out + c + 16,
+                                 _mm512_mul_ps(_mm512_permutex2var_ps(even, second_idx, odd), s));
+            }
+            return;
+        }
+        default:
+            return;
+    }
+}
+
+}  // namespace
+
+void decode_rows_bf16(const Weight& w, int64_t r0, int64_t rows, int64_t kp, uint16_t* hi,
+                      uint16_t* lo) {
+    thread_local std::vector<float> values;
+    if (values.size() < static_cast<size_t>(w.cols)) {
+        values.resize(static_cast<size_t>(w.cols));
+    }
+    for (int64_t i = 0; i < rows; ++i) {
+        uint16_t* h = hi + i * kp;
+        uint16_t* l = lo != nullptr ? lo + i * kp : nullptr;
+        if (r0 + i >= w.rows) {
+            std::memset(h, 0, static_cast<size_t>(kp) * 2);
+            if (l != nullptr) {
+                std::memset(l, 0, static_cast<size_t>(kp) * 2);
+            }
+            continue;
+        }
+        decode_row_f32(w, r0 + i, values.data());
+        if (l != nullptr) {
+            cpu::split_activations_bf16(values.data(), 1, w.cols, kp, h, l);
+        } else {
+            cpu::round_activations_bf16(values.data(), 1, w.cols, kp, h);
+        }
+    }
+}
+
+}  // namespace edge::engine::quant
 
 #endif  // defined(__x86_64__)

@@ -161,6 +161,13 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format, WeightLay
     return out;
 }
 
+bool decodes_to_bf16(const Weight& w) {
+    const bool format = w.format == WeightFormat::kFP8E4M3Block128 ||
+                        w.format == WeightFormat::kInt8Row || w.format == WeightFormat::kInt4G32 ||
+                        w.format == WeightFormat::kInt4G128;
+    return format && w.layout == WeightLayout::kRows && features().bf16;
+}
+
 MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout) {
     const std::vector<KernelVariant> variants = matmul_kernel_variants(format, layout);
     return variants.empty() ? nullptr : variants.back().kernel;

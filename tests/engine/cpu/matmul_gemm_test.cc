@@ -7,6 +7,9 @@
 // entry equals the per-call kernel bit for bit, and so does any split of the rows over the pool
 // (each output's sum does not depend on where its block or panel starts); matmul_batch with jobs
 // sharing one input (q/k/v) equals separate calls. Skipped with a message without AVX512_BF16.
+// With AMX tiles: BF16 weights against the same references, and quantized weights (FP8, INT8,
+// INT4 decoded to bf16 per 16-row block) against the product of their dequantized values within
+// the bounds matmul_kernels.h states, bit for bit across threads and row splits.
 
 #include <doctest/doctest.h>
 
@@ -19,6 +22,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/quant/quantized_weight.h"
 #include "tests/engine/cpu/bf16_test_weights.h"
 
 namespace edge::engine::cpu {
@@ -134,6 +138,22 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
     }
 }
 
+// x (n tokens of k) prepared for the tiles as matmul() prepares it, in *storage.
+Bf16Activations amx_activations(const std::vector<float>& x, int64_t n, int64_t k,
+                                ActivationPrecision precision, std::vector<uint16_t>* storage) {
+    const int64_t row_elems = bf16_activation_elements(n, k, precision);
+    storage->assign(static_cast<size_t>(row_elems + 2 * amx_activation_elements(n, k)), 0);
+    Bf16Activations a = prepare_bf16_activations(x.data(), n, k, precision, storage->data());
+    uint16_t* tiles = storage->data() + row_elems;
+    to_amx_layout(a.hi, n, a.kp, tiles);
+    a.amx_hi = tiles;
+    if (precision == ActivationPrecision::kExact) {
+        to_amx_layout(a.lo, n, a.kp, tiles + amx_activation_elements(n, k));
+        a.amx_lo = tiles + amx_activation_elements(n, k);
+    }
+    return a;
+}
+
 TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split the whole call") {
     if (detect_isa() != Isa::kAmxBf16) {
         MESSAGE("no AMX-BF16 (or no tile permission) here: the AMX path has nothing to test");
@@ -174,25 +194,105 @@ TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split
             }
             if (s.n >= kAmxMinTokens) {
                 std::vector<float> parts(got.size(), -9.0f);
-                std::vector<float> prep_scratch(static_cast<size_t>(
-                    bf16_activation_elements(s.n, s.cols, precision) +
-                    2 * amx_activation_elements(s.n, s.cols)));
-                auto* rows = reinterpret_cast<uint16_t*>(prep_scratch.data());
-                Bf16Activations a =
-                    prepare_bf16_activations(x.data(), s.n, s.cols, precision, rows);
-                uint16_t* tiles = rows + bf16_activation_elements(s.n, s.cols, precision);
-                to_amx_layout(a.hi, s.n, a.kp, tiles);
-                a.amx_hi = tiles;
-                if (exact) {
-                    to_amx_layout(a.lo, s.n, a.kp, tiles + amx_activation_elements(s.n, s.cols));
-                    a.amx_lo = tiles + amx_activation_elements(s.n, s.cols);
-                }
+                std::vector<uint16_t> storage;
+                const Bf16Activations a = amx_activations(x, s.n, s.cols, precision, &storage);
                 // Ranges that split 16-row blocks: each row's sum is the same.
                 testing::in_three_row_ranges(s.rows, 7, 37, [&](int64_t r0, int64_t r1) {
                     matmul_bf16_amx_prepared(w.w, a, parts.data(), ldy, r0, r1);
                 });
                 CHECK(std::memcmp(parts.data(), got.data(), got.size() * sizeof(float)) == 0);
             }
+        }
+    }
+}
+
+TEST_CASE("matmul gemm: AMX tiles with quantized weights decoded to bf16 stay within bounds") {
+    if (detect_isa() != Isa::kAmxBf16) {
+        MESSAGE("no AMX-BF16 (or no tile permission) here: the AMX path has nothing to test");
+        return;
+    }
+    std::mt19937 rng(12);
+    struct Shape {
+        WeightFormat format;
+        int64_t rows, cols, n;
+    };
+    // FP8: partial 128-column and 128-row blocks (300 columns: a last 32-column step of 12;
+    // 200 rows: two row blocks of scales); INT8: columns not a multiple of 16 or 32; INT4: both
+    // group sizes. Rows: a partial 16-row block and an odd count of blocks; tokens: one group, a
+    // partial second, below the threshold (matmul() then runs the format's own kernel).
+    const Shape shapes[] = {{WeightFormat::kFP8E4M3Block128, 200, 300, 17},
+                            {WeightFormat::kFP8E4M3Block128, 48, 256, 16},
+                            {WeightFormat::kInt8Row, 101, 200, 33},
+                            {WeightFormat::kInt8Row, 13, 77, 16},
+                            {WeightFormat::kInt4G32, 64, 160, 48},
+                            {WeightFormat::kInt4G128, 101, 384, 20},
+                            {WeightFormat::kInt4G32, 40, 96, 9}};
+    for (const Shape& s : shapes) {
+        std::normal_distribution<float> normal(0.0f, 0.05f);
+        std::vector<float> source(static_cast<size_t>(s.rows * s.cols));
+        for (float& v : source) {
+            v = normal(rng);
+        }
+        auto q = quant::quantize(quant::SourceMatrix::f32(source.data(), s.rows, s.cols),
+                                 s.format);
+        REQUIRE(q.ok());
+        const Weight& w = q->view();
+        CHECK(quant::decodes_to_bf16(w));
+        std::vector<float> dequantized(source.size());
+        for (int64_t r = 0; r < s.rows; ++r) {
+            quant::dequantize_row(w, r, dequantized.data() + r * s.cols);
+        }
+        const std::vector<float> x = random_x(s.n, s.cols, rng);
+        const int64_t ldy = s.rows + 3;
+        for (ActivationPrecision precision :
+             {ActivationPrecision::kExact, ActivationPrecision::kBf16}) {
+            const bool exact = precision == ActivationPrecision::kExact;
+            std::vector<float> got(static_cast<size_t>(s.n * ldy), -9.0f);
+            ThreadPool pool(2);
+            matmul(pool, Isa::kAmxBf16, w, x.data(), s.n, got.data(), ldy, precision);
+            // Exact: 3 * 2^-17 from the splits plus f32 sums; kBf16: 2^-8 + 2^-9 (the
+            // activation and weight roundings). Tokens below the threshold run the format's
+            // kernel (VNNI's int8 activations for INT8 / INT4): only its own test's bound.
+            const bool tiles = s.n >= kAmxMinTokens;
+            const double rel = exact ? 4e-5 : 1.0 / 256 + 1.0 / 512 + 1e-5;
+            double worst = 0.0;
+            for (int64_t t = 0; t < s.n && tiles; ++t) {
+                for (int64_t r = 0; r < s.rows; ++r) {
+                    double want = 0.0, magnitude = 0.0;
+                    for (int64_t c = 0; c < s.cols; ++c) {
+                        const double p = static_cast<double>(dequantized[r * s.cols + c]) *
+                                         x[static_cast<size_t>(t * s.cols + c)];
+                        want += p;
+                        magnitude += std::fabs(p);
+                    }
+                    const double err = std::fabs(got[static_cast<size_t>(t * ldy + r)] - want);
+                    worst = std::max(worst, err / (rel * magnitude + 1e-6));
+                }
+            }
+            INFO(quant::weight_format_name(s.format) << " rows " << s.rows << " cols " << s.cols
+                                                     << " tokens " << s.n << " exact " << exact
+                                                     << " worst error / bound " << worst);
+            CHECK(worst <= 1.0);
+            for (int64_t t = 0; t < s.n; ++t) {
+                for (int64_t r = s.rows; r < ldy; ++r) {
+                    CHECK(got[static_cast<size_t>(t * ldy + r)] == -9.0f);
+                }
+            }
+            if (!tiles) {
+                continue;
+            }
+            // One thread, and ranges that split 16-row blocks: the same bits.
+            ThreadPool one(1);
+            std::vector<float> single(got.size(), -9.0f);
+            matmul(one, Isa::kAmxBf16, w, x.data(), s.n, single.data(), ldy, precision);
+            CHECK(std::memcmp(single.data(), got.data(), got.size() * sizeof(float)) == 0);
+            std::vector<uint16_t> storage;
+            const Bf16Activations a = amx_activations(x, s.n, s.cols, precision, &storage);
+            std::vector<float> parts(got.size(), -9.0f);
+            testing::in_three_row_ranges(s.rows, 7, 37, [&](int64_t r0, int64_t r1) {
+                matmul_quant_amx_prepared(w, a, parts.data(), ldy, r0, r1);
+            });
+            CHECK(std::memcmp(parts.data(), got.data(), got.size() * sizeof(float)) == 0);
         }
     }
 }
