@@ -20,6 +20,13 @@ Scheduler::Scheduler(std::unique_ptr<CausalLM> model, const tokenizer::Tokenizer
       waiting_(config_.fair_quantum_tokens) {
     config_.max_batch_sequences = std::max(config_.max_batch_sequences, 1);
     config_.max_batch_tokens = std::max(config_.max_batch_tokens, 1);
+    // A step budget no larger than the batch would go to decodes in admission order, every
+    // step, and newer sequences would never prefill: then the tenants' weights pick half the
+    // budget's decoders and the rest is left for prefill (daemon config refuses such budgets).
+    if (config_.max_decode_sequences <= 0 &&
+        config_.max_batch_tokens <= config_.max_batch_sequences) {
+        config_.max_decode_sequences = std::max(config_.max_batch_tokens / 2, 1);
+    }
     if (config_.prefix_secret.empty()) {
         std::random_device entropy;
         for (int i = 0; i < 8; ++i) {
@@ -257,6 +264,7 @@ void Scheduler::sweep_cancelled() {
 
 std::vector<Scheduler::BatchEntry> Scheduler::plan_batch() {
     std::vector<BatchEntry> batch;
+    decode_backlogged_.clear();  // Only this plan's picks count (a re-plan replaces them).
     int32_t budget = config_.max_batch_tokens;
     // Decode steps first: they keep latency low for requests already streaming. With
     // max_decode_sequences set and more ready than it, the tenants' weights pick which.
@@ -428,7 +436,11 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
             continue;
         }
         // The cache cannot hold even one sequence alone, or the model failed: the sequences of
-        // this batch end with the error; others stay.
+        // this batch end with the error; others stay. A full cache is the server's capacity,
+        // not the client's rate: unavailable (503), which the API does not answer as a 429.
+        if (st.code() == StatusCode::kResourceExhausted) {
+            st = unavailable_error(st.message());
+        }
         for (const BatchEntry& e : *batch) {
             finish(e.seq, FinishReason::kError, st);
         }
@@ -539,9 +551,11 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
         // Admission charged max_tokens; what it did not use goes back to its tenant.
         std::lock_guard<std::mutex> lock(mu_);
         waiting_.refund(seq->tenant, int64_t{seq->params.max_tokens} - seq->generated());
+        // Its KV blocks are free: admission, closed by a KV preemption, may try again. (A
+        // request that never ran frees none: reopening then would preempt again at once.)
+        admission_blocked_ = false;
     }
     seq->finished = true;
-    admission_blocked_ = false;
     Finish f;
     f.reason = reason;
     f.usage.prompt_tokens = seq->prompt_len;

@@ -24,7 +24,7 @@ bool Scheduler::fail_unadmittable() {
         seq = waiting_.pop();
     }
     finish(seq.get(), FinishReason::kError,
-           resource_exhausted_error("the model has no free sequence slot"));
+           unavailable_error("the model has no free sequence slot"));
     return true;
 }
 
