@@ -388,7 +388,7 @@ Status parse_models(const Reader& r, const YAML::Node& node, const std::string& 
 
 Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
     engine::EngineConfig& e = c.engine;
-    return r.for_each_key(
+    EDGE_RETURN_IF_ERROR(r.for_each_key(
         node, key,
         {{"threads", int_field(r, e.threads, 0, 4096)},
          {"backend",
@@ -446,7 +446,21 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
                    {"load_window_steps", int_field(r, sh.load_window_steps, 1, 1 << 30)},
                    {"static_plan", string_field(r, sh.static_plan)},
                    {"communicator", string_field(r, sh.communicator)}});
-          }}});
+          }}}));
+    // A step's decodes come first: a budget they can fill would leave newer sequences waiting
+    // for their prefill until older ones finish.
+    const int64_t decoders = e.max_decode_sequences > 0
+                                 ? std::min(e.max_decode_sequences, e.max_batch_sequences)
+                                 : e.max_batch_sequences;
+    if (e.max_batch_tokens <= decoders) {
+        return r.error(node, key,
+                       "max_batch_tokens (" + std::to_string(e.max_batch_tokens) +
+                           ") must exceed the sequences that decode in one step (" +
+                           std::to_string(decoders) +
+                           ": max_decode_sequences, or max_batch_sequences when that is 0), or "
+                           "prefill stalls while they decode");
+    }
+    return ok_status();
 }
 
 bool is_sha256_hex(const std::string& s) {
@@ -586,7 +600,7 @@ Status parse_routing(const Reader& r, const YAML::Node& node, const std::string&
     routing::selection::CostConfig& cost = c.routing.cost;
     routing::selection::SelectionConfig& sel = c.routing.selection;
     constexpr double kMs = 1e-3;
-    return r.for_each_key(
+    EDGE_RETURN_IF_ERROR(r.for_each_key(
         node, key,
         {{"path_inflation", number_field(r, cost.path_inflation, 1.0, 10.0)},
          {"coord_error_max", number_field(r, cost.coord_error_max, 0.0, 1.5)},
@@ -597,7 +611,9 @@ Status parse_routing(const Reader& r, const YAML::Node& node, const std::string&
          {"kv_soft_limit", number_field(r, cost.kv_soft_limit, 0.0, 0.99)},
          {"kv_full_penalty_ms", number_field(r, cost.kv_full_penalty_s, 0.0, 3.6e6, kMs)},
          {"kv_saturated", number_field(r, cost.kv_saturated, 0.0, 1.0)},
-         {"saturation_queue_per_slot", number_field(r, cost.saturation_queue_per_slot, 0.0, 1e6)},
+         // 0 would call every pool saturated (a queue of 0 >= 0 x slots): every request a 503.
+         {"saturation_queue_per_slot",
+          number_field(r, cost.saturation_queue_per_slot, 0.01, 1e6)},
          {"suspect_penalty_ms", number_field(r, cost.suspect_penalty_s, 0.0, 3.6e6, kMs)},
          {"ejected_penalty_ms", number_field(r, cost.ejected_penalty_s, 0.0, 3.6e6, kMs)},
          {"degraded_penalty_ms", number_field(r, cost.degraded_penalty_s, 0.0, 3.6e6, kMs)},
@@ -641,7 +657,16 @@ Status parse_routing(const Reader& r, const YAML::Node& node, const std::string&
                     int_field(r, o.success_rate_minimum_hosts, 1, 1000000)},
                    {"success_rate_stdev_factor",
                     number_field(r, o.success_rate_stdev_factor, 0.0, 100.0)}});
-          }}});
+          }}}));
+    // A pool is saturated at kv_saturated; the soft penalty below it must start first (and at
+    // 0 every pool, an idle one too, would be saturated).
+    if (cost.kv_saturated <= cost.kv_soft_limit) {
+        std::ostringstream msg;
+        msg << "kv_saturated (" << cost.kv_saturated << ") must be above kv_soft_limit ("
+            << cost.kv_soft_limit << ")";
+        return r.error(node, key, msg.str());
+    }
+    return ok_status();
 }
 
 Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {

@@ -151,6 +151,19 @@ TEST_CASE("type and range errors name the place") {
           std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  max_decode_sequences: -1\n"))
               .find("engine.max_decode_sequences: must be in 0..65536") != std::string::npos);
+    // A step budget the decodes can fill leaves no room for prefill.
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  max_batch_tokens: 64\n"))
+              .find("engine: max_batch_tokens (64) must exceed the sequences that decode in one "
+                    "step (64: ") != std::string::npos);
+    CHECK(error_of(testing::config_yaml(
+                       "/c", "/k",
+                       "engine:\n  max_batch_tokens: 64\n  max_decode_sequences: 64\n"))
+              .find("max_batch_tokens (64) must exceed") != std::string::npos);
+    CHECK(parse_config(testing::config_yaml(
+                           "/c", "/k",
+                           "engine:\n  max_batch_tokens: 64\n  max_decode_sequences: 40\n"),
+                       "/x.yaml")
+              .ok());
     std::string yaml = testing::config_yaml("/c", "/k");
     yaml.replace(yaml.find("latitude: 50.1"), 14, "latitude: 95");
     CHECK(error_of(yaml).find("site.latitude: must be in -90..90") != std::string::npos);
@@ -306,6 +319,15 @@ TEST_CASE("routing section: milliseconds become seconds, defaults stay, bad keys
           "/etc/edgeserve/test.yaml:18:19: routing.path_inflation: must be in 1..10");
     CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  margin_ms: soon\n")) ==
           "/etc/edgeserve/test.yaml:18:14: routing.margin_ms: expected a number");
+    // Values that would call every pool, an idle one too, saturated.
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  saturation_queue_per_slot: 0\n"))
+              .find("routing.saturation_queue_per_slot: must be in 0.01..") != std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  kv_saturated: 0\n"))
+              .find("routing: kv_saturated (0) must be above kv_soft_limit (0.8)") !=
+          std::string::npos);
+    CHECK(error_of(testing::config_yaml("/c", "/k",
+                                        "routing:\n  kv_soft_limit: 0.9\n  kv_saturated: 0.9\n"))
+              .find("must be above kv_soft_limit") != std::string::npos);
 }
 
 TEST_CASE("gossip section: keys, presets and overrides load, absent means no gossip") {
