@@ -20,13 +20,15 @@ double raw_distance(const Coordinate& a, const Coordinate& b) {
 }  // namespace
 
 bool Coordinate::is_valid() const {
+    // std::fabs(NaN) <= limit is false: NaN and infinities fail too.
+    auto bounded = [](double v) { return std::fabs(v) <= kCoordinateLimit; };
     for (double v : vec) {
-        if (!std::isfinite(v)) {
+        if (!bounded(v)) {
             return false;
         }
     }
-    return std::isfinite(error) && std::isfinite(adjustment) && std::isfinite(height) &&
-           error >= 0.0 && height >= 0.0;
+    return bounded(error) && bounded(adjustment) && bounded(height) && error >= 0.0 &&
+           height >= 0.0;
 }
 
 double Coordinate::distance_to(const Coordinate& other) const {
@@ -56,7 +58,8 @@ VivaldiClient::VivaldiClient(VivaldiConfig config, uint64_t seed)
 
 Status VivaldiClient::update(const std::string& node, const Coordinate& other, Duration rtt) {
     if (!other.is_valid()) {
-        return invalid_argument_error("vivaldi: coordinate of " + node + " is not finite");
+        return invalid_argument_error("vivaldi: coordinate of " + node +
+                                      " is not finite or out of range");
     }
     const double rtt_seconds = to_seconds(rtt);
     if (!(rtt_seconds >= 0.0) || rtt_seconds > 10.0) {

@@ -50,7 +50,9 @@ struct Coordinate {
     double adjustment = 0.0;
     double height = 10.0e-6;
 
-    // True when every component is finite (coordinates from the network must be checked).
+    // True when every component is finite and within kCoordinateLimit of the origin (error
+    // and height not negative). Coordinates from the network must be checked: one far out
+    // would give a negative or overflowing RTT estimate, and drag ours along.
     bool is_valid() const;
     // Estimated RTT to `other`, in seconds.
     double distance_to(const Coordinate& other) const;
@@ -59,7 +61,12 @@ struct Coordinate {
 // A fresh coordinate at the origin with the maximum error.
 Coordinate make_origin(const VivaldiConfig& config);
 
-// Estimated round-trip time between two coordinates.
+// Seconds: the largest magnitude a valid coordinate's components (and its error) may have.
+// RTTs are at most 10 s, so a real coordinate stays far inside it.
+inline constexpr double kCoordinateLimit = 1000.0;
+
+// Estimated round-trip time between two coordinates (0 .. a few kCoordinateLimit for valid
+// ones).
 std::chrono::nanoseconds estimate_rtt(const Coordinate& a, const Coordinate& b);
 
 class VivaldiClient {

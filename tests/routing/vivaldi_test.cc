@@ -135,6 +135,18 @@ TEST_CASE("vivaldi: bad input is rejected and never moves the coordinate") {
     CHECK_FALSE(client.update("x", bad, std::chrono::milliseconds(10)).ok());
     CHECK_FALSE(client.update("x", Coordinate{}, std::chrono::nanoseconds(-1)).ok());
     CHECK_FALSE(client.update("x", Coordinate{}, std::chrono::seconds(11)).ok());
+    // Finite but far out: its RTT estimate overflowed to a huge negative one (a site that
+    // always won the routing), and an update with it dragged ours out too.
+    Coordinate far;
+    far.adjustment = 1e12;
+    CHECK_FALSE(far.is_valid());
+    CHECK_FALSE(client.update("x", far, std::chrono::milliseconds(10)).ok());
+    far = Coordinate{};
+    far.vec[1] = -(kCoordinateLimit + 1);
+    CHECK_FALSE(far.is_valid());
+    far.vec[1] = -kCoordinateLimit;
+    CHECK(far.is_valid());
+    CHECK(estimate_rtt(far, Coordinate{}).count() > 0);
     CHECK(client.coordinate().vec[0] == 0.0);
     CHECK(client.updates() == 0);
     // The estimate between identical coordinates is twice the minimum height.
