@@ -77,8 +77,14 @@ Result<ProxyParseOutcome> parse_v1(std::string_view bytes) {
     }
     EDGE_ASSIGN_OR_RETURN(IpAddress src, IpAddress::parse(parts[1]));
     EDGE_ASSIGN_OR_RETURN(IpAddress dst, IpAddress::parse(parts[2]));
-    bool want_v4 = parts[0] == "TCP4";
-    if (src.is_v4 != want_v4 || dst.is_v4 != want_v4) {
+    // The family as written: an IPv4-mapped IPv6 address ("::ffff:192.0.2.1", which a
+    // dual-stack balancer sends for IPv4 clients on an IPv6 socket) parses as IPv4 but is TCP6,
+    // and stands for that IPv4 client, as in v2.
+    const bool want_v4 = parts[0] == "TCP4";
+    auto written_v4 = [](std::string_view text) {
+        return text.find(':') == std::string_view::npos;
+    };
+    if (written_v4(parts[1]) != want_v4 || written_v4(parts[2]) != want_v4) {
         return invalid_argument_error("PROXY v1: address family does not match " +
                                       std::string(parts[0]));
     }

@@ -36,6 +36,12 @@ TEST_CASE("proxy v1 TCP6, UNKNOWN, partial and malformed headers") {
     auto v6 = parse_proxy_header("PROXY TCP6 2001:db8::1 2001:db8::2 1 2\r\n");
     REQUIRE(v6.ok());
     CHECK(v6->header.source->to_string() == "2001:db8::1");
+    // A dual-stack balancer's IPv4 client on an IPv6 socket: the IPv4 client, as v2 reads it.
+    auto mapped = parse_proxy_header("PROXY TCP6 ::ffff:203.0.113.8 ::1 5555 443\r\n");
+    REQUIRE(mapped.ok());
+    CHECK(mapped->header.source->to_string() == "203.0.113.8");
+    CHECK_FALSE(parse_proxy_header("PROXY TCP4 ::ffff:203.0.113.8 1.2.3.4 1 1\r\n").ok());
+    CHECK_FALSE(parse_proxy_header("PROXY TCP6 1.2.3.4 ::1 1 1\r\n").ok());
     auto unknown = parse_proxy_header("PROXY UNKNOWN\r\n");
     REQUIRE(unknown.ok());
     CHECK(unknown->header.local);
