@@ -99,6 +99,10 @@ Result<HostPort> split_host_port(std::string_view addr) {
         !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         return invalid_argument_error("peer address '" + std::string(addr) + "' has a bad port");
     }
+    if (const int number = std::stoi(std::string(port)); number < 1 || number > 65535) {
+        return invalid_argument_error("peer address '" + std::string(addr) +
+                                      "' has a port outside 1..65535");
+    }
     return HostPort{std::string(host), std::string(port)};
 }
 
@@ -144,6 +148,8 @@ struct ForwardJob {
     ForwardResult result;
     // Strand only.
     Connection* current = nullptr;  // The connection in use, closed when the client goes away.
+    // A host-name target's lookup while it runs, cancelled as `current` is closed.
+    std::shared_ptr<tcp::resolver> resolving;
     std::string current_site;       // The target of the attempt running.
     bool site_lost = false;         // Its connection was closed: gossip declared the site dead.
     bool cancelled = false;
@@ -182,6 +188,8 @@ public:
     void give_back(const std::string& peer, std::unique_ptr<Connection> connection);
     bool retry_allowed() const;
     void cancel(ForwardJob& job);
+    // Closes the attempt's connection, or cancels its lookup (strand).
+    void stop_attempt(ForwardJob& job);
     // Strand only: closes the connections of the forwards whose attempt runs on `site_id`.
     void abandon_site(const std::string& site_id);
     void report(const RouteTarget& target, bool ok, SteadyClock::duration latency);
@@ -259,17 +267,24 @@ bool PeerClient::Impl::retry_allowed() const {
 
 void PeerClient::Impl::abandon_site(const std::string& site_id) {
     for (ForwardJob* job : jobs_) {
-        if (job->current != nullptr && job->current_site == site_id) {
+        if ((job->current != nullptr || job->resolving) && job->current_site == site_id) {
             job->site_lost = true;
-            job->current->close();
+            stop_attempt(*job);
         }
     }
 }
 
 void PeerClient::Impl::cancel(ForwardJob& job) {
     job.cancelled = true;
+    stop_attempt(job);
+}
+
+void PeerClient::Impl::stop_attempt(ForwardJob& job) {
     if (job.current != nullptr) {
         job.current->close();
+    }
+    if (job.resolving) {
+        job.resolving->cancel();
     }
 }
 
@@ -325,10 +340,28 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
     if (!ec) {
         endpoints.emplace_back(literal, port);
     } else {
-        tcp::resolver resolver(strand_);
-        auto [rec, results] = co_await resolver.async_resolve(hp->host, hp->port, kTuple);
-        if (rec) {
-            error = "cannot resolve '" + hp->host + "': " + rec.message();
+        // The lookup counts against connect_timeout, and ends when the client goes away or
+        // gossip finds the site dead (stop_attempt), as the connect after it does.
+        auto resolver = std::make_shared<tcp::resolver>(strand_);
+        net::steady_timer deadline(strand_, config_.connect_timeout);
+        deadline.async_wait([resolver](boost::system::error_code wait_ec) {
+            if (!wait_ec) {
+                resolver->cancel();
+            }
+        });
+        job.resolving = resolver;
+        auto [rec, results] = co_await resolver->async_resolve(hp->host, hp->port, kTuple);
+        job.resolving.reset();
+        const bool timed_out = deadline.expiry() <= net::steady_timer::clock_type::now();
+        deadline.cancel();
+        if (job.cancelled || job.site_lost) {
+            error = job.cancelled ? "cancelled" : "the site was found dead";
+            co_return nullptr;
+        }
+        if (rec || timed_out) {
+            failure = timed_out ? Failure::kTimeout : Failure::kConnect;
+            error = "cannot resolve '" + hp->host +
+                    "': " + (timed_out ? std::string("timed out") : rec.message());
             co_return nullptr;
         }
         for (const auto& entry : results) {

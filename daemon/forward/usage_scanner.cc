@@ -19,11 +19,12 @@ void UsageScanner::feed_json(std::string_view body) {
         return;
     }
     const boost::json::object& u = usage->get_object();
+    // A negative count from a peer would refund the tenant's token budgets: never below 0.
     if (const auto* p = u.if_contains("prompt_tokens"); p != nullptr && p->is_int64()) {
-        prompt_tokens_ = p->get_int64();
+        prompt_tokens_ = std::max<int64_t>(p->get_int64(), 0);
     }
     if (const auto* c = u.if_contains("completion_tokens"); c != nullptr && c->is_int64()) {
-        completion_tokens_ = c->get_int64();
+        completion_tokens_ = std::max<int64_t>(c->get_int64(), 0);
     }
 }
 
