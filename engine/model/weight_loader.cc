@@ -247,6 +247,20 @@ void WeightLoader::kept_as_stored(const std::string& weight_name, std::string_vi
 Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows, int64_t cols) {
     const std::string m = module_of(weight_name);
     const std::string where = ckpt_.description() + ": module '" + m + "'";
+    // Tensors of quantization schemes the kernels do not compute: loading without them would
+    // run the model with wrong weights, silently.
+    if (ckpt_.has(m + ".weight_zero_point")) {
+        return invalid_argument_error(
+            where + ": tensor '" + m +
+            ".weight_zero_point' holds zero points of asymmetric quantization, which is not "
+            "supported (only symmetric INT4, INT8 and FP8 weights load)");
+    }
+    if (ckpt_.has(m + ".weight_g_idx")) {
+        return invalid_argument_error(
+            where + ": tensor '" + m +
+            ".weight_g_idx' maps columns to scale groups (GPTQ activation order, actorder: "
+            "group), which is not supported (groups must be runs of consecutive columns)");
+    }
     // compressed-tensors INT4, viewed in place.
     if (ckpt_.has(m + ".weight_packed")) {
         if (stored_.quant_method != "compressed-tensors") {
@@ -254,12 +268,6 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
                                           " has weight_packed but config.json's "
                                           "quantization_config.quant_method is '" +
                                           stored_.quant_method + "', not compressed-tensors");
-        }
-        if (ckpt_.has(m + ".weight_zero_point")) {
-            return invalid_argument_error(
-                where + ": tensor '" + m +
-                ".weight_zero_point' holds zero points of asymmetric INT4, which is not "
-                "supported (only symmetric pack-quantized weights load)");
         }
         EDGE_ASSIGN_OR_RETURN(TensorView packed, ckpt_.tensor(m + ".weight_packed"));
         EDGE_ASSIGN_OR_RETURN(TensorView scale, ckpt_.tensor(m + ".weight_scale"));

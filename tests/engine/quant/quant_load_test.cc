@@ -550,6 +550,20 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
         CHECK(contains(r.status(), mod + ".weight_zero_point"));
         CHECK(contains(r.status(), "asymmetric"));
     }
+    SUBCASE("GPTQ activation order: a weight_g_idx tensor maps columns to groups") {
+        TempDir tmp("gidx");
+        REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
+        std::deque<std::string> maps;
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+            const int64_t cols = 64;  // One I32 per column; its presence alone refuses.
+            maps.emplace_back(static_cast<size_t>(cols * 4), '\0');
+            ts.push_back({mod + ".weight_g_idx", DType::kI32, {cols}, maps.back(), {}});
+        });
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE(!r.ok());
+        CHECK(contains(r.status(), mod + ".weight_g_idx"));
+        CHECK(contains(r.status(), "activation order"));
+    }
     SUBCASE("INT4 group that does not divide the input width") {
         // micro's experts are 64 wide on down_proj's input: group 128 cannot apply.
         auto r = logits_of(kMicro, "experts-int4-g128");
