@@ -93,28 +93,49 @@ void TenantLimiter::State::apply(const TenantConfig& config) {
     set_bucket(output_tokens, out / 60.0, out, now);
 }
 
-void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& tenants) {
+void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& tenants,
+                              bool keep_others) {
     std::lock_guard lock(mu_);
     std::map<std::string, std::shared_ptr<State>> next;
     if (tenants) {
         for (const TenantConfig& t : *tenants) {
-            auto it = states_.find(t.name);
-            std::shared_ptr<State> state =
-                it != states_.end() ? it->second : std::make_shared<State>(clock_);
+            std::shared_ptr<State> state;
+            if (auto it = states_.find(t.name); it != states_.end()) {
+                state = it->second;
+            } else if (auto r = retired_.find(t.name); r != retired_.end()) {
+                state = r->second.lock();  // Back while its old requests run: same counters.
+            }
+            if (!state) {
+                state = std::make_shared<State>(clock_);
+            }
             {
                 std::lock_guard state_lock(state->mu);
                 state->apply(t);
             }
+            retired_.erase(t.name);
             next[t.name] = std::move(state);
         }
     }
+    for (auto& [name, state] : states_) {
+        if (!next.contains(name)) {
+            if (keep_others) {
+                next[name] = state;
+            } else {
+                retired_[name] = state;
+            }
+        }
+    }
+    std::erase_if(retired_, [](const auto& entry) { return entry.second.expired(); });
     states_ = std::move(next);
 }
 
 std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& tenant) const {
     std::lock_guard lock(mu_);
-    auto it = states_.find(tenant);
-    return it != states_.end() ? it->second : nullptr;
+    if (auto it = states_.find(tenant); it != states_.end()) {
+        return it->second;
+    }
+    auto it = retired_.find(tenant);
+    return it != retired_.end() ? it->second.lock() : nullptr;
 }
 
 int64_t TenantLimiter::output_budget(const std::string& tenant) const {
@@ -146,7 +167,11 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
         }
     };
     if (state->limits.max_concurrent > 0 && state->running >= state->limits.max_concurrent) {
-        blocked(RejectReason::kConcurrency, std::chrono::seconds(1));
+        // One of `running` requests is likely done in mean / running (1 s before any ended).
+        const double wait_s =
+            std::clamp(state->mean_lease_s / static_cast<double>(state->running), 1.0, 60.0);
+        blocked(RejectReason::kConcurrency,
+                std::chrono::duration_cast<Duration>(std::chrono::duration<double>(wait_s)));
     }
     if (state->input_tokens) {
         blocked(RejectReason::kInputTokens, state->input_tokens->debt_wait(now));
@@ -175,7 +200,7 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
         state->output_tokens->charge(reserve, now);
     }
     ++state->running;
-    d.lease = std::make_shared<Lease>(std::move(state), static_cast<int64_t>(reserve));
+    d.lease = std::make_shared<Lease>(std::move(state), static_cast<int64_t>(reserve), now);
     return d;
 }
 
@@ -225,6 +250,10 @@ void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_toke
             static_cast<double>(std::max<int64_t>(completion_tokens, 0) - reserved_output_), now);
     }
     --state_->running;
+    const double held_s = std::chrono::duration<double>(now - started_).count();
+    state_->mean_lease_s = state_->mean_lease_s == 0.0
+                               ? held_s
+                               : 0.8 * state_->mean_lease_s + 0.2 * held_s;
 }
 
 TenantLimiter::Lease::~Lease() { finish(0, 0); }

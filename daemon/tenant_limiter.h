@@ -68,14 +68,19 @@ class TenantLimiter {
 public:
     explicit TenantLimiter(Clock& clock) : clock_(clock) {}
 
-    // Replaces the limits; tenants are matched by name. Absent `tenants`: no limits at all.
-    void configure(const std::optional<std::vector<TenantConfig>>& tenants);
+    // Replaces the limits; tenants are matched by name. Absent `tenants`: no limits at all. A
+    // tenant left out keeps its state while its requests run (their leases hold it): a request
+    // authenticated just before the change is still limited, and a name that comes back in a
+    // later reload continues its counters. `keep_others`: leave out no one (a reload's first
+    // half, before the tenant table changes: a new tenant is never briefly unlimited).
+    void configure(const std::optional<std::vector<TenantConfig>>& tenants,
+                   bool keep_others = false);
 
     // Releases its concurrency slot once: at finish() or when destroyed. Thread-safe.
     class Lease {
     public:
-        Lease(std::shared_ptr<State> state, int64_t reserved_output)
-            : state_(std::move(state)), reserved_output_(reserved_output) {}
+        Lease(std::shared_ptr<State> state, int64_t reserved_output, TimePoint started = {})
+            : state_(std::move(state)), reserved_output_(reserved_output), started_(started) {}
         ~Lease();
         Lease(const Lease&) = delete;
         Lease& operator=(const Lease&) = delete;
@@ -90,13 +95,16 @@ public:
     private:
         std::shared_ptr<State> state_;
         int64_t reserved_output_;
+        TimePoint started_;
         int64_t charged_prompt_ = 0;  // Guarded by state_->mu, as is finished_.
         bool finished_ = false;
     };
 
     struct Decision {
         RejectReason reason = RejectReason::kNone;
-        Duration retry_after{0};       // When rejected for a rate: until a retry can succeed.
+        // When rejected: until a retry can succeed (a rate), or is likely to (max_concurrent:
+        // the mean time a request holds its slot over the requests holding one, 1..60 s).
+        Duration retry_after{0};
         std::shared_ptr<Lease> lease;  // Set when admitted.
     };
     // A tenant without a configured entry (e.g. "anonymous") is admitted without limits.
@@ -120,6 +128,9 @@ private:
         std::optional<TokenBucket> input_tokens;
         std::optional<TokenBucket> output_tokens;
         int64_t running = 0;
+        // Moving average of how long a lease is held (0 until one ends): a request refused
+        // at max_concurrent is told to retry when one of the running ones is likely done.
+        double mean_lease_s = 0.0;
         void apply(const TenantConfig& config);
     };
 
@@ -129,6 +140,8 @@ private:
     Clock& clock_;
     mutable std::mutex mu_;
     std::map<std::string, std::shared_ptr<State>> states_;
+    // Tenants configure() left out, while a lease still holds their state.
+    std::map<std::string, std::weak_ptr<State>> retired_;
 };
 
 }  // namespace edge::daemon

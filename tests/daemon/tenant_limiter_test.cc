@@ -204,9 +204,59 @@ TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases 
     TenantLimiter::Decision second = limiter.admit("a");
     CHECK(second.reason == RejectReason::kNone);
     limiter.configure(std::vector<TenantConfig>{tenant("b")});
-    CHECK(limiter.running("a") == 0);  // Unknown now.
-    held.lease->finish(1, 1);         // Still safe.
+    // Removed, but its two requests still run: a request authenticated just before the reload
+    // is still held to the old limits.
+    CHECK(limiter.running("a") == 2);
+    clock.advance(1s);
+    CHECK(limiter.admit("a").reason == RejectReason::kConcurrency);
+    held.lease->finish(1, 1);  // Still safe.
     second.lease.reset();
+    CHECK(limiter.running("a") == 0);
     limiter.configure(std::nullopt);
     CHECK(limiter.admit("b").reason == RejectReason::kNone);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);  // Unknown now: no limits.
+}
+
+TEST_CASE("limiter: a tenant removed and added back while its requests run keeps its count") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.max_concurrent = 1;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision held = limiter.admit("a");
+    REQUIRE(held.lease);
+    limiter.configure(std::vector<TenantConfig>{});  // A mistake in the YAML...
+    limiter.configure(std::vector<TenantConfig>{a});  // ...fixed by the next reload.
+    CHECK(limiter.running("a") == 1);
+    CHECK(limiter.admit("a").reason == RejectReason::kConcurrency);
+    held.lease.reset();
+    TenantLimiter::Decision again = limiter.admit("a");
+    CHECK(again.reason == RejectReason::kNone);
+    // keep_others (a reload's first half) leaves out no one.
+    limiter.configure(std::vector<TenantConfig>{tenant("b")}, /*keep_others=*/true);
+    CHECK(limiter.admit("a").reason == RejectReason::kConcurrency);
+}
+
+TEST_CASE("limiter: max_concurrent's Retry-After follows how long requests hold their slot") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.max_concurrent = 2;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision one = limiter.admit("a");
+    TenantLimiter::Decision two = limiter.admit("a");
+    REQUIRE(one.lease);
+    REQUIRE(two.lease);
+    CHECK(limiter.admit("a").retry_after == Duration(1s));  // No request ended yet.
+    clock.advance(30s);
+    one.lease->finish(1, 1);  // Held 30 s.
+    TenantLimiter::Decision three = limiter.admit("a");
+    REQUIRE(three.lease);
+    // Two running, each held ~30 s: one is likely done in 15 s.
+    CHECK(limiter.admit("a").retry_after == Duration(15s));
+    clock.advance(600s);
+    two.lease->finish(1, 1);  // Held 630 s: the mean moves to 0.8 * 30 + 0.2 * 630 = 150 s.
+    TenantLimiter::Decision four = limiter.admit("a");
+    REQUIRE(four.lease);
+    CHECK(limiter.admit("a").retry_after == Duration(60s));  // 75 s, capped.
 }
