@@ -133,30 +133,56 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                            return ok_status();
                                        }));
     if (config.gossip.enabled) {
-        // The admin address other sites check /readyz at: the listen address, or the gossip
-        // advertise host when listening on every interface.
-        std::string admin_host = config.admin.address;
-        if (admin_host == "0.0.0.0" || admin_host == "::") {
-            const std::string& adv = config.gossip.advertise_address;
-            admin_host = adv.empty() ? config.gossip.bind_address : adv.substr(0, adv.rfind(':'));
+        // What other sites reach this one at: a listener's own address, or this site's public
+        // host (the gossip advertise host, else a specific gossip bind address) when it
+        // listens on every interface. A loopback listener is out of their reach unless the
+        // whole cluster is on this machine: its address is then not gossiped (127.0.0.1 would
+        // name their own machine). site.admin_address / site.peer_address, when set, win over
+        // all of this (Cluster).
+        const std::string& adv = config.gossip.advertise_address;
+        const std::string& bind = config.gossip.bind_address;
+        const std::string public_host = !adv.empty() ? adv.substr(0, adv.rfind(':'))
+                                        : bind != "0.0.0.0" && bind != "::" ? bind
+                                                                            : std::string();
+        auto loopback = [](const std::string& host) {
+            return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+        };
+        auto reachable = [&](const std::string& listen, uint16_t port) -> std::string {
+            std::string host = listen;
+            if (host == "0.0.0.0" || host == "::") {
+                host = public_host;
+            } else if (loopback(host) && !public_host.empty() && !loopback(public_host)) {
+                host.clear();
+            }
+            if (host.empty()) {
+                return host;
+            }
+            const bool v6 = host.find(':') != std::string::npos && host[0] != '[';
+            return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+        };
+        const std::string admin_addr = reachable(config.admin.address, d->admin_->port());
+        if (admin_addr.empty() && config.site.admin_address.empty()) {
+            log::warn("admin_address_not_advertised",
+                      {{"listen", config.admin.address},
+                       {"effect", "other sites skip their /readyz checks of this one"},
+                       {"fix", "set site.admin_address"}});
         }
-        const bool v6 = admin_host.find(':') != std::string::npos && admin_host[0] != '[';
-        const std::string admin_addr = (v6 ? "[" + admin_host + "]" : admin_host) + ":" +
-                                       std::to_string(d->admin_->port());
         EDGE_ASSIGN_OR_RETURN(d->cluster_,
                               cluster::Cluster::create(*d->io_, config, generator,
                                                        d->metrics_.get(), clock, admin_addr));
         cluster::Cluster* c = d->cluster_.get();
         if (d->peer_server_) {
             // Other sites forward to the bound peer listener (unless site.peer_address says
-            // otherwise), at the admin host when the peer listener listens everywhere.
-            std::string peer_host = config.peer->address;
-            if (peer_host == "0.0.0.0" || peer_host == "::") {
-                peer_host = admin_host;
+            // otherwise).
+            const std::string peer_addr = reachable(config.peer->address, d->peer_server_->port());
+            if (!peer_addr.empty()) {
+                c->set_peer_addr(peer_addr);
+            } else if (config.site.peer_address.empty()) {
+                log::warn("peer_address_not_advertised",
+                          {{"listen", config.peer->address},
+                           {"effect", "other sites cannot forward requests to this one"},
+                           {"fix", "set site.peer_address or gossip.advertise_address"}});
             }
-            const bool peer_v6 = peer_host.find(':') != std::string::npos && peer_host[0] != '[';
-            c->set_peer_addr((peer_v6 ? "[" + peer_host + "]" : peer_host) + ":" +
-                             std::to_string(d->peer_server_->port()));
         }
         // Without a forwarder every request runs here; the cluster is then only visible.
         if (d->forwarder_) {
@@ -333,8 +359,11 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
         return refused;
     }
     auto table = std::make_shared<const TenantTable>(tenants);
-    limiter_->configure(tenants);
+    // New limits before the new keys (a tenant added is never admitted unlimited), and the
+    // removed tenants dropped after (their running requests keep their limits: TenantLimiter).
+    limiter_->configure(tenants, /*keep_others=*/true);
     router_->set_tenants(table);
+    limiter_->configure(tenants);
     log::info("tenants_reloaded",
               {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
                {"auth", table->enabled() ? "on" : "off"}});
