@@ -20,7 +20,10 @@ public:
 
     std::string_view name() const override { return "cpu"; }
     bool supports(Op op, WeightFormat format) const override;
-    bool supports_row_tiles() const override { return true; }
+    // Row tiles have AVX-512 VNNI kernels only: not at a lower engine.cpu_kernels.
+    bool supports_row_tiles() const override {
+        return static_cast<int>(isa_) >= static_cast<int>(Isa::kAvx512);
+    }
     int threads() const override { return pool_.size(); }
     void matmul(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;
     void matmul_exact(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy) override;

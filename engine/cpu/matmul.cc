@@ -93,6 +93,21 @@ Result<Isa> isa_by_name(std::string_view name) {
     return invalid_argument_error("'" + std::string(name) + "' is not auto or one of " + known);
 }
 
+quant::KernelLevel kernel_level(Isa isa) {
+    switch (isa) {
+        case Isa::kScalar:
+            return quant::KernelLevel::kScalar;
+        case Isa::kAvx2:
+            return quant::KernelLevel::kAvx2;
+        case Isa::kAvx512:
+            return quant::KernelLevel::kAvx512;
+        case Isa::kAvx512Bf16:
+        case Isa::kAmxBf16:
+            break;
+    }
+    return quant::KernelLevel::kAvx512Bf16;
+}
+
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecision precision) {
     if (format == WeightFormat::kBF16 && isa == Isa::kAmxBf16) {
         return precision == ActivationPrecision::kBf16 ? matmul_bf16_amx_bf16act : matmul_bf16_amx;
@@ -101,6 +116,7 @@ quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecis
         return precision == ActivationPrecision::kBf16 ? matmul_bf16_avx512bf16_bf16act
                                                        : matmul_bf16_avx512bf16;
     }
+    const quant::KernelLevel level = kernel_level(isa);
     if (has_avx512_bf16(isa)) {
         isa = Isa::kAvx512;  // The other float formats have no BF16-specific kernel.
     }
@@ -118,13 +134,13 @@ quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa, ActivationPrecis
                    : isa == Isa::kAvx2 ? matmul_f16_avx2
                                        : matmul_f16_scalar;
         default:
-            return quant::matmul_kernel_for(format);
+            return quant::matmul_kernel_for(format, WeightLayout::kRows, level);
     }
 }
 
 quant::MatmulKernel matmul_kernel(const Weight& w, Isa isa, ActivationPrecision precision) {
     if (w.layout != WeightLayout::kRows) {
-        return quant::matmul_kernel_for(w.format, w.layout);
+        return quant::matmul_kernel_for(w.format, w.layout, kernel_level(isa));
     }
     return matmul_kernel(w.format, isa, precision);
 }

@@ -34,14 +34,17 @@ Result<Isa> isa_by_name(std::string_view name);
 // Whether `isa` has the AVX512_BF16 kernels (kAvx512Bf16, and kAmxBf16 for fewer than 16 tokens).
 inline bool has_avx512_bf16(Isa isa) { return isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16; }
 std::string_view isa_name(Isa isa);
+// The quantized kernels `isa` may use (engine.cpu_kernels caps them as it caps the float ones).
+quant::KernelLevel kernel_level(Isa isa);
 
-// The kernel for `format` at `isa` (float formats), the quantized kernel for quantized formats,
-// or nullptr when there is none. `precision` kBf16 picks the single-bf16-activation BF16 kernel
+// The kernel for `format` at `isa` (float formats), the quantized kernel within `isa`'s level for
+// quantized formats, or nullptr when there is none. `precision` kBf16 picks the single-bf16-activation BF16 kernel
 // at kAvx512Bf16 (the callers below pass it only for calls of more than one token).
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa,
                                   ActivationPrecision precision = ActivationPrecision::kExact);
 // The kernel for `w` as laid out: matmul_kernel(w.format, ...) for row-major weights,
-// quant::matmul_kernel_for(w.format, w.layout) for row tiles (nullptr when there is none).
+// quant::matmul_kernel_for(w.format, w.layout, ...) for row tiles (nullptr when there is none:
+// their kernels need kAvx512 and VNNI).
 quant::MatmulKernel matmul_kernel(const Weight& w, Isa isa,
                                   ActivationPrecision precision = ActivationPrecision::kExact);
 

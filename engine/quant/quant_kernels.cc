@@ -1,5 +1,7 @@
 #include "engine/quant/quant_kernels.h"
 
+#include <string_view>
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 
@@ -168,9 +170,29 @@ bool decodes_to_bf16(const Weight& w) {
     return format && w.layout == WeightLayout::kRows && features().bf16;
 }
 
-MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout) {
+namespace {
+
+// The level a variant needs, from its name ("scalar", "avx2...", "avx512...", "...bf16...").
+KernelLevel level_of(std::string_view name) {
+    if (name.find("bf16") != std::string_view::npos) {
+        return KernelLevel::kAvx512Bf16;
+    }
+    if (name.starts_with("avx512")) {
+        return KernelLevel::kAvx512;
+    }
+    return name.starts_with("avx2") ? KernelLevel::kAvx2 : KernelLevel::kScalar;
+}
+
+}  // namespace
+
+MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout, KernelLevel level) {
     const std::vector<KernelVariant> variants = matmul_kernel_variants(format, layout);
-    return variants.empty() ? nullptr : variants.back().kernel;
+    for (auto it = variants.rbegin(); it != variants.rend(); ++it) {
+        if (level_of(it->name) <= level) {
+            return it->kernel;
+        }
+    }
+    return nullptr;
 }
 
 }  // namespace edge::engine::quant

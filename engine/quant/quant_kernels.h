@@ -19,10 +19,17 @@ namespace edge::engine::quant {
 using MatmulKernel = void (*)(const Weight& w, const float* x, int64_t n_tokens, float* y,
                               int64_t ldy, int64_t row_begin, int64_t row_end);
 
-// The fastest kernel this CPU runs for `format` in `layout`, or nullptr for float formats
-// (engine/cpu's job) and for a layout this CPU has no kernel for (row tiles: INT4 needs AVX-512
-// VNNI and GFNI, INT8 AVX-512 VNNI). A kernel for one layout must never receive the other.
-MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout = WeightLayout::kRows);
+// The instruction sets a kernel may use, as engine.cpu_kernels names them (engine/cpu's Isa):
+// scalar < avx2 (with the i8dot variants) < avx512 (F/BW/VL/DQ, and VNNI, VBMI, GFNI where the
+// CPU has them) < avx512_bf16 (the AVX512_BF16 variants too).
+enum class KernelLevel { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+
+// The fastest kernel this CPU runs for `format` in `layout` within `level`, or nullptr for float
+// formats (engine/cpu's job) and for a layout this CPU (or level) has no kernel for (row tiles:
+// INT4 needs AVX-512 VNNI and GFNI, INT8 AVX-512 VNNI). A kernel for one layout must never
+// receive the other.
+MatmulKernel matmul_kernel_for(WeightFormat format, WeightLayout layout = WeightLayout::kRows,
+                               KernelLevel level = KernelLevel::kAvx512Bf16);
 
 // One implementation of a format's kernel, for tests (SIMD vs scalar reference) and benchmarks.
 struct KernelVariant {

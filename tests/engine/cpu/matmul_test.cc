@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/quant/quant_kernels.h"
+#include "engine/quant/quantized_weight.h"
 #include "tests/engine/cpu/bf16_test_weights.h"
 
 namespace edge::engine::cpu {
@@ -149,6 +152,41 @@ TEST_CASE("SIMD matmul kernels equal the scalar reference") {
             }
         }
     }
+}
+
+TEST_CASE("engine.cpu_kernels caps the quantized kernels as it caps the float ones") {
+    const Isa best = detect_isa();
+    for (WeightFormat format : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
+                                WeightFormat::kInt4G32}) {
+        const std::vector<quant::KernelVariant> variants = quant::matmul_kernel_variants(format);
+        REQUIRE(!variants.empty());
+        // The last variant a level allows, by name (scalar, avx2*, avx512* without bf16).
+        auto last_of = [&](auto allowed) {
+            quant::MatmulKernel k = nullptr;
+            for (const quant::KernelVariant& v : variants) {
+                if (allowed(std::string_view(v.name))) {
+                    k = v.kernel;
+                }
+            }
+            return k;
+        };
+        INFO(std::string(quant::weight_format_name(format)));
+        CHECK((matmul_kernel(format, Isa::kScalar) == variants.front().kernel));
+        if (static_cast<int>(best) >= static_cast<int>(Isa::kAvx2)) {
+            CHECK((matmul_kernel(format, Isa::kAvx2) ==
+                   last_of([](std::string_view n) { return n == "scalar" || n.starts_with("avx2"); })));
+        }
+        if (static_cast<int>(best) >= static_cast<int>(Isa::kAvx512)) {
+            CHECK((matmul_kernel(format, Isa::kAvx512) == last_of([](std::string_view n) {
+                       return n.find("bf16") == std::string_view::npos;
+                   })));
+        }
+        CHECK((matmul_kernel(format, best) == variants.back().kernel));
+    }
+    // Row tiles have AVX-512 VNNI kernels only: none below, so the backend does not build them.
+    CHECK((matmul_kernel(Weight{WeightFormat::kInt8Row, 16, 64, nullptr, nullptr,
+                                WeightLayout::kRowTiles16},
+                         Isa::kAvx2) == nullptr));
 }
 
 TEST_CASE("kernel scratch: independent slots per thread that keep their size") {
