@@ -109,13 +109,13 @@ Result<MlaLayerWeights> read_mla_layer(const Checkpoint& ck, WeightLoader& wl, c
     EDGE_ASSIGN_OR_RETURN(w.kv_a, wl.matrix(p + "kv_a_proj_with_mqa.weight", d.row(), d.hidden));
     EDGE_ASSIGN_OR_RETURN(w.kv_a_norm,
                           read_float_vector(ck, p + "kv_a_layernorm.weight", d.kv_lora_rank));
-    // kv_b_proj as stored (BF16, F16 or F32), never quantized on load: the CPU model reads it so
-    // (SigmoidMoeModel::weight), and the absorb / expand kernels read it element by element.
+    // kv_b_proj always in float (F32 when stored quantized, as in the FP8 releases of
+    // DeepSeek-V3 and Kimi K2): the values the CPU model reads (SigmoidMoeModel::weight), and no
+    // quantize-on-load policy reaches it, so the absorb / expand kernels never see a format the
+    // CPU model does not use.
     const int64_t kv_b_rows = static_cast<int64_t>(d.heads) * d.kv_b_rows_per_head();
-    EDGE_ASSIGN_OR_RETURN(
-        TensorView kv_b, ck.tensor(p + "kv_b_proj.weight", {DType::kBF16, DType::kF16, DType::kF32},
-                                   {kv_b_rows, d.kv_lora_rank}));
-    w.kv_b = Weight{float_format_of(kv_b.dtype()), kv_b_rows, d.kv_lora_rank, kv_b.data, nullptr};
+    EDGE_ASSIGN_OR_RETURN(w.kv_b, wl.float_matrix(p + "kv_b_proj.weight", kv_b_rows,
+                                                  d.kv_lora_rank));
     EDGE_ASSIGN_OR_RETURN(w.o, wl.matrix(p + "o_proj.weight", d.hidden,
                                          static_cast<int64_t>(d.heads) * d.v_head_dim));
     return w;

@@ -118,7 +118,8 @@ struct MlaLayerWeights {
     Weight q;                      // q_b_proj [heads * qk, q_lora_rank], or q_proj [.., hidden].
     Weight kv_a;                   // kv_a_proj_with_mqa [latent + rope, hidden].
     std::vector<float> kv_a_norm;  // kv_a_layernorm [latent].
-    Weight kv_b;                   // kv_b_proj [heads * (nope + v), latent], as stored (float).
+    Weight kv_b;                   // kv_b_proj [heads * (nope + v), latent], float (F32 if
+                                   // stored quantized: WeightLoader::float_matrix).
     Weight o;                      // o_proj [hidden, heads * v] (applied by the caller).
 };
 

@@ -8,6 +8,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +20,8 @@
 #include "engine/cuda/host/twin_step_runner.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
+#include "engine/model/weight_loader.h"
+#include "engine/quant/quantized_weight.h"
 #include "tests/gpu/host/serving_script.h"
 #include "tests/testing/test_certs.h"
 
@@ -26,6 +31,62 @@ namespace {
 const std::string kMicroDeepseek = EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3";
 
 std::string deepseek_config() { return edge::testing::read_file(kMicroDeepseek + "/config.json"); }
+
+// micro-deepseek-v3 in `dir` with every kv_b_proj stored as the FP8 releases of DeepSeek-V3 and
+// Kimi K2 store it: F8_E4M3 plus a 128x128 block weight_scale_inv, config.json declaring
+// quant_method fp8; the other tensors and files as in the fixture. `dequantized` gets each
+// rewritten kv_b_proj's values as the quantizer's own view widens them, by tensor name.
+void write_fp8_kv_b_fixture(const edge::testing::TempDir& dir,
+                            std::map<std::string, std::vector<float>>* dequantized) {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+        dir.write(f, edge::testing::read_file(kMicroDeepseek + "/" + f));
+    }
+    const std::string cfg = deepseek_config();
+    REQUIRE(cfg.find('{') == 0);
+    dir.write("config.json", "{\n  \"quantization_config\": {\"quant_method\": \"fp8\", \"fmt\": "
+                             "\"e4m3\", \"weight_block_size\": [128, 128]}," +
+                                 cfg.substr(1));
+    auto ck = Checkpoint::open_dir(kMicroDeepseek);
+    REQUIRE(ck.ok());
+    std::vector<TensorToWrite> ts;
+    std::deque<std::string> bytes;  // The rewritten tensors' bytes (stable addresses).
+    for (const std::string& name : (*ck)->names()) {
+        auto t = (*ck)->tensor(name);
+        REQUIRE(t.ok());
+        const std::string_view stored(static_cast<const char*>(t->data),
+                                      static_cast<size_t>(t->nbytes));
+        if (!name.ends_with("kv_b_proj.weight")) {
+            ts.push_back(TensorToWrite{name, t->dtype(), t->shape(), stored, nullptr});
+            continue;
+        }
+        REQUIRE(t->dtype() == DType::kBF16);
+        const int64_t rows = t->shape()[0], cols = t->shape()[1];
+        auto q = quant::quantize(
+            quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t->data), rows, cols),
+            WeightFormat::kFP8E4M3Block128, name);
+        REQUIRE(q.ok());
+        std::vector<float>& values = (*dequantized)[name];
+        values.resize(static_cast<size_t>(rows * cols));
+        for (int64_t r = 0; r < rows; ++r) {
+            embedding_row(q->view(), r, values.data() + r * cols);
+        }
+        const std::string& data = bytes.emplace_back(
+            static_cast<const char*>(q->view().data),
+            static_cast<size_t>(
+                quant::weight_data_bytes(WeightFormat::kFP8E4M3Block128, rows, cols)));
+        const std::string& scales = bytes.emplace_back(
+            reinterpret_cast<const char*>(q->scales().data()), q->scales().size() * 4);
+        ts.push_back(TensorToWrite{name, DType::kF8E4M3, t->shape(), data, nullptr});
+        const std::string module = name.substr(0, name.size() - 7);  // Without ".weight".
+        ts.push_back(TensorToWrite{module + ".weight_scale_inv",
+                                   DType::kF32,
+                                   {(rows + 127) / 128, (cols + 127) / 128},
+                                   scales,
+                                   nullptr});
+    }
+    REQUIRE(dequantized->size() == 3);  // One kv_b_proj per layer.
+    REQUIRE(write_safetensors(dir.file("model.safetensors"), ts).ok());
+}
 
 TEST_CASE("checkpoint model (DeepSeek-V3): MLA attention, dims, YaRN tables and tensors") {
     auto m = read_checkpoint_model(kMicroDeepseek, "none");
@@ -125,6 +186,55 @@ TEST_CASE(
             testing::run_serving_script(**cpu, **twin, 1e-3);
         }
     }
+}
+
+TEST_CASE(
+    "checkpoint model (DeepSeek-V3): kv_b_proj stored in FP8 (the real checkpoints) is read "
+    "widened to F32, and the serving path on the CPU twin equals the CPU model on it") {
+    edge::testing::TempDir dir;
+    std::map<std::string, std::vector<float>> dequantized;
+    write_fp8_kv_b_fixture(dir, &dequantized);
+    auto bf16 = read_checkpoint_model(kMicroDeepseek, "none");
+    REQUIRE_MESSAGE(bf16.ok(), bf16.status().to_string());
+    auto m = read_checkpoint_model(dir.path(), "none");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    REQUIRE(m->layer.size() == 3);
+    for (size_t l = 0; l < m->layer.size(); ++l) {
+        CAPTURE(l);
+        const Weight& kv_b = m->layer[l].mla.kv_b;
+        REQUIRE(kv_b.format == WeightFormat::kF32);  // What the kernels read element by element.
+        REQUIRE(kv_b.rows == 4 * 64);
+        REQUIRE(kv_b.cols == 32);
+        CHECK(kv_b.scales == nullptr);
+        const std::vector<float>& want =
+            dequantized.at("model.layers." + std::to_string(l) + ".self_attn.kv_b_proj.weight");
+        const float* got = static_cast<const float*>(kv_b.data);
+        std::vector<float> stored(static_cast<size_t>(kv_b.cols));
+        int differ = 0;
+        for (int64_t r = 0; r < kv_b.rows; ++r) {
+            embedding_row(bf16->layer[l].mla.kv_b, r, stored.data());
+            for (int64_t c = 0; c < kv_b.cols; ++c) {
+                const float v = got[r * kv_b.cols + c];
+                // Bit for bit the FP8 values, as WeightLoader::float_matrix gives the CPU model.
+                REQUIRE(v == want[static_cast<size_t>(r * kv_b.cols + c)]);
+                // FP8 E4M3 keeps 3 mantissa bits: within 1/16 of the BF16 value (plus the
+                // block scale's subnormal floor).
+                CHECK(std::fabs(v - stored[c]) <= std::fabs(stored[c]) / 16 + 1e-6f);
+                differ += v != stored[c] ? 1 : 0;
+            }
+        }
+        CHECK(differ > 0);  // Really the FP8 rounding, not the BF16 tensor.
+    }
+    // The same checkpoint through the CPU model and the serving path's CPU twin: kv_b_proj
+    // widened identically on both sides, so the script's 1e-3 holds as for the BF16 fixture.
+    LoadOptions cpu_options = testing::serving_script_options("cpu");
+    LoadOptions twin_options = testing::serving_script_options("cuda");
+    auto cpu = load_model(dir.path(), cpu_options);
+    REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+    auto twin = load_serving_causal_lm(dir.path(), twin_options, create_twin_step_runner);
+    REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
+    CHECK(twin->get()->spec().weight_bytes == cpu->get()->spec().weight_bytes);
+    testing::run_serving_script(**cpu, **twin, 1e-3);
 }
 
 }  // namespace
