@@ -245,5 +245,52 @@ TEST_CASE("NCCL communicators: all-to-all-v, all-gather, all-reduce in rank orde
     }
 }
 
+TEST_CASE("NCCL communicators: one rank's bad arguments are an error on every rank, no hang") {
+    // Rank 1 (rank 0 alone on one GPU) passes spans of the wrong size, then a negative
+    // all_gather size; every rank must return an error instead of waiting for it, and the
+    // group must still work afterwards (argument errors never abort it).
+    const int32_t ranks = std::min(cuda_device_count(), 4);
+    auto comms = create_nccl_communicators(ranks);
+    REQUIRE(comms.ok());
+    const int32_t culprit = ranks > 1 ? 1 : 0;
+    std::vector<std::string> errors(ranks);
+    std::vector<std::thread> threads;
+    for (int32_t r = 0; r < ranks; ++r) {
+        threads.emplace_back([&, r] {
+            shard::Communicator& c = *(*comms)[r];
+            cudaSetDevice(r);
+            auto fail = [&](const std::string& what) { errors[r] += what + "; "; };
+            const bool bad = r == culprit;
+            std::vector<int64_t> counts(bad ? ranks - 1 : ranks, 0), got(ranks);
+            Status a2a = c.all_to_all_v(nullptr, counts, nullptr, counts);
+            if (a2a.code() != StatusCode::kInvalidArgument) {
+                fail("all_to_all_v: " + a2a.to_string());
+            }
+            Status ex = c.exchange_counts(counts, got);
+            if (ex.code() != StatusCode::kInvalidArgument) {
+                fail("exchange_counts: " + ex.to_string());
+            }
+            testing::DeviceVec<float> dm(std::vector<float>(4, 1.0f)), dg(4 * ranks);
+            Status ag = c.all_gather(dm.get(), bad ? -16 : 16, dg.get());
+            if (ag.code() != StatusCode::kInvalidArgument) {
+                fail("all_gather: " + ag.to_string());
+            }
+            if (!c.barrier().ok()) {
+                fail("barrier after the errors");
+            }
+            if (!c.all_gather(dm.get(), 16, dg.get()).ok()) {
+                fail("all_gather after the errors");
+            }
+        });
+    }
+    for (auto& t : threads) {
+        t.join();
+    }
+    for (int32_t r = 0; r < ranks; ++r) {
+        CAPTURE(r);
+        CHECK(errors[r].empty());
+    }
+}
+
 }  // namespace
 }  // namespace edge::engine::cuda
