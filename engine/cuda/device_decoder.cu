@@ -197,8 +197,15 @@ struct DeviceDecoder::Impl {
             EDGE_RETURN_IF_ERROR(s);
             EDGE_CUDA_RETURN_IF_ERROR(end);
         }
+        cudaGraphExec_t e = nullptr;
+        const cudaError_t inst = cudaGraphInstantiate(&e, g, 0);
+        if (inst != cudaSuccess) {
+            // The caller captures again into the same slots next time: keep nothing here.
+            check_cleanup(cudaGraphDestroy(g), "cudaGraphDestroy");
+            EDGE_CUDA_RETURN_IF_ERROR(inst);
+        }
         *graph = g;
-        EDGE_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(exec, g, 0));
+        *exec = e;
         return ok_status();
     }
 
