@@ -102,7 +102,19 @@ public:
             }
             res.set(http::field::content_type, "text/plain; charset=utf-8");
             std::optional<AdminReply> extra;
-            if (handler_ && target.starts_with("/admin/")) {
+            // A browser sends Origin (and Sec-Fetch-Site) with a cross-site request, and may
+            // send a bodiless POST without asking first: a page the operator opens could
+            // otherwise change state here (POST /admin/rollout). curl and peers send neither.
+            const auto fetch_site = req["Sec-Fetch-Site"];
+            const bool from_browser = req.count(http::field::origin) > 0 ||
+                                      (!fetch_site.empty() && fetch_site != "same-origin" &&
+                                       fetch_site != "none");
+            if (target.starts_with("/admin/") && from_browser &&
+                req.method() != http::verb::get && req.method() != http::verb::head) {
+                extra = AdminReply{403, "text/plain; charset=utf-8",
+                                   "forbidden: a state-changing admin request from a browser "
+                                   "page (Origin or Sec-Fetch-Site sent)\n"};
+            } else if (handler_ && target.starts_with("/admin/")) {
                 extra = handler_(std::string_view(req.method_string().data(),
                                                   req.method_string().size()),
                                  std::string_view(req.target().data(), req.target().size()));

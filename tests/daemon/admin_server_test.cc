@@ -29,10 +29,13 @@ using namespace edge::daemon;
 namespace {
 
 struct AdminFixture {
-    AdminFixture() {
+    explicit AdminFixture(AdminHandler handler = nullptr) {
         auto created = AdminServer::create(io, "127.0.0.1", 0, metrics, [] { return ok_status(); });
         REQUIRE(created.ok());
         server = std::move(created).value();
+        if (handler) {
+            server->set_handler(std::move(handler));
+        }
         server->start();
         thread = std::thread([this] {
             auto guard = boost::asio::make_work_guard(io);
@@ -85,6 +88,27 @@ TEST_CASE("admin: a HEAD response carries the GET's Content-Length and no body")
     CHECK(count(all, "ok\n") == 1);  // The GET's body only.
     const std::string refused = f.exchange("DELETE /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
     CHECK(refused.find("Allow: GET, HEAD\r\n") != std::string::npos);
+}
+
+TEST_CASE("admin: a state-changing request from a browser page is refused, curl's is not") {
+    std::atomic<int> calls{0};
+    AdminFixture f([&](std::string_view method, std::string_view) -> std::optional<AdminReply> {
+        ++calls;
+        return AdminReply{200, "text/plain", std::string(method) + " done\n"};
+    });
+    const std::string post = "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n";
+    CHECK(f.exchange(post + "Connection: close\r\n\r\n").find("POST done") !=
+          std::string::npos);
+    const std::string cross =
+        f.exchange(post + "Origin: https://evil.example\r\nConnection: close\r\n\r\n");
+    CHECK(cross.find("HTTP/1.1 403") == 0);
+    CHECK(f.exchange(post + "Sec-Fetch-Site: cross-site\r\nConnection: close\r\n\r\n")
+              .find("HTTP/1.1 403") == 0);
+    // Reading views from a browser stays possible (no state changes).
+    CHECK(f.exchange("GET /admin/members HTTP/1.1\r\nHost: a\r\nOrigin: https://x\r\n"
+                     "Connection: close\r\n\r\n")
+              .find("GET done") != std::string::npos);
+    CHECK(calls == 2);
 }
 
 TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status and a close") {
