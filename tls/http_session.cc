@@ -662,7 +662,12 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         if (draining()) {
             co_return false;
         }
-        set_deadline(limits.idle_timeout);
+        // A fresh connection's first request is due within header_timeout, as nginx's
+        // client_header_timeout: a client that handshakes and sends nothing holds a connection
+        // (and its TLS state) that long, not a keep-alive idle period.
+        set_deadline(seq_ == 0 ? std::min<Clock::duration>(limits.header_timeout,
+                                                           limits.idle_timeout)
+                               : limits.idle_timeout);
         if (seq_ != 0) {
             // Right after a response the client has rarely sent its next request yet: let the
             // other connections' ready work run first, then read (a read at once would mostly

@@ -490,6 +490,17 @@ TEST_CASE("idle keep-alive connections close after the idle timeout") {
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
 }
 
+TEST_CASE("a connection that handshakes and sends nothing closes at the header timeout") {
+    HttpLimits limits;
+    limits.header_timeout = std::chrono::milliseconds(200);  // The idle timeout stays 60 s.
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    auto started = std::chrono::steady_clock::now();
+    CHECK((*c)->wait_closed());
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+}
+
 TEST_CASE("Expect: 100-continue gets an interim response before the body is sent") {
     Fixture f;
     auto c = f.connect();
