@@ -992,8 +992,18 @@ Status check_quoted_scalars(const Reader& r, std::string_view text, size_t offse
 Result<Config> parse_config(std::string_view yaml_text, const std::string& source) {
     Config config;
     config.source = source;
+    // Relative paths in the config are relative to its directory, made absolute now: the
+    // values (and their errors, on a reload too) then say where they point.
     std::filesystem::path base = std::filesystem::path(source).parent_path();
-    Reader reader(source, base.empty() ? std::filesystem::path(".") : base);
+    if (base.empty()) {
+        base = ".";
+    }
+    std::error_code cwd_error;
+    if (std::filesystem::path absolute = std::filesystem::absolute(base, cwd_error);
+        !cwd_error) {
+        base = absolute;
+    }
+    Reader reader(source, base);
     try {
         // Not YAML::LoadAll: yaml-cpp 0.7 can loop forever in it on malformed input (the
         // fuzzer found one). A second document starts with `---` at column 0 after content.
