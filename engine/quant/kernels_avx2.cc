@@ -555,7 +555,7 @@ EDGE_AVX2 void prepare_int8_dot(const float* x, int64_t cols, Int8DotChunk* chun
             v[i] = load_cols8(x, k * 64 + i * 8, cols);
         }
         const float m = abs_max(v, 8);
-        const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        const __m256 inv = _mm256_set1_ps(int8_group_inverse(m));
         Int8DotChunk& ch = chunks[k];
         _mm256_store_si256(reinterpret_cast<__m256i*>(ch.x), round_to_int8_x32(v, inv));
         _mm256_store_si256(reinterpret_cast<__m256i*>(ch.x + 32), round_to_int8_x32(v + 4, inv));
@@ -686,7 +686,7 @@ EDGE_AVX2 void prepare_int4_dot(const float* x, int64_t cols, Int4DotChunk* chun
             v[i] = _mm256_loadu_ps(x + g0 + i * 8);
         }
         const float m = abs_max(v, G / 8);
-        const __m256 inv = _mm256_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+        const __m256 inv = _mm256_set1_ps(int8_group_inverse(m));
         for (int p = 0; p < G / 32; ++p) {  // Columns g0 + 32p .. + 31: half h of chunk k.
             const int64_t c = g0 + 32 * p;
             Int4DotChunk& ch = chunks[c / 64];

@@ -153,6 +153,10 @@ EDGE_AVX512 EDGE_INLINE void store_stream_sums(const __m512* acc, float* y, int6
     }
 }
 
+// 127 / max|x| of an int8 activation group: 0 for a group under 2^-100 (all but zero), whose
+// 127 / m would overflow to inf (0 * inf = NaN, saturating to -128) below about 3.7e-37.
+inline float int8_group_inverse(float m) { return m > 0x1p-100f ? 127.0f / m : 0.0f; }
+
 // Bit matrix of vgf2p8affineqb for "byte >> 4": result bit i (i < 4) is input bit i + 4; the
 // matrix byte 7 - i selects the input bits of result bit i.
 inline constexpr long long kShiftRight4Matrix = 0x1020408000000000LL;
@@ -175,7 +179,7 @@ EDGE_AVX512_VNNI EDGE_INLINE float quantize_int8_x64(const float* x, int64_t c0,
         amax = _mm512_max_ps(amax, _mm512_and_ps(v[i], abs_mask));
     }
     const float m = _mm512_reduce_max_ps(amax);
-    const __m512 inv = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+    const __m512 inv = _mm512_set1_ps(int8_group_inverse(m));
     for (int i = 0; i < 4; ++i) {
         _mm_store_si128(reinterpret_cast<__m128i*>(q + 16 * i),
                         _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v[i], inv))));
@@ -221,7 +225,7 @@ EDGE_AVX512_VNNI EDGE_INLINE __m512i quantize_int4_x128(const float* x, int64_t 
     }
     for (int p = 0; p < 4; ++p) {  // Columns 32p .. 32p+31 of the chunk.
         scale[p] = m[p] / 127.0f;
-        const __m512 s = _mm512_set1_ps(m[p] > 0.0f ? 127.0f / m[p] : 0.0f);
+        const __m512 s = _mm512_set1_ps(int8_group_inverse(m[p]));
         const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * p], s));
         const __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * p + 1], s));
         _mm_store_si128(reinterpret_cast<__m128i*>(even + 16 * p),
