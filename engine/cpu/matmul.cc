@@ -41,6 +41,14 @@ bool amx_bf16_usable() {
 Isa detect_isa() {
 #if defined(__x86_64__)
     __builtin_cpu_init();
+    // F16C (CPUID leaf 1, ECX bit 29; GCC's builtin does not name it): the AVX2 and AVX-512
+    // files are compiled with it for the F16 kernels. Every AVX2 CPU has it, but a VM may mask
+    // it, and the kernels would then fault.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    if (!f16c) {
+        return Isa::kScalar;
+    }
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("fma")) {
@@ -50,7 +58,6 @@ Isa detect_isa() {
         return amx_bf16_usable() ? Isa::kAmxBf16 : Isa::kAvx512Bf16;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        // F16C is implied on every AVX2 CPU shipped; the F16 kernel relies on it.
         return Isa::kAvx2;
     }
 #endif
