@@ -256,6 +256,25 @@ void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_toke
                                : 0.8 * state_->mean_lease_s + 0.2 * held_s;
 }
 
+void TenantLimiter::Lease::refuse() {
+    if (!state_) {
+        return;
+    }
+    std::lock_guard lock(state_->mu);
+    if (finished_) {
+        return;
+    }
+    finished_ = true;
+    const TimePoint now = state_->clock.now();
+    if (state_->requests) {
+        state_->requests->charge(-1.0, now);
+    }
+    if (state_->output_tokens) {
+        state_->output_tokens->charge(-static_cast<double>(reserved_output_), now);
+    }
+    --state_->running;  // Not a request that ran: the mean time held stays as it was.
+}
+
 TenantLimiter::Lease::~Lease() { finish(0, 0); }
 
 }  // namespace edge::daemon

@@ -91,6 +91,9 @@ public:
         // against what admission reserved) and releases the slot; later calls do nothing.
         // Destroyed unfinished: the output reservation is refunded, a charged prompt is not.
         void finish(int64_t prompt_tokens, int64_t completion_tokens);
+        // The request was refused after admission (no pool could take it): everything
+        // admission took goes back, its request-rate token too, and the slot is released.
+        void refuse();
 
     private:
         std::shared_ptr<State> state_;

@@ -471,6 +471,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         cluster::RoutePlan plan =
             planner->plan(req.generate.model, request.header(cluster::kModelVersionHeader));
         if (plan.rejection != cluster::RouteRejection::kNone) {
+            admitted.lease->refuse();  // Refused by capacity, not by the tenant's limits.
             reject(route_rejection_error(plan, req.generate.model), "route_rejected");
             return;
         }
@@ -483,6 +484,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                 e.message = "Model '" + req.generate.model + "' is routed to site '" +
                             plan.targets.front().site_id +
                             "', but this site has no `peer` section to forward with.";
+                admitted.lease->refuse();
                 reject(e, "forwarding_unavailable");
                 return;
             }

@@ -237,6 +237,25 @@ TEST_CASE("limiter: a tenant removed and added back while its requests run keeps
     CHECK(limiter.admit("a").reason == RejectReason::kConcurrency);
 }
 
+TEST_CASE("limiter: a request refused after admission (no route) gives everything back") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.requests_per_second = 1;
+    a.output_tokens_per_minute = 60;
+    a.max_concurrent = 1;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision d = limiter.admit("a", 60);
+    REQUIRE(d.lease);
+    d.lease->refuse();
+    d.lease->refuse();  // Once.
+    d.lease->finish(5, 5);  // Nothing after a refusal.
+    CHECK(limiter.running("a") == 0);
+    // Same second: the rate token, the output reservation and the slot are all back.
+    TenantLimiter::Decision again = limiter.admit("a", 60);
+    CHECK(again.reason == RejectReason::kNone);
+}
+
 TEST_CASE("limiter: max_concurrent's Retry-After follows how long requests hold their slot") {
     ManualClock clock;
     TenantLimiter limiter(clock);
