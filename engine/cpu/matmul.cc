@@ -202,11 +202,11 @@ struct PreparedInput {
 
 enum class Prep { kNone, kBf16, kAmx, kPacked };
 
-Prep prep_for(const Weight& w, Isa isa, int64_t n) {
+Prep prep_for(const Weight& w, Isa isa, int64_t n, ActivationPrecision precision) {
     if (n <= 1 || w.layout != WeightLayout::kRows) {
         return Prep::kNone;
     }
-    if (isa == Isa::kAmxBf16 && n >= kAmxMinTokens &&
+    if (isa == Isa::kAmxBf16 && n >= amx_min_tokens(w.format, precision) &&
         (w.format == WeightFormat::kBF16 || quant::decodes_to_bf16(w))) {
         return Prep::kAmx;
     }
@@ -220,7 +220,7 @@ Prep prep_for(const Weight& w, Isa isa, int64_t n) {
 
 // Floats of scratch prepare_input needs (bf16 elements stored two per float).
 int64_t prep_floats(const Weight& w, Isa isa, int64_t n, ActivationPrecision precision) {
-    switch (prep_for(w, isa, n)) {
+    switch (prep_for(w, isa, n, precision)) {
         case Prep::kBf16:
             return (bf16_activation_elements(n, w.cols, precision) + 1) / 2;
         case Prep::kAmx:
@@ -239,7 +239,7 @@ int64_t prep_floats(const Weight& w, Isa isa, int64_t n, ActivationPrecision pre
 PreparedInput prepare_input(const Weight& w, Isa isa, const float* x, int64_t n,
                             ActivationPrecision precision, float* scratch) {
     PreparedInput p;
-    switch (prep_for(w, isa, n)) {
+    switch (prep_for(w, isa, n, precision)) {
         case Prep::kBf16:
             p.bf16 = prepare_bf16_activations(x, n, w.cols, precision,
                                               reinterpret_cast<uint16_t*>(scratch));
@@ -280,8 +280,10 @@ PreparedInput prepare_input(const Weight& w, Isa isa, const float* x, int64_t n,
 
 // Whether an input of n tokens prepared for weight a serves weight b too (q, k and v share
 // their input, as gate and up do).
-bool same_preparation(const Weight& a, const Weight& b, Isa isa, int64_t n) {
-    return a.cols == b.cols && a.format == b.format && prep_for(a, isa, n) == prep_for(b, isa, n);
+bool same_preparation(const Weight& a, const Weight& b, Isa isa, int64_t n,
+                      ActivationPrecision precision) {
+    return a.cols == b.cols && a.format == b.format &&
+           prep_for(a, isa, n, precision) == prep_for(b, isa, n, precision);
 }
 
 // Rows [r0, r1) of w times x: from the prepared input when there is one, else with the format's
@@ -306,10 +308,10 @@ void run_rows(const Weight& w, Isa isa, const PreparedInput& p, const float* x, 
 constexpr int64_t kMinParallelWork = 1 << 15;
 
 // matmul_bf16_amx(_bf16act): the activations prepared here, then the tiles; fewer than
-// kAmxMinTokens tokens on the AVX512_BF16 kernels, as matmul() would run them.
+// amx_min_tokens() on the AVX512_BF16 kernels, as matmul() would run them.
 void matmul_bf16_amx_call(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                           int64_t r0, int64_t r1, ActivationPrecision precision) {
-    if (n < kAmxMinTokens) {
+    if (n < amx_min_tokens(WeightFormat::kBF16, precision)) {
         (precision == ActivationPrecision::kBf16 ? matmul_bf16_avx512bf16_bf16act
                                                  : matmul_bf16_avx512bf16)(w, x, n, y, ldy, r0,
                                                                             r1);
@@ -387,7 +389,7 @@ void matmul_batch(ThreadPool& pool, Isa isa, std::span<const MatmulJob> jobs,
     for (size_t i = 0; i < jobs.size(); ++i) {
         const MatmulJob& j = jobs[i];
         if (i > 0 && j.x == jobs[i - 1].x && j.n == jobs[i - 1].n &&
-            same_preparation(*jobs[i - 1].w, *j.w, isa, j.n)) {
+            same_preparation(*jobs[i - 1].w, *j.w, isa, j.n, precision)) {
             prep[i] = prep[i - 1];
             continue;
         }
@@ -430,7 +432,8 @@ bool all_bf16(const SwiGluJob& j) {
 // then down, in per-thread scratch.
 void swiglu_one(Isa isa, const SwiGluJob& j, ActivationPrecision precision) {
     precision = for_tokens(precision, j.n);
-    if ((isa == Isa::kAvx512Bf16 || (isa == Isa::kAmxBf16 && j.n < kAmxMinTokens)) &&
+    if ((isa == Isa::kAvx512Bf16 ||
+         (isa == Isa::kAmxBf16 && j.n < amx_min_tokens(WeightFormat::kBF16, precision))) &&
         all_bf16(j)) {
         swiglu_bf16_avx512bf16(j, precision);
         return;
@@ -452,7 +455,7 @@ void swiglu_one(Isa isa, const SwiGluJob& j, ActivationPrecision precision) {
     // Gate and up read the same input: prepared once when their formats agree.
     PreparedInput p = prepare_input(*j.gate, isa, j.x, j.n, precision, prep_scratch.data());
     run_rows(*j.gate, isa, p, j.x, j.n, gate, inter, precision, 0, inter);
-    if (!same_preparation(*j.gate, *j.up, isa, j.n)) {
+    if (!same_preparation(*j.gate, *j.up, isa, j.n, precision)) {
         p = prepare_input(*j.up, isa, j.x, j.n, precision, prep_scratch.data());
     }
     run_rows(*j.up, isa, p, j.x, j.n, up, inter, precision, 0, inter);

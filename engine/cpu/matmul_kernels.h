@@ -100,10 +100,21 @@ void matmul_bf16_avx512bf16_prepared(const Weight& w, const Bf16Activations& a, 
 void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                                 int64_t r0, int64_t r1);
 
-// AMX-BF16 tiles (Isa::kAmxBf16, matmul_amx.cc) for calls of kAmxMinTokens tokens or more; fewer
-// go to the AVX512_BF16 kernels (a tile holds 16 tokens: fewer waste it). Same error bounds as
-// those. amx_bf16_usable(): the CPU has AMX-BF16 and the kernel granted tile data (once).
+// AMX-BF16 tiles (Isa::kAmxBf16, matmul_amx.cc) for calls of amx_min_tokens() tokens or more;
+// fewer go to the AVX512_BF16 (or the format's) kernels. Same error bounds as those.
+// amx_bf16_usable(): the CPU has AMX-BF16 and the kernel granted tile data (once).
+// A tile holds 16 tokens, so fewer waste it, but with BF16 weights and exact activations the
+// AVX512_BF16 kernel does two dot products per weight and token, and the tiles win from 4 tokens
+// (bench_decode batched 32 sequences, ~4 tokens per expert: +13%; bench_tenancy: +21%). With
+// bf16 activations (one dot product) the tiles lost below 16 (-9% at 4); quantized weights are
+// decoded per 16-row block, which fewer tokens do not repay.
 inline constexpr int64_t kAmxMinTokens = 16;
+inline constexpr int64_t kAmxMinTokensExactBf16 = 4;
+inline int64_t amx_min_tokens(WeightFormat format, ActivationPrecision precision) {
+    return format == WeightFormat::kBF16 && precision == ActivationPrecision::kExact
+               ? kAmxMinTokensExactBf16
+               : kAmxMinTokens;
+}
 inline constexpr int64_t kAmxGroup = 16;  // Tokens per B tile (one group of the layout).
 bool amx_bf16_usable();
 // bf16 elements of the AMX layout of n rows of k columns: 16-token groups x 32-column chunks,
@@ -125,7 +136,7 @@ void matmul_bf16_amx_prepared(const Weight& w, const Bf16Activations& a, float* 
 void matmul_quant_amx_prepared(const Weight& w, const Bf16Activations& a, float* y, int64_t ldy,
                                int64_t r0, int64_t r1);
 // Per-call entries (kExact, kBf16 activations): prepare on the calling thread, then as above; the
-// AVX512_BF16 kernels below kAmxMinTokens.
+// AVX512_BF16 kernels below amx_min_tokens().
 void matmul_bf16_amx(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,
                      int64_t r0, int64_t r1);
 void matmul_bf16_amx_bf16act(const Weight& w, const float* x, int64_t n, float* y, int64_t ldy,

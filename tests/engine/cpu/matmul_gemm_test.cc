@@ -165,10 +165,12 @@ TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split
     };
     // Rows: whole and partial 16-row blocks, an odd count of blocks, fewer than 16; columns: a
     // multiple of 32 and not (the last chunk from a padded copy); tokens: one group, a partial
-    // second, an odd count of groups, and below the 16-token threshold (the AVX512_BF16 kernels).
+    // second, an odd count of groups, a mostly empty group (9 and 5 tokens: tiles with exact
+    // activations, the AVX512_BF16 kernels with bf16 ones) and below both thresholds (3).
     // (Full 16-row blocks with a last chunk past the columns: 101 x 1000, 64 x 33.)
-    const Shape shapes[] = {{64, 256, 16}, {101, 160, 17}, {13, 1000, 33}, {48, 96, 70},
-                            {200, 512, 48}, {50, 96, 9},   {101, 1000, 17}, {64, 33, 32}};
+    const Shape shapes[] = {{64, 256, 16},  {101, 160, 17}, {13, 1000, 33},  {48, 96, 70},
+                            {200, 512, 48}, {50, 96, 9},    {101, 1000, 17}, {64, 33, 32},
+                            {40, 200, 5},   {33, 64, 3}};
     for (const Shape& s : shapes) {
         Bf16Weight w;
         make_weight(s.rows, s.cols, rng, &w);
@@ -192,7 +194,7 @@ TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split
                 INFO("threads " << threads);
                 CHECK(std::memcmp(pooled.data(), got.data(), got.size() * sizeof(float)) == 0);
             }
-            if (s.n >= kAmxMinTokens) {
+            if (s.n >= amx_min_tokens(WeightFormat::kBF16, precision)) {
                 std::vector<float> parts(got.size(), -9.0f);
                 std::vector<uint16_t> storage;
                 const Bf16Activations a = amx_activations(x, s.n, s.cols, precision, &storage);
@@ -253,7 +255,7 @@ TEST_CASE("matmul gemm: AMX tiles with quantized weights decoded to bf16 stay wi
             // Exact: 3 * 2^-17 from the splits plus f32 sums; kBf16: 2^-8 + 2^-9 (the
             // activation and weight roundings). Tokens below the threshold run the format's
             // kernel (VNNI's int8 activations for INT8 / INT4): only its own test's bound.
-            const bool tiles = s.n >= kAmxMinTokens;
+            const bool tiles = s.n >= amx_min_tokens(s.format, precision);
             const double rel = exact ? 4e-5 : 1.0 / 256 + 1.0 / 512 + 1e-5;
             double worst = 0.0;
             for (int64_t t = 0; t < s.n && tiles; ++t) {
