@@ -86,6 +86,13 @@ public:
     // backend has no barrier between the projections (engine/cpu/cpu_backend.h).
     virtual void swiglu_batch(std::span<const SwiGluJob> jobs);
 
+    // Drops what this backend keeps of `weights` (a device backend's uploaded copies) once the
+    // work already given to it has finished; a later call that uses one of them brings it back.
+    // Expert parallelism calls it when a new plan moves experts off a rank, so a GPU does not
+    // keep every expert it ever held. Weights it keeps nothing of are ignored. The default has
+    // nothing to drop: the CPU reads host weights in place.
+    virtual void release_weights(std::span<const Weight* const> weights) { (void)weights; }
+
     // Runs body(task, worker) for every task in [0, n) on the backend's threads; worker <
     // threads() names the thread running it (for per-thread scratch).
     template <typename F>

@@ -23,7 +23,8 @@ namespace {
 // matmul takes.
 struct DeviceWeight {
     Weight view;                       // Device pointers.
-    void* data = nullptr;              // Arena ranges, released with the backend.
+    void* data = nullptr;              // Arena ranges, released with the backend or by
+                                       // release_weights().
     void* scales = nullptr;
     void* tables = nullptr;            // [data pointer, scales pointer] on the device.
 };
@@ -51,9 +52,7 @@ public:
         // The arena may be shared with other backends on this device: give back what this one
         // took (the arena itself goes with its last backend).
         for (auto& [host, d] : weights_) {
-            alloc_->release(d.data);
-            alloc_->release(d.scales);
-            alloc_->release(d.tables);
+            free_weight(d);
         }
         for (Staging* st : {&x_, &y_, &offsets_}) {
             alloc_->release(st->p);
@@ -102,12 +101,41 @@ public:
         }
     }
 
+    void release_weights(std::span<const Weight* const> weights) override {
+        // Only this backend's stream reads its weights. matmul_batch drains it before returning,
+        // but a call that failed part way may have left work queued: drain again before the
+        // ranges go back to an arena other backends on this device allocate from. If that
+        // fails, keep them: a leak is better than a kernel reading memory handed out again.
+        if (!drain().ok()) {
+            return;
+        }
+        for (const Weight* w : weights) {
+            auto it = weights_.find(w->data);
+            if (it != weights_.end()) {
+                free_weight(it->second);
+                weights_.erase(it);
+            }
+        }
+    }
+
 protected:
     void run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) override {
         pool_.for_each_task(n, [fn, ctx](int64_t i, int worker) { fn(ctx, i, worker); });
     }
 
 private:
+    void free_weight(const DeviceWeight& d) {
+        alloc_->release(d.data);
+        alloc_->release(d.scales);
+        alloc_->release(d.tables);
+    }
+
+    Status drain() {
+        EDGE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+        return ok_status();
+    }
+
     Result<const DeviceWeight*> device_weight(const Weight& w) {
         auto it = weights_.find(w.data);
         if (it != weights_.end()) {

@@ -4,7 +4,9 @@
 // on the device with the stored weight formats dequantized in registers (BF16, F16, F32, FP8
 // block-128, INT8 per row, INT4 group 32/128); each weight is copied to the device once, on first
 // use, into an arena taken with one cudaMalloc sized from CudaBackendOptions::memory (never
-// managed memory) and shared by every backend of the process on that device. The device kernels for the rest of a forward (embedding, RMSNorm, RoPE, paged
+// managed memory) and shared by every backend of the process on that device, and stays there
+// until release_weights() names it (an expert moved to another rank) or the backend goes.
+// The device kernels for the rest of a forward (embedding, RMSNorm, RoPE, paged
 // attention, routing, permute, grouped expert matmuls, SwiGLU, sampling) are in
 // engine/cuda/kernels/kernels.h; engine/cuda/device_decoder.h runs a whole decode step on the
 // device as a CUDA graph.

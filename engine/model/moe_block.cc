@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "common/check.h"
 #include "engine/cpu/ops.h"
@@ -128,7 +129,8 @@ MoeBlock::~MoeBlock() = default;
 
 Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
                                                    const shard::ShardingConfig& config,
-                                                   Backend* driver) {
+                                                   Backend* driver,
+                                                   RankBackendFactory make_rank_backend) {
     if (shape.hidden < 1 || shape.inter < 1 || shape.experts < 1 || shape.top_k < 1 ||
         shape.top_k > shape.experts || shape.layers < 1 || driver == nullptr) {
         return invalid_argument_error("moe block: bad shape (hidden " +
@@ -183,7 +185,11 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
             bo.device = r;
             bo.activation_precision = driver->activation_precision();
             bo.cpu_kernels = driver->cpu_kernels();
-            EDGE_ASSIGN_OR_RETURN(rank->own_backend, create_backend(driver->name(), bo));
+            if (make_rank_backend) {
+                EDGE_ASSIGN_OR_RETURN(rank->own_backend, make_rank_backend(bo));
+            } else {
+                EDGE_ASSIGN_OR_RETURN(rank->own_backend, create_backend(driver->name(), bo));
+            }
             rank->backend = rank->own_backend.get();
         }
         rank->window.assign(cells * kBuckets, 0);
@@ -211,9 +217,59 @@ void MoeBlock::set_layer(int32_t layer, Weight router, std::unique_ptr<ExpertRou
 
 void MoeBlock::begin_step() {
     if (pending_) {
-        placement_ = std::move(*pending_);
+        ExpertPlacement next = std::move(*pending_);
         pending_.reset();
+        release_moved_experts(next);
+        placement_ = std::move(next);
         ++plans_applied_;
+    }
+}
+
+void MoeBlock::release_moved_experts(const ExpertPlacement& next) {
+    if (ranks() == 1) {
+        // The one rank holds every expert under any plan (and its backend is the driver's).
+        return;
+    }
+    std::unordered_set<const void*> kept;
+    std::vector<const Weight*> gone;
+    for (const auto& rk : ranks_) {
+        // Backends key what they keep by the host data, and one buffer may back several weights
+        // (tied or deduplicated tensors): a weight goes only when nothing the rank still runs
+        // under `next` (its routers, its experts in any layer) reads the same data.
+        kept.clear();
+        gone.clear();
+        for (int32_t li = 0; li < shape_.layers; ++li) {
+            const Layer* layer = layers_[li].get();
+            if (layer == nullptr) {
+                continue;
+            }
+            kept.insert(layer->router.data);
+            for (int32_t e : next.experts_on(li, rk->id)) {
+                const SwiGlu& s = layer->experts[e];
+                kept.insert({s.gate.data, s.up.data, s.down.data});
+            }
+        }
+        for (int32_t li = 0; li < shape_.layers; ++li) {
+            const Layer* layer = layers_[li].get();
+            if (layer == nullptr) {
+                continue;
+            }
+            for (int32_t e : placement_.experts_on(li, rk->id)) {
+                if (next.holds(li, e, rk->id)) {
+                    continue;
+                }
+                const SwiGlu& s = layer->experts[e];
+                for (const Weight* w : {&s.gate, &s.up, &s.down}) {
+                    // Inserting into `kept` also names a shared buffer only once.
+                    if (kept.insert(w->data).second) {
+                        gone.push_back(w);
+                    }
+                }
+            }
+        }
+        if (!gone.empty()) {
+            rk->backend->release_weights(gone);
+        }
     }
 }
 

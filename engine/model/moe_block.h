@@ -22,7 +22,9 @@
 // rebalance_interval_steps, all-reduces the window and plans a new placement
 // (engine/shard/placement_planner.h) that begin_step() applies before the next step's first layer.
 // In-process ranks share memory, so every rank can reach every expert's weights and a new plan
-// moves no weights (docs/sharding.md says what a GPU rank would do).
+// moves no weights (docs/sharding.md says what a GPU rank would do). A device backend uploads an
+// expert on first use, so begin_step() tells each rank backend (Backend::release_weights) which
+// experts the new plan took off it; otherwise every GPU would keep every expert it ever held.
 //
 // Threading: driven by the model's one forward thread (begin_step, forward, end_step, set_plan,
 // stats); the ranks' threads live inside. Lifetime: weights given to set_layer must outlive it,
@@ -30,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,13 +101,20 @@ struct MoeShape {
     int32_t layers = 0;  // Decoder layers, dense ones included (they never reach the block).
 };
 
+// Makes one rank's backend when ranks > 1, from options holding the rank's share of the driver's
+// threads and its device (rank r on device r).
+using RankBackendFactory =
+    std::function<Result<std::unique_ptr<Backend>>(const BackendOptions& options)>;
+
 class MoeBlock {
 public:
     // kInvalidArgument for a bad shape or sharding config (ranks, slots, static plan);
-    // kNotFound for an unknown communicator.
+    // kNotFound for an unknown communicator. Rank backends come from `make_rank_backend`, by
+    // default create_backend() with the driver's name (tests pass their own to watch the ranks).
     static Result<std::unique_ptr<MoeBlock>> create(const MoeShape& shape,
                                                     const shard::ShardingConfig& config,
-                                                    Backend* driver);
+                                                    Backend* driver,
+                                                    RankBackendFactory make_rank_backend = {});
     ~MoeBlock();
 
     const MoeShape& shape() const { return shape_; }
@@ -115,7 +125,8 @@ public:
     void set_layer(int32_t layer, Weight router, std::unique_ptr<ExpertRouter> route,
                    std::vector<SwiGlu> experts);
 
-    // Applies a plan set by set_plan() or a rebalance; call before a step's first layer.
+    // Applies a plan set by set_plan() or a rebalance; call before a step's first layer. Each rank
+    // backend is told to release the experts the plan moved off that rank.
     void begin_step();
     // x[i] += sum_j w_ij * expert_ij(h[i]) for the n token rows of h and x ([n][hidden]).
     // `layer` must have been registered. Errors come only from the communicator.
@@ -141,6 +152,8 @@ private:
     // Runs every expert that rk.expert_begin gives rows, reading `in` and writing `out` by row.
     void run_experts(Rank& rk, const Layer& layer, const float* in, float* out);
     Status refresh_load(bool plan);
+    // Tells each rank backend which expert weights it holds under placement_ but not `next`.
+    void release_moved_experts(const ExpertPlacement& next);
 
     MoeShape shape_;
     shard::ShardingConfig config_;
