@@ -62,6 +62,11 @@ public:
     // OK while the backend can run work; once a device reports a sticky error (the CUDA context
     // is lost) it returns that error for good, and the daemon's /readyz fails on it. Thread-safe.
     virtual Status health() const { return ok_status(); }
+    // The compute calls below have no error path. One that fails without losing the device (a
+    // full device arena, a weight it cannot upload) writes NaN outputs, records its error here
+    // and leaves the backend usable; callers check after a step's work and fail that step. The
+    // first such error since the last call, then cleared; OK when there was none (the CPU).
+    [[nodiscard]] virtual Status take_error() { return ok_status(); }
 
     // y[t * ldy + r] = sum_c W[r][c] * x[t * W.cols + c] for t < n, r < W.rows; weight rows are
     // read once for all n tokens.

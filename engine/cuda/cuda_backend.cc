@@ -79,19 +79,38 @@ public:
         matmul_batch(std::span<const MatmulJob>(&job, 1));
     }
 
+    Status take_error() override {
+        Status s = std::move(call_error_);
+        call_error_ = ok_status();
+        return s;
+    }
+
     void matmul_batch(std::span<const MatmulJob> jobs) override {
         Status s = run_matmuls(jobs);
         if (!s.ok()) {
-            // The interface has no error path: mark the backend and the process's device health
-            // unhealthy (the scheduler fails the batch, /readyz fails, the daemon restarts) and
-            // poison the outputs so nothing downstream looks valid.
-            {
-                std::lock_guard<std::mutex> lock(health_mu_);
-                if (health_.ok()) {
-                    health_ = s;
+            // A failure part way may leave copies into the outputs queued: let them land before
+            // the outputs are poisoned (and before the next call reuses the staging buffers).
+            (void)drain();
+            if (is_call_error(s)) {
+                // A full arena or a weight this backend cannot take is this call's problem, not
+                // a lost device: the caller fails the step (take_error) and the process stays
+                // ready, rather than a capacity problem restarting every model of the process.
+                if (call_error_.ok()) {
+                    call_error_ = s;
                 }
+            } else {
+                // The interface has no error path: mark the backend and the process's device
+                // health unhealthy (the scheduler fails the batch, /readyz fails, the daemon
+                // restarts).
+                {
+                    std::lock_guard<std::mutex> lock(health_mu_);
+                    if (health_.ok()) {
+                        health_ = s;
+                    }
+                }
+                mark_device_unhealthy(s);
             }
-            mark_device_unhealthy(s);
+            // Poison the outputs so nothing downstream looks valid.
             for (const MatmulJob& j : jobs) {
                 for (int64_t t = 0; t < j.n; ++t) {
                     std::fill(j.y + t * j.ldy, j.y + t * j.ldy + j.w->rows,
@@ -128,6 +147,14 @@ private:
         alloc_->release(d.data);
         alloc_->release(d.scales);
         alloc_->release(d.tables);
+    }
+
+    // Errors that leave the device usable: the arena's kResourceExhausted, and kInvalidArgument
+    // for a weight or shape the device kernels do not take. CUDA failures are never among them
+    // (cuda_error_status gives kInternal or kUnavailable).
+    static bool is_call_error(const Status& s) {
+        return s.code() == StatusCode::kResourceExhausted ||
+               s.code() == StatusCode::kInvalidArgument;
     }
 
     Status drain() {
@@ -266,6 +293,7 @@ private:
     cudaStream_t stream_;
     std::unordered_map<const void*, DeviceWeight> weights_;
     Staging x_, y_, offsets_;
+    Status call_error_;  // See take_error(); driving thread only.
     mutable std::mutex health_mu_;
     Status health_;
 };

@@ -14,7 +14,9 @@
 // This header includes no CUDA header, so it may be included anywhere; it exists only in builds
 // with EDGE_HAVE_CUDA. Every CUDA call is checked; a sticky device error (the context is lost)
 // makes health() and cuda_device_health() return it for the rest of the process, so the daemon's
-// /readyz fails and systemd restarts the process.
+// /readyz fails and systemd restarts the process. A matmul that fails without losing the device
+// (the arena is full, a weight the kernels do not take) writes NaN and reports through
+// take_error() instead: a capacity problem fails the step, not the process's readiness.
 //
 // Threading: as Backend (one driving thread); cuda_device_count() and cuda_device_health() are
 // thread-safe.

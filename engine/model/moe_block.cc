@@ -300,7 +300,17 @@ Status MoeBlock::forward(int32_t li, const float* h, int64_t n, float* x) {
     for (const auto& rk : ranks_) {
         EDGE_RETURN_IF_ERROR(rk->status);
     }
-    return ok_status();
+    // A rank whose backend failed a call (a full device arena) still took part in every exchange,
+    // so no peer was left waiting; its rows are NaN, and the step fails here. Every rank's error
+    // is taken, so none is left to fail a later step.
+    Status failed;
+    for (const auto& rk : ranks_) {
+        Status s = rk->backend->take_error();
+        if (failed.ok()) {
+            failed = std::move(s);
+        }
+    }
+    return failed;
 }
 
 Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const float* h,

@@ -129,7 +129,8 @@ public:
     // backend is told to release the experts the plan moved off that rank.
     void begin_step();
     // x[i] += sum_j w_ij * expert_ij(h[i]) for the n token rows of h and x ([n][hidden]).
-    // `layer` must have been registered. Errors come only from the communicator.
+    // `layer` must have been registered. Errors come from the communicator or a rank backend's
+    // take_error() (a device rank whose arena is full).
     [[nodiscard]] Status forward(int32_t layer, const float* h, int64_t n, float* x);
     // Counts the step; refreshes the load window and rebalances when due.
     [[nodiscard]] Status end_step();

@@ -236,6 +236,8 @@ Status SigmoidMoeModel::ffn(const FfnLayer& F, int32_t li, int64_t n) {
 Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) {
     int64_t n = 0;
     EDGE_RETURN_IF_ERROR(prepare_batch(batch, &n));
+    // An error a step that failed for another reason left in the backend is not this step's.
+    (void)backend_->take_error();
     const int64_t out_rows = embed_batch(batch, embed_, grow(x_, n * c_.hidden_size));
     if (moe_) {
         moe_->begin_step();
@@ -246,6 +248,9 @@ Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vecto
     }
     batch_logits(batch, x_.data(), final_norm_, static_cast<float>(c_.rms_norm_eps), lm_head_,
                  out_rows, *backend_, h_, logits);
+    // A backend call that failed without losing the device (a full arena) wrote NaN: the batch
+    // fails rather than sampling from it.
+    EDGE_RETURN_IF_ERROR(backend_->take_error());
     commit_batch(batch);
     return moe_ ? moe_->end_step() : ok_status();
 }

@@ -1,6 +1,7 @@
 // MoeBlock and its rank backends: when a new plan moves experts off a rank, begin_step() tells that
 // rank's backend to release exactly those experts' weights (a GPU rank would otherwise keep every
-// expert it ever held), never a router or a buffer the rank still reads; forward still runs.
+// expert it ever held), never a router or a buffer the rank still reads; forward still runs. A
+// rank backend's call error (take_error: a full device arena) fails that forward and no later one.
 // Rank backends here are CPU backends behind a recorder, through MoeBlock::create's factory.
 
 #include <doctest/doctest.h>
@@ -16,7 +17,8 @@
 namespace edge::engine {
 namespace {
 
-// A CPU backend that records each release_weights() call as the set of host data it named.
+// A CPU backend that records each release_weights() call as the set of host data it named, and
+// reports `fail` (once) from take_error(), as a device backend whose arena filled would.
 class RecordingBackend final : public Backend {
 public:
     RecordingBackend(std::unique_ptr<Backend> inner, std::vector<std::set<const void*>>* releases)
@@ -41,6 +43,13 @@ public:
         CHECK(call.size() == weights.size());
         releases_->push_back(std::move(call));
     }
+    Status take_error() override {
+        Status s = std::move(fail);
+        fail = ok_status();
+        return s;
+    }
+
+    Status fail;
 
 protected:
     void run_tasks(int64_t n, void (*fn)(void*, int64_t, int), void* ctx) override {
@@ -86,6 +95,7 @@ struct Weights {
 struct Fixture {
     std::unique_ptr<Backend> driver;
     std::vector<std::vector<std::set<const void*>>> releases;  // [rank][call].
+    std::vector<RecordingBackend*> ranks;                       // Owned by the block.
     std::unique_ptr<MoeBlock> block;
     Weights weights;
     std::vector<Weight> routers;
@@ -104,8 +114,10 @@ struct Fixture {
         int32_t next_rank = 0;
         auto make_rank = [&](const BackendOptions& bo) -> Result<std::unique_ptr<Backend>> {
             EDGE_ASSIGN_OR_RETURN(auto inner, create_backend("cpu", bo));
-            return std::unique_ptr<Backend>(std::make_unique<RecordingBackend>(
-                std::move(inner), &releases[static_cast<size_t>(next_rank++)]));
+            auto rank = std::make_unique<RecordingBackend>(
+                std::move(inner), &releases[static_cast<size_t>(next_rank++)]);
+            ranks.push_back(rank.get());
+            return std::unique_ptr<Backend>(std::move(rank));
         };
         MoeShape shape{kHidden, kInter, kExperts, 2, kLayers};
         auto b = MoeBlock::create(shape, sc, driver.get(), make_rank);
@@ -124,12 +136,18 @@ struct Fixture {
         }
     }
 
-    void step(int s) {
-        const int64_t n = 5;
-        std::vector<float> h(n * kHidden);
+    static constexpr int64_t kRows = 5;
+    static std::vector<float> rows(int s) {
+        std::vector<float> h(kRows * kHidden);
         for (size_t i = 0; i < h.size(); ++i) {
             h[i] = 1.0f + 0.5f * std::sin(0.37f * static_cast<float>(i + s * 11));
         }
+        return h;
+    }
+
+    void step(int s) {
+        const int64_t n = kRows;
+        const std::vector<float> h = rows(s);
         std::vector<float> x(h.size(), 0.25f);
         block->begin_step();
         for (int32_t l = 0; l < kLayers; ++l) {
@@ -255,6 +273,24 @@ TEST_CASE("moe block: planner rebalances release what each new plan took off eac
     // The skewed load did move experts, so the checks above saw releases.
     CHECK(f.block->stats().plans_applied >= 1);
     CHECK(f.releases[0].size() + f.releases[1].size() >= 1);
+}
+
+TEST_CASE("moe block: a rank backend's call error fails that forward only") {
+    Fixture f(0, false);
+    f.step(0);
+    // Both ranks report, as if both arenas filled: the first rank's error is returned and the
+    // second's taken too, so the next forward is clean.
+    f.ranks[0]->fail = resource_exhausted_error("arena full on rank 0");
+    f.ranks[1]->fail = resource_exhausted_error("arena full on rank 1");
+    std::vector<float> h = Fixture::rows(1);
+    std::vector<float> x(h.size(), 0.25f);
+    f.block->begin_step();
+    const Status s = f.block->forward(0, h.data(), Fixture::kRows, x.data());
+    CHECK(s.code() == StatusCode::kResourceExhausted);
+    CHECK(s.message() == "arena full on rank 0");
+    CHECK(f.block->forward(1, h.data(), Fixture::kRows, x.data()).ok());
+    CHECK(f.block->end_step().ok());
+    f.step(2);
 }
 
 }  // namespace
