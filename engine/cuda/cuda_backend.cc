@@ -190,22 +190,35 @@ private:
                                           ")");
         }
         DeviceWeight d;
-        EDGE_ASSIGN_OR_RETURN(d.data, alloc_->allocate(data_bytes, "weight"));
-        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.data, w.data, static_cast<size_t>(data_bytes),
-                                                  cudaMemcpyHostToDevice, stream_));
-        if (scale_bytes > 0) {
-            EDGE_ASSIGN_OR_RETURN(d.scales, alloc_->allocate(scale_bytes, "weight scales"));
-            EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.scales, w.scales,
-                                                      static_cast<size_t>(scale_bytes),
+        // Each range is recorded in `d` as it is taken, so a failure part way can give it back.
+        Status uploaded = [&]() -> Status {
+            EDGE_ASSIGN_OR_RETURN(d.data, alloc_->allocate(data_bytes, "weight"));
+            EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.data, w.data,
+                                                      static_cast<size_t>(data_bytes),
                                                       cudaMemcpyHostToDevice, stream_));
+            if (scale_bytes > 0) {
+                EDGE_ASSIGN_OR_RETURN(d.scales, alloc_->allocate(scale_bytes, "weight scales"));
+                EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.scales, w.scales,
+                                                          static_cast<size_t>(scale_bytes),
+                                                          cudaMemcpyHostToDevice, stream_));
+            }
+            EDGE_ASSIGN_OR_RETURN(d.tables, alloc_->allocate(2 * sizeof(void*), "weight tables"));
+            const void* table[2] = {d.data, d.scales};
+            EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.tables, table, sizeof(table),
+                                                      cudaMemcpyHostToDevice, stream_));
+            // The host arrays above are pageable and read before cudaMemcpyAsync returns; the sync
+            // keeps `table` alive regardless.
+            EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+            return ok_status();
+        }();
+        if (!uploaded.ok()) {
+            // Now that a full arena fails only the call, a partial upload must not keep its
+            // ranges; copies into them may still be queued, so drain first (or leak them).
+            if (drain().ok()) {
+                free_weight(d);
+            }
+            return uploaded;
         }
-        EDGE_ASSIGN_OR_RETURN(d.tables, alloc_->allocate(2 * sizeof(void*), "weight tables"));
-        const void* table[2] = {d.data, d.scales};
-        EDGE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.tables, table, sizeof(table),
-                                                  cudaMemcpyHostToDevice, stream_));
-        // The host arrays above are pageable and read before cudaMemcpyAsync returns; the sync
-        // keeps `table` alive regardless.
-        EDGE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
         d.view = Weight{w.format, w.rows, w.cols, d.data, static_cast<const float*>(d.scales)};
         return &weights_.emplace(w.data, d).first->second;
     }
