@@ -186,6 +186,9 @@ public:
                                                         Failure& failure, std::string& error);
     std::unique_ptr<Connection> take_pooled(const std::string& peer);
     void give_back(const std::string& peer, std::unique_ptr<Connection> connection);
+    // Closes the idle connections past pool_idle_timeout of every peer, at most once per
+    // timeout (strand; called as connections come back).
+    void sweep_idle();
     bool retry_allowed() const;
     void cancel(ForwardJob& job);
     // Closes the attempt's connection, or cancels its lookup (strand).
@@ -216,6 +219,7 @@ public:
 
     // Strand only.
     std::unordered_map<std::string, std::deque<std::unique_ptr<Connection>>> pool_;
+    SteadyClock::time_point last_sweep_{};
     std::unordered_set<ForwardJob*> jobs_;
     int64_t retries_in_flight_ = 0;
 };
@@ -315,14 +319,40 @@ std::unique_ptr<Connection> PeerClient::Impl::take_pooled(const std::string& pee
 }
 
 void PeerClient::Impl::give_back(const std::string& peer, std::unique_ptr<Connection> connection) {
+    sweep_idle();
     auto& idle = pool_[peer];
-    if (stopping_.load() || idle.size() >= static_cast<size_t>(config_.max_idle_connections)) {
+    // One opened before a certificate reload keeps the old certificates: not reused.
+    if (stopping_.load() || idle.size() >= static_cast<size_t>(config_.max_idle_connections) ||
+        connection->context != context()) {
         connection->close();
         return;
     }
     connection->idle_since = SteadyClock::now();
     idle.push_back(std::move(connection));
     idle_.fetch_add(1);
+}
+
+void PeerClient::Impl::sweep_idle() {
+    const auto now = SteadyClock::now();
+    if (now - last_sweep_ < config_.pool_idle_timeout) {
+        return;
+    }
+    last_sweep_ = now;
+    // Idle past the timeout (the peer has likely closed its end: the socket sits in CLOSE_WAIT),
+    // for every peer, one that left the cluster or changed its address too.
+    for (auto it = pool_.begin(); it != pool_.end();) {
+        auto& idle = it->second;
+        const auto old = std::remove_if(idle.begin(), idle.end(), [&](auto& c) {
+            if (now - c->idle_since <= config_.pool_idle_timeout) {
+                return false;
+            }
+            c->close();
+            return true;
+        });
+        idle_.fetch_sub(static_cast<int64_t>(idle.end() - old));
+        idle.erase(old, idle.end());
+        it = idle.empty() ? pool_.erase(it) : std::next(it);
+    }
 }
 
 net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
