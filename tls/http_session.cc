@@ -6,6 +6,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <charconv>
@@ -615,9 +616,14 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     } else {
         auto head = net::buffer(out);
         wec = co_await stream_.write(head);
-        if (!wec) {
-            auto body = net::buffer(response.body);
-            wec = co_await stream_.write(body);
+        // write_timeout per slice, not for the whole body: a slow client that keeps reading a
+        // large answer (a forwarded one may be 64 MiB) is not cut; one that stops is.
+        constexpr size_t kSlice = 256 * 1024;
+        for (size_t at = 0; !wec && at < response.body.size(); at += kSlice) {
+            set_deadline(server_.config_.limits.write_timeout);
+            auto slice = net::buffer(response.body.data() + at,
+                                     std::min(kSlice, response.body.size() - at));
+            wec = co_await stream_.write(slice);
         }
     }
     if (out.capacity() > 64 * 1024) {

@@ -25,7 +25,7 @@ bool retryable(int ssl_error) {
 
 }  // namespace
 
-Result<int> tcp_connect(uint16_t port, int timeout_ms) {
+Result<int> tcp_connect(uint16_t port, int timeout_ms, int receive_buffer_bytes) {
     // Writes to a socket the server closed must fail, not kill the test.
     static const bool ignore_sigpipe = [] {
         signal(SIGPIPE, SIG_IGN);
@@ -35,6 +35,11 @@ Result<int> tcp_connect(uint16_t port, int timeout_ms) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return unavailable_error("socket failed");
+    }
+    if (receive_buffer_bytes > 0) {
+        // Before connect: the window is small from the handshake on (set later, the kernel
+        // shrinks a window it already advertised, which a long read may see as a reset).
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
     }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -54,7 +59,8 @@ Result<int> tcp_connect(uint16_t port, int timeout_ms) {
 }
 
 Result<std::unique_ptr<TlsClient>> TlsClient::connect(uint16_t port, TlsClientOptions options) {
-    EDGE_ASSIGN_OR_RETURN(int fd, tcp_connect(port, options.timeout_ms));
+    EDGE_ASSIGN_OR_RETURN(int fd,
+                          tcp_connect(port, options.timeout_ms, options.receive_buffer_bytes));
     std::unique_ptr<TlsClient> c(new TlsClient());
     c->fd_ = fd;
     if (!options.before_handshake.empty()) {

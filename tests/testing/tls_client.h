@@ -23,6 +23,7 @@ struct TlsClientOptions {
     std::string before_handshake;  // Raw bytes sent first (a PROXY header).
     SSL_SESSION* resume = nullptr;  // Offered for resumption (not owned).
     int timeout_ms = 5000;
+    int receive_buffer_bytes = 0;  // SO_RCVBUF before connect; 0: the kernel's default.
     std::string client_cert_path;  // PEM client certificate for mutual TLS ("" sends none).
     std::string client_key_path;   // Its key.
 };
@@ -34,7 +35,7 @@ struct HttpReply {
 };
 
 // Connects a plain TCP socket to 127.0.0.1:port; the fd is the caller's.
-Result<int> tcp_connect(uint16_t port, int timeout_ms = 5000);
+Result<int> tcp_connect(uint16_t port, int timeout_ms = 5000, int receive_buffer_bytes = 0);
 
 class TlsClient {
 public:

@@ -606,6 +606,38 @@ TEST_CASE("a client that stops reading is cut at the write timeout, and its hand
     channel->end_stream();                  // The handler's last calls are ignored.
 }
 
+TEST_CASE("a slow client that keeps reading a large answer is not cut at the write timeout") {
+    HttpLimits limits;
+    limits.write_timeout = std::chrono::milliseconds(400);
+    Fixture f(limits);
+    TlsClientOptions options;
+    options.receive_buffer_bytes = 4096;
+    auto c = f.connect(options);
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    // 8 MiB in 64 KiB pieces, each ending in its number: read one piece every 20 ms, so the
+    // whole answer takes several write timeouts (and more than the kernel's socket buffers
+    // hold, ~4 MiB) while every 256 KiB slice takes a fraction of one.
+    constexpr int kPieces = 128;
+    auto marker = [](int i) { return "#" + std::to_string(1000 + i) + "#"; };
+    std::string body;
+    for (int i = 0; i < kPieces; ++i) {
+        body += std::string(65536 - 6, 'b') + marker(i);
+    }
+    channel->respond(HttpResponse{200, "text/plain", {}, body});
+    auto started = std::chrono::steady_clock::now();
+    for (int i = 0; i < kPieces; ++i) {
+        auto got = (*c)->read_until(marker(i));
+        INFO("piece " << i << ": " << (got.ok() ? std::string("ok") : got.status().to_string()));
+        REQUIRE(got.ok());
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(std::chrono::steady_clock::now() - started > limits.write_timeout);
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Still kept alive.
+}
+
 TEST_CASE("a pause between stream chunks longer than the write timeout does not cut the stream") {
     HttpLimits limits;
     limits.write_timeout = std::chrono::milliseconds(200);
