@@ -30,7 +30,16 @@ install(CODE "
 install(FILES systemd/edgeserve.socket DESTINATION lib/systemd/system)
 install(FILES systemd/edgeserve.sysusers.conf DESTINATION lib/sysusers.d RENAME edgeserve.conf)
 install(FILES systemd/edgeserve.tmpfiles.conf DESTINATION lib/tmpfiles.d RENAME edgeserve.conf)
-install(FILES deploy/config/edgeserve.yaml DESTINATION /etc/edgeserve)
+# The config is the operator's once installed: a re-run of `cmake --install` (an upgrade without
+# the package) must not put the example back over it. The .deb ships it as a conffile.
+install(CODE "
+    if(EXISTS \"\$ENV{DESTDIR}/etc/edgeserve/edgeserve.yaml\")
+        message(STATUS \"Keeping: \$ENV{DESTDIR}/etc/edgeserve/edgeserve.yaml (as edited)\")
+    else()
+        file(INSTALL DESTINATION /etc/edgeserve TYPE FILE
+             FILES \"${PROJECT_SOURCE_DIR}/deploy/config/edgeserve.yaml\")
+    endif()
+")
 install(FILES deploy/grafana/edgeserve.json DESTINATION ${CMAKE_INSTALL_DATADIR}/edgeserve/grafana)
 install(FILES deploy/prometheus/prometheus.yml deploy/prometheus/alerts.yml
               deploy/prometheus/alerts_test.yml
