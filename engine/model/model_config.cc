@@ -1,5 +1,6 @@
 #include "engine/model/model_config.h"
 
+#include <filesystem>
 #include <openssl/evp.h>
 
 #include <boost/json.hpp>
@@ -212,6 +213,20 @@ std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoin
         feed(name);
         feed(dtype_name(t->dtype));
         feed(shape_string(t->shape));
+    }
+    // And the weights' content, sampled: two checkpoints of one shape (another seed, a
+    // fine-tune) must not share a version.
+    checkpoint.content_sample(64, feed);
+    // The tokenizer and chat template change what a request becomes: part of the version too.
+    const std::filesystem::path dir = std::filesystem::path(config.path()).parent_path();
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+        std::ifstream in(dir / name, std::ios::binary);
+        if (in) {
+            std::ostringstream text;
+            text << in.rdbuf();
+            feed(name);
+            feed(text.str());
+        }
     }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;

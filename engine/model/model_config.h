@@ -66,9 +66,13 @@ Status require_string_if_set(const ConfigJson& config, std::string_view key, std
 Result<std::vector<int64_t>> get_token_ids(const ConfigJson& config, std::string_view key,
                                            int64_t vocab_size);
 
-// Hex SHA-256 over the config bytes and the checkpoint's tensor index (each tensor's name, dtype
-// and shape, in name order): equal for two copies of one checkpoint, different when either
-// changes.
+// Hex SHA-256 over the config bytes, the checkpoint's tensor index (each tensor's name, dtype
+// and shape, in name order), a sample of every tensor's bytes (64 at its start, middle and end:
+// Checkpoint::content_sample), and the tokenizer.json, tokenizer_config.json and
+// generation_config.json beside config.json: equal for two copies of one checkpoint however
+// sharded, different when the config, the shapes, the weights or the tokenizer change (a change
+// that spares all three sampled spots of every tensor is missed: not a fine-tune, another seed
+// or a requantization).
 std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint);
 
 }  // namespace edge::engine

@@ -480,6 +480,40 @@ void warn_unread_tensors(const Checkpoint& checkpoint) {
                           "layer)"}});
 }
 
+void Checkpoint::content_sample(size_t n,
+                                const std::function<void(std::string_view)>& feed) const {
+    struct Fds {
+        std::vector<int> fd;
+        ~Fds() {
+            for (int f : fd) {
+                if (f >= 0) {
+                    ::close(f);
+                }
+            }
+        }
+    } fds{std::vector<int>(files_.size(), -1)};
+    std::vector<char> buf(n);
+    for (const auto& [name, entry] : entries_) {
+        int& fd = fds.fd[entry.file];
+        if (fd < 0) {
+            fd = ::open(files_[entry.file]->path().c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd < 0) {
+                return;
+            }
+            ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+        }
+        const int64_t base = headers_[entry.file]->data_offset + entry.info->begin;
+        const int64_t size = entry.info->end - entry.info->begin;
+        const int64_t take = std::min<int64_t>(static_cast<int64_t>(n), size);
+        for (int64_t at : {int64_t{0}, (size - take) / 2, size - take}) {
+            if (::pread(fd, buf.data(), static_cast<size_t>(take), base + at) != take) {
+                return;
+            }
+            feed(std::string_view(buf.data(), static_cast<size_t>(take)));
+        }
+    }
+}
+
 Result<TensorView> Checkpoint::tensor(std::string_view name) const {
     auto it = entries_.find(name);
     if (it == entries_.end()) {

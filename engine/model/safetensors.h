@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -120,6 +121,12 @@ public:
     std::vector<std::string> unread_names() const;
     // Sum of all tensors' bytes.
     int64_t total_bytes() const;
+    // For digests of the weights' content: up to `n` bytes from each of the start, the middle and
+    // the end of every tensor, in name order, read with pread without readahead (a read through
+    // the mapping would fault in whole huge pages: on a large checkpoint, much of it). Only the
+    // sampled pages are read (three per tensor); a read error ends the sample early (the caller
+    // feeds it to a hash, where a short sample still differs). `feed` gets each piece.
+    void content_sample(size_t n, const std::function<void(std::string_view)>& feed) const;
     // Description for messages ("dir/model.safetensors" or the index path).
     const std::string& description() const { return description_; }
 

@@ -5,11 +5,14 @@
 
 #include <boost/json.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "engine/model/loader.h"
+#include "engine/tools/make_model.h"
+#include "tests/testing/test_certs.h"
 #include "tests/engine/archs/reference_check.h"
 
 namespace edge::engine {
@@ -58,6 +61,28 @@ TEST_CASE("spec reports the checkpoint") {
     CHECK(again->spec().version == s.version);
     auto other = load("fortunes-qwen3-moe", 1);
     CHECK(other->spec().version != s.version);
+}
+
+TEST_CASE("the version follows the weights: another seed differs, a copy elsewhere does not") {
+    edge::testing::TempDir tmp;
+    auto version_of = [](const std::string& dir) {
+        LoadOptions options;
+        options.max_slots = 1;
+        auto model = load_model(dir, options);
+        REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+        return (*model)->spec().version;
+    };
+    for (uint64_t seed : {1, 2}) {
+        MakeModelOptions mo;
+        mo.out_dir = tmp.file("seed" + std::to_string(seed));
+        mo.seed = seed;
+        REQUIRE(write_random_checkpoint(mo).ok());
+    }
+    std::filesystem::copy(tmp.file("seed1"), tmp.file("copy"));
+    const std::string one = version_of(tmp.file("seed1"));
+    CHECK(version_of(tmp.file("copy")) == one);
+    // Same config, same tensor names and shapes, other weights (as a fine-tune has).
+    CHECK(version_of(tmp.file("seed2")) != one);
 }
 
 }  // namespace
