@@ -322,7 +322,9 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
 }
 
 Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO in a file's place would block the open until a writer came (the check
+    // below then refuses it); it changes nothing for a regular file.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int err = errno;
         return Status(err == ENOENT ? StatusCode::kNotFound : StatusCode::kPermissionDenied,

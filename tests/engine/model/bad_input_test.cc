@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +86,11 @@ TEST_CASE("missing directory / config and weights") {
     Status s = load_status(m);
     CHECK(s.code() == StatusCode::kNotFound);
     CHECK(contains(s, "model.safetensors"));
+    // A FIFO in its place: refused at once (an open without O_NONBLOCK waited for a writer).
+    REQUIRE(::mkfifo((m.dir / "model.safetensors").c_str(), 0600) == 0);
+    s = load_status(m);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(s, "not a regular file"));
 }
 
 TEST_CASE("truncated safetensors names the file and the tensor") {
