@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -11,6 +12,7 @@
 #include "engine/cuda/host/serving_plan.h"
 #endif
 #include "engine/model/loader.h"
+#include "engine/model/model_config.h"
 #include "engine/sched/local_generator.h"
 #include "engine/tokenizer/tiktoken.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -99,7 +101,15 @@ Status check_checkpoint_loads(const std::string& dir) {
     ModelConfig mc;
     mc.name = "check";
     mc.path = dir;
+    // A small context keeps the check's KV cache small; never past the model's own positions,
+    // which would be refused (a tiny test model may have fewer than 16).
     mc.max_context = 16;
+    if (Result<ConfigJson> json = ConfigJson::read(dir); json.ok()) {
+        if (Result<int64_t> positions = json->get_int("max_position_embeddings", 16);
+            positions.ok() && *positions > 0) {
+            mc.max_context = std::min<int64_t>(mc.max_context, *positions);
+        }
+    }
     EngineConfig config;
     config.threads = 1;
     config.max_batch_sequences = 1;

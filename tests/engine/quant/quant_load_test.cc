@@ -717,6 +717,22 @@ TEST_CASE("quant-eval: the text's first tokens, the baseline's label, a tokenize
                                       "is 512"));
 }
 
+TEST_CASE("quantize takes a model of fewer than 16 positions (its load check stays inside them)") {
+    TempDir in("fewpositions");
+    TempDir out("fewpositions_out");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+    }
+    std::string cfg = read_text(in.path + "/config.json");
+    const auto at = cfg.find("\"max_position_embeddings\"");
+    REQUIRE(at != std::string::npos);
+    const auto value = cfg.find_first_of("0123456789", at);
+    cfg.replace(value, cfg.find_first_not_of("0123456789", value) - value, "8");
+    write_text(in.path + "/config.json", cfg);
+    Status st = quantize_checkpoint({in.path, "experts-int4", out.path + "/q"});
+    CHECK_MESSAGE(st.ok(), st.to_string());
+}
+
 TEST_CASE("quantize refuses to write over its input or beside another checkpoint's shards") {
     // Into the input directory: the writer would truncate the very file it copies tensors from.
     TempDir in("inplace");
