@@ -36,6 +36,9 @@ struct ChatMessage {
     std::string name;                           // Optional participant name.
     std::vector<ChatToolCall> tool_calls = {};  // Assistant messages: the calls it made.
     std::string tool_call_id = {};              // Tool messages: the call this answers.
+    // Assistant messages of reasoning models (Qwen3, GLM-4.5): the reasoning, when the client
+    // sends it apart (`reasoning_content`); else it is taken from <think>...</think> in content.
+    std::optional<std::string> reasoning_content = {};
 };
 
 // One OpenAI tool definition (`tools[i].function`), rendered into chat prompts.

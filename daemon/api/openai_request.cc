@@ -454,6 +454,15 @@ bool parse_messages(Validator& v, const json::value& value,
                     }
                     msg.tool_call_id = std::string(*id);
                 }
+            } else if (key == "reasoning_content" && msg.role == "assistant") {
+                // A reasoning model's earlier thinking, sent back apart from its answer.
+                if (!kv.value().is_null()) {
+                    const json::string* r = v.string(kv.value(), field);
+                    if (r == nullptr) {
+                        return false;
+                    }
+                    msg.reasoning_content = std::string(*r);
+                }
             } else if (key == "refusal") {
                 if (!kv.value().is_null() && v.string(kv.value(), field) == nullptr) {
                     return false;

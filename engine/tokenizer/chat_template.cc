@@ -148,8 +148,59 @@ std::string strip(std::string_view s) {
     return std::string(s.substr(b, e - b + 1));
 }
 
+// Python's str.lstrip(chars) / rstrip(chars).
+std::string_view lstrip(std::string_view s, std::string_view chars) {
+    const size_t b = s.find_first_not_of(chars);
+    return b == std::string_view::npos ? std::string_view() : s.substr(b);
+}
+std::string_view rstrip(std::string_view s, std::string_view chars) {
+    const size_t e = s.find_last_not_of(chars);
+    return e == std::string_view::npos ? std::string_view() : s.substr(0, e + 1);
+}
 
-Status chatml(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+// An assistant message's reasoning and answer, as the Qwen3 and GLM-4.5 templates split them:
+// reasoning_content when the client sent it; else, when content holds "</think>", the text
+// before the first one (after the last "<think>" before it) and the text after the last one.
+struct Reasoned {
+    std::string reasoning;
+    std::string content;
+};
+Reasoned split_reasoning(const ChatMessage& m) {
+    if (m.reasoning_content) {
+        return {*m.reasoning_content, m.content};
+    }
+    constexpr std::string_view kOpen = "<think>", kClose = "</think>";
+    const std::string_view c = m.content;
+    const size_t first = c.find(kClose);
+    if (first == std::string_view::npos) {
+        return {"", m.content};
+    }
+    std::string_view reasoning = rstrip(c.substr(0, first), "\n");
+    if (const size_t open = reasoning.rfind(kOpen); open != std::string_view::npos) {
+        reasoning.remove_prefix(open + kOpen.size());
+    }
+    reasoning = lstrip(reasoning, "\n");
+    return {std::string(reasoning),
+            std::string(lstrip(c.substr(c.rfind(kClose) + kClose.size()), "\n"))};
+}
+
+
+// `thinking`: the vocabulary has Qwen3's <think> tokens, and the template's reasoning rules
+// apply (Qwen2.5's ChatML has none): an assistant turn before the last user query keeps only its
+// answer; one after it (a tool-calling loop) keeps its reasoning in a <think> block, as the last
+// message always does.
+Status chatml(std::span<const ChatMessage> messages, const json::array& tools, bool thinking,
+              Builder* b) {
+    // The last user message that is a query (not a tool response a client wrapped itself).
+    size_t last_query = messages.size() - 1;
+    for (size_t i = messages.size(); i-- > 0;) {
+        const std::string& c = messages[i].content;
+        const bool wrapped = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+        if (messages[i].role == "user" && !wrapped) {
+            last_query = i;
+            break;
+        }
+    }
     size_t first = 0;
     if (!tools.empty()) {
         b->marker(kImStart);
@@ -188,10 +239,27 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, B
             continue;
         }
         b->marker(kImStart);
-        b->text(m.role + "\n" + m.content);
+        std::string content = m.content;
+        if (m.role == "assistant" && thinking) {
+            Reasoned r = split_reasoning(m);
+            content = std::move(r.content);
+            if (i > last_query && (i + 1 == messages.size() || !r.reasoning.empty())) {
+                b->text(m.role + "\n");
+                b->marker("<think>");
+                b->text("\n" + std::string(rstrip(lstrip(r.reasoning, "\n"), "\n")) + "\n");
+                b->marker("</think>");
+                b->text("\n\n");
+                content = std::string(lstrip(content, "\n"));
+            } else {
+                b->text(m.role + "\n");
+            }
+        } else {
+            b->text(m.role + "\n");
+        }
+        b->text(content);
         for (size_t j = 0; j < m.tool_calls.size(); ++j) {
             const ChatToolCall& c = m.tool_calls[j];
-            b->text((j > 0 || !m.content.empty()) ? "\n" : "");
+            b->text((j > 0 || !content.empty()) ? "\n" : "");
             b->tagged("<tool_call>\n");
             b->text("{\"name\": " + json::serialize(json::value(c.name)) +
                     ", \"arguments\": " + (c.arguments.empty() ? "{}" : c.arguments) + "}");
@@ -206,6 +274,12 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, B
 }
 
 Status glm45(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+    int64_t last_user = -1;  // None: every assistant turn comes after it.
+    for (size_t i = 0; i < messages.size(); ++i) {
+        if (messages[i].role == "user") {
+            last_user = static_cast<int64_t>(i);
+        }
+    }
     b->marker(kGMask);
     b->marker("<sop>");
     if (!tools.empty()) {
@@ -245,9 +319,14 @@ Status glm45(std::span<const ChatMessage> messages, const json::array& tools, Bu
         } else if (m.role == "assistant") {
             b->marker(kGlmAssistant);
             b->text("\n");
+            // The reasoning stays only after the last user message (a tool-calling loop).
+            const Reasoned r = split_reasoning(m);
             b->marker("<think>");
+            if (static_cast<int64_t>(i) > last_user && !strip(r.reasoning).empty()) {
+                b->text(strip(r.reasoning));
+            }
             b->marker("</think>");
-            const std::string content = strip(m.content);
+            const std::string content = strip(r.content);
             if (!content.empty()) {
                 b->text("\n" + content);
             }
@@ -486,7 +565,7 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
     Builder b;
     switch (format_) {
         case ChatFormat::kChatMl:
-            EDGE_RETURN_IF_ERROR(chatml(messages, tj, &b));
+            EDGE_RETURN_IF_ERROR(chatml(messages, tj, tokenizer_->token_id("</think>") >= 0, &b));
             break;
         case ChatFormat::kGlm45:
             EDGE_RETURN_IF_ERROR(glm45(messages, tj, &b));

@@ -29,7 +29,7 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
         "messages": [
             {"role": "developer", "content": "be brief"},
             {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}], "name": "bob"},
-            {"role": "assistant", "content": null}
+            {"role": "assistant", "content": null, "reasoning_content": "thought"}
         ],
         "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7, "max_completion_tokens": 12,
         "stop": ["\n\n"], "presence_penalty": 0.1, "frequency_penalty": -0.2,
@@ -45,6 +45,8 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
     CHECK(msgs[0].role == "system");
     CHECK(msgs[1].content == "hi there");
     CHECK(msgs[1].name == "bob");
+    CHECK(msgs[2].reasoning_content == std::optional<std::string>("thought"));
+    CHECK_FALSE(msgs[1].reasoning_content);
     CHECK(g.sampling.temperature == doctest::Approx(0.5));
     CHECK(g.sampling.top_k == 40);
     CHECK(*g.sampling.seed == 7);

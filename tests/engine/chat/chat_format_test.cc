@@ -133,6 +133,49 @@ TEST_CASE("chat formats: ChatML with Qwen3 tools") {
     CHECK(parser->completed_calls() == 1);
 }
 
+TEST_CASE("chat formats: Qwen3 and GLM-4.5 keep reasoning only after the last user query") {
+    auto tok = tokenizer_with_markers();  // Has <think> and </think>: Qwen3's rules apply.
+    auto qwen = ChatTemplate::create(ChatFormat::kChatMl, tok.get());
+    auto glm = ChatTemplate::create(ChatFormat::kGlm45, tok.get());
+    REQUIRE(qwen.ok());
+    REQUIRE(glm.ok());
+    // A client echoing the model's whole answer, thinking included, in a second turn: the
+    // templates drop the thinking of turns before the last query.
+    std::vector<ChatMessage> chat = {
+        {"user", "hi", "", {}, ""},
+        {"assistant", "<think>\nponder\n</think>\n\nHello!", "", {}, ""},
+        {"user", "and now?", "", {}, ""}};
+    CHECK(qwen->render_text(chat) ==
+          "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+          "<|im_start|>user\nand now?<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(glm->render_text(chat) ==
+          "[gMASK]<sop><|user|>\nhi<|assistant|>\n<think></think>\nHello!<|user|>\nand now?"
+          "<|assistant|>");
+    // The same thinking sent apart (reasoning_content) renders the same.
+    chat[1].content = "Hello!";
+    chat[1].reasoning_content = "ponder";
+    CHECK(qwen->render_text(chat).find("assistant\nHello!<|im_end|>") != std::string::npos);
+    check_ids_match_text(*qwen, *tok, chat, {});
+    // In a tool-calling loop (after the last query) the thinking stays, as markers.
+    std::vector<ChatMessage> loop = {
+        {"user", "Weather in Paris?", "", {}, ""},
+        {"assistant",
+         "<think>\nneed the tool\n</think>\n\n",
+         "",
+         {{"c0", "get_weather", "{\"city\": \"Paris\"}"}},
+         ""},
+        {"tool", "sunny", "", {}, "c0"}};
+    const std::string q = qwen->render_text(loop, kTools);
+    CHECK(q.find("<|im_start|>assistant\n<think>\nneed the tool\n</think>\n\n<tool_call>\n"
+                 "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                 "</tool_call><|im_end|>") != std::string::npos);
+    check_ids_match_text(*qwen, *tok, loop, kTools);
+    const std::string g = glm->render_text(loop, kTools);
+    CHECK(g.find("<|assistant|>\n<think>need the tool</think>\n<tool_call>get_weather") !=
+          std::string::npos);
+    check_ids_match_text(*glm, *tok, loop, kTools);
+}
+
 // DeepSeek-V3's control tokens, spelled out once for the expected prompts below.
 const std::string kDsBos = "<｜begin▁of▁sentence｜>";
 const std::string kDsEos = "<｜end▁of▁sentence｜>";
