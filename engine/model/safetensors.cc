@@ -456,16 +456,17 @@ std::vector<std::string> Checkpoint::unread_names() const {
     return out;
 }
 
-void warn_unread_tensors(const Checkpoint& checkpoint) {
+int64_t release_unread_tensors(const Checkpoint& checkpoint) {
     const std::vector<std::string> unread = checkpoint.unread_names();
     if (unread.empty()) {
-        return;
+        return 0;
     }
     int64_t bytes = 0;
     std::string first;
     for (size_t i = 0; i < unread.size(); ++i) {
         if (const TensorInfo* t = checkpoint.info(unread[i])) {
             bytes += t->end - t->begin;
+            release_mapped_pages(checkpoint.mapped_data(unread[i]), t->end - t->begin);
         }
         if (i < 4) {
             first += (first.empty() ? "" : ", ") + unread[i];
@@ -479,7 +480,8 @@ void warn_unread_tensors(const Checkpoint& checkpoint) {
                {"detail", "the model does not read them: config.json may not describe this "
                           "checkpoint (num_hidden_layers, num_experts, ...), or they belong to a "
                           "part the engine does not run (DeepSeek-V3's multi-token prediction "
-                          "layer)"}});
+                          "layer); their pages are released"}});
+    return bytes;
 }
 
 void Checkpoint::content_sample(size_t n,
@@ -514,6 +516,15 @@ void Checkpoint::content_sample(size_t n,
             feed(std::string_view(buf.data(), static_cast<size_t>(take)));
         }
     }
+}
+
+const void* Checkpoint::mapped_data(std::string_view name) const {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) {
+        return nullptr;
+    }
+    return files_[it->second.file]->data() + headers_[it->second.file]->data_offset +
+           it->second.info->begin;
 }
 
 Result<TensorView> Checkpoint::tensor(std::string_view name) const {

@@ -114,6 +114,8 @@ public:
     // The header entry of `name` (dtype, shape, bytes), or nullptr; unlike tensor() it does not
     // count as reading the tensor (unread_names()).
     const TensorInfo* info(std::string_view name) const;
+    // Where `name`'s bytes are mapped (nullptr when unknown); like info(), not a read.
+    const void* mapped_data(std::string_view name) const;
 
     // Tensor names in sorted order.
     std::vector<std::string> names() const;
@@ -147,8 +149,12 @@ private:
 
 // Logs `checkpoint_tensors_unused` (count, bytes, the first names) when the model read only some
 // of `checkpoint`'s tensors: config.json may not describe the checkpoint (num_hidden_layers,
-// num_experts), or they belong to a part the engine does not run. Call once loading is done.
-void warn_unread_tensors(const Checkpoint& checkpoint);
+// num_experts), or they belong to a part the engine does not run (DeepSeek-V3's multi-token
+// prediction layer, ~12 GB; an lm_head stored beside tied embeddings). Their pages, which the
+// mapping brought in with the rest, are released (release_mapped_pages); returns their bytes,
+// which the model no longer counts as held. Call once loading is done, and not for one rank of a
+// sharded model (the other ranks' tensors are unread by it, not unused).
+int64_t release_unread_tensors(const Checkpoint& checkpoint);
 
 // Human-readable "[a, b, c]".
 std::string shape_string(const std::vector<int64_t>& shape);

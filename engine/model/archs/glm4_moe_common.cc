@@ -203,7 +203,7 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     shape.version = version_digest(json, *ckpt_);
     shape.weight_bytes = weights_->resident_bytes();
     if (options.sharding.ranks <= 1) {  // A rank of a sharded model reads its experts only.
-        warn_unread_tensors(*ckpt_);
+        shape.weight_bytes -= release_unread_tensors(*ckpt_);
     }
     return finish_load(dir, options, shape, &spec_);
 }

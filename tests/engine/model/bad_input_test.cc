@@ -202,11 +202,25 @@ TEST_CASE("tensors the model does not read are named in a warning (a config with
             warned.emplace_back(line);
         }
     });
-    const Status s = load_status(m);
+    LoadOptions o;
+    o.max_slots = 1;
+    o.max_context = 64;
+    auto one_layer = load_model(m.dir.string(), o);
     log::set_sink(nullptr);
-    CHECK(s.ok());  // It loads (as a one-layer model), and says what it left out.
+    REQUIRE(one_layer.ok());  // It loads (as a one-layer model), and says what it left out.
     REQUIRE(warned.size() == 1);
     CHECK(warned[0].find("model.layers.1.") != std::string::npos);
+    // What it left out is not counted as held (its pages are released): the layer's bytes.
+    auto ckpt = Checkpoint::open_dir(m.dir.string());
+    REQUIRE(ckpt.ok());
+    int64_t layer1 = 0;
+    for (const std::string& name : (*ckpt)->names()) {
+        if (name.starts_with("model.layers.1.")) {
+            layer1 += (*ckpt)->info(name)->end - (*ckpt)->info(name)->begin;
+        }
+    }
+    CHECK(layer1 > 0);
+    CHECK((*one_layer)->spec().weight_bytes == (*ckpt)->total_bytes() - layer1);
 }
 
 TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
