@@ -86,6 +86,9 @@ struct GenerateRequest {
     // Not returned in the deltas. The API uses it to force a tool call (tool_choice "required"
     // or a named function); see engine/chat/tool_call_parser.h forced_call_prefix().
     std::string assistant_prefix = {};
+    // The chat template's thinking switch (chat prompts only; tokenizer/chat_template.h
+    // ChatOptions): the API's chat_template_kwargs enable_thinking / thinking. Unset: default.
+    std::optional<bool> thinking = {};
     // The tenant's cap on prompt + max_tokens, tokens; 0: only the model's context applies.
     int64_t max_context_tokens = 0;
     // The tenant's input_tokens_per_minute: a longer prompt could never fit its budget and is

@@ -815,6 +815,27 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             out.return_token_ids = b.value_or(false);
         } else if (key == "logit_bias") {
             ok = parse_logit_bias(v, value, s.logit_bias);
+        } else if (key == "chat_template_kwargs" && chat && !value.is_null()) {
+            // vLLM's and SGLang's switches of the chat template; we render each family in
+            // code, so only the thinking switch (Qwen3's and GLM-4.5's enable_thinking,
+            // DeepSeek-V3.1's thinking) is known.
+            if (!value.is_object()) {
+                ok = v.fail("'chat_template_kwargs' must be an object", key);
+            } else {
+                for (const auto& kw : value.get_object()) {
+                    const std::string name = "chat_template_kwargs." + std::string(kw.key());
+                    if (kw.key() == "enable_thinking" || kw.key() == "thinking") {
+                        std::optional<bool> b = v.boolean(kw.value(), name);
+                        ok = ok && b.has_value();
+                        req.thinking = b;
+                    } else {
+                        ok = v.fail("'" + name +
+                                        "' is not supported (supported: enable_thinking, "
+                                        "thinking)",
+                                    name);
+                    }
+                }
+            }
         } else {
             ok = parse_unsupported(v, key, value, chat);
         }

@@ -224,7 +224,8 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
                                               : "messages: model \"" + rt.info.name +
                                                     "\" has no chat template");
         }
-        EDGE_ASSIGN_OR_RETURN(ids, rt.chat->render(messages, request.tools));
+        EDGE_ASSIGN_OR_RETURN(
+            ids, rt.chat->render(messages, request.tools, {.thinking = request.thinking}));
         if (!request.assistant_prefix.empty()) {
             EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> forced,
                                   rt.chat->render_assistant_prefix(request.assistant_prefix));

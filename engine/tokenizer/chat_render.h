@@ -90,6 +90,7 @@ struct Builder {
 
 // DeepSeek-V3's and V3.1's (non-thinking) chat formats; `tools` as tools_json() makes them.
 Status deepseek_v3(std::span<const ChatMessage> messages, const json::array& tools, Builder* b);
-Status deepseek_v3_1(std::span<const ChatMessage> messages, const json::array& tools, Builder* b);
+Status deepseek_v3_1(std::span<const ChatMessage> messages, const json::array& tools,
+                     const ChatOptions& options, Builder* b);
 
 }  // namespace edge::engine::tokenizer::render

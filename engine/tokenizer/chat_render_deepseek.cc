@@ -135,7 +135,8 @@ Status deepseek_v3(std::span<const ChatMessage> messages, const json::array& too
 // opening. The prompt ends with <｜Assistant｜></think> after a user turn, and with nothing after
 // tool results (the model writes its reply next). Tools, which the template never renders, are
 // declared after the system prompt in the call syntax the model writes.
-Status deepseek_v3_1(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+Status deepseek_v3_1(std::span<const ChatMessage> messages, const json::array& tools,
+                     const ChatOptions& options, Builder* b) {
     system_and_tools(messages, tools, true, b);
     bool last_user = false;  // The template's ns.is_last_user.
     bool after_tool = false;  // ns.is_tool.
@@ -195,7 +196,8 @@ Status deepseek_v3_1(std::span<const ChatMessage> messages, const json::array& t
     }
     if (last_user && !after_tool) {
         b->marker(kDsAssistant);
-        b->marker(kThinkEnd);
+        // `thinking` true: the model thinks first; the template's default answers at once.
+        b->marker(options.thinking == true ? std::string_view("<think>") : kThinkEnd);
     }
     return ok_status();
 }

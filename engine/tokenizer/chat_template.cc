@@ -190,7 +190,7 @@ Reasoned split_reasoning(const ChatMessage& m) {
 // answer; one after it (a tool-calling loop) keeps its reasoning in a <think> block, as the last
 // message always does.
 Status chatml(std::span<const ChatMessage> messages, const json::array& tools, bool thinking,
-              Builder* b) {
+              const ChatOptions& options, Builder* b) {
     // The last user message that is a query (not a tool response a client wrapped itself).
     size_t last_query = messages.size() - 1;
     for (size_t i = messages.size(); i-- > 0;) {
@@ -270,10 +270,17 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, b
     }
     b->marker(kImStart);
     b->text("assistant\n");
+    if (thinking && options.thinking == false) {  // enable_thinking false: an empty thought.
+        b->marker("<think>");
+        b->text("\n\n");
+        b->marker("</think>");
+        b->text("\n\n");
+    }
     return ok_status();
 }
 
-Status glm45(std::span<const ChatMessage> messages, const json::array& tools, Builder* b) {
+Status glm45(std::span<const ChatMessage> messages, const json::array& tools,
+             const ChatOptions& options, Builder* b) {
     int64_t last_user = -1;  // None: every assistant turn comes after it.
     for (size_t i = 0; i < messages.size(); ++i) {
         if (messages[i].role == "user") {
@@ -373,6 +380,11 @@ Status glm45(std::span<const ChatMessage> messages, const json::array& tools, Bu
         }
     }
     b->marker(kGlmAssistant);
+    if (options.thinking == false) {  // enable_thinking false: an empty thought.
+        b->text("\n");
+        b->marker("<think>");
+        b->marker("</think>");
+    }
     return ok_status();
 }
 
@@ -550,7 +562,8 @@ Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* to
 }
 
 Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> messages,
-                                                std::span<const ToolSpec> tools) const {
+                                                std::span<const ToolSpec> tools,
+                                                const ChatOptions& options) const {
     if (messages.empty()) {
         return invalid_argument_error("messages: empty");
     }
@@ -565,10 +578,11 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
     Builder b;
     switch (format_) {
         case ChatFormat::kChatMl:
-            EDGE_RETURN_IF_ERROR(chatml(messages, tj, tokenizer_->token_id("</think>") >= 0, &b));
+            EDGE_RETURN_IF_ERROR(
+                chatml(messages, tj, tokenizer_->token_id("</think>") >= 0, options, &b));
             break;
         case ChatFormat::kGlm45:
-            EDGE_RETURN_IF_ERROR(glm45(messages, tj, &b));
+            EDGE_RETURN_IF_ERROR(glm45(messages, tj, options, &b));
             break;
         case ChatFormat::kKimiK2:
             EDGE_RETURN_IF_ERROR(kimi_k2(messages, tj, &b));
@@ -577,15 +591,16 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
             EDGE_RETURN_IF_ERROR(deepseek_v3(messages, tj, &b));
             break;
         case ChatFormat::kDeepSeekV31:
-            EDGE_RETURN_IF_ERROR(deepseek_v3_1(messages, tj, &b));
+            EDGE_RETURN_IF_ERROR(deepseek_v3_1(messages, tj, options, &b));
             break;
     }
     return std::move(b.pieces);
 }
 
 Result<std::vector<TokenId>> ChatTemplate::render(std::span<const ChatMessage> messages,
-                                                  std::span<const ToolSpec> tools) const {
-    EDGE_ASSIGN_OR_RETURN(std::vector<Piece> ps, pieces(messages, tools));
+                                                  std::span<const ToolSpec> tools,
+                                                  const ChatOptions& options) const {
+    EDGE_ASSIGN_OR_RETURN(std::vector<Piece> ps, pieces(messages, tools, options));
     std::vector<TokenId> ids;
     for (const Piece& p : ps) {
         if (p.marker) {
@@ -642,8 +657,9 @@ std::vector<TokenId> ChatTemplate::tool_call_marker_ids() const {
 }
 
 std::string ChatTemplate::render_text(std::span<const ChatMessage> messages,
-                                      std::span<const ToolSpec> tools) const {
-    auto ps = pieces(messages, tools);
+                                      std::span<const ToolSpec> tools,
+                                      const ChatOptions& options) const {
+    auto ps = pieces(messages, tools, options);
     std::string out;
     if (ps.ok()) {
         for (const Piece& p : *ps) {

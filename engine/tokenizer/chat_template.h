@@ -13,6 +13,7 @@
 // token (`<tool_call>`, `<arg_key>`, ...) are inserted as their id when it exists, else as text.
 // Threading: immutable; thread-safe.
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -52,6 +53,15 @@ std::string_view tool_call_format_of(ChatFormat format);
 Result<ChatFormat> choose_chat_format(std::string_view configured, const TokenizerConfig& config,
                                       const Tokenizer& tokenizer);
 
+// Per-request switches of the families' templates (the API's `chat_template_kwargs`):
+// `thinking` is Qwen3's and GLM-4.5's enable_thinking (false: the assistant turn opens with an
+// empty thought, so the model answers at once) and DeepSeek-V3.1's `thinking` (true: the turn
+// opens with <think>). Unset: each template's default (Qwen3 and GLM-4.5 think, V3.1 does not);
+// families without thinking ignore it.
+struct ChatOptions {
+    std::optional<bool> thinking;
+};
+
 class ChatTemplate {
   public:
     // kNotFound when the tokenizer lacks the format's control tokens.
@@ -65,7 +75,8 @@ class ChatTemplate {
     // for a tool whose parameters are not a JSON object or a GLM-4.5 history tool call whose
     // arguments are not one.
     Result<std::vector<TokenId>> render(std::span<const ChatMessage> messages,
-                                        std::span<const ToolSpec> tools = {}) const;
+                                        std::span<const ToolSpec> tools = {},
+                                        const ChatOptions& options = {}) const;
 
     // Ids of a forced start of the assistant's reply (GenerateRequest::assistant_prefix), to
     // append after render(): added tokens written in it (control markers) become their ids.
@@ -77,7 +88,8 @@ class ChatTemplate {
 
     // The same prompt as text (for logs and tests).
     std::string render_text(std::span<const ChatMessage> messages,
-                            std::span<const ToolSpec> tools = {}) const;
+                            std::span<const ToolSpec> tools = {},
+                            const ChatOptions& options = {}) const;
 
     // One piece of a prompt: a control marker or plain text.
     struct Piece {
@@ -89,7 +101,8 @@ class ChatTemplate {
     ChatTemplate(ChatFormat format, const Tokenizer* tokenizer)
         : format_(format), tokenizer_(tokenizer) {}
     Result<std::vector<Piece>> pieces(std::span<const ChatMessage> messages,
-                                      std::span<const ToolSpec> tools) const;
+                                      std::span<const ToolSpec> tools,
+                                      const ChatOptions& options) const;
 
     ChatFormat format_;
     const Tokenizer* tokenizer_;

@@ -158,6 +158,29 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
     }
 }
 
+TEST_CASE("chat_template_kwargs: the thinking switch is read, other keys are refused by name") {
+    auto off = parse(Endpoint::kChatCompletions,
+                     R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                     R"("chat_template_kwargs":{"enable_thinking":false}})");
+    CHECK(off.generate.thinking == std::optional<bool>(false));
+    auto on = parse(Endpoint::kChatCompletions,
+                    R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                    R"("chat_template_kwargs":{"thinking":true}})");
+    CHECK(on.generate.thinking == std::optional<bool>(true));
+    CHECK_FALSE(parse(Endpoint::kChatCompletions,
+                      R"({"model":"m","messages":[{"role":"user","content":"x"}]})")
+                    .generate.thinking.has_value());
+    ApiError other = error_of(Endpoint::kChatCompletions,
+                              R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                              R"("chat_template_kwargs":{"tools_in_user_message":true}})");
+    CHECK(other.param == "chat_template_kwargs.tools_in_user_message");
+    CHECK(other.message.find("not supported") != std::string::npos);
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                   R"("chat_template_kwargs":{"enable_thinking":"no"}})")
+              .param == "chat_template_kwargs.enable_thinking");
+}
+
 TEST_CASE("logit_bias is parsed, and optional fields take null as their default") {
     auto p = parse(Endpoint::kCompletions,
                    R"({"model":"m","prompt":"x","logit_bias":{"50256":-100,"7":2.5},"n":null,)"

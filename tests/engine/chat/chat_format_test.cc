@@ -176,6 +176,27 @@ TEST_CASE("chat formats: Qwen3 and GLM-4.5 keep reasoning only after the last us
     check_ids_match_text(*glm, *tok, loop, kTools);
 }
 
+TEST_CASE("chat formats: the thinking switch (chat_template_kwargs) opens the turn as each "
+          "template does") {
+    auto tok = tokenizer_with_markers();
+    const std::vector<ChatMessage> hi = {{"user", "hi", "", {}, ""}};
+    const ChatOptions off{.thinking = false};
+    const ChatOptions on{.thinking = true};
+    auto qwen = ChatTemplate::create(ChatFormat::kChatMl, tok.get());
+    auto glm = ChatTemplate::create(ChatFormat::kGlm45, tok.get());
+    REQUIRE(qwen.ok());
+    REQUIRE(glm.ok());
+    // Qwen3 and GLM-4.5 think unless told not to: then an empty thought opens the turn.
+    CHECK(qwen->render_text(hi) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    CHECK(qwen->render_text(hi, {}, on) == qwen->render_text(hi));
+    CHECK(qwen->render_text(hi, {}, off) ==
+          "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    check_ids_match_text(*qwen, *tok, hi, {});
+    CHECK(glm->render_text(hi, {}, off) ==
+          "[gMASK]<sop><|user|>\nhi<|assistant|>\n<think></think>");
+    CHECK(glm->render_text(hi, {}, on) == "[gMASK]<sop><|user|>\nhi<|assistant|>");
+}
+
 // DeepSeek-V3's control tokens, spelled out once for the expected prompts below.
 const std::string kDsBos = "<｜begin▁of▁sentence｜>";
 const std::string kDsEos = "<｜end▁of▁sentence｜>";
@@ -321,6 +342,11 @@ TEST_CASE("chat formats: DeepSeek-V3.1 renders as its shipped template does (non
         CHECK(t->render_text(c.messages) == c.expected);
         check_ids_match_text(*t, *tok, c.messages, {});
     }
+    // `thinking` true (chat_template_kwargs): the turn opens with <think> instead.
+    const std::vector<ChatMessage> hi = {{"user", "Hi", "", {}, ""}};
+    CHECK(t->render_text(hi, {}, {.thinking = true}) ==
+          kDsBos + kDsUser + "Hi" + kDsAssistant + "<think>");
+    CHECK(t->render_text(hi, {}, {.thinking = false}) == t->render_text(hi));
     // </think> is one control token, and message text cannot inject it.
     auto ids = t->render(cases[0].messages);
     REQUIRE(ids.ok());
