@@ -95,8 +95,12 @@ public:
                 // A full arena or a weight this backend cannot take is this call's problem, not
                 // a lost device: the caller fails the step (take_error) and the process stays
                 // ready, rather than a capacity problem restarting every model of the process.
+                // Not kResourceExhausted: the scheduler reads that from forward() as a full KV
+                // cache and would preempt sequences, which frees no weight memory.
                 if (call_error_.ok()) {
-                    call_error_ = s;
+                    call_error_ = s.code() == StatusCode::kResourceExhausted
+                                      ? unavailable_error("device weight memory: " + s.message())
+                                      : s;
                 }
             } else {
                 // The interface has no error path: mark the backend and the process's device

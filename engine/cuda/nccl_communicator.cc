@@ -209,6 +209,17 @@ Status NcclCommunicator::fail(Status s) {
     return s;
 }
 
+Status NcclCommunicator::usable() {
+    EDGE_RETURN_IF_ERROR(health_);
+    // A rank of the group failed after this one's last call: the next collective would wait
+    // for it forever.
+    if (group_failed_->load(std::memory_order_acquire)) {
+        return fail(unavailable_error("nccl: rank " + std::to_string(rank_) +
+                                      " aborted: another rank of its group failed"));
+    }
+    return ok_status();
+}
+
 Status NcclCommunicator::wait_stream() {
     for (;;) {
         const cudaError_t e = cudaStreamQuery(stream_);
@@ -284,6 +295,7 @@ Status NcclCommunicator::agree(int64_t value, const Status& local, const char* w
     EDGE_CUDA_FAIL_IF_ERROR(
         cudaMemcpyAsync(d_mine, mine, sizeof(mine), cudaMemcpyHostToDevice, stream_));
     EDGE_NCCL_RETURN_IF_ERROR(ncclAllGather(d_mine, d_all, 2, ncclInt64, comm_, stream_));
+    EDGE_RETURN_IF_ERROR(wait_stream());
     EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(all.data(), d_all, all.size() * sizeof(int64_t),
                                             cudaMemcpyDeviceToHost, stream_));
     EDGE_RETURN_IF_ERROR(wait_stream());
@@ -338,6 +350,7 @@ Status NcclCommunicator::exchange_checked(std::span<const int64_t> send_counts,
         return fail(nccl_status(r, call, __FILE__, __LINE__));
     }
     std::vector<int64_t> in(2 * n);
+    EDGE_RETURN_IF_ERROR(wait_stream());
     EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(in.data(), d_recv, in.size() * sizeof(int64_t),
                                             cudaMemcpyDeviceToHost, stream_));
     EDGE_RETURN_IF_ERROR(wait_stream());
@@ -349,7 +362,7 @@ Status NcclCommunicator::exchange_checked(std::span<const int64_t> send_counts,
 
 Status NcclCommunicator::exchange_counts(std::span<const int64_t> send_counts,
                                          std::span<int64_t> recv_counts) {
-    EDGE_RETURN_IF_ERROR(health_);
+    EDGE_RETURN_IF_ERROR(usable());
     Status local;
     if (send_counts.size() != static_cast<size_t>(size_) ||
         recv_counts.size() != static_cast<size_t>(size_)) {
@@ -366,7 +379,7 @@ Status NcclCommunicator::exchange_counts(std::span<const int64_t> send_counts,
 
 Status NcclCommunicator::all_to_all_v(const void* send, std::span<const int64_t> send_counts,
                                       void* recv, std::span<const int64_t> recv_counts) {
-    EDGE_RETURN_IF_ERROR(health_);
+    EDGE_RETURN_IF_ERROR(usable());
     // What this rank can find wrong alone; its peers learn it in the count exchange below.
     Status local;
     if (send_counts.size() != static_cast<size_t>(size_) ||
@@ -421,6 +434,7 @@ Status NcclCommunicator::all_to_all_v(const void* send, std::span<const int64_t>
     }
     EDGE_RETURN_IF_ERROR(send_recv_bytes(d_send, send_counts, d_recv, recv_counts));
     if (in > 0) {
+        EDGE_RETURN_IF_ERROR(wait_stream());
         EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(recv, d_recv, static_cast<size_t>(in),
                                                 cudaMemcpyDeviceToHost, stream_));
         EDGE_RETURN_IF_ERROR(wait_stream());
@@ -478,7 +492,7 @@ Status NcclCommunicator::send_recv_bytes(const char* send, std::span<const int64
 }
 
 Status NcclCommunicator::all_gather(const void* send, int64_t bytes, void* recv) {
-    EDGE_RETURN_IF_ERROR(health_);
+    EDGE_RETURN_IF_ERROR(usable());
     Status local;
     if (bytes < 0 || bytes > (std::numeric_limits<int64_t>::max() - 512) / (size_ + 1)) {
         local = invalid_argument_error("nccl all_gather: size " + std::to_string(bytes) +
@@ -507,6 +521,7 @@ Status NcclCommunicator::all_gather(const void* send, int64_t bytes, void* recv)
                                             cudaMemcpyHostToDevice, stream_));
     EDGE_NCCL_RETURN_IF_ERROR(
         ncclAllGather(d_send, d_recv, static_cast<size_t>(bytes), ncclUint8, comm_, stream_));
+    EDGE_RETURN_IF_ERROR(wait_stream());
     EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(recv, d_recv, static_cast<size_t>(in),
                                             cudaMemcpyDeviceToHost, stream_));
     return wait_stream();
@@ -514,7 +529,7 @@ Status NcclCommunicator::all_gather(const void* send, int64_t bytes, void* recv)
 
 template <typename T>
 Status NcclCommunicator::all_reduce_impl(std::span<T> data) {
-    EDGE_RETURN_IF_ERROR(health_);
+    EDGE_RETURN_IF_ERROR(usable());
     const int64_t n = static_cast<int64_t>(data.size());
     const bool host = n > 0 && !is_device_memory(data.data());
     Status local;
@@ -547,6 +562,7 @@ Status NcclCommunicator::all_reduce_impl(std::span<T> data) {
         return fail(s);
     }
     if (host) {
+        EDGE_RETURN_IF_ERROR(wait_stream());
         EDGE_CUDA_FAIL_IF_ERROR(cudaMemcpyAsync(data.data(), d_data, data.size_bytes(),
                                                 cudaMemcpyDeviceToHost, stream_));
     }
@@ -557,7 +573,7 @@ Status NcclCommunicator::all_reduce_sum(std::span<float> data) { return all_redu
 Status NcclCommunicator::all_reduce_sum(std::span<int64_t> data) { return all_reduce_impl(data); }
 
 Status NcclCommunicator::barrier() {
-    EDGE_RETURN_IF_ERROR(health_);
+    EDGE_RETURN_IF_ERROR(usable());
     return agree(0, ok_status(), "barrier", false);
 }
 

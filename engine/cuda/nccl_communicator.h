@@ -107,8 +107,12 @@ private:
     Status send_recv_bytes(const char* send, std::span<const int64_t> send_counts, char* recv,
                            std::span<const int64_t> recv_counts);
     // Waits for the stream; fails (and aborts) on an NCCL async error or a failed group peer
-    // instead of waiting forever.
+    // instead of waiting forever. Called after every collective before its result is copied to
+    // (pageable) host memory: such a copy blocks until the collective ends, which a failed peer
+    // would make never.
     Status wait_stream();
+    // health_, and not aborted by another rank of the group: checked as every call starts.
+    Status usable();
     // The device buffers, at least `bytes`. A failed allocation is this call's error only
     // (kResourceExhausted, the communicator stays usable); other CUDA errors go through fail().
     Status ensure_scratch(int64_t bytes);
