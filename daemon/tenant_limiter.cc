@@ -103,7 +103,7 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
             if (auto it = states_.find(t.name); it != states_.end()) {
                 state = it->second;
             } else if (auto r = retired_.find(t.name); r != retired_.end()) {
-                state = r->second.lock();  // Back while its old requests run: same counters.
+                state = r->second.state.lock();  // Back while its old requests run.
             }
             if (!state) {
                 state = std::make_shared<State>(clock_);
@@ -116,16 +116,17 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
             next[t.name] = std::move(state);
         }
     }
+    const TimePoint now = clock_.now();
     for (auto& [name, state] : states_) {
         if (!next.contains(name)) {
             if (keep_others) {
                 next[name] = state;
             } else {
-                retired_[name] = state;
+                retired_[name] = Retired{state, now};
             }
         }
     }
-    std::erase_if(retired_, [](const auto& entry) { return entry.second.expired(); });
+    std::erase_if(retired_, [](const auto& entry) { return entry.second.state.expired(); });
     states_ = std::move(next);
 }
 
@@ -135,7 +136,10 @@ std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& ten
         return it->second;
     }
     auto it = retired_.find(tenant);
-    return it != retired_.end() ? it->second.lock() : nullptr;
+    if (it == retired_.end() || clock_.now() - it->second.at >= kRetiredGrace) {
+        return nullptr;
+    }
+    return it->second.state.lock();
 }
 
 int64_t TenantLimiter::output_budget(const std::string& tenant) const {

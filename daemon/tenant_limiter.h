@@ -12,8 +12,9 @@
 // requests cannot overshoot the output budget. Prompt tokens are known only after tokenizing:
 // they are charged then (Lease::charge_prompt(), or at finish() for a request another site ran),
 // and admission waits while that bucket is in debt. State is kept per tenant name, so configure()
-// (SIGHUP reload) keeps the counters of tenants that keep their name, and leases of running
-// requests stay valid even for tenants the reload removed. Thread-safe.
+// (SIGHUP reload) keeps the counters of tenants that keep their name; a tenant the reload
+// removed keeps its state while its running requests' leases hold it (admissions use it for a
+// few seconds more, a name configured again takes it back). Thread-safe.
 
 #include <cstdint>
 #include <map>
@@ -70,8 +71,8 @@ public:
 
     // Replaces the limits; tenants are matched by name. Absent `tenants`: no limits at all. A
     // tenant left out keeps its state while its requests run (their leases hold it): a request
-    // authenticated just before the change is still limited, and a name that comes back in a
-    // later reload continues its counters. `keep_others`: leave out no one (a reload's first
+    // authenticated just before the change is still limited (for a few seconds: kRetiredGrace),
+    // and a name that comes back in a later reload continues its counters. `keep_others`: leave out no one (a reload's first
     // half, before the tenant table changes: a new tenant is never briefly unlimited).
     void configure(const std::optional<std::vector<TenantConfig>>& tenants,
                    bool keep_others = false);
@@ -143,8 +144,16 @@ private:
     Clock& clock_;
     mutable std::mutex mu_;
     std::map<std::string, std::shared_ptr<State>> states_;
-    // Tenants configure() left out, while a lease still holds their state.
-    std::map<std::string, std::weak_ptr<State>> retired_;
+    // Tenants configure() left out, while a lease still holds their state, and when. Admission
+    // uses one for kRetiredGrace only (requests authenticated just before the reload): requests
+    // forwarded by peers under that name would otherwise keep removed limits alive forever. A
+    // name configured again takes its live state back whenever it returns.
+    struct Retired {
+        std::weak_ptr<State> state;
+        TimePoint at;
+    };
+    static constexpr Duration kRetiredGrace = std::chrono::seconds(10);
+    std::map<std::string, Retired> retired_;
 };
 
 }  // namespace edge::daemon

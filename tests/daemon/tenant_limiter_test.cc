@@ -209,6 +209,9 @@ TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases 
     CHECK(limiter.running("a") == 2);
     clock.advance(1s);
     CHECK(limiter.admit("a").reason == RejectReason::kConcurrency);
+    // Only for a moment: requests forwarded under the name must not keep removed limits alive.
+    clock.advance(10s);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
     held.lease->finish(1, 1);  // Still safe.
     second.lease.reset();
     CHECK(limiter.running("a") == 0);
