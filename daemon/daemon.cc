@@ -145,7 +145,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                         : bind != "0.0.0.0" && bind != "::" ? bind
                                                                             : std::string();
         auto loopback = [](const std::string& host) {
-            return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+            return host == "localhost" || host == "::1" || host == "[::1]" ||
+                   host.rfind("127.", 0) == 0;
         };
         auto reachable = [&](const std::string& listen, uint16_t port) -> std::string {
             std::string host = listen;
@@ -181,7 +182,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                 log::warn("peer_address_not_advertised",
                           {{"listen", config.peer->address},
                            {"effect", "other sites cannot forward requests to this one"},
-                           {"fix", "set site.peer_address or gossip.advertise_address"}});
+                           {"fix", "listen on a reachable address (peer.address) or set "
+                                   "site.peer_address"}});
             }
         }
         // Without a forwarder every request runs here; the cluster is then only visible.

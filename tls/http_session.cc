@@ -663,6 +663,9 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
 
 net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string_body>& parser) {
     const HttpLimits& limits = server_.config_.limits;
+    // A fresh connection's header_timeout runs from its first wait, not again from its first
+    // byte (as nginx's client_header_timeout).
+    bool first_request_waited = false;
     if (buffer_.size() == 0) {
         // Keep-alive wait for the next request's first byte.
         if (draining()) {
@@ -674,6 +677,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         set_deadline(seq_ == 0 ? std::min<Clock::duration>(limits.header_timeout,
                                                            limits.idle_timeout)
                                : limits.idle_timeout);
+        first_request_waited = seq_ == 0;
         if (seq_ != 0) {
             // Right after a response the client has rarely sent its next request yet: let the
             // other connections' ready work run first, then read (a read at once would mostly
@@ -700,7 +704,9 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     parser.body_limit(limits.max_body_bytes);
     // Usually the whole header is already in the buffer (a keep-alive client sends a request in
     // one segment): it is parsed without any further read.
-    set_deadline(limits.header_timeout);
+    if (!first_request_waited) {
+        set_deadline(limits.header_timeout);
+    }
     boost::system::error_code ec = co_await parse_request(parser, true);
     if (ec == http::error::header_limit) {
         // No target yet: the request line alone passed the limit, a target too long (RFC 9112

@@ -364,6 +364,8 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
         co_return nullptr;
     }
     std::vector<tcp::endpoint> endpoints;
+    // The lookup and the connect share one connect_timeout.
+    auto connect_by = SteadyClock::now() + config_.connect_timeout;
     boost::system::error_code ec;
     net::ip::address literal = net::ip::make_address(hp->host, ec);
     uint16_t port = static_cast<uint16_t>(std::stoi(hp->port));
@@ -382,8 +384,10 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
         job.resolving = resolver;
         auto [rec, results] = co_await resolver->async_resolve(hp->host, hp->port, kTuple);
         job.resolving.reset();
-        const bool timed_out = deadline.expiry() <= net::steady_timer::clock_type::now();
+        // Cancelled by the deadline's handler (not by the client or gossip: checked below).
+        const bool timed_out = rec == net::error::operation_aborted;
         deadline.cancel();
+        connect_by = deadline.expiry();
         if (job.cancelled || job.site_lost) {
             error = job.cancelled ? "cancelled" : "the site was found dead";
             co_return nullptr;
@@ -401,7 +405,7 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
     auto connection = std::make_unique<Connection>(strand_, context());
     job.current = connection.get();
     auto& layer = beast::get_lowest_layer(connection->stream);
-    layer.expires_after(config_.connect_timeout);
+    layer.expires_at(connect_by);
     auto [cec, endpoint] = co_await layer.async_connect(endpoints, kTuple);
     if (cec) {
         job.current = nullptr;

@@ -60,7 +60,7 @@ struct PeerClientConfig {
     std::string ca_path;    // PEM: the cluster CA that peers' certificates must chain to.
     std::string cert_path;  // PEM: this site's certificate, presented as the client certificate.
     std::string key_path;   // PEM: its private key.
-    std::chrono::milliseconds connect_timeout{2'000};       // TCP connect + TLS handshake.
+    std::chrono::milliseconds connect_timeout{2'000};  // Name lookup + TCP connect + TLS handshake.
     std::chrono::milliseconds response_timeout{30'000};     // Request sent to response head.
     // Longest silence in a streamed response body (a deferred answer's body has no deadline).
     std::chrono::milliseconds stream_idle_timeout{60'000};

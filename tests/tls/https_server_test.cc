@@ -608,7 +608,7 @@ TEST_CASE("a client that stops reading is cut at the write timeout, and its hand
 
 TEST_CASE("a slow client that keeps reading a large answer is not cut at the write timeout") {
     HttpLimits limits;
-    limits.write_timeout = std::chrono::milliseconds(400);
+    limits.write_timeout = std::chrono::milliseconds(1500);
     Fixture f(limits);
     TlsClientOptions options;
     options.receive_buffer_bytes = 4096;
@@ -617,10 +617,11 @@ TEST_CASE("a slow client that keeps reading a large answer is not cut at the wri
     REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
     auto channel = f.handler.wait_held();
     REQUIRE(channel != nullptr);
-    // 8 MiB in 64 KiB pieces, each ending in its number: read one piece every 20 ms, so the
-    // whole answer takes several write timeouts (and more than the kernel's socket buffers
-    // hold, ~4 MiB) while every 256 KiB slice takes a fraction of one.
-    constexpr int kPieces = 128;
+    // 16 MiB in 64 KiB pieces, each ending in its number: read one piece every 15 ms, so the
+    // whole answer takes over twice the write timeout beyond what the kernel's socket buffers
+    // hold (~4 MiB: the old whole-answer deadline cut it near piece 160), while every 256 KiB
+    // slice takes ~60 ms, a twentieth of it (room for a loaded 2-core machine).
+    constexpr int kPieces = 256;
     auto marker = [](int i) { return "#" + std::to_string(1000 + i) + "#"; };
     std::string body;
     for (int i = 0; i < kPieces; ++i) {
@@ -632,7 +633,7 @@ TEST_CASE("a slow client that keeps reading a large answer is not cut at the wri
         auto got = (*c)->read_until(marker(i));
         INFO("piece " << i << ": " << (got.ok() ? std::string("ok") : got.status().to_string()));
         REQUIRE(got.ok());
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::this_thread::sleep_for(std::chrono::milliseconds(15));
     }
     CHECK(std::chrono::steady_clock::now() - started > limits.write_timeout);
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");  // Still kept alive.
