@@ -192,9 +192,9 @@ ActivationPrecision for_tokens(ActivationPrecision precision, int64_t n) {
 
 // Multi-token calls prepare their activations once, on the calling thread, and every row range
 // reads them (rather than each claim of the pool preparing them again): BF16 weights at
-// kAvx512Bf16 split them into bf16 (Bf16Activations; at kAmxBf16 with 16+ tokens also in the
-// tiles' layout), float weights at kAvx2 pack them in token groups (PackedActivations). At most
-// one of the two is set (n > 0).
+// kAvx512Bf16 split them into bf16 (Bf16Activations; at kAmxBf16 from amx_min_tokens() on, for
+// quantized weights the tiles decode too, only in the tiles' layout), float weights at kAvx2
+// pack them in token groups (PackedActivations). At most one of the two is set (n > 0).
 struct PreparedInput {
     Bf16Activations bf16;
     PackedActivations packed;

@@ -23,7 +23,9 @@
 namespace edge::engine::cpu {
 
 // kAvx512Bf16 is kAvx512 plus AVX512_BF16 dot products for BF16 weights (F32/F16 as kAvx512).
-// kAmxBf16 is kAvx512Bf16 plus AMX-BF16 tiles for BF16 products of 16 tokens or more.
+// kAmxBf16 is kAvx512Bf16 plus AMX-BF16 tiles for multi-token products (matmul_kernels.h
+// amx_min_tokens: BF16 weights from 4 tokens with exact activations, else, and for quantized
+// weights decoded to bf16, from 16).
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAmxBf16 };
 
 // The best ISA this CPU runs (cpuid; for kAmxBf16 also the kernel's grant of the tile state).
@@ -31,15 +33,16 @@ Isa detect_isa();
 // The ISA isa_name() calls `name`, when this CPU runs it (engine.cpu_kernels); kInvalidArgument
 // naming the known names, or that this CPU's best is lower.
 Result<Isa> isa_by_name(std::string_view name);
-// Whether `isa` has the AVX512_BF16 kernels (kAvx512Bf16, and kAmxBf16 for fewer than 16 tokens).
+// Whether `isa` has the AVX512_BF16 kernels (kAvx512Bf16, and kAmxBf16 below the tiles' threshold).
 inline bool has_avx512_bf16(Isa isa) { return isa == Isa::kAvx512Bf16 || isa == Isa::kAmxBf16; }
 std::string_view isa_name(Isa isa);
 // The quantized kernels `isa` may use (engine.cpu_kernels caps them as it caps the float ones).
 quant::KernelLevel kernel_level(Isa isa);
 
 // The kernel for `format` at `isa` (float formats), the quantized kernel within `isa`'s level for
-// quantized formats, or nullptr when there is none. `precision` kBf16 picks the single-bf16-activation BF16 kernel
-// at kAvx512Bf16 (the callers below pass it only for calls of more than one token).
+// quantized formats, or nullptr when there is none. `precision` kBf16 picks the
+// single-bf16-activation BF16 kernel at kAvx512Bf16 (the callers below pass it only for calls of
+// more than one token).
 quant::MatmulKernel matmul_kernel(WeightFormat format, Isa isa,
                                   ActivationPrecision precision = ActivationPrecision::kExact);
 // The kernel for `w` as laid out: matmul_kernel(w.format, ...) for row-major weights,

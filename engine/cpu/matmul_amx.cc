@@ -53,31 +53,30 @@ struct RowSource {
     const uint16_t* lo = nullptr;    // Decoded weights' residual rows (same stride, no tail).
 };
 
+// Loads A tile kReg (tmm4 or tmm5) from `from`, rows `stride_bytes` apart. (The intrinsics take
+// the register as a literal: it is spelled out for each.)
+template <int kReg>
+inline __attribute__((always_inline)) void load_a(const uint16_t* from, int64_t stride_bytes) {
+    static_assert(kReg == 4 || kReg == 5, "A tiles are tmm4 and tmm5");
+    if constexpr (kReg == 4) {
+        _tile_loadd(4, from, stride_bytes);
+    } else {
+        _tile_loadd(5, from, stride_bytes);
+    }
+}
+
 // Loads chunk c of a row block into A tile kReg (the last chunk from its padded copy, if any).
-// (The intrinsics take the register as a literal: it is spelled out for each.)
 template <int kReg>
 inline __attribute__((always_inline)) void load_rows(const RowSource& src, int64_t c,
                                                      int64_t chunks) {
     const bool tail = c == chunks - 1 && src.tail != nullptr;
-    const uint16_t* from = tail ? src.tail : src.rows + c * kChunk;
-    const int64_t stride = (tail ? kChunk : src.stride) * 2;
-    static_assert(kReg == 4 || kReg == 5, "A tiles are tmm4 and tmm5");
-    if constexpr (kReg == 4) {
-        _tile_loadd(4, from, stride);
-    } else {
-        _tile_loadd(5, from, stride);
-    }
+    load_a<kReg>(tail ? src.tail : src.rows + c * kChunk, (tail ? kChunk : src.stride) * 2);
 }
 
 // Loads chunk c of a decoded block's residual rows (RowSource::lo) into A tile kReg.
 template <int kReg>
 inline __attribute__((always_inline)) void load_lo_rows(const RowSource& src, int64_t c) {
-    static_assert(kReg == 4 || kReg == 5, "A tiles are tmm4 and tmm5");
-    if constexpr (kReg == 4) {
-        _tile_loadd(4, src.lo + c * kChunk, src.stride * 2);
-    } else {
-        _tile_loadd(5, src.lo + c * kChunk, src.stride * 2);
-    }
+    load_a<kReg>(src.lo + c * kChunk, src.stride * 2);
 }
 
 // Loads the B tiles (tmm6/7) of chunk c for token groups g0 (and g0 + 1) from `layout`
@@ -104,7 +103,7 @@ inline __attribute__((always_inline)) void products(const uint16_t* layout, int6
 
 // 4 accumulators (C0..C3), A in tmm4/5, B in tmm6/7. kBlocks row blocks x kGroups token groups.
 // kLo: the activations' lo product too; kWeightLo: the weights' residual rows times the hi
-// activations too (the lo x lo product, under 2^-18 of each term, is left out).
+// activations too (the lo x lo product, up to 2^-16 of each term, is left out).
 template <int kBlocks, int kGroups, bool kLo, bool kWeightLo>
 void tile_block(const RowSource* src, const Bf16Activations& a, int64_t g0, float* out) {
     const int64_t chunks = a.kp / kChunk;

@@ -105,7 +105,7 @@ void matmul_bf16_scalar_bf16act(const Weight& w, const float* x, int64_t n, floa
 // amx_bf16_usable(): the CPU has AMX-BF16 and the kernel granted tile data (once).
 // A tile holds 16 tokens, so fewer waste it, but with BF16 weights and exact activations the
 // AVX512_BF16 kernel does two dot products per weight and token, and the tiles win from 4 tokens
-// (bench_decode batched 32 sequences, ~4 tokens per expert: +13%; bench_tenancy: +21%). With
+// (bench_decode batched 32 sequences, ~4 tokens per expert: +17%; bench_tenancy: +21%). With
 // bf16 activations (one dot product) the tiles lost below 16 (-9% at 4); quantized weights are
 // decoded per 16-row block, which fewer tokens do not repay.
 inline constexpr int64_t kAmxMinTokens = 16;
@@ -130,9 +130,9 @@ void matmul_bf16_amx_prepared(const Weight& w, const Bf16Activations& a, float* 
 // INT4): each 16-row block is decoded once per call and range into bf16 rows (quant::
 // decode_rows_bf16), with exact activations as hi + lo (three products: w_hi x_hi, w_hi x_lo,
 // w_lo x_hi), with kBf16 ones as hi alone. Error against the f32 product of the dequantized
-// weights: exact, at most 3 * 2^-17 * sum_c |w * x| (the two splits and the dropped lo x lo
-// product); kBf16, at most (2^-8 + 2^-9 + 2^-17) * sum_c |w * x|. Any split of the rows gives the
-// same bits.
+// weights: exact, at most 4 * 2^-17 * sum_c |w * x| (the two splits, 2^-17 each, and the
+// dropped lo x lo product, up to 2^-16); kBf16, at most (2^-7 + 2^-16) * sum_c |w * x| (weights
+// and activations each rounded to one bf16, 2^-8). Any split of the rows gives the same bits.
 void matmul_quant_amx_prepared(const Weight& w, const Bf16Activations& a, float* y, int64_t ldy,
                                int64_t r0, int64_t r1);
 // Per-call entries (kExact, kBf16 activations): prepare on the calling thread, then as above; the

@@ -64,7 +64,7 @@ std::vector<KernelVariant> matmul_kernel_variants(WeightFormat format,
 bool decodes_to_bf16(const Weight& w);
 // Rows [r0, r0 + rows) of such a weight, each value times its scale in f32 (rounded once, as the
 // scalar kernels compute it), as bf16 rows of kp elements (cols rounded up to 32, zero padded;
-// rows past w.rows all zero): `hi` gets bf16(v) rounded to nearest (relative error <= 2^-9) and,
+// rows past w.rows all zero): `hi` gets bf16(v) rounded to nearest (relative error <= 2^-8) and,
 // when `lo` is not null, `lo` gets bf16(v - hi), so that |v - (hi + lo)| <= 2^-17 |v|
 // (engine/cpu/bf16_split.h). Only after decodes_to_bf16(w). Thread-safe (per-thread scratch).
 void decode_rows_bf16(const Weight& w, int64_t r0, int64_t rows, int64_t kp, uint16_t* hi,

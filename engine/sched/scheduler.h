@@ -80,7 +80,8 @@ struct SchedulerConfig {
     // recently decoded first within a tenant. With max_batch_sequences above this, more
     // sequences stay admitted than decode per step, and the weights hold even when every
     // tenant's streams are all admitted. 0 with max_batch_tokens <= max_batch_sequences is taken
-    // as max_batch_tokens / 2 (at least 1), so prefill still runs while the batch decodes.
+    // as max_batch_tokens / 2 (at least 1), so that (from a budget of 2) prefill still runs
+    // while the batch decodes, and the weights pick the decoders.
     int32_t max_decode_sequences = 0;
     // Steps a sequence runs after its admission before it may be preempted for a tenant below
     // its fair share (so that a recomputed sequence makes progress before it can go again).

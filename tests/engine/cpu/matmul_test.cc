@@ -156,32 +156,38 @@ TEST_CASE("SIMD matmul kernels equal the scalar reference") {
 
 TEST_CASE("engine.cpu_kernels caps the quantized kernels as it caps the float ones") {
     const Isa best = detect_isa();
-    for (WeightFormat format : {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
-                                WeightFormat::kInt4G32}) {
-        const std::vector<quant::KernelVariant> variants = quant::matmul_kernel_variants(format);
+    struct Expected {
+        WeightFormat format;
+        // The variant each level picks: the first of these names this CPU has.
+        std::vector<std::string_view> avx2, avx512;
+    };
+    const Expected expected[] = {
+        {WeightFormat::kFP8E4M3Block128, {"avx2"}, {"avx512"}},
+        {WeightFormat::kInt8Row, {"avx2-i8dot"}, {"avx512-vnni", "avx512"}},
+        {WeightFormat::kInt4G32, {"avx2-i8dot"}, {"avx512-vnni-gfni", "avx512-vnni", "avx512"}},
+    };
+    for (const Expected& e : expected) {
+        const std::vector<quant::KernelVariant> variants = quant::matmul_kernel_variants(e.format);
         REQUIRE(!variants.empty());
-        // The last variant a level allows, by name (scalar, avx2*, avx512* without bf16).
-        auto last_of = [&](auto allowed) {
-            quant::MatmulKernel k = nullptr;
-            for (const quant::KernelVariant& v : variants) {
-                if (allowed(std::string_view(v.name))) {
-                    k = v.kernel;
+        auto first_present = [&](const std::vector<std::string_view>& names) {
+            for (std::string_view name : names) {
+                for (const quant::KernelVariant& v : variants) {
+                    if (name == v.name) {
+                        return v.kernel;
+                    }
                 }
             }
-            return k;
+            return quant::MatmulKernel{nullptr};
         };
-        INFO(std::string(quant::weight_format_name(format)));
-        CHECK((matmul_kernel(format, Isa::kScalar) == variants.front().kernel));
+        INFO(std::string(quant::weight_format_name(e.format)));
+        CHECK((matmul_kernel(e.format, Isa::kScalar) == first_present({"scalar"})));
         if (static_cast<int>(best) >= static_cast<int>(Isa::kAvx2)) {
-            CHECK((matmul_kernel(format, Isa::kAvx2) ==
-                   last_of([](std::string_view n) { return n == "scalar" || n.starts_with("avx2"); })));
+            CHECK((matmul_kernel(e.format, Isa::kAvx2) == first_present(e.avx2)));
         }
         if (static_cast<int>(best) >= static_cast<int>(Isa::kAvx512)) {
-            CHECK((matmul_kernel(format, Isa::kAvx512) == last_of([](std::string_view n) {
-                       return n.find("bf16") == std::string_view::npos;
-                   })));
+            CHECK((matmul_kernel(e.format, Isa::kAvx512) == first_present(e.avx512)));
         }
-        CHECK((matmul_kernel(format, best) == variants.back().kernel));
+        CHECK((matmul_kernel(e.format, best) == variants.back().kernel));
     }
     // Row tiles have AVX-512 VNNI kernels only: none below, so the backend does not build them.
     CHECK((matmul_kernel(Weight{WeightFormat::kInt8Row, 16, 64, nullptr, nullptr,
