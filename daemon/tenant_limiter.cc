@@ -232,6 +232,12 @@ void TenantLimiter::Lease::charge_prompt(int64_t prompt_tokens) {
 }
 
 void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_tokens) {
+    settle(prompt_tokens, completion_tokens, false);
+}
+
+void TenantLimiter::Lease::refuse() { settle(0, 0, true); }
+
+void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_tokens, bool refused) {
     if (!state_) {
         return;
     }
@@ -241,6 +247,9 @@ void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_toke
     }
     finished_ = true;
     TimePoint now = state_->clock.now();
+    if (refused && state_->requests) {
+        state_->requests->charge(-1.0, now);  // Refused by capacity: the request is given back.
+    }
     if (state_->input_tokens) {
         // What charge_prompt() did not take already (a destroyed lease's 0: nothing more).
         const int64_t rest = std::max<int64_t>(prompt_tokens, 0) - charged_prompt_;
@@ -254,29 +263,12 @@ void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_toke
             static_cast<double>(std::max<int64_t>(completion_tokens, 0) - reserved_output_), now);
     }
     --state_->running;
-    const double held_s = std::chrono::duration<double>(now - started_).count();
-    state_->mean_lease_s = state_->mean_lease_s == 0.0
-                               ? held_s
-                               : 0.8 * state_->mean_lease_s + 0.2 * held_s;
-}
-
-void TenantLimiter::Lease::refuse() {
-    if (!state_) {
-        return;
+    if (!refused) {  // A request that never ran says nothing of how long requests hold a slot.
+        const double held_s = std::chrono::duration<double>(now - started_).count();
+        state_->mean_lease_s = state_->mean_lease_s == 0.0
+                                   ? held_s
+                                   : 0.8 * state_->mean_lease_s + 0.2 * held_s;
     }
-    std::lock_guard lock(state_->mu);
-    if (finished_) {
-        return;
-    }
-    finished_ = true;
-    const TimePoint now = state_->clock.now();
-    if (state_->requests) {
-        state_->requests->charge(-1.0, now);
-    }
-    if (state_->output_tokens) {
-        state_->output_tokens->charge(-static_cast<double>(reserved_output_), now);
-    }
-    --state_->running;  // Not a request that ran: the mean time held stays as it was.
 }
 
 TenantLimiter::Lease::~Lease() { finish(0, 0); }

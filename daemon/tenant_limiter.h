@@ -97,6 +97,8 @@ public:
         void refuse();
 
     private:
+        void settle(int64_t prompt_tokens, int64_t completion_tokens, bool refused);
+
         std::shared_ptr<State> state_;
         int64_t reserved_output_;
         TimePoint started_;
