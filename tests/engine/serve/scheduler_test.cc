@@ -236,6 +236,43 @@ TEST_CASE("scheduler: preemption under a small KV budget still completes with th
     CHECK(h.log->slots_in_use == 0);
 }
 
+TEST_CASE("scheduler: requests cancelled while queued do not reopen admission after a KV "
+          "preemption") {
+    // Three requests outgrow the KV budget, so some are preempted; ten more arrive once that
+    // happened and are cancelled while queued (clients that time out under load). Their
+    // finishing frees no KV blocks: it must not reopen admission, which would only preempt
+    // again at once.
+    auto run = [](bool queued_cancels) {
+        FakeOptions opts;
+        opts.kv_tokens = 48;
+        Harness h(opts);
+        std::vector<std::shared_ptr<CollectingSink>> sinks;
+        for (int r = 0; r < 3; ++r) {
+            sinks.push_back(h.submit({static_cast<TokenId>(100 + r), 7, 8, 9}, 20));
+        }
+        for (int i = 0; i < 10000 && h.scheduler->stats().preemptions == 0; ++i) {
+            REQUIRE(h.scheduler->step());
+        }
+        if (queued_cancels) {
+            for (int r = 0; r < 10; ++r) {
+                h.submit({static_cast<TokenId>(200 + r), 1, 2}, 4);
+                h.handles.back()->cancel();
+            }
+        }
+        h.drain();
+        for (const auto& sink : sinks) {
+            auto finish = sink->wait();
+            REQUIRE(finish);
+            CHECK(finish->reason == FinishReason::kLength);
+        }
+        CHECK(h.log->slots_in_use == 0);
+        return h.scheduler->stats().preemptions;
+    };
+    const int64_t alone = run(false);
+    CHECK(alone > 0);
+    CHECK(run(true) == alone);
+}
+
 TEST_CASE("scheduler: seeded sampling gives the same tokens alone and batched with preemption") {
     SamplingParams p;
     p.temperature = 1.5f;
