@@ -16,8 +16,11 @@ struct MlaLayer {
     std::vector<float> q_a_norm;
     Weight kv_a;  // kv_a_proj_with_mqa: [latent + rope, hidden].
     std::vector<float> kv_a_norm;
-    Weight kv_b;                  // [heads * (nope + v), latent].
-    std::vector<float> kv_b_f32;  // kv_b widened, for the absorbed path.
+    Weight kv_b;  // [heads * (nope + v), latent].
+    // kv_b as f32 for the absorbed path: kv_b's own data when it is F32 (an FP8 checkpoint's,
+    // widened on load), else the widened copy in kv_b_widened.
+    const float* kv_b_f32 = nullptr;
+    std::vector<float> kv_b_widened;
     Weight o;
 };
 
@@ -74,9 +77,15 @@ Status DeepseekV3::load_attention(int64_t l, const std::string& p) {
     const int64_t kvb_rows = nh * (m_.qk_nope_head_dim + m_.v_head_dim);
     EDGE_ASSIGN_OR_RETURN(L.kv_b, weight(p + "kv_b_proj.weight", kvb_rows, m_.kv_lora_rank));
     if (path_ != MlaPath::kPlain) {
-        L.kv_b_f32.resize(static_cast<size_t>(kvb_rows * m_.kv_lora_rank));
-        for (size_t i = 0; i < L.kv_b_f32.size(); ++i) {
-            L.kv_b_f32[i] = stored_element(L.kv_b.data, L.kv_b.format, static_cast<int64_t>(i));
+        if (L.kv_b.format == WeightFormat::kF32) {
+            L.kv_b_f32 = static_cast<const float*>(L.kv_b.data);  // No second f32 copy.
+        } else {
+            L.kv_b_widened.resize(static_cast<size_t>(kvb_rows * m_.kv_lora_rank));
+            for (size_t i = 0; i < L.kv_b_widened.size(); ++i) {
+                L.kv_b_widened[i] =
+                    stored_element(L.kv_b.data, L.kv_b.format, static_cast<int64_t>(i));
+            }
+            L.kv_b_f32 = L.kv_b_widened.data();
         }
     }
     EDGE_ASSIGN_OR_RETURN(L.o, weight(p + "o_proj.weight", H, nh * m_.v_head_dim));
@@ -120,7 +129,7 @@ void DeepseekV3::attend_absorbed(const MlaLayer& L, const float* q, const float*
     float* olat = w + ctx;      // [latent]
     for (int64_t h = 0; h < c_.num_attention_heads; ++h) {
         const float* qh = q + h * (nope + r);
-        const float* kb = L.kv_b_f32.data() + h * (nope + vd) * c;  // [nope][latent]
+        const float* kb = L.kv_b_f32 + h * (nope + vd) * c;  // [nope][latent]
         std::fill(qfull, qfull + c, 0.0f);
         for (int64_t d = 0; d < nope; ++d) {
             const float qd = qh[d];
