@@ -10,6 +10,7 @@
 #include "daemon/admin_server.h"
 #include "daemon/api/api_router.h"
 #include "daemon/certificate_expiry.h"
+#include "daemon/cluster/advertise.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/forward/peer_client.h"
 #include "daemon/forward/peer_handler.h"
@@ -139,27 +140,10 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         // whole cluster is on this machine: its address is then not gossiped (127.0.0.1 would
         // name their own machine). site.admin_address / site.peer_address, when set, win over
         // all of this (Cluster).
-        const std::string& adv = config.gossip.advertise_address;
-        const std::string& bind = config.gossip.bind_address;
-        const std::string public_host = !adv.empty() ? adv.substr(0, adv.rfind(':'))
-                                        : bind != "0.0.0.0" && bind != "::" ? bind
-                                                                            : std::string();
-        auto loopback = [](const std::string& host) {
-            return host == "localhost" || host == "::1" || host == "[::1]" ||
-                   host.rfind("127.", 0) == 0;
-        };
-        auto reachable = [&](const std::string& listen, uint16_t port) -> std::string {
-            std::string host = listen;
-            if (host == "0.0.0.0" || host == "::") {
-                host = public_host;
-            } else if (loopback(host) && !public_host.empty() && !loopback(public_host)) {
-                host.clear();
-            }
-            if (host.empty()) {
-                return host;
-            }
-            const bool v6 = host.find(':') != std::string::npos && host[0] != '[';
-            return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+        const std::string public_host = cluster::public_host(config.gossip.advertise_address,
+                                                             config.gossip.bind_address);
+        auto reachable = [&](const std::string& listen, uint16_t port) {
+            return cluster::reachable_address(listen, port, public_host);
         };
         const std::string admin_addr = reachable(config.admin.address, d->admin_->port());
         if (admin_addr.empty() && config.site.admin_address.empty()) {
