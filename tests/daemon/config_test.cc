@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "daemon/cluster/cluster.h"
 #include "tests/testing/config_yaml.h"
@@ -190,6 +191,19 @@ TEST_CASE("YAML syntax errors and missing sections") {
           std::string::npos);
     CHECK(error_of("").find("empty configuration") != std::string::npos);
     CHECK(error_of("- a\n- b\n").find("expected a mapping") != std::string::npos);
+}
+
+TEST_CASE("relative paths resolve against the config's directory, made absolute") {
+    // A config named without a directory: its paths are relative to where the daemon started,
+    // and stay pointing there (in values and in errors) whatever happens later.
+    Result<Config> c = parse_config(testing::config_yaml("c.pem", "k.pem"), "edgeserve.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    const std::string cwd = std::filesystem::current_path().string();
+    CHECK(c->listener.certificates[0].cert_path == cwd + "/c.pem");
+    Result<Config> d = parse_config(testing::config_yaml("../c.pem", "k.pem"), "conf/e.yaml");
+    REQUIRE(d.ok());
+    CHECK(d->listener.certificates[0].cert_path ==
+          (std::filesystem::current_path() / "c.pem").lexically_normal().string());
 }
 
 TEST_CASE("load_config reports an unreadable file") {
