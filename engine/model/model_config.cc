@@ -5,8 +5,6 @@
 
 #include <boost/json.hpp>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "common/file.h"
 #include "engine/model/safetensors.h"
@@ -220,12 +218,10 @@ std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoin
     // The tokenizer and chat template change what a request becomes: part of the version too.
     const std::filesystem::path dir = std::filesystem::path(config.path()).parent_path();
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
-        std::ifstream in(dir / name, std::ios::binary);
-        if (in) {
-            std::ostringstream text;
-            text << in.rdbuf();
+        // Absent, or unreadable (the loaders name that): not part of the version.
+        if (Result<std::string> text = read_small_file((dir / name).string()); text.ok()) {
             feed(name);
-            feed(text.str());
+            feed(*text);
         }
     }
     unsigned char md[EVP_MAX_MD_SIZE];
