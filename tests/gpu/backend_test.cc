@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <functional>
 #include <thread>
 
 #include "engine/backend.h"
@@ -166,74 +167,20 @@ TEST_CASE("a decode step replayed as a CUDA graph gives the eager step's tokens"
     }
 }
 
-TEST_CASE("NCCL communicators: all-to-all-v, all-gather, all-reduce in rank order, barrier") {
-    const int32_t ranks = std::min(cuda_device_count(), 4);
-    if (ranks < 2) {
-        MESSAGE("one GPU: the collectives run on a single rank only");
-    }
-    auto comms = create_nccl_communicators(ranks);
-    REQUIRE(comms.ok());
+using Fail = std::function<void(const std::string&)>;
+
+// Runs body(rank, its communicator, fail) on one thread per rank, each on its GPU, and checks
+// that no rank called fail.
+template <class Body>
+void on_every_rank(std::vector<std::unique_ptr<shard::Communicator>>& comms, Body&& body) {
+    const auto ranks = static_cast<int32_t>(comms.size());
     std::vector<std::string> errors(ranks);
     std::vector<std::thread> threads;
     for (int32_t r = 0; r < ranks; ++r) {
         threads.emplace_back([&, r] {
-            shard::Communicator& c = *(*comms)[r];
             cudaSetDevice(r);
-            auto fail = [&](const std::string& what) { errors[r] += what + "; "; };
-            // all_to_all_v: rank r sends (q + 1) * (r + 1) bytes of value r to rank q.
-            std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
-            for (int32_t q = 0; q < ranks; ++q) {
-                send_counts[q] = (q + 1) * (r + 1);
-                recv_counts[q] = (r + 1) * (q + 1);
-            }
-            int64_t send_total = 0, recv_total = 0;
-            for (int32_t q = 0; q < ranks; ++q) {
-                send_total += send_counts[q];
-                recv_total += recv_counts[q];
-            }
-            std::vector<uint8_t> send(send_total, static_cast<uint8_t>(r));
-            testing::DeviceVec<uint8_t> ds(send), dr(recv_total);
-            if (!c.all_to_all_v(ds.get(), send_counts, dr.get(), recv_counts).ok()) {
-                fail("all_to_all_v");
-            }
-            auto got = dr.download();
-            int64_t at = 0;
-            for (int32_t q = 0; q < ranks; ++q) {
-                for (int64_t i = 0; i < recv_counts[q]; ++i) {
-                    if (got[at++] != q) {
-                        fail("all_to_all_v data");
-                    }
-                }
-            }
-            // all_gather of 4 floats.
-            std::vector<float> mine(4, static_cast<float>(r));
-            testing::DeviceVec<float> dm(mine), dg(4 * ranks);
-            if (!c.all_gather(dm.get(), 16, dg.get()).ok()) {
-                fail("all_gather");
-            }
-            auto gathered = dg.download();
-            for (int32_t q = 0; q < ranks; ++q) {
-                if (gathered[4 * q] != static_cast<float>(q)) {
-                    fail("all_gather data");
-                }
-            }
-            // all_reduce_sum: bit-identical on every rank, equal to the rank-order sum.
-            std::vector<float> vals = {0.1f * (r + 1), 1e8f * (r % 2 == 0 ? 1 : -1), 3.0f};
-            testing::DeviceVec<float> dv(vals);
-            if (!c.all_reduce_sum(std::span<float>(dv.get(), 3)).ok()) {
-                fail("all_reduce_sum");
-            }
-            auto sum = dv.download();
-            float want = 0.1f;
-            for (int32_t q = 1; q < ranks; ++q) {
-                want += 0.1f * (q + 1);
-            }
-            if (sum[0] != want) {
-                fail("all_reduce_sum order");
-            }
-            if (!c.barrier().ok()) {
-                fail("barrier");
-            }
+            const Fail fail = [&](const std::string& what) { errors[r] += what + "; "; };
+            body(r, *comms[r], fail);
         });
     }
     for (auto& t : threads) {
@@ -245,6 +192,71 @@ TEST_CASE("NCCL communicators: all-to-all-v, all-gather, all-reduce in rank orde
     }
 }
 
+TEST_CASE("NCCL communicators: all-to-all-v, all-gather, all-reduce in rank order, barrier") {
+    const int32_t ranks = std::min(cuda_device_count(), 4);
+    if (ranks < 2) {
+        MESSAGE("one GPU: the collectives run on a single rank only");
+    }
+    auto comms = create_nccl_communicators(ranks);
+    REQUIRE(comms.ok());
+    on_every_rank(*comms, [&](int32_t r, shard::Communicator& c, const Fail& fail) {
+        // all_to_all_v: rank r sends (q + 1) * (r + 1) bytes of value r to rank q.
+        std::vector<int64_t> send_counts(ranks), recv_counts(ranks);
+        for (int32_t q = 0; q < ranks; ++q) {
+            send_counts[q] = (q + 1) * (r + 1);
+            recv_counts[q] = (r + 1) * (q + 1);
+        }
+        int64_t send_total = 0, recv_total = 0;
+        for (int32_t q = 0; q < ranks; ++q) {
+            send_total += send_counts[q];
+            recv_total += recv_counts[q];
+        }
+        std::vector<uint8_t> send(send_total, static_cast<uint8_t>(r));
+        testing::DeviceVec<uint8_t> ds(send), dr(recv_total);
+        if (!c.all_to_all_v(ds.get(), send_counts, dr.get(), recv_counts).ok()) {
+            fail("all_to_all_v");
+        }
+        auto got = dr.download();
+        int64_t at = 0;
+        for (int32_t q = 0; q < ranks; ++q) {
+            for (int64_t i = 0; i < recv_counts[q]; ++i) {
+                if (got[at++] != q) {
+                    fail("all_to_all_v data");
+                }
+            }
+        }
+        // all_gather of 4 floats.
+        std::vector<float> mine(4, static_cast<float>(r));
+        testing::DeviceVec<float> dm(mine), dg(4 * ranks);
+        if (!c.all_gather(dm.get(), 16, dg.get()).ok()) {
+            fail("all_gather");
+        }
+        auto gathered = dg.download();
+        for (int32_t q = 0; q < ranks; ++q) {
+            if (gathered[4 * q] != static_cast<float>(q)) {
+                fail("all_gather data");
+            }
+        }
+        // all_reduce_sum: bit-identical on every rank, equal to the rank-order sum.
+        std::vector<float> vals = {0.1f * (r + 1), 1e8f * (r % 2 == 0 ? 1 : -1), 3.0f};
+        testing::DeviceVec<float> dv(vals);
+        if (!c.all_reduce_sum(std::span<float>(dv.get(), 3)).ok()) {
+            fail("all_reduce_sum");
+        }
+        auto sum = dv.download();
+        float want = 0.1f;
+        for (int32_t q = 1; q < ranks; ++q) {
+            want += 0.1f * (q + 1);
+        }
+        if (sum[0] != want) {
+            fail("all_reduce_sum order");
+        }
+        if (!c.barrier().ok()) {
+            fail("barrier");
+        }
+    });
+}
+
 TEST_CASE("NCCL communicators: one rank's bad arguments are an error on every rank, no hang") {
     // Rank 1 (rank 0 alone on one GPU) passes spans of the wrong size, then a negative
     // all_gather size; every rank must return an error instead of waiting for it, and the
@@ -253,43 +265,29 @@ TEST_CASE("NCCL communicators: one rank's bad arguments are an error on every ra
     auto comms = create_nccl_communicators(ranks);
     REQUIRE(comms.ok());
     const int32_t culprit = ranks > 1 ? 1 : 0;
-    std::vector<std::string> errors(ranks);
-    std::vector<std::thread> threads;
-    for (int32_t r = 0; r < ranks; ++r) {
-        threads.emplace_back([&, r] {
-            shard::Communicator& c = *(*comms)[r];
-            cudaSetDevice(r);
-            auto fail = [&](const std::string& what) { errors[r] += what + "; "; };
-            const bool bad = r == culprit;
-            std::vector<int64_t> counts(bad ? ranks - 1 : ranks, 0), got(ranks);
-            Status a2a = c.all_to_all_v(nullptr, counts, nullptr, counts);
-            if (a2a.code() != StatusCode::kInvalidArgument) {
-                fail("all_to_all_v: " + a2a.to_string());
-            }
-            Status ex = c.exchange_counts(counts, got);
-            if (ex.code() != StatusCode::kInvalidArgument) {
-                fail("exchange_counts: " + ex.to_string());
-            }
-            testing::DeviceVec<float> dm(std::vector<float>(4, 1.0f)), dg(4 * ranks);
-            Status ag = c.all_gather(dm.get(), bad ? -16 : 16, dg.get());
-            if (ag.code() != StatusCode::kInvalidArgument) {
-                fail("all_gather: " + ag.to_string());
-            }
-            if (!c.barrier().ok()) {
-                fail("barrier after the errors");
-            }
-            if (!c.all_gather(dm.get(), 16, dg.get()).ok()) {
-                fail("all_gather after the errors");
-            }
-        });
-    }
-    for (auto& t : threads) {
-        t.join();
-    }
-    for (int32_t r = 0; r < ranks; ++r) {
-        CAPTURE(r);
-        CHECK(errors[r].empty());
-    }
+    on_every_rank(*comms, [&](int32_t r, shard::Communicator& c, const Fail& fail) {
+        const bool bad = r == culprit;
+        std::vector<int64_t> counts(bad ? ranks - 1 : ranks, 0), got(ranks);
+        Status a2a = c.all_to_all_v(nullptr, counts, nullptr, counts);
+        if (a2a.code() != StatusCode::kInvalidArgument) {
+            fail("all_to_all_v: " + a2a.to_string());
+        }
+        Status ex = c.exchange_counts(counts, got);
+        if (ex.code() != StatusCode::kInvalidArgument) {
+            fail("exchange_counts: " + ex.to_string());
+        }
+        testing::DeviceVec<float> dm(std::vector<float>(4, 1.0f)), dg(4 * ranks);
+        Status ag = c.all_gather(dm.get(), bad ? -16 : 16, dg.get());
+        if (ag.code() != StatusCode::kInvalidArgument) {
+            fail("all_gather: " + ag.to_string());
+        }
+        if (!c.barrier().ok()) {
+            fail("barrier after the errors");
+        }
+        if (!c.all_gather(dm.get(), 16, dg.get()).ok()) {
+            fail("all_gather after the errors");
+        }
+    });
 }
 
 }  // namespace

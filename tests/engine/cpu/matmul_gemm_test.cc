@@ -36,6 +36,14 @@ bool have_bf16() {
     return true;
 }
 
+bool have_amx() {
+    if (detect_isa() != Isa::kAmxBf16) {
+        MESSAGE("no AMX-BF16 (or no tile permission) here: the AMX path has nothing to test");
+        return false;
+    }
+    return true;
+}
+
 using testing::Bf16Weight;
 using testing::make_weight;
 using testing::random_x;
@@ -155,8 +163,7 @@ Bf16Activations amx_activations(const std::vector<float>& x, int64_t n, int64_t 
 }
 
 TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split the whole call") {
-    if (detect_isa() != Isa::kAmxBf16) {
-        MESSAGE("no AMX-BF16 (or no tile permission) here: the AMX path has nothing to test");
+    if (!have_amx()) {
         return;
     }
     std::mt19937 rng(11);
@@ -209,8 +216,7 @@ TEST_CASE("matmul gemm: AMX tiles equal the scalar references, and any row split
 }
 
 TEST_CASE("matmul gemm: AMX tiles with quantized weights decoded to bf16 stay within bounds") {
-    if (detect_isa() != Isa::kAmxBf16) {
-        MESSAGE("no AMX-BF16 (or no tile permission) here: the AMX path has nothing to test");
+    if (!have_amx()) {
         return;
     }
     std::mt19937 rng(12);
