@@ -18,6 +18,22 @@ TenantConfig tenant(const std::string& name) {
     return t;
 }
 
+// A limiter on a manual clock with tenant "a" at max_concurrent 2, both slots taken.
+struct TwoRunning {
+    TwoRunning() {
+        TenantConfig a = tenant("a");
+        a.max_concurrent = 2;
+        limiter.configure(std::vector<TenantConfig>{a});
+        one = limiter.admit("a");
+        two = limiter.admit("a");
+        REQUIRE(one.lease);
+        REQUIRE(two.lease);
+    }
+    ManualClock clock;
+    TenantLimiter limiter{clock};
+    TenantLimiter::Decision one, two;
+};
+
 }  // namespace
 
 TEST_CASE("token bucket: starts full, refills at the rate, caps at capacity, reports the wait") {
@@ -87,15 +103,8 @@ TEST_CASE("limiter: a rate below one request per second admits one, then one per
 }
 
 TEST_CASE("limiter: concurrency slots are released on finish and on destruction, once") {
-    ManualClock clock;
-    TenantLimiter limiter(clock);
-    TenantConfig a = tenant("a");
-    a.max_concurrent = 2;
-    limiter.configure(std::vector<TenantConfig>{a});
-    TenantLimiter::Decision one = limiter.admit("a");
-    TenantLimiter::Decision two = limiter.admit("a");
-    REQUIRE(one.lease);
-    REQUIRE(two.lease);
+    TwoRunning t;
+    auto& [clock, limiter, one, two] = t;
     CHECK(limiter.running("a") == 2);
     TenantLimiter::Decision three = limiter.admit("a");
     CHECK(three.reason == RejectReason::kConcurrency);
@@ -260,15 +269,8 @@ TEST_CASE("limiter: a request refused after admission (no route) gives everythin
 }
 
 TEST_CASE("limiter: max_concurrent's Retry-After follows how long requests hold their slot") {
-    ManualClock clock;
-    TenantLimiter limiter(clock);
-    TenantConfig a = tenant("a");
-    a.max_concurrent = 2;
-    limiter.configure(std::vector<TenantConfig>{a});
-    TenantLimiter::Decision one = limiter.admit("a");
-    TenantLimiter::Decision two = limiter.admit("a");
-    REQUIRE(one.lease);
-    REQUIRE(two.lease);
+    TwoRunning t;
+    auto& [clock, limiter, one, two] = t;
     CHECK(limiter.admit("a").retry_after == Duration(1s));  // No request ended yet.
     clock.advance(30s);
     one.lease->finish(1, 1);  // Held 30 s.
