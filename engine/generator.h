@@ -143,6 +143,10 @@ struct Finish {
 class GenerationSink {
   public:
     virtual ~GenerationSink() = default;
+    // The prompt ended inside an open thought (its last tokens are <think> and whitespace: the
+    // chat template or the client's assistant prefix opened it), so the output starts in the
+    // thought. Called at most once, from submit(), before any other callback.
+    virtual void on_thought_opened() {}
     virtual void on_delta(TokenDelta delta) = 0;
     virtual void on_finish(Finish finish) = 0;
 };
@@ -166,6 +170,9 @@ struct ModelInfo {
     // The tool-call output format of the model's chat family ("hermes", "glm4_5", "kimi_k2");
     // empty when the model has no chat template, so tools cannot be offered to it.
     std::string tool_call_format = {};
+    // The model has a chat template and its vocabulary holds <think> and </think>: a chat
+    // answer's thought is returned apart (engine/chat/reasoning_parser.h).
+    bool thinks = false;
 };
 
 // Live load of one served model, published for routing (gossip) and metrics. Rates are

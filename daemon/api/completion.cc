@@ -10,6 +10,7 @@
 
 #include "daemon/api/tool_call_output.h"
 #include "daemon/sse_writer.h"
+#include "engine/chat/reasoning_parser.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::daemon::api {
@@ -71,9 +72,13 @@ json::value usage_json(const engine::Usage& u) {
 class CompletionSink final : public engine::GenerationSink {
 public:
     CompletionSink(ParsedRequest request, std::shared_ptr<tls::ResponseChannel> channel,
-                   int64_t created, CompletionDone on_done, std::unique_ptr<ToolCallOutput> tools)
+                   int64_t created, CompletionDone on_done, std::unique_ptr<ToolCallOutput> tools,
+                   bool thinks)
         : on_done_(std::move(on_done)),
           tools_(std::move(tools)),
+          thinker_(thinks && request.endpoint == Endpoint::kChatCompletions
+                       ? std::make_unique<engine::chat::ReasoningParser>()
+                       : nullptr),
           chat_(request.endpoint == Endpoint::kChatCompletions),
           stream_(request.stream),
           include_usage_(request.include_usage),
@@ -106,13 +111,25 @@ public:
         }
     }
 
+    void on_thought_opened() override {
+        if (thinker_) {
+            thinker_->open_thought();
+        }
+    }
+
     void on_delta(engine::TokenDelta delta) override {
         start_stream();
         if (return_token_ids_) {
             token_ids_.insert(token_ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
         }
-        if (tools_) {
-            on_tool_delta(tools_->feed(delta.text), delta);
+        if (thinker_ || tools_) {
+            engine::chat::ReasoningDelta split;
+            if (thinker_) {
+                split = thinker_->feed(delta.text);
+            } else {
+                split.content = delta.text;
+            }
+            on_parsed(std::move(split.reasoning), answer_of(std::move(split.content)), delta);
             return;
         }
         if (!stream_) {
@@ -162,8 +179,13 @@ public:
         }
         start_stream();
         const char* reason = finish_reason_name(finish.reason);
+        if (thinker_) {
+            engine::chat::ReasoningDelta rest = thinker_->finish();
+            on_parsed(std::move(rest.reasoning), answer_of(std::move(rest.content)),
+                      engine::TokenDelta());
+        }
         if (tools_) {
-            on_tool_delta(tools_->finish(), engine::TokenDelta());
+            on_parsed({}, tools_->finish(), engine::TokenDelta());
             reason = tools_->finish_reason(reason);
         }
         if (stream_) {
@@ -204,6 +226,10 @@ public:
             message["content"] =
                 text_.empty() && !calls.empty() ? json::value(nullptr) : json::value(text_);
             message["refusal"] = nullptr;
+            if (thinker_) {
+                message["reasoning_content"] =
+                    reasoning_.empty() ? json::value(nullptr) : json::value(reasoning_);
+            }
             if (!calls.empty()) {
                 message["tool_calls"] = std::move(calls);
             }
@@ -249,13 +275,28 @@ private:
         return true;
     }
 
-    // A delta of a response with tools: content and tool-call deltas as the parser released them.
-    // Logprobs of tokens the parser holds back go out with the next chunk that carries anything.
-    void on_tool_delta(engine::chat::ParsedDelta parsed, const engine::TokenDelta& delta) {
+    // The answer's text through the tool-call parser when the request offers tools.
+    engine::chat::ParsedDelta answer_of(std::string text) {
+        if (tools_) {
+            return tools_->feed(text);
+        }
+        engine::chat::ParsedDelta plain;
+        plain.content = std::move(text);
+        return plain;
+    }
+
+    // A delta of a response split by the parsers: the thought, content and tool-call deltas as
+    // they released them. Logprobs of tokens they hold back go out with the next chunk that
+    // carries anything.
+    void on_parsed(std::string reasoning, engine::chat::ParsedDelta parsed,
+                   const engine::TokenDelta& delta) {
         if (!stream_) {
+            reasoning_ += reasoning;
             text_ += parsed.content;
             append_logprobs(delta, all_logprobs_);
-            tools_->accumulate(parsed);
+            if (tools_) {
+                tools_->accumulate(parsed);
+            }
             return;
         }
         append_logprobs(delta, pending_logprobs_);
@@ -267,6 +308,11 @@ private:
             pending_logprobs_ = json::array();
             return logprobs_value(std::move(lp));
         };
+        if (!reasoning.empty()) {
+            json::object d;
+            d["reasoning_content"] = std::move(reasoning);
+            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+        }
         if (!parsed.content.empty()) {
             json::object d;
             d["content"] = parsed.content;
@@ -384,7 +430,9 @@ private:
 
     CompletionDone on_done_;
     std::unique_ptr<ToolCallOutput> tools_;  // Set when the request offers tools.
-    json::array pending_logprobs_;           // Streaming with tools: not yet sent.
+    // Set for chat answers of a model that thinks: splits off the thought.
+    std::unique_ptr<engine::chat::ReasoningParser> thinker_;
+    json::array pending_logprobs_;  // Streaming through the parsers: not yet sent.
     const bool chat_;
     const bool stream_;
     const bool include_usage_;
@@ -399,6 +447,7 @@ private:
     bool begun_ = false;  // The stream's head (or a whole error response) went out.
     SseWriter sse_;
     std::string text_;
+    std::string reasoning_;  // Not streaming: the thought.
     json::array all_logprobs_;
     std::vector<engine::TokenId> token_ids_;  // Not yet sent (all of them when not streaming).
     size_t shown_bytes_ = 0;  // Generated text sent before the current delta, in bytes...
@@ -412,7 +461,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
                     CompletionDone on_done,
                     std::function<void(int64_t prompt_tokens)> on_accepted) {
     std::string model = request.generate.model;
-    auto tools = ToolCallOutput::create(request, generator.models());
+    const std::vector<engine::ModelInfo> models = generator.models();
+    auto tools = ToolCallOutput::create(request, models);
     if (auto* error = std::get_if<ApiError>(&tools)) {
         if (on_done) {
             engine::Finish finish;
@@ -423,9 +473,12 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         channel->respond(error->to_response());
         return;
     }
+    const bool thinks = std::any_of(models.begin(), models.end(), [&](const auto& m) {
+        return m.name == model && m.thinks;
+    });
     auto sink = std::make_shared<CompletionSink>(
         request, channel, created_unix, on_done,
-        std::move(std::get<std::unique_ptr<ToolCallOutput>>(tools)));
+        std::move(std::get<std::unique_ptr<ToolCallOutput>>(tools)), thinks);
     Result<std::shared_ptr<engine::GenerationHandle>> handle =
         generator.submit(std::move(request.generate), sink);
     if (!handle.ok()) {

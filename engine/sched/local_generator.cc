@@ -111,6 +111,9 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
             }
             rt->chat = std::move(chat).value();
             rt->info.tool_call_format = std::string(tokenizer::tool_call_format_of(*format));
+            rt->think_open = m.tokenizer->token_id("<think>");
+            rt->think_close = m.tokenizer->token_id("</think>");
+            rt->info.thinks = rt->think_open >= 0 && rt->think_close >= 0;
         } else if (format.status().code() != StatusCode::kNotFound) {
             return format.status().with_context(where);
         } else if (!m.tokenizer_config.chat_template.empty()) {
@@ -185,6 +188,19 @@ std::vector<ServingStats> LocalGenerator::serving_stats() const {
 const tokenizer::Tokenizer* LocalGenerator::tokenizer(const std::string& model) const {
     auto it = models_.find(model);
     return it == models_.end() ? nullptr : it->second->tokenizer.get();
+}
+
+bool LocalGenerator::opens_thought(const Runtime& rt, std::span<const TokenId> ids) {
+    for (size_t i = ids.size(); i > 0; --i) {
+        if (ids[i - 1] == rt.think_open) {
+            return true;
+        }
+        const std::string_view bytes = rt.tokenizer->token_bytes(ids[i - 1]);
+        if (bytes.empty() || bytes.find_first_not_of(" \t\r\n") != std::string_view::npos) {
+            return false;
+        }
+    }
+    return false;
 }
 
 uint64_t LocalGenerator::next_seed() {
@@ -309,6 +325,14 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     seq.priority = request.priority;
     if (!request.tools.empty() && rt.chat) {
         seq.kept_special = rt.chat->tool_call_marker_ids();
+    }
+    if (rt.info.thinks && std::holds_alternative<std::vector<ChatMessage>>(request.prompt)) {
+        // The reasoning parser reads the markers in the text, special tokens or not.
+        seq.kept_special.push_back(rt.think_open);
+        seq.kept_special.push_back(rt.think_close);
+        if (opens_thought(rt, seq.prompt)) {
+            seq.sink->on_thought_opened();
+        }
     }
     return rt.scheduler->submit(std::move(seq));
 }

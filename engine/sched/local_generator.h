@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,8 @@ private:
         TokenId bos = -1;
         bool add_bos = false;
         int32_t vocab_size = 0;
+        TokenId think_open = -1;   // <think> when info.thinks.
+        TokenId think_close = -1;  // </think> when info.thinks.
         int64_t context = 0;
         // Positions the KV cache holds in all (0: unknown). A sequence longer than this could
         // never finish, so requests are held to it like to the context.
@@ -82,6 +85,8 @@ private:
     Result<std::vector<TokenId>> prompt_ids(const Runtime& rt,
                                             const GenerateRequest& request) const;
     uint64_t next_seed();
+    // The prompt ends with <think> and whitespace only: the output starts inside the thought.
+    static bool opens_thought(const Runtime& rt, std::span<const TokenId> ids);
 
     std::map<std::string, std::unique_ptr<Runtime>> models_;
     std::mutex seed_mu_;

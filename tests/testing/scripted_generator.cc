@@ -1,5 +1,6 @@
 #include "tests/testing/scripted_generator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -34,14 +35,14 @@ private:
 };
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> model_names)
-    : names_(std::move(model_names)), tool_formats_(names_.size()) {}
+    : names_(std::move(model_names)), tool_formats_(names_.size()), thinks_(names_.size()) {}
 
 std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
     std::lock_guard lock(mu_);
     std::vector<engine::ModelInfo> out;
     for (size_t i = 0; i < names_.size(); ++i) {
         out.push_back(engine::ModelInfo{names_[i], "v1", "Scripted", 4096, 1700000000,
-                                        tool_formats_[i]});
+                                        tool_formats_[i], thinks_[i] > 0});
     }
     return out;
 }
@@ -54,12 +55,13 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
         fail_next_.reset();
         return s;
     }
-    bool known = false;
-    for (const std::string& n : names_) {
-        known = known || n == request.model;
-    }
-    if (!known) {
+    const auto known = std::find(names_.begin(), names_.end(), request.model);
+    if (known == names_.end()) {
         return not_found_error("unknown model " + request.model);
+    }
+    if (thinks_[known - names_.begin()] == 2 &&
+        std::holds_alternative<std::vector<engine::ChatMessage>>(request.prompt)) {
+        sink->on_thought_opened();
     }
     auto call = std::make_shared<Call>();
     call->request = std::move(request);
@@ -68,6 +70,15 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     cv_.notify_all();
     return std::shared_ptr<engine::GenerationHandle>(
         std::make_shared<Handle>(*this, call, prompt_tokens_));
+}
+
+void ScriptedGenerator::set_thinks(const std::string& model, bool prompt_opens_thought) {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < names_.size(); ++i) {
+        if (names_[i] == model) {
+            thinks_[i] = prompt_opens_thought ? 2 : 1;
+        }
+    }
 }
 
 std::vector<engine::ModelLoad> ScriptedGenerator::load() const {

@@ -55,6 +55,9 @@ public:
     void set_ready(bool ready) { ready_ = ready; }
     // models() reports `format` as `model`'s tool-call format ("hermes", "glm4_5", "kimi_k2").
     void set_tool_call_format(const std::string& model, std::string format);
+    // models() reports `model` as thinking (ModelInfo::thinks); with `prompt_opens_thought`,
+    // submit() tells the sink of each of its chat requests that the prompt opened the thought.
+    void set_thinks(const std::string& model, bool prompt_opens_thought = false);
 
     // Blocks until request number `index` (0-based) was submitted; false on timeout.
     bool wait_for_request(size_t index, int timeout_ms = 5000);
@@ -73,6 +76,7 @@ private:
     std::condition_variable cv_;
     std::vector<std::string> names_;
     std::vector<std::string> tool_formats_;  // By index of names_; "" by default.
+    std::vector<int> thinks_;                // By index of names_: 0 no, 1 yes, 2 opened.
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
     bool ready_ = true;

@@ -16,6 +16,16 @@ namespace edge::engine::testing {
 
 class CollectingSink final : public GenerationSink {
 public:
+    void on_thought_opened() override {
+        std::lock_guard<std::mutex> lock(mu_);
+        thought_opened_ = true;
+        thought_opened_late_ = deltas_ > 0 || finish_.has_value();
+    }
+    // on_thought_opened() came, and before any delta or finish.
+    bool thought_opened() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return thought_opened_ && !thought_opened_late_;
+    }
     void on_delta(TokenDelta delta) override {
         std::lock_guard<std::mutex> lock(mu_);
         text_ += delta.text;
@@ -78,6 +88,8 @@ private:
     bool delta_after_finish_ = false;
     bool second_finish_ = false;
     bool logprob_ahead_of_text_ = false;
+    bool thought_opened_ = false;
+    bool thought_opened_late_ = false;  // After a delta or the finish.
 };
 
 }  // namespace edge::engine::testing

@@ -64,6 +64,7 @@ TEST_CASE("local generator: models() describes each served model") {
     CHECK(infos[0].architecture == "FakeForCausalLM");
     CHECK(infos[0].context_length == 256);
     CHECK(infos[0].created_unix == 1700000000);
+    CHECK_FALSE(infos[0].thinks);  // No <think> in its vocabulary.
     CHECK(gen->ready());
 }
 
@@ -162,6 +163,62 @@ TEST_CASE("local generator: text and chat prompts are tokenized with the model's
     CHECK(seen[1][7] == 10);
     CHECK(seen[1][8] == 510);
     CHECK(seen[1].back() == 10);
+}
+
+TEST_CASE("local generator: a thinking model's markers reach the text, and an opened thought") {
+    // The micro tokenizer with <think> and </think> as special tokens 512 and 513.
+    std::ifstream in(kMicro + "/tokenizer.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    boost::json::object tj = boost::json::parse(text.str()).as_object();
+    for (auto [id, content] : {std::pair<int, const char*>{512, "<think>"}, {513, "</think>"}}) {
+        tj["added_tokens"].as_array().push_back(
+            {{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+             {"rstrip", false}, {"normalized", false}, {"special", true}});
+    }
+    FakeOptions opts;
+    opts.vocab_size = 520;
+    // After the prompt's last "\n": <think> H </think>, then EOS.
+    opts.next = [](std::span<const TokenId> history) -> TokenId {
+        switch (history.back()) {
+            case 10: return 512;
+            case 512: return 72;
+            case 72: return 513;
+            default: return 509;
+        }
+    };
+    ServedModel m = fake_model("micro", opts);
+    auto tok = tokenizer::Tokenizer::from_json(boost::json::serialize(tj));
+    REQUIRE(tok.ok());
+    m.tokenizer = std::move(tok).value();
+    std::vector<ServedModel> models;
+    models.push_back(std::move(m));
+    auto gen = LocalGenerator::create(std::move(models), EngineConfig{}, 42);
+    REQUIRE(gen.ok());
+    CHECK((*gen)->models()[0].thinks);
+
+    GenerateRequest chat = request({}, 8);
+    chat.prompt = std::vector<ChatMessage>{{"user", "hi", ""}};
+    auto sink = std::make_shared<CollectingSink>();
+    REQUIRE((*gen)->submit(chat, sink).ok());
+    REQUIRE(sink->wait());
+    CHECK(sink->text() == "<think>H</think>");  // Special, yet kept for the reasoning parser.
+    CHECK_FALSE(sink->thought_opened());
+
+    // An assistant prefix that opens the thought: the sink is told before any token.
+    chat.assistant_prefix = "<think>\n";
+    auto opened = std::make_shared<CollectingSink>();
+    REQUIRE((*gen)->submit(chat, opened).ok());
+    REQUIRE(opened->wait());
+    CHECK(opened->thought_opened());
+
+    // Completions are raw text: no markers kept, nothing opened.
+    GenerateRequest raw = request({72, 512, 10}, 8);
+    auto raw_sink = std::make_shared<CollectingSink>();
+    REQUIRE((*gen)->submit(raw, raw_sink).ok());
+    REQUIRE(raw_sink->wait());
+    CHECK(raw_sink->text() == "H");
+    CHECK_FALSE(raw_sink->thought_opened());
 }
 
 TEST_CASE("local generator: concurrent submitters each get their own exact tokens") {

@@ -1,0 +1,98 @@
+#include "engine/chat/reasoning_parser.h"
+
+#include "engine/chat/marker_parser.h"
+
+namespace edge::engine::chat {
+namespace {
+
+constexpr std::string_view kOpen = "<think>";
+const std::string kClose = "</think>";
+
+}  // namespace
+
+void ReasoningParser::open_thought() {
+    if (state_ == State::kStart && buf_.empty()) {
+        state_ = State::kThought;
+    }
+}
+
+ReasoningDelta ReasoningParser::feed(std::string_view text) {
+    buf_.append(text);
+    ReasoningDelta out;
+    run(out, false);
+    return out;
+}
+
+ReasoningDelta ReasoningParser::finish() {
+    ReasoningDelta out;
+    run(out, true);
+    return out;
+}
+
+void ReasoningParser::run(ReasoningDelta& out, bool ended) {
+    for (;;) {
+        switch (state_) {
+            case State::kStart: {
+                size_t at = 0;
+                while (at < buf_.size() && detail::is_space(buf_[at])) {
+                    ++at;
+                }
+                const std::string_view rest = std::string_view(buf_).substr(at);
+                if (rest.starts_with(kOpen)) {
+                    buf_.erase(0, at + kOpen.size());
+                    state_ = State::kThought;
+                    continue;
+                }
+                if (!ended && kOpen.starts_with(rest)) {
+                    return;  // Whitespace, or a prefix of <think>: not known yet.
+                }
+                state_ = State::kAnswer;
+                continue;
+            }
+            case State::kThought: {
+                if (!thought_begun_) {
+                    buf_.erase(0, buf_.find_first_not_of('\n'));
+                }
+                const size_t close = buf_.find(kClose);
+                size_t end = close;
+                if (close == std::string::npos) {
+                    end = ended ? buf_.size() : buf_.size() - detail::held_prefix(buf_, kClose);
+                }
+                // Newlines before the end may be the thought's last: held until more text
+                // follows them, dropped at its end.
+                size_t text_end = end;
+                while (text_end > 0 && buf_[text_end - 1] == '\n') {
+                    --text_end;
+                }
+                if (text_end > 0) {
+                    out.reasoning.append(buf_, 0, text_end);
+                    thought_begun_ = true;
+                }
+                if (close == std::string::npos) {
+                    if (ended) {
+                        buf_.clear();
+                    } else {
+                        buf_.erase(0, text_end);
+                    }
+                    return;
+                }
+                buf_.erase(0, close + kClose.size());
+                state_ = State::kAnswerStart;
+                continue;
+            }
+            case State::kAnswerStart:
+                buf_.erase(0, buf_.find_first_not_of('\n'));
+                if (buf_.empty()) {
+                    return;
+                }
+                state_ = State::kAnswer;
+                continue;
+            case State::kAnswer:
+                out.content += buf_;
+                buf_.clear();
+                return;
+        }
+    }
+}
+
+}  // namespace edge::engine::chat
