@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/load_heartbeat.h"
 #include "daemon/null_generator.h"
 #include "daemon/preflight.h"
 #include "daemon/signals.h"
@@ -22,6 +23,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/matmul.h"
 #include "engine/engine.h"
+#include "engine/load_progress.h"
 
 namespace edge::daemon {
 namespace {
@@ -211,6 +213,8 @@ int run_main(int argc, char** argv) {
         return 0;
     }
 
+    SystemdNotifier notifier(env_or_empty("NOTIFY_SOCKET"), env_or_empty("WATCHDOG_USEC"),
+                             env_or_empty("WATCHDOG_PID"));
     std::unique_ptr<engine::Generator> generator;
     if (config->models.empty()) {
         log::info("no_models", {{"detail", "no models configured; /v1/models is empty"}});
@@ -218,7 +222,10 @@ int run_main(int argc, char** argv) {
     } else {
         // The load can take minutes: a SIGTERM or SIGINT meanwhile ends the process at once
         // (nothing serves yet), well within systemd's TimeoutStopSec.
-        Result<std::unique_ptr<engine::Generator>> engine = [&config] {
+        (void)notifier.notify("STATUS=loading models");
+        Result<std::unique_ptr<engine::Generator>> engine = [&config, &notifier] {
+            // A load that outlasts TimeoutStartSec while it moves is given more time.
+            LoadHeartbeat heartbeat(notifier, engine::matrices_loading_noted);
             SignalWatcher during_load({SIGTERM, SIGINT}, [](int sig) {
                 log::info("shutdown", {{"signal", signal_name(sig)},
                                        {"detail", "received during the models' load; "
@@ -251,8 +258,6 @@ int run_main(int argc, char** argv) {
         return 1;
     }
     (*daemon)->start();
-    SystemdNotifier notifier(env_or_empty("NOTIFY_SOCKET"), env_or_empty("WATCHDOG_USEC"),
-                             env_or_empty("WATCHDOG_PID"));
     if (Status s = notifier.notify("READY=1\nSTATUS=serving"); !s.ok()) {
         log::warn("sd_notify_failed", {{"error", s.message()}});
     }

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "engine/backend.h"
 #include "engine/cpu/convert.h"
+#include "engine/load_progress.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/stored_tensor.h"
@@ -245,6 +246,7 @@ void WeightLoader::kept_as_stored(const std::string& weight_name, std::string_vi
 }
 
 Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows, int64_t cols) {
+    note_matrix_loading();
     const std::string m = module_of(weight_name);
     const std::string where = ckpt_.description() + ": module '" + m + "'";
     // Tensors of quantization schemes the kernels do not compute: loading without them would
@@ -376,6 +378,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
 
 Result<Weight> WeightLoader::float_matrix(const std::string& weight_name, int64_t rows,
                                          int64_t cols) {
+    note_matrix_loading();
     static const std::vector<DType> kFloat = {DType::kBF16, DType::kF16, DType::kF32};
     if (ckpt_.has(weight_name)) {
         EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(weight_name));
