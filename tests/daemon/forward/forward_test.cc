@@ -302,6 +302,44 @@ private:
     std::vector<boost::json::object> lines_;
 };
 
+TEST_CASE("pooled connections idle past pool_idle_timeout are closed, a departed peer's too") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  pool_idle_timeout_ms: 300\n");
+    Site b(cluster, "sin", {"m"});
+    Site c(cluster, "syd", {"m"});
+    auto forward_once = [&](Site& to, size_t index) {
+        a.planner.route_to({to.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(to.generator.wait_for_request(index));
+        to.generator.emit(index, "ok");
+        to.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+    };
+    auto* forwarder = a.daemon->forwarder();
+    auto idle_is = [&](int64_t n) {
+        return testing::wait_for([&] { return forwarder->idle_connections() == n; },
+                                 std::chrono::seconds(5));
+    };
+    forward_once(b, 0);
+    CHECK(idle_is(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    // Nothing goes to sin any more (it left the cluster, say): its stale connection is closed
+    // when the next connection, syd's, comes back to the pool.
+    forward_once(c, 0);
+    CHECK(idle_is(1));
+    CHECK(forwarder->connections_opened() == 2);
+    // Within the timeout syd's connection is reused; past it, a new one is opened.
+    forward_once(c, 1);
+    CHECK(forwarder->connections_opened() == 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    forward_once(c, 2);
+    CHECK(forwarder->connections_opened() == 3);
+    CHECK(idle_is(1));
+}
+
 TEST_CASE("the access log has one line per answer, written at its end, on both sites of a forward") {
     AccessLines log;
     Cluster cluster;
