@@ -521,9 +521,12 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
             }
             seq->held_logprobs.push_back(std::move(lp));
         }
-        // A logprob goes out once some of its token's text is shown, or once nothing is held;
-        // those still held when a stop string ends the sequence belong to text never shown.
-        const bool nothing_held = seq->stop.held_bytes() == 0 && !seq->stop.stopped();
+        // A logprob goes out once some of its token's text is shown, or once nothing is held
+        // (by the stop matcher, or by the decoder as part of a character, which a stop string
+        // may still take); those still held when a stop string ends the sequence belong to text
+        // never shown.
+        const bool nothing_held = seq->stop.held_bytes() == 0 &&
+                                  seq->decoder.pending_bytes() == 0 && !seq->stop.stopped();
         while (!seq->held_logprobs.empty() &&
                (nothing_held || seq->held_logprobs.front().text_offset < seq->shown_bytes)) {
             delta.logprobs.push_back(std::move(seq->held_logprobs.front()));

@@ -500,6 +500,38 @@ TEST_CASE("scheduler: a character split over tokens streams whole") {
     CHECK(sink->text() == "\xC3\xA9\xC3\xA9");
 }
 
+TEST_CASE("scheduler: a stop string's byte tokens send no logprob, not even while incomplete") {
+    // "a", then U+00E9 as the byte tokens 0xC3 0xA9 (the stop string), then "b".
+    FakeOptions opts;
+    opts.next = [](std::span<const TokenId> history) -> TokenId {
+        static constexpr TokenId kScript[] = {'a', 0xC3, 0xA9, 'b'};
+        return kScript[std::min<size_t>(history.size() - 1, 3)];
+    };
+    for (const bool stream_stop : {true, false}) {
+        CAPTURE(stream_stop);
+        Harness h(opts);
+        SamplingParams p = Harness::greedy();
+        if (stream_stop) {
+            p.stop = {"\xC3\xA9"};
+        }
+        p.logprobs = true;
+        auto sink = h.submit({1}, 4, p);
+        h.drain();
+        REQUIRE(sink->wait());
+        const auto lps = sink->logprobs();
+        if (stream_stop) {
+            CHECK(sink->text() == "a");
+            REQUIRE(lps.size() == 1);  // 0xC3 was held by the UTF-8 decoder, then stopped.
+            CHECK(lps[0].token == "a");
+        } else {
+            CHECK(sink->text() == "a\xC3\xA9" "b");
+            CHECK(sink->ids() == std::vector<TokenId>{'a', 0xC3, 0xA9, 'b'});
+            CHECK(lps.size() == 4);
+        }
+        CHECK_FALSE(sink->protocol_violated());
+    }
+}
+
 TEST_CASE("scheduler: logprobs of the chosen token and alternatives are streamed") {
     Harness h;
     SamplingParams p = Harness::greedy();
