@@ -790,13 +790,27 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
 net::awaitable<boost::system::error_code> HttpSession::parse_request(
     http::request_parser<http::string_body>& parser, bool header_only) {
     auto finished = [&] { return header_only ? parser.is_header_done() : parser.is_done(); };
+    const size_t limit = server_.config_.limits.max_header_bytes;
+    size_t header_bytes = 0;  // Of the header, consumed by the parser (header_only).
     boost::system::error_code ec;
     for (;;) {
         while (buffer_.size() > 0 && !finished()) {
-            const size_t used = parser.put(buffer_.data(), ec);
+            // After the header, the parser gets at most max_header_bytes at a time: a chunk-size
+            // line or trailer it cannot finish within that many bytes is too long.
+            const size_t offered = header_only ? buffer_.size() : std::min(buffer_.size(), limit);
+            const size_t used = parser.put(net::buffer(buffer_.data().data(), offered), ec);
             buffer_.consume(used);
+            if (header_only) {
+                header_bytes += used;
+            }
             if (ec == http::error::need_more) {
                 ec = {};
+                if (used > 0) {
+                    continue;  // What it left may go further (a slice ended mid-line).
+                }
+                if (!header_only && offered == limit) {
+                    co_return http::make_error_code(http::error::header_limit);
+                }
                 break;
             }
             if (ec) {
@@ -807,15 +821,22 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
             }
         }
         if (finished()) {
+            if (header_only && header_bytes > limit) {
+                co_return http::make_error_code(http::error::header_limit);
+            }
             co_return ec;
         }
-        // Beast bounds the header and the payload, not a chunk-size line with its extensions or
-        // the trailer section: what the parser left unconsumed is one of those (or the header,
-        // which Beast bounds itself). Hold at most max_header_bytes of it.
-        if (!header_only && buffer_.size() >= server_.config_.limits.max_header_bytes) {
+        // Beast bounds the fields of a header (not with its request line) and the payload, not a
+        // chunk-size line with its extensions or the trailer section: what the parser left
+        // unconsumed is one of those, or the header's unfinished part. Each is held to
+        // max_header_bytes exactly (the request line and fields together): reads stop one byte
+        // past it.
+        const size_t held = buffer_.size() + header_bytes;
+        if (held > limit) {
             co_return http::make_error_code(http::error::header_limit);
         }
-        auto more = buffer_.prepare(header_only ? 4096 : 16 * 1024);
+        auto more =
+            buffer_.prepare(std::min<size_t>(header_only ? 4096 : 16 * 1024, limit + 1 - held));
         auto [read_ec, n] = co_await stream_.read_some(more);
         if (read_ec == net::error::eof || read_ec == net::ssl::error::stream_truncated) {
             // The client closed mid-message: a partial message, as Beast's readers report it.

@@ -327,6 +327,21 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
         REQUIRE(r.ok());
         CHECK(r->status == 431);
     }
+    // Many fields, each small, over the limit together with the request line: 431; just within
+    // it, served.
+    for (const bool over : {true, false}) {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        const std::string line = "GET /x HTTP/1.1\r\nHost: x\r\n";
+        std::string fields;
+        while (line.size() + fields.size() + 2 + 10 <= (over ? 2060u : 2048u)) {
+            fields += "X-F: 1234\r\n";
+        }
+        REQUIRE((*c)->send(line + fields + "\r\n").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == (over ? 431 : 200));
+    }
     // A request line longer than the limit, an unknown method, a version other than 1.0 and 1.1,
     // an HTTP/1.1 request without one Host.
     for (const auto& [request, status] : std::vector<std::pair<std::string, int>>{
@@ -713,6 +728,32 @@ TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at 
         REQUIRE(r.ok());
         CHECK(r->status == 400);
         CHECK(r->headers["connection"] == "close");
+    }
+    // Exactly at the bound: a chunk extension or a trailer one byte longer than max_header_bytes
+    // sent at once (one read could take in more than the bound) is refused.
+    for (const std::string& body :
+         {"3;n=" + std::string(2048, 'v') + "\r\nabc\r\n0\r\n\r\n",
+          "0\r\nX-Trailer: " + std::string(2048, 't') + "\r\n\r\n"}) {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(head + body).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+    }
+    // A long chunked body sent at once, its chunk lines falling anywhere in the parser's slices
+    // of max_header_bytes, arrives whole.
+    {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        std::string chunks;
+        for (int i = 0; i < 40; ++i) {
+            chunks += "2bd;i=" + std::to_string(i) + "\r\n" + std::string(701, 'c') + "\r\n";
+        }
+        REQUIRE((*c)->send(head + chunks + "0\r\n\r\n").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->body == "remote=127.0.0.1 sni=localhost body=28040");
     }
     // Extensions and trailers within the bound are accepted.
     auto c = f.connect();
