@@ -378,7 +378,9 @@ public:
         // io_context's queue is bounded too.
         const size_t n = chunk.size();
         const size_t queued = queued_.fetch_add(n, std::memory_order_relaxed) + n;
-        if (queued > max_queued_) {
+        // One chunk larger than the limit passes when nothing else waits (an event with many
+        // top_logprobs can be several KiB): only a backlog is a sign of a slow reader.
+        if (queued > max_queued_ && queued > n) {
             queued_.fetch_sub(n, std::memory_order_relaxed);
             if (!overflowed_.exchange(true)) {
                 on_session([seq = seq_, queued](HttpSession& s) {

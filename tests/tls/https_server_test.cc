@@ -583,6 +583,11 @@ TEST_CASE("a stream whose client stops reading is cancelled at max_stream_buffer
         REQUIRE(got.ok());
         REQUIRE(got->find(marker) != std::string::npos);
     }
+    // One event larger than the whole limit passes when nothing else waits.
+    const std::string big = "data: " + std::string(300 * 1024, 'z') + "<big>\n\n";
+    second->write(big);
+    auto got = (*reader)->read_until("<big>");
+    REQUIRE(got.ok());
     second->end_stream();
     CHECK(f.observer.cancelled().size() == 1);
 }
