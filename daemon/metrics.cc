@@ -475,6 +475,9 @@ std::string_view Metrics::route_label(std::string_view path) {
             return route;
         }
     }
+    if (path.starts_with("/v1/models/") && path.size() > 11) {
+        return "/v1/models/{model}";  // One series for every model id.
+    }
     return "other";
 }
 

@@ -28,6 +28,14 @@ std::string_view HttpRequest::header(std::string_view name) const {
     return {};
 }
 
+size_t HttpRequest::header_count(std::string_view name) const {
+    size_t n = 0;
+    for (const HttpHeader& h : headers) {
+        n += iequals(h.name, name) ? 1 : 0;
+    }
+    return n;
+}
+
 std::string_view HttpRequest::path() const {
     std::string_view t = target;
     // The absolute form ("http://host/v1/models", RFC 9112 section 3.2.2), which a server must

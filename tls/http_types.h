@@ -43,6 +43,8 @@ struct HttpRequest {
 
     // The first header named `name` (ASCII case-insensitive), or "" when absent.
     std::string_view header(std::string_view name) const;
+    // How many headers are named `name` (ASCII case-insensitive).
+    size_t header_count(std::string_view name) const;
     // The target without its query string.
     std::string_view path() const;
 };

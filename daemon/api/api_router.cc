@@ -260,6 +260,18 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         return;
     }
 
+    // The headers that say who is served, and where: one each, or a proxy in front that reads
+    // another copy than this server would act for someone else.
+    for (std::string_view name : {std::string_view("Authorization"), cluster::kModelVersionHeader,
+                                  cluster::kHopHeader, cluster::kTenantHeader}) {
+        if (request.header_count(name) > 1) {
+            channel->respond(invalid_request("The " + std::string(name) +
+                                                 " header appears more than once; send it once.",
+                                             std::nullopt)
+                                 .to_response());
+            return;
+        }
+    }
     std::shared_ptr<const TenantTable> table = tenants();
     std::string_view hop = request.header(cluster::kHopHeader);
     // The tenant of a forwarded request: the configured one of that name when this site knows

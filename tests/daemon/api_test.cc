@@ -367,6 +367,17 @@ TEST_CASE("tenants: 401 without or with a wrong key, 403 for a model not allowed
     // Clients escape the id in the path (the official ones always do).
     CHECK(f.call("GET", "/v1/models/test%2dmodel", "", auth).status == 200);
     CHECK(f.call("GET", "/v1/models/test%2Dmodel%", "", auth).status == 404);
+    // Two keys, in either order, or two version pins: refused, whichever a proxy would read.
+    for (const std::string& twice :
+         {auth + "Authorization: Bearer wrong\r\n", "Authorization: Bearer wrong\r\n" + auth,
+          auth + "X-Model-Version: a\r\nx-model-version: b\r\n"}) {
+        auto dup = f.call("GET", "/v1/models", "", twice);
+        CHECK(dup.status == 400);
+        CHECK(json_of(dup.body)["error"].as_object()["message"].as_string().find(
+                  "appears more than once") != std::string::npos);
+    }
+    CHECK(f.metrics().find("edgeserve_http_requests_total{route=\"/v1/models/{model}\",") !=
+          std::string::npos);
     auto forbidden = f.call("POST", "/v1/chat/completions",
                             R"({"model":"other-model","messages":[{"role":"user","content":"x"}]})",
                             auth);
