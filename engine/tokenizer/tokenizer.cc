@@ -103,6 +103,16 @@ Status Tokenizer::encode_plain(std::string_view text, std::vector<TokenId>* out)
     return ok_status();
 }
 
+Result<std::vector<std::string>> Tokenizer::pre_tokenize(std::string_view text) const {
+    if (!utf8_is_valid(text)) {
+        return invalid_argument_error("text is not valid UTF-8");
+    }
+    EDGE_ASSIGN_OR_RETURN(std::string normalized, normalizer_.normalize(text));
+    std::vector<std::string_view> words;
+    EDGE_RETURN_IF_ERROR(pre_tokenizer_->split(normalized, &words));
+    return std::vector<std::string>(words.begin(), words.end());
+}
+
 bool Tokenizer::is_added(TokenId id) const {
     return id >= 0 && id < vocab_size_ && added_index_by_id_[id] >= 0;
 }

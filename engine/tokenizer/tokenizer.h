@@ -37,6 +37,11 @@ public:
     // byte offset).
     Result<std::vector<TokenId>> encode(std::string_view text, bool parse_special = true) const;
 
+    // The pieces ("words") BPE encodes one at a time for plain `text` (no added tokens matched):
+    // the normalised text split by the pre-tokenizer. For tests and tools that compare the
+    // split with another implementation.
+    Result<std::vector<std::string>> pre_tokenize(std::string_view text) const;
+
     // Concatenated bytes of the tokens (added tokens as their content). May end inside a UTF-8
     // character when the ids do; ids without a token contribute nothing.
     std::string decode(std::span<const TokenId> ids) const;
