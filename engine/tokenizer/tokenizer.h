@@ -1,15 +1,15 @@
 #pragma once
 
 // Tokenizer turns text into token ids and back for a byte-level BPE checkpoint described by a
-// Hugging Face `tokenizer.json`: added/special tokens are matched first (longest first), the rest
-// is normalised (NFC when asked), split by the pre-tokenizer's regexes and BPE-encoded word by
-// word. decode() concatenates token bytes, so encode then decode gives back any valid UTF-8
-// input that is already in the normal form.
+// Hugging Face `tokenizer.json`: added/special tokens are matched first (AddedVocabulary, with
+// Hugging Face's lstrip, rstrip, single_word and normalized semantics), the rest is normalised
+// (NFC when asked), split by the pre-tokenizer's regexes and BPE-encoded word by word. decode()
+// concatenates token bytes, so encode then decode gives back any valid UTF-8 input that is
+// already in the normal form, less the whitespace an lstrip/rstrip added token took.
 //
 // Threading: immutable after loading; every method is thread-safe. Share one instance per model
 // through std::shared_ptr<const Tokenizer>.
 
-#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +18,7 @@
 
 #include "common/result.h"
 #include "engine/generator.h"
+#include "engine/tokenizer/added_vocabulary.h"
 #include "engine/tokenizer/bpe_model.h"
 #include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/pre_tokenizer.h"
@@ -26,14 +27,16 @@
 namespace edge::engine::tokenizer {
 
 class Tokenizer {
-public:
+  public:
     // Reads and parses `path` (a tokenizer.json); errors name the file and the JSON field.
     static Result<std::unique_ptr<Tokenizer>> load_file(const std::string& path);
     // Parses tokenizer.json text; errors name the JSON field.
     static Result<std::unique_ptr<Tokenizer>> from_json(std::string_view json);
 
     // Ids of `text`. With `parse_special`, added tokens written in the text become their ids;
-    // without, they are encoded as ordinary text. kInvalidArgument for invalid UTF-8 (with the
+    // without, all of them (special or not) are encoded as ordinary text, so that text from a
+    // client cannot produce one (Hugging Face's split_special_tokens still matches the
+    // non-special ones). kInvalidArgument for invalid UTF-8 (with the
     // byte offset).
     Result<std::vector<TokenId>> encode(std::string_view text, bool parse_special = true) const;
 
@@ -59,17 +62,18 @@ public:
     // An added token marked special (control tokens such as <|im_end|>).
     bool is_special(TokenId id) const;
 
-private:
+  private:
     Tokenizer() = default;
-    Status encode_plain(std::string_view text, std::vector<TokenId>* out) const;
+    // Normalises `text`, then encodes it (with the normalized added tokens when `added`).
+    Status encode_plain(std::string_view text, bool added, std::vector<TokenId>* out) const;
+    // Pre-tokenizes and BPE-encodes text the normaliser produced.
+    Status encode_normalized(std::string_view text, std::vector<TokenId>* out) const;
 
     std::unique_ptr<BpeModel> bpe_;
     Normalizer normalizer_;
     std::unique_ptr<PreTokenizer> pre_tokenizer_;
     bool ignore_merges_ = false;
-    std::vector<AddedToken> added_;  // Sorted by content length, longest first.
-    std::array<std::vector<int>, 256> added_by_first_byte_;  // Indexes into added_, same order.
-    std::vector<int> added_index_by_id_;                     // -1 or index into added_, by id.
+    AddedVocabulary added_;
     int32_t vocab_size_ = 0;
 };
 

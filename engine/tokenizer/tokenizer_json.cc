@@ -155,8 +155,29 @@ Status parse_added_tokens(const json::value* v, TokenizerJson* out) {
         AddedToken token;
         token.id = static_cast<TokenId>(id->get_int64());
         token.content = std::string(content->get_string());
-        if (const json::value* s = t->if_contains("special"); s && s->is_bool()) {
-            token.special = s->get_bool();
+        // Each flag is a bool when present; lstrip and rstrip were once ignored, so a wrong type
+        // is an error rather than another silent default.
+        struct Flag {
+            const char* name;
+            bool* value;
+        };
+        bool normalized_given = false;
+        for (const Flag& f :
+             {Flag{"special", &token.special}, Flag{"single_word", &token.single_word},
+              Flag{"lstrip", &token.lstrip}, Flag{"rstrip", &token.rstrip},
+              Flag{"normalized", &token.normalized}}) {
+            const json::value* v = t->if_contains(f.name);
+            if (v == nullptr || v->is_null()) {
+                continue;
+            }
+            if (!v->is_bool()) {
+                return bad(where + "." + f.name, "not a boolean");
+            }
+            *f.value = v->get_bool();
+            normalized_given |= f.value == &token.normalized;
+        }
+        if (!normalized_given) {
+            token.normalized = !token.special;
         }
         out->added_tokens.push_back(std::move(token));
     }

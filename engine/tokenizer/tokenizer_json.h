@@ -22,10 +22,18 @@ namespace edge::engine::tokenizer {
 // dense, so a hostile file must not make them huge.
 inline constexpr int64_t kMaxTokenId = 1 << 21;
 
+// One entry of `added_tokens`; the flags mean what they mean to Hugging Face's AddedVocabulary
+// (see added_vocabulary.h).
 struct AddedToken {
     TokenId id = 0;
-    std::string content;   // UTF-8 text as it appears in prompts.
-    bool special = false;  // Special (control) token, e.g. <|im_start|>.
+    std::string content;       // UTF-8 text as it appears in prompts.
+    bool special = false;      // Special (control) token, e.g. <|im_start|>.
+    bool single_word = false;  // Matches only where no word character touches it on either side.
+    bool lstrip = false;       // Swallows the whitespace before it.
+    bool rstrip = false;       // Swallows the whitespace after it.
+    // Matched in the normalised text, against its normalised content; otherwise matched in the
+    // raw text first. Hugging Face's default when the field is absent: not special.
+    bool normalized = false;
 };
 
 struct TokenizerJson {
