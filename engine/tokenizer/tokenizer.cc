@@ -30,6 +30,12 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view json) {
     EDGE_ASSIGN_OR_RETURN(t->added_,
                           AddedVocabulary::build(std::move(parsed.added_tokens), t->normalizer_));
     t->vocab_size_ = std::max(t->vocab_size_, t->added_.id_limit());
+    if (!parsed.byte_level) {
+        // Text is always mapped to GPT-2's byte alphabet here: a vocabulary of plain text
+        // (SentencePiece-style BPE) would silently get the wrong ids.
+        return unimplemented_error(
+            "pre_tokenizer: no ByteLevel step; only byte-level BPE tokenizers are supported");
+    }
     return t;
 }
 

@@ -233,6 +233,7 @@ Status parse_pre_tokenizer(const json::value* v, const std::string& where, Token
         return parse_sequence(*o, "pretokenizers", where, out, parse_pre_tokenizer);
     }
     if (type == "ByteLevel") {
+        out->byte_level = true;
         const json::value* prefix = o->if_contains("add_prefix_space");
         if (prefix != nullptr && prefix->is_bool() && prefix->get_bool()) {
             return unimplemented_error(where + ".add_prefix_space: true is not supported");

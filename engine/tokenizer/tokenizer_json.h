@@ -43,6 +43,7 @@ struct TokenizerJson {
     NormalizerKind normalizer = NormalizerKind::kNone;
     std::vector<std::string> split_patterns;  // PCRE2 patterns, applied in order.
     bool ignore_merges = false;  // A word that is itself a token is not merged piecewise.
+    bool byte_level = false;     // The pre-tokenizer has a ByteLevel step (required).
 };
 
 // Errors are kInvalidArgument (malformed JSON or values) or kUnimplemented (unsupported

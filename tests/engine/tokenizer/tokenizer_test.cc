@@ -268,9 +268,14 @@ TEST_CASE("tokenizer: merges in the [left, right] array form") {
         vocab += boost::json::serialize(boost::json::value(mapped)) + ":" + std::to_string(b) + ",";
     }
     vocab += "\"ab\":256,\"abc\":257";
-    const std::string json =
-        R"({"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":[["a","b"],["ab","c"]]}})";
-    auto t = Tokenizer::from_json(json);
+    const std::string model =
+        R"({"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":[["a","b"],["ab","c"]]})";
+    // Without a ByteLevel step the vocabulary is not byte-level BPE: refused, not misread.
+    auto plain = Tokenizer::from_json(model + "}");
+    REQUIRE_FALSE(plain.ok());
+    CHECK(plain.status().code() == StatusCode::kUnimplemented);
+    CHECK(plain.status().message().find("ByteLevel") != std::string::npos);
+    auto t = Tokenizer::from_json(model + R"(,"pre_tokenizer":{"type":"ByteLevel"}})");
     REQUIRE_MESSAGE(t.ok(), t.status().to_string());
     auto ids = (*t)->encode("abcab");
     REQUIRE(ids.ok());
