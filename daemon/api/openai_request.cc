@@ -728,7 +728,9 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             if (!value.is_null()) {
                 auto p = v.number(value, key, 0, 1);
                 ok = p.has_value() && (*p > 0 || v.fail("'top_p' must be greater than 0", key));
-                s.top_p = static_cast<float>(p.value_or(1));
+                // A positive value below float's range keeps only the most likely token.
+                s.top_p = std::max(static_cast<float>(p.value_or(1)),
+                                   std::numeric_limits<float>::min());
             }
         } else if (key == "top_k") {
             if (!value.is_null()) {

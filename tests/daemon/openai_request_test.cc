@@ -56,6 +56,12 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
     CHECK(g.sampling.top_logprobs == 3);
 }
 
+TEST_CASE("a top_p too small for a float keeps the most likely token instead of failing") {
+    auto p = parse(Endpoint::kCompletions, R"({"model":"m","prompt":"abc","top_p":1e-300})");
+    CHECK(p.generate.sampling.top_p > 0.0f);
+    CHECK(p.generate.sampling.top_p < 1e-30f);
+}
+
 TEST_CASE("completions accept a string, one-string array or token ids") {
     auto p = parse(Endpoint::kCompletions, R"({"model":"m","prompt":"abc","logprobs":2})");
     CHECK(std::get<std::string>(p.generate.prompt) == "abc");
