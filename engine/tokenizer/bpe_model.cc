@@ -48,8 +48,9 @@ Result<std::unique_ptr<BpeModel>> BpeModel::build(
             return invalid_argument_error("merges[" + std::to_string(rank) +
                                           "]: a part or the merged token is not in the vocab");
         }
-        // The first (lowest-rank) rule for a pair wins, as in Hugging Face tokenizers.
-        m->merges_.emplace(pair_key(a, b), Merge{static_cast<int32_t>(rank), merged});
+        // A pair listed twice takes its last rank, as Hugging Face's tokenizers (Rust and JS)
+        // do: they collect the rules into a map, later entries replacing earlier ones.
+        m->merges_.insert_or_assign(pair_key(a, b), Merge{static_cast<int32_t>(rank), merged});
     }
     return m;
 }

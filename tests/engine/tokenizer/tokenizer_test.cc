@@ -282,6 +282,27 @@ TEST_CASE("tokenizer: merges in the [left, right] array form") {
     CHECK(*ids == std::vector<TokenId>{257, 256});
 }
 
+TEST_CASE("tokenizer: a merge listed twice takes its last rank, as Hugging Face's do") {
+    std::string vocab;
+    for (int b = 0; b < 256; ++b) {
+        const std::string mapped = bytes_to_unicode(std::string(1, static_cast<char>(b)));
+        vocab += boost::json::serialize(boost::json::value(mapped)) + ":" + std::to_string(b) + ",";
+    }
+    vocab += "\"ab\":256,\"bc\":257";
+    // "abc": with (a b) at rank 0, "ab" "c"; with it moved behind (b c) by its repeat, "a" "bc".
+    auto with = [&](const std::string& merges) {
+        auto t = Tokenizer::from_json(R"({"model":{"type":"BPE","vocab":{)" + vocab +
+                                      R"(},"merges":)" + merges +
+                                      R"(},"pre_tokenizer":{"type":"ByteLevel"}})");
+        REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+        auto ids = (*t)->encode("abc");
+        REQUIRE(ids.ok());
+        return *ids;
+    };
+    CHECK(with(R"(["a b","b c"])") == std::vector<TokenId>{256, 'c'});
+    CHECK(with(R"(["a b","b c","a b"])") == std::vector<TokenId>{'a', 257});
+}
+
 TEST_CASE("tokenizer: the ChatML prompt of fortunes prompt C renders to its prompt ids") {
     auto tok = load(kFortunes);
     auto config = load_tokenizer_config(kFortunes);
