@@ -344,7 +344,7 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
         log::error("tenants_reload_refused", {{"error", refused.message()}});
         return refused;
     }
-    auto table = std::make_shared<const TenantTable>(tenants);
+    auto table = std::make_shared<const TenantTable>(tenants, router_->tenants().get());
     // New limits before the new keys (a tenant added is never admitted unlimited), and the
     // removed tenants dropped after (their running requests keep their limits: TenantLimiter).
     limiter_->configure(tenants, /*keep_others=*/true);

@@ -2,9 +2,12 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstring>
 
 namespace edge::daemon {
 namespace {
@@ -13,6 +16,23 @@ std::array<unsigned char, 32> sha256(std::string_view data) {
     std::array<unsigned char, 32> out{};
     unsigned int len = 0;
     EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
+    return out;
+}
+
+// 16 random hex digits.
+std::string random_tag() {
+    std::array<unsigned char, 8> bytes{};
+    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+        // Never in practice; a clock-based tag still differs from the last one.
+        const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+        std::memcpy(bytes.data(), &now, bytes.size());
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned char b : bytes) {
+        out += kHex[b >> 4];
+        out += kHex[b & 15];
+    }
     return out;
 }
 
@@ -28,7 +48,8 @@ bool Tenant::may_use(std::string_view model) const {
     return models.empty() || std::find(models.begin(), models.end(), model) != models.end();
 }
 
-TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants) {
+TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants,
+                         const TenantTable* previous) {
     if (!tenants) {
         return;
     }
@@ -46,7 +67,33 @@ TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants
             }
             keys_.push_back(e);
         }
+        tenants_.back().cache_scope = previous != nullptr
+                                          ? previous->inherited_scope(t.name, keys_, index)
+                                          : std::string();
+        if (tenants_.back().cache_scope.empty()) {
+            tenants_.back().cache_scope = t.name + "#" + random_tag();
+        }
     }
+}
+
+std::string TenantTable::inherited_scope(std::string_view name, const std::vector<Entry>& keys,
+                                         size_t index) const {
+    const Tenant* before = enabled_ ? find(name) : nullptr;
+    if (before == nullptr) {
+        return {};
+    }
+    const size_t before_index = static_cast<size_t>(before - tenants_.data());
+    for (const Entry& k : keys) {
+        if (k.tenant != index) {
+            continue;
+        }
+        for (const Entry& old : keys_) {
+            if (old.tenant == before_index && old.hash == k.hash) {
+                return before->cache_scope;  // Still holds one of its keys: the same tenant.
+            }
+        }
+    }
+    return {};
 }
 
 const Tenant* TenantTable::find(std::string_view name) const {

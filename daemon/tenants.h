@@ -23,6 +23,11 @@ struct Tenant {
     int64_t max_output_tokens = 0;    // max_tokens cap; 0: none.
     int32_t priority = 0;             // Preemption priority passed to the engine (higher: later).
     int64_t input_tokens_per_minute = 0;  // The longest prompt one request may have; 0: none.
+    // The tenant's identity for the prefix cache (GenerateRequest::cache_scope): its name and a
+    // random tag drawn when the name appears, kept across reloads while the tenant keeps one of
+    // its keys. A name that comes back with none of its keys (another customer, or the same one
+    // after its keys were all replaced) gets a new tag, so it never hits the old prompts.
+    std::string cache_scope = {};
 
     bool may_use(std::string_view model) const;
 };
@@ -32,7 +37,9 @@ enum class AuthOutcome { kOk, kMissing, kUnknown };
 class TenantTable {
 public:
     // `tenants` absent: authentication is off and every request is the anonymous tenant.
-    explicit TenantTable(const std::optional<std::vector<TenantConfig>>& tenants);
+    // `previous`: the table this one replaces (a reload), whose cache scopes carry over.
+    explicit TenantTable(const std::optional<std::vector<TenantConfig>>& tenants,
+                         const TenantTable* previous = nullptr);
 
     bool enabled() const { return enabled_; }
 
@@ -55,10 +62,14 @@ private:
         std::array<unsigned char, 32> hash;
         size_t tenant;
     };
+    // The cache scope of this table's tenant `name` when that tenant had one of the keys that
+    // `keys` lists for tenant `index` of the new table; "" otherwise.
+    std::string inherited_scope(std::string_view name, const std::vector<Entry>& keys,
+                                size_t index) const;
     bool enabled_ = false;
     std::vector<Tenant> tenants_;
     std::vector<Entry> keys_;
-    Tenant anonymous_{"anonymous", {}, 1, 0, 0};
+    Tenant anonymous_{"anonymous", {}, 1, 0, 0, 0, 0, "anonymous"};
 };
 
 }  // namespace edge::daemon

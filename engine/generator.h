@@ -67,7 +67,11 @@ struct SamplingParams {
 
 struct GenerateRequest {
     std::string request_id;  // For logs and metrics correlation; never a label.
-    std::string tenant;      // Tenant name; keys the prefix-cache salt and fair share.
+    std::string tenant;      // Tenant name; keys fair share, and the prefix-cache salt...
+    // ...unless this is set: the tenant's identity for the prefix cache (a name that came back
+    // as another customer gets a new one, daemon/tenants.h), so requests of different scopes
+    // never share cached prompt blocks.
+    std::string cache_scope = {};
     std::string model;       // Model name as served (config `models[].name`).
     // The prompt: raw text, token ids, or chat messages (the model's chat template is applied).
     std::variant<std::string, std::vector<TokenId>, std::vector<ChatMessage>> prompt;

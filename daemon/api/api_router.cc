@@ -416,6 +416,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     req.generate.tenant_weight = tenant.weight;
     req.generate.priority = tenant.priority;
     req.generate.tenant = tenant.name;
+    req.generate.cache_scope = tenant.cache_scope;
     if (std::string_view forwarded_id = request.header(cluster::kRequestIdHeader);
         from_peer && is_request_id(forwarded_id)) {
         req.generate.request_id = std::string(forwarded_id);

@@ -50,6 +50,8 @@ public:
     void set_tenants(std::shared_ptr<const TenantTable> tenants);
     // Whether the tenant table in force checks API keys.
     bool tenants_enabled() const { return tenants()->enabled(); }
+    // The tenant table in use (any thread).
+    std::shared_ptr<const TenantTable> tenants() const;
     // Null: everything runs here. Any thread, any time; must outlive the router.
     void set_route_planner(cluster::RoutePlanner* planner) { planner_.store(planner); }
     // Carries requests planned for another site; null: such plans fail with 503. Before serving.
@@ -76,8 +78,6 @@ private:
     // `no_elsewhere`: why no other site will be tried.
     bool serves_here(const std::string& model, std::string_view version_pin, ApiError& error,
                      std::string_view no_elsewhere) const;
-
-    std::shared_ptr<const TenantTable> tenants() const;
 
     engine::Generator& generator_;
     mutable std::mutex tenants_mu_;

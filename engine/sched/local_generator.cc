@@ -321,6 +321,7 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     seq.sampling = std::move(request.sampling);
     seq.sink = std::move(sink);
     seq.tenant = std::move(request.tenant);
+    seq.cache_scope = std::move(request.cache_scope);
     seq.tenant_weight = request.tenant_weight;
     seq.priority = request.priority;
     if (!request.tools.empty() && rt.chat) {

@@ -207,7 +207,7 @@ private:
 
     // Scheduler-thread state.
     std::vector<std::unique_ptr<Sequence>> running_;
-    std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by tenant.
+    std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by cache scope.
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a KV preemption, until a sequence finishes.
     SchedulerStats stats_;

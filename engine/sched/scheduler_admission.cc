@@ -197,9 +197,11 @@ void Scheduler::attach_prefix(Sequence* seq) {
         return;
     }
     if (!seq->chain_ready) {
-        auto salt = salts_.find(seq->tenant);
+        auto salt = salts_.find(seq->cache_scope);
         if (salt == salts_.end()) {
-            salt = salts_.emplace(seq->tenant, tenant_salt(config_.prefix_secret, seq->tenant))
+            salt = salts_
+                       .emplace(seq->cache_scope,
+                                tenant_salt(config_.prefix_secret, seq->cache_scope))
                        .first;
         }
         seq->prefix_chain = prefix_chain(

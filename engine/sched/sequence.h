@@ -49,6 +49,7 @@ struct SequenceRequest {
     uint64_t seed = 0;                     // Seed for the sampler.
     std::shared_ptr<GenerationSink> sink;  // Receives deltas and the finish.
     std::string tenant = {};               // Fair-share key ("" is a tenant like any other).
+    std::string cache_scope = {};          // Prefix-cache salt key; "": the tenant.
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
     int32_t priority = 0;                  // Higher is preempted later.
     std::vector<TokenId> kept_special = {};  // Special tokens decoded anyway (tool markers).
@@ -66,6 +67,7 @@ struct Sequence {
           sink(std::move(request.sink)),
           control(std::make_shared<SequenceControl>()),
           tenant(std::move(request.tenant)),
+          cache_scope(request.cache_scope.empty() ? tenant : std::move(request.cache_scope)),
           tenant_weight(std::max(request.tenant_weight, 1)),
           priority(request.priority) {
         decoder.keep_special(std::move(request.kept_special));
@@ -90,6 +92,7 @@ struct Sequence {
     std::shared_ptr<GenerationSink> sink;
     std::shared_ptr<SequenceControl> control;
     std::string tenant;
+    std::string cache_scope;  // Whose prefix-cache entries it may hit (prefix_hash.h salt).
     int32_t tenant_weight = 1;
     int32_t priority = 0;
 

@@ -270,6 +270,10 @@ TEST_CASE("reload rotates a key while a request runs: old key 401 after, running
                 .ok());
     REQUIRE(f.generator.wait_for_request(1));
     CHECK(f.call(chat_body(false), kNewKey).status == 429);  // Two running: the cap.
+    // Every key replaced: for the prefix cache it may be another customer under the same name.
+    CHECK(f.generator.request(0).cache_scope.starts_with("acme#"));
+    CHECK(f.generator.request(1).cache_scope.starts_with("acme#"));
+    CHECK(f.generator.request(1).cache_scope != f.generator.request(0).cache_scope);
 
     f.generator.emit(0, "after-reload");
     f.generator.finish(0, engine::FinishReason::kStop, {});

@@ -42,6 +42,29 @@ TEST_CASE("SHA-256 of keys, bearer parsing and per-tenant model lists") {
     CHECK(off.authenticate("").tenant->name == "anonymous");
 }
 
+TEST_CASE("tenant cache scopes: kept while a key stays, new for a name that returns without one") {
+    const std::string k1 = TenantTable::sha256_hex("k1"), k2 = TenantTable::sha256_hex("k2"),
+                      k3 = TenantTable::sha256_hex("k3");
+    TenantTable first(std::vector<TenantConfig>{{"acme", {k1, k2}, {}}, {"zeta", {k3}, {}}});
+    const std::string acme = first.find("acme")->cache_scope;
+    CHECK(acme.starts_with("acme#"));
+    CHECK(first.find("zeta")->cache_scope != acme);
+    // Another table from the same config (another process): other tags.
+    TenantTable elsewhere(std::vector<TenantConfig>{{"acme", {k1, k2}, {}}});
+    CHECK(elsewhere.find("acme")->cache_scope != acme);
+    // Reloaded with one key rotated (k2 kept): the same tenant, the same scope.
+    TenantTable rotated(std::vector<TenantConfig>{{"acme", {k2, k3}, {}}}, &first);
+    CHECK(rotated.find("acme")->cache_scope == acme);
+    // The name again with none of its keys: another customer, a new scope.
+    TenantTable reused(std::vector<TenantConfig>{{"acme", {TenantTable::sha256_hex("k9")}, {}}},
+                       &rotated);
+    CHECK(reused.find("acme")->cache_scope != acme);
+    CHECK(reused.find("acme")->cache_scope.starts_with("acme#"));
+    // Authentication off: one anonymous scope.
+    TenantTable off(std::nullopt, &first);
+    CHECK(off.find("x")->cache_scope == "anonymous");
+}
+
 TEST_CASE("systemd notifier: path and abstract sockets, watchdog interval") {
     edge::testing::TempDir dir;
     std::string path = dir.file("n.sock");

@@ -50,7 +50,8 @@ struct Paged {
                                                          std::vector<TokenId> prompt,
                                                          int max_tokens,
                                                          std::shared_ptr<CollectingSink> sink,
-                                                         int32_t priority = 0) {
+                                                         int32_t priority = 0,
+                                                         std::string cache_scope = "") {
         SequenceRequest r;
         r.request_id = tenant;
         r.prompt = std::move(prompt);
@@ -60,14 +61,17 @@ struct Paged {
         r.seed = 1;
         r.sink = std::move(sink);
         r.tenant = tenant;
+        r.cache_scope = std::move(cache_scope);
         r.priority = priority;
         return scheduler->submit(std::move(r));
     }
 
     std::shared_ptr<CollectingSink> submit(const std::string& tenant, std::vector<TokenId> prompt,
-                                           int max_tokens, int32_t priority = 0) {
+                                           int max_tokens, int32_t priority = 0,
+                                           std::string cache_scope = "") {
         auto sink = std::make_shared<CollectingSink>();
-        auto handle = try_submit(tenant, std::move(prompt), max_tokens, sink, priority);
+        auto handle = try_submit(tenant, std::move(prompt), max_tokens, sink, priority,
+                                 std::move(cache_scope));
         REQUIRE(handle.ok());
         handles.push_back(*handle);
         return sink;
@@ -189,6 +193,23 @@ TEST_CASE("prefix cache: tenant B never hits A's blocks and takes the same steps
         CHECK(s.chunks[0].second == calls_alone[i].chunks[0].second);
     }
     CHECK(shared.scheduler->serving_stats().tenants.at("b").prefix_hit_tokens == 0);
+}
+
+TEST_CASE("prefix cache: one tenant name under a new cache scope (another customer) never hits") {
+    const auto prompt = prompt_of(21);
+    Paged h;
+    auto first = h.submit("acme", prompt, 5, 0, "acme#1");
+    h.drain();
+    REQUIRE(first->wait());
+    auto same = h.submit("acme", prompt, 5, 0, "acme#1");
+    h.drain();
+    REQUIRE(same->wait());
+    CHECK(same->wait()->usage.cached_tokens == 20);
+    auto renamed = h.submit("acme", prompt, 5, 0, "acme#2");
+    h.drain();
+    REQUIRE(renamed->wait());
+    CHECK(renamed->wait()->usage.cached_tokens == 0);
+    CHECK(renamed->ids() == first->ids());
 }
 
 TEST_CASE("prefix cache: cached blocks are evicted least recently used when memory is needed") {
