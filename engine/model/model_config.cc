@@ -217,7 +217,8 @@ std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoin
     checkpoint.content_sample(64, feed);
     // The tokenizer and chat template change what a request becomes: part of the version too.
     const std::filesystem::path dir = std::filesystem::path(config.path()).parent_path();
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                             "chat_template.jinja", "tiktoken.model"}) {
         // Absent, or unreadable (the loaders name that): not part of the version.
         if (Result<std::string> text = read_small_file((dir / name).string()); text.ok()) {
             feed(name);

@@ -146,6 +146,12 @@ Result<TokenizerConfig> load_tokenizer_config(const std::string& dir) {
     if (!config.ok()) {
         return config.status().with_context(dir);
     }
+    // Newer checkpoints ship the template as a file of its own, which takes precedence over
+    // tokenizer_config.json's (as in transformers).
+    EDGE_ASSIGN_OR_RETURN(std::string jinja, read_optional(base / "chat_template.jinja"));
+    if (!jinja.empty()) {
+        config->chat_template = std::move(jinja);
+    }
     return config;
 }
 

@@ -2,8 +2,9 @@
 
 // TokenizerConfig gathers what a checkpoint directory says about special tokens and chat
 // formatting outside tokenizer.json: `tokenizer_config.json` (bos/eos token text, add_bos_token,
-// chat_template) and `generation_config.json` (bos/eos ids; eos may be a list). Both files are
-// optional; a file that exists but is malformed is an error naming the file and the field.
+// chat_template, or `chat_template.jinja` beside it, which wins) and `generation_config.json`
+// (bos/eos ids; eos may be a list). All are optional; a file that exists but is malformed is an
+// error naming the file and the field.
 // Plain data.
 
 #include <string>

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "engine/tokenizer/incremental_decoder.h"
 #include "engine/tokenizer/tokenizer_config.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/testing/test_certs.h"
 
 namespace edge::engine::tokenizer {
 namespace {
@@ -301,6 +303,24 @@ TEST_CASE("tokenizer: a merge listed twice takes its last rank, as Hugging Face'
     };
     CHECK(with(R"(["a b","b c"])") == std::vector<TokenId>{256, 'c'});
     CHECK(with(R"(["a b","b c","a b"])") == std::vector<TokenId>{'a', 257});
+}
+
+TEST_CASE("tokenizer config: chat_template.jinja beside tokenizer_config.json wins, as in HF") {
+    edge::testing::TempDir dir;
+    dir.write("tokenizer_config.json", R"({"chat_template":"{{ '<|im_start|>' }}"})");
+    auto inline_only = load_tokenizer_config(dir.path());
+    REQUIRE(inline_only.ok());
+    CHECK(inline_only->chat_template == "{{ '<|im_start|>' }}");
+    dir.write("chat_template.jinja", "[gMASK]<sop>{% for m in messages %}<|user|>{% endfor %}");
+    auto with_file = load_tokenizer_config(dir.path());
+    REQUIRE(with_file.ok());
+    CHECK(with_file->chat_template.starts_with("[gMASK]<sop>"));
+    // A directory where the file should be: an error naming it, not a silent fallback.
+    std::filesystem::remove(dir.file("chat_template.jinja"));
+    std::filesystem::create_directory(dir.file("chat_template.jinja"));
+    auto bad = load_tokenizer_config(dir.path());
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find("chat_template.jinja") != std::string::npos);
 }
 
 TEST_CASE("tokenizer: the ChatML prompt of fortunes prompt C renders to its prompt ids") {
