@@ -571,7 +571,7 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
          {"max_body_bytes", int_field(r, l.max_body_bytes, 1024, int64_t{1} << 30)},
          {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)},
          {"max_stream_buffer_bytes",
-          int_field(r, l.max_stream_buffer_bytes, 65536, int64_t{1} << 30)}});
+          int_field(r, l.max_stream_buffer_bytes, 4096, int64_t{1} << 30)}});
 }
 
 // A millisecond count (1..86400000) into a common Duration.

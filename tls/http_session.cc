@@ -51,6 +51,7 @@ struct Piece {
     enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
     HttpResponse response;
     std::string data;
+    bool uncounted = false;  // kChunk: the one oversized chunk let through (ChannelImpl::write).
 };
 
 std::string_view handshake_failure_reason(const boost::system::error_code& ec, bool timed_out) {
@@ -377,10 +378,15 @@ public:
         // Counted here, before the hand-over to the strand, so that what waits in the
         // io_context's queue is bounded too.
         const size_t n = chunk.size();
+        // A chunk larger than the whole limit (a final event carrying many logprobs, a long
+        // tool-call argument) is let through uncounted, one at a time: only a backlog of the
+        // others marks a slow reader, and memory stays bounded by the limit plus one chunk.
+        if (n > max_queued_ && !oversized_queued_.exchange(true)) {
+            deliver(Piece{Piece::kChunk, {}, std::move(chunk), /*uncounted=*/true});
+            return;
+        }
         const size_t queued = queued_.fetch_add(n, std::memory_order_relaxed) + n;
-        // One chunk larger than the limit passes when nothing else waits (an event with many
-        // top_logprobs can be several KiB): only a backlog is a sign of a slow reader.
-        if (queued > max_queued_ && queued > n) {
+        if (queued > max_queued_) {
             queued_.fetch_sub(n, std::memory_order_relaxed);
             if (!overflowed_.exchange(true)) {
                 on_session([seq = seq_, queued](HttpSession& s) {
@@ -461,6 +467,8 @@ public:
     // Bytes of chunks written to the channel and not yet to the socket; the session subtracts
     // what it wrote.
     std::atomic<size_t> queued_{0};
+    // An uncounted oversized chunk waits to be written; the session clears it once it is.
+    std::atomic<bool> oversized_queued_{false};
 };
 
 }  // namespace
@@ -912,12 +920,24 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         if (piece.kind == Piece::kChunk && streaming) {
             // Coalesce whatever else is already queued into one write.
+            size_t counted = piece.uncounted ? 0 : piece.data.size();
+            bool oversized = piece.uncounted;
             while (!pending_.empty() && pending_.front().kind == Piece::kChunk) {
+                counted += pending_.front().uncounted ? 0 : pending_.front().data.size();
+                oversized = oversized || pending_.front().uncounted;
                 piece.data += pending_.front().data;
                 pending_.pop_front();
             }
+            // What the channel counted for these chunks is off its backlog once they are
+            // written (or dropped).
+            auto written = [&] {
+                channel_->queued_.fetch_sub(counted, std::memory_order_relaxed);
+                if (oversized) {
+                    channel_->oversized_queued_.store(false);
+                }
+            };
             if (piece.data.empty() || head_only) {
-                channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
+                written();
                 continue;
             }
             set_deadline(write_timeout);
@@ -941,7 +961,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 auto raw = net::buffer(piece.data);
                 ec = co_await stream_.write(raw);
             }
-            channel_->queued_.fetch_sub(piece.data.size(), std::memory_order_relaxed);
+            written();
             if (ec) {
                 ok = false;
                 break;

@@ -583,11 +583,15 @@ TEST_CASE("a stream whose client stops reading is cancelled at max_stream_buffer
         REQUIRE(got.ok());
         REQUIRE(got->find(marker) != std::string::npos);
     }
-    // One event larger than the whole limit passes when nothing else waits.
+    // An event larger than the whole limit passes, and so do the small ones written right
+    // behind it (the final chunk, [DONE]) while it is still being written.
     const std::string big = "data: " + std::string(300 * 1024, 'z') + "<big>\n\n";
     second->write(big);
-    auto got = (*reader)->read_until("<big>");
+    second->write("data: {\"finish_reason\":\"stop\"}\n\n");
+    second->write("data: [DONE]\n\n");
+    auto got = (*reader)->read_until("[DONE]");
     REQUIRE(got.ok());
+    CHECK(got->find("<big>") != std::string::npos);
     second->end_stream();
     CHECK(f.observer.cancelled().size() == 1);
 }
