@@ -165,6 +165,15 @@ class GenerationHandle {
     virtual int64_t prompt_tokens() const { return 0; }
 };
 
+// A checkpoint's recommended sampling (generation_config.json: temperature, top_p, top_k), which
+// requests that leave a field unset get instead of OpenAI's defaults (1, 1, off), as vLLM and
+// transformers apply them. Unset: no recommendation.
+struct SamplingDefaults {
+    std::optional<float> temperature;
+    std::optional<float> top_p;
+    std::optional<int32_t> top_k;
+};
+
 struct ModelInfo {
     std::string name;            // Served name.
     std::string version;         // Version digest of the loaded checkpoint.
@@ -177,6 +186,7 @@ struct ModelInfo {
     // The model has a chat template and its vocabulary holds <think> and </think>: a chat
     // answer's thought is returned apart (engine/chat/reasoning_parser.h).
     bool thinks = false;
+    SamplingDefaults sampling_defaults = {};
 };
 
 // Live load of one served model, published for routing (gossip) and metrics. Rates are

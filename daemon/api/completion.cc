@@ -456,6 +456,24 @@ private:
 
 }  // namespace
 
+namespace {
+
+// The model's recommended sampling (generation_config.json) for the fields the client left unset.
+void apply_sampling_defaults(const engine::SamplingDefaults& d, ParsedRequest& r) {
+    engine::SamplingParams& s = r.generate.sampling;
+    if (d.temperature && !r.temperature_set) {
+        s.temperature = *d.temperature;
+    }
+    if (d.top_p && !r.top_p_set) {
+        s.top_p = *d.top_p;
+    }
+    if (d.top_k && !r.top_k_set) {
+        s.top_k = *d.top_k;
+    }
+}
+
+}  // namespace
+
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
                     CompletionDone on_done,
@@ -473,9 +491,13 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         channel->respond(error->to_response());
         return;
     }
-    const bool thinks = std::any_of(models.begin(), models.end(), [&](const auto& m) {
-        return m.name == model && m.thinks;
-    });
+    bool thinks = false;
+    for (const engine::ModelInfo& m : models) {
+        if (m.name == model) {
+            thinks = m.thinks;
+            apply_sampling_defaults(m.sampling_defaults, request);
+        }
+    }
     auto sink = std::make_shared<CompletionSink>(
         request, channel, created_unix, on_done,
         std::move(std::get<std::unique_ptr<ToolCallOutput>>(tools)), thinks);

@@ -723,6 +723,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 auto t = v.number(value, key, 0, 2);
                 ok = t.has_value();
                 s.temperature = static_cast<float>(t.value_or(1));
+                out.temperature_set = true;
             }
         } else if (key == "top_p") {
             if (!value.is_null()) {
@@ -731,6 +732,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 // A positive value below float's range keeps only the most likely token.
                 s.top_p = std::max(static_cast<float>(p.value_or(1)),
                                    std::numeric_limits<float>::min());
+                out.top_p_set = true;
             }
         } else if (key == "top_k") {
             if (!value.is_null()) {
@@ -738,6 +740,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 auto k = v.integer(value, key, -1, 1 << 20);
                 ok = k.has_value();
                 s.top_k = static_cast<int32_t>(std::max<int64_t>(k.value_or(0), 0));
+                out.top_k_set = true;
             }
         } else if (key == "seed") {
             if (!value.is_null()) {

@@ -40,6 +40,11 @@ struct ParsedRequest {
     // The field that set generate.sampling.max_tokens ("max_completion_tokens" or "max_tokens");
     // empty when the client set neither and the default applies.
     std::string max_tokens_param;
+    // Sampling fields the client set (not null): the others take the model's
+    // generation_config.json defaults (engine::ModelInfo::sampling_defaults) when it has them.
+    bool temperature_set = false;
+    bool top_p_set = false;
+    bool top_k_set = false;
     // How the tools in generate.tools may be used; kNone leaves generate.tools empty.
     ToolChoice tool_choice = ToolChoice::kNone;
     std::string tool_choice_function;  // kFunction: the function to call (one of the tools).

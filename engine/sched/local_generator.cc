@@ -64,6 +64,18 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         rt->info =
             ModelInfo{m.config.name, spec.version, spec.architecture, rt->context, m.created_unix};
         rt->vocab_size = spec.vocab_size;
+        rt->info.sampling_defaults = m.tokenizer_config.sampling;
+        if (const SamplingDefaults& d = rt->info.sampling_defaults;
+            d.temperature || d.top_p || d.top_k) {
+            // As vLLM says it: the checkpoint, not OpenAI's defaults, decides unset fields.
+            log::info("sampling_defaults",
+                      {{"model", m.config.name},
+                       {"temperature", static_cast<double>(d.temperature.value_or(1.0f))},
+                       {"top_p", static_cast<double>(d.top_p.value_or(1.0f))},
+                       {"top_k", static_cast<int64_t>(d.top_k.value_or(0))},
+                       {"detail", "generation_config.json's values apply to requests that "
+                                  "leave these fields unset"}});
+        }
         const KvCacheStats kv = m.model->kv_stats();
         rt->kv_tokens = int64_t{kv.blocks_total} * kv.block_tokens;
         log::info("model_ready", {{"model", m.config.name},

@@ -1,7 +1,10 @@
 #include "engine/tokenizer/tokenizer_config.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -90,8 +93,52 @@ Status parse_tokenizer_part(std::string_view text, TokenizerConfig* out) {
     return invalid_argument_error("tokenizer_config.json: chat_template: not a string or list");
 }
 
+// A number of generation_config.json within [lo, hi] (lo excluded when `open_lo`), or nullopt
+// when the field is absent or null.
+Result<std::optional<double>> sampling_number(const json::object& o, const char* field, double lo,
+                                              double hi, bool open_lo) {
+    const json::value* v = o.if_contains(field);
+    if (v == nullptr || v->is_null()) {
+        return std::optional<double>();
+    }
+    if (!v->is_number()) {
+        return invalid_argument_error(std::string("generation_config.json: ") + field +
+                                      ": expected a number");
+    }
+    const double x = v->to_number<double>();
+    if (!(open_lo ? x > lo : x >= lo) || !(x <= hi)) {
+        return invalid_argument_error(std::string("generation_config.json: ") + field + ": " +
+                                      json::serialize(*v) + " is outside " + (open_lo ? "(" : "[") +
+                                      json::serialize(json::value(lo)) + ", " +
+                                      json::serialize(json::value(hi)) + "]");
+    }
+    return std::optional<double>(x);
+}
+
+Status parse_sampling_defaults(const json::object& o, SamplingDefaults* out) {
+    // The ranges the API accepts from a client.
+    EDGE_ASSIGN_OR_RETURN(auto temperature, sampling_number(o, "temperature", 0, 2, false));
+    EDGE_ASSIGN_OR_RETURN(auto top_p, sampling_number(o, "top_p", 0, 1, true));
+    // HF's top_k 0 (and vLLM's -1) mean off, as 0 does here.
+    EDGE_ASSIGN_OR_RETURN(auto top_k, sampling_number(o, "top_k", -1, 1 << 20, false));
+    if (top_k && *top_k != std::floor(*top_k)) {
+        return invalid_argument_error("generation_config.json: top_k: expected an integer");
+    }
+    if (temperature) {
+        out->temperature = static_cast<float>(*temperature);
+    }
+    if (top_p) {
+        out->top_p = std::max(static_cast<float>(*top_p), std::numeric_limits<float>::min());
+    }
+    if (top_k) {
+        out->top_k = static_cast<int32_t>(std::max(*top_k, 0.0));
+    }
+    return ok_status();
+}
+
 Status parse_generation_part(std::string_view text, TokenizerConfig* out) {
     EDGE_ASSIGN_OR_RETURN(json::object o, parse_object(text, "generation_config.json"));
+    EDGE_RETURN_IF_ERROR(parse_sampling_defaults(o, &out->sampling));
     if (const json::value* bos = o.if_contains("bos_token_id"); bos && !bos->is_null()) {
         EDGE_ASSIGN_OR_RETURN(out->generation_bos_id, token_id_value(*bos, "bos_token_id"));
     }

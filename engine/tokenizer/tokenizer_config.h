@@ -22,6 +22,7 @@ struct TokenizerConfig {
     std::string chat_template;                // The Jinja template text as shipped ("" when none).
     std::vector<TokenId> generation_eos_ids;  // generation_config.json eos_token_id(s).
     TokenId generation_bos_id = -1;           // generation_config.json bos_token_id, or -1.
+    SamplingDefaults sampling;  // generation_config.json temperature, top_p, top_k.
 };
 
 // Reads `dir`/tokenizer_config.json and `dir`/generation_config.json when present.

@@ -336,6 +336,39 @@ TEST_CASE("client disconnect cancels the generation (streaming and not)") {
     CHECK(f.generator.wait_cancelled(1));
 }
 
+TEST_CASE("a model's generation_config.json sampling applies to fields the request left unset") {
+    ApiFixture f;
+    f.generator.set_sampling_defaults("test-model", {0.6f, 0.95f, 20});
+    const std::string base = R"({"model":"test-model","messages":[{"role":"user","content":"x"}])";
+    struct Case {
+        std::string extra;
+        float temperature, top_p;
+        int32_t top_k;
+    };
+    const std::vector<Case> cases = {
+        {"", 0.6f, 0.95f, 20},
+        {R"(,"temperature":0)", 0.0f, 0.95f, 20},  // The client's value wins, 0 included.
+        {R"(,"top_p":1,"top_k":-1)", 0.6f, 1.0f, 0},
+        {R"(,"temperature":null)", 0.6f, 0.95f, 20},  // null is unset.
+    };
+    size_t index = 0;
+    for (const Case& c : cases) {
+        CAPTURE(c.extra);
+        auto client = f.client();
+        REQUIRE(client->send(testing::http_request("POST", "/v1/chat/completions",
+                                                   base + c.extra + "}"))
+                    .ok());
+        REQUIRE(f.generator.wait_for_request(index));
+        const engine::SamplingParams s = f.generator.request(index).sampling;
+        CHECK(s.temperature == doctest::Approx(c.temperature));
+        CHECK(s.top_p == doctest::Approx(c.top_p));
+        CHECK(s.top_k == c.top_k);
+        f.generator.finish(index, engine::FinishReason::kStop, {});
+        CHECK(client->read_response()->status == 200);
+        ++index;
+    }
+}
+
 TEST_CASE("tenants: 401 without or with a wrong key, 403 for a model not allowed") {
     std::string extra = "tenants:\n  - name: acme\n    api_key_sha256: [" +
                         daemon::TenantTable::sha256_hex(kKey) +

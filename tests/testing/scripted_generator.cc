@@ -35,14 +35,18 @@ private:
 };
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> model_names)
-    : names_(std::move(model_names)), tool_formats_(names_.size()), thinks_(names_.size()) {}
+    : names_(std::move(model_names)),
+      tool_formats_(names_.size()),
+      thinks_(names_.size()),
+      sampling_defaults_(names_.size()) {}
 
 std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
     std::lock_guard lock(mu_);
     std::vector<engine::ModelInfo> out;
     for (size_t i = 0; i < names_.size(); ++i) {
         out.push_back(engine::ModelInfo{names_[i], "v1", "Scripted", 4096, 1700000000,
-                                        tool_formats_[i], thinks_[i] > 0});
+                                        tool_formats_[i], thinks_[i] > 0,
+                                        sampling_defaults_[i]});
     }
     return out;
 }
@@ -77,6 +81,16 @@ void ScriptedGenerator::set_thinks(const std::string& model, bool prompt_opens_t
     for (size_t i = 0; i < names_.size(); ++i) {
         if (names_[i] == model) {
             thinks_[i] = prompt_opens_thought ? 2 : 1;
+        }
+    }
+}
+
+void ScriptedGenerator::set_sampling_defaults(const std::string& model,
+                                              engine::SamplingDefaults defaults) {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < names_.size(); ++i) {
+        if (names_[i] == model) {
+            sampling_defaults_[i] = defaults;
         }
     }
 }

@@ -58,6 +58,8 @@ public:
     // models() reports `model` as thinking (ModelInfo::thinks); with `prompt_opens_thought`,
     // submit() tells the sink of each of its chat requests that the prompt opened the thought.
     void set_thinks(const std::string& model, bool prompt_opens_thought = false);
+    // models() reports `defaults` as `model`'s generation_config.json sampling defaults.
+    void set_sampling_defaults(const std::string& model, engine::SamplingDefaults defaults);
 
     // Blocks until request number `index` (0-based) was submitted; false on timeout.
     bool wait_for_request(size_t index, int timeout_ms = 5000);
@@ -77,6 +79,7 @@ private:
     std::vector<std::string> names_;
     std::vector<std::string> tool_formats_;  // By index of names_; "" by default.
     std::vector<int> thinks_;                // By index of names_: 0 no, 1 yes, 2 opened.
+    std::vector<engine::SamplingDefaults> sampling_defaults_;  // By index of names_.
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
     bool ready_ = true;

@@ -305,6 +305,30 @@ TEST_CASE("tokenizer: a merge listed twice takes its last rank, as Hugging Face'
     CHECK(with(R"(["a b","b c","a b"])") == std::vector<TokenId>{'a', 257});
 }
 
+TEST_CASE("tokenizer config: generation_config.json sampling defaults, checked like a request's") {
+    auto qwen = parse_tokenizer_config("", R"({"temperature":0.6,"top_p":0.95,"top_k":20})");
+    REQUIRE(qwen.ok());
+    CHECK(*qwen->sampling.temperature == doctest::Approx(0.6f));
+    CHECK(*qwen->sampling.top_p == doctest::Approx(0.95f));
+    CHECK(*qwen->sampling.top_k == 20);
+    auto none = parse_tokenizer_config("", R"({"do_sample":false,"top_k":-1,"top_p":null})");
+    REQUIRE(none.ok());
+    CHECK_FALSE(none->sampling.temperature);
+    CHECK_FALSE(none->sampling.top_p);
+    CHECK(*none->sampling.top_k == 0);  // HF's 0 and vLLM's -1: off.
+    for (const auto& [json, field] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"temperature":3})", "temperature"},
+             {R"({"temperature":"hot"})", "temperature"},
+             {R"({"top_p":0})", "top_p"},
+             {R"({"top_k":2.5})", "top_k"}}) {
+        CAPTURE(json);
+        auto bad = parse_tokenizer_config("", json);
+        REQUIRE_FALSE(bad.ok());
+        CHECK(bad.status().message().find("generation_config.json: " + field) !=
+              std::string::npos);
+    }
+}
+
 TEST_CASE("tokenizer config: chat_template.jinja beside tokenizer_config.json wins, as in HF") {
     edge::testing::TempDir dir;
     dir.write("tokenizer_config.json", R"({"chat_template":"{{ '<|im_start|>' }}"})");
