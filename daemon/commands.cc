@@ -225,7 +225,7 @@ int run_main(int argc, char** argv) {
         (void)notifier.notify("STATUS=loading models");
         Result<std::unique_ptr<engine::Generator>> engine = [&config, &notifier] {
             // A load that outlasts TimeoutStartSec while it moves is given more time.
-            LoadHeartbeat heartbeat(notifier, engine::matrices_loading_noted);
+            LoadHeartbeat heartbeat(notifier, engine::load_progress);
             SignalWatcher during_load({SIGTERM, SIGINT}, [](int sig) {
                 log::info("shutdown", {{"signal", signal_name(sig)},
                                        {"detail", "received during the models' load; "

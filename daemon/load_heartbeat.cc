@@ -6,7 +6,8 @@
 
 namespace edge::daemon {
 
-LoadHeartbeat::LoadHeartbeat(const SystemdNotifier& notifier, std::function<int64_t()> progress,
+LoadHeartbeat::LoadHeartbeat(const SystemdNotifier& notifier,
+                             std::function<engine::LoadProgress()> progress,
                              std::chrono::milliseconds interval, std::chrono::milliseconds extend)
     : notifier_(notifier),
       progress_(std::move(progress)),
@@ -25,10 +26,10 @@ LoadHeartbeat::~LoadHeartbeat() {
 
 void LoadHeartbeat::run() {
     const auto start = std::chrono::steady_clock::now();
-    int64_t last = progress_();
+    engine::LoadProgress last = progress_();
     std::unique_lock lock(mu_);
     while (!cv_.wait_for(lock, interval_, [this] { return stop_; })) {
-        const int64_t now = progress_();
+        const engine::LoadProgress now = progress_();
         if (now == last) {
             continue;  // No sign of progress: no extension.
         }
@@ -36,9 +37,13 @@ void LoadHeartbeat::run() {
         const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(
                                  std::chrono::steady_clock::now() - start)
                                  .count();
-        const std::string status = "loading models: " + std::to_string(now) +
-                                   " weight matrices after " + std::to_string(seconds) + " s";
-        log::info("loading", {{"matrices", now}, {"seconds", static_cast<int64_t>(seconds)}});
+        const int64_t mib = now.bytes_read >> 20;
+        const std::string status = "loading models: " + std::to_string(mib) + " MiB read, " +
+                                   std::to_string(now.matrices) + " weight matrices after " +
+                                   std::to_string(seconds) + " s";
+        log::info("loading", {{"mib_read", mib},
+                              {"matrices", now.matrices},
+                              {"seconds", static_cast<int64_t>(seconds)}});
         const auto usec = std::chrono::duration_cast<std::chrono::microseconds>(extend_).count();
         if (Status s = notifier_.notify("EXTEND_TIMEOUT_USEC=" + std::to_string(usec) +
                                         "\nSTATUS=" + status);

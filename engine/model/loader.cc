@@ -59,7 +59,9 @@ Status check_model_files(const std::string& dir, const std::string& policy) {
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
     EDGE_ASSIGN_OR_RETURN(const Arch* arch, find_arch(config));
     EDGE_RETURN_IF_ERROR(arch->check_config(config));
-    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::open_dir(dir));
+    // Headers only: checking reads no weights.
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
+                          Checkpoint::open_dir(dir, /*populate=*/false));
     // The stored quantization_config and the policy, as the WeightLoader checks them.
     return WeightLoader::create(*checkpoint, config, policy).status();
 }

@@ -16,6 +16,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "engine/load_progress.h"
 
 namespace edge::engine {
 namespace {
@@ -146,9 +147,9 @@ Result<TensorInfo> parse_entry(std::string_view file, const std::string& name,
     return info;
 }
 
-// Maps `size` bytes of `fd` read-only at a 2 MiB-aligned address and faults every page in now
-// (so the first forward pays no fault per page and resident memory after load is the weights).
-// The alignment and MADV_HUGEPAGE let the kernel map the page cache's large folios with 2 MiB
+// Maps `size` bytes of `fd` read-only at a 2 MiB-aligned address; populate_weights() then faults
+// every page in (so the first forward pays no fault per page and resident memory after load is
+// the weights). The alignment and MADV_HUGEPAGE let the kernel map the page cache's large folios with 2 MiB
 // page-table entries: decode streams the whole file once per token, and with 4 KiB entries the
 // TLB misses cost a measurable share of the bandwidth (bench_decode --profile single at 2 threads:
 // ~3% more tokens/s). Pages read from disk now come in as 2 MiB folios (the fault readahead of a
@@ -179,24 +180,35 @@ void* map_weights(int fd, uint64_t size) {
         }
     }
     if (p == MAP_FAILED) {
-        return mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        return mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     }
 #if defined(MADV_HUGEPAGE)
     madvise(p, size, MADV_HUGEPAGE);
 #endif
-#if defined(MADV_POPULATE_READ)
-    if (madvise(p, size, MADV_POPULATE_READ) != 0)
-#endif
-    {
-        // No MADV_POPULATE_READ (kernels before 5.14): read ahead and touch every page.
-        madvise(p, size, MADV_WILLNEED);
-        const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-        volatile uint8_t sink = 0;
-        for (uint64_t off = 0; off < size; off += page) {
-            sink = sink + static_cast<const volatile uint8_t*>(p)[off];
-        }
-    }
     return p;
+}
+
+// Faults in [p, p + size) from the file, 256 MiB at a time, noting each step as load progress (a
+// terabyte checkpoint takes minutes to read: the daemon's load heartbeat watches the count).
+void populate_weights(const uint8_t* p, uint64_t size) {
+    constexpr uint64_t kStep = uint64_t{256} << 20;  // A multiple of 2 MiB (huge pages).
+    const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    for (uint64_t at = 0; at < size; at += kStep) {
+        const uint64_t n = std::min(kStep, size - at);
+        void* start = const_cast<uint8_t*>(p + at);
+#if defined(MADV_POPULATE_READ)
+        if (madvise(start, n, MADV_POPULATE_READ) != 0)
+#endif
+        {
+            // No MADV_POPULATE_READ (kernels before 5.14): read ahead and touch every page.
+            madvise(start, n, MADV_WILLNEED);
+            volatile uint8_t sink = 0;
+            for (uint64_t off = 0; off < n; off += page) {
+                sink = sink + static_cast<const volatile uint8_t*>(start)[off];
+            }
+        }
+        note_weight_bytes_read(static_cast<int64_t>(n));
+    }
 }
 
 }  // namespace
@@ -350,17 +362,28 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
     return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
 }
 
+void MappedFile::populate() const {
+    if (data_ != nullptr) {
+        populate_weights(data_, size_);
+    }
+}
+
 MappedFile::~MappedFile() {
     if (data_ != nullptr) {
         munmap(const_cast<uint8_t*>(data_), size_);
     }
 }
 
-Status Checkpoint::add_file(const std::string& path) {
+Status Checkpoint::add_file(const std::string& path, bool populate) {
     EDGE_ASSIGN_OR_RETURN(auto file, MappedFile::open(path));
     std::string_view bytes(reinterpret_cast<const char*>(file->data()), file->size());
+    // The header first (only its pages are read): a corrupt file is refused before its weights
+    // are read.
     EDGE_ASSIGN_OR_RETURN(SafetensorsHeader header,
                           parse_safetensors_header(bytes, file->size(), path));
+    if (populate) {
+        file->populate();
+    }
     auto owned = std::make_unique<SafetensorsHeader>(std::move(header));
     size_t index = files_.size();
     for (const TensorInfo& info : owned->tensors) {
@@ -375,20 +398,21 @@ Status Checkpoint::add_file(const std::string& path) {
     return ok_status();
 }
 
-Result<std::unique_ptr<Checkpoint>> Checkpoint::open_files(const std::vector<std::string>& paths) {
+Result<std::unique_ptr<Checkpoint>> Checkpoint::open_files(const std::vector<std::string>& paths,
+                                                           bool populate) {
     auto ckpt = std::unique_ptr<Checkpoint>(new Checkpoint());
     for (const std::string& p : paths) {
-        EDGE_RETURN_IF_ERROR(ckpt->add_file(p));
+        EDGE_RETURN_IF_ERROR(ckpt->add_file(p, populate));
     }
     ckpt->description_ = paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files";
     return ckpt;
 }
 
-Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir) {
+Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir, bool populate) {
     const std::string index_path = dir + "/model.safetensors.index.json";
     std::error_code missing;
     if (!std::filesystem::exists(index_path, missing)) {
-        return open_files({dir + "/model.safetensors"});
+        return open_files({dir + "/model.safetensors"}, populate);
     }
     EDGE_ASSIGN_OR_RETURN(std::string index_text, read_small_file(index_path));
     boost::system::error_code ec;
@@ -423,7 +447,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir)
     for (const std::string& s : shards) {
         paths.push_back(dir + "/" + s);
     }
-    EDGE_ASSIGN_OR_RETURN(auto ckpt, open_files(paths));
+    EDGE_ASSIGN_OR_RETURN(auto ckpt, open_files(paths, populate));
     for (const auto& [name, shard] : wanted) {
         auto it = ckpt->entries_.find(name);
         if (it == ckpt->entries_.end()) {

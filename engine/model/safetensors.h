@@ -68,6 +68,9 @@ public:
     const std::string& path() const { return path_; }
     const uint8_t* data() const { return data_; }
     uint64_t size() const { return size_; }
+    // Reads the whole file into the mapping now, in steps noted as load progress
+    // (engine/load_progress.h); open() reads nothing but what is touched.
+    void populate() const;
 
 private:
     MappedFile(std::string path, const uint8_t* data, uint64_t size)
@@ -100,10 +103,14 @@ struct TensorView {
 class Checkpoint {
 public:
     // Opens `dir`/model.safetensors.index.json and its shards when the index exists, else
-    // `dir`/model.safetensors.
-    static Result<std::unique_ptr<Checkpoint>> open_dir(const std::string& dir);
+    // `dir`/model.safetensors. Each file's header is checked before anything else of it is read;
+    // with `populate` (to serve or convert it) the whole file is then read into memory, else
+    // (to check it) only the header's pages are.
+    static Result<std::unique_ptr<Checkpoint>> open_dir(const std::string& dir,
+                                                        bool populate = true);
     // Opens the given files as one checkpoint (a tensor name may appear only once).
-    static Result<std::unique_ptr<Checkpoint>> open_files(const std::vector<std::string>& paths);
+    static Result<std::unique_ptr<Checkpoint>> open_files(const std::vector<std::string>& paths,
+                                                          bool populate = true);
 
     // The tensor, or kNotFound naming it and the checkpoint.
     Result<TensorView> tensor(std::string_view name) const;
@@ -137,7 +144,7 @@ private:
         size_t file = 0;
         const TensorInfo* info = nullptr;
     };
-    Status add_file(const std::string& path);
+    Status add_file(const std::string& path, bool populate);
 
     std::string description_;
     mutable std::mutex read_mu_;

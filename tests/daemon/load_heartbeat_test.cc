@@ -47,20 +47,25 @@ TEST_CASE("load heartbeat: extends systemd's start timeout while the load moves,
     REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
     SystemdNotifier notifier(path, "", "");
     std::atomic<int64_t> matrices{0};
+    std::atomic<int64_t> bytes{0};
     {
-        LoadHeartbeat beat(notifier, [&] { return matrices.load(); }, 20ms, 3s);
+        LoadHeartbeat beat(
+            notifier,
+            [&] { return edge::engine::LoadProgress{bytes.load(), matrices.load()}; }, 20ms, 3s);
         // Standing still: nothing, over many beats.
         CHECK_FALSE(receive(fd, 200));
-        matrices = 7;
+        bytes = int64_t{3} << 20;  // Reading the weights.
         const std::optional<std::string> msg = receive(fd, 5000);
         REQUIRE(msg);
-        CHECK(msg->starts_with(
-            "EXTEND_TIMEOUT_USEC=3000000\nSTATUS=loading models: 7 weight matrices after "));
+        CHECK(msg->starts_with("EXTEND_TIMEOUT_USEC=3000000\nSTATUS=loading models: 3 MiB read, "
+                               "0 weight matrices after "));
         CHECK(msg->ends_with(" s"));
         // One extension per beat that saw progress, not one per beat.
         CHECK_FALSE(receive(fd, 200));
-        matrices = 9;
-        REQUIRE(receive(fd, 5000));
+        matrices = 9;  // Preparing the matrices.
+        const std::optional<std::string> next = receive(fd, 5000);
+        REQUIRE(next);
+        CHECK(next->find("3 MiB read, 9 weight matrices") != std::string::npos);
     }
     // Destroyed: no more beats.
     matrices = 20;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "engine/load_progress.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
@@ -110,6 +111,26 @@ TEST_CASE("truncated safetensors names the file and the tensor") {
     s = load_status(m);
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(contains(s, "header length"));
+}
+
+TEST_CASE("a file's header is checked before its weights are read, and checking reads none") {
+    TempModel m;
+    const std::string f = read(m.path("model.safetensors"));
+    const int64_t size = static_cast<int64_t>(f.size());
+    // Checking (check-config): the headers only.
+    int64_t before = load_progress().bytes_read;
+    REQUIRE(check_model_files(m.dir.string(), "none").ok());
+    CHECK(load_progress().bytes_read == before);
+    // Loading reads the whole file, noted as progress.
+    REQUIRE(Checkpoint::open_dir(m.dir.string()).ok());
+    CHECK(load_progress().bytes_read == before + size);
+    // A header that does not hold is refused before any weight is read.
+    std::string bad = f;
+    bad[8] = '[';  // The header's JSON object opens with '[' instead.
+    write(m.path("model.safetensors"), bad);
+    before = load_progress().bytes_read;
+    CHECK_FALSE(Checkpoint::open_dir(m.dir.string()).ok());
+    CHECK(load_progress().bytes_read == before);
 }
 
 TEST_CASE("header offsets past the file / overlapping / misaligned / wrong span") {
