@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 
 #include "common/file.h"
@@ -947,19 +948,24 @@ std::optional<int> second_document_line(std::string_view text) {
 // yaml-cpp 0.7 accepts a quoted scalar whose closing quote never comes: it runs to the end of
 // the input and swallows every section after it. Each quoted scalar (yaml-cpp tags it "!") is
 // checked in the raw text from its opening quote at Mark().pos: a double-quoted one ends at an
-// unescaped `"`, a single-quoted one at a `'` not doubled.
+// unescaped `"`, a single-quoted one at a `'` not doubled. Each node of the text is visited once
+// (`seen` holds their positions): an alias is the node it names, and following every alias path
+// of nested aliases would take exponential time (a "billion laughs" file of 600 bytes).
 Status check_quoted_scalars(const Reader& r, std::string_view text, size_t offset,
-                            const YAML::Node& node) {
+                            const YAML::Node& node, std::unordered_set<int>& seen) {
+    if (!node.Mark().is_null() && !seen.insert(node.Mark().pos).second) {
+        return ok_status();
+    }
     if (node.IsMap()) {
         for (auto it = node.begin(); it != node.end(); ++it) {
-            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, it->first));
-            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, it->second));
+            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, it->first, seen));
+            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, it->second, seen));
         }
         return ok_status();
     }
     if (node.IsSequence()) {
         for (size_t i = 0; i < node.size(); ++i) {
-            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, node[i]));
+            EDGE_RETURN_IF_ERROR(check_quoted_scalars(r, text, offset, node[i], seen));
         }
         return ok_status();
     }
@@ -1020,7 +1026,8 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
         }
         // yaml-cpp's marks do not count a UTF-8 byte order mark.
         const size_t offset = yaml_text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
-        EDGE_RETURN_IF_ERROR(check_quoted_scalars(reader, yaml_text, offset, root));
+        std::unordered_set<int> seen;
+        EDGE_RETURN_IF_ERROR(check_quoted_scalars(reader, yaml_text, offset, root, seen));
         EDGE_RETURN_IF_ERROR(parse_root(reader, root, config));
     } catch (const YAML::Exception& e) {
         return reader.error(e.mark, "", e.msg);

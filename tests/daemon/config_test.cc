@@ -133,6 +133,21 @@ TEST_CASE("no tenants section means authentication off and defaults apply") {
     CHECK(c->engine.max_decode_sequences == 0);
 }
 
+TEST_CASE("nested aliases (a billion laughs) are checked in linear time, then refused by key") {
+    // 10^12 paths through 12 levels of ten aliases each: each node must be visited once.
+    std::string yaml = "a0: &a0 [\"x\", 'y', z]\n";
+    for (int level = 1; level <= 12; ++level) {
+        yaml += "a" + std::to_string(level) + ": &a" + std::to_string(level) + " [";
+        for (int i = 0; i < 10; ++i) {
+            yaml += (i > 0 ? ", *a" : "*a") + std::to_string(level - 1);
+        }
+        yaml += "]\n";
+    }
+    Result<Config> c = parse_config(yaml, "/etc/edgeserve/bomb.yaml");
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().message().find("a0") != std::string::npos);  // The unknown key, named.
+}
+
 TEST_CASE("unknown keys are rejected with file:line:column and the key path") {
     std::string e = error_of(testing::config_yaml("/c", "/k", "limits:\n  header_timeout: 5\n"));
     CHECK(e == "/etc/edgeserve/test.yaml:18:3: limits.header_timeout: unknown key");
