@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -189,8 +190,16 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
         return out;
     }
     const std::string path = o.text_path.empty() ? o.model_dir + "/eval.txt" : o.text_path;
+    // A regular file, checked before it is opened: a FIFO would block the open, a device
+    // (/dev/zero) never end.
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+        return invalid_argument_error("quant-eval: " + path + ": not a regular file");
+    }
+    const uint64_t file_size = std::filesystem::file_size(path, ec);
     std::ifstream in(path, std::ios::binary);
-    if (!in) {
+    if (ec || !in) {
         return not_found_error("quant-eval: cannot read text file " + path +
                                " (give one with --text)");
     }
@@ -199,7 +208,11 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
     out.tokenizer_vocab = tok->vocab_size();
     constexpr int64_t kMargin = 64;
     std::string text;
-    size_t want = static_cast<size_t>(std::min<int64_t>(o.tokens * 8, int64_t{1} << 40)) + 4096;
+    // About 8 bytes a token are read at first (doubled while too few), never past the file.
+    size_t want = static_cast<size_t>(
+        std::min<uint64_t>(static_cast<uint64_t>(std::min<int64_t>(o.tokens, int64_t{1} << 40)) * 8 +
+                               4096,
+                           file_size));
     while (true) {
         const size_t had = text.size();
         text.resize(want);
@@ -221,7 +234,7 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
                 break;
             }
         }
-        want = text.size() * 2;
+        want = static_cast<size_t>(std::min<uint64_t>(text.size() * 2 + 4096, file_size + 1));
     }
     if (static_cast<int64_t>(out.ids.size()) > o.tokens) {
         out.ids.resize(static_cast<size_t>(o.tokens));

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -689,6 +691,25 @@ TEST_CASE("quant-eval: the text's first tokens, the baseline's label, a tokenize
     CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
     CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
     CHECK((*from_text)[0].label == "bf16");
+
+    // A FIFO or a device is refused before it is opened (one would block, the other never end),
+    // and a huge --tokens on a short text reads the text, not tokens x 8 bytes.
+    REQUIRE(mkfifo((dir.path + "/fifo").c_str(), 0600) == 0);
+    o.token_ids.clear();
+    for (const std::string& odd : {dir.path + "/fifo", std::string("/dev/zero")}) {
+        o.text_path = odd;
+        auto refused = run_quant_eval(o);
+        REQUIRE_FALSE(refused.ok());
+        CHECK(contains(refused.status(), "not a regular file"));
+    }
+    write_text(dir.path + "/short.txt", "a short text\n");
+    o.text_path = dir.path + "/short.txt";
+    o.tokens = int64_t{1} << 30;
+    auto short_text = run_quant_eval(o);
+    REQUIRE_MESSAGE(short_text.ok(), short_text.status().to_string());
+    CHECK((*short_text)[0].positions < 20);
+    o.text_path = dir.path + "/long.txt";
+    o.tokens = 300;
 
     // A checkpoint that stores quantized tensors is compared against itself as stored.
     TempDir q("stored");
