@@ -92,6 +92,21 @@ Status check_model(const engine::ModelConfig& model) {
     if (!format.ok() && format.status().code() != StatusCode::kNotFound) {
         return format.status();
     }
+    if (format.ok()) {
+        // The format's control tokens, as the load checks them (a named format the vocabulary
+        // cannot write fails the load).
+        if (auto chat = engine::tokenizer::ChatTemplate::create(*format, tokenizer.get());
+            !chat.ok()) {
+            return chat.status().with_context("chat_template " + model.chat_template);
+        }
+    }
+    // As every architecture's load refuses it.
+    if (Result<int64_t> positions = config.get_int("max_position_embeddings");
+        positions.ok() && model.max_context > *positions) {
+        return invalid_argument_error("max_context " + std::to_string(model.max_context) +
+                                      " is larger than the model's max_position_embeddings " +
+                                      std::to_string(*positions) + " (" + config.path() + ")");
+    }
     return ok_status();
 }
 

@@ -242,6 +242,21 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     CHECK_MESSAGE(e.find("tokenizer has 512 tokens but " + model +
                          "/config.json says vocab_size 510") != std::string::npos,
                   e);
+    std::filesystem::copy_file(
+        std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe/config.json",
+        model + "/config.json", std::filesystem::copy_options::overwrite_existing);
+    // A chat format whose control tokens the vocabulary lacks, a max_context beyond the model's
+    // positions: run refuses both at load, so check-config does too.
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "models:\n  - {name: m, path: " + model +
+                                       ", chat_template: glm4_5}\n"));
+    CHECK_MESSAGE(e.find("[gMASK]") != std::string::npos, e);
+    e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                   "models:\n  - {name: m, path: " + model +
+                                       ", max_context: 100000}\n"));
+    CHECK_MESSAGE(e.find("max_context 100000 is larger than the model's "
+                         "max_position_embeddings") != std::string::npos,
+                  e);
 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "engine:\n  sharding:\n    communicator: carrier-pigeon\n"));
