@@ -148,8 +148,8 @@ class GenerationSink {
   public:
     virtual ~GenerationSink() = default;
     // The prompt ended inside an open thought (its last tokens are <think> and whitespace: the
-    // chat template or the client's assistant prefix opened it), so the output starts in the
-    // thought. Called at most once, from submit(), before any other callback.
+    // chat template opened it, as DeepSeek-V3.1's does with thinking on), so the output starts
+    // in the thought. Called at most once, from submit(), before any other callback.
     virtual void on_thought_opened() {}
     virtual void on_delta(TokenDelta delta) = 0;
     virtual void on_finish(Finish finish) = 0;

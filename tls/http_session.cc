@@ -719,9 +719,14 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     }
     boost::system::error_code ec = co_await parse_request(parser, true);
     if (ec == http::error::header_limit) {
-        // No target yet: the request line alone passed the limit, a target too long (RFC 9112
-        // section 3; Beast sets the target once the request line is whole).
-        if (parser.get().target().empty()) {
+        // The request line alone passed the limit: a target too long (RFC 9112 section 3). Beast
+        // may not have parsed a line that came in pieces (it then waits for the whole header),
+        // so the line's end is looked for in what is unparsed.
+        const std::string_view unparsed(static_cast<const char*>(buffer_.data().data()),
+                                        buffer_.size());
+        const size_t line_end = unparsed.find('\n');
+        if (parser.get().target().empty() &&
+            (line_end == std::string_view::npos || line_end >= limits.max_header_bytes)) {
             co_await reject(414, "request target too long", 11);
         } else {
             co_await reject(431, "request header fields too large", 11);
@@ -839,14 +844,15 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
         // Beast bounds the fields of a header (not with its request line) and the payload, not a
         // chunk-size line with its extensions or the trailer section: what the parser left
         // unconsumed is one of those, or the header's unfinished part. Each is held to
-        // max_header_bytes exactly (the request line and fields together): reads stop one byte
-        // past it.
+        // max_header_bytes exactly (the request line and fields together).
         const size_t held = buffer_.size() + header_bytes;
         if (held > limit) {
             co_return http::make_error_code(http::error::header_limit);
         }
-        auto more =
-            buffer_.prepare(std::min<size_t>(header_only ? 4096 : 16 * 1024, limit + 1 - held));
+        // In the header, reads stop one byte past the bound; after it, the slices above bound a
+        // chunk line exactly and body bytes are read in full 16 KiB steps.
+        auto more = buffer_.prepare(header_only ? std::min<size_t>(4096, limit + 1 - held)
+                                                : size_t{16} * 1024);
         auto [read_ec, n] = co_await stream_.read_some(more);
         if (read_ec == net::error::eof || read_ec == net::ssl::error::stream_truncated) {
             // The client closed mid-message: a partial message, as Beast's readers report it.

@@ -7,6 +7,11 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>";
 const std::string kClose = "</think>";
+// Whitespace before an opening <think> (models write at most a newline or two), and newlines
+// held at the end of a thought: past these, the output is answer, the newlines thought text.
+// They bound what is held back and scanned again as each token arrives.
+constexpr size_t kMaxLeadingSpace = 64;
+constexpr size_t kMaxHeldNewlines = 16;
 
 }  // namespace
 
@@ -43,7 +48,7 @@ void ReasoningParser::run(ReasoningDelta& out, bool ended) {
                     state_ = State::kThought;
                     continue;
                 }
-                if (!ended && kOpen.starts_with(rest)) {
+                if (!ended && at <= kMaxLeadingSpace && kOpen.starts_with(rest)) {
                     return;  // Whitespace, or a prefix of <think>: not known yet.
                 }
                 state_ = State::kAnswer;
@@ -61,7 +66,8 @@ void ReasoningParser::run(ReasoningDelta& out, bool ended) {
                 // Newlines before the end may be the thought's last: held until more text
                 // follows them, dropped at its end.
                 size_t text_end = end;
-                while (text_end > 0 && buf_[text_end - 1] == '\n') {
+                while (text_end > 0 && buf_[text_end - 1] == '\n' &&
+                       (close != std::string::npos || ended || end - text_end < kMaxHeldNewlines)) {
                     --text_end;
                 }
                 if (text_end > 0) {

@@ -13,9 +13,12 @@
 //   thought (max_tokens reached) is all thought; after </think> everything is answer, a second
 //   <think> included.
 // Text is fed as it is decoded, split anywhere (even inside a marker): what may be the start of
-// a marker, and newlines that may end the thought, are held back until known.
+// a marker, and newlines that may end the thought, are held back until known (a bounded amount:
+// more than 64 bytes of whitespace before <think> make the output an answer, and a thought's run
+// of more than 16 newlines is released as its text).
 //
-// Threading: one parser per response, used from one thread.
+// Threading: one parser per response, used by one thread at a time (open_thought() may come
+// from the submitting thread, before the engine's first feed()).
 
 #include <string>
 #include <string_view>

@@ -252,8 +252,13 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
                                               : "messages: model \"" + rt.info.name +
                                                     "\" has no chat template");
         }
-        EDGE_ASSIGN_OR_RETURN(
-            ids, rt.chat->render(messages, request.tools, {.thinking = request.thinking}));
+        // A forced reply (a tool call) is the answer itself: the turn opens without a thought,
+        // as each family's template renders thinking off (DeepSeek-V3.1's <think> would
+        // otherwise sit right before the call).
+        const std::optional<bool> thinking =
+            request.assistant_prefix.empty() ? request.thinking : std::optional<bool>(false);
+        EDGE_ASSIGN_OR_RETURN(ids,
+                              rt.chat->render(messages, request.tools, {.thinking = thinking}));
         if (!request.assistant_prefix.empty()) {
             EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> forced,
                                   rt.chat->render_assistant_prefix(request.assistant_prefix));

@@ -109,6 +109,29 @@ TEST_CASE("reasoning: an empty thought (thinking off) leaves the answer alone") 
     CHECK(s.content == "Done.");
 }
 
+TEST_CASE("reasoning: what is held back stays bounded, token by token") {
+    // Whitespace past 64 bytes before any <think>: an answer, released as it comes.
+    ReasoningParser lead;
+    std::string content;
+    for (int i = 0; i < 100; ++i) {
+        content += lead.feed(" ").content;
+    }
+    CHECK(content.size() >= 100 - 64);
+    content += lead.feed("<think>x</think>").content + lead.finish().content;
+    CHECK(content == std::string(100, ' ') + "<think>x</think>");
+    // A long run of newlines inside a thought: at most 16 held; the thought keeps them all.
+    ReasoningParser deep;
+    std::string thought = deep.feed("<think>a").reasoning;
+    for (int i = 0; i < 40; ++i) {
+        thought += deep.feed("\n").reasoning;
+    }
+    CHECK(thought.size() >= 1 + 40 - 16);
+    const ReasoningDelta rest = deep.feed("b</think>c");
+    thought += rest.reasoning + deep.finish().reasoning;
+    CHECK(thought == "a" + std::string(40, '\n') + "b");
+    CHECK(rest.content == "c");
+}
+
 TEST_CASE("reasoning: multi-byte text and newlines inside the thought stay whole") {
     const Split s = check_all_splits("<think>日本\n\n語 🙂\n</think>答え");
     CHECK(s.reasoning == "日本\n\n語 🙂");

@@ -179,7 +179,9 @@ TEST_CASE("local generator: a thinking model's markers reach the text, and an op
     FakeOptions opts;
     opts.vocab_size = 520;
     // After the prompt's last "\n": <think> H </think>, then EOS.
-    opts.next = [](std::span<const TokenId> history) -> TokenId {
+    auto last_history = std::make_shared<std::vector<TokenId>>();
+    opts.next = [last_history](std::span<const TokenId> history) -> TokenId {
+        last_history->assign(history.begin(), history.end());
         switch (history.back()) {
             case 10: return 512;
             case 512: return 72;
@@ -211,6 +213,17 @@ TEST_CASE("local generator: a thinking model's markers reach the text, and an op
     REQUIRE((*gen)->submit(chat, opened).ok());
     REQUIRE(opened->wait());
     CHECK(opened->thought_opened());
+
+    // A forced reply (a tool call's opening) renders the turn with thinking off: an empty
+    // thought, closed, before the prefix; the output does not start in a thought.
+    chat.assistant_prefix = "call(";
+    auto forced = std::make_shared<CollectingSink>();
+    REQUIRE((*gen)->submit(chat, forced).ok());
+    REQUIRE(forced->wait());
+    CHECK_FALSE(forced->thought_opened());
+    const std::vector<TokenId>& prompt = *last_history;  // EOS at once: the prompt alone.
+    CHECK(std::count(prompt.begin(), prompt.end(), 512) == 1);
+    CHECK(std::count(prompt.begin(), prompt.end(), 513) == 1);
 
     // Completions are raw text: no markers kept, nothing opened.
     GenerateRequest raw = request({72, 512, 10}, 8);
