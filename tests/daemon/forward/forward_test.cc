@@ -304,7 +304,8 @@ private:
 
 TEST_CASE("pooled connections idle past pool_idle_timeout are closed, a departed peer's too") {
     Cluster cluster;
-    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  pool_idle_timeout_ms: 300\n");
+    // Long enough for a forward on a busy sanitizer build to come back within it.
+    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  pool_idle_timeout_ms: 1500\n");
     Site b(cluster, "sin", {"m"});
     Site c(cluster, "syd", {"m"});
     auto forward_once = [&](Site& to, size_t index) {
@@ -325,7 +326,7 @@ TEST_CASE("pooled connections idle past pool_idle_timeout are closed, a departed
     };
     forward_once(b, 0);
     CHECK(idle_is(1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
     // Nothing goes to sin any more (it left the cluster, say): its stale connection is closed
     // when the next connection, syd's, comes back to the pool.
     forward_once(c, 0);
@@ -334,7 +335,7 @@ TEST_CASE("pooled connections idle past pool_idle_timeout are closed, a departed
     // Within the timeout syd's connection is reused; past it, a new one is opened.
     forward_once(c, 1);
     CHECK(forwarder->connections_opened() == 2);
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1600));
     forward_once(c, 2);
     CHECK(forwarder->connections_opened() == 3);
     CHECK(idle_is(1));
