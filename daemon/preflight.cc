@@ -1,7 +1,6 @@
 #include "daemon/preflight.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -67,15 +66,8 @@ Status check_model(const engine::ModelConfig& model) {
     // config.json and its architecture's fields, the safetensors headers, the stored
     // quantization and the policy: what the load checks before reading a weight.
     EDGE_RETURN_IF_ERROR(engine::check_model_files(model.path, model.quantization));
-    // The tokenizer as engine/engine.cc picks it: tokenizer.json, else a tiktoken model.
-    std::unique_ptr<engine::tokenizer::Tokenizer> tokenizer;
-    if (std::filesystem::exists(model.path + "/tokenizer.json") ||
-        !std::filesystem::exists(model.path + "/tiktoken.model")) {
-        EDGE_ASSIGN_OR_RETURN(
-            tokenizer, engine::tokenizer::Tokenizer::load_file(model.path + "/tokenizer.json"));
-    } else {
-        EDGE_ASSIGN_OR_RETURN(tokenizer, engine::tokenizer::load_tiktoken_dir(model.path));
-    }
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<engine::tokenizer::Tokenizer> tokenizer,
+                          engine::tokenizer::load_checkpoint_tokenizer(model.path));
     // As the load refuses it: a tokenizer whose ids the model has no rows for.
     EDGE_ASSIGN_OR_RETURN(engine::ConfigJson config, engine::ConfigJson::read(model.path));
     if (Result<int64_t> vocab = config.get_int("vocab_size");

@@ -64,14 +64,7 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
         return not_found_error(mc.path + "/config.json: cannot open (not a checkpoint, or one "
                                          "whose writing was interrupted)");
     }
-    // tokenizer.json (byte-level BPE), else a tiktoken model (Kimi K2).
-    if (std::filesystem::exists(mc.path + "/tokenizer.json") ||
-        !std::filesystem::exists(mc.path + "/tiktoken.model")) {
-        EDGE_ASSIGN_OR_RETURN(m.tokenizer,
-                              tokenizer::Tokenizer::load_file(mc.path + "/tokenizer.json"));
-    } else {
-        EDGE_ASSIGN_OR_RETURN(m.tokenizer, tokenizer::load_tiktoken_dir(mc.path));
-    }
+    EDGE_ASSIGN_OR_RETURN(m.tokenizer, tokenizer::load_checkpoint_tokenizer(mc.path));
     EDGE_ASSIGN_OR_RETURN(m.tokenizer_config, tokenizer::load_tokenizer_config(mc.path));
     LoadOptions options;
     options.threads = config.threads;

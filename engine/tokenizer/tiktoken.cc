@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -184,6 +185,15 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_from_tiktoken(std::string_view mode
         return t.status().with_context(where);
     }
     return t;
+}
+
+Result<std::unique_ptr<Tokenizer>> load_checkpoint_tokenizer(const std::string& dir) {
+    std::error_code ec;
+    if (std::filesystem::exists(dir + "/tokenizer.json", ec) ||
+        !std::filesystem::exists(dir + "/tiktoken.model", ec)) {
+        return Tokenizer::load_file(dir + "/tokenizer.json");
+    }
+    return load_tiktoken_dir(dir);
 }
 
 Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir) {

@@ -40,4 +40,8 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_from_tiktoken(std::string_view mode
 // pattern.
 Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir);
 
+// The tokenizer of checkpoint directory `dir`, as the engine loads it: `dir`/tokenizer.json
+// (byte-level BPE), else `dir`/tiktoken.model (Kimi K2). Errors name the file.
+Result<std::unique_ptr<Tokenizer>> load_checkpoint_tokenizer(const std::string& dir);
+
 }  // namespace edge::engine::tokenizer

@@ -22,6 +22,8 @@
 #include "engine/model/weight_loader.h"
 #include "engine/quant/policy.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/tokenizer/tiktoken.h"
+#include "engine/tokenizer/tokenizer_config.h"
 #include "engine/tools/cli.h"
 
 namespace edge::engine {
@@ -43,8 +45,11 @@ struct Buffers {
 
 Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy policy, quant::parse_quant_policy(options.policy));
-    // What the loader would refuse (config fields, headers) is refused here, not written out.
+    // What the loader would refuse (config fields, headers, the tokenizer and generation
+    // config) is refused here, before hours of writing.
     EDGE_RETURN_IF_ERROR(check_model_files(options.model_dir, ""));
+    EDGE_RETURN_IF_ERROR(tokenizer::load_checkpoint_tokenizer(options.model_dir).status());
+    EDGE_RETURN_IF_ERROR(tokenizer::load_tokenizer_config(options.model_dir).status());
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(options.model_dir));
     EDGE_ASSIGN_OR_RETURN(StoredQuantization stored, parse_stored_quantization(config));
     if (!stored.quant_method.empty()) {

@@ -212,6 +212,18 @@ TEST_CASE("quantize: --force leaves nothing of the old checkpoint, an input that
     CHECK(broken.message().find("does not load") != std::string::npos);
     CHECK(broken.message().find("k_norm") != std::string::npos);
     CHECK_FALSE(fs::exists(out.path + "/config.json"));
+
+    // A tokenizer the loader would refuse: refused before anything is written.
+    TempDir bad_tok("bad_tok");
+    for (const char* f : {"config.json", "model.safetensors"}) {
+        fs::copy_file(kMicro + "/" + f, bad_tok.path + "/" + f);
+    }
+    std::ofstream(bad_tok.path + "/tokenizer.json") << "{\"model\": 3}";
+    const std::string fresh = out.path + "/fresh";
+    Status tok = quantize_checkpoint({bad_tok.path, "all-int8", fresh});
+    CHECK_FALSE(tok.ok());
+    CHECK(tok.message().find("tokenizer.json") != std::string::npos);
+    CHECK_FALSE(fs::exists(fresh));
 }
 
 TEST_CASE("a directory that is not a checkpoint is named as such, before its tokenizer") {

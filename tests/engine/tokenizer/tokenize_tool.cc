@@ -28,11 +28,7 @@ using edge::engine::TokenId;
 using edge::engine::tokenizer::Tokenizer;
 
 edge::Result<std::unique_ptr<Tokenizer>> load(const std::string& dir) {
-    if (std::filesystem::exists(dir + "/tokenizer.json") ||
-        !std::filesystem::exists(dir + "/tiktoken.model")) {
-        return Tokenizer::load_file(dir + "/tokenizer.json");
-    }
-    return edge::engine::tokenizer::load_tiktoken_dir(dir);
+    return edge::engine::tokenizer::load_checkpoint_tokenizer(dir);
 }
 
 json::object error(const std::string& what) { return json::object{{"error", what}}; }
