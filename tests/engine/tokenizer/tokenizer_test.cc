@@ -263,12 +263,18 @@ TEST_CASE("tokenizer: bad tokenizer.json gives a clear status") {
     CHECK(missing.status().code() == StatusCode::kNotFound);
 }
 
-TEST_CASE("tokenizer: merges in the [left, right] array form") {
+// The JSON members of a vocabulary holding the 256 byte tokens as ids 0..255, ending in ','.
+std::string byte_vocab() {
     std::string vocab;
     for (int b = 0; b < 256; ++b) {
         const std::string mapped = bytes_to_unicode(std::string(1, static_cast<char>(b)));
         vocab += boost::json::serialize(boost::json::value(mapped)) + ":" + std::to_string(b) + ",";
     }
+    return vocab;
+}
+
+TEST_CASE("tokenizer: merges in the [left, right] array form") {
+    std::string vocab = byte_vocab();
     vocab += "\"ab\":256,\"abc\":257";
     const std::string model =
         R"({"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":[["a","b"],["ab","c"]]})";
@@ -285,11 +291,7 @@ TEST_CASE("tokenizer: merges in the [left, right] array form") {
 }
 
 TEST_CASE("tokenizer: a merge listed twice takes its last rank, as Hugging Face's do") {
-    std::string vocab;
-    for (int b = 0; b < 256; ++b) {
-        const std::string mapped = bytes_to_unicode(std::string(1, static_cast<char>(b)));
-        vocab += boost::json::serialize(boost::json::value(mapped)) + ":" + std::to_string(b) + ",";
-    }
+    std::string vocab = byte_vocab();
     vocab += "\"ab\":256,\"bc\":257";
     // "abc": with (a b) at rank 0, "ab" "c"; with it moved behind (b c) by its repeat, "a" "bc".
     auto with = [&](const std::string& merges) {
