@@ -17,7 +17,8 @@ void note_weight_bytes_read(int64_t bytes) {
 void note_matrix_loading() { g_matrices.fetch_add(1, std::memory_order_relaxed); }
 
 LoadProgress load_progress() {
-    return {g_bytes_read.load(std::memory_order_relaxed), g_matrices.load(std::memory_order_relaxed)};
+    return {g_bytes_read.load(std::memory_order_relaxed),
+            g_matrices.load(std::memory_order_relaxed)};
 }
 
 }  // namespace edge::engine

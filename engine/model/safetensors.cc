@@ -149,13 +149,13 @@ Result<TensorInfo> parse_entry(std::string_view file, const std::string& name,
 
 // Maps `size` bytes of `fd` read-only at a 2 MiB-aligned address; populate_weights() then faults
 // every page in (so the first forward pays no fault per page and resident memory after load is
-// the weights). The alignment and MADV_HUGEPAGE let the kernel map the page cache's large folios with 2 MiB
-// page-table entries: decode streams the whole file once per token, and with 4 KiB entries the
-// TLB misses cost a measurable share of the bandwidth (bench_decode --profile single at 2 threads:
-// ~3% more tokens/s). Pages read from disk now come in as 2 MiB folios (the fault readahead of a
-// VM_HUGEPAGE mapping); what the page cache already holds in smaller folios is mapped as it is
-// (FilePmdMapped in /proc/PID/smaps shows how much got 2 MiB entries). All hints are best-effort:
-// a kernel or filesystem without them leaves an ordinary mapping.
+// the weights). The alignment and MADV_HUGEPAGE let the kernel map the page cache's large folios
+// with 2 MiB page-table entries: decode streams the whole file once per token, and with 4 KiB
+// entries the TLB misses cost a measurable share of the bandwidth (bench_decode --profile single
+// at 2 threads: ~3% more tokens/s). Pages read from disk now come in as 2 MiB folios (the fault
+// readahead of a VM_HUGEPAGE mapping); what the page cache already holds in smaller folios is
+// mapped as it is (FilePmdMapped in /proc/PID/smaps shows how much got 2 MiB entries). All hints
+// are best-effort: a kernel or filesystem without them leaves an ordinary mapping.
 void* map_weights(int fd, uint64_t size) {
     constexpr uint64_t kHuge = uint64_t{2} << 20;
     void* p = MAP_FAILED;
