@@ -6,6 +6,7 @@
 #include <boost/json/serialize.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -30,6 +31,30 @@ namespace edge::engine {
 namespace {
 
 namespace json = boost::json;
+
+// The flat index of the first NaN or Inf of a BF16/F16/F32 tensor (its exponent bits all set),
+// or -1; other dtypes hold no such values.
+int64_t first_non_finite(const TensorView& t) {
+    auto scan = [&](auto word, uint64_t exponent_mask) -> int64_t {
+        using Word = decltype(word);
+        const auto* p = static_cast<const Word*>(t.data);
+        const int64_t n = t.nbytes / static_cast<int64_t>(sizeof(Word));
+        for (int64_t i = 0; i < n; ++i) {
+            Word w;
+            std::memcpy(&w, p + i, sizeof(Word));  // The mapping may be unaligned for it.
+            if ((w & exponent_mask) == exponent_mask) {
+                return i;
+            }
+        }
+        return -1;
+    };
+    switch (t.dtype()) {
+        case DType::kBF16: return scan(uint16_t{}, 0x7f80);
+        case DType::kF16: return scan(uint16_t{}, 0x7c00);
+        case DType::kF32: return scan(uint32_t{}, 0x7f800000);
+        default: return -1;
+    }
+}
 namespace fs = std::filesystem;
 
 std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
@@ -105,6 +130,12 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                             name.ends_with(".weight") && t.shape().size() == 2;
         const WeightFormat f = format_of(name, t);
         if (!is_quantized_format(f)) {
+            // Copied as is: a NaN or Inf here (a norm's weight) would make every logit NaN.
+            if (const int64_t at = first_non_finite(t); at >= 0) {
+                return invalid_argument_error(*t.file + ": tensor '" + name +
+                                              "': a NaN or Inf at element " + std::to_string(at) +
+                                              "; refusing to write a checkpoint that cannot run");
+            }
             if (linear) {
                 ignore.push_back(name.substr(0, name.size() - 7));
             }

@@ -466,6 +466,26 @@ TEST_CASE("compressed-tensors weight_shape loads stored as I32 or as I64") {
 
 TEST_CASE("quantized checkpoints: bad input gets clear errors") {
     const std::string mod = "model.layers.0.mlp.experts.0.gate_proj";
+    SUBCASE("a NaN in a tensor quantize keeps as it is") {
+        TempDir in("nan_in");
+        for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+            fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+        }
+        rewrite(in.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+            TensorToWrite* t = find(ts, "model.norm.weight");
+            std::string bytes(t->bytes);
+            const uint16_t nan = 0x7fc0;  // A BF16 quiet NaN, element 3.
+            std::memcpy(bytes.data() + 6, &nan, 2);
+            keep.push_back(std::move(bytes));
+            t->bytes = keep.back();
+        });
+        TempDir out("nan_out");
+        Status s = quantize_checkpoint({in.path, "experts-int4", out.path + "/q"});
+        CHECK(s.code() == StatusCode::kInvalidArgument);
+        CHECK(s.message().find("tensor 'model.norm.weight': a NaN or Inf at element 3") !=
+              std::string::npos);
+        CHECK_FALSE(fs::exists(out.path + "/q"));
+    }
     SUBCASE("unknown quant_method") {
         TempDir tmp("method");
         REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
