@@ -718,12 +718,13 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         set_deadline(limits.header_timeout);
     }
     boost::system::error_code ec = co_await parse_request(parser, true);
+    // What the parser has not consumed: the start of a head it refused.
+    const std::string_view unparsed(static_cast<const char*>(buffer_.data().data()),
+                                    buffer_.size());
     if (ec == http::error::header_limit) {
         // The request line alone passed the limit: a target too long (RFC 9112 section 3). Beast
         // may not have parsed a line that came in pieces (it then waits for the whole header),
         // so the line's end is looked for in what is unparsed.
-        const std::string_view unparsed(static_cast<const char*>(buffer_.data().data()),
-                                        buffer_.size());
         const size_t line_end = unparsed.find('\n');
         if (parser.get().target().empty() &&
             (line_end == std::string_view::npos || line_end >= limits.max_header_bytes)) {
@@ -738,6 +739,14 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_return false;
     }
     if (ec == http::error::bad_version) {
+        // "HTTP/1.1" ended by a bare LF is a malformed line, not another version (RFC 9112
+        // section 2.2 lets a server refuse the LF alone).
+        const std::string_view line = unparsed.substr(0, unparsed.find('\n'));
+        if (line.size() < unparsed.size() &&
+            (line.ends_with(" HTTP/1.1") || line.ends_with(" HTTP/1.0"))) {
+            co_await reject(400, "malformed request line: lines end with CRLF", 11);
+            co_return false;
+        }
         co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
         co_return false;
     }

@@ -364,6 +364,7 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
              {"BREW /x HTTP/1.1\r\nHost: x\r\n\r\n", 501},
              {"GET /x HTTP/2.0\r\nHost: x\r\n\r\n", 505},
              {"GET /x HTTP/1.2\r\nHost: x\r\n\r\n", 505},
+             {"GET /x HTTP/1.1\nHost: x\n\n", 400},  // Bare LF: malformed, not HTTP/2.
              {"GET /x HTTP/1.1\r\n\r\n", 400},
              {"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400}}) {
         auto c = f.connect();
