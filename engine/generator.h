@@ -166,8 +166,8 @@ class GenerationHandle {
 };
 
 // A checkpoint's recommended sampling (generation_config.json: temperature, top_p, top_k), which
-// requests that leave a field unset get instead of OpenAI's defaults (1, 1, off), as vLLM and
-// transformers apply them. Unset: no recommendation.
+// requests that leave a field unset get instead of OpenAI's defaults (1, 1, off), as vLLM applies
+// them (`do_sample` is not read, as vLLM does not). Unset: no recommendation.
 struct SamplingDefaults {
     std::optional<float> temperature;
     std::optional<float> top_p;

@@ -1,6 +1,7 @@
 #include "engine/sched/local_generator.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/log.h"
 #include "engine/sampling/sampler.h"
@@ -68,10 +69,16 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         if (const SamplingDefaults& d = rt->info.sampling_defaults;
             d.temperature || d.top_p || d.top_k) {
             // As vLLM says it: the checkpoint, not OpenAI's defaults, decides unset fields.
+            // As the file writes them (0.6, not the float's 0.6000000238).
+            auto shown = [](std::optional<float> v, float unset) {
+                char text[32];
+                std::snprintf(text, sizeof(text), "%g", static_cast<double>(v.value_or(unset)));
+                return std::string(text);
+            };
             log::info("sampling_defaults",
                       {{"model", m.config.name},
-                       {"temperature", static_cast<double>(d.temperature.value_or(1.0f))},
-                       {"top_p", static_cast<double>(d.top_p.value_or(1.0f))},
+                       {"temperature", shown(d.temperature, 1.0f)},
+                       {"top_p", shown(d.top_p, 1.0f)},
                        {"top_k", static_cast<int64_t>(d.top_k.value_or(0))},
                        {"detail", "generation_config.json's values apply to requests that "
                                   "leave these fields unset"}});
@@ -135,7 +142,8 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
                                                      {"path", m.config.path},
                                                      {"known", tokenizer::kChatFormatNames}});
             rt->no_chat = "messages: the chat template of model \"" + m.config.name +
-                          "\" (tokenizer_config.json) is not recognised; set the model's "
+                          "\" (" + m.tokenizer_config.chat_template_file +
+                          ") is not recognised; set the model's "
                           "models[].chat_template to one of " +
                           std::string(tokenizer::kChatFormatNames) +
                           " to chat with it, or use /v1/completions";

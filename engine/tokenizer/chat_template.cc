@@ -188,9 +188,10 @@ Reasoned split_reasoning(const ChatMessage& m) {
 // `thinking`: the vocabulary has Qwen3's <think> tokens, and the template's reasoning rules
 // apply (Qwen2.5's ChatML has none): an assistant turn before the last user query keeps only its
 // answer; one after it (a tool-calling loop) keeps its reasoning in a <think> block, as the last
-// message always does.
+// message always does. `opens_thought`: the assistant turn opens with <think>\n (a thinking-only
+// template), unless thinking is switched off (a forced tool call), which closes it at once.
 Status chatml(std::span<const ChatMessage> messages, const json::array& tools, bool thinking,
-              const ChatOptions& options, Builder* b) {
+              bool opens_thought, const ChatOptions& options, Builder* b) {
     // The last user message that is a query (not a tool response a client wrapped itself).
     size_t last_query = messages.size() - 1;
     for (size_t i = messages.size(); i-- > 0;) {
@@ -275,6 +276,9 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, b
         b->text("\n\n");
         b->marker("</think>");
         b->text("\n\n");
+    } else if (thinking && opens_thought) {
+        b->marker("<think>");
+        b->text("\n");
     }
     return ok_status();
 }
@@ -456,6 +460,7 @@ std::string_view tool_call_format_of(ChatFormat format) {
         case ChatFormat::kDeepSeekV31:
             return "deepseek_v3_1";
         case ChatFormat::kChatMl:
+        case ChatFormat::kChatMlThinking:
             break;
     }
     return "hermes";
@@ -465,6 +470,9 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
                                       const Tokenizer& tokenizer) {
     if (configured == "chatml") {
         return ChatFormat::kChatMl;
+    }
+    if (configured == "chatml_thinking") {
+        return ChatFormat::kChatMlThinking;
     }
     if (configured == "glm4_5") {
         return ChatFormat::kGlm45;
@@ -491,7 +499,12 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
         return ChatFormat::kGlm45;
     }
     if (t.find(kImStart) != std::string::npos) {
-        return ChatFormat::kChatMl;
+        // The generation prompt of a thinking-only template, its newlines written as Jinja
+        // escapes or as they are.
+        const bool opens = t.find("assistant\\n<think>\\n'") != std::string::npos ||
+                           t.find("assistant\\n<think>\\n\"") != std::string::npos ||
+                           t.find("assistant\n<think>\n'") != std::string::npos;
+        return opens ? ChatFormat::kChatMlThinking : ChatFormat::kChatMl;
     }
     if (t.find(kDsUser) != std::string::npos && t.find(kDsAssistant) != std::string::npos) {
         if (t.find("<think>") == std::string::npos) {
@@ -532,6 +545,9 @@ Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* to
     switch (format) {
         case ChatFormat::kChatMl:
             required = {kImStart, kImEnd};
+            break;
+        case ChatFormat::kChatMlThinking:
+            required = {kImStart, kImEnd, "<think>", "</think>"};
             break;
         case ChatFormat::kGlm45:
             required = {kGMask,     "<sop>",       "<|system|>",
@@ -578,8 +594,9 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
     Builder b;
     switch (format_) {
         case ChatFormat::kChatMl:
-            EDGE_RETURN_IF_ERROR(
-                chatml(messages, tj, tokenizer_->token_id("</think>") >= 0, options, &b));
+        case ChatFormat::kChatMlThinking:
+            EDGE_RETURN_IF_ERROR(chatml(messages, tj, tokenizer_->token_id("</think>") >= 0,
+                                        format_ == ChatFormat::kChatMlThinking, options, &b));
             break;
         case ChatFormat::kGlm45:
             EDGE_RETURN_IF_ERROR(glm45(messages, tj, options, &b));
@@ -631,6 +648,7 @@ std::vector<TokenId> ChatTemplate::tool_call_marker_ids() const {
     std::vector<std::string_view> markers;
     switch (format_) {
         case ChatFormat::kChatMl:
+        case ChatFormat::kChatMlThinking:
             markers = {"<tool_call>", "</tool_call>"};
             break;
         case ChatFormat::kGlm45:

@@ -28,6 +28,9 @@ namespace edge::engine::tokenizer {
 
 enum class ChatFormat {
     kChatMl,  // <|im_start|>{role}\n{content}<|im_end|>\n ..., then <|im_start|>assistant\n
+    // The same whose assistant turn opens the thought, <|im_start|>assistant\n<think>\n: the
+    // thinking-only Qwen3 (-Thinking-2507) and QwQ, which write </think> but no <think>.
+    kChatMlThinking,
     kGlm45,   // [gMASK]<sop><|system|>\n...<|user|>\n...<|assistant|>
     kKimiK2,  // <|im_user|>user<|im_middle|>...<|im_end|>...<|im_assistant|>assistant<|im_middle|>
     kDeepSeekV3,  // <｜begin▁of▁sentence｜>{system}<｜User｜>...<｜Assistant｜>...<｜end▁of▁sentence｜>
@@ -36,14 +39,14 @@ enum class ChatFormat {
 
 // The names choose_chat_format() accepts besides "auto", for messages that list them.
 inline constexpr std::string_view kChatFormatNames =
-    "chatml, glm4_5, kimi_k2, deepseek_v3, deepseek_v3_1";
+    "chatml, chatml_thinking, glm4_5, kimi_k2, deepseek_v3, deepseek_v3_1";
 
 // The tool-call output format the family writes, as named by engine/chat/tool_call_parser.h's
 // tool_call_format_from_name(): "hermes" (ChatML / Qwen3), "glm4_5", "kimi_k2", "deepseek_v3",
 // "deepseek_v3_1".
 std::string_view tool_call_format_of(ChatFormat format);
 
-// "chatml" -> kChatMl, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2, "deepseek_v3" -> kDeepSeekV3,
+// "chatml" -> kChatMl, "chatml_thinking" -> kChatMlThinking, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2, "deepseek_v3" -> kDeepSeekV3,
 // "deepseek_v3_1" -> kDeepSeekV31; "auto" (or "") -> from the checkpoint's template, else (no
 // template) from its vocabulary. DeepSeek-V3's template is told from V3.1's (which has a
 // `thinking` switch and </think>) and from R1's (<think> without the switch), which is not

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "common/file.h"
@@ -107,10 +108,12 @@ Result<std::optional<double>> sampling_number(const json::object& o, const char*
     }
     const double x = v->to_number<double>();
     if (!(open_lo ? x > lo : x >= lo) || !(x <= hi)) {
+        char range[96];
+        std::snprintf(range, sizeof(range), "%s%g, %g]", open_lo ? "(" : "[", lo, hi);
+        char value[32];
+        std::snprintf(value, sizeof(value), "%g", x);
         return invalid_argument_error(std::string("generation_config.json: ") + field + ": " +
-                                      json::serialize(*v) + " is outside " + (open_lo ? "(" : "[") +
-                                      json::serialize(json::value(lo)) + ", " +
-                                      json::serialize(json::value(hi)) + "]");
+                                      value + " is outside " + range);
     }
     return std::optional<double>(x);
 }
@@ -182,6 +185,9 @@ Result<TokenizerConfig> parse_tokenizer_config(std::string_view tokenizer_config
     } catch (const std::exception& e) {
         return invalid_argument_error(std::string("tokenizer configuration: ") + e.what());
     }
+    if (!config.chat_template.empty()) {
+        config.chat_template_file = "tokenizer_config.json";
+    }
     return config;
 }
 
@@ -198,6 +204,7 @@ Result<TokenizerConfig> load_tokenizer_config(const std::string& dir) {
     EDGE_ASSIGN_OR_RETURN(std::string jinja, read_optional(base / "chat_template.jinja"));
     if (!jinja.empty()) {
         config->chat_template = std::move(jinja);
+        config->chat_template_file = "chat_template.jinja";
     }
     return config;
 }

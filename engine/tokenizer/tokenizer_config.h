@@ -20,6 +20,8 @@ struct TokenizerConfig {
     std::string eos_token;                    // Text of the EOS token ("" when none).
     bool add_bos_token = false;               // Whether prompts start with BOS.
     std::string chat_template;                // The Jinja template text as shipped ("" when none).
+    // The file it came from: "tokenizer_config.json" or "chat_template.jinja" ("" when none).
+    std::string chat_template_file;
     std::vector<TokenId> generation_eos_ids;  // generation_config.json eos_token_id(s).
     TokenId generation_bos_id = -1;           // generation_config.json bos_token_id, or -1.
     SamplingDefaults sampling;  // generation_config.json temperature, top_p, top_k.

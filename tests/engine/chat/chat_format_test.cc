@@ -195,6 +195,15 @@ TEST_CASE("chat formats: the thinking switch (chat_template_kwargs) opens the tu
     CHECK(glm->render_text(hi, {}, off) ==
           "[gMASK]<sop><|user|>\nhi<|assistant|>\n<think></think>");
     CHECK(glm->render_text(hi, {}, on) == "[gMASK]<sop><|user|>\nhi<|assistant|>");
+    // A thinking-only ChatML template (Qwen3-Thinking-2507, QwQ) opens the thought itself;
+    // switched off (a forced tool call), the thought is empty and closed.
+    auto thinker = ChatTemplate::create(ChatFormat::kChatMlThinking, tok.get());
+    REQUIRE(thinker.ok());
+    CHECK(thinker->render_text(hi) ==
+          "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    CHECK(thinker->render_text(hi, {}, on) == thinker->render_text(hi));
+    CHECK(thinker->render_text(hi, {}, off) == qwen->render_text(hi, {}, off));
+    check_ids_match_text(*thinker, *tok, hi, {});
 }
 
 // DeepSeek-V3's control tokens, spelled out once for the expected prompts below.
@@ -404,6 +413,13 @@ TEST_CASE("chat formats: chosen from the checkpoint and overridable") {
     CHECK(*choose_chat_format("", config, *tok) == ChatFormat::kKimiK2);
     config.chat_template = "{{'<|im_start|>' + m.role}}";
     CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kChatMl);
+    // Qwen3-Thinking-2507's generation prompt, as its tokenizer_config.json spells it.
+    config.chat_template = "{{'<|im_start|>' + m.role}}{%- if add_generation_prompt %}"
+                           "{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}";
+    CHECK(*choose_chat_format("auto", config, *tok) == ChatFormat::kChatMlThinking);
+    CHECK(*choose_chat_format("chatml_thinking", config, *tok) == ChatFormat::kChatMlThinking);
+    CHECK(*choose_chat_format("chatml", config, *tok) == ChatFormat::kChatMl);
+    CHECK(tool_call_format_of(ChatFormat::kChatMlThinking) == "hermes");
     CHECK(*choose_chat_format("glm4_5", config, *tok) == ChatFormat::kGlm45);
     CHECK(*choose_chat_format("kimi_k2", config, *tok) == ChatFormat::kKimiK2);
     CHECK(*choose_chat_format("deepseek_v3", config, *tok) == ChatFormat::kDeepSeekV3);

@@ -189,15 +189,29 @@ TEST_CASE("local generator: a thinking model's markers reach the text, and an op
             default: return 509;
         }
     };
-    ServedModel m = fake_model("micro", opts);
-    auto tok = tokenizer::Tokenizer::from_json(boost::json::serialize(tj));
-    REQUIRE(tok.ok());
-    m.tokenizer = std::move(tok).value();
     std::vector<ServedModel> models;
-    models.push_back(std::move(m));
+    for (const char* format : {"auto", "chatml_thinking"}) {
+        ServedModel m = fake_model(std::string("micro") + (format[0] == 'a' ? "" : "-thinking"),
+                                   opts);
+        auto tok = tokenizer::Tokenizer::from_json(boost::json::serialize(tj));
+        REQUIRE(tok.ok());
+        m.tokenizer = std::move(tok).value();
+        m.config.chat_template = format;
+        models.push_back(std::move(m));
+    }
     auto gen = LocalGenerator::create(std::move(models), EngineConfig{}, 42);
     REQUIRE(gen.ok());
     CHECK((*gen)->models()[0].thinks);
+    {
+        // A thinking-only template (Qwen3-Thinking-2507) opens the thought in the prompt.
+        GenerateRequest opened_by_template = request({}, 8);
+        opened_by_template.model = "micro-thinking";
+        opened_by_template.prompt = std::vector<ChatMessage>{{"user", "hi", ""}};
+        auto sink = std::make_shared<CollectingSink>();
+        REQUIRE((*gen)->submit(opened_by_template, sink).ok());
+        REQUIRE(sink->wait());
+        CHECK(sink->thought_opened());
+    }
 
     GenerateRequest chat = request({}, 8);
     chat.prompt = std::vector<ChatMessage>{{"user", "hi", ""}};
@@ -411,9 +425,11 @@ TEST_CASE("local generator: a chat template in no known format is logged and nam
     m.config.path = "/models/llama";
     m.tokenizer_config.chat_template =
         "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}";
+    m.tokenizer_config.chat_template_file = "chat_template.jinja";
     auto [status, lines] = chat_with(std::move(m));
     CHECK(status.code() == StatusCode::kInvalidArgument);
-    CHECK(status.message().find("messages: the chat template of model \"micro\"") == 0);
+    CHECK(status.message().find("messages: the chat template of model \"micro\" "
+                                "(chat_template.jinja)") == 0);
     CHECK(status.message().find("is not recognised") != std::string::npos);
     CHECK(status.message().find("models[].chat_template") != std::string::npos);
     CHECK(status.message().find("deepseek_v3") != std::string::npos);
@@ -421,7 +437,8 @@ TEST_CASE("local generator: a chat template in no known format is logged and nam
     CHECK(lines.find("\"event\":\"chat_template_unrecognised\"") != std::string::npos);
     CHECK(lines.find("\"model\":\"micro\"") != std::string::npos);
     CHECK(lines.find("\"path\":\"/models/llama\"") != std::string::npos);
-    CHECK(lines.find("chatml, glm4_5, kimi_k2, deepseek_v3") != std::string::npos);
+    CHECK(lines.find("chatml, chatml_thinking, glm4_5, kimi_k2, deepseek_v3") !=
+          std::string::npos);
 }
 
 TEST_CASE("local generator: a model with no chat template at all keeps its plain 400") {

@@ -329,6 +329,8 @@ TEST_CASE("tokenizer config: generation_config.json sampling defaults, checked l
         CHECK(bad.status().message().find("generation_config.json: " + field) !=
               std::string::npos);
     }
+    CHECK(parse_tokenizer_config("", R"({"temperature":3})").status().message().find(
+              "temperature: 3 is outside [0, 2]") != std::string::npos);
 }
 
 TEST_CASE("tokenizer config: chat_template.jinja beside tokenizer_config.json wins, as in HF") {
@@ -337,10 +339,12 @@ TEST_CASE("tokenizer config: chat_template.jinja beside tokenizer_config.json wi
     auto inline_only = load_tokenizer_config(dir.path());
     REQUIRE(inline_only.ok());
     CHECK(inline_only->chat_template == "{{ '<|im_start|>' }}");
+    CHECK(inline_only->chat_template_file == "tokenizer_config.json");
     dir.write("chat_template.jinja", "[gMASK]<sop>{% for m in messages %}<|user|>{% endfor %}");
     auto with_file = load_tokenizer_config(dir.path());
     REQUIRE(with_file.ok());
     CHECK(with_file->chat_template.starts_with("[gMASK]<sop>"));
+    CHECK(with_file->chat_template_file == "chat_template.jinja");  // Named in errors.
     // A directory where the file should be: an error naming it, not a silent fallback.
     std::filesystem::remove(dir.file("chat_template.jinja"));
     std::filesystem::create_directory(dir.file("chat_template.jinja"));
