@@ -832,6 +832,12 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                     if (kw.key() == "enable_thinking" || kw.key() == "thinking") {
                         std::optional<bool> b = v.boolean(kw.value(), name);
                         ok = ok && b.has_value();
+                        if (ok && req.thinking && *req.thinking != *b) {
+                            // The two names of one switch, set both ways: which was meant?
+                            ok = v.fail("'chat_template_kwargs.enable_thinking' and "
+                                        "'chat_template_kwargs.thinking' disagree",
+                                        name);
+                        }
                         req.thinking = b;
                     } else {
                         ok = v.fail("'" + name +

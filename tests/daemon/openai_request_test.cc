@@ -185,6 +185,16 @@ TEST_CASE("chat_template_kwargs: the thinking switch is read, other keys are ref
                    R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
                    R"("chat_template_kwargs":{"enable_thinking":"no"}})")
               .param == "chat_template_kwargs.enable_thinking");
+    // Both names of the switch: agreeing is fine, disagreeing is refused.
+    auto both = parse(Endpoint::kChatCompletions,
+                      R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                      R"("chat_template_kwargs":{"enable_thinking":true,"thinking":true}})");
+    CHECK(both.generate.thinking == std::optional<bool>(true));
+    ApiError disagree = error_of(Endpoint::kChatCompletions,
+                                 R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                                 R"("chat_template_kwargs":{"enable_thinking":false,)"
+                                 R"("thinking":true}})");
+    CHECK(disagree.message.find("disagree") != std::string::npos);
 }
 
 TEST_CASE("logit_bias is parsed, and optional fields take null as their default") {
