@@ -85,6 +85,11 @@ int check_config_main(int argc, char** argv) {
     }
     std::printf("%s: ok (%zu models, %s)\n", path.c_str(), config->models.size(),
                 config->tenants ? "authentication on" : "authentication off");
+    if (files) {
+        for (const std::string& warning : preflight_warnings(*config)) {
+            std::printf("warning: %s\n", warning.c_str());
+        }
+    }
     return 0;
 }
 

@@ -104,6 +104,29 @@ Status check_model(const engine::ModelConfig& model) {
 
 }  // namespace
 
+std::vector<std::string> preflight_warnings(const Config& config) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < config.models.size(); ++i) {
+        const engine::ModelConfig& m = config.models[i];
+        auto tokenizer = engine::tokenizer::load_checkpoint_tokenizer(m.path);
+        auto tokenizer_config = engine::tokenizer::load_tokenizer_config(m.path);
+        if (!tokenizer.ok() || !tokenizer_config.ok() ||
+            tokenizer_config->chat_template.empty()) {
+            continue;
+        }
+        if (auto format = engine::tokenizer::choose_chat_format(m.chat_template,
+                                                                *tokenizer_config, **tokenizer);
+            !format.ok() && format.status().code() == StatusCode::kNotFound) {
+            out.push_back(config.source + ": models[" + std::to_string(i) + "] (\"" + m.name +
+                          "\"): the chat template (" + tokenizer_config->chat_template_file +
+                          ") is in no known format: chat requests will be refused; set "
+                          "models[].chat_template to one of " +
+                          std::string(engine::tokenizer::kChatFormatNames));
+        }
+    }
+    return out;
+}
+
 Status preflight_config(const Config& config, bool public_socket_inherited) {
     const std::string& file = config.source;
     const auto& certs = config.listener.certificates;

@@ -11,6 +11,9 @@
 // the start at once. Errors name the config file and the key. Pure apart from reading files;
 // call from any thread.
 
+#include <string>
+#include <vector>
+
 #include "common/result.h"
 #include "daemon/config.h"
 
@@ -19,6 +22,11 @@ namespace edge::daemon {
 // `public_socket_inherited`: the public listener comes from socket activation, so
 // listeners.public.address/port are not used (and not checked against the other ports).
 Status preflight_config(const Config& config, bool public_socket_inherited = false);
+
+// What would load but not work fully, one line each, for check-config to print (`run` logs the
+// same at load): a model whose chat template is in no known format serves completions only.
+// Call after preflight_config() passed.
+std::vector<std::string> preflight_warnings(const Config& config);
 
 // For `run`, before the models load (which can take minutes): each TCP listener's address and
 // port can be bound now (a port another process listens on fails here, at once). Not part of

@@ -257,6 +257,19 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     CHECK_MESSAGE(e.find("max_context 100000 is larger than the model's "
                          "max_position_embeddings") != std::string::npos,
                   e);
+    // A template in no known format loads (completions still serve): ok, with a warning.
+    std::ofstream(model + "/chat_template.jinja") << "{% for m in messages %}[INST]{% endfor %}";
+    {
+        const std::string path = dir.write("c.yaml", testing::config_yaml(
+                                                         cert.cert_path, cert.key_path, models));
+        auto r = testing::run({kBinary, "check-config", path});
+        CHECK(r.exit_code == 0);
+        CHECK_MESSAGE(r.out.find("warning: " + path + ": models[0] (\"m\"): the chat template "
+                                 "(chat_template.jinja) is in no known format") !=
+                          std::string::npos,
+                      r.out);
+    }
+    std::filesystem::remove(model + "/chat_template.jinja");
 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "engine:\n  sharding:\n    communicator: carrier-pigeon\n"));
