@@ -418,6 +418,11 @@ private:
             for (const json::value& t : eo.at("top_logprobs").get_array()) {
                 top[t.get_object().at("token").get_string()] = t.get_object().at("logprob");
             }
+            // As OpenAI's: the sampled token is always among them (up to logprobs + 1 entries;
+            // with logprobs 0, it alone).
+            if (!top.contains(eo.at("token").get_string())) {
+                top[eo.at("token").get_string()] = eo.at("logprob");
+            }
             top_logprobs.push_back(std::move(top));
         }
         json::object o;

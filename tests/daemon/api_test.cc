@@ -194,6 +194,10 @@ TEST_CASE("completions: non-streaming and streaming without usage") {
     CHECK(logprobs["tokens"].as_array() == boost::json::array{"\xC3\xA9", "bc"});
     // Offsets count characters, as Python indexes the text.
     CHECK(logprobs["text_offset"].as_array() == boost::json::array{0, 1});
+    // The sampled token is always in top_logprobs, as OpenAI's legacy shape has it.
+    CHECK(logprobs["top_logprobs"].as_array() ==
+          boost::json::array{boost::json::object{{"\xC3\xA9", -0.5}},
+                             boost::json::object{{"bc", -0.5}}});
 
     REQUIRE(c->send(testing::http_request("POST", "/v1/completions",
                                           R"({"model":"test-model","prompt":"x","stream":true})"))
