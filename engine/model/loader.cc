@@ -1,5 +1,6 @@
 #include "engine/model/loader.h"
 
+#include <cstdio>
 #include <functional>
 
 #include "engine/model/archs/deepseek_v3.h"
@@ -33,6 +34,23 @@ constexpr Arch kArchitectures[] = {
     {kDeepseekV3Architecture, &load_deepseek_v3_auto, &check_deepseek_v3_config},
 };
 
+// `s` with control characters written as \xNN: a name read from a file, about to be printed in
+// an error on someone's terminal.
+std::string printable(std::string_view s) {
+    std::string out;
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        if (u < 0x20 || u == 0x7f) {
+            char hex[5];
+            std::snprintf(hex, sizeof(hex), "\\x%02x", u);
+            out += hex;
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
 // The architecture `config` names, or kUnimplemented listing those this build knows.
 Result<const Arch*> find_arch(const ConfigJson& config) {
     std::string known;
@@ -43,8 +61,8 @@ Result<const Arch*> find_arch(const ConfigJson& config) {
         known += (known.empty() ? "" : ", ") + std::string(a.name);
     }
     return unimplemented_error(config.path() + ": field 'architectures': '" +
-                               config.architecture() + "' is not supported (supported: " + known +
-                               ")");
+                               printable(config.architecture()) +
+                               "' is not supported (supported: " + known + ")");
 }
 
 }  // namespace

@@ -299,6 +299,10 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     s = with([](json::object& c) { c["architectures"] = {"LlamaForCausalLM"}; });
     CHECK(s.code() == StatusCode::kUnimplemented);
     CHECK(contains(s, "'LlamaForCausalLM' is not supported"));
+    // A name with terminal escapes is printed inert.
+    s = with([](json::object& c) { c["architectures"] = {"\x1b[2JEvil\nLine"}; });
+    CHECK(contains(s, "'\\x1b[2JEvil\\x0aLine' is not supported"));
+    CHECK(s.message().find('\x1b') == std::string::npos);
     // Without `architectures`, model_type names the class as Hugging Face pairs them.
     s = with([](json::object& c) { c.erase("architectures"); });
     CHECK_MESSAGE(s.ok(), s.to_string());
