@@ -46,9 +46,10 @@ inline constexpr std::string_view kChatFormatNames =
 // "deepseek_v3_1".
 std::string_view tool_call_format_of(ChatFormat format);
 
-// "chatml" -> kChatMl, "chatml_thinking" -> kChatMlThinking, "glm4_5" -> kGlm45, "kimi_k2" -> kKimiK2, "deepseek_v3" -> kDeepSeekV3,
-// "deepseek_v3_1" -> kDeepSeekV31; "auto" (or "") -> from the checkpoint's template, else (no
-// template) from its vocabulary. DeepSeek-V3's template is told from V3.1's (which has a
+// "chatml" -> kChatMl, "chatml_thinking" -> kChatMlThinking, "glm4_5" -> kGlm45, "kimi_k2" ->
+// kKimiK2, "deepseek_v3" -> kDeepSeekV3, "deepseek_v3_1" -> kDeepSeekV31; "auto" (or "") -> from
+// the checkpoint's template (ChatML whose assistant turn opens with <think> is kChatMlThinking),
+// else (no template) from its vocabulary. DeepSeek-V3's template is told from V3.1's (which has a
 // `thinking` switch and </think>) and from R1's (<think> without the switch), which is not
 // recognised: it renders differently.
 // kInvalidArgument for an unknown name; kNotFound when "auto" finds no known format (the message

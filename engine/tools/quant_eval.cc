@@ -209,10 +209,8 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
     constexpr int64_t kMargin = 64;
     std::string text;
     // About 8 bytes a token are read at first (doubled while too few), never past the file.
-    size_t want = static_cast<size_t>(
-        std::min<uint64_t>(static_cast<uint64_t>(std::min<int64_t>(o.tokens, int64_t{1} << 40)) * 8 +
-                               4096,
-                           file_size));
+    const auto tokens = static_cast<uint64_t>(std::min<int64_t>(o.tokens, int64_t{1} << 40));
+    size_t want = static_cast<size_t>(std::min<uint64_t>(tokens * 8 + 4096, file_size));
     while (true) {
         const size_t had = text.size();
         text.resize(want);
