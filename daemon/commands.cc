@@ -79,16 +79,16 @@ int check_config_main(int argc, char** argv) {
         return 1;
     }
     // The files the config names (certificates, models, keyring), as `run` checks them.
-    if (Status s = files ? preflight_config(*config) : ok_status(); !s.ok()) {
-        std::fprintf(stderr, "%s\n", s.message().c_str());
+    Result<std::vector<std::string>> warnings =
+        files ? preflight_config(*config) : std::vector<std::string>();
+    if (!warnings.ok()) {
+        std::fprintf(stderr, "%s\n", warnings.status().message().c_str());
         return 1;
     }
     std::printf("%s: ok (%zu models, %s)\n", path.c_str(), config->models.size(),
                 config->tenants ? "authentication on" : "authentication off");
-    if (files) {
-        for (const std::string& warning : preflight_warnings(*config)) {
-            std::printf("warning: %s\n", warning.c_str());
-        }
+    for (const std::string& warning : *warnings) {
+        std::printf("warning: %s\n", warning.c_str());
     }
     return 0;
 }
@@ -204,7 +204,8 @@ int run_main(int argc, char** argv) {
 
     // Certificates, ports and the models' files are checked before the models load (which can
     // take minutes), with the same checks as check-config.
-    if (Status s = preflight_config(*config, public_fd >= 0); !s.ok()) {
+    // Its warnings are logged again, with more, when the models load.
+    if (Status s = preflight_config(*config, public_fd >= 0).status(); !s.ok()) {
         log::error("config_invalid", {{"error", s.message()}});
         std::fprintf(stderr, "edgeserve: %s\n", s.message().c_str());
         return 1;

@@ -61,8 +61,9 @@ Status check_ports(const Config& config, bool public_socket_inherited) {
     return ok_status();
 }
 
-// What the engine reads first when it loads `model`, and the options it checks by name.
-Status check_model(const engine::ModelConfig& model) {
+// What the engine reads first when it loads `model`, and the options it checks by name. On
+// success, a warning when the model will load without chat ("" when none).
+Result<std::string> check_model(const engine::ModelConfig& model) {
     // config.json and its architecture's fields, the safetensors headers, the stored
     // quantization and the policy: what the load checks before reading a weight.
     EDGE_RETURN_IF_ERROR(engine::check_model_files(model.path, model.quantization));
@@ -84,6 +85,13 @@ Status check_model(const engine::ModelConfig& model) {
     if (!format.ok() && format.status().code() != StatusCode::kNotFound) {
         return format.status();
     }
+    std::string warning;
+    if (!format.ok() && !tokenizer_config.chat_template.empty()) {
+        warning = "the chat template (" + tokenizer_config.chat_template_file +
+                  ") is in no known format: chat requests will be refused; set "
+                  "models[].chat_template to one of " +
+                  std::string(engine::tokenizer::kChatFormatNames);
+    }
     if (format.ok()) {
         // The format's control tokens, as the load checks them (a named format the vocabulary
         // cannot write fails the load).
@@ -99,35 +107,13 @@ Status check_model(const engine::ModelConfig& model) {
                                       " is larger than the model's max_position_embeddings " +
                                       std::to_string(*positions) + " (" + config.path() + ")");
     }
-    return ok_status();
+    return warning;
 }
 
 }  // namespace
 
-std::vector<std::string> preflight_warnings(const Config& config) {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < config.models.size(); ++i) {
-        const engine::ModelConfig& m = config.models[i];
-        auto tokenizer = engine::tokenizer::load_checkpoint_tokenizer(m.path);
-        auto tokenizer_config = engine::tokenizer::load_tokenizer_config(m.path);
-        if (!tokenizer.ok() || !tokenizer_config.ok() ||
-            tokenizer_config->chat_template.empty()) {
-            continue;
-        }
-        if (auto format = engine::tokenizer::choose_chat_format(m.chat_template,
-                                                                *tokenizer_config, **tokenizer);
-            !format.ok() && format.status().code() == StatusCode::kNotFound) {
-            out.push_back(config.source + ": models[" + std::to_string(i) + "] (\"" + m.name +
-                          "\"): the chat template (" + tokenizer_config->chat_template_file +
-                          ") is in no known format: chat requests will be refused; set "
-                          "models[].chat_template to one of " +
-                          std::string(engine::tokenizer::kChatFormatNames));
-        }
-    }
-    return out;
-}
-
-Status preflight_config(const Config& config, bool public_socket_inherited) {
+Result<std::vector<std::string>> preflight_config(const Config& config,
+                                                  bool public_socket_inherited) {
     const std::string& file = config.source;
     const auto& certs = config.listener.certificates;
     for (size_t i = 0; i < certs.size(); ++i) {
@@ -165,11 +151,17 @@ Status preflight_config(const Config& config, bool public_socket_inherited) {
                                       config.engine.sharding.communicator +
                                       "' is not compiled in (available: " + known + ")");
     }
+    std::vector<std::string> warnings;
     for (size_t i = 0; i < config.models.size(); ++i) {
         const engine::ModelConfig& m = config.models[i];
-        if (Status s = check_model(m); !s.ok()) {
-            return s.with_context(file + ": models[" + std::to_string(i) + "] (\"" + m.name +
-                                  "\", " + m.path + ")");
+        Result<std::string> warning = check_model(m);
+        if (!warning.ok()) {
+            return warning.status().with_context(file + ": models[" + std::to_string(i) +
+                                                 "] (\"" + m.name + "\", " + m.path + ")");
+        }
+        if (!warning->empty()) {
+            warnings.push_back(file + ": models[" + std::to_string(i) + "] (\"" + m.name +
+                               "\"): " + *warning);
         }
     }
     if (config.gossip.enabled) {
@@ -180,7 +172,7 @@ Status preflight_config(const Config& config, bool public_socket_inherited) {
             return keyring.status().with_context(file);
         }
     }
-    return ok_status();
+    return warnings;
 }
 
 Status check_ports_free(const Config& config, bool public_socket_inherited) {

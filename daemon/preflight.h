@@ -5,11 +5,11 @@
 // the same TlsContextStore::create the daemon uses), no two TCP listeners share a port, each
 // model directory passes engine::check_model_files (config.json and its architecture's fields,
 // the safetensors headers, the stored quantization and the policy: what the load checks before
-// reading a weight), its tokenizer loads and its chat_template is known, the sharding communicator is compiled in, and the gossip
-// settings and keyring load. `edgeserve check-config` runs it after load_config(), and `run`
-// runs it before loading the models, so the two cannot disagree and a certificate typo fails
-// the start at once. Errors name the config file and the key. Pure apart from reading files;
-// call from any thread.
+// reading a weight), its tokenizer loads and its chat_template is known, the sharding
+// communicator is compiled in, and the gossip settings and keyring load. `edgeserve check-config`
+// runs it after load_config(), and `run` runs it before loading the models, so the two cannot
+// disagree and a certificate typo fails the start at once. Errors name the config file and the
+// key. Pure apart from reading files; call from any thread.
 
 #include <string>
 #include <vector>
@@ -21,12 +21,11 @@ namespace edge::daemon {
 
 // `public_socket_inherited`: the public listener comes from socket activation, so
 // listeners.public.address/port are not used (and not checked against the other ports).
-Status preflight_config(const Config& config, bool public_socket_inherited = false);
-
-// What would load but not work fully, one line each, for check-config to print (`run` logs the
-// same at load): a model whose chat template is in no known format serves completions only.
-// Call after preflight_config() passed.
-std::vector<std::string> preflight_warnings(const Config& config);
+// On success, what would load but not work fully, one line each, for check-config to print
+// (`run` logs the same at load): a model whose chat template is in no known format serves
+// completions only.
+Result<std::vector<std::string>> preflight_config(const Config& config,
+                                                  bool public_socket_inherited = false);
 
 // For `run`, before the models load (which can take minutes): each TCP listener's address and
 // port can be bound now (a port another process listens on fails here, at once). Not part of
