@@ -2,12 +2,12 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <cctype>
-#include <chrono>
-#include <cstring>
+#include <random>
+
+#include "common/hex.h"
 
 namespace edge::daemon {
 namespace {
@@ -21,19 +21,12 @@ std::array<unsigned char, 32> sha256(std::string_view data) {
 
 // 16 random hex digits.
 std::string random_tag() {
+    std::random_device rd;
     std::array<unsigned char, 8> bytes{};
-    if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-        // Never in practice; a clock-based tag still differs from the last one.
-        const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-        std::memcpy(bytes.data(), &now, bytes.size());
+    for (unsigned char& b : bytes) {
+        b = static_cast<unsigned char>(rd());
     }
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned char b : bytes) {
-        out += kHex[b >> 4];
-        out += kHex[b & 15];
-    }
-    return out;
+    return to_hex(bytes);
 }
 
 int hex_value(char c) {
@@ -139,15 +132,6 @@ TenantTable::Match TenantTable::authenticate(std::string_view authorization) con
     return {AuthOutcome::kOk, found};
 }
 
-std::string TenantTable::sha256_hex(std::string_view key) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::array<unsigned char, 32> hash = sha256(key);
-    std::string out;
-    for (unsigned char b : hash) {
-        out += kHex[b >> 4];
-        out += kHex[b & 15];
-    }
-    return out;
-}
+std::string TenantTable::sha256_hex(std::string_view key) { return to_hex(sha256(key)); }
 
 }  // namespace edge::daemon

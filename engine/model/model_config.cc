@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "common/file.h"
+#include "common/hex.h"
 #include "engine/model/safetensors.h"
 
 namespace edge::engine {
@@ -229,13 +230,7 @@ std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoin
     unsigned int len = 0;
     EVP_DigestFinal_ex(ctx, md, &len);
     EVP_MD_CTX_free(ctx);
-    static const char* kHex = "0123456789abcdef";
-    std::string hex;
-    for (unsigned int i = 0; i < len; ++i) {
-        hex += kHex[md[i] >> 4];
-        hex += kHex[md[i] & 15];
-    }
-    return hex;
+    return to_hex(std::span<const unsigned char>(md, len));
 }
 
 }  // namespace edge::engine
