@@ -130,20 +130,21 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
     states_ = std::move(next);
 }
 
-std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& tenant) const {
+std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& tenant,
+                                                          bool admission) const {
     std::lock_guard lock(mu_);
     if (auto it = states_.find(tenant); it != states_.end()) {
         return it->second;
     }
     auto it = retired_.find(tenant);
-    if (it == retired_.end() || clock_.now() - it->second.at >= kRetiredGrace) {
+    if (it == retired_.end() || (admission && clock_.now() - it->second.at >= kRetiredGrace)) {
         return nullptr;
     }
     return it->second.state.lock();
 }
 
 int64_t TenantLimiter::output_budget(const std::string& tenant) const {
-    std::shared_ptr<State> state = find(tenant);
+    std::shared_ptr<State> state = find(tenant, /*admission=*/true);
     if (!state) {
         return 0;
     }
@@ -153,7 +154,7 @@ int64_t TenantLimiter::output_budget(const std::string& tenant) const {
 
 TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
                                              int64_t max_output_tokens) {
-    std::shared_ptr<State> state = find(tenant);
+    std::shared_ptr<State> state = find(tenant, /*admission=*/true);
     Decision d;
     if (!state) {
         d.lease = std::make_shared<Lease>(nullptr, 0);
@@ -209,7 +210,7 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
 }
 
 int64_t TenantLimiter::running(const std::string& tenant) const {
-    std::shared_ptr<State> state = find(tenant);
+    std::shared_ptr<State> state = find(tenant, /*admission=*/false);
     if (!state) {
         return 0;
     }

@@ -140,8 +140,9 @@ private:
         void apply(const TenantConfig& config);
     };
 
-    // The state kept under `tenant`'s name, or null.
-    std::shared_ptr<State> find(const std::string& tenant) const;
+    // The state kept under `tenant`'s name, or null. A retired tenant's state is found while a
+    // lease holds it; for `admission`, only within kRetiredGrace of its removal.
+    std::shared_ptr<State> find(const std::string& tenant, bool admission) const;
 
     Clock& clock_;
     mutable std::mutex mu_;

@@ -221,7 +221,10 @@ TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases 
     // Only for a moment: requests forwarded under the name must not keep removed limits alive.
     clock.advance(10s);
     CHECK(limiter.admit("a").reason == RejectReason::kNone);
+    // The two requests still hold the retired state; they release it as they end.
+    CHECK(limiter.running("a") == 2);
     held.lease->finish(1, 1);  // Still safe.
+    CHECK(limiter.running("a") == 1);
     second.lease.reset();
     CHECK(limiter.running("a") == 0);
     limiter.configure(std::nullopt);
