@@ -234,10 +234,7 @@ Status NcclCommunicator::wait_stream() {
         if (async != ncclSuccess && async != ncclInProgress) {
             return fail(nccl_status(async, "ncclCommGetAsyncError", __FILE__, __LINE__));
         }
-        if (group_failed_->load(std::memory_order_acquire)) {
-            return fail(unavailable_error("nccl: rank " + std::to_string(rank_) +
-                                          " aborted: another rank of its group failed"));
-        }
+        EDGE_RETURN_IF_ERROR(usable());  // Another rank failed meanwhile: stop waiting.
         std::this_thread::yield();
     }
 }
