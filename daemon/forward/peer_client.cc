@@ -189,6 +189,8 @@ public:
     // Closes the idle connections past pool_idle_timeout of every peer, at most once per
     // timeout (strand; called as connections come back).
     void sweep_idle();
+    // Closes and removes those of `idle` past pool_idle_timeout at `now` (strand).
+    void drop_expired(std::deque<std::unique_ptr<Connection>>& idle, SteadyClock::time_point now);
     bool retry_allowed() const;
     void cancel(ForwardJob& job);
     // Closes the attempt's connection, or cancels its lookup (strand).
@@ -303,19 +305,28 @@ std::unique_ptr<Connection> PeerClient::Impl::take_pooled(const std::string& pee
     if (it == pool_.end()) {
         return nullptr;
     }
-    auto now = SteadyClock::now();
-    while (!it->second.empty()) {
-        std::unique_ptr<Connection> c = std::move(it->second.back());
-        it->second.pop_back();
-        idle_.fetch_sub(1);
-        if (now - c->idle_since > config_.pool_idle_timeout) {
-            c->close();
-            continue;
-        }
-        c->reused = true;
-        return c;
+    drop_expired(it->second, SteadyClock::now());
+    if (it->second.empty()) {
+        return nullptr;
     }
-    return nullptr;
+    std::unique_ptr<Connection> c = std::move(it->second.back());
+    it->second.pop_back();
+    idle_.fetch_sub(1);
+    c->reused = true;
+    return c;
+}
+
+void PeerClient::Impl::drop_expired(std::deque<std::unique_ptr<Connection>>& idle,
+                                    SteadyClock::time_point now) {
+    const auto old = std::remove_if(idle.begin(), idle.end(), [&](auto& c) {
+        if (now - c->idle_since <= config_.pool_idle_timeout) {
+            return false;
+        }
+        c->close();
+        return true;
+    });
+    idle_.fetch_sub(static_cast<int64_t>(idle.end() - old));
+    idle.erase(old, idle.end());
 }
 
 void PeerClient::Impl::give_back(const std::string& peer, std::unique_ptr<Connection> connection) {
@@ -341,17 +352,8 @@ void PeerClient::Impl::sweep_idle() {
     // Idle past the timeout (the peer has likely closed its end: the socket sits in CLOSE_WAIT),
     // for every peer, one that left the cluster or changed its address too.
     for (auto it = pool_.begin(); it != pool_.end();) {
-        auto& idle = it->second;
-        const auto old = std::remove_if(idle.begin(), idle.end(), [&](auto& c) {
-            if (now - c->idle_since <= config_.pool_idle_timeout) {
-                return false;
-            }
-            c->close();
-            return true;
-        });
-        idle_.fetch_sub(static_cast<int64_t>(idle.end() - old));
-        idle.erase(old, idle.end());
-        it = idle.empty() ? pool_.erase(it) : std::next(it);
+        drop_expired(it->second, now);
+        it = it->second.empty() ? pool_.erase(it) : std::next(it);
     }
 }
 
