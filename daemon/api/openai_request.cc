@@ -162,6 +162,10 @@ bool parse_content(Validator& v, const json::value& content, const std::string& 
         if (s == nullptr) {
             return false;
         }
+        // Text parts are separate paragraphs of one message, as vLLM joins them.
+        if (i > 0) {
+            out += '\n';
+        }
         out.append(s->data(), s->size());
     }
     return true;
@@ -482,6 +486,11 @@ bool parse_messages(Validator& v, const json::value& value,
         }
         if (!m.if_contains("content") && msg.role != "assistant") {
             return v.fail("'" + name + ".content' is required", name + ".content");
+        }
+        // A tool result answers one call; without the id the template cannot pair them.
+        if (msg.role == "tool" && msg.tool_call_id.empty()) {
+            return v.fail("'" + name + ".tool_call_id' is required for a tool message",
+                          name + ".tool_call_id");
         }
         out.push_back(std::move(msg));
     }

@@ -43,7 +43,7 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
     const auto& msgs = std::get<std::vector<engine::ChatMessage>>(g.prompt);
     REQUIRE(msgs.size() == 3);
     CHECK(msgs[0].role == "system");
-    CHECK(msgs[1].content == "hi there");
+    CHECK(msgs[1].content == "hi \nthere");  // parts are joined by a newline, as vLLM does
     CHECK(msgs[1].name == "bob");
     CHECK(msgs[2].reasoning_content == std::optional<std::string>("thought"));
     CHECK_FALSE(msgs[1].reasoning_content);
@@ -99,6 +99,10 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
             {R"({"model":"m","messages":[{"role":"user","content":5}]})", "messages[0].content"},
             {R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
              "messages[0].content[0].type"},
+            {R"({"model":"m","messages":[{"role":"tool","content":"rain"}]})",
+             "messages[0].tool_call_id"},
+            {R"({"model":"m","messages":[{"role":"tool","content":"x","tool_call_id":null}]})",
+             "messages[0].tool_call_id"},
             {R"({"model":"m","messages":[{"role":"user","content":"x","extra":1}]})",
              "messages[0].extra"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"})",
