@@ -9,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include "common/clock.h"
+#include "common/json_text.h"
 
 namespace edge::log {
 namespace {
@@ -81,7 +82,7 @@ std::string format_line(Level lvl, std::string_view event, std::span<const Field
         boost::json::string_view key(f.key.data(), f.key.size());
         std::visit([&](const auto& v) { obj[key] = v; }, f.value);
     }
-    return boost::json::serialize(obj);
+    return json_text(obj);
 }
 
 std::string format_line(Level lvl, std::string_view event, std::initializer_list<Field> fields) {

@@ -6,6 +6,8 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
+
 namespace edge::daemon::api {
 
 std::string ApiError::to_json() const {
@@ -16,7 +18,7 @@ std::string ApiError::to_json() const {
     error["code"] = code ? boost::json::value(*code) : boost::json::value(nullptr);
     boost::json::object root;
     root["error"] = std::move(error);
-    return boost::json::serialize(root);
+    return json_text(root);
 }
 
 tls::HttpResponse ApiError::to_response() const {

@@ -6,6 +6,7 @@
 #include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "common/log.h"
 #include "daemon/api/completion.h"
 #include "daemon/api/deferred_response.h"
@@ -165,7 +166,7 @@ void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
     if (!id.empty()) {  // GET /v1/models/{model}
         for (const engine::ModelInfo& m : models) {
             if (m.name == id) {
-                response.body = boost::json::serialize(model_json(m));
+                response.body = json_text(model_json(m));
                 channel->respond(std::move(response));
                 return;
             }
@@ -194,7 +195,7 @@ void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
     boost::json::object root;
     root["object"] = "list";
     root["data"] = std::move(data);
-    response.body = boost::json::serialize(root);
+    response.body = json_text(root);
     {
         std::lock_guard lock(models_mu_);
         models_key_ = std::move(key);

@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "daemon/api/tool_call_output.h"
 #include "daemon/sse_writer.h"
 #include "engine/chat/reasoning_parser.h"
@@ -107,7 +108,7 @@ public:
             json::object delta;
             delta["role"] = "assistant";
             delta["content"] = "";
-            sse_.event(json::serialize(chunk(std::move(delta), nullptr, json::value(nullptr))));
+            sse_.event(json_text(chunk(std::move(delta), nullptr, json::value(nullptr))));
         }
     }
 
@@ -146,9 +147,9 @@ public:
         if (chat_) {
             json::object d;
             d["content"] = delta.text;
-            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, std::move(logprobs)))));
+            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, std::move(logprobs)))));
         } else {
-            sse_.event(json::serialize(
+            sse_.event(json_text(
                 with_ids(chunk(json::string(delta.text), nullptr, std::move(logprobs)))));
         }
     }
@@ -204,12 +205,12 @@ public:
                 end["choices"].get_array()[0].get_object()["abandoned_tool_calls"] =
                     std::move(abandoned);
             }
-            sse_.event(json::serialize(end));
+            sse_.event(json_text(end));
             if (include_usage_) {
                 json::object u = envelope();
                 u["choices"] = json::array();
                 u["usage"] = usage_json(finish.usage);
-                sse_.event(json::serialize(u));
+                sse_.event(json_text(u));
             }
             report_usage(finish.usage);
             sse_.done();
@@ -248,7 +249,7 @@ public:
         root["choices"] = std::move(choices);
         root["usage"] = usage_json(finish.usage);
         tls::HttpResponse response;
-        response.body = json::serialize(root);
+        response.body = json_text(root);
         channel_->respond(std::move(response));
     }
 
@@ -260,7 +261,7 @@ private:
         json::object u;
         u["prompt_tokens"] = usage.prompt_tokens;
         u["completion_tokens"] = usage.completion_tokens;
-        sse_.comment(std::string(kUsageReportComment) + json::serialize(u));
+        sse_.comment(std::string(kUsageReportComment) + json_text(u));
     }
 
     // Answers a stream that has not begun with the error's own status; false once it has begun
@@ -311,17 +312,17 @@ private:
         if (!reasoning.empty()) {
             json::object d;
             d["reasoning_content"] = std::move(reasoning);
-            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
         }
         if (!parsed.content.empty()) {
             json::object d;
             d["content"] = parsed.content;
-            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
         }
         if (!parsed.tool_calls.empty()) {
             json::object d;
             d["tool_calls"] = ToolCallOutput::delta_tool_calls(parsed.tool_calls);
-            sse_.event(json::serialize(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
         }
     }
 

@@ -9,6 +9,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "engine/sampling/sampler.h"
 
 namespace edge::daemon::api {
@@ -335,7 +336,7 @@ bool parse_tools(Validator& v, const json::value& value, std::vector<engine::Too
                 return v.fail("'" + fwhere + ".parameters' must be a JSON Schema object",
                               fwhere + ".parameters");
             }
-            spec.parameters_json = json::serialize(*p);
+            spec.parameters_json = json_text(*p);
         }
         if (const json::value* strict = f.if_contains("strict"); strict && !strict->is_null()) {
             if (!v.boolean(*strict, fwhere + ".strict")) {

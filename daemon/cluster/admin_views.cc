@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/json_text.h"
+
 namespace edge::daemon::cluster {
 
 namespace json = boost::json;
@@ -108,7 +110,7 @@ std::string members_json(const membership::MembershipSnapshot& snap,
         members.push_back(std::move(o));
     }
     root["members"] = std::move(members);
-    return json::serialize(root) + "\n";
+    return json_text(root) + "\n";
 }
 
 std::string members_text(const membership::MembershipSnapshot& snap,
@@ -163,7 +165,7 @@ std::string pools_json(const sel::RouteTable& table, const membership::Membershi
     json::object root;
     root["local"] = snap.local_name;
     root["pools"] = std::move(pools);
-    return json::serialize(root) + "\n";
+    return json_text(root) + "\n";
 }
 
 std::string pools_text(const sel::RouteTable& table, const membership::MembershipSnapshot& snap,
@@ -207,8 +209,8 @@ std::string route_json(const sel::RouteDecision& d, const VersionChoice& v) {
     std::string out = sel::route_decision_json(d);
     // Splice two fields in front of the object's closing brace.
     out.pop_back();
-    out += ",\"version_filter\":" + json::serialize(json::value(v.version)) +
-           ",\"version_source\":" + json::serialize(json::value(v.source)) + "}\n";
+    out += ",\"version_filter\":" + json_text(json::value(v.version)) +
+           ",\"version_source\":" + json_text(json::value(v.source)) + "}\n";
     return out;
 }
 

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "common/file.h"
+#include "common/json_text.h"
 #include "common/log.h"
 #include "daemon/cluster/admin_views.h"
 #include "daemon/metrics.h"
@@ -143,7 +144,7 @@ std::map<std::string, std::string> parse_query(std::string_view q) {
 AdminReply json_error(int status, const std::string& message) {
     boost::json::object o;
     o["error"] = message;
-    return {status, "application/json", boost::json::serialize(o) + "\n"};
+    return {status, "application/json", json_text(o) + "\n"};
 }
 
 }  // namespace
@@ -371,7 +372,7 @@ public:
             o["model"] = model->second;
             o["version"] = version->second;
             o["sent"] = true;
-            return AdminReply{200, "application/json", boost::json::serialize(o) + "\n"};
+            return AdminReply{200, "application/json", json_text(o) + "\n"};
         }
         if (path == "/admin/rollouts") {
             if (auto e = get_only()) return e;
@@ -388,7 +389,7 @@ public:
             boost::json::object root;
             root["rollouts"] = std::move(arr);
             return AdminReply{200, std::string(ctype),
-                              text ? text_table(rows) : boost::json::serialize(root) + "\n"};
+                              text ? text_table(rows) : json_text(root) + "\n"};
         }
         return std::nullopt;
     }

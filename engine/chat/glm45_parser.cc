@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/chat/json_stream.h"
 #include "engine/chat/marker_parser.h"
 
@@ -51,7 +52,7 @@ class Glm45Parser final : public MarkerParser {
             std::error_code ec;
             json::value v = json::parse(value, ec);
             if (!ec) {
-                return json::serialize(v);
+                return json_text(v);
             }
         }
         return quote(value);

@@ -37,14 +37,6 @@ constexpr std::string_view kDsOutputBegin = "<｜tool▁output▁begin｜>";
 constexpr std::string_view kDsOutputEnd = "<｜tool▁output▁end｜>";
 constexpr std::string_view kThinkEnd = "</think>";  // V3.1: a special token.
 
-// JSON as Python's json.dumps writes it by default (", " and ": " separators, insertion order,
-// non-ASCII kept): what the shipped templates' `tojson` produces.
-void py_json(const json::value& v, std::string* out);
-// A double as Python's repr writes it (json.dumps' numbers): the shortest digits that read
-// back, positional with ".0" for whole numbers while the exponent is in -4..15 ("0.5", "1.0",
-// "1000000000000000.0", "0.0001"), else "1e+16", "1.5e-07".
-void py_float(double d, std::string* out);
-
 constexpr std::string_view kToolsIntro =
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
     "provided with function signatures within <tools></tools> XML tags:\n<tools>";

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/json_text.h"
 #include "engine/tokenizer/chat_render.h"
 
 namespace edge::engine::tokenizer::render {
@@ -38,7 +39,7 @@ void system_and_tools(std::span<const ChatMessage> messages, const json::array& 
     b->text(kToolsIntro);
     for (const auto& t : tools) {
         std::string s;
-        py_json(t, &s);
+        append_json(t, JsonStyle::kPython, &s);
         b->text("\n" + s);
     }
     b->text("\n</tools>\n\nTo call functions, write ");

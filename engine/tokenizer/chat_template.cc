@@ -1,109 +1,11 @@
 #include "engine/tokenizer/chat_template.h"
 
-#include <charconv>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "engine/tokenizer/chat_render.h"
 
 namespace edge::engine::tokenizer {
-
-namespace render {
-
-void py_float(double d, std::string* out) {
-    if (d == 0.0) {
-        out->append(std::signbit(d) ? "-0.0" : "0.0");
-        return;
-    }
-    if (!std::isfinite(d)) {
-        out->append(std::isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");  // As Python.
-        return;
-    }
-    // The shortest digits that read back as d, as "D.DDDDe+XX".
-    char buf[64];
-    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
-    const std::string_view sci(buf, ec == std::errc() ? static_cast<size_t>(end - buf) : 0);
-    const size_t e_at = sci.find('e');
-    int exponent = 0;
-    std::from_chars(sci.data() + e_at + (sci[e_at + 1] == '+' ? 2 : 1), sci.data() + sci.size(),
-                    exponent);
-    std::string_view mantissa = sci.substr(0, e_at);
-    if (mantissa.front() == '-') {
-        out->push_back('-');
-        mantissa.remove_prefix(1);
-    }
-    std::string digits(mantissa.substr(0, 1));
-    if (mantissa.size() > 2) {
-        digits += mantissa.substr(2);  // Past "D.".
-    }
-    // repr's rule: positional while -4 <= exponent < 16, else with an exponent of 2+ digits.
-    if (exponent < -4 || exponent >= 16) {
-        out->push_back(digits[0]);
-        if (digits.size() > 1) {
-            out->push_back('.');
-            out->append(digits, 1);
-        }
-        char e[8];
-        std::snprintf(e, sizeof(e), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-        out->append(e);
-    } else if (exponent < 0) {
-        out->append("0.");
-        out->append(static_cast<size_t>(-exponent - 1), '0');
-        out->append(digits);
-    } else {
-        const size_t whole = static_cast<size_t>(exponent) + 1;
-        if (digits.size() <= whole) {
-            out->append(digits);
-            out->append(whole - digits.size(), '0');
-            out->append(".0");
-        } else {
-            out->append(digits, 0, whole);
-            out->push_back('.');
-            out->append(digits, whole);
-        }
-    }
-}
-
-// JSON as Python's json.dumps writes it by default (", " and ": " separators, insertion order,
-// non-ASCII kept): what the shipped templates' `tojson` produces.
-void py_json(const json::value& v, std::string* out) {
-    switch (v.kind()) {
-        case json::kind::object: {
-            out->push_back('{');
-            bool first = true;
-            for (const auto& kv : v.get_object()) {
-                out->append(first ? "" : ", ");
-                first = false;
-                out->append(json::serialize(json::value(kv.key())));
-                out->append(": ");
-                py_json(kv.value(), out);
-            }
-            out->push_back('}');
-            break;
-        }
-        case json::kind::array: {
-            out->push_back('[');
-            bool first = true;
-            for (const auto& e : v.get_array()) {
-                out->append(first ? "" : ", ");
-                first = false;
-                py_json(e, out);
-            }
-            out->push_back(']');
-            break;
-        }
-        case json::kind::double_:
-            py_float(v.get_double(), out);  // serialize would write 0.5 as 5E-1.
-            break;
-        default:
-            out->append(json::serialize(v));
-    }
-}
-
-}  // namespace render
 
 namespace {
 
@@ -213,7 +115,7 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, b
         b->text(kToolsIntro);
         for (const auto& t : tools) {
             std::string s;
-            py_json(t, &s);
+            append_json(t, JsonStyle::kPython, &s);
             b->text("\n" + s);
         }
         b->tagged(
@@ -300,7 +202,7 @@ Status glm45(std::span<const ChatMessage> messages, const json::array& tools,
         b->text("\n");
         for (const auto& t : tools) {
             std::string s;
-            py_json(t, &s);
+            append_json(t, JsonStyle::kPython, &s);
             b->text(s + "\n");
         }
         b->text(
@@ -362,7 +264,7 @@ Status glm45(std::span<const ChatMessage> messages, const json::array& tools,
                         b->text(kv.value().get_string());
                     } else {
                         std::string s;
-                        py_json(kv.value(), &s);
+                        append_json(kv.value(), JsonStyle::kPython, &s);
                         b->text(s);
                     }
                     b->marker("</arg_value>");
@@ -398,7 +300,7 @@ Status kimi_k2(std::span<const ChatMessage> messages, const json::array& tools, 
         b->text("tool_declare");
         b->marker(kImMiddle);
         std::string s;
-        py_json(json::value(tools), &s);
+        append_json(json::value(tools), JsonStyle::kPython, &s);
         b->text(s);
         b->marker(kImEnd);
     }

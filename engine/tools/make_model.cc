@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/json_text.h"
 #include "engine/cpu/convert.h"
 #include "engine/model/safetensors_writer.h"
 #include "engine/tools/make_model_archs.h"
@@ -116,7 +117,7 @@ Status write_tokenizer(const std::string& dir, const ArchPreset& p) {
           {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
           {"byte_fallback", false}, {"ignore_merges", false}, {"vocab", vocab},
           {"merges", merge_list}}}};
-    EDGE_RETURN_IF_ERROR(write_text_file(dir + "/tokenizer.json", json::serialize(tok)));
+    EDGE_RETURN_IF_ERROR(write_text_file(dir + "/tokenizer.json", json_text(tok)));
 
     json::object cfg{
         {"add_bos_token", false},
@@ -136,11 +137,11 @@ Status write_tokenizer(const std::string& dir, const ArchPreset& p) {
          "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
          "message['content'] + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt "
          "%}{{- '<|im_start|>assistant\\n' }}{%- endif %}"}};
-    EDGE_RETURN_IF_ERROR(write_text_file(dir + "/tokenizer_config.json", json::serialize(cfg)));
+    EDGE_RETURN_IF_ERROR(write_text_file(dir + "/tokenizer_config.json", json_text(cfg)));
     json::object gen{{"bos_token_id", p.vocab - 3},
                      {"eos_token_id", {p.vocab - 3, p.vocab - 1}},
                      {"do_sample", false}};
-    return write_text_file(dir + "/generation_config.json", json::serialize(gen));
+    return write_text_file(dir + "/generation_config.json", json_text(gen));
 }
 
 // Weight scales as in the fixtures: linear N(0,1)/sqrt(fan_in), router and lm_head
@@ -217,7 +218,7 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
     });
     EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", tensors));
     // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir).
-    return write_text_file(dir + "/config.json", json::serialize(make_model::config_json(p)));
+    return write_text_file(dir + "/config.json", json_text(make_model::config_json(p)));
 }
 
 int make_model_main(int argc, char** argv) {

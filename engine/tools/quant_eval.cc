@@ -16,6 +16,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
@@ -407,7 +408,7 @@ std::string quant_eval_json(const std::vector<QuantEvalRow>& rows) {
     }
     json::object root;
     root["rows"] = std::move(out);
-    return json::serialize(root);
+    return json_text(root);
 }
 
 int quant_eval_main(int argc, char** argv) {

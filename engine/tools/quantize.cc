@@ -3,7 +3,6 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/engine.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -315,7 +315,7 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         }
     }
     // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir).
-    EDGE_RETURN_IF_ERROR(write_text_file(options.out_dir + "/config.json", json::serialize(root)));
+    EDGE_RETURN_IF_ERROR(write_text_file(options.out_dir + "/config.json", json_text(root)));
     // The checks before cover the config and the headers; the loader checks every tensor, the
     // tokenizer and the generation config. What it refuses is not left as a checkpoint.
     if (Status loads = check_checkpoint_loads(options.out_dir); !loads.ok()) {

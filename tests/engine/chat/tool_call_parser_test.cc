@@ -144,6 +144,17 @@ TEST_CASE("tool calls: GLM-4.5 format") {
     }
 }
 
+TEST_CASE("tool calls: GLM-4.5 numbers come back spelled as Python writes them, not 5E-1") {
+    const Outcome o = run(ToolCallFormat::kGlm45,
+                          {"<tool_call>f\n<arg_key>t</arg_key>\n<arg_value>0.5</arg_value>\n"
+                           "<arg_key>n</arg_key>\n<arg_value>[1.0, 2e-7, 3]</arg_value>\n"
+                           "</tool_call>"});
+    REQUIRE(o.calls.size() == 1);
+    CHECK(o.calls[0].arguments.find("0.5") != std::string::npos);
+    CHECK(o.calls[0].arguments.find("[1.0,2e-07,3]") != std::string::npos);
+    CHECK(o.calls[0].arguments.find('E') == std::string::npos);
+}
+
 TEST_CASE("tool calls: Kimi K2 format") {
     const std::string text =
         "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"

@@ -1,0 +1,179 @@
+#include "common/json_text.h"
+
+#include <boost/json.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+namespace edge {
+namespace {
+
+void append_string(std::string_view s, std::string* out) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out->push_back('"');
+    for (const char c : s) {
+        const auto u = static_cast<unsigned char>(c);
+        switch (c) {
+            case '"':
+                out->append("\\\"");
+                break;
+            case '\\':
+                out->append("\\\\");
+                break;
+            case '\b':
+                out->append("\\b");
+                break;
+            case '\f':
+                out->append("\\f");
+                break;
+            case '\n':
+                out->append("\\n");
+                break;
+            case '\r':
+                out->append("\\r");
+                break;
+            case '\t':
+                out->append("\\t");
+                break;
+            default:
+                if (u < 0x20) {
+                    out->append("\\u00");
+                    out->push_back(kHex[u >> 4]);
+                    out->push_back(kHex[u & 15]);
+                } else {
+                    out->push_back(c);
+                }
+        }
+    }
+    out->push_back('"');
+}
+
+template <typename Int>
+void append_integer(Int i, std::string* out) {
+    char buf[24];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), i);
+    out->append(buf, end);
+}
+
+}  // namespace
+
+void append_python_float(double d, std::string* out) {
+    if (d == 0.0) {
+        out->append(std::signbit(d) ? "-0.0" : "0.0");
+        return;
+    }
+    if (!std::isfinite(d)) {
+        out->append(std::isnan(d) ? "NaN" : d > 0 ? "Infinity" : "-Infinity");
+        return;
+    }
+    // The shortest digits that read back as d, as "D.DDDDe+XX".
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d, std::chars_format::scientific);
+    const std::string_view sci(buf, static_cast<size_t>(end - buf));
+    const size_t e_at = sci.find('e');
+    int exponent = 0;
+    std::from_chars(sci.data() + e_at + (sci[e_at + 1] == '+' ? 2 : 1), sci.data() + sci.size(),
+                    exponent);
+    std::string_view mantissa = sci.substr(0, e_at);
+    if (mantissa.front() == '-') {
+        out->push_back('-');
+        mantissa.remove_prefix(1);
+    }
+    std::string digits(mantissa.substr(0, 1));
+    if (mantissa.size() > 2) {
+        digits += mantissa.substr(2);  // Past "D.".
+    }
+    // repr's rule: positional while -4 <= exponent < 16, else with an exponent of 2+ digits.
+    if (exponent < -4 || exponent >= 16) {
+        out->push_back(digits[0]);
+        if (digits.size() > 1) {
+            out->push_back('.');
+            out->append(digits, 1);
+        }
+        char e[16];
+        std::snprintf(e, sizeof(e), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+        out->append(e);
+    } else if (exponent < 0) {
+        out->append("0.");
+        out->append(static_cast<size_t>(-exponent - 1), '0');
+        out->append(digits);
+    } else {
+        const size_t whole = static_cast<size_t>(exponent) + 1;
+        if (digits.size() <= whole) {
+            out->append(digits);
+            out->append(whole - digits.size(), '0');
+            out->append(".0");
+        } else {
+            out->append(digits, 0, whole);
+            out->push_back('.');
+            out->append(digits, whole);
+        }
+    }
+}
+
+void append_json(const boost::json::value& v, JsonStyle style, std::string* out) {
+    namespace json = boost::json;
+    const bool python = style == JsonStyle::kPython;
+    switch (v.kind()) {
+        case json::kind::object: {
+            out->push_back('{');
+            bool first = true;
+            for (const auto& kv : v.get_object()) {
+                if (!first) {
+                    out->append(python ? ", " : ",");
+                }
+                first = false;
+                append_string(kv.key(), out);
+                out->append(python ? ": " : ":");
+                append_json(kv.value(), style, out);
+            }
+            out->push_back('}');
+            break;
+        }
+        case json::kind::array: {
+            out->push_back('[');
+            bool first = true;
+            for (const auto& e : v.get_array()) {
+                if (!first) {
+                    out->append(python ? ", " : ",");
+                }
+                first = false;
+                append_json(e, style, out);
+            }
+            out->push_back(']');
+            break;
+        }
+        case json::kind::string:
+            append_string(v.get_string(), out);
+            break;
+        case json::kind::double_:
+            if (!python && !std::isfinite(v.get_double())) {
+                out->append("null");  // JSON has no spelling for them.
+            } else {
+                append_python_float(v.get_double(), out);
+            }
+            break;
+        case json::kind::int64:
+            append_integer(v.get_int64(), out);
+            break;
+        case json::kind::uint64:
+            append_integer(v.get_uint64(), out);
+            break;
+        case json::kind::bool_:
+            out->append(v.get_bool() ? "true" : "false");
+            break;
+        case json::kind::null:
+            out->append("null");
+            break;
+    }
+}
+
+std::string json_text(const boost::json::value& v) {
+    std::string out;
+    append_json(v, JsonStyle::kCompact, &out);
+    return out;
+}
+
+}  // namespace edge

@@ -1,0 +1,54 @@
+#include "common/json_text.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <limits>
+
+namespace edge {
+namespace {
+
+std::string python_text(const boost::json::value& v) {
+    std::string out;
+    append_json(v, JsonStyle::kPython, &out);
+    return out;
+}
+
+TEST_CASE("json text: numbers as Python's json.dumps writes them") {
+    // Expected: python3 -c 'import json; print(json.dumps(v, ensure_ascii=False))'.
+    const auto v = boost::json::parse(
+        R"({"a": 0.5, "b": 1.0, "c": 1e20, "d": 1e-5, "e": 123.456, "f": 1e16, "g": 1e15,)"
+        R"( "h": -0.0, "i": 3, "j": 0.0001, "k": 1.5e-7, "l": 2.5e300, "m": 0.30000000000000004,)"
+        R"( "n": [-2.5, -1e-10], "s": "é\n"})");
+    CHECK(python_text(v) ==
+          R"({"a": 0.5, "b": 1.0, "c": 1e+20, "d": 1e-05, "e": 123.456, "f": 1e+16, )"
+          R"("g": 1000000000000000.0, "h": -0.0, "i": 3, "j": 0.0001, "k": 1.5e-07, )"
+          R"("l": 2.5e+300, "m": 0.30000000000000004, "n": [-2.5, -1e-10], "s": "é\n"})");
+}
+
+TEST_CASE("json text: the compact form has no spaces, and what it writes parses back equal") {
+    const auto v = boost::json::parse(
+        R"({"logprob": -0.25, "ids": [1, 18446744073709551615, -9223372036854775808],)"
+        R"( "x": {"t": true, "f": false, "n": null, "e": []}, "big": 1.7976931348623157e308,)"
+        R"( "tiny": 5e-324, "s": "q\"b\\s\u0001\t\u001f\u007fé😀"})");
+    const std::string text = json_text(v);
+    CHECK(text ==
+          "{\"logprob\":-0.25,\"ids\":[1,18446744073709551615,-9223372036854775808],"
+          "\"x\":{\"t\":true,\"f\":false,\"n\":null,\"e\":[]},\"big\":1.7976931348623157e+308,"
+          "\"tiny\":5e-324,\"s\":\"q\\\"b\\\\s\\u0001\\t\\u001f\x7f"
+          "é😀\"}");
+    CHECK(boost::json::parse(text) == v);
+    CHECK(json_text(boost::json::value(1.0)) == "1.0");
+    CHECK(json_text(boost::json::object{}) == "{}");
+}
+
+TEST_CASE("json text: NaN and infinities are null on the wire and spelled as Python otherwise") {
+    boost::json::array a{std::numeric_limits<double>::quiet_NaN(),
+                         std::numeric_limits<double>::infinity(),
+                         -std::numeric_limits<double>::infinity()};
+    CHECK(json_text(a) == "[null,null,null]");
+    CHECK(python_text(a) == "[NaN, Infinity, -Infinity]");
+}
+
+}  // namespace
+}  // namespace edge
