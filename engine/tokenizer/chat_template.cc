@@ -4,6 +4,7 @@
 
 #include "common/json_text.h"
 #include "engine/tokenizer/chat_render.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::tokenizer {
 
@@ -41,13 +42,37 @@ Result<json::array> tools_json(std::span<const ToolSpec> tools) {
     return out;
 }
 
+// Python's str.isspace() for one code point (what Jinja's strip() removes).
+bool python_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Length of the valid code point at the start of s when it is a space, else 0.
+size_t space_at(std::string_view s) {
+    const size_t n = utf8_valid_sequence(s);
+    return n > 0 && python_space(utf8_decode(s, n)) ? n : 0;
+}
+
+// Python's str.strip(): Unicode whitespace off both ends (invalid bytes are kept).
 std::string strip(std::string_view s) {
-    const size_t b = s.find_first_not_of(" \t\r\n");
-    if (b == std::string_view::npos) {
-        return "";
+    while (size_t n = space_at(s)) {
+        s.remove_prefix(n);
     }
-    const size_t e = s.find_last_not_of(" \t\r\n");
-    return std::string(s.substr(b, e - b + 1));
+    while (!s.empty()) {
+        size_t start = s.size() - 1;  // Back to the lead byte of the last code point.
+        while (start > 0 && s.size() - start < 4 &&
+               (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+            --start;
+        }
+        const size_t n = space_at(s.substr(start));
+        if (n == 0 || start + n != s.size()) {
+            break;
+        }
+        s.remove_suffix(n);
+    }
+    return std::string(s);
 }
 
 // Python's str.lstrip(chars) / rstrip(chars).

@@ -206,6 +206,23 @@ TEST_CASE("chat formats: the thinking switch (chat_template_kwargs) opens the tu
     check_ids_match_text(*thinker, *tok, hi, {});
 }
 
+TEST_CASE("chat formats: GLM-4.5 strips an assistant turn of Unicode spaces as Python's strip") {
+    auto tok = tokenizer_with_markers();
+    auto glm = ChatTemplate::create(ChatFormat::kGlm45, tok.get());
+    REQUIRE(glm.ok());
+    // U+3000 ideographic space, U+00A0 no-break space, U+2028 line separator, \v and \x1f:
+    // all str.isspace() in Python. U+200B (zero width space) is not.
+    const std::vector<ChatMessage> m = {
+        {"user", "hi", "", {}, ""},
+        {"assistant", "\u3000\v hello\u00A0\x1f\u2028", "", {}, ""},
+        {"user", "\u200Bagain", "", {}, ""},
+        {"assistant", " \u200B ", "", {}, ""}};
+    const std::string text = glm->render_text(m);
+    CHECK(text.find("<think></think>\nhello<|user|>\n\u200Bagain") != std::string::npos);
+    CHECK(text.find("<think></think>\n\u200B") != std::string::npos);
+    check_ids_match_text(*glm, *tok, m, {});
+}
+
 // DeepSeek-V3's control tokens, spelled out once for the expected prompts below.
 const std::string kDsBos = "<｜begin▁of▁sentence｜>";
 const std::string kDsEos = "<｜end▁of▁sentence｜>";
