@@ -429,6 +429,7 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
          {"max_decode_sequences", int_field(r, e.max_decode_sequences, 0, 1 << 16)},
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},
          {"kv_block_tokens", int_field(r, e.kv_block_tokens, 1, 4096)},
+         {"kv_swap_bytes", int_field(r, e.kv_swap_bytes, 0, int64_t{1} << 44)},
          {"max_queue", int_field(r, e.max_queue, 1, 1 << 24)},
          {"max_queue_per_tenant", int_field(r, e.max_queue_per_tenant, 0, 1 << 24)},
          {"max_queue_wait_ms", int_field(r, e.max_queue_wait_ms, 0, int64_t{86'400'000})},

@@ -36,6 +36,9 @@ struct EngineConfig {
                                          // picked by tenant weight when more are ready; 0: all.
     int64_t kv_cache_bytes = 256 << 20;  // KV-cache memory budget per model, bytes.
     int32_t kv_block_tokens = 16;        // Tokens per KV-cache block.
+    // Host memory per model for the KV of preempted sequences, put back when they run again
+    // (SchedulerConfig::swap_bytes); 0: preempted sequences are recomputed.
+    int64_t kv_swap_bytes = 256 << 20;
     int32_t max_queue = 1024;            // Waiting requests per model before kUnavailable (503).
     int32_t max_queue_per_tenant = 256;  // Waiting requests of one tenant per model before
                                          // kResourceExhausted (429); 0: no per-tenant bound.

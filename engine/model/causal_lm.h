@@ -73,6 +73,19 @@ public:
         (void)slot;
         (void)chain;
     }
+    // Preemption by swapping: a copy of the slot's cached positions in host memory, and putting
+    // one back into an empty slot (kResourceExhausted, nothing changed, when the cache cannot
+    // hold it). kUnimplemented where the cache does not live in host memory; the scheduler then
+    // recomputes a preempted sequence from its tokens.
+    virtual Result<SavedSlot> save_slot(int32_t slot) const {
+        (void)slot;
+        return unimplemented_error("this model's KV cache is not saved to host memory");
+    }
+    virtual Status restore_slot(int32_t slot, const SavedSlot& saved) {
+        (void)slot;
+        (void)saved;
+        return unimplemented_error("this model's KV cache is not restored from host memory");
+    }
     // Blocks and bytes of the KV cache now.
     virtual KvCacheStats kv_stats() const { return {}; }
 

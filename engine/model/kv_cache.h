@@ -46,6 +46,14 @@ struct KvCacheStats {
     int64_t allocated_bytes = 0;   // Bytes reserved for blocks (<= budget_bytes).
 };
 
+// A copy of one slot's cached positions in host memory (KvCache::save), for preemption by
+// swapping: put back with KvCache::restore, the sequence continues from the same numbers.
+struct SavedSlot {
+    int32_t length = 0;       // Positions saved.
+    std::vector<float> data;  // Their blocks, whole, in position order.
+    int64_t bytes() const { return static_cast<int64_t>(data.size() * sizeof(float)); }
+};
+
 // Growth of one slot in a batch: it will hold `length` positions after the forward.
 struct SlotGrowth {
     int32_t slot = 0;
@@ -84,6 +92,12 @@ public:
     void set_length(int32_t slot, int32_t length);
     // Drops positions from `length` on, releasing whole blocks past it.
     void truncate(int32_t slot, int32_t length);
+
+    // A copy of the slot's positions (whole blocks; shared and cached ones copied too).
+    SavedSlot save(int32_t slot) const;
+    // Fills the empty slot with what save() copied, in private blocks: kResourceExhausted
+    // (nothing changed) when the blocks are not there.
+    Status restore(int32_t slot, const SavedSlot& saved);
 
     // Attaches the cached blocks named by the leading hashes of `chain` to the empty slot,
     // stopping at the first miss; returns the positions attached (blocks x block_tokens).

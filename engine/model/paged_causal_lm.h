@@ -55,6 +55,10 @@ public:
         kv_->publish_prefix(slot, chain);
     }
     KvCacheStats kv_stats() const override { return kv_->stats(); }
+    Result<SavedSlot> save_slot(int32_t slot) const override { return kv_->save(slot); }
+    Status restore_slot(int32_t slot, const SavedSlot& saved) override {
+        return kv_->restore(slot, saved);
+    }
 
 protected:
     // `kv_heads` x `head_dim` per layer; the budget is `kv_cache_bytes` (0: `slots` full contexts).

@@ -155,6 +155,7 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         sc.max_queue = config.max_queue;
         sc.max_queue_per_tenant = config.max_queue_per_tenant;
         sc.prefix_cache = config.prefix_cache;
+        sc.swap_bytes = config.kv_swap_bytes;
         sc.max_queue_wait = std::chrono::milliseconds(config.max_queue_wait_ms);
         sc.model_name = m.config.name;
         sc.eos_token_ids = eos_ids(m);

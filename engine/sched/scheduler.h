@@ -10,8 +10,9 @@
 // to its sink (text through the incremental decoder and stop-string holdback, ids, logprobs);
 // a finished sequence leaves the batch at once. When forward reports kResourceExhausted (KV blocks
 // run out), the lowest-priority sequence is preempted (slot and blocks released, requeued first
-// in its tenant's queue, recomputed later from its tokens), so every request still completes with
-// the same tokens; among equal priorities, one of the tenant holding the most places per weight,
+// in its tenant's queue; its KV copied to host memory and put back when it is admitted again,
+// within swap_bytes, else recomputed later from its tokens), so every request still completes;
+// among equal priorities, one of the tenant holding the most places per weight,
 // its most recently admitted. cancel() takes effect at the next step (finish kCancelled).
 //
 // Fair places in the batch: a tenant's level is its running sequences over its weight. A free
@@ -88,6 +89,11 @@ struct SchedulerConfig {
     int32_t fair_preempt_min_steps = 8;
     std::vector<TokenId> eos_token_ids;  // Tokens that end generation (unless ignore_eos).
     bool prefix_cache = true;          // Reuse cached prompt blocks (paged models only).
+    // Host memory for the KV of preempted sequences, bytes: a preempted sequence's cached
+    // positions are copied out and put back when it is admitted again, so it continues from the
+    // same numbers (CausalLM::save_slot). One that does not fit, or a model whose cache is not in
+    // host memory, is recomputed from its tokens instead. 0: always recompute.
+    int64_t swap_bytes = 0;
     std::string prefix_secret;         // Server secret mixed into tenant salts; "": random.
     const Clock* clock = nullptr;      // Time for the latency histograms; null: SystemClock.
     std::string model_name;            // Name in serving_stats().
@@ -97,6 +103,10 @@ struct SchedulerStats {
     int64_t steps = 0;        // forward() calls that succeeded.
     int64_t preemptions = 0;  // Sequences evicted (for lack of KV space or for a fair share).
     int64_t fair_preemptions = 0;  // Of those, evicted for a tenant below its fair share.
+    int64_t swapped_preemptions = 0;  // Of those, with their KV saved (swap_bytes).
+    // Cached positions preemptions dropped without saving them, to be computed again (less what
+    // the prefix cache still holds then).
+    int64_t recompute_tokens = 0;
     int32_t max_running = 0;  // Largest batch seen, in sequences.
     int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.
     int64_t prefix_hit_tokens = 0;    // Prompt tokens found there.
@@ -183,6 +193,12 @@ private:
     bool preempt_for_fairness(const Claim& claim, const std::map<std::string, TenantLoad>& loads);
     // Releases the sequence's slot and requeues it first in its tenant's queue.
     void preempt(std::vector<std::unique_ptr<Sequence>>::iterator victim, bool for_fairness);
+    // Copies a sequence's KV out before its slot is released, within swap_bytes; false when it
+    // is to be recomputed instead.
+    bool save_kv(Sequence* seq);
+    // Puts a newly admitted sequence's saved KV into its slot; false when the cache cannot hold
+    // it while others run (it must wait). A restore that fails otherwise means recomputing.
+    bool restore_kv(Sequence* seq);
     void attach_prefix(Sequence* seq);
     void publish_prefix(Sequence* seq);
     TenantServingStats& tenant_stats(const std::string& tenant);  // stats_mu_ held.
@@ -210,6 +226,8 @@ private:
     std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by cache scope.
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a KV preemption, until a sequence finishes.
+    // Bytes of SwappedKv held by preempted sequences (shared: a sequence may outlive a step).
+    std::shared_ptr<std::atomic<int64_t>> swap_use_ = std::make_shared<std::atomic<int64_t>>(0);
     SchedulerStats stats_;
     // The last step's logits, kept so that a step reuses the buffer (batch x vocab floats, 4 MiB
     // at 32 x 32000) instead of allocating and faulting in a fresh one.

@@ -94,7 +94,18 @@ void Scheduler::admit() {
         seq->computed = 0;
         seq->admitted_at = next_admission_++;
         seq->admitted_step = stats_.steps;
-        attach_prefix(seq.get());
+        if (!restore_kv(seq.get())) {
+            // Its saved KV does not fit yet: it waits (first in line) for a sequence to finish.
+            model_->release_slot(seq->slot);
+            seq->slot = -1;
+            admission_blocked_ = true;
+            std::lock_guard<std::mutex> lock(mu_);
+            waiting_.push_front(std::move(seq));
+            return;
+        }
+        if (seq->computed == 0) {
+            attach_prefix(seq.get());
+        }
         {
             std::lock_guard<std::mutex> lock(stats_mu_);
             TenantServingStats& t = tenant_stats(seq->tenant);
@@ -263,15 +274,53 @@ void Scheduler::preempt_victim() {
     preempt(victim, /*for_fairness=*/false);
 }
 
+bool Scheduler::save_kv(Sequence* seq) {
+    const int32_t length = model_->slot_length(seq->slot);
+    if (config_.swap_bytes <= 0 || length == 0) {
+        return false;
+    }
+    Result<SavedSlot> saved = model_->save_slot(seq->slot);
+    if (!saved.ok() || swap_use_->load() + saved->bytes() > config_.swap_bytes) {
+        return false;
+    }
+    seq->swapped = std::make_unique<SwappedKv>(std::move(*saved), swap_use_);
+    ++stats_.swapped_preemptions;
+    return true;
+}
+
+bool Scheduler::restore_kv(Sequence* seq) {
+    if (seq->swapped == nullptr) {
+        return true;
+    }
+    const Status st = model_->restore_slot(seq->slot, seq->swapped->saved());
+    if (st.code() == StatusCode::kResourceExhausted && !running_.empty()) {
+        return false;
+    }
+    if (st.ok()) {
+        seq->computed = seq->swapped->saved().length;
+    } else {
+        // With nothing running every block is free or evictable, so this is not for lack of
+        // room; the tokens are computed again.
+        stats_.recompute_tokens += seq->swapped->saved().length;
+    }
+    seq->swapped.reset();
+    return true;
+}
+
 void Scheduler::preempt(std::vector<std::unique_ptr<Sequence>>::iterator victim,
                         bool for_fairness) {
     std::unique_ptr<Sequence> seq = std::move(*victim);
     running_.erase(victim);
+    const bool saved = save_kv(seq.get());
+    if (!saved) {
+        stats_.recompute_tokens += model_->slot_length(seq->slot);
+    }
     model_->truncate_slot(seq->slot, 0);
     model_->release_slot(seq->slot);
     log::debug("sequence_preempted", {{"request_id", seq->request_id},
                                       {"tenant", seq->tenant},
                                       {"reason", for_fairness ? "fair_share" : "kv_cache"},
+                                      {"kv", saved ? "saved" : "recompute"},
                                       {"tokens", static_cast<int64_t>(seq->tokens.size())}});
     seq->slot = -1;
     seq->computed = 0;

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "engine/generator.h"
 #include "engine/model/block_pool.h"
+#include "engine/model/kv_cache.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_matcher.h"
 #include "engine/tokenizer/incremental_decoder.h"
@@ -53,6 +54,25 @@ struct SequenceRequest {
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
     int32_t priority = 0;                  // Higher is preempted later.
     std::vector<TokenId> kept_special = {};  // Special tokens decoded anyway (tool markers).
+};
+
+// The KV of a preempted sequence kept in host memory (CausalLM::save_slot), counted in its
+// scheduler's swap use while it lives.
+class SwappedKv {
+public:
+    SwappedKv(SavedSlot saved, std::shared_ptr<std::atomic<int64_t>> use)
+        : saved_(std::move(saved)), use_(std::move(use)) {
+        use_->fetch_add(saved_.bytes());
+    }
+    ~SwappedKv() { use_->fetch_sub(saved_.bytes()); }
+    SwappedKv(const SwappedKv&) = delete;
+    SwappedKv& operator=(const SwappedKv&) = delete;
+
+    const SavedSlot& saved() const { return saved_; }
+
+private:
+    SavedSlot saved_;
+    std::shared_ptr<std::atomic<int64_t>> use_;
 };
 
 struct Sequence {
@@ -101,6 +121,7 @@ struct Sequence {
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
     int64_t admitted_step = 0;  // Scheduler steps run before its latest admission.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.
+    std::unique_ptr<SwappedKv> swapped;  // Its KV while preempted, when it was saved.
     bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
     uint64_t last_decode_step = 0;  // Step of its last decode token (round robin in a tenant).
 

@@ -38,6 +38,14 @@ class ServingCausalLM final : public PagedCausalLM {
         return ok_status();
     }
 
+    // The host cache only keeps the block tables here; the keys and values are on the device.
+    Result<SavedSlot> save_slot(int32_t slot) const override {
+        return CausalLM::save_slot(slot);
+    }
+    Status restore_slot(int32_t slot, const SavedSlot& saved) override {
+        return CausalLM::restore_slot(slot, saved);
+    }
+
     Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) override {
         // A lost device fails every step from then on (the scheduler ends the requests).
         EDGE_RETURN_IF_ERROR(device_health());

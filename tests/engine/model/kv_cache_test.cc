@@ -138,6 +138,58 @@ TEST_CASE("kv cache: published blocks are attached to a later slot and copied be
     CHECK(c.attach_prefix(e, other) == 0);
 }
 
+TEST_CASE("kv cache: a saved slot is restored bit for bit into private blocks, or not at all") {
+    auto kv = KvCache::create(small_shape(6));
+    REQUIRE(kv.ok());
+    KvCache& c = **kv;
+    auto a = *c.acquire();
+    const SlotGrowth ga[] = {{a, 10}};  // 3 blocks, the last one half full.
+    REQUIRE(c.reserve(ga).ok());
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (int32_t p = 0; p < 10; ++p) {
+        for (int32_t l = 0; l < 2; ++l) {
+            for (int32_t h = 0; h < 2; ++h) {
+                for (int32_t d = 0; d < 3; ++d) {
+                    c.key(a, l, h, p)[d] = dist(rng);
+                    c.value(a, l, h, p)[d] = dist(rng);
+                }
+            }
+        }
+    }
+    c.set_length(a, 10);
+    const BlockHash chain[] = {hash_of(1)};
+    c.publish_prefix(a, chain);  // A shared, cached first block is saved like the others.
+    const SavedSlot saved = c.save(a);
+    CHECK(saved.length == 10);
+    CHECK(saved.bytes() == 3 * c.block_bytes());
+    c.release(a);
+
+    // Four of six blocks taken: the three it needs are not there, and nothing changes.
+    auto other = *c.acquire();
+    const SlotGrowth go[] = {{other, 16}};
+    REQUIRE(c.reserve(go).ok());
+    c.set_length(other, 16);
+    auto b = *c.acquire();
+    CHECK(c.restore(b, saved).code() == StatusCode::kResourceExhausted);
+    CHECK(c.length(b) == 0);
+    CHECK(c.blocks(b).empty());
+    c.release(other);
+
+    REQUIRE(c.restore(b, saved).ok());
+    CHECK(c.length(b) == 10);
+    REQUIRE(c.blocks(b).size() == 3);
+    const SavedSlot again = c.save(b);
+    CHECK(again.data == saved.data);  // Every key and value, bit for bit.
+    // The restored blocks are private: writing them leaves the cached prefix block alone.
+    CHECK(c.stats().blocks_cached + c.stats().blocks_used <= c.num_blocks());
+    c.key(b, 0, 0, 0)[0] = 99.0f;
+    auto d = *c.acquire();
+    if (c.attach_prefix(d, chain) == 4) {
+        CHECK(c.key(d, 0, 0, 0)[0] == saved.data[0]);
+    }
+}
+
 TEST_CASE("kv cache: eviction takes a cached chain's last block first, its root last") {
     auto kv = KvCache::create(small_shape(6));
     REQUIRE(kv.ok());

@@ -21,7 +21,8 @@ struct Served {
     std::unique_ptr<Scheduler> scheduler;
 };
 
-Served serve(const std::string& dir, int64_t kv_bytes, int32_t batch_tokens, bool prefix) {
+Served serve(const std::string& dir, int64_t kv_bytes, int32_t batch_tokens, bool prefix,
+             int64_t swap_bytes = 0) {
     Served s;
     auto tok = tokenizer::Tokenizer::load_file(dir + "/tokenizer.json");
     REQUIRE(tok.ok());
@@ -38,6 +39,7 @@ Served serve(const std::string& dir, int64_t kv_bytes, int32_t batch_tokens, boo
     config.max_batch_tokens = batch_tokens;
     config.prefix_cache = prefix;
     config.prefix_secret = "test";
+    config.swap_bytes = swap_bytes;
     s.scheduler = std::make_unique<Scheduler>(std::move(model).value(), s.tok.get(), config);
     return s;
 }
@@ -102,30 +104,43 @@ void check_fixture(const std::string& name) {
         Served probe = serve(dir, 0, 8, true);
         per_token = probe.scheduler->spec().kv_bytes_per_token;
     }
-    Served s = serve(dir, 24 * 4 * per_token, 8, true);
-    std::vector<std::shared_ptr<CollectingSink>> sinks;
-    for (int wave = 0; wave < 2; ++wave) {
-        for (size_t i = 0; i < prompts.size(); ++i) {
-            sinks.push_back(submit(*s.scheduler, i % 2 ? "b" : "a", prompts[i], kTokens));
+    // Preempted sequences recomputed, then with their KV saved to host memory and put back.
+    for (const int64_t swap : {int64_t{0}, int64_t{1} << 24}) {
+        INFO(name << (swap > 0 ? ", KV saved on preemption" : ", recomputed on preemption"));
+        Served s = serve(dir, 24 * 4 * per_token, 8, true, swap);
+        std::vector<std::shared_ptr<CollectingSink>> sinks;
+        for (int wave = 0; wave < 2; ++wave) {
+            for (size_t i = 0; i < prompts.size(); ++i) {
+                sinks.push_back(submit(*s.scheduler, i % 2 ? "b" : "a", prompts[i], kTokens));
+            }
+            if (wave == 0) {
+                drain(*s.scheduler);
+            }
         }
-        if (wave == 0) {
-            drain(*s.scheduler);
+        drain(*s.scheduler);
+        int64_t cached = 0;
+        for (size_t i = 0; i < sinks.size(); ++i) {
+            auto f = sinks[i]->wait();
+            REQUIRE(f);
+            CHECK(f->reason == FinishReason::kLength);
+            INFO(name << " request " << i);
+            CHECK(sinks[i]->ids() == alone[i % prompts.size()]);
+            cached += f->usage.cached_tokens;
+        }
+        const SchedulerStats& st = s.scheduler->stats();
+        MESSAGE(name << ": preemptions " << st.preemptions << " (KV saved "
+                     << st.swapped_preemptions << "), recomputed tokens " << st.recompute_tokens
+                     << ", cached tokens " << cached << ", steps " << st.steps);
+        CHECK(st.preemptions > 0);
+        CHECK(cached > 0);
+        if (swap > 0) {
+            CHECK(st.swapped_preemptions == st.preemptions);
+            CHECK(st.recompute_tokens == 0);
+        } else {
+            CHECK(st.swapped_preemptions == 0);
+            CHECK(st.recompute_tokens > 0);
         }
     }
-    drain(*s.scheduler);
-    int64_t cached = 0;
-    for (size_t i = 0; i < sinks.size(); ++i) {
-        auto f = sinks[i]->wait();
-        REQUIRE(f);
-        CHECK(f->reason == FinishReason::kLength);
-        INFO(name << " request " << i);
-        CHECK(sinks[i]->ids() == alone[i % prompts.size()]);
-        cached += f->usage.cached_tokens;
-    }
-    MESSAGE(name << ": preemptions " << s.scheduler->stats().preemptions << ", cached tokens "
-                 << cached << ", steps " << s.scheduler->stats().steps);
-    CHECK(s.scheduler->stats().preemptions > 0);
-    CHECK(cached > 0);
 }
 
 TEST_CASE("paged serving: micro-qwen3-moe batched, chunked, preempted and cached equals alone") {
