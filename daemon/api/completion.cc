@@ -173,6 +173,9 @@ public:
                 channel_->respond(error.to_response());
             } else if (!begin_with_error(error)) {
                 sse_.event(error.to_json());
+                // OpenAI may leave the usage out of a stream cut short; what was generated until
+                // then is still known here, and a client that asked for it counts it.
+                usage_chunk(finish.usage);
                 report_usage(finish.usage);
                 sse_.done();
             }
@@ -206,12 +209,7 @@ public:
                     std::move(abandoned);
             }
             sse_.event(json_text(end));
-            if (include_usage_) {
-                json::object u = envelope();
-                u["choices"] = json::array();
-                u["usage"] = usage_json(finish.usage);
-                sse_.event(json_text(u));
-            }
+            usage_chunk(finish.usage);
             report_usage(finish.usage);
             sse_.done();
             return;
@@ -254,6 +252,17 @@ public:
     }
 
 private:
+    // The stream's last chunk before [DONE] when stream_options.include_usage asks for it.
+    void usage_chunk(const engine::Usage& usage) {
+        if (!include_usage_) {
+            return;
+        }
+        json::object u = envelope();
+        u["choices"] = json::array();
+        u["usage"] = usage_json(usage);
+        sse_.event(json_text(u));
+    }
+
     void report_usage(const engine::Usage& usage) {
         if (!report_usage_) {
             return;

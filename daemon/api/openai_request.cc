@@ -662,10 +662,74 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         std::optional<bool> b = value.is_null() ? false : v.boolean(value, key);
         return b && (!*b || refuse());
     }
+    if (key == "prompt_cache_key" || key == "safety_identifier") {
+        // A caching hint (this server's prefix cache needs none) and the successor of `user`.
+        return value.is_null() || v.string(value, key) != nullptr;
+    }
+    if (chat && key == "modalities") {
+        // ["text"] is the default and all this server makes.
+        const json::array* a = value.if_array();
+        return value.is_null() ||
+               (a != nullptr && a->size() == 1 && (*a)[0].is_string() &&
+                (*a)[0].get_string() == "text") ||
+               refuse();
+    }
     if (key == "suffix" || key == "modalities" || key == "prediction" || key == "audio") {
         return value.is_null() || refuse();
     }
     return v.fail("unrecognized request argument '" + key + "'", key);
+}
+
+// The value of the four hex digits at s[i], or -1.
+int hex4(std::string_view s, size_t i) {
+    if (i + 4 > s.size()) {
+        return -1;
+    }
+    int v = 0;
+    const auto [end, err] = std::from_chars(s.data() + i, s.data() + i + 4, v, 16);
+    return err == std::errc() && end == s.data() + i + 4 ? v : -1;
+}
+
+// The body with every \uD800..\uDFFF escape that is not half of a pair written as \uFFFD,
+// or nullopt when it has none. JSON's grammar allows such escapes and Python's
+// parser (so OpenAI's and vLLM's servers) reads them; Boost.JSON refuses them, so the body is
+// read again with the replacement character, as a decoder does with a broken sequence.
+std::optional<std::string> replace_lone_surrogates(std::string_view body) {
+    std::string out;
+    bool in_string = false;
+    bool changed = false;
+    size_t copied = 0;
+    for (size_t i = 0; i < body.size(); ++i) {
+        if (body[i] == '"') {
+            in_string = !in_string;
+        } else if (in_string && body[i] == '\\' && i + 1 < body.size()) {
+            if (body[i + 1] != 'u') {
+                ++i;  // A one-character escape (\" and \\ included).
+                continue;
+            }
+            const int unit = hex4(body, i + 2);
+            if (unit >= 0xD800 && unit <= 0xDBFF && i + 8 <= body.size() && body[i + 6] == '\\' &&
+                body[i + 7] == 'u') {
+                const int low = hex4(body, i + 8);
+                if (low >= 0xDC00 && low <= 0xDFFF) {
+                    i += 11;  // A pair: both escapes stay.
+                    continue;
+                }
+            }
+            if (unit >= 0xD800 && unit <= 0xDFFF) {
+                out.append(body.substr(copied, i - copied));
+                out.append("\\uFFFD");
+                copied = i + 6;
+                changed = true;
+            }
+            i += 5;
+        }
+    }
+    if (!changed) {
+        return std::nullopt;
+    }
+    out.append(body.substr(copied));
+    return out;
 }
 
 }  // namespace
@@ -676,6 +740,12 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     json::parse_options options;
     options.max_depth = 64;
     json::value root = json::parse(json::string_view(body.data(), body.size()), ec, {}, options);
+    if (ec) {
+        if (const std::optional<std::string> fixed = replace_lone_surrogates(body)) {
+            ec.clear();
+            root = json::parse(*fixed, ec, {}, options);
+        }
+    }
     if (ec) {
         return invalid_request("the request body is not valid JSON: " + ec.message(),
                                std::nullopt);

@@ -320,6 +320,30 @@ TEST_CASE("a stream that fails after it opened reports the error in-band") {
     CHECK(events[2] == "[DONE]");
 }
 
+TEST_CASE("a stream cut by the drain deadline still ends with the usage a client asked for") {
+    ApiFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/chat/completions",
+                        chat_body(true, R"(,"stream_options":{"include_usage":true})")))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.emit(0, "Hel");
+    auto head = c->read_until("Hel");
+    REQUIRE(head.ok());
+    f.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{4, 1, 0});
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    auto events = sse_events(*head + *rest);
+    REQUIRE(events.size() == 5);  // role, "Hel", error, usage, [DONE]
+    CHECK(json_of(events[2])["error"].as_object()["code"] == "service_unavailable");
+    auto usage = json_of(events[3]);
+    CHECK(usage["choices"].as_array().empty());
+    CHECK(usage["usage"].as_object()["completion_tokens"] == 1);
+    CHECK(usage["usage"].as_object()["prompt_tokens"] == 4);
+    CHECK(events[4] == "[DONE]");
+}
+
 TEST_CASE("client disconnect cancels the generation (streaming and not)") {
     ApiFixture f;
     {

@@ -62,6 +62,32 @@ TEST_CASE("a top_p too small for a float keeps the most likely token instead of 
     CHECK(p.generate.sampling.top_p < 1e-30f);
 }
 
+TEST_CASE("a lone UTF-16 surrogate escape reads as U+FFFD, as Python reads JSON, pairs unchanged") {
+    auto content = [](const std::string& text) {
+        const std::string body =
+            R"({"model":"m","messages":[{"role":"user","content":")" + text + R"("}]})";
+        const ParsedRequest p = parse(Endpoint::kChatCompletions, body);
+        return std::get<std::vector<engine::ChatMessage>>(p.generate.prompt)[0].content;
+    };
+    CHECK(content(R"(a\ud800b)") == "a\xEF\xBF\xBD" "b");
+    CHECK(content(R"(\udc00)") == "\xEF\xBF\xBD");
+    CHECK(content(R"(\ud83d\ude00 \ud83d)") == "\xF0\x9F\x98\x80 \xEF\xBF\xBD");
+    CHECK(content(R"(\\ud800 \"\ud800)") == "\\ud800 \"\xEF\xBF\xBD");
+    // Not JSON for another reason: still refused as such.
+    CHECK(error_of(Endpoint::kChatCompletions, R"({"model":"m","x":"\ud800",})")
+              .message.find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("modalities text, prompt_cache_key and safety_identifier are accepted, others refused") {
+    const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+    parse(Endpoint::kChatCompletions, head + R"("modalities":["text"]})");
+    parse(Endpoint::kChatCompletions, head + R"("prompt_cache_key":"k","safety_identifier":"u"})");
+    CHECK(error_of(Endpoint::kChatCompletions, head + R"("modalities":["text","audio"]})").param ==
+          "modalities");
+    CHECK(error_of(Endpoint::kChatCompletions, head + R"("prompt_cache_key":5})").param ==
+          "prompt_cache_key");
+}
+
 TEST_CASE("completions accept a string, one-string array or token ids") {
     auto p = parse(Endpoint::kCompletions, R"({"model":"m","prompt":"abc","logprobs":2})");
     CHECK(std::get<std::string>(p.generate.prompt) == "abc");
