@@ -130,7 +130,8 @@ void plan_sigmoid_moe(const SigmoidMoeConfig& c, CheckpointModel* m, TensorPlan*
 
 // GLM-4.5's attention fields, read as the CPU model (engine/model/archs/glm4_moe.cc) reads them.
 Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
-    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
+                          SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults));
     if (c.n_routed_experts <= 0) {
         return unsupported(json, "n_routed_experts", "no routed experts");
     }
@@ -140,7 +141,8 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     if (!json.is_null("head_dim")) {
         EDGE_ASSIGN_OR_RETURN(head_dim, get_int_in(json, "head_dim", 2, 1 << 16));
     }
-    EDGE_ASSIGN_OR_RETURN(double factor, json.get_double("partial_rotary_factor", 1.0));
+    EDGE_ASSIGN_OR_RETURN(double factor, json.get_double("partial_rotary_factor",
+                                                         kGlm4MoePartialRotaryFactor));
     if (!(factor > 0.0 && factor <= 1.0)) {
         return invalid_argument_error(json.path() +
                                       ": field 'partial_rotary_factor' must be in "
@@ -163,7 +165,8 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
 
 // DeepSeek-V3's MLA fields, read by the CPU model's own MlaConfig (YaRN included).
 Status plan_deepseek_v3(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
-    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
+                          SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults));
     if (c.n_routed_experts <= 0) {
         return unsupported(json, "n_routed_experts", "no routed experts");
     }

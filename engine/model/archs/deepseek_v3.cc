@@ -322,13 +322,15 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
 }  // namespace
 
 Status check_deepseek_v3_config(const ConfigJson& json) {
-    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
+                          SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults));
     return MlaConfig::from_json(json, c).status();
 }
 
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const ConfigJson& json,
                                                    const LoadOptions& options, MlaPath path) {
-    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
+                          SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults));
     EDGE_ASSIGN_OR_RETURN(MlaConfig m, MlaConfig::from_json(json, c));
     EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(dir));
     BackendOptions bo;

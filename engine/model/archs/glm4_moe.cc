@@ -12,47 +12,6 @@
 namespace edge::engine {
 namespace {
 
-// GLM-specific config.json fields.
-struct Glm4AttentionConfig {
-    int64_t num_key_value_heads = 0;
-    int64_t head_dim = 0;
-    int64_t rotary_dim = 0;  // head_dim * partial_rotary_factor, even.
-    bool attention_bias = false;
-    bool use_qk_norm = false;
-
-    static Result<Glm4AttentionConfig> from_json(const ConfigJson& j, const SigmoidMoeConfig& c) {
-        Glm4AttentionConfig a;
-        EDGE_ASSIGN_OR_RETURN(a.num_key_value_heads,
-                              get_int_in(j, "num_key_value_heads", 1, c.num_attention_heads));
-        if (c.num_attention_heads % a.num_key_value_heads != 0) {
-            return invalid_argument_error(j.path() + ": field 'num_key_value_heads' does not " +
-                                          "divide num_attention_heads");
-        }
-        if (j.is_null("head_dim")) {
-            a.head_dim = c.hidden_size / c.num_attention_heads;
-        } else {
-            EDGE_ASSIGN_OR_RETURN(a.head_dim, get_int_in(j, "head_dim", 2, 1 << 16));
-        }
-        EDGE_ASSIGN_OR_RETURN(double factor, j.get_double("partial_rotary_factor", 1.0));
-        if (!(factor > 0.0 && factor <= 1.0)) {
-            return invalid_argument_error(j.path() + ": field 'partial_rotary_factor' must be " +
-                                          "in (0, 1]");
-        }
-        a.rotary_dim = static_cast<int64_t>(std::llround(static_cast<double>(a.head_dim) * factor));
-        if (a.rotary_dim % 2 != 0 || a.rotary_dim < 2) {
-            return invalid_argument_error(j.path() + ": head_dim * partial_rotary_factor (" +
-                                          std::to_string(a.rotary_dim) + ") must be even");
-        }
-        EDGE_ASSIGN_OR_RETURN(a.attention_bias, j.get_bool("attention_bias", false));
-        EDGE_ASSIGN_OR_RETURN(a.use_qk_norm, j.get_bool("use_qk_norm", false));
-        if (!j.is_null("rope_scaling")) {
-            return unimplemented_error(j.path() + ": field 'rope_scaling' is not supported for " +
-                                       kGlm4MoeArchitecture);
-        }
-        return a;
-    }
-};
-
 struct AttnLayer {
     Weight q, k, v, o;
     std::vector<float> q_bias, k_bias, v_bias;  // Empty without attention_bias.
@@ -188,14 +147,50 @@ void Glm4Moe::attention(int32_t li, int64_t n) {
 
 }  // namespace
 
+Result<Glm4AttentionConfig> Glm4AttentionConfig::from_json(const ConfigJson& j,
+                                                           const SigmoidMoeConfig& c) {
+    Glm4AttentionConfig a;
+    EDGE_ASSIGN_OR_RETURN(a.num_key_value_heads,
+                          get_int_in(j, "num_key_value_heads", 1, c.num_attention_heads));
+    if (c.num_attention_heads % a.num_key_value_heads != 0) {
+        return invalid_argument_error(j.path() + ": field 'num_key_value_heads' does not " +
+                                      "divide num_attention_heads");
+    }
+    if (j.is_null("head_dim")) {
+        a.head_dim = c.hidden_size / c.num_attention_heads;
+    } else {
+        EDGE_ASSIGN_OR_RETURN(a.head_dim, get_int_in(j, "head_dim", 2, 1 << 16));
+    }
+    EDGE_ASSIGN_OR_RETURN(double factor,
+                          j.get_double("partial_rotary_factor", kGlm4MoePartialRotaryFactor));
+    if (!(factor > 0.0 && factor <= 1.0)) {
+        return invalid_argument_error(j.path() + ": field 'partial_rotary_factor' must be " +
+                                      "in (0, 1]");
+    }
+    a.rotary_dim = static_cast<int64_t>(std::llround(static_cast<double>(a.head_dim) * factor));
+    if (a.rotary_dim % 2 != 0 || a.rotary_dim < 2) {
+        return invalid_argument_error(j.path() + ": head_dim * partial_rotary_factor (" +
+                                      std::to_string(a.rotary_dim) + ") must be even");
+    }
+    EDGE_ASSIGN_OR_RETURN(a.attention_bias, j.get_bool("attention_bias", false));
+    EDGE_ASSIGN_OR_RETURN(a.use_qk_norm, j.get_bool("use_qk_norm", false));
+    if (!j.is_null("rope_scaling")) {
+        return unimplemented_error(j.path() + ": field 'rope_scaling' is not supported for " +
+                                   kGlm4MoeArchitecture);
+    }
+    return a;
+}
+
 Status check_glm4_moe_config(const ConfigJson& json) {
-    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
+                          SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults));
     return Glm4AttentionConfig::from_json(json, c).status();
 }
 
 Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const ConfigJson& json,
                                                 const LoadOptions& options) {
-    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c, SigmoidMoeConfig::from_json(json));
+    EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
+                          SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults));
     EDGE_ASSIGN_OR_RETURN(Glm4AttentionConfig a, Glm4AttentionConfig::from_json(json, c));
     EDGE_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::open_dir(dir));
     BackendOptions bo;

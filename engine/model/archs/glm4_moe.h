@@ -7,6 +7,7 @@
 //
 // Threading: as CausalLM.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,25 @@ namespace edge::engine {
 class ConfigJson;
 
 inline constexpr const char* kGlm4MoeArchitecture = "Glm4MoeForCausalLM";
+
+// partial_rotary_factor when config.json omits it: Glm4MoeConfig's default in transformers.
+// Not 1.0: a GLM-4.5 config without the field rotates half of each head.
+inline constexpr double kGlm4MoePartialRotaryFactor = 0.5;
+
+struct SigmoidMoeConfig;
+
+// GLM-specific config.json fields.
+struct Glm4AttentionConfig {
+    int64_t num_key_value_heads = 0;
+    int64_t head_dim = 0;    // Defaults to hidden_size / num_attention_heads.
+    int64_t rotary_dim = 0;  // head_dim * partial_rotary_factor, even.
+    bool attention_bias = false;
+    bool use_qk_norm = false;
+
+    // Reads and range-checks the fields; errors name config.json and the field.
+    static Result<Glm4AttentionConfig> from_json(const ConfigJson& config,
+                                                 const SigmoidMoeConfig& common);
+};
 
 Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const ConfigJson& config,
                                                 const LoadOptions& options);

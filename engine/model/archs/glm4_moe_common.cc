@@ -16,9 +16,14 @@ const std::vector<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
 
 }  // namespace
 
-Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j) {
+Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j,
+                                                     const SigmoidMoeDefaults& d) {
     constexpr int64_t kBig = int64_t{1} << 24;
     SigmoidMoeConfig c;
+    c.n_shared_experts = d.n_shared_experts;
+    c.n_group = d.n_group;
+    c.topk_group = d.topk_group;
+    c.first_k_dense_replace = d.first_k_dense_replace;
     EDGE_ASSIGN_OR_RETURN(c.hidden_size, get_int_in(j, "hidden_size", 1, kBig));
     EDGE_ASSIGN_OR_RETURN(c.num_hidden_layers, get_int_in(j, "num_hidden_layers", 1, 4096));
     EDGE_ASSIGN_OR_RETURN(c.num_attention_heads, get_int_in(j, "num_attention_heads", 1, 4096));
@@ -59,9 +64,10 @@ Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j) {
         EDGE_ASSIGN_OR_RETURN(c.num_nextn_predict_layers,
                               get_int_in(j, "num_nextn_predict_layers", 0, 64));
     }
-    EDGE_ASSIGN_OR_RETURN(c.routed_scaling_factor, j.get_double("routed_scaling_factor", 1.0));
+    EDGE_ASSIGN_OR_RETURN(c.routed_scaling_factor,
+                          j.get_double("routed_scaling_factor", d.routed_scaling_factor));
     EDGE_ASSIGN_OR_RETURN(c.rope_theta, j.get_double("rope_theta", 10000.0));
-    EDGE_ASSIGN_OR_RETURN(c.rms_norm_eps, j.get_double("rms_norm_eps", 1e-6));
+    EDGE_ASSIGN_OR_RETURN(c.rms_norm_eps, j.get_double("rms_norm_eps", d.rms_norm_eps));
     if (!(c.rope_theta > 1.0) || !(c.rms_norm_eps > 0.0 && c.rms_norm_eps < 1.0) ||
         !(c.routed_scaling_factor > 0.0 && c.routed_scaling_factor < 1e6)) {
         return invalid_argument_error(j.path() + ": field 'rope_theta', 'rms_norm_eps' or " +

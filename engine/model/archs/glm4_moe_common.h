@@ -30,6 +30,35 @@ namespace edge::engine {
 
 class ConfigJson;
 
+// What a field config.json omits means: the default of the architecture's transformers config
+// class, as transformers and vLLM read such a checkpoint. GLM-4.5 and DeepSeek-V3 share the
+// reader but not these defaults; fields whose default is the same for both (rope_theta 10000,
+// norm_topk_prob true, tie_word_embeddings false) are in SigmoidMoeConfig::from_json.
+struct SigmoidMoeDefaults {
+    int64_t n_shared_experts = 0;
+    int64_t n_group = 1;
+    int64_t topk_group = 1;
+    int64_t first_k_dense_replace = 0;
+    double routed_scaling_factor = 1.0;
+    double rms_norm_eps = 1e-6;
+};
+
+// transformers' Glm4MoeConfig (models/glm4_moe/configuration_glm4_moe.py).
+inline constexpr SigmoidMoeDefaults kGlm4MoeDefaults{.n_shared_experts = 1,
+                                                     .n_group = 1,
+                                                     .topk_group = 1,
+                                                     .first_k_dense_replace = 1,
+                                                     .routed_scaling_factor = 1.0,
+                                                     .rms_norm_eps = 1e-5};
+
+// transformers' DeepseekV3Config (models/deepseek_v3/configuration_deepseek_v3.py).
+inline constexpr SigmoidMoeDefaults kDeepseekV3Defaults{.n_shared_experts = 1,
+                                                        .n_group = 8,
+                                                        .topk_group = 4,
+                                                        .first_k_dense_replace = 3,
+                                                        .routed_scaling_factor = 2.5,
+                                                        .rms_norm_eps = 1e-6};
+
 // config.json fields common to both architectures.
 struct SigmoidMoeConfig {
     int64_t hidden_size = 0;
@@ -54,8 +83,10 @@ struct SigmoidMoeConfig {
     std::vector<int64_t> eos_token_ids;
     int64_t bos_token_id = -1;
 
-    // Reads and range-checks the common fields; errors name config.json and the field.
-    static Result<SigmoidMoeConfig> from_json(const ConfigJson& config);
+    // Reads and range-checks the common fields, `defaults` standing in for those config.json
+    // omits (or sets to null); errors name config.json and the field.
+    static Result<SigmoidMoeConfig> from_json(const ConfigJson& config,
+                                              const SigmoidMoeDefaults& defaults);
     bool is_moe_layer(int64_t layer) const {
         return n_routed_experts > 0 && layer >= first_k_dense_replace;
     }

@@ -77,7 +77,7 @@ struct TwinModel {
 
 std::unique_ptr<TwinModel> twin_model(const ConfigJson& json) {
     auto m = std::make_unique<TwinModel>();
-    auto c = SigmoidMoeConfig::from_json(json);
+    auto c = SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults);
     REQUIRE_MESSAGE(c.ok(), c.status().to_string());
     auto mla = MlaConfig::from_json(json, *c);
     REQUIRE_MESSAGE(mla.ok(), mla.status().to_string());
