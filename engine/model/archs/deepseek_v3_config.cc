@@ -26,7 +26,11 @@ Result<double> number_field(const json::object& o, const std::string& where, con
 
 Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConfig& c) {
     MlaConfig m;
-    if (!j.is_null("q_lora_rank")) {
+    // Absent is not null here: DeepseekV3Config defaults q_lora_rank to 1536 (DeepSeek-V3's),
+    // while an explicit null (DeepSeek-V2-Lite) means q_proj without a query LoRA.
+    if (!j.has("q_lora_rank")) {
+        m.q_lora_rank = kDeepseekV3QLoraRank;
+    } else if (!j.is_null("q_lora_rank")) {
         EDGE_ASSIGN_OR_RETURN(m.q_lora_rank, get_int_in(j, "q_lora_rank", 1, 1 << 16));
     }
     EDGE_ASSIGN_OR_RETURN(m.kv_lora_rank, get_int_in(j, "kv_lora_rank", 1, 1 << 16));
@@ -70,11 +74,18 @@ Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConf
     }
     cpu::YarnConfig y;
     EDGE_ASSIGN_OR_RETURN(y.factor, number_field(o, where, "factor", 1.0));
+    // Without original_max_position_embeddings transformers' YaRN takes the model's own
+    // max_position_embeddings as the pretrained length.
     EDGE_ASSIGN_OR_RETURN(double orig,
-                          number_field(o, where, "original_max_position_embeddings", 4096.0));
+                          number_field(o, where, "original_max_position_embeddings",
+                                       static_cast<double>(c.max_position_embeddings)));
     EDGE_ASSIGN_OR_RETURN(y.beta_fast, number_field(o, where, "beta_fast", 32.0));
     EDGE_ASSIGN_OR_RETURN(y.beta_slow, number_field(o, where, "beta_slow", 1.0));
-    EDGE_ASSIGN_OR_RETURN(y.mscale, number_field(o, where, "mscale", 1.0));
+    // 0 stands for absent: transformers scales cos/sin by get_mscale(factor, mscale) /
+    // get_mscale(factor, mscale_all_dim) only when both are set and nonzero, else by
+    // get_mscale(factor) (m = 1); a default of 1 for mscale would take the ratio when only
+    // mscale_all_dim is set.
+    EDGE_ASSIGN_OR_RETURN(y.mscale, number_field(o, where, "mscale", 0.0));
     EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim, number_field(o, where, "mscale_all_dim", 0.0));
     if (!(y.factor >= 1.0 && y.factor < 1e6) || !(orig >= 1.0 && orig < 1e9) ||
         !(y.beta_fast > 0.0) || !(y.beta_slow > 0.0)) {

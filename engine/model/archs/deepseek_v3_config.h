@@ -14,8 +14,11 @@
 
 namespace edge::engine {
 
+// q_lora_rank when config.json omits it (not when it is null): DeepseekV3Config's default.
+inline constexpr int64_t kDeepseekV3QLoraRank = 1536;
+
 struct MlaConfig {
-    int64_t q_lora_rank = 0;       // 0: q_proj directly (no query LoRA).
+    int64_t q_lora_rank = 0;       // 0: q_proj directly (no query LoRA; null in config.json).
     int64_t kv_lora_rank = 0;      // Latent width (cached).
     int64_t qk_nope_head_dim = 0;  // Per-head q/k dims without RoPE.
     int64_t qk_rope_head_dim = 0;  // Per-head q dims with RoPE; the shared rope key (cached).
