@@ -1,0 +1,143 @@
+// What a config.json field means when the file omits it: the default of the architecture's
+// transformers config class, since transformers and vLLM read such a checkpoint with that default.
+// Each case parses a config.json holding only the fields without a usable default and checks
+// every other field against the class (Qwen3MoeConfig, Glm4MoeConfig, DeepseekV3Config).
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/cpu/rope_scaling.h"
+#include "engine/model/archs/deepseek_v3_config.h"
+#include "engine/model/archs/glm4_moe.h"
+#include "engine/model/archs/glm4_moe_common.h"
+#include "engine/model/archs/qwen3_moe.h"
+#include "engine/model/model_config.h"
+
+namespace edge::engine {
+namespace {
+
+ConfigJson parse(const std::string& text) {
+    auto json = ConfigJson::parse(text, "defaults/config.json");
+    REQUIRE_MESSAGE(json.ok(), json.status().to_string());
+    return std::move(json).value();
+}
+
+// The shape fields every architecture requires; `extra` adds the architecture's own.
+std::string minimal_config(const std::string& architecture, const std::string& extra) {
+    return "{\"architectures\": [\"" + architecture +
+           "\"], \"hidden_size\": 128, \"num_hidden_layers\": 4, \"num_attention_heads\": 4, "
+           "\"vocab_size\": 512, \"max_position_embeddings\": 2048, "
+           "\"intermediate_size\": 256, \"num_experts_per_tok\": 2, "
+           "\"moe_intermediate_size\": 64, " +
+           extra + "}";
+}
+
+TEST_CASE("config defaults: Qwen3MoeConfig") {
+    const ConfigJson json = parse(
+        minimal_config(kQwen3MoeArchitecture, "\"num_key_value_heads\": 2, \"num_experts\": 8"));
+    auto c = Qwen3MoeConfig::from_json(json);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->head_dim == 128 / 4);  // getattr(config, "head_dim", hidden_size // heads).
+    CHECK(c->rope_theta == 10000.0);
+    CHECK(c->rms_norm_eps == 1e-6);
+    CHECK_FALSE(c->norm_topk_prob);
+    CHECK_FALSE(c->tie_word_embeddings);
+    CHECK_FALSE(c->attention_bias);
+    CHECK(c->decoder_sparse_step == 1);
+    CHECK(c->mlp_only_layers.empty());
+    for (int64_t l = 0; l < 4; ++l) {
+        CHECK(c->is_moe_layer(l));
+    }
+    CHECK(c->eos_token_ids.empty());  // eos_token_id / bos_token_id: None.
+    CHECK(c->bos_token_id == -1);
+}
+
+TEST_CASE("config defaults: Glm4MoeConfig") {
+    const ConfigJson json = parse(minimal_config(
+        kGlm4MoeArchitecture, "\"num_key_value_heads\": 2, \"n_routed_experts\": 8"));
+    auto c = SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->n_shared_experts == 1);
+    CHECK(c->n_group == 1);
+    CHECK(c->topk_group == 1);
+    CHECK(c->first_k_dense_replace == 1);
+    CHECK_FALSE(c->is_moe_layer(0));
+    CHECK(c->is_moe_layer(1));
+    CHECK(c->routed_scaling_factor == 1.0);
+    CHECK(c->rope_theta == 10000.0);
+    CHECK(c->rms_norm_eps == 1e-5);
+    CHECK(c->norm_topk_prob);
+    CHECK_FALSE(c->tie_word_embeddings);
+    CHECK(c->num_nextn_predict_layers == 0);  // Not a Glm4MoeConfig field: no MTP layer read.
+    CHECK(c->eos_token_ids.empty());
+    CHECK(c->bos_token_id == -1);
+    auto a = Glm4AttentionConfig::from_json(json, *c);
+    REQUIRE_MESSAGE(a.ok(), a.status().to_string());
+    CHECK(a->head_dim == 128 / 4);
+    CHECK(a->rotary_dim == 128 / 4 / 2);  // partial_rotary_factor 0.5.
+    CHECK_FALSE(a->attention_bias);
+    CHECK_FALSE(a->use_qk_norm);
+}
+
+const std::string kMla =
+    "\"n_routed_experts\": 16, \"kv_lora_rank\": 32, \"qk_nope_head_dim\": 32, "
+    "\"qk_rope_head_dim\": 16, \"v_head_dim\": 32";
+
+TEST_CASE("config defaults: DeepseekV3Config") {
+    const ConfigJson json = parse(minimal_config(kDeepseekV3Architecture, kMla));
+    auto c = SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->n_shared_experts == 1);
+    CHECK(c->n_group == 8);
+    CHECK(c->topk_group == 4);
+    CHECK(c->first_k_dense_replace == 3);
+    CHECK_FALSE(c->is_moe_layer(2));
+    CHECK(c->is_moe_layer(3));
+    CHECK(c->routed_scaling_factor == 2.5);
+    CHECK(c->rope_theta == 10000.0);
+    CHECK(c->rms_norm_eps == 1e-6);
+    CHECK(c->norm_topk_prob);
+    CHECK_FALSE(c->tie_word_embeddings);
+    auto m = MlaConfig::from_json(json, *c);
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->q_lora_rank == 1536);
+    CHECK(m->rope_interleave);
+    CHECK(m->rope_mscale == 1.0);
+    CHECK(m->softmax_scale == doctest::Approx(1.0 / std::sqrt(32.0 + 16.0)));
+    CHECK(m->inv_freq == cpu::rope_inv_freq(10000.0, 16));
+}
+
+TEST_CASE("config defaults: DeepseekV3Config q_lora_rank null means no query LoRA") {
+    const ConfigJson json =
+        parse(minimal_config(kDeepseekV3Architecture, kMla + ", \"q_lora_rank\": null"));
+    auto c = SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    auto m = MlaConfig::from_json(json, *c);
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->q_lora_rank == 0);
+}
+
+TEST_CASE("config defaults: DeepSeek-V3 YaRN without mscale or original_max_position_embeddings") {
+    // transformers' YaRN: cos/sin scaled by get_mscale(factor) unless both mscale and
+    // mscale_all_dim are set, the pretrained length max_position_embeddings when the
+    // original is absent; the softmax scale takes get_mscale(factor, mscale_all_dim)^2.
+    const std::string yarn =
+        ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, \"mscale_all_dim\": 0.5}";
+    const ConfigJson json = parse(minimal_config(kDeepseekV3Architecture, kMla + yarn));
+    auto c = SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    auto m = MlaConfig::from_json(json, *c);
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->rope_mscale == doctest::Approx(0.1 * std::log(4.0) + 1.0));
+    const double ms = 0.1 * 0.5 * std::log(4.0) + 1.0;
+    CHECK(m->softmax_scale == doctest::Approx(ms * ms / std::sqrt(32.0 + 16.0)));
+    cpu::YarnConfig y;
+    y.factor = 4.0;
+    y.original_max_position = 2048;
+    CHECK(m->inv_freq == cpu::yarn_inv_freq(10000.0, 16, y));
+}
+
+}  // namespace
+}  // namespace edge::engine
