@@ -40,6 +40,9 @@ std::string chat_body(bool stream, const std::string& extra = "") {
            (stream ? R"(,"stream":true)" : "") + extra + "}";
 }
 
+const std::string kStreamWithUsage =
+    chat_body(true, R"(,"stream_options":{"include_usage":true})");
+
 using testing::sse_events;
 
 }  // namespace
@@ -142,10 +145,7 @@ TEST_CASE("non-streaming chat completion with usage") {
 TEST_CASE("streaming chat: chunks arrive as produced, then usage and DONE") {
     ApiFixture f;
     auto c = f.client();
-    REQUIRE(c->send(testing::http_request(
-                        "POST", "/v1/chat/completions",
-                        chat_body(true, R"(,"stream_options":{"include_usage":true})")))
-                .ok());
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", kStreamWithUsage)).ok());
     REQUIRE(f.generator.wait_for_request(0));
     f.generator.emit(0, "Hel");
     auto first = c->read_until("Hel");
@@ -323,10 +323,7 @@ TEST_CASE("a stream that fails after it opened reports the error in-band") {
 TEST_CASE("a stream cut by the drain deadline still ends with the usage a client asked for") {
     ApiFixture f;
     auto c = f.client();
-    REQUIRE(c->send(testing::http_request(
-                        "POST", "/v1/chat/completions",
-                        chat_body(true, R"(,"stream_options":{"include_usage":true})")))
-                .ok());
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", kStreamWithUsage)).ok());
     REQUIRE(f.generator.wait_for_request(0));
     f.generator.emit(0, "Hel");
     auto head = c->read_until("Hel");
