@@ -809,22 +809,6 @@ Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& ke
     return r.require_keys(node, key, {"ca", "cert", "key"});
 }
 
-// `node` with every mapping and sequence in block style, so that a section written in flow
-// style (`{a: 1}`) dumps as the same text as in block style.
-YAML::Node block_style(YAML::Node node) {
-    if (node.IsMap() || node.IsSequence()) {
-        node.SetStyle(YAML::EmitterStyle::Block);
-        for (auto it = node.begin(); it != node.end(); ++it) {
-            if (node.IsMap()) {
-                block_style(it->second);
-            } else {
-                block_style(*it);
-            }
-        }
-    }
-    return node;
-}
-
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         root, "",
@@ -897,25 +881,6 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
         }
     }
     c.engine.models = c.models;
-    for (auto it = root.begin(); it != root.end(); ++it) {
-        const std::string section = it->first.Scalar();
-        if (section == "tenants") {
-            continue;
-        }
-        YAML::Node copy = YAML::Clone(it->second);
-        if (section == "listeners" && copy["public"].IsMap()) {
-            copy["public"].remove("certificates");
-        } else if (section == "peer" && copy.IsMap()) {
-            for (const char* reloaded : {"ca", "cert", "key"}) {
-                copy.remove(reloaded);
-            }
-        } else if (section == "gossip" && copy.IsMap()) {
-            for (const char* reloaded : {"keys", "keyring_file"}) {
-                copy.remove(reloaded);
-            }
-        }
-        c.restart_sections[section] = YAML::Dump(block_style(copy));
-    }
     return ok_status();
 }
 
@@ -1039,21 +1004,50 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
 }
 
 std::vector<std::string> changed_restart_sections(const Config& running, const Config& fresh) {
-    std::set<std::string> names;
-    for (const Config* c : {&running, &fresh}) {
-        for (const auto& [name, text] : c->restart_sections) {
-            names.insert(name);
+    // Each section's parsed values without what a reload applies. Compared as values, not as
+    // YAML text, so that reordered keys or a default written out do not ask for a restart.
+    auto listeners = [](const Config& c) {
+        PublicListenerConfig pub = c.listener;
+        pub.certificates.clear();
+        return std::pair(pub, c.admin);
+    };
+    auto engine = [](const Config& c) {
+        engine::EngineConfig e = c.engine;
+        e.models.clear();  // The `models` section's, compared there.
+        return e;
+    };
+    auto gossip = [](const Config& c) {
+        GossipConfig g = c.gossip;
+        g.keys.clear();
+        g.keyring_file.clear();
+        return g;
+    };
+    auto peer = [](const Config& c) {
+        std::optional<PeerConfig> p = c.peer;
+        if (p) {
+            p->ca_path.clear();
+            p->cert_path.clear();
+            p->key_path.clear();
         }
-    }
+        return p;
+    };
     std::vector<std::string> changed;
-    for (const std::string& name : names) {
-        auto a = running.restart_sections.find(name);
-        auto b = fresh.restart_sections.find(name);
-        if (a == running.restart_sections.end() || b == fresh.restart_sections.end() ||
-            a->second != b->second) {
-            changed.push_back(name);
+    auto check = [&](const char* section, auto value) {
+        if (!(value(running) == value(fresh))) {
+            changed.push_back(section);
         }
-    }
+    };
+    // In name order.
+    check("engine", engine);
+    check("gossip", gossip);
+    check("limits", [](const Config& c) { return c.limits; });
+    check("listeners", listeners);
+    check("log", [](const Config& c) { return c.log; });
+    check("models", [](const Config& c) { return c.models; });
+    check("peer", peer);
+    check("proxy_protocol", [](const Config& c) { return c.proxy_protocol; });
+    check("routing", [](const Config& c) { return c.routing; });
+    check("site", [](const Config& c) { return c.site; });
     return changed;
 }
 

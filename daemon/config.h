@@ -29,11 +29,15 @@ struct PublicListenerConfig {
     uint16_t port = 8443;              // TCP port; 0 picks a free one (tests).
     int32_t io_threads = 1;            // Threads running network I/O (TLS, HTTP).
     std::vector<tls::CertificateConfig> certificates;  // First is the default (no SNI match).
+
+    bool operator==(const PublicListenerConfig&) const = default;
 };
 
 struct AdminListenerConfig {
     std::string address = "127.0.0.1";  // Plain HTTP; keep it on loopback or a private network.
     uint16_t port = 9443;               // TCP port; 0 picks a free one (tests).
+
+    bool operator==(const AdminListenerConfig&) const = default;
 };
 
 struct SiteConfig {
@@ -48,6 +52,8 @@ struct SiteConfig {
     // host:port other sites reach this site's admin listener at (active /readyz checks); empty:
     // the admin listen address and bound port.
     std::string admin_address;
+
+    bool operator==(const SiteConfig&) const = default;
 };
 
 struct TenantConfig {
@@ -77,15 +83,21 @@ struct LimitsConfig {
     uint64_t max_connections = 10'000;                    // Open public connections at most.
     uint64_t max_stream_buffer_bytes = 1024 * 1024;       // Queued for a slow stream reader.
     std::chrono::milliseconds drain_deadline{30'000};     // SIGTERM: longest wait for in-flight.
+
+    bool operator==(const LimitsConfig&) const = default;
 };
 
 struct ProxyProtocolConfig {
     std::vector<std::string> trusted;  // CIDRs of load balancers allowed to send PROXY v1/v2.
+
+    bool operator==(const ProxyProtocolConfig&) const = default;
 };
 
 struct LogConfig {
     std::string level = "info";  // debug, info, warn, error.
     bool access_log = false;     // One info line per request (method, path, status, duration).
+
+    bool operator==(const LogConfig&) const = default;
 };
 
 // Routing between sites: the cost function's tunables and the choice's margin and hysteresis
@@ -101,6 +113,8 @@ struct RoutingConfig {
     // Initial target version digest per model (a rollout intent at Lamport time 0; any
     // `edgeserve rollout` overrides it cluster-wide).
     std::map<std::string, std::string> target_versions;
+
+    bool operator==(const RoutingConfig&) const = default;
 };
 
 // Gossip membership between sites (routing/membership over UDP and TCP on one port). Absent:
@@ -140,6 +154,8 @@ struct GossipConfig {
     // it, so tests on loopback see distinct RTTs. load_config() refuses it unless the
     // environment sets EDGESERVE_TESTING=1.
     std::map<std::string, std::chrono::milliseconds> testing_peer_delay;
+
+    bool operator==(const GossipConfig&) const = default;
 };
 
 // The peer listener and the forwarding client between sites (mutual TLS with a cluster CA). The
@@ -161,6 +177,8 @@ struct PeerConfig {
     double retry_budget = 0.2;
     int32_t min_retry_concurrency = 3;  // ...but this many retries are always allowed.
     uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed peer answer, bytes.
+
+    bool operator==(const PeerConfig&) const = default;
 };
 
 struct Config {
@@ -178,11 +196,6 @@ struct Config {
     RoutingConfig routing;
     GossipConfig gossip;
     std::optional<PeerConfig> peer;  // Absent: no peer listener, no forwarding.
-    // Per top-level section that only a restart applies, its YAML in a canonical form (comments
-    // and layout dropped; `tenants`, listeners.public.certificates, peer.ca/cert/key and
-    // gossip.keys/keyring_file left out, as SIGHUP reloads them): what
-    // changed_restart_sections() compares.
-    std::map<std::string, std::string> restart_sections;
 };
 
 // Reads and validates `path`. Relative paths inside (certificates, models) are resolved against
@@ -190,7 +203,10 @@ struct Config {
 Result<Config> load_config(const std::string& path);
 
 // The sections whose restart-only settings differ between `running` and `fresh` (added,
-// removed or changed), in name order: a SIGHUP does not apply them.
+// removed or changed), in name order: a SIGHUP does not apply them. The parsed values are
+// compared, not the YAML: key order, layout, comments and a default written out change nothing.
+// What SIGHUP reloads is left out (`tenants`, listeners.public.certificates, peer.ca/cert/key,
+// gossip.keys/keyring_file).
 std::vector<std::string> changed_restart_sections(const Config& running, const Config& fresh);
 
 // Parses YAML text; `source` names it in errors and is the base for relative paths. Never throws.

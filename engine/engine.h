@@ -23,6 +23,8 @@ struct ModelConfig {
     std::string quantization = "none"; // Quantization policy preset applied on load ("none").
     int64_t max_context = 0;           // Max prompt + output tokens; 0: the model's own maximum.
     std::string chat_template = "auto";  // Chat format; "auto": chosen from the checkpoint.
+
+    bool operator==(const ModelConfig&) const = default;
 };
 
 struct EngineConfig {
@@ -53,6 +55,9 @@ struct EngineConfig {
     std::string cpu_kernels = "auto";
     shard::ShardingConfig sharding;      // Expert-parallel ranks and placement (docs/sharding.md).
     std::vector<ModelConfig> models;
+
+    // Same settings (the daemon compares a reloaded config with the running one).
+    bool operator==(const EngineConfig&) const = default;
 };
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config);

@@ -35,6 +35,8 @@ struct CertificateConfig {
     std::vector<std::string> server_names;  // SNI names served by this chain ("*.x.org" allowed).
     std::string cert_path;                  // PEM file: leaf certificate then intermediates.
     std::string key_path;                   // PEM file: the leaf's private key.
+
+    bool operator==(const CertificateConfig&) const = default;
 };
 
 struct ClientAuthConfig {

@@ -26,6 +26,8 @@ struct ShardingConfig {
     std::string static_plan;
     // Communicator implementation (communicator.h): "in_process".
     std::string communicator = "in_process";
+
+    bool operator==(const ShardingConfig&) const = default;
 };
 
 }  // namespace edge::engine::shard

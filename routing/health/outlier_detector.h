@@ -42,6 +42,8 @@ struct OutlierConfig {
     uint32_t success_rate_minimum_hosts = 5;
     // Ejection threshold in standard deviations below the mean (Envoy's 1900 / 1000).
     double success_rate_stdev_factor = 1.9;
+
+    bool operator==(const OutlierConfig&) const = default;
 };
 
 // The name of a pool in the detector: "<member>/<model>" (member names never contain '/').

@@ -64,6 +64,8 @@ struct CostConfig {
     double ejected_penalty_s = 30.0;
     // Added when the pool's health is degraded (not ejected), seconds.
     double degraded_penalty_s = 0.2;
+
+    bool operator==(const CostConfig&) const = default;
 };
 
 enum class RttSource : uint8_t { kLocal, kVivaldi, kGreatCircle };

@@ -27,6 +27,8 @@ struct SelectionConfig {
     double margin_fraction = 0.1;
     // The local pool is chosen while its cost is within this of the best, seconds.
     double local_hysteresis_s = 0.010;
+
+    bool operator==(const SelectionConfig&) const = default;
 };
 
 struct RouteRequest {

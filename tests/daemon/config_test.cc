@@ -664,3 +664,39 @@ TEST_CASE("changed_restart_sections names what a reload does not apply") {
     REQUIRE(moved.ok());
     CHECK(changed_restart_sections(running, *moved) == std::vector<std::string>{"listeners"});
 }
+
+TEST_CASE("changed_restart_sections ignores reordered keys and defaults written out") {
+    auto load = [](const std::string& extra) {
+        Result<Config> c = parse_config(testing::config_yaml("/c", "/k", extra), "x.yaml");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        return *c;
+    };
+    // The auditor's engine section (F4), as a SIGHUP saw it change without a change.
+    const Config running = load(
+        "engine: {max_batch_sequences: 4, max_queue_per_tenant: 8, max_queue: 20, "
+        "kv_cache_bytes: 4194304, cpu_kernels: auto}\nlimits:\n  max_body_bytes: 65536\n");
+    // Keys swapped, within a section and between sections.
+    CHECK(changed_restart_sections(
+              running, load("limits:\n  max_body_bytes: 65536\n"
+                            "engine: {max_queue_per_tenant: 8, max_batch_sequences: 4, "
+                            "max_queue: 20, kv_cache_bytes: 4194304, cpu_kernels: auto}\n"))
+              .empty());
+    // A default written out (kv_block_tokens 16), one left out (cpu_kernels auto), a section of
+    // defaults only (log).
+    CHECK(changed_restart_sections(
+              running, load("engine: {max_batch_sequences: 4, max_queue_per_tenant: 8, "
+                            "max_queue: 20, kv_cache_bytes: 4194304, kv_block_tokens: 16}\n"
+                            "limits:\n  max_body_bytes: 65536\nlog:\n  level: info\n"))
+              .empty());
+    // A real change is still named, by its section only.
+    CHECK(changed_restart_sections(
+              running, load("engine: {max_batch_sequences: 4, max_queue_per_tenant: 8, "
+                            "max_queue: 20, kv_cache_bytes: 4194304, kv_block_tokens: 32}\n"
+                            "limits:\n  max_body_bytes: 65536\n")) ==
+          std::vector<std::string>{"engine"});
+    CHECK(changed_restart_sections(
+              running, load("engine: {max_batch_sequences: 4, max_queue_per_tenant: 8, "
+                            "max_queue: 20, kv_cache_bytes: 4194304}\nlimits:\n"
+                            "  max_body_bytes: 65536\nrouting:\n  margin_ms: 6\n")) ==
+          std::vector<std::string>{"routing"});
+}
