@@ -173,8 +173,9 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
     };
     if (state->limits.max_concurrent > 0 && state->running >= state->limits.max_concurrent) {
         // One of `running` requests is likely done in mean / running (1 s before any ended).
-        const double wait_s =
-            std::clamp(state->mean_lease_s / static_cast<double>(state->running), 1.0, 60.0);
+        const double wait_s = std::clamp(state->mean_lease_s / static_cast<double>(state->running),
+                                         to_seconds(kConcurrencyRetryMin),
+                                         to_seconds(kConcurrencyRetryMax));
         blocked(RejectReason::kConcurrency,
                 std::chrono::duration_cast<Duration>(std::chrono::duration<double>(wait_s)));
     }

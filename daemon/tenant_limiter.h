@@ -106,10 +106,16 @@ public:
         bool finished_ = false;
     };
 
+    // A max_concurrent refusal's wait: the mean time a request holds its slot over the
+    // requests holding one, within these bounds (the lower one until a request has ended).
+    // docs/config.md and docs/api.md state them.
+    static constexpr Duration kConcurrencyRetryMin = std::chrono::seconds(1);
+    static constexpr Duration kConcurrencyRetryMax = std::chrono::seconds(60);
+
     struct Decision {
         RejectReason reason = RejectReason::kNone;
         // When rejected: until a retry can succeed (a rate), or is likely to (max_concurrent:
-        // the mean time a request holds its slot over the requests holding one, 1..60 s).
+        // an estimate within kConcurrencyRetryMin..Max).
         Duration retry_after{0};
         std::shared_ptr<Lease> lease;  // Set when admitted.
     };

@@ -3,6 +3,9 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "common/clock.h"
 #include "daemon/tenant_limiter.h"
 
@@ -16,6 +19,19 @@ TenantConfig tenant(const std::string& name) {
     TenantConfig t;
     t.name = name;
     return t;
+}
+
+std::string source_file(const std::string& path) {
+    std::ifstream in(std::string(EDGE_SOURCE_DIR) + "/" + path);
+    REQUIRE_MESSAGE(in.good(), "cannot read " << path);
+    std::stringstream text;
+    text << in.rdbuf();
+    // Lines joined: a sentence wrapped in the Markdown source reads as one.
+    std::string joined = text.str();
+    for (char& c : joined) {
+        c = c == '\n' ? ' ' : c;
+    }
+    return joined;
 }
 
 // A limiter on a manual clock with tenant "a" at max_concurrent 2, both slots taken.
@@ -269,6 +285,26 @@ TEST_CASE("limiter: a request refused after admission (no route) gives everythin
     // Same second: the rate token, the output reservation and the slot are all back.
     TenantLimiter::Decision again = limiter.admit("a", 60);
     CHECK(again.reason == RejectReason::kNone);
+}
+
+TEST_CASE("limiter: the docs describe max_concurrent's Retry-After as the estimate it is") {
+    // Audit 7 F2: both pages promised a fixed 1 s; the limiter estimates from slot hold times,
+    // bounded to kConcurrencyRetryMin..Max, which is what a client should be told.
+    auto seconds = [](Duration d) {
+        return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+    };
+    const std::string bounds = seconds(TenantLimiter::kConcurrencyRetryMin) + " to " +
+                               seconds(TenantLimiter::kConcurrencyRetryMax) + " s";
+    for (const char* page : {"docs/config.md", "docs/api.md"}) {
+        CAPTURE(page);
+        const std::string doc = source_file(page);
+        const size_t at = doc.find("for `max_concurrent`");
+        REQUIRE(at != std::string::npos);
+        const std::string said = doc.substr(at, 300);
+        CHECK(said.find("estimate") != std::string::npos);
+        CHECK(said.find(bounds) != std::string::npos);
+        CHECK(said.find("max_concurrent` and the queue it is a fixed") == std::string::npos);
+    }
 }
 
 TEST_CASE("limiter: max_concurrent's Retry-After follows how long requests hold their slot") {
