@@ -162,11 +162,16 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
     }
     std::lock_guard lock(state->mu);
     TimePoint now = clock_.now();
-    // Every limit that blocks is checked, and the longest wait is the one reported: the request
-    // passes only once all of them allow it, so a client following Retry-After is not refused
-    // again by the next limit in line.
+    // Every limit that blocks is checked, the request rate too, and the longest wait is the one
+    // reported: the request passes only once all of them allow it, so a client following
+    // Retry-After is not refused again by another limit in line. Nothing is taken until every
+    // limit passes, so a refusal spends no request.
     auto blocked = [&](RejectReason reason, Duration wait) {
-        if (wait > Duration(0) && (d.reason == RejectReason::kNone || wait > d.retry_after)) {
+        if (wait <= Duration(0)) {
+            return;
+        }
+        d.blocking.push_back(reason);
+        if (d.reason == RejectReason::kNone || wait > d.retry_after) {
             d.reason = reason;
             d.retry_after = wait;
         }
@@ -191,16 +196,14 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
     if (state->output_tokens) {
         blocked(RejectReason::kOutputTokens, state->output_tokens->wait_for_level(reserve, now));
     }
+    if (state->requests) {
+        blocked(RejectReason::kRequestRate, state->requests->wait_for_level(1.0, now));
+    }
     if (d.reason != RejectReason::kNone) {
         return d;
     }
-    // Last, so a rejection for another reason does not spend a request.
     if (state->requests) {
-        if (std::optional<Duration> wait = state->requests->try_take(1.0, now)) {
-            d.reason = RejectReason::kRequestRate;
-            d.retry_after = *wait;
-            return d;
-        }
+        state->requests->charge(1.0, now);
     }
     if (state->output_tokens) {
         state->output_tokens->charge(reserve, now);

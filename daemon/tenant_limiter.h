@@ -113,10 +113,14 @@ public:
     static constexpr Duration kConcurrencyRetryMax = std::chrono::seconds(60);
 
     struct Decision {
+        // When rejected: the limit with the longest wait (the error's code, the metric label).
         RejectReason reason = RejectReason::kNone;
-        // When rejected: until a retry can succeed (a rate), or is likely to (max_concurrent:
-        // an estimate within kConcurrencyRetryMin..Max).
+        // When rejected: until every limit that refused would admit it, the longest of their
+        // waits. A rate's is exact; max_concurrent's an estimate (kConcurrencyRetryMin..Max).
         Duration retry_after{0};
+        // Every limit that refused, in the order checked (max_concurrent, input tokens,
+        // output tokens, request rate).
+        std::vector<RejectReason> blocking;
         std::shared_ptr<Lease> lease;  // Set when admitted.
     };
     // A tenant without a configured entry (e.g. "anonymous") is admitted without limits.

@@ -51,16 +51,25 @@ ApiError method_not_allowed(std::string_view method, std::string_view path) {
     return e;
 }
 
-ApiError limit_error(RejectReason reason, Duration retry_after, const std::string& tenant) {
+// The 429 of a refused admission: `code` is the limit with the longest wait, the message names
+// every limit that refused, as a client waiting less than Retry-After would meet the others.
+ApiError limit_error(const TenantLimiter::Decision& refused, const std::string& tenant) {
     ApiError e;
     e.status = 429;
     e.type = "rate_limit_error";  // As the engine's queue 429 (api_error.cc).
-    e.code = reject_reason_name(reason);
-    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(retry_after).count();
+    e.code = reject_reason_name(refused.reason);
+    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(refused.retry_after).count();
     int64_t seconds = ns <= 0 ? 1 : (ns + 999'999'999) / 1'000'000'000;
     e.retry_after_seconds = static_cast<int>(std::clamp<int64_t>(seconds, 1, 86'400));
-    e.message = "Tenant '" + tenant + "' exceeded its limit " + reject_reason_name(reason) +
-                "; retry after " + std::to_string(e.retry_after_seconds) + " s.";
+    std::string limits = reject_reason_name(refused.reason);
+    for (RejectReason other : refused.blocking) {
+        if (other != refused.reason) {
+            limits += std::string(" and ") + reject_reason_name(other);
+        }
+    }
+    e.message = "Tenant '" + tenant + "' exceeded its limit" +
+                (refused.blocking.size() > 1 ? "s " : " ") + limits + "; retry after " +
+                std::to_string(e.retry_after_seconds) + " s.";
     return e;
 }
 
@@ -476,7 +485,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
     TenantLimiter::Decision admitted = limiter_.admit(tenant.name, reserve);
     if (admitted.reason != RejectReason::kNone) {
-        reject(limit_error(admitted.reason, admitted.retry_after, tenant.name),
+        reject(limit_error(admitted, tenant.name),
                reject_reason_name(admitted.reason));
         return;
     }

@@ -240,6 +240,32 @@ TEST_CASE("tenant limits: max_concurrent counts running requests, released on fi
     CHECK(d->read_response()->status == 200);
 }
 
+TEST_CASE("tenant limits: a 429 names every limit that refused, Retry-After waits for all") {
+    TenantFixture f("    max_concurrent: 1\n    requests_per_second: 0.25\n");
+    auto running = f.client();
+    REQUIRE(running->send(testing::http_request("POST", "/v1/chat/completions",
+                                                chat_body(false), auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    testing::HttpReply busy = f.call(chat_body(false), kOldKey);
+    CHECK(busy.status == 429);
+    CHECK(busy.headers["retry-after"] == "4");  // The rate's wait, longer than the slot's 1 s.
+    boost::json::object error = json_of(busy.body)["error"].as_object();
+    CHECK(error["code"] == "requests_per_second");
+    CHECK(error["message"] == "Tenant 'acme' exceeded its limits requests_per_second and "
+                              "max_concurrent; retry after 4 s.");
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(running->read_response()->status == 200);
+    f.clock.advance(std::chrono::seconds(4));  // As Retry-After said: admitted.
+    auto again = f.client();
+    REQUIRE(again->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                              auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    f.generator.finish(1, engine::FinishReason::kStop, {});
+    CHECK(again->read_response()->status == 200);
+}
+
 TEST_CASE("reload rotates a key while a request runs: old key 401 after, running one completes") {
     TenantFixture f("    max_concurrent: 1\n");
     auto running = f.client();

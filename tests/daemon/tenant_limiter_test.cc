@@ -211,6 +211,39 @@ TEST_CASE("limiter: with several limits in debt, Retry-After is the longest wait
     CHECK(limiter.admit("a").reason == RejectReason::kNone);
 }
 
+TEST_CASE("limiter: a refusal waits for the request rate too, and following it is admitted") {
+    // Audit 7 F3: max_concurrent refused with Retry-After 1 s; a client that waited it was then
+    // refused for requests_per_second (4 s more).
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.max_concurrent = 1;
+    a.requests_per_second = 0.25;  // Burst 1: one request, then one per 4 s.
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision first = limiter.admit("a");
+    REQUIRE(first.lease);
+    clock.advance(1s);  // The one running request is likely done in 1 s (no history yet).
+    TenantLimiter::Decision busy = limiter.admit("a");
+    CHECK(busy.reason == RejectReason::kRequestRate);  // The longest wait: 3 s.
+    CHECK(busy.retry_after == Duration(3s));
+    CHECK(busy.blocking ==
+          std::vector<RejectReason>{RejectReason::kConcurrency, RejectReason::kRequestRate});
+    CHECK_FALSE(busy.lease);
+    first.lease->finish(1, 1);
+    // Refusals took no token: a client following Retry-After is admitted, not refused again.
+    clock.advance(busy.retry_after);
+    TenantLimiter::Decision after = limiter.admit("a");
+    CHECK(after.reason == RejectReason::kNone);
+    CHECK(after.blocking.empty());
+    CHECK(after.lease);
+    // The rate alone: one limit named.
+    after.lease->finish(1, 1);
+    TenantLimiter::Decision rate = limiter.admit("a");
+    CHECK(rate.reason == RejectReason::kRequestRate);
+    CHECK(rate.blocking == std::vector<RejectReason>{RejectReason::kRequestRate});
+    CHECK(rate.retry_after == Duration(4s));
+}
+
 TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases stay valid") {
     ManualClock clock;
     TenantLimiter limiter(clock);
