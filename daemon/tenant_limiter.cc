@@ -253,12 +253,15 @@ void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_toke
     finished_ = true;
     TimePoint now = state_->clock.now();
     if (refused && state_->requests) {
-        state_->requests->charge(-1.0, now);  // Refused by capacity: the request is given back.
+        state_->requests->charge(-1.0, now);  // Refused, never ran: the request is given back.
     }
     if (state_->input_tokens) {
-        // What charge_prompt() did not take already (a destroyed lease's 0: nothing more).
-        const int64_t rest = std::max<int64_t>(prompt_tokens, 0) - charged_prompt_;
-        if (rest > 0) {
+        // What charge_prompt() did not take already (a destroyed lease's 0: nothing more); a
+        // refused request, which never ran, gives back what it took.
+        const int64_t rest =
+            refused ? -charged_prompt_
+                    : std::max<int64_t>(std::max<int64_t>(prompt_tokens, 0) - charged_prompt_, 0);
+        if (rest != 0) {
             state_->input_tokens->charge(static_cast<double>(rest), now);
         }
     }

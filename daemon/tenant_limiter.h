@@ -92,8 +92,11 @@ public:
         // against what admission reserved) and releases the slot; later calls do nothing.
         // Destroyed unfinished: the output reservation is refunded, a charged prompt is not.
         void finish(int64_t prompt_tokens, int64_t completion_tokens);
-        // The request was refused after admission (no pool could take it): everything
-        // admission took goes back, its request-rate token too, and the slot is released.
+        // The request was refused after admission and never ran (no pool could take it, no
+        // forwarding, the engine refused it: a full queue, a bad prompt): everything admission
+        // took goes back (the request-rate token, the output reservation, the slot), and a
+        // prompt charged already too. Every refusal after admission ends its lease here;
+        // later calls (and finish()) do nothing.
         void refuse();
 
     private:

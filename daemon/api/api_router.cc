@@ -551,7 +551,13 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         [lease = std::move(admitted.lease), metrics = metrics_, tenant_name, channel](
             const engine::Finish& finish, bool refused) {
             const char* outcome = note_finish(*channel, finish, refused);
-            lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
+            if (refused) {
+                // It never ran (a full queue, a prompt beyond the context): as a routing
+                // refusal, everything admission took goes back.
+                lease->refuse();
+            } else {
+                lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
+            }
             if (metrics == nullptr) {
                 return;
             }

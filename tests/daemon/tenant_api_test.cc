@@ -325,6 +325,30 @@ TEST_CASE("engine admission: tenant queue full is 429, model queue full is 503, 
     CHECK(overloaded.headers["retry-after"] == "1");
 }
 
+TEST_CASE("engine admission: a request the engine refuses gives back its rate token and slot") {
+    // Audit 7 note: a routing refusal gave the token back, an engine refusal (a full queue)
+    // kept it, so the tenant's next request was refused for requests_per_second.
+    TenantFixture f("    requests_per_second: 1\n    burst: 1\n    max_concurrent: 1\n"
+                    "    output_tokens_per_minute: 100\n");
+    for (Status refusal : {resource_exhausted_error("tenant 'acme' already has 2 requests "
+                                                    "waiting for this model"),
+                           unavailable_error("the model's queue is full")}) {
+        f.generator.fail_next_submit(refusal);
+        testing::HttpReply full = f.call(chat_body(false, R"(,"max_tokens":100)"), kOldKey);
+        CHECK(full.status != 200);
+        CHECK(json_of(full.body)["error"].as_object()["code"] != "requests_per_second");
+    }
+    // The same instant: the token, the slot and the whole output budget are back.
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          chat_body(false, R"(,"max_tokens":100)"),
+                                          auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(c->read_response()->status == 200);
+}
+
 TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per-tenant series") {
     TenantFixture f("    priority: 7\n");
     auto c = f.client();

@@ -320,6 +320,19 @@ TEST_CASE("limiter: a request refused after admission (no route) gives everythin
     CHECK(again.reason == RejectReason::kNone);
 }
 
+TEST_CASE("limiter: a refused request gives back a prompt it was charged for") {
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.input_tokens_per_minute = 60;
+    limiter.configure(std::vector<TenantConfig>{a});
+    TenantLimiter::Decision d = limiter.admit("a");
+    REQUIRE(d.lease);
+    d.lease->charge_prompt(120);  // One minute of debt, were it kept.
+    d.lease->refuse();
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+}
+
 TEST_CASE("limiter: the docs describe max_concurrent's Retry-After as the estimate it is") {
     // Audit 7 F2: both pages promised a fixed 1 s; the limiter estimates from slot hold times,
     // bounded to kConcurrencyRetryMin..Max, which is what a client should be told.
