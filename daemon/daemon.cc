@@ -23,6 +23,23 @@
 
 namespace edge::daemon {
 
+namespace {
+
+// The tenant names requests run under: the configured ones, or the anonymous tenant's
+// (TenantTable) when authentication is off.
+std::vector<std::string> tenant_names(const std::optional<std::vector<TenantConfig>>& tenants) {
+    if (!tenants) {
+        return {"anonymous"};
+    }
+    std::vector<std::string> names;
+    for (const TenantConfig& t : *tenants) {
+        names.push_back(t.name);
+    }
+    return names;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Generator& generator,
                                                Clock& clock, int public_listen_fd) {
     std::unique_ptr<Daemon> d(new Daemon());
@@ -45,6 +62,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         [&generator] { return generator.serving_stats(); });
     d->limiter_ = std::make_unique<TenantLimiter>(clock);
     d->limiter_->configure(config.tenants);
+    d->metrics_->set_tenants(tenant_names(config.tenants), {});
     if (!tenants->enabled()) {
         log::warn("auth_disabled", {{"reason", "no `tenants` section in the config; every "
                                                "request is served as tenant 'anonymous'"}});
@@ -350,6 +368,11 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
     limiter_->configure(tenants, /*keep_others=*/true);
     router_->set_tenants(table);
     limiter_->configure(tenants);
+    // A removed tenant's series go once its running requests (their leases) are done; those
+    // still running are looked at again at the next reload.
+    metrics_->set_tenants(tenant_names(tenants), [this](const std::string& name) {
+        return limiter_->running(name) > 0;
+    });
     log::info("tenants_reloaded",
               {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
                {"auth", table->enabled() ? "on" : "off"}});

@@ -140,7 +140,18 @@ std::string Metrics::serialize() const {
     }
     prometheus::TextSerializer().Serialize(out, families);
     if (source) {
-        out << render_serving(source());
+        std::vector<engine::ServingStats> stats = source();
+        {
+            // A retired tenant's engine series go once the engine holds none of its requests.
+            std::lock_guard lock(tenants_mu_);
+            for (engine::ServingStats& m : stats) {
+                std::erase_if(m.tenants, [this](const auto& entry) {
+                    return entry.second.queued == 0 && entry.second.running == 0 &&
+                           retired_tenants_.contains(entry.first);
+                });
+            }
+        }
+        out << render_serving(stats);
     }
     return out.str();
 }
@@ -335,19 +346,67 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
     return out.str();
 }
 
+prometheus::Counter& Metrics::tenant_counter(prometheus::Family<prometheus::Counter>& family,
+                                             std::set<prometheus::Counter*> TenantSeries::*series,
+                                             const std::string& tenant,
+                                             std::map<std::string, std::string> labels) {
+    labels.emplace("tenant", tenant);
+    prometheus::Counter& counter = family.Add(labels);
+    (tenant_series_[tenant].*series).insert(&counter);
+    return counter;
+}
+
 void Metrics::on_tenant_request(const std::string& tenant, std::string_view outcome) {
-    tenant_requests_->Add({{"tenant", tenant}, {"outcome", std::string(outcome)}}).Increment();
+    std::lock_guard lock(tenants_mu_);
+    tenant_counter(*tenant_requests_, &TenantSeries::requests, tenant,
+                   {{"outcome", std::string(outcome)}})
+        .Increment();
 }
 
 void Metrics::on_tenant_tokens(const std::string& tenant, int64_t prompt, int64_t completion) {
-    tenant_tokens_->Add({{"tenant", tenant}, {"kind", "prompt"}})
+    std::lock_guard lock(tenants_mu_);
+    tenant_counter(*tenant_tokens_, &TenantSeries::tokens, tenant, {{"kind", "prompt"}})
         .Increment(static_cast<double>(std::max<int64_t>(prompt, 0)));
-    tenant_tokens_->Add({{"tenant", tenant}, {"kind", "completion"}})
+    tenant_counter(*tenant_tokens_, &TenantSeries::tokens, tenant, {{"kind", "completion"}})
         .Increment(static_cast<double>(std::max<int64_t>(completion, 0)));
 }
 
 void Metrics::on_tenant_rejected(const std::string& tenant, std::string_view reason) {
-    tenant_rejections_->Add({{"tenant", tenant}, {"reason", std::string(reason)}}).Increment();
+    std::lock_guard lock(tenants_mu_);
+    tenant_counter(*tenant_rejections_, &TenantSeries::rejections, tenant,
+                   {{"reason", std::string(reason)}})
+        .Increment();
+}
+
+void Metrics::set_tenants(const std::vector<std::string>& configured,
+                          const std::function<bool(const std::string&)>& busy) {
+    std::lock_guard lock(tenants_mu_);
+    std::set<std::string> next(configured.begin(), configured.end());
+    for (const std::string& name : configured_tenants_) {
+        if (!next.contains(name)) {
+            retired_tenants_.insert(name);
+        }
+    }
+    for (const std::string& name : next) {
+        retired_tenants_.erase(name);
+    }
+    configured_tenants_ = std::move(next);
+    for (const std::string& name : retired_tenants_) {
+        auto it = tenant_series_.find(name);
+        if (it == tenant_series_.end() || (busy && busy(name))) {
+            continue;  // Nothing to drop, or not yet: its running requests still count.
+        }
+        for (prometheus::Counter* c : it->second.requests) {
+            tenant_requests_->Remove(c);
+        }
+        for (prometheus::Counter* c : it->second.tokens) {
+            tenant_tokens_->Remove(c);
+        }
+        for (prometheus::Counter* c : it->second.rejections) {
+            tenant_rejections_->Remove(c);
+        }
+        tenant_series_.erase(it);
+    }
 }
 
 namespace {

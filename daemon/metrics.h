@@ -7,12 +7,14 @@
 // edgeserve_http_streams_cancelled_total{reason},
 // edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
-// edgeserve_tenant_rejections_total{tenant,reason}; the site, certificates, gossip membership,
-// routing decisions and engine internals (see the methods below; docs/operations.md lists every
-// series). Names follow Prometheus conventions: edgeserve_ prefix, base units (seconds, bytes,
-// ratio), counters end in _total, label values come from bounded sets (config names, fixed enums)
-// and never carry a request id, prompt or key. Thread-safe (prometheus-cpp metrics are atomic;
-// the label caches have a mutex). serialize() renders the text exposition format for GET /metrics.
+// edgeserve_tenant_rejections_total{tenant,reason} (a tenant a reload removed loses them, and
+// its engine series, once nothing uses them: set_tenants()); the site, certificates, gossip
+// membership, routing decisions and engine internals (see the methods below; docs/operations.md
+// lists every series). Names follow Prometheus conventions: edgeserve_ prefix, base units
+// (seconds, bytes, ratio), counters end in _total, label values come from bounded sets (config
+// names, fixed enums) and never carry a request id, prompt or key. Thread-safe (prometheus-cpp
+// metrics are atomic; the label caches have a mutex). serialize() renders the text exposition
+// format for GET /metrics.
 //
 // The engine's serving figures (engine/serving_stats.h) are pulled from a source at each scrape
 // and rendered after the registry, per model and tenant: edgeserve_tenant_queued_requests,
@@ -37,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,16 @@ public:
     // reason: "missing_key" or "unknown_key" (tenant ""), "model_not_allowed",
     // "max_output_tokens", an engine refusal, or a rate limit's key.
     void on_tenant_rejected(const std::string& tenant, std::string_view reason);
+    // The configured tenant names (the anonymous tenant's when authentication is off), at start
+    // and after each tenants reload. A name configured before and not now is retired: its
+    // series are dropped once nothing uses them, so they do not pile up with tenant churn. The
+    // registry's (requests, tokens, rejections) here, unless `busy` (requests of the tenant
+    // still run: they would count into them) says so, in which case at the next call; the
+    // engine's (queued, running, latencies, ...) at each scrape once the engine holds no
+    // request of it. A name configured again is not retired any more. Labels that were never
+    // a configured name (tenant "" of auth failures, tenants of forwarded requests) stay.
+    void set_tenants(const std::vector<std::string>& configured,
+                     const std::function<bool(const std::string&)>& busy);
 
     // Site identity for the fleet map: edgeserve_site_info{site,region,latitude,longitude} = 1.
     void set_site_info(const std::string& site, const std::string& region, double latitude,
@@ -156,6 +169,19 @@ private:
     };
     std::mutex mu_;
     std::map<std::pair<std::string_view, int>, RouteStatus> by_route_status_;
+    // Per tenant label value, the registry series that carry it (what set_tenants() removes);
+    // on_tenant_*() record them and count under the same lock, never into a removed one.
+    struct TenantSeries {
+        std::set<prometheus::Counter*> requests, tokens, rejections;
+    };
+    prometheus::Counter& tenant_counter(prometheus::Family<prometheus::Counter>& family,
+                                        std::set<prometheus::Counter*> TenantSeries::*series,
+                                        const std::string& tenant,
+                                        std::map<std::string, std::string> labels);
+    mutable std::mutex tenants_mu_;
+    std::map<std::string, TenantSeries> tenant_series_;  // Guarded by tenants_mu_.
+    std::set<std::string> configured_tenants_;           // Guarded by tenants_mu_.
+    std::set<std::string> retired_tenants_;              // Guarded by tenants_mu_.
     std::mutex certificates_mu_;
     std::vector<std::string> certificate_labels_;  // Guarded by certificates_mu_.
     mutable std::mutex source_mu_;

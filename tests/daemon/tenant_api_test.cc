@@ -397,3 +397,70 @@ TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per
     CHECK(m.find("# TYPE edgeserve_inter_token_latency_seconds histogram") != std::string::npos);
     CHECK(m.find(kOldKey) == std::string::npos);
 }
+
+TEST_CASE("tenant metrics: a removed tenant's series go once its requests are done") {
+    TenantFixture f("");
+    auto done = f.client();
+    REQUIRE(done->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                             auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(done->read_response()->status == 200);
+    auto running = f.client();
+    REQUIRE(running->send(testing::http_request("POST", "/v1/chat/completions",
+                                                chat_body(false), auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    engine::ServingStats s;
+    s.model = "test-model";
+    s.tenants["acme"].running = 1;
+    f.generator.set_serving_stats({s});
+    const std::string acme = R"(tenant="acme")";
+    REQUIRE(f.metrics().find(acme) != std::string::npos);
+
+    // acme is renamed newco while one of its requests runs: its series stay while it runs.
+    auto renamed = daemon::parse_config(
+        testing::config_yaml(f.cert.cert_path, f.cert.key_path,
+                             "tenants:\n  - name: newco\n    api_key_sha256: [" +
+                                 daemon::TenantTable::sha256_hex(kNewKey) +
+                                 "]\nmodels:\n  - {name: test-model, path: /m}\n"),
+        f.dir.file("c.yaml"));
+    REQUIRE(renamed.ok());
+    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    CHECK(f.call(chat_body(false), kOldKey).status == 401);  // Counted under tenant "".
+    std::string m = f.metrics();
+    CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="ok",tenant="acme"} 1)") !=
+          std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_running_requests{model="test-model",tenant="acme"} 1)") !=
+          std::string::npos);
+
+    f.generator.finish(1, engine::FinishReason::kStop, {});
+    CHECK(running->read_response()->status == 200);
+    s.tenants["acme"].running = 0;
+    f.generator.set_serving_stats({s});
+    m = f.metrics();
+    // The engine holds none of its requests: its engine series are gone at once; the request
+    // counters, which the finished request counted into last, at the next reload.
+    CHECK(m.find(R"(edgeserve_tenant_running_requests{model="test-model",tenant="acme"})") ==
+          std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="ok",tenant="acme"} 2)") !=
+          std::string::npos);
+    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    m = f.metrics();
+    CHECK(m.find(acme) == std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="unknown_key",tenant=""} 1)") !=
+          std::string::npos);
+
+    // Configured again: its series come back as it is used.
+    auto back = daemon::parse_config(
+        testing::config_yaml(f.cert.cert_path, f.cert.key_path, tenant_yaml(kOldKey, "")),
+        f.dir.file("c.yaml"));
+    REQUIRE(back.ok());
+    REQUIRE(f.daemon->reload_tenants(back->tenants).ok());
+    s.tenants["acme"].queued = 1;
+    f.generator.set_serving_stats({s});
+    CHECK(f.metrics().find(
+              R"(edgeserve_tenant_queued_requests{model="test-model",tenant="acme"} 1)") !=
+          std::string::npos);
+}
