@@ -260,8 +260,9 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
                "Prompt tokens served from the prefix cache.",
                [](const T& t) { return static_cast<double>(t.prefix_hit_tokens); });
     header(out, "edgeserve_preemptions_total", "counter",
-           "Sequences preempted (recomputed later): kv_cache for lack of KV-cache blocks, "
-           "fair_share to give a tenant below its weighted share of the batch its place.");
+           "Sequences preempted (their KV saved or recomputed later): kv_cache for lack of "
+           "KV-cache blocks, fair_share to give a tenant below its weighted share of the batch "
+           "its place.");
     for (const engine::ServingStats& m : stats) {
         for (const auto& [tenant, t] : m.tenants) {
             for (const auto& [reason, count] :
@@ -309,6 +310,20 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
     for (const engine::ServingStats& m : stats) {
         out << "edgeserve_kv_cache_budget_bytes" << labels({{"model", m.model}}) << " "
             << m.kv_budget_bytes << "\n";
+    }
+    header(out, "edgeserve_kv_swap_bytes", "gauge",
+           "Host memory holding the KV cache of preempted sequences until they run again "
+           "(engine.kv_swap_bytes).");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_kv_swap_bytes" << labels({{"model", m.model}}) << " " << m.kv_swap_bytes
+            << "\n";
+    }
+    header(out, "edgeserve_preempted_tokens_recomputed_total", "counter",
+           "Cached positions of preempted sequences dropped without a saved copy, to be computed "
+           "again (past engine.kv_swap_bytes, or a KV cache on a GPU).");
+    for (const engine::ServingStats& m : stats) {
+        out << "edgeserve_preempted_tokens_recomputed_total" << labels({{"model", m.model}}) << " "
+            << m.preempt_recompute_tokens << "\n";
     }
     header(out, "edgeserve_engine_batch_sequences", "gauge",
            "Sequences in the engine's running batch.");

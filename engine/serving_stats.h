@@ -71,6 +71,8 @@ struct ServingStats {
     int64_t kv_blocks_used = 0;         // Blocks referenced by running sequences.
     int64_t kv_blocks_cached = 0;       // Unreferenced blocks kept for the prefix cache.
     int64_t kv_budget_bytes = 0;        // Configured KV memory budget, bytes.
+    int64_t kv_swap_bytes = 0;          // Host memory holding preempted sequences' KV now.
+    int64_t preempt_recompute_tokens = 0;  // Cached positions preemptions dropped unsaved.
     int64_t steps = 0;                  // Engine iterations run.
     int64_t batch_sequences = 0;        // Sequences in the running batch now.
     int64_t queued = 0;                 // Requests waiting for admission now (all tenants).

@@ -201,6 +201,8 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
         serving_.kv_blocks_used = kv.blocks_used;
         serving_.kv_blocks_cached = kv.blocks_cached;
         serving_.kv_budget_bytes = kv.budget_bytes;
+        serving_.kv_swap_bytes = swap_use_->load();
+        serving_.preempt_recompute_tokens = stats_.recompute_tokens;
         serving_.steps = stats_.steps;
     }
     const double seconds = std::chrono::duration<double>(elapsed).count();

@@ -51,6 +51,8 @@ inline std::string populated_metrics_text() {
         s.kv_use = 0.5;
         s.batch_sequences = 12;
         s.queued = 2;
+        s.kv_swap_bytes = 4096;
+        s.preempt_recompute_tokens = 37;
         s.expert_tokens = {100, 0, 7};
         engine::TenantServingStats& t = s.tenants["acme"];
         t.queued = 2;

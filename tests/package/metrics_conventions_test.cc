@@ -60,9 +60,13 @@ TEST_CASE("every metric family is edgeserve_-prefixed, in base units, with bound
          {"edgeserve_tls_certificate_expiry_timestamp_seconds", "edgeserve_gossip_members",
           "edgeserve_site_info", "edgeserve_time_to_first_token_seconds",
           "edgeserve_kv_cache_usage_ratio", "edgeserve_route_decisions_total",
-          "edgeserve_engine_batch_sequences", "edgeserve_expert_tokens_total"}) {
+          "edgeserve_engine_batch_sequences", "edgeserve_expert_tokens_total",
+          "edgeserve_kv_swap_bytes", "edgeserve_preempted_tokens_recomputed_total"}) {
         CHECK_MESSAGE(types.count(name) == 1, name);
     }
+    CHECK(text.find("edgeserve_kv_swap_bytes{model=\"qwen3-moe\"} 4096\n") != std::string::npos);
+    CHECK(text.find("edgeserve_preempted_tokens_recomputed_total{model=\"qwen3-moe\"} 37\n") !=
+          std::string::npos);
 }
 
 TEST_CASE("unknown gossip states and route outcomes are dropped, not turned into labels") {
