@@ -4,8 +4,10 @@
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -59,11 +61,11 @@ namespace fs = std::filesystem;
 
 std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
-// Owned bytes of the tensors to write, kept alive until write_safetensors returns.
+// Owned bytes of the tensors to write, kept alive until write_safetensors returns. Deques: the
+// TensorToWrite entries view these elements while more are added, so they must never move.
 struct Buffers {
-    std::vector<quant::QuantizedWeight> weights;
-    std::vector<std::vector<float>> floats;
-    std::vector<std::vector<int32_t>> ints;
+    std::deque<quant::QuantizedWeight> weights;
+    std::deque<std::array<int32_t, 2>> shapes;  // weight_shape of each INT4 matrix written.
 };
 
 }  // namespace
@@ -120,7 +122,6 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     const bool fp8_only = used.size() == 1 && *used.begin() == WeightFormat::kFP8E4M3Block128;
 
     Buffers buf;
-    buf.weights.reserve(ckpt->names().size());
     std::vector<TensorToWrite> out;
     std::map<WeightFormat, std::vector<std::string>> targets;  // Modules per format.
     std::vector<std::string> ignore;
@@ -204,11 +205,11 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                                {}});
                 out.push_back(
                     {m + ".weight_scale", DType::kF32, {rows, cols / g}, scale_bytes, {}});
-                buf.ints.push_back({static_cast<int32_t>(rows), static_cast<int32_t>(cols)});
+                buf.shapes.push_back({static_cast<int32_t>(rows), static_cast<int32_t>(cols)});
                 out.push_back({m + ".weight_shape",
                                DType::kI32,
                                {2},
-                               as_bytes(buf.ints.back().data(), 8),
+                               as_bytes(buf.shapes.back().data(), 8),
                                {}});
                 break;
             }
@@ -216,18 +217,6 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                 return internal_error("quantize: unexpected format");
         }
     }
-    // buf.ints may reallocate while pushing: take the shape views again now that it is final.
-    {
-        size_t k = 0;
-        for (TensorToWrite& t : out) {
-            if (t.name.size() > 13 &&
-                t.name.compare(t.name.size() - 13, 13, ".weight_shape") == 0 &&
-                t.dtype == DType::kI32 && t.shape == std::vector<int64_t>{2}) {
-                t.bytes = as_bytes(buf.ints[k++].data(), 8);
-            }
-        }
-    }
-
     json::object qc;  // `used` is not empty: refused above.
     if (fp8_only) {
         qc["quant_method"] = "fp8";

@@ -464,6 +464,41 @@ TEST_CASE("compressed-tensors weight_shape loads stored as I32 or as I64") {
     CHECK(*as_i64 == *as_i32);
 }
 
+TEST_CASE("quantize copies an input's own weight_shape tensors as stored") {
+    // An unused I32 [2] tensor named like an INT4 shape: quantize used to re-point every such
+    // output entry at its own shape buffer, reading past its end (a SIGSEGV) or writing wrong
+    // bytes.
+    TempDir in("extra_ws");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+    }
+    const int32_t dims[2] = {7, 7};
+    const std::string extra(reinterpret_cast<const char*>(dims), 8);
+    for (const std::string name : {"model.extra_thing.weight_shape", "zzz.weight_shape"}) {
+        rewrite(in.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+            ts.push_back({name, DType::kI32, {2}, extra, {}});
+        });
+    }
+    for (const std::string policy : {"all-int8", "experts-int4", "lm_head=int4-g32"}) {
+        CAPTURE(policy);
+        TempDir out("extra_ws_out");
+        Status st = quantize_checkpoint({in.path, policy, out.path, true});
+        REQUIRE_MESSAGE(st.ok(), st.to_string());
+        auto ckpt = Checkpoint::open_dir(out.path);
+        REQUIRE(ckpt.ok());
+        for (const std::string name : {"model.extra_thing.weight_shape", "zzz.weight_shape"}) {
+            auto t = (*ckpt)->tensor(name);
+            REQUIRE(t.ok());
+            CHECK(std::string(static_cast<const char*>(t->data), 8) == extra);
+        }
+        auto on_load = logits_of(in.path, policy);
+        REQUIRE_MESSAGE(on_load.ok(), on_load.status().to_string());
+        auto stored = logits_of(out.path, "none");
+        REQUIRE_MESSAGE(stored.ok(), stored.status().to_string());
+        CHECK(*stored == *on_load);
+    }
+}
+
 TEST_CASE("quantized checkpoints: bad input gets clear errors") {
     const std::string mod = "model.layers.0.mlp.experts.0.gate_proj";
     SUBCASE("a NaN in a tensor quantize keeps as it is") {
