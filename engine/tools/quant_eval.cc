@@ -181,9 +181,28 @@ QuantEvalRow compare(const Run& base, const Run& q, const std::vector<TokenId>& 
     return row;
 }
 
+// Where a prefix of a text being read may be cut without splitting what follows: after its last
+// line end, else after its last other whitespace, else before its last UTF-8 character (which
+// may be incomplete); 0 when none of these is past the start.
+size_t prefix_cut(std::string_view text) {
+    if (const size_t nl = text.rfind('\n'); nl != std::string_view::npos) {
+        return nl + 1;
+    }
+    if (const size_t ws = text.find_last_of(" \t\r\f\v"); ws != std::string_view::npos) {
+        return ws + 1;
+    }
+    size_t at = text.size();
+    while (at > 0 && (static_cast<unsigned char>(text[at - 1]) & 0xC0) == 0x80) {
+        --at;  // UTF-8 continuation bytes: back to the character's first byte.
+    }
+    return at > 0 ? at - 1 : 0;
+}
+
 // The first `o.tokens` tokens of the text (or the ids given). Reads the file in growing prefixes
-// cut at a line end, so a large text is neither read nor tokenized past what is scored; a prefix
-// is taken once it holds a margin of tokens beyond the count, which the cut cannot reach.
+// cut where prefix_cut says, so a large text is neither read nor tokenized past what is scored,
+// one line or many; a prefix is taken once it holds a margin of tokens beyond the count, which
+// the cut cannot reach. The size the file claims is not trusted (procfs says 0, a file may grow
+// while read): reading ends at end of file or once a read returns nothing.
 Result<EvalIds> read_ids(const QuantEvalOptions& o) {
     EvalIds out;
     if (!o.token_ids.empty()) {
@@ -198,7 +217,6 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
     if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
         return invalid_argument_error("quant-eval: " + path + ": not a regular file");
     }
-    const uint64_t file_size = std::filesystem::file_size(path, ec);
     std::ifstream in(path, std::ios::binary);
     if (ec || !in) {
         return not_found_error("quant-eval: cannot read text file " + path +
@@ -209,19 +227,21 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
     out.tokenizer_vocab = tok->vocab_size();
     constexpr int64_t kMargin = 64;
     std::string text;
-    // About 8 bytes a token are read at first (doubled while too few), never past the file.
+    // About 8 bytes a token are read at first (doubled while too few), at most 1 MiB: a huge
+    // --tokens on a short text allocates what the text holds, not tokens x 8 bytes.
     const auto tokens = static_cast<uint64_t>(std::min<int64_t>(o.tokens, int64_t{1} << 40));
-    size_t want = static_cast<size_t>(std::min<uint64_t>(tokens * 8 + 4096, file_size));
+    size_t want = static_cast<size_t>(std::min<uint64_t>(tokens * 8 + 4096, uint64_t{1} << 20));
     while (true) {
         const size_t had = text.size();
         text.resize(want);
         in.read(text.data() + had, static_cast<std::streamsize>(want - had));
-        text.resize(had + static_cast<size_t>(in.gcount()));
+        const auto got = static_cast<size_t>(in.gcount());
+        text.resize(had + got);
         if (in.bad()) {
             return internal_error("quant-eval: cannot read text file " + path);
         }
-        const bool whole = in.eof();
-        const size_t cut = whole ? text.size() : text.rfind('\n') + 1;  // npos + 1 == 0
+        const bool whole = in.eof() || got == 0;
+        const size_t cut = whole ? text.size() : prefix_cut(text);
         if (cut > 0 || whole) {
             Result<std::vector<TokenId>> ids =
                 tok->encode(std::string_view(text).substr(0, cut), false);
@@ -233,7 +253,7 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
                 break;
             }
         }
-        want = static_cast<size_t>(std::min<uint64_t>(text.size() * 2 + 4096, file_size + 1));
+        want = text.size() * 2 + 4096;
     }
     if (static_cast<int64_t>(out.ids.size()) > o.tokens) {
         out.ids.resize(static_cast<size_t>(o.tokens));

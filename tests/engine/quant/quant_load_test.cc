@@ -805,6 +805,61 @@ TEST_CASE("quant-eval: the text's first tokens, the baseline's label, a tokenize
                                       "is 512"));
 }
 
+TEST_CASE("quant-eval: a text is read only as far as its tokens need, whatever its size says") {
+    QuantEvalOptions o;
+    o.model_dir = kMicro;
+    o.tokens = 8;
+    o.chunk = 8;
+    o.decode_steps = 0;
+    o.per_class = false;
+    o.policies = {"all-int8"};
+    // procfs files say they hold 0 bytes: reads capped at that size never reached the end.
+    for (const char* proc : {"/proc/self/status", "/proc/cpuinfo"}) {
+        CAPTURE(proc);
+        o.text_path = proc;
+        auto rows = run_quant_eval(o);
+        REQUIRE_MESSAGE(rows.ok(), rows.status().to_string());
+        CHECK((*rows)[0].positions == 8);
+    }
+
+    // One line, no newline anywhere: cut at whitespace, not read to its end. The byte 0xFF far
+    // past the tokens needed (not UTF-8) is never reached, so never refused.
+    TempDir dir("oneline");
+    std::string line;
+    for (int i = 0; line.size() < (1 << 20); ++i) {
+        line += "word" + std::to_string(i) + " the quick brown fox jumps over the lazy dog. ";
+    }
+    write_text(dir.path + "/oneline.txt", line + "\xff");
+    auto tok = tokenizer::Tokenizer::load_file(kMicro + "/tokenizer.json");
+    REQUIRE(tok.ok());
+    auto all = (*tok)->encode(line, false);
+    REQUIRE(all.ok());
+    o.text_path = dir.path + "/oneline.txt";
+    o.tokens = 300;
+    o.chunk = 100;
+    auto from_text = run_quant_eval(o);
+    REQUIRE_MESSAGE(from_text.ok(), from_text.status().to_string());
+    o.token_ids.assign(all->begin(), all->begin() + 300);
+    auto from_ids = run_quant_eval(o);
+    REQUIRE(from_ids.ok());
+    CHECK((*from_text)[0].positions == 300);
+    CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
+    CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
+
+    // Neither whitespace nor ASCII: cut before a character, never inside one (a cut inside
+    // would be invalid UTF-8).
+    std::string wide;
+    while (wide.size() < (1 << 20)) {
+        wide += "\xc3\xa9\xe2\x82\xac\xf0\x9f\x99\x82";  // e-acute, euro sign, a smiley.
+    }
+    write_text(dir.path + "/wide.txt", wide + "\xff");
+    o.text_path = dir.path + "/wide.txt";
+    o.token_ids.clear();
+    auto from_wide = run_quant_eval(o);
+    REQUIRE_MESSAGE(from_wide.ok(), from_wide.status().to_string());
+    CHECK((*from_wide)[0].positions == 300);
+}
+
 TEST_CASE("quantize takes a model of fewer than 16 positions (its load check stays inside them)") {
     TempDir in("fewpositions");
     TempDir out("fewpositions_out");
