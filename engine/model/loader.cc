@@ -80,8 +80,12 @@ Status check_model_files(const std::string& dir, const std::string& policy) {
     // Headers only: checking reads no weights.
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                           Checkpoint::open_dir(dir, /*populate=*/false));
-    // The stored quantization_config and the policy, as the WeightLoader checks them.
-    return WeightLoader::create(*checkpoint, config, policy).status();
+    // The stored quantization_config and the policy, as the WeightLoader checks them, and its
+    // checks of the tensors against both (quantized dtypes the config does not declare, an INT4
+    // group that does not divide a matrix the policy quantizes).
+    EDGE_ASSIGN_OR_RETURN(std::unique_ptr<WeightLoader> loader,
+                          WeightLoader::create(*checkpoint, config, policy));
+    return loader->check_headers();
 }
 
 }  // namespace edge::engine

@@ -2,6 +2,7 @@
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -245,6 +246,55 @@ void WeightLoader::kept_as_stored(const std::string& weight_name, std::string_vi
     }
 }
 
+Status WeightLoader::check_declared(const std::string& m, const TensorView& t) const {
+    const std::string& name = t.info->name;
+    if (name.ends_with(".weight_packed")) {
+        if (stored_.quant_method != "compressed-tensors") {
+            return invalid_argument_error(ckpt_.description() + ": module '" + m +
+                                          "' has weight_packed but config.json's "
+                                          "quantization_config.quant_method is '" +
+                                          stored_.quant_method + "', not compressed-tensors");
+        }
+        return ok_status();
+    }
+    if (t.dtype() == DType::kF8E4M3 && stored_.quant_method != "fp8" &&
+        stored_.quant_method != "compressed-tensors") {
+        return invalid_argument_error(*t.file + ": tensor '" + name +
+                                      "' is F8_E4M3 but config.json declares no "
+                                      "quantization_config.quant_method");
+    }
+    if (t.dtype() == DType::kI8 && stored_.quant_method != "compressed-tensors") {
+        return invalid_argument_error(*t.file + ": tensor '" + name +
+                                      "' is I8 but config.json's quantization_config is not "
+                                      "compressed-tensors");
+    }
+    return ok_status();
+}
+
+Status WeightLoader::check_headers() const {
+    static const std::vector<DType> kFloat = {DType::kBF16, DType::kF16, DType::kF32};
+    for (const std::string& name : ckpt_.names()) {
+        const bool packed = name.ends_with(".weight_packed");
+        if (!packed && !name.ends_with(".weight")) {
+            continue;
+        }
+        EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(name));
+        const std::string m = name.substr(0, name.rfind('.'));
+        EDGE_RETURN_IF_ERROR(check_declared(m, t));
+        // A float matrix the policy quantizes on load: what quantize() refuses by shape alone.
+        const std::optional<quant::TensorClass> cls = quant::tensor_class_for_name(name);
+        if (packed || !cls || t.shape().size() != 2 ||
+            std::find(kFloat.begin(), kFloat.end(), t.dtype()) == kFloat.end()) {
+            continue;
+        }
+        const WeightFormat target = policy_.format_for(*cls);
+        if (Status s = quant::check_quantizable_shape(target, t.shape()[1], name); !s.ok()) {
+            return s.with_context(*t.file);
+        }
+    }
+    return ok_status();
+}
+
 Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows, int64_t cols) {
     note_matrix_loading();
     const std::string m = module_of(weight_name);
@@ -265,13 +315,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
     }
     // compressed-tensors INT4, viewed in place.
     if (ckpt_.has(m + ".weight_packed")) {
-        if (stored_.quant_method != "compressed-tensors") {
-            return invalid_argument_error(where +
-                                          " has weight_packed but config.json's "
-                                          "quantization_config.quant_method is '" +
-                                          stored_.quant_method + "', not compressed-tensors");
-        }
         EDGE_ASSIGN_OR_RETURN(TensorView packed, ckpt_.tensor(m + ".weight_packed"));
+        EDGE_RETURN_IF_ERROR(check_declared(m, packed));
         EDGE_ASSIGN_OR_RETURN(TensorView scale, ckpt_.tensor(m + ".weight_scale"));
         EDGE_ASSIGN_OR_RETURN(TensorView shape, ckpt_.tensor(m + ".weight_shape"));
         if (scale.shape().size() != 2 || scale.shape()[1] <= 0 || scale.shape()[0] != rows ||
@@ -293,17 +338,10 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         return keep(std::move(w));
     }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(weight_name));
+    EDGE_RETURN_IF_ERROR(check_declared(m, t));
     if (t.dtype() == DType::kF8E4M3) {
-        std::string scale_name;
-        if (stored_.quant_method == "fp8") {
-            scale_name = m + ".weight_scale_inv";
-        } else if (stored_.quant_method == "compressed-tensors") {
-            scale_name = m + ".weight_scale";
-        } else {
-            return invalid_argument_error(*t.file + ": tensor '" + weight_name +
-                                          "' is F8_E4M3 but config.json declares no "
-                                          "quantization_config.quant_method");
-        }
+        const std::string scale_name =
+            m + (stored_.quant_method == "fp8" ? ".weight_scale_inv" : ".weight_scale");
         if (t.shape() != std::vector<int64_t>{rows, cols}) {
             return shape_error(t, {rows, cols});
         }
@@ -317,11 +355,6 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         return keep(std::move(parsed).value());
     }
     if (t.dtype() == DType::kI8) {
-        if (stored_.quant_method != "compressed-tensors") {
-            return invalid_argument_error(*t.file + ": tensor '" + weight_name +
-                                          "' is I8 but config.json's quantization_config is not "
-                                          "compressed-tensors");
-        }
         if (t.shape() != std::vector<int64_t>{rows, cols}) {
             return shape_error(t, {rows, cols});
         }

@@ -37,6 +37,7 @@ namespace edge::engine {
 class Checkpoint;
 class Backend;
 class ConfigJson;
+struct TensorView;
 
 // What the checkpoint's config.json says about stored quantization.
 struct StoredQuantization {
@@ -53,6 +54,13 @@ class WeightLoader {
     static Result<std::unique_ptr<WeightLoader>> create(const Checkpoint& checkpoint,
                                                         const ConfigJson& config,
                                                         const std::string& policy);
+
+    // The checks of matrix() that need no weight's bytes, over every tensor of the checkpoint:
+    // tensors stored quantized (weight_packed, F8_E4M3 or I8 weights) that the config's
+    // quantization_config does not declare, and matrices the policy would quantize into a format
+    // their shape does not allow. For check_model_files; it asks for every matrix-like tensor,
+    // so a WeightLoader that loads a model afterwards would not see which went unused.
+    Status check_headers() const;
 
     // The matrix named `weight_name` (ending in ".weight"), checked to be rows x cols. Errors name
     // the checkpoint and tensor.
@@ -86,6 +94,9 @@ class WeightLoader {
     WeightLoader(const Checkpoint& checkpoint, StoredQuantization stored, quant::QuantPolicy policy)
         : ckpt_(checkpoint), stored_(std::move(stored)), policy_(policy) {}
     Result<Weight> keep(quant::QuantizedWeight w);
+    // OK unless `t` (module `m`'s weight_packed, or its weight) is stored in a quantized format
+    // config.json's quantization_config does not declare.
+    Status check_declared(const std::string& m, const TensorView& t) const;
     // A matrix stored quantized whose class the policy would quantize: warned once per class.
     void kept_as_stored(const std::string& weight_name, std::string_view stored_as);
 

@@ -232,11 +232,8 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
     }
     const int64_t rows = src.rows;
     const int64_t cols = src.cols;
-    if (cols % group_size != 0) {
-        return invalid_argument_error(tensor_label(name) + ": " + std::to_string(cols) +
-                                      " input features are not a multiple of the int4 group " +
-                                      std::to_string(group_size));
-    }
+    EDGE_RETURN_IF_ERROR(check_quantizable_shape(
+        group_size == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128, cols, name));
     const int64_t groups = cols / group_size;
     std::vector<float> scales(static_cast<size_t>(rows * groups));
     AlignedBytes data(static_cast<size_t>(rows * cols / 2));
@@ -268,6 +265,19 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
     }
     const WeightFormat format = group_size == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128;
     return QuantizedWeight(format, rows, cols, std::move(data), std::move(scales));
+}
+
+Status check_quantizable_shape(WeightFormat format, int64_t cols, std::string_view name) {
+    if (format != WeightFormat::kInt4G32 && format != WeightFormat::kInt4G128) {
+        return ok_status();
+    }
+    const int64_t group_size = int4_group_size(format);
+    if (cols % group_size != 0) {
+        return invalid_argument_error(tensor_label(name) + ": " + std::to_string(cols) +
+                                      " input features are not a multiple of the int4 group " +
+                                      std::to_string(group_size));
+    }
+    return ok_status();
 }
 
 Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,

@@ -103,6 +103,10 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
 // Dispatches on a quantized format.
 Result<QuantizedWeight> quantize(const SourceMatrix& src, WeightFormat format,
                                  std::string_view name = "");
+// What quantize() refuses of a matrix `name` of `cols` input features for `format` by its shape
+// alone (an INT4 group that does not divide cols). The loader's header check (check_model_files)
+// asks this, so it refuses the policies the load would, without reading a weight.
+Status check_quantizable_shape(WeightFormat format, int64_t cols, std::string_view name = "");
 
 // Reference dequantization of row `r` of a quantized view (either layout) into `out` (w.cols
 // floats). For tests, tools and embedding lookups (embedding_row), not for matrix products.

@@ -499,6 +499,38 @@ TEST_CASE("quantize copies an input's own weight_shape tensors as stored") {
     }
 }
 
+TEST_CASE("check_model_files refuses what the load refuses, from config and headers alone") {
+    // Quantized tensors without the quantization_config that declares them: check-config said
+    // "ok" and quantize wrote (or crashed) before the load refused them.
+    for (const auto& [policy, dtype] : {std::pair{"all-int8", "is I8"},
+                                        std::pair{"experts-int4", "has weight_packed"},
+                                        std::pair{"all-fp8", "is F8_E4M3"}}) {
+        CAPTURE(policy);
+        TempDir tmp("undeclared");
+        REQUIRE(quantize_checkpoint({kMicro, policy, tmp.path}).ok());
+        fs::copy_file(kMicro + "/config.json", tmp.path + "/config.json",
+                      fs::copy_options::overwrite_existing);
+        const Status checked = check_model_files(tmp.path, "");
+        CHECK(contains(checked, dtype));
+        auto loaded = logits_of(tmp.path, "none");
+        REQUIRE_FALSE(loaded.ok());
+        CHECK(contains(loaded.status(), dtype));
+        TempDir out("undeclared_out");
+        const Status q = quantize_checkpoint({tmp.path, "lm_head=int8", out.path + "/q"});
+        CHECK(contains(q, dtype));
+        CHECK_FALSE(fs::exists(out.path + "/q"));
+    }
+    // A policy whose INT4 group does not divide a matrix it quantizes (micro's down_proj is 64
+    // wide): the load's error, named the same way.
+    CHECK(check_model_files(kMicro, "experts-int4").ok());
+    const Status g128 = check_model_files(kMicro, "experts-int4-g128");
+    CHECK(contains(g128, "down_proj.weight': 64 input features are not a multiple of the int4 "
+                         "group 128"));
+    auto loaded = logits_of(kMicro, "experts-int4-g128");
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(contains(loaded.status(), "not a multiple of the int4 group 128"));
+}
+
 TEST_CASE("quantized checkpoints: bad input gets clear errors") {
     const std::string mod = "model.layers.0.mlp.experts.0.gate_proj";
     SUBCASE("a NaN in a tensor quantize keeps as it is") {
