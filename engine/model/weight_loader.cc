@@ -1,10 +1,12 @@
 #include "engine/model/weight_loader.h"
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <regex>
 
 #include "common/log.h"
 #include "engine/backend.h"
@@ -94,29 +96,164 @@ void embedding_row(const Weight& w, int64_t r, float* out) {
     }
 }
 
-// compressed-tensors: every config group's `weights.symmetric` must be true (or absent): the
-// asymmetric scheme (zero points) is not supported and would load as garbage. `where` names
-// the config file and 'quantization_config.
-Status check_symmetric(const boost::json::object& q, const std::string& where) {
+namespace {
+
+// A JSON value's text for an error ("4", "\"float\"", "null").
+std::string json_repr(const boost::json::value* v) {
+    return v == nullptr ? "absent" : boost::json::serialize(*v);
+}
+
+// compressed-tensors `config_groups`: each group's `weights` must be a scheme the kernels compute,
+// and nothing else may be quantized (activations, the KV cache), since the engine would silently
+// not apply it. Records the schemes declared in `out` (matrix() checks the tensors against them).
+// `where` names the config file and 'quantization_config; `top_format` is the top-level format.
+Status check_config_groups(const boost::json::object& q, const std::string& where,
+                           const std::string& top_format, StoredQuantization& out) {
+    if (const boost::json::value* kv = q.if_contains("kv_cache_scheme");
+        kv != nullptr && !kv->is_null()) {
+        return invalid_argument_error(where + ".kv_cache_scheme' is " + json_repr(kv) +
+                                      ": KV cache quantization is not supported (must be null)");
+    }
     const boost::json::value* groups = q.if_contains("config_groups");
-    if (groups == nullptr || !groups->is_object()) {
-        return ok_status();
+    if (groups == nullptr || !groups->is_object() || groups->as_object().empty()) {
+        return invalid_argument_error(where + ".config_groups' is missing, not an object or "
+                                      "empty: it says how the weights are quantized");
     }
     for (const auto& g : groups->as_object()) {
-        const boost::json::value* weights =
-            g.value().is_object() ? g.value().as_object().if_contains("weights") : nullptr;
-        if (weights == nullptr || !weights->is_object()) {
-            continue;
+        const std::string at = where + ".config_groups." + std::string(g.key());
+        if (!g.value().is_object()) {
+            return invalid_argument_error(at + "' is not an object");
         }
-        const boost::json::value* sym = weights->as_object().if_contains("symmetric");
+        const boost::json::object& group = g.value().as_object();
+        for (const char* act : {"input_activations", "output_activations"}) {
+            const boost::json::value* a = group.if_contains(act);
+            if (a != nullptr && !a->is_null()) {
+                return invalid_argument_error(
+                    at + "." + act + "' is not null: activation quantization is not supported "
+                    "(only weights are quantized; the engine would run without it, silently)");
+            }
+        }
+        const boost::json::value* wv = group.if_contains("weights");
+        if (wv == nullptr || !wv->is_object()) {
+            return invalid_argument_error(at + ".weights' is missing or not an object");
+        }
+        const boost::json::object& w = wv->as_object();
+        const std::string wat = at + ".weights.";
+        const boost::json::value* sym = w.if_contains("symmetric");
         if (sym != nullptr && !(sym->is_bool() && sym->as_bool())) {
             return invalid_argument_error(
-                where + ".config_groups." + std::string(g.key()) +
-                ".weights.symmetric' is not true: asymmetric quantization (zero points) is not "
+                wat + "symmetric' is not true: asymmetric quantization (zero points) is not "
                 "supported; use a symmetric checkpoint");
+        }
+        const boost::json::value* dyn = w.if_contains("dynamic");
+        if (dyn != nullptr && !(dyn->is_bool() && !dyn->as_bool())) {
+            return invalid_argument_error(wat + "dynamic' is " + json_repr(dyn) +
+                                          ": weights quantized at run time are not supported "
+                                          "(must be false: scales stored in the checkpoint)");
+        }
+        const boost::json::value* bits = w.if_contains("num_bits");
+        if (bits == nullptr || !bits->is_int64() ||
+            (bits->as_int64() != 4 && bits->as_int64() != 8)) {
+            return invalid_argument_error(wat + "num_bits' is " + json_repr(bits) +
+                                          " (supported: 4 for int, 8 for int or float)");
+        }
+        const boost::json::value* type = w.if_contains("type");
+        const std::string type_name =
+            type == nullptr ? "int" : (type->is_string() ? std::string(type->as_string()) : "");
+        if (type_name != "int" && type_name != "float") {
+            return invalid_argument_error(wat + "type' is " + json_repr(type) +
+                                          " (supported: \"int\", \"float\")");
+        }
+        const int64_t nbits = bits->as_int64();
+        if (type_name == "float" && nbits != 8) {
+            return invalid_argument_error(wat + "num_bits' is " + std::to_string(nbits) +
+                                          " with type \"float\" (supported: 8, FP8 E4M3)");
+        }
+        const boost::json::value* strategy = w.if_contains("strategy");
+        const std::string strategy_name =
+            strategy != nullptr && strategy->is_string() ? std::string(strategy->as_string()) : "";
+        // The format the group's tensors are stored in: its own, else the top-level one.
+        std::string format = top_format;
+        if (const boost::json::value* f = group.if_contains("format"); f != nullptr) {
+            format = f->is_string() ? std::string(f->as_string()) : json_repr(f);
+            if (top_format != "mixed-precision" && format != top_format) {
+                return invalid_argument_error(at + ".format' is '" + format +
+                                              "' but the top-level format is '" + top_format +
+                                              "' (groups of different formats: mixed-precision)");
+            }
+        }
+        std::string want_format;
+        std::string want_strategy;
+        if (type_name == "int" && nbits == 4) {
+            want_format = "pack-quantized";
+            want_strategy = "group";
+        } else if (type_name == "int") {
+            want_format = "int-quantized";
+            want_strategy = "channel";
+        } else {
+            want_format = "float-quantized";
+            want_strategy = "block";
+        }
+        if (format != want_format && format != "mixed-precision") {
+            return invalid_argument_error(
+                at + (group.contains("format") ? ".format'" : "' (format, from the top level)") +
+                " is '" + format + "', but weights of num_bits " + std::to_string(nbits) +
+                " and type \"" + type_name + "\" are stored in format '" + want_format + "'");
+        }
+        if (strategy_name != want_strategy) {
+            return invalid_argument_error(
+                wat + "strategy' is " + json_repr(strategy) + "; " + type_name +
+                std::to_string(nbits) + " weights are supported with strategy \"" +
+                want_strategy + "\" only" +
+                (want_strategy == "group"     ? " (group_size 32 or 128)"
+                 : want_strategy == "channel" ? " (one scale per output row)"
+                                              : " (block_structure [128, 128])"));
+        }
+        const std::string name(g.key());
+        if (want_strategy == "group") {
+            const boost::json::value* gs = w.if_contains("group_size");
+            if (gs == nullptr || !gs->is_int64() ||
+                (gs->as_int64() != 32 && gs->as_int64() != 128)) {
+                return invalid_argument_error(wat + "group_size' is " + json_repr(gs) +
+                                              " (supported: 32, 128)");
+            }
+            out.int4_groups.emplace(gs->as_int64(), name);
+        } else if (want_strategy == "channel") {
+            out.int8_group = name;
+        } else {
+            const boost::json::value* bs = w.if_contains("block_structure");
+            if (bs == nullptr || !bs->is_array() || bs->as_array().size() != 2 ||
+                !bs->as_array()[0].is_int64() || !bs->as_array()[1].is_int64() ||
+                bs->as_array()[0].as_int64() != 128 || bs->as_array()[1].as_int64() != 128) {
+                return invalid_argument_error(wat + "block_structure' is " + json_repr(bs) +
+                                              " (supported: [128, 128])");
+            }
+            out.fp8_group = name;
         }
     }
     return ok_status();
+}
+
+}  // namespace
+
+bool StoredQuantization::ignores(const std::string& module) const {
+    for (const std::string& entry : ignore) {
+        if (entry == module) {
+            return true;
+        }
+        // "re:" entries are Python regular expressions matched from the start (re.match); one
+        // this library cannot compile matches nothing: the check is a safeguard, not the load.
+        if (entry.starts_with("re:")) {
+            try {
+                const std::regex re(entry.substr(3));
+                if (std::regex_search(module, re, std::regex_constants::match_continuous)) {
+                    return true;
+                }
+            } catch (const std::regex_error&) {
+            }
+        }
+    }
+    return false;
 }
 
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
@@ -167,18 +304,18 @@ Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
                 out.ignore.emplace_back(v.as_string());
             }
         }
-        EDGE_RETURN_IF_ERROR(check_symmetric(q, where));
-        if (const boost::json::value* fmt = q.if_contains("format");
-            fmt != nullptr && fmt->is_string()) {
-            const std::string f(fmt->as_string());
-            if (f != "pack-quantized" && f != "int-quantized" && f != "float-quantized" &&
-                f != "mixed-precision") {
+        std::string format = "mixed-precision";  // Absent: each group says.
+        if (const boost::json::value* fmt = q.if_contains("format"); fmt != nullptr) {
+            format = fmt->is_string() ? std::string(fmt->as_string()) : json_repr(fmt);
+            if (format != "pack-quantized" && format != "int-quantized" &&
+                format != "float-quantized" && format != "mixed-precision") {
                 return invalid_argument_error(
-                    where + ".format' '" + f +
+                    where + ".format' '" + format +
                     "' is not supported (supported: pack-quantized, int-quantized, "
                     "float-quantized, mixed-precision)");
             }
         }
+        EDGE_RETURN_IF_ERROR(check_config_groups(q, where, format, out));
         return out;
     }
     return invalid_argument_error(where + ".quant_method' '" + out.quant_method +
@@ -248,25 +385,66 @@ void WeightLoader::kept_as_stored(const std::string& weight_name, std::string_vi
 
 Status WeightLoader::check_declared(const std::string& m, const TensorView& t) const {
     const std::string& name = t.info->name;
-    if (name.ends_with(".weight_packed")) {
-        if (stored_.quant_method != "compressed-tensors") {
-            return invalid_argument_error(ckpt_.description() + ": module '" + m +
-                                          "' has weight_packed but config.json's "
-                                          "quantization_config.quant_method is '" +
-                                          stored_.quant_method + "', not compressed-tensors");
-        }
-        return ok_status();
+    const bool ct = stored_.quant_method == "compressed-tensors";
+    const bool packed = name.ends_with(".weight_packed");
+    const bool fp8 = !packed && t.dtype() == DType::kF8E4M3;
+    const bool int8 = !packed && t.dtype() == DType::kI8;
+    if (packed && !ct) {
+        return invalid_argument_error(ckpt_.description() + ": module '" + m +
+                                      "' has weight_packed but config.json's "
+                                      "quantization_config.quant_method is '" +
+                                      stored_.quant_method + "', not compressed-tensors");
     }
-    if (t.dtype() == DType::kF8E4M3 && stored_.quant_method != "fp8" &&
-        stored_.quant_method != "compressed-tensors") {
+    if (fp8 && stored_.quant_method != "fp8" && !ct) {
         return invalid_argument_error(*t.file + ": tensor '" + name +
                                       "' is F8_E4M3 but config.json declares no "
                                       "quantization_config.quant_method");
     }
-    if (t.dtype() == DType::kI8 && stored_.quant_method != "compressed-tensors") {
+    if (int8 && !ct) {
         return invalid_argument_error(*t.file + ": tensor '" + name +
                                       "' is I8 but config.json's quantization_config is not "
                                       "compressed-tensors");
+    }
+    if (!ct || !(packed || fp8 || int8)) {
+        return ok_status();
+    }
+    // compressed-tensors: the config's groups must declare the scheme the tensors are in.
+    const std::string field = "config.json's quantization_config";
+    if (stored_.ignores(m)) {
+        return invalid_argument_error(*t.file + ": tensor '" + name + "' is stored quantized, but " +
+                                      field + ".ignore lists module '" + m +
+                                      "' as left unquantized");
+    }
+    if (int8 && stored_.int8_group.empty()) {
+        return invalid_argument_error(*t.file + ": tensor '" + name + "' is I8, but no " + field +
+                                      ".config_groups entry declares int8 channel weights");
+    }
+    if (fp8 && stored_.fp8_group.empty()) {
+        return invalid_argument_error(*t.file + ": tensor '" + name + "' is F8_E4M3, but no " +
+                                      field + ".config_groups entry declares float8 block "
+                                      "weights");
+    }
+    if (packed) {
+        if (stored_.int4_groups.empty()) {
+            return invalid_argument_error(*t.file + ": tensor '" + name + "' is packed int4, " +
+                                          "but no " + field + ".config_groups entry declares "
+                                          "int4 group weights");
+        }
+        // The group the scale's shape implies (cols from weight_packed's 8 per word): a shape
+        // that does not divide is left to the format's shape checks, which name it.
+        const TensorInfo* scale = ckpt_.info(m + ".weight_scale");
+        if (scale != nullptr && scale->shape.size() == 2 && scale->shape[1] > 0 &&
+            t.shape().size() == 2 && (t.shape()[1] * 8) % scale->shape[1] == 0) {
+            const int64_t group = t.shape()[1] * 8 / scale->shape[1];
+            if (!stored_.int4_groups.contains(group)) {
+                const auto& [size, group_name] = *stored_.int4_groups.begin();
+                return invalid_argument_error(
+                    *t.file + ": tensor '" + m + ".weight_scale' has shape " +
+                    shape_string(scale->shape) + ", groups of " + std::to_string(group) +
+                    " columns, but " + field + ".config_groups." + group_name +
+                    ".weights.group_size is " + std::to_string(size));
+            }
+        }
     }
     return ok_status();
 }

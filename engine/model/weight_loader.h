@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,7 +43,16 @@ struct TensorView;
 // What the checkpoint's config.json says about stored quantization.
 struct StoredQuantization {
     std::string quant_method;         // "" (none), "fp8" or "compressed-tensors".
-    std::vector<std::string> ignore;  // compressed-tensors modules left unquantized.
+    // compressed-tensors modules left unquantized: names, or "re:" + a regular expression.
+    std::vector<std::string> ignore;
+    // compressed-tensors: the schemes config_groups declare, each with the group's name, which
+    // matrix() checks the stored tensors against.
+    std::map<int64_t, std::string> int4_groups;  // INT4 group_size -> config group.
+    std::string int8_group;                      // INT8 per channel, or "".
+    std::string fp8_group;                       // FP8 128x128 blocks, or "".
+
+    // True when `module` is listed in `ignore`, by name or by an "re:" pattern.
+    bool ignores(const std::string& module) const;
 };
 
 // Parses and checks `quantization_config` of config.json (see the header comment).

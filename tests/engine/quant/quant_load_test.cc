@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
+#include <tuple>
 #include <sstream>
 
 #include <boost/json.hpp>
@@ -664,6 +667,109 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
         REQUIRE(!r.ok());
         CHECK(contains(r.status(), mod + ".weight_g_idx"));
         CHECK(contains(r.status(), "activation order"));
+    }
+    SUBCASE("quantization_config that contradicts the tensors or declares what is not run") {
+        // Each edit of a config quantize wrote, and a text of the error it must give (naming
+        // the field).
+        using Edit = std::function<void(boost::json::object&)>;
+        auto weights = [](boost::json::object& qc, const char* group) -> boost::json::object& {
+            return qc["config_groups"].as_object()[group].as_object()["weights"].as_object();
+        };
+        auto group_of = [](boost::json::object& qc, std::string_view type) -> std::string {
+            for (auto& g : qc["config_groups"].as_object()) {
+                if (g.value().at("weights").at("type").as_string() == type) {
+                    return std::string(g.key());
+                }
+            }
+            FAIL("no group of type " << type);
+            return "";
+        };
+        const std::vector<std::tuple<std::string, Edit, std::string>> cases = {
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["group_size"] = 128; },
+             "group_0.weights.group_size is 128"},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["group_size"] = 64; },
+             "group_0.weights.group_size' is 64"},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["group_size"] = "32"; },
+             "group_0.weights.group_size' is \"32\""},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0").erase("group_size"); },
+             "group_0.weights.group_size' is absent"},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["num_bits"] = 8; },
+             "num_bits 8"},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["num_bits"] = 2; },
+             "group_0.weights.num_bits' is 2"},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["type"] = "float"; },
+             "group_0.weights.num_bits' is 4 with type \"float\""},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["strategy"] = "channel"; },
+             "group_0.weights.strategy' is \"channel\""},
+            {"experts-int4", [&](auto& qc) { weights(qc, "group_0")["dynamic"] = true; },
+             "group_0.weights.dynamic' is true"},
+            {"experts-int4",
+             [&](auto& qc) {
+                 qc["config_groups"].as_object()["group_0"].as_object()["input_activations"] =
+                     boost::json::object{{"num_bits", 8}, {"type", "int"}, {"dynamic", true},
+                                         {"strategy", "token"}};
+             },
+             "group_0.input_activations' is not null"},
+            {"experts-int4", [&](auto& qc) { qc["config_groups"] = boost::json::object{}; },
+             "config_groups' is missing"},
+            {"experts-int4", [&](auto& qc) { qc["format"] = "int-quantized"; },
+             "group_0.format' is 'pack-quantized' but the top-level format is 'int-quantized'"},
+            {"experts-int4",
+             [&](auto& qc) {
+                 qc["config_groups"].as_object()["group_0"].as_object()["format"] = "bogus";
+             },
+             "group_0.format' is 'bogus'"},
+            {"experts-int4",
+             [&](auto& qc) { qc["ignore"].as_array().emplace_back("re:.*experts\\.0\\."); },
+             "ignore lists module 'model.layers.0.mlp.experts.0."},
+            {"experts-int4", [&](auto& qc) { qc["kv_cache_scheme"] = boost::json::object{}; },
+             "kv_cache_scheme' is {}"},
+            {"all-int8", [&](auto& qc) { weights(qc, "group_0")["num_bits"] = 4; },
+             "num_bits 4"},
+            {"all-int8", [&](auto& qc) { weights(qc, "group_0")["strategy"] = "tensor"; },
+             "group_0.weights.strategy' is \"tensor\""},
+            {"all-int8", [&](auto& qc) { weights(qc, "group_0")["type"] = "float"; },
+             "type \"float\" are stored in format 'float-quantized'"},
+            {"experts-int4,attention=fp8",
+             [&](auto& qc) {
+                 weights(qc, group_of(qc, "float").c_str())["block_structure"] =
+                     boost::json::array{64, 64};
+             },
+             ".weights.block_structure' is [64,64]"},
+            {"experts-int4,attention=fp8",
+             [&](auto& qc) {
+                 auto& groups = qc["config_groups"].as_object();
+                 groups.erase(group_of(qc, "float"));
+             },
+             "no config.json's quantization_config.config_groups entry declares float8"},
+        };
+        std::map<std::string, std::unique_ptr<TempDir>> bases;
+        for (const auto& [policy, edit, error] : cases) {
+            CAPTURE(policy);
+            CAPTURE(error);
+            auto& dir = bases[policy];
+            if (!dir) {
+                dir = std::make_unique<TempDir>("qc" + std::to_string(bases.size()));
+                REQUIRE(quantize_checkpoint({kMicro, policy, dir->path}).ok());
+                fs::copy_file(dir->path + "/config.json", dir->path + "/config.json.orig");
+            }
+            auto root = boost::json::parse(read_text(dir->path + "/config.json.orig"));
+            edit(root.as_object()["quantization_config"].as_object());
+            write_text(dir->path + "/config.json", boost::json::serialize(root));
+            auto r = logits_of(dir->path, "none");
+            REQUIRE_FALSE(r.ok());
+            CHECK(contains(r.status(), error));
+            CHECK(contains(r.status(), "config.json"));
+            CHECK(contains(check_model_files(dir->path, ""), error));
+        }
+        // Unedited, each loads: what quantize writes is what the checks take.
+        for (const auto& [policy, dir] : bases) {
+            CAPTURE(policy);
+            fs::copy_file(dir->path + "/config.json.orig", dir->path + "/config.json",
+                          fs::copy_options::overwrite_existing);
+            auto r = logits_of(dir->path, "none");
+            CHECK_MESSAGE(r.ok(), r.status().to_string());
+        }
     }
     SUBCASE("INT4 group that does not divide the input width") {
         // micro's experts are 64 wide on down_proj's input: group 128 cannot apply.
