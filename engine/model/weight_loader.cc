@@ -548,10 +548,10 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         std::vector<float> scales(rows);
         std::memcpy(scales.data(), scale.data, rows * sizeof(float));
         for (int64_t r = 0; r < rows; ++r) {
-            if (!std::isfinite(scales[r]) || scales[r] < 0) {
+            if (!quant::scale_in_range(scales[r])) {  // The limit of every format's scales.
                 return invalid_argument_error(*scale.file + ": tensor '" + scale.info->name +
-                                              "': row " + std::to_string(r) +
-                                              " has a negative or non-finite scale");
+                                              "': row " + std::to_string(r) + " has scale " +
+                                              std::to_string(scales[r]) + " (must be in 0..2^64)");
             }
         }
         kept_as_stored(weight_name, "int8");

@@ -101,9 +101,7 @@ Result<std::vector<float>> read_scales(const TensorRef& t, int64_t count) {
             v = t.dtype == TensorDType::kBF16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16)
                                               : half_to_float(h);
         }
-        // Above 2^64 no real checkpoint goes (scales are ~max|w| / 448 or / 7), and kernels
-        // that scale a block by 2^56 before use (kernels_avx2.cc) would overflow to inf.
-        if (!std::isfinite(v) || v < 0.0f || v > 0x1p64f) {
+        if (!scale_in_range(v)) {  // NaN compares false; Inf is above kMaxScale.
             return invalid_argument_error(label(t) + ": scale " + std::to_string(i) + " is " +
                                           std::to_string(v) + " (must be in 0..2^64)");
         }

@@ -37,6 +37,14 @@ struct TensorRef {
 
 const char* tensor_dtype_name(TensorDType dtype);
 
+// The largest scale a stored quantized weight may have, in every format (FP8, INT8, INT4). No
+// real checkpoint comes near it (scales are ~max|w| / 448, / 127 or / 7), and kernels that scale
+// a block by 2^56 before use (kernels_avx2.cc) would overflow to inf above it. The loader refuses
+// larger scales, and `edgeserve quantize` refuses an input that would get them.
+inline constexpr float kMaxScale = 0x1p64f;
+// True for a scale the loader takes: finite and in 0..kMaxScale.
+inline bool scale_in_range(float v) { return v >= 0.0f && v <= kMaxScale; }
+
 // Checks an FP8 block-scaled pair: 2-D F8_E4M3 weight, F32 scales of shape
 // [ceil(rows/128), ceil(cols/128)], byte sizes matching the shapes, finite non-negative scales;
 // when `scan_for_nan` also that no weight byte is a NaN encoding (0x7F / 0xFF), one pass over the

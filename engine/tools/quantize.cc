@@ -23,6 +23,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
 #include "engine/model/weight_loader.h"
+#include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/policy.h"
 #include "engine/quant/quantized_weight.h"
 #include "engine/tokenizer/tiktoken.h"
@@ -168,6 +169,17 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         const quant::QuantizedWeight& qw = buf.weights.back();
         const Weight& v = qw.view();
         const auto scales = qw.scales();
+        // The loader refuses scales above the shared limit: refused here, before any writing,
+        // rather than in the check after it.
+        for (size_t i = 0; i < scales.size(); ++i) {
+            if (!quant::scale_in_range(scales[i])) {
+                return invalid_argument_error(
+                    *t.file + ": tensor '" + name + "': quantized to " +
+                    std::string(quant::weight_format_name(f)) + ", scale " + std::to_string(i) +
+                    " would be " + std::to_string(scales[i]) +
+                    " (a checkpoint's scales must be in 0..2^64; weights too large)");
+            }
+        }
         const std::string_view scale_bytes = as_bytes(scales.data(), scales.size() * 4);
         const int64_t data_bytes = quant::weight_data_bytes(f, rows, cols);
         targets[f].push_back(m);

@@ -771,6 +771,49 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
             CHECK_MESSAGE(r.ok(), r.status().to_string());
         }
     }
+    SUBCASE("scales above the limit every format shares: refused on load, and by quantize") {
+        // An INT8 scale of 3e38 loaded (only FP8 and INT4 scales were limited) and made NaN
+        // logits at run time.
+        TempDir tmp("i8huge");
+        REQUIRE(quantize_checkpoint({kMicro, "all-int8", tmp.path}).ok());
+        const std::string q = "model.layers.0.self_attn.q_proj";
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+            TensorToWrite* t = find(ts, q + ".weight_scale");
+            std::string bytes(t->bytes);
+            const float huge = 3e38f;
+            std::memcpy(bytes.data() + 4, &huge, 4);  // Row 1.
+            keep.push_back(std::move(bytes));
+            t->bytes = keep.back();
+        });
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE_FALSE(r.ok());
+        CHECK(contains(r.status(), q + ".weight_scale': row 1 has scale"));
+        CHECK(contains(r.status(), "(must be in 0..2^64)"));
+
+        // A finite BF16 weight of 2^80 would get a scale of 2^80 / 127 (or / 7, / 448): quantize
+        // refuses before writing, where it used to write and then fail its load check.
+        TempDir in("bighuge_in");
+        for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+            fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+        }
+        rewrite(in.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+            TensorToWrite* t = find(ts, q + ".weight");
+            REQUIRE(t->dtype == DType::kBF16);
+            std::string bytes(t->bytes);
+            const uint16_t big = 0x6780;  // BF16 2^80.
+            std::memcpy(bytes.data(), &big, 2);
+            keep.push_back(std::move(bytes));
+            t->bytes = keep.back();
+        });
+        TempDir out("bighuge_out");
+        for (const std::string policy : {"all-int8", "attention=int4-g32", "all-fp8"}) {
+            CAPTURE(policy);
+            Status st = quantize_checkpoint({in.path, policy, out.path + "/q"});
+            CHECK(contains(st, "tensor '" + q + ".weight': quantized to"));
+            CHECK(contains(st, "must be in 0..2^64"));
+            CHECK_FALSE(fs::exists(out.path + "/q"));
+        }
+    }
     SUBCASE("INT4 group that does not divide the input width") {
         // micro's experts are 64 wide on down_proj's input: group 128 cannot apply.
         auto r = logits_of(kMicro, "experts-int4-g128");
