@@ -2,6 +2,11 @@
 
 #include <boost/json.hpp>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -10,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace edge::engine {
@@ -57,7 +63,8 @@ Status replace_with_partial(std::ofstream& out, const std::string& partial,
     }
     std::filesystem::rename(partial, path, ec);
     if (ec) {
-        std::filesystem::remove(partial, ec);
+        std::error_code cleanup;  // Its own: the rename's error is the one to report.
+        std::filesystem::remove(partial, cleanup);
         return internal_error(path + ": cannot replace with " + partial + ": " + ec.message());
     }
     return ok_status();
@@ -145,8 +152,62 @@ Status write_text_file(const std::string& path, std::string_view text) {
     return replace_with_partial(out, partial, path);
 }
 
-Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir,
-                              bool overwrite) {
+CheckpointDirLock::CheckpointDirLock(CheckpointDirLock&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+
+CheckpointDirLock& CheckpointDirLock::operator=(CheckpointDirLock&& other) noexcept {
+    if (this != &other) {
+        release();
+        fd_ = std::exchange(other.fd_, -1);
+        path_ = std::move(other.path_);
+    }
+    return *this;
+}
+
+void CheckpointDirLock::release() {
+    if (fd_ < 0) {
+        return;
+    }
+    // Unlinked while still locked: a writer that opened the old file then finds it unlinked
+    // (acquire compares inodes) and tries again on a fresh one.
+    ::unlink(path_.c_str());
+    ::close(fd_);
+    fd_ = -1;
+}
+
+Result<CheckpointDirLock> CheckpointDirLock::acquire(const std::string& dir) {
+    CheckpointDirLock lock;
+    lock.path_ = dir + "/" + kFileName;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        const int fd = ::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            return internal_error(lock.path_ + ": cannot create: " + std::strerror(errno));
+        }
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            ::close(fd);
+            if (err == EWOULDBLOCK) {
+                return failed_precondition_error(
+                    "another quantize (or make-model) is writing " + dir + " (it holds " +
+                    lock.path_ + "); wait for it to finish or choose another directory");
+            }
+            return internal_error(lock.path_ + ": cannot lock: " + std::strerror(err));
+        }
+        // Locked; but the holder before may have unlinked this file as it released it.
+        struct stat held {};
+        struct stat named {};
+        if (::fstat(fd, &held) == 0 && ::stat(lock.path_.c_str(), &named) == 0 &&
+            held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+            lock.fd_ = fd;
+            return lock;
+        }
+        ::close(fd);
+    }
+    return internal_error(lock.path_ + ": cannot lock: replaced by other writers 100 times");
+}
+
+Result<CheckpointDirLock> prepare_checkpoint_dir(const std::string& out_dir,
+                                                 const std::string& input_dir, bool overwrite) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (!input_dir.empty() && fs::equivalent(out_dir, input_dir, ec)) {
@@ -160,6 +221,8 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
     if (ec) {
         return internal_error(out_dir + ": cannot create: " + ec.message());
     }
+    // Before anything in it is listed or removed: the other writer's files are its own.
+    EDGE_ASSIGN_OR_RETURN(CheckpointDirLock lock, CheckpointDirLock::acquire(out_dir));
     const auto is_checkpoint_file = [](const std::string& name) {
         return std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
                             [&](const char* f) { return name == f; }) !=
@@ -200,7 +263,7 @@ Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& inp
             }
         }
     }
-    return ok_status();
+    return lock;
 }
 
 }  // namespace edge::engine

@@ -44,6 +44,28 @@ inline constexpr const char* kCheckpointFiles[] = {
     "merges.txt",          "vocab.txt",              "chat_template.jinja",     "added_tokens.json",
     "model.safetensors"};
 
+// An exclusive flock(2) on DIR/.edgeserve-writing.lock, held by the process writing a checkpoint
+// into DIR; the lock file is removed on release. Move-only.
+class CheckpointDirLock {
+  public:
+    CheckpointDirLock() = default;
+    CheckpointDirLock(CheckpointDirLock&& other) noexcept;
+    CheckpointDirLock& operator=(CheckpointDirLock&& other) noexcept;
+    CheckpointDirLock(const CheckpointDirLock&) = delete;
+    CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+    ~CheckpointDirLock() { release(); }
+
+    // Locks `dir` (which must exist) without waiting: kFailedPrecondition when another process
+    // holds it.
+    static Result<CheckpointDirLock> acquire(const std::string& dir);
+    static constexpr const char* kFileName = ".edgeserve-writing.lock";
+
+  private:
+    void release();
+    int fd_ = -1;
+    std::string path_;
+};
+
 // Creates `out_dir` for a checkpoint about to be written (make-model, quantize), which then
 // writes config.json last: it marks a complete checkpoint, so an interrupted write leaves a
 // directory that fails to load ("config.json: cannot open") rather than a mix that loads.
@@ -53,8 +75,14 @@ inline constexpr const char* kCheckpointFiles[] = {
 // interrupted write of one). With `overwrite` those files are removed, config.json first, so none
 // of the old checkpoint's outlives it beside the new weights. The `.partial` files of
 // kCheckpointFiles an interrupted write left are removed either way; other files stay.
-Status prepare_checkpoint_dir(const std::string& out_dir, const std::string& input_dir = {},
-                              bool overwrite = false);
+//
+// The directory is locked for the writer (CheckpointDirLock) before anything in it is touched,
+// and stays locked while the returned lock lives: a second writer into it is refused
+// (kFailedPrecondition, "another quantize (or make-model) is writing DIR") instead of deleting
+// the first one's .partial file.
+Result<CheckpointDirLock> prepare_checkpoint_dir(const std::string& out_dir,
+                                                 const std::string& input_dir = {},
+                                                 bool overwrite = false);
 
 // Writes a file made of an 8-byte little-endian header length, `header` and `data` as given
 // (no checks: for building corrupt files in tests).

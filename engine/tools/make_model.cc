@@ -204,7 +204,8 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
     if (options.out_dir.empty()) {
         return invalid_argument_error("make-model: no output directory");
     }
-    EDGE_RETURN_IF_ERROR(prepare_checkpoint_dir(options.out_dir, {}, options.overwrite));
+    EDGE_ASSIGN_OR_RETURN(CheckpointDirLock lock,
+                          prepare_checkpoint_dir(options.out_dir, {}, options.overwrite));
     const ArchPreset& p = *preset;
     const std::string& dir = options.out_dir;
     EDGE_RETURN_IF_ERROR(write_tokenizer(dir, p));

@@ -290,7 +290,9 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
 
     std::error_code ec;
     // The input checked out: only now is --out made (a failed run leaves no empty directory).
-    EDGE_RETURN_IF_ERROR(
+    // Locked until this returns (another run into it is refused, not interleaved).
+    EDGE_ASSIGN_OR_RETURN(
+        CheckpointDirLock lock,
         prepare_checkpoint_dir(options.out_dir, options.model_dir, options.overwrite));
     EDGE_RETURN_IF_ERROR(write_safetensors(options.out_dir + "/model.safetensors", out));
     boost::system::error_code jec;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,6 +45,46 @@ TEST_CASE("safetensors writer: no gaps, line-multiple tensors on lines, bytes re
             CHECK(reinterpret_cast<uintptr_t>(view->data) % 64 == 0);
         }
     }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("safetensors writer: a failed rename reports its own error, not the cleanup's") {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() /
+        ("edge_st_rename_" + std::to_string(std::random_device{}()));
+    // A non-empty directory where the file goes: the rename over it fails.
+    std::filesystem::create_directories(dir / "config.json" / "inside");
+    const Status st = write_text_file((dir / "config.json").string(), "{}");
+    CHECK_FALSE(st.ok());
+    CHECK(st.message().find("cannot replace with") != std::string::npos);
+    // The removal of the partial file after it succeeded and used to overwrite the error.
+    CHECK(st.message().find("Success") == std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(dir / "config.json.partial"));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("checkpoint directory lock: one writer at a time, released on destruction") {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() /
+        ("edge_st_lock_" + std::to_string(std::random_device{}()));
+    auto first = prepare_checkpoint_dir(dir.string());
+    REQUIRE_MESSAGE(first.ok(), first.status().to_string());
+    const std::filesystem::path lock_file = dir / CheckpointDirLock::kFileName;
+    CHECK(std::filesystem::exists(lock_file));
+    // An interrupted write's leftover, as the other writer's file in progress looks.
+    { std::ofstream(dir / "model.safetensors.partial") << "in progress"; }
+    auto second = prepare_checkpoint_dir(dir.string(), {}, true);
+    REQUIRE_FALSE(second.ok());
+    CHECK(second.status().code() == StatusCode::kFailedPrecondition);
+    CHECK(second.status().message().find("another quantize (or make-model) is writing " +
+                                         dir.string()) != std::string::npos);
+    CHECK(std::filesystem::exists(dir / "model.safetensors.partial"));  // Not the second's.
+    { CheckpointDirLock released = std::move(first).value(); }
+    CHECK_FALSE(std::filesystem::exists(lock_file));
+    auto third = prepare_checkpoint_dir(dir.string(), {}, true);
+    REQUIRE_MESSAGE(third.ok(), third.status().to_string());
+    CHECK_FALSE(std::filesystem::exists(dir / "model.safetensors.partial"));
+    third.value() = CheckpointDirLock();  // Released here.
     std::filesystem::remove_all(dir);
 }
 

@@ -1093,6 +1093,18 @@ TEST_CASE("quantize refuses to write over its input or beside another checkpoint
     CHECK_FALSE(fs::exists(out.path + "/model.safetensors.partial"));
     CHECK(logits_of(out.path, "none").ok());
 
+    // Another run writing into the same directory (holding its lock): refused, its files left.
+    {
+        auto other = CheckpointDirLock::acquire(out.path);
+        REQUIRE(other.ok());
+        Status busy = quantize_checkpoint({kMicro, "all-int8", out.path, true});
+        CHECK(busy.code() == StatusCode::kFailedPrecondition);
+        CHECK(contains(busy, "another quantize (or make-model) is writing " + out.path));
+        CHECK(logits_of(out.path, "none").ok());
+    }
+    REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path, true}).ok());
+    CHECK_FALSE(fs::exists(out.path + "/" + CheckpointDirLock::kFileName));
+
     // A policy that would quantize nothing here (Qwen3-MoE has no dense MLP) is an error, and a
     // refused run makes no output directory.
     const std::string never = out.path + "/never";
