@@ -543,7 +543,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
             return invalid_argument_error(*scale.file + ": tensor '" + scale.info->name + "' is " +
                                           std::string(dtype_name(scale.dtype())) + " " +
                                           shape_string(scale.shape()) + ", expected F32 [" +
-                                          std::to_string(rows) + ", 1]");
+                                          std::to_string(rows) + ", 1] or [" +
+                                          std::to_string(rows) + "]");
         }
         std::vector<float> scales(rows);
         std::memcpy(scales.data(), scale.data, rows * sizeof(float));

@@ -144,9 +144,12 @@ Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, b
     const int64_t rows = weight.shape[0];
     const int64_t cols = weight.shape[1];
     EDGE_RETURN_IF_ERROR(check_tensor(weight, TensorDType::kF8E4M3, {rows, cols}, "weight"));
+    // Named as stored: the fp8 method's weight_scale_inv, or compressed-tensors' weight_scale.
+    const std::string role = std::string(scale_inv.name.ends_with("_inv") ? "weight_scale_inv"
+                                                                           : "weight_scale") +
+                             ", 128x128 blocks";
     EDGE_RETURN_IF_ERROR(check_tensor(scale_inv, TensorDType::kF32,
-                                      {ceil_div(rows, 128), ceil_div(cols, 128)},
-                                      "weight_scale_inv, 128x128 blocks"));
+                                      {ceil_div(rows, 128), ceil_div(cols, 128)}, role));
     auto scales = read_scales(scale_inv, ceil_div(rows, 128) * ceil_div(cols, 128));
     if (!scales.ok()) {
         return scales.status();

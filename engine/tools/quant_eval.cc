@@ -461,12 +461,23 @@ int quant_eval_main(int argc, char** argv) {
             if (a == "--model") {
                 o.model_dir = v;
             } else if (a == "--policies") {
+                // Empty items and a second flag are mistakes (a policy string refuses its empty
+                // items too), not something to skip or append.
+                if (!o.policies.empty()) {
+                    std::fprintf(stderr, "quant-eval: --policies given twice (list every policy "
+                                         "in one, separated by ',')\n%s", usage);
+                    return 2;
+                }
                 std::string cur;
                 for (char ch : v + ",") {
                     if (ch == ',') {
-                        if (!cur.empty()) {
-                            o.policies.push_back(cur);
+                        if (cur.empty()) {
+                            std::fprintf(stderr, "quant-eval: --policies '%s': item %zu is "
+                                                 "empty\n%s", v.c_str(), o.policies.size() + 1,
+                                         usage);
+                            return 2;
                         }
+                        o.policies.push_back(cur);
                         cur.clear();
                     } else {
                         cur += ch == '+' ? ',' : ch;

@@ -595,6 +595,30 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
         REQUIRE(!r.ok());
         CHECK(contains(r.status(), "weight_scale_inv"));
     }
+    SUBCASE("scale errors name the scale as stored: INT8 and compressed-tensors FP8") {
+        TempDir tmp("i8scale");
+        REQUIRE(quantize_checkpoint({kMicro, "all-int8", tmp.path}).ok());
+        rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+            TensorToWrite* t = find(ts, mod + ".weight_scale");
+            t->shape = {t->shape[0] / 2, 2};  // Same bytes, neither [rows, 1] nor [rows].
+        });
+        auto r = logits_of(tmp.path, "none");
+        REQUIRE_FALSE(r.ok());
+        CHECK(contains(r.status(), "expected F32 [64, 1] or [64]"));
+        // FP8 in compressed-tensors (beside INT4): its scale is weight_scale, not _inv.
+        TempDir mixed("ctfp8scale");
+        REQUIRE(quantize_checkpoint({kMicro, "experts-int4,attention=fp8", mixed.path}).ok());
+        const std::string q = "model.layers.0.self_attn.q_proj";
+        rewrite(mixed.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+            TensorToWrite* t = find(ts, q + ".weight_scale");
+            keep.push_back(std::string(static_cast<size_t>(t->bytes.size()) * 2, '\0'));
+            t->shape = {t->shape[0], t->shape[1] * 2};
+            t->bytes = keep.back();
+        });
+        r = logits_of(mixed.path, "none");
+        REQUIRE_FALSE(r.ok());
+        CHECK(contains(r.status(), q + ".weight_scale' (weight_scale, 128x128 blocks)"));
+    }
     SUBCASE("packed tensor shorter than weight_shape implies") {
         TempDir tmp("short");
         REQUIRE(quantize_checkpoint({kMicro, "experts-int4", tmp.path}).ok());
@@ -875,6 +899,14 @@ TEST_CASE("quantize and quant-eval command lines") {
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--help"}) == 0);
     CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "-h"}) == 0);
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--bogus"}) == 2);
+    // An empty item in --policies, or a second --policies, is a usage error, not skipped or
+    // appended.
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8,,all-fp8"}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8,"}) == 2);
+    CHECK(call(quant_eval_main, {"edgeserve", "quant-eval", "--model", kMicro, "--policies",
+                                 "all-int8", "--policies", "all-fp8"}) == 2);
 }
 
 TEST_CASE("quant-eval: a policy that changes nothing is an error, the JSON line parses") {
