@@ -411,9 +411,9 @@ Status WeightLoader::check_declared(const std::string& m, const TensorView& t) c
     // compressed-tensors: the config's groups must declare the scheme the tensors are in.
     const std::string field = "config.json's quantization_config";
     if (stored_.ignores(m)) {
-        return invalid_argument_error(*t.file + ": tensor '" + name + "' is stored quantized, but " +
-                                      field + ".ignore lists module '" + m +
-                                      "' as left unquantized");
+        return invalid_argument_error(*t.file + ": tensor '" + name +
+                                      "' is stored quantized, but " + field +
+                                      ".ignore lists module '" + m + "' as left unquantized");
     }
     if (int8 && stored_.int8_group.empty()) {
         return invalid_argument_error(*t.file + ": tensor '" + name + "' is I8, but no " + field +
