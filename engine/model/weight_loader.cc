@@ -125,13 +125,14 @@ Status check_config_groups(const boost::json::object& q, const std::string& wher
             return invalid_argument_error(at + "' is not an object");
         }
         const boost::json::object& group = g.value().as_object();
-        for (const char* act : {"input_activations", "output_activations"}) {
-            const boost::json::value* a = group.if_contains(act);
-            if (a != nullptr && !a->is_null()) {
-                return invalid_argument_error(
-                    at + "." + act + "' is not null: activation quantization is not supported "
-                    "(only weights are quantized; the engine would run without it, silently)");
-            }
+        // input_activations (W8A8, FP8 dynamic) is how the activations may be rounded for a
+        // faster product: the kernels round them their own way (docs/quantization.md), never
+        // coarser, so such a checkpoint runs as weight-only. Quantized outputs would change what
+        // the next layer reads: refused.
+        if (const boost::json::value* a = group.if_contains("output_activations");
+            a != nullptr && !a->is_null()) {
+            return invalid_argument_error(
+                at + ".output_activations' is not null: output quantization is not supported");
         }
         const boost::json::value* wv = group.if_contains("weights");
         if (wv == nullptr || !wv->is_object()) {

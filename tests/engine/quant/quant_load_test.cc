@@ -729,11 +729,11 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
              "group_0.weights.dynamic' is true"},
             {"experts-int4",
              [&](auto& qc) {
-                 qc["config_groups"].as_object()["group_0"].as_object()["input_activations"] =
+                 qc["config_groups"].as_object()["group_0"].as_object()["output_activations"] =
                      boost::json::object{{"num_bits", 8}, {"type", "int"}, {"dynamic", true},
                                          {"strategy", "token"}};
              },
-             "group_0.input_activations' is not null"},
+             "group_0.output_activations' is not null"},
             {"experts-int4", [&](auto& qc) { qc["config_groups"] = boost::json::object{}; },
              "config_groups' is missing"},
             {"experts-int4", [&](auto& qc) { qc["format"] = "int-quantized"; },
@@ -794,6 +794,19 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
             auto r = logits_of(dir->path, "none");
             CHECK_MESSAGE(r.ok(), r.status().to_string());
         }
+        // A W8A8 config (dynamic per-token int8 activations) runs as weight-only, the same
+        // logits: the kernels round activations their own way.
+        const std::string& int4 = bases.at("experts-int4")->path;
+        const auto plain = logits_of(int4, "none");
+        REQUIRE(plain.ok());
+        auto root = boost::json::parse(read_text(int4 + "/config.json.orig"));
+        root.at("quantization_config").at("config_groups").at("group_0").as_object()
+            ["input_activations"] = boost::json::object{
+            {"num_bits", 8}, {"type", "int"}, {"dynamic", true}, {"strategy", "token"}};
+        write_text(int4 + "/config.json", boost::json::serialize(root));
+        const auto w8a8 = logits_of(int4, "none");
+        REQUIRE_MESSAGE(w8a8.ok(), w8a8.status().to_string());
+        CHECK(*w8a8 == *plain);
     }
     SUBCASE("scales above the limit every format shares: refused on load, and by quantize") {
         // An INT8 scale of 3e38 loaded (only FP8 and INT4 scales were limited) and made NaN
