@@ -396,12 +396,14 @@ TEST_CASE("three edgeserve binaries: lowest RTT first, spill when loaded, SIGKIL
     }
 
     // 2. sin's engine (four sequences at a time) gets saturated: four long generations run and
-    // sixteen wait (the default saturation_queue_per_slot of 4 per slot), minutes of work. They
-    // arrive on sin's peer listener, so they run at sin and nowhere else. A saturated pool takes
-    // no new request from fra's route: they all go to gru, whose engine is idle. (A request that
-    // reached sin's queue would wait behind those generations past the client's timeout.)
+    // at least sixteen wait (the default saturation_queue_per_slot of 4 per slot). They arrive on
+    // sin's peer listener, so they run at sin and nowhere else. A saturated pool takes no new
+    // request from fra's route: they all go to gru, whose engine is idle. (A request that
+    // reached sin's queue would wait behind those generations past the client's timeout.) A
+    // generation of 1000 tokens takes about a second in a release build (minutes with the
+    // sanitizers): 96 of them keep sin saturated for some 20 s even there.
     std::vector<std::unique_ptr<testing::TlsClient>> loaders;
-    for (int i = 0; i < 20; ++i) {
+    for (int i = 0; i < 100; ++i) {
         loaders.push_back(c.load(sin, 1000));
     }
     const bool spilled =
