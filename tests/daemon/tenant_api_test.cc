@@ -48,17 +48,24 @@ struct TenantFixture : testing::ScriptedDaemon {
     testing::HttpReply call(const std::string& body, const std::string& key) {
         return ScriptedDaemon::call("POST", "/v1/chat/completions", body, auth(key));
     }
+
+    // A client whose chat request with `key` reached the engine as its request `index`, not
+    // yet answered.
+    std::unique_ptr<TlsClient> start_request(size_t index, const std::string& key) {
+        auto c = client();
+        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                              auth(key)))
+                    .ok());
+        REQUIRE(generator.wait_for_request(index));
+        return c;
+    }
 };
 
 }  // namespace
 
 TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refills the bucket") {
     TenantFixture f("    requests_per_second: 1\n    burst: 1\n");
-    auto c = f.client();
-    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                          auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(0));
+    auto c = f.start_request(0, kOldKey);
     f.generator.finish(0, engine::FinishReason::kStop, {});
     CHECK(c->read_response()->status == 200);
 
@@ -71,11 +78,7 @@ TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refil
     CHECK(error["message"].as_string().size() > 0);
 
     f.clock.advance(std::chrono::seconds(1));
-    auto again = f.client();
-    REQUIRE(again->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                              auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(1));
+    auto again = f.start_request(1, kOldKey);
     f.generator.finish(1, engine::FinishReason::kStop, {});
     CHECK(again->read_response()->status == 200);
 
@@ -97,11 +100,7 @@ TEST_CASE("tenant limits: max_tokens and context caps, defaults lowered, tokens 
     CHECK(too_many.status == 400);
     CHECK(json_of(too_many.body)["error"].as_object()["param"] == "max_tokens");
 
-    auto c = f.client();
-    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                          auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(0));
+    auto c = f.start_request(0, kOldKey);
     engine::GenerateRequest seen = f.generator.request(0);
     CHECK(seen.sampling.max_tokens == 50);  // The chat default (4096) lowered to the cap.
     CHECK(seen.max_context_tokens == 100);
@@ -231,22 +230,14 @@ TEST_CASE("tenant limits: max_concurrent counts running requests, released on fi
     f.generator.finish(1, engine::FinishReason::kStop, {});
     CHECK(c->read_response()->status == 200);
     // Finished: the slot is free again.
-    auto d = f.client();
-    REQUIRE(d->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                          auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(2));
+    auto d = f.start_request(2, kOldKey);
     f.generator.finish(2, engine::FinishReason::kStop, {});
     CHECK(d->read_response()->status == 200);
 }
 
 TEST_CASE("tenant limits: a 429 names every limit that refused, Retry-After waits for all") {
     TenantFixture f("    max_concurrent: 1\n    requests_per_second: 0.25\n");
-    auto running = f.client();
-    REQUIRE(running->send(testing::http_request("POST", "/v1/chat/completions",
-                                                chat_body(false), auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(0));
+    auto running = f.start_request(0, kOldKey);
     testing::HttpReply busy = f.call(chat_body(false), kOldKey);
     CHECK(busy.status == 429);
     CHECK(busy.headers["retry-after"] == "4");  // The rate's wait, longer than the slot's 1 s.
@@ -257,11 +248,7 @@ TEST_CASE("tenant limits: a 429 names every limit that refused, Retry-After wait
     f.generator.finish(0, engine::FinishReason::kStop, {});
     CHECK(running->read_response()->status == 200);
     f.clock.advance(std::chrono::seconds(4));  // As Retry-After said: admitted.
-    auto again = f.client();
-    REQUIRE(again->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                              auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(1));
+    auto again = f.start_request(1, kOldKey);
     f.generator.finish(1, engine::FinishReason::kStop, {});
     CHECK(again->read_response()->status == 200);
 }
@@ -290,11 +277,7 @@ TEST_CASE("reload rotates a key while a request runs: old key 401 after, running
     CHECK(old_key.status == 401);
     CHECK(json_of(old_key.body)["error"].as_object()["code"] == "invalid_api_key");
     // The running request still holds one of the (now two) slots; the new key gets the other.
-    auto fresh = f.client();
-    REQUIRE(fresh->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                              auth(kNewKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(1));
+    auto fresh = f.start_request(1, kNewKey);
     CHECK(f.call(chat_body(false), kNewKey).status == 429);  // Two running: the cap.
     // Every key replaced: for the prefix cache it may be another customer under the same name.
     CHECK(f.generator.request(0).cache_scope.starts_with("acme#"));
@@ -351,11 +334,7 @@ TEST_CASE("engine admission: a request the engine refuses gives back its rate to
 
 TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per-tenant series") {
     TenantFixture f("    priority: 7\n");
-    auto c = f.client();
-    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                          auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(0));
+    auto c = f.start_request(0, kOldKey);
     CHECK(f.generator.request(0).priority == 7);
     engine::Usage usage;
     usage.prompt_tokens = 40;
@@ -400,18 +379,10 @@ TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per
 
 TEST_CASE("tenant metrics: a removed tenant's series go once its requests are done") {
     TenantFixture f("");
-    auto done = f.client();
-    REQUIRE(done->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
-                                             auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(0));
+    auto done = f.start_request(0, kOldKey);
     f.generator.finish(0, engine::FinishReason::kStop, {});
     CHECK(done->read_response()->status == 200);
-    auto running = f.client();
-    REQUIRE(running->send(testing::http_request("POST", "/v1/chat/completions",
-                                                chat_body(false), auth(kOldKey)))
-                .ok());
-    REQUIRE(f.generator.wait_for_request(1));
+    auto running = f.start_request(1, kOldKey);
     engine::ServingStats s;
     s.model = "test-model";
     s.tenants["acme"].running = 1;

@@ -955,6 +955,21 @@ TEST_CASE("quant-eval: a policy that changes nothing is an error, the JSON line 
     }
 }
 
+// quant-eval of `o`'s text scores the same as of the first `n` ids of `all` (what the whole text
+// tokenizes to): the text was read as far as its tokens needed. Returns the text's rows.
+std::vector<QuantEvalRow> check_text_reads_as_ids(QuantEvalOptions o,
+                                                  const std::vector<TokenId>& all, size_t n) {
+    auto from_text = run_quant_eval(o);
+    REQUIRE_MESSAGE(from_text.ok(), from_text.status().to_string());
+    o.token_ids.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n));
+    auto from_ids = run_quant_eval(o);
+    REQUIRE(from_ids.ok());
+    CHECK((*from_text)[0].positions == static_cast<int64_t>(n));
+    CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
+    CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
+    return *from_text;
+}
+
 TEST_CASE("quant-eval: the text's first tokens, the baseline's label, a tokenizer too large") {
     // A text far longer than the tokens scored gives the ids of tokenizing it whole.
     TempDir dir("text");
@@ -975,20 +990,12 @@ TEST_CASE("quant-eval: the text's first tokens, the baseline's label, a tokenize
     o.decode_steps = 0;
     o.per_class = false;
     o.policies = {"all-int8"};
-    auto from_text = run_quant_eval(o);
-    REQUIRE_MESSAGE(from_text.ok(), from_text.status().to_string());
-    o.token_ids.assign(all->begin(), all->begin() + 300);
-    auto from_ids = run_quant_eval(o);
-    REQUIRE(from_ids.ok());
-    CHECK((*from_text)[0].positions == 300);
-    CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
-    CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
-    CHECK((*from_text)[0].label == "bf16");
+    const auto from_text = check_text_reads_as_ids(o, *all, 300);
+    CHECK(from_text[0].label == "bf16");
 
     // A FIFO or a device is refused before it is opened (one would block, the other never end),
     // and a huge --tokens on a short text reads the text, not tokens x 8 bytes.
     REQUIRE(mkfifo((dir.path + "/fifo").c_str(), 0600) == 0);
-    o.token_ids.clear();
     for (const std::string& odd : {dir.path + "/fifo", std::string("/dev/zero")}) {
         o.text_path = odd;
         auto refused = run_quant_eval(o);
@@ -1063,14 +1070,7 @@ TEST_CASE("quant-eval: a text is read only as far as its tokens need, whatever i
     o.text_path = dir.path + "/oneline.txt";
     o.tokens = 300;
     o.chunk = 100;
-    auto from_text = run_quant_eval(o);
-    REQUIRE_MESSAGE(from_text.ok(), from_text.status().to_string());
-    o.token_ids.assign(all->begin(), all->begin() + 300);
-    auto from_ids = run_quant_eval(o);
-    REQUIRE(from_ids.ok());
-    CHECK((*from_text)[0].positions == 300);
-    CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
-    CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
+    check_text_reads_as_ids(o, *all, 300);
 
     // Neither whitespace nor ASCII: cut before a character, never inside one (a cut inside
     // would be invalid UTF-8).
@@ -1080,7 +1080,6 @@ TEST_CASE("quant-eval: a text is read only as far as its tokens need, whatever i
     }
     write_text(dir.path + "/wide.txt", wide + "\xff");
     o.text_path = dir.path + "/wide.txt";
-    o.token_ids.clear();
     auto from_wide = run_quant_eval(o);
     REQUIRE_MESSAGE(from_wide.ok(), from_wide.status().to_string());
     CHECK((*from_wide)[0].positions == 300);
