@@ -60,7 +60,7 @@ struct Tracked {
 
 // A scheduler on a fake model, stepped by the test; each step's tokens are counted per tenant.
 struct Sim {
-    explicit Sim(int32_t batch, int64_t kv_tokens = 1 << 14) {
+    explicit Sim(int32_t batch, int64_t kv_tokens = 1 << 14, int64_t swap_bytes = 0) {
         options.slots = batch;
         options.max_context = 512;
         options.kv_tokens = kv_tokens;
@@ -69,6 +69,7 @@ struct Sim {
         config.max_queue = 100000;
         config.fair_quantum_tokens = 16;
         config.eos_token_ids = options.eos;
+        config.swap_bytes = swap_bytes;
         scheduler = std::make_unique<Scheduler>(
             std::make_unique<FakeCausalLM>(options, std::make_shared<FakeLog>()),
             &micro_tokenizer(), config);
@@ -365,6 +366,36 @@ TEST_CASE("fair batch: with the KV cache full, a light tenant takes a heavy tena
     REQUIRE(sim.all_finished("light"));
     CHECK(sim.scheduler->serving_stats().tenants.at("light").preemptions == 0);
     sim.check_outputs();
+}
+
+TEST_CASE("fair batch: preempted sequences with their KV saved resume from it, every output whole") {
+    // As above, with the preempted sequences' KV kept in host memory: the fake model's next
+    // token depends on every position it reads back from the cache, so a block restored wrong
+    // or out of order changes the output. Preemptions for KV and for a fair share both save.
+    Sim sim(8, 4 * 124, int64_t{1} << 20);
+    for (int i = 0; i < 8; ++i) {
+        sim.submit("heavy", 1, 120, 0, static_cast<TokenId>(40 + i));
+    }
+    for (int i = 0; i < 80; ++i) {
+        sim.step();
+    }
+    const size_t light = sim.submit("light", 1, 10, 0, 200);
+    sim.step_until_first_token(light);
+    CHECK(sim.ttft(light) <= 2);
+    for (int i = 0; i < 5000 && !(sim.all_finished("heavy") && sim.all_finished("light")); ++i) {
+        sim.step();
+    }
+    REQUIRE(sim.all_finished("heavy"));
+    REQUIRE(sim.all_finished("light"));
+    sim.check_outputs();
+    const SchedulerStats& stats = sim.scheduler->stats();
+    MESSAGE("preemptions " << stats.preemptions << " (fair " << stats.fair_preemptions
+                           << "), KV saved " << stats.swapped_preemptions);
+    CHECK(stats.fair_preemptions >= 1);
+    CHECK(stats.preemptions > stats.fair_preemptions);
+    CHECK(stats.swapped_preemptions == stats.preemptions);
+    CHECK(stats.recompute_tokens == 0);
+    CHECK(sim.scheduler->serving_stats().kv_swap_bytes == 0);  // All given back.
 }
 
 TEST_CASE("fair batch: tenants at their shares do not swap places back and forth") {
