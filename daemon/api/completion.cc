@@ -149,8 +149,8 @@ public:
             d["content"] = delta.text;
             sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, std::move(logprobs)))));
         } else {
-            sse_.event(json_text(
-                with_ids(chunk(json::string(delta.text), nullptr, std::move(logprobs)))));
+            sse_.event(
+                json_text(with_ids(chunk(json::string(delta.text), nullptr, std::move(logprobs)))));
         }
     }
 

@@ -174,8 +174,8 @@ SavedSlot KvCache::save(int32_t slot) const {
     EDGE_CHECK(in_use(slot));
     SavedSlot out;
     out.length = lengths_[slot];
-    const size_t blocks = static_cast<size_t>(
-        (out.length + shape_.block_tokens - 1) / shape_.block_tokens);
+    const size_t blocks =
+        static_cast<size_t>((out.length + shape_.block_tokens - 1) / shape_.block_tokens);
     const size_t floats = static_cast<size_t>(block_bytes()) / sizeof(float);
     out.data.resize(blocks * floats);
     for (size_t i = 0; i < blocks; ++i) {
@@ -188,8 +188,8 @@ SavedSlot KvCache::save(int32_t slot) const {
 Status KvCache::restore(int32_t slot, const SavedSlot& saved) {
     EDGE_CHECK(in_use(slot) && lengths_[slot] == 0 && tables_[slot].empty());
     const size_t floats = static_cast<size_t>(block_bytes()) / sizeof(float);
-    const size_t blocks = static_cast<size_t>(
-        (saved.length + shape_.block_tokens - 1) / shape_.block_tokens);
+    const size_t blocks =
+        static_cast<size_t>((saved.length + shape_.block_tokens - 1) / shape_.block_tokens);
     EDGE_CHECK(saved.length <= shape_.max_context && saved.data.size() == blocks * floats);
     const SlotGrowth growth{slot, saved.length};
     EDGE_RETURN_IF_ERROR(reserve(std::span<const SlotGrowth>(&growth, 1)));
