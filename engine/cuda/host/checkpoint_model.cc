@@ -1,7 +1,5 @@
 #include "engine/cuda/host/checkpoint_model.h"
 
-#include <cmath>
-
 #include "engine/cpu/rope_scaling.h"
 #include "engine/model/archs/deepseek_v3.h"
 #include "engine/model/archs/deepseek_v3_config.h"
@@ -128,38 +126,22 @@ void plan_sigmoid_moe(const SigmoidMoeConfig& c, CheckpointModel* m, TensorPlan*
     }
 }
 
-// GLM-4.5's attention fields, read as the CPU model (engine/model/archs/glm4_moe.cc) reads them.
+// GLM-4.5's attention fields, read by the CPU model's own Glm4AttentionConfig (which also
+// refuses a rope_scaling the model does not run).
 Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
                           SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults));
     if (c.n_routed_experts <= 0) {
         return unsupported(json, "n_routed_experts", "no routed experts");
     }
-    EDGE_ASSIGN_OR_RETURN(int64_t kv_heads,
-                          get_int_in(json, "num_key_value_heads", 1, c.num_attention_heads));
-    int64_t head_dim = c.hidden_size / c.num_attention_heads;
-    if (!json.is_null("head_dim")) {
-        EDGE_ASSIGN_OR_RETURN(head_dim, get_int_in(json, "head_dim", 2, 1 << 16));
-    }
-    EDGE_ASSIGN_OR_RETURN(double factor, json.get_double("partial_rotary_factor",
-                                                         kGlm4MoePartialRotaryFactor));
-    if (!(factor > 0.0 && factor <= 1.0)) {
-        return invalid_argument_error(json.path() +
-                                      ": field 'partial_rotary_factor' must be in "
-                                      "(0, 1]");
-    }
-    const int64_t rot = std::llround(static_cast<double>(head_dim) * factor);
-    if (rot % 2 != 0 || rot < 2) {
-        return invalid_argument_error(json.path() + ": head_dim * partial_rotary_factor (" +
-                                      std::to_string(rot) + ") must be even");
-    }
-    EDGE_ASSIGN_OR_RETURN(plan->attention_bias, json.get_bool("attention_bias", false));
-    EDGE_ASSIGN_OR_RETURN(plan->qk_norm, json.get_bool("use_qk_norm", false));
+    EDGE_ASSIGN_OR_RETURN(Glm4AttentionConfig a, Glm4AttentionConfig::from_json(json, c));
+    plan->attention_bias = a.attention_bias;
+    plan->qk_norm = a.use_qk_norm;
     m->architecture = kGlm4MoeArchitecture;
     plan_sigmoid_moe(c, m, plan);
-    m->kv_heads = static_cast<int32_t>(kv_heads);
-    m->head_dim = static_cast<int32_t>(head_dim);
-    m->rot_dim = static_cast<int32_t>(rot);
+    m->kv_heads = static_cast<int32_t>(a.num_key_value_heads);
+    m->head_dim = static_cast<int32_t>(a.head_dim);
+    m->rot_dim = static_cast<int32_t>(a.rotary_dim);
     return ok_status();
 }
 
