@@ -1,13 +1,12 @@
 #include "engine/model/weight_loader.h"
 
 #include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <regex>
 
+#include "common/json_text.h"
 #include "common/log.h"
 #include "engine/backend.h"
 #include "engine/cpu/convert.h"
@@ -100,7 +99,7 @@ namespace {
 
 // A JSON value's text for an error ("4", "\"float\"", "null").
 std::string json_repr(const boost::json::value* v) {
-    return v == nullptr ? "absent" : boost::json::serialize(*v);
+    return v == nullptr ? "absent" : json_text(*v);
 }
 
 // compressed-tensors `config_groups`: each group's `weights` must be a scheme the kernels compute,
@@ -238,23 +237,10 @@ Status check_config_groups(const boost::json::object& q, const std::string& wher
 }  // namespace
 
 bool StoredQuantization::ignores(const std::string& module) const {
-    for (const std::string& entry : ignore) {
-        if (entry == module) {
-            return true;
-        }
-        // "re:" entries are Python regular expressions matched from the start (re.match); one
-        // this library cannot compile matches nothing: the check is a safeguard, not the load.
-        if (entry.starts_with("re:")) {
-            try {
-                const std::regex re(entry.substr(3));
-                if (std::regex_search(module, re, std::regex_constants::match_continuous)) {
-                    return true;
-                }
-            } catch (const std::regex_error&) {
-            }
-        }
-    }
-    return false;
+    return ignore_names.contains(module) ||
+           std::any_of(ignore_patterns.begin(), ignore_patterns.end(), [&](const std::regex& re) {
+               return std::regex_search(module, re, std::regex_constants::match_continuous);
+           });
 }
 
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
@@ -302,7 +288,15 @@ Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
                 if (!v.is_string()) {
                     return invalid_argument_error(where + ".ignore' holds a non-string");
                 }
-                out.ignore.emplace_back(v.as_string());
+                const std::string entry(v.as_string());
+                if (!entry.starts_with("re:")) {
+                    out.ignore_names.insert(entry);
+                    continue;
+                }
+                try {
+                    out.ignore_patterns.emplace_back(entry.substr(3));
+                } catch (const std::regex_error&) {
+                }
             }
         }
         std::string format = "mixed-precision";  // Absent: each group says.

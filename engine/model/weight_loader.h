@@ -25,6 +25,8 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,8 +45,11 @@ struct TensorView;
 // What the checkpoint's config.json says about stored quantization.
 struct StoredQuantization {
     std::string quant_method;         // "" (none), "fp8" or "compressed-tensors".
-    // compressed-tensors modules left unquantized: names, or "re:" + a regular expression.
-    std::vector<std::string> ignore;
+    // compressed-tensors `ignore`, the modules left unquantized: names, and the "re:" entries'
+    // Python regular expressions (matched from the start, as re.match), compiled once. One this
+    // library cannot compile is left out: the check is a safeguard, not the load.
+    std::set<std::string> ignore_names;
+    std::vector<std::regex> ignore_patterns;
     // compressed-tensors: the schemes config_groups declare, each with the group's name, which
     // matrix() checks the stored tensors against.
     std::map<int64_t, std::string> int4_groups;  // INT4 group_size -> config group.
