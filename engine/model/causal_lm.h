@@ -73,12 +73,14 @@ public:
         (void)slot;
         (void)chain;
     }
-    // Preemption by swapping: a copy of the slot's cached positions in host memory, and putting
-    // one back into an empty slot (kResourceExhausted, nothing changed, when the cache cannot
-    // hold it). kUnimplemented where the cache does not live in host memory; the scheduler then
+    // Preemption by swapping: a copy of the slot's cached positions in host memory (of at most
+    // `max_bytes`, else kResourceExhausted before any copying), and putting one back into an
+    // empty slot (kResourceExhausted, nothing changed, when the cache cannot hold it).
+    // kUnimplemented where the cache does not live in host memory; the scheduler then
     // recomputes a preempted sequence from its tokens.
-    virtual Result<SavedSlot> save_slot(int32_t slot) const {
+    virtual Result<SavedSlot> save_slot(int32_t slot, int64_t max_bytes) const {
         (void)slot;
+        (void)max_bytes;
         return unimplemented_error("this model's KV cache is not saved to host memory");
     }
     virtual Status restore_slot(int32_t slot, const SavedSlot& saved) {

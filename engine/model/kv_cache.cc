@@ -170,12 +170,17 @@ void KvCache::truncate(int32_t slot, int32_t length) {
     lengths_[slot] = length;
 }
 
-SavedSlot KvCache::save(int32_t slot) const {
+Result<SavedSlot> KvCache::save(int32_t slot, int64_t max_bytes) const {
     EDGE_CHECK(in_use(slot));
     SavedSlot out;
     out.length = lengths_[slot];
     const size_t blocks =
         static_cast<size_t>((out.length + shape_.block_tokens - 1) / shape_.block_tokens);
+    if (static_cast<int64_t>(blocks) * block_bytes() > max_bytes) {
+        return resource_exhausted_error("KV cache: saving " + std::to_string(blocks) +
+                                        " blocks takes more than " + std::to_string(max_bytes) +
+                                        " bytes");
+    }
     const size_t floats = static_cast<size_t>(block_bytes()) / sizeof(float);
     out.data.resize(blocks * floats);
     for (size_t i = 0; i < blocks; ++i) {

@@ -93,8 +93,9 @@ public:
     // Drops positions from `length` on, releasing whole blocks past it.
     void truncate(int32_t slot, int32_t length);
 
-    // A copy of the slot's positions (whole blocks; shared and cached ones copied too).
-    SavedSlot save(int32_t slot) const;
+    // A copy of the slot's positions (whole blocks; shared and cached ones copied too), or
+    // kResourceExhausted (nothing copied) when it would take more than `max_bytes`.
+    Result<SavedSlot> save(int32_t slot, int64_t max_bytes) const;
     // Fills the empty slot with what save() copied, in private blocks: kResourceExhausted
     // (nothing changed) when the blocks are not there.
     Status restore(int32_t slot, const SavedSlot& saved);

@@ -55,7 +55,9 @@ public:
         kv_->publish_prefix(slot, chain);
     }
     KvCacheStats kv_stats() const override { return kv_->stats(); }
-    Result<SavedSlot> save_slot(int32_t slot) const override { return kv_->save(slot); }
+    Result<SavedSlot> save_slot(int32_t slot, int64_t max_bytes) const override {
+        return kv_->save(slot, max_bytes);
+    }
     Status restore_slot(int32_t slot, const SavedSlot& saved) override {
         return kv_->restore(slot, saved);
     }

@@ -279,8 +279,9 @@ bool Scheduler::save_kv(Sequence* seq) {
     if (config_.swap_bytes <= 0 || length == 0) {
         return false;
     }
-    Result<SavedSlot> saved = model_->save_slot(seq->slot);
-    if (!saved.ok() || swap_use_->load() + saved->bytes() > config_.swap_bytes) {
+    // Within what the budget has left, checked before anything is copied.
+    Result<SavedSlot> saved = model_->save_slot(seq->slot, config_.swap_bytes - swap_use_->load());
+    if (!saved.ok()) {
         return false;
     }
     seq->swapped = std::make_unique<SwappedKv>(std::move(*saved), swap_use_);

@@ -39,8 +39,8 @@ class ServingCausalLM final : public PagedCausalLM {
     }
 
     // The host cache only keeps the block tables here; the keys and values are on the device.
-    Result<SavedSlot> save_slot(int32_t slot) const override {
-        return CausalLM::save_slot(slot);
+    Result<SavedSlot> save_slot(int32_t slot, int64_t max_bytes) const override {
+        return CausalLM::save_slot(slot, max_bytes);
     }
     Status restore_slot(int32_t slot, const SavedSlot& saved) override {
         return CausalLM::restore_slot(slot, saved);

@@ -160,7 +160,9 @@ TEST_CASE("kv cache: a saved slot is restored bit for bit into private blocks, o
     c.set_length(a, 10);
     const BlockHash chain[] = {hash_of(1)};
     c.publish_prefix(a, chain);  // A shared, cached first block is saved like the others.
-    const SavedSlot saved = c.save(a);
+    // A budget one block short copies nothing.
+    CHECK(c.save(a, 3 * c.block_bytes() - 1).status().code() == StatusCode::kResourceExhausted);
+    const SavedSlot saved = *c.save(a, 3 * c.block_bytes());
     CHECK(saved.length == 10);
     CHECK(saved.bytes() == 3 * c.block_bytes());
     c.release(a);
@@ -179,7 +181,7 @@ TEST_CASE("kv cache: a saved slot is restored bit for bit into private blocks, o
     REQUIRE(c.restore(b, saved).ok());
     CHECK(c.length(b) == 10);
     REQUIRE(c.blocks(b).size() == 3);
-    const SavedSlot again = c.save(b);
+    const SavedSlot again = *c.save(b, INT64_MAX);
     CHECK(again.data == saved.data);  // Every key and value, bit for bit.
     // The restored blocks are private: writing them leaves the cached prefix block alone.
     CHECK(c.stats().blocks_cached + c.stats().blocks_used <= c.num_blocks());

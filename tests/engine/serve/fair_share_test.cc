@@ -398,6 +398,32 @@ TEST_CASE("fair batch: preempted sequences with their KV saved resume from it, e
     CHECK(sim.scheduler->serving_stats().kv_swap_bytes == 0);  // All given back.
 }
 
+TEST_CASE("fair batch: a swap budget of about one sequence saves what fits, the rest recompute") {
+    // 8 bytes a position here (one layer, one head of one value, K and V): 1000 bytes hold one
+    // preempted sequence of up to 125 positions at a time.
+    constexpr int64_t kBudget = 1000;
+    Sim sim(8, 4 * 124, kBudget);
+    for (int i = 0; i < 8; ++i) {
+        sim.submit("heavy", 1, 120, 0, static_cast<TokenId>(40 + i));
+    }
+    int64_t most = 0;
+    for (int i = 0; i < 5000 && !sim.all_finished("heavy"); ++i) {
+        sim.step();
+        most = std::max(most, sim.scheduler->serving_stats().kv_swap_bytes);
+    }
+    REQUIRE(sim.all_finished("heavy"));
+    sim.check_outputs();
+    const SchedulerStats& stats = sim.scheduler->stats();
+    MESSAGE("preemptions " << stats.preemptions << ", KV saved " << stats.swapped_preemptions
+                           << ", recomputed tokens " << stats.recompute_tokens
+                           << ", most swap bytes " << most);
+    CHECK(stats.swapped_preemptions > 0);
+    CHECK(stats.swapped_preemptions < stats.preemptions);
+    CHECK(stats.recompute_tokens > 0);
+    CHECK(most > 0);
+    CHECK(most <= kBudget);
+}
+
 TEST_CASE("fair batch: tenants at their shares do not swap places back and forth") {
     // Three equal tenants (8 / 3 places each) and one of weight 2, each keeping more requests
     // open than its share, of varied lengths: places change hands as requests finish, not by
