@@ -809,6 +809,8 @@ Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& ke
     return r.require_keys(node, key, {"ca", "cert", "key"});
 }
 
+// A new top-level section here is compared by changed_restart_sections() too (or, when SIGHUP
+// applies it, left out there on purpose).
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         root, "",
