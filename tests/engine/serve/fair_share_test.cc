@@ -89,6 +89,13 @@ struct Sim {
         return tracked.size() - 1;
     }
 
+    // `n` requests of tenant "heavy" (weight 1), distinct prompts, `max_tokens` each.
+    void submit_heavy(int n, int32_t max_tokens) {
+        for (int i = 0; i < n; ++i) {
+            submit("heavy", 1, max_tokens, 0, static_cast<TokenId>(40 + i));
+        }
+    }
+
     // Every finished request generated what it generates alone.
     void check_outputs() {
         for (const Tracked& t : tracked) {
@@ -346,9 +353,7 @@ TEST_CASE("fair batch: with the KV cache full, a light tenant takes a heavy tena
     // Room for about 4 of heavy's 8 sequences of 4 + 120 tokens: the cache, not the slots,
     // bounds the batch, and admission waits after each KV preemption.
     Sim sim(8, 4 * 124);
-    for (int i = 0; i < 8; ++i) {
-        sim.submit("heavy", 1, 120, 0, static_cast<TokenId>(40 + i));
-    }
+    sim.submit_heavy(8, 120);
     for (int i = 0; i < 80; ++i) {
         sim.step();
     }
@@ -373,9 +378,7 @@ TEST_CASE("fair batch: preempted sequences with their KV saved resume from it, e
     // token depends on every position it reads back from the cache, so a block restored wrong
     // or out of order changes the output. Preemptions for KV and for a fair share both save.
     Sim sim(8, 4 * 124, int64_t{1} << 20);
-    for (int i = 0; i < 8; ++i) {
-        sim.submit("heavy", 1, 120, 0, static_cast<TokenId>(40 + i));
-    }
+    sim.submit_heavy(8, 120);
     for (int i = 0; i < 80; ++i) {
         sim.step();
     }
@@ -403,9 +406,7 @@ TEST_CASE("fair batch: a swap budget of about one sequence saves what fits, the 
     // preempted sequence of up to 125 positions at a time.
     constexpr int64_t kBudget = 1000;
     Sim sim(8, 4 * 124, kBudget);
-    for (int i = 0; i < 8; ++i) {
-        sim.submit("heavy", 1, 120, 0, static_cast<TokenId>(40 + i));
-    }
+    sim.submit_heavy(8, 120);
     int64_t most = 0;
     for (int i = 0; i < 5000 && !sim.all_finished("heavy"); ++i) {
         sim.step();
