@@ -140,10 +140,10 @@ void Scheduler::run() {
 bool Scheduler::step() {
     sweep_cancelled();
     remove_finished();
-    admit();
+    const bool stuck = admit();
     stats_.max_running = std::max(stats_.max_running, static_cast<int32_t>(running_.size()));
     if (running_.empty()) {
-        const bool progressed = fail_unadmittable();
+        const bool progressed = stuck && fail_unadmittable();
         // Idle now (the last sequences finished or were cancelled): the advertised load says so.
         publish_load(0, 0, {});
         return progressed;

@@ -166,9 +166,15 @@ private:
     };
 
     void run();
+    // Fails the first waiting request: called when admit() found no free slot with nothing
+    // running, which would otherwise spin the loop forever.
     bool fail_unadmittable();
     void sweep_cancelled();
-    void admit();
+    // Moves waiting requests into the running batch while places are free. True when requests
+    // wait that no slot could take although nothing runs (every slot should then be free); a
+    // request submitted after admit() looked at the queue is not that, and waits for the next
+    // step.
+    bool admit();
     // The next step's chunks (pick_decoders records which tenants it held back).
     std::vector<BatchEntry> plan_batch();
     // plan_batch's decoders when more than max_decode_sequences are ready (see SchedulerConfig).

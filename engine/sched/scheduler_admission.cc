@@ -13,8 +13,6 @@
 namespace edge::engine::sched {
 
 bool Scheduler::fail_unadmittable() {
-    // Nothing runs, so every slot should be free; a request that still cannot get one would spin
-    // the loop forever. It fails instead.
     std::unique_ptr<Sequence> seq;
     {
         std::lock_guard<std::mutex> lock(mu_);
@@ -35,7 +33,7 @@ constexpr double kLevelSlack = 1e-9;
 
 }  // namespace
 
-void Scheduler::admit() {
+bool Scheduler::admit() {
     if (running_.empty()) {
         admission_blocked_ = false;  // Nothing left to wait for.
     }
@@ -44,7 +42,7 @@ void Scheduler::admit() {
         {
             std::lock_guard<std::mutex> lock(mu_);
             if (waiting_.empty()) {
-                return;
+                return false;
             }
             backlog = waiting_.backlog();
         }
@@ -81,11 +79,12 @@ void Scheduler::admit() {
                 }
             }
             if (claim == nullptr) {
-                return;  // The queue waits for a sequence to finish.
+                // The queue waits for a sequence to finish; with none running, none will.
+                return running_.empty();
             }
             slot = model_->acquire_slot();
             if (!slot.ok()) {
-                return;
+                return running_.empty();
             }
             std::lock_guard<std::mutex> lock(mu_);
             seq = waiting_.pop_tenant(claim->tenant);
@@ -101,7 +100,7 @@ void Scheduler::admit() {
             admission_blocked_ = true;
             std::lock_guard<std::mutex> lock(mu_);
             waiting_.push_front(std::move(seq));
-            return;
+            return false;  // Only while others run (restore_kv).
         }
         if (seq->computed == 0) {
             attach_prefix(seq.get());

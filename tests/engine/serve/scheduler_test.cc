@@ -195,6 +195,33 @@ TEST_CASE("scheduler: a request cancelled while queued finishes without running"
     CHECK(h.log->snapshot().empty());
 }
 
+TEST_CASE("scheduler: a request no slot can take while nothing runs fails instead of spinning") {
+    // Every slot is held outside the scheduler (as a leaked slot would be): with nothing running
+    // none will come free, so the waiting request ends with 503 rather than loop forever.
+    FakeOptions options;
+    options.slots = 2;
+    auto log = std::make_shared<FakeLog>();
+    auto model = std::make_unique<FakeCausalLM>(options, log);
+    REQUIRE(model->acquire_slot().ok());
+    REQUIRE(model->acquire_slot().ok());
+    SchedulerConfig config;
+    config.eos_token_ids = options.eos;
+    Scheduler scheduler(std::move(model), &micro_tokenizer(), config);
+    auto sink = std::make_shared<CollectingSink>();
+    SamplingParams params = Harness::greedy();
+    params.max_tokens = 3;
+    auto handle = scheduler.submit(SequenceRequest{"r", {1, 2}, params, 1, sink});
+    REQUIRE(handle.ok());
+    CHECK(scheduler.step());
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kError);
+    CHECK(finish->error.code() == StatusCode::kUnavailable);
+    CHECK(finish->error.message() == "the model has no free sequence slot");
+    CHECK_FALSE(scheduler.step());  // Nothing is left.
+    CHECK(log->snapshot().empty());
+}
+
 TEST_CASE("scheduler: a full queue answers kUnavailable") {
     SchedulerConfig config;
     config.max_queue = 2;

@@ -79,9 +79,10 @@ TEST_CASE("scheduler thread: tiny requests from four threads, some cancelled, al
         for (const auto& sink : per_thread) {
             std::optional<Finish> finish = sink->wait();
             REQUIRE_MESSAGE(finish, "request " << finished << " never finished");
-            CHECK((finish->reason == FinishReason::kLength ||
-                   finish->reason == FinishReason::kStop ||
-                   finish->reason == FinishReason::kCancelled));
+            CHECK_MESSAGE((finish->reason == FinishReason::kLength ||
+                           finish->reason == FinishReason::kStop ||
+                           finish->reason == FinishReason::kCancelled),
+                          "request " << finished << ": " << finish->error.message());
             CHECK_FALSE(sink->protocol_violated());
             ++finished;
         }
