@@ -70,6 +70,8 @@ Status replace_with_partial(std::ofstream& out, const std::string& partial,
     return ok_status();
 }
 
+}  // namespace
+
 uint64_t tensor_bytes(const TensorToWrite& t) {
     int64_t numel = 1;
     for (int64_t d : t.shape) {
@@ -77,8 +79,6 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
     }
     return static_cast<uint64_t>(numel * dtype_size(t.dtype));
 }
-
-}  // namespace
 
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& given) {
     // Line-multiple tensors first (each then starts on a line), in the given order, then the rest.
@@ -132,13 +132,99 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
         const uint64_t nbytes = tensor_bytes(t);
         if (t.fill) {
             buffer.resize(nbytes);
-            t.fill(buffer.data());
+            if (Status filled = t.fill(buffer.data()); !filled.ok()) {
+                out.close();
+                std::error_code ec;
+                std::filesystem::remove(partial, ec);
+                return filled.with_context(path + ": tensor '" + t.name + "'");
+            }
             out.write(buffer.data(), static_cast<std::streamsize>(nbytes));
         } else {
             out.write(t.bytes.data(), static_cast<std::streamsize>(nbytes));
         }
     }
     return replace_with_partial(out, partial, path);
+}
+
+std::string shard_file_name(int index, int count) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", index, count);
+    return name;
+}
+
+bool is_shard_file_name(std::string_view name) {
+    // model-NNNNN-of-NNNNN.safetensors; Hugging Face pads to five digits, more are accepted.
+    constexpr std::string_view kPrefix = "model-", kMiddle = "-of-", kSuffix = ".safetensors";
+    if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) {
+        return false;
+    }
+    name = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+    const size_t mid = name.find(kMiddle);
+    auto digits = [](std::string_view d) {
+        return d.size() >= 5 && std::all_of(d.begin(), d.end(), [](char c) {
+                   return c >= '0' && c <= '9';
+               });
+    };
+    return mid != std::string_view::npos && digits(name.substr(0, mid)) &&
+           digits(name.substr(mid + kMiddle.size()));
+}
+
+Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir,
+                                                          const std::vector<TensorToWrite>& tensors,
+                                                          uint64_t max_shard_bytes) {
+    // Greedy in the given order: a shard takes tensors until the next would pass the limit.
+    std::vector<std::vector<TensorToWrite>> shards(1);
+    uint64_t in_shard = 0;
+    uint64_t total = 0;
+    for (const TensorToWrite& t : tensors) {
+        const uint64_t n = tensor_bytes(t);
+        if (!shards.back().empty() && in_shard + n > max_shard_bytes) {
+            shards.emplace_back();
+            in_shard = 0;
+        }
+        shards.back().push_back(t);
+        in_shard += n;
+        total += n;
+    }
+    if (shards.size() == 1) {
+        EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", shards[0]));
+        return std::vector<std::string>{"model.safetensors"};
+    }
+    if (shards.size() > 99999) {
+        return invalid_argument_error(dir + ": " + std::to_string(shards.size()) +
+                                      " shards of at most " + std::to_string(max_shard_bytes) +
+                                      " bytes; choose a larger shard size");
+    }
+    const int count = static_cast<int>(shards.size());
+    std::vector<std::string> files;
+    boost::json::object weight_map;
+    // A failure leaves none of this write's files (the failed one's .partial is gone already).
+    auto undo = [&](Status failed) {
+        std::error_code ec;
+        for (const std::string& f : files) {
+            std::filesystem::remove(dir + "/" + f, ec);
+        }
+        return failed;
+    };
+    for (int i = 0; i < count; ++i) {
+        const std::string name = shard_file_name(i + 1, count);
+        if (Status st = write_safetensors(dir + "/" + name, shards[i]); !st.ok()) {
+            return undo(std::move(st));
+        }
+        files.push_back(name);
+        for (const TensorToWrite& t : shards[i]) {
+            weight_map[t.name] = name;
+        }
+    }
+    boost::json::object index{{"metadata", {{"total_size", total}}},
+                              {"weight_map", std::move(weight_map)}};
+    if (Status st = write_text_file(dir + "/model.safetensors.index.json",
+                                    boost::json::serialize(index) + "\n");
+        !st.ok()) {
+        return undo(std::move(st));
+    }
+    files.push_back("model.safetensors.index.json");
+    return files;
 }
 
 Status write_text_file(const std::string& path, std::string_view text) {
@@ -224,26 +310,24 @@ Result<CheckpointDirLock> prepare_checkpoint_dir(const std::string& out_dir,
     // Before anything in it is listed or removed: the other writer's files are its own.
     EDGE_ASSIGN_OR_RETURN(CheckpointDirLock lock, CheckpointDirLock::acquire(out_dir));
     const auto is_checkpoint_file = [](const std::string& name) {
-        return std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
+        return name == "model.safetensors.index.json" || is_shard_file_name(name) ||
+               std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
                             [&](const char* f) { return name == f; }) !=
-               std::end(kCheckpointFiles);
+                   std::end(kCheckpointFiles);
     };
     std::vector<fs::path> partial;
+    std::vector<fs::path> replaced;  // With `overwrite`: the old checkpoint's index and shards.
     for (const fs::directory_entry& e : fs::directory_iterator(out_dir, ec)) {
         const std::string name = e.path().filename().string();
-        const bool stale = name == "model.safetensors.index.json" ||
-                           (e.path().extension() == ".safetensors" && name != "model.safetensors");
-        if (stale) {
-            return invalid_argument_error(
-                out_dir + ": holds " + name + ", which the loader would read instead of the " +
-                "new model.safetensors; remove the old checkpoint or choose another directory");
-        }
         // Without --force nothing of a checkpoint (whole or interrupted) is replaced.
         if (!overwrite && is_checkpoint_file(name)) {
             return invalid_argument_error(out_dir + ": already holds " + name +
                                           " (a checkpoint, or an interrupted write of one); "
                                           "pass --force to replace it, or choose another " +
                                           "directory");
+        }
+        if (name == "model.safetensors.index.json" || is_shard_file_name(name)) {
+            replaced.push_back(e.path());
         }
         // An interrupted write's leftovers: ours by name.
         if (e.path().extension() == ".partial" && is_checkpoint_file(e.path().stem().string())) {
@@ -257,9 +341,15 @@ Result<CheckpointDirLock> prepare_checkpoint_dir(const std::string& out_dir,
         fs::remove(p, ec);
     }
     if (overwrite) {
-        for (const char* name : kCheckpointFiles) {  // config.json first.
+        // config.json first: from then on the directory is no checkpoint.
+        for (const char* name : kCheckpointFiles) {
             if (!fs::remove(fs::path(out_dir) / name, ec) && ec) {
                 return internal_error(out_dir + "/" + name + ": cannot remove: " + ec.message());
+            }
+        }
+        for (const fs::path& p : replaced) {
+            if (!fs::remove(p, ec) && ec) {
+                return internal_error(p.string() + ": cannot remove: " + ec.message());
             }
         }
     }

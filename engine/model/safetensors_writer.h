@@ -25,14 +25,34 @@ struct TensorToWrite {
     std::vector<int64_t> shape;
     std::string_view bytes;  // Exactly numel * dtype_size bytes; the memory is the caller's.
     // When set, called instead of copying `bytes`, to fill numel * dtype_size bytes in place
-    // (so a large checkpoint is generated tensor by tensor, never all in memory).
-    std::function<void(char* out)> fill;
+    // (so a large checkpoint is made tensor by tensor, never all in memory). An error stops the
+    // write and is returned, with the tensor's name.
+    std::function<Status(char* out)> fill;
 };
+
+// numel * dtype_size of `t`.
+uint64_t tensor_bytes(const TensorToWrite& t);
 
 // Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
 // The bytes go to `path`.partial, renamed over `path` only once all are written: a failed write
-// leaves no truncated model, and a reader that maps the old file keeps its bytes.
+// (a fill's error included) leaves no truncated model, and a reader that maps the old file keeps
+// its bytes.
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+
+// Hugging Face's name for shard `index` (1-based) of `count`: model-00001-of-00003.safetensors.
+std::string shard_file_name(int index, int count);
+// Whether `name` has that form (model-NNNNN-of-NNNNN.safetensors).
+bool is_shard_file_name(std::string_view name);
+
+// A checkpoint's weights in `dir`, as Hugging Face's save_pretrained lays them out: all in
+// model.safetensors when they fit in `max_shard_bytes`, else in shards of at most that many bytes
+// (shard_file_name; a tensor larger than that alone in its shard), tensors in the given order,
+// then model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}) written after
+// every shard. Each file is written as write_safetensors writes one; when one fails (a fill's
+// error included) the files this call wrote are removed. Returns the files written.
+Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir,
+                                                          const std::vector<TensorToWrite>& tensors,
+                                                          uint64_t max_shard_bytes);
 
 // Writes `text` to `path` (replacing it); kInternal on I/O.
 Status write_text_file(const std::string& path, std::string_view text);
@@ -69,12 +89,12 @@ class CheckpointDirLock {
 // Creates `out_dir` for a checkpoint about to be written (make-model, quantize), which then
 // writes config.json last: it marks a complete checkpoint, so an interrupted write leaves a
 // directory that fails to load ("config.json: cannot open") rather than a mix that loads.
-// Refused with kInvalidArgument: `out_dir` is `input_dir` (the checkpoint being read); it holds
-// an index or shards other than model.safetensors, which the loader would read instead of the
-// new file; or, unless `overwrite`, it holds any of kCheckpointFiles (a checkpoint, or an
-// interrupted write of one). With `overwrite` those files are removed, config.json first, so none
-// of the old checkpoint's outlives it beside the new weights. The `.partial` files of
-// kCheckpointFiles an interrupted write left are removed either way; other files stay.
+// A checkpoint's files here are kCheckpointFiles, model.safetensors.index.json and shards named
+// as shard_file_name names them. Refused with kInvalidArgument: `out_dir` is `input_dir` (the
+// checkpoint being read); or, unless `overwrite`, it holds any checkpoint file (a checkpoint, or
+// an interrupted write of one). With `overwrite` they are removed, config.json first, so none
+// of the old checkpoint's outlives it beside the new weights. The `.partial` files of checkpoint
+// files an interrupted write left are removed either way; other files stay.
 //
 // The directory is locked for the writer (CheckpointDirLock) before anything in it is touched,
 // and stays locked while the returned lock lives: a second writer into it is refused

@@ -182,6 +182,7 @@ TensorToWrite random_tensor(std::string name, std::vector<int64_t> shape, Init i
         for (int64_t i = 0; i < numel; ++i) {
             h[i] = cpu::f32_to_bf16(offset + scale * rng.normal());
         }
+        return ok_status();
     };
     return t;
 }

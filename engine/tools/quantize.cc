@@ -4,6 +4,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -62,17 +64,95 @@ namespace fs = std::filesystem;
 
 std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
-// Owned bytes of the tensors to write, kept alive until write_safetensors returns. Deques: the
-// TensorToWrite entries view these elements while more are added, so they must never move.
-struct Buffers {
-    std::deque<quant::QuantizedWeight> weights;
-    std::deque<std::array<int32_t, 2>> shapes;  // weight_shape of each INT4 matrix written.
+// Quantizes `name` (a 2-D BF16/F16/F32 tensor) to `f` exactly as the loader would (same entry
+// point, same source), refusing scales the loader would refuse.
+Result<quant::QuantizedWeight> quantize_tensor(const std::string& name, const TensorView& t,
+                                               WeightFormat f) {
+    const int64_t rows = t.shape()[0];
+    const int64_t cols = t.shape()[1];
+    quant::SourceMatrix src;
+    std::vector<float> tmp;
+    if (t.dtype() == DType::kBF16) {
+        src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
+    } else if (t.dtype() == DType::kF16 || t.dtype() == DType::kF32) {
+        tmp.resize(static_cast<size_t>(rows * cols));
+        embedding_row(Weight{t.dtype() == DType::kF16 ? WeightFormat::kF16 : WeightFormat::kF32, 1,
+                             rows * cols, t.data, nullptr},
+                      0, tmp.data());
+        src = quant::SourceMatrix::f32(tmp.data(), rows, cols);
+    } else {
+        return invalid_argument_error(*t.file + ": tensor '" + name + "' is " +
+                                      std::string(dtype_name(t.dtype())) +
+                                      "; quantize reads BF16/F16/F32");
+    }
+    EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q, quant::quantize(src, f, name));
+    const auto scales = q.scales();
+    for (size_t i = 0; i < scales.size(); ++i) {
+        if (!quant::scale_in_range(scales[i])) {
+            return invalid_argument_error(
+                *t.file + ": tensor '" + name + "': quantized to " +
+                std::string(quant::weight_format_name(f)) + ", scale " + std::to_string(i) +
+                " would be " + std::to_string(scales[i]) +
+                " (a checkpoint's scales must be in 0..2^64; weights too large)");
+        }
+    }
+    return q;
+}
+
+// The quantized form of one matrix at a time, made when the writer first asks for one of its
+// tensors (data or scales) and dropped when it asks for another matrix's: the output is never
+// all in memory. A matrix's tensors are written back to back, except that write_safetensors puts
+// tensors whose size is not a multiple of 64 bytes last (a small matrix's scales) and a shard
+// boundary may fall between them; such a matrix is quantized again (to the same bytes).
+class QuantizedMatrices {
+  public:
+    // The quantized `name`; the pointer lives until the next call.
+    Result<const quant::QuantizedWeight*> get(const std::string& name, const TensorView& t,
+                                              WeightFormat f) {
+        if (held_ && held_name_ == name) {
+            return &*held_;
+        }
+        held_.reset();
+        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q, quantize_tensor(name, t, f));
+        held_ = std::move(q);
+        held_name_ = name;
+        ++stats_.quantizations;
+        const int64_t bytes = held_->size_bytes();
+        stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, bytes);
+        return &*held_;
+    }
+    QuantizeStats& stats() { return stats_; }
+
+  private:
+    std::optional<quant::QuantizedWeight> held_;
+    std::string held_name_;
+    QuantizeStats stats_;
 };
+
+// The bytes `bytes` of the quantized weight's data (`scales` false) or scales, checked against
+// what the header promised.
+Status copy_quantized(const quant::QuantizedWeight& q, bool scales, int64_t expected, char* out) {
+    const void* from = scales ? static_cast<const void*>(q.scales().data()) : q.view().data;
+    const int64_t have =
+        scales ? static_cast<int64_t>(q.scales().size() * sizeof(float))
+               : quant::weight_data_bytes(q.view().format, q.view().rows, q.view().cols);
+    if (have != expected) {
+        return internal_error("quantize: " + std::to_string(have) + " bytes of " +
+                              (scales ? "scales" : "data") + " where the header has " +
+                              std::to_string(expected));
+    }
+    std::memcpy(out, from, static_cast<size_t>(expected));
+    return ok_status();
+}
 
 }  // namespace
 
 Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_ASSIGN_OR_RETURN(quant::QuantPolicy policy, quant::parse_quant_policy(options.policy));
+    if (options.max_shard_bytes <= 0) {
+        return invalid_argument_error("quantize: the shard size must be positive, not " +
+                                      std::to_string(options.max_shard_bytes));
+    }
     // What the loader would refuse (config fields, headers, the tokenizer and generation
     // config) is refused here, before hours of writing.
     EDGE_RETURN_IF_ERROR(check_model_files(options.model_dir, ""));
@@ -84,8 +164,10 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         return invalid_argument_error(config.path() + ": the checkpoint is already quantized ('" +
                                       stored.quant_method + "'); quantize reads BF16/F16/F32");
     }
+    // Mapped without reading it all in first: the input may be larger than this machine's
+    // memory, and each tensor is read once, in order, as it is written out.
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
-                          Checkpoint::open_dir(options.model_dir));
+                          Checkpoint::open_dir(options.model_dir, false));
     // The format each linear layer's weight takes (kBF16: stays as stored).
     auto format_of = [&](const std::string& name, const TensorView& t) {
         const auto cls = quant::tensor_class_for_name(name);
@@ -101,6 +183,7 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
             classes_present.insert(std::string(quant::tensor_class_name(*cls)));
         }
         if (const WeightFormat f = format_of(name, t); is_quantized_format(f)) {
+            EDGE_RETURN_IF_ERROR(quant::check_quantizable_shape(f, t.shape()[1], name));
             used.insert(f);
         }
     }
@@ -122,7 +205,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     }
     const bool fp8_only = used.size() == 1 && *used.begin() == WeightFormat::kFP8E4M3Block128;
 
-    Buffers buf;
+    // What to write, each tensor with a fill that makes its bytes when the writer gets to it.
+    QuantizedMatrices matrices;
     std::vector<TensorToWrite> out;
     std::map<WeightFormat, std::vector<std::string>> targets;  // Modules per format.
     std::vector<std::string> ignore;
@@ -132,14 +216,16 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                             name.ends_with(".weight") && t.shape().size() == 2;
         const WeightFormat f = format_of(name, t);
         if (!is_quantized_format(f)) {
+            if (linear) {
+                ignore.push_back(name.substr(0, name.size() - 7));
+            }
             // Copied as is: a NaN or Inf here (a norm's weight) would make every logit NaN.
+            // Checked now, before anything is written (a quantized matrix's are refused by
+            // quantize() as the writer reaches it).
             if (const int64_t at = first_non_finite(t); at >= 0) {
                 return invalid_argument_error(*t.file + ": tensor '" + name +
                                               "': a NaN or Inf at element " + std::to_string(at) +
                                               "; refusing to write a checkpoint that cannot run");
-            }
-            if (linear) {
-                ignore.push_back(name.substr(0, name.size() - 7));
             }
             out.push_back(
                 {name, t.dtype(), t.shape(), as_bytes(t.data, static_cast<size_t>(t.nbytes)), {}});
@@ -148,63 +234,33 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         const std::string m = name.substr(0, name.size() - 7);
         const int64_t rows = t.shape()[0];
         const int64_t cols = t.shape()[1];
-        // Quantize exactly as the loader would (same entry point, same source).
-        quant::SourceMatrix src;
-        std::vector<float> tmp;
-        if (t.dtype() == DType::kBF16) {
-            src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
-        } else if (t.dtype() == DType::kF16 || t.dtype() == DType::kF32) {
-            tmp.resize(static_cast<size_t>(rows * cols));
-            embedding_row(Weight{t.dtype() == DType::kF16 ? WeightFormat::kF16 : WeightFormat::kF32,
-                                 1, rows * cols, t.data, nullptr},
-                          0, tmp.data());
-            src = quant::SourceMatrix::f32(tmp.data(), rows, cols);
-        } else {
-            return invalid_argument_error(*t.file + ": tensor '" + name + "' is " +
-                                          std::string(dtype_name(t.dtype())) +
-                                          "; quantize reads BF16/F16/F32");
-        }
-        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q, quant::quantize(src, f, name));
-        buf.weights.push_back(std::move(q));
-        const quant::QuantizedWeight& qw = buf.weights.back();
-        const Weight& v = qw.view();
-        const auto scales = qw.scales();
-        // The loader refuses scales above the shared limit: refused here, before any writing,
-        // rather than in the check after it.
-        for (size_t i = 0; i < scales.size(); ++i) {
-            if (!quant::scale_in_range(scales[i])) {
-                return invalid_argument_error(
-                    *t.file + ": tensor '" + name + "': quantized to " +
-                    std::string(quant::weight_format_name(f)) + ", scale " + std::to_string(i) +
-                    " would be " + std::to_string(scales[i]) +
-                    " (a checkpoint's scales must be in 0..2^64; weights too large)");
-            }
-        }
-        const std::string_view scale_bytes = as_bytes(scales.data(), scales.size() * 4);
         const int64_t data_bytes = quant::weight_data_bytes(f, rows, cols);
+        const int64_t scale_bytes = quant::weight_scale_count(f, rows, cols) * 4;
+        auto part = [&matrices, name, t, f](bool scales, int64_t bytes) {
+            return [&matrices, name, t, f, scales, bytes](char* dst) -> Status {
+                EDGE_ASSIGN_OR_RETURN(const quant::QuantizedWeight* q, matrices.get(name, t, f));
+                return copy_quantized(*q, scales, bytes, dst);
+            };
+        };
         targets[f].push_back(m);
+        ++matrices.stats().matrices;
+        matrices.stats().largest_matrix_bytes =
+            std::max(matrices.stats().largest_matrix_bytes, data_bytes + scale_bytes);
         switch (f) {
             case WeightFormat::kFP8E4M3Block128: {
                 const int64_t br = (rows + 127) / 128, bc = (cols + 127) / 128;
-                out.push_back({name,
-                               DType::kF8E4M3,
-                               {rows, cols},
-                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
-                               {}});
+                out.push_back({name, DType::kF8E4M3, {rows, cols}, {}, part(false, data_bytes)});
                 out.push_back({m + (fp8_only ? ".weight_scale_inv" : ".weight_scale"),
                                DType::kF32,
                                {br, bc},
-                               scale_bytes,
-                               {}});
+                               {},
+                               part(true, scale_bytes)});
                 break;
             }
             case WeightFormat::kInt8Row:
-                out.push_back({name,
-                               DType::kI8,
-                               {rows, cols},
-                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
-                               {}});
-                out.push_back({m + ".weight_scale", DType::kF32, {rows, 1}, scale_bytes, {}});
+                out.push_back({name, DType::kI8, {rows, cols}, {}, part(false, data_bytes)});
+                out.push_back(
+                    {m + ".weight_scale", DType::kF32, {rows, 1}, {}, part(true, scale_bytes)});
                 break;
             case WeightFormat::kInt4G32:
             case WeightFormat::kInt4G128: {
@@ -213,16 +269,19 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                 out.push_back({m + ".weight_packed",
                                DType::kI32,
                                {rows, cols / 8},
-                               as_bytes(v.data, static_cast<size_t>(data_bytes)),
-                               {}});
-                out.push_back(
-                    {m + ".weight_scale", DType::kF32, {rows, cols / g}, scale_bytes, {}});
-                buf.shapes.push_back({static_cast<int32_t>(rows), static_cast<int32_t>(cols)});
-                out.push_back({m + ".weight_shape",
-                               DType::kI32,
-                               {2},
-                               as_bytes(buf.shapes.back().data(), 8),
-                               {}});
+                               {},
+                               part(false, data_bytes)});
+                out.push_back({m + ".weight_scale",
+                               DType::kF32,
+                               {rows, cols / g},
+                               {},
+                               part(true, scale_bytes)});
+                const std::array<int32_t, 2> shape{static_cast<int32_t>(rows),
+                                                   static_cast<int32_t>(cols)};
+                out.push_back({m + ".weight_shape", DType::kI32, {2}, {}, [shape](char* dst) {
+                                   std::memcpy(dst, shape.data(), sizeof shape);
+                                   return ok_status();
+                               }});
                 break;
             }
             default:
@@ -291,10 +350,22 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     std::error_code ec;
     // The input checked out: only now is --out made (a failed run leaves no empty directory).
     // Locked until this returns (another run into it is refused, not interleaved).
+    const bool made_out_dir = !fs::exists(options.out_dir, ec);
     EDGE_ASSIGN_OR_RETURN(
         CheckpointDirLock lock,
         prepare_checkpoint_dir(options.out_dir, options.model_dir, options.overwrite));
-    EDGE_RETURN_IF_ERROR(write_safetensors(options.out_dir + "/model.safetensors", out));
+    Result<std::vector<std::string>> written = write_checkpoint_weights(
+        options.out_dir, out, static_cast<uint64_t>(options.max_shard_bytes));
+    if (!written.ok()) {
+        // A matrix quantize() refused (a NaN in it) as the writer reached it: the weight files
+        // are gone already, and a directory this run made goes too when nothing else is in it.
+        { CheckpointDirLock released = std::move(lock); }
+        if (made_out_dir) {
+            fs::remove(options.out_dir, ec);
+        }
+        return written.status();
+    }
+    std::vector<std::string> files = std::move(written).value();
     boost::system::error_code jec;
     json::value root = json::parse(config.text(), jec);
     if (jec || !root.is_object()) {
@@ -327,13 +398,45 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
             "the quantized checkpoint in " + options.out_dir + " does not load (its config.json "
             "removed), because of its input " + options.model_dir + ": " + loads.to_string());
     }
+    if (options.stats != nullptr) {
+        *options.stats = matrices.stats();
+        options.stats->files = std::move(files);
+        for (const TensorToWrite& t : out) {
+            options.stats->bytes_written += static_cast<int64_t>(tensor_bytes(t));
+        }
+    }
     return ok_status();
+}
+
+Result<int64_t> parse_byte_size(std::string_view text) {
+    size_t digits = 0;
+    while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+        ++digits;
+    }
+    std::string unit(text.substr(digits));
+    std::transform(unit.begin(), unit.end(), unit.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    static const std::map<std::string, int64_t> kUnits = {
+        {"", 1},          {"b", 1},           {"kb", 1'000},     {"mb", 1'000'000},
+        {"gb", 1'000'000'000}, {"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", int64_t{1} << 30}};
+    const auto unit_it = kUnits.find(unit);
+    const std::string bad = "'" + std::string(text) +
+                            "' is not a positive byte count (e.g. 5GB, 500MB, 2GiB or 1048576)";
+    if (digits == 0 || digits > 15 || unit_it == kUnits.end()) {
+        return invalid_argument_error(bad);
+    }
+    const int64_t value = std::stoll(std::string(text.substr(0, digits)));
+    if (value <= 0 || value > (int64_t{1} << 50) / unit_it->second) {
+        return invalid_argument_error(bad);
+    }
+    return value * unit_it->second;
 }
 
 int quantize_main(int argc, char** argv) {
     int i = argc > 1 && std::string_view(argv[1]) == "quantize" ? 2 : 1;
     QuantizeOptions o;
-    const char* usage = "usage: edgeserve quantize --model IN --policy P --out DIR [--force]\n";
+    const char* usage =
+        "usage: edgeserve quantize --model IN --policy P --out DIR [--shard-size 5GB] [--force]\n";
     if (wants_help(argc, argv, i)) {
         std::fputs(usage, stdout);
         return 0;
@@ -344,7 +447,7 @@ int quantize_main(int argc, char** argv) {
             o.overwrite = true;
             continue;
         }
-        if (a != "--model" && a != "--policy" && a != "--out") {
+        if (a != "--model" && a != "--policy" && a != "--out" && a != "--shard-size") {
             std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
             return 2;
         }
@@ -358,6 +461,14 @@ int quantize_main(int argc, char** argv) {
             o.policy = argv[++i];
         } else if (a == "--out") {
             o.out_dir = argv[++i];
+        } else if (a == "--shard-size") {
+            Result<int64_t> size = parse_byte_size(argv[++i]);
+            if (!size.ok()) {
+                std::fprintf(stderr, "quantize: --shard-size %s\n%s",
+                             size.status().message().c_str(), usage);
+                return 2;
+            }
+            o.max_shard_bytes = *size;
         } else {
             std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
             return 2;
@@ -372,12 +483,17 @@ int quantize_main(int argc, char** argv) {
             return 2;
         }
     }
+    QuantizeStats stats;
+    o.stats = &stats;
     Status st = quantize_checkpoint(o);
     if (!st.ok()) {
         std::fprintf(stderr, "quantize: %s\n", st.to_string().c_str());
         return 1;
     }
-    std::printf("wrote %s (policy %s)\n", o.out_dir.c_str(), o.policy.c_str());
+    std::printf("wrote %s (policy %s): %lld matrices quantized, %.1f MB of tensors in %zu file%s\n",
+                o.out_dir.c_str(), o.policy.c_str(), static_cast<long long>(stats.matrices),
+                static_cast<double>(stats.bytes_written) / 1e6, stats.files.size(),
+                stats.files.size() == 1 ? "" : "s");
     return 0;
 }
 

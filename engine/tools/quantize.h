@@ -2,7 +2,7 @@
 
 // `edgeserve quantize --model IN --policy P --out DIR`: reads a BF16/F16/F32 checkpoint, quantizes
 // each linear-layer matrix whose class the policy (engine/quant/policy.h) names, and writes
-// DIR/model.safetensors and DIR/config.json with a `quantization_config`, copying the other files
+// DIR/model.safetensors (or shards and their index) and DIR/config.json with a `quantization_config`, copying the other files
 // of IN that describe tokenization and generation (tokenizer.json, tokenizer_config.json,
 // generation_config.json, special_tokens_map.json, vocab/merges files, chat_template.jinja).
 // Formats written (docs/quantization.md has the details):
@@ -16,21 +16,48 @@
 //    format, targets listing its modules; `ignore` lists the linear modules left unquantized.
 // Scales are written as F32, so loading the result gives bit-identical weights to applying the
 // same policy on load.
+// The output is streamed: each matrix is quantized when the writer reaches it, so memory holds
+// one quantized matrix at a time (QuantizeStats::peak_held_bytes), never the whole output, and
+// the input is mapped and read once in order. Weights larger than --shard-size (default 5 GB)
+// are split into model-0000i-of-0000n.safetensors shards with model.safetensors.index.json.
 //
 // Threading: free functions; no shared state.
 
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/result.h"
 
 namespace edge::engine {
+
+// What a quantize run did (for tests and the command's summary line).
+struct QuantizeStats {
+    int64_t matrices = 0;              // Matrices quantized.
+    int64_t quantizations = 0;         // Times one was quantized (a matrix may be made twice).
+    int64_t largest_matrix_bytes = 0;  // Data plus scales of the largest quantized matrix.
+    int64_t peak_held_bytes = 0;       // The most quantized bytes held in memory at once.
+    int64_t bytes_written = 0;         // Tensor bytes in the output (headers aside).
+    std::vector<std::string> files;    // Weight files written, the index last when sharded.
+};
 
 struct QuantizeOptions {
     std::string model_dir;  // Input checkpoint directory.
     std::string policy;     // Policy string (preset and/or class=format pairs).
     std::string out_dir;    // Created if missing.
     bool overwrite = false; // Replace a checkpoint already in out_dir (else refused).
+    // The weights go to model.safetensors when they fit in this many bytes, else to shards of at
+    // most this size with model.safetensors.index.json (Hugging Face's layout and default size).
+    int64_t max_shard_bytes = kDefaultShardBytes;
+    QuantizeStats* stats = nullptr;  // Filled when set and the run succeeds.
+
+    static constexpr int64_t kDefaultShardBytes = 5'000'000'000;
 };
+
+// "5GB", "500MB", "2GiB", "1048576": a byte count as Hugging Face's max_shard_size writes it
+// (KB/MB/GB powers of 1000, KiB/MiB/GiB of 1024, case-insensitive), positive.
+Result<int64_t> parse_byte_size(std::string_view text);
 
 // Writes the quantized checkpoint. Errors name the tensor or file.
 Status quantize_checkpoint(const QuantizeOptions& options);

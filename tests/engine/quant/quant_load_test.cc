@@ -180,6 +180,153 @@ TEST_CASE("quantize: written checkpoint and quantize-on-load give identical logi
     }
 }
 
+// Every tensor of the checkpoint in `dir` (one file or shards), by name, as bytes.
+std::map<std::string, std::string> tensor_bytes_of(const std::string& dir) {
+    std::map<std::string, std::string> bytes;
+    auto ckpt = Checkpoint::open_dir(dir);
+    REQUIRE_MESSAGE(ckpt.ok(), ckpt.status().to_string());
+    for (const std::string& name : (*ckpt)->names()) {
+        auto t = (*ckpt)->tensor(name);
+        REQUIRE(t.ok());
+        bytes[name].assign(static_cast<const char*>(t->data), static_cast<size_t>(t->nbytes));
+    }
+    return bytes;
+}
+
+TEST_CASE("quantize streams: one quantized matrix in memory at a time, and shards as Hugging "
+          "Face writes them load to the same tensors and logits") {
+    TempDir one("stream_one");
+    QuantizeStats whole;
+    QuantizeOptions o{kMicro, "experts-int4", one.path};
+    o.stats = &whole;
+    REQUIRE(quantize_checkpoint(o).ok());
+    CHECK(whole.files == std::vector<std::string>{"model.safetensors"});
+    // Never more than one matrix's quantized bytes at once, against the whole output held
+    // before streaming.
+    CHECK(whole.matrices == 48);  // 2 layers x 8 experts x 3 projections.
+    CHECK(whole.peak_held_bytes > 0);
+    CHECK(whole.peak_held_bytes <= whole.largest_matrix_bytes);
+    CHECK(whole.peak_held_bytes * 50 < whole.bytes_written);
+    CHECK(whole.quantizations >= whole.matrices);
+    CHECK(whole.quantizations <= 2 * whole.matrices);
+
+    // Shards of at most a third of the weights: at least three, named and indexed as
+    // save_pretrained names and indexes them.
+    TempDir sharded("stream_shards");
+    QuantizeStats parts;
+    o.out_dir = sharded.path;
+    o.stats = &parts;
+    o.max_shard_bytes = whole.bytes_written / 3 + 1;
+    REQUIRE(quantize_checkpoint(o).ok());
+    REQUIRE(parts.files.size() >= 4);
+    const int shards = static_cast<int>(parts.files.size()) - 1;
+    CHECK(parts.files.back() == "model.safetensors.index.json");
+    CHECK_FALSE(fs::exists(sharded.path + "/model.safetensors"));
+    for (int i = 0; i < shards; ++i) {
+        CHECK(parts.files[i] == shard_file_name(i + 1, shards));
+        CHECK(is_shard_file_name(parts.files[i]));
+        // Tensor bytes within the limit; the header (under 64 KiB here) on top.
+        CHECK(fs::file_size(sharded.path + "/" + parts.files[i]) <
+              static_cast<uintmax_t>(o.max_shard_bytes) + 65536);
+    }
+    CHECK(shard_file_name(3, 12) == "model-00003-of-00012.safetensors");
+    CHECK_FALSE(is_shard_file_name("model-1-of-2.safetensors"));
+    CHECK_FALSE(is_shard_file_name("model-00001-of-0000x.safetensors"));
+    CHECK_FALSE(is_shard_file_name("model.safetensors"));
+    const auto index =
+        boost::json::parse(read_text(sharded.path + "/model.safetensors.index.json"));
+    CHECK(index.at("metadata").at("total_size").to_number<int64_t>() == whole.bytes_written);
+    const auto& weight_map = index.at("weight_map").as_object();
+    const auto want = tensor_bytes_of(one.path);
+    CHECK(weight_map.size() == want.size());
+    CHECK(tensor_bytes_of(sharded.path) == want);  // The same bytes under the same names.
+    auto a = logits_of(one.path, "none");
+    auto b = logits_of(sharded.path, "none");
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    CHECK(*a == *b);
+
+    // Over a sharded checkpoint: refused without --force, naming a shard; with it, the shards
+    // and their index go (the loader would read the index instead of the new file).
+    o.max_shard_bytes = QuantizeOptions::kDefaultShardBytes;
+    o.stats = nullptr;
+    Status kept = quantize_checkpoint(o);
+    CHECK(kept.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(kept, "model-0000"));
+    CHECK(contains(kept, "pass --force"));
+    o.overwrite = true;
+    REQUIRE(quantize_checkpoint(o).ok());
+    CHECK(fs::exists(sharded.path + "/model.safetensors"));
+    CHECK_FALSE(fs::exists(sharded.path + "/model.safetensors.index.json"));
+    CHECK_FALSE(fs::exists(sharded.path + "/" + shard_file_name(1, shards)));
+    auto c = logits_of(sharded.path, "none");
+    REQUIRE(c.ok());
+    CHECK(*c == *a);
+    // And the other way: one file replaced by shards.
+    o.max_shard_bytes = whole.bytes_written / 2 + 1;
+    REQUIRE(quantize_checkpoint(o).ok());
+    CHECK_FALSE(fs::exists(sharded.path + "/model.safetensors"));
+    CHECK(tensor_bytes_of(sharded.path) == want);
+
+    CHECK(quantize_checkpoint({kMicro, "experts-int4", sharded.path + "/z", false, 0}).code() ==
+          StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("quantize: a matrix refused as the writer reaches it leaves no shard, no index and no "
+          "directory the run made") {
+    TempDir in("late_nan");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+    }
+    // A NaN in the last layer's last routed expert: quantized late in the write, in the last
+    // shard.
+    auto names = Checkpoint::open_dir(kMicro);
+    REQUIRE(names.ok());
+    std::string last;
+    for (const std::string& n : (*names)->names()) {
+        if (n.find(".mlp.experts.") != std::string::npos && n.ends_with("down_proj.weight")) {
+            last = n;
+        }
+    }
+    REQUIRE_FALSE(last.empty());
+    rewrite(in.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+        TensorToWrite* t = find(ts, last);
+        std::string bytes(t->bytes);
+        const uint16_t nan = 0x7fc0;
+        std::memcpy(bytes.data() + bytes.size() - 2, &nan, 2);
+        keep.push_back(std::move(bytes));
+        t->bytes = keep.back();
+    });
+    TempDir out("late_nan_out");
+    QuantizeStats whole;
+    QuantizeOptions o{kMicro, "experts-int4", out.path + "/probe"};
+    o.stats = &whole;
+    REQUIRE(quantize_checkpoint(o).ok());
+    for (const bool made : {true, false}) {
+        CAPTURE(made);
+        const std::string dir = out.path + (made ? "/new" : "/existing");
+        if (!made) {
+            fs::create_directories(dir);
+            std::ofstream(dir + "/NOTES.md") << "the operator's";
+        }
+        QuantizeOptions bad{in.path, "experts-int4", dir};
+        bad.max_shard_bytes = whole.bytes_written / 4;
+        Status st = quantize_checkpoint(bad);
+        CHECK(st.code() == StatusCode::kInvalidArgument);
+        CHECK(contains(st, last));
+        CHECK(contains(st, "NaN"));
+        if (made) {
+            CHECK_FALSE(fs::exists(dir));
+        } else {
+            std::vector<std::string> left;
+            for (const auto& e : fs::directory_iterator(dir)) {
+                left.push_back(e.path().filename().string());
+            }
+            CHECK(left == std::vector<std::string>{"NOTES.md"});
+        }
+    }
+}
+
 TEST_CASE("quantize: --force leaves nothing of the old checkpoint, an input that cannot load "
           "leaves no checkpoint") {
     TempDir in("in");
@@ -1155,6 +1302,30 @@ TEST_CASE("quantize refuses to write over its input or beside another checkpoint
     CHECK(contains(quantize_checkpoint({kMicro, "dense_mlp=int8", never}),
                    "policy 'dense_mlp=int8' quantizes no tensor"));
     CHECK_FALSE(fs::exists(never));
+}
+
+TEST_CASE("quantize --shard-size takes Hugging Face's sizes") {
+    CHECK(*parse_byte_size("5GB") == 5'000'000'000);
+    CHECK(*parse_byte_size("500mb") == 500'000'000);
+    CHECK(*parse_byte_size("2GiB") == int64_t{2} << 30);
+    CHECK(*parse_byte_size("64KiB") == 65536);
+    CHECK(*parse_byte_size("1048576") == 1048576);
+    CHECK(*parse_byte_size("10B") == 10);
+    for (const char* bad : {"", "GB", "0", "0GB", "-5GB", "5 GB", "5TB", "1.5GB",
+                            "99999999999999999999", "2000000GiB"}) {
+        CAPTURE(bad);
+        auto r = parse_byte_size(bad);
+        REQUIRE_FALSE(r.ok());
+        CHECK(contains(r.status(), "is not a positive byte count"));
+    }
+    TempDir tmp("cli_shards");
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                               "experts-int4", "--out", tmp.path, "--shard-size", "5XB"}) == 2);
+    CHECK_FALSE(fs::exists(tmp.path + "/config.json"));
+    CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                               "experts-int4", "--out", tmp.path, "--shard-size", "200KB"}) == 0);
+    CHECK(fs::exists(tmp.path + "/model.safetensors.index.json"));
+    CHECK(logits_of(tmp.path, "none").ok());
 }
 
 }  // namespace
