@@ -333,7 +333,7 @@ Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
     if (row_tiles_ && quant::row_tiles_by_default(v.format) &&
         quant::row_tiles_support(v.format, v.cols) &&
         quant::matmul_kernel_for(v.format, WeightLayout::kRowTiles16) != nullptr) {
-        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight tiled, quant::tile_rows(v));
+        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight tiled, quant::tile_rows(v, &arena_));
         const int64_t data_bytes = quant::weight_data_bytes(v.format, v.rows, v.cols);
         if (w.owns_data()) {  // Quantized on load: the tiles replace the row-major copy.
             added_bytes_ += tiled.size_bytes() - w.size_bytes();

@@ -34,6 +34,7 @@
 #include "engine/cpu/weight.h"
 #include "engine/quant/policy.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/quant/weight_arena.h"
 
 namespace edge::engine {
 
@@ -118,6 +119,7 @@ class WeightLoader {
     const Checkpoint& ckpt_;
     StoredQuantization stored_;
     quant::QuantPolicy policy_;
+    quant::WeightArena arena_;                  // The row tiles' bytes; outlives owned_.
     std::deque<quant::QuantizedWeight> owned_;  // Stable addresses for the views handed out.
     std::deque<std::vector<float>> float_copies_;  // float_matrix() of quantized tensors.
     int64_t replaced_bytes_ = 0;                // Full-precision bytes no longer read.

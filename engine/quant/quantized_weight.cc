@@ -62,11 +62,14 @@ Status check_finite_row(const float* row, int64_t r, int64_t cols, std::string_v
 
 }  // namespace
 
-AlignedBytes::AlignedBytes(size_t size, uint8_t fill) : size_(size) {
+AlignedBytes::AlignedBytes(size_t size, Uninitialized) : size_(size) {
     // aligned_alloc wants a multiple of the alignment.
     const size_t rounded = std::max<size_t>(64, (size + 63) / 64 * 64);
     data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
     EDGE_CHECK(data_ != nullptr, "out of memory for " + std::to_string(size) + " weight bytes");
+}
+
+AlignedBytes::AlignedBytes(size_t size, uint8_t fill) : AlignedBytes(size, Uninitialized{}) {
     std::memset(data_.get(), fill, size);
 }
 

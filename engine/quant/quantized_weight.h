@@ -33,13 +33,29 @@ struct SourceMatrix {
     }
 };
 
+// AlignedBytes' deleter: free(), or nothing for an arena's bytes.
+struct AlignedBytesFree {
+    bool owned = true;
+    void operator()(uint8_t* p) const {
+        if (owned) {
+            std::free(p);
+        }
+    }
+};
+
 // Owned bytes of a quantized matrix on a 64-byte boundary, so that the kernels' 64-byte loads
 // never straddle two cache lines (a malloc'd std::vector starts 16 bytes past one). Filled with
-// `fill` on construction; move-only.
+// `fill` on construction, or left as allocated for a writer of every byte; or `size` bytes an
+// arena owns (WeightArena: 64-byte aligned, outliving this object), not freed here. Move-only.
 class AlignedBytes {
   public:
+    struct Uninitialized {};
+
     AlignedBytes() = default;
     explicit AlignedBytes(size_t size, uint8_t fill = 0);
+    AlignedBytes(size_t size, Uninitialized);
+    AlignedBytes(uint8_t* arena_bytes, size_t size)
+        : data_(arena_bytes, AlignedBytesFree{false}), size_(size) {}
 
     uint8_t* data() { return data_.get(); }
     const uint8_t* data() const { return data_.get(); }
@@ -47,10 +63,7 @@ class AlignedBytes {
     uint8_t& operator[](size_t i) { return data_[i]; }
 
   private:
-    struct Free {
-        void operator()(uint8_t* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t[], Free> data_;
+    std::unique_ptr<uint8_t[], AlignedBytesFree> data_;
     size_t size_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "engine/quant/row_tiles.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ bool row_tiles_by_default(WeightFormat format) {
     return format == WeightFormat::kInt8Row || format == WeightFormat::kInt4G32;
 }
 
-Result<QuantizedWeight> tile_rows(const Weight& w) {
+Result<QuantizedWeight> tile_rows(const Weight& w, WeightArena* arena) {
     if (w.layout != WeightLayout::kRows || !row_tiles_support(w.format, w.cols) || w.rows <= 0) {
         return invalid_argument_error(
             std::string("tile_rows: ") + weight_format_name(w.format) + " " +
@@ -48,19 +49,35 @@ Result<QuantizedWeight> tile_rows(const Weight& w) {
     const int64_t words = bytes / 4;
     const int64_t per_row = row_scales(w);
     const auto* src = static_cast<const uint8_t*>(w.data);
-    AlignedBytes data(static_cast<size_t>(tiles * kRowTile * bytes), zero_byte(w.format));
+    // Every byte is written below (padding rows with zero weights): no fill first, which took
+    // as long as the copy itself.
+    const auto size = static_cast<size_t>(tiles * kRowTile * bytes);
+    AlignedBytes data = arena != nullptr ? AlignedBytes(arena->allocate(size), size)
+                                         : AlignedBytes(size, AlignedBytes::Uninitialized{});
     std::vector<float> scales(static_cast<size_t>(tiles * kRowTile * per_row), 0.0f);
-    for (int64_t r = 0; r < w.rows; ++r) {
-        const int64_t t = r / kRowTile;
-        const int64_t i = r % kRowTile;
-        uint8_t* tile = data.data() + t * kRowTile * bytes;
+    uint32_t zero_word;
+    std::memset(&zero_word, zero_byte(w.format), 4);
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t r0 = t * kRowTile;
+        const int64_t n = std::min<int64_t>(kRowTile, w.rows - r0);
+        // Written in order, one 64-byte vector (word d of the tile's 16 rows) after another; the
+        // tile's rows are read as 16 sequential streams.
+        uint8_t* tile = data.data() + r0 * bytes;
         for (int64_t d = 0; d < words; ++d) {
-            std::memcpy(tile + d * 64 + i * 4, src + r * bytes + d * 4, 4);
+            uint8_t* out = tile + d * 64;
+            for (int64_t i = 0; i < n; ++i) {
+                std::memcpy(out + i * 4, src + (r0 + i) * bytes + d * 4, 4);
+            }
+            for (int64_t i = n; i < kRowTile; ++i) {
+                std::memcpy(out + i * 4, &zero_word, 4);
+            }
         }
         // INT4: per group g, 16 scales of the tile; INT8 (one scale per row): the same formula.
-        for (int64_t g = 0; g < per_row; ++g) {
-            scales[static_cast<size_t>((t * per_row + g) * kRowTile + i)] =
-                w.scales[r * per_row + g];
+        for (int64_t i = 0; i < n; ++i) {
+            for (int64_t g = 0; g < per_row; ++g) {
+                scales[static_cast<size_t>((t * per_row + g) * kRowTile + i)] =
+                    w.scales[(r0 + i) * per_row + g];
+            }
         }
     }
     return QuantizedWeight(w.format, w.rows, w.cols, std::move(data), std::move(scales),

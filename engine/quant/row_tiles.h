@@ -11,6 +11,7 @@
 #include "common/result.h"
 #include "engine/cpu/weight.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/quant/weight_arena.h"
 
 namespace edge::engine::quant {
 
@@ -24,10 +25,10 @@ bool row_tiles_support(WeightFormat format, int64_t cols);
 // (medians of five interleaved runs, docs/quantization.md), so it is not yet the default.
 bool row_tiles_by_default(WeightFormat format);
 
-// The kRowTiles16 copy of row-major quantized weight `w` (owned; `w`'s memory, e.g. a mapped
-// checkpoint, is no longer needed afterwards). kInvalidArgument for a format or shape that
-// row_tiles_support rejects or a weight already tiled.
-Result<QuantizedWeight> tile_rows(const Weight& w);
+// The kRowTiles16 copy of row-major quantized weight `w` (owned, or with its data in `arena`
+// when given; `w`'s memory, e.g. a mapped checkpoint, is no longer needed afterwards).
+// kInvalidArgument for a format or shape that row_tiles_support rejects or a weight already tiled.
+Result<QuantizedWeight> tile_rows(const Weight& w, WeightArena* arena = nullptr);
 
 // Row r of tiled weight `w` back in the row-major layout: `bytes` receives the row's
 // weight_data_bytes(w.format, 1, w.cols) bytes and `scales` its weight_scale_count(w.format, 1,

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "engine/quant/quant_kernels.h"
 #include "engine/quant/quantized_weight.h"
+#include "engine/quant/weight_arena.h"
 
 namespace edge::engine::quant {
 namespace {
@@ -62,14 +64,57 @@ TEST_CASE("row tiles: dequantize_row of the tiles equals the row-major rows exac
             const int64_t padded = (rows + 15) / 16 * 16;
             CHECK(tiled->size_bytes() == weight_data_bytes(format, padded, cols) +
                                              weight_scale_count(format, padded, cols) * 4);
-            // Padding rows decode as zeros.
+            // Padding rows decode as zeros, and hold zero weights (INT4 nibbles store q + 8):
+            // the tiles are written without a fill first.
             if (padded > rows) {
                 std::vector<float> pad(cols, 1.0f);
                 dequantize_row(t, padded - 1, pad.data());
                 CHECK(std::all_of(pad.begin(), pad.end(), [](float f) { return f == 0.0f; }));
+                std::vector<uint8_t> bytes(weight_data_bytes(format, 1, cols));
+                std::vector<float> scales(weight_scale_count(format, 1, cols), 1.0f);
+                untile_row(t, padded - 1, bytes.data(), scales.data());
+                const uint8_t zero = format == WeightFormat::kInt8Row ? 0x00 : 0x88;
+                CHECK(std::all_of(bytes.begin(), bytes.end(),
+                                  [&](uint8_t b) { return b == zero; }));
             }
+            // The same tiles in an arena's memory.
+            WeightArena arena;
+            auto in_arena = tile_rows(q.view(), &arena);
+            REQUIRE(in_arena.ok());
+            CHECK(in_arena->view().data != t.data);
+            CHECK(std::memcmp(in_arena->view().data, t.data,
+                              static_cast<size_t>(weight_data_bytes(format, padded, cols))) == 0);
+            CHECK((dequantize_all(in_arena->view()) == dequantize_all(q.view())));
         }
     }
+}
+
+TEST_CASE("weight arena: 64-byte aligned, disjoint, 2 MiB-aligned chunks, large requests alone") {
+    WeightArena arena(size_t{4} << 20);
+    CHECK(arena.reserved_bytes() == 0);
+    std::vector<std::pair<uint8_t*, size_t>> got;
+    for (size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{100}, size_t{3} << 20,
+                     size_t{3} << 20, size_t{9} << 20, size_t{5}}) {
+        uint8_t* p = arena.allocate(n);
+        REQUIRE(p != nullptr);
+        CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+        std::memset(p, 0xab, n);  // Writable, all of it.
+        got.emplace_back(p, n);
+    }
+    // The first allocation starts a chunk, which starts on a 2 MiB boundary.
+    CHECK(reinterpret_cast<uintptr_t>(got[0].first) % (size_t{2} << 20) == 0);
+    for (size_t i = 0; i < got.size(); ++i) {
+        for (size_t j = i + 1; j < got.size(); ++j) {
+            const bool apart = got[i].first + got[i].second <= got[j].first ||
+                               got[j].first + got[j].second <= got[i].first;
+            CHECK(apart);
+        }
+    }
+    // 4 MiB chunks: the small ones and the first 3 MiB share one, the second 3 MiB takes
+    // another, 9 MiB gets its own (10 MiB rounded to huge pages), the last 5 bytes fit in the
+    // second chunk.
+    CHECK(arena.reserved_bytes() == (size_t{4} + 4 + 10) << 20);
+    CHECK(got.back().first == got[5].first + (size_t{3} << 20));
 }
 
 TEST_CASE("row tiles: formats and shapes without a tiled layout are refused") {
