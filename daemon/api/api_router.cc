@@ -44,6 +44,15 @@ const char* engine_refusal_reason(const Status& status) {
     }
 }
 
+// Whether a forwarded request never ran anywhere: every site refused it (a peer's engine
+// answers 429 or 503 before generating: a full queue, no slot, overloaded) or none could be
+// reached (the forwarder's own 503), and no usage came back. Not a 5xx after it started (it ran
+// and failed) or a 504 (it may have run).
+bool forward_never_ran(const cluster::ForwardResult& result) {
+    return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
+           result.completion_tokens == 0;
+}
+
 ApiError method_not_allowed(std::string_view method, std::string_view path) {
     ApiError e;
     e.status = 405;
@@ -533,6 +542,16 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                     notes->note("served_by", result.site_id);
                     notes->note("attempts", result.attempts);
                     note_usage(*notes, result.prompt_tokens, result.completion_tokens);
+                    if (forward_never_ran(result)) {
+                        // As a local engine's refusal: everything admission took goes back.
+                        notes->note("rejected", "peer_refused");
+                        lease->refuse();
+                        if (metrics != nullptr) {
+                            metrics->on_tenant_rejected(tenant_name, "peer_refused");
+                            metrics->on_tenant_request(tenant_name, "rejected");
+                        }
+                        return;
+                    }
                     lease->finish(result.prompt_tokens, result.completion_tokens);
                     if (metrics != nullptr) {
                         metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,

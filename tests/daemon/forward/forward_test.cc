@@ -629,6 +629,39 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
     }
 }
 
+TEST_CASE("a forward every site refused gives back what admission took, as a local refusal") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"},
+           tenants_section() + "    requests_per_second: 1\n    burst: 1\n");
+    Site b(cluster, "sin", {"m"});
+    Site c(cluster, "gru", {"m"});
+    auto client = a.client();
+    // gru's engine refuses it (503 before generating): it never ran, so the tenant's one
+    // request of this second is still there. fra's clock stands still: no token refills.
+    c.generator.fail_next_submit(unavailable_error("engine queue full"));
+    a.planner.route_to({c.target()});
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto refused = client->read_response();
+    REQUIRE(refused.ok());
+    CHECK(refused->status == 503);
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_rejections_total{reason=\"peer_refused\",tenant=\"acme\"} 1"));
+    // So the next one is admitted, and sin serves it.
+    a.planner.route_to({b.target()});
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto served = client->read_response();
+    REQUIRE(served.ok());
+    CHECK(served->status == 200);
+    // A request that ran took the token for good: the third waits for the next second.
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto limited = client->read_response();
+    REQUIRE(limited.ok());
+    CHECK(limited->status == 429);
+    CHECK(error_code_of(*limited) == "requests_per_second");
+}
+
 TEST_CASE("a retry budget of zero forbids the retry") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section(), true,
