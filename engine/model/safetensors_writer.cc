@@ -80,7 +80,8 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
     return static_cast<uint64_t>(numel * dtype_size(t.dtype));
 }
 
-Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& given) {
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& given,
+                         const TensorWritten& written) {
     // Line-multiple tensors first (each then starts on a line), in the given order, then the rest.
     std::vector<const TensorToWrite*> tensors;
     tensors.reserve(given.size());
@@ -142,6 +143,9 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
         } else {
             out.write(t.bytes.data(), static_cast<std::streamsize>(nbytes));
         }
+        if (written) {
+            written(t);
+        }
     }
     return replace_with_partial(out, partial, path);
 }
@@ -171,7 +175,8 @@ bool is_shard_file_name(std::string_view name) {
 
 Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir,
                                                           const std::vector<TensorToWrite>& tensors,
-                                                          uint64_t max_shard_bytes) {
+                                                          uint64_t max_shard_bytes,
+                                                          const TensorWritten& written) {
     // Greedy in the given order: a shard takes tensors until the next would pass the limit.
     std::vector<std::vector<TensorToWrite>> shards(1);
     uint64_t in_shard = 0;
@@ -187,7 +192,7 @@ Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir
         total += n;
     }
     if (shards.size() == 1) {
-        EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", shards[0]));
+        EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", shards[0], written));
         return std::vector<std::string>{"model.safetensors"};
     }
     if (shards.size() > 99999) {
@@ -208,7 +213,7 @@ Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir
     };
     for (int i = 0; i < count; ++i) {
         const std::string name = shard_file_name(i + 1, count);
-        if (Status st = write_safetensors(dir + "/" + name, shards[i]); !st.ok()) {
+        if (Status st = write_safetensors(dir + "/" + name, shards[i], written); !st.ok()) {
             return undo(std::move(st));
         }
         files.push_back(name);

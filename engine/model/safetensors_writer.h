@@ -33,11 +33,15 @@ struct TensorToWrite {
 // numel * dtype_size of `t`.
 uint64_t tensor_bytes(const TensorToWrite& t);
 
+// Called after each tensor's bytes are written (for progress reports).
+using TensorWritten = std::function<void(const TensorToWrite&)>;
+
 // Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
 // The bytes go to `path`.partial, renamed over `path` only once all are written: a failed write
 // (a fill's error included) leaves no truncated model, and a reader that maps the old file keeps
 // its bytes.
-Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors);
+Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                         const TensorWritten& written = {});
 
 // Hugging Face's name for shard `index` (1-based) of `count`: model-00001-of-00003.safetensors.
 std::string shard_file_name(int index, int count);
@@ -52,7 +56,8 @@ bool is_shard_file_name(std::string_view name);
 // error included) the files this call wrote are removed. Returns the files written.
 Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir,
                                                           const std::vector<TensorToWrite>& tensors,
-                                                          uint64_t max_shard_bytes);
+                                                          uint64_t max_shard_bytes,
+                                                          const TensorWritten& written = {});
 
 // Writes `text` to `path` (replacing it); kInternal on I/O.
 Status write_text_file(const std::string& path, std::string_view text);

@@ -5,6 +5,7 @@
 #include <boost/json/parse.hpp>
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -354,8 +355,21 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_ASSIGN_OR_RETURN(
         CheckpointDirLock lock,
         prepare_checkpoint_dir(options.out_dir, options.model_dir, options.overwrite));
+    QuantizeProgress progress;
+    progress.tensors_total = static_cast<int64_t>(out.size());
+    for (const TensorToWrite& t : out) {
+        progress.bytes_total += static_cast<int64_t>(tensor_bytes(t));
+    }
+    TensorWritten on_written;
+    if (options.progress) {
+        on_written = [&](const TensorToWrite& t) {
+            ++progress.tensors_done;
+            progress.bytes_done += static_cast<int64_t>(tensor_bytes(t));
+            options.progress(progress);
+        };
+    }
     Result<std::vector<std::string>> written = write_checkpoint_weights(
-        options.out_dir, out, static_cast<uint64_t>(options.max_shard_bytes));
+        options.out_dir, out, static_cast<uint64_t>(options.max_shard_bytes), on_written);
     if (!written.ok()) {
         // A matrix quantize() refused (a NaN in it) as the writer reached it: the weight files
         // are gone already, and a directory this run made goes too when nothing else is in it.
@@ -401,9 +415,7 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     if (options.stats != nullptr) {
         *options.stats = matrices.stats();
         options.stats->files = std::move(files);
-        for (const TensorToWrite& t : out) {
-            options.stats->bytes_written += static_cast<int64_t>(tensor_bytes(t));
-        }
+        options.stats->bytes_written = progress.bytes_total;
     }
     return ok_status();
 }
@@ -485,6 +497,28 @@ int quantize_main(int argc, char** argv) {
     }
     QuantizeStats stats;
     o.stats = &stats;
+    // A line every 10 s on stderr: tensors and bytes written, and the time left at this rate.
+    const auto start = std::chrono::steady_clock::now();
+    auto last = start;
+    o.progress = [&](const QuantizeProgress& p) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last < std::chrono::seconds(10) || p.tensors_done == p.tensors_total) {
+            return;
+        }
+        last = now;
+        const double elapsed = std::chrono::duration<double>(now - start).count();
+        const double left = p.bytes_done > 0 ? elapsed * static_cast<double>(p.bytes_total -
+                                                                             p.bytes_done) /
+                                                   static_cast<double>(p.bytes_done)
+                                             : 0.0;
+        std::fprintf(stderr,
+                     "quantize: %lld/%lld tensors, %.2f of %.2f GB written, %.0f s so far, "
+                     "about %.0f s left\n",
+                     static_cast<long long>(p.tensors_done),
+                     static_cast<long long>(p.tensors_total),
+                     static_cast<double>(p.bytes_done) / 1e9,
+                     static_cast<double>(p.bytes_total) / 1e9, elapsed, left);
+    };
     Status st = quantize_checkpoint(o);
     if (!st.ok()) {
         std::fprintf(stderr, "quantize: %s\n", st.to_string().c_str());

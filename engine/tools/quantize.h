@@ -2,9 +2,10 @@
 
 // `edgeserve quantize --model IN --policy P --out DIR`: reads a BF16/F16/F32 checkpoint, quantizes
 // each linear-layer matrix whose class the policy (engine/quant/policy.h) names, and writes
-// DIR/model.safetensors (or shards and their index) and DIR/config.json with a `quantization_config`, copying the other files
-// of IN that describe tokenization and generation (tokenizer.json, tokenizer_config.json,
-// generation_config.json, special_tokens_map.json, vocab/merges files, chat_template.jinja).
+// DIR/model.safetensors (or shards and their index) and DIR/config.json with a
+// `quantization_config`, copying the other files of IN that describe tokenization and generation
+// (tokenizer.json, tokenizer_config.json, generation_config.json, special_tokens_map.json,
+// vocab/merges files, chat_template.jinja).
 // Formats written (docs/quantization.md has the details):
 //  - only FP8 in the policy: DeepSeek-V3 layout, `m.weight` F8_E4M3 + `m.weight_scale_inv` F32
 //    [ceil(rows/128), ceil(cols/128)], config {"quant_method": "fp8", "fmt": "e4m3",
@@ -24,6 +25,7 @@
 // Threading: free functions; no shared state.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +44,14 @@ struct QuantizeStats {
     std::vector<std::string> files;    // Weight files written, the index last when sharded.
 };
 
+// How far a quantize run is, after each tensor written.
+struct QuantizeProgress {
+    int64_t tensors_done = 0;
+    int64_t tensors_total = 0;
+    int64_t bytes_done = 0;  // Tensor bytes written.
+    int64_t bytes_total = 0;
+};
+
 struct QuantizeOptions {
     std::string model_dir;  // Input checkpoint directory.
     std::string policy;     // Policy string (preset and/or class=format pairs).
@@ -51,6 +61,9 @@ struct QuantizeOptions {
     // most this size with model.safetensors.index.json (Hugging Face's layout and default size).
     int64_t max_shard_bytes = kDefaultShardBytes;
     QuantizeStats* stats = nullptr;  // Filled when set and the run succeeds.
+    // Called after each tensor written, on the calling thread (the command prints a line from
+    // it every 10 s: a large model takes hours).
+    std::function<void(const QuantizeProgress&)> progress;
 
     static constexpr int64_t kDefaultShardBytes = 5'000'000'000;
 };

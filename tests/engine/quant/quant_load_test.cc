@@ -199,8 +199,21 @@ TEST_CASE("quantize streams: one quantized matrix in memory at a time, and shard
     QuantizeStats whole;
     QuantizeOptions o{kMicro, "experts-int4", one.path};
     o.stats = &whole;
+    std::vector<QuantizeProgress> reports;
+    o.progress = [&](const QuantizeProgress& p) { reports.push_back(p); };
     REQUIRE(quantize_checkpoint(o).ok());
+    o.progress = nullptr;
     CHECK(whole.files == std::vector<std::string>{"model.safetensors"});
+    // One progress report per tensor written, counting up to the totals.
+    REQUIRE_FALSE(reports.empty());
+    CHECK(reports.size() == tensor_bytes_of(one.path).size());
+    for (size_t i = 0; i < reports.size(); ++i) {
+        CHECK(reports[i].tensors_done == static_cast<int64_t>(i + 1));
+        CHECK(reports[i].tensors_total == static_cast<int64_t>(reports.size()));
+        CHECK(reports[i].bytes_total == whole.bytes_written);
+        CHECK(reports[i].bytes_done > (i == 0 ? 0 : reports[i - 1].bytes_done));
+    }
+    CHECK(reports.back().bytes_done == whole.bytes_written);
     // Never more than one matrix's quantized bytes at once, against the whole output held
     // before streaming.
     CHECK(whole.matrices == 48);  // 2 layers x 8 experts x 3 projections.
