@@ -4,19 +4,23 @@
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 #include <algorithm>
-#include <cctype>
-#include <chrono>
 #include <array>
+#include <cctype>
+#include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "common/json_text.h"
@@ -100,33 +104,88 @@ Result<quant::QuantizedWeight> quantize_tensor(const std::string& name, const Te
     return q;
 }
 
-// The quantized form of one matrix at a time, made when the writer first asks for one of its
-// tensors (data or scales) and dropped when it asks for another matrix's: the output is never
-// all in memory. A matrix's tensors are written back to back, except that write_safetensors puts
-// tensors whose size is not a multiple of 64 bytes last (a small matrix's scales) and a shard
-// boundary may fall between them; such a matrix is quantized again (to the same bytes).
+// The quantized form of the matrices the writer is about to reach. Matrices are add()ed in the
+// order the writer asks for them; when it asks for one, the next `ahead` are quantized on other
+// threads meanwhile (quantizing is slower than writing: one core keeps up with neither the disk
+// nor the page cache), and it is dropped when the writer asks for another. So at most ahead + 1
+// quantized matrices are in memory, never the output. The writer's order departs from add()'s
+// where write_safetensors puts a tensor whose size is not a multiple of 64 bytes last (a small
+// matrix's scales) or a shard boundary falls between a matrix's tensors; such a matrix is
+// quantized again when asked for (to the same bytes: quantize is deterministic).
 class QuantizedMatrices {
   public:
-    // The quantized `name`; the pointer lives until the next call.
-    Result<const quant::QuantizedWeight*> get(const std::string& name, const TensorView& t,
-                                              WeightFormat f) {
-        if (held_ && held_name_ == name) {
+    explicit QuantizedMatrices(int ahead) : ahead_(ahead > 0 ? static_cast<size_t>(ahead) : 0) {}
+    ~QuantizedMatrices() { running_.clear(); }  // Waits for the threads still quantizing.
+
+    void add(const std::string& name, const TensorView& t, WeightFormat f) {
+        index_[name] = order_.size();
+        order_.push_back({name, t, f});
+    }
+
+    // The quantized `name` (add()ed before); the pointer lives until the next call.
+    Result<const quant::QuantizedWeight*> get(const std::string& name) {
+        const auto it = index_.find(name);
+        if (it == index_.end()) {
+            return internal_error("quantize: no matrix '" + name + "' was planned");
+        }
+        const size_t i = it->second;
+        if (held_ && held_index_ == i) {
             return &*held_;
         }
         held_.reset();
-        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q, quantize_tensor(name, t, f));
-        held_ = std::move(q);
-        held_name_ = name;
+        // Those before i were passed over (asked for again later, they are made again).
+        running_.erase(running_.begin(), running_.lower_bound(i));
+        for (size_t j = std::max(next_launch_, i + 1); j < order_.size() && j <= i + ahead_;
+             ++j) {
+            running_.emplace(j, launch(j));
+            next_launch_ = j + 1;
+        }
+        const size_t held = running_.size() + (running_.count(i) != 0 ? 0 : 1);
+        stats_.max_matrices_held = std::max(stats_.max_matrices_held, static_cast<int64_t>(held));
+        Result<quant::QuantizedWeight> q = internal_error("unset");
+        if (auto r = running_.find(i); r != running_.end()) {
+            q = r->second.get();
+            running_.erase(r);
+        } else {
+            const Matrix& m = order_[i];
+            q = quantize_tensor(m.name, m.t, m.f);
+        }
+        if (!q.ok()) {
+            return q.status();
+        }
+        held_ = std::move(q).value();
+        held_index_ = i;
         ++stats_.quantizations;
-        const int64_t bytes = held_->size_bytes();
-        stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, bytes);
+        stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_->size_bytes());
         return &*held_;
     }
     QuantizeStats& stats() { return stats_; }
 
   private:
+    struct Matrix {
+        std::string name;
+        TensorView t;
+        WeightFormat f;
+    };
+
+    std::future<Result<quant::QuantizedWeight>> launch(size_t j) {
+        const Matrix& m = order_[j];
+        try {
+            return std::async(std::launch::async,
+                              [&m] { return quantize_tensor(m.name, m.t, m.f); });
+        } catch (const std::system_error&) {  // No thread to be had: made when asked for.
+            return std::async(std::launch::deferred,
+                              [&m] { return quantize_tensor(m.name, m.t, m.f); });
+        }
+    }
+
+    size_t ahead_;
+    std::vector<Matrix> order_;  // Never resized once get() runs: the threads read it.
+    std::map<std::string, size_t> index_;
+    std::map<size_t, std::future<Result<quant::QuantizedWeight>>> running_;
+    size_t next_launch_ = 0;
     std::optional<quant::QuantizedWeight> held_;
-    std::string held_name_;
+    size_t held_index_ = 0;
     QuantizeStats stats_;
 };
 
@@ -207,7 +266,10 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     const bool fp8_only = used.size() == 1 && *used.begin() == WeightFormat::kFP8E4M3Block128;
 
     // What to write, each tensor with a fill that makes its bytes when the writer gets to it.
-    QuantizedMatrices matrices;
+    const int threads = options.threads > 0
+                            ? options.threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    QuantizedMatrices matrices(threads - 1);
     std::vector<TensorToWrite> out;
     std::map<WeightFormat, std::vector<std::string>> targets;  // Modules per format.
     std::vector<std::string> ignore;
@@ -237,12 +299,13 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         const int64_t cols = t.shape()[1];
         const int64_t data_bytes = quant::weight_data_bytes(f, rows, cols);
         const int64_t scale_bytes = quant::weight_scale_count(f, rows, cols) * 4;
-        auto part = [&matrices, name, t, f](bool scales, int64_t bytes) {
-            return [&matrices, name, t, f, scales, bytes](char* dst) -> Status {
-                EDGE_ASSIGN_OR_RETURN(const quant::QuantizedWeight* q, matrices.get(name, t, f));
+        auto part = [&matrices, name](bool scales, int64_t bytes) {
+            return [&matrices, name, scales, bytes](char* dst) -> Status {
+                EDGE_ASSIGN_OR_RETURN(const quant::QuantizedWeight* q, matrices.get(name));
                 return copy_quantized(*q, scales, bytes, dst);
             };
         };
+        matrices.add(name, t, f);
         targets[f].push_back(m);
         ++matrices.stats().matrices;
         matrices.stats().largest_matrix_bytes =
@@ -448,7 +511,8 @@ int quantize_main(int argc, char** argv) {
     int i = argc > 1 && std::string_view(argv[1]) == "quantize" ? 2 : 1;
     QuantizeOptions o;
     const char* usage =
-        "usage: edgeserve quantize --model IN --policy P --out DIR [--shard-size 5GB] [--force]\n";
+        "usage: edgeserve quantize --model IN --policy P --out DIR [--shard-size 5GB] "
+        "[--threads N] [--force]\n";
     if (wants_help(argc, argv, i)) {
         std::fputs(usage, stdout);
         return 0;
@@ -459,7 +523,8 @@ int quantize_main(int argc, char** argv) {
             o.overwrite = true;
             continue;
         }
-        if (a != "--model" && a != "--policy" && a != "--out" && a != "--shard-size") {
+        if (a != "--model" && a != "--policy" && a != "--out" && a != "--shard-size" &&
+            a != "--threads") {
             std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
             return 2;
         }
@@ -481,6 +546,16 @@ int quantize_main(int argc, char** argv) {
                 return 2;
             }
             o.max_shard_bytes = *size;
+        } else if (a == "--threads") {
+            const std::string_view v = argv[++i];
+            int n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 1024) {
+                std::fprintf(stderr, "quantize: --threads '%s' is not a count of 1..1024\n%s",
+                             argv[i], usage);
+                return 2;
+            }
+            o.threads = n;
         } else {
             std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
             return 2;

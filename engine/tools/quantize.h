@@ -17,9 +17,9 @@
 //    format, targets listing its modules; `ignore` lists the linear modules left unquantized.
 // Scales are written as F32, so loading the result gives bit-identical weights to applying the
 // same policy on load.
-// The output is streamed: each matrix is quantized when the writer reaches it, so memory holds
-// one quantized matrix at a time (QuantizeStats::peak_held_bytes), never the whole output, and
-// the input is mapped and read once in order. Weights larger than --shard-size (default 5 GB)
+// The output is streamed: each matrix is quantized as the writer reaches it (the next few on
+// other threads meanwhile), so memory holds about one quantized matrix per thread
+// (QuantizeStats), never the whole output, and the input is mapped and read once in order. Weights larger than --shard-size (default 5 GB)
 // are split into model-0000i-of-0000n.safetensors shards with model.safetensors.index.json.
 //
 // Threading: free functions; no shared state.
@@ -39,7 +39,8 @@ struct QuantizeStats {
     int64_t matrices = 0;              // Matrices quantized.
     int64_t quantizations = 0;         // Times one was quantized (a matrix may be made twice).
     int64_t largest_matrix_bytes = 0;  // Data plus scales of the largest quantized matrix.
-    int64_t peak_held_bytes = 0;       // The most quantized bytes held in memory at once.
+    int64_t peak_held_bytes = 0;       // The largest quantized matrix handed to the writer.
+    int64_t max_matrices_held = 0;     // The most quantized (or being quantized) at once.
     int64_t bytes_written = 0;         // Tensor bytes in the output (headers aside).
     std::vector<std::string> files;    // Weight files written, the index last when sharded.
 };
@@ -60,6 +61,8 @@ struct QuantizeOptions {
     // The weights go to model.safetensors when they fit in this many bytes, else to shards of at
     // most this size with model.safetensors.index.json (Hugging Face's layout and default size).
     int64_t max_shard_bytes = kDefaultShardBytes;
+    // Threads quantizing (0: one per core). Each holds one matrix ahead of the writer.
+    int threads = 0;
     QuantizeStats* stats = nullptr;  // Filled when set and the run succeeds.
     // Called after each tensor written, on the calling thread (the command prints a line from
     // it every 10 s: a large model takes hours).

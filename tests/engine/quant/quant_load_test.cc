@@ -223,6 +223,24 @@ TEST_CASE("quantize streams: one quantized matrix in memory at a time, and shard
     CHECK(whole.quantizations >= whole.matrices);
     CHECK(whole.quantizations <= 2 * whole.matrices);
 
+    // Threads quantizing ahead of the writer: the same bytes, each thread holding one matrix.
+    for (const int threads : {1, 4}) {
+        CAPTURE(threads);
+        TempDir again("stream_threads");
+        QuantizeStats st;
+        QuantizeOptions t{kMicro, "experts-int4", again.path};
+        t.threads = threads;
+        t.stats = &st;
+        REQUIRE(quantize_checkpoint(t).ok());
+        CHECK(tensor_bytes_of(again.path) == tensor_bytes_of(one.path));
+        CHECK(st.max_matrices_held >= 1);
+        CHECK(st.max_matrices_held <= threads);
+        if (threads == 4) {
+            CHECK(st.max_matrices_held == 4);  // Three ahead of the one being written.
+        }
+        CHECK(st.peak_held_bytes <= st.largest_matrix_bytes);
+    }
+
     // Shards of at most a third of the weights: at least three, named and indexed as
     // save_pretrained names and indexes them.
     TempDir sharded("stream_shards");
@@ -324,6 +342,7 @@ TEST_CASE("quantize: a matrix refused as the writer reaches it leaves no shard, 
         }
         QuantizeOptions bad{in.path, "experts-int4", dir};
         bad.max_shard_bytes = whole.bytes_written / 4;
+        bad.threads = made ? 4 : 1;  // Threads still quantizing ahead are waited for.
         Status st = quantize_checkpoint(bad);
         CHECK(st.code() == StatusCode::kInvalidArgument);
         CHECK(contains(st, last));
@@ -1317,7 +1336,7 @@ TEST_CASE("quantize refuses to write over its input or beside another checkpoint
     CHECK_FALSE(fs::exists(never));
 }
 
-TEST_CASE("quantize --shard-size takes Hugging Face's sizes") {
+TEST_CASE("quantize --shard-size takes Hugging Face's sizes, --threads a count") {
     CHECK(*parse_byte_size("5GB") == 5'000'000'000);
     CHECK(*parse_byte_size("500mb") == 500'000'000);
     CHECK(*parse_byte_size("2GiB") == int64_t{2} << 30);
@@ -1335,8 +1354,14 @@ TEST_CASE("quantize --shard-size takes Hugging Face's sizes") {
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
                                "experts-int4", "--out", tmp.path, "--shard-size", "5XB"}) == 2);
     CHECK_FALSE(fs::exists(tmp.path + "/config.json"));
+    for (const char* threads : {"0", "x", "2x", "1025"}) {
+        CAPTURE(threads);
+        CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
+                                   "experts-int4", "--out", tmp.path, "--threads", threads}) == 2);
+    }
     CHECK(call(quantize_main, {"edgeserve", "quantize", "--model", kMicro, "--policy",
-                               "experts-int4", "--out", tmp.path, "--shard-size", "200KB"}) == 0);
+                               "experts-int4", "--out", tmp.path, "--shard-size", "200KB",
+                               "--threads", "3"}) == 0);
     CHECK(fs::exists(tmp.path + "/model.safetensors.index.json"));
     CHECK(logits_of(tmp.path, "none").ok());
 }
