@@ -25,6 +25,7 @@
 
 #include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
+#include "bench/moe_bytes.h"
 #include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -49,29 +50,6 @@ TokenId argmax(const float* l, int64_t n) {
         }
     }
     return static_cast<TokenId>(b);
-}
-
-// Weight bytes one decode token reads (2 bytes per BF16 weight): attention, router, the top-k
-// experts of each MoE layer (or the dense MLP), lm_head and one embedding row.
-int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
-    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
-    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
-    const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
-    const int64_t E = g("num_experts"), K = g("num_experts_per_tok"),
-                  I = g("moe_intermediate_size");
-    int64_t params = 0;
-    for (int64_t l = 0; l < L; ++l) {
-        params += H * q * 2 + H * kv * 2;
-        params += E * H + K * 3 * I * H;  // Every layer of the bench preset is MoE.
-    }
-    params += g("vocab_size") * H + H;
-    return params * 2;
-}
-
-// Weight bytes one pass over one routed expert reads (gate, up and down, BF16).
-int64_t expert_pass_bytes(const edge::engine::ConfigJson& c) {
-    return 3 * c.get_int("moe_intermediate_size").value_or(0) *
-           c.get_int("hidden_size").value_or(0) * 2;
 }
 
 struct Single {
@@ -234,7 +212,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", config.status().to_string().c_str());
         return 1;
     }
-    const int64_t bytes_per_token = decode_bytes_per_token(*config);
+    const int64_t bytes_per_token = edge::bench::decode_bytes_per_token(*config);
     if (!profile.empty()) {
         edge::engine::LoadOptions lo;
         lo.threads = only_threads == 0 ? 2 : only_threads;
@@ -349,11 +327,7 @@ int main(int argc, char** argv) {
     // 32 x (single token's bytes) / (step's bytes) is what batched 32 / single comes to when
     // both read at one fraction of the bandwidth (a 64-expert top-8 model routes 32 tokens to
     // nearly every expert, so this is well under 32).
-    const int64_t single_passes = config->get_int("num_experts_per_tok").value_or(0) *
-                                  config->get_int("num_hidden_layers").value_or(0);
-    const double step32_bytes =
-        static_cast<double>(bytes_per_token) +
-        (passes32 - static_cast<double>(single_passes)) * expert_pass_bytes(*config);
+    const double step32_bytes = edge::bench::step_bytes(*config, passes32);
     const double bw_ref = only_threads == 1 ? bw1 : bw2;
     const double batched32_frac = passes32 > 0 ? batched32 / 32 * step32_bytes / bw_ref : 0.0;
     const double bytes_bound = passes32 > 0 ? 32 * bytes_per_token / step32_bytes : 0.0;

@@ -35,8 +35,10 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "bench/moe_bytes.h"
 #include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
+#include "engine/model/model_config.h"
 #include "engine/sched/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/make_model.h"
@@ -198,13 +200,18 @@ int main(int argc, char** argv) {
     lo.kv_block_tokens = 16;
     lo.activation_precision = activations == "bf16" ? edge::engine::ActivationPrecision::kBf16
                                                     : edge::engine::ActivationPrecision::kExact;
-    auto make_scheduler = [&](int32_t max_batch, int64_t kv_bytes)
+    // `model` (when set) gets the scheduler's model, to read its ShardStats between steps.
+    auto make_scheduler = [&](int32_t max_batch, int64_t kv_bytes,
+                              edge::engine::CausalLM** model_out = nullptr)
         -> std::unique_ptr<edge::engine::sched::Scheduler> {
         lo.kv_cache_bytes = kv_bytes;
         auto model = edge::engine::load_model(model_dir, lo);
         if (!model.ok()) {
             std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
             return nullptr;
+        }
+        if (model_out != nullptr) {
+            *model_out = model->get();
         }
         edge::engine::sched::SchedulerConfig sc;
         sc.max_batch_sequences = max_batch;
@@ -258,7 +265,8 @@ int main(int argc, char** argv) {
     }
 
     // 64 streams from 4 tenants.
-    auto sched = make_scheduler(batch, kv_bytes);
+    edge::engine::CausalLM* model = nullptr;
+    auto sched = make_scheduler(batch, kv_bytes, &model);
     if (!sched) {
         return 1;
     }
@@ -292,11 +300,18 @@ int main(int argc, char** argv) {
     int kv_samples = 0;
     Clock::time_point measure_start = Clock::now();
     int64_t measured_tokens = 0;
+    int measured_steps = 0;
+    auto passes = [&] {
+        const auto stats = model->shard_stats();  // Between steps: no forward is running.
+        return stats ? stats->expert_passes : int64_t{0};
+    };
+    int64_t passes0 = 0;
     std::vector<int64_t> seen_tokens(kStreams, 0);
     for (int step = 0; step < steps; ++step) {
         if (step == warmup) {
             measure_start = Clock::now();
             measured_tokens = 0;
+            passes0 = passes();
             for (auto& [name, f] : figures) {
                 f.tokens = 0;
             }
@@ -304,6 +319,7 @@ int main(int argc, char** argv) {
         if (!sched->step()) {
             break;
         }
+        measured_steps += step >= warmup ? 1 : 0;
         kv_sum += sched->load().kv_use;
         ++kv_samples;
         for (int i = 0; i < kStreams; ++i) {
@@ -334,6 +350,21 @@ int main(int argc, char** argv) {
     }
     const double elapsed = since(measure_start, Clock::now());
     const double total_tps = static_cast<double>(measured_tokens) / elapsed;
+    // What a step reads (make-model's bench layout; 0 for a model without a sharded MoE block):
+    // the non-expert weights once and each expert it routes to once. A token decoded alone
+    // reads the single-token bytes, so tokens per step x single-token bytes / step bytes is the
+    // ratio to a single stream that decodes at the same fraction of the bandwidth: the bound the
+    // weights' bytes put on the throughput ratio (prefill chunks in the step cost it too).
+    double passes_per_step = 0.0, tokens_per_step = 0.0, bytes_per_step = 0.0, bytes_bound = 0.0;
+    if (auto config = edge::engine::ConfigJson::read(model_dir);
+        config.ok() && measured_steps > 0 && passes() > passes0) {
+        passes_per_step = static_cast<double>(passes() - passes0) / measured_steps;
+        tokens_per_step = static_cast<double>(measured_tokens) / measured_steps;
+        bytes_per_step = edge::bench::step_bytes(*config, passes_per_step);
+        bytes_bound = tokens_per_step *
+                      static_cast<double>(edge::bench::decode_bytes_per_token(*config)) /
+                      bytes_per_step;
+    }
     const edge::engine::ServingStats serving = sched->serving_stats();
     sched->stop();
 
@@ -383,6 +414,10 @@ int main(int argc, char** argv) {
     std::printf("%-44s %12.2f\n", "single-stream tokens/s", single_tps);
     std::printf("%-44s %12.2f\n", "64-stream total tokens/s", total_tps);
     std::printf("%-44s %12.2f  (goal >= 8)\n", "throughput ratio 64 streams / single", speedup);
+    std::printf("%-44s %12.2f\n", "generated tokens per step", tokens_per_step);
+    std::printf("%-44s %12.1f\n", "expert passes per step", passes_per_step);
+    std::printf("%-44s %12.1f\n", "weight MB read per step", bytes_per_step / 1e6);
+    std::printf("%-44s %12.2f\n", "64 streams / single at one fraction (bytes)", bytes_bound);
     std::printf("%-44s %12.3f  (goal <= 0.10)\n", "worst tenant share error (relative)",
                 worst_share_err);
     std::printf("%-44s %12.2f  (goal < 3%s)\n", "worst p99/p50 inter-token latency",
@@ -397,11 +432,14 @@ int main(int argc, char** argv) {
         "\"batch\":%d,\"decode\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
         "\"throughput_ratio\":%.3f,\"throughput_goal_met\":%s,\"worst_share_error\":%.4f,"
         "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
-        "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,\"tenants\":{%s}}\n",
+        "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,"
+        "\"tokens_per_step\":%.3f,\"expert_passes_per_step\":%.2f,\"step_bytes\":%.0f,"
+        "\"throughput_ratio_bytes_bound\":%.3f,\"tenants\":{%s}}\n",
         model_name.c_str(), activations.c_str(), kStreams, batch, decode, threads, steps,
         single_tps, total_tps, speedup, speedup >= 8 ? "true" : "false", worst_share_err,
         worst_share_err <= 0.10 ? "true" : "false", worst_itl_ratio,
         !latency_measured ? "null" : worst_itl_ratio < 3 ? "true" : "false", kv_use, hit_rate,
-        static_cast<long long>(sched->stats().preemptions), json_tenants.c_str());
+        static_cast<long long>(sched->stats().preemptions), tokens_per_step, passes_per_step,
+        bytes_per_step, bytes_bound, json_tenants.c_str());
     return 0;
 }

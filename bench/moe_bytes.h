@@ -1,0 +1,48 @@
+#pragma once
+
+// Weight bytes a Qwen3-MoE checkpoint's decode reads (BF16, every layer MoE, as make-model's
+// bench preset), from its config.json: what a token reads alone, and what one pass over one
+// routed expert reads. The benches turn expert passes per step (ShardStats::expert_passes) into
+// bytes per step with these: a batched step reads the non-expert weights once and each expert
+// it routes to once. Pure functions.
+
+#include <cstdint>
+
+#include "engine/model/model_config.h"
+
+namespace edge::bench {
+
+// Weight bytes one decode token reads (2 bytes per BF16 weight): attention, router, the top-k
+// experts of each MoE layer, lm_head and one embedding row.
+inline int64_t decode_bytes_per_token(const edge::engine::ConfigJson& c) {
+    auto g = [&](const char* k) { return c.get_int(k).value_or(0); };
+    const int64_t H = g("hidden_size"), L = g("num_hidden_layers"), hd = g("head_dim");
+    const int64_t q = g("num_attention_heads") * hd, kv = g("num_key_value_heads") * hd;
+    const int64_t E = g("num_experts"), K = g("num_experts_per_tok"),
+                  I = g("moe_intermediate_size");
+    int64_t params = 0;
+    for (int64_t l = 0; l < L; ++l) {
+        params += H * q * 2 + H * kv * 2;
+        params += E * H + K * 3 * I * H;  // Every layer of the bench preset is MoE.
+    }
+    params += g("vocab_size") * H + H;
+    return params * 2;
+}
+
+// Weight bytes one pass over one routed expert reads (gate, up and down, BF16).
+inline int64_t expert_pass_bytes(const edge::engine::ConfigJson& c) {
+    return 3 * c.get_int("moe_intermediate_size").value_or(0) *
+           c.get_int("hidden_size").value_or(0) * 2;
+}
+
+// The bytes of a step that made `passes` expert passes: the single token's bytes with its top-k
+// passes per layer replaced by the step's.
+inline double step_bytes(const edge::engine::ConfigJson& c, double passes) {
+    const int64_t single_passes = c.get_int("num_experts_per_tok").value_or(0) *
+                                  c.get_int("num_hidden_layers").value_or(0);
+    return static_cast<double>(decode_bytes_per_token(c)) +
+           (passes - static_cast<double>(single_passes)) *
+               static_cast<double>(expert_pass_bytes(c));
+}
+
+}  // namespace edge::bench
