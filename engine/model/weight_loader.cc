@@ -41,15 +41,7 @@ quant::TensorDType to_quant_dtype(DType d) {
     return quant::TensorDType::kF32;
 }
 
-quant::TensorRef ref(const TensorView& t) {
-    quant::TensorRef r;
-    r.name = t.info->name;
-    r.dtype = to_quant_dtype(t.dtype());
-    r.shape = t.shape();
-    r.data = t.data;
-    r.size_bytes = t.nbytes;
-    return r;
-}
+quant::TensorRef ref(const TensorView& t) { return tensor_ref(t); }
 
 std::string module_of(const std::string& weight_name) {
     constexpr std::string_view kSuffix = ".weight";
@@ -241,6 +233,16 @@ bool StoredQuantization::ignores(const std::string& module) const {
            std::any_of(ignore_patterns.begin(), ignore_patterns.end(), [&](const std::regex& re) {
                return std::regex_search(module, re, std::regex_constants::match_continuous);
            });
+}
+
+quant::TensorRef tensor_ref(const TensorView& t) {
+    quant::TensorRef r;
+    r.name = t.info->name;
+    r.dtype = to_quant_dtype(t.dtype());
+    r.shape = t.shape();
+    r.data = t.data;
+    r.size_bytes = t.nbytes;
+    return r;
 }
 
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
@@ -454,13 +456,19 @@ Status WeightLoader::check_headers() const {
         EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(name));
         const std::string m = name.substr(0, name.rfind('.'));
         EDGE_RETURN_IF_ERROR(check_declared(m, t));
-        // A float matrix the policy quantizes on load: what quantize() refuses by shape alone.
+        // A float matrix the policy quantizes on load, or an FP8 one it requantizes: what
+        // quantize() refuses by shape alone.
         const std::optional<quant::TensorClass> cls = quant::tensor_class_for_name(name);
-        if (packed || !cls || t.shape().size() != 2 ||
-            std::find(kFloat.begin(), kFloat.end(), t.dtype()) == kFloat.end()) {
+        const bool is_float =
+            std::find(kFloat.begin(), kFloat.end(), t.dtype()) != kFloat.end();
+        if (packed || !cls || t.shape().size() != 2) {
             continue;
         }
         const WeightFormat target = policy_.format_for(*cls);
+        if (!is_float && !(t.dtype() == DType::kF8E4M3 &&
+                           quant::requantizes(WeightFormat::kFP8E4M3Block128, target))) {
+            continue;
+        }
         if (Status s = quant::check_quantizable_shape(target, t.shape()[1], name); !s.ok()) {
             return s.with_context(*t.file);
         }
@@ -523,6 +531,17 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
             quant::from_fp8_block(ref(t), ref(scale), /*scan_for_nan=*/true);
         if (!parsed.ok()) {
             return parsed.status().with_context(*t.file);
+        }
+        // A policy that gives its class INT8 or INT4 requantizes it (quant::requantizes).
+        const std::optional<quant::TensorClass> cls = quant::tensor_class_for_name(weight_name);
+        const WeightFormat target = cls ? policy_.format_for(*cls) : WeightFormat::kBF16;
+        if (quant::requantizes(WeightFormat::kFP8E4M3Block128, target)) {
+            EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w,
+                                  quant::requantize(parsed->view(), target, weight_name));
+            replaced_bytes_ += t.nbytes + scale.nbytes;  // Neither is read again.
+            added_bytes_ += w.size_bytes();
+            release_mapped_pages(t.data, t.nbytes);
+            return keep(std::move(w));
         }
         kept_as_stored(weight_name, "fp8");
         return keep(std::move(parsed).value());

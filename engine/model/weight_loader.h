@@ -32,6 +32,7 @@
 
 #include "common/result.h"
 #include "engine/cpu/weight.h"
+#include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/policy.h"
 #include "engine/quant/quantized_weight.h"
 #include "engine/quant/weight_arena.h"
@@ -60,6 +61,9 @@ struct StoredQuantization {
     // True when `module` is listed in `ignore`, by name or by an "re:" pattern.
     bool ignores(const std::string& module) const;
 };
+
+// `t` as the quant/ format checks take a tensor (viewed, not copied).
+quant::TensorRef tensor_ref(const TensorView& t);
 
 // Parses and checks `quantization_config` of config.json (see the header comment).
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config);

@@ -357,4 +357,22 @@ void dequantize_row(const Weight& w, int64_t r, float* out) {
     }
 }
 
+bool requantizes(WeightFormat stored, WeightFormat target) {
+    return stored == WeightFormat::kFP8E4M3Block128 &&
+           (target == WeightFormat::kInt8Row || target == WeightFormat::kInt4G32 ||
+            target == WeightFormat::kInt4G128);
+}
+
+Result<QuantizedWeight> requantize(const Weight& w, WeightFormat target, std::string_view name) {
+    if (!requantizes(w.format, target)) {
+        return invalid_argument_error(tensor_label(name) + ": " + weight_format_name(w.format) +
+                                      " is not requantized to " + weight_format_name(target));
+    }
+    std::vector<float> rows(static_cast<size_t>(w.rows * w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+        dequantize_row(w, r, rows.data() + r * w.cols);
+    }
+    return quantize(SourceMatrix::f32(rows.data(), w.rows, w.cols), target, name);
+}
+
 }  // namespace edge::engine::quant

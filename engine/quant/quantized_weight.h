@@ -125,4 +125,15 @@ Status check_quantizable_shape(WeightFormat format, int64_t cols, std::string_vi
 // floats). For tests, tools and embedding lookups (embedding_row), not for matrix products.
 void dequantize_row(const Weight& w, int64_t r, float* out);
 
+// Whether a policy format `target` applies to a matrix stored in `stored` (a quantized format):
+// FP8 to INT8 or INT4, a smaller format (Kimi K2's and DeepSeek-V3's FP8 releases, their routed
+// experts made INT4). Other stored formats stay as stored (to a larger one there is nothing to
+// gain; INT8 to INT4 would round twice on a grid no release ships).
+bool requantizes(WeightFormat stored, WeightFormat target);
+// `w` (FP8) dequantized and quantized to `target` as quantize() quantizes a float matrix; the
+// result owns its bytes. kInvalidArgument when !requantizes(w.format, target), and for what
+// quantize() refuses.
+Result<QuantizedWeight> requantize(const Weight& w, WeightFormat target,
+                                   std::string_view name = "");
+
 }  // namespace edge::engine::quant

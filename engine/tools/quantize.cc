@@ -69,14 +69,25 @@ namespace fs = std::filesystem;
 
 std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
-// Quantizes `name` (a 2-D BF16/F16/F32 tensor) to `f` exactly as the loader would (same entry
-// point, same source), refusing scales the loader would refuse.
+// Quantizes `name` (a 2-D BF16/F16/F32 tensor, or F8_E4M3 with its `scale_inv`) to `f` exactly
+// as the loader would (same entry point, same source), refusing scales the loader would refuse.
 Result<quant::QuantizedWeight> quantize_tensor(const std::string& name, const TensorView& t,
-                                               WeightFormat f) {
+                                               WeightFormat f,
+                                               const std::optional<TensorView>& scale_inv) {
     const int64_t rows = t.shape()[0];
     const int64_t cols = t.shape()[1];
     quant::SourceMatrix src;
     std::vector<float> tmp;
+    if (t.dtype() == DType::kF8E4M3 && scale_inv) {
+        // Stored FP8 (DeepSeek-V3 layout): requantized from its dequantized values, as the
+        // loader requantizes it.
+        Result<quant::QuantizedWeight> fp8 =
+            quant::from_fp8_block(tensor_ref(t), tensor_ref(*scale_inv), /*scan_for_nan=*/true);
+        if (!fp8.ok()) {
+            return fp8.status().with_context(*t.file);
+        }
+        return quant::requantize(fp8->view(), f, name);
+    }
     if (t.dtype() == DType::kBF16) {
         src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
     } else if (t.dtype() == DType::kF16 || t.dtype() == DType::kF32) {
@@ -117,9 +128,10 @@ class QuantizedMatrices {
     explicit QuantizedMatrices(int ahead) : ahead_(ahead > 0 ? static_cast<size_t>(ahead) : 0) {}
     ~QuantizedMatrices() { running_.clear(); }  // Waits for the threads still quantizing.
 
-    void add(const std::string& name, const TensorView& t, WeightFormat f) {
+    void add(const std::string& name, const TensorView& t, WeightFormat f,
+             std::optional<TensorView> scale_inv = std::nullopt) {
         index_[name] = order_.size();
-        order_.push_back({name, t, f});
+        order_.push_back({name, t, f, scale_inv});
     }
 
     // The quantized `name` (add()ed before); the pointer lives until the next call.
@@ -148,7 +160,7 @@ class QuantizedMatrices {
             running_.erase(r);
         } else {
             const Matrix& m = order_[i];
-            q = quantize_tensor(m.name, m.t, m.f);
+            q = quantize_tensor(m.name, m.t, m.f, m.scale_inv);
         }
         if (!q.ok()) {
             return q.status();
@@ -166,16 +178,17 @@ class QuantizedMatrices {
         std::string name;
         TensorView t;
         WeightFormat f;
+        std::optional<TensorView> scale_inv;  // A stored FP8 matrix's block scales.
     };
 
     std::future<Result<quant::QuantizedWeight>> launch(size_t j) {
         const Matrix& m = order_[j];
         try {
             return std::async(std::launch::async,
-                              [&m] { return quantize_tensor(m.name, m.t, m.f); });
+                              [&m] { return quantize_tensor(m.name, m.t, m.f, m.scale_inv); });
         } catch (const std::system_error&) {  // No thread to be had: made when asked for.
             return std::async(std::launch::deferred,
-                              [&m] { return quantize_tensor(m.name, m.t, m.f); });
+                              [&m] { return quantize_tensor(m.name, m.t, m.f, m.scale_inv); });
         }
     }
 
@@ -220,21 +233,37 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     EDGE_RETURN_IF_ERROR(tokenizer::load_tokenizer_config(options.model_dir).status());
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(options.model_dir));
     EDGE_ASSIGN_OR_RETURN(StoredQuantization stored, parse_stored_quantization(config));
-    if (!stored.quant_method.empty()) {
+    // FP8 (DeepSeek-V3's and Kimi K2's releases) is read too: the policy's INT8 and INT4 classes
+    // are requantized from it, the rest stays FP8 as stored (quant::requantizes).
+    const bool fp8_input = stored.quant_method == "fp8";
+    if (!stored.quant_method.empty() && !fp8_input) {
         return invalid_argument_error(config.path() + ": the checkpoint is already quantized ('" +
-                                      stored.quant_method + "'); quantize reads BF16/F16/F32");
+                                      stored.quant_method +
+                                      "'); quantize reads BF16/F16/F32 checkpoints and FP8 ones "
+                                      "in the DeepSeek-V3 layout (quant_method fp8)");
     }
     // Mapped without reading it all in first: the input may be larger than this machine's
     // memory, and each tensor is read once, in order, as it is written out.
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                           Checkpoint::open_dir(options.model_dir, false));
-    // The format each linear layer's weight takes (kBF16: stays as stored).
+    // The format each linear layer's weight is written in: a float one the policy quantizes or
+    // an FP8 one it requantizes gets the policy's format; kBF16 stays as stored (float, or FP8
+    // with its scales: `stored_fp8`).
+    auto stored_fp8 = [&](const std::string& name, const TensorView& t) {
+        return fp8_input && t.dtype() == DType::kF8E4M3 && name.ends_with(".weight");
+    };
     auto format_of = [&](const std::string& name, const TensorView& t) {
         const auto cls = quant::tensor_class_for_name(name);
         const bool linear = cls.has_value() && name.ends_with(".weight") && t.shape().size() == 2;
-        return linear ? policy.format_for(*cls) : WeightFormat::kBF16;
+        const WeightFormat f = linear ? policy.format_for(*cls) : WeightFormat::kBF16;
+        if (stored_fp8(name, t)) {
+            return quant::requantizes(WeightFormat::kFP8E4M3Block128, f) ? f : WeightFormat::kBF16;
+        }
+        return t.dtype() == DType::kBF16 || t.dtype() == DType::kF16 || t.dtype() == DType::kF32
+                   ? f
+                   : WeightFormat::kBF16;
     };
-    // The formats this checkpoint ends up with (the policy's classes it has).
+    // The formats this run makes (the policy's classes the checkpoint has).
     std::set<WeightFormat> used;
     std::set<std::string> classes_present;
     for (const std::string& name : ckpt->names()) {
@@ -263,6 +292,7 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                                       options.model_dir + " (its matrices are in the classes: " +
                                       present + ")");
     }
+    // All FP8, made or kept: the DeepSeek-V3 layout; else compressed-tensors.
     const bool fp8_only = used.size() == 1 && *used.begin() == WeightFormat::kFP8E4M3Block128;
 
     // What to write, each tensor with a fill that makes its bytes when the writer gets to it.
@@ -274,10 +304,32 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
     std::map<WeightFormat, std::vector<std::string>> targets;  // Modules per format.
     std::vector<std::string> ignore;
     for (const std::string& name : ckpt->names()) {
+        if (fp8_input && name.ends_with(".weight_scale_inv")) {
+            continue;  // Written with its weight below.
+        }
         EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt->tensor(name));
         const bool linear = quant::tensor_class_for_name(name).has_value() &&
                             name.ends_with(".weight") && t.shape().size() == 2;
         const WeightFormat f = format_of(name, t);
+        std::optional<TensorView> scale_inv;
+        if (stored_fp8(name, t)) {
+            const std::string scale_name = name.substr(0, name.size() - 7) + ".weight_scale_inv";
+            EDGE_ASSIGN_OR_RETURN(scale_inv, ckpt->tensor(scale_name));
+        }
+        if (!is_quantized_format(f) && scale_inv) {
+            // FP8 kept as stored: its bytes, and its block scales under the output layout's name
+            // (compressed-tensors calls them weight_scale; the values are the same multipliers).
+            const std::string m = name.substr(0, name.size() - 7);
+            targets[WeightFormat::kFP8E4M3Block128].push_back(m);
+            out.push_back(
+                {name, t.dtype(), t.shape(), as_bytes(t.data, static_cast<size_t>(t.nbytes)), {}});
+            out.push_back({m + (fp8_only ? ".weight_scale_inv" : ".weight_scale"),
+                           scale_inv->dtype(),
+                           scale_inv->shape(),
+                           as_bytes(scale_inv->data, static_cast<size_t>(scale_inv->nbytes)),
+                           {}});
+            continue;
+        }
         if (!is_quantized_format(f)) {
             if (linear) {
                 ignore.push_back(name.substr(0, name.size() - 7));
@@ -305,7 +357,7 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                 return copy_quantized(*q, scales, bytes, dst);
             };
         };
-        matrices.add(name, t, f);
+        matrices.add(name, t, f, scale_inv);
         targets[f].push_back(m);
         ++matrices.stats().matrices;
         matrices.stats().largest_matrix_bytes =
@@ -360,13 +412,14 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         qc["weight_block_size"] = json::array{128, 128};
     } else {
         qc["quant_method"] = "compressed-tensors";
-        qc["format"] =
-            used.size() == 1
-                ? (*used.begin() == WeightFormat::kInt8Row
-                       ? "int-quantized"
-                       : (*used.begin() == WeightFormat::kFP8E4M3Block128 ? "float-quantized"
-                                                                          : "pack-quantized"))
-                : "mixed-precision";
+        // One format written (made, or FP8 kept as stored) names it; several are mixed.
+        const WeightFormat only = targets.begin()->first;
+        qc["format"] = targets.size() == 1
+                           ? (only == WeightFormat::kInt8Row
+                                  ? "int-quantized"
+                                  : (only == WeightFormat::kFP8E4M3Block128 ? "float-quantized"
+                                                                            : "pack-quantized"))
+                           : "mixed-precision";
         qc["quantization_status"] = "compressed";
         json::object groups;
         int gi = 0;

@@ -1,7 +1,9 @@
 #pragma once
 
-// `edgeserve quantize --model IN --policy P --out DIR`: reads a BF16/F16/F32 checkpoint, quantizes
-// each linear-layer matrix whose class the policy (engine/quant/policy.h) names, and writes
+// `edgeserve quantize --model IN --policy P --out DIR`: reads a BF16/F16/F32 checkpoint (or an
+// FP8 one in the DeepSeek-V3 layout, whose matrices the policy gives INT8 or INT4 are requantized
+// and the others kept as stored), quantizes each linear-layer matrix whose class the policy
+// (engine/quant/policy.h) names, and writes
 // DIR/model.safetensors (or shards and their index) and DIR/config.json with a
 // `quantization_config`, copying the other files of IN that describe tokenization and generation
 // (tokenizer.json, tokenizer_config.json, generation_config.json, special_tokens_map.json,
@@ -19,8 +21,9 @@
 // same policy on load.
 // The output is streamed: each matrix is quantized as the writer reaches it (the next few on
 // other threads meanwhile), so memory holds about one quantized matrix per thread
-// (QuantizeStats), never the whole output, and the input is mapped and read once in order. Weights larger than --shard-size (default 5 GB)
-// are split into model-0000i-of-0000n.safetensors shards with model.safetensors.index.json.
+// (QuantizeStats), never the whole output, and the input is mapped and read once in order.
+// Weights larger than --shard-size (default 5 GB) are split into
+// model-0000i-of-0000n.safetensors shards with model.safetensors.index.json.
 //
 // Threading: free functions; no shared state.
 
@@ -66,7 +69,7 @@ struct QuantizeOptions {
     QuantizeStats* stats = nullptr;  // Filled when set and the run succeeds.
     // Called after each tensor written, on the calling thread (the command prints a line from
     // it every 10 s: a large model takes hours).
-    std::function<void(const QuantizeProgress&)> progress;
+    std::function<void(const QuantizeProgress&)> progress = nullptr;
 
     static constexpr int64_t kDefaultShardBytes = 5'000'000'000;
 };

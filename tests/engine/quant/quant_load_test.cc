@@ -25,6 +25,8 @@
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
+#include "engine/model/weight_loader.h"
+#include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/quantized_weight.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/quant_eval.h"
@@ -301,6 +303,88 @@ TEST_CASE("quantize streams: one quantized matrix in memory at a time, and shard
 
     CHECK(quantize_checkpoint({kMicro, "experts-int4", sharded.path + "/z", false, 0}).code() ==
           StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("FP8 checkpoints: the policy's INT8 and INT4 classes are requantized, on load and by "
+          "quantize, the rest stays FP8 as stored") {
+    // An FP8 checkpoint in the DeepSeek-V3 layout, as DeepSeek-V3 and Kimi K2 are released.
+    TempDir f8("fp8_in");
+    REQUIRE(quantize_checkpoint({kMicro, "all-fp8", f8.path}).ok());
+    REQUIRE(read_text(f8.path + "/config.json").find("\"quant_method\":\"fp8\"") !=
+            std::string::npos);
+    int64_t fp8_bytes = 0, on_load_bytes = 0, written_bytes = 0;
+    auto as_stored = logits_of(f8.path, "none", &fp8_bytes);
+    auto on_load = logits_of(f8.path, "experts-int4", &on_load_bytes);
+    REQUIRE_MESSAGE(as_stored.ok(), as_stored.status().to_string());
+    REQUIRE_MESSAGE(on_load.ok(), on_load.status().to_string());
+    CHECK(on_load_bytes < fp8_bytes);  // Experts at 4 bits instead of 8.
+    CHECK(*on_load != *as_stored);
+
+    TempDir out("fp8_to_int4");
+    Status st = quantize_checkpoint({f8.path, "experts-int4", out.path});
+    REQUIRE_MESSAGE(st.ok(), st.to_string());
+    auto written = logits_of(out.path, "none", &written_bytes);
+    REQUIRE_MESSAGE(written.ok(), written.status().to_string());
+    CHECK(*written == *on_load);  // Bit-identical, as for a BF16 input.
+    CHECK(written_bytes < fp8_bytes);
+    const std::string cfg = read_text(out.path + "/config.json");
+    CHECK(cfg.find("\"quant_method\":\"compressed-tensors\"") != std::string::npos);
+    CHECK(cfg.find("\"format\":\"mixed-precision\"") != std::string::npos);
+
+    // The FP8 matrices the policy leaves alone are the input's bytes, their weight_scale_inv
+    // renamed weight_scale; the experts are INT4 made from the FP8 values.
+    const auto in = tensor_bytes_of(f8.path);
+    const auto got = tensor_bytes_of(out.path);
+    const std::string attn = "model.layers.0.self_attn.q_proj";
+    REQUIRE(got.count(attn + ".weight"));
+    CHECK(got.at(attn + ".weight") == in.at(attn + ".weight"));
+    CHECK(got.at(attn + ".weight_scale") == in.at(attn + ".weight_scale_inv"));
+    CHECK_FALSE(got.count(attn + ".weight_scale_inv"));
+    const std::string expert = "model.layers.1.mlp.experts.3.down_proj";
+    CHECK_FALSE(got.count(expert + ".weight"));
+    REQUIRE(got.count(expert + ".weight_packed"));
+    {
+        auto ckpt = Checkpoint::open_dir(f8.path);
+        REQUIRE(ckpt.ok());
+        auto w = (*ckpt)->tensor(expert + ".weight");
+        auto s = (*ckpt)->tensor(expert + ".weight_scale_inv");
+        REQUIRE(w.ok());
+        REQUIRE(s.ok());
+        auto fp8 = quant::from_fp8_block(tensor_ref(*w), tensor_ref(*s), true);
+        REQUIRE(fp8.ok());
+        const Weight& v = fp8->view();
+        std::vector<float> rows(static_cast<size_t>(v.rows * v.cols));
+        for (int64_t r = 0; r < v.rows; ++r) {
+            quant::dequantize_row(v, r, rows.data() + r * v.cols);
+        }
+        auto want = quant::quantize(quant::SourceMatrix::f32(rows.data(), v.rows, v.cols),
+                                    WeightFormat::kInt4G32);
+        REQUIRE(want.ok());
+        const std::string& packed = got.at(expert + ".weight_packed");
+        REQUIRE(static_cast<int64_t>(packed.size()) ==
+                quant::weight_data_bytes(WeightFormat::kInt4G32, v.rows, v.cols));
+        CHECK(std::memcmp(packed.data(), want->view().data, packed.size()) == 0);
+    }
+
+    // INT8 everywhere from FP8 loads too; FP8 to FP8 is no requantization (nothing to do).
+    TempDir int8("fp8_to_int8");
+    REQUIRE(quantize_checkpoint({f8.path, "all-int8", int8.path}).ok());
+    auto all8 = logits_of(int8.path, "none");
+    auto all8_on_load = logits_of(f8.path, "all-int8");
+    REQUIRE(all8.ok());
+    REQUIRE(all8_on_load.ok());
+    CHECK(*all8 == *all8_on_load);
+    CHECK_FALSE(quant::requantizes(WeightFormat::kFP8E4M3Block128,
+                                   WeightFormat::kFP8E4M3Block128));
+    CHECK_FALSE(quant::requantizes(WeightFormat::kInt8Row, WeightFormat::kInt4G32));
+    CHECK(quant::requantizes(WeightFormat::kFP8E4M3Block128, WeightFormat::kInt4G128));
+
+    // A compressed-tensors input is still refused, saying what is read.
+    TempDir again("ct_again");
+    Status ct = quantize_checkpoint({out.path, "all-int8", again.path});
+    CHECK(ct.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(ct, "('compressed-tensors')"));
+    CHECK(contains(ct, "FP8 ones in the DeepSeek-V3 layout"));
 }
 
 TEST_CASE("quantize: a matrix refused as the writer reaches it leaves no shard, no index and no "
