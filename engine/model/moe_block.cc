@@ -1,11 +1,17 @@
 #include "engine/model/moe_block.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <string>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
+#include <vector>
 
 #include "common/check.h"
 #include "engine/cpu/ops.h"
+#include "engine/model/loader.h"
 #include "engine/model/weight_loader.h"
 #include "engine/shard/placement_planner.h"
 
@@ -622,6 +628,50 @@ Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend, const 
     EDGE_ASSIGN_OR_RETURN(m.down,
                           weights.matrix_for(backend, prefix + "down_proj.weight", hidden, inter));
     return m;
+}
+
+int load_threads(const LoadOptions& options) {
+    return options.threads > 0
+               ? options.threads
+               : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+Result<std::vector<SwiGlu>> load_experts(WeightLoader& weights, const Backend& backend,
+                                         const std::string& prefix, int64_t count, int64_t hidden,
+                                         int64_t inter, int threads) {
+    std::vector<SwiGlu> experts(static_cast<size_t>(count));
+    std::vector<Status> failed(static_cast<size_t>(count));
+    std::atomic<int64_t> next{0};
+    auto work = [&] {
+        for (int64_t e = next.fetch_add(1); e < count; e = next.fetch_add(1)) {
+            Result<SwiGlu> m = load_swiglu(weights, backend, prefix + std::to_string(e) + ".",
+                                           hidden, inter);
+            if (m.ok()) {
+                experts[static_cast<size_t>(e)] = *m;
+            } else {
+                failed[static_cast<size_t>(e)] = m.status();
+            }
+        }
+    };
+    std::vector<std::thread> helpers;
+    const int64_t extra = std::min<int64_t>(std::max(threads, 1), count) - 1;
+    for (int64_t i = 0; i < extra; ++i) {
+        try {
+            helpers.emplace_back(work);
+        } catch (const std::system_error&) {
+            break;  // No more threads to be had: the ones running (and this one) do the rest.
+        }
+    }
+    work();
+    for (std::thread& t : helpers) {
+        t.join();
+    }
+    for (const Status& st : failed) {
+        if (!st.ok()) {
+            return st;
+        }
+    }
+    return experts;
 }
 
 void swiglu_rows(Backend& backend, const SwiGlu& m, const float* in, int64_t rows, float* out,

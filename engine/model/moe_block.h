@@ -50,6 +50,7 @@
 namespace edge::engine {
 
 class WeightLoader;
+struct LoadOptions;
 
 // One SwiGLU feed-forward: down(silu(gate x) * up x).
 struct SwiGlu {
@@ -62,6 +63,17 @@ struct SwiGlu {
 // weights.matrix_for(backend, ...).
 Result<SwiGlu> load_swiglu(WeightLoader& weights, const Backend& backend, const std::string& prefix,
                            int64_t hidden, int64_t inter);
+
+// The `count` routed experts `prefix`0. .. `prefix`(count-1). (load_swiglu each), loaded on up
+// to `threads` threads at once: quantizing on load, requantizing FP8 and tiling take most of a
+// quantized model's load, one expert at a time. The first failing expert's error (by index), as
+// one thread would have met it.
+Result<std::vector<SwiGlu>> load_experts(WeightLoader& weights, const Backend& backend,
+                                         const std::string& prefix, int64_t count, int64_t hidden,
+                                         int64_t inter, int threads);
+
+// Threads to load with: LoadOptions::threads, or one per core for 0.
+int load_threads(const LoadOptions& options);
 
 // Scratch of swiglu_rows, kept by its caller between calls (it grows to the largest call).
 struct SwiGluScratch {

@@ -346,6 +346,7 @@ Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
         }
         w = std::move(tiled);  // Frees the row-major copy, if any.
     }
+    std::lock_guard<std::mutex> lock(mu_);
     owned_.push_back(std::move(w));
     return owned_.back().view();
 }
@@ -368,6 +369,7 @@ void WeightLoader::kept_as_stored(const std::string& weight_name, std::string_vi
         return;
     }
     const size_t c = static_cast<size_t>(*cls);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!policy_skipped_[c]) {
         policy_skipped_[c] = true;
         log::warn("quantization_policy_not_applied",

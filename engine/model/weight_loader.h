@@ -17,14 +17,18 @@
 // an error naming config.json and the field. Quantized tensors in a checkpoint whose config does
 // not declare the method are an error too.
 //
-// Threading: not thread-safe while loading (one loading thread); the Weights it hands out are
-// immutable and readable from any thread. Lifetime: the Checkpoint and the WeightLoader must both
+// Threading: matrix() and matrix_for() may be called from several threads at once (the routed
+// experts load in parallel: load_experts in moe_block.h); the other calls (use_row_tiles,
+// float_matrix, resident_bytes) from one thread while no matrix() runs. The Weights it hands out
+// are immutable and readable from any thread. Lifetime: the Checkpoint and the WeightLoader must both
 // outlive every Weight handed out.
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <string>
@@ -124,10 +128,11 @@ class WeightLoader {
     StoredQuantization stored_;
     quant::QuantPolicy policy_;
     quant::WeightArena arena_;                  // The row tiles' bytes; outlives owned_.
+    std::mutex mu_;                             // Guards owned_ and policy_skipped_.
     std::deque<quant::QuantizedWeight> owned_;  // Stable addresses for the views handed out.
     std::deque<std::vector<float>> float_copies_;  // float_matrix() of quantized tensors.
-    int64_t replaced_bytes_ = 0;                // Full-precision bytes no longer read.
-    int64_t added_bytes_ = 0;                   // Bytes of quantized copies made on load.
+    std::atomic<int64_t> replaced_bytes_{0};    // Full-precision bytes no longer read.
+    std::atomic<int64_t> added_bytes_{0};       // Bytes of quantized copies made on load.
     bool row_tiles_ = false;                    // use_row_tiles().
     bool policy_skipped_[quant::kTensorClassCount] = {};  // kept_as_stored() warned.
 };

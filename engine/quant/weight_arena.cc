@@ -50,6 +50,7 @@ uint8_t* WeightArena::map_chunk(size_t size) {
 
 uint8_t* WeightArena::allocate(size_t n) {
     n = round_up(n == 0 ? 1 : n, 64);
+    std::lock_guard<std::mutex> lock(mu_);
     if (n > chunk_bytes_) {
         return map_chunk(round_up(n, kHuge));  // Alone; the current chunk stays current.
     }

@@ -7,10 +7,12 @@
 // with the tiles malloc'd (half of it in page faults and the fill), 1.3 s from an arena
 // (`edgeserve generate --model DIR --max-tokens 1`, this machine's 2 cores); single-stream decode
 // in bench_decode_quant moved within its noise. Memory is given back only when the arena is
-// destroyed; untouched pages of a chunk's tail never become resident. Not thread-safe.
+// destroyed; untouched pages of a chunk's tail never become resident. Thread-safe (the loader
+// fills experts' tiles on several threads).
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 namespace edge::engine::quant {
@@ -27,15 +29,19 @@ class WeightArena {
     // Aborts when the system has no memory for a new chunk, as a failed malloc of weights does.
     uint8_t* allocate(size_t n);
     // Bytes of address space in chunks (resident only where written).
-    size_t reserved_bytes() const { return reserved_; }
+    size_t reserved_bytes() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return reserved_;
+    }
 
   private:
-    uint8_t* map_chunk(size_t size);  // `size` a multiple of 2 MiB.
+    uint8_t* map_chunk(size_t size);  // `size` a multiple of 2 MiB; mu_ held.
 
     struct Chunk {
         void* base;
         size_t size;
     };
+    std::mutex mu_;  // Guards what follows.
     std::vector<Chunk> chunks_;
     size_t chunk_bytes_;
     uint8_t* next_ = nullptr;

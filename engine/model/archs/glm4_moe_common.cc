@@ -177,12 +177,10 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
         }
         // In-process ranks share memory: every expert is mapped once and the placement only
         // decides which rank computes it.
-        std::vector<SwiGlu> experts(static_cast<size_t>(E));
-        for (int64_t e = 0; e < E; ++e) {
-            EDGE_ASSIGN_OR_RETURN(
-                experts[e],
-                swiglu(p + "mlp.experts." + std::to_string(e) + ".", c_.moe_intermediate_size));
-        }
+        EDGE_ASSIGN_OR_RETURN(
+            std::vector<SwiGlu> experts,
+            load_experts(*weights_, *backend_, p + "mlp.experts.", E, c_.hidden_size,
+                         c_.moe_intermediate_size, load_threads(options)));
         moe_->set_layer(static_cast<int32_t>(l), router,
                         make_sigmoid_group_router(rc, std::move(correction_bias)),
                         std::move(experts));

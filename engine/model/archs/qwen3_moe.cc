@@ -139,12 +139,10 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
             // decides which rank computes it.
             EDGE_ASSIGN_OR_RETURN(Weight router,
                                   weight(p + "mlp.gate.weight", c_.num_experts, c_.hidden_size));
-            std::vector<SwiGlu> experts(static_cast<size_t>(c_.num_experts));
-            for (int64_t e = 0; e < c_.num_experts; ++e) {
-                EDGE_ASSIGN_OR_RETURN(experts[e],
-                                      mlp(p + "mlp.experts." + std::to_string(e) + ".",
-                                          c_.moe_intermediate_size));
-            }
+            EDGE_ASSIGN_OR_RETURN(
+                std::vector<SwiGlu> experts,
+                load_experts(*weights_, *backend_, p + "mlp.experts.", c_.num_experts,
+                             c_.hidden_size, c_.moe_intermediate_size, load_threads(options)));
             moe_->set_layer(static_cast<int32_t>(l), router,
                             make_softmax_router(moe_shape.experts, moe_shape.top_k,
                                                 c_.norm_topk_prob),

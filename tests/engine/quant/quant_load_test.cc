@@ -387,6 +387,48 @@ TEST_CASE("FP8 checkpoints: the policy's INT8 and INT4 classes are requantized, 
     CHECK(contains(ct, "FP8 ones in the DeepSeek-V3 layout"));
 }
 
+TEST_CASE("routed experts load on several threads: the same weights, and the first failing "
+          "expert's error, as on one thread") {
+    auto load = [](const std::string& dir, const std::string& policy, int threads)
+        -> Result<std::vector<float>> {
+        LoadOptions o;
+        o.threads = threads;
+        o.max_slots = 1;
+        o.max_context = 64;
+        o.quantization = policy;
+        EDGE_ASSIGN_OR_RETURN(auto model, load_model(dir, o));
+        EDGE_ASSIGN_OR_RETURN(int32_t slot, model->acquire_slot());
+        SequenceChunk ch{slot, 0, kPrompt, true};
+        std::vector<float> logits;
+        EDGE_RETURN_IF_ERROR(model->forward({&ch, 1}, &logits));
+        return logits;
+    };
+    for (const std::string policy : {"none", "experts-int4", "all-int8"}) {
+        CAPTURE(policy);
+        auto one = load(kMicro, policy, 1);
+        auto four = load(kMicro, policy, 4);
+        REQUIRE_MESSAGE(one.ok(), one.status().to_string());
+        REQUIRE_MESSAGE(four.ok(), four.status().to_string());
+        CHECK(*one == *four);
+    }
+    TempDir in("experts_broken");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+        fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+    }
+    rewrite(in.path, [](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+        std::erase_if(ts, [](const TensorToWrite& t) {
+            return t.name == "model.layers.1.mlp.experts.2.up_proj.weight" ||
+                   t.name == "model.layers.1.mlp.experts.6.gate_proj.weight";
+        });
+    });
+    for (const int threads : {1, 4}) {
+        CAPTURE(threads);
+        auto broken = load(in.path, "experts-int4", threads);
+        REQUIRE_FALSE(broken.ok());
+        CHECK(contains(broken.status(), "model.layers.1.mlp.experts.2.up_proj.weight"));
+    }
+}
+
 TEST_CASE("quantize: a matrix refused as the writer reaches it leaves no shard, no index and no "
           "directory the run made") {
     TempDir in("late_nan");
