@@ -235,6 +235,34 @@ bool StoredQuantization::ignores(const std::string& module) const {
            });
 }
 
+Result<quant::QuantizedWeight> quantize_stored(const TensorView& t, const TensorView* scale_inv,
+                                               WeightFormat target, const std::string& name) {
+    const int64_t rows = t.shape().size() == 2 ? t.shape()[0] : 0;
+    const int64_t cols = t.shape().size() == 2 ? t.shape()[1] : 0;
+    if (t.dtype() == DType::kF8E4M3 && scale_inv != nullptr) {
+        Result<quant::QuantizedWeight> fp8 =
+            quant::from_fp8_block(tensor_ref(t), tensor_ref(*scale_inv), /*scan_for_nan=*/true);
+        if (!fp8.ok()) {
+            return fp8.status().with_context(*t.file);
+        }
+        return quant::requantize(fp8->view(), target, name);
+    }
+    if (t.dtype() == DType::kBF16) {
+        return quant::quantize(
+            quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols), target,
+            name);
+    }
+    if (t.dtype() != DType::kF16 && t.dtype() != DType::kF32) {
+        return invalid_argument_error(*t.file + ": tensor '" + name + "' is " +
+                                      std::string(dtype_name(t.dtype())) +
+                                      "; only BF16/F16/F32 (or FP8 with its scales) quantize");
+    }
+    std::vector<float> widened(static_cast<size_t>(rows * cols));
+    embedding_row(Weight{float_format_of(t.dtype()), 1, rows * cols, t.data, nullptr}, 0,
+                  widened.data());
+    return quant::quantize(quant::SourceMatrix::f32(widened.data(), rows, cols), target, name);
+}
+
 quant::TensorRef tensor_ref(const TensorView& t) {
     quant::TensorRef r;
     r.name = t.info->name;
@@ -580,17 +608,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
     const std::optional<quant::TensorClass> cls = quant::tensor_class_for_name(weight_name);
     const WeightFormat target = cls ? policy_.format_for(*cls) : WeightFormat::kBF16;
     if (is_quantized_format(target)) {
-        quant::SourceMatrix src;
-        std::vector<float> tmp;
-        if (t.dtype() == DType::kBF16) {
-            src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
-        } else {
-            tmp.resize(static_cast<size_t>(rows * cols));
-            embedding_row(Weight{float_format_of(t.dtype()), 1, rows * cols, t.data, nullptr}, 0,
-                          tmp.data());
-            src = quant::SourceMatrix::f32(tmp.data(), rows, cols);
-        }
-        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w, quant::quantize(src, target, weight_name));
+        EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w,
+                              quantize_stored(t, nullptr, target, weight_name));
         replaced_bytes_ += t.nbytes;
         added_bytes_ += w.size_bytes();
         release_mapped_pages(t.data, t.nbytes);  // The quantized copy is what is read from now.

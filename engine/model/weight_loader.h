@@ -69,6 +69,13 @@ struct StoredQuantization {
 // `t` as the quant/ format checks take a tensor (viewed, not copied).
 quant::TensorRef tensor_ref(const TensorView& t);
 
+// Stored matrix `t` quantized to `target` as the loader quantizes it on load: BF16/F16/F32
+// through quant::quantize(), FP8 (`scale_inv` its block scales) through quant::requantize().
+// `edgeserve quantize` calls it too, so a written checkpoint holds the bytes the same policy
+// makes on load. Errors name the file and tensor.
+Result<quant::QuantizedWeight> quantize_stored(const TensorView& t, const TensorView* scale_inv,
+                                               WeightFormat target, const std::string& name);
+
 // Parses and checks `quantization_config` of config.json (see the header comment).
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config);
 

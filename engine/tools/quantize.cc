@@ -69,39 +69,13 @@ namespace fs = std::filesystem;
 
 std::string_view as_bytes(const void* p, size_t n) { return {static_cast<const char*>(p), n}; }
 
-// Quantizes `name` (a 2-D BF16/F16/F32 tensor, or F8_E4M3 with its `scale_inv`) to `f` exactly
-// as the loader would (same entry point, same source), refusing scales the loader would refuse.
+// Quantizes `name` (a 2-D BF16/F16/F32 tensor, or F8_E4M3 with its `scale_inv`) to `f` as the
+// loader does (quantize_stored), refusing scales the loader would refuse.
 Result<quant::QuantizedWeight> quantize_tensor(const std::string& name, const TensorView& t,
                                                WeightFormat f,
                                                const std::optional<TensorView>& scale_inv) {
-    const int64_t rows = t.shape()[0];
-    const int64_t cols = t.shape()[1];
-    quant::SourceMatrix src;
-    std::vector<float> tmp;
-    if (t.dtype() == DType::kF8E4M3 && scale_inv) {
-        // Stored FP8 (DeepSeek-V3 layout): requantized from its dequantized values, as the
-        // loader requantizes it.
-        Result<quant::QuantizedWeight> fp8 =
-            quant::from_fp8_block(tensor_ref(t), tensor_ref(*scale_inv), /*scan_for_nan=*/true);
-        if (!fp8.ok()) {
-            return fp8.status().with_context(*t.file);
-        }
-        return quant::requantize(fp8->view(), f, name);
-    }
-    if (t.dtype() == DType::kBF16) {
-        src = quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols);
-    } else if (t.dtype() == DType::kF16 || t.dtype() == DType::kF32) {
-        tmp.resize(static_cast<size_t>(rows * cols));
-        embedding_row(Weight{t.dtype() == DType::kF16 ? WeightFormat::kF16 : WeightFormat::kF32, 1,
-                             rows * cols, t.data, nullptr},
-                      0, tmp.data());
-        src = quant::SourceMatrix::f32(tmp.data(), rows, cols);
-    } else {
-        return invalid_argument_error(*t.file + ": tensor '" + name + "' is " +
-                                      std::string(dtype_name(t.dtype())) +
-                                      "; quantize reads BF16/F16/F32");
-    }
-    EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q, quant::quantize(src, f, name));
+    EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight q,
+                          quantize_stored(t, scale_inv ? &*scale_inv : nullptr, f, name));
     const auto scales = q.scales();
     for (size_t i = 0; i < scales.size(); ++i) {
         if (!quant::scale_in_range(scales[i])) {
