@@ -314,8 +314,12 @@ Result<CheckpointDirLock> prepare_checkpoint_dir(const std::string& out_dir,
     }
     // Before anything in it is listed or removed: the other writer's files are its own.
     EDGE_ASSIGN_OR_RETURN(CheckpointDirLock lock, CheckpointDirLock::acquire(out_dir));
-    const auto is_checkpoint_file = [](const std::string& name) {
-        return name == "model.safetensors.index.json" || is_shard_file_name(name) ||
+    // The weights of a sharded checkpoint: its index and shards (kCheckpointFiles names the rest).
+    const auto is_shard_or_index = [](const std::string& name) {
+        return name == "model.safetensors.index.json" || is_shard_file_name(name);
+    };
+    const auto is_checkpoint_file = [&](const std::string& name) {
+        return is_shard_or_index(name) ||
                std::find_if(std::begin(kCheckpointFiles), std::end(kCheckpointFiles),
                             [&](const char* f) { return name == f; }) !=
                    std::end(kCheckpointFiles);
@@ -331,7 +335,7 @@ Result<CheckpointDirLock> prepare_checkpoint_dir(const std::string& out_dir,
                                           "pass --force to replace it, or choose another " +
                                           "directory");
         }
-        if (name == "model.safetensors.index.json" || is_shard_file_name(name)) {
+        if (is_shard_or_index(name)) {
             replaced.push_back(e.path());
         }
         // An interrupted write's leftovers: ours by name.

@@ -20,8 +20,8 @@
 // Threading: matrix() and matrix_for() may be called from several threads at once (the routed
 // experts load in parallel: load_experts in moe_block.h); the other calls (use_row_tiles,
 // float_matrix, resident_bytes) from one thread while no matrix() runs. The Weights it hands out
-// are immutable and readable from any thread. Lifetime: the Checkpoint and the WeightLoader must both
-// outlive every Weight handed out.
+// are immutable and readable from any thread. Lifetime: the Checkpoint and the WeightLoader must
+// both outlive every Weight handed out.
 
 #include <atomic>
 #include <cstdint>

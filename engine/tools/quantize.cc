@@ -142,7 +142,6 @@ class QuantizedMatrices {
         held_ = std::move(q).value();
         held_index_ = i;
         ++stats_.quantizations;
-        stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, held_->size_bytes());
         return &*held_;
     }
     QuantizeStats& stats() { return stats_; }

@@ -42,8 +42,9 @@ struct QuantizeStats {
     int64_t matrices = 0;              // Matrices quantized.
     int64_t quantizations = 0;         // Times one was quantized (a matrix may be made twice).
     int64_t largest_matrix_bytes = 0;  // Data plus scales of the largest quantized matrix.
-    int64_t peak_held_bytes = 0;       // The largest quantized matrix handed to the writer.
-    int64_t max_matrices_held = 0;     // The most quantized (or being quantized) at once.
+    // The most matrices quantized (or being quantized) and held at once: the run's quantized
+    // bytes in memory stay under max_matrices_held x largest_matrix_bytes.
+    int64_t max_matrices_held = 0;
     int64_t bytes_written = 0;         // Tensor bytes in the output (headers aside).
     std::vector<std::string> files;    // Weight files written, the index last when sharded.
 };

@@ -18,6 +18,7 @@
 #include <memory>
 #include <tuple>
 #include <sstream>
+#include <thread>
 
 #include <boost/json.hpp>
 
@@ -216,12 +217,14 @@ TEST_CASE("quantize streams: one quantized matrix in memory at a time, and shard
         CHECK(reports[i].bytes_done > (i == 0 ? 0 : reports[i - 1].bytes_done));
     }
     CHECK(reports.back().bytes_done == whole.bytes_written);
-    // Never more than one matrix's quantized bytes at once, against the whole output held
-    // before streaming.
+    // About one matrix per thread in memory at once (the default: one thread per core),
+    // against the whole output held before streaming.
     CHECK(whole.matrices == 48);  // 2 layers x 8 experts x 3 projections.
-    CHECK(whole.peak_held_bytes > 0);
-    CHECK(whole.peak_held_bytes <= whole.largest_matrix_bytes);
-    CHECK(whole.peak_held_bytes * 50 < whole.bytes_written);
+    const int64_t cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    CHECK(whole.max_matrices_held >= 1);
+    CHECK(whole.max_matrices_held <= cores);
+    CHECK(whole.largest_matrix_bytes > 0);
+    CHECK(whole.largest_matrix_bytes * 40 < whole.bytes_written);
     CHECK(whole.quantizations >= whole.matrices);
     CHECK(whole.quantizations <= 2 * whole.matrices);
 
@@ -240,7 +243,6 @@ TEST_CASE("quantize streams: one quantized matrix in memory at a time, and shard
         if (threads == 4) {
             CHECK(st.max_matrices_held == 4);  // Three ahead of the one being written.
         }
-        CHECK(st.peak_held_bytes <= st.largest_matrix_bytes);
     }
 
     // Shards of at most a third of the weights: at least three, named and indexed as
