@@ -251,6 +251,18 @@ private:
     // only when the new deadline is well before the one it waits for; when it wakes early it
     // waits again for the current deadline.
     void set_deadline(Clock::duration timeout) {
+        soft_timeout_ = false;
+        arm_deadline(timeout);
+    }
+    // The same for reading a request, where a timeout cancels the read instead of closing: the
+    // session then answers 408 to a request that had begun, or closes an idle connection with
+    // close_notify, within a last second (nginx and Envoy answer 408 as well; a client that sees
+    // a bare TCP close mid-request cannot tell a timeout from a crash).
+    void set_read_deadline(Clock::duration timeout) {
+        soft_timeout_ = true;
+        arm_deadline(timeout);
+    }
+    void arm_deadline(Clock::duration timeout) {
         deadline_ = Clock::now() + timeout;
         if (!watchdog_armed_ || deadline_ + timeout / 8 < watchdog_at_) {
             arm_watchdog();
@@ -272,6 +284,12 @@ private:
             }
             if (Clock::now() >= self->deadline_) {
                 self->timed_out_ = true;
+                if (self->soft_timeout_) {
+                    boost::system::error_code ignored;
+                    self->stream_.socket().cancel(ignored);
+                    self->set_deadline(std::chrono::seconds(1));
+                    return;
+                }
                 self->close_socket();
                 return;
             }
@@ -296,6 +314,7 @@ private:
     uint64_t watchdog_generation_ = 0;
     bool watchdog_armed_ = false;
     bool timed_out_ = false;
+    bool soft_timeout_ = false;  // The deadline is a request read's (set_read_deadline).
     std::deque<Piece> pending_;
     std::vector<ResponseNote> notes_;       // The current request's (ResponseRecord::notes).
     std::shared_ptr<ChannelImpl> channel_;  // The current request's.
@@ -684,9 +703,9 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         // A fresh connection's first request is due within header_timeout, as nginx's
         // client_header_timeout: a client that handshakes and sends nothing holds a connection
         // (and its TLS state) that long, not a keep-alive idle period.
-        set_deadline(seq_ == 0 ? std::min<Clock::duration>(limits.header_timeout,
-                                                           limits.idle_timeout)
-                               : limits.idle_timeout);
+        set_read_deadline(seq_ == 0 ? std::min<Clock::duration>(limits.header_timeout,
+                                                                limits.idle_timeout)
+                                    : limits.idle_timeout);
         first_request_waited = seq_ == 0;
         if (seq_ != 0) {
             // Right after a response the client has rarely sent its next request yet: let the
@@ -698,7 +717,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         auto first = buffer_.prepare(4096);
         auto [ec, n] = co_await stream_.read_some(first);
         if (ec) {
-            co_return false;
+            co_return false;  // Idle past the timeout (run() sends close_notify), or gone.
         }
         buffer_.commit(n);
     }
@@ -715,7 +734,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     // Usually the whole header is already in the buffer (a keep-alive client sends a request in
     // one segment): it is parsed without any further read.
     if (!first_request_waited) {
-        set_deadline(limits.header_timeout);
+        set_read_deadline(limits.header_timeout);
     }
     boost::system::error_code ec = co_await parse_request(parser, true);
     // What the parser has not consumed: the start of a head it refused.
@@ -754,8 +773,13 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_await reject(400, "malformed HTTP request", 11);
         co_return false;
     }
+    if (ec && timed_out_) {
+        co_await reject(408, "request timeout: the request header was not complete within "
+                             "header_timeout", 11);
+        co_return false;
+    }
     if (ec) {
-        co_return false;  // Timeout, reset or end of stream: nothing to answer.
+        co_return false;  // Reset or end of stream: nothing to answer.
     }
     auto& head = parser.get();
     if (head.version() != 10 && head.version() != 11) {
@@ -790,7 +814,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
                 co_return false;
             }
         }
-        set_deadline(limits.body_timeout);
+        set_read_deadline(limits.body_timeout);
         boost::system::error_code bec = co_await parse_request(parser, false);
         if (bec == http::error::header_limit) {
             co_await reject(400, "chunk size line or trailer section too long", head.version());
@@ -804,10 +828,16 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             co_await reject(400, "malformed HTTP request body", head.version());
             co_return false;
         }
+        if (bec && timed_out_) {
+            co_await reject(408, "request timeout: the request body was not complete within "
+                                 "body_timeout", head.version());
+            co_return false;
+        }
         if (bec) {
             co_return false;
         }
     }
+    soft_timeout_ = false;  // What follows (the answer) is cut at its deadline.
     co_return true;
 }
 

@@ -303,6 +303,7 @@ TEST_CASE("PROXY headers from untrusted peers are refused") {
 TEST_CASE("bad input: malformed request line, oversized header and body, stalled client") {
     HttpLimits limits;
     limits.header_timeout = std::chrono::milliseconds(200);
+    limits.body_timeout = std::chrono::milliseconds(200);
     limits.max_header_bytes = 2048;
     limits.max_body_bytes = 1024;
     Fixture f(limits);
@@ -389,8 +390,29 @@ TEST_CASE("bad input: malformed request line, oversized header and body, stalled
         CHECK(get_body(**c, "/x") == "remote=127.0.0.1 sni=localhost body=0");
         REQUIRE((*c)->send("GET /x HTTP/1.1\r\nHost: loc").ok());  // ...and stalls.
         auto started = std::chrono::steady_clock::now();
+        // 408 and a clean close (nginx's client_header_timeout, RFC 9110 section 15.5.9).
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+        CHECK(r->headers["connection"] == "close");
+        CHECK(r->body.find("header_timeout") != std::string::npos);
         CHECK((*c)->wait_closed());
+        CHECK((*c)->got_close_notify());
         CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
+    }
+    {
+        // Half of a body, then nothing: 408 at the body timeout.
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" +
+                           std::string(50, 'b'))
+                    .ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+        CHECK(r->body.find("body_timeout") != std::string::npos);
+        CHECK((*c)->wait_closed());
+        CHECK((*c)->got_close_notify());
     }
     {
         auto c = f.connect();
@@ -518,6 +540,8 @@ TEST_CASE("idle keep-alive connections close after the idle timeout") {
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
     auto started = std::chrono::steady_clock::now();
     CHECK((*c)->wait_closed());
+    CHECK((*c)->got_close_notify());
+    CHECK_FALSE((*c)->read_response().ok());  // No 408 between requests: a clean close only.
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(4));
 }
 
@@ -529,6 +553,7 @@ TEST_CASE("a connection that handshakes and sends nothing closes at the header t
     REQUIRE(c.ok());
     auto started = std::chrono::steady_clock::now();
     CHECK((*c)->wait_closed());
+    CHECK((*c)->got_close_notify());
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
 }
 
