@@ -214,6 +214,16 @@ std::function<Status(const YAML::Node&, const std::string&)> ms_field(
     };
 }
 
+// Like ms_field but 0 is allowed (meaning "off" or "the preset's").
+std::function<Status(const YAML::Node&, const std::string&)> ms0_field(
+    const Reader& r, std::chrono::milliseconds& field) {
+    return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
+        EDGE_ASSIGN_OR_RETURN(int64_t v, r.integer(n, k, 0, 86'400'000));
+        field = std::chrono::milliseconds(v);
+        return ok_status();
+    };
+}
+
 // A listen or bind address: an IP literal, parsed as the listeners parse it (no host names).
 std::function<Status(const YAML::Node&, const std::string&)> ip_field(const Reader& r,
                                                                       std::string& field) {
@@ -290,6 +300,7 @@ Status parse_listeners(const Reader& r, const YAML::Node& node, const std::strin
                   {{"address", ip_field(r, c.listener.address)},
                    {"port", int_field(r, c.listener.port, 0, 65535)},
                    {"io_threads", int_field(r, c.listener.io_threads, 1, 256)},
+                   {"certificate_watch_ms", ms0_field(r, c.listener.certificate_watch)},
                    {"certificates", [&](const YAML::Node& cn, const std::string& ck) {
                         return parse_certificates(r, cn, ck, c.listener.certificates);
                     }}}));
@@ -583,16 +594,6 @@ std::function<Status(const YAML::Node&, const std::string&)> duration_field(cons
         std::chrono::milliseconds ms{0};
         EDGE_RETURN_IF_ERROR(r.milliseconds(n, k, ms));
         field = ms;
-        return ok_status();
-    };
-}
-
-// Like ms_field but 0 is allowed (meaning "off" or "the preset's").
-std::function<Status(const YAML::Node&, const std::string&)> ms0_field(
-    const Reader& r, std::chrono::milliseconds& field) {
-    return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
-        EDGE_ASSIGN_OR_RETURN(int64_t v, r.integer(n, k, 0, 86'400'000));
-        field = std::chrono::milliseconds(v);
         return ok_status();
     };
 }

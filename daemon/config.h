@@ -29,6 +29,9 @@ struct PublicListenerConfig {
     uint16_t port = 8443;              // TCP port; 0 picks a free one (tests).
     int32_t io_threads = 1;            // Threads running network I/O (TLS, HTTP).
     std::vector<tls::CertificateConfig> certificates;  // First is the default (no SNI match).
+    // How often the certificate files (these and the peer section's) are checked for changes,
+    // which reload them as SIGHUP does; 0: only SIGHUP reloads them.
+    std::chrono::milliseconds certificate_watch{5000};
 
     bool operator==(const PublicListenerConfig&) const = default;
 };

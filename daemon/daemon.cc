@@ -12,6 +12,7 @@
 #include "daemon/certificate_expiry.h"
 #include "daemon/cluster/advertise.h"
 #include "daemon/cluster/cluster.h"
+#include "daemon/file_watcher.h"
 #include "daemon/forward/peer_client.h"
 #include "daemon/forward/peer_handler.h"
 #include "daemon/metrics.h"
@@ -50,6 +51,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     d->metrics_->set_site_info(config.site.id, config.site.region, config.site.latitude,
                                config.site.longitude);
     d->certificates_ = config.listener.certificates;
+    d->certificate_watch_ = config.listener.certificate_watch;
     publish_certificate_expiry(d->certificates_, *d->metrics_);
     // Until gossip reports a membership (daemon/cluster), the fleet this site knows is itself.
     d->metrics_->set_gossip_members("alive", 1);
@@ -248,6 +250,7 @@ Daemon::~Daemon() {
     if (!threads_.empty() && !stopped_) {
         stop(std::chrono::milliseconds(0));
     }
+    stop_certificate_watch();  // Before what its reloads touch.
     // The listeners go before the io_context: their sockets need its services; coroutine frames
     // still parked in it are destroyed with it.
     server_.reset();
@@ -278,6 +281,24 @@ void Daemon::start() {
     if (cluster_) {
         cluster_->start();
     }
+    if (certificate_watch_.count() > 0) {
+        auto watcher = std::make_unique<FileWatcher>(
+            certificate_watch_,
+            [this] {
+                std::lock_guard lock(reload_mu_);
+                return certificate_paths(certificates_, peer_certificate_, peer_ca_);
+            },
+            [this](const std::vector<std::string>& changed) {
+                std::string files;
+                for (const std::string& f : changed) {
+                    files += (files.empty() ? "" : ",") + f;
+                }
+                log::info("certificate_files_changed", {{"files", files}});
+                (void)reload_certificates();  // Logged per set.
+            });
+        std::lock_guard lock(reload_mu_);
+        certificate_watcher_ = std::move(watcher);
+    }
     log::info("listening", {{"public_port", static_cast<uint64_t>(server_->port())},
                             {"admin_port", static_cast<uint64_t>(admin_->port())},
                             {"peer_port", static_cast<uint64_t>(peer_port())},
@@ -300,9 +321,40 @@ Status Daemon::reload_certificates(const Config& config) {
     return reload_certificate_files(config.listener.certificates, peer_certificate, peer_ca);
 }
 
+void Daemon::stop_certificate_watch() {
+    std::unique_ptr<FileWatcher> watcher;
+    {
+        std::lock_guard lock(reload_mu_);
+        watcher = std::move(certificate_watcher_);
+    }
+    watcher.reset();  // Joins its thread, which may be waiting for reload_mu_: not held here.
+}
+
+std::vector<std::string> Daemon::certificate_paths(
+    const std::vector<tls::CertificateConfig>& certificates,
+    const tls::CertificateConfig& peer_certificate, const std::string& peer_ca) {
+    std::vector<std::string> paths;
+    for (const tls::CertificateConfig& c : certificates) {
+        paths.push_back(c.cert_path);
+        paths.push_back(c.key_path);
+    }
+    for (const std::string& p : {peer_certificate.cert_path, peer_certificate.key_path, peer_ca}) {
+        if (!p.empty()) {
+            paths.push_back(p);
+        }
+    }
+    return paths;
+}
+
 Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig>& certificates,
                                         const tls::CertificateConfig& peer_certificate,
                                         const std::string& peer_ca) {
+    // The files as they are before they are read: the watcher does not reload this state again
+    // (a change while they are read is newer, and is).
+    if (certificate_watcher_) {
+        certificate_watcher_->loaded(
+            stamp_files(certificate_paths(certificates, peer_certificate, peer_ca)));
+    }
     // Each set is reloaded on its own; the first error is returned.
     Status s = tls_->reload(certificates, {});
     if (s.ok()) {
@@ -406,6 +458,7 @@ void Daemon::stop(std::chrono::milliseconds deadline) {
     }
     stopped_ = true;
     draining_.store(true);
+    stop_certificate_watch();
     log::info("draining", {{"deadline_ms", static_cast<int64_t>(deadline.count())},
                            {"connections", static_cast<uint64_t>(server_->open_connections())}});
     if (cluster_ && !threads_.empty()) {

@@ -6,7 +6,8 @@
 // takes requests other sites forward, and the forwarding client (daemon/forward/); with a
 // `gossip` section the cluster: gossip membership, this site's published pools and the route
 // planner (daemon/cluster/). Lifecycle: create() binds the listeners (so the ports are known),
-// start() starts serving and joins the cluster, reload_certificates() is SIGHUP, stop(deadline)
+// start() starts serving, joins the cluster and watches the certificate files (a change reloads
+// them, daemon/file_watcher.h), reload_certificates() is SIGHUP, stop(deadline)
 // is SIGTERM: advertise draining, drain, leave the cluster, then close. Device health: the health
 // probe (default engine::device_health(), a sticky GPU error) is asked by every /readyz and by
 // check_health(), which the run loop polls; the first failure marks the daemon unhealthy for good
@@ -45,6 +46,7 @@ class TlsContextStore;
 namespace edge::daemon {
 
 class AdminServer;
+class FileWatcher;
 class Metrics;
 class TenantTable;
 class TenantLimiter;
@@ -126,6 +128,12 @@ private:
     Status reload_certificate_files(const std::vector<tls::CertificateConfig>& certificates,
                                     const tls::CertificateConfig& peer_certificate,
                                     const std::string& peer_ca);
+    // Stops the certificate watcher and waits for a reload it runs.
+    void stop_certificate_watch();
+    // Every certificate, key and CA file of these sets.
+    static std::vector<std::string> certificate_paths(
+        const std::vector<tls::CertificateConfig>& certificates,
+        const tls::CertificateConfig& peer_certificate, const std::string& peer_ca);
 
     engine::Generator* generator_ = nullptr;
     int io_threads_ = 1;
@@ -146,6 +154,10 @@ private:
     std::vector<tls::CertificateConfig> certificates_;
     tls::CertificateConfig peer_certificate_;
     std::string peer_ca_;
+    // listeners.public.certificate_watch_ms: reloads the files above when they change (started
+    // by start(), stopped first by stop()).
+    std::chrono::milliseconds certificate_watch_{0};
+    std::unique_ptr<FileWatcher> certificate_watcher_;  // Guarded by reload_mu_.
     std::unique_ptr<cluster::Cluster> cluster_;
     std::chrono::milliseconds advertise_drain_{0};
     std::unique_ptr<tls::TlsContextStore> peer_tls_;

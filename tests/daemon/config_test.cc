@@ -131,6 +131,29 @@ TEST_CASE("no tenants section means authentication off and defaults apply") {
     CHECK(c->limits.max_connections == 10000);
     CHECK(c->engine.activation_precision == engine::ActivationPrecision::kExact);
     CHECK(c->engine.max_decode_sequences == 0);
+    CHECK(c->listener.certificate_watch == std::chrono::milliseconds(5000));
+}
+
+TEST_CASE("listeners.public.certificate_watch_ms: 0 turns the watch off, a negative is refused") {
+    auto with = [](const std::string& value) {
+        std::string yaml = testing::config_yaml("/c", "/k");
+        yaml.replace(yaml.find("    certificates:"), 0,
+                     "    certificate_watch_ms: " + value + "\n");
+        return parse_config(yaml, "/etc/edgeserve/test.yaml");
+    };
+    Result<Config> off = with("0");
+    REQUIRE(off.ok());
+    CHECK(off->listener.certificate_watch.count() == 0);
+    Result<Config> fast = with("250");
+    REQUIRE(fast.ok());
+    CHECK(fast->listener.certificate_watch == std::chrono::milliseconds(250));
+    Result<Config> bad = with("-1");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find("test.yaml:5:") != std::string::npos);
+    CHECK(bad.status().message().find("listeners.public.certificate_watch_ms") !=
+          std::string::npos);
+    // A changed interval waits for a restart, like the other listener settings.
+    CHECK(changed_restart_sections(*off, *fast) == std::vector<std::string>{"listeners"});
 }
 
 TEST_CASE("nested aliases (a billion laughs) are checked in linear time, then refused by key") {

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/subprocess.h"
@@ -516,6 +517,66 @@ TEST_CASE(
                                  "127.0.0.1:" + std::to_string(admin)});
     CHECK(rollout.exit_code == 1);
     CHECK(rollout.err.find("has no `gossip` section") != std::string::npos);
+
+    child.signal(SIGTERM);
+    CHECK(child.wait(15000) == 0);
+}
+
+TEST_CASE("a certificate renewed on disk is served without a signal, a broken one is not") {
+    testing::TempDir dir;
+    auto first = testing::make_certificate(dir.path(), "first", {"localhost"});
+    auto renewed = testing::make_certificate(dir.path(), "renewed", {"renewed.test", "localhost"});
+    namespace fs = std::filesystem;
+    const std::string live_cert = dir.file("live.crt");
+    const std::string live_key = dir.file("live.key");
+    fs::copy_file(first.cert_path, live_cert);
+    fs::copy_file(first.key_path, live_key);
+    // A renewal tool writes a new file and renames it over the old one.
+    auto replace = [&](const std::string& live, const std::string& contents) {
+        const std::string tmp = dir.write("incoming.tmp", contents);
+        REQUIRE(::rename(tmp.c_str(), live.c_str()) == 0);
+    };
+    std::string yaml = testing::config_yaml(live_cert, live_key);
+    yaml.replace(yaml.find("    certificates:"), 0, "    certificate_watch_ms: 100\n");
+    std::string config = dir.write("c.yaml", yaml);
+    NotifySocket notify(dir.file("notify.sock"));
+    std::string log_path = dir.file("stderr.log");
+    testing::Child child({kBinary, "run", "--config", config},
+                         {"NOTIFY_SOCKET=" + dir.file("notify.sock")}, log_path);
+    REQUIRE(notify.expect("READY=1"));
+    const uint16_t port = port_from_log(read_file(log_path), "public_port");
+    auto served = [&] {
+        auto c = testing::TlsClient::connect(port);
+        return c.ok() ? (*c)->peer_common_name() : "connect failed: " + c.status().message();
+    };
+    // Up to 5 s for `pred` to hold (the watcher polls every 100 ms and waits for one quiet poll).
+    auto eventually = [](auto pred) {
+        for (int i = 0; i < 100 && !pred(); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return pred();
+    };
+    CHECK(served() == "localhost");
+
+    replace(live_key, read_file(renewed.key_path));
+    replace(live_cert, read_file(renewed.cert_path));
+    CHECK(eventually([&] { return served() == "renewed.test"; }));
+    std::string log = read_file(log_path);
+    CHECK(log.find("\"event\":\"certificate_files_changed\"") != std::string::npos);
+    CHECK(log.find("\"event\":\"certificates_reloaded\"") != std::string::npos);
+    CHECK(log.find("\"event\":\"certificates_reload_failed\"") == std::string::npos);
+
+    // A key that is not PEM: the renewed certificate stays, the failure is logged once.
+    replace(live_key, "not a key\n");
+    CHECK(eventually([&] {
+        return read_file(log_path).find("\"event\":\"certificates_reload_failed\"") !=
+               std::string::npos;
+    }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    CHECK(served() == "renewed.test");
+    log = read_file(log_path);
+    const size_t failed = log.find("\"event\":\"certificates_reload_failed\"");
+    CHECK(log.find("\"event\":\"certificates_reload_failed\"", failed + 1) == std::string::npos);
 
     child.signal(SIGTERM);
     CHECK(child.wait(15000) == 0);
