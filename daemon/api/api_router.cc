@@ -402,18 +402,24 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         max_tokens = static_cast<int32_t>(tenant.max_output_tokens);  // Lower the default.
     }
-    // One request larger than a whole minute's output budget could never be admitted.
+    // One request larger than a whole minute's output budget could never be admitted; its n
+    // choices may each generate max_tokens.
     if (const int64_t budget = limiter_.output_budget(tenant.name);
-        !from_peer && budget > 0 && max_tokens > budget) {
-        if (!req.max_tokens_param.empty()) {
-            reject(invalid_request(req.max_tokens_param + " (" + std::to_string(max_tokens) +
+        !from_peer && budget > 0 && int64_t{max_tokens} * req.n > budget) {
+        if (!req.max_tokens_param.empty() || req.n > budget) {
+            const std::string asked =
+                req.n > 1 ? std::to_string(req.n) + " choices of " + std::to_string(max_tokens) +
+                                " tokens"
+                          : std::to_string(max_tokens);
+            const std::string param = req.max_tokens_param.empty() ? "n" : req.max_tokens_param;
+            reject(invalid_request(param + " (" + asked +
                                        ") exceeds this tenant's output_tokens_per_minute of " +
                                        std::to_string(budget),
-                                   req.max_tokens_param),
+                                   param),
                    "output_tokens_per_minute");
             return;
         }
-        max_tokens = static_cast<int32_t>(budget);  // Lower the default.
+        max_tokens = static_cast<int32_t>(budget / req.n);  // Lower the default.
     }
     if (std::string_view cap = request.header(cluster::kMaxTokensHeader);
         from_peer && !cap.empty() && req.generate.max_tokens_is_default) {
@@ -482,11 +488,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         reject(e, "route_rejected");
         return;
     }
-    // Reserved from the output budget: the client's max_tokens. A default one (a chat request
-    // without max_tokens may run to the end of the context) reserves at most a quarter of the
-    // minute's budget, so a tenant's default requests still run several at once; what they
-    // generate beyond it is charged as debt when they end, like prompt tokens.
-    int64_t reserve = max_tokens;
+    // Reserved from the output budget: the client's max_tokens for each choice. A default one (a
+    // chat request without max_tokens may run to the end of the context) reserves at most a
+    // quarter of the minute's budget, so a tenant's default requests still run several at once;
+    // what they generate beyond it is charged as debt when they end, like prompt tokens.
+    int64_t reserve = int64_t{max_tokens} * req.n;
     if (req.generate.max_tokens_is_default) {
         if (const int64_t budget = limiter_.output_budget(tenant.name); budget > 0) {
             reserve = std::min(reserve, std::max<int64_t>(1, budget / 4));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -70,47 +71,283 @@ json::value usage_json(const engine::Usage& u) {
     return usage;
 }
 
-class CompletionSink final : public engine::GenerationSink {
+// What the choices of one response share: the request's settings, the channel and its event
+// stream, and the tally that ends the response when the last choice has finished (usage summed,
+// the first error of any choice). Thread-safe: the choices' callbacks may run on different engine
+// threads; every write to the stream happens under mu_.
+class Response {
 public:
-    CompletionSink(ParsedRequest request, std::shared_ptr<tls::ResponseChannel> channel,
-                   int64_t created, CompletionDone on_done, std::unique_ptr<ToolCallOutput> tools,
-                   bool thinks)
-        : on_done_(std::move(on_done)),
-          tools_(std::move(tools)),
-          thinker_(thinks && request.endpoint == Endpoint::kChatCompletions
-                       ? std::make_unique<engine::chat::ReasoningParser>()
-                       : nullptr),
-          chat_(request.endpoint == Endpoint::kChatCompletions),
-          stream_(request.stream),
-          include_usage_(request.include_usage),
-          report_usage_(request.report_usage),
-          logprobs_(request.generate.sampling.logprobs),
-          return_token_ids_(request.return_token_ids),
+    Response(const ParsedRequest& request, std::shared_ptr<tls::ResponseChannel> channel,
+             int64_t created, CompletionDone on_done)
+        : chat(request.endpoint == Endpoint::kChatCompletions),
+          stream(request.stream),
+          include_usage(request.include_usage),
+          report_usage(request.report_usage),
+          logprobs(request.generate.sampling.logprobs),
+          return_token_ids(request.return_token_ids),
+          n(request.n),
           model_(request.generate.model),
-          id_((chat_ ? "chatcmpl-" : "cmpl-") + request.generate.request_id),
+          id_((chat ? "chatcmpl-" : "cmpl-") + request.generate.request_id),
           created_(created),
+          on_done_(std::move(on_done)),
           channel_(channel),
-          sse_(std::move(channel)) {}
+          sse_(std::move(channel)),
+          choices_(static_cast<size_t>(request.n)) {}
 
-    // Opens the event stream (the 200 head and, for chat, the role chunk) unless the response
-    // has begun. Called once the engine accepted the request, so a request it refuses gets its
-    // HTTP status (400, 404, 429 with Retry-After) rather than a 200 with the error inside;
-    // also called by the sink's callbacks, which may run before that on the engine's thread.
-    void start_stream() {
-        std::lock_guard lock(begin_mu_);
-        if (!stream_ || begun_) {
+    const bool chat;
+    const bool stream;
+    const bool include_usage;
+    const bool report_usage;
+    const bool logprobs;
+    const bool return_token_ids;
+    const int32_t n;
+
+    // The engine accepted every choice: a stream opens (the 200 head and, for chat, each
+    // choice's role chunk) and the events the choices made meanwhile follow. Until then nothing
+    // goes out, so a request the engine refuses, even its last choice, gets its HTTP status (400,
+    // 404, 429 with Retry-After) rather than a 200 with the error inside.
+    void accept() {
+        std::lock_guard lock(mu_);
+        accepted_ = true;
+        if (finished_ == n && failure_) {
+            early_.clear();
+            answer_locked();  // Failed before anything went out: the error's own status.
+            return;
+        }
+        begin_locked();
+        for (const std::string& e : early_) {
+            sse_.event(e);
+        }
+        early_.clear();
+        if (finished_ == n) {
+            answer_locked();
+        }
+    }
+
+    // One streamed event (a chunk of choice `index`).
+    void event(const json::object& chunk) {
+        std::lock_guard lock(mu_);
+        if (refused_) {
+            return;
+        }
+        if (!accepted_) {
+            early_.push_back(json_text(chunk));
+            return;
+        }
+        sse_.event(json_text(chunk));
+    }
+
+    json::object envelope() const {
+        json::object o;
+        o["id"] = id_;
+        o["object"] = chat ? "chat.completion.chunk" : "text_completion";
+        o["created"] = created_;
+        o["model"] = model_;
+        o["system_fingerprint"] = nullptr;
+        return o;
+    }
+
+    // One streamed chunk of choice `index`: for chat `payload` is the delta object, for
+    // completions the text.
+    json::object chunk(int32_t index, json::value payload, const char* finish_reason,
+                       json::value logprobs_value) const {
+        json::object o = envelope();
+        json::object choice;
+        choice["index"] = index;
+        choice[chat ? "delta" : "text"] = std::move(payload);
+        choice["logprobs"] = std::move(logprobs_value);
+        choice["finish_reason"] =
+            finish_reason ? json::value(finish_reason) : json::value(nullptr);
+        json::array choices;
+        choices.push_back(std::move(choice));
+        o["choices"] = std::move(choices);
+        if (include_usage) {
+            o["usage"] = nullptr;
+        }
+        return o;
+    }
+
+    // The handles of the running choices, cancelled together (the client left, a choice
+    // failed).
+    void add_handle(std::shared_ptr<engine::GenerationHandle> handle) {
+        std::lock_guard lock(mu_);
+        handles_.push_back(std::move(handle));
+    }
+    void cancel_all() {
+        std::vector<std::shared_ptr<engine::GenerationHandle>> handles;
+        {
+            std::lock_guard lock(mu_);
+            handles = handles_;
+        }
+        for (const auto& h : handles) {
+            h->cancel();  // Outside mu_: a cancel may finish the choice at once.
+        }
+    }
+
+    // The engine refused a choice (submit() failed): the response is that error, answered by
+    // the caller; what the choices already submitted do from now on is ignored.
+    void refuse() {
+        std::lock_guard lock(mu_);
+        refused_ = true;
+        on_done_ = nullptr;
+        early_.clear();
+    }
+
+    // Choice `index` ended with `finish`. `done` (not streaming, a normal end): its JSON object
+    // for `choices`. The last choice to end answers.
+    void choice_finished(int32_t index, const engine::Finish& finish, json::value done) {
+        bool failed_first = false;
+        {
+            std::lock_guard lock(mu_);
+            if (refused_) {
+                return;
+            }
+            usage_.completion_tokens += finish.usage.completion_tokens;
+            if (index == 0) {
+                // The prompt is the same for every choice: counted once, as OpenAI does.
+                usage_.prompt_tokens = finish.usage.prompt_tokens;
+                usage_.cached_tokens = finish.usage.cached_tokens;
+            }
+            if (finish.reason == engine::FinishReason::kError ||
+                finish.reason == engine::FinishReason::kCancelled) {
+                failed_first = !failure_;
+                if (!failure_ || (failure_->reason == engine::FinishReason::kCancelled &&
+                                  finish.reason == engine::FinishReason::kError)) {
+                    failure_ = finish;  // An error says more than the cancellations it causes.
+                }
+            } else if (!stream) {
+                choices_[static_cast<size_t>(index)] = std::move(done);
+            }
+            ++finished_;
+        }
+        if (failed_first) {
+            cancel_all();  // One failed choice fails the response: the others stop.
+        }
+        std::lock_guard lock(mu_);
+        if (finished_ == n && accepted_) {
+            answer_locked();  // Else accept() answers.
+        }
+    }
+
+private:
+    void begin_locked() {
+        if (!stream || begun_) {
             return;
         }
         begun_ = true;
         sse_.begin();
-        if (chat_) {
-            // The first chunk carries the role, as OpenAI's does.
-            json::object delta;
-            delta["role"] = "assistant";
-            delta["content"] = "";
-            sse_.event(json_text(chunk(std::move(delta), nullptr, json::value(nullptr))));
+        if (chat) {
+            // Each choice's first chunk carries the role, as OpenAI's do.
+            for (int32_t i = 0; i < n; ++i) {
+                json::object delta;
+                delta["role"] = "assistant";
+                delta["content"] = "";
+                sse_.event(json_text(chunk(i, std::move(delta), nullptr, json::value(nullptr))));
+            }
         }
     }
+
+    // Every choice has ended: the whole answer, or the end of the stream.
+    void answer_locked() {
+        engine::Finish total;
+        total.usage = usage_;
+        if (failure_) {
+            total.reason = failure_->reason;
+            total.error = failure_->error;
+        } else {
+            total.reason = engine::FinishReason::kStop;
+        }
+        if (on_done_) {
+            // Before the answer: the caller's notes go into the request's record.
+            on_done_(total, false);
+            on_done_ = nullptr;
+        }
+        if (failure_) {
+            // Cancelled: the client left (nobody reads this) or the server is shutting down
+            // and its drain deadline cut the request.
+            ApiError error = api_error_from_status(
+                failure_->reason == engine::FinishReason::kError
+                    ? failure_->error
+                    : unavailable_error("the request was cancelled: the server is shutting down "
+                                        "or the client left"),
+                model_);
+            if (!stream || !begun_) {
+                // Nothing went out yet: the error's own status.
+                begun_ = true;
+                channel_->respond(error.to_response());
+                return;
+            }
+            sse_.event(error.to_json());
+            // OpenAI may leave the usage out of a stream cut short; what was generated until
+            // then is still known here, and a client that asked for it counts it.
+            end_stream_locked();
+            return;
+        }
+        if (stream) {
+            end_stream_locked();
+            return;
+        }
+        json::object root = envelope();
+        root["object"] = chat ? "chat.completion" : "text_completion";
+        json::array choices;
+        for (json::value& c : choices_) {
+            choices.push_back(std::move(c));
+        }
+        root["choices"] = std::move(choices);
+        root["usage"] = usage_json(usage_);
+        tls::HttpResponse response;
+        response.body = json_text(root);
+        channel_->respond(std::move(response));
+    }
+
+    // The usage chunk (stream_options.include_usage), the usage report of a forwarded stream,
+    // and [DONE].
+    void end_stream_locked() {
+        if (include_usage) {
+            json::object u = envelope();
+            u["choices"] = json::array();
+            u["usage"] = usage_json(usage_);
+            sse_.event(json_text(u));
+        }
+        if (report_usage) {
+            json::object u;
+            u["prompt_tokens"] = usage_.prompt_tokens;
+            u["completion_tokens"] = usage_.completion_tokens;
+            sse_.comment(std::string(kUsageReportComment) + json_text(u));
+        }
+        sse_.done();
+    }
+
+    const std::string model_;
+    const std::string id_;
+    const int64_t created_;
+    std::mutex mu_;
+    CompletionDone on_done_;                      // Guarded by mu_.
+    std::shared_ptr<tls::ResponseChannel> channel_;
+    SseWriter sse_;                               // Guarded by mu_.
+    bool begun_ = false;  // Guarded by mu_: the stream's head (or a whole error) went out.
+    bool accepted_ = false;                       // Guarded by mu_: see accept().
+    bool refused_ = false;                        // Guarded by mu_.
+    std::vector<std::string> early_;  // Guarded by mu_: events made before accept().
+    int32_t finished_ = 0;                        // Guarded by mu_.
+    engine::Usage usage_;                         // Guarded by mu_.
+    std::optional<engine::Finish> failure_;       // Guarded by mu_.
+    std::vector<json::value> choices_;            // Guarded by mu_: by index, not streaming.
+    std::vector<std::shared_ptr<engine::GenerationHandle>> handles_;  // Guarded by mu_.
+};
+
+// One choice of a response: its generation's deltas through the thought and tool-call parsers,
+// its text, logprobs and token ids. The engine calls it in order, one callback at a time.
+class ChoiceSink final : public engine::GenerationSink {
+public:
+    ChoiceSink(std::shared_ptr<Response> response, int32_t index,
+               std::unique_ptr<ToolCallOutput> tools, bool thinks)
+        : response_(std::move(response)),
+          index_(index),
+          tools_(std::move(tools)),
+          thinker_(thinks && response_->chat
+                       ? std::make_unique<engine::chat::ReasoningParser>()
+                       : nullptr) {}
 
     void on_thought_opened() override {
         if (thinker_) {
@@ -119,8 +356,7 @@ public:
     }
 
     void on_delta(engine::TokenDelta delta) override {
-        start_stream();
-        if (return_token_ids_) {
+        if (response_->return_token_ids) {
             token_ids_.insert(token_ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
         }
         if (thinker_ || tools_) {
@@ -133,7 +369,7 @@ public:
             on_parsed(std::move(split.reasoning), answer_of(std::move(split.content)), delta);
             return;
         }
-        if (!stream_) {
+        if (!response_->stream) {
             text_ += delta.text;
             append_logprobs(delta, all_logprobs_);
             return;
@@ -143,45 +379,24 @@ public:
         }
         json::array lp;
         append_logprobs(delta, lp);
-        json::value logprobs = logprobs_ ? logprobs_value(std::move(lp)) : json::value(nullptr);
-        if (chat_) {
+        json::value logprobs =
+            response_->logprobs ? logprobs_value(std::move(lp)) : json::value(nullptr);
+        if (response_->chat) {
             json::object d;
             d["content"] = delta.text;
-            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, std::move(logprobs)))));
+            response_->event(with_ids(chunk(std::move(d), nullptr, std::move(logprobs))));
         } else {
-            sse_.event(
-                json_text(with_ids(chunk(json::string(delta.text), nullptr, std::move(logprobs)))));
+            response_->event(
+                with_ids(chunk(json::string(delta.text), nullptr, std::move(logprobs))));
         }
     }
 
     void on_finish(engine::Finish finish) override {
-        if (on_done_) {
-            on_done_(finish, false);
-            on_done_ = nullptr;
-        }
         if (finish.reason == engine::FinishReason::kError ||
             finish.reason == engine::FinishReason::kCancelled) {
-            // Cancelled: the client left (nobody reads this) or the server is shutting down and
-            // its drain deadline cut the request.
-            ApiError error = api_error_from_status(
-                finish.reason == engine::FinishReason::kError
-                    ? finish.error
-                    : unavailable_error("the request was cancelled: the server is shutting down "
-                                        "or the client left"),
-                model_);
-            if (!stream_) {
-                channel_->respond(error.to_response());
-            } else if (!begin_with_error(error)) {
-                sse_.event(error.to_json());
-                // OpenAI may leave the usage out of a stream cut short; what was generated until
-                // then is still known here, and a client that asked for it counts it.
-                usage_chunk(finish.usage);
-                report_usage(finish.usage);
-                sse_.done();
-            }
+            response_->choice_finished(index_, finish, nullptr);
             return;
         }
-        start_stream();
         const char* reason = finish_reason_name(finish.reason);
         if (thinker_) {
             engine::chat::ReasoningDelta rest = thinker_->finish();
@@ -192,11 +407,12 @@ public:
             on_parsed({}, tools_->finish(), engine::TokenDelta());
             reason = tools_->finish_reason(reason);
         }
-        if (stream_) {
+        if (response_->stream) {
             json::object d;
-            json::value last = chat_ ? json::value(std::move(d)) : json::value(json::string());
+            json::value last =
+                response_->chat ? json::value(std::move(d)) : json::value(json::string());
             json::value lp = json::value(nullptr);
-            if (logprobs_ && !pending_logprobs_.empty()) {
+            if (response_->logprobs && !pending_logprobs_.empty()) {
                 lp = logprobs_value(std::move(pending_logprobs_));
             }
             json::object end = with_ids(chunk(std::move(last), reason, std::move(lp)));
@@ -208,17 +424,13 @@ public:
                 end["choices"].get_array()[0].get_object()["abandoned_tool_calls"] =
                     std::move(abandoned);
             }
-            sse_.event(json_text(end));
-            usage_chunk(finish.usage);
-            report_usage(finish.usage);
-            sse_.done();
+            response_->event(end);
+            response_->choice_finished(index_, finish, nullptr);
             return;
         }
-        json::object root = envelope();
-        root["object"] = chat_ ? "chat.completion" : "text_completion";
         json::object choice;
-        choice["index"] = 0;
-        if (chat_) {
+        choice["index"] = index_;
+        if (response_->chat) {
             json::object message;
             message["role"] = "assistant";
             json::array calls = tools_ ? tools_->message_tool_calls() : json::array();
@@ -236,53 +448,19 @@ public:
         } else {
             choice["text"] = text_;
         }
-        choice["logprobs"] = logprobs_ ? logprobs_value(std::move(all_logprobs_))
-                                       : json::value(nullptr);
+        choice["logprobs"] = response_->logprobs ? logprobs_value(std::move(all_logprobs_))
+                                                 : json::value(nullptr);
         choice["finish_reason"] = reason;
-        if (return_token_ids_) {
+        if (response_->return_token_ids) {
             choice["token_ids"] = json::value_from(token_ids_);
         }
-        json::array choices;
-        choices.push_back(std::move(choice));
-        root["choices"] = std::move(choices);
-        root["usage"] = usage_json(finish.usage);
-        tls::HttpResponse response;
-        response.body = json_text(root);
-        channel_->respond(std::move(response));
+        response_->choice_finished(index_, finish, std::move(choice));
     }
 
 private:
-    // The stream's last chunk before [DONE] when stream_options.include_usage asks for it.
-    void usage_chunk(const engine::Usage& usage) {
-        if (!include_usage_) {
-            return;
-        }
-        json::object u = envelope();
-        u["choices"] = json::array();
-        u["usage"] = usage_json(usage);
-        sse_.event(json_text(u));
-    }
-
-    void report_usage(const engine::Usage& usage) {
-        if (!report_usage_) {
-            return;
-        }
-        json::object u;
-        u["prompt_tokens"] = usage.prompt_tokens;
-        u["completion_tokens"] = usage.completion_tokens;
-        sse_.comment(std::string(kUsageReportComment) + json_text(u));
-    }
-
-    // Answers a stream that has not begun with the error's own status; false once it has begun
-    // (the error then goes in-band).
-    bool begin_with_error(const ApiError& error) {
-        std::lock_guard lock(begin_mu_);
-        if (begun_) {
-            return false;
-        }
-        begun_ = true;
-        channel_->respond(error.to_response());
-        return true;
+    json::object chunk(json::value payload, const char* finish_reason,
+                       json::value logprobs) const {
+        return response_->chunk(index_, std::move(payload), finish_reason, std::move(logprobs));
     }
 
     // The answer's text through the tool-call parser when the request offers tools.
@@ -300,7 +478,7 @@ private:
     // carries anything.
     void on_parsed(std::string reasoning, engine::chat::ParsedDelta parsed,
                    const engine::TokenDelta& delta) {
-        if (!stream_) {
+        if (!response_->stream) {
             reasoning_ += reasoning;
             text_ += parsed.content;
             append_logprobs(delta, all_logprobs_);
@@ -311,7 +489,7 @@ private:
         }
         append_logprobs(delta, pending_logprobs_);
         auto take_logprobs = [&] {
-            if (!logprobs_ || pending_logprobs_.empty()) {
+            if (!response_->logprobs || pending_logprobs_.empty()) {
                 return json::value(nullptr);
             }
             json::array lp = std::move(pending_logprobs_);
@@ -321,61 +499,33 @@ private:
         if (!reasoning.empty()) {
             json::object d;
             d["reasoning_content"] = std::move(reasoning);
-            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+            response_->event(with_ids(chunk(std::move(d), nullptr, take_logprobs())));
         }
         if (!parsed.content.empty()) {
             json::object d;
             d["content"] = parsed.content;
-            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+            response_->event(with_ids(chunk(std::move(d), nullptr, take_logprobs())));
         }
         if (!parsed.tool_calls.empty()) {
             json::object d;
             d["tool_calls"] = ToolCallOutput::delta_tool_calls(parsed.tool_calls);
-            sse_.event(json_text(with_ids(chunk(std::move(d), nullptr, take_logprobs()))));
+            response_->event(with_ids(chunk(std::move(d), nullptr, take_logprobs())));
         }
     }
 
-    json::object envelope() const {
-        json::object o;
-        o["id"] = id_;
-        o["object"] = chat_ ? "chat.completion.chunk" : "text_completion";
-        o["created"] = created_;
-        o["model"] = model_;
-        o["system_fingerprint"] = nullptr;
-        return o;
-    }
-
-    // One streamed chunk: for chat `payload` is the delta object, for completions the text.
-    json::object chunk(json::value payload, const char* finish_reason, json::value logprobs) const {
-        json::object o = envelope();
-        json::object choice;
-        choice["index"] = 0;
-        choice[chat_ ? "delta" : "text"] = std::move(payload);
-        choice["logprobs"] = std::move(logprobs);
-        choice["finish_reason"] =
-            finish_reason ? json::value(finish_reason) : json::value(nullptr);
-        json::array choices;
-        choices.push_back(std::move(choice));
-        o["choices"] = std::move(choices);
-        if (include_usage_) {
-            o["usage"] = nullptr;
-        }
-        return o;
-    }
-
-    // Called once for each delta (of any text) when logprobs are asked for.
     // A streamed chunk carries the ids generated since the previous one that carried ids (those of
-    // a delta with no text wait for the next chunk). Engine thread only.
+    // a delta with no text wait for the next chunk).
     json::object with_ids(json::object chunk) {
-        if (return_token_ids_) {
+        if (response_->return_token_ids) {
             chunk["choices"].get_array()[0].get_object()["token_ids"] = json::value_from(token_ids_);
             token_ids_.clear();
         }
         return chunk;
     }
 
+    // Called once for each delta (of any text) when logprobs are asked for.
     void append_logprobs(const engine::TokenDelta& delta, json::array& out) {
-        if (!logprobs_) {
+        if (!response_->logprobs) {
             return;
         }
         for (const engine::TokenLogprob& lp : delta.logprobs) {
@@ -392,7 +542,7 @@ private:
                 top.push_back(std::move(alt));
             }
             entry["top_logprobs"] = std::move(top);
-            if (!chat_) {
+            if (!response_->chat) {
                 // The legacy text_offset counts characters, as a Python client indexes the text.
                 // The engine holds a token's logprob until its text starts showing, so its offset
                 // falls inside this delta's text (or at its end).
@@ -409,7 +559,7 @@ private:
     }
 
     json::value logprobs_value(json::array entries) const {
-        if (chat_) {
+        if (response_->chat) {
             json::object o;
             o["content"] = std::move(entries);
             return o;
@@ -443,24 +593,12 @@ private:
         return o;
     }
 
-    CompletionDone on_done_;
+    const std::shared_ptr<Response> response_;
+    const int32_t index_;
     std::unique_ptr<ToolCallOutput> tools_;  // Set when the request offers tools.
     // Set for chat answers of a model that thinks: splits off the thought.
     std::unique_ptr<engine::chat::ReasoningParser> thinker_;
     json::array pending_logprobs_;  // Streaming through the parsers: not yet sent.
-    const bool chat_;
-    const bool stream_;
-    const bool include_usage_;
-    const bool report_usage_;
-    const bool logprobs_;
-    const bool return_token_ids_;
-    const std::string model_;
-    const std::string id_;
-    const int64_t created_;
-    std::shared_ptr<tls::ResponseChannel> channel_;
-    std::mutex begin_mu_;
-    bool begun_ = false;  // The stream's head (or a whole error response) went out.
-    SseWriter sse_;
     std::string text_;
     std::string reasoning_;  // Not streaming: the thought.
     json::array all_logprobs_;
@@ -495,16 +633,25 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::function<void(int64_t prompt_tokens)> on_accepted) {
     std::string model = request.generate.model;
     const std::vector<engine::ModelInfo> models = generator.models();
-    auto tools = ToolCallOutput::create(request, models);
-    if (auto* error = std::get_if<ApiError>(&tools)) {
+    // The request fails at once, nothing having run: `on_done` hears it as refused.
+    auto refuse = [&](const Status& status, const ApiError& error) {
         if (on_done) {
             engine::Finish finish;
             finish.reason = engine::FinishReason::kError;
-            finish.error = invalid_argument_error(error->message);
+            finish.error = status;
             on_done(finish, true);
         }
-        channel->respond(error->to_response());
-        return;
+        channel->respond(error.to_response());
+    };
+    // Each choice parses its own tool calls.
+    std::vector<std::unique_ptr<ToolCallOutput>> tools;
+    for (int32_t i = 0; i < request.n; ++i) {
+        auto t = ToolCallOutput::create(request, models);
+        if (auto* error = std::get_if<ApiError>(&t)) {
+            refuse(invalid_argument_error(error->message), *error);
+            return;
+        }
+        tools.push_back(std::move(std::get<std::unique_ptr<ToolCallOutput>>(t)));
     }
     bool thinks = false;
     for (const engine::ModelInfo& m : models) {
@@ -513,28 +660,38 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             apply_sampling_defaults(m.sampling_defaults, request);
         }
     }
-    auto sink = std::make_shared<CompletionSink>(
-        request, channel, created_unix, on_done,
-        std::move(std::get<std::unique_ptr<ToolCallOutput>>(tools)), thinks);
-    Result<std::shared_ptr<engine::GenerationHandle>> handle =
-        generator.submit(std::move(request.generate), sink);
-    if (!handle.ok()) {
-        if (on_done) {
-            engine::Finish finish;
-            finish.reason = engine::FinishReason::kError;
-            finish.error = handle.status();
-            on_done(finish, true);
+    auto response = std::make_shared<Response>(request, channel, created_unix, on_done);
+    int64_t prompt_tokens = 0;
+    for (int32_t i = 0; i < request.n; ++i) {
+        engine::GenerateRequest generate =
+            i + 1 < request.n ? request.generate : std::move(request.generate);
+        if (generate.sampling.seed) {
+            // Choices of a seeded request differ from each other, and each is reproducible.
+            *generate.sampling.seed += static_cast<uint64_t>(i);
         }
-        // Nothing went out yet: the error's own status, streaming or not.
-        channel->respond(api_error_from_status(handle.status(), model).to_response());
-        return;
+        auto sink = std::make_shared<ChoiceSink>(response, i, std::move(tools[static_cast<size_t>(i)]),
+                                                 thinks);
+        Result<std::shared_ptr<engine::GenerationHandle>> handle =
+            generator.submit(std::move(generate), sink);
+        if (!handle.ok()) {
+            // The choices already running are stopped and their ends ignored: the answer is
+            // this refusal, with its own status, streaming or not (nothing went out yet).
+            response->refuse();
+            response->cancel_all();
+            refuse(handle.status(), api_error_from_status(handle.status(), model));
+            return;
+        }
+        if (i == 0) {
+            prompt_tokens = (*handle)->prompt_tokens();
+        }
+        response->add_handle(*handle);
     }
     // The head goes out before any token, so clients see the stream open at once.
-    sink->start_stream();
+    response->accept();
     if (on_accepted) {
-        on_accepted((*handle)->prompt_tokens());
+        on_accepted(prompt_tokens);
     }
-    channel->on_client_gone([handle = *handle] { handle->cancel(); });
+    channel->on_client_gone([response] { response->cancel_all(); });
 }
 
 }  // namespace edge::daemon::api

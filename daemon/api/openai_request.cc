@@ -607,11 +607,11 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         return v.fail("unrecognized request argument '" + key + "' (a /v1/completions field)",
                       key);
     }
-    if (key == "n" || key == "best_of") {
-        // One choice per request is all this server makes: any other count is refused as such.
+    if (key == "best_of") {
+        // Server-side best-of (generate several, return the likeliest) is not made: only 1.
         std::optional<int64_t> n =
             value.is_null() ? 1 : v.integer(value, key, INT64_MIN, INT64_MAX);
-        return n && (*n == 1 || v.fail("'" + key + "' must be 1 (one choice per request)", key));
+        return n && (*n == 1 || v.fail("'best_of' must be 1 (use 'n' for several choices)", key));
     }
     if (key == "metadata") {
         if (value.is_null()) {
@@ -889,6 +889,12 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                         ok = v.fail("unrecognized field '" + name + "'", name);
                     }
                 }
+            }
+        } else if (key == "n") {
+            if (!value.is_null()) {
+                std::optional<int64_t> n = v.integer(value, key, 1, kMaxChoices);
+                ok = n.has_value();
+                out.n = static_cast<int32_t>(n.value_or(1));
             }
         } else if (key == "ignore_eos") {
             auto b = value.is_null() ? false : v.boolean(value, key);

@@ -3,7 +3,7 @@
 // Parsing and validation of OpenAI request bodies (POST /v1/chat/completions and
 // /v1/completions) into an engine::GenerateRequest plus the response options (stream, usage).
 // Every field of the public schema is recognised: supported ones are type- and range-checked,
-// unsupported features (images, audio, n > 1, logit_bias, legacy `functions`, ...) are refused
+// unsupported features (images, audio, best_of > 1, legacy `functions`, ...) are refused
 // with a 400 naming the field, unknown fields are refused too. Chat requests may carry OpenAI
 // `tools` (function tools), `tool_choice` and assistant `tool_calls` / tool `tool_call_id` in
 // the history. Pure functions over untrusted bytes; thread-safe.
@@ -18,6 +18,9 @@ namespace edge::daemon::api {
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// The most choices (`n`) one request may ask for.
+inline constexpr int32_t kMaxChoices = 16;
+
 // OpenAI `tool_choice`.
 enum class ToolChoice {
     kNone,      // "none": tools are not offered (dropped from the request).
@@ -30,6 +33,9 @@ struct ParsedRequest {
     Endpoint endpoint = Endpoint::kChatCompletions;
     engine::GenerateRequest generate;  // request_id and tenant are left for the caller.
     bool stream = false;               // Answer as server-sent events.
+    // Choices to generate (OpenAI `n`, 1..kMaxChoices): each runs as its own sequence on the
+    // same prompt, with seed + i as its seed when a seed is set.
+    int32_t n = 1;
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
     // "return_token_ids": true: each choice (each streamed chunk) also carries `token_ids`, the
     // generated token ids (as vLLM answers), tokens past a stop string included.

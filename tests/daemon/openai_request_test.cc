@@ -145,7 +145,7 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop[0]"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
              "stop"},
-            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":17})", "n"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"x":1}})",
              "logit_bias"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"-1":1}})",
@@ -357,14 +357,29 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     CHECK(none.generate.tools.empty());  // Not offered at all.
 }
 
-TEST_CASE("n and best_of: any count but one is refused as such, not as out of a range") {
-    for (const char* n : {"0", "2", "-1", "1000"}) {
+TEST_CASE("n: 1 to 16 choices (null is 1), best_of other than 1 is refused as such") {
+    for (const char* n : {"0", "17", "-1", "1000", "2.5", "\"2\""}) {
         CAPTURE(n);
         auto r = parse_openai_request(Endpoint::kCompletions,
                                       std::string(R"({"model":"m","prompt":"x","n":)") + n + "}");
         REQUIRE(std::holds_alternative<ApiError>(r));
-        CHECK(std::get<ApiError>(r).message == "'n' must be 1 (one choice per request)");
         CHECK(std::get<ApiError>(r).param == "n");
+    }
+    for (const auto& [n, want] : std::vector<std::pair<std::string, int>>{
+             {"1", 1}, {"null", 1}, {"4", 4}, {"16", 16}, {"3.0", 3}}) {
+        CAPTURE(n);
+        auto r = parse_openai_request(Endpoint::kChatCompletions,
+                                      R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                                      R"("n":)" + n + "}");
+        REQUIRE(std::holds_alternative<ParsedRequest>(r));
+        CHECK(std::get<ParsedRequest>(r).n == want);
+    }
+    for (const char* b : {"0", "2", "-1"}) {
+        CAPTURE(b);
+        ApiError e = error_of(Endpoint::kCompletions,
+                              std::string(R"({"model":"m","prompt":"x","best_of":)") + b + "}");
+        CHECK(e.message == "'best_of' must be 1 (use 'n' for several choices)");
+        CHECK(e.param == "best_of");
     }
     auto one = parse_openai_request(Endpoint::kCompletions,
                                     R"({"model":"m","prompt":"x","n":1,"best_of":1.0})");

@@ -187,7 +187,7 @@ TEST_CASE("tenant limits: a prompt counts against input tokens once tokenized, n
 
 TEST_CASE("tenant metrics: a body the API refuses counts as the tenant's rejected request") {
     TenantFixture f("");
-    testing::HttpReply bad = f.call(chat_body(false, R"(,"n":3)"), kOldKey);
+    testing::HttpReply bad = f.call(chat_body(false, R"(,"n":30)"), kOldKey);
     CHECK(bad.status == 400);
     std::string m = f.metrics();
     CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="invalid_request",tenant="acme"} 1)") !=

@@ -134,6 +134,29 @@ await check('tools: tool_choice naming an unknown function is a BadRequestError'
         (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice.function.name');
 });
 
+await check('n: choices by index, choice i as a single request seeded seed + i', async () => {
+    const req = { model, messages: [{ role: 'user', content: 'Tell me a fortune' }],
+                  max_tokens: 12, temperature: 1.0, seed: 7 };
+    const r = await client.chat.completions.create({ ...req, n: 3 });
+    assert.equal(r.choices.length, 3);
+    r.choices.forEach((c, i) => assert.equal(c.index, i));
+    let completion = 0;
+    for (let i = 0; i < 3; i++) {
+        const one = await client.chat.completions.create({ ...req, seed: 7 + i });
+        assert.equal(r.choices[i].message.content, one.choices[0].message.content);
+        completion += one.usage.completion_tokens;
+        assert.equal(r.usage.prompt_tokens, one.usage.prompt_tokens);
+    }
+    assert.equal(r.usage.completion_tokens, completion);
+    // Streamed, the chunks of each index add up to the same texts.
+    const stream = await client.chat.completions.create({ ...req, n: 3, stream: true });
+    const texts = ['', '', ''];
+    for await (const chunk of stream) {
+        for (const c of chunk.choices) texts[c.index] += c.delta?.content ?? '';
+    }
+    assert.deepEqual(texts, r.choices.map((c) => c.message.content));
+});
+
 await check('unknown model is a NotFoundError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'no-such-model',

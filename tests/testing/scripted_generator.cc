@@ -59,6 +59,11 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
         fail_next_.reset();
         return s;
     }
+    if (fail_at_ && fail_at_->first == calls_.size()) {
+        Status s = fail_at_->second;
+        fail_at_.reset();
+        return s;
+    }
     const auto known = std::find(names_.begin(), names_.end(), request.model);
     if (known == names_.end()) {
         return not_found_error("unknown model " + request.model);
@@ -117,6 +122,11 @@ void ScriptedGenerator::set_tool_call_format(const std::string& model, std::stri
 void ScriptedGenerator::fail_next_submit(Status status) {
     std::lock_guard lock(mu_);
     fail_next_ = std::move(status);
+}
+
+void ScriptedGenerator::fail_submit_at(size_t index, Status status) {
+    std::lock_guard lock(mu_);
+    fail_at_ = std::pair(index, std::move(status));
 }
 
 bool ScriptedGenerator::wait_for_request(size_t index, int timeout_ms) {

@@ -52,6 +52,8 @@ public:
     }
     // The next submit() fails with `status` (once).
     void fail_next_submit(Status status);
+    // The submit() that would record request number `index` fails with `status` (once).
+    void fail_submit_at(size_t index, Status status);
     void set_ready(bool ready) { ready_ = ready; }
     // models() reports `format` as `model`'s tool-call format ("hermes", "glm4_5", "kimi_k2").
     void set_tool_call_format(const std::string& model, std::string format);
@@ -82,6 +84,7 @@ private:
     std::vector<engine::SamplingDefaults> sampling_defaults_;  // By index of names_.
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
+    std::optional<std::pair<size_t, Status>> fail_at_;
     bool ready_ = true;
     int64_t prompt_tokens_ = 0;
     std::vector<engine::ModelLoad> load_;

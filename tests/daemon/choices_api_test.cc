@@ -1,0 +1,217 @@
+// OpenAI `n`: several choices for one prompt, through the real HTTPS server and the API, each a
+// generation of its own on the scripted generator. Whole answers list the choices by index with
+// the usage summed (the prompt once); streams interleave the choices' chunks by index and end
+// once, after the last; one choice failing or refused fails the request and stops the others.
+
+#include <doctest/doctest.h>
+
+#include "tests/testing/scripted_daemon.h"
+
+using namespace edge;
+
+namespace {
+
+std::string chat_body(const std::string& extra) {
+    return R"({"model":"test-model","messages":[{"role":"user","content":"hi"}])" + extra + "}";
+}
+
+struct Fixture : testing::ScriptedDaemon {
+    explicit Fixture(const std::string& extra = "") : ScriptedDaemon({"test-model"}) {
+        start(extra);
+    }
+    // A connection that has sent a chat request with `extra` fields, once the generator has
+    // recorded `submitted` requests (its choices).
+    std::unique_ptr<testing::TlsClient> chat(const std::string& extra, size_t submitted) {
+        auto c = client();
+        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(extra)))
+                    .ok());
+        REQUIRE(generator.wait_for_request(submitted - 1));
+        return c;
+    }
+};
+
+boost::json::object json_of(const std::string& s) { return testing::json_object_of(s); }
+
+}  // namespace
+
+TEST_CASE("n: a whole answer lists every choice by index, usage summed with the prompt once") {
+    Fixture f;
+    auto c = f.chat(R"(,"n":3,"seed":41,"temperature":0.7)", 3);
+    for (size_t i = 0; i < 3; ++i) {
+        // One sequence per choice, each with its own seed (seed + index).
+        CHECK(f.generator.request(i).sampling.seed == std::optional<uint64_t>(41 + i));
+        CHECK(f.generator.request(i).sampling.temperature == doctest::Approx(0.7));
+    }
+    // They end in any order; the answer waits for the last.
+    f.generator.emit(2, "third");
+    f.generator.finish(2, engine::FinishReason::kLength, engine::Usage{5, 4, 2});
+    f.generator.emit(0, "first");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{5, 1, 2});
+    f.generator.emit(1, "second");
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{5, 2, 2});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    auto body = json_of(r->body);
+    auto& choices = body["choices"].as_array();
+    REQUIRE(choices.size() == 3);
+    const char* texts[] = {"first", "second", "third"};
+    for (size_t i = 0; i < 3; ++i) {
+        auto& choice = choices[i].as_object();
+        CHECK(choice["index"] == static_cast<int64_t>(i));
+        CHECK(choice["message"].as_object()["content"] == texts[i]);
+    }
+    CHECK(choices[2].as_object()["finish_reason"] == "length");
+    auto& usage = body["usage"].as_object();
+    CHECK(usage["prompt_tokens"] == 5);
+    CHECK(usage["completion_tokens"] == 7);
+    CHECK(usage["total_tokens"] == 12);
+    CHECK(usage["prompt_tokens_details"].as_object()["cached_tokens"] == 2);
+}
+
+TEST_CASE("n: a stream opens every choice, tags each chunk with its index and ends once") {
+    Fixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/completions",
+                        R"({"model":"test-model","prompt":"hi","n":2,"stream":true,)"
+                        R"("stream_options":{"include_usage":true}})"))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(1));
+    CHECK_FALSE(f.generator.request(0).sampling.seed.has_value());  // Unseeded: each its own.
+    f.generator.emit(1, "B1");
+    auto first = c->read_until("B1");
+    REQUIRE(first.ok());  // A choice's tokens go out as they come, not after the others.
+    f.generator.emit(0, "A1");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{4, 1, 0});
+    auto mid = c->read_until("\"stop\"");
+    REQUIRE(mid.ok());
+    CHECK(mid->find("[DONE]") == std::string::npos);  // Choice 1 still runs.
+    f.generator.emit(1, "B2");
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{4, 2, 0});
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    auto events = testing::sse_events(*first + *mid + *rest);
+    std::map<int64_t, std::string> text;
+    std::map<int64_t, int> finished;
+    size_t usage_events = 0;
+    for (const std::string& e : events) {
+        if (e == "[DONE]") {
+            continue;
+        }
+        auto o = json_of(e);
+        if (o["choices"].as_array().empty()) {
+            ++usage_events;
+            CHECK(o["usage"].as_object()["prompt_tokens"] == 4);
+            CHECK(o["usage"].as_object()["completion_tokens"] == 3);
+            continue;
+        }
+        auto& choice = o["choices"].as_array()[0].as_object();
+        const int64_t index = choice["index"].as_int64();
+        text[index] += std::string(choice["text"].as_string());
+        if (!choice["finish_reason"].is_null()) {
+            ++finished[index];
+        }
+    }
+    CHECK(text[0] == "A1");
+    CHECK(text[1] == "B1B2");
+    CHECK(finished[0] == 1);
+    CHECK(finished[1] == 1);
+    CHECK(usage_events == 1);
+    REQUIRE_FALSE(events.empty());
+    CHECK(events.back() == "[DONE]");
+    CHECK(std::count(events.begin(), events.end(), "[DONE]") == 1);
+}
+
+TEST_CASE("n: chat streams open with a role chunk for each choice") {
+    Fixture f;
+    auto c = f.chat(R"(,"n":2,"stream":true)", 2);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+    auto all = c->read_until("0\r\n\r\n");
+    REQUIRE(all.ok());
+    auto events = testing::sse_events(*all);
+    REQUIRE(events.size() == 5);  // Two role chunks, two finish chunks, [DONE].
+    for (int i = 0; i < 2; ++i) {
+        auto event = json_of(events[static_cast<size_t>(i)]);
+        auto& choice = event["choices"].as_array()[0].as_object();
+        CHECK(choice["index"] == i);
+        CHECK(choice["delta"].as_object()["role"] == "assistant");
+    }
+}
+
+TEST_CASE("n: one choice failing stops the others and fails the request") {
+    Fixture f;
+    auto c = f.chat(R"(,"n":2)", 2);
+    f.generator.emit(0, "half");
+    f.generator.finish(1, engine::FinishReason::kError, engine::Usage{3, 1, 0},
+                       unavailable_error("the device failed"));
+    CHECK(f.generator.wait_cancelled(0));
+    f.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
+    // The error, not the cancellation it caused.
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(json_of(r->body)["error"].as_object()["message"].as_string().find(
+              "the device failed") != std::string::npos);
+}
+
+TEST_CASE("n: the engine refusing a later choice refuses the request, the earlier ones stop") {
+    Fixture f;
+    f.generator.fail_submit_at(1, resource_exhausted_error("queue full"));
+    auto c = f.chat(R"(,"n":3,"stream":true)", 1);
+    CHECK(f.generator.wait_cancelled(0));
+    // The refusal's own status, not a 200 stream: nothing went out before it.
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 429);
+    CHECK(r->headers["retry-after"] == "1");
+    // What the cancelled choice does next goes nowhere.
+    f.generator.emit(0, "late");
+    f.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{1, 1, 0});
+    REQUIRE(c->send(testing::http_request("GET", "/v1/models")).ok());
+    auto next = c->read_response();
+    REQUIRE(next.ok());
+    CHECK(next->status == 200);
+    CHECK(next->body.find("late") == std::string::npos);
+}
+
+TEST_CASE("n: the client leaving cancels every choice") {
+    Fixture f;
+    {
+        auto c = f.chat(R"(,"n":2,"stream":true)", 2);
+        f.generator.emit(1, "partial");
+        REQUIRE(c->read_until("partial").ok());
+    }
+    CHECK(f.generator.wait_cancelled(0));
+    CHECK(f.generator.wait_cancelled(1));
+}
+
+TEST_CASE("n: a tenant's output budget covers every choice") {
+    Fixture f(
+        "tenants:\n"
+        "  - name: acme\n"
+        "    api_key_sha256: [" +
+        std::string("6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b") +
+        "]\n"
+        "    output_tokens_per_minute: 100\n");
+    const std::string auth = "Authorization: Bearer 1\r\n";
+    // 4 x 30 tokens is more than the minute's 100: refused, naming max_tokens.
+    auto over = f.call("POST", "/v1/chat/completions", chat_body(R"(,"n":4,"max_tokens":30)"),
+                       auth);
+    CHECK(over.status == 400);
+    CHECK(json_of(over.body)["error"].as_object()["param"] == "max_tokens");
+    CHECK(json_of(over.body)["error"].as_object()["message"].as_string().find(
+              "4 choices of 30 tokens") != std::string::npos);
+    // Without max_tokens the default is lowered to the choices' share of the budget.
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(R"(,"n":4)"),
+                                          auth))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(3));
+    CHECK(f.generator.request(0).sampling.max_tokens <= 25);
+    for (size_t i = 0; i < 4; ++i) {
+        f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    }
+    CHECK(c->read_response()->status == 200);
+}
