@@ -55,6 +55,14 @@ struct SamplingParams {
     std::optional<uint64_t> seed;    // Fixed seed for reproducible sampling.
     float presence_penalty = 0.0f;   // Subtracted once from logits of tokens already generated.
     float frequency_penalty = 0.0f;  // Subtracted per occurrence of a generated token.
+    // vLLM's extensions. repetition_penalty (as Hugging Face's): the logits of tokens in the
+    // prompt or already generated are divided by it when positive, multiplied when negative
+    // (1: off). min_p: tokens less likely than min_p times the likeliest (after temperature) are
+    // not drawn (0: off). min_tokens: end-of-sequence tokens cannot be chosen before this many
+    // tokens are generated (stop strings still apply).
+    float repetition_penalty = 1.0f;
+    float min_p = 0.0f;
+    int32_t min_tokens = 0;
     int32_t max_tokens = 256;        // Upper bound on generated tokens.
     std::vector<std::string> stop;   // Stop strings; the matched text is not returned.
     bool logprobs = false;           // Return the chosen token's log-probability.

@@ -838,6 +838,26 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 (key == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) =
                     static_cast<float>(p.value_or(0));
             }
+        } else if (key == "repetition_penalty") {
+            // vLLM's extensions (repetition_penalty, min_p, min_tokens): see SamplingParams.
+            if (!value.is_null()) {
+                auto r = v.number(value, key, 0, 2);
+                ok = r.has_value() &&
+                     (*r > 0 || v.fail("'repetition_penalty' must be greater than 0", key));
+                s.repetition_penalty = static_cast<float>(r.value_or(1));
+            }
+        } else if (key == "min_p") {
+            if (!value.is_null()) {
+                auto p = v.number(value, key, 0, 1);
+                ok = p.has_value();
+                s.min_p = static_cast<float>(p.value_or(0));
+            }
+        } else if (key == "min_tokens") {
+            if (!value.is_null()) {
+                auto n = v.integer(value, key, 0, 1 << 30);
+                ok = n.has_value();
+                s.min_tokens = static_cast<int32_t>(n.value_or(0));
+            }
         } else if (chat && key == "tools") {
             ok = parse_tools(v, value, req.tools);
         } else if (chat && key == "tool_choice") {
@@ -950,6 +970,12 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     if (top_logprobs && chat && !want_logprobs && *top_logprobs > 0) {
         return invalid_request("'top_logprobs' requires 'logprobs' to be true",
                                std::string("top_logprobs"));
+    }
+    if (!out.max_tokens_param.empty() && s.min_tokens > s.max_tokens) {
+        return invalid_request("'min_tokens' (" + std::to_string(s.min_tokens) +
+                                   ") must not exceed '" + out.max_tokens_param + "' (" +
+                                   std::to_string(s.max_tokens) + ")",
+                               std::string("min_tokens"));
     }
     if (out.include_usage && !out.stream) {
         return invalid_request("'stream_options' is only allowed when 'stream' is true",

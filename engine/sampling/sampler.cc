@@ -39,8 +39,19 @@ Status validate_sampling_params(const SamplingParams& p) {
     if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f) {
         return out_of_range("frequency_penalty", "must be in [-2, 2]");
     }
+    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f ||
+        p.repetition_penalty > 2.0f) {
+        return out_of_range("repetition_penalty", "must be in (0, 2]");
+    }
+    if (!std::isfinite(p.min_p) || p.min_p < 0.0f || p.min_p > 1.0f) {
+        return out_of_range("min_p", "must be in [0, 1]");
+    }
     if (p.max_tokens < 1) {
         return out_of_range("max_tokens", "must be >= 1");
+    }
+    if (p.min_tokens < 0 || p.min_tokens > p.max_tokens) {
+        return out_of_range("min_tokens", "must be in [0, max_tokens] ([0, " +
+                                              std::to_string(p.max_tokens) + "] here)");
     }
     if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
         return out_of_range("top_logprobs", "must be in [0, 20]");
@@ -95,19 +106,53 @@ std::vector<TokenId> top_n(std::span<const float> values, int32_t n) {
 
 Sampler::Sampler(const SamplingParams& params, uint64_t seed) : params_(params), rng_(seed) {}
 
+void Sampler::set_context(std::span<const TokenId> prompt, std::span<const TokenId> eos_ids) {
+    if (params_.repetition_penalty != 1.0f) {
+        prompt_ids_.insert(prompt.begin(), prompt.end());
+    }
+    if (params_.min_tokens > 0) {
+        eos_ids_.assign(eos_ids.begin(), eos_ids.end());
+    }
+}
+
 void Sampler::apply_penalties(std::span<float> logits) const {
+    auto in_vocab = [&](TokenId id) { return id >= 0 && static_cast<size_t>(id) < logits.size(); };
     for (const auto& [id, bias] : params_.logit_bias) {
-        if (static_cast<size_t>(id) < logits.size()) {
+        if (in_vocab(id)) {
             logits[id] += bias;
         }
     }
-    if (params_.presence_penalty == 0.0f && params_.frequency_penalty == 0.0f) {
-        return;
+    if (params_.repetition_penalty != 1.0f) {
+        // Once per distinct token of the prompt and the output, as Hugging Face's and vLLM's.
+        const float r = params_.repetition_penalty;
+        auto penalise = [&](TokenId id) {
+            float& x = logits[id];
+            x = x > 0.0f ? x / r : x * r;
+        };
+        for (TokenId id : prompt_ids_) {
+            if (in_vocab(id)) {
+                penalise(id);
+            }
+        }
+        for (const auto& [id, n] : counts_) {
+            if (in_vocab(id) && !prompt_ids_.contains(id)) {
+                penalise(id);
+            }
+        }
     }
-    for (const auto& [id, n] : counts_) {
-        if (id >= 0 && static_cast<size_t>(id) < logits.size() && n > 0) {
-            logits[id] -=
-                params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+    if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+        for (const auto& [id, n] : counts_) {
+            if (in_vocab(id) && n > 0) {
+                logits[id] -=
+                    params_.presence_penalty + params_.frequency_penalty * static_cast<float>(n);
+            }
+        }
+    }
+    if (generated_ < params_.min_tokens) {
+        for (TokenId id : eos_ids_) {
+            if (in_vocab(id)) {
+                logits[id] = -std::numeric_limits<float>::infinity();
+            }
         }
     }
 }
@@ -148,13 +193,18 @@ TokenId Sampler::draw(std::span<const float> scaled) {
     // 53 random bits -> u in [0, 1); the walk below is deterministic for a given seed.
     const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
     double target = u * total;
+    int32_t last = 0;  // The last token that can be drawn (min-p leaves some at 0).
     for (int32_t i = 0; i < kept; ++i) {
+        if (probs_[i] == 0.0f) {
+            continue;
+        }
+        last = i;
         target -= probs_[i];
         if (target < 0.0) {
             return order_[i];
         }
     }
-    return order_[kept - 1];  // Rounding left a sliver past the end.
+    return order_[last];  // Rounding left a sliver past the end.
 }
 
 SampledToken Sampler::sample(std::span<float> logits) {
@@ -173,6 +223,17 @@ SampledToken Sampler::sample(std::span<float> logits) {
             x *= inv;
         }
     }
+    if (!greedy && params_.min_p > 0.0f) {
+        // Min-p: below min_p times the likeliest token's probability is out, before top-k and
+        // top-p (vLLM's order); the likeliest itself always stays.
+        const float max = *std::max_element(logits.begin(), logits.end());
+        const float floor = max + std::log(params_.min_p);
+        for (float& x : logits) {
+            if (x < floor) {
+                x = -std::numeric_limits<float>::infinity();
+            }
+        }
+    }
     SampledToken out;
     if (greedy) {
         // Strictly greater keeps the first (lowest) id among equal maxima.
@@ -187,6 +248,7 @@ SampledToken Sampler::sample(std::span<float> logits) {
         out.id = draw(logits);
     }
     ++counts_[out.id];
+    ++generated_;
     if (want_logprobs) {
         out.logprob = lp[out.id];
         for (TokenId id : top_n(lp, params_.top_logprobs)) {

@@ -1,10 +1,11 @@
 #pragma once
 
 // Sampler picks the next token of one sequence from the model's logits, as the request's
-// SamplingParams say: presence/frequency penalties over the tokens generated so far, then greedy
-// (temperature below kGreedyTemperature: highest logit, ties to the lowest id) or temperature
-// scaling, top-k, top-p and a draw from a seeded std::mt19937_64 (same seed, same logits -> same
-// tokens). It also reports the log-probability of the chosen token and the top alternatives: the
+// SamplingParams say: logit_bias, presence/frequency penalties over the tokens generated so far,
+// the repetition penalty over the prompt and those tokens, end-of-sequence tokens banned before
+// min_tokens, then greedy (temperature below kGreedyTemperature: highest logit, ties to the lowest
+// id) or temperature scaling, min-p, top-k, top-p (vLLM's order) and a draw from a seeded
+// std::mt19937_64 (same seed, same logits -> same tokens). It also reports the log-probability of the chosen token and the top alternatives: the
 // log-softmax of the model's own logits, before penalties and temperature, as OpenAI and vLLM
 // report them.
 //
@@ -14,6 +15,7 @@
 #include <random>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/result.h"
@@ -34,7 +36,8 @@ inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr float kMaxLogitBiasValue = 100.0f;
 
 // kInvalidArgument naming the field when a value is out of range (temperature in [0, 2], top_p in
-// (0, 1], top_k >= 0, penalties in [-2, 2], max_tokens >= 1, top_logprobs in [0, 20], stop
+// (0, 1], top_k >= 0, penalties in [-2, 2], repetition_penalty in (0, 2], min_p in [0, 1],
+// max_tokens >= 1, min_tokens in [0, max_tokens], top_logprobs in [0, 20], stop
 // strings non-empty valid UTF-8 within the limits above, logit_bias ids >= 0 with biases in
 // [-100, 100]; the caller checks the ids against the vocabulary).
 Status validate_sampling_params(const SamplingParams& params);
@@ -49,6 +52,10 @@ class Sampler {
 public:
     Sampler(const SamplingParams& params, uint64_t seed);
 
+    // The prompt (for the repetition penalty) and the model's end-of-sequence ids (banned before
+    // min_tokens); kept only when those are set. Call before the first sample().
+    void set_context(std::span<const TokenId> prompt, std::span<const TokenId> eos_ids);
+
     // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)
     // and counts it for the penalties of later steps.
     SampledToken sample(std::span<float> logits);
@@ -59,7 +66,10 @@ private:
 
     SamplingParams params_;
     std::mt19937_64 rng_;
-    std::unordered_map<TokenId, int32_t> counts_;
+    std::unordered_map<TokenId, int32_t> counts_;  // Generated tokens, by id.
+    int32_t generated_ = 0;
+    std::unordered_set<TokenId> prompt_ids_;  // repetition_penalty != 1 only.
+    std::vector<TokenId> eos_ids_;            // min_tokens > 0 only.
     std::vector<int32_t> order_;  // Scratch for top-k / top-p.
     std::vector<float> probs_;    // Scratch.
 };

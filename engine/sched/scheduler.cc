@@ -45,6 +45,9 @@ Scheduler::~Scheduler() { stop(); }
 
 Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest request) {
     auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
+    seq->sampler.set_context(std::span<const TokenId>(seq->tokens).first(
+                                 static_cast<size_t>(seq->prompt_len)),
+                             config_.eos_token_ids);
     seq->submitted_at = clock_->now();
     auto handle = std::make_shared<RequestHandle>(
         seq->control, static_cast<int64_t>(seq->prompt_len));

@@ -357,6 +357,37 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     CHECK(none.generate.tools.empty());  // Not offered at all.
 }
 
+TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens") {
+    auto ok = parse_openai_request(
+        Endpoint::kCompletions,
+        R"({"model":"m","prompt":"x","repetition_penalty":1.2,"min_p":0.05,"min_tokens":3,)"
+        R"("max_tokens":8})");
+    REQUIRE(std::holds_alternative<ParsedRequest>(ok));
+    const engine::SamplingParams& s = std::get<ParsedRequest>(ok).generate.sampling;
+    CHECK(s.repetition_penalty == doctest::Approx(1.2));
+    CHECK(s.min_p == doctest::Approx(0.05));
+    CHECK(s.min_tokens == 3);
+    auto nulls = parse_openai_request(
+        Endpoint::kChatCompletions,
+        R"({"model":"m","messages":[{"role":"user","content":"x"}],"repetition_penalty":null,)"
+        R"("min_p":null,"min_tokens":null})");
+    REQUIRE(std::holds_alternative<ParsedRequest>(nulls));
+    CHECK(std::get<ParsedRequest>(nulls).generate.sampling.repetition_penalty == 1.0f);
+    for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
+             {R"("repetition_penalty":0)", "repetition_penalty"},
+             {R"("repetition_penalty":2.5)", "repetition_penalty"},
+             {R"("min_p":1.01)", "min_p"},
+             {R"("min_p":"x")", "min_p"},
+             {R"("min_tokens":-1)", "min_tokens"},
+             {R"("min_tokens":1.5)", "min_tokens"},
+             {R"("min_tokens":9,"max_tokens":8)", "min_tokens"}}) {
+        CAPTURE(fields);
+        ApiError e = error_of(Endpoint::kCompletions,
+                              R"({"model":"m","prompt":"x",)" + fields + "}");
+        CHECK(e.param == param);
+    }
+}
+
 TEST_CASE("n: 1 to 16 choices (null is 1), best_of other than 1 is refused as such") {
     for (const char* n : {"0", "17", "-1", "1000", "2.5", "\"2\""}) {
         CAPTURE(n);

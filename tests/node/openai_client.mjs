@@ -157,6 +157,20 @@ await check('n: choices by index, choice i as a single request seeded seed + i',
     assert.deepEqual(texts, r.choices.map((c) => c.message.content));
 });
 
+await check("vLLM's min_tokens holds the end off, min_p and repetition_penalty are taken", async () => {
+    const req = { model, messages: [{ role: 'user', content: 'Tell me a fortune' }],
+                  temperature: 0, max_tokens: 200 };
+    const free = await client.chat.completions.create(req);
+    assert.equal(free.choices[0].finish_reason, 'stop');
+    const ended = free.usage.completion_tokens;
+    const held = await client.chat.completions.create({ ...req, min_tokens: ended + 4 });
+    assert.ok(held.usage.completion_tokens >= ended + 4,
+              `${held.usage.completion_tokens} < ${ended + 4}`);
+    const tuned = await client.chat.completions.create({
+        ...req, temperature: 0.8, seed: 3, min_p: 0.1, repetition_penalty: 1.3, max_tokens: 16 });
+    assert.ok(tuned.choices[0].message.content.length > 0);
+});
+
 await check('unknown model is a NotFoundError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'no-such-model',

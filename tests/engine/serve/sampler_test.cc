@@ -122,6 +122,72 @@ TEST_CASE("sampler: top-p keeps the smallest set reaching the mass") {
     CHECK(counts[1] > 1000);
 }
 
+TEST_CASE("sampler: min-p drops tokens below min_p times the likeliest, before top-p") {
+    SamplingParams p;
+    p.min_p = 0.5f;  // 0.5 * 0.5 = 0.25: id 2 (0.2) is out; ids 0 and 1 keep 5 : 3.
+    auto counts = histogram(p, 9, kProbs532, 8000);
+    CHECK(counts[2] == 0);
+    CHECK(counts[0] / 8000.0 == doctest::Approx(0.625).epsilon(0.05));
+    p.min_p = 0.7f;  // 0.35: id 0 alone.
+    CHECK(histogram(p, 9, kProbs532, 300)[0] == 300);
+    p.min_p = 1.0f;  // The likeliest always stays.
+    CHECK(histogram(p, 9, kProbs532, 300)[0] == 300);
+    // Top-p then measures the mass of what min-p left: 0.5 / 0.8 = 0.625 >= 0.6 keeps id 0
+    // alone (over the whole distribution, 0.5 < 0.6 would keep id 1 too).
+    p.min_p = 0.5f;
+    p.top_p = 0.6f;
+    CHECK(histogram(p, 9, kProbs532, 300)[0] == 300);
+    // After temperature: at 2.0 the probabilities are 0.4155 : 0.3218 : 0.2627, and min_p 0.7
+    // (0.2909) keeps ids 0 and 1.
+    SamplingParams hot;
+    hot.temperature = 2.0f;
+    hot.min_p = 0.7f;
+    counts = histogram(hot, 9, kProbs532, 4000);
+    CHECK(counts[2] == 0);
+    CHECK(counts[1] > 1000);
+}
+
+TEST_CASE("sampler: repetition penalty divides the prompt's and the output's positive logits") {
+    SamplingParams p = greedy();
+    p.repetition_penalty = 2.0f;
+    Sampler s(p, 1);
+    const std::vector<TokenId> prompt = {0, 1};
+    s.set_context(prompt, {});
+    // Id 0 (in the prompt): 2.0 / 2 = 1.0 loses to id 2 (1.5); id 1: -1.0 * 2 = -2.0.
+    CHECK(pick(s, {2.0f, -1.0f, 1.5f, 0.5f}) == 2);
+    // Id 2 is generated now: 1.5 / 2 = 0.75 loses to id 3 (1.1) and id 0 (1.0).
+    CHECK(pick(s, {2.0f, -1.0f, 1.5f, 1.1f}) == 3);
+    // Once per distinct token, however often it occurred: 1.9 / 2 = 0.95 beats 0.9 / 2.
+    CHECK(pick(s, {1.9f, -1.0f, 0.1f, 0.9f}) == 0);
+    // 1 (the default) changes nothing.
+    SamplingParams off = greedy();
+    Sampler o(off, 1);
+    o.set_context(prompt, {});
+    CHECK(pick(o, {2.0f, -1.0f, 1.5f, 0.5f}) == 0);
+}
+
+TEST_CASE("sampler: min_tokens bans the end-of-sequence tokens until that many are generated") {
+    SamplingParams p = greedy();
+    p.min_tokens = 2;
+    Sampler s(p, 1);
+    const std::vector<TokenId> eos = {3, 4};
+    s.set_context({}, eos);
+    const std::vector<float> logits = {0.0f, 1.0f, 0.5f, 9.0f, 8.0f};
+    CHECK(pick(s, logits) == 1);
+    CHECK(pick(s, logits) == 1);
+    CHECK(pick(s, logits) == 3);  // Two generated: the end may come.
+    // Sampled rather than greedy: never an end token before min_tokens either.
+    SamplingParams hot;
+    hot.min_tokens = 50;
+    Sampler h(hot, 5);
+    h.set_context({}, eos);
+    for (int i = 0; i < 50; ++i) {
+        const TokenId id = pick(h, logits);
+        CHECK(id != 3);
+        CHECK(id != 4);
+    }
+}
+
 TEST_CASE("sampler: the same seed gives the same tokens, another seed others") {
     SamplingParams p;
     std::vector<float> flat(64, 0.0f);
@@ -182,6 +248,16 @@ TEST_CASE("sampler: bad values are rejected naming the field") {
         {[](SamplingParams& p) { p.presence_penalty = 3.0f; }, "presence_penalty"},
         {[](SamplingParams& p) { p.frequency_penalty = -2.5f; }, "frequency_penalty"},
         {[](SamplingParams& p) { p.max_tokens = 0; }, "max_tokens"},
+        {[](SamplingParams& p) { p.repetition_penalty = 0.0f; }, "repetition_penalty"},
+        {[](SamplingParams& p) { p.repetition_penalty = 2.5f; }, "repetition_penalty"},
+        {[](SamplingParams& p) { p.min_p = 1.5f; }, "min_p"},
+        {[](SamplingParams& p) { p.min_p = -0.1f; }, "min_p"},
+        {[](SamplingParams& p) { p.min_tokens = -1; }, "min_tokens"},
+        {[](SamplingParams& p) {
+             p.max_tokens = 8;
+             p.min_tokens = 9;
+         },
+         "min_tokens"},
         {[](SamplingParams& p) { p.top_logprobs = 21; }, "top_logprobs"},
         {[](SamplingParams& p) {
              p.stop = {"ok", ""};
