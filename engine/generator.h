@@ -90,6 +90,9 @@ struct GenerateRequest {
     // The request field that set max_tokens, for errors ("max_tokens" or "max_completion_tokens").
     std::string max_tokens_field = "max_tokens";
     bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
+    // The sink hears the prompt's tokens (GenerationSink::on_prompt) before the first delta,
+    // with their logprobs when sampling.logprobs is set (the completions API's `echo`).
+    bool echo_prompt = false;
     // Tools offered to the model (chat prompts only), rendered in the model family's format.
     // Empty when tool_choice is "none" (the caller drops them then).
     std::vector<ToolSpec> tools;
@@ -159,6 +162,11 @@ class GenerationSink {
     // chat template opened it, as DeepSeek-V3.1's does with thinking on), so the output starts
     // in the thought. Called at most once, from submit(), before any other callback.
     virtual void on_thought_opened() {}
+    // GenerateRequest::echo_prompt: the prompt's tokens as the model read them, once, before the
+    // first on_delta. Each has its bytes (`token`), id and byte offset in the prompt; with
+    // sampling.logprobs also the log-probability the model gave it after the tokens before it,
+    // and `top` alternatives (the first token has none: logprob NaN, top empty).
+    virtual void on_prompt(std::vector<TokenLogprob> tokens) { (void)tokens; }
     virtual void on_delta(TokenDelta delta) = 0;
     virtual void on_finish(Finish finish) = 0;
 };

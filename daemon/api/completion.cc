@@ -1,6 +1,7 @@
 #include "daemon/api/completion.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <optional>
@@ -355,6 +356,20 @@ public:
         }
     }
 
+    // `echo` (completions): the prompt goes first, as text (and logprobs) of its own delta.
+    void on_prompt(std::vector<engine::TokenLogprob> tokens) override {
+        engine::TokenDelta prompt;
+        for (const engine::TokenLogprob& t : tokens) {
+            prompt.text += t.token;
+        }
+        if (response_->logprobs) {
+            prompt.logprobs = std::move(tokens);
+        }
+        const size_t bytes = prompt.text.size();
+        on_delta(std::move(prompt));
+        offset_base_ = bytes;  // The completion's tokens count their offsets after it.
+    }
+
     void on_delta(engine::TokenDelta delta) override {
         if (response_->return_token_ids) {
             token_ids_.insert(token_ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
@@ -517,7 +532,8 @@ private:
     // a delta with no text wait for the next chunk).
     json::object with_ids(json::object chunk) {
         if (response_->return_token_ids) {
-            chunk["choices"].get_array()[0].get_object()["token_ids"] = json::value_from(token_ids_);
+            chunk["choices"].get_array()[0].get_object()["token_ids"] =
+                json::value_from(token_ids_);
             token_ids_.clear();
         }
         return chunk;
@@ -531,7 +547,9 @@ private:
         for (const engine::TokenLogprob& lp : delta.logprobs) {
             json::object entry;
             entry["token"] = logprob_token_text(lp.token);
-            entry["logprob"] = lp.logprob;
+            // NaN: an echoed prompt's first token, which nothing predicts.
+            entry["logprob"] =
+                std::isnan(lp.logprob) ? json::value(nullptr) : json::value(lp.logprob);
             entry["bytes"] = token_bytes(lp.token);
             json::array top;
             for (const engine::TopLogprob& t : lp.top) {
@@ -546,8 +564,9 @@ private:
                 // The legacy text_offset counts characters, as a Python client indexes the text.
                 // The engine holds a token's logprob until its text starts showing, so its offset
                 // falls inside this delta's text (or at its end).
-                const size_t in_delta = std::min(
-                    delta.text.size(), lp.text_offset - std::min(lp.text_offset, shown_bytes_));
+                const size_t at = lp.text_offset + offset_base_;
+                const size_t in_delta =
+                    std::min(delta.text.size(), at - std::min(at, shown_bytes_));
                 entry["text_offset"] =
                     shown_chars_ + engine::tokenizer::utf8_length(
                                        std::string_view(delta.text).substr(0, in_delta));
@@ -574,6 +593,10 @@ private:
             tokens.push_back(eo.at("token"));
             text_offset.push_back(eo.at("text_offset"));
             token_logprobs.push_back(eo.at("logprob"));
+            if (eo.at("logprob").is_null()) {
+                top_logprobs.push_back(nullptr);  // As OpenAI's for the echoed first token.
+                continue;
+            }
             json::object top;
             for (const json::value& t : eo.at("top_logprobs").get_array()) {
                 top[t.get_object().at("token").get_string()] = t.get_object().at("logprob");
@@ -605,6 +628,7 @@ private:
     std::vector<engine::TokenId> token_ids_;  // Not yet sent (all of them when not streaming).
     size_t shown_bytes_ = 0;  // Generated text sent before the current delta, in bytes...
     size_t shown_chars_ = 0;  // ...and in characters.
+    size_t offset_base_ = 0;  // Bytes of an echoed prompt before the completion's text.
 };
 
 }  // namespace
@@ -669,8 +693,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             // Choices of a seeded request differ from each other, and each is reproducible.
             *generate.sampling.seed += static_cast<uint64_t>(i);
         }
-        auto sink = std::make_shared<ChoiceSink>(response, i, std::move(tools[static_cast<size_t>(i)]),
-                                                 thinks);
+        auto sink = std::make_shared<ChoiceSink>(
+            response, i, std::move(tools[static_cast<size_t>(i)]), thinks);
         Result<std::shared_ptr<engine::GenerationHandle>> handle =
             generator.submit(std::move(generate), sink);
         if (!handle.ok()) {

@@ -658,10 +658,6 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
     if (key == "user" || key == "service_tier" || key == "reasoning_effort") {
         return value.is_null() || v.string(value, key) != nullptr;
     }
-    if (key == "echo") {
-        std::optional<bool> b = value.is_null() ? false : v.boolean(value, key);
-        return b && (!*b || refuse());
-    }
     if (key == "prompt_cache_key" || key == "safety_identifier") {
         // A caching hint (this server's prefix cache needs none) and the successor of `user`.
         return value.is_null() || v.string(value, key) != nullptr;
@@ -837,6 +833,13 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 ok = p.has_value();
                 (key == "presence_penalty" ? s.presence_penalty : s.frequency_penalty) =
                     static_cast<float>(p.value_or(0));
+            }
+        } else if (!chat && key == "echo") {
+            // The prompt comes back before the completion, with its logprobs when asked for.
+            if (!value.is_null()) {
+                auto b = v.boolean(value, key);
+                ok = b.has_value();
+                req.echo_prompt = b.value_or(false);
             }
         } else if (key == "repetition_penalty") {
             // vLLM's extensions (repetition_penalty, min_p, min_tokens): see SamplingParams.

@@ -5,9 +5,9 @@
 // the repetition penalty over the prompt and those tokens, end-of-sequence tokens banned before
 // min_tokens, then greedy (temperature below kGreedyTemperature: highest logit, ties to the lowest
 // id) or temperature scaling, min-p, top-k, top-p (vLLM's order) and a draw from a seeded
-// std::mt19937_64 (same seed, same logits -> same tokens). It also reports the log-probability of the chosen token and the top alternatives: the
-// log-softmax of the model's own logits, before penalties and temperature, as OpenAI and vLLM
-// report them.
+// std::mt19937_64 (same seed, same logits -> same tokens). It also reports the log-probability
+// of the chosen token and the top alternatives: the log-softmax of the model's own logits, before
+// penalties and temperature, as OpenAI and vLLM report them.
 //
 // Threading: one Sampler per sequence, used by one thread at a time (the scheduler's).
 

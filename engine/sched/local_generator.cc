@@ -350,6 +350,7 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     seq.cache_scope = std::move(request.cache_scope);
     seq.tenant_weight = request.tenant_weight;
     seq.priority = request.priority;
+    seq.echo_prompt = request.echo_prompt;
     if (!request.tools.empty() && rt.chat) {
         seq.kept_special = rt.chat->tool_call_marker_ids();
     }

@@ -164,15 +164,22 @@ bool Scheduler::step() {
     const size_t vocab = static_cast<size_t>(model_->spec().vocab_size);
     int64_t prefill_tokens = 0;
     int64_t decode_tokens = 0;
+    size_t row = 0;  // The batch entry's first row of logits.
     for (size_t i = 0; i < batch.size(); ++i) {
         Sequence* seq = batch[i].seq;
+        const size_t rows = wants_all_logits(*seq) ? static_cast<size_t>(batch[i].count) : 1;
+        if (wants_all_logits(*seq)) {
+            record_prompt_logprobs(seq, std::span<const float>(logits.data() + row * vocab,
+                                                               rows * vocab));
+        }
         seq->computed += batch[i].count;
         // A chunk of one token after the prompt is a decode step; anything else is prefill.
         const bool decoding = seq->computed > seq->prompt_len;
         (decoding ? decode_tokens : prefill_tokens) += batch[i].count;
         publish_prefix(seq);
+        row += rows;
         if (seq->pending() == 0) {
-            emit_token(seq, std::span<float>(logits.data() + i * vocab, vocab));
+            emit_token(seq, std::span<float>(logits.data() + (row - 1) * vocab, vocab));
         }
     }
     account_decodes(batch);
@@ -413,12 +420,15 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
     while (true) {
         std::vector<SequenceChunk> chunks;
         chunks.reserve(batch->size());
+        size_t rows = 0;
         for (const BatchEntry& e : *batch) {
+            const bool all = wants_all_logits(*e.seq);
             chunks.push_back(
                 SequenceChunk{e.seq->slot, e.seq->computed,
                               std::span<const TokenId>(e.seq->tokens.data() + e.seq->computed,
                                                        static_cast<size_t>(e.count)),
-                              false});
+                              all});
+            rows += all ? static_cast<size_t>(e.count) : 1;
         }
         logits->clear();
         Status st = model_->forward(chunks, logits);
@@ -427,7 +437,7 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
             // ends with the device's error instead of sampling from them.
             st = device_health();
         }
-        const size_t want = batch->size() * static_cast<size_t>(model_->spec().vocab_size);
+        const size_t want = rows * static_cast<size_t>(model_->spec().vocab_size);
         if (st.ok() && logits->size() == want) {
             return true;
         }
@@ -453,6 +463,48 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
     }
 }
 
+bool Scheduler::wants_all_logits(const Sequence& seq) {
+    return seq.prompt_logprobs && seq.computed < seq.prompt_len;
+}
+
+void Scheduler::record_prompt_logprobs(Sequence* seq, std::span<const float> logits) {
+    const size_t vocab = static_cast<size_t>(model_->spec().vocab_size);
+    std::vector<float> lp;
+    for (size_t j = 0; j * vocab < logits.size(); ++j) {
+        // Row j predicts the token after position computed + j.
+        const size_t next = static_cast<size_t>(seq->computed) + j + 1;
+        if (next >= static_cast<size_t>(seq->prompt_len) ||
+            !std::isnan(seq->prompt_lp[next].logprob)) {
+            continue;  // Past the prompt, or known from before a preemption.
+        }
+        sampling::log_softmax(logits.subspan(j * vocab, vocab), &lp);
+        TokenLogprob& out = seq->prompt_lp[next];
+        out.logprob = lp[static_cast<size_t>(seq->tokens[next])];
+        out.top.clear();
+        for (TokenId id : sampling::top_n(lp, seq->params.top_logprobs)) {
+            out.top.push_back(TopLogprob{std::string(tokenizer_->token_bytes(id)), id, lp[id]});
+        }
+    }
+}
+
+void Scheduler::send_prompt(Sequence* seq) {
+    seq->prompt_sent = true;
+    std::vector<TokenLogprob> prompt(static_cast<size_t>(seq->prompt_len));
+    size_t offset = 0;
+    for (size_t p = 0; p < prompt.size(); ++p) {
+        TokenLogprob& t = seq->prompt_logprobs ? seq->prompt_lp[p] : prompt[p];
+        t.id = seq->tokens[p];
+        t.token = std::string(tokenizer_->token_bytes(t.id));
+        t.text_offset = offset;
+        offset += t.token.size();
+        if (!seq->prompt_logprobs) {
+            t.logprob = std::numeric_limits<float>::quiet_NaN();
+        }
+    }
+    seq->sink->on_prompt(seq->prompt_logprobs ? std::move(seq->prompt_lp) : std::move(prompt));
+    seq->prompt_lp.clear();
+}
+
 bool Scheduler::is_eos(TokenId id) const {
     return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), id) !=
            config_.eos_token_ids.end();
@@ -466,6 +518,9 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
                               std::to_string(seq->generated()) +
                               " (NaN or Inf in the checkpoint's weights?)"));
         return;
+    }
+    if (seq->echo_prompt && !seq->prompt_sent) {
+        send_prompt(seq);
     }
     const sampling::SampledToken sampled = seq->sampler.sample(logits);
     seq->tokens.push_back(sampled.id);

@@ -208,6 +208,14 @@ private:
     void attach_prefix(Sequence* seq);
     void publish_prefix(Sequence* seq);
     TenantServingStats& tenant_stats(const std::string& tenant);  // stats_mu_ held.
+    // A prompt whose logprobs are asked for takes logits for every position while it prefills.
+    static bool wants_all_logits(const Sequence& seq);
+    // The logprobs of the prompt tokens that rows of `logits` (from position seq->computed on)
+    // predict, each recorded once.
+    void record_prompt_logprobs(Sequence* seq, std::span<const float> logits);
+    // GenerateRequest::echo_prompt: the prompt's tokens to the sink (once, before the first
+    // delta).
+    void send_prompt(Sequence* seq);
     void emit_token(Sequence* seq, std::span<float> logits);
     void finish(Sequence* seq, FinishReason reason, Status error = ok_status());
     void remove_finished();

@@ -219,9 +219,17 @@ void Scheduler::attach_prefix(Sequence* seq) {
             bt, salt->second, SIZE_MAX);
         seq->chain_ready = true;
     }
-    // At least one token is left to compute: its logits give the next token.
+    // At least one token is left to compute: its logits give the next token. A prompt whose
+    // logprobs are asked for is computed whole (cached blocks have no logits), until they are all
+    // known (a sequence preempted later may then attach).
+    const bool needs_logits =
+        seq->prompt_logprobs &&
+        std::any_of(seq->prompt_lp.begin() + 1, seq->prompt_lp.end(),
+                    [](const TokenLogprob& lp) { return std::isnan(lp.logprob); });
     const size_t usable =
-        std::min(seq->prefix_chain.size(), (seq->tokens.size() - 1) / static_cast<size_t>(bt));
+        needs_logits ? 0
+                     : std::min(seq->prefix_chain.size(),
+                                (seq->tokens.size() - 1) / static_cast<size_t>(bt));
     const int32_t attached = model_->attach_prefix(
         seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), usable));
     seq->computed = attached;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,7 @@ struct SequenceRequest {
     int32_t tenant_weight = 1;             // The tenant's fair-share weight (>= 1).
     int32_t priority = 0;                  // Higher is preempted later.
     std::vector<TokenId> kept_special = {};  // Special tokens decoded anyway (tool markers).
+    bool echo_prompt = false;                // GenerateRequest::echo_prompt.
 };
 
 // The KV of a preempted sequence kept in host memory (CausalLM::save_slot), counted in its
@@ -89,8 +91,17 @@ struct Sequence {
           tenant(std::move(request.tenant)),
           cache_scope(request.cache_scope.empty() ? tenant : std::move(request.cache_scope)),
           tenant_weight(std::max(request.tenant_weight, 1)),
-          priority(request.priority) {
+          priority(request.priority),
+          echo_prompt(request.echo_prompt),
+          prompt_logprobs(request.echo_prompt &&
+                          (params.logprobs || params.top_logprobs > 0)) {
         decoder.keep_special(std::move(request.kept_special));
+        if (prompt_logprobs) {
+            prompt_lp.resize(static_cast<size_t>(prompt_len));
+            for (TokenLogprob& lp : prompt_lp) {
+                lp.logprob = std::numeric_limits<float>::quiet_NaN();  // Not computed yet.
+            }
+        }
     }
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
@@ -115,6 +126,13 @@ struct Sequence {
     std::string cache_scope;  // Whose prefix-cache entries it may hit (prefix_hash.h salt).
     int32_t tenant_weight = 1;
     int32_t priority = 0;
+    // echo_prompt: the prompt goes to the sink before the first delta (prompt_sent), with the
+    // logprob of each prompt token when prompt_logprobs: filled from the prefill's logits of every
+    // position (never from the prefix cache, which has none), each once.
+    const bool echo_prompt = false;
+    const bool prompt_logprobs = false;
+    bool prompt_sent = false;
+    std::vector<TokenLogprob> prompt_lp;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.

@@ -357,6 +357,23 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     CHECK(none.generate.tools.empty());  // Not offered at all.
 }
 
+TEST_CASE("completions echo asks the engine for the prompt back, chat has no echo") {
+    auto echo = parse_openai_request(Endpoint::kCompletions,
+                                     R"({"model":"m","prompt":"x","echo":true,"logprobs":1})");
+    REQUIRE(std::holds_alternative<ParsedRequest>(echo));
+    CHECK(std::get<ParsedRequest>(echo).generate.echo_prompt);
+    CHECK(std::get<ParsedRequest>(echo).generate.sampling.logprobs);
+    auto off = parse_openai_request(Endpoint::kCompletions,
+                                    R"({"model":"m","prompt":"x","echo":false})");
+    REQUIRE(std::holds_alternative<ParsedRequest>(off));
+    CHECK_FALSE(std::get<ParsedRequest>(off).generate.echo_prompt);
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":"x","echo":1})").param ==
+          "echo");
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x"}],"echo":true})")
+              .param == "echo");
+}
+
 TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens") {
     auto ok = parse_openai_request(
         Endpoint::kCompletions,

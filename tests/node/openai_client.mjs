@@ -171,6 +171,35 @@ await check("vLLM's min_tokens holds the end off, min_p and repetition_penalty a
     assert.ok(tuned.choices[0].message.content.length > 0);
 });
 
+await check('echo: the prompt, its logprobs (the first null), then the completion', async () => {
+    // How evaluation harnesses score a text's likelihood (lm-evaluation-harness loglikelihood).
+    const prompt = 'It is a fortune';
+    const r = await client.completions.create({
+        model, prompt, echo: true, logprobs: 2, max_tokens: 3, temperature: 0 });
+    const c = r.choices[0];
+    assert.ok(c.text.startsWith(prompt), c.text);
+    const lp = c.logprobs;
+    assert.equal(lp.tokens.length, r.usage.prompt_tokens + r.usage.completion_tokens);
+    assert.equal(lp.tokens.slice(0, r.usage.prompt_tokens).join(''), prompt);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    for (let i = 1; i < lp.tokens.length; i++) {
+        assert.ok(lp.token_logprobs[i] <= 0);
+        assert.ok(Object.keys(lp.top_logprobs[i]).length >= 2);
+    }
+    assert.equal(lp.text_offset[0], 0);
+    assert.equal(lp.text_offset[r.usage.prompt_tokens], prompt.length);
+    // The completion after the echo is the one without it.
+    const plain = await client.completions.create({ model, prompt, max_tokens: 3, temperature: 0 });
+    assert.equal(c.text, prompt + plain.choices[0].text);
+    // Streamed, the prompt is the first text.
+    const stream = await client.completions.create({
+        model, prompt, echo: true, max_tokens: 3, temperature: 0, stream: true });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+    assert.equal(text, c.text);
+});
+
 await check('unknown model is a NotFoundError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'no-such-model',

@@ -28,6 +28,7 @@ struct RefPrompt {
     std::vector<TokenId> greedy;
     std::vector<Top5> step_top5;
     std::vector<double> step0_logits;
+    std::vector<Top5> prompt_top5;  // Logits after each prompt position (its next token).
     std::vector<TokenId> teacher_ids;
     std::vector<Top5> teacher_top5;
 };
@@ -73,6 +74,9 @@ inline std::vector<RefPrompt> read_reference(const std::string& dir) {
         pr.step_top5 = read_top5(p.at("step_top5"));
         for (const auto& e : p.at("step0_logits").as_array()) {
             pr.step0_logits.push_back(e.to_number<double>());
+        }
+        if (const auto* pt = p.if_contains("prompt_position_top5")) {
+            pr.prompt_top5 = read_top5(*pt);
         }
         if (const auto* tf = p.if_contains("teacher_forced")) {
             pr.teacher_ids = read_ids(tf->at("ids"));

@@ -26,6 +26,17 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         return thought_opened_ && !thought_opened_late_;
     }
+    void on_prompt(std::vector<TokenLogprob> tokens) override {
+        std::lock_guard<std::mutex> lock(mu_);
+        prompt_late_ = prompts_ > 0 || deltas_ > 0 || finish_.has_value();
+        ++prompts_;
+        prompt_ = std::move(tokens);
+    }
+    // What on_prompt() gave (echo_prompt).
+    std::vector<TokenLogprob> prompt() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return prompt_;
+    }
     void on_delta(TokenDelta delta) override {
         std::lock_guard<std::mutex> lock(mu_);
         text_ += delta.text;
@@ -70,11 +81,11 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         return logprobs_;
     }
-    // True when the Generator contract was broken: a callback after on_finish, or a logprob sent
-    // before any of its token's text.
+    // True when the Generator contract was broken: a callback after on_finish, a logprob sent
+    // before any of its token's text, or on_prompt() twice or after a delta.
     bool protocol_violated() {
         std::lock_guard<std::mutex> lock(mu_);
-        return delta_after_finish_ || second_finish_ || logprob_ahead_of_text_;
+        return delta_after_finish_ || second_finish_ || logprob_ahead_of_text_ || prompt_late_;
     }
 
 private:
@@ -83,6 +94,9 @@ private:
     std::string text_;
     std::vector<TokenId> ids_;
     std::vector<TokenLogprob> logprobs_;
+    std::vector<TokenLogprob> prompt_;
+    int prompts_ = 0;
+    bool prompt_late_ = false;
     int deltas_ = 0;
     std::optional<Finish> finish_;
     bool delta_after_finish_ = false;
