@@ -65,6 +65,9 @@ struct SamplingParams {
     int32_t min_tokens = 0;
     int32_t max_tokens = 256;        // Upper bound on generated tokens.
     std::vector<std::string> stop;   // Stop strings; the matched text is not returned.
+    // vLLM's extension: generating one of these ids ends the reply (finish reason "stop"), its
+    // text kept unless it is a special token; banned before min_tokens like end-of-sequence.
+    std::vector<TokenId> stop_token_ids;
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.

@@ -855,6 +855,21 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 ok = p.has_value();
                 s.min_p = static_cast<float>(p.value_or(0));
             }
+        } else if (key == "stop_token_ids") {
+            if (!value.is_null()) {
+                const json::array* ids = value.if_array();
+                if (ids == nullptr) {
+                    ok = v.fail("'stop_token_ids' must be an array of token ids", key);
+                } else if (ids->size() > engine::sampling::kMaxStopTokenIds) {
+                    ok = v.fail("'stop_token_ids' may hold at most 64 ids", key);
+                }
+                for (size_t i = 0; ok && ids != nullptr && i < ids->size(); ++i) {
+                    auto id = v.integer((*ids)[i], key + "[" + std::to_string(i) + "]", 0,
+                                        std::numeric_limits<int32_t>::max());
+                    ok = id.has_value();
+                    s.stop_token_ids.push_back(static_cast<engine::TokenId>(id.value_or(0)));
+                }
+            }
         } else if (key == "min_tokens") {
             if (!value.is_null()) {
                 auto n = v.integer(value, key, 0, 1 << 30);

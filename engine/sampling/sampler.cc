@@ -59,6 +59,14 @@ Status validate_sampling_params(const SamplingParams& p) {
     if (p.stop.size() > kMaxStopStrings) {
         return out_of_range("stop", "at most 16 stop strings");
     }
+    if (p.stop_token_ids.size() > kMaxStopTokenIds) {
+        return out_of_range("stop_token_ids", "at most 64 tokens");
+    }
+    for (TokenId id : p.stop_token_ids) {
+        if (id < 0) {
+            return out_of_range("stop_token_ids", "ids must be >= 0");
+        }
+    }
     if (p.logit_bias.size() > kMaxLogitBias) {
         return out_of_range("logit_bias", "at most 1024 tokens");
     }
@@ -112,6 +120,8 @@ void Sampler::set_context(std::span<const TokenId> prompt, std::span<const Token
     }
     if (params_.min_tokens > 0) {
         eos_ids_.assign(eos_ids.begin(), eos_ids.end());
+        eos_ids_.insert(eos_ids_.end(), params_.stop_token_ids.begin(),
+                        params_.stop_token_ids.end());
     }
 }
 

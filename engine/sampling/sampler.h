@@ -28,8 +28,9 @@ namespace edge::engine::sampling {
 inline constexpr float kGreedyTemperature = 1e-5f;
 // Largest top_logprobs a request may ask for (as OpenAI).
 inline constexpr int32_t kMaxTopLogprobs = 20;
-// Stop strings per request at most, and bytes per stop string at most.
+// Stop strings per request at most, and bytes per stop string at most; stop token ids at most.
 inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopTokenIds = 64;
 inline constexpr size_t kMaxStopBytes = 256;
 // logit_bias entries per request at most, and the largest bias either way.
 inline constexpr size_t kMaxLogitBias = 1024;
@@ -53,7 +54,8 @@ public:
     Sampler(const SamplingParams& params, uint64_t seed);
 
     // The prompt (for the repetition penalty) and the model's end-of-sequence ids (banned before
-    // min_tokens); kept only when those are set. Call before the first sample().
+    // min_tokens, with the request's stop_token_ids); kept only when those are set. Call before
+    // the first sample().
     void set_context(std::span<const TokenId> prompt, std::span<const TokenId> eos_ids);
 
     // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)

@@ -297,12 +297,18 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
         return invalid_argument_error("sink: null");
     }
     EDGE_RETURN_IF_ERROR(sampling::validate_sampling_params(request.sampling));
+    auto check_id = [&](const char* field, TokenId id) {
+        return id < rt.vocab_size
+                   ? ok_status()
+                   : invalid_argument_error(std::string(field) + ": token id " +
+                                            std::to_string(id) + " is out of range [0, " +
+                                            std::to_string(rt.vocab_size) + ")");
+    };
     for (const auto& [id, bias] : request.sampling.logit_bias) {
-        if (id >= rt.vocab_size) {
-            return invalid_argument_error("logit_bias: token id " + std::to_string(id) +
-                                          " is out of range [0, " +
-                                          std::to_string(rt.vocab_size) + ")");
-        }
+        EDGE_RETURN_IF_ERROR(check_id("logit_bias", id));
+    }
+    for (TokenId id : request.sampling.stop_token_ids) {
+        EDGE_RETURN_IF_ERROR(check_id("stop_token_ids", id));
     }
     EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, prompt_ids(rt, request));
     // OpenAI's context_length_exceeded: kOutOfRange, naming the prompt's field.

@@ -549,6 +549,7 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
     };
     std::optional<FinishReason> reason;
     const bool ends_at_eos = !seq->params.ignore_eos && is_eos(sampled.id);
+    const std::vector<TokenId>& stop_ids = seq->params.stop_token_ids;
     if (ends_at_eos) {
         // The end-of-sequence token is counted and its id reported, but it has no text.
         show(seq->decoder.flush());
@@ -556,6 +557,10 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
     } else {
         show(seq->decoder.push(sampled.id));
         if (seq->stop.stopped()) {
+            reason = FinishReason::kStop;
+        } else if (std::find(stop_ids.begin(), stop_ids.end(), sampled.id) != stop_ids.end()) {
+            // A stop token id ends the reply with its text (none for a special token).
+            show(seq->decoder.flush());
             reason = FinishReason::kStop;
         } else if (seq->generated() >= seq->params.max_tokens) {
             show(seq->decoder.flush());

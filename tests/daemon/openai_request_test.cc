@@ -374,7 +374,7 @@ TEST_CASE("completions echo asks the engine for the prompt back, chat has no ech
               .param == "echo");
 }
 
-TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens") {
+TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens, stop_token_ids") {
     auto ok = parse_openai_request(
         Endpoint::kCompletions,
         R"({"model":"m","prompt":"x","repetition_penalty":1.2,"min_p":0.05,"min_tokens":3,)"
@@ -390,6 +390,11 @@ TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens") {
         R"("min_p":null,"min_tokens":null})");
     REQUIRE(std::holds_alternative<ParsedRequest>(nulls));
     CHECK(std::get<ParsedRequest>(nulls).generate.sampling.repetition_penalty == 1.0f);
+    auto stops = parse_openai_request(Endpoint::kCompletions,
+                                      R"({"model":"m","prompt":"x","stop_token_ids":[7,9]})");
+    REQUIRE(std::holds_alternative<ParsedRequest>(stops));
+    CHECK(std::get<ParsedRequest>(stops).generate.sampling.stop_token_ids ==
+          std::vector<engine::TokenId>{7, 9});
     for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
              {R"("repetition_penalty":0)", "repetition_penalty"},
              {R"("repetition_penalty":2.5)", "repetition_penalty"},
@@ -397,7 +402,9 @@ TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens") {
              {R"("min_p":"x")", "min_p"},
              {R"("min_tokens":-1)", "min_tokens"},
              {R"("min_tokens":1.5)", "min_tokens"},
-             {R"("min_tokens":9,"max_tokens":8)", "min_tokens"}}) {
+             {R"("min_tokens":9,"max_tokens":8)", "min_tokens"},
+             {R"("stop_token_ids":5)", "stop_token_ids"},
+             {R"("stop_token_ids":[1,-2])", "stop_token_ids[1]"}}) {
         CAPTURE(fields);
         ApiError e = error_of(Endpoint::kCompletions,
                               R"({"model":"m","prompt":"x",)" + fields + "}");

@@ -338,6 +338,40 @@ TEST_CASE("local generator: the same seed gives the same sampled text") {
     CHECK(run(5) == run(5));
 }
 
+TEST_CASE("local generator: stop_token_ids end the reply with the token's text") {
+    FakeOptions opts;
+    // "hi!" then the end of sequence, one token at a time.
+    opts.next = [](std::span<const TokenId> history) -> TokenId {
+        static const TokenId kReply[] = {104, 105, 33, 509};
+        const size_t at = std::min<size_t>(history.size() - 2, 3);
+        return kReply[at];
+    };
+    auto gen = make_generator(opts);
+    auto run = [&](std::vector<TokenId> stop_ids, int32_t min_tokens = 0) {
+        GenerateRequest r = request({3, 4}, 8);
+        r.sampling.stop_token_ids = std::move(stop_ids);
+        r.sampling.min_tokens = min_tokens;
+        auto sink = std::make_shared<CollectingSink>();
+        REQUIRE(gen->submit(r, sink).ok());
+        auto finish = sink->wait();
+        REQUIRE(finish);
+        CHECK(finish->reason == FinishReason::kStop);
+        return std::pair(sink->text(), sink->ids());
+    };
+    CHECK(run({}).first == "hi!");
+    const auto [text, ids] = run({105});
+    CHECK(text == "hi");  // The stop token's own text stays, as vLLM returns it.
+    CHECK(ids == std::vector<TokenId>{104, 105});
+    // A special token (the end of sequence named again) has no text.
+    CHECK(run({509}).first == "hi!");
+    // Out of the vocabulary: refused naming the field.
+    GenerateRequest bad = request({3, 4}, 8);
+    bad.sampling.stop_token_ids = {512};
+    auto refused = gen->submit(bad, std::make_shared<CollectingSink>());
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("stop_token_ids") == 0);
+}
+
 TEST_CASE("local generator: destruction cancels what is running") {
     FakeOptions opts;
     opts.max_context = 100000;

@@ -176,6 +176,14 @@ TEST_CASE("sampler: min_tokens bans the end-of-sequence tokens until that many a
     CHECK(pick(s, logits) == 1);
     CHECK(pick(s, logits) == 1);
     CHECK(pick(s, logits) == 3);  // Two generated: the end may come.
+    // The request's stop token ids are held off the same way.
+    SamplingParams stops = greedy();
+    stops.min_tokens = 1;
+    stops.stop_token_ids = {2};
+    Sampler t(stops, 1);
+    t.set_context({}, eos);
+    CHECK(pick(t, {0.0f, 1.0f, 5.0f, 0.0f, 0.0f}) == 1);
+    CHECK(pick(t, {0.0f, 1.0f, 5.0f, 0.0f, 0.0f}) == 2);
     // Sampled rather than greedy: never an end token before min_tokens either.
     SamplingParams hot;
     hot.min_tokens = 50;
@@ -253,6 +261,9 @@ TEST_CASE("sampler: bad values are rejected naming the field") {
         {[](SamplingParams& p) { p.min_p = 1.5f; }, "min_p"},
         {[](SamplingParams& p) { p.min_p = -0.1f; }, "min_p"},
         {[](SamplingParams& p) { p.min_tokens = -1; }, "min_tokens"},
+        {[](SamplingParams& p) { p.stop_token_ids = {-3}; }, "stop_token_ids"},
+        {[](SamplingParams& p) { p.stop_token_ids = std::vector<TokenId>(65, 1); },
+         "stop_token_ids"},
         {[](SamplingParams& p) {
              p.max_tokens = 8;
              p.min_tokens = 9;
