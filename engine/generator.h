@@ -68,6 +68,9 @@ struct SamplingParams {
     // vLLM's extension: generating one of these ids ends the reply (finish reason "stop"), its
     // text kept unless it is a special token; banned before min_tokens like end-of-sequence.
     std::vector<TokenId> stop_token_ids;
+    // OpenAI's response_format json_object: only tokens that keep the output the beginning of a
+    // JSON object are chosen (no special tokens), and the reply ends when the object closes.
+    bool json_object = false;
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.

@@ -601,7 +601,9 @@ bool parse_logit_bias(Validator& v, const json::value& value,
 
 // Fields that clients commonly send with their default (unused) value; anything else is refused.
 // `chat`: the completions-only ones (echo, suffix, best_of) are unknown there, as in OpenAI's API.
-bool parse_unsupported(Validator& v, const std::string& key, const json::value& value, bool chat) {
+// `json_object`: set by response_format {"type": "json_object"}.
+bool parse_unsupported(Validator& v, const std::string& key, const json::value& value, bool chat,
+                       bool* json_object) {
     auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
     if (chat && (key == "echo" || key == "suffix" || key == "best_of")) {
         return v.fail("unrecognized request argument '" + key + "' (a /v1/completions field)",
@@ -641,9 +643,13 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
         }
         const json::object* o = value.if_object();
         const json::value* t = o ? o->if_contains("type") : nullptr;
-        if (!(t && t->is_string() && t->get_string() == "text")) {
-            return refuse();
+        if (!(t && t->is_string() &&
+              (t->get_string() == "text" || t->get_string() == "json_object"))) {
+            return v.fail("'response_format' must be {\"type\": \"text\"} or "
+                          "{\"type\": \"json_object\"} (json_schema is not supported)",
+                          key);
         }
+        *json_object = t->get_string() == "json_object";
         for (const auto& [k, unused] : *o) {
             if (k != "type") {
                 return v.fail("unrecognized field 'response_format." + std::string(k) + "'",
@@ -972,7 +978,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 }
             }
         } else {
-            ok = parse_unsupported(v, key, value, chat);
+            ok = parse_unsupported(v, key, value, chat, &s.json_object);
         }
         if (!ok) {
             return *v.error;

@@ -217,7 +217,21 @@ TokenId Sampler::draw(std::span<const float> scaled) {
     return order_[last];  // Rounding left a sliver past the end.
 }
 
-SampledToken Sampler::sample(std::span<float> logits) {
+TokenId Sampler::choose(std::span<float> logits, bool greedy) {
+    // Strictly greater keeps the first (lowest) id among equal maxima.
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i) {
+        if (logits[i] > logits[best]) {
+            best = i;
+        }
+    }
+    if (logits.empty() || logits[best] == -std::numeric_limits<float>::infinity()) {
+        return -1;
+    }
+    return greedy ? static_cast<TokenId>(best) : draw(logits);
+}
+
+SampledToken Sampler::sample(std::span<float> logits, const TokenFilter* filter) {
     // Log-probabilities are the model's own, taken before penalties and temperature change the
     // logits (as OpenAI and vLLM report them), so they do not depend on the sampling knobs.
     std::vector<float> lp;
@@ -245,17 +259,26 @@ SampledToken Sampler::sample(std::span<float> logits) {
         }
     }
     SampledToken out;
-    if (greedy) {
-        // Strictly greater keeps the first (lowest) id among equal maxima.
-        size_t best = 0;
-        for (size_t i = 1; i < logits.size(); ++i) {
-            if (logits[i] > logits[best]) {
-                best = i;
+    out.id = std::max<TokenId>(choose(logits, greedy), filter != nullptr ? -1 : 0);
+    if (filter != nullptr) {
+        // Refused candidates are taken out one at a time while that is cheap (the model mostly
+        // wants an allowed token), then every token is asked once.
+        constexpr int kOneByOne = 8;
+        constexpr float kOut = -std::numeric_limits<float>::infinity();
+        for (int refused = 0; out.id >= 0 && !(*filter)(out.id); ++refused) {
+            logits[static_cast<size_t>(out.id)] = kOut;
+            if (refused == kOneByOne) {
+                for (size_t i = 0; i < logits.size(); ++i) {
+                    if (logits[i] != kOut && !(*filter)(static_cast<TokenId>(i))) {
+                        logits[i] = kOut;
+                    }
+                }
             }
+            out.id = choose(logits, greedy);
         }
-        out.id = static_cast<TokenId>(best);
-    } else {
-        out.id = draw(logits);
+        if (out.id < 0) {
+            return out;
+        }
     }
     ++counts_[out.id];
     ++generated_;

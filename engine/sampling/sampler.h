@@ -12,6 +12,7 @@
 // Threading: one Sampler per sequence, used by one thread at a time (the scheduler's).
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -43,8 +44,11 @@ inline constexpr float kMaxLogitBiasValue = 100.0f;
 // [-100, 100]; the caller checks the ids against the vocabulary).
 Status validate_sampling_params(const SamplingParams& params);
 
+// Whether a candidate token may be chosen now (a response format's constraint).
+using TokenFilter = std::function<bool(TokenId)>;
+
 struct SampledToken {
-    TokenId id = 0;
+    TokenId id = 0;  // -1: the filter allowed no token.
     float logprob = 0.0f;                        // Set when logprobs were asked for.
     std::vector<std::pair<TokenId, float>> top;  // Best first, ties to the lower id.
 };
@@ -59,12 +63,17 @@ public:
     void set_context(std::span<const TokenId> prompt, std::span<const TokenId> eos_ids);
 
     // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)
-    // and counts it for the penalties of later steps.
-    SampledToken sample(std::span<float> logits);
+    // and counts it for the penalties of later steps. With `filter`, only a token it allows:
+    // the best (greedy) or the draw is asked first, and a refused one is taken out and the choice
+    // made again from the rest, as if the refused tokens had never had any probability; after a
+    // few refusals every token is asked at once. Logprobs stay the model's own.
+    SampledToken sample(std::span<float> logits, const TokenFilter* filter = nullptr);
 
 private:
     void apply_penalties(std::span<float> logits) const;
     TokenId draw(std::span<const float> scaled);
+    // Greedy or drawn from the processed logits; -1 when none is left.
+    TokenId choose(std::span<float> logits, bool greedy);
 
     SamplingParams params_;
     std::mt19937_64 rng_;

@@ -522,7 +522,29 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
     if (seq->echo_prompt && !seq->prompt_sent) {
         send_prompt(seq);
     }
-    const sampling::SampledToken sampled = seq->sampler.sample(logits);
+    sampling::TokenFilter json_filter;
+    if (seq->json) {
+        // Text tokens that keep the output a JSON object's beginning; no special token (the
+        // end of sequence included: the reply ends when the object closes).
+        json_filter = [&](TokenId id) {
+            if (tokenizer_->is_special(id)) {
+                return false;
+            }
+            const std::string_view bytes = tokenizer_->token_bytes(id);
+            return !bytes.empty() && seq->json->accepts(bytes);
+        };
+    }
+    const sampling::SampledToken sampled =
+        seq->sampler.sample(logits, seq->json ? &json_filter : nullptr);
+    if (sampled.id < 0) {
+        finish(seq, FinishReason::kError,
+               internal_error("no token of the vocabulary continues the JSON object at generated "
+                              "token " + std::to_string(seq->generated())));
+        return;
+    }
+    if (seq->json) {
+        seq->json->feed(tokenizer_->token_bytes(sampled.id));
+    }
     seq->tokens.push_back(sampled.id);
     {
         const TimePoint now = clock_->now();
@@ -558,8 +580,10 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
         show(seq->decoder.push(sampled.id));
         if (seq->stop.stopped()) {
             reason = FinishReason::kStop;
-        } else if (std::find(stop_ids.begin(), stop_ids.end(), sampled.id) != stop_ids.end()) {
-            // A stop token id ends the reply with its text (none for a special token).
+        } else if (std::find(stop_ids.begin(), stop_ids.end(), sampled.id) != stop_ids.end() ||
+                   (seq->json && seq->json->complete())) {
+            // A stop token id ends the reply with its text (none for a special token); so does
+            // the token that closes a json_object answer.
             show(seq->decoder.flush());
             reason = FinishReason::kStop;
         } else if (seq->generated() >= seq->params.max_tokens) {

@@ -14,6 +14,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "engine/generator.h"
 #include "engine/model/block_pool.h"
 #include "engine/model/kv_cache.h"
+#include "engine/sampling/json_prefix.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_matcher.h"
 #include "engine/tokenizer/incremental_decoder.h"
@@ -96,6 +98,9 @@ struct Sequence {
           prompt_logprobs(request.echo_prompt &&
                           (params.logprobs || params.top_logprobs > 0)) {
         decoder.keep_special(std::move(request.kept_special));
+        if (params.json_object) {
+            json.emplace();
+        }
         if (prompt_logprobs) {
             prompt_lp.resize(static_cast<size_t>(prompt_len));
             for (TokenLogprob& lp : prompt_lp) {
@@ -133,6 +138,8 @@ struct Sequence {
     const bool prompt_logprobs = false;
     bool prompt_sent = false;
     std::vector<TokenLogprob> prompt_lp;
+    // SamplingParams::json_object: the output so far, as a JSON object's beginning.
+    std::optional<sampling::JsonPrefix> json;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.

@@ -278,15 +278,23 @@ TEST_CASE("a tool of another type is refused for its type, not for its type's fi
     CHECK(e.message == "'tools[0].type' must be \"function\"");
 }
 
-TEST_CASE("response_format: text alone, other types and extra keys are refused") {
+TEST_CASE("response_format: text and json_object, other types and extra keys are refused") {
     const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
-    parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})");
+    CHECK_FALSE(parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})")
+                    .generate.sampling.json_object);
     ApiError extra =
         error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text","x":1}})");
     CHECK(extra.param == "response_format");
     CHECK(extra.message.find("response_format.x") != std::string::npos);
-    const std::string json_object = R"("response_format":{"type":"json_object"}})";
-    CHECK(error_of(Endpoint::kChatCompletions, head + json_object).param == "response_format");
+    CHECK(parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"json_object"}})")
+              .generate.sampling.json_object);
+    CHECK(parse(Endpoint::kCompletions,
+                R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})")
+              .generate.sampling.json_object);
+    ApiError schema = error_of(Endpoint::kChatCompletions,
+                               head + R"("response_format":{"type":"json_schema"}})");
+    CHECK(schema.param == "response_format");
+    CHECK(schema.message.find("json_schema is not supported") != std::string::npos);
 }
 
 TEST_CASE("deeply nested JSON is refused, not recursed into") {

@@ -200,6 +200,23 @@ await check('echo: the prompt, its logprobs (the first null), then the completio
     assert.equal(text, c.text);
 });
 
+await check('response_format json_object: the reply is a JSON object', async () => {
+    for (const temperature of [0, 1.0]) {
+        const r = await client.chat.completions.create({
+            model, messages: [{ role: 'user', content: 'Tell me a fortune as JSON' }],
+            response_format: { type: 'json_object' }, max_tokens: 200, temperature, seed: 11 });
+        const c = r.choices[0];
+        assert.ok(c.message.content.trimStart().startsWith('{'), c.message.content);
+        if (c.finish_reason === 'stop') {
+            const parsed = JSON.parse(c.message.content);
+            assert.equal(typeof parsed, 'object');
+            assert.ok(!Array.isArray(parsed) && parsed !== null);
+        } else {
+            assert.equal(c.finish_reason, 'length');
+        }
+    }
+});
+
 await check('unknown model is a NotFoundError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'no-such-model',

@@ -227,6 +227,14 @@ TEST_CASE("local generator: a thinking model's markers reach the text, and an op
     REQUIRE((*gen)->submit(chat, opened).ok());
     REQUIRE(opened->wait());
     CHECK(opened->thought_opened());
+    // A json_object answer cannot start inside a thought: refused before anything runs.
+    GenerateRequest json_chat = chat;
+    json_chat.sampling.json_object = true;
+    auto json_sink = std::make_shared<CollectingSink>();
+    auto refused = (*gen)->submit(json_chat, json_sink);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("response_format: ") == 0);
+    CHECK_FALSE(json_sink->thought_opened());
 
     // A forced reply (a tool call's opening) renders the turn with thinking off: an empty
     // thought, closed, before the prefix; the output does not start in a thought.

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 
 namespace edge::engine::sampling {
 namespace {
@@ -194,6 +195,44 @@ TEST_CASE("sampler: min_tokens bans the end-of-sequence tokens until that many a
         CHECK(id != 3);
         CHECK(id != 4);
     }
+}
+
+TEST_CASE("sampler: a filter's refused tokens are never chosen, greedy or drawn") {
+    // Ids 0..9 refused; the model wants them most.
+    const TokenFilter even_above_nine = [](TokenId id) { return id >= 10 && id % 2 == 0; };
+    std::vector<float> logits(64, 0.0f);
+    for (int i = 0; i < 10; ++i) {
+        logits[static_cast<size_t>(i)] = 10.0f - static_cast<float>(i);
+    }
+    logits[13] = 3.0f;  // Odd: refused too.
+    logits[12] = 2.0f;
+    Sampler g(greedy(), 1);
+    std::vector<float> l = logits;
+    CHECK(g.sample(l, &even_above_nine).id == 12);  // The best allowed.
+    SamplingParams hot;
+    Sampler h(hot, 3);
+    std::map<TokenId, int> seen;
+    for (int i = 0; i < 400; ++i) {
+        l = logits;
+        const TokenId id = h.sample(l, &even_above_nine).id;
+        CHECK(even_above_nine(id));
+        ++seen[id];
+    }
+    CHECK(seen[12] > 20);  // e^2 against e^0 for each of the other 26 allowed ids.
+    // Logprobs stay the model's own, of the chosen token.
+    SamplingParams lp = greedy();
+    lp.logprobs = true;
+    Sampler w(lp, 1);
+    l = logits;
+    std::vector<float> model;
+    log_softmax(logits, &model);
+    CHECK(w.sample(l, &even_above_nine).logprob == doctest::Approx(model[12]));
+    // Nothing allowed: -1, drawn or not.
+    const TokenFilter none = [](TokenId) { return false; };
+    l = logits;
+    CHECK(g.sample(l, &none).id == -1);
+    l = logits;
+    CHECK(h.sample(l, &none).id == -1);
 }
 
 TEST_CASE("sampler: the same seed gives the same tokens, another seed others") {

@@ -1,0 +1,128 @@
+// JsonPrefix: every prefix of a valid JSON object is taken, byte by byte and in pieces, and the
+// object is complete exactly at its end; texts that are not an object's beginning are refused
+// at the first byte that makes them so, leaving the prefix as it was. Each valid text is also
+// checked with Boost.JSON, an independent parser.
+
+#include "engine/sampling/json_prefix.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <string>
+#include <vector>
+
+namespace edge::engine::sampling {
+namespace {
+
+// The byte at which `text` stops being an object's beginning, or text.size().
+size_t refused_at(const std::string& text) {
+    JsonPrefix p;
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (!p.feed(text.substr(i, 1))) {
+            return i;
+        }
+    }
+    return text.size();
+}
+
+TEST_CASE("json prefix: valid objects are taken byte by byte and complete at their end") {
+    const std::vector<std::string> valid = {
+        "{}",
+        "{ \n}",
+        R"({"a":1})",
+        R"({"a": -0.5e+10, "b": [1, 2.25, -3E2, 0], "c": {"d": null}})",
+        R"({"s": "caf\u00e9 \"q\" \\ \/ \b\f\n\r\t", "t": true, "f": false})",
+        R"({"empty": [], "nested": [[[{}]]], "u": "\u00e9 é 日本"})",
+        R"({"k":0,"k2":10,"k3":1.0e-3})",
+        R"({"pair":"\ud83d\ude00","bmp":"\ud7ff\ue000"})",
+    };
+    for (const std::string& text : valid) {
+        CAPTURE(text);
+        CHECK_NOTHROW(boost::json::parse(text));
+        JsonPrefix p;
+        for (size_t i = 0; i < text.size(); ++i) {
+            CHECK_FALSE(p.complete());
+            REQUIRE(p.feed(text.substr(i, 1)));
+        }
+        CHECK(p.complete());
+        CHECK(p.feed(" \n"));  // Whitespace after the object,
+        CHECK_FALSE(p.feed("x"));  // nothing else.
+        // In pieces of three bytes: the same.
+        JsonPrefix q;
+        for (size_t i = 0; i < text.size(); i += 3) {
+            REQUIRE(q.feed(text.substr(i, 3)));
+        }
+        CHECK(q.complete());
+    }
+}
+
+TEST_CASE("json prefix: other texts are refused at the first byte that rules them out") {
+    const std::vector<std::pair<std::string, size_t>> invalid = {
+        {"[1]", 0},               // Not an object at the top.
+        {" {}", 0},               // Nor whitespace first: the object starts at once.
+        {"\"s\"", 0},
+        {"x", 0},
+        {"{a:1}", 1},             // Keys are strings.
+        {R"({"a" 1})", 5},        // A colon is due.
+        {R"({"a":01})", 6},       // No leading zeros.
+        {R"({"a":1.})", 7},       // A digit after the dot.
+        {R"({"a":1e})", 7},       // And after the exponent.
+        {R"({"a":-})", 6},
+        {R"({"a":tru})", 8},
+        {R"({"a":nul})", 8},
+        {R"({"a":1,})", 7},       // No trailing comma.
+        {R"({"a":[1,]})", 8},
+        {R"({"a":[1}})", 7},      // Brackets match.
+        {R"({"a":"\x"})", 7},     // Escapes.
+        {R"({"a":"\u12g4"})", 10},
+        {"{\"a\":\"\x01\"}", 6},  // Raw control characters.
+        {"{\"a\":\"line\nbreak\"}", 10},
+        {R"({"a":1}})", 7},       // Nothing after the object.
+        {"{\"a\xd1\":1}", 4},     // UTF-8: a lead byte then no continuation,
+        {"{\"\xc0\x80\":1}", 2},  // an overlong form,
+        {"{\"\xed\xa0\x80\":1}", 3},  // a surrogate,
+        {"{\"\xf4\x90\x80\x80\":1}", 3},  // past U+10FFFF,
+        {"{\"\xbf\":1}", 2},     // a continuation byte alone.
+        {R"({"\ude00":1})", 5},   // Surrogate escapes: a low one alone,
+        {R"({"\ud83d":1})", 8},   // a high one not followed by a low one,
+        {R"({"\ud83d\n":1})", 9},
+        {R"({"\ud83d\u0041":1})", 10},
+        {R"({} {})", 3},
+    };
+    for (const auto& [text, at] : invalid) {
+        CAPTURE(text);
+        CHECK(refused_at(text) == at);
+    }
+    // A refused piece leaves the prefix as it was.
+    JsonPrefix p;
+    REQUIRE(p.feed(R"({"a":)"));
+    CHECK_FALSE(p.feed("1}x"));
+    CHECK(p.accepts("1}"));
+    CHECK(p.feed("[true]}"));
+    CHECK(p.complete());
+}
+
+TEST_CASE("json prefix: whitespace comes in runs of at most kMaxSpaces, strings aside") {
+    JsonPrefix p;
+    REQUIRE(p.feed("{"));
+    CHECK(p.feed(std::string(JsonPrefix::kMaxSpaces, ' ')));
+    CHECK_FALSE(p.feed("\n"));
+    REQUIRE(p.feed("\"a\":1,"));
+    CHECK(p.feed(std::string(JsonPrefix::kMaxSpaces, '\t')));  // A new run.
+    CHECK(p.feed("\"" + std::string(100, ' ') + "\":2}"));   // Inside a string: any.
+    CHECK(p.complete());
+}
+
+TEST_CASE("json prefix: nesting deeper than kMaxDepth is refused") {
+    std::string deep = "{\"a\":";
+    for (int i = 1; i < JsonPrefix::kMaxDepth; ++i) {
+        deep += "[";
+    }
+    JsonPrefix p;
+    REQUIRE(p.feed(deep));
+    CHECK_FALSE(p.feed("["));
+    CHECK(p.feed("1"));
+}
+
+}  // namespace
+}  // namespace edge::engine::sampling
