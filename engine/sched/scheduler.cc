@@ -464,7 +464,8 @@ bool Scheduler::forward_with_preemption(std::vector<BatchEntry>* batch,
 }
 
 bool Scheduler::wants_all_logits(const Sequence& seq) {
-    return seq.prompt_logprobs && seq.computed < seq.prompt_len;
+    // Until the prompt went out: a sequence recomputed after a preemption needs them no more.
+    return seq.prompt_logprobs && !seq.prompt_sent && seq.computed < seq.prompt_len;
 }
 
 void Scheduler::record_prompt_logprobs(Sequence* seq, std::span<const float> logits) {

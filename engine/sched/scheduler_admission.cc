@@ -223,7 +223,7 @@ void Scheduler::attach_prefix(Sequence* seq) {
     // logprobs are asked for is computed whole (cached blocks have no logits), until they are all
     // known (a sequence preempted later may then attach).
     const bool needs_logits =
-        seq->prompt_logprobs &&
+        seq->prompt_logprobs && !seq->prompt_sent &&
         std::any_of(seq->prompt_lp.begin() + 1, seq->prompt_lp.end(),
                     [](const TokenLogprob& lp) { return std::isnan(lp.logprob); });
     const size_t usable =

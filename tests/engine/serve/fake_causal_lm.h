@@ -140,17 +140,21 @@ public:
         }
         commit_batch(batch);
         for (const SequenceChunk& c : batch) {
-            const std::vector<TokenId> hist = history(c.slot, kv_->length(c.slot));
-            const TokenId next = options_.next(hist);
-            const uint64_t h = hash_history(hist);
-            for (int32_t v = 0; v < options_.vocab_size; ++v) {
-                // Small distinct noise below the chosen token's 10.
-                logits->push_back(static_cast<float>((h >> (v % 48)) % 1000) / 1000.0f);
-            }
-            logits->at(logits->size() - options_.vocab_size + next) = 10.0f;
-            if (c.slot == options_.nan_slot && c.start_pos > 0) {
-                std::fill(logits->end() - options_.vocab_size, logits->end(),
-                          std::numeric_limits<float>::quiet_NaN());
+            const int32_t len = static_cast<int32_t>(c.tokens.size());
+            // A row per position with all_logits, else the last position's alone.
+            for (int32_t j = c.all_logits ? 0 : len - 1; j < len; ++j) {
+                const std::vector<TokenId> hist = history(c.slot, c.start_pos + j + 1);
+                const TokenId next = options_.next(hist);
+                const uint64_t h = hash_history(hist);
+                for (int32_t v = 0; v < options_.vocab_size; ++v) {
+                    // Small distinct noise below the chosen token's 10.
+                    logits->push_back(static_cast<float>((h >> (v % 48)) % 1000) / 1000.0f);
+                }
+                logits->at(logits->size() - options_.vocab_size + next) = 10.0f;
+                if (c.slot == options_.nan_slot && c.start_pos > 0) {
+                    std::fill(logits->end() - options_.vocab_size, logits->end(),
+                              std::numeric_limits<float>::quiet_NaN());
+                }
             }
         }
         return record(call, ok_status());

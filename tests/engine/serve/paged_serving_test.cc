@@ -47,8 +47,10 @@ Served serve(const std::string& dir, int64_t kv_bytes, int32_t batch_tokens, boo
     return s;
 }
 
+// `echo`: the prompt comes back with its logprobs too (they do not change the tokens).
 std::shared_ptr<CollectingSink> submit(Scheduler& s, const std::string& tenant,
-                                       std::vector<TokenId> prompt, int max_tokens) {
+                                       std::vector<TokenId> prompt, int max_tokens,
+                                       bool echo = false) {
     auto sink = std::make_shared<CollectingSink>();
     SequenceRequest r;
     r.request_id = tenant;
@@ -56,6 +58,8 @@ std::shared_ptr<CollectingSink> submit(Scheduler& s, const std::string& tenant,
     r.sampling.temperature = 0.0f;
     r.sampling.max_tokens = max_tokens;
     r.sampling.ignore_eos = true;
+    r.sampling.logprobs = echo;
+    r.echo_prompt = echo;
     r.sink = sink;
     r.tenant = tenant;
     auto h = s.submit(std::move(r));
@@ -114,7 +118,11 @@ void check_fixture(const std::string& name) {
         std::vector<std::shared_ptr<CollectingSink>> sinks;
         for (int wave = 0; wave < 2; ++wave) {
             for (size_t i = 0; i < prompts.size(); ++i) {
-                sinks.push_back(submit(*s.scheduler, i % 2 ? "b" : "a", prompts[i], kTokens));
+                // Some of the second wave echo their prompt with logprobs: computed whole, not
+                // from the cache, and preempted like the others.
+                const bool echo = wave == 1 && i % 2 == 0;
+                sinks.push_back(
+                    submit(*s.scheduler, i % 2 ? "b" : "a", prompts[i], kTokens, echo));
             }
             if (wave == 0) {
                 drain(*s.scheduler);
@@ -128,6 +136,15 @@ void check_fixture(const std::string& name) {
             CHECK(f->reason == FinishReason::kLength);
             INFO(name << " request " << i);
             CHECK(sinks[i]->ids() == alone[i % prompts.size()]);
+            CHECK_FALSE(sinks[i]->protocol_violated());
+            if (i >= prompts.size() && i % 2 == 0) {
+                const std::vector<TokenLogprob> echoed = sinks[i]->prompt();
+                REQUIRE(echoed.size() == prompts[i % prompts.size()].size());
+                for (size_t p = 1; p < echoed.size(); ++p) {
+                    CHECK(std::isfinite(echoed[p].logprob));
+                    CHECK(echoed[p].logprob <= 0.0f);
+                }
+            }
             cached += f->usage.cached_tokens;
         }
         const SchedulerStats& st = s.scheduler->stats();

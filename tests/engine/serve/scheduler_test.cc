@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "tests/engine/serve/collecting_sink.h"
 #include "tests/engine/serve/fake_causal_lm.h"
 #include "tests/engine/serve/micro_tokenizer.h"
@@ -260,6 +262,50 @@ TEST_CASE("scheduler: preemption under a small KV budget still completes with th
         CHECK_FALSE(sinks[r]->protocol_violated());
     }
     CHECK(h.scheduler->stats().preemptions > 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("scheduler: echoed prompts with logprobs survive preemption, sent once, whole") {
+    // As above, every request echoing its prompt with logprobs: those preempted after their
+    // first token are recomputed without asking for the prompt's logits again.
+    FakeOptions opts;
+    opts.kv_tokens = 40;
+    Harness h(opts);
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    std::vector<std::vector<TokenId>> prompts;
+    for (int r = 0; r < 4; ++r) {
+        std::vector<TokenId> prompt;
+        for (int i = 0; i < 8; ++i) {
+            prompt.push_back(100 + r * 10 + i);
+        }
+        prompts.push_back(prompt);
+        auto sink = std::make_shared<CollectingSink>();
+        SamplingParams params = Harness::greedy();
+        params.max_tokens = 12;
+        params.logprobs = true;
+        SequenceRequest req{"r", prompt, params, 1, sink};
+        req.echo_prompt = true;
+        auto handle = h.scheduler->submit(std::move(req));
+        REQUIRE(handle.ok());
+        h.handles.push_back(*handle);
+        sinks.push_back(sink);
+    }
+    h.drain();
+    for (int r = 0; r < 4; ++r) {
+        CAPTURE(r);
+        REQUIRE(sinks[r]->wait());
+        CHECK(sinks[r]->ids() == FakeCausalLM::expected(opts, prompts[r], 12));
+        CHECK_FALSE(sinks[r]->protocol_violated());
+        const std::vector<TokenLogprob> echoed = sinks[r]->prompt();
+        REQUIRE(echoed.size() == 8);
+        CHECK(std::isnan(echoed[0].logprob));
+        for (size_t p = 1; p < echoed.size(); ++p) {
+            CHECK(echoed[p].id == prompts[r][p]);
+            CHECK(std::isfinite(echoed[p].logprob));
+        }
+    }
+    CHECK(h.scheduler->stats().preemptions > 0);
+    CHECK(h.scheduler->stats().recompute_tokens > 0);
     CHECK(h.log->slots_in_use == 0);
 }
 
