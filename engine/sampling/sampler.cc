@@ -181,6 +181,9 @@ TokenId Sampler::draw(std::span<const float> scaled) {
         std::sort(order_.begin(), order_.end(), ByValueDesc{scaled});
     }
     const float max = *std::max_element(scaled.begin(), scaled.end());
+    if (max == -std::numeric_limits<float>::infinity()) {
+        return -1;  // Every token is out (a filter refused them all).
+    }
     probs_.resize(static_cast<size_t>(kept));
     double total = 0.0;
     for (int32_t i = 0; i < kept; ++i) {
@@ -218,6 +221,9 @@ TokenId Sampler::draw(std::span<const float> scaled) {
 }
 
 TokenId Sampler::choose(std::span<float> logits, bool greedy) {
+    if (!greedy) {
+        return draw(logits);
+    }
     // Strictly greater keeps the first (lowest) id among equal maxima.
     size_t best = 0;
     for (size_t i = 1; i < logits.size(); ++i) {
@@ -225,10 +231,8 @@ TokenId Sampler::choose(std::span<float> logits, bool greedy) {
             best = i;
         }
     }
-    if (logits.empty() || logits[best] == -std::numeric_limits<float>::infinity()) {
-        return -1;
-    }
-    return greedy ? static_cast<TokenId>(best) : draw(logits);
+    return logits[best] == -std::numeric_limits<float>::infinity() ? -1
+                                                                    : static_cast<TokenId>(best);
 }
 
 SampledToken Sampler::sample(std::span<float> logits, const TokenFilter* filter) {
@@ -259,7 +263,7 @@ SampledToken Sampler::sample(std::span<float> logits, const TokenFilter* filter)
         }
     }
     SampledToken out;
-    out.id = std::max<TokenId>(choose(logits, greedy), filter != nullptr ? -1 : 0);
+    out.id = choose(logits, greedy);
     if (filter != nullptr) {
         // Refused candidates are taken out one at a time while that is cheap (the model mostly
         // wants an allowed token), then every token is asked once.

@@ -48,7 +48,7 @@ Status validate_sampling_params(const SamplingParams& params);
 using TokenFilter = std::function<bool(TokenId)>;
 
 struct SampledToken {
-    TokenId id = 0;  // -1: the filter allowed no token.
+    TokenId id = 0;  // -1: no token could be chosen (a filter refused every one).
     float logprob = 0.0f;                        // Set when logprobs were asked for.
     std::vector<std::pair<TokenId, float>> top;  // Best first, ties to the lower id.
 };

@@ -490,19 +490,15 @@ void Scheduler::record_prompt_logprobs(Sequence* seq, std::span<const float> log
 
 void Scheduler::send_prompt(Sequence* seq) {
     seq->prompt_sent = true;
-    std::vector<TokenLogprob> prompt(static_cast<size_t>(seq->prompt_len));
     size_t offset = 0;
-    for (size_t p = 0; p < prompt.size(); ++p) {
-        TokenLogprob& t = seq->prompt_logprobs ? seq->prompt_lp[p] : prompt[p];
+    for (size_t p = 0; p < seq->prompt_lp.size(); ++p) {
+        TokenLogprob& t = seq->prompt_lp[p];
         t.id = seq->tokens[p];
         t.token = std::string(tokenizer_->token_bytes(t.id));
         t.text_offset = offset;
         offset += t.token.size();
-        if (!seq->prompt_logprobs) {
-            t.logprob = std::numeric_limits<float>::quiet_NaN();
-        }
     }
-    seq->sink->on_prompt(seq->prompt_logprobs ? std::move(seq->prompt_lp) : std::move(prompt));
+    seq->sink->on_prompt(std::move(seq->prompt_lp));
     seq->prompt_lp.clear();
 }
 
@@ -539,8 +535,10 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
         seq->sampler.sample(logits, seq->json ? &json_filter : nullptr);
     if (sampled.id < 0) {
         finish(seq, FinishReason::kError,
-               internal_error("no token of the vocabulary continues the JSON object at generated "
-                              "token " + std::to_string(seq->generated())));
+               internal_error(std::string(seq->json ? "no token of the vocabulary continues the "
+                                                      "JSON object"
+                                                    : "every logit is -inf") +
+                              " at generated token " + std::to_string(seq->generated())));
         return;
     }
     if (seq->json) {

@@ -101,7 +101,7 @@ struct Sequence {
         if (params.json_object) {
             json.emplace();
         }
-        if (prompt_logprobs) {
+        if (echo_prompt) {
             prompt_lp.resize(static_cast<size_t>(prompt_len));
             for (TokenLogprob& lp : prompt_lp) {
                 lp.logprob = std::numeric_limits<float>::quiet_NaN();  // Not computed yet.
@@ -131,9 +131,10 @@ struct Sequence {
     std::string cache_scope;  // Whose prefix-cache entries it may hit (prefix_hash.h salt).
     int32_t tenant_weight = 1;
     int32_t priority = 0;
-    // echo_prompt: the prompt goes to the sink before the first delta (prompt_sent), with the
-    // logprob of each prompt token when prompt_logprobs: filled from the prefill's logits of every
-    // position (never from the prefix cache, which has none), each once.
+    // echo_prompt: the prompt goes to the sink before the first delta (prompt_sent), from
+    // prompt_lp (a token each; logprob NaN until known). With prompt_logprobs each logprob is
+    // filled from the prefill's logits of every position (never from the prefix cache, which has
+    // none), each once.
     const bool echo_prompt = false;
     const bool prompt_logprobs = false;
     bool prompt_sent = false;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/sampling/json_prefix.h"
 #include "tests/engine/serve/collecting_sink.h"
 #include "tests/engine/serve/fake_causal_lm.h"
 #include "tests/engine/serve/micro_tokenizer.h"
@@ -55,6 +56,15 @@ struct Harness {
 };
 
 std::string as_text(const std::vector<TokenId>& ids) { return micro_tokenizer().decode(ids); }
+
+// Request r's prompt of the KV-budget tests: eight tokens of its own.
+std::vector<TokenId> eight_tokens(int r) {
+    std::vector<TokenId> prompt;
+    for (int i = 0; i < 8; ++i) {
+        prompt.push_back(100 + r * 10 + i);
+    }
+    return prompt;
+}
 
 TEST_CASE("scheduler: one request generates the model's greedy tokens and usage") {
     Harness h;
@@ -245,12 +255,8 @@ TEST_CASE("scheduler: preemption under a small KV budget still completes with th
     std::vector<std::shared_ptr<CollectingSink>> sinks;
     std::vector<std::vector<TokenId>> prompts;
     for (int r = 0; r < 4; ++r) {
-        std::vector<TokenId> prompt;
-        for (int i = 0; i < 8; ++i) {
-            prompt.push_back(100 + r * 10 + i);
-        }
-        prompts.push_back(prompt);
-        sinks.push_back(h.submit(prompt, 12));
+        prompts.push_back(eight_tokens(r));
+        sinks.push_back(h.submit(prompts.back(), 12));
     }
     h.drain();
     for (int r = 0; r < 4; ++r) {
@@ -274,10 +280,7 @@ TEST_CASE("scheduler: echoed prompts with logprobs survive preemption, sent once
     std::vector<std::shared_ptr<CollectingSink>> sinks;
     std::vector<std::vector<TokenId>> prompts;
     for (int r = 0; r < 4; ++r) {
-        std::vector<TokenId> prompt;
-        for (int i = 0; i < 8; ++i) {
-            prompt.push_back(100 + r * 10 + i);
-        }
+        const std::vector<TokenId> prompt = eight_tokens(r);
         prompts.push_back(prompt);
         auto sink = std::make_shared<CollectingSink>();
         SamplingParams params = Harness::greedy();
@@ -307,6 +310,47 @@ TEST_CASE("scheduler: echoed prompts with logprobs survive preemption, sent once
     CHECK(h.scheduler->stats().preemptions > 0);
     CHECK(h.scheduler->stats().recompute_tokens > 0);
     CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("scheduler: a json_object reply ends when the object closes, and is valid throughout") {
+    // The model wants {"a":1} and then 'x' for ever: the reply is the object, ended "stop".
+    FakeOptions opts;
+    const std::string object = R"({"a":1})";
+    opts.next = [object](std::span<const TokenId> history) -> TokenId {
+        const size_t at = history.size() - 2;  // After the two prompt tokens.
+        return at < object.size() ? static_cast<unsigned char>(object[at]) : 'x';
+    };
+    Harness h(opts);
+    SamplingParams json = Harness::greedy();
+    json.json_object = true;
+    auto closed = h.submit({1, 2}, 40, json);
+    // A model that wants what JSON does not allow ('x' and the end of sequence at once): the
+    // filter picks the likeliest allowed token each time, never a special one.
+    FakeOptions stubborn;
+    stubborn.next = [](std::span<const TokenId> history) -> TokenId {
+        return history.size() % 2 == 0 ? 'x' : 509;
+    };
+    Harness g(stubborn);
+    auto forced = g.submit({1, 2}, 40, json);
+    h.drain();
+    g.drain();
+    auto f = closed->wait();
+    REQUIRE(f);
+    CHECK(f->reason == FinishReason::kStop);
+    CHECK(closed->text() == object);
+    CHECK(f->usage.completion_tokens == static_cast<int64_t>(object.size()));
+    auto g_finish = forced->wait();
+    REQUIRE(g_finish);
+    CHECK(g_finish->reason != FinishReason::kError);
+    const std::string text = forced->text();
+    REQUIRE_FALSE(text.empty());
+    CHECK(text[0] == '{');
+    sampling::JsonPrefix check;
+    CHECK(check.feed(text));  // Every prefix of the reply is an object's beginning.
+    CHECK(check.complete() == (g_finish->reason == FinishReason::kStop));
+    for (TokenId id : forced->ids()) {
+        CHECK_FALSE(micro_tokenizer().is_special(id));
+    }
 }
 
 TEST_CASE("scheduler: requests cancelled while queued do not reopen admission after a KV "
