@@ -59,9 +59,10 @@ public:
     // The prefix cache of a paged KV cache. Positions per block, the unit of sharing; 0 when
     // the model has no prefix cache (then the two calls below do nothing).
     virtual int32_t kv_block_tokens() const { return 0; }
-    // Attaches the cached blocks named by the leading hashes of `chain` to the empty `slot`
-    // (stopping at the first miss) and returns the positions attached; the slot's length is then
-    // that many tokens, already computed.
+    // Attaches the cached blocks named by `chain` to `slot` after the whole blocks it holds
+    // (chain[i] names its block i: an empty slot, or one holding a prefix of the same prompt),
+    // stopping at the first miss, and returns the slot's length then (positions, all computed).
+    // A slot holding part of a block is left as it is.
     virtual int32_t attach_prefix(int32_t slot, std::span<const BlockHash> chain) {
         (void)slot;
         (void)chain;

@@ -207,12 +207,16 @@ Status KvCache::restore(int32_t slot, const SavedSlot& saved) {
 }
 
 int32_t KvCache::attach_prefix(int32_t slot, std::span<const BlockHash> chain) {
-    if (!in_use(slot) || lengths_[slot] != 0 || !tables_[slot].empty()) {
+    if (!in_use(slot)) {
         return 0;
     }
-    const size_t limit = static_cast<size_t>(shape_.max_context / shape_.block_tokens);
     auto& table = tables_[slot];
-    for (size_t i = 0; i < chain.size() && i < limit; ++i) {
+    const int32_t held = static_cast<int32_t>(table.size()) * shape_.block_tokens;
+    if (lengths_[slot] != held) {
+        return lengths_[slot];  // Part of a block (or one reserved past the length).
+    }
+    const size_t limit = static_cast<size_t>(shape_.max_context / shape_.block_tokens);
+    for (size_t i = table.size(); i < chain.size() && i < limit; ++i) {
         const int32_t b = pool_.find(chain[i]);
         if (b < 0) {
             break;
@@ -220,10 +224,10 @@ int32_t KvCache::attach_prefix(int32_t slot, std::span<const BlockHash> chain) {
         pool_.retain(b);
         table.push_back(b);
     }
-    const int32_t attached = static_cast<int32_t>(table.size()) * shape_.block_tokens;
-    used_tokens_ += attached;
-    lengths_[slot] = attached;
-    return attached;
+    const int32_t length = static_cast<int32_t>(table.size()) * shape_.block_tokens;
+    used_tokens_ += length - held;
+    lengths_[slot] = length;
+    return length;
 }
 
 void KvCache::publish_prefix(int32_t slot, std::span<const BlockHash> chain) {

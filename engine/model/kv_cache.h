@@ -100,8 +100,10 @@ public:
     // (nothing changed) when the blocks are not there.
     Status restore(int32_t slot, const SavedSlot& saved);
 
-    // Attaches the cached blocks named by the leading hashes of `chain` to the empty slot,
-    // stopping at the first miss; returns the positions attached (blocks x block_tokens).
+    // Attaches the cached blocks that `chain` names after the slot's own (the slot holds whole
+    // blocks, chain[0 .. its blocks) being theirs: an empty slot, or one that attached or
+    // computed a prefix of the same prompt), stopping at the first miss; returns the slot's
+    // length then (blocks x block_tokens). A slot holding part of a block attaches nothing.
     int32_t attach_prefix(int32_t slot, std::span<const BlockHash> chain);
     // Indexes the slot's first chain.size() blocks (which must be full and computed) under
     // these hashes, so later sequences can attach them.

@@ -296,9 +296,16 @@ std::vector<Scheduler::BatchEntry> Scheduler::plan_batch() {
         }
     }
     budget -= static_cast<int32_t>(batch.size());
-    // Then prefill chunks, oldest admission first (running_ is in admission order).
+    // Then prefill chunks, oldest admission first (running_ is in admission order). The first
+    // of the sequences sharing a prompt block computes it; the others wait for it (even when the
+    // budget leaves the first none this step), so none of them waits on one that waits.
+    computing_.clear();
     for (const auto& seq : running_) {
-        if (budget > 0 && seq->pending() > 1) {
+        if (seq->pending() <= 1 || awaits_shared_prefix(seq.get(), computing_)) {
+            continue;
+        }
+        computing_.push_back(seq.get());
+        if (budget > 0) {
             const int32_t n = std::min(seq->pending(), budget);
             batch.push_back({seq.get(), n});
             budget -= n;

@@ -32,7 +32,10 @@
 // Prefix cache (models with a paged KV cache): at admission the prompt's full blocks are hashed as
 // a chain salted per tenant (prefix_hash.h) and the longest cached run is attached to the slot, so
 // prefill starts after it (Usage::cached_tokens); as prefill completes prompt blocks they are
-// published for later requests of the same tenant. Admission control: a tenant with
+// published for later requests of the same tenant. A prefilling sequence whose next prompt block
+// an earlier running sequence is computing (the same blocks: n choices of one request, or prompts
+// arriving together with one system prompt) computes nothing until that block is published, then
+// attaches it and goes on, so shared blocks are computed once. Admission control: a tenant with
 // max_queue_per_tenant requests waiting gets kResourceExhausted (429), a model with max_queue
 // waiting, or an estimated wait past max_queue_wait, gets kUnavailable (503). serving_stats() gives
 // per-tenant counts and latency histograms.
@@ -47,9 +50,10 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <string>
 #include <memory>
 #include <mutex>
+#include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -57,9 +61,9 @@
 #include "common/result.h"
 #include "engine/generator.h"
 #include "engine/model/causal_lm.h"
-#include "engine/serving_stats.h"
 #include "engine/sched/fair_queue.h"
 #include "engine/sched/sequence.h"
+#include "engine/serving_stats.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace edge::engine::sched {
@@ -207,6 +211,13 @@ private:
     bool restore_kv(Sequence* seq);
     void attach_prefix(Sequence* seq);
     void publish_prefix(Sequence* seq);
+    // Leading blocks of the sequence's prefix chain it may take from the cache now.
+    size_t attachable_blocks(const Sequence& seq) const;
+    // In-batch prefix sharing, for a sequence that has computed whole blocks of its prompt:
+    // attaches what the cache has gained since, then true when the next block it needs is one
+    // that a sequence of `computing` (prefilling this step, admitted before it) is to compute,
+    // so it waits for that block instead of computing it again.
+    bool awaits_shared_prefix(Sequence* seq, std::span<Sequence* const> computing);
     TenantServingStats& tenant_stats(const std::string& tenant);  // stats_mu_ held.
     // A prompt whose logprobs are asked for takes logits for every position while it prefills.
     static bool wants_all_logits(const Sequence& seq);
@@ -238,6 +249,7 @@ private:
     // Scheduler-thread state.
     std::vector<std::unique_ptr<Sequence>> running_;
     std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by cache scope.
+    std::vector<Sequence*> computing_;  // plan_batch's prefilling sequences (awaits_shared_prefix).
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a KV preemption, until a sequence finishes.
     // Bytes of SwappedKv held by preempted sequences (shared: a sequence may outlive a step).

@@ -219,19 +219,8 @@ void Scheduler::attach_prefix(Sequence* seq) {
             bt, salt->second, SIZE_MAX);
         seq->chain_ready = true;
     }
-    // At least one token is left to compute: its logits give the next token. A prompt whose
-    // logprobs are asked for is computed whole (cached blocks have no logits), until they are all
-    // known (a sequence preempted later may then attach).
-    const bool needs_logits =
-        seq->prompt_logprobs && !seq->prompt_sent &&
-        std::any_of(seq->prompt_lp.begin() + 1, seq->prompt_lp.end(),
-                    [](const TokenLogprob& lp) { return std::isnan(lp.logprob); });
-    const size_t usable =
-        needs_logits ? 0
-                     : std::min(seq->prefix_chain.size(),
-                                (seq->tokens.size() - 1) / static_cast<size_t>(bt));
     const int32_t attached = model_->attach_prefix(
-        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), usable));
+        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), attachable_blocks(*seq)));
     seq->computed = attached;
     seq->published_blocks = attached / bt;
     if (!seq->admitted_once) {
@@ -239,6 +228,58 @@ void Scheduler::attach_prefix(Sequence* seq) {
         stats_.prefix_query_tokens += seq->prompt_len;
         stats_.prefix_hit_tokens += attached;
     }
+}
+
+size_t Scheduler::attachable_blocks(const Sequence& seq) const {
+    // At least one token is left to compute: its logits give the next token. A prompt whose
+    // logprobs are asked for is computed whole (cached blocks have no logits), until they are all
+    // known (a sequence preempted later may then attach).
+    const bool needs_logits =
+        seq.prompt_logprobs && !seq.prompt_sent &&
+        std::any_of(seq.prompt_lp.begin() + 1, seq.prompt_lp.end(),
+                    [](const TokenLogprob& lp) { return std::isnan(lp.logprob); });
+    if (needs_logits) {
+        return 0;
+    }
+    const auto bt = static_cast<size_t>(model_->kv_block_tokens());
+    return std::min(seq.prefix_chain.size(), (seq.tokens.size() - 1) / bt);
+}
+
+bool Scheduler::awaits_shared_prefix(Sequence* seq, std::span<Sequence* const> computing) {
+    const int32_t bt = model_->kv_block_tokens();
+    if (!config_.prefix_cache || bt <= 0 || !seq->chain_ready || seq->computed % bt != 0) {
+        return false;
+    }
+    const size_t usable = attachable_blocks(*seq);
+    auto next = static_cast<size_t>(seq->computed / bt);
+    if (next >= usable) {
+        return false;
+    }
+    // Blocks another sequence published since the last step.
+    const int32_t length = model_->attach_prefix(
+        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), usable));
+    if (length > seq->computed) {
+        const int32_t gained = length - seq->computed;
+        seq->computed = length;
+        seq->published_blocks = length / bt;
+        stats_.prefix_hit_tokens += gained;
+        if (seq->preemptions == 0) {
+            // Found in the cache for this request's own prompt, as an admission hit would be.
+            seq->cached_tokens += gained;
+            std::lock_guard<std::mutex> lock(stats_mu_);
+            tenant_stats(seq->tenant).prefix_hit_tokens += gained;
+        }
+        next = static_cast<size_t>(length / bt);
+        if (next >= usable) {
+            return false;
+        }
+    }
+    // Equal chain hashes mean the same cache scope and the same tokens up to that block.
+    const BlockHash& want = seq->prefix_chain[next];
+    return std::any_of(computing.begin(), computing.end(), [&](const Sequence* other) {
+        return other->prefix_chain.size() > next && other->prefix_chain[next] == want &&
+               other->computed < static_cast<int32_t>(next + 1) * bt;
+    });
 }
 
 void Scheduler::publish_prefix(Sequence* seq) {

@@ -136,6 +136,28 @@ TEST_CASE("kv cache: published blocks are attached to a later slot and copied be
     auto e = *c.acquire();
     const BlockHash other[] = {hash_of(9), hash_of(1)};
     CHECK(c.attach_prefix(e, other) == 0);
+    // A slot holding whole blocks of the chain attaches the rest after them: one that attached
+    // the first block, and d, whose first block is its own copy once it is full.
+    c.release(e);
+    auto g = *c.acquire();
+    CHECK(c.attach_prefix(g, std::span<const BlockHash>(chain, 1)) == 4);
+    CHECK(c.attach_prefix(g, chain) == 8);
+    CHECK(c.blocks(g)[1] == c.blocks(b)[1]);
+    CHECK(c.attach_prefix(g, chain) == 8);  // Nothing more is cached.
+    const SlotGrowth gd4[] = {{d, 4}};
+    REQUIRE(c.reserve(gd4).ok());
+    c.set_length(d, 4);
+    CHECK(c.attach_prefix(d, chain) == 8);
+    CHECK(c.blocks(d)[1] == c.blocks(b)[1]);
+    CHECK(*c.key(d, 1, 1, 6) == 6.0f);
+    // A slot holding part of a block attaches nothing.
+    c.release(g);
+    auto f = *c.acquire();
+    const SlotGrowth gf[] = {{f, 3}};
+    REQUIRE(c.reserve(gf).ok());
+    c.set_length(f, 3);
+    CHECK(c.attach_prefix(f, chain) == 3);
+    CHECK(c.blocks(f).size() == 1);
 }
 
 TEST_CASE("kv cache: a saved slot is restored bit for bit into private blocks, or not at all") {

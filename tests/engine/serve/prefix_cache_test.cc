@@ -244,6 +244,114 @@ TEST_CASE("prefix cache: cached blocks are evicted least recently used when memo
     CHECK(again1->ids() == FakeCausalLM::expected(opts, p1, 3));
 }
 
+// Tokens fed to forward() over the calls logged.
+int64_t fed_tokens(const std::vector<testing::ForwardCall>& calls) {
+    int64_t n = 0;
+    for (const auto& call : calls) {
+        for (const auto& [slot, tokens] : call.chunks) {
+            n += tokens;
+        }
+    }
+    return n;
+}
+
+// Tokens one request of `prompt` feeds when it runs alone.
+int64_t fed_alone(const std::vector<TokenId>& prompt, int max_tokens, SchedulerConfig config) {
+    Paged alone(Paged::paged_options(), config);
+    auto s = alone.submit("a", prompt, max_tokens);
+    alone.drain();
+    REQUIRE(s->wait());
+    return fed_tokens(alone.log->snapshot());
+}
+
+TEST_CASE("in-batch prefix sharing: one prompt submitted four times computes its blocks once") {
+    SchedulerConfig config;
+    config.max_batch_tokens = 8;  // The prompt takes three steps to prefill.
+    Paged h(Paged::paged_options(), config);
+    const auto prompt = prompt_of(21);  // Five full blocks and one token.
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (int i = 0; i < 4; ++i) {
+        sinks.push_back(h.submit("a", prompt, 6));
+    }
+    h.drain();
+    const auto want = FakeCausalLM::expected(h.options, prompt, 6);
+    for (size_t i = 0; i < sinks.size(); ++i) {
+        auto f = sinks[i]->wait();
+        REQUIRE(f);
+        CHECK(sinks[i]->ids() == want);
+        // The first computes the prompt; the others find its 20 tokens of whole blocks.
+        CHECK(f->usage.cached_tokens == (i == 0 ? 0 : 20));
+    }
+    // Alone, a request feeds the prompt and its decode steps; the other three feed all but the
+    // 20 shared tokens (12 tokens each instead of 32 together).
+    const int64_t alone = fed_alone(prompt, 6, config);
+    CHECK(fed_tokens(h.log->snapshot()) == alone + 3 * (alone - 20));
+    CHECK(h.scheduler->stats().prefix_hit_tokens == 60);
+    CHECK(h.scheduler->serving_stats().tenants.at("a").prefix_hit_tokens == 60);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("in-batch prefix sharing: a shared system prompt is computed once, each suffix apart") {
+    Paged h;
+    const auto system = prompt_of(16, 60);
+    std::vector<std::pair<std::vector<TokenId>, std::shared_ptr<CollectingSink>>> reqs;
+    for (int i = 0; i < 3; ++i) {
+        auto p = system;
+        for (int j = 0; j < 3 + 4 * i; ++j) {
+            p.push_back(100 + 10 * i + j);
+        }
+        reqs.emplace_back(p, h.submit("a", p, 4));
+    }
+    h.drain();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        auto f = reqs[i].second->wait();
+        REQUIRE(f);
+        CHECK(reqs[i].second->ids() == FakeCausalLM::expected(h.options, reqs[i].first, 4));
+        CHECK(f->usage.cached_tokens == (i == 0 ? 0 : 16));
+    }
+}
+
+TEST_CASE("in-batch prefix sharing: other tenants compute the same prompt themselves") {
+    Paged h;
+    const auto prompt = prompt_of(21);
+    auto a = h.submit("a", prompt, 4);
+    auto b = h.submit("b", prompt, 4);
+    h.drain();
+    for (const auto& s : {a, b}) {
+        auto f = s->wait();
+        REQUIRE(f);
+        CHECK(f->usage.cached_tokens == 0);
+        CHECK(s->ids() == FakeCausalLM::expected(h.options, prompt, 4));
+    }
+    CHECK(fed_tokens(h.log->snapshot()) == 2 * fed_alone(prompt, 4, {}));
+}
+
+TEST_CASE("in-batch prefix sharing: when the sequence computing the blocks goes, the next does") {
+    SchedulerConfig config;
+    config.max_batch_tokens = 8;
+    Paged h(Paged::paged_options(), config);
+    const auto prompt = prompt_of(21);
+    auto first = h.submit("a", prompt, 4);
+    auto second = h.submit("a", prompt, 4);
+    h.clock.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.scheduler->step());  // The first computes two blocks; the second waits.
+    auto calls = h.log->snapshot();
+    REQUIRE(calls.size() == 1);
+    REQUIRE(calls[0].chunks.size() == 1);
+    CHECK(calls[0].chunks[0].second == 8);
+    h.handles[0]->cancel();
+    h.drain();
+    auto f1 = first->wait();
+    REQUIRE(f1);
+    CHECK(f1->reason == FinishReason::kCancelled);
+    auto f2 = second->wait();
+    REQUIRE(f2);
+    CHECK(f2->reason == FinishReason::kLength);
+    CHECK(f2->usage.cached_tokens == 8);  // The two blocks published before the cancel.
+    CHECK(second->ids() == FakeCausalLM::expected(h.options, prompt, 4));
+    CHECK(h.log->slots_in_use == 0);
+}
+
 TEST_CASE("preemption: the lowest priority, most recent sequence goes first, all finish alike") {
     FakeOptions opts = Paged::paged_options();
     opts.kv_tokens = 48;  // 12 blocks; the load below needs 4 x 5 = 20 at its peak.
