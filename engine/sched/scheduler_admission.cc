@@ -262,10 +262,10 @@ bool Scheduler::awaits_shared_prefix(Sequence* seq, std::span<Sequence* const> c
         const int32_t gained = length - seq->computed;
         seq->computed = length;
         seq->published_blocks = length / bt;
-        stats_.prefix_hit_tokens += gained;
         if (seq->preemptions == 0) {
-            // Found in the cache for this request's own prompt, as an admission hit would be.
+            // Hits of its first admission, as attach_prefix counts them.
             seq->cached_tokens += gained;
+            stats_.prefix_hit_tokens += gained;
             std::lock_guard<std::mutex> lock(stats_mu_);
             tenant_stats(seq->tenant).prefix_hit_tokens += gained;
         }
