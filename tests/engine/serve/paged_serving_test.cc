@@ -244,6 +244,43 @@ TEST_CASE("paged serving: echoed prompt logprobs agree with the reference, fixtu
     }
 }
 
+// In-batch prefix sharing on the real models: each reference prompt three times at once, its
+// prefill chunked; the first computes the prompt's whole blocks and the other two take them from
+// the cache as they are published. All three give the independent reference's greedy tokens.
+void check_shared_prompt(const std::string& name) {
+    const std::string dir = testing::fixture_dir(name);
+    const auto refs = testing::read_reference(dir);
+    Served s = serve(dir, 0, /*batch_tokens=*/5, /*prefix=*/true);
+    for (const auto& ref : refs) {
+        CAPTURE(ref.key);
+        const size_t n = std::min<size_t>(8, ref.greedy.size());
+        std::vector<std::shared_ptr<CollectingSink>> sinks;
+        for (int i = 0; i < 3; ++i) {
+            sinks.push_back(submit(*s.scheduler, "t", ref.prompt, static_cast<int>(n)));
+        }
+        drain(*s.scheduler);
+        // Whole blocks of 4 tokens before the last prompt token; a second run hits them all.
+        const int64_t shared = static_cast<int64_t>((ref.prompt.size() - 1) / 4 * 4);
+        for (size_t i = 0; i < sinks.size(); ++i) {
+            CAPTURE(i);
+            auto f = sinks[i]->wait();
+            REQUIRE(f);
+            CHECK(sinks[i]->ids() ==
+                  std::vector<TokenId>(ref.greedy.begin(), ref.greedy.begin() + n));
+            if (i > 0) {
+                CHECK(f->usage.cached_tokens == shared);
+            }
+        }
+    }
+}
+
+TEST_CASE("paged serving: a prompt submitted three times at once is computed once, = reference") {
+    for (const char* name : {"micro-qwen3-moe", "micro-glm4-moe", "micro-deepseek-v3"}) {
+        CAPTURE(name);
+        check_shared_prompt(name);
+    }
+}
+
 TEST_CASE("paged serving: micro-qwen3-moe batched, chunked, preempted and cached equals alone") {
     check_fixture("micro-qwen3-moe");
 }
