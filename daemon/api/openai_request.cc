@@ -867,7 +867,9 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 if (ids == nullptr) {
                     ok = v.fail("'stop_token_ids' must be an array of token ids", key);
                 } else if (ids->size() > engine::sampling::kMaxStopTokenIds) {
-                    ok = v.fail("'stop_token_ids' may hold at most 64 ids", key);
+                    ok = v.fail("'stop_token_ids' may hold at most " +
+                                    std::to_string(engine::sampling::kMaxStopTokenIds) + " ids",
+                                key);
                 }
                 for (size_t i = 0; ok && ids != nullptr && i < ids->size(); ++i) {
                     auto id = v.integer((*ids)[i], key + "[" + std::to_string(i) + "]", 0,

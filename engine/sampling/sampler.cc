@@ -60,7 +60,8 @@ Status validate_sampling_params(const SamplingParams& p) {
         return out_of_range("stop", "at most 16 stop strings");
     }
     if (p.stop_token_ids.size() > kMaxStopTokenIds) {
-        return out_of_range("stop_token_ids", "at most 64 tokens");
+        return out_of_range("stop_token_ids",
+                            "at most " + std::to_string(kMaxStopTokenIds) + " tokens");
     }
     for (TokenId id : p.stop_token_ids) {
         if (id < 0) {
