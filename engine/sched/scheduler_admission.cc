@@ -114,9 +114,8 @@ bool Scheduler::admit() {
                 t.queue_time.observe(
                     std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
                 if (config_.prefix_cache && model_->kv_block_tokens() > 0) {
-                    // Without a prefix cache there is nothing to query.
+                    // Without a prefix cache there is nothing to query (hits: attach_prefix).
                     t.prefix_query_tokens += seq->prompt_len;
-                    t.prefix_hit_tokens += seq->cached_tokens;
                 }
             }
         }
@@ -219,14 +218,25 @@ void Scheduler::attach_prefix(Sequence* seq) {
             bt, salt->second, SIZE_MAX);
         seq->chain_ready = true;
     }
-    const int32_t attached = model_->attach_prefix(
-        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), attachable_blocks(*seq)));
-    seq->computed = attached;
-    seq->published_blocks = attached / bt;
     if (!seq->admitted_once) {
-        seq->cached_tokens = attached;
         stats_.prefix_query_tokens += seq->prompt_len;
-        stats_.prefix_hit_tokens += attached;
+    }
+    // The slot holds `computed` positions: none at admission, whole blocks of the prompt when
+    // in-batch sharing attaches more (a partial block attaches nothing).
+    const int32_t length = model_->attach_prefix(
+        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), attachable_blocks(*seq)));
+    if (length <= seq->computed) {
+        return;
+    }
+    const int32_t gained = length - seq->computed;
+    seq->computed = length;
+    seq->published_blocks = length / bt;
+    if (seq->preemptions == 0) {
+        // Hits count for the request's first admission only, as its queries do.
+        seq->cached_tokens += gained;
+        stats_.prefix_hit_tokens += gained;
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        tenant_stats(seq->tenant).prefix_hit_tokens += gained;
     }
 }
 
@@ -247,32 +257,13 @@ size_t Scheduler::attachable_blocks(const Sequence& seq) const {
 
 bool Scheduler::awaits_shared_prefix(Sequence* seq, std::span<Sequence* const> computing) {
     const int32_t bt = model_->kv_block_tokens();
-    if (!config_.prefix_cache || bt <= 0 || !seq->chain_ready || seq->computed % bt != 0) {
+    if (!config_.prefix_cache || bt <= 0) {
         return false;
     }
-    const size_t usable = attachable_blocks(*seq);
-    auto next = static_cast<size_t>(seq->computed / bt);
-    if (next >= usable) {
+    attach_prefix(seq);  // Blocks published since the last step.
+    const auto next = static_cast<size_t>(seq->computed / bt);
+    if (seq->computed % bt != 0 || next >= attachable_blocks(*seq)) {
         return false;
-    }
-    // Blocks another sequence published since the last step.
-    const int32_t length = model_->attach_prefix(
-        seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), usable));
-    if (length > seq->computed) {
-        const int32_t gained = length - seq->computed;
-        seq->computed = length;
-        seq->published_blocks = length / bt;
-        if (seq->preemptions == 0) {
-            // Hits of its first admission, as attach_prefix counts them.
-            seq->cached_tokens += gained;
-            stats_.prefix_hit_tokens += gained;
-            std::lock_guard<std::mutex> lock(stats_mu_);
-            tenant_stats(seq->tenant).prefix_hit_tokens += gained;
-        }
-        next = static_cast<size_t>(length / bt);
-        if (next >= usable) {
-            return false;
-        }
     }
     // Equal chain hashes mean the same cache scope and the same tokens up to that block.
     const BlockHash& want = seq->prefix_chain[next];
