@@ -11,17 +11,17 @@ namespace edge::engine::cpu {
 std::vector<OpsVariant> ops_variants() {
     std::vector<OpsVariant> out;
     out.push_back({"scalar", rms_norm_scalar, rope_neox_scalar, rope_interleaved_scalar,
-                   softmax_scalar, silu_mul_scalar});
+                   softmax_scalar, exp_sum_scalar, silu_mul_scalar});
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         out.push_back({"avx2", rms_norm_avx2, rope_neox_avx2, rope_interleaved_avx2, softmax_avx2,
-                       silu_mul_avx2});
+                       exp_sum_avx2, silu_mul_avx2});
     }
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
         out.push_back({"avx512", rms_norm_avx512, rope_neox_avx512, rope_interleaved_avx512,
-                       softmax_avx512, silu_mul_avx512});
+                       softmax_avx512, exp_sum_avx512, silu_mul_avx512});
     }
 #endif
     return out;
@@ -62,6 +62,10 @@ void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const floa
 }
 
 void softmax(float* x, int64_t n) { ops().softmax(x, n); }
+
+double exp_sum(const float* x, int64_t n, float shift, float* out) {
+    return ops().exp_sum(x, n, shift, out);
+}
 
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
     ops().silu_mul(gate, up, n, out);
@@ -114,15 +118,19 @@ void softmax_scalar(float* x, int64_t n) {
     for (int64_t i = 1; i < n; ++i) {
         mx = std::fmax(mx, x[i]);
     }
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-        x[i] = std::exp(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = static_cast<float>(1.0 / sum);
+    float inv = static_cast<float>(1.0 / exp_sum_scalar(x, n, mx, x));
     for (int64_t i = 0; i < n; ++i) {
         x[i] *= inv;
     }
+}
+
+double exp_sum_scalar(const float* x, int64_t n, float shift, float* out) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = std::exp(x[i] - shift);
+        sum += out[i];
+    }
+    return sum;
 }
 
 void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out) {

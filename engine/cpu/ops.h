@@ -29,6 +29,10 @@ void rope_interleaved(float* head, int64_t rot_dim, const float* cos, const floa
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);
 
+// out[i] = e^(x[i] - shift), i < n (exactly 0 where x[i] is -inf), and their sum. `out` may equal
+// `x`. With `shift` the largest x[i], no term overflows (the sampler's and log-softmax's pass).
+double exp_sum(const float* x, int64_t n, float shift, float* out);
+
 // out[i] = silu(gate[i]) * up[i].
 void silu_mul(const float* gate, const float* up, int64_t n, float* out);
 

@@ -38,6 +38,12 @@ inline __m256 exp_ps(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
 }
 
+// exp_ps with 0 below its clamp (e^x under 1.2e-38, -inf included), so that an id a filter took
+// out (at -inf) has no probability at all, as in the scalar and AVX-512 forms. NaN stays NaN.
+inline __m256 exp_or_zero(__m256 x) {
+    return _mm256_and_ps(exp_ps(x), _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_NLT_UQ));
+}
+
 }  // namespace
 
 void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, float* out) {
@@ -124,11 +130,23 @@ void softmax_avx2(float* x, int64_t n) {
     for (; i < n; ++i) {
         m = x[i] > m ? x[i] : m;
     }
-    const __m256 vmax = _mm256_set1_ps(m);
-    __m256 vsum = _mm256_setzero_ps();
+    const auto sum = static_cast<float>(exp_sum_avx2(x, n, m, x));
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
     for (i = 0; i + 8 <= n; i += 8) {
-        const __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
-        _mm256_storeu_ps(x + i, e);
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    }
+    for (; i < n; ++i) {
+        x[i] *= 1.0f / sum;
+    }
+}
+
+double exp_sum_avx2(const float* x, int64_t n, float shift, float* out) {
+    const __m256 vshift = _mm256_set1_ps(shift);
+    __m256 vsum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp_or_zero(_mm256_sub_ps(_mm256_loadu_ps(x + i), vshift));
+        _mm256_storeu_ps(out + i, e);
         vsum = _mm256_add_ps(vsum, e);
     }
     float sum = hsum_avx2(vsum);
@@ -137,19 +155,13 @@ void softmax_avx2(float* x, int64_t n) {
         for (int j = 0; j < 8; ++j) {
             tail[j] = i + j < n ? x[i + j] : -__builtin_inff();
         }
-        _mm256_store_ps(tail, exp_ps(_mm256_sub_ps(_mm256_load_ps(tail), vmax)));
+        _mm256_store_ps(tail, exp_or_zero(_mm256_sub_ps(_mm256_load_ps(tail), vshift)));
         for (; i < n; ++i) {
-            x[i] = tail[i % 8];
-            sum += x[i];
+            out[i] = tail[i % 8];
+            sum += out[i];
         }
     }
-    const __m256 inv = _mm256_set1_ps(1.0f / sum);
-    for (i = 0; i + 8 <= n; i += 8) {
-        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
-    }
-    for (; i < n; ++i) {
-        x[i] *= 1.0f / sum;
-    }
+    return sum;
 }
 
 void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out) {

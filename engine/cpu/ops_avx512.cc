@@ -100,19 +100,24 @@ void softmax_avx512(float* x, int64_t n) {
         const __mmask16 m = tail_mask(n - i);
         mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + i));
     }
-    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax));
-        _mm512_mask_storeu_ps(x + i, m, e);
-        sum = _mm512_mask_add_ps(sum, m, sum, e);
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    const float sum = static_cast<float>(exp_sum_avx512(x, n, _mm512_reduce_max_ps(mx), x));
+    const __m512 inv = _mm512_set1_ps(1.0f / sum);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i);
         _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
     }
+}
+
+double exp_sum_avx512(const float* x, int64_t n, float shift, float* out) {
+    const __m512 vshift = _mm512_set1_ps(shift);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vshift));
+        _mm512_mask_storeu_ps(out + i, m, e);
+        sum = _mm512_mask_add_ps(sum, m, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
 }
 
 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out) {

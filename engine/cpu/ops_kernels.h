@@ -17,18 +17,21 @@ void rms_norm_scalar(const float* x, const float* weight, int64_t n, float eps, 
 void rope_neox_scalar(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void rope_interleaved_scalar(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void softmax_scalar(float* x, int64_t n);
+double exp_sum_scalar(const float* x, int64_t n, float shift, float* out);
 void silu_mul_scalar(const float* gate, const float* up, int64_t n, float* out);
 
 void rms_norm_avx2(const float* x, const float* weight, int64_t n, float eps, float* out);
 void rope_neox_avx2(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void rope_interleaved_avx2(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void softmax_avx2(float* x, int64_t n);
+double exp_sum_avx2(const float* x, int64_t n, float shift, float* out);
 void silu_mul_avx2(const float* gate, const float* up, int64_t n, float* out);
 
 void rms_norm_avx512(const float* x, const float* weight, int64_t n, float eps, float* out);
 void rope_neox_avx512(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void rope_interleaved_avx512(float* head, int64_t rot_dim, const float* cos, const float* sin);
 void softmax_avx512(float* x, int64_t n);
+double exp_sum_avx512(const float* x, int64_t n, float shift, float* out);
 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out);
 
 // e^x in the SIMD versions (ops_avx2.cc, ops_avx512.cc): x = n ln2 + r with n = round(x log2 e),
@@ -50,6 +53,7 @@ struct OpsVariant {
     void (*rope_neox)(float*, int64_t, const float*, const float*);
     void (*rope_interleaved)(float*, int64_t, const float*, const float*);
     void (*softmax)(float*, int64_t);
+    double (*exp_sum)(const float*, int64_t, float, float*);
     void (*silu_mul)(const float*, const float*, int64_t, float*);
 };
 

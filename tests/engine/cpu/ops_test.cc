@@ -1,14 +1,16 @@
 // The non-matmul kernels against direct formulas.
 
+#include "engine/cpu/ops.h"
+
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "engine/cpu/ops.h"
 #include "engine/cpu/ops_kernels.h"
 
 namespace edge::engine::cpu {
@@ -70,7 +72,7 @@ TEST_CASE("attention over one position returns its value and causal weights sum 
 // reference on random inputs, with lengths that are and are not multiples of the vector widths
 // (8, 16). Tolerances:
 //   rms_norm: 4e-6 relative + 1e-7 (f32 instead of f64 sum of squares);
-//   softmax:  4e-6 relative + 1e-9 (polynomial exp, about 2e-7, and an f32 sum);
+//   softmax, exp_sum: 4e-6 relative + 1e-9 (polynomial exp, about 2e-7, and an f32 sum);
 //   silu_mul: 4e-6 relative + 1e-7 (polynomial exp);
 //   RoPE:     2e-6 absolute on values of magnitude <= 4 (fused multiply-add rounding).
 void check_ops_variant(const OpsVariant& simd) {
@@ -112,6 +114,31 @@ void check_ops_variant(const OpsVariant& simd) {
         simd.softmax(b.data(), n);
         for (int64_t i = 0; i < n; ++i) {
             CHECK(close(b[i], a[i], 4e-6, 1e-9));
+        }
+        // The sampler's pass: shifted by the largest value (every term <= 1) and by less (terms
+        // up to e^5), -inf entries exactly 0, the sum within the same bound, in place too.
+        a = x;
+        for (int64_t i = 0; i < n; ++i) {
+            a[i] *= 10.0f;
+        }
+        if (n > 3) {
+            a[2] = -std::numeric_limits<float>::infinity();
+        }
+        const float top = *std::max_element(a.begin(), a.end());
+        for (float shift : {top, top - 5.0f}) {
+            std::vector<float> want(n), got(n);
+            const double want_sum = exp_sum_scalar(a.data(), n, shift, want.data());
+            const double got_sum = simd.exp_sum(a.data(), n, shift, got.data());
+            CHECK(close(static_cast<float>(got_sum), static_cast<float>(want_sum), 4e-6, 1e-9));
+            for (int64_t i = 0; i < n; ++i) {
+                CHECK(close(got[i], want[i], 4e-6, 1e-9));
+            }
+            if (n > 3) {
+                CHECK(got[2] == 0.0f);
+            }
+            b = a;
+            CHECK(simd.exp_sum(b.data(), n, shift, b.data()) == got_sum);
+            CHECK(b == got);
         }
         // SiLU product, including large magnitudes where exp over/underflows.
         std::vector<float> g = x;
