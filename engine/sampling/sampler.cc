@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "engine/cpu/ops.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::sampling {
@@ -93,11 +94,9 @@ void log_softmax(std::span<const float> logits, std::vector<float>* out) {
         return;
     }
     const float max = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (float x : logits) {
-        sum += std::exp(static_cast<double>(x - max));
-    }
-    const float log_sum = static_cast<float>(std::log(sum)) + max;
+    const auto n = static_cast<int64_t>(logits.size());
+    const float log_sum =
+        static_cast<float>(std::log(cpu::exp_sum(logits.data(), n, max, out->data()))) + max;
     for (size_t i = 0; i < logits.size(); ++i) {
         (*out)[i] = logits[i] - log_sum;
     }
@@ -168,57 +167,126 @@ void Sampler::apply_penalties(std::span<float> logits) const {
     }
 }
 
-TokenId Sampler::draw(std::span<const float> scaled) {
-    const int32_t vocab = static_cast<int32_t>(scaled.size());
-    order_.resize(static_cast<size_t>(vocab));
-    std::iota(order_.begin(), order_.end(), 0);
-    int32_t kept = vocab;
-    const bool cut_k = params_.top_k > 0 && params_.top_k < vocab;
-    const bool cut_p = params_.top_p < 1.0f;
-    if (cut_k) {
-        kept = params_.top_k;
-        std::partial_sort(order_.begin(), order_.begin() + kept, order_.end(), ByValueDesc{scaled});
-    } else if (cut_p) {
-        std::sort(order_.begin(), order_.end(), ByValueDesc{scaled});
+double Sampler::gather_candidates(int32_t at_least, double mass_wanted) {
+    // An id at least `cut` times as likely as the likeliest comes before every id that is not,
+    // so once the ids above a cut are enough, the k best or the nucleus are among them: cuts of
+    // 1/1024, 1/65536, ... scan the probabilities instead of ordering the whole vocabulary
+    // (sorting 150k ids took 15 ms a token; a few hundred usually hold the mass).
+    const auto vocab = static_cast<int32_t>(probs_.size());
+    for (float cut = kFirstCandidateCut;; cut *= kCandidateCutStep) {
+        if (cut < kLastCandidateCut) {
+            cut = 0.0f;  // Every id.
+        }
+        order_.clear();
+        double mass = 0.0;
+        for (int32_t id = 0; id < vocab; ++id) {
+            const float p = probs_[static_cast<size_t>(id)];
+            if (p >= cut) {
+                order_.push_back(id);
+                mass += p;
+            }
+        }
+        if ((static_cast<int32_t>(order_.size()) >= at_least && mass >= mass_wanted) ||
+            cut == 0.0f) {
+            return mass;
+        }
     }
+}
+
+double Sampler::mass_of(int32_t from, int32_t to) const {
+    double mass = 0.0;
+    for (int32_t i = from; i < to; ++i) {
+        mass += probs_[static_cast<size_t>(order_[static_cast<size_t>(i)])];
+    }
+    return mass;
+}
+
+int32_t Sampler::nucleus(std::span<const float> scaled, double mass_wanted, int32_t count) {
+    const ByValueDesc by_value{scaled};
+    // order_[0, lo) are better than the rest and hold less than the mass wanted; the nucleus
+    // ends in [lo, hi). Many candidates (a flat distribution: sorting 150k took 15 ms) are
+    // halved by selection until few are left to sort.
+    int32_t lo = 0;
+    int32_t hi = count;
+    double before = 0.0;
+    while (hi - lo > kSortedNucleus) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        std::nth_element(order_.begin() + lo, order_.begin() + mid, order_.begin() + hi, by_value);
+        const double left = mass_of(lo, mid);
+        if (before + left >= mass_wanted) {
+            hi = mid;
+        } else {
+            before += left;
+            lo = mid;
+        }
+    }
+    std::sort(order_.begin() + lo, order_.begin() + hi, by_value);
+    for (int32_t i = lo; i < hi; ++i) {
+        before += probs_[static_cast<size_t>(order_[static_cast<size_t>(i)])];
+        if (before >= mass_wanted) {
+            return i + 1;
+        }
+    }
+    return hi;  // Rounding kept the mass just short: every candidate.
+}
+
+TokenId Sampler::draw(std::span<const float> scaled) {
+    const auto vocab = static_cast<int32_t>(scaled.size());
     const float max = *std::max_element(scaled.begin(), scaled.end());
     if (max == -std::numeric_limits<float>::infinity()) {
         return -1;  // Every token is out (a filter refused them all).
     }
-    probs_.resize(static_cast<size_t>(kept));
-    double total = 0.0;
-    for (int32_t i = 0; i < kept; ++i) {
-        probs_[i] = std::exp(scaled[order_[i]] - max);
-        total += probs_[i];
-    }
-    if (cut_p) {
-        // Smallest prefix (in descending order) whose mass reaches top_p of the kept mass.
-        double mass = 0.0;
-        int32_t n = 0;
-        while (n < kept) {
-            mass += probs_[n++];
-            if (mass >= params_.top_p * total) {
-                break;
-            }
+    // Unnormalised probabilities of every id, by id (0 for the ones filtered out).
+    probs_.resize(static_cast<size_t>(vocab));
+    double total_all = cpu::exp_sum(scaled.data(), vocab, max, probs_.data());
+    if (params_.min_p > 0.0f) {
+        // Min-p: less likely than min_p times the likeliest id still allowed is out (after a
+        // response format's refusals, as vLLM masks first), before top-k and top-p.
+        total_all = 0.0;
+        for (float& p : probs_) {
+            p = p < params_.min_p ? 0.0f : p;
+            total_all += p;
         }
-        kept = n;
-        total = mass;
     }
+    const bool cut_k = params_.top_k > 0 && params_.top_k < vocab;
+    const bool cut_p = params_.top_p < 1.0f;
+    const bool ordered = cut_k || cut_p;
+    // The ids the draw walks, best first, when a cut keeps some: order_[0, kept).
+    int32_t kept = vocab;
+    double total = total_all;
+    if (ordered) {
+        if (cut_k) {
+            gather_candidates(params_.top_k, 0.0);
+            kept = params_.top_k;
+            std::partial_sort(order_.begin(), order_.begin() + kept, order_.end(),
+                              ByValueDesc{scaled});
+        } else {
+            gather_candidates(0, params_.top_p * total_all);
+            kept = static_cast<int32_t>(order_.size());
+        }
+        if (cut_p) {
+            // Smallest prefix (in descending order) whose mass reaches top_p of the kept mass.
+            kept = nucleus(scaled, params_.top_p * (cut_k ? mass_of(kept) : total_all), kept);
+        }
+        total = mass_of(kept);
+    }
+    auto id_at = [&](int32_t i) { return ordered ? order_[static_cast<size_t>(i)] : i; };
     // 53 random bits -> u in [0, 1); the walk below is deterministic for a given seed.
     const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
     double target = u * total;
     int32_t last = 0;  // The last token that can be drawn (min-p leaves some at 0).
     for (int32_t i = 0; i < kept; ++i) {
-        if (probs_[i] == 0.0f) {
+        const float p = probs_[static_cast<size_t>(id_at(i))];
+        if (p == 0.0f) {
             continue;
         }
         last = i;
-        target -= probs_[i];
+        target -= p;
         if (target < 0.0) {
-            return order_[i];
+            return id_at(i);
         }
     }
-    return order_[last];  // Rounding left a sliver past the end.
+    return id_at(last);  // Rounding left a sliver past the end.
 }
 
 TokenId Sampler::choose(std::span<float> logits, bool greedy) {
@@ -250,17 +318,6 @@ SampledToken Sampler::sample(std::span<float> logits, const TokenFilter* filter)
         const float inv = 1.0f / params_.temperature;
         for (float& x : logits) {
             x *= inv;
-        }
-    }
-    if (!greedy && params_.min_p > 0.0f) {
-        // Min-p: below min_p times the likeliest token's probability is out, before top-k and
-        // top-p (vLLM's order); the likeliest itself always stays.
-        const float max = *std::max_element(logits.begin(), logits.end());
-        const float floor = max + std::log(params_.min_p);
-        for (float& x : logits) {
-            if (x < floor) {
-                x = -std::numeric_limits<float>::infinity();
-            }
         }
     }
     SampledToken out;

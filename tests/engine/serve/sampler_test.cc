@@ -2,8 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
 
 namespace edge::engine::sampling {
 namespace {
@@ -233,6 +236,134 @@ TEST_CASE("sampler: a filter's refused tokens are never chosen, greedy or drawn"
     CHECK(g.sample(l, &none).id == -1);
     l = logits;
     CHECK(h.sample(l, &none).id == -1);
+}
+
+TEST_CASE("sampler: min-p is measured against the best token a filter allows") {
+    // The model wants refused ids most; min_p 0.5 against the best of them would leave nothing
+    // allowed. Against the best allowed (id 12, e^2) it keeps id 12 alone (e^0 < e^2 / 2).
+    const TokenFilter even_above_nine = [](TokenId id) { return id >= 10 && id % 2 == 0; };
+    std::vector<float> logits(64, 0.0f);
+    for (int i = 0; i < 10; ++i) {
+        logits[static_cast<size_t>(i)] = 10.0f - static_cast<float>(i);
+    }
+    logits[12] = 2.0f;
+    SamplingParams p;
+    p.min_p = 0.5f;
+    Sampler s(p, 5);
+    for (int i = 0; i < 50; ++i) {
+        std::vector<float> l = logits;
+        CHECK(s.sample(l, &even_above_nine).id == 12);
+    }
+}
+
+// Top-p as a full sort of the vocabulary computes it: ids by value (ties to the lower id),
+// e^(x - max) in double, the smallest prefix reaching top_p of the whole mass.
+struct FullSortNucleus {
+    std::vector<int32_t> order;
+    std::vector<double> probs;
+    size_t kept = 0;
+    double mass = 0.0;
+
+    FullSortNucleus(const std::vector<float>& logits, float top_p) : order(logits.size()) {
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+            return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+        });
+        double total = 0.0;
+        for (int32_t id : order) {
+            probs.push_back(std::exp(static_cast<double>(logits[id]) - logits[order[0]]));
+            total += probs.back();
+        }
+        while (kept < probs.size() && mass < top_p * total) {
+            mass += probs[kept++];
+        }
+    }
+
+    // The sampler's walk from the same 53-bit uniform.
+    TokenId draw(std::mt19937_64& rng) const {
+        double target = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * mass;
+        for (size_t i = 0; i < kept; ++i) {
+            target -= probs[i];
+            if (target < 0.0) {
+                return order[i];
+            }
+        }
+        return order[kept - 1];
+    }
+};
+
+TEST_CASE("sampler: top-p over a large vocabulary draws as a full sort would") {
+    // 40000 ids in a shuffled order. Steep: the id of rank r at logit -r / 1000, so top_p 0.2,
+    // 0.5 and 0.99 keep 224, 694 and 4606 ids, all above the first cut of the candidates (6932
+    // of them, so the nucleus is found by halving). Heavy tail: one id at 0 and the rest from -8
+    // down by 1e-5 a rank (each below 1/1024 of the best, together 13x its mass): the nucleus
+    // needs the second cut, and a near-flat order.
+    constexpr int32_t kVocab = 40000;
+    std::vector<int32_t> rank(kVocab);
+    std::iota(rank.begin(), rank.end(), 0);
+    std::shuffle(rank.begin(), rank.end(), std::mt19937(11));
+    std::vector<float> steep(kVocab), tail(kVocab);
+    for (size_t id = 0; id < kVocab; ++id) {
+        const auto r = static_cast<float>(rank[id]);
+        steep[id] = -r / 1000;
+        tail[id] = rank[id] == 0 ? 0.0f : -8.0f - r * 1e-5f;
+    }
+    struct Case {
+        const std::vector<float>* logits;
+        float top_p;
+        bool walked_sorted;  // The nucleus lies within the first half: sorted whole.
+    };
+    for (const Case& c :
+         {Case{&steep, 0.2f, true}, Case{&steep, 0.5f, true}, Case{&steep, 0.99f, false},
+          Case{&tail, 0.5f, false}, Case{&tail, 0.95f, false}}) {
+        const FullSortNucleus want(*c.logits, c.top_p);
+        CAPTURE(c.top_p);
+        CAPTURE(want.kept);
+        // The mean and spread of the rank a draw from the nucleus has.
+        double mean = 0.0, square = 0.0;
+        for (size_t i = 0; i < want.kept; ++i) {
+            mean += static_cast<double>(i) * want.probs[i] / want.mass;
+            square += static_cast<double>(i * i) * want.probs[i] / want.mass;
+        }
+        const double spread = std::sqrt(square - mean * mean);
+        SamplingParams p;
+        p.top_p = c.top_p;
+        constexpr uint64_t kSeed = 21;
+        Sampler s(p, kSeed);
+        std::mt19937_64 rng(kSeed);
+        int same = 0;
+        size_t deepest = 0;
+        double sum = 0.0;
+        constexpr int kDraws = 3000;
+        for (int i = 0; i < kDraws; ++i) {
+            const TokenId id = pick(s, *c.logits);
+            REQUIRE(id >= 0);
+            const auto at = static_cast<size_t>(
+                std::find(want.order.begin(), want.order.end(), id) - want.order.begin());
+            CHECK(at < want.kept);
+            deepest = std::max(deepest, at);
+            sum += static_cast<double>(at);
+            same += id == want.draw(rng) ? 1 : 0;
+        }
+        CHECK(deepest > want.kept * 9 / 10);  // The tail of the nucleus is drawn too.
+        CHECK(std::fabs(sum / kDraws - mean) < 5 * spread / std::sqrt(kDraws) + 1);
+        if (c.walked_sorted) {
+            // The same draws but where the f32 exp and sum round a uniform to the next id.
+            CHECK(same >= kDraws - 10);
+        }
+    }
+    // Top-k from the candidates: the 300 best ids of the steep order, the last of them drawn too
+    // (each about e^-0.3 as likely as the best).
+    SamplingParams k;
+    k.top_k = 300;
+    Sampler s(k, 4);
+    int32_t deepest = 0;
+    for (int i = 0; i < 3000; ++i) {
+        const int32_t r = rank[static_cast<size_t>(pick(s, steep))];
+        CHECK(r < 300);
+        deepest = std::max(deepest, r);
+    }
+    CHECK(deepest >= 290);
 }
 
 TEST_CASE("sampler: the same seed gives the same tokens, another seed others") {
