@@ -1,0 +1,185 @@
+// Sampling cost per token: Sampler::sample() over the vocabulary sizes of the served
+// architectures (the bench preset's 32000, Qwen3-MoE 151936, GLM-4.5 151552, DeepSeek-V3 and
+// Kimi K2 163840), for greedy, temperature, top-p, top-k with top-p, min-p and 5 logprobs. The
+// scheduler samples each sequence of a step in turn, so at 64 sequences a millisecond here is
+// 64 ms of every step. Logits are normal with sigma 3 ("peaked", as a language model's: a few
+// hundred ids hold 95% of the mass) or 0.5 ("flat": top-p keeps most of the vocabulary, the
+// worst case). Each figure is the median of --samples calls, in milliseconds and as a ratio to
+// one pass over the logits (std::max_element) measured in the same run; top-p also against a
+// full sort of the vocabulary, the way it used to be drawn (15 ms at 150k ids).
+//   bench_sampler [--samples N]            # table, then one JSON line
+
+#include "engine/sampling/sampler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_cli.h"
+
+using edge::engine::SamplingParams;
+using edge::engine::TokenId;
+using edge::engine::sampling::Sampler;
+
+namespace {
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+template <typename Fn>
+double median_ms(int samples, Fn&& fn) {
+    std::vector<double> ms;
+    for (int i = 0; i < samples; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        fn();
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count());
+    }
+    return median(std::move(ms));
+}
+
+// Top-p by sorting every id (value descending, ties to the lower id), exp in float, the draw
+// walking the sorted prefix: the sampler's former method, for comparison.
+TokenId full_sort_top_p(const std::vector<float>& logits, float top_p, std::mt19937_64& rng,
+                        std::vector<int32_t>& order, std::vector<float>& probs) {
+    order.resize(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    probs.resize(logits.size());
+    double total = 0.0;
+    for (size_t i = 0; i < order.size(); ++i) {
+        probs[i] = std::exp(logits[order[i]] - logits[order[0]]);
+        total += probs[i];
+    }
+    double mass = 0.0;
+    size_t kept = 0;
+    while (kept < probs.size() && mass < top_p * total) {
+        mass += probs[kept++];
+    }
+    double target = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * mass;
+    for (size_t i = 0; i < kept; ++i) {
+        target -= probs[i];
+        if (target < 0.0) {
+            return order[i];
+        }
+    }
+    return order[kept - 1];
+}
+
+struct Mode {
+    const char* name;
+    SamplingParams params;
+};
+
+std::vector<Mode> modes() {
+    std::vector<Mode> out;
+    SamplingParams p;
+    p.temperature = 0.0f;
+    out.push_back({"greedy", p});
+    p = {};
+    p.temperature = 0.7f;
+    out.push_back({"temperature", p});
+    p = {};
+    p.temperature = 0.6f;
+    p.top_p = 0.95f;
+    out.push_back({"top_p", p});
+    p.top_k = 20;
+    out.push_back({"top_k+top_p", p});
+    p = {};
+    p.temperature = 0.7f;
+    p.min_p = 0.05f;
+    out.push_back({"min_p", p});
+    p = {};
+    p.temperature = 0.7f;
+    p.logprobs = true;
+    p.top_logprobs = 5;
+    out.push_back({"logprobs_5", p});
+    return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int samples = 101;
+    edge::bench::parse_flags(
+        argc, argv, {edge::bench::Flag::integer("--samples", &samples, 5, "calls per figure")},
+        "bench_sampler: milliseconds per sampled token against one pass over the logits");
+    std::printf("%8s %7s %-12s %10s %10s %12s %10s\n", "vocab", "dist", "mode", "ms", "x_pass",
+                "full_sort_ms", "speedup");
+    std::string json =
+        "{\"bench\":\"sampler\",\"samples\":" + std::to_string(samples) + ",\"rows\":[";
+    bool first = true;
+    std::mt19937 gen(20261203);
+    std::vector<float> logits, work;
+    std::vector<int32_t> order;
+    std::vector<float> probs;
+    for (int vocab : {32000, 151552, 151936, 163840}) {
+        for (const auto& [dist, sigma] : {std::pair{"peaked", 3.0f}, {"flat", 0.5f}}) {
+            std::normal_distribution<float> normal(0.0f, sigma);
+            logits.resize(static_cast<size_t>(vocab));
+            for (float& x : logits) {
+                x = normal(gen);
+            }
+            volatile float sink = 0.0f;
+            const double pass_ms =
+                median_ms(samples, [&] { sink = *std::max_element(logits.begin(), logits.end()); });
+            for (const Mode& m : modes()) {
+                Sampler s(m.params, 7);
+                std::vector<double> ms;
+                for (int i = 0; i < samples; ++i) {
+                    work = logits;  // sample() overwrites them; not timed.
+                    const auto start = std::chrono::steady_clock::now();
+                    sink = static_cast<float>(s.sample(work).id);
+                    ms.push_back(std::chrono::duration<double, std::milli>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count());
+                }
+                const double got = median(std::move(ms));
+                double sorted_ms = 0.0;
+                if (std::string(m.name) == "top_p") {
+                    std::mt19937_64 rng(7);
+                    std::vector<float> scaled = logits;
+                    for (float& x : scaled) {
+                        x /= m.params.temperature;
+                    }
+                    sorted_ms = median_ms(samples, [&] {
+                        sink = static_cast<float>(
+                            full_sort_top_p(scaled, m.params.top_p, rng, order, probs));
+                    });
+                }
+                std::printf("%8d %7s %-12s %10.4f %10.2f", vocab, dist, m.name, got, got / pass_ms);
+                if (sorted_ms > 0.0) {
+                    std::printf(" %12.4f %10.1f\n", sorted_ms, sorted_ms / got);
+                } else {
+                    std::printf(" %12s %10s\n", "-", "-");
+                }
+                char buf[320];
+                std::snprintf(buf, sizeof(buf),
+                              "%s{\"vocab\":%d,\"dist\":\"%s\",\"mode\":\"%s\",\"ms\":%.5f,"
+                              "\"pass_ms\":%.5f,\"over_pass\":%.3f%s",
+                              first ? "" : ",", vocab, dist, m.name, got, pass_ms, got / pass_ms,
+                              sorted_ms > 0.0 ? "," : "}");
+                json += buf;
+                if (sorted_ms > 0.0) {
+                    std::snprintf(buf, sizeof(buf), "\"full_sort_ms\":%.5f,\"speedup\":%.2f}",
+                                  sorted_ms, sorted_ms / got);
+                    json += buf;
+                }
+                first = false;
+            }
+        }
+    }
+    json += "]}";
+    std::printf("%s\n", json.c_str());
+    return 0;
+}
