@@ -1,6 +1,7 @@
 #include "daemon/api/completion.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -8,12 +9,11 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/json.hpp>
-
 #include "common/json_text.h"
 #include "daemon/api/tool_call_output.h"
 #include "daemon/sse_writer.h"
 #include "engine/chat/reasoning_parser.h"
+#include "engine/tokenizer/incremental_decoder.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::daemon::api {
@@ -359,9 +359,13 @@ public:
     // `echo` (completions): the prompt goes first, as text (and logprobs) of its own delta.
     void on_prompt(std::vector<engine::TokenLogprob> tokens) override {
         engine::TokenDelta prompt;
+        // Token bytes, decoded as the completion's are: a prompt given as ids may hold bytes
+        // that are not UTF-8 (a lone byte token), which become U+FFFD, not invalid JSON.
+        engine::tokenizer::IncrementalDecoder decoder(nullptr);
         for (const engine::TokenLogprob& t : tokens) {
-            prompt.text += t.token;
+            prompt.text += decoder.push_bytes(t.token);
         }
+        prompt.text += decoder.flush();
         if (response_->logprobs) {
             prompt.logprobs = std::move(tokens);
         }

@@ -538,3 +538,35 @@ TEST_CASE("deferred answers: encode then decode gives the response back, bad byt
         CHECK_FALSE(decode_deferred_response(bad).has_value());
     }
 }
+
+TEST_CASE("echo: prompt bytes that are not UTF-8 (ids of lone byte tokens) come back as U+FFFD") {
+    ApiFixture f;
+    for (bool stream : {false, true}) {
+        CAPTURE(stream);
+        auto c = f.client();
+        const std::string body = std::string(R"({"model":"test-model","prompt":[872,198],)") +
+                                 R"("echo":true,"max_tokens":2)" +
+                                 (stream ? R"(,"stream":true})" : "}");
+        REQUIRE(c->send(testing::http_request("POST", "/v1/completions", body)).ok());
+        const size_t index = stream ? 1 : 0;
+        REQUIRE(f.generator.wait_for_request(index));
+        // "hi" then a lone lead byte of a two-byte character, which nothing completes.
+        f.generator.emit_prompt(index, {"hi", "\xC6"});
+        f.generator.emit(index, " ok");
+        f.generator.finish(index, engine::FinishReason::kLength, engine::Usage{2, 1, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        std::string text;
+        if (stream) {
+            for (const std::string& event : sse_events(r->body)) {
+                if (event != "[DONE]") {
+                    text += json_of(event)["choices"].as_array()[0].as_object()["text"].as_string();
+                }
+            }
+        } else {
+            text = json_of(r->body)["choices"].as_array()[0].as_object()["text"].as_string();
+        }
+        CHECK(text == "hi\xEF\xBF\xBD ok");
+    }
+}

@@ -175,6 +175,26 @@ void ScriptedGenerator::emit(size_t index, std::string text) {
     sink->on_delta(std::move(delta));
 }
 
+void ScriptedGenerator::emit_prompt(size_t index, const std::vector<std::string>& tokens) {
+    std::shared_ptr<engine::GenerationSink> sink;
+    {
+        std::lock_guard lock(mu_);
+        sink = calls_.at(index)->sink;
+    }
+    std::vector<engine::TokenLogprob> prompt;
+    size_t offset = 0;
+    for (const std::string& t : tokens) {
+        engine::TokenLogprob lp;
+        lp.token = t;
+        lp.id = static_cast<engine::TokenId>(prompt.size() + 1);
+        lp.logprob = -1.0f;
+        lp.text_offset = offset;
+        offset += t.size();
+        prompt.push_back(std::move(lp));
+    }
+    sink->on_prompt(std::move(prompt));
+}
+
 void ScriptedGenerator::finish(size_t index, engine::FinishReason reason, engine::Usage usage,
                                Status error) {
     std::shared_ptr<engine::GenerationSink> sink;

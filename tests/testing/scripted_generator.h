@@ -71,6 +71,8 @@ public:
     bool cancelled(size_t index) const;
 
     void emit(size_t index, std::string text);
+    // Sends request `index`'s prompt back as these tokens' bytes (an echo), each with logprob -1.
+    void emit_prompt(size_t index, const std::vector<std::string>& tokens);
     void finish(size_t index, engine::FinishReason reason, engine::Usage usage,
                 Status error = Status());
 
