@@ -1,12 +1,12 @@
 #include "daemon/api/api_error.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cctype>
 #include <string_view>
 
-#include <boost/json.hpp>
-
 #include "common/json_text.h"
+#include "common/log.h"
 
 namespace edge::daemon::api {
 
@@ -108,6 +108,11 @@ ApiError api_error_from_status(const Status& status, const std::string& model) {
             e.retry_after_seconds = 1;
             return e;
         default:
+            // The cause stays out of the answer (it may name files and internals) but goes to
+            // the log, where an operator looks for it.
+            log::error("internal_error", {{"model", model},
+                                          {"code", std::string(status_code_name(status.code()))},
+                                          {"message", status.message()}});
             e.status = 500;
             e.type = "server_error";
             e.message = "internal error";

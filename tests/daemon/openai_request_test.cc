@@ -2,6 +2,11 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+
 using namespace edge;
 using namespace edge::daemon::api;
 
@@ -317,7 +322,14 @@ TEST_CASE("submit() status codes map to OpenAI errors") {
     CHECK(busy.status == 429);
     CHECK(busy.to_response().headers.at(0).name == "Retry-After");
     CHECK(api_error_from_status(unavailable_error("x"), "m").status == 503);
+    // An internal error's cause is logged (at error level), not answered.
+    std::vector<std::string> lines;
+    log::set_sink([&](std::string_view line) { lines.emplace_back(line); });
     CHECK(api_error_from_status(internal_error("secret detail"), "m").message == "internal error");
+    log::set_sink(nullptr);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0].find(R"("level":"error","event":"internal_error")") != std::string::npos);
+    CHECK(lines[0].find(R"("message":"secret detail")") != std::string::npos);
 }
 
 TEST_CASE("tools and tool_choice and tool history are parsed") {
