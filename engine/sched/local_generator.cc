@@ -346,6 +346,14 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
                                   request.max_tokens_field + " (" +
                                   std::to_string(max_tokens) + ") exceeds " + within + " tokens");
     }
+    if (request.sampling.min_tokens > max_tokens) {
+        // Only an unset max_tokens gets here (a set one was checked against min_tokens): the
+        // room the context leaves is less than the minimum asked for (vLLM refuses it too).
+        return invalid_argument_error("min_tokens: " + std::to_string(request.sampling.min_tokens) +
+                                      " is more than the " + std::to_string(max_tokens) +
+                                      " tokens the prompt (" + std::to_string(prompt_len) +
+                                      " tokens) leaves for output within " + within + " tokens");
+    }
     SequenceRequest seq;
     seq.request_id = std::move(request.request_id);
     seq.prompt = std::move(ids);

@@ -103,6 +103,13 @@ TEST_CASE("local generator: submit validates the request and names the field") {
         cases.push_back({r, StatusCode::kOutOfRange, "prompt: the prompt (256"});
     }
     {
+        // A default max_tokens lowered below min_tokens: the minimum cannot be generated.
+        GenerateRequest r = request(std::vector<TokenId>(200, 1), 100000);
+        r.max_tokens_is_default = true;
+        r.sampling.min_tokens = 57;
+        cases.push_back({r, StatusCode::kInvalidArgument, "min_tokens: 57 is more than the 56"});
+    }
+    {
         GenerateRequest r = request({1}, 300);
         ChatMessage hi;
         hi.role = "user";
