@@ -59,7 +59,8 @@ struct SamplingParams {
     // prompt or already generated are divided by it when positive, multiplied when negative
     // (1: off). min_p: tokens less likely than min_p times the likeliest (after temperature) are
     // not drawn (0: off). min_tokens: end-of-sequence tokens cannot be chosen before this many
-    // tokens are generated (stop strings still apply).
+    // tokens are generated, and stop strings only end the reply from the token after them (as
+    // vLLM's).
     float repetition_penalty = 1.0f;
     float min_p = 0.0f;
     int32_t min_tokens = 0;

@@ -5,17 +5,21 @@
 
 namespace edge::engine::sampling {
 
-std::string StopMatcher::push(std::string_view text) {
+std::string StopMatcher::push(std::string_view text, bool armed) {
     if (stopped_) {
         return {};
     }
+    const size_t before = held_.size();
     held_.append(text);
     if (stops_.empty()) {
         return std::exchange(held_, std::string());
     }
     size_t first = std::string::npos;
     for (const std::string& stop : stops_) {
-        first = std::min(first, held_.find(stop));
+        // Only a match that ends in the new text: what was held before holds none (it would
+        // have stopped) unless it came unarmed.
+        const size_t from = before + 1 > stop.size() ? before + 1 - stop.size() : 0;
+        first = armed ? std::min(first, held_.find(stop, from)) : first;
     }
     if (first != std::string::npos) {
         stopped_ = true;

@@ -571,7 +571,9 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
     // Decoded text goes through the stop matcher; what it lets through is shown.
     auto show = [&](std::string text) {
         seq->decoded_bytes += text.size();
-        std::string shown = seq->stop.push(text);
+        // Stop strings count from the token after min_tokens (as vLLM's), like the end of
+        // sequence.
+        std::string shown = seq->stop.push(text, seq->generated() > seq->params.min_tokens);
         seq->shown_bytes += shown.size();
         delta.text += shown;
     };

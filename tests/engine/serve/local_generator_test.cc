@@ -379,6 +379,16 @@ TEST_CASE("local generator: stop_token_ids end the reply with the token's text")
     CHECK(ids == std::vector<TokenId>{104, 105});
     // A special token (the end of sequence named again) has no text.
     CHECK(run({509}).first == "hi!");
+    // Stop strings count from the token after min_tokens, as vLLM's: "i" in the second token
+    // does not stop a reply of at least two, "!" in the third does.
+    GenerateRequest at_least = request({3, 4}, 8);
+    at_least.sampling.stop = {"i", "!"};
+    at_least.sampling.min_tokens = 2;
+    auto sink = std::make_shared<CollectingSink>();
+    REQUIRE(gen->submit(at_least, sink).ok());
+    REQUIRE(sink->wait());
+    CHECK(sink->wait()->reason == FinishReason::kStop);
+    CHECK(sink->text() == "hi");
     // Out of the vocabulary: refused naming the field.
     GenerateRequest bad = request({3, 4}, 8);
     bad.sampling.stop_token_ids = {512};

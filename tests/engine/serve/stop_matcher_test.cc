@@ -49,5 +49,22 @@ TEST_CASE("stop matcher: multi-byte stop strings hold whole characters") {
     CHECK(m.stopped());
 }
 
+TEST_CASE("stop matcher: unarmed text (before min_tokens) is never cut, a stop ending after is") {
+    StopMatcher m({"ab", "b"});
+    // "ab" and "b" wholly in unarmed text pass; the tail "a" is held as a possible start.
+    CHECK(m.push("xab", false) == "xab");
+    CHECK(m.push("ya", false) == "y");
+    CHECK(m.held_bytes() == 1);
+    CHECK_FALSE(m.stopped());
+    // Armed: the held "a" and the new "b" make "ab", found; the text before it shows.
+    CHECK(m.push("bz") == "");
+    CHECK(m.stopped());
+    // Armed text finds no match wholly in what came unarmed.
+    StopMatcher n({"abc", "b"});
+    CHECK(n.push("ab", false) == "");  // "ab" may begin "abc": held, its "b" not a stop.
+    CHECK(n.push("x") == "abx");
+    CHECK_FALSE(n.stopped());
+}
+
 }  // namespace
 }  // namespace edge::engine::sampling
