@@ -605,12 +605,14 @@ void Scheduler::emit_token(Sequence* seq, std::span<float> logits) {
         delta.text += rest;
     }
     if (seq->params.logprobs || seq->params.top_logprobs > 0) {
-        // Not the end-of-sequence token: it has no text, and as OpenAI's the logprobs' tokens
-        // join to the content.
-        if (!ends_at_eos) {
+        // As OpenAI's, the logprobs' tokens join to the content: a skipped special token's is
+        // empty, and the one that ends the reply without text (the end of sequence, a special
+        // stop token id) has none.
+        const bool shows = seq->decoder.shows(sampled.id);
+        if (!ends_at_eos && !(reason == FinishReason::kStop && !shows)) {
             TokenLogprob lp;
             lp.id = sampled.id;
-            lp.token = std::string(tokenizer_->token_bytes(sampled.id));
+            lp.token = shows ? std::string(tokenizer_->token_bytes(sampled.id)) : std::string();
             lp.logprob = sampled.logprob;
             lp.text_offset = token_start;
             for (const auto& [id, value] : sampled.top) {

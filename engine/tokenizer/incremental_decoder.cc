@@ -10,9 +10,13 @@ namespace {
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
 }  // namespace
 
+bool IncrementalDecoder::shows(TokenId id) const {
+    return !skip_special_ || !tokenizer_->is_special(id) ||
+           std::find(kept_special_.begin(), kept_special_.end(), id) != kept_special_.end();
+}
+
 std::string IncrementalDecoder::push(TokenId id) {
-    if (skip_special_ && tokenizer_->is_special(id) &&
-        std::find(kept_special_.begin(), kept_special_.end(), id) == kept_special_.end()) {
+    if (!shows(id)) {
         return {};
     }
     return push_bytes(tokenizer_->token_bytes(id));

@@ -29,6 +29,9 @@ public:
     // Text completed by appending `id`; may be empty while a character is incomplete.
     std::string push(TokenId id);
 
+    // Whether `id`'s bytes go into the text (false for a special token that is skipped).
+    bool shows(TokenId id) const;
+
     // Text completed by appending raw `bytes` (used by push, and by tests).
     std::string push_bytes(std::string_view bytes);
 

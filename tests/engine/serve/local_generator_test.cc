@@ -379,6 +379,22 @@ TEST_CASE("local generator: stop_token_ids end the reply with the token's text")
     CHECK(ids == std::vector<TokenId>{104, 105});
     // A special token (the end of sequence named again) has no text.
     CHECK(run({509}).first == "hi!");
+    // A special stop token id (the end of sequence, past ignore_eos) ends the reply without
+    // text and, as the end of sequence, without a logprob: the tokens join to the text.
+    GenerateRequest special = request({3, 4}, 8);
+    special.sampling.stop_token_ids = {509};
+    special.sampling.ignore_eos = true;
+    special.sampling.logprobs = true;
+    auto with_lp = std::make_shared<CollectingSink>();
+    REQUIRE(gen->submit(special, with_lp).ok());
+    REQUIRE(with_lp->wait());
+    CHECK(with_lp->text() == "hi!");
+    std::string joined;
+    for (const TokenLogprob& lp : with_lp->logprobs()) {
+        joined += lp.token;
+    }
+    CHECK(joined == "hi!");
+    CHECK(with_lp->logprobs().size() == 3);
     // Stop strings count from the token after min_tokens, as vLLM's: "i" in the second token
     // does not stop a reply of at least two, "!" in the third does.
     GenerateRequest at_least = request({3, 4}, 8);
