@@ -1,14 +1,15 @@
 #include "engine/model/model_config.h"
 
-#include <filesystem>
 #include <openssl/evp.h>
 
 #include <boost/json.hpp>
 #include <cmath>
+#include <filesystem>
 
 #include "common/file.h"
 #include "common/hex.h"
 #include "engine/model/safetensors.h"
+#include "engine/quant/policy.h"
 
 namespace edge::engine {
 
@@ -197,7 +198,8 @@ Result<std::vector<int64_t>> get_token_ids(const ConfigJson& config, std::string
     return ids;
 }
 
-std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint) {
+std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint,
+                           const quant::QuantPolicy& policy) {
     EVP_MD_CTX* ctx = EVP_MD_CTX_new();
     EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
     auto feed = [&](std::string_view s) {
@@ -225,6 +227,13 @@ std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoin
             feed(name);
             feed(*text);
         }
+    }
+    // Quantize-on-load serves other weights than the files hold: the same checkpoint plain and
+    // with `experts-int4` answer differently, and a pin or a rollout must tell the pools apart.
+    // Only when it quantizes something, so that no policy keeps the versions already pinned.
+    if (policy.quantizes_anything()) {
+        feed("quantization");
+        feed(policy.to_string());
     }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;

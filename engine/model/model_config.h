@@ -20,6 +20,9 @@
 namespace edge::engine {
 
 class Checkpoint;
+namespace quant {
+struct QuantPolicy;
+}
 
 class ConfigJson {
 public:
@@ -68,11 +71,19 @@ Result<std::vector<int64_t>> get_token_ids(const ConfigJson& config, std::string
 
 // Hex SHA-256 over the config bytes, the checkpoint's tensor index (each tensor's name, dtype
 // and shape, in name order), a sample of every tensor's bytes (64 at its start, middle and end:
-// Checkpoint::content_sample), and the tokenizer.json, tokenizer_config.json and
-// generation_config.json beside config.json: equal for two copies of one checkpoint however
-// sharded, different when the config, the shapes, the weights or the tokenizer change (a change
-// that spares all three sampled spots of every tensor is missed: not a fine-tune, another seed
-// or a requantization).
-std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint);
+// Checkpoint::content_sample), the tokenizer.json, tokenizer_config.json and
+// generation_config.json beside config.json, and the quantization `policy` applied on load:
+// equal for two copies of one checkpoint however sharded, different when the config, the shapes,
+// the weights, the tokenizer or the policy change (a change that spares all three sampled spots
+// of every tensor is missed: not a fine-tune, another seed or a requantization).
+//
+// The policy enters in its canonical form (QuantPolicy::to_string), so spellings of one policy
+// ("experts-int4", "routed_experts=int4-g32") share a version; a policy that quantizes nothing
+// adds nothing, so a model served without one keeps the version it had before policies counted
+// (pins and rollout targets written then still match). A class the checkpoint stores quantized
+// already, which the policy leaves as stored, still counts: a spare version is harmless, two
+// different models behind one version are not.
+std::string version_digest(const ConfigJson& config, const Checkpoint& checkpoint,
+                           const quant::QuantPolicy& policy);
 
 }  // namespace edge::engine

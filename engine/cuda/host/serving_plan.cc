@@ -315,7 +315,7 @@ Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointMod
     }
     spec.bos_token_id = static_cast<TokenId>(
         model.bos_token_id >= 0 && model.bos_token_id < model.vocab ? model.bos_token_id : -1);
-    spec.version = version_digest(json, *model.checkpoint);
+    spec.version = version_digest(json, *model.checkpoint, model.loader->policy());
     spec.weight_bytes = model.loader->resident_bytes();
     spec.kv_bytes_per_token = int64_t{model.layers} * 2 * model.kv_heads * model.head_dim * 4;
     return spec;

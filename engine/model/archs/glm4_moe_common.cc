@@ -204,7 +204,7 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     shape.eos_token_ids = c_.eos_token_ids;
     shape.bos_token_id = c_.bos_token_id;
     shape.kv_bytes_per_token = kv_bytes_per_token;
-    shape.version = version_digest(json, *ckpt_);
+    shape.version = version_digest(json, *ckpt_, weights_->policy());
     shape.weight_bytes = weights_->resident_bytes();
     if (options.sharding.ranks <= 1) {  // A rank of a sharded model reads its experts only.
         shape.weight_bytes -= release_unread_tensors(*ckpt_);

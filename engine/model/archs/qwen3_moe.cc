@@ -166,7 +166,7 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     shape.eos_token_ids = c_.eos_token_ids;
     shape.bos_token_id = c_.bos_token_id;
     shape.kv_bytes_per_token = c_.num_hidden_layers * 2 * c_.num_key_value_heads * hd * 4;
-    shape.version = version_digest(json, *ckpt_);
+    shape.version = version_digest(json, *ckpt_, weights_->policy());
     shape.weight_bytes = weights_->resident_bytes();
     if (options.sharding.ranks <= 1) {  // A rank of a sharded model reads its experts only.
         shape.weight_bytes -= release_unread_tensors(*ckpt_);

@@ -1,0 +1,91 @@
+// The model version (version_digest) as a loaded model reports it: the load-time quantization
+// policy is part of it, in canonical form, and a model loaded without one keeps the digest it had
+// before the policy counted.
+
+#include "engine/model/model_config.h"
+
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+
+#include "engine/model/loader.h"
+#include "engine/model/safetensors.h"
+#include "engine/quant/policy.h"
+
+namespace edge::engine {
+namespace {
+
+const std::string kFixtures = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/";
+
+// The digests of two fixtures as the code before the policy counted computed them (taken from a
+// build of that code): pins and rollout targets set then hold these, so they must not move.
+constexpr const char* kMicroQwen3Before =
+    "9d574d06e00392558053c61e206e50b6b842bc7c560e249816846ad374511a02";
+constexpr const char* kMicroGlm4Before =
+    "7df74f0f32f6f84aa59449a760185c1363ff005de70943039bfc53f9e3aefb99";
+
+std::string version_of(const std::string& fixture, const std::string& policy) {
+    LoadOptions options;
+    options.threads = 1;
+    options.max_slots = 1;
+    options.max_context = 64;
+    options.quantization = policy;
+    auto model = load_model(kFixtures + fixture, options);
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    return (*model)->spec().version;
+}
+
+TEST_CASE("model version: no policy, or one that quantizes nothing, keeps the old digest") {
+    // Qwen3-MoE and the GLM-4.5 / DeepSeek-V3 family compute it in separate loaders.
+    for (const auto& [fixture, before] : {std::pair{"micro-qwen3-moe", kMicroQwen3Before},
+                                          std::pair{"micro-glm4-moe", kMicroGlm4Before}}) {
+        CAPTURE(fixture);
+        for (const char* policy : {"none", "", "attention=bf16", "none,routed_experts=bf16"}) {
+            CAPTURE(policy);
+            CHECK(version_of(fixture, policy) == before);
+        }
+    }
+}
+
+TEST_CASE("model version: one checkpoint under different load-time policies, different versions") {
+    for (const char* fixture : {"micro-qwen3-moe", "micro-glm4-moe"}) {
+        CAPTURE(fixture);
+        std::set<std::string> seen;
+        for (const char* policy :
+             {"none", "experts-int4", "all-fp8", "all-int8", "embeddings=int8"}) {
+            CAPTURE(policy);
+            CHECK(seen.insert(version_of(fixture, policy)).second);
+        }
+    }
+}
+
+TEST_CASE("model version: spellings of one policy share a version") {
+    const std::string int4 = version_of("micro-qwen3-moe", "experts-int4");
+    CHECK(version_of("micro-qwen3-moe", "routed_experts=int4-g32") == int4);
+    CHECK(version_of("micro-qwen3-moe", " experts-int4 , attention=bf16") == int4);
+    CHECK(version_of("micro-qwen3-moe", "none,routed_experts=int4-g32") == int4);
+    const std::string fp8 = version_of("micro-qwen3-moe", "all-fp8");
+    CHECK(version_of("micro-qwen3-moe",
+                     "routed_experts=fp8,shared_expert=fp8,dense_mlp=fp8,attention=fp8") == fp8);
+}
+
+TEST_CASE("version_digest: a policy that quantizes nothing adds nothing, any other is fed") {
+    // The function itself, as every loader (and the device path's spec) calls it.
+    const std::string dir = kFixtures + "micro-qwen3-moe";
+    auto config = ConfigJson::read(dir);
+    REQUIRE(config.ok());
+    auto ckpt = Checkpoint::open_dir(dir, /*populate=*/false);
+    REQUIRE(ckpt.ok());
+    const std::string plain = version_digest(*config, **ckpt, quant::QuantPolicy{});
+    CHECK(plain == kMicroQwen3Before);
+    auto int4 = quant::parse_quant_policy("experts-int4");
+    REQUIRE(int4.ok());
+    CHECK(version_digest(*config, **ckpt, *int4) != plain);
+    auto g128 = quant::parse_quant_policy("experts-int4-g128");
+    REQUIRE(g128.ok());
+    CHECK(version_digest(*config, **ckpt, *g128) != version_digest(*config, **ckpt, *int4));
+}
+
+}  // namespace
+}  // namespace edge::engine
