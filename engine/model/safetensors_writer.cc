@@ -51,8 +51,8 @@ namespace {
 // 32 sequences: 312-327 against 353-355 tokens/s).
 constexpr uint64_t kDataAlign = 64;
 
-// Closes `out` (written to `partial`) and renames it over `path`; on failure removes it, so
-// `path` stays as it was.
+// Closes `out` (written to `partial`), syncs it and renames it over `path`; on failure removes
+// it, so `path` stays as it was.
 Status replace_with_partial(std::ofstream& out, const std::string& partial,
                             const std::string& path) {
     out.close();
@@ -60,6 +60,12 @@ Status replace_with_partial(std::ofstream& out, const std::string& partial,
     if (!out) {
         std::filesystem::remove(partial, ec);
         return internal_error(partial + ": write failed");
+    }
+    // Before the rename: renamed first, a power loss could leave `path` naming a file whose
+    // bytes never reached the disk.
+    if (Status synced = fsync_path(partial); !synced.ok()) {
+        std::filesystem::remove(partial, ec);
+        return synced;
     }
     std::filesystem::rename(partial, path, ec);
     if (ec) {
@@ -71,6 +77,20 @@ Status replace_with_partial(std::ofstream& out, const std::string& partial,
 }
 
 }  // namespace
+
+Status fsync_path(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return internal_error(path + ": cannot open to fsync: " + std::strerror(errno));
+    }
+    const int synced = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (synced != 0) {
+        return internal_error(path + ": fsync failed: " + std::strerror(err));
+    }
+    return ok_status();
+}
 
 uint64_t tensor_bytes(const TensorToWrite& t) {
     int64_t numel = 1;
@@ -193,6 +213,12 @@ Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir
     }
     if (shards.size() == 1) {
         EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", shards[0], written));
+        // The rename is durable only once the directory is.
+        if (Status synced = fsync_path(dir); !synced.ok()) {
+            std::error_code ec;
+            std::filesystem::remove(dir + "/model.safetensors", ec);
+            return synced;
+        }
         return std::vector<std::string>{"model.safetensors"};
     }
     if (shards.size() > 99999) {
@@ -229,6 +255,10 @@ Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir
         return undo(std::move(st));
     }
     files.push_back("model.safetensors.index.json");
+    // One directory sync for all the renames above.
+    if (Status synced = fsync_path(dir); !synced.ok()) {
+        return undo(std::move(synced));
+    }
     return files;
 }
 

@@ -36,10 +36,17 @@ uint64_t tensor_bytes(const TensorToWrite& t);
 // Called after each tensor's bytes are written (for progress reports).
 using TensorWritten = std::function<void(const TensorToWrite&)>;
 
+// fsync(2)s the regular file or directory at `path`, opened read-only (fsync flushes the inode,
+// whichever descriptor asks). A durable rename needs both: the file's bytes before it is renamed
+// into place, its directory after, or a power loss can keep the new name without the bytes.
+// kInternal naming `path` when it cannot be opened or synced.
+Status fsync_path(const std::string& path);
+
 // Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
-// The bytes go to `path`.partial, renamed over `path` only once all are written: a failed write
-// (a fill's error included) leaves no truncated model, and a reader that maps the old file keeps
-// its bytes.
+// The bytes go to `path`.partial, synced to disk (fsync_path) and renamed over `path` only once
+// all are written: a failed write (a fill's error included) leaves no truncated model, and a
+// reader that maps the old file keeps its bytes. The directory is not synced: the caller does
+// that once after its last rename.
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                          const TensorWritten& written = {});
 
@@ -52,14 +59,17 @@ bool is_shard_file_name(std::string_view name);
 // model.safetensors when they fit in `max_shard_bytes`, else in shards of at most that many bytes
 // (shard_file_name; a tensor larger than that alone in its shard), tensors in the given order,
 // then model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}) written after
-// every shard. Each file is written as write_safetensors writes one; when one fails (a fill's
-// error included) the files this call wrote are removed. Returns the files written.
+// every shard. Each file is written as write_safetensors writes one, and `dir` is synced after
+// the last (so the files are durable before the caller writes the config.json that points at
+// them); when one fails (a fill's error included) the files this call wrote are removed.
+// Returns the files written.
 Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir,
                                                           const std::vector<TensorToWrite>& tensors,
                                                           uint64_t max_shard_bytes,
                                                           const TensorWritten& written = {});
 
-// Writes `text` to `path` (replacing it); kInternal on I/O.
+// Writes `text` to `path` (replacing it) as write_safetensors writes one: synced, then renamed
+// over it; the directory is the caller's to sync. kInternal on I/O.
 Status write_text_file(const std::string& path, std::string_view text);
 
 // The files of a checkpoint that make-model and quantize write or copy (config.json first).

@@ -485,21 +485,32 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
             !fs::is_regular_file(from, ec)) {
             continue;
         }
-        fs::copy_file(from, fs::path(options.out_dir) / name,
-                      fs::copy_options::overwrite_existing, ec);
+        const fs::path to = fs::path(options.out_dir) / name;
+        fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
         if (ec) {
             return internal_error("cannot copy " + from.string() + ": " + ec.message());
         }
+        EDGE_RETURN_IF_ERROR(fsync_path(to.string()));
     }
+    // The weights, their index and the copies durable, names included, before config.json can
+    // be: after a power loss the directory is a whole checkpoint or has no config.json.
+    EDGE_RETURN_IF_ERROR(fsync_path(options.out_dir));
     // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir).
     EDGE_RETURN_IF_ERROR(write_text_file(options.out_dir + "/config.json", json_text(root)));
     // The checks before cover the config and the headers; the loader checks every tensor, the
     // tokenizer and the generation config. What it refuses is not left as a checkpoint.
     if (Status loads = check_checkpoint_loads(options.out_dir); !loads.ok()) {
         fs::remove(fs::path(options.out_dir) / "config.json", ec);
+        // Best effort: the load error is the one to report.
+        (void)fsync_path(options.out_dir);
         return invalid_argument_error(
             "the quantized checkpoint in " + options.out_dir + " does not load (its config.json "
             "removed), because of its input " + options.model_dir + ": " + loads.to_string());
+    }
+    // config.json's rename, durable: only now is the run's checkpoint on disk.
+    if (Status synced = fsync_path(options.out_dir); !synced.ok()) {
+        fs::remove(fs::path(options.out_dir) / "config.json", ec);
+        return synced;
     }
     if (options.stats != nullptr) {
         *options.stats = matrices.stats();

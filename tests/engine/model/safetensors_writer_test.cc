@@ -63,6 +63,42 @@ TEST_CASE("safetensors writer: a failed rename reports its own error, not the cl
     std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("durable writes: files and directories are synced, what cannot be is named") {
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("edge_st_sync_" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir);
+    const std::string a(64, '\x11'), b(64, '\x22');
+    const std::vector<TensorToWrite> tensors = {{"a", DType::kBF16, {32}, a, {}},
+                                                {"b", DType::kBF16, {32}, b, {}}};
+    // One file, then shards and their index: each synced and renamed, then the directory.
+    auto one = write_checkpoint_weights(dir.string(), tensors, 1 << 20);
+    REQUIRE_MESSAGE(one.ok(), one.status().to_string());
+    auto sharded = write_checkpoint_weights(dir.string(), tensors, 64);
+    REQUIRE_MESSAGE(sharded.ok(), sharded.status().to_string());
+    CHECK(sharded->size() == 3);
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        CHECK(e.path().extension() != ".partial");
+    }
+    CHECK(fsync_path(dir.string()).ok());
+    CHECK(fsync_path((dir / "model.safetensors").string()).ok());
+    const std::string missing = (dir / "missing").string();
+    const Status st = fsync_path(missing);
+    CHECK(st.code() == StatusCode::kInternal);
+    CHECK(st.message().find(missing) != std::string::npos);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("durable writes: a directory that takes no new file fails cleanly, naming the file") {
+    // /proc takes no new file, even from root (who writes into a mode 0555 directory).
+    const Status text = write_text_file("/proc/config.json", "{}");
+    CHECK(text.code() == StatusCode::kInternal);
+    CHECK(text.message().find("/proc/config.json.partial") != std::string::npos);
+    const std::string a(64, '\x11');
+    auto weights = write_checkpoint_weights("/proc", {{"a", DType::kBF16, {32}, a, {}}}, 1 << 20);
+    REQUIRE_FALSE(weights.ok());
+    CHECK(weights.status().message().find("/proc/model.safetensors.partial") != std::string::npos);
+}
+
 TEST_CASE("checkpoint directory lock: one writer at a time, released on destruction") {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() /
