@@ -19,7 +19,7 @@ Result<int64_t> certificate_not_after(const std::string& path) {
         return not_found_error("cannot open certificate '" + path + "'");
     }
     std::unique_ptr<X509, decltype(&X509_free)> cert(
-        PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), X509_free);
+        PEM_read_bio_X509(bio.get(), nullptr, tls::refuse_pem_passphrase, nullptr), X509_free);
     if (!cert) {
         return invalid_argument_error("'" + path + "' holds no PEM certificate");
     }

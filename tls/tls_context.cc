@@ -82,7 +82,7 @@ bool holds_ca_certificate(const std::string& path) {
         return false;
     }
     bool found = false;
-    while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, refuse_pem_passphrase, nullptr)) {
         found = X509_check_ca(cert) > 0;
         X509_free(cert);
         if (found) {
@@ -130,6 +130,34 @@ std::string openssl_errors() {
         out += buf;
     }
     return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+int refuse_pem_passphrase(char*, int, int, void* asked) {
+    if (asked != nullptr) {
+        *static_cast<bool*>(asked) = true;
+    }
+    return 0;
+}
+
+Status use_private_key_file(SSL_CTX* ctx, const std::string& path) {
+    bool asked = false;
+    SSL_CTX_set_default_passwd_cb(ctx, refuse_pem_passphrase);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, &asked);
+    const int loaded = SSL_CTX_use_PrivateKey_file(ctx, path.c_str(), SSL_FILETYPE_PEM);
+    // Never left set: Asio's ssl::context deletes a non-null userdata as its own callback object.
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, nullptr);
+    if (loaded == 1) {
+        return ok_status();
+    }
+    if (asked) {
+        ERR_clear_error();
+        return invalid_argument_error(
+            "private key '" + path +
+            "' is encrypted (passphrase-protected), which is not supported: decrypt it "
+            "(e.g. openssl pkey -in '" +
+            path + "' -out decrypted.key) and keep the file readable by the service user only");
+    }
+    return invalid_argument_error("cannot load private key '" + path + "': " + openssl_errors());
 }
 
 TlsGeneration::~TlsGeneration() = default;
@@ -218,14 +246,13 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
         SSL_CTX_sess_set_cache_size(ctx, 20000);
         SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
+        // Before the chain too: its PEM blocks are read with the context's passphrase callback.
+        SSL_CTX_set_default_passwd_cb(ctx, refuse_pem_passphrase);
         if (SSL_CTX_use_certificate_chain_file(ctx, cert.cert_path.c_str()) != 1) {
             return invalid_argument_error("cannot load certificate chain '" + cert.cert_path +
                                           "': " + openssl_errors());
         }
-        if (SSL_CTX_use_PrivateKey_file(ctx, cert.key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
-            return invalid_argument_error("cannot load private key '" + cert.key_path +
-                                          "': " + openssl_errors());
-        }
+        EDGE_RETURN_IF_ERROR(use_private_key_file(ctx, cert.key_path));
         if (SSL_CTX_check_private_key(ctx) != 1) {
             return invalid_argument_error("private key '" + cert.key_path +
                                           "' does not match certificate '" + cert.cert_path +

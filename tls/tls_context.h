@@ -31,6 +31,17 @@ namespace edge::tls {
 // when it is empty), for messages about a failed OpenSSL call.
 std::string openssl_errors();
 
+// An OpenSSL pem_password_cb that never prompts: it gives no passphrase, so an encrypted PEM block
+// fails to load at once. OpenSSL's default asks on the controlling terminal (and, without one,
+// prints "Enter PEM pass phrase:" to stderr), which would block a reload thread for good. `asked`
+// (userdata) is a bool* set to true when called, or null.
+int refuse_pem_passphrase(char* buf, int size, int rwflag, void* asked);
+
+// Loads the PEM private key at `path` into `ctx` and leaves refuse_pem_passphrase as the context's
+// passphrase callback. An encrypted key is an error naming the file and saying how to decrypt it:
+// the daemon has no way to be given a passphrase.
+Status use_private_key_file(ssl_ctx_st* ctx, const std::string& path);
+
 struct CertificateConfig {
     std::vector<std::string> server_names;  // SNI names served by this chain ("*.x.org" allowed).
     std::string cert_path;                  // PEM file: leaf certificate then intermediates.

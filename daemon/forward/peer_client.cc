@@ -234,13 +234,14 @@ Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context(const std::
     ERR_clear_error();
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+    // Never OpenSSL's terminal prompt (tls::refuse_pem_passphrase): the chain is read with it too.
+    SSL_CTX_set_default_passwd_cb(ctx, tls::refuse_pem_passphrase);
     if (SSL_CTX_use_certificate_chain_file(ctx, cert_path.c_str()) != 1) {
         return invalid_argument_error("peer: cannot load certificate '" + cert_path +
                                       "': " + tls::openssl_errors());
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, key_path.c_str(), SSL_FILETYPE_PEM) != 1) {
-        return invalid_argument_error("peer: cannot load private key '" + key_path +
-                                      "': " + tls::openssl_errors());
+    if (Status key = tls::use_private_key_file(ctx, key_path); !key.ok()) {
+        return invalid_argument_error("peer: " + key.message());
     }
     if (SSL_CTX_check_private_key(ctx) != 1) {
         return invalid_argument_error("peer: key '" + key_path + "' does not match certificate '" +

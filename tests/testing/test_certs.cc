@@ -86,6 +86,22 @@ TestCertificate make_certificate(const std::string& dir, const std::string& stem
     return out;
 }
 
+void encrypt_private_key(const std::string& key_path, const std::string& passphrase) {
+    FILE* f = std::fopen(key_path.c_str(), "r");
+    EDGE_CHECK(f != nullptr);
+    EVP_PKEY* key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+    std::fclose(f);
+    EDGE_CHECK(key != nullptr, "cannot read " + key_path);
+    f = std::fopen(key_path.c_str(), "w");
+    EDGE_CHECK(f != nullptr);
+    const int written =
+        PEM_write_PKCS8PrivateKey(f, key, EVP_aes_256_cbc(), passphrase.data(),
+                                  static_cast<int>(passphrase.size()), nullptr, nullptr);
+    std::fclose(f);
+    EVP_PKEY_free(key);
+    EDGE_CHECK(written == 1, "cannot encrypt " + key_path);
+}
+
 namespace {
 
 using KeyPtr = std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)>;

@@ -39,6 +39,10 @@ struct TestCertificate {
 TestCertificate make_certificate(const std::string& dir, const std::string& stem,
                                  const std::vector<std::string>& dns_names);
 
+// Rewrites the PEM private key at `key_path` encrypted (PKCS#8, AES-256) with `passphrase`, as
+// `openssl pkey -aes256` would. Aborts the test on error.
+void encrypt_private_key(const std::string& key_path, const std::string& passphrase);
+
 // A certificate authority made at test time (a cluster CA): `<dir>/<stem>.crt` and `.key`.
 struct TestCa {
     std::string cert_path;
