@@ -31,7 +31,7 @@ namespace edge::tls {
 struct HttpLimits {
     std::chrono::milliseconds handshake_timeout{10'000};  // PROXY header + TLS handshake.
     std::chrono::milliseconds header_timeout{10'000};     // From first byte to end of headers.
-    std::chrono::milliseconds body_timeout{30'000};       // Reading the request body.
+    std::chrono::milliseconds body_timeout{30'000};       // Longest silence in a request body.
     std::chrono::milliseconds idle_timeout{60'000};       // Keep-alive wait for the next request.
     std::chrono::milliseconds write_timeout{30'000};      // One write to a stalled reader.
     size_t max_header_bytes = 16 * 1024;                  // Request line + headers, bytes.

@@ -814,6 +814,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
                 co_return false;
             }
         }
+        // body_timeout bounds each silence, not the whole body (parse_request re-arms it as
+        // bytes arrive).
         set_read_deadline(limits.body_timeout);
         boost::system::error_code bec = co_await parse_request(parser, false);
         if (bec == http::error::header_limit) {
@@ -829,8 +831,9 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             co_return false;
         }
         if (bec && timed_out_) {
-            co_await reject(408, "request timeout: the request body was not complete within "
-                                 "body_timeout", head.version());
+            co_await reject(408,
+                            "request timeout: no request body bytes arrived within body_timeout",
+                            head.version());
             co_return false;
         }
         if (bec) {
@@ -902,6 +905,12 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
             co_return read_ec;  // Timeout or reset.
         }
         buffer_.commit(n);
+        if (!header_only) {
+            // body_timeout is the longest silence while a body is read, as nginx's
+            // client_body_timeout (the time between two successive reads): an upload that keeps
+            // sending is never cut (max_body_bytes bounds its size), a stalled one is.
+            set_read_deadline(server_.config_.limits.body_timeout);
+        }
     }
 }
 

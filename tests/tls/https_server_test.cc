@@ -1005,3 +1005,40 @@ TEST_CASE("the request path: origin form, absolute form, query dropped") {
     CHECK(path("http://edge.example?x=1") == "/");
     CHECK(path("/a://b") == "/a://b");  // Origin form that holds "://".
 }
+
+TEST_CASE("body_timeout bounds a body's silences: a slow upload that keeps sending is read") {
+    HttpLimits limits;
+    limits.body_timeout = std::chrono::milliseconds(300);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    // 10 pieces 100 ms apart: a second in all, more than three body timeouts.
+    constexpr int kPieces = 10;
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                       std::to_string(kPieces * 100) + "\r\n\r\n")
+                .ok());
+    const auto started = std::chrono::steady_clock::now();
+    for (int i = 0; i < kPieces; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        REQUIRE((*c)->send(std::string(100, 'b')).ok());
+    }
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(std::chrono::steady_clock::now() - started > 3 * limits.body_timeout);
+    CHECK(r->status == 200);
+    CHECK(r->body == "remote=127.0.0.1 sni=localhost body=1000");
+
+    // The same connection, then a body that stops: 408 once it has been silent that long.
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 300\r\n\r\n").ok());
+    for (int i = 0; i < 2; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        REQUIRE((*c)->send(std::string(100, 'b')).ok());
+    }
+    const auto stalled = std::chrono::steady_clock::now();
+    auto timed_out = (*c)->read_response();
+    REQUIRE(timed_out.ok());
+    CHECK(timed_out->status == 408);
+    CHECK(timed_out->body.find("body_timeout") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - stalled >= limits.body_timeout);
+    CHECK((*c)->wait_closed());
+}
