@@ -87,6 +87,23 @@ std::string_view handshake_failure_reason(const boost::system::error_code& ec, b
     return "other";
 }
 
+// Method and target of the request line at the start of `unparsed` when the line is complete
+// (both empty otherwise): a line that came in pieces Beast parses only with the whole header, and
+// an answer made before that (a 408) is still recorded under the request's route.
+std::pair<std::string_view, std::string_view> request_line_parts(std::string_view unparsed) {
+    const size_t end = unparsed.find('\n');
+    if (end == std::string_view::npos) {
+        return {};
+    }
+    const std::string_view line = unparsed.substr(0, end);
+    const size_t first = line.find(' ');
+    const size_t second = first == std::string_view::npos ? first : line.find(' ', first + 1);
+    if (first == 0 || second == std::string_view::npos || second == first + 1) {
+        return {};
+    }
+    return {line.substr(0, first), line.substr(first + 1, second - first - 1)};
+}
+
 struct FramingError {
     int status = 0;  // 0: the framing is fine.
     std::string_view message;
@@ -227,7 +244,10 @@ private:
     // `head_only`: the answer to a HEAD request, its head alone (Content-Length included).
     net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive,
                                     bool head_only);
-    net::awaitable<void> reject(int status, std::string_view message, int version);
+    // An answer the server makes itself, then the close. `method` and `target`: the request
+    // line's, when it was read (the record's route).
+    net::awaitable<void> reject(int status, std::string_view message, int version,
+                                std::string_view method = {}, std::string_view target = {});
     net::awaitable<void> wait_signal(Clock::duration timeout);
     void start_watcher();
     void mark_client_gone() {
@@ -315,6 +335,9 @@ private:
     bool watchdog_armed_ = false;
     bool timed_out_ = false;
     bool soft_timeout_ = false;  // The deadline is a request read's (set_read_deadline).
+    // When the current request's read began: its first byte, or a new connection's first wait
+    // (its header_timeout runs from there). The duration of an answer the server makes itself.
+    Clock::time_point request_start_{};
     std::deque<Piece> pending_;
     std::vector<ResponseNote> notes_;       // The current request's (ResponseRecord::notes).
     std::shared_ptr<ChannelImpl> channel_;  // The current request's.
@@ -661,15 +684,21 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     co_return !wec;
 }
 
-net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version) {
-    auto start = Clock::now();
+net::awaitable<void> HttpSession::reject(int status, std::string_view message, int version,
+                                         std::string_view method, std::string_view target) {
     HttpResponse response{status, "application/json", {}, error_body(message)};
+    HttpRequest line;  // For its path(): the route the record is counted under.
+    line.target = std::string(target);
     ResponseRecord record;
+    record.method = method;
+    record.path = target.empty() ? std::string_view() : line.path();
     record.client = remote_;
     record.status = status;
     record.complete = co_await write_full(response, version, false, false);
     record.body_bytes = record.complete ? response.body.size() : 0;
-    record.duration = Clock::now() - start;
+    // From the start of the request's read, not of this answer: a 408 held the connection for
+    // the whole timeout.
+    record.duration = Clock::now() - request_start_;
     server_.observer_->on_response(record);
     // Let the client read the answer before the close: stop sending, discard what it still sends
     // for a short bounded while, then close (closing with unread input would reset the answer).
@@ -695,6 +724,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     // A fresh connection's header_timeout runs from its first wait, not again from its first
     // byte (as nginx's client_header_timeout).
     bool first_request_waited = false;
+    request_start_ = Clock::now();
     if (buffer_.size() == 0) {
         // Keep-alive wait for the next request's first byte.
         if (draining()) {
@@ -720,6 +750,9 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             co_return false;  // Idle past the timeout (run() sends close_notify), or gone.
         }
         buffer_.commit(n);
+        if (!first_request_waited) {
+            request_start_ = Clock::now();  // A keep-alive wait is not part of the request.
+        }
     }
     busy_ = true;
     if (!keeps_buffers_) {
@@ -774,33 +807,47 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_return false;
     }
     if (ec && timed_out_) {
-        co_await reject(408, "request timeout: the request header was not complete within "
-                             "header_timeout", 11);
+        // Beast parses a request line that came whole before the rest of the header, one that
+        // came in pieces only with the whole header.
+        std::pair<std::string_view, std::string_view> line{parser.get().method_string(),
+                                                           parser.get().target()};
+        if (line.second.empty()) {
+            line = request_line_parts(unparsed);
+        }
+        co_await reject(408,
+                        "request timeout: the request header was not complete within "
+                        "header_timeout",
+                        11, line.first, line.second);
         co_return false;
     }
     if (ec) {
         co_return false;  // Reset or end of stream: nothing to answer.
     }
     auto& head = parser.get();
+    // Named, not temporaries in the co_await expressions below (GCC 12).
+    const std::string_view method = head.method_string();
+    const std::string_view target = head.target();
     if (head.version() != 10 && head.version() != 11) {
-        co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
+        co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11,
+                        method, target);
         co_return false;
     }
     if (head.version() == 11 && head.count(http::field::host) != 1) {
         // RFC 9112 section 3.2: an HTTP/1.1 request has exactly one Host.
-        co_await reject(400, "an HTTP/1.1 request needs exactly one Host header", 11);
+        co_await reject(400, "an HTTP/1.1 request needs exactly one Host header", 11, method,
+                        target);
         co_return false;
     }
     if (head.method() == http::verb::unknown) {
         // A method Beast does not know at all (GET, POST, PUT, PROPFIND, ... it does: those get
         // the handler's 404 or 405).
-        co_await reject(501, "method not implemented", head.version());
+        co_await reject(501, "method not implemented", head.version(), method, target);
         co_return false;
     }
     if (auto framing = check_transfer_encoding(head); framing.status != 0) {
         // The body's length is unknown or not ours to trust: answer and close, so that no byte
         // of it is read as the next request (RFC 9112 section 6.1 and 6.3).
-        co_await reject(framing.status, framing.message, head.version());
+        co_await reject(framing.status, framing.message, head.version(), method, target);
         co_return false;
     }
     if (!parser.is_done()) {
@@ -819,21 +866,22 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         set_read_deadline(limits.body_timeout);
         boost::system::error_code bec = co_await parse_request(parser, false);
         if (bec == http::error::header_limit) {
-            co_await reject(400, "chunk size line or trailer section too long", head.version());
+            co_await reject(400, "chunk size line or trailer section too long", head.version(),
+                            method, target);
             co_return false;
         }
         if (bec == http::error::body_limit) {
-            co_await reject(413, "request body too large", head.version());
+            co_await reject(413, "request body too large", head.version(), method, target);
             co_return false;
         }
         if (bec && bec.category() == http::make_error_code(http::error::bad_method).category()) {
-            co_await reject(400, "malformed HTTP request body", head.version());
+            co_await reject(400, "malformed HTTP request body", head.version(), method, target);
             co_return false;
         }
         if (bec && timed_out_) {
             co_await reject(408,
                             "request timeout: no request body bytes arrived within body_timeout",
-                            head.version());
+                            head.version(), method, target);
             co_return false;
         }
         if (bec) {

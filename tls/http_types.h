@@ -88,7 +88,8 @@ public:
 
 // One request's answer, as the connection saw it: for metrics and the access log.
 struct ResponseRecord {
-    // "" for answers the server makes itself (400 malformed, 413, 414, 431, 501, 505).
+    // For an answer the server makes itself (400 malformed, 408, 413, 414, 431, 501, 505): the
+    // request line's when it was read, else "".
     std::string_view method;
     std::string_view path;
     std::string_view client;  // HttpRequest::remote_address.
@@ -98,7 +99,10 @@ struct ResponseRecord {
     // or a stream was cut).
     bool complete = false;
     uint64_t body_bytes = 0;               // Body bytes written (chunk framing not counted).
-    std::chrono::nanoseconds duration{};  // From the request's last byte read to the answer's end.
+    // To the answer's end: from the request's last byte read, or, for an answer the server makes
+    // itself, from the start of the request's read (its first byte; a new connection's first
+    // wait), so a 408 shows how long it held the connection.
+    std::chrono::nanoseconds duration{};
     std::span<const ResponseNote> notes;  // The handler's ResponseChannel::note calls, in order.
 };
 

@@ -78,6 +78,7 @@ struct Answered {
     bool complete = false;
     uint64_t body_bytes = 0;
     std::vector<std::string> notes;  // "name=value".
+    std::chrono::nanoseconds duration{};
 };
 
 // Counts what the server reports (any thread).
@@ -90,6 +91,7 @@ public:
     void on_response(const ResponseRecord& r) override {
         Answered a{std::string(r.method), std::string(r.path), std::string(r.client),
                    r.status, r.complete, r.body_bytes, {}};
+        a.duration = r.duration;
         for (const ResponseNote& n : r.notes) {
             std::visit([&](const auto& v) { a.notes.push_back(n.name + "=" + as_text(v)); },
                        n.value);
@@ -1041,4 +1043,62 @@ TEST_CASE("body_timeout bounds a body's silences: a slow upload that keeps sendi
     CHECK(timed_out->body.find("body_timeout") != std::string::npos);
     CHECK(std::chrono::steady_clock::now() - stalled >= limits.body_timeout);
     CHECK((*c)->wait_closed());
+}
+
+TEST_CASE("a 408 is recorded under its route with the time the request held the connection") {
+    HttpLimits limits;
+    limits.header_timeout = std::chrono::milliseconds(300);
+    limits.body_timeout = std::chrono::milliseconds(300);
+    Fixture f(limits);
+    {
+        // The header stops after its request line.
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("POST /v1/models?x=1 HTTP/1.1\r\nHost: lo").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+    }
+    {
+        // The same with a request line that came in two pieces (Beast then waits for the whole
+        // header before it parses the line).
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("GET /v1/mod").ok());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        REQUIRE((*c)->send("els HTTP/1.1\r\nHost: lo").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+    }
+    {
+        // The body stops: the header came in at once after a keep-alive request.
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        CHECK(get_body(**c, "/first") == "remote=127.0.0.1 sni=localhost body=0");
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // Idle: not the request's.
+        REQUIRE((*c)->send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           "Content-Length: 10\r\n\r\nab")
+                    .ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+    }
+    const std::vector<Answered> answered = f.observer.answered(4);
+    REQUIRE(answered.size() == 4);
+    CHECK(answered[0].status == 408);
+    CHECK(answered[0].method == "POST");
+    CHECK(answered[0].path == "/v1/models");
+    CHECK(answered[0].duration >= limits.header_timeout);
+    CHECK(answered[0].duration < std::chrono::seconds(2));
+    CHECK(answered[1].status == 408);
+    CHECK(answered[1].method == "GET");
+    CHECK(answered[1].path == "/v1/models");
+    CHECK(answered[1].duration >= limits.header_timeout);
+    CHECK(answered[2].path == "/first");
+    CHECK(answered[3].status == 408);
+    CHECK(answered[3].method == "POST");
+    CHECK(answered[3].path == "/v1/chat/completions");
+    CHECK(answered[3].duration >= limits.body_timeout);
+    CHECK(answered[3].duration < limits.body_timeout + std::chrono::milliseconds(450));
 }
