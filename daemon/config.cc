@@ -289,6 +289,9 @@ Status parse_certificates(const Reader& r, const YAML::Node& node, const std::st
     return ok_status();
 }
 
+// The shortest certificate_watch_ms other than 0 (off).
+constexpr int64_t kMinCertificateWatchMs = 100;
+
 Status parse_listeners(const Reader& r, const YAML::Node& node, const std::string& key,
                        Config& c) {
     EDGE_RETURN_IF_ERROR(r.for_each_key(
@@ -300,7 +303,21 @@ Status parse_listeners(const Reader& r, const YAML::Node& node, const std::strin
                   {{"address", ip_field(r, c.listener.address)},
                    {"port", int_field(r, c.listener.port, 0, 65535)},
                    {"io_threads", int_field(r, c.listener.io_threads, 1, 256)},
-                   {"certificate_watch_ms", ms0_field(r, c.listener.certificate_watch)},
+                   {"certificate_watch_ms",
+                    [&](const YAML::Node& wn, const std::string& wk) -> Status {
+                        EDGE_ASSIGN_OR_RETURN(int64_t ms, r.integer(wn, wk, 0, 86'400'000));
+                        // A change settles over one poll: much shorter and a rotation's two
+                        // renames are read apart (a mismatched pair), while the idle daemon
+                        // spends its time polling.
+                        if (ms != 0 && ms < kMinCertificateWatchMs) {
+                            return r.error(wn, wk,
+                                           "must be 0 (off) or at least " +
+                                               std::to_string(kMinCertificateWatchMs) +
+                                               " ms, got " + std::to_string(ms));
+                        }
+                        c.listener.certificate_watch = std::chrono::milliseconds(ms);
+                        return ok_status();
+                    }},
                    {"certificates", [&](const YAML::Node& cn, const std::string& ck) {
                         return parse_certificates(r, cn, ck, c.listener.certificates);
                     }}}));

@@ -134,7 +134,7 @@ TEST_CASE("no tenants section means authentication off and defaults apply") {
     CHECK(c->listener.certificate_watch == std::chrono::milliseconds(5000));
 }
 
-TEST_CASE("listeners.public.certificate_watch_ms: 0 turns the watch off, a negative is refused") {
+TEST_CASE("listeners.public.certificate_watch_ms: 0 turns the watch off, under 100 is refused") {
     auto with = [](const std::string& value) {
         std::string yaml = testing::config_yaml("/c", "/k");
         yaml.replace(yaml.find("    certificates:"), 0,
@@ -152,6 +152,18 @@ TEST_CASE("listeners.public.certificate_watch_ms: 0 turns the watch off, a negat
     CHECK(bad.status().message().find("test.yaml:5:") != std::string::npos);
     CHECK(bad.status().message().find("listeners.public.certificate_watch_ms") !=
           std::string::npos);
+    // Below the floor the one-poll settle window means nothing and the idle daemon spins.
+    for (const std::string& tiny : {"1", "99"}) {
+        Result<Config> refused = with(tiny);
+        REQUIRE_FALSE(refused.ok());
+        const std::string& message = refused.status().message();
+        CHECK(message.find("test.yaml:5:") != std::string::npos);
+        CHECK(message.find("listeners.public.certificate_watch_ms") != std::string::npos);
+        CHECK(message.find("at least 100 ms") != std::string::npos);
+    }
+    Result<Config> floor = with("100");
+    REQUIRE(floor.ok());
+    CHECK(floor->listener.certificate_watch == std::chrono::milliseconds(100));
     // A changed interval waits for a restart, like the other listener settings.
     CHECK(changed_restart_sections(*off, *fast) == std::vector<std::string>{"listeners"});
 }
