@@ -46,10 +46,11 @@ double median_ms(int samples, Fn&& fn) {
     return median(std::move(ms));
 }
 
-// Top-p by sorting every id (value descending, ties to the lower id), exp in float, the draw
-// walking the sorted prefix: the sampler's former method, for comparison.
-TokenId full_sort_top_p(const std::vector<float>& logits, float top_p, std::mt19937_64& rng,
-                        std::vector<int32_t>& order, std::vector<float>& probs) {
+// Top-p by sorting every id (value descending, ties to the lower id), exp in float, the prefix
+// reaching the mass: the sampler's former method, for comparison (its last id is returned; the
+// draw's walk over the prefix, the same in both methods, is left out).
+TokenId full_sort_top_p(const std::vector<float>& logits, float top_p, std::vector<int32_t>& order,
+                        std::vector<float>& probs) {
     order.resize(logits.size());
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
@@ -66,45 +67,33 @@ TokenId full_sort_top_p(const std::vector<float>& logits, float top_p, std::mt19
     while (kept < probs.size() && mass < top_p * total) {
         mass += probs[kept++];
     }
-    double target = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * mass;
-    for (size_t i = 0; i < kept; ++i) {
-        target -= probs[i];
-        if (target < 0.0) {
-            return order[i];
-        }
-    }
     return order[kept - 1];
 }
 
 struct Mode {
     const char* name;
-    SamplingParams params;
+    float temperature;
+    float top_p;
+    int32_t top_k;
+    float min_p;
+    int32_t top_logprobs;  // > 0: logprobs with this many alternatives.
 };
 
-std::vector<Mode> modes() {
-    std::vector<Mode> out;
+constexpr Mode kModes[] = {
+    {"greedy", 0.0f, 1.0f, 0, 0.0f, 0}, {"temperature", 0.7f, 1.0f, 0, 0.0f, 0},
+    {"top_p", 0.6f, 0.95f, 0, 0.0f, 0}, {"top_k+top_p", 0.6f, 0.95f, 20, 0.0f, 0},
+    {"min_p", 0.7f, 1.0f, 0, 0.05f, 0}, {"logprobs_5", 0.7f, 1.0f, 0, 0.0f, 5},
+};
+
+SamplingParams params_of(const Mode& m) {
     SamplingParams p;
-    p.temperature = 0.0f;
-    out.push_back({"greedy", p});
-    p = {};
-    p.temperature = 0.7f;
-    out.push_back({"temperature", p});
-    p = {};
-    p.temperature = 0.6f;
-    p.top_p = 0.95f;
-    out.push_back({"top_p", p});
-    p.top_k = 20;
-    out.push_back({"top_k+top_p", p});
-    p = {};
-    p.temperature = 0.7f;
-    p.min_p = 0.05f;
-    out.push_back({"min_p", p});
-    p = {};
-    p.temperature = 0.7f;
-    p.logprobs = true;
-    p.top_logprobs = 5;
-    out.push_back({"logprobs_5", p});
-    return out;
+    p.temperature = m.temperature;
+    p.top_p = m.top_p;
+    p.top_k = m.top_k;
+    p.min_p = m.min_p;
+    p.logprobs = m.top_logprobs > 0;
+    p.top_logprobs = m.top_logprobs;
+    return p;
 }
 
 }  // namespace
@@ -133,8 +122,8 @@ int main(int argc, char** argv) {
             volatile float sink = 0.0f;
             const double pass_ms =
                 median_ms(samples, [&] { sink = *std::max_element(logits.begin(), logits.end()); });
-            for (const Mode& m : modes()) {
-                Sampler s(m.params, 7);
+            for (const Mode& m : kModes) {
+                Sampler s(params_of(m), 7);
                 std::vector<double> ms;
                 for (int i = 0; i < samples; ++i) {
                     work = logits;  // sample() overwrites them; not timed.
@@ -147,14 +136,12 @@ int main(int argc, char** argv) {
                 const double got = median(std::move(ms));
                 double sorted_ms = 0.0;
                 if (std::string(m.name) == "top_p") {
-                    std::mt19937_64 rng(7);
                     std::vector<float> scaled = logits;
                     for (float& x : scaled) {
-                        x /= m.params.temperature;
+                        x /= m.temperature;
                     }
                     sorted_ms = median_ms(samples, [&] {
-                        sink = static_cast<float>(
-                            full_sort_top_p(scaled, m.params.top_p, rng, order, probs));
+                        sink = static_cast<float>(full_sort_top_p(scaled, m.top_p, order, probs));
                     });
                 }
                 std::printf("%8d %7s %-12s %10.4f %10.2f", vocab, dist, m.name, got, got / pass_ms);
