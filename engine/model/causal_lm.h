@@ -9,6 +9,7 @@
 // pool internally. Lifetime: the weights it maps must outlive it (it owns the mapping).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,9 +17,9 @@
 
 #include "common/result.h"
 #include "engine/generator.h"
-#include "engine/shard/shard_stats.h"
 #include "engine/model/block_pool.h"
 #include "engine/model/kv_cache.h"
+#include "engine/shard/shard_stats.h"
 
 namespace edge::engine {
 
@@ -97,6 +98,15 @@ public:
     // cannot hold the new tokens (nothing is changed then); kInvalidArgument for bad positions,
     // token ids out of range or a context overflow.
     virtual Status forward(std::span<const SequenceChunk> batch, std::vector<float>* logits) = 0;
+
+    // Runs body(i) for every i in [0, n) on the host threads forward() uses, each i once, and
+    // returns when all are done; called between forward() calls (the scheduler samples the
+    // sequences of a step this way). The default runs them in turn on the calling thread.
+    virtual void for_each_host_task(int64_t n, const std::function<void(int64_t)>& body) {
+        for (int64_t i = 0; i < n; ++i) {
+            body(i);
+        }
+    }
 
     // Expert-parallel sharding figures of the MoE layers (docs/sharding.md), between forward()
     // calls; nullopt for a model without a sharded MoE block.

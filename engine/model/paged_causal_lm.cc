@@ -166,4 +166,13 @@ void PagedCausalLM::batch_logits(std::span<const SequenceChunk> batch, const flo
     backend.matmul(lm_head, hn, out_rows, logits->data(), lm_head.rows);
 }
 
+void PagedCausalLM::for_each_host_task(int64_t n, const std::function<void(int64_t)>& body) {
+    Backend* backend = host_backend();
+    if (backend == nullptr || backend->threads() < 2 || n < 2) {
+        CausalLM::for_each_host_task(n, body);
+        return;
+    }
+    backend->for_each_task(n, [&](int64_t i, int) { body(i); });
+}
+
 }  // namespace edge::engine

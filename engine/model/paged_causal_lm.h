@@ -61,8 +61,12 @@ public:
     Status restore_slot(int32_t slot, const SavedSlot& saved) override {
         return kv_->restore(slot, saved);
     }
+    // On host_backend()'s threads when it has several, else in turn.
+    void for_each_host_task(int64_t n, const std::function<void(int64_t)>& body) override;
 
-protected:
+  protected:
+    // The backend whose host threads for_each_host_task uses; nullptr: none.
+    virtual Backend* host_backend() { return nullptr; }
     // `kv_heads` x `head_dim` per layer; the budget is `kv_cache_bytes` (0: `slots` full contexts).
     Status create_kv_cache(int32_t layers, int32_t kv_heads, int32_t head_dim, int32_t slots,
                            int32_t max_context, int32_t block_tokens, int64_t kv_cache_bytes);

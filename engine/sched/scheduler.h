@@ -227,7 +227,17 @@ private:
     // GenerateRequest::echo_prompt: the prompt's tokens to the sink (once, before the first
     // delta).
     void send_prompt(Sequence* seq);
-    void emit_token(Sequence* seq, std::span<float> logits);
+    // A token for a sequence from its row of logits: sampled first, for every sequence of the
+    // step at once on the model's host threads (sample_token touches nothing but the sequence and
+    // its row), then emitted in turn.
+    struct Emission {
+        Sequence* seq = nullptr;
+        std::span<float> logits;
+        bool nan = false;  // The row holds NaN: nothing was sampled.
+        sampling::SampledToken token;
+    };
+    void sample_token(Emission* e) const;
+    void emit_token(Emission& e);
     void finish(Sequence* seq, FinishReason reason, Status error = ok_status());
     void remove_finished();
     bool is_eos(TokenId id) const;
@@ -238,6 +248,7 @@ private:
 
     std::unique_ptr<CausalLM> model_;
     const tokenizer::Tokenizer* tokenizer_;
+    std::vector<Emission> emissions_;  // This step's; kept to reuse its storage.
     SchedulerConfig config_;
     const Clock* clock_;
 

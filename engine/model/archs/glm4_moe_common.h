@@ -107,6 +107,8 @@ class SigmoidMoeModel : public PagedCausalLM {
     }
 
   protected:
+    Backend* host_backend() override { return backend_.get(); }
+
     // Loads embeddings, norms, feed-forward weights of every layer and creates the KV cache with
     // `kv_heads` x `head_dim` keys and values per layer; `kv_bytes_per_token` is what the spec
     // reports. Calls load_attention(layer) for each layer.

@@ -49,7 +49,10 @@ public:
         return moe_->stats();
     }
 
-private:
+  protected:
+    Backend* host_backend() override { return backend_.get(); }
+
+  private:
     Result<Weight> weight(const std::string& name, int64_t rows, int64_t cols);
     Result<std::vector<float>> vector(const std::string& name, int64_t n);
     Result<Mlp> mlp(const std::string& prefix, int64_t inter);

@@ -12,6 +12,7 @@
 //
 // Threading: like CausalLM, driven by one thread; the log has its own mutex.
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <limits>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <numeric>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -53,6 +55,8 @@ struct FakeOptions {
     int fail_call = -1;  // forward() call (0-based) that fails with kInternal; -1: none.
     int32_t nan_slot = -1;  // Slot whose logits are NaN from its second forward on; -1: none.
     std::function<void()> on_forward;  // Called by each forward() (a test advances its clock).
+    // for_each_host_task runs every task on a thread of its own, all at once (last first).
+    bool host_threads = false;
 };
 
 struct ForwardCall {
@@ -64,6 +68,7 @@ struct FakeLog {
     std::mutex mu;
     std::vector<ForwardCall> calls;
     int32_t slots_in_use = 0;
+    int64_t most_host_tasks = 0;  // The largest for_each_host_task call.
 
     std::vector<ForwardCall> snapshot() {
         std::lock_guard<std::mutex> lock(mu);
@@ -158,6 +163,24 @@ public:
             }
         }
         return record(call, ok_status());
+    }
+
+    void for_each_host_task(int64_t n, const std::function<void(int64_t)>& body) override {
+        {
+            std::lock_guard<std::mutex> lock(log_->mu);
+            log_->most_host_tasks = std::max(log_->most_host_tasks, n);
+        }
+        if (!options_.host_threads) {
+            PagedCausalLM::for_each_host_task(n, body);
+            return;
+        }
+        std::vector<std::thread> threads;
+        for (int64_t i = n - 1; i >= 0; --i) {
+            threads.emplace_back([&body, i] { body(i); });
+        }
+        for (std::thread& t : threads) {
+            t.join();
+        }
     }
 
     // The tokens the fake produces greedily after `prompt`, `n` of them.

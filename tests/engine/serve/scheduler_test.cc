@@ -692,5 +692,41 @@ TEST_CASE("scheduler: stop() cancels queued and running requests") {
               .code() == StatusCode::kUnavailable);
 }
 
+TEST_CASE(
+    "scheduler: the sequences of a step are sampled on the model's threads at once, = in turn") {
+    // Eight sampled requests (top-p, logprobs) through one batch: sampled each on a thread of
+    // its own, all at once, they give the tokens and logprobs they give in turn.
+    auto run = [](bool threads) {
+        FakeOptions opts;
+        opts.host_threads = threads;
+        Harness h(opts);
+        std::vector<std::shared_ptr<CollectingSink>> sinks;
+        for (int r = 0; r < 8; ++r) {
+            SamplingParams p;
+            p.temperature = 1.5f;
+            p.top_p = 0.9f;
+            p.logprobs = true;
+            p.top_logprobs = 2;
+            sinks.push_back(h.submit(eight_tokens(r), 12, p));
+        }
+        h.drain();
+        CHECK(h.log->most_host_tasks == 8);
+        std::vector<std::pair<std::vector<TokenId>, std::vector<float>>> out;
+        for (const auto& sink : sinks) {
+            REQUIRE(sink->wait());
+            std::vector<float> lps;
+            for (const TokenLogprob& lp : sink->logprobs()) {
+                lps.push_back(lp.logprob);
+            }
+            out.emplace_back(sink->ids(), lps);
+            CHECK(sink->ids().size() == 12);
+        }
+        return out;
+    };
+    const auto in_turn = run(false);
+    CHECK(run(true) == in_turn);
+    CHECK(in_turn[0].first != in_turn[1].first);  // Drawn, each from its own prompt.
+}
+
 }  // namespace
 }  // namespace edge::engine::sched
