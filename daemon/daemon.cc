@@ -357,6 +357,7 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     }
     // Each set is reloaded on its own; the first error is returned.
     Status s = tls_->reload(certificates, {});
+    metrics_->on_certificate_reload("public", s.ok());
     if (s.ok()) {
         certificates_ = certificates;
         publish_certificate_expiry(certificates_, *metrics_);
@@ -370,6 +371,7 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     bool peer_loaded = true;
     if (peer_tls_) {
         Status p = peer_tls_->reload({peer_certificate}, tls::ClientAuthConfig{peer_ca});
+        metrics_->on_certificate_reload("peer", p.ok());
         peer_loaded = p.ok();
         if (p.ok()) {
             log::info("peer_certificates_reloaded",
@@ -387,6 +389,7 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     if (forwarder_) {
         Status f =
             forwarder_->reload(peer_ca, peer_certificate.cert_path, peer_certificate.key_path);
+        metrics_->on_certificate_reload("forwarding_client", f.ok());
         peer_loaded = peer_loaded && f.ok();
         if (f.ok()) {
             log::info("peer_certificates_reloaded", {{"listener", "forwarding_client"}});

@@ -63,6 +63,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                .Name("edgeserve_tls_certificate_expiry_timestamp_seconds")
                                .Help("notAfter of each served certificate chain's leaf, Unix time.")
                                .Register(*registry_);
+    certificate_reloads_ = &prometheus::BuildCounter()
+                                .Name("edgeserve_certificate_reloads_total")
+                                .Help(
+                                    "Reloads of certificate files by listener and result (ok, "
+                                    "error: the previous certificates kept).")
+                                .Register(*registry_);
     gossip_members_ = &prometheus::BuildGauge()
                            .Name("edgeserve_gossip_members")
                            .Help("Fleet members as this site's gossip sees them, by state.")
@@ -442,6 +448,12 @@ void Metrics::set_site_info(const std::string& site, const std::string& region, 
                      {"latitude", degrees_label(latitude)},
                      {"longitude", degrees_label(longitude)}})
         .Set(1);
+}
+
+void Metrics::on_certificate_reload(std::string_view listener, bool ok) {
+    certificate_reloads_
+        ->Add({{"listener", std::string(listener)}, {"result", ok ? "ok" : "error"}})
+        .Increment();
 }
 
 void Metrics::set_certificate_expiry(const std::string& certificate,

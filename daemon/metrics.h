@@ -5,7 +5,8 @@
 // status}, edgeserve_tls_handshakes_total{resumed}, edgeserve_tls_handshake_failures_total{reason},
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
 // edgeserve_http_streams_cancelled_total{reason},
-// edgeserve_build_info{version}, and per tenant (label: the tenant's configured name, never a key):
+// edgeserve_build_info{version}, edgeserve_certificate_reloads_total{listener,result}, and per
+// tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
 // edgeserve_tenant_rejections_total{tenant,reason} (a tenant a reload removed loses them, and
 // its engine series, once nothing uses them: set_tenants()); the site, certificates, gossip
@@ -100,6 +101,10 @@ public:
     // Drops the expiry series of every certificate not in `keep` (chains a reload took out of
     // the config), so an alert never fires for a file that is no longer served.
     void retain_certificate_expiry(const std::vector<std::string>& keep);
+    // edgeserve_certificate_reloads_total{listener,result}: a reload of the certificate files
+    // (SIGHUP or the file watch) of `listener` ("public", "peer", "forwarding_client"), result
+    // "ok" or "error" (the previous certificates kept): what an alert on a failed renewal watches.
+    void on_certificate_reload(std::string_view listener, bool ok);
     // edgeserve_gossip_members{state}: members of the fleet as this site's gossip sees them.
     // state: "alive", "suspect", "dead" or "left"; any other value is ignored.
     void set_gossip_members(std::string_view state, int64_t members);
@@ -151,6 +156,7 @@ private:
     prometheus::Family<prometheus::Counter>* tenant_rejections_;
     prometheus::Family<prometheus::Gauge>* site_info_;
     prometheus::Family<prometheus::Gauge>* certificate_expiry_;
+    prometheus::Family<prometheus::Counter>* certificate_reloads_;
     prometheus::Family<prometheus::Gauge>* gossip_members_;
     prometheus::Family<prometheus::Counter>* gossip_rejected_;
     prometheus::Gauge* gossip_inbound_streams_;

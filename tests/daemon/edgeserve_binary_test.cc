@@ -577,6 +577,15 @@ TEST_CASE("a certificate renewed on disk is served without a signal, a broken on
     log = read_file(log_path);
     const size_t failed = log.find("\"event\":\"certificates_reload_failed\"");
     CHECK(log.find("\"event\":\"certificates_reload_failed\"", failed + 1) == std::string::npos);
+    // Both reloads are counted, the failed one as an error (what an alert watches).
+    auto metrics = testing::plain_http_get(port_from_log(log, "admin_port"), "/metrics");
+    REQUIRE(metrics.ok());
+    CHECK(metrics->body.find(
+              R"(edgeserve_certificate_reloads_total{listener="public",result="ok"} 1)") !=
+          std::string::npos);
+    CHECK(metrics->body.find(
+              R"(edgeserve_certificate_reloads_total{listener="public",result="error"} 1)") !=
+          std::string::npos);
 
     child.signal(SIGTERM);
     CHECK(child.wait(15000) == 0);
