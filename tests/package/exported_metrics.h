@@ -36,6 +36,7 @@ inline std::string populated_metrics_text() {
     m.on_tenant_rejected("acme", "requests_per_second");
     m.set_site_info("fra1", "eu-central", 50.11, 8.68);
     m.set_certificate_expiry("api.example.net", 1'900'000'000);
+    m.on_certificate_reload("public", true);
     m.set_gossip_members("alive", 3);
     m.on_route_decision("local", "fra1");
     m.on_route_decision("forwarded", "ams1");
