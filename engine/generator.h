@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/sampling/json_schema.h"
 #include "engine/serving_stats.h"
 
 namespace edge::engine {
@@ -69,9 +70,10 @@ struct SamplingParams {
     // vLLM's extension: generating one of these ids ends the reply (finish reason "stop"), its
     // text kept unless it is a special token; banned before min_tokens like end-of-sequence.
     std::vector<TokenId> stop_token_ids;
-    // OpenAI's response_format json_object: only tokens that keep the output the beginning of a
-    // JSON object are chosen (no special tokens), and the reply ends when the object closes.
-    bool json_object = false;
+    // OpenAI's response_format: json_object (JsonSchema::any_object()) or json_schema. Only
+    // tokens that keep the output the beginning of a document valid under the schema are chosen
+    // (no special tokens), and the reply ends when the document closes. Null: free text.
+    std::shared_ptr<const sampling::JsonSchema> json_schema;
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.

@@ -1,15 +1,16 @@
 #include "daemon/api/openai_request.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 
-#include <boost/json.hpp>
-
 #include "common/json_text.h"
+#include "engine/sampling/json_schema.h"
 #include "engine/sampling/sampler.h"
 
 namespace edge::daemon::api {
@@ -599,11 +600,90 @@ bool parse_logit_bias(Validator& v, const json::value& value,
     return true;
 }
 
+// response_format: {"type": "text"}, {"type": "json_object"} (any object), or
+// {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}, whose
+// schema is compiled here (engine/sampling/json_schema.h says which keywords it holds a reply to;
+// it always does, `strict` or not). `schema` is left null for text.
+bool parse_response_format(Validator& v, const json::value& value,
+                           std::shared_ptr<const engine::sampling::JsonSchema>* schema) {
+    const std::string key = "response_format";
+    if (value.is_null()) {
+        return true;
+    }
+    const json::object* o = value.if_object();
+    const json::value* t = o ? o->if_contains("type") : nullptr;
+    const json::string* type = t ? t->if_string() : nullptr;
+    if (type == nullptr || (*type != "text" && *type != "json_object" && *type != "json_schema")) {
+        return v.fail(
+            "'response_format' must be {\"type\": \"text\"}, {\"type\": "
+            "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": "
+            "{\"name\": ..., \"schema\": {...}}}",
+            key);
+    }
+    for (const auto& [k, unused] : *o) {
+        if (k != "type" && !(k == "json_schema" && *type == "json_schema")) {
+            return v.fail("unrecognized field 'response_format." + std::string(k) + "'", key);
+        }
+    }
+    if (*type == "text") {
+        return true;
+    }
+    if (*type == "json_object") {
+        *schema = engine::sampling::JsonSchema::any_object();
+        return true;
+    }
+    const json::value* spec_value = o->if_contains("json_schema");
+    const json::object* spec = spec_value ? spec_value->if_object() : nullptr;
+    if (spec == nullptr) {
+        return v.fail("'response_format.json_schema' must be an object with 'name' and 'schema'",
+                      key);
+    }
+    for (const auto& [k, field] : *spec) {
+        const std::string name = "response_format.json_schema." + std::string(k);
+        if (k == "strict") {
+            if (!field.is_null() && !v.boolean(field, name)) {
+                return false;
+            }
+        } else if (k == "description") {
+            if (!field.is_null() && v.string(field, name) == nullptr) {
+                return false;
+            }
+        } else if (k != "name" && k != "schema") {
+            return v.fail("unrecognized field '" + name + "'", key);
+        }
+    }
+    const json::value* name = spec->if_contains("name");
+    const json::string* name_text = name ? name->if_string() : nullptr;
+    const bool name_ok =
+        name_text != nullptr && !name_text->empty() && name_text->size() <= 64 &&
+        std::all_of(name_text->begin(), name_text->end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+        });
+    if (!name_ok) {
+        return v.fail(
+            "'response_format.json_schema.name' must be 1 to 64 letters, digits, '_' "
+            "or '-'",
+            key);
+    }
+    const json::value* body = spec->if_contains("schema");
+    if (body == nullptr || !body->is_object()) {
+        return v.fail("'response_format.json_schema.schema' must be a JSON Schema object", key);
+    }
+    auto compiled = engine::sampling::JsonSchema::compile(*body);
+    if (!compiled.ok()) {
+        return v.fail("'response_format.json_schema.schema' cannot be followed: " +
+                          compiled.status().message(),
+                      key);
+    }
+    *schema = std::move(compiled).value();
+    return true;
+}
+
 // Fields that clients commonly send with their default (unused) value; anything else is refused.
 // `chat`: the completions-only ones (echo, suffix, best_of) are unknown there, as in OpenAI's API.
-// `json_object`: set by response_format {"type": "json_object"}.
+// `json_schema`: set by response_format (parse_response_format).
 bool parse_unsupported(Validator& v, const std::string& key, const json::value& value, bool chat,
-                       bool* json_object) {
+                       std::shared_ptr<const engine::sampling::JsonSchema>* json_schema) {
     auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
     if (chat && (key == "echo" || key == "suffix" || key == "best_of")) {
         return v.fail("unrecognized request argument '" + key + "' (a /v1/completions field)",
@@ -638,25 +718,7 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
                (value.is_string() && value.get_string() == "auto") || refuse();
     }
     if (key == "response_format") {
-        if (value.is_null()) {
-            return true;
-        }
-        const json::object* o = value.if_object();
-        const json::value* t = o ? o->if_contains("type") : nullptr;
-        if (!(t && t->is_string() &&
-              (t->get_string() == "text" || t->get_string() == "json_object"))) {
-            return v.fail("'response_format' must be {\"type\": \"text\"} or "
-                          "{\"type\": \"json_object\"} (json_schema is not supported)",
-                          key);
-        }
-        *json_object = t->get_string() == "json_object";
-        for (const auto& [k, unused] : *o) {
-            if (k != "type") {
-                return v.fail("unrecognized field 'response_format." + std::string(k) + "'",
-                              "response_format");
-            }
-        }
-        return true;
+        return parse_response_format(v, value, json_schema);
     }
     if (key == "parallel_tool_calls" || key == "store") {
         return value.is_null() || v.boolean(value, key).has_value();
@@ -980,7 +1042,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 }
             }
         } else {
-            ok = parse_unsupported(v, key, value, chat, &s.json_object);
+            ok = parse_unsupported(v, key, value, chat, &s.json_schema);
         }
         if (!ok) {
             return *v.error;

@@ -1,309 +1,585 @@
 #include "engine/sampling/json_prefix.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
 namespace edge::engine::sampling {
 namespace {
 
-constexpr std::string_view kLiterals[] = {"true", "false", "null"};
+using Kind = JsonSchema::Kind;
 
 bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+// A character that stands for itself in a JSON string.
+bool is_plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
 bool is_hex(unsigned char c) {
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+// Whether `s` begins with the first `n` bytes of `prefix`.
+bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
+    return s.size() >= n && s.compare(0, n, prefix, 0, n) == 0;
+}
+
 }  // namespace
+
+JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
+    if (this != &other) {
+        schema_ = other.schema_;
+        started_ = other.started_;
+        depth_ = other.depth_;
+        spaces_ = other.spaces_;
+        std::copy_n(other.frames_.begin(), depth_, frames_.begin());
+    }
+    return *this;
+}
 
 bool JsonPrefix::feed(std::string_view bytes) {
     JsonPrefix next = *this;
-    for (char ch : bytes) {
-        const auto c = static_cast<unsigned char>(ch);
-        if (!next.count_space(c) || !next.step(c)) {
-            return false;
-        }
+    if (!next.take(bytes)) {
+        return false;
     }
     *this = next;
     return true;
 }
 
-bool JsonPrefix::push(bool object) {
-    if (depth_ == kMaxDepth) {
-        return false;
-    }
-    object_[static_cast<size_t>(depth_++)] = object;
-    state_ = object ? State::kObjectFirst : State::kArrayFirst;
-    return true;
-}
-
-bool JsonPrefix::utf8_lead(unsigned char c) {
-    // Well-formed UTF-8 only (Unicode table 3-7): no overlong forms, surrogates or code points
-    // past U+10FFFF, as a strict JSON parser reads it.
-    utf8_lo_ = 0x80;
-    utf8_hi_ = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        utf8_left_ = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        utf8_left_ = 2;
-        utf8_lo_ = c == 0xE0 ? 0xA0 : 0x80;
-        utf8_hi_ = c == 0xED ? 0x9F : 0xBF;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        utf8_left_ = 3;
-        utf8_lo_ = c == 0xF0 ? 0x90 : 0x80;
-        utf8_hi_ = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return false;
-    }
-    return true;
-}
-
-void JsonPrefix::end_value() { state_ = depth_ == 0 ? State::kDone : State::kNext; }
-
-bool JsonPrefix::value_start(unsigned char c) {
-    switch (c) {
-        case '{':
-            return push(true);
-        case '[':
-            return push(false);
-        case '"':
-            state_ = State::kString;
-            key_ = false;
-            return true;
-        case '-':
-            state_ = State::kMinus;
-            return true;
-        case '0':
-            state_ = State::kZero;
-            return true;
-        case 't':
-        case 'f':
-        case 'n':
-            state_ = State::kLiteral;
-            literal_ = c == 't' ? 0 : c == 'f' ? 1 : 2;
-            literal_at_ = 1;
-            return true;
-        default:
-            if (is_digit(c)) {
-                state_ = State::kInteger;
-                return true;
+bool JsonPrefix::take(std::string_view bytes) {
+    size_t i = 0;
+    while (i < bytes.size()) {
+        if (depth_ > 0) {
+            // Plain ASCII characters inside a string, most of what is asked about, in one go
+            // (spaces_ is 0 there: the opening quote reset it).
+            Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+            if (f.kind == Kind::kString && f.state == State::kChars && f.utf8_left == 0 &&
+                !f.want_low) {
+                const int64_t room = schema_->node(f.node).max - f.count;
+                size_t j = i;
+                while (j < bytes.size() && static_cast<int64_t>(j - i) < room &&
+                       is_plain(static_cast<unsigned char>(bytes[j]))) {
+                    ++j;
+                }
+                if (j > i) {
+                    f.count += static_cast<int32_t>(j - i);
+                    i = j;
+                    continue;
+                }
             }
+        }
+        const auto c = static_cast<unsigned char>(bytes[i++]);
+        if (!is_space(c)) {
+            spaces_ = 0;
+        }
+        if (!step(c)) {
             return false;
+        }
     }
+    return true;
 }
 
-bool JsonPrefix::count_space(unsigned char c) {
-    // Whitespace between tokens, in runs of at most kMaxSpaces: a model that likes whitespace
-    // better than anything else could otherwise fill max_tokens with it, valid JSON all the way.
-    if (state_ == State::kString || state_ == State::kEscape || state_ == State::kHex) {
-        return true;
-    }
-    if (!is_space(c)) {
-        spaces_ = 0;
-        return true;
-    }
-    if (spaces_ == kMaxSpaces || state_ == State::kStart) {
+bool JsonPrefix::space(unsigned char c) {
+    // Whitespace between tokens is bounded: a model that likes whitespace better than anything
+    // else could otherwise fill max_tokens with it, valid JSON all the way. Any object
+    // (json_object): runs of at most kMaxSpaces bytes; a schema: one space (as Outlines does).
+    if (schema_->compact() ? spaces_ == 1 || c != ' ' : spaces_ == kMaxSpaces) {
         return false;
     }
     ++spaces_;
     return true;
 }
 
-bool JsonPrefix::step(unsigned char c) {
-    switch (state_) {
-        case State::kStart:
-            return c == '{' && push(true);
-        case State::kValue:
-            return is_space(c) || value_start(c);
-        case State::kArrayFirst:
-            if (is_space(c)) {
-                return true;
+bool JsonPrefix::push(int32_t node, State state, bool container) {
+    // kMaxDepth containers, and one more slot for the string, number or literal in the innermost.
+    if (depth_ >= (container ? kMaxDepth : kMaxDepth + 1)) {
+        return false;
+    }
+    frames_[static_cast<size_t>(depth_++)] = Frame{.node = node,
+                                                   .kind = schema_->node(node).kind,
+                                                   .state = state,
+                                                   .count = 0,
+                                                   .candidate = 0,
+                                                   .pos = 0,
+                                                   .digits = 0,
+                                                   .negative = false,
+                                                   .utf8_left = 0,
+                                                   .utf8_lo = 0x80,
+                                                   .utf8_hi = 0xBF,
+                                                   .hex_left = 0,
+                                                   .surrogate = false,
+                                                   .want_low = false};
+    return true;
+}
+
+bool JsonPrefix::begin_value(int32_t node, unsigned char c) {
+    node = schema_->resolve(node, c);
+    if (node < 0) {
+        return false;
+    }
+    switch (schema_->node(node).kind) {
+        case Kind::kObject:
+            if (!push(node, State::kFirst, true)) {
+                return false;
             }
-            if (c == ']') {
-                --depth_;
-                end_value();
-                return true;
+            frames_[static_cast<size_t>(depth_ - 1)].count = -1;
+            return true;
+        case Kind::kArray:
+            return push(node, State::kFirst, true);
+        case Kind::kString:
+            return push(node, State::kChars, false);
+        case Kind::kNumber:
+        case Kind::kInteger: {
+            if (!push(node,
+                      c == '-'   ? State::kMinus
+                      : c == '0' ? State::kZero
+                                 : State::kInteger,
+                      false)) {
+                return false;
             }
-            return value_start(c);
-        case State::kObjectFirst:
-        case State::kKey:
-            if (is_space(c)) {
-                return true;
+            Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+            f.negative = c == '-';
+            if (c != '-') {
+                f.digits = c - '0';
+                f.pos = 1;
             }
-            if (c == '}' && state_ == State::kObjectFirst) {
-                --depth_;
-                end_value();
-                return true;
-            }
-            if (c == '"') {
-                state_ = State::kString;
-                key_ = true;
-                return true;
-            }
-            return false;
-        case State::kColon:
-            if (is_space(c)) {
-                return true;
-            }
-            if (c == ':') {
-                state_ = State::kValue;
-                return true;
-            }
-            return false;
-        case State::kNext: {
-            if (is_space(c)) {
-                return true;
-            }
-            const bool object = object_[static_cast<size_t>(depth_ - 1)];
-            if (c == ',') {
-                state_ = object ? State::kKey : State::kValue;
-                return true;
-            }
-            if (c == (object ? '}' : ']')) {
-                --depth_;
-                end_value();
-                return true;
-            }
-            return false;
+            return number_reachable(f);
         }
-        case State::kString:
-            if (utf8_left_ > 0) {
-                // A continuation byte of a UTF-8 character, in the range its lead allows.
-                if (c < utf8_lo_ || c > utf8_hi_) {
-                    return false;
-                }
-                --utf8_left_;
-                utf8_lo_ = 0x80;
-                utf8_hi_ = 0xBF;
-                return true;
+        case Kind::kLiterals:
+            return push(node, State::kLiteral, false) &&
+                   step_literal(frames_[static_cast<size_t>(depth_ - 1)], c) == 1;
+        case Kind::kUnion:
+            break;
+    }
+    return false;
+}
+
+bool JsonPrefix::step(unsigned char c) {
+    for (;;) {
+        if (depth_ == 0) {
+            if (!started_) {
+                // The document starts at once, with its object.
+                started_ = true;
+                return c == '{' && begin_value(schema_->root(), c);
             }
-            if (want_low_ && c != '\\') {
-                return false;  // A high surrogate escape must be followed by a low one.
+            return is_space(c) && space(c);
+        }
+        Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+        int taken = 0;
+        switch (f.kind) {
+            case Kind::kObject:
+                taken = step_object(f, c);
+                break;
+            case Kind::kArray:
+                taken = step_array(f, c);
+                break;
+            case Kind::kString:
+                taken = step_string(f, c);
+                break;
+            case Kind::kNumber:
+            case Kind::kInteger:
+                taken = step_number(f, c);
+                break;
+            case Kind::kLiterals:
+                taken = step_literal(f, c);
+                break;
+            case Kind::kUnion:
+                return false;  // Never on the stack: begin_value resolves unions.
+        }
+        if (taken >= 0) {
+            return taken == 1;
+        }
+        --depth_;  // The number or literal ended before `c`: its container takes `c`.
+    }
+}
+
+int JsonPrefix::step_object(Frame& f, unsigned char c) {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    const auto count = static_cast<int32_t>(n.properties.size());
+    // Listed properties come in order, each after `f.count`, and none past a required one.
+    const int32_t next_required =
+        count == 0 ? 0 : n.next_required[static_cast<size_t>(f.count + 1)];
+    const int32_t last_allowed = std::min(next_required, count - 1);
+    const bool closable = next_required == count;
+    if (f.state != State::kInKey && is_space(c)) {
+        return space(c) ? 1 : 0;
+    }
+    switch (f.state) {
+        case State::kFirst:
+        case State::kKey:
+            if (c == '}' && f.state == State::kFirst && closable) {
+                --depth_;
+                return 1;
+            }
+            if (c != '"') {
+                return 0;
+            }
+            if (count == 0) {
+                // Any key, as a string of any characters.
+                if (n.additional < 0) {
+                    return 0;
+                }
+                f.state = State::kColon;
+                return push(schema_->any_string(), State::kChars, false) ? 1 : 0;
+            }
+            if (last_allowed <= f.count) {
+                return 0;
+            }
+            f.state = State::kInKey;
+            f.candidate = f.count + 1;
+            f.pos = 0;
+            return 1;
+        case State::kInKey: {
+            const std::string& matched = n.properties[static_cast<size_t>(f.candidate)].key;
+            const auto pos = static_cast<size_t>(f.pos);
+            for (int32_t j = f.candidate; j <= last_allowed; ++j) {
+                const std::string& key = n.properties[static_cast<size_t>(j)].key;
+                if (key.size() > pos && static_cast<unsigned char>(key[pos]) == c &&
+                    shares_prefix(key, matched, pos)) {
+                    f.candidate = j;
+                    ++f.pos;
+                    return 1;
+                }
+            }
+            if (c != '"') {
+                return 0;
+            }
+            for (int32_t j = f.candidate; j <= last_allowed; ++j) {
+                const std::string& key = n.properties[static_cast<size_t>(j)].key;
+                if (key.size() == pos && shares_prefix(key, matched, pos)) {
+                    f.count = j;
+                    f.state = State::kColon;
+                    return 1;
+                }
+            }
+            return 0;
+        }
+        case State::kColon:
+            if (c != ':') {
+                return 0;
+            }
+            f.state = State::kValue;
+            return 1;
+        case State::kValue: {
+            const int32_t value =
+                count == 0 ? n.additional : n.properties[static_cast<size_t>(f.count)].node;
+            f.state = State::kNext;
+            return begin_value(value, c) ? 1 : 0;
+        }
+        case State::kNext:
+            if (c == ',' && (count == 0 || f.count + 1 < count)) {
+                f.state = State::kKey;
+                return 1;
+            }
+            if (c == '}' && closable) {
+                --depth_;
+                return 1;
+            }
+            return 0;
+        default:
+            return 0;
+    }
+}
+
+int JsonPrefix::step_array(Frame& f, unsigned char c) {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (is_space(c)) {
+        return space(c) ? 1 : 0;
+    }
+    switch (f.state) {
+        case State::kFirst:
+        case State::kValue:
+            if (c == ']' && f.state == State::kFirst && n.min == 0) {
+                --depth_;
+                return 1;
+            }
+            if (f.count >= n.max) {
+                return 0;
+            }
+            ++f.count;
+            f.state = State::kNext;
+            return begin_value(n.items, c) ? 1 : 0;
+        case State::kNext:
+            if (c == ',' && f.count < n.max) {
+                f.state = State::kValue;
+                return 1;
+            }
+            if (c == ']' && f.count >= n.min) {
+                --depth_;
+                return 1;
+            }
+            return 0;
+        default:
+            return 0;
+    }
+}
+
+bool JsonPrefix::utf8_lead(Frame& f, unsigned char c) {
+    // Well-formed UTF-8 only (Unicode table 3-7): no overlong forms, surrogates or code points
+    // past U+10FFFF, as a strict JSON parser reads it.
+    f.utf8_lo = 0x80;
+    f.utf8_hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+        f.utf8_left = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        f.utf8_left = 2;
+        f.utf8_lo = c == 0xE0 ? 0xA0 : 0x80;
+        f.utf8_hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        f.utf8_left = 3;
+        f.utf8_lo = c == 0xF0 ? 0x90 : 0x80;
+        f.utf8_hi = c == 0xF4 ? 0x8F : 0xBF;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+int JsonPrefix::step_string(Frame& f, unsigned char c) {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    switch (f.state) {
+        case State::kChars:
+            if (f.utf8_left > 0) {
+                // A continuation byte of a UTF-8 character, in the range its lead allows.
+                if (c < f.utf8_lo || c > f.utf8_hi) {
+                    return 0;
+                }
+                --f.utf8_left;
+                f.utf8_lo = 0x80;
+                f.utf8_hi = 0xBF;
+                return 1;
+            }
+            if (f.want_low && c != '\\') {
+                return 0;  // A high surrogate escape must be followed by a low one.
             }
             if (c == '"') {
-                if (key_) {
-                    state_ = State::kColon;
-                } else {
-                    end_value();
+                if (f.count < n.min) {
+                    return 0;
                 }
-                return true;
+                --depth_;
+                return 1;
+            }
+            // A character begins (the low half of a surrogate pair is the same character).
+            if (!f.want_low) {
+                if (f.count >= n.max || c < 0x20 || (c >= 0x80 && !utf8_lead(f, c))) {
+                    return 0;  // Too long, a raw control character, or not UTF-8.
+                }
+                ++f.count;
             }
             if (c == '\\') {
-                state_ = State::kEscape;
-                return true;
+                f.state = State::kEscape;
             }
-            if (c >= 0x80) {
-                return utf8_lead(c);
-            }
-            return c >= 0x20;  // Control characters must be escaped.
+            return 1;
         case State::kEscape:
             if (c == 'u') {
-                state_ = State::kHex;
-                hex_left_ = 4;
-                return true;
+                f.state = State::kHex;
+                f.hex_left = 4;
+                return 1;
             }
-            if (want_low_) {
-                return false;
+            if (f.want_low) {
+                return 0;
             }
             if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
                 c == 'r' || c == 't') {
-                state_ = State::kString;
-                return true;
+                f.state = State::kChars;
+                return 1;
             }
-            return false;
+            return 0;
         case State::kHex: {
             if (!is_hex(c)) {
-                return false;
+                return 0;
             }
             // Surrogates come in pairs, \uD800-\uDBFF then \uDC00-\uDFFF (strict parsers
             // refuse a lone one): decided by the first two digits, so no dead end is entered.
-            const int digit = 4 - hex_left_;
+            const int digit = 4 - f.hex_left;
             const auto lower = static_cast<unsigned char>(c | 0x20);
             if (digit == 0) {
-                surrogate_ = lower == 'd';
-                if (want_low_ && !surrogate_) {
-                    return false;
+                f.surrogate = lower == 'd';
+                if (f.want_low && !f.surrogate) {
+                    return 0;
                 }
-            } else if (digit == 1 && surrogate_) {
+            } else if (digit == 1 && f.surrogate) {
                 const bool low = lower >= 'c' && lower <= 'f';
                 const bool high = lower >= '8' && lower <= 'b';
-                if (want_low_ ? !low : low) {
-                    return false;
+                if (f.want_low ? !low : low) {
+                    return 0;
                 }
-                surrogate_ = high;  // Now: a high surrogate, wanting its low half next.
-                if (want_low_) {
-                    want_low_ = false;
-                }
+                f.surrogate = high;  // Now: a high surrogate, wanting its low half next.
+                f.want_low = false;
             }
-            if (--hex_left_ == 0) {
-                state_ = State::kString;
-                want_low_ = surrogate_;
-                surrogate_ = false;
+            if (--f.hex_left == 0) {
+                f.state = State::kChars;
+                f.want_low = f.surrogate;
+                f.surrogate = false;
             }
-            return true;
+            return 1;
         }
+        default:
+            return 0;
+    }
+}
+
+namespace {
+
+// Whether the interval from `lo` to `hi` (each end open or not) meets the node's range.
+bool meets(const JsonSchema::Node& n, double lo, bool lo_open, double hi, bool hi_open) {
+    const double l = std::max(lo, n.lo);
+    const bool l_open = (lo == l && lo_open) || (n.lo == l && n.lo_open);
+    const double h = std::min(hi, n.hi);
+    const bool h_open = (hi == h && hi_open) || (n.hi == h && n.hi_open);
+    return l < h || (l == h && !l_open && !h_open);
+}
+
+}  // namespace
+
+bool JsonPrefix::number_reachable(const Frame& f) const {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (!n.bounded()) {
+        return true;
+    }
+    // Magnitudes [p, q) the prefix can still become, as one interval per count of integer
+    // digits still to come; a negative number's are mirrored.
+    auto fits = [&](double p, double q) {
+        return f.negative ? meets(n, -q, true, -p, false) : meets(n, p, false, q, true);
+    };
+    if (f.pos == JsonSchema::kBoundedDigits &&
+        (f.state == State::kInteger || f.state == State::kFraction)) {
+        return number_in_range(f);  // No digit can come: the number must end as it is.
+    }
+    const double inf = std::numeric_limits<double>::infinity();
+    switch (f.state) {
         case State::kMinus:
-            if (c == '0') {
-                state_ = State::kZero;
-                return true;
-            }
-            if (is_digit(c)) {
-                state_ = State::kInteger;
-                return true;
+            return fits(0, inf);
+        case State::kZero:
+            return fits(0, 1);
+        case State::kInteger: {
+            double scale = 1;
+            for (int more = 0; f.pos + more <= JsonSchema::kBoundedDigits; ++more) {
+                if (fits(f.digits * scale, (f.digits + 1) * scale)) {
+                    return true;
+                }
+                scale *= 10;
             }
             return false;
+        }
+        case State::kDot:
+        case State::kFraction: {
+            const double unit = std::pow(10.0, f.count);
+            return fits(f.digits / unit, (f.digits + 1) / unit);
+        }
+        default:
+            return false;
+    }
+}
+
+bool JsonPrefix::number_in_range(const Frame& f) const {
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (!n.bounded()) {
+        return true;
+    }
+    double value = f.digits / std::pow(10.0, f.count);
+    value = f.negative ? -value : value;
+    return meets(n, value, false, value, false);
+}
+
+int JsonPrefix::step_number(Frame& f, unsigned char c) {
+    const bool integer = f.kind == Kind::kInteger;
+    // A bounded number has no exponent and at most kBoundedDigits digits (json_schema.h).
+    const bool bounded = schema_->node(f.node).bounded();
+    auto digit = [&]() {
+        if (bounded && f.pos == JsonSchema::kBoundedDigits) {
+            return 0;
+        }
+        f.digits = f.digits * 10 + (c - '0');
+        ++f.pos;
+        if (f.state == State::kDot || f.state == State::kFraction) {
+            ++f.count;
+        }
+        return 1;
+    };
+    switch (f.state) {
+        case State::kMinus:
+            if (!is_digit(c)) {
+                return 0;
+            }
+            f.state = c == '0' ? State::kZero : State::kInteger;
+            return digit() == 1 && number_reachable(f) ? 1 : 0;
         case State::kZero:
         case State::kInteger:
         case State::kFraction:
-            if (is_digit(c) && state_ != State::kZero) {
-                return true;
+            if (is_digit(c) && f.state != State::kZero) {
+                return digit() == 1 && number_reachable(f) ? 1 : 0;
             }
-            if (c == '.' && state_ != State::kFraction) {
-                state_ = State::kDot;
-                return true;
+            if (c == '.' && f.state != State::kFraction && !integer &&
+                !(bounded && f.pos == JsonSchema::kBoundedDigits)) {
+                f.state = State::kDot;
+                return number_reachable(f) ? 1 : 0;
             }
-            if (c == 'e' || c == 'E') {
-                state_ = State::kExponent;
-                return true;
+            if ((c == 'e' || c == 'E') && !integer && !bounded) {
+                f.state = State::kExponent;
+                return 1;
             }
-            // The number ended: `c` is what follows it (a number is never the top value here).
-            end_value();
-            return step(c);
+            // The number ended: `c` is what follows it.
+            return number_in_range(f) ? -1 : 0;
         case State::kDot:
-            if (is_digit(c)) {
-                state_ = State::kFraction;
-                return true;
+            if (!is_digit(c)) {
+                return 0;
             }
-            return false;
+            if (digit() == 0) {
+                return 0;
+            }
+            f.state = State::kFraction;
+            return number_reachable(f) ? 1 : 0;
         case State::kExponent:
             if (c == '+' || c == '-') {
-                state_ = State::kExponentSign;
-                return true;
+                f.state = State::kExponentSign;
+                return 1;
             }
             [[fallthrough]];
         case State::kExponentSign:
             if (is_digit(c)) {
-                state_ = State::kExponentDigits;
-                return true;
+                f.state = State::kExponentDigits;
+                return 1;
             }
-            return false;
+            return 0;
         case State::kExponentDigits:
-            if (is_digit(c)) {
-                return true;
-            }
-            end_value();
-            return step(c);
-        case State::kLiteral: {
-            const std::string_view word = kLiterals[literal_];
-            if (c != static_cast<unsigned char>(word[literal_at_])) {
-                return false;
-            }
-            if (++literal_at_ == word.size()) {
-                end_value();
-            }
-            return true;
-        }
-        case State::kDone:
-            return is_space(c);
+            return is_digit(c) ? 1 : -1;
+        default:
+            return 0;
     }
-    return false;
+}
+
+int JsonPrefix::step_literal(Frame& f, unsigned char c) {
+    // The candidates still possible are the literals from f.candidate on that begin with the
+    // f.pos bytes written (the literals are few: a linear scan).
+    const std::vector<std::string>& literals = schema_->node(f.node).literals;
+    const std::string& matched = literals[static_cast<size_t>(f.candidate)];
+    const auto pos = static_cast<size_t>(f.pos);
+    for (size_t j = static_cast<size_t>(f.candidate); j < literals.size(); ++j) {
+        const std::string& l = literals[j];
+        if (l.size() > pos && static_cast<unsigned char>(l[pos]) == c &&
+            shares_prefix(l, matched, pos)) {
+            f.candidate = static_cast<int32_t>(j);
+            ++f.pos;
+            // Complete, and no other candidate goes on: the value ends here.
+            const bool longer =
+                std::any_of(literals.begin() + static_cast<ptrdiff_t>(j), literals.end(),
+                            [&](const std::string& o) {
+                                return o.size() > pos + 1 && shares_prefix(o, l, pos + 1);
+                            });
+            if (l.size() == pos + 1 && !longer) {
+                --depth_;
+            }
+            return 1;
+        }
+    }
+    // No candidate takes `c`: the value ended before it if one is complete (a number such as
+    // 1 among 1 and 12).
+    for (size_t j = static_cast<size_t>(f.candidate); j < literals.size(); ++j) {
+        if (literals[j].size() == pos && shares_prefix(literals[j], matched, pos)) {
+            return -1;
+        }
+    }
+    return 0;
 }
 
 }  // namespace edge::engine::sampling

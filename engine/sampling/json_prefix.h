@@ -1,22 +1,30 @@
 #pragma once
 
 // JsonPrefix follows a JSON text byte by byte and says whether what it has seen is still the
-// beginning of a JSON object (RFC 8259 with an object at the top, as OpenAI's `json_object`
-// response format answers) and whether the object is complete. The sampler asks it, token by
-// token, which candidates keep the output valid (response_format json_object).
+// beginning of a document valid under a JsonSchema (by default any JSON object, as OpenAI's
+// `json_object` response format answers), and whether the document is complete. The sampler
+// asks it, token by token, which candidates keep the output valid (response_format json_object
+// and json_schema).
 //
-// A pushdown automaton over bytes: containers on a stack (at most kMaxDepth deep), strings with
-// their escapes (\uXXXX: four hex digits; raw control characters refused; other characters in
-// well-formed UTF-8, which a token may split), numbers in JSON's grammar (no leading zeros, a digit after '.'
-// and after an exponent), the literals true, false and null. The object starts at once (no
-// whitespace before it); elsewhere whitespace is allowed where JSON allows it, in runs of at most
-// kMaxSpaces bytes (also after the object).
+// A pushdown automaton over bytes: a stack of frames, one per open container and one for the
+// value being written (at most kMaxDepth containers). Strings with their escapes (\uXXXX: four
+// hex digits, surrogates in pairs; raw control characters refused; other characters in
+// well-formed UTF-8, which a token may split), numbers in JSON's grammar (no leading zeros, a
+// digit after '.' and after an exponent), literals, and the schema's constraints: property
+// names in the schema's order, required ones not skipped, item counts, string lengths in code
+// points, enum values. Every prefix it takes can still be completed, so a sampler that keeps to
+// it never finds no token left. The document starts at once (no whitespace before it);
+// elsewhere whitespace is allowed where JSON allows it: under a compiled schema one space at a
+// time, for any object (json_object) runs of at most kMaxSpaces bytes.
 //
-// Threading: a value type; copies are independent (accepts() tries bytes on a copy).
+// Threading: a value type; copies are independent (accepts() tries bytes on a copy, which
+// copies only the frames in use). The schema must outlive the prefix and its copies.
 
 #include <array>
 #include <cstdint>
 #include <string_view>
+
+#include "engine/sampling/json_schema.h"
 
 namespace edge::engine::sampling {
 
@@ -25,63 +33,124 @@ public:
     static constexpr int kMaxDepth = 64;
     static constexpr int kMaxSpaces = 32;
 
+    // Any JSON object (response_format json_object).
+    JsonPrefix() : JsonPrefix(*JsonSchema::any_object()) {}
+    explicit JsonPrefix(const JsonSchema& schema) : schema_(&schema) {}
+    JsonPrefix(const JsonPrefix& other) { *this = other; }
+    JsonPrefix& operator=(const JsonPrefix& other);
+
     // Takes `bytes`; false, and the prefix unchanged, when they would make the text anything
-    // but the beginning of an object.
+    // but the beginning of a valid document.
     bool feed(std::string_view bytes);
     // Whether `bytes` could be fed.
     bool accepts(std::string_view bytes) const {
         JsonPrefix copy = *this;
-        return copy.feed(bytes);
+        return copy.take(bytes);
     }
-    // The top-level object is closed.
-    bool complete() const { return state_ == State::kDone; }
+    // The document is complete (its top-level object closed).
+    bool complete() const { return started_ && depth_ == 0; }
 
-private:
+  private:
     enum class State : uint8_t {
-        kStart,          // Before the object: whitespace, then '{'.
-        kValue,          // A value is due (after ':' or ',' in an array).
-        kArrayFirst,     // After '[': a value or ']'.
-        kObjectFirst,    // After '{': a key or '}'.
-        kKey,            // After ',' in an object: a key.
-        kColon,          // After a key.
-        kNext,           // After a value in a container: ',' or its closing bracket.
-        kString,         // Inside a string (key_ says which kind).
-        kEscape,         // After '\' in a string.
-        kHex,            // In \uXXXX, hex_left digits to go.
-        kMinus,          // A number's '-'.
-        kZero,           // A number's leading 0.
-        kInteger,        // A number's integer digits.
-        kDot,            // After '.'.
-        kFraction,       // Fraction digits.
-        kExponent,       // After 'e' or 'E'.
-        kExponentSign,   // After the exponent's sign.
-        kExponentDigits, // Exponent digits.
-        kLiteral,        // Inside true, false or null.
-        kDone,           // The object is closed: whitespace only.
+        // Containers.
+        kFirst,  // After '{' or '[': a key / value, or the closing bracket.
+        kKey,    // After ',' in an object: a key.
+        kInKey,  // In a listed property's name.
+        kColon,  // After a key.
+        kValue,  // A value is due (after ':', or ',' in an array).
+        kNext,   // After a value: ',' or the closing bracket.
+        // Strings.
+        kChars,   // Between the quotes.
+        kEscape,  // After '\'.
+        kHex,     // In \uXXXX, hex_left digits to go.
+        // Numbers.
+        kMinus,
+        kZero,            // A leading 0.
+        kInteger,         // Integer digits.
+        kDot,             // After '.'.
+        kFraction,        // Fraction digits.
+        kExponent,        // After 'e' or 'E'.
+        kExponentSign,    // After the exponent's sign.
+        kExponentDigits,  // Exponent digits.
+        // Literals (enum values, true, false, null).
+        kLiteral,
+    };
+    // Plain data, so that a copy of the prefix (accepts() makes one per candidate token) touches
+    // only the frames in use; push() sets every field.
+    struct Frame {
+        int32_t node;           // A non-union node of the schema.
+        JsonSchema::Kind kind;  // The node's.
+        State state;
+        // Object: the index of the last property written (-1: none yet). Array: items so far.
+        // String: characters so far. Number: fraction digits so far.
+        int32_t count;
+        // kInKey / kLiteral: the first candidate (property or literal) still matching, and the
+        // bytes of it matched. Number: digits so far.
+        int32_t candidate;
+        int32_t pos;
+        // Number: its digits as a whole number (the value is that over 10^count), its sign.
+        double digits;
+        bool negative;
+        // Strings: continuation bytes still due, the next in [utf8_lo, utf8_hi]; \u escapes.
+        int8_t utf8_left;
+        uint8_t utf8_lo;
+        uint8_t utf8_hi;
+        int8_t hex_left;
+        bool surrogate;  // kHex: the escape so far is a high surrogate's.
+        bool want_low;   // The next escape must be a low surrogate's.
     };
 
-    // False for whitespace past a run's limit (or before the object).
-    bool count_space(unsigned char c);
+    // feed() in place: on false the prefix is left part-way (feed() works on a copy).
+    bool take(std::string_view bytes);
     bool step(unsigned char c);
+    // The frame on top takes `c`: 1 taken, 0 refused, -1 the frame's value ended just before
+    // `c` (a number or literal), so the frame below must take it.
+    int step_object(Frame& f, unsigned char c);
+    int step_array(Frame& f, unsigned char c);
+    int step_string(Frame& f, unsigned char c);
+    int step_number(Frame& f, unsigned char c);
+    int step_literal(Frame& f, unsigned char c);
+    // A bounded number: whether some value in range can still be written after the frame's
+    // prefix, and whether the value so far is in range.
+    bool number_reachable(const Frame& f) const;
+    bool number_in_range(const Frame& f) const;
+    // Starts a value of `node` with its first byte `c`.
+    bool begin_value(int32_t node, unsigned char c);
+    bool push(int32_t node, State state, bool container);
+    // Whitespace `c` outside tokens, within the schema's limit.
+    bool space(unsigned char c);
     // A string's byte >= 0x80 that starts a UTF-8 character; false when none can.
-    bool utf8_lead(unsigned char c);
-    bool value_start(unsigned char c);
-    bool push(bool object);
-    void end_value();
+    static bool utf8_lead(Frame& f, unsigned char c);
 
-    State state_ = State::kStart;
-    bool key_ = false;  // kString: the string is an object key.
-    int8_t hex_left_ = 0;
-    int8_t utf8_left_ = 0;  // kString: continuation bytes still due, the next in [lo, hi].
-    uint8_t utf8_lo_ = 0x80;
-    uint8_t utf8_hi_ = 0xBF;
-    bool surrogate_ = false;  // kHex: the escape so far is a high surrogate's.
-    bool want_low_ = false;   // The next escape must be a low surrogate's.
-    uint8_t literal_ = 0;  // kLiteral: which of true, false, null.
-    uint8_t literal_at_ = 0;
-    int depth_ = 0;
+    const JsonSchema* schema_ = nullptr;
+    bool started_ = false;
+    int depth_ = 0;   // Frames in use.
     int spaces_ = 0;  // Whitespace bytes in a row, outside strings.
-    std::array<bool, kMaxDepth> object_{};  // By depth: an object (true) or an array.
+    // Containers, plus the string, number or literal being written.
+    std::array<Frame, kMaxDepth + 1> frames_;  // The first depth_ are in use.
+};
+
+// Asks a JsonPrefix about one token after another, as a sampler's filter does (the prefix must
+// not change meanwhile): whether the token's bytes can come next. A token whose first byte
+// cannot is refused without a walk; when a sampler asks about the whole vocabulary the document
+// is usually where few bytes may come (a key, a number), so most tokens are.
+class JsonTokenCheck {
+  public:
+    explicit JsonTokenCheck(const JsonPrefix& prefix) : prefix_(&prefix) {}
+    bool operator()(std::string_view bytes) {
+        if (bytes.empty()) {
+            return false;
+        }
+        uint8_t& first = first_[static_cast<unsigned char>(bytes[0])];
+        if (first == 0) {
+            first = prefix_->accepts(bytes.substr(0, 1)) ? 1 : 2;
+        }
+        return first == 1 && (bytes.size() == 1 || prefix_->accepts(bytes));
+    }
+
+  private:
+    const JsonPrefix* prefix_;
+    std::array<uint8_t, 256> first_{};  // By first byte: 0 not asked, 1 may come, 2 may not.
 };
 
 }  // namespace edge::engine::sampling

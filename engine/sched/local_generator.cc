@@ -373,11 +373,12 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
         seq.kept_special.push_back(rt.think_open);
         seq.kept_special.push_back(rt.think_close);
         if (opens_thought(rt, seq.prompt)) {
-            if (seq.sampling.json_object) {
-                // The thought is not JSON, and a json_object answer cannot think first.
+            if (seq.sampling.json_schema) {
+                // The thought is not JSON, and a JSON answer cannot think first.
                 return invalid_argument_error(
-                    "response_format: json_object cannot follow a prompt that opens the model's "
-                    "thought; set chat_template_kwargs.enable_thinking to false");
+                    "response_format: a JSON reply (json_object, json_schema) cannot follow a "
+                    "prompt that opens the model's thought; set "
+                    "chat_template_kwargs.enable_thinking to false");
             }
             seq.sink->on_thought_opened();
         }

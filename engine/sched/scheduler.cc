@@ -534,14 +534,10 @@ void Scheduler::sample_token(Emission* e) const {
     }
     sampling::TokenFilter json_filter;
     if (seq->json) {
-        // Text tokens that keep the output a JSON object's beginning; no special token (the
-        // end of sequence included: the reply ends when the object closes).
-        json_filter = [&](TokenId id) {
-            if (tokenizer_->is_special(id)) {
-                return false;
-            }
-            const std::string_view bytes = tokenizer_->token_bytes(id);
-            return !bytes.empty() && seq->json->accepts(bytes);
+        // Text tokens that keep the output a valid JSON document's beginning; no special token
+        // (the end of sequence included: the reply ends when the document closes).
+        json_filter = [&, check = sampling::JsonTokenCheck(*seq->json)](TokenId id) mutable {
+            return !tokenizer_->is_special(id) && check(tokenizer_->token_bytes(id));
         };
     }
     e->token = seq->sampler.sample(e->logits, seq->json ? &json_filter : nullptr);
@@ -563,7 +559,7 @@ void Scheduler::emit_token(Emission& e) {
     if (sampled.id < 0) {
         finish(seq, FinishReason::kError,
                internal_error(std::string(seq->json ? "no token of the vocabulary continues the "
-                                                      "JSON object"
+                                                      "JSON reply"
                                                     : "every logit is -inf") +
                               " at generated token " + std::to_string(seq->generated())));
         return;
@@ -611,7 +607,7 @@ void Scheduler::emit_token(Emission& e) {
         } else if (std::find(stop_ids.begin(), stop_ids.end(), sampled.id) != stop_ids.end() ||
                    (seq->json && seq->json->complete())) {
             // A stop token id ends the reply with its text (none for a special token); so does
-            // the token that closes a json_object answer.
+            // the token that closes a JSON answer (response_format).
             show(seq->decoder.flush());
             reason = FinishReason::kStop;
         } else if (seq->generated() >= seq->params.max_tokens) {

@@ -98,8 +98,8 @@ struct Sequence {
           prompt_logprobs(request.echo_prompt &&
                           (params.logprobs || params.top_logprobs > 0)) {
         decoder.keep_special(std::move(request.kept_special));
-        if (params.json_object) {
-            json.emplace();
+        if (params.json_schema) {
+            json.emplace(*params.json_schema);  // params outlives json (declared before it).
         }
         if (echo_prompt) {
             prompt_lp.resize(static_cast<size_t>(prompt_len));
@@ -139,7 +139,7 @@ struct Sequence {
     const bool prompt_logprobs = false;
     bool prompt_sent = false;
     std::vector<TokenLogprob> prompt_lp;
-    // SamplingParams::json_object: the output so far, as a JSON object's beginning.
+    // SamplingParams::json_schema: the output so far, as the beginning of a valid document.
     std::optional<sampling::JsonPrefix> json;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.

@@ -283,23 +283,66 @@ TEST_CASE("a tool of another type is refused for its type, not for its type's fi
     CHECK(e.message == "'tools[0].type' must be \"function\"");
 }
 
-TEST_CASE("response_format: text and json_object, other types and extra keys are refused") {
+TEST_CASE(
+    "response_format: text, json_object and json_schema, other types and extra keys are "
+    "refused") {
     const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
     CHECK_FALSE(parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})")
-                    .generate.sampling.json_object);
+                    .generate.sampling.json_schema);
     ApiError extra =
         error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text","x":1}})");
     CHECK(extra.param == "response_format");
     CHECK(extra.message.find("response_format.x") != std::string::npos);
     CHECK(parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"json_object"}})")
-              .generate.sampling.json_object);
+              .generate.sampling.json_schema == engine::sampling::JsonSchema::any_object());
     CHECK(parse(Endpoint::kCompletions,
                 R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})")
-              .generate.sampling.json_object);
-    ApiError schema = error_of(Endpoint::kChatCompletions,
-                               head + R"("response_format":{"type":"json_schema"}})");
-    CHECK(schema.param == "response_format");
-    CHECK(schema.message.find("json_schema is not supported") != std::string::npos);
+              .generate.sampling.json_schema == engine::sampling::JsonSchema::any_object());
+    ApiError other =
+        error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"xml"}})");
+    CHECK(other.param == "response_format");
+
+    // json_schema: the schema is compiled with the request.
+    const std::string schema =
+        R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],)"
+        R"("additionalProperties":false})";
+    const auto parsed = parse(Endpoint::kChatCompletions,
+                              head +
+                                  R"("response_format":{"type":"json_schema","json_schema":)"
+                                  R"({"name":"thing","strict":true,"schema":)" +
+                                  schema + "}}}");
+    REQUIRE(parsed.generate.sampling.json_schema);
+    CHECK(parsed.generate.sampling.json_schema != engine::sampling::JsonSchema::any_object());
+    // What is wrong with it, said: missing parts, a bad name, an unsupported keyword with its
+    // place in the schema, an unknown field.
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {R"({"type":"json_schema"})", "'response_format.json_schema' must be an object"},
+        {R"({"type":"json_schema","json_schema":{"schema":{"type":"object"}}})",
+         "'response_format.json_schema.name' must be"},
+        {R"({"type":"json_schema","json_schema":{"name":"a b","schema":{"type":"object"}}})",
+         "'response_format.json_schema.name' must be"},
+        {R"({"type":"json_schema","json_schema":{"name":"n"}})",
+         "'response_format.json_schema.schema' must be a JSON Schema object"},
+        {R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object",)"
+         R"("properties":{"age":{"type":"integer","multipleOf":2}}}}})",
+         "schema at '#/properties/age': 'multipleOf' is not supported"},
+        {R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"array"}}})",
+         "the root must be an object"},
+        {R"({"type":"json_schema","json_schema":{"name":"n","strict":1,)"
+         R"("schema":{"type":"object"}}})",
+         "'response_format.json_schema.strict' must be"},
+        {R"({"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"},"x":1}})",
+         "unrecognized field 'response_format.json_schema.x'"},
+        {R"({"type":"json_object","json_schema":{}})",
+         "unrecognized field 'response_format.json_schema'"},
+    };
+    for (const auto& [format, message] : bad) {
+        CAPTURE(format);
+        ApiError e =
+            error_of(Endpoint::kChatCompletions, head + R"("response_format":)" + format + "}");
+        CHECK(e.message.find(message) != std::string::npos);
+        CHECK(e.param.value_or("").rfind("response_format", 0) == 0);
+    }
 }
 
 TEST_CASE("deeply nested JSON is refused, not recursed into") {

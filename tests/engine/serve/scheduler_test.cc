@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/json.hpp>
 #include <cmath>
 
 #include "engine/sampling/json_prefix.h"
@@ -322,7 +323,7 @@ TEST_CASE("scheduler: a json_object reply ends when the object closes, and is va
     };
     Harness h(opts);
     SamplingParams json = Harness::greedy();
-    json.json_object = true;
+    json.json_schema = sampling::JsonSchema::any_object();
     auto closed = h.submit({1, 2}, 40, json);
     // A model that wants what JSON does not allow ('x' and the end of sequence at once): the
     // filter picks the likeliest allowed token each time, never a special one.
@@ -350,6 +351,40 @@ TEST_CASE("scheduler: a json_object reply ends when the object closes, and is va
     CHECK(check.complete() == (g_finish->reason == FinishReason::kStop));
     for (TokenId id : forced->ids()) {
         CHECK_FALSE(micro_tokenizer().is_special(id));
+    }
+}
+
+TEST_CASE(
+    "scheduler: a json_schema reply keeps to the schema and ends when the document "
+    "closes") {
+    // A model that wants 'x' and the end of sequence, never what the schema asks for: the
+    // filter still leads it to a document with the required keys, in order, and ends it there.
+    auto schema = sampling::JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"ok":{"type":"boolean"},)"
+        R"("n":{"type":"array","items":{"enum":[7,"x"]},"minItems":2,"maxItems":2}},)"
+        R"("required":["ok","n"],"additionalProperties":false})"));
+    REQUIRE(schema.ok());
+    FakeOptions stubborn;
+    stubborn.next = [](std::span<const TokenId> history) -> TokenId {
+        return history.size() % 2 == 0 ? 'x' : 509;
+    };
+    Harness h(stubborn);
+    SamplingParams params = Harness::greedy();
+    params.json_schema = *schema;
+    auto sink = h.submit({1, 2}, 400, params);
+    h.drain();
+    auto finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kStop);
+    const std::string text = sink->text();
+    CAPTURE(text);
+    const boost::json::value doc = boost::json::parse(text);
+    const boost::json::object& o = doc.as_object();
+    REQUIRE(o.size() == 2);
+    CHECK(o.at("ok").is_bool());
+    REQUIRE(o.at("n").as_array().size() == 2);
+    for (const boost::json::value& e : o.at("n").as_array()) {
+        CHECK((e == boost::json::value(7) || e == boost::json::value("x")));
     }
 }
 

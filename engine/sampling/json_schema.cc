@@ -1,0 +1,727 @@
+#include "engine/sampling/json_schema.h"
+
+#include <algorithm>
+#include <array>
+#include <boost/json.hpp>
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <string_view>
+#include <utility>
+
+namespace edge::engine::sampling {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr size_t kMaxNodes = 8192;
+constexpr int kMaxNesting = 128;
+
+// Keywords that assert what a byte-by-byte walk does not enforce: refused rather than ignored,
+// so a reply is never taken to meet a constraint it was not held to.
+constexpr std::array<std::string_view, 21> kRefused = {
+    "pattern",
+    "patternProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "prefixItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "multipleOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$dynamicRef",
+    "$recursiveRef",
+};
+
+// Keywords that say nothing about which documents are valid.
+constexpr std::array<std::string_view, 14> kAnnotations = {
+    "title",     "description", "default", "examples", "$comment",    "deprecated", "readOnly",
+    "writeOnly", "$schema",     "$id",     "$defs",    "definitions", "format",     "$anchor",
+};
+
+bool is_annotation(std::string_view key) {
+    return std::find(kAnnotations.begin(), kAnnotations.end(), key) != kAnnotations.end();
+}
+
+// A JSON pointer's reference token for `key` (RFC 6901: '~' as ~0, '/' as ~1).
+std::string pointer_token(std::string_view key) {
+    std::string out;
+    for (char c : key) {
+        if (c == '~') {
+            out += "~0";
+        } else if (c == '/') {
+            out += "~1";
+        } else {
+            out += c;
+        }
+    }
+    return out;
+}
+
+// A JSON text of `v` with no whitespace, numbers in their shortest form: the one spelling of an
+// enum value or a key that the walk lets the model write.
+void write_canonical(const json::value& v, std::string* out) {
+    switch (v.kind()) {
+        case json::kind::null:
+            *out += "null";
+            return;
+        case json::kind::bool_:
+            *out += v.get_bool() ? "true" : "false";
+            return;
+        case json::kind::int64:
+            *out += std::to_string(v.get_int64());
+            return;
+        case json::kind::uint64:
+            *out += std::to_string(v.get_uint64());
+            return;
+        case json::kind::double_: {
+            std::array<char, 32> buf{};
+            const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v.get_double());
+            *out += std::string_view(buf.data(), static_cast<size_t>(r.ptr - buf.data()));
+            return;
+        }
+        case json::kind::string:
+            *out += json::serialize(v.get_string());
+            return;
+        case json::kind::array: {
+            *out += '[';
+            bool first = true;
+            for (const json::value& e : v.get_array()) {
+                if (!first) {
+                    *out += ',';
+                }
+                first = false;
+                write_canonical(e, out);
+            }
+            *out += ']';
+            return;
+        }
+        case json::kind::object: {
+            *out += '{';
+            bool first = true;
+            for (const auto& [k, e] : v.get_object()) {
+                if (!first) {
+                    *out += ',';
+                }
+                first = false;
+                *out += json::serialize(json::string_view(k));
+                *out += ':';
+                write_canonical(e, out);
+            }
+            *out += '}';
+            return;
+        }
+    }
+}
+
+// JSON Schema's type name of a value ("integer" for integral numbers).
+bool has_type(const json::value& v, std::string_view type) {
+    switch (v.kind()) {
+        case json::kind::null:
+            return type == "null";
+        case json::kind::bool_:
+            return type == "boolean";
+        case json::kind::int64:
+        case json::kind::uint64:
+            return type == "integer" || type == "number";
+        case json::kind::double_:
+            return type == "number" ||
+                   (type == "integer" && std::floor(v.get_double()) == v.get_double());
+        case json::kind::string:
+            return type == "string";
+        case json::kind::array:
+            return type == "array";
+        case json::kind::object:
+            return type == "object";
+    }
+    return false;
+}
+
+std::string byte_name(int c) {
+    if (c >= 0x21 && c < 0x7f) {
+        return std::string("'") + static_cast<char>(c) + "'";
+    }
+    return "byte " + std::to_string(c);
+}
+
+}  // namespace
+
+class SchemaCompiler {
+  public:
+    explicit SchemaCompiler(const json::value& doc) : doc_(doc) {}
+
+    Result<std::shared_ptr<const JsonSchema>> run() {
+        auto s = std::make_shared<JsonSchema>();
+        s_ = s.get();
+        s_->any_string_ = add(JsonSchema::Kind::kString, "");
+        EDGE_ASSIGN_OR_RETURN(const int32_t root, compile(doc_, "", 0));
+        EDGE_RETURN_IF_ERROR(finish());
+        // The root is an object (through $refs, one-element allOfs and one-alternative anyOfs).
+        const JsonSchema::Node& r = s_->node(root);
+        int32_t object = root;
+        if (r.kind == JsonSchema::Kind::kUnion) {
+            object = r.alternatives.size() == 1 ? r.alternatives[0] : -1;
+        }
+        if (object < 0 || s_->node(object).kind != JsonSchema::Kind::kObject) {
+            return invalid_argument_error(
+                "schema: the root must be an object schema ({\"type\": \"object\", ...}), as "
+                "OpenAI's structured outputs require");
+        }
+        s_->root_ = object;
+        return std::shared_ptr<const JsonSchema>(std::move(s));
+    }
+
+  private:
+    using Kind = JsonSchema::Kind;
+
+    static Status fail(const std::string& where, const std::string& what) {
+        return invalid_argument_error("schema at '#" + where + "': " + what);
+    }
+
+    int32_t add(Kind kind, std::string where) {
+        JsonSchema::Node n;
+        n.kind = kind;
+        n.where = std::move(where);
+        s_->nodes_.push_back(std::move(n));
+        return static_cast<int32_t>(s_->nodes_.size() - 1);
+    }
+    JsonSchema::Node& at(int32_t i) { return s_->nodes_[static_cast<size_t>(i)]; }
+
+    // Any JSON value: a union of an object and an array of any values, a string, a number and
+    // the literals (built once; its containers refer back to it).
+    int32_t any() {
+        if (any_ >= 0) {
+            return any_;
+        }
+        any_ = add(Kind::kUnion, "");
+        const int32_t object = add(Kind::kObject, "");
+        at(object).additional = any_;
+        const int32_t array = add(Kind::kArray, "");
+        at(array).items = any_;
+        const int32_t string = add(Kind::kString, "");
+        const int32_t number = add(Kind::kNumber, "");
+        const int32_t literals = add(Kind::kLiterals, "");
+        at(literals).literals = {"true", "false", "null"};
+        at(any_).alternatives = {object, array, string, number, literals};
+        return any_;
+    }
+
+    // A non-negative integer keyword (minItems, maxLength, ...).
+    static Result<int64_t> count(const json::value& v, const std::string& where,
+                                 std::string_view key) {
+        if (v.is_int64() && v.get_int64() >= 0) {
+            return v.get_int64();
+        }
+        if (v.is_uint64()) {
+            return static_cast<int64_t>(std::min<uint64_t>(v.get_uint64(), INT64_MAX));
+        }
+        if (v.is_double() && v.get_double() >= 0 && std::floor(v.get_double()) == v.get_double()) {
+            return static_cast<int64_t>(std::min(v.get_double(), 9.2e18));
+        }
+        return fail(where, "'" + std::string(key) + "' must be a non-negative integer");
+    }
+
+    // Reads `min_key`/`max_key` into the node's bounds.
+    Status bounds(const json::object& o, const std::string& where, int32_t node,
+                  std::string_view min_key, std::string_view max_key) {
+        if (const json::value* v = o.if_contains(min_key)) {
+            EDGE_ASSIGN_OR_RETURN(at(node).min, count(*v, where, min_key));
+        }
+        if (const json::value* v = o.if_contains(max_key)) {
+            EDGE_ASSIGN_OR_RETURN(at(node).max, count(*v, where, max_key));
+        }
+        if (at(node).min > at(node).max) {
+            return fail(where, "'" + std::string(min_key) + "' is larger than '" +
+                                   std::string(max_key) + "': nothing is valid");
+        }
+        return ok_status();
+    }
+
+    // Only annotations may stand beside `keyword` (a $ref, a one-element allOf, anyOf).
+    static Status alone(const json::object& o, const std::string& where, std::string_view keyword) {
+        for (const auto& [k, unused] : o) {
+            if (k != keyword && !is_annotation(k)) {
+                return fail(where, "'" + std::string(k) + "' beside '" + std::string(keyword) +
+                                       "' is not supported (put it inside)");
+            }
+        }
+        return ok_status();
+    }
+
+    Result<int32_t> compile(const json::value& v, const std::string& where, int depth) {
+        if (depth > kMaxNesting || s_->nodes_.size() > kMaxNodes) {
+            return fail(where, "the schema is nested deeper than " + std::to_string(kMaxNesting) +
+                                   " or has more than " + std::to_string(kMaxNodes) + " parts");
+        }
+        if (v.is_bool()) {
+            if (v.get_bool()) {
+                return any();
+            }
+            return fail(where, "the schema false matches nothing");
+        }
+        if (!v.is_object()) {
+            return fail(where, "a schema must be an object or a boolean");
+        }
+        const json::object& o = v.get_object();
+        for (const auto& [k, value] : o) {
+            if (std::find(kRefused.begin(), kRefused.end(), k) != kRefused.end() ||
+                (k == "uniqueItems" && !(value.is_bool() && !value.get_bool()))) {
+                return fail(where, "'" + std::string(k) +
+                                       "' is not supported (constrained decoding cannot hold a "
+                                       "reply to it; remove it or check the reply yourself)");
+            }
+        }
+        if (const json::value* ref = o.if_contains("$ref")) {
+            EDGE_RETURN_IF_ERROR(alone(o, where, "$ref"));
+            if (!ref->is_string()) {
+                return fail(where, "'$ref' must be a string");
+            }
+            return compile_ref(std::string(ref->get_string()), where, depth);
+        }
+        if (const json::value* all = o.if_contains("allOf")) {
+            EDGE_RETURN_IF_ERROR(alone(o, where, "allOf"));
+            if (!all->is_array() || all->get_array().size() != 1) {
+                return fail(where, "'allOf' is supported with exactly one schema");
+            }
+            return compile(all->get_array()[0], where + "/allOf/0", depth + 1);
+        }
+        for (std::string_view key : {"anyOf", "oneOf"}) {
+            if (const json::value* any_of = o.if_contains(key)) {
+                // oneOf's alternatives are told apart by their first byte, so at most one of
+                // them ever matches: oneOf and anyOf are the same here.
+                EDGE_RETURN_IF_ERROR(alone(o, where, key));
+                if (!any_of->is_array() || any_of->get_array().empty()) {
+                    return fail(where, "'" + std::string(key) + "' must be a non-empty array");
+                }
+                std::vector<int32_t> alternatives;
+                const json::array& list = any_of->get_array();
+                for (size_t i = 0; i < list.size(); ++i) {
+                    EDGE_ASSIGN_OR_RETURN(
+                        const int32_t alt,
+                        compile(list[i], where + "/" + std::string(key) + "/" + std::to_string(i),
+                                depth + 1));
+                    alternatives.push_back(alt);
+                }
+                const int32_t node = add(Kind::kUnion, where);
+                at(node).alternatives = std::move(alternatives);
+                return node;
+            }
+        }
+        return compile_typed(o, where, depth);
+    }
+
+    Result<int32_t> compile_ref(const std::string& ref, const std::string& where, int depth) {
+        if (auto it = refs_.find(ref); it != refs_.end()) {
+            return it->second;
+        }
+        if (ref.empty() || ref[0] != '#') {
+            return fail(where, "'$ref' '" + ref +
+                                   "' is not supported: only references inside the schema "
+                                   "('#/$defs/Name') are");
+        }
+        boost::system::error_code ec;
+        const json::value* target = doc_.find_pointer(std::string_view(ref).substr(1), ec);
+        if (target == nullptr) {
+            return fail(where, "'$ref' '" + ref + "' points at nothing in the schema");
+        }
+        // A one-alternative union stands for the reference, so a schema may refer to itself.
+        const int32_t node = add(Kind::kUnion, ref.substr(1));
+        refs_[ref] = node;
+        EDGE_ASSIGN_OR_RETURN(const int32_t body, compile(*target, ref.substr(1), depth + 1));
+        at(node).alternatives = {body};
+        return node;
+    }
+
+    Result<int32_t> compile_typed(const json::object& o, const std::string& where, int depth) {
+        std::vector<std::string> types;
+        if (const json::value* t = o.if_contains("type")) {
+            if (t->is_string()) {
+                types.emplace_back(t->get_string());
+            } else if (t->is_array() && !t->get_array().empty()) {
+                for (const json::value& e : t->get_array()) {
+                    if (!e.is_string()) {
+                        return fail(where, "'type' must be a string or an array of strings");
+                    }
+                    types.emplace_back(e.get_string());
+                }
+            } else {
+                return fail(where, "'type' must be a string or a non-empty array of strings");
+            }
+            for (const std::string& type : types) {
+                static constexpr std::array<std::string_view, 7> kTypes = {
+                    "object", "array", "string", "number", "integer", "boolean", "null"};
+                if (std::find(kTypes.begin(), kTypes.end(), type) == kTypes.end()) {
+                    return fail(where, "unknown type '" + type + "'");
+                }
+            }
+        }
+        const json::value* enum_values = o.if_contains("enum");
+        const json::value* const_value = o.if_contains("const");
+        if (enum_values != nullptr || const_value != nullptr) {
+            return compile_literals(where, types, enum_values, const_value);
+        }
+        if (types.empty()) {
+            // No type: what the keywords imply, else any value.
+            if (o.contains("properties") || o.contains("required") ||
+                o.contains("additionalProperties")) {
+                types = {"object"};
+            } else if (o.contains("items") || o.contains("minItems") || o.contains("maxItems")) {
+                types = {"array"};
+            } else if (o.contains("minLength") || o.contains("maxLength")) {
+                types = {"string"};
+            } else {
+                return any();
+            }
+        }
+        // "number" already takes every integer.
+        if (std::find(types.begin(), types.end(), "number") != types.end()) {
+            std::erase(types, "integer");
+        }
+        std::vector<int32_t> alternatives;
+        for (const std::string& type : types) {
+            EDGE_ASSIGN_OR_RETURN(const int32_t node, compile_type(o, where, type, depth));
+            alternatives.push_back(node);
+        }
+        if (alternatives.size() == 1) {
+            return alternatives[0];
+        }
+        const int32_t node = add(Kind::kUnion, where);
+        at(node).alternatives = std::move(alternatives);
+        return node;
+    }
+
+    Result<int32_t> compile_type(const json::object& o, const std::string& where,
+                                 const std::string& type, int depth) {
+        if (type == "object") {
+            return compile_object(o, where, depth);
+        }
+        if (type == "array") {
+            const int32_t node = add(Kind::kArray, where);
+            EDGE_RETURN_IF_ERROR(bounds(o, where, node, "minItems", "maxItems"));
+            const json::value* items = o.if_contains("items");
+            if (items != nullptr && items->is_array()) {
+                return fail(where, "'items' as an array (a tuple) is not supported");
+            }
+            if (items != nullptr && items->is_bool() && !items->get_bool()) {
+                if (at(node).min > 0) {
+                    return fail(where, "'items' false with 'minItems' above 0: nothing is valid");
+                }
+                at(node).max = 0;
+                at(node).items = any();
+                return node;
+            }
+            int32_t item = -1;
+            if (items != nullptr) {
+                EDGE_ASSIGN_OR_RETURN(item, compile(*items, where + "/items", depth + 1));
+            } else {
+                item = any();
+            }
+            at(node).items = item;
+            return node;
+        }
+        if (type == "string") {
+            const int32_t node = add(Kind::kString, where);
+            EDGE_RETURN_IF_ERROR(bounds(o, where, node, "minLength", "maxLength"));
+            return node;
+        }
+        if (type == "boolean" || type == "null") {
+            const int32_t node = add(Kind::kLiterals, where);
+            at(node).literals = type == "null" ? std::vector<std::string>{"null"}
+                                               : std::vector<std::string>{"true", "false"};
+            return node;
+        }
+        const int32_t node = add(type == "number" ? Kind::kNumber : Kind::kInteger, where);
+        EDGE_RETURN_IF_ERROR(numeric_bounds(o, where, &at(node)));
+        return node;
+    }
+
+    // minimum, maximum, and exclusiveMinimum / exclusiveMaximum as numbers (draft 6 on) or as
+    // flags on the other two (draft 4).
+    static Status numeric_bounds(const json::object& o, const std::string& where,
+                                 JsonSchema::Node* n) {
+        auto number = [&](std::string_view key, double* out) -> Status {
+            const json::value* v = o.if_contains(key);
+            if (v == nullptr || v->is_bool()) {
+                return ok_status();
+            }
+            if (!v->is_number()) {
+                return fail(where, "'" + std::string(key) + "' must be a number");
+            }
+            *out = v->to_number<double>();
+            return ok_status();
+        };
+        auto flag = [&](std::string_view key) {
+            const json::value* v = o.if_contains(key);
+            return v != nullptr && v->is_bool() && v->get_bool();
+        };
+        double exclusive_lo = -std::numeric_limits<double>::infinity();
+        double exclusive_hi = std::numeric_limits<double>::infinity();
+        EDGE_RETURN_IF_ERROR(number("minimum", &n->lo));
+        EDGE_RETURN_IF_ERROR(number("maximum", &n->hi));
+        EDGE_RETURN_IF_ERROR(number("exclusiveMinimum", &exclusive_lo));
+        EDGE_RETURN_IF_ERROR(number("exclusiveMaximum", &exclusive_hi));
+        n->lo_open = flag("exclusiveMinimum");
+        n->hi_open = flag("exclusiveMaximum");
+        if (exclusive_lo >= n->lo) {
+            n->lo = exclusive_lo;
+            n->lo_open = true;
+        }
+        if (exclusive_hi <= n->hi) {
+            n->hi = exclusive_hi;
+            n->hi_open = true;
+        }
+        if (n->kind == Kind::kInteger) {
+            // The whole numbers in range, inclusive.
+            const double lo = std::ceil(n->lo);
+            const double hi = std::floor(n->hi);
+            n->lo = lo == n->lo && n->lo_open ? lo + 1 : lo;
+            n->hi = hi == n->hi && n->hi_open ? hi - 1 : hi;
+            n->lo_open = false;
+            n->hi_open = false;
+        }
+        if (n->lo > n->hi || (n->lo == n->hi && (n->lo_open || n->hi_open))) {
+            return fail(where, "no number lies between its minimum and maximum");
+        }
+        return ok_status();
+    }
+
+    Result<int32_t> compile_object(const json::object& o, const std::string& where, int depth) {
+        std::vector<JsonSchema::Property> properties;
+        if (const json::value* props = o.if_contains("properties")) {
+            if (!props->is_object()) {
+                return fail(where, "'properties' must be an object");
+            }
+            for (const auto& [k, sub] : props->get_object()) {
+                JsonSchema::Property p;
+                const std::string quoted = json::serialize(json::string_view(k));
+                p.key = quoted.substr(1, quoted.size() - 2);
+                EDGE_ASSIGN_OR_RETURN(
+                    p.node, compile(sub, where + "/properties/" + pointer_token(k), depth + 1));
+                properties.push_back(std::move(p));
+            }
+        }
+        if (const json::value* req = o.if_contains("required")) {
+            if (!req->is_array()) {
+                return fail(where, "'required' must be an array of property names");
+            }
+            for (const json::value& name : req->get_array()) {
+                if (!name.is_string()) {
+                    return fail(where, "'required' must be an array of property names");
+                }
+                const std::string quoted = json::serialize(name.get_string());
+                const std::string key = quoted.substr(1, quoted.size() - 2);
+                auto it = std::find_if(properties.begin(), properties.end(),
+                                       [&](const JsonSchema::Property& p) { return p.key == key; });
+                if (it == properties.end()) {
+                    return fail(where, "required property " + quoted +
+                                           " is not among 'properties' (list it there)");
+                }
+                it->required = true;
+            }
+        }
+        // Without listed properties any key may come, its value as additionalProperties says;
+        // with them, only those are written (what additionalProperties allows besides them is
+        // never needed).
+        int32_t additional = -1;
+        const json::value* extra = o.if_contains("additionalProperties");
+        if (properties.empty() && !(extra != nullptr && extra->is_bool() && !extra->get_bool())) {
+            if (extra == nullptr || extra->is_bool()) {
+                additional = any();
+            } else {
+                EDGE_ASSIGN_OR_RETURN(additional,
+                                      compile(*extra, where + "/additionalProperties", depth + 1));
+            }
+        } else if (extra != nullptr && !extra->is_bool() && !extra->is_object()) {
+            return fail(where, "'additionalProperties' must be a boolean or a schema");
+        }
+        const int32_t node = add(Kind::kObject, where);
+        JsonSchema::Node& n = at(node);
+        n.additional = additional;
+        n.next_required.assign(properties.size() + 1, static_cast<int32_t>(properties.size()));
+        for (size_t i = properties.size(); i-- > 0;) {
+            n.next_required[i] =
+                properties[i].required ? static_cast<int32_t>(i) : n.next_required[i + 1];
+        }
+        n.properties = std::move(properties);
+        return node;
+    }
+
+    Result<int32_t> compile_literals(const std::string& where,
+                                     const std::vector<std::string>& types,
+                                     const json::value* enum_values,
+                                     const json::value* const_value) {
+        std::vector<const json::value*> values;
+        if (const_value != nullptr) {
+            values.push_back(const_value);
+        } else if (!enum_values->is_array() || enum_values->get_array().empty()) {
+            return fail(where, "'enum' must be a non-empty array");
+        } else {
+            for (const json::value& e : enum_values->get_array()) {
+                values.push_back(&e);
+            }
+        }
+        const int32_t node = add(Kind::kLiterals, where);
+        for (const json::value* value : values) {
+            // A value of another type than `type` allows, or the wrong length, is not valid.
+            const bool typed =
+                types.empty() || std::any_of(types.begin(), types.end(),
+                                             [&](const auto& t) { return has_type(*value, t); });
+            if (!typed) {
+                continue;
+            }
+            std::string text;
+            write_canonical(*value, &text);
+            at(node).literals.push_back(std::move(text));
+        }
+        if (at(node).literals.empty()) {
+            return fail(where, "no value of 'enum'/'const' has the schema's 'type'");
+        }
+        return node;
+    }
+
+    // First bytes, unions flattened to the values they stand for, and their alternatives told
+    // apart by the first byte.
+    Status finish() {
+        for (JsonSchema::Node& n : s_->nodes_) {
+            switch (n.kind) {
+                case Kind::kObject:
+                    n.first.set('{');
+                    break;
+                case Kind::kArray:
+                    n.first.set('[');
+                    break;
+                case Kind::kString:
+                    n.first.set('"');
+                    break;
+                case Kind::kNumber:
+                case Kind::kInteger:
+                    n.first.set('-');
+                    for (int c = '0'; c <= '9'; ++c) {
+                        n.first.set(static_cast<size_t>(c));
+                    }
+                    break;
+                case Kind::kLiterals:
+                    for (const std::string& l : n.literals) {
+                        n.first.set(static_cast<unsigned char>(l[0]));
+                    }
+                    break;
+                case Kind::kUnion:
+                    break;
+            }
+        }
+        flattened_.assign(s_->nodes_.size(), 0);
+        for (size_t i = 0; i < s_->nodes_.size(); ++i) {
+            if (at(static_cast<int32_t>(i)).kind == Kind::kUnion) {
+                EDGE_RETURN_IF_ERROR(flatten(static_cast<int32_t>(i), 0));
+            }
+        }
+        return ok_status();
+    }
+
+    // Replaces a union's alternatives by the non-union nodes it stands for (its inner unions
+    // first, each once), each new one's first bytes apart from the others', so there are at
+    // most 256 of them.
+    Status flatten(int32_t node, int depth) {
+        if (flattened_[static_cast<size_t>(node)] == 2) {
+            return ok_status();
+        }
+        if (flattened_[static_cast<size_t>(node)] == 1) {
+            return fail(at(node).where,
+                        "the schema is its own alternative (a $ref or anyOf that "
+                        "leads back to itself before any value)");
+        }
+        if (depth > 4 * kMaxNesting) {
+            return fail(at(node).where, "$refs and anyOfs are chained too deep");
+        }
+        flattened_[static_cast<size_t>(node)] = 1;
+        std::vector<int32_t> leaves;
+        std::bitset<256> first;
+        auto add = [&](int32_t leaf) -> Status {
+            if (std::find(leaves.begin(), leaves.end(), leaf) != leaves.end()) {
+                return ok_status();
+            }
+            const std::bitset<256> both = at(leaf).first & first;
+            if (both.any()) {
+                int c = 0;
+                while (!both.test(static_cast<size_t>(c))) {
+                    ++c;
+                }
+                const auto other = std::find_if(leaves.begin(), leaves.end(), [&](int32_t l) {
+                    return at(l).first.test(static_cast<size_t>(c));
+                });
+                return fail(at(node).where,
+                            "the alternatives at '#" + at(*other).where + "' and '#" +
+                                at(leaf).where + "' can both begin with " + byte_name(c) +
+                                "; alternatives must differ in type (in the first character of "
+                                "their values)");
+            }
+            first |= at(leaf).first;
+            leaves.push_back(leaf);
+            return ok_status();
+        };
+        for (size_t a = 0; a < at(node).alternatives.size(); ++a) {
+            const int32_t alt = at(node).alternatives[a];
+            if (at(alt).kind != Kind::kUnion) {
+                EDGE_RETURN_IF_ERROR(add(alt));
+                continue;
+            }
+            EDGE_RETURN_IF_ERROR(flatten(alt, depth + 1));
+            for (const int32_t leaf : at(alt).alternatives) {
+                EDGE_RETURN_IF_ERROR(add(leaf));
+            }
+        }
+        at(node).alternatives = std::move(leaves);
+        at(node).first = first;
+        flattened_[static_cast<size_t>(node)] = 2;
+        return ok_status();
+    }
+
+    const json::value& doc_;
+    JsonSchema* s_ = nullptr;
+    std::map<std::string, int32_t> refs_;
+    int32_t any_ = -1;
+    std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
+};
+
+Result<std::shared_ptr<const JsonSchema>> JsonSchema::compile(const json::value& schema) {
+    return SchemaCompiler(schema).run();
+}
+
+const std::shared_ptr<const JsonSchema>& JsonSchema::any_object() {
+    static const std::shared_ptr<const JsonSchema> schema = [] {
+        auto s =
+            std::const_pointer_cast<JsonSchema>(*compile(json::parse(R"({"type": "object"})")));
+        s->compact_ = false;
+        return std::shared_ptr<const JsonSchema>(std::move(s));
+    }();
+    return schema;
+}
+
+int32_t JsonSchema::resolve(int32_t node, unsigned char c) const {
+    const Node& n = this->node(node);
+    if (!n.first.test(c)) {
+        return -1;
+    }
+    if (n.kind != Kind::kUnion) {
+        return node;
+    }
+    for (const int32_t alt : n.alternatives) {
+        if (this->node(alt).first.test(c)) {
+            return alt;
+        }
+    }
+    return -1;
+}
+
+}  // namespace edge::engine::sampling

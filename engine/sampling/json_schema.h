@@ -1,0 +1,117 @@
+#pragma once
+
+// JsonSchema is a JSON Schema compiled for constrained decoding: a graph of nodes that JsonPrefix
+// walks byte by byte, so that only text which can still become a document valid under the
+// schema is sampled (OpenAI's response_format json_schema; json_object is the schema of any
+// object, any_object()).
+//
+// The subset is the one structured outputs are written in (OpenAI's strict mode, Pydantic and
+// Zod): `type` (one or a list), `properties`, `required`, `additionalProperties`, `items`,
+// `minItems`/`maxItems`, `minLength`/`maxLength`, `minimum`/`maximum` and their exclusive forms,
+// `enum`, `const`, `anyOf`/`oneOf`, a one-element `allOf`, and local `$ref`s ("#/$defs/Name",
+// "#/definitions/Name", "#"), recursive ones included. Annotations (title, description, default,
+// examples, format, ...) are ignored, as the specification says of keywords it does not know.
+// Keywords that assert something this compiler cannot enforce byte by byte (pattern, multipleOf,
+// uniqueItems, not, if, ...) are refused, so a reply never claims a constraint it was not held
+// to. The root must be an object, as OpenAI's is.
+//
+// What is generated is a subset of what the schema accepts, chosen so that the walk never
+// reaches a dead end: no whitespace but a single space between tokens (compact()), an object's
+// properties come in the schema's order (optional ones may be
+// left out; other keys only when the schema lists no properties), keys and enum values in their
+// canonical JSON encoding (Boost.JSON's serialization), and the alternatives of anyOf must
+// differ in their first byte (in their types, say), so that the first byte of a value decides
+// which one it follows.
+//
+// Threading: immutable after compile(); shared between sequences through the shared_ptr.
+
+#include <bitset>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace boost::json {
+class value;
+}  // namespace boost::json
+
+namespace edge::engine::sampling {
+
+class JsonSchema {
+  public:
+    enum class Kind : uint8_t {
+        kObject,
+        kArray,
+        kString,
+        kNumber,
+        kInteger,   // A number without fraction or exponent.
+        kLiterals,  // One of a fixed list of JSON texts (enum, const, true/false, null).
+        kUnion,     // One of `alternatives`, told apart by the value's first byte.
+    };
+    // Digits of a bounded number: its value, an integer over a power of ten, is then exact in a
+    // double (so 0.3 is the same double as a bound of 0.3).
+    static constexpr int kBoundedDigits = 15;
+    struct Property {
+        std::string key;  // The name as a JSON string's contents (escaped, without quotes).
+        int32_t node = -1;
+        bool required = false;
+    };
+    struct Node {
+        Kind kind = Kind::kUnion;
+        std::string where;  // JSON pointer into the schema document, for errors.
+        // kObject: the properties in schema order; with none, any key whose value follows
+        // `additional` (-1: no key at all).
+        std::vector<Property> properties;
+        int32_t additional = -1;
+        // kObject: for each i in [0, n], the first required property at index >= i (n: none).
+        std::vector<int32_t> next_required;
+        int32_t items = -1;  // kArray: the items' node.
+        // kArray: item count; kString: characters (code points).
+        int64_t min = 0;
+        int64_t max = INT64_MAX;
+        // kNumber / kInteger: minimum and maximum (infinite: none), each inclusive unless its
+        // flag says exclusive; an integer's are whole and inclusive. With either finite a number
+        // is written without an exponent and with at most kBoundedDigits digits, so that the
+        // values a prefix can still reach are an interval to check against them.
+        double lo = -std::numeric_limits<double>::infinity();
+        double hi = std::numeric_limits<double>::infinity();
+        bool lo_open = false;
+        bool hi_open = false;
+        bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
+        std::vector<std::string> literals;  // kLiterals: canonical JSON texts.
+        // kUnion: the non-union nodes it stands for (nested unions flattened).
+        std::vector<int32_t> alternatives;
+        std::bitset<256> first;  // The bytes a value of this node can begin with.
+    };
+
+    // Compiles a schema document; kInvalidArgument naming the keyword and its JSON pointer when
+    // it is malformed, unsupported, contradictory (minItems > maxItems, an empty enum, ...), or
+    // its root is not an object.
+    static Result<std::shared_ptr<const JsonSchema>> compile(const boost::json::value& schema);
+    // The schema {"type": "object"}: any JSON object (response_format json_object).
+    static const std::shared_ptr<const JsonSchema>& any_object();
+
+    const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
+    // Between tokens, at most one space (a compiled schema) rather than runs of whitespace
+    // (any_object(), json_object's long-standing rule): a model fond of whitespace spends its
+    // tokens on the document instead.
+    bool compact() const { return compact_; }
+    int32_t root() const { return root_; }
+    // A string of any characters (keys of an object without listed properties).
+    int32_t any_string() const { return any_string_; }
+    // The non-union node a value of `node` beginning with byte `c` follows, or -1.
+    int32_t resolve(int32_t node, unsigned char c) const;
+
+  private:
+    friend class SchemaCompiler;
+    std::vector<Node> nodes_;
+    int32_t root_ = -1;
+    int32_t any_string_ = -1;
+    bool compact_ = true;
+};
+
+}  // namespace edge::engine::sampling

@@ -1,0 +1,523 @@
+// JsonSchema and JsonPrefix under a schema (response_format json_schema): what compiles and what
+// is refused with which message; documents in the schema's order are taken and others refused at
+// the byte that rules them out; and random walks through the automaton (a random byte among
+// those it takes, each step) never reach a dead end, and every document they complete is valid
+// by a checker written here from the JSON Schema specification over the raw schema document (not
+// the compiled graph), after Boost.JSON parses it.
+
+#include "engine/sampling/json_schema.h"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/sampling/json_prefix.h"
+
+namespace edge::engine::sampling {
+namespace {
+
+namespace json = boost::json;
+
+std::shared_ptr<const JsonSchema> compiled(const std::string& text) {
+    auto s = JsonSchema::compile(json::parse(text));
+    REQUIRE_MESSAGE(s.ok(), s.status().to_string());
+    return *s;
+}
+
+// The byte at which `text` stops being the beginning of a valid document, or text.size().
+size_t refused_at(const JsonSchema& schema, const std::string& text) {
+    JsonPrefix p(schema);
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (!p.feed(text.substr(i, 1))) {
+            return i;
+        }
+    }
+    return text.size();
+}
+
+// --- An independent checker: JSON Schema's rules for the subset, on the raw documents. ---
+
+bool same_value(const json::value& a, const json::value& b) {
+    if (a.is_number() && b.is_number()) {
+        return a.to_number<double>() == b.to_number<double>();
+    }
+    if (a.is_array() && b.is_array()) {
+        const json::array& x = a.get_array();
+        const json::array& y = b.get_array();
+        if (x.size() != y.size()) {
+            return false;
+        }
+        for (size_t i = 0; i < x.size(); ++i) {
+            if (!same_value(x[i], y[i])) {
+                return false;
+            }
+        }
+        return true;
+    }
+    if (a.is_object() && b.is_object()) {
+        if (a.get_object().size() != b.get_object().size()) {
+            return false;
+        }
+        for (const auto& [k, v] : a.get_object()) {
+            const json::value* w = b.get_object().if_contains(k);
+            if (w == nullptr || !same_value(v, *w)) {
+                return false;
+            }
+        }
+        return true;
+    }
+    return a == b;
+}
+
+bool is_type(const json::value& v, std::string_view type) {
+    if (type == "integer") {
+        return v.is_int64() || v.is_uint64() ||
+               (v.is_double() &&
+                v.get_double() == static_cast<double>(static_cast<int64_t>(v.get_double())));
+    }
+    return (type == "number" && v.is_number()) || (type == "string" && v.is_string()) ||
+           (type == "boolean" && v.is_bool()) || (type == "null" && v.is_null()) ||
+           (type == "array" && v.is_array()) || (type == "object" && v.is_object());
+}
+
+int64_t code_points(std::string_view s) {
+    int64_t n = 0;
+    for (char c : s) {
+        n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    }
+    return n;
+}
+
+bool valid(const json::value& doc, const json::value& schema, const json::value& v) {
+    if (schema.is_bool()) {
+        return schema.get_bool();
+    }
+    const json::object& s = schema.get_object();
+    if (const json::value* ref = s.if_contains("$ref")) {
+        const std::string_view pointer = std::string_view(ref->get_string()).substr(1);
+        boost::system::error_code ec;
+        const json::value* target = doc.find_pointer(pointer, ec);
+        return target != nullptr && valid(doc, *target, v);
+    }
+    if (const json::value* all = s.if_contains("allOf")) {
+        for (const json::value& sub : all->get_array()) {
+            if (!valid(doc, sub, v)) {
+                return false;
+            }
+        }
+    }
+    if (const json::value* any = s.if_contains("anyOf")) {
+        bool one = false;
+        for (const json::value& sub : any->get_array()) {
+            one = one || valid(doc, sub, v);
+        }
+        if (!one) {
+            return false;
+        }
+    }
+    if (const json::value* one_of = s.if_contains("oneOf")) {
+        int matches = 0;
+        for (const json::value& sub : one_of->get_array()) {
+            matches += valid(doc, sub, v) ? 1 : 0;
+        }
+        if (matches != 1) {
+            return false;
+        }
+    }
+    if (const json::value* values = s.if_contains("enum")) {
+        bool found = false;
+        for (const json::value& e : values->get_array()) {
+            found = found || same_value(e, v);
+        }
+        if (!found) {
+            return false;
+        }
+    }
+    if (const json::value* c = s.if_contains("const"); c != nullptr && !same_value(*c, v)) {
+        return false;
+    }
+    if (const json::value* t = s.if_contains("type")) {
+        bool typed = false;
+        if (t->is_string()) {
+            typed = is_type(v, t->get_string());
+        } else {
+            for (const json::value& e : t->get_array()) {
+                typed = typed || is_type(v, e.get_string());
+            }
+        }
+        if (!typed) {
+            return false;
+        }
+    }
+    if (v.is_object()) {
+        const json::object& o = v.get_object();
+        const json::value* props = s.if_contains("properties");
+        if (const json::value* req = s.if_contains("required")) {
+            for (const json::value& name : req->get_array()) {
+                if (!o.contains(name.get_string())) {
+                    return false;
+                }
+            }
+        }
+        for (const auto& [k, e] : o) {
+            const json::value* sub =
+                props != nullptr ? props->get_object().if_contains(k) : nullptr;
+            if (sub == nullptr) {
+                sub = s.if_contains("additionalProperties");
+            }
+            if (sub != nullptr && !valid(doc, *sub, e)) {
+                return false;
+            }
+        }
+    }
+    if (v.is_array()) {
+        const json::array& a = v.get_array();
+        if (const json::value* n = s.if_contains("minItems");
+            n && a.size() < n->to_number<size_t>()) {
+            return false;
+        }
+        if (const json::value* n = s.if_contains("maxItems");
+            n && a.size() > n->to_number<size_t>()) {
+            return false;
+        }
+        if (const json::value* items = s.if_contains("items")) {
+            for (const json::value& e : a) {
+                if (!valid(doc, *items, e)) {
+                    return false;
+                }
+            }
+        }
+    }
+    if (v.is_number()) {
+        const double x = v.to_number<double>();
+        auto bound = [&](std::string_view key) -> const json::value* {
+            const json::value* b = s.if_contains(key);
+            return b != nullptr && b->is_number() ? b : nullptr;
+        };
+        auto flag = [&](std::string_view key) {
+            const json::value* b = s.if_contains(key);
+            return b != nullptr && b->is_bool() && b->get_bool();
+        };
+        if (const json::value* b = bound("minimum");
+            b &&
+            (flag("exclusiveMinimum") ? x <= b->to_number<double>() : x < b->to_number<double>())) {
+            return false;
+        }
+        if (const json::value* b = bound("maximum");
+            b &&
+            (flag("exclusiveMaximum") ? x >= b->to_number<double>() : x > b->to_number<double>())) {
+            return false;
+        }
+        if (const json::value* b = bound("exclusiveMinimum"); b && x <= b->to_number<double>()) {
+            return false;
+        }
+        if (const json::value* b = bound("exclusiveMaximum"); b && x >= b->to_number<double>()) {
+            return false;
+        }
+    }
+    if (v.is_string()) {
+        const int64_t n = code_points(v.get_string());
+        if (const json::value* m = s.if_contains("minLength"); m && n < m->to_number<int64_t>()) {
+            return false;
+        }
+        if (const json::value* m = s.if_contains("maxLength"); m && n > m->to_number<int64_t>()) {
+            return false;
+        }
+    }
+    return true;
+}
+
+const char* const kPerson = R"({
+  "$defs": {
+    "Pet": {"type": "object",
+            "properties": {"kind": {"enum": ["cat", "dog", "cat-like"]},
+                           "age": {"type": "integer"}},
+            "required": ["kind"], "additionalProperties": false}
+  },
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 8, "description": "who"},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 3},
+             "minItems": 1, "maxItems": 3},
+    "score": {"type": "number"},
+    "ok": {"type": "boolean"},
+    "pet": {"anyOf": [{"$ref": "#/$defs/Pet"}, {"type": "null"}]},
+    "level": {"const": 3},
+    "note": {"type": ["string", "null"], "format": "date"},
+    "say \"hi\"/é": {"type": "null"}
+  },
+  "required": ["name", "tags", "pet"],
+  "additionalProperties": false
+})";
+
+const char* const kTree = R"({
+  "$defs": {"node": {"type": "object",
+                     "properties": {"v": {"type": "integer"},
+                                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
+                                             "maxItems": 2}},
+                     "required": ["v"]}},
+  "$ref": "#/$defs/node"
+})";
+
+const char* const kDict = R"({"type": "object", "additionalProperties": {"type": "integer"}})";
+
+const char* const kLiterals = R"({"type": "object", "properties": {"n": {"enum":
+    [1, 12, 1.5, "1", null, [1, 2], {"a": 1}, true]}}, "required": ["n"]})";
+
+const char* const kAnyValues = R"({"type": "object", "properties": {"x": {}, "y": true,
+    "z": {"type": "array", "items": false}}, "required": ["x", "y", "z"]})";
+
+const char* const kBounds = R"({"type": "object", "properties": {
+    "age": {"type": "integer", "minimum": 18, "maximum": 120},
+    "p": {"type": "number", "minimum": 0, "maximum": 1},
+    "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 0},
+    "d4": {"type": "integer", "minimum": 0, "exclusiveMinimum": true, "maximum": 3},
+    "big": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
+    "free": {"type": "number"}},
+  "required": ["age", "p", "t", "d4", "big"]})";
+
+TEST_CASE("json schema: numbers stay within minimum and maximum, digit by digit") {
+    const auto bounds = compiled(kBounds);
+    const json::value doc = json::parse(kBounds);
+    for (const std::string text :
+         {R"({"age":18,"p":0.3,"t":-2.4999,"d4":3,"big":-123456789012345})",
+          R"({"age":120,"p":1.000,"t":-0.0001,"d4":1,"big":0,"free":-1.5e-300})",
+          R"({"age":99,"p":-0.0,"t":-2,"d4":2,"big":999999999999999})"}) {
+        CAPTURE(text);
+        CHECK(valid(doc, doc, json::parse(text)));
+        CHECK(refused_at(*bounds, text) == text.size());
+    }
+    const std::string head = R"({"age":20,"p":0.5,"t":-1,"d4":1,"big":)";
+    const std::vector<std::pair<std::string, size_t>> invalid = {
+        {R"({"age":17})", 8},  // 17 and every longer number is out of range.
+        {R"({"age":121})", 9},
+        {R"({"age":0})", 7},
+        {R"({"age":-1})", 7},
+        {R"({"age":18.5})", 9},  // An integer.
+        {R"({"age":1,)", 8},     // 1 is not in range (10 to 19 would be).
+        {R"({"age":18,"p":1.5})", 16},
+        {R"({"age":18,"p":-0.1})", 17},
+        {R"({"age":18,"p":1e0})", 15},  // No exponent with bounds.
+        {R"({"age":18,"p":0,"t":0})", 20},
+        {R"({"age":18,"p":0,"t":-2.5})", 23},
+        {R"({"age":18,"p":0,"t":-3})", 21},
+        {R"({"age":18,"p":0,"t":-1,"d4":0})", 28},
+        {R"({"age":18,"p":0,"t":-1,"d4":4})", 28},
+        {head + "1234567890123456}", head.size() + 15},  // At most 15 digits.
+    };
+    for (const auto& [text, at] : invalid) {
+        CAPTURE(text);
+        CHECK(refused_at(*bounds, text) == at);
+    }
+}
+
+TEST_CASE(
+    "json schema: documents in the schema's order are taken, others refused where they "
+    "go wrong") {
+    const auto person = compiled(kPerson);
+    const std::vector<std::string> valid_docs = {
+        R"({"name":"Bo","tags":["a"],"pet":null})",
+        R"({ "name" : "Bo" , "tags" : [ "a" , "bcd" ] , "pet" : { "kind" : "cat" } })",
+        R"({"name":"Ünïcødé!","tags":["a","\u00e9\"","\ud83d\ude00"],"score":-1.5e3,)"
+        R"("ok":false,"pet":{"kind":"cat-like","age":-7},"level":3,"note":null,)"
+        R"("say \"hi\"/é":null})",
+        R"({"name":"x","tags":["a"],"pet":{"kind":"dog","age":0},"note":"2026-12-03"})",
+    };
+    for (const std::string& text : valid_docs) {
+        CAPTURE(text);
+        const json::value doc = json::parse(text);
+        CHECK(valid(json::parse(kPerson), json::parse(kPerson), doc));
+        JsonPrefix p(*person);
+        for (size_t i = 0; i < text.size(); ++i) {
+            CHECK_FALSE(p.complete());
+            REQUIRE(p.feed(text.substr(i, 1)));
+        }
+        CHECK(p.complete());
+    }
+    const std::vector<std::pair<std::string, size_t>> invalid = {
+        {R"({"tags":["a"]})", 2},                          // "name" is required, and comes first.
+        {R"({"name":"","tags":["a"]})", 9},                // minLength 1.
+        {R"({"name":"123456789"})", 17},                   // maxLength 8.
+        {R"({"name":"a","tags":[]})", 20},                 // minItems 1.
+        {R"({"name":"a","tags":["a","b","c","d"]})", 31},  // maxItems 3.
+        {R"({"name":"a","tags":["abcd"]})", 24},           // The items' maxLength 3.
+        {R"({"name":"a","tags":["a"],"pet":{"kind":"cow"}})", 41},
+        {R"({"name":"a","tags":["a"],"pet":{"kind":"cat","age":1.5}})", 52},  // An integer.
+        {R"({"name":"a","tags":["a"],"pet":{"kind":"cat","age":01}})", 52},
+        {R"({"name":"a","tags":["a"],"pet":null,"level":4})", 44},
+        {R"({"name":"a","tags":["a"]})", 24},             // "pet" is required.
+        {R"({"name":"a","pet":null,"tags":["x"]})", 13},  // "tags" cannot be skipped.
+        {R"({"name":"a","tags":["a"],"pet":null,"extra":1})", 37},
+        {R"({"name":"a","tags":["a"],"pet":null,"ok":true})", 37},  // Out of order.
+        {R"({"name":"a","tags":["a"],"pet":"cat"})", 31},           // Neither object nor null.
+        {R"({"name":"a","tags":["a"],"pet":{"age":1,"kind":"cat"}})", 33},
+        {R"({"name":"a","tags":["a"],"pet":null,"note":1})", 43},
+        {R"({"name":"a","tags":["a"],"pet":null,"say \"hi\"/e":null})", 48},
+        {R"({"name":"a","tags":["a"],"pet":null}})", 36},          // Ends at the object.
+        {R"({"name":"a",  "tags":["a"],"pet":null})", 13},         // One space at a time,
+        {"{\"name\":\"a\",\n\"tags\":[\"a\"],\"pet\":null}", 12},  // and no other.
+    };
+    for (const auto& [text, at] : invalid) {
+        CAPTURE(text);
+        CHECK(refused_at(*person, text) == at);
+    }
+
+    const auto tree = compiled(kTree);
+    const std::string nested = R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})";
+    CHECK(refused_at(*tree, nested) == nested.size());
+    CHECK(refused_at(*tree, R"({"v":1,"kids":[{"v":2},{"v":3},{"v":4}]})") == 30);  // maxItems.
+    CHECK(refused_at(*tree, R"({"kids":[]})") == 2);
+
+    const auto dict = compiled(kDict);
+    CHECK(refused_at(*dict, R"({"any key":1,"k\n":-20,"any key":3})") == 35);
+    CHECK(refused_at(*dict, R"({"a":"b"})") == 5);
+
+    const auto literals = compiled(kLiterals);
+    for (const std::string n : {"1", "12", "1.5", "\"1\"", "null", "[1,2]", "{\"a\":1}", "true"}) {
+        const std::string text = R"({"n":)" + n + "}";
+        CAPTURE(text);
+        CHECK(refused_at(*literals, text) == text.size());
+    }
+    CHECK(refused_at(*literals, R"({"n":2})") == 5);
+    CHECK(refused_at(*literals, R"({"n":13})") == 6);
+    CHECK(refused_at(*literals, R"({"n":[1, 2]})") == 8);  // Only the canonical spelling.
+    CHECK(refused_at(*literals, R"({"n":"2"})") == 6);
+
+    const auto any_values = compiled(kAnyValues);
+    const std::string any_doc = R"({"x":[1,{"k":"v"}],"y":"s","z":[]})";
+    CHECK(refused_at(*any_values, any_doc) == any_doc.size());
+    CHECK(refused_at(*any_values, R"({"x":1,"y":2,"z":[1]})") == 18);  // items false.
+}
+
+TEST_CASE("json schema: what cannot be followed is refused, naming the keyword and its place") {
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})",
+         "schema at '#/properties/a': 'pattern' is not supported"},
+        {R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":2}}})",
+         "'multipleOf' is not supported"},
+        {R"({"type":"object","properties":{"a":{"type":"integer","minimum":1.5,"maximum":1.9}}})",
+         "schema at '#/properties/a': no number lies between its minimum and maximum"},
+        {R"({"type":"object","properties":{"a":{"type":"number","minimum":1,)"
+         R"("exclusiveMaximum":1}}})",
+         "no number lies between its minimum and maximum"},
+        {R"({"type":"object","properties":{"a":{"type":"number","minimum":"1"}}})",
+         "'minimum' must be a number"},
+        {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})",
+         "'uniqueItems' is not supported"},
+        {R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"},{"enum":["x"]}]}}})",
+         "the alternatives at '#/properties/a/anyOf/0' and '#/properties/a/anyOf/1' can both "
+         "begin with '\"'"},
+        {R"({"type":"object","required":["b"],"properties":{"a":{}}})",
+         "required property \"b\" is not among 'properties'"},
+        {R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})",
+         "'$ref' '#/$defs/missing' points at nothing"},
+        {R"({"type":"object","properties":{"a":{"$ref":"https://example.com/s.json"}}})",
+         "only references inside the schema"},
+        {R"({"type":"object","properties":{"a":{"type":"array","minItems":3,"maxItems":2}}})",
+         "'minItems' is larger than 'maxItems'"},
+        {R"({"type":"object","properties":{"a":{"enum":[]}}})", "'enum' must be a non-empty array"},
+        {R"({"type":"object","properties":{"a":{"type":"string","enum":[1]}}})",
+         "no value of 'enum'/'const' has the schema's 'type'"},
+        {R"({"$defs":{"x":{"$ref":"#/$defs/x"}},"type":"object",)"
+         R"("properties":{"a":{"$ref":"#/$defs/x"}}})",
+         "its own alternative"},
+        {R"({"type":"object","properties":{"a":{"type":"thing"}}})", "unknown type 'thing'"},
+        {R"({"type":"string"})", "the root must be an object"},
+        {R"({"anyOf":[{"type":"object"},{"type":"null"}]})", "the root must be an object"},
+        {R"({"type":"object","properties":{"a":false}})", "the schema false matches nothing"},
+        {R"({"type":"object","properties":{"a":{"type":"string","minLength":-1}}})",
+         "'minLength' must be a non-negative integer"},
+        {R"({"type":"object","properties":{"a":{"allOf":[{"type":"string"},{"maxLength":3}]}}})",
+         "'allOf' is supported with exactly one schema"},
+        {R"({"type":"object","properties":{"a":{"$ref":"#","maxLength":3}}})",
+         "'maxLength' beside '$ref' is not supported"},
+        {R"({"type":"object","properties":{"a":{"type":"array","items":[{}]}}})",
+         "'items' as an array (a tuple) is not supported"},
+        {R"({"type":"object","properties":{"a":3}})", "a schema must be an object or a boolean"},
+        {R"({"type":"object","properties":{"a/b~":{"not":{}}}})",
+         "schema at '#/properties/a~1b~0': 'not' is not supported"},
+    };
+    for (const auto& [schema, message] : cases) {
+        CAPTURE(schema);
+        auto s = JsonSchema::compile(json::parse(schema));
+        REQUIRE_FALSE(s.ok());
+        CHECK(s.status().code() == StatusCode::kInvalidArgument);
+        CAPTURE(s.status().message());
+        CHECK(s.status().message().find(message) != std::string::npos);
+    }
+    // Alternatives shared many times over are flattened once each: 2^50 paths, at once.
+    std::string doubling = R"({"type":"object","properties":{"a":{"$ref":"#/$defs/d50"}},)"
+                           R"("$defs":{"d0":{"type":"integer"})";
+    for (int i = 1; i <= 50; ++i) {
+        const std::string prev = "\"#/$defs/d" + std::to_string(i - 1) + "\"";
+        doubling += ",\"d" + std::to_string(i) + "\":{\"anyOf\":[{\"$ref\":" + prev +
+                    "},{\"$ref\":" + prev + "}]}";
+    }
+    doubling += "}}";
+    const auto shared = compiled(doubling);
+    CHECK(refused_at(*shared, R"({"a":-12})") == 9);
+    CHECK(refused_at(*shared, R"({"a":"s"})") == 5);
+    // Nesting past the limit is refused, not recursed into without end.
+    std::string deep = R"({"type":"object","properties":{"a":)";
+    for (int i = 0; i < 200; ++i) {
+        deep += R"({"type":"array","items":)";
+    }
+    deep += "{}" + std::string(200, '}') + "}}";
+    boost::json::parse_options deep_ok;
+    deep_ok.max_depth = 1000;
+    auto s = JsonSchema::compile(json::parse(deep, {}, deep_ok));
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.status().message().find("nested deeper than") != std::string::npos);
+}
+
+TEST_CASE("json schema: random walks never reach a dead end, and what they complete is valid") {
+    std::mt19937 rng(20261203);
+    int completed_total = 0;
+    for (const char* text : {kPerson, kTree, kDict, kLiterals, kAnyValues, kBounds}) {
+        CAPTURE(text);
+        const json::value doc = json::parse(text);
+        const auto schema = compiled(text);
+        int completed = 0;
+        for (int walk = 0; walk < 150; ++walk) {
+            JsonPrefix p(*schema);
+            std::string out;
+            while (!p.complete() && out.size() < 3000) {
+                std::vector<char> closing;
+                std::vector<char> any;
+                for (int c = 0; c < 256; ++c) {
+                    const char ch = static_cast<char>(c);
+                    if (p.accepts(std::string_view(&ch, 1))) {
+                        any.push_back(ch);
+                        if (ch == '"' || ch == '}' || ch == ']' || ch == ',') {
+                            closing.push_back(ch);
+                        }
+                    }
+                }
+                REQUIRE_MESSAGE(!any.empty(), "a dead end after " << out);
+                // Closing bytes half the time, so that documents end.
+                const std::vector<char>& from = !closing.empty() && rng() % 2 == 0 ? closing : any;
+                const char ch = from[rng() % from.size()];
+                REQUIRE(p.feed(std::string_view(&ch, 1)));
+                out += ch;
+            }
+            if (!p.complete()) {
+                continue;
+            }
+            ++completed;
+            CAPTURE(out);
+            boost::system::error_code ec;
+            const json::value parsed = json::parse(out, ec);
+            REQUIRE_FALSE(ec);
+            CHECK(valid(doc, doc, parsed));
+        }
+        CHECK(completed > 100);
+        completed_total += completed;
+    }
+    MESSAGE("completed walks: " << completed_total);
+}
+
+}  // namespace
+}  // namespace edge::engine::sampling
