@@ -7,11 +7,17 @@
 // worst case). Each figure is the median of --samples calls, in milliseconds and as a ratio to
 // one pass over the logits (std::max_element) measured in the same run; top-p also against a
 // full sort of the vocabulary, the way it used to be drawn (15 ms at 150k ids).
-//   bench_sampler [--samples N]            # table, then one JSON line
+// A second table times response_format's filter (JsonTokenCheck over JsonPrefix) asking about
+// every token once, what the sampler does when the model's likeliest tokens are refused: over a
+// synthetic 151936-token vocabulary (words with and without a leading space, digits, JSON
+// punctuation), at points of a json_schema document and of a json_object one, against the same
+// pass without the first-byte shortcut and against the pass over the logits.
+//   bench_sampler [--samples N]            # tables, then one JSON line
 
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,9 +27,14 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "engine/sampling/json_prefix.h"
+#include "engine/sampling/json_schema.h"
 
 using edge::engine::SamplingParams;
 using edge::engine::TokenId;
+using edge::engine::sampling::JsonPrefix;
+using edge::engine::sampling::JsonSchema;
+using edge::engine::sampling::JsonTokenCheck;
 using edge::engine::sampling::Sampler;
 
 namespace {
@@ -96,6 +107,56 @@ SamplingParams params_of(const Mode& m) {
     return p;
 }
 
+// Token texts shaped like a byte-level BPE vocabulary's: words, often after a space, digit runs,
+// JSON punctuation runs.
+std::vector<std::string> synthetic_vocabulary(size_t n, std::mt19937& gen) {
+    const std::string letters = "etaoinshrdlucmfwypvbgkqjxz";
+    const std::string punctuation = "\",:{}[] .-\n";
+    std::vector<std::string> vocab(n);
+    for (std::string& t : vocab) {
+        const uint32_t kind = gen() % 10;
+        const size_t len = 1 + gen() % 7;
+        if (kind < 7) {
+            if (kind < 4) {
+                t += ' ';
+            }
+            for (size_t i = 0; i < len; ++i) {
+                t += letters[gen() % 8 == 0 ? gen() % letters.size() : gen() % 10];
+            }
+        } else if (kind < 8) {
+            for (size_t i = 0; i < len; ++i) {
+                t += static_cast<char>('0' + gen() % 10);
+            }
+        } else {
+            for (size_t i = 0; i < (len + 1) / 2; ++i) {
+                t += punctuation[gen() % punctuation.size()];
+            }
+        }
+    }
+    return vocab;
+}
+
+struct FilterPoint {
+    const char* name;
+    bool schema;         // The schema below, else any object (json_object).
+    const char* prefix;  // The document so far.
+};
+
+constexpr const char* kFilterSchema =
+    R"({"type":"object","properties":{"name":{"type":"string","maxLength":40},)"
+    R"("tags":{"type":"array","items":{"enum":["red","green","blue"]}},)"
+    R"("age":{"type":"integer","minimum":0,"maximum":150},"note":{"type":"string"}},)"
+    R"("required":["name","tags","age"],"additionalProperties":false})";
+
+constexpr FilterPoint kFilterPoints[] = {
+    {"schema_string", true, R"({"name":"Ada)"},
+    {"schema_key", true, R"({"name":"Ada",)"},
+    {"schema_enum", true, R"({"name":"Ada","tags":[)"},
+    {"schema_integer", true, R"({"name":"Ada","tags":[],"age":1)"},
+    {"object_string", false, R"({"name":"Ada)"},
+    {"object_value", false, R"({"name":)"},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,6 +226,60 @@ int main(int argc, char** argv) {
                 first = false;
             }
         }
+    }
+    json += "],\"json_filter\":[";
+
+    // response_format's filter over every token once.
+    const std::vector<std::string> vocab = synthetic_vocabulary(151936, gen);
+    const auto schema = JsonSchema::compile(boost::json::parse(kFilterSchema));
+    if (!schema.ok()) {
+        std::fprintf(stderr, "bench_sampler: %s\n", schema.status().to_string().c_str());
+        return 1;
+    }
+    std::printf("\nresponse_format filter, every token of a %zu-token synthetic vocabulary once\n",
+                vocab.size());
+    std::printf("%-16s %10s %10s %12s %10s\n", "point", "accepted", "ms", "no_first_ms", "x_pass");
+    {
+        std::normal_distribution<float> normal(0.0f, 3.0f);
+        logits.resize(vocab.size());
+        for (float& x : logits) {
+            x = normal(gen);
+        }
+    }
+    volatile float sink = 0.0f;
+    const double pass_ms =
+        median_ms(samples, [&] { sink = *std::max_element(logits.begin(), logits.end()); });
+    first = true;
+    for (const FilterPoint& point : kFilterPoints) {
+        JsonPrefix prefix = point.schema ? JsonPrefix(**schema) : JsonPrefix();
+        if (!prefix.feed(point.prefix)) {
+            std::fprintf(stderr, "bench_sampler: %s refused\n", point.prefix);
+            return 1;
+        }
+        int accepted = 0;
+        const double ms = median_ms(samples, [&] {
+            JsonTokenCheck check(prefix);
+            accepted = 0;
+            for (const std::string& t : vocab) {
+                accepted += check(t) ? 1 : 0;
+            }
+        });
+        const double plain_ms = median_ms(samples, [&] {
+            int n = 0;
+            for (const std::string& t : vocab) {
+                n += prefix.accepts(t) ? 1 : 0;
+            }
+            sink = static_cast<float>(n);
+        });
+        std::printf("%-16s %10d %10.3f %12.3f %10.1f\n", point.name, accepted, ms, plain_ms,
+                    ms / pass_ms);
+        char buf[256];
+        std::snprintf(buf, sizeof(buf),
+                      "%s{\"point\":\"%s\",\"accepted\":%d,\"ms\":%.4f,\"no_first_byte_ms\":%.4f,"
+                      "\"pass_ms\":%.5f,\"over_pass\":%.2f}",
+                      first ? "" : ",", point.name, accepted, ms, plain_ms, pass_ms, ms / pass_ms);
+        json += buf;
+        first = false;
     }
     json += "]}";
     std::printf("%s\n", json.c_str());
