@@ -2,6 +2,9 @@
 // client application relies on. Usage: node openai_client.mjs BASE_URL API_KEY MODEL
 // (NODE_EXTRA_CA_CERTS names the server's certificate). Exit 0 when every check passes.
 import OpenAI from 'openai';
+import { standardResponseFormat } from 'openai/helpers/standard-schema';
+import Ajv from 'ajv';
+import { z } from 'zod';
 import assert from 'node:assert/strict';
 
 const [baseURL, apiKey, model] = process.argv.slice(2);
@@ -215,6 +218,79 @@ await check('response_format json_object: the reply is a JSON object', async () 
             assert.equal(c.finish_reason, 'length');
         }
     }
+});
+
+// A schema with most of what structured outputs use: bounded strings, arrays and numbers, an enum,
+// a nullable field, a nested object behind a $ref. Ajv (not ours) says whether replies are valid.
+const fortuneSchema = {
+    $defs: {
+        omen: { type: 'object', properties: { sign: { enum: ['crow', 'comet', 'cat'] },
+                                              strength: { type: 'integer', minimum: 1, maximum: 5 } },
+                required: ['sign', 'strength'], additionalProperties: false },
+    },
+    type: 'object',
+    properties: {
+        fortune: { type: 'string', minLength: 1, maxLength: 60 },
+        lucky_numbers: { type: 'array', items: { type: 'integer', minimum: 1, maximum: 99 },
+                         minItems: 1, maxItems: 3 },
+        mood: { enum: ['good', 'bad', 'mixed'] },
+        confidence: { type: 'number', minimum: 0, maximum: 1 },
+        omen: { anyOf: [{ $ref: '#/$defs/omen' }, { type: 'null' }] },
+    },
+    required: ['fortune', 'lucky_numbers', 'mood', 'confidence', 'omen'],
+    additionalProperties: false,
+};
+
+await check('response_format json_schema: replies are valid under the schema (by Ajv)', async () => {
+    const validate = new Ajv({ strict: false }).compile(fortuneSchema);
+    for (const [temperature, stream] of [[0, false], [1.0, false], [0.8, true]]) {
+        const req = { model, messages: [{ role: 'user', content: 'Tell me a fortune as JSON' }],
+                      response_format: { type: 'json_schema',
+                                         json_schema: { name: 'fortune', strict: true,
+                                                        schema: fortuneSchema } },
+                      max_tokens: 400, temperature, seed: 5 };
+        let content = '';
+        let finish = null;
+        if (stream) {
+            for await (const chunk of await client.chat.completions.create({ ...req, stream })) {
+                content += chunk.choices[0]?.delta?.content ?? '';
+                finish = chunk.choices[0]?.finish_reason ?? finish;
+            }
+        } else {
+            const r = await client.chat.completions.create(req);
+            content = r.choices[0].message.content;
+            finish = r.choices[0].finish_reason;
+        }
+        assert.equal(finish, 'stop', content);
+        const parsed = JSON.parse(content);
+        assert.ok(validate(parsed), `${JSON.stringify(validate.errors)} in ${content}`);
+    }
+});
+
+await check('chat.completions.parse with a Zod schema: message.parsed is the object', async () => {
+    const Fortune = z.object({
+        fortune: z.string().max(40),
+        lucky: z.array(z.number().int().min(1).max(9)).max(3),
+        mood: z.enum(['good', 'bad']),
+        note: z.string().max(10).nullable(),
+    });
+    const r = await client.chat.completions.parse({
+        model, messages: [{ role: 'user', content: 'Tell me a fortune' }],
+        response_format: standardResponseFormat(Fortune, 'fortune'), max_tokens: 300,
+        temperature: 0 });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'stop', c.message.content);
+    assert.deepEqual(Fortune.parse(c.message.parsed), c.message.parsed);
+});
+
+await check('a schema that cannot be followed is a BadRequestError saying what and where', async () => {
+    await assert.rejects(
+        client.chat.completions.create({
+            model, messages: [{ role: 'user', content: 'x' }],
+            response_format: { type: 'json_schema', json_schema: { name: 'p', schema: {
+                type: 'object', properties: { code: { type: 'string', pattern: '^[A-Z]+$' } } } } } }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'response_format' &&
+               e.message.includes("schema at '#/properties/code': 'pattern' is not supported"));
 });
 
 await check('unknown model is a NotFoundError', async () => {
