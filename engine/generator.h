@@ -47,6 +47,9 @@ struct ToolSpec {
     std::string name;
     std::string description;
     std::string parameters_json;  // The JSON Schema object as text ("{}" when absent).
+    // The tool is strict (OpenAI's `strict: true`): its parameters compiled, which the arguments
+    // of a call forced to it follow (SamplingParams::json_schema). Null otherwise.
+    std::shared_ptr<const sampling::JsonSchema> strict_schema = nullptr;
 };
 
 struct SamplingParams {
@@ -74,6 +77,14 @@ struct SamplingParams {
     // tokens that keep the output the beginning of a document valid under the schema are chosen
     // (no special tokens), and the reply ends when the document closes. Null: free text.
     std::shared_ptr<const sampling::JsonSchema> json_schema;
+    // With json_schema: text the reply writes after the document, exactly, before it ends (the
+    // end of a forced tool call whose arguments the document is, e.g. "}\n</tool_call>"); the
+    // model's markers (special tokens) may spell it, and a head, as well as plain text.
+    std::string json_tail;
+    // Instead of json_schema (which is then null): the reply starts with one of these heads'
+    // texts, then a document under that head's schema, then json_tail (a call forced to one of
+    // several tools, each head the call's start naming one).
+    std::vector<sampling::JsonHead> json_heads;
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.

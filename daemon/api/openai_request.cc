@@ -332,16 +332,35 @@ bool parse_tools(Validator& v, const json::value& value, std::vector<engine::Too
             spec.description = std::string(*desc);
         }
         spec.parameters_json = "{}";
-        if (const json::value* p = f.if_contains("parameters"); p && !p->is_null()) {
-            if (!p->is_object()) {
+        const json::value* params = f.if_contains("parameters");
+        if (params != nullptr && !params->is_null()) {
+            if (!params->is_object()) {
                 return v.fail("'" + fwhere + ".parameters' must be a JSON Schema object",
                               fwhere + ".parameters");
             }
-            spec.parameters_json = json_text(*p);
+            spec.parameters_json = json_text(*params);
         }
         if (const json::value* strict = f.if_contains("strict"); strict && !strict->is_null()) {
             if (!v.boolean(*strict, fwhere + ".strict")) {
                 return false;
+            }
+            if (strict->get_bool()) {
+                // A strict tool's arguments follow its parameters when a call is forced to it
+                // (tool_choice naming it), so they must be a schema the engine can hold a reply
+                // to; none: no arguments, `{}`.
+                static const json::value kNoParameters = {{"type", "object"},
+                                                          {"properties", json::object()},
+                                                          {"additionalProperties", false}};
+                auto compiled = engine::sampling::JsonSchema::compile(
+                    params != nullptr && !params->is_null() ? *params : kNoParameters);
+                if (!compiled.ok()) {
+                    return v.fail("'" + fwhere +
+                                      ".parameters' of a strict tool cannot be "
+                                      "followed: " +
+                                      compiled.status().message(),
+                                  fwhere + ".parameters");
+                }
+                spec.strict_schema = std::move(compiled).value();
             }
         }
         out.push_back(std::move(spec));

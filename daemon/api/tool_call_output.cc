@@ -54,8 +54,46 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
         std::string prefix = chat::forced_call_prefix(*format, function);
         out->from_prefix_ = out->parser_->feed(prefix);
         request.generate.assistant_prefix = std::move(prefix);
+        hold_to_strict_tools(*format, function, request);
     }
     return out;
+}
+
+void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format, std::string_view function,
+                                          ParsedRequest& request) {
+    // The reply is a call, not content: response_format does not shape it.
+    engine::SamplingParams& sampling = request.generate.sampling;
+    sampling.json_schema.reset();
+    const std::vector<engine::ToolSpec>& tools = request.generate.tools;
+    std::optional<std::string> tail = chat::forced_call_tail(format);
+    if (!tail) {
+        return;  // The format's arguments are not JSON.
+    }
+    if (!function.empty()) {
+        // Named: the arguments follow its parameters, when it is strict.
+        const auto tool = std::find_if(tools.begin(), tools.end(), [&](const engine::ToolSpec& t) {
+            return t.name == function;
+        });
+        if (tool != tools.end() && tool->strict_schema) {
+            sampling.json_schema = tool->strict_schema;
+            sampling.json_tail = std::move(*tail);
+        }
+        return;
+    }
+    // "required": the model names one of the tools (a head each: the rest of the call's start
+    // with its name), then writes its arguments, under its parameters when it is strict. Held
+    // only when some tool is strict, since the reply is then one call.
+    if (std::none_of(tools.begin(), tools.end(),
+                     [](const engine::ToolSpec& t) { return t.strict_schema != nullptr; })) {
+        return;
+    }
+    const std::string opening = chat::forced_call_prefix(format, "");
+    for (const engine::ToolSpec& t : tools) {
+        sampling.json_heads.push_back(
+            {chat::forced_call_prefix(format, t.name).substr(opening.size()),
+             t.strict_schema ? t.strict_schema : engine::sampling::JsonSchema::any_object()});
+    }
+    sampling.json_tail = std::move(*tail);
 }
 
 chat::ParsedDelta ToolCallOutput::take_prefix() {

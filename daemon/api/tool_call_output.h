@@ -5,7 +5,11 @@
 // over the text as it streams, and keeps what a non-streaming answer needs (content, the calls by
 // index, the finish reason). For tool_choice "required" or a named function it also sets the
 // request's assistant_prefix so the reply starts inside a call, and has the parser read that
-// prefix first (the call's header is then the first thing the client receives).
+// prefix first (the call's header is then the first thing the client receives). A forced call
+// is not shaped by response_format. Where the format writes arguments as JSON, one forced to a
+// named strict tool has its arguments follow the tool's parameters, and "required" with a strict
+// tool among the tools has the model name one of them and follow that one's (if strict); such a
+// call is then the whole reply.
 //
 // Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
 // normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's
@@ -72,6 +76,11 @@ class ToolCallOutput {
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
 
+    // For a forced call (`function` empty: "required"): drops response_format's schema, and
+    // holds the arguments to strict tools' parameters (SamplingParams::json_schema or
+    // json_heads, and json_tail) where the format writes them as JSON.
+    static void hold_to_strict_tools(engine::chat::ToolCallFormat format, std::string_view function,
+                                     ParsedRequest& request);
     // What the forced prefix produced, once (the first feed() or finish() returns it).
     engine::chat::ParsedDelta take_prefix();
     // Drops from `out` the calls started and given up within it (never shown), and records the

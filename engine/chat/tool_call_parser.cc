@@ -67,6 +67,22 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function)
                                   ", \"arguments\": ";
 }
 
+std::optional<std::string> forced_call_tail(ToolCallFormat format) {
+    switch (format) {
+        case ToolCallFormat::kGlm45:
+            return std::nullopt;
+        case ToolCallFormat::kKimiK2:
+            return "<|tool_call_end|><|tool_calls_section_end|>";
+        case ToolCallFormat::kDeepSeekV3:
+            return "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        case ToolCallFormat::kDeepSeekV31:
+            return "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+        case ToolCallFormat::kHermes:
+            break;
+    }
+    return "}\n</tool_call>";
+}
+
 std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
                                                         std::string id_prefix,
                                                         const std::vector<ToolSpec>& tools) {

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -86,5 +87,10 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 // Feed the same text to the response's parser before the model's output: it is where the call
 // begins. `function` must be a valid tool name (the API checks it).
 std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
+
+// What closes a call forced to a named function (after forced_call_prefix) once its arguments
+// are written, when they are a JSON object (SamplingParams::json_tail: the reply then ends with
+// that one call); nullopt for formats whose arguments are not JSON (GLM-4.5's key/value pairs).
+std::optional<std::string> forced_call_tail(ToolCallFormat format);
 
 }  // namespace edge::engine::chat

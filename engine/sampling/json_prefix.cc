@@ -28,6 +28,11 @@ bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
 JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
     if (this != &other) {
         schema_ = other.schema_;
+        heads_ = other.heads_;
+        head_ = other.head_;
+        head_pos_ = other.head_pos_;
+        tail_ = other.tail_;
+        tail_pos_ = other.tail_pos_;
         started_ = other.started_;
         depth_ = other.depth_;
         spaces_ = other.spaces_;
@@ -74,6 +79,28 @@ bool JsonPrefix::take(std::string_view bytes) {
         if (!step(c)) {
             return false;
         }
+    }
+    return true;
+}
+
+bool JsonPrefix::step_head(unsigned char c) {
+    // The heads still matching share the bytes written so far; the first that takes `c` next.
+    if (heads_.empty()) {
+        return false;
+    }
+    const std::string_view written = std::string_view(heads_[head_].text).substr(0, head_pos_);
+    size_t i = head_;
+    while (i < heads_.size() && !(heads_[i].text.size() > head_pos_ &&
+                                  static_cast<unsigned char>(heads_[i].text[head_pos_]) == c &&
+                                  std::string_view(heads_[i].text).starts_with(written))) {
+        ++i;
+    }
+    if (i == heads_.size()) {
+        return false;
+    }
+    head_ = i;
+    if (++head_pos_ == heads_[i].text.size()) {
+        schema_ = heads_[i].schema.get();  // The document is next.
     }
     return true;
 }
@@ -156,10 +183,22 @@ bool JsonPrefix::begin_value(int32_t node, unsigned char c) {
 bool JsonPrefix::step(unsigned char c) {
     for (;;) {
         if (depth_ == 0) {
+            if (schema_ == nullptr) {
+                return step_head(c);
+            }
             if (!started_) {
                 // The document starts at once, with its object.
                 started_ = true;
                 return c == '{' && begin_value(schema_->root(), c);
+            }
+            if (!tail_.empty()) {
+                // The tail, exactly, and nothing after it.
+                if (tail_pos_ == tail_.size() ||
+                    c != static_cast<unsigned char>(tail_[tail_pos_])) {
+                    return false;
+                }
+                ++tail_pos_;
+                return true;
             }
             return is_space(c) && space(c);
         }

@@ -15,13 +15,19 @@
 // points, enum values. Every prefix it takes can still be completed, so a sampler that keeps to
 // it never finds no token left. The document starts at once (no whitespace before it);
 // elsewhere whitespace is allowed where JSON allows it: under a compiled schema one space at a
-// time, for any object (json_object) runs of at most kMaxSpaces bytes.
+// time, for any object (json_object) runs of at most kMaxSpaces bytes. A prefix may be given a
+// tail: text that must follow the document exactly (the end of a forced tool call whose arguments
+// the document is), with no whitespace before it; the text is complete once the tail is written.
+// Instead of one schema it may be given heads (JsonHead): the text then starts with one of their
+// texts, exactly, and the document after it follows that head's schema.
 //
 // Threading: a value type; copies are independent (accepts() tries bytes on a copy, which
-// copies only the frames in use). The schema must outlive the prefix and its copies.
+// copies only the frames in use). The schema, heads and tail must outlive the prefix and its
+// copies.
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "engine/sampling/json_schema.h"
@@ -35,7 +41,11 @@ public:
 
     // Any JSON object (response_format json_object).
     JsonPrefix() : JsonPrefix(*JsonSchema::any_object()) {}
-    explicit JsonPrefix(const JsonSchema& schema) : schema_(&schema) {}
+    explicit JsonPrefix(const JsonSchema& schema, std::string_view tail = {})
+        : schema_(&schema), tail_(tail) {}
+    // One of `heads` (not empty), its document, then `tail`.
+    JsonPrefix(std::span<const JsonHead> heads, std::string_view tail)
+        : heads_(heads), tail_(tail) {}
     JsonPrefix(const JsonPrefix& other) { *this = other; }
     JsonPrefix& operator=(const JsonPrefix& other);
 
@@ -47,8 +57,12 @@ public:
         JsonPrefix copy = *this;
         return copy.take(bytes);
     }
-    // The document is complete (its top-level object closed).
-    bool complete() const { return started_ && depth_ == 0; }
+    // The document is closed (its top-level object): only the tail may follow.
+    bool closed() const { return started_ && depth_ == 0; }
+    // Not inside the document: in the head, before the document, or in the tail.
+    bool outside_document() const { return depth_ == 0; }
+    // The text is complete: the document closed and the tail written.
+    bool complete() const { return closed() && tail_pos_ == tail_.size(); }
 
   private:
     enum class State : uint8_t {
@@ -102,6 +116,8 @@ public:
 
     // feed() in place: on false the prefix is left part-way (feed() works on a copy).
     bool take(std::string_view bytes);
+    // A byte of the head, before the document.
+    bool step_head(unsigned char c);
     bool step(unsigned char c);
     // The frame on top takes `c`: 1 taken, 0 refused, -1 the frame's value ended just before
     // `c` (a number or literal), so the frame below must take it.
@@ -122,7 +138,12 @@ public:
     // A string's byte >= 0x80 that starts a UTF-8 character; false when none can.
     static bool utf8_lead(Frame& f, unsigned char c);
 
-    const JsonSchema* schema_ = nullptr;
+    const JsonSchema* schema_ = nullptr;  // With heads: null until one is written.
+    std::span<const JsonHead> heads_;
+    size_t head_ = 0;      // The first head still matching.
+    size_t head_pos_ = 0;  // Bytes of it written.
+    std::string_view tail_;
+    size_t tail_pos_ = 0;  // Bytes of the tail written.
     bool started_ = false;
     int depth_ = 0;   // Frames in use.
     int spaces_ = 0;  // Whitespace bytes in a row, outside strings.

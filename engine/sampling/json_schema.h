@@ -114,4 +114,12 @@ class JsonSchema {
     bool compact_ = true;
 };
 
+// One of several ways a constrained reply may begin: text written exactly, then a document under
+// `schema` (SamplingParams::json_heads: a call forced to one of several tools, each head naming
+// a tool). A head's text is not empty, and no head's is a prefix of another's.
+struct JsonHead {
+    std::string text;
+    std::shared_ptr<const JsonSchema> schema;
+};
+
 }  // namespace edge::engine::sampling

@@ -534,10 +534,12 @@ void Scheduler::sample_token(Emission* e) const {
     }
     sampling::TokenFilter json_filter;
     if (seq->json) {
-        // Text tokens that keep the output a valid JSON document's beginning; no special token
-        // (the end of sequence included: the reply ends when the document closes).
-        json_filter = [&, check = sampling::JsonTokenCheck(*seq->json)](TokenId id) mutable {
-            return !tokenizer_->is_special(id) && check(tokenizer_->token_bytes(id));
+        // Tokens that keep the output a valid JSON document's beginning; no special token inside
+        // the document (the end of sequence included: the reply ends when it closes), while the
+        // model's markers may spell a head or tail (a forced tool call's).
+        json_filter = [&, check = sampling::JsonTokenCheck(*seq->json),
+                       markers = seq->json->outside_document()](TokenId id) mutable {
+            return (markers || !tokenizer_->is_special(id)) && check(tokenizer_->token_bytes(id));
         };
     }
     e->token = seq->sampler.sample(e->logits, seq->json ? &json_filter : nullptr);

@@ -98,8 +98,11 @@ struct Sequence {
           prompt_logprobs(request.echo_prompt &&
                           (params.logprobs || params.top_logprobs > 0)) {
         decoder.keep_special(std::move(request.kept_special));
+        // params outlives json (declared before it).
         if (params.json_schema) {
-            json.emplace(*params.json_schema);  // params outlives json (declared before it).
+            json.emplace(*params.json_schema, params.json_tail);
+        } else if (!params.json_heads.empty()) {
+            json.emplace(params.json_heads, params.json_tail);
         }
         if (echo_prompt) {
             prompt_lp.resize(static_cast<size_t>(prompt_len));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "engine/sampling/json_prefix.h"
 
 using namespace edge;
 using namespace edge::daemon::api;
@@ -397,6 +398,7 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     CHECK(p.generate.tools[0].parameters_json ==
           R"({"type":"object","properties":{"city":{"type":"string"}}})");
     CHECK(p.generate.tools[1].parameters_json == "{}");
+    CHECK(p.generate.tools[0].strict_schema == nullptr);  // Not strict: not compiled.
     const auto& messages = std::get<std::vector<edge::engine::ChatMessage>>(p.generate.prompt);
     REQUIRE(messages.size() == 3);
     REQUIRE(messages[1].tool_calls.size() == 1);
@@ -418,6 +420,43 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     ParsedRequest none = with(R"(,"tool_choice":"none")");
     CHECK(none.tool_choice == ToolChoice::kNone);
     CHECK(none.generate.tools.empty());  // Not offered at all.
+}
+
+TEST_CASE("a strict tool's parameters are compiled, or refused naming where they fail") {
+    auto tools = [](const std::string& function) {
+        return std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
+               R"("tools":[{"type":"function","function":{"name":"ok"}},)" +
+               R"({"type":"function","function":{"name":"f",)" + function + "}}]}";
+    };
+    auto parsed = parse_openai_request(
+        Endpoint::kChatCompletions,
+        tools(R"("strict":true,"parameters":{"type":"object","properties":)"
+              R"({"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})"));
+    REQUIRE(std::holds_alternative<ParsedRequest>(parsed));
+    const engine::ToolSpec& f = std::get<ParsedRequest>(parsed).generate.tools[1];
+    REQUIRE(f.strict_schema != nullptr);
+    CHECK(engine::sampling::JsonPrefix(*f.strict_schema).feed(R"({"n": 3})"));
+    CHECK_FALSE(engine::sampling::JsonPrefix(*f.strict_schema).feed(R"({"m")"));
+    // No parameters: no arguments, {}.
+    auto none = parse_openai_request(Endpoint::kChatCompletions, tools(R"("strict":true)"));
+    REQUIRE(std::holds_alternative<ParsedRequest>(none));
+    const engine::ToolSpec& g = std::get<ParsedRequest>(none).generate.tools[1];
+    REQUIRE(g.strict_schema != nullptr);
+    engine::sampling::JsonPrefix empty(*g.strict_schema);
+    CHECK(empty.feed("{}"));
+    CHECK(empty.complete());
+    CHECK_FALSE(engine::sampling::JsonPrefix(*g.strict_schema).feed(R"({")"));
+
+    const std::string unfollowable =
+        R"("parameters":{"type":"object","properties":{"s":{"type":"string","pattern":"a"}}})";
+    // Not strict: passed to the chat template as it is.
+    CHECK(std::holds_alternative<ParsedRequest>(
+        parse_openai_request(Endpoint::kChatCompletions, tools(unfollowable))));
+    const ApiError e =
+        error_of(Endpoint::kChatCompletions, tools(R"("strict":true,)" + unfollowable));
+    CHECK(e.param == "tools[1].function.parameters");
+    CHECK(e.message.find("strict") != std::string::npos);
+    CHECK(e.message.find("pattern") != std::string::npos);
 }
 
 TEST_CASE("completions echo asks the engine for the prompt back, chat has no echo") {

@@ -9,6 +9,7 @@
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "engine/sampling/json_prefix.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/scripted_daemon.h"
 #include "tests/testing/scripted_generator.h"
@@ -297,6 +298,112 @@ TEST_CASE("tools: tool_choice required and named force the call's start in every
             ++index;
         }
     }
+}
+
+TEST_CASE("tools: a call forced to a strict tool has the engine follow its parameters") {
+    // The engine receives the tool's compiled parameters and the format's end of a call
+    // (SamplingParams::json_schema, json_tail) when tool_choice names a strict tool in a format
+    // with JSON arguments, and for "required" a head per tool (json_heads); response_format
+    // never shapes a forced call; a strict tool whose parameters cannot be followed is refused
+    // up front.
+    ToolFixture f;
+    auto c = f.client();
+    const std::string strict_tools =
+        R"("tools":[{"type":"function","function":{"name":"get_weather","strict":true,)"
+        R"("parameters":{"type":"object","properties":{"city":{"type":"string"},)"
+        R"("days":{"type":"integer"}},"required":["city","days"],)"
+        R"("additionalProperties":false}}}])";
+    auto body = [&](const std::string& model, const std::string& tools, const char* choice,
+                    const std::string& extra) {
+        return R"({"model":")" + model +
+               R"(","messages":[{"role":"user","content":"Weather in Oslo?"}],)" + tools +
+               R"(,"tool_choice":)" + choice + extra + "}";
+    };
+    const char* named = R"({"type":"function","function":{"name":"get_weather"}})";
+    const std::string json_object = R"(,"response_format":{"type":"json_object"})";
+    struct Case {
+        const char* model;
+        const char* choice;
+        bool strict;
+        const char* tail;  // nullptr: no schema reaches the engine.
+        const char* head;  // "required": the one head, naming the tool; else nullptr.
+    };
+    const char* qwen_tail = "}\n</tool_call>";
+    const char* kimi_tail = "<|tool_call_end|><|tool_calls_section_end|>";
+    const Case cases[] = {
+        {"qwen", named, true, qwen_tail, nullptr},
+        {"kimi", named, true, kimi_tail, nullptr},
+        {"glm", named, true, nullptr, nullptr},  // Its arguments are not JSON.
+        {"qwen", named, false, nullptr, nullptr},
+        {"qwen", R"("required")", true, qwen_tail, R"({"name": "get_weather", "arguments": )"},
+        {"kimi", R"("required")", true, kimi_tail,
+         "functions.get_weather:0<|tool_call_argument_begin|>"},
+        {"qwen", R"("required")", false, nullptr, nullptr},  // No strict tool: not held.
+    };
+    size_t index = 0;
+    for (const Case& k : cases) {
+        CAPTURE(k.model);
+        CAPTURE(k.choice);
+        CAPTURE(k.strict);
+        REQUIRE(c->send(testing::http_request(
+                            "POST", "/v1/chat/completions",
+                            body(k.model, k.strict ? strict_tools : kTools, k.choice, json_object)))
+                    .ok());
+        REQUIRE(f.generator.wait_for_request(index));
+        const engine::SamplingParams& sampling = f.generator.request(index).sampling;
+        if (k.head != nullptr) {
+            CHECK(sampling.json_schema == nullptr);
+            REQUIRE(sampling.json_heads.size() == 1);
+            CHECK(sampling.json_heads[0].text == k.head);
+            CHECK(sampling.json_tail == k.tail);
+            engine::sampling::JsonPrefix call(sampling.json_heads, sampling.json_tail);
+            CHECK_FALSE(call.accepts(R"({"city")"));  // The head first,
+            CHECK(call.feed(k.head));
+            CHECK_FALSE(call.accepts(R"({"days")"));  // then the strict parameters.
+            CHECK(call.feed(R"({"city": "Oslo", "days": 2})" + sampling.json_tail));
+            CHECK(call.complete());
+        } else if (k.tail != nullptr) {
+            REQUIRE(sampling.json_schema != nullptr);
+            CHECK(sampling.json_tail == k.tail);
+            engine::sampling::JsonPrefix args(*sampling.json_schema, sampling.json_tail);
+            CHECK(args.feed(R"({"city": "Oslo", "days": 2})"));
+            CHECK_FALSE(args.complete());
+            CHECK(args.feed(sampling.json_tail));
+            CHECK(args.complete());
+            CHECK_FALSE(engine::sampling::JsonPrefix(*sampling.json_schema).feed(R"({"days")"));
+        } else {
+            CHECK(sampling.json_schema == nullptr);
+            CHECK(sampling.json_heads.empty());
+        }
+        f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto reply = c->read_response();
+        REQUIRE(reply.ok());
+        CHECK(reply->status == 200);
+        ++index;
+    }
+    // Without a forced call, response_format still shapes the content.
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          body("qwen", strict_tools, R"("auto")", json_object)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(index));
+    CHECK(f.generator.request(index).sampling.json_schema != nullptr);
+    CHECK(f.generator.request(index).sampling.json_tail.empty());
+    f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    REQUIRE(c->read_response().ok());
+
+    const std::string unfollowable =
+        R"("tools":[{"type":"function","function":{"name":"f","strict":true,)"
+        R"("parameters":{"type":"object","properties":{"s":{"type":"string",)"
+        R"("pattern":"^a"}}}}}])";
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          body("qwen", unfollowable, R"("auto")", "")))
+                .ok());
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    CHECK(reply->status == 400);
+    json::object error = json_of(reply->body)["error"].as_object();
+    CHECK(error.at("param") == "tools[0].function.parameters");
+    CHECK(std::string(error.at("message").as_string()).find("pattern") != std::string::npos);
 }
 
 TEST_CASE("tools: a malformed call comes back as content with finish_reason malformed_tool_call") {

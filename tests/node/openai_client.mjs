@@ -293,6 +293,73 @@ await check('a schema that cannot be followed is a BadRequestError saying what a
                e.message.includes("schema at '#/properties/code': 'pattern' is not supported"));
 });
 
+await check('tools: a call forced to strict tools has arguments valid under their parameters (Ajv)', async () => {
+    // The fixture never learned tools; held to the parameters, its one call parses and is valid.
+    const parameters = {
+        type: 'object',
+        properties: {
+            topic: { type: 'string', maxLength: 30 },
+            count: { type: 'integer', minimum: 1, maximum: 3 },
+            tone: { enum: ['warm', 'dry'] },
+        },
+        required: ['topic', 'count', 'tone'],
+        additionalProperties: false,
+    };
+    const jokeParameters = {
+        type: 'object', properties: { subject: { type: ['string', 'null'] } },
+        required: ['subject'], additionalProperties: false,
+    };
+    const ajv = new Ajv({ strict: false });
+    const validators = { get_fortune: ajv.compile(parameters), get_joke: ajv.compile(jokeParameters) };
+    const tools = [
+        { type: 'function', function: { name: 'get_fortune', strict: true, parameters } },
+        { type: 'function', function: { name: 'get_joke', strict: true, parameters: jokeParameters } },
+    ];
+    const named = { type: 'function', function: { name: 'get_fortune' } };
+    // Named: that tool's parameters; "required": the model names either, then follows its own.
+    for (const [stream, toolChoice, seed] of [[false, named, 3], [true, named, 4],
+                                              [false, 'required', 5], [true, 'required', 6]]) {
+        const req = { model, messages: [{ role: 'user', content: 'Tell me a fortune' }], tools,
+                      tool_choice: toolChoice,
+                      // response_format shapes content; a forced call has none.
+                      response_format: { type: 'json_object' },
+                      max_tokens: 200, temperature: 0.7, seed };
+        let args = '';
+        let name = null;
+        let finish = null;
+        if (stream) {
+            for await (const chunk of await client.chat.completions.create({ ...req, stream })) {
+                const c = chunk.choices[0];
+                for (const tc of c?.delta?.tool_calls ?? []) {
+                    name = tc.function?.name ?? name;
+                    args += tc.function?.arguments ?? '';
+                }
+                finish = c?.finish_reason ?? finish;
+            }
+        } else {
+            const r = await client.chat.completions.create(req);
+            const calls = r.choices[0].message.tool_calls;
+            assert.equal(calls.length, 1);
+            name = calls[0].function.name;
+            args = calls[0].function.arguments;
+            finish = r.choices[0].finish_reason;
+        }
+        assert.equal(finish, 'tool_calls', args);
+        if (toolChoice === named) assert.equal(name, 'get_fortune');
+        const validate = validators[name];
+        assert.ok(validate, name);
+        const parsed = JSON.parse(args);
+        assert.ok(validate(parsed), `${JSON.stringify(validate.errors)} in ${args}`);
+    }
+    await assert.rejects(
+        client.chat.completions.create({
+            model, messages: [{ role: 'user', content: 'x' }],
+            tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: {
+                type: 'object', properties: { n: { type: 'number', multipleOf: 2 } } } } }] }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools[0].function.parameters' &&
+               e.message.includes('multipleOf'));
+});
+
 await check('unknown model is a NotFoundError', async () => {
     await assert.rejects(
         client.chat.completions.create({ model: 'no-such-model',

@@ -67,7 +67,11 @@ struct KimiServer {
     }
 
     // Runs one request to max_tokens = the script's length; the decoded text.
-    std::string run(GenerateRequest r) {
+    std::string run(GenerateRequest r) { return run_to_finish(std::move(r))->text(); }
+
+    // Runs one request (max_tokens: the script's length unless set); its sink once finished.
+    std::shared_ptr<testing::CollectingSink> run_to_finish(GenerateRequest r,
+                                                           int32_t max_tokens = 0) {
         {
             std::lock_guard<std::mutex> lock(mu);
             replies = 0;
@@ -76,13 +80,13 @@ struct KimiServer {
         r.model = "kimi";
         r.prompt = std::vector<ChatMessage>{{"user", "call f", ""}};
         r.sampling.temperature = 0.0f;
-        r.sampling.max_tokens = static_cast<int32_t>(script.size());
+        r.sampling.max_tokens = max_tokens > 0 ? max_tokens : static_cast<int32_t>(script.size());
         r.sampling.ignore_eos = true;
         auto sink = std::make_shared<testing::CollectingSink>();
         auto handle = gen->submit(std::move(r), sink);
         REQUIRE_MESSAGE(handle.ok(), handle.status().to_string());
         REQUIRE(sink->wait());
-        return sink->text();
+        return sink;
     }
 
     std::mutex mu;
@@ -93,7 +97,7 @@ struct KimiServer {
     std::unique_ptr<sched::LocalGenerator> gen;
 };
 
-const std::vector<ToolSpec> kTools = {{"f", "", "{\"type\": \"object\"}"}};
+const std::vector<ToolSpec> kTools = {{"f", "", "{\"type\": \"object\"}", nullptr}};
 
 }  // namespace
 
@@ -149,6 +153,119 @@ TEST_CASE("tool serving: a forced call's prefix follows the prompt as marker ids
     CHECK(prompt[prompt.size() - expected_prefix.size() - 1] == id_of(*s.tok, "<|im_middle|>"));
 }
 
+TEST_CASE("tool serving: a call forced to a strict tool follows its parameters, then closes") {
+    // The scripted model wants to open a call of its own (markers first, then {"a": 1}); forced
+    // to f, whose strict parameters want {"n": 0..9, "tag": "x" or "y"}, the filter leads it to
+    // such arguments, then the call's end spelled by Kimi's marker tokens, and the reply ends.
+    KimiServer s;
+    auto schema = sampling::JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9},)"
+        R"("tag":{"enum":["x","y"]}},"required":["n","tag"],"additionalProperties":false})"));
+    REQUIRE(schema.ok());
+    GenerateRequest forced;
+    forced.tools = kTools;
+    forced.tools[0].strict_schema = *schema;
+    forced.assistant_prefix = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f");
+    forced.sampling.json_schema = *schema;
+    const std::optional<std::string> tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+    REQUIRE(tail);
+    forced.sampling.json_tail = *tail;
+    // The markers made the likeliest tokens: refused inside the document, chosen for the tail.
+    const TokenId call_end = id_of(*s.tok, "<|tool_call_end|>");
+    const TokenId section_end = id_of(*s.tok, "<|tool_calls_section_end|>");
+    forced.sampling.logit_bias = {{call_end, 100.0f}, {section_end, 100.0f}};
+    auto sink = s.run_to_finish(forced, 80);
+    const std::optional<Finish> finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kStop);
+    const std::string text = sink->text();
+    CAPTURE(text);
+    REQUIRE(text.size() > tail->size());
+    REQUIRE(text.ends_with(*tail));
+    const boost::json::value args = boost::json::parse(text.substr(0, text.size() - tail->size()));
+    const boost::json::object& o = args.as_object();
+    REQUIRE(o.size() == 2);
+    CHECK(o.at("n").as_int64() >= 0);
+    CHECK(o.at("n").as_int64() <= 9);
+    CHECK((o.at("tag") == "x" || o.at("tag") == "y"));
+    const std::vector<TokenId> ids = sink->ids();
+    REQUIRE(ids.size() > 2);
+    CHECK(std::count(ids.begin(), ids.end(), call_end) == 1);
+    CHECK(ids[ids.size() - 2] == call_end);
+    CHECK(ids.back() == section_end);
+    // The response's parser reads one well-formed call to f.
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
+    chat::ParsedDelta head = parser->feed(forced.assistant_prefix);
+    chat::ParsedDelta rest = parser->feed(text);
+    chat::ParsedDelta end = parser->finish();
+    CHECK(rest.content.empty());
+    CHECK(end.content.empty());
+    CHECK(parser->completed_calls() == 1);
+    CHECK_FALSE(parser->malformed());
+}
+
+TEST_CASE("tool serving: required with strict tools: the model names one and follows it") {
+    // Two strict tools of different parameters; the model picks a name after the forced
+    // opening, and the arguments follow that tool's parameters.
+    KimiServer s;
+    auto schema = [](const char* text) {
+        auto compiled = sampling::JsonSchema::compile(boost::json::parse(text));
+        REQUIRE(compiled.ok());
+        return *compiled;
+    };
+    GenerateRequest forced;
+    forced.tools = {
+        {"f", "", "",
+         schema(R"({"type":"object","properties":{"a":{"type":"boolean"}},)"
+                R"("required":["a"],"additionalProperties":false})")},
+        {"g", "", "",
+         schema(R"({"type":"object","properties":{"b":{"enum":[1,2]}},)"
+                R"("required":["b"],"additionalProperties":false})")},
+    };
+    const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
+    forced.assistant_prefix = opening;
+    for (const ToolSpec& t : forced.tools) {
+        forced.sampling.json_heads.push_back(
+            {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, t.name).substr(opening.size()),
+             t.strict_schema});
+    }
+    forced.sampling.json_tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+    const TokenId arg_begin = id_of(*s.tok, "<|tool_call_argument_begin|>");
+    // The markers chosen where the head and tail allow them.
+    forced.sampling.logit_bias = {{arg_begin, 100.0f},
+                                  {id_of(*s.tok, "<|tool_call_end|>"), 100.0f},
+                                  {id_of(*s.tok, "<|tool_calls_section_end|>"), 100.0f}};
+    auto sink = s.run_to_finish(forced, 60);
+    const std::optional<Finish> finish = sink->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kStop);
+    const std::string text = sink->text();
+    CAPTURE(text);
+    const std::vector<TokenId> ids = sink->ids();
+    CHECK(std::count(ids.begin(), ids.end(), arg_begin) == 1);
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
+    chat::ParsedDelta all = parser->feed(opening);
+    chat::ParsedDelta rest = parser->feed(text);
+    chat::ParsedDelta end = parser->finish();
+    CHECK(rest.content.empty());
+    CHECK(end.content.empty());
+    CHECK(parser->completed_calls() == 1);
+    all.tool_calls.insert(all.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+    REQUIRE(!all.tool_calls.empty());
+    std::string args;
+    for (const chat::ToolCallDelta& d : all.tool_calls) {
+        args += d.arguments;
+    }
+    const boost::json::object o = boost::json::parse(args).as_object();
+    REQUIRE(o.size() == 1);
+    if (all.tool_calls[0].name == "f") {
+        CHECK(o.at("a").is_bool());
+    } else {
+        CHECK(all.tool_calls[0].name == "g");
+        CHECK((o.at("b") == 1 || o.at("b") == 2));
+    }
+}
+
 TEST_CASE("tool serving: each format's forced prefix starts a call its parser reads") {
     using chat::ToolCallFormat;
     struct Case {
@@ -179,6 +296,13 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
             args += d.arguments;
         }
         CHECK(boost::json::parse(args) == boost::json::parse("{\"a\": 1}"));
+        // A forced call's tail is what the format writes after JSON arguments (none for
+        // GLM-4.5, whose arguments are key/value pairs).
+        const std::optional<std::string> tail = chat::forced_call_tail(c.format);
+        CHECK(tail.has_value() == (c.format != ToolCallFormat::kGlm45));
+        if (tail) {
+            CHECK(std::string_view(c.rest) == "{\"a\": 1}" + *tail);
+        }
         CHECK(parser->completed_calls() == 1);
         CHECK_FALSE(parser->malformed());
 

@@ -102,6 +102,80 @@ TEST_CASE("json prefix: other texts are refused at the first byte that rules the
     CHECK(p.complete());
 }
 
+TEST_CASE("json prefix: a tail follows the closed document exactly, then nothing") {
+    // As after a forced tool call's arguments: "}\n</tool_call>" closes the call.
+    const std::string tail = "}\n</tool_call>";
+    JsonPrefix p(*JsonSchema::any_object(), tail);
+    REQUIRE(p.feed(R"({"a": [1, "}"])"));
+    CHECK_FALSE(p.closed());
+    REQUIRE(p.feed("}"));
+    CHECK(p.closed());
+    CHECK_FALSE(p.complete());
+    CHECK_FALSE(p.accepts(" "));   // No whitespace before the tail,
+    CHECK_FALSE(p.accepts("}}"));  // nor anything but it.
+    CHECK_FALSE(p.accepts(tail + " "));
+    CHECK(p.accepts(tail));
+    // A token may end the document and begin the tail; its bytes one by one, the same.
+    JsonPrefix q(*JsonSchema::any_object(), tail);
+    REQUIRE(q.feed("{\"a\": 1}}\n</tool"));
+    CHECK_FALSE(q.complete());
+    for (char c : std::string_view("_call>")) {
+        CHECK_FALSE(q.complete());
+        REQUIRE(q.feed(std::string_view(&c, 1)));
+    }
+    CHECK(q.complete());
+    CHECK_FALSE(q.accepts(">"));
+    CHECK_FALSE(q.accepts("\n"));
+    // The first-byte check of a whole vocabulary agrees with the prefix in the tail.
+    JsonPrefix r(*JsonSchema::any_object(), tail);
+    REQUIRE(r.feed("{}"));
+    JsonTokenCheck check(r);
+    CHECK(check("}\n"));
+    CHECK(check("}"));
+    CHECK_FALSE(check("},"));
+    CHECK_FALSE(check("\n"));
+}
+
+TEST_CASE("json prefix: one of several heads, then the document under that head's schema") {
+    auto small = JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],)"
+        R"("additionalProperties":false})"));
+    REQUIRE(small.ok());
+    // As a forced call's start naming one of three tools (Qwen's format), two of them strict.
+    const std::vector<JsonHead> heads = {
+        {R"({"name": "f", "arguments": )", *small},
+        {R"({"name": "fg", "arguments": )", JsonSchema::any_object()},
+        {R"({"name": "g", "arguments": )", *small},
+    };
+    const std::string tail = "}\n</tool_call>";
+    JsonPrefix p(heads, tail);
+    CHECK_FALSE(p.accepts("{}"));  // A head first.
+    CHECK_FALSE(p.accepts(R"({"name": "h")"));
+    CHECK(p.accepts(R"({"name": "f)"));
+    // "fg" (any object) and "f" (strict) part at the byte after "f".
+    JsonPrefix fg = p;
+    REQUIRE(fg.feed(R"({"name": "fg", "arguments": )"));
+    CHECK(fg.feed(R"({"anything": [1]})"));
+    CHECK(fg.feed(tail));
+    CHECK(fg.complete());
+    JsonPrefix f = p;
+    REQUIRE(f.feed(R"({"name": "f", "arg)"));
+    REQUIRE(f.feed(R"(uments": )"));
+    CHECK_FALSE(f.accepts(R"({"anything")"));
+    CHECK_FALSE(f.accepts(" {"));  // The document starts at once after its head.
+    CHECK(f.feed(R"({"n": 4})"));
+    CHECK(f.closed());
+    CHECK(f.feed(tail));
+    CHECK(f.complete());
+    // Byte by byte, the same.
+    JsonPrefix g(heads, tail);
+    for (char c : std::string(R"({"name": "g", "arguments": {"n":-2})") + tail) {
+        CHECK_FALSE(g.complete());
+        REQUIRE(g.feed(std::string_view(&c, 1)));
+    }
+    CHECK(g.complete());
+}
+
 TEST_CASE("json prefix: whitespace comes in runs of at most kMaxSpaces, strings aside") {
     JsonPrefix p;
     REQUIRE(p.feed("{"));
