@@ -153,7 +153,7 @@ TEST_CASE("listeners.public.certificate_watch_ms: 0 turns the watch off, under 1
     CHECK(bad.status().message().find("listeners.public.certificate_watch_ms") !=
           std::string::npos);
     // Below the floor the one-poll settle window means nothing and the idle daemon spins.
-    for (const std::string& tiny : {"1", "99"}) {
+    for (const char* tiny : {"1", "99"}) {
         Result<Config> refused = with(tiny);
         REQUIRE_FALSE(refused.ok());
         const std::string& message = refused.status().message();
