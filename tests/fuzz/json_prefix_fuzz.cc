@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/sampling/json_prefix.h"
+#include "tests/fuzz/json_feed.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) {
@@ -30,23 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const std::string tail = "}\n</end>";
     std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
     JsonPrefix prefix = framed ? JsonPrefix(heads, tail) : JsonPrefix();
-    std::string accepted;
-    while (!rest.empty()) {
-        const std::string_view bytes = rest.substr(0, piece);
-        rest.remove_prefix(bytes.size());
-        const bool would = prefix.accepts(bytes);
-        const JsonPrefix before = prefix;
-        if (prefix.feed(bytes) != would) {
-            std::abort();  // accepts() and feed() disagree.
-        }
-        if (!would) {
-            if (prefix.complete() != before.complete() || !prefix.accepts("")) {
-                std::abort();
-            }
-            continue;
-        }
-        accepted.append(bytes);
-    }
+    const std::string accepted = edge::fuzz::feed_in_pieces(prefix, rest, piece);
     if (prefix.complete()) {
         std::string_view document = accepted;
         if (framed) {

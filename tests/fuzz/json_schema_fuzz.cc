@@ -13,6 +13,7 @@
 
 #include "engine/sampling/json_prefix.h"
 #include "engine/sampling/json_schema.h"
+#include "tests/fuzz/json_feed.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view input(reinterpret_cast<const char*>(data), size);
@@ -32,23 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view rest = input.substr(nul + 2);
     const size_t piece = 1 + static_cast<unsigned char>(input[nul + 1]) % 8;
     edge::engine::sampling::JsonPrefix prefix(**compiled);
-    std::string accepted;
-    while (!rest.empty()) {
-        const std::string_view bytes = rest.substr(0, piece);
-        rest.remove_prefix(bytes.size());
-        const bool would = prefix.accepts(bytes);
-        const edge::engine::sampling::JsonPrefix before = prefix;
-        if (prefix.feed(bytes) != would) {
-            std::abort();  // accepts() and feed() disagree.
-        }
-        if (!would) {
-            if (prefix.complete() != before.complete() || !prefix.accepts("")) {
-                std::abort();
-            }
-            continue;
-        }
-        accepted.append(bytes);
-    }
+    const std::string accepted = edge::fuzz::feed_in_pieces(prefix, rest, piece);
     if (prefix.complete()) {
         boost::json::value v = boost::json::parse(accepted, ec);
         if (ec || !v.is_object()) {

@@ -89,6 +89,15 @@ struct KimiServer {
         return sink;
     }
 
+    // Runs one request that must end with finish reason stop; its sink.
+    std::shared_ptr<testing::CollectingSink> run_to_stop(GenerateRequest r, int32_t max_tokens) {
+        auto sink = run_to_finish(std::move(r), max_tokens);
+        const std::optional<Finish> finish = sink->wait();
+        REQUIRE(finish);
+        CHECK(finish->reason == FinishReason::kStop);
+        return sink;
+    }
+
     std::mutex mu;
     std::vector<TokenId> script;
     size_t replies = 0;
@@ -98,6 +107,27 @@ struct KimiServer {
 };
 
 const std::vector<ToolSpec> kTools = {{"f", "", "{\"type\": \"object\"}", nullptr}};
+
+// Reads a forced Kimi K2 reply (`prefix`, then the model's `text`) as the response's parser does:
+// it must be one well-formed call and nothing else. Its name and arguments.
+std::pair<std::string, std::string> read_one_call(std::string_view prefix, std::string_view text) {
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
+    chat::ParsedDelta all = parser->feed(prefix);
+    chat::ParsedDelta rest = parser->feed(text);
+    chat::ParsedDelta end = parser->finish();
+    CHECK(all.content.empty());
+    CHECK(rest.content.empty());
+    CHECK(end.content.empty());
+    CHECK(parser->completed_calls() == 1);
+    CHECK_FALSE(parser->malformed());
+    all.tool_calls.insert(all.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
+    REQUIRE(!all.tool_calls.empty());
+    std::string args;
+    for (const chat::ToolCallDelta& d : all.tool_calls) {
+        args += d.arguments;
+    }
+    return {all.tool_calls[0].name, args};
+}
 
 }  // namespace
 
@@ -174,10 +204,7 @@ TEST_CASE("tool serving: a call forced to a strict tool follows its parameters, 
     const TokenId call_end = id_of(*s.tok, "<|tool_call_end|>");
     const TokenId section_end = id_of(*s.tok, "<|tool_calls_section_end|>");
     forced.sampling.logit_bias = {{call_end, 100.0f}, {section_end, 100.0f}};
-    auto sink = s.run_to_finish(forced, 80);
-    const std::optional<Finish> finish = sink->wait();
-    REQUIRE(finish);
-    CHECK(finish->reason == FinishReason::kStop);
+    auto sink = s.run_to_stop(forced, 80);
     const std::string text = sink->text();
     CAPTURE(text);
     REQUIRE(text.size() > tail->size());
@@ -193,15 +220,10 @@ TEST_CASE("tool serving: a call forced to a strict tool follows its parameters, 
     CHECK(std::count(ids.begin(), ids.end(), call_end) == 1);
     CHECK(ids[ids.size() - 2] == call_end);
     CHECK(ids.back() == section_end);
-    // The response's parser reads one well-formed call to f.
-    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
-    chat::ParsedDelta head = parser->feed(forced.assistant_prefix);
-    chat::ParsedDelta rest = parser->feed(text);
-    chat::ParsedDelta end = parser->finish();
-    CHECK(rest.content.empty());
-    CHECK(end.content.empty());
-    CHECK(parser->completed_calls() == 1);
-    CHECK_FALSE(parser->malformed());
+    // The response's parser reads one well-formed call to f, with those arguments.
+    const auto [name, read_args] = read_one_call(forced.assistant_prefix, text);
+    CHECK(name == "f");
+    CHECK(boost::json::parse(read_args) == args);
 }
 
 TEST_CASE("tool serving: required with strict tools: the model names one and follows it") {
@@ -235,33 +257,18 @@ TEST_CASE("tool serving: required with strict tools: the model names one and fol
     forced.sampling.logit_bias = {{arg_begin, 100.0f},
                                   {id_of(*s.tok, "<|tool_call_end|>"), 100.0f},
                                   {id_of(*s.tok, "<|tool_calls_section_end|>"), 100.0f}};
-    auto sink = s.run_to_finish(forced, 60);
-    const std::optional<Finish> finish = sink->wait();
-    REQUIRE(finish);
-    CHECK(finish->reason == FinishReason::kStop);
+    auto sink = s.run_to_stop(forced, 60);
     const std::string text = sink->text();
     CAPTURE(text);
     const std::vector<TokenId> ids = sink->ids();
     CHECK(std::count(ids.begin(), ids.end(), arg_begin) == 1);
-    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
-    chat::ParsedDelta all = parser->feed(opening);
-    chat::ParsedDelta rest = parser->feed(text);
-    chat::ParsedDelta end = parser->finish();
-    CHECK(rest.content.empty());
-    CHECK(end.content.empty());
-    CHECK(parser->completed_calls() == 1);
-    all.tool_calls.insert(all.tool_calls.end(), rest.tool_calls.begin(), rest.tool_calls.end());
-    REQUIRE(!all.tool_calls.empty());
-    std::string args;
-    for (const chat::ToolCallDelta& d : all.tool_calls) {
-        args += d.arguments;
-    }
+    const auto [name, args] = read_one_call(opening, text);
     const boost::json::object o = boost::json::parse(args).as_object();
     REQUIRE(o.size() == 1);
-    if (all.tool_calls[0].name == "f") {
+    if (name == "f") {
         CHECK(o.at("a").is_bool());
     } else {
-        CHECK(all.tool_calls[0].name == "g");
+        CHECK(name == "g");
         CHECK((o.at("b") == 1 || o.at("b") == 2));
     }
 }
