@@ -98,7 +98,8 @@ struct Sequence {
           prompt_logprobs(request.echo_prompt &&
                           (params.logprobs || params.top_logprobs > 0)) {
         decoder.keep_special(std::move(request.kept_special));
-        // params outlives json (declared before it).
+        // json views params' schema, heads and tail: params outlives it (declared before it),
+        // and a Sequence stays where it was built (not copied or moved; held by unique_ptr).
         if (params.json_schema) {
             json.emplace(*params.json_schema, params.json_tail);
         } else if (!params.json_heads.empty()) {
@@ -111,6 +112,8 @@ struct Sequence {
             }
         }
     }
+    Sequence(const Sequence&) = delete;
+    Sequence& operator=(const Sequence&) = delete;
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
     // Tokens not yet in the KV cache (1 while decoding).
