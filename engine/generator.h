@@ -85,6 +85,11 @@ struct SamplingParams {
     // texts, then a document under that head's schema, then json_tail (a call forced to one of
     // several tools, each head the call's start naming one).
     std::vector<sampling::JsonHead> json_heads;
+    // With json_heads: they hold the reply only from where it writes this text (a call's opening,
+    // which the model writes on its own: tool_choice "auto"), until the tail is written; then the
+    // reply goes on unconstrained, and the next opening holds it again. Empty: from the start,
+    // and the reply ends with the tail.
+    std::string json_trigger;
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.

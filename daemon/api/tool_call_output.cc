@@ -55,24 +55,30 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
         out->from_prefix_ = out->parser_->feed(prefix);
         request.generate.assistant_prefix = std::move(prefix);
         hold_to_strict_tools(*format, function, request);
+    } else if (request.generate.sampling.json_schema == nullptr) {
+        // "auto": calls the model opens on its own, unless response_format holds the reply
+        // (JSON content has no call).
+        hold_to_strict_tools(*format, std::nullopt, request);
     }
     return out;
 }
 
-void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format, std::string_view function,
+void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format,
+                                          std::optional<std::string_view> function,
                                           ParsedRequest& request) {
-    // The reply is a call, not content: response_format does not shape it.
     engine::SamplingParams& sampling = request.generate.sampling;
-    sampling.json_schema.reset();
+    if (function) {
+        sampling.json_schema.reset();  // A forced call is not content: response_format is out.
+    }
     const std::vector<engine::ToolSpec>& tools = request.generate.tools;
     std::optional<std::string> tail = chat::forced_call_tail(format);
     if (!tail) {
         return;  // The format's arguments are not JSON.
     }
-    if (!function.empty()) {
+    if (function && !function->empty()) {
         // Named: the arguments follow its parameters, when it is strict.
         const auto tool = std::find_if(tools.begin(), tools.end(), [&](const engine::ToolSpec& t) {
-            return t.name == function;
+            return t.name == *function;
         });
         if (tool != tools.end() && tool->strict_schema) {
             sampling.json_schema = tool->strict_schema;
@@ -80,9 +86,10 @@ void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format, std::stri
         }
         return;
     }
-    // "required": the model names one of the tools (a head each: the rest of the call's start
-    // with its name), then writes its arguments, under its parameters when it is strict. Held
-    // only when some tool is strict, since the reply is then one call.
+    // "required" and "auto": the model names one of the tools (a head each: the rest of the
+    // call's start with its name), then writes its arguments, under its parameters when it is
+    // strict. Held only when some tool is strict ("required": the reply is then one call).
+    // "auto": from each call's opening the model writes on its own (the trigger) to its end.
     if (std::none_of(tools.begin(), tools.end(),
                      [](const engine::ToolSpec& t) { return t.strict_schema != nullptr; })) {
         return;
@@ -94,6 +101,9 @@ void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format, std::stri
              t.strict_schema ? t.strict_schema : engine::sampling::JsonSchema::any_object()});
     }
     sampling.json_tail = std::move(*tail);
+    if (!function) {
+        sampling.json_trigger = opening;
+    }
 }
 
 chat::ParsedDelta ToolCallOutput::take_prefix() {

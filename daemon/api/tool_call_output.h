@@ -9,7 +9,7 @@
 // is not shaped by response_format. Where the format writes arguments as JSON, one forced to a
 // named strict tool has its arguments follow the tool's parameters, and "required" with a strict
 // tool among the tools has the model name one of them and follow that one's (if strict); such a
-// call is then the whole reply.
+// call is then the whole reply. Under "auto" each call the model opens is held the same way.
 //
 // Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
 // normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's
@@ -76,10 +76,12 @@ class ToolCallOutput {
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
 
-    // For a forced call (`function` empty: "required"): drops response_format's schema, and
-    // holds the arguments to strict tools' parameters (SamplingParams::json_schema or
-    // json_heads, and json_tail) where the format writes them as JSON.
-    static void hold_to_strict_tools(engine::chat::ToolCallFormat format, std::string_view function,
+    // Holds calls' arguments to strict tools' parameters (SamplingParams::json_schema or
+    // json_heads, json_tail, json_trigger) where the format writes them as JSON. `function`: a
+    // forced call's (empty: "required"; response_format's schema is then dropped), nullopt for
+    // "auto" (the calls the model opens).
+    static void hold_to_strict_tools(engine::chat::ToolCallFormat format,
+                                     std::optional<std::string_view> function,
                                      ParsedRequest& request);
     // What the forced prefix produced, once (the first feed() or finish() returns it).
     engine::chat::ParsedDelta take_prefix();

@@ -541,8 +541,18 @@ void Scheduler::sample_token(Emission* e) const {
                        markers = seq->json->outside_document()](TokenId id) mutable {
             return (markers || !tokenizer_->is_special(id)) && check(tokenizer_->token_bytes(id));
         };
+    } else if (!seq->params.json_trigger.empty()) {
+        // Free text until the trigger (a tool call's opening); a token that completes it and
+        // goes on must go on as one of the heads does.
+        json_filter = [&](TokenId id) {
+            const std::string_view bytes = tokenizer_->token_bytes(id);
+            const size_t at = seq->trigger_end(bytes);
+            return at == std::string::npos ||
+                   sampling::JsonPrefix(seq->params.json_heads, seq->params.json_tail)
+                       .accepts(bytes.substr(at));
+        };
     }
-    e->token = seq->sampler.sample(e->logits, seq->json ? &json_filter : nullptr);
+    e->token = seq->sampler.sample(e->logits, json_filter ? &json_filter : nullptr);
 }
 
 void Scheduler::emit_token(Emission& e) {
@@ -566,9 +576,7 @@ void Scheduler::emit_token(Emission& e) {
                               " at generated token " + std::to_string(seq->generated())));
         return;
     }
-    if (seq->json) {
-        seq->json->feed(tokenizer_->token_bytes(sampled.id));
-    }
+    seq->follow_json(tokenizer_->token_bytes(sampled.id));  // The filter let it through.
     seq->tokens.push_back(sampled.id);
     {
         const TimePoint now = clock_->now();
@@ -609,7 +617,8 @@ void Scheduler::emit_token(Emission& e) {
         } else if (std::find(stop_ids.begin(), stop_ids.end(), sampled.id) != stop_ids.end() ||
                    (seq->json && seq->json->complete())) {
             // A stop token id ends the reply with its text (none for a special token); so does
-            // the token that closes a JSON answer (response_format).
+            // the token that closes a JSON answer (response_format; a forced tool call, whose
+            // prefix stays; a triggered one's is dropped and the reply goes on).
             show(seq->decoder.flush());
             reason = FinishReason::kStop;
         } else if (seq->generated() >= seq->params.max_tokens) {

@@ -102,7 +102,7 @@ struct Sequence {
         // and a Sequence stays where it was built (not copied or moved; held by unique_ptr).
         if (params.json_schema) {
             json.emplace(*params.json_schema, params.json_tail);
-        } else if (!params.json_heads.empty()) {
+        } else if (!params.json_heads.empty() && params.json_trigger.empty()) {
             json.emplace(params.json_heads, params.json_tail);
         }
         if (echo_prompt) {
@@ -114,6 +114,40 @@ struct Sequence {
     }
     Sequence(const Sequence&) = delete;
     Sequence& operator=(const Sequence&) = delete;
+
+    // SamplingParams::json_trigger: where in `bytes`, the next token's, the trigger is complete
+    // (the offset after it), or npos when it is not.
+    size_t trigger_end(std::string_view bytes) const {
+        const std::string& trigger = params.json_trigger;
+        const std::string seen = trigger_seen + std::string(bytes);
+        const size_t at = seen.find(trigger);
+        return at == std::string::npos ? at : at + trigger.size() - trigger_seen.size();
+    }
+    // Follows the next token's bytes with the JSON prefix: false when it refuses them. With a
+    // trigger the prefix is started where the trigger completes and dropped once complete.
+    bool follow_json(std::string_view bytes) {
+        if (params.json_trigger.empty() || json) {
+            if (json && !json->feed(bytes)) {
+                return false;
+            }
+            if (json && json->complete() && !params.json_trigger.empty()) {
+                json.reset();
+                trigger_seen.clear();
+            }
+            return true;
+        }
+        const size_t at = trigger_end(bytes);
+        if (at == std::string::npos) {
+            trigger_seen += bytes;
+            const size_t keep = params.json_trigger.size() - 1;
+            if (trigger_seen.size() > keep) {
+                trigger_seen.erase(0, trigger_seen.size() - keep);
+            }
+            return true;
+        }
+        json.emplace(std::span<const sampling::JsonHead>(params.json_heads), params.json_tail);
+        return follow_json(bytes.substr(at));
+    }
 
     int32_t generated() const { return static_cast<int32_t>(tokens.size()) - prompt_len; }
     // Tokens not yet in the KV cache (1 while decoding).
@@ -147,6 +181,9 @@ struct Sequence {
     std::vector<TokenLogprob> prompt_lp;
     // SamplingParams::json_schema: the output so far, as the beginning of a valid document.
     std::optional<sampling::JsonPrefix> json;
+    // SamplingParams::json_trigger, while json is not started: the output's last bytes, fewer
+    // than the trigger's.
+    std::string trigger_seen;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.

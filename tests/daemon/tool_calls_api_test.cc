@@ -381,13 +381,29 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
         CHECK(reply->status == 200);
         ++index;
     }
-    // Without a forced call, response_format still shapes the content.
+    // "auto": the calls the model opens are held from their opening (the trigger) on...
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          body("qwen", strict_tools, R"("auto")", "")))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(index));
+    {
+        const engine::SamplingParams& sampling = f.generator.request(index).sampling;
+        CHECK(sampling.json_schema == nullptr);
+        REQUIRE(sampling.json_heads.size() == 1);
+        CHECK(sampling.json_heads[0].text == R"({"name": "get_weather", "arguments": )");
+        CHECK(sampling.json_tail == qwen_tail);
+        CHECK(sampling.json_trigger == "<tool_call>\n");
+    }
+    f.generator.finish(index++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    REQUIRE(c->read_response().ok());
+    // ...unless response_format shapes the content, which then has no call.
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
                                           body("qwen", strict_tools, R"("auto")", json_object)))
                 .ok());
     REQUIRE(f.generator.wait_for_request(index));
     CHECK(f.generator.request(index).sampling.json_schema != nullptr);
     CHECK(f.generator.request(index).sampling.json_tail.empty());
+    CHECK(f.generator.request(index).sampling.json_heads.empty());
     f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
     REQUIRE(c->read_response().ok());
 

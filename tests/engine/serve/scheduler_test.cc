@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/sampling/json_prefix.h"
+#include "engine/sched/sequence.h"
 #include "tests/engine/serve/collecting_sink.h"
 #include "tests/engine/serve/fake_causal_lm.h"
 #include "tests/engine/serve/micro_tokenizer.h"
@@ -386,6 +387,41 @@ TEST_CASE(
     for (const boost::json::value& e : o.at("n").as_array()) {
         CHECK((e == boost::json::value(7) || e == boost::json::value("x")));
     }
+}
+
+TEST_CASE(
+    "scheduler: a triggered JSON reply is held from the trigger to the tail, again and again") {
+    // As tool_choice "auto" with a strict tool: free text, then the trigger (a call's opening),
+    // a head, a document, the tail; then free text again. Tokens may span the trigger's end.
+    auto schema = sampling::JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],)"
+        R"("additionalProperties":false})"));
+    REQUIRE(schema.ok());
+    sched::SequenceRequest request;
+    request.prompt = {1, 2};
+    request.sampling.json_heads = {{"f:", *schema}, {"g:", *schema}};
+    request.sampling.json_tail = "]";
+    request.sampling.json_trigger = "<call>";
+    sched::Sequence seq(std::move(request), &micro_tokenizer());
+    CHECK_FALSE(seq.json);
+    CHECK(seq.trigger_end("Hi <ca") == std::string::npos);
+    CHECK(seq.follow_json("Hi <ca"));
+    CHECK_FALSE(seq.json);
+    CHECK(seq.trigger_end("ll>") == 3);    // Completed across tokens,
+    CHECK(seq.trigger_end("ll>f:") == 3);  // and followed by a head's bytes.
+    CHECK(seq.follow_json("ll>f:"));
+    REQUIRE(seq.json);
+    CHECK_FALSE(seq.json->accepts("{\"b\""));  // Held to the schema.
+    CHECK(seq.follow_json("{\"a\":1}"));
+    REQUIRE(seq.json);
+    CHECK(seq.follow_json("]"));  // The tail: the reply is free again.
+    CHECK_FALSE(seq.json);
+    CHECK(seq.follow_json(" and <call"));
+    CHECK_FALSE(seq.json);
+    CHECK(seq.follow_json(">g:{\"a\":2}]"));  // Trigger, head, document and tail in one.
+    CHECK_FALSE(seq.json);
+    CHECK(seq.trigger_end("<call>") == 6);
+    CHECK(seq.trigger_end("x<cal") == std::string::npos);
 }
 
 TEST_CASE("scheduler: requests cancelled while queued do not reopen admission after a KV "
