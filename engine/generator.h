@@ -48,7 +48,7 @@ struct ToolSpec {
     std::string description;
     std::string parameters_json;  // The JSON Schema object as text ("{}" when absent).
     // The tool is strict (OpenAI's `strict: true`): its parameters compiled, which the arguments
-    // of a call forced to it follow (SamplingParams::json_schema). Null otherwise.
+    // of its calls follow (SamplingParams::json_schema or json_heads). Null otherwise.
     std::shared_ptr<const sampling::JsonSchema> strict_schema = nullptr;
 };
 

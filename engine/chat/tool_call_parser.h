@@ -88,9 +88,9 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 // begins. `function` must be a valid tool name (the API checks it).
 std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
 
-// What closes a call forced to a named function (after forced_call_prefix) once its arguments
-// are written, when they are a JSON object (SamplingParams::json_tail: the reply then ends with
-// that one call); nullopt for formats whose arguments are not JSON (GLM-4.5's key/value pairs).
+// What closes a call once its arguments are written, when they are a JSON object
+// (SamplingParams::json_tail: a strict call is held to it); nullopt for formats whose arguments
+// are not JSON (GLM-4.5's key/value pairs).
 std::optional<std::string> forced_call_tail(ToolCallFormat format);
 
 }  // namespace edge::engine::chat

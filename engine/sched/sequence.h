@@ -119,6 +119,9 @@ struct Sequence {
     // (the offset after it), or npos when it is not.
     size_t trigger_end(std::string_view bytes) const {
         const std::string& trigger = params.json_trigger;
+        if (bytes.find(trigger.back()) == std::string_view::npos) {
+            return std::string::npos;  // Most tokens, without building the window below.
+        }
         const std::string seen = trigger_seen + std::string(bytes);
         const size_t at = seen.find(trigger);
         return at == std::string::npos ? at : at + trigger.size() - trigger_seen.size();
