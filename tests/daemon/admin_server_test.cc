@@ -145,9 +145,12 @@ TEST_CASE("admin: out of file descriptors, the accept loop backs off, then serve
         clock_gettime(io_clock, &ts);
         return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
     };
-    // Room for the client's socket only: the server's accept fails.
+    // The client's socket is made first; then every descriptor is taken, so the server's accept
+    // fails.
+    auto client_socket = testing::tcp_socket();
+    REQUIRE(client_socket.ok());
     testing::FdExhaustion exhausted;
-    auto waiting = testing::tcp_connect(f.server->port());
+    auto waiting = testing::tcp_connect_socket(*client_socket, f.server->port());
     const auto cpu_before = cpu_now();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const auto cpu_used = cpu_now() - cpu_before;

@@ -1,9 +1,10 @@
 #pragma once
 
 // FdExhaustion puts this process out of file descriptors for a test: it lowers RLIMIT_NOFILE to
-// at most 512 and takes every descriptor left but one (room for the test's own client socket, so
-// a server's next accept() fails). release() (or the destructor) gives them back and restores
-// the limit. Not thread-safe; one at a time per process.
+// at most 512 and takes every descriptor left, so a server's next accept() fails. A test that
+// needs a client socket makes it first (testing::tcp_socket) and connects it after: a descriptor
+// left free for it could be taken in between by any other thread of the process. release() (or the
+// destructor) gives them back and restores the limit. Not thread-safe; one at a time per process.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -26,16 +27,12 @@ public:
             held_.push_back(fd);
         }
         filled_ = !held_.empty();
-        if (filled_) {
-            ::close(held_.back());
-            held_.pop_back();
-        }
     }
     ~FdExhaustion() { release(); }
     FdExhaustion(const FdExhaustion&) = delete;
     FdExhaustion& operator=(const FdExhaustion&) = delete;
 
-    // True when the descriptors were taken (one left free).
+    // True when the descriptors were taken.
     bool filled() const { return filled_; }
 
     void release() {

@@ -25,7 +25,7 @@ bool retryable(int ssl_error) {
 
 }  // namespace
 
-Result<int> tcp_connect(uint16_t port, int timeout_ms, int receive_buffer_bytes) {
+Result<int> tcp_socket(int receive_buffer_bytes) {
     // Writes to a socket the server closed must fail, not kill the test.
     static const bool ignore_sigpipe = [] {
         signal(SIGPIPE, SIG_IGN);
@@ -34,13 +34,17 @@ Result<int> tcp_connect(uint16_t port, int timeout_ms, int receive_buffer_bytes)
     (void)ignore_sigpipe;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        return unavailable_error("socket failed");
+        return unavailable_error(std::string("socket: ") + std::strerror(errno));
     }
     if (receive_buffer_bytes > 0) {
         // Before connect: the window is small from the handshake on (set later, the kernel
         // shrinks a window it already advertised, which a long read may see as a reset).
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer_bytes, sizeof(receive_buffer_bytes));
     }
+    return fd;
+}
+
+Result<int> tcp_connect_socket(int fd, uint16_t port, int timeout_ms) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -56,6 +60,11 @@ Result<int> tcp_connect(uint16_t port, int timeout_ms, int receive_buffer_bytes)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
+}
+
+Result<int> tcp_connect(uint16_t port, int timeout_ms, int receive_buffer_bytes) {
+    EDGE_ASSIGN_OR_RETURN(int fd, tcp_socket(receive_buffer_bytes));
+    return tcp_connect_socket(fd, port, timeout_ms);
 }
 
 Result<std::unique_ptr<TlsClient>> TlsClient::connect(uint16_t port, TlsClientOptions options) {

@@ -37,6 +37,12 @@ struct HttpReply {
 // Connects a plain TCP socket to 127.0.0.1:port; the fd is the caller's.
 Result<int> tcp_connect(uint16_t port, int timeout_ms = 5000, int receive_buffer_bytes = 0);
 
+// The two halves of tcp_connect, for a test that must hold the socket before it connects (one
+// that takes every other descriptor in between): an unconnected TCP socket, and its connect.
+// tcp_connect_socket closes `fd` when the connect fails.
+Result<int> tcp_socket(int receive_buffer_bytes = 0);
+Result<int> tcp_connect_socket(int fd, uint16_t port, int timeout_ms = 5000);
+
 class TlsClient {
 public:
     static Result<std::unique_ptr<TlsClient>> connect(uint16_t port, TlsClientOptions options = {});

@@ -888,9 +888,12 @@ TEST_CASE("out of file descriptors, the accept loop backs off and logs once, the
             ++*failures_logged;
         }
     });
-    // Room for the client's socket only: the server's accept fails.
+    // The client's socket is made first; then every descriptor is taken, so the server's accept
+    // fails.
+    auto client_socket = testing::tcp_socket();
+    REQUIRE(client_socket.ok());
     testing::FdExhaustion exhausted;
-    auto waiting = testing::tcp_connect(f.server->port());
+    auto waiting = testing::tcp_connect_socket(*client_socket, f.server->port());
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const int logged = failures_logged->load();
     exhausted.release();
