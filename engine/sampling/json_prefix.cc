@@ -37,8 +37,21 @@ JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
         depth_ = other.depth_;
         spaces_ = other.spaces_;
         std::copy_n(other.frames_.begin(), depth_, frames_.begin());
+        others_ = other.others_;
     }
     return *this;
+}
+
+bool JsonPrefix::complete() const {
+    auto done = [](const JsonPrefix& r) { return r.closed() && r.tail_pos_ == r.tail_.size(); };
+    return done(*this) || std::any_of(others_.begin(), others_.end(), done);
+}
+
+bool JsonPrefix::same_reading(const JsonPrefix& other) const {
+    return schema_ == other.schema_ && head_ == other.head_ && head_pos_ == other.head_pos_ &&
+           tail_pos_ == other.tail_pos_ && started_ == other.started_ && depth_ == other.depth_ &&
+           spaces_ == other.spaces_ &&
+           std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin());
 }
 
 bool JsonPrefix::feed(std::string_view bytes) {
@@ -51,6 +64,37 @@ bool JsonPrefix::feed(std::string_view bytes) {
 }
 
 bool JsonPrefix::take(std::string_view bytes) {
+    // Every reading takes the bytes; those that do, and those forked on the way, are the
+    // readings after them.
+    std::vector<JsonPrefix> readings;
+    const std::vector<JsonPrefix> others = std::move(others_);
+    others_.clear();
+    const bool taken = read(bytes, &readings);
+    for (const JsonPrefix& other : others) {
+        JsonPrefix r = other;
+        if (r.read(bytes, &readings)) {
+            readings.push_back(r);
+        }
+    }
+    if (readings.empty()) {
+        return taken;
+    }
+    if (!taken) {
+        *this = readings.front();
+        readings.erase(readings.begin());
+    }
+    for (const JsonPrefix& r : readings) {
+        const bool seen =
+            same_reading(r) || std::any_of(others_.begin(), others_.end(),
+                                           [&](const JsonPrefix& o) { return o.same_reading(r); });
+        if (!seen && others_.size() + 1 < kMaxReadings) {
+            others_.push_back(r);
+        }
+    }
+    return true;
+}
+
+bool JsonPrefix::read(std::string_view bytes, std::vector<JsonPrefix>* forks) {
     size_t i = 0;
     while (i < bytes.size()) {
         if (depth_ > 0) {
@@ -76,7 +120,23 @@ bool JsonPrefix::take(std::string_view bytes) {
         if (!is_space(c)) {
             spaces_ = 0;
         }
-        if (!step(c)) {
+        const size_t before = forks->size();
+        forks_ = forks;
+        const bool taken = step(c);
+        forks_ = nullptr;
+        if (forks->size() > before) {
+            // Readings forked at `c` go on with the bytes after it.
+            const std::vector<JsonPrefix> born(forks->begin() + static_cast<ptrdiff_t>(before),
+                                               forks->end());
+            forks->resize(before);
+            for (const JsonPrefix& b : born) {
+                JsonPrefix r = b;
+                if (r.read(bytes.substr(i), forks)) {
+                    forks->push_back(r);
+                }
+            }
+        }
+        if (!taken) {
             return false;
         }
     }
@@ -139,10 +199,42 @@ bool JsonPrefix::push(int32_t node, State state, bool container) {
 }
 
 bool JsonPrefix::begin_value(int32_t node, unsigned char c) {
-    node = schema_->resolve(node, c);
-    if (node < 0) {
+    const JsonSchema::Node& n = schema_->node(node);
+    if (!n.first.test(c)) {
         return false;
     }
+    if (n.kind != Kind::kUnion) {
+        return begin_leaf(node, c);
+    }
+    auto opens = [&](int32_t alt) { return schema_->node(alt).first.test(c); };
+    if (std::count_if(n.alternatives.begin(), n.alternatives.end(), opens) == 1) {
+        return begin_leaf(*std::find_if(n.alternatives.begin(), n.alternatives.end(), opens), c);
+    }
+    const JsonPrefix before = *this;  // No others_ during read().
+    bool taken = false;
+    for (const int32_t alt : n.alternatives) {
+        if (!opens(alt)) {
+            continue;
+        }
+        if (!taken) {
+            taken = begin_leaf(alt, c);
+            if (!taken) {
+                *this = before;
+            }
+            continue;
+        }
+        if (forks_ == nullptr || forks_->size() + 1 >= kMaxReadings) {
+            break;
+        }
+        JsonPrefix fork = before;
+        if (fork.begin_leaf(alt, c)) {
+            forks_->push_back(fork);
+        }
+    }
+    return taken;
+}
+
+bool JsonPrefix::begin_leaf(int32_t node, unsigned char c) {
     switch (schema_->node(node).kind) {
         case Kind::kObject:
             if (!push(node, State::kFirst, true)) {
@@ -222,7 +314,7 @@ bool JsonPrefix::step(unsigned char c) {
                 taken = step_literal(f, c);
                 break;
             case Kind::kUnion:
-                return false;  // Never on the stack: begin_value resolves unions.
+                return false;  // Never on the stack: begin_value picks an alternative.
         }
         if (taken >= 0) {
             return taken == 1;

@@ -21,6 +21,14 @@
 // Instead of one schema it may be given heads (JsonHead): the text then starts with one of their
 // texts, exactly, and the document after it follows that head's schema.
 //
+// Where the alternatives of an anyOf may begin with the same byte (objects told apart by a
+// property, strings of different lengths, numbers of different ranges), each that takes the
+// value's first byte is a reading of its own: the prefix follows them side by side, drops those
+// the bytes rule out, and merges those that come to the same state (after the value ends, say).
+// The text is taken while one reading takes it, and complete when one is. Readings are usually
+// few and short-lived (a discriminating property decides at its value); past kMaxReadings the
+// later ones are dropped, which narrows what may be written but never leads to a dead end.
+//
 // Threading: a value type; copies are independent (accepts() tries bytes on a copy, which
 // copies only the frames in use). The schema, heads and tail must outlive the prefix and its
 // copies.
@@ -29,6 +37,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "engine/sampling/json_schema.h"
 
@@ -38,6 +47,7 @@ class JsonPrefix {
 public:
     static constexpr int kMaxDepth = 64;
     static constexpr int kMaxSpaces = 32;
+    static constexpr size_t kMaxReadings = 16;
 
     // Any JSON object (response_format json_object).
     JsonPrefix() : JsonPrefix(*JsonSchema::any_object()) {}
@@ -57,12 +67,13 @@ public:
         JsonPrefix copy = *this;
         return copy.take(bytes);
     }
-    // The document is closed (its top-level object): only the tail may follow.
+    // The document is closed (its top-level object): only the tail may follow. (Readings agree
+    // on where the document and its containers open and close: JSON's grammar is unambiguous.)
     bool closed() const { return started_ && depth_ == 0; }
     // Not inside the document: in the head, before the document, or in the tail.
     bool outside_document() const { return depth_ == 0; }
-    // The text is complete: the document closed and the tail written.
-    bool complete() const { return closed() && tail_pos_ == tail_.size(); }
+    // The text is complete: the document closed and the tail written, in some reading.
+    bool complete() const;
 
   private:
     enum class State : uint8_t {
@@ -112,10 +123,17 @@ public:
         int8_t hex_left;
         bool surrogate;  // kHex: the escape so far is a high surrogate's.
         bool want_low;   // The next escape must be a low surrogate's.
+
+        bool operator==(const Frame&) const = default;
     };
 
     // feed() in place: on false the prefix is left part-way (feed() works on a copy).
     bool take(std::string_view bytes);
+    // take() for this reading alone (others_ empty); the readings it forks on the way, each fed
+    // the rest of `bytes`, are added to `forks`.
+    bool read(std::string_view bytes, std::vector<JsonPrefix>* forks);
+    // The same state (the readings aside).
+    bool same_reading(const JsonPrefix& other) const;
     // A byte of the head, before the document.
     bool step_head(unsigned char c);
     bool step(unsigned char c);
@@ -130,8 +148,11 @@ public:
     // prefix, and whether the value so far is in range.
     bool number_reachable(const Frame& f) const;
     bool number_in_range(const Frame& f) const;
-    // Starts a value of `node` with its first byte `c`.
+    // Starts a value of `node` with its first byte `c`; for a union, this reading follows the
+    // first alternative that takes `c` and forks one for each other.
     bool begin_value(int32_t node, unsigned char c);
+    // Starts a value of non-union `node`.
+    bool begin_leaf(int32_t node, unsigned char c);
     bool push(int32_t node, State state, bool container);
     // Whitespace `c` outside tokens, within the schema's limit.
     bool space(unsigned char c);
@@ -149,6 +170,10 @@ public:
     int spaces_ = 0;  // Whitespace bytes in a row, outside strings.
     // Containers, plus the string, number or literal being written.
     std::array<Frame, kMaxDepth + 1> frames_;  // The first depth_ are in use.
+    // The other readings of the text, each without others of its own (usually none).
+    std::vector<JsonPrefix> others_;
+    // During read(): where begin_value puts the readings it forks.
+    std::vector<JsonPrefix>* forks_ = nullptr;
 };
 
 // Asks a JsonPrefix about one token after another, as a sampler's filter does (the prefix must

@@ -44,10 +44,12 @@ constexpr std::array<std::string_view, 21> kRefused = {
     "$recursiveRef",
 };
 
-// Keywords that say nothing about which documents are valid.
-constexpr std::array<std::string_view, 14> kAnnotations = {
-    "title",     "description", "default", "examples", "$comment",    "deprecated", "readOnly",
-    "writeOnly", "$schema",     "$id",     "$defs",    "definitions", "format",     "$anchor",
+// Keywords that say nothing about which documents are valid (OpenAPI's `discriminator`, which
+// Pydantic writes beside a oneOf, only names the property that tells its alternatives apart).
+constexpr std::array<std::string_view, 15> kAnnotations = {
+    "title",      "description", "default",   "examples", "$comment",
+    "deprecated", "readOnly",    "writeOnly", "$schema",  "$id",
+    "$defs",      "definitions", "format",    "$anchor",  "discriminator",
 };
 
 bool is_annotation(std::string_view key) {
@@ -146,13 +148,6 @@ bool has_type(const json::value& v, std::string_view type) {
             return type == "object";
     }
     return false;
-}
-
-std::string byte_name(int c) {
-    if (c >= 0x21 && c < 0x7f) {
-        return std::string("'") + static_cast<char>(c) + "'";
-    }
-    return "byte " + std::to_string(c);
 }
 
 }  // namespace
@@ -298,8 +293,8 @@ class SchemaCompiler {
         }
         for (std::string_view key : {"anyOf", "oneOf"}) {
             if (const json::value* any_of = o.if_contains(key)) {
-                // oneOf's alternatives are told apart by their first byte, so at most one of
-                // them ever matches: oneOf and anyOf are the same here.
+                // oneOf's alternatives are shown apart in finish(): then at most one of them
+                // matches any value, and oneOf is anyOf.
                 EDGE_RETURN_IF_ERROR(alone(o, where, key));
                 if (!any_of->is_array() || any_of->get_array().empty()) {
                     return fail(where, "'" + std::string(key) + "' must be a non-empty array");
@@ -314,6 +309,9 @@ class SchemaCompiler {
                     alternatives.push_back(alt);
                 }
                 const int32_t node = add(Kind::kUnion, where);
+                if (key == "oneOf") {
+                    one_of_.emplace_back(node, alternatives);
+                }
                 at(node).alternatives = std::move(alternatives);
                 return node;
             }
@@ -626,12 +624,104 @@ class SchemaCompiler {
                 EDGE_RETURN_IF_ERROR(flatten(static_cast<int32_t>(i), 0));
             }
         }
+        for (const auto& [node, alternatives] : one_of_) {
+            for (size_t a = 0; a < alternatives.size(); ++a) {
+                for (size_t b = a + 1; b < alternatives.size(); ++b) {
+                    if (!apart(alternatives[a], alternatives[b], 0)) {
+                        return fail(at(node).where,
+                                    "the alternatives at '#" + at(alternatives[a]).where +
+                                        "' and '#" + at(alternatives[b]).where +
+                                        "' of 'oneOf' may both match one value, which oneOf "
+                                        "refuses: tell them apart (by type; by a property both "
+                                        "list, one requires, and whose const or enum values "
+                                        "differ; by ranges) or use anyOf");
+                    }
+                }
+            }
+        }
         return ok_status();
     }
 
+    // The non-union nodes a node stands for (after flatten()).
+    std::vector<int32_t> leaves(int32_t node) {
+        return at(node).kind == Kind::kUnion ? at(node).alternatives : std::vector<int32_t>{node};
+    }
+
+    // Whether no value is valid under both `a` and `b` (unions, as flatten() left them). A
+    // sufficient test: false may only mean "not shown". Discriminators sit near the top of the
+    // alternatives, so the search into properties stops a few levels down.
+    bool apart(int32_t a, int32_t b, int depth) {
+        if (depth > 4 || a == b) {
+            return false;
+        }
+        for (const int32_t x : leaves(a)) {
+            for (const int32_t y : leaves(b)) {
+                if (!leaves_apart(x, y, depth)) {
+                    return false;
+                }
+            }
+        }
+        return true;
+    }
+
+    bool leaves_apart(int32_t a, int32_t b, int depth) {
+        const JsonSchema::Node& x = at(a);
+        const JsonSchema::Node& y = at(b);
+        if ((x.first & y.first).none()) {
+            return true;
+        }
+        auto counts_apart = [&] { return x.max < y.min || y.max < x.min; };
+        auto numbers_apart = [&] {
+            return x.hi < y.lo || y.hi < x.lo || (x.hi == y.lo && (x.hi_open || y.lo_open)) ||
+                   (y.hi == x.lo && (y.hi_open || x.lo_open));
+        };
+        const bool x_number = x.kind == Kind::kNumber || x.kind == Kind::kInteger;
+        const bool y_number = y.kind == Kind::kNumber || y.kind == Kind::kInteger;
+        if (x_number && y_number) {
+            return numbers_apart();
+        }
+        if (x.kind != y.kind) {
+            return false;
+        }
+        switch (x.kind) {
+            case Kind::kString:
+            case Kind::kArray:
+                return counts_apart();
+            case Kind::kLiterals:
+                // Canonical texts differ for different values, except objects with their keys
+                // in another order.
+                return std::none_of(x.literals.begin(), x.literals.end(),
+                                    [&](const auto& l) {
+                                        return l.find('{') != std::string::npos ||
+                                               std::find(y.literals.begin(), y.literals.end(), l) !=
+                                                   y.literals.end();
+                                    }) &&
+                       std::none_of(y.literals.begin(), y.literals.end(),
+                                    [](const auto& l) { return l.find('{') != std::string::npos; });
+            case Kind::kObject:
+                // A property one requires, whose values the other's same property cannot take.
+                return object_apart(x, y, depth) || object_apart(y, x, depth);
+            default:
+                return false;
+        }
+    }
+
+    bool object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth) {
+        for (const JsonSchema::Property& p : x.properties) {
+            if (!p.required) {
+                continue;
+            }
+            for (const JsonSchema::Property& q : y.properties) {
+                if (q.key == p.key && apart(p.node, q.node, depth + 1)) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
     // Replaces a union's alternatives by the non-union nodes it stands for (its inner unions
-    // first, each once), each new one's first bytes apart from the others', so there are at
-    // most 256 of them.
+    // first, each once).
     Status flatten(int32_t node, int depth) {
         if (flattened_[static_cast<size_t>(node)] == 2) {
             return ok_status();
@@ -647,38 +737,21 @@ class SchemaCompiler {
         flattened_[static_cast<size_t>(node)] = 1;
         std::vector<int32_t> leaves;
         std::bitset<256> first;
-        auto add = [&](int32_t leaf) -> Status {
-            if (std::find(leaves.begin(), leaves.end(), leaf) != leaves.end()) {
-                return ok_status();
+        auto add = [&](int32_t leaf) {
+            if (std::find(leaves.begin(), leaves.end(), leaf) == leaves.end()) {
+                first |= at(leaf).first;
+                leaves.push_back(leaf);
             }
-            const std::bitset<256> both = at(leaf).first & first;
-            if (both.any()) {
-                int c = 0;
-                while (!both.test(static_cast<size_t>(c))) {
-                    ++c;
-                }
-                const auto other = std::find_if(leaves.begin(), leaves.end(), [&](int32_t l) {
-                    return at(l).first.test(static_cast<size_t>(c));
-                });
-                return fail(at(node).where,
-                            "the alternatives at '#" + at(*other).where + "' and '#" +
-                                at(leaf).where + "' can both begin with " + byte_name(c) +
-                                "; alternatives must differ in type (in the first character of "
-                                "their values)");
-            }
-            first |= at(leaf).first;
-            leaves.push_back(leaf);
-            return ok_status();
         };
         for (size_t a = 0; a < at(node).alternatives.size(); ++a) {
             const int32_t alt = at(node).alternatives[a];
             if (at(alt).kind != Kind::kUnion) {
-                EDGE_RETURN_IF_ERROR(add(alt));
+                add(alt);
                 continue;
             }
             EDGE_RETURN_IF_ERROR(flatten(alt, depth + 1));
             for (const int32_t leaf : at(alt).alternatives) {
-                EDGE_RETURN_IF_ERROR(add(leaf));
+                add(leaf);
             }
         }
         at(node).alternatives = std::move(leaves);
@@ -692,6 +765,8 @@ class SchemaCompiler {
     std::map<std::string, int32_t> refs_;
     int32_t any_ = -1;
     std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
+    // Each oneOf's union node and its alternatives as written (finish() shows them apart).
+    std::vector<std::pair<int32_t, std::vector<int32_t>>> one_of_;
 };
 
 Result<std::shared_ptr<const JsonSchema>> JsonSchema::compile(const json::value& schema) {
@@ -706,22 +781,6 @@ const std::shared_ptr<const JsonSchema>& JsonSchema::any_object() {
         return std::shared_ptr<const JsonSchema>(std::move(s));
     }();
     return schema;
-}
-
-int32_t JsonSchema::resolve(int32_t node, unsigned char c) const {
-    const Node& n = this->node(node);
-    if (!n.first.test(c)) {
-        return -1;
-    }
-    if (n.kind != Kind::kUnion) {
-        return node;
-    }
-    for (const int32_t alt : n.alternatives) {
-        if (this->node(alt).first.test(c)) {
-            return alt;
-        }
-    }
-    return -1;
 }
 
 }  // namespace edge::engine::sampling

@@ -18,10 +18,12 @@
 // What is generated is a subset of what the schema accepts, chosen so that the walk never
 // reaches a dead end: no whitespace but a single space between tokens (compact()), an object's
 // properties come in the schema's order (optional ones may be
-// left out; other keys only when the schema lists no properties), keys and enum values in their
-// canonical JSON encoding (Boost.JSON's serialization), and the alternatives of anyOf must
-// differ in their first byte (in their types, say), so that the first byte of a value decides
-// which one it follows.
+// left out; other keys only when the schema lists no properties), and keys and enum values in
+// their canonical JSON encoding (Boost.JSON's serialization). The alternatives of anyOf may
+// begin alike (JsonPrefix follows each as a reading of its own); those of oneOf must be shown
+// apart when compiled, since a value valid under two would be invalid: by type, by ranges of
+// value, length or item count, by enum values, or as objects by a property one requires whose
+// values the other's same property cannot take (a discriminator, as Pydantic and Zod write).
 //
 // Threading: immutable after compile(); shared between sequences through the shared_ptr.
 
@@ -50,7 +52,7 @@ class JsonSchema {
         kNumber,
         kInteger,   // A number without fraction or exponent.
         kLiterals,  // One of a fixed list of JSON texts (enum, const, true/false, null).
-        kUnion,     // One of `alternatives`, told apart by the value's first byte.
+        kUnion,     // One of `alternatives`.
     };
     // Digits of a bounded number: its value, an integer over a power of ten, is then exact in a
     // double (so 0.3 is the same double as a bound of 0.3).
@@ -103,8 +105,6 @@ class JsonSchema {
     int32_t root() const { return root_; }
     // A string of any characters (keys of an object without listed properties).
     int32_t any_string() const { return any_string_; }
-    // The non-union node a value of `node` beginning with byte `c` follows, or -1.
-    int32_t resolve(int32_t node, unsigned char c) const;
 
   private:
     friend class SchemaCompiler;

@@ -268,11 +268,16 @@ await check('response_format json_schema: replies are valid under the schema (by
 });
 
 await check('chat.completions.parse with a Zod schema: message.parsed is the object', async () => {
+    // A discriminated union: its objects begin alike, and the "kind" tells them apart.
     const Fortune = z.object({
         fortune: z.string().max(40),
         lucky: z.array(z.number().int().min(1).max(9)).max(3),
         mood: z.enum(['good', 'bad']),
         note: z.string().max(10).nullable(),
+        omen: z.discriminatedUnion('kind', [
+            z.object({ kind: z.literal('crow'), count: z.number().int().min(1).max(3) }),
+            z.object({ kind: z.literal('comet'), color: z.enum(['red', 'blue']) }),
+        ]),
     });
     const r = await client.chat.completions.parse({
         model, messages: [{ role: 'user', content: 'Tell me a fortune' }],
