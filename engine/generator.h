@@ -48,7 +48,7 @@ struct ToolSpec {
     std::string description;
     std::string parameters_json;  // The JSON Schema object as text ("{}" when absent).
     // The tool is strict (OpenAI's `strict: true`): its parameters compiled, which the arguments
-    // of its calls follow (SamplingParams::json_schema or json_heads). Null otherwise.
+    // of its calls follow (SamplingParams::json). Null otherwise.
     std::shared_ptr<const sampling::JsonSchema> strict_schema = nullptr;
 };
 
@@ -73,23 +73,9 @@ struct SamplingParams {
     // vLLM's extension: generating one of these ids ends the reply (finish reason "stop"), its
     // text kept unless it is a special token; banned before min_tokens like end-of-sequence.
     std::vector<TokenId> stop_token_ids;
-    // OpenAI's response_format: json_object (JsonSchema::any_object()) or json_schema. Only
-    // tokens that keep the output the beginning of a document valid under the schema are chosen
-    // (no special tokens), and the reply ends when the document closes. Null: free text.
-    std::shared_ptr<const sampling::JsonSchema> json_schema;
-    // With json_schema: text the reply writes after the document, exactly, before it ends (the
-    // end of a forced tool call whose arguments the document is, e.g. "}\n</tool_call>"); the
-    // model's markers (special tokens) may spell it, and a head, as well as plain text.
-    std::string json_tail;
-    // Instead of json_schema (which is then null): the reply starts with one of these heads'
-    // texts, then a document under that head's schema, then json_tail (a call forced to one of
-    // several tools, each head the call's start naming one).
-    std::vector<sampling::JsonHead> json_heads;
-    // With json_heads: they hold the reply only from where it writes this text (a call's opening,
-    // which the model writes on its own: tool_choice "auto"), until the tail is written; then the
-    // reply goes on unconstrained, and the next opening holds it again. Empty: from the start,
-    // and the reply ends with the tail.
-    std::string json_trigger;
+    // What the reply is held to: response_format (json_object, json_schema) and strict tool
+    // calls (sampling/json_schema.h). Held, no special token is chosen inside the document.
+    sampling::JsonReply json;
     bool logprobs = false;           // Return the chosen token's log-probability.
     int32_t top_logprobs = 0;        // Also return this many alternatives per position (0..20).
     bool ignore_eos = false;         // Keep generating past end-of-sequence tokens.

@@ -1061,7 +1061,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 }
             }
         } else {
-            ok = parse_unsupported(v, key, value, chat, &s.json_schema);
+            ok = parse_unsupported(v, key, value, chat, &s.json.schema);
         }
         if (!ok) {
             return *v.error;

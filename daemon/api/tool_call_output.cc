@@ -55,7 +55,7 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
         out->from_prefix_ = out->parser_->feed(prefix);
         request.generate.assistant_prefix = std::move(prefix);
         hold_to_strict_tools(*format, function, request);
-    } else if (request.generate.sampling.json_schema == nullptr) {
+    } else if (request.generate.sampling.json.schema == nullptr) {
         // "auto": calls the model opens on its own, unless response_format holds the reply
         // (JSON content has no call).
         hold_to_strict_tools(*format, std::nullopt, request);
@@ -68,7 +68,7 @@ void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format,
                                           ParsedRequest& request) {
     engine::SamplingParams& sampling = request.generate.sampling;
     if (function) {
-        sampling.json_schema.reset();  // A forced call is not content: response_format is out.
+        sampling.json.schema.reset();  // A forced call is not content: response_format is out.
     }
     const std::vector<engine::ToolSpec>& tools = request.generate.tools;
     std::optional<std::string> tail = chat::forced_call_tail(format);
@@ -81,8 +81,8 @@ void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format,
             return t.name == *function;
         });
         if (tool != tools.end() && tool->strict_schema) {
-            sampling.json_schema = tool->strict_schema;
-            sampling.json_tail = std::move(*tail);
+            sampling.json.schema = tool->strict_schema;
+            sampling.json.tail = std::move(*tail);
         }
         return;
     }
@@ -96,13 +96,13 @@ void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format,
     }
     const std::string opening = chat::forced_call_prefix(format, "");
     for (const engine::ToolSpec& t : tools) {
-        sampling.json_heads.push_back(
+        sampling.json.heads.push_back(
             {chat::forced_call_prefix(format, t.name).substr(opening.size()),
              t.strict_schema ? t.strict_schema : engine::sampling::JsonSchema::any_object()});
     }
-    sampling.json_tail = std::move(*tail);
+    sampling.json.tail = std::move(*tail);
     if (!function) {
-        sampling.json_trigger = opening;
+        sampling.json.trigger = opening;
     }
 }
 

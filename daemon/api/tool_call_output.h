@@ -76,8 +76,8 @@ class ToolCallOutput {
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
 
-    // Holds calls' arguments to strict tools' parameters (SamplingParams::json_schema or
-    // json_heads, json_tail, json_trigger) where the format writes them as JSON. `function`: a
+    // Holds calls' arguments to strict tools' parameters (SamplingParams::json: its schema or
+    // heads, tail and trigger) where the format writes them as JSON. `function`: a
     // forced call's (empty: "required"; response_format's schema is then dropped), nullopt for
     // "auto" (the calls the model opens).
     static void hold_to_strict_tools(engine::chat::ToolCallFormat format,

@@ -89,7 +89,7 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
 
 // What closes a call once its arguments are written, when they are a JSON object
-// (SamplingParams::json_tail: a strict call is held to it); nullopt for formats whose arguments
+// (JsonReply::tail: a strict call is held to it); nullopt for formats whose arguments
 // are not JSON (GLM-4.5's key/value pairs).
 std::optional<std::string> forced_call_tail(ToolCallFormat format);
 

@@ -115,11 +115,38 @@ class JsonSchema {
 };
 
 // One of several ways a constrained reply may begin: text written exactly, then a document under
-// `schema` (SamplingParams::json_heads: a call forced to one of several tools, each head naming
-// a tool). A head's text is not empty, and no head's is a prefix of another's.
+// `schema` (JsonReply::heads: a call forced to one of several tools, each head naming a tool). A
+// head's text is not empty, and no head's is a prefix of another's.
 struct JsonHead {
     std::string text;
     std::shared_ptr<const JsonSchema> schema;
+};
+
+// What a reply is held to (SamplingParams::json): only tokens that keep the output the beginning
+// of a valid text are chosen. Nothing set: free text.
+struct JsonReply {
+    // A document valid under it (response_format: JsonSchema::any_object() for json_object, or
+    // json_schema's; a call forced to one strict tool: its parameters). The reply ends when the
+    // document closes (and the tail is written).
+    std::shared_ptr<const JsonSchema> schema;
+    // Instead of a schema: the reply starts with one of these heads' texts, then a document under
+    // that head's schema (a call forced to one of several tools, each head the call's start
+    // naming one).
+    std::vector<JsonHead> heads;
+    // Text the reply writes after the document, exactly, before it ends (the end of a forced tool
+    // call whose arguments the document is, e.g. "}\n</tool_call>"). The model's markers (special
+    // tokens) may spell it, and a head, as well as plain text; never the document.
+    std::string tail;
+    // With heads: they hold the reply only from where it writes this text (a call's opening,
+    // which the model writes on its own: tool_choice "auto"), until the tail is written; then the
+    // reply goes on unconstrained, and the next opening holds it again. Empty: from the start,
+    // and the reply ends with the tail.
+    std::string trigger;
+
+    // Whether the reply is held at all.
+    bool held() const { return schema != nullptr || !heads.empty(); }
+    // Whether it is held from its first token (rather than from the trigger).
+    bool from_start() const { return schema != nullptr || (!heads.empty() && trigger.empty()); }
 };
 
 }  // namespace edge::engine::sampling

@@ -373,7 +373,7 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
         seq.kept_special.push_back(rt.think_open);
         seq.kept_special.push_back(rt.think_close);
         if (opens_thought(rt, seq.prompt)) {
-            if (seq.sampling.json_schema) {
+            if (seq.sampling.json.schema) {
                 // The thought is not JSON, and a JSON answer cannot think first.
                 return invalid_argument_error(
                     "response_format: a JSON reply (json_object, json_schema) cannot follow a "

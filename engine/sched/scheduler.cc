@@ -541,15 +541,14 @@ void Scheduler::sample_token(Emission* e) const {
                        markers = seq->json->outside_document()](TokenId id) mutable {
             return (markers || !tokenizer_->is_special(id)) && check(tokenizer_->token_bytes(id));
         };
-    } else if (!seq->params.json_trigger.empty()) {
+    } else if (!seq->params.json.trigger.empty()) {
         // Free text until the trigger (a tool call's opening); a token that completes it and
         // goes on must go on as one of the heads does.
         json_filter = [&](TokenId id) {
             const std::string_view bytes = tokenizer_->token_bytes(id);
             const size_t at = seq->trigger_end(bytes);
             return at == std::string::npos ||
-                   sampling::JsonPrefix(seq->params.json_heads, seq->params.json_tail)
-                       .accepts(bytes.substr(at));
+                   sampling::JsonPrefix(seq->params.json).accepts(bytes.substr(at));
         };
     }
     e->token = seq->sampler.sample(e->logits, json_filter ? &json_filter : nullptr);

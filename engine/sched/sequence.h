@@ -100,10 +100,8 @@ struct Sequence {
         decoder.keep_special(std::move(request.kept_special));
         // json views params' schema, heads and tail: params outlives it (declared before it),
         // and a Sequence stays where it was built (not copied or moved; held by unique_ptr).
-        if (params.json_schema) {
-            json.emplace(*params.json_schema, params.json_tail);
-        } else if (!params.json_heads.empty() && params.json_trigger.empty()) {
-            json.emplace(params.json_heads, params.json_tail);
+        if (params.json.from_start()) {
+            json.emplace(params.json);
         }
         if (echo_prompt) {
             prompt_lp.resize(static_cast<size_t>(prompt_len));
@@ -115,10 +113,10 @@ struct Sequence {
     Sequence(const Sequence&) = delete;
     Sequence& operator=(const Sequence&) = delete;
 
-    // SamplingParams::json_trigger: where in `bytes`, the next token's, the trigger is complete
+    // JsonReply::trigger: where in `bytes`, the next token's, the trigger is complete
     // (the offset after it), or npos when it is not.
     size_t trigger_end(std::string_view bytes) const {
-        const std::string& trigger = params.json_trigger;
+        const std::string& trigger = params.json.trigger;
         if (bytes.find(trigger.back()) == std::string_view::npos) {
             return std::string::npos;  // Most tokens, without building the window below.
         }
@@ -129,11 +127,11 @@ struct Sequence {
     // Follows the next token's bytes with the JSON prefix: false when it refuses them. With a
     // trigger the prefix is started where the trigger completes and dropped once complete.
     bool follow_json(std::string_view bytes) {
-        if (params.json_trigger.empty() || json) {
+        if (params.json.trigger.empty() || json) {
             if (json && !json->feed(bytes)) {
                 return false;
             }
-            if (json && json->complete() && !params.json_trigger.empty()) {
+            if (json && json->complete() && !params.json.trigger.empty()) {
                 json.reset();
                 trigger_seen.clear();
             }
@@ -142,13 +140,13 @@ struct Sequence {
         const size_t at = trigger_end(bytes);
         if (at == std::string::npos) {
             trigger_seen += bytes;
-            const size_t keep = params.json_trigger.size() - 1;
+            const size_t keep = params.json.trigger.size() - 1;
             if (trigger_seen.size() > keep) {
                 trigger_seen.erase(0, trigger_seen.size() - keep);
             }
             return true;
         }
-        json.emplace(std::span<const sampling::JsonHead>(params.json_heads), params.json_tail);
+        json.emplace(params.json);
         return follow_json(bytes.substr(at));
     }
 
@@ -182,10 +180,11 @@ struct Sequence {
     const bool prompt_logprobs = false;
     bool prompt_sent = false;
     std::vector<TokenLogprob> prompt_lp;
-    // SamplingParams::json_schema: the output so far, as the beginning of a valid document.
+    // SamplingParams::json, while it holds the reply: the output so far, as the beginning of a
+    // valid text.
     std::optional<sampling::JsonPrefix> json;
-    // SamplingParams::json_trigger, while json is not started: the output's last bytes, fewer
-    // than the trigger's.
+    // JsonReply::trigger, while json is not started: the output's last bytes, fewer than the
+    // trigger's.
     std::string trigger_seen;
 
     int32_t slot = -1;         // Model slot while admitted, else -1.

@@ -289,16 +289,16 @@ TEST_CASE(
     "refused") {
     const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
     CHECK_FALSE(parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text"}})")
-                    .generate.sampling.json_schema);
+                    .generate.sampling.json.schema);
     ApiError extra =
         error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"text","x":1}})");
     CHECK(extra.param == "response_format");
     CHECK(extra.message.find("response_format.x") != std::string::npos);
     CHECK(parse(Endpoint::kChatCompletions, head + R"("response_format":{"type":"json_object"}})")
-              .generate.sampling.json_schema == engine::sampling::JsonSchema::any_object());
+              .generate.sampling.json.schema == engine::sampling::JsonSchema::any_object());
     CHECK(parse(Endpoint::kCompletions,
                 R"({"model":"m","prompt":"x","response_format":{"type":"json_object"}})")
-              .generate.sampling.json_schema == engine::sampling::JsonSchema::any_object());
+              .generate.sampling.json.schema == engine::sampling::JsonSchema::any_object());
     ApiError other =
         error_of(Endpoint::kChatCompletions, head + R"("response_format":{"type":"xml"}})");
     CHECK(other.param == "response_format");
@@ -312,8 +312,8 @@ TEST_CASE(
                                   R"("response_format":{"type":"json_schema","json_schema":)"
                                   R"({"name":"thing","strict":true,"schema":)" +
                                   schema + "}}}");
-    REQUIRE(parsed.generate.sampling.json_schema);
-    CHECK(parsed.generate.sampling.json_schema != engine::sampling::JsonSchema::any_object());
+    REQUIRE(parsed.generate.sampling.json.schema);
+    CHECK(parsed.generate.sampling.json.schema != engine::sampling::JsonSchema::any_object());
     // What is wrong with it, said: missing parts, a bad name, an unsupported keyword with its
     // place in the schema, an unknown field.
     const std::vector<std::pair<std::string, std::string>> bad = {

@@ -302,7 +302,7 @@ TEST_CASE("tools: tool_choice required and named force the call's start in every
 
 TEST_CASE("tools: a call forced to a strict tool has the engine follow its parameters") {
     // The engine receives the tool's compiled parameters and the format's end of a call
-    // (SamplingParams::json_schema, json_tail) when tool_choice names a strict tool in a format
+    // (SamplingParams::json: schema and tail) when tool_choice names a strict tool in a format
     // with JSON arguments, and for "required" a head per tool (json_heads); response_format
     // never shapes a forced call; a strict tool whose parameters cannot be followed is refused
     // up front.
@@ -352,28 +352,28 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
         REQUIRE(f.generator.wait_for_request(index));
         const engine::SamplingParams& sampling = f.generator.request(index).sampling;
         if (k.head != nullptr) {
-            CHECK(sampling.json_schema == nullptr);
-            REQUIRE(sampling.json_heads.size() == 1);
-            CHECK(sampling.json_heads[0].text == k.head);
-            CHECK(sampling.json_tail == k.tail);
-            engine::sampling::JsonPrefix call(sampling.json_heads, sampling.json_tail);
+            CHECK(sampling.json.schema == nullptr);
+            REQUIRE(sampling.json.heads.size() == 1);
+            CHECK(sampling.json.heads[0].text == k.head);
+            CHECK(sampling.json.tail == k.tail);
+            engine::sampling::JsonPrefix call(sampling.json.heads, sampling.json.tail);
             CHECK_FALSE(call.accepts(R"({"city")"));  // The head first,
             CHECK(call.feed(k.head));
             CHECK_FALSE(call.accepts(R"({"days")"));  // then the strict parameters.
-            CHECK(call.feed(R"({"city": "Oslo", "days": 2})" + sampling.json_tail));
+            CHECK(call.feed(R"({"city": "Oslo", "days": 2})" + sampling.json.tail));
             CHECK(call.complete());
         } else if (k.tail != nullptr) {
-            REQUIRE(sampling.json_schema != nullptr);
-            CHECK(sampling.json_tail == k.tail);
-            engine::sampling::JsonPrefix args(*sampling.json_schema, sampling.json_tail);
+            REQUIRE(sampling.json.schema != nullptr);
+            CHECK(sampling.json.tail == k.tail);
+            engine::sampling::JsonPrefix args(*sampling.json.schema, sampling.json.tail);
             CHECK(args.feed(R"({"city": "Oslo", "days": 2})"));
             CHECK_FALSE(args.complete());
-            CHECK(args.feed(sampling.json_tail));
+            CHECK(args.feed(sampling.json.tail));
             CHECK(args.complete());
-            CHECK_FALSE(engine::sampling::JsonPrefix(*sampling.json_schema).feed(R"({"days")"));
+            CHECK_FALSE(engine::sampling::JsonPrefix(*sampling.json.schema).feed(R"({"days")"));
         } else {
-            CHECK(sampling.json_schema == nullptr);
-            CHECK(sampling.json_heads.empty());
+            CHECK(sampling.json.schema == nullptr);
+            CHECK(sampling.json.heads.empty());
         }
         f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
         auto reply = c->read_response();
@@ -388,11 +388,11 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
     REQUIRE(f.generator.wait_for_request(index));
     {
         const engine::SamplingParams& sampling = f.generator.request(index).sampling;
-        CHECK(sampling.json_schema == nullptr);
-        REQUIRE(sampling.json_heads.size() == 1);
-        CHECK(sampling.json_heads[0].text == R"({"name": "get_weather", "arguments": )");
-        CHECK(sampling.json_tail == qwen_tail);
-        CHECK(sampling.json_trigger == "<tool_call>\n");
+        CHECK(sampling.json.schema == nullptr);
+        REQUIRE(sampling.json.heads.size() == 1);
+        CHECK(sampling.json.heads[0].text == R"({"name": "get_weather", "arguments": )");
+        CHECK(sampling.json.tail == qwen_tail);
+        CHECK(sampling.json.trigger == "<tool_call>\n");
     }
     f.generator.finish(index++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
     REQUIRE(c->read_response().ok());
@@ -401,9 +401,9 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
                                           body("qwen", strict_tools, R"("auto")", json_object)))
                 .ok());
     REQUIRE(f.generator.wait_for_request(index));
-    CHECK(f.generator.request(index).sampling.json_schema != nullptr);
-    CHECK(f.generator.request(index).sampling.json_tail.empty());
-    CHECK(f.generator.request(index).sampling.json_heads.empty());
+    CHECK(f.generator.request(index).sampling.json.schema != nullptr);
+    CHECK(f.generator.request(index).sampling.json.tail.empty());
+    CHECK(f.generator.request(index).sampling.json.heads.empty());
     f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
     REQUIRE(c->read_response().ok());
 

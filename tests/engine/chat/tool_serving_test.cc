@@ -197,10 +197,10 @@ TEST_CASE("tool serving: a call forced to a strict tool follows its parameters, 
     forced.tools = kTools;
     forced.tools[0].strict_schema = *schema;
     forced.assistant_prefix = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f");
-    forced.sampling.json_schema = *schema;
+    forced.sampling.json.schema = *schema;
     const std::optional<std::string> tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
     REQUIRE(tail);
-    forced.sampling.json_tail = *tail;
+    forced.sampling.json.tail = *tail;
     // The markers made the likeliest tokens: refused inside the document, chosen for the tail.
     const TokenId call_end = id_of(*s.tok, "<|tool_call_end|>");
     const TokenId section_end = id_of(*s.tok, "<|tool_calls_section_end|>");
@@ -248,11 +248,11 @@ TEST_CASE("tool serving: required with strict tools: the model names one and fol
     const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
     forced.assistant_prefix = opening;
     for (const ToolSpec& t : forced.tools) {
-        forced.sampling.json_heads.push_back(
+        forced.sampling.json.heads.push_back(
             {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, t.name).substr(opening.size()),
              t.strict_schema});
     }
-    forced.sampling.json_tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+    forced.sampling.json.tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
     const TokenId arg_begin = id_of(*s.tok, "<|tool_call_argument_begin|>");
     // The markers chosen where the head and tail allow them.
     forced.sampling.logit_bias = {{arg_begin, 100.0f},
@@ -287,11 +287,11 @@ TEST_CASE("tool serving: auto with a strict tool: calls the model opens follow i
     request.tools = kTools;
     request.tools[0].strict_schema = *schema;
     const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
-    request.sampling.json_heads.push_back(
+    request.sampling.json.heads.push_back(
         {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f").substr(opening.size()),
          *schema});
-    request.sampling.json_tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
-    request.sampling.json_trigger = opening;
+    request.sampling.json.tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+    request.sampling.json.trigger = opening;
     const int32_t max_tokens = 2 * static_cast<int32_t>(s.script.size()) + 8;
     auto sink = s.run_to_finish(request, max_tokens);
     const std::optional<Finish> finish = sink->wait();

@@ -236,7 +236,7 @@ TEST_CASE("local generator: a thinking model's markers reach the text, and an op
     CHECK(opened->thought_opened());
     // A json_object answer cannot start inside a thought: refused before anything runs.
     GenerateRequest json_chat = chat;
-    json_chat.sampling.json_schema = sampling::JsonSchema::any_object();
+    json_chat.sampling.json.schema = sampling::JsonSchema::any_object();
     auto json_sink = std::make_shared<CollectingSink>();
     auto refused = (*gen)->submit(json_chat, json_sink);
     REQUIRE_FALSE(refused.ok());

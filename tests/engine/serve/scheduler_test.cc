@@ -324,7 +324,7 @@ TEST_CASE("scheduler: a json_object reply ends when the object closes, and is va
     };
     Harness h(opts);
     SamplingParams json = Harness::greedy();
-    json.json_schema = sampling::JsonSchema::any_object();
+    json.json.schema = sampling::JsonSchema::any_object();
     auto closed = h.submit({1, 2}, 40, json);
     // A model that wants what JSON does not allow ('x' and the end of sequence at once): the
     // filter picks the likeliest allowed token each time, never a special one.
@@ -371,7 +371,7 @@ TEST_CASE(
     };
     Harness h(stubborn);
     SamplingParams params = Harness::greedy();
-    params.json_schema = *schema;
+    params.json.schema = *schema;
     auto sink = h.submit({1, 2}, 400, params);
     h.drain();
     auto finish = sink->wait();
@@ -399,9 +399,9 @@ TEST_CASE(
     REQUIRE(schema.ok());
     sched::SequenceRequest request;
     request.prompt = {1, 2};
-    request.sampling.json_heads = {{"f:", *schema}, {"g:", *schema}};
-    request.sampling.json_tail = "]";
-    request.sampling.json_trigger = "<call>";
+    request.sampling.json.heads = {{"f:", *schema}, {"g:", *schema}};
+    request.sampling.json.tail = "]";
+    request.sampling.json.trigger = "<call>";
     sched::Sequence seq(std::move(request), &micro_tokenizer());
     CHECK_FALSE(seq.json);
     CHECK(seq.trigger_end("Hi <ca") == std::string::npos);
