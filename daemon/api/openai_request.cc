@@ -969,6 +969,12 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             ok = parse_tools(v, value, req.tools);
         } else if (chat && key == "tool_choice") {
             ok = parse_tool_choice(v, value, out, tool_choice_given);
+        } else if (chat && key == "parallel_tool_calls") {
+            if (!value.is_null()) {
+                auto b = v.boolean(value, key);
+                ok = b.has_value();
+                out.parallel_tool_calls = b.value_or(true);
+            }
         } else if (key == "stop") {
             ok = parse_stop(v, value, s.stop);
         } else if (key == "logprobs") {

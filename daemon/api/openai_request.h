@@ -54,6 +54,9 @@ struct ParsedRequest {
     // How the tools in generate.tools may be used; kNone leaves generate.tools empty.
     ToolChoice tool_choice = ToolChoice::kNone;
     std::string tool_choice_function;  // kFunction: the function to call (one of the tools).
+    // OpenAI's parallel_tool_calls: false, the reply holds one call at most (where the format
+    // writes calls as JSON; docs/tool_calls.md).
+    bool parallel_tool_calls = true;
 };
 
 std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,

@@ -8,6 +8,14 @@ namespace {
 namespace json = boost::json;
 namespace chat = engine::chat;
 
+// A held call to a tool that is not strict: any object as its arguments, written as under a
+// schema (one space at most between tokens), so the call does not run on in whitespace.
+const std::shared_ptr<const engine::sampling::JsonSchema>& any_arguments() {
+    static const std::shared_ptr<const engine::sampling::JsonSchema> schema =
+        *engine::sampling::JsonSchema::compile(json::parse(R"({"type": "object"})"));
+    return schema;
+}
+
 // Appends `next` to `into`, merging a call's consecutive argument deltas.
 void merge(chat::ParsedDelta& into, chat::ParsedDelta next) {
     into.content += next.content;
@@ -54,18 +62,17 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
         std::string prefix = chat::forced_call_prefix(*format, function);
         out->from_prefix_ = out->parser_->feed(prefix);
         request.generate.assistant_prefix = std::move(prefix);
-        hold_to_strict_tools(*format, function, request);
+        hold_calls(*format, function, request);
     } else if (request.generate.sampling.json.schema == nullptr) {
         // "auto": calls the model opens on its own, unless response_format holds the reply
         // (JSON content has no call).
-        hold_to_strict_tools(*format, std::nullopt, request);
+        hold_calls(*format, std::nullopt, request);
     }
     return out;
 }
 
-void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format,
-                                          std::optional<std::string_view> function,
-                                          ParsedRequest& request) {
+void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
+                                std::optional<std::string_view> function, ParsedRequest& request) {
     engine::SamplingParams& sampling = request.generate.sampling;
     if (function) {
         sampling.json.schema.reset();  // A forced call is not content: response_format is out.
@@ -88,22 +95,26 @@ void ToolCallOutput::hold_to_strict_tools(chat::ToolCallFormat format,
     }
     // "required" and "auto": the model names one of the tools (a head each: the rest of the
     // call's start with its name), then writes its arguments, under its parameters when it is
-    // strict. Held only when some tool is strict ("required": the reply is then one call).
-    // "auto": from each call's opening the model writes on its own (the trigger) to its end.
-    if (std::none_of(tools.begin(), tools.end(),
-                     [](const engine::ToolSpec& t) { return t.strict_schema != nullptr; })) {
+    // strict, then the call's end. Held when some tool is strict, or when the reply may hold one
+    // call only (parallel_tool_calls false: it then ends with the call's end). "auto": from each
+    // call's opening the model writes on its own (the trigger). "required": from the start (the
+    // first opening is forced); with parallel calls the model may then open more.
+    const bool strict = std::any_of(tools.begin(), tools.end(), [](const engine::ToolSpec& t) {
+        return t.strict_schema != nullptr;
+    });
+    if (!strict && request.parallel_tool_calls) {
         return;
     }
     const std::string opening = chat::forced_call_prefix(format, "");
     for (const engine::ToolSpec& t : tools) {
         sampling.json.heads.push_back(
             {chat::forced_call_prefix(format, t.name).substr(opening.size()),
-             t.strict_schema ? t.strict_schema : engine::sampling::JsonSchema::any_object()});
+             t.strict_schema ? t.strict_schema : any_arguments()});
     }
     sampling.json.tail = std::move(*tail);
-    if (!function) {
-        sampling.json.trigger = opening;
-    }
+    sampling.json.trigger = opening;
+    sampling.json.held_at_start = function.has_value();
+    sampling.json.again = request.parallel_tool_calls;
 }
 
 chat::ParsedDelta ToolCallOutput::take_prefix() {

@@ -76,13 +76,12 @@ class ToolCallOutput {
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
 
-    // Holds calls' arguments to strict tools' parameters (SamplingParams::json: its schema or
-    // heads, tail and trigger) where the format writes them as JSON. `function`: a
-    // forced call's (empty: "required"; response_format's schema is then dropped), nullopt for
-    // "auto" (the calls the model opens).
-    static void hold_to_strict_tools(engine::chat::ToolCallFormat format,
-                                     std::optional<std::string_view> function,
-                                     ParsedRequest& request);
+    // Holds calls (SamplingParams::json: its schema or heads, tail and trigger) where the format
+    // writes them as JSON: their arguments to strict tools' parameters, and the reply to one call
+    // without parallel_tool_calls. `function`: a forced call's (empty: "required";
+    // response_format's schema is then dropped), nullopt for "auto" (the calls the model opens).
+    static void hold_calls(engine::chat::ToolCallFormat format,
+                           std::optional<std::string_view> function, ParsedRequest& request);
     // What the forced prefix produced, once (the first feed() or finish() returns it).
     engine::chat::ParsedDelta take_prefix();
     // Drops from `out` the calls started and given up within it (never shown), and records the

@@ -137,16 +137,23 @@ struct JsonReply {
     // call whose arguments the document is, e.g. "}\n</tool_call>"). The model's markers (special
     // tokens) may spell it, and a head, as well as plain text; never the document.
     std::string tail;
-    // With heads: they hold the reply only from where it writes this text (a call's opening,
-    // which the model writes on its own: tool_choice "auto"), until the tail is written; then the
-    // reply goes on unconstrained, and the next opening holds it again. Empty: from the start,
-    // and the reply ends with the tail.
+    // With heads: they hold the reply from where it writes this text (a call's opening, which
+    // the model writes on its own: tool_choice "auto") until the tail is written. Empty: from the
+    // start.
     std::string trigger;
+    // With a trigger: the reply starts held all the same (its first call's opening is forced:
+    // tool_choice "required").
+    bool held_at_start = false;
+    // With a trigger: after the tail the reply goes on unconstrained, and the next trigger holds
+    // it again (parallel_tool_calls). Otherwise the reply ends with the tail.
+    bool again = false;
 
     // Whether the reply is held at all.
     bool held() const { return schema != nullptr || !heads.empty(); }
-    // Whether it is held from its first token (rather than from the trigger).
-    bool from_start() const { return schema != nullptr || (!heads.empty() && trigger.empty()); }
+    // Whether it is held from its first token.
+    bool from_start() const {
+        return schema != nullptr || (!heads.empty() && (trigger.empty() || held_at_start));
+    }
 };
 
 }  // namespace edge::engine::sampling

@@ -125,13 +125,14 @@ struct Sequence {
         return at == std::string::npos ? at : at + trigger.size() - trigger_seen.size();
     }
     // Follows the next token's bytes with the JSON prefix: false when it refuses them. With a
-    // trigger the prefix is started where the trigger completes and dropped once complete.
+    // trigger the prefix is started where the trigger completes (or at once, held_at_start), and
+    // dropped once complete when the reply goes on (again).
     bool follow_json(std::string_view bytes) {
         if (params.json.trigger.empty() || json) {
             if (json && !json->feed(bytes)) {
                 return false;
             }
-            if (json && json->complete() && !params.json.trigger.empty()) {
+            if (json && json->complete() && params.json.again) {
                 json.reset();
                 trigger_seen.clear();
             }

@@ -60,6 +60,7 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
     CHECK(g.sampling.stop == std::vector<std::string>{"\n\n"});
     CHECK(g.sampling.logprobs);
     CHECK(g.sampling.top_logprobs == 3);
+    CHECK_FALSE(p.parallel_tool_calls);
 }
 
 TEST_CASE("a top_p too small for a float keeps the most likely token instead of failing") {
@@ -92,6 +93,10 @@ TEST_CASE("modalities text, prompt_cache_key and safety_identifier are accepted,
           "modalities");
     CHECK(error_of(Endpoint::kChatCompletions, head + R"("prompt_cache_key":5})").param ==
           "prompt_cache_key");
+    CHECK(parse(Endpoint::kChatCompletions, head + R"("parallel_tool_calls":null})")
+              .parallel_tool_calls);
+    CHECK(error_of(Endpoint::kChatCompletions, head + R"("parallel_tool_calls":"no"})").param ==
+          "parallel_tool_calls");
 }
 
 TEST_CASE("completions accept a string, one-string array or token ids") {
@@ -392,6 +397,7 @@ TEST_CASE("tools and tool_choice and tool history are parsed") {
     const ParsedRequest& p = std::get<ParsedRequest>(parsed);
     CHECK(p.tool_choice == ToolChoice::kFunction);
     CHECK(p.tool_choice_function == "get_weather");
+    CHECK(p.parallel_tool_calls);
     REQUIRE(p.generate.tools.size() == 2);
     CHECK(p.generate.tools[0].name == "get_weather");
     CHECK(p.generate.tools[0].description == "Weather.");

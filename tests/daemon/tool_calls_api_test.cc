@@ -362,6 +362,14 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
             CHECK_FALSE(call.accepts(R"({"days")"));  // then the strict parameters.
             CHECK(call.feed(R"({"city": "Oslo", "days": 2})" + sampling.json.tail));
             CHECK(call.complete());
+            // Held from the start; with parallel calls (the default), the next opening holds
+            // the reply again.
+            CHECK(sampling.json.held_at_start);
+            CHECK(sampling.json.again);
+            CHECK(sampling.json.trigger ==
+                  (std::string_view(k.model) == "qwen"
+                       ? "<tool_call>\n"
+                       : "<|tool_calls_section_begin|><|tool_call_begin|>"));
         } else if (k.tail != nullptr) {
             REQUIRE(sampling.json.schema != nullptr);
             CHECK(sampling.json.tail == k.tail);
@@ -393,9 +401,33 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
         CHECK(sampling.json.heads[0].text == R"({"name": "get_weather", "arguments": )");
         CHECK(sampling.json.tail == qwen_tail);
         CHECK(sampling.json.trigger == "<tool_call>\n");
+        CHECK_FALSE(sampling.json.held_at_start);
+        CHECK(sampling.json.again);
     }
     f.generator.finish(index++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
     REQUIRE(c->read_response().ok());
+    // parallel_tool_calls false: the reply is one call, held even without a strict tool (any
+    // object as its arguments), and ends with the call's end.
+    for (const char* choice : {R"("required")", R"("auto")"}) {
+        CAPTURE(choice);
+        REQUIRE(c->send(testing::http_request(
+                            "POST", "/v1/chat/completions",
+                            body("qwen", kTools, choice, R"(,"parallel_tool_calls":false)")))
+                    .ok());
+        REQUIRE(f.generator.wait_for_request(index));
+        const engine::SamplingParams& sampling = f.generator.request(index).sampling;
+        REQUIRE(sampling.json.heads.size() == 1);
+        REQUIRE(sampling.json.heads[0].schema != nullptr);
+        CHECK(sampling.json.heads[0].schema->compact());  // As a schema's, not json_object's.
+        CHECK(engine::sampling::JsonPrefix(*sampling.json.heads[0].schema)
+                  .feed(R"({"any": [1, {"key": null}]})"));
+        CHECK(sampling.json.tail == qwen_tail);
+        CHECK(sampling.json.trigger == "<tool_call>\n");
+        CHECK(sampling.json.held_at_start == (std::string_view(choice) == R"("required")"));
+        CHECK_FALSE(sampling.json.again);
+        f.generator.finish(index++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        REQUIRE(c->read_response().ok());
+    }
     // ...unless response_format shapes the content, which then has no call.
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
                                           body("qwen", strict_tools, R"("auto")", json_object)))

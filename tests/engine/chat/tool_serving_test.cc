@@ -277,42 +277,52 @@ TEST_CASE("tool serving: required with strict tools: the model names one and fol
 TEST_CASE("tool serving: auto with a strict tool: calls the model opens follow its parameters") {
     // The scripted model opens a call of its own (Kimi's markers), wanting {"a": 1}; the strict
     // parameters want a between 5 and 7. From the opening (the trigger) to the call's end the
-    // reply is held; after it the reply goes on (no stop at the first call).
+    // reply is held; after it the reply goes on with parallel calls (no stop at the first call),
+    // and ends there without them.
     KimiServer s;
     auto schema = sampling::JsonSchema::compile(boost::json::parse(
         R"({"type":"object","properties":{"a":{"type":"integer","minimum":5,"maximum":7}},)"
         R"("required":["a"],"additionalProperties":false})"));
     REQUIRE(schema.ok());
-    GenerateRequest request;
-    request.tools = kTools;
-    request.tools[0].strict_schema = *schema;
-    const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
-    request.sampling.json.heads.push_back(
-        {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f").substr(opening.size()),
-         *schema});
-    request.sampling.json.tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
-    request.sampling.json.trigger = opening;
-    const int32_t max_tokens = 2 * static_cast<int32_t>(s.script.size()) + 8;
-    auto sink = s.run_to_finish(request, max_tokens);
-    const std::optional<Finish> finish = sink->wait();
-    REQUIRE(finish);
-    CHECK(finish->reason == FinishReason::kLength);  // Not ended by the first call's end.
-    const std::string text = sink->text();
-    CAPTURE(text);
-    CHECK(text.starts_with(opening));  // The model opened the call itself.
-    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
-    chat::ParsedDelta d = parser->feed(text);
-    parser->finish();
-    CHECK(parser->completed_calls() >= 1);
-    std::map<int32_t, std::string> args;
-    for (const chat::ToolCallDelta& call : d.tool_calls) {
-        args[call.index] += call.arguments;
-    }
-    for (int32_t i = 0; i < parser->completed_calls(); ++i) {
-        CAPTURE(args[i]);
-        const boost::json::value a = boost::json::parse(args[i]).as_object().at("a");
-        CHECK(a.as_int64() >= 5);
-        CHECK(a.as_int64() <= 7);
+    for (const bool parallel : {true, false}) {
+        CAPTURE(parallel);
+        GenerateRequest request;
+        request.tools = kTools;
+        request.tools[0].strict_schema = *schema;
+        const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
+        request.sampling.json.heads.push_back(
+            {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f").substr(opening.size()),
+             *schema});
+        request.sampling.json.tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+        request.sampling.json.trigger = opening;
+        request.sampling.json.again = parallel;
+        const int32_t max_tokens = 2 * static_cast<int32_t>(s.script.size()) + 8;
+        auto sink = s.run_to_finish(request, max_tokens);
+        const std::optional<Finish> finish = sink->wait();
+        REQUIRE(finish);
+        // Not ended by the first call's end, or ended there.
+        CHECK(finish->reason == (parallel ? FinishReason::kLength : FinishReason::kStop));
+        const std::string text = sink->text();
+        CAPTURE(text);
+        CHECK(text.starts_with(opening));  // The model opened the call itself.
+        auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kKimiK2, "call_", kTools);
+        chat::ParsedDelta d = parser->feed(text);
+        parser->finish();
+        CHECK(parser->completed_calls() >= 1);
+        if (!parallel) {
+            CHECK(parser->completed_calls() == 1);
+            CHECK(text.ends_with(request.sampling.json.tail));
+        }
+        std::map<int32_t, std::string> args;
+        for (const chat::ToolCallDelta& call : d.tool_calls) {
+            args[call.index] += call.arguments;
+        }
+        for (int32_t i = 0; i < parser->completed_calls(); ++i) {
+            CAPTURE(args[i]);
+            const boost::json::value a = boost::json::parse(args[i]).as_object().at("a");
+            CHECK(a.as_int64() >= 5);
+            CHECK(a.as_int64() <= 7);
+        }
     }
 }
 

@@ -402,6 +402,7 @@ TEST_CASE(
     request.sampling.json.heads = {{"f:", *schema}, {"g:", *schema}};
     request.sampling.json.tail = "]";
     request.sampling.json.trigger = "<call>";
+    request.sampling.json.again = true;
     sched::Sequence seq(std::move(request), &micro_tokenizer());
     CHECK_FALSE(seq.json);
     CHECK(seq.trigger_end("Hi <ca") == std::string::npos);
@@ -422,6 +423,33 @@ TEST_CASE(
     CHECK_FALSE(seq.json);
     CHECK(seq.trigger_end("<call>") == 6);
     CHECK(seq.trigger_end("x<cal") == std::string::npos);
+
+    // As tool_choice "required": held from the start (the first opening is in the prompt), then
+    // with parallel calls free until the next opening; without them the reply ends with the
+    // tail (its prefix stays complete, which the scheduler ends the reply on).
+    for (const bool again : {true, false}) {
+        CAPTURE(again);
+        sched::SequenceRequest required;
+        required.prompt = {1, 2};
+        required.sampling.json.heads = {{"f:", *schema}};
+        required.sampling.json.tail = "]";
+        required.sampling.json.trigger = "<call>";
+        required.sampling.json.held_at_start = true;
+        required.sampling.json.again = again;
+        sched::Sequence first(std::move(required), &micro_tokenizer());
+        REQUIRE(first.json);
+        CHECK_FALSE(first.json->accepts("<call>"));
+        CHECK(first.follow_json("f:{\"a\":1}]"));
+        CHECK(first.json.has_value() == !again);
+        if (!again) {
+            CHECK(first.json->complete());
+            CHECK_FALSE(first.follow_json("<call>"));  // Nothing after the tail.
+            continue;
+        }
+        CHECK(first.follow_json("then <call>f:"));
+        REQUIRE(first.json);
+        CHECK_FALSE(first.json->accepts("{\"b\""));
+    }
 }
 
 TEST_CASE("scheduler: requests cancelled while queued do not reopen admission after a KV "
