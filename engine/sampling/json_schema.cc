@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -588,8 +589,8 @@ class SchemaCompiler {
         return node;
     }
 
-    // First bytes, unions flattened to the values they stand for, and their alternatives told
-    // apart by the first byte.
+    // First bytes, unions flattened to the values they stand for, and oneOf's alternatives shown
+    // apart.
     Status finish() {
         for (JsonSchema::Node& n : s_->nodes_) {
             switch (n.kind) {
@@ -628,6 +629,12 @@ class SchemaCompiler {
             for (size_t a = 0; a < alternatives.size(); ++a) {
                 for (size_t b = a + 1; b < alternatives.size(); ++b) {
                     if (!apart(alternatives[a], alternatives[b], 0)) {
+                        if (comparisons_ > kMaxComparisons) {
+                            return fail(at(node).where,
+                                        "'oneOf' has too many alternatives to show apart (over " +
+                                            std::to_string(kMaxComparisons) +
+                                            " comparisons); use anyOf, or enum for constants");
+                        }
                         return fail(at(node).where,
                                     "the alternatives at '#" + at(alternatives[a]).where +
                                         "' and '#" + at(alternatives[b]).where +
@@ -642,9 +649,11 @@ class SchemaCompiler {
         return ok_status();
     }
 
-    // The non-union nodes a node stands for (after flatten()).
-    std::vector<int32_t> leaves(int32_t node) {
-        return at(node).kind == Kind::kUnion ? at(node).alternatives : std::vector<int32_t>{node};
+    // The non-union nodes `node` stands for (after flatten()); a view into the schema or `node`.
+    std::span<const int32_t> leaves(const int32_t& node) {
+        const JsonSchema::Node& n = at(node);
+        return n.kind == Kind::kUnion ? std::span<const int32_t>(n.alternatives)
+                                      : std::span<const int32_t>(&node, 1);
     }
 
     // Whether no value is valid under both `a` and `b` (unions, as flatten() left them). A
@@ -665,6 +674,11 @@ class SchemaCompiler {
     }
 
     bool leaves_apart(int32_t a, int32_t b, int depth) {
+        // Pairs are compared at most kMaxComparisons times in all: a request's schema must not
+        // buy seconds of work with thousands of alternatives.
+        if (++comparisons_ > kMaxComparisons) {
+            return false;
+        }
         const JsonSchema::Node& x = at(a);
         const JsonSchema::Node& y = at(b);
         if ((x.first & y.first).none()) {
@@ -766,6 +780,8 @@ class SchemaCompiler {
     int32_t any_ = -1;
     std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
     // Each oneOf's union node and its alternatives as written (finish() shows them apart).
+    static constexpr int64_t kMaxComparisons = int64_t{1} << 18;
+    int64_t comparisons_ = 0;  // leaves_apart() calls so far.
     std::vector<std::pair<int32_t, std::vector<int32_t>>> one_of_;
 };
 

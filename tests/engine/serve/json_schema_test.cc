@@ -554,6 +554,16 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     const auto shared = compiled(doubling);
     CHECK(refused_at(*shared, R"({"a":-12})") == 9);
     CHECK(refused_at(*shared, R"({"a":"s"})") == 5);
+    // A oneOf whose alternatives are too many to compare pairwise in bounded work is refused.
+    std::string constants = R"({"type":"object","properties":{"a":{"oneOf":[)";
+    for (int i = 0; i < 1000; ++i) {
+        constants += (i == 0 ? "" : ",") + std::string(R"({"const":)") + std::to_string(i) + "}";
+    }
+    constants += "]}}}";
+    auto many = JsonSchema::compile(json::parse(constants));
+    REQUIRE_FALSE(many.ok());
+    CHECK(many.status().message().find("'oneOf' has too many alternatives to show apart") !=
+          std::string::npos);
     // Nesting past the limit is refused, not recursed into without end.
     std::string deep = R"({"type":"object","properties":{"a":)";
     for (int i = 0; i < 200; ++i) {
