@@ -7,9 +7,11 @@
 // request's assistant_prefix so the reply starts inside a call, and has the parser read that
 // prefix first (the call's header is then the first thing the client receives). A forced call
 // is not shaped by response_format. Where the format writes arguments as JSON, one forced to a
-// named strict tool has its arguments follow the tool's parameters, and "required" with a strict
-// tool among the tools has the model name one of them and follow that one's (if strict); such a
-// call is then the whole reply. Under "auto" each call the model opens is held the same way.
+// named strict tool has its arguments follow the tool's parameters (the call is then the whole
+// reply), and "required" with a strict tool among the tools has the model name one of them and
+// follow that one's (if strict). Under "auto" each call the model opens is held the same way.
+// After a held call the reply goes on with parallel_tool_calls, and ends without it (which holds
+// calls to non-strict tools too: one call, its arguments any object).
 //
 // Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
 // normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's

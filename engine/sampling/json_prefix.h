@@ -56,7 +56,8 @@ public:
     // One of `heads` (not empty), its document, then `tail`.
     JsonPrefix(std::span<const JsonHead> heads, std::string_view tail)
         : heads_(heads), tail_(tail) {}
-    // The text `reply` holds (held()): its schema's or its heads' (the trigger is the caller's).
+    // The text `reply` holds (a schema or heads): its schema's or its heads' (the trigger is the
+    // caller's).
     explicit JsonPrefix(const JsonReply& reply)
         : schema_(reply.schema.get()), heads_(reply.heads), tail_(reply.tail) {}
     JsonPrefix(const JsonPrefix& other) { *this = other; }

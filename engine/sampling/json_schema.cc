@@ -17,6 +17,7 @@ namespace json = boost::json;
 namespace {
 
 constexpr size_t kMaxNodes = 8192;
+constexpr size_t kMaxAlternatives = 256;
 constexpr int kMaxNesting = 128;
 
 // Keywords that assert what a byte-by-byte walk does not enforce: refused rather than ignored,
@@ -735,7 +736,8 @@ class SchemaCompiler {
     }
 
     // Replaces a union's alternatives by the non-union nodes it stands for (its inner unions
-    // first, each once).
+    // first, each once), at most kMaxAlternatives: JsonPrefix looks through them at each value
+    // the union begins, for each token a sampler asks about.
     Status flatten(int32_t node, int depth) {
         if (flattened_[static_cast<size_t>(node)] == 2) {
             return ok_status();
@@ -767,6 +769,12 @@ class SchemaCompiler {
             for (const int32_t leaf : at(alt).alternatives) {
                 add(leaf);
             }
+        }
+        if (leaves.size() > kMaxAlternatives) {
+            return fail(at(node).where, "the union has " + std::to_string(leaves.size()) +
+                                            " alternatives (anyOf, oneOf, type lists and $refs "
+                                            "flattened); at most " +
+                                            std::to_string(kMaxAlternatives) + " are supported");
         }
         at(node).alternatives = std::move(leaves);
         at(node).first = first;

@@ -148,9 +148,7 @@ struct JsonReply {
     // it again (parallel_tool_calls). Otherwise the reply ends with the tail.
     bool again = false;
 
-    // Whether the reply is held at all.
-    bool held() const { return schema != nullptr || !heads.empty(); }
-    // Whether it is held from its first token.
+    // Whether the reply is held from its first token.
     bool from_start() const {
         return schema != nullptr || (!heads.empty() && (trigger.empty() || held_at_start));
     }

@@ -554,10 +554,27 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     const auto shared = compiled(doubling);
     CHECK(refused_at(*shared, R"({"a":-12})") == 9);
     CHECK(refused_at(*shared, R"({"a":"s"})") == 5);
-    // A oneOf whose alternatives are too many to compare pairwise in bounded work is refused.
+    // A union of more alternatives than a value's start may look through is refused.
+    std::string wide = R"({"type":"object","properties":{"a":{"anyOf":[)";
+    for (int i = 0; i < 300; ++i) {
+        wide += (i == 0 ? "" : ",") + std::string(R"({"type":"string","maxLength":)") +
+                std::to_string(i) + "}";
+    }
+    wide += "]}}}";
+    auto too_wide = JsonSchema::compile(json::parse(wide));
+    REQUIRE_FALSE(too_wide.ok());
+    CHECK(too_wide.status().message().find("the union has 300 alternatives") != std::string::npos);
+    // A oneOf whose alternatives take too many comparisons to show apart is refused: 80 objects,
+    // each requiring "k" from 80 constants of its own, are 3160 pairs of 6400 comparisons each.
     std::string constants = R"({"type":"object","properties":{"a":{"oneOf":[)";
-    for (int i = 0; i < 1000; ++i) {
-        constants += (i == 0 ? "" : ",") + std::string(R"({"const":)") + std::to_string(i) + "}";
+    for (int i = 0; i < 80; ++i) {
+        constants +=
+            std::string(i == 0 ? "" : ",") + R"({"required":["k"],"properties":{"k":{"anyOf":[)";
+        for (int j = 0; j < 80; ++j) {
+            constants += (j == 0 ? "" : ",") + std::string(R"({"const":)") +
+                         std::to_string(i * 100 + j) + "}";
+        }
+        constants += "]}}}";
     }
     constants += "]}}}";
     auto many = JsonSchema::compile(json::parse(constants));
