@@ -32,7 +32,9 @@
 
 using edge::engine::SamplingParams;
 using edge::engine::TokenId;
+using edge::engine::sampling::ArgumentPairs;
 using edge::engine::sampling::JsonPrefix;
+using edge::engine::sampling::JsonReply;
 using edge::engine::sampling::JsonSchema;
 using edge::engine::sampling::JsonTokenCheck;
 using edge::engine::sampling::Sampler;
@@ -136,10 +138,17 @@ std::vector<std::string> synthetic_vocabulary(size_t n, std::mt19937& gen) {
     return vocab;
 }
 
+// What a filter point's text is held to.
+enum class Form {
+    kObject,  // Any object (json_object).
+    kSchema,  // The schema below.
+    kPairs,   // The schema below, as GLM-4.5's argument pairs ("name" and "note" raw strings).
+};
+
 struct FilterPoint {
     const char* name;
-    bool schema;         // The schema below, else any object (json_object).
-    const char* prefix;  // The document so far.
+    Form form;
+    const char* prefix;  // The text so far.
 };
 
 constexpr const char* kFilterSchema =
@@ -149,12 +158,17 @@ constexpr const char* kFilterSchema =
     R"("required":["name","tags","age"],"additionalProperties":false})";
 
 constexpr FilterPoint kFilterPoints[] = {
-    {"schema_string", true, R"({"name":"Ada)"},
-    {"schema_key", true, R"({"name":"Ada",)"},
-    {"schema_enum", true, R"({"name":"Ada","tags":[)"},
-    {"schema_integer", true, R"({"name":"Ada","tags":[],"age":1)"},
-    {"object_string", false, R"({"name":"Ada)"},
-    {"object_value", false, R"({"name":)"},
+    {"schema_string", Form::kSchema, R"({"name":"Ada)"},
+    {"schema_key", Form::kSchema, R"({"name":"Ada",)"},
+    {"schema_enum", Form::kSchema, R"({"name":"Ada","tags":[)"},
+    {"schema_integer", Form::kSchema, R"({"name":"Ada","tags":[],"age":1)"},
+    {"object_string", Form::kObject, R"({"name":"Ada)"},
+    {"object_value", Form::kObject, R"({"name":)"},
+    {"pairs_string", Form::kPairs, "<arg_key>name</arg_key>\n<arg_value>Ada"},
+    {"pairs_key", Form::kPairs, "<arg_key>name</arg_key>\n<arg_value>Ada</arg_value>\n<arg_key>"},
+    {"pairs_enum", Form::kPairs,
+     "<arg_key>name</arg_key>\n<arg_value>Ada</arg_value>\n<arg_key>tags</arg_key>\n"
+     "<arg_value>["},
 };
 
 }  // namespace
@@ -251,7 +265,13 @@ int main(int argc, char** argv) {
         median_ms(samples, [&] { sink = *std::max_element(logits.begin(), logits.end()); });
     first = true;
     for (const FilterPoint& point : kFilterPoints) {
-        JsonPrefix prefix = point.schema ? JsonPrefix(**schema) : JsonPrefix();
+        JsonReply reply;
+        reply.schema = point.form == Form::kObject ? JsonSchema::any_object() : *schema;
+        if (point.form == Form::kPairs) {
+            reply.pairs = std::make_shared<const ArgumentPairs>(ArgumentPairs{{"name", "note"}});
+            reply.tail = "</tool_call>";
+        }
+        JsonPrefix prefix(reply);
         if (!prefix.feed(point.prefix)) {
             std::fprintf(stderr, "bench_sampler: %s refused\n", point.prefix);
             return 1;

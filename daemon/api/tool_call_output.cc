@@ -7,6 +7,7 @@ namespace {
 
 namespace json = boost::json;
 namespace chat = engine::chat;
+using engine::sampling::ArgumentPairs;
 
 // A held call to a tool that is not strict: any object as its arguments, written as under a
 // schema (one space at most between tokens), so the call does not run on in whitespace.
@@ -78,10 +79,14 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
         sampling.json.schema.reset();  // A forced call is not content: response_format is out.
     }
     const std::vector<engine::ToolSpec>& tools = request.generate.tools;
-    std::optional<std::string> tail = chat::forced_call_tail(format);
-    if (!tail) {
-        return;  // The format's arguments are not JSON.
-    }
+    // GLM-4.5 writes the arguments as key/value pairs, its declared strings as raw text.
+    auto pairs = [&](const engine::ToolSpec& t) -> std::shared_ptr<const ArgumentPairs> {
+        if (!chat::arguments_as_pairs(format)) {
+            return nullptr;
+        }
+        return std::make_shared<const ArgumentPairs>(
+            ArgumentPairs{chat::glm45_string_arguments(t)});
+    };
     if (function && !function->empty()) {
         // Named: the arguments follow its parameters, when it is strict.
         const auto tool = std::find_if(tools.begin(), tools.end(), [&](const engine::ToolSpec& t) {
@@ -89,7 +94,8 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
         });
         if (tool != tools.end() && tool->strict_schema) {
             sampling.json.schema = tool->strict_schema;
-            sampling.json.tail = std::move(*tail);
+            sampling.json.pairs = pairs(*tool);
+            sampling.json.tail = chat::forced_call_tail(format);
         }
         return;
     }
@@ -109,9 +115,9 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
     for (const engine::ToolSpec& t : tools) {
         sampling.json.heads.push_back(
             {chat::forced_call_prefix(format, t.name).substr(opening.size()),
-             t.strict_schema ? t.strict_schema : any_arguments()});
+             t.strict_schema ? t.strict_schema : any_arguments(), pairs(t)});
     }
-    sampling.json.tail = std::move(*tail);
+    sampling.json.tail = chat::forced_call_tail(format);
     sampling.json.trigger = opening;
     sampling.json.held_at_start = function.has_value();
     sampling.json.again = request.parallel_tool_calls;

@@ -6,12 +6,13 @@
 // index, the finish reason). For tool_choice "required" or a named function it also sets the
 // request's assistant_prefix so the reply starts inside a call, and has the parser read that
 // prefix first (the call's header is then the first thing the client receives). A forced call
-// is not shaped by response_format. Where the format writes arguments as JSON, one forced to a
-// named strict tool has its arguments follow the tool's parameters (the call is then the whole
-// reply), and "required" with a strict tool among the tools has the model name one of them and
-// follow that one's (if strict). Under "auto" each call the model opens is held the same way.
-// After a held call the reply goes on with parallel_tool_calls, and ends without it (which holds
-// calls to non-strict tools too: one call, its arguments any object).
+// is not shaped by response_format. A call forced to a named strict tool has its arguments
+// follow the tool's parameters (the call is then the whole reply; GLM-4.5's key/value pairs
+// are held as the JSON object they stand for), and "required" with a strict tool among the tools
+// has the model name one of them and follow that one's (if strict). Under "auto" each call the
+// model opens is held the same way. After a held call the reply goes on with parallel_tool_calls,
+// and ends without it (which holds calls to non-strict tools too: one call, its arguments any
+// object).
 //
 // Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
 // normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's
@@ -78,10 +79,10 @@ class ToolCallOutput {
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
 
-    // Holds calls (SamplingParams::json: its schema or heads, tail and trigger) where the format
-    // writes them as JSON: their arguments to strict tools' parameters, and the reply to one call
-    // without parallel_tool_calls. `function`: a forced call's (empty: "required";
-    // response_format's schema is then dropped), nullopt for "auto" (the calls the model opens).
+    // Holds calls (SamplingParams::json: its schema or heads, tail and trigger): their arguments
+    // to strict tools' parameters, and the reply to one call without parallel_tool_calls.
+    // `function`: a forced call's (empty: "required"; response_format's schema is then dropped),
+    // nullopt for "auto" (the calls the model opens).
     static void hold_calls(engine::chat::ToolCallFormat format,
                            std::optional<std::string_view> function, ParsedRequest& request);
     // What the forced prefix produced, once (the first feed() or finish() returns it).

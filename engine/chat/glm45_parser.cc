@@ -1,5 +1,7 @@
 // Tool-call parser for the GLM-4.5 format (see engine/chat/tool_call_parser.h).
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <string_view>
@@ -20,21 +22,8 @@ class Glm45Parser final : public MarkerParser {
     Glm45Parser(std::string id_prefix, const std::vector<ToolSpec>& tools)
         : MarkerParser("<tool_call>", std::move(id_prefix)) {
         for (const ToolSpec& t : tools) {
-            std::error_code ec;
-            json::value schema = json::parse(t.parameters_json, ec);
-            if (ec || !schema.is_object()) {
-                continue;
-            }
-            const json::value* props = schema.get_object().if_contains("properties");
-            if (props == nullptr || !props->is_object()) {
-                continue;
-            }
-            for (const auto& p : props->get_object()) {
-                const json::value* type =
-                    p.value().is_object() ? p.value().get_object().if_contains("type") : nullptr;
-                if (type != nullptr && type->is_string() && type->get_string() == "string") {
-                    string_args_.insert(t.name + "\n" + std::string(p.key()));
-                }
+            for (const std::string& key : glm45_string_arguments(t)) {
+                string_args_.insert(t.name + "\n" + key);
             }
         }
     }
@@ -46,16 +35,38 @@ class Glm45Parser final : public MarkerParser {
         args_ = 0;
     }
 
-    // The JSON text of one argument value as written between the tags.
+    // The JSON text of one argument value as written between the tags, numbers spelled as
+    // Python writes them (as vLLM's parser returns them); the model's own text, trimmed, when
+    // a number is past a double's range (written again it would be null).
     std::string value_json(const std::string& key, const std::string& value) const {
         if (string_args_.count(name_ + "\n" + key) == 0) {
             std::error_code ec;
             json::value v = json::parse(value, ec);
             if (!ec) {
-                return json_text(v);
+                if (finite(v)) {
+                    return json_text(v);
+                }
+                const size_t begin = value.find_first_not_of(" \t\r\n");
+                const size_t end = value.find_last_not_of(" \t\r\n");
+                return value.substr(begin, end + 1 - begin);
             }
         }
         return quote(value);
+    }
+
+    static bool finite(const json::value& v) {
+        switch (v.kind()) {
+            case json::kind::double_:
+                return std::isfinite(v.get_double());
+            case json::kind::array:
+                return std::all_of(v.get_array().begin(), v.get_array().end(),
+                                   [](const json::value& e) { return finite(e); });
+            case json::kind::object:
+                return std::all_of(v.get_object().begin(), v.get_object().end(),
+                                   [](const auto& e) { return finite(e.value()); });
+            default:
+                return true;
+        }
     }
 
     // Takes text up to `end` into *out; kNeedMore until `end` arrives.

@@ -1,5 +1,6 @@
 #include "engine/chat/tool_call_parser.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "engine/chat/marker_parser.h"
@@ -67,10 +68,10 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function)
                                   ", \"arguments\": ";
 }
 
-std::optional<std::string> forced_call_tail(ToolCallFormat format) {
+std::string forced_call_tail(ToolCallFormat format) {
     switch (format) {
         case ToolCallFormat::kGlm45:
-            return std::nullopt;
+            return "</tool_call>";
         case ToolCallFormat::kKimiK2:
             return "<|tool_call_end|><|tool_calls_section_end|>";
         case ToolCallFormat::kDeepSeekV3:
@@ -81,6 +82,29 @@ std::optional<std::string> forced_call_tail(ToolCallFormat format) {
             break;
     }
     return "}\n</tool_call>";
+}
+
+bool arguments_as_pairs(ToolCallFormat format) { return format == ToolCallFormat::kGlm45; }
+
+std::vector<std::string> glm45_string_arguments(const ToolSpec& tool) {
+    std::vector<std::string> keys;
+    std::error_code ec;
+    const boost::json::value schema = boost::json::parse(tool.parameters_json, ec);
+    const boost::json::object* o = !ec ? schema.if_object() : nullptr;
+    const boost::json::value* props = o != nullptr ? o->if_contains("properties") : nullptr;
+    if (props == nullptr || !props->is_object()) {
+        return keys;
+    }
+    for (const auto& p : props->get_object()) {
+        const boost::json::value* type =
+            p.value().is_object() ? p.value().get_object().if_contains("type") : nullptr;
+        if (type != nullptr && type->is_string() && type->get_string() == "string") {
+            keys.emplace_back(p.key());
+        }
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
 }
 
 std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,

@@ -88,9 +88,15 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 // begins. `function` must be a valid tool name (the API checks it).
 std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
 
-// What closes a call once its arguments are written, when they are a JSON object
-// (JsonReply::tail: a strict call is held to it); nullopt for formats whose arguments
-// are not JSON (GLM-4.5's key/value pairs).
-std::optional<std::string> forced_call_tail(ToolCallFormat format);
+// What closes a call once its arguments are written (JsonReply::tail: a held call is held to
+// it): after the JSON object, or after GLM-4.5's last key/value pair.
+std::string forced_call_tail(ToolCallFormat format);
+
+// Whether `format` writes a call's arguments as key/value pairs (GLM-4.5) rather than JSON.
+bool arguments_as_pairs(ToolCallFormat format);
+
+// The parameters of `tool` whose values GLM-4.5's calls write as raw text rather than JSON: those
+// declared `"type": "string"` in its parameters' `properties`. Sorted, no duplicates.
+std::vector<std::string> glm45_string_arguments(const ToolSpec& tool);
 
 }  // namespace edge::engine::chat

@@ -18,6 +18,12 @@ bool is_hex(unsigned char c) {
     return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+// The markers of argument pairs (ArgumentPairs).
+constexpr std::string_view kKeyOpen = "<arg_key>";
+constexpr std::string_view kKeyClose = "</arg_key>";
+constexpr std::string_view kValueOpen = "\n<arg_value>";
+constexpr std::string_view kValueClose = "</arg_value>";
+
 // Whether `s` begins with the first `n` bytes of `prefix`.
 bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
     return s.size() >= n && s.compare(0, n, prefix, 0, n) == 0;
@@ -38,6 +44,15 @@ JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
         spaces_ = other.spaces_;
         std::copy_n(other.frames_.begin(), depth_, frames_.begin());
         others_ = other.others_;
+        pairs_ = other.pairs_;
+        pair_ = other.pair_;
+        lit_ = other.lit_;
+        raw_value_ = other.raw_value_;
+        pairs_done_ = other.pairs_done_;
+        raw_lo_ = other.raw_lo_;
+        raw_hi_ = other.raw_hi_;
+        key_len_ = other.key_len_;
+        markers_only_ = other.markers_only_;
     }
     return *this;
 }
@@ -50,7 +65,10 @@ bool JsonPrefix::complete() const {
 bool JsonPrefix::same_reading(const JsonPrefix& other) const {
     return schema_ == other.schema_ && head_ == other.head_ && head_pos_ == other.head_pos_ &&
            tail_pos_ == other.tail_pos_ && started_ == other.started_ && depth_ == other.depth_ &&
-           spaces_ == other.spaces_ &&
+           spaces_ == other.spaces_ && pairs_ == other.pairs_ && pair_ == other.pair_ &&
+           lit_ == other.lit_ && raw_value_ == other.raw_value_ &&
+           pairs_done_ == other.pairs_done_ && raw_lo_ == other.raw_lo_ &&
+           raw_hi_ == other.raw_hi_ && key_len_ == other.key_len_ &&
            std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin());
 }
 
@@ -97,7 +115,10 @@ bool JsonPrefix::take(std::string_view bytes) {
 bool JsonPrefix::read(std::string_view bytes, std::vector<JsonPrefix>* forks) {
     size_t i = 0;
     while (i < bytes.size()) {
-        if (depth_ > 0) {
+        // In argument pairs: a value's text, none of its closing marker pending (its raw text,
+        // or a string inside its JSON, takes plain characters as they are, '<' aside).
+        const bool text = pairs_ == nullptr || (pair_ == Pairs::kValue && lit_ == 0);
+        if (depth_ > 0 && text && !markers_only_) {
             // Plain ASCII characters inside a string, most of what is asked about, in one go
             // (spaces_ is 0 there: the opening quote reset it).
             Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
@@ -106,7 +127,8 @@ bool JsonPrefix::read(std::string_view bytes, std::vector<JsonPrefix>* forks) {
                 const int64_t room = schema_->node(f.node).max - f.count;
                 size_t j = i;
                 while (j < bytes.size() && static_cast<int64_t>(j - i) < room &&
-                       is_plain(static_cast<unsigned char>(bytes[j]))) {
+                       is_plain(static_cast<unsigned char>(bytes[j])) &&
+                       (pairs_ == nullptr || bytes[j] != '<')) {
                     ++j;
                 }
                 if (j > i) {
@@ -161,6 +183,7 @@ bool JsonPrefix::step_head(unsigned char c) {
     head_ = i;
     if (++head_pos_ == heads_[i].text.size()) {
         schema_ = heads_[i].schema.get();  // The document is next.
+        pairs_ = heads_[i].pairs.get();
     }
     return true;
 }
@@ -273,6 +296,221 @@ bool JsonPrefix::begin_leaf(int32_t node, unsigned char c) {
 }
 
 bool JsonPrefix::step(unsigned char c) {
+    if (pairs_ != nullptr && pair_ != Pairs::kDone) {
+        return step_pairs(c);
+    }
+    if (markers_only_ && (depth_ > 0 || (schema_ != nullptr && !started_))) {
+        return false;  // A marker never writes the document.
+    }
+    return step_json(c);
+}
+
+bool JsonPrefix::json(std::string_view bytes) {
+    for (const char b : bytes) {
+        const auto c = static_cast<unsigned char>(b);
+        if (!is_space(c)) {
+            spaces_ = 0;
+        }
+        if (!step_json(c)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool JsonPrefix::step_pairs(unsigned char c) {
+    switch (pair_) {
+        case Pairs::kBetween:
+            // "<arg_key>" or the tail ("</tool_call>"), which share their first byte.
+            if (lit_ == 0) {
+                if (c != '<' || tail_.size() < 2 || tail_[0] != '<') {
+                    return false;
+                }
+                lit_ = 1;
+                // The object opens with the first marker (a union's readings fork here, and go
+                // on from this state).
+                if (!started_ && !json("{")) {
+                    return false;
+                }
+                return json_accepts(pairs_done_ == 0 ? "\"" : ",\"") || json_accepts("}");
+            }
+            if (c == static_cast<unsigned char>(kKeyOpen[1])) {
+                pair_ = Pairs::kKeyOpen;
+                lit_ = 2;
+                return json_accepts(pairs_done_ == 0 ? "\"" : ",\"");
+            }
+            if (c == static_cast<unsigned char>(tail_[1])) {
+                pair_ = Pairs::kDone;
+                tail_pos_ = 2;
+                return json("}");
+            }
+            return false;
+        case Pairs::kKeyOpen:
+            if (c != static_cast<unsigned char>(kKeyOpen[lit_])) {
+                return false;
+            }
+            if (++lit_ < kKeyOpen.size()) {
+                return true;
+            }
+            pair_ = Pairs::kKey;
+            lit_ = 0;
+            raw_lo_ = 0;
+            raw_hi_ = static_cast<int32_t>(pairs_->raw_keys.size());
+            key_len_ = 0;
+            return json(pairs_done_ == 0 ? "\"" : ",\"");
+        case Pairs::kValueOpen:
+            if (c != static_cast<unsigned char>(kValueOpen[lit_])) {
+                return false;
+            }
+            if (++lit_ < kValueOpen.size()) {
+                return true;
+            }
+            pair_ = Pairs::kValue;
+            lit_ = 0;
+            return !raw_value_ || json("\"");  // A raw value is a string's text.
+        case Pairs::kKey:
+        case Pairs::kValue:
+            return step_pair_text(c);
+        case Pairs::kNewline:
+            if (c != '\n') {
+                return false;
+            }
+            pair_ = Pairs::kBetween;
+            lit_ = 0;
+            ++pairs_done_;
+            return true;
+        case Pairs::kDone:
+            break;
+    }
+    return false;
+}
+
+bool JsonPrefix::step_pair_text(unsigned char c) {
+    const std::string_view close = pair_ == Pairs::kKey ? kKeyClose : kValueClose;
+    if (c == static_cast<unsigned char>(close[lit_])) {
+        if (++lit_ == close.size()) {
+            return end_pair_text();
+        }
+        // The closing marker's beginning, or text: one of them must still be possible.
+        if (can_end_pair_text()) {
+            return true;
+        }
+        JsonPrefix copy = *this;
+        copy.lit_ = 0;
+        return copy.pair_text(close.substr(0, lit_));
+    }
+    if (lit_ > 0) {
+        // What was pending is text after all; `c` may begin the marker again.
+        const std::string_view pending = close.substr(0, lit_);
+        lit_ = 0;
+        return pair_text(pending) && step_pair_text(c);
+    }
+    const auto b = static_cast<char>(c);
+    return pair_text(std::string_view(&b, 1));
+}
+
+bool JsonPrefix::pair_text(std::string_view bytes) {
+    if (markers_only_) {
+        return false;
+    }
+    const bool escaped = pair_ == Pairs::kKey || raw_value_;
+    if (!escaped) {
+        // JSON text, as it is, within the value: around it only whitespace (the object's frame
+        // before or after the value), never what follows a value in an object.
+        for (const char b : bytes) {
+            if (!json(std::string_view(&b, 1))) {
+                return false;
+            }
+            const State around = frames_[0].state;
+            if (depth_ < 2 && (depth_ < 1 || (around != State::kValue && around != State::kNext))) {
+                return false;
+            }
+        }
+        return true;
+    }
+    for (const char b : bytes) {
+        const auto c = static_cast<unsigned char>(b);
+        if (pair_ == Pairs::kKey) {
+            // The raw keys that begin with the key so far (sorted: a range).
+            const std::vector<std::string>& keys = pairs_->raw_keys;
+            const auto pos = static_cast<size_t>(key_len_);
+            const auto first = keys.begin() + raw_lo_;
+            const auto last = keys.begin() + raw_hi_;
+            const auto lo = std::partition_point(first, last, [&](const std::string& k) {
+                return k.size() <= pos || static_cast<unsigned char>(k[pos]) < c;
+            });
+            const auto hi = std::partition_point(lo, last, [&](const std::string& k) {
+                return static_cast<unsigned char>(k[pos]) == c;
+            });
+            raw_lo_ = static_cast<int32_t>(lo - keys.begin());
+            raw_hi_ = static_cast<int32_t>(hi - keys.begin());
+            ++key_len_;
+        }
+        // The byte as a JSON string writes it.
+        bool taken = false;
+        switch (c) {
+            case '"':
+                taken = json("\\\"");
+                break;
+            case '\\':
+                taken = json("\\\\");
+                break;
+            case '\n':
+                taken = json("\\n");
+                break;
+            case '\r':
+                taken = json("\\r");
+                break;
+            case '\t':
+                taken = json("\\t");
+                break;
+            default:
+                if (c < 0x20) {
+                    static constexpr char kHexDigits[] = "0123456789abcdef";
+                    const char u[] = {'\\', 'u', '0', '0', kHexDigits[c >> 4], kHexDigits[c & 15]};
+                    taken = json(std::string_view(u, sizeof u));
+                } else {
+                    taken = json(std::string_view(&b, 1));
+                }
+                break;
+        }
+        if (!taken) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool JsonPrefix::can_end_pair_text() const {
+    if (pair_ == Pairs::kKey || raw_value_) {
+        return json_accepts("\"");  // The name or string can close.
+    }
+    // A JSON value is complete: the object takes what may follow it.
+    JsonPrefix more = *this;
+    if (more.json(",") && more.depth_ == 1) {
+        return true;
+    }
+    JsonPrefix end = *this;
+    return end.json("}") && end.depth_ == 0;
+}
+
+bool JsonPrefix::end_pair_text() {
+    lit_ = 0;
+    if (pair_ == Pairs::kKey) {
+        const std::vector<std::string>& keys = pairs_->raw_keys;
+        raw_value_ = raw_lo_ < raw_hi_ &&
+                     keys[static_cast<size_t>(raw_lo_)].size() == static_cast<size_t>(key_len_);
+        pair_ = Pairs::kValueOpen;
+        return json("\":");
+    }
+    if (!raw_value_ && !can_end_pair_text()) {
+        return false;
+    }
+    pair_ = Pairs::kNewline;
+    return !raw_value_ || json("\"");
+}
+
+bool JsonPrefix::step_json(unsigned char c) {
     for (;;) {
         if (depth_ == 0) {
             if (schema_ == nullptr) {

@@ -21,6 +21,14 @@
 // Instead of one schema it may be given heads (JsonHead): the text then starts with one of their
 // texts, exactly, and the document after it follows that head's schema.
 //
+// A document may be written as GLM-4.5's argument pairs instead of JSON (ArgumentPairs):
+// "<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n" per property, then the tail (the call's
+// end, "</tool_call>"). The prefix follows the pairs and feeds the JSON they stand for to the
+// automaton below: a key's bytes escaped into a property name, a raw value's into a string, any
+// other value's as they are (JSON text); the object opens at the first marker and closes where
+// the tail begins. Text inside a key or value that may be the start of its closing marker is
+// taken while either reading of it (the marker, or text) can still go on.
+//
 // Where the alternatives of an anyOf may begin with the same byte (objects told apart by a
 // property, strings of different lengths, numbers of different ranges), each that takes the
 // value's first byte is a reading of its own: the prefix follows them side by side, drops those
@@ -59,7 +67,10 @@ public:
     // The text `reply` holds (a schema or heads): its schema's or its heads' (the trigger is the
     // caller's).
     explicit JsonPrefix(const JsonReply& reply)
-        : schema_(reply.schema.get()), heads_(reply.heads), tail_(reply.tail) {}
+        : schema_(reply.schema.get()),
+          heads_(reply.heads),
+          tail_(reply.tail),
+          pairs_(reply.schema != nullptr ? reply.pairs.get() : nullptr) {}
     JsonPrefix(const JsonPrefix& other) { *this = other; }
     JsonPrefix& operator=(const JsonPrefix& other);
 
@@ -71,11 +82,17 @@ public:
         JsonPrefix copy = *this;
         return copy.take(bytes);
     }
+    // Whether a marker (a special token) spelling `bytes` could be fed: only where the text is
+    // not the document's: a head, the tail, or, in argument pairs, their markers and the
+    // newlines between them; never a key's or a value's text.
+    bool accepts_marker(std::string_view bytes) const {
+        JsonPrefix copy = *this;
+        copy.markers_only_ = true;
+        return copy.take(bytes);
+    }
     // The document is closed (its top-level object): only the tail may follow. (Readings agree
     // on where the document and its containers open and close: JSON's grammar is unambiguous.)
     bool closed() const { return started_ && depth_ == 0; }
-    // Not inside the document: in the head, before the document, or in the tail.
-    bool outside_document() const { return depth_ == 0; }
     // The text is complete: the document closed and the tail written, in some reading.
     bool complete() const;
 
@@ -131,6 +148,17 @@ public:
         bool operator==(const Frame&) const = default;
     };
 
+    // Where argument pairs are (ArgumentPairs), around the JSON document they stand for.
+    enum class Pairs : uint8_t {
+        kBetween,    // "<arg_key>" or the tail next; lit_ bytes of it written.
+        kKeyOpen,    // In "<arg_key>".
+        kKey,        // A key's text; lit_ bytes of "</arg_key>" pending (text or the marker).
+        kValueOpen,  // In "\n<arg_value>".
+        kValue,      // A value's text; lit_ bytes of "</arg_value>" pending.
+        kNewline,    // The "\n" after "</arg_value>".
+        kDone,       // The tail began: the document is closed.
+    };
+
     // feed() in place: on false the prefix is left part-way (feed() works on a copy).
     bool take(std::string_view bytes);
     // take() for this reading alone (others_ empty); the readings it forks on the way, each fed
@@ -141,6 +169,23 @@ public:
     // A byte of the head, before the document.
     bool step_head(unsigned char c);
     bool step(unsigned char c);
+    // A byte of the JSON text (what the document is written as, or what pairs stand for).
+    bool step_json(unsigned char c);
+    // A byte of argument pairs.
+    bool step_pairs(unsigned char c);
+    // A key's or value's byte, or the start of its closing marker.
+    bool step_pair_text(unsigned char c);
+    // Key or value text (not a marker) into the document.
+    bool pair_text(std::string_view bytes);
+    // The key or value can end here (its closing marker), and ends it.
+    bool can_end_pair_text() const;
+    bool end_pair_text();
+    // JSON bytes into the document; whether a copy would take them.
+    bool json(std::string_view bytes);
+    bool json_accepts(std::string_view bytes) const {
+        JsonPrefix copy = *this;
+        return copy.json(bytes);
+    }
     // The frame on top takes `c`: 1 taken, 0 refused, -1 the frame's value ended just before
     // `c` (a number or literal), so the frame below must take it.
     int step_object(Frame& f, unsigned char c);
@@ -176,6 +221,19 @@ public:
     std::array<Frame, kMaxDepth + 1> frames_;  // The first depth_ are in use.
     // The other readings of the text, each without others of its own (usually none).
     std::vector<JsonPrefix> others_;
+    // Argument pairs (null: the document is JSON) and where in them the text is: the marker
+    // bytes written or pending (lit_), pairs finished, and while in a key, the raw keys
+    // [raw_lo_, raw_hi_) that begin with its key_len_ bytes; raw_value_: the value is raw text.
+    const ArgumentPairs* pairs_ = nullptr;
+    Pairs pair_ = Pairs::kBetween;
+    uint8_t lit_ = 0;
+    bool raw_value_ = false;
+    int32_t pairs_done_ = 0;
+    int32_t raw_lo_ = 0;
+    int32_t raw_hi_ = 0;
+    int32_t key_len_ = 0;
+    // accepts_marker(): bytes may not be the document's text.
+    bool markers_only_ = false;
     // During read(): where begin_value puts the readings it forks.
     std::vector<JsonPrefix>* forks_ = nullptr;
 };

@@ -114,12 +114,23 @@ class JsonSchema {
     bool compact_ = true;
 };
 
+// How GLM-4.5 writes a call's arguments: key/value pairs instead of a JSON object,
+// "<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n" per argument, each v JSON text, or the raw
+// text of a string for the keys listed here (the parameters declared strings, which its parser
+// keeps as text: engine/chat/glm45_parser.cc). The document a schema holds is the object the
+// parser reads them as, {"k": v, ...}; JsonPrefix follows the pairs and holds that object.
+struct ArgumentPairs {
+    std::vector<std::string> raw_keys;  // Sorted, no duplicates.
+};
+
 // One of several ways a constrained reply may begin: text written exactly, then a document under
-// `schema` (JsonReply::heads: a call forced to one of several tools, each head naming a tool). A
-// head's text is not empty, and no head's is a prefix of another's.
+// `schema` (JsonReply::heads: a call forced to one of several tools, each head naming a tool),
+// written as JSON, or as `pairs` when set. A head's text is not empty, and no head's is a prefix
+// of another's.
 struct JsonHead {
     std::string text;
     std::shared_ptr<const JsonSchema> schema;
+    std::shared_ptr<const ArgumentPairs> pairs = nullptr;
 };
 
 // What a reply is held to (SamplingParams::json): only tokens that keep the output the beginning
@@ -129,6 +140,9 @@ struct JsonReply {
     // json_schema's; a call forced to one strict tool: its parameters). The reply ends when the
     // document closes (and the tail is written).
     std::shared_ptr<const JsonSchema> schema;
+    // With a schema: its document is written as these pairs rather than as JSON (a call forced to
+    // one strict tool of GLM-4.5). Null: JSON.
+    std::shared_ptr<const ArgumentPairs> pairs;
     // Instead of a schema: the reply starts with one of these heads' texts, then a document under
     // that head's schema (a call forced to one of several tools, each head the call's start
     // naming one).

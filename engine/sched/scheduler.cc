@@ -536,10 +536,11 @@ void Scheduler::sample_token(Emission* e) const {
     if (seq->json) {
         // Tokens that keep the output a valid JSON document's beginning; no special token inside
         // the document (the end of sequence included: the reply ends when it closes), while the
-        // model's markers may spell a head or tail (a forced tool call's).
-        json_filter = [&, check = sampling::JsonTokenCheck(*seq->json),
-                       markers = seq->json->outside_document()](TokenId id) mutable {
-            return (markers || !tokenizer_->is_special(id)) && check(tokenizer_->token_bytes(id));
+        // model's markers may spell a head or tail (a forced tool call's), and GLM-4.5's markers
+        // around argument pairs.
+        json_filter = [&, check = sampling::JsonTokenCheck(*seq->json)](TokenId id) mutable {
+            const std::string_view bytes = tokenizer_->token_bytes(id);
+            return tokenizer_->is_special(id) ? seq->json->accepts_marker(bytes) : check(bytes);
         };
     } else if (!seq->params.json.trigger.empty()) {
         // Free text until the trigger (a tool call's opening); a token that completes it and

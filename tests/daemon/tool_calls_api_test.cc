@@ -302,8 +302,9 @@ TEST_CASE("tools: tool_choice required and named force the call's start in every
 
 TEST_CASE("tools: a call forced to a strict tool has the engine follow its parameters") {
     // The engine receives the tool's compiled parameters and the format's end of a call
-    // (SamplingParams::json: schema and tail) when tool_choice names a strict tool in a format
-    // with JSON arguments, and for "required" a head per tool (json_heads); response_format
+    // (SamplingParams::json: schema and tail; for GLM-4.5, whose arguments are key/value pairs,
+    // which keys are raw strings) when tool_choice names a strict tool, and for "required" a
+    // head per tool (json_heads); response_format
     // never shapes a forced call; a strict tool whose parameters cannot be followed is refused
     // up front.
     ToolFixture f;
@@ -333,12 +334,24 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
     const Case cases[] = {
         {"qwen", named, true, qwen_tail, nullptr},
         {"kimi", named, true, kimi_tail, nullptr},
-        {"glm", named, true, nullptr, nullptr},  // Its arguments are not JSON.
+        {"glm", named, true, "</tool_call>", nullptr},  // Key/value pairs.
         {"qwen", named, false, nullptr, nullptr},
         {"qwen", R"("required")", true, qwen_tail, R"({"name": "get_weather", "arguments": )"},
         {"kimi", R"("required")", true, kimi_tail,
          "functions.get_weather:0<|tool_call_argument_begin|>"},
+        {"glm", R"("required")", true, "</tool_call>", "get_weather\n"},
         {"qwen", R"("required")", false, nullptr, nullptr},  // No strict tool: not held.
+    };
+    // The arguments {"city": "Oslo", "days": 2} as the model writes them, and its first bytes
+    // with "days" first (out of the schema's order).
+    auto arguments = [](bool pairs) -> std::pair<std::string, std::string> {
+        if (pairs) {
+            return {
+                "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n"
+                "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n",
+                "<arg_key>days"};
+        }
+        return {R"({"city": "Oslo", "days": 2})", R"({"days")"};
     };
     size_t index = 0;
     for (const Case& k : cases) {
@@ -356,29 +369,40 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
             REQUIRE(sampling.json.heads.size() == 1);
             CHECK(sampling.json.heads[0].text == k.head);
             CHECK(sampling.json.tail == k.tail);
-            engine::sampling::JsonPrefix call(sampling.json.heads, sampling.json.tail);
-            CHECK_FALSE(call.accepts(R"({"city")"));  // The head first,
+            const bool pairs = sampling.json.heads[0].pairs != nullptr;
+            CHECK(pairs == (std::string_view(k.model) == "glm"));
+            const auto [args, out_of_order] = arguments(pairs);
+            engine::sampling::JsonPrefix call(sampling.json);
+            CHECK_FALSE(call.accepts(args));  // The head first,
             CHECK(call.feed(k.head));
-            CHECK_FALSE(call.accepts(R"({"days")"));  // then the strict parameters.
-            CHECK(call.feed(R"({"city": "Oslo", "days": 2})" + sampling.json.tail));
+            CHECK_FALSE(call.accepts(out_of_order));  // then the strict parameters.
+            CHECK(call.feed(args + sampling.json.tail));
             CHECK(call.complete());
             // Held from the start; with parallel calls (the default), the next opening holds
             // the reply again.
             CHECK(sampling.json.held_at_start);
             CHECK(sampling.json.again);
             CHECK(sampling.json.trigger ==
-                  (std::string_view(k.model) == "qwen"
-                       ? "<tool_call>\n"
+                  (std::string_view(k.model) == "qwen" ? "<tool_call>\n"
+                   : std::string_view(k.model) == "glm"
+                       ? "<tool_call>"
                        : "<|tool_calls_section_begin|><|tool_call_begin|>"));
         } else if (k.tail != nullptr) {
             REQUIRE(sampling.json.schema != nullptr);
             CHECK(sampling.json.tail == k.tail);
-            engine::sampling::JsonPrefix args(*sampling.json.schema, sampling.json.tail);
-            CHECK(args.feed(R"({"city": "Oslo", "days": 2})"));
+            const bool pairs = sampling.json.pairs != nullptr;
+            CHECK(pairs == (std::string_view(k.model) == "glm"));
+            if (pairs) {
+                // "city" is a declared string: its value is raw text.
+                CHECK(sampling.json.pairs->raw_keys == std::vector<std::string>{"city"});
+            }
+            const auto [text, out_of_order] = arguments(pairs);
+            engine::sampling::JsonPrefix args(sampling.json);
+            CHECK(args.feed(text));
             CHECK_FALSE(args.complete());
             CHECK(args.feed(sampling.json.tail));
             CHECK(args.complete());
-            CHECK_FALSE(engine::sampling::JsonPrefix(*sampling.json.schema).feed(R"({"days")"));
+            CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).feed(out_of_order));
         } else {
             CHECK(sampling.json.schema == nullptr);
             CHECK(sampling.json.heads.empty());
@@ -428,6 +452,27 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
         f.generator.finish(index++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
         REQUIRE(c->read_response().ok());
     }
+    // The same for GLM-4.5: its key/value pairs held as any object, declared strings raw.
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/chat/completions",
+                        body("glm", kTools, R"("auto")", R"(,"parallel_tool_calls":false)")))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(index));
+    {
+        const engine::SamplingParams& sampling = f.generator.request(index).sampling;
+        REQUIRE(sampling.json.heads.size() == 1);
+        REQUIRE(sampling.json.heads[0].pairs != nullptr);
+        CHECK(sampling.json.heads[0].pairs->raw_keys == std::vector<std::string>{"city"});
+        CHECK(sampling.json.tail == "</tool_call>");
+        CHECK(sampling.json.trigger == "<tool_call>");
+        engine::sampling::JsonPrefix call(sampling.json);
+        CHECK(
+            call.feed("get_weather\n<arg_key>city</arg_key>\n<arg_value>[1]</arg_value>\n"
+                      "<arg_key>any</arg_key>\n<arg_value>[1]</arg_value>\n</tool_call>"));
+        CHECK(call.complete());
+    }
+    f.generator.finish(index++, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    REQUIRE(c->read_response().ok());
     // ...unless response_format shapes the content, which then has no call.
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
                                           body("qwen", strict_tools, R"("auto")", json_object)))

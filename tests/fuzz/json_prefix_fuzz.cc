@@ -3,7 +3,9 @@
 // it); pieces it refuses are skipped. Whatever it accepted and calls complete must be a JSON
 // object by Boost.JSON's reading, and a refused piece must leave the prefix as it was. The first
 // byte's high bit gives the prefix heads and a tail (a forced tool call's start and end): then
-// what is complete is a head, an object, the tail.
+// what is complete is a head, an object, the tail. With the next bit too, the heads' arguments
+// are GLM-4.5's key/value pairs: what is complete must be one well-formed call by GLM-4.5's
+// parser, whose arguments Boost.JSON reads as an object.
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cstddef>
@@ -13,8 +15,61 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/chat/tool_call_parser.h"
 #include "engine/sampling/json_prefix.h"
 #include "tests/fuzz/json_feed.h"
+
+namespace {
+
+// GLM-4.5's pairs, as a call to f (any object) or g (a schema), "s" a declared string in both.
+int pairs_input(std::string_view rest, size_t piece) {
+    namespace chat = edge::engine::chat;
+    using edge::engine::sampling::ArgumentPairs;
+    using edge::engine::sampling::JsonReply;
+    using edge::engine::sampling::JsonSchema;
+    static const std::vector<edge::engine::ToolSpec> tools = [] {
+        const char* g = R"({"type":"object","properties":{"s":{"type":"string","maxLength":8},)"
+                        R"("n":{"type":"integer"},"a":{"type":"array"}},"required":["n"]})";
+        return std::vector<edge::engine::ToolSpec>{
+            {"f", "", R"({"type":"object","properties":{"s":{"type":"string"}}})", nullptr},
+            {"g", "", g, *JsonSchema::compile(boost::json::parse(g))}};
+    }();
+    static const JsonReply reply = [] {
+        JsonReply r;
+        for (const edge::engine::ToolSpec& t : tools) {
+            r.heads.push_back({t.name + "\n",
+                               t.strict_schema ? t.strict_schema : JsonSchema::any_object(),
+                               std::make_shared<const ArgumentPairs>(
+                                   ArgumentPairs{chat::glm45_string_arguments(t)})});
+        }
+        r.tail = chat::forced_call_tail(chat::ToolCallFormat::kGlm45);
+        return r;
+    }();
+    edge::engine::sampling::JsonPrefix prefix(reply);
+    const std::string accepted = edge::fuzz::feed_in_pieces(prefix, rest, piece);
+    if (!prefix.complete()) {
+        return 0;
+    }
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kGlm45, "call_", tools);
+    chat::ParsedDelta d = parser->feed("<tool_call>" + accepted);
+    chat::ParsedDelta end = parser->finish();
+    if (parser->completed_calls() != 1 || parser->malformed() || !d.content.empty() ||
+        !end.content.empty()) {
+        std::abort();  // Complete by JsonPrefix, not one call by GLM-4.5's parser.
+    }
+    std::string args;
+    for (const chat::ToolCallDelta& c : d.tool_calls) {
+        args += c.arguments;
+    }
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(args, ec);
+    if (ec || !v.is_object() || (accepted.starts_with("g") && !v.as_object().contains("n"))) {
+        std::abort();  // Arguments that are not an object, or lack g's required "n".
+    }
+    return 0;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) {
@@ -25,6 +80,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using edge::engine::sampling::JsonSchema;
     const size_t piece = 1 + data[0] % 8;
     const bool framed = (data[0] & 0x80) != 0;
+    if (framed && (data[0] & 0x40) != 0) {
+        return pairs_input(std::string_view(reinterpret_cast<const char*>(data + 1), size - 1),
+                           piece);
+    }
     static const std::vector<JsonHead> heads = {{"<a>", JsonSchema::any_object()},
                                                 {"<ab>", JsonSchema::any_object()},
                                                 {"{\"b\": ", JsonSchema::any_object()}};

@@ -155,6 +155,14 @@ TEST_CASE("tool calls: GLM-4.5 numbers come back spelled as Python writes them, 
     CHECK(o.calls[0].arguments.find('E') == std::string::npos);
 }
 
+TEST_CASE("tool calls: GLM-4.5 numbers past a double's range come back as the model wrote them") {
+    const Outcome o = run(ToolCallFormat::kGlm45,
+                          {"<tool_call>f\n<arg_key>big</arg_key>\n<arg_value> [1E3510, 2.5]\n"
+                           "</arg_value>\n</tool_call>"});
+    REQUIRE(o.calls.size() == 1);
+    CHECK(o.calls[0].arguments == "{\"big\": [1E3510, 2.5]}");  // Not null.
+}
+
 TEST_CASE("tool calls: Kimi K2 format") {
     const std::string text =
         "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "engine/chat/tool_call_parser.h"
+#include "engine/sampling/json_prefix.h"
 #include "engine/sched/local_generator.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/incremental_decoder.h"
@@ -43,10 +44,40 @@ std::vector<TokenId> kimi_call_tokens(const tokenizer::Tokenizer& tok) {
     return ids;
 }
 
+// The reply a GLM-4.5 model writes: a call to f with city "Paris, France" and days 99, in
+// tokens, its markers as their ids.
+std::vector<TokenId> glm_call_tokens(const tokenizer::Tokenizer& tok) {
+    std::vector<TokenId> ids;
+    auto text = [&](std::string_view s) {
+        auto e = tok.encode(s, /*parse_special=*/false);
+        REQUIRE(e.ok());
+        ids.insert(ids.end(), e->begin(), e->end());
+    };
+    ids.push_back(id_of(tok, "<tool_call>"));
+    text("f\n");
+    for (const auto& [key, value] : {std::pair{"city", "Paris, France"}, {"days", "99"}}) {
+        ids.push_back(id_of(tok, "<arg_key>"));
+        text(key);
+        ids.push_back(id_of(tok, "</arg_key>"));
+        text("\n");
+        ids.push_back(id_of(tok, "<arg_value>"));
+        text(value);
+        ids.push_back(id_of(tok, "</arg_value>"));
+        text("\n");
+    }
+    ids.push_back(id_of(tok, "</tool_call>"));
+    return ids;
+}
+
+// A model of `chat_template` that writes `script` (kimi_call_tokens by default) again and again.
 struct KimiServer {
-    KimiServer() {
+    explicit KimiServer(
+        std::string name = "kimi", std::string chat_template = "kimi_k2",
+        std::vector<TokenId> (*script_of)(const tokenizer::Tokenizer&) = kimi_call_tokens)
+        : name(std::move(name)) {
         testing::FakeOptions opts;
         opts.vocab_size = 600;
+        opts.max_context = 1024;  // GLM-4.5's prompt lists the tools after a long preamble.
         opts.next = [this](std::span<const TokenId> history) -> TokenId {
             std::lock_guard<std::mutex> lock(mu);
             prompts.emplace_back(history.begin(), history.end());
@@ -54,11 +85,11 @@ struct KimiServer {
             return script[i];
         };
         sched::ServedModel m;
-        m.config.name = "kimi";
-        m.config.chat_template = "kimi_k2";
+        m.config.name = this->name;
+        m.config.chat_template = std::move(chat_template);
         m.model = std::make_unique<testing::FakeCausalLM>(opts);
         m.tokenizer = tokenizer::tokenizer_with_markers();
-        script = kimi_call_tokens(*m.tokenizer);
+        script = script_of(*m.tokenizer);
         tok = m.tokenizer.get();
         std::vector<sched::ServedModel> models;
         models.push_back(std::move(m));
@@ -78,7 +109,7 @@ struct KimiServer {
             replies = 0;
             prompts.clear();
         }
-        r.model = "kimi";
+        r.model = name;
         r.prompt = std::vector<ChatMessage>{{"user", "call f", ""}};
         r.sampling.temperature = 0.0f;
         r.sampling.max_tokens = max_tokens > 0 ? max_tokens : static_cast<int32_t>(script.size());
@@ -99,6 +130,7 @@ struct KimiServer {
         return sink;
     }
 
+    std::string name;
     std::mutex mu;
     std::vector<TokenId> script;
     size_t replies = 0;
@@ -198,9 +230,8 @@ TEST_CASE("tool serving: a call forced to a strict tool follows its parameters, 
     forced.tools[0].strict_schema = *schema;
     forced.assistant_prefix = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f");
     forced.sampling.json.schema = *schema;
-    const std::optional<std::string> tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
-    REQUIRE(tail);
-    forced.sampling.json.tail = *tail;
+    const std::string tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+    forced.sampling.json.tail = tail;
     // The markers made the likeliest tokens: refused inside the document, chosen for the tail.
     const TokenId call_end = id_of(*s.tok, "<|tool_call_end|>");
     const TokenId section_end = id_of(*s.tok, "<|tool_calls_section_end|>");
@@ -208,9 +239,9 @@ TEST_CASE("tool serving: a call forced to a strict tool follows its parameters, 
     auto sink = s.run_to_stop(forced, 80);
     const std::string text = sink->text();
     CAPTURE(text);
-    REQUIRE(text.size() > tail->size());
-    REQUIRE(text.ends_with(*tail));
-    const boost::json::value args = boost::json::parse(text.substr(0, text.size() - tail->size()));
+    REQUIRE(text.size() > tail.size());
+    REQUIRE(text.ends_with(tail));
+    const boost::json::value args = boost::json::parse(text.substr(0, text.size() - tail.size()));
     const boost::json::object& o = args.as_object();
     REQUIRE(o.size() == 2);
     CHECK(o.at("n").as_int64() >= 0);
@@ -252,7 +283,7 @@ TEST_CASE("tool serving: required with strict tools: the model names one and fol
             {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, t.name).substr(opening.size()),
              t.strict_schema});
     }
-    forced.sampling.json.tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+    forced.sampling.json.tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
     const TokenId arg_begin = id_of(*s.tok, "<|tool_call_argument_begin|>");
     // The markers chosen where the head and tail allow them.
     forced.sampling.logit_bias = {{arg_begin, 100.0f},
@@ -293,7 +324,7 @@ TEST_CASE("tool serving: auto with a strict tool: calls the model opens follow i
         request.sampling.json.heads.push_back(
             {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f").substr(opening.size()),
              *schema});
-        request.sampling.json.tail = *chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
+        request.sampling.json.tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
         request.sampling.json.trigger = opening;
         request.sampling.json.again = parallel;
         const int32_t max_tokens = 2 * static_cast<int32_t>(s.script.size()) + 8;
@@ -326,6 +357,64 @@ TEST_CASE("tool serving: auto with a strict tool: calls the model opens follow i
     }
 }
 
+TEST_CASE("tool serving: GLM-4.5 calls the model opens follow a strict tool's parameters") {
+    // The scripted model opens a call to f and writes city "Paris, France" and days 99; the
+    // strict parameters want a city of at most 5 characters (raw text: a declared string) and
+    // days 1..9. The pairs are held as the object they stand for, their markers written as
+    // GLM's marker tokens, and the response's parser reads one valid call.
+    KimiServer s("glm", "glm4_5", glm_call_tokens);
+    const chat::ToolCallFormat format = chat::ToolCallFormat::kGlm45;
+    ToolSpec tool{"f", "",
+                  R"({"type":"object","properties":{"city":{"type":"string","maxLength":5},)"
+                  R"("days":{"type":"integer","minimum":1,"maximum":9}},)"
+                  R"("required":["city","days"],"additionalProperties":false})",
+                  nullptr};
+    auto schema = sampling::JsonSchema::compile(boost::json::parse(tool.parameters_json));
+    REQUIRE(schema.ok());
+    tool.strict_schema = *schema;
+    GenerateRequest request;
+    request.tools = {tool};
+    const std::string opening = chat::forced_call_prefix(format, "");
+    request.sampling.json.heads.push_back(
+        {chat::forced_call_prefix(format, "f").substr(opening.size()), *schema,
+         std::make_shared<const sampling::ArgumentPairs>(
+             sampling::ArgumentPairs{chat::glm45_string_arguments(tool)})});
+    request.sampling.json.tail = chat::forced_call_tail(format);
+    request.sampling.json.trigger = opening;
+    // The markers above the model's other choices, below what it means to write (once its
+    // script is off course, the text between markers is whatever the filter lets through).
+    for (const char* marker :
+         {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"}) {
+        request.sampling.logit_bias.emplace_back(id_of(*s.tok, marker), 5.0f);
+    }
+    auto sink = s.run_to_stop(request, 120);
+    const std::string text = sink->text();
+    CAPTURE(text);
+    CHECK(text.starts_with(opening));
+    CHECK(text.ends_with("</tool_call>"));
+    const std::vector<TokenId> ids = sink->ids();
+    for (const char* marker : {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"}) {
+        CHECK(std::count(ids.begin(), ids.end(), id_of(*s.tok, marker)) == 2);
+    }
+    auto parser = chat::create_tool_call_parser(format, "call_", request.tools);
+    chat::ParsedDelta d = parser->feed(text);
+    chat::ParsedDelta end = parser->finish();
+    CHECK(d.content.empty());
+    CHECK(end.content.empty());
+    REQUIRE(parser->completed_calls() == 1);
+    std::string args;
+    for (const chat::ToolCallDelta& c : d.tool_calls) {
+        args += c.arguments;
+    }
+    CAPTURE(args);
+    const boost::json::object o = boost::json::parse(args).as_object();
+    REQUIRE(o.size() == 2);
+    CHECK(o.at("city").as_string().size() <= 5);
+    CHECK(std::string_view(o.at("city").as_string()).starts_with("Paris"));
+    CHECK(o.at("days").as_int64() >= 1);
+    CHECK(o.at("days").as_int64() <= 9);
+}
+
 TEST_CASE("tool serving: each format's forced prefix starts a call its parser reads") {
     using chat::ToolCallFormat;
     struct Case {
@@ -334,7 +423,7 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
     };
     const Case cases[] = {
         {ToolCallFormat::kHermes, "{\"a\": 1}}\n</tool_call>"},
-        {ToolCallFormat::kGlm45, "<arg_key>a</arg_key><arg_value>1</arg_value></tool_call>"},
+        {ToolCallFormat::kGlm45, "<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>"},
         {ToolCallFormat::kKimiK2, "{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>"},
         {ToolCallFormat::kDeepSeekV3, "{\"a\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
         {ToolCallFormat::kDeepSeekV31, "{\"a\": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
@@ -356,13 +445,24 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
             args += d.arguments;
         }
         CHECK(boost::json::parse(args) == boost::json::parse("{\"a\": 1}"));
-        // A forced call's tail is what the format writes after JSON arguments (none for
-        // GLM-4.5, whose arguments are key/value pairs).
-        const std::optional<std::string> tail = chat::forced_call_tail(c.format);
-        CHECK(tail.has_value() == (c.format != ToolCallFormat::kGlm45));
-        if (tail) {
-            CHECK(std::string_view(c.rest) == "{\"a\": 1}" + *tail);
+        // A forced call's tail is what the format writes after the arguments (JSON, or
+        // GLM-4.5's key/value pairs), and a held call takes the model's continuation whole.
+        const std::string tail = chat::forced_call_tail(c.format);
+        CHECK(std::string_view(c.rest).ends_with(tail));
+        CHECK(chat::arguments_as_pairs(c.format) == (c.format == ToolCallFormat::kGlm45));
+        if (!chat::arguments_as_pairs(c.format)) {
+            CHECK(std::string_view(c.rest) == "{\"a\": 1}" + tail);
         }
+        sampling::JsonReply held;
+        held.schema = *sampling::JsonSchema::compile(boost::json::parse(
+            R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"));
+        if (chat::arguments_as_pairs(c.format)) {
+            held.pairs = std::make_shared<const sampling::ArgumentPairs>();
+        }
+        held.tail = tail;
+        sampling::JsonPrefix prefix(held);
+        CHECK(prefix.feed(c.rest));
+        CHECK(prefix.complete());
         CHECK(parser->completed_calls() == 1);
         CHECK_FALSE(parser->malformed());
 

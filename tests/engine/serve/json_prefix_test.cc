@@ -1,7 +1,8 @@
 // JsonPrefix: every prefix of a valid JSON object is taken, byte by byte and in pieces, and the
 // object is complete exactly at its end; texts that are not an object's beginning are refused
 // at the first byte that makes them so, leaving the prefix as it was. Each valid text is also
-// checked with Boost.JSON, an independent parser.
+// checked with Boost.JSON, an independent parser. GLM-4.5's argument pairs: what is taken and
+// where the rest is refused, read back by GLM-4.5's tool-call parser.
 
 #include "engine/sampling/json_prefix.h"
 
@@ -10,6 +11,8 @@
 #include <boost/json.hpp>
 #include <string>
 #include <vector>
+
+#include "engine/chat/tool_call_parser.h"
 
 namespace edge::engine::sampling {
 namespace {
@@ -196,6 +199,191 @@ TEST_CASE("json prefix: nesting deeper than kMaxDepth is refused") {
     REQUIRE(p.feed(deep));
     CHECK_FALSE(p.feed("["));
     CHECK(p.feed("1"));
+}
+
+// --- GLM-4.5's argument pairs (ArgumentPairs). ---
+
+const char* const kWeather = R"({"type": "object", "properties": {
+    "city": {"type": "string", "minLength": 1, "maxLength": 12},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14},
+    "unit": {"type": "string", "enum": ["c", "f"]},
+    "hours": {"type": "array", "items": {"type": "integer"}, "maxItems": 3}},
+  "required": ["city", "days"], "additionalProperties": false})";
+
+// A forced GLM-4.5 call to `weather` (kWeather, strict): its pairs, then "</tool_call>".
+struct WeatherCall {
+    WeatherCall() {
+        tool.name = "weather";
+        tool.parameters_json = kWeather;
+        auto compiled = JsonSchema::compile(boost::json::parse(kWeather));
+        REQUIRE(compiled.ok());
+        tool.strict_schema = *compiled;
+        reply.schema = tool.strict_schema;
+        reply.pairs = std::make_shared<const ArgumentPairs>(
+            ArgumentPairs{chat::glm45_string_arguments(tool)});
+        reply.tail = chat::forced_call_tail(chat::ToolCallFormat::kGlm45);
+    }
+    // The byte at which `text` is refused, or text.size().
+    size_t refused_at(const std::string& text) const {
+        JsonPrefix p(reply);
+        for (size_t i = 0; i < text.size(); ++i) {
+            if (!p.feed(text.substr(i, 1))) {
+                return i;
+            }
+        }
+        return text.size();
+    }
+    // The arguments GLM-4.5's parser reads from the call `text` completes.
+    boost::json::value read(const std::string& text) const {
+        auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kGlm45, "call_", {tool});
+        chat::ParsedDelta d =
+            parser->feed(chat::forced_call_prefix(chat::ToolCallFormat::kGlm45, tool.name) + text);
+        chat::ParsedDelta end = parser->finish();
+        CHECK(d.content.empty());
+        CHECK(end.content.empty());
+        CHECK(parser->completed_calls() == 1);
+        std::string args;
+        for (const chat::ToolCallDelta& c : d.tool_calls) {
+            args += c.arguments;
+        }
+        return boost::json::parse(args);
+    }
+
+    ToolSpec tool;
+    JsonReply reply;
+};
+
+TEST_CASE("json prefix: argument pairs are held as the object they stand for") {
+    WeatherCall w;
+    CHECK(w.reply.pairs->raw_keys == std::vector<std::string>{"city", "unit"});
+    struct Case {
+        std::string text;
+        const char* object;  // What the parser reads.
+    };
+    const std::vector<Case> valid = {
+        {"<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+         "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+         R"({"city": "Paris", "days": 3})"},
+        // Raw text: quotes, backslashes, newlines, '<' and a marker's beginning are text.
+        {"<arg_key>city</arg_key>\n<arg_value>a\"b\\\n<</arg_</arg_value>\n"
+         "<arg_key>days</arg_key>\n<arg_value>14</arg_value>\n"
+         "<arg_key>unit</arg_key>\n<arg_value>f</arg_value>\n"
+         "<arg_key>hours</arg_key>\n<arg_value>[1, -2]</arg_value>\n</tool_call>",
+         R"({"city": "a\"b\\\n<</arg_", "days": 14, "unit": "f", "hours": [1, -2]})"},
+        {"<arg_key>city</arg_key>\n<arg_value>日本</arg_value>\n"
+         "<arg_key>days</arg_key>\n<arg_value>1</arg_value>\n"
+         "<arg_key>hours</arg_key>\n<arg_value>[]</arg_value>\n</tool_call>",
+         R"({"city": "日本", "days": 1, "hours": []})"},
+    };
+    for (const Case& c : valid) {
+        CAPTURE(c.text);
+        JsonPrefix p(w.reply);
+        for (size_t i = 0; i < c.text.size(); ++i) {
+            CHECK_FALSE(p.complete());
+            REQUIRE(p.feed(c.text.substr(i, 1)));
+        }
+        CHECK(p.complete());
+        CHECK_FALSE(p.accepts("\n"));  // Nothing after the tail.
+        JsonPrefix q(w.reply);
+        for (size_t i = 0; i < c.text.size(); i += 5) {
+            REQUIRE(q.feed(c.text.substr(i, 5)));
+        }
+        CHECK(q.complete());
+        CHECK(w.read(c.text) == boost::json::parse(c.object));
+    }
+
+    const std::string city = "<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n";
+    const std::vector<std::pair<std::string, size_t>> invalid = {
+        {"</tool_call>", 1},                         // "city" and "days" are required.
+        {"<arg_key>days</arg_key>", 9},              // Listed order: "city" first.
+        {"<arg_key>town</arg_key>", 9},              // Not a parameter.
+        {"<arg_key>city</arg_key><arg_value>", 23},  // The template's newline first.
+        {"<arg_key>city</arg_key>\n<arg_value></arg_value>", 46},             // minLength 1.
+        {"<arg_key>city</arg_key>\n<arg_value>abcdefghijklm", 47},            // maxLength 12.
+        {city + "<arg_key>days</arg_key>\n<arg_value>15", city.size() + 36},  // maximum 14.
+        {city + "<arg_key>days</arg_key>\n<arg_value>\"3\"",
+         city.size() + 35},  // JSON: an integer.
+        {city + "<arg_key>days</arg_key>\n<arg_value>0</arg_value>", city.size() + 35},
+        {city + "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call> ",
+         city.size() + 61},
+        {city + "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>unit</arg_key>\n"
+                "<arg_value>k",
+         city.size() + 84},  // Not in the enum.
+        {city + "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n<arg_key>hours</arg_key>\n"
+                "<arg_value>[1,</arg_value>",
+         city.size() + 88},  // An unfinished array.
+        {city + "<arg_key>days</arg_key>\n<arg_value>2</arg_value><arg_key>", city.size() + 48},
+    };
+    for (const auto& [text, at] : invalid) {
+        CAPTURE(text);
+        CHECK(w.refused_at(text) == at);
+    }
+}
+
+TEST_CASE("json prefix: markers may spell argument pairs' markers and the tail, never their text") {
+    WeatherCall w;
+    JsonPrefix p(w.reply);
+    CHECK(p.accepts_marker("<arg_key>"));
+    CHECK_FALSE(p.accepts_marker("</tool_call>"));  // Required parameters first.
+    CHECK_FALSE(p.accepts_marker("<|user|>"));
+    REQUIRE(p.feed("<arg_key>"));
+    CHECK_FALSE(p.accepts_marker("</arg_key>"));  // No parameter has an empty name.
+    REQUIRE(p.feed("city"));
+    CHECK(p.accepts_marker("</arg_key>"));
+    REQUIRE(p.feed("</arg_key>\n"));
+    CHECK(p.accepts_marker("<arg_value>"));
+    REQUIRE(p.feed("<arg_value>"));
+    CHECK_FALSE(p.accepts_marker("<arg_key>"));     // Text here, not a marker.
+    CHECK_FALSE(p.accepts_marker("</arg_value>"));  // minLength 1.
+    CHECK(p.accepts("<arg_key>"));                  // As text, it is a city's name.
+    REQUIRE(p.feed("Rome"));
+    CHECK(p.accepts_marker("</arg_value>"));
+    CHECK_FALSE(p.accepts_marker("<|user|>"));
+    REQUIRE(p.feed("</arg_value>\n<arg_key>days</arg_key>\n<arg_value>7</arg_value>\n"));
+    CHECK(p.accepts_marker("</tool_call>"));
+    CHECK(p.accepts_marker("<arg_key>"));
+    REQUIRE(p.feed("</tool_call>"));
+    CHECK(p.complete());
+    CHECK_FALSE(p.accepts_marker("<|user|>"));
+}
+
+TEST_CASE("json prefix: heads with argument pairs: each tool's own strings are raw") {
+    // Two tools whose "q" is a string in one and a JSON value in the other.
+    auto schema = [](const char* text) {
+        auto s = JsonSchema::compile(boost::json::parse(text));
+        REQUIRE(s.ok());
+        return *s;
+    };
+    ToolSpec f{"f", "",
+               R"({"type":"object","properties":{"q":{"type":"string"}},"required":["q"]})",
+               nullptr};
+    ToolSpec g{"g", "",
+               R"({"type":"object","properties":{"q":{"type":"integer"}},"required":["q"]})",
+               nullptr};
+    f.strict_schema = schema(f.parameters_json.c_str());
+    g.strict_schema = schema(g.parameters_json.c_str());
+    JsonReply reply;
+    const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kGlm45, "");
+    for (const ToolSpec* t : {&f, &g}) {
+        reply.heads.push_back(
+            {chat::forced_call_prefix(chat::ToolCallFormat::kGlm45, t->name).substr(opening.size()),
+             t->strict_schema,
+             std::make_shared<const ArgumentPairs>(
+                 ArgumentPairs{chat::glm45_string_arguments(*t)})});
+    }
+    reply.tail = chat::forced_call_tail(chat::ToolCallFormat::kGlm45);
+    const std::string pair = "<arg_key>q</arg_key>\n<arg_value>";
+    JsonPrefix p(reply);
+    JsonPrefix pf = p;
+    REQUIRE(pf.feed("f\n" + pair));
+    CHECK(pf.feed("12 apples</arg_value>\n</tool_call>"));
+    CHECK(pf.complete());
+    JsonPrefix pg = p;
+    REQUIRE(pg.feed("g\n" + pair));
+    CHECK_FALSE(pg.accepts("12 apples"));
+    CHECK(pg.feed("12</arg_value>\n</tool_call>"));
+    CHECK(pg.complete());
+    CHECK_FALSE(p.accepts("h\n"));
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // the byte that rules them out; and random walks through the automaton (a random byte among
 // those it takes, each step) never reach a dead end, and every document they complete is valid
 // by a checker written here from the JSON Schema specification over the raw schema document (not
-// the compiled graph), after Boost.JSON parses it.
+// the compiled graph), after Boost.JSON parses it. The same walks through GLM-4.5's argument pairs
+// (ArgumentPairs), read back by its tool-call parser, then checked.
 
 #include "engine/sampling/json_schema.h"
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/chat/tool_call_parser.h"
 #include "engine/sampling/json_prefix.h"
 
 namespace edge::engine::sampling {
@@ -631,6 +633,81 @@ TEST_CASE("json schema: random walks never reach a dead end, and what they compl
             CAPTURE(out);
             boost::system::error_code ec;
             const json::value parsed = json::parse(out, ec);
+            REQUIRE_FALSE(ec);
+            CHECK(valid(doc, doc, parsed));
+        }
+        CHECK(completed > 100);
+        completed_total += completed;
+    }
+    MESSAGE("completed walks: " << completed_total);
+}
+
+TEST_CASE(
+    "json schema: random walks through argument pairs end in calls whose arguments are valid") {
+    // As a forced GLM-4.5 call to a strict tool "f": bytes, or a whole marker half the time one
+    // may come; the call read by GLM-4.5's parser, its arguments by the checker.
+    std::mt19937 rng(20261204);
+    const std::vector<std::string> markers = {"<arg_key>", "</arg_key>\n", "\n<arg_value>",
+                                              "</arg_value>\n", "</tool_call>"};
+    int completed_total = 0;
+    for (const char* text : {kPerson, kTree, kDict, kLiterals, kAnyValues, kUnions, kBounds}) {
+        CAPTURE(text);
+        const json::value doc = json::parse(text);
+        ToolSpec tool{"f", "", text, compiled(text)};
+        JsonReply reply;
+        reply.schema = tool.strict_schema;
+        reply.pairs = std::make_shared<const ArgumentPairs>(
+            ArgumentPairs{chat::glm45_string_arguments(tool)});
+        reply.tail = chat::forced_call_tail(chat::ToolCallFormat::kGlm45);
+        int completed = 0;
+        for (int walk = 0; walk < 150; ++walk) {
+            JsonPrefix p(reply);
+            std::string out;
+            while (!p.complete() && out.size() < 3000) {
+                std::vector<std::string> next;
+                for (const std::string& m : markers) {
+                    if (p.accepts(m)) {
+                        next.push_back(m);
+                    }
+                }
+                std::vector<std::string> closing;
+                std::vector<std::string> any;
+                for (int c = 0; c < 256; ++c) {
+                    const std::string b(1, static_cast<char>(c));
+                    if (p.accepts(b)) {
+                        any.push_back(b);
+                        if (c == '"' || c == '}' || c == ']' || c == ',') {
+                            closing.push_back(b);
+                        }
+                    }
+                }
+                REQUIRE_MESSAGE(!any.empty(), "a dead end after " << out);
+                const std::vector<std::string>& from = !next.empty() && rng() % 2 == 0 ? next
+                                                       : !closing.empty() && rng() % 2 == 0
+                                                           ? closing
+                                                           : any;
+                const std::string& piece = from[rng() % from.size()];
+                REQUIRE(p.feed(piece));
+                out += piece;
+            }
+            if (!p.complete()) {
+                continue;
+            }
+            ++completed;
+            CAPTURE(out);
+            auto parser =
+                chat::create_tool_call_parser(chat::ToolCallFormat::kGlm45, "call_", {tool});
+            chat::ParsedDelta d =
+                parser->feed(chat::forced_call_prefix(chat::ToolCallFormat::kGlm45, "f") + out);
+            parser->finish();
+            REQUIRE(parser->completed_calls() == 1);
+            std::string args;
+            for (const chat::ToolCallDelta& c : d.tool_calls) {
+                args += c.arguments;
+            }
+            CAPTURE(args);
+            boost::system::error_code ec;
+            const json::value parsed = json::parse(args, ec);
             REQUIRE_FALSE(ec);
             CHECK(valid(doc, doc, parsed));
         }
