@@ -1,6 +1,8 @@
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -201,33 +203,65 @@ double Sampler::mass_of(int32_t from, int32_t to) const {
     return mass;
 }
 
-int32_t Sampler::nucleus(std::span<const float> scaled, double mass_wanted, int32_t count) {
-    const ByValueDesc by_value{scaled};
-    // order_[0, lo) are better than the rest and hold less than the mass wanted; the nucleus
-    // ends in [lo, hi). Many candidates (a flat distribution: sorting 150k took 15 ms) are
-    // halved by selection until few are left to sort.
-    int32_t lo = 0;
-    int32_t hi = count;
-    double before = 0.0;
-    while (hi - lo > kSortedNucleus) {
-        const int32_t mid = lo + (hi - lo) / 2;
-        std::nth_element(order_.begin() + lo, order_.begin() + mid, order_.begin() + hi, by_value);
-        const double left = mass_of(lo, mid);
-        if (before + left >= mass_wanted) {
-            hi = mid;
-        } else {
-            before += left;
-            lo = mid;
+int32_t Sampler::nucleus(std::span<const float> scaled, double mass_wanted, int32_t count,
+                         double* mass) {
+    // A radix selection: probabilities are non-negative floats, whose bit patterns order as their
+    // values. Level by level (the top 12 bits: sign, exponent and 3 mantissa bits; the next 12;
+    // the last 8), the undecided candidates' mass is summed by digit; those of digits above the
+    // one where the mass wanted is reached are in, those below it out, and those of that digit
+    // go on. What is left after the last level is one value, taken by id until the mass is
+    // reached. Two or three passes over the candidates instead of ordering them (a flat
+    // distribution's nucleus is most of the vocabulary).
+    struct Level {
+        int shift;
+        uint32_t digits;
+    };
+    static constexpr Level kLevels[] = {{20, 4096}, {8, 4096}, {0, 256}};
+    std::array<double, 4096> by_digit;
+    undecided_.assign(order_.begin(), order_.begin() + count);
+    int32_t kept = 0;
+    double before = 0.0;  // The mass of order_[0, kept).
+    auto bits = [&](int32_t id) {
+        return std::bit_cast<uint32_t>(probs_[static_cast<size_t>(id)]);
+    };
+    for (const Level& level : kLevels) {
+        auto digit = [&](int32_t id) { return (bits(id) >> level.shift) & (level.digits - 1); };
+        std::fill_n(by_digit.begin(), level.digits, 0.0);
+        for (const int32_t id : undecided_) {
+            by_digit[digit(id)] += probs_[static_cast<size_t>(id)];
         }
+        // The digit where the mass wanted is reached, from the top (none: rounding kept the
+        // total just short, and every candidate is in).
+        int64_t edge = static_cast<int64_t>(level.digits) - 1;
+        double above = before;
+        while (edge >= 0 && above + by_digit[static_cast<size_t>(edge)] < mass_wanted) {
+            above += by_digit[static_cast<size_t>(edge)];
+            --edge;
+        }
+        size_t next = 0;
+        for (const int32_t id : undecided_) {
+            const auto d = static_cast<int64_t>(digit(id));
+            if (d > edge) {
+                order_[static_cast<size_t>(kept++)] = id;
+            } else if (d == edge) {
+                undecided_[next++] = id;  // In id order still.
+            }
+        }
+        undecided_.resize(next);
+        before = above;
     }
-    std::sort(order_.begin() + lo, order_.begin() + hi, by_value);
-    for (int32_t i = lo; i < hi; ++i) {
-        before += probs_[static_cast<size_t>(order_[static_cast<size_t>(i)])];
+    for (const int32_t id : undecided_) {
         if (before >= mass_wanted) {
-            return i + 1;
+            break;
         }
+        order_[static_cast<size_t>(kept++)] = id;
+        before += probs_[static_cast<size_t>(id)];
     }
-    return hi;  // Rounding kept the mass just short: every candidate.
+    if (kept <= kSortedNucleus) {
+        std::sort(order_.begin(), order_.begin() + kept, ByValueDesc{scaled});
+    }
+    *mass = before;
+    return kept;
 }
 
 TokenId Sampler::draw(std::span<const float> scaled) {
@@ -265,10 +299,12 @@ TokenId Sampler::draw(std::span<const float> scaled) {
             kept = static_cast<int32_t>(order_.size());
         }
         if (cut_p) {
-            // Smallest prefix (in descending order) whose mass reaches top_p of the kept mass.
-            kept = nucleus(scaled, params_.top_p * (cut_k ? mass_of(kept) : total_all), kept);
+            // The fewest best ids whose mass reaches top_p of the kept mass.
+            kept =
+                nucleus(scaled, params_.top_p * (cut_k ? mass_of(kept) : total_all), kept, &total);
+        } else {
+            total = mass_of(kept);
         }
-        total = mass_of(kept);
     }
     auto id_at = [&](int32_t i) { return ordered ? order_[static_cast<size_t>(i)] : i; };
     // 53 random bits -> u in [0, 1); the walk below is deterministic for a given seed.

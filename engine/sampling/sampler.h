@@ -41,8 +41,8 @@ inline constexpr float kMaxLogitBiasValue = 100.0f;
 inline constexpr float kFirstCandidateCut = 1.0f / 1024;
 inline constexpr float kCandidateCutStep = 1.0f / 64;
 inline constexpr float kLastCandidateCut = 1e-30f;
-// Top-p sorts at most this many candidates; beyond, it halves the range holding the nucleus's
-// end (a flat distribution: 150k ids sorted took 15 ms) until this many are left.
+// A top-p nucleus of at most this many ids is walked in value order, as a full sort would walk
+// it; a larger one (a flat distribution's) in the order its selection leaves.
 inline constexpr int32_t kSortedNucleus = 4096;
 
 // kInvalidArgument naming the field when a value is out of range (temperature in [0, 2], top_p in
@@ -85,10 +85,10 @@ private:
     // mass: every better id is among them.
     double gather_candidates(int32_t at_least, double mass_wanted);
     // With candidates in order_[0, count): moves the fewest best of them whose mass reaches
-    // `mass_wanted` to the front and returns how many. They are in value order from the last
-    // halving of a range over kSortedNucleus on (the draw may walk them in any fixed order: each
-    // is drawn in proportion to its mass).
-    int32_t nucleus(std::span<const float> scaled, double mass_wanted, int32_t count);
+    // `mass_wanted` (ties to the lower id) to the front, returns how many, and sets *mass to
+    // theirs. In value order up to kSortedNucleus of them (the draw may walk them in any fixed
+    // order: each is drawn in proportion to its mass).
+    int32_t nucleus(std::span<const float> scaled, double mass_wanted, int32_t count, double* mass);
     // The mass of order_[from, to) (of order_[0, to)).
     double mass_of(int32_t from, int32_t to) const;
     double mass_of(int32_t to) const { return mass_of(0, to); }
@@ -102,6 +102,7 @@ private:
     std::unordered_set<TokenId> prompt_ids_;  // repetition_penalty != 1 only.
     std::vector<TokenId> eos_ids_;            // min_tokens > 0 only.
     std::vector<int32_t> order_;  // Scratch for top-k / top-p.
+    std::vector<int32_t> undecided_;  // Scratch for top-p: candidates at the nucleus's edge.
     std::vector<float> probs_;    // Scratch: e^(scaled - max) by id.
 };
 

@@ -295,9 +295,9 @@ struct FullSortNucleus {
 TEST_CASE("sampler: top-p over a large vocabulary draws as a full sort would") {
     // 40000 ids in a shuffled order. Steep: the id of rank r at logit -r / 1000, so top_p 0.2,
     // 0.5 and 0.99 keep 224, 694 and 4606 ids, all above the first cut of the candidates (6932
-    // of them, so the nucleus is found by halving). Heavy tail: one id at 0 and the rest from -8
-    // down by 1e-5 a rank (each below 1/1024 of the best, together 13x its mass): the nucleus
-    // needs the second cut, and a near-flat order.
+    // of them, among which the nucleus is selected by radix). Heavy tail: one id at 0 and the rest
+    // from -8 down by 1e-5 a rank (each below 1/1024 of the best, together 13x its mass): the
+    // nucleus needs the second cut, and a near-flat order.
     constexpr int32_t kVocab = 40000;
     std::vector<int32_t> rank(kVocab);
     std::iota(rank.begin(), rank.end(), 0);
@@ -311,7 +311,7 @@ TEST_CASE("sampler: top-p over a large vocabulary draws as a full sort would") {
     struct Case {
         const std::vector<float>* logits;
         float top_p;
-        bool walked_sorted;  // The nucleus lies within the first half: sorted whole.
+        bool walked_sorted;  // At most kSortedNucleus ids: walked in value order.
     };
     for (const Case& c :
          {Case{&steep, 0.2f, true}, Case{&steep, 0.5f, true}, Case{&steep, 0.99f, false},
