@@ -111,14 +111,20 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
     if (!strict && request.parallel_tool_calls) {
         return;
     }
-    const std::string opening = chat::forced_call_prefix(format, "");
     for (const engine::ToolSpec& t : tools) {
-        sampling.json.heads.push_back(
-            {chat::forced_call_prefix(format, t.name).substr(opening.size()),
-             t.strict_schema ? t.strict_schema : any_arguments(), pairs(t)});
+        chat::CallHead head = chat::held_call_head(format, t.name);
+        sampling.json.heads.push_back({std::move(head.text),
+                                       t.strict_schema ? t.strict_schema : any_arguments(),
+                                       pairs(t), head.number_at});
     }
     sampling.json.tail = chat::forced_call_tail(format);
-    sampling.json.trigger = opening;
+    if (request.parallel_tool_calls) {
+        // Further calls in the same section, where the format's tail closes one.
+        chat::NextCall next = chat::next_call_in_section(format);
+        sampling.json.next_at = next.at;
+        sampling.json.next = std::move(next.text);
+    }
+    sampling.json.trigger = chat::forced_call_prefix(format, "");
     sampling.json.held_at_start = function.has_value();
     sampling.json.again = request.parallel_tool_calls;
 }

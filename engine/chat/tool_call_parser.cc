@@ -84,6 +84,38 @@ std::string forced_call_tail(ToolCallFormat format) {
     return "}\n</tool_call>";
 }
 
+CallHead held_call_head(ToolCallFormat format, std::string_view function) {
+    const std::string opening = forced_call_prefix(format, "");
+    CallHead head{forced_call_prefix(format, function).substr(opening.size())};
+    if (format == ToolCallFormat::kKimiK2) {
+        // "functions.f:0<|tool_call_argument_begin|>": the index is the model's to write.
+        const size_t at = std::string("functions.").size() + function.size() + 1;
+        head.text.erase(at, 1);
+        head.number_at = static_cast<int32_t>(at);
+    }
+    return head;
+}
+
+NextCall next_call_in_section(ToolCallFormat format) {
+    const std::string tail = forced_call_tail(format);
+    switch (format) {
+        case ToolCallFormat::kKimiK2:
+            return {tail.size() - std::string_view("<|tool_calls_section_end|>").size(),
+                    "<|tool_call_begin|>"};
+        case ToolCallFormat::kDeepSeekV3:
+            // V3's template puts a newline between the calls of a section.
+            return {tail.size() - std::string_view("<｜tool▁calls▁end｜>").size(),
+                    "\n<｜tool▁call▁begin｜>"};
+        case ToolCallFormat::kDeepSeekV31:
+            return {tail.size() - std::string_view("<｜tool▁calls▁end｜>").size(),
+                    "<｜tool▁call▁begin｜>"};
+        case ToolCallFormat::kHermes:
+        case ToolCallFormat::kGlm45:
+            break;
+    }
+    return {};
+}
+
 bool arguments_as_pairs(ToolCallFormat format) { return format == ToolCallFormat::kGlm45; }
 
 std::vector<std::string> glm45_string_arguments(const ToolSpec& tool) {

@@ -92,6 +92,26 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function)
 // it): after the JSON object, or after GLM-4.5's last key/value pair.
 std::string forced_call_tail(ToolCallFormat format);
 
+// A held call's head (sampling::JsonHead): what follows forced_call_prefix(format, "") up to the
+// arguments of a call naming `function`, and where in it the model writes a number of its own
+// (Kimi K2's call index, "functions.f:3", which its ids carry and which counts up within a reply;
+// -1: none).
+struct CallHead {
+    std::string text;
+    int32_t number_at = -1;
+};
+CallHead held_call_head(ToolCallFormat format, std::string_view function);
+
+// Where the formats whose tail closes a section of calls (Kimi K2, DeepSeek-V3 and V3.1) may
+// instead go on with another call in the same section: the tail's first `at` bytes end the call,
+// and `text` begins the next (sampling::JsonReply::next_at / next). `text` empty: each call is
+// its own block (Qwen, GLM-4.5).
+struct NextCall {
+    size_t at = 0;
+    std::string text;
+};
+NextCall next_call_in_section(ToolCallFormat format);
+
 // Whether `format` writes a call's arguments as key/value pairs (GLM-4.5) rather than JSON.
 bool arguments_as_pairs(ToolCallFormat format);
 

@@ -37,8 +37,13 @@ JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
         heads_ = other.heads_;
         head_ = other.head_;
         head_pos_ = other.head_pos_;
+        head_digits_ = other.head_digits_;
         tail_ = other.tail_;
         tail_pos_ = other.tail_pos_;
+        next_ = other.next_;
+        next_at_ = other.next_at_;
+        tail_alive_ = other.tail_alive_;
+        next_alive_ = other.next_alive_;
         started_ = other.started_;
         depth_ = other.depth_;
         spaces_ = other.spaces_;
@@ -58,17 +63,20 @@ JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
 }
 
 bool JsonPrefix::complete() const {
-    auto done = [](const JsonPrefix& r) { return r.closed() && r.tail_pos_ == r.tail_.size(); };
+    auto done = [](const JsonPrefix& r) {
+        return r.closed() && r.tail_alive_ && r.tail_pos_ == r.tail_.size();
+    };
     return done(*this) || std::any_of(others_.begin(), others_.end(), done);
 }
 
 bool JsonPrefix::same_reading(const JsonPrefix& other) const {
     return schema_ == other.schema_ && head_ == other.head_ && head_pos_ == other.head_pos_ &&
-           tail_pos_ == other.tail_pos_ && started_ == other.started_ && depth_ == other.depth_ &&
-           spaces_ == other.spaces_ && pairs_ == other.pairs_ && pair_ == other.pair_ &&
-           lit_ == other.lit_ && raw_value_ == other.raw_value_ &&
-           pairs_done_ == other.pairs_done_ && raw_lo_ == other.raw_lo_ &&
-           raw_hi_ == other.raw_hi_ && key_len_ == other.key_len_ &&
+           head_digits_ == other.head_digits_ && tail_pos_ == other.tail_pos_ &&
+           tail_alive_ == other.tail_alive_ && next_alive_ == other.next_alive_ &&
+           started_ == other.started_ && depth_ == other.depth_ && spaces_ == other.spaces_ &&
+           pairs_ == other.pairs_ && pair_ == other.pair_ && lit_ == other.lit_ &&
+           raw_value_ == other.raw_value_ && pairs_done_ == other.pairs_done_ &&
+           raw_lo_ == other.raw_lo_ && raw_hi_ == other.raw_hi_ && key_len_ == other.key_len_ &&
            std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin());
 }
 
@@ -170,6 +178,16 @@ bool JsonPrefix::step_head(unsigned char c) {
     if (heads_.empty()) {
         return false;
     }
+    if (heads_[head_].number_at == static_cast<int32_t>(head_pos_)) {
+        // The head's number: one digit at least, then its text goes on.
+        if (c >= '0' && c <= '9' && head_digits_ < JsonHead::kMaxHeadDigits) {
+            ++head_digits_;
+            return true;
+        }
+        if (head_digits_ == 0) {
+            return false;
+        }
+    }
     const std::string_view written = std::string_view(heads_[head_].text).substr(0, head_pos_);
     size_t i = head_;
     while (i < heads_.size() && !(heads_[i].text.size() > head_pos_ &&
@@ -184,6 +202,39 @@ bool JsonPrefix::step_head(unsigned char c) {
     if (++head_pos_ == heads_[i].text.size()) {
         schema_ = heads_[i].schema.get();  // The document is next.
         pairs_ = heads_[i].pairs.get();
+    }
+    return true;
+}
+
+bool JsonPrefix::step_tail(unsigned char c) {
+    // The tail, exactly, and nothing after it; or from next_at_ on, the next call's start.
+    const size_t i = tail_pos_;
+    const bool tail = tail_alive_ && i < tail_.size() && c == static_cast<unsigned char>(tail_[i]);
+    const bool next = next_alive_ && !next_.empty() &&
+                      (i < next_at_ ? tail
+                                    : i - next_at_ < next_.size() &&
+                                          c == static_cast<unsigned char>(next_[i - next_at_]));
+    if (!tail && !next) {
+        return false;
+    }
+    tail_alive_ = tail;
+    next_alive_ = next;
+    ++tail_pos_;
+    if (next && !tail && tail_pos_ == next_at_ + next_.size()) {
+        // Another call: a head again, its document, the tail.
+        schema_ = nullptr;
+        head_ = 0;
+        head_pos_ = 0;
+        head_digits_ = 0;
+        pairs_ = nullptr;
+        pair_ = Pairs::kBetween;
+        lit_ = 0;
+        pairs_done_ = 0;
+        started_ = false;
+        spaces_ = 0;
+        tail_pos_ = 0;
+        tail_alive_ = true;
+        next_alive_ = true;
     }
     return true;
 }
@@ -522,13 +573,7 @@ bool JsonPrefix::step_json(unsigned char c) {
                 return c == '{' && begin_value(schema_->root(), c);
             }
             if (!tail_.empty()) {
-                // The tail, exactly, and nothing after it.
-                if (tail_pos_ == tail_.size() ||
-                    c != static_cast<unsigned char>(tail_[tail_pos_])) {
-                    return false;
-                }
-                ++tail_pos_;
-                return true;
+                return step_tail(c);
             }
             return is_space(c) && space(c);
         }

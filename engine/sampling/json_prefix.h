@@ -70,6 +70,8 @@ public:
         : schema_(reply.schema.get()),
           heads_(reply.heads),
           tail_(reply.tail),
+          next_(reply.schema == nullptr ? std::string_view(reply.next) : std::string_view()),
+          next_at_(reply.next_at),
           pairs_(reply.schema != nullptr ? reply.pairs.get() : nullptr) {}
     JsonPrefix(const JsonPrefix& other) { *this = other; }
     JsonPrefix& operator=(const JsonPrefix& other);
@@ -168,6 +170,8 @@ public:
     bool same_reading(const JsonPrefix& other) const;
     // A byte of the head, before the document.
     bool step_head(unsigned char c);
+    // A byte after the document: the tail's, or the next call's (next_).
+    bool step_tail(unsigned char c);
     bool step(unsigned char c);
     // A byte of the JSON text (what the document is written as, or what pairs stand for).
     bool step_json(unsigned char c);
@@ -212,8 +216,15 @@ public:
     std::span<const JsonHead> heads_;
     size_t head_ = 0;      // The first head still matching.
     size_t head_pos_ = 0;  // Bytes of it written.
+    int8_t head_digits_ = 0;  // Digits of its number (JsonHead::number_at) written.
     std::string_view tail_;
-    size_t tail_pos_ = 0;  // Bytes of the tail written.
+    size_t tail_pos_ = 0;  // Bytes after the document written.
+    // JsonReply::next, from next_at_ on an alternative to the tail's rest; which of the two the
+    // bytes after the document still match.
+    std::string_view next_;
+    size_t next_at_ = 0;
+    bool tail_alive_ = true;
+    bool next_alive_ = true;
     bool started_ = false;
     int depth_ = 0;   // Frames in use.
     int spaces_ = 0;  // Whitespace bytes in a row, outside strings.

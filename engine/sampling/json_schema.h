@@ -131,6 +131,10 @@ struct JsonHead {
     std::string text;
     std::shared_ptr<const JsonSchema> schema;
     std::shared_ptr<const ArgumentPairs> pairs = nullptr;
+    // Where in `text` the model writes a number of its own, 1 to kMaxHeadDigits digits (Kimi K2's
+    // call index: "functions.f:3"); -1: none.
+    int32_t number_at = -1;
+    static constexpr int kMaxHeadDigits = 6;
 };
 
 // What a reply is held to (SamplingParams::json): only tokens that keep the output the beginning
@@ -151,6 +155,12 @@ struct JsonReply {
     // call whose arguments the document is, e.g. "}\n</tool_call>"). The model's markers (special
     // tokens) may spell it, and a head, as well as plain text; never the document.
     std::string tail;
+    // With heads: the tail's first next_at bytes end a call, and `next` written there instead of
+    // the tail's rest begins another call, held as the first (one of the heads, its document,
+    // the tail): the calls of one section (Kimi K2's and DeepSeek's, whose tail closes the
+    // section). Empty: one call.
+    size_t next_at = 0;
+    std::string next;
     // With heads: they hold the reply from where it writes this text (a call's opening, which
     // the model writes on its own: tool_choice "auto") until the tail is written. Empty: from the
     // start.

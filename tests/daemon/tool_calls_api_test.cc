@@ -367,7 +367,14 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
         if (k.head != nullptr) {
             CHECK(sampling.json.schema == nullptr);
             REQUIRE(sampling.json.heads.size() == 1);
-            CHECK(sampling.json.heads[0].text == k.head);
+            // Kimi K2's call index is the model's to write ("functions.get_weather:0").
+            const int32_t number_at = sampling.json.heads[0].number_at;
+            CHECK((number_at >= 0) == (std::string_view(k.model) == "kimi"));
+            std::string head = sampling.json.heads[0].text;
+            if (number_at >= 0) {
+                head.insert(static_cast<size_t>(number_at), "0");
+            }
+            CHECK(head == k.head);
             CHECK(sampling.json.tail == k.tail);
             const bool pairs = sampling.json.heads[0].pairs != nullptr;
             CHECK(pairs == (std::string_view(k.model) == "glm"));
@@ -378,6 +385,22 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
             CHECK_FALSE(call.accepts(out_of_order));  // then the strict parameters.
             CHECK(call.feed(args + sampling.json.tail));
             CHECK(call.complete());
+            // Kimi K2's tail closes the section of calls: with parallel calls (the default) the
+            // section may instead go on with another call, its index counted up.
+            CHECK(sampling.json.next.empty() == (std::string_view(k.model) != "kimi"));
+            if (!sampling.json.next.empty()) {
+                CHECK(sampling.json.next == "<|tool_call_begin|>");
+                CHECK(sampling.json.tail.substr(0, sampling.json.next_at) == "<|tool_call_end|>");
+                engine::sampling::JsonPrefix two(sampling.json);
+                REQUIRE(two.feed(head + args + "<|tool_call_end|><|tool_call_begin|>"));
+                CHECK_FALSE(two.accepts(sampling.json.heads[0].text));  // A number first.
+                std::string second = head;
+                second.replace(static_cast<size_t>(number_at), 1, "12");
+                CHECK(two.feed(second + args));
+                CHECK_FALSE(two.complete());
+                CHECK(two.feed(sampling.json.tail));
+                CHECK(two.complete());
+            }
             // Held from the start; with parallel calls (the default), the next opening holds
             // the reply again.
             CHECK(sampling.json.held_at_start);

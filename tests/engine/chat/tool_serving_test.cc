@@ -44,6 +44,25 @@ std::vector<TokenId> kimi_call_tokens(const tokenizer::Tokenizer& tok) {
     return ids;
 }
 
+// A Kimi K2 reply with two calls in one section: f with {"a": 1}, then f with {"a": 2}.
+std::vector<TokenId> kimi_two_calls_tokens(const tokenizer::Tokenizer& tok) {
+    std::vector<TokenId> ids = {id_of(tok, "<|tool_calls_section_begin|>")};
+    auto text = [&](std::string_view s) {
+        auto e = tok.encode(s, /*parse_special=*/false);
+        REQUIRE(e.ok());
+        ids.insert(ids.end(), e->begin(), e->end());
+    };
+    for (const char* call : {"0", "1"}) {
+        ids.push_back(id_of(tok, "<|tool_call_begin|>"));
+        text(std::string("functions.f:") + call);
+        ids.push_back(id_of(tok, "<|tool_call_argument_begin|>"));
+        text(std::string("{\"a\": ") + (call[0] == '0' ? "1" : "2") + "}");
+        ids.push_back(id_of(tok, "<|tool_call_end|>"));
+    }
+    ids.push_back(id_of(tok, "<|tool_calls_section_end|>"));
+    return ids;
+}
+
 // The reply a GLM-4.5 model writes: a call to f with city "Paris, France" and days 99, in
 // tokens, its markers as their ids.
 std::vector<TokenId> glm_call_tokens(const tokenizer::Tokenizer& tok) {
@@ -353,6 +372,68 @@ TEST_CASE("tool serving: auto with a strict tool: calls the model opens follow i
             const boost::json::value a = boost::json::parse(args[i]).as_object().at("a");
             CHECK(a.as_int64() >= 5);
             CHECK(a.as_int64() <= 7);
+        }
+    }
+}
+
+TEST_CASE("tool serving: Kimi K2's parallel calls stay in one section, each held") {
+    // The scripted model opens a section with two calls to f ({"a": 1}, {"a": 2}); f's strict
+    // parameters want a in 5..7. With parallel calls the held section takes both, each call's
+    // arguments held and its index the model's own; without, the first call closes the section
+    // and the reply.
+    KimiServer s("kimi", "kimi_k2", kimi_two_calls_tokens);
+    const chat::ToolCallFormat format = chat::ToolCallFormat::kKimiK2;
+    auto schema = sampling::JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"a":{"type":"integer","minimum":5,"maximum":7}},)"
+        R"("required":["a"],"additionalProperties":false})"));
+    REQUIRE(schema.ok());
+    for (const bool parallel : {true, false}) {
+        CAPTURE(parallel);
+        GenerateRequest request;
+        request.tools = kTools;
+        request.tools[0].strict_schema = *schema;
+        const chat::CallHead head = chat::held_call_head(format, "f");
+        request.sampling.json.heads.push_back({head.text, *schema, nullptr, head.number_at});
+        request.sampling.json.tail = chat::forced_call_tail(format);
+        if (parallel) {
+            const chat::NextCall next = chat::next_call_in_section(format);
+            request.sampling.json.next_at = next.at;
+            request.sampling.json.next = next.text;
+        }
+        request.sampling.json.trigger = chat::forced_call_prefix(format, "");
+        request.sampling.json.again = parallel;
+        // The markers above the model's other choices where they may come.
+        for (const char* marker : {"<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                                   "<|tool_call_end|>", "<|tool_calls_section_end|>"}) {
+            request.sampling.logit_bias.emplace_back(id_of(*s.tok, marker), 5.0f);
+        }
+        auto sink = s.run_to_finish(request, static_cast<int32_t>(s.script.size()));
+        const std::string text = sink->text();
+        CAPTURE(text);
+        const std::vector<TokenId> ids = sink->ids();
+        const TokenId section_end = id_of(*s.tok, "<|tool_calls_section_end|>");
+        CHECK(std::count(ids.begin(), ids.end(), section_end) == 1);
+        auto parser = chat::create_tool_call_parser(format, "call_", kTools);
+        chat::ParsedDelta d = parser->feed(text);
+        parser->finish();
+        CHECK_FALSE(parser->malformed());
+        REQUIRE(parser->completed_calls() == (parallel ? 2 : 1));
+        std::map<int32_t, std::string> args, id;
+        for (const chat::ToolCallDelta& c : d.tool_calls) {
+            args[c.index] += c.arguments;
+            id[c.index] += c.id;
+        }
+        CHECK(id[0] == "functions.f:0");
+        if (parallel) {
+            CHECK(id[1] == "functions.f:1");
+            const auto section = std::find(ids.begin(), ids.end(), section_end);
+            CHECK(section == ids.end() - 1);  // Both calls inside the one section.
+        }
+        for (const auto& [index, a] : args) {
+            CAPTURE(a);
+            const int64_t v = boost::json::parse(a).as_object().at("a").as_int64();
+            CHECK(v >= 5);
+            CHECK(v <= 7);
         }
     }
 }

@@ -201,6 +201,67 @@ TEST_CASE("json prefix: nesting deeper than kMaxDepth is refused") {
     CHECK(p.feed("1"));
 }
 
+TEST_CASE(
+    "json prefix: a section of calls: after a call's end, another call or the section's end") {
+    // DeepSeek-V3's calls, two tools; Kimi K2's heads carry a number the model writes.
+    auto small = JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})"));
+    REQUIRE(small.ok());
+    for (const chat::ToolCallFormat format :
+         {chat::ToolCallFormat::kDeepSeekV3, chat::ToolCallFormat::kDeepSeekV31,
+          chat::ToolCallFormat::kKimiK2}) {
+        CAPTURE(chat::tool_call_format_name(format));
+        JsonReply reply;
+        for (const char* name : {"f", "g"}) {
+            const chat::CallHead h = chat::held_call_head(format, name);
+            reply.heads.push_back({h.text, *small, nullptr, h.number_at});
+        }
+        reply.tail = chat::forced_call_tail(format);
+        const chat::NextCall next = chat::next_call_in_section(format);
+        REQUIRE_FALSE(next.text.empty());
+        reply.next_at = next.at;
+        reply.next = next.text;
+        // What the model writes for a call to `name` (Kimi K2: its index `index`).
+        auto call = [&](const char* name, const char* index) {
+            std::string h = chat::held_call_head(format, name).text;
+            const int32_t at = chat::held_call_head(format, name).number_at;
+            if (at >= 0) {
+                h.insert(static_cast<size_t>(at), index);
+            }
+            return h + R"({"n": 1})";
+        };
+        const std::string end = reply.tail.substr(0, reply.next_at);
+        const std::string text = call("f", "0") + end + reply.next + call("g", "1") + end +
+                                 reply.next + call("f", "20") + reply.tail;
+        JsonPrefix p(reply);
+        for (size_t i = 0; i < text.size(); ++i) {
+            CHECK_FALSE(p.complete());
+            REQUIRE(p.feed(text.substr(i, 1)));
+        }
+        CHECK(p.complete());
+        CHECK_FALSE(p.accepts(reply.next));  // The section has ended.
+        // After a call's end: neither text nor a head without the next call's start.
+        JsonPrefix q(reply);
+        REQUIRE(q.feed(call("f", "0") + end));
+        CHECK_FALSE(q.complete());
+        CHECK_FALSE(q.accepts(call("g", "1")));
+        CHECK_FALSE(q.accepts("x"));
+        CHECK(q.accepts(reply.tail.substr(reply.next_at)));
+        CHECK(q.accepts(reply.next + call("g", "1")));
+        if (format == chat::ToolCallFormat::kKimiK2) {
+            CHECK_FALSE(q.accepts(reply.next + call("g", "")));         // A number is due.
+            CHECK_FALSE(q.accepts(reply.next + call("g", "1234567")));  // At most 6 digits.
+        }
+        // Without `next`: one call, and the tail whole.
+        reply.next.clear();
+        JsonPrefix one(reply);
+        REQUIRE(one.feed(call("f", "0") + end));
+        CHECK_FALSE(one.accepts(next.text));
+        CHECK(one.feed(reply.tail.substr(reply.next_at)));
+        CHECK(one.complete());
+    }
+}
+
 // --- GLM-4.5's argument pairs (ArgumentPairs). ---
 
 const char* const kWeather = R"({"type": "object", "properties": {
