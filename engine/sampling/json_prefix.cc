@@ -397,28 +397,25 @@ bool JsonPrefix::step_pairs(unsigned char c) {
             }
             return false;
         case Pairs::kKeyOpen:
-            if (c != static_cast<unsigned char>(kKeyOpen[lit_])) {
+        case Pairs::kValueOpen: {
+            const std::string_view marker = pair_ == Pairs::kKeyOpen ? kKeyOpen : kValueOpen;
+            if (c != static_cast<unsigned char>(marker[lit_])) {
                 return false;
             }
-            if (++lit_ < kKeyOpen.size()) {
+            if (++lit_ < marker.size()) {
                 return true;
             }
-            pair_ = Pairs::kKey;
             lit_ = 0;
+            if (pair_ == Pairs::kValueOpen) {
+                pair_ = Pairs::kValue;
+                return !raw_value_ || json("\"");  // A raw value is a string's text.
+            }
+            pair_ = Pairs::kKey;
             raw_lo_ = 0;
             raw_hi_ = static_cast<int32_t>(pairs_->raw_keys.size());
             key_len_ = 0;
             return json(pairs_done_ == 0 ? "\"" : ",\"");
-        case Pairs::kValueOpen:
-            if (c != static_cast<unsigned char>(kValueOpen[lit_])) {
-                return false;
-            }
-            if (++lit_ < kValueOpen.size()) {
-                return true;
-            }
-            pair_ = Pairs::kValue;
-            lit_ = 0;
-            return !raw_value_ || json("\"");  // A raw value is a string's text.
+        }
         case Pairs::kKey:
         case Pairs::kValue:
             return step_pair_text(c);

@@ -181,6 +181,30 @@ std::pair<std::string, std::string> read_one_call(std::string_view prefix, std::
     return {all.tool_calls[0].name, args};
 }
 
+// A request whose Kimi K2 calls (tool_choice "auto") are held to f's strict `schema`, a in
+// 5..7; with `parallel`, the section may go on with more calls, and the reply after it.
+GenerateRequest held_kimi_calls(bool parallel) {
+    auto schema = sampling::JsonSchema::compile(boost::json::parse(
+        R"({"type":"object","properties":{"a":{"type":"integer","minimum":5,"maximum":7}},)"
+        R"("required":["a"],"additionalProperties":false})"));
+    REQUIRE(schema.ok());
+    const chat::ToolCallFormat format = chat::ToolCallFormat::kKimiK2;
+    GenerateRequest request;
+    request.tools = kTools;
+    request.tools[0].strict_schema = *schema;
+    const chat::CallHead head = chat::held_call_head(format, "f");
+    request.sampling.json.heads.push_back({head.text, *schema, nullptr, head.number_at});
+    request.sampling.json.tail = chat::forced_call_tail(format);
+    if (parallel) {
+        const chat::NextCall next = chat::next_call_in_section(format);
+        request.sampling.json.next_at = next.at;
+        request.sampling.json.next = next.text;
+    }
+    request.sampling.json.trigger = chat::forced_call_prefix(format, "");
+    request.sampling.json.again = parallel;
+    return request;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -298,9 +322,8 @@ TEST_CASE("tool serving: required with strict tools: the model names one and fol
     const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
     forced.assistant_prefix = opening;
     for (const ToolSpec& t : forced.tools) {
-        forced.sampling.json.heads.push_back(
-            {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, t.name).substr(opening.size()),
-             t.strict_schema});
+        const chat::CallHead head = chat::held_call_head(chat::ToolCallFormat::kKimiK2, t.name);
+        forced.sampling.json.heads.push_back({head.text, t.strict_schema, nullptr, head.number_at});
     }
     forced.sampling.json.tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
     const TokenId arg_begin = id_of(*s.tok, "<|tool_call_argument_begin|>");
@@ -330,22 +353,10 @@ TEST_CASE("tool serving: auto with a strict tool: calls the model opens follow i
     // reply is held; after it the reply goes on with parallel calls (no stop at the first call),
     // and ends there without them.
     KimiServer s;
-    auto schema = sampling::JsonSchema::compile(boost::json::parse(
-        R"({"type":"object","properties":{"a":{"type":"integer","minimum":5,"maximum":7}},)"
-        R"("required":["a"],"additionalProperties":false})"));
-    REQUIRE(schema.ok());
     for (const bool parallel : {true, false}) {
         CAPTURE(parallel);
-        GenerateRequest request;
-        request.tools = kTools;
-        request.tools[0].strict_schema = *schema;
-        const std::string opening = chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "");
-        request.sampling.json.heads.push_back(
-            {chat::forced_call_prefix(chat::ToolCallFormat::kKimiK2, "f").substr(opening.size()),
-             *schema});
-        request.sampling.json.tail = chat::forced_call_tail(chat::ToolCallFormat::kKimiK2);
-        request.sampling.json.trigger = opening;
-        request.sampling.json.again = parallel;
+        GenerateRequest request = held_kimi_calls(parallel);
+        const std::string& opening = request.sampling.json.trigger;
         const int32_t max_tokens = 2 * static_cast<int32_t>(s.script.size()) + 8;
         auto sink = s.run_to_finish(request, max_tokens);
         const std::optional<Finish> finish = sink->wait();
@@ -383,25 +394,9 @@ TEST_CASE("tool serving: Kimi K2's parallel calls stay in one section, each held
     // and the reply.
     KimiServer s("kimi", "kimi_k2", kimi_two_calls_tokens);
     const chat::ToolCallFormat format = chat::ToolCallFormat::kKimiK2;
-    auto schema = sampling::JsonSchema::compile(boost::json::parse(
-        R"({"type":"object","properties":{"a":{"type":"integer","minimum":5,"maximum":7}},)"
-        R"("required":["a"],"additionalProperties":false})"));
-    REQUIRE(schema.ok());
     for (const bool parallel : {true, false}) {
         CAPTURE(parallel);
-        GenerateRequest request;
-        request.tools = kTools;
-        request.tools[0].strict_schema = *schema;
-        const chat::CallHead head = chat::held_call_head(format, "f");
-        request.sampling.json.heads.push_back({head.text, *schema, nullptr, head.number_at});
-        request.sampling.json.tail = chat::forced_call_tail(format);
-        if (parallel) {
-            const chat::NextCall next = chat::next_call_in_section(format);
-            request.sampling.json.next_at = next.at;
-            request.sampling.json.next = next.text;
-        }
-        request.sampling.json.trigger = chat::forced_call_prefix(format, "");
-        request.sampling.json.again = parallel;
+        GenerateRequest request = held_kimi_calls(parallel);
         // The markers above the model's other choices where they may come.
         for (const char* marker : {"<|tool_call_begin|>", "<|tool_call_argument_begin|>",
                                    "<|tool_call_end|>", "<|tool_calls_section_end|>"}) {

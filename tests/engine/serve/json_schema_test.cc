@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -596,6 +597,44 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     CHECK(s.status().message().find("nested deeper than") != std::string::npos);
 }
 
+// A random walk through `p`: each step a byte it takes (a closing one half the time, so that
+// documents end), or, half the time one may come, one of `markers`. The text once complete;
+// nullopt past 3000 bytes. A dead end fails the test.
+std::optional<std::string> random_walk(JsonPrefix p, std::mt19937& rng,
+                                       const std::vector<std::string>& markers = {}) {
+    std::string out;
+    while (!p.complete() && out.size() < 3000) {
+        std::vector<std::string> next;
+        for (const std::string& m : markers) {
+            if (p.accepts(m)) {
+                next.push_back(m);
+            }
+        }
+        std::vector<std::string> closing;
+        std::vector<std::string> any;
+        for (int c = 0; c < 256; ++c) {
+            const std::string b(1, static_cast<char>(c));
+            if (p.accepts(b)) {
+                any.push_back(b);
+                if (c == '"' || c == '}' || c == ']' || c == ',') {
+                    closing.push_back(b);
+                }
+            }
+        }
+        REQUIRE_MESSAGE(!any.empty(), "a dead end after " << out);
+        const std::vector<std::string>& from = !next.empty() && rng() % 2 == 0      ? next
+                                               : !closing.empty() && rng() % 2 == 0 ? closing
+                                                                                    : any;
+        const std::string& piece = from[rng() % from.size()];
+        REQUIRE(p.feed(piece));
+        out += piece;
+    }
+    if (!p.complete()) {
+        return std::nullopt;
+    }
+    return out;
+}
+
 TEST_CASE("json schema: random walks never reach a dead end, and what they complete is valid") {
     std::mt19937 rng(20261203);
     int completed_total = 0;
@@ -605,34 +644,14 @@ TEST_CASE("json schema: random walks never reach a dead end, and what they compl
         const auto schema = compiled(text);
         int completed = 0;
         for (int walk = 0; walk < 150; ++walk) {
-            JsonPrefix p(*schema);
-            std::string out;
-            while (!p.complete() && out.size() < 3000) {
-                std::vector<char> closing;
-                std::vector<char> any;
-                for (int c = 0; c < 256; ++c) {
-                    const char ch = static_cast<char>(c);
-                    if (p.accepts(std::string_view(&ch, 1))) {
-                        any.push_back(ch);
-                        if (ch == '"' || ch == '}' || ch == ']' || ch == ',') {
-                            closing.push_back(ch);
-                        }
-                    }
-                }
-                REQUIRE_MESSAGE(!any.empty(), "a dead end after " << out);
-                // Closing bytes half the time, so that documents end.
-                const std::vector<char>& from = !closing.empty() && rng() % 2 == 0 ? closing : any;
-                const char ch = from[rng() % from.size()];
-                REQUIRE(p.feed(std::string_view(&ch, 1)));
-                out += ch;
-            }
-            if (!p.complete()) {
+            const std::optional<std::string> out = random_walk(JsonPrefix(*schema), rng);
+            if (!out) {
                 continue;
             }
             ++completed;
-            CAPTURE(out);
+            CAPTURE(*out);
             boost::system::error_code ec;
-            const json::value parsed = json::parse(out, ec);
+            const json::value parsed = json::parse(*out, ec);
             REQUIRE_FALSE(ec);
             CHECK(valid(doc, doc, parsed));
         }
@@ -661,44 +680,16 @@ TEST_CASE(
         reply.tail = chat::forced_call_tail(chat::ToolCallFormat::kGlm45);
         int completed = 0;
         for (int walk = 0; walk < 150; ++walk) {
-            JsonPrefix p(reply);
-            std::string out;
-            while (!p.complete() && out.size() < 3000) {
-                std::vector<std::string> next;
-                for (const std::string& m : markers) {
-                    if (p.accepts(m)) {
-                        next.push_back(m);
-                    }
-                }
-                std::vector<std::string> closing;
-                std::vector<std::string> any;
-                for (int c = 0; c < 256; ++c) {
-                    const std::string b(1, static_cast<char>(c));
-                    if (p.accepts(b)) {
-                        any.push_back(b);
-                        if (c == '"' || c == '}' || c == ']' || c == ',') {
-                            closing.push_back(b);
-                        }
-                    }
-                }
-                REQUIRE_MESSAGE(!any.empty(), "a dead end after " << out);
-                const std::vector<std::string>& from = !next.empty() && rng() % 2 == 0 ? next
-                                                       : !closing.empty() && rng() % 2 == 0
-                                                           ? closing
-                                                           : any;
-                const std::string& piece = from[rng() % from.size()];
-                REQUIRE(p.feed(piece));
-                out += piece;
-            }
-            if (!p.complete()) {
+            const std::optional<std::string> out = random_walk(JsonPrefix(reply), rng, markers);
+            if (!out) {
                 continue;
             }
             ++completed;
-            CAPTURE(out);
+            CAPTURE(*out);
             auto parser =
                 chat::create_tool_call_parser(chat::ToolCallFormat::kGlm45, "call_", {tool});
             chat::ParsedDelta d =
-                parser->feed(chat::forced_call_prefix(chat::ToolCallFormat::kGlm45, "f") + out);
+                parser->feed(chat::forced_call_prefix(chat::ToolCallFormat::kGlm45, "f") + *out);
             parser->finish();
             REQUIRE(parser->completed_calls() == 1);
             std::string args;
