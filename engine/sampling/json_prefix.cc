@@ -24,6 +24,37 @@ constexpr std::string_view kKeyClose = "</arg_key>";
 constexpr std::string_view kValueOpen = "\n<arg_value>";
 constexpr std::string_view kValueClose = "</arg_value>";
 
+// Byte `c` of a string's text as JSON writes it between the quotes (in `buf` when not a
+// constant).
+std::string_view json_escaped(unsigned char c, char (&buf)[6]) {
+    switch (c) {
+        case '"':
+            return "\\\"";
+        case '\\':
+            return "\\\\";
+        case '\n':
+            return "\\n";
+        case '\r':
+            return "\\r";
+        case '\t':
+            return "\\t";
+        default:
+            break;
+    }
+    if (c >= 0x20) {
+        buf[0] = static_cast<char>(c);
+        return {buf, 1};
+    }
+    static constexpr char kHexDigits[] = "0123456789abcdef";
+    buf[0] = '\\';
+    buf[1] = 'u';
+    buf[2] = '0';
+    buf[3] = '0';
+    buf[4] = kHexDigits[c >> 4];
+    buf[5] = kHexDigits[c & 15];
+    return {buf, 6};
+}
+
 // Whether `s` begins with the first `n` bytes of `prefix`.
 bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
     return s.size() >= n && s.compare(0, n, prefix, 0, n) == 0;
@@ -494,35 +525,8 @@ bool JsonPrefix::pair_text(std::string_view bytes) {
             raw_hi_ = static_cast<int32_t>(hi - keys.begin());
             ++key_len_;
         }
-        // The byte as a JSON string writes it.
-        bool taken = false;
-        switch (c) {
-            case '"':
-                taken = json("\\\"");
-                break;
-            case '\\':
-                taken = json("\\\\");
-                break;
-            case '\n':
-                taken = json("\\n");
-                break;
-            case '\r':
-                taken = json("\\r");
-                break;
-            case '\t':
-                taken = json("\\t");
-                break;
-            default:
-                if (c < 0x20) {
-                    static constexpr char kHexDigits[] = "0123456789abcdef";
-                    const char u[] = {'\\', 'u', '0', '0', kHexDigits[c >> 4], kHexDigits[c & 15]};
-                    taken = json(std::string_view(u, sizeof u));
-                } else {
-                    taken = json(std::string_view(&b, 1));
-                }
-                break;
-        }
-        if (!taken) {
+        char buf[6];
+        if (!json(json_escaped(c, buf))) {
             return false;
         }
     }
