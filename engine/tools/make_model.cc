@@ -219,8 +219,13 @@ Status write_random_checkpoint(const MakeModelOptions& options) {
         tensors.push_back(random_tensor(std::move(name), std::move(shape), init, mix.next()));
     });
     EDGE_RETURN_IF_ERROR(write_safetensors(dir + "/model.safetensors", tensors));
-    // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir).
-    return write_text_file(dir + "/config.json", json_text(make_model::config_json(p)));
+    // The weights and tokenizer files durable, names included, before config.json can be: after
+    // a power loss the directory is a whole checkpoint or has no config.json (as quantize does).
+    EDGE_RETURN_IF_ERROR(fsync_path(dir));
+    // Last: config.json marks the checkpoint complete (prepare_checkpoint_dir), its rename durable.
+    EDGE_RETURN_IF_ERROR(
+        write_text_file(dir + "/config.json", json_text(make_model::config_json(p))));
+    return fsync_path(dir);
 }
 
 int make_model_main(int argc, char** argv) {
