@@ -213,14 +213,11 @@ Status TlsContextStore::reload(std::vector<CertificateConfig> certs, ClientAuthC
     if (certs.empty()) {
         return invalid_argument_error("no certificates configured for the TLS listener");
     }
-    uint64_t number;
-    {
-        std::lock_guard lock(mu_);
-        number = next_number_++;
-    }
-    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
-                          build(certs, client_auth, number));
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, build(certs, client_auth, 0));
     std::lock_guard lock(mu_);
+    // Numbered as it is installed: a reload that fails takes no number, so generations count
+    // the certificates actually served, and the log's kept_generation is the last one.
+    generation->number_ = next_number_++;
     current_ = std::move(generation);
     certs_ = std::move(certs);
     client_auth_ = std::move(client_auth);

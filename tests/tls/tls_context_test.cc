@@ -70,6 +70,7 @@ TEST_CASE("a reload that meets an encrypted key keeps the old certificates") {
     auto store = TlsContextStore::create({{{"localhost"}, cert.cert_path, cert.key_path}});
     REQUIRE(store.ok());
     const auto before = (*store)->current();
+    CHECK(before->number() == 1);
     testing::encrypt_private_key(cert.key_path, "x");
     Status reloaded = invalid_argument_error("not run");
     const std::string printed = stderr_of(dir, [&] { reloaded = (*store)->reload(); });
@@ -82,6 +83,7 @@ TEST_CASE("a reload that meets an encrypted key keeps the old certificates") {
     testing::make_certificate(dir.path(), "a", {"localhost"});
     REQUIRE((*store)->reload().ok());
     CHECK((*store)->current() != before);
+    CHECK((*store)->current()->number() == 2);  // The failed reload took no number.
 }
 
 TEST_CASE("use_private_key_file names a missing or malformed key file") {
