@@ -3,7 +3,8 @@
 // it); pieces it refuses are skipped. Whatever it accepted and calls complete must be a JSON
 // object by Boost.JSON's reading, and a refused piece must leave the prefix as it was. The first
 // byte's high bit gives the prefix heads and a tail (a forced tool call's start and end): then
-// what is complete is a head, an object, the tail. With the next bit too, the heads' arguments
+// what is complete is a head, an object, the tail (with bit 0x20, several such calls in a
+// section, JsonReply::next). With bit 0x40 too, the heads' arguments
 // are GLM-4.5's key/value pairs: what is complete must be one well-formed call by GLM-4.5's
 // parser, whose arguments Boost.JSON reads as an object.
 #include <algorithm>
@@ -77,6 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     using edge::engine::sampling::JsonHead;
     using edge::engine::sampling::JsonPrefix;
+    using edge::engine::sampling::JsonReply;
     using edge::engine::sampling::JsonSchema;
     const size_t piece = 1 + data[0] % 8;
     const bool framed = (data[0] & 0x80) != 0;
@@ -84,29 +86,69 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return pairs_input(std::string_view(reinterpret_cast<const char*>(data + 1), size - 1),
                            piece);
     }
-    static const std::vector<JsonHead> heads = {{"<a>", JsonSchema::any_object()},
-                                                {"<ab>", JsonSchema::any_object()},
-                                                {"{\"b\": ", JsonSchema::any_object()}};
-    static const std::string tail = "}\n</end>";
+    // Framed: heads, an object, the tail; with bit 0x20 a section of such calls, each after the
+    // first begun by "<n>" written after the tail's first two bytes (JsonReply::next).
+    static const JsonReply one = [] {
+        JsonReply r;
+        r.heads = {{"<a>", JsonSchema::any_object()},
+                   {"<ab>", JsonSchema::any_object()},
+                   {"{\"b\": ", JsonSchema::any_object()}};
+        r.tail = "}\n</end>";
+        return r;
+    }();
+    static const JsonReply section = [] {
+        JsonReply r = one;
+        r.next_at = 2;
+        r.next = "<n>";
+        return r;
+    }();
+    const JsonReply& reply = (data[0] & 0x20) != 0 ? section : one;
     std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
-    JsonPrefix prefix = framed ? JsonPrefix(heads, tail) : JsonPrefix();
+    JsonPrefix prefix = framed ? JsonPrefix(reply) : JsonPrefix();
     const std::string accepted = edge::fuzz::feed_in_pieces(prefix, rest, piece);
-    if (prefix.complete()) {
-        std::string_view document = accepted;
+    if (!prefix.complete()) {
+        return 0;
+    }
+    std::string_view text = accepted;
+    for (;;) {
         if (framed) {
-            const auto head = std::find_if(heads.begin(), heads.end(), [&](const JsonHead& h) {
-                return document.starts_with(h.text);
-            });
-            if (head == heads.end() || !document.ends_with(tail)) {
-                std::abort();  // Complete without its head or tail.
+            const auto head =
+                std::find_if(reply.heads.begin(), reply.heads.end(),
+                             [&](const JsonHead& h) { return text.starts_with(h.text); });
+            if (head == reply.heads.end()) {
+                std::abort();  // Complete without its head.
             }
-            document = document.substr(head->text.size(),
-                                       document.size() - head->text.size() - tail.size());
+            text.remove_prefix(head->text.size());
         }
+        // One object by Boost.JSON, and where it ends.
+        boost::json::parser parser;
         boost::system::error_code ec;
-        boost::json::value v = boost::json::parse(document, ec);
-        if (ec || !v.is_object()) {
+        const size_t used = parser.write_some(text.data(), text.size(), ec);
+        if (ec || !parser.release().is_object()) {
             std::abort();  // Complete by JsonPrefix, not an object by Boost.JSON.
+        }
+        text.remove_prefix(used);
+        if (!framed) {
+            break;
+        }
+        const std::string_view end = std::string_view(reply.tail).substr(0, 2);
+        if (!text.starts_with(end)) {
+            std::abort();  // The object is not followed by the tail.
+        }
+        text.remove_prefix(end.size());
+        if (text == std::string_view(reply.tail).substr(2)) {
+            break;
+        }
+        if (reply.next.empty() || !text.starts_with(reply.next)) {
+            std::abort();  // Neither the tail's rest nor the next call.
+        }
+        text.remove_prefix(reply.next.size());
+    }
+    if (!framed) {
+        for (const char c : text) {
+            if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+                std::abort();  // Only whitespace after the object.
+            }
         }
     }
     return 0;
