@@ -238,14 +238,15 @@ int32_t Sampler::nucleus(std::span<const float> scaled, double mass_wanted, int3
             above += by_digit[static_cast<size_t>(edge)];
             --edge;
         }
+        // Those above the edge to order_, those at it kept (in id order still), with no branch
+        // per id: each is written to both, and each cursor moves on for its own.
         size_t next = 0;
         for (const int32_t id : undecided_) {
             const auto d = static_cast<int64_t>(digit(id));
-            if (d > edge) {
-                order_[static_cast<size_t>(kept++)] = id;
-            } else if (d == edge) {
-                undecided_[next++] = id;  // In id order still.
-            }
+            order_[static_cast<size_t>(kept)] = id;
+            kept += d > edge ? 1 : 0;
+            undecided_[next] = id;
+            next += d == edge ? 1 : 0;
         }
         undecided_.resize(next);
         before = above;
@@ -276,11 +277,26 @@ TokenId Sampler::draw(std::span<const float> scaled) {
     if (params_.min_p > 0.0f) {
         // Min-p: less likely than min_p times the likeliest id still allowed is out (after a
         // response format's refusals, as vLLM masks first), before top-k and top-p.
-        total_all = 0.0;
-        for (float& p : probs_) {
-            p = p < params_.min_p ? 0.0f : p;
-            total_all += p;
+        // Without a branch per id (a flat distribution mispredicts half of them): the bits of
+        // an id below the cut are masked to 0. Four partial sums, not one chain of adds.
+        const float cut = params_.min_p;
+        auto keep = [cut](float& p) {
+            p = std::bit_cast<float>(std::bit_cast<uint32_t>(p) &
+                                     (0u - static_cast<uint32_t>(p >= cut)));
+            return p;
+        };
+        std::array<double, 4> part{};
+        const size_t n = probs_.size();
+        size_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            for (size_t j = 0; j < 4; ++j) {
+                part[j] += keep(probs_[i + j]);
+            }
         }
+        for (; i < n; ++i) {
+            part[0] += keep(probs_[i]);
+        }
+        total_all = (part[0] + part[1]) + (part[2] + part[3]);
     }
     const bool cut_k = params_.top_k > 0 && params_.top_k < vocab;
     const bool cut_p = params_.top_p < 1.0f;
@@ -310,19 +326,20 @@ TokenId Sampler::draw(std::span<const float> scaled) {
     // 53 random bits -> u in [0, 1); the walk below is deterministic for a given seed.
     const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
     double target = u * total;
-    int32_t last = 0;  // The last token that can be drawn (min-p leaves some at 0).
+    // The target crosses zero only at a token of nonzero mass, so the ones min-p left at 0 need
+    // no test of their own (a branch per token that a flat distribution mispredicts).
     for (int32_t i = 0; i < kept; ++i) {
-        const float p = probs_[static_cast<size_t>(id_at(i))];
-        if (p == 0.0f) {
-            continue;
-        }
-        last = i;
-        target -= p;
+        target -= probs_[static_cast<size_t>(id_at(i))];
         if (target < 0.0) {
             return id_at(i);
         }
     }
-    return id_at(last);  // Rounding left a sliver past the end.
+    // Rounding left a sliver past the end: the last token that can be drawn.
+    int32_t last = kept - 1;
+    while (last > 0 && probs_[static_cast<size_t>(id_at(last))] == 0.0f) {
+        --last;
+    }
+    return id_at(last);
 }
 
 TokenId Sampler::choose(std::span<float> logits, bool greedy) {
