@@ -119,7 +119,9 @@ void Memberlist::reconnect_tick() {
             failed.push_back(&m);
         }
         if (m.state == NodeState::kAlive || m.state == NodeState::kSuspect) {
-            std::erase_if(lost_seeds, [&](const std::string* s) { return *s == m.addr; });
+            // A name, not the binding: clang before 16 cannot capture a structured binding.
+            const std::string& addr = m.addr;
+            std::erase_if(lost_seeds, [&](const std::string* s) { return *s == addr; });
         }
     }
     // A seed that left (a graceful restart) is forgotten, and it may know nobody when it comes
