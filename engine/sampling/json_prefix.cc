@@ -953,11 +953,22 @@ int JsonPrefix::step_number(Frame& f, unsigned char c) {
         case State::kExponentSign:
             if (is_digit(c)) {
                 f.state = State::kExponentDigits;
+                f.candidate = c == '0' ? 0 : 1;
                 return 1;
             }
             return 0;
         case State::kExponentDigits:
-            return is_digit(c) ? 1 : -1;
+            if (!is_digit(c)) {
+                return -1;
+            }
+            // Leading zeros are free; the others stop at kMaxExponentDigits.
+            if (f.candidate > 0 || c != '0') {
+                if (f.candidate == kMaxExponentDigits) {
+                    return 0;
+                }
+                ++f.candidate;
+            }
+            return 1;
         default:
             return 0;
     }

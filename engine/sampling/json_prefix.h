@@ -56,6 +56,9 @@ public:
     static constexpr int kMaxDepth = 64;
     static constexpr int kMaxSpaces = 32;
     static constexpr size_t kMaxReadings = 16;
+    // An exponent's digits after its leading zeros: below 10^9, inside the int that JSON parsers
+    // keep it in (Boost.JSON refuses one past INT_MAX as "exponent overflow").
+    static constexpr int32_t kMaxExponentDigits = 9;
 
     // Any JSON object (response_format json_object).
     JsonPrefix() : JsonPrefix(*JsonSchema::any_object()) {}
@@ -133,7 +136,8 @@ public:
         // String: characters so far. Number: fraction digits so far.
         int32_t count;
         // kInKey / kLiteral: the first candidate (property or literal) still matching, and the
-        // bytes of it matched. Number: digits so far.
+        // bytes of it matched. Number: the exponent's digits after its leading zeros, and the
+        // digits before the exponent.
         int32_t candidate;
         int32_t pos;
         // Number: its digits as a whole number (the value is that over 10^count), its sign.

@@ -37,6 +37,7 @@ TEST_CASE("json prefix: valid objects are taken byte by byte and complete at the
         R"({"s": "caf\u00e9 \"q\" \\ \/ \b\f\n\r\t", "t": true, "f": false})",
         R"({"empty": [], "nested": [[[{}]]], "u": "\u00e9 é 日本"})",
         R"({"k":0,"k2":10,"k3":1.0e-3})",
+        R"({"big":-1.0e-000000000999999999,"e":1E+0})",  // Nine digits past leading zeros.
         R"({"pair":"\ud83d\ude00","bmp":"\ud7ff\ue000"})",
     };
     for (const std::string& text : valid) {
@@ -69,7 +70,9 @@ TEST_CASE("json prefix: other texts are refused at the first byte that rules the
         {R"({"a" 1})", 5},        // A colon is due.
         {R"({"a":01})", 6},       // No leading zeros.
         {R"({"a":1.})", 7},       // A digit after the dot.
-        {R"({"a":1e})", 7},       // And after the exponent.
+        {R"({"a":1e})", 7},       // And after the exponent,
+        // which has at most nine digits past its leading zeros.
+        {R"({"a":-1.0e-0666666666666})", 21},
         {R"({"a":-})", 6},
         {R"({"a":tru})", 8},
         {R"({"a":nul})", 8},
