@@ -82,10 +82,11 @@ int main(int argc, char** argv) {
             ec::DeviceMemoryConfig memory;
             memory.free_fraction = 0.5;
             auto dec = ec::DeviceDecoder::create_from_model(*model, o, memory);
-            edge::Result<ec::DecodeStepStats> stats = dec.status();
-            if (dec.ok()) {
-                stats = (*dec)->run_graph(steps / 2);  // Capture, then warm caches and clocks.
+            if (!dec.ok()) {
+                std::fprintf(stderr, "%s\n", dec.status().to_string().c_str());
+                return 1;
             }
+            auto stats = (*dec)->run_graph(steps / 2);  // Capture, then warm caches and clocks.
             if (stats.ok()) {
                 stats = (*dec)->run_graph(steps);
             }
