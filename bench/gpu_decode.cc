@@ -9,7 +9,7 @@
 // the weight and KV bytes it reads (only the experts it routed to) per second, as a fraction of
 // that.
 //
-// Usage: bench_gpu_decode [--model DIR] [--steps N] [--context N]
+// Usage: bench_gpu_decode [--model DIR] [--steps N] [--context N] [--streams 1|64]
 // Prints a table, then one JSON line. Without a CUDA build or a GPU it says so and exits 2.
 
 #include <algorithm>
@@ -35,17 +35,25 @@
 int main(int argc, char** argv) {
     int steps = 32;
     int context = 256;
+    int only_streams = 0;
     std::string model_dir;
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir,
                                    "Qwen3-MoE checkpoint for the greedy check (optional)"),
          edge::bench::Flag::integer("--steps", &steps, 4, "replayed decode steps"),
-         edge::bench::Flag::integer("--context", &context, 1, "positions each stream starts at")},
+         edge::bench::Flag::integer("--context", &context, 1, "positions each stream starts at"),
+         edge::bench::Flag::integer("--streams", &only_streams, 0, 64,
+                                    "run only this many streams, 1 or 64 (0: both; a profiler "
+                                    "then sees one shape's kernels)")},
         "bench_gpu_decode: whole-step CUDA-graph decode against device copy bandwidth");
+    if (only_streams != 0 && only_streams != 1 && only_streams != 64) {
+        edge::bench::usage_error(argv[0], "--streams takes 1 or 64 (or 0 for both)");
+    }
 #if !defined(EDGE_HAVE_CUDA)
     (void)steps;
     (void)context;
+    (void)only_streams;
     std::printf("bench_gpu_decode: built without CUDA (no nvcc at configure time)\n");
     std::printf("{\"bench\":\"gpu_decode\",\"skipped\":\"built without CUDA\"}\n");
     return 2;
@@ -105,6 +113,9 @@ int main(int argc, char** argv) {
             model = std::move(m).value();
         }
         for (int streams : {1, 64}) {
+            if (only_streams != 0 && streams != only_streams) {
+                continue;
+            }
             ec::DeviceMemoryConfig memory;
             memory.free_fraction = 0.6;
             edge::Result<std::unique_ptr<ec::DeviceDecoder>> dec =
