@@ -149,7 +149,7 @@ struct DeviceDecoder::Impl {
     std::vector<cudaGraphExec_t> bucket_execs;
     int32_t last_logit_rows = 0;  // Compact logits rows of the last run_rows.
     float *x = nullptr, *h = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr;
-    float *o = nullptr, *router_logits = nullptr, *topk_w = nullptr, *route_scratch = nullptr;
+    float *o = nullptr, *router_logits = nullptr, *topk_w = nullptr;
     float *permuted = nullptr, *gate = nullptr, *up = nullptr, *act = nullptr, *down = nullptr;
     float* logits = nullptr;
     int32_t *topk_idx = nullptr, *row_of = nullptr;
@@ -653,8 +653,6 @@ struct DeviceDecoder::Impl {
         EDGE_ASSIGN_OR_RETURN(topk_idx, take<int32_t>(B * K, "topk"));
         EDGE_ASSIGN_OR_RETURN(topk_w, take<float>(B * K, "topk"));
         EDGE_ASSIGN_OR_RETURN(row_of, take<int32_t>(B * K, "rows"));
-        RouterParams rp = router_params();
-        EDGE_ASSIGN_OR_RETURN(route_scratch, take<float>(B * router_scratch_floats(rp), "route"));
         EDGE_ASSIGN_OR_RETURN(permuted, take<float>(B * K * H, "permuted"));
         EDGE_ASSIGN_OR_RETURN(down, take<float>(B * K * H, "expert out"));
         // The expert activations also hold the dense MLP's and the shared experts'.
@@ -772,13 +770,16 @@ struct DeviceDecoder::Impl {
             }
             EDGE_RETURN_IF_ERROR(dense(L.router, h, router_logits));
             EDGE_RETURN_IF_ERROR(kernels::route(router_logits, L.router_bias, router_params(), B,
-                                                topk_idx, topk_w, route_scratch, stream));
+                                                topk_idx, topk_w, stream));
             EDGE_RETURN_IF_ERROR(kernels::permute(topk_idx, B, s.top_k, s.experts, h, H,
                                                   L.offsets, row_of, permuted, stream));
-            EDGE_RETURN_IF_ERROR(kernels::grouped_matmul(L.gate, L.offsets, permuted, gate, stream));
-            EDGE_RETURN_IF_ERROR(kernels::grouped_matmul(L.up, L.offsets, permuted, up, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::grouped_matmul(L.gate, L.offsets, permuted, gate, stream, B * K));
+            EDGE_RETURN_IF_ERROR(
+                kernels::grouped_matmul(L.up, L.offsets, permuted, up, stream, B * K));
             EDGE_RETURN_IF_ERROR(kernels::silu_mul(gate, up, B * K * I, act, stream));
-            EDGE_RETURN_IF_ERROR(kernels::grouped_matmul(L.down, L.offsets, act, down, stream));
+            EDGE_RETURN_IF_ERROR(
+                kernels::grouped_matmul(L.down, L.offsets, act, down, stream, B * K));
             EDGE_RETURN_IF_ERROR(
                 kernels::unpermute(down, row_of, topk_w, B, s.top_k, H, true, x, stream));
         }

@@ -2,8 +2,12 @@
 // the error threshold stated per case. The inputs are exact in both (weights dequantized by the
 // same rules), so thresholds only cover f32 accumulation order and exp/cos rounding.
 
+#include "engine/cuda/kernels/kernels.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -11,7 +15,6 @@
 #include "engine/cpu/convert.h"
 #include "engine/cpu/rope_scaling.h"
 #include "engine/cuda/host/cpu_twins.h"
-#include "engine/cuda/kernels/kernels.h"
 #include "engine/quant/quantized_weight.h"
 #include "tests/gpu/testing_gpu.h"
 
@@ -181,10 +184,16 @@ TEST_CASE("paged KV write and attention (prefill and decode) match the twin with
 
 TEST_CASE("routing picks the twin's experts (ties to the lower index) and weights within 1e-6") {
     std::mt19937_64 rng(5);
-    for (RouterScoring scoring : {RouterScoring::kSoftmax, RouterScoring::kSigmoid}) {
+    // 256 experts: 23 tokens a block (shared scratch), so 37 tokens take two blocks.
+    for (const auto& [scoring_case, experts_case] :
+         {std::pair{RouterScoring::kSoftmax, 64}, std::pair{RouterScoring::kSigmoid, 64},
+          std::pair{RouterScoring::kSoftmax, 256}, std::pair{RouterScoring::kSigmoid, 256}}) {
+        const RouterScoring scoring = scoring_case;
+        const int32_t experts = experts_case;
+        CAPTURE(experts);
         RouterParams p;
         p.scoring = scoring;
-        p.experts = 64;
+        p.experts = experts;
         p.top_k = 8;
         p.n_group = scoring == RouterScoring::kSigmoid ? 8 : 1;
         p.topk_group = 4;
@@ -195,20 +204,35 @@ TEST_CASE("routing picks the twin's experts (ties to the lower index) and weight
         for (float& l : logits) {
             l = static_cast<float>(static_cast<int>(rng() % 5)) * 0.5f;
         }
+        // Tokens 0-2 hold a NaN, a +inf and a -inf logit: the kernel runs router_rule.h's scan
+        // for them (a warp per token otherwise). The infinities route as the CPU does; a NaN
+        // has no CPU answer to match (its softmax and scan order NaN their own way), only K
+        // distinct experts.
+        logits[3] = std::nanf("");
+        logits[p.experts + 5] = std::numeric_limits<float>::infinity();
+        logits[2 * p.experts + 7] = -std::numeric_limits<float>::infinity();
         std::vector<float> bias = random_floats(rng, p.experts, -0.01f, 0.01f);
-        DeviceVec<float> dl(logits), db(bias), dw(T * p.top_k),
-            scratch(T * router_scratch_floats(p));
+        DeviceVec<float> dl(logits), db(bias), dw(T * p.top_k);
         DeviceVec<int32_t> di(T * p.top_k);
         const float* bias_ptr = scoring == RouterScoring::kSigmoid ? db.get() : nullptr;
-        REQUIRE(kernels::route(dl.get(), bias_ptr, p, T, di.get(), dw.get(), scratch.get(),
-                               nullptr)
-                    .ok());
+        REQUIRE(kernels::route(dl.get(), bias_ptr, p, T, di.get(), dw.get(), nullptr).ok());
         std::vector<int32_t> idx(T * p.top_k);
         std::vector<float> w(T * p.top_k);
         twin::route(logits.data(), scoring == RouterScoring::kSigmoid ? bias.data() : nullptr, p,
                     T, idx.data(), w.data());
-        CHECK(di.download() == idx);
-        check_close(dw.download(), w, 1e-6, 1e-5, "router weights");
+        std::vector<int32_t> got_idx = di.download();
+        std::vector<int32_t> nan_row(got_idx.begin(), got_idx.begin() + p.top_k);
+        std::sort(nan_row.begin(), nan_row.end());
+        CHECK(std::adjacent_find(nan_row.begin(), nan_row.end()) == nan_row.end());
+        CHECK(nan_row.front() >= 0);
+        CHECK(nan_row.back() < p.experts);
+        CHECK(std::equal(got_idx.begin() + p.top_k, got_idx.end(), idx.begin() + p.top_k));
+        const std::vector<float> got = dw.download();
+        for (size_t i = static_cast<size_t>(p.top_k); i < w.size(); ++i) {
+            CAPTURE(i);
+            CHECK(((std::isnan(got[i]) && std::isnan(w[i])) ||
+                   std::abs(got[i] - w[i]) <= 1e-6 + 1e-5 * std::abs(w[i])));
+        }
     }
 }
 
@@ -285,7 +309,8 @@ TEST_CASE("grouped matmul with fused dequant matches the twin for every format")
                                     WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row,
                                     WeightFormat::kInt4G32, WeightFormat::kInt4G128};
     for (WeightFormat f : formats) {
-        for (int64_t cols : {256, 384, 1000, 44}) {
+        // Wide rows too (2304 on the vector path, 1100 on the scalar one).
+        for (int64_t cols : {256, 384, 1000, 44, 2304, 1100}) {
             if ((quant::int4_group_size(f) > 0 && cols % quant::int4_group_size(f) != 0)) {
                 continue;
             }
@@ -303,20 +328,31 @@ TEST_CASE("grouped matmul with fused dequant matches the twin for every format")
                 data.push_back(ws.back()->device.data);
                 scales.push_back(ws.back()->device.scales);
             }
-            // Token counts per group, including empty groups and more than one tile.
-            std::vector<int32_t> offsets = {0, 3, 3, 20, 21, 21};
-            const int64_t T = offsets.back();
-            auto x = random_floats(rng, T * cols);
-            DeviceVec<const void*> dd(data);
-            DeviceVec<const float*> ds(scales);
-            DeviceVec<int32_t> doff(offsets);
-            DeviceVec<float> dx(x), dy(T * rows);
-            kernels::GroupedWeights gw{f, rows, cols, groups, dd.get(),
-                                       scales[0] != nullptr ? ds.get() : nullptr};
-            REQUIRE(kernels::grouped_matmul(gw, doff.get(), dx.get(), dy.get(), nullptr).ok());
-            std::vector<float> want(T * rows);
-            twin::grouped_matmul(views, offsets.data(), x.data(), want.data());
-            check_close(dy.download(), want, 2e-4, 1e-4, "grouped matmul");
+            // Token counts per group, including empty groups and more than one tile; then fewer
+            // rows than groups (a block row per row of x, empty groups first, between and last),
+            // with x_rows given and not.
+            for (const std::vector<int32_t>& offsets : {std::vector<int32_t>{0, 3, 3, 20, 21, 21},
+                                                        std::vector<int32_t>{0, 0, 1, 1, 3, 3}}) {
+                const int64_t T = offsets.back();
+                auto x = random_floats(rng, T * cols);
+                DeviceVec<const void*> dd(data);
+                DeviceVec<const float*> ds(scales);
+                DeviceVec<int32_t> doff(offsets);
+                DeviceVec<float> dx(x);
+                kernels::GroupedWeights gw{
+                    f, rows, cols, groups, dd.get(), scales[0] != nullptr ? ds.get() : nullptr};
+                std::vector<float> want(T * rows);
+                twin::grouped_matmul(views, offsets.data(), x.data(), want.data());
+                for (int64_t x_rows : {int64_t{0}, T}) {
+                    CAPTURE(T);
+                    CAPTURE(x_rows);
+                    DeviceVec<float> dy(T * rows);
+                    REQUIRE(
+                        kernels::grouped_matmul(gw, doff.get(), dx.get(), dy.get(), nullptr, x_rows)
+                            .ok());
+                    check_close(dy.download(), want, 2e-4, 1e-4, "grouped matmul");
+                }
+            }
         }
     }
 }

@@ -30,14 +30,14 @@ bool cuda_matmul_supports(WeightFormat format) {
 }
 
 Result<MatmulPlan> plan_grouped_matmul(WeightFormat format, int64_t rows, int64_t cols,
-                                       int64_t groups) {
+                                       int64_t groups, int64_t x_rows) {
     const std::string what = std::string("cuda matmul (") + quant::weight_format_name(format) +
                              ", " + std::to_string(rows) + " x " + std::to_string(cols) + ", " +
                              std::to_string(groups) + " groups)";
     if (!cuda_matmul_supports(format)) {
         return invalid_argument_error(what + ": format not supported");
     }
-    if (rows <= 0 || cols <= 0 || groups <= 0) {
+    if (rows <= 0 || cols <= 0 || groups <= 0 || x_rows < 0) {
         return invalid_argument_error(what + ": empty shape");
     }
     const int64_t g = quant::int4_group_size(format);
@@ -50,7 +50,8 @@ Result<MatmulPlan> plan_grouped_matmul(WeightFormat format, int64_t rows, int64_
     }
     MatmulPlan plan;
     plan.shape.grid_x = ceil_div(rows, kMatmulWarps);
-    plan.shape.grid_y = groups;
+    plan.by_row = x_rows > 0 && x_rows < groups;
+    plan.shape.grid_y = plan.by_row ? x_rows : groups;
     plan.shape.block = kMatmulWarps * 32;
     plan.vectorized = cols % 8 == 0;
     return plan;
@@ -76,7 +77,7 @@ Result<LaunchShape> plan_attention(int64_t tokens, int64_t q_heads, int64_t kv_h
     s.grid_x = tokens;
     s.grid_y = q_heads;
     s.block = kAttentionThreads;
-    s.shared_bytes = static_cast<int32_t>((kAttentionTile + head_dim) * sizeof(float));
+    s.shared_bytes = static_cast<int32_t>(attention_shared_floats(head_dim) * sizeof(float));
     return s;
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/result.h"
 #include "engine/cpu/weight.h"
+#include "engine/cuda/host/paged_kv_layout.h"
 
 namespace edge::engine::cuda {
 
@@ -26,23 +27,34 @@ inline constexpr int32_t kMatmulTokenTile = 8;  // Tokens accumulated per pass o
 struct MatmulPlan {
     LaunchShape shape;
     bool vectorized = false;  // Reads 8 consecutive elements per load (cols % 8 == 0).
+    // One block row per row of x (grid_y = x_rows), in the group that holds it, instead of one
+    // per group: when x has fewer rows than there are groups (a few tokens' experts), most
+    // groups are empty and their blocks would only be scheduled to exit.
+    bool by_row = false;
 };
 
 // Whether the grouped matmul kernel reads `format` at all.
 bool cuda_matmul_supports(WeightFormat format);
 
-// Plan for `groups` weights of rows x cols each (one group per expert; 1 for a dense matmul).
+// Plan for `groups` weights of rows x cols each (one group per expert; 1 for a dense matmul),
+// over x_rows rows of x in all (0: not known, one block row per group).
 // kInvalidArgument for an unsupported format, an int4 width that is not a multiple of its group,
 // or sizes beyond the grid limits.
 Result<MatmulPlan> plan_grouped_matmul(WeightFormat format, int64_t rows, int64_t cols,
-                                       int64_t groups);
+                                       int64_t groups, int64_t x_rows = 0);
 
 // Attention over the paged KV cache: one block per (query token, query head), scores in tiles of
-// kAttentionTile positions with an online softmax, so any context length runs in fixed shared
-// memory. head_dim must be a multiple of 32 and at most kMaxAttentionHeadDim.
-inline constexpr int32_t kAttentionTile = 64;
+// kAttentionTile positions (one a thread) with an online softmax, so any context length runs in
+// fixed shared memory. head_dim must be a multiple of 32 and at most kMaxAttentionHeadDim.
 inline constexpr int32_t kAttentionThreads = 128;
+inline constexpr int32_t kAttentionTile = kAttentionThreads;
 inline constexpr int32_t kMaxAttentionHeadDim = 256;
+// Its shared memory: the tile's weights, the block reductions' kAttentionThreads / 32 values,
+// the tile's physical block ids, the query row, and each thread's four output sums.
+inline constexpr int64_t attention_shared_floats(int64_t head_dim) {
+    return kAttentionTile + kAttentionThreads / 32 + kAttentionTile / kKvBlockTokens + head_dim +
+           4 * kAttentionThreads;
+}
 Result<LaunchShape> plan_attention(int64_t tokens, int64_t q_heads, int64_t kv_heads,
                                    int64_t head_dim);
 

@@ -35,24 +35,115 @@ EDGE_HD int64_t router_scratch_floats(const RouterParams& p) {
     return 2 * static_cast<int64_t>(p.experts) + (p.n_group > 0 ? p.n_group : 1);
 }
 
-// Picks the best expert not yet in idx[0, j) among scores `v` (ties to the lower index); experts
-// at -inf are only taken when nothing else is left (as the CPU rule).
-EDGE_HD int32_t router_pick(const float* v, int32_t E, const int32_t* idx, int32_t j) {
+// Picks the best expert whose bit in `taken` is clear among scores `v` (ties to the lower
+// index); experts at -inf are only taken when nothing else is left (as the CPU rule).
+EDGE_HD int32_t router_pick(const float* v, int32_t E, const uint32_t* taken) {
     const float neg_inf = float_from_bits(0xFF800000u);
     int32_t best = -1;
-    for (int32_t e = 0; e < E; ++e) {
-        if (v[e] == neg_inf && best >= 0) {
-            continue;
-        }
-        bool taken = false;
-        for (int32_t t = 0; t < j; ++t) {
-            taken = taken || idx[t] == e;
-        }
-        if (!taken && (best < 0 || v[e] > v[best])) {
-            best = e;
+    float best_v = 0.0f;
+    // By words of `taken`, each word's 32 experts unrolled on the device (one thread routes a
+    // token: its loads must be in flight together).
+    for (int32_t e0 = 0; e0 < E; e0 += 32) {
+        const uint32_t bits = taken[e0 / 32];
+        const int32_t n = E - e0 < 32 ? E - e0 : 32;
+        EDGE_DEVICE_UNROLL
+        for (int32_t b = 0; b < 32; ++b) {
+            if (b >= n || ((bits >> b) & 1u) != 0) {
+                continue;
+            }
+            const float x = v[e0 + b];
+            if (x == neg_inf && best >= 0) {
+                continue;
+            }
+            if (best < 0 || x > best_v) {
+                best = e0 + b;
+                best_v = x;
+            }
         }
     }
     return best;
+}
+
+// The K best of `v` into idx, best first (K <= E <= kMaxRouterExperts).
+EDGE_HD void router_pick_top_k(const float* v, int32_t E, int32_t K, int32_t* idx) {
+    uint32_t taken[kMaxRouterExperts / 32] = {};
+    for (int32_t j = 0; j < K; ++j) {
+        const int32_t b = router_pick(v, E, taken);
+        idx[j] = b;
+        taken[b / 32] |= 1u << (b % 32);
+    }
+}
+
+// The steps of the rule below, shared with the CUDA router kernel (a warp per token), which does
+// the per-expert loops by lane and calls these for what depends on order.
+
+// 1 / (sum of the E softmax numerators s), summed in index order in double.
+EDGE_HD float router_softmax_inverse(const float* s, int32_t E) {
+    double sum = 0.0;
+    for (int32_t e = 0; e < E; ++e) {
+        sum += s[e];
+    }
+    return static_cast<float>(1.0 / sum);
+}
+
+// Group g's score: the sum of its two best choice scores (its best alone if it has one expert).
+EDGE_HD float router_group_score(const float* choice, int32_t g, int32_t per) {
+    const float neg_inf = float_from_bits(0xFF800000u);
+    float best = neg_inf;
+    float second = neg_inf;
+    for (int32_t e = g * per; e < (g + 1) * per; ++e) {
+        if (choice[e] > best) {
+            second = best;
+            best = choice[e];
+        } else if (choice[e] > second) {
+            second = choice[e];
+        }
+    }
+    return per >= 2 ? best + second : best;
+}
+
+// Marks the topk_group best groups (ties to the lower index) NaN in group_score.
+EDGE_HD void router_keep_groups(float* group_score, int32_t groups, int32_t topk_group) {
+    const float neg_inf = float_from_bits(0xFF800000u);
+    const float kept_mark = float_from_bits(0x7FC00000u);
+    for (int32_t kept = 0; kept < topk_group; ++kept) {
+        int32_t bg = -1;
+        for (int32_t g = 0; g < groups; ++g) {
+            const float gs = group_score[g];
+            if (gs == gs && gs != neg_inf && (bg < 0 || gs > group_score[bg])) {
+                bg = g;
+            }
+        }
+        if (bg < 0) {
+            break;
+        }
+        group_score[bg] = kept_mark;
+    }
+}
+
+// The chosen experts' weights from their scores s.
+EDGE_HD void router_weights(const float* s, const int32_t* idx, const RouterParams& p, float* w) {
+    if (p.scoring == RouterScoring::kSoftmax) {
+        float total = 0.0f;
+        for (int32_t j = 0; j < p.top_k; ++j) {
+            total += s[idx[j]];
+        }
+        for (int32_t j = 0; j < p.top_k; ++j) {
+            w[j] = p.norm_topk_prob ? s[idx[j]] / total : s[idx[j]];
+        }
+        return;
+    }
+    float sum = 0.0f;
+    for (int32_t j = 0; j < p.top_k; ++j) {
+        w[j] = s[idx[j]];
+        sum += s[idx[j]];
+    }
+    for (int32_t j = 0; j < p.top_k; ++j) {
+        if (p.norm_topk_prob) {
+            w[j] /= (sum + 1e-20f);
+        }
+        w[j] *= p.scaling_factor;
+    }
 }
 
 // Routes one token: `logits` (E values), `bias` (E values or null; sigmoid only). Writes K expert
@@ -68,81 +159,37 @@ EDGE_HD void route_token(const float* logits, const float* bias, const RouterPar
         for (int32_t e = 1; e < E; ++e) {
             mx = fmaxf(mx, logits[e]);
         }
-        double sum = 0.0;
         for (int32_t e = 0; e < E; ++e) {
             s[e] = expf(logits[e] - mx);
-            sum += s[e];
         }
-        const float inv = static_cast<float>(1.0 / sum);
+        const float inv = router_softmax_inverse(s, E);
         for (int32_t e = 0; e < E; ++e) {
             s[e] *= inv;
             choice[e] = s[e];
         }
-        float total = 0.0f;
-        for (int32_t j = 0; j < p.top_k; ++j) {
-            idx[j] = router_pick(choice, E, idx, j);
-            total += s[idx[j]];
+    } else {
+        float* group_score = scratch + 2 * E;
+        for (int32_t e = 0; e < E; ++e) {
+            s[e] = 1.0f / (1.0f + expf(-logits[e]));
+            choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
         }
-        for (int32_t j = 0; j < p.top_k; ++j) {
-            w[j] = p.norm_topk_prob ? s[idx[j]] / total : s[idx[j]];
-        }
-        return;
-    }
-    float* group_score = scratch + 2 * E;
-    for (int32_t e = 0; e < E; ++e) {
-        s[e] = 1.0f / (1.0f + expf(-logits[e]));
-        choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
-    }
-    const int32_t groups = p.n_group > 0 ? p.n_group : 1;
-    if (groups > 1 && p.topk_group < groups) {
-        const int32_t per = E / groups;
-        for (int32_t g = 0; g < groups; ++g) {
-            float best = neg_inf;
-            float second = neg_inf;
-            for (int32_t e = g * per; e < (g + 1) * per; ++e) {
-                if (choice[e] > best) {
-                    second = best;
-                    best = choice[e];
-                } else if (choice[e] > second) {
-                    second = choice[e];
-                }
-            }
-            group_score[g] = per >= 2 ? best + second : best;
-        }
-        const float kept_mark = float_from_bits(0x7FC00000u);  // NaN marks "kept".
-        for (int32_t kept = 0; kept < p.topk_group; ++kept) {
-            int32_t bg = -1;
+        const int32_t groups = p.n_group > 0 ? p.n_group : 1;
+        if (groups > 1 && p.topk_group < groups) {
+            const int32_t per = E / groups;
             for (int32_t g = 0; g < groups; ++g) {
-                const float gs = group_score[g];
-                if (gs == gs && gs != neg_inf && (bg < 0 || gs > group_score[bg])) {
-                    bg = g;
-                }
+                group_score[g] = router_group_score(choice, g, per);
             }
-            if (bg < 0) {
-                break;
-            }
-            group_score[bg] = kept_mark;
-        }
-        for (int32_t g = 0; g < groups; ++g) {
-            if (group_score[g] == group_score[g]) {
-                for (int32_t e = g * per; e < (g + 1) * per; ++e) {
+            router_keep_groups(group_score, groups, p.topk_group);
+            for (int32_t e = 0; e < E; ++e) {
+                const float gs = group_score[e / per];
+                if (gs == gs) {  // Not kept.
                     choice[e] = neg_inf;
                 }
             }
         }
     }
-    float sum = 0.0f;
-    for (int32_t j = 0; j < p.top_k; ++j) {
-        idx[j] = router_pick(choice, E, idx, j);
-        w[j] = s[idx[j]];
-        sum += s[idx[j]];
-    }
-    for (int32_t j = 0; j < p.top_k; ++j) {
-        if (p.norm_topk_prob) {
-            w[j] /= (sum + 1e-20f);
-        }
-        w[j] *= p.scaling_factor;
-    }
+    router_pick_top_k(choice, E, p.top_k, idx);
+    router_weights(s, idx, p, w);
 }
 
 }  // namespace edge::engine::cuda

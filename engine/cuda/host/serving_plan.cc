@@ -368,8 +368,7 @@ int64_t serving_arena_bytes(const CheckpointModel& model, int32_t max_rows,
     // The expert activations also hold the dense MLP's and the shared experts' (one row each).
     const int64_t inter = std::max({K * model.moe_inter, int64_t{model.dense_inter},
                                     int64_t{model.shared_inter}});
-    const int64_t per_row = 3 * H + 2 * qd + 2 * kvd + E + 3 * K +
-                            router_scratch_floats(model.router) + 2 * K * H + 3 * inter;
+    const int64_t per_row = 3 * H + 2 * qd + 2 * kvd + E + 3 * K + 2 * K * H + 3 * inter;
     bytes += int64_t{max_rows} * per_row * 4;
     bytes += int64_t{max_logit_rows} * model.vocab * 4;  // Logits of the gathered rows only.
     if (model.attention == AttentionKind::kMla) {

@@ -45,9 +45,9 @@ Status paged_attention(const PagedKvLayout& layout, int32_t layer, const float* 
                        const int32_t* block_table, int32_t max_blocks_per_seq, const float* pool,
                        float scale, float* out, cudaStream_t stream);
 
-// Routing (router_rule.h, one thread per token). `scratch`: tokens * router_scratch_floats(p).
+// Routing (router_rule.h, one thread per token, its scratch in shared memory).
 Status route(const float* logits, const float* bias, const RouterParams& p, int64_t tokens,
-             int32_t* idx, float* w, float* scratch, cudaStream_t stream);
+             int32_t* idx, float* w, cudaStream_t stream);
 
 // Stable grouping of assignments by expert (twin::permute). offsets: E + 1; row_of: tokens * K;
 // permuted: tokens * K rows of H.
@@ -72,9 +72,11 @@ struct GroupedWeights {
 
 // y[t] = W_g x[t] (rows outputs, stride rows) for t in [offsets[g], offsets[g + 1]) of each group;
 // offsets (groups + 1 ints) live on the device, so the launch can be captured in a graph before
-// the routing is known. Fused dequantization for every format in cuda_matmul_supports().
+// the routing is known. x_rows, when given, is offsets[groups] (the routed experts' B * K): with
+// fewer rows than groups each row gets its own blocks (plan_grouped_matmul). Fused dequantization
+// for every format in cuda_matmul_supports().
 Status grouped_matmul(const GroupedWeights& w, const int32_t* offsets, const float* x, float* y,
-                      cudaStream_t stream);
+                      cudaStream_t stream, int64_t x_rows = 0);
 
 // out[i] = silu(gate[i]) * up[i].
 Status silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);

@@ -1,6 +1,10 @@
 // Expert routing, permute/unpermute of tokens to experts, and the grouped expert matmul with
 // fused dequantization.
 
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/kernels/dequant.cuh"
 #include "engine/cuda/kernels/device_util.cuh"
@@ -9,14 +13,110 @@
 namespace edge::engine::cuda::kernels {
 namespace {
 
-__global__ void route_kernel(const float* logits, const float* bias, RouterParams p,
-                             int64_t tokens, int32_t* idx, float* w, float* scratch) {
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// The K best of `choice` into idx, best first, by a warp: lane l owns experts l + 32 k (bit k of
+// its `taken`), each pick the warp's maximum with ties to the lower index. Without NaN scores
+// this is router_pick's choice: its scan keeps the first of the highest, -inf included only when
+// nothing else is left.
+__device__ void warp_pick_top_k(const float* choice, int32_t E, int32_t K, int32_t* idx) {
+    const int lane = threadIdx.x % 32;
+    uint32_t taken = 0;
+    for (int32_t j = 0; j < K; ++j) {
+        float v = 0.0f;
+        int i = -1;
+        for (int32_t k = 0, e = lane; e < E; ++k, e += 32) {
+            if (((taken >> k) & 1u) == 0) {
+                better(v, i, choice[e], e);
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+        }
+        if (i % 32 == lane) {
+            taken |= 1u << (i / 32);
+        }
+        if (lane == 0) {
+            idx[j] = i;
+        }
+    }
+}
+
+// A warp per token (router_rule.h's rule, spread over the lanes): scores and picks by lane,
+// the sums in the rule's own order by lane 0, scratch in shared memory. A token with a
+// non-finite logit or bias runs route_token itself on lane 0 (NaN ordering is the scan's).
+__global__ void route_kernel(const float* logits, const float* bias, RouterParams p, int64_t tokens,
+                             int32_t* idx, float* w) {
+    extern __shared__ float scratch[];
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
     if (t >= tokens) {
+        return;  // The whole warp.
+    }
+    const int32_t E = p.experts;
+    const float* lg = logits + t * E;
+    int32_t* ti = idx + t * p.top_k;
+    float* tw = w + t * p.top_k;
+    float* s = scratch + warp * router_scratch_floats(p);
+    float* choice = s + E;
+    float* group_score = s + 2 * E;
+    bool odd = false;
+    for (int32_t e = lane; e < E; e += 32) {
+        odd = odd || !isfinite(lg[e]) || (bias != nullptr && !isfinite(bias[e]));
+    }
+    if (__any_sync(0xffffffffu, odd)) {
+        if (lane == 0) {
+            route_token(lg, bias, p, ti, tw, s);
+        }
         return;
     }
-    route_token(logits + t * p.experts, bias, p, idx + t * p.top_k, w + t * p.top_k,
-                scratch + t * router_scratch_floats(p));
+    if (p.scoring == RouterScoring::kSoftmax) {
+        float mx = -FLT_MAX;
+        for (int32_t e = lane; e < E; e += 32) {
+            mx = fmaxf(mx, lg[e]);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        }
+        for (int32_t e = lane; e < E; e += 32) {
+            s[e] = expf(lg[e] - mx);
+        }
+        __syncwarp();
+        float inv = lane == 0 ? router_softmax_inverse(s, E) : 0.0f;
+        inv = __shfl_sync(0xffffffffu, inv, 0);
+        for (int32_t e = lane; e < E; e += 32) {
+            s[e] *= inv;
+            choice[e] = s[e];
+        }
+    } else {
+        for (int32_t e = lane; e < E; e += 32) {
+            s[e] = 1.0f / (1.0f + expf(-lg[e]));
+            choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
+        }
+        const int32_t groups = p.n_group > 0 ? p.n_group : 1;
+        if (groups > 1 && p.topk_group < groups) {
+            const int32_t per = E / groups;
+            __syncwarp();
+            for (int32_t g = lane; g < groups; g += 32) {
+                group_score[g] = router_group_score(choice, g, per);
+            }
+            __syncwarp();
+            if (lane == 0) {
+                router_keep_groups(group_score, groups, p.topk_group);
+            }
+            __syncwarp();
+            for (int32_t e = lane; e < E; e += 32) {
+                const float gs = group_score[e / per];
+                if (gs == gs) {  // Not kept.
+                    choice[e] = -INFINITY;
+                }
+            }
+        }
+    }
+    __syncwarp();
+    warp_pick_top_k(choice, E, p.top_k, ti);
+    if (lane == 0) {
+        router_weights(s, ti, p, tw);
+    }
 }
 
 // One block; thread e counts expert e's assignments, thread 0 scans, then thread e hands out its
@@ -77,17 +177,41 @@ __global__ void unpermute_kernel(const float* y, const int32_t* row_of, const fl
 
 // A warp per output row r of group blockIdx.y: for each tile of kMatmulTokenTile of the group's
 // tokens, read the stored row once, dequantize in registers and accumulate every token's dot.
+// (Staging x in shared memory per block was tried: on an H200 it saved a little at one token
+// and cost 15-20% at 64, where the shared reads and FMAs bound the loop, not x's traffic.)
+// by_row: blockIdx.y is a row of x, done alone in the group that holds it (the last whose
+// offset is at most that row: empty groups share their offset with the next).
 template <WeightFormat F, bool kVec>
 __global__ void __launch_bounds__(kMatmulWarps * 32)
-    grouped_matmul_kernel(GroupedWeights w, const int32_t* offsets, const float* x, float* y) {
-    const int32_t g = blockIdx.y;
+    grouped_matmul_kernel(GroupedWeights w, const int32_t* offsets, bool by_row, const float* x,
+                          float* y) {
     const int lane = threadIdx.x % 32;
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kMatmulWarps + threadIdx.x / 32;
     if (r >= w.rows) {
         return;
     }
-    const int32_t t0 = offsets[g];
-    const int32_t t1 = offsets[g + 1];
+    int32_t g = blockIdx.y;
+    int32_t t0 = 0;
+    int32_t t1 = 0;
+    if (by_row) {
+        const int32_t row = blockIdx.y;
+        int32_t lo = 0;
+        int32_t hi = static_cast<int32_t>(w.groups);  // offsets[lo] <= row < offsets[hi].
+        while (hi - lo > 1) {
+            const int32_t mid = (lo + hi) / 2;
+            if (offsets[mid] <= row) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        g = lo;
+        t0 = row;
+        t1 = row + 1;
+    } else {
+        t0 = offsets[g];
+        t1 = offsets[g + 1];
+    }
     const void* data = w.data[g];
     const float* scales = w.scales != nullptr ? w.scales[g] : nullptr;
     const int64_t cols = w.cols;
@@ -99,6 +223,8 @@ __global__ void __launch_bounds__(kMatmulWarps * 32)
             acc[t] = 0.0f;
         }
         if constexpr (kVec) {
+            // Unrolled so a lane's loads of the row are in flight together.
+#pragma unroll 4
             for (int64_t c = lane * 8; c < cols; c += 256) {
                 float wv[8];
                 load8<F>(data, scales, r, c, cols, wv);
@@ -138,7 +264,7 @@ __global__ void __launch_bounds__(kMatmulWarps * 32)
 }  // namespace
 
 Status route(const float* logits, const float* bias, const RouterParams& p, int64_t tokens,
-             int32_t* idx, float* w, float* scratch, cudaStream_t stream) {
+             int32_t* idx, float* w, cudaStream_t stream) {
     if (p.experts <= 0 || p.experts > kMaxRouterExperts || p.top_k <= 0 || p.top_k > p.experts ||
         (p.scoring == RouterScoring::kSigmoid && p.n_group > 1 && p.experts % p.n_group != 0)) {
         return invalid_argument_error("cuda route: " + std::to_string(p.top_k) + " of " +
@@ -148,10 +274,15 @@ Status route(const float* logits, const float* bias, const RouterParams& p, int6
     if (tokens <= 0) {
         return ok_status();
     }
-    const int threads = 64;
-    const int64_t blocks = (tokens + threads - 1) / threads;
-    route_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(logits, bias, p, tokens,
-                                                                       idx, w, scratch);
+    // A warp per token, as many a block (up to 8) as 48 KiB of scratch holds (E <=
+    // kMaxRouterExperts: at least 4).
+    const int64_t floats = router_scratch_floats(p);
+    const int warps = static_cast<int>(std::clamp<int64_t>(12 * 1024 / floats, 1, 8));
+    const int threads = warps * 32;
+    const int64_t blocks = (tokens + warps - 1) / warps;
+    const size_t shared = static_cast<size_t>(warps * floats) * sizeof(float);
+    route_kernel<<<static_cast<unsigned>(blocks), threads, shared, stream>>>(logits, bias, p,
+                                                                             tokens, idx, w);
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("route");
     return ok_status();
 }
@@ -187,17 +318,18 @@ Status unpermute(const float* y, const int32_t* row_of, const float* w, int64_t 
 }
 
 Status grouped_matmul(const GroupedWeights& w, const int32_t* offsets, const float* x, float* y,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, int64_t x_rows) {
     EDGE_ASSIGN_OR_RETURN(MatmulPlan plan,
-                          plan_grouped_matmul(w.format, w.rows, w.cols, w.groups));
+                          plan_grouped_matmul(w.format, w.rows, w.cols, w.groups, x_rows));
     const dim3 grid = grid_of(plan.shape);
     dispatch_format(w.format, [&](auto tag) {
         constexpr WeightFormat F = decltype(tag)::kFormat;
         if (plan.vectorized) {
-            grouped_matmul_kernel<F, true><<<grid, plan.shape.block, 0, stream>>>(w, offsets, x, y);
+            grouped_matmul_kernel<F, true>
+                <<<grid, plan.shape.block, 0, stream>>>(w, offsets, plan.by_row, x, y);
         } else {
-            grouped_matmul_kernel<F, false><<<grid, plan.shape.block, 0, stream>>>(w, offsets, x,
-                                                                                  y);
+            grouped_matmul_kernel<F, false>
+                <<<grid, plan.shape.block, 0, stream>>>(w, offsets, plan.by_row, x, y);
         }
     });
     EDGE_CUDA_RETURN_IF_LAUNCH_FAILED("grouped_matmul");

@@ -81,14 +81,25 @@ TEST_CASE("ArenaPlanner: aligned first fit, coalescing frees, exhaustion names t
 TEST_CASE("plan_grouped_matmul: grid, vector path, and refused shapes") {
     auto p = plan_grouped_matmul(WeightFormat::kInt4G32, 1000, 1024, 64);
     REQUIRE(p.ok());
-    CHECK(p->shape.grid_x == 250);
+    CHECK(p->shape.grid_x == (1000 + kMatmulWarps - 1) / kMatmulWarps);
     CHECK(p->shape.grid_y == 64);
     CHECK(p->shape.block == kMatmulWarps * 32);
     CHECK(p->vectorized);
+    CHECK_FALSE(p->by_row);
+    // A token's 8 experts of 64: a block row per row of x; 64 rows or more: one per group.
+    auto few = plan_grouped_matmul(WeightFormat::kBF16, 512, 1024, 64, 8);
+    REQUIRE(few.ok());
+    CHECK(few->by_row);
+    CHECK(few->shape.grid_y == 8);
+    auto many = plan_grouped_matmul(WeightFormat::kBF16, 512, 1024, 64, 64);
+    REQUIRE(many.ok());
+    CHECK_FALSE(many->by_row);
+    CHECK(many->shape.grid_y == 64);
+    CHECK_FALSE(plan_grouped_matmul(WeightFormat::kBF16, 512, 1024, 64, -1).ok());
     auto odd = plan_grouped_matmul(WeightFormat::kBF16, 7, 44, 1);
     REQUIRE(odd.ok());
     CHECK_FALSE(odd->vectorized);
-    CHECK(odd->shape.grid_x == 2);
+    CHECK(odd->shape.grid_x == (7 + kMatmulWarps - 1) / kMatmulWarps);
     CHECK_FALSE(plan_grouped_matmul(WeightFormat::kInt4G32, 8, 48, 1).ok());  // 48 % 32 != 0.
     CHECK_FALSE(plan_grouped_matmul(WeightFormat::kInt4G128, 8, 192, 1).ok());
     CHECK_FALSE(plan_grouped_matmul(WeightFormat::kBF16, 0, 64, 1).ok());
@@ -106,7 +117,8 @@ TEST_CASE("plan_attention: one block per (token, head), head_dim limits") {
     CHECK(s->grid_x == 65);
     CHECK(s->grid_y == 16);
     CHECK(s->block == kAttentionThreads);
-    CHECK(s->shared_bytes == (kAttentionTile + 128) * 4);
+    CHECK(s->shared_bytes == attention_shared_floats(128) * 4);
+    CHECK(attention_shared_floats(128) == 128 + 4 + 8 + 128 + 512);
     CHECK_FALSE(plan_attention(1, 16, 4, 40).ok());   // Not a multiple of 32.
     CHECK_FALSE(plan_attention(1, 16, 4, 512).ok());  // Above kMaxAttentionHeadDim.
     CHECK_FALSE(plan_attention(1, 15, 4, 64).ok());   // GQA group must divide.
