@@ -9,10 +9,3 @@
 #else
 #define EDGE_HD inline
 #endif
-
-// Unrolls the loop after it in device code (a fixed trip count); nothing for the host compiler.
-#if defined(__CUDA_ARCH__)
-#define EDGE_DEVICE_UNROLL _Pragma("unroll")
-#else
-#define EDGE_DEVICE_UNROLL
-#endif

@@ -41,24 +41,17 @@ EDGE_HD int32_t router_pick(const float* v, int32_t E, const uint32_t* taken) {
     const float neg_inf = float_from_bits(0xFF800000u);
     int32_t best = -1;
     float best_v = 0.0f;
-    // By words of `taken`, each word's 32 experts unrolled on the device (one thread routes a
-    // token: its loads must be in flight together).
-    for (int32_t e0 = 0; e0 < E; e0 += 32) {
-        const uint32_t bits = taken[e0 / 32];
-        const int32_t n = E - e0 < 32 ? E - e0 : 32;
-        EDGE_DEVICE_UNROLL
-        for (int32_t b = 0; b < 32; ++b) {
-            if (b >= n || ((bits >> b) & 1u) != 0) {
-                continue;
-            }
-            const float x = v[e0 + b];
-            if (x == neg_inf && best >= 0) {
-                continue;
-            }
-            if (best < 0 || x > best_v) {
-                best = e0 + b;
-                best_v = x;
-            }
+    for (int32_t e = 0; e < E; ++e) {
+        if (((taken[e / 32] >> (e % 32)) & 1u) != 0) {
+            continue;
+        }
+        const float x = v[e];
+        if (x == neg_inf && best >= 0) {
+            continue;
+        }
+        if (best < 0 || x > best_v) {
+            best = e;
+            best_v = x;
         }
     }
     return best;

@@ -45,7 +45,7 @@ Status paged_attention(const PagedKvLayout& layout, int32_t layer, const float* 
                        const int32_t* block_table, int32_t max_blocks_per_seq, const float* pool,
                        float scale, float* out, cudaStream_t stream);
 
-// Routing (router_rule.h, one thread per token, its scratch in shared memory).
+// Routing (router_rule.h's rule, a warp per token, its scratch in shared memory).
 Status route(const float* logits, const float* bias, const RouterParams& p, int64_t tokens,
              int32_t* idx, float* w, cudaStream_t stream);
 
