@@ -176,4 +176,10 @@ std::string json_text(const boost::json::value& v) {
     return out;
 }
 
+boost::json::value parse_json(std::string_view text, std::error_code& ec) {
+    boost::json::parse_options options;
+    options.max_depth = kMaxJsonDepth;
+    return boost::json::parse(boost::json::string_view(text.data(), text.size()), ec, {}, options);
+}
+
 }  // namespace edge

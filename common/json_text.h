@@ -2,10 +2,14 @@
 
 // JSON text with numbers as Python writes them. Boost.JSON's serializer writes 0.5 as "5E-1"
 // and 1.0 as "1E0": valid, but not what an OpenAI or vLLM client sees, and a tool call's
-// arguments would come back spelled differently from what the model wrote. Pure.
+// arguments would come back spelled differently from what the model wrote. And the one depth
+// that JSON from a client or from the model may nest to. Pure.
 
 #include <boost/json/value.hpp>
+#include <cstddef>
 #include <string>
+#include <string_view>
+#include <system_error>
 
 namespace edge {
 
@@ -25,5 +29,14 @@ void append_json(const boost::json::value& v, JsonStyle style, std::string* out)
 
 // Compact JSON text of v, for HTTP bodies, server-sent events and log lines.
 std::string json_text(const boost::json::value& v);
+
+// How many arrays and objects JSON may nest: the request parser, the response formats' grammar
+// (JsonPrefix) and every later reading of such text (a tool call's arguments sent back in a
+// message, a GLM-4.5 argument value, a tool's parameter schema) allow the same depth, so what
+// one accepts the others read. (Boost.JSON's own default is 32.)
+inline constexpr size_t kMaxJsonDepth = 64;
+
+// text parsed with kMaxJsonDepth levels allowed; ec says why not.
+boost::json::value parse_json(std::string_view text, std::error_code& ec);
 
 }  // namespace edge

@@ -52,14 +52,16 @@ std::string_view level_name(Level level) {
 }
 
 std::string timestamp() {
-    int64_t us = SystemClock::instance().wall_now_us();
-    std::time_t secs = static_cast<std::time_t>(us / 1'000'000);
+    const int64_t us = SystemClock::instance().wall_now_us();
+    // Floored, so a clock before 1970 still gives a fraction in [0, 1e6).
+    const int64_t frac = ((us % 1'000'000) + 1'000'000) % 1'000'000;
+    const auto secs = static_cast<std::time_t>((us - frac) / 1'000'000);
     std::tm tm{};
     gmtime_r(&secs, &tm);
-    char buf[40];
+    char buf[96];  // Room for any int in every field, so nothing is cut.
     std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  static_cast<int>(us % 1'000'000));
+                  static_cast<int>(frac));
     return buf;
 }
 

@@ -821,7 +821,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                                                            std::string_view body) {
     boost::system::error_code ec;
     json::parse_options options;
-    options.max_depth = 64;
+    options.max_depth = kMaxJsonDepth;
     json::value root = json::parse(json::string_view(body.data(), body.size()), ec, {}, options);
     if (ec) {
         if (const std::optional<std::string> fixed = replace_lone_surrogates(body)) {

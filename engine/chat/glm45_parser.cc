@@ -41,7 +41,7 @@ class Glm45Parser final : public MarkerParser {
     std::string value_json(const std::string& key, const std::string& value) const {
         if (string_args_.count(name_ + "\n" + key) == 0) {
             std::error_code ec;
-            json::value v = json::parse(value, ec);
+            json::value v = parse_json(value, ec);
             if (!ec) {
                 if (finite(v)) {
                     return json_text(v);

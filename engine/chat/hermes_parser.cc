@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_text.h"
 #include "engine/chat/json_stream.h"
 #include "engine/chat/marker_parser.h"
 
@@ -68,7 +69,7 @@ class HermesParser final : public MarkerParser {
                 if (name_on_ && json_.at_top_value_end()) {
                     name_on_ = false;
                     std::error_code ec;
-                    json::value v = json::parse(name_json_, ec);
+                    json::value v = parse_json(name_json_, ec);
                     if (ec || !v.is_string() || v.get_string().empty()) {
                         return malformed("a tool call's name is not a non-empty string");
                     }

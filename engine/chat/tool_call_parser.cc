@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "engine/chat/marker_parser.h"
 
 namespace edge::engine::chat {
@@ -121,7 +122,7 @@ bool arguments_as_pairs(ToolCallFormat format) { return format == ToolCallFormat
 std::vector<std::string> glm45_string_arguments(const ToolSpec& tool) {
     std::vector<std::string> keys;
     std::error_code ec;
-    const boost::json::value schema = boost::json::parse(tool.parameters_json, ec);
+    const boost::json::value schema = parse_json(tool.parameters_json, ec);
     const boost::json::object* o = !ec ? schema.if_object() : nullptr;
     const boost::json::value* props = o != nullptr ? o->if_contains("properties") : nullptr;
     if (props == nullptr || !props->is_object()) {

@@ -47,13 +47,14 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/sampling/json_schema.h"
 
 namespace edge::engine::sampling {
 
 class JsonPrefix {
 public:
-    static constexpr int kMaxDepth = 64;
+    static constexpr int kMaxDepth = static_cast<int>(kMaxJsonDepth);  // Containers.
     static constexpr int kMaxSpaces = 32;
     static constexpr size_t kMaxReadings = 16;
     // An exponent's digits after its leading zeros: below 10^9, inside the int that JSON parsers

@@ -23,7 +23,7 @@ Result<json::array> tools_json(std::span<const ToolSpec> tools) {
     for (size_t i = 0; i < tools.size(); ++i) {
         const ToolSpec& t = tools[i];
         std::error_code ec;
-        json::value params = json::parse(t.parameters_json.empty() ? "{}" : t.parameters_json, ec);
+        json::value params = parse_json(t.parameters_json.empty() ? "{}" : t.parameters_json, ec);
         if (ec || !params.is_object()) {
             return invalid_argument_error("tools[" + std::to_string(i) +
                                           "].function.parameters: not a JSON object");
@@ -271,7 +271,7 @@ Status glm45(std::span<const ChatMessage> messages, const json::array& tools,
             for (size_t j = 0; j < m.tool_calls.size(); ++j) {
                 const ChatToolCall& c = m.tool_calls[j];
                 std::error_code ec;
-                json::value args = json::parse(c.arguments.empty() ? "{}" : c.arguments, ec);
+                json::value args = parse_json(c.arguments.empty() ? "{}" : c.arguments, ec);
                 if (ec || !args.is_object()) {
                     return invalid_argument_error(where + ".tool_calls[" + std::to_string(j) +
                                                   "].function.arguments: not a JSON object");

@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/chat/tool_call_parser.h"
 #include "engine/sampling/json_prefix.h"
 #include "tests/fuzz/json_feed.h"
@@ -62,8 +64,8 @@ int pairs_input(std::string_view rest, size_t piece) {
     for (const chat::ToolCallDelta& c : d.tool_calls) {
         args += c.arguments;
     }
-    boost::system::error_code ec;
-    const boost::json::value v = boost::json::parse(args, ec);
+    std::error_code ec;
+    const boost::json::value v = edge::parse_json(args, ec);
     if (ec || !v.is_object() || (accepted.starts_with("g") && !v.as_object().contains("n"))) {
         std::abort();  // Arguments that are not an object, or lack g's required "n".
     }
@@ -120,8 +122,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             }
             text.remove_prefix(head->text.size());
         }
-        // One object by Boost.JSON, and where it ends.
-        boost::json::parser parser;
+        // One object by Boost.JSON, as deep as the server reads JSON, and where it ends.
+        boost::json::parse_options deep;
+        deep.max_depth = edge::kMaxJsonDepth;
+        boost::json::parser parser({}, deep);
         boost::system::error_code ec;
         const size_t used = parser.write_some(text.data(), text.size(), ec);
         if (ec || !parser.release().is_object()) {

@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <system_error>
 
+#include "common/json_text.h"
 #include "engine/sampling/json_prefix.h"
 #include "engine/sampling/json_schema.h"
 #include "tests/fuzz/json_feed.h"
@@ -18,11 +20,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view input(reinterpret_cast<const char*>(data), size);
     const size_t nul = input.find('\0');
-    boost::system::error_code ec;
-    boost::json::parse_options options;
-    options.max_depth = 64;  // As the request parser allows.
-    const boost::json::value schema =
-        boost::json::parse(input.substr(0, nul), ec, boost::json::storage_ptr(), options);
+    std::error_code ec;
+    const boost::json::value schema = edge::parse_json(input.substr(0, nul), ec);
     if (ec) {
         return 0;
     }

@@ -10,7 +10,10 @@
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <system_error>
 
+#include "common/json_text.h"
 #include "engine/chat/tool_call_parser.h"
 #include "engine/tokenizer/chat_render.h"
 #include "engine/tokenizer/chat_template.h"
@@ -469,6 +472,43 @@ TEST_CASE("chat formats: chosen from the checkpoint and overridable") {
     CHECK(tool_call_format_of(ChatFormat::kChatMl) == "hermes");
     CHECK(*chat::tool_call_format_from_name(tool_call_format_of(ChatFormat::kKimiK2)) ==
           chat::ToolCallFormat::kKimiK2);
+}
+
+TEST_CASE("chat formats: arguments and schemas as deep as a request may nest (kMaxJsonDepth)") {
+    // The server writes arguments up to kMaxJsonDepth deep (JsonPrefix); a client sends them back
+    // in the next turn, and GLM-4.5's parser reads the value back as JSON, not as a string.
+    auto tok = tokenizer_with_markers();
+    auto glm = ChatTemplate::create(ChatFormat::kGlm45, tok.get());
+    REQUIRE(glm.ok());
+    const auto nested = [](size_t arrays) {
+        return "{\"v\": " + std::string(arrays, '[') + "1" + std::string(arrays, ']') + "}";
+    };
+    const std::string deepest = nested(kMaxJsonDepth - 1);
+    std::vector<ChatMessage> m = {{"user", "x", "", {}, ""},
+                                  {"assistant", "", "", {{"c0", "f", deepest}}, ""}};
+    const std::vector<ToolSpec> tools = {{"f", "", nested(kMaxJsonDepth - 1)}};
+    auto ids = glm->render(m, tools);
+    REQUIRE_MESSAGE(ids.ok(), ids.status().to_string());
+    auto parser = chat::create_tool_call_parser(chat::ToolCallFormat::kGlm45, "c", tools);
+    chat::ParsedDelta d = parser->feed(glm->render_text(m, tools));
+    parser->finish();
+    REQUIRE(parser->completed_calls() == 1);
+    std::string args;
+    for (const chat::ToolCallDelta& c : d.tool_calls) {
+        args += c.arguments;
+    }
+    std::error_code ec;
+    const boost::json::value back = parse_json(args, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(back == parse_json(deepest, ec));
+    // One level more is refused, naming the message and the tool.
+    m[1].tool_calls[0].arguments = nested(kMaxJsonDepth);
+    auto too_deep = glm->render(m, tools);
+    REQUIRE_FALSE(too_deep.ok());
+    CHECK(too_deep.status().to_string().find("messages[1].tool_calls[0]") != std::string::npos);
+    m.pop_back();
+    const std::vector<ToolSpec> deep_tools = {{"f", "", nested(kMaxJsonDepth)}};
+    CHECK(glm->render(m, deep_tools).status().to_string().find("tools[0]") != std::string::npos);
 }
 
 TEST_CASE("chat formats: errors") {

@@ -10,8 +10,10 @@
 
 #include <boost/json.hpp>
 #include <string>
+#include <system_error>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/chat/tool_call_parser.h"
 
 namespace edge::engine::sampling {
@@ -202,6 +204,14 @@ TEST_CASE("json prefix: nesting deeper than kMaxDepth is refused") {
     REQUIRE(p.feed(deep));
     CHECK_FALSE(p.feed("["));
     CHECK(p.feed("1"));
+    // The deepest object it writes reads back wherever the server reads JSON (Boost.JSON's own
+    // default depth, 32, would refuse it).
+    const std::string closing(JsonPrefix::kMaxDepth - 1, ']');
+    REQUIRE(p.feed(closing + "}"));
+    CHECK(p.complete());
+    std::error_code ec;
+    CHECK(parse_json(deep + "1" + closing + "}", ec).is_object());
+    CHECK_FALSE(ec);
 }
 
 TEST_CASE(
