@@ -1,5 +1,6 @@
 #include "common/json_text.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <charconv>
 #include <cmath>
@@ -180,6 +181,27 @@ boost::json::value parse_json(std::string_view text, std::error_code& ec) {
     boost::json::parse_options options;
     options.max_depth = kMaxJsonDepth;
     return boost::json::parse(boost::json::string_view(text.data(), text.size()), ec, {}, options);
+}
+
+std::string json_error_at(std::string_view text) {
+    boost::json::parse_options options;
+    options.max_depth = kMaxJsonDepth;
+    boost::json::parser parser({}, options);
+    std::error_code ec;
+    const size_t used = parser.write(text.data(), text.size(), ec);
+    if (!ec) {
+        return "";
+    }
+    const std::string_view before = text.substr(0, std::min(used, text.size()));
+    const size_t line_start = before.rfind('\n');
+    const size_t column =
+        line_start == std::string_view::npos ? before.size() + 1 : before.size() - line_start;
+    std::string out = "line " + std::to_string(1 + std::count(before.begin(), before.end(), '\n')) +
+                      ", column " + std::to_string(column) + ": " + ec.message();
+    if (ec == boost::json::error::too_deep) {
+        out += " (more than " + std::to_string(kMaxJsonDepth) + " nested arrays and objects)";
+    }
+    return out;
 }
 
 }  // namespace edge

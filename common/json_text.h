@@ -2,8 +2,9 @@
 
 // JSON text with numbers as Python writes them. Boost.JSON's serializer writes 0.5 as "5E-1"
 // and 1.0 as "1E0": valid, but not what an OpenAI or vLLM client sees, and a tool call's
-// arguments would come back spelled differently from what the model wrote. And the one depth
-// that JSON from a client or from the model may nest to. Pure.
+// arguments would come back spelled differently from what the model wrote. And JSON read back:
+// the one depth that JSON from a client or from the model may nest to, and where a text that is
+// not JSON goes wrong, for error messages. Pure.
 
 #include <boost/json/value.hpp>
 #include <cstddef>
@@ -38,5 +39,9 @@ inline constexpr size_t kMaxJsonDepth = 64;
 
 // text parsed with kMaxJsonDepth levels allowed; ec says why not.
 boost::json::value parse_json(std::string_view text, std::error_code& ec);
+
+// Why text is not JSON, and where, for an error message: "line 3, column 14: syntax error";
+// "" when it is JSON (parsed as parse_json does). Columns count bytes from 1.
+std::string json_error_at(std::string_view text);
 
 }  // namespace edge

@@ -830,7 +830,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
         }
     }
     if (ec) {
-        return invalid_request("the request body is not valid JSON: " + ec.message(),
+        return invalid_request("the request body is not valid JSON at " + json_error_at(body),
                                std::nullopt);
     }
     if (!root.is_object()) {

@@ -8,6 +8,7 @@
 
 #include "common/file.h"
 #include "common/hex.h"
+#include "common/json_text.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/policy.h"
 
@@ -22,10 +23,10 @@ Result<ConfigJson> ConfigJson::read(const std::string& dir) {
 }
 
 Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
-    boost::system::error_code ec;
-    json::value root = json::parse(text, ec);
+    std::error_code ec;
+    json::value root = parse_json(text, ec);
     if (ec) {
-        return invalid_argument_error(path + ": not valid JSON: " + ec.message());
+        return invalid_argument_error(path + ": not valid JSON at " + json_error_at(text));
     }
     if (!root.is_object()) {
         return invalid_argument_error(path + ": not a JSON object");

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "common/file.h"
+#include "common/json_text.h"
 #include "common/log.h"
 #include "engine/load_progress.h"
 
@@ -273,10 +274,11 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
                                " bytes; truncated?)");
     }
     std::string_view text = prefix.substr(8, header_len);
-    boost::system::error_code ec;
-    json::value root = json::parse(text, ec);
+    std::error_code ec;
+    json::value root = parse_json(text, ec);
     if (ec) {
-        return data_loss_error(file + ": header is not valid JSON: " + ec.message());
+        return data_loss_error(file + ": header (from byte 8) is not valid JSON at " +
+                               json_error_at(text));
     }
     if (!root.is_object()) {
         return data_loss_error(file + ": header is not a JSON object");
@@ -415,11 +417,13 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir,
         return open_files({dir + "/model.safetensors"}, populate);
     }
     EDGE_ASSIGN_OR_RETURN(std::string index_text, read_small_file(index_path));
-    boost::system::error_code ec;
-    json::value root = json::parse(index_text, ec);
-    if (ec || !root.is_object()) {
-        return data_loss_error(index_path + ": not a JSON object" +
-                               (ec ? ": " + ec.message() : std::string()));
+    std::error_code ec;
+    json::value root = parse_json(index_text, ec);
+    if (ec) {
+        return data_loss_error(index_path + ": not valid JSON at " + json_error_at(index_text));
+    }
+    if (!root.is_object()) {
+        return data_loss_error(index_path + ": not a JSON object");
     }
     const json::value* map = root.get_object().if_contains("weight_map");
     if (map == nullptr || !map->is_object()) {

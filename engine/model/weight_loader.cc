@@ -275,8 +275,8 @@ quant::TensorRef tensor_ref(const TensorView& t) {
 
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
     StoredQuantization out;
-    boost::system::error_code ec;
-    boost::json::value root = boost::json::parse(config.text(), ec);
+    std::error_code ec;
+    boost::json::value root = parse_json(config.text(), ec);
     if (ec || !root.is_object()) {
         return invalid_argument_error(config.path() + ": not a JSON object");
     }

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/file.h"
+#include "common/json_text.h"
 #include "engine/tokenizer/byte_level.h"
 
 namespace edge::engine::tokenizer {
@@ -203,8 +204,12 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir) {
     const std::string config_path = dir + "/tokenizer_config.json";
     if (auto config_text = read_small_file(config_path); config_text.ok()) {
         std::error_code ec;
-        json::value root = json::parse(*config_text, ec);
-        if (ec || !root.is_object()) {
+        json::value root = parse_json(*config_text, ec);
+        if (ec) {
+            return invalid_argument_error(config_path + ": not valid JSON at " +
+                                          json_error_at(*config_text));
+        }
+        if (!root.is_object()) {
             return invalid_argument_error(config_path + ": not a JSON object");
         }
         if (const json::value* dec = root.get_object().if_contains("added_tokens_decoder")) {

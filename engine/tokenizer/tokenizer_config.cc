@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/file.h"
+#include "common/json_text.h"
 
 namespace edge::engine::tokenizer {
 
@@ -18,10 +19,11 @@ namespace json = boost::json;
 namespace {
 
 Result<json::object> parse_object(std::string_view text, const char* file) {
-    boost::system::error_code ec;
-    json::value v = json::parse(json::string_view(text.data(), text.size()), ec);
+    std::error_code ec;
+    json::value v = parse_json(text, ec);
     if (ec) {
-        return invalid_argument_error(std::string(file) + ": not valid JSON: " + ec.message());
+        return invalid_argument_error(std::string(file) + ": not valid JSON at " +
+                                      json_error_at(text));
     }
     if (!v.is_object()) {
         return invalid_argument_error(std::string(file) + ": top level is not an object");

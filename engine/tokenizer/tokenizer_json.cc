@@ -2,6 +2,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/json_text.h"
 #include "engine/tokenizer/byte_level.h"
 #include "engine/tokenizer/pre_tokenizer.h"
 
@@ -285,10 +286,10 @@ Result<TokenizerJson> parse_root(const json::object& root) {
 
 Result<TokenizerJson> parse_tokenizer_json(std::string_view text) {
     try {
-        boost::system::error_code ec;
-        json::value root = json::parse(json::string_view(text.data(), text.size()), ec);
+        std::error_code ec;
+        json::value root = parse_json(text, ec);
         if (ec) {
-            return invalid_argument_error("not valid JSON: " + ec.message());
+            return invalid_argument_error("not valid JSON at " + json_error_at(text));
         }
         if (!root.is_object()) {
             return invalid_argument_error("top level is not an object");

@@ -469,8 +469,8 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         return written.status();
     }
     std::vector<std::string> files = std::move(written).value();
-    boost::system::error_code jec;
-    json::value root = json::parse(config.text(), jec);
+    std::error_code jec;
+    json::value root = parse_json(config.text(), jec);
     if (jec || !root.is_object()) {
         return invalid_argument_error(config.path() + ": not a JSON object");
     }

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_text.h"
 #include "common/log.h"
 #include "engine/sampling/json_prefix.h"
 
@@ -115,7 +116,17 @@ TEST_CASE("completions accept a string, one-string array or token ids") {
 TEST_CASE("invalid JSON and wrong types give 400 with the param") {
     ApiError bad = error_of(Endpoint::kChatCompletions, "{not json");
     CHECK(bad.status == 400);
-    CHECK(bad.message.find("not valid JSON") != std::string::npos);
+    CHECK(bad.message == "the request body is not valid JSON at line 1, column 2: syntax error");
+    // Where, on a later line; and nesting past kMaxJsonDepth says so.
+    CHECK(error_of(Endpoint::kChatCompletions, "{\"model\": \"m\",\n  \"n\": 1,,}").message ==
+          "the request body is not valid JSON at line 2, column 10: syntax error");
+    const std::string deep = R"({"model":"m","x":)" + std::string(kMaxJsonDepth, '[');
+    CHECK(error_of(Endpoint::kChatCompletions, deep).message ==
+          "the request body is not valid JSON at line 1, column " +
+              std::to_string(17 + kMaxJsonDepth) +
+              ": too deep (more than 64 nested arrays and objects)");
+    CHECK(error_of(Endpoint::kChatCompletions, R"({"model":"m")")
+              .message.find("line 1, column 13: incomplete JSON") != std::string::npos);
     CHECK_FALSE(bad.param.has_value());
     CHECK(error_of(Endpoint::kChatCompletions, "[1]").message.find("JSON object") !=
           std::string::npos);

@@ -326,7 +326,10 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     write(m.path("config.json"), "{\"hidden_size\": ");
     s = load_status(m);
     CHECK(s.code() == StatusCode::kInvalidArgument);
-    CHECK(contains(s, "config.json: not valid JSON"));
+    CHECK(contains(s, "config.json: not valid JSON at line 1, column 17: incomplete JSON"));
+    write(m.path("config.json"), "{\n  \"hidden_size\": 1024,\n  \"x\": tru\n}");
+    CHECK(
+        contains(load_status(m), "config.json: not valid JSON at line 3, column 8: syntax error"));
 }
 
 TEST_CASE("every architecture refuses an unsupported activation or scoring and a bad eos id") {
@@ -487,6 +490,9 @@ TEST_CASE("header parser on hand-made headers") {
     CHECK(r->tensors[1].dtype == DType::kF8E4M3);
     CHECK(parse("[]", 0).status().code() == StatusCode::kDataLoss);
     CHECK(parse("{\"a\":1}", 0).status().code() == StatusCode::kDataLoss);
+    CHECK(contains(parse("{\"a\":{\"dtype\" \"F32\"}}", 0).status(),
+                   "t.safetensors: header (from byte 8) is not valid JSON at line 1, column 15: "
+                   "syntax error"));
     CHECK(parse(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4).status().code() ==
           StatusCode::kDataLoss);
     CHECK(parse(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4).status().code() ==
@@ -537,6 +543,10 @@ TEST_CASE("sharded checkpoint through model.safetensors.index.json") {
     Status s = load_status(m);
     CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(contains(s, "invalid file"));
+    write(m.path("model.safetensors.index.json"), "{\"weight_map\": {\"a\": \"b\",}}");
+    CHECK(contains(load_status(m),
+                   "model.safetensors.index.json: not valid JSON at line 1, column 26: "
+                   "syntax error"));
 }
 
 }  // namespace
