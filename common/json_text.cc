@@ -177,31 +177,31 @@ std::string json_text(const boost::json::value& v) {
     return out;
 }
 
-boost::json::value parse_json(std::string_view text, std::error_code& ec) {
+boost::json::parse_options json_parse_options() {
     boost::json::parse_options options;
     options.max_depth = kMaxJsonDepth;
-    return boost::json::parse(boost::json::string_view(text.data(), text.size()), ec, {}, options);
+    return options;
 }
 
-std::string json_error_at(std::string_view text) {
-    boost::json::parse_options options;
-    options.max_depth = kMaxJsonDepth;
-    boost::json::parser parser({}, options);
-    std::error_code ec;
+boost::json::value parse_json(std::string_view text, std::error_code& ec, std::string* why) {
+    ec.clear();
+    boost::json::parser parser({}, json_parse_options());
     const size_t used = parser.write(text.data(), text.size(), ec);
     if (!ec) {
-        return "";
+        return parser.release();
     }
-    const std::string_view before = text.substr(0, std::min(used, text.size()));
-    const size_t line_start = before.rfind('\n');
-    const size_t column =
-        line_start == std::string_view::npos ? before.size() + 1 : before.size() - line_start;
-    std::string out = "line " + std::to_string(1 + std::count(before.begin(), before.end(), '\n')) +
-                      ", column " + std::to_string(column) + ": " + ec.message();
-    if (ec == boost::json::error::too_deep) {
-        out += " (more than " + std::to_string(kMaxJsonDepth) + " nested arrays and objects)";
+    if (why != nullptr) {
+        const std::string_view before = text.substr(0, std::min(used, text.size()));
+        const size_t line_start = before.rfind('\n');
+        const size_t column =
+            line_start == std::string_view::npos ? before.size() + 1 : before.size() - line_start;
+        *why = "line " + std::to_string(1 + std::count(before.begin(), before.end(), '\n')) +
+               ", column " + std::to_string(column) + ": " + ec.message();
+        if (ec == boost::json::error::too_deep) {
+            *why += " (more than " + std::to_string(kMaxJsonDepth) + " nested arrays and objects)";
+        }
     }
-    return out;
+    return nullptr;
 }
 
 }  // namespace edge

@@ -6,6 +6,7 @@
 // the one depth that JSON from a client or from the model may nest to, and where a text that is
 // not JSON goes wrong, for error messages. Pure.
 
+#include <boost/json/parse_options.hpp>
 #include <boost/json/value.hpp>
 #include <cstddef>
 #include <string>
@@ -37,11 +38,13 @@ std::string json_text(const boost::json::value& v);
 // one accepts the others read. (Boost.JSON's own default is 32.)
 inline constexpr size_t kMaxJsonDepth = 64;
 
-// text parsed with kMaxJsonDepth levels allowed; ec says why not.
-boost::json::value parse_json(std::string_view text, std::error_code& ec);
+// Boost.JSON's options with that depth, for a parser the caller drives.
+boost::json::parse_options json_parse_options();
 
-// Why text is not JSON, and where, for an error message: "line 3, column 14: syntax error";
-// "" when it is JSON (parsed as parse_json does). Columns count bytes from 1.
-std::string json_error_at(std::string_view text);
+// text parsed with kMaxJsonDepth levels allowed; ec says why not, and `why` (when given) says it
+// for an error message, with where: "line 3, column 14: syntax error" (columns count bytes
+// from 1).
+boost::json::value parse_json(std::string_view text, std::error_code& ec,
+                              std::string* why = nullptr);
 
 }  // namespace edge

@@ -819,24 +819,18 @@ std::optional<std::string> replace_lone_surrogates(std::string_view body) {
 
 std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                                                            std::string_view body) {
-    boost::system::error_code ec;
-    json::parse_options options;
-    options.max_depth = kMaxJsonDepth;
-    json::value root = json::parse(json::string_view(body.data(), body.size()), ec, {}, options);
-    std::optional<std::string> fixed;
-    if (ec) {
-        fixed = replace_lone_surrogates(body);
-        if (fixed) {
-            ec.clear();
-            root = json::parse(*fixed, ec, {}, options);
-        }
-    }
+    std::error_code ec;
+    std::string why;
+    json::value root = parse_json(body, ec, &why);
     if (ec) {
         // The replacement keeps every byte's place, so the fixed body's error is where the
         // body's own is (not at a lone surrogate the parser would have stopped at first).
-        return invalid_request(
-            "the request body is not valid JSON at " + json_error_at(fixed ? *fixed : body),
-            std::nullopt);
+        if (const std::optional<std::string> fixed = replace_lone_surrogates(body)) {
+            root = parse_json(*fixed, ec, &why);
+        }
+    }
+    if (ec) {
+        return invalid_request("the request body is not valid JSON at " + why, std::nullopt);
     }
     if (!root.is_object()) {
         return invalid_request("the request body must be a JSON object", std::nullopt);

@@ -24,9 +24,10 @@ Result<ConfigJson> ConfigJson::read(const std::string& dir) {
 
 Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
     std::error_code ec;
-    json::value root = parse_json(text, ec);
+    std::string why;
+    json::value root = parse_json(text, ec, &why);
     if (ec) {
-        return invalid_argument_error(path + ": not valid JSON at " + json_error_at(text));
+        return invalid_argument_error(path + ": not valid JSON at " + why);
     }
     if (!root.is_object()) {
         return invalid_argument_error(path + ": not a JSON object");

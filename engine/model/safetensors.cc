@@ -275,10 +275,10 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
     }
     std::string_view text = prefix.substr(8, header_len);
     std::error_code ec;
-    json::value root = parse_json(text, ec);
+    std::string why;
+    json::value root = parse_json(text, ec, &why);
     if (ec) {
-        return data_loss_error(file + ": header (from byte 8) is not valid JSON at " +
-                               json_error_at(text));
+        return data_loss_error(file + ": header (from byte 8) is not valid JSON at " + why);
     }
     if (!root.is_object()) {
         return data_loss_error(file + ": header is not a JSON object");
@@ -418,9 +418,10 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir,
     }
     EDGE_ASSIGN_OR_RETURN(std::string index_text, read_small_file(index_path));
     std::error_code ec;
-    json::value root = parse_json(index_text, ec);
+    std::string why;
+    json::value root = parse_json(index_text, ec, &why);
     if (ec) {
-        return data_loss_error(index_path + ": not valid JSON at " + json_error_at(index_text));
+        return data_loss_error(index_path + ": not valid JSON at " + why);
     }
     if (!root.is_object()) {
         return data_loss_error(index_path + ": not a JSON object");

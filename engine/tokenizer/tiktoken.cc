@@ -204,10 +204,10 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir) {
     const std::string config_path = dir + "/tokenizer_config.json";
     if (auto config_text = read_small_file(config_path); config_text.ok()) {
         std::error_code ec;
-        json::value root = parse_json(*config_text, ec);
+        std::string why;
+        json::value root = parse_json(*config_text, ec, &why);
         if (ec) {
-            return invalid_argument_error(config_path + ": not valid JSON at " +
-                                          json_error_at(*config_text));
+            return invalid_argument_error(config_path + ": not valid JSON at " + why);
         }
         if (!root.is_object()) {
             return invalid_argument_error(config_path + ": not a JSON object");

@@ -20,10 +20,10 @@ namespace {
 
 Result<json::object> parse_object(std::string_view text, const char* file) {
     std::error_code ec;
-    json::value v = parse_json(text, ec);
+    std::string why;
+    json::value v = parse_json(text, ec, &why);
     if (ec) {
-        return invalid_argument_error(std::string(file) + ": not valid JSON at " +
-                                      json_error_at(text));
+        return invalid_argument_error(std::string(file) + ": not valid JSON at " + why);
     }
     if (!v.is_object()) {
         return invalid_argument_error(std::string(file) + ": top level is not an object");

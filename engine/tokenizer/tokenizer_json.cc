@@ -287,9 +287,10 @@ Result<TokenizerJson> parse_root(const json::object& root) {
 Result<TokenizerJson> parse_tokenizer_json(std::string_view text) {
     try {
         std::error_code ec;
-        json::value root = parse_json(text, ec);
+        std::string why;
+        json::value root = parse_json(text, ec, &why);
         if (ec) {
-            return invalid_argument_error("not valid JSON at " + json_error_at(text));
+            return invalid_argument_error("not valid JSON at " + why);
         }
         if (!root.is_object()) {
             return invalid_argument_error("top level is not an object");

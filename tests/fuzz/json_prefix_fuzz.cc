@@ -123,9 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             text.remove_prefix(head->text.size());
         }
         // One object by Boost.JSON, as deep as the server reads JSON, and where it ends.
-        boost::json::parse_options deep;
-        deep.max_depth = edge::kMaxJsonDepth;
-        boost::json::parser parser({}, deep);
+        boost::json::parser parser({}, edge::json_parse_options());
         boost::system::error_code ec;
         const size_t used = parser.write_some(text.data(), text.size(), ec);
         if (ec || !parser.release().is_object()) {
