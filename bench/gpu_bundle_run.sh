@@ -3,7 +3,8 @@
 # (bench/gpu_bundle.sh): unpacks it, runs the gpu tests (the fixtures are read through the
 # source path compiled in, linked to this copy when it lives elsewhere), then writes make-model's
 # bench checkpoints and runs bench_gpu_decode and bench_gpu_serving (Qwen3-MoE, GLM-4.5,
-# DeepSeek-V3). With GPU_PROFILE=1, also ncu's time per kernel for one decode step shape each.
+# DeepSeek-V3) and bench_tenancy --backend cuda (64 streams from 4 tenants, Qwen3-MoE). With
+# GPU_PROFILE=1, also ncu's time per kernel for one decode step shape each.
 # Logs go to $OUT (or /tmp/gpu-logs). Exits 1 if a test failed or was skipped.
 # Usage: bench/gpu_bundle_run.sh [compiled-in source path, default /work/main]
 set -uo pipefail
@@ -45,6 +46,15 @@ for arch in qwen3_moe glm4_moe deepseek_v3; do
         >"$logs/serving-$arch.log" 2>&1
     echo "bench_gpu_serving $arch: rc $?"
     tail -4 "$logs/serving-$arch.log" | head -3
+done
+# Tenancy on the device: the default contended batch (32 of 64 streams), then a larger step
+# budget, then every stream admitted with 32 decoding a step by tenant weight.
+for flags in "" "--step-tokens 128" "--batch 64 --decode 32 --step-tokens 128 --warmup 200"; do
+    name="tenancy$(echo "$flags" | tr -d ' -')"
+    timeout 120 "$g/bin/bench_tenancy" --model /tmp/bench-qwen3_moe --backend cuda --steps 600 \
+        --out 32 $flags >"$logs/$name.log" 2>&1
+    echo "bench_tenancy --backend cuda $flags: rc $?"
+    grep -E "tokens/s|ratio|error|inter-token|hit rate|preemptions" "$logs/$name.log"
 done
 if [ "${GPU_PROFILE:-0}" = 1 ] && command -v ncu >/dev/null; then
     for streams in 1 64; do

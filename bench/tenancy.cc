@@ -10,12 +10,15 @@
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
 //                      [--batch N] [--out TOKENS] [--step-tokens N] [--activations exact|bf16]
-//                      [--decode N] [--warmup STEPS]
+//                      [--decode N] [--warmup STEPS] [--backend cpu|cuda]
 // --decode N: SchedulerConfig::max_decode_sequences (at most N sequences decode per step, picked
 // by tenant weight; 0, the default: every running sequence decodes). With --batch 64 every
 // stream stays admitted and the weights act through which streams decode. --warmup: steps before
 // the figures are taken (default min(steps / 4, 40)); with --batch 64 the first prompts of all 64
 // streams take ~140 steps to prefill, so take --steps 400 --warmup 160 there.
+// --backend cuda: the model on the GPU as `engine.backend: cuda` serves it (every op of a step on
+// the device, engine/cuda/device_causal_lm.h; CUDA builds only), the scheduler, KV bookkeeping
+// and prefix cache on the host as with cpu; --threads is then unused.
 // --cpu-kernels: engine.cpu_kernels (auto, or e.g. avx512_bf16 to measure without AMX tiles).
 // --activations: engine.activation_precision of the multi-token steps (the single stream decodes
 // one token per step, which is always exact).
@@ -37,6 +40,9 @@
 #include "bench/bench_cli.h"
 #include "bench/moe_bytes.h"
 #include "engine/cpu/matmul.h"
+#if defined(EDGE_HAVE_CUDA)
+#include "engine/cuda/device_causal_lm.h"
+#endif
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "engine/sched/scheduler.h"
@@ -130,6 +136,19 @@ edge::engine::sched::SequenceRequest request_for(const Stream& s, std::vector<To
     return r;
 }
 
+// The model on `backend`: "cpu", the engine's forward; "cuda", every op of a step on the device.
+edge::Result<std::unique_ptr<edge::engine::CausalLM>> load_on(const std::string& backend,
+                                                              const std::string& dir,
+                                                              const edge::engine::LoadOptions& lo) {
+#if defined(EDGE_HAVE_CUDA)
+    if (backend == "cuda") {
+        return edge::engine::cuda::load_device_causal_lm(dir, lo);
+    }
+#endif
+    (void)backend;
+    return edge::engine::load_model(dir, lo);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,6 +163,7 @@ int main(int argc, char** argv) {
     int warmup_steps = -1;
     std::string activations = "exact";
     std::string cpu_kernels = "auto";
+    std::string backend = "cpu";
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir, "checkpoint (default: --preset's)"),
@@ -160,7 +180,8 @@ int main(int argc, char** argv) {
          edge::bench::Flag::string("--cpu-kernels", &cpu_kernels,
                                    "auto or an ISA this CPU runs (engine.cpu_kernels)"),
          edge::bench::Flag::string("--activations", &activations,
-                                   "exact or bf16: engine.activation_precision")},
+                                   "exact or bf16: engine.activation_precision"),
+         edge::bench::Flag::string("--backend", &backend, "cpu, or cuda (CUDA builds)")},
         "bench_tenancy: 64 streams from 4 tenants of different weights on one engine");
     // Flags first: a bad one must not cost the write of a 2.5 GB preset.
     if (cpu_kernels != "auto") {
@@ -172,6 +193,16 @@ int main(int argc, char** argv) {
     if (activations != "exact" && activations != "bf16") {
         std::fprintf(stderr, "--activations: expected exact or bf16, got '%s'\n",
                      activations.c_str());
+        return 2;
+    }
+#if defined(EDGE_HAVE_CUDA)
+    const bool cuda_built = true;
+#else
+    const bool cuda_built = false;
+#endif
+    if (backend != "cpu" && !(backend == "cuda" && cuda_built)) {
+        std::fprintf(stderr, "--backend: expected cpu%s, got '%s'\n",
+                     cuda_built ? " or cuda" : " (this build has no CUDA)", backend.c_str());
         return 2;
     }
     if (model_dir.empty()) {
@@ -194,6 +225,7 @@ int main(int argc, char** argv) {
     constexpr int kUserTokens = 16;
     edge::engine::LoadOptions lo;
     lo.threads = threads;
+    lo.backend = backend;
     lo.cpu_kernels = cpu_kernels;
     lo.max_slots = batch;
     lo.max_context = 512;
@@ -205,7 +237,7 @@ int main(int argc, char** argv) {
                               edge::engine::CausalLM** model_out = nullptr)
         -> std::unique_ptr<edge::engine::sched::Scheduler> {
         lo.kv_cache_bytes = kv_bytes;
-        auto model = edge::engine::load_model(model_dir, lo);
+        auto model = load_on(backend, model_dir, lo);
         if (!model.ok()) {
             std::fprintf(stderr, "%s\n", model.status().to_string().c_str());
             return nullptr;
@@ -222,7 +254,7 @@ int main(int argc, char** argv) {
                                                                 tok->get(), sc);
     };
     // KV budget: the running batch's worst case plus a quarter for the prefix cache.
-    auto probe = edge::engine::load_model(model_dir, lo);
+    auto probe = load_on(backend, model_dir, lo);
     if (!probe.ok()) {
         std::fprintf(stderr, "%s\n", probe.status().to_string().c_str());
         return 1;
@@ -377,10 +409,11 @@ int main(int argc, char** argv) {
         prompt += f.prompt_tokens;
         cached += f.cached_tokens;
     }
-    std::printf("model %s, %d streams, batch %d, %d threads, %d steps (%d warm-up), %d out tokens,"
-                " %d tokens per step, decode %d, activations %s\n",
-                model_name.c_str(), kStreams, batch, threads, steps, warmup, out_tokens,
-                step_tokens, decode, activations.c_str());
+    std::printf(
+        "model %s on %s, %d streams, batch %d, %d threads, %d steps (%d warm-up),"
+        " %d out tokens, %d tokens per step, decode %d, activations %s\n",
+        model_name.c_str(), backend.c_str(), kStreams, batch, threads, steps, warmup, out_tokens,
+        step_tokens, decode, activations.c_str());
     std::printf("%-8s %6s %8s %8s %9s %9s %9s %9s %9s\n", "tenant", "weight", "share",
                 "target", "ttft p50", "ttft p99", "itl p50", "itl p99", "itl99/50");
     std::string json_tenants;
@@ -428,18 +461,22 @@ int main(int argc, char** argv) {
                 static_cast<long long>(sched->stats().preemptions));
     std::printf("%-44s %12lld\n", "KV blocks total", static_cast<long long>(serving.kv_blocks_total));
     std::printf(
-        "{\"bench\":\"tenancy\",\"model\":\"%s\",\"activations\":\"%s\",\"streams\":%d,"
-        "\"batch\":%d,\"decode\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,\"total_tokens_per_s\":%.3f,"
+        "{\"bench\":\"tenancy\",\"model\":\"%s\",\"backend\":\"%s\",\"activations\":\"%s\","
+        "\"streams\":%d,"
+        "\"batch\":%d,\"decode\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,"
+        "\"total_tokens_per_s\":%.3f,"
         "\"throughput_ratio\":%.3f,\"throughput_goal_met\":%s,\"worst_share_error\":%.4f,"
         "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
         "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,"
         "\"tokens_per_step\":%.3f,\"expert_passes_per_step\":%.2f,\"step_bytes\":%.0f,"
         "\"throughput_ratio_bytes_bound\":%.3f,\"tenants\":{%s}}\n",
-        model_name.c_str(), activations.c_str(), kStreams, batch, decode, threads, steps,
-        single_tps, total_tps, speedup, speedup >= 8 ? "true" : "false", worst_share_err,
+        model_name.c_str(), backend.c_str(), activations.c_str(), kStreams, batch, decode, threads,
+        steps, single_tps, total_tps, speedup, speedup >= 8 ? "true" : "false", worst_share_err,
         worst_share_err <= 0.10 ? "true" : "false", worst_itl_ratio,
-        !latency_measured ? "null" : worst_itl_ratio < 3 ? "true" : "false", kv_use, hit_rate,
-        static_cast<long long>(sched->stats().preemptions), tokens_per_step, passes_per_step,
-        bytes_per_step, bytes_bound, json_tenants.c_str());
+        !latency_measured     ? "null"
+        : worst_itl_ratio < 3 ? "true"
+                              : "false",
+        kv_use, hit_rate, static_cast<long long>(sched->stats().preemptions), tokens_per_step,
+        passes_per_step, bytes_per_step, bytes_bound, json_tenants.c_str());
     return 0;
 }
