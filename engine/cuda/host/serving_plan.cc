@@ -35,6 +35,9 @@ Result<std::vector<int32_t>> row_buckets(int32_t max_rows) {
     std::vector<int32_t> buckets;
     for (int32_t b = 1; b < max_rows; b *= 2) {
         buckets.push_back(b);
+        if (b >= kHalfStepBuckets && b + b / 2 < max_rows) {
+            buckets.push_back(b + b / 2);
+        }
     }
     buckets.push_back(max_rows);
     return buckets;

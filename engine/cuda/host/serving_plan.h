@@ -57,8 +57,14 @@ int32_t serving_max_rows(int32_t max_slots);
 // (chunks asking for every row's logits) is split; a step of one row per sequence never is.
 int32_t serving_max_logit_rows(int32_t max_slots, int32_t max_rows);
 
-// The batch-size buckets, each captured once as a CUDA graph: 1, 2, 4, ... up to max_rows (the
-// last is max_rows itself when it is not a power of two). kInvalidArgument for max_rows <= 0.
+// The batch-size buckets, each captured once as a CUDA graph: 1, 2, 4, 8, 16, then from
+// kHalfStepBuckets on each power of two and the one and a half times it (16, 24, 32, 48, 64,
+// 96, ...), up to max_rows (the last is max_rows itself when it is not in that series). A step
+// runs its bucket's rows, its padding computed and masked, so the half steps bound the waste at
+// a third of a step rather than a half where the rows cost most: a serving step of 32 decoding
+// sequences and a 16-token prefill chunk runs 48 rows, not 64. kInvalidArgument for
+// max_rows <= 0.
+inline constexpr int32_t kHalfStepBuckets = 16;
 Result<std::vector<int32_t>> row_buckets(int32_t max_rows);
 
 // The smallest bucket holding `rows`; kInvalidArgument for rows <= 0 or more than the largest.

@@ -38,15 +38,22 @@ TEST_CASE("serving buckets: powers of two up to max_rows, the smallest that hold
     CHECK(serving_max_logit_rows(1, 1) == 1);
     auto b = row_buckets(64);
     REQUIRE(b.ok());
-    CHECK(*b == std::vector<int32_t>{1, 2, 4, 8, 16, 32, 64});
+    CHECK(*b == std::vector<int32_t>{1, 2, 4, 8, 16, 24, 32, 48, 64});
+    CHECK(*row_buckets(512) ==
+          std::vector<int32_t>{1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512});
+    CHECK(*row_buckets(16) == std::vector<int32_t>{1, 2, 4, 8, 16});
+    CHECK(*row_buckets(1) == std::vector<int32_t>{1});
     auto odd = row_buckets(48);
     REQUIRE(odd.ok());
-    CHECK(odd->back() == 48);
-    CHECK((*odd)[odd->size() - 2] == 32);
+    CHECK(*odd == std::vector<int32_t>{1, 2, 4, 8, 16, 24, 32, 48});
+    CHECK(*row_buckets(40) == std::vector<int32_t>{1, 2, 4, 8, 16, 24, 32, 40});
+    CHECK(*row_buckets(20) == std::vector<int32_t>{1, 2, 4, 8, 16, 20});
     CHECK_FALSE(row_buckets(0).ok());
     CHECK(*choose_bucket(*b, 1) == 1);
     CHECK(*choose_bucket(*b, 3) == 4);
-    CHECK(*choose_bucket(*b, 33) == 64);
+    CHECK(*choose_bucket(*b, 17) == 24);
+    CHECK(*choose_bucket(*b, 33) == 48);
+    CHECK(*choose_bucket(*b, 49) == 64);
     CHECK(*choose_bucket(*b, 64) == 64);
     CHECK(*choose_bucket(*odd, 40) == 48);
     CHECK_FALSE(choose_bucket(*b, 65).ok());
@@ -104,6 +111,49 @@ TEST_CASE("device rows: slots' block tables translated, padded rows on the scrat
     CHECK(runs[0].first_row == 0);
     CHECK(runs[0].rows == 2);
     CHECK(runs[0].out_row == 3);
+}
+
+TEST_CASE("device rows: half-step buckets, and the logit bucket never above the step's") {
+    // 32 decoding sequences and a 16-token prefill chunk: 48 rows run the 48-row graph (not 64),
+    // 33 logits rows the 48-row logit bucket of max_logit_rows 64.
+    const StepLayout layout{64, 2, 64};
+    const auto buckets = *row_buckets(64);
+    const int32_t scratch = 200;
+    std::vector<SequenceChunk> batch;
+    SlotTables tables;
+    const std::vector<TokenId> one = {9};
+    for (int32_t slot = 0; slot < 32; ++slot) {
+        batch.push_back({slot, 5, one, false});
+        tables.push_back({slot});
+    }
+    std::vector<TokenId> prompt(16);
+    std::iota(prompt.begin(), prompt.end(), 100);
+    batch.push_back({40, 0, prompt, false});
+    tables.push_back({40});
+    auto planned = plan_device_steps(batch, tables, layout, buckets, scratch);
+    REQUIRE(planned.ok());
+    REQUIRE(planned->size() == 1);
+    const DeviceStep& s = (*planned)[0];
+    CHECK(s.rows == 48);
+    CHECK(s.bucket == 48);
+    CHECK(s.logit_rows.size() == 33);
+    CHECK(s.logit_bucket == 48);
+    CHECK(check_staging(layout, s.staging, s.bucket, s.logit_bucket, 512, scratch + 1).ok());
+    // Every step's logit bucket fits its bucket, for each row count and logits rows from one to
+    // all of them, with a logits limit in and out of the bucket series.
+    for (int32_t max_logits : {64, 32, 20}) {
+        const StepLayout l{64, 2, max_logits};
+        const auto logit_buckets = *row_buckets(max_logits);
+        for (int32_t rows = 1; rows <= 64; ++rows) {
+            const int32_t bucket = *choose_bucket(buckets, rows);
+            for (int32_t want = 1; want <= std::min(rows, max_logits); ++want) {
+                CAPTURE(max_logits);
+                CAPTURE(rows);
+                CAPTURE(want);
+                CHECK(*choose_bucket(logit_buckets, want) <= std::min(bucket, l.max_logit_rows));
+            }
+        }
+    }
 }
 
 TEST_CASE("device rows: a chunk longer than max_rows runs as several steps, logits in order") {

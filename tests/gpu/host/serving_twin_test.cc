@@ -125,9 +125,9 @@ TEST_CASE(
     const std::vector<TokenId> pa = {510, 72, 101, 108, 108, 111};
     testing::forward_both(c, d, {{a, 0, pa, false}}, 1e-3, "a's prompt");
     CHECK(log == std::vector<std::pair<int32_t, int32_t>>{{8, 1}});
-    // A long prefill chunk next to a decode row: 101 rows in two steps of bucket 64; the first
-    // (64 prefill rows) wants no logits and runs no LM head, the second runs it on 2 rows
-    // (b's last token and a's decode token), not on 128.
+    // A long prefill chunk next to a decode row: 101 rows in two steps, of bucket 64 and (37
+    // rows) of the half-step bucket 48; the first (64 prefill rows) wants no logits and runs no
+    // LM head, the second runs it on 2 rows (b's last token and a's decode token), not on 112.
     std::vector<TokenId> pb(100);
     for (size_t i = 0; i < pb.size(); ++i) {
         pb[i] = static_cast<TokenId>((i * 53 + 7) % 500);
@@ -137,7 +137,7 @@ TEST_CASE(
     std::vector<float> logits = testing::forward_both(
         c, d, {{b, 0, pb, false}, {a, c.slot_length(a), ta, false}}, 1e-3, "long prefill");
     CHECK(logits.size() == static_cast<size_t>(2 * V));
-    CHECK(log == std::vector<std::pair<int32_t, int32_t>>{{64, 0}, {64, 2}});
+    CHECK(log == std::vector<std::pair<int32_t, int32_t>>{{64, 0}, {48, 2}});
     // Every row's logits of a 40-token chunk: steps end at 16 logits rows (the logits buffer's
     // rows), the last one with b's decode row too.
     std::vector<TokenId> pa2(40);
