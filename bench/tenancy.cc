@@ -387,11 +387,13 @@ int main(int argc, char** argv) {
     // reads the single-token bytes, so tokens per step x single-token bytes / step bytes is the
     // ratio to a single stream that decodes at the same fraction of the bandwidth: the bound the
     // weights' bytes put on the throughput ratio (prefill chunks in the step cost it too).
-    double passes_per_step = 0.0, tokens_per_step = 0.0, bytes_per_step = 0.0, bytes_bound = 0.0;
+    // (The device model keeps no ShardStats: its passes and bytes stay 0.)
+    double passes_per_step = 0.0, bytes_per_step = 0.0, bytes_bound = 0.0;
+    const double tokens_per_step =
+        measured_steps > 0 ? static_cast<double>(measured_tokens) / measured_steps : 0.0;
     if (auto config = edge::engine::ConfigJson::read(model_dir);
         config.ok() && measured_steps > 0 && passes() > passes0) {
         passes_per_step = static_cast<double>(passes() - passes0) / measured_steps;
-        tokens_per_step = static_cast<double>(measured_tokens) / measured_steps;
         bytes_per_step = edge::bench::step_bytes(*config, passes_per_step);
         bytes_bound = tokens_per_step *
                       static_cast<double>(edge::bench::decode_bytes_per_token(*config)) /
