@@ -1,5 +1,6 @@
 #include "engine/cuda/host/serving_model.h"
 
+#include <string>
 #include <vector>
 
 #include "engine/backend.h"
@@ -74,13 +75,20 @@ class ServingCausalLM final : public PagedCausalLM {
         EDGE_ASSIGN_OR_RETURN(std::vector<DeviceStep> steps,
                               plan_device_steps(batch, tables, layout_, buckets_, scratch_block_));
         EDGE_RETURN_IF_ERROR(runner_->copy_kv_blocks(moves));
-        logits->assign(static_cast<size_t>(out_rows * spec_.vocab_size), 0.0f);
+        // Not zero-filled: the steps' copies write every row (checked below), as the CPU
+        // model's forward does.
+        logits->resize(static_cast<size_t>(out_rows * spec_.vocab_size));
         int64_t out_row = 0;
         for (const DeviceStep& step : steps) {
             EDGE_RETURN_IF_ERROR(runner_->run_rows(step.bucket, step.logit_bucket, step.staging));
             const std::vector<RowRun> runs = logit_runs(step, out_row);
             EDGE_RETURN_IF_ERROR(runner_->copy_logits(runs, logits->data()));
             out_row += static_cast<int64_t>(step.logit_rows.size());
+        }
+        if (out_row != out_rows) {
+            return internal_error("device serving: the steps brought back " +
+                                  std::to_string(out_row) + " logits rows for " +
+                                  std::to_string(out_rows) + " asked");
         }
         commit_batch(batch);
         return ok_status();

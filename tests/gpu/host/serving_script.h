@@ -47,6 +47,8 @@ inline std::vector<float> forward_both(CausalLM& cpu, CausalLM& dev,
     std::vector<float> want, got;
     Status c = cpu.forward(batch, &want);
     REQUIRE_MESSAGE(c.ok(), c.to_string());
+    // Stale values where the device forward must write every row (it does not zero-fill).
+    got.assign(want.size(), std::nanf(""));
     Status d = dev.forward(batch, &got);
     REQUIRE_MESSAGE(d.ok(), d.to_string());
     REQUIRE(got.size() == want.size());
