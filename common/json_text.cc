@@ -204,4 +204,19 @@ boost::json::value parse_json(std::string_view text, std::error_code& ec, std::s
     return nullptr;
 }
 
+Result<boost::json::object> parse_json_object(std::string_view text, std::string_view what,
+                                              StatusCode code) {
+    const std::string prefix = what.empty() ? std::string() : std::string(what) + ": ";
+    std::error_code ec;
+    std::string why;
+    boost::json::value root = parse_json(text, ec, &why);
+    if (ec) {
+        return Status(code, prefix + "not valid JSON at " + why);
+    }
+    if (!root.is_object()) {
+        return Status(code, prefix + "not a JSON object");
+    }
+    return std::move(root.get_object());
+}
+
 }  // namespace edge

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "common/result.h"
+
 namespace edge {
 
 enum class JsonStyle {
@@ -46,5 +48,11 @@ boost::json::parse_options json_parse_options();
 // from 1).
 boost::json::value parse_json(std::string_view text, std::error_code& ec,
                               std::string* why = nullptr);
+
+// text as a JSON object (parse_json's depth), for a file or field named `what`: otherwise a
+// Status of `code` saying "<what>: not valid JSON at line L, column C: <reason>" or "<what>: not
+// a JSON object" (no "<what>: " when `what` is empty, for a caller that adds its own context).
+Result<boost::json::object> parse_json_object(std::string_view text, std::string_view what,
+                                              StatusCode code = StatusCode::kInvalidArgument);
 
 }  // namespace edge

@@ -23,19 +23,10 @@ Result<ConfigJson> ConfigJson::read(const std::string& dir) {
 }
 
 Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
-    std::error_code ec;
-    std::string why;
-    json::value root = parse_json(text, ec, &why);
-    if (ec) {
-        return invalid_argument_error(path + ": not valid JSON at " + why);
-    }
-    if (!root.is_object()) {
-        return invalid_argument_error(path + ": not a JSON object");
-    }
     ConfigJson c;
+    EDGE_ASSIGN_OR_RETURN(c.root_, parse_json_object(text, path));
     c.path_ = std::move(path);
     c.text_ = std::string(text);
-    c.root_ = std::move(root.get_object());
     const json::value* archs = c.root_.if_contains("architectures");
     if (archs != nullptr && archs->is_array() && !archs->get_array().empty() &&
         archs->get_array()[0].is_string()) {

@@ -274,19 +274,13 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
                                " bytes; truncated?)");
     }
     std::string_view text = prefix.substr(8, header_len);
-    std::error_code ec;
-    std::string why;
-    json::value root = parse_json(text, ec, &why);
-    if (ec) {
-        return data_loss_error(file + ": header (from byte 8) is not valid JSON at " + why);
-    }
-    if (!root.is_object()) {
-        return data_loss_error(file + ": header is not a JSON object");
-    }
+    EDGE_ASSIGN_OR_RETURN(
+        const json::object root,
+        parse_json_object(text, file + ": header (from byte 8)", StatusCode::kDataLoss));
     SafetensorsHeader header;
     header.data_offset = static_cast<int64_t>(8 + header_len);
     const uint64_t data_size = file_size - 8 - header_len;
-    for (const auto& kv : root.get_object()) {
+    for (const auto& kv : root) {
         std::string name(kv.key());
         if (name == "__metadata__") {
             if (!kv.value().is_object()) {
@@ -417,16 +411,9 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open_dir(const std::string& dir,
         return open_files({dir + "/model.safetensors"}, populate);
     }
     EDGE_ASSIGN_OR_RETURN(std::string index_text, read_small_file(index_path));
-    std::error_code ec;
-    std::string why;
-    json::value root = parse_json(index_text, ec, &why);
-    if (ec) {
-        return data_loss_error(index_path + ": not valid JSON at " + why);
-    }
-    if (!root.is_object()) {
-        return data_loss_error(index_path + ": not a JSON object");
-    }
-    const json::value* map = root.get_object().if_contains("weight_map");
+    EDGE_ASSIGN_OR_RETURN(const json::object root,
+                          parse_json_object(index_text, index_path, StatusCode::kDataLoss));
+    const json::value* map = root.if_contains("weight_map");
     if (map == nullptr || !map->is_object()) {
         return data_loss_error(index_path + ": missing object 'weight_map'");
     }

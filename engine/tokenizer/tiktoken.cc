@@ -203,16 +203,9 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir) {
     std::vector<AddedToken> specials;
     const std::string config_path = dir + "/tokenizer_config.json";
     if (auto config_text = read_small_file(config_path); config_text.ok()) {
-        std::error_code ec;
-        std::string why;
-        json::value root = parse_json(*config_text, ec, &why);
-        if (ec) {
-            return invalid_argument_error(config_path + ": not valid JSON at " + why);
-        }
-        if (!root.is_object()) {
-            return invalid_argument_error(config_path + ": not a JSON object");
-        }
-        if (const json::value* dec = root.get_object().if_contains("added_tokens_decoder")) {
+        EDGE_ASSIGN_OR_RETURN(const json::object root,
+                              parse_json_object(*config_text, config_path));
+        if (const json::value* dec = root.if_contains("added_tokens_decoder")) {
             if (!dec->is_object()) {
                 return invalid_argument_error(config_path + ": field 'added_tokens_decoder' is " +
                                               "not an object");

@@ -18,19 +18,6 @@ namespace json = boost::json;
 
 namespace {
 
-Result<json::object> parse_object(std::string_view text, const char* file) {
-    std::error_code ec;
-    std::string why;
-    json::value v = parse_json(text, ec, &why);
-    if (ec) {
-        return invalid_argument_error(std::string(file) + ": not valid JSON at " + why);
-    }
-    if (!v.is_object()) {
-        return invalid_argument_error(std::string(file) + ": top level is not an object");
-    }
-    return std::move(v.get_object());
-}
-
 // A token field is a string, null, or an object with "content" (the AddedToken form).
 Result<std::string> token_text(const json::object& o, const char* field) {
     const json::value* v = o.if_contains(field);
@@ -59,7 +46,7 @@ Result<TokenId> token_id_value(const json::value& v, const std::string& where) {
 }
 
 Status parse_tokenizer_part(std::string_view text, TokenizerConfig* out) {
-    EDGE_ASSIGN_OR_RETURN(json::object o, parse_object(text, "tokenizer_config.json"));
+    EDGE_ASSIGN_OR_RETURN(json::object o, parse_json_object(text, "tokenizer_config.json"));
     EDGE_ASSIGN_OR_RETURN(out->bos_token, token_text(o, "bos_token"));
     EDGE_ASSIGN_OR_RETURN(out->eos_token, token_text(o, "eos_token"));
     if (const json::value* add = o.if_contains("add_bos_token"); add && !add->is_null()) {
@@ -142,7 +129,7 @@ Status parse_sampling_defaults(const json::object& o, SamplingDefaults* out) {
 }
 
 Status parse_generation_part(std::string_view text, TokenizerConfig* out) {
-    EDGE_ASSIGN_OR_RETURN(json::object o, parse_object(text, "generation_config.json"));
+    EDGE_ASSIGN_OR_RETURN(json::object o, parse_json_object(text, "generation_config.json"));
     EDGE_RETURN_IF_ERROR(parse_sampling_defaults(o, &out->sampling));
     if (const json::value* bos = o.if_contains("bos_token_id"); bos && !bos->is_null()) {
         EDGE_ASSIGN_OR_RETURN(out->generation_bos_id, token_id_value(*bos, "bos_token_id"));

@@ -286,16 +286,8 @@ Result<TokenizerJson> parse_root(const json::object& root) {
 
 Result<TokenizerJson> parse_tokenizer_json(std::string_view text) {
     try {
-        std::error_code ec;
-        std::string why;
-        json::value root = parse_json(text, ec, &why);
-        if (ec) {
-            return invalid_argument_error("not valid JSON at " + why);
-        }
-        if (!root.is_object()) {
-            return invalid_argument_error("top level is not an object");
-        }
-        return parse_root(root.get_object());
+        EDGE_ASSIGN_OR_RETURN(const json::object root, parse_json_object(text, ""));
+        return parse_root(root);
     } catch (const std::exception& e) {
         // Boost.JSON throws only on allocation failure or its own limits here.
         return invalid_argument_error(std::string("cannot parse: ") + e.what());

@@ -50,5 +50,22 @@ TEST_CASE("json text: NaN and infinities are null on the wire and spelled as Pyt
     CHECK(python_text(a) == "[NaN, Infinity, -Infinity]");
 }
 
+TEST_CASE("json text: a JSON object read for a named file, or a status saying where it is not") {
+    auto ok = parse_json_object(R"({"a": [1, 2]})", "f.json");
+    REQUIRE(ok.ok());
+    CHECK(ok->at("a").as_array().size() == 2);
+    auto bad = parse_json_object("{\n  \"a\": 1,,\n}", "f.json", StatusCode::kDataLoss);
+    CHECK(bad.status().code() == StatusCode::kDataLoss);
+    CHECK(bad.status().message() == "f.json: not valid JSON at line 2, column 10: syntax error");
+    auto array = parse_json_object("[1]", "f.json");
+    CHECK(array.status().code() == StatusCode::kInvalidArgument);
+    CHECK(array.status().message() == "f.json: not a JSON object");
+    // No name: the caller adds its own context.
+    CHECK(parse_json_object("7", "").status().message() == "not a JSON object");
+    const std::string deep = std::string(kMaxJsonDepth + 1, '[');
+    CHECK(parse_json_object(deep, "d").status().message().find(
+              "(more than 64 nested arrays and objects)") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace edge

@@ -491,7 +491,7 @@ TEST_CASE("header parser on hand-made headers") {
     CHECK(parse("[]", 0).status().code() == StatusCode::kDataLoss);
     CHECK(parse("{\"a\":1}", 0).status().code() == StatusCode::kDataLoss);
     CHECK(contains(parse("{\"a\":{\"dtype\" \"F32\"}}", 0).status(),
-                   "t.safetensors: header (from byte 8) is not valid JSON at line 1, column 15: "
+                   "t.safetensors: header (from byte 8): not valid JSON at line 1, column 15: "
                    "syntax error"));
     CHECK(parse(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4).status().code() ==
           StatusCode::kDataLoss);

@@ -226,7 +226,7 @@ TEST_CASE("tokenizer: bad tokenizer.json gives a clear status") {
     };
     const std::vector<Case> cases = {
         {"", StatusCode::kInvalidArgument, "JSON"},
-        {"[]", StatusCode::kInvalidArgument, "top level"},
+        {"[]", StatusCode::kInvalidArgument, "not a JSON object"},
         {"{}", StatusCode::kInvalidArgument, "model"},
         {R"({"model":{"type":"WordPiece","vocab":{}}})", StatusCode::kUnimplemented, "model.type"},
         {R"({"model":{"type":"BPE","vocab":{"a":-1}}})", StatusCode::kInvalidArgument,
