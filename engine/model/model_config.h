@@ -34,6 +34,8 @@ public:
     const std::string& path() const { return path_; }
     // The raw bytes of the file (for the version digest).
     const std::string& text() const { return text_; }
+    // The parsed object, for a reader of fields the getters below do not cover.
+    const boost::json::object& root() const { return root_; }
     // architectures[0], or model_type when architectures is absent.
     const std::string& architecture() const { return architecture_; }
 

@@ -275,12 +275,7 @@ quant::TensorRef tensor_ref(const TensorView& t) {
 
 Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
     StoredQuantization out;
-    std::error_code ec;
-    boost::json::value root = parse_json(config.text(), ec);
-    if (ec || !root.is_object()) {
-        return invalid_argument_error(config.path() + ": not a JSON object");
-    }
-    const boost::json::value* qc = root.as_object().if_contains("quantization_config");
+    const boost::json::value* qc = config.root().if_contains("quantization_config");
     if (qc == nullptr || qc->is_null()) {
         return out;
     }

@@ -469,13 +469,9 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
         return written.status();
     }
     std::vector<std::string> files = std::move(written).value();
-    std::error_code jec;
-    json::value root = parse_json(config.text(), jec);
-    if (jec || !root.is_object()) {
-        return invalid_argument_error(config.path() + ": not a JSON object");
-    }
-    root.as_object()["quantization_config"] = std::move(qc);
-    root.as_object()["edgeserve_quantization_policy"] = policy.to_string();
+    json::object root = config.root();
+    root["quantization_config"] = std::move(qc);
+    root["edgeserve_quantization_policy"] = policy.to_string();
     // The tokenizer and generation files (kCheckpointFiles); not reference outputs or other
     // artefacts, which describe the unquantized model.
     for (const char* name : kCheckpointFiles) {

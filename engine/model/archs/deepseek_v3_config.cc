@@ -56,8 +56,7 @@ Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConf
     if (j.is_null("rope_scaling")) {
         return m;
     }
-    json::value root = json::parse(j.text());
-    const json::value& rs = root.as_object().at("rope_scaling");
+    const json::value& rs = j.root().at("rope_scaling");
     const std::string where = j.path() + ": field 'rope_scaling'";
     if (!rs.is_object()) {
         return invalid_argument_error(where + " is not an object");
