@@ -142,7 +142,6 @@ TEST_CASE("device rows: half-step buckets, and the logit bucket never above the 
     // Every step's logit bucket fits its bucket, for each row count and logits rows from one to
     // all of them, with a logits limit in and out of the bucket series.
     for (int32_t max_logits : {64, 32, 20}) {
-        const StepLayout l{64, 2, max_logits};
         const auto logit_buckets = *row_buckets(max_logits);
         for (int32_t rows = 1; rows <= 64; ++rows) {
             const int32_t bucket = *choose_bucket(buckets, rows);
@@ -150,7 +149,7 @@ TEST_CASE("device rows: half-step buckets, and the logit bucket never above the 
                 CAPTURE(max_logits);
                 CAPTURE(rows);
                 CAPTURE(want);
-                CHECK(*choose_bucket(logit_buckets, want) <= std::min(bucket, l.max_logit_rows));
+                CHECK(*choose_bucket(logit_buckets, want) <= std::min(bucket, max_logits));
             }
         }
     }
