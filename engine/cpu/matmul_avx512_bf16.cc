@@ -70,9 +70,22 @@ inline __m512 reduce16(const __m512* v) {
 
 // How a block prefetches its weights: kRowAhead, each row kPrefetchBytes ahead of itself (rows in
 // order, one matrix); kStream, the block's rows are far apart, each the head of a long sequential
-// stream, and each prefetches a given distance further along itself (the expert kernel); kNone,
-// nothing.
+// stream, and each prefetches further along itself (rows_stream); kNone, nothing.
 enum class Prefetch { kRowAhead, kNone, kStream };
+
+// How far ahead along its own stream each of rows_stream's four streams prefetches: into L2 far
+// enough to cover memory latency, into L1 only a little ahead of the loads. The four streams are
+// a multiple of 4 KiB apart, so their lines fall in the same L1 sets as each other, and the
+// activations (4 tokens x 2 KiB, twice in exact mode) fill the rest of the 8 ways: 2 KiB ahead
+// into L1 alone evicted lines before they were read (perf: the weight loads' dot products held
+// most of rows_stream's samples). Measured with bench_matvec --experts (2 threads, fraction of
+// the probe, three runs each), 32 sequences exact / bf16 activations: 2 KiB into L1 0.43-0.71 /
+// 0.49-0.79, 256 B into L1 and 8 KiB into L2 0.87-0.92 / 0.89-0.93; 64 sequences 0.29-0.51 /
+// 0.38-0.63 against 0.47-0.68 / 0.77-0.81; one token (bench_matvec) 0.56-0.90 against
+// 0.85-1.13. 128 B / 4 KiB, 192 B / 8 KiB and 256 B / 10 KiB measured within the noise of it,
+// 512 B into L1 lower, and 16 KiB into L2 lower.
+constexpr int64_t kStreamL1Bytes = 256;
+constexpr int64_t kStreamL2Bytes = 8192;
 
 // R rows by T tokens. For one or two tokens, hi and lo products go to separate accumulators:
 // vdpbf16ps has a 6-cycle latency at two per cycle, so it needs about 12 independent chains, and
@@ -85,9 +98,10 @@ template <int R, int T, Prefetch P = Prefetch::kRowAhead, bool L = true>
 __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, const uint16_t* hi,
                                                  const uint16_t* lo, int64_t kp, float* y,
                                                  int64_t ldy, int64_t rs = 0, int64_t ys = 1,
-                                                 int64_t ahead = 0) {
+                                                 bool stream_prefetch = false) {
     // kStream: the R rows are rs elements apart (each the head of a long sequential stream) and
-    // their outputs ys apart; each prefetches `ahead` bytes further along its own stream.
+    // their outputs ys apart; with stream_prefetch each prefetches further along its own stream
+    // (kStreamL1Bytes, kStreamL2Bytes).
     if constexpr (P != Prefetch::kStream) {
         rs = k;
         ys = 1;
@@ -120,8 +134,10 @@ __attribute__((always_inline)) inline void block(const uint16_t* w0, int64_t k, 
             if constexpr (P == Prefetch::kRowAhead) {
                 _mm_prefetch(reinterpret_cast<const char*>(row) + kPrefetchBytes, _MM_HINT_T0);
             } else if constexpr (P == Prefetch::kStream) {
-                if (ahead != 0) {
-                    _mm_prefetch(reinterpret_cast<const char*>(row) + ahead, _MM_HINT_T0);
+                if (stream_prefetch) {
+                    const char* p = reinterpret_cast<const char*>(row);
+                    _mm_prefetch(p + kStreamL1Bytes, _MM_HINT_T0);
+                    _mm_prefetch(p + kStreamL2Bytes, _MM_HINT_T1);
                 }
             }
             const __m512bh wv = as_bh(_mm512_loadu_si512(row));
@@ -209,12 +225,11 @@ inline void rows_block(const uint16_t* w0, int64_t k, const uint16_t* hi, const 
 // Rows [0, rows) of one weight for n tokens, as four long sequential streams: a block takes rows
 // i, i + q, i + 2q, i + 3q (q = rows / 4), so each stream walks q consecutive rows and the hardware
 // prefetchers see four long sequential reads instead of many 2 KiB ones; each stream also
-// prefetches `ahead` bytes further along itself. The first token group streams from memory,
-// later groups re-read the same rows from cache.
+// prefetches further along itself (kStreamL1Bytes, kStreamL2Bytes). The first token group streams
+// from memory, later groups re-read the same rows from cache.
 template <bool L>
 inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
-                        const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy,
-                        int64_t ahead) {
+                        const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy) {
     constexpr auto kS = Prefetch::kStream;
     const int64_t q = rows / 4;
     const int64_t rs = q * k;
@@ -224,16 +239,16 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
         float* yr = y + i;
         switch (t1) {
             case 4:
-                block<4, 4, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 4, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, true);
                 break;
             case 3:
-                block<4, 3, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 3, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, true);
                 break;
             case 2:
-                block<4, 2, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 2, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, true);
                 break;
             default:
-                block<4, 1, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, ahead);
+                block<4, 1, kS, L>(w0, k, hi, lo, kp, yr, ldy, rs, q, true);
                 break;
         }
         int64_t t = t1;
@@ -258,7 +273,6 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
         rows_block<1, L>(w + r * k, k, hi, lo, kp, n, y + r, ldy);
     }
 }
-
 
 // Multi-token blocks for calls of kGemmMinTokens or more tokens (batched decode's attention
 // projections and lm_head, prefill, experts that got many tokens), where the products, not the
@@ -406,11 +420,6 @@ inline void rows_gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
     }
 }
 
-// How far ahead along its own stream each of rows_stream's four streams prefetches. Measured on
-// this machine's 2 cores (bench_decode --profile batched32): 0 B 286 tokens/s, 1-2 KiB 308-313,
-// 4 KiB 288, 8 KiB 299; the hardware prefetchers do most of the work once the streams are long.
-constexpr int64_t kStreamPrefetchBytes = 2048;
-
 // The activations as the kernels take them: hi + lo (L) or one rounded bf16 row per token.
 template <bool L>
 inline void prepare(const float* x, int64_t n, int64_t k, int64_t kp, uint16_t* hi, uint16_t* lo) {
@@ -434,7 +443,7 @@ inline void rows_whole(const uint16_t* w, int64_t rows, int64_t k, const uint16_
     if (nt >= kGemmMinTokens) {
         rows_gemm<L>(w, rows, k, hi, lo, kp, nt, y, ldy);
     } else {
-        rows_stream<L>(w, rows, k, hi, lo, kp, nt, y, ldy, kStreamPrefetchBytes);
+        rows_stream<L>(w, rows, k, hi, lo, kp, nt, y, ldy);
     }
 }
 
@@ -486,8 +495,7 @@ void rows_prepared(const uint16_t* base, int64_t k, const uint16_t* hi, const ui
         // one token (decode) they read faster than the widen + FMA kernel's blocks of four
         // adjacent rows (bench_decode --profile single --threads 2, experts already streamed:
         // 107.2 / 111.1 / 107.7 against 104.0 / 104.9 / 100.8 tokens/s, interleaved).
-        rows_stream<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy,
-                       kStreamPrefetchBytes);
+        rows_stream<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy);
         return;
     }
     int64_t r = r0;
