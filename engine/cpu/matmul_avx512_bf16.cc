@@ -276,12 +276,12 @@ inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16
 
 // Multi-token blocks for calls of kGemmMinTokens or more tokens (batched decode's attention
 // projections and lm_head, prefill, experts that got many tokens), where the products, not the
-// weight bytes, bound the time. R rows by T
-// tokens with the R weight vectors of a 32-column step held in registers and the T tokens'
-// activations loaded one at a time (R * T accumulators + R + 2 registers: 3 x 8 uses 29 of the
-// 32), so a step issues R + T loads (R + 2T in exact mode) for R * T dot products (2 R T).
-// rows_gemm keeps a group of 8 tokens' activations in L1 (16 KiB, 32 KiB hi + lo) and a panel of
-// rows in L2 while the groups pass over it. The 24 sums are reduced with reduce16.
+// weight bytes, bound the time. R rows by T tokens with the R weight vectors of a 32-column step
+// held in registers and the T tokens' activations loaded one at a time (R * T accumulators + R + 2
+// registers: 3 x 8 uses 29 of the 32, 4 x 6 30), so a step issues R + T loads (R + 2T in exact
+// mode) for R * T dot products (2 R T).
+// rows_gemm keeps a group of tokens' activations in L1 and a panel of rows in L2 while the groups
+// pass over it (kGemmTokens, kGemmRows). The 24 sums are reduced with reduce16.
 // Measured with bench_matvec --gemm --tokens 32 (2 threads, bf16 activations): 4 x 4 blocks over
 // all 32 tokens per row block, activations re-read from L2 on every step, ran at 0.43-0.46 of the
 // vdpbf16ps peak.
@@ -355,14 +355,27 @@ __attribute__((always_inline)) inline void gemm_block(const uint16_t* w0, int64_
     }
 }
 
+// Tokens in a group and rows in a block of the panel form. With bf16 activations 8 tokens by 3
+// rows (a group's activations take 16 KiB of the 32 KiB L1); in exact mode (hi + lo) 6 tokens by
+// 4 rows, since 8 tokens' hi + lo would fill L1 alone and evict the weights the next block
+// prefetched. bench_matvec --gemm --tokens 32, 2 threads, three runs, exact activations: 3 x 8
+// 0.68-0.77 (q/k/v, o) and 0.80 (lm_head) of the vdpbf16ps peak, 4 x 6 0.75-0.86 and 0.92-0.93;
+// with bf16 activations 4 x 6 measured no better (0.65-0.73 and 0.73-0.86 against 0.67-0.76 and
+// 0.80-0.87).
+template <bool L>
+constexpr int kGemmTokens = L ? 6 : 8;
+template <bool L>
+constexpr int kGemmRows = L ? 4 : 3;
+
 // gemm_block over rows [0, rows) for T tokens; `next` (may be null) is the same row's data one
 // panel further on, prefetched into L2 while this panel is computed.
 template <int T, bool L>
 inline void gemm_rows(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
                       const uint16_t* lo, int64_t kp, float* y, int64_t ldy, const char* next) {
+    constexpr int R = kGemmRows<L>;
     int64_t r = 0;
-    for (; r + 3 <= rows; r += 3) {
-        gemm_block<3, T, L>(w + r * k, k, hi, lo, kp, y + r, ldy,
+    for (; r + R <= rows; r += R) {
+        gemm_block<R, T, L>(w + r * k, k, hi, lo, kp, y + r, ldy,
                             next != nullptr ? next + r * k * 2 : nullptr);
     }
     for (; r < rows; ++r) {
@@ -374,13 +387,20 @@ inline void gemm_rows(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
 using GemmRowsFn = void (*)(const uint16_t*, int64_t, int64_t, const uint16_t*, const uint16_t*,
                            int64_t, float*, int64_t, const char*);
 
-// gemm_rows for `tokens` (1..8) tokens.
+// gemm_rows for `tokens` (1..kGemmTokens<L>) tokens.
 template <bool L>
 GemmRowsFn gemm_rows_for(int64_t tokens) {
-    static constexpr GemmRowsFn kByTokens[8] = {
-        &gemm_rows<1, L>, &gemm_rows<2, L>, &gemm_rows<3, L>, &gemm_rows<4, L>,
-        &gemm_rows<5, L>, &gemm_rows<6, L>, &gemm_rows<7, L>, &gemm_rows<8, L>};
-    return kByTokens[tokens - 1];
+    if constexpr (L) {
+        static constexpr GemmRowsFn kByTokens[kGemmTokens<L>] = {
+            &gemm_rows<1, L>, &gemm_rows<2, L>, &gemm_rows<3, L>,
+            &gemm_rows<4, L>, &gemm_rows<5, L>, &gemm_rows<6, L>};
+        return kByTokens[tokens - 1];
+    } else {
+        static constexpr GemmRowsFn kByTokens[kGemmTokens<L>] = {
+            &gemm_rows<1, L>, &gemm_rows<2, L>, &gemm_rows<3, L>, &gemm_rows<4, L>,
+            &gemm_rows<5, L>, &gemm_rows<6, L>, &gemm_rows<7, L>, &gemm_rows<8, L>};
+        return kByTokens[tokens - 1];
+    }
 }
 
 // From this many tokens a pass over a weight takes the panel form (rows_gemm) instead of the four
@@ -391,8 +411,8 @@ GemmRowsFn gemm_rows_for(int64_t tokens) {
 constexpr int64_t kGemmMinTokens = 16;
 
 // Rows [0, rows) of one weight for n >= kGemmMinTokens tokens: panels of kGemmPanelRows rows
-// (96 KiB at k = 1024, in L2), each multiplied by groups of 8 tokens; the first group of a panel
-// prefetches the next panel.
+// (96 KiB at k = 1024, in L2), each multiplied by groups of kGemmTokens tokens; the first group
+// of a panel prefetches the next panel. A multiple of both kGemmRows.
 constexpr int64_t kGemmPanelRows = 48;
 
 template <bool L>
@@ -403,15 +423,15 @@ inline void rows_gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t
         const uint16_t* wp = w + p * k;
         const int64_t next_rows = min_i64(kGemmPanelRows, rows - p - pr);
         const char* next = next_rows > 0 ? reinterpret_cast<const char*>(wp + pr * k) : nullptr;
-        for (int64_t t = 0; t < n; t += 8) {
+        for (int64_t t = 0; t < n; t += kGemmTokens<L>) {
             const uint16_t* h = hi + t * kp;
             const uint16_t* l = lo + t * kp;
             float* yt = y + t * ldy + p;
             // Prefetch only as many rows as the next panel has (the first group of a panel is
-            // always 8 tokens: n >= kGemmMinTokens).
+            // always a full group: n >= kGemmMinTokens).
             const char* nx = t == 0 ? next : nullptr;
             const int64_t rr = nx != nullptr ? min_i64(pr, next_rows) : pr;
-            const GemmRowsFn fn = gemm_rows_for<L>(min_i64(n - t, 8));
+            const GemmRowsFn fn = gemm_rows_for<L>(min_i64(n - t, kGemmTokens<L>));
             fn(wp, rr, k, h, l, kp, yt, ldy, nx);
             if (rr < pr) {
                 fn(wp + rr * k, pr - rr, k, h, l, kp, yt + rr, ldy, nullptr);
