@@ -41,7 +41,10 @@ inline constexpr int kMaxTile = 4;
 // Bytes ahead of the current weight address that the row loops prefetch: far enough to cover memory
 // latency at two threads, and across 4 KiB pages, where the hardware prefetchers stop (the rows
 // of a matrix are contiguous, so "ahead" runs on into the next rows). Tuned with bench_matvec /
-// bench_decode_quant; the same distance as engine/cpu's BF16 kernels.
+// bench_decode_quant. engine/cpu's BF16 kernels prefetch a few hundred bytes into L1 and 8 KiB
+// into L2 instead (their four streams share L1 sets); that split measured no different here
+// (bench_decode_quant on a Zen 4, two runs of 256 B or 512 B / 8 KiB against 8 KiB into L1:
+// every format within the runs' spread).
 inline constexpr int64_t kPrefetchBytes = 8192;
 
 // Prefetches the cache line kPrefetchBytes past p (a hint: past the mapping it is dropped).
