@@ -2,12 +2,13 @@
 
 // Memory read bandwidth probe shared by the benches: streams a buffer much larger than the caches
 // with T threads (each reading its own contiguous part, as the matmul kernels do) and reports the
-// median of several runs in bytes per second. Each thread's part is read three ways, one
+// median of several runs in bytes per second. Each thread's part is read four ways, one
 // sequential stream and four interleaved ones (its quarters in step, as the BF16 kernel reads a
-// matrix) with and without a software prefetch 2 KiB ahead (as that kernel does), and the fastest
-// median is the limit: on this project's Zen 5 VM four streams read 6-17% faster than one, and
-// an engine kernel that reads that way must not score above 1.0 against a probe that does not. The
-// buffer is 2 MiB aligned and advised huge pages, as the mapped weights are. Header-only; bench
+// matrix): without software prefetch, prefetching 2 KiB ahead into L1 (as that kernel did until
+// 2026-12-04), and prefetching 256 B ahead into L1 and 8 KiB into L2 (as it does now); the
+// fastest median is the limit: on this project's Zen 5 VM four streams read 6-17% faster than one,
+// and an engine kernel that reads that way must not score above 1.0 against a probe that does not.
+// The buffer is 2 MiB aligned and advised huge pages, as the mapped weights are. Header-only; bench
 // code, not part of a library.
 
 #include <immintrin.h>
@@ -39,18 +40,24 @@ __attribute__((target("avx2"))) inline uint64_t read_sum_avx2(const uint8_t* p, 
 }
 
 // Four streams: the four quarters of [p, p + n) read in step, 128 bytes each per round, each
-// prefetching `ahead` bytes further along itself (0: none).
+// prefetching `l1_ahead` bytes further along itself into L1 and `l2_ahead` into L2 (0: none).
 __attribute__((target("avx2"))) inline uint64_t read_sum_streams_avx2(const uint8_t* p, size_t n,
-                                                                      size_t ahead) {
+                                                                      size_t l1_ahead,
+                                                                      size_t l2_ahead) {
     const size_t q = n / 4 / 128 * 128;
     __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
                     _mm256_setzero_si256()};
     for (size_t i = 0; i < q; i += 128) {
         for (int s = 0; s < 4; ++s) {
             const uint8_t* b = p + s * q + i;
-            if (ahead != 0) {
-                _mm_prefetch(reinterpret_cast<const char*>(b + ahead), _MM_HINT_T0);
-                _mm_prefetch(reinterpret_cast<const char*>(b + ahead + 64), _MM_HINT_T0);
+            const auto* c = reinterpret_cast<const char*>(b);
+            if (l1_ahead != 0) {
+                _mm_prefetch(c + l1_ahead, _MM_HINT_T0);
+                _mm_prefetch(c + l1_ahead + 64, _MM_HINT_T0);
+            }
+            if (l2_ahead != 0) {
+                _mm_prefetch(c + l2_ahead, _MM_HINT_T1);
+                _mm_prefetch(c + l2_ahead + 64, _MM_HINT_T1);
             }
             const __m256i x =
                 _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)),
@@ -87,7 +94,8 @@ inline double process_cpu_seconds() {
 }
 
 // Read bandwidth (bytes/s) of `threads` threads over a `bytes` buffer: the fastest of the medians
-// of `runs` runs reading one stream, four streams, and four prefetching streams per thread.
+// of `runs` runs reading one stream, four streams, and four streams with either prefetch per
+// thread.
 // With `per_cpu_second` set, the rate is per second of CPU time instead of wall time: on a
 // machine shared with other work, the bandwidth while this process actually runs (meaningful for
 // one thread; with more, the threads may not have run at the same time).
@@ -105,7 +113,10 @@ inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30
     std::memset(buf, 1, bytes);          // Fault every page in before timing.
     const bool avx2 = __builtin_cpu_supports("avx2");
     std::vector<uint64_t> sink(threads);
-    // kind 0: one stream; 1: four streams; 2: four streams prefetching 2 KiB ahead.
+    // kind 0: one stream; 1: four streams; 2: four streams prefetching 2 KiB ahead into L1; 3:
+    // four streams prefetching 256 B ahead into L1 and 8 KiB into L2.
+    constexpr size_t kL1Ahead[4] = {0, 0, 2048, 256};
+    constexpr size_t kL2Ahead[4] = {0, 0, 0, 8192};
     auto median_of = [&](int kind) {
         std::vector<double> rates;
         for (int r = 0; r < runs; ++r) {
@@ -116,10 +127,10 @@ inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30
                 ts.emplace_back([&, t] {
                     size_t b = bytes / threads * t;
                     size_t n = bytes / threads;
-                    sink[t] += !avx2 ? read_sum_scalar(buf + b, n)
-                               : kind == 0
-                                   ? read_sum_avx2(buf + b, n)
-                                   : read_sum_streams_avx2(buf + b, n, kind == 2 ? 2048 : 0);
+                    sink[t] += !avx2       ? read_sum_scalar(buf + b, n)
+                               : kind == 0 ? read_sum_avx2(buf + b, n)
+                                           : read_sum_streams_avx2(buf + b, n, kL1Ahead[kind],
+                                                                   kL2Ahead[kind]);
                 });
             }
             for (auto& t : ts) {
@@ -135,7 +146,7 @@ inline double measure_read_bandwidth(int threads, size_t bytes = size_t{1} << 30
         return rates[rates.size() / 2];
     };
     double best = median_of(0);
-    for (int kind = 1; avx2 && kind <= 2; ++kind) {
+    for (int kind = 1; avx2 && kind <= 3; ++kind) {
         best = std::max(best, median_of(kind));
     }
     munmap(mem, mapped);
