@@ -1,9 +1,10 @@
 // The multi-token BF16 path on CPUs with AVX512_BF16 (groups of 16 to 64 tokens: register blocks
-// of 3 rows x 8 tokens over row panels; fewer: four row streams; activations prepared once per
-// call and shared by the pool's row ranges). Against the scalar references within the kernels'
-// stated bounds (hi + lo: 2e-5 * sum_c |w * x| + 1e-6; single bf16: 1e-5 * sum_c |w * bf16(x)| +
-// 1e-6), in both precisions, over shapes with remainders of every block (rows not a multiple of 3
-// or of the 48-row panel, tokens not a multiple of 8, columns not a multiple of 32); the prepared
+// over row panels, 3 rows x 8 tokens with bf16 activations and 4 rows x 6 tokens with hi + lo;
+// fewer: four row streams; activations prepared once per call and shared by the pool's row
+// ranges). Against the scalar references within the kernels' stated bounds (hi + lo: 2e-5 *
+// sum_c |w * x| + 1e-6; single bf16: 1e-5 * sum_c |w * bf16(x)| + 1e-6), in both precisions, over
+// shapes with remainders of every block (rows not a multiple of 3 or 4 or of the 48-row panel,
+// tokens not a multiple of 8 or 6, columns not a multiple of 32); the prepared
 // entry equals the per-call kernel bit for bit, and so does any split of the rows over the pool
 // (each output's sum does not depend on where its block or panel starts); matmul_batch with jobs
 // sharing one input (q/k/v) equals separate calls. Skipped with a message without AVX512_BF16.
@@ -99,11 +100,12 @@ TEST_CASE("matmul gemm: 16+ tokens equal the scalar references in both precision
     struct Shape {
         int64_t rows, cols, n;
     };
-    // 101 rows: two 48-row panels and a 5-row one (3-row blocks and 1-row remainders); 160 and
-    // 1000 columns: a masked last step; 16, 17, 32, 70 tokens: whole and partial groups of 8
-    // (70: a group of 64, then 6 through the four streams); 9 tokens: the four streams.
-    const Shape shapes[] = {{101, 160, 16}, {101, 1000, 17}, {50, 96, 9},
-                            {97, 256, 32},  {48, 1024, 32},  {13, 200, 70}};
+    // 101 rows: two 48-row panels and a 5-row one (3- and 4-row blocks and 1- and 2-row
+    // remainders); 103 and 51: 3 rows past the last 4-row block; 160 and 1000 columns: a masked
+    // last step; 16, 17, 19, 32, 70 tokens: whole and partial groups of 8 and of 6 (70: a group of
+    // 64, then 6 through the four streams); 9 tokens: the four streams.
+    const Shape shapes[] = {{101, 160, 16}, {101, 1000, 17}, {50, 96, 9},    {97, 256, 32},
+                            {48, 1024, 32}, {13, 200, 70},   {103, 160, 19}, {51, 64, 23}};
     for (const Shape& s : shapes) {
         Bf16Weight w;
         make_weight(s.rows, s.cols, rng, &w);
