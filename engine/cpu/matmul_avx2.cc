@@ -13,9 +13,9 @@ namespace {
 
 // Bytes ahead of the current column that each row stream prefetches: into L1 a little ahead of
 // the loads, into L2 far enough to cover memory latency and across 4 KiB pages (the four streams
-// share L1 sets; see matmul_avx512_bf16.cc). Measured on a Zen 4 with --cpu-kernels avx2, 2
-// threads: bench_matvec one token 0.85-0.91 of the probe with 8 KiB into L1 alone, 0.81-0.98
-// with 512 B / 8 KiB; bench_decode --profile batched32 258 / 261 -> 284 / 303 tokens/s.
+// share L1 sets; see matmul_avx512_bf16.cc). Measured on a Zen 4, 2 threads: bench_matvec one
+// token, six runs each, 0.61-0.91 of the probe with 8 KiB into L1 alone, 0.77-1.00 with 512 B /
+// 8 KiB; bench_decode --cpu-kernels avx2 --profile batched32 258 / 261 -> 284 / 303 tokens/s.
 constexpr int64_t kL1PrefetchBytes = 512;
 constexpr int64_t kL2PrefetchBytes = 8192;
 // Row ranges at least this long are read as four streams (matmul below).
