@@ -75,7 +75,8 @@ enum class Prefetch { kRowAhead, kNone, kStream };
 
 // How far ahead along its own stream each of rows_stream's four streams prefetches: into L2 far
 // enough to cover memory latency, into L1 only a little ahead of the loads. The four streams are
-// a multiple of 4 KiB apart, so their lines fall in the same L1 sets as each other, and the
+// q x k x 2 bytes apart, a multiple of 4 KiB in the bench preset's experts (q = 128 rows of 2 KiB,
+// 256 of 1 KiB), so their lines fall in the same L1 sets as each other, and the
 // activations (4 tokens x 2 KiB, twice in exact mode) fill the rest of the 8 ways: 2 KiB ahead
 // into L1 alone evicted lines before they were read (perf: the weight loads' dot products held
 // most of rows_stream's samples). Measured with bench_matvec --experts (2 threads, fraction of

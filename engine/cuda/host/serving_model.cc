@@ -74,8 +74,19 @@ class ServingCausalLM final : public PagedCausalLM {
         }
         EDGE_ASSIGN_OR_RETURN(std::vector<DeviceStep> steps,
                               plan_device_steps(batch, tables, layout_, buckets_, scratch_block_));
+        // The plan brings back exactly the rows asked, checked before anything runs: the copies
+        // below write past the vector otherwise, and leave rows unset with fewer.
+        int64_t planned_rows = 0;
+        for (const DeviceStep& step : steps) {
+            planned_rows += static_cast<int64_t>(step.logit_rows.size());
+        }
+        if (planned_rows != out_rows) {
+            return internal_error("device serving: the steps bring back " +
+                                  std::to_string(planned_rows) + " logits rows for " +
+                                  std::to_string(out_rows) + " asked");
+        }
         EDGE_RETURN_IF_ERROR(runner_->copy_kv_blocks(moves));
-        // Not zero-filled: the steps' copies write every row (checked below), as the CPU
+        // Not zero-filled: the steps' copies write every row (checked above), as the CPU
         // model's forward does.
         logits->resize(static_cast<size_t>(out_rows * spec_.vocab_size));
         int64_t out_row = 0;
@@ -84,11 +95,6 @@ class ServingCausalLM final : public PagedCausalLM {
             const std::vector<RowRun> runs = logit_runs(step, out_row);
             EDGE_RETURN_IF_ERROR(runner_->copy_logits(runs, logits->data()));
             out_row += static_cast<int64_t>(step.logit_rows.size());
-        }
-        if (out_row != out_rows) {
-            return internal_error("device serving: the steps brought back " +
-                                  std::to_string(out_row) + " logits rows for " +
-                                  std::to_string(out_rows) + " asked");
         }
         commit_batch(batch);
         return ok_status();
