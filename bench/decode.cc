@@ -1,7 +1,9 @@
 // Decode benchmark on make-model's `bench` preset (Qwen3-MoE, hidden 1024, 12 layers, 64 experts
 // top-8, expert FFN 512, 16/4 heads of 64, vocab 32000, BF16): single-stream decode and prefill
 // tokens/s at 1 and 2 threads, batched decode at 8 and 32 sequences, weight bytes read per decode
-// token and the fraction of measured memory bandwidth decode reaches, resident memory after load.
+// token and the fraction of measured memory bandwidth decode reaches, resident memory after load,
+// and the two limits of batched 32 / single: the bytes (the step's weight reads against a token's)
+// and the products (the step's arithmetic at the BF16 dot-product peak measured in the same run).
 // Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
 //                     [--profile single|batchedN] [--activations exact|bf16|both]
 //                     [--cpu-kernels auto|amx_bf16|avx512_bf16|...]
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "bench/dot_peak.h"
 #include "bench/membw_probe.h"
 #include "bench/moe_bytes.h"
 #include "engine/cpu/matmul.h"
@@ -336,6 +339,17 @@ int main(int argc, char** argv) {
                                 ? cpu_kernels
                                 : std::string(edge::engine::cpu::isa_name(
                                       edge::engine::cpu::detect_isa()));
+    // The other side of a batched step, its arithmetic: each of the 32 tokens multiplies the
+    // weights it would read alone (exact activations twice, hi and lo), so at the BF16
+    // dot-product peak (dot_peak.h, at the batched figures' thread count) batched decode runs at
+    // most peak / (a token's products) tokens/s, whatever the bandwidth. For the AVX512_BF16
+    // kernels only (the AMX tiles and the AVX2 fallbacks have other peaks): 0 otherwise.
+    const double peak =
+        isa == "avx512_bf16" ? edge::bench::dot_peak(only_threads == 1 ? 1 : 2) : 0.0;
+    const auto products = static_cast<double>(edge::bench::decode_products_per_token(*config));
+    const double peak_tps_exact = peak / (2 * products), peak_tps_bf16 = peak / products;
+    const double products_bound = ratio(peak_tps_exact, single_ref);
+    const double products_bound_bf16 = ratio(peak_tps_bf16, single_ref);
     std::printf("%-44s %14s\n", "figure", "value");
     std::printf("%-44s %14s\n", "CPU kernels", isa.c_str());
     std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);
@@ -363,10 +377,17 @@ int main(int argc, char** argv) {
                 passes32 > 0 ? step32_bytes / 1e6 : 0.0);
     std::printf("%-44s %14.3f\n", "batched 32 fraction of bandwidth", batched32_frac);
     std::printf("%-44s %14.2f\n", "batched 32 / single at one fraction (bytes)", bytes_bound);
+    std::printf("%-44s %14.1f\n", "dot-product peak (G products/s)", peak / 1e9);
+    std::printf("%-44s %14.3f\n", "batched 32 fraction of the peak",
+                ratio(batched32, peak_tps_exact));
+    std::printf("%-44s %14.2f\n", "batched 32 / single at the peak (products)", products_bound);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 8 seqs", batched8_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 32 seqs", batched32_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched 32 / single-stream",
                 ratio(batched32_bf16, single_ref));
+    std::printf("%-44s %14.3f\n", "bf16 activations: fraction of the peak",
+                ratio(batched32_bf16, peak_tps_bf16));
+    std::printf("%-44s %14.2f\n", "bf16 activations: 32 / single at the peak", products_bound_bf16);
     std::printf("%-44s %14.1f\n", "weight MB (mapped)", weight_bytes / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after load", rss_load / 1e6);
     std::printf("%-44s %14.1f\n", "resident MB after warm-up", rss_warm / 1e6);
@@ -381,16 +402,21 @@ int main(int argc, char** argv) {
         "\"batched32_over_single\":%.3f,\"batched32_expert_passes_per_step\":%.2f,"
         "\"batched32_step_bytes\":%.0f,\"batched32_bw_fraction\":%.4f,"
         "\"batched32_over_single_bytes_bound\":%.3f,\"batched_tps_8_bf16\":%.3f,"
-        "\"batched_tps_32_bf16\":%.3f,\"batched32_bf16_over_single\":%.3f,\"weight_bytes\":%lld,"
+        "\"batched_tps_32_bf16\":%.3f,\"batched32_bf16_over_single\":%.3f,"
+        "\"dot_peak_gprod\":%.2f,\"batched32_peak_fraction\":%.4f,"
+        "\"batched32_over_single_products_bound\":%.3f,\"batched32_bf16_peak_fraction\":%.4f,"
+        "\"batched32_bf16_over_single_products_bound\":%.3f,\"weight_bytes\":%lld,"
         "\"kv_bytes_per_token\":%lld,"
-        "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n", isa.c_str(),
-        bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token), single[0].decode_tps,
-        single[1].decode_tps, single[0].decode_tps_run, single[1].decode_tps_run, frac1, frac2,
-        frac1_cpu, single[0].decode_cpu_s_per_token * 1e3, single[1].decode_cpu_s_per_token * 1e3,
-        single[0].prefill_tps, single[1].prefill_tps, batched8, batched32,
-        ratio(batched32, single_ref),
-        passes32, passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16,
-        batched32_bf16, ratio(batched32_bf16, single_ref), static_cast<long long>(weight_bytes),
+        "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
+        isa.c_str(), bw1 / 1e9, bw2 / 1e9, static_cast<long long>(bytes_per_token),
+        single[0].decode_tps, single[1].decode_tps, single[0].decode_tps_run,
+        single[1].decode_tps_run, frac1, frac2, frac1_cpu, single[0].decode_cpu_s_per_token * 1e3,
+        single[1].decode_cpu_s_per_token * 1e3, single[0].prefill_tps, single[1].prefill_tps,
+        batched8, batched32, ratio(batched32, single_ref), passes32,
+        passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16,
+        batched32_bf16, ratio(batched32_bf16, single_ref), peak / 1e9,
+        ratio(batched32, peak_tps_exact), products_bound, ratio(batched32_bf16, peak_tps_bf16),
+        products_bound_bf16, static_cast<long long>(weight_bytes),
         static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
         static_cast<long long>(rss_warm));
     return 0;

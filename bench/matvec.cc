@@ -23,10 +23,9 @@
 // loop on registers at the same thread count (`fraction_of_peak`), in both activation precisions.
 
 #include <fcntl.h>
+#include <immintrin.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -40,6 +39,7 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "bench/dot_peak.h"
 #include "bench/membw_probe.h"
 #include "engine/cpu/matmul.h"
 #include "engine/cpu/matmul_kernels.h"
@@ -193,37 +193,6 @@ int run_experts(const char* base, int64_t total, int64_t tokens, int rounds, int
     return 0;
 }
 
-// A loop of independent vdpbf16ps on registers: the most bf16 products per second one thread
-// retires (32 per instruction). Returns products per second.
-__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) double peak_products_per_s() {
-    constexpr int kChains = 16;
-    constexpr int64_t kIters = 1 << 22;
-    __m512 acc[kChains];
-    for (int i = 0; i < kChains; ++i) {
-        acc[i] = _mm512_set1_ps(static_cast<float>(i));
-    }
-    const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));
-    __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3c00));
-    const double t0 = now_s();
-    for (int64_t it = 0; it < kIters; ++it) {
-#pragma GCC unroll 16
-        for (int i = 0; i < kChains; ++i) {
-            acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-        }
-        __asm__ volatile("" : "+v"(b));
-    }
-    const double s = now_s() - t0;
-    __m512 sum = acc[0];
-    for (int i = 1; i < kChains; ++i) {
-        sum = _mm512_add_ps(sum, acc[i]);
-    }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, sum);
-    volatile float sink = lanes[0];
-    (void)sink;
-    return static_cast<double>(kIters) * kChains * 32 / s;
-}
-
 // --gemm: see the file comment.
 int run_gemm(const char* base, int64_t total, int64_t tokens, int rounds) {
     constexpr int64_t kHidden = 1024, kQ = 1024, kKv = 256, kVocab = 32000, kLayers = 12;
@@ -275,19 +244,7 @@ int run_gemm(const char* base, int64_t total, int64_t tokens, int rounds) {
     const cpu::Isa isa = cpu::Isa::kAvx512Bf16;
     for (int threads = 1; threads <= 2; ++threads) {
         cpu::ThreadPool pool(threads);
-        std::vector<double> peaks;
-        for (int r = 0; r < 3; ++r) {
-            peaks.push_back(0);
-            pool.parallel_for(threads, 1, [&](int64_t b, int64_t e) {
-                (void)e;
-                const double pk = peak_products_per_s();
-                if (b == 0) {
-                    peaks.back() = pk * threads;
-                }
-            });
-        }
-        std::sort(peaks.begin(), peaks.end());
-        const double peak = peaks[1];
+        const double peak = edge::bench::dot_peak(threads);
         json += ",\"peak_gprod_" + std::to_string(threads) + "t\":" + std::to_string(peak / 1e9);
         for (int prec = 0; prec < 2; ++prec) {
             const auto precision = prec == 0 ? edge::engine::ActivationPrecision::kExact
