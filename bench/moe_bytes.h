@@ -38,6 +38,12 @@ inline int64_t decode_products_per_token(const edge::engine::ConfigJson& c) {
     return decode_bytes_per_token(c) / 2 - c.get_int("hidden_size").value_or(0);
 }
 
+// Products of one logits row (lm_head), the part of a token's products a prefill token that
+// does not end its prompt skips.
+inline int64_t lm_head_products(const edge::engine::ConfigJson& c) {
+    return c.get_int("vocab_size").value_or(0) * c.get_int("hidden_size").value_or(0);
+}
+
 // Weight bytes one pass over one routed expert reads (gate, up and down, BF16).
 inline int64_t expert_pass_bytes(const edge::engine::ConfigJson& c) {
     return 3 * c.get_int("moe_intermediate_size").value_or(0) *

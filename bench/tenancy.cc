@@ -5,7 +5,9 @@
 // is contended and the weighted fair share decides it.
 // Figures: total generated tokens/s and its ratio to a single stream measured in the same run,
 // per tenant its share of generated tokens against its weight share, time to first token and
-// inter-token latency p50/p99 (wall time), mean KV-cache use, prefix-cache hit rate.
+// inter-token latency p50/p99 (wall time), mean KV-cache use, prefix-cache hit rate, and the two
+// limits of the throughput ratio: the step's weight bytes and its products at the BF16
+// dot-product peak measured in the same run.
 // Goals: 64-stream throughput >= 8x single stream; each tenant's share within 10% of its weight;
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
+#include "bench/dot_peak.h"
 #include "bench/moe_bytes.h"
 #include "engine/cpu/matmul.h"
 #if defined(EDGE_HAVE_CUDA)
@@ -337,13 +340,24 @@ int main(int argc, char** argv) {
         const auto stats = model->shard_stats();  // Between steps: no forward is running.
         return stats ? stats->expert_passes : int64_t{0};
     };
-    int64_t passes0 = 0;
+    // Routed rows (a token's top-k in each MoE layer), the tokens the steps computed, prefill
+    // chunks included.
+    auto routed_rows = [&] {
+        const auto stats = model->shard_stats();
+        int64_t rows = 0;
+        for (int64_t r : stats ? stats->rank_rows : std::vector<int64_t>{}) {
+            rows += r;
+        }
+        return rows;
+    };
+    int64_t passes0 = 0, rows0 = 0;
     std::vector<int64_t> seen_tokens(kStreams, 0);
     for (int step = 0; step < steps; ++step) {
         if (step == warmup) {
             measure_start = Clock::now();
             measured_tokens = 0;
             passes0 = passes();
+            rows0 = routed_rows();
             for (auto& [name, f] : figures) {
                 f.tokens = 0;
             }
@@ -388,9 +402,22 @@ int main(int argc, char** argv) {
     // ratio to a single stream that decodes at the same fraction of the bandwidth: the bound the
     // weights' bytes put on the throughput ratio (prefill chunks in the step cost it too).
     // (The device model keeps no ShardStats: its passes and bytes stay 0.)
+    // The step's arithmetic bounds the ratio too: every token computed (decode and prefill)
+    // multiplies the weights a lone token would (twice with exact activations), less lm_head for
+    // prefill tokens that end no prompt (a step computes about one logits row per token it
+    // generates); at the BF16 dot-product peak measured here (dot_peak.h; AVX512_BF16 kernels
+    // on the CPU backend only, else 0), generated tokens per step / the step's products at the
+    // peak, over the single stream's rate, is the most the ratio can be.
     double passes_per_step = 0.0, bytes_per_step = 0.0, bytes_bound = 0.0;
+    double computed_per_step = 0.0, products_per_step = 0.0, products_bound = 0.0;
     const double tokens_per_step =
         measured_steps > 0 ? static_cast<double>(measured_tokens) / measured_steps : 0.0;
+    const std::string isa =
+        cpu_kernels != "auto"
+            ? cpu_kernels
+            : std::string(edge::engine::cpu::isa_name(edge::engine::cpu::detect_isa()));
+    const double peak =
+        backend == "cpu" && isa == "avx512_bf16" ? edge::bench::dot_peak(threads) : 0.0;
     if (auto config = edge::engine::ConfigJson::read(model_dir);
         config.ok() && measured_steps > 0 && passes() > passes0) {
         passes_per_step = static_cast<double>(passes() - passes0) / measured_steps;
@@ -398,6 +425,19 @@ int main(int argc, char** argv) {
         bytes_bound = tokens_per_step *
                       static_cast<double>(edge::bench::decode_bytes_per_token(*config)) /
                       bytes_per_step;
+        const int64_t routed_per_token = config->get_int("num_experts_per_tok").value_or(1) *
+                                         config->get_int("num_hidden_layers").value_or(1);
+        computed_per_step = static_cast<double>(routed_rows() - rows0) /
+                            static_cast<double>(routed_per_token) / measured_steps;
+        const auto head = static_cast<double>(edge::bench::lm_head_products(*config));
+        products_per_step =
+            (activations == "exact" ? 2.0 : 1.0) *
+            (computed_per_step *
+                 (static_cast<double>(edge::bench::decode_products_per_token(*config)) - head) +
+             tokens_per_step * head);
+        products_bound = peak > 0 && single_tps > 0
+                             ? tokens_per_step / (products_per_step / peak) / single_tps
+                             : 0.0;
     }
     const edge::engine::ServingStats serving = sched->serving_stats();
     sched->stop();
@@ -453,6 +493,14 @@ int main(int argc, char** argv) {
     std::printf("%-44s %12.1f\n", "expert passes per step", passes_per_step);
     std::printf("%-44s %12.1f\n", "weight MB read per step", bytes_per_step / 1e6);
     std::printf("%-44s %12.2f\n", "64 streams / single at one fraction (bytes)", bytes_bound);
+    std::printf("%-44s %12.2f\n", "tokens computed per step (prefill included)", computed_per_step);
+    std::printf("%-44s %12.2f\n", "G products per step", products_per_step / 1e9);
+    std::printf("%-44s %12.1f\n", "dot-product peak (G products/s)", peak / 1e9);
+    std::printf("%-44s %12.3f\n", "64 streams fraction of the peak",
+                peak > 0 && tokens_per_step > 0
+                    ? total_tps / tokens_per_step * products_per_step / peak
+                    : 0.0);
+    std::printf("%-44s %12.2f\n", "64 streams / single at the peak (products)", products_bound);
     std::printf("%-44s %12.3f  (goal <= 0.10)\n", "worst tenant share error (relative)",
                 worst_share_err);
     std::printf("%-44s %12.2f  (goal < 3%s)\n", "worst p99/p50 inter-token latency",
@@ -471,7 +519,9 @@ int main(int argc, char** argv) {
         "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
         "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,"
         "\"tokens_per_step\":%.3f,\"expert_passes_per_step\":%.2f,\"step_bytes\":%.0f,"
-        "\"throughput_ratio_bytes_bound\":%.3f,\"tenants\":{%s}}\n",
+        "\"throughput_ratio_bytes_bound\":%.3f,\"computed_tokens_per_step\":%.3f,"
+        "\"step_gproducts\":%.4f,\"dot_peak_gprod\":%.2f,\"throughput_ratio_products_bound\":%.3f,"
+        "\"tenants\":{%s}}\n",
         model_name.c_str(), backend.c_str(), activations.c_str(), kStreams, batch, decode, threads,
         steps, single_tps, total_tps, speedup, speedup >= 8 ? "true" : "false", worst_share_err,
         worst_share_err <= 0.10 ? "true" : "false", worst_itl_ratio,
@@ -479,6 +529,7 @@ int main(int argc, char** argv) {
         : worst_itl_ratio < 3 ? "true"
                               : "false",
         kv_use, hit_rate, static_cast<long long>(sched->stats().preemptions), tokens_per_step,
-        passes_per_step, bytes_per_step, bytes_bound, json_tenants.c_str());
+        passes_per_step, bytes_per_step, bytes_bound, computed_per_step, products_per_step / 1e9,
+        peak / 1e9, products_bound, json_tenants.c_str());
     return 0;
 }
