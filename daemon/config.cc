@@ -6,7 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <boost/asio/ip/address.hpp>
-
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,8 +16,9 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <unordered_set>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 #include "common/file.h"
 #include "routing/membership/keyring.h"
@@ -98,18 +99,47 @@ public:
         return node.Scalar();
     }
 
+    // A quoted scalar is a string: `"true"` or `"100"` where a boolean or a number belongs is a
+    // wrong type, which the configuration refuses (yaml-cpp's conversions would read either).
+    static bool quoted(const YAML::Node& node) { return node.Tag() == "!"; }
+
     Result<bool> boolean(const YAML::Node& node, const std::string& key) const {
         bool value = false;
-        if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+        if (!node.IsScalar() || quoted(node) || !YAML::convert<bool>::decode(node, value)) {
             return error(node, key, "expected true or false");
         }
         return value;
     }
 
+    // Decimal digits with an optional sign. yaml-cpp's own conversion guesses the base (a
+    // leading 0 read as octal, 0x as hex: `drain_deadline_ms: 030000` was 12288 ms), and YAML
+    // 1.1 tools read a leading zero as octal too, so a leading zero is refused as ambiguous.
     Result<int64_t> integer(const YAML::Node& node, const std::string& key, int64_t min,
                             int64_t max) const {
+        if (!node.IsScalar() || quoted(node)) {
+            return error(node, key, "expected an integer");
+        }
+        std::string_view text = node.Scalar();
+        const bool plus = text.starts_with('+');
+        if (plus) {
+            text.remove_prefix(1);
+        }
+        const std::string_view digits = !plus && text.starts_with('-') ? text.substr(1) : text;
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+            return error(node, key, "expected an integer");
+        }
+        if (digits.size() > 1 && digits[0] == '0') {
+            return error(node, key,
+                         "expected a decimal integer without leading zeros (YAML 1.1 reads a "
+                         "leading 0 as octal)");
+        }
         int64_t value = 0;
-        if (!node.IsScalar() || !YAML::convert<int64_t>::decode(node, value)) {
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec == std::errc::result_out_of_range) {
+            return error(node, key,
+                         "must be in " + std::to_string(min) + ".." + std::to_string(max));
+        }
+        if (ec != std::errc() || end != text.data() + text.size()) {
             return error(node, key, "expected an integer");
         }
         if (value < min || value > max) {
@@ -122,7 +152,7 @@ public:
     Result<double> number(const YAML::Node& node, const std::string& key, double min,
                           double max) const {
         double value = 0;
-        if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) ||
+        if (!node.IsScalar() || quoted(node) || !YAML::convert<double>::decode(node, value) ||
             !std::isfinite(value)) {
             return error(node, key, "expected a number");
         }
@@ -904,11 +934,24 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     return ok_status();
 }
 
-// The 0-based line of a `---` document marker that follows content (comments, blank lines and
-// directives are not content), if any: the start of a second document.
-std::optional<int> second_document_line(std::string_view text) {
-    bool content = false;
+// Where the text stops being one YAML document, if it does: the 0-based line and what is there.
+// A `---` marker after content (comments, blank lines and directives are not content) starts a
+// second document; content after a `...` end marker belongs to none. yaml-cpp's Load reads the
+// first document and silently drops the rest, so a `...` that a template tool emitted mid-file
+// (PyYAML writes one after a lone scalar) would drop every section after it: `tenants` among
+// them, which turns authentication off.
+struct DocumentBreak {
     int line = 0;
+    std::string message;
+};
+
+std::optional<DocumentBreak> document_break(std::string_view text) {
+    bool content = false;
+    std::optional<int> end_marker;  // The line of a `...` seen so far.
+    int line = 0;
+    auto is_marker = [](std::string_view l, std::string_view m) {
+        return l.starts_with(m) && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
+    };
     for (size_t pos = 0; pos < text.size(); ++line) {
         size_t end = text.find('\n', pos);
         if (end == std::string_view::npos) {
@@ -919,12 +962,24 @@ std::optional<int> second_document_line(std::string_view text) {
         if (!l.empty() && l.back() == '\r') {
             l.remove_suffix(1);
         }
-        const bool marker = l.starts_with("---") && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
-        if (marker && content) {
-            return line;
+        const bool start = is_marker(l, "---");
+        if (start && content) {
+            return DocumentBreak{line,
+                                 "a second YAML document (`---` after the first); the "
+                                 "configuration is one document"};
+        }
+        if (is_marker(l, "...")) {
+            end_marker = end_marker.value_or(line);
+            continue;
         }
         const size_t first = l.find_first_not_of(" \t");
-        if (!marker && first != std::string_view::npos && l[first] != '#' && l[0] != '%') {
+        const bool blank_or_comment = first == std::string_view::npos || l[first] == '#';
+        if (end_marker && !blank_or_comment) {
+            return DocumentBreak{line, "content after the end of the document (`...` on line " +
+                                           std::to_string(*end_marker + 1) +
+                                           "); the configuration is one document"};
+        }
+        if (!start && !blank_or_comment && l[0] != '%') {
             content = true;
         }
     }
@@ -999,12 +1054,10 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
     try {
         // Not YAML::LoadAll: yaml-cpp 0.7 can loop forever in it on malformed input (the
         // fuzzer found one). A second document starts with `---` at column 0 after content.
-        if (std::optional<int> line = second_document_line(yaml_text)) {
+        if (std::optional<DocumentBreak> b = document_break(yaml_text)) {
             YAML::Mark mark;
-            mark.line = *line;
-            return reader.error(mark, "",
-                                "a second YAML document (`---` after the first); the "
-                                "configuration is one document");
+            mark.line = b->line;
+            return reader.error(mark, "", b->message);
         }
         YAML::Node root = YAML::Load(std::string(yaml_text));
         if (!root.IsDefined() || root.IsNull()) {

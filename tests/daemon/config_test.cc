@@ -641,6 +641,66 @@ TEST_CASE("empty key lists, duplicate map keys and a second document are errors"
     CHECK(parse_config("---\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
 }
 
+TEST_CASE("content after a `...` end marker is an error, not silently dropped") {
+    // yaml-cpp reads the first document and drops the rest: the tenants after the marker would
+    // vanish and the daemon would start with authentication off.
+    const std::string hash = std::string(64, '0');
+    const std::string tenants = "tenants:\n  - name: a\n    api_key_sha256: [" + hash + "]\n";
+    const std::string after =
+        error_of(testing::config_yaml("/c", "/k", "...\n# a comment\n\n" + tenants));
+    CHECK_MESSAGE(after ==
+                      "/etc/edgeserve/test.yaml:20:1: content after the end of the document (`...` "
+                      "on line 17); the configuration is one document",
+                  after);
+    // A second document after the marker is refused too (at its marker).
+    CHECK(error_of(testing::config_yaml("/c", "/k", "...\n---\n" + tenants))
+              .starts_with("/etc/edgeserve/test.yaml:18:1: a second YAML document"));
+    // A final `...` with only comments and blank lines after it ends the one document.
+    Result<Config> ended =
+        parse_config(testing::config_yaml("/c", "/k", tenants + "...\n# end\n\n"), "x.yaml");
+    REQUIRE_MESSAGE(ended.ok(), ended.status().to_string());
+    CHECK(ended->tenants.has_value());
+    // `...` inside a value is not a marker.
+    CHECK(parse_config(testing::config_yaml("/c", "/k", "site:\n  region: ...x\n"), "x.yaml")
+              .status()
+              .message()
+              .find("content after the end") == std::string::npos);
+}
+
+TEST_CASE("integers are decimal: no octal, hex or quoted numbers, and booleans are not quoted") {
+    auto limits = [](const std::string& line) {
+        return error_of(testing::config_yaml("/c", "/k", "limits:\n  " + line + "\n"));
+    };
+    // yaml-cpp alone read 030000 as octal (12288 ms) and 0x10 as 16.
+    CHECK(limits("drain_deadline_ms: 030000") ==
+          "/etc/edgeserve/test.yaml:18:22: limits.drain_deadline_ms: expected a decimal integer "
+          "without leading zeros (YAML 1.1 reads a leading 0 as octal)");
+    CHECK(limits("max_connections: 0x10") ==
+          "/etc/edgeserve/test.yaml:18:20: limits.max_connections: expected an integer");
+    CHECK(limits("max_connections: \"100\"") ==
+          "/etc/edgeserve/test.yaml:18:20: limits.max_connections: expected an integer");
+    CHECK(limits("max_connections: 1e3") ==
+          "/etc/edgeserve/test.yaml:18:20: limits.max_connections: expected an integer");
+    CHECK(limits("max_connections: +-5") ==
+          "/etc/edgeserve/test.yaml:18:20: limits.max_connections: expected an integer");
+    CHECK(limits("max_connections: 99999999999999999999999") ==
+          "/etc/edgeserve/test.yaml:18:20: limits.max_connections: must be in 1..4194304");
+    // Decimal with a sign, and a lone 0, still read.
+    Result<Config> plus = parse_config(
+        testing::config_yaml("/c", "/k", "limits:\n  max_connections: +250\n"), "x.yaml");
+    REQUIRE_MESSAGE(plus.ok(), plus.status().to_string());
+    CHECK(plus->limits.max_connections == 250);
+    Result<Config> zero = parse_config(
+        testing::config_yaml("/c", "/k", "engine:\n  max_decode_sequences: 0\n"), "x.yaml");
+    REQUIRE_MESSAGE(zero.ok(), zero.status().to_string());
+    CHECK(zero->engine.max_decode_sequences == 0);
+    CHECK(parse_config(testing::config_yaml("/c", "/k", "engine:\n  max_decode_sequences: -0\n"),
+                       "x.yaml")
+              .ok());
+    CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  prefix_cache: \"true\"\n")) ==
+          "/etc/edgeserve/test.yaml:18:17: engine.prefix_cache: expected true or false");
+}
+
 TEST_CASE("gossip.join_retry_interval_ms and gossip.max_inbound_streams reach the membership") {
     Result<Config> d = parse_config(testing::config_yaml("/c", "/k", "gossip:\n"), "x.yaml");
     REQUIRE_MESSAGE(d.ok(), d.status().to_string());
