@@ -122,8 +122,13 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
             if (keep_others) {
                 next[name] = state;
             } else {
-                retired_[name] = Retired{state, now};
+                retired_[name] = Retired{state, now, state};
             }
+        }
+    }
+    for (auto& [name, r] : retired_) {
+        if (now - r.at >= kRetiredGrace) {
+            r.hold.reset();
         }
     }
     std::erase_if(retired_, [](const auto& entry) { return entry.second.state.expired(); });
@@ -137,8 +142,14 @@ std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& ten
         return it->second;
     }
     auto it = retired_.find(tenant);
-    if (it == retired_.end() || (admission && clock_.now() - it->second.at >= kRetiredGrace)) {
+    if (it == retired_.end()) {
         return nullptr;
+    }
+    if (clock_.now() - it->second.at >= kRetiredGrace) {
+        it->second.hold.reset();  // Over: only leases keep it now.
+        if (admission) {
+            return nullptr;
+        }
     }
     return it->second.state.lock();
 }

@@ -164,12 +164,17 @@ private:
     // uses one for kRetiredGrace only (requests authenticated just before the reload): requests
     // forwarded by peers under that name would otherwise keep removed limits alive forever. A
     // name configured again takes its live state back whenever it returns.
+    // `hold` keeps the state for the grace even when no lease does: a request that
+    // authenticated before the reload may reach admit() after it, and must find its limits
+    // (with only the weak pointer, a tenant with nothing running lost its state at the reload
+    // and that request was admitted without limits). Dropped once the grace is over.
     struct Retired {
         std::weak_ptr<State> state;
         TimePoint at;
+        std::shared_ptr<State> hold;
     };
     static constexpr Duration kRetiredGrace = std::chrono::seconds(10);
-    std::map<std::string, Retired> retired_;
+    mutable std::map<std::string, Retired> retired_;
 };
 
 }  // namespace edge::daemon

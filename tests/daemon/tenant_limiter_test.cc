@@ -281,6 +281,29 @@ TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases 
     CHECK(limiter.admit("a").reason == RejectReason::kNone);  // Unknown now: no limits.
 }
 
+TEST_CASE("limiter: a removed tenant with nothing running is still limited for the grace") {
+    // A request authenticated against the old tenant table can reach admit() after the reload
+    // that removed its tenant; with no lease holding the state, it used to be admitted unlimited.
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.requests_per_second = 1;
+    limiter.configure(std::vector<TenantConfig>{a});
+    limiter.admit("a").lease->finish(1, 1);  // The bucket's one token, spent; nothing running.
+    limiter.configure(std::vector<TenantConfig>{tenant("b")});
+    CHECK(limiter.admit("a").reason == RejectReason::kRequestRate);
+    clock.advance(9s);
+    TenantLimiter::Decision late = limiter.admit("a");  // Refilled, still the old limits.
+    CHECK(late.reason == RejectReason::kNone);
+    CHECK(limiter.running("a") == 1);
+    late.lease.reset();
+    // After the grace the name is no tenant's: no limits, and the state is let go.
+    clock.advance(1s);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+    CHECK(limiter.admit("a").reason == RejectReason::kNone);
+    CHECK(limiter.running("a") == 0);
+}
+
 TEST_CASE("limiter: a tenant removed and added back while its requests run keeps its count") {
     ManualClock clock;
     TenantLimiter limiter(clock);
