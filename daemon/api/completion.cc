@@ -250,6 +250,13 @@ private:
 
     // Every choice has ended: the whole answer, or the end of the stream.
     void answer_locked() {
+        // Once: accept() and the last choice_finished() can both find every choice ended (two
+        // choices ending at once on engine threads, or the last ending while accept() runs),
+        // and a second answer would be built from choices the first moved out.
+        if (answered_) {
+            return;
+        }
+        answered_ = true;
         engine::Finish total;
         total.usage = usage_;
         if (failure_) {
@@ -329,6 +336,7 @@ private:
     bool begun_ = false;  // Guarded by mu_: the stream's head (or a whole error) went out.
     bool accepted_ = false;                       // Guarded by mu_: see accept().
     bool refused_ = false;                        // Guarded by mu_.
+    bool answered_ = false;                       // Guarded by mu_: see answer_locked().
     std::vector<std::string> early_;  // Guarded by mu_: events made before accept().
     int32_t finished_ = 0;                        // Guarded by mu_.
     engine::Usage usage_;                         // Guarded by mu_.
