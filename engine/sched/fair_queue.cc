@@ -142,6 +142,14 @@ std::vector<std::unique_ptr<Sequence>> FairQueue::take_if(
         for (auto it = f.queue.begin(); it != f.queue.end();) {
             if (pred(**it)) {
                 queued_cost_ -= cost(**it);
+                if ((*it)->preemptions > 0) {
+                    // push_front gave its whole cost back for a re-admission that will not
+                    // come: charge what it used (prompt and generated tokens), as a request
+                    // that ends while running stays charged after finish()'s refund.
+                    f.deficit -=
+                        cost(**it) - std::max<int64_t>(
+                                         0, int64_t{(*it)->params.max_tokens} - (*it)->generated());
+                }
                 out.push_back(std::move(*it));
                 it = f.queue.erase(it);
                 --size_;

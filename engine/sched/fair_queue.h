@@ -63,7 +63,8 @@ public:
     // Credits `tokens` back to `tenant` while it has requests waiting (a request that ended
     // before using all of its max_tokens).
     void refund(const std::string& tenant, int64_t tokens);
-    // Removes and returns every request for which `pred` is true (cancelled ones).
+    // Removes and returns every request for which `pred` is true (cancelled ones). A preempted
+    // one (refunded by push_front) is charged what it used, as if it had ended running.
     std::vector<std::unique_ptr<Sequence>> take_if(
         const std::function<bool(const Sequence&)>& pred);
 

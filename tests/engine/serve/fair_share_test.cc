@@ -226,6 +226,31 @@ TEST_CASE("fair queue: DRR alternates by tokens, weights scale the share, FIFO p
     CHECK(pre.pop() == nullptr);
 }
 
+TEST_CASE("fair queue: a preempted request cancelled while waiting stays charged for its use") {
+    // Admitted (charged prompt + max_tokens), preempted (push_front refunds all of it), then
+    // cancelled before re-admission: its tenant used 500 prompt tokens and must pay for them,
+    // not come out with a free admission.
+    FairQueue q(10);
+    q.push_back(sequence("a", 1, 500, 500));  // Cost 1000.
+    for (int i = 0; i < 5; ++i) {
+        q.push_back(sequence("a", 1, 5, 5));
+        q.push_back(sequence("b", 1, 5, 5));
+    }
+    std::unique_ptr<Sequence> big = q.pop_tenant("a");
+    REQUIRE(big);
+    CHECK(big->prompt_len == 500);
+    big->request_id = "big";
+    ++big->preemptions;
+    q.push_front(std::move(big));
+    CHECK(q.take_if([](const Sequence& s) { return s.request_id == "big"; }).size() == 1);
+    // a owes 500 tokens: b's five requests (cost 10 each) go first.
+    std::string order;
+    while (!q.empty()) {
+        order += q.pop()->tenant;
+    }
+    CHECK(order == "bbbbbaaaaa");
+}
+
 TEST_CASE("fair share: a tenant sending 20x the requests gets half the tokens, not 20/21") {
     Sim sim(4);
     // A floods first: 800 requests queued before B's 40.
