@@ -223,15 +223,70 @@ inline void rows_block(const uint16_t* w0, int64_t k, const uint16_t* hi, const 
     }
 }
 
-// Rows [0, rows) of one weight for n tokens, as four long sequential streams: a block takes rows
-// i, i + q, i + 2q, i + 3q (q = rows / 4), so each stream walks q consecutive rows and the hardware
-// prefetchers see four long sequential reads instead of many 2 KiB ones; each stream also
-// prefetches further along itself (kStreamL1Bytes, kStreamL2Bytes). The first token group streams
-// from memory, later groups re-read the same rows from cache.
+// One token: the rows one after another, each read start to end, so the weight is one sequential
+// stream. With one token a weight line feeds one product (two in exact mode), so the four
+// streams' shared activation loads buy nothing, and on the Zen 4 host of docs/benchmarks.md one
+// core reads one stream faster than four (the probe: 31-35 against ~25 GB/s). Four accumulators
+// (eight in exact mode) per row keep vdpbf16ps's latency covered; no software prefetch (the
+// hardware prefetchers follow one stream; 512 B into L1 or 4-8 KiB into L2 measured slower).
+// bench_matvec --experts --tokens 1, fraction of the probe, two interleaved rounds: one thread
+// 0.79-0.80 against 0.69-0.75, two threads 0.88-0.92 against 0.74-0.78; two and three tokens
+// this way read slower in exact mode (0.62 against 0.75 at two), so they keep the four streams.
+template <bool L>
+inline void rows_one_token(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
+                           const uint16_t* lo, float* y) {
+    constexpr int kUnroll = 4;
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint16_t* row = w + r * k;
+        __m512 a[kUnroll], b[kUnroll];
+#pragma GCC unroll 4
+        for (int u = 0; u < kUnroll; ++u) {
+            a[u] = _mm512_setzero_ps();
+            b[u] = _mm512_setzero_ps();
+        }
+        int64_t c = 0;
+        for (; c + 32 * kUnroll <= k; c += 32 * kUnroll) {
+#pragma GCC unroll 4
+            for (int u = 0; u < kUnroll; ++u) {
+                const __m512bh wv = as_bh(_mm512_loadu_si512(row + c + 32 * u));
+                a[u] = _mm512_dpbf16_ps(a[u], wv, as_bh(_mm512_loadu_si512(hi + c + 32 * u)));
+                if constexpr (L) {
+                    b[u] = _mm512_dpbf16_ps(b[u], wv, as_bh(_mm512_loadu_si512(lo + c + 32 * u)));
+                }
+            }
+        }
+        for (; c < k; c += 32) {
+            // Activations are zero padded to a multiple of 32 columns.
+            const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(mask32(k - c), row + c));
+            a[0] = _mm512_dpbf16_ps(a[0], wv, as_bh(_mm512_loadu_si512(hi + c)));
+            if constexpr (L) {
+                b[0] = _mm512_dpbf16_ps(b[0], wv, as_bh(_mm512_loadu_si512(lo + c)));
+            }
+        }
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
+        if constexpr (L) {
+            sum = _mm512_add_ps(
+                sum, _mm512_add_ps(_mm512_add_ps(b[0], b[1]), _mm512_add_ps(b[2], b[3])));
+        }
+        y[r] = _mm512_reduce_add_ps(sum);
+    }
+}
+
+// Rows [0, rows) of one weight for n tokens as four long sequential streams (one token:
+// rows_one_token): a block takes rows i, i + q, i + 2q, i + 3q (q = rows / 4), so each stream
+// walks q consecutive rows and the hardware prefetchers see four long sequential reads instead of
+// many 2 KiB ones, and a weight line loaded feeds the block's tokens from activations loaded once
+// per four rows; each stream also prefetches further along itself (kStreamL1Bytes,
+// kStreamL2Bytes). The first token group streams from memory, later groups re-read the same rows
+// from cache.
 template <bool L>
 inline void rows_stream(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* hi,
                         const uint16_t* lo, int64_t kp, int64_t n, float* y, int64_t ldy) {
     constexpr auto kS = Prefetch::kStream;
+    if (n == 1) {
+        rows_one_token<L>(w, rows, k, hi, lo, y);
+        return;
+    }
     const int64_t q = rows / 4;
     const int64_t rs = q * k;
     const int64_t t1 = n < 4 ? n : 4;
@@ -511,11 +566,12 @@ void rows_prepared(const uint16_t* base, int64_t k, const uint16_t* hi, const ui
         return;
     }
     if (r1 - r0 >= 64) {
-        // Four long streams (see rows_stream) keep the memory system ahead: with several
-        // tokens compute takes long enough per row that short row streams starve, and with
-        // one token (decode) they read faster than the widen + FMA kernel's blocks of four
-        // adjacent rows (bench_decode --profile single --threads 2, experts already streamed:
-        // 107.2 / 111.1 / 107.7 against 104.0 / 104.9 / 100.8 tokens/s, interleaved).
+        // Long streams (see rows_stream) keep the memory system ahead: with several tokens
+        // compute takes long enough per row that short row streams starve, and with one token
+        // (decode; one stream, rows_one_token) they read faster than the widen + FMA kernel's
+        // blocks of four adjacent rows (bench_decode --profile single --threads 2, experts
+        // already streamed, with four streams then: 107.2 / 111.1 / 107.7 against 104.0 /
+        // 104.9 / 100.8 tokens/s, interleaved).
         rows_stream<L>(base + r0 * k, r1 - r0, k, hi, lo, kp, nt, yt + r0, ldy);
         return;
     }
