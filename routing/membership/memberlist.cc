@@ -86,6 +86,14 @@ void Memberlist::leave() {
         return;
     }
     leaving_ = true;
+    // A load update parked by the rate limit would otherwise be published within leave_drain:
+    // its alive, at a higher incarnation, would replace the leave in the broadcast queue (same
+    // key) and bring us back everywhere, and the others would then find us dead, not left.
+    if (pending_site_timer_ != 0) {
+        timers_.cancel(pending_site_timer_);
+        pending_site_timer_ = 0;
+    }
+    pending_site_.reset();
     handle_dead(DeadMsg{incarnation_, config_.name, config_.name});
 }
 
@@ -193,6 +201,9 @@ void Memberlist::apply_site_bytes(Member& m, uint64_t incarnation, uint64_t vers
 }
 
 void Memberlist::publish_local_state() {
+    if (leaving_) {
+        return;  // an alive now would undo the leave (see leave())
+    }
     Member& self = members_.at(config_.name);
     ++incarnation_;
     ++state_version_;
@@ -208,6 +219,9 @@ void Memberlist::publish_local_state() {
 }
 
 void Memberlist::update_site_state(SiteState state) {
+    if (leaving_) {
+        return;  // nothing is published after a leave (see leave()), so nothing to park either
+    }
     const TimePoint now = clock_.now();
     if (only_load_differs(site_, state)) {
         if (!load_changed_materially(site_, state, config_.load_change_fraction,

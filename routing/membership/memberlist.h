@@ -66,11 +66,13 @@ public:
     // member also gets a push-pull every reconnect_interval (it may have left and come back).
     void join(const std::vector<std::string>& seeds);
     // Broadcasts our departure; keep driving timers for a few gossip intervals so it spreads.
+    // Site state updates are no longer published from here on (a pending one is dropped).
     void leave();
     bool has_left() const { return leaving_; }
 
     // Replaces this member's site state. Changes other than load go out at once; load-only
-    // changes go out when material and at most once per load_update_min_interval.
+    // changes go out when material and at most once per load_update_min_interval. Ignored after
+    // leave().
     void update_site_state(SiteState state);
     // Sends a user event (a rollout intent) to every member, this one included.
     [[nodiscard]] Status send_user_event(const std::string& name, std::vector<uint8_t> payload);

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "routing/membership/config.h"
@@ -254,6 +255,55 @@ TEST_CASE("sim: a restarted member's new state wins over its previous life's, ho
     sim.net().run_for(seconds(5));
     CHECK(all_see_pool(sim, 3, "sha256:new serving"));
     CHECK(sim.false_deaths() == 0);
+}
+
+TEST_CASE("sim: a leave with a load update still parked by the rate limit stays a leave") {
+    const size_t n = 3;
+    const MembershipConfig c = lan_profile();
+    GossipSim sim(n, c, 13);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    // Every event the others raise about member 1 from its leave on (this replaces the sim's
+    // own callback, which only counts false deaths).
+    std::vector<std::string> seen;
+    bool left = false;
+    for (size_t i : {0u, 2u}) {
+        sim.node(i).set_event_callback([&seen, &left, i](const MemberEvent& e) {
+            if (left && e.name == GossipSim::name(1)) {
+                seen.push_back(GossipSim::name(i) + " " + std::string(member_event_name(e.kind)));
+            }
+        });
+    }
+    Memberlist& leaver = sim.node(1);
+    SiteState s = changed_site(leaver, "sha256:load");
+    leaver.update_site_state(s);  // published at once: the load rate limit starts here
+    sim.net().run_for(milliseconds(200));
+    s.pools[0].load.queue_depth = 50;  // material, but parked until load_update_min_interval
+    leaver.update_site_state(s);
+    const uint64_t version = *leaver.site_version_of(leaver.name());
+    sim.net().run_for(milliseconds(100));
+    left = true;
+    leaver.leave();
+    // The parked update's deadline passes within the drain; a later update is not published.
+    sim.net().run_for(c.load_update_min_interval);
+    s.pools[0].load.queue_depth = 0;
+    leaver.update_site_state(s);
+    sim.net().run_for(seconds(1));
+    CHECK(*leaver.site_version_of(leaver.name()) == version);
+    sim.kill(1);
+    // Long enough for a member wrongly seen alive again to be probed, suspected and declared
+    // dead (in three members the suspicion lasts its minimum, 4 probe intervals), and short of
+    // gossip_to_the_dead_time, after which the others forget a member that left.
+    sim.net().run_for(seconds(20));
+    for (const std::string& e : seen) {
+        MESSAGE(e);
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen == std::vector<std::string>{"node0 leave", "node2 leave"});
+    for (size_t i : {0u, 2u}) {
+        CHECK(sim.node(i).state_of(GossipSim::name(1)) == NodeState::kLeft);
+    }
 }
 
 TEST_CASE("sim: the others find a seed again that left and came back knowing nobody") {
