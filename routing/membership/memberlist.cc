@@ -318,8 +318,20 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         emit(MemberEventKind::kJoin, a.node);
         broadcast(a.node, a);
     } else {
-        const bool newer_state = a.state_version > m->state_version;
-        if (a.incarnation < m->incarnation || (a.incarnation == m->incarnation && !newer_state)) {
+        if (a.incarnation < m->incarnation) {
+            return;
+        }
+        if (a.incarnation == m->incarnation && m->state != NodeState::kAlive) {
+            // Only a higher incarnation refutes (SWIM): this alive was sent before the
+            // suspicion, death or leave at its incarnation and arrives late (reordered, or
+            // replayed by gossip or push-pull). A suspect may still be alive, so its newer state
+            // is taken; a member that died or left keeps the state it went with.
+            if (m->state == NodeState::kSuspect && a.state) {
+                apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
+            }
+            return;
+        }
+        if (a.incarnation == m->incarnation && a.state_version <= m->state_version) {
             return;
         }
         const NodeState prev = m->state;

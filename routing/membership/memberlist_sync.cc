@@ -206,7 +206,9 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp) {
             if (n.coord && !m->coord) {
                 m->coord = n.coord;
             }
-            if (!n.site_state.empty()) {
+            // As in handle_alive: a member that died or left keeps the state it went with.
+            const bool live = m->state == NodeState::kAlive || m->state == NodeState::kSuspect;
+            if (live && !n.site_state.empty()) {
                 apply_site_bytes(*m, n.incarnation, n.state_version, n.site_state);
             }
         }
