@@ -135,6 +135,8 @@ private:
         uint64_t seq = 0;
         std::string target;
         TimePoint sent{};
+        // When the round fails if no ack came (end_timer's deadline).
+        TimePoint ends{};
         bool concluded = false;
         bool timed_out = false;
         size_t expected_nacks = 0;

@@ -92,6 +92,14 @@ void Memberlist::probe_tick() {
         return;
     }
     const TimePoint now = clock_.now();
+    // A failed round ends at the deadline of this tick, but its end timer was scheduled after
+    // this tick's and so runs after it: conclude the round here, or it would look unfinished and
+    // every failed probe would cost the next round. Its verdict may also stretch the interval
+    // (awareness), so the next tick is scheduled after it.
+    if (probe_ && !probe_->concluded && probe_->ends <= now) {
+        timers_.cancel(probe_->end_timer);
+        on_probe_end(probe_->seq);
+    }
     const Duration interval = awareness_.scale_timeout(config_.probe_interval);
     timers_.schedule(now + interval, [this] { probe_tick(); });
     if (probe_ && !probe_->concluded) {
@@ -115,7 +123,8 @@ void Memberlist::probe_tick() {
     const uint64_t seq = round.seq;
     round.timeout_timer =
         timers_.schedule(now + config_.probe_timeout, [this, seq] { on_direct_timeout(seq); });
-    round.end_timer = timers_.schedule(now + interval, [this, seq] { on_probe_end(seq); });
+    round.ends = now + interval;
+    round.end_timer = timers_.schedule(round.ends, [this, seq] { on_probe_end(seq); });
     probe_ = std::move(round);
     stats_.probes_sent.fetch_add(1);
     send_messages(target->addr, std::move(msgs));

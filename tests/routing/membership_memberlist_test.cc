@@ -186,5 +186,39 @@ TEST_CASE(
     CHECK(ml.state_of("Y") == NodeState::kAlive);
 }
 
+// A failed round ends when the next one is due: its end timer and the next probe tick share one
+// deadline. Concluding it must not cost that next round, or a member probes at half rate exactly
+// when members stop answering.
+TEST_CASE("memberlist: failed probes do not slow the probe rate") {
+    MembershipConfig c = lan_profile();
+    c.tcp_fallback_probe = false;
+    c.awareness_max_multiplier = 1;  // failed probes would otherwise stretch the interval
+    c.suspicion_mult = 1000;         // the silent members stay suspects for the whole run
+    Member a(c);
+    for (const char* n : {"W", "X", "Y", "Z"}) {
+        a.receive(AliveMsg{1, n, std::string(n) + ":7946", 0, std::nullopt});
+    }
+    a.transport().sent.clear();
+    const TimePoint start = a.clock().now();
+    a.ml().start();
+    a.run_until(start + seconds(10));
+
+    std::vector<TimePoint> pings;
+    for (const auto& s : a.transport().sent) {
+        if (std::holds_alternative<PingMsg>(s.msg)) {
+            pings.push_back(s.at);
+        }
+    }
+    // The first round starts at a random phase within the first interval.
+    CHECK(pings.size() >= 10);
+    CHECK(pings.size() <= 11);
+    for (size_t i = 1; i < pings.size(); ++i) {
+        CAPTURE(i);
+        CHECK(pings[i] - pings[i - 1] == c.probe_interval);
+    }
+    CHECK(a.ml().stats().probe_failures.load() >= 9);
+    CHECK(a.ml().state_of("W") == NodeState::kSuspect);
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
