@@ -74,7 +74,8 @@ public:
     // changes go out when material and at most once per load_update_min_interval. Ignored after
     // leave().
     void update_site_state(SiteState state);
-    // Sends a user event (a rollout intent) to every member, this one included.
+    // Sends a user event (a rollout intent) to every member, this one included. Fails with
+    // kResourceExhausted when the Lamport clock has reached kMaxEventLtime - 1.
     [[nodiscard]] Status send_user_event(const std::string& name, std::vector<uint8_t> payload);
 
     // Input from the driver.

@@ -228,6 +228,15 @@ Status Memberlist::send_user_event(const std::string& name, std::vector<uint8_t>
         return invalid_argument_error("user event of " + std::to_string(payload.size()) +
                                       " bytes does not fit one gossip packet");
     }
+    // The decoder caps what the clock can witness below kMaxEventLtime; the last time below it
+    // is as far as it goes (an event at the cap would be refused by every receiver, and one
+    // wrapped to 0 dropped as too old).
+    if (event_clock_ >= kMaxEventLtime - 1) {
+        return resource_exhausted_error("user event Lamport clock at " +
+                                        std::to_string(event_clock_) +
+                                        ", the most the cluster accepts (2^62 - 1): a member "
+                                        "witnessed a time no honest cluster reaches");
+    }
     UserEventMsg e{++event_clock_, name, std::move(payload)};
     handle_user_event(e);
     return ok_status();

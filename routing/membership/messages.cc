@@ -58,6 +58,17 @@ Result<uint64_t> get_incarnation(const WireField& f) {
     return v;
 }
 
+// A user event Lamport time (of an event, or a push-pull's clock), refused at or above
+// kMaxEventLtime.
+Result<uint64_t> get_ltime(const WireField& f) {
+    EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
+    if (v >= kMaxEventLtime) {
+        return data_loss_error("user event Lamport time " + std::to_string(v) +
+                               " at or above 2^62, which no cluster reaches");
+    }
+    return v;
+}
+
 Result<std::string> get_name(const WireField& f, std::string_view what) {
     if (f.value.size() > kMaxName) {
         return data_loss_error(std::string(what) + " longer than 512 bytes");
@@ -242,7 +253,10 @@ Result<AliveMsg> decode_alive(std::span<const uint8_t> bytes) {
 Result<UserEventMsg> decode_user_event(std::span<const uint8_t> bytes) {
     UserEventMsg m;
     EDGE_FIELDS("user event") {
-        case 1: { EDGE_ASSIGN_OR_RETURN(m.ltime, f.as_uint()); break; }
+        case 1: {
+            EDGE_ASSIGN_OR_RETURN(m.ltime, get_ltime(f));
+            break;
+        }
         case 2: { EDGE_ASSIGN_OR_RETURN(m.name, get_name(f, "event name")); break; }
         case 3: m.payload = f.as_bytes(); break;
         default: break;
@@ -290,7 +304,10 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
             m.nodes.push_back(std::move(n));
             break;
         }
-        case 3: { EDGE_ASSIGN_OR_RETURN(m.event_ltime, f.as_uint()); break; }
+        case 3: {
+            EDGE_ASSIGN_OR_RETURN(m.event_ltime, get_ltime(f));
+            break;
+        }
         case 4: {
             EDGE_ASSIGN_OR_RETURN(UserEventMsg e, decode_user_event(f.value));
             m.events.push_back(std::move(e));

@@ -88,8 +88,16 @@ struct AliveMsg {
     std::optional<std::vector<uint8_t>> state;
 };
 
+// User event Lamport times at or above this are refused by the decoder (events and push-pull
+// alike). The clock rises by one per user event sent anywhere in the cluster (rollout intents: a
+// handful a day; even a million a second would take 10^5 years to reach 2^62), so no honest
+// member comes near it. Without the cap, one ltime near 2^64 would make every member that
+// witnesses it wrap its clock on its next event and drop the cluster's events from then on as
+// older than the window.
+inline constexpr uint64_t kMaxEventLtime = uint64_t{1} << 62;
+
 struct UserEventMsg {
-    uint64_t ltime = 0;  // Lamport time
+    uint64_t ltime = 0;  // Lamport time, below kMaxEventLtime
     std::string name;
     std::vector<uint8_t> payload;
 };

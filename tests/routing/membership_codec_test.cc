@@ -132,6 +132,29 @@ TEST_CASE("codec: truncations, bad versions and lying lengths are kDataLoss") {
     CHECK_FALSE(decode_site_state(w.bytes()).ok());
 }
 
+TEST_CASE("codec: user event Lamport times at or above 2^62 are kDataLoss") {
+    // One ltime near 2^64 would wrap the Lamport clock of every member that witnesses it.
+    const std::vector<uint8_t> refused[] = {
+        encode_message(UserEventMsg{kMaxEventLtime, "rollout", {1}}),
+        encode_message(UserEventMsg{UINT64_MAX, "rollout", {1}}),
+        encode_message(PushPullMsg{false, {}, kMaxEventLtime, {}}),
+        encode_message(PushPullMsg{false, {}, 1, {UserEventMsg{UINT64_MAX - 1, "rollout", {}}}}),
+    };
+    for (const std::vector<uint8_t>& m : refused) {
+        auto r = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{m}));
+        CHECK(r.status().code() == StatusCode::kDataLoss);
+        CHECK(r.status().message().find("Lamport time") != std::string::npos);
+        CHECK(r.status().message().find("at or above 2^62") != std::string::npos);
+    }
+    auto r = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{
+        encode_message(UserEventMsg{kMaxEventLtime - 1, "rollout", {1}}),
+        encode_message(PushPullMsg{
+            false, {}, kMaxEventLtime - 1, {UserEventMsg{kMaxEventLtime - 1, "rollout", {}}}})}));
+    REQUIRE(r.ok());
+    CHECK(std::get<UserEventMsg>((*r)[0]).ltime == kMaxEventLtime - 1);
+    CHECK(std::get<PushPullMsg>((*r)[1]).event_ltime == kMaxEventLtime - 1);
+}
+
 TEST_CASE("site state: load changes are material only past the thresholds") {
     SiteState a = sample_site();
     SiteState b = a;

@@ -220,5 +220,22 @@ TEST_CASE("memberlist: failed probes do not slow the probe rate") {
     CHECK(a.ml().state_of("W") == NodeState::kSuspect);
 }
 
+// The decoder refuses Lamport times at or above kMaxEventLtime; the clock may still reach the
+// last one below it by witnessing, and then it must not send (and so wrap, or be refused by
+// every receiver) but say so.
+TEST_CASE("memberlist: a user event Lamport clock at its cap refuses to send, it never wraps") {
+    Member a;
+    std::vector<uint64_t> delivered;
+    a.ml().set_user_event_callback([&](const UserEventMsg& e) { delivered.push_back(e.ltime); });
+    a.receive(UserEventMsg{kMaxEventLtime - 2, "rollout", {1}});
+    REQUIRE(delivered == std::vector<uint64_t>{kMaxEventLtime - 2});
+    REQUIRE(a.ml().send_user_event("rollout", {2}).ok());
+    CHECK(delivered.back() == kMaxEventLtime - 1);
+    const Status s = a.ml().send_user_event("rollout", {3});
+    CHECK(s.code() == StatusCode::kResourceExhausted);
+    CHECK(s.message().find("Lamport") != std::string::npos);
+    CHECK(delivered.size() == 2);
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
