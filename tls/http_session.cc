@@ -152,6 +152,12 @@ FramingError check_transfer_encoding(const http::request_header<>& head) {
     return {};
 }
 
+// Empty lines a client may send before a request line, as Apache's limit (10): RFC 9112 section
+// 2.2 asks a server to ignore at least one (a client that ends a POST body with an extra CRLF, as
+// old browsers do), and a bound keeps a stream of them from holding a connection forever. More
+// than that reach the parser, which refuses them (400).
+constexpr int kMaxEmptyLines = 10;
+
 std::string error_body(std::string_view message) {
     std::string body = R"({"error":{"message":")";
     body += message;  // Fixed texts only: no escaping needed.
@@ -249,6 +255,16 @@ private:
     net::awaitable<void> reject(int status, std::string_view message, int version,
                                 std::string_view method = {}, std::string_view target = {});
     net::awaitable<void> wait_signal(Clock::duration timeout);
+    // Consumes the empty lines (CRLF, or a bare LF) at the start of buffer_, up to kMaxEmptyLines
+    // for one request. Strand only, never while the watcher reads into buffer_.
+    void skip_empty_lines();
+    // buffer_ holds no byte of a next request yet: nothing, or the CR of an empty line's CRLF
+    // whose LF is still to come.
+    bool awaiting_request() const {
+        return buffer_.size() == 0 ||
+               (buffer_.size() == 1 && *static_cast<const char*>(buffer_.data().data()) == '\r' &&
+                empty_lines_ < kMaxEmptyLines);
+    }
     void start_watcher();
     void mark_client_gone() {
         if (client_gone_) {
@@ -347,6 +363,7 @@ private:
     std::string peer_identity_;
     std::string write_buffer_;
     uint64_t seq_ = 0;
+    int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
     // Between the first byte of a request and the end of its response; drain closes connections
     // that are not busy (handshaking, or idle between requests) at once.
     bool busy_ = false;
@@ -595,6 +612,22 @@ net::awaitable<void> HttpSession::wait_signal(Clock::duration timeout) {
     co_await signal_.async_wait(kTuple);
 }
 
+void HttpSession::skip_empty_lines() {
+    const std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    size_t at = 0;
+    while (empty_lines_ < kMaxEmptyLines) {
+        if (bytes.substr(at).starts_with("\r\n")) {
+            at += 2;
+        } else if (bytes.substr(at).starts_with("\n")) {
+            at += 1;
+        } else {
+            break;
+        }
+        ++empty_lines_;
+    }
+    buffer_.consume(at);
+}
+
 void HttpSession::start_watcher() {
     watcher_running_ = true;
     clear_deadline();
@@ -724,8 +757,12 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     // A fresh connection's header_timeout runs from its first wait, not again from its first
     // byte (as nginx's client_header_timeout).
     bool first_request_waited = false;
+    bool waited = false;
     request_start_ = Clock::now();
-    if (buffer_.size() == 0) {
+    // Empty lines before the request line are skipped (they may come in a read of their own, or
+    // behind the previous request); until a byte of the request itself is here, the connection
+    // is idle.
+    for (skip_empty_lines(); awaiting_request(); skip_empty_lines()) {
         // Keep-alive wait for the next request's first byte.
         if (draining()) {
             co_return false;
@@ -737,23 +774,25 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
                                                                 limits.idle_timeout)
                                     : limits.idle_timeout);
         first_request_waited = seq_ == 0;
-        if (seq_ != 0) {
+        if (seq_ != 0 && !waited) {
             // Right after a response the client has rarely sent its next request yet: let the
             // other connections' ready work run first, then read (a read at once would mostly
             // find nothing and cost two recv calls and a wait in the reactor).
             auto executor = stream_.get_executor();  // Named: GCC 12 and co_await temporaries.
             co_await net::post(executor, net::use_awaitable);
         }
+        waited = true;
         auto first = buffer_.prepare(4096);
         auto [ec, n] = co_await stream_.read_some(first);
         if (ec) {
             co_return false;  // Idle past the timeout (run() sends close_notify), or gone.
         }
         buffer_.commit(n);
-        if (!first_request_waited) {
-            request_start_ = Clock::now();  // A keep-alive wait is not part of the request.
-        }
     }
+    if (waited && !first_request_waited) {
+        request_start_ = Clock::now();  // A keep-alive wait is not part of the request.
+    }
+    empty_lines_ = 0;  // The next request may have its own.
     busy_ = true;
     if (!keeps_buffers_) {
         // A connection that sends requests keeps OpenSSL's record buffers (about 34 KiB) instead
@@ -982,8 +1021,13 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             // may pause (a preempted request) while the client keeps reading.
             clear_deadline();
             // Bytes already buffered are the next pipelined request: a watcher would read past
-            // them and hold the stream, so it is started only on an empty buffer.
-            if (!watcher_running_ && buffer_.size() == 0) {
+            // them and hold the stream, so it is started only when none is here yet. Empty
+            // lines behind this request (a CRLF after a POST body) are no request: dropped
+            // first, so that they do not turn the watcher off.
+            if (!watcher_running_) {
+                skip_empty_lines();
+            }
+            if (!watcher_running_ && awaiting_request()) {
                 start_watcher();
                 // The watcher may have finished at once (a client already gone, its EOF already
                 // read), and its wake-up then found no wait to cancel: look again before waiting.

@@ -761,6 +761,80 @@ TEST_CASE("a request pipelined behind a pending response is answered after it") 
     }
 }
 
+TEST_CASE("empty lines before a request line are ignored, a bounded number of them") {
+    HttpLimits limits;
+    limits.idle_timeout = std::chrono::milliseconds(1500);
+    Fixture f(limits);
+    const std::string echoed = "remote=127.0.0.1 sni=localhost body=";
+    SUBCASE("on a fresh connection") {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("\r\n" + testing::http_request("GET", "/x")).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers.count("connection") == 0);  // Kept alive.
+        CHECK(get_body(**c) == echoed + "0");
+    }
+    SUBCASE("an empty line split over two writes, a bare LF") {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("\r").ok());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        REQUIRE((*c)->send("\n\n" + testing::http_request("GET", "/x")).ok());
+        CHECK(get_body(**c) == echoed + "0");
+    }
+    SUBCASE("a CRLF after a POST body, then the next request") {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        // In the same write as the next request (parsed from the buffer) ...
+        REQUIRE((*c)->send(testing::http_request("POST", "/x", "abc") + "\r\n" +
+                           testing::http_request("GET", "/x"))
+                    .ok());
+        for (const std::string& body : {echoed + "3", echoed + "0"}) {
+            auto r = (*c)->read_response();
+            REQUIRE(r.ok());
+            CHECK(r->status == 200);
+            CHECK(r->body == body);
+            CHECK(r->headers.count("connection") == 0);
+        }
+        // ... and alone, the next request coming later (read in the keep-alive wait).
+        REQUIRE((*c)->send(testing::http_request("POST", "/x", "abcd") + "\r\n").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->body == echoed + "4");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        CHECK(get_body(**c) == echoed + "0");
+    }
+    SUBCASE("more than ten are still refused") {
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        std::string lines;
+        for (int i = 0; i < 11; ++i) {
+            lines += "\r\n";
+        }
+        REQUIRE((*c)->send(lines + testing::http_request("GET", "/x")).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(r->headers["connection"] == "close");
+    }
+    SUBCASE("a CRLF behind a pending request leaves its client watched") {
+        // The CRLF was taken for the next request's first bytes and the disconnect watcher was
+        // never started: a client that left went unnoticed until the answer was written.
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("POST", "/hold", "abc") + "\r\n").ok());
+        auto channel = f.handler.wait_held();
+        REQUIRE(channel != nullptr);
+        std::atomic<bool> gone{false};
+        channel->on_client_gone([&gone] { gone = true; });
+        (*c)->close();
+        CHECK(testing::wait_for([&] { return gone.load(); }, std::chrono::seconds(5)));
+        channel->respond(HttpResponse{200, "text/plain", {}, "late"});
+    }
+}
+
 TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at max_header_bytes") {
     HttpLimits limits;
     limits.max_header_bytes = 2048;
