@@ -370,6 +370,7 @@ private:
     bool response_done_ = true;
     bool client_gone_ = false;
     bool watcher_running_ = false;
+    bool watcher_stopping_ = false;  // The session cancelled the watcher's read (run()).
     bool drain_requested_ = false;
     bool keeps_buffers_ = false;
 };
@@ -634,15 +635,29 @@ void HttpSession::start_watcher() {
     net::co_spawn(
         stream_.get_executor(),
         [self = shared_from_this()]() -> net::awaitable<void> {
-            auto watch_buffer = self->buffer_.prepare(2048);
-            auto [ec, n] = co_await self->stream_.read_some(watch_buffer);
-            self->watcher_running_ = false;
-            if (ec) {
-                self->mark_client_gone();
-            } else {
-                // The next pipelined request; stop watching, it is read after this response.
+            // It keeps reading while the answer is pending: what the client pipelines behind the
+            // request is appended to buffer_ (read_request parses it after this answer), so that
+            // a close behind it is still seen. At max_header_bytes buffered it stops, as the
+            // bytes a session holds for a request it has not parsed are bounded there; the
+            // client is then watched again from the next request on.
+            const size_t cap = self->server_.config_.limits.max_header_bytes;
+            while (self->buffer_.size() < cap) {
+                auto watch_buffer =
+                    self->buffer_.prepare(std::min<size_t>(2048, cap - self->buffer_.size()));
+                auto [ec, n] = co_await self->stream_.read_some(watch_buffer);
+                if (ec) {
+                    if (ec != net::error::operation_aborted || !self->watcher_stopping_) {
+                        self->mark_client_gone();
+                    }
+                    break;
+                }
                 self->buffer_.commit(n);
+                if (self->response_done_ || self->watcher_stopping_) {
+                    break;  // The session reads on itself.
+                }
             }
+            self->watcher_running_ = false;
+            self->watcher_stopping_ = false;
             self->signal_.cancel();
         },
         [](std::exception_ptr) {});
@@ -1020,14 +1035,10 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             // A write deadline bounds one write, not the wait for the next piece: generation
             // may pause (a preempted request) while the client keeps reading.
             clear_deadline();
-            // Bytes already buffered are the next pipelined request: a watcher would read past
-            // them and hold the stream, so it is started only when none is here yet. Empty
-            // lines behind this request (a CRLF after a POST body) are no request: dropped
-            // first, so that they do not turn the watcher off.
-            if (!watcher_running_) {
-                skip_empty_lines();
-            }
-            if (!watcher_running_ && awaiting_request()) {
+            // The watcher reads behind any bytes already buffered (a pipelined request), up to
+            // max_header_bytes of them; past that the client is not watched until the next
+            // request is parsed.
+            if (!watcher_running_ && buffer_.size() < server_.config_.limits.max_header_bytes) {
                 start_watcher();
                 // The watcher may have finished at once (a client already gone, its EOF already
                 // read), and its wake-up then found no wait to cancel: look again before waiting.
@@ -1211,6 +1222,14 @@ net::awaitable<void> HttpSession::run() {
             break;
         }
         if (watcher_running_) {
+            if (buffer_.size() > 0) {
+                // The next request (or its start) is here already: the watcher's read waits for
+                // bytes the client may send only once it has its answers. Cancel it; what the
+                // read had not taken stays in the TLS stream for read_request.
+                watcher_stopping_ = true;
+                boost::system::error_code ignored;
+                stream_.socket().cancel(ignored);
+            }
             // The watcher read owns the stream; wait for it (next request bytes) or time out.
             co_await wait_signal(server_.config_.limits.idle_timeout);
             if (watcher_running_ || client_gone_ || draining()) {

@@ -761,6 +761,66 @@ TEST_CASE("a request pipelined behind a pending response is answered after it") 
     }
 }
 
+TEST_CASE("a client that pipelines a request and leaves is seen while the first is pending") {
+    // A pipelined request used to stop the disconnect watcher: the handler of a long answer
+    // kept generating for a client that had gone.
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    const std::string next = testing::http_request("POST", "/x", "abc");
+    SUBCASE("behind it in the same write") {
+        REQUIRE((*c)->send(testing::http_request("GET", "/hold") + next).ok());
+    }
+    SUBCASE("after it, while it is pending") {
+        REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+        REQUIRE(f.handler.wait_held() != nullptr);
+        REQUIRE((*c)->send(next).ok());
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    SUBCASE("a part of it only") {
+        REQUIRE((*c)->send(testing::http_request("GET", "/hold") + next.substr(0, 10)).ok());
+    }
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    std::atomic<bool> gone{false};
+    channel->on_client_gone([&gone] { gone = true; });
+    CHECK_FALSE(gone.load());
+    (*c)->close();
+    CHECK(testing::wait_for([&] { return gone.load(); }, std::chrono::seconds(5)));
+    CHECK(testing::wait_for([&] { return f.server->open_connections() == 0; },
+                            std::chrono::seconds(5)));
+    channel->respond(HttpResponse{200, "text/plain", {}, "late"});  // Ignored.
+}
+
+TEST_CASE("requests pipelined past max_header_bytes behind a pending one are all answered") {
+    // The watcher stops reading at max_header_bytes buffered; the rest is read as the requests
+    // are parsed.
+    HttpLimits limits;
+    limits.max_header_bytes = 1024;
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    std::string pipelined;
+    constexpr int kRequests = 40;  // About 2.4 KiB.
+    for (int i = 0; i < kRequests; ++i) {
+        pipelined += testing::http_request("POST", "/x", "abc");
+    }
+    REQUIRE((*c)->send(pipelined).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    channel->respond(HttpResponse{200, "text/plain", {}, "held"});
+    auto first = (*c)->read_response();
+    REQUIRE(first.ok());
+    CHECK(first->body == "held");
+    for (int i = 0; i < kRequests; ++i) {
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
+    }
+}
+
 TEST_CASE("empty lines before a request line are ignored, a bounded number of them") {
     HttpLimits limits;
     limits.idle_timeout = std::chrono::milliseconds(1500);
