@@ -4,8 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <future>
-
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 
@@ -72,8 +70,12 @@ Status HttpServer::Impl::listen() {
 }
 
 void HttpServer::Impl::start_accepting() {
+    // Its completion runs on accept_strand_, the acceptor's executor (the handler has none of
+    // its own); the socket gets the connection's executor given to async_accept.
     auto on_accept = [this](boost::system::error_code ec, tcp::socket socket) {
+        --accept_ops_;
         if (ec == net::error::operation_aborted || !acceptor_.is_open()) {
+            note_accept_stopped();
             return;
         }
         if (!ec) {
@@ -95,6 +97,7 @@ void HttpServer::Impl::start_accepting() {
         }
         start_accepting();
     };
+    ++accept_ops_;
     if (config_.io_threads > 1) {
         acceptor_.async_accept(net::make_strand(io_), std::move(on_accept));
     } else {
@@ -119,12 +122,26 @@ void HttpServer::Impl::pause_accepting(const boost::system::error_code& ec) {
         accept_logged_at_ = now;
     }
     accept_pause_.expires_after(accept_delay_);
+    ++accept_ops_;
     accept_pause_.async_wait([this](boost::system::error_code wec) {
+        --accept_ops_;
         if (wec == net::error::operation_aborted || !acceptor_.is_open()) {
+            note_accept_stopped();
             return;
         }
         start_accepting();
     });
+}
+
+void HttpServer::Impl::note_accept_stopped() {
+    if (accept_ops_ != 0 || acceptor_.is_open()) {
+        return;
+    }
+    // Notified under the lock: stop() may return and destroy this object as soon as it can take
+    // the lock again, so nothing here touches it after the unlock.
+    std::lock_guard lock(mu_);
+    accept_stopped_ = true;
+    cv_.notify_all();
 }
 
 void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& session) {
@@ -134,12 +151,12 @@ void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& session) 
 }
 
 void HttpServer::Impl::remove_session(HttpSession* session) {
-    {
-        std::lock_guard lock(mu_);
-        sessions_.erase(session);
-        open_.fetch_sub(1);
-    }
+    // The observer first and the notification under the lock: once the last session is erased,
+    // stop() may return and the server be destroyed (null_observer_ and cv_ with it).
     observer_->on_connection_closed();
+    std::lock_guard lock(mu_);
+    sessions_.erase(session);
+    open_.fetch_sub(1);
     cv_.notify_all();
 }
 
@@ -160,14 +177,20 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
         }
     };
     draining_.store(true);
-    std::promise<void> closed;
-    net::post(acceptor_.get_executor(), [this, &closed] {
+    // On the accept strand, as every other use of the acceptor. The close ends the accept in
+    // progress (or the back-off wait); stop() goes on once its completion has run, so that no
+    // handler of the accept loop runs after the server is destroyed, and every connection
+    // accepted before the close is in the registry below.
+    net::post(accept_strand_, [this] {
         boost::system::error_code ignored;
         acceptor_.close(ignored);
         accept_pause_.cancel();
-        closed.set_value();
+        note_accept_stopped();
     });
-    closed.get_future().wait();
+    {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return accept_stopped_; });
+    }
     notify_all_sessions(false);
     auto wait_empty = [this](std::chrono::milliseconds bound) {
         std::unique_lock lock(mu_);
@@ -203,7 +226,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(net::io_context& io,
 uint16_t HttpServer::port() const { return impl_->port_; }
 
 void HttpServer::start() {
-    net::post(impl_->acceptor_.get_executor(), [impl = impl_.get()] { impl->start_accepting(); });
+    net::post(impl_->accept_strand_, [impl = impl_.get()] { impl->start_accepting(); });
 }
 
 void HttpServer::stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline) {

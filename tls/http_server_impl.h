@@ -23,29 +23,33 @@ class HttpSession;
 
 class HttpServer::Impl {
 public:
-    Impl(boost::asio::io_context& io, HttpServerConfig config, TlsContextStore& tls,
-         HttpHandler& handler, ServerObserver* observer)
-        : io_(io),
-          config_(std::move(config)),
-          tls_(tls),
-          handler_(handler),
-          observer_(observer ? observer : &null_observer_),
-          late_observer_(std::make_shared<ObserverSlot>(observer_)),
-          acceptor_(io),
-          accept_pause_(io) {}
-    // A record still deferred (ObserverSlot) is dropped once the server is gone.
-    ~Impl() {
-        std::lock_guard lock(late_observer_->mu);
-        late_observer_->observer = nullptr;
+  Impl(boost::asio::io_context& io, HttpServerConfig config, TlsContextStore& tls,
+       HttpHandler& handler, ServerObserver* observer)
+      : io_(io),
+        config_(std::move(config)),
+        tls_(tls),
+        handler_(handler),
+        observer_(observer ? observer : &null_observer_),
+        late_observer_(std::make_shared<ObserverSlot>(observer_)),
+        accept_strand_(boost::asio::make_strand(io)),
+        acceptor_(accept_strand_),
+        accept_pause_(accept_strand_) {}
+  // A record still deferred (ObserverSlot) is dropped once the server is gone.
+  ~Impl() {
+      std::lock_guard lock(late_observer_->mu);
+      late_observer_->observer = nullptr;
     }
 
     Status listen();
     Status adopt_listener();  // listen() for config_.listen_fd.
-    void start_accepting();
+    void start_accepting();   // accept_strand_ only.
     // After a failed accept (out of descriptors, most often): waits before accepting again, so
     // that a listener whose backlog cannot be drained does not spin, and logs at most once a
-    // second. Acceptor's executor only.
+    // second. accept_strand_ only.
     void pause_accepting(const boost::system::error_code& ec);
+    // accept_strand_ only: once the acceptor is closed and no accept or back-off wait is left
+    // to complete, tells stop() that nothing of the accept loop refers to this object any more.
+    void note_accept_stopped();
     void stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline);
 
     // Registry of live sessions, for drain. Any thread.
@@ -66,10 +70,16 @@ public:
         ServerObserver* observer;
     };
     std::shared_ptr<ObserverSlot> late_observer_;
-    boost::asio::ip::tcp::acceptor acceptor_;
-    // Accept back-off (acceptor's executor only): the current pause, 0 after a good accept; the
-    // failures not yet logged and when the last line was.
+    // The accept loop's state (the acceptor, its back-off timer and the fields below) is used
+    // only on this strand: with several I/O threads, an accept's completion, a back-off's and
+    // stop()'s close would otherwise run at once on different threads.
+    boost::asio::strand<boost::asio::io_context::executor_type> accept_strand_;
+    boost::asio::ip::tcp::acceptor acceptor_;  // Completions run on accept_strand_.
+    // Accept back-off: the current pause, 0 after a good accept; the failures not yet logged and
+    // when the last line was.
     boost::asio::steady_timer accept_pause_;
+    // An accept or back-off wait in progress (0 or 1: the loop has one at a time).
+    int accept_ops_ = 0;
     std::chrono::milliseconds accept_delay_{0};
     uint64_t accept_failures_ = 0;
     std::chrono::steady_clock::time_point accept_logged_at_{};
@@ -79,6 +89,7 @@ public:
 
     std::mutex mu_;
     std::condition_variable cv_;
+    bool accept_stopped_ = false;  // Under mu_: see note_accept_stopped().
     std::unordered_map<HttpSession*, std::weak_ptr<HttpSession>> sessions_;
 };
 

@@ -533,6 +533,77 @@ TEST_CASE("several I/O threads serve concurrent clients (connections on strands)
     }
 }
 
+TEST_CASE("start and stop with four I/O threads while clients keep connecting") {
+    // stop() closed the acceptor on the bare io_context while an accept's completion could run
+    // on another I/O thread (and start the next accept on the same acceptor), and returned
+    // while that completion could still run on a destroyed server.
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "a", {"localhost"});
+    auto store = TlsContextStore::create({{{"localhost"}, cert.cert_path, cert.key_path}});
+    REQUIRE(store.ok());
+    boost::asio::io_context io;
+    auto guard = boost::asio::make_work_guard(io);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) {
+        threads.emplace_back([&io] { io.run(); });
+    }
+    EchoHandler handler;
+    std::atomic<uint16_t> port{0};
+    std::atomic<bool> done{false};
+    std::atomic<int> answered{0};
+    auto hammer = [&](bool tls) {
+        while (!done) {
+            const uint16_t p = port.load();
+            if (p == 0) {
+                std::this_thread::yield();
+                continue;
+            }
+            if (!tls) {
+                if (auto fd = testing::tcp_connect(p, 1000); fd.ok()) {
+                    ::close(*fd);
+                }
+                continue;
+            }
+            TlsClientOptions o;
+            o.timeout_ms = 1000;
+            auto c = TlsClient::connect(p, o);
+            if (c.ok() && (*c)->send(testing::http_request("GET", "/x")).ok() &&
+                (*c)->read_response().ok()) {
+                ++answered;
+            }
+        }
+    };
+    std::thread plain(hammer, false);
+    std::thread secure(hammer, true);
+    for (int round = 0; round < 50; ++round) {
+        HttpServerConfig config;
+        config.address = "127.0.0.1";
+        config.port = 0;
+        config.io_threads = 4;
+        // No observer: the server's own null observer is used by its sessions up to the end.
+        auto created = HttpServer::create(io, config, **store, handler, nullptr);
+        REQUIRE(created.ok());
+        std::unique_ptr<HttpServer> server = std::move(created).value();
+        server->start();
+        port = server->port();
+        std::this_thread::sleep_for(std::chrono::milliseconds(round % 5 == 0 ? 30 : 3));
+        const auto started = std::chrono::steady_clock::now();
+        server->stop(std::chrono::milliseconds(round % 2 == 0 ? 0 : 20));
+        CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+        CHECK(server->open_connections() == 0);
+        port = 0;
+        server.reset();
+    }
+    done = true;
+    plain.join();
+    secure.join();
+    guard.reset();
+    for (auto& t : threads) {
+        t.join();
+    }
+    CHECK(answered.load() > 0);  // The servers did serve between their starts and stops.
+}
+
 TEST_CASE("idle keep-alive connections close after the idle timeout") {
     HttpLimits limits;
     limits.idle_timeout = std::chrono::milliseconds(200);
