@@ -51,7 +51,7 @@ struct Piece {
     enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
     HttpResponse response;
     std::string data;
-    bool uncounted = false;  // kChunk: the one oversized chunk let through (ChannelImpl::write).
+    bool uncounted = false;  // kChunk: an oversized chunk let through (ChannelImpl::write).
 };
 
 std::string_view handshake_failure_reason(const boost::system::error_code& ec, bool timed_out) {
@@ -439,9 +439,13 @@ public:
         // io_context's queue is bounded too.
         const size_t n = chunk.size();
         // A chunk larger than the whole limit (a final event carrying many logprobs, a long
-        // tool-call argument) is let through uncounted, one at a time: only a backlog of the
-        // others marks a slow reader, and memory stays bounded by the limit plus one chunk.
-        if (n > max_queued_ && !oversized_queued_.exchange(true)) {
+        // tool-call argument) is let through uncounted, up to kOversizedQueued of them waiting
+        // at once: counted, it would mark a reader slow by its size alone. One at a time was not
+        // enough: a second one written before the first reached the socket (the final event
+        // and the usage event behind it) cut a reader that kept up. Only a backlog of the others
+        // marks a slow reader; memory stays bounded by the limit plus kOversizedQueued chunks,
+        // as one more oversized chunk while they all wait is counted (and cuts the stream).
+        if (n > max_queued_ && take_oversized_slot()) {
             deliver(Piece{Piece::kChunk, {}, std::move(chunk), /*uncounted=*/true});
             return;
         }
@@ -484,6 +488,16 @@ public:
     }
 
 private:
+  static constexpr int kOversizedQueued = 2;
+
+  bool take_oversized_slot() {
+      int queued = oversized_queued_.load();
+      while (queued < kOversizedQueued &&
+             !oversized_queued_.compare_exchange_weak(queued, queued + 1)) {
+      }
+      return queued < kOversizedQueued;
+  }
+
     bool add_late_note(ResponseNote& note) {
         std::lock_guard lock(late_mu_);
         if (!late_) {
@@ -527,8 +541,8 @@ public:
     // Bytes of chunks written to the channel and not yet to the socket; the session subtracts
     // what it wrote.
     std::atomic<size_t> queued_{0};
-    // An uncounted oversized chunk waits to be written; the session clears it once it is.
-    std::atomic<bool> oversized_queued_{false};
+    // Uncounted oversized chunks waiting to be written; the session subtracts those it wrote.
+    std::atomic<int> oversized_queued_{0};
 };
 
 }  // namespace
@@ -1078,10 +1092,10 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         if (piece.kind == Piece::kChunk && streaming) {
             // Coalesce whatever else is already queued into one write.
             size_t counted = piece.uncounted ? 0 : piece.data.size();
-            bool oversized = piece.uncounted;
+            int oversized = piece.uncounted ? 1 : 0;
             while (!pending_.empty() && pending_.front().kind == Piece::kChunk) {
                 counted += pending_.front().uncounted ? 0 : pending_.front().data.size();
-                oversized = oversized || pending_.front().uncounted;
+                oversized += pending_.front().uncounted ? 1 : 0;
                 piece.data += pending_.front().data;
                 pending_.pop_front();
             }
@@ -1089,8 +1103,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             // written (or dropped).
             auto written = [&] {
                 channel_->queued_.fetch_sub(counted, std::memory_order_relaxed);
-                if (oversized) {
-                    channel_->oversized_queued_.store(false);
+                if (oversized > 0) {
+                    channel_->oversized_queued_.fetch_sub(oversized);
                 }
             };
             if (piece.data.empty() || head_only) {

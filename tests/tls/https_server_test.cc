@@ -36,10 +36,20 @@ using edge::testing::TlsClientOptions;
 
 namespace {
 
-// Answers with what it saw; "/hold" parks the channel for the test to answer later.
+// Answers with what it saw; "/hold" parks the channel for the test to answer later;
+// "/two-large" streams two 300 KiB events and a last small one from inside handle(), where
+// nothing can be written to the socket between them.
 class EchoHandler final : public HttpHandler {
 public:
     void handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) override {
+        if (request.path() == "/two-large") {
+            channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+            channel->write("data: " + std::string(300 * 1024, 'a') + "<first>\n\n");
+            channel->write("data: " + std::string(300 * 1024, 'b') + "<second>\n\n");
+            channel->write("data: [DONE]\n\n");
+            channel->end_stream();
+            return;
+        }
         if (request.path() == "/hold") {
             std::lock_guard lock(mu_);
             held_ = channel;
@@ -708,6 +718,76 @@ TEST_CASE("a stream whose client stops reading is cancelled at max_stream_buffer
     CHECK(got->find("<big>") != std::string::npos);
     second->end_stream();
     CHECK(f.observer.cancelled().size() == 1);
+}
+
+TEST_CASE("two stream chunks larger than max_stream_buffer_bytes in a row reach a reader") {
+    // The second one, written before the first reached the socket, was counted alone against
+    // the limit and cancelled a reader that kept up as a slow one.
+    HttpLimits limits;
+    limits.max_stream_buffer_bytes = 256 * 1024;
+    Fixture f(limits);
+    auto reader = f.connect();
+    REQUIRE(reader.ok());
+    {
+        REQUIRE((*reader)->send(testing::http_request("GET", "/two-large")).ok());
+        auto r = (*reader)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->body.find("<first>") != std::string::npos);
+        CHECK(r->body.find("<second>") != std::string::npos);
+        CHECK(r->body.ends_with("data: [DONE]\n\n"));
+    }
+    // And from another thread, while the reader reads.
+    REQUIRE((*reader)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    std::atomic<bool> gone{false};
+    channel->on_client_gone([&gone] { gone = true; });
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    REQUIRE((*reader)->read_until("\r\n\r\n").ok());
+    for (int round = 0; round < 3; ++round) {
+        const std::string tag = std::to_string(round);
+        // Made first, so that the writes follow each other at once.
+        std::string first = "data: " + std::string(300 * 1024, 'a') + "<first" + tag + ">\n\n";
+        std::string second = "data: " + std::string(300 * 1024, 'b') + "<second" + tag + ">\n\n";
+        std::string done = "data: [DONE" + tag + "]\n\n";
+        channel->write(std::move(first));
+        channel->write(std::move(second));
+        channel->write(std::move(done));
+        auto got = (*reader)->read_until("[DONE" + tag + "]");
+        REQUIRE(got.ok());
+        CHECK(got->find("<first" + tag + ">") != std::string::npos);
+        CHECK(got->find("<second" + tag + ">") != std::string::npos);
+    }
+    channel->end_stream();
+    CHECK((*reader)->read_until("0\r\n\r\n").ok());
+    CHECK_FALSE(gone.load());
+    CHECK(f.observer.cancelled().empty());
+
+    // A client that reads nothing is still cut when the generator writes only oversized chunks:
+    // they are let through uncounted only while few enough wait.
+    auto stalled = f.connect();
+    REQUIRE(stalled.ok());
+    int small = 4096;
+    setsockopt((*stalled)->fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    f.handler.reset_held();
+    REQUIRE((*stalled)->send(testing::http_request("GET", "/hold")).ok());
+    auto second = f.handler.wait_held();
+    REQUIRE(second != nullptr);
+    std::atomic<bool> second_gone{false};
+    second->on_client_gone([&second_gone] { second_gone = true; });
+    second->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    const std::string big = "data: " + std::string(300 * 1024, 'z') + "\n\n";
+    size_t written = 0;
+    const size_t give_up = size_t{1} << 30;
+    while (!second_gone && written < give_up) {
+        second->write(big);
+        written += big.size();
+        std::this_thread::yield();
+    }
+    CHECK(second_gone.load());
+    CHECK(written < give_up);
+    CHECK(f.observer.cancelled() == std::vector<std::string>{"slow_reader"});
+    second->end_stream();
 }
 
 TEST_CASE("a client that stops reading is cut at the write timeout, and its handler told") {
