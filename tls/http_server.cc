@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/post.hpp>
 

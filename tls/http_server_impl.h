@@ -23,21 +23,21 @@ class HttpSession;
 
 class HttpServer::Impl {
 public:
-  Impl(boost::asio::io_context& io, HttpServerConfig config, TlsContextStore& tls,
-       HttpHandler& handler, ServerObserver* observer)
-      : io_(io),
-        config_(std::move(config)),
-        tls_(tls),
-        handler_(handler),
-        observer_(observer ? observer : &null_observer_),
-        late_observer_(std::make_shared<ObserverSlot>(observer_)),
-        accept_strand_(boost::asio::make_strand(io)),
-        acceptor_(accept_strand_),
-        accept_pause_(accept_strand_) {}
-  // A record still deferred (ObserverSlot) is dropped once the server is gone.
-  ~Impl() {
-      std::lock_guard lock(late_observer_->mu);
-      late_observer_->observer = nullptr;
+    Impl(boost::asio::io_context& io, HttpServerConfig config, TlsContextStore& tls,
+         HttpHandler& handler, ServerObserver* observer)
+        : io_(io),
+          config_(std::move(config)),
+          tls_(tls),
+          handler_(handler),
+          observer_(observer ? observer : &null_observer_),
+          late_observer_(std::make_shared<ObserverSlot>(observer_)),
+          accept_strand_(boost::asio::make_strand(io)),
+          acceptor_(accept_strand_),
+          accept_pause_(accept_strand_) {}
+    // A record still deferred (ObserverSlot) is dropped once the server is gone.
+    ~Impl() {
+        std::lock_guard lock(late_observer_->mu);
+        late_observer_->observer = nullptr;
     }
 
     Status listen();

@@ -488,15 +488,16 @@ public:
     }
 
 private:
-  static constexpr int kOversizedQueued = 2;
+    static constexpr int kOversizedQueued = 2;
 
-  bool take_oversized_slot() {
-      int queued = oversized_queued_.load();
-      while (queued < kOversizedQueued &&
-             !oversized_queued_.compare_exchange_weak(queued, queued + 1)) {
-      }
-      return queued < kOversizedQueued;
-  }
+    // One of the kOversizedQueued places for an uncounted chunk, if one is free.
+    bool take_oversized_slot() {
+        int queued = oversized_queued_.load();
+        while (queued < kOversizedQueued &&
+               !oversized_queued_.compare_exchange_weak(queued, queued + 1)) {
+        }
+        return queued < kOversizedQueued;
+    }
 
     bool add_late_note(ResponseNote& note) {
         std::lock_guard lock(late_mu_);
