@@ -48,25 +48,26 @@ Result<coords::Coordinate> get_coord(const WireField& f) {
     return c;
 }
 
-// An incarnation field, refused at or above kMaxIncarnation.
-Result<uint64_t> get_incarnation(const WireField& f) {
+// A counter field below `cap` (2^62 for both kinds: no honest member reaches it, and one near
+// 2^64 would wrap on its next increment). `what` names it in the error.
+Result<uint64_t> get_capped(const WireField& f, uint64_t cap, std::string_view what) {
     EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
-    if (v >= kMaxIncarnation) {
-        return data_loss_error("incarnation " + std::to_string(v) +
-                               " at or above 2^62, which no site reaches");
+    if (v >= cap) {
+        return data_loss_error(std::string(what) + " " + std::to_string(v) +
+                               " at or above 2^62, which no cluster reaches");
     }
     return v;
+}
+
+// An incarnation field, refused at or above kMaxIncarnation.
+Result<uint64_t> get_incarnation(const WireField& f) {
+    return get_capped(f, kMaxIncarnation, "incarnation");
 }
 
 // A user event Lamport time (of an event, or a push-pull's clock), refused at or above
 // kMaxEventLtime.
 Result<uint64_t> get_ltime(const WireField& f) {
-    EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
-    if (v >= kMaxEventLtime) {
-        return data_loss_error("user event Lamport time " + std::to_string(v) +
-                               " at or above 2^62, which no cluster reaches");
-    }
-    return v;
+    return get_capped(f, kMaxEventLtime, "user event Lamport time");
 }
 
 Result<std::string> get_name(const WireField& f, std::string_view what) {

@@ -194,6 +194,21 @@ std::string get_body(TlsClient& c, const std::string& path = "/x") {
     return reply->body;
 }
 
+// Writes `chunk` again and again to a stream whose client reads nothing, as a generator far
+// faster than its reader, until the server cuts the stream (`gone`) or 1 GiB has gone in.
+// Returns the bytes written.
+size_t write_until_cut(ResponseChannel& channel, const std::string& chunk,
+                       const std::atomic<bool>& gone) {
+    constexpr size_t kGiveUp = size_t{1} << 30;
+    size_t written = 0;
+    while (!gone && written < kGiveUp) {
+        channel.write(chunk);
+        written += chunk.size();
+        std::this_thread::yield();
+    }
+    return written;
+}
+
 }  // namespace
 
 TEST_CASE("TLS 1.3 and TLS 1.2 handshakes, ALPN http/1.1 and keep-alive") {
@@ -672,17 +687,9 @@ TEST_CASE("a stream whose client stops reading is cancelled at max_stream_buffer
     channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
     // A generator far faster than its reader, which reads nothing at all.
     const std::string chunk = "data: " + std::string(16 * 1024, 'x') + "\n\n";
-    size_t written = 0;
-    const size_t give_up = size_t{1} << 30;
-    while (!gone && written < give_up) {
-        channel->write(chunk);
-        written += chunk.size();
-        if (written % (64 * chunk.size()) == 0) {
-            std::this_thread::yield();
-        }
-    }
+    const size_t written = write_until_cut(*channel, chunk, gone);
     CHECK(gone.load());  // The engine side hears of it as a disconnect (it cancels generation).
-    CHECK(written < give_up);
+    CHECK(written < (size_t{1} << 30));
     CHECK(f.observer.cancelled() == std::vector<std::string>{"slow_reader"});
     for (int i = 0; i < 400 && f.server->open_connections() > 0; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on a socket close.
@@ -779,16 +786,10 @@ TEST_CASE("two stream chunks larger than max_stream_buffer_bytes in a row reach 
     std::atomic<bool> second_gone{false};
     second->on_client_gone([&second_gone] { second_gone = true; });
     second->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
-    const std::string big = "data: " + std::string(300 * 1024, 'z') + "\n\n";
-    size_t written = 0;
-    const size_t give_up = size_t{1} << 30;
-    while (!second_gone && written < give_up) {
-        second->write(big);
-        written += big.size();
-        std::this_thread::yield();
-    }
+    const size_t written =
+        write_until_cut(*second, "data: " + std::string(300 * 1024, 'z') + "\n\n", second_gone);
     CHECK(second_gone.load());
-    CHECK(written < give_up);
+    CHECK(written < (size_t{1} << 30));
     CHECK(f.observer.cancelled() == std::vector<std::string>{"slow_reader"});
     second->end_stream();
 }
