@@ -102,16 +102,27 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
 
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& given,
                          const TensorWritten& written) {
-    // Line-multiple tensors first (each then starts on a line), in the given order, then the rest.
+    // Line-multiple tensors first (each then starts on a line), in the given order, then the
+    // rest by element size, largest first: each of those then starts at a multiple of its own
+    // element size, which the reader requires (an F32 tensor written after a BF16 one of odd
+    // length would not be). The order within one element size is the given one.
     std::vector<const TensorToWrite*> tensors;
     tensors.reserve(given.size());
-    for (bool multiple : {true, false}) {
-        for (const TensorToWrite& t : given) {
-            if ((tensor_bytes(t) % kDataAlign == 0) == multiple) {
-                tensors.push_back(&t);
-            }
+    for (const TensorToWrite& t : given) {
+        if (tensor_bytes(t) % kDataAlign == 0) {
+            tensors.push_back(&t);
         }
     }
+    const auto lines = static_cast<std::ptrdiff_t>(tensors.size());
+    for (const TensorToWrite& t : given) {
+        if (tensor_bytes(t) % kDataAlign != 0) {
+            tensors.push_back(&t);
+        }
+    }
+    std::stable_sort(tensors.begin() + lines, tensors.end(),
+                     [](const TensorToWrite* a, const TensorToWrite* b) {
+                         return dtype_size(a->dtype) > dtype_size(b->dtype);
+                     });
     boost::json::object header;
     uint64_t offset = 0;
     for (const TensorToWrite* tp : tensors) {

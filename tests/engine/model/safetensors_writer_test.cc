@@ -48,6 +48,33 @@ TEST_CASE("safetensors writer: no gaps, line-multiple tensors on lines, bytes re
     std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("safetensors writer: odd-sized tensors of mixed element sizes each start aligned") {
+    // A BF16 tensor of odd length given before an F32 one left the F32 at an offset of 2 mod 4,
+    // which the reader refuses: the writer wrote files it could not read (quantize on a
+    // checkpoint with such tensors). The rest go by element size, largest first.
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("edge_st_writer_" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "model.safetensors").string();
+    // Held here: TensorToWrite refers to its bytes.
+    const std::string a(6, '\x01'), b(5, '\x02'), c(12, '\x03'), d(64, '\x04'), e(10, '\x05');
+    const std::vector<TensorToWrite> tensors = {
+        {"odd.bf16", DType::kBF16, {3}, a, {}},   {"odd.i8", DType::kI8, {5}, b, {}},
+        {"odd.f32", DType::kF32, {3}, c, {}},     {"line.f32", DType::kF32, {16}, d, {}},
+        {"odd.bf16.b", DType::kBF16, {5}, e, {}},
+    };
+    REQUIRE(write_safetensors(path, tensors).ok());
+    auto ck = Checkpoint::open_files({path});
+    REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
+    for (const TensorToWrite& t : tensors) {
+        auto view = (*ck)->tensor(t.name);
+        REQUIRE_MESSAGE(view.ok(), view.status().to_string());
+        CHECK(std::string(static_cast<const char*>(view->data), t.bytes.size()) == t.bytes);
+        CHECK(reinterpret_cast<uintptr_t>(view->data) % dtype_size(t.dtype) == 0);
+    }
+    std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("safetensors writer: a failed rename reports its own error, not the cleanup's") {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() /
