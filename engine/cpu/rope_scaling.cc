@@ -35,8 +35,12 @@ std::vector<double> yarn_inv_freq(double theta, int64_t rot_dim, const YarnConfi
     if (!(c.factor > 1.0)) {
         return extra;
     }
-    double low = std::floor(correction_dim(c.beta_fast, rot_dim, theta, c.original_max_position));
-    double high = std::ceil(correction_dim(c.beta_slow, rot_dim, theta, c.original_max_position));
+    double low = correction_dim(c.beta_fast, rot_dim, theta, c.original_max_position);
+    double high = correction_dim(c.beta_slow, rot_dim, theta, c.original_max_position);
+    if (c.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+    }
     low = std::max(low, 0.0);
     high = std::min(high, static_cast<double>(rot_dim - 1));
     if (low == high) {

@@ -19,6 +19,9 @@ struct YarnConfig {
     double beta_slow = 1.0;                // Rotations below which dims interpolate.
     double mscale = 1.0;                   // Scales cos/sin (with mscale_all_dim).
     double mscale_all_dim = 0.0;           // Scales the softmax (squared).
+    // `truncate` (transformers' default true): the ramp's ends rounded to whole dims (floor
+    // of the low end, ceil of the high one); false keeps them fractional.
+    bool truncate = true;
 };
 
 // YaRN inverse frequencies for `rot_dim` rotated dims.

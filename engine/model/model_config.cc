@@ -22,9 +22,85 @@ Result<ConfigJson> ConfigJson::read(const std::string& dir) {
     return parse(text, path);
 }
 
+namespace {
+
+// transformers v5 saves a model's RoPE settings in one `rope_parameters` object (rope_theta,
+// partial_rotary_factor, rope_type and the scaling fields) where v4 had top-level `rope_theta`,
+// `partial_rotary_factor` and `rope_scaling`. The architectures read the v4 names, so the nested
+// values are lifted to them here: without this a v5 config loaded with the default theta and no
+// scaling, in silence. A value given in both places must be the same.
+// Equal values; numbers by value (1e6 and 1000000.0 are the same theta).
+bool same_value(const json::value& a, const json::value& b) {
+    return a.is_number() && b.is_number() ? a.to_number<double>() == b.to_number<double>() : a == b;
+}
+
+Status lift_rope_parameters(json::object& root, const std::string& path) {
+    const json::value* nested = root.if_contains("rope_parameters");
+    if (nested == nullptr || nested->is_null()) {
+        return ok_status();
+    }
+    const std::string where = path + ": field 'rope_parameters'";
+    if (!nested->is_object()) {
+        return invalid_argument_error(where + " is not an object");
+    }
+    const json::object params = nested->get_object();
+    auto agree = [&](std::string_view key, const json::value& inner) -> Status {
+        const json::value* top = root.if_contains(key);
+        if (top == nullptr || top->is_null()) {
+            root[key] = inner;
+            return ok_status();
+        }
+        if (!same_value(*top, inner)) {
+            return invalid_argument_error(where + "." + std::string(key) + " (" +
+                                          json::serialize(inner) + ") disagrees with field '" +
+                                          std::string(key) + "' (" + json::serialize(*top) + ")");
+        }
+        return ok_status();
+    };
+    json::object scaling;
+    std::string type = "default";
+    for (const auto& [key, value] : params) {
+        if (key == "rope_theta" || key == "partial_rotary_factor") {
+            EDGE_RETURN_IF_ERROR(agree(key, value));
+            continue;
+        }
+        if ((key == "rope_type" || key == "type") && value.is_string()) {
+            type = std::string(value.get_string());
+        }
+        scaling[key] = value;
+    }
+    // Only the theta (and the type "default"): plain RoPE, nothing to scale.
+    if (type == "default" &&
+        (scaling.empty() ||
+         (scaling.size() == 1 && (scaling.contains("rope_type") || scaling.contains("type"))))) {
+        return ok_status();
+    }
+    const json::value* top = root.if_contains("rope_scaling");
+    if (top == nullptr || top->is_null()) {
+        root["rope_scaling"] = std::move(scaling);
+        return ok_status();
+    }
+    if (!top->is_object()) {
+        return invalid_argument_error(path + ": field 'rope_scaling' is not an object");
+    }
+    for (const auto& [key, value] : scaling) {
+        const json::value* v = top->get_object().if_contains(key);
+        if (v != nullptr && !same_value(*v, value)) {
+            return invalid_argument_error(where + "." + std::string(key) + " (" +
+                                          json::serialize(value) +
+                                          ") disagrees with field 'rope_scaling." +
+                                          std::string(key) + "' (" + json::serialize(*v) + ")");
+        }
+    }
+    return ok_status();
+}
+
+}  // namespace
+
 Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
     ConfigJson c;
     EDGE_ASSIGN_OR_RETURN(c.root_, parse_json_object(text, path));
+    EDGE_RETURN_IF_ERROR(lift_rope_parameters(c.root_, path));
     c.path_ = std::move(path);
     c.text_ = std::string(text);
     const json::value* archs = c.root_.if_contains("architectures");

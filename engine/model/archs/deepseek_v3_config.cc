@@ -1,6 +1,7 @@
 #include "engine/model/archs/deepseek_v3_config.h"
 
 #include <boost/json.hpp>
+#include <cmath>
 
 #include "engine/model/model_config.h"
 
@@ -16,8 +17,8 @@ Result<double> number_field(const json::object& o, const std::string& where, con
     if (v == nullptr || v->is_null()) {
         return fallback;
     }
-    if (!v->is_number()) {
-        return invalid_argument_error(where + "." + key + " is not a number");
+    if (!v->is_number() || !std::isfinite(v->to_number<double>())) {
+        return invalid_argument_error(where + "." + key + " is not a finite number");
     }
     return v->to_number<double>();
 }
@@ -86,14 +87,26 @@ Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConf
     // mscale_all_dim is set.
     EDGE_ASSIGN_OR_RETURN(y.mscale, number_field(o, where, "mscale", 0.0));
     EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim, number_field(o, where, "mscale_all_dim", 0.0));
+    // attention_factor, when set, is the cos/sin scale itself (transformers' YaRN takes it
+    // instead of the mscale ratio); 0 stands for absent.
+    EDGE_ASSIGN_OR_RETURN(const double attention_factor,
+                          number_field(o, where, "attention_factor", 0.0));
+    if (const json::value* t = o.if_contains("truncate"); t != nullptr && !t->is_null()) {
+        if (!t->is_bool()) {
+            return invalid_argument_error(where + ".truncate is not true or false");
+        }
+        y.truncate = t->get_bool();
+    }
     if (!(y.factor >= 1.0 && y.factor < 1e6) || !(orig >= 1.0 && orig < 1e9) ||
-        !(y.beta_fast > 0.0) || !(y.beta_slow > 0.0)) {
-        return invalid_argument_error(where + ": factor, original_max_position_embeddings or " +
-                                      "beta values out of range");
+        !(y.beta_fast > 0.0) || !(y.beta_slow > 0.0) || !(attention_factor >= 0.0)) {
+        return invalid_argument_error(where + ": factor, original_max_position_embeddings, " +
+                                      "beta or attention_factor values out of range");
     }
     y.original_max_position = static_cast<int64_t>(orig);
     m.inv_freq = cpu::yarn_inv_freq(c.rope_theta, m.qk_rope_head_dim, y);
-    if (y.mscale != 0.0 && y.mscale_all_dim != 0.0) {
+    if (attention_factor != 0.0) {
+        m.rope_mscale = attention_factor;
+    } else if (y.mscale != 0.0 && y.mscale_all_dim != 0.0) {
         m.rope_mscale = cpu::yarn_get_mscale(y.factor, y.mscale) /
                         cpu::yarn_get_mscale(y.factor, y.mscale_all_dim);
     } else {

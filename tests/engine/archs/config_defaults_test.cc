@@ -139,5 +139,90 @@ TEST_CASE("config defaults: DeepSeek-V3 YaRN without mscale or original_max_posi
     CHECK(m->inv_freq == cpu::yarn_inv_freq(10000.0, 16, y));
 }
 
+TEST_CASE("config: transformers v5 rope_parameters are read as the v4 fields") {
+    // v5 saves rope_theta, partial_rotary_factor and the scaling in one object; read without
+    // it, the theta fell back to 10000 and a YaRN scaling was dropped, in silence.
+    const ConfigJson v5 = parse(minimal_config(kQwen3MoeArchitecture,
+                                               "\"num_key_value_heads\": 2, \"num_experts\": 8, "
+                                               "\"rope_parameters\": {\"rope_type\": \"default\", "
+                                               "\"rope_theta\": 1000000.0}"));
+    auto c = Qwen3MoeConfig::from_json(v5);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->rope_theta == 1000000.0);
+    // A scaling there is the scaling: Qwen3-MoE refuses it as it refuses `rope_scaling`.
+    auto yarn = Qwen3MoeConfig::from_json(
+        parse(minimal_config(kQwen3MoeArchitecture,
+                             "\"num_key_value_heads\": 2, \"num_experts\": 8, "
+                             "\"rope_parameters\": {\"rope_type\": \"yarn\", "
+                             "\"rope_theta\": 1000000.0, \"factor\": 4.0}")));
+    REQUIRE_FALSE(yarn.ok());
+    CHECK(yarn.status().message().find("rope_scaling") != std::string::npos);
+    // GLM-4.5's partial_rotary_factor comes from there too.
+    const ConfigJson glm =
+        parse(minimal_config(kGlm4MoeArchitecture,
+                             "\"num_key_value_heads\": 2, \"n_routed_experts\": 8, "
+                             "\"head_dim\": 32, \"rope_parameters\": {\"rope_theta\": "
+                             "20000.0, \"partial_rotary_factor\": 0.25}"));
+    CHECK(glm.get_double("partial_rotary_factor").value() == 0.25);
+    CHECK(glm.get_double("rope_theta").value() == 20000.0);
+    // The same value in both places is fine (1e6 and 1000000.0 alike); different ones are not.
+    CHECK(ConfigJson::parse(minimal_config(kQwen3MoeArchitecture,
+                                           "\"rope_theta\": 1e6, \"rope_parameters\": "
+                                           "{\"rope_theta\": 1000000.0}"),
+                            "c.json")
+              .ok());
+    auto clash = ConfigJson::parse(
+        minimal_config(kQwen3MoeArchitecture,
+                       "\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 1e6}"),
+        "c.json");
+    REQUIRE_FALSE(clash.ok());
+    CHECK(clash.status().message() ==
+          "c.json: field 'rope_parameters'.rope_theta (1E6) disagrees with field 'rope_theta' "
+          "(1E4)");
+    auto not_object = ConfigJson::parse(
+        minimal_config(kQwen3MoeArchitecture, "\"rope_parameters\": 5"), "c.json");
+    REQUIRE_FALSE(not_object.ok());
+    CHECK(not_object.status().message() == "c.json: field 'rope_parameters' is not an object");
+}
+
+TEST_CASE("config: DeepSeek YaRN in rope_parameters equals it in rope_scaling; attention_factor") {
+    const std::string fields =
+        "\"type\": \"yarn\", \"factor\": 4.0, \"mscale\": 1.0, \"mscale_all_dim\": 0.5, "
+        "\"original_max_position_embeddings\": 512";
+    auto mla = [](const std::string& extra) {
+        const ConfigJson json = parse(minimal_config(kDeepseekV3Architecture, kMla + extra));
+        auto c = SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults);
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        auto m = MlaConfig::from_json(json, *c);
+        REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+        return std::move(m).value();
+    };
+    const MlaConfig v4 = mla(", \"rope_theta\": 50000.0, \"rope_scaling\": {" + fields + "}");
+    const MlaConfig v5 = mla(", \"rope_parameters\": {\"rope_theta\": 50000.0, " + fields + "}");
+    CHECK(v5.inv_freq == v4.inv_freq);
+    CHECK(v5.rope_mscale == v4.rope_mscale);
+    CHECK(v5.softmax_scale == v4.softmax_scale);
+    CHECK(v4.rope_mscale != 1.0);
+    // attention_factor is the cos/sin scale itself; the softmax keeps mscale_all_dim's.
+    const MlaConfig af = mla(", \"rope_theta\": 50000.0, \"rope_scaling\": {" + fields +
+                             ", \"attention_factor\": 0.75}");
+    CHECK(af.rope_mscale == 0.75);
+    CHECK(af.softmax_scale == v4.softmax_scale);
+    // truncate: false keeps the ramp's ends fractional.
+    const MlaConfig exact =
+        mla(", \"rope_theta\": 50000.0, \"rope_scaling\": {" + fields + ", \"truncate\": false}");
+    CHECK(exact.inv_freq != v4.inv_freq);
+    // A value that is not finite is named (it made NaN logits, blamed on the weights).
+    const ConfigJson inf = parse(minimal_config(
+        kDeepseekV3Architecture, kMla + ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0, "
+                                        "\"mscale_all_dim\": 1e999}"));
+    auto c = SigmoidMoeConfig::from_json(inf, kDeepseekV3Defaults);
+    REQUIRE(c.ok());
+    auto bad = MlaConfig::from_json(inf, *c);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find("rope_scaling'.mscale_all_dim is not a finite number") !=
+          std::string::npos);
+}
+
 }  // namespace
 }  // namespace edge::engine
