@@ -682,7 +682,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     // Each choice parses its own tool calls.
     std::vector<std::unique_ptr<ToolCallOutput>> tools;
     for (int32_t i = 0; i < request.n; ++i) {
-        auto t = ToolCallOutput::create(request, models);
+        auto t = ToolCallOutput::create(request, models, i);
         if (auto* error = std::get_if<ApiError>(&t)) {
             refuse(invalid_argument_error(error->message), *error);
             return;

@@ -524,25 +524,37 @@ bool parse_prompt(Validator& v, const json::value& value, engine::GenerateReques
         return true;
     }
     if (!value.is_array() || value.get_array().empty()) {
-        return v.fail("'prompt' must be a string, an array of one string, or an array of token ids",
-                      "prompt");
+        return v.fail(
+            "'prompt' must be a string, an array of one string, an array of token "
+            "ids, or an array of one array of token ids",
+            "prompt");
     }
     const json::array& a = value.get_array();
-    if (a[0].is_string()) {
+    // One prompt in a list of prompts: ["text"] or [[ids]] (lm-evaluation-harness sends its
+    // token ids so, one request at a time).
+    if (a[0].is_string() || a[0].is_array()) {
         if (a.size() != 1) {
             return v.fail("batched prompts are not supported; send one prompt per request",
                           "prompt");
         }
-        req.prompt = std::string(a[0].get_string());
-        return true;
+        if (a[0].is_string()) {
+            req.prompt = std::string(a[0].get_string());
+            return true;
+        }
     }
-    if (a.size() > kMaxPromptTokens) {
-        return v.fail("'prompt' has too many tokens", "prompt");
+    const bool nested = a[0].is_array();
+    const json::array& list = nested ? a[0].get_array() : a;
+    const std::string name = nested ? "prompt[0]" : "prompt";
+    if (list.empty()) {
+        return v.fail("'" + name + "' is an empty list of token ids", name);
+    }
+    if (list.size() > kMaxPromptTokens) {
+        return v.fail("'" + name + "' has too many tokens", name);
     }
     std::vector<engine::TokenId> ids;
-    ids.reserve(a.size());
-    for (size_t i = 0; i < a.size(); ++i) {
-        std::optional<int64_t> id = v.integer(a[i], "prompt[" + std::to_string(i) + "]", 0,
+    ids.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+        std::optional<int64_t> id = v.integer(list[i], name + "[" + std::to_string(i) + "]", 0,
                                               std::numeric_limits<engine::TokenId>::max());
         if (!id) {
             return false;
@@ -605,9 +617,15 @@ bool parse_logit_bias(Validator& v, const json::value& value,
         const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
         if (ec != std::errc() || end != key.data() + key.size() || id < 0 ||
             id > std::numeric_limits<engine::TokenId>::max()) {
-            return v.fail("'logit_bias' key '" + std::string(key.substr(0, 64)) +
-                              "' is not a token id",
-                          "logit_bias");
+            // At most 64 bytes of it, cut on a character boundary (the error is JSON: UTF-8).
+            size_t cut = std::min<size_t>(key.size(), 64);
+            while (cut > 0 && cut < key.size() &&
+                   (static_cast<unsigned char>(key[cut]) & 0xC0) == 0x80) {
+                --cut;
+            }
+            return v.fail(
+                "'logit_bias' key '" + std::string(key.substr(0, cut)) + "' is not a token id",
+                "logit_bias");
         }
         const std::string name = "logit_bias." + std::string(key);
         std::optional<double> bias = v.number(kv.value(), name, -100, 100);
@@ -1004,9 +1022,8 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             }
         } else if (key == "stream_options") {
             if (value.is_null()) {
-                continue;
-            }
-            if (!value.is_object()) {
+                // Unset.
+            } else if (!value.is_object()) {
                 ok = v.fail("'stream_options' must be an object", key);
             } else {
                 for (const auto& opt : value.get_object()) {
@@ -1038,11 +1055,13 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             out.return_token_ids = b.value_or(false);
         } else if (key == "logit_bias") {
             ok = parse_logit_bias(v, value, s.logit_bias);
-        } else if (key == "chat_template_kwargs" && chat && !value.is_null()) {
+        } else if (key == "chat_template_kwargs" && chat) {
             // vLLM's and SGLang's switches of the chat template; we render each family in
             // code, so only the thinking switch (Qwen3's and GLM-4.5's enable_thinking,
-            // DeepSeek-V3.1's thinking) is known.
-            if (!value.is_object()) {
+            // DeepSeek-V3.1's thinking) is known. Null is unset, as for every other field.
+            if (value.is_null()) {
+                // Unset.
+            } else if (!value.is_object()) {
                 ok = v.fail("'chat_template_kwargs' must be an object", key);
             } else {
                 for (const auto& kw : value.get_object()) {

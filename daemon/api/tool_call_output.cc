@@ -35,7 +35,7 @@ void merge(chat::ParsedDelta& into, chat::ParsedDelta next) {
 }  // namespace
 
 std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
-    ParsedRequest& request, const std::vector<engine::ModelInfo>& models) {
+    ParsedRequest& request, const std::vector<engine::ModelInfo>& models, int32_t choice) {
     if (request.endpoint != Endpoint::kChatCompletions || request.generate.tools.empty() ||
         request.tool_choice == ToolChoice::kNone) {
         return std::unique_ptr<ToolCallOutput>();
@@ -53,8 +53,10 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
                                    "without 'tools'",
                                std::string("tools"));
     }
-    std::unique_ptr<ToolCallOutput> out(new ToolCallOutput(chat::create_tool_call_parser(
-        *format, "call_" + request.generate.request_id + "_", request.generate.tools)));
+    const std::string ids = "call_" + request.generate.request_id + "_" +
+                            (request.n > 1 ? std::to_string(choice) + "_" : std::string());
+    std::unique_ptr<ToolCallOutput> out(
+        new ToolCallOutput(chat::create_tool_call_parser(*format, ids, request.generate.tools)));
     if (request.tool_choice == ToolChoice::kRequired ||
         request.tool_choice == ToolChoice::kFunction) {
         const std::string_view function = request.tool_choice == ToolChoice::kFunction
@@ -63,8 +65,10 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
         std::string prefix = chat::forced_call_prefix(*format, function);
         out->from_prefix_ = out->parser_->feed(prefix);
         request.generate.assistant_prefix = std::move(prefix);
-        hold_calls(*format, function, request);
-    } else if (request.generate.sampling.json.schema == nullptr) {
+        if (choice == 0) {
+            hold_calls(*format, function, request);
+        }
+    } else if (request.generate.sampling.json.schema == nullptr && choice == 0) {
         // "auto": calls the model opens on its own, unless response_format holds the reply
         // (JSON content has no call).
         hold_calls(*format, std::nullopt, request);

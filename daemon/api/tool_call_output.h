@@ -42,9 +42,11 @@ class ToolCallOutput {
     // format, as `models` (the generator's list) says. Sets request.generate.assistant_prefix
     // for forced calls. A 400 naming `tools` when the model has no tool-call format; nullptr
     // (no error) when the request offers no tools or the model is not listed (submit() then
-    // answers 404).
+    // answers 404). One per choice: `choice` (its index) keeps call ids apart between the
+    // choices of a request with n > 1 (call_<request>_<choice>_<k>; n = 1: call_<request>_<k>),
+    // and the request is changed (the held call openings) by choice 0's only.
     static std::variant<std::unique_ptr<ToolCallOutput>, ApiError> create(
-        ParsedRequest& request, const std::vector<engine::ModelInfo>& models);
+        ParsedRequest& request, const std::vector<engine::ModelInfo>& models, int32_t choice = 0);
 
     // Parses the next generated text (the first call also returns what the forced prefix
     // produced).

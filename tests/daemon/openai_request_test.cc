@@ -111,6 +111,19 @@ TEST_CASE("completions accept a string, one-string array or token ids") {
           "prompt");
     CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[1,-2]})").param ==
           "prompt[1]");
+    // One prompt of token ids in a list of prompts, as lm-evaluation-harness sends them.
+    auto nested = parse(Endpoint::kCompletions, R"({"model":"m","prompt":[[40,1079,2]]})");
+    CHECK(std::get<std::vector<engine::TokenId>>(nested.generate.prompt) ==
+          std::vector<engine::TokenId>{40, 1079, 2});
+    ApiError batched = error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[[1],[2]]})");
+    CHECK(batched.param == "prompt");
+    CHECK(batched.message.find("batched prompts are not supported") != std::string::npos);
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[[]]})").message ==
+          "'prompt[0]' is an empty list of token ids");
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[["a"]]})").param ==
+          "prompt[0][0]");
+    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[[1,-2]]})").param ==
+          "prompt[0][1]");
 }
 
 TEST_CASE("invalid JSON and wrong types give 400 with the param") {
@@ -247,6 +260,11 @@ TEST_CASE("chat_template_kwargs: the thinking switch is read, other keys are ref
                                  R"("chat_template_kwargs":{"enable_thinking":false,)"
                                  R"("thinking":true}})");
     CHECK(disagree.message.find("disagree") != std::string::npos);
+    // Null is unset, as for every other field (clients that always send the key).
+    CHECK_FALSE(parse(Endpoint::kChatCompletions,
+                      R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                      R"("chat_template_kwargs":null})")
+                    .generate.thinking.has_value());
 }
 
 TEST_CASE("logit_bias is parsed, and optional fields take null as their default") {
@@ -258,6 +276,19 @@ TEST_CASE("logit_bias is parsed, and optional fields take null as their default"
     CHECK(bias[0] == std::pair<engine::TokenId, float>{50256, -100.0f});
     CHECK(bias[1] == std::pair<engine::TokenId, float>{7, 2.5f});
     CHECK_FALSE(p.generate.sampling.ignore_eos);
+    // A key that is no token id is quoted in the error, at most 64 bytes of it and cut on a
+    // character boundary: a cut inside "é" made the error body invalid UTF-8.
+    std::string key = "a";
+    for (int i = 0; i < 40; ++i) {
+        key += "\xC3\xA9";  // é
+    }
+    ApiError long_key = error_of(Endpoint::kCompletions,
+                                 R"({"model":"m","prompt":"x","logit_bias":{")" + key + R"(":1}})");
+    std::string quoted = "a";
+    for (int i = 0; i < 31; ++i) {
+        quoted += "\xC3\xA9";
+    }
+    CHECK(long_key.message == "'logit_bias' key '" + quoted + "' is not a token id");
 }
 
 TEST_CASE("top_k: -1 is vLLM's off, as 0 is, below that is refused") {

@@ -177,6 +177,36 @@ TEST_CASE("tools: each family's call comes back as OpenAI tool_calls (non-stream
     }
 }
 
+TEST_CASE("tools: with n > 1 each choice's calls have their own ids") {
+    // The choices' parsers shared one id prefix: both choices' first call was call_<id>_0, and
+    // a client filing results by tool_call_id across choices mixed them up.
+    ToolFixture f;
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          tool_body("qwen", false, R"(,"n":2)")))
+                .ok());
+    const std::string output = recorded_outputs()[0].output;
+    for (size_t i = 0; i < 2; ++i) {
+        REQUIRE(f.generator.wait_for_request(i));
+        emit_in_pieces(f.generator, i, output, 5);
+        f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{10, 20, 0});
+    }
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    REQUIRE(reply->status == 200);
+    json::object body = json_of(reply->body);
+    const json::array& choices = body["choices"].as_array();
+    REQUIRE(choices.size() == 2);
+    std::vector<std::string> ids;
+    for (const json::value& ch : choices) {
+        const json::array& calls =
+            ch.as_object().at("message").as_object().at("tool_calls").as_array();
+        REQUIRE(calls.size() == 1);
+        ids.emplace_back(calls[0].as_object().at("id").as_string());
+    }
+    CHECK(ids[0] != ids[1]);
+}
+
 TEST_CASE("tools: streamed argument deltas in OpenAI's delta shape for any split") {
     ToolFixture f;
     auto c = f.client();
