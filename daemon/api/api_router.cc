@@ -50,7 +50,7 @@ const char* engine_refusal_reason(const Status& status) {
 // and failed) or a 504 (it may have run).
 bool forward_never_ran(const cluster::ForwardResult& result) {
     return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
-           result.completion_tokens == 0;
+           result.completion_tokens == 0 && !result.usage_unknown;
 }
 
 ApiError method_not_allowed(std::string_view method, std::string_view path) {
@@ -544,7 +544,8 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             forwarder_->forward(
                 std::move(request), tenant_name, std::move(plan.targets), std::move(channel),
                 [lease = std::move(admitted.lease), metrics = metrics_, tenant_name,
-                 notes = std::move(notes)](const cluster::ForwardResult& result) {
+                 notes = std::move(notes),
+                 most_output = int64_t{max_tokens} * req.n](const cluster::ForwardResult& result) {
                     notes->note("served_by", result.site_id);
                     notes->note("attempts", result.attempts);
                     note_usage(*notes, result.prompt_tokens, result.completion_tokens);
@@ -558,10 +559,14 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                         }
                         return;
                     }
-                    lease->finish(result.prompt_tokens, result.completion_tokens);
+                    // Cut, or the client left, before the peer's usage report: charged the
+                    // most it may have generated (max_tokens of each choice), so a tenant
+                    // cannot stream for free by leaving before the end.
+                    const int64_t completion =
+                        result.usage_unknown ? most_output : result.completion_tokens;
+                    lease->finish(result.prompt_tokens, completion);
                     if (metrics != nullptr) {
-                        metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
-                                                  result.completion_tokens);
+                        metrics->on_tenant_tokens(tenant_name, result.prompt_tokens, completion);
                         metrics->on_tenant_request(
                             tenant_name, result.started && result.status < 500 ? "ok" : "error");
                     }

@@ -85,6 +85,10 @@ struct ForwardResult {
     int attempts = 0;       // Targets tried.
     int64_t prompt_tokens = 0;      // From the peer's usage, when it reported one.
     int64_t completion_tokens = 0;
+    // The peer took the request (its answer had begun) but no usage came back: the answer was
+    // cut or the client went away. It may have generated up to max_tokens, so the tenant is
+    // charged that, as a request that ran (never refunded as one that did not).
+    bool usage_unknown = false;
 };
 
 class Forwarder {

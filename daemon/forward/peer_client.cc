@@ -509,6 +509,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         if (!ec) {
             parser.emplace();
             parser->header_limit(64 * 1024);
+            // Beast's default 8 MiB body limit would cut a healthy stream (a long reasoning
+            // reply, logprobs) and refuse answers below max_response_bytes, which bounds the
+            // answers read whole (the loop below); a stream relays as it goes.
+            parser->body_limit(boost::none);
             auto [hec, hn] = co_await http::async_read_header(conn->stream, conn->buffer, *parser,
                                                               kTuple);
             ec = hec;
@@ -623,14 +627,22 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     job.current = nullptr;
     if (ec || job.cancelled) {
         conn->close();
-        if (job.cancelled) {
-            co_return true;
-        }
-        if (deferred && ec != http::error::body_limit && can_retry) {
+        if (!job.cancelled && deferred && ec != http::error::body_limit && can_retry) {
             // Nothing reached the client and the peer is gone (a slow answer has no deadline
             // here): the next target runs it, as for a peer that died before its head.
             fail(Failure::kReset, "deferred answer cut: " + ec.message());
             co_return false;
+        }
+        // The peer ran it and this is the end: what it reported, else the tenant pays the
+        // reservation (ForwardResult::usage_unknown).
+        if (usage.reported()) {
+            job.result.prompt_tokens = usage.prompt_tokens();
+            job.result.completion_tokens = usage.completion_tokens();
+        } else {
+            job.result.usage_unknown = true;
+        }
+        if (job.cancelled) {
+            co_return true;
         }
         log::warn("forward_response_cut",
                   {{"site", target.site_id},

@@ -485,6 +485,63 @@ TEST_CASE("a forwarded stream without include_usage charges the tenant the peer'
     CHECK_FALSE(b.generator.wait_for_request(1, 0));
 }
 
+TEST_CASE("a client leaving a forwarded stream is charged its reservation, not nothing") {
+    // The peer's usage report comes at the end: a client that left before it was charged 0
+    // tokens, so a tenant could stream for free by leaving early. It now pays the most the
+    // request could generate (its max_tokens, here the default lowered to the 5 of its minute
+    // budget), as a request that ran.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "tok");
+    REQUIRE(c->read_until("tok").ok());
+    c->close();
+    REQUIRE(b.generator.wait_cancelled(0));
+    b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
+    bool charged = false;
+    for (int i = 0; i < 200 && !charged; ++i) {
+        charged = metrics_contain(
+            a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 5");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(charged);
+    auto c2 = a.client();
+    REQUIRE(c2->send(chat_request(true)).ok());
+    auto r = c2->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 429);
+    CHECK_FALSE(b.generator.wait_for_request(1, 0));
+}
+
+TEST_CASE("a forwarded stream longer than 8 MiB is relayed whole") {
+    // Beast's response parser stops a body at 8 MiB by default: a healthy stream past it (a
+    // long reasoning reply, logprobs) was cut with upstream_cut.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    const std::string piece(10 * 1024, 'x');
+    for (int i = 0; i < 900; ++i) {  // About 9 MiB of events, each read as it comes.
+        const std::string tag = "<" + std::to_string(i) + ">";
+        b.generator.emit(0, tag + piece);
+        auto got = c->read_until(tag);
+        REQUIRE(got.ok());
+        REQUIRE(got->find("upstream_cut") == std::string::npos);
+    }
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 900, 0});
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    CHECK(rest->find("upstream_cut") == std::string::npos);
+    CHECK(rest->find("data: [DONE]\n\n") != std::string::npos);
+}
+
 TEST_CASE("a non-streamed answer slower than response_timeout is not rerun elsewhere") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section(), true, "  response_timeout_ms: 200\n");
