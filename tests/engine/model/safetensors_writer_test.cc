@@ -18,24 +18,20 @@
 namespace edge::engine {
 namespace {
 
-TEST_CASE("safetensors writer: no gaps, line-multiple tensors on lines, bytes read back") {
+// Writes `tensors` to a temp file and reads each back: the same bytes, starting on a line when
+// its size is a multiple of 64 and at a multiple of its element size always (the reader refuses
+// a misaligned tensor).
+void write_and_read_back(const std::vector<TensorToWrite>& tensors) {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() /
         ("edge_st_writer_" + std::to_string(std::random_device{}()));
     std::filesystem::create_directories(dir);
     const std::string path = (dir / "model.safetensors").string();
-    // Odd sizes (6, 2 bytes) between line multiples (128, 64 bytes): written after them.
-    const std::string a(6, '\x11'), b(128, '\x22'), c(2, '\x33'), d(64, '\x44');
-    const std::vector<TensorToWrite> tensors = {
-        {"a", DType::kBF16, {3}, a, {}},
-        {"b", DType::kF32, {32}, b, {}},
-        {"c", DType::kBF16, {1}, c, {}},
-        {"d", DType::kBF16, {2, 16}, d, {}},
-    };
     REQUIRE(write_safetensors(path, tensors).ok());
     auto ck = Checkpoint::open_files({path});
     REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
     for (const TensorToWrite& t : tensors) {
+        CAPTURE(t.name);
         auto view = (*ck)->tensor(t.name);
         REQUIRE_MESSAGE(view.ok(), view.status().to_string());
         CHECK(view->nbytes == static_cast<int64_t>(t.bytes.size()));
@@ -44,35 +40,35 @@ TEST_CASE("safetensors writer: no gaps, line-multiple tensors on lines, bytes re
         if (t.bytes.size() % 64 == 0) {
             CHECK(reinterpret_cast<uintptr_t>(view->data) % 64 == 0);
         }
+        CHECK(reinterpret_cast<uintptr_t>(view->data) % dtype_size(t.dtype) == 0);
     }
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("safetensors writer: no gaps, line-multiple tensors on lines, bytes read back") {
+    // Odd sizes (6, 2 bytes) between line multiples (128, 64 bytes): written after them.
+    const std::string a(6, '\x11'), b(128, '\x22'), c(2, '\x33'), d(64, '\x44');
+    write_and_read_back({
+        {"a", DType::kBF16, {3}, a, {}},
+        {"b", DType::kF32, {32}, b, {}},
+        {"c", DType::kBF16, {1}, c, {}},
+        {"d", DType::kBF16, {2, 16}, d, {}},
+    });
 }
 
 TEST_CASE("safetensors writer: odd-sized tensors of mixed element sizes each start aligned") {
     // A BF16 tensor of odd length given before an F32 one left the F32 at an offset of 2 mod 4,
     // which the reader refuses: the writer wrote files it could not read (quantize on a
     // checkpoint with such tensors). The rest go by element size, largest first.
-    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                      ("edge_st_writer_" + std::to_string(std::random_device{}()));
-    std::filesystem::create_directories(dir);
-    const std::string path = (dir / "model.safetensors").string();
     // Held here: TensorToWrite refers to its bytes.
     const std::string a(6, '\x01'), b(5, '\x02'), c(12, '\x03'), d(64, '\x04'), e(10, '\x05');
-    const std::vector<TensorToWrite> tensors = {
-        {"odd.bf16", DType::kBF16, {3}, a, {}},   {"odd.i8", DType::kI8, {5}, b, {}},
-        {"odd.f32", DType::kF32, {3}, c, {}},     {"line.f32", DType::kF32, {16}, d, {}},
+    write_and_read_back({
+        {"odd.bf16", DType::kBF16, {3}, a, {}},
+        {"odd.i8", DType::kI8, {5}, b, {}},
+        {"odd.f32", DType::kF32, {3}, c, {}},
+        {"line.f32", DType::kF32, {16}, d, {}},
         {"odd.bf16.b", DType::kBF16, {5}, e, {}},
-    };
-    REQUIRE(write_safetensors(path, tensors).ok());
-    auto ck = Checkpoint::open_files({path});
-    REQUIRE_MESSAGE(ck.ok(), ck.status().to_string());
-    for (const TensorToWrite& t : tensors) {
-        auto view = (*ck)->tensor(t.name);
-        REQUIRE_MESSAGE(view.ok(), view.status().to_string());
-        CHECK(std::string(static_cast<const char*>(view->data), t.bytes.size()) == t.bytes);
-        CHECK(reinterpret_cast<uintptr_t>(view->data) % dtype_size(t.dtype) == 0);
-    }
-    std::filesystem::remove_all(dir);
+    });
 }
 
 TEST_CASE("safetensors writer: a failed rename reports its own error, not the cleanup's") {
