@@ -631,7 +631,8 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
          {"max_body_bytes", int_field(r, l.max_body_bytes, 1024, int64_t{1} << 30)},
          {"max_connections", int_field(r, l.max_connections, 1, 1 << 22)},
          {"max_stream_buffer_bytes",
-          int_field(r, l.max_stream_buffer_bytes, 4096, int64_t{1} << 30)}});
+          int_field(r, l.max_stream_buffer_bytes, 4096, int64_t{1} << 30)},
+         {"stream_keepalive_ms", ms0_field(r, l.stream_keepalive)}});
 }
 
 // A millisecond count (1..86400000) into a common Duration.

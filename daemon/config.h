@@ -85,6 +85,7 @@ struct LimitsConfig {
     uint64_t max_body_bytes = 4 * 1024 * 1024;            // Request body, bytes.
     uint64_t max_connections = 10'000;                    // Open public connections at most.
     uint64_t max_stream_buffer_bytes = 1024 * 1024;       // Queued for a slow stream reader.
+    std::chrono::milliseconds stream_keepalive{15'000};   // SSE comment after this silence.
     std::chrono::milliseconds drain_deadline{30'000};     // SIGTERM: longest wait for in-flight.
 
     bool operator==(const LimitsConfig&) const = default;

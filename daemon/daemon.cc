@@ -90,6 +90,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     server_config.limits.max_body_bytes = l.max_body_bytes;
     server_config.limits.max_connections = l.max_connections;
     server_config.limits.max_stream_buffer_bytes = l.max_stream_buffer_bytes;
+    server_config.limits.stream_keepalive = l.stream_keepalive;
     const tls::HttpLimits server_config_limits = server_config.limits;
     EDGE_ASSIGN_OR_RETURN(server_config.proxy_trusted,
                           tls::CidrSet::parse(config.proxy_protocol.trusted));

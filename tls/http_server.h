@@ -40,6 +40,11 @@ struct HttpLimits {
     // Bytes of a streamed response queued for a client and not yet written (the socket's own
     // buffers aside); a stream that would queue more is cancelled: its reader is too slow.
     size_t max_stream_buffer_bytes = 1024 * 1024;
+    // An event stream (text/event-stream) silent this long gets an SSE comment (": keepalive"),
+    // which clients ignore: a request waiting in the engine's queue or in a long prefill is not
+    // cut by an idle timeout between here and the client (a load balancer's, or a forwarding
+    // site's peer.stream_idle_timeout). 0: none.
+    std::chrono::milliseconds stream_keepalive{15'000};
 };
 
 struct HttpServerConfig {

@@ -52,6 +52,9 @@ struct Piece {
     HttpResponse response;
     std::string data;
     bool uncounted = false;  // kChunk: an oversized chunk let through (ChannelImpl::write).
+    // kChunk: written by the session itself (a keepalive comment), in no account of the
+    // channel's.
+    bool local = false;
 };
 
 std::string_view handshake_failure_reason(const boost::system::error_code& ec, bool timed_out) {
@@ -1037,6 +1040,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     int status = kClientClosedRequest;
     uint64_t body_bytes = 0;
     bool streaming = false;
+    bool event_stream = false;       // A text/event-stream head went out.
+    Clock::time_point last_write{};  // Of the stream's head or last chunk.
     bool ok = true;
     const auto write_timeout = server_.config_.limits.write_timeout;
     // RFC 9110 section 9.3.2: no content in an answer to HEAD, whatever the handler produced.
@@ -1059,6 +1064,17 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 // read), and its wake-up then found no wait to cancel: look again before waiting.
                 continue;
             }
+            const auto keepalive = server_.config_.limits.stream_keepalive;
+            if (event_stream && !head_only && keepalive.count() > 0) {
+                // A silent event stream gets a comment (HttpLimits::stream_keepalive).
+                const Clock::time_point due = last_write + keepalive;
+                if (Clock::now() >= due) {
+                    pending_.push_back(Piece{Piece::kChunk, {}, ": keepalive\n\n", false, true});
+                    continue;
+                }
+                co_await wait_signal(due - Clock::now());
+                continue;
+            }
             co_await wait_signal(std::chrono::hours(24 * 365));
             continue;
         }
@@ -1075,6 +1091,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         if (piece.kind == Piece::kHead && !streaming) {
             streaming = true;
+            event_stream = piece.response.content_type.starts_with("text/event-stream");
             status = piece.response.status;
             if (version < 11) {
                 keep_alive = false;  // The end of the body is the end of the connection.
@@ -1088,14 +1105,17 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 ok = false;
                 break;
             }
+            last_write = Clock::now();
             continue;
         }
         if (piece.kind == Piece::kChunk && streaming) {
             // Coalesce whatever else is already queued into one write.
-            size_t counted = piece.uncounted ? 0 : piece.data.size();
+            size_t counted = piece.uncounted || piece.local ? 0 : piece.data.size();
             int oversized = piece.uncounted ? 1 : 0;
             while (!pending_.empty() && pending_.front().kind == Piece::kChunk) {
-                counted += pending_.front().uncounted ? 0 : pending_.front().data.size();
+                counted += pending_.front().uncounted || pending_.front().local
+                               ? 0
+                               : pending_.front().data.size();
                 oversized += pending_.front().uncounted ? 1 : 0;
                 piece.data += pending_.front().data;
                 pending_.pop_front();
@@ -1138,6 +1158,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 ok = false;
                 break;
             }
+            last_write = Clock::now();
             body_bytes += piece.data.size();
             continue;
         }

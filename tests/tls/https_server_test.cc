@@ -794,6 +794,46 @@ TEST_CASE("two stream chunks larger than max_stream_buffer_bytes in a row reach 
     second->end_stream();
 }
 
+TEST_CASE("a silent event stream gets keepalive comments, other streams do not") {
+    HttpLimits limits;
+    limits.stream_keepalive = std::chrono::milliseconds(100);
+    Fixture f(limits);
+    auto reader = f.connect();
+    REQUIRE(reader.ok());
+    REQUIRE((*reader)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    REQUIRE((*reader)->read_until("\r\n\r\n").ok());
+    // Nothing from the handler: comments come on their own, as whole events.
+    auto first = (*reader)->read_until(": keepalive\n\n");
+    REQUIRE(first.ok());
+    auto second = (*reader)->read_until(": keepalive\n\n");
+    REQUIRE(second.ok());
+    channel->write("data: hello\n\n");
+    channel->write("data: [DONE]\n\n");
+    channel->end_stream();
+    auto rest = (*reader)->read_until("0\r\n\r\n");
+    REQUIRE(rest.ok());
+    CHECK(rest->find("data: hello\n\n") != std::string::npos);
+
+    // A stream of another type is left as it is.
+    f.handler.reset_held();
+    auto plain = f.connect();
+    REQUIRE(plain.ok());
+    REQUIRE((*plain)->send(testing::http_request("GET", "/hold")).ok());
+    auto other = f.handler.wait_held();
+    REQUIRE(other != nullptr);
+    other->begin_stream(HttpResponse{200, "text/plain", {}, ""});
+    REQUIRE((*plain)->read_until("\r\n\r\n").ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(350));
+    other->write("end");
+    other->end_stream();
+    auto body = (*plain)->read_until("0\r\n\r\n");
+    REQUIRE(body.ok());
+    CHECK(body->find("keepalive") == std::string::npos);
+}
+
 TEST_CASE("a client that stops reading is cut at the write timeout, and its handler told") {
     HttpLimits limits;
     limits.write_timeout = std::chrono::milliseconds(200);

@@ -518,6 +518,28 @@ TEST_CASE("a client leaving a forwarded stream is charged its max_tokens, not no
     check_in_debt(a, b, chat_request(true), 1);
 }
 
+TEST_CASE("a forwarded stream silent longer than stream_idle_timeout is kept by keepalives") {
+    // A request waiting for its first token (a queue, a long prefill) sent nothing after the
+    // stream's head, and the forwarding site cut it at peer.stream_idle_timeout_ms; the serving
+    // site's keepalive comments (limits.stream_keepalive_ms) keep it.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  stream_idle_timeout_ms: 300\n");
+    Site b(cluster, "sin", {"m"}, "limits:\n  stream_keepalive_ms: 100\n");
+    a.planner.route_to({b.target()});
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    b.generator.emit(0, "late");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 1, 0});
+    auto all = c->read_until("0\r\n\r\n");
+    REQUIRE(all.ok());
+    CHECK(all->find("upstream_cut") == std::string::npos);
+    CHECK(all->find("late") != std::string::npos);
+    CHECK(all->find(": keepalive\n\n") != std::string::npos);
+    CHECK(all->find("data: [DONE]\n\n") != std::string::npos);
+}
+
 TEST_CASE("a forwarded stream longer than 8 MiB is relayed whole") {
     // Beast's response parser stops a body at 8 MiB by default: a healthy stream past it (a
     // long reasoning reply, logprobs) was cut with upstream_cut.
