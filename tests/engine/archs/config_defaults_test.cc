@@ -185,7 +185,8 @@ TEST_CASE("config: transformers v5 rope_parameters are read as the v4 fields") {
     CHECK(not_object.status().message() == "c.json: field 'rope_parameters' is not an object");
 }
 
-TEST_CASE("config: DeepSeek YaRN in rope_parameters equals it in rope_scaling; attention_factor") {
+TEST_CASE(
+    "config: DeepSeek YaRN in rope_parameters equals it in rope_scaling, and attention_factor") {
     const std::string fields =
         "\"type\": \"yarn\", \"factor\": 4.0, \"mscale\": 1.0, \"mscale_all_dim\": 0.5, "
         "\"original_max_position_embeddings\": 512";
