@@ -164,6 +164,19 @@ const char* weight_format_name(WeightFormat format) {
     return "unknown";
 }
 
+// The scale that maps a block's or group's largest magnitude to the format's largest code. One
+// whose scale would be 0 (all zeros, or only subnormals below max_q x 2^-149, where amax / max_q
+// underflows) gets 1: its values then round to 0, where a 0 scale made 0 / 0 NaN codes (FP8) or
+// a NaN cast to an integer (INT8, INT4).
+namespace {
+
+float group_scale(float amax, float max_q) {
+    const float scale = amax / max_q;
+    return scale > 0.0f ? scale : 1.0f;
+}
+
+}  // namespace
+
 Result<QuantizedWeight> quantize_fp8_block(const SourceMatrix& src, std::string_view name) {
     EDGE_RETURN_IF_ERROR(check_source(src, name));
     const int64_t rows = src.rows;
@@ -188,7 +201,7 @@ Result<QuantizedWeight> quantize_fp8_block(const SourceMatrix& src, std::string_
                     amax = std::max(amax, std::fabs(panel[i * cols + c0 + c]));
                 }
             }
-            const float scale = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+            const float scale = group_scale(amax, kFp8E4M3Max);
             scales[(r0 / kFp8Block) * block_cols + bc] = scale;
             for (int64_t i = 0; i < nr; ++i) {
                 for (int64_t c = 0; c < nc; ++c) {
@@ -216,7 +229,7 @@ Result<QuantizedWeight> quantize_int8_row(const SourceMatrix& src, std::string_v
         for (float v : row) {
             amax = std::max(amax, std::fabs(v));
         }
-        const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+        const float scale = group_scale(amax, 127.0f);
         scales[r] = scale;
         for (int64_t c = 0; c < cols; ++c) {
             const float q = std::clamp(std::nearbyint(row[c] / scale), -127.0f, 127.0f);
@@ -251,7 +264,7 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
             for (int64_t c = 0; c < group_size; ++c) {
                 amax = std::max(amax, std::fabs(w[c]));
             }
-            const float scale = amax > 0.0f ? amax / 7.0f : 1.0f;
+            const float scale = group_scale(amax, 7.0f);
             scales[r * groups + g] = scale;
             for (int64_t c = 0; c < group_size; ++c) {
                 const int q =

@@ -191,6 +191,22 @@ TEST_CASE("all-zero blocks quantize to zeros with a unit scale") {
     }
 }
 
+TEST_CASE("blocks of only tiny subnormals quantize to zeros, not NaN") {
+    // amax / 448 (or / 127, / 7) underflowed to a 0 scale: FP8 stored 0 / 0 = NaN codes, and
+    // every token multiplied by that row came out NaN; INT8 and INT4 cast a NaN to an integer.
+    std::vector<float> m(16 * 32, 0.0f);
+    m[3 * 32] = 0x1p-148f;
+    m[3 * 32 + 5] = -0x1p-149f;
+    for (WeightFormat format :
+         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
+        auto q = quantize(SourceMatrix::f32(m.data(), 16, 32), format);
+        REQUIRE(q.ok());
+        std::vector<float> row(32, 1.0f);
+        dequantize_row(q->view(), 3, row.data());
+        CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; }));
+    }
+}
+
 TEST_CASE("a moved QuantizedWeight keeps its view valid") {
     std::vector<float> m = random_matrix(4, 64, 5);
     auto q = quantize_int8_row(SourceMatrix::f32(m.data(), 4, 64));
