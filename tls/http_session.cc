@@ -51,10 +51,10 @@ struct Piece {
     enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
     HttpResponse response;
     std::string data;
-    bool uncounted = false;  // kChunk: an oversized chunk let through (ChannelImpl::write).
-    // kChunk: written by the session itself (a keepalive comment), in no account of the
-    // channel's.
-    bool local = false;
+    // kChunk: which of the channel's accounts holds it until it is written: its backlog
+    // (queued_), its oversized places (an oversized chunk let through, ChannelImpl::write), or
+    // none (a keepalive comment the session wrote itself).
+    enum class Account { kQueued, kOversized, kNone } account = Account::kQueued;
 };
 
 std::string_view handshake_failure_reason(const boost::system::error_code& ec, bool timed_out) {
@@ -449,7 +449,7 @@ public:
         // marks a slow reader; memory stays bounded by the limit plus kOversizedQueued chunks,
         // as one more oversized chunk while they all wait is counted (and cuts the stream).
         if (n > max_queued_ && take_oversized_slot()) {
-            deliver(Piece{Piece::kChunk, {}, std::move(chunk), /*uncounted=*/true});
+            deliver(Piece{Piece::kChunk, {}, std::move(chunk), Piece::Account::kOversized});
             return;
         }
         const size_t queued = queued_.fetch_add(n, std::memory_order_relaxed) + n;
@@ -1069,7 +1069,8 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 // A silent event stream gets a comment (HttpLimits::stream_keepalive).
                 const Clock::time_point due = last_write + keepalive;
                 if (Clock::now() >= due) {
-                    pending_.push_back(Piece{Piece::kChunk, {}, ": keepalive\n\n", false, true});
+                    pending_.push_back(
+                        Piece{Piece::kChunk, {}, ": keepalive\n\n", Piece::Account::kNone});
                     continue;
                 }
                 co_await wait_signal(due - Clock::now());
@@ -1110,13 +1111,15 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         }
         if (piece.kind == Piece::kChunk && streaming) {
             // Coalesce whatever else is already queued into one write.
-            size_t counted = piece.uncounted || piece.local ? 0 : piece.data.size();
-            int oversized = piece.uncounted ? 1 : 0;
+            size_t counted = 0;
+            int oversized = 0;
+            auto take = [&](const Piece& p) {
+                counted += p.account == Piece::Account::kQueued ? p.data.size() : 0;
+                oversized += p.account == Piece::Account::kOversized ? 1 : 0;
+            };
+            take(piece);
             while (!pending_.empty() && pending_.front().kind == Piece::kChunk) {
-                counted += pending_.front().uncounted || pending_.front().local
-                               ? 0
-                               : pending_.front().data.size();
-                oversized += pending_.front().uncounted ? 1 : 0;
+                take(pending_.front());
                 piece.data += pending_.front().data;
                 pending_.pop_front();
             }
