@@ -335,17 +335,13 @@ int main(int argc, char** argv) {
     const double batched32_frac = passes32 > 0 ? batched32 / 32 * step32_bytes / bw_ref : 0.0;
     const double bytes_bound = passes32 > 0 ? 32 * bytes_per_token / step32_bytes : 0.0;
     // The kernels the figures come from (--cpu-kernels avx512_bf16 measures without the tiles).
-    const std::string isa = cpu_kernels != "auto"
-                                ? cpu_kernels
-                                : std::string(edge::engine::cpu::isa_name(
-                                      edge::engine::cpu::detect_isa()));
+    const std::string isa = edge::bench::kernels_name(cpu_kernels);
     // The other side of a batched step, its arithmetic: each of the 32 tokens multiplies the
     // weights it would read alone (exact activations twice, hi and lo), so at the BF16
     // dot-product peak (dot_peak.h, at the batched figures' thread count) batched decode runs at
     // most peak / (a token's products) tokens/s, whatever the bandwidth. For the AVX512_BF16
     // kernels only (the AMX tiles and the AVX2 fallbacks have other peaks): 0 otherwise.
-    const double peak =
-        isa == "avx512_bf16" ? edge::bench::dot_peak(only_threads == 1 ? 1 : 2) : 0.0;
+    const double peak = edge::bench::kernels_dot_peak(cpu_kernels, only_threads == 1 ? 1 : 2);
     const auto products = static_cast<double>(edge::bench::decode_products_per_token(*config));
     const double peak_tps_exact = peak / (2 * products), peak_tps_bf16 = peak / products;
     const double products_bound = ratio(peak_tps_exact, single_ref);

@@ -10,8 +10,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "engine/cpu/matmul.h"
 
 namespace edge::bench {
 
@@ -71,6 +74,19 @@ inline double dot_peak(int threads) {
     }
     std::sort(runs.begin(), runs.end());
     return runs[1];
+}
+
+// The kernels engine.cpu_kernels selects ("auto" or an ISA name), by name.
+inline std::string kernels_name(const std::string& cpu_kernels) {
+    return cpu_kernels != "auto"
+               ? cpu_kernels
+               : std::string(edge::engine::cpu::isa_name(edge::engine::cpu::detect_isa()));
+}
+
+// dot_peak() when those kernels are the AVX512_BF16 ones whose peak it measures; 0 for the
+// others (the AMX tiles, the widen + FMA fallbacks), which it would not bound.
+inline double kernels_dot_peak(const std::string& cpu_kernels, int threads) {
+    return kernels_name(cpu_kernels) == "avx512_bf16" ? dot_peak(threads) : 0.0;
 }
 
 }  // namespace edge::bench

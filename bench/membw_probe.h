@@ -3,13 +3,13 @@
 // Memory read bandwidth probe shared by the benches: streams a buffer much larger than the caches
 // with T threads (each reading its own contiguous part, as the matmul kernels do) and reports the
 // median of several runs in bytes per second. Each thread's part is read four ways, one
-// sequential stream and four interleaved ones (its quarters in step, as the BF16 kernel reads a
-// matrix): without software prefetch, prefetching 2 KiB ahead into L1 (as that kernel did until
-// 2026-12-04), and prefetching 256 B ahead into L1 and 8 KiB into L2 (as it does now); the
-// fastest median is the limit: on this project's Zen 5 VM four streams read 6-17% faster than one,
-// and an engine kernel that reads that way must not score above 1.0 against a probe that does not.
-// The buffer is 2 MiB aligned and advised huge pages, as the mapped weights are. Header-only; bench
-// code, not part of a library.
+// sequential stream (as the BF16 kernel reads a matrix for one token) and four interleaved ones
+// (its quarters in step, as it reads one for several tokens): without software prefetch,
+// prefetching 2 KiB ahead into L1 (as that kernel did until 2026-12-04), and prefetching 256 B
+// ahead into L1 and 8 KiB into L2 (as it does now); the fastest median is the limit: on this
+// project's Zen 5 VM four streams read 6-17% faster than one, and an engine kernel that reads that
+// way must not score above 1.0 against a probe that does not. The buffer is 2 MiB aligned and
+// advised huge pages, as the mapped weights are. Header-only; bench code, not part of a library.
 
 #include <immintrin.h>
 #include <sys/mman.h>

@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -344,11 +345,8 @@ int main(int argc, char** argv) {
     // chunks included.
     auto routed_rows = [&] {
         const auto stats = model->shard_stats();
-        int64_t rows = 0;
-        for (int64_t r : stats ? stats->rank_rows : std::vector<int64_t>{}) {
-            rows += r;
-        }
-        return rows;
+        return stats ? std::accumulate(stats->rank_rows.begin(), stats->rank_rows.end(), int64_t{0})
+                     : int64_t{0};
     };
     int64_t passes0 = 0, rows0 = 0;
     std::vector<int64_t> seen_tokens(kStreams, 0);
@@ -412,12 +410,8 @@ int main(int argc, char** argv) {
     double computed_per_step = 0.0, products_per_step = 0.0, products_bound = 0.0;
     const double tokens_per_step =
         measured_steps > 0 ? static_cast<double>(measured_tokens) / measured_steps : 0.0;
-    const std::string isa =
-        cpu_kernels != "auto"
-            ? cpu_kernels
-            : std::string(edge::engine::cpu::isa_name(edge::engine::cpu::detect_isa()));
     const double peak =
-        backend == "cpu" && isa == "avx512_bf16" ? edge::bench::dot_peak(threads) : 0.0;
+        backend == "cpu" ? edge::bench::kernels_dot_peak(cpu_kernels, threads) : 0.0;
     if (auto config = edge::engine::ConfigJson::read(model_dir);
         config.ok() && measured_steps > 0 && passes() > passes0) {
         passes_per_step = static_cast<double>(passes() - passes0) / measured_steps;
