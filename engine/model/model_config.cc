@@ -24,38 +24,39 @@ Result<ConfigJson> ConfigJson::read(const std::string& dir) {
 
 namespace {
 
-// transformers v5 saves a model's RoPE settings in one `rope_parameters` object (rope_theta,
-// partial_rotary_factor, rope_type and the scaling fields) where v4 had top-level `rope_theta`,
-// `partial_rotary_factor` and `rope_scaling`. The architectures read the v4 names, so the nested
-// values are lifted to them here: without this a v5 config loaded with the default theta and no
-// scaling, in silence. A value given in both places must be the same.
 // Equal values; numbers by value (1e6 and 1000000.0 are the same theta).
 bool same_value(const json::value& a, const json::value& b) {
     return a.is_number() && b.is_number() ? a.to_number<double>() == b.to_number<double>() : a == b;
 }
 
+// transformers v5 saves a model's RoPE settings in one `rope_parameters` object (rope_theta,
+// partial_rotary_factor, rope_type and the scaling fields) where v4 had top-level `rope_theta`,
+// `partial_rotary_factor` and `rope_scaling`. The architectures read the v4 names, so the nested
+// values are lifted to them here: without this a v5 config loaded with the default theta and no
+// scaling, in silence. A value given in both places must be the same.
 Status lift_rope_parameters(json::object& root, const std::string& path) {
     const json::value* nested = root.if_contains("rope_parameters");
     if (nested == nullptr || nested->is_null()) {
         return ok_status();
     }
-    const std::string where = path + ": field 'rope_parameters'";
     if (!nested->is_object()) {
-        return invalid_argument_error(where + " is not an object");
+        return invalid_argument_error(path + ": field 'rope_parameters' is not an object");
     }
-    const json::object params = nested->get_object();
+    // `key` of rope_parameters against the same setting given as `field` elsewhere.
+    auto clash = [&](std::string_view key, const json::value& value, const std::string& field,
+                     const json::value& other) {
+        return invalid_argument_error(path + ": field 'rope_parameters." + std::string(key) +
+                                      "' (" + json::serialize(value) + ") disagrees with field '" +
+                                      field + "' (" + json::serialize(other) + ")");
+    };
+    const json::object params = nested->get_object();  // A copy: root changes below.
     auto agree = [&](std::string_view key, const json::value& inner) -> Status {
         const json::value* top = root.if_contains(key);
         if (top == nullptr || top->is_null()) {
             root[key] = inner;
             return ok_status();
         }
-        if (!same_value(*top, inner)) {
-            return invalid_argument_error(where + "." + std::string(key) + " (" +
-                                          json::serialize(inner) + ") disagrees with field '" +
-                                          std::string(key) + "' (" + json::serialize(*top) + ")");
-        }
-        return ok_status();
+        return same_value(*top, inner) ? ok_status() : clash(key, inner, std::string(key), *top);
     };
     json::object scaling;
     std::string type = "default";
@@ -86,10 +87,7 @@ Status lift_rope_parameters(json::object& root, const std::string& path) {
     for (const auto& [key, value] : scaling) {
         const json::value* v = top->get_object().if_contains(key);
         if (v != nullptr && !same_value(*v, value)) {
-            return invalid_argument_error(where + "." + std::string(key) + " (" +
-                                          json::serialize(value) +
-                                          ") disagrees with field 'rope_scaling." +
-                                          std::string(key) + "' (" + json::serialize(*v) + ")");
+            return clash(key, value, "rope_scaling." + std::string(key), *v);
         }
     }
     return ok_status();

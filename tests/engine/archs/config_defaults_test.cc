@@ -177,8 +177,18 @@ TEST_CASE("config: transformers v5 rope_parameters are read as the v4 fields") {
         "c.json");
     REQUIRE_FALSE(clash.ok());
     CHECK(clash.status().message() ==
-          "c.json: field 'rope_parameters'.rope_theta (1E6) disagrees with field 'rope_theta' "
+          "c.json: field 'rope_parameters.rope_theta' (1E6) disagrees with field 'rope_theta' "
           "(1E4)");
+    // The scaling given both ways must agree too.
+    auto scaling_clash = ConfigJson::parse(
+        minimal_config(kDeepseekV3Architecture,
+                       "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}, "
+                       "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 8.0}"),
+        "c.json");
+    REQUIRE_FALSE(scaling_clash.ok());
+    CHECK(scaling_clash.status().message().find(
+              "field 'rope_parameters.factor' (8E0) disagrees with field 'rope_scaling.factor'") !=
+          std::string::npos);
     auto not_object = ConfigJson::parse(
         minimal_config(kQwen3MoeArchitecture, "\"rope_parameters\": 5"), "c.json");
     REQUIRE_FALSE(not_object.ok());
