@@ -178,32 +178,24 @@ TEST_CASE("quantize rejects bad shapes and formats") {
     CHECK_FALSE(quantize_int8_row(SourceMatrix::f32(m.data(), 0, 48)).ok());
 }
 
-TEST_CASE("all-zero blocks quantize to zeros with a unit scale") {
-    std::vector<float> m(16 * 32, 0.0f);
-    for (WeightFormat format :
-         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
-        auto q = quantize(SourceMatrix::f32(m.data(), 16, 32), format);
-        REQUIRE(q.ok());
-        std::vector<float> row(32, 1.0f);
-        dequantize_row(q->view(), 3, row.data());
-        CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; }));
-        CHECK(q->scales()[0] == 1.0f);
-    }
-}
-
-TEST_CASE("blocks of only tiny subnormals quantize to zeros, not NaN") {
-    // amax / 448 (or / 127, / 7) underflowed to a 0 scale: FP8 stored 0 / 0 = NaN codes, and
-    // every token multiplied by that row came out NaN; INT8 and INT4 cast a NaN to an integer.
-    std::vector<float> m(16 * 32, 0.0f);
-    m[3 * 32] = 0x1p-148f;
-    m[3 * 32 + 5] = -0x1p-149f;
-    for (WeightFormat format :
-         {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
-        auto q = quantize(SourceMatrix::f32(m.data(), 16, 32), format);
-        REQUIRE(q.ok());
-        std::vector<float> row(32, 1.0f);
-        dequantize_row(q->view(), 3, row.data());
-        CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; }));
+TEST_CASE("all-zero blocks, and blocks of only tiny subnormals, quantize to zeros, not NaN") {
+    // Tiny subnormals: amax / 448 (or / 127, / 7) underflowed to a 0 scale, so FP8 stored
+    // 0 / 0 = NaN codes and every token multiplied by that row came out NaN; INT8 and INT4 cast
+    // a NaN to an integer. Both kinds of block now get a unit scale.
+    std::vector<float> zeros(16 * 32, 0.0f);
+    std::vector<float> tiny = zeros;
+    tiny[3 * 32] = 0x1p-148f;
+    tiny[3 * 32 + 5] = -0x1p-149f;
+    for (const std::vector<float>* m : {&zeros, &tiny}) {
+        for (WeightFormat format :
+             {WeightFormat::kFP8E4M3Block128, WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
+            auto q = quantize(SourceMatrix::f32(m->data(), 16, 32), format);
+            REQUIRE(q.ok());
+            std::vector<float> row(32, 1.0f);
+            dequantize_row(q->view(), 3, row.data());
+            CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; }));
+            CHECK(q->scales()[0] == 1.0f);
+        }
     }
 }
 
