@@ -201,11 +201,14 @@ public:
         return false;
     }
     void set_gone_callback(uint64_t seq, std::function<void()> callback) {
-        if (seq != seq_ || response_done_) {
-            return;
-        }
+        // Gone already: the callback runs now, even when the answer has ended (the client left
+        // before this registration reached the strand, and the session closed the answer on
+        // seeing it: ignoring the registration then left the handler generating for no one).
         if (client_gone_) {
             callback();
+            return;
+        }
+        if (seq != seq_ || response_done_) {
             return;
         }
         gone_callback_ = std::move(callback);
@@ -466,9 +469,22 @@ public:
     }
     void end_stream() override { deliver(Piece{Piece::kEnd, {}, {}}); }
     void on_client_gone(std::function<void()> callback) override {
-        on_session([seq = seq_, callback = std::move(callback)](HttpSession& s) mutable {
-            s.set_gone_callback(seq, std::move(callback));
-        });
+        if (t_handling != nullptr) {
+            if (auto s = session_.lock(); s.get() == t_handling) {
+                s->set_gone_callback(seq_, std::move(callback));
+                return;
+            }
+        }
+        // A session already destroyed closed its connection before this request's answer (set
+        // before answering, this registration is ahead of the answer on the strand): gone.
+        net::dispatch(executor_,
+                      [session = session_, seq = seq_, callback = std::move(callback)]() mutable {
+                          if (auto s = session.lock()) {
+                              s->set_gone_callback(seq, std::move(callback));
+                          } else {
+                              callback();
+                          }
+                      });
     }
     void note(std::string name, std::variant<std::string, int64_t> value) override {
         ResponseNote note{std::move(name), std::move(value)};
