@@ -12,6 +12,7 @@ namespace {
 struct Avx2 {
     using Vec = __m256;
     static constexpr int64_t kLanes = 8;
+    static constexpr int kValueVecs = 2;  // 4 heads x 2: 8 of the 16 registers.
     static Vec zero() { return _mm256_setzero_ps(); }
     static Vec load(const float* p) { return _mm256_loadu_ps(p); }
     static void store(float* p, Vec v) { _mm256_storeu_ps(p, v); }

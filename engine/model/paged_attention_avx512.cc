@@ -11,6 +11,7 @@ namespace {
 struct Avx512 {
     using Vec = __m512;
     static constexpr int64_t kLanes = 16;
+    static constexpr int kValueVecs = 4;  // 4 heads x 4: 16 of the 32 registers.
     static Vec zero() { return _mm512_setzero_ps(); }
     static Vec load(const float* p) { return _mm512_loadu_ps(p); }
     static void store(float* p, Vec v) { _mm512_storeu_ps(p, v); }

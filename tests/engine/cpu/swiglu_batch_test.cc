@@ -5,13 +5,14 @@
 // Tolerance per output: 1e-4 * (sum_c |down[r][c] * act[c]| + sum_c |down[r][c]|) + 1e-5, with
 // weights scaled 1/sqrt(fan_in) so activations are O(1) (the AVX512_BF16 kernels carry activations
 // as bf16 hi + lo, about 2^-17 relative per product; the error of gate and up reaches the output
-// through down). Also: the paged attention's AVX-512 form equals cpu::attention_gqa to rounding.
+// through down). Also: the paged attention's SIMD forms equal cpu::attention_gqa to rounding.
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/convert.h"
@@ -22,6 +23,7 @@
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/kv_cache.h"
 #include "engine/model/paged_attention.h"
+#include "engine/model/paged_attention_simd.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -163,49 +165,80 @@ TEST_CASE("swiglu_batch equals gate, up, SiLU and down through the scalar kernel
 }
 
 TEST_CASE("paged attention with SIMD head dims equals contiguous attention to rounding") {
-    // Multiples of 8 (AVX2) and of 16 (AVX-512): whichever form this CPU runs.
-    for (int32_t hd : {8, 16, 24, 64, 128}) {
-        KvCacheShape s;
-        s.layers = 1;
-        s.kv_heads = 2;
-        s.head_dim = hd;
-        s.slots = 2;
-        s.max_context = 64;
-        s.block_tokens = 16;
-        s.budget_bytes = int64_t{1} << 22;
-        auto kv = KvCache::create(s);
-        REQUIRE(kv.ok());
-        KvCache& c = **kv;
-        auto filler = *c.acquire();
-        auto slot = *c.acquire();
-        std::mt19937 rng(static_cast<uint32_t>(hd));
-        std::normal_distribution<float> dist;
-        const int32_t n = 41;
-        std::vector<float> keys(static_cast<size_t>(n * hd)), values(keys.size());
-        for (int32_t p = 0; p < n; ++p) {
-            const SlotGrowth g[] = {{filler, p + 1}, {slot, p + 1}};
-            REQUIRE(c.reserve(g).ok());
-            c.set_length(filler, p + 1);
-            c.set_length(slot, p + 1);
-            for (int32_t d = 0; d < hd; ++d) {
-                keys[static_cast<size_t>(p * hd + d)] = dist(rng);
-                values[static_cast<size_t>(p * hd + d)] = dist(rng);
-                c.key(slot, 0, 1, p)[d] = keys[static_cast<size_t>(p * hd + d)];
-                c.value(slot, 0, 1, p)[d] = values[static_cast<size_t>(p * hd + d)];
+    // Multiples of 8 (AVX2) and of 16 (AVX-512): through paged_attention_gqa (whichever form this
+    // CPU runs) and through each form this CPU can run, called directly. Head counts past the
+    // four one pass takes, contexts that end inside a block and blocks of 4 and 16 tokens.
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    for (int32_t bt : {4, 16}) {
+        for (int32_t hd : {8, 16, 24, 64, 128}) {
+            KvCacheShape s;
+            s.layers = 1;
+            s.kv_heads = 2;
+            s.head_dim = hd;
+            s.slots = 2;
+            s.max_context = 64;
+            s.block_tokens = bt;
+            s.budget_bytes = int64_t{1} << 22;
+            auto kv = KvCache::create(s);
+            REQUIRE(kv.ok());
+            KvCache& c = **kv;
+            auto filler = *c.acquire();
+            auto slot = *c.acquire();
+            std::mt19937 rng(static_cast<uint32_t>(hd));
+            std::normal_distribution<float> dist;
+            const int32_t n = 41;
+            std::vector<float> keys(static_cast<size_t>(n * hd)), values(keys.size());
+            for (int32_t p = 0; p < n; ++p) {
+                const SlotGrowth g[] = {{filler, p + 1}, {slot, p + 1}};
+                REQUIRE(c.reserve(g).ok());
+                c.set_length(filler, p + 1);
+                c.set_length(slot, p + 1);
+                for (int32_t d = 0; d < hd; ++d) {
+                    keys[static_cast<size_t>(p * hd + d)] = dist(rng);
+                    values[static_cast<size_t>(p * hd + d)] = dist(rng);
+                    c.key(slot, 0, 1, p)[d] = keys[static_cast<size_t>(p * hd + d)];
+                    c.value(slot, 0, 1, p)[d] = values[static_cast<size_t>(p * hd + d)];
+                }
             }
-        }
-        for (int64_t n_q : {1, 3, 4, 6}) {
-            std::vector<float> q(static_cast<size_t>(n_q * hd));
-            for (float& x : q) {
-                x = dist(rng);
+            using Attend = void (*)(const detail::KvSeqView&, int32_t, int32_t, const float*,
+                                    int64_t, int64_t, float, float*, float*);
+            std::vector<std::pair<const char*, Attend>> forms;
+            if (avx2 && hd % 8 == 0) {
+                forms.emplace_back("avx2", &detail::attend_avx2);
             }
-            std::vector<float> want(q.size()), got(q.size()), scores(static_cast<size_t>(n_q * n));
-            attention_gqa(q.data(), n_q, hd, keys.data(), values.data(), hd, n, 0.125f,
-                          scores.data(), want.data());
-            paged_attention_gqa(c, slot, 0, 1, q.data(), n_q, n, 0.125f, scores.data(), got.data());
-            for (size_t i = 0; i < want.size(); ++i) {
-                INFO("head_dim " << hd << " n_q " << n_q << " i " << i);
-                CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * (1.0 + std::fabs(want[i])));
+            if (avx512 && hd % 16 == 0) {
+                forms.emplace_back("avx512", &detail::attend_avx512);
+            }
+            for (int64_t n_q : {1, 3, 4, 6, 9}) {
+                for (int64_t ctx : {1, 5, 16, 17, 41}) {
+                    std::vector<float> q(static_cast<size_t>(n_q * hd));
+                    for (float& x : q) {
+                        x = dist(rng);
+                    }
+                    std::vector<float> want(q.size()), scores(static_cast<size_t>(n_q * ctx));
+                    attention_gqa(q.data(), n_q, hd, keys.data(), values.data(), hd, ctx, 0.125f,
+                                  scores.data(), want.data());
+                    auto check = [&](const char* form, const std::vector<float>& got) {
+                        for (size_t i = 0; i < want.size(); ++i) {
+                            INFO(form << " block " << bt << " head_dim " << hd << " n_q " << n_q
+                                      << " ctx " << ctx << " i " << i);
+                            CHECK(std::fabs(got[i] - want[i]) <= 1e-5 * (1.0 + std::fabs(want[i])));
+                        }
+                    };
+                    std::vector<float> got(q.size(), -1.0f);
+                    paged_attention_gqa(c, slot, 0, 1, q.data(), n_q, ctx, 0.125f, scores.data(),
+                                        got.data());
+                    check("dispatched", got);
+                    for (const auto& [name, fn] : forms) {
+                        std::fill(got.begin(), got.end(), -1.0f);
+                        fn(detail::kv_seq_view(c, slot), 0, 1, q.data(), n_q, ctx, 0.125f,
+                           scores.data(), got.data());
+                        check(name, got);
+                    }
+                }
             }
         }
     }
