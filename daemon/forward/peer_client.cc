@@ -649,6 +649,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                    {"streamed", streamed},
                    {"error", job.site_lost ? std::string("declared dead by gossip")
                                            : ec.message()}});
+        if (streamed && event_stream && usage.ended()) {
+            // Cut after the stream's end event: the client has the whole answer (a peer that
+            // closed before the chunked body's terminator). End it as it would have ended.
+            job.deliver_last = [channel = job.channel] { channel->end_stream(); };
+            co_return true;
+        }
         if (streamed) {
             // Bytes are out: no retry. Say so in-band where the format allows, then end.
             if (event_stream) {
@@ -661,8 +667,11 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                                       "' was declared dead (gossip) while streaming"
                                 : "the connection to site '" + target.site_id +
                                       "' broke while streaming: " + ec.message();
-                // Ended as a locally cut stream is: the error event, then the stream's end.
-                job.channel->write("data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
+                // Ended as a locally cut stream is: the error event, then the stream's end;
+                // after the relayed part of an over-long event, a blank line ends that event
+                // first, so the error is an event of its own.
+                job.channel->write(std::string(usage.inside_event() ? "\n\n" : "") +
+                                   "data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
             }
             job.cut = true;
             job.deliver_last = [channel = job.channel] { channel->end_stream(); };

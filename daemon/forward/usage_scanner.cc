@@ -64,6 +64,7 @@ std::string UsageScanner::feed_events(std::string_view bytes) {
             out.append(partial_, start, end + 2 - start);
         } else if (!take_report(event)) {
             parse_event(event);
+            ended_ = ended_ || event == "data: [DONE]";
             out.append(partial_, start, end + 2 - start);
         }
         start = end + 2;

@@ -28,8 +28,13 @@ public:
     int64_t completion_tokens() const { return completion_tokens_; }
     // The peer's usage report comment was seen (its figures win over a "usage" event's).
     bool reported() const { return reported_; }
+    // The stream's end event (`data: [DONE]`) was relayed: the client has the whole answer.
+    bool ended() const { return ended_; }
+    // Part of an over-long event was relayed without its end: a stream cut now leaves that
+    // event open on the client's side.
+    bool inside_event() const { return passing_; }
 
-private:
+  private:
     void parse_event(std::string_view event);
     // True when `event` is the usage report comment (read, not to be relayed).
     bool take_report(std::string_view event);
@@ -39,6 +44,7 @@ private:
     size_t scanned_ = 0;    // partial_[0, scanned_) holds no "\n\n".
     bool passing_ = false;  // Inside an over-long event: relay until its end, parse nothing.
     bool reported_ = false;
+    bool ended_ = false;
     int64_t prompt_tokens_ = 0;
     int64_t completion_tokens_ = 0;
 };

@@ -3,20 +3,20 @@
 // the test drives, and a static RoutePlanner (a test double listing the peers) in place of the
 // gossip-fed one.
 
-#include <doctest/doctest.h>
-
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
-
-#include <boost/json.hpp>
 
 #include "common/log.h"
 #include "daemon/cluster/route_planner.h"
@@ -216,6 +216,76 @@ void check_in_debt(Site& a, Site& b, const std::string& request, size_t seen) {
     CHECK(r->status == 429);
     CHECK_FALSE(b.generator.wait_for_request(seen, 0));
 }
+
+// A peer that is not an edgeserve: one TLS connection (certificate from the cluster CA), the
+// request read, `answer` written, then the socket closed without a TLS close_notify.
+class RawPeer {
+  public:
+    RawPeer(const testing::TestCertificate& cert, std::string answer) : answer_(std::move(answer)) {
+        listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+        REQUIRE(listen_fd_ >= 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+        REQUIRE(listen(listen_fd_, 4) == 0);
+        socklen_t len = sizeof(addr);
+        REQUIRE(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+        port_ = ntohs(addr.sin_port);
+        ctx_ = SSL_CTX_new(TLS_server_method());
+        REQUIRE(ctx_ != nullptr);
+        REQUIRE(SSL_CTX_use_certificate_chain_file(ctx_, cert.cert_path.c_str()) == 1);
+        REQUIRE(SSL_CTX_use_PrivateKey_file(ctx_, cert.key_path.c_str(), SSL_FILETYPE_PEM) == 1);
+        thread_ = std::thread([this] { serve(); });
+    }
+    ~RawPeer() {
+        shutdown(listen_fd_, SHUT_RDWR);
+        thread_.join();
+        close(listen_fd_);
+        SSL_CTX_free(ctx_);
+    }
+    RouteTarget target() const {
+        return RouteTarget{false, "raw", "127.0.0.1:" + std::to_string(port_), 0.0, "m"};
+    }
+
+  private:
+    void serve() {
+        const int fd = accept(listen_fd_, nullptr, nullptr);
+        if (fd < 0) {
+            return;
+        }
+        SSL* ssl = SSL_new(ctx_);
+        SSL_set_fd(ssl, fd);
+        if (SSL_accept(ssl) == 1) {
+            std::string request;
+            char buf[4096];
+            // The head, then the body its Content-Length gives.
+            size_t need = std::string::npos;
+            while (need == std::string::npos || request.size() < need) {
+                const int n = SSL_read(ssl, buf, sizeof(buf));
+                if (n <= 0) {
+                    break;
+                }
+                request.append(buf, static_cast<size_t>(n));
+                const size_t head_end = request.find("\r\n\r\n");
+                const size_t cl = request.find("Content-Length: ");
+                if (need == std::string::npos && head_end != std::string::npos &&
+                    cl != std::string::npos) {
+                    need = head_end + 4 + std::stoul(request.substr(cl + 16));
+                }
+            }
+            SSL_write(ssl, answer_.data(), static_cast<int>(answer_.size()));
+        }
+        SSL_free(ssl);
+        close(fd);
+    }
+
+    std::string answer_;
+    int listen_fd_ = -1;
+    uint16_t port_ = 0;
+    SSL_CTX* ctx_ = nullptr;
+    std::thread thread_;
+};
 
 }  // namespace
 
@@ -758,6 +828,38 @@ TEST_CASE("a retry budget of zero forbids the retry") {
     CHECK(error_code_of(*r) == "upstream_unavailable");
     CHECK_FALSE(b.generator.wait_for_request(0, 0));
     CHECK(a.planner.reports().size() == 1);
+}
+
+TEST_CASE("a peer that closes after its stream's end event: the stream ends once, not cut") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
+                                                       {"raw.cluster.test", "localhost"});
+    const std::string events =
+        "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+        "\"delta\":{\"content\":\"whole\"},\"finish_reason\":\"stop\"}]}\n\n"
+        ": edgeserve-usage {\"prompt_tokens\":3,\"completion_tokens\":1}\n\n"
+        "data: [DONE]\n\n";
+    char size[32];
+    std::snprintf(size, sizeof(size), "%zx\r\n", events.size());
+    // Chunked, and closed before the terminating chunk.
+    RawPeer raw(cert,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n" +
+                    std::string(size) + events + "\r\n");
+    a.planner.route_to({raw.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(true)).ok());
+    auto all = client->read_until("0\r\n\r\n");
+    REQUIRE(all.ok());
+    CHECK(all->find("whole") != std::string::npos);
+    CHECK(all->find("upstream_cut") == std::string::npos);
+    const size_t done = all->find("data: [DONE]");
+    REQUIRE(done != std::string::npos);
+    CHECK(all->find("data: [DONE]", done + 1) == std::string::npos);  // Once.
+    CHECK(all->find("edgeserve-usage") == std::string::npos);         // Read, not relayed.
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1"));
 }
 
 TEST_CASE("no retry once bytes reached the client") {

@@ -93,3 +93,22 @@ TEST_CASE("usage scanner: an over-long event is relayed intact without being hel
     out += scanner.feed_events("data: [DONE]\n\n");
     CHECK(out == huge + "data: [DONE]\n\n");
 }
+
+TEST_CASE("usage scanner: the end event and an over-long event left open are seen") {
+    UsageScanner scanner;
+    scanner.feed_events("data: {\"a\":1}\n\ndata: [DO");
+    CHECK_FALSE(scanner.ended());  // Held, not relayed yet.
+    scanner.feed_events("NE]\n\n");
+    CHECK(scanner.ended());
+
+    UsageScanner open;
+    const std::string huge = "data: {\"pad\":\"" + std::string(2 << 20, 'x') + "\"}\n\n";
+    open.feed_events(std::string_view(huge).substr(0, (1 << 20) + 10));
+    CHECK(open.inside_event());  // Part of it relayed, its end not yet.
+    open.feed_events(std::string_view(huge).substr((1 << 20) + 10));
+    CHECK_FALSE(open.inside_event());
+    CHECK_FALSE(open.ended());
+    UsageScanner text;
+    text.feed_events("data: the text [DONE]\n\n");  // Only the end event itself counts.
+    CHECK_FALSE(text.ended());
+}
