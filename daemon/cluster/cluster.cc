@@ -280,7 +280,8 @@ public:
 
     static net::awaitable<void> check_ready(std::shared_ptr<Impl> self, std::string member,
                                             std::string addr) {
-        bool ok = false;
+        using Readiness = ClusterRoutePlanner::Readiness;
+        Readiness readiness = Readiness::kFailed;
         Result<std::pair<std::string, uint16_t>> hp = membership::split_host_port(addr);
         error_code ec;
         net::ip::address ip;
@@ -300,7 +301,11 @@ public:
                     beast::flat_buffer buf;
                     http::response<http::string_body> res;
                     auto [rec, rn] = co_await http::async_read(stream, buf, res, kTuple);
-                    ok = !rec && res.result() == http::status::ok;
+                    if (!rec && res.result() == http::status::ok) {
+                        readiness = Readiness::kReady;
+                    } else if (!rec && res.result() == http::status::service_unavailable) {
+                        readiness = Readiness::kNotReady;
+                    }
                 }
             }
             error_code ignored;
@@ -309,10 +314,12 @@ public:
         if (self->stopped_) {
             co_return;
         }
-        if (!ok) {
-            log::debug("peer_not_ready", {{"member", member}, {"admin", addr}});
+        if (readiness != Readiness::kReady) {
+            log::debug("peer_not_ready", {{"member", member},
+                                          {"admin", addr},
+                                          {"answered", readiness == Readiness::kNotReady}});
         }
-        self->planner_->report_active(member, ok);
+        self->planner_->report_active(member, readiness);
     }
 
     std::optional<AdminReply> handle_admin(std::string_view method, std::string_view target) {

@@ -62,14 +62,18 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
             continue;
         }
         b->peer_addr[m.name] = m.site->peer_addr;
-        if (m.is_local || m.name == snap->local_name) {
+        // The detector's ejection cap counts pools that may be planned to: not the local ones,
+        // nor those of dead or departed members (kept in the snapshot for a day).
+        if (m.is_local || m.name == snap->local_name ||
+            (m.state != membership::NodeState::kAlive &&
+             m.state != membership::NodeState::kSuspect)) {
             continue;
         }
         for (const membership::PoolInfo& p : m.site->pools) {
             pools.insert(pool_key(m.name, p.model));
         }
     }
-    // Pools come and go with the snapshot; the detector's ejection cap counts the live ones.
+    // Pools come and go with the snapshot.
     for (const std::string& p : pools) {
         if (!known_pools_.count(p)) {
             outliers_.add_pool(p);
@@ -255,7 +259,10 @@ void ClusterRoutePlanner::report(const RouteTarget& target, bool ok,
     note_ejections(before, target.site_id);
 }
 
-void ClusterRoutePlanner::report_active(const std::string& member, bool ok) {
+void ClusterRoutePlanner::report_active(const std::string& member, Readiness readiness) {
+    if (readiness == Readiness::kNotReady) {
+        return;
+    }
     auto b = current();
     if (!b->snapshot) {
         return;
@@ -266,8 +273,11 @@ void ClusterRoutePlanner::report_active(const std::string& member, bool ok) {
     }
     const uint64_t before = outliers_.ejections_total();
     for (const membership::PoolInfo& p : m->site->pools) {
+        if (p.state != membership::PoolState::kServing) {
+            continue;  // Not planned to (loading, draining): its checks say nothing of it.
+        }
         const std::string key = pool_key(member, p.model);
-        if (ok) {
+        if (readiness == Readiness::kReady) {
             outliers_.report_success(key);
         } else {
             outliers_.report_failure(key, routing::health::FailureKind::kConnect);

@@ -66,8 +66,16 @@ public:
     void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) override;
     std::vector<std::string> cluster_models() override;
 
-    // The result of one active /readyz check of `member`: counts for each of its pools.
-    void report_active(const std::string& member, bool ok);
+    // The result of one active /readyz check of `member`.
+    enum class Readiness {
+        kReady,     // 200.
+        kNotReady,  // The site answered 503 (loading, draining): not a failure; its gossiped
+                    // pool states keep it out of plans while it says so.
+        kFailed,    // No answer (refused, reset, timeout) or any other status.
+    };
+    // Counts for each of the member's pools that gossip says is serving: a success or a failure
+    // to the outlier detector; kNotReady counts for none.
+    void report_active(const std::string& member, Readiness readiness);
 
     // The same decision as plan() with every candidate's cost terms and verdict; `version`
     // receives the version filter used.

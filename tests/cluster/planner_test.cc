@@ -89,10 +89,10 @@ struct Fixture {
     daemon::Metrics metrics;
     std::unique_ptr<ClusterRoutePlanner> planner;
 
-    explicit Fixture(PlannerConfig config = {}) {
+    explicit Fixture(PlannerConfig config = {}, int max_ejection_percent = 100) {
         config.outlier.consecutive_failures = 3;
         config.outlier.base_ejection_time = std::chrono::seconds(30);
-        config.outlier.max_ejection_percent = 100;
+        config.outlier.max_ejection_percent = max_ejection_percent;
         planner = std::make_unique<ClusterRoutePlanner>(
             config, clock, [this] { return world.snapshot(); }, rollouts, &metrics);
     }
@@ -253,9 +253,41 @@ TEST_CASE("planner: suspect members and ejected pools are penalized, ejection ex
 
     // Active checks count like requests: three failed /readyz eject again.
     for (int i = 0; i < 3; ++i) {
-        f.planner->report_active("ams", false);
+        f.planner->report_active("ams", ClusterRoutePlanner::Readiness::kFailed);
     }
     CHECK(f.first() == "sin");
+}
+
+TEST_CASE("planner: a site that says it is not ready is not ejected, and leaves the cap free") {
+    Fixture f({}, 50);  // One ejection at a time: 50% of two pools.
+    using Readiness = ClusterRoutePlanner::Readiness;
+    // ams loads its model: /readyz answers 503 and gossip says loading, for a minute.
+    f.world.add(kAms, {pool("v1", membership::PoolState::kLoading)});
+    f.world.add(kSin, {pool()});
+    CHECK(f.first() == "sin");
+    for (int i = 0; i < 30; ++i) {
+        f.planner->report_active("ams", Readiness::kNotReady);
+        f.clock.advance(std::chrono::seconds(2));
+        CHECK(f.first() == "sin");
+    }
+    // A check that failed outright while gossip still says loading says nothing of the pool.
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report_active("ams", Readiness::kFailed);
+    }
+    CHECK_FALSE(f.planner->outliers().is_ejected("ams/m"));
+    // ams serves; sin fails every forwarded request: sin is the one ejected, ams takes it all.
+    f.world.add(kAms, {pool()});
+    f.planner->report_active("ams", Readiness::kReady);
+    CHECK(f.first() == "ams");
+    RouteTarget sin{false, "sin", "127.0.0.1:1", 0.0, "m"};
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report(sin, false, std::chrono::milliseconds(1));
+    }
+    CHECK(f.planner->outliers().is_ejected("sin/m"));
+    CHECK_FALSE(f.planner->outliers().is_ejected("ams/m"));
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE_FALSE(p.targets.empty());
+    CHECK(p.targets[0].site_id == "ams");
 }
 
 TEST_CASE("planner: a remote site without a peer listener is never a target") {
