@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -160,6 +162,27 @@ int run_main(int argc, char** argv) {
         return sig.has_value();
     };
 
+    // Socket activation (edgeserve.socket): the first inherited socket is the public listener,
+    // so a restart never closes the port; listeners.public.address/port then go unused. Taken
+    // first, while this is the only thread: it unsets LISTEN_* (setenv/unsetenv race getenv in
+    // other threads), and resolving the backend below may start the CUDA runtime's threads.
+    Result<std::vector<int>> inherited = take_listen_fds();
+    if (!inherited.ok()) {
+        log::error("socket_activation_invalid", {{"error", inherited.status().message()}});
+        std::fprintf(stderr, "edgeserve: %s\n", inherited.status().message().c_str());
+        return 1;
+    }
+    int public_fd = -1;
+    if (!inherited->empty()) {
+        public_fd = inherited->front();
+        for (size_t i = 1; i < inherited->size(); ++i) {
+            log::warn("socket_activation_extra_fd",
+                      {{"fd", static_cast<int64_t>((*inherited)[i])}, {"detail", "closed"}});
+            close((*inherited)[i]);
+        }
+        log::info("socket_activation", {{"public_fd", static_cast<int64_t>(public_fd)}});
+    }
+
     Result<Config> config = load_config(config_path);
     if (!config.ok()) {
         log::error("config_invalid", {{"error", config.status().message()}});
@@ -182,25 +205,6 @@ int run_main(int argc, char** argv) {
     log::info("backend", {{"requested", config->engine.backend},
                           {"using", *backend},
                           {"cpu_kernels", cpu_kernels}});
-
-    // Socket activation (edgeserve.socket): the first inherited socket is the public listener,
-    // so a restart never closes the port; listeners.public.address/port then go unused.
-    Result<std::vector<int>> inherited = take_listen_fds();
-    if (!inherited.ok()) {
-        log::error("socket_activation_invalid", {{"error", inherited.status().message()}});
-        std::fprintf(stderr, "edgeserve: %s\n", inherited.status().message().c_str());
-        return 1;
-    }
-    int public_fd = -1;
-    if (!inherited->empty()) {
-        public_fd = inherited->front();
-        for (size_t i = 1; i < inherited->size(); ++i) {
-            log::warn("socket_activation_extra_fd",
-                      {{"fd", static_cast<int64_t>((*inherited)[i])}, {"detail", "closed"}});
-            close((*inherited)[i]);
-        }
-        log::info("socket_activation", {{"public_fd", static_cast<int64_t>(public_fd)}});
-    }
 
     // Certificates, ports and the models' files are checked before the models load (which can
     // take minutes), with the same checks as check-config.
@@ -268,15 +272,45 @@ int run_main(int argc, char** argv) {
         log::warn("sd_notify_failed", {{"error", s.message()}});
     }
     auto interval = notifier.watchdog_interval();
-    if (interval) {
-        (void)notifier.notify("WATCHDOG=1");
-    }
     bool watchdog_withheld = false;
+    // Pinged only while the I/O threads and the engine make progress: a daemon stuck for longer
+    // than the interval is then restarted by systemd (WatchdogSec). Due by the clock, not by a
+    // quiet wait: signals end the wait early, and a burst of SIGHUPs (a reload per renewed file)
+    // must not starve the pings until systemd kills a healthy daemon.
+    auto next_ping = std::chrono::steady_clock::now();
+    auto ping_watchdog = [&] {
+        const auto now = std::chrono::steady_clock::now();
+        if (!interval || now < next_ping) {
+            return;
+        }
+        next_ping = now + *interval;
+        const std::string stuck =
+            (*daemon)->stuck(std::chrono::duration_cast<std::chrono::milliseconds>(*interval));
+        if (stuck.empty()) {
+            (void)notifier.notify("WATCHDOG=1");
+            watchdog_withheld = false;
+        } else if (!watchdog_withheld) {
+            watchdog_withheld = true;
+            log::error(
+                "watchdog_withheld",
+                {{"stuck", stuck},
+                 {"stalled_over_ms",
+                  static_cast<int64_t>(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(*interval).count())},
+                 {"detail",
+                  "no WATCHDOG=1 until it moves again; systemd restarts the service "
+                  "at WatchdogSec"}});
+        }
+    };
+    ping_watchdog();
     for (;;) {
-        // Wakes at least every kHealthPollInterval to ask for the device's health.
+        // Wakes at least every kHealthPollInterval to ask for the device's health, and when the
+        // next watchdog ping is due.
         auto wait = std::chrono::duration_cast<std::chrono::microseconds>(kHealthPollInterval);
-        if (interval && *interval < wait) {
-            wait = *interval;
+        if (interval) {
+            wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(
+                                  next_ping - std::chrono::steady_clock::now()),
+                              std::chrono::microseconds(0), wait);
         }
         timespec ts{static_cast<time_t>(wait.count() / 1'000'000),
                     static_cast<long>((wait.count() % 1'000'000) * 1000)};
@@ -287,27 +321,8 @@ int run_main(int argc, char** argv) {
                 **daemon, *generator, health,
                 std::min(config->limits.drain_deadline, kDeviceFaultDrain));
         }
+        ping_watchdog();
         if (sig < 0) {
-            if (interval) {
-                // Pinged only while the I/O threads and the engine make progress: a daemon stuck
-                // for longer than the interval is then restarted by systemd (WatchdogSec).
-                const std::string stuck = (*daemon)->stuck(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(*interval));
-                if (stuck.empty()) {
-                    (void)notifier.notify("WATCHDOG=1");
-                    watchdog_withheld = false;
-                } else if (!watchdog_withheld) {
-                    watchdog_withheld = true;
-                    log::error("watchdog_withheld",
-                               {{"stuck", stuck},
-                                {"stalled_over_ms",
-                                 static_cast<int64_t>(std::chrono::duration_cast<
-                                                          std::chrono::milliseconds>(*interval)
-                                                          .count())},
-                                {"detail", "no WATCHDOG=1 until it moves again; systemd "
-                                           "restarts the service at WatchdogSec"}});
-                }
-            }
             continue;
         }
         if (sig == SIGHUP) {

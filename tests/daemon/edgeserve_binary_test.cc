@@ -3,13 +3,15 @@
 // `systemd-analyze verify` of the unit.
 
 #include <doctest/doctest.h>
-
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +49,11 @@ public:
         char buf[1024];
         ssize_t n = recv(fd_, buf, sizeof(buf), 0);
         return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+    }
+    // Waits at most `ms` for the next datagram ("" on timeout).
+    std::string receive_within(int ms) {
+        pollfd p{fd_, POLLIN, 0};
+        return poll(&p, 1, ms) == 1 ? receive() : std::string();
     }
     // Receives until a datagram contains `needle`; false on timeout.
     bool expect(const std::string& needle) {
@@ -518,6 +525,42 @@ TEST_CASE(
     CHECK(rollout.exit_code == 1);
     CHECK(rollout.err.find("has no `gossip` section") != std::string::npos);
 
+    child.signal(SIGTERM);
+    CHECK(child.wait(15000) == 0);
+}
+
+TEST_CASE("edgeserve run: a burst of SIGHUPs does not hold back the watchdog pings") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    std::string config = dir.write("c.yaml", testing::config_yaml(cert.cert_path, cert.key_path));
+    NotifySocket notify(dir.file("notify.sock"));
+    // WatchdogSec 1 s: pings are due every half of it.
+    testing::Child child({kBinary, "run", "--config", config},
+                         {"NOTIFY_SOCKET=" + dir.file("notify.sock"), "WATCHDOG_USEC=1000000"},
+                         dir.file("stderr.log"));
+    REQUIRE(notify.expect("READY=1"));
+    REQUIRE(notify.expect("WATCHDOG=1"));
+    // A reload every 150 ms for 3 s: each one used to restart the wait the pings came from.
+    using Clock = std::chrono::steady_clock;
+    auto last_ping = Clock::now();
+    std::chrono::milliseconds longest{0};
+    const auto end = Clock::now() + std::chrono::seconds(3);
+    auto next_hup = Clock::now();
+    while (Clock::now() < end) {
+        if (Clock::now() >= next_hup) {
+            child.signal(SIGHUP);
+            next_hup += std::chrono::milliseconds(150);
+        }
+        const std::string d = notify.receive_within(20);
+        if (d.find("WATCHDOG=1") != std::string::npos) {
+            longest = std::max(longest, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            Clock::now() - last_ping));
+            last_ping = Clock::now();
+        }
+    }
+    longest = std::max(
+        longest, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_ping));
+    CHECK(longest < std::chrono::milliseconds(1000));  // systemd's limit, with room for load.
     child.signal(SIGTERM);
     CHECK(child.wait(15000) == 0);
 }
