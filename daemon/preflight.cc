@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/udp.hpp>
 
 #include "daemon/cluster/cluster.h"
 #include "engine/cpu/matmul.h"
@@ -195,6 +196,23 @@ Status check_ports_free(const Config& config, bool public_socket_inherited) {
             return unavailable_error(config.source + ": " + l.key + ": cannot listen on " +
                                      l.address + ":" + std::to_string(l.port) + ": " +
                                      ec.message());
+        }
+    }
+    // Gossip also binds UDP on its port; another process's UDP socket there would otherwise be
+    // found only after the models load.
+    boost::system::error_code ec;
+    const net::ip::address gossip_address = net::ip::make_address(config.gossip.bind_address, ec);
+    if (config.gossip.enabled && !ec && config.gossip.port != 0) {
+        const net::ip::udp::endpoint endpoint(gossip_address, config.gossip.port);
+        net::ip::udp::socket probe(io);
+        probe.open(endpoint.protocol(), ec);
+        if (!ec) {
+            probe.bind(endpoint, ec);
+        }
+        if (ec) {
+            return unavailable_error(config.source + ": gossip.port: cannot bind UDP " +
+                                     config.gossip.bind_address + ":" +
+                                     std::to_string(config.gossip.port) + ": " + ec.message());
         }
     }
     return ok_status();

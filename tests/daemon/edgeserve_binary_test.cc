@@ -181,6 +181,35 @@ TEST_CASE("edgeserve run finds a port in use before it loads the models, check-c
     CHECK_MESSAGE(r.err.find("model_ready") == std::string::npos, r.err);
 }
 
+TEST_CASE("edgeserve run finds gossip's UDP port in use before it loads the models") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    // Another process's UDP socket on the gossip port (its TCP side is free).
+    const int taken = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(taken >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    const std::string port = std::to_string(ntohs(addr.sin_port));
+    const std::string config = dir.write(
+        "c.yaml",
+        testing::config_yaml(cert.cert_path, cert.key_path,
+                             "models:\n  - {name: m, path: " + std::string(EDGE_SOURCE_DIR) +
+                                 "/tests/fixtures/micro-qwen3-moe}\n"
+                                 "gossip:\n  bind_address: 127.0.0.1\n  port: " +
+                                 port + "\n"));
+    auto r = testing::run({kBinary, "run", "--config", config});
+    ::close(taken);
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": gossip.port: cannot bind UDP 127.0.0.1:" +
+                             port + ": Address already in use") != std::string::npos,
+                  r.err);
+    CHECK_MESSAGE(r.err.find("model_ready") == std::string::npos, r.err);
+}
+
 TEST_CASE("check-config loads what run loads: certificates, ports, model files, keyring") {
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
