@@ -37,15 +37,26 @@ std::string certificate_label(const tls::CertificateConfig& cert) {
     return std::filesystem::path(cert.cert_path).filename().string();
 }
 
-void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs,
-                                Metrics& metrics) {
+void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs, Metrics& metrics,
+                                const std::string& peer_cert_path,
+                                const std::string& peer_ca_path) {
     std::vector<std::string> labels;
-    for (const tls::CertificateConfig& cert : certs) {
-        Result<int64_t> not_after = certificate_not_after(cert.cert_path);
+    auto publish = [&](const std::string& label, const std::string& path) {
+        Result<int64_t> not_after = certificate_not_after(path);
         if (not_after.ok()) {
-            metrics.set_certificate_expiry(certificate_label(cert), *not_after);
-            labels.push_back(certificate_label(cert));
+            metrics.set_certificate_expiry(label, *not_after);
+            labels.push_back(label);
         }
+    };
+    for (const tls::CertificateConfig& cert : certs) {
+        publish(certificate_label(cert), cert.cert_path);
+    }
+    if (!peer_cert_path.empty()) {
+        publish("peer:" + std::filesystem::path(peer_cert_path).filename().string(),
+                peer_cert_path);
+    }
+    if (!peer_ca_path.empty()) {
+        publish("peer-ca:" + std::filesystem::path(peer_ca_path).filename().string(), peer_ca_path);
     }
     metrics.retain_certificate_expiry(labels);
 }

@@ -3,7 +3,8 @@
 // Certificate expiry for the metrics: reads the leaf (first PEM block) of each configured chain
 // and publishes its notAfter as edgeserve_tls_certificate_expiry_timestamp_seconds{certificate}.
 // The label is the chain's first SNI name, or the certificate file's name when it has none (a
-// bounded set: one per configured chain). Pure functions; call from any thread.
+// bounded set: one per configured chain, two for the peer section). Pure functions; call from
+// any thread.
 
 #include <string>
 #include <vector>
@@ -23,7 +24,11 @@ std::string certificate_label(const tls::CertificateConfig& cert);
 
 // Sets the expiry gauge for every chain that can be read and drops the series of every other
 // (unreadable ones are skipped: loading them reports the error; chains no longer configured
-// are gone).
-void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs, Metrics& metrics);
+// are gone). With a peer section, also the site's cluster certificate and the cluster CA
+// (labels "peer:<file name>" and "peer-ca:<file name>"): when either lapses, every forward to and
+// from the site fails its handshake.
+void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs, Metrics& metrics,
+                                const std::string& peer_cert_path = "",
+                                const std::string& peer_ca_path = "");
 
 }  // namespace edge::daemon

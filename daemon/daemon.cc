@@ -103,6 +103,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         tls::CertificateConfig peer_cert{{}, p.cert_path, p.key_path};
         d->peer_certificate_ = peer_cert;
         d->peer_ca_ = p.ca_path;
+        publish_certificate_expiry(d->certificates_, *d->metrics_, p.cert_path, p.ca_path);
         EDGE_ASSIGN_OR_RETURN(d->peer_tls_,
                               tls::TlsContextStore::create({peer_cert},
                                                            tls::ClientAuthConfig{p.ca_path}));
@@ -361,7 +362,6 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     metrics_->on_certificate_reload("public", s.ok());
     if (s.ok()) {
         certificates_ = certificates;
-        publish_certificate_expiry(certificates_, *metrics_);
         log::info("certificates_reloaded", {{"generation", tls_->current()->number()},
                                             {"chains", static_cast<int64_t>(certificates.size())}});
     } else {
@@ -407,6 +407,7 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
         peer_certificate_ = peer_certificate;
         peer_ca_ = peer_ca;
     }
+    publish_certificate_expiry(certificates_, *metrics_, peer_certificate_.cert_path, peer_ca_);
     return s;
 }
 

@@ -289,6 +289,17 @@ class RawPeer {
 
 }  // namespace
 
+TEST_CASE("the cluster certificate's and the cluster CA's expiry are on /metrics") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"});
+    const std::string metrics = a.daemon->metrics().serialize();
+    for (const std::string label : {"peer:fra.crt", "peer-ca:cluster-ca.crt", "localhost"}) {
+        INFO(label);
+        CHECK(metrics.find("edgeserve_tls_certificate_expiry_timestamp_seconds{certificate=\"" +
+                           label + "\"}") != std::string::npos);
+    }
+}
+
 TEST_CASE("/v1/models lists the models other sites serve beside this site's own") {
     Cluster cluster;
     Site a(cluster, "a", {"m"}, tenants_section());
