@@ -109,32 +109,40 @@ void OutlierDetector::evaluate_interval_locked() {
         }
     }
     // Success-rate statistics over the pools with enough volume this interval.
-    std::vector<std::pair<Pool*, double>> rates;
+    struct Rate {
+        const std::string* name;
+        Pool* pool;
+        double rate;
+    };
+    std::vector<Rate> rates;
     for (auto& [name, p] : pools_) {
         const uint64_t total = p.interval_success + p.interval_failure;
         if (!p.ejected && total >= config_.success_rate_request_volume && total > 0) {
-            rates.emplace_back(
-                &p, static_cast<double>(p.interval_success) / static_cast<double>(total));
+            rates.push_back(
+                {&name, &p, static_cast<double>(p.interval_success) / static_cast<double>(total)});
         }
     }
     if (!rates.empty() && rates.size() >= config_.success_rate_minimum_hosts) {
         double sum = 0.0;
-        for (const auto& [p, r] : rates) {
-            sum += r;
+        for (const Rate& r : rates) {
+            sum += r.rate;
         }
         const double mean = sum / static_cast<double>(rates.size());
         double var = 0.0;
-        for (const auto& [p, r] : rates) {
-            var += (r - mean) * (r - mean);
+        for (const Rate& r : rates) {
+            var += (r.rate - mean) * (r.rate - mean);
         }
         const double stdev = std::sqrt(var / static_cast<double>(rates.size()));
         const double threshold = mean - config_.success_rate_stdev_factor * stdev;
-        // Worst first, so the ejection limit removes the worst pools.
-        std::sort(rates.begin(), rates.end(),
-                  [](const auto& a, const auto& b) { return a.second < b.second; });
-        for (const auto& [p, r] : rates) {
-            if (r < threshold) {
-                eject_locked(*p, EjectionCause::kSuccessRate);
+        // Worst first, so the ejection limit removes the worst pools; equal rates by name, so
+        // every site ejects the same one of several equally bad pools (the map's order is not
+        // the same everywhere).
+        std::sort(rates.begin(), rates.end(), [](const Rate& a, const Rate& b) {
+            return a.rate != b.rate ? a.rate < b.rate : *a.name < *b.name;
+        });
+        for (const Rate& r : rates) {
+            if (r.rate < threshold) {
+                eject_locked(*r.pool, EjectionCause::kSuccessRate);
             }
         }
     }
@@ -147,10 +155,25 @@ void OutlierDetector::evaluate_interval_locked() {
 void OutlierDetector::tick() {
     std::lock_guard lock(mu_);
     const TimePoint now = clock_.now();
-    while (now >= next_interval_) {
-        evaluate_interval_locked();
-        next_interval_ += config_.interval;
+    if (now < next_interval_) {
+        return;
     }
+    // Intervals missed beyond the first (no request planned for a while, a short interval):
+    // their counts are empty, so each would only decay the ejection counts by one. Done at
+    // once rather than one evaluation each under the lock a request is waiting on (a day at a
+    // 1 ms interval is 86 million of them).
+    const int64_t behind =
+        config_.interval.count() > 0 ? (now - next_interval_) / config_.interval : 0;
+    evaluate_interval_locked();
+    if (behind > 0) {
+        for (auto& [name, p] : pools_) {
+            if (!p.ejected) {
+                p.times_ejected -= static_cast<decltype(p.times_ejected)>(
+                    std::min<int64_t>(behind, static_cast<int64_t>(p.times_ejected)));
+            }
+        }
+    }
+    next_interval_ += (behind + 1) * config_.interval;
 }
 
 bool OutlierDetector::is_ejected(std::string_view pool) const {

@@ -175,3 +175,83 @@ TEST_CASE("outlier: success-rate ejection needs volume and enough pools") {
     few.tick();
     CHECK(!few.is_ejected("q3"));
 }
+
+TEST_CASE("outlier: a day of missed 1 ms intervals is caught up at once, with the same decay") {
+    ManualClock clock;
+    OutlierConfig cfg;
+    cfg.interval = std::chrono::milliseconds(1);
+    cfg.base_ejection_time = std::chrono::milliseconds(3);
+    cfg.max_ejection_time = std::chrono::milliseconds(100);
+    OutlierDetector d(cfg, clock);
+    OutlierDetector stepped(cfg, clock);
+    add_pools(d, 10);
+    add_pools(stepped, 10);
+    // p1 ejected four times (its count 4, the last ejection 12 ms), p2 once (3 ms).
+    for (OutlierDetector* x : {&d, &stepped}) {
+        for (int round = 0; round < 4; ++round) {
+            for (int i = 0; i < 5; ++i) {
+                x->report_failure("p1", FailureKind::kConnect);
+            }
+            REQUIRE(x->is_ejected("p1"));
+            if (round < 3) {
+                clock.advance(std::chrono::milliseconds(4 * (round + 1)));
+                d.tick();
+                stepped.tick();
+                REQUIRE_FALSE(x->is_ejected("p1"));
+            }
+        }
+    }
+    // `stepped` ticks every interval for 10 ms: the reference. `d` sees one tick after 10 ms.
+    for (int i = 0; i < 10; ++i) {
+        clock.advance(std::chrono::milliseconds(1));
+        stepped.tick();
+        if (i == 6) {
+            // Part way, the two agree after d's single catch-up tick.
+            d.tick();
+            CHECK(d.pools()[1].times_ejected == stepped.pools()[1].times_ejected);
+            CHECK(d.is_ejected("p1") == stepped.is_ejected("p1"));
+        }
+    }
+    d.tick();
+    CHECK(d.pools()[1].times_ejected == stepped.pools()[1].times_ejected);
+    CHECK(d.is_ejected("p1") == stepped.is_ejected("p1"));
+    // A day without a tick at a 1 ms interval: one call (86.4 million intervals).
+    clock.advance(std::chrono::hours(24));
+    d.tick();
+    CHECK_FALSE(d.is_ejected("p1"));
+    CHECK(d.pools()[1].times_ejected == 0);
+    // And the next interval boundary is in the future, not a day behind.
+    for (int i = 0; i < 5; ++i) {
+        d.report_failure("p3", FailureKind::kConnect);
+    }
+    REQUIRE(d.is_ejected("p3"));
+    clock.advance(std::chrono::milliseconds(4));
+    d.tick();
+    CHECK_FALSE(d.is_ejected("p3"));
+}
+
+TEST_CASE("outlier: of equally bad pools, the ejection cap takes the first by name") {
+    ManualClock clock;
+    OutlierConfig cfg;
+    cfg.consecutive_failures = 0;
+    cfg.max_ejection_percent = 10;  // One of ten.
+    OutlierDetector d(cfg, clock);
+    // Added in an order unlike their names'.
+    for (const char* name : {"p7", "p3", "p9", "p1", "p5", "p0", "p2", "p4", "p6", "p8"}) {
+        d.add_pool(name);
+    }
+    for (int p = 0; p < 10; ++p) {
+        const std::string name = "p" + std::to_string(p);
+        for (int i = 0; i < 100; ++i) {
+            if (p == 3 || p == 7) {  // Every request fails: both far below the mean.
+                d.report_failure(name, FailureKind::kHttp5xx);
+            } else {
+                d.report_success(name);
+            }
+        }
+    }
+    clock.advance(seconds(10));
+    d.tick();
+    CHECK(d.is_ejected("p3"));
+    CHECK_FALSE(d.is_ejected("p7"));
+}
