@@ -123,6 +123,15 @@ Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
                 if (!pool.ok()) {
                     return pool.status().with_context("pool " + std::to_string(s.pools.size()));
                 }
+                // A site serves a model once: pools are keyed by (site, model) downstream
+                // (outlier records, the pool views), where a second would take the first's.
+                for (const PoolInfo& other : s.pools) {
+                    if (other.model == pool->model) {
+                        return data_loss_error("site state: pool " +
+                                               std::to_string(s.pools.size()) + " repeats model '" +
+                                               pool->model + "'");
+                    }
+                }
                 s.pools.push_back(std::move(pool).value());
                 break;
             }

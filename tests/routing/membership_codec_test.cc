@@ -130,6 +130,13 @@ TEST_CASE("codec: truncations, bad versions and lying lengths are kDataLoss") {
     WireWriter w;
     w.field_double(3, std::nan(""));
     CHECK_FALSE(decode_site_state(w.bytes()).ok());
+    // One model twice in a site's pools.
+    SiteState twice = sample_site();
+    twice.pools.push_back(twice.pools.front());
+    twice.pools.back().version_digest = "sha256:def";
+    auto dup = decode_site_state(encode_site_state(twice));
+    CHECK(dup.status().code() == StatusCode::kDataLoss);
+    CHECK(dup.status().message() == "site state: pool 1 repeats model 'kimi-k2'");
 }
 
 TEST_CASE("codec: user event Lamport times at or above 2^62 are kDataLoss") {
