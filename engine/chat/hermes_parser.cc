@@ -23,7 +23,7 @@ class HermesParser final : public MarkerParser {
     void begin_call() override {
         state_ = State::kLead;
         json_ = JsonStream();
-        name_on_ = args_on_ = args_done_ = false;
+        name_on_ = args_on_ = args_done_ = name_seen_ = args_seen_ = false;
         name_json_.clear();
         pending_args_.clear();
     }
@@ -48,13 +48,22 @@ class HermesParser final : public MarkerParser {
                 if (r == JsonStream::Result::kInvalid) {
                     return malformed("a tool call is not valid JSON");
                 }
+                // A key given twice is malformed rather than last-wins: its first value has
+                // already streamed (a second "arguments" would append a second object to the
+                // first, a second "name" would start the call again).
                 if (value_starts && key == "name") {
-                    name_on_ = true;
+                    if (name_seen_) {
+                        return malformed("a tool call has two \"name\" keys");
+                    }
+                    name_seen_ = name_on_ = true;
                 } else if (value_starts && key == "arguments") {
+                    if (args_seen_) {
+                        return malformed("a tool call has two \"arguments\" keys");
+                    }
                     if (c != '{') {
                         return malformed("a tool call's arguments are not a JSON object");
                     }
-                    args_on_ = true;
+                    args_seen_ = args_on_ = true;
                 }
                 if (name_on_) {
                     name_json_ += c;
@@ -115,6 +124,8 @@ class HermesParser final : public MarkerParser {
     bool name_on_ = false;
     bool args_on_ = false;
     bool args_done_ = false;
+    bool name_seen_ = false;  // The call's "name" key has come (its value may still be open).
+    bool args_seen_ = false;  // Its "arguments" key has come.
     std::string name_json_;
     std::string pending_args_;
 };

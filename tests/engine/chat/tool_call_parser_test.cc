@@ -257,6 +257,22 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK(o.calls[0].name == "g");
         CHECK(o.content == "<tool_call>{\"nam");
     }
+    SUBCASE("Hermes: a second \"arguments\" or \"name\" key") {
+        // Streaming both values would give the client two objects back to back as the
+        // arguments (or a second header); the call is given up instead.
+        for (const std::string call :
+             {"{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"arguments\": {\"b\": 2}}",
+              "{\"arguments\": {\"a\": 1}, \"arguments\": {}, \"name\": \"f\"}",
+              "{\"name\": \"f\", \"arguments\": {}, \"name\": \"g\"}",
+              "{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}"}) {
+            INFO(call);
+            const std::string text = "x<tool_call>" + call + "</tool_call>y";
+            const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+            CHECK(o.malformed);
+            CHECK(o.calls.empty());
+            CHECK(o.content == text);
+        }
+    }
     SUBCASE("GLM-4.5: missing <arg_value>") {
         const std::string text = "<tool_call>f\n<arg_key>a</arg_key>oops</tool_call>";
         const Outcome o = check_all_splits(ToolCallFormat::kGlm45, text);
