@@ -2,12 +2,29 @@
 
 #include <cctype>
 #include <cstring>
+#include <string_view>
 
 namespace edge::engine::chat {
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// One \u escape's code unit as UTF-8. A surrogate pair's halves are encoded one by one (not
+// combined): the key only has to compare equal to the plain names a parser looks for, and a
+// key with a surrogate in it is none of them.
+void append_utf8(std::string& out, uint32_t u) {
+    if (u < 0x80) {
+        out += static_cast<char>(u);
+    } else if (u < 0x800) {
+        out += static_cast<char>(0xc0 | (u >> 6));
+        out += static_cast<char>(0x80 | (u & 0x3f));
+    } else {
+        out += static_cast<char>(0xe0 | (u >> 12));
+        out += static_cast<char>(0x80 | ((u >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (u & 0x3f));
+    }
+}
 
 }  // namespace
 
@@ -188,25 +205,35 @@ JsonStream::Result JsonStream::feed(char c) {
         case State::kEscape:
             if (std::strchr("\"\\/bfnrt", c) != nullptr && c != '\0') {
                 if (string_is_key_ && stack_.size() == 1) {
-                    key_buf_ += c;  // Keys with escapes are compared raw; fine for names.
+                    // Decoded, as a JSON reader sees the key: "argume\nts" is not "arguments".
+                    static constexpr std::string_view kFrom = "\"\\/bfnrt";
+                    static constexpr std::string_view kTo = "\"\\/\b\f\n\r\t";
+                    key_buf_ += kTo[kFrom.find(c)];
                 }
                 state_ = State::kString;
                 return Result::kOk;
             }
             if (c == 'u') {
                 unicode_left_ = 4;
+                unicode_ = 0;
                 state_ = State::kUnicode;
                 return Result::kOk;
             }
             return fail();
-        case State::kUnicode:
+        case State::kUnicode: {
             if (!std::isxdigit(static_cast<unsigned char>(c))) {
                 return fail();
             }
+            const int digit = is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
+            unicode_ = unicode_ * 16 + static_cast<uint32_t>(digit);
             if (--unicode_left_ == 0) {
+                if (string_is_key_ && stack_.size() == 1) {
+                    append_utf8(key_buf_, unicode_);
+                }
                 state_ = State::kString;
             }
             return Result::kOk;
+        }
         case State::kNumber:
             if (is_digit(c) || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
                 token_ += c;

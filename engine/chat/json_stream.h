@@ -29,7 +29,8 @@ class JsonStream {
     bool invalid() const { return state_ == State::kInvalid; }
     // Containers open now (0 outside any, 1 inside the outermost object or array).
     size_t depth() const { return stack_.size(); }
-    // At depth 1 of an object: the key whose value is being read or was just read.
+    // At depth 1 of an object: the key whose value is being read or was just read, its escapes
+    // decoded (a surrogate pair's halves as UTF-8 each).
     const std::string& top_key() const { return top_key_; }
     // True when the next non-space byte starts a value at depth 1 (after "key":).
     bool expecting_top_value() const { return stack_.size() == 1 && state_ == State::kValue; }
@@ -62,6 +63,7 @@ class JsonStream {
     std::vector<char> stack_;  // '{' or '['.
     bool string_is_key_ = false;
     int unicode_left_ = 0;
+    uint32_t unicode_ = 0;  // The \u escape's code unit read so far.
     std::string token_;  // Number or literal being read.
     const char* literal_ = nullptr;
     std::string key_buf_;

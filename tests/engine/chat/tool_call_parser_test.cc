@@ -273,6 +273,24 @@ TEST_CASE("tool calls: malformed calls come back as content") {
             CHECK(o.content == text);
         }
     }
+    SUBCASE("Hermes: keys are compared as JSON reads them, escapes decoded") {
+        // "argu\u006dents" is a second "arguments" key, so the call is malformed.
+        const std::string twice =
+            "<tool_call>{\"name\": \"f\", \"arguments\": {}, \"argu\\u006dents\": "
+            "{\"b\": 2}}</tool_call>";
+        const Outcome o = check_all_splits(ToolCallFormat::kHermes, twice);
+        CHECK(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == twice);
+        // "argume\nts" is not "arguments": the call has none.
+        const Outcome other =
+            check_all_splits(ToolCallFormat::kHermes,
+                             "<tool_call>{\"name\": \"f\", \"argume\\nts\": {\"b\": 2}}"
+                             "</tool_call>");
+        CHECK_FALSE(other.malformed);
+        REQUIRE(other.calls.size() == 1);
+        CHECK(other.calls[0].arguments == "{}");
+    }
     SUBCASE("GLM-4.5: missing <arg_value>") {
         const std::string text = "<tool_call>f\n<arg_key>a</arg_key>oops</tool_call>";
         const Outcome o = check_all_splits(ToolCallFormat::kGlm45, text);
