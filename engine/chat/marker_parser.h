@@ -60,6 +60,7 @@ class MarkerParser : public ToolCallParser {
         buf_.append(text);
         ParsedDelta out;
         run(out);
+        shown_ = started_;
         return out;
     }
 
@@ -137,10 +138,13 @@ class MarkerParser : public ToolCallParser {
         take(begin.size());
         return std::nullopt;
     }
-    std::string next_id() const { return id_prefix_ + std::to_string(index_); }
+    // Counts every call begun, shown or not, so a call's id does not depend on how the text was
+    // split (index_ does: it is reused by a call given up before the client saw it).
+    std::string next_id() const { return id_prefix_ + std::to_string(ids_); }
     void emit_start(ParsedDelta& out, std::string id, std::string name) {
         out.tool_calls.push_back({index_, std::move(id), std::move(name), ""});
         started_ = true;
+        ++ids_;
     }
     void emit_args(ParsedDelta& out, std::string_view text) {
         if (out.tool_calls.empty() || out.tool_calls.back().index != index_) {
@@ -152,12 +156,14 @@ class MarkerParser : public ToolCallParser {
         ++completed_;
         ++index_;
         started_ = false;
+        shown_ = false;
         raw_.clear();
     }
 
     std::string buf_;  // Received, not yet consumed.
     bool started_ = false;
     int32_t index_ = 0;
+    int32_t ids_ = 0;  // Calls begun (emit_start) so far.
 
   private:
     void run(ParsedDelta& out) {
@@ -198,9 +204,15 @@ class MarkerParser : public ToolCallParser {
         if (started_) {
             std::erase_if(out.tool_calls,
                           [&](const ToolCallDelta& d) { return d.index == index_; });
-            out.abandoned_calls.push_back(index_);
-            ++index_;
+            // Only a call the client has seen is named as given up; one that never left this
+            // delta is gone without a trace, and the next call takes its index (the client's
+            // indexes stay 0, 1, 2, ...).
+            if (shown_) {
+                out.abandoned_calls.push_back(index_);
+                ++index_;
+            }
             started_ = false;
+            shown_ = false;
         }
         malformed_reason_ = reason;
         in_call_ = false;
@@ -211,6 +223,7 @@ class MarkerParser : public ToolCallParser {
     std::string raw_;  // Consumed bytes of the current call, given back if it is malformed.
     std::string reason_;
     bool in_call_ = false;
+    bool shown_ = false;  // The current call's start went out in an earlier feed().
 };
 
 std::unique_ptr<ToolCallParser> make_hermes_parser(std::string id_prefix);

@@ -14,9 +14,11 @@
 // delta carries its index, id and name (never a partial name); argument text follows as it is
 // written, and only once it is a valid JSON prefix (GLM-4.5's key/value pairs are converted to
 // JSON one pair at a time). A call that turns out malformed (bad JSON, a missing closing marker,
-// output ending inside it) is given back verbatim as content and its index is listed in
-// `abandoned_calls`, so a streaming client can drop what it received of it; malformed() is then
-// true with a reason.
+// output ending inside it) is given back verbatim as content; malformed() is then true with a
+// reason. If its first delta went out in an earlier feed(), its index is listed in
+// `abandoned_calls`, so a streaming client can drop what it received of it; if not, its deltas
+// are dropped from the one returned and the next call takes its index (the indexes a client sees
+// count up from 0 with no gap; ids count every call begun, so they do not depend on the split).
 //
 // Threading: one parser per response, used from one thread.
 
@@ -51,7 +53,8 @@ struct ToolCallDelta {
 struct ParsedDelta {
     std::string content;                    // Plain text to pass on.
     std::vector<ToolCallDelta> tool_calls;  // In order; consecutive deltas of one call merged.
-    std::vector<int32_t> abandoned_calls;   // Calls found malformed after deltas went out.
+    std::vector<int32_t> abandoned_calls;   // Calls found malformed after an earlier delta
+                                            // started them.
 };
 
 class ToolCallParser {

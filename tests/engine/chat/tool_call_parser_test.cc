@@ -36,13 +36,19 @@ Outcome run(ToolCallFormat format, const std::vector<std::string>& pieces,
     std::map<int32_t, Call> calls;
     std::map<int32_t, JsonStream> streams;
     std::vector<int32_t> abandoned;
+    int32_t headers = 0;
     Outcome o;
     auto apply = [&](const ParsedDelta& d) {
         o.content += d.content;
+        for (int32_t a : d.abandoned_calls) {
+            // Only a call whose header went out in an earlier delta is named as given up.
+            CHECK(calls.count(a) == 1);
+        }
         for (const ToolCallDelta& t : d.tool_calls) {
             Call& c = calls[t.index];
             if (!t.name.empty()) {
                 CHECK(c.name.empty());  // The name comes once, whole.
+                CHECK(t.index == headers++);  // Indexes count up from 0 with no gap.
                 c.name = t.name;
                 c.id = t.id;
             } else {
@@ -290,6 +296,20 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK_FALSE(other.malformed);
         REQUIRE(other.calls.size() == 1);
         CHECK(other.calls[0].arguments == "{}");
+    }
+    SUBCASE("Hermes: a bad call, then a good one") {
+        // Whether the bad call's header went out before it broke depends on the split: if not,
+        // it is not named as abandoned and the good call is index 0; its id is the same either
+        // way.
+        const std::string bad = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": tru}}";
+        const Outcome o = check_all_splits(
+            ToolCallFormat::kHermes,
+            bad + "</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>");
+        CHECK(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        CHECK(o.calls[0].name == "g");
+        CHECK(o.calls[0].id == "call_1");
+        CHECK(o.content == bad + "</tool_call>");
     }
     SUBCASE("GLM-4.5: missing <arg_value>") {
         const std::string text = "<tool_call>f\n<arg_key>a</arg_key>oops</tool_call>";
