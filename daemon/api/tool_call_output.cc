@@ -63,7 +63,7 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
                                               ? std::string_view(request.tool_choice_function)
                                               : std::string_view();
         std::string prefix = chat::forced_call_prefix(*format, function);
-        out->from_prefix_ = out->parser_->feed(prefix);
+        out->prefix_ = prefix;
         request.generate.assistant_prefix = std::move(prefix);
         if (choice == 0) {
             hold_calls(*format, function, request);
@@ -133,18 +133,11 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
     sampling.json.again = request.parallel_tool_calls;
 }
 
-chat::ParsedDelta ToolCallOutput::take_prefix() {
-    chat::ParsedDelta out;
-    if (from_prefix_) {
-        out = std::move(*from_prefix_);
-        from_prefix_.reset();
-    }
-    return out;
-}
-
 chat::ParsedDelta ToolCallOutput::settle(chat::ParsedDelta out) {
     // A call given up in the same delta that started it never reaches the client: its text is
-    // content, as in the non-streamed answer, with no header of a call that is not one.
+    // content, as in the non-streamed answer, with no header of a call that is not one. The
+    // parser sees to that within one feed(); this covers finish() after the prefix's own
+    // feed() (nothing follows it, so the index it leaves out is not a gap).
     std::erase_if(out.abandoned_calls, [&](int32_t index) {
         const bool started_here = std::any_of(
             out.tool_calls.begin(), out.tool_calls.end(),
@@ -160,13 +153,24 @@ chat::ParsedDelta ToolCallOutput::settle(chat::ParsedDelta out) {
 }
 
 chat::ParsedDelta ToolCallOutput::feed(std::string_view text) {
-    chat::ParsedDelta out = take_prefix();
-    merge(out, parser_->feed(text));
-    return settle(std::move(out));
+    if (prefix_) {
+        // The prefix and the model's first text in one feed(): a forced call the model breaks
+        // at once is then one the parser drops unseen (not listed as abandoned, its index
+        // reused), as the client never received its header.
+        std::string first = std::move(*prefix_);
+        prefix_.reset();
+        first += text;
+        return settle(parser_->feed(first));
+    }
+    return settle(parser_->feed(text));
 }
 
 chat::ParsedDelta ToolCallOutput::finish() {
-    chat::ParsedDelta out = take_prefix();
+    chat::ParsedDelta out;
+    if (prefix_) {
+        out = parser_->feed(*prefix_);
+        prefix_.reset();
+    }
     merge(out, parser_->finish());
     return settle(std::move(out));
 }

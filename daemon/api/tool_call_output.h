@@ -48,8 +48,7 @@ class ToolCallOutput {
     static std::variant<std::unique_ptr<ToolCallOutput>, ApiError> create(
         ParsedRequest& request, const std::vector<engine::ModelInfo>& models, int32_t choice = 0);
 
-    // Parses the next generated text (the first call also returns what the forced prefix
-    // produced).
+    // Parses the next generated text (the first call parses the forced prefix before it).
     engine::chat::ParsedDelta feed(std::string_view text);
     // The generation ended: what the parser still held.
     engine::chat::ParsedDelta finish();
@@ -87,14 +86,12 @@ class ToolCallOutput {
     // nullopt for "auto" (the calls the model opens).
     static void hold_calls(engine::chat::ToolCallFormat format,
                            std::optional<std::string_view> function, ParsedRequest& request);
-    // What the forced prefix produced, once (the first feed() or finish() returns it).
-    engine::chat::ParsedDelta take_prefix();
     // Drops from `out` the calls started and given up within it (never shown), and records the
     // others given up (abandoned()).
     engine::chat::ParsedDelta settle(engine::chat::ParsedDelta out);
 
     std::unique_ptr<engine::chat::ToolCallParser> parser_;
-    std::optional<engine::chat::ParsedDelta> from_prefix_;  // Returned by the first feed().
+    std::optional<std::string> prefix_;  // A forced call's opening, parsed by the first feed().
     std::vector<Call> calls_;
     std::vector<int32_t> abandoned_;
 };
