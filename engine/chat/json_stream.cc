@@ -170,7 +170,7 @@ JsonStream::Result JsonStream::feed(char c) {
                 if (stack_.back() == '{') {
                     state_ = State::kKey;
                 } else {
-                    token_ = ",";
+                    token_.assign(1, ',');  // Not = ",": a GCC 12 -Wrestrict false alarm.
                     state_ = State::kValue;
                 }
                 return Result::kOk;
