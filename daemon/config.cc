@@ -912,6 +912,18 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
                     }}});
           }}}));
     EDGE_RETURN_IF_ERROR(r.require_keys(root, "", {"listeners", "site"}));
+    // In a cluster the other sites route by the distance to this one until their network
+    // coordinates settle: a position left out would read as (0, 0), off the coast of Africa.
+    if (c.gossip.enabled) {
+        const YAML::Node site = root["site"];
+        for (const char* k : {"latitude", "longitude"}) {
+            if (!site[k]) {
+                return r.error(site, "site",
+                               std::string("missing '") + k +
+                                   "': a site in a cluster (`gossip`) gives its position");
+            }
+        }
+    }
     // Tenants may only name configured models.
     if (c.tenants) {
         std::set<std::string> served;

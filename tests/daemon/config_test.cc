@@ -218,6 +218,14 @@ TEST_CASE("type and range errors name the place") {
     std::string yaml = testing::config_yaml("/c", "/k");
     yaml.replace(yaml.find("latitude: 50.1"), 14, "latitude: 95");
     CHECK(error_of(yaml).find("site.latitude: must be in -90..90") != std::string::npos);
+    // A site in a cluster gives its position; one alone need not.
+    std::string unplaced = testing::config_yaml("/c", "/k");
+    unplaced.erase(unplaced.find("  longitude: 8.7\n"), 17);
+    CHECK(parse_config(unplaced, "/x.yaml").ok());
+    CHECK(error_of(unplaced + "gossip:\n  port: 0\n") ==
+          "/etc/edgeserve/test.yaml:13:3: site: missing 'longitude': a site in a cluster "
+          "(`gossip`) gives its "
+          "position");
     CHECK(error_of(testing::config_yaml("/c", "/k",
                                         "tenants:\n  - name: a\n    api_key_sha256: [abc]\n"))
               .find("tenants[0].api_key_sha256[0]: expected 64 hex digits") != std::string::npos);
