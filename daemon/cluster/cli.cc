@@ -20,37 +20,58 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
+// The whole exchange (connect, request, answer) has this long: a listener that accepts and never
+// answers must not hang the command.
+constexpr auto kAdminDeadline = std::chrono::seconds(5);
+
 Result<AdminAnswer> admin_request(const std::string& admin, const std::string& method,
                                   const std::string& target) {
     EDGE_ASSIGN_OR_RETURN(auto hp, routing::membership::split_host_port(admin));
     try {
         net::io_context io;
         tcp::resolver resolver(io);
-        beast::tcp_stream stream(io);
-        stream.expires_after(std::chrono::seconds(5));
         boost::system::error_code ec;
         auto endpoints = resolver.resolve(hp.first, std::to_string(hp.second), ec);
         if (ec) {
             return unavailable_error("cannot resolve " + admin + ": " + ec.message());
         }
-        stream.connect(endpoints, ec);
-        if (ec) {
-            return unavailable_error("cannot connect to the admin listener at " + admin + ": " +
-                                     ec.message());
-        }
+        // Asynchronous, so the stream's deadline applies (blocking calls have none).
+        beast::tcp_stream stream(io);
+        stream.expires_after(kAdminDeadline);
         http::request<http::empty_body> req{http::string_to_verb(method), target, 11};
         req.set(http::field::host, admin);
         req.keep_alive(false);
         req.prepare_payload();
-        http::write(stream, req, ec);
         beast::flat_buffer buf;
         http::response<http::string_body> res;
-        if (!ec) {
-            http::read(stream, buf, res, ec);
+        std::string failed;  // What failed ("" when the answer came).
+        bool done = false;
+        stream.async_connect(endpoints, [&](boost::system::error_code cec, const auto&) {
+            if (cec) {
+                failed = "cannot connect to the admin listener at " + admin + ": " + cec.message();
+                done = true;
+                return;
+            }
+            http::async_write(stream, req, [&](boost::system::error_code wec, size_t) {
+                if (wec) {
+                    failed = "admin request to " + admin + target + " failed: " + wec.message();
+                    done = true;
+                    return;
+                }
+                http::async_read(stream, buf, res, [&](boost::system::error_code rec, size_t) {
+                    if (rec) {
+                        failed = "admin request to " + admin + target + " failed: " + rec.message();
+                    }
+                    done = true;
+                });
+            });
+        });
+        io.run();  // Ends with the exchange: its last handler runs, or the deadline closes it.
+        if (!done) {
+            failed = "admin request to " + admin + target + ": no answer";
         }
-        if (ec) {
-            return unavailable_error("admin request to " + admin + target + " failed: " +
-                                     ec.message());
+        if (!failed.empty()) {
+            return unavailable_error(failed);
         }
         return AdminAnswer{static_cast<int>(res.result_int()), res.body()};
     } catch (const std::exception& e) {

@@ -594,6 +594,29 @@ TEST_CASE("edgeserve run: a burst of SIGHUPs does not hold back the watchdog pin
     CHECK(child.wait(15000) == 0);
 }
 
+TEST_CASE("edgeserve members gives up on an admin listener that never answers") {
+    // Accepts (the kernel does, from the backlog) and never reads or writes.
+    const int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(silent >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(listen(silent, 4) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    const std::string admin = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = testing::run({kBinary, "members", "--admin", admin}, 30'000);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    ::close(silent);
+    CHECK(r.exit_code == 1);
+    CHECK(took < std::chrono::seconds(15));  // Its deadline is 5 s; it used to wait forever.
+    CHECK_MESSAGE(r.err.find("admin request to " + admin + "/admin/members") != std::string::npos,
+                  r.err);
+    CHECK_MESSAGE(r.err.find("timeout") != std::string::npos, r.err);
+}
+
 TEST_CASE("a certificate renewed on disk is served without a signal, a broken one is not") {
     testing::TempDir dir;
     auto first = testing::make_certificate(dir.path(), "first", {"localhost"});
