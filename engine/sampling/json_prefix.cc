@@ -368,9 +368,14 @@ bool JsonPrefix::begin_leaf(int32_t node, unsigned char c) {
             }
             return number_reachable(f);
         }
-        case Kind::kLiterals:
-            return push(node, State::kLiteral, false) &&
-                   step_literal(frames_[static_cast<size_t>(depth_ - 1)], c) == 1;
+        case Kind::kLiterals: {
+            if (!push(node, State::kLiteral, false)) {
+                return false;
+            }
+            Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
+            f.count = static_cast<int32_t>(schema_->node(node).literals.size());
+            return step_literal(f, c) == 1;
+        }
         case Kind::kUnion:
             break;
     }
@@ -975,37 +980,35 @@ int JsonPrefix::step_number(Frame& f, unsigned char c) {
 }
 
 int JsonPrefix::step_literal(Frame& f, unsigned char c) {
-    // The candidates still possible are the literals from f.candidate on that begin with the
-    // f.pos bytes written (the literals are few: a linear scan).
+    // The literals are sorted (json_schema.h), so those that begin with the f.pos bytes written
+    // are a range, [f.candidate, f.count), and those of them that go on with `c` a range within
+    // it: a binary search a byte, however many values an enum lists. In a range a literal of
+    // f.pos bytes, if any, comes first (the prefix of all the others).
     const std::vector<std::string>& literals = schema_->node(f.node).literals;
-    const std::string& matched = literals[static_cast<size_t>(f.candidate)];
     const auto pos = static_cast<size_t>(f.pos);
-    for (size_t j = static_cast<size_t>(f.candidate); j < literals.size(); ++j) {
-        const std::string& l = literals[j];
-        if (l.size() > pos && static_cast<unsigned char>(l[pos]) == c &&
-            shares_prefix(l, matched, pos)) {
-            f.candidate = static_cast<int32_t>(j);
-            ++f.pos;
-            // Complete, and no other candidate goes on: the value ends here.
-            const bool longer =
-                std::any_of(literals.begin() + static_cast<ptrdiff_t>(j), literals.end(),
-                            [&](const std::string& o) {
-                                return o.size() > pos + 1 && shares_prefix(o, l, pos + 1);
-                            });
-            if (l.size() == pos + 1 && !longer) {
-                --depth_;
-            }
-            return 1;
-        }
+    auto byte_at = [pos](const std::string& l) {
+        return l.size() > pos ? static_cast<int>(static_cast<unsigned char>(l[pos])) : -1;
+    };
+    const auto begin = literals.begin() + f.candidate;
+    const auto end = literals.begin() + f.count;
+    const int want = c;
+    const auto lo =
+        std::partition_point(begin, end, [&](const std::string& l) { return byte_at(l) < want; });
+    const auto hi =
+        std::partition_point(lo, end, [&](const std::string& l) { return byte_at(l) == want; });
+    if (lo == hi) {
+        // No candidate takes `c`: the value ended before it if one is complete (a number such as
+        // 1 among 1 and 12).
+        return byte_at(*begin) < 0 ? -1 : 0;
     }
-    // No candidate takes `c`: the value ended before it if one is complete (a number such as
-    // 1 among 1 and 12).
-    for (size_t j = static_cast<size_t>(f.candidate); j < literals.size(); ++j) {
-        if (literals[j].size() == pos && shares_prefix(literals[j], matched, pos)) {
-            return -1;
-        }
+    f.candidate = static_cast<int32_t>(lo - literals.begin());
+    f.count = static_cast<int32_t>(hi - literals.begin());
+    ++f.pos;
+    // Complete, and no other candidate goes on: the value ends here.
+    if (hi - lo == 1 && lo->size() == pos + 1) {
+        --depth_;
     }
-    return 0;
+    return 1;
 }
 
 }  // namespace edge::engine::sampling

@@ -137,8 +137,8 @@ public:
         // String: characters so far. Number: fraction digits so far.
         int32_t count;
         // kInKey / kLiteral: the first candidate (property or literal) still matching, and the
-        // bytes of it matched. Number: the exponent's digits after its leading zeros, and the
-        // digits before the exponent.
+        // bytes of it matched (kLiteral: the candidates are [candidate, count)). Number: the
+        // exponent's digits after its leading zeros, and the digits before the exponent.
         int32_t candidate;
         int32_t pos;
         // Number: its digits as a whole number (the value is that over 10^count), its sign.

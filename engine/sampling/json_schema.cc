@@ -571,7 +571,12 @@ class SchemaCompiler {
                 values.push_back(&e);
             }
         }
+        if (values.size() > JsonSchema::kMaxLiterals) {
+            return fail(where, "'enum' has " + std::to_string(values.size()) + " values; at most " +
+                                   std::to_string(JsonSchema::kMaxLiterals) + " are supported");
+        }
         const int32_t node = add(Kind::kLiterals, where);
+        size_t bytes = 0;
         for (const json::value* value : values) {
             // A value of another type than `type` allows, or the wrong length, is not valid.
             const bool typed =
@@ -582,6 +587,12 @@ class SchemaCompiler {
             }
             std::string text;
             write_canonical(*value, &text);
+            bytes += text.size();
+            if (bytes > JsonSchema::kMaxLiteralBytes) {
+                return fail(where, "the values of 'enum'/'const' come to over " +
+                                       std::to_string(JsonSchema::kMaxLiteralBytes) +
+                                       " bytes as JSON; at most that many are supported");
+            }
             at(node).literals.push_back(std::move(text));
         }
         if (at(node).literals.empty()) {
@@ -612,6 +623,11 @@ class SchemaCompiler {
                     }
                     break;
                 case Kind::kLiterals:
+                    // Sorted for JsonPrefix's binary search (json_schema.h); equal values, such
+                    // as 1 and 1.0, are one text.
+                    std::sort(n.literals.begin(), n.literals.end());
+                    n.literals.erase(std::unique(n.literals.begin(), n.literals.end()),
+                                     n.literals.end());
                     for (const std::string& l : n.literals) {
                         n.first.set(static_cast<unsigned char>(l[0]));
                     }

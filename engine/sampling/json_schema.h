@@ -57,6 +57,12 @@ class JsonSchema {
     // Digits of a bounded number: its value, an integer over a power of ten, is then exact in a
     // double (so 0.3 is the same double as a bound of 0.3).
     static constexpr int kBoundedDigits = 15;
+    // An enum's values and their canonical texts' bytes, at most: a request must not buy a
+    // schema that is slow to compile and to match (an enum of 300000 strings took 22 s a token
+    // when a sampler tried the whole vocabulary). A thousand choices are past what a model is
+    // asked to pick among in practice (OpenAI's strict mode allows 500 values, 15000 bytes).
+    static constexpr size_t kMaxLiterals = 1024;
+    static constexpr size_t kMaxLiteralBytes = 64 * 1024;
     struct Property {
         std::string key;  // The name as a JSON string's contents (escaped, without quotes).
         int32_t node = -1;
@@ -84,7 +90,10 @@ class JsonSchema {
         bool lo_open = false;
         bool hi_open = false;
         bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
-        std::vector<std::string> literals;  // kLiterals: canonical JSON texts.
+        // kLiterals: canonical JSON texts, sorted bytewise without duplicates (those that begin
+        // with the bytes written so far are then a range, which JsonPrefix narrows by binary
+        // search), at most kMaxLiterals of at most kMaxLiteralBytes in all.
+        std::vector<std::string> literals;
         // kUnion: the non-union nodes it stands for (nested unions flattened).
         std::vector<int32_t> alternatives;
         std::bitset<256> first;  // The bytes a value of this node can begin with.

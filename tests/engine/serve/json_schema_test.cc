@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/chat/tool_call_parser.h"
@@ -584,6 +585,34 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     REQUIRE_FALSE(many.ok());
     CHECK(many.status().message().find("'oneOf' has too many alternatives to show apart") !=
           std::string::npos);
+    // An enum of more values, or more bytes, than a token's check may look through is refused
+    // (300000 strings took 22 s a token to match); a full one still compiles.
+    auto enum_of = [](size_t values, size_t length) {
+        std::string text = R"({"type":"object","properties":{"a":{"enum":[)";
+        for (size_t i = 0; i < values; ++i) {
+            std::string value = std::to_string(i);
+            value.insert(0, length - std::min(length, value.size()), 'x');
+            text += (i == 0 ? "\"" : ",\"") + value + "\"";
+        }
+        return text + "]}}}";
+    };
+    for (const auto& [values, length, message] :
+         {std::tuple<size_t, size_t, std::string>{300000, 8,
+                                                  "'enum' has 300000 values; at most "
+                                                  "1024 are supported"},
+          {1025, 1, "'enum' has 1025 values"},
+          {1000, 100, "the values of 'enum'/'const' come to over 65536 bytes"}}) {
+        auto big = JsonSchema::compile(json::parse(enum_of(values, length)));
+        REQUIRE_FALSE(big.ok());
+        CAPTURE(big.status().message());
+        CHECK(big.status().message().find("schema at '#/properties/a': " + message) !=
+              std::string::npos);
+    }
+    const auto full = compiled(enum_of(JsonSchema::kMaxLiterals, 60));
+    check_complete_at_end(*full, R"({"a":")" + std::string(57, 'x') + R"(100"})");
+    check_complete_at_end(*full, R"({"a":")" + std::string(56, 'x') + R"(1023"})");
+    CHECK(refused_at(*full, R"({"a":")" + std::string(56, 'x') + R"(1024"})") == 65);
+    CHECK(refused_at(*full, R"({"a":")" + std::string(57, 'x') + R"(10"})") == 65);
     // Nesting past the limit is refused, not recursed into without end.
     std::string deep = R"({"type":"object","properties":{"a":)";
     for (int i = 0; i < 200; ++i) {
