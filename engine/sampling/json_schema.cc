@@ -369,7 +369,16 @@ class SchemaCompiler {
         const json::value* enum_values = o.if_contains("enum");
         const json::value* const_value = o.if_contains("const");
         if (enum_values != nullptr || const_value != nullptr) {
-            return compile_literals(where, types, enum_values, const_value);
+            // The keywords beside enum/const hold each value too (a maxLength, a maximum):
+            // compiled as a schema of their own, only the values valid under it are kept.
+            json::object rest;
+            for (const auto& [k, value] : o) {
+                if (k != "enum" && k != "const") {
+                    rest.emplace(k, value);
+                }
+            }
+            EDGE_ASSIGN_OR_RETURN(const int32_t allowed, compile_typed(rest, where, depth));
+            return compile_literals(where, allowed, enum_values, const_value);
         }
         if (types.empty()) {
             // No type: what the keywords imply, else any value.
@@ -557,8 +566,88 @@ class SchemaCompiler {
         return node;
     }
 
-    Result<int32_t> compile_literals(const std::string& where,
-                                     const std::vector<std::string>& types,
+    // Whether `v` is valid under `node` (as compiled so far: a $ref still being compiled
+    // matches nothing). Where the compiled graph is narrower than the schema (an object's keys
+    // besides its listed properties, objects among enum values in another key order), so is
+    // this: a value it refuses is left out, never one it takes wrongly let in.
+    bool matches(const json::value& v, int32_t node, int depth) {
+        if (depth > 4 * kMaxNesting) {
+            return false;
+        }
+        const JsonSchema::Node& n = at(node);
+        switch (n.kind) {
+            case Kind::kUnion:
+                return std::any_of(n.alternatives.begin(), n.alternatives.end(),
+                                   [&](int32_t alt) { return matches(v, alt, depth + 1); });
+            case Kind::kObject: {
+                if (!v.is_object()) {
+                    return false;
+                }
+                for (const auto& [k, e] : v.get_object()) {
+                    const std::string quoted = json::serialize(json::string_view(k));
+                    const std::string_view key(quoted.data() + 1, quoted.size() - 2);
+                    auto p =
+                        std::find_if(n.properties.begin(), n.properties.end(),
+                                     [&](const JsonSchema::Property& q) { return q.key == key; });
+                    const int32_t sub = p != n.properties.end() ? p->node
+                                        : n.properties.empty()  ? n.additional
+                                                                : -1;
+                    if (sub < 0 || !matches(e, sub, depth + 1)) {
+                        return false;
+                    }
+                }
+                return std::all_of(
+                    n.properties.begin(), n.properties.end(), [&](const JsonSchema::Property& q) {
+                        if (!q.required) {
+                            return true;
+                        }
+                        return std::any_of(v.get_object().begin(), v.get_object().end(),
+                                           [&](const auto& kv) {
+                                               const std::string quoted =
+                                                   json::serialize(json::string_view(kv.key()));
+                                               return quoted.substr(1, quoted.size() - 2) == q.key;
+                                           });
+                    });
+            }
+            case Kind::kArray: {
+                if (!v.is_array()) {
+                    return false;
+                }
+                const json::array& a = v.get_array();
+                const auto size = static_cast<int64_t>(a.size());
+                return size >= n.min && size <= n.max &&
+                       std::all_of(a.begin(), a.end(), [&](const json::value& e) {
+                           return matches(e, n.items, depth + 1);
+                       });
+            }
+            case Kind::kString: {
+                if (!v.is_string()) {
+                    return false;
+                }
+                int64_t length = 0;  // Code points: the bytes that do not continue a character.
+                for (const char c : v.get_string()) {
+                    length += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+                }
+                return length >= n.min && length <= n.max;
+            }
+            case Kind::kNumber:
+            case Kind::kInteger: {
+                if (!has_type(v, n.kind == Kind::kInteger ? "integer" : "number")) {
+                    return false;
+                }
+                const double x = v.to_number<double>();
+                return (n.lo_open ? x > n.lo : x >= n.lo) && (n.hi_open ? x < n.hi : x <= n.hi);
+            }
+            case Kind::kLiterals: {
+                std::string text;
+                write_canonical(v, &text);
+                return std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end();
+            }
+        }
+        return false;
+    }
+
+    Result<int32_t> compile_literals(const std::string& where, int32_t allowed,
                                      const json::value* enum_values,
                                      const json::value* const_value) {
         std::vector<const json::value*> values;
@@ -578,11 +667,9 @@ class SchemaCompiler {
         const int32_t node = add(Kind::kLiterals, where);
         size_t bytes = 0;
         for (const json::value* value : values) {
-            // A value of another type than `type` allows, or the wrong length, is not valid.
-            const bool typed =
-                types.empty() || std::any_of(types.begin(), types.end(),
-                                             [&](const auto& t) { return has_type(*value, t); });
-            if (!typed) {
+            // A value the keywords beside enum/const refuse (its type, length, range, ...) is
+            // not valid.
+            if (!matches(*value, allowed, 0)) {
                 continue;
             }
             std::string text;
@@ -596,7 +683,9 @@ class SchemaCompiler {
             at(node).literals.push_back(std::move(text));
         }
         if (at(node).literals.empty()) {
-            return fail(where, "no value of 'enum'/'const' has the schema's 'type'");
+            return fail(where,
+                        "no value of 'enum'/'const' is valid under the keywords beside it ('type', "
+                        "'maxLength', 'maximum', ...): nothing is valid");
         }
         return node;
     }

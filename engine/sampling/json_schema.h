@@ -11,6 +11,7 @@
 // `enum`, `const`, `anyOf`/`oneOf`, a one-element `allOf`, and local `$ref`s ("#/$defs/Name",
 // "#/definitions/Name", "#"), recursive ones included. Annotations (title, description, default,
 // examples, format, ...) are ignored, as the specification says of keywords it does not know.
+// Beside `enum` or `const` the other keywords hold each value: those they refuse are left out.
 // Keywords that assert something this compiler cannot enforce byte by byte (pattern, multipleOf,
 // uniqueItems, not, if, ...) are refused, so a reply never claims a constraint it was not held
 // to. The root must be an object, as OpenAI's is.

@@ -281,6 +281,19 @@ const char* const kDict = R"({"type": "object", "additionalProperties": {"type":
 const char* const kLiterals = R"({"type": "object", "properties": {"n": {"enum":
     [1, 12, 1.5, "1", null, [1, 2], {"a": 1}, true]}}, "required": ["n"]})";
 
+// enum and const beside the keywords that narrow them: only the values those allow are written.
+const char* const kEnumSiblings = R"({"type": "object", "properties": {
+    "s": {"type": "string", "enum": ["toolong", "ok", "abc", "x", "ab"], "maxLength": 3,
+          "minLength": 2},
+    "i": {"type": "integer", "enum": [1, 50, 7, -3, 10], "maximum": 10, "minimum": 0},
+    "n": {"type": ["number", "null"], "enum": [0.5, 2, "x", null], "exclusiveMaximum": 1},
+    "a": {"type": "array", "enum": [[1], [1, 2, 3], [], ["a"], [2, 3]], "minItems": 1,
+          "maxItems": 2, "items": {"type": "integer"}},
+    "o": {"type": "object", "enum": [{"k": 1}, {"j": 2}, {"k": "s"}],
+          "properties": {"k": {"type": "integer"}}, "required": ["k"]},
+    "c": {"type": "string", "const": "abcd", "maxLength": 4}},
+  "required": ["s", "i", "n", "a", "o", "c"]})";
+
 const char* const kAnyValues = R"({"type": "object", "properties": {"x": {}, "y": true,
     "z": {"type": "array", "items": false}}, "required": ["x", "y", "z"]})";
 
@@ -430,6 +443,27 @@ TEST_CASE(
     CHECK(refused_at(*any_values, R"({"x":1,"y":2,"z":[1]})") == 18);  // items false.
 }
 
+TEST_CASE("json schema: enum and const values are held to the keywords beside them") {
+    const auto strings =
+        compiled(R"({"type":"object","properties":{"a":{"type":"string","enum":["toolong","ok"],)"
+                 R"("maxLength":3}},"required":["a"]})");
+    CHECK(refused_at(*strings, R"({"a":"toolong"})") == 6);
+    check_complete_at_end(*strings, R"({"a":"ok"})");
+    const auto integers =
+        compiled(R"({"type":"object","properties":{"a":{"type":"integer","enum":[1,50],)"
+                 R"("maximum":10}},"required":["a"]})");
+    CHECK(refused_at(*integers, R"({"a":50})") == 5);
+    check_complete_at_end(*integers, R"({"a":1})");
+    const auto objects = compiled(kEnumSiblings);
+    CHECK(refused_at(*objects, R"({"s":"x")") == 6);
+    CHECK(refused_at(*objects, R"({"s":"ok","i":-3)") == 14);
+    check_complete_at_end(*objects,
+                          R"({"s":"abc","i":10,"n":null,"a":[2,3],"o":{"k":1},"c":"abcd"})");
+    CHECK(refused_at(*objects, R"({"s":"ab","i":7,"n":2)") == 20);
+    CHECK(refused_at(*objects, R"({"s":"ab","i":7,"n":0.5,"a":[])") == 29);
+    CHECK(refused_at(*objects, R"({"s":"ab","i":7,"n":0.5,"a":[1],"o":{"j")") == 38);
+}
+
 TEST_CASE("json schema: alternatives that begin alike are followed side by side") {
     const auto unions = compiled(kUnions);
     const json::value doc = json::parse(kUnions);
@@ -518,7 +552,11 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
          "'minItems' is larger than 'maxItems'"},
         {R"({"type":"object","properties":{"a":{"enum":[]}}})", "'enum' must be a non-empty array"},
         {R"({"type":"object","properties":{"a":{"type":"string","enum":[1]}}})",
-         "no value of 'enum'/'const' has the schema's 'type'"},
+         "no value of 'enum'/'const' is valid under the keywords beside it"},
+        {R"({"type":"object","properties":{"a":{"type":"string","enum":["long"],"maxLength":3}}})",
+         "schema at '#/properties/a': no value of 'enum'/'const' is valid under the keywords"},
+        {R"({"type":"object","properties":{"a":{"const":[1,2],"maxItems":1}}})",
+         "schema at '#/properties/a': no value of 'enum'/'const' is valid under the keywords"},
         {R"({"$defs":{"x":{"$ref":"#/$defs/x"}},"type":"object",)"
          R"("properties":{"a":{"$ref":"#/$defs/x"}}})",
          "its own alternative"},
@@ -667,7 +705,8 @@ std::optional<std::string> random_walk(JsonPrefix p, std::mt19937& rng,
 TEST_CASE("json schema: random walks never reach a dead end, and what they complete is valid") {
     std::mt19937 rng(20261203);
     int completed_total = 0;
-    for (const char* text : {kPerson, kTree, kDict, kLiterals, kAnyValues, kUnions, kBounds}) {
+    for (const char* text :
+         {kPerson, kTree, kDict, kLiterals, kEnumSiblings, kAnyValues, kUnions, kBounds}) {
         CAPTURE(text);
         const json::value doc = json::parse(text);
         const auto schema = compiled(text);
@@ -698,7 +737,8 @@ TEST_CASE(
     const std::vector<std::string> markers = {"<arg_key>", "</arg_key>\n", "\n<arg_value>",
                                               "</arg_value>\n", "</tool_call>"};
     int completed_total = 0;
-    for (const char* text : {kPerson, kTree, kDict, kLiterals, kAnyValues, kUnions, kBounds}) {
+    for (const char* text :
+         {kPerson, kTree, kDict, kLiterals, kEnumSiblings, kAnyValues, kUnions, kBounds}) {
         CAPTURE(text);
         const json::value doc = json::parse(text);
         ToolSpec tool{"f", "", text, compiled(text)};
