@@ -389,6 +389,11 @@ class SchemaCompiler {
                 types = {"array"};
             } else if (o.contains("minLength") || o.contains("maxLength")) {
                 types = {"string"};
+            } else if (o.contains("minimum") || o.contains("maximum") ||
+                       o.contains("exclusiveMinimum") || o.contains("exclusiveMaximum")) {
+                // Numbers in range: what the bounds imply (they say nothing of other types,
+                // which are left out, as the keywords above leave out all but theirs).
+                types = {"number"};
             } else {
                 return any();
             }

@@ -332,8 +332,24 @@ const char* const kBounds = R"({"type": "object", "properties": {
     "t": {"type": "number", "exclusiveMinimum": -2.5, "exclusiveMaximum": 0},
     "d4": {"type": "integer", "minimum": 0, "exclusiveMinimum": true, "maximum": 3},
     "big": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
-    "free": {"type": "number"}},
+    "free": {"type": "number"},
+    "untyped": {"minimum": 5, "maximum": 10},
+    "above": {"exclusiveMinimum": -1},
+    "enum": {"enum": [3, 7, "7", 12], "maximum": 10, "minimum": 5}},
   "required": ["age", "p", "t", "d4", "big"]})";
+
+TEST_CASE("json schema: bounds without a type are numbers in range") {
+    const auto untyped = compiled(
+        R"({"type":"object","properties":{"a":{"minimum":5,"maximum":10}},"required":["a"]})");
+    CHECK(refused_at(*untyped, R"({"a":-3})") == 5);
+    CHECK(refused_at(*untyped, R"({"a":"x"})") == 5);
+    CHECK(refused_at(*untyped, R"({"a":11})") == 6);
+    check_complete_at_end(*untyped, R"({"a":7.5})");
+    const auto open =
+        compiled(R"({"type":"object","properties":{"a":{"exclusiveMaximum":0}},"required":["a"]})");
+    CHECK(refused_at(*open, R"({"a":0})") == 5);
+    check_complete_at_end(*open, R"({"a":-0.5})");
+}
 
 TEST_CASE("json schema: numbers stay within minimum and maximum, digit by digit") {
     const auto bounds = compiled(kBounds);
