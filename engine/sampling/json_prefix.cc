@@ -304,14 +304,20 @@ bool JsonPrefix::push(int32_t node, State state, bool container) {
 }
 
 bool JsonPrefix::begin_value(int32_t node, unsigned char c) {
+    // A value begins only where the containers it must open fit below kMaxDepth
+    // (JsonSchema::Node::min_depth), so that it can be completed: a recursive schema's optional
+    // parts are left out near the limit rather than begun and never closed.
+    auto fits = [&](const JsonSchema::Node& n) {
+        return n.first.test(c) && depth_ + n.min_depth <= kMaxDepth;
+    };
     const JsonSchema::Node& n = schema_->node(node);
-    if (!n.first.test(c)) {
+    if (!fits(n)) {
         return false;
     }
     if (n.kind != Kind::kUnion) {
         return begin_leaf(node, c);
     }
-    auto opens = [&](int32_t alt) { return schema_->node(alt).first.test(c); };
+    auto opens = [&](int32_t alt) { return fits(schema_->node(alt)); };
     if (std::count_if(n.alternatives.begin(), n.alternatives.end(), opens) == 1) {
         return begin_leaf(*std::find_if(n.alternatives.begin(), n.alternatives.end(), opens), c);
     }
@@ -620,6 +626,18 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
         count == 0 ? 0 : n.next_required[static_cast<size_t>(f.count + 1)];
     const int32_t last_allowed = std::min(next_required, count - 1);
     const bool closable = next_required == count;
+    // Only a property whose value fits in the nesting left is begun (begin_value), so only its
+    // key is written; a required one always fits where its object did.
+    auto fits = [&](int32_t node) { return depth_ + schema_->node(node).min_depth <= kMaxDepth; };
+    auto fits_at = [&](int32_t j) { return fits(n.properties[static_cast<size_t>(j)].node); };
+    auto key_may_come = [&] {
+        for (int32_t j = f.count + 1; j <= last_allowed; ++j) {
+            if (fits_at(j)) {
+                return true;
+            }
+        }
+        return false;
+    };
     if (f.state != State::kInKey && is_space(c)) {
         return space(c) ? 1 : 0;
     }
@@ -635,13 +653,13 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
             }
             if (count == 0) {
                 // Any key, as a string of any characters.
-                if (n.additional < 0) {
+                if (n.additional < 0 || !fits(n.additional)) {
                     return 0;
                 }
                 f.state = State::kColon;
                 return push(schema_->any_string(), State::kChars, false) ? 1 : 0;
             }
-            if (last_allowed <= f.count) {
+            if (!key_may_come()) {
                 return 0;
             }
             f.state = State::kInKey;
@@ -654,7 +672,7 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
             for (int32_t j = f.candidate; j <= last_allowed; ++j) {
                 const std::string& key = n.properties[static_cast<size_t>(j)].key;
                 if (key.size() > pos && static_cast<unsigned char>(key[pos]) == c &&
-                    shares_prefix(key, matched, pos)) {
+                    shares_prefix(key, matched, pos) && fits_at(j)) {
                     f.candidate = j;
                     ++f.pos;
                     return 1;
@@ -665,7 +683,7 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
             }
             for (int32_t j = f.candidate; j <= last_allowed; ++j) {
                 const std::string& key = n.properties[static_cast<size_t>(j)].key;
-                if (key.size() == pos && shares_prefix(key, matched, pos)) {
+                if (key.size() == pos && shares_prefix(key, matched, pos) && fits_at(j)) {
                     f.count = j;
                     f.state = State::kColon;
                     return 1;
@@ -686,7 +704,7 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
             return begin_value(value, c) ? 1 : 0;
         }
         case State::kNext:
-            if (c == ',' && (count == 0 || f.count + 1 < count)) {
+            if (c == ',' && (count == 0 || key_may_come())) {
                 f.state = State::kKey;
                 return 1;
             }

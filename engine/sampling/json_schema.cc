@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "common/json_text.h"
+
 namespace edge::engine::sampling {
 
 namespace json = boost::json;
@@ -174,6 +176,15 @@ class SchemaCompiler {
             return invalid_argument_error(
                 "schema: the root must be an object schema ({\"type\": \"object\", ...}), as "
                 "OpenAI's structured outputs require");
+        }
+        if (s_->node(object).min_depth > static_cast<int32_t>(kMaxJsonDepth)) {
+            return fail(s_->node(object).where,
+                        "every value nests containers more than " + std::to_string(kMaxJsonDepth) +
+                            " deep, past what a reply may: its 'required' properties and "
+                            "'minItems' lead on through '#" +
+                            recursion(object) +
+                            "' without end; make the recursion optional (leave it out of "
+                            "'required', or allow minItems 0)");
         }
         s_->root_ = object;
         return std::shared_ptr<const JsonSchema>(std::move(s));
@@ -507,7 +518,37 @@ class SchemaCompiler {
         if (n->lo > n->hi || (n->lo == n->hi && (n->lo_open || n->hi_open))) {
             return fail(where, "no number lies between its minimum and maximum");
         }
+        if (n->bounded() && !writable(*n)) {
+            return fail(where, "no number between its minimum and maximum can be written in " +
+                                   std::to_string(JsonSchema::kBoundedDigits) +
+                                   " digits without an exponent, as a bounded number is");
+        }
         return ok_status();
+    }
+
+    // Whether a number in the node's range has a form JsonPrefix writes when bounded: m / 10^f
+    // with |m| below 10^kBoundedDigits and f below kBoundedDigits ("0." counts its zero), f = 0
+    // for an integer; its value computed as JsonPrefix computes it. Otherwise the value could be
+    // begun and never ended (a minimum of 1e16).
+    static bool writable(const JsonSchema::Node& n) {
+        const double most = std::pow(10.0, JsonSchema::kBoundedDigits) - 1;
+        const int fractions = n.kind == Kind::kInteger ? 0 : JsonSchema::kBoundedDigits - 1;
+        for (int f = 0; f <= fractions; ++f) {
+            const double unit = std::pow(10.0, f);
+            // The least m in range at this f (the greatest, without a minimum), one either side
+            // for the rounding of lo * unit.
+            const double m = std::isfinite(n.lo) ? std::max(std::ceil(n.lo * unit), -most)
+                                                 : std::min(std::floor(n.hi * unit), most);
+            for (const double c : {m - 1, m, m + 1}) {
+                const double x = std::fabs(c) / unit;
+                const double value = c < 0 ? -x : x;
+                if (std::fabs(c) <= most && (n.lo_open ? value > n.lo : value >= n.lo) &&
+                    (n.hi_open ? value < n.hi : value <= n.hi)) {
+                    return true;
+                }
+            }
+        }
+        return false;
     }
 
     Result<int32_t> compile_object(const json::object& o, const std::string& where, int depth) {
@@ -736,6 +777,7 @@ class SchemaCompiler {
                 EDGE_RETURN_IF_ERROR(flatten(static_cast<int32_t>(i), 0));
             }
         }
+        EDGE_RETURN_IF_ERROR(nest());
         for (const auto& [node, alternatives] : one_of_) {
             for (size_t a = 0; a < alternatives.size(); ++a) {
                 for (size_t b = a + 1; b < alternatives.size(); ++b) {
@@ -758,6 +800,88 @@ class SchemaCompiler {
             }
         }
         return ok_status();
+    }
+
+    // Each node's min_depth (json_schema.h), to a fixpoint: required properties, minItems and
+    // $refs may lead back to the node. Values only fall, from kMaxJsonDepth + 1 (none fits), and
+    // the longest chain of them that matters is short, so it ends after a few dozen passes. A
+    // root whose values nest deeper than a reply may is refused: no reply could be completed.
+    Status nest() {
+        constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
+        for (JsonSchema::Node& n : s_->nodes_) {
+            const bool container = n.kind == Kind::kObject || n.kind == Kind::kArray;
+            n.min_depth = container || n.kind == Kind::kUnion ? kTooDeep : 0;
+        }
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (JsonSchema::Node& n : s_->nodes_) {
+                const int32_t d = least_depth(n);
+                if (d < n.min_depth) {
+                    n.min_depth = d;
+                    changed = true;
+                }
+            }
+        }
+        return ok_status();
+    }
+
+    // Where a value of `node` that nests too deep leads back to: the first node met twice
+    // following, from it, what needs the most nesting (a required property, an array's items, a
+    // union's least deep alternative).
+    std::string recursion(int32_t node) {
+        std::vector<int32_t> seen;
+        int32_t i = node;
+        while (i >= 0 && std::find(seen.begin(), seen.end(), i) == seen.end()) {
+            seen.push_back(i);
+            const JsonSchema::Node& n = at(i);
+            int32_t next = -1;
+            auto deeper = [&](int32_t candidate, bool least) {
+                if (next < 0 || (least ? at(candidate).min_depth < at(next).min_depth
+                                       : at(candidate).min_depth > at(next).min_depth)) {
+                    next = candidate;
+                }
+            };
+            if (n.kind == Kind::kObject) {
+                for (const JsonSchema::Property& p : n.properties) {
+                    if (p.required) {
+                        deeper(p.node, false);
+                    }
+                }
+            } else if (n.kind == Kind::kArray && n.min > 0) {
+                next = n.items;
+            } else if (n.kind == Kind::kUnion) {
+                for (const int32_t alt : n.alternatives) {
+                    deeper(alt, true);
+                }
+            }
+            i = next;
+        }
+        return at(i >= 0 ? i : node).where;
+    }
+
+    // A node's min_depth from those of the nodes it holds.
+    int32_t least_depth(const JsonSchema::Node& n) {
+        constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
+        int32_t d = 0;
+        switch (n.kind) {
+            case Kind::kObject:
+                for (const JsonSchema::Property& p : n.properties) {
+                    if (p.required) {
+                        d = std::max(d, at(p.node).min_depth);
+                    }
+                }
+                return std::min(d + 1, kTooDeep);
+            case Kind::kArray:
+                return n.min == 0 ? 1 : std::min(at(n.items).min_depth + 1, kTooDeep);
+            case Kind::kUnion:
+                d = kTooDeep;
+                for (const int32_t alt : n.alternatives) {
+                    d = std::min(d, at(alt).min_depth);
+                }
+                return d;
+            default:
+                return 0;
+        }
     }
 
     // The non-union nodes `node` stands for (after flatten()); a view into the schema or `node`.

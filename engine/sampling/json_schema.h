@@ -98,11 +98,18 @@ class JsonSchema {
         // kUnion: the non-union nodes it stands for (nested unions flattened).
         std::vector<int32_t> alternatives;
         std::bitset<256> first;  // The bytes a value of this node can begin with.
+        // The fewest containers, one inside another, that a value of this node opens: 0 for a
+        // string, number or literal, 1 plus the most its required properties (an array with
+        // minItems: its items) need for a container. Past kMaxJsonDepth no value fits in what
+        // JsonPrefix may nest, and JsonPrefix begins a value only where it fits, so that what it
+        // begins can be completed.
+        int32_t min_depth = 0;
     };
 
     // Compiles a schema document; kInvalidArgument naming the keyword and its JSON pointer when
     // it is malformed, unsupported, contradictory (minItems > maxItems, an empty enum, ...), or
-    // its root is not an object.
+    // cannot be written as JsonPrefix writes (every value nesting deeper than kMaxJsonDepth, a
+    // range of numbers without one of kBoundedDigits digits), or its root is not an object.
     static Result<std::shared_ptr<const JsonSchema>> compile(const boost::json::value& schema);
     // The schema {"type": "object"}: any JSON object (response_format json_object).
     static const std::shared_ptr<const JsonSchema>& any_object();

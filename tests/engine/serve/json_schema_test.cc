@@ -351,6 +351,17 @@ TEST_CASE("json schema: bounds without a type are numbers in range") {
     check_complete_at_end(*open, R"({"a":-0.5})");
 }
 
+TEST_CASE("json schema: bounds at the edge of the digits a bounded number is written in") {
+    const auto edges = compiled(R"({"type":"object","properties":{
+        "tiny": {"type":"number","exclusiveMinimum":0,"maximum":1e-14},
+        "huge": {"type":"integer","minimum":999999999999999},
+        "low": {"type":"integer","minimum":-1e20,"maximum":-999999999999999}}})");
+    check_complete_at_end(*edges, R"({"tiny":0.00000000000001})");
+    check_complete_at_end(*edges, R"({"huge":999999999999999})");
+    check_complete_at_end(*edges, R"({"low":-999999999999999})");
+    CHECK(refused_at(*edges, R"({"tiny":0.000000000000001})") == 23);
+}
+
 TEST_CASE("json schema: numbers stay within minimum and maximum, digit by digit") {
     const auto bounds = compiled(kBounds);
     const json::value doc = json::parse(kBounds);
@@ -544,6 +555,23 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
         {R"({"type":"object","properties":{"a":{"type":"number","minimum":1,)"
          R"("exclusiveMaximum":1}}})",
          "no number lies between its minimum and maximum"},
+        {R"({"type":"object","properties":{"a":{"type":"integer","minimum":1e16}}})",
+         "schema at '#/properties/a': no number between its minimum and maximum can be written "
+         "in 15 digits"},
+        {R"({"type":"object","properties":{"a":{"maximum":-1e15}}})",
+         "schema at '#/properties/a': no number between its minimum and maximum can be written"},
+        {R"({"type":"object","properties":{"a":{"type":"number","minimum":1e-20,)"
+         R"("maximum":1e-15}}})",
+         "no number between its minimum and maximum can be written"},
+        {R"({"type":"object","properties":{"a":{"type":"number",)"
+         R"("minimum":0.1234567890123456,"maximum":0.1234567890123459}}})",
+         "no number between its minimum and maximum can be written"},
+        {R"({"type":"object","properties":{"x":{"$ref":"#"}},"required":["x"]})",
+         "schema at '#': every value nests containers more than 64 deep, past what a reply may: "
+         "its 'required' properties and 'minItems' lead on through '#'"},
+        {R"({"type":"object","properties":{"t":{"$ref":"#/$defs/t"}},"required":["t"],)"
+         R"("$defs":{"t":{"type":"array","minItems":1,"items":{"$ref":"#/$defs/t"}}}})",
+         "lead on through '#/$defs/t' without end"},
         {R"({"type":"object","properties":{"a":{"type":"number","minimum":"1"}}})",
          "'minimum' must be a number"},
         {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":true}}})",
@@ -716,6 +744,62 @@ std::optional<std::string> random_walk(JsonPrefix p, std::mt19937& rng,
         return std::nullopt;
     }
     return out;
+}
+
+TEST_CASE("json schema: values nest no deeper than a reply may, and what begins can end") {
+    // Required objects 64 deep, the root's among them, are what a reply may nest; 65 are not.
+    auto chain = [](int depth) {
+        std::string text;
+        for (int i = 1; i < depth; ++i) {
+            text += R"({"type":"object","required":["a"],"properties":{"a":)";
+        }
+        text += R"({"type":"object"})" + std::string(2 * static_cast<size_t>(depth - 1), '}');
+        return text;
+    };
+    boost::json::parse_options deep_ok;
+    deep_ok.max_depth = 1000;
+    auto deepest = JsonSchema::compile(json::parse(chain(64), {}, deep_ok));
+    REQUIRE_MESSAGE(deepest.ok(), deepest.status().to_string());
+    std::string doc;
+    for (int i = 1; i < 64; ++i) {
+        doc += R"({"a":)";
+    }
+    doc += "{}" + std::string(63, '}');
+    check_complete_at_end(**deepest, doc);
+    auto too_deep = JsonSchema::compile(json::parse(chain(65), {}, deep_ok));
+    REQUIRE_FALSE(too_deep.ok());
+    CHECK(too_deep.status().message().find("more than 64 deep") != std::string::npos);
+    // Optional recursion: near the limit a property whose value needs more nesting than is left
+    // is not begun (its key is refused), and random walks from there never reach a dead end.
+    const char* const recursive = R"({"type":"object","properties":{
+        "n": {"$ref":"#"},
+        "p": {"type":"array","minItems":1,"items":{"type":"array","minItems":1,
+                                                   "items":{"type":"integer"}}},
+        "s": {"type":"string"}}})";
+    const auto schema = compiled(recursive);
+    std::string prefix;
+    for (int i = 0; i < 62; ++i) {
+        prefix += R"({"n":)";
+    }
+    CHECK(refused_at(*schema, prefix + R"({"p")") == prefix.size() + 2);
+    CHECK(refused_at(*schema, prefix + R"({"n":{"n")") == prefix.size() + 7);
+    CHECK(refused_at(*schema, prefix + R"({"n":{"s":"x"}})") == prefix.size() + 15);
+    JsonPrefix p(*schema);
+    REQUIRE(p.feed(prefix + "{"));
+    const json::value doc_schema = json::parse(recursive);
+    std::mt19937 rng(20261205);
+    for (int walk = 0; walk < 100; ++walk) {
+        const std::optional<std::string> out = random_walk(p, rng);
+        if (out) {
+            CAPTURE(*out);
+            boost::system::error_code ec;
+            boost::json::parse_options options;
+            options.max_depth = 100;
+            const json::value parsed = json::parse(prefix + "{" + *out, ec, {}, options);
+            REQUIRE_FALSE(ec);
+            CHECK(valid(doc_schema, doc_schema, parsed));
+        }
+    }
 }
 
 TEST_CASE("json schema: random walks never reach a dead end, and what they complete is valid") {
