@@ -248,12 +248,16 @@ void TenantLimiter::Lease::charge_prompt(int64_t prompt_tokens) {
 }
 
 void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_tokens) {
-    settle(prompt_tokens, completion_tokens, false);
+    settle(prompt_tokens, completion_tokens, End::kFinished);
 }
 
-void TenantLimiter::Lease::refuse() { settle(0, 0, true); }
+void TenantLimiter::Lease::refuse(Refusal why) {
+    settle(0, 0, why == Refusal::kCapacity ? End::kRefusedCapacity : End::kRefusedRequest);
+}
 
-void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_tokens, bool refused) {
+void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_tokens, End end) {
+    const bool refused = end != End::kFinished;
+    const bool given_back = end == End::kRefusedCapacity;
     if (!state_) {
         return;
     }
@@ -263,15 +267,17 @@ void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_toke
     }
     finished_ = true;
     TimePoint now = state_->clock.now();
-    if (refused && state_->requests) {
-        state_->requests->charge(-1.0, now);  // Refused, never ran: the request is given back.
+    if (given_back && state_->requests) {
+        state_->requests->charge(-1.0, now);  // Refused for capacity: the request is given back.
     }
     if (state_->input_tokens) {
         // What charge_prompt() did not take already (a destroyed lease's 0: nothing more); a
-        // refused request, which never ran, gives back what it took.
+        // request refused for capacity gives back what it took, one refused for itself keeps
+        // what the engine read.
         const int64_t rest =
-            refused ? -charged_prompt_
-                    : std::max<int64_t>(std::max<int64_t>(prompt_tokens, 0) - charged_prompt_, 0);
+            given_back ? -charged_prompt_
+            : refused  ? 0
+                      : std::max<int64_t>(std::max<int64_t>(prompt_tokens, 0) - charged_prompt_, 0);
         if (rest != 0) {
             state_->input_tokens->charge(static_cast<double>(rest), now);
         }

@@ -92,15 +92,23 @@ public:
         // against what admission reserved) and releases the slot; later calls do nothing.
         // Destroyed unfinished: the output reservation is refunded, a charged prompt is not.
         void finish(int64_t prompt_tokens, int64_t completion_tokens);
-        // The request was refused after admission and never ran (no pool could take it, no
-        // forwarding, the engine refused it: a full queue, a bad prompt): everything admission
-        // took goes back (the request-rate token, the output reservation, the slot), and a
-        // prompt charged already too. Every refusal after admission ends its lease here;
-        // later calls (and finish()) do nothing.
-        void refuse();
+        // Why a request admitted was refused before it generated.
+        enum class Refusal {
+            kCapacity,  // No pool or site could take it, a full queue, overloaded.
+            kRequest,   // The request itself (a prompt beyond the context, one the engine
+                        // cannot take): the engine read and tokenized it.
+        };
+        // The request was refused after admission and never generated: its output
+        // reservation and slot go back. Refused for capacity, the request-rate token and a
+        // prompt charged already go back too (the tenant did nothing wrong); refused for
+        // itself, they stay spent, so a stream of refused requests is held to the tenant's
+        // rate and input limits like any other. Every refusal after admission ends its lease
+        // here; later calls (and finish()) do nothing.
+        void refuse(Refusal why = Refusal::kCapacity);
 
-    private:
-        void settle(int64_t prompt_tokens, int64_t completion_tokens, bool refused);
+      private:
+        enum class End { kFinished, kRefusedCapacity, kRefusedRequest };
+        void settle(int64_t prompt_tokens, int64_t completion_tokens, End end);
 
         std::shared_ptr<State> state_;
         int64_t reserved_output_;

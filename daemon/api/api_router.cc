@@ -582,9 +582,15 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             const engine::Finish& finish, bool refused) {
             const char* outcome = note_finish(*channel, finish, refused);
             if (refused) {
-                // It never ran (a full queue, a prompt beyond the context): as a routing
-                // refusal, everything admission took goes back.
-                lease->refuse();
+                // It never generated: a full queue or an overloaded engine gives back all that
+                // admission took, as a routing refusal does; a request refused for itself (a
+                // prompt beyond the context, one the engine cannot take) keeps its rate token
+                // and prompt charge, or a tenant could have the engine tokenize oversized
+                // prompts without end.
+                const bool capacity = finish.error.code() == StatusCode::kResourceExhausted ||
+                                      finish.error.code() == StatusCode::kUnavailable;
+                lease->refuse(capacity ? TenantLimiter::Lease::Refusal::kCapacity
+                                       : TenantLimiter::Lease::Refusal::kRequest);
             } else {
                 lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
             }

@@ -324,6 +324,32 @@ TEST_CASE("engine admission: a request the engine refuses gives back its rate to
     // The same instant: the token, the slot and the whole output budget are back.
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          chat_body(false, R"(,"max_tokens":100)"), auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("engine admission: a request refused for itself keeps its rate token, not its slot") {
+    // A prompt beyond the context is read and tokenized before the engine refuses it: refunding
+    // the rate token let a tenant have that done without end, never meeting a 429.
+    TenantFixture f(
+        "    requests_per_second: 1\n    burst: 1\n    max_concurrent: 1\n"
+        "    output_tokens_per_minute: 100\n");
+    f.generator.fail_next_submit(
+        out_of_range_error("the prompt is 5000 tokens, beyond the "
+                           "context of 4096"));
+    testing::HttpReply refused = f.call(chat_body(false, R"(,"max_tokens":100)"), kOldKey);
+    CHECK(refused.status == 400);
+    // The same instant: the rate token is spent...
+    testing::HttpReply limited = f.call(chat_body(false, R"(,"max_tokens":100)"), kOldKey);
+    CHECK(limited.status == 429);
+    CHECK(json_of(limited.body)["error"].as_object()["code"] == "requests_per_second");
+    // ...and the slot and the output reservation are back: a second later it is admitted.
+    f.clock.advance(std::chrono::seconds(1));
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
                                           chat_body(false, R"(,"max_tokens":100)"),
                                           auth(kOldKey)))
                 .ok());
