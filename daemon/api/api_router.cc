@@ -541,11 +541,21 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                     {std::string(cluster::kMaxTokensHeader), std::to_string(max_tokens)});
             }
             std::shared_ptr<tls::ResponseChannel> notes = channel;
+            const int64_t most_output = int64_t{max_tokens} * req.n;
             forwarder_->forward(
                 std::move(request), tenant_name, std::move(plan.targets), std::move(channel),
-                [lease = std::move(admitted.lease), metrics = metrics_, tenant_name,
-                 notes = std::move(notes),
-                 most_output = int64_t{max_tokens} * req.n](const cluster::ForwardResult& result) {
+                [this, lease = std::move(admitted.lease), metrics = metrics_, tenant_name,
+                 notes = std::move(notes), most_output,
+                 req = std::make_shared<ParsedRequest>(std::move(req))](
+                    const cluster::ForwardResult& result) {
+                    if (result.run_here) {
+                        // Every remote site failed before answering and this site was next in
+                        // the plan: it runs here, as a retry at the next candidate would.
+                        notes->note("attempts", result.attempts);
+                        notes->note("fallback", "local");
+                        run_here(std::move(*req), notes, lease, tenant_name);
+                        return;
+                    }
                     notes->note("served_by", result.site_id);
                     notes->note("attempts", result.attempts);
                     note_usage(*notes, result.prompt_tokens, result.completion_tokens);
@@ -574,11 +584,17 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             return;
         }
     }
+    run_here(std::move(req), std::move(channel), std::move(admitted.lease), tenant_name);
+}
+
+void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
+                         std::shared_ptr<TenantLimiter::Lease> admitted,
+                         const std::string& tenant_name) {
     channel->note("served_by", site_id_);
-    std::shared_ptr<TenantLimiter::Lease> lease = admitted.lease;
+    std::shared_ptr<TenantLimiter::Lease> lease = admitted;
     run_completion(
         generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
-        [lease = std::move(admitted.lease), metrics = metrics_, tenant_name, channel](
+        [lease = std::move(admitted), metrics = metrics_, tenant_name, channel](
             const engine::Finish& finish, bool refused) {
             const char* outcome = note_finish(*channel, finish, refused);
             if (refused) {

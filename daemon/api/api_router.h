@@ -27,6 +27,7 @@
 
 #include "common/clock.h"
 #include "daemon/api/api_error.h"
+#include "daemon/api/openai_request.h"
 #include "daemon/cluster/route_planner.h"
 #include "daemon/metrics.h"
 #include "daemon/tenant_limiter.h"
@@ -78,6 +79,9 @@ private:
     // `no_elsewhere`: why no other site will be tried.
     bool serves_here(const std::string& model, std::string_view version_pin, ApiError& error,
                      std::string_view no_elsewhere) const;
+    // Runs an admitted request on this site's engine, settling `lease` when it ends.
+    void run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
+                  std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name);
 
     engine::Generator& generator_;
     mutable std::mutex tenants_mu_;

@@ -89,6 +89,9 @@ struct ForwardResult {
     // cut or the client went away. It may have generated up to max_tokens, so the tenant is
     // charged that, as a request that ran (never refunded as one that did not).
     bool usage_unknown = false;
+    // No remote target took the request, nothing reached the client, and `targets` held this
+    // site too: the forwarder has not answered the channel; the caller runs the request here.
+    bool run_here = false;
 };
 
 class Forwarder {
@@ -98,7 +101,9 @@ public:
     // adds the hop and tenant headers) to `targets` in order: the next target is tried when
     // connecting fails or the peer answers 5xx before any byte reached the client, within the
     // retry budget; never after. The answer (full or streamed) goes to `channel`; a client that
-    // goes away cancels the upstream request. `done` runs once at the end, on any thread.
+    // goes away cancels the upstream request. `done` runs once at the end, on any thread. Local
+    // targets are not run here: when every remote one failed before any byte and the list holds
+    // a local one, `done` gets ForwardResult::run_here and the channel is left unanswered.
     virtual void forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,

@@ -737,8 +737,14 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
 }
 
 void PeerClient::Impl::finish(ForwardJob& job) {
-    // A job cancelled by stop() still answers; one whose client left has nobody to answer.
-    if (!job.result.started && (!job.cancelled || stopping_.load())) {
+    // No remote site took it: a local target in the plan runs it (the caller, on run_here),
+    // as the next candidate would have been tried had it been remote.
+    const bool local_next = std::any_of(job.targets.begin(), job.targets.end(),
+                                        [](const RouteTarget& t) { return t.local; });
+    if (!job.result.started && !job.cancelled && !stopping_.load() && local_next) {
+        job.result.run_here = true;
+    } else if (!job.result.started && (!job.cancelled || stopping_.load())) {
+        // A job cancelled by stop() still answers; one whose client left has nobody to answer.
         api::ApiError e;
         e.status = job.last_failure == Failure::kTimeout ? 504 : 503;
         e.type = "server_error";

@@ -823,6 +823,36 @@ TEST_CASE("a forward every site refused gives back what admission took, as a loc
     CHECK(error_code_of(*limited) == "requests_per_second");
 }
 
+TEST_CASE("every remote target refused and this site next in the plan: it runs here") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    RouteTarget dead{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
+    RouteTarget here{true, "fra", "", 0.0, "m"};
+    a.planner.route_to({dead, here});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(a.generator.wait_for_request(0));
+    a.generator.emit(0, "local answer");
+    a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->body.find("local answer") != std::string::npos);
+    auto reports = a.planner.reports();
+    REQUIRE(reports.size() == 1);  // The remote's failure still reaches the detector.
+    CHECK(reports[0].site == "ams");
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
+    // Streamed the same way.
+    REQUIRE(client->send(chat_request(true)).ok());
+    REQUIRE(a.generator.wait_for_request(1));
+    a.generator.emit(1, "streamed here");
+    a.generator.finish(1, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+    auto rest = client->read_until("data: [DONE]");
+    REQUIRE(rest.ok());
+    CHECK(rest->find("streamed here") != std::string::npos);
+}
+
 TEST_CASE("a retry budget of zero forbids the retry") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section(), true,
