@@ -66,6 +66,7 @@ RouteTable make_table(size_t n, bool flat, std::mt19937_64& rng) {
     for (RouteCandidate& c : list) {
         t.add(std::move(c));
     }
+    t.seal();
     return t;
 }
 

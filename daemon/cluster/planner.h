@@ -111,6 +111,8 @@ private:
     Metrics* metrics_;
     routing::health::OutlierDetector outliers_;
 
+    // Held while a table is rebuilt (a new snapshot, or every rebuild_interval): one sort per
+    // model, then the swap; plans between rebuilds take it only to copy the pointer.
     std::mutex mu_;
     std::shared_ptr<const Built> built_;
     std::set<std::string> known_pools_;  // Registered with the detector (under mu_).

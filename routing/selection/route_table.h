@@ -71,9 +71,15 @@ struct RouteTable {
     // Pools per model name, in insertion (snapshot member name) order.
     std::unordered_map<std::string, ModelPools, StringHash, std::equal_to<>> by_model;
 
+    // Appends a candidate; the cost-sorted arrays are built by seal(), once after the adds.
     void add(RouteCandidate c);
+    void seal();
+    // The pools of `model` (null when none); only on a sealed table.
     const ModelPools* find(std::string_view model) const;
     size_t size() const;
+
+  private:
+    bool sealed_ = true;  // Every add() has been sealed.
 };
 
 // Builds the table from a snapshot. Members that are dead or left, or whose site state is not

@@ -36,6 +36,7 @@ RouteTable table_of(std::vector<RouteCandidate> cands) {
     for (RouteCandidate& c : cands) {
         t.add(std::move(c));
     }
+    t.seal();
     return t;
 }
 
@@ -296,4 +297,38 @@ TEST_CASE("route table: an outlier-ejected pool carries the penalty and loses th
     REQUIRE(c.chosen != nullptr);
     CHECK(c.chosen->member == "b");
     CHECK(after.find("m")->candidates[0].cost.penalty_s == doctest::Approx(30.0));
+}
+
+TEST_CASE("route table: thousands of pools sorted by cost, equal costs in insertion order") {
+    std::vector<RouteCandidate> cands;
+    for (int i = 0; i < 5000; ++i) {
+        // Costs with many ties; every 97th local; versions v0..v6; every 13th saturated.
+        cands.push_back(cand("m" + std::to_string(i), 0.001 * ((i * 7919) % 211), i % 97 == 0,
+                             "v" + std::to_string(i % 7), mb::PoolState::kServing, i % 13 == 0));
+    }
+    const RouteTable t = table_of(cands);
+    const ModelPools* m = t.find("m");
+    REQUIRE(m != nullptr);
+    REQUIRE(m->index.size() == cands.size());
+    REQUIRE(m->versions.size() == 7);
+    CHECK(m->versions[0] == "v0");  // Numbered in insertion order.
+    size_t locals = 0;
+    for (size_t pos = 0; pos < m->index.size(); ++pos) {
+        const uint32_t i = m->index[pos];
+        const RouteCandidate& c = m->candidates[i];
+        CHECK(m->total_s[pos] == c.cost.total_s);
+        CHECK(m->versions[m->version[pos]] == c.version_digest);
+        CHECK(((m->flags[pos] & ModelPools::kLocal) != 0) == c.is_local);
+        CHECK(((m->flags[pos] & ModelPools::kSaturated) != 0) == c.cost.saturated);
+        if (pos > 0) {
+            const uint32_t prev = m->index[pos - 1];
+            CHECK((m->total_s[pos - 1] < m->total_s[pos] ||
+                   (m->total_s[pos - 1] == m->total_s[pos] && prev < i)));
+        }
+        if (c.is_local) {
+            REQUIRE(locals < m->local_positions.size());
+            CHECK(m->local_positions[locals++] == pos);
+        }
+    }
+    CHECK(locals == m->local_positions.size());
 }
