@@ -1,6 +1,6 @@
 // The built `edgeserve` binary: subcommands, check-config, a real run probed with curl and
-// openssl s_client, systemd notify (READY/WATCHDOG/RELOADING/STOPPING), SIGHUP, SIGTERM drain, and
-// `systemd-analyze verify` of the unit.
+// openssl s_client, systemd notify (READY/WATCHDOG/RELOADING/STOPPING), SIGHUP, SIGTERM drain.
+// The units themselves are checked in tests/package/systemd_units_test.cc.
 
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -684,31 +684,4 @@ TEST_CASE("a certificate renewed on disk is served without a signal, a broken on
 
     child.signal(SIGTERM);
     CHECK(child.wait(15000) == 0);
-}
-
-TEST_CASE("systemd-analyze verify accepts the unit") {
-    if (!testing::have_program("systemd-analyze")) {
-        MESSAGE("systemd-analyze not installed; skipping the unit check");
-        return;
-    }
-    // The unit names the installed path; verify the same unit pointing at the built binary.
-    std::string unit = read_file(EDGE_SOURCE_DIR "/systemd/edgeserve.service");
-    REQUIRE(!unit.empty());
-    size_t pos;
-    while ((pos = unit.find("/usr/local/bin/edgeserve")) != std::string::npos) {
-        unit.replace(pos, std::strlen("/usr/local/bin/edgeserve"), kBinary);
-    }
-    testing::TempDir dir;
-    std::string path = dir.write("edgeserve.service", unit);
-    auto r = testing::run({"systemd-analyze", "verify", path}, 60000);
-    if (r.exit_code != 0 && (r.err.find("Failed to connect") != std::string::npos ||
-                             r.err.find("No such file or directory") != std::string::npos ||
-                             r.err.find("Permission denied") != std::string::npos)) {
-        MESSAGE("systemd-analyze cannot run here (" << r.err << "); skipping");
-        return;
-    }
-    CHECK_MESSAGE(r.exit_code == 0, r.err);
-    CHECK(unit.find("Type=notify") != std::string::npos);
-    CHECK(unit.find("ProtectSystem=strict") != std::string::npos);
-    CHECK(unit.find("NoNewPrivileges=yes") != std::string::npos);
 }
