@@ -149,16 +149,9 @@ TEST_CASE("edgeserve run finds a port in use before it loads the models, check-c
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
     // Another process's listener on the admin port.
-    const int taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(taken >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(listen(taken, 1) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    const std::string port = std::to_string(ntohs(addr.sin_port));
+    uint16_t taken_port = 0;
+    const int taken = testing::bind_loopback(SOCK_STREAM, taken_port);
+    const std::string port = std::to_string(taken_port);
     std::string yaml = testing::config_yaml(
         cert.cert_path, cert.key_path,
         "models:\n  - {name: m, path: " + std::string(EDGE_SOURCE_DIR) +
@@ -185,15 +178,9 @@ TEST_CASE("edgeserve run finds gossip's UDP port in use before it loads the mode
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
     // Another process's UDP socket on the gossip port (its TCP side is free).
-    const int taken = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    REQUIRE(taken >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(taken, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(taken, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    const std::string port = std::to_string(ntohs(addr.sin_port));
+    uint16_t taken_port = 0;
+    const int taken = testing::bind_loopback(SOCK_DGRAM, taken_port);
+    const std::string port = std::to_string(taken_port);
     const std::string config = dir.write(
         "c.yaml",
         testing::config_yaml(cert.cert_path, cert.key_path,
@@ -596,16 +583,9 @@ TEST_CASE("edgeserve run: a burst of SIGHUPs does not hold back the watchdog pin
 
 TEST_CASE("edgeserve members gives up on an admin listener that never answers") {
     // Accepts (the kernel does, from the backlog) and never reads or writes.
-    const int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(silent >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(listen(silent, 4) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    const std::string admin = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+    uint16_t silent_port = 0;
+    const int silent = testing::bind_loopback(SOCK_STREAM, silent_port);
+    const std::string admin = "127.0.0.1:" + std::to_string(silent_port);
     const auto t0 = std::chrono::steady_clock::now();
     auto r = testing::run({kBinary, "members", "--admin", admin}, 30'000);
     const auto took = std::chrono::steady_clock::now() - t0;

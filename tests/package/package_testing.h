@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/tls_client.h"
+
 extern char** environ;
 
 namespace edge::package_testing {
@@ -61,21 +63,7 @@ inline uint16_t port_from_log(const std::string& log, const std::string& key) {
 }
 
 // A listening TCP socket on 127.0.0.1 with a free port (close-on-exec; the caller owns it).
-inline int listen_loopback(uint16_t& port) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    REQUIRE(listen(fd, 128) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port = ntohs(addr.sin_port);
-    return fd;
-}
+inline int listen_loopback(uint16_t& port) { return testing::bind_loopback(SOCK_STREAM, port); }
 
 // `edgeserve run --config CONFIG`, stderr to `log_path`; with `listen_fd` >= 0 the socket is
 // passed as descriptor 3 with LISTEN_FDS=1 and LISTEN_PID set to the child's pid, exactly as

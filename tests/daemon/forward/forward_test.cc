@@ -190,16 +190,9 @@ std::string error_code_of(const testing::HttpReply& r) {
 
 // A loopback port nobody listens on (bound, then closed).
 uint16_t refused_port() {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    close(fd);
-    return ntohs(addr.sin_port);
+    uint16_t port = 0;
+    close(testing::bind_loopback(SOCK_STREAM, port));
+    return port;
 }
 
 bool metrics_contain(Site& site, const std::string& line) {
@@ -222,16 +215,7 @@ void check_in_debt(Site& a, Site& b, const std::string& request, size_t seen) {
 class RawPeer {
   public:
     RawPeer(const testing::TestCertificate& cert, std::string answer) : answer_(std::move(answer)) {
-        listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-        REQUIRE(listen_fd_ >= 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-        REQUIRE(listen(listen_fd_, 4) == 0);
-        socklen_t len = sizeof(addr);
-        REQUIRE(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-        port_ = ntohs(addr.sin_port);
+        listen_fd_ = testing::bind_loopback(SOCK_STREAM, port_);
         ctx_ = SSL_CTX_new(TLS_server_method());
         REQUIRE(ctx_ != nullptr);
         REQUIRE(SSL_CTX_use_certificate_chain_file(ctx_, cert.cert_path.c_str()) == 1);
