@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "tests/testing/config_yaml.h"
+#include "tests/testing/loopback_socket.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"

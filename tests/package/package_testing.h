@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/testing/tls_client.h"
+#include "tests/testing/loopback_socket.h"
 
 extern char** environ;
 

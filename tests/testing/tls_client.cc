@@ -1,14 +1,14 @@
 #include "tests/testing/tls_client.h"
 
 #include <arpa/inet.h>
-#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
-#include <openssl/x509.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/x509.h>
 
 #include <cerrno>
 #include <csignal>
@@ -59,26 +59,6 @@ Result<int> tcp_connect_socket(int fd, uint16_t port, int timeout_ms) {
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
-
-int bind_loopback(int type, uint16_t& port) {
-    const int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    if (type == SOCK_STREAM) {
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    if (type == SOCK_STREAM) {
-        REQUIRE(listen(fd, 128) == 0);
-    }
-    socklen_t len = sizeof(addr);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port = ntohs(addr.sin_port);
     return fd;
 }
 

@@ -34,10 +34,6 @@ struct HttpReply {
     std::string body;                             // De-chunked.
 };
 
-// A socket bound to 127.0.0.1 on a free port, close-on-exec, the caller's to close: SOCK_STREAM
-// listening (backlog 128, SO_REUSEADDR) or SOCK_DGRAM. `port` receives the port. REQUIREs.
-int bind_loopback(int type, uint16_t& port);
-
 // Connects a plain TCP socket to 127.0.0.1:port; the fd is the caller's.
 Result<int> tcp_connect(uint16_t port, int timeout_ms = 5000, int receive_buffer_bytes = 0);
 

@@ -26,6 +26,7 @@
 #include "daemon/metrics.h"
 #include "daemon/tenants.h"
 #include "tests/testing/daemon_yaml.h"
+#include "tests/testing/loopback_socket.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_certs.h"
