@@ -1132,7 +1132,10 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
     check("models", [](const Config& c) { return c.models; });
     check("peer", peer);
     check("proxy_protocol", [](const Config& c) { return c.proxy_protocol; });
-    check("routing", [](const Config& c) { return c.routing; });
+    // SIGHUP applies the routing weights; the outlier detector's settings and the initial
+    // target versions wait for a restart.
+    check("routing",
+          [](const Config& c) { return std::pair(c.routing.outlier, c.routing.target_versions); });
     check("site", [](const Config& c) { return c.site; });
     return changed;
 }

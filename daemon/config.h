@@ -210,7 +210,7 @@ Result<Config> load_config(const std::string& path);
 // removed or changed), in name order: a SIGHUP does not apply them. The parsed values are
 // compared, not the YAML: key order, layout, comments and a default written out change nothing.
 // What SIGHUP reloads is left out (`tenants`, listeners.public.certificates, peer.ca/cert/key,
-// gossip.keys/keyring_file).
+// gossip.keys/keyring_file, routing's weights: all of `routing` but outlier and target_versions).
 std::vector<std::string> changed_restart_sections(const Config& running, const Config& fresh);
 
 // Parses YAML text; `source` names it in errors and is the base for relative paths. Never throws.

@@ -457,6 +457,16 @@ Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
     return ok_status();
 }
 
+void Daemon::reload_routing(const RoutingConfig& routing) {
+    if (!cluster_) {
+        return;
+    }
+    const bool whole = cluster_->reload_routing(routing);
+    log::info("routing_reloaded",
+              {{"applied", "routing.cost, routing.selection, routing.version_fallback"},
+               {"outlier_changed", !whole}});
+}
+
 void Daemon::stop(std::chrono::milliseconds deadline) {
     if (stopped_) {
         return;

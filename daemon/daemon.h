@@ -90,6 +90,9 @@ public:
     // Replaces the gossip keys (SIGHUP; see Cluster::reload_keys), logged either way. Nothing
     // to do without a `gossip` section.
     Status reload_gossip_keys(const GossipConfig& gossip);
+    // SIGHUP: the routing weights (routing.cost, .selection, .version_fallback) apply from the
+    // next routing decision; logged. Without a cluster, nothing to do.
+    void reload_routing(const RoutingConfig& routing);
     // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
     // the admin listener and the I/O threads.
     void stop(std::chrono::milliseconds deadline);

@@ -147,6 +147,15 @@ AdminReply json_error(int status, const std::string& message) {
     return {status, "application/json", json_text(o) + "\n"};
 }
 
+PlannerConfig planner_config(const RoutingConfig& routing) {
+    PlannerConfig pc;
+    pc.cost = routing.cost;
+    pc.selection = routing.selection;
+    pc.outlier = routing.outlier;
+    pc.version_fallback = routing.version_fallback;
+    return pc;
+}
+
 }  // namespace
 
 class Cluster::Impl : public std::enable_shared_from_this<Cluster::Impl> {
@@ -225,10 +234,10 @@ public:
             metrics_->set_gossip_members(membership::node_state_name(st),
                                          static_cast<int64_t>(snap->count(st)));
         }
+        const routing::selection::CostConfig cost = planner_->config().cost;
         for (const membership::MemberView& m : snap->members) {
             if (m.site && !m.is_local && m.name != snap->local_name) {
-                metrics_->set_site_rtt(m.site->site_id,
-                                       member_rtt(*snap, m, planner_->config().cost).rtt_s);
+                metrics_->set_site_rtt(m.site->site_id, member_rtt(*snap, m, cost).rtt_s);
             }
         }
     }
@@ -338,7 +347,7 @@ public:
         auto snap = service_->snapshot();
         if (path == "/admin/members") {
             if (auto e = get_only()) return e;
-            const auto& cost = planner_->config().cost;
+            const routing::selection::CostConfig cost = planner_->config().cost;
             return AdminReply{200, std::string(ctype),
                               text ? members_text(*snap, cost) : members_json(*snap, cost)};
         }
@@ -475,14 +484,10 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
                               io, impl->mconfig_, std::move(keyring), impl->site_state(),
                               config.gossip.bind_address, config.gossip.port));
 
-    PlannerConfig pc;
-    pc.cost = config.routing.cost;
-    pc.selection = config.routing.selection;
-    pc.outlier = config.routing.outlier;
-    pc.version_fallback = config.routing.version_fallback;
     Impl* raw = impl.get();
     impl->planner_ = std::make_unique<ClusterRoutePlanner>(
-        pc, clock, [raw] { return raw->service_->snapshot(); }, impl->rollouts_, metrics);
+        planner_config(config.routing), clock, [raw] { return raw->service_->snapshot(); },
+        impl->rollouts_, metrics);
 
     impl->service_->set_user_event_callback([raw](const membership::UserEventMsg& e) {
         if (e.name != kRolloutEvent) {
@@ -594,6 +599,10 @@ RolloutBook& Cluster::rollouts() { return impl_->rollouts_; }
 
 Status Cluster::rollout(const std::string& model, const std::string& version) {
     return impl_->send_rollout(model, version);
+}
+
+bool Cluster::reload_routing(const RoutingConfig& routing) {
+    return impl_->planner_->reload(planner_config(routing));
 }
 
 Result<size_t> Cluster::reload_keys(const GossipConfig& gossip) {

@@ -73,6 +73,10 @@ public:
     // other sites would neither read this one nor be read: that needs every site restarted).
     // Returns how many keys are now accepted.
     Result<size_t> reload_keys(const GossipConfig& gossip);
+    // SIGHUP: routing.cost, routing.selection and routing.version_fallback apply from the next
+    // plan; false when routing.outlier changed too (that waits for a restart, as do
+    // routing.target_versions, the rollout intents at time 0).
+    bool reload_routing(const RoutingConfig& routing);
 
     std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot() const;
     uint16_t gossip_port() const;

@@ -39,8 +39,27 @@ bool usable(const sel::RouteCandidate& c) {
 ClusterRoutePlanner::ClusterRoutePlanner(PlannerConfig config, Clock& clock,
                                          SnapshotSource snapshots, RolloutBook& rollouts,
                                          Metrics* metrics)
-    : config_(std::move(config)), clock_(clock), snapshots_(std::move(snapshots)),
-      rollouts_(rollouts), metrics_(metrics), outliers_(config_.outlier, clock) {}
+    : clock_(clock),
+      snapshots_(std::move(snapshots)),
+      rollouts_(rollouts),
+      metrics_(metrics),
+      outliers_(config.outlier, clock),
+      config_(std::make_shared<const PlannerConfig>(std::move(config))) {}
+
+PlannerConfig ClusterRoutePlanner::config() {
+    std::lock_guard lock(mu_);
+    return *config_;
+}
+
+bool ClusterRoutePlanner::reload(PlannerConfig fresh) {
+    std::lock_guard lock(mu_);
+    // The detector keeps its settings (its ejections and counts were made under them).
+    const bool outlier_kept = fresh.outlier == config_->outlier;
+    fresh.outlier = config_->outlier;
+    config_ = std::make_shared<const PlannerConfig>(std::move(fresh));
+    built_ = nullptr;  // The next plan rebuilds the table with the new weights.
+    return outlier_kept;
+}
 
 std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
     std::shared_ptr<const membership::MembershipSnapshot> snap) {
@@ -48,11 +67,12 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
     b->snapshot = snap;
     b->ejections = outliers_.ejections_total();
     b->built_at = clock_.now();
+    b->config = config_;
     if (!snap) {
         return b;
     }
     b->table = sel::build_route_table(
-        *snap, config_.cost, [this](std::string_view member, std::string_view model) {
+        *snap, b->config->cost, [this](std::string_view member, std::string_view model) {
             return outliers_.is_ejected(pool_key(member, model)) ? sel::PoolHealth::kEjected
                                                                  : sel::PoolHealth::kHealthy;
         });
@@ -93,7 +113,7 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::current()
     auto snap = snapshots_ ? snapshots_() : nullptr;
     std::lock_guard lock(mu_);
     if (built_ && built_->snapshot == snap && built_->ejections == outliers_.ejections_total() &&
-        clock_.now() - built_->built_at < config_.rebuild_interval) {
+        clock_.now() - built_->built_at < config_->rebuild_interval) {
         return built_;
     }
     built_ = rebuild(std::move(snap));
@@ -127,17 +147,18 @@ VersionChoice ClusterRoutePlanner::version_for(const Built& b, std::string_view 
                                                std::string_view pin, std::mt19937_64& rng,
                                                sel::RouteChoice* choice) {
     if (!pin.empty()) {
-        *choice = sel::choose(b.table, {model, pin}, config_.selection, rng);
+        *choice = sel::choose(b.table, {model, pin}, b.config->selection, rng);
         return {std::string(pin), "pin"};
     }
     std::optional<RolloutIntent> target = rollouts_.target(model);
     if (target) {
-        sel::RouteChoice c = sel::choose(b.table, {model, target->version}, config_.selection, rng);
-        if (c.chosen != nullptr || !config_.version_fallback) {
+        sel::RouteChoice c =
+            sel::choose(b.table, {model, target->version}, b.config->selection, rng);
+        if (c.chosen != nullptr || !b.config->version_fallback) {
             *choice = c;
             return {target->version, "target"};
         }
-        sel::RouteChoice any = sel::choose(b.table, {model, ""}, config_.selection, rng);
+        sel::RouteChoice any = sel::choose(b.table, {model, ""}, b.config->selection, rng);
         if (any.chosen != nullptr || c.rejection == sel::Rejection::kVersionPinUnmatched) {
             *choice = any;
             return {"", "fallback"};
@@ -145,7 +166,7 @@ VersionChoice ClusterRoutePlanner::version_for(const Built& b, std::string_view 
         *choice = c;
         return {target->version, "target"};
     }
-    *choice = sel::choose(b.table, {model, ""}, config_.selection, rng);
+    *choice = sel::choose(b.table, {model, ""}, b.config->selection, rng);
     return {"", "none"};
 }
 
@@ -179,10 +200,10 @@ RoutePlan ClusterRoutePlanner::plan(std::string_view model, std::string_view ver
         const sel::ModelPools* pools = b->table.find(model);
         // Fallbacks by cost: first those of the version filter, then (only when the filter is
         // the target version and fallback is allowed) the other versions.
-        const bool other_versions = v.source == "target" && config_.version_fallback;
+        const bool other_versions = v.source == "target" && b->config->version_fallback;
         for (int pass = 0; pass < (other_versions ? 2 : 1); ++pass) {
             for (size_t i = 0; pools != nullptr && i < pools->index.size(); ++i) {
-                if (plan.targets.size() >= config_.max_fallbacks + 1) {
+                if (plan.targets.size() >= b->config->max_fallbacks + 1) {
                     break;
                 }
                 const sel::RouteCandidate& c = pools->candidates[pools->index[i]];
@@ -293,7 +314,7 @@ sel::RouteDecision ClusterRoutePlanner::explain(std::string_view model,
     sel::RouteChoice choice;
     std::mt19937_64& rng = thread_rng();
     VersionChoice v = version_for(*b, model, version_pin, rng, &choice);
-    sel::RouteDecision d = sel::explain(b->table, {model, v.version}, config_.selection, rng);
+    sel::RouteDecision d = sel::explain(b->table, {model, v.version}, b->config->selection, rng);
     if (v.source == "target") {
         d.reasons.push_back("unpinned request: only the cluster's target version " + v.version +
                             " is used");

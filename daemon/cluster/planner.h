@@ -86,15 +86,21 @@ public:
     // The current table (rebuilt first when stale).
     std::shared_ptr<const routing::selection::RouteTable> table();
     routing::health::OutlierDetector& outliers() { return outliers_; }
-    const PlannerConfig& config() const { return config_; }
+    // The settings in use (a copy: reload() may replace them).
+    PlannerConfig config();
+    // SIGHUP: the cost weights, selection and version fallback apply from the next plan (the
+    // table is rebuilt with them); the outlier detector keeps its settings. False when `fresh`
+    // changes them (a restart applies those).
+    bool reload(PlannerConfig fresh);
 
-private:
+  private:
     struct Built {
         std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot;
         routing::selection::RouteTable table;
         std::unordered_map<std::string, std::string> peer_addr;  // member -> peer listener
         uint64_t ejections = 0;
         TimePoint built_at{};
+        std::shared_ptr<const PlannerConfig> config;  // The settings it was built and plans with.
     };
 
     std::shared_ptr<const Built> current();
@@ -104,7 +110,6 @@ private:
                               std::mt19937_64& rng, routing::selection::RouteChoice* choice);
     void note_ejections(uint64_t before, const std::string& site);
 
-    const PlannerConfig config_;
     Clock& clock_;
     SnapshotSource snapshots_;
     RolloutBook& rollouts_;
@@ -114,6 +119,7 @@ private:
     // Held while a table is rebuilt (a new snapshot, or every rebuild_interval): one sort per
     // model, then the swap; plans between rebuilds take it only to copy the pointer.
     std::mutex mu_;
+    std::shared_ptr<const PlannerConfig> config_;  // Under mu_.
     std::shared_ptr<const Built> built_;
     std::set<std::string> known_pools_;  // Registered with the detector (under mu_).
 };

@@ -362,3 +362,21 @@ TEST_CASE("rollout events: encode, decode, and untrusted payloads are refused") 
     CHECK(book.target("m")->version == "c");
     CHECK_FALSE(book.target("x"));
 }
+
+TEST_CASE("planner: reloaded cost weights decide from the next plan, the detector keeps its own") {
+    Fixture f;
+    f.world.add(kAms, {pool()}, membership::NodeState::kSuspect);
+    f.world.add(kSin, {pool()});
+    CHECK(f.first() == "sin");  // +500 ms suspect penalty outweighs ~150 ms of distance.
+    // No penalty for a suspect member: ams, nearer, wins from the next plan (no new snapshot).
+    PlannerConfig lenient = f.planner->config();
+    lenient.cost.suspect_penalty_s = 0.0;
+    CHECK(f.planner->reload(lenient));
+    CHECK(f.first() == "ams");
+    CHECK(f.planner->config().cost.suspect_penalty_s == 0.0);
+    // A changed outlier setting is not applied (its ejections were made under the old one).
+    PlannerConfig other = f.planner->config();
+    other.outlier.consecutive_failures = 50;
+    CHECK_FALSE(f.planner->reload(other));
+    CHECK(f.planner->config().outlier.consecutive_failures == 3);
+}

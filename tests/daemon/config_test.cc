@@ -766,6 +766,14 @@ TEST_CASE("changed_restart_sections names what a reload does not apply") {
     Result<Config> moved = parse_config(port, "x.yaml");
     REQUIRE(moved.ok());
     CHECK(changed_restart_sections(running, *moved) == std::vector<std::string>{"listeners"});
+    // The routing weights are reloaded; the outlier detector's settings are not.
+    CHECK(changed_restart_sections(running, load("limits:\n  max_body_bytes: 65536\n"
+                                                 "routing:\n  margin_ms: 6\n"))
+              .empty());
+    CHECK(changed_restart_sections(running, load("limits:\n  max_body_bytes: 65536\n"
+                                                 "routing:\n  outlier:\n"
+                                                 "    consecutive_failures: 7\n")) ==
+          std::vector<std::string>{"routing"});
 }
 
 TEST_CASE("changed_restart_sections ignores reordered keys and defaults written out") {
@@ -797,9 +805,10 @@ TEST_CASE("changed_restart_sections ignores reordered keys and defaults written 
                             "max_queue: 20, kv_cache_bytes: 4194304, kv_block_tokens: 32}\n"
                             "limits:\n  max_body_bytes: 65536\n")) ==
           std::vector<std::string>{"engine"});
-    CHECK(changed_restart_sections(
-              running, load("engine: {max_batch_sequences: 4, max_queue_per_tenant: 8, "
-                            "max_queue: 20, kv_cache_bytes: 4194304}\nlimits:\n"
-                            "  max_body_bytes: 65536\nrouting:\n  margin_ms: 6\n")) ==
+    CHECK(changed_restart_sections(running,
+                                   load("engine: {max_batch_sequences: 4, max_queue_per_tenant: 8, "
+                                        "max_queue: 20, kv_cache_bytes: 4194304}\nlimits:\n"
+                                        "  max_body_bytes: 65536\nrouting:\n  outlier:\n"
+                                        "    consecutive_failures: 7\n")) ==
           std::vector<std::string>{"routing"});
 }
