@@ -24,6 +24,7 @@
 #include "engine/model/kv_cache.h"
 #include "engine/model/paged_attention.h"
 #include "engine/model/paged_attention_simd.h"
+#include "tests/engine/model/random_kv_slot.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -174,35 +175,14 @@ TEST_CASE("paged attention with SIMD head dims equals contiguous attention to ro
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     for (int32_t bt : {4, 16}) {
         for (int32_t hd : {8, 16, 24, 64, 128}) {
-            KvCacheShape s;
-            s.layers = 1;
-            s.kv_heads = 2;
-            s.head_dim = hd;
-            s.slots = 2;
-            s.max_context = 64;
-            s.block_tokens = bt;
-            s.budget_bytes = int64_t{1} << 22;
-            auto kv = KvCache::create(s);
-            REQUIRE(kv.ok());
-            KvCache& c = **kv;
-            auto filler = *c.acquire();
-            auto slot = *c.acquire();
             std::mt19937 rng(static_cast<uint32_t>(hd));
             std::normal_distribution<float> dist;
             const int32_t n = 41;
-            std::vector<float> keys(static_cast<size_t>(n * hd)), values(keys.size());
-            for (int32_t p = 0; p < n; ++p) {
-                const SlotGrowth g[] = {{filler, p + 1}, {slot, p + 1}};
-                REQUIRE(c.reserve(g).ok());
-                c.set_length(filler, p + 1);
-                c.set_length(slot, p + 1);
-                for (int32_t d = 0; d < hd; ++d) {
-                    keys[static_cast<size_t>(p * hd + d)] = dist(rng);
-                    values[static_cast<size_t>(p * hd + d)] = dist(rng);
-                    c.key(slot, 0, 1, p)[d] = keys[static_cast<size_t>(p * hd + d)];
-                    c.value(slot, 0, 1, p)[d] = values[static_cast<size_t>(p * hd + d)];
-                }
-            }
+            RandomKvSlot kv = random_kv_slot(hd, bt, n, int64_t{1} << 22, rng);
+            KvCache& c = *kv.cache;
+            const int32_t slot = kv.slot;
+            const std::vector<float>& keys = kv.keys;
+            const std::vector<float>& values = kv.values;
             using Attend = void (*)(const detail::KvSeqView&, int32_t, int32_t, const float*,
                                     int64_t, int64_t, float, float*, float*);
             std::vector<std::pair<const char*, Attend>> forms;

@@ -7,6 +7,7 @@
 #include "engine/cpu/ops.h"
 #include "engine/model/block_pool.h"
 #include "engine/model/paged_attention.h"
+#include "tests/engine/model/random_kv_slot.h"
 
 namespace edge::engine {
 namespace {
@@ -240,35 +241,14 @@ TEST_CASE("paged attention equals contiguous attention bit for bit") {
     // swiglu_batch_test.cc), so both sides run the same scalar loops.
     constexpr int32_t hd = 12;
     for (int32_t bt : {1, 4, 16}) {
-        KvCacheShape s;
-        s.layers = 1;
-        s.kv_heads = 2;
-        s.head_dim = hd;
-        s.slots = 2;
-        s.max_context = 64;
-        s.block_tokens = bt;
-        s.budget_bytes = int64_t{1} << 20;
-        auto kv = KvCache::create(s);
-        REQUIRE(kv.ok());
-        KvCache& c = **kv;
-        auto filler = *c.acquire();  // Interleaves blocks so the slot's are not contiguous.
-        auto slot = *c.acquire();
         std::mt19937 rng(5);
         std::normal_distribution<float> dist;
         const int32_t n = 37;
-        std::vector<float> keys(n * hd), values(n * hd);
-        for (int32_t p = 0; p < n; ++p) {
-            const SlotGrowth g[] = {{filler, p + 1}, {slot, p + 1}};
-            REQUIRE(c.reserve(g).ok());
-            c.set_length(filler, p + 1);
-            c.set_length(slot, p + 1);
-            for (int32_t d = 0; d < hd; ++d) {
-                keys[p * hd + d] = dist(rng);
-                values[p * hd + d] = dist(rng);
-                c.key(slot, 0, 1, p)[d] = keys[p * hd + d];
-                c.value(slot, 0, 1, p)[d] = values[p * hd + d];
-            }
-        }
+        RandomKvSlot kv = random_kv_slot(hd, bt, n, int64_t{1} << 20, rng);
+        KvCache& c = *kv.cache;
+        const int32_t slot = kv.slot;
+        const std::vector<float>& keys = kv.keys;
+        const std::vector<float>& values = kv.values;
         std::vector<float> q(3 * hd);
         for (float& x : q) {
             x = dist(rng);
