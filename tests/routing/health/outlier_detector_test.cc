@@ -2,7 +2,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 using namespace edge::routing::health;
 using edge::ManualClock;
@@ -231,27 +233,36 @@ TEST_CASE("outlier: a day of missed 1 ms intervals is caught up at once, with th
 }
 
 TEST_CASE("outlier: of equally bad pools, the ejection cap takes the first by name") {
-    ManualClock clock;
-    OutlierConfig cfg;
-    cfg.consecutive_failures = 0;
-    cfg.max_ejection_percent = 10;  // One of ten.
-    OutlierDetector d(cfg, clock);
-    // Added in an order unlike their names'.
-    for (const char* name : {"p7", "p3", "p9", "p1", "p5", "p0", "p2", "p4", "p6", "p8"}) {
-        d.add_pool(name);
-    }
-    for (int p = 0; p < 10; ++p) {
-        const std::string name = "p" + std::to_string(p);
-        for (int i = 0; i < 100; ++i) {
-            if (p == 3 || p == 7) {  // Every request fails: both far below the mean.
-                d.report_failure(name, FailureKind::kHttp5xx);
-            } else {
-                d.report_success(name);
+    // Several sets of equally bad pools, each among twenty added in scrambled order: which one
+    // is ejected must not follow the detector's hash-map order (a chance pass is ~4^-5).
+    const std::vector<std::vector<int>> bad_sets = {
+        {3, 11, 7, 19}, {15, 2, 9, 17}, {18, 6, 13, 4}, {10, 16, 1, 12}, {14, 8, 5, 0}};
+    for (const std::vector<int>& bad : bad_sets) {
+        ManualClock clock;
+        OutlierConfig cfg;
+        cfg.consecutive_failures = 0;
+        cfg.max_ejection_percent = 5;  // One of twenty.
+        OutlierDetector d(cfg, clock);
+        for (int i = 0; i < 20; ++i) {
+            d.add_pool("p" + std::to_string(100 + (i * 7) % 20));
+        }
+        for (int p = 0; p < 20; ++p) {
+            const std::string name = "p" + std::to_string(100 + p);
+            const bool failing = std::find(bad.begin(), bad.end(), p) != bad.end();
+            for (int i = 0; i < 100; ++i) {
+                if (failing) {
+                    d.report_failure(name, FailureKind::kHttp5xx);
+                } else {
+                    d.report_success(name);
+                }
             }
         }
+        clock.advance(seconds(10));
+        d.tick();
+        const int first = *std::min_element(bad.begin(), bad.end());
+        for (int p : bad) {
+            INFO("bad pool p" << 100 + p);
+            CHECK(d.is_ejected("p" + std::to_string(100 + p)) == (p == first));
+        }
     }
-    clock.advance(seconds(10));
-    d.tick();
-    CHECK(d.is_ejected("p3"));
-    CHECK_FALSE(d.is_ejected("p7"));
 }
