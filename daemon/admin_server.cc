@@ -1,8 +1,6 @@
 #include "daemon/admin_server.h"
 
 #include <algorithm>
-#include <chrono>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -12,8 +10,13 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
+#include <mutex>
+#include <optional>
 
+#include "common/file.h"
 #include "common/log.h"
+#include "daemon/bearer.h"
 #include "daemon/metrics.h"
 
 namespace edge::daemon {
@@ -109,11 +112,16 @@ public:
             const bool from_browser = req.count(http::field::origin) > 0 ||
                                       (!fetch_site.empty() && fetch_site != "same-origin" &&
                                        fetch_site != "none");
-            if (target.starts_with("/admin/") && from_browser &&
-                req.method() != http::verb::get && req.method() != http::verb::head) {
+            const bool changes_state =
+                req.method() != http::verb::get && req.method() != http::verb::head;
+            if (target.starts_with("/admin/") && from_browser && changes_state) {
                 extra = AdminReply{403, "text/plain; charset=utf-8",
                                    "forbidden: a state-changing admin request from a browser "
                                    "page (Origin or Sec-Fetch-Site sent)\n"};
+            } else if (target.starts_with("/admin/") &&
+                       (extra =
+                            authorize(stream, req[http::field::authorization], changes_state))) {
+                // Refused: `extra` holds the answer.
             } else if (handler_ && target.starts_with("/admin/")) {
                 extra = handler_(std::string_view(req.method_string().data(),
                                                   req.method_string().size()),
@@ -123,6 +131,9 @@ public:
                 }
             }
             if (extra) {
+                if (extra->status == 401) {
+                    res.set(http::field::www_authenticate, "Bearer realm=\"edgeserve admin\"");
+                }
                 res.result(static_cast<http::status>(extra->status));
                 res.set(http::field::content_type, extra->content_type);
                 res.body() = std::move(extra->body);
@@ -155,6 +166,50 @@ public:
         }
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    }
+
+    void set_token(std::string token) {
+        std::optional<Sha256Digest> digest;
+        if (!token.empty()) {
+            digest = sha256(token);
+        }
+        std::lock_guard lock(token_mu_);
+        token_digest_ = digest;
+    }
+
+    // The refusal of an /admin/ request its sender may not make, or nullopt when it may.
+    std::optional<AdminReply> authorize(beast::tcp_stream& stream, std::string_view authorization,
+                                        bool changes_state) {
+        std::optional<Sha256Digest> expected;
+        {
+            std::lock_guard lock(token_mu_);
+            expected = token_digest_;
+        }
+        if (expected) {
+            std::optional<std::string_view> presented = bearer_credentials(authorization);
+            if (presented && digests_equal(sha256(*presented), *expected)) {
+                return std::nullopt;
+            }
+            return AdminReply{401, "text/plain; charset=utf-8",
+                              presented ? "unauthorized: wrong admin token\n"
+                                        : "unauthorized: /admin/ needs `Authorization: Bearer "
+                                          "<token>` (the file listeners.admin.token_file names; "
+                                          "edgeserve --token-file)\n"};
+        }
+        if (!changes_state) {
+            return std::nullopt;
+        }
+        boost::system::error_code ec;
+        net::ip::address from = stream.socket().remote_endpoint(ec).address();
+        if (!ec && from.is_v6() && from.to_v6().is_v4_mapped()) {
+            from = net::ip::make_address_v4(net::ip::v4_mapped, from.to_v6());
+        }
+        if (!ec && from.is_loopback()) {
+            return std::nullopt;
+        }
+        return AdminReply{403, "text/plain; charset=utf-8",
+                          "forbidden: a state-changing admin request from another host needs an "
+                          "admin token (set listeners.admin.token_file)\n"};
     }
 
     // Answers a request that cannot be served, then closes: what follows it on the connection
@@ -191,6 +246,8 @@ public:
     Metrics& metrics_;
     std::function<Status()> ready_;
     AdminHandler handler_;
+    std::mutex token_mu_;
+    std::optional<Sha256Digest> token_digest_;  // Under token_mu_; nullopt: no token.
     std::atomic<bool> stopped_{false};
     uint16_t port_ = 0;
 };
@@ -231,6 +288,8 @@ uint16_t AdminServer::port() const { return impl_->port_; }
 
 void AdminServer::set_handler(AdminHandler handler) { impl_->handler_ = std::move(handler); }
 
+void AdminServer::set_token(std::string token) { impl_->set_token(std::move(token)); }
+
 void AdminServer::start() {
     net::co_spawn(
         impl_->io_, [impl = impl_]() { return impl->accept_loop(); },
@@ -243,6 +302,35 @@ void AdminServer::stop() {
         boost::system::error_code ignored;
         impl->acceptor_.close(ignored);
     });
+}
+
+Result<std::string> read_admin_token(const std::string& path) {
+    constexpr size_t kMinBytes = 16;
+    constexpr size_t kMaxBytes = 4096;
+    Result<std::string> text = read_small_file(path, kMaxBytes + 2);
+    if (!text.ok()) {
+        return text.status();
+    }
+    std::string token = std::move(text).value();
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
+                              token.back() == '\t')) {
+        token.pop_back();
+    }
+    for (size_t i = 0; i < token.size(); ++i) {
+        const auto c = static_cast<unsigned char>(token[i]);
+        if (c < 0x21 || c > 0x7e) {
+            return invalid_argument_error(path + ": byte " + std::to_string(i + 1) +
+                                          " of the admin token is not a visible ASCII character "
+                                          "(one line, no spaces)");
+        }
+    }
+    if (token.size() < kMinBytes || token.size() > kMaxBytes) {
+        return invalid_argument_error(
+            path + ": the admin token has " + std::to_string(token.size()) +
+            " characters; it needs " + std::to_string(kMinBytes) + " to " +
+            std::to_string(kMaxBytes) + " (e.g. `openssl rand -hex 32 > FILE`)");
+    }
+    return token;
 }
 
 }  // namespace edge::daemon

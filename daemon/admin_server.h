@@ -5,6 +5,11 @@
 // plus whatever an installed AdminHandler answers under /admin/. /readyz answers 200 "ready" when
 // the ready callback returns OK, else 503 "not ready: <its message>" (draining, models loading, a
 // failed device).
+// Who may use /admin/*: with a token set (listeners.admin.token_file), every /admin/ request
+// must carry `Authorization: Bearer <token>` (401 otherwise; /metrics, /healthz and /readyz stay
+// open for Prometheus and the other sites' checks). Without one, /admin/ views are open and a
+// state-changing request (POST /admin/rollout, which gossip carries to every site) is taken
+// only from a loopback client: from another host it is refused with 403.
 // Runs on the given io_context; one short request at a time per connection, 5 s read timeout.
 // Threading: start() from any thread; stop() closes the acceptor and open connections and may be
 // called from any thread. The io_context, metrics and ready callback must outlive it.
@@ -47,6 +52,9 @@ public:
     uint16_t port() const;
     // Installs the /admin/* handler; call before start().
     void set_handler(AdminHandler handler);
+    // The bearer token /admin/ requests must carry ("" for none). Any thread, any time: the
+    // next request is checked against it (a reload rotates it).
+    void set_token(std::string token);
     void start();
     void stop();
 
@@ -56,5 +64,10 @@ private:
     explicit AdminServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
     std::shared_ptr<Impl> impl_;
 };
+
+// The admin token in `path` (listeners.admin.token_file): the file's text without trailing
+// whitespace, 16 to 4096 visible ASCII characters (the characters a bearer token may hold).
+// Errors name the file and what is wrong, never the file's text.
+Result<std::string> read_admin_token(const std::string& path);
 
 }  // namespace edge::daemon

@@ -341,6 +341,7 @@ int run_main(int argc, char** argv) {
                 (void)(*daemon)->reload_tenants(fresh->tenants);  // Logged when refused.
                 (void)(*daemon)->reload_gossip_keys(fresh->gossip);  // Logged.
                 (*daemon)->reload_routing(fresh->routing);           // Logged.
+                (void)(*daemon)->reload_admin_token(fresh->admin);   // Logged.
                 std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
                 if (!changed.empty()) {
                     std::string sections;
@@ -350,8 +351,9 @@ int run_main(int argc, char** argv) {
                     log::warn("changed_sections_need_restart",
                               {{"sections", sections},
                                {"detail",
-                                "a reload applies only certificates, tenants, gossip keys "
-                                "and routing weights; these changes wait for a restart"}});
+                                "a reload applies only certificates, tenants, gossip keys, "
+                                "routing weights and the admin token; these changes wait for "
+                                "a restart"}});
                 }
             }
             (void)notifier.notify("READY=1");

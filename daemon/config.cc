@@ -354,9 +354,14 @@ Status parse_listeners(const Reader& r, const YAML::Node& node, const std::strin
               return r.require_keys(n, k, {"certificates"});
           }},
          {"admin", [&](const YAML::Node& n, const std::string& k) -> Status {
-              return r.for_each_key(n, k,
-                                    {{"address", ip_field(r, c.admin.address)},
-                                     {"port", int_field(r, c.admin.port, 0, 65535)}});
+              return r.for_each_key(
+                  n, k,
+                  {{"address", ip_field(r, c.admin.address)},
+                   {"port", int_field(r, c.admin.port, 0, 65535)},
+                   {"token_file", [&](const YAML::Node& tn, const std::string& tk) -> Status {
+                        EDGE_ASSIGN_OR_RETURN(c.admin.token_file, r.path(tn, tk));
+                        return ok_status();
+                    }}});
           }}}));
     return r.require_keys(node, key, {"public"});
 }
@@ -1095,7 +1100,9 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
     auto listeners = [](const Config& c) {
         PublicListenerConfig pub = c.listener;
         pub.certificates.clear();
-        return std::pair(pub, c.admin);
+        AdminListenerConfig admin = c.admin;
+        admin.token_file.clear();  // Read again by a reload.
+        return std::pair(pub, admin);
     };
     auto engine = [](const Config& c) {
         engine::EngineConfig e = c.engine;

@@ -39,6 +39,9 @@ struct PublicListenerConfig {
 struct AdminListenerConfig {
     std::string address = "127.0.0.1";  // Plain HTTP; keep it on loopback or a private network.
     uint16_t port = 9443;               // TCP port; 0 picks a free one (tests).
+    // File holding the bearer token every /admin/ request must carry; empty: none (then only
+    // loopback clients may make state-changing admin requests). Reloaded on SIGHUP.
+    std::string token_file;
 
     bool operator==(const AdminListenerConfig&) const = default;
 };

@@ -155,6 +155,13 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                            }
                                            return ok_status();
                                        }));
+    if (!config.admin.token_file.empty()) {
+        Result<std::string> token = read_admin_token(config.admin.token_file);
+        if (!token.ok()) {
+            return token.status().with_context("listeners.admin.token_file");
+        }
+        d->admin_->set_token(std::move(token).value());
+    }
     if (config.gossip.enabled) {
         // What other sites reach this one at: a listener's own address, or this site's public
         // host (the gossip advertise host, else a specific gossip bind address) when it
@@ -454,6 +461,23 @@ Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
     log::info("gossip_keys_reloaded", {{"keys", static_cast<uint64_t>(*keys)},
                                        {"configured", static_cast<uint64_t>(gossip.keys.size())},
                                        {"file", gossip.keyring_file}});
+    return ok_status();
+}
+
+Status Daemon::reload_admin_token(const AdminListenerConfig& admin) {
+    if (admin.token_file.empty()) {
+        admin_->set_token("");
+        log::info("admin_token_reloaded", {{"token", "none"}});
+        return ok_status();
+    }
+    Result<std::string> token = read_admin_token(admin.token_file);
+    if (!token.ok()) {
+        log::error("admin_token_reload_failed", {{"error", token.status().message()},
+                                                 {"detail", "the previous admin token stays"}});
+        return token.status();
+    }
+    admin_->set_token(std::move(token).value());
+    log::info("admin_token_reloaded", {{"file", admin.token_file}});
     return ok_status();
 }
 

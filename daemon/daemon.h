@@ -93,6 +93,10 @@ public:
     // SIGHUP: the routing weights (routing.cost, .selection, .version_fallback) apply from the
     // next routing decision; logged. Without a cluster, nothing to do.
     void reload_routing(const RoutingConfig& routing);
+    // Reads listeners.admin.token_file again (SIGHUP), logged either way: the new token applies
+    // from the next admin request; a file that does not load keeps the old token. A config
+    // without the key removes the token.
+    Status reload_admin_token(const AdminListenerConfig& admin);
     // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
     // the admin listener and the I/O threads.
     void stop(std::chrono::milliseconds deadline);

@@ -44,6 +44,7 @@ constexpr Command kCommands[] = {
      "route --model M [--version V] [--admin HOST:PORT] [--json]   where M would run, and why"},
     {"rollout", edge::daemon::cluster::rollout_main,
      "rollout --model M --version DIGEST [--admin HOST:PORT]   set the cluster's target version"},
+    // Each of the four also takes --token-file FILE (a site with listeners.admin.token_file).
 };
 
 void usage(FILE* out) {
@@ -52,7 +53,10 @@ void usage(FILE* out) {
         std::fprintf(out, "  %s\n", c.help);
     }
     std::fprintf(
-        out, "  --version              print the version\n  --help                 this text\n");
+        out,
+        "  (members, pools, route, rollout: --token-file FILE where the site has an "
+        "admin token)\n"
+        "  --version              print the version\n  --help                 this text\n");
 }
 
 }  // namespace

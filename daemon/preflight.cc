@@ -1,11 +1,11 @@
 #include "daemon/preflight.h"
 
 #include <algorithm>
-#include <vector>
-
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
+#include <vector>
 
+#include "daemon/admin_server.h"
 #include "daemon/cluster/cluster.h"
 #include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
@@ -132,6 +132,11 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
                                          tls::ClientAuthConfig{p.ca_path});
         if (!store.ok()) {
             return store.status().with_context(file + ": peer");
+        }
+    }
+    if (!config.admin.token_file.empty()) {
+        if (Result<std::string> token = read_admin_token(config.admin.token_file); !token.ok()) {
+            return token.status().with_context(file + ": listeners.admin.token_file");
         }
     }
     EDGE_RETURN_IF_ERROR(check_ports(config, public_socket_inherited));

@@ -1,23 +1,13 @@
 #include "daemon/tenants.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-
 #include <algorithm>
-#include <cctype>
 #include <random>
 
 #include "common/hex.h"
+#include "daemon/bearer.h"
 
 namespace edge::daemon {
 namespace {
-
-std::array<unsigned char, 32> sha256(std::string_view data) {
-    std::array<unsigned char, 32> out{};
-    unsigned int len = 0;
-    EVP_Digest(data.data(), data.size(), out.data(), &len, EVP_sha256(), nullptr);
-    return out;
-}
 
 // 16 random hex digits.
 std::string random_tag() {
@@ -105,24 +95,15 @@ TenantTable::Match TenantTable::authenticate(std::string_view authorization) con
     if (!enabled_) {
         return {AuthOutcome::kOk, &anonymous_};
     }
-    // The scheme is case-insensitive (RFC 7235 2.1): "Bearer", "bearer" and "BEARER" all work.
-    constexpr std::string_view kBearer = "bearer ";
-    if (authorization.size() <= kBearer.size() ||
-        !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(), [](char a, char b) {
-            return a == std::tolower(static_cast<unsigned char>(b));
-        })) {
+    std::optional<std::string_view> key = bearer_credentials(authorization);
+    if (!key) {
         return {AuthOutcome::kMissing, nullptr};
     }
-    std::string_view key = authorization.substr(kBearer.size());
-    while (!key.empty() && key.front() == ' ') {
-        key.remove_prefix(1);
-    }
-    std::array<unsigned char, 32> hash = sha256(key);
+    const Sha256Digest hash = sha256(*key);
     const Tenant* found = nullptr;
     // Compare against every entry, so the time does not depend on which one matches.
     for (const Entry& e : keys_) {
-        bool equal = CRYPTO_memcmp(e.hash.data(), hash.data(), hash.size()) == 0;
-        if (equal) {
+        if (digests_equal(e.hash, hash)) {
             found = &tenants_[e.tenant];
         }
     }

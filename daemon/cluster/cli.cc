@@ -6,11 +6,12 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 
+#include "daemon/admin_server.h"
 #include "routing/membership/membership_service.h"
 
 namespace edge::daemon::cluster {
@@ -25,7 +26,7 @@ using tcp = net::ip::tcp;
 constexpr auto kAdminDeadline = std::chrono::seconds(5);
 
 Result<AdminAnswer> admin_request(const std::string& admin, const std::string& method,
-                                  const std::string& target) {
+                                  const std::string& target, const std::string& token) {
     EDGE_ASSIGN_OR_RETURN(auto hp, routing::membership::split_host_port(admin));
     try {
         net::io_context io;
@@ -40,6 +41,9 @@ Result<AdminAnswer> admin_request(const std::string& admin, const std::string& m
         stream.expires_after(kAdminDeadline);
         http::request<http::empty_body> req{http::string_to_verb(method), target, 11};
         req.set(http::field::host, admin);
+        if (!token.empty()) {
+            req.set(http::field::authorization, "Bearer " + token);
+        }
         req.keep_alive(false);
         req.prepare_payload();
         beast::flat_buffer buf;
@@ -98,6 +102,7 @@ std::string url_encode(std::string_view s) {
 
 struct Args {
     std::string admin = "127.0.0.1:9443";
+    std::string token_file;
     std::string model;
     std::string version;
     bool json = false;
@@ -118,6 +123,8 @@ std::string parse_args(int argc, char** argv, bool want_model, bool want_version
             continue;
         } else if (arg == "--admin") {
             value = &a.admin;
+        } else if (arg == "--token-file") {
+            value = &a.token_file;
         } else if (want_model && arg == "--model") {
             value = &a.model;
         } else if (want_version && arg == "--version") {
@@ -152,7 +159,21 @@ int run(const Args& a, const std::string& method, std::string target) {
     if (!a.json) {
         target += (target.find('?') == std::string::npos ? "?" : "&") + std::string("format=text");
     }
-    Result<AdminAnswer> r = admin_request(a.admin, method, target);
+    std::string token_file = a.token_file;
+    if (const char* env = std::getenv("EDGESERVE_ADMIN_TOKEN_FILE");
+        token_file.empty() && env != nullptr) {
+        token_file = env;
+    }
+    std::string token;
+    if (!token_file.empty()) {
+        Result<std::string> read = read_admin_token(token_file);
+        if (!read.ok()) {
+            std::fprintf(stderr, "edgeserve: admin token: %s\n", read.status().message().c_str());
+            return 1;
+        }
+        token = std::move(read).value();
+    }
+    Result<AdminAnswer> r = admin_request(a.admin, method, target, token);
     if (!r.ok()) {
         std::fprintf(stderr, "edgeserve: %s\n", r.status().message().c_str());
         return 1;
@@ -166,6 +187,14 @@ int run(const Args& a, const std::string& method, std::string target) {
                      a.admin.c_str(), target.substr(0, target.find('?')).c_str(), r->status);
         return 1;
     }
+    if (r->status == 401 && token.empty()) {
+        std::fprintf(stderr,
+                     "edgeserve: the site at %s wants its admin token: pass --token-file FILE "
+                     "(the file its listeners.admin.token_file names) or set "
+                     "EDGESERVE_ADMIN_TOKEN_FILE\n",
+                     a.admin.c_str());
+        return 1;
+    }
     std::fputs(r->body.c_str(), r->status == 200 ? stdout : stderr);
     return r->status == 200 ? 0 : 1;
 }
@@ -175,7 +204,9 @@ int run(const Args& a, const std::string& method, std::string target) {
 int members_main(int argc, char** argv) {
     Args a;
     const std::string wrong = parse_args(argc, argv, false, false, a);
-    if (int rc = usage_exit("members", wrong, a, "[--admin HOST:PORT] [--json]"); rc >= 0) {
+    if (int rc =
+            usage_exit("members", wrong, a, "[--admin HOST:PORT] [--token-file FILE] [--json]");
+        rc >= 0) {
         return rc;
     }
     return run(a, "GET", "/admin/members");
@@ -184,7 +215,8 @@ int members_main(int argc, char** argv) {
 int pools_main(int argc, char** argv) {
     Args a;
     const std::string wrong = parse_args(argc, argv, false, false, a);
-    if (int rc = usage_exit("pools", wrong, a, "[--admin HOST:PORT] [--json]"); rc >= 0) {
+    if (int rc = usage_exit("pools", wrong, a, "[--admin HOST:PORT] [--token-file FILE] [--json]");
+        rc >= 0) {
         return rc;
     }
     return run(a, "GET", "/admin/pools");
@@ -196,8 +228,9 @@ int route_main(int argc, char** argv) {
     if (wrong.empty() && a.model.empty()) {
         wrong = "missing --model M";
     }
-    if (int rc = usage_exit("route", wrong, a,
-                            "--model M [--version DIGEST] [--admin HOST:PORT] [--json]");
+    if (int rc = usage_exit(
+            "route", wrong, a,
+            "--model M [--version DIGEST] [--admin HOST:PORT] [--token-file FILE] [--json]");
         rc >= 0) {
         return rc;
     }
@@ -216,7 +249,8 @@ int rollout_main(int argc, char** argv) {
     } else if (wrong.empty() && a.version.empty()) {
         wrong = "missing --version DIGEST";
     }
-    if (int rc = usage_exit("rollout", wrong, a, "--model M --version DIGEST [--admin HOST:PORT]");
+    if (int rc = usage_exit("rollout", wrong, a,
+                            "--model M --version DIGEST [--admin HOST:PORT] [--token-file FILE]");
         rc >= 0) {
         return rc;
     }

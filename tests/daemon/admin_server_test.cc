@@ -1,9 +1,13 @@
-// The admin listener over real loopback sockets: HEAD, bounded request reads, accept back-off.
+// The admin listener over real sockets: HEAD, bounded request reads, accept back-off, the admin
+// token and the loopback-only rule for state-changing requests.
 
 #include "daemon/admin_server.h"
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
-
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -11,16 +15,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-
 #include "common/log.h"
 #include "daemon/metrics.h"
 #include "tests/testing/fd_exhaustion.h"
+#include "tests/testing/test_certs.h"
 #include "tests/testing/tls_client.h"
 
 using namespace edge;
@@ -29,8 +33,9 @@ using namespace edge::daemon;
 namespace {
 
 struct AdminFixture {
-    explicit AdminFixture(AdminHandler handler = nullptr) {
-        auto created = AdminServer::create(io, "127.0.0.1", 0, metrics, [] { return ok_status(); });
+    explicit AdminFixture(AdminHandler handler = nullptr,
+                          const std::string& address = "127.0.0.1") {
+        auto created = AdminServer::create(io, address, 0, metrics, [] { return ok_status(); });
         REQUIRE(created.ok());
         server = std::move(created).value();
         if (handler) {
@@ -47,17 +52,23 @@ struct AdminFixture {
         io.stop();
         thread.join();
     }
-    // Sends `bytes` on a new connection and returns all it answers until it closes.
-    std::string exchange(const std::string& bytes) {
-        auto fd = testing::tcp_connect(server->port());
-        REQUIRE(fd.ok());
-        ::send(*fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    // Sends `bytes` on a new connection (to `host`, an IPv4 literal) and returns all it answers
+    // until it closes.
+    std::string exchange(const std::string& bytes, const std::string& host = "127.0.0.1") {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_port = htons(server->port());
+        REQUIRE(::inet_pton(AF_INET, host.c_str(), &to.sin_addr) == 1);
+        REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0);
+        ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
         std::string all;
         char buf[16384];
-        for (ssize_t n; (n = ::recv(*fd, buf, sizeof(buf), 0)) > 0;) {
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) {
             all.append(buf, static_cast<size_t>(n));
         }
-        ::close(*fd);
+        ::close(fd);
         return all;
     }
 
@@ -76,6 +87,35 @@ size_t count(std::string_view haystack, std::string_view needle) {
     return n;
 }
 
+// An IPv4 address of this host's own that is not loopback ("" when it has none).
+std::string own_non_loopback_ipv4() {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) {
+        return "";
+    }
+    std::string found;
+    for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET ||
+            (i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) {
+            continue;
+        }
+        char text[INET_ADDRSTRLEN];
+        const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+        if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) {
+            found = text;
+        }
+    }
+    ::freeifaddrs(list);
+    return found;
+}
+
+AdminHandler echo_handler(std::atomic<int>& calls) {
+    return [&calls](std::string_view method, std::string_view) -> std::optional<AdminReply> {
+        ++calls;
+        return AdminReply{200, "text/plain", std::string(method) + " done\n"};
+    };
+}
+
 }  // namespace
 
 TEST_CASE("admin: a HEAD response carries the GET's Content-Length and no body") {
@@ -92,10 +132,7 @@ TEST_CASE("admin: a HEAD response carries the GET's Content-Length and no body")
 
 TEST_CASE("admin: a state-changing request from a browser page is refused, curl's is not") {
     std::atomic<int> calls{0};
-    AdminFixture f([&](std::string_view method, std::string_view) -> std::optional<AdminReply> {
-        ++calls;
-        return AdminReply{200, "text/plain", std::string(method) + " done\n"};
-    });
+    AdminFixture f(echo_handler(calls));
     const std::string post = "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n";
     CHECK(f.exchange(post + "Connection: close\r\n\r\n").find("POST done") !=
           std::string::npos);
@@ -169,4 +206,90 @@ TEST_CASE("admin: out of file descriptors, the accept loop backs off, then serve
     CHECK(std::string_view(buf, n > 0 ? static_cast<size_t>(n) : 0).starts_with("HTTP/1.1 200"));
     CHECK(cpu_used < std::chrono::milliseconds(100));  // Spinning used the whole 500 ms.
     CHECK(logged == 1);
+}
+
+TEST_CASE("admin: with a token, every /admin/ request needs it and the health paths do not") {
+    std::atomic<int> calls{0};
+    AdminFixture f(echo_handler(calls));
+    const std::string token = "0123456789abcdef0123456789abcdef";
+    f.server->set_token(token);
+    auto get = [&](const std::string& path, const std::string& headers) {
+        return f.exchange("GET " + path + " HTTP/1.1\r\nHost: a\r\n" + headers +
+                          "Connection: close\r\n\r\n");
+    };
+    const std::string none = get("/admin/members", "");
+    CHECK(none.find("HTTP/1.1 401") == 0);
+    CHECK(none.find("WWW-Authenticate: Bearer") != std::string::npos);
+    CHECK(none.find("listeners.admin.token_file") != std::string::npos);
+    const std::string wrong = get("/admin/members", "Authorization: Bearer " + token + "0\r\n");
+    CHECK(wrong.find("HTTP/1.1 401") == 0);
+    CHECK(wrong.find("wrong admin token") != std::string::npos);
+    CHECK(get("/admin/members", "Authorization: Basic " + token + "\r\n").find("HTTP/1.1 401") ==
+          0);
+    CHECK(calls == 0);
+    // The scheme in any case; POST too (the token is what is trusted, not the address).
+    CHECK(get("/admin/members", "Authorization: bearer " + token + "\r\n").find("GET done") !=
+          std::string::npos);
+    CHECK(f.exchange("POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n"
+                     "Authorization: Bearer " +
+                     token + "\r\nConnection: close\r\n\r\n")
+              .find("POST done") != std::string::npos);
+    CHECK(calls == 2);
+    // Prometheus and the other sites' /readyz checks carry no token.
+    for (const char* open : {"/metrics", "/healthz", "/readyz"}) {
+        CHECK_MESSAGE(get(open, "").find("HTTP/1.1 200") == 0, open);
+    }
+    // A rotated token: the old one stops working at once; none set, the views are open again.
+    f.server->set_token("fedcba9876543210fedcba9876543210");
+    CHECK(get("/admin/members", "Authorization: Bearer " + token + "\r\n").find("HTTP/1.1 401") ==
+          0);
+    f.server->set_token("");
+    CHECK(get("/admin/members", "").find("GET done") != std::string::npos);
+}
+
+TEST_CASE("admin: without a token, a state-changing request is taken from loopback only") {
+    const std::string own = own_non_loopback_ipv4();
+    std::atomic<int> calls{0};
+    AdminFixture f(echo_handler(calls), "0.0.0.0");
+    const std::string post =
+        "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    CHECK(f.exchange(post).find("POST done") != std::string::npos);
+    if (own.empty()) {
+        MESSAGE("this host has no non-loopback IPv4 address: the remote case is not run");
+        return;
+    }
+    // From this host's own external address: not loopback, as another host's would be.
+    const std::string remote = f.exchange(post, own);
+    CHECK(remote.find("HTTP/1.1 403") == 0);
+    CHECK(remote.find("set listeners.admin.token_file") != std::string::npos);
+    CHECK(f.exchange("GET /admin/members HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", own)
+              .find("GET done") != std::string::npos);
+    CHECK(calls == 2);
+    // With a token, the same request from there is taken.
+    f.server->set_token("0123456789abcdef0123456789abcdef");
+    CHECK(f.exchange("POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n"
+                     "Authorization: Bearer 0123456789abcdef0123456789abcdef\r\n"
+                     "Connection: close\r\n\r\n",
+                     own)
+              .find("POST done") != std::string::npos);
+}
+
+TEST_CASE("admin: the token file is one line of 16 to 4096 visible characters") {
+    testing::TempDir dir;
+    auto read = [&](const std::string& text) { return read_admin_token(dir.write("t", text)); };
+    auto good = read("0123456789abcdef0123456789abcdef\n");
+    REQUIRE(good.ok());
+    CHECK(*good == "0123456789abcdef0123456789abcdef");  // The newline is not part of it.
+    auto too_short = read("s3cr3t\n");
+    REQUIRE_FALSE(too_short.ok());
+    CHECK(too_short.status().message().find("has 6 characters") != std::string::npos);
+    CHECK(too_short.status().message().find("s3cr3t") == std::string::npos);  // Never echoed.
+    auto spaced = read("0123456789abcdef 0123456789abcdef\n");
+    REQUIRE_FALSE(spaced.ok());
+    CHECK(spaced.status().message().find("byte 17") != std::string::npos);
+    CHECK_FALSE(read("0123456789abcdef\n0123456789abcdef\n").ok());  // Two lines.
+    CHECK_FALSE(read(std::string(5000, 'a')).ok());
+    auto missing = read_admin_token(dir.file("absent"));
+    REQUIRE_FALSE(missing.ok());
+    CHECK(missing.status().message().find(dir.file("absent")) != std::string::npos);
 }

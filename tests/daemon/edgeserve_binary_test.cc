@@ -546,6 +546,67 @@ TEST_CASE(
     CHECK(child.wait(15000) == 0);
 }
 
+TEST_CASE("edgeserve run: the admin token guards /admin/, the CLI sends it, SIGHUP rotates it") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    const std::string old_token = "0123456789abcdef0123456789abcdef";
+    const std::string token_file = dir.write("admin.token", old_token + "\n");
+    std::string yaml = testing::config_yaml(cert.cert_path, cert.key_path);
+    yaml.replace(yaml.find("  admin:\n") + 9, 0, "    token_file: " + token_file + "\n");
+    const std::string config = dir.write("c.yaml", yaml);
+    auto check = testing::run({kBinary, "check-config", config});
+    CHECK_MESSAGE(check.exit_code == 0, check.err);
+    NotifySocket notify(dir.file("notify.sock"));
+    const std::string log_path = dir.file("stderr.log");
+    testing::Child child({kBinary, "run", "--config", config},
+                         {"NOTIFY_SOCKET=" + dir.file("notify.sock")}, log_path);
+    REQUIRE(notify.expect("READY=1"));
+    const std::string admin =
+        "127.0.0.1:" + std::to_string(port_from_log(read_file(log_path), "admin_port"));
+    // Without the token: refused, and the CLI says how to pass it.
+    auto bare = testing::run({kBinary, "members", "--admin", admin});
+    CHECK(bare.exit_code == 1);
+    CHECK_MESSAGE(bare.err.find("wants its admin token") != std::string::npos, bare.err);
+    // With it (flag or environment), the request is served: this site has no cluster to show.
+    auto with_flag =
+        testing::run({kBinary, "members", "--admin", admin, "--token-file", token_file});
+    CHECK_MESSAGE(with_flag.err.find("has no `gossip` section") != std::string::npos,
+                  with_flag.err);
+    auto with_env = testing::run({"env", "EDGESERVE_ADMIN_TOKEN_FILE=" + token_file, kBinary,
+                                  "rollout", "--model", "m", "--version", "v", "--admin", admin});
+    CHECK_MESSAGE(with_env.err.find("has no `gossip` section") != std::string::npos, with_env.err);
+    auto metrics =
+        testing::plain_http_get(port_from_log(read_file(log_path), "admin_port"), "/metrics");
+    REQUIRE(metrics.ok());
+    CHECK(metrics->status == 200);  // Prometheus needs no token.
+
+    // Rotation: a new token in the file and SIGHUP; the old one is refused from then on.
+    const std::string new_token_file = dir.write("admin.token.new", "fedcba9876543210fedcba98\n");
+    dir.write("admin.token", "fedcba9876543210fedcba98\n");
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    const std::string old_file = dir.write("old.token", old_token + "\n");
+    auto stale = testing::run({kBinary, "pools", "--admin", admin, "--token-file", old_file});
+    CHECK(stale.exit_code == 1);
+    CHECK_MESSAGE(stale.err.find("wrong admin token") != std::string::npos, stale.err);
+    auto fresh = testing::run({kBinary, "pools", "--admin", admin, "--token-file", new_token_file});
+    CHECK_MESSAGE(fresh.err.find("has no `gossip` section") != std::string::npos, fresh.err);
+    // A token file that no longer loads keeps the token that works.
+    dir.write("admin.token", "short\n");
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    auto kept = testing::run({kBinary, "pools", "--admin", admin, "--token-file", new_token_file});
+    CHECK_MESSAGE(kept.err.find("has no `gossip` section") != std::string::npos, kept.err);
+    const std::string log = read_file(log_path);
+    CHECK(log.find("\"event\":\"admin_token_reload_failed\"") != std::string::npos);
+    CHECK(log.find("fedcba9876543210") == std::string::npos);  // No token in the journal.
+    CHECK(log.find(old_token) == std::string::npos);
+    child.signal(SIGTERM);
+    CHECK(child.wait(15000) == 0);
+}
+
 TEST_CASE("edgeserve run: a burst of SIGHUPs does not hold back the watchdog pings") {
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
