@@ -858,8 +858,11 @@ Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& ke
          {"max_idle_connections", int_field(r, p.max_idle_connections, 0, 10'000)},
          {"retry_budget", number_field(r, p.retry_budget, 0.0, 1.0)},
          {"min_retry_concurrency", int_field(r, p.min_retry_concurrency, 0, 10'000)},
-         {"max_response_bytes",
-          int_field(r, p.max_response_bytes, 1024, int64_t{1} << 32)}}));
+         {"max_response_bytes", int_field(r, p.max_response_bytes, 1024, int64_t{1} << 32)},
+         {"verify_site_identity", [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(p.verify_site_identity, r.boolean(n, k));
+              return ok_status();
+          }}}));
     return r.require_keys(node, key, {"ca", "cert", "key"});
 }
 

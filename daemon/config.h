@@ -184,6 +184,9 @@ struct PeerConfig {
     double retry_budget = 0.2;
     int32_t min_retry_concurrency = 3;  // ...but this many retries are always allowed.
     uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed peer answer, bytes.
+    // Each side's certificate must name its site id as a DNS subjectAltName: the forwarding
+    // client checks the site it forwards to, the listener the site the hop header names.
+    bool verify_site_identity = true;
 
     bool operator==(const PeerConfig&) const = default;
 };

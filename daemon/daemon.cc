@@ -98,6 +98,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                                               *d->tls_, *d->router_,
                                                               d->access_log_.get()));
     d->router_->set_site_id(config.site.id);
+    d->router_->set_verify_site_identity(!config.peer || config.peer->verify_site_identity);
     if (config.peer) {
         const PeerConfig& p = *config.peer;
         tls::CertificateConfig peer_cert{{}, p.cert_path, p.key_path};
@@ -132,6 +133,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         client.retry_budget = p.retry_budget;
         client.min_retry_concurrency = p.min_retry_concurrency;
         client.max_response_bytes = p.max_response_bytes;
+        client.verify_site_identity = p.verify_site_identity;
         client.testing_delay = config.gossip.testing_peer_delay;
         EDGE_ASSIGN_OR_RETURN(d->forwarder_, forward::PeerClient::create(
                                                  *d->io_, std::move(client), d->metrics_.get()));

@@ -9,11 +9,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <charconv>
-#include <deque>
-#include <optional>
-#include <vector>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -24,10 +19,15 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
+#include <deque>
+#include <optional>
+#include <vector>
 
 #include "common/log.h"
 #include "tls/http_server_impl.h"
 #include "tls/proxy_protocol.h"
+#include "tls/tls_context.h"
 #include "tls/tls_stream.h"
 
 namespace edge::tls {
@@ -367,6 +367,7 @@ private:
     std::string remote_;
     std::string server_name_;
     std::string peer_identity_;
+    std::vector<std::string> peer_names_;
     std::string write_buffer_;
     uint64_t seq_ = 0;
     int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
@@ -637,6 +638,7 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, name,
                                           sizeof(name));
         peer_identity_ = n > 0 ? std::string(name, static_cast<size_t>(n)) : "(no common name)";
+        peer_names_ = certificate_dns_names(cert);
     }
     server_.observer_->on_handshake(SSL_session_reused(ssl) == 1, "");
     co_return true;
@@ -1254,6 +1256,7 @@ net::awaitable<void> HttpSession::run() {
         request.remote_address = remote_;
         request.server_name = server_name_;
         request.peer_identity = peer_identity_;
+        request.peer_names = peer_names_;
         bool keep_alive = beast_request.keep_alive() && !draining();
         int version = request.version;
         std::string method = request.method;

@@ -40,6 +40,8 @@ struct HttpRequest {
     // Common name of the client certificate verified by mutual TLS ("" when the listener asks
     // for none).
     std::string peer_identity;
+    // The DNS subjectAltNames of that certificate (empty when there is none).
+    std::vector<std::string> peer_names;
 
     // The first header named `name` (ASCII case-insensitive), or "" when absent.
     std::string_view header(std::string_view name) const;

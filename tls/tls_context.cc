@@ -5,9 +5,10 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include <cstring>
-
+#include <algorithm>
 #include <boost/asio/ssl/context.hpp>
+#include <cctype>
+#include <cstring>
 
 namespace edge::tls {
 namespace {
@@ -118,6 +119,37 @@ Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
 }
 
 }  // namespace
+
+std::vector<std::string> certificate_dns_names(const void* cert) {
+    std::vector<std::string> names;
+    auto* sans = static_cast<GENERAL_NAMES*>(
+        X509_get_ext_d2i(static_cast<const X509*>(cert), NID_subject_alt_name, nullptr, nullptr));
+    if (sans == nullptr) {
+        return names;
+    }
+    for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
+        const GENERAL_NAME* g = sk_GENERAL_NAME_value(sans, i);
+        if (g->type != GEN_DNS) {
+            continue;
+        }
+        const unsigned char* data = ASN1_STRING_get0_data(g->d.dNSName);
+        const int len = ASN1_STRING_length(g->d.dNSName);
+        if (data != nullptr && len > 0) {
+            names.emplace_back(reinterpret_cast<const char*>(data), static_cast<size_t>(len));
+        }
+    }
+    GENERAL_NAMES_free(sans);
+    return names;
+}
+
+bool names_include(const std::vector<std::string>& names, std::string_view name) {
+    auto lower = [](unsigned char c) { return static_cast<char>(std::tolower(c)); };
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+        return n.size() == name.size() &&
+               std::equal(n.begin(), n.end(), name.begin(),
+                          [&](char a, char b) { return lower(a) == lower(b); });
+    });
+}
 
 std::string openssl_errors() {
     std::string out;

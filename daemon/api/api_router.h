@@ -59,6 +59,9 @@ public:
     void set_forwarder(cluster::Forwarder* forwarder) { forwarder_ = forwarder; }
     // This site's id, for error messages. Before serving.
     void set_site_id(std::string site_id) { site_id_ = std::move(site_id); }
+    // Whether a forwarded request's hop header must be a DNS subjectAltName of the client
+    // certificate (peer.verify_site_identity; default on). Before serving.
+    void set_verify_site_identity(bool verify) { verify_site_identity_ = verify; }
 
     // The public listener.
     void handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel) override;
@@ -95,6 +98,7 @@ private:
     std::atomic<cluster::RoutePlanner*> planner_{nullptr};
     cluster::Forwarder* forwarder_ = nullptr;
     std::string site_id_;
+    bool verify_site_identity_ = true;
     // GET /v1/models body, rebuilt only when the model list changes.
     std::mutex models_mu_;
     std::vector<std::pair<std::string, int64_t>> models_key_;

@@ -181,7 +181,9 @@ public:
     net::awaitable<void> run(std::shared_ptr<ForwardJob> job);
     // One target. True when the job is over (answered, or cancelled); false to try the next.
     net::awaitable<bool> attempt(ForwardJob& job, const RouteTarget& target, bool can_retry);
-    net::awaitable<std::unique_ptr<Connection>> connect(ForwardJob& job,
+    // A connection to `site_id` at `peer_addr`, handshaken (its certificate checked for the
+    // site id when verify_site_identity).
+    net::awaitable<std::unique_ptr<Connection>> connect(ForwardJob& job, const std::string& site_id,
                                                         const std::string& peer_addr,
                                                         Failure& failure, std::string& error);
     std::unique_ptr<Connection> take_pooled(const std::string& peer);
@@ -358,8 +360,11 @@ void PeerClient::Impl::sweep_idle() {
     }
 }
 
-net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
-    ForwardJob& job, const std::string& peer_addr, Failure& failure, std::string& error) {
+net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(ForwardJob& job,
+                                                                      const std::string& site_id,
+                                                                      const std::string& peer_addr,
+                                                                      Failure& failure,
+                                                                      std::string& error) {
     failure = Failure::kConnect;
     Result<HostPort> hp = split_host_port(peer_addr);
     if (!hp.ok()) {
@@ -430,14 +435,29 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(
                sizeof(keep_interval_s));
     setsockopt(layer.socket().native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &keep_count,
                sizeof(keep_count));
+    SSL* ssl = connection->stream.native_handle();
     if (ec) {  // A name, not an IP literal: send it as SNI.
-        SSL_set_tlsext_host_name(connection->stream.native_handle(), hp->host.c_str());
+        SSL_set_tlsext_host_name(ssl, hp->host.c_str());
+    }
+    if (config_.verify_site_identity) {
+        // The certificate must name the site gossip says is at this address (a DNS
+        // subjectAltName equal to the site id): another site's certificate, from the same CA,
+        // is refused.
+        SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_WILDCARDS);
+        if (SSL_set1_host(ssl, site_id.c_str()) != 1) {
+            error = "site id '" + site_id + "' cannot be checked against a certificate";
+            co_return nullptr;
+        }
     }
     auto [hec] = co_await connection->stream.async_handshake(ssl::stream_base::client, kTuple);
     job.current = nullptr;
     if (hec) {
         failure = hec == beast::error::timeout ? Failure::kTimeout : Failure::kConnect;
         error = "TLS handshake: " + hec.message();
+        if (SSL_get_verify_result(ssl) == X509_V_ERR_HOSTNAME_MISMATCH) {
+            error += " (its certificate does not name site '" + site_id +
+                     "' as a DNS subjectAltName: peer.verify_site_identity)";
+        }
         connection->close();
         co_return nullptr;
     }
@@ -486,13 +506,15 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     if (job.cancelled) {
         co_return true;
     }
-    std::unique_ptr<Connection> conn = take_pooled(target.peer_addr);
+    // Pooled per site and address: a connection is only reused for the site it was verified as.
+    const std::string pool_key = target.site_id + " " + target.peer_addr;
+    std::unique_ptr<Connection> conn = take_pooled(pool_key);
     std::optional<http::response_parser<http::buffer_body>> parser;
     for (int tries = 0;; ++tries) {
         if (!conn) {
             Failure failure = Failure::kNone;
             std::string why;
-            conn = co_await connect(job, target.peer_addr, failure, why);
+            conn = co_await connect(job, target.site_id, target.peer_addr, failure, why);
             if (job.cancelled) {
                 co_return true;
             }
@@ -729,7 +751,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     }
     if (parser->keep_alive()) {
         conn->reused = false;
-        give_back(target.peer_addr, std::move(conn));
+        give_back(pool_key, std::move(conn));
     } else {
         conn->close();
     }

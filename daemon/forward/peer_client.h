@@ -2,17 +2,18 @@
 
 // PeerClient is the forwarding client between sites: the cluster::Forwarder that carries a request
 // to another site's peer listener over mutual TLS (this site's certificate, signed by the cluster
-// CA, as the client certificate; the peer's certificate verified against the same CA) and streams
+// CA, as the client certificate; the peer's certificate verified against the same CA and, with
+// verify_site_identity, required to name the target site's id as a DNS subjectAltName) and streams
 // the answer back to the client's ResponseChannel as it arrives.
 //
-// Per peer (host:port) it keeps a pool of idle keep-alive connections. A forwarded request carries
-// the hop header (this site's id) and the tenant header; of the client's headers only an allow-list
-// travels (never the client's API key). Targets are tried in order: the next one when connecting
-// fails, a step times out, or the peer answers 5xx before any byte reached the client, as long as
-// the retry budget allows (retries in flight <= max(min_retry_concurrency, retry_budget x forwards
-// in flight)); never once a byte reached the client. Every attempt is reported to the planner.
-// A non-streamed answer's head is deferred (api/deferred_response.h): it comes once the peer's
-// engine accepted the request, so response_timeout bounds the wait for acceptance, not the
+// Per peer (site and host:port) it keeps a pool of idle keep-alive connections. A forwarded request
+// carries the hop header (this site's id) and the tenant header; of the client's headers only an
+// allow-list travels (never the client's API key). Targets are tried in order: the next one when
+// connecting fails, a step times out, or the peer answers 5xx before any byte reached the client,
+// as long as the retry budget allows (retries in flight <= max(min_retry_concurrency, retry_budget
+// x forwards in flight)); never once a byte reached the client. Every attempt is reported to the
+// planner. A non-streamed answer's head is deferred (api/deferred_response.h): it comes once the
+// peer's engine accepted the request, so response_timeout bounds the wait for acceptance, not the
 // generation. A client that goes away closes the upstream connection, which cancels the generation
 // there. The tenant's token usage, which this site charges (the peer does not), comes from the
 // answer: a JSON body's usage, or a stream's usage report comment (api::kUsageReportComment),
@@ -69,6 +70,8 @@ struct PeerClientConfig {
     double retry_budget = 0.2;          // Retries in flight / forwards in flight, at most...
     int32_t min_retry_concurrency = 3;  // ...but this many retries in flight always allowed.
     uint64_t max_response_bytes = 64 * 1024 * 1024;  // Largest non-streamed answer, bytes.
+    // A peer's certificate must name the site it is forwarded to (peer.verify_site_identity).
+    bool verify_site_identity = true;
     // TESTING ONLY: site id -> artificial one-way delay on forwards to it (see above).
     std::map<std::string, std::chrono::milliseconds> testing_delay;
 };

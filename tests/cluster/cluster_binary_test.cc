@@ -267,8 +267,7 @@ class Cluster {
 public:
     Cluster() {
         ca_ = testing::make_ca(dir_.path(), "ca", "edgeserve test cluster CA");
-        loader_cert_ = testing::make_signed_certificate(ca_, dir_.path(), "loader",
-                                                        {"loader.cluster.test"});
+        loader_cert_ = testing::make_signed_certificate(ca_, dir_.path(), "loader", {"loader"});
         // Delays: one way, each site's own; fra-sin 5 ms, fra-gru 45 ms, sin-gru 45 ms.
         auto spec = [](Site& s, std::string id, double lat, double lon, bool serves,
                        std::string delays) {
@@ -282,8 +281,8 @@ public:
         spec(sites_[1], "sin", 1.35, 103.82, true, "fra: 5, gru: 45");
         spec(sites_[2], "gru", -23.55, -46.63, true, "fra: 45, sin: 45");
         for (Site& s : sites_) {
-            auto cert = testing::make_signed_certificate(ca_, dir_.path(), s.id,
-                                                         {s.id + ".cluster.test", "localhost"});
+            auto cert = testing::make_signed_certificate(
+                ca_, dir_.path(), s.id, {s.id, s.id + ".cluster.test", "localhost"});
             const std::string seed = s.id == "fra" ? "" : sites_[0].gossip_addr;
             const std::string config =
                 dir_.write(s.id + ".yaml", site_yaml(s, ca_, cert, seed));

@@ -169,7 +169,7 @@ private:
         sites_.push_back(std::make_unique<Site>(id, std::move(models), version));
         Site& s = *sites_.back();
         auto cert = testing::make_signed_certificate(ca_, dir_.path(), id,
-                                                     {id + ".cluster.test", "localhost"});
+                                                     {id, id + ".cluster.test", "localhost"});
         testing::DaemonYaml y;
         y.site_id = id;
         y.latitude = lat;

@@ -118,7 +118,7 @@ struct Site {
         cert = made != cluster.premade.end()
                    ? made->second
                    : testing::make_signed_certificate(cluster.ca, cluster.dir.path(), id,
-                                                      {id + ".cluster.test", "localhost"});
+                                                      {id, id + ".cluster.test", "localhost"});
         testing::DaemonYaml y;
         y.site_id = id;
         y.region = "local";
@@ -860,7 +860,7 @@ TEST_CASE("a peer that closes after its stream's end event: the stream ends once
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
     const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
-                                                       {"raw.cluster.test", "localhost"});
+                                                       {"raw", "localhost"});
     const std::string events =
         "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
         "\"delta\":{\"content\":\"whole\"},\"finish_reason\":\"stop\"}]}\n\n"
@@ -988,8 +988,8 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
         CHECK_FALSE(b.generator.wait_for_request(0, 0));
     }
     SUBCASE("a cluster certificate: forwarded requests run, others are refused") {
-        auto site = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "fra",
-                                                     {"fra.cluster.test"});
+        auto site =
+            testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "fra", {"fra"});
         testing::TlsClientOptions options;
         options.client_cert_path = site.cert_path;
         options.client_key_path = site.key_path;
@@ -1037,6 +1037,75 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
         CHECK(bad->body.find("X-Edgeserve-Max-Tokens must be a positive integer") !=
               std::string::npos);
         CHECK_FALSE(b.generator.wait_for_request(2, 0));
+    }
+}
+
+TEST_CASE("a site's certificate speaks for that site only, on both ends of a forward") {
+    Cluster cluster;
+    SUBCASE("the listener: a hop header naming another site than the certificate is refused") {
+        Site b(cluster, "sin", {"m"});
+        auto gru = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "gru-only",
+                                                    {"gru", "localhost"});
+        testing::TlsClientOptions options;
+        options.client_cert_path = gru.cert_path;
+        options.client_key_path = gru.key_path;
+        auto as = [&](const std::string& hop) {
+            auto c = TlsClient::connect(b.daemon->peer_port(), options);
+            REQUIRE(c.ok());
+            REQUIRE(
+                (*c)->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
+                                                 "X-Edgeserve-Forwarded-By: " + hop +
+                                                     "\r\nX-Edgeserve-Tenant: acme\r\n"))
+                    .ok());
+            return c;
+        };
+        auto posing = as("fra");
+        auto r = (*posing)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 403);
+        CHECK(error_code_of(*r) == "peer_identity_mismatch");
+        CHECK(r->body.find("does not name site 'fra'") != std::string::npos);
+        CHECK(r->body.find("\"type\":\"permission_error\"") != std::string::npos);
+        CHECK_FALSE(b.generator.wait_for_request(0, 0));
+        // Its own name (DNS names compare without case) runs.
+        auto own = as("GRU");
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        auto ok = (*own)->read_response();
+        REQUIRE(ok.ok());
+        CHECK(ok->status == 200);
+    }
+    SUBCASE("the forwarding client: a peer whose certificate names another site is not used") {
+        // sin's listener presents a certificate of the cluster CA made for gru.
+        cluster.premade["sin"] = testing::make_signed_certificate(
+            cluster.ca, cluster.dir.path(), "sin-as-gru", {"gru", "localhost"});
+        Site a(cluster, "fra", {"m"}, tenants_section());
+        Site b(cluster, "sin", {"m"});
+        a.planner.route_to({b.target()});
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "upstream_unavailable");
+        CHECK_MESSAGE(r->body.find("does not name site 'sin'") != std::string::npos, r->body);
+        CHECK_FALSE(b.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("peer.verify_site_identity: false trusts every certificate of the CA, as before") {
+        cluster.premade["sin"] = testing::make_signed_certificate(cluster.ca, cluster.dir.path(),
+                                                                  "sin-unnamed", {"localhost"});
+        cluster.premade["fra"] = testing::make_signed_certificate(cluster.ca, cluster.dir.path(),
+                                                                  "fra-unnamed", {"localhost"});
+        Site a(cluster, "fra", {"m"}, tenants_section(), true, "  verify_site_identity: false\n");
+        Site b(cluster, "sin", {"m"}, "", true, "  verify_site_identity: false\n");
+        a.planner.route_to({b.target()});
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
     }
 }
 
@@ -1200,9 +1269,9 @@ TEST_CASE("SIGHUP reloads the cluster certificates, a broken file keeps the old 
     fs::create_directories(live);
     // Makes SITE's certificate (common name `cn`) signed by `ca` and installs it, its key and
     // the CA as the files the site's config names.
-    auto install = [&](const std::string& site, const testing::TestCa& ca,
-                       const std::string& where, const std::string& cn) {
-        auto made = testing::make_signed_certificate(ca, where, site + "-" + cn, {cn});
+    auto install = [&](const std::string& site, const testing::TestCa& ca, const std::string& where,
+                       const std::string& cn) {
+        auto made = testing::make_signed_certificate(ca, where, site + "-" + cn, {cn, site});
         fs::copy_file(made.cert_path, live + "/" + site + ".crt",
                       fs::copy_options::overwrite_existing);
         fs::copy_file(made.key_path, live + "/" + site + ".key",
