@@ -21,11 +21,16 @@ std::string Liveness::check(TimePoint now, std::chrono::milliseconds stall) {
     const std::vector<engine::ServingStats> stats = stats_();
     if (stats.size() != steps_.size()) {
         steps_.assign(stats.size(), -1);
+        layers_.assign(stats.size(), -1);
         progress_at_.assign(stats.size(), now);
     }
     for (size_t i = 0; i < stats.size(); ++i) {
-        if (stats[i].steps != steps_[i] || stats[i].batch_sequences == 0) {
+        // A step that ended, or a layer of the step still running (one long step, a large
+        // prefill chunk, is not a stall while its layers keep finishing).
+        if (stats[i].steps != steps_[i] || stats[i].layers_run != layers_[i] ||
+            stats[i].batch_sequences == 0) {
             steps_[i] = stats[i].steps;
+            layers_[i] = stats[i].layers_run;
             progress_at_[i] = now;
         } else if (now - progress_at_[i] > stall && stuck.empty()) {
             stuck = "engine";

@@ -4,7 +4,8 @@
 // WATCHDOG=1, and on its own it would keep sending while every I/O thread is stuck (a deadlock
 // on the request path) or the engine has stopped stepping with sequences in its batch; systemd
 // would never restart such a daemon. check() asks both: it posts a no-op probe to the I/O
-// threads (one at a time) and reads the engine's step counters, and names what has made no
+// threads (one at a time) and reads the engine's step and layer counters (a single long step
+// moves layer by layer), and names what has made no
 // progress for longer than `stall`. Thread-safe; the probe may run on any I/O thread.
 
 #include <atomic>
@@ -27,8 +28,8 @@ public:
              std::function<std::vector<engine::ServingStats>()> stats);
 
     // At `now`: "" when alive; else "io" (the probe posted earlier has waited longer than
-    // `stall`) or "engine" (a model with sequences in its batch ran no step for longer than
-    // `stall`).
+    // `stall`) or "engine" (a model with sequences in its batch finished no step and no layer
+    // for longer than `stall`).
     std::string check(TimePoint now, std::chrono::milliseconds stall);
 
 private:
@@ -40,9 +41,10 @@ private:
     std::mutex mu_;
     std::shared_ptr<Probe> probe_;  // Outstanding, or done; under mu_.
     TimePoint probe_posted_;
-    // Per model (stats order): the step count last seen and when it last moved (or the batch
-    // was empty).
+    // Per model (stats order): the step and layer counts last seen and when either last moved
+    // (or the batch was empty).
     std::vector<int64_t> steps_;
+    std::vector<int64_t> layers_;
     std::vector<TimePoint> progress_at_;
 };
 

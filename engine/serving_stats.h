@@ -74,6 +74,7 @@ struct ServingStats {
     int64_t kv_swap_bytes = 0;          // Host memory holding preempted sequences' KV now.
     int64_t preempt_recompute_tokens = 0;  // Cached positions preemptions dropped unsaved.
     int64_t steps = 0;                  // Engine iterations run.
+    int64_t layers_run = 0;             // Decoder layers run (CausalLM::layers_run; live).
     int64_t batch_sequences = 0;        // Sequences in the running batch now.
     int64_t queued = 0;                 // Requests waiting for admission now (all tenants).
     // Tokens routed to each MoE expert since load, summed over layers ([expert]); empty for a

@@ -8,6 +8,7 @@
 // Threading: not thread-safe; one scheduler thread drives it. forward() uses the backend's thread
 // pool internally. Lifetime: the weights it maps must outlive it (it owns the mapping).
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -111,6 +112,18 @@ public:
     // Expert-parallel sharding figures of the MoE layers (docs/sharding.md), between forward()
     // calls; nullopt for a model without a sharded MoE block.
     virtual std::optional<shard::ShardStats> shard_stats() const { return std::nullopt; }
+
+    // Decoder layers forward() has finished since load, counted as each one ends: read from
+    // any thread while a step runs, it shows that a long step (a large prefill chunk on the CPU)
+    // is moving (the watchdog's liveness check). A model that runs a step as one unit (a device
+    // graph) leaves it at 0: its steps alone show progress.
+    int64_t layers_run() const { return layers_run_.load(std::memory_order_relaxed); }
+
+  protected:
+    void layer_done() { layers_run_.fetch_add(1, std::memory_order_relaxed); }
+
+  private:
+    std::atomic<int64_t> layers_run_{0};
 };
 
 }  // namespace edge::engine

@@ -245,8 +245,14 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
 }
 
 ServingStats Scheduler::serving_stats() const {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    return serving_;
+    ServingStats s;
+    {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        s = serving_;
+    }
+    // Read now, not at the last step's end: it moves while a step runs.
+    s.layers_run = model_->layers_run();
+    return s;
 }
 
 TenantServingStats& Scheduler::tenant_stats(const std::string& tenant) {

@@ -74,3 +74,24 @@ TEST_CASE("liveness: an engine that stops stepping with sequences in its batch n
     f.stats[0].steps = 52;
     CHECK(check(9600ms) == "engine");
 }
+
+TEST_CASE("liveness: one step longer than the stall is alive while its layers keep finishing") {
+    Fake f;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto check = [&](std::chrono::milliseconds at) {
+        std::string stuck = f.liveness.check(t0 + at, 1000ms);
+        f.run_io();
+        return stuck;
+    };
+    f.stats[0].batch_sequences = 1;
+    f.stats[0].steps = 3;
+    CHECK(check(0ms).empty());
+    // A 48-layer prefill chunk taking 4.8 s: no step ends, a layer ends every 100 ms.
+    for (int layer = 1; layer <= 48; ++layer) {
+        f.stats[0].layers_run = layer;
+        CHECK_MESSAGE(check(std::chrono::milliseconds(100 * layer)).empty(), layer);
+    }
+    // Stuck inside a layer (a kernel or a collective that never returns): named after the stall.
+    CHECK(check(5800ms).empty());
+    CHECK(check(5801ms) == "engine");
+}

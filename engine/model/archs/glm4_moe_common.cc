@@ -249,6 +249,7 @@ Status SigmoidMoeModel::forward(std::span<const SequenceChunk> batch, std::vecto
     for (int32_t l = 0; l < static_cast<int32_t>(ffn_.size()); ++l) {
         attention(l, n);
         EDGE_RETURN_IF_ERROR(ffn(ffn_[l], l, n));
+        layer_done();
     }
     batch_logits(batch, x_.data(), final_norm_, static_cast<float>(c_.rms_norm_eps), lm_head_,
                  out_rows, *backend_, h_, logits);

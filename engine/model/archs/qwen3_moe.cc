@@ -300,6 +300,7 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
     for (int32_t l = 0; l < static_cast<int32_t>(layers_.size()); ++l) {
         attention_block(layers_[l], l, n);
         EDGE_RETURN_IF_ERROR(moe_block(layers_[l], l, n));
+        layer_done();
     }
     batch_logits(batch, x_.data(), final_norm_, static_cast<float>(c_.rms_norm_eps), lm_head_,
                  out_rows, *backend_, h_, logits);

@@ -63,6 +63,27 @@ TEST_CASE("spec reports the checkpoint") {
     CHECK(other->spec().version != s.version);
 }
 
+TEST_CASE("layers_run counts each decoder layer of every step, for every architecture") {
+    // The watchdog's sign that a long step is moving (daemon/liveness.h).
+    for (const auto& [name, layers] : std::map<std::string, int64_t>{
+             {"micro-qwen3-moe", 2}, {"micro-glm4-moe", 3}, {"micro-deepseek-v3", 3}}) {
+        CAPTURE(name);
+        auto model = load(name, 1);
+        CHECK(model->layers_run() == 0);
+        auto slot = model->acquire_slot();
+        REQUIRE(slot.ok());
+        const std::vector<TokenId> prompt{1, 2, 3, 4};
+        SequenceChunk ch{*slot, 0, prompt, false};
+        std::vector<float> logits;
+        REQUIRE(model->forward({&ch, 1}, &logits).ok());
+        CHECK(model->layers_run() == layers);
+        const std::vector<TokenId> next{5};
+        ch = SequenceChunk{*slot, 4, next, false};
+        REQUIRE(model->forward({&ch, 1}, &logits).ok());
+        CHECK(model->layers_run() == 2 * layers);
+    }
+}
+
 TEST_CASE("the version follows the weights: another seed differs, a copy elsewhere does not") {
     edge::testing::TempDir tmp;
     auto version_of = [](const std::string& dir) {
