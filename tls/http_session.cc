@@ -216,9 +216,16 @@ public:
     // Strand only.
     void drain(bool force) {
         drain_requested_ = true;
-        if (force || !busy_) {
+        // An idle keep-alive connection closes now (its client retries elsewhere). One accepted
+        // before the listener closed and still on its first request (its handshake, or the
+        // request on its way) gets kFirstRequestDrainGrace to send it and is served once:
+        // closing it at once would lose a request the client may already have sent to this
+        // process, which no other process (a socket-activated successor) can take over.
+        if (force || (!busy_ && seq_ != 0)) {
             mark_client_gone();
             close_socket();
+        } else if (!busy_ && deadline_ > Clock::now() + first_request_drain_grace()) {
+            set_read_deadline(first_request_drain_grace());
         }
         signal_.cancel();
     }
@@ -292,6 +299,12 @@ private:
     // pending operation with an error and sets timed_out_). Cheap: the watchdog timer is re-armed
     // only when the new deadline is well before the one it waits for; when it wakes early it
     // waits again for the current deadline.
+    // While draining, how long a connection that has not sent its first request may still send
+    // it: long enough for a request already on its way, short enough not to hold the drain.
+    Clock::duration first_request_drain_grace() const {
+        return std::min<Clock::duration>(std::chrono::seconds(1),
+                                         server_.config_.limits.header_timeout);
+    }
     void set_deadline(Clock::duration timeout) {
         soft_timeout_ = false;
         arm_deadline(timeout);
@@ -814,16 +827,20 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     // behind the previous request); until a byte of the request itself is here, the connection
     // is idle.
     for (skip_empty_lines(); awaiting_request(); skip_empty_lines()) {
-        // Keep-alive wait for the next request's first byte.
-        if (draining()) {
+        // Keep-alive wait for the next request's first byte; a fresh connection's first request
+        // is still taken while draining, within a short grace (drain()).
+        if (draining() && seq_ != 0) {
             co_return false;
         }
         // A fresh connection's first request is due within header_timeout, as nginx's
         // client_header_timeout: a client that handshakes and sends nothing holds a connection
         // (and its TLS state) that long, not a keep-alive idle period.
-        set_read_deadline(seq_ == 0 ? std::min<Clock::duration>(limits.header_timeout,
-                                                                limits.idle_timeout)
-                                    : limits.idle_timeout);
+        Clock::duration first_due =
+            std::min<Clock::duration>(limits.header_timeout, limits.idle_timeout);
+        if (draining()) {
+            first_due = std::min<Clock::duration>(first_due, first_request_drain_grace());
+        }
+        set_read_deadline(seq_ == 0 ? first_due : limits.idle_timeout);
         first_request_waited = seq_ == 0;
         if (seq_ != 0 && !waited) {
             // Right after a response the client has rarely sent its next request yet: let the

@@ -499,6 +499,9 @@ TEST_CASE("drain: the request in flight completes with Connection: close, new co
     REQUIRE(c.ok());
     auto idle = f.connect();
     REQUIRE(idle.ok());
+    CHECK(get_body(**idle) == "remote=127.0.0.1 sni=localhost body=0");
+    auto silent = f.connect();  // Connected, never sends a request.
+    REQUIRE(silent.ok());
     REQUIRE((*c)->send(testing::http_request("GET", "/hold")).ok());
     auto channel = f.handler.wait_held();
     REQUIRE(channel != nullptr);
@@ -507,6 +510,11 @@ TEST_CASE("drain: the request in flight completes with Connection: close, new co
         f.stopped = true;
     });
     CHECK((*idle)->wait_closed());  // Idle keep-alive connections go at once.
+    // One that has not sent its first request gets a second's grace (see the next test), then
+    // goes too: it does not hold the drain to header_timeout.
+    const auto silent_from = std::chrono::steady_clock::now();
+    CHECK((*silent)->wait_closed());
+    CHECK(std::chrono::steady_clock::now() - silent_from < std::chrono::seconds(4));
     for (int i = 0; i < 200 && testing::tcp_connect(f.server->port()).ok(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -515,6 +523,29 @@ TEST_CASE("drain: the request in flight completes with Connection: close, new co
     auto r = (*c)->read_response();
     REQUIRE(r.ok());
     CHECK(r->body == "finished");
+    CHECK(r->headers["connection"] == "close");
+    CHECK(stopper.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+}
+
+TEST_CASE("drain: a connection accepted before the listener closed is served its first request") {
+    // A socket-activated restart: the old process drains while its successor accepts from the
+    // same socket. A client whose connection the old process accepted just before closing its
+    // listener sends its request there; closing that connection would lose the request.
+    Fixture f;
+    auto fresh = f.connect();
+    REQUIRE(fresh.ok());
+    auto stopper = std::async(std::launch::async, [&] {
+        f.server->stop(std::chrono::seconds(10));
+        f.stopped = true;
+    });
+    for (int i = 0; i < 200 && testing::tcp_connect(f.server->port()).ok(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE_FALSE(testing::tcp_connect(f.server->port()).ok());  // Draining now.
+    REQUIRE((*fresh)->send(testing::http_request("GET", "/late")).ok());
+    auto r = (*fresh)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
     CHECK(r->headers["connection"] == "close");
     CHECK(stopper.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
 }
