@@ -477,7 +477,7 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
     EDGE_ASSIGN_OR_RETURN(membership::Keyring keyring, load_keyring(config.gossip));
     impl->encrypted_ = !keyring.empty();
     for (const auto& [model, version] : config.routing.target_versions) {
-        impl->rollouts_.apply({model, version, 0});
+        (void)impl->rollouts_.apply({model, version, 0});  // The config's list is small.
     }
     EDGE_ASSIGN_OR_RETURN(impl->service_,
                           membership::MembershipService::create(
@@ -498,10 +498,21 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
             log::warn("rollout_event_invalid", {{"error", intent.status().message()}});
             return;
         }
-        if (raw->rollouts_.apply(*intent)) {
-            log::info("rollout_target", {{"model", intent->model},
-                                         {"version", intent->version},
-                                         {"ltime", intent->ltime}});
+        switch (raw->rollouts_.apply(*intent)) {
+            case RolloutBook::Applied::kTarget:
+                log::info("rollout_target", {{"model", intent->model},
+                                             {"version", intent->version},
+                                             {"ltime", intent->ltime}});
+                break;
+            case RolloutBook::Applied::kFull:
+                log::warn(
+                    "rollout_event_refused",
+                    {{"reason", "rollout targets are held for " +
+                                    std::to_string(RolloutBook::kMaxModels) + " models already"},
+                     {"ltime", intent->ltime}});
+                break;
+            case RolloutBook::Applied::kStale:
+                break;
         }
     });
     impl->service_->set_event_callback([raw](const membership::MemberEvent& e) {

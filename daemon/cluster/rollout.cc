@@ -36,20 +36,23 @@ Result<RolloutIntent> decode_rollout(std::span<const uint8_t> payload, uint64_t 
     return intent;
 }
 
-bool RolloutBook::apply(const RolloutIntent& intent) {
+RolloutBook::Applied RolloutBook::apply(const RolloutIntent& intent) {
     std::lock_guard lock(mu_);
     auto it = by_model_.find(intent.model);
     if (it != by_model_.end()) {
         const RolloutIntent& held = it->second;
         if (intent.ltime < held.ltime ||
             (intent.ltime == held.ltime && intent.version <= held.version)) {
-            return false;
+            return Applied::kStale;
         }
         it->second = intent;
-        return true;
+        return Applied::kTarget;
+    }
+    if (by_model_.size() >= kMaxModels) {
+        return Applied::kFull;
     }
     by_model_.emplace(intent.model, intent);
-    return true;
+    return Applied::kTarget;
 }
 
 std::optional<RolloutIntent> RolloutBook::target(std::string_view model) const {

@@ -35,11 +35,20 @@ Result<RolloutIntent> decode_rollout(std::span<const uint8_t> payload, uint64_t 
 
 class RolloutBook {
 public:
-    // Applies an intent; true when it became the model's target (newer than the one held).
-    bool apply(const RolloutIntent& intent);
-    // The model's target version, if any intent names one.
-    std::optional<RolloutIntent> target(std::string_view model) const;
-    std::vector<RolloutIntent> all() const;
+  // Models the book holds at most: an intent for another model once it is full is refused, so
+  // events naming ever new models cannot grow it without bound; intents for the models it
+  // holds still apply.
+  static constexpr size_t kMaxModels = 4096;
+
+  enum class Applied {
+      kTarget,  // It became the model's target (newer than the one held).
+      kStale,   // The target held is as new or newer.
+      kFull,    // A model the book does not hold, and it holds kMaxModels.
+  };
+  Applied apply(const RolloutIntent& intent);
+  // The model's target version, if any intent names one.
+  std::optional<RolloutIntent> target(std::string_view model) const;
+  std::vector<RolloutIntent> all() const;
 
 private:
     mutable std::mutex mu_;

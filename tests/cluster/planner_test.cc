@@ -178,8 +178,8 @@ TEST_CASE("planner: the target version is preferred, others only as configured f
     Fixture f;
     f.world.add(kAms, {pool("v1")});
     f.world.add(kSin, {pool("v2")});
-    CHECK(f.rollouts.apply({"m", "v2", 5}));
-    CHECK_FALSE(f.rollouts.apply({"m", "v1", 4}));  // Older intent loses.
+    CHECK(f.rollouts.apply({"m", "v2", 5}) == RolloutBook::Applied::kTarget);
+    CHECK(f.rollouts.apply({"m", "v1", 4}) == RolloutBook::Applied::kStale);  // Older loses.
     RoutePlan p = f.planner->plan("m", "");
     REQUIRE(p.targets.size() == 2);
     CHECK(p.targets[0].site_id == "sin");  // Target version although farther.
@@ -198,7 +198,7 @@ TEST_CASE("planner: the target version is preferred, others only as configured f
     Fixture g(strict);
     g.world.add(kAms, {pool("v1")});
     g.world.add(kSin, {pool("v2")});
-    g.rollouts.apply({"m", "v2", 1});
+    (void)g.rollouts.apply({"m", "v2", 1});
     RoutePlan q = g.planner->plan("m", "");
     REQUIRE(q.targets.size() == 1);
     CHECK(q.targets[0].site_id == "sin");
@@ -355,12 +355,22 @@ TEST_CASE("rollout events: encode, decode, and untrusted payloads are refused") 
     CHECK_FALSE(bad("kimi\n"));
     CHECK_FALSE(bad("kimi\nab\nc"));
     CHECK_FALSE(bad(std::string(300, 'a') + "\nb"));
+    using Applied = RolloutBook::Applied;
     RolloutBook book;
-    CHECK(book.apply({"m", "b", 3}));
-    CHECK_FALSE(book.apply({"m", "a", 3}));  // Tie: the larger version wins everywhere.
-    CHECK(book.apply({"m", "c", 3}));
+    CHECK(book.apply({"m", "b", 3}) == Applied::kTarget);
+    CHECK(book.apply({"m", "a", 3}) == Applied::kStale);  // Tie: the larger version wins.
+    CHECK(book.apply({"m", "c", 3}) == Applied::kTarget);
     CHECK(book.target("m")->version == "c");
     CHECK_FALSE(book.target("x"));
+    // Events naming ever new models stop at the cap; the models held still move.
+    for (size_t i = 1; i < RolloutBook::kMaxModels; ++i) {
+        REQUIRE(book.apply({"flood" + std::to_string(i), "v", 1}) == Applied::kTarget);
+    }
+    CHECK(book.apply({"one-more", "v", 9}) == Applied::kFull);
+    CHECK_FALSE(book.target("one-more"));
+    CHECK(book.all().size() == RolloutBook::kMaxModels);
+    CHECK(book.apply({"m", "d", 4}) == Applied::kTarget);
+    CHECK(book.target("m")->version == "d");
 }
 
 TEST_CASE("planner: reloaded cost weights decide from the next plan, the detector keeps its own") {
