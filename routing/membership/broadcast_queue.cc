@@ -25,8 +25,17 @@ void BroadcastQueue::queue(std::string key, std::vector<uint8_t> message) {
     items_.insert(Item{0, id, std::move(key), std::move(message)});
 }
 
+std::set<BroadcastQueue::Item>::iterator BroadcastQueue::forget(std::set<Item>::iterator it) {
+    id_transmits_.erase(it->id);
+    auto k = key_ids_.find(it->key);
+    if (k != key_ids_.end() && k->second == it->id) {
+        key_ids_.erase(k);
+    }
+    return items_.erase(it);
+}
+
 std::vector<std::vector<uint8_t>> BroadcastQueue::get_broadcasts(size_t overhead, size_t limit,
-                                                                 size_t members) {
+                                                                 size_t members, size_t largest) {
     std::vector<std::vector<uint8_t>> out;
     if (items_.empty()) {
         return out;
@@ -40,6 +49,11 @@ std::vector<std::vector<uint8_t>> BroadcastQueue::get_broadcasts(size_t overhead
     size_t skips = 0;
     for (auto it = items_.begin(); it != items_.end();) {
         const size_t cost = it->message.size() + overhead;
+        if (cost > largest) {
+            ++oversized_dropped_;
+            it = forget(it);
+            continue;
+        }
         if (used + cost > limit) {
             if (++skips > kMaxSkips) {
                 break;

@@ -24,8 +24,13 @@ public:
 
     // Takes messages whose sizes plus `overhead` each fit in `limit` bytes altogether, counting
     // one transmission each and dropping those that reached the limit for `members` members.
-    std::vector<std::vector<uint8_t>> get_broadcasts(size_t overhead, size_t limit,
-                                                     size_t members);
+    // A message that alone exceeds `largest` (a whole packet's budget) can never be sent: it is
+    // dropped, not left to hold the queue's head (it would be skipped at every call, and past
+    // a few such the messages behind them were never retransmitted).
+    std::vector<std::vector<uint8_t>> get_broadcasts(size_t overhead, size_t limit, size_t members,
+                                                     size_t largest);
+    // Messages dropped because no packet could hold them.
+    uint64_t oversized_dropped() const { return oversized_dropped_; }
 
     size_t size() const { return items_.size(); }
     // Drops everything (after leaving the cluster).
@@ -45,8 +50,12 @@ private:
         }
     };
 
+    // Forgets the item at `it` (its key and transmit count too); returns the next.
+    std::set<Item>::iterator forget(std::set<Item>::iterator it);
+
     int mult_;
     uint64_t next_id_ = 0;
+    uint64_t oversized_dropped_ = 0;
     std::set<Item> items_;
     std::unordered_map<std::string, uint64_t> key_ids_;  // key -> id of its live item
     std::unordered_map<uint64_t, int> id_transmits_;     // id -> transmits (to find the item)

@@ -169,6 +169,18 @@ void Memberlist::broadcast(const std::string& key, const Message& msg) {
     broadcasts_.queue(key, encode_message(msg));
 }
 
+void Memberlist::rebroadcast_alive(const AliveMsg& a) {
+    if (a.state && a.state->size() > config_.max_inline_state) {
+        // Learnt by push-pull, where a state travels whole: gossip passes the alive on without
+        // it (no packet would hold it), and each member fetches the state from its owner.
+        AliveMsg bare = a;
+        bare.state.reset();
+        broadcast(a.node, bare);
+        return;
+    }
+    broadcast(a.node, a);
+}
+
 void Memberlist::emit(MemberEventKind kind, const std::string& name) {
     ++change_count_;
     if (on_event_) {
@@ -316,7 +328,7 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
         }
         emit(MemberEventKind::kJoin, a.node);
-        broadcast(a.node, a);
+        rebroadcast_alive(a);
     } else {
         if (a.incarnation < m->incarnation) {
             return;
@@ -354,7 +366,7 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         if (a.state) {
             apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
         }
-        broadcast(a.node, a);
+        rebroadcast_alive(a);
     }
     // Too large to travel inline: fetch it by push-pull from its owner.
     if (newer_site_state(m->incarnation, m->state_version, m->site_incarnation, m->site_version) &&

@@ -179,6 +179,9 @@ private:
     void publish_local_state();
     void flush_pending_load();
     void broadcast(const std::string& key, const Message& msg);
+    // Passes a member's alive on; a site state too large to go inline (max_inline_state) is
+    // left out, as local_alive() leaves ours out.
+    void rebroadcast_alive(const AliveMsg& a);
     void emit(MemberEventKind kind, const std::string& name);
     AliveMsg local_alive() const;
     size_t suspicion_k() const;

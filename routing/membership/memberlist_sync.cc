@@ -18,7 +18,7 @@ void Memberlist::send_messages(const std::string& addr,
     }
     if (used < budget) {
         // Piggyback pending broadcasts on whatever we send.
-        auto extra = broadcasts_.get_broadcasts(0, budget - used, live_count_);
+        auto extra = broadcasts_.get_broadcasts(0, budget - used, live_count_, budget);
         for (auto& e : extra) {
             framed.push_back(std::move(e));
         }
@@ -41,7 +41,7 @@ void Memberlist::gossip_tick() {
     }
     const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
     for (Member* m : random_members(config_.gossip_nodes, {}, true)) {
-        auto msgs = broadcasts_.get_broadcasts(0, budget, live_count_);
+        auto msgs = broadcasts_.get_broadcasts(0, budget, live_count_, budget);
         if (msgs.empty()) {
             return;
         }
@@ -384,6 +384,13 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
     auto msgs = open_and_decode(bytes, from);
     if (!msgs.ok()) {
         return msgs.status().with_context("gossip stream from " + from);
+    }
+    if (msgs->size() != 1) {
+        // A stream is one request (a push-pull or a fallback ping), answered once: each push-pull
+        // in it would be answered with the whole cluster's state.
+        return invalid_argument_error("gossip stream from " + from + " carries " +
+                                      std::to_string(msgs->size()) +
+                                      " messages; a stream is one request");
     }
     std::vector<std::vector<uint8_t>> reply;
     for (const Message& m : *msgs) {

@@ -376,6 +376,11 @@ Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes) {
     }
     std::vector<Message> out;
     while (!r.done()) {
+        if (out.size() >= kMaxMessagesPerPacket) {
+            // A few bytes a message would otherwise decode into far larger variants.
+            return data_loss_error("gossip packet: more than " +
+                                   std::to_string(kMaxMessagesPerPacket) + " messages");
+        }
         EDGE_ASSIGN_OR_RETURN(uint8_t type, r.read_u8("message type"));
         EDGE_ASSIGN_OR_RETURN(uint64_t len, r.read_varint("message length"));
         EDGE_ASSIGN_OR_RETURN(auto body, r.read_span(len, "message body"));

@@ -6,6 +6,7 @@
 // skipped, so newer peers can extend the protocol; every length is checked before use and bad
 // input yields kDataLoss naming the message. Plain values and pure functions.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -65,6 +66,9 @@ struct NackMsg {
 // refutation and each site-state publish (about one a second under load: 2^62 is 10^11 years
 // away), and one at 2^64 - 1 would wrap its member's refutation to 0, leaving it dead for good.
 inline constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
+// Messages one packet (or stream frame) may hold; a packet with more is refused whole. A 64 KiB
+// datagram of the smallest real messages holds fewer.
+inline constexpr size_t kMaxMessagesPerPacket = 8192;
 
 struct SuspectMsg {
     uint64_t incarnation = 0;

@@ -228,7 +228,7 @@ TEST_CASE("broadcast queue: least-sent and newest first, limited, replaced by ke
     q.queue("b", {2, 2});
     q.queue("a", {3, 3, 3});  // replaces the first "a"
     CHECK(q.size() == 2);
-    auto got = q.get_broadcasts(0, 100, 9);  // limit 1: each sent once, then dropped
+    auto got = q.get_broadcasts(0, 100, 9, 100);  // limit 1: each sent once, then dropped
     REQUIRE(got.size() == 2);
     CHECK(got[0] == std::vector<uint8_t>{3, 3, 3});  // newest first
     CHECK(got[1] == std::vector<uint8_t>{2, 2});
@@ -237,14 +237,35 @@ TEST_CASE("broadcast queue: least-sent and newest first, limited, replaced by ke
     BroadcastQueue r(2);  // limit 2 for n = 9
     r.queue("x", std::vector<uint8_t>(10, 1));
     r.queue("y", std::vector<uint8_t>(10, 2));
-    auto first = r.get_broadcasts(2, 12, 9);  // room for one
+    auto first = r.get_broadcasts(2, 12, 9, 12);  // room for one
     REQUIRE(first.size() == 1);
     CHECK(first[0][0] == 2);
-    auto second = r.get_broadcasts(2, 12, 9);  // the least-sent goes next
+    auto second = r.get_broadcasts(2, 12, 9, 12);  // the least-sent goes next
     REQUIRE(second.size() == 1);
     CHECK(second[0][0] == 1);
-    CHECK(r.get_broadcasts(0, 100, 9).size() == 2);
+    CHECK(r.get_broadcasts(0, 100, 9, 100).size() == 2);
     CHECK(r.size() == 0);
+}
+
+TEST_CASE("broadcast queue: a message no packet can hold is dropped, not left to stall the rest") {
+    BroadcastQueue q(3);  // 3 transmissions each for n = 9
+    for (int i = 0; i < 20; ++i) {
+        q.queue("big" + std::to_string(i), std::vector<uint8_t>(101, 7));  // > 100 each
+    }
+    q.queue("small", {1});
+    auto first = q.get_broadcasts(0, 100, 9, 100);
+    REQUIRE(first.size() == 1);
+    CHECK(first[0] == std::vector<uint8_t>{1});
+    CHECK(q.oversized_dropped() == 20);
+    // The small one is retransmitted (it was never reached again behind 17 stuck items).
+    CHECK(q.get_broadcasts(0, 100, 9, 100).size() == 1);
+    CHECK(q.get_broadcasts(0, 100, 9, 100).size() == 1);
+    CHECK(q.size() == 0);
+    // Too big for this packet's room but not for a whole packet: kept for the next.
+    q.queue("mid", std::vector<uint8_t>(60, 2));
+    CHECK(q.get_broadcasts(0, 50, 9, 100).empty());
+    CHECK(q.size() == 1);
+    CHECK(q.get_broadcasts(0, 100, 9, 100).size() == 1);
 }
 
 }  // namespace

@@ -237,5 +237,59 @@ TEST_CASE("memberlist: a user event Lamport clock at its cap refuses to send, it
     CHECK(delivered.size() == 2);
 }
 
+TEST_CASE("memberlist: a stream is one request; more messages in it are refused, not answered") {
+    Member a;
+    PushPullMsg pp;
+    std::vector<std::vector<uint8_t>> framed{encode_message(pp), encode_message(pp),
+                                             encode_message(pp)};
+    // Each push-pull would be answered with the whole cluster's state.
+    auto reply =
+        a.ml().handle_stream("10.0.0.2:7946", Keyring{}.seal("", encode_packet(framed)).value());
+    REQUIRE_FALSE(reply.ok());
+    CHECK(reply.status().message().find("carries 3 messages") != std::string::npos);
+    framed.resize(1);
+    CHECK(a.ml()
+              .handle_stream("10.0.0.2:7946", Keyring{}.seal("", encode_packet(framed)).value())
+              .ok());
+    // A packet of more messages than any real one holds is refused whole.
+    std::vector<std::vector<uint8_t>> many(kMaxMessagesPerPacket + 1, encode_message(NackMsg{1}));
+    auto decoded = decode_packet(encode_packet(many));
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.status().message().find("more than 8192 messages") != std::string::npos);
+    many.resize(kMaxMessagesPerPacket);
+    CHECK(decode_packet(encode_packet(many)).ok());
+}
+
+TEST_CASE("memberlist: a state learnt by push-pull too large to go inline is gossiped without it") {
+    MembershipConfig c = lan_profile();
+    c.max_inline_state = 64;
+    Member a(c);
+    PushPullMsg pp;
+    SiteState big;
+    big.site_id = "X";
+    for (int i = 0; i < 8; ++i) {
+        PoolInfo p;
+        p.model = "model-with-a-long-name-" + std::to_string(i);
+        p.version_digest = std::string(64, 'a');
+        big.pools.push_back(p);
+    }
+    const std::vector<uint8_t> bytes = encode_site_state(big);
+    REQUIRE(bytes.size() > c.max_inline_state);
+    pp.nodes.push_back(
+        PushPullNode{"X", "10.0.0.9:7946", 3, NodeState::kAlive, 3, bytes, std::nullopt});
+    std::vector<std::vector<uint8_t>> framed{encode_message(pp)};
+    REQUIRE(a.ml()
+                .handle_stream("10.0.0.2:7946", Keyring{}.seal("", encode_packet(framed)).value())
+                .ok());
+    CHECK(a.ml().site_version_of("X") == 3);  // Taken here...
+    auto queued = a.queued_about("X");
+    REQUIRE(queued.size() == 1);
+    const auto* alive = std::get_if<AliveMsg>(&queued[0]);
+    REQUIRE(alive != nullptr);
+    CHECK(alive->incarnation == 3);
+    CHECK(alive->state_version == 3);
+    CHECK_FALSE(alive->state.has_value());  // ...passed on bare: others fetch it from X.
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
