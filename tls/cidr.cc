@@ -9,7 +9,9 @@
 namespace edge::tls {
 
 Result<IpAddress> IpAddress::parse(std::string_view text) {
-    if (text.empty() || text.size() > INET6_ADDRSTRLEN) {
+    // A NUL would end the text inet_pton reads early: "1.2.3.4\0zz" must not pass as 1.2.3.4.
+    if (text.empty() || text.size() > INET6_ADDRSTRLEN ||
+        text.find('\0') != std::string_view::npos) {
         return invalid_argument_error("not an IP address: '" + std::string(text) + "'");
     }
     std::string s(text);

@@ -224,7 +224,10 @@ public:
         if (force || (!busy_ && seq_ != 0)) {
             mark_client_gone();
             close_socket();
-        } else if (!busy_ && deadline_ > Clock::now() + first_request_drain_grace()) {
+        } else if (!busy_ && handshaken_ &&
+                   deadline_ > Clock::now() + first_request_drain_grace()) {
+            // (A handshake still running keeps its own timeout; read_request() then allows the
+            // grace.)
             set_read_deadline(first_request_drain_grace());
         }
         signal_.cancel();
@@ -381,6 +384,7 @@ private:
     std::string server_name_;
     std::string peer_identity_;
     std::vector<std::string> peer_names_;
+    bool handshaken_ = false;  // The TLS handshake has completed.
     std::string write_buffer_;
     uint64_t seq_ = 0;
     int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
@@ -641,6 +645,7 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec, timed_out_));
         co_return false;
     }
+    handshaken_ = true;
     SSL* ssl = stream_.native_handle();
     if (const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name)) {
         server_name_ = name;
@@ -835,12 +840,15 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         // A fresh connection's first request is due within header_timeout, as nginx's
         // client_header_timeout: a client that handshakes and sends nothing holds a connection
         // (and its TLS state) that long, not a keep-alive idle period.
-        Clock::duration first_due =
-            std::min<Clock::duration>(limits.header_timeout, limits.idle_timeout);
-        if (draining()) {
-            first_due = std::min<Clock::duration>(first_due, first_request_drain_grace());
+        // Set once per wait: empty lines sent a byte at a time must not restart it.
+        if (!waited) {
+            Clock::duration first_due =
+                std::min<Clock::duration>(limits.header_timeout, limits.idle_timeout);
+            if (draining()) {
+                first_due = std::min<Clock::duration>(first_due, first_request_drain_grace());
+            }
+            set_read_deadline(seq_ == 0 ? first_due : limits.idle_timeout);
         }
-        set_read_deadline(seq_ == 0 ? first_due : limits.idle_timeout);
         first_request_waited = seq_ == 0;
         if (seq_ != 0 && !waited) {
             // Right after a response the client has rarely sent its next request yet: let the
@@ -1287,7 +1295,16 @@ net::awaitable<void> HttpSession::run() {
         channel_ = std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_,
                                                  server_.config_.limits.max_stream_buffer_bytes);
         t_handling = this;
-        server_.handler_.handle(std::move(request), channel_);
+        try {
+            server_.handler_.handle(std::move(request), channel_);
+        } catch (const std::exception& e) {
+            // A handler bug must not leave t_handling naming this session once it is gone, nor
+            // the client without an answer (a no-op if the handler had answered).
+            t_handling = nullptr;
+            log::error("handler_exception", {{"error", e.what()}, {"path", path}});
+            channel_->respond(
+                HttpResponse{500, "text/plain; charset=utf-8", {}, "internal error\n"});
+        }
         t_handling = nullptr;
         bool again = co_await serve_response(version, keep_alive && !draining(), start, method,
                                              path);

@@ -1,7 +1,7 @@
 // Socket activation: parsing $LISTEN_PID/$LISTEN_FDS, and the zero-downtime handover with real
 // processes: the old daemon drains a request in flight while a new daemon, started on the same
 // inherited listening socket, serves the connections that arrive meanwhile; no connection is ever
-// refused.
+// refused and no request goes unanswered.
 
 #include "daemon/socket_activation.h"
 
@@ -68,17 +68,27 @@ TEST_CASE("restart on an inherited socket: old drains, new serves, nothing is re
     CHECK(read_file(log_a).find("\"event\":\"socket_activation\"") != std::string::npos);
     CHECK(port_from_log(read_file(log_a), "public_port") == port);
 
-    // Connection attempts all along; a refusal is the failure this design exists to prevent.
+    // Requests all along, each on a new connection: a refusal, or a connection closed without
+    // its answer (one the old process accepted as it began to drain), is the failure this
+    // design exists to prevent.
     std::atomic<bool> hammering{true};
-    std::atomic<int> attempts{0}, refused{0};
+    std::atomic<int> attempts{0}, refused{0}, unanswered{0};
     std::thread hammer([&] {
+        testing::TlsClientOptions options;
+        options.timeout_ms = 30000;  // Waiting in the backlog while no process accepts.
         while (hammering.load()) {
-            auto fd = testing::tcp_connect(port, 5000);
+            auto c = testing::TlsClient::connect(port, options);
             ++attempts;
-            if (!fd.ok()) {
+            if (!c.ok()) {
+                MESSAGE("connect failed: " << c.status().message());
                 ++refused;
-            } else {
-                close(*fd);
+                continue;
+            }
+            auto r = (*c)->send(testing::http_request("GET", "/v1/models")).ok()
+                         ? (*c)->read_response()
+                         : Result<testing::HttpReply>(unavailable_error("send failed"));
+            if (!r.ok() || r->status != 200) {
+                ++unanswered;
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
@@ -150,6 +160,7 @@ TEST_CASE("restart on an inherited socket: old drains, new serves, nothing is re
     hammer.join();
     CHECK(attempts.load() > 0);
     CHECK(refused.load() == 0);
+    CHECK(unanswered.load() == 0);
     b.signal(SIGTERM);
     CHECK(b.wait(15000) == 0);
     close(listener);

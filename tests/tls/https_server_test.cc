@@ -38,7 +38,7 @@ namespace {
 
 // Answers with what it saw; "/hold" parks the channel for the test to answer later;
 // "/two-large" streams two 300 KiB events and a last small one from inside handle(), where
-// nothing can be written to the socket between them.
+// nothing can be written to the socket between them; "/throw" throws (a handler bug).
 class EchoHandler final : public HttpHandler {
 public:
     void handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel) override {
@@ -49,6 +49,9 @@ public:
             channel->write("data: [DONE]\n\n");
             channel->end_stream();
             return;
+        }
+        if (request.path() == "/throw") {
+            throw std::runtime_error("handler bug");
         }
         if (request.path() == "/hold") {
             std::lock_guard lock(mu_);
@@ -684,6 +687,34 @@ TEST_CASE("a connection that handshakes and sends nothing closes at the header t
     CHECK((*c)->wait_closed());
     CHECK((*c)->got_close_notify());
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+}
+
+TEST_CASE("empty lines trickled a byte at a time do not restart the first request's timeout") {
+    HttpLimits limits;
+    limits.header_timeout = std::chrono::milliseconds(200);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    const auto started = std::chrono::steady_clock::now();
+    // A CR or LF every 180 ms: ten empty lines (the most allowed) take 3.6 s, and each read
+    // used to restart the 200 ms. The sends stop once the server has closed.
+    for (int i = 0; i < 20 && (*c)->send(i % 2 == 0 ? "\r" : "\n").ok(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(180));
+    }
+    CHECK((*c)->wait_closed());
+    // Closed near 200 ms, plus at most the last second it gets to close cleanly; not at 3.6 s.
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(2500));
+}
+
+TEST_CASE("a handler that throws: the client gets a 500 and the connection serves on") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/throw")).ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 500);
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
 
 TEST_CASE("Expect: 100-continue gets an interim response before the body is sent") {

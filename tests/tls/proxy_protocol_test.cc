@@ -98,6 +98,8 @@ TEST_CASE("CIDR sets match IPv4, mapped IPv4 and IPv6") {
     CHECK(set->contains(*IpAddress::parse("::ffff:10.9.9.9")));
     CHECK(set->contains(*IpAddress::parse("192.0.2.7")));
     CHECK_FALSE(set->contains(*IpAddress::parse("192.0.2.8")));
+    // A NUL inside would end what inet_pton reads: refused, not read as 1.2.3.4.
+    CHECK_FALSE(IpAddress::parse(std::string_view("1.2.3.4\0zz", 10)).ok());
     CHECK(set->contains(*IpAddress::parse("2001:db8:1::1")));
     CHECK_FALSE(set->contains(*IpAddress::parse("2001:db9::1")));
     CHECK_FALSE(CidrSet::parse({"10.0.0.0/33"}).ok());
