@@ -629,6 +629,7 @@ Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& 
         {{"handshake_timeout_ms", ms_field(r, l.handshake_timeout)},
          {"header_timeout_ms", ms_field(r, l.header_timeout)},
          {"body_timeout_ms", ms_field(r, l.body_timeout)},
+         {"request_read_timeout_ms", ms0_field(r, l.request_read_timeout)},
          {"idle_timeout_ms", ms_field(r, l.idle_timeout)},
          {"write_timeout_ms", ms_field(r, l.write_timeout)},
          {"drain_deadline_ms", ms_field(r, l.drain_deadline)},

@@ -82,6 +82,7 @@ struct LimitsConfig {
     std::chrono::milliseconds handshake_timeout{10'000};  // PROXY header + TLS handshake.
     std::chrono::milliseconds header_timeout{10'000};     // Reading a request's headers.
     std::chrono::milliseconds body_timeout{30'000};       // Reading a request's body.
+    std::chrono::milliseconds request_read_timeout{300'000};  // A whole request; 0: none.
     std::chrono::milliseconds idle_timeout{60'000};       // Keep-alive wait between requests.
     std::chrono::milliseconds write_timeout{30'000};      // One write to a slow reader.
     uint64_t max_header_bytes = 16 * 1024;                // Request line + headers, bytes.

@@ -84,6 +84,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     server_config.limits.handshake_timeout = l.handshake_timeout;
     server_config.limits.header_timeout = l.header_timeout;
     server_config.limits.body_timeout = l.body_timeout;
+    server_config.limits.request_read_timeout = l.request_read_timeout;
     server_config.limits.idle_timeout = l.idle_timeout;
     server_config.limits.write_timeout = l.write_timeout;
     server_config.limits.max_header_bytes = l.max_header_bytes;

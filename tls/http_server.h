@@ -32,6 +32,9 @@ struct HttpLimits {
     std::chrono::milliseconds handshake_timeout{10'000};  // PROXY header + TLS handshake.
     std::chrono::milliseconds header_timeout{10'000};     // From first byte to end of headers.
     std::chrono::milliseconds body_timeout{30'000};       // Longest silence in a request body.
+    // The whole request, first byte to the body's end: an upload that keeps sending a byte at a
+    // time, never silent for body_timeout, is still cut here (408). 0: no bound.
+    std::chrono::milliseconds request_read_timeout{300'000};
     std::chrono::milliseconds idle_timeout{60'000};       // Keep-alive wait for the next request.
     std::chrono::milliseconds write_timeout{30'000};      // One write to a stalled reader.
     size_t max_header_bytes = 16 * 1024;                  // Request line + headers, bytes.

@@ -308,6 +308,22 @@ private:
         return std::min<Clock::duration>(std::chrono::seconds(1),
                                          server_.config_.limits.header_timeout);
     }
+    // The next body read's deadline: body_timeout, cut to what is left of request_read_timeout
+    // (from the request's first byte).
+    Clock::duration body_deadline() const {
+        const HttpLimits& limits = server_.config_.limits;
+        Clock::duration d = limits.body_timeout;
+        if (limits.request_read_timeout.count() > 0) {
+            const Clock::duration left =
+                request_start_ + limits.request_read_timeout - Clock::now();
+            d = std::clamp<Clock::duration>(left, Clock::duration::zero(), d);
+        }
+        return d;
+    }
+    bool request_read_expired() const {
+        const auto bound = server_.config_.limits.request_read_timeout;
+        return bound.count() > 0 && Clock::now() >= request_start_ + bound;
+    }
     void set_deadline(Clock::duration timeout) {
         soft_timeout_ = false;
         arm_deadline(timeout);
@@ -977,8 +993,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             }
         }
         // body_timeout bounds each silence, not the whole body (parse_request re-arms it as
-        // bytes arrive).
-        set_read_deadline(limits.body_timeout);
+        // bytes arrive); request_read_timeout, the whole request.
+        set_read_deadline(body_deadline());
         boost::system::error_code bec = co_await parse_request(parser, false);
         if (bec == http::error::header_limit) {
             co_await reject(400, "chunk size line or trailer section too long", head.version(),
@@ -995,7 +1011,11 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         }
         if (bec && timed_out_) {
             co_await reject(408,
-                            "request timeout: no request body bytes arrived within body_timeout",
+                            request_read_expired()
+                                ? "request timeout: the request was not read within "
+                                  "request_read_timeout"
+                                : "request timeout: no request body bytes arrived within "
+                                  "body_timeout",
                             head.version(), method, target);
             co_return false;
         }
@@ -1070,9 +1090,10 @@ net::awaitable<boost::system::error_code> HttpSession::parse_request(
         buffer_.commit(n);
         if (!header_only) {
             // body_timeout is the longest silence while a body is read, as nginx's
-            // client_body_timeout (the time between two successive reads): an upload that keeps
-            // sending is never cut (max_body_bytes bounds its size), a stalled one is.
-            set_read_deadline(server_.config_.limits.body_timeout);
+            // client_body_timeout (the time between two successive reads), within the
+            // request's own bound (request_read_timeout): a byte every few seconds does not hold
+            // the connection for days.
+            set_read_deadline(body_deadline());
         }
     }
 }

@@ -706,6 +706,29 @@ TEST_CASE("empty lines trickled a byte at a time do not restart the first reques
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(2500));
 }
 
+TEST_CASE("a body trickled a byte at a time is cut at request_read_timeout with a 408") {
+    HttpLimits limits;
+    limits.body_timeout = std::chrono::milliseconds(400);  // Never silent this long below.
+    limits.request_read_timeout = std::chrono::milliseconds(1000);
+    Fixture f(limits);
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    const auto started = std::chrono::steady_clock::now();
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n").ok());
+    // A byte every 150 ms would take 15 s; the sends stop once the server has answered.
+    for (int i = 0; i < 100 && (*c)->send("a").ok(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        if (std::chrono::steady_clock::now() - started > std::chrono::seconds(3)) {
+            break;
+        }
+    }
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 408);
+    CHECK(r->body.find("request_read_timeout") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+}
+
 TEST_CASE("a handler that throws: the client gets a 500 and the connection serves on") {
     Fixture f;
     auto c = f.connect();
