@@ -1,6 +1,8 @@
 #include "routing/membership/site_state.h"
 
 #include <cmath>
+#include <string>
+#include <unordered_set>
 
 #include "routing/membership/wire.h"
 
@@ -105,6 +107,7 @@ std::vector<uint8_t> encode_site_state(const SiteState& s) {
 
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
     SiteState s;
+    std::unordered_set<std::string> models;  // Of s.pools.
     WireReader r(bytes);
     while (!r.done()) {
         EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("site state"));
@@ -125,13 +128,12 @@ Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
                 }
                 // A site serves a model once: pools are keyed by (site, model) downstream
                 // (outlier records, the pool views), where a second would take the first's.
-                for (const PoolInfo& other : s.pools) {
-                    if (other.model == pool->model) {
-                        return data_loss_error("site state: pool " +
-                                               std::to_string(s.pools.size()) + " repeats model '" +
-                                               pool->model + "'");
-                    }
+                // A set, not a scan: 4096 pools would cost 8 M comparisons a decode.
+                if (models.count(pool->model) > 0) {
+                    return data_loss_error("site state: pool " + std::to_string(s.pools.size()) +
+                                           " repeats model '" + pool->model + "'");
                 }
+                models.insert(pool->model);
                 s.pools.push_back(std::move(pool).value());
                 break;
             }
