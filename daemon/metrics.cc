@@ -78,9 +78,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
     }
     gossip_rejected_ = &prometheus::BuildCounter()
                             .Name("edgeserve_gossip_packets_rejected_total")
-                            .Help("Gossip packets and streams dropped, by reason (auth, decode).")
+                            .Help(
+                                "Gossip packets and streams dropped, by reason (auth, decode; "
+                                "implausible: messages with an incarnation far past the "
+                                "member's).")
                             .Register(*registry_);
-    for (const char* reason : {"auth", "decode"}) {
+    for (const char* reason : {"auth", "decode", "implausible"}) {
         gossip_rejected_->Add({{"reason", reason}});
     }
     gossip_inbound_streams_ = &prometheus::BuildGauge()
@@ -493,7 +496,7 @@ void raise_to(prometheus::Counter& counter, uint64_t total) {
 }  // namespace
 
 void Metrics::set_gossip_rejected(std::string_view reason, uint64_t total) {
-    if (reason != "auth" && reason != "decode") {
+    if (reason != "auth" && reason != "decode" && reason != "implausible") {
         return;
     }
     raise_to(gossip_rejected_->Add({{"reason", std::string(reason)}}), total);

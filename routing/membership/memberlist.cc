@@ -17,6 +17,15 @@ bool newer_site_state(uint64_t incarnation, uint64_t version, uint64_t held_inca
     return std::tie(incarnation, version) > std::tie(held_incarnation, held_version);
 }
 
+// Incarnations grow by one a refutation or state change: one this far past the incarnation
+// known for a member was not reached that way. Taken, a forged accusation near the cap would
+// pin the member there, where its refutations can no longer out-bid it.
+constexpr uint64_t kMaxIncarnationStep = uint64_t{1} << 32;
+
+bool implausible_incarnation(uint64_t known, uint64_t claimed) {
+    return claimed > known && claimed - known > kMaxIncarnationStep;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, Keyring keyring,
@@ -289,6 +298,10 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         return;
     }
     if (a.node == config_.name) {
+        if (implausible_incarnation(incarnation_, a.incarnation)) {
+            stats_.implausible_dropped.fetch_add(1);
+            return;
+        }
         // Someone speaks for us with a newer incarnation (our previous life, or a name clash):
         // out-bid it so the cluster keeps our current state.
         if (!leaving_ && a.incarnation >= incarnation_ &&
@@ -331,6 +344,10 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         rebroadcast_alive(a);
     } else {
         if (a.incarnation < m->incarnation) {
+            return;
+        }
+        if (implausible_incarnation(m->incarnation, a.incarnation)) {
+            stats_.implausible_dropped.fetch_add(1);
             return;
         }
         if (a.incarnation == m->incarnation && m->state != NodeState::kAlive) {
@@ -399,6 +416,10 @@ void Memberlist::handle_suspect(const SuspectMsg& s, const std::string* reply_to
     if (m == nullptr) {
         return;
     }
+    if (implausible_incarnation(m->incarnation, s.incarnation)) {
+        stats_.implausible_dropped.fetch_add(1);
+        return;
+    }
     if (s.incarnation < m->incarnation) {
         correct_stale(*m, reply_to);
         return;
@@ -462,6 +483,10 @@ void Memberlist::arm_suspicion_timer(Member& m) {
 void Memberlist::handle_dead(const DeadMsg& d, const std::string* reply_to) {
     Member* m = find(d.node);
     if (m == nullptr) {
+        return;
+    }
+    if (implausible_incarnation(m->incarnation, d.incarnation)) {
+        stats_.implausible_dropped.fetch_add(1);
         return;
     }
     if (d.incarnation < m->incarnation) {

@@ -40,6 +40,9 @@ struct MembershipStats {
     std::atomic<uint64_t> auth_failures{0};
     // Authenticated packets that did not decode.
     std::atomic<uint64_t> decode_failures{0};
+    // Alive, suspect and dead messages dropped for an incarnation implausibly far past the one
+    // known for their member (forged or corrupt).
+    std::atomic<uint64_t> implausible_dropped{0};
     std::atomic<uint64_t> user_events_delivered{0};
     // Lifeguard local-health score (0 = healthy).
     std::atomic<int64_t> awareness{0};

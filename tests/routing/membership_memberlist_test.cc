@@ -291,5 +291,32 @@ TEST_CASE("memberlist: a state learnt by push-pull too large to go inline is gos
     CHECK_FALSE(alive->state.has_value());  // ...passed on bare: others fetch it from X.
 }
 
+TEST_CASE("memberlist: an incarnation implausibly far past the known one is dropped") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
+    REQUIRE(ml.state_of("X") == NodeState::kAlive);
+    // A suspicion (or death) near the cap: taken, X could never refute it (its alive would tie).
+    a.receive(SuspectMsg{kMaxIncarnation - 1, "X", "B"});
+    a.receive(DeadMsg{kMaxIncarnation - 1, "X", "B"});
+    CHECK(ml.state_of("X") == NodeState::kAlive);
+    a.receive(AliveMsg{kMaxIncarnation - 1, "X", "10.6.6.6:7946", 9, site_bytes("X", 9)});
+    CHECK(ml.site_version_of("X") == 5);
+    // The same about this member itself: no refutation up to the cap.
+    a.receive(SuspectMsg{kMaxIncarnation - 1, "A", "B"});
+    auto ours = a.queued_about("A");
+    for (const Message& m : ours) {
+        if (const auto* alive = std::get_if<AliveMsg>(&m)) {
+            CHECK(alive->incarnation < 100);
+        }
+    }
+    CHECK(ml.stats().implausible_dropped.load() == 4);
+    // An ordinary newer incarnation still refutes and suspects as ever.
+    a.receive(SuspectMsg{6, "X", "B"});
+    CHECK(ml.state_of("X") == NodeState::kSuspect);
+    a.receive(AliveMsg{7, "X", "10.0.0.9:7946", 7, site_bytes("X", 7)});
+    CHECK(ml.state_of("X") == NodeState::kAlive);
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
