@@ -237,7 +237,7 @@ TEST_CASE("memberlist: a user event Lamport clock at its cap refuses to send, it
     CHECK(delivered.size() == 2);
 }
 
-TEST_CASE("memberlist: a stream is one request; more messages in it are refused, not answered") {
+TEST_CASE("memberlist: a stream is one request, more messages in it are refused, not answered") {
     Member a;
     PushPullMsg pp;
     std::vector<std::vector<uint8_t>> framed{encode_message(pp), encode_message(pp),
