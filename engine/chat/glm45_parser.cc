@@ -33,7 +33,6 @@ class Glm45Parser final : public MarkerParser {
     void begin_call() override {
         state_ = State::kName;
         args_ = 0;
-        keys_.clear();
     }
 
     // The JSON text of one argument value as written between the tags, numbers spelled as
@@ -139,11 +138,6 @@ class Glm45Parser final : public MarkerParser {
                     if (s != Step::kDone) {
                         return s;
                     }
-                    if (!keys_.insert(key_).second) {
-                        // {"a": 1, "a": 2} is valid JSON that clients read differently (first
-                        // or last wins): the call is given up, as a repeated Hermes key is.
-                        return malformed("a tool call repeats an argument key");
-                    }
                     state_ = State::kBeforeValue;
                     break;
                 }
@@ -183,7 +177,6 @@ class Glm45Parser final : public MarkerParser {
     State state_ = State::kName;
     std::string name_;
     std::string key_;
-    std::set<std::string> keys_;  // The call's argument keys so far.
     int args_ = 0;
 };
 

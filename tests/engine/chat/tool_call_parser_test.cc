@@ -318,24 +318,6 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK(o.calls.empty());
         CHECK(o.content == text);
     }
-    SUBCASE("GLM-4.5: an argument key given twice") {
-        const std::string text =
-            "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n<arg_key>b</arg_key>"
-            "\n<arg_value>2</arg_value>\n<arg_key>a</arg_key>\n<arg_value>3</arg_value>\n"
-            "</tool_call>";
-        const Outcome o = check_all_splits(ToolCallFormat::kGlm45, text);
-        CHECK(o.malformed);
-        CHECK(o.calls.empty());
-        CHECK(o.content == text);
-        // The same key in two calls is fine.
-        const Outcome two = check_all_splits(
-            ToolCallFormat::kGlm45,
-            "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>"
-            "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n</tool_call>");
-        CHECK_FALSE(two.malformed);
-        REQUIRE(two.calls.size() == 2);
-        CHECK(two.calls[1].arguments == "{\"a\": 2}");
-    }
     SUBCASE("Kimi K2: bad JSON, then text") {
         const std::string text =
             "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
