@@ -218,16 +218,15 @@ public:
         drain_requested_ = true;
         // An idle keep-alive connection closes now (its client retries elsewhere). One accepted
         // before the listener closed and still on its first request (its handshake, or the
-        // request on its way) gets kFirstRequestDrainGrace to send it and is served once:
+        // request on its way) gets first_request_drain_grace() to send it and is served once:
         // closing it at once would lose a request the client may already have sent to this
         // process, which no other process (a socket-activated successor) can take over.
         if (force || (!busy_ && seq_ != 0)) {
             mark_client_gone();
             close_socket();
-        } else if (!busy_ && handshaken_ &&
-                   deadline_ > Clock::now() + first_request_drain_grace()) {
-            // (A handshake still running keeps its own timeout; read_request() then allows the
-            // grace.)
+        } else if (!busy_ && deadline_ > Clock::now() + first_request_drain_grace()) {
+            // A handshake still running gets the same grace: its client connected before the
+            // listener closed and is sending.
             set_read_deadline(first_request_drain_grace());
         }
         signal_.cancel();
@@ -305,7 +304,7 @@ private:
     // While draining, how long a connection that has not sent its first request may still send
     // it: long enough for a request already on its way, short enough not to hold the drain.
     Clock::duration first_request_drain_grace() const {
-        return std::min<Clock::duration>(std::chrono::seconds(1),
+        return std::min<Clock::duration>(std::chrono::seconds(2),
                                          server_.config_.limits.header_timeout);
     }
     // The next body read's deadline: body_timeout, cut to what is left of request_read_timeout
@@ -400,7 +399,6 @@ private:
     std::string server_name_;
     std::string peer_identity_;
     std::vector<std::string> peer_names_;
-    bool handshaken_ = false;  // The TLS handshake has completed.
     std::string write_buffer_;
     uint64_t seq_ = 0;
     int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
@@ -661,7 +659,6 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         server_.observer_->on_handshake(false, handshake_failure_reason(hs_ec, timed_out_));
         co_return false;
     }
-    handshaken_ = true;
     SSL* ssl = stream_.native_handle();
     if (const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name)) {
         server_name_ = name;

@@ -144,6 +144,15 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
                                       std::to_string(shape.experts) + ", top_k " +
                                       std::to_string(shape.top_k) + ")");
     }
+    // Per (layer, expert) the block keeps load windows and placement: the largest open models
+    // have ~24 k pairs (Kimi K2: 61 x 384). A config whose product is far beyond would allocate
+    // gigabytes here before any layer's tensors are read.
+    constexpr int64_t kMaxLayerExperts = int64_t{1} << 20;
+    if (int64_t{shape.layers} * shape.experts > kMaxLayerExperts) {
+        return invalid_argument_error("moe block: " + std::to_string(shape.layers) + " layers x " +
+                                      std::to_string(shape.experts) + " routed experts exceeds " +
+                                      std::to_string(kMaxLayerExperts) + " (layer, expert) pairs");
+    }
     if (config.ranks < 1 || config.ranks > 256) {
         return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
                                       " is outside [1, 256]");

@@ -455,9 +455,11 @@ Status WeightLoader::check_declared(const std::string& m, const TensorView& t) c
         // The group the scale's shape implies (cols from weight_packed's 8 per word): a shape
         // that does not divide is left to the format's shape checks, which name it.
         const TensorInfo* scale = ckpt_.info(m + ".weight_scale");
+        int64_t cols = 0;  // Overflow-checked: a zero-row tensor may claim any width.
         if (scale != nullptr && scale->shape.size() == 2 && scale->shape[1] > 0 &&
-            t.shape().size() == 2 && (t.shape()[1] * 8) % scale->shape[1] == 0) {
-            const int64_t group = t.shape()[1] * 8 / scale->shape[1];
+            t.shape().size() == 2 && !__builtin_mul_overflow(t.shape()[1], int64_t{8}, &cols) &&
+            cols % scale->shape[1] == 0) {
+            const int64_t group = cols / scale->shape[1];
             if (!stored_.int4_groups.contains(group)) {
                 const auto& [size, group_name] = *stored_.int4_groups.begin();
                 return invalid_argument_error(

@@ -490,7 +490,7 @@ TEST_CASE("graceful drain in process: a stream in progress completes, new connec
                               [&] { f.daemon->stop(std::chrono::seconds(10)); });
     bool refused = false;
     for (int i = 0; i < 400 && !refused; ++i) {
-        refused = !testing::tcp_connect(f.daemon->public_port()).ok();
+        refused = !testing::accepts_connections(f.daemon->public_port());
         if (!refused) {
             std::this_thread::sleep_for(std::chrono::milliseconds(5));  // Waits on the acceptor.
         }

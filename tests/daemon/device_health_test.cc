@@ -158,7 +158,7 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     REQUIRE(exiting.wait_for(10s) == std::future_status::ready);
     CHECK(exiting.get() == daemon::kExitDeviceFault);
     CHECK(daemon::kExitDeviceFault != 0);  // systemd's Restart=on-failure restarts it.
-    CHECK_FALSE(testing::tcp_connect(sin.daemon->public_port(), 500).ok());
+    CHECK_FALSE(testing::accepts_connections(sin.daemon->public_port()));
     fra.daemon->stop(0ms);
 }
 

@@ -178,19 +178,28 @@ TEST_CASE("edgeserve run finds a port in use before it loads the models, check-c
 TEST_CASE("edgeserve run finds gossip's UDP port in use before it loads the models") {
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
-    // Another process's UDP socket on the gossip port (its TCP side is free).
-    uint16_t taken_port = 0;
-    const int taken = testing::bind_loopback(SOCK_DGRAM, taken_port);
-    const std::string port = std::to_string(taken_port);
-    const std::string config = dir.write(
-        "c.yaml",
-        testing::config_yaml(cert.cert_path, cert.key_path,
-                             "models:\n  - {name: m, path: " + std::string(EDGE_SOURCE_DIR) +
-                                 "/tests/fixtures/micro-qwen3-moe}\n"
-                                 "gossip:\n  bind_address: 127.0.0.1\n  port: " +
-                                 port + "\n"));
-    auto r = testing::run({kBinary, "run", "--config", config});
-    ::close(taken);
+    std::string config, port;
+    testing::CommandResult r;
+    // Another process's UDP socket on the gossip port (its TCP side free: when another test's
+    // connection happens to hold that TCP port meanwhile, the daemon names TCP, and the test
+    // takes another port).
+    for (int attempt = 0; attempt < 5; ++attempt) {
+        uint16_t taken_port = 0;
+        const int taken = testing::bind_loopback(SOCK_DGRAM, taken_port);
+        port = std::to_string(taken_port);
+        config = dir.write(
+            "c.yaml",
+            testing::config_yaml(cert.cert_path, cert.key_path,
+                                 "models:\n  - {name: m, path: " + std::string(EDGE_SOURCE_DIR) +
+                                     "/tests/fixtures/micro-qwen3-moe}\n"
+                                     "gossip:\n  bind_address: 127.0.0.1\n  port: " +
+                                     port + "\n"));
+        r = testing::run({kBinary, "run", "--config", config});
+        ::close(taken);
+        if (r.err.find("cannot listen on 127.0.0.1:" + port) == std::string::npos) {
+            break;
+        }
+    }
     CHECK(r.exit_code == 1);
     CHECK_MESSAGE(r.err.find("edgeserve: " + config + ": gossip.port: cannot bind UDP 127.0.0.1:" +
                              port + ": Address already in use") != std::string::npos,
@@ -466,7 +475,7 @@ TEST_CASE("edgeserve run: systemd notify, curl, openssl s_client, SIGHUP, SIGTER
     CHECK(reply->status == 404);
     CHECK(reply->headers["connection"] == "close");
     CHECK(child.wait(15000) == 0);
-    CHECK_FALSE(testing::tcp_connect(port).ok());
+    CHECK_FALSE(testing::accepts_connections(port));
     std::string final_log = read_file(log_path);
     CHECK(final_log.find("certificates_reloaded") != std::string::npos);
     CHECK(final_log.find("\"event\":\"stopped\"") != std::string::npos);

@@ -67,6 +67,15 @@ Result<int> tcp_connect(uint16_t port, int timeout_ms, int receive_buffer_bytes)
     return tcp_connect_socket(fd, port, timeout_ms);
 }
 
+bool accepts_connections(uint16_t port) {
+    Result<int> fd = tcp_connect(port);
+    if (!fd.ok()) {
+        return false;
+    }
+    ::close(*fd);
+    return true;
+}
+
 Result<std::unique_ptr<TlsClient>> TlsClient::connect(uint16_t port, TlsClientOptions options) {
     EDGE_ASSIGN_OR_RETURN(int fd,
                           tcp_connect(port, options.timeout_ms, options.receive_buffer_bytes));

@@ -36,6 +36,8 @@ struct HttpReply {
 
 // Connects a plain TCP socket to 127.0.0.1:port; the fd is the caller's.
 Result<int> tcp_connect(uint16_t port, int timeout_ms = 5000, int receive_buffer_bytes = 0);
+// Whether a TCP connection to 127.0.0.1:port is accepted now; the connection is closed again.
+bool accepts_connections(uint16_t port);
 
 // The two halves of tcp_connect, for a test that must hold the socket before it connects (one
 // that takes every other descriptor in between): an unconnected TCP socket, and its connect.

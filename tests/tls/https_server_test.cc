@@ -513,15 +513,15 @@ TEST_CASE("drain: the request in flight completes with Connection: close, new co
         f.stopped = true;
     });
     CHECK((*idle)->wait_closed());  // Idle keep-alive connections go at once.
-    // One that has not sent its first request gets a second's grace (see the next test), then
+    // One that has not sent its first request gets two seconds' grace (see the next test), then
     // goes too: it does not hold the drain to header_timeout.
     const auto silent_from = std::chrono::steady_clock::now();
     CHECK((*silent)->wait_closed());
     CHECK(std::chrono::steady_clock::now() - silent_from < std::chrono::seconds(4));
-    for (int i = 0; i < 200 && testing::tcp_connect(f.server->port()).ok(); ++i) {
+    for (int i = 0; i < 200 && testing::accepts_connections(f.server->port()); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    CHECK_FALSE(testing::tcp_connect(f.server->port()).ok());
+    CHECK_FALSE(testing::accepts_connections(f.server->port()));
     channel->respond(HttpResponse{200, "text/plain", {}, "finished"});
     auto r = (*c)->read_response();
     REQUIRE(r.ok());
@@ -541,10 +541,10 @@ TEST_CASE("drain: a connection accepted before the listener closed is served its
         f.server->stop(std::chrono::seconds(10));
         f.stopped = true;
     });
-    for (int i = 0; i < 200 && testing::tcp_connect(f.server->port()).ok(); ++i) {
+    for (int i = 0; i < 200 && testing::accepts_connections(f.server->port()); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    REQUIRE_FALSE(testing::tcp_connect(f.server->port()).ok());  // Draining now.
+    REQUIRE_FALSE(testing::accepts_connections(f.server->port()));  // Draining now.
     REQUIRE((*fresh)->send(testing::http_request("GET", "/late")).ok());
     auto r = (*fresh)->read_response();
     REQUIRE(r.ok());

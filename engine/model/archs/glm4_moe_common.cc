@@ -50,6 +50,13 @@ Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j,
         }
         if (!j.is_null("topk_group")) {
             EDGE_ASSIGN_OR_RETURN(c.topk_group, get_int_in(j, "topk_group", 1, c.n_group));
+        } else if (c.topk_group > c.n_group) {
+            // The architecture's default (4 for DeepSeek-V3) against a config's own n_group:
+            // routing would skip the group limit, not what the reference computes.
+            return invalid_argument_error(j.path() +
+                                          ": field 'topk_group' is missing and its default (" +
+                                          std::to_string(c.topk_group) + ") exceeds n_group (" +
+                                          std::to_string(c.n_group) + "); set topk_group");
         }
         if (c.topk_group * (c.n_routed_experts / c.n_group) < c.num_experts_per_tok) {
             return invalid_argument_error(j.path() + ": fields 'topk_group' and 'n_group' keep " +

@@ -109,6 +109,21 @@ TEST_CASE("config defaults: DeepseekV3Config") {
     CHECK(m->inv_freq == cpu::rope_inv_freq(10000.0, 16));
 }
 
+TEST_CASE("config defaults: a default topk_group above the config's n_group is refused") {
+    // DeepSeek-V3's default topk_group is 4; with n_group 2 it would turn the group limit off.
+    auto c = SigmoidMoeConfig::from_json(
+        parse(minimal_config(kDeepseekV3Architecture, kMla + ", \"n_group\": 2")),
+        kDeepseekV3Defaults);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().message().find("'topk_group' is missing") != std::string::npos);
+    auto given = SigmoidMoeConfig::from_json(
+        parse(
+            minimal_config(kDeepseekV3Architecture, kMla + ", \"n_group\": 2, \"topk_group\": 1")),
+        kDeepseekV3Defaults);
+    REQUIRE_MESSAGE(given.ok(), given.status().to_string());
+    CHECK(given->topk_group == 1);
+}
+
 TEST_CASE("config defaults: DeepseekV3Config q_lora_rank null means no query LoRA") {
     const ConfigJson json =
         parse(minimal_config(kDeepseekV3Architecture, kMla + ", \"q_lora_rank\": null"));

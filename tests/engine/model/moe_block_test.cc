@@ -293,5 +293,18 @@ TEST_CASE("moe block: a rank backend's call error fails that forward only") {
     f.step(2);
 }
 
+TEST_CASE("moe block: layers x experts beyond any real model is refused before allocating") {
+    // 4096 layers x 65536 experts passes each field's own range; the block's per-pair load
+    // windows and placement would take tens of gigabytes.
+    auto cpu = create_backend("cpu", BackendOptions{1});
+    REQUIRE(cpu.ok());
+    shard::ShardingConfig sc;
+    auto huge = MoeBlock::create(MoeShape{8, 8, 65536, 8, 4096}, sc, cpu->get());
+    REQUIRE_FALSE(huge.ok());
+    CHECK(huge.status().message().find("4096 layers x 65536 routed experts") != std::string::npos);
+    // Kimi K2's 61 x 384 is far inside.
+    CHECK(MoeBlock::create(MoeShape{8, 8, 384, 8, 61}, sc, cpu->get()).ok());
+}
+
 }  // namespace
 }  // namespace edge::engine
