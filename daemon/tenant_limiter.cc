@@ -251,8 +251,9 @@ void TenantLimiter::Lease::finish(int64_t prompt_tokens, int64_t completion_toke
     settle(prompt_tokens, completion_tokens, End::kFinished);
 }
 
-void TenantLimiter::Lease::refuse(Refusal why) {
-    settle(0, 0, why == Refusal::kCapacity ? End::kRefusedCapacity : End::kRefusedRequest);
+void TenantLimiter::Lease::refuse(Refusal why, int64_t prompt_tokens) {
+    settle(prompt_tokens, 0,
+           why == Refusal::kCapacity ? End::kRefusedCapacity : End::kRefusedRequest);
 }
 
 void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_tokens, End end) {
@@ -272,12 +273,12 @@ void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_toke
     }
     if (state_->input_tokens) {
         // What charge_prompt() did not take already (a destroyed lease's 0: nothing more); a
-        // request refused for capacity gives back what it took, one refused for itself keeps
-        // what the engine read.
+        // request refused for capacity gives back what it took, one refused for itself is
+        // charged what the engine read (the prompt it tokenized before refusing it).
         const int64_t rest =
-            given_back ? -charged_prompt_
-            : refused  ? 0
-                      : std::max<int64_t>(std::max<int64_t>(prompt_tokens, 0) - charged_prompt_, 0);
+            given_back
+                ? -charged_prompt_
+                : std::max<int64_t>(std::max<int64_t>(prompt_tokens, 0) - charged_prompt_, 0);
         if (rest != 0) {
             state_->input_tokens->charge(static_cast<double>(rest), now);
         }

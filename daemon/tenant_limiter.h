@@ -104,7 +104,9 @@ public:
         // itself, they stay spent, so a stream of refused requests is held to the tenant's
         // rate and input limits like any other. Every refusal after admission ends its lease
         // here; later calls (and finish()) do nothing.
-        void refuse(Refusal why = Refusal::kCapacity);
+        // `prompt_tokens`: the prompt's length when the engine tokenized it before refusing;
+        // a request refused for itself is charged that against input_tokens_per_minute.
+        void refuse(Refusal why = Refusal::kCapacity, int64_t prompt_tokens = 0);
 
       private:
         enum class End { kFinished, kRefusedCapacity, kRefusedRequest };

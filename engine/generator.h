@@ -178,6 +178,10 @@ class GenerationSink {
     // sampling.logprobs also the log-probability the model gave it after the tokens before it,
     // and `top` alternatives (the first token has none: logprob NaN, top empty).
     virtual void on_prompt(std::vector<TokenLogprob> tokens) { (void)tokens; }
+    // The prompt's length in tokens, from submit() as soon as it is tokenized: before submit()
+    // may still refuse the request for its prompt (beyond the context), so a caller can charge
+    // a tenant for the tokenizing it caused even then.
+    virtual void on_prompt_tokens(int64_t tokens) { (void)tokens; }
     virtual void on_delta(TokenDelta delta) = 0;
     virtual void on_finish(Finish finish) = 0;
 };

@@ -615,14 +615,16 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
                 const bool capacity = finish.error.code() == StatusCode::kResourceExhausted ||
                                       finish.error.code() == StatusCode::kUnavailable;
                 lease->refuse(capacity ? TenantLimiter::Lease::Refusal::kCapacity
-                                       : TenantLimiter::Lease::Refusal::kRequest);
+                                       : TenantLimiter::Lease::Refusal::kRequest,
+                              finish.usage.prompt_tokens);
             } else {
                 lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
             }
             if (metrics == nullptr) {
                 return;
             }
-            metrics->on_tenant_tokens(tenant_name, finish.usage.prompt_tokens,
+            // Tokens served: a refused prompt was read, not run.
+            metrics->on_tenant_tokens(tenant_name, refused ? 0 : finish.usage.prompt_tokens,
                                       finish.usage.completion_tokens);
             if (refused) {
                 metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));

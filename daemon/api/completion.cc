@@ -364,6 +364,10 @@ public:
         }
     }
 
+    void on_prompt_tokens(int64_t tokens) override { prompt_tokens_ = tokens; }
+    // What on_prompt_tokens() said (0 before, or if the generator never tokenized).
+    int64_t prompt_tokens() const { return prompt_tokens_; }
+
     // `echo` (completions): the prompt goes first, as text (and logprobs) of its own delta.
     void on_prompt(std::vector<engine::TokenLogprob> tokens) override {
         engine::TokenDelta prompt;
@@ -641,6 +645,7 @@ private:
     size_t shown_bytes_ = 0;  // Generated text sent before the current delta, in bytes...
     size_t shown_chars_ = 0;  // ...and in characters.
     size_t offset_base_ = 0;  // Bytes of an echoed prompt before the completion's text.
+    int64_t prompt_tokens_ = 0;  // Set from submit(), on the submitting thread.
 };
 
 }  // namespace
@@ -669,12 +674,14 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::function<void(int64_t prompt_tokens)> on_accepted) {
     std::string model = request.generate.model;
     const std::vector<engine::ModelInfo> models = generator.models();
-    // The request fails at once, nothing having run: `on_done` hears it as refused.
-    auto refuse = [&](const Status& status, const ApiError& error) {
+    // The request fails at once, nothing having run: `on_done` hears it as refused, with the
+    // prompt's length when the engine had tokenized it.
+    auto refuse = [&](const Status& status, const ApiError& error, int64_t prompt_tokens = 0) {
         if (on_done) {
             engine::Finish finish;
             finish.reason = engine::FinishReason::kError;
             finish.error = status;
+            finish.usage.prompt_tokens = prompt_tokens;
             on_done(finish, true);
         }
         channel->respond(error.to_response());
@@ -714,7 +721,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             // this refusal, with its own status, streaming or not (nothing went out yet).
             response->refuse();
             response->cancel_all();
-            refuse(handle.status(), api_error_from_status(handle.status(), model));
+            refuse(handle.status(), api_error_from_status(handle.status(), model),
+                   sink->prompt_tokens());
             return;
         }
         if (i == 0) {

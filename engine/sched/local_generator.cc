@@ -313,6 +313,7 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     EDGE_ASSIGN_OR_RETURN(std::vector<TokenId> ids, prompt_ids(rt, request));
     // OpenAI's context_length_exceeded: kOutOfRange, naming the prompt's field.
     const int64_t prompt_len = static_cast<int64_t>(ids.size());
+    sink->on_prompt_tokens(prompt_len);
     // The tightest of the model's context, the tenant's cap and what the KV cache can hold.
     int64_t limit = rt.context;
     std::string within = "the model's context of " + std::to_string(limit);

@@ -179,15 +179,16 @@ void Memberlist::broadcast(const std::string& key, const Message& msg) {
 }
 
 void Memberlist::rebroadcast_alive(const AliveMsg& a) {
-    if (a.state && a.state->size() > config_.max_inline_state) {
-        // Learnt by push-pull, where a state travels whole: gossip passes the alive on without
-        // it (no packet would hold it), and each member fetches the state from its owner.
+    std::vector<uint8_t> encoded = encode_message(a);
+    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
+    if (a.state && encoded.size() > budget) {
+        // Learnt by push-pull, where a state travels whole: no packet would hold it, so gossip
+        // passes the alive on without it and each member fetches the state from its owner.
         AliveMsg bare = a;
         bare.state.reset();
-        broadcast(a.node, bare);
-        return;
+        encoded = encode_message(bare);
     }
-    broadcast(a.node, a);
+    broadcasts_.queue(a.node, std::move(encoded));
 }
 
 void Memberlist::emit(MemberEventKind kind, const std::string& name) {

@@ -179,8 +179,8 @@ private:
     void publish_local_state();
     void flush_pending_load();
     void broadcast(const std::string& key, const Message& msg);
-    // Passes a member's alive on; a site state too large to go inline (max_inline_state) is
-    // left out, as local_alive() leaves ours out.
+    // Passes a member's alive on; a site state too large for any packet is left out (members
+    // then fetch it from its owner).
     void rebroadcast_alive(const AliveMsg& a);
     void emit(MemberEventKind kind, const std::string& name);
     AliveMsg local_alive() const;

@@ -350,7 +350,35 @@ TEST_CASE("engine admission: a request refused for itself keeps its rate token, 
     f.clock.advance(std::chrono::seconds(1));
     auto c = f.client();
     REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
-                                          chat_body(false, R"(,"max_tokens":100)"),
+                                          chat_body(false, R"(,"max_tokens":100)"), auth(kOldKey)))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("engine admission: a prompt refused for itself is charged to input_tokens_per_minute") {
+    // The engine tokenized 5000 tokens before refusing them: a tenant limited only by input
+    // tokens could otherwise have that done without end.
+    TenantFixture f("    input_tokens_per_minute: 1000\n");
+    f.generator.set_prompt_tokens(5000);
+    f.generator.fail_next_submit(
+        out_of_range_error("the prompt is 5000 tokens, beyond the "
+                           "context of 4096"));
+    testing::HttpReply refused = f.call(chat_body(false), kOldKey);
+    CHECK(refused.status == 400);
+    f.generator.set_prompt_tokens(10);
+    testing::HttpReply limited = f.call(chat_body(false), kOldKey);
+    CHECK(limited.status == 429);
+    CHECK(json_of(limited.body)["error"].as_object()["code"] == "input_tokens_per_minute");
+    // A capacity refusal gives its prompt back, as before.
+    f.clock.advance(std::chrono::minutes(10));
+    f.generator.set_prompt_tokens(900);
+    f.generator.fail_next_submit(unavailable_error("the model's queue is full"));
+    CHECK(f.call(chat_body(false), kOldKey).status == 503);
+    f.generator.set_prompt_tokens(900);
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", chat_body(false),
                                           auth(kOldKey)))
                 .ok());
     REQUIRE(f.generator.wait_for_request(0));

@@ -260,21 +260,20 @@ TEST_CASE("memberlist: a stream is one request, more messages in it are refused,
     CHECK(decode_packet(encode_packet(many)).ok());
 }
 
-TEST_CASE("memberlist: a state learnt by push-pull too large to go inline is gossiped without it") {
+TEST_CASE("memberlist: a state learnt by push-pull too large for a packet is gossiped without it") {
     MembershipConfig c = lan_profile();
-    c.max_inline_state = 64;
     Member a(c);
     PushPullMsg pp;
     SiteState big;
     big.site_id = "X";
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < 40; ++i) {
         PoolInfo p;
         p.model = "model-with-a-long-name-" + std::to_string(i);
         p.version_digest = std::string(64, 'a');
         big.pools.push_back(p);
     }
     const std::vector<uint8_t> bytes = encode_site_state(big);
-    REQUIRE(bytes.size() > c.max_inline_state);
+    REQUIRE(bytes.size() > c.mtu);
     pp.nodes.push_back(
         PushPullNode{"X", "10.0.0.9:7946", 3, NodeState::kAlive, 3, bytes, std::nullopt});
     std::vector<std::vector<uint8_t>> framed{encode_message(pp)};

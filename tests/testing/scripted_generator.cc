@@ -57,6 +57,9 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     if (fail_next_) {
         Status s = *fail_next_;
         fail_next_.reset();
+        if (prompt_tokens_ > 0) {
+            sink->on_prompt_tokens(prompt_tokens_);  // Tokenized, then refused (as the engine).
+        }
         return s;
     }
     if (fail_at_ && fail_at_->first == calls_.size()) {
