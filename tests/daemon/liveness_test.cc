@@ -24,6 +24,13 @@ struct Fake {
             io.pop_front();
         }
     }
+    // check() `at` after t0 with a 1 s stall bound, then the I/O threads run their probe.
+    std::string check_at(std::chrono::milliseconds at) {
+        std::string stuck = liveness.check(t0 + at, 1000ms);
+        run_io();
+        return stuck;
+    }
+    const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
 };
 
 }  // namespace
@@ -48,50 +55,38 @@ TEST_CASE("liveness: a probe the I/O threads do not run within the stall names i
 
 TEST_CASE("liveness: an engine that stops stepping with sequences in its batch names engine") {
     Fake f;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto check = [&](std::chrono::milliseconds at) {
-        std::string stuck = f.liveness.check(t0 + at, 1000ms);
-        f.run_io();
-        return stuck;
-    };
-    CHECK(check(0ms).empty());
+    CHECK(f.check_at(0ms).empty());
     // Idle (empty batch, steps unchanged) for long: alive.
-    CHECK(check(5000ms).empty());
+    CHECK(f.check_at(5000ms).empty());
     f.stats[0].batch_sequences = 4;
     f.stats[0].steps = 10;
-    CHECK(check(6000ms).empty());
+    CHECK(f.check_at(6000ms).empty());
     f.stats[0].steps = 50;
-    CHECK(check(6900ms).empty());
+    CHECK(f.check_at(6900ms).empty());
     // No step since 6.9 s.
-    CHECK(check(7900ms).empty());
-    CHECK(check(7901ms) == "engine");
+    CHECK(f.check_at(7900ms).empty());
+    CHECK(f.check_at(7901ms) == "engine");
     f.stats[0].steps = 51;
-    CHECK(check(8000ms).empty());
+    CHECK(f.check_at(8000ms).empty());
     // A second model appears (stats grow): tracked from now.
     f.stats.push_back(engine::ServingStats{});
     f.stats[1].batch_sequences = 1;
-    CHECK(check(8500ms).empty());
+    CHECK(f.check_at(8500ms).empty());
     f.stats[0].steps = 52;
-    CHECK(check(9600ms) == "engine");
+    CHECK(f.check_at(9600ms) == "engine");
 }
 
 TEST_CASE("liveness: one step longer than the stall is alive while its layers keep finishing") {
     Fake f;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto check = [&](std::chrono::milliseconds at) {
-        std::string stuck = f.liveness.check(t0 + at, 1000ms);
-        f.run_io();
-        return stuck;
-    };
     f.stats[0].batch_sequences = 1;
     f.stats[0].steps = 3;
-    CHECK(check(0ms).empty());
+    CHECK(f.check_at(0ms).empty());
     // A 48-layer prefill chunk taking 4.8 s: no step ends, a layer ends every 100 ms.
     for (int layer = 1; layer <= 48; ++layer) {
         f.stats[0].layers_run = layer;
-        CHECK_MESSAGE(check(std::chrono::milliseconds(100 * layer)).empty(), layer);
+        CHECK_MESSAGE(f.check_at(std::chrono::milliseconds(100 * layer)).empty(), layer);
     }
     // Stuck inside a layer (a kernel or a collective that never returns): named after the stall.
-    CHECK(check(5800ms).empty());
-    CHECK(check(5801ms) == "engine");
+    CHECK(f.check_at(5800ms).empty());
+    CHECK(f.check_at(5801ms) == "engine");
 }
