@@ -81,9 +81,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             .Help(
                                 "Gossip packets and streams dropped, by reason (auth, decode; "
                                 "implausible: messages with an incarnation far past the "
-                                "member's).")
+                                "member's; members_full: alive messages naming a new member "
+                                "past 65536).")
                             .Register(*registry_);
-    for (const char* reason : {"auth", "decode", "implausible"}) {
+    for (const char* reason : {"auth", "decode", "implausible", "members_full"}) {
         gossip_rejected_->Add({{"reason", reason}});
     }
     gossip_inbound_streams_ = &prometheus::BuildGauge()
@@ -496,7 +497,8 @@ void raise_to(prometheus::Counter& counter, uint64_t total) {
 }  // namespace
 
 void Metrics::set_gossip_rejected(std::string_view reason, uint64_t total) {
-    if (reason != "auth" && reason != "decode" && reason != "implausible") {
+    if (reason != "auth" && reason != "decode" && reason != "implausible" &&
+        reason != "members_full") {
         return;
     }
     raise_to(gossip_rejected_->Add({{"reason", std::string(reason)}}), total);

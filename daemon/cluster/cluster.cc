@@ -221,6 +221,7 @@ public:
         metrics_->set_gossip_rejected("auth", stats.auth_failures.load());
         metrics_->set_gossip_rejected("decode", stats.decode_failures.load());
         metrics_->set_gossip_rejected("implausible", stats.implausible_dropped.load());
+        metrics_->set_gossip_rejected("members_full", stats.members_refused.load());
         metrics_->set_gossip_inbound_streams(stats.inbound_streams.load(),
                                              stats.inbound_streams_refused.load());
         metrics_->set_gossip_refutations(stats.refutations.load());

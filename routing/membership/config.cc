@@ -41,6 +41,9 @@ Status MembershipConfig::validate() const {
     if (max_inline_state > mtu / 2) {
         return bad("max_inline_state must be at most mtu / 2");
     }
+    if (max_members < 2 || max_fetches_in_flight < 1) {
+        return bad("max_members must be at least 2 and max_fetches_in_flight at least 1");
+    }
     if (max_stream_bytes < 4096) {
         return bad("max_stream_bytes must be at least 4096");
     }

@@ -59,6 +59,11 @@ struct MembershipConfig {
     // Inbound stream connections served at once; more are closed at accept. With
     // stream_timeout and max_stream_bytes this bounds what unauthenticated clients can hold.
     size_t max_inbound_streams = 64;
+    // Members kept at most (dead and left ones included, for dead_reclaim_time): far past any
+    // real cluster; alive messages naming more are refused (names forged without end).
+    size_t max_members = size_t{1} << 16;
+    // Push-pull fetches of members' site states in flight at once.
+    int64_t max_fetches_in_flight = 32;
 
     // Largest UDP payload sent, in bytes (memberlist's UDPBufferSize).
     size_t mtu = 1400;

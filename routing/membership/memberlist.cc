@@ -325,6 +325,12 @@ void Memberlist::handle_alive(const AliveMsg& a) {
     }
     Member* m = find(a.node);
     if (m == nullptr) {
+        if (members_.size() >= config_.max_members) {
+            // Far past any real cluster (dead members stay dead_reclaim_time): names forged
+            // without end must not grow the table, or every push-pull with it.
+            stats_.members_refused.fetch_add(1);
+            return;
+        }
         Member fresh;
         fresh.name = a.node;
         fresh.addr = a.addr;
@@ -386,9 +392,11 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         }
         rebroadcast_alive(a);
     }
-    // Too large to travel inline: fetch it by push-pull from its owner.
+    // Too large to travel inline: fetch it by push-pull from its owner. At most
+    // max_fetches_in_flight at once (a flood of new names must not open a connection each); one
+    // not started now is tried again at the member's next alive or push-pull.
     if (newer_site_state(m->incarnation, m->state_version, m->site_incarnation, m->site_version) &&
-        !m->fetch_pending && !leaving_) {
+        !m->fetch_pending && !leaving_ && fetches_in_flight_ < config_.max_fetches_in_flight) {
         m->fetch_pending = true;
         start_push_pull(m->addr, StreamKind::kFetch, m->name);
     }

@@ -265,6 +265,7 @@ private:
     std::unordered_map<uint64_t, Relay> relays_;
     uint64_t next_stream_id_ = 0;
     std::unordered_map<uint64_t, PendingStream> streams_;
+    int64_t fetches_in_flight_ = 0;  // kFetch streams in streams_.
 
     uint64_t event_clock_ = 0;
     std::deque<UserEventMsg> recent_events_;

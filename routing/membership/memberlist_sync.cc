@@ -175,6 +175,9 @@ void Memberlist::start_push_pull(const std::string& addr, StreamKind kind,
     }
     const uint64_t id = ++next_stream_id_;
     streams_[id] = PendingStream{kind, addr, node, 0};
+    if (kind == StreamKind::kFetch) {
+        ++fetches_in_flight_;
+    }
     stats_.push_pulls.fetch_add(1);
     stats_.bytes_sent.fetch_add(sealed->size());
     transport_.send_stream(addr, id, std::move(sealed).value());
@@ -422,6 +425,9 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
     }
     const PendingStream pending = it->second;
     streams_.erase(it);
+    if (pending.kind == StreamKind::kFetch) {
+        --fetches_in_flight_;
+    }
     if (!response.ok()) {
         stats_.stream_failures.fetch_add(1);
         if (pending.kind == StreamKind::kFetch) {

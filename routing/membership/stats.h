@@ -43,6 +43,8 @@ struct MembershipStats {
     // Alive, suspect and dead messages dropped for an incarnation implausibly far past the one
     // known for their member (forged or corrupt).
     std::atomic<uint64_t> implausible_dropped{0};
+    // Alive messages naming a new member refused because the table holds max_members.
+    std::atomic<uint64_t> members_refused{0};
     std::atomic<uint64_t> user_events_delivered{0};
     // Lifeguard local-health score (0 = healthy).
     std::atomic<int64_t> awareness{0};

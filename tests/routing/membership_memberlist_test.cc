@@ -317,5 +317,22 @@ TEST_CASE("memberlist: an incarnation implausibly far past the known one is drop
     CHECK(ml.state_of("X") == NodeState::kAlive);
 }
 
+TEST_CASE("memberlist: forged new names stop at max_members, fetches at max_fetches_in_flight") {
+    MembershipConfig c = lan_profile();
+    c.max_members = 50;
+    c.max_fetches_in_flight = 4;
+    Member a(c);
+    // Each new name with a newer state than known (none inline) asks for a fetch from its owner.
+    for (int i = 0; i < 100; ++i) {
+        a.receive(
+            AliveMsg{1, "forged" + std::to_string(i),
+                     "10.9." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":7946", 1,
+                     std::nullopt});
+    }
+    CHECK(a.ml().num_live() == 50);  // This member and 49 others.
+    CHECK(a.ml().stats().members_refused.load() == 51);
+    CHECK(a.ml().stats().push_pulls.load() == 4);  // The rest wait for a free fetch.
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
