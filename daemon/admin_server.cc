@@ -1,6 +1,10 @@
 #include "daemon/admin_server.h"
 
 #include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <optional>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,9 +14,6 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
-#include <chrono>
-#include <mutex>
-#include <optional>
 
 #include "common/file.h"
 #include "common/log.h"

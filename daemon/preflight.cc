@@ -1,9 +1,10 @@
 #include "daemon/preflight.h"
 
 #include <algorithm>
+#include <vector>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
-#include <vector>
 
 #include "daemon/admin_server.h"
 #include "daemon/cluster/cluster.h"

@@ -9,6 +9,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
+#include <deque>
+#include <optional>
+#include <vector>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -19,10 +24,6 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <charconv>
-#include <deque>
-#include <optional>
-#include <vector>
 
 #include "common/log.h"
 #include "tls/http_server_impl.h"
@@ -297,10 +298,6 @@ private:
         stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
         stream_.socket().close(ignored);
     }
-    // The next I/O must be done within `timeout` (else the socket is closed, which ends the
-    // pending operation with an error and sets timed_out_). Cheap: the watchdog timer is re-armed
-    // only when the new deadline is well before the one it waits for; when it wakes early it
-    // waits again for the current deadline.
     // While draining, how long a connection that has not sent its first request may still send
     // it: long enough for a request already on its way, short enough not to hold the drain.
     Clock::duration first_request_drain_grace() const {
@@ -323,6 +320,10 @@ private:
         const auto bound = server_.config_.limits.request_read_timeout;
         return bound.count() > 0 && Clock::now() >= request_start_ + bound;
     }
+    // The next I/O must be done within `timeout` (else the socket is closed, which ends the
+    // pending operation with an error and sets timed_out_). Cheap: the watchdog timer is re-armed
+    // only when the new deadline is well before the one it waits for; when it wakes early it
+    // waits again for the current deadline.
     void set_deadline(Clock::duration timeout) {
         soft_timeout_ = false;
         arm_deadline(timeout);

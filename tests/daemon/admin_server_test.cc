@@ -3,8 +3,9 @@
 
 #include "daemon/admin_server.h"
 
-#include <arpa/inet.h>
 #include <doctest/doctest.h>
+
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -15,11 +16,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include "common/log.h"
 #include "daemon/metrics.h"
