@@ -5,10 +5,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include <algorithm>
-#include <boost/asio/ssl/context.hpp>
-#include <cctype>
 #include <cstring>
+
+#include <boost/asio/ssl/context.hpp>
 
 namespace edge::tls {
 namespace {
@@ -140,15 +139,6 @@ std::vector<std::string> certificate_dns_names(const void* cert) {
     }
     GENERAL_NAMES_free(sans);
     return names;
-}
-
-bool names_include(const std::vector<std::string>& names, std::string_view name) {
-    auto lower = [](unsigned char c) { return static_cast<char>(std::tolower(c)); };
-    return std::any_of(names.begin(), names.end(), [&](const std::string& n) {
-        return n.size() == name.size() &&
-               std::equal(n.begin(), n.end(), name.begin(),
-                          [&](char a, char b) { return lower(a) == lower(b); });
-    });
 }
 
 std::string openssl_errors() {

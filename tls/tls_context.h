@@ -16,7 +16,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -46,10 +45,6 @@ Status use_private_key_file(ssl_ctx_st* ctx, const std::string& path);
 // The DNS subjectAltNames of `cert` (an X509*), in the certificate's order; empty when it has
 // none.
 std::vector<std::string> certificate_dns_names(const void* cert);
-
-// Whether `names` (certificate_dns_names) holds `name` exactly, ASCII case-insensitive (no
-// wildcards: a site id names one site).
-bool names_include(const std::vector<std::string>& names, std::string_view name);
 
 struct CertificateConfig {
     std::vector<std::string> server_names;  // SNI names served by this chain ("*.x.org" allowed).

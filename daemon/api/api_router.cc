@@ -1,16 +1,16 @@
 #include "daemon/api/api_router.h"
 
 #include <algorithm>
+#include <charconv>
+
 #include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
-#include <charconv>
 
 #include "common/json_text.h"
 #include "common/log.h"
 #include "daemon/api/completion.h"
 #include "daemon/api/deferred_response.h"
 #include "daemon/api/openai_request.h"
-#include "tls/tls_context.h"
 
 namespace edge::daemon::api {
 namespace {
@@ -332,7 +332,13 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             e.message = "The peer listener only takes requests forwarded by another site: " +
                         std::string(cluster::kHopHeader) + " and " +
                         std::string(cluster::kTenantHeader) + " are required.";
-        } else if (verify_site_identity_ && !tls::names_include(request.peer_names, hop)) {
+        } else if (verify_site_identity_ &&
+                   std::none_of(request.peer_names.begin(), request.peer_names.end(),
+                                [&](const std::string& name) {
+                                    // DNS names compare without case; no wildcards: a site id
+                                    // names one site.
+                                    return boost::algorithm::iequals(name, hop);
+                                })) {
             // Any certificate of the cluster CA would otherwise speak for any site.
             e.status = 403;
             e.type = "permission_error";

@@ -180,8 +180,7 @@ void Memberlist::broadcast(const std::string& key, const Message& msg) {
 
 void Memberlist::rebroadcast_alive(const AliveMsg& a) {
     std::vector<uint8_t> encoded = encode_message(a);
-    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
-    if (a.state && encoded.size() > budget) {
+    if (a.state && encoded.size() > packet_budget()) {
         // Learnt by push-pull, where a state travels whole: no packet would hold it, so gossip
         // passes the alive on without it and each member fetches the state from its owner.
         AliveMsg bare = a;

@@ -182,6 +182,8 @@ private:
     // Passes a member's alive on; a site state too large for any packet is left out (members
     // then fetch it from its owner).
     void rebroadcast_alive(const AliveMsg& a);
+    // Bytes of messages one packet holds (mtu less the keyring's sealing and the version byte).
+    size_t packet_budget() const { return config_.mtu - keyring_.overhead(config_.label) - 1; }
     void emit(MemberEventKind kind, const std::string& name);
     AliveMsg local_alive() const;
     size_t suspicion_k() const;

@@ -11,7 +11,7 @@ namespace edge::routing::membership {
 
 void Memberlist::send_messages(const std::string& addr,
                                std::vector<std::vector<uint8_t>> framed) {
-    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
+    const size_t budget = packet_budget();
     size_t used = 0;
     for (const auto& f : framed) {
         used += f.size();
@@ -39,7 +39,7 @@ void Memberlist::gossip_tick() {
     if (broadcasts_.size() == 0) {
         return;
     }
-    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1;
+    const size_t budget = packet_budget();
     for (Member* m : random_members(config_.gossip_nodes, {}, true)) {
         auto msgs = broadcasts_.get_broadcasts(0, budget, live_count_, budget);
         if (msgs.empty()) {
