@@ -816,6 +816,8 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
               return ok_status();
           }},
          {"max_inbound_streams", int_field(r, g.max_inbound_streams, 0, 65'536)},
+         {"max_members", int_field(r, g.max_members, 0, 16'777'216)},
+         {"max_fetches_in_flight", int_field(r, g.max_fetches_in_flight, 0, 4096)},
          {"publish_interval_ms", ms_field(r, g.publish_interval)},
          {"leave_drain_ms", ms0_field(r, g.leave_drain)},
          {"health_check_interval_ms", ms0_field(r, g.health_check_interval)},

@@ -149,6 +149,10 @@ struct GossipConfig {
     // Inbound gossip TCP streams served at once (more are closed at accept); 0 keeps the
     // default (64).
     int32_t max_inbound_streams = 0;
+    // Members kept at most, dead ones included (alive messages naming more are refused), and
+    // site-state fetches in flight at once; 0 keeps the defaults (65536 and 32).
+    int64_t max_members = 0;
+    int32_t max_fetches_in_flight = 0;
     // How often this site's pools and load are sampled for publication (only material changes
     // are gossiped).
     std::chrono::milliseconds publish_interval{500};

@@ -54,6 +54,8 @@ Result<membership::MembershipConfig> membership_config(const Config& config) {
     if (g.max_inbound_streams > 0) {
         mc.max_inbound_streams = static_cast<size_t>(g.max_inbound_streams);
     }
+    if (g.max_members > 0) mc.max_members = static_cast<size_t>(g.max_members);
+    if (g.max_fetches_in_flight > 0) mc.max_fetches_in_flight = g.max_fetches_in_flight;
     mc.seed = std::hash<std::string>{}(config.site.id) ^ std::random_device{}();
     if (mc.probe_timeout > mc.probe_interval) {
         // Named by the config's keys; either may be the preset's.

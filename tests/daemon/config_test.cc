@@ -732,6 +732,32 @@ TEST_CASE("gossip.join_retry_interval_ms and gossip.max_inbound_streams reach th
           "/etc/edgeserve/test.yaml:18:24: gossip.max_inbound_streams: must be in 0..65536");
 }
 
+TEST_CASE("gossip.max_members and gossip.max_fetches_in_flight reach the membership") {
+    auto membership = [](const std::string& gossip) {
+        Result<Config> c = parse_config(testing::config_yaml("/c", "/k", gossip), "x.yaml");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        return cluster::membership_config(*c);
+    };
+    Result<routing::membership::MembershipConfig> defaults = membership("gossip:\n");
+    REQUIRE(defaults.ok());
+    CHECK(defaults->max_members == 65536);
+    CHECK(defaults->max_fetches_in_flight == 32);
+    Result<routing::membership::MembershipConfig> m =
+        membership("gossip:\n  max_members: 300\n  max_fetches_in_flight: 2\n");
+    REQUIRE(m.ok());
+    CHECK(m->max_members == 300);
+    CHECK(m->max_fetches_in_flight == 2);
+    Result<routing::membership::MembershipConfig> one = membership("gossip:\n  max_members: 1\n");
+    REQUIRE_FALSE(one.ok());
+    CHECK(one.status().message() ==
+          "x.yaml: gossip: membership config: max_members must be at least 2 and "
+          "max_fetches_in_flight at least 1");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  max_fetches_in_flight: 5000\n")) ==
+          "/etc/edgeserve/test.yaml:18:26: gossip.max_fetches_in_flight: must be in 0..4096");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  max_members: 20000000\n")) ==
+          "/etc/edgeserve/test.yaml:18:16: gossip.max_members: must be in 0..16777216");
+}
+
 TEST_CASE("changed_restart_sections names what a reload does not apply") {
     auto load = [](const std::string& extra, const std::string& cert = "/c") {
         Result<Config> c = parse_config(testing::config_yaml(cert, "/k", extra), "x.yaml");
