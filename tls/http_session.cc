@@ -49,7 +49,9 @@ namespace {
 class ChannelImpl;
 
 struct Piece {
-    enum Kind { kFull, kHead, kChunk, kEnd } kind = kFull;
+    // kAbandoned: the handler let go of the channel (the last copy it held); whatever of the
+    // answer has not ended by then never will.
+    enum Kind { kFull, kHead, kChunk, kEnd, kAbandoned } kind = kFull;
     HttpResponse response;
     std::string data;
     // kChunk: which of the channel's accounts holds it until it is written: its backlog
@@ -282,6 +284,10 @@ private:
                 empty_lines_ < kMaxEmptyLines);
     }
     void start_watcher();
+    // The current request's channel as its handler gets it: the handler's copies share one
+    // count, and when the last of them goes the session hears of it (Piece::kAbandoned), so a
+    // handler that drops the channel unanswered cannot hold the connection.
+    std::shared_ptr<ResponseChannel> handler_channel();
     void mark_client_gone() {
         if (client_gone_) {
             return;
@@ -501,6 +507,8 @@ public:
         deliver(Piece{Piece::kChunk, {}, std::move(chunk)});
     }
     void end_stream() override { deliver(Piece{Piece::kEnd, {}, {}}); }
+    // The handler's last copy of the channel is gone (handler_channel()'s deleter).
+    void released() { deliver(Piece{Piece::kAbandoned, {}, {}}); }
     void on_client_gone(std::function<void()> callback) override {
         if (t_handling != nullptr) {
             if (auto s = session_.lock(); s.get() == t_handling) {
@@ -599,6 +607,11 @@ public:
 };
 
 }  // namespace
+
+std::shared_ptr<ResponseChannel> HttpSession::handler_channel() {
+    return std::shared_ptr<ResponseChannel>(
+        channel_.get(), [channel = channel_](ResponseChannel*) { channel->released(); });
+}
 
 net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
     auto& tcp_layer = stream_.socket();
@@ -1240,6 +1253,24 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             }
             break;
         }
+        if (piece.kind == Piece::kAbandoned) {
+            // The handler let go of the channel with its answer unfinished (a handler bug): a
+            // 500 when nothing went out yet; a stream begun is cut (the connection closes, so
+            // the client sees it incomplete rather than waiting for the rest forever).
+            log::error("handler_abandoned_response",
+                       {{"path", path}, {"streaming", streaming}, {"peer", remote_}});
+            if (streaming) {
+                ok = false;
+                break;
+            }
+            HttpResponse error{500, "text/plain; charset=utf-8", {}, "internal error\n"};
+            status = error.status;
+            ok = co_await write_full(error, version, keep_alive, head_only);
+            if (ok && !head_only) {
+                body_bytes = error.body.size();
+            }
+            break;
+        }
         // Out-of-order calls (a chunk before the head, a second respond) are ignored.
     }
     clear_deadline();  // The last write is done; what comes next sets its own.
@@ -1315,7 +1346,7 @@ net::awaitable<void> HttpSession::run() {
                                                  server_.config_.limits.max_stream_buffer_bytes);
         t_handling = this;
         try {
-            server_.handler_.handle(std::move(request), channel_);
+            server_.handler_.handle(std::move(request), handler_channel());
         } catch (const std::exception& e) {
             // A handler bug must not leave t_handling naming this session once it is gone, nor
             // the client without an answer (a no-op if the handler had answered).

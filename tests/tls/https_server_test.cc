@@ -53,6 +53,16 @@ public:
         if (request.path() == "/throw") {
             throw std::runtime_error("handler bug");
         }
+        if (request.path() == "/drop") {
+            // A handler bug: the channel dropped (from another thread) without an answer.
+            std::thread([channel = std::move(channel)]() mutable { channel.reset(); }).detach();
+            return;
+        }
+        if (request.path() == "/drop-stream") {
+            channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+            channel->write("data: 1\n\n");
+            return;  // The stream is never ended.
+        }
         if (request.path() == "/hold") {
             std::lock_guard lock(mu_);
             held_ = channel;
@@ -738,6 +748,30 @@ TEST_CASE("a handler that throws: the client gets a 500 and the connection serve
     REQUIRE(r.ok());
     CHECK(r->status == 500);
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+}
+
+TEST_CASE("a handler that drops its channel unanswered: a 500, or a stream begun is cut") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send(testing::http_request("GET", "/drop")).ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 500);
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
+    REQUIRE((*c)->send(testing::http_request("GET", "/drop-stream")).ok());
+    // The head and the first chunk, then the connection closes (no last chunk: it would have
+    // kept the connection open, and wait_closed times out).
+    Result<std::string> head = (*c)->read_until("data: 1\n\n");
+    REQUIRE(head.ok());
+    CHECK(head->find("data: 1\n\n") != std::string::npos);
+    CHECK((*c)->wait_closed());
+    std::vector<Answered> answered = f.observer.answered(3);
+    REQUIRE(answered.size() == 3);
+    CHECK(answered[0].status == 500);
+    CHECK(answered[0].complete);
+    CHECK(answered[2].path == "/drop-stream");
+    CHECK_FALSE(answered[2].complete);
 }
 
 TEST_CASE("Expect: 100-continue gets an interim response before the body is sent") {
