@@ -271,6 +271,12 @@ TokenId Sampler::draw(std::span<const float> scaled) {
     if (max == -std::numeric_limits<float>::infinity()) {
         return -1;  // Every token is out (a filter refused them all).
     }
+    if (max == std::numeric_limits<float>::infinity()) {
+        // Softmax's limit puts all the mass on the infinite ones: the first of them. (Their
+        // probabilities would be inf - inf, NaN, and no walk below would find a token.)
+        return static_cast<TokenId>(std::find(scaled.begin(), scaled.end(), max) -
+                                    scaled.begin());
+    }
     // Unnormalised probabilities of every id, by id (0 for the ones filtered out).
     probs_.resize(static_cast<size_t>(vocab));
     double total_all = cpu::exp_sum(scaled.data(), vocab, max, probs_.data());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -533,8 +534,11 @@ bool Scheduler::is_eos(TokenId id) const {
 
 void Scheduler::sample_token(Emission* e) const {
     Sequence* seq = e->seq;
-    // NaN weights in a checkpoint (or a numeric fault) would otherwise pick token 0 forever.
-    if (std::any_of(e->logits.begin(), e->logits.end(), [](float x) { return std::isnan(x); })) {
+    // NaN weights in a checkpoint (or a numeric fault) would otherwise pick token 0 forever;
+    // +inf (an overflow) is the same fault. -inf is a logit masked out.
+    if (std::any_of(e->logits.begin(), e->logits.end(), [](float x) {
+            return std::isnan(x) || x == std::numeric_limits<float>::infinity();
+        })) {
         e->nan = true;
         return;
     }
@@ -565,7 +569,7 @@ void Scheduler::emit_token(Emission& e) {
     Sequence* seq = e.seq;
     if (e.nan) {
         finish(seq, FinishReason::kError,
-               internal_error("the model produced NaN logits at generated token " +
+               internal_error("the model produced NaN or infinite logits at generated token " +
                               std::to_string(seq->generated()) +
                               " (NaN or Inf in the checkpoint's weights?)"));
         return;

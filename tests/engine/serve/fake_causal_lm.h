@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <thread>
 #include <utility>
@@ -54,6 +55,9 @@ struct FakeOptions {
     NextToken next = default_next;
     int fail_call = -1;  // forward() call (0-based) that fails with kInternal; -1: none.
     int32_t nan_slot = -1;  // Slot whose logits are NaN from its second forward on; -1: none.
+    // What nan_slot's faulty logits hold: NaN everywhere, or, when set, this value in one place
+    // (+inf at the token after the chosen one, say).
+    std::optional<float> fault_value;
     std::function<void()> on_forward;  // Called by each forward() (a test advances its clock).
     // for_each_host_task runs every task on a thread of its own, all at once (last first).
     bool host_threads = false;
@@ -156,7 +160,10 @@ public:
                     logits->push_back(static_cast<float>((h >> (v % 48)) % 1000) / 1000.0f);
                 }
                 logits->at(logits->size() - options_.vocab_size + next) = 10.0f;
-                if (c.slot == options_.nan_slot && c.start_pos > 0) {
+                if (c.slot == options_.nan_slot && c.start_pos > 0 && options_.fault_value) {
+                    logits->at(logits->size() - options_.vocab_size +
+                               (next + 1) % options_.vocab_size) = *options_.fault_value;
+                } else if (c.slot == options_.nan_slot && c.start_pos > 0) {
                     std::fill(logits->end() - options_.vocab_size, logits->end(),
                               std::numeric_limits<float>::quiet_NaN());
                 }

@@ -38,6 +38,24 @@ TEST_CASE("sampler: a vanishing temperature is greedy, not an overflow") {
     }
 }
 
+TEST_CASE("sampler: an infinite logit is drawn, under every cut, not read past the candidates") {
+    // Softmax's limit: all the mass on the infinite one (the scheduler refuses such logits from
+    // a model; this keeps the sampler itself safe).
+    std::vector<float> logits(64, 0.5f);
+    logits[7] = std::numeric_limits<float>::infinity();
+    for (int variant = 0; variant < 4; ++variant) {
+        SamplingParams p;
+        p.temperature = 1.0f;
+        p.top_p = variant == 1 ? 0.9f : 1.0f;
+        p.top_k = variant == 2 ? 5 : 0;
+        p.min_p = variant == 3 ? 0.1f : 0.0f;
+        Sampler s(p, 3);
+        for (int i = 0; i < 20; ++i) {
+            CHECK(pick(s, logits) == 7);
+        }
+    }
+}
+
 TEST_CASE("sampler: logit_bias shifts the logits it names, not the logprobs") {
     SamplingParams p = greedy();
     p.logit_bias = {{1, -100.0f}, {3, 1.5f}};

@@ -591,6 +591,34 @@ TEST_CASE("scheduler: NaN logits end that request with an error, not with garbag
     CHECK(h.log->slots_in_use == 0);
 }
 
+TEST_CASE("scheduler: an infinite logit ends that request with an error, as NaN does") {
+    // +inf makes the softmax NaN (inf - inf): the sampler's walk found no token (an index of -1
+    // read before the candidates, with top_p) or drew a zero-probability one.
+    FakeOptions opts;
+    opts.nan_slot = 0;
+    opts.fault_value = std::numeric_limits<float>::infinity();
+    Harness h(opts);
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.top_p = 0.9f;
+    auto bad = h.submit({1, 2}, 5, p);
+    auto good = h.submit({3, 4}, 5);
+    h.drain();
+    auto finish = bad->wait();
+    REQUIRE(finish);
+    CHECK(finish->reason == FinishReason::kError);
+    CHECK(finish->error.message().find("infinite") != std::string::npos);
+    REQUIRE(good->wait());
+    CHECK(good->wait()->reason == FinishReason::kLength);
+    // Minus infinity is a logit masked out, not a fault.
+    opts.fault_value = -std::numeric_limits<float>::infinity();
+    Harness masked(opts);
+    auto fine = masked.submit({1, 2}, 5, p);
+    masked.drain();
+    REQUIRE(fine->wait());
+    CHECK(fine->wait()->reason == FinishReason::kLength);
+}
+
 FakeOptions scripted(std::string script) {
     FakeOptions opts;
     opts.next = [script](std::span<const TokenId> history) -> TokenId {
