@@ -254,6 +254,11 @@ Status glm45(std::span<const ChatMessage> messages, const json::array& tools,
         if (m.role == "system" || m.role == "user") {
             b->marker(m.role == "system" ? "<|system|>" : "<|user|>");
             b->text("\n" + m.content);
+            // With thinking off, the template also tells every user turn (the model was trained
+            // to read it across turns, not only from the empty thought at the end).
+            if (m.role == "user" && options.thinking == false && !m.content.ends_with("/nothink")) {
+                b->text("/nothink");
+            }
         } else if (m.role == "assistant") {
             b->marker(kGlmAssistant);
             b->text("\n");

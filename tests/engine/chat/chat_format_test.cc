@@ -195,9 +195,18 @@ TEST_CASE("chat formats: the thinking switch (chat_template_kwargs) opens the tu
     CHECK(qwen->render_text(hi, {}, off) ==
           "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     check_ids_match_text(*qwen, *tok, hi, {});
+    // GLM-4.5's template also ends every user turn with "/nothink" (unless it does already).
     CHECK(glm->render_text(hi, {}, off) ==
-          "[gMASK]<sop><|user|>\nhi<|assistant|>\n<think></think>");
+          "[gMASK]<sop><|user|>\nhi/nothink<|assistant|>\n<think></think>");
     CHECK(glm->render_text(hi, {}, on) == "[gMASK]<sop><|user|>\nhi<|assistant|>");
+    const std::vector<ChatMessage> turns = {{"system", "be brief", "", {}, ""},
+                                            {"user", "hi", "", {}, ""},
+                                            {"assistant", "a", "", {}, ""},
+                                            {"user", "yo /nothink", "", {}, ""}};
+    CHECK(glm->render_text(turns, {}, off) ==
+          "[gMASK]<sop><|system|>\nbe brief<|user|>\nhi/nothink<|assistant|>\n<think></think>\n"
+          "a<|user|>\nyo /nothink<|assistant|>\n<think></think>");
+    CHECK(glm->render_text(turns, {}, on).find("hi<|assistant|>") != std::string::npos);
     // A thinking-only ChatML template (Qwen3-Thinking-2507, QwQ) opens the thought itself;
     // switched off (a forced tool call), the thought is empty and closed.
     auto thinker = ChatTemplate::create(ChatFormat::kChatMlThinking, tok.get());
