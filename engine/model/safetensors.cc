@@ -291,6 +291,13 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
         if (name.empty()) {
             return data_loss_error(file + ": tensor with an empty name");
         }
+        if (name.size() > kMaxTensorNameBytes) {
+            // Real names are module paths of a few dozen bytes; a megabyte-long one only costs
+            // every later step that matches or copies it.
+            return data_loss_error(file + ": tensor name of " + std::to_string(name.size()) +
+                                   " bytes (at most " + std::to_string(kMaxTensorNameBytes) +
+                                   "), beginning " + quote(name.substr(0, 64)));
+        }
         EDGE_ASSIGN_OR_RETURN(TensorInfo info, parse_entry(file, name, kv.value(), data_size));
         header.tensors.push_back(std::move(info));
     }

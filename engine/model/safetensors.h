@@ -48,6 +48,8 @@ struct SafetensorsHeader {
 
 // Largest JSON header accepted, bytes (real checkpoints use well under 10 MB).
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
+// Longest tensor name taken (Kimi K2's longest is under 80 bytes).
+inline constexpr size_t kMaxTensorNameBytes = 1024;
 
 // Parses and validates the header of a safetensors file. `prefix` holds the first bytes of the file
 // (at least 8 + header length of them), `file_size` is the size of the whole file and `file_name`

@@ -1,10 +1,14 @@
 #include "engine/model/weight_loader.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <algorithm>
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
-#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "common/json_text.h"
 #include "common/log.h"
@@ -228,11 +232,50 @@ Status check_config_groups(const boost::json::object& q, const std::string& wher
 
 }  // namespace
 
+Result<ModulePattern> ModulePattern::compile(std::string_view pattern) {
+    int error_code = 0;
+    PCRE2_SIZE error_offset = 0;
+    pcre2_code* code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                      PCRE2_ANCHORED | PCRE2_UTF, &error_code, &error_offset, nullptr);
+    if (code == nullptr) {
+        PCRE2_UCHAR message[256];
+        const int n = pcre2_get_error_message(error_code, message, sizeof(message));
+        return invalid_argument_error(
+            "at offset " + std::to_string(error_offset) + ": " +
+            (n < 0 ? "PCRE2 error " + std::to_string(error_code)
+                   : std::string(reinterpret_cast<const char*>(message), static_cast<size_t>(n))));
+    }
+    ModulePattern p;
+    p.code_ = std::shared_ptr<const void>(code, [](const void* c) {
+        pcre2_code_free(static_cast<pcre2_code*>(const_cast<void*>(c)));
+    });
+    return p;
+}
+
+bool ModulePattern::matches(std::string_view module) const {
+    // Far past what a pattern over a module name needs, and milliseconds at most.
+    constexpr uint32_t kMatchLimit = 100'000;
+    constexpr uint32_t kHeapLimitKiB = 1024;
+    const auto* code = static_cast<const pcre2_code*>(code_.get());
+    std::unique_ptr<pcre2_match_context, void (*)(pcre2_match_context*)> context(
+        pcre2_match_context_create(nullptr), pcre2_match_context_free);
+    std::unique_ptr<pcre2_match_data, void (*)(pcre2_match_data*)> match(
+        pcre2_match_data_create_from_pattern(code, nullptr), pcre2_match_data_free);
+    if (context == nullptr || match == nullptr) {
+        return false;
+    }
+    pcre2_set_match_limit(context.get(), kMatchLimit);
+    pcre2_set_heap_limit(context.get(), kHeapLimitKiB);
+    // PCRE2_NO_UTF_CHECK is not given: a name that is not UTF-8 is an error, not a match.
+    return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(module.data()), module.size(), 0, 0,
+                       match.get(), context.get()) >= 0;
+}
+
 bool StoredQuantization::ignores(const std::string& module) const {
     return ignore_names.contains(module) ||
-           std::any_of(ignore_patterns.begin(), ignore_patterns.end(), [&](const std::regex& re) {
-               return std::regex_search(module, re, std::regex_constants::match_continuous);
-           });
+           std::any_of(ignore_patterns.begin(), ignore_patterns.end(),
+                       [&](const ModulePattern& p) { return p.matches(module); });
 }
 
 Result<quant::QuantizedWeight> quantize_stored(const TensorView& t, const TensorView* scale_inv,
@@ -318,10 +361,15 @@ Result<StoredQuantization> parse_stored_quantization(const ConfigJson& config) {
                     out.ignore_names.insert(entry);
                     continue;
                 }
-                try {
-                    out.ignore_patterns.emplace_back(entry.substr(3));
-                } catch (const std::regex_error&) {
+                Result<ModulePattern> pattern = ModulePattern::compile(entry.substr(3));
+                if (!pattern.ok()) {
+                    log::warn("quantization_ignore_pattern_skipped",
+                              {{"config", config.path()},
+                               {"pattern", entry},
+                               {"error", pattern.status().message()}});
+                    continue;
                 }
+                out.ignore_patterns.push_back(*std::move(pattern));
             }
         }
         std::string format = "mixed-precision";  // Absent: each group says.

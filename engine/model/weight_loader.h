@@ -29,9 +29,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -48,14 +48,27 @@ class Backend;
 class ConfigJson;
 struct TensorView;
 
+// A compressed-tensors `ignore` entry's "re:" pattern: a Python regular expression, compiled by
+// PCRE2 (whose syntax covers Python's, named groups and lookbehind included) and matched from
+// the start of a module name, as re.match. A match is bounded (PCRE2's match and heap limits):
+// one that runs past them counts as no match, never as minutes of backtracking.
+class ModulePattern {
+  public:
+    static Result<ModulePattern> compile(std::string_view pattern);
+    bool matches(std::string_view module) const;
+
+  private:
+    std::shared_ptr<const void> code_;  // pcre2_code, freed with pcre2_code_free.
+};
+
 // What the checkpoint's config.json says about stored quantization.
 struct StoredQuantization {
     std::string quant_method;         // "" (none), "fp8" or "compressed-tensors".
     // compressed-tensors `ignore`, the modules left unquantized: names, and the "re:" entries'
-    // Python regular expressions (matched from the start, as re.match), compiled once. One this
-    // library cannot compile is left out: the check is a safeguard, not the load.
+    // Python regular expressions (matched from the start, as re.match), compiled once. One that
+    // does not compile is left out with a warning: the check is a safeguard, not the load.
     std::set<std::string> ignore_names;
-    std::vector<std::regex> ignore_patterns;
+    std::vector<ModulePattern> ignore_patterns;
     // compressed-tensors: the schemes config_groups declare, each with the group's name, which
     // matrix() checks the stored tensors against.
     std::map<int64_t, std::string> int4_groups;  // INT4 group_size -> config group.

@@ -502,6 +502,17 @@ TEST_CASE("header parser on hand-made headers") {
                 8)
               .status()
               .code() == StatusCode::kDataLoss);
+    // A name far past any module path (it fed a backtracking regex to a stack overflow).
+    const std::string long_name(kMaxTensorNameBytes + 1, 'a');
+    CHECK(contains(parse(R"({")" + long_name +
+                             R"(":{"dtype":"F32","shape":[1],)"
+                             R"("data_offsets":[0,4]}})",
+                         4)
+                       .status(),
+                   "t.safetensors: tensor name of 1025 bytes (at most 1024)"));
+    const std::string longest(kMaxTensorNameBytes, 'a');
+    CHECK(parse(R"({")" + longest + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)
+              .ok());
 }
 
 TEST_CASE("sharded checkpoint through model.safetensors.index.json") {

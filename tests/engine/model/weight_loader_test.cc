@@ -151,5 +151,32 @@ TEST_CASE("matrix_for refuses a format the backend has no matmul for, naming the
     CHECK(a->format == WeightFormat::kBF16);
 }
 
+TEST_CASE("compressed-tensors ignore patterns: Python's syntax, matched from the start, bounded") {
+    auto compiled = [](std::string_view pattern) {
+        Result<ModulePattern> p = ModulePattern::compile(pattern);
+        REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+        return *std::move(p);
+    };
+    const ModulePattern attention = compiled(".*self_attn.*");  // Kimi K2 Thinking's.
+    CHECK(attention.matches("model.layers.3.self_attn.q_proj"));
+    CHECK_FALSE(attention.matches("model.layers.3.mlp.experts.0.up_proj"));
+    // re.match: anchored at the start, not at the end.
+    const ModulePattern head = compiled("lm_");
+    CHECK(head.matches("lm_head"));
+    CHECK_FALSE(head.matches("model.lm_head"));
+    // Python's named groups and lookbehind, which std::regex refused (the entry was dropped).
+    CHECK(compiled(R"((?P<layer>model\.layers\.\d+)\.mlp\.gate$)")
+              .matches("model.layers.12.mlp.gate"));
+    CHECK(compiled(R"(.*(?<!shared_)experts)").matches("model.layers.1.mlp.experts.0"));
+    Result<ModulePattern> broken = ModulePattern::compile("model.(layers");
+    REQUIRE_FALSE(broken.ok());
+    CHECK(broken.status().message().find("at offset 13") != std::string::npos);
+    // Catastrophic backtracking (std::regex ran for minutes) and a name of a megabyte (its
+    // recursion overflowed the stack) end at the match limit: no match.
+    CHECK_FALSE(compiled("(.*.*)*X").matches(std::string(60, 'a')));
+    CHECK(attention.matches("model.layers.0." + std::string(1 << 20, 'a') + ".self_attn.w"));
+    CHECK_FALSE(attention.matches("model.layers.0." + std::string(1 << 20, 'a') + ".weight"));
+}
+
 }  // namespace
 }  // namespace edge::engine
