@@ -102,6 +102,11 @@ Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConf
         return invalid_argument_error(where + ": factor, original_max_position_embeddings, " +
                                       "beta or attention_factor values out of range");
     }
+    if (y.mscale < 0.0 || y.mscale_all_dim < 0.0) {
+        // get_mscale(factor, m) = 0.1 m ln(factor) + 1 is then below 1, zero or negative: a
+        // rope scale of infinity, or cos/sin and the softmax scale turned over, not an error.
+        return invalid_argument_error(where + ": mscale and mscale_all_dim must not be negative");
+    }
     y.original_max_position = static_cast<int64_t>(orig);
     m.inv_freq = cpu::yarn_inv_freq(c.rope_theta, m.qk_rope_head_dim, y);
     if (attention_factor != 0.0) {

@@ -248,6 +248,15 @@ TEST_CASE(
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.status().message().find("rope_scaling'.mscale_all_dim is not a finite number") !=
           std::string::npos);
+    // A negative one made the divisor 0 (factor 10, mscale_all_dim -10 / ln 10): refused.
+    const ConfigJson negative =
+        parse(minimal_config(kDeepseekV3Architecture,
+                             kMla + ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 10.0, "
+                                    "\"mscale\": 1.0, \"mscale_all_dim\": -4.342944819}"));
+    auto refused = MlaConfig::from_json(negative, *c);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("mscale and mscale_all_dim must not be negative") !=
+          std::string::npos);
 }
 
 }  // namespace
