@@ -11,7 +11,7 @@ std::string SseWriter::format_event(std::string_view json) {
     return out;
 }
 
-void SseWriter::begin() {
+void SseWriter::begin(std::vector<tls::HttpHeader> headers) {
     if (begun_) {
         return;
     }
@@ -19,6 +19,7 @@ void SseWriter::begin() {
     tls::HttpResponse head;
     head.status = 200;
     head.content_type = "text/event-stream";
+    head.headers = std::move(headers);
     head.headers.push_back({"Cache-Control", "no-cache"});
     head.headers.push_back({"X-Accel-Buffering", "no"});
     channel_->begin_stream(std::move(head));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tls/http_types.h"
 
@@ -18,7 +19,8 @@ public:
     explicit SseWriter(std::shared_ptr<tls::ResponseChannel> channel)
         : channel_(std::move(channel)) {}
 
-    void begin();
+    // `headers`: added to the head (the first begin() only).
+    void begin(std::vector<tls::HttpHeader> headers = {});
     void event(std::string_view json);
     // ": <text>\n\n", a comment line that clients ignore.
     void comment(std::string_view text);

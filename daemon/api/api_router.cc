@@ -46,11 +46,12 @@ const char* engine_refusal_reason(const Status& status) {
 
 // Whether a forwarded request never ran anywhere: every site refused it (a peer's engine
 // answers 429 or 503 before generating: a full queue, no slot, overloaded) or none could be
-// reached (the forwarder's own 503), and no usage came back. Not a 5xx after it started (it ran
-// and failed) or a 504 (it may have run).
+// reached (the forwarder's own 503), no peer's engine accepted it and no usage came back. Not a
+// 5xx after it started (it ran and failed), a 504 (it may have run), or an answer a peer
+// accepted and then lost (a deferred answer cut, a drain).
 bool forward_never_ran(const cluster::ForwardResult& result) {
     return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
-           result.completion_tokens == 0 && !result.usage_unknown;
+           result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;
 }
 
 ApiError method_not_allowed(std::string_view method, std::string_view path) {
@@ -484,7 +485,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             // The head goes out once the engine accepted the request (deferred_response.h).
             auto deferred = std::make_shared<DeferredHeadChannel>(std::move(channel));
             channel = deferred;
-            on_accepted = [deferred](int64_t) { deferred->open(); };
+            on_accepted = [deferred](int64_t prompt_tokens) { deferred->open(prompt_tokens); };
         }
         run_completion(generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
                        [channel](const engine::Finish& finish, bool refused) {
@@ -591,7 +592,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                         result.usage_unknown ? most_output : result.completion_tokens;
                     lease->finish(result.prompt_tokens, completion);
                     if (metrics != nullptr) {
-                        metrics->on_tenant_tokens(tenant_name, result.prompt_tokens, completion);
+                        // Tokens served, as far as known (the charge above is not a count).
+                        metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
+                                                  result.completion_tokens);
                         metrics->on_tenant_request(
                             tenant_name, result.started && result.status < 500 ? "ok" : "error");
                     }

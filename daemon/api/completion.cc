@@ -11,6 +11,7 @@
 
 #include "common/json_text.h"
 #include "daemon/api/tool_call_output.h"
+#include "daemon/cluster/route_planner.h"
 #include "daemon/sse_writer.h"
 #include "engine/chat/reasoning_parser.h"
 #include "engine/tokenizer/incremental_decoder.h"
@@ -107,9 +108,11 @@ public:
     // choice's role chunk) and the events the choices made meanwhile follow. Until then nothing
     // goes out, so a request the engine refuses, even its last choice, gets its HTTP status (400,
     // 404, 429 with Retry-After) rather than a 200 with the error inside.
-    void accept() {
+    // `prompt_tokens`: the prompt's length, told a forwarding site on the stream's head.
+    void accept(int64_t prompt_tokens) {
         std::lock_guard lock(mu_);
         accepted_ = true;
+        prompt_tokens_ = prompt_tokens;
         if (finished_ == n && failure_) {
             early_.clear();
             answer_locked();  // Failed before anything went out: the error's own status.
@@ -236,7 +239,12 @@ private:
             return;
         }
         begun_ = true;
-        sse_.begin();
+        std::vector<tls::HttpHeader> headers;
+        if (report_usage) {
+            headers.push_back(
+                {std::string(cluster::kPromptTokensHeader), std::to_string(prompt_tokens_)});
+        }
+        sse_.begin(std::move(headers));
         if (chat) {
             // Each choice's first chunk carries the role, as OpenAI's do.
             for (int32_t i = 0; i < n; ++i) {
@@ -335,6 +343,7 @@ private:
     SseWriter sse_;                               // Guarded by mu_.
     bool begun_ = false;  // Guarded by mu_: the stream's head (or a whole error) went out.
     bool accepted_ = false;                       // Guarded by mu_: see accept().
+    int64_t prompt_tokens_ = 0;                   // Guarded by mu_: accept()'s.
     bool refused_ = false;                        // Guarded by mu_.
     bool answered_ = false;                       // Guarded by mu_: see answer_locked().
     std::vector<std::string> early_;  // Guarded by mu_: events made before accept().
@@ -731,7 +740,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         response->add_handle(*handle);
     }
     // The head goes out before any token, so clients see the stream open at once.
-    response->accept();
+    response->accept(prompt_tokens);
     if (on_accepted) {
         on_accepted(prompt_tokens);
     }

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "daemon/cluster/route_planner.h"
+
 namespace edge::daemon::api {
 
 std::string encode_deferred_response(const tls::HttpResponse& response) {
@@ -56,7 +58,7 @@ std::optional<tls::HttpResponse> decode_deferred_response(std::string_view bytes
     return response;
 }
 
-void DeferredHeadChannel::open() {
+void DeferredHeadChannel::open(int64_t prompt_tokens) {
     std::lock_guard lock(mu_);
     if (opened_ || answered_) {
         return;
@@ -65,6 +67,8 @@ void DeferredHeadChannel::open() {
     tls::HttpResponse head;
     head.content_type = "application/octet-stream";
     head.headers.push_back({std::string(kDeferredHeadHeader), "1"});
+    head.headers.push_back(
+        {std::string(cluster::kPromptTokensHeader), std::to_string(prompt_tokens)});
     inner_->begin_stream(std::move(head));
 }
 

@@ -36,8 +36,9 @@ public:
     explicit DeferredHeadChannel(std::shared_ptr<tls::ResponseChannel> inner)
         : inner_(std::move(inner)) {}
 
-    // The engine accepted the request: the deferred head goes out unless the answer did.
-    void open();
+    // The engine accepted the request: the deferred head goes out unless the answer did, with
+    // the prompt's length (cluster::kPromptTokensHeader).
+    void open(int64_t prompt_tokens);
 
     void respond(tls::HttpResponse response) override;
     // A stream passes through unchanged (not expected: only non-streamed requests are wrapped).

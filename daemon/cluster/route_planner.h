@@ -37,6 +37,11 @@ inline constexpr std::string_view kRequestIdHeader = "X-Edgeserve-Request-Id";
 // The max_tokens the forwarding site gave a request whose client set none (its tenant's limits
 // can lower the default); the serving site generates no more than that. Trusted only from a peer.
 inline constexpr std::string_view kMaxTokensHeader = "X-Edgeserve-Max-Tokens";
+// On a forwarded request's answer: the prompt's length in tokens, sent by the serving site on the
+// head it sends once its engine accepted the request (a stream's, or a deferred answer's), so the
+// forwarding site charges the prompt even when the answer is cut before its usage report.
+// Stripped before the head reaches the client.
+inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Tokens";
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
 
@@ -86,9 +91,14 @@ struct ForwardResult {
     int64_t prompt_tokens = 0;      // From the peer's usage, when it reported one.
     int64_t completion_tokens = 0;
     // The peer took the request (its answer had begun) but no usage came back: the answer was
-    // cut or the client went away. It may have generated up to max_tokens, so the tenant is
-    // charged that, as a request that ran (never refunded as one that did not).
+    // cut, the client went away or the peer sent no report. It may have generated up to
+    // max_tokens, so the tenant is charged that, as a request that ran (never refunded as one
+    // that did not); prompt_tokens is then the prompt's length the peer sent on its head.
     bool usage_unknown = false;
+    // A peer's engine accepted the request (its stream's head or its deferred answer's head
+    // came back): it ran, or may have, so it is never refunded as refused, whatever came after
+    // (a deferred answer cut is still tried at the next site: it is not charged twice).
+    bool accepted = false;
     // No remote target took the request, nothing reached the client, and `targets` held this
     // site too: the forwarder has not answered the channel; the caller runs the request here.
     bool run_here = false;

@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -126,6 +128,9 @@ struct Connection {
 
 enum class Failure { kNone, kConnect, kTimeout, kReset, kStatus5xx };
 
+// The largest prompt length a peer's head is believed for (a context of a billion tokens).
+constexpr int64_t kMaxToldPromptTokens = int64_t{1} << 30;
+
 std::string_view failure_reason(Failure f) {
     switch (f) {
         case Failure::kConnect: return "connect";
@@ -155,6 +160,9 @@ struct ForwardJob {
     bool cancelled = false;
     bool counted_retry = false;  // Holds one of the retry budget's slots.
     bool cut = false;            // The answer broke after bytes reached the client.
+    // The prompt's length a peer that accepted the request sent on its head (kPromptTokensHeader):
+    // charged when its usage report never comes.
+    int64_t accepted_prompt_tokens = 0;
     // The answer's last piece (respond or end_stream): delivered after `done` ran, so the caller's
     // bookkeeping (the tenant's concurrency slot) is settled before the client sees the end, as
     // for requests run here.
@@ -162,6 +170,22 @@ struct ForwardJob {
     Failure last_failure = Failure::kNone;
     std::string last_error;
 };
+
+namespace {
+
+// What an answer the peer accepted used: its usage report, or, without one (cut, the client
+// gone, a peer that sends none), the prompt its head told and a generation of unknown length.
+void take_usage(ForwardJob& job, const UsageScanner& usage) {
+    if (usage.reported()) {
+        job.result.prompt_tokens = usage.prompt_tokens();
+        job.result.completion_tokens = usage.completion_tokens();
+    } else {
+        job.result.usage_unknown = true;
+        job.result.prompt_tokens = job.accepted_prompt_tokens;
+    }
+}
+
+}  // namespace
 
 class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
 public:
@@ -445,6 +469,7 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(ForwardJob
         // is refused.
         SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_WILDCARDS);
         if (SSL_set1_host(ssl, site_id.c_str()) != 1) {
+            job.current = nullptr;  // Not left naming the connection destroyed on return.
             error = "site id '" + site_id + "' cannot be checked against a certificate";
             co_return nullptr;
         }
@@ -593,11 +618,29 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         }
     }
     head.headers.push_back({std::string(kServedByHeader), target.site_id});
+    // For this site only: the prompt's length, sent once the peer's engine accepted the request.
+    std::erase_if(head.headers, [](const tls::HttpHeader& h) {
+        return beast::iequals(h.name, cluster::kPromptTokensHeader);
+    });
     // A deferred answer (api/deferred_response.h): the peer accepted the request; its answer,
-    // status included, is the body. Not retried elsewhere from here on.
+    // status included, is the body. If the connection breaks before it, nothing reached the
+    // client and the next target is tried (a peer that died mid-generation), not charged twice.
     const bool deferred = status == 200 && !response[api::kDeferredHeadHeader].empty();
     const bool streamed = !deferred && !parser->is_done() &&
                           (parser->chunked() || !parser->content_length().has_value());
+    if (deferred || (streamed && status == 200)) {
+        // Only a request its engine took gets either head (an error is a whole answer).
+        job.result.accepted = true;
+        int64_t prompt = 0;
+        const std::string_view told = response[cluster::kPromptTokensHeader];
+        const auto [end, parse_error] =
+            std::from_chars(told.data(), told.data() + told.size(), prompt);
+        job.accepted_prompt_tokens = parse_error == std::errc() &&
+                                             end == told.data() + told.size() && prompt >= 0 &&
+                                             prompt <= kMaxToldPromptTokens
+                                         ? prompt
+                                         : 0;
+    }
     const bool event_stream = beast::iequals(content_type, "text/event-stream");
     job.result.status = status;
     if (streamed) {
@@ -657,12 +700,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         }
         // The peer ran it and this is the end: what it reported, else the tenant pays the
         // reservation (ForwardResult::usage_unknown).
-        if (usage.reported()) {
-            job.result.prompt_tokens = usage.prompt_tokens();
-            job.result.completion_tokens = usage.completion_tokens();
-        } else {
-            job.result.usage_unknown = true;
-        }
+        take_usage(job, usage);
         if (job.cancelled) {
             co_return true;
         }
@@ -720,8 +758,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             job.channel->write(std::move(held));
         }
         job.deliver_last = [channel = job.channel] { channel->end_stream(); };
-        job.result.prompt_tokens = usage.prompt_tokens();
-        job.result.completion_tokens = usage.completion_tokens();
+        // A stream that ended without the peer's report (not an edgeserve peer of this
+        // version) is charged as one cut: otherwise it would be free.
+        take_usage(job, usage);
     } else {
         if (deferred) {
             std::optional<tls::HttpResponse> answer = api::decode_deferred_response(body);
@@ -742,6 +781,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             usage.feed_json(body);
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();
+        } else if (deferred) {
+            // Accepted, then failed there (a drain cancelled it, say): the prompt was read.
+            job.result.prompt_tokens = job.accepted_prompt_tokens;
         }
         head.body = std::move(body);
         job.result.started = true;
@@ -784,6 +826,12 @@ void PeerClient::Impl::finish(ForwardJob& job) {
         job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
             channel->respond(std::move(r));
         };
+        if (job.result.accepted) {
+            // A peer took it before its answer was cut (then no other site could): it may have
+            // generated, as an answer cut while streaming.
+            job.result.usage_unknown = true;
+            job.result.prompt_tokens = job.accepted_prompt_tokens;
+        }
     }
     if (metrics_ != nullptr && !job.result.site_id.empty()) {
         std::string_view outcome =

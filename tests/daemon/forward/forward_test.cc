@@ -200,9 +200,24 @@ bool metrics_contain(Site& site, const std::string& line) {
     return site.daemon->metrics().serialize().find(line) != std::string::npos;
 }
 
+// Whether the tenant's request was counted (with `outcome`, when given) within 3 s: the forward's
+// bookkeeping is done.
+bool request_counted(Site& a, const std::string& outcome = "") {
+    const std::string line = "edgeserve_tenant_requests_total{outcome=" +
+                             (outcome.empty() ? std::string() : "\"" + outcome + "\"");
+    for (int i = 0; i < 300; ++i) {
+        if (metrics_contain(a, line)) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+}
+
 // The tenant is in debt at `a`: its next request (`request`) gets 429 there and never reaches
 // `b`, which has seen `seen` requests.
 void check_in_debt(Site& a, Site& b, const std::string& request, size_t seen) {
+    CHECK(request_counted(a));
     auto c = a.client();
     REQUIRE(c->send(request).ok());
     auto r = c->read_response();
@@ -574,14 +589,82 @@ TEST_CASE("a client leaving a forwarded stream is charged its max_tokens, not no
     c->close();
     REQUIRE(b.generator.wait_cancelled(0));
     b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
-    bool charged = false;
-    for (int i = 0; i < 200 && !charged; ++i) {
-        charged = metrics_contain(
-            a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 5");
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    CHECK(charged);
     check_in_debt(a, b, chat_request(true), 1);
+}
+
+TEST_CASE("a client leaving a forwarded stream pays its prompt, told on the stream's head") {
+    // The prompt was charged only from the usage report at the end: leaving early read any
+    // prompt for free, where the same request run here is charged it on acceptance.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    input_tokens_per_minute: 100\n");
+    Site b(cluster, "sin", {"m"});
+    b.generator.set_prompt_tokens(1000);
+    a.planner.route_to({b.target()});
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "tok");
+    Result<std::string> head = c->read_until("tok");
+    REQUIRE(head.ok());
+    // The count is for the forwarding site only.
+    CHECK(head->find("X-Edgeserve-Prompt-Tokens") == std::string::npos);
+    CHECK(head->find("x-edgeserve-prompt-tokens") == std::string::npos);
+    c->close();
+    REQUIRE(b.generator.wait_cancelled(0));
+    b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{1000, 1, 0});
+    check_in_debt(a, b, chat_request(true), 1);
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 1000"));
+    // Tokens served count what is known: not the max_tokens charged for the unknown rest.
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 0"));
+}
+
+TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never refunded") {
+    // The peer accepted (its deferred head, with the prompt's length), then died.
+    const std::string accepted_then_died =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+        "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n";
+    SUBCASE("another site answers: the client gets its answer, charged once") {
+        Cluster cluster;
+        Site a(cluster, "fra", {"m"}, tenants_section());
+        Site b(cluster, "sin", {"m"});
+        const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
+                                                           {"raw", "localhost"});
+        RawPeer raw(cert, accepted_then_died);
+        a.planner.route_to({raw.target(), b.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.emit(0, "second run");
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        CHECK(
+            metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+    }
+    SUBCASE("no other site can: a 503, charged as a request that ran (its told prompt)") {
+        // It was refunded in full as one every site refused (peer_refused), rate token too.
+        Cluster cluster;
+        Site a(cluster, "fra", {"m"}, tenants_section());
+        const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
+                                                           {"raw", "localhost"});
+        RawPeer raw(cert, accepted_then_died);
+        RouteTarget dead{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
+        a.planner.route_to({raw.target(), dead});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+        CHECK(metrics_contain(a,
+                              "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
+    }
 }
 
 TEST_CASE("a forwarded stream silent longer than stream_idle_timeout is kept by keepalives") {
@@ -886,6 +969,36 @@ TEST_CASE("a peer that closes after its stream's end event: the stream ends once
     CHECK(all->find("edgeserve-usage") == std::string::npos);         // Read, not relayed.
     CHECK(
         metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1"));
+}
+
+TEST_CASE("a stream that ends without the peer's usage report is charged as one cut, not free") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
+                                                       {"raw", "localhost"});
+    const std::string events =
+        "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+        "\"delta\":{\"content\":\"whole\"},\"finish_reason\":\"stop\"}]}\n\n"
+        "data: [DONE]\n\n";
+    char size[32];
+    std::snprintf(size, sizeof(size), "%zx\r\n", events.size());
+    RawPeer raw(cert,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n" +
+                    std::string(size) + events + "\r\n0\r\n\r\n");
+    a.planner.route_to({raw.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(true)).ok());
+    auto all = client->read_until("0\r\n\r\n");
+    REQUIRE(all.ok());
+    CHECK(all->find("whole") != std::string::npos);
+    REQUIRE(request_counted(a, "ok"));
+    // Its max_tokens (5, the minute's budget) was charged: the next request waits.
+    auto next = a.client();
+    REQUIRE(next->send(chat_request(true)).ok());
+    auto r = next->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 429);
 }
 
 TEST_CASE("no retry once bytes reached the client") {
