@@ -65,10 +65,11 @@ Status check_ports(const Config& config, bool public_socket_inherited) {
 
 // What the engine reads first when it loads `model`, and the options it checks by name. On
 // success, a warning when the model will load without chat ("" when none).
-Result<std::string> check_model(const engine::ModelConfig& model) {
+Result<std::string> check_model(const engine::ModelConfig& model,
+                                const engine::shard::ShardingConfig& sharding) {
     // config.json and its architecture's fields, the safetensors headers, the stored
     // quantization and the policy: what the load checks before reading a weight.
-    EDGE_RETURN_IF_ERROR(engine::check_model_files(model.path, model.quantization));
+    EDGE_RETURN_IF_ERROR(engine::check_model_files(model.path, model.quantization, sharding));
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<engine::tokenizer::Tokenizer> tokenizer,
                           engine::tokenizer::load_checkpoint_tokenizer(model.path));
     // As the load refuses it: a tokenizer whose ids the model has no rows for.
@@ -161,7 +162,7 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
     std::vector<std::string> warnings;
     for (size_t i = 0; i < config.models.size(); ++i) {
         const engine::ModelConfig& m = config.models[i];
-        Result<std::string> warning = check_model(m);
+        Result<std::string> warning = check_model(m, config.engine.sharding);
         if (!warning.ok()) {
             return warning.status().with_context(file + ": models[" + std::to_string(i) +
                                                  "] (\"" + m.name + "\", " + m.path + ")");

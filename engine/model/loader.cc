@@ -7,6 +7,7 @@
 #include "engine/model/archs/glm4_moe.h"
 #include "engine/model/archs/qwen3_moe.h"
 #include "engine/model/model_config.h"
+#include "engine/model/moe_block.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weight_loader.h"
 
@@ -19,6 +20,7 @@ struct Arch {
     const char* name;
     ArchLoader load;
     Status (*check_config)(const ConfigJson&);
+    const char* experts_field;  // config.json's count of routed experts per MoE layer.
 };
 
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3_auto(const std::string& dir,
@@ -29,9 +31,10 @@ Result<std::unique_ptr<CausalLM>> load_deepseek_v3_auto(const std::string& dir,
 
 // The architectures this build knows (Kimi K2 checkpoints name DeepseekV3ForCausalLM).
 constexpr Arch kArchitectures[] = {
-    {kQwen3MoeArchitecture, &load_qwen3_moe, &check_qwen3_moe_config},
-    {kGlm4MoeArchitecture, &load_glm4_moe, &check_glm4_moe_config},
-    {kDeepseekV3Architecture, &load_deepseek_v3_auto, &check_deepseek_v3_config},
+    {kQwen3MoeArchitecture, &load_qwen3_moe, &check_qwen3_moe_config, "num_experts"},
+    {kGlm4MoeArchitecture, &load_glm4_moe, &check_glm4_moe_config, "n_routed_experts"},
+    {kDeepseekV3Architecture, &load_deepseek_v3_auto, &check_deepseek_v3_config,
+     "n_routed_experts"},
 };
 
 // `s` with control characters written as \xNN: a name read from a file, about to be printed in
@@ -73,10 +76,16 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadO
     return arch->load(dir, config, options);
 }
 
-Status check_model_files(const std::string& dir, const std::string& policy) {
+Status check_model_files(const std::string& dir, const std::string& policy,
+                         const shard::ShardingConfig& sharding) {
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
     EDGE_ASSIGN_OR_RETURN(const Arch* arch, find_arch(config));
     EDGE_RETURN_IF_ERROR(arch->check_config(config));
+    // One layer's placement: the plan is the same for every layer (check_config bounded the
+    // count).
+    EDGE_ASSIGN_OR_RETURN(const int64_t experts, config.get_int(arch->experts_field));
+    EDGE_RETURN_IF_ERROR(
+        plan_expert_placement(sharding, 1, static_cast<int32_t>(experts)).status());
     // Headers only: checking reads no weights.
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                           Checkpoint::open_dir(dir, /*populate=*/false));

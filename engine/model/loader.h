@@ -41,7 +41,9 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadO
 // The checks of load_model that read no weight, for `edgeserve check-config` (run does the same
 // before its slow load): config.json (the architecture and its fields), every safetensors header
 // (offsets, dtypes, shapes against the file sizes), the stored quantization_config and the
-// quantization `policy` ("" or "none": none). Cheap: headers only, nothing is quantized.
-Status check_model_files(const std::string& dir, const std::string& policy);
+// quantization `policy` ("" or "none": none), and `sharding` against the model's routed experts.
+// Cheap: headers only, nothing is quantized.
+Status check_model_files(const std::string& dir, const std::string& policy,
+                         const shard::ShardingConfig& sharding = {});
 
 }  // namespace edge::engine

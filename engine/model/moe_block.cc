@@ -133,6 +133,34 @@ struct MoeBlock::Rank {
 
 MoeBlock::~MoeBlock() = default;
 
+Result<ExpertPlacement> plan_expert_placement(const shard::ShardingConfig& config, int32_t layers,
+                                              int32_t experts) {
+    if (config.ranks < 1 || config.ranks > 256) {
+        return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
+                                      " is outside [1, 256]");
+    }
+    if (config.ranks > experts) {
+        return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
+                                      " exceeds the model's " + std::to_string(experts) +
+                                      " routed experts");
+    }
+    if (config.slots_per_rank < 0 || config.rebalance_interval_steps < 0 ||
+        config.load_window_steps < 1) {
+        return invalid_argument_error(
+            "sharding: slots_per_rank and rebalance_interval_steps must be >= 0 and "
+            "load_window_steps >= 1");
+    }
+    Result<ExpertPlacement> placement =
+        config.static_plan.empty()
+            ? ExpertPlacement::contiguous(layers, experts, config.ranks, config.slots_per_rank)
+            : ExpertPlacement::parse(config.static_plan, layers, experts, config.ranks,
+                                     config.slots_per_rank);
+    if (!placement.ok()) {
+        return placement.status().with_context("sharding");
+    }
+    return placement;
+}
+
 Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
                                                    const shard::ShardingConfig& config,
                                                    Backend* driver,
@@ -153,36 +181,13 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
                                       std::to_string(shape.experts) + " routed experts exceeds " +
                                       std::to_string(kMaxLayerExperts) + " (layer, expert) pairs");
     }
-    if (config.ranks < 1 || config.ranks > 256) {
-        return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
-                                      " is outside [1, 256]");
-    }
-    if (config.ranks > shape.experts) {
-        return invalid_argument_error("sharding: ranks " + std::to_string(config.ranks) +
-                                      " exceeds the model's " + std::to_string(shape.experts) +
-                                      " routed experts");
-    }
-    if (config.slots_per_rank < 0 || config.rebalance_interval_steps < 0 ||
-        config.load_window_steps < 1) {
-        return invalid_argument_error(
-            "sharding: slots_per_rank and rebalance_interval_steps must be >= 0 and "
-            "load_window_steps >= 1");
-    }
     auto block = std::unique_ptr<MoeBlock>(new MoeBlock());
     block->shape_ = shape;
     block->config_ = config;
     block->driver_ = driver;
     block->layers_.resize(static_cast<size_t>(shape.layers));
-    if (config.static_plan.empty()) {
-        EDGE_ASSIGN_OR_RETURN(block->placement_,
-                              ExpertPlacement::contiguous(shape.layers, shape.experts,
-                                                          config.ranks, config.slots_per_rank));
-    } else {
-        EDGE_ASSIGN_OR_RETURN(block->placement_,
-                              ExpertPlacement::parse(config.static_plan, shape.layers,
-                                                     shape.experts, config.ranks,
-                                                     config.slots_per_rank));
-    }
+    EDGE_ASSIGN_OR_RETURN(block->placement_,
+                          plan_expert_placement(config, shape.layers, shape.experts));
     EDGE_ASSIGN_OR_RETURN(auto comms, shard::create_communicators(config.communicator,
                                                                   config.ranks));
     const size_t cells = static_cast<size_t>(shape.layers) * static_cast<size_t>(shape.experts);

@@ -118,6 +118,12 @@ struct MoeShape {
 using RankBackendFactory =
     std::function<Result<std::unique_ptr<Backend>>(const BackendOptions& options)>;
 
+// `config`'s checks against a model of `layers` MoE layers with `experts` routed experts each
+// (ranks, slots, the static plan), and the placement it gives: what MoeBlock::create starts
+// from, and what `check-config` runs before a load. kInvalidArgument naming the setting.
+Result<ExpertPlacement> plan_expert_placement(const shard::ShardingConfig& config, int32_t layers,
+                                              int32_t experts);
+
 class MoeBlock {
 public:
     // kInvalidArgument for a bad shape or sharding config (ranks, slots, static plan);

@@ -311,6 +311,24 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
                              "in (available: in_process") == 0,
                   e);
 
+    // Sharding the model's 8 experts cannot take: run refused it only after loading.
+    const std::pair<std::string, std::string> shardings[] = {
+        {"ranks: 32", "sharding: ranks 32 exceeds the model's 8 routed experts"},
+        {"ranks: 2\n    static_plan: \"not a plan\"", "sharding: static plan 'not a plan': rank 0"},
+        {"ranks: 2\n    slots_per_rank: 9",
+         "sharding: expert placement: slots_per_rank 9 exceeds the 8 experts"},
+        {"ranks: 2\n    slots_per_rank: 3",
+         "sharding: expert placement: 2 ranks x 3 slots cannot hold 8 experts"},
+    };
+    for (const auto& [sharding, error] : shardings) {
+        e = check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                       models + "engine:\n  sharding:\n    " + sharding + "\n"));
+        CHECK_MESSAGE(e.find("models[0] (\"m\", " + model + "): " + error) != std::string::npos, e);
+    }
+    CHECK(check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                     models + "engine:\n  sharding:\n    ranks: 2\n"))
+              .empty());
+
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "gossip:\n  port: 0\n  keyring_file: /none/keyring\n"));
     CHECK_MESSAGE(e.find(c + ": gossip.keyring_file: cannot open '/none/keyring'") == 0, e);
