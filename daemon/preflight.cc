@@ -1,8 +1,10 @@
 #include "daemon/preflight.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
 
@@ -27,9 +29,26 @@ struct Listener {
     uint16_t port;
 };
 
-bool wildcard(const std::string& address) { return address == "0.0.0.0" || address == "::"; }
+// Two TCP listeners on one port collide when either listens everywhere or both on one address,
+// however each is written ("::0", "0:0::0" and "::" are one; an IPv4-mapped address is its IPv4
+// one). The config holds IP literals only.
+bool same_or_wildcard(const std::string& a, const std::string& b) {
+    auto parse = [](const std::string& text) {
+        boost::system::error_code ec;
+        boost::asio::ip::address address = boost::asio::ip::make_address(text, ec);
+        if (!ec && address.is_v6() && address.to_v6().is_v4_mapped()) {
+            address = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, address.to_v6());
+        }
+        return ec ? std::optional<boost::asio::ip::address>() : address;
+    };
+    const auto x = parse(a);
+    const auto y = parse(b);
+    if (!x || !y) {
+        return a == b;
+    }
+    return x->is_unspecified() || y->is_unspecified() || *x == *y;
+}
 
-// Two TCP listeners on one port collide when either listens everywhere or both on one address.
 // The TCP ports the daemon listens on (gossip also takes UDP on its port).
 std::vector<Listener> tcp_listeners(const Config& config, bool public_socket_inherited) {
     std::vector<Listener> listeners;
@@ -53,8 +72,7 @@ Status check_ports(const Config& config, bool public_socket_inherited) {
         for (size_t j = 0; j < i; ++j) {
             const Listener& a = listeners[j];
             const Listener& b = listeners[i];
-            if (a.port != 0 && a.port == b.port &&
-                (a.address == b.address || wildcard(a.address) || wildcard(b.address))) {
+            if (a.port != 0 && a.port == b.port && same_or_wildcard(a.address, b.address)) {
                 return invalid_argument_error(config.source + ": " + b.key + ": port " +
                                               std::to_string(b.port) + " is also " + a.key);
             }

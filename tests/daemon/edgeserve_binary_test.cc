@@ -236,6 +236,18 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     same_port.replace(same_port.find("port: 0"), 7, "port: 19650");
     e = check(same_port);
     CHECK_MESSAGE(e == c + ": listeners.admin.port: port 19650 is also listeners.public.port\n", e);
+    // Every way of writing "everywhere" collides with a loopback listener on the same port;
+    // loopback in another family does not.
+    for (const std::string everywhere : {"\"::\"", "\"::0\"", "\"0:0:0:0:0:0:0:0\"", "0.0.0.0"}) {
+        std::string wildcard = same_port;
+        wildcard.replace(wildcard.find("address: 127.0.0.1"), 18, "address: " + everywhere);
+        e = check(wildcard);
+        CHECK_MESSAGE(e == c + ": listeners.admin.port: port 19650 is also listeners.public.port\n",
+                      e);
+    }
+    std::string families = same_port;
+    families.replace(families.find("address: 127.0.0.1"), 18, "address: \"::1\"");
+    CHECK(check(families).empty());
 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "peer:\n  ca: /none/ca.pem\n  cert: " + cert.cert_path +
