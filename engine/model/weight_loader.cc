@@ -4,11 +4,12 @@
 #include <pcre2.h>
 
 #include <algorithm>
-#include <boost/json/parse.hpp>
-#include <boost/json/value.hpp>
 #include <cmath>
 #include <cstring>
 #include <memory>
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
 
 #include "common/json_text.h"
 #include "common/log.h"
