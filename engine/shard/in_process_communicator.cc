@@ -64,6 +64,7 @@ struct Posted {
     bool valid = true;              // The rank's own arguments passed its checks.
     const void* send = nullptr;
     const int64_t* send_counts = nullptr;  // size() entries (all-to-all, counts).
+    const int64_t* recv_counts = nullptr;  // size() entries (all-to-all).
     int64_t bytes = 0;                     // all_gather block / reduce element count.
 };
 
@@ -89,22 +90,25 @@ public:
         if (own.ok()) {
             own = check_counts(recv_counts, "recv_counts", recv);
         }
-        Posted p{OpKind::kAllToAll, own.ok(), send, send_counts.data(), 0};
+        Posted p{OpKind::kAllToAll, own.ok(), send, send_counts.data(), recv_counts.data(), 0};
         publish(p);
         Status st = own;
         if (st.ok()) {
             st = agree(OpKind::kAllToAll);
         }
-        if (st.ok()) {
-            // Check every peer's count for us first, so a mismatch writes nothing.
-            for (int32_t r = 0; r < size() && st.ok(); ++r) {
-                const int64_t n = g_->posted[r].send_counts[rank_];
-                if (n != recv_counts[r]) {
-                    st = invalid_argument_error(where(OpKind::kAllToAll) + ": rank " +
-                                                std::to_string(r) + " sends " +
-                                                std::to_string(n) + " bytes but recv_counts[" +
-                                                std::to_string(r) + "] is " +
-                                                std::to_string(recv_counts[r]));
+        // Every pair's counts, by every rank, before anything is written: all ranks reach one
+        // verdict (a rank that saw no mismatch of its own went on to the next collective and
+        // waited there for ever).
+        for (int32_t to = 0; to < size() && st.ok(); ++to) {
+            for (int32_t from = 0; from < size() && st.ok(); ++from) {
+                const int64_t sent = g_->posted[from].send_counts[to];
+                const int64_t expected = g_->posted[to].recv_counts[from];
+                if (sent != expected) {
+                    st = invalid_argument_error(
+                        where(OpKind::kAllToAll) + ": rank " + std::to_string(from) + " sends " +
+                        std::to_string(sent) + " bytes to rank " + std::to_string(to) +
+                        " but its recv_counts[" + std::to_string(from) + "] is " +
+                        std::to_string(expected));
                 }
             }
         }
@@ -136,7 +140,7 @@ public:
             own = invalid_argument_error(where(OpKind::kCounts) + ": count arrays must have " +
                                          std::to_string(size()) + " entries");
         }
-        publish({OpKind::kCounts, own.ok(), nullptr, send_counts.data(), 0});
+        publish({OpKind::kCounts, own.ok(), nullptr, send_counts.data(), nullptr, 0});
         Status st = own.ok() ? agree(OpKind::kCounts) : own;
         if (st.ok()) {
             for (int32_t r = 0; r < size(); ++r) {
@@ -153,7 +157,7 @@ public:
             own = invalid_argument_error(where(OpKind::kAllGather) +
                                          ": negative size or null buffer");
         }
-        publish({OpKind::kAllGather, own.ok(), send, nullptr, bytes});
+        publish({OpKind::kAllGather, own.ok(), send, nullptr, nullptr, bytes});
         Status st = own.ok() ? agree(OpKind::kAllGather) : own;
         if (st.ok() && bytes > 0) {
             auto* out = static_cast<unsigned char*>(recv);
@@ -174,7 +178,7 @@ public:
     }
 
     Status barrier() override {
-        publish({OpKind::kBarrier, true, nullptr, nullptr, 0});
+        publish({OpKind::kBarrier, true, nullptr, nullptr, nullptr, 0});
         Status st = agree(OpKind::kBarrier);
         g_->barrier.arrive_and_wait();
         return st;
@@ -240,7 +244,7 @@ private:
     template <typename T>
     Status reduce(OpKind k, std::span<T> data, std::vector<T>& tmp) {
         const auto n = static_cast<int64_t>(data.size());
-        publish({k, true, data.data(), nullptr, n});
+        publish({k, true, data.data(), nullptr, nullptr, n});
         Status st = agree(k);
         if (st.ok()) {
             tmp.assign(data.size(), T{0});
