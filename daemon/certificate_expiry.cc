@@ -7,6 +7,7 @@
 
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "daemon/metrics.h"
@@ -30,11 +31,21 @@ Result<int64_t> certificate_not_after(const std::string& path) {
     return static_cast<int64_t>(timegm(&tm));
 }
 
-std::string certificate_label(const tls::CertificateConfig& cert) {
-    if (!cert.server_names.empty()) {
-        return cert.server_names.front();
+std::vector<std::string> certificate_labels(const std::vector<tls::CertificateConfig>& certs) {
+    std::vector<std::string> labels;
+    std::map<std::string, int> uses;
+    for (const tls::CertificateConfig& cert : certs) {
+        labels.push_back(!cert.server_names.empty()
+                             ? cert.server_names.front()
+                             : std::filesystem::path(cert.cert_path).filename().string());
+        ++uses[labels.back()];
     }
-    return std::filesystem::path(cert.cert_path).filename().string();
+    for (size_t i = 0; i < certs.size(); ++i) {
+        if (uses[labels[i]] > 1) {
+            labels[i] = certs[i].cert_path;
+        }
+    }
+    return labels;
 }
 
 void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs, Metrics& metrics,
@@ -48,8 +59,9 @@ void publish_certificate_expiry(const std::vector<tls::CertificateConfig>& certs
             labels.push_back(label);
         }
     };
-    for (const tls::CertificateConfig& cert : certs) {
-        publish(certificate_label(cert), cert.cert_path);
+    const std::vector<std::string> chain_labels = certificate_labels(certs);
+    for (size_t i = 0; i < certs.size(); ++i) {
+        publish(chain_labels[i], certs[i].cert_path);
     }
     if (!peer_cert_path.empty()) {
         publish("peer:" + std::filesystem::path(peer_cert_path).filename().string(),

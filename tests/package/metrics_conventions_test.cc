@@ -6,6 +6,8 @@
 
 #include <regex>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "daemon/certificate_expiry.h"
 #include "tests/package/exported_metrics.h"
@@ -132,6 +134,22 @@ TEST_CASE("a live daemon's /metrics: promtool-clean, with site, certificate expi
     }
     d.signal(SIGTERM);
     CHECK(d.wait(15000) == 0);
+}
+
+TEST_CASE("certificate expiry labels are one per chain, even where names or file names repeat") {
+    const std::vector<tls::CertificateConfig> certs = {
+        {{"a.example", "b.example"}, "/etc/le/live/a/fullchain.pem", "k"},
+        {{}, "/etc/le/live/b/fullchain.pem", "k"},
+        {{}, "/etc/le/live/c/fullchain.pem", "k"},
+        {{"a.example"}, "/etc/tls/a2.pem", "k"},
+        {{"c.example"}, "/etc/tls/c.pem", "k"},
+        {{}, "/etc/tls/only.pem", "k"},
+    };
+    // Shared labels hid one chain's expiry behind another's (the last written won).
+    CHECK(daemon::certificate_labels(certs) ==
+          std::vector<std::string>{"/etc/le/live/a/fullchain.pem", "/etc/le/live/b/fullchain.pem",
+                                   "/etc/le/live/c/fullchain.pem", "/etc/tls/a2.pem", "c.example",
+                                   "only.pem"});
 }
 
 TEST_CASE("certificate_not_after names the file it cannot read") {
