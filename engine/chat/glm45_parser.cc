@@ -33,6 +33,7 @@ class Glm45Parser final : public MarkerParser {
     void begin_call() override {
         state_ = State::kName;
         args_ = 0;
+        searched_ = 0;
     }
 
     // The JSON text of one argument value as written between the tags, numbers spelled as
@@ -69,15 +70,20 @@ class Glm45Parser final : public MarkerParser {
         }
     }
 
-    // Takes text up to `end` into *out; kNeedMore until `end` arrives.
+    // Takes text up to `end` into *out; kNeedMore until `end` arrives. The search resumes where
+    // the last one stopped (a value arrives a token at a time: searching all of it again at
+    // every token was quadratic in its length).
     Step until(std::string_view end, std::string* out, const char* what) {
-        const size_t at = buf_.find(end);
+        const size_t at = buf_.find(end, std::min(searched_, buf_.size()));
         if (at == std::string::npos) {
             if (buf_.size() > (size_t{1} << 20)) {
                 return malformed(std::string("a tool call's ") + what + " has no end");
             }
+            // `end` cannot begin before the last end.size() - 1 bytes.
+            searched_ = buf_.size() >= end.size() ? buf_.size() - end.size() + 1 : 0;
             return Step::kNeedMore;
         }
+        searched_ = 0;
         *out = take(at);
         take(end.size());
         return Step::kDone;
@@ -178,6 +184,7 @@ class Glm45Parser final : public MarkerParser {
     std::string name_;
     std::string key_;
     int args_ = 0;
+    size_t searched_ = 0;  // Bytes at the front of buf_ that until() found `end` not to begin at.
 };
 
 }  // namespace

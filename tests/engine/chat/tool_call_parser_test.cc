@@ -150,6 +150,20 @@ TEST_CASE("tool calls: GLM-4.5 format") {
     }
 }
 
+TEST_CASE("tool calls: GLM-4.5 end tags found at any split, after near misses inside values") {
+    // The search for an end tag resumes where the last feed's stopped: a tag begun at the end
+    // of one piece and finished in the next, and prefixes of it inside the value, must not be
+    // skipped or taken.
+    const std::string value = "a </arg_valu b <</arg_value c </arg_key " + std::string(300, 'x');
+    const std::string text = "<tool_call>f\n<arg_key>k </arg_ke</arg_key>\n<arg_value>" + value +
+                             "</arg_value>\n</tool_call>";
+    const Outcome o = check_all_splits(ToolCallFormat::kGlm45, text);
+    REQUIRE(o.calls.size() == 1);
+    CHECK_FALSE(o.malformed);
+    check_json(o.calls[0].arguments,
+               boost::json::serialize(boost::json::object{{"k </arg_ke", value}}));
+}
+
 TEST_CASE("tool calls: GLM-4.5 numbers come back spelled as Python writes them, not 5E-1") {
     const Outcome o = run(ToolCallFormat::kGlm45,
                           {"<tool_call>f\n<arg_key>t</arg_key>\n<arg_value>0.5</arg_value>\n"
