@@ -124,7 +124,8 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         auto format =
             tokenizer::choose_chat_format(m.config.chat_template, m.tokenizer_config, *m.tokenizer);
         if (format.ok()) {
-            auto chat = tokenizer::ChatTemplate::create(*format, m.tokenizer.get());
+            auto chat = tokenizer::ChatTemplate::create(*format, m.tokenizer.get(),
+                                                        m.tokenizer_config.chat_template);
             if (!chat.ok()) {
                 return chat.status().with_context(where);
             }
@@ -132,7 +133,7 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
             rt->info.tool_call_format = std::string(tokenizer::tool_call_format_of(*format));
             rt->think_open = m.tokenizer->token_id("<think>");
             rt->think_close = m.tokenizer->token_id("</think>");
-            rt->info.thinks = rt->think_open >= 0 && rt->think_close >= 0;
+            rt->info.thinks = rt->chat->thinks();
         } else if (format.status().code() != StatusCode::kNotFound) {
             return format.status().with_context(where);
         } else if (!m.tokenizer_config.chat_template.empty()) {

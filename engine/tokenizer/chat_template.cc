@@ -472,7 +472,8 @@ Result<ChatFormat> choose_chat_format(std::string_view configured, const Tokeniz
         std::string(kChatFormatNames));
 }
 
-Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* tokenizer) {
+Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* tokenizer,
+                                          std::string_view shipped_template) {
     std::vector<std::string_view> required;
     switch (format) {
         case ChatFormat::kChatMl:
@@ -506,7 +507,10 @@ Result<ChatTemplate> ChatTemplate::create(ChatFormat format, const Tokenizer* to
                                    std::string(token) + " token, which the tokenizer lacks");
         }
     }
-    return ChatTemplate(format, tokenizer);
+    const bool thinks =
+        tokenizer->token_id("<think>") >= 0 && tokenizer->token_id("</think>") >= 0 &&
+        (shipped_template.empty() || shipped_template.find("think>") != std::string_view::npos);
+    return ChatTemplate(format, tokenizer, thinks);
 }
 
 Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> messages,
@@ -527,8 +531,8 @@ Result<std::vector<Piece>> ChatTemplate::pieces(std::span<const ChatMessage> mes
     switch (format_) {
         case ChatFormat::kChatMl:
         case ChatFormat::kChatMlThinking:
-            EDGE_RETURN_IF_ERROR(chatml(messages, tj, tokenizer_->token_id("</think>") >= 0,
-                                        format_ == ChatFormat::kChatMlThinking, options, &b));
+            EDGE_RETURN_IF_ERROR(
+                chatml(messages, tj, thinks_, format_ == ChatFormat::kChatMlThinking, options, &b));
             break;
         case ChatFormat::kGlm45:
             EDGE_RETURN_IF_ERROR(glm45(messages, tj, options, &b));

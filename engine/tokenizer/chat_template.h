@@ -68,10 +68,17 @@ struct ChatOptions {
 
 class ChatTemplate {
   public:
-    // kNotFound when the tokenizer lacks the format's control tokens.
-    static Result<ChatTemplate> create(ChatFormat format, const Tokenizer* tokenizer);
+    // kNotFound when the tokenizer lacks the format's control tokens. `shipped_template`: the
+    // checkpoint's Jinja template ("" when it ships none). ChatML follows Qwen3's thinking rules
+    // (empty thoughts, reasoning kept in a tool-calling loop) when the vocabulary has </think>,
+    // unless the shipped template never writes a thought (Qwen3-Instruct-2507 has the same
+    // vocabulary and no thinking at all).
+    static Result<ChatTemplate> create(ChatFormat format, const Tokenizer* tokenizer,
+                                       std::string_view shipped_template = {});
 
     ChatFormat format() const { return format_; }
+    // The prompts and replies of this model may hold thoughts (<think> ... </think>).
+    bool thinks() const { return thinks_; }
 
     // Prompt ids for `messages` followed by the assistant turn's opening. kInvalidArgument for
     // no messages, an empty or multi-line role, or text that is not valid UTF-8.
@@ -102,14 +109,15 @@ class ChatTemplate {
     };
 
   private:
-    ChatTemplate(ChatFormat format, const Tokenizer* tokenizer)
-        : format_(format), tokenizer_(tokenizer) {}
+    ChatTemplate(ChatFormat format, const Tokenizer* tokenizer, bool thinks)
+        : format_(format), tokenizer_(tokenizer), thinks_(thinks) {}
     Result<std::vector<Piece>> pieces(std::span<const ChatMessage> messages,
                                       std::span<const ToolSpec> tools,
                                       const ChatOptions& options) const;
 
     ChatFormat format_;
     const Tokenizer* tokenizer_;
+    bool thinks_ = false;
 };
 
 }  // namespace edge::engine::tokenizer

@@ -195,6 +195,21 @@ TEST_CASE("chat formats: the thinking switch (chat_template_kwargs) opens the tu
     CHECK(qwen->render_text(hi, {}, off) ==
           "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     check_ids_match_text(*qwen, *tok, hi, {});
+    CHECK(qwen->thinks());
+    // A shipped template that never writes a thought (Qwen3-Instruct-2507: the same vocabulary,
+    // no thinking): no empty thought when thinking is off (a forced tool call), none kept in a
+    // tool-calling loop.
+    auto instruct = ChatTemplate::create(
+        ChatFormat::kChatMl, tok.get(),
+        "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + "
+        "message.content + '<|im_end|>' + '\\n' }}{%- endfor %}");
+    REQUIRE(instruct.ok());
+    CHECK_FALSE(instruct->thinks());
+    CHECK(instruct->render_text(hi, {}, off) == qwen->render_text(hi));
+    const std::vector<ChatMessage> prefill = {{"user", "hi", "", {}, ""},
+                                              {"assistant", "Sure", "", {}, ""}};
+    CHECK(instruct->render_text(prefill).find("<think>") == std::string::npos);
+    CHECK(qwen->render_text(prefill).find("<think>") != std::string::npos);
     // GLM-4.5's template also ends every user turn with "/nothink" (unless it does already).
     CHECK(glm->render_text(hi, {}, off) ==
           "[gMASK]<sop><|user|>\nhi/nothink<|assistant|>\n<think></think>");
