@@ -66,15 +66,29 @@ Status VivaldiClient::update(const std::string& node, const Coordinate& other, D
         return invalid_argument_error("vivaldi: rtt to " + node + " out of range: " +
                                       std::to_string(rtt_seconds) + " s");
     }
-    const double filtered = filtered_rtt(node, rtt_seconds);
+    // Numerical trouble must never poison the state: an update whose result is invalid is
+    // undone whole, the peer's latency filter and the adjustment window included.
     const Coordinate before = coord_;
+    const auto filter = filters_.find(node);
+    const bool had_filter = filter != filters_.end();
+    const std::deque<double> filter_before = had_filter ? filter->second : std::deque<double>{};
+    const std::vector<double> samples_before = adjustment_samples_;
+    const size_t index_before = adjustment_index_;
+    const double filtered = filtered_rtt(node, rtt_seconds);
     update_vivaldi(other, filtered);
     update_adjustment(other, filtered);
     update_gravity();
     if (!coord_.is_valid()) {
-        // Numerical trouble must never poison the coordinate; start over from the origin.
         coord_ = before.is_valid() ? before : make_origin(config_);
-        return internal_error("vivaldi: update produced a non-finite coordinate; reset");
+        adjustment_samples_ = samples_before;
+        adjustment_index_ = index_before;
+        if (had_filter) {
+            filters_[node] = filter_before;
+        } else {
+            filters_.erase(node);
+        }
+        return internal_error("vivaldi: update of " + node +
+                              " produced an invalid coordinate; undone");
     }
     ++updates_;
     return ok_status();
@@ -99,7 +113,8 @@ void VivaldiClient::update_vivaldi(const Coordinate& other, double rtt_seconds) 
     const double weight = coord_.error / total_error;
     coord_.error = config_.ce * weight * wrongness + coord_.error * (1.0 - config_.ce * weight);
     coord_.error = std::min(coord_.error, config_.error_max);
-    const double force = config_.cc * weight * (rtt_seconds - dist);
+    const double step = std::min(kMaxStep, rtt_seconds);
+    const double force = std::clamp(config_.cc * weight * (rtt_seconds - dist), -step, step);
     apply_force(force, other);
 }
 

@@ -62,8 +62,13 @@ struct Coordinate {
 Coordinate make_origin(const VivaldiConfig& config);
 
 // Seconds: the largest magnitude a valid coordinate's components (and its error) may have.
-// RTTs are at most 10 s, so a real coordinate stays far inside it.
-inline constexpr double kCoordinateLimit = 1000.0;
+// RTTs are at most 10 s (update() refuses more), so a real coordinate stays far inside it.
+inline constexpr double kCoordinateLimit = 20.0;
+
+// Seconds: the most one observation may move a coordinate, and never more than the RTT it
+// measured. A peer that gossips a coordinate far from where it is (a bug, or a lie) at error 0
+// would otherwise drag its prober the whole distance in one step, and through it every site.
+inline constexpr double kMaxStep = 0.5;
 
 // Estimated round-trip time between two coordinates (0 .. a few kCoordinateLimit for valid
 // ones).
@@ -76,7 +81,8 @@ public:
     const Coordinate& coordinate() const { return coord_; }
 
     // Folds one RTT observation to the peer `node` whose coordinate is `other` into our
-    // coordinate. An invalid coordinate or an RTT outside [0, 10 s] is rejected.
+    // coordinate. An invalid coordinate or an RTT outside [0, 10 s] is rejected; an update
+    // whose result would be invalid leaves everything (coordinate, filters) as it was.
     [[nodiscard]] Status update(const std::string& node, const Coordinate& other, Duration rtt);
 
     // Forgets a peer's latency filter (when it leaves the cluster).

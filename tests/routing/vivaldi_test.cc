@@ -5,9 +5,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace edge::routing::coords {
@@ -151,6 +155,75 @@ TEST_CASE("vivaldi: bad input is rejected and never moves the coordinate") {
     CHECK(client.updates() == 0);
     // The estimate between identical coordinates is twice the minimum height.
     CHECK(estimate_rtt(client.coordinate(), client.coordinate()).count() == 20'000);
+}
+
+TEST_CASE("vivaldi: a peer lying about its coordinate moves its prober a little, no one else") {
+    // Eight sites a few tens of ms apart converge; then a peer at the edge of the valid range
+    // with error 0 (full weight), 20 ms away, is probed by site 0 once every eight rounds. Each
+    // of its updates dragged site 0 hundreds of seconds, and through site 0 every site: all
+    // errors at the maximum (coordinate routing off everywhere) for ~1000 rounds after it left.
+    constexpr size_t kSites = 8;
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> place(0.0, 0.05);
+    std::vector<std::array<double, 2>> pos(kSites);
+    for (auto& p : pos) {
+        p = {place(rng), place(rng)};
+    }
+    auto rtt = [&](size_t a, size_t b) {
+        return std::hypot(pos[a][0] - pos[b][0], pos[a][1] - pos[b][1]) + 0.001;
+    };
+    std::vector<VivaldiClient> sites;
+    for (size_t i = 0; i < kSites; ++i) {
+        sites.emplace_back(VivaldiConfig{}, i + 1);
+    }
+    auto round = [&](size_t r) {
+        for (size_t i = 0; i < kSites; ++i) {
+            const size_t j = (i + 1 + r % (kSites - 1)) % kSites;
+            (void)sites[i].update(
+                std::to_string(j), sites[j].coordinate(),
+                std::chrono::duration_cast<Duration>(std::chrono::duration<double>(rtt(i, j))));
+        }
+    };
+    // The worst estimate of a real RTT, and how many sites' errors are past 0.5.
+    auto worst = [&] {
+        double estimate = 0.0;
+        int lost = 0;
+        for (size_t i = 0; i < kSites; ++i) {
+            lost += sites[i].coordinate().error > 0.5 ? 1 : 0;
+            for (size_t j = 0; j < kSites; ++j) {
+                if (i != j) {
+                    estimate = std::max(
+                        estimate,
+                        std::fabs(sites[i].coordinate().distance_to(sites[j].coordinate()) -
+                                  rtt(i, j)));
+                }
+            }
+        }
+        return std::make_pair(estimate, lost);
+    };
+    for (size_t r = 0; r < 2000; ++r) {
+        round(r);
+    }
+    REQUIRE(worst().second == 0);
+    Coordinate liar;
+    liar.vec.fill(kCoordinateLimit);
+    liar.error = 0.0;
+    liar.height = 0.0;
+    REQUIRE(liar.is_valid());
+    for (size_t r = 0; r < 200; ++r) {
+        round(r);
+        if (r % kSites == 0) {
+            CHECK(sites[0].update("liar", liar, std::chrono::milliseconds(20)).ok());
+        }
+        const auto [estimate, lost] = worst();
+        CHECK(estimate < 0.1);
+        CHECK(lost <= 1);  // Site 0 alone.
+    }
+    for (size_t r = 0; r < 200; ++r) {
+        round(r);
+    }
+    CHECK(worst().second == 0);
+    CHECK(worst().first < 0.01);
 }
 
 }  // namespace
