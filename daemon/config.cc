@@ -5,7 +5,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <boost/asio/ip/address.hpp>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -20,8 +19,11 @@
 #include <string_view>
 #include <unordered_set>
 
+#include <boost/asio/ip/address.hpp>
+
 #include "common/file.h"
 #include "routing/membership/keyring.h"
+#include "routing/membership/site_state.h"
 #include "tls/cidr.h"
 
 namespace edge::daemon {
@@ -438,8 +440,9 @@ Status parse_models(const Reader& r, const YAML::Node& node, const std::string& 
              {"max_context", int_field(r, m.max_context, 0, int64_t{1} << 24)},
              {"chat_template", string_field(r, m.chat_template)}}));
         EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"name", "path"}));
-        if (m.name.empty()) {
-            return r.error(node[i]["name"], item + ".name", "must not be empty");
+        if (m.name.empty() || m.name.size() > routing::membership::kMaxSiteStringBytes) {
+            // Gossiped to every site, whose decoders refuse longer strings.
+            return r.error(node[i]["name"], item + ".name", "must be 1 to 255 bytes");
         }
         if (!names.insert(m.name).second) {
             return r.error(node[i]["name"], item + ".name",

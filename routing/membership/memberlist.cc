@@ -32,6 +32,12 @@ Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, 
                                                        Clock& clock, Transport& transport,
                                                        SiteState initial_state) {
     EDGE_RETURN_IF_ERROR(config.validate());
+    if (initial_state.site_id.empty()) {
+        initial_state.site_id = config.name;
+    } else if (initial_state.site_id != config.name) {
+        return invalid_argument_error("memberlist: the site state's id '" + initial_state.site_id +
+                                      "' is not the member name '" + config.name + "'");
+    }
     std::unique_ptr<Memberlist> m(new Memberlist(std::move(config), std::move(keyring), clock,
                                                  transport));
     m->site_ = std::move(initial_state);
@@ -203,6 +209,13 @@ void Memberlist::apply_site_bytes(Member& m, uint64_t incarnation, uint64_t vers
         return;
     }
     auto site = decode_site_state(bytes);
+    if (site.ok() && site->site_id != m.name) {
+        // Member names are site ids, and routing files what it learns about a pool (health,
+        // forwarding outcomes) under both: a state naming another site would let one member
+        // speak for (or blame) that site.
+        site = data_loss_error("site state names site '" + site->site_id.substr(0, 64) +
+                               "', not its member");
+    }
     if (!site.ok()) {
         stats_.decode_failures.fetch_add(1);
         log::warn("gossip_bad_site_state",
@@ -243,6 +256,8 @@ void Memberlist::update_site_state(SiteState state) {
     if (leaving_) {
         return;  // nothing is published after a leave (see leave()), so nothing to park either
     }
+    state.site_id = config_.name;  // What every receiver requires (see apply_site_bytes).
+
     const TimePoint now = clock_.now();
     if (only_load_differs(site_, state)) {
         if (!load_changed_materially(site_, state, config_.load_change_fraction,

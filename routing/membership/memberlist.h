@@ -53,7 +53,9 @@ public:
     using EventCallback = std::function<void(const MemberEvent&)>;
     using UserEventCallback = std::function<void(const UserEventMsg&)>;
 
-    // `clock` and `transport` must outlive the Memberlist.
+    // `clock` and `transport` must outlive the Memberlist. A member's site id is its name:
+    // `initial_state.site_id` is empty (and set to config.name) or that name, and peers' states
+    // naming another site are refused (counted as decode failures).
     static Result<std::unique_ptr<Memberlist>> create(MembershipConfig config, Keyring keyring,
                                                       Clock& clock, Transport& transport,
                                                       SiteState initial_state);
@@ -70,9 +72,9 @@ public:
     void leave();
     bool has_left() const { return leaving_; }
 
-    // Replaces this member's site state. Changes other than load go out at once; load-only
-    // changes go out when material and at most once per load_update_min_interval. Ignored after
-    // leave().
+    // Replaces this member's site state (its site_id set to the member name). Changes other
+    // than load go out at once; load-only changes go out when material and at most once per
+    // load_update_min_interval. Ignored after leave().
     void update_site_state(SiteState state);
     // Sends a user event (a rollout intent) to every member, this one included. Fails with
     // kResourceExhausted when the Lamport clock has reached kMaxEventLtime - 1.

@@ -36,14 +36,31 @@ Result<double> as_finite(const WireField& f, std::string_view what) {
     return v;
 }
 
+// Every string is bounded: the states of thousands of members are kept, copied into each
+// snapshot and shown on the admin pages, and one peer's megabyte "model name" would be too.
+Result<std::string> as_string(const WireField& f, std::string_view what) {
+    if (f.value.size() > kMaxSiteStringBytes) {
+        return data_loss_error("site state: " + std::string(what) + " is " +
+                               std::to_string(f.value.size()) + " bytes (at most " +
+                               std::to_string(kMaxSiteStringBytes) + ")");
+    }
+    return f.as_string();
+}
+
 Result<PoolInfo> decode_pool(std::span<const uint8_t> bytes) {
     PoolInfo p;
     WireReader r(bytes);
     while (!r.done()) {
         EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("pool"));
         switch (f.tag) {
-            case kModel: p.model = f.as_string(); break;
-            case kDigest: p.version_digest = f.as_string(); break;
+            case kModel: {
+                EDGE_ASSIGN_OR_RETURN(p.model, as_string(f, "model name"));
+                break;
+            }
+            case kDigest: {
+                EDGE_ASSIGN_OR_RETURN(p.version_digest, as_string(f, "version digest"));
+                break;
+            }
             case kState: {
                 EDGE_ASSIGN_OR_RETURN(uint32_t s, as_u32(f, "pool state"));
                 if (s < 1 || s > 3) {
@@ -112,12 +129,24 @@ Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
     while (!r.done()) {
         EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("site state"));
         switch (f.tag) {
-            case kSiteId: s.site_id = f.as_string(); break;
-            case kRegion: s.region = f.as_string(); break;
+            case kSiteId: {
+                EDGE_ASSIGN_OR_RETURN(s.site_id, as_string(f, "site id"));
+                break;
+            }
+            case kRegion: {
+                EDGE_ASSIGN_OR_RETURN(s.region, as_string(f, "region"));
+                break;
+            }
             case kLat: { EDGE_ASSIGN_OR_RETURN(s.latitude, as_finite(f, "latitude")); break; }
             case kLon: { EDGE_ASSIGN_OR_RETURN(s.longitude, as_finite(f, "longitude")); break; }
-            case kAdmin: s.admin_addr = f.as_string(); break;
-            case kPeer: s.peer_addr = f.as_string(); break;
+            case kAdmin: {
+                EDGE_ASSIGN_OR_RETURN(s.admin_addr, as_string(f, "admin address"));
+                break;
+            }
+            case kPeer: {
+                EDGE_ASSIGN_OR_RETURN(s.peer_addr, as_string(f, "peer address"));
+                break;
+            }
             case kPool: {
                 if (s.pools.size() >= kMaxPools) {
                     return data_loss_error("site state: more than 4096 pools");

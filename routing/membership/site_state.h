@@ -59,6 +59,10 @@ struct SiteState {
     bool operator==(const SiteState&) const = default;
 };
 
+// The longest string (site id, region, address, model name, digest) a site state may hold;
+// decode_site_state refuses longer ones, so configuration must too (models[].name).
+inline constexpr size_t kMaxSiteStringBytes = 255;
+
 std::vector<uint8_t> encode_site_state(const SiteState& s);
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 

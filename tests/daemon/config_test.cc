@@ -122,6 +122,15 @@ TEST_CASE("a full config loads with every section") {
     CHECK(c->log.access_log);
 }
 
+TEST_CASE("the shipped example configs load") {
+    // What docs/config.md and README.md point a newcomer to must not have rotted.
+    for (const char* name : {"single-pop.yaml", "edgeserve.yaml"}) {
+        const std::string path = std::string(EDGE_SOURCE_DIR "/deploy/config/") + name;
+        auto c = parse_config(testing::read_file(path), path);
+        CHECK_MESSAGE(c.ok(), c.status().to_string());
+    }
+}
+
 TEST_CASE("no tenants section means authentication off and defaults apply") {
     Result<Config> c = parse_config(testing::config_yaml("/c", "/k"), "x.yaml");
     REQUIRE(c.ok());
@@ -241,6 +250,15 @@ TEST_CASE("type and range errors name the place") {
           std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "models:\n  - name: a\n"))
               .find("models[0].path: required key missing") != std::string::npos);
+    // Model names are gossiped; every site refuses a state holding one past 255 bytes.
+    auto model_named = [](const std::string& name) {
+        return testing::config_yaml("/c", "/k", "models:\n  - name: " + name + "\n    path: /m\n");
+    };
+    CHECK(error_of(model_named(std::string(256, 'm')))
+              .find("models[0].name: must be 1 to 255 bytes") != std::string::npos);
+    CHECK(error_of(model_named("\"\"")).find("models[0].name: must be 1 to 255 bytes") !=
+          std::string::npos);
+    CHECK(parse_config(model_named(std::string(255, 'm')), "x.yaml").ok());
 }
 
 TEST_CASE("YAML syntax errors and missing sections") {

@@ -184,6 +184,24 @@ TEST_CASE("site state: load changes are material only past the thresholds") {
     CHECK(load_changed_materially(a, b, 0.1, 2));
 }
 
+TEST_CASE("site state: strings longer than 255 bytes are kDataLoss, naming the field") {
+    SiteState s = sample_site();
+    s.pools[0].model = std::string(kMaxSiteStringBytes, 'm');
+    REQUIRE(decode_site_state(encode_site_state(s)).ok());
+    s.pools[0].model += "m";
+    auto decoded = decode_site_state(encode_site_state(s));
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.status().code() == StatusCode::kDataLoss);
+    CHECK(decoded.status().to_string().find("model name is 256 bytes (at most 255)") !=
+          std::string::npos);
+    CHECK(decoded.status().to_string().find("pool 0") != std::string::npos);
+    s = sample_site();
+    s.region = std::string(1 << 20, 'r');
+    decoded = decode_site_state(encode_site_state(s));
+    REQUIRE_FALSE(decoded.ok());
+    CHECK(decoded.status().to_string().find("region is 1048576 bytes") != std::string::npos);
+}
+
 TEST_CASE("keyring: sealed packets open with any installed key, label bound as AAD") {
     auto ring = Keyring::create({key_of(1), key_of(2)}).value();
     const std::vector<uint8_t> plain{1, 2, 3, 4};

@@ -334,5 +334,52 @@ TEST_CASE("memberlist: forged new names stop at max_members, fetches at max_fetc
     CHECK(a.ml().stats().push_pulls.load() == 4);  // The rest wait for a free fetch.
 }
 
+TEST_CASE("memberlist: a member's site state names its own site or is refused") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
+    REQUIRE(ml.site_version_of("X") == 5);
+    // X speaking for Y: routing files pool health and forwarding outcomes by site id, so it
+    // could blame (or vouch for) Y's pools.
+    a.receive(AliveMsg{6, "X", "10.0.0.9:7946", 6, site_bytes("Y", 6)});
+    CHECK(ml.site_version_of("X") == 5);
+    CHECK(ml.stats().decode_failures.load() == 1);
+    a.receive(AliveMsg{7, "X", "10.0.0.9:7946", 7, site_bytes("", 7)});
+    CHECK(ml.site_version_of("X") == 5);
+    CHECK(ml.stats().decode_failures.load() == 2);
+    const auto snapshot = ml.snapshot();
+    const MemberView* x = snapshot->find("X");
+    REQUIRE(x != nullptr);
+    REQUIRE(x->site != nullptr);
+    CHECK(x->site->site_id == "X");
+    CHECK(x->site->pools.at(0).capacity == 5);
+
+    // This member's own state carries its name whatever the caller put there.
+    SiteState mine;
+    mine.site_id = "not-A";
+    mine.region = "eu";
+    ml.update_site_state(mine);
+    const MemberView* self = ml.snapshot()->find("A");
+    REQUIRE(self != nullptr);
+    REQUIRE(self->site != nullptr);
+    CHECK(self->site->site_id == "A");
+    CHECK(self->site->region == "eu");
+
+    // And a member created with another site's state is refused.
+    ManualClock clock;
+    RecordingTransport transport(clock);
+    MembershipConfig c = lan_profile();
+    c.name = "B";
+    c.advertise_addr = "10.0.0.2:7946";
+    SiteState other;
+    other.site_id = "C";
+    auto refused = Memberlist::create(c, Keyring{}, clock, transport, other);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("'C' is not the member name 'B'") != std::string::npos);
+    auto unnamed = Memberlist::create(c, Keyring{}, clock, transport, SiteState{});
+    REQUIRE(unnamed.ok());
+    CHECK((*unnamed)->snapshot()->find("B")->site->site_id == "B");
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
