@@ -164,6 +164,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
             return token.status().with_context("listeners.admin.token_file");
         }
         d->admin_->set_token(std::move(token).value());
+        d->admin_token_set_ = true;
     }
     if (config.gossip.enabled) {
         // What other sites reach this one at: a listener's own address, or this site's public
@@ -469,9 +470,16 @@ Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
 
 Status Daemon::reload_admin_token(const AdminListenerConfig& admin) {
     if (admin.token_file.empty()) {
-        admin_->set_token("");
-        log::info("admin_token_reloaded", {{"token", "none"}});
-        return ok_status();
+        if (admin_token_set_) {
+            // As for `tenants`: a key deleted (or a config edited in haste) must not open the
+            // admin API, rollouts included, to anyone on the admin listener's network.
+            Status refused = failed_precondition_error(
+                "the new config has no listeners.admin.token_file, which would open /admin/ "
+                "without a token; the old token stays (restart to run without one)");
+            log::error("admin_token_reload_refused", {{"error", refused.message()}});
+            return refused;
+        }
+        return ok_status();  // None before, none now.
     }
     Result<std::string> token = read_admin_token(admin.token_file);
     if (!token.ok()) {
@@ -480,6 +488,7 @@ Status Daemon::reload_admin_token(const AdminListenerConfig& admin) {
         return token.status();
     }
     admin_->set_token(std::move(token).value());
+    admin_token_set_ = true;
     log::info("admin_token_reloaded", {{"file", admin.token_file}});
     return ok_status();
 }

@@ -94,8 +94,8 @@ public:
     // next routing decision; logged. Without a cluster, nothing to do.
     void reload_routing(const RoutingConfig& routing);
     // Reads listeners.admin.token_file again (SIGHUP), logged either way: the new token applies
-    // from the next admin request; a file that does not load keeps the old token. A config
-    // without the key removes the token.
+    // from the next admin request; a file that does not load keeps the old token, and so does
+    // a config without the key (refused: it would open /admin/; a restart can).
     Status reload_admin_token(const AdminListenerConfig& admin);
     // Stops accepting, lets requests in flight finish until `deadline`, closes the rest, stops
     // the admin listener and the I/O threads.
@@ -155,6 +155,7 @@ private:
     std::unique_ptr<api::ApiRouter> router_;
     std::unique_ptr<tls::HttpServer> server_;
     std::unique_ptr<AdminServer> admin_;
+    bool admin_token_set_ = false;  // The admin listener has a token (reloads run one at a time).
     // The files the certificates came from (the expiry gauge, a reload of the same files);
     // guarded by reload_mu_, which serialises reloads.
     std::mutex reload_mu_;

@@ -642,6 +642,16 @@ TEST_CASE("edgeserve run: the admin token guards /admin/, the CLI sends it, SIGH
     CHECK(log.find("\"event\":\"admin_token_reload_failed\"") != std::string::npos);
     CHECK(log.find("fedcba9876543210") == std::string::npos);  // No token in the journal.
     CHECK(log.find(old_token) == std::string::npos);
+    // A config without the key would open /admin/ (rollouts included): refused, the token stays.
+    dir.write("c.yaml", testing::config_yaml(cert.cert_path, cert.key_path));
+    child.signal(SIGHUP);
+    REQUIRE(notify.expect("RELOADING=1"));
+    REQUIRE(notify.expect("READY=1"));
+    auto open = testing::run({kBinary, "pools", "--admin", admin});
+    CHECK(open.exit_code == 1);
+    CHECK_MESSAGE(open.err.find("wants its admin token") != std::string::npos, open.err);
+    CHECK(read_file(log_path).find("\"event\":\"admin_token_reload_refused\"") !=
+          std::string::npos);
     child.signal(SIGTERM);
     CHECK(child.wait(15000) == 0);
 }
