@@ -44,8 +44,9 @@ install(FILES deploy/grafana/edgeserve.json DESTINATION ${CMAKE_INSTALL_DATADIR}
 install(FILES deploy/prometheus/prometheus.yml deploy/prometheus/alerts.yml
               deploy/prometheus/alerts_test.yml
         DESTINATION ${CMAKE_INSTALL_DATADIR}/edgeserve/prometheus)
-install(FILES README.md docs/architecture.md docs/config.md docs/operations.md
-              docs/benchmarks.md docs/quantization.md
+install(FILES README.md docs/api.md docs/architecture.md docs/benchmarks.md
+              docs/cluster-certs.md docs/config.md docs/operations.md docs/quantization.md
+              docs/sharding.md docs/tool_calls.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR})
 
 set(CPACK_GENERATOR "DEB")

@@ -26,16 +26,17 @@ constexpr Command kCommands[] = {
      "check-config [--no-files] FILE   validate a config file and the files it names"},
     {"generate", edge::engine::generate_main,
      "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
-     "         [--temperature T] [--seed N] [--ids] [--chat]   run a checkpoint without the "
-     "daemon"},
+     "         [--temperature T] [--seed N] [--threads N] [--ids] [--chat]   run a checkpoint "
+     "without the daemon"},
     {"make-model", edge::engine::make_model_main,
      "make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench --out DIR "
      "[--seed N] [--force]   write a random MoE checkpoint"},
     {"quantize", edge::engine::quantize_main,
-     "quantize --model IN --policy P --out DIR [--force]   write a quantized checkpoint "
-     "(FP8/INT8/INT4)"},
+     "quantize --model IN --policy P --out DIR [--shard-size 5GB] [--threads N] [--force]\n"
+     "         write a quantized checkpoint (FP8/INT8/INT4)"},
     {"quant-eval", edge::engine::quant_eval_main,
-     "quant-eval --model DIR --policies P1,P2 [--text FILE] [--tokens N]   quality table"},
+     "quant-eval --model DIR --policies P1,P2 [--text FILE] [--tokens N] [--chunk N]\n"
+     "         [--threads N] [--no-per-class]   quality table"},
     {"members", edge::daemon::cluster::members_main,
      "members [--admin HOST:PORT] [--json]   gossip members of the cluster"},
     {"pools", edge::daemon::cluster::pools_main,

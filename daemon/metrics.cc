@@ -82,7 +82,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                 "Gossip packets and streams dropped, by reason (auth, decode; "
                                 "implausible: messages with an incarnation far past the "
                                 "member's; members_full: alive messages naming a new member "
-                                "past 65536).")
+                                "past gossip.max_members).")
                             .Register(*registry_);
     for (const char* reason : {"auth", "decode", "implausible", "members_full"}) {
         gossip_rejected_->Add({{"reason", reason}});

@@ -84,6 +84,12 @@ TEST_CASE("cpack builds the .deb: files, Depends, conffiles, scripts, scratch-ro
     for (const char* f : kFiles) {
         CHECK_MESSAGE(contents.out.find(std::string("./") + f) != std::string::npos, f);
     }
+    // Every document, so the links between them (config.md to api.md, ...) resolve.
+    for (const auto& doc : std::filesystem::directory_iterator(EDGE_SOURCE_DIR "/docs")) {
+        const std::string name = "./usr/share/doc/edgeserve/" + doc.path().filename().string();
+        const bool packaged = contents.out.find(name + "\n") != std::string::npos;
+        CHECK_MESSAGE(packaged, name);
+    }
     CHECK(contents.out.find("root/root") != std::string::npos);
 
     std::string control = dir.file("control");
