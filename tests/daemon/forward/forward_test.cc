@@ -228,9 +228,22 @@ void check_in_debt(Site& a, Site& b, const std::string& request, size_t seen) {
 
 // A peer that is not an edgeserve: one TLS connection (certificate from the cluster CA), the
 // request read, `answer` written, then the socket closed without a TLS close_notify.
+// A streamed answer as a peer sends it: `events` in one chunk, then the last chunk unless the
+// peer is to close before it.
+std::string chunked_events(const std::string& events, bool last_chunk) {
+    char size[32];
+    std::snprintf(size, sizeof(size), "%zx\r\n", events.size());
+    return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n" +
+           std::string(size) + events + "\r\n" + (last_chunk ? "0\r\n\r\n" : "");
+}
+
 class RawPeer {
   public:
-    RawPeer(const testing::TestCertificate& cert, std::string answer) : answer_(std::move(answer)) {
+    // Site "raw" of `cluster`, with a certificate of the cluster's CA.
+    RawPeer(Cluster& cluster, std::string answer) : answer_(std::move(answer)) {
+        const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
+                                                           {"raw", "localhost"});
         listen_fd_ = testing::bind_loopback(SOCK_STREAM, port_);
         ctx_ = SSL_CTX_new(TLS_server_method());
         REQUIRE(ctx_ != nullptr);
@@ -630,9 +643,7 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
         Cluster cluster;
         Site a(cluster, "fra", {"m"}, tenants_section());
         Site b(cluster, "sin", {"m"});
-        const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
-                                                           {"raw", "localhost"});
-        RawPeer raw(cert, accepted_then_died);
+        RawPeer raw(cluster, accepted_then_died);
         a.planner.route_to({raw.target(), b.target()});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -650,9 +661,7 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
         // It was refunded in full as one every site refused (peer_refused), rate token too.
         Cluster cluster;
         Site a(cluster, "fra", {"m"}, tenants_section());
-        const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
-                                                           {"raw", "localhost"});
-        RawPeer raw(cert, accepted_then_died);
+        RawPeer raw(cluster, accepted_then_died);
         RouteTarget dead{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
         a.planner.route_to({raw.target(), dead});
         auto client = a.client();
@@ -942,20 +951,12 @@ TEST_CASE("a retry budget of zero forbids the retry") {
 TEST_CASE("a peer that closes after its stream's end event: the stream ends once, not cut") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
-    const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
-                                                       {"raw", "localhost"});
     const std::string events =
         "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
         "\"delta\":{\"content\":\"whole\"},\"finish_reason\":\"stop\"}]}\n\n"
         ": edgeserve-usage {\"prompt_tokens\":3,\"completion_tokens\":1}\n\n"
         "data: [DONE]\n\n";
-    char size[32];
-    std::snprintf(size, sizeof(size), "%zx\r\n", events.size());
-    // Chunked, and closed before the terminating chunk.
-    RawPeer raw(cert,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n" +
-                    std::string(size) + events + "\r\n");
+    RawPeer raw(cluster, chunked_events(events, /*last_chunk=*/false));  // Closed before it.
     a.planner.route_to({raw.target()});
     auto client = a.client();
     REQUIRE(client->send(chat_request(true)).ok());
@@ -974,18 +975,11 @@ TEST_CASE("a peer that closes after its stream's end event: the stream ends once
 TEST_CASE("a stream that ends without the peer's usage report is charged as one cut, not free") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
-    const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
-                                                       {"raw", "localhost"});
     const std::string events =
         "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
         "\"delta\":{\"content\":\"whole\"},\"finish_reason\":\"stop\"}]}\n\n"
         "data: [DONE]\n\n";
-    char size[32];
-    std::snprintf(size, sizeof(size), "%zx\r\n", events.size());
-    RawPeer raw(cert,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n" +
-                    std::string(size) + events + "\r\n0\r\n\r\n");
+    RawPeer raw(cluster, chunked_events(events, /*last_chunk=*/true));
     a.planner.route_to({raw.target()});
     auto client = a.client();
     REQUIRE(client->send(chat_request(true)).ok());
