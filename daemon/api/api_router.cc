@@ -355,6 +355,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         if (const Tenant* known = table->find(tenant_name)) {
             forwarded_tenant = *known;
+            if (!table->enabled()) {
+                // The anonymous tenant's settings, not its prefix-cache scope: every tenant
+                // forwarded here would share one ("never across tenants", docs/config.md).
+                forwarded_tenant.cache_scope.clear();  // "": the engine keys by the name.
+            }
         }
         forwarded_tenant.name = std::string(tenant_name);
         tenant_ptr = &forwarded_tenant;

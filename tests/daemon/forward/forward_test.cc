@@ -352,6 +352,9 @@ TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTL
         }
         auto req = b.generator.request(i);
         CHECK(req.tenant == "acme");  // From the tenant header: B has no tenants of its own.
+        // Its prefix-cache entries are its own, not the anonymous tenant's every forwarded
+        // tenant (and B's own clients) would share.
+        CHECK(req.cache_scope.empty());  // "": the engine keys them by the tenant name.
         CHECK(req.model == "m");
         b.generator.emit(i, "Hello");
         b.generator.emit(i, " world");
