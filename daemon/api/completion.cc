@@ -173,9 +173,17 @@ public:
 
     // The handles of the running choices, cancelled together (the client left, a choice
     // failed).
-    void add_handle(std::shared_ptr<engine::GenerationHandle> handle) {
-        std::lock_guard lock(mu_);
-        handles_.push_back(std::move(handle));
+    void add_handle(const std::shared_ptr<engine::GenerationHandle>& handle) {
+        bool failed = false;
+        {
+            std::lock_guard lock(mu_);
+            handles_.push_back(handle);
+            failed = failure_.has_value();
+        }
+        if (failed) {
+            // A choice failed before this one was submitted: its cancel_all() missed it.
+            handle->cancel();
+        }
     }
     void cancel_all() {
         std::vector<std::shared_ptr<engine::GenerationHandle>> handles;

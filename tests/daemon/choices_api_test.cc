@@ -176,6 +176,21 @@ TEST_CASE("n: the engine refusing a later choice refuses the request, the earlie
     CHECK(next->body.find("late") == std::string::npos);
 }
 
+TEST_CASE("n: a choice failing while the request is still being submitted stops the later ones") {
+    Fixture f;
+    // Choice 0 fails before choice 1 is submitted: the failure's cancel_all() found only it.
+    f.generator.error_in_submit_at(0, unavailable_error("the device failed"));
+    auto c = f.chat(R"(,"n":3)", 3);
+    CHECK(f.generator.wait_cancelled(1));  // They ran to max_tokens, and the answer waited.
+    CHECK(f.generator.wait_cancelled(2));
+    f.generator.finish(1, engine::FinishReason::kCancelled, engine::Usage{3, 0, 0});
+    f.generator.finish(2, engine::FinishReason::kCancelled, engine::Usage{3, 0, 0});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(r->body.find("the device failed") != std::string::npos);
+}
+
 TEST_CASE("n: the client leaving cancels every choice") {
     Fixture f;
     {

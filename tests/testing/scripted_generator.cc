@@ -53,7 +53,7 @@ std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
 
 Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (fail_next_) {
         Status s = *fail_next_;
         fail_next_.reset();
@@ -80,8 +80,16 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     call->sink = std::move(sink);
     calls_.push_back(call);
     cv_.notify_all();
-    return std::shared_ptr<engine::GenerationHandle>(
+    auto handle = std::shared_ptr<engine::GenerationHandle>(
         std::make_shared<Handle>(*this, call, prompt_tokens_));
+    if (error_at_ && error_at_->first == calls_.size() - 1) {
+        const size_t index = error_at_->first;
+        Status error = std::move(error_at_->second);
+        error_at_.reset();
+        lock.unlock();
+        finish(index, engine::FinishReason::kError, engine::Usage{}, std::move(error));
+    }
+    return handle;
 }
 
 void ScriptedGenerator::set_thinks(const std::string& model, bool prompt_opens_thought) {
@@ -130,6 +138,11 @@ void ScriptedGenerator::fail_next_submit(Status status) {
 void ScriptedGenerator::fail_submit_at(size_t index, Status status) {
     std::lock_guard lock(mu_);
     fail_at_ = std::pair(index, std::move(status));
+}
+
+void ScriptedGenerator::error_in_submit_at(size_t index, Status status) {
+    std::lock_guard lock(mu_);
+    error_at_ = std::pair(index, std::move(status));
 }
 
 bool ScriptedGenerator::wait_for_request(size_t index, int timeout_ms) {

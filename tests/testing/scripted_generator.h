@@ -54,6 +54,9 @@ public:
     void fail_next_submit(Status status);
     // The submit() that would record request number `index` fails with `status` (once).
     void fail_submit_at(size_t index, Status status);
+    // Request number `index` ends with kError and `status` inside its submit(), before the
+    // handle is returned (an engine whose prefill fails at once, on another thread).
+    void error_in_submit_at(size_t index, Status status);
     void set_ready(bool ready) { ready_ = ready; }
     // models() reports `format` as `model`'s tool-call format ("hermes", "glm4_5", "kimi_k2").
     void set_tool_call_format(const std::string& model, std::string format);
@@ -87,6 +90,7 @@ private:
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
     std::optional<std::pair<size_t, Status>> fail_at_;
+    std::optional<std::pair<size_t, Status>> error_at_;
     bool ready_ = true;
     int64_t prompt_tokens_ = 0;
     std::vector<engine::ModelLoad> load_;
