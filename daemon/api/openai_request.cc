@@ -1,13 +1,15 @@
 #include "daemon/api/openai_request.h"
 
 #include <algorithm>
-#include <boost/json.hpp>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <unordered_set>
+
+#include <boost/json.hpp>
 
 #include "common/json_text.h"
 #include "engine/sampling/json_schema.h"
@@ -611,6 +613,7 @@ bool parse_logit_bias(Validator& v, const json::value& value,
     if (value.get_object().size() > engine::sampling::kMaxLogitBias) {
         return v.fail("'logit_bias' may hold at most 1024 tokens", "logit_bias");
     }
+    std::unordered_set<int64_t> ids;
     for (const auto& kv : value.get_object()) {
         const std::string_view key = kv.key();
         int64_t id = -1;
@@ -631,6 +634,11 @@ bool parse_logit_bias(Validator& v, const json::value& value,
         std::optional<double> bias = v.number(kv.value(), name, -100, 100);
         if (!bias) {
             return false;
+        }
+        if (!ids.insert(id).second) {
+            // "7" and "07" are two keys to JSON, one token to the sampler, which would add
+            // both biases (past +-100).
+            return v.fail("'logit_bias' names token " + std::to_string(id) + " twice", name);
         }
         out.emplace_back(static_cast<engine::TokenId>(id), static_cast<float>(*bias));
     }

@@ -189,6 +189,9 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
              "logit_bias.7"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":[1]})",
              "logit_bias"},
+            // One token under two spellings: the sampler would add both biases.
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"logit_bias":{"7":100,"007":100}})",
+             "logit_bias.007"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})",
              "tools[0].type"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
