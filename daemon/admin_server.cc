@@ -10,6 +10,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -41,7 +42,10 @@ public:
         uint64_t failures = 0;
         std::chrono::steady_clock::time_point logged_at{};
         for (;;) {
-            auto [ec, socket] = co_await acceptor_.async_accept(kTuple);
+            // Each connection on its own strand: the I/O threads run the io_context together,
+            // and a tcp_stream's timeout closes the socket from a handler of its own, which must
+            // not run beside the read it ends.
+            auto [ec, socket] = co_await acceptor_.async_accept(net::make_strand(io_), kTuple);
             if (ec) {
                 if (!acceptor_.is_open()) {
                     co_return;
@@ -63,7 +67,8 @@ public:
                 continue;
             }
             delay = std::chrono::milliseconds(0);
-            net::co_spawn(io_, serve(beast::tcp_stream(std::move(socket))),
+            auto executor = socket.get_executor();
+            net::co_spawn(executor, serve(beast::tcp_stream(std::move(socket))),
                           [](std::exception_ptr) {});
         }
     }
