@@ -81,9 +81,11 @@ void HttpServer::Impl::start_accepting() {
         }
         if (!ec) {
             accept_delay_ = std::chrono::milliseconds(0);
-            if (draining_.load()) {
-                observer_->on_connection_rejected("draining");
-            } else if (open_.load() >= config_.limits.max_connections) {
+            // A connection accepted while the drain begins (the acceptor's close is still on
+            // its way) is served like one accepted just before: it left the kernel's backlog,
+            // so no successor process can take it, and stop() drains it with the others
+            // (registered here, before the close runs, it gets the first request's grace).
+            if (open_.load() >= config_.limits.max_connections) {
                 // Closing at once keeps the cost of a connection flood at one accept each.
                 observer_->on_connection_rejected("limit");
                 boost::system::error_code ignored;
