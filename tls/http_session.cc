@@ -944,7 +944,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
         co_return false;
     }
-    if (ec && ec.category() == http::make_error_code(http::error::bad_method).category()) {
+    if (ec && ec != http::error::partial_message &&
+        ec.category() == http::make_error_code(http::error::bad_method).category()) {
         co_await reject(400, "malformed HTTP request", 11);
         co_return false;
     }
@@ -1016,7 +1017,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             co_await reject(413, "request body too large", head.version(), method, target);
             co_return false;
         }
-        if (bec && bec.category() == http::make_error_code(http::error::bad_method).category()) {
+        if (bec && bec != http::error::partial_message &&
+            bec.category() == http::make_error_code(http::error::bad_method).category()) {
             co_await reject(400, "malformed HTTP request body", head.version(), method, target);
             co_return false;
         }

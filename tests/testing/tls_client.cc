@@ -124,6 +124,12 @@ Result<std::unique_ptr<TlsClient>> TlsClient::connect(uint16_t port, TlsClientOp
 
 TlsClient::~TlsClient() { close(); }
 
+void TlsClient::send_close_notify() {
+    if (ssl_) {
+        (void)SSL_shutdown(ssl_);  // 0: sent, the peer's not yet seen; either way done here.
+    }
+}
+
 void TlsClient::close() {
     if (ssl_) {
         SSL_free(ssl_);

@@ -59,6 +59,8 @@ public:
     bool wait_closed();
     // The server ended the TLS session with close_notify (seen by a read that returned EOF).
     bool got_close_notify() const;
+    // Sends close_notify (this side is done sending) and keeps the connection to read on.
+    void send_close_notify();
     void close();
 
     std::string peer_common_name() const;

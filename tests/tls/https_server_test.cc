@@ -1356,6 +1356,34 @@ TEST_CASE("out of file descriptors, the accept loop backs off and logs once, the
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
 
+TEST_CASE("a client that leaves mid-request is not answered, nor counted, as a malformed one") {
+    Fixture f;
+    for (const std::string partial :
+         {std::string("GET /x HTTP/1.1\r\nHost: localhost\r\n"),
+          std::string("POST /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc"),
+          std::string("POST /x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+                      "\r\n5\r\nab")}) {
+        for (const bool notify : {true, false}) {
+            auto c = f.connect();
+            REQUIRE(c.ok());
+            REQUIRE((*c)->send(partial).ok());
+            // The TLS end (close_notify), or the TCP end alone: a partial message either way.
+            if (notify) {
+                (*c)->send_close_notify();
+                CHECK((*c)->wait_closed());
+            }
+            (*c)->close();
+        }
+    }
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK(get_body(**c, "/x") == "remote=127.0.0.1 sni=localhost body=0");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::vector<Answered> a = f.observer.answered(1);
+    REQUIRE(a.size() == 1);  // Was a 400 "malformed HTTP request" for each.
+    CHECK(a[0].status == 200);
+}
+
 TEST_CASE("each answer is reported once: status, body bytes, completeness and the handler's notes") {
     Fixture f;
     auto c = f.connect();
