@@ -409,6 +409,7 @@ private:
     std::string write_buffer_;
     uint64_t seq_ = 0;
     int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
+    std::vector<HttpHeader> header_fields_;  // The request header's (read_request).
     // Between the first byte of a request and the end of its response; drain closes connections
     // that are not busy (handshaking, or idle between requests) at once.
     bool busy_ = false;
@@ -967,6 +968,16 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         co_return false;  // Reset or end of stream: nothing to answer.
     }
     auto& head = parser.get();
+    // The header's fields, as the handler gets them: the parser adds a chunked body's trailer
+    // fields to the same list, each beside the header's field of its name (RFC 9110 section
+    // 6.5.1: a trailer is not merged into the header; a second Host or an Authorization there
+    // was never checked).
+    header_fields_.clear();
+    header_fields_.reserve(8);
+    for (const auto& field : head) {
+        header_fields_.push_back(
+            HttpHeader{std::string(field.name_string()), std::string(field.value())});
+    }
     // Named, not temporaries in the co_await expressions below (GCC 12).
     const std::string_view method = head.method_string();
     const std::string_view target = head.target();
@@ -1324,11 +1335,8 @@ net::awaitable<void> HttpSession::run() {
         request.method = std::string(beast_request.method_string());
         request.target = std::string(beast_request.target());
         request.version = beast_request.version();
-        request.headers.reserve(8);
-        for (const auto& field : beast_request) {
-            request.headers.push_back(
-                HttpHeader{std::string(field.name_string()), std::string(field.value())});
-        }
+        request.headers = std::move(header_fields_);  // Not a trailer's (read and dropped).
+        header_fields_ = {};
         request.body = std::move(beast_request.body());
         request.remote_address = remote_;
         request.server_name = server_name_;

@@ -36,7 +36,8 @@ using edge::testing::TlsClientOptions;
 
 namespace {
 
-// Answers with what it saw; "/hold" parks the channel for the test to answer later;
+// Answers with what it saw ("/headers": every header field and the body); "/hold" parks the
+// channel for the test to answer later;
 // "/two-large" streams two 300 KiB events and a last small one from inside handle(), where
 // nothing can be written to the socket between them; "/throw" throws (a handler bug).
 class EchoHandler final : public HttpHandler {
@@ -62,6 +63,15 @@ public:
             channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
             channel->write("data: 1\n\n");
             return;  // The stream is never ended.
+        }
+        if (request.path() == "/headers") {
+            HttpResponse r;
+            for (const HttpHeader& h : request.headers) {
+                r.body += h.name + ": " + h.value + "\n";
+            }
+            r.body += "body=" + request.body;
+            channel->respond(std::move(r));
+            return;
         }
         if (request.path() == "/hold") {
             std::lock_guard lock(mu_);
@@ -1264,6 +1274,23 @@ TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at 
     auto r = (*c)->read_response();
     REQUIRE(r.ok());
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
+}
+
+TEST_CASE("a chunked body's trailer fields are read and dropped, never taken as header fields") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /headers HTTP/1.1\r\nHost: localhost\r\n"
+                       "Transfer-Encoding: chunked\r\n\r\n"
+                       "3\r\nabc\r\n0\r\nHost: other.test\r\nAuthorization: Bearer x\r\n"
+                       "X-Model-Version: v9\r\n\r\n")
+                .ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->body == "Host: localhost\nTransfer-Encoding: chunked\nbody=abc");
+    // The connection goes on: the trailer was consumed.
+    CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
 
 TEST_CASE("Transfer-Encoding other than chunked alone is refused and the connection closed") {
