@@ -824,8 +824,9 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
     record.path = target.empty() ? std::string_view() : line.path();
     record.client = remote_;
     record.status = status;
-    record.complete = co_await write_full(response, version, false, false);
-    record.body_bytes = record.complete ? response.body.size() : 0;
+    const bool head_only = method == "HEAD";  // Its answer has no content (RFC 9110 9.3.2).
+    record.complete = co_await write_full(response, version, false, head_only);
+    record.body_bytes = record.complete && !head_only ? response.body.size() : 0;
     // From the start of the request's read, not of this answer: a 408 held the connection for
     // the whole timeout.
     record.duration = Clock::now() - request_start_;

@@ -1276,6 +1276,18 @@ TEST_CASE("an endless chunk-size line, chunk extension or trailer is refused at 
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=3");
 }
 
+TEST_CASE("the server's own error answer to a HEAD request has no content") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("HEAD / HTTP/1.1\r\n\r\n").ok());  // No Host: a 400.
+    auto all = (*c)->read_until("\r\n\r\n");
+    REQUIRE(all.ok());
+    CHECK(all->starts_with("HTTP/1.1 400 "));
+    CHECK(all->find("content-length: 0") == std::string::npos);  // The GET's length is kept,
+    CHECK_FALSE((*c)->read_until("}").ok());  // and no JSON body follows before the close.
+}
+
 TEST_CASE("a chunked body's trailer fields are read and dropped, never taken as header fields") {
     Fixture f;
     auto c = f.connect();
