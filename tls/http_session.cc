@@ -410,6 +410,7 @@ private:
     uint64_t seq_ = 0;
     int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
     std::vector<HttpHeader> header_fields_;  // The request header's (read_request).
+    bool answer_cut_ = false;  // An answer was cut short (serve_response): no close_notify.
     // Between the first byte of a request and the end of its response; drain closes connections
     // that are not busy (handshaking, or idle between requests) at once.
     bool busy_ = false;
@@ -1292,6 +1293,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
         // Before the answer counts as done, so the handler hears of it (a failed or timed-out
         // write cancels the generation, as a client that left does).
         mark_client_gone();
+        answer_cut_ = true;
     }
     response_done_ = true;
     gone_callback_ = nullptr;
@@ -1390,7 +1392,11 @@ net::awaitable<void> HttpSession::run() {
             }
         }
     }
-    stream_.send_close_notify();
+    if (!answer_cut_) {
+        // Not after a cut answer: an HTTP/1.0 body ends at the close, and close_notify would
+        // tell its client that the body it has is whole (tls_stream.h).
+        stream_.send_close_notify();
+    }
     close_socket();
     stop_watchdog();
 }

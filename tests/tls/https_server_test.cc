@@ -782,6 +782,20 @@ TEST_CASE("a handler that drops its channel unanswered: a 500, or a stream begun
     CHECK(answered[0].complete);
     CHECK(answered[2].path == "/drop-stream");
     CHECK_FALSE(answered[2].complete);
+    // HTTP/1.0: the body ends at the close, so a cut one ends without close_notify (which would
+    // tell the client the body it has is whole).
+    auto old = f.connect();
+    REQUIRE(old.ok());
+    REQUIRE((*old)->send("GET /drop-stream HTTP/1.0\r\n\r\n").ok());
+    REQUIRE((*old)->read_until("data: 1\n\n").ok());
+    CHECK((*old)->wait_closed());
+    CHECK_FALSE((*old)->got_close_notify());
+    auto whole = f.connect();  // A whole HTTP/1.0 answer still ends with it.
+    REQUIRE(whole.ok());
+    REQUIRE((*whole)->send("GET /x HTTP/1.0\r\n\r\n").ok());
+    REQUIRE((*whole)->read_until("body=0").ok());
+    CHECK((*whole)->wait_closed());
+    CHECK((*whole)->got_close_notify());
 }
 
 TEST_CASE("Expect: 100-continue gets an interim response before the body is sent") {
