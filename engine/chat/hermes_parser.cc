@@ -64,6 +64,11 @@ class HermesParser final : public MarkerParser {
                         return malformed("a tool call's arguments are not a JSON object");
                     }
                     args_seen_ = args_on_ = true;
+                } else if (value_starts) {
+                    // Read as a call with no arguments, {"name": "f", "parameters": {...}}
+                    // would run f with none of what the model gave it.
+                    return malformed("a tool call has a key other than \"name\" and "
+                                     "\"arguments\"");
                 }
                 if (name_on_) {
                     name_json_ += c;

@@ -293,6 +293,19 @@ TEST_CASE("tool calls: malformed calls come back as content") {
             CHECK(o.content == text);
         }
     }
+    SUBCASE("Hermes: a key other than \"name\" and \"arguments\"") {
+        // Taken as a call without arguments, it ran the tool with {} and dropped the model's.
+        for (const std::string call :
+             {"{\"name\": \"delete_files\", \"parameters\": {\"path\": \"/tmp/x\"}}",
+              "{\"name\": \"f\", \"arguments\": {}, \"id\": 1}"}) {
+            INFO(call);
+            const std::string text = "x<tool_call>" + call + "</tool_call>y";
+            const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+            CHECK(o.malformed);
+            CHECK(o.calls.empty());
+            CHECK(o.content == text);
+        }
+    }
     SUBCASE("Hermes: keys are compared as JSON reads them, escapes decoded") {
         // "argu\u006dents" is a second "arguments" key, so the call is malformed.
         const std::string twice =
@@ -302,14 +315,21 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK(o.malformed);
         CHECK(o.calls.empty());
         CHECK(o.content == twice);
-        // "argume\nts" is not "arguments": the call has none.
+        // "argume\nts" is not "arguments": a key the call may not have.
         const Outcome other =
             check_all_splits(ToolCallFormat::kHermes,
                              "<tool_call>{\"name\": \"f\", \"argume\\nts\": {\"b\": 2}}"
                              "</tool_call>");
-        CHECK_FALSE(other.malformed);
-        REQUIRE(other.calls.size() == 1);
-        CHECK(other.calls[0].arguments == "{}");
+        CHECK(other.malformed);
+        CHECK(other.calls.empty());
+        // Escapes that spell "arguments" are that key.
+        const Outcome spelled =
+            check_all_splits(ToolCallFormat::kHermes,
+                             "<tool_call>{\"name\": \"f\", \"argu\\u006dents\": {\"b\": 2}}"
+                             "</tool_call>");
+        CHECK_FALSE(spelled.malformed);
+        REQUIRE(spelled.calls.size() == 1);
+        CHECK(spelled.calls[0].arguments == "{\"b\": 2}");
     }
     SUBCASE("Hermes: a bad call, then a good one") {
         // Whether the bad call's header went out before it broke depends on the split: if not,
