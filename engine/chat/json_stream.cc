@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "common/json_text.h"
+
 namespace edge::engine::chat {
 namespace {
 
@@ -79,6 +81,11 @@ JsonStream::Result JsonStream::value_ended() {
 }
 
 JsonStream::Result JsonStream::start_value(char c) {
+    if ((c == '{' || c == '[') && stack_.size() >= kMaxJsonDepth) {
+        // Deeper than the server reads back (a client sending these arguments in its history
+        // would get a 400) or writes.
+        return Result::kInvalid;
+    }
     switch (c) {
         case '{':
             stack_.push_back('{');

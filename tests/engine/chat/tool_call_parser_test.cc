@@ -7,9 +7,11 @@
 
 #include <doctest/doctest.h>
 
-#include <boost/json.hpp>
 #include <map>
 
+#include <boost/json.hpp>
+
+#include "common/json_text.h"
 #include "engine/chat/json_stream.h"
 
 namespace edge::engine::chat {
@@ -410,6 +412,13 @@ TEST_CASE("tool calls: JSON stream validator") {
     CHECK_FALSE(valid("{\"a\": \"\\x\"}"));
     CHECK_FALSE(valid("{\"a\": 1} x"));
     CHECK_FALSE(valid("{\"a\": 1"));
+    // Containers nest at most 64 deep, as the server reads JSON back (a deeper call's arguments
+    // in a client's history would be a 400).
+    auto nested = [](size_t depth) {
+        return "{\"a\": " + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+    };
+    CHECK(valid(nested(kMaxJsonDepth)));
+    CHECK_FALSE(valid(nested(kMaxJsonDepth + 1)));
 }
 
 }  // namespace
