@@ -10,6 +10,41 @@ namespace edge::engine::chat {
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// Where a number is in the RFC 8259 grammar, one byte at a time: each byte either continues
+// a valid prefix or does not, so what streams out is always the start of a number.
+enum class Num : uint8_t { kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp, kNone };
+
+Num number_next(Num at, char c) {
+    const bool digit = c >= '0' && c <= '9';
+    switch (at) {
+        case Num::kMinus:
+            return c == '0' ? Num::kZero : digit ? Num::kInt : Num::kNone;
+        case Num::kZero:
+        case Num::kInt:
+            if (digit) {
+                return at == Num::kInt ? Num::kInt : Num::kNone;  // No leading zeros.
+            }
+            return c == '.' ? Num::kDot : (c == 'e' || c == 'E') ? Num::kE : Num::kNone;
+        case Num::kDot:
+            return digit ? Num::kFrac : Num::kNone;
+        case Num::kFrac:
+            return digit ? Num::kFrac : (c == 'e' || c == 'E') ? Num::kE : Num::kNone;
+        case Num::kE:
+            return digit ? Num::kExp : (c == '+' || c == '-') ? Num::kESign : Num::kNone;
+        case Num::kESign:
+        case Num::kExp:
+            return digit ? Num::kExp : Num::kNone;
+        case Num::kNone:
+            break;
+    }
+    return Num::kNone;
+}
+
+// Whether a number may end here.
+bool number_complete(Num at) {
+    return at == Num::kZero || at == Num::kInt || at == Num::kFrac || at == Num::kExp;
+}
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 // One \u escape's code unit as UTF-8. A surrogate pair's halves are encoded one by one (not
@@ -29,47 +64,6 @@ void append_utf8(std::string& out, uint32_t u) {
 }
 
 }  // namespace
-
-bool is_json_number(const std::string& s) {
-    size_t i = 0;
-    if (i < s.size() && s[i] == '-') {
-        ++i;
-    }
-    if (i >= s.size()) {
-        return false;
-    }
-    if (s[i] == '0') {
-        ++i;
-    } else if (is_digit(s[i])) {
-        while (i < s.size() && is_digit(s[i])) {
-            ++i;
-        }
-    } else {
-        return false;
-    }
-    if (i < s.size() && s[i] == '.') {
-        ++i;
-        if (i >= s.size() || !is_digit(s[i])) {
-            return false;
-        }
-        while (i < s.size() && is_digit(s[i])) {
-            ++i;
-        }
-    }
-    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-        ++i;
-        if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
-            ++i;
-        }
-        if (i >= s.size() || !is_digit(s[i])) {
-            return false;
-        }
-        while (i < s.size() && is_digit(s[i])) {
-            ++i;
-        }
-    }
-    return i == s.size();
-}
 
 JsonStream::Result JsonStream::value_ended() {
     if (stack_.empty()) {
@@ -111,7 +105,9 @@ JsonStream::Result JsonStream::start_value(char c) {
             break;
         default:
             if (c == '-' || is_digit(c)) {
-                token_.assign(1, c);
+                number_ =
+                    static_cast<uint8_t>(c == '-' ? Num::kMinus : number_next(Num::kMinus, c));
+                number_bytes_ = 1;
                 state_ = State::kNumber;
                 return Result::kOk;
             }
@@ -242,15 +238,15 @@ JsonStream::Result JsonStream::feed(char c) {
             return Result::kOk;
         }
         case State::kNumber:
-            if (is_digit(c) || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
-                token_ += c;
-                if (token_.size() > 4096) {
+            if (const Num next = number_next(static_cast<Num>(number_), c); next != Num::kNone) {
+                number_ = static_cast<uint8_t>(next);
+                if (++number_bytes_ > 4096) {
                     return fail();
                 }
                 return Result::kOk;
             }
-            if (!is_json_number(token_)) {
-                return fail();
+            if (!number_complete(static_cast<Num>(number_))) {
+                return fail();  // "1-", "01", "1.", "1e": no byte could have made it a number.
             }
             {
                 Result r = value_ended();

@@ -4,7 +4,7 @@
 // text on as soon as it is known to be a valid prefix of one JSON value, and knows the moment the
 // value ends. It also reports the keys of the outermost object (for Hermes-style calls whose
 // "arguments" value is streamed out of a larger object). Numbers are checked against the JSON
-// grammar when they end; strings must be valid escapes (UTF-8 is the tokenizer's business).
+// grammar byte by byte; strings must be valid escapes (UTF-8 is the tokenizer's business).
 //
 // Threading: a value type; one owner.
 
@@ -64,13 +64,12 @@ class JsonStream {
     bool string_is_key_ = false;
     int unicode_left_ = 0;
     uint32_t unicode_ = 0;  // The \u escape's code unit read so far.
-    std::string token_;  // Number or literal being read.
+    std::string token_;     // Literal being read.
+    uint8_t number_ = 0;    // Where a number being read is in its grammar (json_stream.cc).
+    size_t number_bytes_ = 0;
     const char* literal_ = nullptr;
     std::string key_buf_;
     std::string top_key_;
 };
-
-// Whether `s` is one JSON number (RFC 8259 grammar).
-bool is_json_number(const std::string& s);
 
 }  // namespace edge::engine::chat

@@ -407,6 +407,23 @@ TEST_CASE("tool calls: JSON stream validator") {
     CHECK(valid("{\"a\": [1, -2.5e+3, true, false, null, \"\\u00e9\\n\"], \"b\": {}}"));
     CHECK(valid("[]"));
     CHECK_FALSE(valid("{\"a\": 01}"));
+    // A number is a valid prefix at every byte: "1-" is refused at its '-', not when it ends.
+    auto refused_at = [](const std::string& s) {
+        JsonStream j;
+        for (size_t i = 0; i < s.size(); ++i) {
+            if (j.feed(s[i]) == JsonStream::Result::kInvalid) {
+                return i;
+            }
+        }
+        return s.size();
+    };
+    CHECK(refused_at("[1-2]") == 2);
+    CHECK(refused_at("[01]") == 2);
+    CHECK(refused_at("[1.e5]") == 3);
+    CHECK(refused_at("[1e+-5]") == 4);
+    CHECK(refused_at("[-]") == 2);
+    CHECK(refused_at("[1.]") == 3);
+    CHECK(refused_at("[-0.5e-3, 10E2, 0]") == 18);
     CHECK_FALSE(valid("[1,]"));
     CHECK_FALSE(valid("{\"a\" 1}"));
     CHECK_FALSE(valid("{\"a\": \"\\x\"}"));
