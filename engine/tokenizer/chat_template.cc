@@ -168,9 +168,13 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, b
         }
         b->marker(kImStart);
         std::string content = m.content;
+        // The template's test before the first call is on the content before its lstrip: a
+        // content of "\n" is written as nothing and still gets the call its newline.
+        bool has_content = !content.empty();
         if (m.role == "assistant" && thinking) {
             Reasoned r = split_reasoning(m);
             content = std::move(r.content);
+            has_content = !content.empty();
             if (i > last_query && (i + 1 == messages.size() || !r.reasoning.empty())) {
                 b->text(m.role + "\n");
                 b->marker("<think>");
@@ -187,7 +191,7 @@ Status chatml(std::span<const ChatMessage> messages, const json::array& tools, b
         b->text(content);
         for (size_t j = 0; j < m.tool_calls.size(); ++j) {
             const ChatToolCall& c = m.tool_calls[j];
-            b->text((j > 0 || !content.empty()) ? "\n" : "");
+            b->text((j > 0 || has_content) ? "\n" : "");
             b->tagged("<tool_call>\n");
             b->text("{\"name\": " + json::serialize(json::value(c.name)) +
                     ", \"arguments\": " + (c.arguments.empty() ? "{}" : c.arguments) + "}");

@@ -173,6 +173,13 @@ TEST_CASE("chat formats: Qwen3 and GLM-4.5 keep reasoning only after the last us
                  "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
                  "</tool_call><|im_end|>") != std::string::npos);
     check_ids_match_text(*qwen, *tok, loop, kTools);
+    // The newline before the first call follows the content as sent, before its lstrip: "\n"
+    // beside separate reasoning is written as nothing, and the call still gets its newline.
+    std::vector<ChatMessage> spaced = loop;
+    spaced[1].content = "\n";
+    spaced[1].reasoning_content = "need the tool";
+    CHECK(qwen->render_text(spaced, kTools)
+              .find("<think>\nneed the tool\n</think>\n\n\n<tool_call>\n") != std::string::npos);
     const std::string g = glm->render_text(loop, kTools);
     CHECK(g.find("<|assistant|>\n<think>need the tool</think>\n<tool_call>get_weather") !=
           std::string::npos);
