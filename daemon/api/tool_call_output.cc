@@ -63,8 +63,8 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
                                               ? std::string_view(request.tool_choice_function)
                                               : std::string_view();
         std::string prefix = chat::forced_call_prefix(*format, function);
-        out->prefix_ = prefix;
-        request.generate.assistant_prefix = std::move(prefix);
+        request.generate.assistant_prefix = std::string(chat::forced_call_lead(*format)) + prefix;
+        out->prefix_ = std::move(prefix);
         if (choice == 0) {
             hold_calls(*format, function, request);
         }

@@ -69,6 +69,10 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function)
                                   ", \"arguments\": ";
 }
 
+std::string_view forced_call_lead(ToolCallFormat format) {
+    return format == ToolCallFormat::kGlm45 ? "\n" : "";
+}
+
 std::string forced_call_tail(ToolCallFormat format) {
     switch (format) {
         case ToolCallFormat::kGlm45:

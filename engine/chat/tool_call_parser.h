@@ -91,6 +91,12 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 // begins. `function` must be a valid tool name (the API checks it).
 std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
 
+// What the format's template writes before a call's opening that is not part of the reply the
+// parser reads: GLM-4.5 writes "\n" between "<think></think>" and "<tool_call>". A forced call's
+// assistant_prefix is this followed by forced_call_prefix(), so the model continues the text
+// it was trained on; the parser is fed forced_call_prefix() alone.
+std::string_view forced_call_lead(ToolCallFormat format);
+
 // What closes a call once its arguments are written (JsonReply::tail: a held call is held to
 // it): after the JSON object, or after GLM-4.5's last key/value pair.
 std::string forced_call_tail(ToolCallFormat format);
