@@ -72,8 +72,9 @@ class MarkerParser : public ToolCallParser {
             abandon(out, "the output ended inside a tool call");
             run(out);
         }
-        out.content += buf_;
+        emit_content(out, buf_);
         buf_.clear();
+        space_after_call_.clear();  // Whitespace after the last call is not content.
         return out;
     }
 
@@ -153,6 +154,8 @@ class MarkerParser : public ToolCallParser {
         out.tool_calls.back().arguments.append(text);
     }
     void finish_call() {
+        after_call_ = true;
+        space_before_call_.clear();  // Between two calls: dropped, as vLLM does.
         ++completed_;
         ++index_;
         started_ = false;
@@ -172,12 +175,14 @@ class MarkerParser : public ToolCallParser {
                 const size_t at = buf_.find(start_);
                 if (at == std::string::npos) {
                     const size_t keep = held_prefix(buf_, start_);
-                    out.content.append(buf_, 0, buf_.size() - keep);
+                    emit_content(out, std::string_view(buf_).substr(0, buf_.size() - keep));
                     buf_.erase(0, buf_.size() - keep);
                     return;
                 }
-                out.content.append(buf_, 0, at);
+                emit_content(out, std::string_view(buf_).substr(0, at));
                 buf_.erase(0, at);
+                space_before_call_ = std::move(space_after_call_);
+                space_after_call_.clear();
                 raw_.clear();
                 take(start_.size());
                 in_call_ = true;
@@ -199,6 +204,9 @@ class MarkerParser : public ToolCallParser {
     }
 
     void abandon(ParsedDelta& out, const std::string& reason) {
+        out.content += space_before_call_;  // Not between two calls after all.
+        space_before_call_.clear();
+        after_call_ = false;
         out.content += raw_;
         raw_.clear();
         if (started_) {
@@ -218,9 +226,30 @@ class MarkerParser : public ToolCallParser {
         in_call_ = false;
     }
 
+    // Content, except whitespace alone after a call: held until text follows it (then it is
+    // content) or another call opens or the output ends (then it is dropped). The model's
+    // "</tool_call>\n<tool_call>" is not an answer of "\n", which a client would send back.
+    void emit_content(ParsedDelta& out, std::string_view text) {
+        if (!after_call_) {
+            out.content.append(text);
+            return;
+        }
+        if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+            space_after_call_.append(text);
+            return;
+        }
+        out.content += space_after_call_;
+        space_after_call_.clear();
+        after_call_ = false;
+        out.content.append(text);
+    }
+
     std::string start_;
     std::string id_prefix_;
     std::string raw_;  // Consumed bytes of the current call, given back if it is malformed.
+    bool after_call_ = false;        // A call ended and no content has come since.
+    std::string space_after_call_;   // Whitespace since then (emit_content).
+    std::string space_before_call_;  // That whitespace, once a call opened after it.
     std::string reason_;
     bool in_call_ = false;
     bool shown_ = false;  // The current call's start went out in an earlier feed().

@@ -111,7 +111,8 @@ TEST_CASE("tool calls: Qwen3 (Hermes) format") {
         "{\"city\": \"Paris \\\"FR\\\"\", \"days\": 3, \"units\": [\"c\", null]}}\n</tool_call>\n"
         "<tool_call>\n{\"arguments\": {}, \"name\": \"get_time\"}\n</tool_call>";
     const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
-    CHECK(o.content == "Let me check the weather.\n\n");
+    // The newline between the calls is not content (the one before the first is).
+    CHECK(o.content == "Let me check the weather.\n");
     REQUIRE(o.calls.size() == 2);
     CHECK(o.calls[0].name == "get_weather");
     CHECK(o.calls[0].id == "call_0");
@@ -121,6 +122,23 @@ TEST_CASE("tool calls: Qwen3 (Hermes) format") {
     CHECK(o.calls[1].id == "call_1");
     check_json(o.calls[1].arguments, "{}");
     CHECK_FALSE(o.malformed);
+}
+
+TEST_CASE("tool calls: whitespace alone after a call is dropped, text after it kept whole") {
+    const std::string call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    // Between calls, and after the last: a client sending the message back would otherwise
+    // prompt the model with newlines it never wrote as an answer.
+    Outcome o = check_all_splits(ToolCallFormat::kHermes, call + "\n\n" + call + " \n");
+    CHECK(o.content.empty());
+    CHECK(o.calls.size() == 2);
+    // Text after a call is content, with the whitespace before it.
+    o = check_all_splits(ToolCallFormat::kHermes, call + "\n\nDone.\n");
+    CHECK(o.content == "\n\nDone.\n");
+    // Whitespace before a call that turns out malformed is content with the call's text.
+    o = check_all_splits(ToolCallFormat::kHermes, call + "\n<tool_call>\n{\"nam");
+    CHECK(o.malformed);
+    CHECK(o.calls.size() == 1);
+    CHECK(o.content == "\n<tool_call>\n{\"nam");
 }
 
 TEST_CASE("tool calls: GLM-4.5 format") {
