@@ -62,7 +62,15 @@ std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
         const std::string_view function = request.tool_choice == ToolChoice::kFunction
                                               ? std::string_view(request.tool_choice_function)
                                               : std::string_view();
-        std::string prefix = chat::forced_call_prefix(*format, function);
+        // Calls already made in the conversation (Kimi K2 numbers a named call after them).
+        size_t earlier_calls = 0;
+        if (const auto* messages =
+                std::get_if<std::vector<engine::ChatMessage>>(&request.generate.prompt)) {
+            for (const engine::ChatMessage& m : *messages) {
+                earlier_calls += m.tool_calls.size();
+            }
+        }
+        std::string prefix = chat::forced_call_prefix(*format, function, earlier_calls);
         request.generate.assistant_prefix = std::string(chat::forced_call_lead(*format)) + prefix;
         out->prefix_ = std::move(prefix);
         if (choice == 0) {

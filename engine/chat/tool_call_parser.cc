@@ -45,14 +45,16 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
     return "hermes";
 }
 
-std::string forced_call_prefix(ToolCallFormat format, std::string_view function) {
+std::string forced_call_prefix(ToolCallFormat format, std::string_view function,
+                               size_t call_index) {
     switch (format) {
         case ToolCallFormat::kGlm45:
             return function.empty() ? "<tool_call>" : "<tool_call>" + std::string(function) + "\n";
         case ToolCallFormat::kKimiK2:
             return function.empty() ? "<|tool_calls_section_begin|><|tool_call_begin|>"
                                     : "<|tool_calls_section_begin|><|tool_call_begin|>functions." +
-                                          std::string(function) + ":0<|tool_call_argument_begin|>";
+                                          std::string(function) + ":" + std::to_string(call_index) +
+                                          "<|tool_call_argument_begin|>";
         case ToolCallFormat::kDeepSeekV3:
             return function.empty()
                        ? "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"

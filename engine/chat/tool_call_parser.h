@@ -88,8 +88,11 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 // assistant_prefix): the opening marker alone (`function` empty: tool_choice "required"), or the
 // marker and the named function up to where its arguments begin (tool_choice naming a function).
 // Feed the same text to the response's parser before the model's output: it is where the call
-// begins. `function` must be a valid tool name (the API checks it).
-std::string forced_call_prefix(ToolCallFormat format, std::string_view function);
+// begins. `function` must be a valid tool name (the API checks it). `call_index`: Kimi K2's ids
+// ("functions.f:3") number the calls of the whole conversation, so a named call takes the
+// number of calls made before it.
+std::string forced_call_prefix(ToolCallFormat format, std::string_view function,
+                               size_t call_index = 0);
 
 // What the format's template writes before a call's opening that is not part of the reply the
 // parser reads: GLM-4.5 writes "\n" between "<think></think>" and "<tool_call>". A forced call's

@@ -331,6 +331,35 @@ TEST_CASE("tools: tool_choice required and named force the call's start in every
     }
 }
 
+TEST_CASE("tools: a Kimi K2 call forced by name is numbered after the conversation's calls") {
+    // Its ids number every call of the conversation: a second forced call to get_weather as
+    // functions.get_weather:0 gave two tool results the same tool_call_id.
+    ToolFixture f;
+    auto c = f.client();
+    const std::string body =
+        R"({"model":"kimi","messages":[{"role":"user","content":"Weather in Oslo?"},)"
+        R"({"role":"assistant","content":"","tool_calls":[{"id":"functions.get_weather:0",)"
+        R"("type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Oslo\"}"}}]},)"
+        R"({"role":"tool","tool_call_id":"functions.get_weather:0","content":"rain"},)"
+        R"({"role":"user","content":"And in Rome?"}],)" +
+        std::string(kTools) +
+        R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})";
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", body)).ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    CHECK(f.generator.request(0).assistant_prefix ==
+          "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:1"
+          "<|tool_call_argument_begin|>");
+    f.generator.emit(0, "{\"city\": \"Rome\"}<|tool_call_end|><|tool_calls_section_end|>");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto reply = c->read_response();
+    REQUIRE(reply.ok());
+    REQUIRE(reply->status == 200);
+    const json::object body_out = json_of(reply->body);
+    const json::object& message =
+        body_out.at("choices").as_array()[0].as_object().at("message").as_object();
+    CHECK(message.at("tool_calls").as_array()[0].as_object().at("id") == "functions.get_weather:1");
+}
+
 TEST_CASE("tools: a call forced to a strict tool has the engine follow its parameters") {
     // The engine receives the tool's compiled parameters and the format's end of a call
     // (SamplingParams::json: schema and tail; for GLM-4.5, whose arguments are key/value pairs,
