@@ -125,7 +125,10 @@ std::vector<std::string> ClusterRoutePlanner::cluster_models() {
     const auto snap = snapshots_ ? snapshots_() : nullptr;
     if (snap != nullptr) {
         for (const membership::MemberView& m : snap->members) {
-            if (m.state != membership::NodeState::kAlive || m.site == nullptr) {
+            // As the route table: a suspect member's pools are still planned to.
+            if ((m.state != membership::NodeState::kAlive &&
+                 m.state != membership::NodeState::kSuspect) ||
+                m.site == nullptr) {
                 continue;
             }
             for (const membership::PoolInfo& pool : m.site->pools) {
@@ -154,11 +157,20 @@ VersionChoice ClusterRoutePlanner::version_for(const Built& b, std::string_view 
     if (target) {
         sel::RouteChoice c =
             sel::choose(b.table, {model, target->version}, b.config->selection, rng);
-        if (c.chosen != nullptr || !b.config->version_fallback) {
+        // An ejected pool is chosen only when nothing better is left: when it is the best the
+        // target version has, a pool of another version that is not ejected takes the request.
+        const bool target_usable =
+            c.chosen != nullptr && c.chosen->health != sel::PoolHealth::kEjected;
+        if (target_usable || !b.config->version_fallback) {
             *choice = c;
             return {target->version, "target"};
         }
         sel::RouteChoice any = sel::choose(b.table, {model, ""}, b.config->selection, rng);
+        if (c.chosen != nullptr &&
+            (any.chosen == nullptr || any.chosen->health == sel::PoolHealth::kEjected)) {
+            *choice = c;  // Every pool is ejected: the target version's, as without fallback.
+            return {target->version, "target"};
+        }
         if (any.chosen != nullptr || c.rejection == sel::Rejection::kVersionPinUnmatched) {
             *choice = any;
             return {"", "fallback"};
@@ -281,7 +293,10 @@ void ClusterRoutePlanner::report(const RouteTarget& target, bool ok,
 }
 
 void ClusterRoutePlanner::report_active(const std::string& member, Readiness readiness) {
-    if (readiness == Readiness::kNotReady) {
+    if (readiness != Readiness::kFailed) {
+        // A site answers /readyz for all its models: its 200 says nothing of one model's pool,
+        // and counted as a success it reset that pool's consecutive failures between requests
+        // that all failed (a pool failing every forwarded request was never ejected).
         return;
     }
     auto b = current();
@@ -297,12 +312,7 @@ void ClusterRoutePlanner::report_active(const std::string& member, Readiness rea
         if (p.state != membership::PoolState::kServing) {
             continue;  // Not planned to (loading, draining): its checks say nothing of it.
         }
-        const std::string key = pool_key(member, p.model);
-        if (readiness == Readiness::kReady) {
-            outliers_.report_success(key);
-        } else {
-            outliers_.report_failure(key, routing::health::FailureKind::kConnect);
-        }
+        outliers_.report_failure(pool_key(member, p.model), routing::health::FailureKind::kConnect);
     }
     note_ejections(before, m->site->site_id);
 }

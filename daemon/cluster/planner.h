@@ -73,8 +73,9 @@ public:
                     // pool states keep it out of plans while it says so.
         kFailed,    // No answer (refused, reset, timeout) or any other status.
     };
-    // Counts for each of the member's pools that gossip says is serving: a success or a failure
-    // to the outlier detector; kNotReady counts for none.
+    // A failed check counts as a failure of each of the member's pools that gossip says is
+    // serving; kReady and kNotReady count for none (a site answers /readyz for all its models:
+    // a 200 says nothing of one model's pool, which its requests tell).
     void report_active(const std::string& member, Readiness readiness);
 
     // The same decision as plan() with every candidate's cost terms and verdict; `version`

@@ -208,6 +208,52 @@ TEST_CASE("planner: the target version is preferred, others only as configured f
     CHECK(r.message == "no pool serves version 'v2' of model 'm' (the cluster's target version)");
 }
 
+TEST_CASE("planner: ejected pools of the target version leave the request to another version") {
+    // A rollout whose new version fails everywhere: its pools are ejected, and the healthy
+    // old version (here this site's own) serves; only the ejected pools were planned before.
+    Fixture f({}, 100);
+    f.world.add(kFra, {pool("v1")});
+    f.world.add(kAms, {pool("v2")});
+    f.world.add(kSin, {pool("v2")});
+    (void)f.rollouts.apply({"m", "v2", 1});
+    CHECK(f.first() == "ams");
+    for (const char* site : {"ams", "sin"}) {
+        RouteTarget t{false, site, "127.0.0.1:1", 0.0, "m"};
+        for (int i = 0; i < 3; ++i) {
+            f.planner->report(t, false, std::chrono::milliseconds(1));
+        }
+    }
+    REQUIRE(f.planner->outliers().is_ejected("ams/m"));
+    REQUIRE(f.planner->outliers().is_ejected("sin/m"));
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE_FALSE(p.targets.empty());
+    CHECK(p.targets[0].site_id == "fra");
+    CHECK(p.targets[0].local);
+    VersionChoice v;
+    (void)f.planner->explain("m", "", &v);
+    CHECK(v.source == "fallback");
+    // Every pool ejected: the target version's still serve, as last resort.
+    f.world.add(kFra, {});
+    CHECK(f.first() == "ams");
+    (void)f.planner->explain("m", "", &v);
+    CHECK(v.source == "target");
+}
+
+TEST_CASE("planner: passing /readyz checks do not hide a pool whose requests all fail") {
+    // /readyz answers for the whole site; a model that fails every forwarded request between
+    // two passing checks is still ejected after consecutive_failures of them.
+    Fixture f;
+    f.world.add(kAms, {pool()});
+    f.world.add(kSin, {pool()});
+    RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report(ams, false, std::chrono::milliseconds(1));
+        f.planner->report_active("ams", ClusterRoutePlanner::Readiness::kReady);
+    }
+    CHECK(f.planner->outliers().is_ejected("ams/m"));
+    CHECK(f.first() == "sin");
+}
+
 TEST_CASE("planner: a draining pool gets nothing, not even as a fallback") {
     Fixture f;
     f.world.add(kFra, {pool("v1", membership::PoolState::kDraining)});
