@@ -326,10 +326,10 @@ sel::RouteDecision ClusterRoutePlanner::explain(std::string_view model,
     VersionChoice v = version_for(*b, model, version_pin, rng, &choice);
     sel::RouteDecision d = sel::explain(b->table, {model, v.version}, b->config->selection, rng);
     if (v.source == "target") {
-        d.reasons.push_back(
-            "unpinned request: the cluster's target version " + v.version +
-            (b->config->version_fallback ? " is preferred; other versions follow as fallbacks"
-                                         : " is used"));
+        d.reasons.push_back("unpinned request: the cluster's target version " + v.version +
+                            (b->config->version_fallback
+                                 ? " is preferred; other versions follow as fallbacks"
+                                 : " is used"));
     } else if (v.source == "fallback") {
         d.reasons.push_back("unpinned request: no pool of the target version can take it; "
                             "other versions serve as fallback");
