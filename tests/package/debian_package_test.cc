@@ -158,3 +158,47 @@ TEST_CASE("cmake --install with DESTDIR lays out the tree and points the unit at
     CHECK(unit.find("ExecStart=/opt/edgeserve/bin/edgeserve run") != std::string::npos);
     CHECK(unit.find("/usr/local/bin") == std::string::npos);
 }
+
+TEST_CASE("postrm purge removes the package's own certificate, never a pair installed over it") {
+    namespace fs = std::filesystem;
+    const std::string postrm = EDGE_SOURCE_DIR "/deploy/package/postrm";
+    auto write = [](const std::string& path, const std::string& text) {
+        std::ofstream(path) << text;
+    };
+    for (const bool replaced : {false, true}) {
+        CAPTURE(replaced);
+        testing::TempDir dir;
+        const std::string root = dir.file("root");
+        const std::string tls = root + "/etc/edgeserve/tls";
+        fs::create_directories(tls);
+        fs::create_directories(root + "/var/lib/edgeserve");
+        fs::create_directories(root + "/var/log/edgeserve");
+        fs::create_directories(root + "/etc/systemd/system/sockets.target.wants");
+        fs::create_symlink("/usr/lib/systemd/system/edgeserve.socket",
+                           root + "/etc/systemd/system/sockets.target.wants/edgeserve.socket");
+        // As postinst leaves a certificate it made: the two files and their digests.
+        write(tls + "/server.crt", "package certificate\n");
+        write(tls + "/server.key", "package key\n");
+        auto marked = testing::run({"sh", "-c",
+                                    "cd '" + tls +
+                                        "' && sha256sum server.crt server.key "
+                                        ">.self-signed-by-package"});
+        REQUIRE(marked.exit_code == 0);
+        if (replaced) {
+            // docs/operations.md: the operator installs the site's own pair under these names.
+            write(tls + "/server.key", "the site's real key\n");
+        }
+        auto purge = testing::run({"env", "DPKG_ROOT=" + root, "sh", postrm, "purge"});
+        CHECK_MESSAGE(purge.exit_code == 0, purge.err);
+        CHECK(fs::exists(tls + "/server.crt") == replaced);
+        CHECK(fs::exists(tls + "/server.key") == replaced);
+        if (replaced) {
+            CHECK(read_file(tls + "/server.key") == "the site's real key\n");
+        }
+        CHECK_FALSE(fs::exists(tls + "/.self-signed-by-package"));
+        CHECK_FALSE(fs::exists(root + "/var/lib/edgeserve"));
+        CHECK_FALSE(fs::exists(root + "/var/log/edgeserve"));
+        CHECK_FALSE(fs::is_symlink(root + "/etc/systemd/system/sockets.target.wants/"
+                                          "edgeserve.socket"));
+    }
+}
