@@ -44,7 +44,15 @@ ClusterRoutePlanner::ClusterRoutePlanner(PlannerConfig config, Clock& clock,
       rollouts_(rollouts),
       metrics_(metrics),
       outliers_(config.outlier, clock),
-      config_(std::make_shared<const PlannerConfig>(std::move(config))) {}
+      config_(std::make_shared<const PlannerConfig>(std::move(config))) {
+    // Each ejection counted for its own site (pool keys are "<member>/<model>", members are
+    // site ids), whichever thread's report or interval made it.
+    outliers_.set_on_ejection([metrics](std::string_view pool) {
+        if (metrics != nullptr) {
+            metrics->on_route_ejection(std::string(pool.substr(0, pool.find('/'))));
+        }
+    });
+}
 
 PlannerConfig ClusterRoutePlanner::config() {
     std::lock_guard lock(mu_);
@@ -268,28 +276,17 @@ RoutePlan ClusterRoutePlanner::plan(std::string_view model, std::string_view ver
     return plan;
 }
 
-void ClusterRoutePlanner::note_ejections(uint64_t before, const std::string& site) {
-    const uint64_t after = outliers_.ejections_total();
-    if (after != before && metrics_ != nullptr) {
-        for (uint64_t i = before; i < after; ++i) {
-            metrics_->on_route_ejection(site);
-        }
-    }
-}
-
 void ClusterRoutePlanner::report(const RouteTarget& target, bool ok,
                                  std::chrono::nanoseconds /*latency*/) {
     if (target.local || target.site_id.empty() || target.model.empty()) {
         return;
     }
     const std::string key = pool_key(target.site_id, target.model);
-    const uint64_t before = outliers_.ejections_total();
     if (ok) {
         outliers_.report_success(key);
     } else {
         outliers_.report_failure(key, routing::health::FailureKind::kConnect);
     }
-    note_ejections(before, target.site_id);
 }
 
 void ClusterRoutePlanner::report_active(const std::string& member, Readiness readiness) {
@@ -307,14 +304,12 @@ void ClusterRoutePlanner::report_active(const std::string& member, Readiness rea
     if (m == nullptr || !m->site) {
         return;
     }
-    const uint64_t before = outliers_.ejections_total();
     for (const membership::PoolInfo& p : m->site->pools) {
         if (p.state != membership::PoolState::kServing) {
             continue;  // Not planned to (loading, draining): its checks say nothing of it.
         }
         outliers_.report_failure(pool_key(member, p.model), routing::health::FailureKind::kConnect);
     }
-    note_ejections(before, m->site->site_id);
 }
 
 sel::RouteDecision ClusterRoutePlanner::explain(std::string_view model,

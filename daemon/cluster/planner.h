@@ -109,7 +109,6 @@ public:
         std::shared_ptr<const routing::membership::MembershipSnapshot> snap);
     VersionChoice version_for(const Built& b, std::string_view model, std::string_view pin,
                               std::mt19937_64& rng, routing::selection::RouteChoice* choice);
-    void note_ejections(uint64_t before, const std::string& site);
 
     Clock& clock_;
     SnapshotSource snapshots_;

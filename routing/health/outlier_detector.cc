@@ -59,9 +59,12 @@ bool OutlierDetector::may_eject_locked() const {
     return ejected_count_ < limit;
 }
 
-void OutlierDetector::eject_locked(Pool& p, EjectionCause cause) {
+void OutlierDetector::eject_locked(std::string_view name, Pool& p, EjectionCause cause) {
     if (p.ejected || !may_eject_locked()) {
         return;
+    }
+    if (on_ejection_) {
+        on_ejection_(name);
     }
     p.ejected = true;
     p.cause = cause;
@@ -87,7 +90,7 @@ void OutlierDetector::report_failure(std::string_view pool, FailureKind /*kind*/
     ++p.consecutive_failures;
     if (config_.consecutive_failures > 0 &&
         p.consecutive_failures >= config_.consecutive_failures) {
-        eject_locked(p, EjectionCause::kConsecutiveFailures);
+        eject_locked(pool, p, EjectionCause::kConsecutiveFailures);
         // Counting starts over whether or not the limit allowed the ejection.
         p.consecutive_failures = 0;
     }
@@ -142,7 +145,7 @@ void OutlierDetector::evaluate_interval_locked() {
         });
         for (const Rate& r : rates) {
             if (r.rate < threshold) {
-                eject_locked(*r.pool, EjectionCause::kSuccessRate);
+                eject_locked(*r.name, *r.pool, EjectionCause::kSuccessRate);
             }
         }
     }

@@ -15,6 +15,7 @@
 // Thread contract: every method takes an internal mutex; safe from any thread.
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -72,6 +73,11 @@ class OutlierDetector {
     void add_pool(std::string_view pool);
     void remove_pool(std::string_view pool);
 
+    // Called with a pool's name as it is ejected, under the detector's mutex (it must not call
+    // the detector). Set before the detector is shared.
+    void set_on_ejection(std::function<void(std::string_view pool)> callback) {
+        on_ejection_ = std::move(callback);
+    }
     void report_success(std::string_view pool);
     void report_failure(std::string_view pool, FailureKind kind);
 
@@ -95,7 +101,7 @@ class OutlierDetector {
 
     Pool& pool_locked(std::string_view name);
     bool may_eject_locked() const;
-    void eject_locked(Pool& p, EjectionCause cause);
+    void eject_locked(std::string_view name, Pool& p, EjectionCause cause);
     void evaluate_interval_locked();
 
     const OutlierConfig config_;
@@ -105,6 +111,7 @@ class OutlierDetector {
     size_t ejected_count_ = 0;
     uint64_t ejections_total_ = 0;
     TimePoint next_interval_;
+    std::function<void(std::string_view pool)> on_ejection_;
 };
 
 }  // namespace edge::routing::health

@@ -225,6 +225,10 @@ TEST_CASE("planner: ejected pools of the target version leave the request to ano
     }
     REQUIRE(f.planner->outliers().is_ejected("ams/m"));
     REQUIRE(f.planner->outliers().is_ejected("sin/m"));
+    // Each counted once, for its own site.
+    const std::string metrics = f.metrics.serialize();
+    CHECK(metrics.find("edgeserve_route_ejections_total{site=\"ams\"} 1") != std::string::npos);
+    CHECK(metrics.find("edgeserve_route_ejections_total{site=\"sin\"} 1") != std::string::npos);
     RoutePlan p = f.planner->plan("m", "");
     REQUIRE_FALSE(p.targets.empty());
     CHECK(p.targets[0].site_id == "fra");
