@@ -597,7 +597,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     const auto to_head = SteadyClock::now() - start;
     auto& response = parser->get();
     const int status = response.result_int();
-    report(target, status < 500, to_head);
+    if (status != 503) {
+        // A 503 head is a refusal before the request ran (the peer's queue full, draining,
+        // loading): load and state, which gossip gives the cost, not ill health. Counted as a
+        // failure, a site busy for a moment was ejected for 30 s and more, past its load.
+        report(target, status < 500, to_head);
+    }
     if (metrics_ != nullptr) {
         metrics_->on_forward_latency(target.site_id, to_head);
     }
