@@ -62,22 +62,27 @@ std::string text_table(const std::vector<std::vector<std::string>>& rows) {
     return out;
 }
 
-sel::CostTerms member_rtt(const membership::MembershipSnapshot& snap,
-                          const membership::MemberView& m, const sel::CostConfig& cost) {
+std::optional<sel::CostTerms> member_rtt(const membership::MembershipSnapshot& snap,
+                                         const membership::MemberView& m,
+                                         const sel::CostConfig& cost) {
     sel::CostInput in;
     in.is_local = m.is_local || m.name == snap.local_name;
     in.local_coord = snap.local_coord;
     in.remote_coord = m.coord;
-    if (const membership::MemberView* local = local_member(snap); local && local->site) {
+    const membership::MemberView* local = local_member(snap);
+    const bool positions = local != nullptr && local->site != nullptr && m.site != nullptr;
+    if (positions) {
         in.local_lat = local->site->latitude;
         in.local_lon = local->site->longitude;
-    }
-    if (m.site) {
         in.remote_lat = m.site->latitude;
         in.remote_lon = m.site->longitude;
     }
     in.capacity = 1;
-    return sel::compute_cost(in, cost);
+    const sel::CostTerms terms = sel::compute_cost(in, cost);
+    if (terms.rtt_source == sel::RttSource::kGreatCircle && !positions) {
+        return std::nullopt;  // A distance to (0, 0): a member whose state has not come yet.
+    }
+    return terms;
 }
 
 std::string members_json(const membership::MembershipSnapshot& snap,
@@ -92,9 +97,13 @@ std::string members_json(const membership::MembershipSnapshot& snap,
         o["state"] = std::string(membership::node_state_name(m.state));
         o["incarnation"] = m.incarnation;
         o["local"] = m.is_local || m.name == snap.local_name;
-        const sel::CostTerms rtt = member_rtt(snap, m, cost);
-        o["rtt_ms"] = ms(rtt.rtt_s);
-        o["rtt_source"] = std::string(sel::rtt_source_name(rtt.rtt_source));
+        if (const std::optional<sel::CostTerms> rtt = member_rtt(snap, m, cost)) {
+            o["rtt_ms"] = ms(rtt->rtt_s);
+            o["rtt_source"] = std::string(sel::rtt_source_name(rtt->rtt_source));
+        } else {
+            o["rtt_ms"] = nullptr;
+            o["rtt_source"] = "unknown";
+        }
         if (m.coord) {
             o["coord_error"] = m.coord->error;
         }
@@ -118,13 +127,14 @@ std::string members_text(const membership::MembershipSnapshot& snap,
     std::vector<std::vector<std::string>> rows{
         {"NAME", "STATE", "GOSSIP", "REGION", "PEER", "ADMIN", "POOLS", "RTT_MS", "RTT_FROM"}};
     for (const membership::MemberView& m : snap.members) {
-        const sel::CostTerms rtt = member_rtt(snap, m, cost);
+        const std::optional<sel::CostTerms> rtt = member_rtt(snap, m, cost);
         std::string name = m.name + (m.is_local || m.name == snap.local_name ? " *" : "");
         rows.push_back({name, std::string(membership::node_state_name(m.state)), m.addr,
                         m.site ? m.site->region : "?", m.site ? m.site->peer_addr : "?",
                         m.site ? m.site->admin_addr : "?",
                         m.site ? std::to_string(m.site->pools.size()) : "?",
-                        fmt(ms(rtt.rtt_s), 2), std::string(sel::rtt_source_name(rtt.rtt_source))});
+                        rtt ? fmt(ms(rtt->rtt_s), 2) : "?",
+                        rtt ? std::string(sel::rtt_source_name(rtt->rtt_source)) : "unknown"});
     }
     return text_table(rows);
 }

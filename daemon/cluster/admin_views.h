@@ -5,6 +5,7 @@
 // with version, state, capacity, load and health; one routing decision with each candidate's
 // cost terms. Pure functions of their arguments; safe from any thread.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,10 +20,11 @@
 
 namespace edge::daemon::cluster {
 
-// Estimated RTT from the local member to `m`, seconds, and where it came from.
-routing::selection::CostTerms member_rtt(const routing::membership::MembershipSnapshot& snap,
-                                         const routing::membership::MemberView& m,
-                                         const routing::selection::CostConfig& cost);
+// Estimated RTT from the local member to `m`, seconds, and where it came from; none while it
+// would be a great-circle distance and a site state (its position, or ours) has not come yet.
+std::optional<routing::selection::CostTerms> member_rtt(
+    const routing::membership::MembershipSnapshot& snap, const routing::membership::MemberView& m,
+    const routing::selection::CostConfig& cost);
 
 std::string members_json(const routing::membership::MembershipSnapshot& snap,
                          const routing::selection::CostConfig& cost);

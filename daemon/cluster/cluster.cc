@@ -241,7 +241,9 @@ public:
         const routing::selection::CostConfig cost = planner_->config().cost;
         for (const membership::MemberView& m : snap->members) {
             if (m.site && !m.is_local && m.name != snap->local_name) {
-                metrics_->set_site_rtt(m.site->site_id, member_rtt(*snap, m, cost).rtt_s);
+                if (const auto rtt = member_rtt(*snap, m, cost)) {
+                    metrics_->set_site_rtt(m.site->site_id, rtt->rtt_s);
+                }
             }
         }
     }

@@ -386,6 +386,18 @@ TEST_CASE("admin views: route text shows each cost term and the verdicts") {
     const std::string members = members_text(*f.world.snapshot(), f.planner->config().cost);
     CHECK(members.find("fra *") != std::string::npos);
     CHECK(members.find("great_circle") != std::string::npos);
+    // A member whose site state has not come yet has no position: its RTT is unknown, not a
+    // great-circle distance to (0, 0).
+    membership::MembershipSnapshot fresh = *f.world.snapshot();
+    membership::MemberView newcomer;
+    newcomer.name = "new";
+    newcomer.addr = "127.0.0.1:2";
+    newcomer.state = membership::NodeState::kAlive;
+    fresh.members.push_back(newcomer);
+    const std::string json_members = members_json(fresh, f.planner->config().cost);
+    CHECK(json_members.find("\"name\":\"new\"") != std::string::npos);
+    CHECK(json_members.find("\"rtt_ms\":null,\"rtt_source\":\"unknown\"") != std::string::npos);
+    CHECK(members_text(fresh, f.planner->config().cost).find("unknown") != std::string::npos);
 }
 
 TEST_CASE("rollout events: encode, decode, and untrusted payloads are refused") {
