@@ -1,7 +1,7 @@
 #include "daemon/api/api_router.h"
 
 #include <algorithm>
-#include <charconv>
+#include <limits>
 
 #include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
@@ -445,9 +445,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     if (std::string_view cap = request.header(cluster::kMaxTokensHeader);
         from_peer && !cap.empty() && req.generate.max_tokens_is_default) {
         // The default the forwarding site lowered for its tenant's limits.
-        int64_t value = 0;
-        const auto [end, ec] = std::from_chars(cap.data(), cap.data() + cap.size(), value);
-        if (ec != std::errc() || end != cap.data() + cap.size() || value < 1) {
+        const std::optional<int64_t> value =
+            cluster::header_count(cap, 1, std::numeric_limits<int64_t>::max());
+        if (!value) {
             reject(invalid_request(std::string(cluster::kMaxTokensHeader) +
                                        " must be a positive integer, not '" +
                                        logprob_token_text(cap) + "'",
@@ -455,7 +455,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                    "invalid_request");
             return;
         }
-        max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, value));
+        max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, *value));
     }
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.max_prompt_tokens = tenant.input_tokens_per_minute;

@@ -14,12 +14,15 @@
 // are thread-safe and never block (plan() reads an immutable snapshot; forward() is
 // asynchronous).
 
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "tls/http_types.h"
@@ -44,6 +47,17 @@ inline constexpr std::string_view kMaxTokensHeader = "X-Edgeserve-Max-Tokens";
 inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Tokens";
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
+
+// A count one site tells another in a header (kMaxTokensHeader, kPromptTokensHeader): decimal
+// digits only, within [min, max]; nullopt for anything else.
+inline std::optional<int64_t> header_count(std::string_view text, int64_t min, int64_t max) {
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+        return std::nullopt;
+    }
+    return value;
+}
 
 struct RouteTarget {
     bool local = false;

@@ -8,12 +8,10 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
-#include <system_error>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -636,15 +634,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     if (deferred || (streamed && status == 200)) {
         // Only a request its engine took gets either head (an error is a whole answer).
         job.result.accepted = true;
-        int64_t prompt = 0;
-        const std::string_view told = response[cluster::kPromptTokensHeader];
-        const auto [end, parse_error] =
-            std::from_chars(told.data(), told.data() + told.size(), prompt);
-        job.accepted_prompt_tokens = parse_error == std::errc() &&
-                                             end == told.data() + told.size() && prompt >= 0 &&
-                                             prompt <= kMaxToldPromptTokens
-                                         ? prompt
-                                         : 0;
+        job.accepted_prompt_tokens =
+            cluster::header_count(response[cluster::kPromptTokensHeader], 0, kMaxToldPromptTokens)
+                .value_or(0);
     }
     const bool event_stream = beast::iequals(content_type, "text/event-stream");
     job.result.status = status;
