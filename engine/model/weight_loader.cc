@@ -1,8 +1,5 @@
 #include "engine/model/weight_loader.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,6 +19,7 @@
 #include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/quant_kernels.h"
 #include "engine/quant/row_tiles.h"
+#include "engine/tokenizer/pcre2_error.h"
 
 namespace edge::engine {
 namespace {
@@ -240,12 +238,8 @@ Result<ModulePattern> ModulePattern::compile(std::string_view pattern) {
         pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
                       PCRE2_ANCHORED | PCRE2_UTF, &error_code, &error_offset, nullptr);
     if (code == nullptr) {
-        PCRE2_UCHAR message[256];
-        const int n = pcre2_get_error_message(error_code, message, sizeof(message));
-        return invalid_argument_error(
-            "at offset " + std::to_string(error_offset) + ": " +
-            (n < 0 ? "PCRE2 error " + std::to_string(error_code)
-                   : std::string(reinterpret_cast<const char*>(message), static_cast<size_t>(n))));
+        return invalid_argument_error("at offset " + std::to_string(error_offset) + ": " +
+                                      tokenizer::pcre2_error_message(error_code));
     }
     ModulePattern p;
     p.code_ = std::shared_ptr<const void>(code, [](const void* c) {

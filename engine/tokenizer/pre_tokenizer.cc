@@ -1,8 +1,6 @@
 #include "engine/tokenizer/pre_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
+#include "engine/tokenizer/pcre2_error.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::tokenizer {
@@ -18,15 +16,6 @@ struct PreTokenizer::Compiled {
 };
 
 namespace {
-
-std::string pcre2_message(int code) {
-    PCRE2_UCHAR buffer[256];
-    const int n = pcre2_get_error_message(code, buffer, sizeof(buffer));
-    if (n < 0) {
-        return "PCRE2 error " + std::to_string(code);
-    }
-    return std::string(reinterpret_cast<const char*>(buffer), static_cast<size_t>(n));
-}
 
 struct MatchDataDeleter {
     void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
@@ -53,7 +42,7 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(
         if (compiled->code == nullptr) {
             return invalid_argument_error(
                 "pre-tokenizer regex " + std::to_string(i) + " does not compile at offset " +
-                std::to_string(error_offset) + ": " + pcre2_message(error_code));
+                std::to_string(error_offset) + ": " + pcre2_error_message(error_code));
         }
         // JIT is an optimisation only; fall back to the interpreter when it is unavailable.
         compiled->jit = pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE) == 0;
@@ -102,7 +91,7 @@ Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
         }
         if (rc < 0) {
             return invalid_argument_error("pre-tokenizer regex failed at byte " +
-                                          std::to_string(start) + ": " + pcre2_message(rc));
+                                          std::to_string(start) + ": " + pcre2_error_message(rc));
         }
         const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
         const size_t m_begin = ovector[0];
