@@ -105,8 +105,16 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
             return t.name == *function;
         });
         if (tool != tools.end() && tool->strict_schema) {
-            sampling.json.schema = tool->strict_schema;
-            sampling.json.pairs = pairs(*tool);
+            const std::string_view lead = chat::arguments_lead(format);
+            if (lead.empty()) {
+                sampling.json.schema = tool->strict_schema;
+                sampling.json.pairs = pairs(*tool);
+            } else {
+                // The reply starts with the lead the prefix leaves to the model (Hermes's space
+                // after "arguments":), then the arguments.
+                sampling.json.heads.push_back(
+                    {std::string(lead), tool->strict_schema, pairs(*tool)});
+            }
             sampling.json.tail = chat::forced_call_tail(format);
         }
         return;

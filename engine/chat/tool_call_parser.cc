@@ -66,9 +66,13 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function,
         case ToolCallFormat::kHermes:
             break;
     }
-    return function.empty() ? "<tool_call>\n"
-                            : "<tool_call>\n{\"name\": " + detail::quote(function) +
-                                  ", \"arguments\": ";
+    return function.empty()
+               ? "<tool_call>\n"
+               : "<tool_call>\n{\"name\": " + detail::quote(function) + ", \"arguments\":";
+}
+
+std::string_view arguments_lead(ToolCallFormat format) {
+    return format == ToolCallFormat::kHermes ? " " : "";
 }
 
 std::string_view forced_call_lead(ToolCallFormat format) {
@@ -93,7 +97,8 @@ std::string forced_call_tail(ToolCallFormat format) {
 
 CallHead held_call_head(ToolCallFormat format, std::string_view function) {
     const std::string opening = forced_call_prefix(format, "");
-    CallHead head{forced_call_prefix(format, function).substr(opening.size())};
+    CallHead head{forced_call_prefix(format, function).substr(opening.size()) +
+                  std::string(arguments_lead(format))};
     if (format == ToolCallFormat::kKimiK2) {
         // "functions.f:0<|tool_call_argument_begin|>": the index is the model's to write.
         const size_t at = std::string("functions.").size() + function.size() + 1;

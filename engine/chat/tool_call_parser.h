@@ -86,7 +86,8 @@ std::unique_ptr<ToolCallParser> create_tool_call_parser(ToolCallFormat format,
 
 // The start of the assistant's reply that forces a tool call in `format` (for GenerateRequest::
 // assistant_prefix): the opening marker alone (`function` empty: tool_choice "required"), or the
-// marker and the named function up to where its arguments begin (tool_choice naming a function).
+// marker and the named function up to where its arguments begin (tool_choice naming a function;
+// arguments_lead() is the model's to write).
 // Feed the same text to the response's parser before the model's output: it is where the call
 // begins. `function` must be a valid tool name (the API checks it). `call_index`: Kimi K2's ids
 // ("functions.f:3") number the calls of the whole conversation, so a named call takes the
@@ -100,14 +101,22 @@ std::string forced_call_prefix(ToolCallFormat format, std::string_view function,
 // it was trained on; the parser is fed forced_call_prefix() alone.
 std::string_view forced_call_lead(ToolCallFormat format);
 
+// What the format writes between a named call's head and its arguments that the model writes
+// itself, as the first bytes of its reply: Hermes's `"arguments": ` ends in a space, which the
+// model was trained to write fused with the arguments' first token (" {"). A forced prefix
+// ending in it would leave a lone space token at the end of the prompt, a text the model never
+// saw; forced_call_prefix() stops before it, held_call_head() includes it, and a call held to
+// a strict tool's parameters starts with it. Empty for the other formats.
+std::string_view arguments_lead(ToolCallFormat format);
+
 // What closes a call once its arguments are written (JsonReply::tail: a held call is held to
 // it): after the JSON object, or after GLM-4.5's last key/value pair.
 std::string forced_call_tail(ToolCallFormat format);
 
 // A held call's head (sampling::JsonHead): what follows forced_call_prefix(format, "") up to the
-// arguments of a call naming `function`, and where in it the model writes a number of its own
-// (Kimi K2's call index, "functions.f:3", which its ids carry and which counts up within a reply;
-// -1: none).
+// arguments of a call naming `function` (arguments_lead() included), and where in it the model
+// writes a number of its own (Kimi K2's call index, "functions.f:3", which its ids carry and which
+// counts up within a reply; -1: none).
 struct CallHead {
     std::string text;
     int32_t number_at = -1;

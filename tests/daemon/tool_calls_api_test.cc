@@ -268,8 +268,8 @@ TEST_CASE("tools: tool_choice required and named force the call's start in every
          "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 2}}\n"
          "</tool_call>"},
         {"qwen", R"({"type":"function","function":{"name":"get_weather"}})",
-         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ",
-         "{\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>"},
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\":",
+         " {\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>"},
         // GLM-4.5's template writes a newline between the empty thought and the call.
         {"glm", R"("required")", "\n<tool_call>",
          "get_weather\n<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key>"
@@ -471,21 +471,39 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
                        ? "<tool_call>"
                        : "<|tool_calls_section_begin|><|tool_call_begin|>"));
         } else if (k.tail != nullptr) {
-            REQUIRE(sampling.json.schema != nullptr);
+            // Named: Qwen's prefix ends at "arguments": and the reply starts with the space its
+            // template writes there, then the arguments (one head, held from the start).
+            const std::string lead = std::string_view(k.model) == "qwen" ? " " : "";
+            std::shared_ptr<const engine::sampling::ArgumentPairs> pairs_of = sampling.json.pairs;
+            if (lead.empty()) {
+                REQUIRE(sampling.json.schema != nullptr);
+                CHECK(sampling.json.heads.empty());
+            } else {
+                CHECK(sampling.json.schema == nullptr);
+                REQUIRE(sampling.json.heads.size() == 1);
+                CHECK(sampling.json.heads[0].text == lead);
+                CHECK(sampling.json.heads[0].schema != nullptr);
+                CHECK(sampling.json.trigger.empty());
+                CHECK(sampling.json.from_start());
+                pairs_of = sampling.json.heads[0].pairs;
+            }
             CHECK(sampling.json.tail == k.tail);
-            const bool pairs = sampling.json.pairs != nullptr;
+            const bool pairs = pairs_of != nullptr;
             CHECK(pairs == (std::string_view(k.model) == "glm"));
             if (pairs) {
                 // "city" is a declared string: its value is raw text.
-                CHECK(sampling.json.pairs->raw_keys == std::vector<std::string>{"city"});
+                CHECK(pairs_of->raw_keys == std::vector<std::string>{"city"});
             }
             const auto [text, out_of_order] = arguments(pairs);
             engine::sampling::JsonPrefix args(sampling.json);
-            CHECK(args.feed(text));
+            CHECK(args.feed(lead + text));
             CHECK_FALSE(args.complete());
             CHECK(args.feed(sampling.json.tail));
             CHECK(args.complete());
-            CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).feed(out_of_order));
+            CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).feed(lead + out_of_order));
+            if (!lead.empty()) {
+                CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).accepts(text));
+            }
         } else {
             CHECK(sampling.json.schema == nullptr);
             CHECK(sampling.json.heads.empty());
@@ -642,7 +660,7 @@ TEST_CASE("tools: a malformed call comes back as content with finish_reason malf
                                   R"({"name":"get_weather"}})")))
                 .ok());
     REQUIRE(f.generator.wait_for_request(3));
-    f.generator.emit(3, "> nonsense");
+    f.generator.emit(3, " > nonsense");
     f.generator.finish(3, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
     reply = c->read_response();
     REQUIRE(reply.ok());

@@ -498,7 +498,7 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
         const char* rest;  // The model's continuation.
     };
     const Case cases[] = {
-        {ToolCallFormat::kHermes, "{\"a\": 1}}\n</tool_call>"},
+        {ToolCallFormat::kHermes, " {\"a\": 1}}\n</tool_call>"},
         {ToolCallFormat::kGlm45, "<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>"},
         {ToolCallFormat::kKimiK2, "{\"a\": 1}<|tool_call_end|><|tool_calls_section_end|>"},
         {ToolCallFormat::kDeepSeekV3, "{\"a\": 1}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
@@ -526,14 +526,22 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
         const std::string tail = chat::forced_call_tail(c.format);
         CHECK(std::string_view(c.rest).ends_with(tail));
         CHECK(chat::arguments_as_pairs(c.format) == (c.format == ToolCallFormat::kGlm45));
+        const std::string lead(chat::arguments_lead(c.format));
         if (!chat::arguments_as_pairs(c.format)) {
-            CHECK(std::string_view(c.rest) == "{\"a\": 1}" + tail);
+            CHECK(std::string_view(c.rest) == lead + "{\"a\": 1}" + tail);
         }
+        // Held as the API holds a call forced to a strict tool: the lead, then the arguments.
         sampling::JsonReply held;
-        held.schema = *sampling::JsonSchema::compile(boost::json::parse(
+        auto schema = *sampling::JsonSchema::compile(boost::json::parse(
             R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})"));
-        if (chat::arguments_as_pairs(c.format)) {
-            held.pairs = std::make_shared<const sampling::ArgumentPairs>();
+        auto pairs = chat::arguments_as_pairs(c.format)
+                         ? std::make_shared<const sampling::ArgumentPairs>()
+                         : nullptr;
+        if (lead.empty()) {
+            held.schema = schema;
+            held.pairs = pairs;
+        } else {
+            held.heads.push_back({lead, schema, pairs});
         }
         held.tail = tail;
         sampling::JsonPrefix prefix(held);
@@ -545,6 +553,48 @@ TEST_CASE("tool serving: each format's forced prefix starts a call its parser re
         // "required": only the opening marker is forced; the model names the function.
         CHECK(chat::forced_call_prefix(c.format, "").size() <
               chat::forced_call_prefix(c.format, "f").size());
+    }
+}
+
+TEST_CASE("tool serving: a forced prefix and the model's continuation spell the template's call") {
+    // What a forced call puts in the prompt, then what the model writes (the arguments' lead,
+    // the arguments, the tail), is the text the format's template renders for the same call in
+    // a past turn (up to the call's end: DeepSeek-V3's template closes a section of one call
+    // without <｜tool▁calls▁end｜>): the model continues the text it was trained on. The
+    // prompt's part never ends
+    // in whitespace that the trained text fuses with the next token (Hermes: the space after
+    // "arguments":, written with the arguments' "{", " {").
+    using chat::ToolCallFormat;
+    using tokenizer::ChatFormat;
+    const std::pair<ToolCallFormat, ChatFormat> formats[] = {
+        {ToolCallFormat::kHermes, ChatFormat::kChatMl},
+        {ToolCallFormat::kKimiK2, ChatFormat::kKimiK2},
+        {ToolCallFormat::kDeepSeekV3, ChatFormat::kDeepSeekV3},
+        {ToolCallFormat::kDeepSeekV31, ChatFormat::kDeepSeekV31},
+    };
+    auto tok = tokenizer::tokenizer_with_markers();
+    for (const auto& [format, chat_format] : formats) {
+        CAPTURE(chat::tool_call_format_name(format));
+        // Kimi K2's template writes the call's id, which its ids spell as the call.
+        const std::string id = format == ToolCallFormat::kKimiK2 ? "functions.f:0" : "call_0";
+        const std::vector<ChatMessage> conversation = {
+            {"user", "Weather?", "", {}, ""},
+            {"assistant", "", "", {{id, "f", R"({"a": 1})"}}, ""},
+            {"tool", "sunny", "", {}, id},
+        };
+        auto t = tokenizer::ChatTemplate::create(chat_format, tok.get());
+        REQUIRE(t.ok());
+        const std::string rendered = t->render_text(conversation, kTools);
+        const std::string prefix = chat::forced_call_prefix(format, "f");
+        CHECK_FALSE(prefix.ends_with(' '));
+        const std::string tail = chat::forced_call_tail(format);
+        const chat::NextCall next = chat::next_call_in_section(format);
+        const std::string call = prefix + std::string(chat::arguments_lead(format)) +
+                                 R"({"a": 1})" +
+                                 (next.text.empty() ? tail : tail.substr(0, next.at));
+        CAPTURE(rendered);
+        CAPTURE(call);
+        CHECK(rendered.find(call) != std::string::npos);
     }
 }
 
