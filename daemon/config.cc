@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -270,22 +271,15 @@ std::function<Status(const YAML::Node&, const std::string&)> ip_field(const Read
     };
 }
 
-// Site ids, regions and tenant names become metric labels, log fields and gossiped fields: 1 to
-// 64 letters, digits, '.', '_' or '-'.
-constexpr size_t kMaxIdentifier = 64;
-
 std::function<Status(const YAML::Node&, const std::string&)> identifier_field(const Reader& r,
                                                                               std::string& field) {
     return [&r, &field](const YAML::Node& n, const std::string& k) -> Status {
         EDGE_ASSIGN_OR_RETURN(field, r.string(n, k));
-        if (field.empty() || field.size() > kMaxIdentifier) {
+        if (field.empty() || field.size() > 64) {
             return r.error(n, k, "must be 1 to 64 characters");
         }
-        for (char ch : field) {
-            if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                  (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-')) {
-                return r.error(n, k, "may hold only letters, digits, '.', '_' and '-'");
-            }
+        if (!is_identifier(field)) {
+            return r.error(n, k, "may hold only letters, digits, '.', '_' and '-'");
         }
         return ok_status();
     };
@@ -1154,6 +1148,13 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
           [](const Config& c) { return std::pair(c.routing.outlier, c.routing.target_versions); });
     check("site", [](const Config& c) { return c.site; });
     return changed;
+}
+
+bool is_identifier(std::string_view s) {
+    return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char ch) {
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               ch == '.' || ch == '_' || ch == '-';
+    });
 }
 
 Result<Config> load_config(const std::string& path) {

@@ -213,6 +213,10 @@ struct Config {
     std::optional<PeerConfig> peer;  // Absent: no peer listener, no forwarding.
 };
 
+// Whether `s` may name a site, region or tenant: 1 to 64 letters, digits, '.', '_' or '-' (they
+// become metric labels, log fields and gossiped fields).
+bool is_identifier(std::string_view s);
+
 // Reads and validates `path`. Relative paths inside (certificates, models) are resolved against
 // the directory of `path`.
 Result<Config> load_config(const std::string& path);

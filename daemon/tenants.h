@@ -32,6 +32,12 @@ struct Tenant {
     bool may_use(std::string_view model) const;
 };
 
+// The engine's name for a tenant forwarded by another site that this site has no entry for (or
+// every forwarded tenant where authentication is off): one name, so the per-tenant series and
+// fair-share entries stay this site's tenants and that one. Not a tenant name the config
+// accepts (is_identifier()), so it never merges with a configured tenant.
+inline constexpr std::string_view kForwardedTenant = "(forwarded)";
+
 enum class AuthOutcome { kOk, kMissing, kUnknown };
 
 class TenantTable {

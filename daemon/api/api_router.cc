@@ -11,6 +11,7 @@
 #include "daemon/api/completion.h"
 #include "daemon/api/deferred_response.h"
 #include "daemon/api/openai_request.h"
+#include "daemon/config.h"
 
 namespace edge::daemon::api {
 namespace {
@@ -353,20 +354,38 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             channel->respond(e.to_response());
             return;
         }
-        if (const Tenant* known = table->find(tenant_name)) {
-            forwarded_tenant = *known;
-            if (!table->enabled()) {
-                // The anonymous tenant's settings, not its prefix-cache scope: every tenant
-                // forwarded here would share one ("never across tenants", docs/config.md).
-                forwarded_tenant.cache_scope.clear();  // "": the engine keys by the name.
-            }
+        if (!is_identifier(tenant_name)) {
+            // A tenant name as the forwarding site's config has them (or "anonymous").
+            e.code = "invalid_forwarded_tenant";
+            e.message = "The " + std::string(cluster::kTenantHeader) +
+                        " header must be a tenant name: 1 to 64 letters, digits, '.', '_' or "
+                        "'-'.";
+            channel->respond(e.to_response());
+            return;
         }
-        forwarded_tenant.name = std::string(tenant_name);
+        const Tenant* known = table->find(tenant_name);
+        if (known != nullptr && table->enabled()) {
+            forwarded_tenant = *known;  // Its settings, name and prefix-cache scope here.
+        } else {
+            // A tenant this site has no entry for (or every tenant, authentication being off
+            // here): the default settings (the anonymous tenant's), under one name for the
+            // engine, kForwardedTenant, so its per-tenant series and fair-share entries are this
+            // site's tenants and that one, whatever names peers send. Its prefix cache is its
+            // own all the same ("never across tenants", docs/config.md).
+            if (known != nullptr) {
+                forwarded_tenant = *known;
+            }
+            forwarded_tenant.name = std::string(kForwardedTenant);
+            forwarded_tenant.cache_scope = "forwarded:" + std::string(tenant_name);
+        }
         tenant_ptr = &forwarded_tenant;
         channel->note("from_site", std::string(hop));
         channel->note("peer_cert", request.peer_identity);
+        channel->note("tenant", std::string(tenant_name));
     }
-    channel->note("tenant", tenant_ptr->name);
+    if (!from_peer) {
+        channel->note("tenant", tenant_ptr->name);
+    }
     if (models_path) {
         // OpenAI clients escape the id ("org%2Fname" for "org/name").
         models_endpoint(channel, from_peer ? nullptr : tenant_ptr,

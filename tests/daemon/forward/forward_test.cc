@@ -351,10 +351,11 @@ TEST_CASE("forwarded non-streamed completion arrives intact, over one pooled mTL
             FAIL(what);
         }
         auto req = b.generator.request(i);
-        CHECK(req.tenant == "acme");  // From the tenant header: B has no tenants of its own.
-        // Its prefix-cache entries are its own, not the anonymous tenant's every forwarded
+        // B has no tenants of its own: the engine knows every forwarded tenant by one name,
+        // but its prefix-cache entries are its own, not the anonymous tenant's every forwarded
         // tenant (and B's own clients) would share.
-        CHECK(req.cache_scope.empty());  // "": the engine keys them by the tenant name.
+        CHECK(req.tenant == daemon::kForwardedTenant);
+        CHECK(req.cache_scope == "forwarded:acme");
         CHECK(req.model == "m");
         b.generator.emit(i, "Hello");
         b.generator.emit(i, " world");
@@ -1118,7 +1119,7 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
         REQUIRE(c2.ok());
         REQUIRE((*c2)->send(forwarded).ok());
         REQUIRE(b.generator.wait_for_request(0));
-        CHECK(b.generator.request(0).tenant == "acme");
+        CHECK(b.generator.request(0).tenant == daemon::kForwardedTenant);
         b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
         auto r = (*c2)->read_response();
         REQUIRE(r.ok());
@@ -1149,6 +1150,53 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
               std::string::npos);
         CHECK_FALSE(b.generator.wait_for_request(2, 0));
     }
+}
+
+TEST_CASE("forwarded tenant names: a known one keeps its entry, others share one name") {
+    // Every tenant name a peer sends would otherwise become the engine's per-tenant series and
+    // fair-share entries here, without bound. A tenant this site configures is served as its
+    // own; any other under kForwardedTenant with the default settings, each still with a
+    // prefix cache of its own; a header that cannot be a tenant name is refused.
+    Cluster cluster;
+    Site b(cluster, "sin", {"m"}, tenants_section());
+    auto site = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "fra", {"fra"});
+    testing::TlsClientOptions options;
+    options.client_cert_path = site.cert_path;
+    options.client_key_path = site.key_path;
+    auto c = TlsClient::connect(b.daemon->peer_port(), options);
+    REQUIRE(c.ok());
+    auto send_as = [&](const std::string& tenant) {
+        REQUIRE((*c)
+                    ->send(testing::http_request(
+                        "POST", "/v1/chat/completions", chat_body(false),
+                        "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: " + tenant + "\r\n"))
+                    .ok());
+    };
+    const std::string names[] = {"acme", "made-up-1", "made-up-2"};
+    for (size_t i = 0; i < 3; ++i) {
+        send_as(names[i]);
+        REQUIRE(b.generator.wait_for_request(i));
+        b.generator.finish(i, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+    }
+    CHECK(b.generator.request(0).tenant == "acme");
+    CHECK(b.generator.request(0).cache_scope.starts_with("acme#"));  // Its scope here.
+    for (size_t i : {1, 2}) {
+        CHECK(b.generator.request(i).tenant == daemon::kForwardedTenant);
+        CHECK(b.generator.request(i).cache_scope == "forwarded:" + names[i]);
+    }
+    CHECK_FALSE(daemon::is_identifier(daemon::kForwardedTenant));  // No configured tenant's.
+    for (const std::string bad : {std::string(65, 'a'), std::string("a b"), std::string("(x)")}) {
+        CAPTURE(bad);
+        send_as(bad);
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(error_code_of(*r) == "invalid_forwarded_tenant");
+    }
+    CHECK_FALSE(b.generator.wait_for_request(3, 0));
 }
 
 TEST_CASE("a site's certificate speaks for that site only, on both ends of a forward") {
