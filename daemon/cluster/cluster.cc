@@ -57,15 +57,16 @@ Result<membership::MembershipConfig> membership_config(const Config& config) {
     if (g.max_members > 0) mc.max_members = static_cast<size_t>(g.max_members);
     if (g.max_fetches_in_flight > 0) mc.max_fetches_in_flight = g.max_fetches_in_flight;
     mc.seed = std::hash<std::string>{}(config.site.id) ^ std::random_device{}();
-    if (mc.probe_timeout > mc.probe_interval) {
+    if (mc.probe_timeout >= mc.probe_interval) {
         // Named by the config's keys; either may be the preset's.
         const auto ms = [](Duration d) {
             return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
         };
         return invalid_argument_error(
             config.source + ": gossip.probe_timeout_ms (" + ms(mc.probe_timeout) +
-            ") must be at most gossip.probe_interval_ms (" + ms(mc.probe_interval) +
-            ", with gossip.preset " + g.preset + ")");
+            ") must be less than gossip.probe_interval_ms (" + ms(mc.probe_interval) +
+            ", with gossip.preset " + g.preset +
+            "): the next probe ends the round, leaving no time for indirect and TCP probes");
     }
     // An empty advertise address is filled in from the bound socket by MembershipService.
     membership::MembershipConfig check = mc;

@@ -1,6 +1,21 @@
 #include "routing/membership/config.h"
 
+#include <string>
+
 namespace edge::routing::membership {
+
+namespace {
+
+// Members take an incarnation at most 2^32 past the one they know for a member (the plausibility
+// bound in memberlist.cc), so a start above it would be dropped by members that knew this site's
+// previous life at a small one. Unix seconds stay below it until 2106.
+constexpr uint64_t kMaxInitialIncarnation = uint64_t{1} << 32;
+
+int64_t to_ms(Duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+}  // namespace
 
 Status MembershipConfig::validate() const {
     auto bad = [](const std::string& what) {
@@ -15,9 +30,16 @@ Status MembershipConfig::validate() const {
     if (label.size() > 255) {
         return bad("label must be at most 255 bytes");
     }
-    if (probe_interval <= Duration::zero() || probe_timeout <= Duration::zero() ||
-        probe_timeout > probe_interval) {
-        return bad("need 0 < probe_timeout <= probe_interval");
+    if (probe_interval <= Duration::zero() || probe_timeout <= Duration::zero()) {
+        return bad("probe_interval and probe_timeout must be positive");
+    }
+    if (probe_timeout >= probe_interval) {
+        // The next probe tick ends the round: with no time left after the direct wait, indirect
+        // and TCP probes would never be sent and one lost ping would make a suspect.
+        return bad("probe_timeout (" + std::to_string(to_ms(probe_timeout)) +
+                   " ms) must be less than probe_interval (" +
+                   std::to_string(to_ms(probe_interval)) +
+                   " ms), to leave time for indirect and TCP probes");
     }
     if (max_inbound_streams == 0) {
         return bad("max_inbound_streams must be positive");
@@ -52,6 +74,9 @@ Status MembershipConfig::validate() const {
     }
     if (user_event_buffer == 0) {
         return bad("user_event_buffer must be positive");
+    }
+    if (initial_incarnation >= kMaxInitialIncarnation) {
+        return bad("initial_incarnation must be below 2^32");
     }
     return ok_status();
 }

@@ -26,7 +26,9 @@ struct MembershipConfig {
 
     // Time between failure-detection probes of one member each.
     Duration probe_interval = std::chrono::seconds(1);
-    // Time to wait for a direct ack before asking others to probe indirectly.
+    // Time to wait for a direct ack before asking others to probe indirectly. Must be less than
+    // probe_interval: a round ends when the next is due, so a wait as long as the interval would
+    // leave no time for the indirect and TCP probes, and one lost ping would make a suspect.
     Duration probe_timeout = std::chrono::milliseconds(500);
     // Number of members asked to probe indirectly when a direct probe fails.
     size_t indirect_checks = 3;
@@ -99,6 +101,13 @@ struct MembershipConfig {
 
     // Seed for this member's random choices (probe order, gossip targets).
     uint64_t seed = 1;
+
+    // The incarnation this process life starts from (its first site state is published at the
+    // next one). MembershipService raises it to the wall-clock time in Unix seconds, so a
+    // restarted site out-ranks what its previous life left in the cluster from its first message
+    // on, a state too large to travel inline included. Below 2^32. The default, 0, is for a bare
+    // Memberlist (simulations pin incarnations).
+    uint64_t initial_incarnation = 0;
 
     [[nodiscard]] Status validate() const;
 };

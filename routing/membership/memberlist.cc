@@ -17,9 +17,10 @@ bool newer_site_state(uint64_t incarnation, uint64_t version, uint64_t held_inca
     return std::tie(incarnation, version) > std::tie(held_incarnation, held_version);
 }
 
-// Incarnations grow by one a refutation or state change: one this far past the incarnation
-// known for a member was not reached that way. Taken, a forged accusation near the cap would
-// pin the member there, where its refutations can no longer out-bid it.
+// Incarnations grow by one a refutation or state change, and a process life starts below this
+// (MembershipConfig::initial_incarnation): one this far past the incarnation known for a member
+// was not reached that way. Taken, a forged accusation near the cap would pin the member there,
+// where its refutations can no longer out-bid it.
 constexpr uint64_t kMaxIncarnationStep = uint64_t{1} << 32;
 
 bool implausible_incarnation(uint64_t known, uint64_t claimed) {
@@ -48,6 +49,7 @@ Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, 
     m->members_.emplace(self.name, std::move(self));
     m->live_count_ = 1;
     m->stats_.members_alive = 1;
+    m->incarnation_ = m->config_.initial_incarnation;
     m->publish_local_state();
     m->broadcasts_.clear();  // nobody to tell yet; join() announces us
     return m;
@@ -85,6 +87,8 @@ void Memberlist::start() {
 
 void Memberlist::join(const std::vector<std::string>& seeds) {
     seeds_.clear();
+    seed_peers_.clear();
+    // A seed naming this member by host name is dropped once it answers (note_seed_peer).
     for (const std::string& addr : seeds) {
         if (addr != config_.advertise_addr) {
             seeds_.push_back(addr);
@@ -317,11 +321,17 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             stats_.implausible_dropped.fetch_add(1);
             return;
         }
-        // Someone speaks for us with a newer incarnation (our previous life, or a name clash):
-        // out-bid it so the cluster keeps our current state.
+        // Someone speaks for us with a newer incarnation, or with other state at ours (our
+        // previous life, or a name clash): out-bid it so the cluster keeps our current state. A
+        // life that restarts at the incarnation its predecessor crashed at (with
+        // initial_incarnation 0, both at 1) is told apart only by its state bytes, as memberlist's
+        // aliveNode compares Meta; a push-pull's entry for us carries them whatever their size.
+        const Member& self = members_.at(config_.name);
+        const bool other_state =
+            a.incarnation == incarnation_ && a.state && *a.state != self.site_bytes;
         if (!leaving_ && a.incarnation >= incarnation_ &&
             (a.incarnation > incarnation_ || a.addr != config_.advertise_addr ||
-             a.state_version != state_version_)) {
+             a.state_version != state_version_ || other_state)) {
             uint64_t suppressed = 0;
             if (a.addr != config_.advertise_addr && warn_allowed("name", a.addr, suppressed)) {
                 log::warn("gossip_name_conflict",

@@ -65,7 +65,9 @@ public:
     void start();
     // Full-state exchange with each seed address; members learned arrive as join events. Retried
     // with backoff whenever this member knows no other live member; a seed that is not a live
-    // member also gets a push-pull every reconnect_interval (it may have left and come back).
+    // member also gets a push-pull every reconnect_interval (it may have left and come back). A
+    // seed is a live member when its address, or the one that last answered it, is a live
+    // member's; a seed that turns out to be this member is dropped.
     void join(const std::vector<std::string>& seeds);
     // Broadcasts our departure; keep driving timers for a few gossip intervals so it spreads.
     // Site state updates are no longer published from here on (a pending one is dropped).
@@ -85,7 +87,10 @@ public:
     // A stream request from `from`; returns the sealed response frame (or an error to drop it).
     Result<std::vector<uint8_t>> handle_stream(const std::string& from,
                                                std::span<const uint8_t> bytes);
-    void handle_stream_response(uint64_t id, Result<std::vector<uint8_t>> response);
+    // `peer`: the "ip:port" the stream reached, when the transport knows it; it is how a seed
+    // given by host name is matched to the member that answered it.
+    void handle_stream_response(uint64_t id, Result<std::vector<uint8_t>> response,
+                                const std::string& peer = {});
     TimePoint next_deadline() const { return timers_.next(); }
     void run_due_timers() { timers_.run_due(clock_.now()); }
 
@@ -211,6 +216,9 @@ private:
     // Arms the join retry timer (once) when there are seeds and we know no other live member.
     void schedule_join_retry();
     void join_retry_tick();
+    // Records that `peer` answered a push-pull to `seed` (if it is one); drops the seed when the
+    // peer is this member.
+    void note_seed_peer(const std::string& seed, const std::string& peer);
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
     void merge_push_pull(const PushPullMsg& pp);
@@ -259,6 +267,9 @@ private:
     bool started_ = false;
 
     std::vector<std::string> seeds_;
+    // The "ip:port" that last answered a push-pull to each seed: a seed given by host name never
+    // equals a member's address, so it is found among the members by this one.
+    std::unordered_map<std::string, std::string> seed_peers_;
     Duration join_backoff_{};
     uint64_t join_retry_timer_ = 0;
     // A failed join is logged as a warning once, until a join succeeds; retries log at debug.

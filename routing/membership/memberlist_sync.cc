@@ -121,7 +121,14 @@ void Memberlist::reconnect_tick() {
         if (m.state == NodeState::kAlive || m.state == NodeState::kSuspect) {
             // A name, not the binding: clang before 16 cannot capture a structured binding.
             const std::string& addr = m.addr;
-            std::erase_if(lost_seeds, [&](const std::string* s) { return *s == addr; });
+            std::erase_if(lost_seeds, [&](const std::string* s) {
+                if (*s == addr) {
+                    return true;
+                }
+                // A host-name seed: found while the member that answered it lives.
+                auto it = seed_peers_.find(*s);
+                return it != seed_peers_.end() && it->second == addr;
+            });
         }
     }
     // A seed that left (a graceful restart) is forgotten, and it may know nobody when it comes
@@ -137,6 +144,21 @@ void Memberlist::reconnect_tick() {
               [](const Member* a, const Member* b) { return a->name < b->name; });
     std::uniform_int_distribution<size_t> pick(0, failed.size() - 1);
     start_push_pull(failed[pick(rng_)]->addr, StreamKind::kPushPull, {});
+}
+
+void Memberlist::note_seed_peer(const std::string& seed, const std::string& peer) {
+    auto it = std::find(seeds_.begin(), seeds_.end(), seed);
+    if (it == seeds_.end()) {
+        return;
+    }
+    if (peer == config_.advertise_addr) {
+        // This member under another name (a host name join() could not tell apart): nothing to
+        // join through, and never a lost seed.
+        seeds_.erase(it);
+        seed_peers_.erase(seed);
+        return;
+    }
+    seed_peers_[seed] = peer;
 }
 
 PushPullMsg Memberlist::local_push_pull(bool join) const {
@@ -418,7 +440,8 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
     return sealed;
 }
 
-void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>> response) {
+void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>> response,
+                                        const std::string& peer) {
     auto it = streams_.find(id);
     if (it == streams_.end()) {
         return;
@@ -458,6 +481,10 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
             }
         }
         return;
+    }
+    if (!peer.empty() &&
+        (pending.kind == StreamKind::kJoin || pending.kind == StreamKind::kPushPull)) {
+        note_seed_peer(pending.addr, peer);
     }
     if (pending.kind == StreamKind::kJoin && join_failure_logged_) {
         join_failure_logged_ = false;

@@ -10,6 +10,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <future>
@@ -173,6 +174,11 @@ public:
             if (ec) {
                 return self->fail_stream(conn, id, "connect to " + addr, ec);
             }
+            error_code no_remote;
+            const auto remote = conn->socket.remote_endpoint(no_remote);
+            if (!no_remote) {
+                conn->peer = endpoint_string(remote.address(), remote.port());
+            }
             std::array<asio::const_buffer, 2> bufs{asio::buffer(conn->header_out),
                                                    asio::buffer(conn->out)};
             asio::async_write(
@@ -185,7 +191,7 @@ public:
                         conn->deadline.cancel();
                         error_code ignored;
                         conn->socket.close(ignored);
-                        self->finish_stream(id, std::move(r));
+                        self->finish_stream(id, std::move(r), conn->peer);
                     });
                 }));
         };
@@ -302,6 +308,8 @@ private:
         std::shared_ptr<Impl> inbound_owner;
         tcp::socket socket;
         std::unique_ptr<tcp::resolver> resolver;  // A host-name seed's lookup, while it runs.
+        // Outbound: the "ip:port" connected to, which Memberlist matches host-name seeds by.
+        std::string peer;
         asio::steady_timer deadline;
         std::array<uint8_t, 4> header_out{};
         std::array<uint8_t, 4> header_in{};
@@ -323,11 +331,11 @@ private:
         finish_stream(id, unavailable_error("gossip stream: " + what + ": " + ec.message()));
     }
 
-    void finish_stream(uint64_t id, Result<std::vector<uint8_t>> r) {
+    void finish_stream(uint64_t id, Result<std::vector<uint8_t>> r, const std::string& peer = {}) {
         if (closed_) {
             return;
         }
-        ml_->handle_stream_response(id, std::move(r));
+        ml_->handle_stream_response(id, std::move(r), peer);
         after_event();
     }
 
@@ -508,6 +516,13 @@ Result<std::unique_ptr<MembershipService>> MembershipService::create(
     EDGE_RETURN_IF_ERROR(impl->bind(bind_host, port));
     if (config.advertise_addr.empty()) {
         config.advertise_addr = endpoint_string(impl->host_, impl->port_);
+    }
+    // Each process life starts at the wall-clock second (see initial_incarnation), so what a
+    // previous life left in the cluster (it may have crashed a moment ago) is out-ranked at once.
+    const int64_t wall_s = SystemClock::instance().wall_now_us() / 1'000'000;
+    if (wall_s > 0 && static_cast<uint64_t>(wall_s) < (uint64_t{1} << 32)) {
+        config.initial_incarnation =
+            std::max(config.initial_incarnation, static_cast<uint64_t>(wall_s));
     }
     EDGE_ASSIGN_OR_RETURN(impl->ml_, Memberlist::create(std::move(config), std::move(keyring),
                                                         SystemClock::instance(), *impl,

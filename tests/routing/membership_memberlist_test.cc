@@ -381,5 +381,65 @@ TEST_CASE("memberlist: a member's site state names its own site or is refused") 
     CHECK((*unnamed)->snapshot()->find("B")->site->site_id == "B");
 }
 
+// A process that crashed and came back can be at the incarnation and version its previous life
+// had (both start at 1): the state bytes are all that tell the lives apart. Gossip or a push-pull
+// that still carries the previous life's state about this member must be refuted above it, or
+// the cluster keeps that state for good.
+TEST_CASE("memberlist: an alive about this member at its incarnation with other state is refuted") {
+    Member a;
+    Memberlist& ml = a.ml();
+    const std::vector<uint8_t> mine = encode_site_state(*ml.snapshot()->find("A")->site);
+    REQUIRE(ml.snapshot()->find("A")->incarnation == 1);
+    a.receive(AliveMsg{1, "A", "10.0.0.1:7946", 1, site_bytes("A", 9)});
+    CHECK(ml.stats().refutations.load() == 1);
+    auto queued = a.queued_about("A");
+    REQUIRE(queued.size() == 1);
+    const auto* alive = std::get_if<AliveMsg>(&queued[0]);
+    REQUIRE(alive != nullptr);
+    CHECK(alive->incarnation == 2);
+    CHECK(alive->state == mine);
+
+    // Its own alive coming back is not refuted; it is the same state.
+    a.receive(AliveMsg{2, "A", "10.0.0.1:7946", 1, mine});
+    CHECK(ml.stats().refutations.load() == 1);
+
+    // The entry for this member in a peer's push-pull, likewise.
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"A", "10.0.0.1:7946", 2, NodeState::kAlive, 1,
+                                    site_bytes("A", 9), std::nullopt});
+    std::vector<std::vector<uint8_t>> framed{encode_message(pp)};
+    REQUIRE(
+        ml.handle_stream("10.0.0.2:7946", Keyring{}.seal("", encode_packet(framed)).value()).ok());
+    CHECK(ml.stats().refutations.load() == 2);
+    CHECK(ml.snapshot()->find("A")->incarnation == 3);
+    CHECK(ml.snapshot()->find("A")->site->pools.empty());
+}
+
+// probe_timeout == probe_interval passed validation, but a failed round ends when the next probe
+// is due, before the direct wait runs out: indirect and TCP probes were never sent, and one lost
+// ping made a suspect.
+TEST_CASE("memberlist: probe_timeout must be less than probe_interval") {
+    for (MembershipConfig c : {lan_profile(), wan_profile(), local_profile()}) {
+        c.name = "A";
+        c.advertise_addr = "10.0.0.1:7946";
+        CHECK(c.validate().ok());
+    }
+    MembershipConfig c = lan_profile();
+    c.name = "A";
+    c.advertise_addr = "10.0.0.1:7946";
+    c.probe_timeout = c.probe_interval;
+    const Status s = c.validate();
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("probe_timeout (1000 ms) must be less than probe_interval (1000 ms)") !=
+          std::string::npos);
+    c.probe_timeout = std::chrono::milliseconds(999);
+    CHECK(c.validate().ok());
+    ManualClock clock;
+    RecordingTransport transport(clock);
+    c.probe_timeout = c.probe_interval;
+    CHECK_FALSE(Memberlist::create(c, Keyring{}, clock, transport, SiteState{}).ok());
+}
+
 }  // namespace
 }  // namespace edge::routing::membership

@@ -257,6 +257,50 @@ TEST_CASE("sim: a restarted member's new state wins over its previous life's, ho
     CHECK(sim.false_deaths() == 0);
 }
 
+// A member that crashes (no leave) before it ever changed its state, and comes back at once as a
+// new process: both lives are at incarnation 1 and version 1, and only the state bytes differ.
+// The previous life's region, peer address and pools must not stay in the cluster.
+TEST_CASE(
+    "sim: a member restarted at its previous life's incarnation and version gets its state out") {
+    const size_t n = 4;
+    GossipSim sim(n, lan_profile(), 17);
+    regional_latency(sim.net());
+    sim.start_all();
+    REQUIRE(sim.run_until([&] { return sim.converged(); }, seconds(30)));
+    const MemberView old2 = *sim.node(0).snapshot()->find(GossipSim::name(2));
+    REQUIRE(old2.incarnation == 1);
+    REQUIRE(old2.site_version == 1);
+    REQUIRE(old2.site->region == "eu");
+    sim.kill(2);
+    SiteState fresh;
+    fresh.site_id = GossipSim::name(2);
+    fresh.region = "ap";
+    fresh.peer_addr = "new-peer:2";
+    sim.restart(2, fresh);
+    const MemberView new2 = *sim.node(2).snapshot()->find(GossipSim::name(2));
+    REQUIRE(new2.incarnation == 1);
+    REQUIRE(new2.site_version == 1);
+    const bool ok = sim.run_until(
+        [&] {
+            for (size_t i = 0; i < n; ++i) {
+                const MemberView* v = sim.node(i).snapshot()->find(GossipSim::name(2));
+                if (v == nullptr || v->state != NodeState::kAlive || !v->site ||
+                    v->site->region != "ap" || v->site->peer_addr != "new-peer:2") {
+                    return false;
+                }
+            }
+            return true;
+        },
+        seconds(5));
+    for (size_t i = 0; i < n; ++i) {
+        const MemberView* v = sim.node(i).snapshot()->find(GossipSim::name(2));
+        MESSAGE("member " << i << " sees 2 in region '" << (v && v->site ? v->site->region : "")
+                          << "' at incarnation " << (v ? v->incarnation : 0));
+    }
+    CHECK(ok);
+    CHECK(sim.false_deaths() == 0);
+}
+
 TEST_CASE("sim: a leave with a load update still parked by the rate limit stays a leave") {
     const size_t n = 3;
     const MembershipConfig c = lan_profile();
