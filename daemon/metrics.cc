@@ -329,8 +329,9 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
             << "\n";
     }
     header(out, "edgeserve_preempted_tokens_recomputed_total", "counter",
-           "Cached positions of preempted sequences dropped without a saved copy, to be computed "
-           "again (past engine.kv_swap_bytes, or a KV cache on a GPU).");
+           "Positions of preempted sequences computed again because they were dropped without a "
+           "saved copy (past engine.kv_swap_bytes, or a KV cache on a GPU); those the prefix "
+           "cache still held are reused, not counted.");
     for (const engine::ServingStats& m : stats) {
         out << "edgeserve_preempted_tokens_recomputed_total" << labels({{"model", m.model}}) << " "
             << m.preempt_recompute_tokens << "\n";

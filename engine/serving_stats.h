@@ -72,7 +72,8 @@ struct ServingStats {
     int64_t kv_blocks_cached = 0;       // Unreferenced blocks kept for the prefix cache.
     int64_t kv_budget_bytes = 0;        // Configured KV memory budget, bytes.
     int64_t kv_swap_bytes = 0;          // Host memory holding preempted sequences' KV now.
-    int64_t preempt_recompute_tokens = 0;  // Cached positions preemptions dropped unsaved.
+    // Positions computed again after preemptions dropped them unsaved (SchedulerStats).
+    int64_t preempt_recompute_tokens = 0;
     int64_t steps = 0;                  // Engine iterations run.
     int64_t layers_run = 0;             // Decoder layers run (CausalLM::layers_run; live).
     int64_t batch_sequences = 0;        // Sequences in the running batch now.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/log.h"
 #include "engine/cpu/ops.h"
 #include "engine/model/loader.h"
 #include "engine/model/weight_loader.h"
@@ -78,6 +79,18 @@ private:
     cpu::GroupRouterConfig c_;
     std::vector<float> bias_;
 };
+
+// A communicator's error as the block reports it. A collective that cannot get memory (NCCL's
+// staging and gather buffers on a full device) answers kResourceExhausted, and hands that code to
+// every rank; out of a model's forward() it would read as a full KV cache (CausalLM::forward), and
+// the scheduler would preempt sequences, which frees none of the memory the communicator needs.
+// So it is the server's capacity, kUnavailable, whichever communicator ran.
+Status communicator_status(Status s) {
+    if (s.code() == StatusCode::kResourceExhausted) {
+        return unavailable_error("communicator out of memory: " + s.message());
+    }
+    return s;
+}
 
 template <typename T>
 T* grow(std::vector<T>& v, size_t n) {
@@ -401,13 +414,15 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         std::memcpy(rec + sizeof(int32_t), h + (b + a / K) * H, static_cast<size_t>(H) * 4);
     }
     rk.recv_bytes.assign(R, 0);
-    EDGE_RETURN_IF_ERROR(rk.comm->exchange_counts(rk.send_bytes, rk.recv_bytes));
+    EDGE_RETURN_IF_ERROR(
+        communicator_status(rk.comm->exchange_counts(rk.send_bytes, rk.recv_bytes)));
     int64_t recv_total = 0;
     for (int64_t c : rk.recv_bytes) {
         recv_total += c;
     }
     unsigned char* recv = grow(rk.recv, static_cast<size_t>(recv_total));
-    EDGE_RETURN_IF_ERROR(rk.comm->all_to_all_v(send, rk.send_bytes, recv, rk.recv_bytes));
+    EDGE_RETURN_IF_ERROR(
+        communicator_status(rk.comm->all_to_all_v(send, rk.send_bytes, recv, rk.recv_bytes)));
     rk.times.dispatch_s += since(t);
 
     // Compute: received rows grouped by expert (stable, so source order is kept), then one
@@ -455,7 +470,8 @@ Status MoeBlock::rank_forward(Rank& rk, const Layer& layer, int32_t li, const fl
         rk.back_recv[r] = rk.send_rows[r] * H * 4;
     }
     float* ret = grow(rk.ret, static_cast<size_t>(m * K * H));
-    EDGE_RETURN_IF_ERROR(rk.comm->all_to_all_v(back, rk.back_send, ret, rk.back_recv));
+    EDGE_RETURN_IF_ERROR(
+        communicator_status(rk.comm->all_to_all_v(back, rk.back_send, ret, rk.back_recv)));
     for (int64_t i = 0; i < m; ++i) {
         float* xi = x + (b + i) * H;
         for (int32_t j = 0; j < K; ++j) {
@@ -565,7 +581,7 @@ Status MoeBlock::refresh_load(bool plan) {
                 rk.load[c] += src[c];
             }
         }
-        rk.status = rk.comm->all_reduce_sum(std::span<int64_t>(rk.load));
+        rk.status = communicator_status(rk.comm->all_reduce_sum(std::span<int64_t>(rk.load)));
     });
     for (const auto& rk : ranks_) {
         EDGE_RETURN_IF_ERROR(rk->status);
@@ -590,8 +606,18 @@ Status MoeBlock::end_step() {
     const bool rebalance =
         config_.rebalance_interval_steps > 0 && steps_ % config_.rebalance_interval_steps == 0;
     const bool new_bucket = steps_ % bucket_steps_ == 0;
+    // The models call this after the step's KV is committed, so its failure cannot fail the
+    // step: a refresh that fails keeps the last load and placement (this rebalance is skipped,
+    // the next one tries again) and the window still slides, so its buckets stay in step with
+    // steps_. The error is logged here and returned.
+    Status refreshed;
     if (rebalance || new_bucket) {
-        EDGE_RETURN_IF_ERROR(refresh_load(rebalance));
+        refreshed = refresh_load(rebalance);
+        if (!refreshed.ok()) {
+            log::warn(
+                "moe_load_refresh_failed",
+                {{"step", steps_}, {"rebalance", rebalance}, {"error", refreshed.to_string()}});
+        }
     }
     if (new_bucket) {
         // Slide the window: the oldest bucket is cleared and becomes the current one.
@@ -602,7 +628,7 @@ Status MoeBlock::end_step() {
                         0);
         }
     }
-    return ok_status();
+    return refreshed;
 }
 
 shard::ShardStats MoeBlock::stats() const {

@@ -173,10 +173,20 @@ bool Scheduler::step() {
             record_prompt_logprobs(seq, std::span<const float>(logits.data() + row * vocab,
                                                                rows * vocab));
         }
+        const int32_t before = seq->computed;
         seq->computed += batch[i].count;
-        // A chunk of one token after the prompt is a decode step; anything else is prefill.
-        const bool decoding = seq->computed > seq->prompt_len;
+        // A chunk of one token after the prompt is a decode step; anything else is prefill,
+        // also a chunk that recomputes generated tokens after a preemption: counted as decode
+        // tokens, it would inflate the decode rate that routing and max_queue_wait read just
+        // when the KV cache thrashes.
+        const bool decoding = batch[i].count == 1 && before >= seq->prompt_len;
         (decoding ? decode_tokens : prefill_tokens) += batch[i].count;
+        // Positions below the most this sequence ever held were computed before and dropped
+        // by a preemption without a saved copy (what the prefix cache still held was attached
+        // instead, and never reaches a chunk).
+        stats_.recompute_tokens +=
+            std::max(0, std::min(seq->computed, seq->computed_most) - before);
+        seq->computed_most = std::max(seq->computed_most, seq->computed);
         publish_prefix(seq);
         row += rows;
         if (seq->pending() == 0) {

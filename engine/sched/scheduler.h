@@ -108,8 +108,9 @@ struct SchedulerStats {
     int64_t preemptions = 0;  // Sequences evicted (for lack of KV space or for a fair share).
     int64_t fair_preemptions = 0;  // Of those, evicted for a tenant below its fair share.
     int64_t swapped_preemptions = 0;  // Of those, with their KV saved (swap_bytes).
-    // Cached positions preemptions dropped without saving them, to be computed again (less what
-    // the prefix cache still holds then).
+    // Positions computed again because a preemption dropped them without saving them; those
+    // the prefix cache still held at the next admission are attached, not computed, and not
+    // counted (nor are those of a sequence that ends before it runs again).
     int64_t recompute_tokens = 0;
     int32_t max_running = 0;  // Largest batch seen, in sequences.
     int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.

@@ -338,11 +338,9 @@ bool Scheduler::restore_kv(Sequence* seq) {
     }
     if (st.ok()) {
         seq->computed = seq->swapped->saved().length;
-    } else {
-        // With nothing running every block is free or evictable, so this is not for lack of
-        // room; the tokens are computed again.
-        stats_.recompute_tokens += seq->swapped->saved().length;
     }
+    // Otherwise, with nothing running every block is free or evictable, so this is not for lack
+    // of room; the tokens are computed again (counted as they are: step()).
     seq->swapped.reset();
     return true;
 }
@@ -351,10 +349,9 @@ void Scheduler::preempt(std::vector<std::unique_ptr<Sequence>>::iterator victim,
                         bool for_fairness) {
     std::unique_ptr<Sequence> seq = std::move(*victim);
     running_.erase(victim);
+    // Unsaved positions count in recompute_tokens once they are computed again (step()), less
+    // what the prefix cache still holds at the sequence's next admission.
     const bool saved = save_kv(seq.get());
-    if (!saved) {
-        stats_.recompute_tokens += model_->slot_length(seq->slot);
-    }
     model_->truncate_slot(seq->slot, 0);
     model_->release_slot(seq->slot);
     log::debug("sequence_preempted", {{"request_id", seq->request_id},

@@ -190,6 +190,9 @@ struct Sequence {
 
     int32_t slot = -1;         // Model slot while admitted, else -1.
     int32_t computed = 0;      // Tokens of `tokens` already in the slot's KV cache.
+    // The most positions it has computed: a chunk below this recomputes what a preemption
+    // dropped (SchedulerStats::recompute_tokens).
+    int32_t computed_most = 0;
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
     int64_t admitted_step = 0;  // Scheduler steps run before its latest admission.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.

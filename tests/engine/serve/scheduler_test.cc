@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <cmath>
 
+#include "common/clock.h"
 #include "engine/sampling/json_prefix.h"
 #include "engine/sched/sequence.h"
 #include "tests/engine/serve/collecting_sink.h"
@@ -271,6 +272,71 @@ TEST_CASE("scheduler: preemption under a small KV budget still completes with th
     }
     CHECK(h.scheduler->stats().preemptions > 0);
     CHECK(h.log->slots_in_use == 0);
+}
+
+// Two requests of eight-token prompts under a KV cache of ten 4-token blocks, each step one
+// second on `clock`: both decode until the cache is full (20 positions each), then the newer
+// (`b`) is preempted without a saved copy, `a` finishes, and `b` comes back. Its two prompt blocks
+// are still in the prefix cache, so it attaches them and recomputes positions 8-19 (the 12 the
+// cache lost) with its pending token 20 in one chunk of 13. Steps until idle; the decode rate
+// after each step goes to `decode_rates`.
+struct RecomputeRun {
+    std::shared_ptr<FakeLog> log;
+    SchedulerStats stats;
+    std::vector<double> decode_rates;
+};
+
+RecomputeRun run_recompute_after_preemption() {
+    ManualClock clock;
+    FakeOptions opts;
+    opts.block_tokens = 4;
+    opts.kv_tokens = 40;
+    opts.on_forward = [&clock] { clock.advance(std::chrono::seconds(1)); };
+    SchedulerConfig config;
+    config.clock = &clock;
+    Harness h(opts, config);
+    auto a = h.submit(eight_tokens(0), 14);
+    auto b = h.submit(eight_tokens(1), 20);
+    RecomputeRun run;
+    for (int i = 0; i < 200 && h.scheduler->step(); ++i) {
+        run.decode_rates.push_back(h.scheduler->load().decode_tokens_per_s);
+    }
+    REQUIRE(a->wait());
+    REQUIRE(b->wait());
+    CHECK(a->ids() == FakeCausalLM::expected(opts, eight_tokens(0), 14));
+    CHECK(b->ids() == FakeCausalLM::expected(opts, eight_tokens(1), 20));
+    run.log = h.log;
+    run.stats = h.scheduler->stats();
+    return run;
+}
+
+TEST_CASE("scheduler: a recompute chunk past the prompt is prefill, not decode tokens") {
+    const RecomputeRun run = run_recompute_after_preemption();
+    REQUIRE(run.stats.preemptions == 1);
+    REQUIRE(run.stats.swapped_preemptions == 0);
+    // The recompute ran: one chunk of more than one token that starts past the prompt.
+    bool recomputed = false;
+    for (const testing::ForwardCall& call : run.log->snapshot()) {
+        for (const auto& [slot, tokens] : call.chunks) {
+            recomputed = recomputed || tokens == 13;
+        }
+    }
+    REQUIRE(recomputed);
+    // A step decodes at most one token per sequence, two here, in one second: the rate (a
+    // moving average of the steps' rates) never exceeds 2 tokens/s. The recompute chunk counted
+    // as decode tokens would have taken it past 4.
+    for (size_t i = 0; i < run.decode_rates.size(); ++i) {
+        CAPTURE(i);
+        CHECK(run.decode_rates[i] <= 2.0 + 1e-9);
+    }
+}
+
+TEST_CASE("scheduler: recompute_tokens counts the positions computed again, not those cached") {
+    // b held 20 positions when preempted; its two prompt blocks (8 positions) are attached from
+    // the prefix cache at its return, so 12 are computed again.
+    const RecomputeRun run = run_recompute_after_preemption();
+    REQUIRE(run.stats.preemptions == 1);
+    CHECK(run.stats.recompute_tokens == 12);
 }
 
 TEST_CASE("scheduler: echoed prompts with logprobs survive preemption, sent once, whole") {
