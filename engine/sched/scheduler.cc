@@ -152,6 +152,19 @@ bool Scheduler::step() {
         publish_load(0, 0, {});
         return progressed;
     }
+    {
+        // The batch about to run, before its forward: a watchdog that reads batch_sequences 0
+        // (published when the scheduler last went idle) takes a stalled first step after a quiet
+        // spell for an idle engine (daemon/liveness.cc), and its layers_run never moves.
+        size_t queued = 0;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            queued = waiting_.size();
+        }
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        serving_.batch_sequences = static_cast<int64_t>(running_.size());
+        serving_.queued = static_cast<int64_t>(queued);
+    }
     std::vector<BatchEntry> batch = plan_batch();
     std::vector<float>& logits = logits_;
     const TimePoint started = clock_->now();

@@ -151,6 +151,29 @@ TEST_CASE("scheduler: load() reports queue, running, KV use and token rates") {
     CHECK(done.kv_use == 0.0);
 }
 
+TEST_CASE("scheduler: a step's batch is in serving_stats() while its forward runs") {
+    // The daemon's watchdog (daemon/liveness.cc) takes batch_sequences 0 for an idle engine. The
+    // first step after a quiet spell must not run under the 0 published when the scheduler went
+    // idle: a forward stalled there would never be noticed.
+    FakeOptions opts;
+    Scheduler* scheduler = nullptr;
+    std::vector<int64_t> seen;
+    opts.on_forward = [&] { seen.push_back(scheduler->serving_stats().batch_sequences); };
+    Harness h(opts);
+    scheduler = h.scheduler.get();
+    h.submit({1, 2, 3}, 2);
+    h.drain();
+    CHECK(h.scheduler->serving_stats().batch_sequences == 0);  // Idle again.
+    h.submit({4, 5}, 1);
+    h.submit({6}, 1);
+    h.drain();
+    REQUIRE(seen.size() >= 3);
+    for (size_t i = 0; i < seen.size(); ++i) {
+        CAPTURE(i);
+        CHECK(seen[i] > 0);
+    }
+}
+
 TEST_CASE("scheduler: chunked prefill stays within max_batch_tokens, decode first") {
     SchedulerConfig config;
     config.max_batch_tokens = 4;
