@@ -141,15 +141,21 @@ void softmax_avx2(float* x, int64_t n) {
 }
 
 double exp_sum_avx2(const float* x, int64_t n, float shift, float* out) {
+    // The sum in f64 lanes: an f32 lane drops a term under half an ulp of its running sum (every
+    // id 6e-8 as likely as the likeliest, after it), and the sampler's draw is scaled by this.
     const __m256 vshift = _mm256_set1_ps(shift);
-    __m256 vsum = _mm256_setzero_ps();
+    __m256d sum_lo = _mm256_setzero_pd();
+    __m256d sum_hi = _mm256_setzero_pd();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 e = exp_or_zero(_mm256_sub_ps(_mm256_loadu_ps(x + i), vshift));
         _mm256_storeu_ps(out + i, e);
-        vsum = _mm256_add_ps(vsum, e);
+        sum_lo = _mm256_add_pd(sum_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        sum_hi = _mm256_add_pd(sum_hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
-    float sum = hsum_avx2(vsum);
+    const __m256d sum4 = _mm256_add_pd(sum_lo, sum_hi);
+    const __m128d sum2 = _mm_add_pd(_mm256_castpd256_pd128(sum4), _mm256_extractf128_pd(sum4, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(sum2, _mm_unpackhi_pd(sum2, sum2)));
     if (i < n) {  // The tail through the same exp, eight lanes with the unused ones at -inf.
         alignas(32) float tail[8];
         for (int j = 0; j < 8; ++j) {

@@ -109,15 +109,29 @@ void softmax_avx512(float* x, int64_t n) {
 }
 
 double exp_sum_avx512(const float* x, int64_t n, float shift, float* out) {
+    // The sum in f64 lanes: an f32 lane drops a term under half an ulp of its running sum (every
+    // id 6e-8 as likely as the likeliest, after it), and the sampler's draw is scaled by this.
     const __m512 vshift = _mm512_set1_ps(shift);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = tail_mask(n - i);
-        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vshift));
-        _mm512_mask_storeu_ps(out + i, m, e);
-        sum = _mm512_mask_add_ps(sum, m, sum, e);
+    __m512d sum_lo = _mm512_setzero_pd();
+    __m512d sum_hi = _mm512_setzero_pd();
+    auto add = [&](__m512 e) {
+        sum_lo = _mm512_add_pd(sum_lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        sum_hi = _mm512_add_pd(sum_hi, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    };
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vshift));
+        _mm512_storeu_ps(out + i, e);
+        add(e);
     }
-    return _mm512_reduce_add_ps(sum);
+    if (i < n) {  // The lanes past the end are zeroed before they are added.
+        const __mmask16 m = tail_mask(n - i);
+        const __m512 e = _mm512_maskz_mov_ps(
+            m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vshift)));
+        _mm512_mask_storeu_ps(out + i, m, e);
+        add(e);
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(sum_lo, sum_hi));
 }
 
 void silu_mul_avx512(const float* gate, const float* up, int64_t n, float* out) {

@@ -277,7 +277,9 @@ TokenId Sampler::draw(std::span<const float> scaled) {
         return static_cast<TokenId>(std::find(scaled.begin(), scaled.end(), max) -
                                     scaled.begin());
     }
-    // Unnormalised probabilities of every id, by id (0 for the ones filtered out).
+    // Unnormalised probabilities of every id, by id (0 for the ones filtered out), and their
+    // total summed in f64 like the cuts' masses below: in f32, ids under 6e-8 of the likeliest
+    // were rounded out of it, and the walk, scaled by a short total, never reached the last ids.
     probs_.resize(static_cast<size_t>(vocab));
     double total_all = cpu::exp_sum(scaled.data(), vocab, max, probs_.data());
     if (params_.min_p > 0.0f) {
@@ -397,9 +399,12 @@ SampledToken Sampler::sample(std::span<float> logits, const TokenFilter* filter)
             }
             out.id = choose(logits, greedy);
         }
-        if (out.id < 0) {
-            return out;
-        }
+    }
+    if (out.id < 0) {
+        // Nothing left to choose (every logit -inf, or every token refused): no token to count
+        // for the penalties and min_tokens, and no logprob to look up. The scheduler ends the
+        // sequence with an error on the -1.
+        return out;
     }
     ++counts_[out.id];
     ++generated_;

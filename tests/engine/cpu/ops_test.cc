@@ -72,7 +72,8 @@ TEST_CASE("attention over one position returns its value and causal weights sum 
 // reference on random inputs, with lengths that are and are not multiples of the vector widths
 // (8, 16). Tolerances:
 //   rms_norm: 4e-6 relative + 1e-7 (f32 instead of f64 sum of squares);
-//   softmax, exp_sum: 4e-6 relative + 1e-9 (polynomial exp, about 2e-7, and an f32 sum);
+//   softmax, exp_sum: 4e-6 relative + 1e-9 (polynomial exp, about 2e-7, and softmax's f32
+//             reciprocal of the sum);
 //   silu_mul: 4e-6 relative + 1e-7 (polynomial exp);
 //   RoPE:     2e-6 absolute on values of magnitude <= 4 (fused multiply-add rounding).
 void check_ops_variant(const OpsVariant& simd) {
@@ -185,6 +186,35 @@ void check_ops_variant(const OpsVariant& simd) {
             }
             for (int64_t i = rot; i < hd; ++i) {
                 CHECK(b[i] == head[i]);
+            }
+        }
+    }
+}
+
+TEST_CASE("exp_sum returns the sum of its own terms, however small next to the largest") {
+    // One term of 1 and the others 5.5e-8 each, below half an f32 ulp of 1: an f32 running sum
+    // drops those after the 1 in its lane (5e-4 of the total at 151936 terms, the sampler's
+    // draw then never reaches the last ids). Also wide random terms, lengths off the widths.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 20.0f);
+    for (const OpsVariant& v : ops_variants()) {
+        const std::string variant = v.name;
+        CAPTURE(variant);
+        for (int64_t n : {151936, 151941}) {
+            for (bool dominated : {true, false}) {
+                std::vector<float> x(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+                for (float& a : x) {
+                    a = dominated ? std::log(5.5e-8f) : normal(rng);
+                }
+                x[0] = dominated ? 0.0f : *std::max_element(x.begin(), x.end()) + 1.0f;
+                const double got = v.exp_sum(x.data(), n, x[0], out.data());
+                double want = 0.0;
+                for (float e : out) {
+                    want += e;
+                }
+                CAPTURE(n);
+                CAPTURE(dominated);
+                CHECK(std::fabs(got - want) <= 1e-12 * want);
             }
         }
     }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -254,6 +256,94 @@ TEST_CASE("sampler: a filter's refused tokens are never chosen, greedy or drawn"
     CHECK(g.sample(l, &none).id == -1);
     l = logits;
     CHECK(h.sample(l, &none).id == -1);
+}
+
+TEST_CASE("sampler: every logit at -inf gives -1 and leaves the sampler as it was") {
+    // Without a filter as with one: the -1 is not counted as a generated token (for the
+    // penalties and min_tokens), nor looked up in the logprobs (before their first element).
+    SamplingParams p;
+    p.logprobs = true;
+    p.top_logprobs = 2;
+    p.presence_penalty = 1.0f;
+    p.frequency_penalty = 0.5f;
+    p.min_tokens = 1;
+    const std::vector<TokenId> eos = {3};
+    const std::vector<float> logits = {0.0f, 1.0f, 0.5f, 6.0f, 0.2f, -0.3f, 0.8f, 0.1f};
+    constexpr uint64_t kSeed = 19;
+    Sampler s(p, kSeed);
+    s.set_context({}, eos);
+    std::vector<float> out(8, -std::numeric_limits<float>::infinity());
+    const SampledToken none = s.sample(out);
+    CHECK(none.id == -1);
+    CHECK(none.top.empty());
+    // From then on, token for token what a fresh sampler of the same seed draws: the end token
+    // (e^6, nearly all the mass) still held off for the first real token, the penalties those
+    // of the real tokens alone.
+    Sampler fresh(p, kSeed);
+    fresh.set_context({}, eos);
+    for (int i = 0; i < 16; ++i) {
+        std::vector<float> a = logits, b = logits;
+        const SampledToken got = s.sample(a);
+        const SampledToken want = fresh.sample(b);
+        CAPTURE(i);
+        CHECK(got.id == want.id);
+        CHECK(got.logprob == want.logprob);
+    }
+    // Greedy, the same -1.
+    SamplingParams g = greedy();
+    g.logprobs = true;
+    Sampler gs(g, 1);
+    std::fill(out.begin(), out.end(), -std::numeric_limits<float>::infinity());
+    const SampledToken greedy_none = gs.sample(out);
+    CHECK(greedy_none.id == -1);
+    CHECK(greedy_none.top.empty());
+}
+
+TEST_CASE("sampler: a dominated distribution's least likely ids are drawn too, up to the last") {
+    // One id at logit 0 and 151935 at ln(5.5e-8): each of those below half an f32 ulp of 1, so
+    // an f32 running total of the probabilities drops the ones after the 1 in its lane, and a
+    // draw scaled by that total never reached the last ids. The last 5% of the ids hold 4.1e-4
+    // of the mass: found by chance they would take ~10^6 draws of 151936 ids. Instead the seeds
+    // are chosen whose draw lands in the last 0.08% of the mass (by the 53-bit uniform the
+    // default walk scales by the total, as FullSortNucleus::draw takes it), and each draw is
+    // checked against the id an exact walk reaches: about half of them are in the tail.
+    constexpr int32_t kVocab = 151936;
+    const float small = std::log(5.5e-8f);
+    std::vector<float> logits(kVocab, small);
+    logits[0] = 0.0f;
+    const double q = std::exp(static_cast<double>(small));
+    const double total = 1.0 + (kVocab - 1) * q;
+    constexpr int32_t kTail = kVocab - kVocab / 20;
+    const double tail_share = (kVocab - kTail) * q / total;
+    // The first id whose cumulative mass passes u * total.
+    auto exact = [&](double u) {
+        const double target = u * total;
+        if (target < 1.0) {
+            return 0;
+        }
+        return std::min(kVocab - 1, 1 + static_cast<int32_t>((target - 1.0) / q));
+    };
+    SamplingParams p;
+    constexpr int kChosen = 100;
+    int chosen = 0, in_tail = 0, want_in_tail = 0;
+    for (uint64_t seed = 1; chosen < kChosen && seed < 4'000'000; ++seed) {
+        std::mt19937_64 rng(seed);
+        const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+        if (u < 1.0 - 2.0 * tail_share) {
+            continue;
+        }
+        ++chosen;
+        Sampler s(p, seed);
+        const TokenId id = pick(s, logits);
+        const int32_t want = exact(u);
+        CAPTURE(seed);
+        CHECK(std::abs(id - want) <= 2);  // The f32 exp's rounding: 0.03 ids here.
+        in_tail += id >= kTail ? 1 : 0;
+        want_in_tail += want >= kTail ? 1 : 0;
+    }
+    REQUIRE(chosen == kChosen);
+    CHECK(want_in_tail > kChosen / 4);
+    CHECK(std::abs(in_tail - want_in_tail) <= 2);
 }
 
 TEST_CASE("sampler: min-p is measured against the best token a filter allows") {
