@@ -126,8 +126,8 @@ double exp_sum_avx512(const float* x, int64_t n, float shift, float* out) {
     }
     if (i < n) {  // The lanes past the end are zeroed before they are added.
         const __mmask16 m = tail_mask(n - i);
-        const __m512 e = _mm512_maskz_mov_ps(
-            m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vshift)));
+        const __m512 e =
+            _mm512_maskz_mov_ps(m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vshift)));
         _mm512_mask_storeu_ps(out + i, m, e);
         add(e);
     }
