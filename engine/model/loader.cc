@@ -82,10 +82,13 @@ Status check_model_files(const std::string& dir, const std::string& policy,
     EDGE_ASSIGN_OR_RETURN(const Arch* arch, find_arch(config));
     EDGE_RETURN_IF_ERROR(arch->check_config(config));
     // One layer's placement: the plan is the same for every layer (check_config bounded the
-    // count).
+    // count). A model with 0 routed experts is dense: the loaders build no MoE block and place
+    // nothing, so neither does the check.
     EDGE_ASSIGN_OR_RETURN(const int64_t experts, config.get_int(arch->experts_field));
-    EDGE_RETURN_IF_ERROR(
-        plan_expert_placement(sharding, 1, static_cast<int32_t>(experts)).status());
+    if (experts > 0) {
+        EDGE_RETURN_IF_ERROR(
+            plan_expert_placement(sharding, 1, static_cast<int32_t>(experts)).status());
+    }
     // Headers only: checking reads no weights.
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint,
                           Checkpoint::open_dir(dir, /*populate=*/false));

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "common/file.h"
 #include "common/json_text.h"
@@ -189,19 +190,66 @@ void* map_weights(int fd, uint64_t size) {
     return p;
 }
 
-// Faults in [p, p + size) from the file, 256 MiB at a time, noting each step as load progress (a
-// terabyte checkpoint takes minutes to read: the daemon's load heartbeat watches the count).
-void populate_weights(const uint8_t* p, uint64_t size) {
+// "PATH: bytes A..B" for messages about a range of a file.
+std::string byte_range(const std::string& path, uint64_t begin, uint64_t end) {
+    return path + ": bytes " + std::to_string(begin) + ".." + std::to_string(end);
+}
+
+// kDataLoss when `fd` is now shorter than `end` bytes: touching the mapping past the end of the
+// file would raise SIGBUS.
+Status check_file_reaches(int fd, const std::string& path, uint64_t begin, uint64_t end) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0) {
+        const int err = errno;
+        return internal_error(path + ": fstat failed: " + std::strerror(err));
+    }
+    if (static_cast<uint64_t>(st.st_size) < end) {
+        return data_loss_error(byte_range(path, begin, end) + " cannot be read: the file is now " +
+                               std::to_string(st.st_size) + " bytes (truncated while loading)");
+    }
+    return ok_status();
+}
+
+// Faults in [p, p + size), the mapping of `fd` (named `path`), 256 MiB at a time, noting each
+// step as load progress (a terabyte checkpoint takes minutes to read: the daemon's load heartbeat
+// watches the count). MADV_POPULATE_READ reports a range it cannot read (the file shrank after it
+// was mapped, or the disk returned an I/O error) as EFAULT, where touching the pages would raise
+// SIGBUS and kill the daemon: that is a kDataLoss naming the file and the range. Only a kernel
+// without MADV_POPULATE_READ (before 5.14: EINVAL) gets the fallback of touching every page,
+// after checking that the file still covers the step.
+Status populate_weights(int fd, const std::string& path, const uint8_t* p, uint64_t size) {
     constexpr uint64_t kStep = uint64_t{256} << 20;  // A multiple of 2 MiB (huge pages).
     const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+#if defined(MADV_POPULATE_READ)
+    bool touch = false;
+#else
+    bool touch = true;
+#endif
     for (uint64_t at = 0; at < size; at += kStep) {
         const uint64_t n = std::min(kStep, size - at);
         void* start = const_cast<uint8_t*>(p + at);
 #if defined(MADV_POPULATE_READ)
-        if (madvise(start, n, MADV_POPULATE_READ) != 0)
+        if (!touch) {
+            int rc = 0;
+            do {
+                rc = madvise(start, n, MADV_POPULATE_READ);
+            } while (rc != 0 && errno == EINTR);
+            const int err = rc == 0 ? 0 : errno;
+            if (err == EINVAL || err == ENOSYS) {
+                touch = true;
+            } else if (err == ENOMEM) {
+                return resource_exhausted_error(byte_range(path, at, at + n) +
+                                                ": out of memory reading the file into memory");
+            } else if (err != 0) {
+                return data_loss_error(byte_range(path, at, at + n) +
+                                       " cannot be read (truncated or I/O error while loading): " +
+                                       std::strerror(err));
+            }
+        }
 #endif
-        {
-            // No MADV_POPULATE_READ (kernels before 5.14): read ahead and touch every page.
+        if (touch) {
+            // Narrows, but cannot close, the window in which a truncation SIGBUSes the touch.
+            EDGE_RETURN_IF_ERROR(check_file_reaches(fd, path, at, at + n));
             madvise(start, n, MADV_WILLNEED);
             volatile uint8_t sink = 0;
             for (uint64_t off = 0; off < n; off += page) {
@@ -210,6 +258,7 @@ void populate_weights(const uint8_t* p, uint64_t size) {
         }
         note_weight_bytes_read(static_cast<int64_t>(n));
     }
+    return ok_status();
 }
 
 }  // namespace
@@ -333,6 +382,17 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint
                                " after the last tensor belong to no tensor (a tensor named "
                                "twice in the header, or bytes appended to the file?)");
     }
+    // The offsets above are aligned within the data section; the section itself must start at a
+    // multiple of 8 for the tensors to be aligned in the mapping (BF16 and F32 weights are read
+    // through typed pointers). The safetensors library pads its headers to that; checked last, so
+    // the checks of the entries still run on a file that fails only this one.
+    if (header.data_offset % 8 != 0) {
+        return data_loss_error(
+            file + ": header length " + std::to_string(header_len) +
+            " puts the data section at byte " + std::to_string(header.data_offset) +
+            ", not a multiple of 8, so its tensors would be misaligned; re-save the checkpoint "
+            "with the safetensors library (which pads the header to a multiple of 8)");
+    }
     return header;
 }
 
@@ -361,19 +421,43 @@ Result<std::unique_ptr<MappedFile>> MappedFile::open(const std::string& path) {
         }
         data = static_cast<const uint8_t*>(p);
     }
-    ::close(fd);
-    return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+    return std::unique_ptr<MappedFile>(new MappedFile(path, fd, data, size));
 }
 
-void MappedFile::populate() const {
-    if (data_ != nullptr) {
-        populate_weights(data_, size_);
+Status MappedFile::populate() {
+    const int fd = std::exchange(fd_, -1);
+    if (fd < 0) {
+        return failed_precondition_error(path_ + ": populate() called twice");
     }
+    Status status = ok_status();
+    if (data_ != nullptr) {
+        status = populate_weights(fd, path_, data_, size_);
+    }
+    if (status.ok()) {
+        // A file rewritten in place while it was read: pages read before the change hold the
+        // old bytes, and a shrink makes later reads of the tail SIGBUS.
+        struct stat st {};
+        if (fstat(fd, &st) != 0) {
+            const int err = errno;
+            status = internal_error(path_ + ": fstat failed: " + std::strerror(err));
+        } else if (static_cast<uint64_t>(st.st_size) != size_) {
+            status =
+                data_loss_error(path_ + ": changed size while loading (" + std::to_string(size_) +
+                                " bytes when opened, " + std::to_string(st.st_size) +
+                                " now): is it being rewritten? Load it again once it is "
+                                "complete");
+        }
+    }
+    ::close(fd);
+    return status;
 }
 
 MappedFile::~MappedFile() {
     if (data_ != nullptr) {
         munmap(const_cast<uint8_t*>(data_), size_);
+    }
+    if (fd_ >= 0) {
+        ::close(fd_);
     }
 }
 
@@ -385,7 +469,7 @@ Status Checkpoint::add_file(const std::string& path, bool populate) {
     EDGE_ASSIGN_OR_RETURN(SafetensorsHeader header,
                           parse_safetensors_header(bytes, file->size(), path));
     if (populate) {
-        file->populate();
+        EDGE_RETURN_IF_ERROR(file->populate());
     }
     auto owned = std::make_unique<SafetensorsHeader>(std::move(header));
     size_t index = files_.size();

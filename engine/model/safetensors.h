@@ -55,11 +55,13 @@ inline constexpr size_t kMaxTensorNameBytes = 1024;
 // (at least 8 + header length of them), `file_size` is the size of the whole file and `file_name`
 // is used in error messages. Checks: header length within the file, valid JSON object, known
 // dtypes, non-negative shapes whose byte size fits in int64 and equals the offsets' span, offsets
-// inside the data section, aligned to the element size and not overlapping.
+// inside the data section, aligned to the element size and not overlapping, and a data section
+// that starts at a multiple of 8 bytes (so every tensor is aligned in the file, and in a mapping).
 Result<SafetensorsHeader> parse_safetensors_header(std::string_view prefix, uint64_t file_size,
                                                    std::string_view file_name);
 
-// A whole file mapped read-only. Move-only; unmaps on destruction.
+// A whole file mapped read-only. Not copyable; unmaps on destruction. The file stays open until
+// populate() or destruction, so populate() can check its size against the mapping's.
 class MappedFile {
 public:
     static Result<std::unique_ptr<MappedFile>> open(const std::string& path);
@@ -71,13 +73,17 @@ public:
     const uint8_t* data() const { return data_; }
     uint64_t size() const { return size_; }
     // Reads the whole file into the mapping now, in steps noted as load progress
-    // (engine/load_progress.h); open() reads nothing but what is touched.
-    void populate() const;
+    // (engine/load_progress.h); open() reads nothing but what is touched. kDataLoss naming the
+    // file and the byte range when the file cannot be read (truncated after open(), or a disk
+    // I/O error) or its size changed since open(): a read through the mapping would raise SIGBUS
+    // instead. Call at most once; it closes the file.
+    [[nodiscard]] Status populate();
 
 private:
-    MappedFile(std::string path, const uint8_t* data, uint64_t size)
-        : path_(std::move(path)), data_(data), size_(size) {}
+    MappedFile(std::string path, int fd, const uint8_t* data, uint64_t size)
+        : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
     std::string path_;
+    int fd_ = -1;  // The open file until populate(), else -1.
     const uint8_t* data_ = nullptr;
     uint64_t size_ = 0;
 };

@@ -63,6 +63,13 @@ std::pair<json::object, std::string> split(const std::string& file) {
     return {json::parse(file.substr(8, len)).as_object(), file.substr(8 + len)};
 }
 
+// `header` with spaces after it so the data section starts at a multiple of 8, as the
+// safetensors library writes it (the reader refuses a misaligned data section).
+std::string padded(std::string header) {
+    header.append((8 - header.size() % 8) % 8, ' ');
+    return header;
+}
+
 Status load_status(const TempModel& m) {
     LoadOptions o;
     o.threads = 1;
@@ -140,7 +147,8 @@ TEST_CASE("header offsets past the file / overlapping / misaligned / wrong span"
     auto rewrite = [&](auto edit) {
         json::object h = header;
         edit(h);
-        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(h)), data)
+                    .ok());
         return load_status(m);
     };
     Status s = rewrite([&](json::object& h) {
@@ -196,7 +204,7 @@ TEST_CASE("a tensor named twice, a hole or trailing bytes: the data must be tile
                            static_cast<int64_t>(data.size()) + n};
     std::string text = json::serialize(header);
     text.insert(text.size() - 1, ",\"" + victim + "\":" + json::serialize(dup));
-    REQUIRE(write_raw_safetensors(m.path("model.safetensors"), text,
+    REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(text),
                                   data + std::string(static_cast<size_t>(n), '\0'))
                 .ok());
     Status s = load_status(m);
@@ -204,7 +212,7 @@ TEST_CASE("a tensor named twice, a hole or trailing bytes: the data must be tile
     CHECK(contains(s, "belong to no tensor"));
     CHECK(contains(s, "named twice"));
     // Bytes appended after the last tensor.
-    REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(header),
+    REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(header)),
                                   data + "extra")
                 .ok());
     s = load_status(m);
@@ -251,7 +259,8 @@ TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
     {
         json::object h = header;
         h[victim].as_object()["shape"] = {64, 256};  // Same bytes, other shape.
-        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(h)), data)
+                    .ok());
         Status s = load_status(m);
         CHECK(s.code() == StatusCode::kInvalidArgument);
         CHECK(contains(s, victim));
@@ -262,7 +271,8 @@ TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
         auto& e = h[victim].as_object();
         e["dtype"] = "I32";
         e["shape"] = {64, 128};
-        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(h)), data)
+                    .ok());
         Status s = load_status(m);
         CHECK(s.code() == StatusCode::kInvalidArgument);
         CHECK(contains(s, victim));
@@ -273,7 +283,8 @@ TEST_CASE("tensor with the wrong shape / wrong dtype / or missing") {
         json::object h = header;
         h["filler"] = h["lm_head.weight"];
         h.erase("lm_head.weight");
-        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), json::serialize(h), data).ok());
+        REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(h)), data)
+                    .ok());
         Status s = load_status(m);
         CHECK(s.code() == StatusCode::kNotFound);
         CHECK(contains(s, "'lm_head.weight' is missing"));
@@ -475,9 +486,9 @@ TEST_CASE("forward rejects positions past the context / bad tokens / bad slots /
 TEST_CASE("header parser on hand-made headers") {
     auto parse = [](const std::string& header, uint64_t data_size) {
         std::string file(8, '\0');
-        uint64_t len = header.size();
+        uint64_t len = padded(header).size();
         std::memcpy(file.data(), &len, 8);
-        file += header;
+        file += padded(header);
         file += std::string(data_size, '\0');
         return parse_safetensors_header(file, file.size(), "t.safetensors");
     };
@@ -528,13 +539,13 @@ TEST_CASE("sharded checkpoint through model.safetensors.index.json") {
     first["filler"] = first["lm_head.weight"];  // Its bytes stay in the first shard.
     first.erase("lm_head.weight");
     REQUIRE(write_raw_safetensors(m.path("model-00001-of-00002.safetensors"),
-                                  json::serialize(first), data)
+                                  padded(json::serialize(first)), data)
                 .ok());
     json::object second{{"lm_head.weight",
                          {{"dtype", lm["dtype"]}, {"shape", lm["shape"]},
                           {"data_offsets", {0, e - b}}}}};
     REQUIRE(write_raw_safetensors(m.path("model-00002-of-00002.safetensors"),
-                                  json::serialize(second), lm_bytes)
+                                  padded(json::serialize(second)), lm_bytes)
                 .ok());
     json::object map;
     for (const auto& kv : first) {

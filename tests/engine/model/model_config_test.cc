@@ -6,9 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/json.hpp>
 #include <set>
 #include <string>
 
+#include "engine/model/archs/deepseek_v3_config.h"
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/policy.h"
@@ -85,6 +87,69 @@ TEST_CASE("version_digest: a policy that quantizes nothing adds nothing, any oth
     auto g128 = quant::parse_quant_policy("experts-int4-g128");
     REQUIRE(g128.ok());
     CHECK(version_digest(*config, **ckpt, *g128) != version_digest(*config, **ckpt, *int4));
+}
+
+TEST_CASE("config: rope_scaling and rope_parameters together are one scaling, keys of both kept") {
+    // A DeepSeek-V3 config.json with `extra` fields.
+    auto config = [](const std::string& extra) {
+        return ConfigJson::parse(
+            "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 128, "
+            "\"num_hidden_layers\": 4, \"num_attention_heads\": 4, \"vocab_size\": 512, "
+            "\"max_position_embeddings\": 2048, \"intermediate_size\": 256, "
+            "\"num_experts_per_tok\": 2, \"moe_intermediate_size\": 64, "
+            "\"n_routed_experts\": 16, \"kv_lora_rank\": 32, \"qk_nope_head_dim\": 32, "
+            "\"qk_rope_head_dim\": 16, \"v_head_dim\": 32, " +
+                extra + "}",
+            "c.json");
+    };
+    auto mla = [](const ConfigJson& json) {
+        auto c = SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults);
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        auto m = MlaConfig::from_json(json, *c);
+        REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+        return std::move(m).value();
+    };
+    const std::string yarn =
+        "\"factor\": 4.0, \"mscale\": 1.0, \"mscale_all_dim\": 0.5, \"beta_fast\": 16, "
+        "\"original_max_position_embeddings\": 512";
+    auto v4 =
+        config("\"rope_theta\": 50000.0, \"rope_scaling\": {\"type\": \"yarn\", " + yarn + "}");
+    REQUIRE_MESSAGE(v4.ok(), v4.status().to_string());
+    // rope_scaling with the type and a few keys, rope_parameters with them all (the reviewer's
+    // DeepSeek config: mscale_all_dim was dropped, and the perplexity moved).
+    auto both = config(
+        "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4, "
+        "\"original_max_position_embeddings\": 512}, \"rope_parameters\": {\"rope_type\": "
+        "\"yarn\", \"rope_theta\": 50000.0, " +
+        yarn + "}");
+    REQUIRE_MESSAGE(both.ok(), both.status().to_string());
+    const boost::json::object& scaling = both->root().at("rope_scaling").as_object();
+    CHECK(scaling.at("mscale_all_dim").to_number<double>() == 0.5);
+    CHECK(scaling.at("mscale").to_number<double>() == 1.0);
+    CHECK(scaling.at("beta_fast").to_number<double>() == 16.0);
+    CHECK(scaling.at("type").as_string() == "yarn");
+    const MlaConfig a = mla(*v4);
+    const MlaConfig b = mla(*both);
+    CHECK(b.inv_freq == a.inv_freq);
+    CHECK(b.rope_mscale == a.rope_mscale);
+    CHECK(b.softmax_scale == a.softmax_scale);
+
+    // `type` and `rope_type` are one setting: a disagreement is refused, naming both fields.
+    auto clash = config(
+        "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 4.0}, \"rope_parameters\": "
+        "{\"rope_type\": \"linear\", \"factor\": 4.0}");
+    REQUIRE_FALSE(clash.ok());
+    CHECK(clash.status().message() ==
+          "c.json: field 'rope_parameters.rope_type' (\"linear\") disagrees with field "
+          "'rope_scaling.type' (\"yarn\")");
+    // Also when rope_parameters holds nothing but the type.
+    auto plain = config(
+        "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}, \"rope_parameters\": "
+        "{\"rope_type\": \"default\", \"rope_theta\": 10000.0}");
+    REQUIRE_FALSE(plain.ok());
+    CHECK(plain.status().message() ==
+          "c.json: field 'rope_parameters.rope_type' (\"default\") disagrees with field "
+          "'rope_scaling.rope_type' (\"yarn\")");
 }
 
 }  // namespace
