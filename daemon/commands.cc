@@ -173,13 +173,20 @@ int run_main(int argc, char** argv) {
         return 1;
     }
     int public_fd = -1;
+    if (inherited->size() > 1) {
+        // systemd keeps its copies of them all listening: connections to one this process does
+        // not serve would wait in its backlog for good, and a running service is never
+        // activated again.
+        const std::string message =
+            "socket activation passed " + std::to_string(inherited->size()) +
+            " sockets; edgeserve serves one public listener: keep one ListenStream= in "
+            "edgeserve.socket (BindIPv6Only=both takes IPv4 and IPv6 on one socket)";
+        log::error("socket_activation_invalid", {{"error", message}});
+        std::fprintf(stderr, "edgeserve: %s\n", message.c_str());
+        return 1;
+    }
     if (!inherited->empty()) {
         public_fd = inherited->front();
-        for (size_t i = 1; i < inherited->size(); ++i) {
-            log::warn("socket_activation_extra_fd",
-                      {{"fd", static_cast<int64_t>((*inherited)[i])}, {"detail", "closed"}});
-            close((*inherited)[i]);
-        }
         log::info("socket_activation", {{"public_fd", static_cast<int64_t>(public_fd)}});
     }
 

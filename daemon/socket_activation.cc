@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tls/http_server.h"
+
 namespace edge::daemon {
 namespace {
 
@@ -67,6 +69,9 @@ Result<std::vector<int>> take_listen_fds() {
                                           ", which is not open");
         }
         fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+        // Checked now, before the models load (minutes, for a large checkpoint, each time
+        // Restart=on-failure tries again), not when the listener takes it over.
+        EDGE_RETURN_IF_ERROR(tls::check_listening_socket(fd));
     }
     return parsed;
 }

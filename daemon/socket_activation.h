@@ -26,7 +26,8 @@ Result<std::vector<int>> parse_listen_fds(std::string_view listen_pid, std::stri
                                           pid_t self);
 
 // parse_listen_fds() on $LISTEN_PID/$LISTEN_FDS for getpid(); unsets LISTEN_PID, LISTEN_FDS and
-// LISTEN_FDNAMES; sets FD_CLOEXEC on each descriptor returned.
+// LISTEN_FDNAMES; sets FD_CLOEXEC on each descriptor returned; an error unless each is a listening
+// TCP socket (tls::check_listening_socket()).
 Result<std::vector<int>> take_listen_fds();
 
 }  // namespace edge::daemon

@@ -16,20 +16,33 @@ namespace edge::tls {
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
-Status HttpServer::Impl::adopt_listener() {
-    const int fd = config_.listen_fd;
+Status check_listening_socket(int fd) {
     sockaddr_storage local{};
     socklen_t len = sizeof(local);
+    int type = 0;
+    socklen_t type_len = sizeof(type);
     int accepting = 0;
     socklen_t accepting_len = sizeof(accepting);
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 ||
         (local.ss_family != AF_INET && local.ss_family != AF_INET6) ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
         getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &accepting_len) != 0 ||
         accepting == 0) {
-        ::close(fd);
         return invalid_argument_error("inherited descriptor " + std::to_string(fd) +
                                       " is not a listening TCP socket");
     }
+    return ok_status();
+}
+
+Status HttpServer::Impl::adopt_listener() {
+    const int fd = config_.listen_fd;
+    if (Status s = check_listening_socket(fd); !s.ok()) {
+        ::close(fd);
+        return s;
+    }
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
     boost::system::error_code ec;
     acceptor_.assign(local.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
     if (ec) {

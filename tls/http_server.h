@@ -64,6 +64,10 @@ struct HttpServerConfig {
     int listen_fd = -1;
 };
 
+// Whether `fd` is a TCP socket (IPv4 or IPv6) that listens: what HttpServerConfig::listen_fd must
+// be. The error names the descriptor.
+Status check_listening_socket(int fd);
+
 class HttpServer {
 public:
     static Result<std::unique_ptr<HttpServer>> create(boost::asio::io_context& io,

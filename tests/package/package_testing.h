@@ -70,8 +70,9 @@ inline int listen_loopback(uint16_t& port) { return testing::bind_loopback(SOCK_
 // systemd does. Every other descriptor is closed in the child.
 class DaemonProcess {
   public:
+    // `second_fd`: a second inherited socket (descriptor 4); both must be above 4.
     DaemonProcess(const std::string& config, int listen_fd, const std::string& log_path,
-                  std::vector<std::string> env = {}) {
+                  std::vector<std::string> env = {}, int second_fd = -1) {
         std::vector<std::string> argv = {kBinary, "run", "--config", config};
         for (char** e = environ; *e; ++e) {
             if (std::strncmp(*e, "LISTEN_", 7) != 0 && std::strncmp(*e, "NOTIFY_SOCKET=", 14)) {
@@ -79,7 +80,7 @@ class DaemonProcess {
             }
         }
         if (listen_fd >= 0) {
-            env.emplace_back("LISTEN_FDS=1");
+            env.emplace_back(second_fd >= 0 ? "LISTEN_FDS=2" : "LISTEN_FDS=1");
         }
         std::vector<char*> c_argv;
         for (auto& a : argv) {
@@ -111,6 +112,9 @@ class DaemonProcess {
                 } else {
                     dup2(listen_fd, 3);
                 }
+                if (second_fd >= 0) {
+                    dup2(second_fd, 4);
+                }
                 // LISTEN_PID=<our pid>, formatted by hand.
                 char digits[20];
                 int n = 0;
@@ -123,7 +127,7 @@ class DaemonProcess {
                 }
                 *out = '\0';
             }
-            syscall(SYS_close_range, listen_fd >= 0 ? 4u : 3u, ~0u, 0u);
+            syscall(SYS_close_range, listen_fd < 0 ? 3u : second_fd < 0 ? 4u : 5u, ~0u, 0u);
             execve(c_argv[0], c_argv.data(), c_env.data());
             _exit(127);
         }

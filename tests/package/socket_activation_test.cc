@@ -49,8 +49,44 @@ TEST_CASE("a daemon given a descriptor that is not a listening socket exits with
     std::string log = dir.file("log");
     DaemonProcess d(config, not_listening, log);
     CHECK(d.wait(20000) == 1);
-    CHECK(read_file(log).find("is not a listening TCP socket") != std::string::npos);
+    const std::string text = read_file(log);
+    CHECK(text.find("is not a listening TCP socket") != std::string::npos);
+    // Refused as the descriptor is taken, before the config and the models load (minutes, for
+    // a large checkpoint, each time Restart=on-failure tries again).
+    CHECK(text.find("socket_activation_invalid") != std::string::npos);
+    CHECK(text.find("\"backend\"") == std::string::npos);
     close(not_listening);
+}
+
+TEST_CASE("a daemon given two listening sockets refuses to start rather than leave one unserved") {
+    // The kernel queues connections on both while systemd holds them; one the daemon does not
+    // accept from would hang its clients, and a running service is never activated again.
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    std::string config = dir.write("c.yaml", testing::config_yaml(cert.cert_path, cert.key_path));
+    auto listening = [] {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        REQUIRE(fd >= 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+        REQUIRE(listen(fd, 16) == 0);
+        const int high = fcntl(fd, F_DUPFD_CLOEXEC, 100);  // Clear of descriptors 3 and 4.
+        close(fd);
+        return high;
+    };
+    const int first = listening();
+    const int second = listening();
+    std::string log = dir.file("log");
+    DaemonProcess d(config, first, log, {}, second);
+    CHECK(d.wait(20000) == 1);
+    const std::string text = read_file(log);
+    CAPTURE(text);
+    CHECK(text.find("2 sockets") != std::string::npos);
+    CHECK(text.find("one ListenStream=") != std::string::npos);
+    close(first);
+    close(second);
 }
 
 TEST_CASE("restart on an inherited socket: old drains, new serves, nothing is refused") {
