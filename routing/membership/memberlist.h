@@ -221,6 +221,7 @@ private:
     void note_seed_peer(const std::string& seed, const std::string& peer);
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
+    PushPullNode push_pull_node(const Member& m) const;  // Its entry in a push-pull.
     void merge_push_pull(const PushPullMsg& pp);
     void handle_user_event(const UserEventMsg& e);
     bool remember_event(const UserEventMsg& e);

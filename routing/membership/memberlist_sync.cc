@@ -161,27 +161,32 @@ void Memberlist::note_seed_peer(const std::string& seed, const std::string& peer
     seed_peers_[seed] = peer;
 }
 
+PushPullNode Memberlist::push_pull_node(const Member& m) const {
+    const bool self = m.name == config_.name;
+    PushPullNode n;
+    n.name = m.name;
+    n.addr = m.addr;
+    n.incarnation = self ? incarnation_ : m.incarnation;
+    n.state = self && leaving_ ? NodeState::kLeft : m.state;
+    // The receiver orders the state by (incarnation, state_version): send it only under the
+    // incarnation it was published in. A state held from an older incarnation goes as the
+    // announced version alone, which makes the receiver fetch it from its owner.
+    if (m.site_incarnation == n.incarnation) {
+        n.state_version = m.site_version;
+        n.site_state = m.site_bytes;
+    } else {
+        n.state_version = m.state_version;
+    }
+    n.coord = self ? std::optional(vivaldi_.coordinate()) : m.coord;
+    return n;
+}
+
 PushPullMsg Memberlist::local_push_pull(bool join) const {
     PushPullMsg pp;
     pp.join = join;
     pp.nodes.reserve(members_.size());
     for (const auto& [name, m] : members_) {
-        PushPullNode n;
-        n.name = m.name;
-        n.addr = m.addr;
-        n.incarnation = name == config_.name ? incarnation_ : m.incarnation;
-        n.state = name == config_.name && leaving_ ? NodeState::kLeft : m.state;
-        // The receiver orders the state by (incarnation, state_version): send it only under the
-        // incarnation it was published in. A state held from an older incarnation goes as the
-        // announced version alone, which makes the receiver fetch it from its owner.
-        if (m.site_incarnation == n.incarnation) {
-            n.state_version = m.site_version;
-            n.site_state = m.site_bytes;
-        } else {
-            n.state_version = m.state_version;
-        }
-        n.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;
-        pp.nodes.push_back(std::move(n));
+        pp.nodes.push_back(push_pull_node(m));
     }
     pp.event_ltime = event_clock_;
     pp.events.assign(recent_events_.begin(), recent_events_.end());
@@ -190,7 +195,15 @@ PushPullMsg Memberlist::local_push_pull(bool join) const {
 
 void Memberlist::start_push_pull(const std::string& addr, StreamKind kind,
                                  const std::string& node) {
-    std::vector<std::vector<uint8_t>> msg{encode_message(local_push_pull(kind == StreamKind::kJoin))};
+    PushPullMsg pp;
+    if (kind == StreamKind::kFetch) {
+        // One member's entry, not two whole tables: a site state over the inline limit is
+        // fetched by every other member each time it changes (up to once a second, with load).
+        pp.fetch = node;
+    } else {
+        pp = local_push_pull(kind == StreamKind::kJoin);
+    }
+    std::vector<std::vector<uint8_t>> msg{encode_message(pp)};
     auto sealed = keyring_.seal(config_.label, encode_packet(msg));
     if (!sealed.ok()) {
         return;
@@ -421,7 +434,15 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
             merge_push_pull(*pp);
-            reply.push_back(encode_message(local_push_pull(false)));
+            if (pp->fetch.empty()) {
+                reply.push_back(encode_message(local_push_pull(false)));
+            } else {
+                PushPullMsg one;
+                if (const Member* wanted = find(pp->fetch)) {
+                    one.nodes.push_back(push_pull_node(*wanted));
+                }
+                reply.push_back(encode_message(one));
+            }
         } else if (const auto* ping = std::get_if<PingMsg>(&m)) {
             if (ping->target.empty() || ping->target == config_.name) {
                 reply.push_back(encode_message(AckMsg{ping->seq, vivaldi_.coordinate()}));

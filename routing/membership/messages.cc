@@ -145,6 +145,9 @@ void body(WireWriter& w, const PushPullMsg& m) {
         body(ew, e);
         w.field_bytes(4, ew.bytes());
     }
+    if (!m.fetch.empty()) {
+        w.field_string(5, m.fetch);
+    }
 }
 
 MessageType type_of(const Message& m) {
@@ -314,6 +317,7 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
             m.events.push_back(std::move(e));
             break;
         }
+        case 5: { EDGE_ASSIGN_OR_RETURN(m.fetch, get_name(f, "fetch")); break; }
         default: break;
     }
     }

@@ -121,6 +121,10 @@ struct PushPullMsg {
     std::vector<PushPullNode> nodes;
     uint64_t event_ltime = 0;
     std::vector<UserEventMsg> events;
+    // Set: a request for this member's entry alone (a site state too large for a packet),
+    // sending no entries of its own; the answer carries that entry only. A member that does not
+    // know the field answers with its whole table, which holds the entry too.
+    std::string fetch;
 };
 
 using Message = std::variant<PingMsg, IndirectPingMsg, AckMsg, NackMsg, SuspectMsg, AliveMsg,

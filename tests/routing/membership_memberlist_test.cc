@@ -26,7 +26,15 @@ class RecordingTransport final : public Transport {
             sent.push_back({clock_.now(), addr, std::move(m)});
         }
     }
-    void send_stream(const std::string&, uint64_t, std::vector<uint8_t>) override {}
+    void send_stream(const std::string& addr, uint64_t, std::vector<uint8_t> bytes) override {
+        auto plain = Keyring{}.open("", bytes);
+        REQUIRE(plain.ok());
+        auto msgs = decode_packet(*plain);
+        REQUIRE(msgs.ok());
+        for (Message& m : *msgs) {
+            streams.push_back({clock_.now(), addr, std::move(m)});
+        }
+    }
 
     struct Sent {
         TimePoint at;
@@ -34,6 +42,7 @@ class RecordingTransport final : public Transport {
         Message msg;
     };
     std::vector<Sent> sent;
+    std::vector<Sent> streams;  // Requests sent on streams (never answered).
 
   private:
     const Clock& clock_;
@@ -332,6 +341,48 @@ TEST_CASE("memberlist: forged new names stop at max_members, fetches at max_fetc
     CHECK(a.ml().num_live() == 50);  // This member and 49 others.
     CHECK(a.ml().stats().members_refused.load() == 51);
     CHECK(a.ml().stats().push_pulls.load() == 4);  // The rest wait for a free fetch.
+}
+
+TEST_CASE("memberlist: a site state too large to inline is fetched alone, not by two tables") {
+    // Every other member fetches such a state each time it changes (up to once a second, with
+    // load): the request names the member and carries no table, the answer its entry only.
+    Member a;
+    a.receive(AliveMsg{1, "B", "10.0.0.2:7946", 1, site_bytes("B", 1)});
+    a.receive(AliveMsg{1, "C", "10.0.0.3:7946", 1, site_bytes("C", 1)});
+    a.transport().streams.clear();
+    a.receive(AliveMsg{2, "C", "10.0.0.3:7946", 2, std::nullopt});  // Newer, not inline.
+    REQUIRE(a.transport().streams.size() == 1);
+    CHECK(a.transport().streams[0].to == "10.0.0.3:7946");
+    const auto* request = std::get_if<PushPullMsg>(&a.transport().streams[0].msg);
+    REQUIRE(request != nullptr);
+    CHECK(request->fetch == "C");
+    CHECK(request->nodes.empty());
+    CHECK(request->events.empty());
+
+    // Answering one: the entry asked for, alone; a name it does not know, nothing.
+    auto answer = [&](const std::string& wanted) {
+        PushPullMsg pp;
+        pp.fetch = wanted;
+        std::vector<std::vector<uint8_t>> framed{encode_message(pp)};
+        auto reply = a.ml().handle_stream("10.0.0.3:7946",
+                                          Keyring{}.seal("", encode_packet(framed)).value());
+        REQUIRE(reply.ok());
+        auto msgs = decode_packet(Keyring{}.open("", *reply).value());
+        REQUIRE(msgs.ok());
+        REQUIRE(msgs->size() == 1);
+        return std::get<PushPullMsg>(msgs->front());
+    };
+    const PushPullMsg b = answer("B");
+    REQUIRE(b.nodes.size() == 1);
+    CHECK(b.nodes[0].name == "B");
+    CHECK(b.nodes[0].site_state == site_bytes("B", 1));
+    CHECK(b.events.empty());
+    const PushPullMsg self = answer("A");
+    REQUIRE(self.nodes.size() == 1);
+    CHECK(self.nodes[0].name == "A");
+    CHECK_FALSE(self.nodes[0].site_state.empty());
+    CHECK(answer("nobody").nodes.empty());
+    CHECK(a.ml().num_live() == 3);  // A fetch request adds and changes nobody.
 }
 
 TEST_CASE("memberlist: a member's site state names its own site or is refused") {
