@@ -213,9 +213,9 @@ Status SigmoidMoeModel::load_common(const std::string& dir, const ConfigJson& js
     shape.kv_bytes_per_token = kv_bytes_per_token;
     shape.version = version_digest(json, *ckpt_, weights_->policy());
     shape.weight_bytes = weights_->resident_bytes();
-    if (options.sharding.ranks <= 1) {  // A rank of a sharded model reads its experts only.
-        shape.weight_bytes -= release_unread_tensors(*ckpt_);
-    }
+    // Every rank runs in this process and every expert is read (load_experts), sharded or not:
+    // what is left unread is unused.
+    shape.weight_bytes -= release_unread_tensors(*ckpt_);
     return finish_load(dir, options, shape, &spec_);
 }
 

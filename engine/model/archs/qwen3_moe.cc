@@ -171,9 +171,9 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     shape.kv_bytes_per_token = c_.num_hidden_layers * 2 * c_.num_key_value_heads * hd * 4;
     shape.version = version_digest(json, *ckpt_, weights_->policy());
     shape.weight_bytes = weights_->resident_bytes();
-    if (options.sharding.ranks <= 1) {  // A rank of a sharded model reads its experts only.
-        shape.weight_bytes -= release_unread_tensors(*ckpt_);
-    }
+    // Every rank runs in this process and every expert is read (load_experts), sharded or not:
+    // what is left unread is unused.
+    shape.weight_bytes -= release_unread_tensors(*ckpt_);
     return finish_load(dir, options, shape, &spec_);
 }
 
