@@ -137,6 +137,8 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
                                                   bool public_socket_inherited) {
     const std::string& file = config.source;
     const auto& certs = config.listener.certificates;
+    // As the start loads them: a key that does not match, is encrypted, or that every user may
+    // read (tls::use_private_key_file) fails here, naming the file.
     for (size_t i = 0; i < certs.size(); ++i) {
         Result<std::unique_ptr<tls::TlsContextStore>> store =
             tls::TlsContextStore::create({certs[i]});

@@ -1,7 +1,8 @@
 #pragma once
 
 // preflight_config() checks what a loaded Config names outside itself, without serving: every
-// certificate and key pair loads and matches (the public chains and the peer mTLS set, through
+// certificate and key pair loads and matches, no key file is open to every user (the public
+// chains and the peer mTLS set, through
 // the same TlsContextStore::create the daemon uses), no two TCP listeners share a port, each
 // model directory passes engine::check_model_files (config.json and its architecture's fields,
 // the safetensors headers, the stored quantization and the policy: what the load checks before

@@ -4,8 +4,11 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include <boost/asio/ssl/context.hpp>
 
@@ -117,6 +120,37 @@ Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
     return ok_status();
 }
 
+// A private key file that every user on the machine may read (or replace) is refused: the
+// service needs it readable by its own user or group only. stat() follows symbolic links, so
+// certbot's live/ links are judged by the archive file they point to. A file that cannot be
+// stat'ed is left to the load, which names it.
+Status check_private_key_permissions(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        return ok_status();
+    }
+    const bool readable = (st.st_mode & S_IROTH) != 0;
+    const bool writable = (st.st_mode & S_IWOTH) != 0;
+    if (!readable && !writable) {
+        return ok_status();
+    }
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    std::string file = "'" + path + "'";
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::canonical(path, ec);
+    if (!ec && target != std::filesystem::path(path)) {
+        file += " (-> '" + target.string() + "')";
+    }
+    const char* who = readable && writable ? "readable and writable"
+                      : readable           ? "readable"
+                                           : "writable";
+    return failed_precondition_error(
+        "private key " + file + " is " + who + " by every user on this machine (mode " + mode +
+        "); make it private to the service: chmod 0640 '" + path +
+        "' with group edgeserve (chgrp edgeserve), or chmod 0600 when the service user owns it");
+}
+
 }  // namespace
 
 std::vector<std::string> certificate_dns_names(const void* cert) {
@@ -162,6 +196,7 @@ int refuse_pem_passphrase(char*, int, int, void* asked) {
 }
 
 Status use_private_key_file(SSL_CTX* ctx, const std::string& path) {
+    EDGE_RETURN_IF_ERROR(check_private_key_permissions(path));
     bool asked = false;
     SSL_CTX_set_default_passwd_cb(ctx, refuse_pem_passphrase);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, &asked);
@@ -182,13 +217,20 @@ Status use_private_key_file(SSL_CTX* ctx, const std::string& path) {
     return invalid_argument_error("cannot load private key '" + path + "': " + openssl_errors());
 }
 
+Status use_forward_secret_ciphers(SSL_CTX* ctx) {
+    if (SSL_CTX_set_cipher_list(ctx, kTls12CipherList) != 1) {
+        return internal_error("cannot set the TLS 1.2 cipher list: " + openssl_errors());
+    }
+    return ok_status();
+}
+
 TlsGeneration::~TlsGeneration() = default;
 
 boost::asio::ssl::context& TlsGeneration::default_context() const { return *chains_[0].context; }
 
 size_t TlsGeneration::chain_for(std::string_view server_name) const {
     for (size_t i = 0; i < chains_.size(); ++i) {
-        for (const std::string& pattern : chains_[i].server_names) {
+        for (const std::string& pattern : chains_[i].config.server_names) {
             if (name_matches(pattern, server_name)) {
                 return i;
             }
@@ -251,6 +293,7 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
     uint64_t number) {
     std::shared_ptr<TlsGeneration> generation(new TlsGeneration());
     generation->number_ = number;
+    generation->client_auth_ = client_auth;
     ERR_clear_error();
     for (const CertificateConfig& cert : certs) {
         auto context = std::make_unique<boost::asio::ssl::context>(
@@ -259,6 +302,7 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
         SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
         SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
                                      SSL_OP_NO_COMPRESSION);
+        EDGE_RETURN_IF_ERROR(use_forward_secret_ciphers(ctx));
         // Idle connections keep no TLS buffers, so many of them cost little memory.
         SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
         SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext) - 1);
@@ -280,7 +324,7 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
         if (!client_auth.ca_path.empty()) {
             EDGE_RETURN_IF_ERROR(require_client_certificates(ctx, client_auth.ca_path));
         }
-        generation->chains_.push_back(TlsGeneration::Chain{cert.server_names, std::move(context)});
+        generation->chains_.push_back(TlsGeneration::Chain{cert, std::move(context)});
     }
     SSL_CTX* default_ctx = generation->chains_[0].context->native_handle();
     SSL_CTX_set_tlsext_servername_callback(default_ctx, +[](SSL* ssl, int* al, void* arg) {

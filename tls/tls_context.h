@@ -5,7 +5,8 @@
 // contexts is an immutable TlsGeneration; reload() builds a new generation from the files and swaps
 // it in only when every chain loads, so a broken key file keeps the old certificates. Connections
 // hold the generation they started with (shared_ptr) for their whole life, so open connections are
-// never disturbed by a reload; new handshakes get the new one.
+// never disturbed by a reload; new handshakes get the new one. Every context speaks TLS 1.2 and
+// 1.3 only, TLS 1.2 with forward-secret AEAD suites only (kTls12CipherList).
 //
 // With a ClientAuthConfig (the peer listener between sites), every chain also asks clients for a
 // certificate and refuses the handshake unless one is presented that chains to the configured CA
@@ -16,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -39,8 +41,25 @@ int refuse_pem_passphrase(char* buf, int size, int rwflag, void* asked);
 
 // Loads the PEM private key at `path` into `ctx` and leaves refuse_pem_passphrase as the context's
 // passphrase callback. An encrypted key is an error naming the file and saying how to decrypt it:
-// the daemon has no way to be given a passphrase.
+// the daemon has no way to be given a passphrase. So is a key file (symbolic links followed) that
+// every user may read or write, named with its mode and the chmod that fixes it: such a key is
+// no longer private. Group access is fine (0640 root:edgeserve is the packaged setup). Every
+// context that loads a key goes through here, so `check-config` and the start refuse such a key
+// and a reload that meets one keeps the old certificates, as with a key that does not match.
 Status use_private_key_file(ssl_ctx_st* ctx, const std::string& path);
+
+// The TLS 1.2 cipher suites every context offers and accepts (Mozilla's "intermediate" list less
+// its DHE suites, for which no parameters are set): ECDHE key exchange, so a stolen key does not
+// decrypt recorded sessions, and AEAD ciphers only (AES-GCM, ChaCha20-Poly1305), never CBC with
+// SHA-1 or static-RSA key exchange. TLS 1.3 suites are left at OpenSSL's defaults, which already
+// are all of that.
+inline constexpr char kTls12CipherList[] =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+// Restricts `ctx`'s TLS 1.2 suites to kTls12CipherList; for server and client contexts alike.
+Status use_forward_secret_ciphers(ssl_ctx_st* ctx);
 
 // The DNS subjectAltNames of `cert` (an X509*), in the certificate's order; empty when it has
 // none.
@@ -70,8 +89,14 @@ public:
     boost::asio::ssl::context& default_context() const;
     // Index of the chain serving `server_name` (the default chain, 0, when none matches).
     size_t chain_for(std::string_view server_name) const;
-    // The OpenSSL context of chain `chain` (< number of chains).
+    // The number of chains (at least one).
+    size_t chain_count() const { return chains_.size(); }
+    // The OpenSSL context of chain `chain` (< chain_count()).
     ssl_ctx_st* native_context(size_t chain) const;
+    // What chain `chain` (< chain_count()) was loaded from: its SNI names and files.
+    const CertificateConfig& certificate(size_t chain) const { return chains_[chain].config; }
+    // The client CA file every chain requires client certificates to chain to ("" for none).
+    const std::string& client_ca_path() const { return client_auth_.ca_path; }
     uint64_t number() const { return number_; }
 
 private:
@@ -79,10 +104,11 @@ private:
     TlsGeneration() = default;
 
     struct Chain {
-        std::vector<std::string> server_names;
+        CertificateConfig config;
         std::unique_ptr<boost::asio::ssl::context> context;
     };
     std::vector<Chain> chains_;
+    ClientAuthConfig client_auth_;
     uint64_t number_ = 0;
 };
 

@@ -257,6 +257,7 @@ Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context(const std::
     SSL_CTX* ctx = context->native_handle();
     ERR_clear_error();
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    EDGE_RETURN_IF_ERROR(tls::use_forward_secret_ciphers(ctx));  // As the peer listener takes.
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
     // Never OpenSSL's terminal prompt (tls::refuse_pem_passphrase): the chain is read with it too.
     SSL_CTX_set_default_passwd_cb(ctx, tls::refuse_pem_passphrase);

@@ -4,6 +4,7 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,15 @@ std::string TempDir::write(const std::string& name, const std::string& contents)
     out << contents;
     EDGE_CHECK(out.good(), "cannot write " + p);
     return p;
+}
+
+void write_private_key(const std::string& path, EVP_PKEY* key) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    EDGE_CHECK(f != nullptr, "cannot write " + path);
+    PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
+    std::fclose(f);
+    // As a deployment keeps a key: the daemon refuses one that every user may read.
+    EDGE_CHECK(::chmod(path.c_str(), 0600) == 0, "cannot chmod " + path);
 }
 
 std::string read_file(const std::string& path) {
@@ -79,10 +89,7 @@ TestCertificate make_certificate(const std::string& dir, const std::string& stem
     EDGE_CHECK(f != nullptr);
     PEM_write_X509(f, cert.get());
     std::fclose(f);
-    f = std::fopen(out.key_path.c_str(), "w");
-    EDGE_CHECK(f != nullptr);
-    PEM_write_PrivateKey(f, key.get(), nullptr, nullptr, 0, nullptr, nullptr);
-    std::fclose(f);
+    write_private_key(out.key_path, key.get());
     return out;
 }
 
@@ -137,10 +144,7 @@ void write_pem(const std::string& cert_path, X509* cert, const std::string& key_
     EDGE_CHECK(f != nullptr);
     PEM_write_X509(f, cert);
     std::fclose(f);
-    f = std::fopen(key_path.c_str(), "w");
-    EDGE_CHECK(f != nullptr);
-    PEM_write_PrivateKey(f, key, nullptr, nullptr, 0, nullptr, nullptr);
-    std::fclose(f);
+    write_private_key(key_path, key);
 }
 
 }  // namespace

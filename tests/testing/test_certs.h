@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+struct evp_pkey_st;  // OpenSSL's EVP_PKEY.
+
 namespace edge::testing {
 
 // A fresh directory under $TMPDIR, removed (recursively) on destruction.
@@ -27,6 +29,10 @@ private:
 
 // The whole file at `path` as bytes; a file that cannot be read fails the test's invariant.
 std::string read_file(const std::string& path);
+
+// Writes `key` (an EVP_PKEY*) to `path` as an unencrypted PEM private key, mode 0600 (the daemon
+// refuses a key every user may read). Every certificate maker below writes its key with it.
+void write_private_key(const std::string& path, evp_pkey_st* key);
 
 struct TestCertificate {
     std::string cert_path;

@@ -4,13 +4,19 @@
 
 #include <doctest/doctest.h>
 
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <mutex>
@@ -232,7 +238,78 @@ size_t write_until_cut(ResponseChannel& channel, const std::string& chunk,
     return written;
 }
 
+// A self-signed RSA-2048 certificate for localhost (the test helpers make EC keys): static-RSA
+// key exchange suites such as AES128-SHA need an RSA certificate to be chosen at all.
+testing::TestCertificate make_rsa_certificate(const std::string& dir, const std::string& stem) {
+    std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(EVP_RSA_gen(2048), EVP_PKEY_free);
+    REQUIRE(key != nullptr);
+    std::unique_ptr<X509, decltype(&X509_free)> cert(X509_new(), X509_free);
+    X509_set_version(cert.get(), 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), 77);
+    X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert.get()), 24 * 3600);
+    X509_set_pubkey(cert.get(), key.get());
+    X509_NAME* name = X509_get_subject_name(cert.get());
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>("localhost"), -1, -1, 0);
+    X509_set_issuer_name(cert.get(), name);
+    REQUIRE(X509_sign(cert.get(), key.get(), EVP_sha256()) > 0);
+    testing::TestCertificate out{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", "localhost"};
+    FILE* f = std::fopen(out.cert_path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    PEM_write_X509(f, cert.get());
+    std::fclose(f);
+    testing::write_private_key(out.key_path, key.get());
+    return out;
+}
+
+// A TLS 1.2 handshake with the server on 127.0.0.1:`port` from a raw OpenSSL client offering only
+// the suites of `ciphers` (OpenSSL's notation): the suite agreed on, or "refused".
+std::string tls12_suite(uint16_t port, const std::string& ciphers) {
+    Result<int> fd = testing::tcp_connect(port);
+    REQUIRE(fd.ok());
+    std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_client_method()),
+                                                          SSL_CTX_free);
+    REQUIRE(ctx != nullptr);
+    SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+    SSL_CTX_set_max_proto_version(ctx.get(), TLS1_2_VERSION);
+    REQUIRE_MESSAGE(SSL_CTX_set_cipher_list(ctx.get(), ciphers.c_str()) == 1, ciphers);
+    std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(ctx.get()), SSL_free);
+    SSL_set_fd(ssl.get(), *fd);
+    SSL_set_tlsext_host_name(ssl.get(), "localhost");
+    const bool done = SSL_connect(ssl.get()) == 1;
+    const std::string suite = done ? SSL_get_cipher_name(ssl.get()) : "refused";
+    ERR_clear_error();
+    ::close(*fd);
+    return suite;
+}
+
 }  // namespace
+
+TEST_CASE("TLS 1.2 agrees on forward-secret AEAD suites only, for ECDSA and RSA certificates") {
+    Fixture f;  // EC P-256 certificates.
+    const uint16_t port = f.server->port();
+    CHECK(tls12_suite(port, "ECDHE-ECDSA-AES128-GCM-SHA256") == "ECDHE-ECDSA-AES128-GCM-SHA256");
+    CHECK(tls12_suite(port, "ECDHE-ECDSA-CHACHA20-POLY1305") == "ECDHE-ECDSA-CHACHA20-POLY1305");
+    // CBC with SHA-1 or SHA-384 MACs: OpenSSL's DEFAULT list took them.
+    CHECK(tls12_suite(port, "ECDHE-ECDSA-AES128-SHA") == "refused");
+    CHECK(tls12_suite(port, "ECDHE-ECDSA-AES256-SHA384") == "refused");
+
+    auto rsa = make_rsa_certificate(f.dir.path(), "rsa");
+    REQUIRE(f.tls->reload({{{"localhost"}, rsa.cert_path, rsa.key_path}}, {}).ok());
+    // Static-RSA key exchange (no forward secrecy), with CBC or even with GCM.
+    CHECK(tls12_suite(port, "AES128-SHA") == "refused");
+    CHECK(tls12_suite(port, "AES128-GCM-SHA256") == "refused");
+    CHECK(tls12_suite(port, "ECDHE-RSA-AES128-SHA") == "refused");
+    CHECK(tls12_suite(port, "ECDHE-RSA-AES128-GCM-SHA256") == "ECDHE-RSA-AES128-GCM-SHA256");
+    // A client offering weak suites first still gets a strong one.
+    CHECK(tls12_suite(port, "AES128-SHA:ECDHE-RSA-AES256-GCM-SHA384") ==
+          "ECDHE-RSA-AES256-GCM-SHA384");
+    // TLS 1.3 is untouched.
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    CHECK((*c)->protocol_version() == "TLSv1.3");
+}
 
 TEST_CASE("TLS 1.3 and TLS 1.2 handshakes, ALPN http/1.1 and keep-alive") {
     Fixture f;

@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <openssl/ssl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -96,7 +98,104 @@ TEST_CASE("use_private_key_file names a missing or malformed key file") {
           std::string::npos);
     const std::string garbage =
         dir.write("bad.key", "-----BEGIN PRIVATE KEY-----\ngarbage\n-----END PRIVATE KEY-----\n");
+    std::filesystem::permissions(
+        garbage, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     Status bad = use_private_key_file(ctx, garbage);
     CHECK(bad.message().find("'" + garbage + "'") != std::string::npos);
     CHECK(bad.message().find("encrypted") == std::string::npos);
+}
+
+TEST_CASE("a private key every user may read or write is refused with its mode and the chmod") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "a", {"localhost"});
+    auto create = [&](const std::string& key_path) {
+        return TlsContextStore::create({{{"localhost"}, cert.cert_path, key_path}});
+    };
+    REQUIRE(create(cert.key_path).ok());  // 0600, as the helper writes it.
+    REQUIRE(::chmod(cert.key_path.c_str(), 0640) == 0);
+    CHECK(create(cert.key_path).ok());  // Group-readable: the packaged 0640 root:edgeserve.
+
+    REQUIRE(::chmod(cert.key_path.c_str(), 0644) == 0);
+    auto readable = create(cert.key_path);
+    REQUIRE_FALSE(readable.ok());
+    const std::string& message = readable.status().message();
+    CHECK_MESSAGE(message.find("private key '" + cert.key_path +
+                               "' is readable by every user on this machine (mode 0644)") !=
+                      std::string::npos,
+                  message);
+    CHECK(message.find("chmod 0640 '" + cert.key_path + "'") != std::string::npos);
+    CHECK(message.find("chmod 0600") != std::string::npos);
+
+    REQUIRE(::chmod(cert.key_path.c_str(), 0602) == 0);
+    auto writable = create(cert.key_path);
+    REQUIRE_FALSE(writable.ok());
+    CHECK_MESSAGE(writable.status().message().find("is writable by every user on this machine "
+                                                   "(mode 0602)") != std::string::npos,
+                  writable.status().message());
+
+    // A symbolic link is judged by the file it points to (certbot's live/ -> archive/).
+    const std::string link = dir.file("live.key");
+    REQUIRE(::symlink(cert.key_path.c_str(), link.c_str()) == 0);
+    REQUIRE(::chmod(cert.key_path.c_str(), 0604) == 0);
+    auto through_link = create(link);
+    REQUIRE_FALSE(through_link.ok());
+    CHECK_MESSAGE(
+        through_link.status().message().find(
+            "private key '" + link + "' (-> '" +
+            std::filesystem::canonical(cert.key_path).string() +
+            "') is readable by every user on this machine (mode 0604)") != std::string::npos,
+        through_link.status().message());
+    REQUIRE(::chmod(cert.key_path.c_str(), 0600) == 0);
+    CHECK(create(link).ok());
+}
+
+TEST_CASE("a reload that meets a world-readable key keeps the old certificates") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "a", {"localhost"});
+    auto store = TlsContextStore::create({{{"localhost"}, cert.cert_path, cert.key_path}});
+    REQUIRE(store.ok());
+    const auto before = (*store)->current();
+    REQUIRE(::chmod(cert.key_path.c_str(), 0644) == 0);
+    Status reloaded = (*store)->reload();
+    REQUIRE_FALSE(reloaded.ok());
+    CHECK(reloaded.message().find("'" + cert.key_path + "' is readable by every user") !=
+          std::string::npos);
+    CHECK((*store)->current() == before);
+    REQUIRE(::chmod(cert.key_path.c_str(), 0600) == 0);
+    CHECK((*store)->reload().ok());
+}
+
+TEST_CASE("every server context, mutual TLS included, takes forward-secret AEAD TLS 1.2 suites") {
+    testing::TempDir dir;
+    auto plain = testing::make_certificate(dir.path(), "a", {"localhost"});
+    testing::TestCa ca = testing::make_ca(dir.path(), "ca", "test CA");
+    auto site = testing::make_signed_certificate(ca, dir.path(), "site", {"site"});
+    auto public_store = TlsContextStore::create({{{"localhost"}, plain.cert_path, plain.key_path},
+                                                 {{"site"}, site.cert_path, site.key_path}});
+    REQUIRE(public_store.ok());
+    auto peer_store =
+        TlsContextStore::create({{{}, site.cert_path, site.key_path}}, {ca.cert_path});
+    REQUIRE(peer_store.ok());
+    auto check_suites = [](SSL_CTX* ctx) {
+        int tls13 = 0;
+        STACK_OF(SSL_CIPHER)* suites = SSL_CTX_get_ciphers(ctx);
+        REQUIRE(suites != nullptr);
+        for (int i = 0; i < sk_SSL_CIPHER_num(suites); ++i) {
+            const SSL_CIPHER* c = sk_SSL_CIPHER_value(suites, i);
+            INFO(SSL_CIPHER_get_name(c));
+            if (SSL_CIPHER_get_kx_nid(c) == NID_kx_any) {
+                ++tls13;  // TLS 1.3: key exchange is always (EC)DHE there.
+                continue;
+            }
+            CHECK(SSL_CIPHER_get_kx_nid(c) == NID_kx_ecdhe);
+            CHECK(SSL_CIPHER_is_aead(c) == 1);
+        }
+        CHECK(tls13 == 3);  // OpenSSL's default TLS 1.3 suites, untouched.
+    };
+    for (size_t i = 0; i < (*public_store)->current()->chain_count(); ++i) {
+        check_suites((*public_store)->current()->native_context(i));
+    }
+    check_suites((*peer_store)->current()->native_context(0));
+    REQUIRE((*public_store)->reload().ok());
+    check_suites((*public_store)->current()->native_context(0));
 }
