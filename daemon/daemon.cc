@@ -39,6 +39,16 @@ std::vector<std::string> tenant_names(const std::optional<std::vector<TenantConf
     return names;
 }
 
+// The expiry gauge from the generations the public and (when there is one) peer listeners serve
+// now, not from the files (daemon/certificate_expiry.h).
+void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
+                                       const tls::TlsContextStore* peer_tls, Metrics& metrics) {
+    const std::shared_ptr<const tls::TlsGeneration> served = public_tls.current();
+    const std::shared_ptr<const tls::TlsGeneration> peer =
+        peer_tls != nullptr ? peer_tls->current() : nullptr;
+    publish_certificate_expiry(*served, metrics, peer.get());
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Generator& generator,
@@ -52,7 +62,6 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                config.site.longitude);
     d->certificates_ = config.listener.certificates;
     d->certificate_watch_ = config.listener.certificate_watch;
-    publish_certificate_expiry(d->certificates_, *d->metrics_);
     // Until gossip reports a membership (daemon/cluster), the fleet this site knows is itself.
     d->metrics_->set_gossip_members("alive", 1);
     d->metrics_->set_serving_source([&generator] { return generator.serving_stats(); });
@@ -105,7 +114,6 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         tls::CertificateConfig peer_cert{{}, p.cert_path, p.key_path};
         d->peer_certificate_ = peer_cert;
         d->peer_ca_ = p.ca_path;
-        publish_certificate_expiry(d->certificates_, *d->metrics_, p.cert_path, p.ca_path);
         EDGE_ASSIGN_OR_RETURN(d->peer_tls_,
                               tls::TlsContextStore::create({peer_cert},
                                                            tls::ClientAuthConfig{p.ca_path}));
@@ -140,6 +148,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                                  *d->io_, std::move(client), d->metrics_.get()));
         d->router_->set_forwarder(d->forwarder_.get());
     }
+    publish_served_certificate_expiry(*d->tls_, d->peer_tls_.get(), *d->metrics_);
     Daemon* raw = d.get();
     d->health_probe_ = [] { return engine::device_health(); };
     EDGE_ASSIGN_OR_RETURN(
@@ -418,7 +427,9 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
         peer_certificate_ = peer_certificate;
         peer_ca_ = peer_ca;
     }
-    publish_certificate_expiry(certificates_, *metrics_, peer_certificate_.cert_path, peer_ca_);
+    // From the generations now served: a set whose reload failed still serves, and shows, its
+    // old certificates, whatever the files on disk hold now.
+    publish_served_certificate_expiry(*tls_, peer_tls_.get(), *metrics_);
     return s;
 }
 

@@ -95,8 +95,9 @@ public:
     // Site identity for the fleet map: edgeserve_site_info{site,region,latitude,longitude} = 1.
     void set_site_info(const std::string& site, const std::string& region, double latitude,
                        double longitude);
-    // edgeserve_tls_certificate_expiry_timestamp_seconds{certificate}: the leaf's notAfter, Unix
-    // seconds. `certificate`: the chain's first SNI name (daemon/certificate_expiry.h).
+    // edgeserve_tls_certificate_expiry_timestamp_seconds{certificate}: the earliest notAfter of
+    // a chain being served (leaf or intermediate), Unix seconds. `certificate`: the chain's first
+    // SNI name (daemon/certificate_expiry.h).
     void set_certificate_expiry(const std::string& certificate, int64_t not_after_unix_seconds);
     // Drops the expiry series of every certificate not in `keep` (chains a reload took out of
     // the config), so an alert never fires for a file that is no longer served.
