@@ -232,15 +232,30 @@ void Memberlist::handle_indirect_ping(const IndirectPingMsg& p) {
     }
     const uint64_t local = ++seq_;
     Relay relay{p.seq, p.source_addr, p.want_nack, 0};
-    relay.timer = timers_.schedule(clock_.now() + config_.probe_timeout, [this, local] {
+    // The prober asked after its direct wait (probe_timeout) and ends its round an interval after
+    // its ping: a nack sent a whole probe_timeout after this request would come after the round,
+    // where it counts as a helper that never answered and stretches the prober's timeouts for
+    // nothing (every failed probe would blame all helpers, with the lan and wan presets). So the
+    // nack goes out at 4/5 of what is left of the round (Lifeguard's relays do likewise), or at
+    // probe_timeout when that is sooner; an ack that comes later is still passed on until then.
+    const Duration nack_after =
+        std::min(config_.probe_timeout, (config_.probe_interval - config_.probe_timeout) * 4 / 5);
+    relay.timer = timers_.schedule(clock_.now() + nack_after, [this, local, nack_after] {
         auto it = relays_.find(local);
         if (it == relays_.end()) {
             return;
         }
         if (it->second.want_nack) {
             send_messages(it->second.source_addr, {encode_message(NackMsg{it->second.orig_seq})});
+            it->second.want_nack = false;
         }
-        relays_.erase(it);
+        const Duration rest = config_.probe_timeout - nack_after;
+        if (rest <= Duration::zero()) {
+            relays_.erase(it);
+            return;
+        }
+        it->second.timer =
+            timers_.schedule(clock_.now() + rest, [this, local] { relays_.erase(local); });
     });
     relays_.emplace(local, std::move(relay));
     send_messages(p.target_addr, {encode_message(PingMsg{local, p.target, config_.name,

@@ -343,6 +343,46 @@ TEST_CASE("memberlist: forged new names stop at max_members, fetches at max_fetc
     CHECK(a.ml().stats().push_pulls.load() == 4);  // The rest wait for a free fetch.
 }
 
+TEST_CASE("memberlist: a relay's nack reaches the prober before its round ends") {
+    // lan: probe every 1 s, direct wait 500 ms. The prober asks for an indirect probe at 500 ms
+    // and concludes at 1 s; the relay's nack must come before that (at 4/5 of the 500 ms left),
+    // and an ack the target sends after the nack is still passed on until probe_timeout.
+    Member a;
+    a.transport().sent.clear();
+    const TimePoint start = a.clock().now();
+    a.receive(IndirectPingMsg{7, "T", "10.0.0.5:7946", "P", "10.0.0.4:7946", true});
+    uint64_t relayed = 0;
+    for (const auto& s : a.transport().sent) {
+        if (const auto* ping = std::get_if<PingMsg>(&s.msg);
+            ping != nullptr && s.to == "10.0.0.5:7946") {
+            relayed = ping->seq;
+        }
+    }
+    REQUIRE(relayed != 0);
+    a.transport().sent.clear();
+    a.run_until(start + milliseconds(400));
+    REQUIRE(a.transport().sent.size() == 1);
+    CHECK(a.transport().sent[0].to == "10.0.0.4:7946");
+    const auto* nack = std::get_if<NackMsg>(&a.transport().sent[0].msg);
+    REQUIRE(nack != nullptr);
+    CHECK(nack->seq == 7);
+    a.transport().sent.clear();
+    a.run_until(start + milliseconds(450));
+    a.receive(AckMsg{relayed, std::nullopt});
+    REQUIRE(a.transport().sent.size() == 1);
+    CHECK(std::holds_alternative<AckMsg>(a.transport().sent[0].msg));
+    CHECK(std::get<AckMsg>(a.transport().sent[0].msg).seq == 7);
+    // One nack only, and past probe_timeout nothing is relayed.
+    a.transport().sent.clear();
+    a.receive(IndirectPingMsg{8, "T", "10.0.0.5:7946", "P", "10.0.0.4:7946", true});
+    a.run_until(a.clock().now() + milliseconds(600));
+    size_t nacks = 0;
+    for (const auto& s : a.transport().sent) {
+        nacks += std::holds_alternative<NackMsg>(s.msg) ? 1 : 0;
+    }
+    CHECK(nacks == 1);
+}
+
 TEST_CASE("memberlist: a site state too large to inline is fetched alone, not by two tables") {
     // Every other member fetches such a state each time it changes (up to once a second, with
     // load): the request names the member and carries no table, the answer its entry only.
