@@ -89,8 +89,10 @@ TEST_CASE("deploy/cluster-demo --short shows traffic moving when fra is loaded a
     CHECK(count(m, 5) > count(m, 4));
     CHECK(count(m, 6) == 0);
     // 3. Back at fra, then fra killed mid-batch: nothing fails, sin serves the rest (at least
-    // the last batch).
-    CHECK(count(m, 7) >= 1);
+    // the last batch). Batch 1 may go to either site: once the Vivaldi coordinates are trusted
+    // (a few seconds in) their estimates can put sin within the margin of fra, and the planner
+    // then picks among the two at random; that traffic went back to fra shows in batch 2, which
+    // fra was generating for when it was killed (the retries below).
     CHECK(count(m, 8) >= 3);
     CHECK(count(m, 9) == 0);
     CHECK(count(m, 7) + count(m, 8) == 9);
