@@ -152,19 +152,10 @@ bool Scheduler::step() {
         publish_load(0, 0, {});
         return progressed;
     }
-    {
-        // The batch about to run, before its forward: a watchdog that reads batch_sequences 0
-        // (published when the scheduler last went idle) takes a stalled first step after a quiet
-        // spell for an idle engine (daemon/liveness.cc), and its layers_run never moves.
-        size_t queued = 0;
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            queued = waiting_.size();
-        }
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        serving_.batch_sequences = static_cast<int64_t>(running_.size());
-        serving_.queued = static_cast<int64_t>(queued);
-    }
+    // The batch about to run, before its forward: a watchdog that reads batch_sequences 0
+    // (published when the scheduler last went idle) takes a stalled first step after a quiet
+    // spell for an idle engine (daemon/liveness.cc), and its layers_run never moves.
+    publish_batch();
     std::vector<BatchEntry> batch = plan_batch();
     std::vector<float>& logits = logits_;
     const TimePoint started = clock_->now();
@@ -223,21 +214,26 @@ bool Scheduler::step() {
     return true;
 }
 
+void Scheduler::publish_batch() {
+    size_t queued = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        queued = waiting_.size();
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    serving_.batch_sequences = static_cast<int64_t>(running_.size());
+    serving_.queued = static_cast<int64_t>(queued);
+}
+
 void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
                              std::chrono::steady_clock::duration elapsed) {
     running_count_.store(static_cast<uint32_t>(running_.size()), std::memory_order_relaxed);
     kv_use_.store(model_->kv_use(), std::memory_order_relaxed);
+    publish_batch();
     {
         const KvCacheStats kv = model_->kv_stats();
         std::optional<shard::ShardStats> shard = model_->shard_stats();
-        size_t queued = 0;
-        {
-            std::lock_guard<std::mutex> lock(mu_);
-            queued = waiting_.size();
-        }
         std::lock_guard<std::mutex> lock(stats_mu_);
-        serving_.batch_sequences = static_cast<int64_t>(running_.size());
-        serving_.queued = static_cast<int64_t>(queued);
         if (shard) {
             serving_.expert_tokens = std::move(shard->expert_tokens);
         }

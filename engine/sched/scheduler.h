@@ -242,8 +242,11 @@ private:
     void finish(Sequence* seq, FinishReason reason, Status error = ok_status());
     void remove_finished();
     bool is_eos(TokenId id) const;
+    // Publishes the running batch's size and the queue's (ServingStats batch_sequences, queued).
+    void publish_batch();
     // Publishes running count, KV use and token rates after a step that computed
-    // `prefill_tokens` prompt tokens and `decode_tokens` generated ones in `elapsed`.
+    // `prefill_tokens` prompt tokens and `decode_tokens` generated ones in `elapsed`
+    // (publish_batch() included).
     void publish_load(int64_t prefill_tokens, int64_t decode_tokens,
                       std::chrono::steady_clock::duration elapsed);
 
