@@ -8,6 +8,7 @@
 #include <map>
 #include <span>
 #include <string_view>
+#include <unordered_set>
 #include <utility>
 
 #include "common/json_text.h"
@@ -617,7 +618,11 @@ class SchemaCompiler {
     // besides its listed properties, objects among enum values in another key order), so is
     // this: a value it refuses is left out, never one it takes wrongly let in.
     bool matches(const json::value& v, int32_t node, int depth) {
-        if (depth > 4 * kMaxNesting) {
+        // Each anyOf level tries every alternative: a deep enum value under nested unions costs
+        // alternatives^depth calls. The calls for a schema's enum/const values are bounded
+        // (compile_literals refuses it once they run out) rather than held by one request for
+        // hours.
+        if (depth > 4 * kMaxNesting || ++match_calls_ > kMaxMatchCalls) {
             return false;
         }
         const JsonSchema::Node& n = at(node);
@@ -698,6 +703,24 @@ class SchemaCompiler {
                                      const json::value* const_value) {
         std::vector<const json::value*> values;
         if (const_value != nullptr) {
+            if (enum_values != nullptr) {
+                // Both hold: the value must be one of the enum's too.
+                std::string text;
+                write_canonical(*const_value, &text);
+                const bool listed =
+                    enum_values->is_array() &&
+                    std::any_of(enum_values->get_array().begin(), enum_values->get_array().end(),
+                                [&](const json::value& e) {
+                                    std::string other;
+                                    write_canonical(e, &other);
+                                    return other == text;
+                                });
+                if (!listed) {
+                    return fail(where,
+                                "'const' is not one of the values of 'enum' beside it: "
+                                "nothing is valid");
+                }
+            }
             values.push_back(const_value);
         } else if (!enum_values->is_array() || enum_values->get_array().empty()) {
             return fail(where, "'enum' must be a non-empty array");
@@ -715,7 +738,16 @@ class SchemaCompiler {
         for (const json::value* value : values) {
             // A value the keywords beside enum/const refuse (its type, length, range, ...) is
             // not valid.
-            if (!matches(*value, allowed, 0)) {
+            const bool valid = matches(*value, allowed, 0);
+            if (match_calls_ > kMaxMatchCalls) {
+                return fail(where,
+                            "checking the values of 'enum'/'const' against the keywords "
+                            "beside them takes over " +
+                                std::to_string(kMaxMatchCalls) +
+                                " steps in all (values nested deep under anyOf, or "
+                                "very many values); simplify the schema");
+            }
+            if (!valid) {
                 continue;
             }
             std::string text;
@@ -936,17 +968,26 @@ class SchemaCompiler {
             case Kind::kString:
             case Kind::kArray:
                 return counts_apart();
-            case Kind::kLiterals:
+            case Kind::kLiterals: {
                 // Canonical texts differ for different values, except objects with their keys
-                // in another order.
+                // in another order. Each literal counts against the comparisons: a oneOf of
+                // large enums is work by the value, not by the pair.
+                comparisons_ += static_cast<int64_t>(x.literals.size() + y.literals.size());
+                if (comparisons_ > kMaxComparisons) {
+                    return false;
+                }
+                auto has_object = [](const std::string& l) {
+                    return l.find('{') != std::string::npos;
+                };
+                if (std::any_of(x.literals.begin(), x.literals.end(), has_object) ||
+                    std::any_of(y.literals.begin(), y.literals.end(), has_object)) {
+                    return false;
+                }
+                const std::unordered_set<std::string_view> other(y.literals.begin(),
+                                                                 y.literals.end());
                 return std::none_of(x.literals.begin(), x.literals.end(),
-                                    [&](const auto& l) {
-                                        return l.find('{') != std::string::npos ||
-                                               std::find(y.literals.begin(), y.literals.end(), l) !=
-                                                   y.literals.end();
-                                    }) &&
-                       std::none_of(y.literals.begin(), y.literals.end(),
-                                    [](const auto& l) { return l.find('{') != std::string::npos; });
+                                    [&](const std::string& l) { return other.contains(l); });
+            }
             case Kind::kObject:
                 // A property one requires, whose values the other's same property cannot take.
                 return object_apart(x, y, depth) || object_apart(y, x, depth);
@@ -986,9 +1027,12 @@ class SchemaCompiler {
         }
         flattened_[static_cast<size_t>(node)] = 1;
         std::vector<int32_t> leaves;
+        // Nodes already taken: a $ref to one union repeated many times (cached, it adds no
+        // node) is merged once, and a leaf is looked up, not searched for.
+        std::unordered_set<int32_t> taken;
         std::bitset<256> first;
         auto add = [&](int32_t leaf) {
-            if (std::find(leaves.begin(), leaves.end(), leaf) == leaves.end()) {
+            if (taken.insert(leaf).second) {
                 first |= at(leaf).first;
                 leaves.push_back(leaf);
             }
@@ -998,6 +1042,9 @@ class SchemaCompiler {
             if (at(alt).kind != Kind::kUnion) {
                 add(alt);
                 continue;
+            }
+            if (!taken.insert(alt).second) {
+                continue;  // This union's leaves are in already.
             }
             EDGE_RETURN_IF_ERROR(flatten(alt, depth + 1));
             for (const int32_t leaf : at(alt).alternatives) {
@@ -1023,7 +1070,10 @@ class SchemaCompiler {
     std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
     // Each oneOf's union node and its alternatives as written (finish() shows them apart).
     static constexpr int64_t kMaxComparisons = int64_t{1} << 18;
-    int64_t comparisons_ = 0;  // leaves_apart() calls so far.
+    int64_t comparisons_ = 0;  // leaves_apart() calls and literals compared so far.
+    // matches() calls for the enum/const values of the whole schema (compile_literals()).
+    static constexpr int64_t kMaxMatchCalls = int64_t{1} << 20;
+    int64_t match_calls_ = 0;
     std::vector<std::pair<int32_t, std::vector<int32_t>>> one_of_;
 };
 

@@ -690,6 +690,52 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
         CHECK(big.status().message().find("schema at '#/properties/a': " + message) !=
               std::string::npos);
     }
+    // An enum value nested deep under unions of unions: checking it against the schema beside
+    // it tries every alternative at every level (4^15 calls took 11 s, blocking the I/O thread
+    // that compiles schemas); refused once the steps run out, at once.
+    std::string nested = "\"x\"";  // Not an array: every alternative fails at the bottom.
+    for (int i = 0; i < 15; ++i) {
+        nested = "[" + nested + "]";
+    }
+    const std::string recursive =
+        R"({"$defs":{"A":{"anyOf":[)" +
+        std::string(R"({"type":"array","items":{"$ref":"#/$defs/A"}},)") +
+        R"({"type":"array","items":{"$ref":"#/$defs/A"}},)" +
+        R"({"type":"array","items":{"$ref":"#/$defs/A"}},)" +
+        R"({"type":"array","items":{"$ref":"#/$defs/A"}}]}},)" +
+        R"("type":"object","properties":{"a":{"type":"array","items":{"$ref":"#/$defs/A"},)" +
+        R"("enum":[)" + nested + R"(,[]]}},"required":["a"]})";
+    auto costly = JsonSchema::compile(json::parse(recursive));
+    REQUIRE_FALSE(costly.ok());
+    CHECK(costly.status().message().find("checking the values of 'enum'/'const' against the "
+                                         "keywords beside them takes over") != std::string::npos);
+    CHECK(costly.status().message().find("schema at '#/properties/a'") != std::string::npos);
+    // A oneOf of large enums costs by the value: 250 disjoint enums of 1024 values took 13 s to
+    // show apart pair by pair; 100 are refused at once.
+    std::string enums = R"({"type":"object","properties":{"a":{"oneOf":[)";
+    for (int i = 0; i < 100; ++i) {
+        enums += std::string(i == 0 ? "" : ",") + R"({"enum":[)";
+        for (int j = 0; j < 1024; ++j) {
+            enums += (j == 0 ? "" : ",") + std::to_string(i * 1024 + j);
+        }
+        enums += "]}";
+    }
+    enums += "]}}}";
+    auto large = JsonSchema::compile(json::parse(enums));
+    REQUIRE_FALSE(large.ok());
+    CAPTURE(large.status().message());
+    CHECK(large.status().message().find("'oneOf' has too many alternatives to show apart") !=
+          std::string::npos);
+    // const beside enum: the value must be one of the enum's.
+    auto outside = JsonSchema::compile(json::parse(
+        R"({"type":"object","properties":{"a":{"const":"c","enum":["a","b"]}},"required":["a"]})"));
+    REQUIRE_FALSE(outside.ok());
+    CHECK(outside.status().message().find("'const' is not one of the values of 'enum'") !=
+          std::string::npos);
+    const auto inside = compiled(
+        R"({"type":"object","properties":{"a":{"const":"b","enum":["a","b"]}},"required":["a"]})");
+    check_complete_at_end(*inside, R"({"a":"b"})");
+    CHECK(refused_at(*inside, R"({"a":"a"})") == 6);
     const auto full = compiled(enum_of(JsonSchema::kMaxLiterals, 60));
     check_complete_at_end(*full, R"({"a":")" + std::string(57, 'x') + R"(100"})");
     check_complete_at_end(*full, R"({"a":")" + std::string(56, 'x') + R"(1023"})");
