@@ -3,8 +3,10 @@
 // update reaches everyone (bound: retransmit_limit(N) rounds), time until every member declares a
 // killed member dead (bound: 2 probe intervals + suspicion max + retransmit rounds), bytes sent
 // per member per second in steady state (bound: memberlist's 3 * MTU per gossip interval plus
-// one probe exchange per probe interval), and dead declarations of healthy members over two
-// minutes at 10% packet loss (goal 0). Readable table, then one JSON line.
+// one probe exchange per probe interval, a ping sent and an ack sent of at most an MTU each),
+// and dead declarations of healthy members over two minutes at 10% packet loss (goal 0).
+// Readable table, then one JSON line. A spread or detection that does not complete within its
+// time limit prints null for its figures and the bench exits 1.
 //
 //   bench_gossip_sim [max_n]     (default 1000)
 
@@ -30,9 +32,11 @@ namespace {
 struct Row {
     size_t n = 0;
     double join_s = 0;
+    bool spread_ok = false;  // The update reached every member within the limit.
     double rounds = 0;
     double dissem_s = 0;
     int round_bound = 0;
+    bool detect_ok = false;  // Every live member saw the victim dead within the limit.
     double detect_s = 0;
     double detect_bound_s = 0;
     double bytes_per_member_s = 0;
@@ -40,6 +44,15 @@ struct Row {
     uint64_t false_positives = 0;
     double wall_s = 0;
 };
+
+std::string fixed(double v, int digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+    return buf;
+}
+
+// A figure for the JSON line: null when its measurement did not complete.
+std::string json_or_null(bool ok, double v, int digits) { return ok ? fixed(v, digits) : "null"; }
 
 void latency(edge::testing::FakeNetwork& net) {
     net.set_latency([](const std::string& a, const std::string& b) {
@@ -69,7 +82,10 @@ Row run(size_t n) {
     sim.net().run_for(seconds(30));
     row.bytes_per_member_s =
         static_cast<double>(sim.net().total_bytes() - bytes0) / 30.0 / static_cast<double>(n);
-    row.bytes_bound = 3.0 * static_cast<double>(c.mtu) / to_seconds(c.gossip_interval);
+    // Members send gossip only while updates are queued, and a ping and the ack to another's
+    // ping each probe interval: the steady-state traffic is mostly probes.
+    row.bytes_bound = 3.0 * static_cast<double>(c.mtu) / to_seconds(c.gossip_interval) +
+                      2.0 * static_cast<double>(c.mtu) / to_seconds(c.probe_interval);
 
     // Dissemination of a state change from member 0.
     Memberlist& origin = sim.node(0);
@@ -82,8 +98,8 @@ Row run(size_t n) {
     origin.update_site_state(s);
     const uint64_t version = *origin.site_version_of(origin.name());
     const TimePoint u0 = sim.net().now();
-    sim.run_until([&] { return sim.count_with_version(0, version) == n; }, seconds(60),
-                  milliseconds(5));
+    row.spread_ok = sim.run_until([&] { return sim.count_with_version(0, version) == n; },
+                                  seconds(60), milliseconds(5));
     row.dissem_s = to_seconds(sim.net().now() - u0);
     row.rounds = row.dissem_s / to_seconds(c.gossip_interval);
     row.round_bound = retransmit_limit(c.retransmit_mult, n);
@@ -95,8 +111,8 @@ Row run(size_t n) {
     const Duration min = suspicion_timeout(c.suspicion_mult, n, c.probe_interval);
     const Duration bound = 2 * c.probe_interval + min * c.suspicion_max_timeout_mult +
                            c.gossip_interval * row.round_bound;
-    sim.run_until([&] { return sim.count_seeing_dead(victim) == n - 1; }, bound * 2,
-                  milliseconds(10));
+    row.detect_ok = sim.run_until([&] { return sim.count_seeing_dead(victim) == n - 1; }, bound * 2,
+                                  milliseconds(10));
     row.detect_s = to_seconds(sim.net().now() - k0);
     row.detect_bound_s = to_seconds(bound);
 
@@ -125,28 +141,44 @@ int main(int argc, char** argv) {
     std::printf("%6s %8s %8s %8s %6s %9s %9s %12s %12s %5s %7s\n", "N", "join_s", "rounds",
                 "dissem_s", "bound", "detect_s", "bound_s", "B/s/member", "bound_B/s", "FP",
                 "wall_s");
+    bool complete = true;
     for (const Row& r : rows) {
-        std::printf("%6zu %8.2f %8.2f %8.2f %6d %9.2f %9.2f %12.0f %12.0f %5llu %7.2f\n", r.n,
-                    r.join_s, r.rounds, r.dissem_s, r.round_bound, r.detect_s, r.detect_bound_s,
+        // A measurement that timed out has no figure: "-" here, null in the JSON.
+        const std::string rounds = r.spread_ok ? fixed(r.rounds, 2) : "-";
+        const std::string dissem = r.spread_ok ? fixed(r.dissem_s, 2) : "-";
+        const std::string detect = r.detect_ok ? fixed(r.detect_s, 2) : "-";
+        std::printf("%6zu %8.2f %8s %8s %6d %9s %9.2f %12.0f %12.0f %5llu %7.2f\n", r.n, r.join_s,
+                    rounds.c_str(), dissem.c_str(), r.round_bound, detect.c_str(), r.detect_bound_s,
                     r.bytes_per_member_s, r.bytes_bound,
                     static_cast<unsigned long long>(r.false_positives), r.wall_s);
+        if (!r.spread_ok) {
+            std::fprintf(stderr, "N=%zu: the update did not reach every member in 60 s\n", r.n);
+        }
+        if (!r.detect_ok) {
+            std::fprintf(stderr, "N=%zu: the kill was not detected by all within %.1f s\n", r.n,
+                         2 * r.detect_bound_s);
+        }
+        complete = complete && r.spread_ok && r.detect_ok;
     }
     std::string json = "{\"bench\":\"gossip_sim\",\"rows\":[";
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
         char buf[512];
         std::snprintf(buf, sizeof(buf),
-                      "%s{\"n\":%zu,\"rounds\":%.3f,\"round_bound\":%d,\"rounds_ratio\":%.3f,"
-                      "\"dissem_s\":%.3f,\"detect_s\":%.3f,\"detect_bound_s\":%.3f,"
-                      "\"detect_ratio\":%.3f,\"bytes_per_member_s\":%.1f,"
+                      "%s{\"n\":%zu,\"rounds\":%s,\"round_bound\":%d,\"rounds_ratio\":%s,"
+                      "\"dissem_s\":%s,\"detect_s\":%s,\"detect_bound_s\":%.3f,"
+                      "\"detect_ratio\":%s,\"bytes_per_member_s\":%.1f,"
                       "\"bytes_ratio\":%.4f,\"false_positives\":%llu}",
-                      i ? "," : "", r.n, r.rounds, r.round_bound, r.rounds / r.round_bound,
-                      r.dissem_s, r.detect_s, r.detect_bound_s, r.detect_s / r.detect_bound_s,
+                      i ? "," : "", r.n, json_or_null(r.spread_ok, r.rounds, 3).c_str(),
+                      r.round_bound, json_or_null(r.spread_ok, r.rounds / r.round_bound, 3).c_str(),
+                      json_or_null(r.spread_ok, r.dissem_s, 3).c_str(),
+                      json_or_null(r.detect_ok, r.detect_s, 3).c_str(), r.detect_bound_s,
+                      json_or_null(r.detect_ok, r.detect_s / r.detect_bound_s, 3).c_str(),
                       r.bytes_per_member_s, r.bytes_per_member_s / r.bytes_bound,
                       static_cast<unsigned long long>(r.false_positives));
         json += buf;
     }
     json += "]}";
     std::printf("%s\n", json.c_str());
-    return 0;
+    return complete ? 0 : 1;
 }

@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
     edge::bench::parse_flags(
         argc, argv,
         {edge::bench::Flag::string("--model", &model_dir,
-                                   "Qwen3-MoE checkpoint for the greedy check (optional)"),
+                                   "checkpoint of make-model's bench preset whose weights are "
+                                   "timed (default: random weights of that shape)"),
          edge::bench::Flag::integer("--steps", &steps, 4, "replayed decode steps"),
          edge::bench::Flag::integer("--context", &context, 1, "positions each stream starts at"),
          edge::bench::Flag::integer("--streams", &only_streams, 0, 64,

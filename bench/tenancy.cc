@@ -334,6 +334,9 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "submit: %s\n", h.status().to_string().c_str());
         }
     };
+    // Latency figures keep only requests submitted at or after this: the start of the step that
+    // ends the warm-up (with no warm-up, the first requests too).
+    Clock::time_point latency_start = Clock::now();
     for (int i = 0; i < kStreams; ++i) {
         submit_next(i);
     }
@@ -362,6 +365,9 @@ int main(int argc, char** argv) {
     for (int step = 0; step < steps; ++step) {
         if (step == warmup) {
             measure_start = Clock::now();
+            if (warmup > 0) {
+                latency_start = measure_start;
+            }
             measured_tokens = 0;
             passes0 = passes();
             rows0 = routed_rows();
@@ -389,7 +395,9 @@ int main(int argc, char** argv) {
             }
             TenantFigures& f = figures[s.tenant];
             const auto& t = s.sink->times();
-            if (step >= warmup && !t.empty()) {
+            // A request that finishes after the warm-up but was submitted during it would carry
+            // warm-up steps into its latency: it is left out.
+            if (step >= warmup && s.sink->submitted() >= latency_start && !t.empty()) {
                 f.ttft.push_back(since(s.sink->submitted(), t[0]));
                 for (size_t k = 1; k < t.size(); ++k) {
                     f.itl.push_back(since(t[k - 1], t[k]));
