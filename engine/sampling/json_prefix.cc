@@ -867,6 +867,28 @@ bool meets(const JsonSchema::Node& n, double lo, bool lo_open, double hi, bool h
     return l < h || (l == h && !l_open && !h_open);
 }
 
+// Whether some m / 10^e, m a whole number from `first` to `last`, lies in the node's range: the
+// values a bounded number's prefix can still become, each digit still to come a step of that grid
+// (negated for a negative number; computed as number_in_range() computes a value). Values grow
+// with m (or shrink, negated), so the m in range are one run: its first is found from the near
+// bound, one either side for the rounding of bound * 10^e, or is `first` itself.
+bool grid_meets(const JsonSchema::Node& n, bool negative, double first, double last, int e) {
+    const double unit = std::pow(10.0, e);
+    auto in_range = [&](double m) {
+        const double x = m / unit;
+        const double v = negative ? -x : x;
+        return (n.lo_open ? v > n.lo : v >= n.lo) && (n.hi_open ? v < n.hi : v <= n.hi);
+    };
+    const double near = negative ? -n.hi : n.lo;
+    const double m = std::isfinite(near) ? std::max(first, std::ceil(near * unit)) : first;
+    for (const double c : {m - 1, m, m + 1}) {
+        if (c >= first && c <= last && in_range(c)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace
 
 bool JsonPrefix::number_reachable(const Frame& f) const {
@@ -883,27 +905,38 @@ bool JsonPrefix::number_reachable(const Frame& f) const {
         (f.state == State::kInteger || f.state == State::kFraction)) {
         return number_in_range(f);  // No digit can come: the number must end as it is.
     }
+    // Each value the prefix can still become is m / 10^e for a whole m: its digits so far
+    // followed by `left` more (fewer are the same values with zeros after them), e the fraction
+    // digits among them. A range narrower than that grid (a minimum of 9.999999999999995 and a
+    // maximum of 10) must meet one of its points, not just the interval the prefix spans, or
+    // the prefix could never end.
     const double inf = std::numeric_limits<double>::infinity();
+    const int left = JsonSchema::kBoundedDigits - f.pos;
+    const bool integer = f.kind == Kind::kInteger;
+    const double first = f.digits * std::pow(10.0, left);
+    const double last = (f.digits + 1) * std::pow(10.0, left) - 1;
     switch (f.state) {
         case State::kMinus:
             return fits(0, inf);
         case State::kZero:
-            return fits(0, 1);
+            return integer ? grid_meets(n, f.negative, 0, 0, 0)
+                           : grid_meets(n, f.negative, 0, std::pow(10.0, left) - 1, left);
         case State::kInteger: {
-            double scale = 1;
-            for (int more = 0; f.pos + more <= JsonSchema::kBoundedDigits; ++more) {
-                if (fits(f.digits * scale, (f.digits + 1) * scale)) {
+            // `more` of the digits left go before the point, the rest after it.
+            for (int more = 0; more <= left; ++more) {
+                const bool met = integer
+                                     ? grid_meets(n, f.negative, f.digits * std::pow(10.0, more),
+                                                  (f.digits + 1) * std::pow(10.0, more) - 1, 0)
+                                     : grid_meets(n, f.negative, first, last, left - more);
+                if (met) {
                     return true;
                 }
-                scale *= 10;
             }
             return false;
         }
         case State::kDot:
-        case State::kFraction: {
-            const double unit = std::pow(10.0, f.count);
-            return fits(f.digits / unit, (f.digits + 1) / unit);
-        }
+        case State::kFraction:
+            return grid_meets(n, f.negative, first, last, f.count + left);
         default:
             return false;
     }

@@ -360,6 +360,21 @@ TEST_CASE("json schema: bounds at the edge of the digits a bounded number is wri
     check_complete_at_end(*edges, R"({"huge":999999999999999})");
     check_complete_at_end(*edges, R"({"low":-999999999999999})");
     CHECK(refused_at(*edges, R"({"tiny":0.000000000000001})") == 23);
+    // A range narrower than the last digit's step: from 9.999999999999995 to 10, only 10 can be
+    // written in 15 digits; 9.9999999999999 spans the range but no digit left ends inside it
+    // (it stopped the reply there: a dead end, answered 500). Likewise just past an exclusive
+    // bound, and below zero.
+    const auto narrow = compiled(R"({"type":"object","properties":{
+        "x": {"type":"number","minimum":9.999999999999995,"maximum":10},
+        "y": {"type":"number","exclusiveMinimum":0.99999999999999,"maximum":1},
+        "z": {"type":"number","minimum":-10,"maximum":-9.999999999999995}},
+        "required":["x","y","z"]})");
+    CHECK(refused_at(*narrow, R"({"x":9)") == 5);
+    CHECK(refused_at(*narrow, R"({"x":1,"y":)") == 6);  // 1 is below the minimum.
+    check_complete_at_end(*narrow, R"({"x":10,"y":1,"z":-10})");
+    // 0.x has at most 14 fraction digits ("0." counts its zero), none above the bound.
+    CHECK(refused_at(*narrow, R"({"x":10,"y":0)") == 12);
+    CHECK(refused_at(*narrow, R"({"x":10,"y":1,"z":-9)") == 19);
 }
 
 TEST_CASE("json schema: numbers stay within minimum and maximum, digit by digit") {
