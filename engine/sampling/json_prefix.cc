@@ -1052,6 +1052,21 @@ int JsonPrefix::step_literal(Frame& f, unsigned char c) {
         // 1 among 1 and 12).
         return byte_at(*begin) < 0 ? -1 : 0;
     }
+    // Only values whose own containers fit below kMaxDepth, with those around this one (depth_
+    // less this value's slot): a deep value near the limit would make a reply nest past what
+    // every JSON reader here takes. Looked through only that near the limit.
+    const JsonSchema::Node& n = schema_->node(f.node);
+    if (depth_ - 1 + n.max_literal_depth > kMaxDepth) {
+        const auto first = static_cast<size_t>(lo - literals.begin());
+        const auto last = static_cast<size_t>(hi - literals.begin());
+        bool fits = false;
+        for (size_t i = first; i < last && !fits; ++i) {
+            fits = depth_ - 1 + n.literal_depths[i] <= kMaxDepth;
+        }
+        if (!fits) {
+            return 0;
+        }
+    }
     f.candidate = static_cast<int32_t>(lo - literals.begin());
     f.count = static_cast<int32_t>(hi - literals.begin());
     ++f.pos;

@@ -76,6 +76,31 @@ std::string pointer_token(std::string_view key) {
     return out;
 }
 
+// The containers a canonical JSON text nests (its deepest run of open arrays and objects,
+// outside strings).
+int32_t nesting(std::string_view text) {
+    int32_t depth = 0;
+    int32_t deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') {
+                ++i;
+            } else if (c == '"') {
+                in_string = false;
+            }
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
 // A JSON text of `v` with no whitespace, numbers in their shortest form: the one spelling of an
 // enum value or a key that the walk lets the model write.
 void write_canonical(const json::value& v, std::string* out) {
@@ -795,6 +820,12 @@ class SchemaCompiler {
                     std::sort(n.literals.begin(), n.literals.end());
                     n.literals.erase(std::unique(n.literals.begin(), n.literals.end()),
                                      n.literals.end());
+                    n.literal_depths.clear();
+                    for (const std::string& l : n.literals) {
+                        const int32_t d = nesting(l);
+                        n.literal_depths.push_back(d);
+                        n.max_literal_depth = std::max(n.max_literal_depth, d);
+                    }
                     for (const std::string& l : n.literals) {
                         n.first.set(static_cast<unsigned char>(l[0]));
                     }
@@ -842,7 +873,7 @@ class SchemaCompiler {
         constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
         for (JsonSchema::Node& n : s_->nodes_) {
             const bool container = n.kind == Kind::kObject || n.kind == Kind::kArray;
-            n.min_depth = container || n.kind == Kind::kUnion ? kTooDeep : 0;
+            n.min_depth = container || n.kind == Kind::kUnion ? kTooDeep : least_depth(n);
         }
         for (bool changed = true; changed;) {
             changed = false;
@@ -911,6 +942,12 @@ class SchemaCompiler {
                     d = std::min(d, at(alt).min_depth);
                 }
                 return d;
+            case Kind::kLiterals:
+                return n.literal_depths.empty()
+                           ? 0
+                           : std::min(*std::min_element(n.literal_depths.begin(),
+                                                        n.literal_depths.end()),
+                                      kTooDeep);
             default:
                 return 0;
         }

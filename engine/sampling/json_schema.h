@@ -95,6 +95,10 @@ class JsonSchema {
         // with the bytes written so far are then a range, which JsonPrefix narrows by binary
         // search), at most kMaxLiterals of at most kMaxLiteralBytes in all.
         std::vector<std::string> literals;
+        // kLiterals: the containers each of `literals` nests (its arrays and objects, one level
+        // each), in the same order: a value begins only where it fits below kMaxJsonDepth.
+        std::vector<int32_t> literal_depths;
+        int32_t max_literal_depth = 0;  // The largest of literal_depths.
         // kUnion: the non-union nodes it stands for (nested unions flattened).
         std::vector<int32_t> alternatives;
         std::bitset<256> first;  // The bytes a value of this node can begin with.

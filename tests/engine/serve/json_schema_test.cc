@@ -863,6 +863,39 @@ TEST_CASE("json schema: values nest no deeper than a reply may, and what begins 
     }
 }
 
+TEST_CASE("json schema: an enum or const value's own nesting counts toward the depth") {
+    // A 28-deep const under a recursive object: written inside 35 of those objects it nests 64
+    // containers, the most a reply may (JsonStream and the tool-call readers refuse deeper);
+    // one object further in it would nest 65, so its key is not begun there, and the object goes
+    // on without it.
+    std::string deep = "0";
+    for (int i = 0; i < 28; ++i) {
+        deep = "[" + deep + "]";
+    }
+    const auto schema =
+        compiled(R"({"type":"object","properties":{"c":{"const":)" + deep +
+                 R"(},"n":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},)" + R"("required":["n"]})");
+    auto inside = [](int objects) {
+        std::string text;
+        for (int i = 0; i < objects; ++i) {
+            text += R"({"n":)";
+        }
+        return text + R"({"c":)";
+    };
+    CHECK(refused_at(*schema, inside(35) + deep) == inside(35).size() + deep.size());
+    CHECK(refused_at(*schema, inside(36) + deep) == inside(36).size() - 3);  // At the key.
+    std::string skipped = inside(36);
+    skipped.replace(skipped.size() - 3, 1, "n");  // {"n": in its place: c is optional.
+    CHECK(refused_at(*schema, skipped + "null") == skipped.size() + 4);
+    // Among an enum's values, those that fit are still written there; the deep one is not.
+    const auto either =
+        compiled(R"({"type":"object","properties":{"c":{"enum":[0,)" + deep +
+                 R"(]},"n":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},)" + R"("required":["n"]})");
+    CHECK(refused_at(*either, inside(36) + deep) == inside(36).size());
+    CHECK(refused_at(*either, inside(36) + "0,") == inside(36).size() + 2);
+    CHECK(refused_at(*either, inside(35) + deep + ",") == inside(35).size() + deep.size() + 1);
+}
+
 TEST_CASE("json schema: random walks never reach a dead end, and what they complete is valid") {
     std::mt19937 rng(20261203);
     int completed_total = 0;
