@@ -373,10 +373,20 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
                                         const std::string& peer_ca) {
     // The files as they are before they are read: the watcher does not reload this state again
     // (a change while they are read is newer, and is).
+    std::map<std::string, FileStamp> stamps =
+        stamp_files(certificate_paths(certificates, peer_certificate, peer_ca));
     if (certificate_watcher_) {
-        certificate_watcher_->loaded(
-            stamp_files(certificate_paths(certificates, peer_certificate, peer_ca)));
+        certificate_watcher_->loaded(stamps);
     }
+    // The same files, unchanged since they last loaded whole (a SIGHUP for the tenants, say):
+    // nothing to do. Rebuilt, every listener would start new session caches and ticket keys (no
+    // client could resume) and the forwarding client would drop its pooled connections.
+    if (!loaded_stamps_.empty() && stamps == loaded_stamps_ && certificates == certificates_ &&
+        peer_certificate == peer_certificate_ && peer_ca == peer_ca_) {
+        log::info("certificates_unchanged", {{"generation", tls_->current()->number()}});
+        return ok_status();
+    }
+    loaded_stamps_.clear();
     // Each set is reloaded on its own; the first error is returned.
     Status s = tls_->reload(certificates, {});
     metrics_->on_certificate_reload("public", s.ok());
@@ -426,6 +436,9 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
         // Later reloads of the same files read these.
         peer_certificate_ = peer_certificate;
         peer_ca_ = peer_ca;
+    }
+    if (s.ok()) {
+        loaded_stamps_ = std::move(stamps);
     }
     // From the generations now served: a set whose reload failed still serves, and shows, its
     // old certificates, whatever the files on disk hold now.

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "common/result.h"
 #include "daemon/access_log.h"
 #include "daemon/config.h"
+#include "daemon/file_watcher.h"
 #include "daemon/liveness.h"
 #include "engine/generator.h"
 #include "tls/tls_context.h"
@@ -162,6 +164,9 @@ private:
     std::vector<tls::CertificateConfig> certificates_;
     tls::CertificateConfig peer_certificate_;
     std::string peer_ca_;
+    // The certificate files' stamps when every set last loaded from them (empty: reload next
+    // time): an unchanged set is not rebuilt.
+    std::map<std::string, FileStamp> loaded_stamps_;
     // listeners.public.certificate_watch_ms: reloads the files above when they change (started
     // by start(), stopped first by stop()).
     std::chrono::milliseconds certificate_watch_{0};

@@ -1067,6 +1067,40 @@ TEST_CASE("a site declared dead mid-stream: its forwards end now, not at the idl
     CHECK(reply->body.find("from sin") != std::string::npos);
 }
 
+TEST_CASE("a reload of unchanged certificate files keeps the pooled peer connections") {
+    // A SIGHUP re-reads the certificates with the rest of the config; files that did not change
+    // are not rebuilt, so the forwarding client keeps its pool (and the listeners their session
+    // caches). A file that changed is loaded again, and the pool starts afresh.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    auto forward = [&](size_t i) {
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(i));
+        b.generator.finish(i, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+    };
+    forward(0);
+    REQUIRE(a.daemon->reload_certificates().ok());  // The first reload loads.
+    forward(1);
+    CHECK(a.daemon->forwarder()->connections_opened() == 2);
+    REQUIRE(a.daemon->reload_certificates().ok());  // Unchanged since: nothing to do.
+    REQUIRE(b.daemon->reload_certificates().ok());
+    REQUIRE(b.daemon->reload_certificates().ok());
+    forward(2);
+    CHECK(a.daemon->forwarder()->connections_opened() == 2);
+    // Written again (the same bytes, a new change time): loaded, the pool dropped.
+    const std::string pem = testing::read_file(a.cert.cert_path);
+    std::ofstream(a.cert.cert_path, std::ios::trunc) << pem;
+    REQUIRE(a.daemon->reload_certificates().ok());
+    forward(3);
+    CHECK(a.daemon->forwarder()->connections_opened() == 3);
+}
+
 TEST_CASE("the peer listener refuses clients without a cluster certificate") {
     Cluster cluster;
     Site b(cluster, "sin", {"m"});
