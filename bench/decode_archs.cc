@@ -2,7 +2,8 @@
 // DeepSeek-V3 (MLA) (hidden 1024, 12 layers, 64 experts top-8 of width 512, vocab 32000), each in
 // BF16 and with experts-int4 (routed experts INT4-g32 quantized on load, the rest BF16). For each:
 // the KV-cache bytes one token takes (ModelSpec::kv_bytes_per_token), greedy decode tokens/s with
-// one stream and with 32 streams decoding together (one batched forward per step), and the
+// one stream and with 32 streams decoding together (one batched forward per step; the rate at the
+// median step), and the
 // fraction of memory read bandwidth (measured in this run, same thread count) that the weight
 // bytes read per step reach.
 //
@@ -41,7 +42,6 @@
 namespace {
 
 using namespace edge::engine;
-using Clock = std::chrono::steady_clock;
 
 constexpr int kPrompt = 8;    // Prompt tokens per stream before decoding.
 constexpr int kStreams = 32;  // Streams of the batched run.
@@ -116,8 +116,11 @@ double decode_tps(CausalLM& m, int streams, int steps) {
         fail("prefill", st);
     }
     std::vector<TokenId> next(streams);
-    auto t0 = Clock::now();
+    // The rate at the median step (edge::bench::StepTimes), as bench_decode takes it: the
+    // real-time throttle and other tenants stretch a few steps several times over.
+    edge::bench::StepTimes times;
     for (int step = 0; step < steps; ++step) {
+        const auto t0 = std::chrono::steady_clock::now();
         batch.clear();
         for (int s = 0; s < streams; ++s) {
             const float* row = logits.data() + static_cast<size_t>(s) * vocab;
@@ -127,12 +130,12 @@ double decode_tps(CausalLM& m, int streams, int steps) {
         if (edge::Status st = m.forward(batch, &logits); !st.ok()) {
             fail("decode", st);
         }
+        times.add(t0);
     }
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     for (int32_t slot : slots) {
         m.release_slot(slot);
     }
-    return static_cast<double>(steps) * streams / secs;
+    return times.median_rate(streams);
 }
 
 double median(std::vector<double> v) {
