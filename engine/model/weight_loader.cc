@@ -688,6 +688,20 @@ Result<Weight> WeightLoader::float_matrix(const std::string& weight_name, int64_
         embedding_row(*q, r, copy.data() + r * cols);
     }
     added_bytes_ += rows * cols * static_cast<int64_t>(sizeof(float));
+    // Read in place from the mapping (FP8 or INT8 as stored), the tensor and its scales are not
+    // read again: their pages go back and are not counted as held (DeepSeek-V3 and Kimi K2 store
+    // every kv_b_proj in FP8, ~1 GB). A copy quantized on load was counted as replaced already.
+    if (q->data != nullptr && q->data == ckpt_.mapped_data(weight_name)) {
+        const std::string m = module_of(weight_name);
+        for (const std::string& name :
+             {weight_name, m + ".weight_scale_inv", m + ".weight_scale"}) {
+            if (const TensorInfo* t = ckpt_.has(name) ? ckpt_.info(name) : nullptr) {
+                const int64_t bytes = t->end - t->begin;
+                replaced_bytes_ += bytes;
+                release_mapped_pages(ckpt_.mapped_data(name), bytes);
+            }
+        }
+    }
     return Weight{WeightFormat::kF32, rows, cols, copy.data(), nullptr};
 }
 

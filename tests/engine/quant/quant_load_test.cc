@@ -698,8 +698,10 @@ TEST_CASE("DeepSeek-V3: kv_b_proj stored in FP8, as the real checkpoints have it
     const std::string dir = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-deepseek-v3";
     TempDir tmp("kvb_fp8");
     REQUIRE(quantize_checkpoint({dir, "all-fp8", tmp.path}).ok());
-    auto float_kvb = logits_of(tmp.path, "none");  // quantize leaves kv_b_proj in BF16.
+    int64_t float_bytes = 0;
+    auto float_kvb = logits_of(tmp.path, "none", &float_bytes);  // quantize leaves it in BF16.
     REQUIRE_MESSAGE(float_kvb.ok(), float_kvb.status().to_string());
+    int64_t kvb_elements = 0;
     std::deque<std::string> bytes;  // The rewritten tensors' bytes (stable addresses).
     int rewritten = 0;
     rewrite(tmp.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
@@ -710,6 +712,7 @@ TEST_CASE("DeepSeek-V3: kv_b_proj stored in FP8, as the real checkpoints have it
             }
             REQUIRE(ts[i].dtype == DType::kBF16);
             const int64_t rows = ts[i].shape[0], cols = ts[i].shape[1];
+            kvb_elements += rows * cols;
             auto q = quant::quantize(
                 quant::SourceMatrix::bf16(reinterpret_cast<const uint16_t*>(ts[i].bytes.data()),
                                           rows, cols),
@@ -733,8 +736,12 @@ TEST_CASE("DeepSeek-V3: kv_b_proj stored in FP8, as the real checkpoints have it
         }
     });
     REQUIRE(rewritten > 0);
-    auto fp8_kvb = logits_of(tmp.path, "none");
+    int64_t fp8_bytes = 0;
+    auto fp8_kvb = logits_of(tmp.path, "none", &fp8_bytes);
     REQUIRE_MESSAGE(fp8_kvb.ok(), fp8_kvb.status().to_string());
+    // Held: the F32 copies (4 bytes an element) instead of the BF16 views (2); the FP8 tensors
+    // and their scales are read once and released, not counted.
+    CHECK(fp8_bytes == float_bytes + 2 * kvb_elements);
     // FP8's rounding of kv_b_proj moves the logits a little, and only a little.
     const double err = rmse(*fp8_kvb, *float_kvb);
     CHECK(err > 0);
