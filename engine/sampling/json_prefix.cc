@@ -867,28 +867,6 @@ bool meets(const JsonSchema::Node& n, double lo, bool lo_open, double hi, bool h
     return l < h || (l == h && !l_open && !h_open);
 }
 
-// Whether some m / 10^e, m a whole number from `first` to `last`, lies in the node's range: the
-// values a bounded number's prefix can still become, each digit still to come a step of that grid
-// (negated for a negative number; computed as number_in_range() computes a value). Values grow
-// with m (or shrink, negated), so the m in range are one run: its first is found from the near
-// bound, one either side for the rounding of bound * 10^e, or is `first` itself.
-bool grid_meets(const JsonSchema::Node& n, bool negative, double first, double last, int e) {
-    const double unit = std::pow(10.0, e);
-    auto in_range = [&](double m) {
-        const double x = m / unit;
-        const double v = negative ? -x : x;
-        return (n.lo_open ? v > n.lo : v >= n.lo) && (n.hi_open ? v < n.hi : v <= n.hi);
-    };
-    const double near = negative ? -n.hi : n.lo;
-    const double m = std::isfinite(near) ? std::max(first, std::ceil(near * unit)) : first;
-    for (const double c : {m - 1, m, m + 1}) {
-        if (c >= first && c <= last && in_range(c)) {
-            return true;
-        }
-    }
-    return false;
-}
-
 }  // namespace
 
 bool JsonPrefix::number_reachable(const Frame& f) const {
@@ -919,15 +897,15 @@ bool JsonPrefix::number_reachable(const Frame& f) const {
         case State::kMinus:
             return fits(0, inf);
         case State::kZero:
-            return integer ? grid_meets(n, f.negative, 0, 0, 0)
-                           : grid_meets(n, f.negative, 0, std::pow(10.0, left) - 1, left);
+            return integer ? n.grid_meets(f.negative, 0, 0, 0)
+                           : n.grid_meets(f.negative, 0, std::pow(10.0, left) - 1, left);
         case State::kInteger: {
             // `more` of the digits left go before the point, the rest after it.
             for (int more = 0; more <= left; ++more) {
                 const bool met = integer
-                                     ? grid_meets(n, f.negative, f.digits * std::pow(10.0, more),
+                                     ? n.grid_meets(f.negative, f.digits * std::pow(10.0, more),
                                                   (f.digits + 1) * std::pow(10.0, more) - 1, 0)
-                                     : grid_meets(n, f.negative, first, last, left - more);
+                                     : n.grid_meets(f.negative, first, last, left - more);
                 if (met) {
                     return true;
                 }
@@ -936,7 +914,7 @@ bool JsonPrefix::number_reachable(const Frame& f) const {
         }
         case State::kDot:
         case State::kFraction:
-            return grid_meets(n, f.negative, first, last, f.count + left);
+            return n.grid_meets(f.negative, first, last, f.count + left);
         default:
             return false;
     }

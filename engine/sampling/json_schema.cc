@@ -560,18 +560,8 @@ class SchemaCompiler {
         const double most = std::pow(10.0, JsonSchema::kBoundedDigits) - 1;
         const int fractions = n.kind == Kind::kInteger ? 0 : JsonSchema::kBoundedDigits - 1;
         for (int f = 0; f <= fractions; ++f) {
-            const double unit = std::pow(10.0, f);
-            // The least m in range at this f (the greatest, without a minimum), one either side
-            // for the rounding of lo * unit.
-            const double m = std::isfinite(n.lo) ? std::max(std::ceil(n.lo * unit), -most)
-                                                 : std::min(std::floor(n.hi * unit), most);
-            for (const double c : {m - 1, m, m + 1}) {
-                const double x = std::fabs(c) / unit;
-                const double value = c < 0 ? -x : x;
-                if (std::fabs(c) <= most && (n.lo_open ? value > n.lo : value >= n.lo) &&
-                    (n.hi_open ? value < n.hi : value <= n.hi)) {
-                    return true;
-                }
+            if (n.grid_meets(false, 0, most, f) || n.grid_meets(true, 0, most, f)) {
+                return true;
             }
         }
         return false;
@@ -1113,6 +1103,25 @@ class SchemaCompiler {
     int64_t match_calls_ = 0;
     std::vector<std::pair<int32_t, std::vector<int32_t>>> one_of_;
 };
+
+// Values grow with m (or shrink, negated), so the m in range are one run: its first is found
+// from the near bound, one either side for the rounding of bound * 10^e, or is `first` itself.
+bool JsonSchema::Node::grid_meets(bool negative, double first, double last, int e) const {
+    const double unit = std::pow(10.0, e);
+    auto in_range = [&](double m) {
+        const double x = m / unit;
+        const double v = negative ? -x : x;
+        return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+    };
+    const double near = negative ? -hi : lo;
+    const double m = std::isfinite(near) ? std::max(first, std::ceil(near * unit)) : first;
+    for (const double c : {m - 1, m, m + 1}) {
+        if (c >= first && c <= last && in_range(c)) {
+            return true;
+        }
+    }
+    return false;
+}
 
 Result<std::shared_ptr<const JsonSchema>> JsonSchema::compile(const json::value& schema) {
     return SchemaCompiler(schema).run();

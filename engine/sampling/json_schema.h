@@ -91,6 +91,10 @@ class JsonSchema {
         bool lo_open = false;
         bool hi_open = false;
         bool bounded() const { return std::isfinite(lo) || std::isfinite(hi); }
+        // Whether some m / 10^e, m a whole number from `first` to `last` (negated when
+        // `negative`), lies in [lo, hi]: the values a bounded number can still be written as,
+        // each digit left a step of that grid, computed as JsonPrefix computes a value.
+        bool grid_meets(bool negative, double first, double last, int e) const;
         // kLiterals: canonical JSON texts, sorted bytewise without duplicates (those that begin
         // with the bytes written so far are then a range, which JsonPrefix narrows by binary
         // search), at most kMaxLiterals of at most kMaxLiteralBytes in all.

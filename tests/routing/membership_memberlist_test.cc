@@ -18,22 +18,10 @@ class RecordingTransport final : public Transport {
     explicit RecordingTransport(const Clock& clock) : clock_(clock) {}
 
     void send_packet(const std::string& addr, std::vector<uint8_t> bytes) override {
-        auto plain = Keyring{}.open("", bytes);
-        REQUIRE(plain.ok());
-        auto msgs = decode_packet(*plain);
-        REQUIRE(msgs.ok());
-        for (Message& m : *msgs) {
-            sent.push_back({clock_.now(), addr, std::move(m)});
-        }
+        record(addr, bytes, sent);
     }
     void send_stream(const std::string& addr, uint64_t, std::vector<uint8_t> bytes) override {
-        auto plain = Keyring{}.open("", bytes);
-        REQUIRE(plain.ok());
-        auto msgs = decode_packet(*plain);
-        REQUIRE(msgs.ok());
-        for (Message& m : *msgs) {
-            streams.push_back({clock_.now(), addr, std::move(m)});
-        }
+        record(addr, bytes, streams);
     }
 
     struct Sent {
@@ -45,6 +33,18 @@ class RecordingTransport final : public Transport {
     std::vector<Sent> streams;  // Requests sent on streams (never answered).
 
   private:
+    // Opens and decodes what the member sent, each message onto `into`.
+    void record(const std::string& addr, const std::vector<uint8_t>& bytes,
+                std::vector<Sent>& into) {
+        auto plain = Keyring{}.open("", bytes);
+        REQUIRE(plain.ok());
+        auto msgs = decode_packet(*plain);
+        REQUIRE(msgs.ok());
+        for (Message& m : *msgs) {
+            into.push_back({clock_.now(), addr, std::move(m)});
+        }
+    }
+
     const Clock& clock_;
 };
 
