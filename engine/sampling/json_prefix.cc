@@ -904,7 +904,7 @@ bool JsonPrefix::number_reachable(const Frame& f) const {
             for (int more = 0; more <= left; ++more) {
                 const bool met = integer
                                      ? n.grid_meets(f.negative, f.digits * std::pow(10.0, more),
-                                                  (f.digits + 1) * std::pow(10.0, more) - 1, 0)
+                                                    (f.digits + 1) * std::pow(10.0, more) - 1, 0)
                                      : n.grid_meets(f.negative, first, last, left - more);
                 if (met) {
                     return true;
