@@ -244,14 +244,17 @@ SSL_CTX* TlsGeneration::native_context(size_t chain) const {
 }
 
 Result<std::unique_ptr<TlsContextStore>> TlsContextStore::create(
-    std::vector<CertificateConfig> certs, ClientAuthConfig client_auth) {
+    std::vector<CertificateConfig> certs, ClientAuthConfig client_auth,
+    SessionTicketOptions tickets) {
     if (certs.empty()) {
         return invalid_argument_error("no certificates configured for the TLS listener");
     }
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<SessionTicketKeys> keys,
+                          SessionTicketKeys::create(std::move(tickets)));
     std::unique_ptr<TlsContextStore> store(
-        new TlsContextStore(std::move(certs), std::move(client_auth)));
+        new TlsContextStore(std::move(certs), std::move(client_auth), std::move(keys)));
     EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
-                          build(store->certs_, store->client_auth_, 1));
+                          build(store->certs_, store->client_auth_, store->tickets_, 1));
     store->current_ = std::move(generation);
     store->next_number_ = 2;
     return store;
@@ -277,7 +280,8 @@ Status TlsContextStore::reload(std::vector<CertificateConfig> certs, ClientAuthC
     if (certs.empty()) {
         return invalid_argument_error("no certificates configured for the TLS listener");
     }
-    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation, build(certs, client_auth, 0));
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
+                          build(certs, client_auth, tickets_, 0));
     std::lock_guard lock(mu_);
     // Numbered as it is installed: a reload that fails takes no number, so generations count
     // the certificates actually served, and the log's kept_generation is the last one.
@@ -290,10 +294,11 @@ Status TlsContextStore::reload(std::vector<CertificateConfig> certs, ClientAuthC
 
 Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
     const std::vector<CertificateConfig>& certs, const ClientAuthConfig& client_auth,
-    uint64_t number) {
+    const std::shared_ptr<SessionTicketKeys>& tickets, uint64_t number) {
     std::shared_ptr<TlsGeneration> generation(new TlsGeneration());
     generation->number_ = number;
     generation->client_auth_ = client_auth;
+    generation->tickets_ = tickets;
     ERR_clear_error();
     for (const CertificateConfig& cert : certs) {
         auto context = std::make_unique<boost::asio::ssl::context>(
@@ -308,6 +313,7 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
         SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext) - 1);
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
         SSL_CTX_sess_set_cache_size(ctx, 20000);
+        EDGE_RETURN_IF_ERROR(tickets->install(ctx));
         SSL_CTX_set_alpn_select_cb(ctx, select_alpn, nullptr);
         // Before the chain too: its PEM blocks are read with the context's passphrase callback.
         SSL_CTX_set_default_passwd_cb(ctx, refuse_pem_passphrase);

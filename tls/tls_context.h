@@ -12,6 +12,9 @@
 // certificate and refuses the handshake unless one is presented that chains to the configured CA
 // (mutual TLS).
 //
+// Session tickets are encrypted with one ring of keys per store, rotated hourly and shared by
+// every generation (SessionTicketKeys), so tickets outlive a reload and no key lives for long.
+//
 // Threading: current() and reload() are thread-safe. A TlsGeneration is immutable and shareable.
 
 #include <memory>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "tls/session_tickets.h"
 
 namespace boost::asio::ssl {
 class context;
@@ -109,16 +113,20 @@ private:
     };
     std::vector<Chain> chains_;
     ClientAuthConfig client_auth_;
+    std::shared_ptr<SessionTicketKeys> tickets_;  // Installed on every chain's context.
     uint64_t number_ = 0;
 };
 
 class TlsContextStore {
 public:
     // Loads every chain; any unreadable or mismatched file is an error naming it.
+    // `tickets` sets how session ticket keys rotate.
     static Result<std::unique_ptr<TlsContextStore>> create(std::vector<CertificateConfig> certs,
-                                                           ClientAuthConfig client_auth = {});
+                                                           ClientAuthConfig client_auth = {},
+                                                           SessionTicketOptions tickets = {});
 
     std::shared_ptr<const TlsGeneration> current() const;
+    const SessionTicketKeys& session_tickets() const { return *tickets_; }
 
     // Re-reads the same files. On error, the current generation stays and the error is returned.
     Status reload();
@@ -128,15 +136,19 @@ public:
     Status reload(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth);
 
   private:
-    TlsContextStore(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth)
-        : certs_(std::move(certs)), client_auth_(std::move(client_auth)) {}
-    static Result<std::shared_ptr<TlsGeneration>> build(const std::vector<CertificateConfig>& certs,
-                                                        const ClientAuthConfig& client_auth,
-                                                        uint64_t number);
+    TlsContextStore(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth,
+                    std::shared_ptr<SessionTicketKeys> tickets)
+        : certs_(std::move(certs)),
+          client_auth_(std::move(client_auth)),
+          tickets_(std::move(tickets)) {}
+    static Result<std::shared_ptr<TlsGeneration>> build(
+        const std::vector<CertificateConfig>& certs, const ClientAuthConfig& client_auth,
+        const std::shared_ptr<SessionTicketKeys>& tickets, uint64_t number);
 
     mutable std::mutex mu_;
     std::vector<CertificateConfig> certs_;  // Guarded by mu_.
     ClientAuthConfig client_auth_;          // Guarded by mu_.
+    const std::shared_ptr<SessionTicketKeys> tickets_;
     std::shared_ptr<const TlsGeneration> current_;
     uint64_t next_number_ = 1;
 };

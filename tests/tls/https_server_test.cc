@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <future>
@@ -165,12 +166,13 @@ private:
 
 struct Fixture {
     explicit Fixture(HttpLimits limits = {}, std::vector<std::string> trusted = {"127.0.0.0/8"},
-                     int io_threads = 1) {
+                     int io_threads = 1, SessionTicketOptions tickets = {}) {
         a = testing::make_certificate(dir.path(), "a", {"localhost"});
         b = testing::make_certificate(dir.path(), "b", {"other.test", "*.wild.test"});
-        auto store = TlsContextStore::create(
-            {{{"localhost"}, a.cert_path, a.key_path},
-             {{"other.test", "*.wild.test"}, b.cert_path, b.key_path}});
+        auto store =
+            TlsContextStore::create({{{"localhost"}, a.cert_path, a.key_path},
+                                     {{"other.test", "*.wild.test"}, b.cert_path, b.key_path}},
+                                    {}, std::move(tickets));
         REQUIRE(store.ok());
         tls = std::move(store).value();
         HttpServerConfig config;
@@ -365,6 +367,94 @@ TEST_CASE("sessions resume over TLS 1.3 and TLS 1.2") {
         get_body(**second);
         SSL_SESSION_free(session);
     }
+}
+
+TEST_CASE(
+    "session ticket keys rotate: an older key's ticket resumes and is replaced, an expired key's "
+    "does not resume, and tickets survive a certificate reload") {
+    using std::chrono::seconds;
+    for (int version : {TLS1_3_VERSION, TLS1_2_VERSION}) {
+        CAPTURE(version);
+        auto clock = std::make_shared<std::atomic<int64_t>>(0);  // Seconds.
+        SessionTicketOptions tickets;
+        tickets.rotation = seconds(3600);
+        tickets.lifetime = seconds(7200);
+        tickets.clock = [clock] {
+            return std::chrono::steady_clock::time_point(seconds(clock->load()));
+        };
+        Fixture f({}, {"127.0.0.0/8"}, 1, tickets);
+        TlsClientOptions o;
+        o.min_version = version;
+        o.max_version = version;
+        // Connects offering `session` (null: none); the session it ends with, and whether it
+        // resumed. The clients stay open: freeing one marks its sessions not resumable.
+        std::vector<std::unique_ptr<TlsClient>> clients;
+        auto handshake = [&](SSL_SESSION* session) {
+            o.resume = session;
+            auto c = f.connect(o);
+            REQUIRE(c.ok());
+            get_body(**c);
+            clients.push_back(std::move(c).value());
+            return std::pair{clients.back()->take_session(), clients.back()->session_reused()};
+        };
+        // Sessions with tickets of the first key. A TLS 1.3 client offers a ticket once, so
+        // each step offers one not offered before.
+        auto [first, first_reused] = handshake(nullptr);
+        auto [second, second_reused] = handshake(nullptr);
+        auto [third, third_reused] = handshake(nullptr);
+        CHECK_FALSE(first_reused);
+        REQUIRE(first != nullptr);
+        REQUIRE(second != nullptr);
+        REQUIRE(third != nullptr);
+
+        clock->store(3599);  // The first key still makes tickets.
+        auto [after_first, resumed] = handshake(first);
+        CHECK(resumed);
+        CHECK(f.tls->session_tickets().keys_made() == 1);
+
+        // A second key makes tickets; the first still opens its own, and the client gets a
+        // ticket of the second key in place of it.
+        clock->store(3601);
+        auto [renewed, resumed_old] = handshake(second);
+        CHECK(resumed_old);
+        CHECK(f.tls->session_tickets().keys_made() == 2);
+        REQUIRE(renewed != nullptr);
+        auto [later, later_reused] = handshake(nullptr);
+        REQUIRE(later != nullptr);
+
+        // A new certificate: the tickets handed out under the old one still resume.
+        testing::TempDir fresh;
+        auto next = testing::make_certificate(fresh.path(), "n", {"localhost"});
+        std::filesystem::copy_file(next.cert_path, f.a.cert_path,
+                                   std::filesystem::copy_options::overwrite_existing);
+        std::filesystem::copy_file(next.key_path, f.a.key_path,
+                                   std::filesystem::copy_options::overwrite_existing);
+        REQUIRE(f.tls->reload().ok());
+        auto [after_reload, resumed_after_reload] = handshake(renewed);
+        CHECK(resumed_after_reload);
+
+        // The first key made its last ticket before 3600, and each lives 7200 s: at 10800 it is
+        // erased, and its tickets make full handshakes. The second key's still resume.
+        clock->store(10800);
+        auto [full, resumed_expired] = handshake(third);
+        CHECK_FALSE(resumed_expired);
+        auto [from_second_key, resumed_second] = handshake(later);
+        CHECK(resumed_second);
+        CHECK(f.tls->session_tickets().keys_held() == 2);  // The second key and a third.
+        for (SSL_SESSION* s : {first, second, third, after_first, renewed, later, after_reload,
+                               full, from_second_key}) {
+            SSL_SESSION_free(s);
+        }
+    }
+}
+
+TEST_CASE("session ticket options must be positive durations") {
+    SessionTicketOptions zero;
+    zero.rotation = std::chrono::seconds(0);
+    CHECK_FALSE(SessionTicketKeys::create(zero).ok());
+    SessionTicketOptions negative;
+    negative.lifetime = std::chrono::seconds(-1);
+    CHECK_FALSE(SessionTicketKeys::create(negative).ok());
 }
 
 TEST_CASE(
