@@ -82,10 +82,17 @@ Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
         // The text was validated as UTF-8 by the caller; skip PCRE2's own check after the first
         // call (it is O(n) per call).
         const uint32_t options = start == 0 ? 0 : PCRE2_NO_UTF_CHECK;
-        const int rc = re.jit ? pcre2_jit_match(re.code, subject, text.size(), start, options,
-                                                match.get(), nullptr)
-                              : pcre2_match(re.code, subject, text.size(), start, options,
-                                            match.get(), nullptr);
+        int rc = re.jit ? pcre2_jit_match(re.code, subject, text.size(), start, options,
+                                          match.get(), nullptr)
+                        : PCRE2_ERROR_JIT_STACKLIMIT;
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+            // The JIT's machine stack (32 KiB) holds a frame per repetition of a group, so a
+            // long run of letters under Kimi K2's pattern (its letter classes are groups with a
+            // look-ahead) exhausts it at ~10k characters. The interpreter keeps its frames on
+            // the heap and matches the same text.
+            rc = pcre2_match(re.code, subject, text.size(), start, options | PCRE2_NO_JIT,
+                             match.get(), nullptr);
+        }
         if (rc == PCRE2_ERROR_NOMATCH) {
             break;
         }

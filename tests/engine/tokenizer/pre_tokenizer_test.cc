@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include "engine/tokenizer/tiktoken.h"
+
 namespace edge::engine::tokenizer {
 namespace {
 
@@ -34,6 +36,20 @@ TEST_CASE("pre-tokenizer: a pattern that matches empty strings does not loop") {
     auto pt = PreTokenizer::create({"x*"});
     REQUIRE(pt.ok());
     CHECK(split(**pt, "axxb") == std::vector<std::string>{"a", "xx", "b"});
+}
+
+TEST_CASE("pre-tokenizer: a long run of letters splits under Kimi K2's pattern") {
+    // Its letter classes are groups repeated with a look-ahead inside, one JIT stack frame per
+    // character: ~10k letters in one word used to fail the whole request.
+    auto pt = PreTokenizer::create({kimi_k2_pattern()});
+    REQUIRE(pt.ok());
+    for (const std::string unit : {"a", "A", "\xC3\xA9"}) {
+        std::string word;
+        for (int i = 0; i < 50000; ++i) {
+            word += unit;
+        }
+        CHECK(split(**pt, word + " x") == std::vector<std::string>{word, " x"});
+    }
 }
 
 }  // namespace
