@@ -156,6 +156,9 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_from_tiktoken(std::string_view mode
     model["type"] = "BPE";
     model["vocab"] = std::move(vocab);
     model["merges"] = std::move(merges);
+    // tiktoken takes a piece that is itself a token whole before merging anything; the merges
+    // alone can miss it ("abcd" with "bc" ranked before "ab" and "cd" stops at a, bc, d).
+    model["ignore_merges"] = true;
     json::array added;
     for (const AddedToken& a : specials) {
         json::object t;

@@ -73,6 +73,28 @@ TEST_CASE("tiktoken: ranks merge like tiktoken") {
     CHECK((*tok)->vocab_size() == 302);
 }
 
+TEST_CASE("tiktoken: a piece that is itself a token is taken whole, as tiktoken does") {
+    // "bc" ranks before "ab" and "cd", so merging alone stops at a, bc, d; tiktoken looks the
+    // piece up before merging.
+    std::string text;
+    int rank = 256;
+    for (const char* m : {"bc", "ab", "cd", "abcd"}) {
+        text += base64(m) + " " + std::to_string(rank++) + "\n";
+    }
+    for (int b = 0; b < 256; ++b) {
+        text += base64(std::string(1, static_cast<char>(b))) + " " + std::to_string(b) + "\n";
+    }
+    auto tok = tokenizer_from_tiktoken(text, kimi_k2_pattern(), {}, "t.model");
+    REQUIRE_MESSAGE(tok.ok(), tok.status().to_string());
+    auto ids = (*tok)->encode("abcd");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{259});
+    // Inside a longer piece the merges apply as before.
+    ids = (*tok)->encode("abcde");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{'a', 256, 'd', 'e'});
+}
+
 TEST_CASE("tiktoken: loads a directory with tokenizer_config.json specials") {
     const auto dir =
         std::filesystem::temp_directory_path() / ("tiktoken_" + std::to_string(getpid()));
