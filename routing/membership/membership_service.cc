@@ -15,6 +15,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <unordered_map>
 
 #include "common/log.h"
 
@@ -288,8 +289,9 @@ public:
     std::function<Duration(const std::string&)> packet_delay_;
     TimePoint armed_ = TimePoint::max();
     uint64_t published_ = ~uint64_t{0};
-    // Inbound stream connections open now (strand only).
+    // Inbound stream connections open now, in all and by source address (strand only).
     size_t inbound_streams_ = 0;
+    std::unordered_map<asio::ip::address, size_t> inbound_by_source_;
     std::array<uint8_t, 65536> udp_buf_{};
     udp::endpoint udp_from_;
 
@@ -302,10 +304,15 @@ private:
         ~StreamConn() {
             if (inbound_owner) {
                 --inbound_owner->inbound_streams_;
+                auto it = inbound_owner->inbound_by_source_.find(source);
+                if (it != inbound_owner->inbound_by_source_.end() && --it->second == 0) {
+                    inbound_owner->inbound_by_source_.erase(it);
+                }
                 inbound_owner->ml_->stats().inbound_streams.fetch_sub(1);
             }
         }
         std::shared_ptr<Impl> inbound_owner;
+        asio::ip::address source;  // Inbound: the address the connection came from.
         tcp::socket socket;
         std::unique_ptr<tcp::resolver> resolver;  // A host-name seed's lookup, while it runs.
         // Outbound: the "ip:port" connected to, which Memberlist matches host-name seeds by.
@@ -410,29 +417,39 @@ private:
                 return;
             }
             if (!ec) {
-                if (self->inbound_streams_ >= self->ml_->config().max_inbound_streams) {
-                    // Full: drop it unread, so a flood of connections costs a socket each.
+                error_code remote_ec;
+                const tcp::endpoint remote = s.remote_endpoint(remote_ec);
+                const size_t cap = self->ml_->config().max_inbound_streams;
+                // One address holds at most an eighth of the slots: a single host trickling
+                // bytes into streams kept open to the stream timeout would otherwise hold them
+                // all and fail every member's push-pull with this site. A member opens one or
+                // two streams at a time.
+                const size_t per_source = std::max<size_t>(1, cap / 8);
+                auto held = self->inbound_by_source_.find(remote.address());
+                if (remote_ec || self->inbound_streams_ >= cap ||
+                    (held != self->inbound_by_source_.end() && held->second >= per_source)) {
+                    // Drop it unread, so a flood of connections costs a socket each.
                     self->ml_->stats().inbound_streams_refused.fetch_add(1);
                     error_code ignored;
                     s.close(ignored);
                 } else {
-                    self->serve(std::move(s));
+                    self->serve(std::move(s), remote);
                 }
             }
             self->accept_tcp();
         }));
     }
 
-    void serve(tcp::socket socket) {
+    void serve(tcp::socket socket, const tcp::endpoint& remote) {
         auto self = shared_from_this();
         auto conn = std::make_shared<StreamConn>(strand_);
         conn->socket = std::move(socket);
         conn->inbound_owner = self;
+        conn->source = remote.address();
         ++inbound_streams_;
+        ++inbound_by_source_[remote.address()];
         ml_->stats().inbound_streams.fetch_add(1);
-        error_code ec;
-        auto remote = conn->socket.remote_endpoint(ec);
-        const std::string from = ec ? "unknown" : endpoint_string(remote.address(), remote.port());
+        const std::string from = endpoint_string(remote.address(), remote.port());
         conn->deadline.expires_after(ml_->config().stream_timeout);
         conn->deadline.async_wait(asio::bind_executor(strand_, [conn](error_code ec) {
             if (!ec) {

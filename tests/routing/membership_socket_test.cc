@@ -429,11 +429,15 @@ size_t resident_bytes() {
     return resident * 4096;
 }
 
-TEST_CASE("sockets: unauthenticated stream connections are capped and cost what they send") {
+TEST_CASE(
+    "sockets: unauthenticated stream connections are capped, an eighth of them per address, and "
+    "cost what they send") {
     Cluster c;
     MembershipService& seed = c.add("site0", {key_of(6)});
     seed.start({});
     const size_t cap = fast_config("x").max_inbound_streams;
+    const size_t per_source = cap / 8;
+    REQUIRE(per_source >= 2);
     const size_t before = resident_bytes();
     // Each claims a frame of 32 MiB - 1 and sends nothing more: an unbounded reader would
     // allocate (and zero) 32 MiB for each before authenticating anything.
@@ -441,15 +445,32 @@ TEST_CASE("sockets: unauthenticated stream connections are capped and cost what 
     std::vector<boost::asio::ip::tcp::socket> conns;
     const boost::asio::ip::tcp::endpoint to(boost::asio::ip::make_address("127.0.0.1"),
                                             seed.port());
-    for (size_t i = 0; i < cap + 4; ++i) {
+    auto open_from = [&](int host) {  // From 127.0.0.<host>.
         conns.emplace_back(io);
+        conns.back().open(boost::asio::ip::tcp::v4());
+        conns.back().bind(boost::asio::ip::tcp::endpoint(
+            boost::asio::ip::make_address("127.0.0." + std::to_string(host)), 0));
         conns.back().connect(to);
         const std::array<uint8_t, 4> header{0x01, 0xff, 0xff, 0xff};
         boost::asio::write(conns.back(), boost::asio::buffer(header));
+    };
+    // One address gets its eighth; the ones past it are closed at accept, long before the 1 s
+    // stream timeout.
+    for (size_t i = 0; i < per_source + 2; ++i) {
+        open_from(2);
     }
-    // The ones past the cap are closed at accept, long before the 1 s stream timeout.
-    REQUIRE(Cluster::wait_for([&] { return seed.stats().inbound_streams_refused.load() >= 4; },
+    REQUIRE(Cluster::wait_for([&] { return seed.stats().inbound_streams_refused.load() >= 2; },
                               milliseconds(500)));
+    CHECK(seed.stats().inbound_streams.load() == static_cast<int64_t>(per_source));
+    // Other addresses fill the rest, and past the cap every connection is closed at accept.
+    for (int host = 3; host < 3 + static_cast<int>(cap / per_source) + 1; ++host) {
+        for (size_t i = 0; i < per_source; ++i) {
+            open_from(host);
+        }
+    }
+    REQUIRE(Cluster::wait_for(
+        [&] { return seed.stats().inbound_streams_refused.load() >= 2 + 2 * per_source; },
+        milliseconds(500)));
     CHECK(seed.stats().inbound_streams.load() == static_cast<int64_t>(cap));
     const size_t grown = resident_bytes() - std::min(before, resident_bytes());
     MESSAGE("resident set grew by " << grown / 1024 << " KiB with " << cap << " open streams");
