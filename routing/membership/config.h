@@ -59,8 +59,9 @@ struct MembershipConfig {
     // frame can be authenticated only once it is whole.
     size_t max_stream_bytes = 32u << 20;
     // Inbound stream connections served at once, an eighth of them (at least one) from any one
-    // address; more are closed at accept. With stream_timeout and max_stream_bytes this bounds
-    // what unauthenticated clients can hold, and one host cannot hold them all.
+    // address (that many for each member known there); more are closed at accept. With
+    // stream_timeout and max_stream_bytes this bounds what unauthenticated clients can hold,
+    // and one host cannot hold them all.
     size_t max_inbound_streams = 64;
     // Members kept at most (dead and left ones included, for dead_reclaim_time): far past any
     // real cluster; alive messages naming more are refused (names forged without end).

@@ -420,14 +420,10 @@ private:
                 error_code remote_ec;
                 const tcp::endpoint remote = s.remote_endpoint(remote_ec);
                 const size_t cap = self->ml_->config().max_inbound_streams;
-                // One address holds at most an eighth of the slots: a single host trickling
-                // bytes into streams kept open to the stream timeout would otherwise hold them
-                // all and fail every member's push-pull with this site. A member opens one or
-                // two streams at a time.
-                const size_t per_source = std::max<size_t>(1, cap / 8);
                 auto held = self->inbound_by_source_.find(remote.address());
                 if (remote_ec || self->inbound_streams_ >= cap ||
-                    (held != self->inbound_by_source_.end() && held->second >= per_source)) {
+                    (held != self->inbound_by_source_.end() &&
+                     held->second >= self->per_source_cap(remote.address()))) {
                     // Drop it unread, so a flood of connections costs a socket each.
                     self->ml_->stats().inbound_streams_refused.fetch_add(1);
                     error_code ignored;
@@ -438,6 +434,27 @@ private:
             }
             self->accept_tcp();
         }));
+    }
+
+    // Inbound streams one address may hold: an eighth of max_inbound_streams (at least one)
+    // for each member other than this one known at that address (several sites on one host
+    // share it), and one eighth for an address with none. A single host trickling bytes into
+    // streams held to the stream timeout would otherwise take every slot and fail every
+    // member's push-pull with this site; a member opens one or two streams at a time.
+    size_t per_source_cap(const asio::ip::address& source) const {
+        size_t members = 0;
+        for (const MemberView& m : snapshot_.load()->members) {
+            if (m.is_local || m.state == NodeState::kDead || m.state == NodeState::kLeft) {
+                continue;
+            }
+            auto host = split_host_port(m.addr);
+            error_code ec;
+            if (host.ok() && asio::ip::make_address(host->first, ec) == source && !ec) {
+                ++members;
+            }
+        }
+        return std::max<size_t>(1, ml_->config().max_inbound_streams / 8) *
+               std::max<size_t>(1, members);
     }
 
     void serve(tcp::socket socket, const tcp::endpoint& remote) {
