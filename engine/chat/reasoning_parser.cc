@@ -42,13 +42,20 @@ void ReasoningParser::run(ReasoningDelta& out, bool ended) {
                 while (at < buf_.size() && detail::is_space(buf_[at])) {
                     ++at;
                 }
+                // The limit is checked first so that the outcome does not depend on how the text
+                // was split: fed piece by piece, the whitespace past the limit is released as
+                // answer before the <think> that follows it arrives.
+                if (at > kMaxLeadingSpace) {
+                    state_ = State::kAnswer;
+                    continue;
+                }
                 const std::string_view rest = std::string_view(buf_).substr(at);
                 if (rest.starts_with(kOpen)) {
                     buf_.erase(0, at + kOpen.size());
                     state_ = State::kThought;
                     continue;
                 }
-                if (!ended && at <= kMaxLeadingSpace && kOpen.starts_with(rest)) {
+                if (!ended && kOpen.starts_with(rest)) {
                     return;  // Whitespace, or a prefix of <think>: not known yet.
                 }
                 state_ = State::kAnswer;

@@ -82,6 +82,19 @@ TEST_CASE("reasoning: whitespace before the opening marker is dropped") {
     CHECK(s.content == "y");
 }
 
+TEST_CASE("reasoning: the 64-byte whitespace limit holds however the text is split") {
+    // Up to the limit, the marker after the whitespace opens a thought.
+    const Split at_limit = check_all_splits(std::string(64, ' ') + "<think>x</think>y");
+    CHECK(at_limit.reasoning == "x");
+    CHECK(at_limit.content == "y");
+    // One byte past it the output is an answer, even when the marker arrives in the same piece:
+    // fed byte by byte, the whitespace has gone out as answer before the marker is seen.
+    const std::string past = std::string(65, ' ') + "<think>x</think>y";
+    const Split past_limit = check_all_splits(past);
+    CHECK(past_limit.reasoning.empty());
+    CHECK(past_limit.content == past);
+}
+
 TEST_CASE("reasoning: the prompt opened the thought (DeepSeek-V3.1 thinking)") {
     const Split s = check_all_splits("Let me see.\n</think>The answer is 4.", true);
     CHECK(s.reasoning == "Let me see.");
