@@ -184,6 +184,9 @@ JsonStream::Result JsonStream::feed(char c) {
             }
             return fail();
         case State::kString:
+            if (low_surrogate_due_ && c != '\\') {
+                return fail();
+            }
             if (c == '\\') {
                 state_ = State::kEscape;
                 return Result::kOk;
@@ -206,6 +209,9 @@ JsonStream::Result JsonStream::feed(char c) {
             }
             return Result::kOk;
         case State::kEscape:
+            if (low_surrogate_due_ && c != 'u') {
+                return fail();
+            }
             if (std::strchr("\"\\/bfnrt", c) != nullptr && c != '\0') {
                 if (string_is_key_ && stack_.size() == 1) {
                     // Decoded, as a JSON reader sees the key: "argume\nts" is not "arguments".
@@ -229,7 +235,21 @@ JsonStream::Result JsonStream::feed(char c) {
             }
             const int digit = is_digit(c) ? c - '0' : (c | 0x20) - 'a' + 10;
             unicode_ = unicode_ * 16 + static_cast<uint32_t>(digit);
-            if (--unicode_left_ == 0) {
+            --unicode_left_;
+            // The first two digits decide whether the code unit is a surrogate half; refused
+            // there, so that no byte that cannot lead to valid JSON is accepted.
+            if (unicode_left_ == 3 && low_surrogate_due_ && unicode_ != 0xd) {
+                return fail();
+            }
+            if (unicode_left_ == 2) {
+                const bool high = unicode_ >= 0xd8 && unicode_ <= 0xdb;
+                const bool low = unicode_ >= 0xdc && unicode_ <= 0xdf;
+                if (low != low_surrogate_due_) {
+                    return fail();  // A lone low half, or a high half not followed by a low one.
+                }
+                low_surrogate_due_ = high;
+            }
+            if (unicode_left_ == 0) {
                 if (string_is_key_ && stack_.size() == 1) {
                     append_utf8(key_buf_, unicode_);
                 }

@@ -4,7 +4,8 @@
 // text on as soon as it is known to be a valid prefix of one JSON value, and knows the moment the
 // value ends. It also reports the keys of the outermost object (for Hermes-style calls whose
 // "arguments" value is streamed out of a larger object). Numbers are checked against the JSON
-// grammar byte by byte; strings must be valid escapes (UTF-8 is the tokenizer's business).
+// grammar byte by byte; strings must be valid escapes, surrogates paired (UTF-8 is the
+// tokenizer's business).
 //
 // Threading: a value type; one owner.
 
@@ -64,6 +65,9 @@ class JsonStream {
     bool string_is_key_ = false;
     int unicode_left_ = 0;
     uint32_t unicode_ = 0;  // The \u escape's code unit read so far.
+    // A high surrogate escape was read: only a low surrogate escape may follow it. Boost.JSON,
+    // which reads the call back from a client's history, refuses a surrogate that is not paired.
+    bool low_surrogate_due_ = false;
     std::string token_;     // Literal being read.
     uint8_t number_ = 0;    // Where a number being read is in its grammar (json_stream.cc).
     size_t number_bytes_ = 0;

@@ -282,6 +282,26 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK(o.calls.empty());
         CHECK(o.content == text);
     }
+    SUBCASE("Hermes: an unpaired surrogate escape in the arguments") {
+        // Boost.JSON refuses it: a client sending the call back in its history would get a 400.
+        for (const std::string value :
+             {"\\ud800", "\\udc00", "\\ud800x", "\\ud800\\n", "\\ud800\\ud800", "\\udbff\\u0041"}) {
+            INFO(value);
+            const std::string text = "x<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"" +
+                                     value + "\"}}\n</tool_call>y";
+            const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
+            CHECK(o.malformed);
+            CHECK(o.calls.empty());
+            CHECK(o.content == text);
+        }
+        // A pair is one character: the call stands.
+        const Outcome o = check_all_splits(
+            ToolCallFormat::kHermes,
+            "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"\\ud83d\\ude00\"}}</tool_call>");
+        CHECK_FALSE(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        check_json(o.calls[0].arguments, "{\"a\": \"\\ud83d\\ude00\"}");
+    }
     SUBCASE("Hermes: output ends inside a call") {
         const std::string text = "x<tool_call>\n{\"name\": \"f\", \"argu";
         const Outcome o = check_all_splits(ToolCallFormat::kHermes, text);
@@ -452,6 +472,25 @@ TEST_CASE("tool calls: JSON stream validator") {
     CHECK_FALSE(valid("{\"a\" 1}"));
     CHECK_FALSE(valid("{\"a\": \"\\x\"}"));
     CHECK_FALSE(valid("{\"a\": 1} x"));
+    // Surrogate escapes come in pairs, as Boost.JSON reads them back; refused at the first byte
+    // that rules the pair out.
+    for (const std::string s : {"[\"\\uD83D\\uDE00\"]", "[\"\\udbff\\udfff\"]",
+                                "[\"\\ud7ff\\ue000\"]", "{\"\\ud800\\udc00\": 1}"}) {
+        INFO(s);
+        CHECK(valid(s));
+        CHECK_NOTHROW(boost::json::parse(s));
+    }
+    for (const std::string s : {"[\"\\ud800\"]", "[\"\\udfff\"]", "[\"\\ud800\\ud800\"]",
+                                "[\"\\ud800\\n\"]", "[\"\\ud800a\"]", "{\"\\ud800\": 1}"}) {
+        INFO(s);
+        CHECK_FALSE(valid(s));
+        CHECK_THROWS(boost::json::parse(s));
+    }
+    CHECK(refused_at("[\"\\ud800\"]") == 8);
+    CHECK(refused_at("[\"\\udc00\"]") == 5);
+    CHECK(refused_at("[\"\\ud800\\u0041\"]") == 10);
+    CHECK(refused_at("[\"\\ud800\\ud800\"]") == 11);
+    CHECK(refused_at("[\"\\ud800\\n\"]") == 9);
     CHECK_FALSE(valid("{\"a\": 1"));
     // Containers nest at most 64 deep, as the server reads JSON back (a deeper call's arguments
     // in a client's history would be a 400).
