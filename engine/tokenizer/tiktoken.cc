@@ -205,9 +205,14 @@ Result<std::unique_ptr<Tokenizer>> load_tiktoken_dir(const std::string& dir) {
     EDGE_ASSIGN_OR_RETURN(std::string model_text, read_small_file(model_path));
     std::vector<AddedToken> specials;
     const std::string config_path = dir + "/tokenizer_config.json";
-    if (auto config_text = read_small_file(config_path); config_text.ok()) {
-        EDGE_ASSIGN_OR_RETURN(const json::object root,
-                              parse_json_object(*config_text, config_path));
+    // Only an absent config means no special tokens. One that is there but cannot be read (a
+    // directory, a dangling link, a read error) is an error: loading on without it would
+    // tokenize the chat template's markers as plain text.
+    std::error_code ec;
+    if (std::filesystem::symlink_status(config_path, ec).type() !=
+        std::filesystem::file_type::not_found) {
+        EDGE_ASSIGN_OR_RETURN(const std::string config_text, read_small_file(config_path));
+        EDGE_ASSIGN_OR_RETURN(const json::object root, parse_json_object(config_text, config_path));
         if (const json::value* dec = root.if_contains("added_tokens_decoder")) {
             if (!dec->is_object()) {
                 return invalid_argument_error(config_path + ": field 'added_tokens_decoder' is " +

@@ -116,6 +116,38 @@ TEST_CASE("tiktoken: loads a directory with tokenizer_config.json specials") {
     std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("tiktoken: a tokenizer_config.json that cannot be read or parsed is an error") {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("tiktoken_cfg_" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "tiktoken.model") << model_text();
+    const auto config = dir / "tokenizer_config.json";
+    // Absent: no special tokens, not an error.
+    CHECK(load_tiktoken_dir(dir.string()).ok());
+    auto check_refused = [&](const std::string& why) {
+        auto tok = load_tiktoken_dir(dir.string());
+        REQUIRE_FALSE(tok.ok());
+        const std::string message = tok.status().to_string();
+        INFO(message);
+        CHECK(message.find(config.string()) != std::string::npos);
+        CHECK(message.find(why) != std::string::npos);
+    };
+    SUBCASE("a directory") {
+        std::filesystem::create_directory(config);
+        check_refused("not a regular file");
+    }
+    SUBCASE("a dangling link") {
+        std::filesystem::create_symlink(dir / "missing.json", config);
+        check_refused("cannot open");
+    }
+    SUBCASE("not JSON") {
+        std::ofstream(config) << "{\"added_tokens_decoder\": ";
+        check_refused("not valid JSON");
+    }
+    std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("tiktoken: bad model lines are named") {
     auto r = parse_tiktoken("aGU= 256\nnot-base64! 3\n", "m");
     REQUIRE_FALSE(r.ok());
