@@ -6,15 +6,17 @@
 // (1 token) over all of them with 1 and 2 threads, each thread taking half the rows of every
 // matrix as the engine's dispatcher does, and the default kernel with a batch of 8 tokens; where
 // this CPU has kernels for row tiles (WeightLayout::kRowTiles16), those too (1 and 8 tokens, on
-// tiled copies of the same weights, split at tile boundaries). The
-// limit is the shared read-bandwidth probe (bench/membw_probe.h, 1 GiB) with the same thread
-// count, measured in every round. Formats are built one at a time to bound memory. Prints a table, then one JSON line.
+// tiled copies of the same weights, split at tile boundaries). BF16 runs through the engine's
+// own float kernels (engine/cpu), so a format's speedup is over what the engine would read BF16
+// with. The limit is the shared read-bandwidth probe (bench/membw_probe.h, 1 GiB) with the same
+// thread count, measured in every round. Each figure is the median of all passes of all rounds,
+// and the probe the median of its rounds: the machine is shared, and the fastest pass of a noisy
+// run flatters a kernel as much as the fastest probe flatters the limit. Formats are built one at
+// a time to bound memory. Prints a table, then one JSON line.
 //
 //   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB] [--formats bf16,fp8-block128,...]
 
 #include "engine/quant/quant_kernels.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,6 +37,7 @@
 
 #include "bench/bench_cli.h"
 #include "bench/membw_probe.h"
+#include "engine/cpu/matmul.h"
 #include "engine/quant/quantized_weight.h"
 #include "engine/quant/row_tiles.h"
 
@@ -53,9 +56,15 @@ double now_s() {
         .count();
 }
 
-// Runs `body(thread_index)` on `threads` persistent threads `passes` times; returns the fastest
-// pass in seconds (a pass ends when every thread has finished it).
-double time_passes(int threads, int passes, const std::function<void(int)>& body) {
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Runs `body(thread_index)` on `threads` persistent threads `passes` times; returns each pass's
+// time in seconds (a pass ends when every thread has finished it).
+std::vector<double> time_passes(int threads, int passes, const std::function<void(int)>& body) {
     std::barrier sync(threads);
     std::vector<double> pass_times(static_cast<size_t>(passes));
     auto worker = [&](int index) {
@@ -77,30 +86,21 @@ double time_passes(int threads, int passes, const std::function<void(int)>& body
     for (auto& t : pool) {
         t.join();
     }
-    return *std::min_element(pass_times.begin(), pass_times.end());
+    return pass_times;
 }
 
-// --- BF16 baseline, a simple AVX2 loop (widen to f32, FMA). ---
-
-__attribute__((target("avx2,fma"))) void bf16_gemv(const Weight& w, const float* x, float* y,
-                                                   int64_t row_begin, int64_t row_end) {
-    const auto* data = static_cast<const uint16_t*>(w.data);
-    for (int64_t r = row_begin; r < row_end; ++r) {
-        const uint16_t* q = data + r * w.cols;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-        for (int64_t c = 0; c < w.cols; c += 16) {
-            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + c));
-            const __m256 lo = _mm256_castsi256_ps(
-                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(b)), 16));
-            const __m256 hi = _mm256_castsi256_ps(
-                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(b, 1)), 16));
-            a0 = _mm256_fmadd_ps(lo, _mm256_loadu_ps(x + c), a0);
-            a1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(x + c + 8), a1);
+// The engine's BF16 kernels for one token at each ISA this CPU runs from AVX2 up (the decode
+// path: exact activations), named by ISA; the one the engine picks here last.
+std::vector<std::pair<std::string, quant::MatmulKernel>> bf16_kernels() {
+    namespace cpu = edge::engine::cpu;
+    std::vector<std::pair<std::string, quant::MatmulKernel>> kernels;
+    const cpu::Isa best = cpu::detect_isa();
+    for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAvx512Bf16}) {
+        if (isa <= best) {
+            kernels.emplace_back(cpu::isa_name(isa), cpu::matmul_kernel(WeightFormat::kBF16, isa));
         }
-        alignas(32) float s[8];
-        _mm256_store_ps(s, _mm256_add_ps(a0, a1));
-        y[r] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
     }
+    return kernels;
 }
 
 // --- The expert matrices of one format. ---
@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
         argc, argv,
         {edge::bench::Flag::integer("--passes", &passes, 1, "passes per round"),
          edge::bench::Flag::integer("--rounds", &rounds, 1,
-                                    "rounds (each figure: the fastest pass of all rounds)"),
+                                    "rounds (each figure: the median pass of all rounds)"),
          edge::bench::Flag::integer("--mb", &target_mib, 256, 65536,
                                     "MiB of weights per format (>= 256: past the caches)"),
          edge::bench::Flag::string("--formats", &formats_flag,
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
     for (float& v : x) {
         v = normal(rng);
     }
-    double bw[3] = {0.0, 0.0, 0.0};
+    std::vector<double> probes[3];  // Each round's probe, by thread count.
     std::vector<Row> rows;
 
     const WeightFormat formats[] = {WeightFormat::kBF16, WeightFormat::kFP8E4M3Block128,
@@ -292,12 +292,18 @@ int main(int argc, char** argv) {
         struct Case {
             std::string variant;
             int tokens;
-            quant::MatmulKernel kernel;  // nullptr: the local BF16 loop.
+            quant::MatmulKernel kernel;
             bool tiles = false;          // Runs on the row-tile copies (WeightLayout::kRowTiles16).
         };
         std::vector<Case> cases;
         if (format == WeightFormat::kBF16) {
-            cases.push_back({"avx2-loop", 1, nullptr});
+            for (const auto& [name, kernel] : bf16_kernels()) {
+                cases.push_back({name, 1, kernel});
+            }
+            cases.push_back(
+                {"default", kBatch,
+                 edge::engine::cpu::matmul_kernel(format, edge::engine::cpu::detect_isa(),
+                                                  edge::engine::ActivationPrecision::kExact)});
         } else {
             for (const quant::KernelVariant& v : quant::matmul_kernel_variants(format)) {
                 if (std::string(v.name) != "scalar") {  // Not a decode path; only slows the run.
@@ -311,18 +317,18 @@ int main(int argc, char** argv) {
                 cases.push_back({v.name, kBatch, v.kernel, true});
             }
         }
-        std::vector<double> best(cases.size() * 2, 1e30);
+        std::vector<std::vector<double>> passes_by_case(cases.size() * 2);
         for (int round = 0; round < rounds; ++round) {
             // The shared probe (bench/membw_probe.h): the fastest of one stream and four
             // interleaved ones, as the engine's four-stream kernels read.
-            bw[1] = std::max(bw[1], edge::bench::measure_read_bandwidth(1, size_t{1} << 30,
-                                                                        passes) / 1e9);
-            bw[2] = std::max(bw[2], edge::bench::measure_read_bandwidth(2, size_t{1} << 30,
-                                                                        passes) / 1e9);
+            for (int threads : {1, 2}) {
+                probes[threads].push_back(
+                    edge::bench::measure_read_bandwidth(threads, size_t{1} << 30, passes) / 1e9);
+            }
             for (size_t i = 0; i < cases.size(); ++i) {
                 const Case& c = cases[i];
                 for (int threads : {1, 2}) {
-                    const double t = time_passes(threads, passes, [&](int index) {
+                    const std::vector<double> t = time_passes(threads, passes, [&](int index) {
                         thread_local std::vector<float> y(kBatch * kHidden);
                         // Row tiles are split at tile boundaries, as the engine's pool does.
                         const int64_t align = c.tiles ? edge::engine::kRowTile : 1;
@@ -331,32 +337,30 @@ int main(int argc, char** argv) {
                             const int64_t e = index + 1 == threads
                                                   ? w.rows
                                                   : w.rows * (index + 1) / threads / align * align;
-                            if (c.kernel == nullptr) {
-                                bf16_gemv(w, x.data(), y.data(), b, e);
-                            } else {
-                                c.kernel(w, x.data(), c.tokens, y.data(), w.rows, b, e);
-                            }
+                            c.kernel(w, x.data(), c.tokens, y.data(), w.rows, b, e);
                         }
                     });
-                    best[i * 2 + threads - 1] = std::min(best[i * 2 + threads - 1], t);
+                    std::vector<double>& all = passes_by_case[i * 2 + threads - 1];
+                    all.insert(all.end(), t.begin(), t.end());
                 }
             }
         }
         for (size_t i = 0; i < cases.size(); ++i) {
             for (int threads : {1, 2}) {
-                const double t = best[i * 2 + threads - 1];
+                const double t = median(passes_by_case[i * 2 + threads - 1]);
                 rows.push_back({quant::weight_format_name(format), cases[i].variant,
                                 cases[i].tokens, threads, set.layers, set.bytes, t,
                                 set.bytes / t / 1e9, 0.0});
             }
         }
     }
+    const double bw[3] = {0.0, median(probes[1]), median(probes[2])};
     for (Row& r : rows) {
         r.fraction = r.gbps / bw[r.threads];
     }
 
     std::printf(
-        "read bandwidth (best of all rounds, 1 GiB buffer): 1 thread %.2f GB/s, "
+        "read bandwidth (median of the rounds, 1 GiB buffer): 1 thread %.2f GB/s, "
         "2 threads %.2f GB/s\n",
         bw[1], bw[2]);
     std::printf(
@@ -398,7 +402,7 @@ int main(int argc, char** argv) {
         json += item;
     }
     json += "],\"default_kernel_2t\":{";
-    const double bf16_layer = per_layer_time("bf16", "avx2-loop", 2, 1);
+    const double bf16_layer = per_layer_time("bf16", bf16_kernels().back().first, 2, 1);
     bool first = true;
     for (WeightFormat format : formats) {
         if (format == WeightFormat::kBF16 || !selected(format)) {
