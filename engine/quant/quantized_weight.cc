@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/fp8.h"
 #include "engine/quant/row_tiles.h"
 
@@ -167,12 +168,36 @@ const char* weight_format_name(WeightFormat format) {
 // The scale that maps a block's or group's largest magnitude to the format's largest code. One
 // whose scale would be 0 (all zeros, or only subnormals below max_q x 2^-149, where amax / max_q
 // underflows) gets 1: its values then round to 0, where a 0 scale made 0 / 0 NaN codes (FP8) or
-// a NaN cast to an integer (INT8, INT4).
+// a NaN cast to an integer (INT8, INT4). A subnormal scale (amax below max_q x 2^-126) keeps
+// few significant bits: rounded down, it left amax / scale whole codes above max_q, which the
+// clamp (INT8, INT4) or saturation (FP8) turned into errors of several scales (INT4: amax 10 x
+// 2^-149 got scale 2^-149 and was stored as 7 x 2^-149). Such a scale is raised to the next
+// representable one, so the error bounds hold; a normal scale never is (amax / scale <= max_q x
+// (1 + 2^-23)), so what quantize wrote before stays byte for byte the same.
 namespace {
 
 float group_scale(float amax, float max_q) {
-    const float scale = amax / max_q;
-    return scale > 0.0f ? scale : 1.0f;
+    float scale = amax / max_q;
+    if (!(scale > 0.0f)) {
+        return 1.0f;
+    }
+    while (amax / scale > max_q * (1.0f + 0x1p-10f)) {
+        scale = std::nextafter(scale, INFINITY);
+    }
+    return scale;
+}
+
+// The error for scale number `index` (of `what`, e.g. "row 3") above kMaxScale, the limit the
+// loader holds a checkpoint's scales to: the kernels are only exact below it (the AVX2 FP8 kernel
+// takes a block's scale times 2^56, inf above it, where the scalar kernel stayed finite).
+// quantize() is also the loader's quantize-on-load, which checked no scale, so the limit is
+// kept here.
+Status scale_error(float scale, WeightFormat format, int64_t index, const std::string& what,
+                   std::string_view name) {
+    return invalid_argument_error(tensor_label(name) + ": quantized to " +
+                                  weight_format_name(format) + ", scale " + std::to_string(index) +
+                                  " (" + what + ") would be " + std::to_string(scale) +
+                                  " (scales must be in 0..2^64; weights too large)");
 }
 
 }  // namespace
@@ -202,7 +227,14 @@ Result<QuantizedWeight> quantize_fp8_block(const SourceMatrix& src, std::string_
                 }
             }
             const float scale = group_scale(amax, kFp8E4M3Max);
-            scales[(r0 / kFp8Block) * block_cols + bc] = scale;
+            const int64_t index = (r0 / kFp8Block) * block_cols + bc;
+            if (!scale_in_range(scale)) {
+                return scale_error(
+                    scale, WeightFormat::kFP8E4M3Block128, index,
+                    "block [" + std::to_string(r0 / kFp8Block) + ", " + std::to_string(bc) + "]",
+                    name);
+            }
+            scales[index] = scale;
             for (int64_t i = 0; i < nr; ++i) {
                 for (int64_t c = 0; c < nc; ++c) {
                     data[(r0 + i) * cols + c0 + c] =
@@ -230,6 +262,9 @@ Result<QuantizedWeight> quantize_int8_row(const SourceMatrix& src, std::string_v
             amax = std::max(amax, std::fabs(v));
         }
         const float scale = group_scale(amax, 127.0f);
+        if (!scale_in_range(scale)) {
+            return scale_error(scale, WeightFormat::kInt8Row, r, "row " + std::to_string(r), name);
+        }
         scales[r] = scale;
         for (int64_t c = 0; c < cols; ++c) {
             const float q = std::clamp(std::nearbyint(row[c] / scale), -127.0f, 127.0f);
@@ -251,6 +286,7 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
     EDGE_RETURN_IF_ERROR(check_quantizable_shape(
         group_size == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128, cols, name));
     const int64_t groups = cols / group_size;
+    const WeightFormat format = group_size == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128;
     std::vector<float> scales(static_cast<size_t>(rows * groups));
     AlignedBytes data(static_cast<size_t>(rows * cols / 2));
     std::vector<float> row(static_cast<size_t>(cols));
@@ -265,6 +301,11 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
                 amax = std::max(amax, std::fabs(w[c]));
             }
             const float scale = group_scale(amax, 7.0f);
+            if (!scale_in_range(scale)) {
+                return scale_error(scale, format, r * groups + g,
+                                   "row " + std::to_string(r) + ", group " + std::to_string(g),
+                                   name);
+            }
             scales[r * groups + g] = scale;
             for (int64_t c = 0; c < group_size; ++c) {
                 const int q =
@@ -279,7 +320,6 @@ Result<QuantizedWeight> quantize_int4_group(const SourceMatrix& src, int64_t gro
             }
         }
     }
-    const WeightFormat format = group_size == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128;
     return QuantizedWeight(format, rows, cols, std::move(data), std::move(scales));
 }
 

@@ -105,7 +105,8 @@ int64_t int4_group_size(WeightFormat format);
 const char* weight_format_name(WeightFormat format);
 
 // FP8 E4M3 with one f32 scale per 128x128 block (scale = max|w| / 448 of the block, 1 for an
-// all-zero block). `name` names the tensor in errors. NaN or Inf anywhere -> kInvalidArgument.
+// all-zero block). `name` names the tensor in errors. NaN or Inf anywhere, or a scale above
+// kMaxScale (checkpoint_formats.h; all three formats) -> kInvalidArgument.
 Result<QuantizedWeight> quantize_fp8_block(const SourceMatrix& src, std::string_view name = "");
 // INT8 symmetric per output row (scale = max|w| / 127, q in [-127, 127]).
 Result<QuantizedWeight> quantize_int8_row(const SourceMatrix& src, std::string_view name = "");

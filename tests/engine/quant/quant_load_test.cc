@@ -1163,6 +1163,13 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
             CHECK(contains(st, "tensor '" + q + ".weight': quantized to"));
             CHECK(contains(st, "must be in 0..2^64"));
             CHECK_FALSE(fs::exists(out.path + "/q"));
+            // Quantized on load, the same weights are refused too: they loaded, and the AVX2 FP8
+            // kernel (which takes a block's scale times 2^56) computed inf where the scalar one
+            // stayed finite.
+            auto loaded = logits_of(in.path, policy);
+            REQUIRE_FALSE(loaded.ok());
+            CHECK(contains(loaded.status(), "tensor '" + q + ".weight': quantized to"));
+            CHECK(contains(loaded.status(), "must be in 0..2^64"));
         }
     }
     SUBCASE("INT4 group that does not divide the input width") {

@@ -10,6 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "engine/quant/checkpoint_formats.h"
+#include "engine/quant/fp8.h"
+#include "engine/quant/quant_kernels.h"
 #include "engine/quant/row_tiles.h"
 
 namespace edge::engine::quant {
@@ -167,6 +170,73 @@ TEST_CASE("quantize rejects NaN and Inf with the tensor name and position") {
     CHECK(q.status().message().find("Inf at [2, 5]") != std::string::npos);
 }
 
+TEST_CASE("quantize refuses scales above kMaxScale, and every kernel computes the largest") {
+    // Weights whose scale would pass 2^64 (a finite BF16 weight of 2^80) were quantized on load,
+    // which the loader refuses in a checkpoint: the AVX2 FP8 kernel (scale x 2^56) made inf of
+    // a row the scalar kernel computed as 3.6e16.
+    const int64_t rows = 4, cols = 128;
+    std::vector<float> m(rows * cols, 0.5f);
+    m[1 * cols + 70] = 0x1p80f;
+    const struct {
+        WeightFormat format;
+        const char* where;
+        float max_q;
+    } cases[] = {{WeightFormat::kFP8E4M3Block128, "scale 0 (block [0, 0])", kFp8E4M3Max},
+                 {WeightFormat::kInt8Row, "scale 1 (row 1)", 127.0f},
+                 {WeightFormat::kInt4G32, "scale 6 (row 1, group 2)", 7.0f},
+                 {WeightFormat::kInt4G128, "scale 1 (row 1, group 0)", 7.0f}};
+    for (const auto& c : cases) {
+        const std::string format_name = weight_format_name(c.format);
+        CAPTURE(format_name);
+        auto q = quantize(SourceMatrix::f32(m.data(), rows, cols), c.format, "l.0.q_proj.weight");
+        REQUIRE_FALSE(q.ok());
+        CHECK(q.status().code() == StatusCode::kInvalidArgument);
+        const std::string msg = q.status().message();
+        CAPTURE(msg);
+        CHECK(msg.find("tensor 'l.0.q_proj.weight': quantized to " + format_name) !=
+              std::string::npos);
+        CHECK(msg.find(c.where) != std::string::npos);
+        CHECK(msg.find("must be in 0..2^64") != std::string::npos);
+
+        // The largest weights taken get scale kMaxScale, which every kernel computes.
+        std::vector<float> big(rows * cols);
+        for (size_t i = 0; i < big.size(); ++i) {
+            big[i] = c.max_q * kMaxScale * (i % 3 == 0 ? -1.0f : 0.25f * static_cast<float>(i % 4));
+        }
+        auto ok = quantize(SourceMatrix::f32(big.data(), rows, cols), c.format);
+        REQUIRE(ok.ok());
+        CHECK(ok->scales()[0] == kMaxScale);
+        std::vector<float> x(cols);
+        for (int64_t i = 0; i < cols; ++i) {
+            x[i] = 1.0f + static_cast<float>(i % 5) * 0.125f;
+        }
+        const std::vector<KernelVariant> variants = matmul_kernel_variants(c.format);
+        std::vector<float> reference(rows);
+        variants.front().kernel(ok->view(), x.data(), 1, reference.data(), rows, 0, rows);
+        for (const KernelVariant& v : variants) {
+            const std::string variant = v.name;
+            CAPTURE(variant);
+            std::vector<float> y(rows);
+            v.kernel(ok->view(), x.data(), 1, y.data(), rows, 0, rows);
+            for (int64_t r = 0; r < rows; ++r) {
+                CHECK(std::isfinite(y[r]));
+                CHECK(std::fabs(y[r] - reference[r]) <= 0.02f * std::fabs(reference[r]));
+            }
+        }
+    }
+
+    // Requantizing FP8 at the limit (448 x 2^64) to INT8 or INT4 would need a larger scale.
+    AlignedBytes codes(static_cast<size_t>(rows * cols), kFp8E4M3MaxBits);
+    QuantizedWeight fp8(WeightFormat::kFP8E4M3Block128, rows, cols, std::move(codes),
+                        std::vector<float>{kMaxScale});
+    for (WeightFormat target : {WeightFormat::kInt8Row, WeightFormat::kInt4G32}) {
+        auto q = requantize(fp8.view(), target, "e.0.up_proj.weight");
+        REQUIRE_FALSE(q.ok());
+        CHECK(q.status().message().find("tensor 'e.0.up_proj.weight': quantized to") !=
+              std::string::npos);
+    }
+}
+
 TEST_CASE("quantize rejects bad shapes and formats") {
     std::vector<float> m(4 * 48, 0.5f);
     auto g32 = quantize_int4_group(SourceMatrix::f32(m.data(), 4, 48), 32, "w");
@@ -196,6 +266,45 @@ TEST_CASE("all-zero blocks, and blocks of only tiny subnormals, quantize to zero
             CHECK(std::all_of(row.begin(), row.end(), [](float v) { return v == 0.0f; }));
             CHECK(q->scales()[0] == 1.0f);
         }
+    }
+}
+
+TEST_CASE("subnormal scales keep the round-trip error bounds") {
+    // A row or group whose largest magnitude is below max_q x 2^-126 gets a subnormal scale of few
+    // significant bits; rounded down, amax / scale passed max_q by whole codes, which the clamp
+    // (INT8, INT4) or saturation (FP8) turned into errors of several scales: INT4 stored 10 x
+    // 2^-149 as 7 x 2^-149, INT8 300 x 2^-149 as 254 x 2^-149, FP8 1000 x 2^-149 as 896 x 2^-149.
+    for (int steps : {10, 11, 13, 200, 300, 700, 1000, 5000, 100000, 1 << 20}) {
+        CAPTURE(steps);
+        const int64_t cols = 128;
+        std::vector<float> src(cols);
+        for (int64_t c = 0; c < cols; ++c) {
+            const auto k = static_cast<float>(steps * (c % 17) / 16);
+            src[c] = std::ldexp(c % 2 == 0 ? k : -k, -149);
+        }
+        src[0] = std::ldexp(static_cast<float>(steps), -149);  // The largest magnitude.
+        const SourceMatrix m = SourceMatrix::f32(src.data(), 1, cols);
+        for (WeightFormat format :
+             {WeightFormat::kInt8Row, WeightFormat::kInt4G32, WeightFormat::kInt4G128}) {
+            const std::string format_name = weight_format_name(format);
+            CAPTURE(format_name);
+            auto q = quantize(m, format);
+            REQUIRE(q.ok());
+            const int64_t group = format == WeightFormat::kInt8Row ? cols : int4_group_size(format);
+            const double excess = worst_excess(*q, src, [&](int64_t, int64_t c) {
+                return q->scales()[c / group] * 0.5 * (1 + 1e-5);
+            });
+            CHECK(excess <= 0.0);
+        }
+        auto q = quantize_fp8_block(m);
+        REQUIRE(q.ok());
+        const double s = q->scales()[0];
+        // Plus one f32 subnormal step: decode(byte) x scale rounds to a multiple of 2^-149.
+        const double excess = worst_excess(*q, src, [&](int64_t, int64_t c) {
+            return std::max(std::fabs(src[c]) * 0.0625, s * std::ldexp(1.0, -10)) * (1 + 1e-6) +
+                   std::ldexp(1.0, -149);
+        });
+        CHECK(excess <= 0.0);
     }
 }
 
