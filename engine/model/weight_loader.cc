@@ -277,18 +277,25 @@ Result<quant::QuantizedWeight> quantize_stored(const TensorView& t, const Tensor
                                                WeightFormat target, const std::string& name) {
     const int64_t rows = t.shape().size() == 2 ? t.shape()[0] : 0;
     const int64_t cols = t.shape().size() == 2 ? t.shape()[1] : 0;
+    // Every error names the file the tensor is in (quantize's name only the tensor).
+    auto in_file = [&](Result<quant::QuantizedWeight> r) -> Result<quant::QuantizedWeight> {
+        if (!r.ok()) {
+            return r.status().with_context(*t.file);
+        }
+        return r;
+    };
     if (t.dtype() == DType::kF8E4M3 && scale_inv != nullptr) {
         Result<quant::QuantizedWeight> fp8 =
             quant::from_fp8_block(tensor_ref(t), tensor_ref(*scale_inv), /*scan_for_nan=*/true);
         if (!fp8.ok()) {
-            return fp8.status().with_context(*t.file);
+            return in_file(std::move(fp8));
         }
-        return quant::requantize(fp8->view(), target, name);
+        return in_file(quant::requantize(fp8->view(), target, name));
     }
     if (t.dtype() == DType::kBF16) {
-        return quant::quantize(
+        return in_file(quant::quantize(
             quant::SourceMatrix::bf16(static_cast<const uint16_t*>(t.data), rows, cols), target,
-            name);
+            name));
     }
     if (t.dtype() != DType::kF16 && t.dtype() != DType::kF32) {
         return invalid_argument_error(*t.file + ": tensor '" + name + "' is " +
@@ -298,7 +305,8 @@ Result<quant::QuantizedWeight> quantize_stored(const TensorView& t, const Tensor
     std::vector<float> widened(static_cast<size_t>(rows * cols));
     embedding_row(Weight{float_format_of(t.dtype()), 1, rows * cols, t.data, nullptr}, 0,
                   widened.data());
-    return quant::quantize(quant::SourceMatrix::f32(widened.data(), rows, cols), target, name);
+    return in_file(
+        quant::quantize(quant::SourceMatrix::f32(widened.data(), rows, cols), target, name));
 }
 
 quant::TensorRef tensor_ref(const TensorView& t) {

@@ -1162,6 +1162,7 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
             Status st = quantize_checkpoint({in.path, policy, out.path + "/q"});
             CHECK(contains(st, "tensor '" + q + ".weight': quantized to"));
             CHECK(contains(st, "must be in 0..2^64"));
+            CHECK(contains(st, in.path + "/model.safetensors"));
             CHECK_FALSE(fs::exists(out.path + "/q"));
             // Quantized on load, the same weights are refused too: they loaded, and the AVX2 FP8
             // kernel (which takes a block's scale times 2^56) computed inf where the scalar one
@@ -1170,6 +1171,7 @@ TEST_CASE("quantized checkpoints: bad input gets clear errors") {
             REQUIRE_FALSE(loaded.ok());
             CHECK(contains(loaded.status(), "tensor '" + q + ".weight': quantized to"));
             CHECK(contains(loaded.status(), "must be in 0..2^64"));
+            CHECK(contains(loaded.status(), in.path + "/model.safetensors"));
         }
     }
     SUBCASE("INT4 group that does not divide the input width") {
