@@ -431,6 +431,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         return;
     }
     int32_t& max_tokens = req.generate.sampling.max_tokens;
+    const int32_t default_max_tokens = max_tokens;
     if (tenant.max_output_tokens > 0 && max_tokens > tenant.max_output_tokens) {
         if (!req.max_tokens_param.empty()) {
             reject(invalid_request(req.max_tokens_param + " (" + std::to_string(max_tokens) +
@@ -475,6 +476,17 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             return;
         }
         max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, *value));
+    }
+    if (max_tokens < default_max_tokens && req.generate.sampling.min_tokens > max_tokens) {
+        // A default lowered for the tenant's limits (here or at the forwarding site): the
+        // engine, which sees only the lowered value, would blame the context's room.
+        reject(invalid_request("'min_tokens' (" + std::to_string(req.generate.sampling.min_tokens) +
+                                   ") exceeds the " + std::to_string(max_tokens) +
+                                   " tokens this tenant's limits (max_output_tokens, "
+                                   "output_tokens_per_minute) leave for the reply",
+                               std::string("min_tokens")),
+               "invalid_request");
+        return;
     }
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.max_prompt_tokens = tenant.input_tokens_per_minute;

@@ -113,9 +113,14 @@ public:
         std::lock_guard lock(mu_);
         accepted_ = true;
         prompt_tokens_ = prompt_tokens;
-        if (finished_ == n && failure_) {
+        if (failure_) {
+            // Failed before anything went out: the answer is the error's own status, once the
+            // other choices, cancelled but ending on engine threads, have ended too
+            // (choice_finished answers then).
             early_.clear();
-            answer_locked();  // Failed before anything went out: the error's own status.
+            if (finished_ == n) {
+                answer_locked();
+            }
             return;
         }
         begin_locked();
@@ -131,8 +136,8 @@ public:
     // One streamed event (a chunk of choice `index`).
     void event(const json::object& chunk) {
         std::lock_guard lock(mu_);
-        if (refused_) {
-            return;
+        if (refused_ || (failure_ && !begun_)) {
+            return;  // The answer is an error with its own status (see accept()).
         }
         if (!accepted_) {
             early_.push_back(json_text(chunk));

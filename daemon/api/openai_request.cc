@@ -1110,10 +1110,15 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
         return invalid_request("'top_logprobs' requires 'logprobs' to be true",
                                std::string("top_logprobs"));
     }
-    if (!out.max_tokens_param.empty() && s.min_tokens > s.max_tokens) {
+    // Unset on a completion, max_tokens is OpenAI's 16, not the context's room (which the
+    // engine checks min_tokens against, and whose error would then name the room as 16 tokens).
+    if (s.min_tokens > s.max_tokens && (!out.max_tokens_param.empty() || !chat)) {
+        const bool unset = out.max_tokens_param.empty();
         return invalid_request("'min_tokens' (" + std::to_string(s.min_tokens) +
-                                   ") must not exceed '" + out.max_tokens_param + "' (" +
-                                   std::to_string(s.max_tokens) + ")",
+                                   ") must not exceed '" +
+                                   (unset ? std::string("max_tokens") : out.max_tokens_param) +
+                                   "' (" + std::to_string(s.max_tokens) +
+                                   (unset ? ", its default for /v1/completions" : "") + ")",
                                std::string("min_tokens"));
     }
     if (out.include_usage && !out.stream) {

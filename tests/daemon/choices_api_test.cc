@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include "daemon/api/completion.h"
 #include "tests/testing/scripted_daemon.h"
 
 using namespace edge;
@@ -31,6 +32,57 @@ struct Fixture : testing::ScriptedDaemon {
 };
 
 boost::json::object json_of(const std::string& s) { return testing::json_object_of(s); }
+
+// A generator that cancels as the engine does: cancel() only flags the request, whose
+// on_finish(kCancelled) comes later (the test sends it). Request `fail_at` fails at once, its
+// on_finish(kError) running inside submit() (an engine thread that failed its prefill first).
+class LateCancelGenerator final : public engine::Generator {
+  public:
+    struct Handle final : engine::GenerationHandle {
+        void cancel() override { cancelled = true; }
+        bool cancelled = false;
+    };
+
+    explicit LateCancelGenerator(size_t fail_at) : fail_at_(fail_at) {}
+
+    std::vector<engine::ModelInfo> models() const override {
+        engine::ModelInfo m;
+        m.name = "test-model";
+        return {m};
+    }
+    Result<std::shared_ptr<engine::GenerationHandle>> submit(
+        engine::GenerateRequest, std::shared_ptr<engine::GenerationSink> sink) override {
+        auto handle = std::make_shared<Handle>();
+        if (sinks.size() == fail_at_) {
+            engine::Finish finish;
+            finish.reason = engine::FinishReason::kError;
+            finish.error = unavailable_error("the device failed");
+            sink->on_finish(finish);
+        }
+        sinks.push_back(sink);
+        handles.push_back(handle);
+        return std::shared_ptr<engine::GenerationHandle>(handle);
+    }
+    bool ready() const override { return true; }
+    std::vector<engine::ModelLoad> load() const override { return {}; }
+
+    std::vector<std::shared_ptr<engine::GenerationSink>> sinks;
+    std::vector<std::shared_ptr<Handle>> handles;
+
+  private:
+    const size_t fail_at_;
+};
+
+// What an answer wrote, in order.
+struct RecordingChannel final : tls::ResponseChannel {
+    void respond(tls::HttpResponse response) override { log.push_back(response); }
+    void begin_stream(tls::HttpResponse head) override { log.push_back(head); }
+    void write(std::string chunk) override { log.back().body += chunk; }
+    void end_stream() override {}
+    void on_client_gone(std::function<void()>) override {}
+    void note(std::string, std::variant<std::string, int64_t>) override {}
+    std::vector<tls::HttpResponse> log;
+};
 
 }  // namespace
 
@@ -191,6 +243,34 @@ TEST_CASE("n: a choice failing while the request is still being submitted stops 
     CHECK(r->body.find("the device failed") != std::string::npos);
 }
 
+TEST_CASE("n: a stream whose choice failed before it opened answers the error's own status") {
+    // Choice 0 fails before the request is accepted; choice 1 is cancelled, but its end comes
+    // after. Nothing went out yet: the error's status (503, Retry-After), not a 200 event stream
+    // with the error inside, which clients do not retry.
+    LateCancelGenerator generator(0);
+    auto channel = std::make_shared<RecordingChannel>();
+    auto parsed = daemon::api::parse_openai_request(daemon::api::Endpoint::kChatCompletions,
+                                                    chat_body(R"(,"n":2,"stream":true)"));
+    REQUIRE(std::holds_alternative<daemon::api::ParsedRequest>(parsed));
+    daemon::api::run_completion(generator, std::get<daemon::api::ParsedRequest>(parsed), channel,
+                                0);
+    REQUIRE(generator.sinks.size() == 2);
+    CHECK(generator.handles[1]->cancelled);
+    CHECK(channel->log.empty());  // Waiting for choice 1's end.
+    engine::TokenDelta late;
+    late.text = "late";
+    generator.sinks[1]->on_delta(late);
+    engine::Finish cancelled;
+    cancelled.reason = engine::FinishReason::kCancelled;
+    generator.sinks[1]->on_finish(cancelled);
+    REQUIRE(channel->log.size() == 1);
+    const tls::HttpResponse& r = channel->log[0];
+    CHECK(r.status == 503);
+    CHECK(r.content_type == "application/json");
+    CHECK(r.body.find("the device failed") != std::string::npos);
+    CHECK(r.body.find("late") == std::string::npos);
+}
+
 TEST_CASE("n: the client leaving cancels every choice") {
     Fixture f;
     {
@@ -228,5 +308,33 @@ TEST_CASE("n: a tenant's output budget covers every choice") {
     for (size_t i = 0; i < 4; ++i) {
         f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
     }
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("min_tokens above a default lowered for the tenant's limits is refused for itself") {
+    Fixture f(
+        "tenants:\n"
+        "  - name: acme\n"
+        "    api_key_sha256: [" +
+        std::string("6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b") +
+        "]\n"
+        "    max_output_tokens: 100\n");
+    const std::string auth = "Authorization: Bearer 1\r\n";
+    // Unset, max_tokens is lowered to the tenant's 100: a reply of at least 150 cannot be, and
+    // the engine, seeing only the 100, would blame the context's room.
+    auto over = f.call("POST", "/v1/chat/completions", chat_body(R"(,"min_tokens":150)"), auth);
+    CHECK(over.status == 400);
+    CHECK(json_of(over.body)["error"].as_object()["param"] == "min_tokens");
+    CHECK(json_of(over.body)["error"].as_object()["message"].as_string().find(
+              "exceeds the 100 tokens this tenant's limits") != std::string::npos);
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
+    // Within the lowered default it runs.
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions",
+                                          chat_body(R"(,"min_tokens":100)"), auth))
+                .ok());
+    REQUIRE(f.generator.wait_for_request(0));
+    CHECK(f.generator.request(0).sampling.max_tokens == 100);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 100, 0});
     CHECK(c->read_response()->status == 200);
 }

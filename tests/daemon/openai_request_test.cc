@@ -556,6 +556,7 @@ TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens, st
              {R"("min_tokens":-1)", "min_tokens"},
              {R"("min_tokens":1.5)", "min_tokens"},
              {R"("min_tokens":9,"max_tokens":8)", "min_tokens"},
+             {R"("min_tokens":17)", "min_tokens"},  // Above the default max_tokens, 16.
              {R"("stop_token_ids":5)", "stop_token_ids"},
              {R"("stop_token_ids":[1,-2])", "stop_token_ids[1]"}}) {
         CAPTURE(fields);
@@ -563,6 +564,17 @@ TEST_CASE("vLLM's sampling extensions: repetition_penalty, min_p, min_tokens, st
                               R"({"model":"m","prompt":"x",)" + fields + "}");
         CHECK(e.param == param);
     }
+    // Unset, a completion's max_tokens is 16 (what the message names), a chat's the context's
+    // room, which the engine checks min_tokens against.
+    CHECK(
+        error_of(Endpoint::kCompletions, R"({"model":"m","prompt":"x","min_tokens":17})").message ==
+        "'min_tokens' (17) must not exceed 'max_tokens' (16, its default for "
+        "/v1/completions)");
+    CHECK(parse(Endpoint::kCompletions, R"({"model":"m","prompt":"x","min_tokens":16})")
+              .generate.sampling.min_tokens == 16);
+    CHECK(parse(Endpoint::kChatCompletions,
+                R"({"model":"m","messages":[{"role":"user","content":"x"}],"min_tokens":4096})")
+              .generate.sampling.min_tokens == 4096);
 }
 
 TEST_CASE("n: 1 to 16 choices (null is 1), best_of other than 1 is refused as such") {
