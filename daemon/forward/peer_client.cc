@@ -552,7 +552,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         layer.expires_after(config_.response_timeout);
         auto [wec, wn] = co_await http::async_write(conn->stream, req, kTuple);
         boost::system::error_code ec = wec;
-        if (!ec) {
+        // An interim head (1xx: 100 Continue, 103 Early Hints) may precede the answer's and is
+        // not passed on (RFC 9110 15.2): taken for the answer, it reached the client as a bare
+        // 1xx and left the real answer unread on the connection. Their count is bounded by
+        // response_timeout, which covers them all.
+        bool interim = false;
+        while (!ec) {
             parser.emplace();
             parser->header_limit(64 * 1024);
             // Beast's default 8 MiB body limit would cut a healthy stream (a long reasoning
@@ -562,6 +567,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             auto [hec, hn] = co_await http::async_read_header(conn->stream, conn->buffer, *parser,
                                                               kTuple);
             ec = hec;
+            if (ec || parser->get().result_int() >= 200) {
+                break;
+            }
+            interim = true;
         }
         if (!ec) {
             break;
@@ -570,9 +579,8 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         // A pooled connection the peer closed while idle fails before any answer: once, open a
         // fresh one to the same target instead of counting it as the target's failure (not when
         // this site closed it because gossip declared the target dead).
-        bool stale = !job.site_lost && conn->reused && tries == 0 &&
-                     ec != beast::error::timeout &&
-                     (parser == std::nullopt || !parser->got_some());
+        bool stale = !job.site_lost && conn->reused && tries == 0 && !interim &&
+                     ec != beast::error::timeout && (parser == std::nullopt || !parser->got_some());
         conn->close();
         conn.reset();
         if (job.cancelled) {
@@ -596,7 +604,18 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     const auto to_head = SteadyClock::now() - start;
     auto& response = parser->get();
     const int status = response.result_int();
-    if (status != 503) {
+    // A deferred answer (api/deferred_response.h): the peer accepted the request; its answer,
+    // status included, is the body. If the connection breaks before it, nothing reached the
+    // client and the next target is tried (a peer that died mid-generation), not charged twice.
+    const bool deferred = status == 200 && !response[api::kDeferredHeadHeader].empty();
+    const bool streamed = !deferred && !parser->is_done() &&
+                          (parser->chunked() || !parser->content_length().has_value());
+    // The head of an accepted request says only that it was accepted: its outcome is reported
+    // at the answer's end. Reported here as a success, it reset the detector's consecutive
+    // failures before the cut that followed, so a peer that accepted and then died every time
+    // was never ejected.
+    const bool accepted = deferred || (streamed && status == 200);
+    if (status != 503 && !accepted) {
         // A 503 head is a refusal before the request ran (the peer's queue full, draining,
         // loading): load and state, which gossip gives the cost, not ill health. Counted as a
         // failure, a site busy for a moment was ejected for 30 s and more, past its load.
@@ -626,13 +645,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     std::erase_if(head.headers, [](const tls::HttpHeader& h) {
         return beast::iequals(h.name, cluster::kPromptTokensHeader);
     });
-    // A deferred answer (api/deferred_response.h): the peer accepted the request; its answer,
-    // status included, is the body. If the connection breaks before it, nothing reached the
-    // client and the next target is tried (a peer that died mid-generation), not charged twice.
-    const bool deferred = status == 200 && !response[api::kDeferredHeadHeader].empty();
-    const bool streamed = !deferred && !parser->is_done() &&
-                          (parser->chunked() || !parser->content_length().has_value());
-    if (deferred || (streamed && status == 200)) {
+    if (accepted) {
         // Only a request its engine took gets either head (an error is a whole answer).
         job.result.accepted = true;
         job.accepted_prompt_tokens =
@@ -700,7 +713,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         // reservation (ForwardResult::usage_unknown).
         take_usage(job, usage);
         if (job.cancelled) {
-            co_return true;
+            co_return true;  // The client left (or stop()): nothing learnt of the peer's health.
+        }
+        if (accepted && ec != http::error::body_limit) {  // The limit is this site's.
+            report(target, streamed && event_stream && usage.ended(), to_head);
         }
         log::warn("forward_response_cut",
                   {{"site", target.site_id},
@@ -756,6 +772,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             job.channel->write(std::move(held));
         }
         job.deliver_last = [channel = job.channel] { channel->end_stream(); };
+        if (accepted) {
+            report(target, true, to_head);
+        }
         // A stream that ended without the peer's report (not an edgeserve peer of this
         // version) is charged as one cut: otherwise it would be free.
         take_usage(job, usage);
@@ -769,6 +788,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                 e.code = "upstream_bad_answer";
                 e.message = "site '" + target.site_id + "' sent a malformed deferred answer";
                 answer = e.to_response();
+            }
+            // As for a head (above): a 503 after acceptance (a drain cancelled it) is state.
+            if (answer->status != 503) {
+                report(target, answer->status < 500, to_head);
             }
             answer->headers.push_back({std::string(kServedByHeader), target.site_id});
             head = std::move(*answer);
@@ -789,7 +812,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             channel->respond(std::move(head));
         };
     }
-    if (parser->keep_alive()) {
+    // Bytes read past the answer's end (a peer that sent more than it declared, or a second
+    // answer) would be parsed as the next forward's answer on this connection: never pooled.
+    if (parser->keep_alive() && conn->buffer.size() == 0) {
         conn->reused = false;
         give_back(pool_key, std::move(conn));
     } else {

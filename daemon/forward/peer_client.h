@@ -12,7 +12,8 @@
 // connecting fails, a step times out, or the peer answers 5xx before any byte reached the client,
 // as long as the retry budget allows (retries in flight <= max(min_retry_concurrency, retry_budget
 // x forwards in flight)); never once a byte reached the client. Every attempt is reported to the
-// planner. A non-streamed answer's head is deferred (api/deferred_response.h): it comes once the
+// planner, one the peer accepted at its answer's end (cut: a failure; not at all if the client
+// left). A non-streamed answer's head is deferred (api/deferred_response.h): it comes once the
 // peer's engine accepted the request, so response_timeout bounds the wait for acceptance, not the
 // generation. A client that goes away closes the upstream connection, which cancels the generation
 // there. The tenant's token usage, which this site charges (the peer does not), comes from the

@@ -680,6 +680,51 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
     }
 }
 
+TEST_CASE("a peer that accepts a request and then breaks it is reported once, as failed") {
+    // The accepting head was reported as a success and the cut after it as a failure (or not
+    // at all): each success reset the outlier detector's consecutive failures, so a peer that
+    // accepted every request and then died was never ejected.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    SUBCASE("a deferred answer, rerun elsewhere") {
+        Site b(cluster, "sin", {"m"});
+        RawPeer raw(cluster,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                    "X-Edgeserve-Deferred-Head: 1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        a.planner.route_to({raw.target(), b.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        auto reports = a.planner.reports();
+        REQUIRE(reports.size() == 2);
+        CHECK(reports[0].site == "raw");
+        CHECK_FALSE(reports[0].ok);
+        CHECK(reports[1].site == "sin");
+        CHECK(reports[1].ok);
+    }
+    SUBCASE("a stream cut before its end") {
+        RawPeer raw(cluster,
+                    chunked_events("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\","
+                                   "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"half\"},"
+                                   "\"finish_reason\":null}]}\n\n",
+                                   /*last_chunk=*/false));
+        a.planner.route_to({raw.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(true)).ok());
+        auto all = client->read_until("0\r\n\r\n");
+        REQUIRE(all.ok());
+        CHECK(all->find("upstream_cut") != std::string::npos);
+        auto reports = a.planner.reports();
+        REQUIRE(reports.size() == 1);
+        CHECK(reports[0].site == "raw");
+        CHECK_FALSE(reports[0].ok);
+    }
+}
+
 TEST_CASE("a forwarded stream silent longer than stream_idle_timeout is kept by keepalives") {
     // A request waiting for its first token (a queue, a long prefill) sent nothing after the
     // stream's head, and the forwarding site cut it at peer.stream_idle_timeout_ms; the serving
@@ -998,6 +1043,65 @@ TEST_CASE("a stream that ends without the peer's usage report is charged as one 
     auto r = next->read_response();
     REQUIRE(r.ok());
     CHECK(r->status == 429);
+}
+
+TEST_CASE("a connection whose peer sent more than its answer is not pooled for the next one") {
+    // A peer sent bytes past its answer's end (a second answer, garbage). Pooled, the next
+    // forward on that connection read those bytes as its own answer: a client, perhaps of
+    // another tenant, got an answer the peer never made for it.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  connect_timeout_ms: 300\n");
+    const std::string first =
+        R"({"id":"1","object":"chat.completion","choices":[{"index":0,"message":)"
+        R"({"role":"assistant","content":"first answer"},"finish_reason":"stop"}],)"
+        R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})";
+    const std::string stray =
+        R"({"id":"2","object":"chat.completion","choices":[{"index":0,"message":)"
+        R"({"role":"assistant","content":"stray answer"},"finish_reason":"stop"}],)"
+        R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})";
+    auto answer = [](const std::string& body) {
+        return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body;
+    };
+    RawPeer raw(cluster, answer(first) + answer(stray));
+    a.planner.route_to({raw.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->body.find("first answer") != std::string::npos);
+    CHECK(a.daemon->forwarder()->idle_connections() == 0);
+
+    // The peer takes no second request: the next forward must not be answered at all.
+    auto next = a.client();
+    REQUIRE(next->send(chat_request(false)).ok());
+    auto r2 = next->read_response();
+    REQUIRE(r2.ok());
+    CHECK(r2->body.find("stray answer") == std::string::npos);
+    CHECK(r2->status >= 500);
+}
+
+TEST_CASE("a peer's interim 1xx head is skipped: the client gets the final answer") {
+    // HTTP/1.1 lets a server send interim heads (100 Continue, 103 Early Hints) before the
+    // answer; one was taken for the answer itself, and the client got a bare 1xx.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    const std::string body =
+        R"({"id":"1","object":"chat.completion","choices":[{"index":0,"message":)"
+        R"({"role":"assistant","content":"final answer"},"finish_reason":"stop"}],)"
+        R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})";
+    RawPeer raw(cluster,
+                "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body);
+    a.planner.route_to({raw.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->body.find("final answer") != std::string::npos);
 }
 
 TEST_CASE("no retry once bytes reached the client") {
