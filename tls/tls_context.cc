@@ -2,10 +2,12 @@
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/sha.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,7 +17,6 @@
 namespace edge::tls {
 namespace {
 
-constexpr unsigned char kSessionIdContext[] = "edgeserve";
 
 bool name_matches(std::string_view pattern, std::string_view name) {
     auto lower_equal = [](std::string_view a, std::string_view b) {
@@ -62,18 +63,62 @@ int select_alpn(SSL*, const unsigned char** out, unsigned char* outlen, const un
     return SSL_TLSEXT_ERR_NOACK;
 }
 
+// The host name of the ClientHello's server_name extension (RFC 6066 3), empty when there is
+// none or it is malformed (OpenSSL's own parse refuses the latter afterwards).
+std::string_view client_hello_server_name(SSL* ssl) {
+    const unsigned char* p = nullptr;
+    size_t len = 0;
+    if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) != 1 || len < 2) {
+        return {};
+    }
+    const size_t list = size_t{p[0]} << 8 | p[1];
+    if (list != len - 2) {
+        return {};
+    }
+    for (size_t at = 2; at + 3 <= len;) {
+        const unsigned char type = p[at];
+        const size_t name_len = size_t{p[at + 1]} << 8 | p[at + 2];
+        if (at + 3 + name_len > len) {
+            return {};
+        }
+        if (type == TLSEXT_NAMETYPE_host_name) {
+            return {reinterpret_cast<const char*>(p + at + 3), name_len};
+        }
+        at += 3 + name_len;
+    }
+    return {};
+}
+
+// Moves the connection to the context of the chain serving its SNI name. It runs on the
+// ClientHello, before the session it offers is looked up: the switch also gives the connection
+// that chain's session id context (SSL_set_SSL_CTX), and a session or ticket is resumed only
+// under the context it was made in, so a session begun under one name does not resume under a
+// name another certificate serves (RFC 6066 3: a full handshake then). The servername callback
+// runs after the session is chosen, too late for that.
 int select_certificate(SSL* ssl, int*, void* arg) {
     const auto* generation = static_cast<const TlsGeneration*>(arg);
-    const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
-    if (name == nullptr) {
-        return SSL_TLSEXT_ERR_OK;
-    }
-    size_t chain = generation->chain_for(name);
+    const std::string_view name = client_hello_server_name(ssl);
+    const size_t chain = name.empty() ? 0 : generation->chain_for(name);
     if (chain != 0) {
         // Safe: the generation outlives every connection that started with it.
         SSL_set_SSL_CTX(ssl, generation->native_context(chain));
     }
-    return SSL_TLSEXT_ERR_OK;
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+// The session id context of the chain serving `names`: a session resumes only within one chain's
+// names. Made from the names alone, so a chain whose certificate is renewed (or whose place in
+// the list moves) keeps its sessions resumable.
+std::array<unsigned char, SHA256_DIGEST_LENGTH> session_id_context(
+    const std::vector<std::string>& names) {
+    std::string joined = "edgeserve";
+    for (const std::string& name : names) {
+        joined += '\n';
+        joined += name;
+    }
+    std::array<unsigned char, SHA256_DIGEST_LENGTH> digest{};
+    SHA256(reinterpret_cast<const unsigned char*>(joined.data()), joined.size(), digest.data());
+    return digest;
 }
 
 // Whether the PEM file holds a certificate that may sign others (a CA); false when it cannot be
@@ -310,7 +355,8 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
         EDGE_RETURN_IF_ERROR(use_forward_secret_ciphers(ctx));
         // Idle connections keep no TLS buffers, so many of them cost little memory.
         SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
-        SSL_CTX_set_session_id_context(ctx, kSessionIdContext, sizeof(kSessionIdContext) - 1);
+        const auto sid_context = session_id_context(cert.server_names);
+        SSL_CTX_set_session_id_context(ctx, sid_context.data(), sid_context.size());
         SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
         SSL_CTX_sess_set_cache_size(ctx, 20000);
         EDGE_RETURN_IF_ERROR(tickets->install(ctx));
@@ -333,10 +379,7 @@ Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(
         generation->chains_.push_back(TlsGeneration::Chain{cert, std::move(context)});
     }
     SSL_CTX* default_ctx = generation->chains_[0].context->native_handle();
-    SSL_CTX_set_tlsext_servername_callback(default_ctx, +[](SSL* ssl, int* al, void* arg) {
-        return select_certificate(ssl, al, arg);
-    });
-    SSL_CTX_set_tlsext_servername_arg(default_ctx, generation.get());
+    SSL_CTX_set_client_hello_cb(default_ctx, select_certificate, generation.get());
     return generation;
 }
 

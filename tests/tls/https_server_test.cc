@@ -448,6 +448,41 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("a session resumes only under a name its certificate serves (RFC 6066 3)") {
+    Fixture f;
+    for (int version : {TLS1_3_VERSION, TLS1_2_VERSION}) {
+        CAPTURE(version);
+        // A session begun under `from`, offered under `to`: whether it resumed, and the
+        // certificate the second connection is authenticated by.
+        auto offer = [&](const std::string& from, const std::string& to) {
+            TlsClientOptions o;
+            o.min_version = version;
+            o.max_version = version;
+            o.server_name = from;
+            auto first = f.connect(o);
+            REQUIRE(first.ok());
+            get_body(**first);
+            SSL_SESSION* session = (*first)->take_session();
+            REQUIRE(session != nullptr);
+            o.resume = session;
+            o.server_name = to;
+            auto second = f.connect(o);
+            REQUIRE(second.ok());
+            get_body(**second);
+            auto result = std::pair{(*second)->session_reused(), (*second)->peer_common_name()};
+            SSL_SESSION_free(session);
+            return result;
+        };
+        // Another certificate's name: a full handshake with that certificate.
+        CHECK(offer("localhost", "other.test") == std::pair{false, std::string("other.test")});
+        CHECK(offer("other.test", "localhost") == std::pair{false, std::string("localhost")});
+        CHECK(offer("localhost", "unknown.example").second == "localhost");
+        // The same certificate's names resume.
+        CHECK(offer("localhost", "localhost") == std::pair{true, std::string("localhost")});
+        CHECK(offer("other.test", "a.wild.test") == std::pair{true, std::string("other.test")});
+    }
+}
+
 TEST_CASE("session ticket options must be positive durations") {
     SessionTicketOptions zero;
     zero.rotation = std::chrono::seconds(0);
