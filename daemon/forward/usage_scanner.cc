@@ -1,12 +1,25 @@
 #include "daemon/forward/usage_scanner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <boost/json.hpp>
 
 #include "daemon/api/completion.h"
 
 namespace edge::daemon::forward {
+
+namespace {
+
+// An event's text without the end of its last line; a line holds no CR or LF, so no more goes.
+std::string_view without_line_end(std::string_view event) {
+    while (!event.empty() && (event.back() == '\n' || event.back() == '\r')) {
+        event.remove_suffix(1);
+    }
+    return event;
+}
+
+}  // namespace
 
 void UsageScanner::feed_json(std::string_view body) {
     boost::system::error_code ec;
@@ -51,41 +64,75 @@ bool UsageScanner::take_report(std::string_view event) {
 
 std::string UsageScanner::feed_events(std::string_view bytes) {
     std::string out;
+    size_t start = 0;  // The current event's first byte in partial_.
+    size_t i = partial_.size();
     partial_.append(bytes);
-    size_t start = 0;
-    for (;;) {
-        size_t end = partial_.find("\n\n", std::max(start, scanned_));
-        if (end == std::string::npos) {
-            break;
+    for (; i < partial_.size(); ++i) {
+        const char ch = partial_[i];
+        const AfterCr after_cr = std::exchange(after_cr_, AfterCr::kNone);
+        if (ch == '\n' && after_cr != AfterCr::kNone) {
+            if (after_cr != AfterCr::kInEvent) {
+                // The end of a blank line that a lone CR seemed to end: it goes with that event,
+                // else the next event would start with it and not be recognised.
+                if (after_cr == AfterCr::kRelayed) {
+                    out.push_back('\n');
+                }
+                start = i + 1;
+            }
+            continue;
         }
-        std::string_view event(partial_.data() + start, end - start);
+        if (ch != '\n' && ch != '\r') {
+            at_line_start_ = false;
+            continue;
+        }
+        if (!at_line_start_) {
+            at_line_start_ = true;  // The end of one of the event's lines.
+            if (ch == '\r') {
+                after_cr_ = AfterCr::kInEvent;
+            }
+            continue;
+        }
+        // A blank line: the event ends with it.
+        bool relayed = true;
         if (passing_) {
             passing_ = false;  // The tail of an over-long event: relayed, not parsed.
-            out.append(partial_, start, end + 2 - start);
-        } else if (!take_report(event)) {
-            parse_event(event);
-            ended_ = ended_ || event == "data: [DONE]";
-            out.append(partial_, start, end + 2 - start);
+        } else {
+            const std::string_view event =
+                without_line_end(std::string_view(partial_).substr(start, i - start));
+            relayed = !take_report(event);
+            if (relayed) {
+                parse_event(event);
+                ended_ = ended_ || event == "data: [DONE]";
+            }
         }
-        start = end + 2;
+        if (relayed) {
+            out.append(partial_, start, i + 1 - start);
+        }
+        if (ch == '\r') {
+            after_cr_ = relayed ? AfterCr::kRelayed : AfterCr::kWithheld;
+        }
+        start = i + 1;
+    }
+    if (passing_ || partial_.size() - start > kMaxPartialEvent) {
+        // The line state above finds the event's end without its start held: relay it all.
+        passing_ = true;
+        out.append(partial_, start);
+        start = partial_.size();
     }
     partial_.erase(0, start);
-    if (passing_ || partial_.size() > kMaxPartialEvent) {
-        passing_ = true;
-        // Keep the last byte only, to notice a "\n\n" that straddles two pieces.
-        if (partial_.size() > 1) {
-            out.append(partial_, 0, partial_.size() - 1);
-            partial_.erase(0, partial_.size() - 1);
-        }
-    }
-    scanned_ = partial_.empty() ? 0 : partial_.size() - 1;
     return out;
 }
 
 std::string UsageScanner::flush() {
     std::string out = std::move(partial_);
     partial_.clear();
-    scanned_ = 0;
+    // A peer whose stream ends without the report's blank line still sent the report: it is
+    // charged and, as ours, not shown to the client.
+    if (!passing_ && take_report(without_line_end(out))) {
+        out.clear();
+    }
+    at_line_start_ = true;
+    after_cr_ = AfterCr::kNone;
     passing_ = false;
     return out;
 }

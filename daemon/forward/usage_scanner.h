@@ -4,9 +4,10 @@
 // forwarder, so the forwarding site can charge the tenant's token limits: from a JSON body's
 // "usage", or, in a stream fed piece by piece (events may be split across pieces), from the
 // peer's usage report comment (api::kUsageReportComment), which it removes from what is relayed,
-// else from the server-sent event that carries "usage". It holds back at most one partial event
-// (bounded: a longer one is relayed as it comes and not parsed) and parses only events that
-// mention "usage". Not synchronized: one forward at a time.
+// else from the server-sent event that carries "usage". Events end at a blank line, with lines
+// ended by LF, CRLF or CR as the SSE spec allows; the bytes relayed are the peer's, unchanged. It
+// holds back at most one partial event (bounded: a longer one is relayed as it comes and not
+// parsed) and parses only events that mention "usage". Not synchronized: one forward at a time.
 
 #include <cstdint>
 #include <string>
@@ -21,7 +22,8 @@ public:
     // The next bytes of a text/event-stream body. Returns the bytes to relay to the client: the
     // whole events seen so far, less the usage report; an event's start stays held until its end.
     std::string feed_events(std::string_view bytes);
-    // At the end of the stream: the bytes still held (an event without its final blank line).
+    // At the end of the stream: the bytes still held (an event without its final blank line),
+    // less a usage report without its blank line, which is read as a whole one is.
     std::string flush();
 
     int64_t prompt_tokens() const { return prompt_tokens_; }
@@ -35,13 +37,18 @@ public:
     bool inside_event() const { return passing_; }
 
   private:
+    // What an LF right after a CR is: the second half of that CRLF line end, not a line end of
+    // its own. When the CR ended an event, the LF goes where that event went.
+    enum class AfterCr : uint8_t { kNone, kInEvent, kRelayed, kWithheld };
+
     void parse_event(std::string_view event);
     // True when `event` is the usage report comment (read, not to be relayed).
     bool take_report(std::string_view event);
 
     static constexpr size_t kMaxPartialEvent = 1 << 20;  // Longer events are not held back.
-    std::string partial_;
-    size_t scanned_ = 0;    // partial_[0, scanned_) holds no "\n\n".
+    std::string partial_;        // The current event's bytes not yet relayed.
+    bool at_line_start_ = true;  // No byte of the current line seen yet: a line end is blank.
+    AfterCr after_cr_ = AfterCr::kNone;
     bool passing_ = false;  // Inside an over-long event: relay until its end, parse nothing.
     bool reported_ = false;
     bool ended_ = false;

@@ -112,3 +112,97 @@ TEST_CASE("usage scanner: the end event and an over-long event left open are see
     text.feed_events("data: the text [DONE]\n\n");  // Only the end event itself counts.
     CHECK_FALSE(text.ended());
 }
+
+namespace {
+
+// `text` with each LF replaced by `line_end` (an SSE line may end with LF, CRLF or CR).
+std::string with_line_ends(std::string_view text, std::string_view line_end) {
+    std::string out;
+    for (char ch : text) {
+        if (ch == '\n') {
+            out += line_end;
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("usage scanner: events ended by CRLF or CR pass at once and unchanged, at any split") {
+    const std::string first =
+        "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n";
+    const std::string relayed = first + ": keep-alive\n\n" +
+                                "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,"
+                                "\"completion_tokens\":1}}\n\n";
+    const std::string report =
+        ": edgeserve-usage {\"prompt_tokens\":7,\"completion_tokens\":9}\n\n";
+    const std::string done = "data: [DONE]\n\n";
+    for (std::string_view line_end : {"\r\n", "\r", "\n"}) {
+        CAPTURE(line_end.size());
+        CAPTURE(line_end.back() == '\r');
+        const std::string want = with_line_ends(relayed + done, line_end);
+        const std::string stream = with_line_ends(relayed + report + done, line_end);
+        for (size_t cut = 0; cut <= stream.size(); ++cut) {
+            CAPTURE(cut);
+            UsageScanner scanner;
+            std::string out = scanner.feed_events(std::string_view(stream).substr(0, cut));
+            out += scanner.feed_events(std::string_view(stream).substr(cut));
+            CHECK(scanner.ended());  // Seen before the end of the stream, not left held.
+            out += scanner.flush();
+            CHECK(out == want);
+            CHECK(scanner.reported());
+            CHECK(scanner.prompt_tokens() == 7);
+            CHECK(scanner.completion_tokens() == 9);
+        }
+        // A whole event is relayed when its blank line comes, not held for the next one.
+        UsageScanner scanner;
+        CHECK(scanner.feed_events(with_line_ends(first, line_end)) ==
+              with_line_ends(first, line_end));
+        UsageScanner bytewise;
+        std::string out;
+        for (char ch : stream) {
+            out += bytewise.feed_events(std::string_view(&ch, 1));
+        }
+        CHECK(out == want);  // A CR's LF in the next piece follows its event (or its removal).
+        CHECK(bytewise.completion_tokens() == 9);
+    }
+    // Mixed line ends, as a proxy may leave them: LF then CR, CR then CRLF, LF then CRLF.
+    const std::string mixed =
+        "data: {\"a\":1}\n\r"
+        ": edgeserve-usage {\"prompt_tokens\":2,\"completion_tokens\":3}\r\r\n"
+        "data: {\"b\":2}\n\r\n"
+        "data: [DONE]\r\n\n";
+    UsageScanner scanner;
+    CHECK(scanner.feed_events(mixed) ==
+          "data: {\"a\":1}\n\rdata: {\"b\":2}\n\r\ndata: [DONE]\r\n\n");
+    CHECK(scanner.completion_tokens() == 3);
+    CHECK(scanner.ended());
+}
+
+TEST_CASE("usage scanner: a usage report left without its blank line at the stream's end") {
+    const std::string relayed = "data: {\"id\":\"x\",\"choices\":[]}\n\n";
+    for (std::string_view tail : {"", "\n", "\r\n", "\r"}) {
+        CAPTURE(tail.size());
+        const std::string stream = relayed + "data: [DONE]\n\n" +
+                                   ": edgeserve-usage {\"prompt_tokens\":5,"
+                                   "\"completion_tokens\":6}" +
+                                   std::string(tail);
+        for (size_t cut = 0; cut <= stream.size(); ++cut) {
+            CAPTURE(cut);
+            UsageScanner scanner;
+            std::string out = scanner.feed_events(std::string_view(stream).substr(0, cut));
+            out += scanner.feed_events(std::string_view(stream).substr(cut));
+            out += scanner.flush();
+            CHECK(out == relayed + "data: [DONE]\n\n");  // Not shown to the client.
+            CHECK(scanner.reported());                   // And charged.
+            CHECK(scanner.prompt_tokens() == 5);
+            CHECK(scanner.completion_tokens() == 6);
+        }
+    }
+    UsageScanner other;  // Any other unended event is still relayed as it came.
+    other.feed_events("data: {\"a\":1}\r\n");
+    CHECK(other.flush() == "data: {\"a\":1}\r\n");
+    CHECK_FALSE(other.reported());
+}
