@@ -37,6 +37,10 @@ double fibre_rtt_s(double distance_m, double path_inflation) {
 
 namespace {
 
+// An advertised rate that is NaN or infinite is garbage from the network: taken as not
+// advertised (0), so it gets the floor or the default rather than a NaN or a free pool.
+double advertised_rate(double rate) { return std::isfinite(rate) ? rate : 0.0; }
+
 bool finite_position(double lat, double lon) {
     return std::isfinite(lat) && std::isfinite(lon) && lat >= -90.0 && lat <= 90.0 &&
            lon >= -180.0 && lon <= 180.0;
@@ -69,11 +73,11 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
         }
     }
 
-    const double decode_rate = std::max(in.decode_tokens_per_s, config.min_rate);
+    // std::max(NaN, floor) is NaN: the rates are made finite before the floor applies.
+    const double decode_rate = std::max(advertised_rate(in.decode_tokens_per_s), config.min_rate);
+    const double prefill = advertised_rate(in.prefill_tokens_per_s);
     const double prefill_rate =
-        std::max(in.prefill_tokens_per_s > 0.0 ? in.prefill_tokens_per_s
-                                               : config.default_prefill_tokens_per_s,
-                 config.min_rate);
+        std::max(prefill > 0.0 ? prefill : config.default_prefill_tokens_per_s, config.min_rate);
     // Requests that must finish before this one gets a slot: the running and queued ones beyond
     // the slots (a queued request with a slot free starts at the next engine step, so a short
     // burst at an idle pool does not make it look a whole generation away).
@@ -94,6 +98,13 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
     t.saturated = static_cast<double>(in.queue_depth) >=
                       config.saturation_queue_per_slot * std::max<uint32_t>(in.capacity, 1) ||
                   kv >= config.kv_saturated;
+    if (!std::isfinite(t.total_s)) {
+        // Only a config outside its checked ranges gets here (a rate floor of 0 or NaN, an
+        // infinite penalty). A NaN total would break the route table's sort: the pool sorts
+        // last and is not used.
+        t.total_s = kUnusableCostS;
+        t.saturated = true;
+    }
     return t;
 }
 

@@ -21,9 +21,15 @@
 //   saturated = queue_depth >= saturation_queue_per_slot * max(capacity, 1)
 //               or kv_use >= kv_saturated
 //
+// Advertised values come from the network: a NaN or infinite rate counts as not advertised, a
+// NaN kv_use as a full cache, a bad position as the far side of the planet. The total is always
+// finite; where it would not be (a config outside its checked ranges) it is kUnusableCostS and
+// the pool counts as saturated.
+//
 // Pure functions on plain values; safe from any thread.
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -35,6 +41,8 @@ namespace edge::routing::selection {
 inline constexpr double kLightSpeedMps = 299'792'458.0;
 inline constexpr double kFibreFraction = 2.0 / 3.0;
 inline constexpr double kEarthRadiusM = 6'371'000.0;
+// The total of a pool whose cost is not a number: after every real cost, seconds.
+inline constexpr double kUnusableCostS = std::numeric_limits<double>::max();
 
 struct CostConfig {
     // Ratio of real fibre path length to the great-circle distance (dimensionless, >= 1).

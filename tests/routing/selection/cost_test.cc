@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace edge::routing::selection;
 using edge::routing::coords::Coordinate;
@@ -170,4 +171,88 @@ TEST_CASE("cost: rtt source is reported") {
     in.remote_coord = coord_at(0.01, 0.1);
     CHECK(compute_cost(in, cfg).rtt_source == RttSource::kVivaldi);
     CHECK(rtt_source_name(RttSource::kVivaldi) == "vivaldi");
+}
+
+// Load and positions come from the network: a NaN total would break the strict weak ordering
+// the route table's sort needs.
+TEST_CASE("cost: NaN and infinite inputs give a finite cost") {
+    const CostConfig cfg;
+    const double inf = std::numeric_limits<double>::infinity();
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    auto base = [] {
+        CostInput in;
+        in.local_lat = 50.11, in.local_lon = 8.68, in.remote_lat = 1.35, in.remote_lon = 103.82;
+        in.capacity = 8;
+        in.running = 8;
+        in.queue_depth = 3;  // 3 + 8 + 1 - 8 = 4 ahead
+        in.decode_tokens_per_s = 1000.0;
+        in.prefill_tokens_per_s = 5120.0;
+        return in;
+    };
+    const double fra_sin = fibre_rtt_s(great_circle_m(50.11, 8.68, 1.35, 103.82), 1.5);
+    const double far_side = fibre_rtt_s(M_PI * kEarthRadiusM, 1.5);
+    for (double bad : {nan, inf, -inf}) {
+        CAPTURE(bad);
+        CostInput in = base();
+        in.decode_tokens_per_s = bad;  // Not advertised: the 1 tok/s floor.
+        CostTerms t = compute_cost(in, cfg);
+        CHECK(t.queue_s == doctest::Approx(4 * 256.0));
+        CHECK(t.total_s == doctest::Approx(fra_sin + 4 * 256.0 + 0.1));
+
+        in = base();
+        in.prefill_tokens_per_s = bad;  // Not advertised: the default 4000 tok/s.
+        t = compute_cost(in, cfg);
+        CHECK(t.prefill_s == doctest::Approx(0.128));
+        CHECK(t.total_s == doctest::Approx(fra_sin + 1.024 + 0.128));
+
+        in = base();
+        in.kv_use = bad;  // Taken as a full cache.
+        t = compute_cost(in, cfg);
+        CHECK(t.kv_s == doctest::Approx(1.0));
+        CHECK(t.saturated);
+        CHECK(std::isfinite(t.total_s));
+
+        for (double* position : {&in.local_lat, &in.local_lon, &in.remote_lat, &in.remote_lon}) {
+            in = base();
+            *position = bad;
+            t = compute_cost(in, cfg);
+            CHECK(t.rtt_s == doctest::Approx(far_side));
+            CHECK(std::isfinite(t.total_s));
+        }
+
+        in = base();
+        in.local_coord = coord_at(0.0, 0.1);
+        in.remote_coord = coord_at(bad, 0.1);
+        t = compute_cost(in, cfg);
+        CHECK(t.rtt_source == RttSource::kGreatCircle);
+        CHECK(t.rtt_s == doctest::Approx(fra_sin));
+        in.remote_coord = coord_at(0.04, bad);
+        CHECK(compute_cost(in, cfg).rtt_source == RttSource::kGreatCircle);
+        in.remote_coord = coord_at(0.04, 0.1);
+        in.remote_coord->height = bad;
+        CHECK(compute_cost(in, cfg).rtt_source == RttSource::kGreatCircle);
+    }
+
+    // A config outside the ranges the config file allows: the pool is not used, and its total
+    // still sorts (after every real cost).
+    for (double floor : {nan, 0.0, -inf}) {
+        CAPTURE(floor);
+        CostConfig broken;
+        broken.min_rate = floor;
+        for (double rate : {0.0, nan}) {
+            CostInput in = base();
+            in.decode_tokens_per_s = rate;
+            in.prefill_tokens_per_s = rate;
+            in.queue_depth = 0;  // 0 ahead: 0 / 0 without a guard.
+            const CostTerms t = compute_cost(in, broken);
+            CHECK(t.total_s == kUnusableCostS);
+            CHECK(t.saturated);
+        }
+    }
+    CostConfig broken;
+    broken.kv_full_penalty_s = inf;
+    CostInput in = base();
+    in.kv_use = 0.9;
+    CHECK(compute_cost(in, broken).total_s == kUnusableCostS);
+    CHECK(compute_cost(in, broken).saturated);
 }
