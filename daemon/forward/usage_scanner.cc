@@ -21,25 +21,30 @@ std::string_view without_line_end(std::string_view event) {
 
 }  // namespace
 
-void UsageScanner::feed_json(std::string_view body) {
+bool UsageScanner::read_usage(std::string_view body) {
     boost::system::error_code ec;
     boost::json::value v = boost::json::parse(body, ec);
     if (ec || !v.is_object()) {
-        return;
+        return false;
     }
     const boost::json::value* usage = v.get_object().if_contains("usage");
     if (usage == nullptr || !usage->is_object()) {
-        return;
+        return false;
     }
     const boost::json::object& u = usage->get_object();
+    const auto* p = u.if_contains("prompt_tokens");
+    const auto* c = u.if_contains("completion_tokens");
     // A negative count from a peer would refund the tenant's token budgets: never below 0.
-    if (const auto* p = u.if_contains("prompt_tokens"); p != nullptr && p->is_int64()) {
+    if (p != nullptr && p->is_int64()) {
         prompt_tokens_ = std::max<int64_t>(p->get_int64(), 0);
     }
-    if (const auto* c = u.if_contains("completion_tokens"); c != nullptr && c->is_int64()) {
+    if (c != nullptr && c->is_int64()) {
         completion_tokens_ = std::max<int64_t>(c->get_int64(), 0);
     }
+    return p != nullptr && p->is_int64() && c != nullptr && c->is_int64();
 }
+
+void UsageScanner::feed_json(std::string_view body) { read_usage(body); }
 
 void UsageScanner::parse_event(std::string_view event) {
     constexpr std::string_view kData = "data: ";
@@ -56,9 +61,13 @@ bool UsageScanner::take_report(std::string_view event) {
         !event.substr(kComment.size()).starts_with(api::kUsageReportComment)) {
         return false;
     }
-    feed_json(R"({"usage":)" +
-              std::string(event.substr(kComment.size() + api::kUsageReportComment.size())) + "}");
-    reported_ = true;
+    // Withheld either way (it is this server's own comment), but only a report that reads as
+    // both counts is one: a malformed one leaves the forward charged its reservation, not 0.
+    reported_ =
+        read_usage(R"({"usage":)" +
+                   std::string(event.substr(kComment.size() + api::kUsageReportComment.size())) +
+                   "}") ||
+        reported_;
     return true;
 }
 

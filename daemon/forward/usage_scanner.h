@@ -28,7 +28,8 @@ public:
 
     int64_t prompt_tokens() const { return prompt_tokens_; }
     int64_t completion_tokens() const { return completion_tokens_; }
-    // The peer's usage report comment was seen (its figures win over a "usage" event's).
+    // The peer's usage report comment was seen and read (its figures win over a "usage"
+    // event's); a malformed one is withheld from the client but does not count.
     bool reported() const { return reported_; }
     // The stream's end event (`data: [DONE]`) was relayed: the client has the whole answer.
     bool ended() const { return ended_; }
@@ -41,6 +42,8 @@ public:
     // its own. When the CR ended an event, the LF goes where that event went.
     enum class AfterCr : uint8_t { kNone, kInEvent, kRelayed, kWithheld };
 
+    // Reads `body`'s "usage" object; true when it holds both counts as integers.
+    bool read_usage(std::string_view body);
     void parse_event(std::string_view event);
     // True when `event` is the usage report comment (read, not to be relayed).
     bool take_report(std::string_view event);

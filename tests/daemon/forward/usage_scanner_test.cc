@@ -76,6 +76,17 @@ TEST_CASE("usage scanner: the peer's usage report is read and not relayed, at an
         CHECK(scanner.prompt_tokens() == 7);  // The report wins over the client's usage chunk.
         CHECK(scanner.completion_tokens() == 9);
     }
+    // A report that does not read is withheld but not taken as one: the forward is charged its
+    // reservation, not 0 tokens.
+    for (const char* bad :
+         {": edgeserve-usage {\"prompt_tokens\":7\n\n",
+          ": edgeserve-usage {\"prompt_tokens\":\"7\",\"completion_tokens\":9}\n\n",
+          ": edgeserve-usage \n\n"}) {
+        CAPTURE(bad);
+        UsageScanner scanner;
+        CHECK(scanner.feed_events(std::string(bad) + "data: [DONE]\n\n") == "data: [DONE]\n\n");
+        CHECK_FALSE(scanner.reported());
+    }
     UsageScanner held;
     CHECK(held.feed_events("data: {\"a\":1}\n").empty());  // Half an event: held back.
     CHECK(held.feed_events("\ndata: {").size() == std::string("data: {\"a\":1}\n\n").size());
