@@ -14,7 +14,6 @@
 #include "daemon/cluster/route_planner.h"
 #include "daemon/sse_writer.h"
 #include "engine/chat/reasoning_parser.h"
-#include "engine/tokenizer/incremental_decoder.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::daemon::api {
@@ -43,19 +42,34 @@ json::array token_bytes(const std::string& token) {
 }  // namespace
 
 std::string logprob_token_text(std::string_view token) {
+    auto is_hex = [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    };
+    auto escape = [](std::string& out, unsigned char byte) {
+        char hex[5];
+        std::snprintf(hex, sizeof(hex), "\\x%02x", byte);
+        out.append(hex, 4);
+    };
     std::string out;
     size_t pos = 0;
     while (pos < token.size()) {
         const size_t n = engine::tokenizer::utf8_valid_sequence(token.substr(pos));
-        if (n > 0) {
-            out.append(token.substr(pos, n));
-            pos += n;
+        if (n == 0) {
+            escape(out, static_cast<unsigned char>(token[pos]));
+            ++pos;
             continue;
         }
-        char hex[5];
-        std::snprintf(hex, sizeof(hex), "\\x%02x", static_cast<unsigned char>(token[pos]));
-        out.append(hex, 4);
-        ++pos;
+        // A backslash that reads as the start of an escape is one itself (\x5c): the token
+        // whose text is \xff would else be written as the byte 0xff is, and completions'
+        // top_logprobs (keyed by this text) would merge the two. Other text stays as it is, so
+        // the tokens still join to the returned text.
+        if (token[pos] == '\\' && pos + 3 < token.size() && token[pos + 1] == 'x' &&
+            is_hex(token[pos + 2]) && is_hex(token[pos + 3])) {
+            escape(out, '\\');
+        } else {
+            out.append(token.substr(pos, n));
+        }
+        pos += n;
     }
     return out;
 }
@@ -393,13 +407,34 @@ public:
     // `echo` (completions): the prompt goes first, as text (and logprobs) of its own delta.
     void on_prompt(std::vector<engine::TokenLogprob> tokens) override {
         engine::TokenDelta prompt;
-        // Token bytes, decoded as the completion's are: a prompt given as ids may hold bytes
-        // that are not UTF-8 (a lone byte token), which become U+FFFD, not invalid JSON.
-        engine::tokenizer::IncrementalDecoder decoder(nullptr);
+        // Token bytes, decoded as the completion's are (each maximal subpart that is not UTF-8,
+        // as the IncrementalDecoder does): a prompt given as ids may hold bytes that are not UTF-8
+        // (a lone byte token), which become U+FFFD, not invalid JSON. The engine's offsets count
+        // the raw bytes, which each U+FFFD (3 bytes) shifts: they are recounted in the text sent,
+        // a token starting where the character holding its first byte starts.
+        std::string raw;
+        std::vector<size_t> starts;
         for (const engine::TokenLogprob& t : tokens) {
-            prompt.text += decoder.push_bytes(t.token);
+            starts.push_back(raw.size());
+            raw += t.token;
         }
-        prompt.text += decoder.flush();
+        size_t next = 0;  // The first token whose offset is not yet known.
+        for (size_t pos = 0; pos < raw.size();) {
+            const std::string_view rest = std::string_view(raw).substr(pos);
+            size_t n = engine::tokenizer::utf8_valid_sequence(rest);
+            const bool valid = n > 0;
+            if (!valid) {
+                n = engine::tokenizer::utf8_maximal_subpart(rest);
+            }
+            for (; next < tokens.size() && starts[next] < pos + n; ++next) {
+                tokens[next].text_offset = prompt.text.size();
+            }
+            prompt.text.append(valid ? rest.substr(0, n) : std::string_view("\xEF\xBF\xBD"));
+            pos += n;
+        }
+        for (; next < tokens.size(); ++next) {
+            tokens[next].text_offset = prompt.text.size();  // Tokens with no bytes, at the end.
+        }
         if (response_->logprobs) {
             prompt.logprobs = std::move(tokens);
         }

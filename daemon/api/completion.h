@@ -38,8 +38,10 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
 
 // A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
 // a whole character (a byte-fallback token, half of a CJK character) are written as the text
-// \xNN. Distinct tokens keep distinct texts (completions' top_logprobs are an object keyed by
-// them); the `bytes` array beside it keeps the exact bytes.
+// \xNN, and so is a backslash that the token's text has before x and two hex digits (\x5c), so
+// that the token \xff and the byte 0xff differ. Distinct tokens keep distinct texts
+// (completions' top_logprobs are an object keyed by them); the `bytes` array beside it keeps the
+// exact bytes.
 std::string logprob_token_text(std::string_view token);
 
 }  // namespace edge::daemon::api

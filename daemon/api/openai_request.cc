@@ -876,6 +876,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     bool want_logprobs = false;
     std::optional<int64_t> top_logprobs;
     bool tool_choice_given = false;
+    bool stream_options_given = false;  // Not null: null is absent, as for every field.
     for (const auto& kv : obj) {
         std::string key(kv.key());
         const json::value& value = kv.value();
@@ -1029,6 +1030,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                 out.stream = b.value_or(false);
             }
         } else if (key == "stream_options") {
+            stream_options_given = !value.is_null();
             if (value.is_null()) {
                 // Unset.
             } else if (!value.is_object()) {
@@ -1121,7 +1123,9 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                                    (unset ? ", its default for /v1/completions" : "") + ")",
                                std::string("min_tokens"));
     }
-    if (out.include_usage && !out.stream) {
+    // Any stream_options, {} and include_usage false too: OpenAI refuses them all without a
+    // stream, and so does the message below.
+    if (stream_options_given && !out.stream) {
         return invalid_request("'stream_options' is only allowed when 'stream' is true",
                                std::string("stream_options"));
     }

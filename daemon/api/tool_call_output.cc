@@ -17,21 +17,6 @@ const std::shared_ptr<const engine::sampling::JsonSchema>& any_arguments() {
     return schema;
 }
 
-// Appends `next` to `into`, merging a call's consecutive argument deltas.
-void merge(chat::ParsedDelta& into, chat::ParsedDelta next) {
-    into.content += next.content;
-    for (chat::ToolCallDelta& d : next.tool_calls) {
-        if (!into.tool_calls.empty() && into.tool_calls.back().index == d.index && d.id.empty() &&
-            d.name.empty()) {
-            into.tool_calls.back().arguments += d.arguments;
-        } else {
-            into.tool_calls.push_back(std::move(d));
-        }
-    }
-    into.abandoned_calls.insert(into.abandoned_calls.end(), next.abandoned_calls.begin(),
-                                next.abandoned_calls.end());
-}
-
 }  // namespace
 
 std::variant<std::unique_ptr<ToolCallOutput>, ApiError> ToolCallOutput::create(
@@ -152,8 +137,8 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
 chat::ParsedDelta ToolCallOutput::settle(chat::ParsedDelta out) {
     // A call given up in the same delta that started it never reaches the client: its text is
     // content, as in the non-streamed answer, with no header of a call that is not one. The
-    // parser sees to that within one feed(); this covers finish() after the prefix's own
-    // feed() (nothing follows it, so the index it leaves out is not a gap).
+    // parser sees to that within one feed(); this covers a call that finish() both starts and
+    // gives up (nothing follows it, so the index it leaves out is not a gap).
     std::erase_if(out.abandoned_calls, [&](int32_t index) {
         const bool started_here = std::any_of(
             out.tool_calls.begin(), out.tool_calls.end(),
@@ -169,6 +154,9 @@ chat::ParsedDelta ToolCallOutput::settle(chat::ParsedDelta out) {
 }
 
 chat::ParsedDelta ToolCallOutput::feed(std::string_view text) {
+    if (prefix_ && text.empty()) {
+        return {};  // The prefix waits for the model's first text: see finish().
+    }
     if (prefix_) {
         // The prefix and the model's first text in one feed(): a forced call the model breaks
         // at once is then one the parser drops unseen (not listed as abandoned, its index
@@ -182,13 +170,11 @@ chat::ParsedDelta ToolCallOutput::feed(std::string_view text) {
 }
 
 chat::ParsedDelta ToolCallOutput::finish() {
-    chat::ParsedDelta out;
-    if (prefix_) {
-        out = parser_->feed(*prefix_);
-        prefix_.reset();
-    }
-    merge(out, parser_->finish());
-    return settle(std::move(out));
+    // The model wrote nothing after a forced call's prefix (an end of sequence at once): the
+    // prefix is ours, not the model's, so the reply is empty and ends for the engine's reason,
+    // not as a malformed call whose text (the prefix) the client would take for the model's.
+    prefix_.reset();
+    return settle(parser_->finish());
 }
 
 void ToolCallOutput::accumulate(const chat::ParsedDelta& delta) {

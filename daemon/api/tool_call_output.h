@@ -17,7 +17,9 @@
 // Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
 // normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's
 // text is then returned as content, and a streamed call that was started and then given up is
-// listed in the choice's `abandoned_tool_calls`); otherwise the engine's own reason.
+// listed in the choice's `abandoned_tool_calls`); otherwise the engine's own reason. A forced
+// call's prefix is the server's, not the model's: when the model writes nothing after it (an end
+// of sequence at once), the reply is empty, with the engine's reason, and holds no prefix.
 //
 // Threading: one per response; used by the thread that runs the response's sink callbacks.
 
@@ -48,7 +50,8 @@ class ToolCallOutput {
     static std::variant<std::unique_ptr<ToolCallOutput>, ApiError> create(
         ParsedRequest& request, const std::vector<engine::ModelInfo>& models, int32_t choice = 0);
 
-    // Parses the next generated text (the first call parses the forced prefix before it).
+    // Parses the next generated text (the first that is not empty has the forced prefix parsed
+    // before it).
     engine::chat::ParsedDelta feed(std::string_view text);
     // The generation ended: what the parser still held.
     engine::chat::ParsedDelta finish();

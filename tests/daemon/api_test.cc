@@ -514,6 +514,15 @@ TEST_CASE("logprobs token text: whole characters as they are, other bytes as \\x
     CHECK(logprob_token_text("a\xC3") == "a\\xc3");
     CHECK(logprob_token_text("\xF0\x9F\x98\x80!") == "\xF0\x9F\x98\x80!");  // 😀
     CHECK(logprob_token_text("\xC3") != logprob_token_text("\xC4"));
+    // A token whose text is a backslash escape is not the byte that escape names: its backslash
+    // is escaped, and only where it would read as an escape.
+    CHECK(logprob_token_text("\\xff") == "\\x5cxff");
+    CHECK(logprob_token_text("\\xff") != logprob_token_text("\xFF"));
+    CHECK(logprob_token_text("a\\x5c") == "a\\x5cx5c");
+    CHECK(logprob_token_text("\\XFF") == "\\XFF");
+    CHECK(logprob_token_text("\\xf") == "\\xf");
+    CHECK(logprob_token_text("\\n\\\\") == "\\n\\\\");
+    CHECK(logprob_token_text("\\\xFF") == "\\\\xff");  // A backslash, then the byte.
 }
 
 TEST_CASE("deferred answers: encode then decode gives the response back, bad bytes are refused") {
@@ -568,5 +577,66 @@ TEST_CASE("echo: prompt bytes that are not UTF-8 (ids of lone byte tokens) come 
             text = json_of(r->body)["choices"].as_array()[0].as_object()["text"].as_string();
         }
         CHECK(text == "hi\xEF\xBF\xBD ok");
+    }
+}
+
+TEST_CASE("echo: text_offset indexes the returned text where prompt bytes became U+FFFD") {
+    // The engine counts the prompt's offsets in its tokens' bytes; each byte that is not UTF-8
+    // comes back as U+FFFD, three bytes but one character, so raw offsets ran ahead.
+    struct Case {
+        std::vector<std::string> tokens;
+        std::string text;  // The echoed prompt as returned.
+        boost::json::array offsets;
+    };
+    const std::string fffd = "\xEF\xBF\xBD";
+    const Case cases[] = {
+        // Two bad bytes in a row, then text.
+        {{"a", "\xFF", "\xFE", "b"}, "a" + fffd + fffd + "b", {0, 1, 2, 3, 4}},
+        // A character split over two tokens: the second starts where the character does, as a
+        // generated token's offset does.
+        {{"\xC3", "\xA9", "x"}, "\xC3\xA9x", {0, 0, 1, 2}},
+        // Half a character that the next token does not complete: one U+FFFD, then the token.
+        {{"\xE4\xBD", "\xE4\xBD", "y"}, fffd + fffd + "y", {0, 1, 2, 3}},
+    };
+    ApiFixture f;
+    size_t index = 0;
+    for (const Case& k : cases) {
+        for (bool stream : {false, true}) {
+            CAPTURE(index);
+            auto c = f.client();
+            const std::string body =
+                std::string(R"({"model":"test-model","prompt":[1,2],"echo":true,"logprobs":1)") +
+                (stream ? R"(,"stream":true})" : "}");
+            REQUIRE(c->send(testing::http_request("POST", "/v1/completions", body)).ok());
+            REQUIRE(f.generator.wait_for_request(index));
+            f.generator.emit_prompt(index, k.tokens);
+            f.generator.emit(index, "!");
+            f.generator.finish(index, engine::FinishReason::kLength, engine::Usage{2, 1, 0});
+            auto r = c->read_response();
+            REQUIRE(r.ok());
+            REQUIRE(r->status == 200);
+            std::string text;
+            boost::json::array offsets;
+            auto add = [&](boost::json::object& choice) {
+                text += choice["text"].as_string();
+                if (choice["logprobs"].is_object()) {
+                    for (const auto& o : choice["logprobs"].as_object()["text_offset"].as_array()) {
+                        offsets.push_back(o);
+                    }
+                }
+            };
+            if (stream) {
+                for (const std::string& event : sse_events(r->body)) {
+                    if (event != "[DONE]") {
+                        add(json_of(event)["choices"].as_array()[0].as_object());
+                    }
+                }
+            } else {
+                add(json_of(r->body)["choices"].as_array()[0].as_object());
+            }
+            CHECK(text == k.text + "!");
+            CHECK(offsets == k.offsets);
+            ++index;
+        }
     }
 }

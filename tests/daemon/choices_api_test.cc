@@ -338,3 +338,39 @@ TEST_CASE("min_tokens above a default lowered for the tenant's limits is refused
     f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 100, 0});
     CHECK(c->read_response()->status == 200);
 }
+
+TEST_CASE("completions' top_logprobs keep the byte 0xff apart from the token written \\xff") {
+    // The legacy shape keys alternatives by their text: two that were written alike merged into
+    // one entry, and the client lost one of them.
+    LateCancelGenerator generator(SIZE_MAX);
+    auto channel = std::make_shared<RecordingChannel>();
+    auto parsed = daemon::api::parse_openai_request(
+        daemon::api::Endpoint::kCompletions,
+        R"({"model":"test-model","prompt":"hi","logprobs":2,"n":2})");
+    REQUIRE(std::holds_alternative<daemon::api::ParsedRequest>(parsed));
+    daemon::api::run_completion(generator, std::get<daemon::api::ParsedRequest>(parsed), channel,
+                                0);
+    REQUIRE(generator.sinks.size() == 2);
+    for (const auto& sink : generator.sinks) {
+        engine::TokenDelta delta;
+        delta.text = "\\xff";
+        engine::TokenLogprob lp;
+        lp.token = "\\xff";
+        lp.logprob = -0.5f;
+        lp.top = {engine::TopLogprob{"\\xff", 7, -0.5f}, engine::TopLogprob{"\xFF", 8, -1.5f}};
+        delta.logprobs.push_back(lp);
+        sink->on_delta(delta);
+        engine::Finish stop;
+        stop.reason = engine::FinishReason::kStop;
+        sink->on_finish(stop);
+    }
+    REQUIRE(channel->log.size() == 1);
+    boost::json::object body = json_of(channel->log[0].body);
+    for (const auto& choice : body["choices"].as_array()) {
+        const boost::json::object& logprobs = choice.as_object().at("logprobs").as_object();
+        CHECK(choice.as_object().at("text") == "\\xff");
+        CHECK(logprobs.at("tokens").as_array() == boost::json::array{"\\x5cxff"});
+        CHECK(logprobs.at("top_logprobs").as_array() ==
+              boost::json::array{boost::json::object{{"\\x5cxff", -0.5}, {"\\xff", -1.5}}});
+    }
+}

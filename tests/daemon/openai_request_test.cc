@@ -232,6 +232,37 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
     }
 }
 
+TEST_CASE("stream_options of any content are refused without stream, null is absent") {
+    // OpenAI refuses them whatever they ask; include_usage false and {} used to pass.
+    for (const char* options : {R"({"include_usage":true})", R"({"include_usage":false})", R"({})",
+                                R"({"include_obfuscation":true})"}) {
+        for (const char* stream : {"", R"("stream":false,)", R"("stream":null,)"}) {
+            CAPTURE(options);
+            CAPTURE(stream);
+            const std::string rest = std::string(stream) + R"("stream_options":)" + options + "}";
+            ApiError chat =
+                error_of(Endpoint::kChatCompletions,
+                         R"({"model":"m","messages":[{"role":"user","content":"x"}],)" + rest);
+            CHECK(chat.status == 400);
+            CHECK(chat.param == "stream_options");
+            CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":"x",)" + rest).param ==
+                  "stream_options");
+        }
+        // With a stream, whichever comes first.
+        CHECK(parse(Endpoint::kCompletions, std::string(R"({"model":"m","prompt":"x",)") +
+                                                R"("stream_options":)" + options +
+                                                R"(,"stream":true})")
+                  .stream);
+    }
+    for (const char* stream : {"", R"(,"stream":false)"}) {
+        ParsedRequest p = parse(Endpoint::kChatCompletions,
+                                std::string(R"({"model":"m","messages":[{"role":"user",)") +
+                                    R"("content":"x"}],"stream_options":null)" + stream + "}");
+        CHECK_FALSE(p.stream);
+        CHECK_FALSE(p.include_usage);
+    }
+}
+
 TEST_CASE("chat_template_kwargs: the thinking switch is read, other keys are refused by name") {
     auto off = parse(Endpoint::kChatCompletions,
                      R"({"model":"m","messages":[{"role":"user","content":"x"}],)"

@@ -721,3 +721,63 @@ TEST_CASE("tools: several calls in one reply keep their order and indexes") {
     CHECK(parsed(s.calls[1].arguments) == json::parse(R"({"city": "Rome"})"));
     CHECK(s.finish_reason == "tool_calls");
 }
+
+TEST_CASE("tools: a forced call the model writes nothing of is an empty reply, not the prefix") {
+    // The forced prefix is the server's, put in the prompt: a model that ends at once never
+    // wrote it, and the client must not get it back as content (as a malformed call).
+    ToolFixture f;
+    auto c = f.client();
+    struct Case {
+        const char* model;
+        const char* choice;
+    };
+    const Case cases[] = {
+        {"qwen", R"("required")"},
+        {"qwen", R"({"type":"function","function":{"name":"get_weather"}})"},
+        {"glm", R"("required")"},
+        {"kimi", R"({"type":"function","function":{"name":"get_weather"}})"},
+    };
+    size_t index = 0;
+    for (const Case& k : cases) {
+        for (engine::FinishReason reason :
+             {engine::FinishReason::kStop, engine::FinishReason::kLength}) {
+            for (bool stream : {false, true}) {
+                CAPTURE(k.model);
+                CAPTURE(k.choice);
+                CAPTURE(stream);
+                const bool stop = reason == engine::FinishReason::kStop;
+                CAPTURE(stop);
+                REQUIRE(c->send(testing::http_request(
+                                    "POST", "/v1/chat/completions",
+                                    tool_body(k.model, stream,
+                                              std::string(",\"tool_choice\":") + k.choice)))
+                            .ok());
+                REQUIRE(f.generator.wait_for_request(index));
+                REQUIRE_FALSE(f.generator.request(index).assistant_prefix.empty());
+                if (stop) {
+                    f.generator.emit(index, "");  // The end of sequence's delta: no text.
+                }
+                f.generator.finish(index, reason, engine::Usage{1, 1, 0});
+                auto reply = c->read_response();
+                REQUIRE(reply.ok());
+                REQUIRE(reply->status == 200);
+                const std::string_view expected = stop ? "stop" : "length";
+                if (stream) {
+                    Streamed s = collect(reply->body);
+                    CHECK(s.content.empty());
+                    CHECK(s.calls.empty());
+                    CHECK(s.finish_reason == expected);
+                    CHECK_FALSE(s.abandoned.is_array());
+                } else {
+                    json::object body = json_of(reply->body);
+                    const json::object& choice = body["choices"].as_array()[0].as_object();
+                    CHECK(choice.at("finish_reason").as_string() == expected);
+                    const json::object& message = choice.at("message").as_object();
+                    CHECK(message.at("content") == "");
+                    CHECK_FALSE(message.contains("tool_calls"));
+                }
+                ++index;
+            }
+        }
+    }
+}
