@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 
@@ -136,6 +138,9 @@ public:
                     extra = AdminReply{404, "text/plain; charset=utf-8", "not found\n"};
                 }
             }
+            if (extra && extra->deferred) {
+                extra = co_await await_deferred(stream, std::move(extra->deferred));
+            }
             if (extra) {
                 if (extra->status == 401) {
                     res.set(http::field::www_authenticate, "Bearer realm=\"edgeserve admin\"");
@@ -216,6 +221,57 @@ public:
         return AdminReply{403, "text/plain; charset=utf-8",
                           "forbidden: a state-changing admin request from another host needs an "
                           "admin token (set listeners.admin.token_file)\n"};
+    }
+
+    // The answer a deferred reply gives, or 503 when none comes in time. The waiting coroutine
+    // and the answer's wake-up both run on the connection's strand, so an answer given before
+    // the wait starts is seen instead of waited for.
+    static net::awaitable<std::optional<AdminReply>> await_deferred(
+        beast::tcp_stream& stream, std::function<void(std::function<void(AdminReply)>)> deferred) {
+        struct Wait {
+            explicit Wait(const beast::tcp_stream::executor_type& ex) : timer(ex) {}
+            std::mutex mu;
+            std::optional<AdminReply> reply;  // Under mu.
+            net::steady_timer timer;
+        };
+        auto wait = std::make_shared<Wait>(stream.get_executor());
+        wait->timer.expires_after(kAdminDeferredTimeout);
+        deferred([wait](AdminReply reply) {
+            {
+                std::lock_guard lock(wait->mu);
+                if (wait->reply) {
+                    return;
+                }
+                reply.deferred = nullptr;
+                wait->reply = std::move(reply);
+            }
+            net::post(wait->timer.get_executor(), [wait] { wait->timer.cancel(); });
+        });
+        bool answered = false;
+        {
+            std::lock_guard lock(wait->mu);
+            answered = wait->reply.has_value();
+        }
+        if (!answered) {
+            co_await wait->timer.async_wait(kTuple);  // Woken by the answer, or the timeout.
+        }
+        std::optional<AdminReply> reply;
+        {
+            std::lock_guard lock(wait->mu);
+            if (wait->reply) {
+                reply = std::move(wait->reply);
+            } else {
+                // An answer after this finds the slot taken and is dropped.
+                wait->reply = AdminReply{};
+            }
+        }
+        if (!reply) {
+            reply = AdminReply{503, "text/plain; charset=utf-8",
+                               "unavailable: the change was not confirmed within " +
+                                   std::to_string(kAdminDeferredTimeout.count()) +
+                                   " ms; it may still be made (look before repeating it)\n"};
+        }
+        co_return reply;
     }
 
     // Answers a request that cannot be served, then closes: what follows it on the connection

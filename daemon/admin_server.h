@@ -14,6 +14,7 @@
 // Threading: start() from any thread; stop() closes the acceptor and open connections and may be
 // called from any thread. The io_context, metrics and ready callback must outlive it.
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -35,7 +36,14 @@ struct AdminReply {
     int status = 200;
     std::string content_type = "application/json";
     std::string body;
+    // Set by a handler whose answer depends on work another thread does (a state change made on
+    // the gossip strand): the server calls it once, on the I/O thread, with `answer`, and sends
+    // what `answer` receives (from any thread; the first call counts) instead of this reply, so
+    // a change is not reported made before it is. No answer within kAdminDeferredTimeout: 503.
+    std::function<void(std::function<void(AdminReply)> answer)> deferred = nullptr;
 };
+// How long the admin listener waits for a deferred answer (below the 5 s the commands wait).
+inline constexpr std::chrono::milliseconds kAdminDeferredTimeout{3000};
 // Called for every request whose path starts with "/admin/", with the method ("GET", "POST",
 // ...) and the full target (query included); nullopt means not found. Runs on an I/O thread and
 // must not block.

@@ -15,11 +15,13 @@
 #include <boost/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "common/file.h"
 #include "common/json_text.h"
@@ -299,15 +301,38 @@ public:
         using Readiness = ClusterRoutePlanner::Readiness;
         Readiness readiness = Readiness::kFailed;
         Result<std::pair<std::string, uint16_t>> hp = membership::split_host_port(addr);
-        error_code ec;
-        net::ip::address ip;
+        const auto deadline = std::chrono::steady_clock::now() + self->gossip_.health_check_timeout;
+        std::vector<tcp::endpoint> endpoints;
         if (hp.ok()) {
-            ip = net::ip::make_address(hp->first, ec);
+            error_code ec;
+            const net::ip::address ip = net::ip::make_address(hp->first, ec);
+            if (!ec) {
+                endpoints.emplace_back(ip, hp->second);
+            } else {
+                // site.admin_address may name a host (the config takes host:port): unresolved,
+                // every check of a healthy site failed and its pools were ejected. The lookup
+                // counts against the check's deadline.
+                auto resolver = std::make_shared<tcp::resolver>(self->strand_);
+                net::steady_timer timer(self->strand_, deadline);
+                timer.async_wait([resolver](error_code wait_ec) {
+                    if (!wait_ec) {
+                        resolver->cancel();
+                    }
+                });
+                auto [rec, results] =
+                    co_await resolver->async_resolve(hp->first, std::to_string(hp->second), kTuple);
+                timer.cancel();
+                if (!rec) {
+                    for (const auto& entry : results) {
+                        endpoints.push_back(entry.endpoint());
+                    }
+                }
+            }
         }
-        if (hp.ok() && !ec) {
+        if (!endpoints.empty() && !self->stopped_) {
             beast::tcp_stream stream(self->strand_);
-            stream.expires_after(self->gossip_.health_check_timeout);
-            auto [cec] = co_await stream.async_connect(tcp::endpoint(ip, hp->second), kTuple);
+            stream.expires_at(deadline);
+            auto [cec, connected] = co_await stream.async_connect(endpoints, kTuple);
             if (!cec) {
                 http::request<http::empty_body> req{http::verb::get, "/readyz", 11};
                 req.set(http::field::host, addr);
@@ -388,14 +413,20 @@ public:
                 version->second.empty()) {
                 return json_error(400, "/admin/rollout needs ?model=NAME&version=DIGEST");
             }
-            if (Status s = send_rollout(model->second, version->second); !s.ok()) {
+            if (Status s = check_rollout(model->second, version->second); !s.ok()) {
                 return json_error(400, s.message());
             }
-            boost::json::object o;
-            o["model"] = model->second;
-            o["version"] = version->second;
-            o["sent"] = true;
-            return AdminReply{200, "application/json", json_text(o) + "\n"};
+            // Answered once the gossip strand has stamped the intent and this site's book has
+            // taken it (or refused it): a 200 sent before then claimed a change that a full
+            // book or a failed send never made.
+            AdminReply reply;
+            reply.deferred = [self = shared_from_this(), model = model->second,
+                              version = version->second](std::function<void(AdminReply)> answer) {
+                if (Status s = self->send_rollout(model, version, answer); !s.ok()) {
+                    answer(json_error(400, s.message()));  // Checked above: not expected.
+                }
+            };
+            return reply;
         }
         if (path == "/admin/rollouts") {
             if (auto e = get_only()) return e;
@@ -417,17 +448,58 @@ public:
         return std::nullopt;
     }
 
-    Status send_rollout(const std::string& model, const std::string& version) {
+    static Status check_rollout(const std::string& model, const std::string& version) {
         if (model.empty() || version.empty() || model.size() > 255 || version.size() > 255 ||
             model.find('\n') != std::string::npos || version.find('\n') != std::string::npos) {
             return invalid_argument_error("rollout: model and version must be 1..255 bytes "
                                           "without newlines");
         }
+        return ok_status();
+    }
+
+    // Sends the intent on the membership strand; `answer`, when set, gets the admin reply: what
+    // this site's book made of it, or why it was not sent.
+    Status send_rollout(const std::string& model, const std::string& version,
+                        std::function<void(AdminReply)> answer = nullptr) {
+        EDGE_RETURN_IF_ERROR(check_rollout(model, version));
         auto payload = encode_rollout(model, version);
-        service_->post([payload = std::move(payload)](membership::Memberlist& ml) mutable {
+        service_->post([self = shared_from_this(), model, version, payload = std::move(payload),
+                        answer = std::move(answer)](membership::Memberlist& ml) mutable {
+            // The event reaches this site's book within send_user_event (same strand).
+            self->local_rollout_.reset();
             Status s = ml.send_user_event(std::string(kRolloutEvent), std::move(payload));
+            const std::optional<RolloutBook::Applied> applied = self->local_rollout_;
+            self->local_rollout_.reset();
             if (!s.ok()) {
                 log::warn("rollout_send_failed", {{"error", s.message()}});
+            }
+            if (!answer) {
+                return;
+            }
+            if (!s.ok()) {
+                answer(json_error(s.code() == StatusCode::kInvalidArgument ? 400 : 503,
+                                  "rollout not sent: " + s.message()));
+                return;
+            }
+            const std::optional<RolloutIntent> held = self->rollouts_.target(model);
+            if (applied == RolloutBook::Applied::kTarget && held && held->version == version) {
+                boost::json::object o;
+                o["model"] = model;
+                o["version"] = version;
+                o["ltime"] = held->ltime;
+                o["sent"] = true;
+                answer(AdminReply{200, "application/json", json_text(o) + "\n"});
+            } else if (applied == RolloutBook::Applied::kFull) {
+                answer(json_error(507, "rollout refused: the rollout book holds targets for " +
+                                           std::to_string(RolloutBook::kMaxModels) +
+                                           " models already, and not for '" + model + "'"));
+            } else {
+                answer(
+                    json_error(409, "rollout not taken: this site holds " +
+                                        (held ? "version '" + held->version + "' at Lamport time " +
+                                                    std::to_string(held->ltime)
+                                              : std::string("no target")) +
+                                        " for '" + model + "'"));
             }
         });
         return ok_status();
@@ -453,6 +525,8 @@ public:
     std::unique_ptr<membership::MembershipService> service_;
     std::unique_ptr<ClusterRoutePlanner> planner_;
     RolloutBook rollouts_;
+    // What this site's book made of the rollout event it sent last (membership strand only).
+    std::optional<RolloutBook::Applied> local_rollout_;
     std::map<std::string, Duration> peer_delay_;  // Testing only: site id -> delay.
     std::function<void(const std::string&)> on_site_dead_;  // Set before start().
     bool encrypted_ = false;                      // Started with gossip keys.
@@ -505,7 +579,9 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
             log::warn("rollout_event_invalid", {{"error", intent.status().message()}});
             return;
         }
-        switch (raw->rollouts_.apply(*intent)) {
+        const RolloutBook::Applied applied = raw->rollouts_.apply(*intent);
+        raw->local_rollout_ = applied;
+        switch (applied) {
             case RolloutBook::Applied::kTarget:
                 log::info("rollout_target", {{"model", intent->model},
                                              {"version", intent->version},

@@ -82,7 +82,8 @@ public:
     uint16_t gossip_port() const;
     const std::string& advertise_addr() const;
 
-    // The /admin/* views; see AdminHandler.
+    // The /admin/* views; see AdminHandler. POST /admin/rollout answers deferred (AdminReply::
+    // deferred): 200 once this site's book holds the intent, 409/507 when it refused it.
     std::optional<AdminReply> handle_admin(std::string_view method, std::string_view target);
 
     class Impl;

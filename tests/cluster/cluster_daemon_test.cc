@@ -7,15 +7,19 @@
 
 #include <doctest/doctest.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/json.hpp>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <string_view>
 #include <thread>
 
 #include "common/log.h"
+#include "daemon/admin_server.h"
 #include "daemon/cluster/cli.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/config.h"
@@ -416,4 +420,155 @@ TEST_CASE("a site that dies without leaving stops getting traffic within the det
                                      << " ms");
     // Bound: two failed /readyz checks 100 ms apart (ejection) or the gossip suspicion.
     CHECK(shifted < 3s);
+}
+
+namespace {
+
+// Two Clusters (no Daemon around them) on one io_context: `fra` checks `sin`, whose admin
+// address is what the caller passes.
+struct ClusterPair {
+    explicit ClusterPair(const std::string& sin_admin, const std::string& extra = "") {
+        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+        const auto config_of = [&](const std::string& id, std::vector<std::string> join) {
+            testing::DaemonYaml y;
+            y.site_id = id;
+            y.cert_path = cert.cert_path;
+            y.key_path = cert.key_path;
+            y.gossip.emplace();
+            y.gossip->join = std::move(join);
+            y.extra =
+                "routing:\n"
+                "  outlier:\n"
+                "    consecutive_failures: 2\n"
+                "    max_ejection_percent: 100\n" +
+                extra;
+            Result<daemon::Config> c = daemon::parse_config(testing::daemon_yaml(y), id);
+            REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+            return std::move(c).value();
+        };
+        auto made = daemon::cluster::Cluster::create(io, config_of("sin", {}), sin_generator,
+                                                     nullptr, SystemClock::instance(), sin_admin);
+        REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+        sin = std::move(made).value();
+        made = daemon::cluster::Cluster::create(
+            io, config_of("fra", {"127.0.0.1:" + std::to_string(sin->gossip_port())}),
+            fra_generator, nullptr, SystemClock::instance(), "127.0.0.1:1");
+        REQUIRE_MESSAGE(made.ok(), made.status().to_string());
+        fra = std::move(made).value();
+        for (int i = 0; i < 2; ++i) {
+            threads.emplace_back([this] {
+                auto guard = boost::asio::make_work_guard(io);
+                io.run();
+            });
+        }
+        sin->start();
+        fra->start();
+    }
+    ~ClusterPair() {
+        fra->kill();
+        sin->kill();
+        io.stop();
+        for (std::thread& t : threads) {
+            t.join();
+        }
+    }
+
+    testing::TempDir dir;
+    testing::TestCertificate cert;
+    boost::asio::io_context io;
+    testing::ScriptedGenerator sin_generator{{"test-model"}};
+    testing::ScriptedGenerator fra_generator{std::vector<std::string>{}};
+    std::unique_ptr<daemon::cluster::Cluster> sin;
+    std::unique_ptr<daemon::cluster::Cluster> fra;
+    std::vector<std::thread> threads;
+};
+
+}  // namespace
+
+TEST_CASE("a peer whose admin address is a host name gets its /readyz checks, not ejected") {
+    // sin's admin listener, advertised as localhost:PORT (site.admin_address takes host:port).
+    boost::asio::io_context admin_io;
+    daemon::Metrics metrics;
+    std::atomic<int> checks{0};
+    auto admin = daemon::AdminServer::create(admin_io, "127.0.0.1", 0, metrics, [&] {
+        ++checks;
+        return ok_status();
+    });
+    REQUIRE(admin.ok());
+    (*admin)->start();
+    std::thread admin_thread([&] {
+        auto guard = boost::asio::make_work_guard(admin_io);
+        admin_io.run();
+    });
+
+    {
+        ClusterPair c("localhost:" + std::to_string((*admin)->port()));
+        CHECK(wait_for(
+            [&] {
+                const membership::MemberView* m = c.fra->snapshot()->find("sin");
+                return m != nullptr && m->site != nullptr && !m->site->pools.empty();
+            },
+            10s));
+        // Each check reaches the listener: an unresolved name failed them all, two in a row
+        // ejected the healthy pool.
+        CHECK(wait_for([&] { return checks.load() >= 4; }, 5s));
+        CHECK_FALSE(
+            c.fra->planner().outliers().is_ejected(routing::health::pool_key("sin", "test-model")));
+    }
+    (*admin)->stop();
+    admin_io.stop();
+    admin_thread.join();
+}
+
+TEST_CASE("POST /admin/rollout answers once the site's book holds the intent, or why it does not") {
+    // One model short of the book's cap, from the config (intents at Lamport time 0).
+    std::string targets = "  target_versions:\n";
+    for (size_t i = 0; i + 1 < daemon::cluster::RolloutBook::kMaxModels; ++i) {
+        targets += "    filler-" + std::to_string(i) + ": v1\n";
+    }
+    ClusterPair c("127.0.0.1:1", targets);
+    daemon::Metrics metrics;
+    auto admin =
+        daemon::AdminServer::create(c.io, "127.0.0.1", 0, metrics, [] { return ok_status(); });
+    REQUIRE(admin.ok());
+    (*admin)->set_handler([&c](std::string_view method, std::string_view target) {
+        return c.fra->handle_admin(method, target);
+    });
+    (*admin)->start();
+    const std::string addr = "127.0.0.1:" + std::to_string((*admin)->port());
+    const auto targets_held = [&] {
+        auto r = daemon::cluster::admin_request(addr, "GET", "/admin/rollouts");
+        REQUIRE(r.ok());
+        REQUIRE(r->status == 200);
+        std::map<std::string, std::string> held;
+        const json::value body = json::parse(r->body);
+        for (const json::value& v : body.at("rollouts").as_array()) {
+            held[std::string(v.at("model").as_string())] = v.at("version").as_string();
+        }
+        return held;
+    };
+
+    // The 200 comes once the intent is held here (no wait before looking), with its time.
+    auto r =
+        daemon::cluster::admin_request(addr, "POST", "/admin/rollout?model=test-model&version=v2");
+    REQUIRE(r.ok());
+    CHECK_MESSAGE(r->status == 200, r->body);
+    json::value sent = json::parse(r->body);
+    CHECK(sent.at("version").as_string() == "v2");
+    CHECK(sent.as_object().contains("ltime"));
+    CHECK(targets_held()["test-model"] == "v2");
+
+    // The book is full now: a model it does not hold is refused, and the answer says so
+    // instead of `"sent": true`.
+    r = daemon::cluster::admin_request(addr, "POST", "/admin/rollout?model=other&version=v1");
+    REQUIRE(r.ok());
+    CHECK_MESSAGE(r->status == 507, r->body);
+    CHECK(r->body.find("4096") != std::string::npos);
+    CHECK(targets_held().count("other") == 0);
+    // A model it holds still rolls out.
+    r = daemon::cluster::admin_request(addr, "POST", "/admin/rollout?model=filler-7&version=v3");
+    REQUIRE(r.ok());
+    CHECK_MESSAGE(r->status == 200, r->body);
+    CHECK(targets_held()["filler-7"] == "v3");
+    (*admin)->stop();
 }

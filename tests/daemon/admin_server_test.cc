@@ -295,3 +295,48 @@ TEST_CASE("admin: the token file is one line of 16 to 4096 visible characters") 
     REQUIRE_FALSE(missing.ok());
     CHECK(missing.status().message().find(dir.file("absent")) != std::string::npos);
 }
+
+TEST_CASE("admin: a deferred reply is sent when its answer comes, from any thread, or 503") {
+    std::vector<std::thread> answerers;
+    AdminFixture f(
+        [&answerers](std::string_view, std::string_view target) -> std::optional<AdminReply> {
+            AdminReply reply;
+            if (target == "/admin/now") {
+                // Answered before the server starts waiting.
+                reply.deferred = [](std::function<void(AdminReply)> answer) {
+                    answer(AdminReply{200, "text/plain", "now\n"});
+                };
+            } else if (target == "/admin/later") {
+                // Answered from another thread a while later; a second answer is ignored.
+                reply.deferred = [&answerers](std::function<void(AdminReply)> answer) {
+                    answerers.emplace_back([answer] {
+                        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                        answer(AdminReply{409, "text/plain", "later\n"});
+                        answer(AdminReply{200, "text/plain", "twice\n"});
+                    });
+                };
+            } else {
+                reply.deferred = [](std::function<void(AdminReply)>) {};  // Never answered.
+            }
+            return reply;
+        });
+    const std::string now = f.exchange(
+        "POST /admin/now HTTP/1.1\r\nHost: a\r\n\r\n"
+        "POST /admin/later HTTP/1.1\r\nHost: a\r\n"
+        "Connection: close\r\n\r\n");
+    CHECK(now.starts_with("HTTP/1.1 200 OK\r\n"));
+    CHECK(now.find("now\n") != std::string::npos);
+    CHECK(now.find("HTTP/1.1 409 Conflict\r\n") != std::string::npos);
+    CHECK(now.find("later\n") != std::string::npos);
+    CHECK(now.find("twice") == std::string::npos);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string never = f.exchange(
+        "POST /admin/never HTTP/1.1\r\nHost: a\r\n"
+        "Connection: close\r\n\r\n");
+    CHECK(never.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+    CHECK(never.find("not confirmed") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - start >= kAdminDeferredTimeout);
+    for (std::thread& t : answerers) {
+        t.join();
+    }
+}
