@@ -34,5 +34,21 @@ TEST_CASE("advertised addresses: what other sites reach a listener at") {
     CHECK_FALSE(is_loopback_host("128.0.0.1"));
 }
 
+TEST_CASE("advertised addresses: wildcard and loopback listeners are known however spelt") {
+    // The config takes any IP literal; as text these were advertised as addresses, which other
+    // sites then sent to: their own machine.
+    CHECK(reachable_address("::0", 8444, "203.0.113.5") == "203.0.113.5:8444");
+    CHECK(reachable_address("0:0:0:0:0:0:0:0", 8444, "203.0.113.5") == "203.0.113.5:8444");
+    CHECK(reachable_address("0:0:0:0:0:0:0:1", 9443, "203.0.113.5").empty());
+    CHECK(reachable_address("::ffff:127.0.0.1", 9443, "203.0.113.5").empty());
+    CHECK(public_host("", "0:0:0:0:0:0:0:0").empty());
+    CHECK(public_host("", "::0").empty());
+    CHECK(public_host("", "2001:db8::5") == "2001:db8::5");
+    CHECK(is_loopback_host("[0:0:0:0:0:0:0:1]"));
+    CHECK(is_loopback_host("::ffff:127.0.0.1"));
+    CHECK_FALSE(is_loopback_host("::ffff:128.0.0.1"));
+    CHECK_FALSE(is_loopback_host("127.example.net"));
+}
+
 }  // namespace
 }  // namespace edge::daemon::cluster
