@@ -1,11 +1,13 @@
 #include "daemon/admin_server.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -34,8 +36,14 @@ constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 class AdminServer::Impl : public std::enable_shared_from_this<AdminServer::Impl> {
 public:
     Impl(net::io_context& io, Metrics& metrics, std::function<Status()> ready)
-        : io_(io), acceptor_(io), metrics_(metrics), ready_(std::move(ready)) {}
+        : io_(io),
+          strand_(net::make_strand(io)),
+          acceptor_(strand_),
+          metrics_(metrics),
+          ready_(std::move(ready)) {}
 
+    // Runs on strand_, as do the acceptor's close and every handler of the accept: the I/O
+    // threads run the io_context together, and an acceptor is not safe to use from two at once.
     net::awaitable<void> accept_loop() {
         // After a failed accept (out of descriptors, most often) the connection stays in the
         // backlog and the listener readable: wait before the next accept instead of spinning,
@@ -64,28 +72,44 @@ public:
                     failures = 0;
                     logged_at = now;
                 }
-                net::steady_timer pause(io_, delay);
+                net::steady_timer pause(strand_, delay);
                 co_await pause.async_wait(kTuple);
                 continue;
             }
             delay = std::chrono::milliseconds(0);
             auto executor = socket.get_executor();
-            net::co_spawn(executor, serve(beast::tcp_stream(std::move(socket))),
-                          [](std::exception_ptr) {});
+            // The connection holds the server: after stop() a connection still answering outlives
+            // this loop, and the AdminServer may be gone by then.
+            net::co_spawn(
+                executor,
+                [self = shared_from_this(), s = std::move(socket)]() mutable {
+                    return self->serve(beast::tcp_stream(std::move(s)));
+                },
+                [](std::exception_ptr) {});
         }
     }
 
+    // Runs on the connection's strand.
     net::awaitable<void> serve(beast::tcp_stream stream) {
+        Connection connection{&stream};
+        const ConnectionRegistration registration(*this, connection, stream.get_executor());
         // Bounded: Beast limits the header but not a chunk-size line or trailer, which would be
         // buffered until the read timeout.
         beast::flat_buffer buffer(kMaxRequestBytes);
         for (;;) {
+            // Checked after registering and on each turn: a connection that stop()'s close found
+            // answering, or that registered after stop() looked, ends here.
+            if (stopped_) {
+                break;
+            }
             http::request_parser<http::empty_body> parser;
             parser.header_limit(kMaxRequestBytes);
             stream.expires_after(std::chrono::seconds(5));
+            connection.reading = true;
             auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
+            connection.reading = false;
             if (stopped_) {
-                break;
+                break;  // Closed by stop(), or a request that came too late: not answered.
             }
             if (ec) {
                 // A request that cannot be served gets a status; a timeout or a close, nothing.
@@ -165,7 +189,8 @@ public:
                 res.result(http::status::not_found);
                 res.body() = "not found\n";
             }
-            res.keep_alive(req.keep_alive());
+            // Stopping: this answer is the connection's last, and says so.
+            res.keep_alive(req.keep_alive() && !stopped_);
             res.prepare_payload();
             if (req.method() == http::verb::head) {
                 res.body().clear();  // RFC 9110 section 9.3.2; Content-Length stays the GET's.
@@ -177,6 +202,17 @@ public:
         }
         beast::error_code ignored;
         stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    }
+
+    // Closes the connections waiting for a request (keep-alive ones between requests, new ones
+    // before their first); one answering a request is left to finish its answer, and ends at the
+    // top of serve()'s loop. Any thread; call after setting stopped_.
+    void close_idle_connections() {
+        std::lock_guard lock(connections_mu_);
+        for (const auto& [id, entry] : connections_) {
+            net::post(entry.executor,
+                      [self = shared_from_this(), id = id] { self->close_if_reading(id); });
+        }
     }
 
     void set_token(std::string token) {
@@ -303,14 +339,66 @@ public:
     // Request line and header fields, or a chunk-size line or trailer section, at most.
     static constexpr size_t kMaxRequestBytes = 8192;
 
+    // A connection's state, in its serve() frame; touched only on the connection's strand.
+    struct Connection {
+        beast::tcp_stream* stream = nullptr;
+        bool reading = false;  // Waiting for (the rest of) a request, not answering one.
+    };
+    struct RegisteredConnection {
+        Connection* connection = nullptr;
+        beast::tcp_stream::executor_type executor;  // The connection's strand.
+    };
+    // Lists a connection in connections_ for as long as its serve() frame lives.
+    class ConnectionRegistration {
+    public:
+        ConnectionRegistration(Impl& impl, Connection& connection,
+                               beast::tcp_stream::executor_type executor)
+            : impl_(impl) {
+            std::lock_guard lock(impl_.connections_mu_);
+            id_ = impl_.next_connection_id_++;
+            impl_.connections_.emplace(id_, RegisteredConnection{&connection, std::move(executor)});
+        }
+        ~ConnectionRegistration() {
+            std::lock_guard lock(impl_.connections_mu_);
+            impl_.connections_.erase(id_);
+        }
+        ConnectionRegistration(const ConnectionRegistration&) = delete;
+        ConnectionRegistration& operator=(const ConnectionRegistration&) = delete;
+
+    private:
+        Impl& impl_;
+        uint64_t id_ = 0;
+    };
+
+    // On connection `id`'s strand. Still listed, its frame is alive: the frame leaves the list
+    // on this strand too (or when the io_context is destroyed, when no handler runs).
+    void close_if_reading(uint64_t id) {
+        Connection* connection = nullptr;
+        {
+            std::lock_guard lock(connections_mu_);
+            auto it = connections_.find(id);
+            if (it == connections_.end()) {
+                return;
+            }
+            connection = it->second.connection;
+        }
+        if (connection->reading) {
+            connection->stream->close();  // The read ends with operation_aborted.
+        }
+    }
+
     net::io_context& io_;
-    tcp::acceptor acceptor_;
+    net::strand<net::io_context::executor_type> strand_;
+    tcp::acceptor acceptor_;  // On strand_.
     Metrics& metrics_;
     std::function<Status()> ready_;
     AdminHandler handler_;
     std::mutex token_mu_;
     std::optional<Sha256Digest> token_digest_;  // Under token_mu_; nullopt: no token.
     std::atomic<bool> stopped_{false};
+    std::mutex connections_mu_;
+    uint64_t next_connection_id_ = 0;                                 // Under connections_mu_.
+    std::unordered_map<uint64_t, RegisteredConnection> connections_;  // Under connections_mu_.
     uint16_t port_ = 0;
 };
 
@@ -354,16 +442,19 @@ void AdminServer::set_token(std::string token) { impl_->set_token(std::move(toke
 
 void AdminServer::start() {
     net::co_spawn(
-        impl_->io_, [impl = impl_]() { return impl->accept_loop(); },
+        impl_->strand_, [impl = impl_]() { return impl->accept_loop(); },
         [](std::exception_ptr) {});
 }
 
 void AdminServer::stop() {
+    // Set first: whatever the closes below miss (a connection registering now, one answering)
+    // sees it at the top of its loop.
     impl_->stopped_ = true;
-    net::post(impl_->io_, [impl = impl_] {
+    net::post(impl_->strand_, [impl = impl_] {
         boost::system::error_code ignored;
         impl->acceptor_.close(ignored);
     });
+    impl_->close_idle_connections();
 }
 
 Result<std::string> read_admin_token(const std::string& path) {

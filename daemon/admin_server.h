@@ -10,9 +10,19 @@
 // open for Prometheus and the other sites' checks). Without one, /admin/ views are open and a
 // state-changing request (POST /admin/rollout, which gossip carries to every site) is taken
 // only from a loopback client: from another host it is refused with 403.
-// Runs on the given io_context; one short request at a time per connection, 5 s read timeout.
-// Threading: start() from any thread; stop() closes the acceptor and open connections and may be
-// called from any thread. The io_context, metrics and ready callback must outlive it.
+// Runs on the given io_context, from any number of threads; one short request at a time per
+// connection, 5 s to read a request and write its answer.
+// Threading: start() once, from any thread; stop() from any thread, once or more, after start()
+// or instead of it. stop() does not wait: it hands the closes to the io_context, so they happen
+// only while some thread runs it (an io_context stopped at once after stop() closes what is left
+// when it is destroyed). It closes the acceptor, and the connections waiting for a request
+// (idle keep-alive ones, and one whose request is still arriving, which is not answered). A
+// connection answering a request it has read (a deferred answer included, at most
+// kAdminDeferredTimeout) finishes that answer, marked `Connection: close`, then closes: an
+// operator's POST /admin/rollout is told whether it was made.
+// The io_context, metrics, ready callback and handler must outlive every run of the
+// io_context: a connection still answering uses them after stop(), even once the AdminServer is
+// gone (it holds the server's state itself).
 
 #include <chrono>
 #include <functional>
@@ -64,6 +74,7 @@ public:
     // next request is checked against it (a reload rotates it).
     void set_token(std::string token);
     void start();
+    // See the threading contract above.
     void stop();
 
     class Impl;
