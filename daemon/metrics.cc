@@ -524,18 +524,33 @@ void Metrics::on_route_decision(std::string_view outcome, const std::string& sit
     if (outcome != "local" && outcome != "forwarded" && outcome != "rejected") {
         return;
     }
-    route_decisions_->Add({{"outcome", std::string(outcome)}, {"site", site}}).Increment();
+    std::lock_guard lock(sites_mu_);
+    prometheus::Counter& c =
+        route_decisions_->Add({{"outcome", std::string(outcome)}, {"site", site}});
+    if (!site.empty()) {
+        site_series_[site].decisions.insert(&c);
+    }
+    c.Increment();
 }
 
 void Metrics::on_forwarded(const std::string& site, std::string_view outcome) {
-    forwarded_->Add({{"site", site}, {"outcome", std::string(outcome)}}).Increment();
+    std::lock_guard lock(sites_mu_);
+    prometheus::Counter& c = forwarded_->Add({{"site", site}, {"outcome", std::string(outcome)}});
+    if (!site.empty()) {
+        site_series_[site].forwarded.insert(&c);
+    }
+    c.Increment();
 }
 
 void Metrics::on_forward_latency(const std::string& site, std::chrono::nanoseconds to_head) {
     static const prometheus::Histogram::BucketBoundaries kBuckets{
         0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
-    forward_latency_->Add({{"site", site}}, kBuckets)
-        .Observe(std::chrono::duration<double>(to_head).count());
+    std::lock_guard lock(sites_mu_);
+    prometheus::Histogram& h = forward_latency_->Add({{"site", site}}, kBuckets);
+    if (!site.empty()) {
+        site_series_[site].forward_latency = &h;
+    }
+    h.Observe(std::chrono::duration<double>(to_head).count());
 }
 
 void Metrics::on_forward_retry(std::string_view reason) {
@@ -596,11 +611,48 @@ void Metrics::on_response(const tls::ResponseRecord& record) {
 }
 
 void Metrics::on_route_ejection(const std::string& site) {
-    route_ejections_->Add({{"site", site}}).Increment();
+    std::lock_guard lock(sites_mu_);
+    prometheus::Counter& c = route_ejections_->Add({{"site", site}});
+    if (!site.empty()) {
+        site_series_[site].ejections = &c;
+    }
+    c.Increment();
 }
 
 void Metrics::set_site_rtt(const std::string& site, double seconds) {
-    site_rtt_->Add({{"site", site}}).Set(seconds);
+    std::lock_guard lock(sites_mu_);
+    prometheus::Gauge& g = site_rtt_->Add({{"site", site}});
+    if (!site.empty()) {
+        site_series_[site].rtt = &g;
+    }
+    g.Set(seconds);
+}
+
+void Metrics::retain_sites(const std::set<std::string>& present) {
+    std::lock_guard lock(sites_mu_);
+    for (auto it = site_series_.begin(); it != site_series_.end();) {
+        if (present.contains(it->first)) {
+            ++it;
+            continue;
+        }
+        const SiteSeries& s = it->second;
+        for (prometheus::Counter* c : s.decisions) {
+            route_decisions_->Remove(c);
+        }
+        for (prometheus::Counter* c : s.forwarded) {
+            forwarded_->Remove(c);
+        }
+        if (s.ejections != nullptr) {
+            route_ejections_->Remove(s.ejections);
+        }
+        if (s.rtt != nullptr) {
+            site_rtt_->Remove(s.rtt);
+        }
+        if (s.forward_latency != nullptr) {
+            forward_latency_->Remove(s.forward_latency);
+        }
+        it = site_series_.erase(it);
+    }
 }
 
 }  // namespace edge::daemon

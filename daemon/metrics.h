@@ -127,6 +127,13 @@ public:
     void on_route_ejection(const std::string& site);
     // Estimated round-trip time to `site`, seconds.
     void set_site_rtt(const std::string& site, double seconds);
+    // Drops the per-site series (route decisions, ejections, RTT, forwarded requests and their
+    // latency) of every site not in `present`: the sites gossip still holds (a left or reclaimed
+    // member is gone; a dead one may come back). Without it a departed site's RTT stayed stale
+    // forever and label sets grew with member churn. A removed counter is never reset while its
+    // site is present; a site seen again starts new series from 0, which Prometheus reads as a
+    // counter reset. Site "" (rejected decisions) is not a site and stays.
+    void retain_sites(const std::set<std::string>& present);
     // Forwarding to other sites. outcome: "ok" (the peer answered < 500), "error" (5xx or no
     // answer, or cut mid-stream), "cancelled" (the client went away). reason (of the failure
     // before the retry): "connect", "timeout", "reset" (no response head), "status_5xx".
@@ -191,6 +198,16 @@ private:
     std::set<std::string> retired_tenants_;              // Guarded by tenants_mu_.
     std::mutex certificates_mu_;
     std::vector<std::string> certificate_labels_;  // Guarded by certificates_mu_.
+    // Per site label value, the registry series that carry it (what retain_sites() removes);
+    // the per-site writers record them and count under the same lock, never into a removed one.
+    struct SiteSeries {
+        std::set<prometheus::Counter*> decisions, forwarded;
+        prometheus::Counter* ejections = nullptr;
+        prometheus::Gauge* rtt = nullptr;
+        prometheus::Histogram* forward_latency = nullptr;
+    };
+    std::mutex sites_mu_;
+    std::map<std::string, SiteSeries> site_series_;  // Guarded by sites_mu_.
     mutable std::mutex source_mu_;
     std::function<std::vector<engine::ServingStats>()> serving_source_;
     prometheus::Counter* handshakes_full_;

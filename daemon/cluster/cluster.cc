@@ -14,9 +14,11 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <random>
@@ -131,19 +133,55 @@ Result<membership::Keyring> load_keyring(const GossipConfig& gossip) {
     return ring;
 }
 
+std::set<std::string> metric_sites(const membership::MembershipSnapshot& snap) {
+    std::set<std::string> sites{snap.local_name};
+    for (const membership::MemberView& m : snap.members) {
+        if (m.state == membership::NodeState::kLeft) {
+            continue;
+        }
+        sites.insert(m.name);
+        if (m.site && !m.site->site_id.empty()) {
+            sites.insert(m.site->site_id);
+        }
+    }
+    return sites;
+}
+
 namespace {
 
-std::map<std::string, std::string> parse_query(std::string_view q) {
-    std::map<std::string, std::string> out;
+// An /admin/* query: its parameters, and the first one given twice ("" when none).
+struct AdminQuery {
+    std::map<std::string, std::string> params;
+    std::string repeated;
+};
+
+AdminQuery parse_query(std::string_view q) {
+    AdminQuery out;
     while (!q.empty()) {
         const size_t amp = q.find('&');
         std::string_view part = q.substr(0, amp);
         q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+        if (part.empty()) {
+            continue;  // "a=1&&b=2", a trailing '&': nothing asked.
+        }
         const size_t eq = part.find('=');
-        out[tls::percent_decode(part.substr(0, eq), true)] =
+        std::string name = tls::percent_decode(part.substr(0, eq), true);
+        std::string value =
             eq == std::string_view::npos ? "" : tls::percent_decode(part.substr(eq + 1), true);
+        if (!out.params.emplace(name, std::move(value)).second && out.repeated.empty()) {
+            out.repeated = std::move(name);
+        }
     }
     return out;
+}
+
+// A parameter name from the request, for an error message: printable ASCII, bounded.
+std::string quoted_param(std::string_view name) {
+    std::string out = "'";
+    for (const char c : name.substr(0, 64)) {
+        out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+    }
+    return out + (name.size() > 64 ? "...'" : "'");
 }
 
 AdminReply json_error(int status, const std::string& message) {
@@ -243,12 +281,15 @@ public:
         }
         const routing::selection::CostConfig cost = planner_->config().cost;
         for (const membership::MemberView& m : snap->members) {
-            if (m.site && !m.is_local && m.name != snap->local_name) {
+            // A left member's RTT is not set again: retain_sites() below drops its series.
+            if (m.site && !m.is_local && m.name != snap->local_name &&
+                m.state != membership::NodeState::kLeft) {
                 if (const auto rtt = member_rtt(*snap, m, cost)) {
                     metrics_->set_site_rtt(m.site->site_id, rtt->rtt_s);
                 }
             }
         }
+        metrics_->retain_sites(metric_sites(*snap));
     }
 
     void arm_publish() {
@@ -366,25 +407,52 @@ public:
     std::optional<AdminReply> handle_admin(std::string_view method, std::string_view target) {
         const size_t qpos = target.find('?');
         const std::string_view path = target.substr(0, qpos);
-        const auto query = parse_query(qpos == std::string_view::npos ? std::string_view()
-                                                                      : target.substr(qpos + 1));
+        const AdminQuery parsed = parse_query(
+            qpos == std::string_view::npos ? std::string_view() : target.substr(qpos + 1));
+        const std::map<std::string, std::string>& query = parsed.params;
         const bool text = query.count("format") && query.at("format") == "text";
         const std::string_view ctype = text ? "text/plain; charset=utf-8" : "application/json";
-        auto get_only = [&]() -> std::optional<AdminReply> {
-            if (method != "GET" && method != "HEAD") {
-                return json_error(405, std::string(path) + " takes GET");
+        // A parameter a view does not take is refused, not ignored: `dry_run=1` on a rollout
+        // made a real, cluster-wide one. So is one given twice (which of them counts?) and a
+        // format other than text or json.
+        auto check_params =
+            [&](std::initializer_list<std::string_view> known) -> std::optional<AdminReply> {
+            if (!parsed.repeated.empty()) {
+                return json_error(400, std::string(path) + ": parameter " +
+                                           quoted_param(parsed.repeated) + " given more than once");
+            }
+            for (const auto& [name, value] : query) {
+                if (std::find(known.begin(), known.end(), name) == known.end()) {
+                    std::string takes;
+                    for (std::string_view k : known) {
+                        takes += (takes.empty() ? "" : ", ") + std::string(k);
+                    }
+                    return json_error(400, std::string(path) + ": unknown parameter " +
+                                               quoted_param(name) + " (it takes " +
+                                               (takes.empty() ? "none" : takes) + ")");
+                }
+                if (name == "format" && value != "text" && value != "json") {
+                    return json_error(400, std::string(path) + ": format must be text or json");
+                }
             }
             return std::nullopt;
         };
+        auto get_only =
+            [&](std::initializer_list<std::string_view> known) -> std::optional<AdminReply> {
+            if (method != "GET" && method != "HEAD") {
+                return json_error(405, std::string(path) + " takes GET");
+            }
+            return check_params(known);
+        };
         auto snap = service_->snapshot();
         if (path == "/admin/members") {
-            if (auto e = get_only()) return e;
+            if (auto e = get_only({"format"})) return e;
             const routing::selection::CostConfig cost = planner_->config().cost;
             return AdminReply{200, std::string(ctype),
                               text ? members_text(*snap, cost) : members_json(*snap, cost)};
         }
         if (path == "/admin/pools") {
-            if (auto e = get_only()) return e;
+            if (auto e = get_only({"format"})) return e;
             auto table = planner_->table();
             auto rollouts = rollouts_.all();
             return AdminReply{200, std::string(ctype),
@@ -392,7 +460,7 @@ public:
                                    : pools_json(*table, *snap, rollouts)};
         }
         if (path == "/admin/route") {
-            if (auto e = get_only()) return e;
+            if (auto e = get_only({"model", "version", "format"})) return e;
             auto model = query.find("model");
             if (model == query.end() || model->second.empty()) {
                 return json_error(400, "/admin/route needs ?model=NAME");
@@ -407,6 +475,8 @@ public:
             if (method != "POST") {
                 return json_error(405, "/admin/rollout takes POST ?model=NAME&version=DIGEST");
             }
+            // Its answer is JSON only: `format` is no parameter of it either.
+            if (auto e = check_params({"model", "version"})) return e;
             auto model = query.find("model");
             auto version = query.find("version");
             if (model == query.end() || version == query.end() || model->second.empty() ||
@@ -429,7 +499,7 @@ public:
             return reply;
         }
         if (path == "/admin/rollouts") {
-            if (auto e = get_only()) return e;
+            if (auto e = get_only({"format"})) return e;
             boost::json::array arr;
             std::vector<std::vector<std::string>> rows{{"MODEL", "TARGET_VERSION", "LAMPORT"}};
             for (const RolloutIntent& r : rollouts_.all()) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -92,6 +93,11 @@ private:
     explicit Cluster(std::shared_ptr<Impl> impl);
     std::shared_ptr<Impl> impl_;
 };
+
+// The sites whose per-site metrics are kept (Metrics::retain_sites): every member `snap` holds,
+// by name and by site id, but those that left. A dead member stays until gossip reclaims it:
+// it may come back, and its counters must not restart while it can.
+std::set<std::string> metric_sites(const routing::membership::MembershipSnapshot& snap);
 
 // The MembershipConfig a gossip section asks for (preset, overrides, site id as name).
 Result<routing::membership::MembershipConfig> membership_config(const Config& config);

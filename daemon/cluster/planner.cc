@@ -1,5 +1,6 @@
 #include "daemon/cluster/planner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -79,11 +80,15 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
     if (!snap) {
         return b;
     }
-    b->table = sel::build_route_table(
-        *snap, b->config->cost, [this](std::string_view member, std::string_view model) {
-            return outliers_.is_ejected(pool_key(member, model)) ? sel::PoolHealth::kEjected
-                                                                 : sel::PoolHealth::kHealthy;
-        });
+    auto health = [this, &b](std::string_view member, std::string_view model) {
+        std::string key = pool_key(member, model);
+        if (!outliers_.is_ejected(key)) {
+            return sel::PoolHealth::kHealthy;
+        }
+        b->ejected.push_back(std::move(key));
+        return sel::PoolHealth::kEjected;
+    };
+    b->table = sel::build_route_table(*snap, b->config->cost, health);
     std::set<std::string> pools;
     for (const membership::MemberView& m : snap->members) {
         if (!m.site) {
@@ -120,8 +125,12 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::current()
     outliers_.tick();
     auto snap = snapshots_ ? snapshots_() : nullptr;
     std::lock_guard lock(mu_);
+    // A lifted ejection (tick() above) changes no count: the ejected pools are looked at
+    // again, or a recovered pool kept its penalty until the rebuild interval passed.
     if (built_ && built_->snapshot == snap && built_->ejections == outliers_.ejections_total() &&
-        clock_.now() - built_->built_at < config_->rebuild_interval) {
+        clock_.now() - built_->built_at < config_->rebuild_interval &&
+        std::all_of(built_->ejected.begin(), built_->ejected.end(),
+                    [this](const std::string& pool) { return outliers_.is_ejected(pool); })) {
         return built_;
     }
     built_ = rebuild(std::move(snap));
@@ -281,11 +290,24 @@ void ClusterRoutePlanner::report(const RouteTarget& target, bool ok,
     if (target.local || target.site_id.empty() || target.model.empty()) {
         return;
     }
-    const std::string key = pool_key(target.site_id, target.model);
-    if (ok) {
-        outliers_.report_success(key);
-    } else {
-        outliers_.report_failure(key, routing::health::FailureKind::kConnect);
+    report_known(pool_key(target.site_id, target.model), ok);
+}
+
+void ClusterRoutePlanner::report_known(const std::string& pool, bool ok) {
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) {
+            (void)current();  // The table may predate the pool's member, or not be built yet.
+        }
+        std::lock_guard lock(mu_);
+        if (!known_pools_.contains(pool)) {
+            continue;
+        }
+        if (ok) {
+            outliers_.report_success(pool);
+        } else {
+            outliers_.report_failure(pool, routing::health::FailureKind::kConnect);
+        }
+        return;
     }
 }
 
@@ -308,7 +330,7 @@ void ClusterRoutePlanner::report_active(const std::string& member, Readiness rea
         if (p.state != membership::PoolState::kServing) {
             continue;  // Not planned to (loading, draining): its checks say nothing of it.
         }
-        outliers_.report_failure(pool_key(member, p.model), routing::health::FailureKind::kConnect);
+        report_known(pool_key(member, p.model), false);
     }
 }
 

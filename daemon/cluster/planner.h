@@ -2,12 +2,13 @@
 
 // ClusterRoutePlanner is the RoutePlanner of a daemon that gossips: it turns the latest
 // membership snapshot into a RouteTable (routing/selection; cached, rebuilt when the snapshot
-// changes, when an ejection happens, and at least every rebuild_interval so ejections expire),
+// changes, when an ejection happens or is lifted, and at least every rebuild_interval),
 // applies outlier detection (routing/health: report() from forwarded requests and
-// report_active() from /readyz checks feed it) and picks the pool with choose(): the chosen
-// target first, then fallbacks by cost. Model versions: a pinned X-Model-Version is honoured
-// exactly; without a pin the model's target version (RolloutBook) is preferred and other
-// versions serve only as fallback when version_fallback is set.
+// report_active() from /readyz checks feed it, for the pools of the latest table only) and picks
+// the pool with choose(): the chosen target first, then fallbacks by cost. Model versions: a
+// pinned X-Model-Version is honoured exactly; without a pin the model's target version
+// (RolloutBook) is preferred and other versions serve only as fallback when version_fallback is
+// set.
 // Threading: every method is safe from any thread (the cache sits behind a mutex held only to
 // swap a shared_ptr; the outlier detector and RolloutBook lock internally). The clock, snapshot
 // source, rollout book and metrics must outlive the planner.
@@ -21,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "common/clock.h"
 #include "daemon/cluster/rollout.h"
@@ -100,11 +102,17 @@ public:
         routing::selection::RouteTable table;
         std::unordered_map<std::string, std::string> peer_addr;  // member -> peer listener
         uint64_t ejections = 0;
+        // The pools ejected when it was built: it is rebuilt once one of them is not any more.
+        std::vector<std::string> ejected;
         TimePoint built_at{};
         std::shared_ptr<const PlannerConfig> config;  // The settings it was built and plans with.
     };
 
     std::shared_ptr<const Built> current();
+    // Reports to the detector only a pool of the latest table: a report arriving after the pool
+    // left it (its member died or left) re-created its entry, which no rebuild removed again,
+    // and it counted in the max_ejection_percent cap for good.
+    void report_known(const std::string& pool, bool ok);
     std::shared_ptr<const Built> rebuild(
         std::shared_ptr<const routing::membership::MembershipSnapshot> snap);
     VersionChoice version_for(const Built& b, std::string_view model, std::string_view pin,
@@ -117,7 +125,8 @@ public:
     routing::health::OutlierDetector outliers_;
 
     // Held while a table is rebuilt (a new snapshot, or every rebuild_interval): one sort per
-    // model, then the swap; plans between rebuilds take it only to copy the pointer.
+    // model, then the swap; plans between rebuilds take it only to copy the pointer, reports
+    // to check their pool is known (so no rebuild removes it between the check and the report).
     std::mutex mu_;
     std::shared_ptr<const PlannerConfig> config_;  // Under mu_.
     std::shared_ptr<const Built> built_;

@@ -15,6 +15,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -425,13 +426,15 @@ TEST_CASE("a site that dies without leaving stops getting traffic within the det
 namespace {
 
 // Two Clusters (no Daemon around them) on one io_context: `fra` checks `sin`, whose admin
-// address is what the caller passes.
+// address is what the caller passes; `fra_metrics`, when given, gets fra's metrics.
 struct ClusterPair {
-    explicit ClusterPair(const std::string& sin_admin, const std::string& extra = "") {
+    explicit ClusterPair(const std::string& sin_admin, const std::string& extra = "",
+                         daemon::Metrics* fra_metrics = nullptr) {
         cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
         const auto config_of = [&](const std::string& id, std::vector<std::string> join) {
             testing::DaemonYaml y;
             y.site_id = id;
+            y.peer_address = "127.0.0.1:1";  // Planned to; nothing is forwarded here.
             y.cert_path = cert.cert_path;
             y.key_path = cert.key_path;
             y.gossip.emplace();
@@ -452,7 +455,7 @@ struct ClusterPair {
         sin = std::move(made).value();
         made = daemon::cluster::Cluster::create(
             io, config_of("fra", {"127.0.0.1:" + std::to_string(sin->gossip_port())}),
-            fra_generator, nullptr, SystemClock::instance(), "127.0.0.1:1");
+            fra_generator, fra_metrics, SystemClock::instance(), "127.0.0.1:1");
         REQUIRE_MESSAGE(made.ok(), made.status().to_string());
         fra = std::move(made).value();
         for (int i = 0; i < 2; ++i) {
@@ -571,4 +574,89 @@ TEST_CASE("POST /admin/rollout answers once the site's book holds the intent, or
     CHECK_MESSAGE(r->status == 200, r->body);
     CHECK(targets_held()["filler-7"] == "v3");
     (*admin)->stop();
+}
+
+TEST_CASE("/admin/* refuse a parameter they do not take, or one given twice, naming it") {
+    ClusterPair c("127.0.0.1:1");
+    const auto answer = [&](std::string_view method, std::string_view target) {
+        std::optional<daemon::AdminReply> r = c.fra->handle_admin(method, target);
+        REQUIRE(r.has_value());
+        return std::move(r).value();
+    };
+    // A dry run that is not one: refused before anything is sent.
+    daemon::AdminReply r = answer("POST", "/admin/rollout?model=m&version=v&dry_run=1");
+    CHECK(r.status == 400);
+    CHECK_FALSE(r.deferred);
+    CHECK_MESSAGE(r.body.find("unknown parameter 'dry_run'") != std::string::npos, r.body);
+    r = answer("POST", "/admin/rollout?model=m&version=v&version=w");
+    CHECK(r.status == 400);
+    CHECK_FALSE(r.deferred);
+    CHECK_MESSAGE(r.body.find("parameter 'version' given more than once") != std::string::npos,
+                  r.body);
+    r = answer("POST", "/admin/rollout?model=m&version=v&format=text");  // Its answer is JSON.
+    CHECK(r.status == 400);
+    CHECK_FALSE(r.deferred);
+    CHECK_FALSE(c.fra->rollouts().target("m"));
+    // A name that is no text is not echoed as it came.
+    r = answer("POST", "/admin/rollout?model=m&version=v&%0A%FF=1");
+    CHECK(r.status == 400);
+    CHECK_MESSAGE(r.body.find("'\?\?'") != std::string::npos, r.body);
+
+    // The views: `format` (text or json), and /admin/route's model and version.
+    for (const char* target :
+         {"/admin/members?verbose=1", "/admin/pools?model=m", "/admin/rollouts?format=text&x",
+          "/admin/route?model=m&versoin=v", "/admin/route?model=m&model=n",
+          "/admin/members?format=xml", "/admin/pools?format=text&format=json"}) {
+        r = answer("GET", target);
+        CHECK_MESSAGE(r.status == 400, target);
+        CHECK_MESSAGE((r.body.find("parameter '") != std::string::npos ||
+                       r.body.find("format must be text or json") != std::string::npos),
+                      r.body);
+    }
+    for (const char* target : {"/admin/members?format=text", "/admin/pools?format=json&",
+                               "/admin/rollouts", "/admin/route?model=m&version=v&format=text"}) {
+        CHECK_MESSAGE(answer("GET", target).status == 200, target);
+    }
+    // Still 405 for a wrong method, whatever the query.
+    CHECK(answer("GET", "/admin/rollout?model=m&version=v&dry_run=1").status == 405);
+    r = answer("POST", "/admin/rollout?model=m&version=v");
+    CHECK(r.deferred);
+}
+
+TEST_CASE("a site that leaves loses its per-site series at the others") {
+    daemon::Metrics metrics;
+    ClusterPair c("127.0.0.1:1", "", &metrics);
+    const auto sin_serves = [&] {
+        const membership::MemberView* m = c.fra->snapshot()->find("sin");
+        return m != nullptr && m->site != nullptr && !m->site->pools.empty();
+    };
+    REQUIRE(wait_for(sin_serves, 10s));
+    // A decision, an ejection, a forwarded request and an RTT estimate for sin.
+    daemon::cluster::RoutePlan plan = c.fra->planner().plan("test-model", "");
+    REQUIRE_FALSE(plan.targets.empty());
+    REQUIRE(plan.targets[0].site_id == "sin");
+    for (int i = 0; i < 2; ++i) {
+        c.fra->planner().report(plan.targets[0], false, 1ms);
+    }
+    metrics.on_forwarded("sin", "error");
+    metrics.on_forward_latency("sin", 1ms);
+    const auto has = [&](const std::string& series) {
+        return metrics.serialize().find(series) != std::string::npos;
+    };
+    REQUIRE(wait_for([&] { return has("edgeserve_site_rtt_seconds{site=\"sin\"}"); }, 5s));
+    CHECK(has("edgeserve_route_decisions_total{outcome=\"forwarded\",site=\"sin\"} 1"));
+    CHECK(has("edgeserve_route_ejections_total{site=\"sin\"}"));
+    CHECK(has("edgeserve_forwarded_requests_total{outcome=\"error\",site=\"sin\"} 1"));
+    CHECK(has("edgeserve_forward_latency_seconds_count{site=\"sin\"} 1"));
+
+    c.sin->stop();  // Leaves: gossiped, then gone.
+    CHECK(wait_for(
+        [&] {
+            const membership::MemberView* m = c.fra->snapshot()->find("sin");
+            return m != nullptr && m->state == membership::NodeState::kLeft;
+        },
+        5s));
+    // Within a publish interval of the leave, every series naming sin is gone.
+    CHECK_MESSAGE(wait_for([&] { return !has("site=\"sin\""); }, 5s), metrics.serialize());
+    CHECK(has("edgeserve_gossip_members{state=\"left\"} 1"));
 }

@@ -7,8 +7,10 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <set>
 
 #include "daemon/cluster/admin_views.h"
+#include "daemon/cluster/cluster.h"
 #include "daemon/metrics.h"
 
 using namespace edge;
@@ -451,4 +453,83 @@ TEST_CASE("planner: reloaded cost weights decide from the next plan, the detecto
     other.outlier.consecutive_failures = 50;
     CHECK_FALSE(f.planner->reload(other));
     CHECK(f.planner->config().outlier.consecutive_failures == 3);
+}
+
+TEST_CASE("planner: a lifted ejection leaves the cached table at once") {
+    // A table rebuilt only every hour: a recovered pool must not wait for that.
+    PlannerConfig slow;
+    slow.rebuild_interval = std::chrono::hours(1);
+    Fixture f(slow);
+    f.world.add(kAms, {pool()});
+    f.world.add(kSin, {pool()});
+    CHECK(f.first() == "ams");
+    RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report(ams, false, std::chrono::milliseconds(1));
+    }
+    CHECK(f.first() == "sin");  // The ejection rebuilt the table.
+    // Past 30 s and the next detector interval: the sweep lets ams back.
+    f.clock.advance(std::chrono::seconds(41));
+    CHECK(f.first() == "ams");
+    CHECK_FALSE(f.planner->outliers().is_ejected("ams/m"));
+    auto a = f.planner->table();
+    CHECK(a.get() == f.planner->table().get());  // Nothing ejected, nothing changed: cached.
+}
+
+TEST_CASE("planner: a report for a pool that left the table does not bring it back") {
+    // One ejection at a time: 50% of two pools.
+    Fixture f({}, 50);
+    const Site kGru{"gru", -23.5, -46.6};
+    f.world.add(kAms, {pool()});
+    f.world.add(kSin, {pool()});
+    f.world.add(kGru, {pool()});
+    CHECK(f.first() == "ams");
+    // ams leaves; a forwarded request to it ends after the table dropped its pool.
+    f.world.add(kAms, {pool()}, membership::NodeState::kLeft);
+    CHECK(f.first() == "gru");
+    RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report(ams, false, std::chrono::milliseconds(1));
+    }
+    f.planner->report_active("ams", ClusterRoutePlanner::Readiness::kFailed);
+    for (const routing::health::PoolHealthView& p : f.planner->outliers().pools()) {
+        CHECK_MESSAGE(p.pool != "ams/m", "the departed pool is back in the detector");
+    }
+    CHECK(f.metrics.serialize().find("edgeserve_route_ejections_total{site=\"ams\"}") ==
+          std::string::npos);
+    // The cap counts the two live pools: one of them may be ejected (a stale ejected ams/m
+    // took that place for good).
+    RouteTarget sin{false, "sin", "127.0.0.1:1", 0.0, "m"};
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report(sin, false, std::chrono::milliseconds(1));
+    }
+    CHECK(f.planner->outliers().is_ejected("sin/m"));
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 2);
+    CHECK(p.targets[1].site_id == "sin");  // Ejected: last.
+}
+
+TEST_CASE("planner: reports before the first plan count for the snapshot's pools") {
+    Fixture f;
+    f.world.add(kAms, {pool()});
+    RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
+    for (int i = 0; i < 3; ++i) {
+        f.planner->report(ams, false, std::chrono::milliseconds(1));
+    }
+    CHECK(f.planner->outliers().is_ejected("ams/m"));
+}
+
+TEST_CASE("metrics sites: every member gossip holds but those that left") {
+    World w;
+    w.add(kAms, {pool()}, membership::NodeState::kDead);
+    w.add(kSin, {pool()}, membership::NodeState::kLeft);
+    membership::MembershipSnapshot snap = *w.snapshot();
+    membership::MemberView unknown;  // Its site state has not come yet.
+    unknown.name = "new";
+    unknown.state = membership::NodeState::kSuspect;
+    snap.members.push_back(unknown);
+    // A dead member may come back: its counters stay until gossip reclaims it.
+    CHECK(daemon::cluster::metric_sites(snap) == std::set<std::string>{"ams", "fra", "new"});
+    std::erase_if(snap.members, [](const auto& m) { return m.name == "ams"; });  // Reclaimed.
+    CHECK(daemon::cluster::metric_sites(snap) == std::set<std::string>{"fra", "new"});
 }

@@ -1,0 +1,54 @@
+// Metrics::retain_sites: a site gone from membership loses its per-site series; live sites keep
+// theirs, counts included; a site seen again starts new series.
+
+#include "daemon/metrics.h"
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+using edge::daemon::Metrics;
+
+namespace {
+
+bool has(const Metrics& m, const std::string& series) {
+    return m.serialize().find(series) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("metrics: retain_sites drops the series of gone sites and keeps the live ones") {
+    Metrics m;
+    for (const std::string site : {"ams", "sin"}) {
+        m.on_route_decision("forwarded", site);
+        m.on_route_decision("forwarded", site);
+        m.on_route_ejection(site);
+        m.set_site_rtt(site, 0.25);
+        m.on_forwarded(site, "ok");
+        m.on_forward_latency(site, std::chrono::milliseconds(3));
+    }
+    m.on_route_decision("local", "fra");
+    m.on_route_decision("rejected", "");
+
+    m.retain_sites({"fra", "ams"});
+    CHECK_MESSAGE(!has(m, "site=\"sin\""), m.serialize());
+    CHECK(has(m, "edgeserve_route_decisions_total{outcome=\"forwarded\",site=\"ams\"} 2"));
+    CHECK(has(m, "edgeserve_route_ejections_total{site=\"ams\"} 1"));
+    CHECK(has(m, "edgeserve_site_rtt_seconds{site=\"ams\"} 0.25"));
+    CHECK(has(m, "edgeserve_forwarded_requests_total{outcome=\"ok\",site=\"ams\"} 1"));
+    CHECK(has(m, "edgeserve_forward_latency_seconds_count{site=\"ams\"} 1"));
+    CHECK(has(m, "edgeserve_route_decisions_total{outcome=\"local\",site=\"fra\"} 1"));
+    CHECK(has(m, "edgeserve_route_decisions_total{outcome=\"rejected\",site=\"\"} 1"));
+
+    // sin comes back: new series from 0; retaining again keeps ams' counts as they were.
+    m.on_route_decision("forwarded", "sin");
+    CHECK(has(m, "edgeserve_route_decisions_total{outcome=\"forwarded\",site=\"sin\"} 1"));
+    m.retain_sites({"fra", "ams", "sin"});
+    CHECK(has(m, "edgeserve_route_decisions_total{outcome=\"forwarded\",site=\"ams\"} 2"));
+    CHECK(has(m, "edgeserve_route_decisions_total{outcome=\"forwarded\",site=\"sin\"} 1"));
+    m.retain_sites({});
+    CHECK(!has(m, "site=\"ams\""));
+    CHECK(!has(m, "site=\"fra\""));
+    CHECK(has(m, "site=\"\""));  // Rejected decisions name no site.
+}
