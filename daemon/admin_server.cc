@@ -272,7 +272,14 @@ public:
         };
         auto wait = std::make_shared<Wait>(stream.get_executor());
         wait->timer.expires_after(kAdminDeferredTimeout);
-        deferred([wait](AdminReply reply) {
+        // The answer holds the wait weakly: the handler may keep it past this connection and
+        // past the io_context (a callback queued on another strand at shutdown), and the timer
+        // inside must be destroyed while its io_context lives, by this coroutine's frame.
+        deferred([weak = std::weak_ptr<Wait>(wait)](AdminReply reply) {
+            const std::shared_ptr<Wait> wait = weak.lock();
+            if (!wait) {
+                return;  // The connection is gone: nobody to tell.
+            }
             {
                 std::lock_guard lock(wait->mu);
                 if (wait->reply) {
@@ -281,7 +288,11 @@ public:
                 reply.deferred = nullptr;
                 wait->reply = std::move(reply);
             }
-            net::post(wait->timer.get_executor(), [wait] { wait->timer.cancel(); });
+            net::post(wait->timer.get_executor(), [weak] {
+                if (const std::shared_ptr<Wait> w = weak.lock()) {
+                    w->timer.cancel();
+                }
+            });
         });
         bool answered = false;
         {
