@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <string_view>
 
 using edge::daemon::forward::UsageScanner;
 
@@ -13,6 +14,13 @@ const std::string kStream =
     "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,"
     "\"completion_tokens\":34,\"total_tokens\":46}}\n\n"
     "data: [DONE]\n\n";
+
+// What `scanner` relays of `stream` fed in two pieces, cut at `cut` (the held rest not flushed).
+std::string feed_cut(UsageScanner& scanner, std::string_view stream, size_t cut) {
+    std::string out = scanner.feed_events(stream.substr(0, cut));
+    out += scanner.feed_events(stream.substr(cut));
+    return out;
+}
 
 }  // namespace
 
@@ -68,8 +76,7 @@ TEST_CASE("usage scanner: the peer's usage report is read and not relayed, at an
     for (size_t cut = 0; cut <= stream.size(); ++cut) {
         CAPTURE(cut);
         UsageScanner scanner;
-        std::string out = scanner.feed_events(std::string_view(stream).substr(0, cut));
-        out += scanner.feed_events(std::string_view(stream).substr(cut));
+        std::string out = feed_cut(scanner, stream, cut);
         out += scanner.flush();
         CHECK(out == relayed + "data: [DONE]\n\n");
         CHECK(scanner.reported());
@@ -158,8 +165,7 @@ TEST_CASE("usage scanner: events ended by CRLF or CR pass at once and unchanged,
         for (size_t cut = 0; cut <= stream.size(); ++cut) {
             CAPTURE(cut);
             UsageScanner scanner;
-            std::string out = scanner.feed_events(std::string_view(stream).substr(0, cut));
-            out += scanner.feed_events(std::string_view(stream).substr(cut));
+            std::string out = feed_cut(scanner, stream, cut);
             CHECK(scanner.ended());  // Seen before the end of the stream, not left held.
             out += scanner.flush();
             CHECK(out == want);
@@ -203,8 +209,7 @@ TEST_CASE("usage scanner: a usage report left without its blank line at the stre
         for (size_t cut = 0; cut <= stream.size(); ++cut) {
             CAPTURE(cut);
             UsageScanner scanner;
-            std::string out = scanner.feed_events(std::string_view(stream).substr(0, cut));
-            out += scanner.feed_events(std::string_view(stream).substr(cut));
+            std::string out = feed_cut(scanner, stream, cut);
             out += scanner.flush();
             CHECK(out == relayed + "data: [DONE]\n\n");  // Not shown to the client.
             CHECK(scanner.reported());                   // And charged.
