@@ -55,6 +55,28 @@ std::string_view json_escaped(unsigned char c, char (&buf)[6]) {
     return {buf, 6};
 }
 
+// FNV-1a, 64 bits, over a key's decoded bytes.
+constexpr uint64_t kKeyHashSeed = 0xcbf29ce484222325ULL;
+constexpr uint64_t kKeyHashPrime = 0x100000001b3ULL;
+
+// The byte a one-character escape (after '\\') stands for.
+char unescaped(unsigned char c) {
+    switch (c) {
+        case 'b':
+            return '\b';
+        case 'f':
+            return '\f';
+        case 'n':
+            return '\n';
+        case 'r':
+            return '\r';
+        case 't':
+            return '\t';
+        default:
+            return static_cast<char>(c);  // '"', '\\', '/'.
+    }
+}
+
 // Whether `s` begins with the first `n` bytes of `prefix`.
 bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
     return s.size() >= n && s.compare(0, n, prefix, 0, n) == 0;
@@ -62,35 +84,59 @@ bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
 
 }  // namespace
 
+JsonPrefix::WrittenKey::~WrittenKey() {
+    std::shared_ptr<const WrittenKey> rest = std::move(next);
+    // Each node this loop is the last owner of goes with its link already taken from it (nodes
+    // are made non-const by make_shared: only their users see them const).
+    while (rest != nullptr && rest.use_count() == 1) {
+        rest = std::move(const_cast<WrittenKey&>(*rest).next);
+    }
+}
+
+JsonPrefix::JsonPrefix(const JsonPrefix& other, Borrow /*unused*/)
+    // Aliasing an empty pointer: copied without a reference count; `other` holds the list
+    // meanwhile.
+    : keys_(std::shared_ptr<const WrittenKey>(), other.keys_.get()) {
+    copy_state(other);
+}
+
+JsonPrefix::~JsonPrefix() = default;
+
 JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
     if (this != &other) {
-        schema_ = other.schema_;
-        heads_ = other.heads_;
-        head_ = other.head_;
-        head_pos_ = other.head_pos_;
-        head_digits_ = other.head_digits_;
-        tail_ = other.tail_;
-        tail_pos_ = other.tail_pos_;
-        next_ = other.next_;
-        next_at_ = other.next_at_;
-        tail_alive_ = other.tail_alive_;
-        next_alive_ = other.next_alive_;
-        started_ = other.started_;
-        depth_ = other.depth_;
-        spaces_ = other.spaces_;
-        std::copy_n(other.frames_.begin(), depth_, frames_.begin());
-        others_ = other.others_;
-        pairs_ = other.pairs_;
-        pair_ = other.pair_;
-        lit_ = other.lit_;
-        raw_value_ = other.raw_value_;
-        pairs_done_ = other.pairs_done_;
-        raw_lo_ = other.raw_lo_;
-        raw_hi_ = other.raw_hi_;
-        key_len_ = other.key_len_;
-        markers_only_ = other.markers_only_;
+        copy_state(other);
+        keys_ = other.keys_;
     }
     return *this;
+}
+
+void JsonPrefix::copy_state(const JsonPrefix& other) {
+    schema_ = other.schema_;
+    heads_ = other.heads_;
+    head_ = other.head_;
+    head_pos_ = other.head_pos_;
+    head_digits_ = other.head_digits_;
+    tail_ = other.tail_;
+    tail_pos_ = other.tail_pos_;
+    next_ = other.next_;
+    next_at_ = other.next_at_;
+    tail_alive_ = other.tail_alive_;
+    next_alive_ = other.next_alive_;
+    started_ = other.started_;
+    depth_ = other.depth_;
+    spaces_ = other.spaces_;
+    std::copy_n(other.frames_.begin(), depth_, frames_.begin());
+    others_ = other.others_;
+    pairs_ = other.pairs_;
+    pair_ = other.pair_;
+    lit_ = other.lit_;
+    raw_value_ = other.raw_value_;
+    pairs_done_ = other.pairs_done_;
+    raw_lo_ = other.raw_lo_;
+    raw_hi_ = other.raw_hi_;
+    key_len_ = other.key_len_;
+    markers_only_ = other.markers_only_;
+    key_hash_ = other.key_hash_;
 }
 
 bool JsonPrefix::complete() const {
@@ -108,7 +154,84 @@ bool JsonPrefix::same_reading(const JsonPrefix& other) const {
            pairs_ == other.pairs_ && pair_ == other.pair_ && lit_ == other.lit_ &&
            raw_value_ == other.raw_value_ && pairs_done_ == other.pairs_done_ &&
            raw_lo_ == other.raw_lo_ && raw_hi_ == other.raw_hi_ && key_len_ == other.key_len_ &&
-           std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin());
+           key_hash_ == other.key_hash_ &&
+           std::equal(frames_.begin(), frames_.begin() + depth_, other.frames_.begin()) &&
+           same_keys(other);
+}
+
+bool JsonPrefix::same_keys(const JsonPrefix& other) const {
+    const WrittenKey* a = keys_.get();
+    const WrittenKey* b = other.keys_.get();
+    while (a != b) {
+        if (a == nullptr || b == nullptr || a->hash != b->hash || a->depth != b->depth) {
+            return false;
+        }
+        a = a->next.get();
+        b = b->next.get();
+    }
+    return true;
+}
+
+void JsonPrefix::hash_key(std::string_view bytes) {
+    for (const char b : bytes) {
+        key_hash_ = (key_hash_ ^ static_cast<unsigned char>(b)) * kKeyHashPrime;
+    }
+}
+
+void JsonPrefix::hash_key_code_point(uint32_t cp) {
+    char utf8[4];
+    size_t n = 0;
+    if (cp < 0x80) {
+        utf8[n++] = static_cast<char>(cp);
+    } else if (cp < 0x800) {
+        utf8[n++] = static_cast<char>(0xC0 | (cp >> 6));
+        utf8[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        utf8[n++] = static_cast<char>(0xE0 | (cp >> 12));
+        utf8[n++] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        utf8[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+        utf8[n++] = static_cast<char>(0xF0 | (cp >> 18));
+        utf8[n++] = static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        utf8[n++] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        utf8[n++] = static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    hash_key(std::string_view(utf8, n));
+}
+
+void JsonPrefix::hash_key_unit(Frame& f) {
+    // step_string has checked the pairing: a low surrogate comes right after its high one.
+    const auto unit = static_cast<uint32_t>(f.candidate);
+    if (unit >= 0xD800 && unit <= 0xDBFF) {
+        f.pos = f.candidate;
+    } else if (unit >= 0xDC00 && unit <= 0xDFFF) {
+        hash_key_code_point(0x10000 + ((static_cast<uint32_t>(f.pos) - 0xD800) << 10) +
+                            (unit - 0xDC00));
+        f.pos = 0;
+    } else {
+        hash_key_code_point(unit);
+    }
+}
+
+bool JsonPrefix::end_key() {
+    // The key's frame is on top, its object's below it. The list holds the keys of the open
+    // objects only (end_object() drops those of one that closes), innermost first.
+    const int32_t object = depth_ - 2;
+    for (const WrittenKey* k = keys_.get(); k != nullptr && k->depth >= object; k = k->next.get()) {
+        if (k->hash == key_hash_) {
+            return false;
+        }
+    }
+    keys_ = std::make_shared<WrittenKey>(key_hash_, object, std::move(keys_));
+    key_hash_ = 0;
+    return true;
+}
+
+void JsonPrefix::end_object() {
+    --depth_;
+    while (keys_ != nullptr && keys_->depth >= depth_) {
+        keys_ = keys_->next;
+    }
 }
 
 bool JsonPrefix::feed(std::string_view bytes) {
@@ -172,6 +295,9 @@ bool JsonPrefix::read(std::string_view bytes, std::vector<JsonPrefix>* forks) {
                 }
                 if (j > i) {
                     f.count += static_cast<int32_t>(j - i);
+                    if (f.key) {
+                        hash_key(bytes.substr(i, j - i));
+                    }
                     i = j;
                     continue;
                 }
@@ -299,7 +425,8 @@ bool JsonPrefix::push(int32_t node, State state, bool container) {
                                                    .utf8_hi = 0xBF,
                                                    .hex_left = 0,
                                                    .surrogate = false,
-                                                   .want_low = false};
+                                                   .want_low = false,
+                                                   .key = false};
     return true;
 }
 
@@ -645,7 +772,7 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
         case State::kFirst:
         case State::kKey:
             if (c == '}' && f.state == State::kFirst && closable) {
-                --depth_;
+                end_object();
                 return 1;
             }
             if (c != '"') {
@@ -657,7 +784,12 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
                     return 0;
                 }
                 f.state = State::kColon;
-                return push(schema_->any_string(), State::kChars, false) ? 1 : 0;
+                if (!push(schema_->any_string(), State::kChars, false)) {
+                    return 0;
+                }
+                frames_[static_cast<size_t>(depth_ - 1)].key = true;
+                key_hash_ = kKeyHashSeed;
+                return 1;
             }
             if (!key_may_come()) {
                 return 0;
@@ -709,7 +841,7 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
                 return 1;
             }
             if (c == '}' && closable) {
-                --depth_;
+                end_object();
                 return 1;
             }
             return 0;
@@ -784,14 +916,17 @@ int JsonPrefix::step_string(Frame& f, unsigned char c) {
                 --f.utf8_left;
                 f.utf8_lo = 0x80;
                 f.utf8_hi = 0xBF;
+                if (f.key) {
+                    hash_key(std::string_view(reinterpret_cast<const char*>(&c), 1));
+                }
                 return 1;
             }
             if (f.want_low && c != '\\') {
                 return 0;  // A high surrogate escape must be followed by a low one.
             }
             if (c == '"') {
-                if (f.count < n.min) {
-                    return 0;
+                if (f.count < n.min || (f.key && !end_key())) {
+                    return 0;  // Too short, or a key its object has already.
                 }
                 --depth_;
                 return 1;
@@ -805,12 +940,15 @@ int JsonPrefix::step_string(Frame& f, unsigned char c) {
             }
             if (c == '\\') {
                 f.state = State::kEscape;
+            } else if (f.key) {
+                hash_key(std::string_view(reinterpret_cast<const char*>(&c), 1));
             }
             return 1;
         case State::kEscape:
             if (c == 'u') {
                 f.state = State::kHex;
                 f.hex_left = 4;
+                f.candidate = 0;
                 return 1;
             }
             if (f.want_low) {
@@ -819,6 +957,10 @@ int JsonPrefix::step_string(Frame& f, unsigned char c) {
             if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
                 c == 'r' || c == 't') {
                 f.state = State::kChars;
+                if (f.key) {
+                    const char b = unescaped(c);
+                    hash_key(std::string_view(&b, 1));
+                }
                 return 1;
             }
             return 0;
@@ -844,10 +986,14 @@ int JsonPrefix::step_string(Frame& f, unsigned char c) {
                 f.surrogate = high;  // Now: a high surrogate, wanting its low half next.
                 f.want_low = false;
             }
+            f.candidate = f.candidate * 16 + (is_digit(c) ? c - '0' : lower - 'a' + 10);
             if (--f.hex_left == 0) {
                 f.state = State::kChars;
                 f.want_low = f.surrogate;
                 f.surrogate = false;
+                if (f.key) {
+                    hash_key_unit(f);
+                }
             }
             return 1;
         }

@@ -12,14 +12,16 @@
 // well-formed UTF-8, which a token may split), numbers in JSON's grammar (no leading zeros, a
 // digit after '.' and after an exponent), literals, and the schema's constraints: property
 // names in the schema's order, required ones not skipped, item counts, string lengths in code
-// points, enum values. Every prefix it takes can still be completed, so a sampler that keeps to
-// it never finds no token left. The document starts at once (no whitespace before it);
-// elsewhere whitespace is allowed where JSON allows it: under a compiled schema one space at a
-// time, for any object (json_object) runs of at most kMaxSpaces bytes. A prefix may be given a
-// tail: text that must follow the document exactly (the end of a forced tool call whose arguments
-// the document is), with no whitespace before it; the text is complete once the tail is written.
-// Instead of one schema it may be given heads (JsonHead): the text then starts with one of their
-// texts, exactly, and the document after it follows that head's schema.
+// points, enum values; in an object whose keys are free (no listed properties), no key written
+// twice (keys compared as the strings they decode to: "\u0061" is "a"). Every prefix it takes
+// can still be completed, so a sampler that keeps to it never finds no token left. The document
+// starts at once (no whitespace before it); elsewhere whitespace is allowed where JSON allows it:
+// under a compiled schema one space at a time, for any object (json_object) runs of at most
+// kMaxSpaces bytes. A prefix may be given a tail: text that must follow the document exactly (the
+// end of a forced tool call whose arguments the document is), with no whitespace before it; the
+// text is complete once the tail is written. Instead of one schema it may be given heads
+// (JsonHead): the text then starts with one of their texts, exactly, and the document after it
+// follows that head's schema.
 //
 // A document may be written as GLM-4.5's argument pairs instead of JSON (ArgumentPairs):
 // "<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n" per property, then the tail (the call's
@@ -37,12 +39,21 @@
 // few and short-lived (a discriminating property decides at its value); past kMaxReadings the
 // later ones are dropped, which narrows what may be written but never leads to a dead end.
 //
-// Threading: a value type; copies are independent (accepts() tries bytes on a copy, which
-// copies only the frames in use). The schema, heads and tail must outlive the prefix and its
-// copies.
+// The keys an object whose keys are free has taken are held as 64-bit hashes of their decoded
+// text, in a list that copies share (nodes are never changed once linked): a key is refused at
+// the closing quote that would make it one already written (any prefix of another key still
+// goes on), so a key given twice never is; a new key whose hash happens to equal one of the
+// others' (a chance of 2^-64 a pair) is refused too, which narrows what may be written but,
+// the key's text being free to go on, never leads to a dead end. Listed properties need no
+// such list: each is written at most once, in the schema's order.
+//
+// Threading: a value type; copies are independent (accepts() tries bytes on a scratch copy,
+// which copies only the frames in use and borrows the keys list of the prefix it was made of).
+// The schema, heads and tail must outlive the prefix and its copies.
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -77,22 +88,25 @@ public:
           next_(reply.schema == nullptr ? std::string_view(reply.next) : std::string_view()),
           next_at_(reply.next_at),
           pairs_(reply.schema != nullptr ? reply.pairs.get() : nullptr) {}
-    JsonPrefix(const JsonPrefix& other) { *this = other; }
+    JsonPrefix(const JsonPrefix& other) : keys_(other.keys_) { copy_state(other); }
     JsonPrefix& operator=(const JsonPrefix& other);
+    // Out of line: the keys list's release inlined into every vector of readings kept those
+    // from being inlined themselves (a call for each empty one, per token asked about).
+    ~JsonPrefix();
 
     // Takes `bytes`; false, and the prefix unchanged, when they would make the text anything
     // but the beginning of a valid document.
     bool feed(std::string_view bytes);
     // Whether `bytes` could be fed.
     bool accepts(std::string_view bytes) const {
-        JsonPrefix copy = *this;
+        JsonPrefix copy = scratch();
         return copy.take(bytes);
     }
     // Whether a marker (a special token) spelling `bytes` could be fed: only where the text is
     // not the document's: a head, the tail, or, in argument pairs, their markers and the
     // newlines between them; never a key's or a value's text.
     bool accepts_marker(std::string_view bytes) const {
-        JsonPrefix copy = *this;
+        JsonPrefix copy = scratch();
         copy.markers_only_ = true;
         return copy.take(bytes);
     }
@@ -151,6 +165,10 @@ public:
         int8_t hex_left;
         bool surrogate;  // kHex: the escape so far is a high surrogate's.
         bool want_low;   // The next escape must be a low surrogate's.
+        // String: a key of an object whose keys are free; its decoded text is hashed into
+        // key_hash_ as it comes, in kHex its \u escape's code unit so far in `candidate`, and
+        // a high surrogate's, until its low half comes, in `pos`.
+        bool key;
 
         bool operator==(const Frame&) const = default;
     };
@@ -166,6 +184,24 @@ public:
         kDone,       // The tail began: the document is closed.
     };
 
+    // A key written in the object whose frame is `depth`: the newest first, an object's keys
+    // after those of the objects inside it. Immutable once linked (copies share it); the last
+    // reference to a long list unlinks it in a loop rather than node by node recursively.
+    struct WrittenKey {
+        uint64_t hash;  // Of the key's decoded text (UTF-8).
+        int32_t depth;
+        std::shared_ptr<const WrittenKey> next;
+        ~WrittenKey();
+    };
+
+    // A copy to try bytes on that does not outlive this prefix: it borrows this one's keys list
+    // rather than sharing its ownership (a reference count taken and dropped for every token the
+    // sampler asks about).
+    struct Borrow {};
+    JsonPrefix(const JsonPrefix& other, Borrow /*unused*/);
+    JsonPrefix scratch() const { return JsonPrefix(*this, Borrow{}); }
+    // Everything but the keys list.
+    void copy_state(const JsonPrefix& other);
     // feed() in place: on false the prefix is left part-way (feed() works on a copy).
     bool take(std::string_view bytes);
     // take() for this reading alone (others_ empty); the readings it forks on the way, each fed
@@ -192,7 +228,7 @@ public:
     // JSON bytes into the document; whether a copy would take them.
     bool json(std::string_view bytes);
     bool json_accepts(std::string_view bytes) const {
-        JsonPrefix copy = *this;
+        JsonPrefix copy = scratch();
         return copy.json(bytes);
     }
     // The frame on top takes `c`: 1 taken, 0 refused, -1 the frame's value ended just before
@@ -216,6 +252,17 @@ public:
     bool space(unsigned char c);
     // A string's byte >= 0x80 that starts a UTF-8 character; false when none can.
     static bool utf8_lead(Frame& f, unsigned char c);
+    // A key's decoded bytes into key_hash_; a code point from a \u escape, as its UTF-8.
+    void hash_key(std::string_view bytes);
+    void hash_key_code_point(uint32_t cp);
+    // The key frame `f` (on top) takes the code unit of its \u escape just completed.
+    void hash_key_unit(Frame& f);
+    // The key being written (key_hash_) closes: false when the object (the frame below it) has
+    // taken it already; otherwise the object takes it.
+    bool end_key();
+    // The object on top closes: its frame and its keys go.
+    void end_object();
+    bool same_keys(const JsonPrefix& other) const;
 
     const JsonSchema* schema_ = nullptr;  // With heads: null until one is written.
     std::span<const JsonHead> heads_;
@@ -235,6 +282,13 @@ public:
     int spaces_ = 0;  // Whitespace bytes in a row, outside strings.
     // Containers, plus the string, number or literal being written.
     std::array<Frame, kMaxDepth + 1> frames_;  // The first depth_ are in use.
+    // The keys written in the open objects whose keys are free. In a scratch() copy (and the
+    // copies made of it while it is used) it may begin with a pointer that owns nothing, into
+    // the list of the prefix the copy was made of.
+    std::shared_ptr<const WrittenKey> keys_;
+    // The key being written (a Frame::key string on top): an FNV-1a hash of its decoded bytes
+    // so far; 0 otherwise.
+    uint64_t key_hash_ = 0;
     // The other readings of the text, each without others of its own (usually none).
     std::vector<JsonPrefix> others_;
     // Argument pairs (null: the document is JSON) and where in them the text is: the marker

@@ -6,12 +6,15 @@
 // what is complete is a head, an object, the tail (with bit 0x20, several such calls in a
 // section, JsonReply::next). With bit 0x40 too, the heads' arguments
 // are GLM-4.5's key/value pairs: what is complete must be one well-formed call by GLM-4.5's
-// parser, whose arguments Boost.JSON reads as an object.
+// parser, whose arguments Boost.JSON reads as an object. No object of what is complete may
+// have a key twice (Boost.JSON's parse silently keeps one of them; its events tell).
 #include <algorithm>
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -23,6 +26,63 @@
 #include "tests/fuzz/json_feed.h"
 
 namespace {
+
+// Boost.JSON parser events: whether an object has a key twice, keys compared as decoded.
+struct DuplicateKeys {
+    using error_code = boost::system::error_code;
+    using string_view = boost::json::string_view;
+    static constexpr std::size_t max_array_size = -1;
+    static constexpr std::size_t max_object_size = -1;
+    static constexpr std::size_t max_string_size = -1;
+    static constexpr std::size_t max_key_size = -1;
+    bool on_document_begin(error_code&) { return true; }
+    bool on_document_end(error_code&) { return true; }
+    bool on_array_begin(error_code&) { return true; }
+    bool on_array_end(std::size_t, error_code&) { return true; }
+    bool on_object_begin(error_code&) {
+        objects.emplace_back();
+        return true;
+    }
+    bool on_object_end(std::size_t, error_code&) {
+        objects.pop_back();
+        return true;
+    }
+    bool on_string_part(string_view, std::size_t, error_code&) { return true; }
+    bool on_string(string_view, std::size_t, error_code&) { return true; }
+    bool on_key_part(string_view s, std::size_t, error_code&) {
+        key.append(s.data(), s.size());
+        return true;
+    }
+    bool on_key(string_view s, std::size_t, error_code&) {
+        key.append(s.data(), s.size());
+        found = found || !objects.back().insert(key).second;
+        key.clear();
+        return true;
+    }
+    bool on_number_part(string_view, error_code&) { return true; }
+    bool on_int64(int64_t, string_view, error_code&) { return true; }
+    bool on_uint64(uint64_t, string_view, error_code&) { return true; }
+    bool on_double(double, string_view, error_code&) { return true; }
+    bool on_bool(bool, error_code&) { return true; }
+    bool on_null(error_code&) { return true; }
+    bool on_comment_part(string_view, error_code&) { return true; }
+    bool on_comment(string_view, error_code&) { return true; }
+
+    std::vector<std::set<std::string>> objects;  // The open objects' keys.
+    std::string key;
+    bool found = false;
+};
+
+// Aborts unless `doc` is one JSON value (what may follow it aside) with no key twice in an
+// object.
+void check_keys_once(std::string_view doc) {
+    boost::json::basic_parser<DuplicateKeys> parser(edge::json_parse_options());
+    boost::system::error_code ec;
+    parser.write_some(false, doc.data(), doc.size(), ec);
+    if (ec || !parser.done() || parser.handler().found) {
+        std::abort();  // Complete by JsonPrefix, with a key given twice.
+    }
+}
 
 // GLM-4.5's pairs, as a call to f (any object) or g (a schema), "s" a declared string in both.
 int pairs_input(std::string_view rest, size_t piece) {
@@ -69,6 +129,7 @@ int pairs_input(std::string_view rest, size_t piece) {
     if (ec || !v.is_object() || (accepted.starts_with("g") && !v.as_object().contains("n"))) {
         std::abort();  // Arguments that are not an object, or lack g's required "n".
     }
+    check_keys_once(args);
     return 0;
 }
 
@@ -129,6 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (ec || !parser.release().is_object()) {
             std::abort();  // Complete by JsonPrefix, not an object by Boost.JSON.
         }
+        check_keys_once(text.substr(0, used));
         text.remove_prefix(used);
         if (!framed) {
             break;

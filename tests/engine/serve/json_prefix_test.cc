@@ -214,6 +214,104 @@ TEST_CASE("json prefix: nesting deeper than kMaxDepth is refused") {
     CHECK_FALSE(ec);
 }
 
+TEST_CASE("json prefix: an object whose keys are free takes each key once") {
+    // Refused at the closing quote that would repeat a key, compared as JSON reads them.
+    const std::vector<std::pair<std::string, size_t>> twice = {
+        {R"({"a":1,"a")", 9},
+        {R"({"a":1,"b":2,"a")", 15},
+        {R"({"":1,"")", 7},
+        {R"({"a":1,"\u0061")", 14},                   // Escapes decoded,
+        {R"({"\u0061bc":1,"ab\u0063")", 23},          // the hashed text the same however split,
+        {R"({"é":1,"\u00e9")", 15},                   // to UTF-8,
+        {R"({"\u00E9":1,"é")", 15},
+        {"{\"\xf0\x9f\x98\x80\":1,\"\\ud83d\\ude00\"", 23},  // a surrogate pair as one character,
+        {R"({"\n\/\"":1,"\u000a/\u0022")", 26},
+        {R"({"x":{"a":{}},"x")", 16},                 // after the objects inside,
+        {R"({"l":[{"a":1,"a")", 15},                  // in an array's object.
+    };
+    for (const auto& [text, at] : twice) {
+        CAPTURE(text);
+        CHECK(refused_at(text) == at);
+    }
+    // A key that may still become a new one goes on.
+    JsonPrefix p;
+    REQUIRE(p.feed(R"({"a":1,"ab":2,)"));
+    CHECK_FALSE(p.accepts(R"("a")"));
+    CHECK_FALSE(p.accepts(R"("ab":)"));
+    CHECK(p.accepts(R"("a)"));
+    CHECK(p.accepts(R"("abc")"));
+    CHECK(p.accepts(R"("b")"));
+    CHECK(p.accepts(R"("A")"));
+    REQUIRE(p.feed(R"("a)"));
+    CHECK_FALSE(p.accepts(R"(")"));
+    CHECK_FALSE(p.accepts(R"(\u0062")"));  // "ab" again,
+    CHECK(p.accepts(R"(\u0062)"));          // which may go on.
+    CHECK(p.accepts(R"(\u0062c")"));
+    JsonTokenCheck check(p);
+    CHECK_FALSE(check(R"(":)"));
+    CHECK(check(R"(c":)"));
+    CHECK(p.feed(R"(c":3})"));
+    CHECK(p.complete());
+    // Each object has keys of its own: nested ones, and each of an array's.
+    const std::vector<std::string> valid = {
+        R"({"a":{"a":1,"b":{"a":2}},"b":[{"a":1},{"a":2,"b":{}}],"c":{"a":{"a":{}}}})",
+        R"({"x":{"a":1},"a":2,"y":[{"x":1}],"z":{"x":{"y":1},"y":2}})",
+    };
+    for (const std::string& text : valid) {
+        CAPTURE(text);
+        CHECK(refused_at(text) == text.size());
+    }
+}
+
+TEST_CASE("json prefix: keys once under a schema, in argument pairs and in each reading") {
+    auto compile = [](const char* text) {
+        auto s = JsonSchema::compile(boost::json::parse(text));
+        REQUIRE(s.ok());
+        return *s;
+    };
+    auto refused = [](const JsonReply& reply, const std::string& text) {
+        JsonPrefix p(reply);
+        for (size_t i = 0; i < text.size(); ++i) {
+            if (!p.feed(text.substr(i, 1))) {
+                return i;
+            }
+        }
+        return text.size();
+    };
+    JsonReply reply;
+    // additionalProperties: free keys; listed properties: each once, in order.
+    reply.schema = compile(R"({"type":"object","additionalProperties":{"type":"integer"}})");
+    CHECK(refused(reply, R"({"a":1,"a")") == 9);
+    CHECK(refused(reply, R"({"a":1,"b":2})") == 13);
+    reply.schema = compile(R"({"type":"object","properties":{"a":{"type":"integer"},)"
+                           R"("b":{"type":"integer"}}})");
+    CHECK(refused(reply, R"({"a":1,"a")") == 8);
+    CHECK(refused(reply, R"({"b":1,"a")") == 6);  // Nothing after the last.
+    // Readings of an anyOf, both objects of free keys while their values are integers, hold the
+    // keys each.
+    reply.schema =
+        compile(R"({"type":"object","properties":{"v":{"anyOf":[)"
+                R"({"type":"object","additionalProperties":{"type":"integer"}},)"
+                R"({"type":"object","additionalProperties":{"type":"number"}}]}}})");
+    CHECK(refused(reply, R"({"v":{"a":1,"a")") == 14);
+    CHECK(refused(reply, R"({"v":{"a":1,"b":2,"a")") == 20);
+    CHECK(refused(reply, R"({"v":{"a":1,"b":2.5,"a")") == 22);
+    CHECK(refused(reply, R"({"v":{"a":1,"b":2.5,"c":3}})") == 27);
+    // Argument pairs of any object (a forced GLM-4.5 call to a tool without a strict schema):
+    // a key again is refused at its closing marker, which may still be the key's text.
+    reply.schema = JsonSchema::any_object();
+    reply.pairs = std::make_shared<const ArgumentPairs>();
+    reply.tail = chat::forced_call_tail(chat::ToolCallFormat::kGlm45);
+    const std::string a = "<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n";
+    CHECK(refused(reply, a + "<arg_key>a</arg_key>") == a.size() + 19);
+    JsonPrefix p(reply);
+    REQUIRE(p.feed(a + "<arg_key>a"));
+    CHECK_FALSE(p.accepts_marker("</arg_key>"));
+    CHECK(p.accepts("</arg_"));
+    CHECK(p.feed("</arg_</arg_key>\n<arg_value>2</arg_value>\n</tool_call>"));
+    CHECK(p.complete());
+}
+
 TEST_CASE(
     "json prefix: a section of calls: after a call's end, another call or the section's end") {
     // DeepSeek-V3's calls, two tools; Kimi K2's heads carry a number the model writes.
