@@ -34,6 +34,7 @@ class Glm45Parser final : public MarkerParser {
         state_ = State::kName;
         args_ = 0;
         searched_ = 0;
+        keys_.clear();
     }
 
     // The JSON text of one argument value as written between the tags, numbers spelled as
@@ -144,6 +145,12 @@ class Glm45Parser final : public MarkerParser {
                     if (s != Step::kDone) {
                         return s;
                     }
+                    // The pairs become one JSON object as they stream: a key given twice would
+                    // write {"a": 1, "a": 2}, which readers take as either value or refuse.
+                    if (!keys_.insert(key_).second) {
+                        return malformed("a tool call gives the argument " + quote(key_) +
+                                         " twice");
+                    }
                     state_ = State::kBeforeValue;
                     break;
                 }
@@ -183,6 +190,7 @@ class Glm45Parser final : public MarkerParser {
     State state_ = State::kName;
     std::string name_;
     std::string key_;
+    std::set<std::string> keys_;  // The current call's keys so far.
     int args_ = 0;
     size_t searched_ = 0;  // Bytes at the front of buf_ that until() found `end` not to begin at.
 };

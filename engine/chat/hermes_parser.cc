@@ -1,5 +1,6 @@
 // Tool-call parser for the Qwen3 / Hermes format (see engine/chat/tool_call_parser.h).
 
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,8 @@ class HermesParser final : public MarkerParser {
     void begin_call() override {
         state_ = State::kLead;
         json_ = JsonStream();
+        args_json_ = JsonStream();
+        arg_keys_.clear();
         name_on_ = args_on_ = args_done_ = name_seen_ = args_seen_ = false;
         name_json_.clear();
         pending_args_.clear();
@@ -74,6 +77,15 @@ class HermesParser final : public MarkerParser {
                     name_json_ += c;
                 }
                 if (args_on_) {
+                    // The arguments' own keys: one given twice would stream as
+                    // {"a": 1, "a": 2}, which readers take as either value or refuse. (The
+                    // bytes are valid JSON: json_ took them.)
+                    if (args_json_.expecting_top_value() && !is_space(c) &&
+                        !arg_keys_.insert(args_json_.top_key()).second) {
+                        return malformed("a tool call gives the argument " +
+                                         quote(args_json_.top_key()) + " twice");
+                    }
+                    static_cast<void>(args_json_.feed(c));
                     if (started_) {
                         emit_args(out, std::string_view(&c, 1));
                     } else {
@@ -126,6 +138,8 @@ class HermesParser final : public MarkerParser {
 
     State state_ = State::kLead;
     JsonStream json_;
+    JsonStream args_json_;            // The "arguments" value's text alone.
+    std::set<std::string> arg_keys_;  // Its keys so far, decoded.
     bool name_on_ = false;
     bool args_on_ = false;
     bool args_done_ = false;

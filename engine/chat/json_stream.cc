@@ -47,17 +47,20 @@ bool number_complete(Num at) {
 }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-// One \u escape's code unit as UTF-8. A surrogate pair's halves are encoded one by one (not
-// combined): the key only has to compare equal to the plain names a parser looks for, and a
-// key with a surrogate in it is none of them.
+// A code point (a surrogate pair already joined) as UTF-8.
 void append_utf8(std::string& out, uint32_t u) {
     if (u < 0x80) {
         out += static_cast<char>(u);
     } else if (u < 0x800) {
         out += static_cast<char>(0xc0 | (u >> 6));
         out += static_cast<char>(0x80 | (u & 0x3f));
-    } else {
+    } else if (u < 0x10000) {
         out += static_cast<char>(0xe0 | (u >> 12));
+        out += static_cast<char>(0x80 | ((u >> 6) & 0x3f));
+        out += static_cast<char>(0x80 | (u & 0x3f));
+    } else {
+        out += static_cast<char>(0xf0 | (u >> 18));
+        out += static_cast<char>(0x80 | ((u >> 12) & 0x3f));
         out += static_cast<char>(0x80 | ((u >> 6) & 0x3f));
         out += static_cast<char>(0x80 | (u & 0x3f));
     }
@@ -250,8 +253,13 @@ JsonStream::Result JsonStream::feed(char c) {
                 low_surrogate_due_ = high;
             }
             if (unicode_left_ == 0) {
-                if (string_is_key_ && stack_.size() == 1) {
-                    append_utf8(key_buf_, unicode_);
+                if (unicode_ >= 0xd800 && unicode_ <= 0xdbff) {
+                    high_half_ = unicode_;  // Its low half follows (checked above).
+                } else if (string_is_key_ && stack_.size() == 1) {
+                    append_utf8(key_buf_, unicode_ >= 0xdc00 && unicode_ <= 0xdfff
+                                              ? 0x10000 + ((high_half_ - 0xd800) << 10) +
+                                                    (unicode_ - 0xdc00)
+                                              : unicode_);
                 }
                 state_ = State::kString;
             }

@@ -31,7 +31,7 @@ class JsonStream {
     // Containers open now (0 outside any, 1 inside the outermost object or array).
     size_t depth() const { return stack_.size(); }
     // At depth 1 of an object: the key whose value is being read or was just read, its escapes
-    // decoded (a surrogate pair's halves as UTF-8 each).
+    // decoded ("\ud83d\ude00" is the UTF-8 of U+1F600).
     const std::string& top_key() const { return top_key_; }
     // True when the next non-space byte starts a value at depth 1 (after "key":).
     bool expecting_top_value() const { return stack_.size() == 1 && state_ == State::kValue; }
@@ -68,6 +68,7 @@ class JsonStream {
     // A high surrogate escape was read: only a low surrogate escape may follow it. Boost.JSON,
     // which reads the call back from a client's history, refuses a surrogate that is not paired.
     bool low_surrogate_due_ = false;
+    uint32_t high_half_ = 0;  // The high surrogate's code unit, while its low half is due.
     std::string token_;     // Literal being read.
     uint8_t number_ = 0;    // Where a number being read is in its grammar (json_stream.cc).
     size_t number_bytes_ = 0;

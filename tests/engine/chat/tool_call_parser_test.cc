@@ -382,6 +382,48 @@ TEST_CASE("tool calls: malformed calls come back as content") {
         CHECK(o.calls.empty());
         CHECK(o.content == text);
     }
+    SUBCASE("GLM-4.5: an argument given twice") {
+        // Its pairs stream out as one object: {"a": 1, "a": 2} is not arguments a client can
+        // read one way. The call is given up, as Hermes's with a key given twice.
+        const std::string bad =
+            "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n<arg_key>b</arg_key>"
+            "\n<arg_value>x</arg_value>\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n"
+            "</tool_call>";
+        const std::string good =
+            "<tool_call>g\n<arg_key>a</arg_key>\n<arg_value>3</arg_value>\n</tool_call>";
+        const Outcome o = check_all_splits(ToolCallFormat::kGlm45, bad + good);
+        CHECK(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        CHECK(o.calls[0].name == "g");
+        check_json(o.calls[0].arguments, "{\"a\": 3}");
+        CHECK(o.content == bad);
+    }
+    SUBCASE("Hermes: an argument given twice, escapes decoded") {
+        // As GLM-4.5's: the arguments stream out as they are, {"a": 1, "a": 2} included.
+        const std::string good =
+            "<tool_call>{\"name\": \"g\", \"arguments\": {\"a\": 3}}</tool_call>";
+        for (const std::string args :
+             {"{\"a\": 1, \"b\": 2, \"a\": 2}", "{\"a\": 1, \"\\u0061\": [2]}",
+              "{\"\xf0\x9f\x98\x80\": 1, \"\\ud83d\\ude00\": 2}"}) {
+            INFO(args);
+            const std::string bad =
+                "<tool_call>{\"name\": \"f\", \"arguments\": " + args + "}</tool_call>";
+            const Outcome o = check_all_splits(ToolCallFormat::kHermes, bad + good);
+            CHECK(o.malformed);
+            REQUIRE(o.calls.size() == 1);
+            CHECK(o.calls[0].name == "g");
+            check_json(o.calls[0].arguments, "{\"a\": 3}");
+            CHECK(o.content == bad);
+        }
+        // A nested object's keys are its own.
+        const std::string args = "{\"a\": {\"a\": 1, \"b\": {\"a\": 2}}, \"b\": [{\"a\": 3}]}";
+        const Outcome o = check_all_splits(
+            ToolCallFormat::kHermes,
+            "<tool_call>{\"name\": \"f\", \"arguments\": " + args + "}</tool_call>");
+        CHECK_FALSE(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        CHECK(o.calls[0].arguments == args);
+    }
     SUBCASE("Kimi K2: bad JSON, then text") {
         const std::string text =
             "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
