@@ -525,16 +525,64 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
     return ok_status();
 }
 
-bool is_sha256_hex(const std::string& s) {
-    if (s.size() != 64) {
-        return false;
+// Why `s` (lower-cased) is not a SHA-256 digest in hex, or "" when it is. Never quotes `s`: a
+// key pasted where its hash belongs would be copied into the log.
+std::string sha256_hex_problem(const std::string& s) {
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char ch = s[i];
+        if ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')) {
+            continue;
+        }
+        const char* what = ch == ' '    ? "a space"
+                           : ch == '\t' ? "a tab"
+                           : ch == '\n' ? "a line break"
+                                        : "not a hex digit";
+        return "character " + std::to_string(i + 1) + " is " + what;
     }
-    for (char ch : s) {
-        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) {
-            return false;
+    if (s.size() != 64) {
+        return "got " + std::to_string(s.size());
+    }
+    return {};
+}
+
+// Where a key hash was listed first: its tenant's name and its config key.
+struct HashSeen {
+    std::string tenant;
+    std::string key;
+};
+
+// Checks tenant `t`'s key hashes (lower-cased here), read from `node` at `key`: each a SHA-256
+// in hex, and each one tenant's only (`seen`: the hashes of the tenants before). Once the name
+// is known, so errors name the tenant as well as the index, and a hash two tenants list names
+// both (the first one's key would otherwise authenticate as whichever the table found last).
+Status check_key_hashes(const Reader& r, const YAML::Node& node, const std::string& key,
+                        TenantConfig& t, std::map<std::string, HashSeen>& seen) {
+    const std::string tenant = "tenant '" + t.name + "'";
+    for (size_t j = 0; j < t.api_key_sha256.size(); ++j) {
+        std::string& h = t.api_key_sha256[j];
+        for (char& ch : h) {
+            ch = (ch >= 'A' && ch <= 'F') ? static_cast<char>(ch + 32) : ch;
+        }
+        const std::string hk = key + "[" + std::to_string(j) + "]";
+        if (std::string problem = sha256_hex_problem(h); !problem.empty()) {
+            return r.error(node[j], hk,
+                           tenant + ": expected the key's SHA-256 as 64 hex digits "
+                                    "(printf '%s' \"$KEY\" | sha256sum): " +
+                               problem);
+        }
+        auto [first, added] = seen.emplace(h, HashSeen{t.name, hk});
+        if (!added && first->second.tenant == t.name) {
+            return r.error(node[j], hk,
+                           tenant + ": key hash listed twice (also " + first->second.key + ")");
+        }
+        if (!added) {
+            return r.error(node[j], hk,
+                           tenant + " and tenant '" + first->second.tenant + "' (" +
+                               first->second.key +
+                               ") list the same key hash; a key must identify one tenant");
         }
     }
-    return true;
+    return ok_status();
 }
 
 Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
@@ -547,7 +595,7 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
     }
     std::vector<TenantConfig> tenants;
     std::set<std::string> names;
-    std::set<std::string> hashes;
+    std::map<std::string, HashSeen> hashes;
     for (size_t i = 0; i < node.size(); ++i) {
         std::string item = key + "[" + std::to_string(i) + "]";
         TenantConfig t;
@@ -562,20 +610,7 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
                                      "must list at least one key hash (with none the "
                                      "tenant can never authenticate)");
                   }
-                  for (size_t j = 0; j < t.api_key_sha256.size(); ++j) {
-                      std::string& h = t.api_key_sha256[j];
-                      for (char& ch : h) {
-                          ch = (ch >= 'A' && ch <= 'F') ? static_cast<char>(ch + 32) : ch;
-                      }
-                      std::string hk = k + "[" + std::to_string(j) + "]";
-                      if (!is_sha256_hex(h)) {
-                          return r.error(n[j], hk, "expected 64 hex digits (SHA-256 of the key)");
-                      }
-                      if (!hashes.insert(h).second) {
-                          return r.error(n[j], hk, "key hash listed twice");
-                      }
-                  }
-                  return ok_status();
+                  return ok_status();  // Checked once the name is known.
               }},
              {"models",
               [&](const YAML::Node& n, const std::string& k) -> Status {
@@ -600,6 +635,8 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
         if (!names.insert(t.name).second) {
             return r.error(node[i]["name"], item + ".name", "duplicate tenant name");
         }
+        EDGE_RETURN_IF_ERROR(check_key_hashes(r, node[i]["api_key_sha256"],
+                                              item + ".api_key_sha256", t, hashes));
         if (t.requests_per_second > 0 && t.requests_per_second < 1.0 / 60) {
             return r.error(node[i]["requests_per_second"], item + ".requests_per_second",
                            "below one request per minute; 0 means unlimited");

@@ -237,7 +237,8 @@ TEST_CASE("type and range errors name the place") {
           "position");
     CHECK(error_of(testing::config_yaml("/c", "/k",
                                         "tenants:\n  - name: a\n    api_key_sha256: [abc]\n"))
-              .find("tenants[0].api_key_sha256[0]: expected 64 hex digits") != std::string::npos);
+              .find("tenants[0].api_key_sha256[0]: tenant 'a': expected the key's SHA-256 as "
+                    "64 hex digits") != std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k",
                                         "tenants:\n  - name: a\n    api_key_sha256: [" +
                                             std::string(64, '0') + "]\n    models: [nope]\n"))
@@ -598,6 +599,38 @@ TEST_CASE("an unterminated quoted string is an error at its opening quote") {
         error_of("\xEF\xBB\xBF" + testing::config_yaml("/c", "/k") + "log:\n  level: \"info\n");
     CHECK_MESSAGE(late.find("/etc/edgeserve/test.yaml:18:10: unterminated quoted string") == 0,
                   late);
+}
+
+TEST_CASE("tenant key hashes: a bad one names its tenant and index, a shared one both tenants") {
+    const std::string a = std::string(64, 'a');
+    auto tenants = [](const std::string& list) {
+        return error_of(testing::config_yaml("/c", "/k", "tenants:\n" + list));
+    };
+    // The same hash under two tenants: refused naming both (it said "key hash listed twice",
+    // leaving the operator to search every tenant for the other), a name after its hashes too.
+    CHECK(tenants("  - name: acme\n    api_key_sha256: [" + std::string(64, '1') + ", " + a +
+                  "]\n  - api_key_sha256: [" + a + "]\n    name: globex\n") ==
+          "/etc/edgeserve/test.yaml:20:22: tenants[1].api_key_sha256[0]: tenant 'globex' and "
+          "tenant 'acme' (tenants[0].api_key_sha256[1]) list the same key hash; a key must "
+          "identify one tenant");
+    // Upper case is the same hash.
+    CHECK(tenants("  - name: acme\n    api_key_sha256: [" + a + ", " + std::string(64, 'A') +
+                  "]\n")
+              .ends_with("tenants[0].api_key_sha256[1]: tenant 'acme': key hash listed twice "
+                         "(also tenants[0].api_key_sha256[0])"));
+    // What is wrong, never the value (it may be the key itself, pasted where its hash belongs).
+    auto bad = [&](const std::string& hash) {
+        return tenants("  - name: acme\n    api_key_sha256: [" + a + ", \"" + hash + "\"]\n");
+    };
+    const std::string expected =
+        "/etc/edgeserve/test.yaml:19:88: tenants[0].api_key_sha256[1]: tenant 'acme': expected "
+        "the key's SHA-256 as 64 hex digits (printf '%s' \"$KEY\" | sha256sum): ";
+    CHECK(bad(std::string(64, 'b') + " ") == expected + "character 65 is a space");
+    CHECK(bad("\\t" + std::string(64, 'b')) == expected + "character 1 is a tab");
+    CHECK(bad(std::string(63, 'b')) == expected + "got 63");
+    const std::string pasted = bad("sk-live-0123456789");
+    CHECK(pasted == expected + "character 1 is not a hex digit");
+    CHECK(pasted.find("sk-live") == std::string::npos);
 }
 
 TEST_CASE("site.id, site.region and tenant names are short identifiers") {
