@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace edge::daemon {
 
@@ -97,24 +98,43 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
                               bool keep_others) {
     std::lock_guard lock(mu_);
     std::map<std::string, std::shared_ptr<State>> next;
-    if (tenants) {
-        for (const TenantConfig& t : *tenants) {
-            std::shared_ptr<State> state;
-            if (auto it = states_.find(t.name); it != states_.end()) {
-                state = it->second;
-            } else if (auto r = retired_.find(t.name); r != retired_.end()) {
-                state = r->second.state.lock();  // Back while its old requests run.
-            }
-            if (!state) {
-                state = std::make_shared<State>(clock_);
-            }
-            {
-                std::lock_guard state_lock(state->mu);
-                state->apply(t);
-            }
-            retired_.erase(t.name);
-            next[t.name] = std::move(state);
+    std::set<const State*> taken;  // A state serves one configured name.
+    auto take = [&](const std::string& name, std::shared_ptr<State> state) {
+        if (!state || !taken.insert(state.get()).second) {
+            return false;
         }
+        next[name] = std::move(state);
+        return true;
+    };
+    const std::vector<TenantConfig> none;
+    const std::vector<TenantConfig>& configured = tenants ? *tenants : none;
+    // Each tenant's own state by name first, then a removed one's of that name (back while its
+    // old requests run), then, for a name that has none, the state of a tenant this leaves out
+    // that held one of its keys: a rename keeps the counters and the running requests, or it
+    // would start with full buckets and free slots, over max_concurrent while the requests under
+    // the old name still run.
+    for (const TenantConfig& t : configured) {
+        if (auto it = states_.find(t.name); it != states_.end()) {
+            take(t.name, it->second);
+        }
+    }
+    for (const TenantConfig& t : configured) {
+        if (auto r = retired_.find(t.name); r != retired_.end() && !next.contains(t.name)) {
+            take(t.name, r->second.state.lock());
+        }
+    }
+    for (const TenantConfig& t : configured) {
+        if (!next.contains(t.name) && !take(t.name, renamed_state(t, configured, taken))) {
+            take(t.name, std::make_shared<State>(clock_));
+        }
+    }
+    for (const TenantConfig& t : configured) {
+        State& state = *next.at(t.name);
+        {
+            std::lock_guard state_lock(state.mu);
+            state.apply(t);
+        }
+        retired_.erase(t.name);
     }
     const TimePoint now = clock_.now();
     for (auto& [name, state] : states_) {
@@ -131,8 +151,42 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
             r.hold.reset();
         }
     }
-    std::erase_if(retired_, [](const auto& entry) { return entry.second.state.expired(); });
+    // A renamed tenant's old name goes after the grace, though its state lives on.
+    std::erase_if(retired_, [&](const auto& entry) {
+        const std::shared_ptr<State> state = entry.second.state.lock();
+        return !state || (now - entry.second.at >= kRetiredGrace && taken.contains(state.get()));
+    });
     states_ = std::move(next);
+}
+
+std::shared_ptr<TenantLimiter::State> TenantLimiter::renamed_state(
+    const TenantConfig& tenant, const std::vector<TenantConfig>& configured,
+    const std::set<const State*>& taken) const {
+    auto left_out = [&](const std::string& name) {
+        return std::none_of(configured.begin(), configured.end(),
+                            [&](const TenantConfig& t) { return t.name == name; });
+    };
+    auto holds_key = [&](const State& state) {
+        // `limits` changes only in configure(), under mu_ (held here).
+        return std::any_of(state.limits.api_key_sha256.begin(), state.limits.api_key_sha256.end(),
+                           [&](const std::string& hash) {
+                               return std::find(tenant.api_key_sha256.begin(),
+                                                tenant.api_key_sha256.end(),
+                                                hash) != tenant.api_key_sha256.end();
+                           });
+    };
+    for (const auto& [name, state] : states_) {
+        if (left_out(name) && !taken.contains(state.get()) && holds_key(*state)) {
+            return state;
+        }
+    }
+    for (const auto& [name, r] : retired_) {
+        std::shared_ptr<State> state = r.state.lock();
+        if (state && left_out(name) && !taken.contains(state.get()) && holds_key(*state)) {
+            return state;
+        }
+    }
+    return nullptr;
 }
 
 std::shared_ptr<TenantLimiter::State> TenantLimiter::find(const std::string& tenant,

@@ -12,15 +12,17 @@
 // requests cannot overshoot the output budget. Prompt tokens are known only after tokenizing:
 // they are charged then (Lease::charge_prompt(), or at finish() for a request another site ran),
 // and admission waits while that bucket is in debt. State is kept per tenant name, so configure()
-// (SIGHUP reload) keeps the counters of tenants that keep their name; a tenant the reload
-// removed keeps its state while its running requests' leases hold it (admissions use it for a
-// few seconds more, a name configured again takes it back). Thread-safe.
+// (SIGHUP reload) keeps the counters of tenants that keep their name, and of a tenant renamed
+// (a new name holding one of a removed tenant's keys); a tenant the reload removed keeps its
+// state while its running requests' leases hold it (admissions use it for a few seconds more,
+// a name configured again takes it back). Thread-safe.
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,11 +71,13 @@ class TenantLimiter {
 public:
     explicit TenantLimiter(Clock& clock) : clock_(clock) {}
 
-    // Replaces the limits; tenants are matched by name. Absent `tenants`: no limits at all. A
-    // tenant left out keeps its state while its requests run (their leases hold it): a request
-    // authenticated just before the change is still limited (for a few seconds: kRetiredGrace),
-    // and a name that comes back in a later reload continues its counters. `keep_others`: leave out no one (a reload's first
-    // half, before the tenant table changes: a new tenant is never briefly unlimited).
+    // Replaces the limits; tenants are matched by name, and a name new here by its keys (the
+    // state of a tenant left out that held one of them: a rename). Absent `tenants`: no limits
+    // at all. A tenant left out keeps its state while its requests run (their leases hold it): a
+    // request authenticated just before the change is still limited (for a few seconds:
+    // kRetiredGrace), and a name that comes back in a later reload continues its counters.
+    // `keep_others`: leave out no one (a reload's first half, before the tenant table changes:
+    // a new tenant is never briefly unlimited).
     void configure(const std::optional<std::vector<TenantConfig>>& tenants,
                    bool keep_others = false);
 
@@ -163,6 +167,12 @@ private:
         void apply(const TenantConfig& config);
     };
 
+    // The state of a tenant `configured` leaves out (current or retired) that held one of
+    // `tenant`'s keys and that no name in `taken` uses: `tenant` renamed it (the first name in
+    // the config that holds one of them takes it). Null when none.
+    std::shared_ptr<State> renamed_state(const TenantConfig& tenant,
+                                         const std::vector<TenantConfig>& configured,
+                                         const std::set<const State*>& taken) const;
     // The state kept under `tenant`'s name, or null. A retired tenant's state is found while a
     // lease holds it; for `admission`, only within kRetiredGrace of its removal.
     std::shared_ptr<State> find(const std::string& tenant, bool admission) const;

@@ -392,3 +392,49 @@ TEST_CASE("limiter: max_concurrent's Retry-After follows how long requests hold 
     REQUIRE(four.lease);
     CHECK(limiter.admit("a").retry_after == Duration(60s));  // 75 s, capped.
 }
+
+TEST_CASE("limiter: a tenant renamed by a reload keeps its counters and running requests") {
+    // The same keys under a new name started with full buckets and no request running, so the
+    // tenant ran max_concurrent more while its requests under the old name still ran.
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    const std::string k1(64, '1'), k2(64, '2'), k3(64, '3');
+    TenantConfig acme = tenant("acme");
+    acme.api_key_sha256 = {k1, k2};
+    acme.max_concurrent = 1;
+    acme.requests_per_second = 1;
+    limiter.configure(std::vector<TenantConfig>{acme});
+    TenantLimiter::Decision held = limiter.admit("acme");
+    REQUIRE(held.lease);
+    TenantConfig renamed = acme;
+    renamed.name = "acme-corp";
+    renamed.api_key_sha256 = {k3, k2};  // Rotated one key in the same reload.
+    TenantConfig fresh = tenant("initech");  // Added in the same reload, a key of its own.
+    fresh.api_key_sha256 = {std::string(64, '4')};
+    fresh.max_concurrent = 1;
+    // As Daemon::reload_tenants does: the new limits first, the old name dropped after.
+    const std::vector<TenantConfig> reloaded{fresh, renamed};
+    limiter.configure(reloaded, /*keep_others=*/true);
+    limiter.configure(reloaded);
+    CHECK(limiter.running("acme-corp") == 1);
+    TenantLimiter::Decision over = limiter.admit("acme-corp");
+    CHECK(over.blocking ==
+          std::vector<RejectReason>{RejectReason::kConcurrency, RejectReason::kRequestRate});
+    CHECK(limiter.running("initech") == 0);  // One state, one tenant.
+    CHECK(limiter.admit("initech").reason == RejectReason::kNone);
+    held.lease->finish(1, 1);  // The old name's request ends: the slot of acme-corp frees.
+    clock.advance(1s);
+    TenantLimiter::Decision next = limiter.admit("acme-corp");
+    CHECK(next.reason == RejectReason::kNone);
+    // The old name is let go after the grace, though its state lives on under the new one.
+    clock.advance(10s);
+    limiter.configure(reloaded);
+    CHECK(limiter.running("acme") == 0);
+    CHECK(limiter.running("acme-corp") == 1);
+    // A tenant that keeps its name keeps its state, whoever else holds one of its keys.
+    TenantConfig added = tenant("umbrella");
+    added.api_key_sha256 = {k3};
+    limiter.configure(std::vector<TenantConfig>{added, renamed});
+    CHECK(limiter.running("acme-corp") == 1);
+    CHECK(limiter.running("umbrella") == 0);
+}
