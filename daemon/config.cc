@@ -891,6 +891,7 @@ Status parse_peer(const Reader& r, const YAML::Node& node, const std::string& ke
          {"connect_timeout_ms", ms_field(r, p.connect_timeout)},
          {"response_timeout_ms", ms_field(r, p.response_timeout)},
          {"stream_idle_timeout_ms", ms_field(r, p.stream_idle_timeout)},
+         {"deferred_answer_timeout_ms", ms0_field(r, p.deferred_answer_timeout)},
          {"pool_idle_timeout_ms", ms_field(r, p.pool_idle_timeout)},
          {"max_idle_connections", int_field(r, p.max_idle_connections, 0, 10'000)},
          {"retry_budget", number_field(r, p.retry_budget, 0.0, 1.0)},

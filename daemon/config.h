@@ -182,6 +182,9 @@ struct PeerConfig {
     std::chrono::milliseconds connect_timeout{2'000};  // TCP connect + TLS handshake to a peer.
     std::chrono::milliseconds response_timeout{30'000};  // Request sent to response head.
     std::chrono::milliseconds stream_idle_timeout{60'000};  // Longest silence inside a response.
+    // Longest wait for a non-streamed answer once the peer accepted it (its deferred head) until
+    // the answer's first byte: the generation's; 0: none. 10 min, the OpenAI SDKs' own timeout.
+    std::chrono::milliseconds deferred_answer_timeout{600'000};
     std::chrono::milliseconds pool_idle_timeout{30'000};  // Idle pooled connections older are
                                                           // closed, not reused.
     int32_t max_idle_connections = 16;  // Idle keep-alive connections pooled per peer.

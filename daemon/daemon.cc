@@ -137,6 +137,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         client.connect_timeout = p.connect_timeout;
         client.response_timeout = p.response_timeout;
         client.stream_idle_timeout = p.stream_idle_timeout;
+        client.deferred_answer_timeout = p.deferred_answer_timeout;
         client.pool_idle_timeout = p.pool_idle_timeout;
         client.max_idle_connections = p.max_idle_connections;
         client.retry_budget = p.retry_budget;

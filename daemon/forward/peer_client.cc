@@ -222,6 +222,11 @@ public:
     // Strand only: closes the connections of the forwards whose attempt runs on `site_id`.
     void abandon_site(const std::string& site_id);
     void report(const RouteTarget& target, bool ok, SteadyClock::duration latency);
+    // What the client is told of an answer whose connection failed (`ec`) after its head:
+    // `awaiting_answer`, a deferred answer's generation was still awaited.
+    api::ApiError broken_answer_error(const ForwardJob& job, const RouteTarget& target,
+                                      boost::system::error_code ec, bool streamed,
+                                      bool awaiting_answer) const;
     void finish(ForwardJob& job);
 
     net::awaitable<void> testing_delay(const RouteTarget& target);
@@ -446,8 +451,8 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(ForwardJob
     }
     boost::system::error_code ignored;
     layer.socket().set_option(tcp::no_delay(true), ignored);
-    // A deferred answer's body has no deadline (see attempt()): keepalive probes notice a peer
-    // host that vanished.
+    // A deferred answer's wait is long (deferred_answer_timeout, see attempt()): keepalive probes
+    // notice a peer host that vanished sooner.
     layer.socket().set_option(net::socket_base::keep_alive(true), ignored);
     int keep_idle_s = 10;
     int keep_interval_s = 5;
@@ -664,13 +669,19 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     std::array<char, 16 * 1024> chunk;
     boost::system::error_code ec;
     auto& layer = beast::get_lowest_layer(conn->stream);
+    // A deferred answer's first byte comes when the generation has ended: the wait for it is
+    // bounded by deferred_answer_timeout (0: by nothing but the peer's death, found by a reset or
+    // keepalive, and the client's going away). Once it began, as any body, by stream_idle_timeout.
+    const auto answer_by = SteadyClock::now() + config_.deferred_answer_timeout;
     while (!parser->is_done()) {
         response.body().data = chunk.data();
         response.body().size = chunk.size();
-        if (deferred) {
-            // The generation's length, unknown: the peer's death (reset, keepalive) or the
-            // client's going away ends the wait, as for a request run here.
-            layer.expires_never();
+        if (deferred && body.empty()) {
+            if (config_.deferred_answer_timeout.count() > 0) {
+                layer.expires_at(answer_by);
+            } else {
+                layer.expires_never();
+            }
         } else {
             layer.expires_after(config_.stream_idle_timeout);
         }
@@ -703,62 +714,58 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     job.current = nullptr;
     if (ec || job.cancelled) {
         conn->close();
-        if (!job.cancelled && deferred && ec != http::error::body_limit && can_retry) {
-            // Nothing reached the client and the peer is gone (a slow answer has no deadline
-            // here): the next target runs it, as for a peer that died before its head.
+        // A peer silent past a timeout is stuck or too slow, not gone: the request is not run
+        // again elsewhere (it would take as long, and the client has waited that long already).
+        const bool timed_out = ec == beast::error::timeout;
+        if (!job.cancelled && deferred && ec != http::error::body_limit && !timed_out &&
+            can_retry) {
+            // Nothing reached the client and the peer is gone: the next target runs it, as for
+            // a peer that died before its head.
             fail(Failure::kReset, "deferred answer cut: " + ec.message());
             co_return false;
         }
+        // The bytes held at the cut: a usage report without its blank line is read, the start
+        // of an event is dropped (the error event below must not join it).
+        const std::string close_event = usage.cut();
         // The peer ran it and this is the end: what it reported, else the tenant pays the
         // reservation (ForwardResult::usage_unknown).
         take_usage(job, usage);
         if (job.cancelled) {
             co_return true;  // The client left (or stop()): nothing learnt of the peer's health.
         }
+        // Cut after the stream's end event, or after the usage report the peer writes after its
+        // last event and just before that end event: the client has the whole answer (a peer
+        // that closed before the end event or the chunked body's terminator).
+        const bool whole = streamed && event_stream && (usage.ended() || usage.reported());
         if (accepted && ec != http::error::body_limit) {  // The limit is this site's.
-            report(target, streamed && event_stream && usage.ended(), to_head);
+            report(target, whole, to_head);
         }
         log::warn("forward_response_cut",
                   {{"site", target.site_id},
                    {"streamed", streamed},
                    {"error", job.site_lost ? std::string("declared dead by gossip")
                                            : ec.message()}});
-        if (streamed && event_stream && usage.ended()) {
-            // Cut after the stream's end event: the client has the whole answer (a peer that
-            // closed before the chunked body's terminator). End it as it would have ended.
+        if (whole) {
+            // Ended as it would have ended.
+            if (!usage.ended()) {
+                job.channel->write("data: [DONE]\n\n");
+            }
             job.deliver_last = [channel = job.channel] { channel->end_stream(); };
             co_return true;
         }
+        const api::ApiError e =
+            broken_answer_error(job, target, ec, streamed, deferred && body.empty());
         if (streamed) {
             // Bytes are out: no retry. Say so in-band where the format allows, then end.
             if (event_stream) {
-                api::ApiError e;
-                e.status = 502;
-                e.type = "server_error";
-                e.code = "upstream_cut";
-                e.message = job.site_lost
-                                ? "site '" + target.site_id +
-                                      "' was declared dead (gossip) while streaming"
-                                : "the connection to site '" + target.site_id +
-                                      "' broke while streaming: " + ec.message();
                 // Ended as a locally cut stream is: the error event, then the stream's end;
                 // after the relayed part of an over-long event, a blank line ends that event
                 // first, so the error is an event of its own.
-                job.channel->write(std::string(usage.inside_event() ? "\n\n" : "") +
-                                   "data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
+                job.channel->write(close_event + "data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
             }
             job.cut = true;
             job.deliver_last = [channel = job.channel] { channel->end_stream(); };
         } else {
-            api::ApiError e;
-            e.status = 503;
-            e.type = "server_error";
-            e.code = ec == http::error::body_limit ? "upstream_answer_too_large" : "upstream_cut";
-            e.message = ec == http::error::body_limit
-                            ? "the answer of site '" + target.site_id + "' is larger than " +
-                                  std::to_string(config_.max_response_bytes) + " bytes"
-                            : "the connection to site '" + target.site_id +
-                                  "' broke while reading its answer: " + ec.message();
             job.result.status = e.status;
             job.result.started = true;
             job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
@@ -821,6 +828,44 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         conn->close();
     }
     co_return true;
+}
+
+api::ApiError PeerClient::Impl::broken_answer_error(const ForwardJob& job,
+                                                    const RouteTarget& target,
+                                                    boost::system::error_code ec, bool streamed,
+                                                    bool awaiting_answer) const {
+    const std::string site = "site '" + target.site_id + "'";
+    auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
+    api::ApiError e;
+    e.type = "server_error";
+    if (ec == http::error::body_limit) {
+        e.status = 503;
+        e.code = "upstream_answer_too_large";
+        e.message = "the answer of " + site + " is larger than " +
+                    std::to_string(config_.max_response_bytes) + " bytes";
+    } else if (ec == beast::error::timeout) {
+        e.status = 504;
+        e.code = "upstream_timeout";
+        e.message = awaiting_answer
+                        ? site + " accepted the request but sent no answer within " +
+                              ms(config_.deferred_answer_timeout) +
+                              " (peer.deferred_answer_timeout_ms)"
+                        : site + " sent nothing for " + ms(config_.stream_idle_timeout) +
+                              (streamed ? " while streaming" : " inside its answer") +
+                              " (peer.stream_idle_timeout_ms)";
+    } else if (streamed) {
+        e.status = 502;
+        e.code = "upstream_cut";
+        e.message = job.site_lost
+                        ? site + " was declared dead (gossip) while streaming"
+                        : "the connection to " + site + " broke while streaming: " + ec.message();
+    } else {
+        e.status = 503;
+        e.code = "upstream_cut";
+        e.message =
+            "the connection to " + site + " broke while reading its answer: " + ec.message();
+    }
+    return e;
 }
 
 void PeerClient::Impl::finish(ForwardJob& job) {

@@ -14,11 +14,16 @@
 // x forwards in flight)); never once a byte reached the client. Every attempt is reported to the
 // planner, one the peer accepted at its answer's end (cut: a failure; not at all if the client
 // left). A non-streamed answer's head is deferred (api/deferred_response.h): it comes once the
-// peer's engine accepted the request, so response_timeout bounds the wait for acceptance, not the
-// generation. A client that goes away closes the upstream connection, which cancels the generation
-// there. The tenant's token usage, which this site charges (the peer does not), comes from the
-// answer: a JSON body's usage, or a stream's usage report comment (api::kUsageReportComment),
-// which the peer always sends to forwarding sites and which is not relayed to the client.
+// peer's engine accepted the request, so response_timeout bounds the wait for acceptance, and
+// deferred_answer_timeout the generation's; a streamed answer's generation is bounded by
+// stream_idle_timeout between its bytes. Past either the connection is closed (the peer cancels
+// the generation), the client gets a 504 (in-band once streaming) and the peer is reported failed.
+// A client that goes away closes the upstream connection, which cancels the generation there.
+// The tenant's token usage, which this site charges (the peer does not), comes from the answer:
+// a JSON body's usage, or a stream's usage report comment (api::kUsageReportComment), which the
+// peer always sends to forwarding sites and which is not relayed to the client. The report comes
+// just before the stream's end event: a stream cut after it (or with it held, whole but for its
+// blank line) is whole, charged the report and ended with the end event, not an error.
 //
 // reload() (SIGHUP) re-reads the certificate, key and CA: new handshakes use them, the pooled idle
 // connections (made with the old ones) are closed, forwards in flight keep theirs; a file that
@@ -64,8 +69,11 @@ struct PeerClientConfig {
     std::string key_path;   // PEM: its private key.
     std::chrono::milliseconds connect_timeout{2'000};  // Name lookup + TCP connect + TLS handshake.
     std::chrono::milliseconds response_timeout{30'000};     // Request sent to response head.
-    // Longest silence in a streamed response body (a deferred answer's body has no deadline).
+    // Longest silence in a response body (a deferred answer's, once its first byte came).
     std::chrono::milliseconds stream_idle_timeout{60'000};
+    // Longest wait from a deferred head (the peer accepted a non-streamed request) to its
+    // answer's first byte; 0: none.
+    std::chrono::milliseconds deferred_answer_timeout{600'000};
     std::chrono::milliseconds pool_idle_timeout{30'000};    // Older idle connections are closed.
     int32_t max_idle_connections = 16;  // Idle connections pooled per peer.
     double retry_budget = 0.2;          // Retries in flight / forwards in flight, at most...

@@ -146,4 +146,10 @@ std::string UsageScanner::flush() {
     return out;
 }
 
+std::string UsageScanner::cut() {
+    const bool open = passing_;
+    flush();  // What it would relay is an event the stream broke inside: not relayed.
+    return open ? "\n\n" : "";
+}
+
 }  // namespace edge::daemon::forward

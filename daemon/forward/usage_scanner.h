@@ -25,6 +25,12 @@ public:
     // At the end of the stream: the bytes still held (an event without its final blank line),
     // less a usage report without its blank line, which is read as a whole one is.
     std::string flush();
+    // At a cut (the stream broke before its end): a usage report held without its blank line is
+    // read, as flush() reads it; the other bytes held (an event's start) are dropped, as a client
+    // drops an event its stream ends inside, so that what is written after the cut (an error
+    // event) does not join them into one malformed event. Returns what ends the event a client
+    // is inside after part of an over-long one was relayed (a blank line), else "".
+    std::string cut();
 
     int64_t prompt_tokens() const { return prompt_tokens_; }
     int64_t completion_tokens() const { return completion_tokens_; }
@@ -34,7 +40,7 @@ public:
     // The stream's end event (`data: [DONE]`) was relayed: the client has the whole answer.
     bool ended() const { return ended_; }
     // Part of an over-long event was relayed without its end: a stream cut now leaves that
-    // event open on the client's side.
+    // event open on the client's side (cut() closes it).
     bool inside_event() const { return passing_; }
 
   private:

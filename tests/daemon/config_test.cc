@@ -545,6 +545,7 @@ TEST_CASE("peer section: paths resolved, defaults, required keys and ranges") {
                                                          "  cert: /abs/site.crt\n"
                                                          "  key: certs/site.key\n"
                                                          "  connect_timeout_ms: 500\n"
+                                                         "  deferred_answer_timeout_ms: 0\n"
                                                          "  retry_budget: 0.5\n"
                                                          "  max_idle_connections: 4\n"),
                                     "/etc/edgeserve/test.yaml");
@@ -557,6 +558,8 @@ TEST_CASE("peer section: paths resolved, defaults, required keys and ranges") {
     CHECK(c->peer->key_path == "/etc/edgeserve/certs/site.key");
     CHECK(c->peer->connect_timeout == std::chrono::milliseconds(500));
     CHECK(c->peer->response_timeout == std::chrono::milliseconds(30'000));
+    CHECK(c->peer->deferred_answer_timeout == std::chrono::milliseconds(0));  // 0: none.
+    CHECK(PeerConfig{}.deferred_answer_timeout == std::chrono::milliseconds(600'000));
     CHECK(c->peer->retry_budget == doctest::Approx(0.5));
     CHECK(c->peer->min_retry_concurrency == 3);
     CHECK(c->peer->max_idle_connections == 4);

@@ -222,3 +222,24 @@ TEST_CASE("usage scanner: a usage report left without its blank line at the stre
     CHECK(other.flush() == "data: {\"a\":1}\r\n");
     CHECK_FALSE(other.reported());
 }
+
+TEST_CASE("usage scanner: a cut reads a report held without its blank line, drops the rest held") {
+    const std::string relayed = "data: {\"id\":\"x\",\"choices\":[]}\n\n";
+    const std::string stream =
+        relayed + ": edgeserve-usage {\"prompt_tokens\":5,\"completion_tokens\":6}\n\n";
+    const size_t report_read = stream.size() - 2;  // The report's JSON is whole from here.
+    for (size_t at = 0; at <= stream.size(); ++at) {
+        CAPTURE(at);
+        UsageScanner scanner;
+        const std::string out = scanner.feed_events(std::string_view(stream).substr(0, at));
+        CHECK(scanner.cut().empty());  // No over-long event left open.
+        CHECK(out == (at >= relayed.size() ? relayed : ""));  // Never part of an event.
+        CHECK(scanner.reported() == (at >= report_read));
+        CHECK(scanner.completion_tokens() == (at >= report_read ? 6 : 0));
+    }
+    UsageScanner open;
+    const std::string huge = "data: {\"pad\":\"" + std::string(2 << 20, 'x') + "\"}\n\n";
+    open.feed_events(std::string_view(huge).substr(0, (1 << 20) + 10));
+    CHECK(open.cut() == "\n\n");  // Ends the event the client is inside.
+    CHECK_FALSE(open.inside_event());
+}
