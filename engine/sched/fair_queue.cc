@@ -18,6 +18,7 @@ size_t FairQueue::tenant_size(const std::string& tenant) const {
 FairQueue::Flow& FairQueue::flow_for(const std::string& tenant) {
     auto [it, inserted] = flows_.try_emplace(tenant);
     if (inserted) {
+        it->second.id = next_flow_id_++;
         active_.push_back(tenant);
     }
     return it->second;
@@ -80,15 +81,8 @@ std::unique_ptr<Sequence> FairQueue::pop_if(
             f.deficit += quantum_ * f.weight;
             turn_open_ = true;
         }
-        const int64_t c = cost(*f.queue.front());
-        if (f.deficit >= c) {
-            f.deficit -= c;
-            std::unique_ptr<Sequence> seq = std::move(f.queue.front());
-            f.queue.pop_front();
-            --size_;
-            queued_cost_ -= c;
-            drop_if_empty(tenant);  // An emptied queue loses its deficit and its turn.
-            return seq;
+        if (f.deficit >= cost(*f.queue.front())) {
+            return take_head(tenant, f);  // An emptied queue loses its deficit and its turn.
         }
         // The turn ends; the deficit carries to the tenant's next turn.
         active_.pop_front();
@@ -102,13 +96,21 @@ std::unique_ptr<Sequence> FairQueue::pop_tenant(const std::string& tenant) {
     if (it == flows_.end()) {
         return nullptr;
     }
-    Flow& f = it->second;
+    return take_head(tenant, it->second);
+}
+
+std::unique_ptr<Sequence> FairQueue::take_head(const std::string& tenant, Flow& f) {
     const int64_t c = cost(*f.queue.front());
     f.deficit -= c;
     std::unique_ptr<Sequence> seq = std::move(f.queue.front());
     f.queue.pop_front();
     --size_;
     queued_cost_ -= c;
+    if (seq->preemptions == 0) {
+        // A preempted request's admission is paid by the backlog that first admitted it
+        // (push_front refunded this charge in advance).
+        seq->charged_flow = f.id;
+    }
     drop_if_empty(tenant);
     return seq;
 }
@@ -127,9 +129,11 @@ int32_t FairQueue::head_priority(const std::string& tenant) const {
     return it == flows_.end() ? 0 : it->second.queue.front()->priority;
 }
 
-void FairQueue::refund(const std::string& tenant, int64_t tokens) {
-    auto it = flows_.find(tenant);
-    if (it != flows_.end() && tokens > 0) {
+void FairQueue::refund(const Sequence& seq, int64_t tokens) {
+    auto it = flows_.find(seq.tenant);
+    // A backlog that came after the one charged (the tenant's queue emptied in between) did not
+    // pay: crediting it would carry credit across idle time.
+    if (it != flows_.end() && it->second.id == seq.charged_flow && tokens > 0) {
         it->second.deficit += tokens;
     }
 }
@@ -144,11 +148,13 @@ std::vector<std::unique_ptr<Sequence>> FairQueue::take_if(
                 queued_cost_ -= cost(**it);
                 if ((*it)->preemptions > 0) {
                     // push_front gave its whole cost back for a re-admission that will not
-                    // come: charge what it used (prompt and generated tokens), as a request
-                    // that ends while running stays charged after finish()'s refund.
-                    f.deficit -=
-                        cost(**it) - std::max<int64_t>(
-                                         0, int64_t{(*it)->params.max_tokens} - (*it)->generated());
+                    // come: that is taken back, and what it did not use (max_tokens it did not
+                    // generate) is refunded as a request that ends while running is (refund()).
+                    f.deficit -= cost(**it);
+                    if ((*it)->charged_flow == f.id) {
+                        f.deficit += std::max<int64_t>(
+                            0, int64_t{(*it)->params.max_tokens} - (*it)->generated());
+                    }
                 }
                 out.push_back(std::move(*it));
                 it = f.queue.erase(it);

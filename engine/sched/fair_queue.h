@@ -7,8 +7,10 @@
 // request's cost (prompt tokens + max_tokens, the most it can use). A tenant whose queue empties
 // loses its deficit, so idle time earns no credit. Unused tokens of a finished request may be
 // refunded, and a preempted request is requeued first in its tenant's queue with its cost
-// refunded, so neither is charged twice. With every tenant backlogged, each one's share of
-// admitted tokens converges to its weight's share, whatever the number of requests it sends.
+// refunded, so neither is charged twice; what a request gives back goes only to the backlog that
+// paid for it (a tenant's queue that emptied since is a new backlog, owed nothing). With every
+// tenant backlogged, each one's share of admitted tokens converges to its weight's share,
+// whatever the number of requests it sends.
 // The scheduler may restrict a pop to some tenants (those with the fewest places in its batch
 // per weight), or take a given tenant's oldest request out of turn (pop_tenant); either is
 // charged the same way, a deficit going negative if need be, so DRR makes up for it later.
@@ -60,9 +62,9 @@ public:
     std::vector<Backlog> backlog() const;
     // Priority of `tenant`'s oldest waiting request (the next it admits); 0 when none.
     int32_t head_priority(const std::string& tenant) const;
-    // Credits `tokens` back to `tenant` while it has requests waiting (a request that ended
-    // before using all of its max_tokens).
-    void refund(const std::string& tenant, int64_t tokens);
+    // Credits `tokens` back to `seq`'s tenant (a request that ended before using all of its
+    // max_tokens) while the backlog its admission was charged to still waits.
+    void refund(const Sequence& seq, int64_t tokens);
     // Removes and returns every request for which `pred` is true (cancelled ones). A preempted
     // one (refunded by push_front) is charged what it used, as if it had ended running.
     std::vector<std::unique_ptr<Sequence>> take_if(
@@ -76,14 +78,18 @@ private:
         std::deque<std::unique_ptr<Sequence>> queue;
         int64_t deficit = 0;
         int64_t weight = 1;
+        uint64_t id = 0;  // Distinct per backlog: a tenant whose queue empties gets a new one.
     };
     Flow& flow_for(const std::string& tenant);
+    // Takes `f`'s oldest request, charged to it (Sequence::charged_flow); drops `f` if emptied.
+    std::unique_ptr<Sequence> take_head(const std::string& tenant, Flow& f);
     void drop_if_empty(const std::string& tenant);
 
     int64_t quantum_;
     std::map<std::string, Flow> flows_;  // Only tenants with waiting requests.
     std::deque<std::string> active_;     // Round-robin order; the front has the turn.
     bool turn_open_ = false;             // The front's quantum for this turn was added.
+    uint64_t next_flow_id_ = 1;
     size_t size_ = 0;
     int64_t queued_cost_ = 0;
 };

@@ -708,7 +708,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
         seq->slot = -1;
         // Admission charged max_tokens; what it did not use goes back to its tenant.
         std::lock_guard<std::mutex> lock(mu_);
-        waiting_.refund(seq->tenant, int64_t{seq->params.max_tokens} - seq->generated());
+        waiting_.refund(*seq, int64_t{seq->params.max_tokens} - seq->generated());
         // Its KV blocks are free: admission, closed by a KV preemption, may try again. (A
         // request that never ran frees none: reopening then would preempt again at once.)
         admission_blocked_ = false;

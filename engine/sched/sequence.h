@@ -196,6 +196,7 @@ struct Sequence {
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
     int64_t admitted_step = 0;  // Scheduler steps run before its latest admission.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.
+    uint64_t charged_flow = 0;  // FairQueue: the tenant backlog its admission was charged to.
     std::unique_ptr<SwappedKv> swapped;  // Its KV while preempted, when it was saved.
     bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
     uint64_t last_decode_step = 0;  // Step of its last decode token (round robin in a tenant).

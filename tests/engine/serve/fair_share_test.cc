@@ -251,6 +251,38 @@ TEST_CASE("fair queue: a preempted request cancelled while waiting stays charged
     CHECK(order == "bbbbbaaaaa");
 }
 
+TEST_CASE("fair queue: what a request gives back after its tenant went idle is no credit") {
+    // a's big request (cost 1000) is admitted while a is alone, and a's queue empties: its
+    // deficit goes (idle time earns no credit). The request then ends without output, or is
+    // preempted and cancelled while waiting: its unused 500 tokens were charged to the backlog
+    // that is gone, so a's new one gets nothing of them, and a and b alternate.
+    for (const bool cancelled_while_waiting : {false, true}) {
+        CAPTURE(cancelled_while_waiting);
+        FairQueue q(10);
+        q.push_back(sequence("a", 1, 500, 500));  // Cost 1000.
+        std::unique_ptr<Sequence> big = q.pop();
+        REQUIRE(big);
+        REQUIRE(q.empty());
+        for (int i = 0; i < 5; ++i) {
+            q.push_back(sequence("a", 1, 5, 5));
+            q.push_back(sequence("b", 1, 5, 5));
+        }
+        if (cancelled_while_waiting) {
+            big->request_id = "big";
+            ++big->preemptions;
+            q.push_front(std::move(big));
+            CHECK(q.take_if([](const Sequence& s) { return s.request_id == "big"; }).size() == 1);
+        } else {
+            q.refund(*big, 500);
+        }
+        std::string order;
+        while (!q.empty()) {
+            order += q.pop()->tenant;
+        }
+        CHECK(order == "ababababab");
+    }
+}
+
 TEST_CASE("fair share: a tenant sending 20x the requests gets half the tokens, not 20/21") {
     Sim sim(4);
     // A floods first: 800 requests queued before B's 40.
