@@ -635,6 +635,13 @@ Status parse_tenants(const Reader& r, const YAML::Node& node, const std::string&
         if (!names.insert(t.name).second) {
             return r.error(node[i]["name"], item + ".name", "duplicate tenant name");
         }
+        if (t.name == "anonymous") {
+            // A peer site without tenants forwards its requests under this name: a tenant of
+            // that name here would take their limits and share their prefix cache.
+            return r.error(node[i]["name"], item + ".name",
+                           "'anonymous' is reserved for requests of sites that run without "
+                           "tenants (authentication off)");
+        }
         EDGE_RETURN_IF_ERROR(check_key_hashes(r, node[i]["api_key_sha256"],
                                               item + ".api_key_sha256", t, hashes));
         if (t.requests_per_second > 0 && t.requests_per_second < 1.0 / 60) {

@@ -659,6 +659,12 @@ TEST_CASE("site.id, site.region and tenant names are short identifiers") {
         "tenants:\n  - name: team a\n    api_key_sha256: [" + std::string(64, '0') + "]\n"));
     CHECK_MESSAGE(
         tenant.find("/etc/edgeserve/test.yaml:18:11: tenants[0].name: may hold only") == 0, tenant);
+    const std::string reserved = error_of(testing::config_yaml(
+        "/c", "/k",
+        "tenants:\n  - name: anonymous\n    api_key_sha256: [" + std::string(64, '0') + "]\n"));
+    CHECK_MESSAGE(reserved.find("/etc/edgeserve/test.yaml:18:11: tenants[0].name: 'anonymous' is "
+                                "reserved") == 0,
+                  reserved);
 }
 
 TEST_CASE("an empty value is reported at its key, not at the next token") {
