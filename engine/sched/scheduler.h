@@ -263,7 +263,6 @@ private:
 
     // Scheduler-thread state.
     std::vector<std::unique_ptr<Sequence>> running_;
-    std::map<std::string, BlockHash> salts_;  // Prefix-cache salt by cache scope.
     std::vector<Sequence*> computing_;  // plan_batch's prefilling sequences (awaits_shared_prefix).
     uint64_t next_admission_ = 1;
     bool admission_blocked_ = false;  // After a KV preemption, until a sequence finishes.

@@ -206,16 +206,11 @@ void Scheduler::attach_prefix(Sequence* seq) {
         return;
     }
     if (!seq->chain_ready) {
-        auto salt = salts_.find(seq->cache_scope);
-        if (salt == salts_.end()) {
-            salt = salts_
-                       .emplace(seq->cache_scope,
-                                tenant_salt(config_.prefix_secret, seq->cache_scope))
-                       .first;
-        }
+        // The salt is one SHA-256, made again for each prompt rather than kept per scope (the
+        // scopes of reloaded configs and forwarded tenants would pile up for good).
         seq->prefix_chain = prefix_chain(
             std::span<const TokenId>(seq->tokens.data(), static_cast<size_t>(seq->prompt_len)),
-            bt, salt->second, SIZE_MAX);
+            bt, tenant_salt(config_.prefix_secret, seq->cache_scope), SIZE_MAX);
         seq->chain_ready = true;
     }
     if (!seq->admitted_once) {
