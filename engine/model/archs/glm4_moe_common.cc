@@ -84,6 +84,20 @@ Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j,
     EDGE_ASSIGN_OR_RETURN(c.tie_word_embeddings, j.get_bool("tie_word_embeddings", false));
     EDGE_RETURN_IF_ERROR(require_string_if_set(j, "hidden_act", "silu"));
     EDGE_RETURN_IF_ERROR(require_string_if_set(j, "scoring_func", "sigmoid"));
+    // The router computes DeepSeek-V3's noaux_tc (correction bias, groups scored by their two
+    // best experts); "greedy" and "group_limited_greedy" (DeepSeek-V2) pick other experts.
+    EDGE_RETURN_IF_ERROR(require_string_if_set(j, "topk_method", "noaux_tc"));
+    // DeepSeek's remote code makes a layer MoE only when layer % moe_layer_freq == 0 (past
+    // first_k_dense_replace); transformers' own class ignores the field. Only 1 means the same
+    // layers to both, and is what every released checkpoint sets.
+    if (!j.is_null("moe_layer_freq")) {
+        EDGE_ASSIGN_OR_RETURN(const int64_t freq, j.get_int("moe_layer_freq"));
+        if (freq != 1) {
+            return unimplemented_error(j.path() + ": field 'moe_layer_freq' " +
+                                       std::to_string(freq) + " is not supported (only 1: " +
+                                       "every layer from first_k_dense_replace on is MoE)");
+        }
+    }
     EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, get_token_ids(j, "eos_token_id", c.vocab_size));
     if (!j.is_null("bos_token_id")) {  // Absent or null: no BOS.
         EDGE_ASSIGN_OR_RETURN(c.bos_token_id, get_int_in(j, "bos_token_id", 0, c.vocab_size - 1));
