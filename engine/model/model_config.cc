@@ -124,12 +124,30 @@ Status lift_rope_parameters(json::object& root, const std::string& path) {
     return ok_status();
 }
 
+// `rope_scaling: {"rope_type": "default"}` (or "type"), which transformers writes for plain
+// RoPE, says there is no scaling: it becomes null, as the architectures read an absent one.
+// Anything more in it is left for them to read or refuse.
+void drop_default_rope_scaling(json::object& root) {
+    json::value* rs = root.if_contains("rope_scaling");
+    if (rs == nullptr || !rs->is_object() || rs->get_object().empty()) {
+        return;
+    }
+    for (const auto& [key, value] : rs->get_object()) {
+        if ((key != "rope_type" && key != "type") || !value.is_string() ||
+            value.get_string() != "default") {
+            return;
+        }
+    }
+    *rs = nullptr;
+}
+
 }  // namespace
 
 Result<ConfigJson> ConfigJson::parse(std::string_view text, std::string path) {
     ConfigJson c;
     EDGE_ASSIGN_OR_RETURN(c.root_, parse_json_object(text, path));
     EDGE_RETURN_IF_ERROR(lift_rope_parameters(c.root_, path));
+    drop_default_rope_scaling(c.root_);
     c.path_ = std::move(path);
     c.text_ = std::string(text);
     const json::value* archs = c.root_.if_contains("architectures");

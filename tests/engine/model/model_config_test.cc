@@ -152,5 +152,24 @@ TEST_CASE("config: rope_scaling and rope_parameters together are one scaling, ke
           "'rope_scaling.rope_type' (\"yarn\")");
 }
 
+TEST_CASE("config.json: rope_scaling of the type 'default' alone is no scaling") {
+    for (const char* plain : {R"({"rope_type": "default"})", R"({"type": "default"})"}) {
+        auto c = ConfigJson::parse(
+            std::string("{\"model_type\": \"qwen3_moe\", \"rope_scaling\": ") + plain + "}",
+            "c.json");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        CHECK(c->is_null("rope_scaling"));  // As an absent one: every architecture takes it.
+    }
+    // Anything more is for the architecture to read or refuse.
+    for (const char* more :
+         {R"({"rope_type": "default", "factor": 2.0})", R"({"rope_type": "linear"})"}) {
+        auto c = ConfigJson::parse(
+            std::string("{\"model_type\": \"qwen3_moe\", \"rope_scaling\": ") + more + "}",
+            "c.json");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        CHECK_FALSE(c->is_null("rope_scaling"));
+    }
+}
+
 }  // namespace
 }  // namespace edge::engine
