@@ -200,11 +200,14 @@ private:
     Member* next_probe_target();
     void on_direct_timeout(uint64_t seq);
     void on_probe_end(uint64_t seq);
-    void conclude_probe(bool success, Duration rtt, const std::optional<coords::Coordinate>& c);
+    // An ack ended the round; `direct`: the target's own, in time (its RTT feeds Vivaldi).
+    void conclude_probe(bool direct, Duration rtt, const std::optional<coords::Coordinate>& c);
     void handle_ping(const std::string& from, const PingMsg& p);
     void handle_indirect_ping(const IndirectPingMsg& p);
     void handle_ack(const AckMsg& a, bool direct);
     void handle_nack(const NackMsg& n);
+    // Up to k distinct members but this one and `exclude`: alive or suspect ones, and with
+    // `include_dead` those dead (not left) for at most gossip_to_the_dead_time.
     std::vector<Member*> random_members(size_t k, const std::string& exclude, bool include_dead);
 
     // memberlist_sync.cc: dissemination, push-pull, user events, packet I/O.

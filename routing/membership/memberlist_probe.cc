@@ -21,7 +21,10 @@ std::vector<Memberlist::Member*> Memberlist::random_members(size_t k, const std:
             return false;
         }
         const bool live = m.state == NodeState::kAlive || m.state == NodeState::kSuspect;
-        return live || (include_dead && now - m.state_change <= config_.gossip_to_the_dead_time);
+        // The recently dead still hear gossip, so one that is alive learns it must refute; a
+        // member that left said goodbye and has nothing to refute (memberlist skips it too).
+        return live || (include_dead && m.state == NodeState::kDead &&
+                        now - m.state_change <= config_.gossip_to_the_dead_time);
     };
     std::uniform_int_distribution<size_t> pick(0, probe_order_.size() - 1);
     const size_t tries = 3 * k + 3 * std::min<size_t>(probe_order_.size(), 64);
@@ -197,7 +200,10 @@ void Memberlist::conclude_probe(bool direct, Duration rtt,
     probe_->concluded = true;
     timers_.cancel(probe_->timeout_timer);
     timers_.cancel(probe_->end_timer);
-    awareness_.apply_delta(probe_->timed_out ? 1 : -1);
+    // Lifeguard: any ack, direct, relayed by a helper or over TCP, is a successful probe and
+    // lowers the score. Only a failed round or missing nacks raise it (on_probe_end), so a member
+    // that reaches a peer only indirectly still recovers its probe rate.
+    awareness_.apply_delta(-1);
     stats_.awareness = awareness_.score();
     if (!direct) {
         return;

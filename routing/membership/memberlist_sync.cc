@@ -244,9 +244,11 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp) {
             if (n.coord && !m->coord) {
                 m->coord = n.coord;
             }
-            // As in handle_alive: a member that died or left keeps the state it went with.
+            // As in handle_alive: a member that died or left keeps the state it went with. And
+            // only a state of an incarnation taken above: one the handlers dropped (implausibly
+            // far ahead) would otherwise outrank every state the member publishes from then on.
             const bool live = m->state == NodeState::kAlive || m->state == NodeState::kSuspect;
-            if (live && !n.site_state.empty()) {
+            if (live && n.incarnation <= m->incarnation && !n.site_state.empty()) {
                 apply_site_bytes(*m, n.incarnation, n.state_version, n.site_state);
             }
         }

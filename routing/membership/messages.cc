@@ -28,6 +28,9 @@ Result<coords::Coordinate> get_coord(const WireField& f) {
     size_t dim = 0;
     while (!r.done()) {
         EDGE_ASSIGN_OR_RETURN(WireField g, r.read_field("coordinate"));
+        if (g.tag < 1 || g.tag > 4) {
+            continue;  // a newer peer's field, whatever its encoding
+        }
         EDGE_ASSIGN_OR_RETURN(double v, g.as_double());
         switch (g.tag) {
             case 1:

@@ -95,6 +95,53 @@ TEST_CASE("codec: unknown message types and fields are skipped") {
     CHECK(std::get<NackMsg>((*msgs)[0]).seq == 42);
 }
 
+// A coordinate is a TLV body like any other: a field a newer peer adds to it (a counter, a
+// string) is skipped. Every field was read as an 8-byte double, so such a field failed the whole
+// packet: every ack, and every push-pull entry, from the newer peers was dropped.
+TEST_CASE("codec: unknown fields inside a coordinate are skipped") {
+    WireWriter coord;
+    for (size_t i = 0; i < coords::kDimensions; ++i) {
+        coord.field_double(1, i == 2 ? 0.125 : 0.0);
+    }
+    coord.field_uint(9, 3);  // from the future
+    coord.field_double(2, 0.5);
+    coord.field_double(3, 0.0);
+    coord.field_string(10, "from the future");
+    coord.field_double(4, 0.002);
+    WireWriter body;
+    body.field_uint(1, 7);
+    body.field_bytes(2, coord.bytes());
+    WireWriter pkt;
+    pkt.put_u8(kProtocolVersion);
+    pkt.put_u8(static_cast<uint8_t>(MessageType::kAck));
+    pkt.put_varint(body.bytes().size());
+    pkt.put_bytes(body.bytes());
+    auto msgs = decode_packet(pkt.bytes());
+    REQUIRE(msgs.ok());
+    REQUIRE(msgs->size() == 1);
+    const auto& ack = std::get<AckMsg>((*msgs)[0]);
+    CHECK(ack.seq == 7);
+    REQUIRE(ack.coord.has_value());
+    CHECK(ack.coord->vec[2] == 0.125);
+    CHECK(ack.coord->error == 0.5);
+    CHECK(ack.coord->height == 0.002);
+    // A known field of the wrong size is still refused.
+    WireWriter short_height;
+    for (size_t i = 0; i < coords::kDimensions; ++i) {
+        short_height.field_double(1, 0.0);
+    }
+    short_height.field_uint(4, 1);
+    WireWriter bad;
+    bad.field_uint(1, 7);
+    bad.field_bytes(2, short_height.bytes());
+    WireWriter bad_pkt;
+    bad_pkt.put_u8(kProtocolVersion);
+    bad_pkt.put_u8(static_cast<uint8_t>(MessageType::kAck));
+    bad_pkt.put_varint(bad.bytes().size());
+    bad_pkt.put_bytes(bad.bytes());
+    CHECK(decode_packet(bad_pkt.bytes()).status().code() == StatusCode::kDataLoss);
+}
+
 TEST_CASE("codec: truncations, bad versions and lying lengths are kDataLoss") {
     auto full = encode_packet(std::vector<std::vector<uint8_t>>{
         encode_message(AliveMsg{4, "d", "d:1", 9, encode_site_state(sample_site())})});

@@ -1,122 +1,19 @@
-// Memberlist driven message by message: one member on a ManualClock whose transport records what
-// it sends instead of delivering it, so a test can feed it any sequence of messages (stale,
-// reordered, replayed) and see exactly what it concludes and what it tells others.
+// Memberlist driven message by message through the single-member harness (memberlist_fixture.h):
+// any sequence of messages (stale, reordered, replayed) fed in, and exactly what it concludes and
+// what it tells others checked.
 
 #include <doctest/doctest.h>
 
+#include <set>
+
 #include "routing/membership/memberlist.h"
+#include "tests/routing/memberlist_fixture.h"
 
 namespace edge::routing::membership {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-// Decodes every packet the member sends; streams (push-pull, TCP fallback) are never answered.
-class RecordingTransport final : public Transport {
-  public:
-    explicit RecordingTransport(const Clock& clock) : clock_(clock) {}
-
-    void send_packet(const std::string& addr, std::vector<uint8_t> bytes) override {
-        record(addr, bytes, sent);
-    }
-    void send_stream(const std::string& addr, uint64_t, std::vector<uint8_t> bytes) override {
-        record(addr, bytes, streams);
-    }
-
-    struct Sent {
-        TimePoint at;
-        std::string to;
-        Message msg;
-    };
-    std::vector<Sent> sent;
-    std::vector<Sent> streams;  // Requests sent on streams (never answered).
-
-  private:
-    // Opens and decodes what the member sent, each message onto `into`.
-    void record(const std::string& addr, const std::vector<uint8_t>& bytes,
-                std::vector<Sent>& into) {
-        auto plain = Keyring{}.open("", bytes);
-        REQUIRE(plain.ok());
-        auto msgs = decode_packet(*plain);
-        REQUIRE(msgs.ok());
-        for (Message& m : *msgs) {
-            into.push_back({clock_.now(), addr, std::move(m)});
-        }
-    }
-
-    const Clock& clock_;
-};
-
-class Member {
-  public:
-    explicit Member(MembershipConfig c = lan_profile()) {
-        c.name = "A";
-        c.advertise_addr = "10.0.0.1:7946";
-        SiteState site;
-        site.site_id = "A";
-        ml_ = Memberlist::create(c, Keyring{}, clock_, transport_, site).value();
-        ml_->set_event_callback([this](const MemberEvent& e) { events.push_back(e); });
-    }
-
-    Memberlist& ml() { return *ml_; }
-    ManualClock& clock() { return clock_; }
-    RecordingTransport& transport() { return transport_; }
-
-    void receive(const Message& m) {
-        std::vector<std::vector<uint8_t>> framed{encode_message(m)};
-        ml_->handle_packet("10.0.0.2:7946", Keyring{}.seal("", encode_packet(framed)).value());
-    }
-    // Whatever the member still has queued for `node` rides on its answer to a ping: returns the
-    // alive, suspect and dead messages about `node` in it.
-    std::vector<Message> queued_about(const std::string& node) {
-        transport_.sent.clear();
-        receive(PingMsg{1, "A", "B", "10.0.0.2:7946"});
-        std::vector<Message> out;
-        for (const auto& s : transport_.sent) {
-            const bool about = std::visit(
-                [&](const auto& v) {
-                    using T = std::decay_t<decltype(v)>;
-                    if constexpr (std::is_same_v<T, AliveMsg> || std::is_same_v<T, SuspectMsg> ||
-                                  std::is_same_v<T, DeadMsg>) {
-                        return v.node == node;
-                    }
-                    return false;
-                },
-                s.msg);
-            if (about) {
-                out.push_back(s.msg);
-            }
-        }
-        return out;
-    }
-    // Runs every timer due up to `until`, jumping the clock from one deadline to the next.
-    void run_until(TimePoint until) {
-        while (ml_->next_deadline() <= until) {
-            clock_.set(std::max(clock_.now(), ml_->next_deadline()));
-            ml_->run_due_timers();
-        }
-        clock_.set(until);
-    }
-
-    std::vector<MemberEvent> events;
-
-  private:
-    ManualClock clock_;
-    RecordingTransport transport_{clock_};
-    std::unique_ptr<Memberlist> ml_;
-};
-
-std::vector<uint8_t> site_bytes(const std::string& id, uint32_t capacity) {
-    SiteState s;
-    s.site_id = id;
-    PoolInfo p;
-    p.model = "m";
-    p.version_digest = "v";
-    p.capacity = capacity;
-    s.pools.push_back(p);
-    return encode_site_state(s);
-}
 
 // SWIM's rule: only a higher incarnation refutes. An alive at the incarnation that was accused
 // (or that left) was sent before the accusation, whatever it carries; arriving late (reordered,
@@ -530,6 +427,104 @@ TEST_CASE("memberlist: probe_timeout must be less than probe_interval") {
     RecordingTransport transport(clock);
     c.probe_timeout = c.probe_interval;
     CHECK_FALSE(Memberlist::create(c, Keyring{}, clock, transport, SiteState{}).ok());
+}
+
+// Lifeguard: any ack is a successful probe and lowers the local health score. An ack relayed by a
+// helper after the direct wait raised it instead, so a member that reached a peer only indirectly
+// (a lossy direct path) stretched its probe interval toward the cap and never recovered.
+TEST_CASE("memberlist: an ack relayed by a helper lowers the awareness score") {
+    MembershipConfig c = lan_profile();
+    c.tcp_fallback_probe = false;
+    Member a(c);
+    for (const char* n : {"W", "X", "Y", "Z"}) {
+        a.receive(AliveMsg{1, n, std::string(n) + ":7946", 0, std::nullopt});
+    }
+    a.receive(SuspectMsg{1, "A", "B"});  // Refuted: the score rises to 1.
+    REQUIRE(a.ml().awareness_score() == 1);
+    a.transport().sent.clear();
+    a.ml().start();
+    const PingMsg* ping = nullptr;
+    TimePoint sent{};
+    for (int step = 0; step < 300 && ping == nullptr; ++step) {
+        a.run_until(a.clock().now() + milliseconds(10));
+        for (const auto& s : a.transport().sent) {
+            if ((ping = std::get_if<PingMsg>(&s.msg)) != nullptr) {
+                sent = s.at;
+                break;
+            }
+        }
+    }
+    REQUIRE(ping != nullptr);
+    const uint64_t seq = ping->seq;
+    const std::string target = ping->target;
+    a.run_until(sent + c.probe_timeout + milliseconds(10));  // The direct wait runs out...
+    size_t helpers = 0;
+    for (const auto& s : a.transport().sent) {
+        helpers += std::holds_alternative<IndirectPingMsg>(s.msg) ? 1 : 0;
+    }
+    REQUIRE(helpers == 3);
+    a.receive(AckMsg{seq, std::nullopt});  // ...and a helper relays the target's ack.
+    CHECK(a.ml().awareness_score() == 0);
+    CHECK(a.ml().stats().probe_failures.load() == 0);
+    CHECK(a.ml().state_of(target) == NodeState::kAlive);
+}
+
+// The handlers drop an incarnation implausibly far past the known one, but a push-pull entry's
+// site state was taken apart from them: held under that incarnation, it outranked every state the
+// member published from then on, and the cluster kept the forged one for good.
+TEST_CASE("memberlist: a push-pull entry's state at an incarnation the handlers dropped is refused") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
+    REQUIRE(ml.site_version_of("X") == 5);
+    const uint64_t forged = 5 + (uint64_t{1} << 33);
+    for (NodeState state : {NodeState::kAlive, NodeState::kSuspect}) {
+        CAPTURE(node_state_name(state));
+        PushPullMsg pp;
+        pp.nodes.push_back(PushPullNode{"X", "10.0.0.9:7946", forged, state, 9, site_bytes("X", 9),
+                                        std::nullopt});
+        REQUIRE(a.push_pull(pp).ok());
+        CHECK(ml.state_of("X") == NodeState::kAlive);
+        CHECK(ml.site_version_of("X") == 5);
+    }
+    CHECK(ml.stats().implausible_dropped.load() == 2);
+    // X's own next state is taken as ever.
+    a.receive(AliveMsg{6, "X", "10.0.0.9:7946", 6, site_bytes("X", 6)});
+    CHECK(ml.site_version_of("X") == 6);
+    CHECK(ml.snapshot()->find("X")->site->pools.at(0).capacity == 6);
+    // A push-pull entry at a plausible newer incarnation still brings its state.
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"X", "10.0.0.9:7946", 7, NodeState::kAlive, 7,
+                                    site_bytes("X", 7), std::nullopt});
+    REQUIRE(a.push_pull(pp).ok());
+    CHECK(ml.site_version_of("X") == 7);
+}
+
+// Gossip reaches the recently dead so one that is alive learns it must refute; a member that left
+// has nothing to refute, yet it took a gossip_nodes slot each round for gossip_to_the_dead_time,
+// so updates reached the live members more slowly (memberlist skips it).
+TEST_CASE("memberlist: gossip goes to recently dead members, not to members that left") {
+    Member a;
+    for (const char* n : {"B", "C", "D", "L"}) {
+        a.receive(AliveMsg{1, n, std::string(n) + ":7946", 0, std::nullopt});
+    }
+    a.receive(DeadMsg{1, "D", "B"});
+    a.receive(DeadMsg{1, "L", "L"});
+    REQUIRE(a.ml().state_of("D") == NodeState::kDead);
+    REQUIRE(a.ml().state_of("L") == NodeState::kLeft);
+    a.transport().sent.clear();
+    a.ml().start();
+    const Duration round = a.ml().config().gossip_interval;
+    for (uint64_t i = 1; i <= 20; ++i) {
+        a.receive(UserEventMsg{i, "rollout", {}});  // Something to gossip every round.
+        a.run_until(a.clock().now() + round);
+    }
+    std::set<std::string> reached;
+    for (const auto& s : a.transport().sent) {
+        reached.insert(s.to);
+    }
+    CHECK(reached.count("D:7946") == 1);
+    CHECK(reached.count("L:7946") == 0);
 }
 
 }  // namespace
