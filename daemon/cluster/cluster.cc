@@ -527,6 +527,23 @@ public:
         return ok_status();
     }
 
+    // On the membership strand: whether this site's Lamport clock has caught up with the
+    // cluster's. An intent stamped before then may carry a time below the intent every other
+    // site holds for the model: each drops it as stale, and this site's book takes theirs at its
+    // first sync, so the rollout is lost while it was answered as taken. A site with no seeds
+    // that knows no other member is the whole cluster as far as it can tell.
+    Status check_clock_synced(const membership::Memberlist& ml) const {
+        if (ml.event_clock_synced() || (gossip_.join.empty() && ml.num_live() == 1)) {
+            return ok_status();
+        }
+        return unavailable_error(
+            "this site has not yet exchanged state with another member (it has just started, "
+            "or its gossip.join seeds have not answered), so its Lamport clock may be behind "
+            "the cluster's and the other sites would drop the intent as older than the one they "
+            "hold; retry once it has joined (`edgeserve members` lists the members it knows), "
+            "or send it through another site");
+    }
+
     // Sends the intent on the membership strand; `answer`, when set, gets the admin reply: what
     // this site's book made of it, or why it was not sent.
     Status send_rollout(const std::string& model, const std::string& version,
@@ -537,7 +554,10 @@ public:
                         answer = std::move(answer)](membership::Memberlist& ml) mutable {
             // The event reaches this site's book within send_user_event (same strand).
             self->local_rollout_.reset();
-            Status s = ml.send_user_event(std::string(kRolloutEvent), std::move(payload));
+            Status s = self->check_clock_synced(ml);
+            if (s.ok()) {
+                s = ml.send_user_event(std::string(kRolloutEvent), std::move(payload));
+            }
             const std::optional<RolloutBook::Applied> applied = self->local_rollout_;
             self->local_rollout_.reset();
             if (!s.ok()) {
@@ -564,6 +584,9 @@ public:
                                            std::to_string(RolloutBook::kMaxModels) +
                                            " models already, and not for '" + model + "'"));
             } else {
+                // Not expected: the event's time passes every time this site's clock witnessed,
+                // its book's intents included; kept so that a change there is reported, not
+                // answered 200.
                 answer(
                     json_error(409, "rollout not taken: this site holds " +
                                         (held ? "version '" + held->version + "' at Lamport time " +

@@ -66,7 +66,8 @@ public:
 
     ClusterRoutePlanner& planner();
     RolloutBook& rollouts();
-    // Sends a rollout intent to every site (this one included).
+    // Sends a rollout intent to every site (this one included); one this site may not send yet
+    // (see handle_admin) is logged as `rollout_send_failed`.
     Status rollout(const std::string& model, const std::string& version);
     // Replaces the gossip keys with those `gossip` names (SIGHUP: `gossip.keys` and the
     // `gossip.keyring_file`, read again), for the next packet sent or received. Refused, the old
@@ -84,7 +85,8 @@ public:
     const std::string& advertise_addr() const;
 
     // The /admin/* views; see AdminHandler. POST /admin/rollout answers deferred (AdminReply::
-    // deferred): 200 once this site's book holds the intent, 409/507 when it refused it.
+    // deferred): 200 once this site's book holds the intent, 409/507 when it refused it, 503
+    // when it was not sent (this site has not yet synced its Lamport clock with a member).
     std::optional<AdminReply> handle_admin(std::string_view method, std::string_view target);
 
     class Impl;

@@ -4,8 +4,10 @@
 // time. An intent is a small gossip user event (name kRolloutEvent, payload "model\nversion")
 // sent by `edgeserve rollout --model M --version V` through any site's admin listener; every
 // site applies the one with the highest Lamport time (ties: the larger version string, so all
-// sites agree). Config `routing.target_versions` seeds intents at Lamport time 0.
-// Thread-safe: every method takes an internal mutex.
+// sites agree). A site sends one only once a push-pull has brought its Lamport clock up to
+// another member's (Cluster refuses it before: stamped lower, it would lose everywhere). Config
+// `routing.target_versions` seeds intents at Lamport time 0. Thread-safe: every method takes an
+// internal mutex.
 
 #include <cstdint>
 #include <map>

@@ -81,6 +81,10 @@ public:
     // Sends a user event (a rollout intent) to every member, this one included. Fails with
     // kResourceExhausted when the Lamport clock has reached kMaxEventLtime - 1.
     [[nodiscard]] Status send_user_event(const std::string& name, std::vector<uint8_t> payload);
+    // Whether this member has merged another member's full state (a join or periodic push-pull,
+    // sent or answered), which carries that member's user event clock. Until then an event it
+    // sends may be stamped below times the cluster has seen (a restarted member starts at 0).
+    bool event_clock_synced() const { return event_clock_synced_; }
 
     // Input from the driver.
     void handle_packet(const std::string& from, std::span<const uint8_t> bytes);
@@ -287,6 +291,7 @@ private:
     int64_t fetches_in_flight_ = 0;  // kFetch streams in streams_.
 
     uint64_t event_clock_ = 0;
+    bool event_clock_synced_ = false;
     std::deque<UserEventMsg> recent_events_;
     std::unordered_set<std::string> seen_events_;
 

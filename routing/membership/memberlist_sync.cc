@@ -437,6 +437,7 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
             merge_push_pull(*pp);
             if (pp->fetch.empty()) {
+                event_clock_synced_ = true;  // A full state: the sender's clock came with it.
                 reply.push_back(encode_message(local_push_pull(false)));
             } else {
                 PushPullMsg one;
@@ -516,6 +517,8 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
             merge_push_pull(*pp);
+            // A fetch's answer is one member's entry, without the peer's clock.
+            event_clock_synced_ = event_clock_synced_ || pending.kind != StreamKind::kFetch;
         } else if (const auto* ack = std::get_if<AckMsg>(&m)) {
             // A TCP fallback ack proves the target alive, but its RTT is not a UDP RTT.
             handle_ack(AckMsg{ack->seq, std::nullopt}, false);

@@ -26,6 +26,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/metrics.h"
+#include "tests/cluster/cluster_pair.h"
 #include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
@@ -423,70 +424,7 @@ TEST_CASE("a site that dies without leaving stops getting traffic within the det
     CHECK(shifted < 3s);
 }
 
-namespace {
-
-// Two Clusters (no Daemon around them) on one io_context: `fra` checks `sin`, whose admin
-// address is what the caller passes; `fra_metrics`, when given, gets fra's metrics.
-struct ClusterPair {
-    explicit ClusterPair(const std::string& sin_admin, const std::string& extra = "",
-                         daemon::Metrics* fra_metrics = nullptr) {
-        cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
-        const auto config_of = [&](const std::string& id, std::vector<std::string> join) {
-            testing::DaemonYaml y;
-            y.site_id = id;
-            y.peer_address = "127.0.0.1:1";  // Planned to; nothing is forwarded here.
-            y.cert_path = cert.cert_path;
-            y.key_path = cert.key_path;
-            y.gossip.emplace();
-            y.gossip->join = std::move(join);
-            y.extra =
-                "routing:\n"
-                "  outlier:\n"
-                "    consecutive_failures: 2\n"
-                "    max_ejection_percent: 100\n" +
-                extra;
-            Result<daemon::Config> c = daemon::parse_config(testing::daemon_yaml(y), id);
-            REQUIRE_MESSAGE(c.ok(), c.status().to_string());
-            return std::move(c).value();
-        };
-        auto made = daemon::cluster::Cluster::create(io, config_of("sin", {}), sin_generator,
-                                                     nullptr, SystemClock::instance(), sin_admin);
-        REQUIRE_MESSAGE(made.ok(), made.status().to_string());
-        sin = std::move(made).value();
-        made = daemon::cluster::Cluster::create(
-            io, config_of("fra", {"127.0.0.1:" + std::to_string(sin->gossip_port())}),
-            fra_generator, fra_metrics, SystemClock::instance(), "127.0.0.1:1");
-        REQUIRE_MESSAGE(made.ok(), made.status().to_string());
-        fra = std::move(made).value();
-        for (int i = 0; i < 2; ++i) {
-            threads.emplace_back([this] {
-                auto guard = boost::asio::make_work_guard(io);
-                io.run();
-            });
-        }
-        sin->start();
-        fra->start();
-    }
-    ~ClusterPair() {
-        fra->kill();
-        sin->kill();
-        io.stop();
-        for (std::thread& t : threads) {
-            t.join();
-        }
-    }
-
-    testing::TempDir dir;
-    testing::TestCertificate cert;
-    boost::asio::io_context io;
-    testing::ScriptedGenerator sin_generator{{"test-model"}};
-    testing::ScriptedGenerator fra_generator{std::vector<std::string>{}};
-    std::unique_ptr<daemon::cluster::Cluster> sin;
-    std::unique_ptr<daemon::cluster::Cluster> fra;
-    std::vector<std::thread> threads;
-};
-
-}  // namespace
+using testing::ClusterPair;
 
 TEST_CASE("a peer whose admin address is a host name gets its /readyz checks, not ejected") {
     // sin's admin listener, advertised as localhost:PORT (site.admin_address takes host:port).
@@ -521,59 +459,6 @@ TEST_CASE("a peer whose admin address is a host name gets its /readyz checks, no
     (*admin)->stop();
     admin_io.stop();
     admin_thread.join();
-}
-
-TEST_CASE("POST /admin/rollout answers once the site's book holds the intent, or why it does not") {
-    // One model short of the book's cap, from the config (intents at Lamport time 0).
-    std::string targets = "  target_versions:\n";
-    for (size_t i = 0; i + 1 < daemon::cluster::RolloutBook::kMaxModels; ++i) {
-        targets += "    filler-" + std::to_string(i) + ": v1\n";
-    }
-    ClusterPair c("127.0.0.1:1", targets);
-    daemon::Metrics metrics;
-    auto admin =
-        daemon::AdminServer::create(c.io, "127.0.0.1", 0, metrics, [] { return ok_status(); });
-    REQUIRE(admin.ok());
-    (*admin)->set_handler([&c](std::string_view method, std::string_view target) {
-        return c.fra->handle_admin(method, target);
-    });
-    (*admin)->start();
-    const std::string addr = "127.0.0.1:" + std::to_string((*admin)->port());
-    const auto targets_held = [&] {
-        auto r = daemon::cluster::admin_request(addr, "GET", "/admin/rollouts");
-        REQUIRE(r.ok());
-        REQUIRE(r->status == 200);
-        std::map<std::string, std::string> held;
-        const json::value body = json::parse(r->body);
-        for (const json::value& v : body.at("rollouts").as_array()) {
-            held[std::string(v.at("model").as_string())] = v.at("version").as_string();
-        }
-        return held;
-    };
-
-    // The 200 comes once the intent is held here (no wait before looking), with its time.
-    auto r =
-        daemon::cluster::admin_request(addr, "POST", "/admin/rollout?model=test-model&version=v2");
-    REQUIRE(r.ok());
-    CHECK_MESSAGE(r->status == 200, r->body);
-    json::value sent = json::parse(r->body);
-    CHECK(sent.at("version").as_string() == "v2");
-    CHECK(sent.as_object().contains("ltime"));
-    CHECK(targets_held()["test-model"] == "v2");
-
-    // The book is full now: a model it does not hold is refused, and the answer says so
-    // instead of `"sent": true`.
-    r = daemon::cluster::admin_request(addr, "POST", "/admin/rollout?model=other&version=v1");
-    REQUIRE(r.ok());
-    CHECK_MESSAGE(r->status == 507, r->body);
-    CHECK(r->body.find("4096") != std::string::npos);
-    CHECK(targets_held().count("other") == 0);
-    // A model it holds still rolls out.
-    r = daemon::cluster::admin_request(addr, "POST", "/admin/rollout?model=filler-7&version=v3");
-    REQUIRE(r.ok());
-    CHECK_MESSAGE(r->status == 200, r->body);
-    CHECK(targets_held()["filler-7"] == "v3");
-    (*admin)->stop();
 }
 
 TEST_CASE("/admin/* refuse a parameter they do not take, or one given twice, naming it") {
