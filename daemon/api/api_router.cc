@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
+#include <variant>
 
 #include <boost/algorithm/string/predicate.hpp>
 #include <boost/json.hpp>
@@ -135,6 +138,35 @@ bool is_request_id(std::string_view s) {
     return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
                return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
            });
+}
+
+// The positive count a forwarding site sent in header `name` (absent: nullopt), or the 400
+// naming the header when it is no such count.
+std::variant<std::optional<int64_t>, ApiError> peer_count(const tls::HttpRequest& request,
+                                                          std::string_view name) {
+    const std::string_view text = request.header(name);
+    if (text.empty()) {
+        return std::optional<int64_t>();
+    }
+    if (std::optional<int64_t> value =
+            cluster::header_count(text, 1, std::numeric_limits<int64_t>::max())) {
+        return value;
+    }
+    return invalid_request(
+        std::string(name) + " must be a positive integer, not '" + logprob_token_text(text) + "'",
+        std::nullopt);
+}
+
+// Sets header `name` of a request going to a peer to `value`, or removes it (nullopt): a copy
+// the client sent is never the one that travels.
+void set_peer_header(tls::HttpRequest& request, std::string_view name,
+                     std::optional<std::string> value) {
+    std::erase_if(request.headers, [&](const tls::HttpHeader& h) {
+        return boost::algorithm::iequals(h.name, name);
+    });
+    if (value) {
+        request.headers.push_back({std::string(name), std::move(*value)});
+    }
 }
 
 }  // namespace
@@ -462,20 +494,16 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         max_tokens = static_cast<int32_t>(budget / req.n);  // Lower the default.
     }
-    if (std::string_view cap = request.header(cluster::kMaxTokensHeader);
-        from_peer && !cap.empty() && req.generate.max_tokens_is_default) {
+    if (from_peer && req.generate.max_tokens_is_default) {
         // The default the forwarding site lowered for its tenant's limits.
-        const std::optional<int64_t> value =
-            cluster::header_count(cap, 1, std::numeric_limits<int64_t>::max());
-        if (!value) {
-            reject(invalid_request(std::string(cluster::kMaxTokensHeader) +
-                                       " must be a positive integer, not '" +
-                                       logprob_token_text(cap) + "'",
-                                   std::nullopt),
-                   "invalid_request");
+        auto cap = peer_count(request, cluster::kMaxTokensHeader);
+        if (const auto* e = std::get_if<ApiError>(&cap)) {
+            reject(*e, "invalid_request");
             return;
         }
-        max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, *value));
+        if (const std::optional<int64_t> value = std::get<std::optional<int64_t>>(cap)) {
+            max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, *value));
+        }
     }
     if (max_tokens < default_max_tokens && req.generate.sampling.min_tokens > max_tokens) {
         // A default lowered for the tenant's limits (here or at the forwarding site): the
@@ -490,6 +518,19 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.max_prompt_tokens = tenant.input_tokens_per_minute;
+    if (from_peer) {
+        // The forwarding site's cap for its tenant: this site may not know the tenant (no cap
+        // here), yet the prompt is charged there. The tighter one holds.
+        auto cap = peer_count(request, cluster::kMaxPromptTokensHeader);
+        if (const auto* e = std::get_if<ApiError>(&cap)) {
+            reject(*e, "invalid_request");
+            return;
+        }
+        int64_t& most = req.generate.max_prompt_tokens;
+        if (const std::optional<int64_t> value = std::get<std::optional<int64_t>>(cap)) {
+            most = most > 0 ? std::min(most, *value) : *value;
+        }
+    }
     req.generate.tenant_weight = tenant.weight;
     req.generate.priority = tenant.priority;
     req.generate.tenant = tenant.name;
@@ -579,19 +620,17 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                 return;
             }
             std::string model = req.generate.model;
-            // The serving site takes this request's id (a client's own header is replaced).
-            std::erase_if(request.headers, [](const tls::HttpHeader& h) {
-                return boost::algorithm::iequals(h.name, cluster::kRequestIdHeader);
-            });
-            request.headers.push_back(
-                {std::string(cluster::kRequestIdHeader), req.generate.request_id});
-            std::erase_if(request.headers, [](const tls::HttpHeader& h) {
-                return boost::algorithm::iequals(h.name, cluster::kMaxTokensHeader);
-            });
-            if (req.generate.max_tokens_is_default) {
-                request.headers.push_back(
-                    {std::string(cluster::kMaxTokensHeader), std::to_string(max_tokens)});
-            }
+            // The serving site takes this request's id and this site's caps for the tenant (a
+            // client's own copies are replaced).
+            set_peer_header(request, cluster::kRequestIdHeader, req.generate.request_id);
+            set_peer_header(request, cluster::kMaxTokensHeader,
+                            req.generate.max_tokens_is_default
+                                ? std::optional(std::to_string(max_tokens))
+                                : std::nullopt);
+            set_peer_header(request, cluster::kMaxPromptTokensHeader,
+                            req.generate.max_prompt_tokens > 0
+                                ? std::optional(std::to_string(req.generate.max_prompt_tokens))
+                                : std::nullopt);
             std::shared_ptr<tls::ResponseChannel> notes = channel;
             const int64_t most_output = int64_t{max_tokens} * req.n;
             forwarder_->forward(

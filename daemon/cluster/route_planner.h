@@ -40,6 +40,11 @@ inline constexpr std::string_view kRequestIdHeader = "X-Edgeserve-Request-Id";
 // The max_tokens the forwarding site gave a request whose client set none (its tenant's limits
 // can lower the default); the serving site generates no more than that. Trusted only from a peer.
 inline constexpr std::string_view kMaxTokensHeader = "X-Edgeserve-Max-Tokens";
+// The forwarding site's cap on the prompt's length in tokens (its tenant's
+// input_tokens_per_minute: a longer prompt could never fit the budget there); the serving site
+// refuses a longer prompt with the 400 the forwarding site would have given, whether or not its
+// own config knows the tenant. Trusted only from a peer.
+inline constexpr std::string_view kMaxPromptTokensHeader = "X-Edgeserve-Max-Prompt-Tokens";
 // On a forwarded request's answer: the prompt's length in tokens, sent by the serving site on the
 // head it sends once its engine accepted the request (a stream's, or a deferred answer's), so the
 // forwarding site charges the prompt even when the answer is cut before its usage report.
@@ -48,8 +53,8 @@ inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Toke
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
 
-// A count one site tells another in a header (kMaxTokensHeader, kPromptTokensHeader): decimal
-// digits only, within [min, max]; nullopt for anything else.
+// A count one site tells another in a header (kMaxTokensHeader, kMaxPromptTokensHeader,
+// kPromptTokensHeader): decimal digits only, within [min, max]; nullopt for anything else.
 inline std::optional<int64_t> header_count(std::string_view text, int64_t min, int64_t max) {
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
