@@ -1,5 +1,8 @@
 #include "engine/tokenizer/pre_tokenizer.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "engine/tokenizer/pcre2_error.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -20,6 +23,26 @@ namespace {
 struct MatchDataDeleter {
     void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
 };
+
+struct MatchContextDeleter {
+    void operator()(pcre2_match_context* c) const { pcre2_match_context_free(c); }
+};
+
+// PCRE2's match limit (default 10 million) counts backtracking steps per match call, and a
+// repeat that gives characters back counts one per character: `\s*[\r\n]+` backtracks over a
+// whole run of spaces before failing, so a fixed limit failed every pattern on ~10 MB of spaces.
+// The limit grows with the text still to match instead; each of the supported patterns
+// backtracks at most about once per character of the run it is in.
+constexpr uint64_t kMatchLimitBase = 10'000'000;
+constexpr uint64_t kMatchStepsPerByte = 4;
+// The interpreter keeps its backtracking frames on the heap; none of the supported patterns needs
+// more than a few KiB, so this only bounds what a pathological tokenizer.json regex can take.
+constexpr uint32_t kHeapLimitKiB = 64 * 1024;
+
+uint32_t match_limit_for(size_t remaining_bytes) {
+    const uint64_t limit = kMatchLimitBase + kMatchStepsPerByte * remaining_bytes;
+    return static_cast<uint32_t>(std::min<uint64_t>(limit, UINT32_MAX));
+}
 
 }  // namespace
 
@@ -72,9 +95,12 @@ Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
                                std::vector<std::string_view>* out) const {
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
         pcre2_match_data_create_from_pattern(re.code, nullptr));
-    if (!match) {
+    std::unique_ptr<pcre2_match_context, MatchContextDeleter> context(
+        pcre2_match_context_create(nullptr));
+    if (!match || !context) {
         return resource_exhausted_error("pre-tokenizer: cannot allocate PCRE2 match data");
     }
+    pcre2_set_heap_limit(context.get(), kHeapLimitKiB);
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t emitted = 0;  // Text before this offset is already in `out`.
     size_t start = 0;
@@ -82,23 +108,26 @@ Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
         // The text was validated as UTF-8 by the caller; skip PCRE2's own check after the first
         // call (it is O(n) per call).
         const uint32_t options = start == 0 ? 0 : PCRE2_NO_UTF_CHECK;
+        const uint32_t limit = match_limit_for(text.size() - start);
+        pcre2_set_match_limit(context.get(), limit);
+        pcre2_set_depth_limit(context.get(), limit);
         int rc = re.jit ? pcre2_jit_match(re.code, subject, text.size(), start, options,
-                                          match.get(), nullptr)
+                                          match.get(), context.get())
                         : PCRE2_ERROR_JIT_STACKLIMIT;
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
             // The JIT's machine stack (32 KiB) holds a frame per repetition of a group, so a
-            // long run of letters under Kimi K2's pattern (its letter classes are groups with a
-            // look-ahead) exhausts it at ~10k characters. The interpreter keeps its frames on
-            // the heap and matches the same text.
+            // pattern that repeats a group (none of the supported ones does) exhausts it on a
+            // long run. The interpreter keeps its frames on the heap and matches the same text.
             rc = pcre2_match(re.code, subject, text.size(), start, options | PCRE2_NO_JIT,
-                             match.get(), nullptr);
+                             match.get(), context.get());
         }
         if (rc == PCRE2_ERROR_NOMATCH) {
             break;
         }
         if (rc < 0) {
-            return invalid_argument_error("pre-tokenizer regex failed at byte " +
-                                          std::to_string(start) + ": " + pcre2_error_message(rc));
+            return invalid_argument_error(
+                "pre-tokenizer regex failed at byte " + std::to_string(start) + " of a " +
+                std::to_string(text.size()) + "-byte piece: " + pcre2_error_message(rc));
         }
         const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
         const size_t m_begin = ovector[0];

@@ -31,7 +31,9 @@ public:
     PreTokenizer& operator=(const PreTokenizer&) = delete;
 
     // Splits valid UTF-8 `text` into pieces that concatenate back to `text`. Empty pieces are
-    // never returned. kInvalidArgument if PCRE2 reports a matching error (e.g. its match limit).
+    // never returned. PCRE2's match limit grows with the text, so a long run of one class (a
+    // character repeated, a base64 blob) splits under every supported pattern; kInvalidArgument
+    // only if PCRE2 still reports a matching error (a pathological pattern's match or heap limit).
     Status split(std::string_view text, std::vector<std::string_view>* pieces) const;
 
 private:

@@ -68,12 +68,18 @@ bool base64_decode(std::string_view in, std::string* out) {
 }  // namespace
 
 const char* kimi_k2_pattern() {
-    // Letters other than Han, split by case class as in the original.
+    // tokenization_kimi.py's letter classes are intersections, `[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&
+    // [^\p{Han}]]` and `[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]`, which PCRE2 10.42 cannot write.
+    // They are written here as negated classes over the general categories, which partition the
+    // code points (L, M, N, P, S, Z, C): "Lu, Lt, Lm, Lo or M, and not Han" is "none of Ll, N, P,
+    // S, Z, C, Han". A group with a look-ahead per character, `(?:(?!\p{Han})[...])*`, would say
+    // the same, but PCRE2 keeps a backtracking frame per repetition of a group: the JIT's stack
+    // ran out at ~10k letters and the interpreter's match limit at ~1 MB of capitals.
     return "[\\p{Han}]+"
-           "|[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])*"
-           "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-           "|[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])+"
-           "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+           "|[^\\r\\n\\p{L}\\p{N}]?[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]*"
+           "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+           "|[^\\r\\n\\p{L}\\p{N}]?[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]+"
+           "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
            "|\\p{N}{1,3}"
            "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
            "|\\s*[\\r\\n]+"

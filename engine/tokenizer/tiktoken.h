@@ -23,7 +23,8 @@
 namespace edge::engine::tokenizer {
 
 // Kimi K2's pre-tokenizer pattern (tokenization_kimi.py), with its `[...&&[^\p{Han}]]` class
-// intersections written for PCRE2 as look-ahead exclusions.
+// intersections written for PCRE2 as negated classes of the other general categories (one class
+// per character, so that no run of letters, however long, needs a backtracking frame per letter).
 const char* kimi_k2_pattern();
 
 // Token bytes and ranks of tiktoken model text; errors name `where` and the line.
