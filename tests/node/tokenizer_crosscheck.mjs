@@ -1,7 +1,9 @@
 // Cross-checks the engine's tokenizer against an implementation we did not write: Hugging Face's
 // pure-JS @huggingface/tokenizers (tokenizers.js). For each fixture tokenizer.json and a few
-// synthetic variants (other pre-tokenizers, ignore_merges, added tokens with every flag), it
-// encodes a few thousand seeded random strings both ways and compares the ids:
+// synthetic variants (other pre-tokenizers, GLM-4.5's, DeepSeek-V3's and Kimi K2's split patterns,
+// ignore_merges, added tokens with every flag), it encodes a few thousand seeded random strings
+// and 16 KiB runs of one class (a letter, a CJK character, digits, spaces, punctuation, newlines,
+// an emoji, base64) both ways and compares the ids:
 //   - special tokens parsed: ours encode(text, true) against tokenizers.js encode();
 //   - not parsed: ours encode(text, false) against tokenizers.js with no added tokens at all
 //     (edgeserve encodes chat message content this way so that no added token, special or not,
@@ -24,6 +26,10 @@
 //     (Rust) and PCRE2 (ours) fold by Unicode, so `(?i:'s)` also matches "'\u017f" (long s) and
 //     a `k` would match U+212A (Kelvin). Cases with either character are skipped where a Split
 //     regex has `(?i`.
+//   - tokenizers.js reads a Split regex's \p{Han} as Script=Han; PCRE2 (ours) reads it as
+//     Script_Extensions=Han, which also holds CJK punctuation such as U+3008 and U+3002 (Kimi K2's
+//     pattern). Cases with a character of that difference are skipped where a Split regex has
+//     \p{Han}; which reading Kimi K2's tiktoken regex engine takes is not checked here.
 //   - the ByteLevel pre-tokenizer's GPT-2 regex (use_regex) is a native JS RegExp, whose \s
 //     includes U+FEFF and excludes U+0085, unlike the Oniguruma \s (Unicode White_Space) Rust
 //     uses (Split patterns are translated and do agree). Cases with either character are skipped
@@ -210,6 +216,31 @@ function variants(tmp) {
         use_regex: true };
     out.push({ name: "variant: ByteLevel GPT-2 regex, no normalizer", json: gpt2, config: cfg });
 
+    // The other supported models' split patterns (GLM-4.5's tokenizer.json, DeepSeek-V3's, and
+    // Kimi K2's as engine/tokenizer/tiktoken.cc writes it for PCRE2).
+    const split = (regex) => ({ type: "Split", pattern: { Regex: regex }, behavior: "Isolated",
+        invert: false });
+    const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: false,
+        use_regex: false };
+    const contraction = "(?i:'s|'t|'re|'ve|'m|'ll|'d)";
+    const upper = "[^\\p{Ll}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]";
+    const lower = "[^\\p{Lu}\\p{Lt}\\p{N}\\p{P}\\p{S}\\p{Z}\\p{C}\\p{Han}]";
+    const splitPatterns = {
+        "GLM-4.5": [contraction + "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+            + "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
+        "DeepSeek-V3": ["\\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+            "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?"
+            + "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
+        "Kimi K2": ["[\\p{Han}]+|[^\\r\\n\\p{L}\\p{N}]?" + upper + "*" + lower + "+" + contraction
+            + "?|[^\\r\\n\\p{L}\\p{N}]?" + upper + "+" + lower + "*" + contraction
+            + "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"],
+    };
+    for (const [family, patterns] of Object.entries(splitPatterns)) {
+        const v = clone();
+        v.pre_tokenizer = { type: "Sequence", pretokenizers: [...patterns.map(split), byteLevel] };
+        out.push({ name: `variant: ${family} split pattern`, json: v, config: cfg });
+    }
+
     const ignore = clone();
     ignore.model.ignore_merges = true;
     out.push({ name: "variant: ignore_merges", json: ignore, config: cfg });
@@ -283,6 +314,11 @@ function usesCaselessSplit(pre) {
     return pre.type === "Split" && (pre.pattern.Regex ?? "").includes("(?i");
 }
 
+function usesHanSplit(pre) {
+    if (pre?.type === "Sequence") return pre.pretokenizers.some(usesHanSplit);
+    return pre?.type === "Split" && (pre.pattern.Regex ?? "").includes("\\p{Han}");
+}
+
 function usesByteLevelRegex(pre) {
     if (!pre) return false;
     if (pre.type === "Sequence") return pre.pretokenizers.some(usesByteLevelRegex);
@@ -296,6 +332,10 @@ function knownJsDeparture(model, text) {
     }
     if (usesCaselessSplit(model.json.pre_tokenizer) && /[\u017f\u212a]/u.test(text)) {
         return "ASCII-only (?i:)";
+    }
+    if (usesHanSplit(model.json.pre_tokenizer) &&
+        /(?=\p{Script_Extensions=Han})\P{Script=Han}/u.test(text)) {
+        return "\\p{Han} by Script";
     }
     for (const t of model.json.added_tokens) {
         for (const o of occurrences(text, t.content)) {
@@ -377,6 +417,20 @@ async function shrink(model, tool, hf, hfPlain, text, failure) {
     return { text: chars.join(""), failure };
 }
 
+// Long runs of one class (a character repeated, a base64 blob): one long match for the regex
+// and one long word for BPE, where a backtracking or stack limit would show.
+function longRuns() {
+    const bytes = 16 * 1024;
+    const rng = mulberry32(7);
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let base64 = "";
+    while (base64.length < bytes) base64 += alphabet[Math.floor(rng() * 64)];
+    const units = ["a", "A", "\u00e9", "\u4e2d", "7", " ", "!", "\n", "\r\n", "\t", "\u{1f600}",
+        "aB"];
+    const runs = units.map((u) => u.repeat(Math.floor(bytes / Buffer.byteLength(u))));
+    return [...runs, " " + "A".repeat(bytes), base64];
+}
+
 async function crosscheck(model, seed) {
     const hf = new Tokenizer(model.json, model.config);
     const plainJson = structuredClone(model.json);
@@ -391,6 +445,7 @@ async function crosscheck(model, seed) {
     const texts = [];
     for (let i = 0; i < casesPer; ++i) texts.push(randomText(rng, specials, evalLines));
     texts.push(fs.readFileSync(evalFile, "utf8"));
+    texts.push(...longRuns());
     const failures = [];
     const skipped = {};
     for (const text of texts) {
