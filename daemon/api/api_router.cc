@@ -519,16 +519,19 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     req.generate.max_context_tokens = tenant.max_context_tokens;
     req.generate.max_prompt_tokens = tenant.input_tokens_per_minute;
     if (from_peer) {
-        // The forwarding site's cap for its tenant: this site may not know the tenant (no cap
-        // here), yet the prompt is charged there. The tighter one holds.
-        auto cap = peer_count(request, cluster::kMaxPromptTokensHeader);
-        if (const auto* e = std::get_if<ApiError>(&cap)) {
-            reject(*e, "invalid_request");
-            return;
-        }
-        int64_t& most = req.generate.max_prompt_tokens;
-        if (const std::optional<int64_t> value = std::get<std::optional<int64_t>>(cap)) {
-            most = most > 0 ? std::min(most, *value) : *value;
+        // The forwarding site's caps for its tenant: this site may not know the tenant (no caps
+        // here), yet the request is charged there. The tighter one holds.
+        for (auto [header, most] :
+             {std::pair{cluster::kMaxPromptTokensHeader, &req.generate.max_prompt_tokens},
+              std::pair{cluster::kMaxContextTokensHeader, &req.generate.max_context_tokens}}) {
+            auto cap = peer_count(request, header);
+            if (const auto* e = std::get_if<ApiError>(&cap)) {
+                reject(*e, "invalid_request");
+                return;
+            }
+            if (const std::optional<int64_t> value = std::get<std::optional<int64_t>>(cap)) {
+                *most = *most > 0 ? std::min(*most, *value) : *value;
+            }
         }
     }
     req.generate.tenant_weight = tenant.weight;
@@ -627,10 +630,12 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                             req.generate.max_tokens_is_default
                                 ? std::optional(std::to_string(max_tokens))
                                 : std::nullopt);
-            set_peer_header(request, cluster::kMaxPromptTokensHeader,
-                            req.generate.max_prompt_tokens > 0
-                                ? std::optional(std::to_string(req.generate.max_prompt_tokens))
-                                : std::nullopt);
+            for (auto [header, most] :
+                 {std::pair{cluster::kMaxPromptTokensHeader, req.generate.max_prompt_tokens},
+                  std::pair{cluster::kMaxContextTokensHeader, req.generate.max_context_tokens}}) {
+                set_peer_header(request, header,
+                                most > 0 ? std::optional(std::to_string(most)) : std::nullopt);
+            }
             std::shared_ptr<tls::ResponseChannel> notes = channel;
             const int64_t most_output = int64_t{max_tokens} * req.n;
             forwarder_->forward(

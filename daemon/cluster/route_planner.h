@@ -45,6 +45,8 @@ inline constexpr std::string_view kMaxTokensHeader = "X-Edgeserve-Max-Tokens";
 // refuses a longer prompt with the 400 the forwarding site would have given, whether or not its
 // own config knows the tenant. Trusted only from a peer.
 inline constexpr std::string_view kMaxPromptTokensHeader = "X-Edgeserve-Max-Prompt-Tokens";
+// The same for its cap on the prompt plus max_tokens (its tenant's max_context_tokens).
+inline constexpr std::string_view kMaxContextTokensHeader = "X-Edgeserve-Max-Context-Tokens";
 // On a forwarded request's answer: the prompt's length in tokens, sent by the serving site on the
 // head it sends once its engine accepted the request (a stream's, or a deferred answer's), so the
 // forwarding site charges the prompt even when the answer is cut before its usage report.
@@ -54,7 +56,7 @@ inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Toke
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
 
 // A count one site tells another in a header (kMaxTokensHeader, kMaxPromptTokensHeader,
-// kPromptTokensHeader): decimal digits only, within [min, max]; nullopt for anything else.
+// kMaxContextTokensHeader, kPromptTokensHeader): decimal digits only, within [min, max]; nullopt for anything else.
 inline std::optional<int64_t> header_count(std::string_view text, int64_t min, int64_t max) {
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

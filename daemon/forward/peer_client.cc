@@ -57,7 +57,8 @@ namespace {
 // Client headers that travel to the peer. Never Authorization: the tenant travels instead.
 constexpr std::string_view kForwardedRequestHeaders[] = {
     "content-type", "accept", cluster::kModelVersionHeader, "x-request-id", "user-agent",
-    cluster::kRequestIdHeader, cluster::kMaxTokensHeader, cluster::kMaxPromptTokensHeader};
+    cluster::kRequestIdHeader, cluster::kMaxTokensHeader, cluster::kMaxPromptTokensHeader,
+    cluster::kMaxContextTokensHeader};
 
 // Peer response headers not passed to the client: hop-by-hop ones, and those our server writes.
 bool is_hop_by_hop(std::string_view name) {
