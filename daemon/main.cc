@@ -2,6 +2,7 @@
 // their `int xxx_main(int argc, char** argv)` (generate, make-model, quantize, quant-eval,
 // members, pools, route).
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -57,12 +58,23 @@ void usage(FILE* out) {
         out,
         "  (members, pools, route, rollout: --token-file FILE where the site has an "
         "admin token)\n"
-        "  --version              print the version\n  --help                 this text\n");
+        "  --version              print the version\n  --help                 this text\n"
+        "  help COMMAND           COMMAND's usage (as COMMAND --help)\n");
 }
 
-}  // namespace
+// The exit status once what the command printed has reached stdout: output lost to a full disk
+// (or /dev/full) is a failure, as it is for git and coreutils, never a silent 0.
+int flushed(int status) {
+    const int err = std::fflush(stdout) != 0 ? errno : 0;
+    if (err != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "edgeserve: cannot write to standard output%s%s\n",
+                     err != 0 ? ": " : "", err != 0 ? std::strerror(err) : "");
+        return status == 0 ? 1 : status;
+    }
+    return status;
+}
 
-int main(int argc, char** argv) {
+int dispatch(int argc, char** argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -71,16 +83,29 @@ int main(int argc, char** argv) {
         std::printf("edgeserve %s\n", EDGE_VERSION);
         return 0;
     }
-    if (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+    const bool help = std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+                      std::strcmp(argv[1], "help") == 0;
+    if (help && argc == 2) {
         usage(stdout);
         return 0;
     }
+    // `edgeserve help COMMAND` is `edgeserve COMMAND --help`, as git has it.
+    const char* name = help ? argv[2] : argv[1];
     for (const Command& c : kCommands) {
-        if (std::strcmp(argv[1], c.name) == 0) {
+        if (std::strcmp(name, c.name) == 0) {
+            if (help) {
+                char help_flag[] = "--help";
+                char* help_argv[] = {argv[2], help_flag, nullptr};
+                return c.main(2, help_argv);
+            }
             return c.main(argc - 1, argv + 1);
         }
     }
-    std::fprintf(stderr, "edgeserve: unknown command '%s'\n\n", argv[1]);
+    std::fprintf(stderr, "edgeserve: unknown command '%s'\n\n", name);
     usage(stderr);
     return 2;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return flushed(dispatch(argc, argv)); }

@@ -6,11 +6,16 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "daemon/admin_server.h"
 #include "routing/membership/membership_service.h"
@@ -51,6 +56,9 @@ Result<AdminAnswer> admin_request(const std::string& admin, const std::string& m
         http::response<http::string_body> res;
         std::string failed;  // What failed ("" when the answer came).
         bool done = false;
+        // Named without the query: the flags it came from are the user's own.
+        const std::string request =
+            "admin request to " + admin + target.substr(0, target.find('?'));
         stream.async_connect(endpoints, [&](boost::system::error_code cec, const auto&) {
             if (cec) {
                 failed = "cannot connect to the admin listener at " + admin + ": " + cec.message();
@@ -59,13 +67,21 @@ Result<AdminAnswer> admin_request(const std::string& admin, const std::string& m
             }
             http::async_write(stream, req, [&](boost::system::error_code wec, size_t) {
                 if (wec) {
-                    failed = "admin request to " + admin + target + " failed: " + wec.message();
+                    failed = request + " failed: " + wec.message();
                     done = true;
                     return;
                 }
                 http::async_read(stream, buf, res, [&](boost::system::error_code rec, size_t) {
-                    if (rec) {
-                        failed = "admin request to " + admin + target + " failed: " + rec.message();
+                    if (rec == beast::error::timeout) {
+                        failed = request + " failed: " + rec.message() + " (no answer within " +
+                                 std::to_string(kAdminDeadline.count()) + " s)";
+                    } else if (rec) {
+                        // A TLS listener or another protocol on that port, or a listener that
+                        // closed the connection (stopping): no HTTP answer.
+                        failed = request + " failed: " + rec.message() +
+                                 " (no HTTP answer: is " + admin +
+                                 " the site's admin listener, listeners.admin? It speaks plain "
+                                 "HTTP)";
                     }
                     done = true;
                 });
@@ -73,7 +89,7 @@ Result<AdminAnswer> admin_request(const std::string& admin, const std::string& m
         });
         io.run();  // Ends with the exchange: its last handler runs, or the deadline closes it.
         if (!done) {
-            failed = "admin request to " + admin + target + ": no answer";
+            failed = request + ": no answer";
         }
         if (!failed.empty()) {
             return unavailable_error(failed);
@@ -138,7 +154,62 @@ std::string parse_args(int argc, char** argv, bool want_model, bool want_version
         }
         *value = argv[++i];
     }
+    // A malformed address is the user's mistake (exit 2), not a site that cannot be reached.
+    if (Result<std::pair<std::string, uint16_t>> hp = routing::membership::split_host_port(a.admin);
+        !hp.ok()) {
+        return "--admin: " + hp.status().message() + " (give HOST:PORT, e.g. 127.0.0.1:9443)";
+    }
     return "";
+}
+
+// `text` with its control characters (line breaks, escapes) as '?': what a server sent, printed
+// on one line of the terminal.
+std::string printable(std::string_view text) {
+    std::string out;
+    for (unsigned char c : text) {
+        out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
+    }
+    return out;
+}
+
+// One line for an answer other than 200 from `admin` to `method path`: the cluster's JSON error,
+// the admin listener's own text, or whatever another kind of server sent.
+std::string failure_line(const std::string& admin, const std::string& method,
+                         const std::string& path, const AdminAnswer& r, bool sent_token) {
+    const std::string where =
+        admin + " (" + method + " " + path + ", HTTP " + std::to_string(r.status) + ")";
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(r.body, ec);
+    if (!ec && v.is_object()) {
+        // The cluster's errors: {"error": "..."}.
+        if (const boost::json::value* e = v.as_object().if_contains("error");
+            e != nullptr && e->is_string()) {
+            return where + ": " + printable(e->as_string());
+        }
+    }
+    // The admin listener's own answer: it serves /admin/* only with a `gossip` section.
+    if ((r.status == 404 && r.body == "not found\n") ||
+        (r.status == 405 && r.body == "method not allowed\n")) {
+        return "the site at " + admin + " does not serve " + path + " (HTTP " +
+               std::to_string(r.status) +
+               "): it has no `gossip` section, so it runs alone and has no cluster to show or "
+               "change";
+    }
+    if (r.status == 401 && !sent_token) {
+        return "the site at " + admin +
+               " wants its admin token: pass --token-file FILE (the file its "
+               "listeners.admin.token_file names) or set EDGESERVE_ADMIN_TOKEN_FILE";
+    }
+    // The admin listener's other answers are one line of text ("unauthorized: ...",
+    // "unavailable: ..."); a page (HTML) or nothing comes from another kind of server.
+    const std::string line =
+        printable(std::string_view(r.body).substr(0, std::min(r.body.find('\n'), size_t{200})));
+    if (line.empty() || line.front() == '<') {
+        return where + ": not an edgeserve admin answer (" +
+               (line.empty() ? std::string("an empty body") : "a page: " + line) +
+               "); --admin names the site's admin listener (listeners.admin)";
+    }
+    return where + ": " + line;
 }
 
 // Prints `usage` (to stdout for --help, exit 0; else after the error to stderr, exit 2), or
@@ -179,25 +250,14 @@ int run(const Args& a, const std::string& method, std::string target) {
         std::fprintf(stderr, "edgeserve: %s\n", r.status().message().c_str());
         return 1;
     }
-    if ((r->status == 404 || r->status == 405) && r->body.rfind('{', 0) != 0) {
-        // The admin listener's own answer (the cluster's errors are JSON): it serves /admin/*
-        // only with a `gossip` section.
-        std::fprintf(stderr,
-                     "edgeserve: the site at %s does not serve %s (HTTP %d): it has no `gossip` "
-                     "section, so it runs alone and has no cluster to show or change\n",
-                     a.admin.c_str(), target.substr(0, target.find('?')).c_str(), r->status);
+    if (r->status != 200) {
+        const std::string path = target.substr(0, target.find('?'));
+        const std::string line = failure_line(a.admin, method, path, *r, !token.empty());
+        std::fprintf(stderr, "edgeserve: %s\n", line.c_str());
         return 1;
     }
-    if (r->status == 401 && token.empty()) {
-        std::fprintf(stderr,
-                     "edgeserve: the site at %s wants its admin token: pass --token-file FILE "
-                     "(the file its listeners.admin.token_file names) or set "
-                     "EDGESERVE_ADMIN_TOKEN_FILE\n",
-                     a.admin.c_str());
-        return 1;
-    }
-    std::fputs(r->body.c_str(), r->status == 200 ? stdout : stderr);
-    return r->status == 200 ? 0 : 1;
+    std::fputs(r->body.c_str(), stdout);
+    return 0;
 }
 
 }  // namespace

@@ -64,9 +64,7 @@ int generate_main(int argc, char** argv) {
     }
     auto parsed = parse_generate_args(argc, argv, first);
     if (!parsed.ok()) {
-        std::fprintf(stderr, "edgeserve generate: %s\n%s", parsed.status().message().c_str(),
-                     kGenerateUsage);
-        return 2;
+        return usage_error("generate", parsed.status().message(), kGenerateUsage);
     }
     const GenerateArgs& args = *parsed;
     EngineConfig config;

@@ -1,7 +1,9 @@
 #include "engine/tools/generate_args.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -16,18 +18,22 @@ const char kGenerateUsage[] =
 
 namespace {
 
+// The flags that take a value (--ids and --chat take none).
+const std::set<std::string_view> kValueFlags = {
+    "--model", "--prompt", "--prompt-ids", "--max-tokens", "--temperature", "--seed", "--threads"};
+
 bool parse_float(const std::string& s, float* out) {
     char* end = nullptr;
     *out = std::strtof(s.c_str(), &end);
     return !s.empty() && end == s.c_str() + s.size();
 }
 
-// "1,2,3": every item a number ("1," and ",1" are not).
+// "1,2,3": every item a token id, >= 0 ("1,", ",1" and "-1" are not).
 bool parse_ids(std::string_view s, std::vector<TokenId>* out) {
     for (;;) {
         const size_t comma = s.find(',');
         TokenId id = 0;
-        if (!parse_whole_number(s.substr(0, comma), &id)) {
+        if (!parse_whole_number(s.substr(0, comma), &id) || id < 0) {
             return false;
         }
         out->push_back(id);
@@ -50,6 +56,10 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
             a->chat = true;
             continue;
         }
+        if (!kValueFlags.contains(flag)) {
+            return flag.starts_with("-") ? "unknown flag " + std::string(flag)
+                                         : "unexpected argument '" + std::string(flag) + "'";
+        }
         if (i + 1 >= argc) {
             return std::string(flag) + " needs a value";
         }
@@ -70,10 +80,8 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
             uint64_t seed = 0;
             ok = parse_whole_number(value, &seed);
             a->seed = seed;
-        } else if (flag == "--threads") {
-            ok = parse_whole_number(value, &a->threads);
         } else {
-            return "unknown flag " + std::string(flag);
+            ok = parse_whole_number(value, &a->threads);
         }
         if (!ok) {
             return "bad value for " + std::string(flag) + ": " + value;
@@ -81,6 +89,14 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
     }
     if (a->model_dir.empty()) {
         return "--model is required";
+    }
+    // The engine's own limits (validate_sampling_params), checked before the model loads (minutes
+    // for a large one) and reported as the usage errors they are.
+    if (a->max_tokens < 1) {
+        return "--max-tokens must be at least 1";
+    }
+    if (!std::isfinite(a->temperature) || a->temperature < 0.0f || a->temperature > 2.0f) {
+        return "--temperature must be in [0, 2]";
     }
     if (a->threads < 0 || a->threads > cpu::kMaxPoolThreads) {
         return "--threads must be 0 (one per core) to " + std::to_string(cpu::kMaxPoolThreads);
@@ -90,6 +106,10 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
     }
     if (a->chat && !a->prompt) {
         return "--chat needs --prompt";
+    }
+    // Nothing to continue from (with --chat the template still makes a prompt).
+    if (!a->chat && a->prompt && a->prompt->empty()) {
+        return "--prompt is empty";
     }
     return "";
 }

@@ -3,7 +3,6 @@
 // Command-line arguments of `edgeserve generate` (see engine/tools/generate.h) and their parser,
 // kept apart from the tool so they can be tested without loading a model. Plain data.
 
-#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,6 +11,7 @@
 
 #include "common/result.h"
 #include "engine/generator.h"
+#include "engine/tools/cli.h"
 
 namespace edge::engine {
 
@@ -28,15 +28,6 @@ struct GenerateArgs {
 };
 
 extern const char kGenerateUsage[];
-
-// The whole of `s` as a number of type T: false for "", "12abc" or a value T cannot hold.
-// The tools' command lines (generate, quant-eval) read their numbers with it.
-template <typename T>
-bool parse_whole_number(std::string_view s, T* out) {
-    const char* end = s.data() + s.size();
-    auto [ptr, ec] = std::from_chars(s.data(), end, *out);
-    return ec == std::errc() && ptr == end;
-}
 
 // Parses argv[first..argc). kInvalidArgument naming the flag on a bad or missing value.
 Result<GenerateArgs> parse_generate_args(int argc, char** argv, int first);

@@ -10,6 +10,7 @@
 #include "common/json_text.h"
 #include "engine/cpu/convert.h"
 #include "engine/model/safetensors_writer.h"
+#include "engine/tools/cli.h"
 #include "engine/tools/make_model_archs.h"
 
 namespace edge::engine {
@@ -234,48 +235,50 @@ int make_model_main(int argc, char** argv) {
     const char* usage =
         "usage: edgeserve make-model [--arch qwen3_moe|glm4_moe|deepseek_v3] --preset tiny|bench "
         "--out DIR [--seed N] [--force]\n";
+    if (wants_help(argc, argv, 1)) {
+        std::cout << usage;
+        return 0;
+    }
+    auto wrong = [usage](const std::string& what) {
+        return usage_error("make-model", what, usage);
+    };
     for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if ((a == "--preset" || a == "--out" || a == "--seed" || a == "--arch") && i + 1 < argc) {
-            std::string v = argv[++i];
-            if (a == "--arch") {
-                options.arch = v;
-            } else if (a == "--preset") {
-                options.preset = v;
-            } else if (a == "--out") {
-                options.out_dir = v;
-            } else {
-                char* end = nullptr;
-                errno = 0;
-                unsigned long long s = std::strtoull(v.c_str(), &end, 10);
-                if (v.empty() || *end != '\0' || errno != 0 || v[0] == '-') {
-                    std::cerr << "make-model: --seed wants a non-negative integer, got '" << v
-                              << "'\n"
-                              << usage;
-                    return 2;
-                }
-                options.seed = s;
-            }
-        } else if (a == "--preset" || a == "--out" || a == "--seed" || a == "--arch") {
-            std::cerr << "make-model: " << a << " needs a value\n" << usage;
-            return 2;
-        } else if (a == "--force") {
+        const std::string a = argv[i];
+        if (a == "--force") {
             options.overwrite = true;
-        } else if (a == "--help" || a == "-h") {
-            std::cout << usage;
-            return 0;
-        } else {
-            std::cerr << "make-model: unexpected argument '" << a << "'\n" << usage;
-            return 2;
+            continue;
+        }
+        if (a != "--preset" && a != "--out" && a != "--seed" && a != "--arch") {
+            return wrong("unexpected argument '" + a + "'");
+        }
+        if (i + 1 >= argc) {
+            return wrong("missing the value of " + a);
+        }
+        const std::string v = argv[++i];
+        if (a == "--arch") {
+            options.arch = v;
+        } else if (a == "--preset") {
+            options.preset = v;
+        } else if (a == "--out") {
+            options.out_dir = v;
+        } else if (!parse_whole_number(v, &options.seed)) {
+            return wrong("--seed wants a non-negative integer, got '" + v + "'");
         }
     }
+    // What write_random_checkpoint would refuse, refused as the usage errors they are.
+    make_model::Arch arch{};
+    if (!make_model::arch_from_name(options.arch, &arch)) {
+        return wrong("--arch '" + options.arch + "' is not qwen3_moe, glm4_moe or deepseek_v3");
+    }
     if (options.preset.empty() || options.out_dir.empty()) {
-        std::cerr << usage;
-        return 2;
+        return wrong(options.preset.empty() ? "missing --preset" : "missing --out");
+    }
+    if (make_model::find_preset(arch, options.preset) == nullptr) {
+        return wrong("--preset '" + options.preset + "' is not tiny or bench");
     }
     Status st = write_random_checkpoint(options);
     if (!st.ok()) {
-        std::cerr << st.to_string() << "\n";
+        std::cerr << "edgeserve make-model: " << st.to_string() << "\n";
         return 1;
     }
     std::cout << "wrote a random " << options.preset << " " << options.arch << " checkpoint (seed "

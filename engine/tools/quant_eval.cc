@@ -23,7 +23,6 @@
 #include "engine/quant/policy.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/cli.h"
-#include "engine/tools/generate_args.h"
 
 namespace edge::engine {
 
@@ -441,6 +440,9 @@ int quant_eval_main(int argc, char** argv) {
         std::fputs(usage, stdout);
         return 0;
     }
+    auto wrong = [usage](const std::string& what) {
+        return usage_error("quant-eval", what, usage);
+    };
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--no-per-class") {
@@ -449,12 +451,10 @@ int quant_eval_main(int argc, char** argv) {
         }
         if (a != "--model" && a != "--policies" && a != "--text" && a != "--tokens" &&
             a != "--chunk" && a != "--threads") {
-            std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
-            return 2;
+            return wrong("unknown argument '" + std::string(a) + "'");
         }
         if (i + 1 >= argc) {
-            std::fprintf(stderr, "missing value for %s\n%s", argv[i], usage);
-            return 2;
+            return wrong("missing the value of " + std::string(a));
         }
         const std::string v = argv[++i];
         try {
@@ -464,24 +464,27 @@ int quant_eval_main(int argc, char** argv) {
                 // Empty items and a second flag are mistakes (a policy string refuses its empty
                 // items too), not something to skip or append.
                 if (!o.policies.empty()) {
-                    std::fprintf(stderr, "quant-eval: --policies given twice (list every policy "
-                                         "in one, separated by ',')\n%s", usage);
-                    return 2;
+                    return wrong(
+                        "--policies given twice (list every policy in one, separated "
+                        "by ',')");
                 }
                 std::string cur;
                 for (char ch : v + ",") {
-                    if (ch == ',') {
-                        if (cur.empty()) {
-                            std::fprintf(stderr, "quant-eval: --policies '%s': item %zu is "
-                                                 "empty\n%s", v.c_str(), o.policies.size() + 1,
-                                         usage);
-                            return 2;
-                        }
-                        o.policies.push_back(cur);
-                        cur.clear();
-                    } else {
+                    if (ch != ',') {
                         cur += ch == '+' ? ',' : ch;
+                        continue;
                     }
+                    if (cur.empty()) {
+                        return wrong("--policies '" + v + "': item " +
+                                     std::to_string(o.policies.size() + 1) + " is empty");
+                    }
+                    // Checked now: a policy that does not parse is a usage error, found before
+                    // the model loads.
+                    if (Result<quant::QuantPolicy> p = quant::parse_quant_policy(cur); !p.ok()) {
+                        return wrong("--policies: " + p.status().message());
+                    }
+                    o.policies.push_back(cur);
+                    cur.clear();
                 }
             } else if (a == "--text") {
                 o.text_path = v;
@@ -489,26 +492,20 @@ int quant_eval_main(int argc, char** argv) {
                 o.tokens = whole_number(v, 2, int64_t{1} << 30);
             } else if (a == "--chunk") {
                 o.chunk = whole_number(v, 2, int64_t{1} << 20);
-            } else if (a == "--threads") {
-                o.threads = static_cast<int32_t>(whole_number(v, 0, cpu::kMaxPoolThreads));
             } else {
-                std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i - 1], usage);
-                return 2;
+                o.threads = static_cast<int32_t>(whole_number(v, 0, cpu::kMaxPoolThreads));
             }
         } catch (...) {
-            std::fprintf(stderr, "bad value '%s' for %s\n%s", v.c_str(), argv[i - 1], usage);
-            return 2;
+            return wrong("bad value '" + v + "' for " + std::string(a));
         }
     }
     if (o.model_dir.empty() || o.policies.empty()) {
-        std::fprintf(stderr, "quant-eval: missing %s\n",
-                     o.model_dir.empty() ? "--model" : "--policies (at least one policy)");
-        std::fputs(usage, stderr);
-        return 2;
+        return wrong(std::string("missing ") +
+                     (o.model_dir.empty() ? "--model" : "--policies (at least one policy)"));
     }
     auto rows = run_quant_eval(o);
     if (!rows.ok()) {
-        std::fprintf(stderr, "quant-eval: %s\n", rows.status().to_string().c_str());
+        std::fprintf(stderr, "edgeserve quant-eval: %s\n", rows.status().to_string().c_str());
         return 1;
     }
     std::fputs(quant_eval_table(*rows).c_str(), stdout);

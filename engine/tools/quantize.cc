@@ -550,6 +550,7 @@ int quantize_main(int argc, char** argv) {
         std::fputs(usage, stdout);
         return 0;
     }
+    auto wrong = [usage](const std::string& what) { return usage_error("quantize", what, usage); };
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
         if (a == "--force") {
@@ -558,49 +559,43 @@ int quantize_main(int argc, char** argv) {
         }
         if (a != "--model" && a != "--policy" && a != "--out" && a != "--shard-size" &&
             a != "--threads") {
-            std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
-            return 2;
+            return wrong("unknown argument '" + std::string(a) + "'");
         }
         if (i + 1 >= argc) {
-            std::fprintf(stderr, "missing value for %s\n%s", argv[i], usage);
-            return 2;
+            return wrong("missing the value of " + std::string(a));
         }
+        const std::string v = argv[++i];
         if (a == "--model") {
-            o.model_dir = argv[++i];
+            o.model_dir = v;
         } else if (a == "--policy") {
-            o.policy = argv[++i];
+            // Checked now: a policy that does not parse is a usage error, not a failed run.
+            if (Result<quant::QuantPolicy> p = quant::parse_quant_policy(v); !p.ok()) {
+                return wrong("--policy: " + p.status().message());
+            }
+            o.policy = v;
         } else if (a == "--out") {
-            o.out_dir = argv[++i];
+            o.out_dir = v;
         } else if (a == "--shard-size") {
-            Result<int64_t> size = parse_byte_size(argv[++i]);
+            Result<int64_t> size = parse_byte_size(v);
             if (!size.ok()) {
-                std::fprintf(stderr, "quantize: --shard-size %s\n%s",
-                             size.status().message().c_str(), usage);
-                return 2;
+                return wrong("--shard-size " + size.status().message());
             }
             o.max_shard_bytes = *size;
-        } else if (a == "--threads") {
-            const std::string_view v = argv[++i];
+        } else {
             int n = 0;
             const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-            if (ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 1024) {
-                std::fprintf(stderr, "quantize: --threads '%s' is not a count of 1..1024\n%s",
-                             argv[i], usage);
-                return 2;
+            // 0 is one per core, the default (as for generate and quant-eval).
+            if (ec != std::errc() || end != v.data() + v.size() || n < 0 || n > 1024) {
+                return wrong("--threads '" + v + "' is not 0 (one per core) to 1024");
             }
             o.threads = n;
-        } else {
-            std::fprintf(stderr, "unknown argument '%s'\n%s", argv[i], usage);
-            return 2;
         }
     }
-    for (const auto& [value, flag] : {std::pair{&o.model_dir, "--model"},
-                                       std::pair{&o.policy, "--policy"},
-                                       std::pair{&o.out_dir, "--out"}}) {
+    for (const auto& [value, flag] :
+         {std::pair{&o.model_dir, "--model"}, std::pair{&o.policy, "--policy"},
+          std::pair{&o.out_dir, "--out"}}) {
         if (value->empty()) {
-            std::fprintf(stderr, "quantize: missing %s (or an empty value for it)\n%s", flag,
-                         usage);
-            return 2;
+            return wrong("missing " + std::string(flag) + " (or an empty value for it)");
         }
     }
     QuantizeStats stats;
@@ -615,10 +610,10 @@ int quantize_main(int argc, char** argv) {
         }
         last = now;
         const double elapsed = std::chrono::duration<double>(now - start).count();
-        const double left = p.bytes_done > 0 ? elapsed * static_cast<double>(p.bytes_total -
-                                                                             p.bytes_done) /
-                                                   static_cast<double>(p.bytes_done)
-                                             : 0.0;
+        const double left = p.bytes_done > 0
+                                ? elapsed * static_cast<double>(p.bytes_total - p.bytes_done) /
+                                      static_cast<double>(p.bytes_done)
+                                : 0.0;
         std::fprintf(stderr,
                      "quantize: %lld/%lld tensors, %.2f of %.2f GB written, %.0f s so far, "
                      "about %.0f s left\n",
@@ -629,7 +624,7 @@ int quantize_main(int argc, char** argv) {
     };
     Status st = quantize_checkpoint(o);
     if (!st.ok()) {
-        std::fprintf(stderr, "quantize: %s\n", st.to_string().c_str());
+        std::fprintf(stderr, "edgeserve quantize: %s\n", st.to_string().c_str());
         return 1;
     }
     std::printf("wrote %s (policy %s): %lld matrices quantized, %.1f MB of tensors in %zu file%s\n",

@@ -28,6 +28,14 @@ TEST_CASE("generate args: a full command line parses") {
     REQUIRE(chat.ok());
     CHECK(*chat->prompt == "hi there");
     CHECK(chat->chat);
+    // An empty user message still makes a prompt through the chat template.
+    CHECK(parse({"--model", "/m", "--prompt", "", "--chat"}).ok());
+    // The engine's limits, inclusive.
+    auto edges =
+        parse({"--model", "/m", "--prompt", "x", "--max-tokens", "1", "--temperature", "2"});
+    REQUIRE_MESSAGE(edges.ok(), edges.status().to_string());
+    CHECK(edges->max_tokens == 1);
+    CHECK(edges->temperature == 2.0f);
 }
 
 TEST_CASE("generate args: mistakes name the flag") {
@@ -48,12 +56,25 @@ TEST_CASE("generate args: mistakes name the flag") {
         {{"--model", "/m", "--prompt-ids", "1", "--chat"}, "--chat"},
         {{"--model", "/m", "--prompt", "x", "--threads", "100000"}, "--threads"},
         {{"--model", "/m", "--prompt", "x", "--threads", "-1"}, "--threads"},
+        // Refused here, before the model loads, not by the engine after it.
+        {{"--model", "/m", "--prompt", "x", "--max-tokens", "0"}, "--max-tokens"},
+        {{"--model", "/m", "--prompt", "x", "--max-tokens", "-1"}, "--max-tokens"},
+        {{"--model", "/m", "--prompt", "x", "--temperature", "nan"}, "--temperature"},
+        {{"--model", "/m", "--prompt", "x", "--temperature", "inf"}, "--temperature"},
+        {{"--model", "/m", "--prompt", "x", "--temperature", "-0.5"}, "--temperature"},
+        {{"--model", "/m", "--prompt", "x", "--temperature", "2.5"}, "--temperature"},
+        {{"--model", "/m", "--prompt-ids", "1,-1"}, "--prompt-ids"},
+        {{"--model", "/m", "--prompt", ""}, "--prompt is empty"},
+        // A stray word or an unknown flag last is what it is, not a flag missing its value.
+        {{"--model", "/m", "--prompt", "x", "junk"}, "unexpected argument 'junk'"},
+        {{"--model", "/m", "--prompt", "x", "--bogus"}, "unknown flag --bogus"},
     };
     for (const Case& c : cases) {
         auto a = parse(c.words);
         REQUIRE_FALSE(a.ok());
         CHECK(a.status().code() == StatusCode::kInvalidArgument);
-        CHECK(a.status().message().find(c.needle) != std::string::npos);
+        CHECK_MESSAGE(a.status().message().find(c.needle) != std::string::npos,
+                      a.status().message());
     }
 }
 
