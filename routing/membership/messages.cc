@@ -1,5 +1,6 @@
 #include "routing/membership/messages.h"
 
+#include <optional>
 #include <type_traits>
 
 #include "routing/membership/wire.h"
@@ -272,18 +273,27 @@ Result<UserEventMsg> decode_user_event(std::span<const uint8_t> bytes) {
     return m;
 }
 
-Result<PushPullNode> decode_pp_node(std::span<const uint8_t> bytes) {
+// An entry, or nullopt for one in a node state this version does not know (a newer peer's):
+// what such a state implies for the member cannot be told, so the entry is left out, and the
+// rest of the push-pull is taken (memberlist's merge ignores such an entry too). A malformed
+// field still fails the whole message.
+Result<std::optional<PushPullNode>> decode_pp_node(std::span<const uint8_t> bytes) {
     PushPullNode n;
+    bool known_state = true;
     EDGE_FIELDS("push-pull node") {
         case 1: { EDGE_ASSIGN_OR_RETURN(n.name, get_name(f, "name")); break; }
         case 2: { EDGE_ASSIGN_OR_RETURN(n.addr, get_name(f, "addr")); break; }
         case 3: { EDGE_ASSIGN_OR_RETURN(n.incarnation, get_incarnation(f)); break; }
         case 4: {
-            EDGE_ASSIGN_OR_RETURN(uint64_t s, f.as_uint());
-            if (s < 1 || s > 4) {
-                return data_loss_error("push-pull node state " + std::to_string(s) + " unknown");
+            auto s = f.as_enum(static_cast<uint64_t>(NodeState::kAlive),
+                               static_cast<uint64_t>(NodeState::kLeft));
+            if (!s.ok()) {
+                return s.status().with_context("push-pull node state");
             }
-            n.state = static_cast<NodeState>(s);
+            known_state = s->has_value();
+            if (known_state) {
+                n.state = static_cast<NodeState>(**s);
+            }
             break;
         }
         case 5: { EDGE_ASSIGN_OR_RETURN(n.state_version, f.as_uint()); break; }
@@ -292,11 +302,15 @@ Result<PushPullNode> decode_pp_node(std::span<const uint8_t> bytes) {
         default: break;
     }
     }
-    return n;
+    if (!known_state) {
+        return std::optional<PushPullNode>();
+    }
+    return std::optional<PushPullNode>(std::move(n));
 }
 
 Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
     PushPullMsg m;
+    size_t entries = 0;
     EDGE_FIELDS("push-pull") {
         case 1: {
             EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
@@ -304,11 +318,15 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
             break;
         }
         case 2: {
-            if (m.nodes.size() >= kMaxPushPullNodes) {
+            // Entries as sent, those left out included: the bound holds whatever states this
+            // version knows.
+            if (entries++ >= kMaxPushPullNodes) {
                 return data_loss_error("push-pull carries too many nodes");
             }
-            EDGE_ASSIGN_OR_RETURN(PushPullNode n, decode_pp_node(f.value));
-            m.nodes.push_back(std::move(n));
+            EDGE_ASSIGN_OR_RETURN(std::optional<PushPullNode> n, decode_pp_node(f.value));
+            if (n) {
+                m.nodes.push_back(std::move(*n));
+            }
             break;
         }
         case 3: {

@@ -3,8 +3,10 @@
 // The gossip protocol's messages and their codec. A plaintext packet is a protocol version byte
 // followed by messages, each a type byte, a varint length and a TLV body; a packet may carry
 // several (a probe with piggybacked broadcasts). Unknown message types and unknown fields are
-// skipped, so newer peers can extend the protocol; every length is checked before use and bad
-// input yields kDataLoss naming the message. Plain values and pure functions.
+// skipped, and a push-pull entry in a node state this version does not know is left out (the
+// rest of the push-pull is taken), so newer peers can extend the protocol; every length is
+// checked before use and bad input yields kDataLoss naming the message. Plain values and pure
+// functions.
 
 #include <cstddef>
 #include <cstdint>
@@ -134,7 +136,8 @@ using Message = std::variant<PingMsg, IndirectPingMsg, AckMsg, NackMsg, SuspectM
 std::vector<uint8_t> encode_message(const Message& m);
 // Frames messages into one plaintext packet.
 std::vector<uint8_t> encode_packet(std::span<const std::vector<uint8_t>> framed);
-// Decodes a plaintext packet; messages of unknown types are skipped.
+// Decodes a plaintext packet; messages of unknown types are skipped, and so are push-pull entries
+// in unknown node states.
 Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes);
 
 // Bytes of framing added by encode_message around a body of `body` bytes (upper bound).

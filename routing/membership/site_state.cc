@@ -1,6 +1,7 @@
 #include "routing/membership/site_state.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -47,8 +48,13 @@ Result<std::string> as_string(const WireField& f, std::string_view what) {
     return f.as_string();
 }
 
-Result<PoolInfo> decode_pool(std::span<const uint8_t> bytes) {
+// A pool, or nullopt for one in a state this version does not know (a newer peer's): such a pool
+// is not servable as far as this site can tell, so it is left out and never routed to, while
+// the site's other pools are taken. Every field is still checked, so a malformed pool fails the
+// whole state as before.
+Result<std::optional<PoolInfo>> decode_pool(std::span<const uint8_t> bytes) {
     PoolInfo p;
+    bool known_state = true;
     WireReader r(bytes);
     while (!r.done()) {
         EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("pool"));
@@ -62,11 +68,15 @@ Result<PoolInfo> decode_pool(std::span<const uint8_t> bytes) {
                 break;
             }
             case kState: {
-                EDGE_ASSIGN_OR_RETURN(uint32_t s, as_u32(f, "pool state"));
-                if (s < 1 || s > 3) {
-                    return data_loss_error("site state: unknown pool state " + std::to_string(s));
+                auto s = f.as_enum(static_cast<uint64_t>(PoolState::kLoading),
+                                   static_cast<uint64_t>(PoolState::kDraining));
+                if (!s.ok()) {
+                    return s.status().with_context("site state: pool state");
                 }
-                p.state = static_cast<PoolState>(s);
+                known_state = s->has_value();
+                if (known_state) {
+                    p.state = static_cast<PoolState>(**s);
+                }
                 break;
             }
             case kCapacity: { EDGE_ASSIGN_OR_RETURN(p.capacity, as_u32(f, "capacity")); break; }
@@ -80,7 +90,10 @@ Result<PoolInfo> decode_pool(std::span<const uint8_t> bytes) {
             default: break;  // a newer peer's field
         }
     }
-    return p;
+    if (!known_state) {
+        return std::optional<PoolInfo>();
+    }
+    return std::optional<PoolInfo>(std::move(p));
 }
 
 bool moved(double a, double b, double fraction, double abs_min) {
@@ -125,6 +138,7 @@ std::vector<uint8_t> encode_site_state(const SiteState& s) {
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
     SiteState s;
     std::unordered_set<std::string> models;  // Of s.pools.
+    size_t pools_seen = 0;
     WireReader r(bytes);
     while (!r.done()) {
         EDGE_ASSIGN_OR_RETURN(WireField f, r.read_field("site state"));
@@ -148,22 +162,30 @@ Result<SiteState> decode_site_state(std::span<const uint8_t> bytes) {
                 break;
             }
             case kPool: {
-                if (s.pools.size() >= kMaxPools) {
+                // Pools as sent, those left out included, so neither the bound nor the index an
+                // error names depends on which states this version knows.
+                const size_t index = pools_seen++;
+                if (index >= kMaxPools) {
                     return data_loss_error("site state: more than 4096 pools");
                 }
                 auto pool = decode_pool(f.value);
                 if (!pool.ok()) {
-                    return pool.status().with_context("pool " + std::to_string(s.pools.size()));
+                    return pool.status().with_context("pool " + std::to_string(index));
                 }
+                if (!pool->has_value()) {
+                    // Not in the set either: a newer peer may stage a model's next version in a
+                    // new state beside the pool serving it.
+                    break;
+                }
+                PoolInfo& p = **pool;
                 // A site serves a model once: pools are keyed by (site, model) downstream
                 // (outlier records, the pool views), where a second would take the first's.
                 // A set, not a scan: 4096 pools would cost 8 M comparisons a decode.
-                if (models.count(pool->model) > 0) {
-                    return data_loss_error("site state: pool " + std::to_string(s.pools.size()) +
-                                           " repeats model '" + pool->model + "'");
+                if (!models.insert(p.model).second) {
+                    return data_loss_error("site state: pool " + std::to_string(index) +
+                                           " repeats model '" + p.model + "'");
                 }
-                models.insert(pool->model);
-                s.pools.push_back(std::move(pool).value());
+                s.pools.push_back(std::move(p));
                 break;
             }
             default: break;

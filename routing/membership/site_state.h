@@ -4,7 +4,9 @@
 // and per model pool which version it serves, in what state, with what capacity and live load.
 // A member's state carries a version (SiteState travels with it in Alive messages and push-pull)
 // so a newer state always replaces an older one. Plain values; encode/decode are pure functions.
-// decode_site_state treats its input as untrusted.
+// decode_site_state treats its input as untrusted, skips fields it does not know, and leaves out
+// a pool in a state it does not know (a newer peer's: not servable as far as this version can
+// tell), keeping the site's other pools.
 
 #include <cstdint>
 #include <span>

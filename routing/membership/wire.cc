@@ -53,6 +53,14 @@ Result<uint64_t> WireField::as_uint() const {
     return v;
 }
 
+Result<std::optional<uint64_t>> WireField::as_enum(uint64_t lo, uint64_t hi) const {
+    EDGE_ASSIGN_OR_RETURN(uint64_t v, as_uint());
+    if (v < lo || v > hi) {
+        return std::optional<uint64_t>();
+    }
+    return std::optional<uint64_t>(v);
+}
+
 Result<double> WireField::as_double() const {
     if (value.size() != 8) {
         return data_loss_error("gossip wire: field " + std::to_string(tag) +

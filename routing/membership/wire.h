@@ -1,13 +1,16 @@
 #pragma once
 
 // The low-level gossip wire encoding: LEB128 varints, and TLV fields (varint tag, varint length,
-// value) so a decoder skips fields it does not know and a newer peer can add some. WireWriter
-// appends to a byte vector; WireReader walks untrusted bytes and checks every length against what
-// is left before using it (overflow-safe), returning kDataLoss naming the field on any violation.
-// Both are plain values with no shared state.
+// value) so a decoder skips fields it does not know and a newer peer can add some. A newer peer
+// may add values to an enumeration too: as_enum reports one as not understood, not as an error,
+// and the caller decides what it means. WireWriter appends to a byte vector; WireReader walks
+// untrusted bytes and checks every length against what is left before using it (overflow-safe),
+// returning kDataLoss naming the field on any violation. Both are plain values with no shared
+// state.
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +47,10 @@ struct WireField {
 
     Result<uint64_t> as_uint() const;
     Result<double> as_double() const;
+    // An enumeration: its value when in [lo, hi], nullopt for any other integer (a value a newer
+    // peer added, which the caller treats as not understood: proto2's closed enums do the same),
+    // kDataLoss when the field is not one integer at all.
+    Result<std::optional<uint64_t>> as_enum(uint64_t lo, uint64_t hi) const;
     std::string as_string() const { return std::string(value.begin(), value.end()); }
     std::vector<uint8_t> as_bytes() const { return {value.begin(), value.end()}; }
 };

@@ -142,6 +142,99 @@ TEST_CASE("codec: unknown fields inside a coordinate are skipped") {
     CHECK(decode_packet(bad_pkt.bytes()).status().code() == StatusCode::kDataLoss);
 }
 
+// One push-pull message in a packet of its own, as the stream carries it.
+Result<std::vector<Message>> decode_push_pull_body(std::span<const uint8_t> body) {
+    WireWriter pkt;
+    pkt.put_u8(kProtocolVersion);
+    pkt.put_u8(static_cast<uint8_t>(MessageType::kPushPull));
+    pkt.put_varint(body.size());
+    pkt.put_bytes(body);
+    return decode_packet(pkt.bytes());
+}
+
+// A newer peer may add a node state (beyond alive, suspect, dead, left). An entry in one was
+// refused with the whole push-pull, so in a mixed-version rollout one newer member's table broke
+// full-state sync for every older one; now that entry alone is left out.
+TEST_CASE("codec: a push-pull entry in a node state a newer peer added is left out, not the rest") {
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"x", "x:1", 2, NodeState::kAlive, 3, {}, std::nullopt});
+    pp.nodes.push_back(PushPullNode{"y", "y:1", 4, static_cast<NodeState>(5), 5, {}, std::nullopt});
+    pp.nodes.push_back(PushPullNode{"z", "z:1", 6, NodeState::kLeft, 7, {}, std::nullopt});
+    pp.nodes.push_back(PushPullNode{"w", "w:1", 8, static_cast<NodeState>(0), 9, {}, std::nullopt});
+    pp.event_ltime = 12;
+    pp.events.push_back(UserEventMsg{11, "rollout", {9}});
+    auto msgs = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(pp)}));
+    REQUIRE(msgs.ok());
+    const auto& got = std::get<PushPullMsg>(msgs->at(0));
+    REQUIRE(got.nodes.size() == 2);
+    CHECK(got.nodes[0].name == "x");
+    CHECK(got.nodes[1].name == "z");
+    CHECK(got.nodes[1].state == NodeState::kLeft);
+    CHECK(got.event_ltime == 12);
+    CHECK(got.events.size() == 1);
+
+    // A state far past a byte is a newer value too.
+    WireWriter far;
+    far.field_string(1, "v");
+    far.field_uint(4, uint64_t{1} << 40);
+    WireWriter body;
+    body.field_bytes(2, far.bytes());
+    auto r = decode_push_pull_body(body.bytes());
+    REQUIRE(r.ok());
+    CHECK(std::get<PushPullMsg>(r->at(0)).nodes.empty());
+
+    // A state that is no integer at all, and a bad field beside a newer state, still fail it.
+    WireWriter not_int;
+    not_int.field_string(1, "v");
+    not_int.field_double(4, 1.0);
+    WireWriter bad_name;
+    bad_name.field_string(1, std::string(513, 'v'));
+    bad_name.field_uint(4, 9);
+    for (const std::vector<uint8_t>& node : {not_int.bytes(), bad_name.bytes()}) {
+        WireWriter bad;
+        bad.field_bytes(2, node);
+        auto refused = decode_push_pull_body(bad.bytes());
+        CHECK(refused.status().code() == StatusCode::kDataLoss);
+    }
+}
+
+// Likewise a pool state (beyond loading, serving, draining): a pool in one made the whole site
+// state unreadable, so every pool of that site went unseen. Such a pool is not servable as far
+// as this version can tell: it is left out (never routed to), and the site's others are taken.
+TEST_CASE("site state: a pool in a state a newer peer added is left out, not the site") {
+    SiteState s = sample_site();
+    PoolInfo staged = s.pools[0];  // The same model's next version, in a newer state.
+    staged.version_digest = "sha256:def";
+    staged.state = static_cast<PoolState>(4);
+    PoolInfo draining = s.pools[0];
+    draining.model = "qwen3";
+    draining.state = PoolState::kDraining;
+    SiteState sent = s;
+    sent.pools = {staged, s.pools[0], draining};
+    auto decoded = decode_site_state(encode_site_state(sent));
+    REQUIRE(decoded.ok());
+    REQUIRE(decoded->pools.size() == 2);
+    CHECK(decoded->pools[0] == s.pools[0]);
+    CHECK(decoded->pools[1] == draining);
+    CHECK(decoded->region == s.region);
+
+    // Errors name a pool by its place as sent, left-out pools counted.
+    sent.pools[2].model = std::string(kMaxSiteStringBytes + 1, 'q');
+    auto long_name = decode_site_state(encode_site_state(sent));
+    CHECK(long_name.status().code() == StatusCode::kDataLoss);
+    CHECK(long_name.status().message().find("pool 2: ") == 0);
+    // A state that is no integer at all still fails the site state, naming the field.
+    WireWriter pool;
+    pool.field_string(1, "m");
+    pool.field_double(3, 2.0);
+    WireWriter site;
+    site.field_string(1, "fra1");
+    site.field_bytes(7, pool.bytes());
+    auto not_int = decode_site_state(site.bytes());
+    CHECK(not_int.status().code() == StatusCode::kDataLoss);
+    CHECK(not_int.status().message().find("pool 0: site state: pool state") == 0);
+}
+
 TEST_CASE("codec: truncations, bad versions and lying lengths are kDataLoss") {
     auto full = encode_packet(std::vector<std::vector<uint8_t>>{
         encode_message(AliveMsg{4, "d", "d:1", 9, encode_site_state(sample_site())})});

@@ -500,6 +500,49 @@ TEST_CASE("memberlist: a push-pull entry's state at an incarnation the handlers 
     CHECK(ml.site_version_of("X") == 7);
 }
 
+// A mixed-version rollout: a newer member's table holds a node state and a pool state this
+// version does not know. Either one made the member drop the whole push-pull (or the whole site
+// state), so one newer member stopped full-state sync for every older one.
+TEST_CASE("memberlist: a newer peer's push-pull is taken but for its unknown states") {
+    Member a;
+    Memberlist& ml = a.ml();
+    SiteState b_site;
+    b_site.site_id = "B";
+    PoolInfo serving{"m", "v", PoolState::kServing, 8, {}};
+    PoolInfo newer{"n", "v", static_cast<PoolState>(4), 8, {}};
+    b_site.pools = {newer, serving};
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"B", "10.0.0.2:7946", 1, NodeState::kAlive, 1,
+                                    encode_site_state(b_site), std::nullopt});
+    pp.nodes.push_back(PushPullNode{"C", "10.0.0.3:7946", 1, static_cast<NodeState>(6), 1, {},
+                                    std::nullopt});
+    pp.nodes.push_back(PushPullNode{"D", "10.0.0.4:7946", 1, NodeState::kAlive, 1,
+                                    site_bytes("D", 2), std::nullopt});
+    pp.event_ltime = 4;
+    pp.events.push_back(UserEventMsg{4, "rollout", {1}});
+    auto answer = a.push_pull(pp);
+    REQUIRE(answer.ok());
+    CHECK(ml.stats().decode_failures.load() == 0);
+    CHECK(ml.state_of("B") == NodeState::kAlive);
+    CHECK(ml.state_of("D") == NodeState::kAlive);
+    CHECK_FALSE(ml.state_of("C").has_value());
+    const auto snapshot = ml.snapshot();
+    const MemberView* b = snapshot->find("B");
+    REQUIRE(b != nullptr);
+    REQUIRE(b->site != nullptr);
+    REQUIRE(b->site->pools.size() == 1);  // Pool "n" is never routed to.
+    CHECK(b->site->pools[0] == serving);
+    CHECK(ml.site_version_of("D") == 1);
+    // B's state is passed on as B sent it, so newer members still learn pool "n" from this one.
+    auto msgs = decode_packet(Keyring{}.open("", *answer).value());
+    REQUIRE(msgs.ok());
+    bool relayed = false;
+    for (const PushPullNode& n : std::get<PushPullMsg>(msgs->at(0)).nodes) {
+        relayed = relayed || (n.name == "B" && n.site_state == encode_site_state(b_site));
+    }
+    CHECK(relayed);
+}
+
 // Gossip reaches the recently dead so one that is alive learns it must refute; a member that left
 // has nothing to refute, yet it took a gossip_nodes slot each round for gossip_to_the_dead_time,
 // so updates reached the live members more slowly (memberlist skips it).
