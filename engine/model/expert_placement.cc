@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string>
+#include <vector>
 
 namespace edge::engine {
 namespace {
@@ -27,6 +29,42 @@ Status check_dims(int32_t layers, int32_t experts, int32_t ranks, int32_t slots)
 }
 
 int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+
+// Longest spec quoted whole in an error, and longest item quoted: a long plan (hundreds of ranges
+// for a 384-expert model) would otherwise be copied into every log line that reports it.
+constexpr size_t kQuoteSpec = 64;
+constexpr size_t kQuoteItem = 32;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+// `s` without leading and trailing whitespace; `pos` (s's offset in the spec) moves with it.
+std::string_view trim(std::string_view s, size_t* pos) {
+    while (!s.empty() && is_space(s.front())) {
+        s.remove_prefix(1);
+        ++*pos;
+    }
+    while (!s.empty() && is_space(s.back())) {
+        s.remove_suffix(1);
+    }
+    return s;
+}
+
+std::string quote(std::string_view s, size_t limit) {
+    return s.size() <= limit ? "'" + std::string(s) + "'"
+                             : "'" + std::string(s.substr(0, limit)) + "...' (" +
+                                   std::to_string(s.size()) + " characters)";
+}
+
+// A whole decimal number in [0, experts), else -1.
+int32_t parse_id(std::string_view s, int32_t experts) {
+    int32_t v = -1;
+    const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size() || v < 0 ||
+        v >= experts) {
+        return -1;
+    }
+    return v;
+}
 
 }  // namespace
 
@@ -114,51 +152,68 @@ Result<ExpertPlacement> ExpertPlacement::from_slots(
 Result<ExpertPlacement> ExpertPlacement::parse(std::string_view spec, int32_t layers,
                                                int32_t experts, int32_t ranks,
                                                int32_t slots_per_rank) {
-    const std::string where = "static plan '" + std::string(spec) + "'";
+    if (ranks < 1 || experts < 1) {
+        return invalid_argument_error("expert placement: ranks and experts must be positive");
+    }
+    const std::string where = "static plan " + quote(spec, kQuoteSpec);
+    // Errors name the rank and the 1-based character where its problem starts.
+    auto error = [&](size_t rank, size_t pos, const std::string& what) {
+        return invalid_argument_error(where + ": rank " + std::to_string(rank) + ", character " +
+                                      std::to_string(pos + 1) + ": " + what);
+    };
     std::vector<std::vector<int32_t>> per_rank;
+    // Duplicates are refused as they are read, so no rank ever lists more than `experts` ids
+    // however long the spec (a range repeated a million times must not allocate gigabytes).
+    std::vector<uint8_t> seen(static_cast<size_t>(experts));
     size_t start = 0;
     while (true) {
-        const size_t semi = spec.find(';', start);
-        std::string_view part = spec.substr(start, semi == std::string_view::npos
-                                                       ? std::string_view::npos
-                                                       : semi - start);
+        const size_t semi = std::min(spec.find(';', start), spec.size());
+        const size_t rank = per_rank.size();
+        if (rank == static_cast<size_t>(ranks)) {
+            // `start` is just past the ';' that opens one rank too many (1-based: the ';').
+            return invalid_argument_error(where + ": character " + std::to_string(start) +
+                                          ": a ';' opens rank " + std::to_string(rank) +
+                                          ", beyond the " + std::to_string(ranks) +
+                                          " ranks the configuration has");
+        }
+        size_t part_pos = start;
+        const std::string_view part = trim(spec.substr(start, semi - start), &part_pos);
+        if (part.empty()) {
+            return error(rank, part_pos, "lists no experts (every rank needs at least one)");
+        }
+        std::fill(seen.begin(), seen.end(), 0);
         std::vector<int32_t> ids;
-        size_t p = 0;
-        while (p < part.size()) {
-            size_t comma = part.find(',', p);
-            if (comma == std::string_view::npos) {
-                comma = part.size();
-            }
-            std::string_view item = part.substr(p, comma - p);
-            while (!item.empty() && item.front() == ' ') {
-                item.remove_prefix(1);
-            }
-            while (!item.empty() && item.back() == ' ') {
-                item.remove_suffix(1);
+        for (size_t p = 0; p <= part.size();) {
+            const size_t comma = std::min(part.find(',', p), part.size());
+            size_t item_pos = part_pos + p;
+            const std::string_view item = trim(part.substr(p, comma - p), &item_pos);
+            if (item.empty()) {
+                return error(rank, item_pos, "empty item between commas");
             }
             const size_t dash = item.find('-');
-            std::string_view a = item.substr(0, dash);
-            std::string_view b = dash == std::string_view::npos ? a : item.substr(dash + 1);
-            int32_t lo = -1;
-            int32_t hi = -1;
-            auto ra = std::from_chars(a.data(), a.data() + a.size(), lo);
-            auto rb = std::from_chars(b.data(), b.data() + b.size(), hi);
-            if (item.empty() || ra.ec != std::errc() || ra.ptr != a.data() + a.size() ||
-                rb.ec != std::errc() || rb.ptr != b.data() + b.size() || lo < 0 || hi < lo ||
-                hi >= experts) {
-                return invalid_argument_error(where + ": rank " +
-                                              std::to_string(per_rank.size()) + ": '" +
-                                              std::string(item) +
-                                              "' is not an expert id or range in [0, " +
-                                              std::to_string(experts) + ")");
+            size_t unused = 0;
+            const int32_t lo = parse_id(trim(item.substr(0, dash), &unused), experts);
+            const int32_t hi = dash == std::string_view::npos
+                                   ? lo
+                                   : parse_id(trim(item.substr(dash + 1), &unused), experts);
+            if (lo < 0 || hi < lo) {
+                return error(rank, item_pos,
+                             quote(item, kQuoteItem) + " is not an expert id or range in [0, " +
+                                 std::to_string(experts) + ")");
             }
             for (int32_t e = lo; e <= hi; ++e) {
+                if (seen[static_cast<size_t>(e)] != 0) {
+                    return error(rank, item_pos,
+                                 quote(item, kQuoteItem) + " lists expert " + std::to_string(e) +
+                                     " twice on this rank");
+                }
+                seen[static_cast<size_t>(e)] = 1;
                 ids.push_back(e);
             }
             p = comma + 1;
         }
         per_rank.push_back(std::move(ids));
-        if (semi == std::string_view::npos) {
+        if (semi == spec.size()) {
             break;
         }
         start = semi + 1;

@@ -42,6 +42,8 @@ public:
 
     // A static plan applied to every layer: ranks separated by ';', each a comma-separated list
     // of expert ids or inclusive ranges "a-b", e.g. "0-3,7;4-6,7" (expert 7 on both ranks).
+    // Whitespace around ids, items and ranks is ignored. Every rank lists at least one expert,
+    // and none twice; an error names the rank and the 1-based character where the problem is.
     static Result<ExpertPlacement> parse(std::string_view spec, int32_t layers, int32_t experts,
                                          int32_t ranks, int32_t slots_per_rank);
 

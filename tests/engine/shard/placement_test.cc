@@ -48,11 +48,47 @@ TEST_CASE("placement: static plan text") {
     bad("0-3;4-6", 0, "expert 7 is held by no rank");
     bad("0-3;4-8", 0, "'4-8' is not an expert id or range");
     bad("0-3;x", 0, "'x'");
-    bad("0-3;;4-7", 0, "lists 3 ranks");
+    bad("0-3;;4-7", 0, "rank 1, character 5: lists no experts");
     bad("0-4;4-7", 4, "holds 5 experts in 4 slots");
     bad("0-3,3;4-7", 0, "twice");
     bad("3-1;0-7", 0, "'3-1'");
     bad("0-99999999999;1", 0, "not an expert id");
+}
+
+TEST_CASE("placement: static plan text names the rank and character of what is wrong") {
+    auto bad = [](std::string_view spec, std::string_view needle) {
+        auto r = ExpertPlacement::parse(spec, 2, 8, 2, 0);
+        INFO(spec);
+        REQUIRE(!r.ok());
+        CHECK(r.status().code() == StatusCode::kInvalidArgument);
+        INFO(r.status().message());
+        CHECK(r.status().message().find(needle) != std::string::npos);
+        return r.status().message();
+    };
+    // A rank without experts (a stray ';'), an empty item, one rank too many.
+    bad("0-7;", "rank 1, character 5: lists no experts");
+    bad("0-7; \t", "rank 1, character 7: lists no experts");
+    bad("0-3,;4-7", "rank 0, character 5: empty item");
+    bad("0-3;4-7;", "character 8: a ';' opens rank 2, beyond the 2 ranks");
+    bad("0-3;4-5,5-7", "rank 1, character 9: '5-7' lists expert 5 twice");
+    // Whitespace of any kind around items, ranks and the dash is not part of an id.
+    auto ws = ExpertPlacement::parse("\t0 - 3 ,\n7 ;4-7\r\n", 1, 8, 2, 0);
+    REQUIRE_MESSAGE(ws.ok(), ws.status().to_string());
+    CHECK(ws->describe() == "layer 0: 0-3,7 | 4-7\n");
+
+    // A long plan: the error points into it without copying it, and a range repeated far past
+    // the experts it can name is refused at its first repeat, not expanded (60 layers of a
+    // million-expert list each would be gigabytes).
+    std::string spec;
+    for (int i = 0; i < 200000; ++i) {
+        spec += "0-7,";
+    }
+    spec += "0-7;4-7";
+    const std::string msg = bad(spec, "rank 0, character 5: '0-7' lists expert 0 twice");
+    CHECK(msg.size() < 300);
+    std::string tail(100000, ' ');
+    tail = "0-3;" + tail + "4-x";
+    CHECK(bad(tail, "rank 1, character 100005: '4-x' is not an expert id").size() < 300);
 }
 
 TEST_CASE("placement: explicit slots are validated") {
