@@ -343,12 +343,7 @@ int run_main(int argc, char** argv) {
                            {{"error", fresh.status().message()},
                             {"detail", "the certificates, tenants and gossip keys stay as "
                                        "they were"}});
-            } else {
-                (void)(*daemon)->reload_certificates(*fresh);     // Logged per set.
-                (void)(*daemon)->reload_tenants(fresh->tenants);  // Logged when refused.
-                (void)(*daemon)->reload_gossip_keys(fresh->gossip);  // Logged.
-                (*daemon)->reload_routing(fresh->routing);           // Logged.
-                (void)(*daemon)->reload_admin_token(fresh->admin);   // Logged.
+            } else if ((*daemon)->reload(*fresh).ok()) {  // All or nothing; logged.
                 std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
                 if (!changed.empty()) {
                     std::string sections;

@@ -26,19 +26,6 @@ namespace edge::daemon {
 
 namespace {
 
-// The tenant names requests run under: the configured ones, or the anonymous tenant's
-// (TenantTable) when authentication is off.
-std::vector<std::string> tenant_names(const std::optional<std::vector<TenantConfig>>& tenants) {
-    if (!tenants) {
-        return {"anonymous"};
-    }
-    std::vector<std::string> names;
-    for (const TenantConfig& t : *tenants) {
-        names.push_back(t.name);
-    }
-    return names;
-}
-
 // The expiry gauge from the generations the public and (when there is one) peer listeners serve
 // now, not from the files (daemon/certificate_expiry.h).
 void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
@@ -50,6 +37,19 @@ void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
 }
 
 }  // namespace
+
+std::vector<std::string> Daemon::tenant_names(
+    const std::optional<std::vector<TenantConfig>>& tenants) {
+    // The anonymous tenant's (TenantTable) when authentication is off.
+    if (!tenants) {
+        return {"anonymous"};
+    }
+    std::vector<std::string> names;
+    for (const TenantConfig& t : *tenants) {
+        names.push_back(t.name);
+    }
+    return names;
+}
 
 Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Generator& generator,
                                                Clock& clock, int public_listen_fd) {
@@ -447,85 +447,8 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     return s;
 }
 
-Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& tenants) {
-    if (!tenants && router_->tenants_enabled()) {
-        Status refused = failed_precondition_error(
-            "the new config has no `tenants` section, which would turn authentication off; "
-            "the old tenants stay (restart to run without authentication)");
-        log::error("tenants_reload_refused", {{"error", refused.message()}});
-        return refused;
-    }
-    auto table = std::make_shared<const TenantTable>(tenants, router_->tenants().get());
-    // New limits before the new keys (a tenant added is never admitted unlimited), and the
-    // removed tenants dropped after (their running requests keep their limits: TenantLimiter).
-    limiter_->configure(tenants, /*keep_others=*/true);
-    router_->set_tenants(table);
-    limiter_->configure(tenants);
-    // A removed tenant's series go once its running requests (their leases) are done; those
-    // still running are looked at again at the next reload.
-    metrics_->set_tenants(tenant_names(tenants), [this](const std::string& name) {
-        return limiter_->running(name) > 0;
-    });
-    log::info("tenants_reloaded",
-              {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},
-               {"auth", table->enabled() ? "on" : "off"}});
-    return ok_status();
-}
-
 std::string Daemon::stuck(std::chrono::milliseconds stall) {
     return liveness_->check(std::chrono::steady_clock::now(), stall);
-}
-
-Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
-    if (!cluster_) {
-        return ok_status();
-    }
-    Result<size_t> keys = cluster_->reload_keys(gossip);
-    if (!keys.ok()) {
-        log::error("gossip_keys_reload_failed", {{"error", keys.status().message()},
-                                                 {"detail", "the previous gossip keys stay"}});
-        return keys.status();
-    }
-    // `keys`: those accepted now, from gossip.keys and the keyring file together.
-    log::info("gossip_keys_reloaded", {{"keys", static_cast<uint64_t>(*keys)},
-                                       {"configured", static_cast<uint64_t>(gossip.keys.size())},
-                                       {"file", gossip.keyring_file}});
-    return ok_status();
-}
-
-Status Daemon::reload_admin_token(const AdminListenerConfig& admin) {
-    if (admin.token_file.empty()) {
-        if (admin_token_set_) {
-            // As for `tenants`: a key deleted (or a config edited in haste) must not open the
-            // admin API, rollouts included, to anyone on the admin listener's network.
-            Status refused = failed_precondition_error(
-                "the new config has no listeners.admin.token_file, which would open /admin/ "
-                "without a token; the old token stays (restart to run without one)");
-            log::error("admin_token_reload_refused", {{"error", refused.message()}});
-            return refused;
-        }
-        return ok_status();  // None before, none now.
-    }
-    Result<std::string> token = read_admin_token(admin.token_file);
-    if (!token.ok()) {
-        log::error("admin_token_reload_failed", {{"error", token.status().message()},
-                                                 {"detail", "the previous admin token stays"}});
-        return token.status();
-    }
-    admin_->set_token(std::move(token).value());
-    admin_token_set_ = true;
-    log::info("admin_token_reloaded", {{"file", admin.token_file}});
-    return ok_status();
-}
-
-void Daemon::reload_routing(const RoutingConfig& routing) {
-    if (!cluster_) {
-        return;
-    }
-    const bool whole = cluster_->reload_routing(routing);
-    log::info("routing_reloaded",
-              {{"applied", "routing.cost, routing.selection, routing.version_fallback"},
-               {"outlier_changed", !whole}});
 }
 
 void Daemon::stop(std::chrono::milliseconds deadline) {
@@ -539,8 +462,12 @@ void Daemon::stop(std::chrono::milliseconds deadline) {
                            {"connections", static_cast<uint64_t>(server_->open_connections())}});
     if (cluster_ && !threads_.empty()) {
         // Advertise draining first so other sites stop sending here, then drain, then leave.
+        // The advertising is part of the drain: requests in flight get what is left of the
+        // deadline, so the whole stop stays within it (and within systemd's TimeoutStopSec).
         cluster_->set_draining();
-        std::this_thread::sleep_for(std::min(deadline, advertise_drain_));
+        const std::chrono::milliseconds advertise = std::min(deadline, advertise_drain_);
+        std::this_thread::sleep_for(advertise);
+        deadline -= advertise;
     }
     if (!threads_.empty()) {
         // Both listeners drain at once: requests other sites forwarded here finish too.

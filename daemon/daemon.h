@@ -84,6 +84,13 @@ public:
     // peer listener and `config` has a `peer` section, its ca/cert/key. A set that loads
     // replaces the old one (the expiry gauge follows); one that fails keeps the old.
     Status reload_certificates(const Config& config);
+    // SIGHUP with the re-read config: its certificates, tenants and limits, gossip keys,
+    // routing weights and admin token, all or none. Everything that can refuse it (a
+    // certificate or key that does not load, an unreadable token or keyring file, a section
+    // whose loss would turn authentication off) is checked first; then nothing applies, the
+    // error (naming the config file and key) is logged as config_reload_failed and returned.
+    // Sections that need a restart are not looked at (changed_restart_sections()).
+    Status reload(const Config& fresh);
     // Replaces tenants, keys and limits (SIGHUP). Requests in flight keep running and keep their
     // concurrency slots; new requests see the new table at once. A config without `tenants`
     // while authentication is on is refused (kFailedPrecondition, the old tenants stay): one
@@ -137,6 +144,12 @@ private:
     Status reload_certificate_files(const std::vector<tls::CertificateConfig>& certificates,
                                     const tls::CertificateConfig& peer_certificate,
                                     const std::string& peer_ca);
+    // Why `tenants` / `admin` may not replace the running ones (OK when they may).
+    Status refuse_tenants(const std::optional<std::vector<TenantConfig>>& tenants) const;
+    Status refuse_admin_token(const AdminListenerConfig& admin) const;
+    // The tenant names requests run under: the configured ones, or "anonymous".
+    static std::vector<std::string> tenant_names(
+        const std::optional<std::vector<TenantConfig>>& tenants);
     // Stops the certificate watcher and waits for a reload it runs.
     void stop_certificate_watch();
     // Every certificate, key and CA file of these sets.

@@ -133,8 +133,7 @@ Result<std::string> check_model(const engine::ModelConfig& model,
 
 }  // namespace
 
-Result<std::vector<std::string>> preflight_config(const Config& config,
-                                                  bool public_socket_inherited) {
+Status preflight_reload(const Config& config) {
     const std::string& file = config.source;
     const auto& certs = config.listener.certificates;
     // As the start loads them: a key that does not match, is encrypted, or that every user may
@@ -161,6 +160,21 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
             return token.status().with_context(file + ": listeners.admin.token_file");
         }
     }
+    if (config.gossip.enabled) {
+        // membership_config names the config file and `gossip` itself.
+        EDGE_RETURN_IF_ERROR(cluster::membership_config(config).status());
+        Result<routing::membership::Keyring> keyring = cluster::load_keyring(config.gossip);
+        if (!keyring.ok()) {
+            return keyring.status().with_context(file);
+        }
+    }
+    return ok_status();
+}
+
+Result<std::vector<std::string>> preflight_config(const Config& config,
+                                                  bool public_socket_inherited) {
+    const std::string& file = config.source;
+    EDGE_RETURN_IF_ERROR(preflight_reload(config));
     EDGE_RETURN_IF_ERROR(check_ports(config, public_socket_inherited));
     if (config.engine.cpu_kernels != "auto") {
         if (Result<engine::cpu::Isa> isa = engine::cpu::isa_by_name(config.engine.cpu_kernels);
@@ -190,14 +204,6 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
         if (!warning->empty()) {
             warnings.push_back(file + ": models[" + std::to_string(i) + "] (\"" + m.name +
                                "\"): " + *warning);
-        }
-    }
-    if (config.gossip.enabled) {
-        // membership_config names the config file and `gossip` itself.
-        EDGE_RETURN_IF_ERROR(cluster::membership_config(config).status());
-        Result<routing::membership::Keyring> keyring = cluster::load_keyring(config.gossip);
-        if (!keyring.ok()) {
-            return keyring.status().with_context(file);
         }
     }
     return warnings;

@@ -28,6 +28,13 @@ namespace edge::daemon {
 Result<std::vector<std::string>> preflight_config(const Config& config,
                                                   bool public_socket_inherited = false);
 
+// What a SIGHUP reads again, checked as preflight_config() checks it (preflight_config runs
+// it first): every certificate and key pair (public chains, the peer mTLS set), the admin token
+// file, the gossip settings and keyring. The daemon runs it on a reloaded config before it
+// applies any of it, so a config with one bad part changes nothing. Errors name the config file
+// and the key.
+Status preflight_reload(const Config& config);
+
 // For `run`, before the models load (which can take minutes): each TCP listener's address and
 // port can be bound now (a port another process listens on fails here, at once). Not part of
 // check-config, which runs beside a live daemon whose ports are taken. kUnavailable names the

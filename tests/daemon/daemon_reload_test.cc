@@ -1,0 +1,76 @@
+// Daemon::reload, what SIGHUP applies from a re-read config: all of it, or, when any part of it
+// does not load, none of it.
+
+#include <doctest/doctest.h>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/tenants.h"
+#include "tests/testing/config_yaml.h"
+#include "tests/testing/scripted_daemon.h"
+#include "tests/testing/test_certs.h"
+#include "tests/testing/tls_client.h"
+
+using namespace edge;
+
+namespace {
+
+std::string tenant_yaml(const std::string& key) {
+    return "tenants:\n  - name: acme\n    api_key_sha256: [" + daemon::TenantTable::sha256_hex(key) +
+           "]\nmodels:\n  - {name: test-model, path: /m}\n";
+}
+
+// GET /v1/models with `key`: 200 for a key the daemon takes, 401 for one it does not.
+int models_status(testing::ScriptedDaemon& d, const std::string& key) {
+    return d.call("GET", "/v1/models", "", "Authorization: Bearer " + key + "\r\n").status;
+}
+
+}  // namespace
+
+TEST_CASE("reload: a config whose certificate does not load changes nothing, tenants included") {
+    testing::ScriptedDaemon d({"test-model"});
+    d.start(tenant_yaml("sk-old"));
+    REQUIRE(models_status(d, "sk-old") == 200);
+
+    // A new key and a certificate path that does not exist (a renewal not yet in place).
+    auto fresh = daemon::parse_config(
+        testing::config_yaml(d.dir.file("missing.crt"), d.cert.key_path, tenant_yaml("sk-new")),
+        d.dir.file("c.yaml"));
+    REQUIRE(fresh.ok());
+    const Status s = d.daemon->reload(*fresh);
+    CHECK(s.code() != StatusCode::kOk);
+    CHECK_MESSAGE(s.message().find(d.dir.file("c.yaml") + ": listeners.public.certificates[0]") !=
+                      std::string::npos,
+                  s.message());
+    CHECK_MESSAGE(s.message().find("missing.crt") != std::string::npos, s.message());
+    CHECK(models_status(d, "sk-old") == 200);  // The old tenants stay...
+    CHECK(models_status(d, "sk-new") == 401);  // ...and the new ones are not half applied.
+
+    // The same config with a certificate that loads applies whole.
+    auto renewed = testing::make_certificate(d.dir.path(), "renewed", {"localhost"});
+    fresh = daemon::parse_config(
+        testing::config_yaml(renewed.cert_path, renewed.key_path, tenant_yaml("sk-new")),
+        d.dir.file("c.yaml"));
+    REQUIRE(fresh.ok());
+    REQUIRE(d.daemon->reload(*fresh).ok());
+    CHECK(models_status(d, "sk-old") == 401);
+    CHECK(models_status(d, "sk-new") == 200);
+}
+
+TEST_CASE("reload: a config that would turn authentication off keeps the old certificates too") {
+    testing::ScriptedDaemon d({"test-model"});
+    d.start(tenant_yaml("sk-old"));
+    auto renewed = testing::make_certificate(d.dir.path(), "renewed", {"renewed.test"});
+    auto fresh = daemon::parse_config(
+        testing::config_yaml(renewed.cert_path, renewed.key_path,
+                             "models:\n  - {name: test-model, path: /m}\n"),
+        d.dir.file("c.yaml"));
+    REQUIRE(fresh.ok());
+    const Status s = d.daemon->reload(*fresh);
+    CHECK(s.code() == StatusCode::kFailedPrecondition);
+    CHECK_MESSAGE(s.message().find(d.dir.file("c.yaml")) == 0, s.message());
+    auto c = testing::TlsClient::connect(d.daemon->public_port());
+    REQUIRE(c.ok());
+    CHECK((*c)->peer_common_name() == "localhost");  // Not renewed.test: nothing applied.
+    CHECK(models_status(d, "sk-old") == 200);
+}
