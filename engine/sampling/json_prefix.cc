@@ -285,7 +285,7 @@ bool JsonPrefix::read(std::string_view bytes, std::vector<JsonPrefix>* forks) {
             // (spaces_ is 0 there: the opening quote reset it).
             Frame& f = frames_[static_cast<size_t>(depth_ - 1)];
             if (f.kind == Kind::kString && f.state == State::kChars && f.utf8_left == 0 &&
-                !f.want_low) {
+                !f.want_low && schema_->node(f.node).format == StringFormat::kNone) {
                 const int64_t room = schema_->node(f.node).max - f.count;
                 size_t j = i;
                 while (j < bytes.size() && static_cast<int64_t>(j - i) < room &&
@@ -418,6 +418,7 @@ bool JsonPrefix::push(int32_t node, State state, bool container) {
                                                    .count = 0,
                                                    .candidate = 0,
                                                    .pos = 0,
+                                                   .format_state = 0,
                                                    .digits = 0,
                                                    .negative = false,
                                                    .utf8_left = 0,
@@ -925,11 +926,22 @@ int JsonPrefix::step_string(Frame& f, unsigned char c) {
                 return 0;  // A high surrogate escape must be followed by a low one.
             }
             if (c == '"') {
-                if (f.count < n.min || (f.key && !end_key())) {
-                    return 0;  // Too short, or a key its object has already.
+                if (f.count < n.min || !format_complete(n.format, f.format_state) ||
+                    (f.key && !end_key())) {
+                    return 0;  // Too short, not a whole value, or a key its object has already.
                 }
                 --depth_;
                 return 1;
+            }
+            if (n.format != StringFormat::kNone) {
+                // Only the format's own characters, all plain ASCII (no escape), each leaving
+                // room for the rest of a value within maxLength.
+                const int64_t limit = std::min<int64_t>(n.max, format_lengths(n.format).max);
+                const int32_t next = format_step(n.format, f.format_state, c, limit - f.count - 1);
+                if (next < 0) {
+                    return 0;
+                }
+                f.format_state = next;
             }
             // A character begins (the low half of a surrogate pair is the same character).
             if (!f.want_low) {

@@ -12,7 +12,8 @@
 // well-formed UTF-8, which a token may split), numbers in JSON's grammar (no leading zeros, a
 // digit after '.' and after an exponent), literals, and the schema's constraints: property
 // names in the schema's order, required ones not skipped, item counts, string lengths in code
-// points, enum values; in an object whose keys are free (no listed properties), no key written
+// points, enum values, string formats (string_format.h: such a string has no escape); in an
+// object whose keys are free (no listed properties), no key written
 // twice (keys compared as the strings they decode to: "\u0061" is "a"). Every prefix it takes
 // can still be completed, so a sampler that keeps to it never finds no token left. The document
 // starts at once (no whitespace before it); elsewhere whitespace is allowed where JSON allows it:
@@ -155,6 +156,8 @@ public:
         // exponent's digits after its leading zeros, and the digits before the exponent.
         int32_t candidate;
         int32_t pos;
+        // String with a format (JsonSchema::Node::format): the format's state (string_format.h).
+        int32_t format_state;
         // Number: its digits as a whole number (the value is that over 10^count), its sign.
         double digits;
         bool negative;

@@ -284,8 +284,11 @@ class SchemaCompiler {
 
     // Only annotations may stand beside `keyword` (a $ref, a one-element allOf, anyOf).
     static Status alone(const json::object& o, const std::string& where, std::string_view keyword) {
-        for (const auto& [k, unused] : o) {
-            if (k != keyword && !is_annotation(k)) {
+        for (const auto& [k, value] : o) {
+            // An enforced format is a constraint, not an annotation.
+            const bool constraint = k == "format" && value.is_string() &&
+                                    string_format(value.get_string()) != StringFormat::kNone;
+            if (k != keyword && (!is_annotation(k) || constraint)) {
                 return fail(where, "'" + std::string(k) + "' beside '" + std::string(keyword) +
                                        "' is not supported (put it inside)");
             }
@@ -424,7 +427,9 @@ class SchemaCompiler {
                 types = {"object"};
             } else if (o.contains("items") || o.contains("minItems") || o.contains("maxItems")) {
                 types = {"array"};
-            } else if (o.contains("minLength") || o.contains("maxLength")) {
+            } else if (o.contains("minLength") || o.contains("maxLength") || o.contains("format")) {
+                // `format` says nothing of other types, but a formatted value is meant to be a
+                // string; without a type it would be any value, the format unenforced.
                 types = {"string"};
             } else if (o.contains("minimum") || o.contains("maximum") ||
                        o.contains("exclusiveMinimum") || o.contains("exclusiveMaximum")) {
@@ -484,6 +489,7 @@ class SchemaCompiler {
         if (type == "string") {
             const int32_t node = add(Kind::kString, where);
             EDGE_RETURN_IF_ERROR(bounds(o, where, node, "minLength", "maxLength"));
+            EDGE_RETURN_IF_ERROR(string_format_of(o, where, &at(node)));
             return node;
         }
         if (type == "boolean" || type == "null") {
@@ -495,6 +501,35 @@ class SchemaCompiler {
         const int32_t node = add(type == "number" ? Kind::kNumber : Kind::kInteger, where);
         EDGE_RETURN_IF_ERROR(numeric_bounds(o, where, &at(node)));
         return node;
+    }
+
+    // A string's `format`, where StringFormat enforces it; the lengths beside it must not cut
+    // any of its values short (email and hostname keep to a lower maxLength as they go).
+    static Status string_format_of(const json::object& o, const std::string& where,
+                                   JsonSchema::Node* n) {
+        const json::value* v = o.if_contains("format");
+        if (v == nullptr) {
+            return ok_status();
+        }
+        if (!v->is_string()) {
+            return fail(where, "'format' must be a string");
+        }
+        n->format = string_format(v->get_string());
+        if (n->format == StringFormat::kNone) {
+            return ok_status();  // Not one enforced here: an annotation.
+        }
+        const FormatLengths lengths = format_lengths(n->format);
+        const bool grows =
+            n->format == StringFormat::kEmail || n->format == StringFormat::kHostname;
+        if (n->min > lengths.min || n->max < (grows ? lengths.min : lengths.max)) {
+            const std::string name(v->get_string());
+            return fail(where, "'minLength'/'maxLength' beside 'format' '" + name +
+                                   "' is supported only when it holds every value of the "
+                                   "format (minLength at most " +
+                                   std::to_string(lengths.min) + ", maxLength at least " +
+                                   std::to_string(grows ? lengths.min : lengths.max) + ")");
+        }
+        return ok_status();
     }
 
     // minimum, maximum, and exclusiveMinimum / exclusiveMaximum as numbers (draft 6 on) or as
@@ -694,7 +729,8 @@ class SchemaCompiler {
                 for (const char c : v.get_string()) {
                     length += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
                 }
-                return length >= n.min && length <= n.max;
+                return length >= n.min && length <= n.max &&
+                       format_matches(n.format, v.get_string(), n.max);
             }
             case Kind::kNumber:
             case Kind::kInteger: {

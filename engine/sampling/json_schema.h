@@ -9,8 +9,11 @@
 // Zod): `type` (one or a list), `properties`, `required`, `additionalProperties`, `items`,
 // `minItems`/`maxItems`, `minLength`/`maxLength`, `minimum`/`maximum` and their exclusive forms,
 // `enum`, `const`, `anyOf`/`oneOf`, a one-element `allOf`, and local `$ref`s ("#/$defs/Name",
-// "#/definitions/Name", "#"), recursive ones included. Annotations (title, description, default,
-// examples, format, ...) are ignored, as the specification says of keywords it does not know.
+// "#/definitions/Name", "#"), recursive ones included, and on strings `format` for the values
+// StringFormat enforces (date, time, date-time, uuid, ipv4, duration, email, hostname, ipv6; a
+// string then has no escape, and lengths that would cut its values short are refused).
+// Annotations (title, description, default, examples, other `format` values, ...) are ignored,
+// as the specification says of keywords it does not know.
 // Beside `enum` or `const` the other keywords hold each value: those they refuse are left out.
 // Keywords that assert something this compiler cannot enforce byte by byte (pattern, multipleOf,
 // uniqueItems, not, if, ...) are refused, so a reply never claims a constraint it was not held
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/sampling/string_format.h"
 
 namespace boost::json {
 class value;
@@ -82,6 +86,8 @@ class JsonSchema {
         // kArray: item count; kString: characters (code points).
         int64_t min = 0;
         int64_t max = INT64_MAX;
+        // kString: the format its values are held to (kNone: any string within the lengths).
+        StringFormat format = StringFormat::kNone;
         // kNumber / kInteger: minimum and maximum (infinite: none), each inclusive unless its
         // flag says exclusive; an integer's are whole and inclusive. With either finite a number
         // is written without an exponent and with at most kBoundedDigits digits, so that the

@@ -19,6 +19,7 @@
 
 #include "engine/chat/tool_call_parser.h"
 #include "engine/sampling/json_prefix.h"
+#include "tests/engine/serve/json_walk.h"
 
 namespace edge::engine::sampling {
 namespace {
@@ -768,44 +769,6 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     auto s = JsonSchema::compile(json::parse(deep, {}, deep_ok));
     REQUIRE_FALSE(s.ok());
     CHECK(s.status().message().find("nested deeper than") != std::string::npos);
-}
-
-// A random walk through `p`: each step a byte it takes (a closing one half the time, so that
-// documents end), or, half the time one may come, one of `markers`. The text once complete;
-// nullopt past 3000 bytes. A dead end fails the test.
-std::optional<std::string> random_walk(JsonPrefix p, std::mt19937& rng,
-                                       const std::vector<std::string>& markers = {}) {
-    std::string out;
-    while (!p.complete() && out.size() < 3000) {
-        std::vector<std::string> next;
-        for (const std::string& m : markers) {
-            if (p.accepts(m)) {
-                next.push_back(m);
-            }
-        }
-        std::vector<std::string> closing;
-        std::vector<std::string> any;
-        for (int c = 0; c < 256; ++c) {
-            const std::string b(1, static_cast<char>(c));
-            if (p.accepts(b)) {
-                any.push_back(b);
-                if (c == '"' || c == '}' || c == ']' || c == ',') {
-                    closing.push_back(b);
-                }
-            }
-        }
-        REQUIRE_MESSAGE(!any.empty(), "a dead end after " << out);
-        const std::vector<std::string>& from = !next.empty() && rng() % 2 == 0      ? next
-                                               : !closing.empty() && rng() % 2 == 0 ? closing
-                                                                                    : any;
-        const std::string& piece = from[rng() % from.size()];
-        REQUIRE(p.feed(piece));
-        out += piece;
-    }
-    if (!p.complete()) {
-        return std::nullopt;
-    }
-    return out;
 }
 
 TEST_CASE("json schema: values nest no deeper than a reply may, and what begins can end") {
