@@ -108,6 +108,10 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
     };
     const std::vector<TenantConfig> none;
     const std::vector<TenantConfig>& configured = tenants ? *tenants : none;
+    std::set<std::string_view> names;  // A set: a reload of thousands of tenants stays n log n.
+    for (const TenantConfig& t : configured) {
+        names.insert(t.name);
+    }
     // Each tenant's own state by name first, then a removed one's of that name (back while its
     // old requests run), then, for a name that has none, the state of a tenant this leaves out
     // that held one of its keys: a rename keeps the counters and the running requests, or it
@@ -124,7 +128,7 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
         }
     }
     for (const TenantConfig& t : configured) {
-        if (!next.contains(t.name) && !take(t.name, renamed_state(t, configured, taken))) {
+        if (!next.contains(t.name) && !take(t.name, renamed_state(t, names, taken))) {
             take(t.name, std::make_shared<State>(clock_));
         }
     }
@@ -160,12 +164,9 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
 }
 
 std::shared_ptr<TenantLimiter::State> TenantLimiter::renamed_state(
-    const TenantConfig& tenant, const std::vector<TenantConfig>& configured,
+    const TenantConfig& tenant, const std::set<std::string_view>& configured,
     const std::set<const State*>& taken) const {
-    auto left_out = [&](const std::string& name) {
-        return std::none_of(configured.begin(), configured.end(),
-                            [&](const TenantConfig& t) { return t.name == name; });
-    };
+    auto left_out = [&](const std::string& name) { return !configured.contains(name); };
     auto holds_key = [&](const State& state) {
         // `limits` changes only in configure(), under mu_ (held here).
         return std::any_of(state.limits.api_key_sha256.begin(), state.limits.api_key_sha256.end(),

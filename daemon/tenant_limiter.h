@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -167,11 +168,11 @@ private:
         void apply(const TenantConfig& config);
     };
 
-    // The state of a tenant `configured` leaves out (current or retired) that held one of
-    // `tenant`'s keys and that no name in `taken` uses: `tenant` renamed it (the first name in
-    // the config that holds one of them takes it). Null when none.
+    // The state of a tenant whose name is not in `configured` (current or retired) that held
+    // one of `tenant`'s keys and that no name in `taken` uses: `tenant` renamed it (the first
+    // name in the config that holds one of them takes it). Null when none.
     std::shared_ptr<State> renamed_state(const TenantConfig& tenant,
-                                         const std::vector<TenantConfig>& configured,
+                                         const std::set<std::string_view>& configured,
                                          const std::set<const State*>& taken) const;
     // The state kept under `tenant`'s name, or null. A retired tenant's state is found while a
     // lease holds it; for `admission`, only within kRetiredGrace of its removal.
