@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "engine/cpu/thread_pool.h"
+#include "engine/sampling/sampler.h"
 
 namespace edge::engine {
 
@@ -90,13 +91,15 @@ std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
     if (a->model_dir.empty()) {
         return "--model is required";
     }
-    // The engine's own limits (validate_sampling_params), checked before the model loads (minutes
-    // for a large one) and reported as the usage errors they are.
+    // The engine's own limits, checked before the model loads (minutes for a large one) and
+    // reported as the usage errors they are.
     if (a->max_tokens < 1) {
         return "--max-tokens must be at least 1";
     }
-    if (!std::isfinite(a->temperature) || a->temperature < 0.0f || a->temperature > 2.0f) {
-        return "--temperature must be in [0, 2]";
+    SamplingParams sampling;
+    sampling.temperature = a->temperature;
+    if (Status s = sampling::validate_sampling_params(sampling); !s.ok()) {
+        return "--" + s.message();  // "--temperature: must be in [0, 2]".
     }
     if (a->threads < 0 || a->threads > cpu::kMaxPoolThreads) {
         return "--threads must be 0 (one per core) to " + std::to_string(cpu::kMaxPoolThreads);
