@@ -3,6 +3,7 @@
 #include <unicode/uchar.h>
 
 #include <algorithm>
+#include <deque>
 
 #include "engine/tokenizer/utf8.h"
 
@@ -73,9 +74,6 @@ Result<AddedVocabulary> AddedVocabulary::build(std::vector<AddedToken> tokens,
                                                const Normalizer& normalizer) {
     AddedVocabulary v;
     v.tokens_ = std::move(tokens);
-    for (Pass& pass : v.passes_) {
-        pass.by_first_byte.resize(256);
-    }
     for (size_t i = 0; i < v.tokens_.size(); ++i) {
         const AddedToken& a = v.tokens_[i];
         if (a.content.empty() || !utf8_is_valid(a.content)) {
@@ -99,40 +97,122 @@ Result<AddedVocabulary> AddedVocabulary::build(std::vector<AddedToken> tokens,
         }
     }
     for (Pass& pass : v.passes_) {
-        // Longest first, so the first pattern that matches at a position is the longest one.
-        std::stable_sort(
-            pass.patterns.begin(), pass.patterns.end(),
-            [](const Pattern& a, const Pattern& b) { return a.text.size() > b.text.size(); });
-        for (size_t i = 0; i < pass.patterns.size(); ++i) {
-            pass.by_first_byte[static_cast<uint8_t>(pass.patterns[i].text[0])].push_back(
-                static_cast<int>(i));
-        }
+        pass.build_automaton();
     }
     return v;
+}
+
+void AddedVocabulary::Pass::build_automaton() {
+    // The trie of the reversed patterns, each node's children unsorted while it grows.
+    std::vector<std::vector<Edge>> children(1);
+    nodes.assign(1, Node());
+    for (size_t p = 0; p < patterns.size(); ++p) {
+        const std::string& text = patterns[p].text;
+        int node = 0;
+        for (auto c = text.rbegin(); c != text.rend(); ++c) {
+            const auto byte = static_cast<uint8_t>(*c);
+            auto& kids = children[node];
+            auto kid = std::find_if(kids.begin(), kids.end(),
+                                    [byte](const Edge& e) { return e.byte == byte; });
+            if (kid != kids.end()) {
+                node = kid->node;
+                continue;
+            }
+            const int created = static_cast<int>(nodes.size());
+            kids.push_back({byte, created});
+            nodes.emplace_back();
+            children.emplace_back();
+            node = created;
+        }
+        // Of two tokens with the same pattern, the first one in the vocabulary wins.
+        if (nodes[node].longest < 0) {
+            nodes[node].longest = static_cast<int>(p);
+        }
+    }
+    edges.clear();
+    for (size_t n = 0; n < nodes.size(); ++n) {
+        std::sort(children[n].begin(), children[n].end(),
+                  [](const Edge& a, const Edge& b) { return a.byte < b.byte; });
+        nodes[n].first_edge = static_cast<uint32_t>(edges.size());
+        nodes[n].edge_count = static_cast<uint32_t>(children[n].size());
+        edges.insert(edges.end(), children[n].begin(), children[n].end());
+    }
+    from_root.fill(0);
+    for (const Edge& e : children[0]) {
+        from_root[e.byte] = e.node;
+    }
+    // Failure links breadth first, so that a node's fail target (shallower) is complete first.
+    // A node's own pattern is longer than any of its fail chain's.
+    std::deque<int> queue(children[0].size());
+    std::transform(children[0].begin(), children[0].end(), queue.begin(),
+                   [](const Edge& e) { return e.node; });
+    while (!queue.empty()) {
+        const int parent = queue.front();
+        queue.pop_front();
+        for (const Edge& e : children[parent]) {
+            Node& child = nodes[e.node];
+            child.fail = parent == 0 ? 0 : next(nodes[parent].fail, e.byte);
+            if (child.longest < 0) {
+                child.longest = nodes[child.fail].longest;
+            }
+            queue.push_back(e.node);
+        }
+    }
+}
+
+int AddedVocabulary::Pass::next(int node, uint8_t byte) const {
+    // Amortised O(1): each fail link followed is one byte less of depth, and a step adds one.
+    while (node != 0) {
+        const Node& n = nodes[node];
+        const auto begin = edges.begin() + n.first_edge;
+        const auto end = begin + n.edge_count;
+        const auto kid =
+            std::lower_bound(begin, end, byte, [](const Edge& e, uint8_t b) { return e.byte < b; });
+        if (kid != end && kid->byte == byte) {
+            return kid->node;
+        }
+        node = n.fail;
+    }
+    return from_root[byte];
+}
+
+void AddedVocabulary::Pass::longest_matches(std::string_view text, std::vector<Match>* out) const {
+    out->clear();
+    if (patterns.empty()) {
+        return;
+    }
+    // After text[i, end) is fed backwards, the node is the longest suffix of that reversal in
+    // the trie: its `longest` is the longest pattern that text[i] starts.
+    int node = 0;
+    for (size_t i = text.size(); i-- > 0;) {
+        node = next(node, static_cast<uint8_t>(text[i]));
+        if (nodes[node].longest >= 0) {
+            out->push_back({i, nodes[node].longest});
+        }
+    }
+    std::reverse(out->begin(), out->end());
 }
 
 void AddedVocabulary::split(std::string_view text, bool normalized, std::vector<Span>* out) const {
     out->clear();
     const Pass& pass = passes_[normalized ? 1 : 0];
+    std::vector<Match> matches;
+    pass.longest_matches(text, &matches);
     size_t emitted = 0;  // End of the last token span: text before it is in `out`.
-    size_t pos = 0;
-    while (pos < text.size()) {
-        const Pattern* hit = nullptr;
-        if (!pass.patterns.empty()) {
-            for (int index : pass.by_first_byte[static_cast<uint8_t>(text[pos])]) {
-                if (text.substr(pos).starts_with(pass.patterns[index].text)) {
-                    hit = &pass.patterns[index];
-                    break;
-                }
-            }
-        }
-        if (hit == nullptr) {
-            ++pos;
+    size_t pos = 0;      // Where the leftmost-longest scan goes on.
+    // The whitespace run [from, to) an rstrip took last. A later match that ends inside it takes
+    // the same run without walking it again (n newlines with an rstrip "\n" token: O(n), not
+    // O(n^2)).
+    size_t rstrip_from = 1;
+    size_t rstrip_to = 0;
+    for (const Match& m : matches) {
+        if (m.begin < pos) {
             continue;
         }
-        const AddedToken& token = tokens_[hit->token];
-        size_t begin = pos;
-        size_t end = pos + hit->text.size();
+        const Pattern& hit = pass.patterns[m.pattern];
+        const AddedToken& token = tokens_[hit.token];
+        size_t begin = m.begin;
+        size_t end = m.begin + hit.text.size();
         // The scan goes on after the match itself, whether it is taken or refused, and whatever
         // whitespace rstrip takes (Hugging Face iterates over non-overlapping matches).
         pos = end;
@@ -143,7 +223,11 @@ void AddedVocabulary::split(std::string_view text, bool normalized, std::vector<
             begin = strip_left(text, begin, emitted);
         }
         if (token.rstrip) {
-            end = strip_right(text, end);
+            if (end < rstrip_from || end > rstrip_to) {
+                rstrip_from = end;
+                rstrip_to = strip_right(text, end);
+            }
+            end = rstrip_to;
         }
         if (begin > emitted) {
             out->push_back({emitted, begin, nullptr});

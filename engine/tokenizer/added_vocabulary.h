@@ -12,10 +12,15 @@
 //     being searched.
 //   - lstrip / rstrip: the token also takes the whitespace (Unicode White_Space) before / after
 //     it; lstrip stops at the end of the previous token of the same pass.
+// split() takes time linear in the text whatever the number and length of the added tokens: a
+// prompt is untrusted, and DeepSeek-V3 has ~800 added tokens that all start with "<". build()
+// makes the tokens of each pass one automaton.
 //
 // Threading: immutable after build(); split() is thread-safe.
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,9 +68,37 @@ class AddedVocabulary {
         std::string text;
         int token = 0;  // Index into tokens_.
     };
+    // Where a pattern occurs in the searched text.
+    struct Match {
+        size_t begin = 0;  // Byte offset.
+        int pattern = 0;   // Index into Pass::patterns.
+    };
+    // One pass's patterns, in token order, and an Aho-Corasick automaton over their reversed
+    // bytes: fed the text backwards, it names at each byte the longest pattern that starts there,
+    // which is what a leftmost-longest scan takes.
     struct Pass {
-        std::vector<Pattern> patterns;                // Longest first.
-        std::vector<std::vector<int>> by_first_byte;  // 256 lists of indexes into patterns.
+        struct Node {
+            int fail = 0;  // Node of the longest proper suffix of this node's string (0: root).
+            // The longest pattern whose reversal is a suffix of this node's string, or -1.
+            int longest = -1;
+            uint32_t first_edge = 0;  // Children: edges[first_edge, first_edge + edge_count).
+            uint32_t edge_count = 0;
+        };
+        struct Edge {
+            uint8_t byte = 0;
+            int node = 0;
+        };
+
+        // Builds the automaton over `patterns`.
+        void build_automaton();
+        // Every position where a pattern starts, in order, each with the longest one there.
+        void longest_matches(std::string_view text, std::vector<Match>* out) const;
+        int next(int node, uint8_t byte) const;
+
+        std::vector<Pattern> patterns;
+        std::vector<Node> nodes;           // [0]: the root (the empty string).
+        std::vector<Edge> edges;           // Grouped by parent, by byte within a group.
+        std::array<int, 256> from_root{};  // The root's transitions, by byte (0 back to the root).
     };
 
     std::vector<AddedToken> tokens_;

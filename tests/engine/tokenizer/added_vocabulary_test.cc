@@ -2,12 +2,18 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <cctype>
+#include <chrono>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <sstream>
 #include <variant>
 
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace edge::engine::tokenizer {
 namespace {
@@ -146,6 +152,247 @@ TEST_CASE("added vocabulary: spans cover the text, stripped whitespace inside th
     v->split("a  <L>  b", /*normalized=*/true, &spans);
     REQUIRE(spans.size() == 1);
     CHECK(spans[0].end == 9);
+}
+
+// --- The automaton against the per-pattern search it replaced ---
+
+// The code points the random texts below are made of, with the classes the reference gives
+// them (an oracle independent of the ICU lookups the implementation makes).
+bool ref_is_word(uint32_t c) {
+    return (c < 0x80 && (std::isalnum(static_cast<int>(c)) != 0 || c == '_')) || c == 0xE9 ||
+           c == 0x301 || c == 0x200D;
+}
+
+bool ref_is_space(uint32_t c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == 0x85 || c == 0xA0 || c == 0x3000;
+}
+
+uint32_t char_at(std::string_view text, size_t at) {
+    return utf8_decode(text.substr(at), utf8_valid_sequence(text.substr(at)));
+}
+
+size_t char_start_before(std::string_view text, size_t at) {
+    do {
+        --at;
+    } while ((static_cast<uint8_t>(text[at]) & 0xC0) == 0x80);
+    return at;
+}
+
+struct RefSpan {
+    size_t begin = 0;
+    size_t end = 0;
+    TokenId id = -1;  // -1: text between tokens.
+};
+
+// "[0,3) 100 [3,5) -": spans as a failed check prints them.
+std::string describe(const std::vector<RefSpan>& spans) {
+    std::string out;
+    for (const RefSpan& s : spans) {
+        out += "[" + std::to_string(s.begin) + "," + std::to_string(s.end) + ") " +
+               (s.id < 0 ? std::string("-") : std::to_string(s.id)) + " ";
+    }
+    return out;
+}
+
+// The search AddedVocabulary made before it had an automaton, written plainly: at each byte the
+// longest pattern of the pass that starts there (the first token on a tie), refused or taken,
+// and the scan goes on after it.
+std::vector<RefSpan> reference_split(const std::vector<AddedToken>& tokens,
+                                     const Normalizer& normalizer, std::string_view text,
+                                     bool normalized) {
+    std::vector<std::string> patterns;
+    for (const AddedToken& t : tokens) {
+        patterns.push_back(t.normalized != normalized ? ""
+                           : normalized               ? *normalizer.normalize(t.content)
+                                                      : t.content);
+    }
+    std::vector<RefSpan> out;
+    size_t emitted = 0;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        int best = -1;
+        for (size_t t = 0; t < tokens.size(); ++t) {
+            if (!patterns[t].empty() && text.substr(pos).starts_with(patterns[t]) &&
+                (best < 0 || patterns[t].size() > patterns[best].size())) {
+                best = static_cast<int>(t);
+            }
+        }
+        if (best < 0) {
+            ++pos;
+            continue;
+        }
+        const AddedToken& token = tokens[best];
+        size_t begin = pos;
+        size_t end = pos + patterns[best].size();
+        pos = end;
+        if (token.single_word &&
+            ((begin > 0 && ref_is_word(char_at(text, char_start_before(text, begin)))) ||
+             (end < text.size() && ref_is_word(char_at(text, end))))) {
+            continue;
+        }
+        while (token.lstrip && begin > emitted &&
+               ref_is_space(char_at(text, char_start_before(text, begin)))) {
+            begin = char_start_before(text, begin);
+        }
+        while (token.rstrip && end < text.size() && ref_is_space(char_at(text, end))) {
+            end += utf8_valid_sequence(text.substr(end));
+        }
+        if (begin > emitted) {
+            out.push_back({emitted, begin, -1});
+        }
+        out.push_back({std::max(begin, emitted), std::max(end, emitted), token.id});
+        emitted = std::max(end, emitted);
+    }
+    if (emitted < text.size()) {
+        out.push_back({emitted, text.size(), -1});
+    }
+    return out;
+}
+
+std::vector<RefSpan> split(const AddedVocabulary& v, std::string_view text, bool normalized) {
+    std::vector<AddedVocabulary::Span> spans;
+    v.split(text, normalized, &spans);
+    std::vector<RefSpan> out;
+    for (const AddedVocabulary::Span& s : spans) {
+        out.push_back({s.begin, s.end, s.token == nullptr ? -1 : s.token->id});
+    }
+    return out;
+}
+
+// The first `chars` code points of valid UTF-8 `text`.
+std::string_view char_prefix(std::string_view text, size_t chars) {
+    size_t at = 0;
+    for (; chars > 0 && at < text.size(); --chars) {
+        at += utf8_valid_sequence(text.substr(at));
+    }
+    return text.substr(0, at);
+}
+
+TEST_CASE("added vocabulary: the automaton splits as the per-pattern search did") {
+    // Prefixes of one another, shared suffixes, whitespace tokens (for rstrip runs), and "é"
+    // against its decomposition (normalised tokens). Picked with replacement: two tokens may have
+    // one content.
+    const std::vector<std::string> contents = {"<",
+                                               "<|",
+                                               "<|a|>",
+                                               "<|ab|>",
+                                               "<|ab",
+                                               "a",
+                                               "ab",
+                                               "b",
+                                               "\uff5c>",
+                                               "<\uff5cx\u2581y\uff5c>",
+                                               "<\uff5cx\u2581",
+                                               "<\uff5cx\u2581y\uff5c>z",
+                                               " <s>",
+                                               "\n",
+                                               "\n\n",
+                                               "  ",
+                                               "\u3000<",
+                                               "\u00e9",
+                                               "e\u0301"};
+    const std::vector<std::string> other = {"a",      "b", "Z",  "9",      "_",      "\u0301",
+                                            "\u200d", " ", "\t", "\n",     "\u3000", "\u0085",
+                                            "\u00a0", "<", ">",  "|",      "\uff5c", "\u2581",
+                                            "\ufeff", "-", ".",  "\u00e9", "e"};
+    const Normalizer nfc(NormalizerKind::kNfc);
+    std::mt19937 rng(20261205);
+    auto pick = [&rng](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+    size_t compared_tokens = 0;
+    for (int vocab = 0; vocab < 1000; ++vocab) {
+        std::vector<AddedToken> tokens;
+        const size_t count = 1 + pick(8);
+        for (size_t i = 0; i < count; ++i) {
+            AddedToken t{static_cast<TokenId>(100 + i), contents[pick(contents.size())], false};
+            t.single_word = pick(3) == 0;
+            t.lstrip = pick(3) == 0;
+            t.rstrip = pick(3) == 0;
+            t.normalized = pick(3) == 0;
+            tokens.push_back(t);
+        }
+        auto v = AddedVocabulary::build(tokens, nfc);
+        REQUIRE_MESSAGE(v.ok(), v.status().to_string());
+        for (int trial = 0; trial < 40; ++trial) {
+            std::string text;
+            const size_t fragments = pick(30);
+            for (size_t f = 0; f < fragments; ++f) {
+                switch (pick(3)) {
+                    case 0:
+                        text += tokens[pick(tokens.size())].content;
+                        break;
+                    case 1: {
+                        const std::string& c = tokens[pick(tokens.size())].content;
+                        text += char_prefix(c, pick(utf8_length(c) + 1));
+                        break;
+                    }
+                    default:
+                        text += other[pick(other.size())];
+                }
+            }
+            for (bool normalized : {false, true}) {
+                const std::vector<RefSpan> want = reference_split(tokens, nfc, text, normalized);
+                CAPTURE(text);
+                CAPTURE(normalized);
+                CAPTURE(vocab);
+                REQUIRE(describe(split(*v, text, normalized)) == describe(want));
+                compared_tokens += static_cast<size_t>(std::count_if(
+                    want.begin(), want.end(), [](const RefSpan& s) { return s.id >= 0; }));
+            }
+        }
+    }
+    CHECK(compared_tokens > 30000);  // The texts did exercise the tokens.
+}
+
+// Fastest of `runs` runs of `fn`, in seconds: the least disturbed by other processes.
+double fastest_seconds(int runs, const std::function<void()>& fn) {
+    double best = 1e9;
+    for (int i = 0; i < runs; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        fn();
+        best = std::min(
+            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best;
+}
+
+TEST_CASE("added vocabulary: a thousand tokens with one first byte cost what one does") {
+    // DeepSeek-V3's ~800 placeholders all start with "<": scanning 1 MiB of "<" tried each of
+    // them at every byte (seconds per request).
+    std::vector<AddedToken> many;
+    for (int i = 0; i < 1000; ++i) {
+        many.push_back(
+            {i, "<\uff5cplace\u2581holder\u2581no\u2581" + std::to_string(i) + "\uff5c>", true});
+    }
+    auto one = AddedVocabulary::build({many[0]}, Normalizer());
+    auto all = AddedVocabulary::build(many, Normalizer());
+    REQUIRE(one.ok());
+    REQUIRE(all.ok());
+    const std::string text(1 << 20, '<');
+    std::vector<AddedVocabulary::Span> spans;
+    const double base = fastest_seconds(5, [&] { one->split(text, false, &spans); });
+    const double cost = fastest_seconds(3, [&] { all->split(text, false, &spans); });
+    CHECK(spans.size() == 1);
+    CAPTURE(base);
+    CHECK(cost < 20 * base + 0.005);
+}
+
+TEST_CASE("added vocabulary: an rstrip token in a long whitespace run costs linear time") {
+    // Each "\n" of the run matches and its rstrip takes the rest of the run: walking that again
+    // for every match was quadratic in the run.
+    AddedToken newline{7, "\n", false};
+    newline.rstrip = true;
+    auto v = AddedVocabulary::build({newline}, Normalizer());
+    REQUIRE(v.ok());
+    const std::string small(2048, '\n');
+    const std::string large(16 * small.size(), '\n');
+    std::vector<AddedVocabulary::Span> spans;
+    const double base = fastest_seconds(5, [&] { v->split(small, false, &spans); });
+    const double cost = fastest_seconds(3, [&] { v->split(large, false, &spans); });
+    REQUIRE(spans.size() == large.size());
+    CHECK(spans[0].end == large.size());
+    CHECK(spans[1].begin == large.size());
+    CAPTURE(base);
+    CHECK(cost < 4 * 16 * base + 0.005);
 }
 
 }  // namespace
