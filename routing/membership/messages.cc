@@ -23,7 +23,12 @@ void put_coord(WireWriter& w, uint32_t tag, const coords::Coordinate& c) {
     w.field_bytes(tag, inner.bytes());
 }
 
-Result<coords::Coordinate> get_coord(const WireField& f) {
+// A coordinate, or nullopt for one this version cannot use: of another dimensionality, not
+// finite, or out of range (coords::Coordinate::is_valid; a bound that has changed between
+// versions). Coordinates only steer routing, as in serf: such a coordinate is left out, never its
+// message, or a member gossiping one would have every ack refused (its probes fail) and every
+// push-pull with it. A field of the wrong encoding is still kDataLoss.
+Result<std::optional<coords::Coordinate>> get_coord(const WireField& f) {
     coords::Coordinate c;
     WireReader r(f.value);
     size_t dim = 0;
@@ -35,10 +40,10 @@ Result<coords::Coordinate> get_coord(const WireField& f) {
         EDGE_ASSIGN_OR_RETURN(double v, g.as_double());
         switch (g.tag) {
             case 1:
-                if (dim >= coords::kDimensions) {
-                    return data_loss_error("coordinate has more than 8 dimensions");
+                if (dim < coords::kDimensions) {
+                    c.vec[dim] = v;
                 }
-                c.vec[dim++] = v;
+                ++dim;
                 break;
             case 2: c.error = v; break;
             case 3: c.adjustment = v; break;
@@ -47,9 +52,9 @@ Result<coords::Coordinate> get_coord(const WireField& f) {
         }
     }
     if (dim != coords::kDimensions || !c.is_valid()) {
-        return data_loss_error("coordinate is incomplete or not finite");
+        return std::optional<coords::Coordinate>();
     }
-    return c;
+    return std::optional<coords::Coordinate>(c);
 }
 
 // A counter field below `cap` (2^62 for both kinds: no honest member reaches it, and one near

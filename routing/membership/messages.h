@@ -3,10 +3,11 @@
 // The gossip protocol's messages and their codec. A plaintext packet is a protocol version byte
 // followed by messages, each a type byte, a varint length and a TLV body; a packet may carry
 // several (a probe with piggybacked broadcasts). Unknown message types and unknown fields are
-// skipped, and a push-pull entry in a node state this version does not know is left out (the
-// rest of the push-pull is taken), so newer peers can extend the protocol; every length is
-// checked before use and bad input yields kDataLoss naming the message. Plain values and pure
-// functions.
+// skipped, a push-pull entry in a node state this version does not know is left out (the rest
+// of the push-pull is taken), and so is a coordinate it cannot use (another dimensionality, not
+// finite, out of range: routing does without it, the message is taken), so newer peers can
+// extend the protocol; every length is checked before use and bad input yields kDataLoss naming
+// the message. Plain values and pure functions.
 
 #include <cstddef>
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <set>
 
 #include "routing/membership/broadcast_queue.h"
@@ -150,6 +151,47 @@ Result<std::vector<Message>> decode_push_pull_body(std::span<const uint8_t> body
     pkt.put_varint(body.size());
     pkt.put_bytes(body);
     return decode_packet(pkt.bytes());
+}
+
+// Coordinates only steer routing (serf ignores one it cannot use): one this version cannot use
+// (not finite, out of range, of another dimensionality) failed its whole packet, so every ack
+// from a member gossiping one was dropped (its probes failed: suspected without end), and every
+// push-pull, a join included, was refused. Now that coordinate alone is left out.
+TEST_CASE("codec: a coordinate this version cannot use is left out, not its message") {
+    coords::Coordinate far;
+    far.vec[0] = coords::kCoordinateLimit + 5.0;  // valid while the limit was 1000 s
+    coords::Coordinate nan;
+    nan.height = std::nan("");
+    WireWriter nine;  // a space of more dimensions
+    for (size_t i = 0; i <= coords::kDimensions; ++i) {
+        nine.field_double(1, 0.0);
+    }
+    WireWriter nine_ack;
+    nine_ack.field_uint(1, 7);
+    nine_ack.field_bytes(2, nine.bytes());
+    WireWriter nine_pkt;
+    nine_pkt.put_u8(kProtocolVersion);
+    nine_pkt.put_u8(static_cast<uint8_t>(MessageType::kAck));
+    nine_pkt.put_varint(nine_ack.bytes().size());
+    nine_pkt.put_bytes(nine_ack.bytes());
+    for (const std::vector<uint8_t>& pkt :
+         {encode_packet(std::vector<std::vector<uint8_t>>{encode_message(AckMsg{7, far})}),
+          encode_packet(std::vector<std::vector<uint8_t>>{encode_message(AckMsg{7, nan})}),
+          nine_pkt.bytes()}) {
+        auto msgs = decode_packet(pkt);
+        REQUIRE_MESSAGE(msgs.ok(), msgs.status().to_string());
+        const auto& ack = std::get<AckMsg>(msgs->at(0));
+        CHECK(ack.seq == 7);
+        CHECK_FALSE(ack.coord.has_value());
+    }
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"x", "x:1", 2, NodeState::kAlive, 3, {}, far});
+    auto msgs = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(pp)}));
+    REQUIRE_MESSAGE(msgs.ok(), msgs.status().to_string());
+    const auto& got = std::get<PushPullMsg>(msgs->at(0));
+    REQUIRE(got.nodes.size() == 1);
+    CHECK(got.nodes[0].name == "x");
+    CHECK_FALSE(got.nodes[0].coord.has_value());
 }
 
 // A newer peer may add a node state (beyond alive, suspect, dead, left). An entry in one was

@@ -469,6 +469,35 @@ TEST_CASE("memberlist: an ack relayed by a helper lowers the awareness score") {
     CHECK(a.ml().state_of(target) == NodeState::kAlive);
 }
 
+// A coordinate only steers routing: an ack carrying one this version cannot use (here valid while
+// the limit was 1000 s) was refused whole, so the probe failed and the member that sent it, alive
+// and answering, was suspected round after round. The ack counts; the coordinate is left out.
+TEST_CASE("memberlist: an ack with a coordinate out of range still answers the probe") {
+    MembershipConfig c = lan_profile();
+    c.tcp_fallback_probe = false;
+    Member a(c);
+    a.receive(AliveMsg{1, "B", "10.0.0.2:7946", 0, std::nullopt});
+    a.transport().sent.clear();
+    a.ml().start();
+    const PingMsg* ping = nullptr;
+    for (int step = 0; step < 300 && ping == nullptr; ++step) {
+        a.run_until(a.clock().now() + milliseconds(10));
+        for (const auto& s : a.transport().sent) {
+            if ((ping = std::get_if<PingMsg>(&s.msg)) != nullptr) {
+                break;
+            }
+        }
+    }
+    REQUIRE(ping != nullptr);
+    coords::Coordinate far;
+    far.vec[0] = coords::kCoordinateLimit + 5.0;
+    a.receive(AckMsg{ping->seq, far});
+    a.run_until(a.clock().now() + c.probe_interval);
+    CHECK(a.ml().stats().probe_failures.load() == 0);
+    CHECK(a.ml().state_of("B") == NodeState::kAlive);
+    CHECK_FALSE(a.ml().snapshot()->find("B")->coord.has_value());
+}
+
 // The handlers drop an incarnation implausibly far past the known one, but a push-pull entry's
 // site state was taken apart from them: held under that incarnation, it outranked every state the
 // member published from then on, and the cluster kept the forged one for good.
