@@ -170,9 +170,21 @@ void OutlierDetector::tick() {
     evaluate_interval_locked();
     if (behind > 0) {
         for (auto& [name, p] : pools_) {
-            if (!p.ejected) {
+            if (p.ejected) {
+                continue;
+            }
+            // As if ticked at each missed boundary next_interval_ + k * interval (k = 1 ..
+            // behind): a pool decays at those after the first at which its ejection was over,
+            // not at those it spent ejected (brought back by this tick, it may have been
+            // ejected for most of them).
+            int64_t back_at = 0;
+            if (p.ejected_until > next_interval_) {
+                back_at = (p.ejected_until - next_interval_ + config_.interval - Duration(1)) /
+                          config_.interval;
+            }
+            if (back_at < behind) {
                 p.times_ejected -= static_cast<decltype(p.times_ejected)>(
-                    std::min<int64_t>(behind, static_cast<int64_t>(p.times_ejected)));
+                    std::min<int64_t>(behind - back_at, static_cast<int64_t>(p.times_ejected)));
             }
         }
     }

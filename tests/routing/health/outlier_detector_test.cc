@@ -232,6 +232,49 @@ TEST_CASE("outlier: a day of missed 1 ms intervals is caught up at once, with th
     CHECK_FALSE(d.is_ejected("p3"));
 }
 
+// A catch-up tick after a quiet spell (no request planned, so no tick) decayed the ejection count
+// of a pool it brought back by every interval missed, those it spent ejected included: a pool
+// failing again and again came back from its third ejection as if never ejected, and its next
+// ejection was 30 s instead of 60 s. Only the intervals after it returned count, as when ticked.
+TEST_CASE("outlier: a catch-up tick decays only the intervals a pool spent back in service") {
+    ManualClock clock;
+    OutlierConfig cfg;  // interval 10 s, base 30 s, max 300 s
+    OutlierDetector d(cfg, clock);
+    OutlierDetector stepped(cfg, clock);
+    add_pools(d, 10);
+    add_pools(stepped, 10);
+    auto eject = [&] {
+        for (OutlierDetector* x : {&d, &stepped}) {
+            for (int i = 0; i < 5; ++i) {
+                x->report_failure("p1", FailureKind::kConnect);
+            }
+            REQUIRE(x->is_ejected("p1"));
+        }
+    };
+    for (int round = 0; round < 2; ++round) {  // 30 s, then 60 s, ticked every interval
+        eject();
+        while (stepped.is_ejected("p1")) {
+            clock.advance(seconds(10));
+            d.tick();
+            stepped.tick();
+        }
+        REQUIRE_FALSE(d.is_ejected("p1"));
+    }
+    eject();  // the third: 90 s
+    // `stepped` ticks every interval for 110 s: back after 90 s, then two healthy intervals.
+    for (int i = 0; i < 11; ++i) {
+        clock.advance(seconds(10));
+        stepped.tick();
+    }
+    d.tick();  // one tick for the 110 s
+    CHECK_FALSE(d.is_ejected("p1"));
+    CHECK(stepped.pools()[1].times_ejected == 1);
+    CHECK(d.pools()[1].times_ejected == stepped.pools()[1].times_ejected);
+    eject();
+    CHECK(stepped.pools()[1].ejected_until - clock.now() == seconds(60));
+    CHECK(d.pools()[1].ejected_until == stepped.pools()[1].ejected_until);
+}
+
 TEST_CASE("outlier: of equally bad pools, the ejection cap takes the first by name") {
     // Several sets of equally bad pools, each among twenty added in scrambled order: which one
     // is ejected must not follow the detector's hash-map order (a chance pass is ~4^-5).
