@@ -4,7 +4,6 @@
 #include <nccl.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -147,7 +146,7 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const NcclUni
     if (r != ncclSuccess) {
         return nccl_status(r, "ncclCommInitRank", __FILE__, __LINE__);
     }
-    return adopt(comm, rank, size, device, std::make_shared<std::atomic<bool>>(false));
+    return adopt(comm, rank, size, device, std::make_shared<shard::AbortSignal>());
 }
 
 Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::adopt(ncclComm* comm, int32_t rank,
@@ -181,7 +180,11 @@ Result<std::unique_ptr<NcclCommunicator>> NcclCommunicator::adopt(ncclComm* comm
 
 NcclCommunicator::~NcclCommunicator() {
     check_cleanup(cudaSetDevice(device_), "cudaSetDevice");
-    if (comm_ != nullptr) {  // Healthy (fail() aborted it otherwise).
+    if (comm_ != nullptr && group_failed_->raised()) {
+        // Aborted while no call ran on it (its driver had failed): a collective it left in
+        // flight would never end, so no synchronize and no destroy.
+        (void)ncclCommAbort(comm_);
+    } else if (comm_ != nullptr) {  // Healthy (fail() aborted it otherwise).
         check_cleanup(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
         (void)ncclCommDestroy(comm_);  // Nothing left to report to at destruction.
     }
@@ -200,7 +203,7 @@ Status NcclCommunicator::fail(Status s) {
         health_ = s;
         // Peers blocked on this rank would wait forever: abort now (its kernels end, its
         // connections close) and tell the ranks of this process, whose waits poll the flag.
-        group_failed_->store(true, std::memory_order_release);
+        (void)group_failed_->raise(s);
         if (comm_ != nullptr) {
             (void)ncclCommAbort(comm_);
             comm_ = nullptr;
@@ -211,13 +214,18 @@ Status NcclCommunicator::fail(Status s) {
 
 Status NcclCommunicator::usable() {
     EDGE_RETURN_IF_ERROR(health_);
-    // A rank of the group failed after this one's last call: the next collective would wait
-    // for it forever.
-    if (group_failed_->load(std::memory_order_acquire)) {
-        return fail(unavailable_error("nccl: rank " + std::to_string(rank_) +
-                                      " aborted: another rank of its group failed"));
+    // A rank of the group failed, or the group was aborted, after this one's last call: the
+    // next collective would wait for it forever. Every rank returns the first failure's status.
+    if (group_failed_->raised()) {
+        return fail(group_failed_->status());
     }
     return ok_status();
+}
+
+void NcclCommunicator::abort(Status why) {
+    // Only the signal: ncclCommAbort runs on this rank's driving thread, in usable() (every wait
+    // polls it) or in the destructor, never concurrently with a call it is making.
+    (void)group_failed_->raise(std::move(why));
 }
 
 Status NcclCommunicator::wait_stream() {
@@ -597,7 +605,7 @@ Result<std::vector<std::unique_ptr<shard::Communicator>>> create_nccl_communicat
         return nccl_status(r, "ncclCommInitAll", __FILE__, __LINE__)
             .with_context("nccl: " + std::to_string(ranks) + " ranks");
     }
-    auto group_failed = std::make_shared<std::atomic<bool>>(false);
+    auto group_failed = std::make_shared<shard::AbortSignal>();
     std::vector<std::unique_ptr<shard::Communicator>> out;
     std::vector<NcclCommunicator*> adopted;
     for (int32_t k = 0; k < ranks; ++k) {

@@ -17,6 +17,12 @@
 // a rank whose peer aborted returns that error (and aborts too) instead of waiting forever. Ranks
 // in other processes learn of an abort through NCCL's own remote-error detection.
 //
+// abort(why) (Communicator::abort) raises that same group signal with `why`, from any thread: each
+// rank's next poll (every wait polls) or next call returns `why` and calls ncclCommAbort on the
+// rank's own driving thread, so no NCCL call on the communicator races the abort; an endpoint no
+// thread drives any more is aborted by its destructor. Ranks of the group in this process return
+// `why`; ranks in other processes get the error NCCL reports for the aborted peer.
+//
 // Bootstrap: rank 0 calls nccl_unique_id() and the daemon hands the 128 bytes to every rank (any
 // node); each rank calls NcclCommunicator::create with it (blocks until every rank joined).
 // create_nccl_communicators() builds a whole group in one process with ncclCommInitAll (rank r on
@@ -27,13 +33,13 @@
 // per rank); ranks of one process must be driven by different threads.
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "common/result.h"
+#include "engine/shard/abort_signal.h"
 #include "engine/shard/communicator.h"
 
 struct ncclComm;
@@ -67,15 +73,16 @@ public:
     Status exchange_counts(std::span<const int64_t> send_counts,
                            std::span<int64_t> recv_counts) override;
     Status barrier() override;
+    void abort(Status why) override;
 
     // OK until a call failed at the NCCL or CUDA level (or a peer of the same process group
-    // did); then that error for good, the communicator aborted.
+    // did, or the group was aborted); then that error for good, the communicator aborted.
     Status health() const { return health_; }
 
 private:
-    // Set by any rank of a create_nccl_communicators group that failed at the NCCL or CUDA level;
-    // its peers' waits see it and abort too.
-    using GroupFlag = std::shared_ptr<std::atomic<bool>>;
+    // Raised by any rank of a create_nccl_communicators group that failed at the NCCL or CUDA
+    // level, or by abort(); its peers' waits see it and abort too.
+    using GroupFlag = std::shared_ptr<shard::AbortSignal>;
 
     NcclCommunicator(ncclComm* comm, CUstream_st* stream, int64_t* control, int32_t rank,
                      int32_t size, int32_t device, GroupFlag group_failed)

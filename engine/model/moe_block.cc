@@ -230,7 +230,11 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
         rank->load.assign(cells, 0);
         block->ranks_.push_back(std::move(rank));
     }
-    block->group_ = std::make_unique<shard::RankGroup>(config.ranks);
+    std::vector<shard::Communicator*> endpoints;
+    for (const auto& rk : block->ranks_) {
+        endpoints.push_back(rk->comm.get());
+    }
+    block->group_ = std::make_unique<shard::RankGroup>(std::move(endpoints));
     block->bucket_steps_ = std::max<int64_t>(1, config.load_window_steps / kBuckets);
     block->load_.assign(cells, 0);
     return block;
@@ -319,17 +323,31 @@ Status MoeBlock::set_plan(ExpertPlacement plan) {
     return ok_status();
 }
 
+Status MoeBlock::group_failed(Status ran) {
+    if (!ran.ok()) {
+        // The group's communicators are aborted for good: every later step of this model fails.
+        // Reported as a device fault, so the daemon stops taking traffic (readyz, gossip
+        // draining) and exits for a restart rather than answering errors from then on.
+        report_device_fault(ran.with_context("expert-parallel rank group"));
+    }
+    return ran;
+}
+
 Status MoeBlock::forward(int32_t li, const float* h, int64_t n, float* x) {
     EDGE_CHECK(li >= 0 && li < shape_.layers && layers_[li] != nullptr,
                "moe block: layer not registered");
     const auto t0 = SteadyClock::now();
     const Layer& layer = *layers_[li];
-    group_->run([&](int32_t r) {
+    // Errors of the collectives reach every rank alike and leave the communicators usable, so
+    // they stay in rk.status; what run() returns is one rank's failure (an exception, such as
+    // std::bad_alloc growing a buffer), after which the communicators are aborted for good.
+    const Status ran = group_->run([&](int32_t r) {
         Rank& rk = *ranks_[r];
         rk.status = rank_forward(rk, layer, li, h, n, x);
     });
     total_s_ += since(t0);
     ++calls_;
+    EDGE_RETURN_IF_ERROR(group_failed(ran));
     for (const auto& rk : ranks_) {
         EDGE_RETURN_IF_ERROR(rk->status);
     }
@@ -571,7 +589,7 @@ void MoeBlock::local_compute(Rank& rk, const Layer& layer, int32_t li, const flo
 }
 
 Status MoeBlock::refresh_load(bool plan) {
-    group_->run([&](int32_t r) {
+    EDGE_RETURN_IF_ERROR(group_failed(group_->run([&](int32_t r) {
         Rank& rk = *ranks_[r];
         const size_t cells = rk.load.size();
         std::fill(rk.load.begin(), rk.load.end(), 0);
@@ -582,7 +600,7 @@ Status MoeBlock::refresh_load(bool plan) {
             }
         }
         rk.status = communicator_status(rk.comm->all_reduce_sum(std::span<int64_t>(rk.load)));
-    });
+    })));
     for (const auto& rk : ranks_) {
         EDGE_RETURN_IF_ERROR(rk->status);
     }

@@ -148,7 +148,9 @@ public:
     void begin_step();
     // x[i] += sum_j w_ij * expert_ij(h[i]) for the n token rows of h and x ([n][hidden]).
     // `layer` must have been registered. Errors come from the communicator or a rank backend's
-    // take_error() (a device rank whose arena is full).
+    // take_error() (a device rank whose arena is full), or are one rank's failure (an exception:
+    // kInternal naming the rank), after which the communicators are aborted and every later
+    // call fails with it.
     [[nodiscard]] Status forward(int32_t layer, const float* h, int64_t n, float* x);
     // Counts the step; refreshes the load window and rebalances when due.
     [[nodiscard]] Status end_step();
@@ -171,6 +173,9 @@ private:
     // Runs every expert that rk.expert_begin gives rows, reading `in` and writing `out` by row.
     void run_experts(Rank& rk, const Layer& layer, const float* in, float* out);
     Status refresh_load(bool plan);
+    // `ran` (a RankGroup::run result); a failure is also reported as a device fault
+    // (report_device_fault): the aborted group fails every later step.
+    static Status group_failed(Status ran);
     // Tells each rank backend which expert weights it holds under placement_ but not `next`.
     void release_moved_experts(const ExpertPlacement& next);
 

@@ -20,9 +20,18 @@
 // A call whose sizes disagree between ranks returns kInvalidArgument on every rank that sees the
 // disagreement; results are then unspecified but no call hangs or writes out of bounds.
 //
+// Abort (as ncclCommAbort / MPI_Abort): a rank that cannot go on (it threw, or fails where its
+// peers cannot see it) would leave its peers waiting in their next collective for ever. abort(why)
+// on any endpoint aborts the whole group: every collective in flight on any rank returns `why`
+// (unless every rank already got through it: then its own result), once any copy it was making is
+// done, so no buffer is touched after its call returned; so does every later call, for good. The
+// first abort's status wins; later ones are ignored. RankGroup (rank_group.h) aborts its ranks'
+// communicators when a rank throws or its body returns an error.
+//
 // Threading: one Communicator object per rank, driven by exactly one thread at a time (that rank's
-// driver). Lifetime: the group's communicators must all outlive every call in flight on any of
-// them (create them together, destroy them together after the ranks' threads are joined).
+// driver); abort() alone may be called from any thread at any time. Lifetime: the group's
+// communicators must all outlive every call in flight on any of them (create them together,
+// destroy them together after the ranks' threads are joined).
 
 #include <cstdint>
 #include <memory>
@@ -73,6 +82,10 @@ public:
 
     // Returns once every rank has entered the barrier.
     [[nodiscard]] virtual Status barrier() = 0;
+
+    // Aborts the group (see above): every call in flight or later on any of its ranks returns
+    // `why` (an OK `why` becomes kAborted). Idempotent; the first status wins. Never blocks.
+    virtual void abort(Status why) = 0;
 };
 
 // Names of the implementations compiled in ("in_process"; "nccl" in CUDA builds).

@@ -8,6 +8,11 @@
 // so ranks that disagree about sizes or about which collective runs get kInvalidArgument and
 // never hang or overrun a buffer. Barriers spin briefly, then sleep on an atomic wait.
 //
+// abort() raises the group's abort signal and wakes every barrier: a rank waiting at a meeting
+// that not every rank reached, or arriving at one later, returns the abort status. A rank released
+// by the abort first waits for any peer still copying from its buffers (that copy never blocks), so
+// once its call returned nothing reads or writes its buffers.
+//
 // Threading: create_in_process_group() returns R endpoints; endpoint r is driven by one thread
 // at a time. Lifetime: the endpoints share the group state (kept alive by any endpoint).
 
