@@ -39,12 +39,25 @@ class Glm45Parser final : public MarkerParser {
 
     // The JSON text of one argument value as written between the tags, numbers spelled as
     // Python writes them (as vLLM's parser returns them); the model's own text, trimmed, when
-    // a number is past a double's range (written again it would be null).
-    std::string value_json(const std::string& key, const std::string& value) const {
+    // a number is past a double's range (written again it would be null). An error when the
+    // value is JSON that gives a key twice in one of its objects: Boost.JSON keeps the last
+    // ({"b": 1, "b": 2} was written {"b": 2}), another reader may take the first or refuse it;
+    // refused, as a key given twice among the pairs is.
+    Result<std::string> value_json(const std::string& key, const std::string& value) const {
         if (string_args_.count(name_ + "\n" + key) == 0) {
             std::error_code ec;
             json::value v = parse_json(value, ec);
             if (!ec) {
+                if (v.is_object() || v.is_array()) {
+                    JsonStream keys;
+                    for (size_t i = 0; i < value.size() && !keys.invalid(); ++i) {
+                        static_cast<void>(keys.feed(value[i]));
+                    }
+                    if (keys.repeated_key()) {
+                        return invalid_argument_error("a tool call's argument " + quote(key) +
+                                                      " is not valid JSON: " + keys.error());
+                    }
+                }
                 if (finite(v)) {
                     return json_text(v);
                 }
@@ -176,8 +189,12 @@ class Glm45Parser final : public MarkerParser {
                     if (s != Step::kDone) {
                         return s;
                     }
-                    emit_args(out, std::string(args_ == 0 ? "{" : ", ") + quote(key_) + ": " +
-                                       value_json(key_, value));
+                    const Result<std::string> json = value_json(key_, value);
+                    if (!json.ok()) {
+                        return malformed(json.status().message());
+                    }
+                    emit_args(out,
+                              std::string(args_ == 0 ? "{" : ", ") + quote(key_) + ": " + *json);
                     ++args_;
                     state_ = State::kBetween;
                     break;

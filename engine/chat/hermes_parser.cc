@@ -1,6 +1,5 @@
 // Tool-call parser for the Qwen3 / Hermes format (see engine/chat/tool_call_parser.h).
 
-#include <set>
 #include <string>
 #include <string_view>
 
@@ -24,9 +23,7 @@ class HermesParser final : public MarkerParser {
     void begin_call() override {
         state_ = State::kLead;
         json_ = JsonStream();
-        args_json_ = JsonStream();
-        arg_keys_.clear();
-        name_on_ = args_on_ = args_done_ = name_seen_ = args_seen_ = false;
+        name_on_ = args_on_ = args_done_ = false;
         name_json_.clear();
         pending_args_.clear();
     }
@@ -49,24 +46,20 @@ class HermesParser final : public MarkerParser {
                 const std::string& key = json_.top_key();
                 const JsonStream::Result r = json_.feed(c);
                 if (r == JsonStream::Result::kInvalid) {
-                    return malformed("a tool call is not valid JSON");
+                    // A key given twice, at any depth, included: json_ refuses it at its closing
+                    // quote. Last-wins would not do: the first value has streamed (a second
+                    // "arguments" would append a second object to the first, a second "name"
+                    // would start the call again, {"a": 1, "a": 2} in the arguments is read as
+                    // either value or refused).
+                    return malformed("a tool call is not valid JSON: " + json_.error());
                 }
-                // A key given twice is malformed rather than last-wins: its first value has
-                // already streamed (a second "arguments" would append a second object to the
-                // first, a second "name" would start the call again).
                 if (value_starts && key == "name") {
-                    if (name_seen_) {
-                        return malformed("a tool call has two \"name\" keys");
-                    }
-                    name_seen_ = name_on_ = true;
+                    name_on_ = true;
                 } else if (value_starts && key == "arguments") {
-                    if (args_seen_) {
-                        return malformed("a tool call has two \"arguments\" keys");
-                    }
                     if (c != '{') {
                         return malformed("a tool call's arguments are not a JSON object");
                     }
-                    args_seen_ = args_on_ = true;
+                    args_on_ = true;
                 } else if (value_starts) {
                     // Read as a call with no arguments, {"name": "f", "parameters": {...}}
                     // would run f with none of what the model gave it.
@@ -77,15 +70,6 @@ class HermesParser final : public MarkerParser {
                     name_json_ += c;
                 }
                 if (args_on_) {
-                    // The arguments' own keys: one given twice would stream as
-                    // {"a": 1, "a": 2}, which readers take as either value or refuse. (The
-                    // bytes are valid JSON: json_ took them.)
-                    if (args_json_.expecting_top_value() && !is_space(c) &&
-                        !arg_keys_.insert(args_json_.top_key()).second) {
-                        return malformed("a tool call gives the argument " +
-                                         quote(args_json_.top_key()) + " twice");
-                    }
-                    static_cast<void>(args_json_.feed(c));
                     if (started_) {
                         emit_args(out, std::string_view(&c, 1));
                     } else {
@@ -137,14 +121,10 @@ class HermesParser final : public MarkerParser {
     }
 
     State state_ = State::kLead;
-    JsonStream json_;
-    JsonStream args_json_;            // The "arguments" value's text alone.
-    std::set<std::string> arg_keys_;  // Its keys so far, decoded.
+    JsonStream json_;  // The call's object, "arguments" in it.
     bool name_on_ = false;
     bool args_on_ = false;
     bool args_done_ = false;
-    bool name_seen_ = false;  // The call's "name" key has come (its value may still be open).
-    bool args_seen_ = false;  // Its "arguments" key has come.
     std::string name_json_;
     std::string pending_args_;
 };

@@ -1,5 +1,7 @@
 #include "engine/chat/json_stream.h"
 
+#include <algorithm>
+#include <boost/json/string.hpp>
 #include <cctype>
 #include <cstring>
 #include <string_view>
@@ -66,10 +68,86 @@ void append_utf8(std::string& out, uint32_t u) {
     }
 }
 
+// 64-bit FNV-1a over the key's decoded bytes, as sampling::JsonPrefix hashes keys (same basis
+// and prime): a key that JsonPrefix let a held call write (it refuses one whose hash its object
+// has) is taken here.
+uint64_t key_hash(std::string_view key) {
+    constexpr uint64_t kPrime = 0x100000001b3;
+    uint64_t h = 0xcbf29ce484222325;
+    for (const char b : key) {
+        h = (h ^ static_cast<unsigned char>(b)) * kPrime;
+    }
+    return h;
+}
+
+// A key as error() shows it: JSON-quoted, cut at `max` bytes (at a UTF-8 character's start)
+// with "..." after the quote when longer.
+std::string shown_key(std::string_view key, size_t max) {
+    const bool cut = key.size() > max;
+    if (cut) {
+        size_t n = max;
+        while (n > 0 && (static_cast<unsigned char>(key[n]) & 0xc0) == 0x80) {
+            --n;
+        }
+        key = key.substr(0, n);
+    }
+    return json_text(boost::json::string(key)) + (cut ? "..." : "");
+}
+
+// A key as a step of a path: .name when it is an identifier, else ["..."].
+std::string path_step(std::string_view key, size_t max) {
+    const bool plain =
+        !key.empty() && key.size() <= max && !is_digit(key[0]) &&
+        std::all_of(key.begin(), key.end(), [](char c) {
+            return c == '_' || is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+        });
+    return plain ? "." + std::string(key) : "[" + shown_key(key, max) + "]";
+}
+
 }  // namespace
 
+JsonStream::Result JsonStream::fail(std::string_view why) {
+    if (state_ != State::kInvalid) {
+        error_ = "byte " + std::to_string(offset_) + ": ";
+        if (!why.empty()) {
+            error_ += why;
+        } else if (byte_ >= 0x20 && byte_ < 0x7f) {
+            error_ += std::string("unexpected '") + static_cast<char>(byte_) + "'";
+        } else {
+            static constexpr char kHex[] = "0123456789abcdef";
+            error_ += std::string("unexpected byte 0x") + kHex[byte_ >> 4] + kHex[byte_ & 0xf];
+        }
+    }
+    state_ = State::kInvalid;
+    return Result::kInvalid;
+}
+
+std::string JsonStream::path() const {
+    std::string path = "$";
+    for (size_t i = 0; i + 1 < frames_.size(); ++i) {
+        const Frame& f = frames_[i];
+        path += f.open == '[' ? "[" + std::to_string(f.items - 1) + "]"
+                              : path_step(f.key, kShownKeyBytes);
+    }
+    return path;
+}
+
+JsonStream::Result JsonStream::end_key() {
+    Frame& object = frames_.back();
+    if (!object.keys.insert(key_hash(key_buf_)).second) {
+        repeated_key_ = true;
+        return fail("the key " + shown_key(key_buf_, kShownKeyBytes) +
+                    " is given twice in the object at " + path());
+    }
+    object.key.assign(key_buf_, 0, kShownKeyBytes + 1);
+    if (frames_.size() == 1) {
+        top_key_ = key_buf_;
+    }
+    return Result::kOk;
+}
+
 JsonStream::Result JsonStream::value_ended() {
-    if (stack_.empty()) {
+    if (frames_.empty()) {
         state_ = State::kDone;
         return Result::kDone;
     }
@@ -78,18 +156,18 @@ JsonStream::Result JsonStream::value_ended() {
 }
 
 JsonStream::Result JsonStream::start_value(char c) {
-    if ((c == '{' || c == '[') && stack_.size() >= kMaxJsonDepth) {
+    if ((c == '{' || c == '[') && frames_.size() >= kMaxJsonDepth) {
         // Deeper than the server reads back (a client sending these arguments in its history
         // would get a 400) or writes.
-        return Result::kInvalid;
+        return fail("more than " + std::to_string(kMaxJsonDepth) + " nested arrays and objects");
     }
     switch (c) {
         case '{':
-            stack_.push_back('{');
+            frames_.emplace_back('{');
             state_ = State::kKeyOrClose;
             return Result::kOk;
         case '[':
-            stack_.push_back('[');
+            frames_.emplace_back('[');
             state_ = State::kValue;
             // An empty array closes at once: handled by kValue seeing ']'.
             return Result::kOk;
@@ -122,23 +200,33 @@ JsonStream::Result JsonStream::start_value(char c) {
 }
 
 JsonStream::Result JsonStream::feed(char c) {
+    byte_ = static_cast<unsigned char>(c);
+    const Result r = step(c);
+    ++offset_;
+    return r;
+}
+
+JsonStream::Result JsonStream::step(char c) {
     switch (state_) {
         case State::kInvalid:
             return Result::kInvalid;
         case State::kDone:
-            return is_space(c) ? Result::kOk : fail();
+            return is_space(c) ? Result::kOk : fail("text after the value");
         case State::kValue:
             if (is_space(c)) {
                 return Result::kOk;
             }
-            if (c == ']' && !stack_.empty() && stack_.back() == '[') {
+            if (c == ']' && !frames_.empty() && frames_.back().open == '[') {
                 // Only valid right after '[' (an empty array); a value after ',' is required.
                 // The comma path enters kValue via kCommaOrClose, which sets token_ to ",".
                 if (token_ == ",") {
                     return fail();
                 }
-                stack_.pop_back();
+                frames_.pop_back();
                 return value_ended();
+            }
+            if (!frames_.empty() && frames_.back().open == '[') {
+                ++frames_.back().items;
             }
             token_.clear();
             return start_value(c);
@@ -148,7 +236,7 @@ JsonStream::Result JsonStream::feed(char c) {
                 return Result::kOk;
             }
             if (c == '}' && state_ == State::kKeyOrClose) {
-                stack_.pop_back();
+                frames_.pop_back();
                 return value_ended();
             }
             if (c != '"') {
@@ -173,7 +261,7 @@ JsonStream::Result JsonStream::feed(char c) {
                 return Result::kOk;
             }
             if (c == ',') {
-                if (stack_.back() == '{') {
+                if (frames_.back().open == '{') {
                     state_ = State::kKey;
                 } else {
                     token_.assign(1, ',');  // Not = ",": a GCC 12 -Wrestrict false alarm.
@@ -181,8 +269,9 @@ JsonStream::Result JsonStream::feed(char c) {
                 }
                 return Result::kOk;
             }
-            if ((c == '}' && stack_.back() == '{') || (c == ']' && stack_.back() == '[')) {
-                stack_.pop_back();
+            if ((c == '}' && frames_.back().open == '{') ||
+                (c == ']' && frames_.back().open == '[')) {
+                frames_.pop_back();
                 return value_ended();
             }
             return fail();
@@ -199,15 +288,12 @@ JsonStream::Result JsonStream::feed(char c) {
             }
             if (c == '"') {
                 if (string_is_key_) {
-                    if (stack_.size() == 1) {
-                        top_key_ = key_buf_;
-                    }
                     state_ = State::kColon;
-                    return Result::kOk;
+                    return end_key();
                 }
                 return value_ended();
             }
-            if (string_is_key_ && stack_.size() == 1) {
+            if (string_is_key_) {
                 key_buf_ += c;
             }
             return Result::kOk;
@@ -216,7 +302,7 @@ JsonStream::Result JsonStream::feed(char c) {
                 return fail();
             }
             if (std::strchr("\"\\/bfnrt", c) != nullptr && c != '\0') {
-                if (string_is_key_ && stack_.size() == 1) {
+                if (string_is_key_) {
                     // Decoded, as a JSON reader sees the key: "argume\nts" is not "arguments".
                     static constexpr std::string_view kFrom = "\"\\/bfnrt";
                     static constexpr std::string_view kTo = "\"\\/\b\f\n\r\t";
@@ -255,11 +341,11 @@ JsonStream::Result JsonStream::feed(char c) {
             if (unicode_left_ == 0) {
                 if (unicode_ >= 0xd800 && unicode_ <= 0xdbff) {
                     high_half_ = unicode_;  // Its low half follows (checked above).
-                } else if (string_is_key_ && stack_.size() == 1) {
-                    append_utf8(key_buf_, unicode_ >= 0xdc00 && unicode_ <= 0xdfff
-                                              ? 0x10000 + ((high_half_ - 0xd800) << 10) +
-                                                    (unicode_ - 0xdc00)
-                                              : unicode_);
+                } else if (string_is_key_) {
+                    append_utf8(key_buf_,
+                                unicode_ >= 0xdc00 && unicode_ <= 0xdfff
+                                    ? 0x10000 + ((high_half_ - 0xd800) << 10) + (unicode_ - 0xdc00)
+                                    : unicode_);
                 }
                 state_ = State::kString;
             }
@@ -269,7 +355,7 @@ JsonStream::Result JsonStream::feed(char c) {
             if (const Num next = number_next(static_cast<Num>(number_), c); next != Num::kNone) {
                 number_ = static_cast<uint8_t>(next);
                 if (++number_bytes_ > 4096) {
-                    return fail();
+                    return fail("a number longer than 4096 bytes");
                 }
                 return Result::kOk;
             }
@@ -280,9 +366,9 @@ JsonStream::Result JsonStream::feed(char c) {
                 Result r = value_ended();
                 if (r == Result::kDone) {
                     // The number ended one byte early; this byte must be trailing space.
-                    return is_space(c) ? Result::kOk : fail();
+                    return is_space(c) ? Result::kOk : fail("text after the value");
                 }
-                return feed(c);
+                return step(c);
             }
         case State::kLiteral: {
             const size_t at = token_.size();

@@ -74,22 +74,11 @@ class KimiK2Parser final : public MarkerParser {
                     state_ = State::kArgs;
                     break;
                 case State::kArgs: {
-                    if (buf_.empty()) {
-                        return Step::kNeedMore;
+                    const Step s = stream_arguments(out, json_);
+                    if (s != Step::kDone) {
+                        return s;
                     }
-                    size_t i = 0;
-                    JsonStream::Result r = JsonStream::Result::kOk;
-                    while (i < buf_.size() && r == JsonStream::Result::kOk) {
-                        r = json_.feed(buf_[i++]);
-                    }
-                    if (r == JsonStream::Result::kInvalid) {
-                        take(i);
-                        return malformed("a tool call's arguments are not valid JSON");
-                    }
-                    emit_args(out, take(i));
-                    if (r == JsonStream::Result::kDone) {
-                        state_ = State::kEnd;
-                    }
+                    state_ = State::kEnd;
                     break;
                 }
                 case State::kEnd: {

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/chat/json_stream.h"
 #include "engine/chat/tool_call_parser.h"
 
 namespace edge::engine::chat::detail {
@@ -115,6 +116,25 @@ class MarkerParser : public ToolCallParser {
                 return Step::kDone;
         }
         return Step::kNeedMore;
+    }
+    // Streams a call's JSON arguments from the buffer on as `json` takes them: kDone when their
+    // value ended, kNeedMore when the buffer ran out first, kMalformed when `json` refused a byte
+    // (bad JSON, or a key given twice in one object at any depth), which does not stream.
+    Step stream_arguments(ParsedDelta& out, JsonStream& json) {
+        if (buf_.empty()) {
+            return Step::kNeedMore;
+        }
+        size_t i = 0;
+        JsonStream::Result r = JsonStream::Result::kOk;
+        while (i < buf_.size() && r == JsonStream::Result::kOk) {
+            r = json.feed(buf_[i++]);
+        }
+        if (r == JsonStream::Result::kInvalid) {
+            take(i);
+            return malformed("a tool call's arguments are not valid JSON: " + json.error());
+        }
+        emit_args(out, take(i));
+        return r == JsonStream::Result::kDone ? Step::kDone : Step::kNeedMore;
     }
     // Between the calls of a section whose calls open with `begin` and which closes with
     // `end_section`: kDone when the section closed, nullopt when a call opened (both consumed),
