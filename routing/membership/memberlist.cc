@@ -129,7 +129,7 @@ std::optional<uint64_t> Memberlist::site_version_of(const std::string& name) con
     if (it == members_.end()) {
         return std::nullopt;
     }
-    return it->second.site_version;
+    return it->second.site ? it->second.site_version : 0;
 }
 
 Memberlist::Member* Memberlist::find(const std::string& name) {
@@ -395,6 +395,14 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             return;
         }
         const NodeState prev = m->state;
+        // A new life of the member: back after a death or a leave, or at a newer incarnation
+        // with versions below those already seen (a restarted member counts them from 1 again,
+        // while within one life they never go down). What its previous life served (pools, model
+        // versions, load) must not route requests until the new life's state arrives, inline
+        // below or by fetch. A suspect that refutes is the same life and keeps its state.
+        const bool new_life =
+            prev == NodeState::kDead || prev == NodeState::kLeft ||
+            (a.incarnation > m->incarnation && a.state_version < m->state_version);
         if (m->suspicion_timer != 0) {
             timers_.cancel(m->suspicion_timer);
             m->suspicion_timer = 0;
@@ -410,6 +418,13 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             set_state(*m, NodeState::kAlive);
             emit(prev == NodeState::kSuspect ? MemberEventKind::kRecover : MemberEventKind::kJoin,
                  a.node);
+        }
+        if (new_life && m->site) {
+            // Its key (site_incarnation, site_version) stays, so that state, arriving late by
+            // gossip or push-pull, is still refused.
+            m->site.reset();
+            m->site_bytes.clear();
+            ++change_count_;
         }
         if (a.state) {
             apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
@@ -559,7 +574,7 @@ std::shared_ptr<const MembershipSnapshot> Memberlist::snapshot() const {
         v.state = m.state;
         v.incarnation = m.incarnation;
         v.state_version = m.state_version;
-        v.site_version = m.site_version;
+        v.site_version = m.site ? m.site_version : 0;
         v.site = m.site;
         v.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;
         v.is_local = name == config_.name;

@@ -118,7 +118,8 @@ public:
     size_t num_live() const { return live_count_; }
     // Our view of one member's state and incarnation, if known.
     std::optional<NodeState> state_of(const std::string& name) const;
-    // Version of the site state we hold for a member (0 when none), if known.
+    // Version of the site state we hold for a member (0 when none, as after it restarted), if
+    // known.
     std::optional<uint64_t> site_version_of(const std::string& name) const;
 
 private:
@@ -132,10 +133,11 @@ private:
         uint64_t state_version = 0;
         // The key of the site state held: a member's site state is ordered by (incarnation,
         // version), because a restarted member counts versions from 1 again while its
-        // refutation lifts its incarnation above its previous life's.
+        // refutation lifts its incarnation above its previous life's. When the member turns out
+        // to have restarted, `site` is dropped and the key kept (see handle_alive).
         uint64_t site_incarnation = 0;
         uint64_t site_version = 0;
-        std::shared_ptr<const SiteState> site;
+        std::shared_ptr<const SiteState> site;  // Null until known, and after a restart.
         std::vector<uint8_t> site_bytes;
         std::optional<coords::Coordinate> coord;
         std::unique_ptr<Suspicion> suspicion;

@@ -23,10 +23,14 @@ struct MemberView {
     std::string addr;
     NodeState state = NodeState::kAlive;
     uint64_t incarnation = 0;
-    // Newest state version heard of, and the version `site` holds (older while being fetched).
+    // Newest state version heard of, and the version `site` holds (older while being fetched;
+    // 0 without one).
     uint64_t state_version = 0;
     uint64_t site_version = 0;
-    std::shared_ptr<const SiteState> site;  // null until known
+    // Null until known, and from when the member is known to have restarted (came back after a
+    // death or leave, or counts its versions anew) until its new life's state arrives: a
+    // previous life's pools are never routed to.
+    std::shared_ptr<const SiteState> site;
     std::optional<coords::Coordinate> coord;
     bool is_local = false;
 };

@@ -1,0 +1,117 @@
+// A member that restarts (back after a death or a leave, or counting its state versions from 1
+// again) with a site state too large to travel inline: until the new life's state is fetched,
+// routing must not see the previous life's pools, which the new process may not serve yet. A
+// suspect that refutes is the same life and keeps its state. Driven message by message through
+// the single-member harness (memberlist_fixture.h), whose fetches are never answered.
+
+#include <doctest/doctest.h>
+
+#include "routing/membership/memberlist.h"
+#include "routing/selection/route_table.h"
+#include "tests/routing/memberlist_fixture.h"
+
+namespace edge::routing::membership {
+namespace {
+
+constexpr const char* kAddrB = "10.0.0.2:7946";
+
+// Whether the member's routing table has a pool of model "m" (what site_bytes() serves).
+bool routes_model_m(Memberlist& ml) {
+    return selection::build_route_table(*ml.snapshot(), selection::CostConfig{}).find("m") !=
+           nullptr;
+}
+
+// Whether the member asked B for its state by a fetch.
+bool fetched_b(Member& a) {
+    for (const auto& s : a.transport().streams) {
+        const auto* pp = std::get_if<PushPullMsg>(&s.msg);
+        if (pp != nullptr && pp->fetch == "B" && s.to == kAddrB) {
+            return true;
+        }
+    }
+    return false;
+}
+
+TEST_CASE("memberlist: a member back after a death or leave keeps no previous life's state") {
+    for (const bool left : {false, true}) {
+        CAPTURE(left);
+        Member a;
+        Memberlist& ml = a.ml();
+        const std::vector<uint8_t> old_bytes = site_bytes("B", 1);
+        a.receive(AliveMsg{7, "B", kAddrB, 7, old_bytes});
+        REQUIRE(routes_model_m(ml));
+        a.receive(DeadMsg{7, "B", left ? "B" : "C"});
+        REQUIRE(ml.state_of("B") == (left ? NodeState::kLeft : NodeState::kDead));
+
+        // The new process: a higher incarnation, its state too large to inline.
+        a.transport().streams.clear();
+        a.receive(AliveMsg{9, "B", kAddrB, 1, std::nullopt});
+        CHECK(ml.state_of("B") == NodeState::kAlive);
+        CHECK(fetched_b(a));
+        CHECK(ml.snapshot()->find("B")->site == nullptr);
+        CHECK(ml.site_version_of("B") == 0);
+        CHECK_FALSE(routes_model_m(ml));
+
+        // The previous life's state arriving late, by gossip or by push-pull, is still refused.
+        a.receive(AliveMsg{7, "B", kAddrB, 7, old_bytes});
+        PushPullMsg stale;
+        stale.nodes.push_back(
+            PushPullNode{"B", kAddrB, 7, NodeState::kAlive, 7, old_bytes, std::nullopt});
+        REQUIRE(a.push_pull(stale).ok());
+        CHECK(ml.snapshot()->find("B")->site == nullptr);
+
+        // The new life's state, once it arrives, routes again.
+        PushPullMsg fresh;
+        fresh.nodes.push_back(
+            PushPullNode{"B", kAddrB, 9, NodeState::kAlive, 1, site_bytes("B", 3), std::nullopt});
+        REQUIRE(a.push_pull(fresh).ok());
+        CHECK(ml.site_version_of("B") == 1);
+        REQUIRE(ml.snapshot()->find("B")->site != nullptr);
+        CHECK(ml.snapshot()->find("B")->site->pools.at(0).capacity == 3);
+        CHECK(routes_model_m(ml));
+    }
+}
+
+TEST_CASE("memberlist: a restart seen before any death, by versions counted anew, drops state") {
+    // Killed and restarted faster than it is found dead: the new life's alive reaches us while
+    // we hold the member alive or suspect, and only its version, below the previous life's,
+    // tells the lives apart.
+    for (const bool suspected : {false, true}) {
+        CAPTURE(suspected);
+        Member a;
+        Memberlist& ml = a.ml();
+        a.receive(AliveMsg{7, "B", kAddrB, 7, site_bytes("B", 1)});
+        if (suspected) {
+            a.receive(SuspectMsg{7, "B", "C"});
+            REQUIRE(ml.state_of("B") == NodeState::kSuspect);
+        }
+        a.transport().streams.clear();
+        a.receive(AliveMsg{9, "B", kAddrB, 1, std::nullopt});
+        CHECK(ml.state_of("B") == NodeState::kAlive);
+        CHECK(fetched_b(a));
+        CHECK(ml.snapshot()->find("B")->site == nullptr);
+        CHECK_FALSE(routes_model_m(ml));
+    }
+}
+
+TEST_CASE("memberlist: a refuted suspicion or a newer state being fetched keeps the state held") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{7, "B", kAddrB, 7, site_bytes("B", 1)});
+    // Refuting a suspicion lifts the incarnation, not the version: the same life.
+    a.receive(SuspectMsg{7, "B", "C"});
+    REQUIRE(ml.state_of("B") == NodeState::kSuspect);
+    a.receive(AliveMsg{8, "B", kAddrB, 7, std::nullopt});
+    CHECK(ml.state_of("B") == NodeState::kAlive);
+    CHECK(ml.site_version_of("B") == 7);
+    CHECK(routes_model_m(ml));
+    // A newer state too large to inline: the one held routes while it is fetched.
+    a.receive(AliveMsg{9, "B", kAddrB, 8, std::nullopt});
+    CHECK(fetched_b(a));
+    CHECK(ml.site_version_of("B") == 7);
+    CHECK(ml.snapshot()->find("B")->site->pools.at(0).capacity == 1);
+    CHECK(routes_model_m(ml));
+}
+
+}  // namespace
+}  // namespace edge::routing::membership
