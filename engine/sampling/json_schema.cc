@@ -8,6 +8,7 @@
 #include <map>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -19,7 +20,6 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr size_t kMaxNodes = 8192;
 constexpr size_t kMaxAlternatives = 256;
 constexpr int kMaxNesting = 128;
 
@@ -102,8 +102,12 @@ int32_t nesting(std::string_view text) {
 }
 
 // A JSON text of `v` with no whitespace, numbers in their shortest form: the one spelling of an
-// enum value or a key that the walk lets the model write.
-void write_canonical(const json::value& v, std::string* out) {
+// enum value or a key that the walk lets the model write. Past `cap` bytes of `out` it stops,
+// `out` then longer than cap but not the text (a value of megabytes compared with literals).
+void write_canonical(const json::value& v, std::string* out, size_t cap = SIZE_MAX) {
+    if (out->size() > cap) {
+        return;
+    }
     switch (v.kind()) {
         case json::kind::null:
             *out += "null";
@@ -124,17 +128,26 @@ void write_canonical(const json::value& v, std::string* out) {
             return;
         }
         case json::kind::string:
+            // Escaped and quoted, the text is no shorter than the string (out->size() <= cap
+            // here).
+            if (v.get_string().size() > cap - out->size()) {
+                out->resize(cap + 1);
+                return;
+            }
             *out += json::serialize(v.get_string());
             return;
         case json::kind::array: {
             *out += '[';
             bool first = true;
             for (const json::value& e : v.get_array()) {
+                if (out->size() > cap) {
+                    return;
+                }
                 if (!first) {
                     *out += ',';
                 }
                 first = false;
-                write_canonical(e, out);
+                write_canonical(e, out, cap);
             }
             *out += ']';
             return;
@@ -143,13 +156,20 @@ void write_canonical(const json::value& v, std::string* out) {
             *out += '{';
             bool first = true;
             for (const auto& [k, e] : v.get_object()) {
+                if (out->size() > cap) {
+                    return;
+                }
                 if (!first) {
                     *out += ',';
                 }
                 first = false;
+                if (k.size() > cap - std::min(cap, out->size())) {
+                    out->resize(cap + 1);
+                    return;
+                }
                 *out += json::serialize(json::string_view(k));
                 *out += ':';
-                write_canonical(e, out);
+                write_canonical(e, out, cap);
             }
             *out += '}';
             return;
@@ -220,7 +240,10 @@ class SchemaCompiler {
     using Kind = JsonSchema::Kind;
 
     static Status fail(const std::string& where, const std::string& what) {
-        return invalid_argument_error("schema at '#" + where + "': " + what);
+        // A pointer through long property names is cut: the error goes back to the client.
+        constexpr size_t kShown = 256;
+        const std::string shown = where.size() > kShown ? where.substr(0, kShown) + "..." : where;
+        return invalid_argument_error("schema at '#" + shown + "': " + what);
     }
 
     int32_t add(Kind kind, std::string where) {
@@ -297,9 +320,18 @@ class SchemaCompiler {
     }
 
     Result<int32_t> compile(const json::value& v, const std::string& where, int depth) {
-        if (depth > kMaxNesting || s_->nodes_.size() > kMaxNodes) {
-            return fail(where, "the schema is nested deeper than " + std::to_string(kMaxNesting) +
-                                   " or has more than " + std::to_string(kMaxNodes) + " parts");
+        if (depth > kMaxNesting) {
+            return fail(where, "the schema is nested deeper than " + std::to_string(kMaxNesting));
+        }
+        EDGE_RETURN_IF_ERROR(check_parts(where));
+        // Every compile() builds its pointer, a $ref to a part compiled already included.
+        path_bytes_ += where.size();
+        if (path_bytes_ > JsonSchema::kMaxPathBytes) {
+            return fail(where, "the JSON pointers to the schema's parts come to over " +
+                                   std::to_string(JsonSchema::kMaxPathBytes) +
+                                   " bytes (property names this long, nested this deep or "
+                                   "under this many parts); shorten the names or simplify "
+                                   "the schema");
         }
         if (v.is_bool()) {
             if (v.get_bool()) {
@@ -361,6 +393,14 @@ class SchemaCompiler {
         return compile_typed(o, where, depth);
     }
 
+    Status check_parts(const std::string& where) const {
+        if (s_->nodes_.size() + properties_ > JsonSchema::kMaxParts) {
+            return fail(where, "the schema has more than " + std::to_string(JsonSchema::kMaxParts) +
+                                   " parts (schemas and listed properties)");
+        }
+        return ok_status();
+    }
+
     Result<int32_t> compile_ref(const std::string& ref, const std::string& where, int depth) {
         if (auto it = refs_.find(ref); it != refs_.end()) {
             return it->second;
@@ -383,7 +423,10 @@ class SchemaCompiler {
         return node;
     }
 
-    Result<int32_t> compile_typed(const json::object& o, const std::string& where, int depth) {
+    // `values`: whether `enum`/`const` are read (false: the keywords beside them, which hold
+    // each value).
+    Result<int32_t> compile_typed(const json::object& o, const std::string& where, int depth,
+                                  bool values = true) {
         std::vector<std::string> types;
         if (const json::value* t = o.if_contains("type")) {
             if (t->is_string()) {
@@ -406,18 +449,13 @@ class SchemaCompiler {
                 }
             }
         }
-        const json::value* enum_values = o.if_contains("enum");
-        const json::value* const_value = o.if_contains("const");
+        const json::value* enum_values = values ? o.if_contains("enum") : nullptr;
+        const json::value* const_value = values ? o.if_contains("const") : nullptr;
         if (enum_values != nullptr || const_value != nullptr) {
             // The keywords beside enum/const hold each value too (a maxLength, a maximum):
-            // compiled as a schema of their own, only the values valid under it are kept.
-            json::object rest;
-            for (const auto& [k, value] : o) {
-                if (k != "enum" && k != "const") {
-                    rest.emplace(k, value);
-                }
-            }
-            EDGE_ASSIGN_OR_RETURN(const int32_t allowed, compile_typed(rest, where, depth));
+            // compiled as a schema of their own, only the values valid under it are kept. (Read
+            // in place: a copy of them cost their size at each level of nested enums.)
+            EDGE_ASSIGN_OR_RETURN(const int32_t allowed, compile_typed(o, where, depth, false));
             return compile_literals(where, allowed, enum_values, const_value);
         }
         if (types.empty()) {
@@ -604,16 +642,28 @@ class SchemaCompiler {
 
     Result<int32_t> compile_object(const json::object& o, const std::string& where, int depth) {
         std::vector<JsonSchema::Property> properties;
+        // Each property by its name as written, for `required` to be looked up, not searched.
+        std::unordered_map<std::string_view, size_t> listed;
         if (const json::value* props = o.if_contains("properties")) {
             if (!props->is_object()) {
                 return fail(where, "'properties' must be an object");
             }
-            for (const auto& [k, sub] : props->get_object()) {
+            const json::object& list = props->get_object();
+            if (list.size() > JsonSchema::kMaxObjectProperties) {
+                return fail(where, "'properties' lists " + std::to_string(list.size()) +
+                                       " properties; at most " +
+                                       std::to_string(JsonSchema::kMaxObjectProperties) +
+                                       " are supported in one object");
+            }
+            properties_ += list.size();
+            EDGE_RETURN_IF_ERROR(check_parts(where));
+            for (const auto& [k, sub] : list) {
                 JsonSchema::Property p;
                 const std::string quoted = json::serialize(json::string_view(k));
                 p.key = quoted.substr(1, quoted.size() - 2);
                 EDGE_ASSIGN_OR_RETURN(
                     p.node, compile(sub, where + "/properties/" + pointer_token(k), depth + 1));
+                listed.emplace(std::string_view(k), properties.size());
                 properties.push_back(std::move(p));
             }
         }
@@ -625,15 +675,12 @@ class SchemaCompiler {
                 if (!name.is_string()) {
                     return fail(where, "'required' must be an array of property names");
                 }
-                const std::string quoted = json::serialize(name.get_string());
-                const std::string key = quoted.substr(1, quoted.size() - 2);
-                auto it = std::find_if(properties.begin(), properties.end(),
-                                       [&](const JsonSchema::Property& p) { return p.key == key; });
-                if (it == properties.end()) {
-                    return fail(where, "required property " + quoted +
+                auto it = listed.find(std::string_view(name.get_string()));
+                if (it == listed.end()) {
+                    return fail(where, "required property " + json::serialize(name.get_string()) +
                                            " is not among 'properties' (list it there)");
                 }
-                it->required = true;
+                properties[it->second].required = true;
             }
         }
         // Without listed properties any key may come, its value as additionalProperties says;
@@ -669,10 +716,10 @@ class SchemaCompiler {
     // this: a value it refuses is left out, never one it takes wrongly let in.
     bool matches(const json::value& v, int32_t node, int depth) {
         // Each anyOf level tries every alternative: a deep enum value under nested unions costs
-        // alternatives^depth calls. The calls for a schema's enum/const values are bounded
-        // (compile_literals refuses it once they run out) rather than held by one request for
-        // hours.
-        if (depth > 4 * kMaxNesting || ++match_calls_ > kMaxMatchCalls) {
+        // alternatives^depth calls, and a value of megabytes is read again by each. The steps
+        // for a schema's enum/const values are bounded (compile_literals refuses it once they
+        // run out) rather than held by one request for hours.
+        if (depth > 4 * kMaxNesting || !spend_matching(1)) {
             return false;
         }
         const JsonSchema::Node& n = at(node);
@@ -684,31 +731,33 @@ class SchemaCompiler {
                 if (!v.is_object()) {
                     return false;
                 }
-                for (const auto& [k, e] : v.get_object()) {
+                // Each key and property is looked at once, and counts as a step: a value of
+                // thousands of keys against as many properties is work by the key.
+                const json::object& o = v.get_object();
+                if (!spend_matching(o.size() + n.properties.size())) {
+                    return false;
+                }
+                const std::unordered_map<std::string_view, const JsonSchema::Property*> listed =
+                    by_key(n);
+                size_t required = 0;  // Required properties among the value's keys.
+                for (const auto& [k, e] : o) {
                     const std::string quoted = json::serialize(json::string_view(k));
-                    const std::string_view key(quoted.data() + 1, quoted.size() - 2);
-                    auto p =
-                        std::find_if(n.properties.begin(), n.properties.end(),
-                                     [&](const JsonSchema::Property& q) { return q.key == key; });
-                    const int32_t sub = p != n.properties.end() ? p->node
-                                        : n.properties.empty()  ? n.additional
-                                                                : -1;
+                    if (!spend_matching(quoted.size())) {
+                        return false;
+                    }
+                    auto p = listed.find(std::string_view(quoted).substr(1, quoted.size() - 2));
+                    const int32_t sub = p != listed.end()      ? p->second->node
+                                        : n.properties.empty() ? n.additional
+                                                               : -1;
                     if (sub < 0 || !matches(e, sub, depth + 1)) {
                         return false;
                     }
+                    required += p != listed.end() && p->second->required ? 1 : 0;
                 }
-                return std::all_of(
-                    n.properties.begin(), n.properties.end(), [&](const JsonSchema::Property& q) {
-                        if (!q.required) {
-                            return true;
-                        }
-                        return std::any_of(v.get_object().begin(), v.get_object().end(),
-                                           [&](const auto& kv) {
-                                               const std::string quoted =
-                                                   json::serialize(json::string_view(kv.key()));
-                                               return quoted.substr(1, quoted.size() - 2) == q.key;
-                                           });
-                    });
+                // An object's keys differ, so each required property was counted once.
+                return required == static_cast<size_t>(std::count_if(
+                                       n.properties.begin(), n.properties.end(),
+                                       [](const JsonSchema::Property& q) { return q.required; }));
             }
             case Kind::kArray: {
                 if (!v.is_array()) {
@@ -722,7 +771,7 @@ class SchemaCompiler {
                        });
             }
             case Kind::kString: {
-                if (!v.is_string()) {
+                if (!v.is_string() || !spend_matching(v.get_string().size())) {
                     return false;
                 }
                 int64_t length = 0;  // Code points: the bytes that do not continue a character.
@@ -741,12 +790,31 @@ class SchemaCompiler {
                 return (n.lo_open ? x > n.lo : x >= n.lo) && (n.hi_open ? x < n.hi : x <= n.hi);
             }
             case Kind::kLiterals: {
+                // No literal is longer than kMaxLiteralBytes: a longer value is not one.
                 std::string text;
-                write_canonical(v, &text);
-                return std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end();
+                write_canonical(v, &text, JsonSchema::kMaxLiteralBytes);
+                return spend_matching(text.size() + n.literals.size()) &&
+                       std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end();
             }
         }
         return false;
+    }
+
+    // Counts `steps` of matches() (a call, a key or property looked at, a literal compared, a
+    // byte read); false once they are past kMaxMatchSteps.
+    bool spend_matching(size_t steps) {
+        match_steps_ += static_cast<int64_t>(steps);
+        return match_steps_ <= kMaxMatchSteps;
+    }
+
+    // An object node's properties by key (escaped, as Property::key).
+    static std::unordered_map<std::string_view, const JsonSchema::Property*> by_key(
+        const JsonSchema::Node& n) {
+        std::unordered_map<std::string_view, const JsonSchema::Property*> out;
+        for (const JsonSchema::Property& p : n.properties) {
+            out.emplace(p.key, &p);
+        }
+        return out;
     }
 
     Result<int32_t> compile_literals(const std::string& where, int32_t allowed,
@@ -790,13 +858,13 @@ class SchemaCompiler {
             // A value the keywords beside enum/const refuse (its type, length, range, ...) is
             // not valid.
             const bool valid = matches(*value, allowed, 0);
-            if (match_calls_ > kMaxMatchCalls) {
+            if (match_steps_ > kMaxMatchSteps) {
                 return fail(where,
                             "checking the values of 'enum'/'const' against the keywords "
                             "beside them takes over " +
-                                std::to_string(kMaxMatchCalls) +
-                                " steps in all (values nested deep under anyOf, or "
-                                "very many values); simplify the schema");
+                                std::to_string(kMaxMatchSteps) +
+                                " steps in all (values nested deep under anyOf, very many "
+                                "or very long values); simplify the schema");
             }
             if (!valid) {
                 continue;
@@ -875,7 +943,8 @@ class SchemaCompiler {
                             return fail(at(node).where,
                                         "'oneOf' has too many alternatives to show apart (over " +
                                             std::to_string(kMaxComparisons) +
-                                            " comparisons); use anyOf, or enum for constants");
+                                            " comparisons of them, their properties and "
+                                            "values); use anyOf, or enum for constants");
                         }
                         return fail(at(node).where,
                                     "the alternatives at '#" + at(alternatives[a]).where +
@@ -1060,14 +1129,20 @@ class SchemaCompiler {
     }
 
     bool object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth) {
+        // Each property counts against the comparisons: a pair of objects of a thousand
+        // properties is work by the property.
+        comparisons_ += static_cast<int64_t>(x.properties.size() + y.properties.size());
+        if (comparisons_ > kMaxComparisons) {
+            return false;
+        }
+        const std::unordered_map<std::string_view, const JsonSchema::Property*> other = by_key(y);
         for (const JsonSchema::Property& p : x.properties) {
             if (!p.required) {
                 continue;
             }
-            for (const JsonSchema::Property& q : y.properties) {
-                if (q.key == p.key && apart(p.node, q.node, depth + 1)) {
-                    return true;
-                }
+            auto q = other.find(p.key);
+            if (q != other.end() && apart(p.node, q->second->node, depth + 1)) {
+                return true;
             }
         }
         return false;
@@ -1110,6 +1185,15 @@ class SchemaCompiler {
                 continue;  // This union's leaves are in already.
             }
             EDGE_RETURN_IF_ERROR(flatten(alt, depth + 1));
+            gathered_ += at(alt).alternatives.size();
+            if (gathered_ > JsonSchema::kMaxFlattenedAlternatives) {
+                return fail(at(node).where,
+                            "the schema's unions gather over " +
+                                std::to_string(JsonSchema::kMaxFlattenedAlternatives) +
+                                " alternatives in all (each $ref to a union, and each anyOf "
+                                "or oneOf holding one, gathers all of its alternatives); refer "
+                                "to large unions from fewer places");
+            }
             for (const int32_t leaf : at(alt).alternatives) {
                 add(leaf);
             }
@@ -1131,12 +1215,18 @@ class SchemaCompiler {
     std::map<std::string, int32_t> refs_;
     int32_t any_ = -1;
     std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
+    // Budgets of compile() (json_schema.h): properties listed so far (parts beside the nodes),
+    // bytes of the JSON pointers built, and alternatives flatten() gathered from inner unions.
+    size_t properties_ = 0;
+    size_t path_bytes_ = 0;
+    size_t gathered_ = 0;
     // Each oneOf's union node and its alternatives as written (finish() shows them apart).
     static constexpr int64_t kMaxComparisons = int64_t{1} << 18;
     int64_t comparisons_ = 0;  // leaves_apart() calls and literals compared so far.
-    // matches() calls for the enum/const values of the whole schema (compile_literals()).
-    static constexpr int64_t kMaxMatchCalls = int64_t{1} << 20;
-    int64_t match_calls_ = 0;
+    // matches() steps for the enum/const values of the whole schema (compile_literals()): its
+    // calls, the keys and properties, literals and bytes they look at.
+    static constexpr int64_t kMaxMatchSteps = int64_t{1} << 20;
+    int64_t match_steps_ = 0;
     std::vector<std::pair<int32_t, std::vector<int32_t>>> one_of_;
 };
 

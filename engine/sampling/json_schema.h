@@ -68,6 +68,25 @@ class JsonSchema {
     // asked to pick among in practice (OpenAI's strict mode allows 500 values, 15000 bytes).
     static constexpr size_t kMaxLiterals = 1024;
     static constexpr size_t kMaxLiteralBytes = 64 * 1024;
+    // Work a request's schema may buy on the I/O thread that compiles it, and on the engine's
+    // threads that walk it each token; each limit is refused with the part of the schema that
+    // reached it, and each is far above what real schemas use (OpenAI's strict mode allows 5000
+    // properties in all, 10 levels of nesting).
+    // Parts: nodes plus listed properties (a property whose schema is a $ref adds no node, yet
+    // is compiled and looked through).
+    static constexpr size_t kMaxParts = 8192;
+    // Properties one object lists: JsonPrefix looks through those a key may still be, byte by
+    // byte, for every token a sampler asks about (8000 took 80 ms a pass over the vocabulary).
+    static constexpr size_t kMaxObjectProperties = 1024;
+    // Bytes of the JSON pointers built for the schema's parts (each node keeps its own, for
+    // errors): long property names nested deep cost their length at every part below them (a
+    // 1 MB name over 2000 properties took 10 s and 2 GB).
+    static constexpr size_t kMaxPathBytes = 2 * 1024 * 1024;
+    // Alternatives gathered into unions as they are flattened, in all: a $ref to a union holds
+    // all of its alternatives, so a union of 256 referred to from thousands of places cost
+    // 256 per $ref (7000 of them took 380 ms), and each pass of the compiler over the graph
+    // looks through them.
+    static constexpr size_t kMaxFlattenedAlternatives = 16 * 1024;
     struct Property {
         std::string key;  // The name as a JSON string's contents (escaped, without quotes).
         int32_t node = -1;
@@ -123,7 +142,9 @@ class JsonSchema {
     // Compiles a schema document; kInvalidArgument naming the keyword and its JSON pointer when
     // it is malformed, unsupported, contradictory (minItems > maxItems, an empty enum, ...), or
     // cannot be written as JsonPrefix writes (every value nesting deeper than kMaxJsonDepth, a
-    // range of numbers without one of kBoundedDigits digits), or its root is not an object.
+    // range of numbers without one of kBoundedDigits digits), or its root is not an object, or
+    // when it is past one of the limits above. Its work grows linearly with the document within
+    // them: a schema as large as a request body compiles in tens of milliseconds at most.
     static Result<std::shared_ptr<const JsonSchema>> compile(const boost::json::value& schema);
     // The schema {"type": "object"}: any JSON object (response_format json_object).
     static const std::shared_ptr<const JsonSchema>& any_object();
