@@ -114,18 +114,21 @@ public:
             if (ec) {
                 // A request that cannot be served gets a status; a timeout or a close, nothing.
                 int status = 0;
+                std::string_view why;
                 const bool overflow = ec == http::error::buffer_overflow;
                 if (ec == http::error::header_limit || (overflow && !parser.is_header_done())) {
                     status = 431;
                 } else if (overflow || ec == http::error::unexpected_body) {
                     status = 413;  // No admin request has a body.
+                    why = "admin requests take no body: their parameters go in the query string "
+                          "(POST /admin/rollout?model=M&version=V)";
                 } else if (ec.category() ==
                                http::make_error_code(http::error::bad_method).category() &&
                            ec != http::error::end_of_stream && ec != http::error::partial_message) {
                     status = 400;
                 }
                 if (status != 0) {
-                    co_await reject(stream, status);
+                    co_await reject(stream, status, why);
                 }
                 break;
             }
@@ -321,12 +324,15 @@ public:
         co_return reply;
     }
 
-    // Answers a request that cannot be served, then closes: what follows it on the connection
-    // cannot be framed.
-    static net::awaitable<void> reject(beast::tcp_stream& stream, int status) {
+    // Answers a request that cannot be served (its reason phrase, or `why` when given), then
+    // closes: what follows it on the connection cannot be framed.
+    static net::awaitable<void> reject(beast::tcp_stream& stream, int status,
+                                       std::string_view why = {}) {
         http::response<http::string_body> res{static_cast<http::status>(status), 11};
         res.set(http::field::content_type, "text/plain; charset=utf-8");
-        res.body() = std::string(http::obsolete_reason(res.result())) + "\n";
+        res.body() = std::string(why.empty() ? std::string_view(http::obsolete_reason(res.result()))
+                                             : why) +
+                     "\n";
         res.keep_alive(false);
         res.prepare_payload();
         stream.expires_after(std::chrono::seconds(5));

@@ -222,8 +222,11 @@ TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status an
     };
     CHECK(status_of(f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " +
                                std::string(20000, 'a') + "\r\n\r\n")) == 431);
-    CHECK(status_of(f.exchange("POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n"
-                               "hello")) == 413);
+    const std::string with_body =
+        f.exchange("POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+    CHECK(status_of(with_body) == 413);
+    // Says where the parameters go rather than only "Payload Too Large".
+    CHECK(with_body.find("parameters go in the query string") != std::string::npos);
     // Without a bound, this was buffered until the read timeout (and a gigabyte of it held).
     const std::string extension =
         f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
