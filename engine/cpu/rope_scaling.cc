@@ -19,6 +19,16 @@ double yarn_get_mscale(double factor, double m) {
     return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
 }
 
+double yarn_attention_factor(const YarnConfig& c) {
+    if (c.attention_factor > 0.0) {
+        return c.attention_factor;
+    }
+    if (c.mscale != 0.0 && c.mscale_all_dim != 0.0) {
+        return yarn_get_mscale(c.factor, c.mscale) / yarn_get_mscale(c.factor, c.mscale_all_dim);
+    }
+    return yarn_get_mscale(c.factor, 1.0);
+}
+
 namespace {
 
 // The dim index whose wavelength makes `rotations` turns over the original context.

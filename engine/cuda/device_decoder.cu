@@ -114,6 +114,7 @@ struct DeviceDecoder::Impl {
     float* mla_scratch = nullptr; // kMla: mla_scratch_floats(mla, batch).
     float* mla_out = nullptr;     // kMla: [batch][heads * v_head_dim], the input of o_proj.
     int32_t rot_dim = 0;          // Leading values of a head RoPE rotates; 0: head_dim.
+    float rope_mscale = 1.0f;     // kGqa: factor on cos and sin (YaRN's; 1 without).
     int64_t mlp_inter = 0;        // Widest dense / shared SwiGLU (0: none).
     bool zero_kv = false;         // Positions below the start hold zeros (else random values).
     std::vector<double> host_inv_freq;  // RoPE frequencies; empty: rope_inv_freq(1e6).
@@ -178,6 +179,7 @@ struct DeviceDecoder::Impl {
         attention = m.attention;
         mla = m.mla;
         rot_dim = m.rot_dim;
+        rope_mscale = static_cast<float>(m.rope_mscale);
         mlp_inter = std::max(m.dense_inter, m.shared_inter);
         zero_kv = true;
     }
@@ -715,10 +717,10 @@ struct DeviceDecoder::Impl {
             EDGE_RETURN_IF_ERROR(
                 kernels::rms_norm(k, L.k_norm, B * s.kv_heads, hd, eps, k, stream));
         }
-        EDGE_RETURN_IF_ERROR(
-            kernels::rope(q, positions, B, s.heads, hd, rot_dim, inv_freq, true, 1.0f, stream));
+        EDGE_RETURN_IF_ERROR(kernels::rope(q, positions, B, s.heads, hd, rot_dim, inv_freq, true,
+                                           rope_mscale, stream));
         EDGE_RETURN_IF_ERROR(kernels::rope(k, positions, B, s.kv_heads, hd, rot_dim, inv_freq,
-                                           true, 1.0f, stream));
+                                           true, rope_mscale, stream));
         EDGE_RETURN_IF_ERROR(kernels::paged_kv_write(kv, li, k, v, seq_ids, positions, B,
                                                      block_table, max_blocks, pool, stream));
         EDGE_RETURN_IF_ERROR(kernels::paged_attention(kv, li, q, B, s.heads, seq_ids, positions,

@@ -1,6 +1,5 @@
 #include "engine/cuda/host/checkpoint_model.h"
 
-#include "engine/cpu/rope_scaling.h"
 #include "engine/model/archs/deepseek_v3.h"
 #include "engine/model/archs/deepseek_v3_config.h"
 #include "engine/model/archs/glm4_moe.h"
@@ -28,7 +27,6 @@ struct TensorPlan {
     bool qk_norm = false;         // self_attn.q_norm / k_norm.
     bool tie_word_embeddings = false;
     bool float_embed = false;  // The embedding table read as stored (never quantized).
-    double rope_theta = 10000.0;
     std::vector<bool> moe_layer;  // Per layer: routed experts (else a dense MLP).
 };
 
@@ -55,9 +53,8 @@ Status check_device_limits(const ConfigJson& json, const CheckpointModel& m) {
     if (m.kv_heads <= 0 || m.heads % m.kv_heads != 0) {
         return unsupported(json, "num_key_value_heads", "does not divide num_attention_heads");
     }
-    if (!json.is_null("rope_scaling")) {
-        return unsupported(json, "rope_scaling", "scaled RoPE");
-    }
+    // rope_scaling: the architecture's config has refused what it does not compute, and
+    // CheckpointModel carries the frequencies and cos/sin factor of what it does (YaRN).
     return ok_status();
 }
 
@@ -91,7 +88,8 @@ Status plan_qwen3(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) 
     m->bos_token_id = c.bos_token_id;
     plan->qk_norm = true;
     plan->tie_word_embeddings = c.tie_word_embeddings;
-    plan->rope_theta = c.rope_theta;
+    m->inv_freq = c.rope.inv_freq;
+    m->rope_mscale = c.rope.mscale;
     plan->moe_layer.assign(static_cast<size_t>(c.num_hidden_layers), true);
     return ok_status();
 }
@@ -119,15 +117,14 @@ void plan_sigmoid_moe(const SigmoidMoeConfig& c, CheckpointModel* m, TensorPlan*
     m->bos_token_id = c.bos_token_id;
     plan->tie_word_embeddings = c.tie_word_embeddings;
     plan->float_embed = true;  // As the CPU model (glm4_moe_common.cc) reads it.
-    plan->rope_theta = c.rope_theta;
     plan->moe_layer.resize(static_cast<size_t>(c.num_hidden_layers));
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
         plan->moe_layer[static_cast<size_t>(l)] = c.is_moe_layer(l);
     }
 }
 
-// GLM-4.5's attention fields, read by the CPU model's own Glm4AttentionConfig (which also
-// refuses a rope_scaling the model does not run).
+// GLM-4.5's attention fields, read by the CPU model's own Glm4AttentionConfig (its rotary
+// frequencies included, so both sides rotate by the same angles).
 Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
                           SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults));
@@ -142,6 +139,8 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     m->kv_heads = static_cast<int32_t>(a.num_key_value_heads);
     m->head_dim = static_cast<int32_t>(a.head_dim);
     m->rot_dim = static_cast<int32_t>(a.rotary_dim);
+    m->inv_freq = a.rope.inv_freq;
+    m->rope_mscale = a.rope.mscale;
     return ok_status();
 }
 
@@ -215,11 +214,6 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     m.router.experts = m.experts;
     m.router.top_k = m.top_k;
     m.router.norm_topk_prob = m.norm_topk_prob;
-    // The CPU models' formula (cpu::rope_inv_freq), so both sides rotate by the same angles
-    // (kMla: MlaConfig's, already set).
-    if (m.attention != AttentionKind::kMla) {
-        m.inv_freq = cpu::rope_inv_freq(plan.rope_theta, m.rot_dim);
-    }
 
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::open_dir(dir));
     m.checkpoint = std::move(ckpt);

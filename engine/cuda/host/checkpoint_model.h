@@ -8,18 +8,20 @@
 //
 // Architectures:
 //  - Qwen3MoeForCausalLM: every layer sparse (decoder_sparse_step 1, no mlp_only_layers), no
-//    attention bias, per-head q/k RMSNorm, full NeoX RoPE, softmax top-k routing.
+//    attention bias, per-head q/k RMSNorm, full NeoX RoPE (YaRN rope_scaling as the CPU model
+//    reads it), softmax top-k routing.
 //  - Glm4MoeForCausalLM (GLM-4.5): the first `first_k_dense_replace` layers a dense SwiGLU MLP,
 //    the others routed experts (sigmoid grouped top-k with e_score_correction_bias, n_group,
 //    topk_group, norm_topk_prob, routed_scaling_factor) plus `n_shared_experts` shared experts
 //    as one dense SwiGLU added unscaled; q/k/v bias (attention_bias), optional q/k RMSNorm
-//    (use_qk_norm), NeoX RoPE on the first head_dim * partial_rotary_factor dims.
+//    (use_qk_norm), NeoX RoPE on the first head_dim * partial_rotary_factor dims (YaRN as
+//    for Qwen3).
 //  - DeepseekV3ForCausalLM (DeepSeek-V3, Kimi K2): GLM-4.5's feed-forward and routing with
 //    Multi-head Latent Attention (AttentionKind::kMla, host/mla_layout.h): the query LoRA (or
 //    q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj of each layer; YaRN
 //    rope_scaling as the CPU model reads it (deepseek_v3_config.h).
-// Qwen3 and GLM: GQA attention (AttentionKind::kGqa), no rope_scaling, head_dim a multiple of 32
-// and at most 256. All: every routed expert of the model in one format. Anything else is
+// Qwen3 and GLM: GQA attention (AttentionKind::kGqa), head_dim a multiple of 32 and at most
+// 256. All: every routed expert of the model in one format. Anything else is
 // kUnimplemented naming config.json and the field, so the caller can fall back to the engine's
 // own forward; a missing or misshapen tensor is the checkpoint's error naming the file and
 // tensor.
@@ -100,6 +102,7 @@ struct CheckpointModel {
     int64_t bos_token_id = -1;           // config.json bos_token_id, -1 when absent.
     WeightFormat expert_format = WeightFormat::kBF16;  // Of every routed expert matrix.
     std::vector<double> inv_freq;  // rot_dim / 2 RoPE frequencies, as the CPU model computes.
+    double rope_mscale = 1.0;      // kGqa: factor on cos and sin (YaRN's; kMla: mla's).
     // kMla: the attention's shapes and scales (rot_dim is mla.rope, inv_freq YaRN-scaled); the
     // host cache is sized with kv_heads 1 and head_dim (kv_lora_rank + rope) / 2, which gives the
     // latent rows' bytes (the CPU model's choice), and the device pool is MlaLatentLayout.

@@ -142,8 +142,9 @@ class TwinStepRunner final : public StepRunner {
             twin::rms_norm_rows(q, L.q_norm.data(), B * m_.heads, hd, m_.rms_eps, q);
             twin::rms_norm_rows(k, L.k_norm.data(), B * m_.kv_heads, hd, m_.rms_eps, k);
         }
-        twin::rope(q, positions, B, m_.heads, hd, m_.rot_dim, m_.inv_freq.data(), true, 1.0f);
-        twin::rope(k, positions, B, m_.kv_heads, hd, m_.rot_dim, m_.inv_freq.data(), true, 1.0f);
+        const auto ms = static_cast<float>(m_.rope_mscale);
+        twin::rope(q, positions, B, m_.heads, hd, m_.rot_dim, m_.inv_freq.data(), true, ms);
+        twin::rope(k, positions, B, m_.kv_heads, hd, m_.rot_dim, m_.inv_freq.data(), true, ms);
         twin::paged_kv_write(kv_, li, k, v, seqs, positions, B, table, layout_.max_blocks_per_seq,
                              pool_.data());
         twin::paged_attention(kv_, li, q, B, m_.heads, seqs, positions, table,

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "engine/cpu/ops.h"
-#include "engine/cpu/rope_scaling.h"
 #include "engine/model/archs/glm4_moe_common.h"
 #include "engine/model/model_config.h"
 #include "engine/model/paged_attention.h"
@@ -22,11 +21,10 @@ class Glm4Moe final : public SigmoidMoeModel {
   public:
     Glm4Moe(SigmoidMoeConfig c, Glm4AttentionConfig a, std::unique_ptr<Checkpoint> ckpt,
             std::unique_ptr<Backend> backend)
-        : SigmoidMoeModel(std::move(c), std::move(ckpt), std::move(backend)), a_(a) {}
+        : SigmoidMoeModel(std::move(c), std::move(ckpt), std::move(backend)), a_(std::move(a)) {}
 
     Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options) {
         attn_.resize(c_.num_hidden_layers);
-        inv_freq_ = cpu::rope_inv_freq(c_.rope_theta, a_.rotary_dim);
         const int64_t per_token =
             c_.num_hidden_layers * 2 * a_.num_key_value_heads * a_.head_dim * 4;
         return load_common(dir, json, options, kGlm4MoeArchitecture,
@@ -61,7 +59,6 @@ class Glm4Moe final : public SigmoidMoeModel {
   private:
     Glm4AttentionConfig a_;
     std::vector<AttnLayer> attn_;
-    std::vector<double> inv_freq_;
     std::vector<float> q_, k_, v_, out_, scores_, rope_, o_;
 };
 
@@ -105,7 +102,7 @@ void Glm4Moe::attention(int32_t li, int64_t n) {
         float* cs = rope + worker * rot;
         float* sn = cs + rot / 2;
         const int32_t pos = tok_pos_[i];
-        cpu::rope_angles(pos, inv_freq_.data(), rot / 2, cs, sn);
+        a_.rope.angles(pos, cs, sn);
         for (int64_t head = 0; head < nh; ++head) {
             float* qh = q + i * qdim + head * hd;
             if (a_.use_qk_norm) {
@@ -174,10 +171,10 @@ Result<Glm4AttentionConfig> Glm4AttentionConfig::from_json(const ConfigJson& j,
     }
     EDGE_ASSIGN_OR_RETURN(a.attention_bias, j.get_bool("attention_bias", false));
     EDGE_ASSIGN_OR_RETURN(a.use_qk_norm, j.get_bool("use_qk_norm", false));
-    if (!j.is_null("rope_scaling")) {
-        return unimplemented_error(j.path() + ": field 'rope_scaling' is not supported for " +
-                                   kGlm4MoeArchitecture);
-    }
+    // YaRN over the rotary dims (transformers' dim = head_dim * partial_rotary_factor).
+    EDGE_ASSIGN_OR_RETURN(a.rope, RotaryConfig::from_json(j, c.rope_theta, a.rotary_dim,
+                                                          c.max_position_embeddings,
+                                                          kGlm4MoeArchitecture));
     return a;
 }
 
@@ -198,7 +195,8 @@ Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const Co
     bo.activation_precision = options.activation_precision;
     bo.cpu_kernels = options.cpu_kernels;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
-    auto model = std::make_unique<Glm4Moe>(std::move(c), a, std::move(ckpt), std::move(backend));
+    auto model = std::make_unique<Glm4Moe>(std::move(c), std::move(a), std::move(ckpt),
+                                           std::move(backend));
     EDGE_RETURN_IF_ERROR(model->load(dir, json, options));
     return std::unique_ptr<CausalLM>(std::move(model));
 }

@@ -2,8 +2,8 @@
 
 // Glm4MoeForCausalLM (GLM-4.5 / 4.6): the shared sigmoid-routed MoE stack
 // (glm4_moe_common.h) with GQA attention: q/k/v projections with bias, optional per-head q/k
-// RMSNorm after the bias, and NeoX (rotate-half) RoPE on the first
-// head_dim * partial_rotary_factor dims of each head; the rest pass through.
+// RMSNorm after the bias, and NeoX (rotate-half) RoPE (YaRN-scaled when rope_scaling asks for
+// it) on the first head_dim * partial_rotary_factor dims of each head; the rest pass through.
 //
 // Threading: as CausalLM.
 
@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "engine/model/archs/rotary_config.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/loader.h"
 
@@ -32,6 +33,7 @@ struct Glm4AttentionConfig {
     int64_t num_key_value_heads = 0;
     int64_t head_dim = 0;    // Defaults to hidden_size / num_attention_heads.
     int64_t rotary_dim = 0;  // head_dim * partial_rotary_factor, even.
+    RotaryConfig rope;       // Frequencies over rotary_dim, YaRN from rope_scaling.
     bool attention_bias = false;
     bool use_qk_norm = false;
 

@@ -69,7 +69,6 @@ public:
     Weight lm_head_;
     std::vector<float> final_norm_;
     std::vector<Layer> layers_;
-    std::vector<double> inv_freq_;
 
     // Per-forward scratch, grown on demand and kept between calls.
     std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, scores_, rope_;
@@ -154,10 +153,6 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
             EDGE_ASSIGN_OR_RETURN(L.dense, mlp(p + "mlp.", c_.intermediate_size));
         }
     }
-    for (int64_t i = 0; i < hd / 2; ++i) {
-        inv_freq_.push_back(std::pow(c_.rope_theta, -2.0 * static_cast<double>(i) /
-                                                        static_cast<double>(hd)));
-    }
 
     PagedModelShape shape;
     shape.architecture = kQwen3MoeArchitecture;
@@ -218,7 +213,7 @@ void Qwen3Moe::attention_block(const Layer& L, int32_t li, int64_t n) {
         float* cs = rope + worker * hd;
         float* sn = cs + hd / 2;
         const int32_t pos = tok_pos_[i];
-        cpu::rope_angles(pos, inv_freq_.data(), hd / 2, cs, sn);
+        c_.rope.angles(pos, cs, sn);
         for (int64_t head = 0; head < nh; ++head) {
             float* qh = q + i * qdim + head * hd;
             cpu::rms_norm(qh, L.q_norm.data(), hd, eps, qh);

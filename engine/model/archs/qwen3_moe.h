@@ -1,11 +1,11 @@
 #pragma once
 
 // Qwen3MoeForCausalLM: embeddings; per layer RMSNorm, GQA attention with per-head q/k RMSNorm
-// before NeoX RoPE, RMSNorm, then a sparse MoE block (softmax router, top-k with ties to the lower
-// expert index, optional renormalisation, SwiGLU experts) or a dense SwiGLU MLP
-// (decoder_sparse_step / mlp_only_layers); final RMSNorm and lm_head (or tied embeddings).
-// Weights stay in the mapped checkpoint; the routed experts run in the shared, sharded
-// MoeBlock (engine/model/moe_block.h).
+// before NeoX RoPE (YaRN-scaled when rope_scaling asks for it), RMSNorm, then a sparse MoE block
+// (softmax router, top-k with ties to the lower expert index, optional renormalisation, SwiGLU
+// experts) or a dense SwiGLU MLP (decoder_sparse_step / mlp_only_layers); final RMSNorm and
+// lm_head (or tied embeddings). Weights stay in the mapped checkpoint; the routed experts run
+// in the shared, sharded MoeBlock (engine/model/moe_block.h).
 //
 // Threading: as CausalLM (one driving thread; forward() uses the backend's threads).
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "engine/model/archs/rotary_config.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/loader.h"
 
@@ -39,6 +40,7 @@ struct Qwen3MoeConfig {
     int64_t decoder_sparse_step = 1;
     std::vector<int64_t> mlp_only_layers;
     double rope_theta = 10000.0;
+    RotaryConfig rope;                  // Frequencies over head_dim, YaRN from rope_scaling.
     double rms_norm_eps = 1e-6;
     bool norm_topk_prob = false;
     bool tie_word_embeddings = false;

@@ -60,9 +60,10 @@ Result<Qwen3MoeConfig> Qwen3MoeConfig::from_json(const ConfigJson& j) {
     if (sliding) {
         return unimplemented_error(j.path() + ": field 'use_sliding_window' true is not supported");
     }
-    if (!j.is_null("rope_scaling")) {
-        return unimplemented_error(j.path() + ": field 'rope_scaling' is not supported yet");
-    }
+    // YaRN (Qwen's long-context recipe) over the whole head; other scalings are refused.
+    EDGE_ASSIGN_OR_RETURN(c.rope, RotaryConfig::from_json(j, c.rope_theta, c.head_dim,
+                                                          c.max_position_embeddings,
+                                                          kQwen3MoeArchitecture));
     EDGE_RETURN_IF_ERROR(require_string_if_set(j, "hidden_act", "silu"));
     EDGE_ASSIGN_OR_RETURN(c.eos_token_ids, get_token_ids(j, "eos_token_id", c.vocab_size));
     if (!j.is_null("bos_token_id")) {  // Absent or null: no BOS.

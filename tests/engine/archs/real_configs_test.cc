@@ -75,11 +75,12 @@ TEST_CASE("real config: Qwen3-30B-A3B") {
     CHECK(c->bos_token_id == 151643);
     CHECK(parse_stored_quantization(json)->quant_method.empty());
     // The variants this architecture does not compute are refused, named.
-    require_refused(Qwen3MoeConfig::from_json(with_field("qwen3-30b-a3b", "rope_scaling",
-                                                         R"({"rope_type": "yarn", "factor": 4.0,
-                                                 "original_max_position_embeddings": 32768})"))
+    CHECK(c->rope.inv_freq == cpu::rope_inv_freq(1e6, 128));  // No rope_scaling.
+    CHECK(c->rope.mscale == 1.0);
+    require_refused(Qwen3MoeConfig::from_json(
+                        with_field("qwen3-30b-a3b", "rope_scaling", R"({"rope_type": "linear"})"))
                         .status(),
-                    "qwen3-30b-a3b", "rope_scaling");
+                    "qwen3-30b-a3b", "rope_scaling.rope_type");
     require_refused(
         Qwen3MoeConfig::from_json(with_field("qwen3-30b-a3b", "use_sliding_window", "true"))
             .status(),
@@ -221,9 +222,10 @@ TEST_CASE("real config: INTELLECT-3-Base (Glm4MoeForCausalLM, GLM-4.5-Air shape)
     CHECK(a->num_key_value_heads == 8);
     CHECK(a->attention_bias);
     CHECK_FALSE(a->use_qk_norm);
+    CHECK(a->rope.inv_freq == cpu::rope_inv_freq(c->rope_theta, 64));  // No rope_scaling.
     require_refused(check_glm4_moe_config(with_field("intellect-3-base", "rope_scaling",
-                                                     R"({"rope_type": "yarn", "factor": 4.0})")),
-                    "intellect-3-base", "rope_scaling");
+                                                     R"({"rope_type": "dynamic", "factor": 4.0})")),
+                    "intellect-3-base", "rope_scaling.rope_type");
 }
 
 TEST_CASE("real config: routing and layer variants the engine does not compute are refused") {

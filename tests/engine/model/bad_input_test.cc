@@ -337,9 +337,12 @@ TEST_CASE("config missing a field / ill-typed / unsupported architecture") {
     write(m.path("config.json"),
           json::serialize(no_theta).insert(1, std::string("\"rope_theta\": 1e999, ")));
     CHECK(contains(load_status(m), "config.json: field 'rope_theta' is not a finite number"));
-    s = with([](json::object& c) { c["rope_scaling"] = {{"type", "yarn"}}; });
+    s = with([](json::object& c) { c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; });
     CHECK(s.code() == StatusCode::kUnimplemented);
-    CHECK(contains(s, "rope_scaling"));
+    CHECK(contains(s, "config.json: field 'rope_scaling.type' 'linear' is not supported"));
+    s = with([](json::object& c) { c["rope_scaling"] = {{"type", "yarn"}}; });
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(contains(s, "config.json: field 'rope_scaling.factor' is missing"));
     write(m.path("config.json"), "{\"hidden_size\": ");
     s = load_status(m);
     CHECK(s.code() == StatusCode::kInvalidArgument);

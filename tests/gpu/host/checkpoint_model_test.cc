@@ -7,7 +7,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 
+#include "engine/cpu/rope_scaling.h"
+#include "engine/model/archs/qwen3_moe.h"
+#include "engine/model/model_config.h"
 #include "tests/gpu/host/config_edit.h"
 #include "tests/testing/test_certs.h"
 
@@ -72,6 +76,26 @@ TEST_CASE("checkpoint model: quantize-on-load sets the expert format, dense laye
     CHECK_FALSE(bad.ok());
 }
 
+TEST_CASE("checkpoint model: YaRN gives the CPU model's frequencies and cos/sin factor") {
+    testing::TempDir dir;
+    dir.write("config.json", config_with_field(fixture_config(), "rope_scaling",
+                                               R"({"rope_type": "yarn", "factor": 8.0, )"
+                                               R"("original_max_position_embeddings": 64})"));
+    std::filesystem::create_symlink(kMicro + "/model.safetensors", dir.file("model.safetensors"));
+    auto m = read_checkpoint_model(dir.path(), "none");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    auto json = ConfigJson::read(dir.path());
+    REQUIRE(json.ok());
+    auto c = Qwen3MoeConfig::from_json(*json);
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(m->inv_freq == c->rope.inv_freq);
+    CHECK(m->inv_freq != cpu::rope_inv_freq(1e6, 32));
+    CHECK(m->rope_mscale == doctest::Approx(0.1 * std::log(8.0) + 1.0));
+    auto plain = read_checkpoint_model(kMicro, "none");
+    REQUIRE(plain.ok());
+    CHECK(plain->rope_mscale == 1.0);
+}
+
 TEST_CASE("checkpoint model: configs the device path does not run are named errors") {
     testing::TempDir dir;
     Status dense = read_with(dir, "mlp_only_layers", "[1]");
@@ -79,9 +103,9 @@ TEST_CASE("checkpoint model: configs the device path does not run are named erro
     CHECK_MESSAGE(dense.message().find("config.json: decoder_sparse_step / mlp_only_layers") !=
                       std::string::npos,
                   dense.message());
-    Status rope = read_with(dir, "rope_scaling", R"({"type": "yarn", "factor": 4.0})");
+    Status rope = read_with(dir, "rope_scaling", R"({"type": "linear", "factor": 4.0})");
     CHECK(rope.code() == StatusCode::kUnimplemented);
-    CHECK(rope.message().find("rope_scaling") != std::string::npos);
+    CHECK(rope.message().find("rope_scaling.type") != std::string::npos);
     Status bias = read_with(dir, "attention_bias", "true");
     CHECK(bias.code() == StatusCode::kUnimplemented);
     Status head = read_with(dir, "head_dim", "48");

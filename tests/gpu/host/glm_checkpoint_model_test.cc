@@ -127,9 +127,9 @@ TEST_CASE("checkpoint model (GLM-4.5): bad configs name config.json and the fiel
     Status head = read_with(dir, "head_dim", "48");
     CHECK(head.code() == StatusCode::kUnimplemented);
     CHECK(head.message().find("head_dim") != std::string::npos);
-    Status rope = read_with(dir, "rope_scaling", R"({"type": "yarn", "factor": 4.0})");
+    Status rope = read_with(dir, "rope_scaling", R"({"type": "longrope", "factor": 4.0})");
     CHECK(rope.code() == StatusCode::kUnimplemented);
-    CHECK(rope.message().find("rope_scaling") != std::string::npos);
+    CHECK(rope.message().find("rope_scaling.type") != std::string::npos);
     Status act = read_with(dir, "hidden_act", "\"gelu\"");
     CHECK(act.code() == StatusCode::kUnimplemented);
     CHECK(act.message().find("hidden_act") != std::string::npos);

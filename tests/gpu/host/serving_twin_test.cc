@@ -75,6 +75,30 @@ TEST_CASE(
     }
 }
 
+TEST_CASE("serving path on the CPU twin: YaRN rope_scaling (Qwen3, GLM-4.5) equals the CPU model") {
+    // A short original length and an attention factor away from 1, so both the scaled
+    // frequencies and the cos/sin factor move the logits.
+    const std::string yarn = R"("rope_scaling": {"rope_type": "yarn", "factor": 8.0, )"
+                             R"("original_max_position_embeddings": 64, "attention_factor": 1.5})";
+    for (const std::string& fixture : {testing::kMicroQwen3, testing::kMicroGlm4}) {
+        CAPTURE(fixture);
+        edge::testing::TempDir dir;
+        std::string config = edge::testing::read_file(fixture + "/config.json");
+        const std::string plain = "\"rope_scaling\": null";
+        const size_t at = config.find(plain);
+        REQUIRE(at != std::string::npos);
+        dir.write("config.json", config.replace(at, plain.size(), yarn));
+        std::filesystem::create_symlink(fixture + "/model.safetensors",
+                                        dir.file("model.safetensors"));
+        auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
+        REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+        auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
+                                           create_twin_step_runner);
+        REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
+        testing::run_serving_script(**cpu, **twin, 1e-3);
+    }
+}
+
 // The twin runner, recording each step's (bucket, logit bucket): how many rows every step ran
 // and how many of them went through the final norm and the LM head.
 class CountingRunner final : public StepRunner {

@@ -1,0 +1,169 @@
+#include "engine/model/archs/rotary_config.h"
+
+#include <boost/json.hpp>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "engine/cpu/ops.h"
+#include "engine/model/model_config.h"
+
+namespace edge::engine {
+namespace {
+
+namespace json = boost::json;
+
+// "dir/config.json: field 'rope_scaling.KEY'".
+std::string field_name(const ConfigJson& j, std::string_view key) {
+    return j.path() + ": field 'rope_scaling." + std::string(key) + "'";
+}
+
+// The number at `key`, `fallback` when it is absent or null.
+Result<double> number_field(const ConfigJson& j, const json::object& o, const char* key,
+                            double fallback) {
+    const json::value* v = o.if_contains(key);
+    if (v == nullptr || v->is_null()) {
+        return fallback;
+    }
+    if (!v->is_number() || !std::isfinite(v->to_number<double>())) {
+        return invalid_argument_error(field_name(j, key) + " is not a finite number");
+    }
+    return v->to_number<double>();
+}
+
+// `key`'s value as written, and what it should have been.
+Status out_of_range(const ConfigJson& j, const json::object& o, const char* key,
+                    const std::string& expected) {
+    return invalid_argument_error(field_name(j, key) + " is " + json::serialize(o.at(key)) +
+                                  ", expected " + expected);
+}
+
+// The scaling's type and the key that gave it: rope_type, else its older spelling type (as
+// transformers reads them).
+Result<std::pair<const char*, std::string>> scaling_type(const ConfigJson& j,
+                                                         const json::object& o) {
+    for (const char* key : {"rope_type", "type"}) {
+        const json::value* t = o.if_contains(key);
+        if (t == nullptr || t->is_null()) {
+            continue;
+        }
+        if (!t->is_string()) {
+            return invalid_argument_error(field_name(j, key) + " is not a string");
+        }
+        return std::pair<const char*, std::string>(key, std::string(t->get_string()));
+    }
+    return invalid_argument_error(j.path() + ": field 'rope_scaling' has no 'rope_type' (or " +
+                                  "'type')");
+}
+
+// A number that may not be negative, 0 when absent or null.
+Result<double> nonnegative_field(const ConfigJson& j, const json::object& o, const char* key) {
+    EDGE_ASSIGN_OR_RETURN(const double v, number_field(j, o, key, 0.0));
+    if (v < 0.0) {
+        return out_of_range(j, o, key, "0 or more");
+    }
+    return v;
+}
+
+Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
+                                  int64_t max_position_embeddings) {
+    cpu::YarnConfig y;
+    if (const json::value* f = o.if_contains("factor"); f == nullptr || f->is_null()) {
+        return invalid_argument_error(field_name(j, "factor") +
+                                      " is missing (YaRN's context extension factor)");
+    }
+    EDGE_ASSIGN_OR_RETURN(y.factor, number_field(j, o, "factor", 0.0));
+    if (!(y.factor > 1.0 && y.factor < 1e6)) {
+        // 1 would scale nothing (an unscaled config has no rope_scaling), below 1 would shrink
+        // the context the model was trained on.
+        return out_of_range(j, o, "factor", "a number above 1 (and below 1e6)");
+    }
+    // transformers takes `get(key) or max_position_embeddings`; an explicit 0 or less is a
+    // mistake rather than a request for the fallback.
+    const auto max_pos = static_cast<double>(max_position_embeddings);
+    EDGE_ASSIGN_OR_RETURN(const double orig,
+                          number_field(j, o, "original_max_position_embeddings", max_pos));
+    if (!(orig >= 1.0) || orig != std::floor(orig)) {
+        return out_of_range(j, o, "original_max_position_embeddings",
+                            "a whole number of positions, 1 or more");
+    }
+    if (orig > max_pos) {
+        // YaRN stretches the pretrained length to a longer one; the model serves no position
+        // past max_position_embeddings, so a longer "original" one only distorts the positions
+        // it does serve (the two fields swapped, or a typo).
+        return out_of_range(
+            j, o, "original_max_position_embeddings",
+            "at most max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
+    }
+    y.original_max_position = static_cast<int64_t>(orig);
+    // transformers takes `get(key) or default`: absent, null and 0 all mean the default.
+    EDGE_ASSIGN_OR_RETURN(y.beta_fast, nonnegative_field(j, o, "beta_fast"));
+    EDGE_ASSIGN_OR_RETURN(y.beta_slow, nonnegative_field(j, o, "beta_slow"));
+    y.beta_fast = y.beta_fast == 0.0 ? 32.0 : y.beta_fast;
+    y.beta_slow = y.beta_slow == 0.0 ? 1.0 : y.beta_slow;
+    if (y.beta_fast < y.beta_slow) {
+        // The ramp would run backwards: the high frequencies interpolated, the low ones kept.
+        return invalid_argument_error(field_name(j, "beta_fast") + " (" +
+                                      std::to_string(y.beta_fast) + ") is below beta_slow (" +
+                                      std::to_string(y.beta_slow) + ")");
+    }
+    // 0 stands for absent (transformers takes the mscale ratio only when both are set and
+    // nonzero). A negative one makes get_mscale(factor, m) = 0.1 m ln(factor) + 1 below 1, zero
+    // or negative: cos/sin and the softmax scale turned over or divided by zero.
+    EDGE_ASSIGN_OR_RETURN(y.mscale, nonnegative_field(j, o, "mscale"));
+    EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim, nonnegative_field(j, o, "mscale_all_dim"));
+    EDGE_ASSIGN_OR_RETURN(y.attention_factor, number_field(j, o, "attention_factor", 0.0));
+    if (const json::value* a = o.if_contains("attention_factor");
+        a != nullptr && !a->is_null() && !(y.attention_factor > 0.0)) {
+        return out_of_range(j, o, "attention_factor", "a number above 0");
+    }
+    if (const json::value* t = o.if_contains("truncate"); t != nullptr && !t->is_null()) {
+        if (!t->is_bool()) {
+            return invalid_argument_error(field_name(j, "truncate") + " is not true or false");
+        }
+        y.truncate = t->get_bool();
+    }
+    return y;
+}
+
+}  // namespace
+
+Result<RotaryConfig> RotaryConfig::from_json(const ConfigJson& j, double theta, int64_t rot_dim,
+                                             int64_t max_position_embeddings,
+                                             std::string_view architecture) {
+    RotaryConfig r;
+    if (j.is_null("rope_scaling")) {
+        r.inv_freq = cpu::rope_inv_freq(theta, rot_dim);
+        return r;
+    }
+    const json::value& rs = j.root().at("rope_scaling");
+    if (!rs.is_object()) {
+        return invalid_argument_error(j.path() + ": field 'rope_scaling' is not an object");
+    }
+    const json::object& o = rs.get_object();
+    EDGE_ASSIGN_OR_RETURN(const auto type, scaling_type(j, o));
+    if (type.second != "yarn") {
+        return unimplemented_error(field_name(j, type.first) + " '" + type.second +
+                                   "' is not supported for " + std::string(architecture) +
+                                   " (only yarn)");
+    }
+    EDGE_ASSIGN_OR_RETURN(cpu::YarnConfig y, read_yarn(j, o, max_position_embeddings));
+    r.inv_freq = cpu::yarn_inv_freq(theta, rot_dim, y);
+    r.mscale = cpu::yarn_attention_factor(y);
+    r.yarn = y;
+    return r;
+}
+
+void RotaryConfig::angles(int64_t pos, float* cos_out, float* sin_out) const {
+    const auto half = static_cast<int64_t>(inv_freq.size());
+    cpu::rope_angles(pos, inv_freq.data(), half, cos_out, sin_out);
+    if (mscale != 1.0) {
+        const auto m = static_cast<float>(mscale);
+        for (int64_t i = 0; i < half; ++i) {
+            cos_out[i] *= m;
+            sin_out[i] *= m;
+        }
+    }
+}
+
+}  // namespace edge::engine
