@@ -80,7 +80,7 @@ Status plan_qwen3(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) 
     m->head_dim = static_cast<int32_t>(c.head_dim);
     m->rot_dim = m->head_dim;
     m->vocab = static_cast<int32_t>(c.vocab_size);
-    m->max_position = static_cast<int32_t>(c.max_position_embeddings);
+    m->max_position = static_cast<int32_t>(c.rope.max_positions);
     m->rms_eps = static_cast<float>(c.rms_norm_eps);
     m->norm_topk_prob = c.norm_topk_prob;
     m->router.scoring = RouterScoring::kSoftmax;
@@ -141,6 +141,7 @@ Status plan_glm4(const ConfigJson& json, CheckpointModel* m, TensorPlan* plan) {
     m->rot_dim = static_cast<int32_t>(a.rotary_dim);
     m->inv_freq = a.rope.inv_freq;
     m->rope_mscale = a.rope.mscale;
+    m->max_position = static_cast<int32_t>(a.rope.max_positions);
     return ok_status();
 }
 

@@ -25,6 +25,7 @@ class Glm4Moe final : public SigmoidMoeModel {
 
     Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options) {
         attn_.resize(c_.num_hidden_layers);
+        c_.max_position_embeddings = a_.rope.max_positions;  // What load_common serves.
         const int64_t per_token =
             c_.num_hidden_layers * 2 * a_.num_key_value_heads * a_.head_dim * 4;
         return load_common(dir, json, options, kGlm4MoeArchitecture,

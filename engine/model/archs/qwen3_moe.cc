@@ -159,7 +159,7 @@ Status Qwen3Moe::load(const std::string& dir, const ConfigJson& json, const Load
     shape.layers = c_.num_hidden_layers;
     shape.kv_heads = c_.num_key_value_heads;
     shape.head_dim = hd;
-    shape.max_position_embeddings = c_.max_position_embeddings;
+    shape.max_position_embeddings = c_.rope.max_positions;
     shape.vocab_size = c_.vocab_size;
     shape.eos_token_ids = c_.eos_token_ids;
     shape.bos_token_id = c_.bos_token_id;

@@ -1,5 +1,6 @@
 #include "engine/model/archs/rotary_config.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
 #include <string>
@@ -88,9 +89,8 @@ Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
                             "a whole number of positions, 1 or more");
     }
     if (orig > max_pos) {
-        // YaRN stretches the pretrained length to a longer one; the model serves no position
-        // past max_position_embeddings, so a longer "original" one only distorts the positions
-        // it does serve (the two fields swapped, or a typo).
+        // YaRN stretches the pretrained length to a longer one; an "original" length above the
+        // config's own is the two fields swapped, or a typo.
         return out_of_range(
             j, o, "original_max_position_embeddings",
             "at most max_position_embeddings (" + std::to_string(max_position_embeddings) + ")");
@@ -132,6 +132,7 @@ Result<RotaryConfig> RotaryConfig::from_json(const ConfigJson& j, double theta, 
                                              int64_t max_position_embeddings,
                                              std::string_view architecture) {
     RotaryConfig r;
+    r.max_positions = max_position_embeddings;
     if (j.is_null("rope_scaling")) {
         r.inv_freq = cpu::rope_inv_freq(theta, rot_dim);
         return r;
@@ -151,6 +152,10 @@ Result<RotaryConfig> RotaryConfig::from_json(const ConfigJson& j, double theta, 
     r.inv_freq = cpu::yarn_inv_freq(theta, rot_dim, y);
     r.mscale = cpu::yarn_attention_factor(y);
     r.yarn = y;
+    // Bounded as max_position_embeddings is read (factor < 1e6, original <= max positions).
+    const double stretched = std::floor(static_cast<double>(y.original_max_position) * y.factor);
+    r.max_positions =
+        std::max(max_position_embeddings, static_cast<int64_t>(std::min(stretched, 0x1p30)));
     return r;
 }
 

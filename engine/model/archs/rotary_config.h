@@ -23,6 +23,11 @@ struct RotaryConfig {
     std::vector<double> inv_freq;         // rot_dim / 2 frequencies (radians per position).
     double mscale = 1.0;                  // Factor on cos and sin: YaRN's attention factor.
     std::optional<cpu::YarnConfig> yarn;  // The YaRN fields, when rope_scaling is YaRN.
+    // Positions the model serves: max_position_embeddings, or with YaRN the larger of it and
+    // original_max_position_embeddings x factor, the length YaRN stretches the pretrained one
+    // to (as vLLM derives its max_model_len: Qwen's recipe, 32768 x 4, serves 131072 while the
+    // config still says 40960).
+    int64_t max_positions = 0;
 
     // `theta` is rope_theta, `rot_dim` the even number of dims of a head that rotate, and
     // `max_position_embeddings` the model's (YaRN's pretrained length when rope_scaling has no

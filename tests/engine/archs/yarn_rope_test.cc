@@ -108,6 +108,9 @@ TEST_CASE("yarn: Qwen3-30B-A3B's tables equal transformers' formula") {
     }
     check_relative(c->rope.mscale, kQwen3AttentionFactor);
     REQUIRE(c->rope.yarn.has_value());
+    // Served as vLLM serves the recipe: 32768 x 4, above the config's 40960.
+    CHECK(c->max_position_embeddings == 40960);
+    CHECK(c->rope.max_positions == 131072);
     CHECK(c->rope.yarn->beta_fast == 32.0);
     CHECK(c->rope.yarn->beta_slow == 1.0);
     CHECK(c->rope.yarn->truncate);
@@ -133,6 +136,7 @@ TEST_CASE("yarn: Qwen3-30B-A3B's tables equal transformers' formula") {
     auto no_original = qwen3(R"({"rope_type": "yarn", "factor": 4.0, "attention_factor": 0.5})");
     REQUIRE_MESSAGE(no_original.ok(), no_original.status().to_string());
     CHECK(no_original->rope.yarn->original_max_position == 40960);
+    CHECK(no_original->rope.max_positions == 4 * 40960);
     CHECK(no_original->rope.mscale == 0.5);
     cpu::YarnConfig y;
     y.factor = 4.0;
@@ -153,6 +157,7 @@ TEST_CASE("yarn: Qwen3-30B-A3B's tables equal transformers' formula") {
     REQUIRE(plain.ok());
     CHECK(plain->rope.inv_freq == cpu::rope_inv_freq(1e6, 128));
     CHECK(plain->rope.mscale == 1.0);
+    CHECK(plain->rope.max_positions == 40960);
     CHECK_FALSE(plain->rope.yarn.has_value());
 }
 
@@ -238,8 +243,8 @@ TEST_CASE("yarn: other scalings and bad values are refused, naming the file and 
 
 // `fixture` copied into a temp dir with rope_scaling set to `scaling`; the model loaded.
 std::unique_ptr<CausalLM> load_with_scaling(const edge::testing::TempDir& dir,
-                                            const std::string& fixture,
-                                            const std::string& scaling) {
+                                            const std::string& fixture, const std::string& scaling,
+                                            int32_t max_context = 64) {
     const std::string src = testing::fixture_dir(fixture);
     for (const auto& entry : std::filesystem::directory_iterator(src)) {
         std::filesystem::copy_file(entry.path(), dir.file(entry.path().filename().string()),
@@ -251,7 +256,7 @@ std::unique_ptr<CausalLM> load_with_scaling(const edge::testing::TempDir& dir,
     LoadOptions options;
     options.threads = 1;
     options.max_slots = 1;
-    options.max_context = 64;
+    options.max_context = max_context;
     auto model = load_model(dir.path(), options);
     REQUIRE_MESSAGE(model.ok(), model.status().to_string());
     return std::move(model).value();
@@ -276,6 +281,29 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
         diff = std::max<double>(diff, std::fabs(a[i] - b[i]));
     }
     return diff;
+}
+
+TEST_CASE("yarn: a model serves original_max_position_embeddings x factor positions") {
+    // Qwen's recipe names the pretrained length and the factor; the config's
+    // max_position_embeddings may stay below their product (40960 against 131072 for
+    // Qwen3-30B-A3B), and vLLM serves the product. A short original length keeps the KV cache
+    // of the micro models small.
+    for (const char* fixture : {"micro-qwen3-moe", "micro-glm4-moe"}) {
+        CAPTURE(std::string(fixture));
+        const std::string src = testing::fixture_dir(fixture);
+        const int64_t max_pos = json::parse(edge::testing::read_file(src + "/config.json"))
+                                    .at("max_position_embeddings")
+                                    .to_number<int64_t>();
+        edge::testing::TempDir plain_dir, yarn_dir;
+        auto plain = load_with_scaling(plain_dir, fixture, "null", 0);
+        CHECK(plain->spec().max_context == max_pos);
+        auto yarn = load_with_scaling(
+            yarn_dir, fixture,
+            R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": )" +
+                std::to_string(max_pos) + "}",
+            0);
+        CHECK(yarn->spec().max_context == 4 * max_pos);
+    }
 }
 
 TEST_CASE("yarn: the micro models' forward rotates with the scaled cos/sin") {
