@@ -42,11 +42,19 @@ class Glm45Parser final : public MarkerParser {
     // a number is past a double's range (written again it would be null). An error when the
     // value is JSON that gives a key twice in one of its objects: Boost.JSON keeps the last
     // ({"b": 1, "b": 2} was written {"b": 2}), another reader may take the first or refuse it;
-    // refused, as a key given twice among the pairs is.
+    // refused, as a key given twice among the pairs is. An error too when the value nests more
+    // than kMaxValueDepth containers: the arguments object around it would take it past what the
+    // server reads back (a client sending the call in its history would get a 400).
     Result<std::string> value_json(const std::string& key, const std::string& value) const {
         if (string_args_.count(name_ + "\n" + key) == 0) {
             std::error_code ec;
-            json::value v = parse_json(value, ec);
+            json::value v = parse_value(value, ec);
+            if (ec == json::error::too_deep) {
+                return invalid_argument_error(
+                    "a tool call's argument " + quote(key) + " nests more than " +
+                    std::to_string(kMaxValueDepth) + " arrays and objects (" +
+                    std::to_string(kMaxJsonDepth) + " with the arguments object around it)");
+            }
             if (!ec) {
                 if (v.is_object() || v.is_array()) {
                     JsonStream keys;
@@ -67,6 +75,18 @@ class Glm45Parser final : public MarkerParser {
             }
         }
         return quote(value);
+    }
+
+    // The arguments object the pairs become is a container around every value.
+    static constexpr size_t kMaxValueDepth = kMaxJsonDepth - 1;
+
+    // parse_json's reading, with kMaxValueDepth levels allowed.
+    static json::value parse_value(std::string_view text, std::error_code& ec) {
+        json::parse_options options = json_parse_options();
+        options.max_depth = kMaxValueDepth;
+        json::parser parser({}, options);
+        parser.write(text.data(), text.size(), ec);
+        return ec ? json::value() : parser.release();
     }
 
     static bool finite(const json::value& v) {

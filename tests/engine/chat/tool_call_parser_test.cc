@@ -533,6 +533,49 @@ TEST_CASE("tool calls: a key given twice in a nested object makes the call malfo
     }
 }
 
+TEST_CASE("tool calls: GLM-4.5 values nest one level less than kMaxJsonDepth, as arguments") {
+    // The pairs become one arguments object around the values: a value nesting kMaxJsonDepth
+    // containers would make arguments one level deeper than the server reads back (parse_json,
+    // when a client sends the call in its history). The deepest value that fits is kept as JSON;
+    // one level more gives the call up, naming the argument.
+    const auto nested = [](size_t arrays) {
+        return std::string(arrays, '[') + "1" + std::string(arrays, ']');
+    };
+    const Pairs fits = {{"v", nested(kMaxJsonDepth - 1)}};
+    const Outcome o = run(ToolCallFormat::kGlm45, {call_text(ToolCallFormat::kGlm45, "f", fits)});
+    CHECK_FALSE(o.malformed);
+    REQUIRE(o.calls.size() == 1);
+    std::error_code ec;
+    const boost::json::value back = parse_json(o.calls[0].arguments, ec);
+    REQUIRE_FALSE(ec);
+    CHECK(back == parse_json(json_object(fits), ec));
+
+    const Pairs deep = {{"v", nested(kMaxJsonDepth)}};
+    const std::string bad = call_text(ToolCallFormat::kGlm45, "f", deep);
+    const std::string good = call_text(ToolCallFormat::kGlm45, "g", {{"a", "3"}});
+    const Outcome refused = run(ToolCallFormat::kGlm45, {bad + good});
+    CHECK(refused.malformed);
+    CHECK(refused.content == bad);
+    REQUIRE(refused.calls.size() == 1);
+    CHECK(refused.calls[0].name == "g");
+    auto parser = create_tool_call_parser(ToolCallFormat::kGlm45, "call_", {});
+    static_cast<void>(parser->feed(bad));
+    static_cast<void>(parser->finish());
+    CHECK(parser->completed_calls() == 0);
+    CHECK_MESSAGE(parser->malformed_reason().find("\"v\" nests more than " +
+                                                  std::to_string(kMaxJsonDepth - 1)) !=
+                      std::string::npos,
+                  parser->malformed_reason());
+    // A value declared a string is text, however it looks.
+    const std::vector<ToolSpec> tools = {
+        {"f", "", R"({"type": "object", "properties": {"v": {"type": "string"}}})"}};
+    const Outcome text = run(ToolCallFormat::kGlm45, {bad}, tools);
+    REQUIRE(text.calls.size() == 1);
+    const boost::json::value as_text = parse_json(text.calls[0].arguments, ec);
+    REQUIRE(as_text.is_object());
+    CHECK(as_text.as_object().at("v") == boost::json::value(nested(kMaxJsonDepth)));
+}
+
 TEST_CASE("tool calls: format names") {
     CHECK(*tool_call_format_from_name("qwen3") == ToolCallFormat::kHermes);
     CHECK(*tool_call_format_from_name("glm4_5") == ToolCallFormat::kGlm45);
