@@ -22,7 +22,8 @@ class HermesParser final : public MarkerParser {
     enum class State { kLead, kJson, kTail };
     void begin_call() override {
         state_ = State::kLead;
-        json_ = JsonStream();
+        // The call object holds the arguments, which may nest as deep as the server reads back.
+        json_ = JsonStream(kMaxJsonDepth + 1);
         name_on_ = args_on_ = args_done_ = false;
         name_json_.clear();
         pending_args_.clear();

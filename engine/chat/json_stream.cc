@@ -156,10 +156,10 @@ JsonStream::Result JsonStream::value_ended() {
 }
 
 JsonStream::Result JsonStream::start_value(char c) {
-    if ((c == '{' || c == '[') && frames_.size() >= kMaxJsonDepth) {
+    if ((c == '{' || c == '[') && frames_.size() >= max_depth_) {
         // Deeper than the server reads back (a client sending these arguments in its history
         // would get a 400) or writes.
-        return fail("more than " + std::to_string(kMaxJsonDepth) + " nested arrays and objects");
+        return fail("more than " + std::to_string(max_depth_) + " nested arrays and objects");
     }
     switch (c) {
         case '{':

@@ -26,6 +26,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/json_text.h"
+
 namespace edge::engine::chat {
 
 class JsonStream {
@@ -35,6 +37,11 @@ class JsonStream {
         kDone,     // The byte ended the value (the last byte of it).
         kInvalid,  // The byte cannot continue valid JSON; the stream stays invalid.
     };
+
+    // `max_depth`: containers that may be open at once. kMaxJsonDepth, what the server reads back,
+    // unless the text is read back as a part: a Hermes call object holds its arguments one level
+    // down, so their kMaxJsonDepth levels make kMaxJsonDepth + 1.
+    explicit JsonStream(size_t max_depth = kMaxJsonDepth) : max_depth_(max_depth) {}
 
     // Feeds one byte. Whitespace before the value is accepted; after kDone, only whitespace.
     Result feed(char c);
@@ -96,6 +103,7 @@ class JsonStream {
     std::string path() const;
 
     State state_ = State::kValue;
+    size_t max_depth_;
     std::vector<Frame> frames_;
     size_t offset_ = 0;  // Bytes fed before the one being read.
     uint8_t byte_ = 0;   // The one being read.

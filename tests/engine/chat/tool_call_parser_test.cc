@@ -576,6 +576,28 @@ TEST_CASE("tool calls: GLM-4.5 values nest one level less than kMaxJsonDepth, as
     CHECK(as_text.as_object().at("v") == boost::json::value(nested(kMaxJsonDepth)));
 }
 
+TEST_CASE("tool calls: arguments nest as deep as the server reads back, in every format") {
+    // Hermes wraps the arguments in its call object: its stream counted that level, so arguments
+    // JsonPrefix wrote kMaxJsonDepth deep (as the server reads back) were given up as malformed.
+    const auto nested = [](size_t arrays) {
+        return std::string(arrays, '[') + "1" + std::string(arrays, ']');
+    };
+    for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kKimiK2,
+                                  ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31}) {
+        CAPTURE(std::string(tool_call_format_name(format)));
+        const Pairs deepest = {{"v", nested(kMaxJsonDepth - 1)}};  // The arguments: 64 deep.
+        const Outcome o = check_all_splits(format, call_text(format, "f", deepest));
+        CHECK_FALSE(o.malformed);
+        REQUIRE(o.calls.size() == 1);
+        std::error_code ec;  // parse_json reads as deep as the server does (Boost's default: 32).
+        const boost::json::value back = parse_json(o.calls[0].arguments, ec);
+        REQUIRE_FALSE(ec);
+        CHECK(back == parse_json(json_object(deepest), ec));
+        const Pairs deeper = {{"v", nested(kMaxJsonDepth)}};
+        CHECK(run(format, {call_text(format, "f", deeper)}).malformed);
+    }
+}
+
 TEST_CASE("tool calls: format names") {
     CHECK(*tool_call_format_from_name("qwen3") == ToolCallFormat::kHermes);
     CHECK(*tool_call_format_from_name("glm4_5") == ToolCallFormat::kGlm45);
