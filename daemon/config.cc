@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include "common/file.h"
+#include "engine/tokenizer/utf8.h"
 #include "routing/membership/keyring.h"
 #include "routing/membership/site_state.h"
 #include "tls/cidr.h"
@@ -1052,6 +1054,29 @@ std::optional<DocumentBreak> document_break(std::string_view text) {
     return std::nullopt;
 }
 
+// Where `text` first stops being UTF-8, if it does: a mark with the 0-based line and byte column
+// (as yaml-cpp counts them). yaml-cpp passes such bytes through as they are: a Latin-1 "é" in a
+// model name would be served in /v1/models as JSON no client decodes, and would never match the
+// UTF-8 name clients send.
+std::optional<YAML::Mark> first_non_utf8(std::string_view text) {
+    YAML::Mark mark;
+    for (size_t i = 0; i < text.size();) {
+        const size_t n = engine::tokenizer::utf8_valid_sequence(text.substr(i));
+        if (n == 0) {
+            mark.pos = static_cast<int>(i);
+            return mark;
+        }
+        if (text[i] == '\n') {
+            ++mark.line;
+            mark.column = 0;
+        } else {
+            mark.column += static_cast<int>(n);
+        }
+        i += n;
+    }
+    return std::nullopt;
+}
+
 // yaml-cpp 0.7 accepts a quoted scalar whose closing quote never comes: it runs to the end of
 // the input and swallows every section after it. Each quoted scalar (yaml-cpp tags it "!") is
 // checked in the raw text from its opening quote at Mark().pos: a double-quoted one ends at an
@@ -1124,6 +1149,14 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
             YAML::Mark mark;
             mark.line = b->line;
             return reader.error(mark, "", b->message);
+        }
+        if (std::optional<YAML::Mark> bad = first_non_utf8(yaml_text)) {
+            char byte[8];
+            std::snprintf(byte, sizeof(byte), "0x%02X",
+                          static_cast<unsigned char>(yaml_text[static_cast<size_t>(bad->pos)]));
+            return reader.error(*bad, "",
+                                std::string("byte ") + byte +
+                                    " is not UTF-8; the configuration is UTF-8 text");
         }
         YAML::Node root = YAML::Load(std::string(yaml_text));
         if (!root.IsDefined() || root.IsNull()) {

@@ -709,6 +709,28 @@ TEST_CASE("empty key lists, duplicate map keys and a second document are errors"
     CHECK(parse_config("---\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
 }
 
+TEST_CASE("bytes that are not UTF-8 are an error at their line and column") {
+    // yaml-cpp passes them through: a Latin-1 model name would be listed in /v1/models as JSON
+    // no client decodes, and never match the UTF-8 name clients send.
+    const std::string latin1 = error_of(
+        testing::config_yaml("/c", "/k", "models:\n  - name: caf\xE9\n    path: /m\n"));
+    CHECK_MESSAGE(latin1 ==
+                      "/etc/edgeserve/test.yaml:18:14: byte 0xE9 is not UTF-8; the "
+                      "configuration is UTF-8 text",
+                  latin1);
+    // In a comment too, and a sequence cut short by the end of the file.
+    CHECK(error_of(testing::config_yaml("/c", "/k", "# \xFF\n"))
+              .starts_with("/etc/edgeserve/test.yaml:17:3: byte 0xFF is not UTF-8"));
+    CHECK(error_of(testing::config_yaml("/c", "/k", "# caf\xC3"))
+              .starts_with("/etc/edgeserve/test.yaml:17:6: byte 0xC3 is not UTF-8"));
+    Result<Config> utf8 = parse_config(
+        testing::config_yaml("/c", "/k",
+                             "# \xE2\x9C\x93\nmodels:\n  - name: caf\xC3\xA9\n    path: /m\n"),
+        "x.yaml");
+    REQUIRE_MESSAGE(utf8.ok(), utf8.status().to_string());
+    CHECK(utf8->models.at(0).name == "caf\xC3\xA9");
+}
+
 TEST_CASE("content after a `...` end marker is an error, not silently dropped") {
     // yaml-cpp reads the first document and drops the rest: the tenants after the marker would
     // vanish and the daemon would start with authentication off.
