@@ -1,11 +1,13 @@
 #include "engine/chat/json_stream.h"
 
-#include <algorithm>
 #include <boost/json/string.hpp>
+
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string_view>
 
+#include "common/fnv1a.h"
 #include "common/json_text.h"
 
 namespace edge::engine::chat {
@@ -68,18 +70,6 @@ void append_utf8(std::string& out, uint32_t u) {
     }
 }
 
-// 64-bit FNV-1a over the key's decoded bytes, as sampling::JsonPrefix hashes keys (same basis
-// and prime): a key that JsonPrefix let a held call write (it refuses one whose hash its object
-// has) is taken here.
-uint64_t key_hash(std::string_view key) {
-    constexpr uint64_t kPrime = 0x100000001b3;
-    uint64_t h = 0xcbf29ce484222325;
-    for (const char b : key) {
-        h = (h ^ static_cast<unsigned char>(b)) * kPrime;
-    }
-    return h;
-}
-
 // A key as error() shows it: JSON-quoted, cut at `max` bytes (at a UTF-8 character's start)
 // with "..." after the quote when longer.
 std::string shown_key(std::string_view key, size_t max) {
@@ -134,7 +124,7 @@ std::string JsonStream::path() const {
 
 JsonStream::Result JsonStream::end_key() {
     Frame& object = frames_.back();
-    if (!object.keys.insert(key_hash(key_buf_)).second) {
+    if (!object.keys.insert(fnv1a(key_buf_)).second) {
         repeated_key_ = true;
         return fail("the key " + shown_key(key_buf_, kShownKeyBytes) +
                     " is given twice in the object at " + path());

@@ -84,7 +84,7 @@ class JsonStream {
     struct Frame {
         explicit Frame(char bracket) : open(bracket) {}
         char open;  // '{' or '['.
-        // An object: the hashes of its keys so far (key_hash()); the last one's first
+        // An object: the hashes of its keys so far (common/fnv1a.h); the last one's first
         // kShownKeyBytes + 1 bytes, decoded, to name the path in an error.
         std::unordered_set<uint64_t> keys;
         std::string key;

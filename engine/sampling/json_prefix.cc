@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "common/fnv1a.h"
+
 namespace edge::engine::sampling {
 namespace {
 
@@ -54,10 +56,6 @@ std::string_view json_escaped(unsigned char c, char (&buf)[6]) {
     buf[5] = kHexDigits[c & 15];
     return {buf, 6};
 }
-
-// FNV-1a, 64 bits, over a key's decoded bytes.
-constexpr uint64_t kKeyHashSeed = 0xcbf29ce484222325ULL;
-constexpr uint64_t kKeyHashPrime = 0x100000001b3ULL;
 
 // The byte a one-character escape (after '\\') stands for.
 char unescaped(unsigned char c) {
@@ -174,7 +172,7 @@ bool JsonPrefix::same_keys(const JsonPrefix& other) const {
 
 void JsonPrefix::hash_key(std::string_view bytes) {
     for (const char b : bytes) {
-        key_hash_ = (key_hash_ ^ static_cast<unsigned char>(b)) * kKeyHashPrime;
+        key_hash_ = fnv1a_step(key_hash_, static_cast<unsigned char>(b));
     }
 }
 
@@ -789,7 +787,7 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
                     return 0;
                 }
                 frames_[static_cast<size_t>(depth_ - 1)].key = true;
-                key_hash_ = kKeyHashSeed;
+                key_hash_ = kFnv1aSeed;
                 return 1;
             }
             if (!key_may_come()) {
