@@ -183,9 +183,12 @@ boost::json::parse_options json_parse_options() {
     return options;
 }
 
-boost::json::value parse_json(std::string_view text, std::error_code& ec, std::string* why) {
+boost::json::value parse_json(std::string_view text, std::error_code& ec, std::string* why,
+                              size_t max_depth) {
     ec.clear();
-    boost::json::parser parser({}, json_parse_options());
+    boost::json::parse_options options = json_parse_options();
+    options.max_depth = max_depth;
+    boost::json::parser parser({}, options);
     const size_t used = parser.write(text.data(), text.size(), ec);
     if (!ec) {
         return parser.release();
@@ -198,7 +201,7 @@ boost::json::value parse_json(std::string_view text, std::error_code& ec, std::s
         *why = "line " + std::to_string(1 + std::count(before.begin(), before.end(), '\n')) +
                ", column " + std::to_string(column) + ": " + ec.message();
         if (ec == boost::json::error::too_deep) {
-            *why += " (more than " + std::to_string(kMaxJsonDepth) + " nested arrays and objects)";
+            *why += " (more than " + std::to_string(max_depth) + " nested arrays and objects)";
         }
     }
     return nullptr;

@@ -43,11 +43,11 @@ inline constexpr size_t kMaxJsonDepth = 64;
 // Boost.JSON's options with that depth, for a parser the caller drives.
 boost::json::parse_options json_parse_options();
 
-// text parsed with kMaxJsonDepth levels allowed; ec says why not, and `why` (when given) says it
-// for an error message, with where: "line 3, column 14: syntax error" (columns count bytes
-// from 1).
+// text parsed with `max_depth` levels allowed (kMaxJsonDepth unless the text will be nested in a
+// container); ec says why not, and `why` (when given) says it for an error message, with where:
+// "line 3, column 14: syntax error" (columns count bytes from 1).
 boost::json::value parse_json(std::string_view text, std::error_code& ec,
-                              std::string* why = nullptr);
+                              std::string* why = nullptr, size_t max_depth = kMaxJsonDepth);
 
 // text as a JSON object (parse_json's depth), for a file or field named `what`: otherwise a
 // Status of `code` saying "<what>: not valid JSON at line L, column C: <reason>" or "<what>: not

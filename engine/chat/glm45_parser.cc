@@ -48,7 +48,7 @@ class Glm45Parser final : public MarkerParser {
     Result<std::string> value_json(const std::string& key, const std::string& value) const {
         if (string_args_.count(name_ + "\n" + key) == 0) {
             std::error_code ec;
-            json::value v = parse_value(value, ec);
+            json::value v = parse_json(value, ec, nullptr, kMaxValueDepth);
             if (ec == json::error::too_deep) {
                 return invalid_argument_error(
                     "a tool call's argument " + quote(key) + " nests more than " +
@@ -79,15 +79,6 @@ class Glm45Parser final : public MarkerParser {
 
     // The arguments object the pairs become is a container around every value.
     static constexpr size_t kMaxValueDepth = kMaxJsonDepth - 1;
-
-    // parse_json's reading, with kMaxValueDepth levels allowed.
-    static json::value parse_value(std::string_view text, std::error_code& ec) {
-        json::parse_options options = json_parse_options();
-        options.max_depth = kMaxValueDepth;
-        json::parser parser({}, options);
-        parser.write(text.data(), text.size(), ec);
-        return ec ? json::value() : parser.release();
-    }
 
     static bool finite(const json::value& v) {
         switch (v.kind()) {
