@@ -1059,22 +1059,17 @@ std::optional<DocumentBreak> document_break(std::string_view text) {
 // model name would be served in /v1/models as JSON no client decodes, and would never match the
 // UTF-8 name clients send.
 std::optional<YAML::Mark> first_non_utf8(std::string_view text) {
-    YAML::Mark mark;
-    for (size_t i = 0; i < text.size();) {
-        const size_t n = engine::tokenizer::utf8_valid_sequence(text.substr(i));
-        if (n == 0) {
-            mark.pos = static_cast<int>(i);
-            return mark;
-        }
-        if (text[i] == '\n') {
-            ++mark.line;
-            mark.column = 0;
-        } else {
-            mark.column += static_cast<int>(n);
-        }
-        i += n;
+    const size_t bad = engine::tokenizer::utf8_first_invalid(text);
+    if (bad == text.size()) {
+        return std::nullopt;
     }
-    return std::nullopt;
+    const std::string_view before = text.substr(0, bad);
+    const size_t line_start = before.rfind('\n') + 1;  // npos + 1 == 0: the first line.
+    YAML::Mark mark;
+    mark.pos = static_cast<int>(bad);
+    mark.line = static_cast<int>(std::count(before.begin(), before.end(), '\n'));
+    mark.column = static_cast<int>(bad - line_start);
+    return mark;
 }
 
 // yaml-cpp 0.7 accepts a quoted scalar whose closing quote never comes: it runs to the end of
