@@ -1054,6 +1054,31 @@ std::optional<DocumentBreak> document_break(std::string_view text) {
     return std::nullopt;
 }
 
+// yaml-cpp reports a tab in the indentation as whatever it breaks ("end of map not found",
+// "illegal map value"), without a word of tabs; YAML indents with spaces only. When the line of a
+// parse error, or the line above it, has a tab before its first character, the error says so.
+std::string tab_indentation_hint(std::string_view text, const YAML::Mark& mark) {
+    if (mark.is_null()) {
+        return {};
+    }
+    int line = 0;
+    for (size_t pos = 0; pos < text.size() && line <= mark.line; ++line) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) {
+            end = text.size();
+        }
+        const std::string_view l = text.substr(pos, end - pos);
+        pos = end + 1;
+        const size_t first = l.find_first_not_of(" \t\r");
+        if (line + 1 >= mark.line && first != std::string_view::npos &&
+            l.substr(0, first).find('\t') != std::string_view::npos) {
+            return " (line " + std::to_string(line + 1) +
+                   " is indented with a tab; YAML indents with spaces only)";
+        }
+    }
+    return {};
+}
+
 // Where `text` first stops being UTF-8, if it does: a mark with the 0-based line and byte column
 // (as yaml-cpp counts them). yaml-cpp passes such bytes through as they are: a Latin-1 "é" in a
 // model name would be served in /v1/models as JSON no client decodes, and would never match the
@@ -1163,7 +1188,7 @@ Result<Config> parse_config(std::string_view yaml_text, const std::string& sourc
         EDGE_RETURN_IF_ERROR(check_quoted_scalars(reader, yaml_text, offset, root, seen));
         EDGE_RETURN_IF_ERROR(parse_root(reader, root, config));
     } catch (const YAML::Exception& e) {
-        return reader.error(e.mark, "", e.msg);
+        return reader.error(e.mark, "", e.msg + tab_indentation_hint(yaml_text, e.mark));
     } catch (const std::exception& e) {
         return invalid_argument_error(source + ": " + e.what());
     }

@@ -731,6 +731,27 @@ TEST_CASE("bytes that are not UTF-8 are an error at their line and column") {
     CHECK(utf8->models.at(0).name == "caf\xC3\xA9");
 }
 
+TEST_CASE("a tab in the indentation is named in the parse error") {
+    // yaml-cpp's own messages ("end of map not found", "illegal map value") say nothing of tabs.
+    const std::string nested =
+        error_of(testing::config_yaml("/c", "/k", "models:\n  - name: m\n\t  path: /m\n"));
+    CHECK_MESSAGE(nested.find("(line 19 is indented with a tab; YAML indents with spaces only)") !=
+                      std::string::npos,
+                  nested);
+    CHECK(nested.starts_with("/etc/edgeserve/test.yaml:"));
+    const std::string top =
+        error_of(testing::config_yaml("/c", "/k", "limits:\n\tmax_connections: 5\n"));
+    CHECK_MESSAGE(top.find("(line 18 is indented with a tab") != std::string::npos, top);
+    // A tab after the indentation is a separator, not indentation, and nothing is added to an
+    // error with no tab near it.
+    CHECK(
+        parse_config(testing::config_yaml("/c", "/k", "limits:\n  max_connections:\t5\n"), "x.yaml")
+            .ok());
+    const std::string plain =
+        error_of(testing::config_yaml("/c", "/k", "limits:\n  max_connections: [5\n"));
+    CHECK(plain.find("tab") == std::string::npos);
+}
+
 TEST_CASE("content after a `...` end marker is an error, not silently dropped") {
     // yaml-cpp reads the first document and drops the rest: the tenants after the marker would
     // vanish and the daemon would start with authentication off.
