@@ -1047,7 +1047,10 @@ std::optional<DocumentBreak> document_break(std::string_view text) {
                                            std::to_string(*end_marker + 1) +
                                            "); the configuration is one document"};
         }
-        if (!start && !blank_or_comment && l[0] != '%') {
+        // Content on a `---` line (`--- {a: 1}`) belongs to the document the marker starts.
+        const size_t after_marker = start ? l.find_first_not_of(" \t", 3) : first;
+        if (!blank_or_comment && l[0] != '%' && after_marker != std::string_view::npos &&
+            l[after_marker] != '#') {
             content = true;
         }
     }

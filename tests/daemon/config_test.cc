@@ -705,8 +705,13 @@ TEST_CASE("empty key lists, duplicate map keys and a second document are errors"
         error_of(testing::config_yaml("/c", "/k", "---\nlimits:\n  max_connections: 5\n"));
     CHECK_MESSAGE(second.find("/etc/edgeserve/test.yaml:17:1: a second YAML document") == 0,
                   second);
-    // A leading `---` is still one document.
+    // A leading `---` is still one document, with a comment after it too.
     CHECK(parse_config("---\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
+    CHECK(parse_config("--- # edgeserve\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
+    // A document's content may start on its marker line: the next marker starts a second one.
+    CHECK(error_of("--- {site: {id: a}}\n--- {site: {id: b}}\n") ==
+          "/etc/edgeserve/test.yaml:2:1: a second YAML document (`---` after the first); the "
+          "configuration is one document");
 }
 
 TEST_CASE("bytes that are not UTF-8 are an error at their line and column") {
