@@ -78,6 +78,15 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         log::warn("auth_disabled", {{"reason", "no `tenants` section in the config; every "
                                                "request is served as tenant 'anonymous'"}});
     }
+    if (config.peer) {
+        d->peer_certificate_ = {{}, config.peer->cert_path, config.peer->key_path};
+        d->peer_ca_ = config.peer->ca_path;
+    }
+    // The files as they are before they are read, as a reload records them, so that a first
+    // SIGHUP finding them unchanged rebuilds nothing: the session caches, the forwarding
+    // client's pooled connections and the reload counter stay as they are.
+    std::map<std::string, FileStamp> stamps =
+        stamp_files(certificate_paths(d->certificates_, d->peer_certificate_, d->peer_ca_));
     EDGE_ASSIGN_OR_RETURN(d->tls_, tls::TlsContextStore::create(config.listener.certificates));
     d->router_ = std::make_unique<api::ApiRouter>(generator, std::move(tenants), *d->limiter_,
                                                   d->metrics_.get(), clock);
@@ -111,12 +120,9 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     d->router_->set_verify_site_identity(!config.peer || config.peer->verify_site_identity);
     if (config.peer) {
         const PeerConfig& p = *config.peer;
-        tls::CertificateConfig peer_cert{{}, p.cert_path, p.key_path};
-        d->peer_certificate_ = peer_cert;
-        d->peer_ca_ = p.ca_path;
-        EDGE_ASSIGN_OR_RETURN(d->peer_tls_,
-                              tls::TlsContextStore::create({peer_cert},
-                                                           tls::ClientAuthConfig{p.ca_path}));
+        EDGE_ASSIGN_OR_RETURN(
+            d->peer_tls_,
+            tls::TlsContextStore::create({d->peer_certificate_}, tls::ClientAuthConfig{p.ca_path}));
         d->peer_handler_ = std::make_unique<forward::PeerHandler>(*d->router_);
         d->peer_access_log_ =
             std::make_unique<AccessLog>(nullptr, "peer", config.log.access_log);
@@ -150,6 +156,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         d->router_->set_forwarder(d->forwarder_.get());
     }
     publish_served_certificate_expiry(*d->tls_, d->peer_tls_.get(), *d->metrics_);
+    d->loaded_stamps_ = std::move(stamps);
     Daemon* raw = d.get();
     d->health_probe_ = [] { return engine::device_health(); };
     EDGE_ASSIGN_OR_RETURN(

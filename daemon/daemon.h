@@ -177,8 +177,8 @@ private:
     std::vector<tls::CertificateConfig> certificates_;
     tls::CertificateConfig peer_certificate_;
     std::string peer_ca_;
-    // The certificate files' stamps when every set last loaded from them (empty: reload next
-    // time): an unchanged set is not rebuilt.
+    // The certificate files' stamps when every set last loaded from them, by create() or a
+    // reload (empty: reload next time): an unchanged set is not rebuilt.
     std::map<std::string, FileStamp> loaded_stamps_;
     // listeners.public.certificate_watch_ms: reloads the files above when they change (started
     // by start(), stopped first by stop()).

@@ -1,10 +1,14 @@
 // Daemon::reload, what SIGHUP applies from a re-read config: all of it, or, when any part of it
-// does not load, none of it.
+// does not load, none of it; certificate files unchanged since they loaded are not rebuilt.
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <string>
+
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/metrics.h"
 #include "daemon/tenants.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/scripted_daemon.h"
@@ -73,4 +77,21 @@ TEST_CASE("reload: a config that would turn authentication off keeps the old cer
     REQUIRE(c.ok());
     CHECK((*c)->peer_common_name() == "localhost");  // Not renewed.test: nothing applied.
     CHECK(models_status(d, "sk-old") == 200);
+}
+
+TEST_CASE("reload: the first SIGHUP after start rebuilds no certificate files it finds unchanged") {
+    testing::ScriptedDaemon d({"test-model"});
+    d.start();
+    const std::string reloaded =
+        R"(edgeserve_certificate_reloads_total{listener="public",result="ok"} 1)";
+    // The files the start loaded, untouched since: nothing to rebuild, no reload counted.
+    REQUIRE(d.daemon->reload_certificates().ok());
+    CHECK_MESSAGE(d.daemon->metrics().serialize().find("edgeserve_certificate_reloads_total{") ==
+                      std::string::npos,
+                  d.daemon->metrics().serialize());
+    // Written again (the same bytes, a new change time): loaded.
+    const std::string pem = testing::read_file(d.cert.cert_path);
+    std::ofstream(d.cert.cert_path, std::ios::trunc) << pem;
+    REQUIRE(d.daemon->reload_certificates().ok());
+    CHECK(d.daemon->metrics().serialize().find(reloaded) != std::string::npos);
 }
