@@ -61,7 +61,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Register(*registry_);
     certificate_expiry_ = &prometheus::BuildGauge()
                                .Name("edgeserve_tls_certificate_expiry_timestamp_seconds")
-                               .Help("notAfter of each served certificate chain's leaf, Unix time.")
+                               .Help(
+                                   "Earliest notAfter among the certificates each served chain "
+                                   "sends (leaf or intermediate; peer-ca: the cluster CA file's "
+                                   "CAs), Unix time.")
                                .Register(*registry_);
     certificate_reloads_ = &prometheus::BuildCounter()
                                 .Name("edgeserve_certificate_reloads_total")

@@ -1,5 +1,5 @@
 // Metrics::retain_sites: a site gone from membership loses its per-site series; live sites keep
-// theirs, counts included; a site seen again starts new series.
+// theirs, counts included; a site seen again starts new series. HELP lines say what is measured.
 
 #include "daemon/metrics.h"
 
@@ -51,4 +51,21 @@ TEST_CASE("metrics: retain_sites drops the series of gone sites and keeps the li
     CHECK(!has(m, "site=\"ams\""));
     CHECK(!has(m, "site=\"fra\""));
     CHECK(has(m, "site=\"\""));  // Rejected decisions name no site.
+}
+
+TEST_CASE("metrics: the certificate expiry HELP says it is the chain's earliest notAfter") {
+    // The gauge is the earliest date of any certificate a chain sends (certificate_expiry.h): a
+    // HELP naming the leaf sent an on-call engineer to a leaf that was fine while an intermediate
+    // lapsed.
+    Metrics m;
+    m.set_certificate_expiry("localhost", 1800000000);
+    const std::string text = m.serialize();
+    const std::string help = "# HELP edgeserve_tls_certificate_expiry_timestamp_seconds ";
+    const size_t at = text.find(help);
+    REQUIRE(at != std::string::npos);
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    CHECK_MESSAGE(line.find("Earliest notAfter among the certificates each served chain sends") !=
+                      std::string::npos,
+                  line);
+    CHECK_MESSAGE(line.find("chain's leaf") == std::string::npos, line);
 }
