@@ -468,11 +468,13 @@ bool parse_messages(Validator& v, const json::value& value,
                     return false;
                 }
             } else if (key == "name") {
-                const json::string* s = v.string(kv.value(), field);
-                if (s == nullptr) {
-                    return false;
+                if (!kv.value().is_null()) {
+                    const json::string* s = v.string(kv.value(), field);
+                    if (s == nullptr) {
+                        return false;
+                    }
+                    msg.name = std::string(*s);
                 }
-                msg.name = std::string(*s);
             } else if (key == "tool_call_id") {
                 if (!kv.value().is_null()) {
                     const json::string* id = v.string(kv.value(), field);
@@ -1038,12 +1040,26 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             } else {
                 for (const auto& opt : value.get_object()) {
                     std::string name = "stream_options." + std::string(opt.key());
-                    if (opt.key() == "include_usage") {
+                    const bool known = opt.key() == "include_usage" ||
+                                       opt.key() == "include_obfuscation" ||
+                                       opt.key() == "continuous_usage_stats";
+                    if (known && opt.value().is_null()) {
+                        // Unset, as at the top level (clients that always send every key).
+                    } else if (opt.key() == "include_usage") {
                         auto b = v.boolean(opt.value(), name);
                         ok = ok && b.has_value();
                         out.include_usage = b.value_or(false);
                     } else if (opt.key() == "include_obfuscation") {
                         ok = ok && v.boolean(opt.value(), name).has_value();
+                    } else if (opt.key() == "continuous_usage_stats") {
+                        // vLLM's usage in every chunk is not made; its default, false, changes
+                        // nothing.
+                        std::optional<bool> b = v.boolean(opt.value(), name);
+                        ok = ok && b.has_value() &&
+                             (!*b || v.fail("'" + name +
+                                                "' is not supported (the usage comes in the "
+                                                "final chunk, with include_usage)",
+                                            name));
                     } else {
                         ok = v.fail("unrecognized field '" + name + "'", name);
                     }
@@ -1076,7 +1092,10 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             } else {
                 for (const auto& kw : value.get_object()) {
                     const std::string name = "chat_template_kwargs." + std::string(kw.key());
-                    if (kw.key() == "enable_thinking" || kw.key() == "thinking") {
+                    const bool known = kw.key() == "enable_thinking" || kw.key() == "thinking";
+                    if (known && kw.value().is_null()) {
+                        // Unset, as at the top level.
+                    } else if (known) {
                         std::optional<bool> b = v.boolean(kw.value(), name);
                         ok = ok && b.has_value();
                         if (ok && req.thinking && *req.thinking != *b) {

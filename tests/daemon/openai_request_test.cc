@@ -645,3 +645,54 @@ TEST_CASE("n: 1 to 16 choices (null is 1), best_of other than 1 is refused as su
         CHECK(e.message.find("unrecognized request argument") == 0);
     }
 }
+
+TEST_CASE("null inside messages, stream_options and chat_template_kwargs is unset, as at the top") {
+    // Clients that serialize every field of their message and option types send the unset
+    // ones as null; at the top level null was already absent, one level down it was refused.
+    const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x")";
+    auto parsed = [](const std::string& body) {
+        auto r = parse_openai_request(Endpoint::kChatCompletions, body);
+        if (auto* e = std::get_if<ApiError>(&r)) {
+            FAIL_CHECK("unexpected error: " << e->message);
+            return ParsedRequest();
+        }
+        return std::get<ParsedRequest>(r);
+    };
+    ParsedRequest named = parsed(head + R"(,"name":null}]})");
+    const auto* messages = std::get_if<std::vector<engine::ChatMessage>>(&named.generate.prompt);
+    CHECK((messages != nullptr && messages->size() == 1 && (*messages)[0].name.empty()));
+    ParsedRequest options =
+        parsed(head + R"(}],"stream":true,"stream_options":{"include_usage":null,)"
+                      R"("include_obfuscation":null,"continuous_usage_stats":null}})");
+    CHECK(options.stream);
+    CHECK_FALSE(options.include_usage);
+    ParsedRequest kwargs =
+        parsed(head + R"(}],"chat_template_kwargs":{"enable_thinking":null,"thinking":null}})");
+    CHECK_FALSE(kwargs.generate.thinking.has_value());
+    // A key that is not known stays refused by name, null or not, as at the top level.
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)"
+                   R"("stream_options":{"x":null}})")
+              .param == "stream_options.x");
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x"}],)"
+                   R"("chat_template_kwargs":{"tools_in_user_message":null}})")
+              .param == "chat_template_kwargs.tools_in_user_message");
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"x","name":5}]})")
+              .param == "messages[0].name");
+}
+
+TEST_CASE("stream_options.continuous_usage_stats: vLLM's default false is accepted, true refused") {
+    const std::string head =
+        R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true,)";
+    ParsedRequest off = parse(Endpoint::kCompletions, head + R"("continuous_usage_stats":false}})");
+    CHECK(off.include_usage);
+    ApiError on = error_of(Endpoint::kCompletions, head + R"("continuous_usage_stats":true}})");
+    CHECK(on.param == "stream_options.continuous_usage_stats");
+    CHECK(on.message ==
+          "'stream_options.continuous_usage_stats' is not supported (the usage comes in the final "
+          "chunk, with include_usage)");
+    CHECK(error_of(Endpoint::kCompletions, head + R"("continuous_usage_stats":1}})").message ==
+          "'stream_options.continuous_usage_stats' must be a boolean");
+}
