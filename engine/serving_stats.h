@@ -18,10 +18,12 @@ namespace edge::engine {
 
 class LatencyHistogram {
 public:
-    // Upper bounds of the buckets, seconds (a last +Inf bucket is implied).
-    static constexpr std::array<double, 14> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                       0.1,   0.25,   0.5,   1.0,  2.5,   5.0,
-                                                       10.0,  30.0};
+    // Upper bounds of the buckets, seconds (a last +Inf bucket is implied). Up to 10 minutes:
+    // a long reply (thousands of tokens of reasoning) takes minutes end to end, and a p99 past
+    // the last bound reads as +Inf.
+    static constexpr std::array<double, 18> kBounds = {0.001, 0.0025, 0.005, 0.01,  0.025, 0.05,
+                                                       0.1,   0.25,   0.5,   1.0,   2.5,   5.0,
+                                                       10.0,  30.0,   60.0,  120.0, 300.0, 600.0};
 
     void observe(double seconds) {
         size_t i = 0;

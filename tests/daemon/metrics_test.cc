@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 using edge::daemon::Metrics;
 
@@ -68,4 +69,24 @@ TEST_CASE("metrics: the certificate expiry HELP says it is the chain's earliest 
                       std::string::npos,
                   line);
     CHECK_MESSAGE(line.find("chain's leaf") == std::string::npos, line);
+}
+
+TEST_CASE("metrics: engine latency histograms reach minutes") {
+    // A reply of thousands of tokens takes minutes end to end: with 30 s as the last bound its
+    // p99 read as +Inf.
+    Metrics m;
+    m.set_serving_source([] {
+        edge::engine::ServingStats s;
+        s.model = "m";
+        edge::engine::LatencyHistogram& h = s.tenants["acme"].end_to_end;
+        h.observe(100.0);
+        h.observe(400.0);
+        return std::vector<edge::engine::ServingStats>{s};
+    });
+    const std::string bucket =
+        "edgeserve_end_to_end_latency_seconds_bucket{model=\"m\",tenant=\"acme\",le=";
+    CHECK(has(m, bucket + "\"30\"} 0"));
+    CHECK(has(m, bucket + "\"120\"} 1"));
+    CHECK(has(m, bucket + "\"600\"} 2"));
+    CHECK(has(m, bucket + "\"+Inf\"} 2"));
 }
