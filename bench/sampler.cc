@@ -11,7 +11,8 @@
 // every token once, what the sampler does when the model's likeliest tokens are refused: over a
 // synthetic 151936-token vocabulary (words with and without a leading space, digits, JSON
 // punctuation), at points of a json_schema document and of a json_object one, against the same
-// pass without the first-byte shortcut and against the pass over the logits.
+// pass without the first-byte shortcut and against the pass over the logits; and in keys of an
+// object listing 1024 properties (the most one may), which the filter looks through by name.
 //   bench_sampler [--samples N]            # tables, then one JSON line
 
 #include "engine/sampling/sampler.h"
@@ -24,6 +25,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/bench_cli.h"
@@ -143,6 +145,7 @@ enum class Form {
     kObject,  // Any object (json_object).
     kSchema,  // The schema below.
     kPairs,   // The schema below, as GLM-4.5's argument pairs ("name" and "note" raw strings).
+    kWide,    // wide_schema(): as many optional properties as one object may list.
 };
 
 struct FilterPoint {
@@ -169,7 +172,30 @@ constexpr FilterPoint kFilterPoints[] = {
     {"pairs_enum", Form::kPairs,
      "<arg_key>name</arg_key>\n<arg_value>Ada</arg_value>\n<arg_key>tags</arg_key>\n"
      "<arg_value>["},
+    // Keys of wide_schema(): the first key's first byte, its second, and a key after the 1000th
+    // property (only the last 23 may still come).
+    {"wide_key", Form::kWide, R"({")"},
+    {"wide_key_mid", Form::kWide, R"({"ta)"},
+    {"wide_key_late", Form::kWide, R"({"teee":1,")"},
 };
+
+// The letters of wide_schema()'s names, those synthetic_vocabulary() draws most (a name is its
+// index written with them as digits, so names share prefixes as a vocabulary's words do).
+constexpr std::string_view kWideLetters = "etaoinshrd";
+
+// An object of JsonSchema::kMaxObjectProperties optional integer properties named "eee",
+// "eet", ..., "ddd", then "teee", "teet", ...: the most a filter walks through inside a key.
+std::string wide_schema() {
+    std::string s = R"({"type":"object","properties":{)";
+    for (size_t i = 0; i < JsonSchema::kMaxObjectProperties; ++i) {
+        std::string name;
+        for (size_t v = i, digits = 0; digits < 3 || v > 0; v /= 10, ++digits) {
+            name.insert(name.begin(), kWideLetters[v % 10]);
+        }
+        s += (i == 0 ? "\"" : ",\"") + name + R"(":{"type":"integer"})";
+    }
+    return s + R"(},"additionalProperties":false})";
+}
 
 }  // namespace
 
@@ -246,9 +272,12 @@ int main(int argc, char** argv) {
     // response_format's filter over every token once.
     const std::vector<std::string> vocab = synthetic_vocabulary(151936, gen);
     const auto schema = JsonSchema::compile(boost::json::parse(kFilterSchema));
-    if (!schema.ok()) {
-        std::fprintf(stderr, "bench_sampler: %s\n", schema.status().to_string().c_str());
-        return 1;
+    const auto wide = JsonSchema::compile(boost::json::parse(wide_schema()));
+    for (const auto* compiled : {&schema, &wide}) {
+        if (!compiled->ok()) {
+            std::fprintf(stderr, "bench_sampler: %s\n", compiled->status().to_string().c_str());
+            return 1;
+        }
     }
     std::printf("\nresponse_format filter, every token of a %zu-token synthetic vocabulary once\n",
                 vocab.size());
@@ -266,7 +295,9 @@ int main(int argc, char** argv) {
     first = true;
     for (const FilterPoint& point : kFilterPoints) {
         JsonReply reply;
-        reply.schema = point.form == Form::kObject ? JsonSchema::any_object() : *schema;
+        reply.schema = point.form == Form::kObject ? JsonSchema::any_object()
+                       : point.form == Form::kWide ? *wide
+                                                   : *schema;
         if (point.form == Form::kPairs) {
             reply.pairs = std::make_shared<const ArgumentPairs>(ArgumentPairs{{"name", "note"}});
             reply.tail = "</tool_call>";
