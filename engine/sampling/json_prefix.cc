@@ -75,11 +75,6 @@ char unescaped(unsigned char c) {
     }
 }
 
-// Whether `s` begins with the first `n` bytes of `prefix`.
-bool shares_prefix(const std::string& s, const std::string& prefix, size_t n) {
-    return s.size() >= n && s.compare(0, n, prefix, 0, n) == 0;
-}
-
 }  // namespace
 
 JsonPrefix::WrittenKey::~WrittenKey() {
@@ -764,6 +759,20 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
         }
         return false;
     };
+    // Whether a property of the names `r` may come. Where every property fits in the nesting
+    // left (almost always), the index answers by its order alone; otherwise each is looked at.
+    auto may_come = [&](PropertyIndex::Range r) {
+        if (depth_ + n.by_name.deepest() <= kMaxDepth) {
+            return n.by_name.any_between(r, f.count, last_allowed);
+        }
+        for (int32_t at = r.begin; at < r.end; ++at) {
+            const int32_t j = n.by_name.property(at);
+            if (j > f.count && j <= last_allowed && fits_at(j)) {
+                return true;
+            }
+        }
+        return false;
+    };
     if (f.state != State::kInKey && is_space(c)) {
         return space(c) ? 1 : 0;
     }
@@ -794,31 +803,31 @@ int JsonPrefix::step_object(Frame& f, unsigned char c) {
                 return 0;
             }
             f.state = State::kInKey;
-            f.candidate = f.count + 1;
+            f.candidate = 0;
+            f.format_state = count;
             f.pos = 0;
             return 1;
         case State::kInKey: {
-            const std::string& matched = n.properties[static_cast<size_t>(f.candidate)].key;
+            // The names that go on with `c`, if one of them may still come; else the key ends
+            // at a closing quote if its bytes are one such name.
+            const PropertyIndex& names = n.by_name;
+            const PropertyIndex::Range matched{f.candidate, f.format_state};
             const auto pos = static_cast<size_t>(f.pos);
-            for (int32_t j = f.candidate; j <= last_allowed; ++j) {
-                const std::string& key = n.properties[static_cast<size_t>(j)].key;
-                if (key.size() > pos && static_cast<unsigned char>(key[pos]) == c &&
-                    shares_prefix(key, matched, pos) && fits_at(j)) {
-                    f.candidate = j;
-                    ++f.pos;
-                    return 1;
-                }
+            const PropertyIndex::Range next = names.narrow(matched, pos, c);
+            if (may_come(next)) {
+                f.candidate = next.begin;
+                f.format_state = next.end;
+                ++f.pos;
+                return 1;
             }
             if (c != '"') {
                 return 0;
             }
-            for (int32_t j = f.candidate; j <= last_allowed; ++j) {
-                const std::string& key = n.properties[static_cast<size_t>(j)].key;
-                if (key.size() == pos && shares_prefix(key, matched, pos) && fits_at(j)) {
-                    f.count = j;
-                    f.state = State::kColon;
-                    return 1;
-                }
+            const int32_t j = names.exact(matched, pos);
+            if (j > f.count && j <= last_allowed && fits_at(j)) {
+                f.count = j;
+                f.state = State::kColon;
+                return 1;
             }
             return 0;
         }

@@ -151,12 +151,16 @@ public:
         // Object: the index of the last property written (-1: none yet). Array: items so far.
         // String: characters so far. Number: fraction digits so far.
         int32_t count;
-        // kInKey / kLiteral: the first candidate (property or literal) still matching, and the
-        // bytes of it matched (kLiteral: the candidates are [candidate, count)). Number: the
-        // exponent's digits after its leading zeros, and the digits before the exponent.
+        // kLiteral: the first candidate still matching, and the bytes of it matched (the
+        // candidates are [candidate, count)). kInKey: the listed names that begin with the key's
+        // `pos` bytes so far, [candidate, format_state) in the object's Node::by_name order.
+        // Number: the exponent's digits after its leading zeros, and the digits before the
+        // exponent.
         int32_t candidate;
         int32_t pos;
         // String with a format (JsonSchema::Node::format): the format's state (string_format.h).
+        // (kInKey: the end of the candidates, a field objects have no other use for; one more
+        // would make the frame 48 bytes rather than 40, copied per token asked about.)
         int32_t format_state;
         // Number: its digits as a whole number (the value is that over 10^count), its sign.
         double digits;

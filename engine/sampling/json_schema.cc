@@ -935,6 +935,7 @@ class SchemaCompiler {
             }
         }
         EDGE_RETURN_IF_ERROR(nest());
+        index_properties();
         for (const auto& [node, alternatives] : one_of_) {
             for (size_t a = 0; a < alternatives.size(); ++a) {
                 for (size_t b = a + 1; b < alternatives.size(); ++b) {
@@ -958,6 +959,21 @@ class SchemaCompiler {
             }
         }
         return ok_status();
+    }
+
+    // Each object's by_name (json_schema.h), once min_depth is known.
+    void index_properties() {
+        std::vector<std::string_view> keys;
+        std::vector<int32_t> depths;
+        for (JsonSchema::Node& n : s_->nodes_) {
+            keys.clear();
+            depths.clear();
+            for (const JsonSchema::Property& p : n.properties) {
+                keys.emplace_back(p.key);
+                depths.push_back(at(p.node).min_depth);
+            }
+            n.by_name = PropertyIndex(keys, depths);
+        }
     }
 
     // Each node's min_depth (json_schema.h), to a fixpoint: required properties, minItems and
