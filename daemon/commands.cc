@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/load_heartbeat.h"
+#include "daemon/metrics.h"
 #include "daemon/null_generator.h"
 #include "daemon/preflight.h"
 #include "daemon/signals.h"
@@ -339,6 +340,7 @@ int run_main(int argc, char** argv) {
             // that does not load changes nothing.
             Result<Config> fresh = load_config(config_path);
             if (!fresh.ok()) {
+                (*daemon)->metrics().on_config_reload(false);
                 log::error("config_reload_failed",
                            {{"error", fresh.status().message()},
                             {"detail", "the certificates, tenants and gossip keys stay as "

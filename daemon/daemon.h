@@ -89,7 +89,8 @@ public:
     // certificate or key that does not load, an unreadable token or keyring file, a section
     // whose loss would turn authentication off) is checked first; then nothing applies, the
     // error (naming the config file and key) is logged as config_reload_failed and returned.
-    // Sections that need a restart are not looked at (changed_restart_sections()).
+    // Sections that need a restart are not looked at (changed_restart_sections()). The outcome
+    // sets edgeserve_config_last_reload_successful (Metrics::on_config_reload).
     Status reload(const Config& fresh);
     // Replaces tenants, keys and limits (SIGHUP). Requests in flight keep running and keep their
     // concurrency slots; new requests see the new table at once. A config without `tenants`
@@ -140,6 +141,8 @@ public:
 
 private:
     Daemon() = default;
+    // reload()'s work; reload() records its outcome in the metrics.
+    Status apply_reload(const Config& fresh);
     // Loads each set from the given files; reload_mu_ held.
     Status reload_certificate_files(const std::vector<tls::CertificateConfig>& certificates,
                                     const tls::CertificateConfig& peer_certificate,

@@ -15,6 +15,12 @@
 namespace edge::daemon {
 
 Status Daemon::reload(const Config& fresh) {
+    Status s = apply_reload(fresh);
+    metrics_->on_config_reload(s.ok());
+    return s;
+}
+
+Status Daemon::apply_reload(const Config& fresh) {
     // Everything that can refuse the new config is asked before any of it applies: a config
     // with one bad part (a certificate that does not load, a lost `tenants` section) must not
     // leave the site half on it, say with the new tenants but the old certificates.

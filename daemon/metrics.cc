@@ -7,8 +7,9 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 #include <sstream>
 
 namespace edge::daemon {
@@ -127,6 +128,19 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
         .Register(*registry_)
         .Add({{"version", EDGE_VERSION}})
         .Set(1);
+    config_reload_successful_ =
+        &prometheus::BuildGauge()
+             .Name("edgeserve_config_last_reload_successful")
+             .Help("Whether the last configuration reload (SIGHUP) applied (1) or not (0).")
+             .Register(*registry_)
+             .Add({});
+    config_reload_success_time_ =
+        &prometheus::BuildGauge()
+             .Name("edgeserve_config_last_reload_success_timestamp_seconds")
+             .Help("When the configuration last loaded whole (the start, or a reload), Unix time.")
+             .Register(*registry_)
+             .Add({});
+    on_config_reload(true);  // The configuration the daemon starts with.
     handshakes_full_ = &handshakes_->Add({{"resumed", "false"}});
     handshakes_resumed_ = &handshakes_->Add({{"resumed", "true"}});
     // Routing between sites (daemon/cluster).
@@ -462,6 +476,15 @@ void Metrics::on_certificate_reload(std::string_view listener, bool ok) {
     certificate_reloads_
         ->Add({{"listener", std::string(listener)}, {"result", ok ? "ok" : "error"}})
         .Increment();
+}
+
+void Metrics::on_config_reload(bool ok) {
+    config_reload_successful_->Set(ok ? 1 : 0);
+    if (ok) {
+        config_reload_success_time_->Set(
+            std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                .count());
+    }
 }
 
 void Metrics::set_certificate_expiry(const std::string& certificate,

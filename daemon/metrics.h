@@ -5,7 +5,9 @@
 // status}, edgeserve_tls_handshakes_total{resumed}, edgeserve_tls_handshake_failures_total{reason},
 // edgeserve_open_connections, edgeserve_connections_rejected_total{reason},
 // edgeserve_http_streams_cancelled_total{reason},
-// edgeserve_build_info{version}, edgeserve_certificate_reloads_total{listener,result}, and per
+// edgeserve_build_info{version}, edgeserve_certificate_reloads_total{listener,result},
+// edgeserve_config_last_reload_successful, edgeserve_config_last_reload_success_timestamp_seconds,
+// and per
 // tenant (label: the tenant's configured name, never a key):
 // edgeserve_tenant_requests_total{tenant,outcome}, edgeserve_tenant_tokens_total{tenant,kind},
 // edgeserve_tenant_rejections_total{tenant,reason} (a tenant a reload removed loses them, and
@@ -106,6 +108,12 @@ public:
     // (SIGHUP or the file watch) of `listener` ("public", "peer", "forwarding_client"), result
     // "ok" or "error" (the previous certificates kept): what an alert on a failed renewal watches.
     void on_certificate_reload(std::string_view listener, bool ok);
+    // A configuration reload (SIGHUP) applied whole (`ok`) or refused or stopped part way (the
+    // log says why): edgeserve_config_last_reload_successful is 1 or 0, and a success sets
+    // edgeserve_config_last_reload_success_timestamp_seconds to now (Unix seconds). The load at
+    // start counts as a success, as Prometheus's own series do; an alert on a refused reload
+    // watches the first.
+    void on_config_reload(bool ok);
     // edgeserve_gossip_members{state}: members of the fleet as this site's gossip sees them.
     // state: "alive", "suspect", "dead" or "left"; any other value is ignored.
     void set_gossip_members(std::string_view state, int64_t members);
@@ -165,6 +173,8 @@ private:
     prometheus::Family<prometheus::Gauge>* site_info_;
     prometheus::Family<prometheus::Gauge>* certificate_expiry_;
     prometheus::Family<prometheus::Counter>* certificate_reloads_;
+    prometheus::Gauge* config_reload_successful_;
+    prometheus::Gauge* config_reload_success_time_;
     prometheus::Family<prometheus::Gauge>* gossip_members_;
     prometheus::Family<prometheus::Counter>* gossip_rejected_;
     prometheus::Gauge* gossip_inbound_streams_;

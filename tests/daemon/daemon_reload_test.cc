@@ -1,5 +1,6 @@
 // Daemon::reload, what SIGHUP applies from a re-read config: all of it, or, when any part of it
-// does not load, none of it; certificate files unchanged since they loaded are not rebuilt.
+// does not load, none of it, and the metrics say which; certificate files unchanged since they
+// loaded are not rebuilt.
 
 #include <doctest/doctest.h>
 
@@ -24,6 +25,13 @@ std::string tenant_yaml(const std::string& key) {
            "]\nmodels:\n  - {name: test-model, path: /m}\n";
 }
 
+// The value of the unlabelled series `name` in d's /metrics text; -1 when absent.
+double metric(testing::ScriptedDaemon& d, const std::string& name) {
+    const std::string text = d.daemon->metrics().serialize();
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stod(text.substr(at + name.size() + 2));
+}
+
 // GET /v1/models with `key`: 200 for a key the daemon takes, 401 for one it does not.
 int models_status(testing::ScriptedDaemon& d, const std::string& key) {
     return d.call("GET", "/v1/models", "", "Authorization: Bearer " + key + "\r\n").status;
@@ -35,6 +43,12 @@ TEST_CASE("reload: a config whose certificate does not load changes nothing, ten
     testing::ScriptedDaemon d({"test-model"});
     d.start(tenant_yaml("sk-old"));
     REQUIRE(models_status(d, "sk-old") == 200);
+    // The start's config counts as loaded, as Prometheus's own series do.
+    const std::string successful = "edgeserve_config_last_reload_successful";
+    const std::string success_time = "edgeserve_config_last_reload_success_timestamp_seconds";
+    CHECK(metric(d, successful) == 1);
+    const double started = metric(d, success_time);
+    CHECK(started > 1.7e9);
 
     // A new key and a certificate path that does not exist (a renewal not yet in place).
     auto fresh = daemon::parse_config(
@@ -49,6 +63,9 @@ TEST_CASE("reload: a config whose certificate does not load changes nothing, ten
     CHECK_MESSAGE(s.message().find("missing.crt") != std::string::npos, s.message());
     CHECK(models_status(d, "sk-old") == 200);  // The old tenants stay...
     CHECK(models_status(d, "sk-new") == 401);  // ...and the new ones are not half applied.
+    // What an alert on a refused reload watches (the log is not scraped).
+    CHECK(metric(d, successful) == 0);
+    CHECK(metric(d, success_time) == started);
 
     // The same config with a certificate that loads applies whole.
     auto renewed = testing::make_certificate(d.dir.path(), "renewed", {"localhost"});
@@ -59,6 +76,8 @@ TEST_CASE("reload: a config whose certificate does not load changes nothing, ten
     REQUIRE(d.daemon->reload(*fresh).ok());
     CHECK(models_status(d, "sk-old") == 401);
     CHECK(models_status(d, "sk-new") == 200);
+    CHECK(metric(d, successful) == 1);
+    CHECK(metric(d, success_time) >= started);
 }
 
 TEST_CASE("reload: a config that would turn authentication off keeps the old certificates too") {

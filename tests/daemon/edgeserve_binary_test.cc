@@ -601,6 +601,7 @@ TEST_CASE(
     CHECK(metrics->body.find("certificate=\"second.test\"") != std::string::npos);
     CHECK(metrics->body.find("certificate=\"third.test\"") != std::string::npos);
     CHECK(metrics->body.find("certificate=\"localhost\"") == std::string::npos);
+    CHECK(metrics->body.find("\nedgeserve_config_last_reload_successful 1\n") != std::string::npos);
 
     // An unterminated quote: nothing is reloaded, not even the certificates.
     std::string broken = testing::config_yaml(first.cert_path, first.key_path);
@@ -614,6 +615,10 @@ TEST_CASE(
     CHECK(log.find("\"event\":\"config_reload_failed\"") != std::string::npos);
     CHECK(log.find("unterminated quoted string") != std::string::npos);
     CHECK(log.find("\"generation\":3") == std::string::npos);
+    // What an alert watches: the log is not scraped.
+    metrics = testing::plain_http_get(admin, "/metrics");
+    REQUIRE(metrics.ok());
+    CHECK(metrics->body.find("\nedgeserve_config_last_reload_successful 0\n") != std::string::npos);
 
     // A site without `gossip` has no cluster to show.
     auto members =
