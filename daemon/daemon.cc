@@ -124,8 +124,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
             d->peer_tls_,
             tls::TlsContextStore::create({d->peer_certificate_}, tls::ClientAuthConfig{p.ca_path}));
         d->peer_handler_ = std::make_unique<forward::PeerHandler>(*d->router_);
-        d->peer_access_log_ =
-            std::make_unique<AccessLog>(nullptr, "peer", config.log.access_log);
+        d->peer_access_log_ = std::make_unique<AccessLog>(d->metrics_->peer_listener(), "peer",
+                                                          config.log.access_log);
         tls::HttpServerConfig peer_config;
         peer_config.address = p.address;
         peer_config.port = p.port;

@@ -128,6 +128,16 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
         .Register(*registry_)
         .Add({{"version", EDGE_VERSION}})
         .Set(1);
+    peer_listener_.handshake_failures =
+        &prometheus::BuildCounter()
+             .Name("edgeserve_peer_tls_handshake_failures_total")
+             .Help("Failed TLS handshakes on the peer listener (other sites), by reason.")
+             .Register(*registry_);
+    peer_listener_.rejected =
+        &prometheus::BuildCounter()
+             .Name("edgeserve_peer_connections_rejected_total")
+             .Help("Connections closed before TLS on the peer listener, by reason.")
+             .Register(*registry_);
     config_reload_successful_ =
         &prometheus::BuildGauge()
              .Name("edgeserve_config_last_reload_successful")
@@ -600,6 +610,16 @@ void Metrics::on_handshake(bool resumed, std::string_view failure_reason) {
         return;
     }
     handshake_failures_->Add({{"reason", std::string(failure_reason)}}).Increment();
+}
+
+void Metrics::PeerListener::on_connection_rejected(std::string_view reason) {
+    rejected->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::PeerListener::on_handshake(bool /*resumed*/, std::string_view failure_reason) {
+    if (!failure_reason.empty()) {
+        handshake_failures->Add({{"reason", std::string(failure_reason)}}).Increment();
+    }
 }
 
 std::string_view Metrics::route_label(std::string_view path) {

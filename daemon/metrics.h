@@ -76,6 +76,12 @@ public:
     void on_response(const tls::ResponseRecord& record) override;
     void on_stream_cancelled(std::string_view reason) override;
 
+    // The peer listener's observer (mutual TLS from other sites; not the public one's series):
+    // edgeserve_peer_tls_handshake_failures_total{reason} (a site whose cluster certificate
+    // expired or comes from another CA, or a client with none, shows as client_certificate) and
+    // edgeserve_peer_connections_rejected_total{reason}; the same reasons as the public ones.
+    tls::ServerObserver* peer_listener() { return &peer_listener_; }
+
     // Per-tenant figures; `tenant` is a configured name (bounded by the config).
     // outcome: "ok", "error", "cancelled", "rejected".
     void on_tenant_request(const std::string& tenant, std::string_view outcome);
@@ -173,6 +179,14 @@ private:
     prometheus::Family<prometheus::Gauge>* site_info_;
     prometheus::Family<prometheus::Gauge>* certificate_expiry_;
     prometheus::Family<prometheus::Counter>* certificate_reloads_;
+    class PeerListener final : public tls::ServerObserver {
+    public:
+        void on_connection_rejected(std::string_view reason) override;
+        void on_handshake(bool resumed, std::string_view failure_reason) override;
+        prometheus::Family<prometheus::Counter>* handshake_failures = nullptr;
+        prometheus::Family<prometheus::Counter>* rejected = nullptr;
+    };
+    PeerListener peer_listener_;
     prometheus::Gauge* config_reload_successful_;
     prometheus::Gauge* config_reload_success_time_;
     prometheus::Family<prometheus::Gauge>* gossip_members_;

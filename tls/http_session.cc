@@ -86,6 +86,9 @@ std::string_view handshake_failure_reason(const boost::system::error_code& ec, b
             case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
             case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
                 return "certificate_rejected";
+            case SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE:
+            case SSL_R_CERTIFICATE_VERIFY_FAILED:
+                return "client_certificate";
             default:
                 return "other";
         }

@@ -123,7 +123,9 @@ public:
     // reason: "limit" (max_connections), "proxy_untrusted", "proxy_malformed", "draining".
     virtual void on_connection_rejected(std::string_view reason) {}
     // failure_reason: "" on success, else "timeout", "eof", "not_tls", "version",
-    // "no_shared_cipher", "certificate_rejected", "other".
+    // "no_shared_cipher", "certificate_rejected" (the client refused the server's),
+    // "client_certificate" (a listener that asks for one got none, or one it does not trust:
+    // from another CA, expired), "other".
     virtual void on_handshake(bool resumed, std::string_view failure_reason) {}
     // After the answer's last byte was written, or writing it failed, or the client left; an
     // incomplete answer whose channel the handler still holds (a generation being cancelled) is

@@ -45,6 +45,8 @@ inline std::string populated_metrics_text() {
     m.on_forwarded("ams1", "ok");
     m.on_forward_latency("ams1", std::chrono::milliseconds(3));
     m.on_forward_retry("connect");
+    m.peer_listener()->on_handshake(false, "client_certificate");
+    m.peer_listener()->on_connection_rejected("limit");
     // The engine's series come from its serving stats at each scrape.
     m.set_serving_source([] {
         engine::ServingStats s;

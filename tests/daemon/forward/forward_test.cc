@@ -951,6 +951,15 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
     const std::string forwarded = testing::http_request(
         "POST", "/v1/chat/completions", chat_body(false),
         "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n");
+    // The refusal is counted on the peer listener's own series (a site whose cluster
+    // certificate expired shows there), not on the public listener's.
+    auto peer_refusal_counted = [&] {
+        const std::string text = b.daemon->metrics().serialize();
+        CHECK_MESSAGE(text.find("edgeserve_peer_tls_handshake_failures_total{reason=\"client_"
+                                "certificate\"} 1") != std::string::npos,
+                      text);
+        CHECK(text.find("edgeserve_tls_handshake_failures_total{") == std::string::npos);
+    };
 
     SUBCASE("no client certificate") {
         auto c = TlsClient::connect(port);
@@ -960,6 +969,7 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
             CHECK_FALSE((*c)->read_response().ok());
         }
         CHECK_FALSE(b.generator.wait_for_request(0, 0));
+        peer_refusal_counted();
     }
     SUBCASE("a certificate from another CA") {
         testing::TempDir other;
@@ -975,6 +985,7 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
             CHECK_FALSE((*c)->read_response().ok());
         }
         CHECK_FALSE(b.generator.wait_for_request(0, 0));
+        peer_refusal_counted();
     }
     SUBCASE("a cluster certificate: forwarded requests run, others are refused") {
         auto site =
