@@ -3,25 +3,21 @@
 #include <algorithm>
 #include <array>
 #include <boost/json.hpp>
-#include <charconv>
 #include <cmath>
 #include <map>
-#include <span>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "common/json_text.h"
+#include "engine/sampling/json_schema_internal.h"
 
 namespace edge::engine::sampling {
 
 namespace json = boost::json;
 
 namespace {
-
-constexpr size_t kMaxAlternatives = 256;
-constexpr int kMaxNesting = 128;
 
 // Keywords that assert what a byte-by-byte walk does not enforce: refused rather than ignored,
 // so a reply is never taken to meet a constraint it was not held to.
@@ -76,131 +72,14 @@ std::string pointer_token(std::string_view key) {
     return out;
 }
 
-// The containers a canonical JSON text nests (its deepest run of open arrays and objects,
-// outside strings).
-int32_t nesting(std::string_view text) {
-    int32_t depth = 0;
-    int32_t deepest = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        if (in_string) {
-            if (c == '\\') {
-                ++i;
-            } else if (c == '"') {
-                in_string = false;
-            }
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            deepest = std::max(deepest, ++depth);
-        } else if (c == ']' || c == '}') {
-            --depth;
-        }
-    }
-    return deepest;
-}
-
-// A JSON text of `v` with no whitespace, numbers in their shortest form: the one spelling of an
-// enum value or a key that the walk lets the model write. Past `cap` bytes of `out` it stops,
-// `out` then longer than cap but not the text (a value of megabytes compared with literals).
-void write_canonical(const json::value& v, std::string* out, size_t cap = SIZE_MAX) {
-    if (out->size() > cap) {
-        return;
-    }
-    switch (v.kind()) {
-        case json::kind::null:
-            *out += "null";
-            return;
-        case json::kind::bool_:
-            *out += v.get_bool() ? "true" : "false";
-            return;
-        case json::kind::int64:
-            *out += std::to_string(v.get_int64());
-            return;
-        case json::kind::uint64:
-            *out += std::to_string(v.get_uint64());
-            return;
-        case json::kind::double_: {
-            std::array<char, 32> buf{};
-            const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v.get_double());
-            *out += std::string_view(buf.data(), static_cast<size_t>(r.ptr - buf.data()));
-            return;
-        }
-        case json::kind::string:
-            // Escaped and quoted, the text is no shorter than the string (out->size() <= cap
-            // here).
-            if (v.get_string().size() > cap - out->size()) {
-                out->resize(cap + 1);
-                return;
-            }
-            *out += json::serialize(v.get_string());
-            return;
-        case json::kind::array: {
-            *out += '[';
-            bool first = true;
-            for (const json::value& e : v.get_array()) {
-                if (out->size() > cap) {
-                    return;
-                }
-                if (!first) {
-                    *out += ',';
-                }
-                first = false;
-                write_canonical(e, out, cap);
-            }
-            *out += ']';
-            return;
-        }
-        case json::kind::object: {
-            *out += '{';
-            bool first = true;
-            for (const auto& [k, e] : v.get_object()) {
-                if (out->size() > cap) {
-                    return;
-                }
-                if (!first) {
-                    *out += ',';
-                }
-                first = false;
-                if (k.size() > cap - std::min(cap, out->size())) {
-                    out->resize(cap + 1);
-                    return;
-                }
-                *out += json::serialize(json::string_view(k));
-                *out += ':';
-                write_canonical(e, out, cap);
-            }
-            *out += '}';
-            return;
-        }
-    }
-}
-
-// JSON Schema's type name of a value ("integer" for integral numbers).
-bool has_type(const json::value& v, std::string_view type) {
-    switch (v.kind()) {
-        case json::kind::null:
-            return type == "null";
-        case json::kind::bool_:
-            return type == "boolean";
-        case json::kind::int64:
-        case json::kind::uint64:
-            return type == "integer" || type == "number";
-        case json::kind::double_:
-            return type == "number" ||
-                   (type == "integer" && std::floor(v.get_double()) == v.get_double());
-        case json::kind::string:
-            return type == "string";
-        case json::kind::array:
-            return type == "array";
-        case json::kind::object:
-            return type == "object";
-    }
-    return false;
-}
-
 }  // namespace
+
+Status fail(const std::string& where, const std::string& what) {
+    // A pointer through long property names is cut: the error goes back to the client.
+    constexpr size_t kShown = 256;
+    const std::string shown = where.size() > kShown ? where.substr(0, kShown) + "..." : where;
+    return invalid_argument_error("schema at '#" + shown + "': " + what);
+}
 
 class SchemaCompiler {
   public:
@@ -209,9 +88,11 @@ class SchemaCompiler {
     Result<std::shared_ptr<const JsonSchema>> run() {
         auto s = std::make_shared<JsonSchema>();
         s_ = s.get();
+        matcher_.emplace(*s_);
         s_->any_string_ = add(JsonSchema::Kind::kString, "");
         EDGE_ASSIGN_OR_RETURN(const int32_t root, compile(doc_, "", 0));
-        EDGE_RETURN_IF_ERROR(finish());
+        GraphFinisher graph(s_, one_of_);
+        EDGE_RETURN_IF_ERROR(graph.finish());
         // The root is an object (through $refs, one-element allOfs and one-alternative anyOfs).
         const JsonSchema::Node& r = s_->node(root);
         int32_t object = root;
@@ -228,7 +109,7 @@ class SchemaCompiler {
                         "every value nests containers more than " + std::to_string(kMaxJsonDepth) +
                             " deep, past what a reply may: its 'required' properties and "
                             "'minItems' lead on through '#" +
-                            recursion(object) +
+                            graph.recursion(object) +
                             "' without end; make the recursion optional (leave it out of "
                             "'required', or allow minItems 0)");
         }
@@ -238,13 +119,6 @@ class SchemaCompiler {
 
   private:
     using Kind = JsonSchema::Kind;
-
-    static Status fail(const std::string& where, const std::string& what) {
-        // A pointer through long property names is cut: the error goes back to the client.
-        constexpr size_t kShown = 256;
-        const std::string shown = where.size() > kShown ? where.substr(0, kShown) + "..." : where;
-        return invalid_argument_error("schema at '#" + shown + "': " + what);
-    }
 
     int32_t add(Kind kind, std::string where) {
         JsonSchema::Node n;
@@ -710,113 +584,6 @@ class SchemaCompiler {
         return node;
     }
 
-    // Whether `v` is valid under `node` (as compiled so far: a $ref still being compiled
-    // matches nothing). Where the compiled graph is narrower than the schema (an object's keys
-    // besides its listed properties, objects among enum values in another key order), so is
-    // this: a value it refuses is left out, never one it takes wrongly let in.
-    bool matches(const json::value& v, int32_t node, int depth) {
-        // Each anyOf level tries every alternative: a deep enum value under nested unions costs
-        // alternatives^depth calls, and a value of megabytes is read again by each. The steps
-        // for a schema's enum/const values are bounded (compile_literals refuses it once they
-        // run out) rather than held by one request for hours.
-        if (depth > 4 * kMaxNesting || !spend_matching(1)) {
-            return false;
-        }
-        const JsonSchema::Node& n = at(node);
-        switch (n.kind) {
-            case Kind::kUnion:
-                return std::any_of(n.alternatives.begin(), n.alternatives.end(),
-                                   [&](int32_t alt) { return matches(v, alt, depth + 1); });
-            case Kind::kObject: {
-                if (!v.is_object()) {
-                    return false;
-                }
-                // Each key and property is looked at once, and counts as a step: a value of
-                // thousands of keys against as many properties is work by the key.
-                const json::object& o = v.get_object();
-                if (!spend_matching(o.size() + n.properties.size())) {
-                    return false;
-                }
-                const std::unordered_map<std::string_view, const JsonSchema::Property*> listed =
-                    by_key(n);
-                size_t required = 0;  // Required properties among the value's keys.
-                for (const auto& [k, e] : o) {
-                    const std::string quoted = json::serialize(json::string_view(k));
-                    if (!spend_matching(quoted.size())) {
-                        return false;
-                    }
-                    auto p = listed.find(std::string_view(quoted).substr(1, quoted.size() - 2));
-                    const int32_t sub = p != listed.end()      ? p->second->node
-                                        : n.properties.empty() ? n.additional
-                                                               : -1;
-                    if (sub < 0 || !matches(e, sub, depth + 1)) {
-                        return false;
-                    }
-                    required += p != listed.end() && p->second->required ? 1 : 0;
-                }
-                // An object's keys differ, so each required property was counted once.
-                return required == static_cast<size_t>(std::count_if(
-                                       n.properties.begin(), n.properties.end(),
-                                       [](const JsonSchema::Property& q) { return q.required; }));
-            }
-            case Kind::kArray: {
-                if (!v.is_array()) {
-                    return false;
-                }
-                const json::array& a = v.get_array();
-                const auto size = static_cast<int64_t>(a.size());
-                return size >= n.min && size <= n.max &&
-                       std::all_of(a.begin(), a.end(), [&](const json::value& e) {
-                           return matches(e, n.items, depth + 1);
-                       });
-            }
-            case Kind::kString: {
-                if (!v.is_string() || !spend_matching(v.get_string().size())) {
-                    return false;
-                }
-                int64_t length = 0;  // Code points: the bytes that do not continue a character.
-                for (const char c : v.get_string()) {
-                    length += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
-                }
-                return length >= n.min && length <= n.max &&
-                       format_matches(n.format, v.get_string(), n.max);
-            }
-            case Kind::kNumber:
-            case Kind::kInteger: {
-                if (!has_type(v, n.kind == Kind::kInteger ? "integer" : "number")) {
-                    return false;
-                }
-                const double x = v.to_number<double>();
-                return (n.lo_open ? x > n.lo : x >= n.lo) && (n.hi_open ? x < n.hi : x <= n.hi);
-            }
-            case Kind::kLiterals: {
-                // No literal is longer than kMaxLiteralBytes: a longer value is not one.
-                std::string text;
-                write_canonical(v, &text, JsonSchema::kMaxLiteralBytes);
-                return spend_matching(text.size() + n.literals.size()) &&
-                       std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end();
-            }
-        }
-        return false;
-    }
-
-    // Counts `steps` of matches() (a call, a key or property looked at, a literal compared, a
-    // byte read); false once they are past kMaxMatchSteps.
-    bool spend_matching(size_t steps) {
-        match_steps_ += static_cast<int64_t>(steps);
-        return match_steps_ <= kMaxMatchSteps;
-    }
-
-    // An object node's properties by key (escaped, as Property::key).
-    static std::unordered_map<std::string_view, const JsonSchema::Property*> by_key(
-        const JsonSchema::Node& n) {
-        std::unordered_map<std::string_view, const JsonSchema::Property*> out;
-        for (const JsonSchema::Property& p : n.properties) {
-            out.emplace(p.key, &p);
-        }
-        return out;
-    }
-
     Result<int32_t> compile_literals(const std::string& where, int32_t allowed,
                                      const json::value* enum_values,
                                      const json::value* const_value) {
@@ -857,12 +624,12 @@ class SchemaCompiler {
         for (const json::value* value : values) {
             // A value the keywords beside enum/const refuse (its type, length, range, ...) is
             // not valid.
-            const bool valid = matches(*value, allowed, 0);
-            if (match_steps_ > kMaxMatchSteps) {
+            const bool valid = matcher_->matches(*value, allowed, 0);
+            if (matcher_->exhausted()) {
                 return fail(where,
                             "checking the values of 'enum'/'const' against the keywords "
                             "beside them takes over " +
-                                std::to_string(kMaxMatchSteps) +
+                                std::to_string(ValueMatcher::kMaxMatchSteps) +
                                 " steps in all (values nested deep under anyOf, very many "
                                 "or very long values); simplify the schema");
             }
@@ -887,362 +654,16 @@ class SchemaCompiler {
         return node;
     }
 
-    // First bytes, unions flattened to the values they stand for, and oneOf's alternatives shown
-    // apart.
-    Status finish() {
-        for (JsonSchema::Node& n : s_->nodes_) {
-            switch (n.kind) {
-                case Kind::kObject:
-                    n.first.set('{');
-                    break;
-                case Kind::kArray:
-                    n.first.set('[');
-                    break;
-                case Kind::kString:
-                    n.first.set('"');
-                    break;
-                case Kind::kNumber:
-                case Kind::kInteger:
-                    n.first.set('-');
-                    for (int c = '0'; c <= '9'; ++c) {
-                        n.first.set(static_cast<size_t>(c));
-                    }
-                    break;
-                case Kind::kLiterals:
-                    // Sorted for JsonPrefix's binary search (json_schema.h); equal values, such
-                    // as 1 and 1.0, are one text.
-                    std::sort(n.literals.begin(), n.literals.end());
-                    n.literals.erase(std::unique(n.literals.begin(), n.literals.end()),
-                                     n.literals.end());
-                    n.literal_depths.clear();
-                    for (const std::string& l : n.literals) {
-                        const int32_t d = nesting(l);
-                        n.literal_depths.push_back(d);
-                        n.max_literal_depth = std::max(n.max_literal_depth, d);
-                    }
-                    for (const std::string& l : n.literals) {
-                        n.first.set(static_cast<unsigned char>(l[0]));
-                    }
-                    break;
-                case Kind::kUnion:
-                    break;
-            }
-        }
-        flattened_.assign(s_->nodes_.size(), 0);
-        for (size_t i = 0; i < s_->nodes_.size(); ++i) {
-            if (at(static_cast<int32_t>(i)).kind == Kind::kUnion) {
-                EDGE_RETURN_IF_ERROR(flatten(static_cast<int32_t>(i), 0));
-            }
-        }
-        EDGE_RETURN_IF_ERROR(nest());
-        index_properties();
-        for (const auto& [node, alternatives] : one_of_) {
-            for (size_t a = 0; a < alternatives.size(); ++a) {
-                for (size_t b = a + 1; b < alternatives.size(); ++b) {
-                    if (!apart(alternatives[a], alternatives[b], 0)) {
-                        if (comparisons_ > kMaxComparisons) {
-                            return fail(at(node).where,
-                                        "'oneOf' has too many alternatives to show apart (over " +
-                                            std::to_string(kMaxComparisons) +
-                                            " comparisons of them, their properties and "
-                                            "values); use anyOf, or enum for constants");
-                        }
-                        return fail(at(node).where,
-                                    "the alternatives at '#" + at(alternatives[a]).where +
-                                        "' and '#" + at(alternatives[b]).where +
-                                        "' of 'oneOf' may both match one value, which oneOf "
-                                        "refuses: tell them apart (by type; by a property both "
-                                        "list, one requires, and whose const or enum values "
-                                        "differ; by ranges) or use anyOf");
-                    }
-                }
-            }
-        }
-        return ok_status();
-    }
-
-    // Each object's by_name (json_schema.h), once min_depth is known.
-    void index_properties() {
-        std::vector<std::string_view> keys;
-        std::vector<int32_t> depths;
-        for (JsonSchema::Node& n : s_->nodes_) {
-            keys.clear();
-            depths.clear();
-            for (const JsonSchema::Property& p : n.properties) {
-                keys.emplace_back(p.key);
-                depths.push_back(at(p.node).min_depth);
-            }
-            n.by_name = PropertyIndex(keys, depths);
-        }
-    }
-
-    // Each node's min_depth (json_schema.h), to a fixpoint: required properties, minItems and
-    // $refs may lead back to the node. Values only fall, from kMaxJsonDepth + 1 (none fits), and
-    // the longest chain of them that matters is short, so it ends after a few dozen passes. A
-    // root whose values nest deeper than a reply may is refused: no reply could be completed.
-    Status nest() {
-        constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
-        for (JsonSchema::Node& n : s_->nodes_) {
-            const bool container = n.kind == Kind::kObject || n.kind == Kind::kArray;
-            n.min_depth = container || n.kind == Kind::kUnion ? kTooDeep : least_depth(n);
-        }
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (JsonSchema::Node& n : s_->nodes_) {
-                const int32_t d = least_depth(n);
-                if (d < n.min_depth) {
-                    n.min_depth = d;
-                    changed = true;
-                }
-            }
-        }
-        return ok_status();
-    }
-
-    // Where a value of `node` that nests too deep leads back to: the first node met twice
-    // following, from it, what needs the most nesting (a required property, an array's items, a
-    // union's least deep alternative).
-    std::string recursion(int32_t node) {
-        std::vector<int32_t> seen;
-        int32_t i = node;
-        while (i >= 0 && std::find(seen.begin(), seen.end(), i) == seen.end()) {
-            seen.push_back(i);
-            const JsonSchema::Node& n = at(i);
-            int32_t next = -1;
-            auto deeper = [&](int32_t candidate, bool least) {
-                if (next < 0 || (least ? at(candidate).min_depth < at(next).min_depth
-                                       : at(candidate).min_depth > at(next).min_depth)) {
-                    next = candidate;
-                }
-            };
-            if (n.kind == Kind::kObject) {
-                for (const JsonSchema::Property& p : n.properties) {
-                    if (p.required) {
-                        deeper(p.node, false);
-                    }
-                }
-            } else if (n.kind == Kind::kArray && n.min > 0) {
-                next = n.items;
-            } else if (n.kind == Kind::kUnion) {
-                for (const int32_t alt : n.alternatives) {
-                    deeper(alt, true);
-                }
-            }
-            i = next;
-        }
-        return at(i >= 0 ? i : node).where;
-    }
-
-    // A node's min_depth from those of the nodes it holds.
-    int32_t least_depth(const JsonSchema::Node& n) {
-        constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
-        int32_t d = 0;
-        switch (n.kind) {
-            case Kind::kObject:
-                for (const JsonSchema::Property& p : n.properties) {
-                    if (p.required) {
-                        d = std::max(d, at(p.node).min_depth);
-                    }
-                }
-                return std::min(d + 1, kTooDeep);
-            case Kind::kArray:
-                return n.min == 0 ? 1 : std::min(at(n.items).min_depth + 1, kTooDeep);
-            case Kind::kUnion:
-                d = kTooDeep;
-                for (const int32_t alt : n.alternatives) {
-                    d = std::min(d, at(alt).min_depth);
-                }
-                return d;
-            case Kind::kLiterals:
-                return n.literal_depths.empty()
-                           ? 0
-                           : std::min(*std::min_element(n.literal_depths.begin(),
-                                                        n.literal_depths.end()),
-                                      kTooDeep);
-            default:
-                return 0;
-        }
-    }
-
-    // The non-union nodes `node` stands for (after flatten()); a view into the schema or `node`.
-    std::span<const int32_t> leaves(const int32_t& node) {
-        const JsonSchema::Node& n = at(node);
-        return n.kind == Kind::kUnion ? std::span<const int32_t>(n.alternatives)
-                                      : std::span<const int32_t>(&node, 1);
-    }
-
-    // Whether no value is valid under both `a` and `b` (unions, as flatten() left them). A
-    // sufficient test: false may only mean "not shown". Discriminators sit near the top of the
-    // alternatives, so the search into properties stops a few levels down.
-    bool apart(int32_t a, int32_t b, int depth) {
-        if (depth > 4 || a == b) {
-            return false;
-        }
-        for (const int32_t x : leaves(a)) {
-            for (const int32_t y : leaves(b)) {
-                if (!leaves_apart(x, y, depth)) {
-                    return false;
-                }
-            }
-        }
-        return true;
-    }
-
-    bool leaves_apart(int32_t a, int32_t b, int depth) {
-        // Pairs are compared at most kMaxComparisons times in all: a request's schema must not
-        // buy seconds of work with thousands of alternatives.
-        if (++comparisons_ > kMaxComparisons) {
-            return false;
-        }
-        const JsonSchema::Node& x = at(a);
-        const JsonSchema::Node& y = at(b);
-        if ((x.first & y.first).none()) {
-            return true;
-        }
-        auto counts_apart = [&] { return x.max < y.min || y.max < x.min; };
-        auto numbers_apart = [&] {
-            return x.hi < y.lo || y.hi < x.lo || (x.hi == y.lo && (x.hi_open || y.lo_open)) ||
-                   (y.hi == x.lo && (y.hi_open || x.lo_open));
-        };
-        const bool x_number = x.kind == Kind::kNumber || x.kind == Kind::kInteger;
-        const bool y_number = y.kind == Kind::kNumber || y.kind == Kind::kInteger;
-        if (x_number && y_number) {
-            return numbers_apart();
-        }
-        if (x.kind != y.kind) {
-            return false;
-        }
-        switch (x.kind) {
-            case Kind::kString:
-            case Kind::kArray:
-                return counts_apart();
-            case Kind::kLiterals: {
-                // Canonical texts differ for different values, except objects with their keys
-                // in another order. Each literal counts against the comparisons: a oneOf of
-                // large enums is work by the value, not by the pair.
-                comparisons_ += static_cast<int64_t>(x.literals.size() + y.literals.size());
-                if (comparisons_ > kMaxComparisons) {
-                    return false;
-                }
-                auto has_object = [](const std::string& l) {
-                    return l.find('{') != std::string::npos;
-                };
-                if (std::any_of(x.literals.begin(), x.literals.end(), has_object) ||
-                    std::any_of(y.literals.begin(), y.literals.end(), has_object)) {
-                    return false;
-                }
-                const std::unordered_set<std::string_view> other(y.literals.begin(),
-                                                                 y.literals.end());
-                return std::none_of(x.literals.begin(), x.literals.end(),
-                                    [&](const std::string& l) { return other.contains(l); });
-            }
-            case Kind::kObject:
-                // A property one requires, whose values the other's same property cannot take.
-                return object_apart(x, y, depth) || object_apart(y, x, depth);
-            default:
-                return false;
-        }
-    }
-
-    bool object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth) {
-        // Each property counts against the comparisons: a pair of objects of a thousand
-        // properties is work by the property.
-        comparisons_ += static_cast<int64_t>(x.properties.size() + y.properties.size());
-        if (comparisons_ > kMaxComparisons) {
-            return false;
-        }
-        const std::unordered_map<std::string_view, const JsonSchema::Property*> other = by_key(y);
-        for (const JsonSchema::Property& p : x.properties) {
-            if (!p.required) {
-                continue;
-            }
-            auto q = other.find(p.key);
-            if (q != other.end() && apart(p.node, q->second->node, depth + 1)) {
-                return true;
-            }
-        }
-        return false;
-    }
-
-    // Replaces a union's alternatives by the non-union nodes it stands for (its inner unions
-    // first, each once), at most kMaxAlternatives: JsonPrefix looks through them at each value
-    // the union begins, for each token a sampler asks about.
-    Status flatten(int32_t node, int depth) {
-        if (flattened_[static_cast<size_t>(node)] == 2) {
-            return ok_status();
-        }
-        if (flattened_[static_cast<size_t>(node)] == 1) {
-            return fail(at(node).where,
-                        "the schema is its own alternative (a $ref or anyOf that "
-                        "leads back to itself before any value)");
-        }
-        if (depth > 4 * kMaxNesting) {
-            return fail(at(node).where, "$refs and anyOfs are chained too deep");
-        }
-        flattened_[static_cast<size_t>(node)] = 1;
-        std::vector<int32_t> leaves;
-        // Nodes already taken: a $ref to one union repeated many times (cached, it adds no
-        // node) is merged once, and a leaf is looked up, not searched for.
-        std::unordered_set<int32_t> taken;
-        std::bitset<256> first;
-        auto add = [&](int32_t leaf) {
-            if (taken.insert(leaf).second) {
-                first |= at(leaf).first;
-                leaves.push_back(leaf);
-            }
-        };
-        for (size_t a = 0; a < at(node).alternatives.size(); ++a) {
-            const int32_t alt = at(node).alternatives[a];
-            if (at(alt).kind != Kind::kUnion) {
-                add(alt);
-                continue;
-            }
-            if (!taken.insert(alt).second) {
-                continue;  // This union's leaves are in already.
-            }
-            EDGE_RETURN_IF_ERROR(flatten(alt, depth + 1));
-            gathered_ += at(alt).alternatives.size();
-            if (gathered_ > JsonSchema::kMaxFlattenedAlternatives) {
-                return fail(at(node).where,
-                            "the schema's unions gather over " +
-                                std::to_string(JsonSchema::kMaxFlattenedAlternatives) +
-                                " alternatives in all (each $ref to a union, and each anyOf "
-                                "or oneOf holding one, gathers all of its alternatives); refer "
-                                "to large unions from fewer places");
-            }
-            for (const int32_t leaf : at(alt).alternatives) {
-                add(leaf);
-            }
-        }
-        if (leaves.size() > kMaxAlternatives) {
-            return fail(at(node).where, "the union has " + std::to_string(leaves.size()) +
-                                            " alternatives (anyOf, oneOf, type lists and $refs "
-                                            "flattened); at most " +
-                                            std::to_string(kMaxAlternatives) + " are supported");
-        }
-        at(node).alternatives = std::move(leaves);
-        at(node).first = first;
-        flattened_[static_cast<size_t>(node)] = 2;
-        return ok_status();
-    }
-
     const json::value& doc_;
     JsonSchema* s_ = nullptr;
     std::map<std::string, int32_t> refs_;
     int32_t any_ = -1;
-    std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
-    // Budgets of compile() (json_schema.h): properties listed so far (parts beside the nodes),
-    // bytes of the JSON pointers built, and alternatives flatten() gathered from inner unions.
+    // Budgets of compile() (json_schema.h): properties listed so far (parts beside the nodes)
+    // and bytes of the JSON pointers built (GraphFinisher counts the alternatives gathered).
     size_t properties_ = 0;
     size_t path_bytes_ = 0;
-    size_t gathered_ = 0;
+    std::optional<ValueMatcher> matcher_;  // compile_literals()'s, for the whole schema (run()).
     // Each oneOf's union node and its alternatives as written (finish() shows them apart).
-    static constexpr int64_t kMaxComparisons = int64_t{1} << 18;
-    int64_t comparisons_ = 0;  // leaves_apart() calls and literals compared so far.
-    // matches() steps for the enum/const values of the whole schema (compile_literals()): its
-    // calls, the keys and properties, literals and bytes they look at.
-    static constexpr int64_t kMaxMatchSteps = int64_t{1} << 20;
-    int64_t match_steps_ = 0;
     std::vector<std::pair<int32_t, std::vector<int32_t>>> one_of_;
 };
 

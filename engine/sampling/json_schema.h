@@ -164,6 +164,7 @@ class JsonSchema {
 
   private:
     friend class SchemaCompiler;
+    friend class GraphFinisher;
     std::vector<Node> nodes_;
     int32_t root_ = -1;
     int32_t any_string_ = -1;

@@ -1,0 +1,377 @@
+// The passes over a schema's nodes once compile() has built them all (json_schema_internal.h):
+// first bytes, unions flattened to the values they stand for, each node's min_depth and each
+// object's by_name, and oneOf's alternatives shown apart.
+
+#include <algorithm>
+#include <bitset>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "common/json_text.h"
+#include "engine/sampling/json_schema_internal.h"
+
+namespace edge::engine::sampling {
+
+namespace {
+
+constexpr size_t kMaxAlternatives = 256;
+
+// The containers a canonical JSON text nests (its deepest run of open arrays and objects,
+// outside strings).
+int32_t nesting(std::string_view text) {
+    int32_t depth = 0;
+    int32_t deepest = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') {
+                ++i;
+            } else if (c == '"') {
+                in_string = false;
+            }
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            deepest = std::max(deepest, ++depth);
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return deepest;
+}
+
+}  // namespace
+
+Status GraphFinisher::finish() {
+    for (JsonSchema::Node& n : s_->nodes_) {
+        switch (n.kind) {
+            case Kind::kObject:
+                n.first.set('{');
+                break;
+            case Kind::kArray:
+                n.first.set('[');
+                break;
+            case Kind::kString:
+                n.first.set('"');
+                break;
+            case Kind::kNumber:
+            case Kind::kInteger:
+                n.first.set('-');
+                for (int c = '0'; c <= '9'; ++c) {
+                    n.first.set(static_cast<size_t>(c));
+                }
+                break;
+            case Kind::kLiterals:
+                // Sorted for JsonPrefix's binary search (json_schema.h); equal values, such
+                // as 1 and 1.0, are one text.
+                std::sort(n.literals.begin(), n.literals.end());
+                n.literals.erase(std::unique(n.literals.begin(), n.literals.end()),
+                                 n.literals.end());
+                n.literal_depths.clear();
+                for (const std::string& l : n.literals) {
+                    const int32_t d = nesting(l);
+                    n.literal_depths.push_back(d);
+                    n.max_literal_depth = std::max(n.max_literal_depth, d);
+                }
+                for (const std::string& l : n.literals) {
+                    n.first.set(static_cast<unsigned char>(l[0]));
+                }
+                break;
+            case Kind::kUnion:
+                break;
+        }
+    }
+    flattened_.assign(s_->nodes_.size(), 0);
+    for (size_t i = 0; i < s_->nodes_.size(); ++i) {
+        if (at(static_cast<int32_t>(i)).kind == Kind::kUnion) {
+            EDGE_RETURN_IF_ERROR(flatten(static_cast<int32_t>(i), 0));
+        }
+    }
+    EDGE_RETURN_IF_ERROR(nest());
+    index_properties();
+    for (const auto& [node, alternatives] : one_of_) {
+        for (size_t a = 0; a < alternatives.size(); ++a) {
+            for (size_t b = a + 1; b < alternatives.size(); ++b) {
+                if (!apart(alternatives[a], alternatives[b], 0)) {
+                    if (comparisons_ > kMaxComparisons) {
+                        return fail(at(node).where,
+                                    "'oneOf' has too many alternatives to show apart (over " +
+                                        std::to_string(kMaxComparisons) +
+                                        " comparisons of them, their properties and "
+                                        "values); use anyOf, or enum for constants");
+                    }
+                    return fail(at(node).where,
+                                "the alternatives at '#" + at(alternatives[a]).where + "' and '#" +
+                                    at(alternatives[b]).where +
+                                    "' of 'oneOf' may both match one value, which oneOf "
+                                    "refuses: tell them apart (by type; by a property both "
+                                    "list, one requires, and whose const or enum values "
+                                    "differ; by ranges) or use anyOf");
+                }
+            }
+        }
+    }
+    return ok_status();
+}
+
+// Each object's by_name (json_schema.h), once min_depth is known.
+void GraphFinisher::index_properties() {
+    std::vector<std::string_view> keys;
+    std::vector<int32_t> depths;
+    for (JsonSchema::Node& n : s_->nodes_) {
+        keys.clear();
+        depths.clear();
+        for (const JsonSchema::Property& p : n.properties) {
+            keys.emplace_back(p.key);
+            depths.push_back(at(p.node).min_depth);
+        }
+        n.by_name = PropertyIndex(keys, depths);
+    }
+}
+
+// Each node's min_depth (json_schema.h), to a fixpoint: required properties, minItems and
+// $refs may lead back to the node. Values only fall, from kMaxJsonDepth + 1 (none fits), and
+// the longest chain of them that matters is short, so it ends after a few dozen passes. A
+// root whose values nest deeper than a reply may is refused: no reply could be completed.
+Status GraphFinisher::nest() {
+    constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
+    for (JsonSchema::Node& n : s_->nodes_) {
+        const bool container = n.kind == Kind::kObject || n.kind == Kind::kArray;
+        n.min_depth = container || n.kind == Kind::kUnion ? kTooDeep : least_depth(n);
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (JsonSchema::Node& n : s_->nodes_) {
+            const int32_t d = least_depth(n);
+            if (d < n.min_depth) {
+                n.min_depth = d;
+                changed = true;
+            }
+        }
+    }
+    return ok_status();
+}
+
+std::string GraphFinisher::recursion(int32_t node) {
+    std::vector<int32_t> seen;
+    int32_t i = node;
+    while (i >= 0 && std::find(seen.begin(), seen.end(), i) == seen.end()) {
+        seen.push_back(i);
+        const JsonSchema::Node& n = at(i);
+        int32_t next = -1;
+        auto deeper = [&](int32_t candidate, bool least) {
+            if (next < 0 || (least ? at(candidate).min_depth < at(next).min_depth
+                                   : at(candidate).min_depth > at(next).min_depth)) {
+                next = candidate;
+            }
+        };
+        if (n.kind == Kind::kObject) {
+            for (const JsonSchema::Property& p : n.properties) {
+                if (p.required) {
+                    deeper(p.node, false);
+                }
+            }
+        } else if (n.kind == Kind::kArray && n.min > 0) {
+            next = n.items;
+        } else if (n.kind == Kind::kUnion) {
+            for (const int32_t alt : n.alternatives) {
+                deeper(alt, true);
+            }
+        }
+        i = next;
+    }
+    return at(i >= 0 ? i : node).where;
+}
+
+// A node's min_depth from those of the nodes it holds.
+int32_t GraphFinisher::least_depth(const JsonSchema::Node& n) {
+    constexpr auto kTooDeep = static_cast<int32_t>(kMaxJsonDepth) + 1;
+    int32_t d = 0;
+    switch (n.kind) {
+        case Kind::kObject:
+            for (const JsonSchema::Property& p : n.properties) {
+                if (p.required) {
+                    d = std::max(d, at(p.node).min_depth);
+                }
+            }
+            return std::min(d + 1, kTooDeep);
+        case Kind::kArray:
+            return n.min == 0 ? 1 : std::min(at(n.items).min_depth + 1, kTooDeep);
+        case Kind::kUnion:
+            d = kTooDeep;
+            for (const int32_t alt : n.alternatives) {
+                d = std::min(d, at(alt).min_depth);
+            }
+            return d;
+        case Kind::kLiterals:
+            return n.literal_depths.empty() ? 0
+                                            : std::min(*std::min_element(n.literal_depths.begin(),
+                                                                         n.literal_depths.end()),
+                                                       kTooDeep);
+        default:
+            return 0;
+    }
+}
+
+// The non-union nodes `node` stands for (after flatten()); a view into the schema or `node`.
+std::span<const int32_t> GraphFinisher::leaves(const int32_t& node) {
+    const JsonSchema::Node& n = at(node);
+    return n.kind == Kind::kUnion ? std::span<const int32_t>(n.alternatives)
+                                  : std::span<const int32_t>(&node, 1);
+}
+
+// Whether no value is valid under both `a` and `b` (unions, as flatten() left them). A
+// sufficient test: false may only mean "not shown". Discriminators sit near the top of the
+// alternatives, so the search into properties stops a few levels down.
+bool GraphFinisher::apart(int32_t a, int32_t b, int depth) {
+    if (depth > 4 || a == b) {
+        return false;
+    }
+    for (const int32_t x : leaves(a)) {
+        for (const int32_t y : leaves(b)) {
+            if (!leaves_apart(x, y, depth)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+bool GraphFinisher::leaves_apart(int32_t a, int32_t b, int depth) {
+    // Pairs are compared at most kMaxComparisons times in all: a request's schema must not
+    // buy seconds of work with thousands of alternatives.
+    if (++comparisons_ > kMaxComparisons) {
+        return false;
+    }
+    const JsonSchema::Node& x = at(a);
+    const JsonSchema::Node& y = at(b);
+    if ((x.first & y.first).none()) {
+        return true;
+    }
+    auto counts_apart = [&] { return x.max < y.min || y.max < x.min; };
+    auto numbers_apart = [&] {
+        return x.hi < y.lo || y.hi < x.lo || (x.hi == y.lo && (x.hi_open || y.lo_open)) ||
+               (y.hi == x.lo && (y.hi_open || x.lo_open));
+    };
+    const bool x_number = x.kind == Kind::kNumber || x.kind == Kind::kInteger;
+    const bool y_number = y.kind == Kind::kNumber || y.kind == Kind::kInteger;
+    if (x_number && y_number) {
+        return numbers_apart();
+    }
+    if (x.kind != y.kind) {
+        return false;
+    }
+    switch (x.kind) {
+        case Kind::kString:
+        case Kind::kArray:
+            return counts_apart();
+        case Kind::kLiterals: {
+            // Canonical texts differ for different values, except objects with their keys
+            // in another order. Each literal counts against the comparisons: a oneOf of
+            // large enums is work by the value, not by the pair.
+            comparisons_ += static_cast<int64_t>(x.literals.size() + y.literals.size());
+            if (comparisons_ > kMaxComparisons) {
+                return false;
+            }
+            auto has_object = [](const std::string& l) { return l.find('{') != std::string::npos; };
+            if (std::any_of(x.literals.begin(), x.literals.end(), has_object) ||
+                std::any_of(y.literals.begin(), y.literals.end(), has_object)) {
+                return false;
+            }
+            const std::unordered_set<std::string_view> other(y.literals.begin(), y.literals.end());
+            return std::none_of(x.literals.begin(), x.literals.end(),
+                                [&](const std::string& l) { return other.contains(l); });
+        }
+        case Kind::kObject:
+            // A property one requires, whose values the other's same property cannot take.
+            return object_apart(x, y, depth) || object_apart(y, x, depth);
+        default:
+            return false;
+    }
+}
+
+bool GraphFinisher::object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth) {
+    // Each property counts against the comparisons: a pair of objects of a thousand
+    // properties is work by the property.
+    comparisons_ += static_cast<int64_t>(x.properties.size() + y.properties.size());
+    if (comparisons_ > kMaxComparisons) {
+        return false;
+    }
+    const std::unordered_map<std::string_view, const JsonSchema::Property*> other = by_key(y);
+    for (const JsonSchema::Property& p : x.properties) {
+        if (!p.required) {
+            continue;
+        }
+        auto q = other.find(p.key);
+        if (q != other.end() && apart(p.node, q->second->node, depth + 1)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Replaces a union's alternatives by the non-union nodes it stands for (its inner unions
+// first, each once), at most kMaxAlternatives: JsonPrefix looks through them at each value
+// the union begins, for each token a sampler asks about.
+Status GraphFinisher::flatten(int32_t node, int depth) {
+    if (flattened_[static_cast<size_t>(node)] == 2) {
+        return ok_status();
+    }
+    if (flattened_[static_cast<size_t>(node)] == 1) {
+        return fail(at(node).where,
+                    "the schema is its own alternative (a $ref or anyOf that "
+                    "leads back to itself before any value)");
+    }
+    if (depth > 4 * kMaxNesting) {
+        return fail(at(node).where, "$refs and anyOfs are chained too deep");
+    }
+    flattened_[static_cast<size_t>(node)] = 1;
+    std::vector<int32_t> leaves;
+    // Nodes already taken: a $ref to one union repeated many times (cached, it adds no
+    // node) is merged once, and a leaf is looked up, not searched for.
+    std::unordered_set<int32_t> taken;
+    std::bitset<256> first;
+    auto add = [&](int32_t leaf) {
+        if (taken.insert(leaf).second) {
+            first |= at(leaf).first;
+            leaves.push_back(leaf);
+        }
+    };
+    for (size_t a = 0; a < at(node).alternatives.size(); ++a) {
+        const int32_t alt = at(node).alternatives[a];
+        if (at(alt).kind != Kind::kUnion) {
+            add(alt);
+            continue;
+        }
+        if (!taken.insert(alt).second) {
+            continue;  // This union's leaves are in already.
+        }
+        EDGE_RETURN_IF_ERROR(flatten(alt, depth + 1));
+        gathered_ += at(alt).alternatives.size();
+        if (gathered_ > JsonSchema::kMaxFlattenedAlternatives) {
+            return fail(at(node).where,
+                        "the schema's unions gather over " +
+                            std::to_string(JsonSchema::kMaxFlattenedAlternatives) +
+                            " alternatives in all (each $ref to a union, and each anyOf "
+                            "or oneOf holding one, gathers all of its alternatives); refer "
+                            "to large unions from fewer places");
+        }
+        for (const int32_t leaf : at(alt).alternatives) {
+            add(leaf);
+        }
+    }
+    if (leaves.size() > kMaxAlternatives) {
+        return fail(at(node).where, "the union has " + std::to_string(leaves.size()) +
+                                        " alternatives (anyOf, oneOf, type lists and $refs "
+                                        "flattened); at most " +
+                                        std::to_string(kMaxAlternatives) + " are supported");
+    }
+    at(node).alternatives = std::move(leaves);
+    at(node).first = first;
+    flattened_[static_cast<size_t>(node)] = 2;
+    return ok_status();
+}
+
+}  // namespace edge::engine::sampling

@@ -1,0 +1,108 @@
+#pragma once
+
+// The parts of JsonSchema::compile() (json_schema.cc) that live in files of their own, for its
+// use only: the values of enum and const held to the keywords beside them (ValueMatcher,
+// json_schema_values.cc) and the passes over the nodes once they are compiled (GraphFinisher,
+// json_schema_finish.cc).
+//
+// Threading: each object serves one compile(), on its thread.
+
+#include <boost/json/fwd.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/sampling/json_schema.h"
+
+namespace edge::engine::sampling {
+
+// How deep a schema's keywords may nest (compile()); the walks through $refs and unions
+// (ValueMatcher::matches(), GraphFinisher::flatten()) stop at four times as deep.
+constexpr int kMaxNesting = 128;
+
+// kInvalidArgument naming the part of the schema at `where` (a JSON pointer).
+Status fail(const std::string& where, const std::string& what);
+
+// A JSON text of `v` with no whitespace, numbers in their shortest form: the one spelling of an
+// enum value or a key that the walk lets the model write. Past `cap` bytes of `out` it stops,
+// `out` then longer than cap but not the text (a value of megabytes compared with literals).
+void write_canonical(const boost::json::value& v, std::string* out, size_t cap = SIZE_MAX);
+
+// An object node's properties by key (escaped, as Property::key).
+std::unordered_map<std::string_view, const JsonSchema::Property*> by_key(const JsonSchema::Node& n);
+
+// Whether enum/const values are valid under the nodes compiled so far (compile_literals() keeps
+// the values the keywords beside them hold), in at most kMaxMatchSteps steps for the schema.
+class ValueMatcher {
+  public:
+    // matches() steps for the enum/const values of the whole schema (compile_literals()): its
+    // calls, the keys and properties, literals and bytes they look at.
+    static constexpr int64_t kMaxMatchSteps = int64_t{1} << 20;
+
+    // `schema`: the one being compiled, which outlives the matcher.
+    explicit ValueMatcher(const JsonSchema& schema) : s_(&schema) {}
+
+    // Whether `v` is valid under `node` (as compiled so far: a $ref still being compiled
+    // matches nothing). Where the compiled graph is narrower than the schema (an object's keys
+    // besides its listed properties, objects among enum values in another key order), so is
+    // this: a value it refuses is left out, never one it takes wrongly let in.
+    bool matches(const boost::json::value& v, int32_t node, int depth);
+    // Whether matches() ran past kMaxMatchSteps (its answers since are false).
+    bool exhausted() const { return match_steps_ > kMaxMatchSteps; }
+
+  private:
+    using Kind = JsonSchema::Kind;
+
+    const JsonSchema::Node& at(int32_t i) const { return s_->node(i); }
+    bool spend_matching(size_t steps);
+
+    const JsonSchema* s_;
+    int64_t match_steps_ = 0;
+};
+
+// Completes the nodes compile() built (JsonSchema is its friend).
+class GraphFinisher {
+  public:
+    // `one_of`: each oneOf's union node and its alternatives as written. Both outlive the
+    // finisher.
+    GraphFinisher(JsonSchema* schema,
+                  const std::vector<std::pair<int32_t, std::vector<int32_t>>>& one_of)
+        : s_(schema), one_of_(one_of) {}
+
+    // First bytes, unions flattened to the values they stand for, and oneOf's alternatives shown
+    // apart.
+    Status finish();
+    // Where a value of `node` that nests too deep leads back to: the first node met twice
+    // following, from it, what needs the most nesting (a required property, an array's items, a
+    // union's least deep alternative).
+    std::string recursion(int32_t node);
+
+  private:
+    using Kind = JsonSchema::Kind;
+
+    JsonSchema::Node& at(int32_t i) { return s_->nodes_[static_cast<size_t>(i)]; }
+    void index_properties();
+    Status nest();
+    int32_t least_depth(const JsonSchema::Node& n);
+    std::span<const int32_t> leaves(const int32_t& node);
+    bool apart(int32_t a, int32_t b, int depth);
+    bool leaves_apart(int32_t a, int32_t b, int depth);
+    bool object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth);
+    Status flatten(int32_t node, int depth);
+
+    JsonSchema* s_;
+    const std::vector<std::pair<int32_t, std::vector<int32_t>>>& one_of_;
+    std::vector<uint8_t> flattened_;  // finish(): by node, 0 not yet, 1 under way, 2 done.
+    // Alternatives gathered from inner unions so far, a budget of compile() (json_schema.h).
+    size_t gathered_ = 0;
+    static constexpr int64_t kMaxComparisons = int64_t{1} << 18;
+    int64_t comparisons_ = 0;  // leaves_apart() calls and literals compared so far.
+};
+
+}  // namespace edge::engine::sampling

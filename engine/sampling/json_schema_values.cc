@@ -1,0 +1,222 @@
+// The values of enum and const held to the keywords beside them: their canonical JSON text (the
+// one spelling JsonPrefix lets a model write) and ValueMatcher, which tells whether a value is
+// valid under a node compiled so far (json_schema_internal.h).
+
+#include <algorithm>
+#include <array>
+#include <boost/json.hpp>
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <string_view>
+
+#include "engine/sampling/json_schema_internal.h"
+#include "engine/sampling/string_format.h"
+
+namespace edge::engine::sampling {
+
+namespace json = boost::json;
+
+namespace {
+
+// JSON Schema's type name of a value ("integer" for integral numbers).
+bool has_type(const json::value& v, std::string_view type) {
+    switch (v.kind()) {
+        case json::kind::null:
+            return type == "null";
+        case json::kind::bool_:
+            return type == "boolean";
+        case json::kind::int64:
+        case json::kind::uint64:
+            return type == "integer" || type == "number";
+        case json::kind::double_:
+            return type == "number" ||
+                   (type == "integer" && std::floor(v.get_double()) == v.get_double());
+        case json::kind::string:
+            return type == "string";
+        case json::kind::array:
+            return type == "array";
+        case json::kind::object:
+            return type == "object";
+    }
+    return false;
+}
+
+}  // namespace
+
+void write_canonical(const json::value& v, std::string* out, size_t cap) {
+    if (out->size() > cap) {
+        return;
+    }
+    switch (v.kind()) {
+        case json::kind::null:
+            *out += "null";
+            return;
+        case json::kind::bool_:
+            *out += v.get_bool() ? "true" : "false";
+            return;
+        case json::kind::int64:
+            *out += std::to_string(v.get_int64());
+            return;
+        case json::kind::uint64:
+            *out += std::to_string(v.get_uint64());
+            return;
+        case json::kind::double_: {
+            std::array<char, 32> buf{};
+            const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v.get_double());
+            *out += std::string_view(buf.data(), static_cast<size_t>(r.ptr - buf.data()));
+            return;
+        }
+        case json::kind::string:
+            // Escaped and quoted, the text is no shorter than the string (out->size() <= cap
+            // here).
+            if (v.get_string().size() > cap - out->size()) {
+                out->resize(cap + 1);
+                return;
+            }
+            *out += json::serialize(v.get_string());
+            return;
+        case json::kind::array: {
+            *out += '[';
+            bool first = true;
+            for (const json::value& e : v.get_array()) {
+                if (out->size() > cap) {
+                    return;
+                }
+                if (!first) {
+                    *out += ',';
+                }
+                first = false;
+                write_canonical(e, out, cap);
+            }
+            *out += ']';
+            return;
+        }
+        case json::kind::object: {
+            *out += '{';
+            bool first = true;
+            for (const auto& [k, e] : v.get_object()) {
+                if (out->size() > cap) {
+                    return;
+                }
+                if (!first) {
+                    *out += ',';
+                }
+                first = false;
+                if (k.size() > cap - std::min(cap, out->size())) {
+                    out->resize(cap + 1);
+                    return;
+                }
+                *out += json::serialize(json::string_view(k));
+                *out += ':';
+                write_canonical(e, out, cap);
+            }
+            *out += '}';
+            return;
+        }
+    }
+}
+
+std::unordered_map<std::string_view, const JsonSchema::Property*> by_key(
+    const JsonSchema::Node& n) {
+    std::unordered_map<std::string_view, const JsonSchema::Property*> out;
+    for (const JsonSchema::Property& p : n.properties) {
+        out.emplace(p.key, &p);
+    }
+    return out;
+}
+
+bool ValueMatcher::matches(const json::value& v, int32_t node, int depth) {
+    // Each anyOf level tries every alternative: a deep enum value under nested unions costs
+    // alternatives^depth calls, and a value of megabytes is read again by each. The steps
+    // for a schema's enum/const values are bounded (compile_literals refuses it once they
+    // run out) rather than held by one request for hours.
+    if (depth > 4 * kMaxNesting || !spend_matching(1)) {
+        return false;
+    }
+    const JsonSchema::Node& n = at(node);
+    switch (n.kind) {
+        case Kind::kUnion:
+            return std::any_of(n.alternatives.begin(), n.alternatives.end(),
+                               [&](int32_t alt) { return matches(v, alt, depth + 1); });
+        case Kind::kObject: {
+            if (!v.is_object()) {
+                return false;
+            }
+            // Each key and property is looked at once, and counts as a step: a value of
+            // thousands of keys against as many properties is work by the key.
+            const json::object& o = v.get_object();
+            if (!spend_matching(o.size() + n.properties.size())) {
+                return false;
+            }
+            const std::unordered_map<std::string_view, const JsonSchema::Property*> listed =
+                by_key(n);
+            size_t required = 0;  // Required properties among the value's keys.
+            for (const auto& [k, e] : o) {
+                const std::string quoted = json::serialize(json::string_view(k));
+                if (!spend_matching(quoted.size())) {
+                    return false;
+                }
+                auto p = listed.find(std::string_view(quoted).substr(1, quoted.size() - 2));
+                const int32_t sub = p != listed.end()      ? p->second->node
+                                    : n.properties.empty() ? n.additional
+                                                           : -1;
+                if (sub < 0 || !matches(e, sub, depth + 1)) {
+                    return false;
+                }
+                required += p != listed.end() && p->second->required ? 1 : 0;
+            }
+            // An object's keys differ, so each required property was counted once.
+            return required == static_cast<size_t>(std::count_if(
+                                   n.properties.begin(), n.properties.end(),
+                                   [](const JsonSchema::Property& q) { return q.required; }));
+        }
+        case Kind::kArray: {
+            if (!v.is_array()) {
+                return false;
+            }
+            const json::array& a = v.get_array();
+            const auto size = static_cast<int64_t>(a.size());
+            return size >= n.min && size <= n.max &&
+                   std::all_of(a.begin(), a.end(), [&](const json::value& e) {
+                       return matches(e, n.items, depth + 1);
+                   });
+        }
+        case Kind::kString: {
+            if (!v.is_string() || !spend_matching(v.get_string().size())) {
+                return false;
+            }
+            int64_t length = 0;  // Code points: the bytes that do not continue a character.
+            for (const char c : v.get_string()) {
+                length += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+            }
+            return length >= n.min && length <= n.max &&
+                   format_matches(n.format, v.get_string(), n.max);
+        }
+        case Kind::kNumber:
+        case Kind::kInteger: {
+            if (!has_type(v, n.kind == Kind::kInteger ? "integer" : "number")) {
+                return false;
+            }
+            const double x = v.to_number<double>();
+            return (n.lo_open ? x > n.lo : x >= n.lo) && (n.hi_open ? x < n.hi : x <= n.hi);
+        }
+        case Kind::kLiterals: {
+            // No literal is longer than kMaxLiteralBytes: a longer value is not one.
+            std::string text;
+            write_canonical(v, &text, JsonSchema::kMaxLiteralBytes);
+            return spend_matching(text.size() + n.literals.size()) &&
+                   std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end();
+        }
+    }
+    return false;
+}
+
+// Counts `steps` of matches() (a call, a key or property looked at, a literal compared, a
+// byte read); false once they are past kMaxMatchSteps.
+bool ValueMatcher::spend_matching(size_t steps) {
+    match_steps_ += static_cast<int64_t>(steps);
+    return match_steps_ <= kMaxMatchSteps;
+}
+
+}  // namespace edge::engine::sampling
