@@ -475,16 +475,18 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         }
         max_tokens = static_cast<int32_t>(tenant.max_output_tokens);  // Lower the default.
     }
-    // One request larger than a whole minute's output budget could never be admitted; its n
-    // choices may each generate max_tokens.
+    // One request larger than a whole minute's output budget could never be admitted; its
+    // choices (n for each prompt) may each generate max_tokens.
     if (const int64_t budget = limiter_.output_budget(tenant.name);
-        !from_peer && budget > 0 && int64_t{max_tokens} * req.n > budget) {
-        if (!req.max_tokens_param.empty() || req.n > budget) {
-            const std::string asked =
-                req.n > 1 ? std::to_string(req.n) + " choices of " + std::to_string(max_tokens) +
-                                " tokens"
-                          : std::to_string(max_tokens);
-            const std::string param = req.max_tokens_param.empty() ? "n" : req.max_tokens_param;
+        !from_peer && budget > 0 && int64_t{max_tokens} * req.choices() > budget) {
+        if (!req.max_tokens_param.empty() || req.choices() > budget) {
+            const std::string asked = req.choices() > 1
+                                          ? std::to_string(req.choices()) + " choices of " +
+                                                std::to_string(max_tokens) + " tokens"
+                                          : std::to_string(max_tokens);
+            const std::string param = !req.max_tokens_param.empty() ? req.max_tokens_param
+                                      : req.prompts() > 1           ? "prompt"
+                                                                    : "n";
             reject(invalid_request(param + " (" + asked +
                                        ") exceeds this tenant's output_tokens_per_minute of " +
                                        std::to_string(budget),
@@ -492,7 +494,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                    "output_tokens_per_minute");
             return;
         }
-        max_tokens = static_cast<int32_t>(budget / req.n);  // Lower the default.
+        max_tokens = static_cast<int32_t>(budget / req.choices());  // Lower the default.
     }
     if (from_peer && req.generate.max_tokens_is_default) {
         // The default the forwarding site lowered for its tenant's limits.
@@ -584,11 +586,12 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         reject(e, "route_rejected");
         return;
     }
-    // Reserved from the output budget: the client's max_tokens for each choice. A default one (a
-    // chat request without max_tokens may run to the end of the context) reserves at most a
-    // quarter of the minute's budget, so a tenant's default requests still run several at once;
-    // what they generate beyond it is charged as debt when they end, like prompt tokens.
-    int64_t reserve = int64_t{max_tokens} * req.n;
+    // Reserved from the output budget: the client's max_tokens for each choice (of every prompt).
+    // A default one (a chat request without max_tokens may run to the end of the context)
+    // reserves at most a quarter of the minute's budget, so a tenant's default requests still run
+    // several at once; what they generate beyond it is charged as debt when they end, like prompt
+    // tokens.
+    int64_t reserve = int64_t{max_tokens} * req.choices();
     if (req.generate.max_tokens_is_default) {
         if (const int64_t budget = limiter_.output_budget(tenant.name); budget > 0) {
             reserve = std::min(reserve, std::max<int64_t>(1, budget / 4));
@@ -637,7 +640,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                                 most > 0 ? std::optional(std::to_string(most)) : std::nullopt);
             }
             std::shared_ptr<tls::ResponseChannel> notes = channel;
-            const int64_t most_output = int64_t{max_tokens} * req.n;
+            const int64_t most_output = int64_t{max_tokens} * req.choices();
             forwarder_->forward(
                 std::move(request), tenant_name, std::move(plan.targets), std::move(channel),
                 [this, lease = std::move(admitted.lease), metrics = metrics_, tenant_name,

@@ -102,13 +102,14 @@ public:
           logprobs(request.generate.sampling.logprobs),
           return_token_ids(request.return_token_ids),
           n(request.n),
+          choices(request.choices()),
           model_(request.generate.model),
           id_((chat ? "chatcmpl-" : "cmpl-") + request.generate.request_id),
           created_(created),
           on_done_(std::move(on_done)),
           channel_(channel),
           sse_(std::move(channel)),
-          choices_(static_cast<size_t>(request.n)) {}
+          choices_(static_cast<size_t>(request.choices())) {}
 
     const bool chat;
     const bool stream;
@@ -116,13 +117,14 @@ public:
     const bool report_usage;
     const bool logprobs;
     const bool return_token_ids;
-    const int32_t n;
+    const int32_t n;        // Choices of each prompt.
+    const int32_t choices;  // Of all the prompts.
 
     // The engine accepted every choice: a stream opens (the 200 head and, for chat, each
     // choice's role chunk) and the events the choices made meanwhile follow. Until then nothing
     // goes out, so a request the engine refuses, even its last choice, gets its HTTP status (400,
     // 404, 429 with Retry-After) rather than a 200 with the error inside.
-    // `prompt_tokens`: the prompt's length, told a forwarding site on the stream's head.
+    // `prompt_tokens`: the prompts' length, told a forwarding site on the stream's head.
     void accept(int64_t prompt_tokens) {
         std::lock_guard lock(mu_);
         accepted_ = true;
@@ -132,7 +134,7 @@ public:
             // other choices, cancelled but ending on engine threads, have ended too
             // (choice_finished answers then).
             early_.clear();
-            if (finished_ == n) {
+            if (finished_ == choices) {
                 answer_locked();
             }
             return;
@@ -142,7 +144,7 @@ public:
             sse_.event(e);
         }
         early_.clear();
-        if (finished_ == n) {
+        if (finished_ == choices) {
             answer_locked();
         }
     }
@@ -234,10 +236,11 @@ public:
                 return;
             }
             usage_.completion_tokens += finish.usage.completion_tokens;
-            if (index == 0) {
-                // The prompt is the same for every choice: counted once, as OpenAI does.
-                usage_.prompt_tokens = finish.usage.prompt_tokens;
-                usage_.cached_tokens = finish.usage.cached_tokens;
+            if (index % n == 0) {
+                // A prompt is the same for each of its choices: counted once, as OpenAI and
+                // vLLM do, and a list of prompts counts each.
+                usage_.prompt_tokens += finish.usage.prompt_tokens;
+                usage_.cached_tokens += finish.usage.cached_tokens;
             }
             if (finish.reason == engine::FinishReason::kError ||
                 finish.reason == engine::FinishReason::kCancelled) {
@@ -255,7 +258,7 @@ public:
             cancel_all();  // One failed choice fails the response: the others stop.
         }
         std::lock_guard lock(mu_);
-        if (finished_ == n && accepted_) {
+        if (finished_ == choices && accepted_) {
             answer_locked();  // Else accept() answers.
         }
     }
@@ -274,7 +277,7 @@ private:
         sse_.begin(std::move(headers));
         if (chat) {
             // Each choice's first chunk carries the role, as OpenAI's do.
-            for (int32_t i = 0; i < n; ++i) {
+            for (int32_t i = 0; i < choices; ++i) {
                 json::object delta;
                 delta["role"] = "assistant";
                 delta["content"] = "";
@@ -723,6 +726,19 @@ void apply_sampling_defaults(const engine::SamplingDefaults& d, ParsedRequest& r
     }
 }
 
+// An engine error about a prompt of a list names its element: the engine says "prompt", the
+// client's field is "prompt[i]".
+void name_batch_element(ApiError& error, int32_t prompt) {
+    if (!error.param || error.param->rfind("prompt", 0) != 0) {
+        return;
+    }
+    const std::string field = "prompt[" + std::to_string(prompt) + "]";
+    if (error.message.rfind(*error.param, 0) == 0) {
+        error.message = field + error.message.substr(error.param->size());
+    }
+    error.param = field + error.param->substr(6);
+}
+
 }  // namespace
 
 void run_completion(engine::Generator& generator, ParsedRequest request,
@@ -745,7 +761,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     };
     // Each choice parses its own tool calls.
     std::vector<std::unique_ptr<ToolCallOutput>> tools;
-    for (int32_t i = 0; i < request.n; ++i) {
+    for (int32_t i = 0; i < request.choices(); ++i) {
         auto t = ToolCallOutput::create(request, models, i);
         if (auto* error = std::get_if<ApiError>(&t)) {
             refuse(invalid_argument_error(error->message), *error);
@@ -761,31 +777,67 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         }
     }
     auto response = std::make_shared<Response>(request, channel, created_unix, on_done);
-    int64_t prompt_tokens = 0;
-    for (int32_t i = 0; i < request.n; ++i) {
+    const int32_t n = request.n;
+    const int32_t choices = request.choices();
+    const bool batch = request.prompts() > 1;
+    const int64_t max_prompt_tokens = request.generate.max_prompt_tokens;
+    std::vector<decltype(engine::GenerateRequest::prompt)> more_prompts =
+        std::move(request.more_prompts);
+    int64_t prompt_tokens = 0;  // Of the prompts submitted so far, each counted once...
+    int64_t earlier_tokens = 0;  // ...and of those before the current one.
+    // The request is refused (`status`, `error`): the choices already running are stopped and
+    // their ends ignored, and the answer is this refusal, with its own status, streaming or not
+    // (nothing went out yet).
+    auto refuse_running = [&](const Status& status, const ApiError& error, int64_t tokens) {
+        response->refuse();
+        response->cancel_all();
+        refuse(status, error, tokens);
+    };
+    for (int32_t c = 0; c < choices; ++c) {
+        const int32_t prompt = c / n;
+        const int32_t i = c % n;
         engine::GenerateRequest generate =
-            i + 1 < request.n ? request.generate : std::move(request.generate);
+            c + 1 < choices ? request.generate : std::move(request.generate);
+        if (i == 0) {
+            earlier_tokens = prompt_tokens;
+        }
+        if (prompt > 0) {
+            auto& own = more_prompts[static_cast<size_t>(prompt - 1)];
+            generate.prompt = i + 1 < n ? own : std::move(own);
+        }
         if (generate.sampling.seed) {
-            // Choices of a seeded request differ from each other, and each is reproducible.
+            // Choices of a seeded prompt differ from each other, and each is reproducible (the
+            // same as that prompt alone with n 1 and this seed).
             *generate.sampling.seed += static_cast<uint64_t>(i);
         }
         auto sink = std::make_shared<ChoiceSink>(
-            response, i, std::move(tools[static_cast<size_t>(i)]), thinks);
+            response, c, std::move(tools[static_cast<size_t>(c)]), thinks);
         Result<std::shared_ptr<engine::GenerationHandle>> handle =
             generator.submit(std::move(generate), sink);
         if (!handle.ok()) {
-            // The choices already running are stopped and their ends ignored: the answer is
-            // this refusal, with its own status, streaming or not (nothing went out yet).
-            response->refuse();
-            response->cancel_all();
-            refuse(handle.status(), api_error_from_status(handle.status(), model),
-                   sink->prompt_tokens());
+            ApiError error = api_error_from_status(handle.status(), model);
+            if (batch) {
+                name_batch_element(error, prompt);
+            }
+            refuse_running(handle.status(), error, earlier_tokens + sink->prompt_tokens());
             return;
         }
-        if (i == 0) {
-            prompt_tokens = (*handle)->prompt_tokens();
-        }
         response->add_handle(*handle);
+        if (i != 0) {
+            continue;
+        }
+        prompt_tokens += (*handle)->prompt_tokens();
+        if (batch && max_prompt_tokens > 0 && prompt_tokens > max_prompt_tokens) {
+            // Each prompt fits the tenant's input_tokens_per_minute (the engine checked it), but
+            // together they could never be admitted either.
+            const std::string message =
+                "the prompts (" + std::to_string(prompt_tokens) + " tokens in prompt[0.." +
+                std::to_string(prompt) + "]) exceed this tenant's input_tokens_per_minute of " +
+                std::to_string(max_prompt_tokens);
+            refuse_running(invalid_argument_error("prompt: " + message),
+                           invalid_request(message, std::string("prompt")), prompt_tokens);
+            return;
+        }
     }
     // The head goes out before any token, so clients see the stream open at once.
     response->accept(prompt_tokens);

@@ -29,8 +29,8 @@ inline constexpr std::string_view kUsageReportComment = "edgeserve-usage ";
 using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
-// `on_accepted`, when set, runs once submit() succeeded, with the prompt's length in tokens (0
-// where the generator does not know it yet).
+// `on_accepted`, when set, runs once submit() succeeded, with the prompt's length in tokens (the
+// sum over a list of prompts; 0 where the generator does not know it yet).
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
                     CompletionDone on_done = {},

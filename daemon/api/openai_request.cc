@@ -522,40 +522,15 @@ bool parse_messages(Validator& v, const json::value& value,
     return true;
 }
 
-bool parse_prompt(Validator& v, const json::value& value, engine::GenerateRequest& req) {
-    if (value.is_string()) {
-        req.prompt = std::string(value.get_string());
-        return true;
-    }
-    if (!value.is_array() || value.get_array().empty()) {
-        return v.fail(
-            "'prompt' must be a string, an array of one string, an array of token "
-            "ids, or an array of one array of token ids",
-            "prompt");
-    }
-    const json::array& a = value.get_array();
-    // One prompt in a list of prompts: ["text"] or [[ids]] (lm-evaluation-harness sends its
-    // token ids so, one request at a time).
-    if (a[0].is_string() || a[0].is_array()) {
-        if (a.size() != 1) {
-            return v.fail("batched prompts are not supported; send one prompt per request",
-                          "prompt");
-        }
-        if (a[0].is_string()) {
-            req.prompt = std::string(a[0].get_string());
-            return true;
-        }
-    }
-    const bool nested = a[0].is_array();
-    const json::array& list = nested ? a[0].get_array() : a;
-    const std::string name = nested ? "prompt[0]" : "prompt";
+// One prompt given as token ids (`name`: the field, for errors).
+bool parse_token_ids(Validator& v, const json::array& list, const std::string& name,
+                     std::vector<engine::TokenId>& ids) {
     if (list.empty()) {
         return v.fail("'" + name + "' is an empty list of token ids", name);
     }
     if (list.size() > kMaxPromptTokens) {
         return v.fail("'" + name + "' has too many tokens", name);
     }
-    std::vector<engine::TokenId> ids;
     ids.reserve(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
         std::optional<int64_t> id = v.integer(list[i], name + "[" + std::to_string(i) + "]", 0,
@@ -565,7 +540,64 @@ bool parse_prompt(Validator& v, const json::value& value, engine::GenerateReques
         }
         ids.push_back(static_cast<engine::TokenId>(*id));
     }
-    req.prompt = std::move(ids);
+    return true;
+}
+
+// A string, token ids, or a list of prompts (OpenAI's batch: strings, or arrays of token ids,
+// not both): the first goes to generate.prompt, the others to more_prompts.
+bool parse_prompt(Validator& v, const json::value& value, ParsedRequest& out) {
+    engine::GenerateRequest& req = out.generate;
+    if (value.is_string()) {
+        req.prompt = std::string(value.get_string());
+        return true;
+    }
+    if (!value.is_array() || value.get_array().empty()) {
+        return v.fail(
+            "'prompt' must be a string, an array of token ids, or an array of prompts (strings, "
+            "or arrays of token ids)",
+            "prompt");
+    }
+    const json::array& a = value.get_array();
+    if (!a[0].is_string() && !a[0].is_array()) {
+        std::vector<engine::TokenId> ids;
+        if (!parse_token_ids(v, a, "prompt", ids)) {
+            return false;
+        }
+        req.prompt = std::move(ids);
+        return true;
+    }
+    if (a.size() > static_cast<size_t>(kMaxBatchChoices)) {
+        return v.fail("'prompt' holds more than " + std::to_string(kMaxBatchChoices) + " prompts",
+                      "prompt");
+    }
+    // The kind of prompt[0] is the kind of every element (as vLLM's parser takes them).
+    const bool text = a[0].is_string();
+    out.more_prompts.clear();
+    for (size_t i = 0; i < a.size(); ++i) {
+        const std::string name = "prompt[" + std::to_string(i) + "]";
+        decltype(engine::GenerateRequest::prompt) prompt;
+        if (text != a[i].is_string() || (!text && !a[i].is_array())) {
+            return v.fail("'" + name + "' must be " +
+                              (text ? "a string" : "an array of token ids") +
+                              ", as 'prompt[0]' is: a list of prompts holds strings or arrays "
+                              "of token ids, not both",
+                          name);
+        }
+        if (text) {
+            prompt = std::string(a[i].get_string());
+        } else {
+            std::vector<engine::TokenId> ids;
+            if (!parse_token_ids(v, a[i].get_array(), name, ids)) {
+                return false;
+            }
+            prompt = std::move(ids);
+        }
+        if (i == 0) {
+            req.prompt = std::move(prompt);
+        } else {
+            out.more_prompts.push_back(std::move(prompt));
+        }
+    }
     return true;
 }
 
@@ -895,7 +927,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
             req.prompt = std::move(messages);
             have_prompt = true;
         } else if (!chat && key == "prompt") {
-            ok = parse_prompt(v, value, req);
+            ok = parse_prompt(v, value, out);
             have_prompt = true;
         } else if (key == "max_tokens" || key == "max_completion_tokens") {
             // max_completion_tokens, OpenAI's newer name, wins over max_tokens in either order.
@@ -1126,6 +1158,13 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
     if (!have_prompt) {
         std::string field = chat ? "messages" : "prompt";
         return invalid_request("'" + field + "' is required", field);
+    }
+    if (out.choices() > kMaxBatchChoices) {
+        return invalid_request("'prompt' holds " + std::to_string(out.prompts()) +
+                                   " prompts and 'n' is " + std::to_string(out.n) +
+                                   ": at most " + std::to_string(kMaxBatchChoices) +
+                                   " choices per request (n for each prompt)",
+                               std::string("prompt"));
     }
     if (top_logprobs && chat && !want_logprobs && *top_logprobs > 0) {
         return invalid_request("'top_logprobs' requires 'logprobs' to be true",

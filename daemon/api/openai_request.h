@@ -10,6 +10,7 @@
 
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "daemon/api/api_error.h"
 #include "engine/generator.h"
@@ -20,6 +21,9 @@ enum class Endpoint { kChatCompletions, kCompletions };
 
 // The most choices (`n`) one request may ask for.
 inline constexpr int32_t kMaxChoices = 16;
+// The most choices one /v1/completions request may ask for over all its prompts (n for each,
+// a list of prompts being OpenAI's batch): each is a sequence of its own in the engine.
+inline constexpr int32_t kMaxBatchChoices = 64;
 
 // OpenAI `tool_choice`.
 enum class ToolChoice {
@@ -36,6 +40,13 @@ struct ParsedRequest {
     // Choices to generate (OpenAI `n`, 1..kMaxChoices): each runs as its own sequence on the
     // same prompt, with seed + i as its seed when a seed is set.
     int32_t n = 1;
+    // A /v1/completions list of prompts (OpenAI's and vLLM's batch): the prompts after the
+    // first, which is generate.prompt; empty for one prompt. Each prompt gets n choices, choice
+    // `prompt * n + i` being its i-th (seed + i when a seed is set).
+    std::vector<decltype(engine::GenerateRequest::prompt)> more_prompts;
+    // The request's prompts, and its choices over them all (n for each, <= kMaxBatchChoices).
+    int32_t prompts() const { return 1 + static_cast<int32_t>(more_prompts.size()); }
+    int32_t choices() const { return n * prompts(); }
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
     // "return_token_ids": true: each choice (each streamed chunk) also carries `token_ids`, the
     // generated token ids (as vLLM answers), tokens past a stop string included.

@@ -100,24 +100,22 @@ TEST_CASE("modalities text, prompt_cache_key and safety_identifier are accepted,
           "parallel_tool_calls");
 }
 
-TEST_CASE("completions accept a string, one-string array or token ids") {
+TEST_CASE("completions accept a string, token ids or a list of prompts") {
     auto p = parse(Endpoint::kCompletions, R"({"model":"m","prompt":"abc","logprobs":2})");
     CHECK(std::get<std::string>(p.generate.prompt) == "abc");
     CHECK(p.generate.sampling.max_tokens == 16);
     CHECK(p.generate.sampling.top_logprobs == 2);
     auto ids = parse(Endpoint::kCompletions, R"({"model":"m","prompt":[1,2,3]})");
     CHECK(std::get<std::vector<engine::TokenId>>(ids.generate.prompt).size() == 3);
-    CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})").param ==
-          "prompt");
+    CHECK(parse(Endpoint::kCompletions, R"({"model":"m","prompt":["a","b"]})").prompts() == 2);
     CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[1,-2]})").param ==
           "prompt[1]");
     // One prompt of token ids in a list of prompts, as lm-evaluation-harness sends them.
     auto nested = parse(Endpoint::kCompletions, R"({"model":"m","prompt":[[40,1079,2]]})");
     CHECK(std::get<std::vector<engine::TokenId>>(nested.generate.prompt) ==
           std::vector<engine::TokenId>{40, 1079, 2});
-    ApiError batched = error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[[1],[2]]})");
-    CHECK(batched.param == "prompt");
-    CHECK(batched.message.find("batched prompts are not supported") != std::string::npos);
+    // A list of prompts (batch_prompts_api_test.cc has its cases).
+    CHECK(parse(Endpoint::kCompletions, R"({"model":"m","prompt":[[1],[2]]})").prompts() == 2);
     CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[[]]})").message ==
           "'prompt[0]' is an empty list of token ids");
     CHECK(error_of(Endpoint::kCompletions, R"({"model":"m","prompt":[["a"]]})").param ==

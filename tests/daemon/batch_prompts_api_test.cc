@@ -1,0 +1,307 @@
+// /v1/completions with a list of prompts (OpenAI's and vLLM's batch), through the real HTTPS
+// server and the API on the scripted generator: each prompt gets `n` choices, choice
+// prompt * n + i; the usage counts each prompt once and every choice's tokens; an engine error
+// about one prompt names its element; the tenant's limits count every prompt.
+
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "daemon/api/openai_request.h"
+#include "tests/testing/scripted_daemon.h"
+
+using namespace edge;
+
+namespace {
+
+const std::string kAuth = "Authorization: Bearer 1\r\n";
+
+std::string completion_body(const std::string& prompt, const std::string& extra) {
+    return R"({"model":"test-model","prompt":)" + prompt + extra + "}";
+}
+
+// Tenant acme, whose API key is "1" (kAuth), with `limits`.
+std::string tenant_yaml(const std::string& limits) {
+    return "tenants:\n"
+           "  - name: acme\n"
+           "    api_key_sha256: "
+           "[6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b]\n" +
+           limits;
+}
+
+struct Fixture : testing::ScriptedDaemon {
+    explicit Fixture(const std::string& extra = "") : ScriptedDaemon({"test-model"}) {
+        start(extra);
+    }
+    // A connection that has sent a completion request, once the generator has recorded
+    // `submitted` requests (its choices).
+    std::unique_ptr<testing::TlsClient> complete(const std::string& prompt,
+                                                 const std::string& extra, size_t submitted,
+                                                 const std::string& headers = "") {
+        auto c = client();
+        REQUIRE(c->send(testing::http_request("POST", "/v1/completions",
+                                              completion_body(prompt, extra), headers))
+                    .ok());
+        REQUIRE(generator.wait_for_request(submitted - 1));
+        return c;
+    }
+};
+
+boost::json::object json_of(const std::string& s) { return testing::json_object_of(s); }
+
+std::string text_prompt(const engine::GenerateRequest& r) {
+    return std::get<std::string>(r.prompt);
+}
+
+}  // namespace
+
+TEST_CASE("batch: a whole answer has each prompt's choice by index, the usage summed") {
+    Fixture f;
+    auto c = f.complete(R"(["one","two","three"])", R"(,"max_tokens":5)", 3);
+    const char* prompts[] = {"one", "two", "three"};
+    for (size_t i = 0; i < 3; ++i) {
+        CHECK(text_prompt(f.generator.request(i)) == prompts[i]);
+        CHECK(f.generator.request(i).sampling.max_tokens == 5);
+    }
+    f.generator.emit(2, "C");
+    f.generator.finish(2, engine::FinishReason::kLength, engine::Usage{7, 5, 1});
+    f.generator.emit(0, "A");
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{2, 1, 0});
+    f.generator.emit(1, "B");
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{3, 2, 2});
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    auto body = json_of(r->body);
+    auto& choices = body["choices"].as_array();
+    REQUIRE(choices.size() == 3);
+    const char* texts[] = {"A", "B", "C"};
+    for (size_t i = 0; i < 3; ++i) {
+        CHECK(choices[i].as_object()["index"] == static_cast<int64_t>(i));
+        CHECK(choices[i].as_object()["text"] == texts[i]);
+    }
+    CHECK(choices[2].as_object()["finish_reason"] == "length");
+    auto& usage = body["usage"].as_object();
+    CHECK(usage["prompt_tokens"] == 12);  // Every prompt's tokens.
+    CHECK(usage["completion_tokens"] == 8);
+    CHECK(usage["total_tokens"] == 20);
+    CHECK(usage["prompt_tokens_details"].as_object()["cached_tokens"] == 3);
+}
+
+TEST_CASE("batch: n choices of each token-id prompt, index prompt * n + i, seed + i") {
+    Fixture f;
+    auto c = f.complete("[[1,2],[3,4,5]]", R"(,"n":2,"seed":41)", 4);
+    const std::vector<engine::TokenId> ids[] = {{1, 2}, {1, 2}, {3, 4, 5}, {3, 4, 5}};
+    for (size_t i = 0; i < 4; ++i) {
+        CAPTURE(i);
+        CHECK(std::get<std::vector<engine::TokenId>>(f.generator.request(i).prompt) == ids[i]);
+        // Each prompt's choices draw as that prompt alone with n 2 would.
+        CHECK(f.generator.request(i).sampling.seed == std::optional<uint64_t>(41 + i % 2));
+    }
+    for (size_t i = 0; i < 4; ++i) {
+        f.generator.emit(i, "t" + std::to_string(i));
+        // Each choice reports its prompt's tokens: counted once per prompt.
+        f.generator.finish(i, engine::FinishReason::kStop,
+                           engine::Usage{i < 2 ? 2 : 3, static_cast<int64_t>(i + 1), 0});
+    }
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    auto body = json_of(r->body);
+    auto& choices = body["choices"].as_array();
+    REQUIRE(choices.size() == 4);
+    for (size_t i = 0; i < 4; ++i) {
+        CHECK(choices[i].as_object()["index"] == static_cast<int64_t>(i));
+        CHECK(choices[i].as_object()["text"].as_string() == "t" + std::to_string(i));
+    }
+    CHECK(body["usage"].as_object()["prompt_tokens"] == 5);
+    CHECK(body["usage"].as_object()["completion_tokens"] == 10);
+}
+
+TEST_CASE("batch: a stream tags each prompt's chunks with its choice index and ends once") {
+    for (int n : {1, 2}) {
+        CAPTURE(n);
+        Fixture f;
+        const size_t total = 2 * static_cast<size_t>(n);
+        auto c = f.complete(
+            R"(["x","y"])",
+            R"(,"stream":true,"stream_options":{"include_usage":true},"n":)" + std::to_string(n),
+            total);
+        for (size_t i = 0; i < total; ++i) {
+            CHECK(text_prompt(f.generator.request(i)) == (i < static_cast<size_t>(n) ? "x" : "y"));
+        }
+        for (size_t i = total; i-- > 0;) {
+            f.generator.emit(i, "c" + std::to_string(i));
+            f.generator.finish(i, engine::FinishReason::kStop,
+                               engine::Usage{i < static_cast<size_t>(n) ? 4 : 6, 1, 0});
+        }
+        auto all = c->read_until("0\r\n\r\n");
+        REQUIRE(all.ok());
+        auto events = testing::sse_events(*all);
+        std::map<int64_t, std::string> text;
+        std::map<int64_t, int> finished;
+        size_t usage_events = 0;
+        for (const std::string& e : events) {
+            if (e == "[DONE]") {
+                continue;
+            }
+            auto o = json_of(e);
+            if (o["choices"].as_array().empty()) {
+                ++usage_events;
+                CHECK(o["usage"].as_object()["prompt_tokens"] == 10);  // 4 + 6, once each.
+                CHECK(o["usage"].as_object()["completion_tokens"] == static_cast<int64_t>(total));
+                continue;
+            }
+            auto& choice = o["choices"].as_array()[0].as_object();
+            const int64_t index = choice["index"].as_int64();
+            text[index] += std::string(choice["text"].as_string());
+            if (!choice["finish_reason"].is_null()) {
+                ++finished[index];
+            }
+        }
+        REQUIRE(text.size() == total);
+        for (size_t i = 0; i < total; ++i) {
+            CHECK(text[static_cast<int64_t>(i)] == "c" + std::to_string(i));
+            CHECK(finished[static_cast<int64_t>(i)] == 1);
+        }
+        CHECK(usage_events == 1);
+        REQUIRE_FALSE(events.empty());
+        CHECK(events.back() == "[DONE]");
+        CHECK(std::count(events.begin(), events.end(), "[DONE]") == 1);
+    }
+}
+
+TEST_CASE("batch: echo returns each choice's own prompt") {
+    Fixture f;
+    auto c = f.complete(R"(["ab","cd"])", R"(,"echo":true,"logprobs":0)", 2);
+    for (size_t i = 0; i < 2; ++i) {
+        CHECK(f.generator.request(i).echo_prompt);
+        f.generator.emit_prompt(i, {text_prompt(f.generator.request(i))});
+        f.generator.emit(i, "!");
+        f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    }
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    auto body = json_of(r->body);
+    auto& choices = body["choices"].as_array();
+    REQUIRE(choices.size() == 2);
+    CHECK(choices[0].as_object()["text"] == "ab!");
+    CHECK(choices[1].as_object()["text"] == "cd!");
+    CHECK(choices[1].as_object()["logprobs"].as_object()["tokens"].as_array() ==
+          boost::json::array{"cd", "!"});
+}
+
+TEST_CASE("batch: a prompt the engine refuses is named by its element, the others stop") {
+    Fixture f;
+    f.generator.fail_submit_at(
+        2, out_of_range_error("prompt: the prompt (9000 tokens) leaves no room for output "
+                              "within the model's context of 4096 tokens"));
+    auto c = f.complete(R"(["short","short","long"])", "", 2);
+    CHECK(f.generator.wait_cancelled(0));
+    CHECK(f.generator.wait_cancelled(1));
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 400);
+    auto error = json_of(r->body)["error"].as_object();
+    CHECK(error["param"] == "prompt[2]");
+    CHECK(error["code"] == "context_length_exceeded");
+    CHECK(error["message"] ==
+          "prompt[2]: the prompt (9000 tokens) leaves no room for output within the model's "
+          "context of 4096 tokens");
+}
+
+TEST_CASE("batch: the tenant's output budget covers every prompt's choices") {
+    Fixture f(tenant_yaml("    output_tokens_per_minute: 100\n"));
+    // 2 prompts x 2 choices x 30 tokens is more than the minute's 100.
+    auto over = f.call("POST", "/v1/completions",
+                       completion_body(R"(["a","b"])", R"(,"n":2,"max_tokens":30)"), kAuth);
+    CHECK(over.status == 400);
+    CHECK(json_of(over.body)["error"].as_object()["param"] == "max_tokens");
+    CHECK(json_of(over.body)["error"].as_object()["message"].as_string().find(
+              "4 choices of 30 tokens") != std::string::npos);
+    // Without max_tokens, the default (16) is lowered to the choices' share: 100 / 8.
+    auto c = f.complete(R"(["a","b","c","d"])", R"(,"n":2)", 8, kAuth);
+    CHECK(f.generator.request(0).sampling.max_tokens == 12);
+    for (size_t i = 0; i < 8; ++i) {
+        f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    }
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("batch: the prompts together must fit the tenant's input_tokens_per_minute") {
+    Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
+    f.generator.set_prompt_tokens(40);  // Each fits; two do not.
+    auto c = f.complete(R"(["a","b"])", "", 2, kAuth);
+    CHECK(f.generator.wait_cancelled(0));
+    CHECK(f.generator.wait_cancelled(1));
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 400);
+    auto error = json_of(r->body)["error"].as_object();
+    CHECK(error["param"] == "prompt");
+    CHECK(error["message"] ==
+          "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
+          "of 60");
+}
+
+TEST_CASE("batch: the parser takes lists of strings or of token ids, not both, within the cap") {
+    using daemon::api::ApiError;
+    using daemon::api::Endpoint;
+    using daemon::api::ParsedRequest;
+    auto parse = [](const std::string& prompt, const std::string& extra = "") {
+        return daemon::api::parse_openai_request(Endpoint::kCompletions,
+                                                 completion_body(prompt, extra));
+    };
+    auto error_param = [&](const std::string& prompt, const std::string& extra = "") {
+        auto r = parse(prompt, extra);
+        REQUIRE(std::holds_alternative<ApiError>(r));
+        return std::get<ApiError>(r).param.value_or("");
+    };
+    auto texts = parse(R"(["a","b","c"])");
+    REQUIRE(std::holds_alternative<ParsedRequest>(texts));
+    const ParsedRequest& t = std::get<ParsedRequest>(texts);
+    CHECK(std::get<std::string>(t.generate.prompt) == "a");
+    REQUIRE(t.more_prompts.size() == 2);
+    CHECK(std::get<std::string>(t.more_prompts[1]) == "c");
+    CHECK(t.prompts() == 3);
+    CHECK(t.choices() == 3);
+    auto ids = parse("[[1],[2,3]]", R"(,"n":4)");
+    REQUIRE(std::holds_alternative<ParsedRequest>(ids));
+    CHECK(std::get<std::vector<engine::TokenId>>(std::get<ParsedRequest>(ids).more_prompts[0]) ==
+          std::vector<engine::TokenId>{2, 3});
+    CHECK(std::get<ParsedRequest>(ids).choices() == 8);
+    // One prompt, as before: a string, ids, a list of one.
+    CHECK(std::get<ParsedRequest>(parse("[[1,2]]")).prompts() == 1);
+    CHECK(std::get<ParsedRequest>(parse("[1,2]")).prompts() == 1);
+    // Mixed and empty elements are named.
+    CHECK(error_param(R"(["a",[1]])") == "prompt[1]");
+    CHECK(error_param(R"([[1],"a"])") == "prompt[1]");
+    CHECK(error_param(R"([[1],5])") == "prompt[1]");
+    CHECK(error_param(R"(["a",null])") == "prompt[1]");
+    CHECK(error_param(R"([[1],[]])") == "prompt[1]");
+    CHECK(error_param(R"([[1],[2,-3]])") == "prompt[1][1]");
+    {
+        auto r = parse(R"(["a",[1]])");
+        CHECK(std::get<ApiError>(r).message ==
+              "'prompt[1]' must be a string, as 'prompt[0]' is: a list of prompts holds strings "
+              "or arrays of token ids, not both");
+    }
+    // The cap: kMaxBatchChoices choices over all the prompts.
+    auto list = [](int count) {
+        std::string s = "[";
+        for (int i = 0; i < count; ++i) {
+            s += std::string(i > 0 ? "," : "") + "\"p\"";
+        }
+        return s + "]";
+    };
+    CHECK(std::get<ParsedRequest>(parse(list(daemon::api::kMaxBatchChoices))).prompts() ==
+          daemon::api::kMaxBatchChoices);
+    CHECK(error_param(list(daemon::api::kMaxBatchChoices + 1)) == "prompt");
+    CHECK(std::get<ParsedRequest>(parse(list(32), R"(,"n":2)")).choices() == 64);
+    auto over = parse(list(33), R"(,"n":2)");
+    REQUIRE(std::holds_alternative<ApiError>(over));
+    CHECK(std::get<ApiError>(over).param == "prompt");
+    CHECK(std::get<ApiError>(over).message ==
+          "'prompt' holds 33 prompts and 'n' is 2: at most 64 choices per request (n for each "
+          "prompt)");
+}
