@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -953,11 +954,18 @@ TEST_CASE("the peer listener refuses clients without a cluster certificate") {
         "X-Edgeserve-Forwarded-By: fra\r\nX-Edgeserve-Tenant: acme\r\n");
     // The refusal is counted on the peer listener's own series (a site whose cluster
     // certificate expired shows there), not on the public listener's.
+    // The server's side of the handshake may end after the client saw the refusal: waited for.
     auto peer_refusal_counted = [&] {
-        const std::string text = b.daemon->metrics().serialize();
-        CHECK_MESSAGE(text.find("edgeserve_peer_tls_handshake_failures_total{reason=\"client_"
-                                "certificate\"} 1") != std::string::npos,
-                      text);
+        const std::string counted =
+            "edgeserve_peer_tls_handshake_failures_total{reason=\"client_certificate\"} 1";
+        std::string text = b.daemon->metrics().serialize();
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (text.find(counted) == std::string::npos &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            text = b.daemon->metrics().serialize();
+        }
+        CHECK_MESSAGE(text.find(counted) != std::string::npos, text);
         CHECK(text.find("edgeserve_tls_handshake_failures_total{") == std::string::npos);
     };
 
