@@ -84,43 +84,45 @@ void ToolCallOutput::hold_calls(chat::ToolCallFormat format,
         return std::make_shared<const ArgumentPairs>(
             ArgumentPairs{chat::glm45_string_arguments(t)});
     };
+    // A strict tool's arguments follow its parameters; any other's are any object.
+    auto arguments = [](const engine::ToolSpec& t) {
+        return t.strict_schema ? t.strict_schema : any_arguments();
+    };
     if (function && !function->empty()) {
-        // Named: the arguments follow its parameters, when it is strict.
+        // Named: a forced call is always held, so it parses: the arguments, then the call's end.
         const auto tool = std::find_if(tools.begin(), tools.end(), [&](const engine::ToolSpec& t) {
             return t.name == *function;
         });
-        if (tool != tools.end() && tool->strict_schema) {
+        if (tool != tools.end()) {
             const std::string_view lead = chat::arguments_lead(format);
             if (lead.empty()) {
-                sampling.json.schema = tool->strict_schema;
+                sampling.json.schema = arguments(*tool);
                 sampling.json.pairs = pairs(*tool);
             } else {
                 // The reply starts with the lead the prefix leaves to the model (Hermes's space
                 // after "arguments":), then the arguments.
-                sampling.json.heads.push_back(
-                    {std::string(lead), tool->strict_schema, pairs(*tool)});
+                sampling.json.heads.push_back({std::string(lead), arguments(*tool), pairs(*tool)});
             }
             sampling.json.tail = chat::forced_call_tail(format);
         }
         return;
     }
     // "required" and "auto": the model names one of the tools (a head each: the rest of the
-    // call's start with its name), then writes its arguments, under its parameters when it is
-    // strict, then the call's end. Held when some tool is strict, or when the reply may hold one
-    // call only (parallel_tool_calls false: it then ends with the call's end). "auto": from each
-    // call's opening the model writes on its own (the trigger). "required": from the start (the
-    // first opening is forced); with parallel calls the model may then open more.
+    // call's start with its name), then writes its arguments, then the call's end. "required"
+    // is always held, from the start (the first opening is forced), so the reply is a call that
+    // parses, as vLLM's is; with parallel calls the model may then open more. "auto": from each
+    // call's opening the model writes on its own (the trigger), when some tool is strict or the
+    // reply may hold one call only (parallel_tool_calls false: it then ends with the call's end).
     const bool strict = std::any_of(tools.begin(), tools.end(), [](const engine::ToolSpec& t) {
         return t.strict_schema != nullptr;
     });
-    if (!strict && request.parallel_tool_calls) {
+    if (!function && !strict && request.parallel_tool_calls) {
         return;
     }
     for (const engine::ToolSpec& t : tools) {
         chat::CallHead head = chat::held_call_head(format, t.name);
-        sampling.json.heads.push_back({std::move(head.text),
-                                       t.strict_schema ? t.strict_schema : any_arguments(),
-                                       pairs(t), head.number_at});
+        sampling.json.heads.push_back(
+            {std::move(head.text), arguments(t), pairs(t), head.number_at});
     }
     sampling.json.tail = chat::forced_call_tail(format);
     if (request.parallel_tool_calls) {

@@ -6,13 +6,13 @@
 // index, the finish reason). For tool_choice "required" or a named function it also sets the
 // request's assistant_prefix so the reply starts inside a call, and has the parser read that
 // prefix first (the call's header is then the first thing the client receives). A forced call
-// is not shaped by response_format. A call forced to a named strict tool has its arguments
-// follow the tool's parameters (the call is then the whole reply; GLM-4.5's key/value pairs
-// are held as the JSON object they stand for), and "required" with a strict tool among the tools
-// has the model name one of them and follow that one's (if strict). Under "auto" each call the
-// model opens is held the same way. After a held call the reply goes on with parallel_tool_calls,
-// and ends without it (which holds calls to non-strict tools too: one call, its arguments any
-// object).
+// is not shaped by response_format. A forced call is held: a named one has its arguments
+// follow the tool's parameters when it is strict and be any object when not (the call is then
+// the whole reply; GLM-4.5's key/value pairs are held as the JSON object they stand for), and
+// "required" has the model name one of the tools and follow that one's arguments likewise.
+// Under "auto" each call the model opens is held the same way when some tool is strict. After a
+// held call the reply goes on with parallel_tool_calls, and ends without it (which holds calls
+// under "auto" to non-strict tools too: one call, its arguments any object).
 //
 // Finish reasons: "tool_calls" when the reply made at least one well-formed call and ended
 // normally; "malformed_tool_call" when the model wrote a call that is not well formed (the call's
@@ -83,8 +83,9 @@ class ToolCallOutput {
     explicit ToolCallOutput(std::unique_ptr<engine::chat::ToolCallParser> parser)
         : parser_(std::move(parser)) {}
 
-    // Holds calls (SamplingParams::json: its schema or heads, tail and trigger): their arguments
-    // to strict tools' parameters, and the reply to one call without parallel_tool_calls.
+    // Holds calls (SamplingParams::json: its schema or heads, tail and trigger): forced ones
+    // always, their arguments to strict tools' parameters (any object for the others), and the
+    // reply to one call without parallel_tool_calls.
     // `function`: a forced call's (empty: "required"; response_format's schema is then dropped),
     // nullopt for "auto" (the calls the model opens).
     static void hold_calls(engine::chat::ToolCallFormat format,

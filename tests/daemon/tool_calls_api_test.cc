@@ -360,11 +360,11 @@ TEST_CASE("tools: a Kimi K2 call forced by name is numbered after the conversati
     CHECK(message.at("tool_calls").as_array()[0].as_object().at("id") == "functions.get_weather:1");
 }
 
-TEST_CASE("tools: a call forced to a strict tool has the engine follow its parameters") {
-    // The engine receives the tool's compiled parameters and the format's end of a call
-    // (SamplingParams::json: schema and tail; for GLM-4.5, whose arguments are key/value pairs,
-    // which keys are raw strings) when tool_choice names a strict tool, and for "required" a
-    // head per tool (json_heads); response_format
+TEST_CASE("tools: a forced call is held, to a strict tool's parameters or to any object") {
+    // The engine receives the tool's compiled parameters (any object for a tool that is not
+    // strict) and the format's end of a call (SamplingParams::json: schema and tail; for GLM-4.5,
+    // whose arguments are key/value pairs, which keys are raw strings) when tool_choice names a
+    // tool, and for "required" a head per tool (json_heads); response_format
     // never shapes a forced call; a strict tool whose parameters cannot be followed is refused
     // up front.
     ToolFixture f;
@@ -395,12 +395,15 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
         {"qwen", named, true, qwen_tail, nullptr},
         {"kimi", named, true, kimi_tail, nullptr},
         {"glm", named, true, "</tool_call>", nullptr},  // Key/value pairs.
-        {"qwen", named, false, nullptr, nullptr},
+        {"qwen", named, false, qwen_tail, nullptr},     // Not strict: any object.
         {"qwen", R"("required")", true, qwen_tail, R"({"name": "get_weather", "arguments": )"},
         {"kimi", R"("required")", true, kimi_tail,
          "functions.get_weather:0<|tool_call_argument_begin|>"},
         {"glm", R"("required")", true, "</tool_call>", "get_weather\n"},
-        {"qwen", R"("required")", false, nullptr, nullptr},  // No strict tool: not held.
+        {"qwen", R"("required")", false, qwen_tail, R"({"name": "get_weather", "arguments": )"},
+        {"glm", R"("required")", false, "</tool_call>", "get_weather\n"},
+        {"kimi", named, false, kimi_tail, nullptr},
+        {"qwen", R"("auto")", false, nullptr, nullptr},  // Nothing strict: calls not held.
     };
     // The arguments {"city": "Oslo", "days": 2} as the model writes them, and its first bytes
     // with "days" first (out of the schema's order).
@@ -442,7 +445,11 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
             engine::sampling::JsonPrefix call(sampling.json);
             CHECK_FALSE(call.accepts(args));  // The head first,
             CHECK(call.feed(k.head));
-            CHECK_FALSE(call.accepts(out_of_order));  // then the strict parameters.
+            // then the strict parameters; a tool that is not strict takes any object.
+            CHECK(call.accepts(out_of_order) == !k.strict);
+            if (!pairs) {
+                CHECK_FALSE(call.accepts("[1]"));
+            }
             CHECK(call.feed(args + sampling.json.tail));
             CHECK(call.complete());
             // Kimi K2's tail closes the section of calls: with parallel calls (the default) the
@@ -500,13 +507,19 @@ TEST_CASE("tools: a call forced to a strict tool has the engine follow its param
             CHECK_FALSE(args.complete());
             CHECK(args.feed(sampling.json.tail));
             CHECK(args.complete());
-            CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).feed(lead + out_of_order));
+            CHECK(engine::sampling::JsonPrefix(sampling.json).feed(lead + out_of_order) ==
+                  !k.strict);
+            if (!pairs) {
+                CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).feed(lead + "[1]"));
+            }
             if (!lead.empty()) {
                 CHECK_FALSE(engine::sampling::JsonPrefix(sampling.json).accepts(text));
             }
         } else {
-            CHECK(sampling.json.schema == nullptr);
+            // Only response_format's object holds the content.
             CHECK(sampling.json.heads.empty());
+            CHECK(sampling.json.tail.empty());
+            CHECK(sampling.json.trigger.empty());
         }
         f.generator.finish(index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
         auto reply = c->read_response();
