@@ -68,8 +68,14 @@ void OutlierDetector::eject_locked(std::string_view name, Pool& p, EjectionCause
     }
     p.ejected = true;
     p.cause = cause;
-    ++p.times_ejected;
     const Duration cap = std::max(config_.base_ejection_time, config_.max_ejection_time);
+    // Counted up to the first ejection that reaches the cap, as Envoy's backoff: past it every
+    // ejection is as long, and a count that kept growing through a long outage (one per
+    // ejection, for hours) took as many healthy intervals to decay, every brief failure in that
+    // time ejecting the pool for the longest. Bounded, base * count cannot overflow either.
+    if (config_.base_ejection_time * p.times_ejected < cap) {
+        ++p.times_ejected;
+    }
     const Duration length = std::min<Duration>(config_.base_ejection_time * p.times_ejected, cap);
     p.ejected_until = clock_.now() + length;
     ++ejected_count_;

@@ -9,8 +9,9 @@
 //    when enough such pools exist), a pool whose success rate is below
 //    mean - stdev_factor * stdev is ejected.
 // An ejected pool returns after base_ejection_time * (times ejected), capped at
-// max(base, max_ejection_time); the count decays by one per interval spent healthy. Never more
-// than max_ejection_percent of the pools are ejected at once (but at least one may be).
+// max(base, max_ejection_time); the count stops growing once that product reaches the cap and
+// decays by one per interval spent healthy. Never more than max_ejection_percent of the pools
+// are ejected at once (but at least one may be).
 // Time comes from the injected Clock; tick() runs the interval work (call it from a timer).
 // Thread contract: every method takes an internal mutex; safe from any thread.
 
@@ -59,6 +60,7 @@ struct PoolHealthView {
     std::string pool;
     bool ejected = false;
     EjectionCause cause = EjectionCause::kNone;
+    // Ejections in a row, counted up to the one whose length reaches the cap.
     uint32_t times_ejected = 0;
     uint32_t consecutive_failures = 0;
     // When the current ejection ends (meaningful while ejected).

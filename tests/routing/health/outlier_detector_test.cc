@@ -309,3 +309,37 @@ TEST_CASE("outlier: of equally bad pools, the ejection cap takes the first by na
         }
     }
 }
+
+// The ejection count grew by one per ejection without bound: a peer down for hours, ejected again
+// each time it came back, needed as many healthy intervals for its count to decay, and any brief
+// failure in that time ejected it for the longest (300 s instead of 30 s). As Envoy's backoff, the
+// count stops at the first ejection that reaches max_ejection_time.
+TEST_CASE("outlier: the ejection count stops at the cap, a long outage decays like a short one") {
+    ManualClock clock;
+    OutlierConfig cfg;  // interval 10 s, base 30 s, max 300 s: the cap is reached at 10
+    OutlierDetector d(cfg, clock);
+    add_pools(d, 10);
+    auto eject = [&] {
+        for (int i = 0; i < 5; ++i) {
+            d.report_failure("p1", FailureKind::kConnect);
+        }
+        REQUIRE(d.is_ejected("p1"));
+    };
+    for (int round = 0; round < 30; ++round) {  // Back each time its ejection ends, failing again.
+        eject();
+        CHECK(d.pools()[1].ejected_until - clock.now() <= seconds(300));
+        while (d.is_ejected("p1")) {
+            clock.advance(seconds(10));
+            d.tick();
+        }
+    }
+    CHECK(d.pools()[1].times_ejected == 10);
+    // Ten healthy intervals bring it back to a first ejection's 30 s.
+    for (int i = 0; i < 10; ++i) {
+        clock.advance(seconds(10));
+        d.tick();
+    }
+    CHECK(d.pools()[1].times_ejected == 0);
+    eject();
+    CHECK(d.pools()[1].ejected_until - clock.now() == seconds(30));
+}
