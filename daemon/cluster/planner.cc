@@ -88,8 +88,8 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
         b->ejected.push_back(std::move(key));
         return sel::PoolHealth::kEjected;
     };
-    b->table = sel::build_route_table(*snap, b->config->cost, health);
     std::set<std::string> pools;
+    std::unordered_map<std::string, Life> lives;
     for (const membership::MemberView& m : snap->members) {
         if (!m.site) {
             continue;
@@ -102,10 +102,25 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
              m.state != membership::NodeState::kSuspect)) {
             continue;
         }
+        const Life life{m.incarnation, m.state_version};
+        auto seen = lives_.find(m.name);
+        // A new life, told as the memberlist tells it (a newer incarnation whose state versions
+        // count from 1 again): the process that failed is gone, and so are its pools' records.
+        // Seen dead or departed at a rebuild, its pools already left the detector; a restart
+        // between two rebuilds (an idle site, or one fast enough that gossip never declared it
+        // dead) kept the old life's ejection and backoff on the new one.
+        const bool new_life = seen != lives_.end() && life.incarnation > seen->second.incarnation &&
+                              life.state_version < seen->second.state_version;
+        lives.emplace(m.name, life);
         for (const membership::PoolInfo& p : m.site->pools) {
-            pools.insert(pool_key(m.name, p.model));
+            std::string key = pool_key(m.name, p.model);
+            if (new_life && known_pools_.erase(key) > 0) {
+                outliers_.remove_pool(key);  // Added again, afresh, below.
+            }
+            pools.insert(std::move(key));
         }
     }
+    lives_ = std::move(lives);
     // Pools come and go with the snapshot.
     for (const std::string& p : pools) {
         if (!known_pools_.count(p)) {
@@ -118,6 +133,8 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
         }
     }
     known_pools_ = std::move(pools);
+    // After the detector learnt of the snapshot's lives: a new one's pools are not ejected.
+    b->table = sel::build_route_table(*snap, b->config->cost, health);
     return b;
 }
 

@@ -4,7 +4,8 @@
 // membership snapshot into a RouteTable (routing/selection; cached, rebuilt when the snapshot
 // changes, when an ejection happens or is lifted, and at least every rebuild_interval),
 // applies outlier detection (routing/health: report() from forwarded requests and
-// report_active() from /readyz checks feed it, for the pools of the latest table only) and picks
+// report_active() from /readyz checks feed it, for the pools of the latest table only; a
+// member's new life, a restart, starts its pools' records afresh) and picks
 // the pool with choose(): the chosen target first, then fallbacks by cost. Model versions: a
 // pinned X-Model-Version is honoured exactly; without a pin the model's target version
 // (RolloutBook) is preferred and other versions serve only as fallback when version_fallback is
@@ -131,6 +132,13 @@ public:
     std::shared_ptr<const PlannerConfig> config_;  // Under mu_.
     std::shared_ptr<const Built> built_;
     std::set<std::string> known_pools_;  // Registered with the detector (under mu_).
+    // The life of each member whose pools are in known_pools_, as last rebuilt from (under mu_):
+    // a new one starts its pools' outlier records afresh.
+    struct Life {
+        uint64_t incarnation = 0;
+        uint64_t state_version = 0;
+    };
+    std::unordered_map<std::string, Life> lives_;
 };
 
 }  // namespace edge::daemon::cluster

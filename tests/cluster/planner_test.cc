@@ -77,6 +77,17 @@ public:
         snap_ = std::make_shared<membership::MembershipSnapshot>(*snap_);
     }
 
+    // The incarnation and state version gossip holds for a member already added.
+    void set_life(const std::string& name, uint64_t incarnation, uint64_t state_version) {
+        for (membership::MemberView& m : snap_->members) {
+            if (m.name == name) {
+                m.incarnation = incarnation;
+                m.state_version = state_version;
+            }
+        }
+        snap_ = std::make_shared<membership::MembershipSnapshot>(*snap_);
+    }
+
     std::shared_ptr<const membership::MembershipSnapshot> snapshot() const { return snap_; }
 
 private:
@@ -507,6 +518,33 @@ TEST_CASE("planner: a report for a pool that left the table does not bring it ba
     RoutePlan p = f.planner->plan("m", "");
     REQUIRE(p.targets.size() == 2);
     CHECK(p.targets[1].site_id == "sin");  // Ejected: last.
+}
+
+// A member restarted between two rebuilds (never seen dead: an idle site, or a restart faster
+// than gossip's failure detection) kept its previous life's ejection and backoff: the new process
+// was planned as last resort for up to max_ejection_time. A refuted suspicion is the same life.
+TEST_CASE("planner: a member's new life starts its pools' outlier records afresh") {
+    Fixture f;
+    f.world.add(kAms, {pool()});
+    f.world.add(kSin, {pool()});
+    f.world.set_life("ams", 3, 40);
+    RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
+    auto eject_ams = [&] {
+        for (int i = 0; i < 3; ++i) {
+            f.planner->report(ams, false, std::chrono::milliseconds(1));
+        }
+        REQUIRE(f.planner->outliers().is_ejected("ams/m"));
+        CHECK(f.first() == "sin");
+    };
+    eject_ams();
+    f.world.set_life("ams", 4, 41);  // Refuted a suspicion: the same process.
+    CHECK(f.first() == "sin");
+    CHECK(f.planner->outliers().is_ejected("ams/m"));
+    f.world.set_life("ams", 5, 2);  // Restarted: its versions count from 1 again.
+    CHECK(f.first() == "ams");
+    CHECK_FALSE(f.planner->outliers().is_ejected("ams/m"));
+    eject_ams();
+    CHECK(f.planner->outliers().pools()[0].times_ejected == 1);  // Not the old life's second.
 }
 
 TEST_CASE("planner: reports before the first plan count for the snapshot's pools") {
