@@ -203,3 +203,46 @@ TEST_CASE("a deferred answer not made within deferred_answer_timeout: a 504, the
         metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"sin\"} 1"));
     b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
 }
+
+TEST_CASE("a forwarded stream the peer ends before its end event is cut in-band, not whole") {
+    // An edgeserve stream always ends with `data: [DONE]`. A peer whose stream body ended
+    // without it (the chunked body's terminator, or the close that ends a body without a length,
+    // which is also how a dying peer ends one) truncated the answer, and the client was handed
+    // the truncation as a whole answer: no error event, no [DONE], the peer counted healthy.
+    const std::string content =
+        "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+        "\"delta\":{\"content\":\"part\"},\"finish_reason\":null}]}\n\n";
+    struct Ending {
+        std::string how;
+        std::string answer;  // What the peer sends before it closes.
+    };
+    const std::vector<Ending> endings = {
+        {"chunked, with the terminator", chunked_events(content, /*last_chunk=*/true)},
+        {"close-delimited", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + content},
+    };
+    for (const Ending& ending : endings) {
+        CAPTURE(ending.how);
+        Cluster cluster;
+        Site a(cluster, "fra", {"m"}, tenants_section());
+        RawPeer raw(cluster, ending.answer);
+        a.planner.route_to({raw.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(true)).ok());
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        const std::vector<std::string> data = sse_data(r->body);  // Ends with [DONE], once.
+        CHECK(data.front().find("part") != std::string::npos);
+        const std::vector<boost::json::object> errors = error_events(data);
+        REQUIRE(errors.size() == 1);
+        CHECK(errors[0].at("code") == "upstream_cut");
+        CHECK(std::string(errors[0].at("message").as_string()).find("site 'raw'") !=
+              std::string::npos);
+        REQUIRE(request_counted(a));
+        const std::vector<StaticPlanner::Report> reports = a.planner.reports();
+        REQUIRE(reports.size() == 1);
+        CHECK_FALSE(reports[0].ok);
+        CHECK(metrics_contain(
+            a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"raw\"} 1"));
+    }
+}
