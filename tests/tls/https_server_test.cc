@@ -1539,6 +1539,46 @@ TEST_CASE("Transfer-Encoding other than chunked alone is refused and the connect
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=2");
 }
 
+TEST_CASE("a request the parser refuses gets a 400 naming what is wrong, then the close") {
+    Fixture f;
+    const std::string inner = testing::http_request("GET", "/x");
+    struct Case {
+        std::string request;
+        std::string names;  // In the answer's message.
+    };
+    const std::string post = "POST /x HTTP/1.1\r\nHost: a\r\n";
+    for (const Case& k :
+         {// Request smuggling (RFC 9112 section 6.3), in either order.
+          Case{post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+               "both Transfer-Encoding and Content-Length"},
+          Case{post + "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+               "both Transfer-Encoding and Content-Length"},
+          Case{post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+               "conflicting Content-Length"},
+          Case{post + "Content-Length: +5\r\n\r\nhello", "invalid Content-Length"},
+          Case{post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+               "Transfer-Encoding after chunked"},
+          Case{"GET /x HTTP/1.1\r\nHost: a\r\nX-A : 1\r\n\r\n", "header field name"},
+          Case{"GET /x HTTP/1.1\r\nHost: a\r\nX-A: a\rb\r\n\r\n", "lines end with CRLF"},
+          Case{post + "Transfer-Encoding: chunked\r\n\r\nfffffffffffffffffffff\r\n",
+               "malformed chunk"},
+          Case{post + "Transfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", "malformed chunk"},
+          Case{post + "Transfer-Encoding: chunked\r\n\r\n0\r\nX-T : 1\r\n\r\n",
+               "malformed trailer field name"}}) {
+        CAPTURE(k.request);
+        auto c = f.connect();
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(k.request + inner).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 400);
+        CHECK(r->headers["connection"] == "close");
+        CHECK(r->body.find(k.names) != std::string::npos);
+        CHECK(r->body.find("invalid_request_error") != std::string::npos);
+        CHECK((*c)->wait_closed());  // Nothing behind it is served as a request.
+    }
+}
+
 TEST_CASE("a HEAD response has the GET's Content-Length and no body") {
     Fixture f;
     auto c = f.connect();
