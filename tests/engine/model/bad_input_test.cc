@@ -197,8 +197,7 @@ TEST_CASE("a tensor named twice, a hole or trailing bytes: the data must be tile
     const json::object& entry = header[victim].as_object();
     const int64_t n = entry.at("data_offsets").as_array()[1].to_number<int64_t>() -
                       entry.at("data_offsets").as_array()[0].to_number<int64_t>();
-    // The victim again at the end, over zeros: JSON keeps the second entry, and the first
-    // one's bytes belong to no tensor.
+    // The victim again at the end, over zeros: two entries for one name (JSON would keep one).
     json::object dup = entry;
     dup["data_offsets"] = {static_cast<int64_t>(data.size()),
                            static_cast<int64_t>(data.size()) + n};
@@ -209,8 +208,16 @@ TEST_CASE("a tensor named twice, a hole or trailing bytes: the data must be tile
                 .ok());
     Status s = load_status(m);
     CHECK(s.code() == StatusCode::kDataLoss);
+    CHECK(contains(s, "model.safetensors: tensor '" + victim + "' is named twice in the header"));
+    // The victim left out of the header: its bytes belong to no tensor.
+    json::object without = header;
+    without.erase(victim);
+    REQUIRE(
+        write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(without)), data)
+            .ok());
+    s = load_status(m);
+    CHECK(s.code() == StatusCode::kDataLoss);
     CHECK(contains(s, "belong to no tensor"));
-    CHECK(contains(s, "named twice"));
     // Bytes appended after the last tensor.
     REQUIRE(write_raw_safetensors(m.path("model.safetensors"), padded(json::serialize(header)),
                                   data + "extra")
@@ -530,6 +537,27 @@ TEST_CASE("header parser on hand-made headers") {
                          4)
                        .status(),
                    "t.safetensors: tensor name of 1025 bytes (at most 1024)"));
+    // One name with two entries over the same bytes, which differ in dtype only: the data is
+    // tiled exactly whichever entry is kept, so only the names tell. Also spelled with an escape,
+    // and a name holding a quote, a brace and a comma.
+    struct Twice {
+        std::string first, second, name;
+    };
+    for (const Twice& t : {Twice{"a", "a", "a"}, Twice{"a", R"(\u0061)", "a"},
+                           Twice{R"(q\"{,)", R"(q\u0022{,)", "q\"{,"}}) {
+        const std::string header =
+            R"({")" + t.first + R"(":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},")" +
+            t.second + R"(":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
+        const Status twice = parse(header, 4).status();
+        CHECK(twice.code() == StatusCode::kDataLoss);
+        CHECK(
+            contains(twice, "t.safetensors: tensor '" + t.name + "' is named twice in the header"));
+    }
+    // Names that repeat deeper down (a field of each entry, metadata values) are no repeat.
+    CHECK(parse(R"({"__metadata__":{"a":"a"},"a":{"dtype":"F32","shape":[1],)"
+                R"("data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                8)
+              .ok());
     const std::string longest(kMaxTensorNameBytes, 'a');
     CHECK(parse(R"({")" + longest + R"(":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)
               .ok());
