@@ -369,25 +369,21 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         EDGE_ASSIGN_OR_RETURN(TensorView scale, ckpt_.tensor(m + ".weight_scale"));
         const bool shape_ok = (scale.shape() == std::vector<int64_t>{rows, 1} ||
                                scale.shape() == std::vector<int64_t>{rows});
-        if (!shape_ok || scale.dtype() != DType::kF32) {
-            return invalid_argument_error(*scale.file + ": tensor '" + scale.info->name + "' is " +
-                                          std::string(dtype_name(scale.dtype())) + " " +
-                                          shape_string(scale.shape()) + ", expected F32 [" +
-                                          std::to_string(rows) + ", 1] or [" +
-                                          std::to_string(rows) + "]");
+        if (!shape_ok) {
+            return invalid_argument_error(
+                *scale.file + ": tensor '" + scale.info->name + "' is " +
+                std::string(dtype_name(scale.dtype())) + " " + shape_string(scale.shape()) +
+                ", expected [" + std::to_string(rows) + ", 1] or [" + std::to_string(rows) + "]");
         }
-        std::vector<float> scales(rows);
-        std::memcpy(scales.data(), scale.data, rows * sizeof(float));
-        for (int64_t r = 0; r < rows; ++r) {
-            if (!quant::scale_in_range(scales[r])) {  // The limit of every format's scales.
-                return invalid_argument_error(*scale.file + ": tensor '" + scale.info->name +
-                                              "': row " + std::to_string(r) + " has scale " +
-                                              std::to_string(scales[r]) + " (must be in 0..2^64)");
-            }
+        // One per row, in any float dtype, within the limit of every format's scales.
+        Result<std::vector<float>> scales =
+            quant::read_float_scales(tensor_ref(scale), scale.shape(), "weight_scale, one per row");
+        if (!scales.ok()) {
+            return scales.status().with_context(*scale.file);
         }
         kept_as_stored(weight_name, "int8");
-        return keep(
-            quant::QuantizedWeight(WeightFormat::kInt8Row, rows, cols, t.data, std::move(scales)));
+        return keep(quant::QuantizedWeight(WeightFormat::kInt8Row, rows, cols, t.data,
+                                           std::move(scales).value()));
     }
     static const std::vector<DType> kFloat = {DType::kBF16, DType::kF16, DType::kF32};
     EDGE_ASSIGN_OR_RETURN(t, ckpt_.tensor(weight_name, kFloat, {rows, cols}));

@@ -87,29 +87,6 @@ float half_to_float(uint16_t h) {
     return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
 }
 
-// Copies scales of any float dtype into f32, rejecting NaN/Inf/negative values by index.
-Result<std::vector<float>> read_scales(const TensorRef& t, int64_t count) {
-    std::vector<float> out(static_cast<size_t>(count));
-    const auto* bytes = static_cast<const uint8_t*>(t.data);
-    for (int64_t i = 0; i < count; ++i) {
-        float v;
-        if (t.dtype == TensorDType::kF32) {
-            std::memcpy(&v, bytes + 4 * i, 4);
-        } else {
-            uint16_t h;
-            std::memcpy(&h, bytes + 2 * i, 2);
-            v = t.dtype == TensorDType::kBF16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16)
-                                              : half_to_float(h);
-        }
-        if (!scale_in_range(v)) {  // NaN compares false; Inf is above kMaxScale.
-            return invalid_argument_error(label(t) + ": scale " + std::to_string(i) + " is " +
-                                          std::to_string(v) + " (must be in 0..2^64)");
-        }
-        out[static_cast<size_t>(i)] = v;
-    }
-    return out;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
@@ -136,6 +113,40 @@ const char* tensor_dtype_name(TensorDType dtype) {
     return "?";
 }
 
+Result<std::vector<float>> read_float_scales(const TensorRef& t,
+                                             const std::vector<int64_t>& expected,
+                                             std::string_view role) {
+    if (t.dtype != TensorDType::kBF16 && t.dtype != TensorDType::kF16 &&
+        t.dtype != TensorDType::kF32) {
+        return invalid_argument_error(label(t) + " (" + std::string(role) + "): dtype " +
+                                      tensor_dtype_name(t.dtype) + ", expected BF16, F16 or F32");
+    }
+    EDGE_RETURN_IF_ERROR(check_tensor(t, t.dtype, expected, role));
+    int64_t count = 1;
+    for (int64_t d : expected) {
+        count *= d;  // Bounded: check_tensor matched the bytes to it.
+    }
+    std::vector<float> out(static_cast<size_t>(count));
+    const auto* bytes = static_cast<const uint8_t*>(t.data);
+    for (int64_t i = 0; i < count; ++i) {
+        float v;
+        if (t.dtype == TensorDType::kF32) {
+            std::memcpy(&v, bytes + 4 * i, 4);
+        } else {
+            uint16_t h;
+            std::memcpy(&h, bytes + 2 * i, 2);
+            v = t.dtype == TensorDType::kBF16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16)
+                                              : half_to_float(h);
+        }
+        if (!scale_in_range(v)) {  // NaN compares false; Inf is above kMaxScale.
+            return invalid_argument_error(label(t) + ": scale " + std::to_string(i) + " is " +
+                                          std::to_string(v) + " (must be in 0..2^64)");
+        }
+        out[static_cast<size_t>(i)] = v;
+    }
+    return out;
+}
+
 Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, bool scan_for_nan) {
     if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
         return invalid_argument_error(label(weight) + ": FP8 weight must be 2-D and non-empty, " +
@@ -148,12 +159,8 @@ Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, b
     const std::string role = std::string(scale_inv.name.ends_with("_inv") ? "weight_scale_inv"
                                                                            : "weight_scale") +
                              ", 128x128 blocks";
-    EDGE_RETURN_IF_ERROR(check_tensor(scale_inv, TensorDType::kF32,
-                                      {ceil_div(rows, 128), ceil_div(cols, 128)}, role));
-    auto scales = read_scales(scale_inv, ceil_div(rows, 128) * ceil_div(cols, 128));
-    if (!scales.ok()) {
-        return scales.status();
-    }
+    EDGE_RETURN_IF_ERROR(
+        read_float_scales(scale_inv, {ceil_div(rows, 128), ceil_div(cols, 128)}, role).status());
     if (scan_for_nan) {
         const auto* bytes = static_cast<const uint8_t*>(weight.data);
         for (int64_t i = 0; i < rows * cols; ++i) {
@@ -173,7 +180,8 @@ Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef&
     const int64_t rows = weight.shape[0];
     const int64_t cols = weight.shape[1];
     EDGE_ASSIGN_OR_RETURN(auto scales,
-                          read_scales(scale_inv, ceil_div(rows, 128) * ceil_div(cols, 128)));
+                          read_float_scales(scale_inv, {ceil_div(rows, 128), ceil_div(cols, 128)},
+                                            "weight_scale_inv"));
     return QuantizedWeight(WeightFormat::kFP8E4M3Block128, rows, cols, weight.data,
                            std::move(scales));
 }
@@ -222,16 +230,8 @@ Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,
     }
     EDGE_RETURN_IF_ERROR(
         check_tensor(weight_packed, TensorDType::kI32, {rows, cols / 8}, "weight_packed"));
-    const TensorDType scale_dtype = weight_scale.dtype;
-    if (scale_dtype != TensorDType::kBF16 && scale_dtype != TensorDType::kF16 &&
-        scale_dtype != TensorDType::kF32) {
-        return invalid_argument_error(label(weight_scale) + ": dtype " +
-                                      tensor_dtype_name(scale_dtype) +
-                                      ", expected BF16, F16 or F32");
-    }
-    EDGE_RETURN_IF_ERROR(check_tensor(weight_scale, scale_dtype, {rows, cols / group_size},
-                                      "weight_scale, one per group"));
-    EDGE_ASSIGN_OR_RETURN(auto scales, read_scales(weight_scale, rows * (cols / group_size)));
+    EDGE_ASSIGN_OR_RETURN(auto scales, read_float_scales(weight_scale, {rows, cols / group_size},
+                                                         "weight_scale, one per group"));
     const WeightFormat format = group_size == 32 ? WeightFormat::kInt4G32 : WeightFormat::kInt4G128;
     return QuantizedWeight(format, rows, cols, weight_packed.data, std::move(scales));
 }

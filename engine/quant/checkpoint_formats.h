@@ -45,7 +45,15 @@ inline constexpr float kMaxScale = 0x1p64f;
 // True for a scale the loader takes: finite and in 0..kMaxScale.
 inline bool scale_in_range(float v) { return v >= 0.0f && v <= kMaxScale; }
 
-// Checks an FP8 block-scaled pair: 2-D F8_E4M3 weight, F32 scales of shape
+// Scales of shape `expected` stored as BF16, F16 or F32 (checkpoints differ: DeepSeek-V3's FP8
+// block scales are F32, Qwen3's FP8 ones BF16 or F16, compressed-tensors' INT4 group scales
+// BF16), as f32; a wrong dtype, shape or byte count, or a scale out of 0..kMaxScale (by index),
+// is an error naming the tensor and `role`.
+Result<std::vector<float>> read_float_scales(const TensorRef& t,
+                                             const std::vector<int64_t>& expected,
+                                             std::string_view role);
+
+// Checks an FP8 block-scaled pair: 2-D F8_E4M3 weight, BF16/F16/F32 scales of shape
 // [ceil(rows/128), ceil(cols/128)], byte sizes matching the shapes, finite non-negative scales;
 // when `scan_for_nan` also that no weight byte is a NaN encoding (0x7F / 0xFF), one pass over the
 // weight.
