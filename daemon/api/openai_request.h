@@ -8,6 +8,7 @@
 // `tools` (function tools), `tool_choice` and assistant `tool_calls` / tool `tool_call_id` in
 // the history. Pure functions over untrusted bytes; thread-safe.
 
+#include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
@@ -47,6 +48,11 @@ struct ParsedRequest {
     // The request's prompts, and its choices over them all (n for each, <= kMaxBatchChoices).
     int32_t prompts() const { return 1 + static_cast<int32_t>(more_prompts.size()); }
     int32_t choices() const { return n * prompts(); }
+    // /v1/completions' `prompt` was a list of prompts, even of one (["text"], [[1, 2]]).
+    bool prompt_list = false;
+    // The request field that holds prompt `prompt` (0-based), as errors name it: "messages",
+    // "prompt", or "prompt[i]" for an element of a list.
+    std::string prompt_field(int32_t prompt) const;
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
     // "return_token_ids": true: each choice (each streamed chunk) also carries `token_ids`, the
     // generated token ids (as vLLM answers), tokens past a stop string included.

@@ -210,6 +210,30 @@ TEST_CASE("batch: a prompt the engine refuses is named by its element, the other
           "context of 4096 tokens");
 }
 
+TEST_CASE("batch: an engine error about a token of a prompt names it at the client's depth") {
+    // The engine names a token of the prompt it was given "prompt[j]"; the client's field is
+    // prompt[i][j], in the message as in param.
+    const std::string out_of_range = "token id 99999 is out of range [0, 32000)";
+    auto refused = [&](const std::string& prompt, size_t at) {
+        Fixture f;
+        f.generator.fail_submit_at(at, invalid_argument_error("prompt[2]: " + out_of_range));
+        auto r = f.call("POST", "/v1/completions", completion_body(prompt, ""), "");
+        CHECK(r.status == 400);
+        return json_of(r.body)["error"].as_object();
+    };
+    auto second = refused("[[1,2],[3,4,99999]]", 1);
+    CHECK(second["param"] == "prompt[1][2]");
+    CHECK(second["message"].as_string() == "prompt[1][2]: " + out_of_range);
+    // A list of one prompt is a list too: prompt[2] would name an element it does not have.
+    auto only = refused("[[1,2,99999]]", 0);
+    CHECK(only["param"] == "prompt[0][2]");
+    CHECK(only["message"].as_string() == "prompt[0][2]: " + out_of_range);
+    // One prompt given as ids: the engine's name is the client's.
+    auto flat = refused("[1,2,99999]", 0);
+    CHECK(flat["param"] == "prompt[2]");
+    CHECK(flat["message"].as_string() == "prompt[2]: " + out_of_range);
+}
+
 TEST_CASE("batch: the tenant's output budget covers every prompt's choices") {
     Fixture f(tenant_yaml("    output_tokens_per_minute: 100\n"));
     // 2 prompts x 2 choices x 30 tokens is more than the minute's 100.
@@ -242,6 +266,34 @@ TEST_CASE("batch: the prompts together must fit the tenant's input_tokens_per_mi
     CHECK(error["message"] ==
           "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
           "of 60");
+}
+
+TEST_CASE("batch: token-id prompts over the tenant's input budget are refused before any runs") {
+    Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
+    auto ids = [](int count) {
+        std::string s = "[";
+        for (int i = 0; i < count; ++i) {
+            s += std::string(i > 0 ? "," : "") + "7";
+        }
+        return s + "]";
+    };
+    // Each fits; the first two together do not. (An engine counts them as it queues them.)
+    f.generator.set_prompt_tokens(40);
+    auto r = f.call("POST", "/v1/completions",
+                    completion_body("[" + ids(40) + "," + ids(40) + "," + ids(5) + "]", ""), kAuth);
+    CHECK(r.status == 400);
+    auto error = json_of(r.body)["error"].as_object();
+    CHECK(error["param"] == "prompt");
+    CHECK(error["message"] ==
+          "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
+          "of 60");
+    // Nothing reached the engine, and the refused prompts took nothing from the minute's input
+    // budget: a prompt that fits it runs.
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
+    f.generator.set_prompt_tokens(50);
+    auto c = f.complete(ids(50), "", 1, kAuth);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
+    CHECK(c->read_response()->status == 200);
 }
 
 TEST_CASE("batch: the parser takes lists of strings or of token ids, not both, within the cap") {
