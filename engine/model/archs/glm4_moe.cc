@@ -165,7 +165,8 @@ Result<Glm4AttentionConfig> Glm4AttentionConfig::from_json(const ConfigJson& j,
         return invalid_argument_error(j.path() + ": field 'partial_rotary_factor' must be " +
                                       "in (0, 1]");
     }
-    a.rotary_dim = static_cast<int64_t>(std::llround(static_cast<double>(a.head_dim) * factor));
+    // Truncated, as transformers' int(head_dim * partial_rotary_factor) is.
+    a.rotary_dim = static_cast<int64_t>(static_cast<double>(a.head_dim) * factor);
     if (a.rotary_dim % 2 != 0 || a.rotary_dim < 2) {
         return invalid_argument_error(j.path() + ": head_dim * partial_rotary_factor (" +
                                       std::to_string(a.rotary_dim) + ") must be even");

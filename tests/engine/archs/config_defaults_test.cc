@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "engine/cpu/rope_scaling.h"
 #include "engine/model/archs/deepseek_v3_config.h"
@@ -79,6 +80,28 @@ TEST_CASE("config defaults: Glm4MoeConfig") {
     CHECK(a->rotary_dim == 128 / 4 / 2);  // partial_rotary_factor 0.5.
     CHECK_FALSE(a->attention_bias);
     CHECK_FALSE(a->use_qk_norm);
+}
+
+TEST_CASE("config: GLM-4.5's rotary dims are head_dim x partial_rotary_factor truncated") {
+    // transformers: dim = int(head_dim * partial_rotary_factor), in doubles. 100 x 0.29 is
+    // 28.999999999999996: 28 rotary dims, where rounding made 29 (odd, refused); 96 x 0.55 is
+    // 52.8: 52, not 53.
+    for (const auto& [head_dim, factor, dims] :
+         {std::tuple<int, const char*, int64_t>{100, "0.29", 28},
+          {96, "0.55", 52},
+          {128, "0.5", 64}}) {
+        CAPTURE(head_dim);
+        CAPTURE(factor);
+        const ConfigJson json = parse(minimal_config(
+            kGlm4MoeArchitecture,
+            "\"num_key_value_heads\": 2, \"n_routed_experts\": 8, \"head_dim\": " +
+                std::to_string(head_dim) + ", \"partial_rotary_factor\": " + factor));
+        auto c = SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults);
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        auto a = Glm4AttentionConfig::from_json(json, *c);
+        REQUIRE_MESSAGE(a.ok(), a.status().to_string());
+        CHECK(a->rotary_dim == dims);
+    }
 }
 
 const std::string kMla =
