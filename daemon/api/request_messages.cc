@@ -13,8 +13,11 @@ namespace {
 // Bounds that keep a hostile request cheap before it reaches the engine.
 constexpr size_t kMaxMessages = 4096;
 
+// `assistant`: the content of an assistant message, whose parts may also be refusals
+// ({"type": "refusal", "refusal": text}, as OpenAI returns a refused answer and its clients
+// send the conversation back); a refusal is what the assistant said, its text as a text part's.
 bool parse_content(Validator& v, const json::value& content, const std::string& name,
-                   std::string& out) {
+                   bool assistant, std::string& out) {
     if (content.is_string()) {
         out = content.get_string();
         return true;
@@ -37,21 +40,23 @@ bool parse_content(Validator& v, const json::value& content, const std::string& 
         if (t == nullptr) {
             return false;
         }
-        if (*t != "text") {
-            return v.fail("content part type '" + std::string(*t) + "' is not supported",
+        if (*t != "text" && !(assistant && *t == "refusal")) {
+            return v.fail("content part type '" + std::string(*t) + "' is not supported" +
+                              (assistant ? " (text or refusal)" : " (text)"),
                           part_name + ".type");
         }
+        const std::string key = *t == "text" ? "text" : "refusal";  // Where its text is.
         for (const auto& kv : part) {
-            if (kv.key() != "type" && kv.key() != "text") {
+            if (kv.key() != "type" && kv.key() != key) {
                 std::string p = part_name + "." + std::string(kv.key());
                 return v.fail("unrecognized field '" + p + "'", p);
             }
         }
-        const json::value* text = part.if_contains("text");
+        const json::value* text = part.if_contains(key);
         if (text == nullptr) {
-            return v.fail("'" + part_name + ".text' is required", part_name + ".text");
+            return v.fail("'" + part_name + "." + key + "' is required", part_name + "." + key);
         }
-        const json::string* s = v.string(*text, part_name + ".text");
+        const json::string* s = v.string(*text, part_name + "." + key);
         if (s == nullptr) {
             return false;
         }
@@ -112,7 +117,7 @@ bool parse_messages(Validator& v, const json::value& value, std::vector<engine::
                 if (kv.value().is_null() && msg.role == "assistant") {
                     continue;
                 }
-                if (!parse_content(v, kv.value(), field, msg.content)) {
+                if (!parse_content(v, kv.value(), field, msg.role == "assistant", msg.content)) {
                     return false;
                 }
             } else if (key == "name") {

@@ -64,6 +64,33 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
     CHECK_FALSE(p.parallel_tool_calls);
 }
 
+TEST_CASE("an assistant's refusal parts come back as its text; other roles have none") {
+    // OpenAI answers a refused request with message.refusal, and its clients send such a
+    // conversation back with the assistant's content as text and refusal parts.
+    ParsedRequest p = parse(Endpoint::kChatCompletions, R"({"model": "m", "messages": [
+        {"role": "user", "content": "help"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."},
+                                          {"type": "text", "text": "Ask another way."}],
+         "refusal": "I can't."},
+        {"role": "user", "content": "why?"}]})");
+    const auto& msgs = std::get<std::vector<engine::ChatMessage>>(p.generate.prompt);
+    REQUIRE(msgs.size() == 3);
+    CHECK(msgs[1].content == "I can't.\nAsk another way.");
+    ApiError user =
+        error_of(Endpoint::kChatCompletions, R"({"model":"m","messages":[{"role":"user","content":)"
+                                             R"([{"type":"refusal","refusal":"no"}]}]})");
+    CHECK(user.param == "messages[0].content[0].type");
+    CHECK(user.message == "content part type 'refusal' is not supported (text)");
+    ApiError missing = error_of(Endpoint::kChatCompletions,
+                                R"({"model":"m","messages":[{"role":"assistant","content":)"
+                                R"([{"type":"refusal","text":"no"}]}]})");
+    CHECK(missing.param == "messages[0].content[0].text");  // A refusal's text is `refusal`.
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"assistant","content":)"
+                   R"([{"type":"refusal"}]}]})")
+              .param == "messages[0].content[0].refusal");
+}
+
 TEST_CASE("a top_p too small for a float keeps the most likely token instead of failing") {
     auto p = parse(Endpoint::kCompletions, R"({"model":"m","prompt":"abc","top_p":1e-300})");
     CHECK(p.generate.sampling.top_p > 0.0f);
