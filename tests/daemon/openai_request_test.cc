@@ -64,7 +64,7 @@ TEST_CASE("a full chat request maps onto GenerateRequest") {
     CHECK_FALSE(p.parallel_tool_calls);
 }
 
-TEST_CASE("an assistant's refusal parts come back as its text; other roles have none") {
+TEST_CASE("an assistant's refusal parts come back as its text, other roles have none") {
     // OpenAI answers a refused request with message.refusal, and its clients send such a
     // conversation back with the assistant's content as text and refusal parts.
     ParsedRequest p = parse(Endpoint::kChatCompletions, R"({"model": "m", "messages": [
