@@ -147,7 +147,8 @@ Result<std::vector<float>> read_float_scales(const TensorRef& t,
     return out;
 }
 
-Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, bool scan_for_nan) {
+Result<std::vector<float>> read_fp8_block_scales(const TensorRef& weight,
+                                                 const TensorRef& scale_inv, bool scan_for_nan) {
     if (weight.shape.size() != 2 || weight.shape[0] <= 0 || weight.shape[1] <= 0) {
         return invalid_argument_error(label(weight) + ": FP8 weight must be 2-D and non-empty, " +
                                       "got shape " + shape_string(weight.shape));
@@ -159,8 +160,9 @@ Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, b
     const std::string role = std::string(scale_inv.name.ends_with("_inv") ? "weight_scale_inv"
                                                                            : "weight_scale") +
                              ", 128x128 blocks";
-    EDGE_RETURN_IF_ERROR(
-        read_float_scales(scale_inv, {ceil_div(rows, 128), ceil_div(cols, 128)}, role).status());
+    EDGE_ASSIGN_OR_RETURN(
+        auto scales,
+        read_float_scales(scale_inv, {ceil_div(rows, 128), ceil_div(cols, 128)}, role));
     if (scan_for_nan) {
         const auto* bytes = static_cast<const uint8_t*>(weight.data);
         for (int64_t i = 0; i < rows * cols; ++i) {
@@ -171,19 +173,14 @@ Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, b
             }
         }
     }
-    return ok_status();
+    return scales;
 }
 
 Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef& scale_inv,
                                        bool scan_for_nan) {
-    EDGE_RETURN_IF_ERROR(validate_fp8_block(weight, scale_inv, scan_for_nan));
-    const int64_t rows = weight.shape[0];
-    const int64_t cols = weight.shape[1];
-    EDGE_ASSIGN_OR_RETURN(auto scales,
-                          read_float_scales(scale_inv, {ceil_div(rows, 128), ceil_div(cols, 128)},
-                                            "weight_scale_inv"));
-    return QuantizedWeight(WeightFormat::kFP8E4M3Block128, rows, cols, weight.data,
-                           std::move(scales));
+    EDGE_ASSIGN_OR_RETURN(auto scales, read_fp8_block_scales(weight, scale_inv, scan_for_nan));
+    return QuantizedWeight(WeightFormat::kFP8E4M3Block128, weight.shape[0], weight.shape[1],
+                           weight.data, std::move(scales));
 }
 
 Result<QuantizedWeight> from_compressed_tensors(const TensorRef& weight_packed,

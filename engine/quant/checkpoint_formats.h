@@ -56,10 +56,11 @@ Result<std::vector<float>> read_float_scales(const TensorRef& t,
 // Checks an FP8 block-scaled pair: 2-D F8_E4M3 weight, BF16/F16/F32 scales of shape
 // [ceil(rows/128), ceil(cols/128)], byte sizes matching the shapes, finite non-negative scales;
 // when `scan_for_nan` also that no weight byte is a NaN encoding (0x7F / 0xFF), one pass over the
-// weight.
-Status validate_fp8_block(const TensorRef& weight, const TensorRef& scale_inv, bool scan_for_nan);
+// weight. Returns the scales as f32 (read once: the checked values are the ones used).
+Result<std::vector<float>> read_fp8_block_scales(const TensorRef& weight,
+                                                 const TensorRef& scale_inv, bool scan_for_nan);
 
-// validate_fp8_block, then a kFP8E4M3Block128 view of the weight bytes in place.
+// read_fp8_block_scales, then a kFP8E4M3Block128 view of the weight bytes in place.
 Result<QuantizedWeight> from_fp8_block(const TensorRef& weight, const TensorRef& scale_inv,
                                        bool scan_for_nan);
 

@@ -173,29 +173,31 @@ TEST_CASE("fp8 block checkpoint validation") {
 
     auto bad_scale = sref;
     bad_scale.shape = {1, 2};
-    auto s = validate_fp8_block(wref, bad_scale, false);
+    auto s = read_fp8_block_scales(wref, bad_scale, false).status();
     CHECK(contains(s, "l.weight_scale_inv"));
     CHECK(contains(s, "expected [2, 2]"));
 
     auto short_weight = wref;
     short_weight.size_bytes -= 1;
-    CHECK(validate_fp8_block(short_weight, sref, false).code() == StatusCode::kDataLoss);
+    CHECK(read_fp8_block_scales(short_weight, sref, false).status().code() ==
+          StatusCode::kDataLoss);
 
     auto int_scale = sref;
     int_scale.dtype = TensorDType::kI32;
-    CHECK(contains(validate_fp8_block(wref, int_scale, false), "expected BF16, F16 or F32"));
+    CHECK(contains(read_fp8_block_scales(wref, int_scale, false).status(),
+                   "expected BF16, F16 or F32"));
 
     auto not_fp8 = wref;
     not_fp8.dtype = TensorDType::kBF16;
-    CHECK_FALSE(validate_fp8_block(not_fp8, sref, false).ok());
+    CHECK_FALSE(read_fp8_block_scales(not_fp8, sref, false).ok());
 
     auto three_d = wref;
     three_d.shape = {1, rows, cols};
-    CHECK(contains(validate_fp8_block(three_d, sref, false), "2-D"));
+    CHECK(contains(read_fp8_block_scales(three_d, sref, false).status(), "2-D"));
 
     weight[5 * cols + 7] = 0xFF;
-    CHECK(validate_fp8_block(wref, sref, false).ok());  // No scan requested.
-    auto nan = validate_fp8_block(wref, sref, true);
+    CHECK(read_fp8_block_scales(wref, sref, false).ok());  // No scan requested.
+    auto nan = read_fp8_block_scales(wref, sref, true).status();
     CHECK(contains(nan, "NaN (byte 0xFF) at [5, 7]"));
 }
 
