@@ -334,14 +334,18 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
             << number(m.kv_use) << "\n";
     }
     header(out, "edgeserve_kv_cache_blocks", "gauge",
-           "KV-cache blocks by state: used (referenced), cached (prefix cache), total.");
+           "KV-cache blocks by state: used (referenced), cached (prefix cache), free; the states "
+           "sum to the blocks the budget holds.");
     for (const engine::ServingStats& m : stats) {
-        out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", "used"}})
-            << " " << m.kv_blocks_used << "\n";
-        out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", "cached"}})
-            << " " << m.kv_blocks_cached << "\n";
-        out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", "total"}})
-            << " " << m.kv_blocks_total << "\n";
+        const int64_t free_blocks =
+            std::max<int64_t>(0, m.kv_blocks_total - m.kv_blocks_used - m.kv_blocks_cached);
+        for (const auto& [state, blocks] :
+             {std::pair<const char*, int64_t>{"used", m.kv_blocks_used},
+              {"cached", m.kv_blocks_cached},
+              {"free", free_blocks}}) {
+            out << "edgeserve_kv_cache_blocks" << labels({{"model", m.model}, {"state", state}})
+                << " " << blocks << "\n";
+        }
     }
     header(out, "edgeserve_kv_cache_budget_bytes", "gauge", "Configured KV-cache memory budget.");
     for (const engine::ServingStats& m : stats) {

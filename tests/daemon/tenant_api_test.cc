@@ -405,6 +405,8 @@ TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per
     s.model = "test-model";
     s.kv_use = 0.25;
     s.kv_blocks_total = 64;
+    s.kv_blocks_used = 16;
+    s.kv_blocks_cached = 6;
     engine::TenantServingStats& t = s.tenants["acme"];
     t.queued = 3;
     t.running = 2;
@@ -421,6 +423,14 @@ TEST_CASE("engine serving figures: priority reaches the engine, /metrics has per
           std::string::npos);
     CHECK(m.find("edgeserve_kv_cache_usage_ratio{model=\"test-model\"} 0.25") !=
           std::string::npos);
+    // The states partition the budget's blocks, so sum() over them is the total.
+    CHECK(m.find("edgeserve_kv_cache_blocks{model=\"test-model\",state=\"used\"} 16") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_kv_cache_blocks{model=\"test-model\",state=\"cached\"} 6") !=
+          std::string::npos);
+    CHECK(m.find("edgeserve_kv_cache_blocks{model=\"test-model\",state=\"free\"} 42") !=
+          std::string::npos);
+    CHECK(m.find("state=\"total\"") == std::string::npos);
     CHECK(m.find("edgeserve_prefix_cache_hits_total{model=\"test-model\",tenant=\"acme\"} 64") !=
           std::string::npos);
     CHECK(m.find("edgeserve_time_to_first_token_seconds_bucket{model=\"test-model\",tenant="
