@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -123,7 +124,10 @@ struct ForwardJob {
 class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
   public:
     Impl(net::io_context& io, PeerClientConfig config, Metrics* metrics)
-        : strand_(net::make_strand(io)), config_(std::move(config)), metrics_(metrics) {}
+        : strand_(net::make_strand(io)),
+          config_(std::move(config)),
+          metrics_(metrics),
+          sweep_timer_(strand_) {}
 
     // A client context from the three PEM files (errors name the file).
     static Result<std::shared_ptr<ssl::context>> load_context(const std::string& ca_path,
@@ -143,12 +147,18 @@ class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
                                                         Failure& failure, std::string& error);
     std::unique_ptr<Connection> take_pooled(const std::string& peer);
     void give_back(const std::string& peer, std::unique_ptr<Connection> connection);
-    // Closes the idle connections past pool_idle_timeout of every peer, at most once per
-    // timeout (strand; called as connections come back).
+    // Arms sweep_timer_ for when the oldest pooled connection passes pool_idle_timeout, unless
+    // it is armed or nothing is pooled (strand): a client with no idle connection does no work.
+    void arm_sweep();
+    // Cancels sweep_timer_ (strand): nothing is pooled any more, or stop().
+    void disarm_sweep();
+    // sweep_timer_'s work: closes the idle connections past pool_idle_timeout of every peer (one
+    // that left the cluster or changed its address too), then arms it for the next (strand).
     void sweep_idle();
     // Closes and removes those of `idle` past pool_idle_timeout at `now` (strand).
     void drop_expired(std::deque<std::unique_ptr<Connection>>& idle, SteadyClock::time_point now);
-    // Closes every pooled idle connection (strand): the certificates changed, or stop().
+    // Closes every pooled idle connection and disarms the sweep (strand): the certificates
+    // changed, or stop().
     void close_idle();
     bool retry_allowed() const;
     void cancel(ForwardJob& job);
@@ -185,7 +195,10 @@ class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
 
     // Strand only.
     std::unordered_map<std::string, std::deque<std::unique_ptr<Connection>>> pool_;
-    SteadyClock::time_point last_sweep_{};
+    // Closes pooled connections once idle past pool_idle_timeout, with no request to notice
+    // them; armed only while some are pooled (sweep_armed_). Its handler holds the Impl weakly.
+    net::steady_timer sweep_timer_;
+    bool sweep_armed_ = false;
     std::unordered_set<ForwardJob*> jobs_;
     int64_t retries_in_flight_ = 0;
 };
