@@ -89,7 +89,7 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
         return sel::PoolHealth::kEjected;
     };
     std::set<std::string> pools;
-    std::unordered_map<std::string, Life> lives;
+    std::unordered_map<std::string, uint64_t> lives;
     for (const membership::MemberView& m : snap->members) {
         if (!m.site) {
             continue;
@@ -102,16 +102,13 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
              m.state != membership::NodeState::kSuspect)) {
             continue;
         }
-        const Life life{m.incarnation, m.state_version};
         auto seen = lives_.find(m.name);
-        // A new life, told as the memberlist tells it (a newer incarnation whose state versions
-        // count from 1 again): the process that failed is gone, and so are its pools' records.
-        // Seen dead or departed at a rebuild, its pools already left the detector; a restart
-        // between two rebuilds (an idle site, or one fast enough that gossip never declared it
-        // dead) kept the old life's ejection and backoff on the new one.
-        const bool new_life = seen != lives_.end() && life.incarnation > seen->second.incarnation &&
-                              life.state_version < seen->second.state_version;
-        lives.emplace(m.name, life);
+        // A new life (the memberlist's MemberView::life): the process that failed is gone, and
+        // so are its pools' records. Seen dead or departed at a rebuild, its pools already left
+        // the detector; a restart between two rebuilds (an idle site, or one fast enough that
+        // gossip never declared it dead) kept the old life's ejection and backoff on the new one.
+        const bool new_life = seen != lives_.end() && seen->second != m.life;
+        lives.emplace(m.name, m.life);
         for (const membership::PoolInfo& p : m.site->pools) {
             std::string key = pool_key(m.name, p.model);
             if (new_life && known_pools_.erase(key) > 0) {

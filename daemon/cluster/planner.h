@@ -132,13 +132,9 @@ public:
     std::shared_ptr<const PlannerConfig> config_;  // Under mu_.
     std::shared_ptr<const Built> built_;
     std::set<std::string> known_pools_;  // Registered with the detector (under mu_).
-    // The life of each member whose pools are in known_pools_, as last rebuilt from (under mu_):
-    // a new one starts its pools' outlier records afresh.
-    struct Life {
-        uint64_t incarnation = 0;
-        uint64_t state_version = 0;
-    };
-    std::unordered_map<std::string, Life> lives_;
+    // The life (MemberView::life) of each member whose pools are in known_pools_, as last
+    // rebuilt from (under mu_): a new one starts its pools' outlier records afresh.
+    std::unordered_map<std::string, uint64_t> lives_;
 };
 
 }  // namespace edge::daemon::cluster

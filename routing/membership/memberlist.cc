@@ -46,6 +46,7 @@ Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, 
     self.name = m->config_.name;
     self.addr = m->config_.advertise_addr;
     self.state_change = clock.now();
+    self.life = ++m->lives_begun_;
     m->members_.emplace(self.name, std::move(self));
     m->live_count_ = 1;
     m->stats_.members_alive = 1;
@@ -359,6 +360,7 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         fresh.name = a.node;
         fresh.addr = a.addr;
         fresh.incarnation = a.incarnation;
+        fresh.life = ++lives_begun_;
         fresh.state = NodeState::kDead;  // set_state below counts it in
         stats_.members_dead.fetch_add(1);
         auto [it, inserted] = members_.emplace(a.node, std::move(fresh));
@@ -419,12 +421,14 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             emit(prev == NodeState::kSuspect ? MemberEventKind::kRecover : MemberEventKind::kJoin,
                  a.node);
         }
-        if (new_life && m->site) {
+        if (new_life) {
+            // The router starts the life's records afresh by it (MemberView::life).
+            m->life = ++lives_begun_;
+            ++change_count_;
             // Its key (site_incarnation, site_version) stays, so that state, arriving late by
             // gossip or push-pull, is still refused.
             m->site.reset();
             m->site_bytes.clear();
-            ++change_count_;
         }
         if (a.state) {
             apply_site_bytes(*m, a.incarnation, a.state_version, *a.state);
@@ -574,6 +578,7 @@ std::shared_ptr<const MembershipSnapshot> Memberlist::snapshot() const {
         v.state = m.state;
         v.incarnation = m.incarnation;
         v.state_version = m.state_version;
+        v.life = m.life;
         v.site_version = m.site ? m.site_version : 0;
         v.site = m.site;
         v.coord = name == config_.name ? std::optional(vivaldi_.coordinate()) : m.coord;

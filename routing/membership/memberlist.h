@@ -139,6 +139,9 @@ private:
         uint64_t site_version = 0;
         std::shared_ptr<const SiteState> site;  // Null until known, and after a restart.
         std::vector<uint8_t> site_bytes;
+        // Which life of the member this is (MemberView::life): a new number from lives_begun_
+        // when it is first heard of and whenever handle_alive finds a new life.
+        uint64_t life = 0;
         std::optional<coords::Coordinate> coord;
         std::unique_ptr<Suspicion> suspicion;
         uint64_t suspicion_timer = 0;
@@ -298,6 +301,9 @@ private:
     std::unordered_set<std::string> seen_events_;
 
     uint64_t change_count_ = 0;
+    // Lives numbered so far (Member::life): a number is never given twice, so a member reclaimed
+    // and heard of again does not repeat the life it had.
+    uint64_t lives_begun_ = 0;
     EventCallback on_event_;
     UserEventCallback on_user_event_;
 };

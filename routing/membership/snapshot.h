@@ -27,6 +27,11 @@ struct MemberView {
     // 0 without one).
     uint64_t state_version = 0;
     uint64_t site_version = 0;
+    // Which life of the member this is: a number that changes exactly when the memberlist finds
+    // the member begun anew (first heard of; back after a death or a leave; or restarted, told by
+    // a newer incarnation whose state versions went down), never when a suspect refutes or its
+    // state changes within one life. Per memberlist: compare it only between snapshots of one.
+    uint64_t life = 0;
     // Null until known, and from when the member is known to have restarted (came back after a
     // death or leave, or counts its versions anew) until its new life's state arrives: a
     // previous life's pools are never routed to.

@@ -77,12 +77,15 @@ public:
         snap_ = std::make_shared<membership::MembershipSnapshot>(*snap_);
     }
 
-    // The incarnation and state version gossip holds for a member already added.
-    void set_life(const std::string& name, uint64_t incarnation, uint64_t state_version) {
+    // The incarnation, state version and life number (MemberView::life: the memberlist's
+    // verdict on them) gossip holds for a member already added.
+    void set_life(const std::string& name, uint64_t incarnation, uint64_t state_version,
+                  uint64_t life) {
         for (membership::MemberView& m : snap_->members) {
             if (m.name == name) {
                 m.incarnation = incarnation;
                 m.state_version = state_version;
+                m.life = life;
             }
         }
         snap_ = std::make_shared<membership::MembershipSnapshot>(*snap_);
@@ -527,7 +530,7 @@ TEST_CASE("planner: a member's new life starts its pools' outlier records afresh
     Fixture f;
     f.world.add(kAms, {pool()});
     f.world.add(kSin, {pool()});
-    f.world.set_life("ams", 3, 40);
+    f.world.set_life("ams", 3, 40, 1);
     RouteTarget ams{false, "ams", "127.0.0.1:1", 0.0, "m"};
     auto eject_ams = [&] {
         for (int i = 0; i < 3; ++i) {
@@ -537,10 +540,10 @@ TEST_CASE("planner: a member's new life starts its pools' outlier records afresh
         CHECK(f.first() == "sin");
     };
     eject_ams();
-    f.world.set_life("ams", 4, 41);  // Refuted a suspicion: the same process.
+    f.world.set_life("ams", 4, 41, 1);  // Refuted a suspicion: the same process.
     CHECK(f.first() == "sin");
     CHECK(f.planner->outliers().is_ejected("ams/m"));
-    f.world.set_life("ams", 5, 2);  // Restarted: its versions count from 1 again.
+    f.world.set_life("ams", 5, 2, 2);  // Restarted: its versions count from 1 again.
     CHECK(f.first() == "ams");
     CHECK_FALSE(f.planner->outliers().is_ejected("ams/m"));
     eject_ams();

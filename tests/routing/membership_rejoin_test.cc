@@ -113,5 +113,51 @@ TEST_CASE("memberlist: a refuted suspicion or a newer state being fetched keeps 
     CHECK(routes_model_m(ml));
 }
 
+// The router starts a life's outlier records afresh when MemberView::life changes: it must
+// change at every new life handle_alive finds, and at nothing else.
+TEST_CASE("memberlist: a member's life number changes exactly when it begins a new life") {
+    Member a;
+    Memberlist& ml = a.ml();
+    auto life = [&] { return ml.snapshot()->find("B")->life; };
+    a.receive(AliveMsg{7, "B", kAddrB, 7, site_bytes("B", 1)});
+    const uint64_t first = life();
+    CHECK(first != ml.snapshot()->find("A")->life);
+
+    // Within one life: a newer state, a suspicion and its refutation (a higher incarnation,
+    // versions not gone down), and stale or replayed alives.
+    a.receive(AliveMsg{7, "B", kAddrB, 8, site_bytes("B", 2)});
+    a.receive(SuspectMsg{7, "B", "C"});
+    REQUIRE(ml.state_of("B") == NodeState::kSuspect);
+    CHECK(life() == first);
+    a.receive(AliveMsg{8, "B", kAddrB, 8, std::nullopt});
+    REQUIRE(ml.state_of("B") == NodeState::kAlive);
+    a.receive(AliveMsg{7, "B", kAddrB, 1, std::nullopt});
+    a.receive(AliveMsg{8, "B", kAddrB, 8, std::nullopt});
+    CHECK(life() == first);
+
+    // Restarted before any death: a newer incarnation whose versions count from 1 again.
+    a.receive(AliveMsg{9, "B", kAddrB, 1, site_bytes("B", 3)});
+    const uint64_t second = life();
+    CHECK(second != first);
+    a.receive(AliveMsg{9, "B", kAddrB, 2, site_bytes("B", 3)});
+    a.receive(AliveMsg{10, "B", kAddrB, 2, std::nullopt});
+    CHECK(life() == second);
+
+    // Back after a death, and after a leave: each a new life, the same one while it lasts.
+    a.receive(DeadMsg{10, "B", "C"});
+    REQUIRE(ml.state_of("B") == NodeState::kDead);
+    CHECK(life() == second);
+    a.receive(AliveMsg{11, "B", kAddrB, 3, std::nullopt});
+    const uint64_t third = life();
+    CHECK(third != second);
+    CHECK(third != first);
+    a.receive(DeadMsg{11, "B", "B"});
+    REQUIRE(ml.state_of("B") == NodeState::kLeft);
+    a.receive(AliveMsg{12, "B", kAddrB, 4, std::nullopt});
+    CHECK(life() != third);
+    CHECK(life() != second);
+    CHECK(life() != first);
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
