@@ -8,6 +8,7 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
+#include <array>
 #include <charconv>
 #include <vector>
 
@@ -107,6 +108,51 @@ FramingError check_transfer_encoding(const http::request_header<>& head) {
     return {};
 }
 
+FramingError check_request_target(std::string_view method, std::string_view target) {
+    if (method == "CONNECT") {
+        return {501,
+                "CONNECT is not supported by this server: it is not a proxy and opens no "
+                "tunnels"};
+    }
+    if (target == "*" && method != "OPTIONS") {
+        return {400, "asterisk-form request target (*) is only valid for OPTIONS"};
+    }
+    return {};
+}
+
+namespace {
+
+// The text of a Beast parse error, by where it came: `body_text` for one in the body (a chunk
+// or the trailer), where it differs from the header's `text`.
+struct ParseErrorText {
+    http::error code;
+    std::string_view text;
+    std::string_view body_text = {};  // Empty: `text` wherever it came.
+};
+
+constexpr std::array kParseErrorTexts{
+    ParseErrorText{http::error::bad_content_length,
+                   "invalid Content-Length: not a decimal number of bytes"},
+    ParseErrorText{http::error::multiple_content_length, "conflicting Content-Length values"},
+    ParseErrorText{http::error::bad_transfer_encoding,
+                   "Transfer-Encoding after chunked: chunked must be the final coding, once"},
+    ParseErrorText{http::error::bad_field,
+                   "malformed header field name (no whitespace is allowed before the colon)",
+                   "malformed trailer field name"},
+    ParseErrorText{http::error::bad_value,
+                   "malformed header field value (a control character or a bare CR)",
+                   "malformed trailer field value"},
+    ParseErrorText{http::error::bad_line_ending, "malformed line ending: lines end with CRLF"},
+    ParseErrorText{http::error::bad_method, "malformed request method"},
+    ParseErrorText{http::error::bad_target, "malformed request target"},
+    ParseErrorText{http::error::bad_chunk,
+                   "malformed chunk: the size line is not a hexadecimal size that fits, or the "
+                   "data is not followed by CRLF"},
+    ParseErrorText{http::error::bad_chunk_extension, "malformed chunk extension"},
+};
+
+}  // namespace
+
 std::string_view parse_error_message(const boost::system::error_code& ec,
                                      const http::request_header<>& head, bool in_body) {
     // Request smuggling (RFC 9112 section 6.3): Beast refuses the second of the two framing
@@ -117,38 +163,10 @@ std::string_view parse_error_message(const boost::system::error_code& ec,
         (ec == http::error::bad_transfer_encoding && content_length)) {
         return "both Transfer-Encoding and Content-Length in the request";
     }
-    if (ec == http::error::bad_content_length) {
-        return "invalid Content-Length: not a decimal number of bytes";
-    }
-    if (ec == http::error::multiple_content_length) {
-        return "conflicting Content-Length values";
-    }
-    if (ec == http::error::bad_transfer_encoding) {
-        return "Transfer-Encoding after chunked: chunked must be the final coding, once";
-    }
-    if (ec == http::error::bad_field) {
-        return in_body ? "malformed trailer field name"
-                       : "malformed header field name (no whitespace is allowed before the colon)";
-    }
-    if (ec == http::error::bad_value) {
-        return in_body ? "malformed trailer field value"
-                       : "malformed header field value (a control character or a bare CR)";
-    }
-    if (ec == http::error::bad_line_ending) {
-        return "malformed line ending: lines end with CRLF";
-    }
-    if (ec == http::error::bad_method) {
-        return "malformed request method";
-    }
-    if (ec == http::error::bad_target) {
-        return "malformed request target";
-    }
-    if (ec == http::error::bad_chunk) {
-        return "malformed chunk: the size line is not a hexadecimal size that fits, or the data "
-               "is not followed by CRLF";
-    }
-    if (ec == http::error::bad_chunk_extension) {
-        return "malformed chunk extension";
+    for (const ParseErrorText& entry : kParseErrorTexts) {
+        if (ec == entry.code) {
+            return in_body && !entry.body_text.empty() ? entry.body_text : entry.text;
+        }
     }
     return in_body ? "malformed HTTP request body" : "malformed HTTP request";
 }

@@ -36,6 +36,12 @@ struct FramingError {
 // after the answer.
 FramingError check_transfer_encoding(const boost::beast::http::request_header<>& head);
 
+// The request target's form against the method (RFC 9112 section 3.2): asterisk-form ("*") is
+// only OPTIONS's (400 for any other method), and CONNECT, whose authority-form target asks for a
+// tunnel, is not served at all (501: what follows it on the connection is not HTTP, so the
+// connection closes after the answer).
+FramingError check_request_target(std::string_view method, std::string_view target);
+
 // The message of the 400 for a request that Beast's parser refused with `ec` (one of its
 // http::error codes), naming what is wrong: `head` holds the fields parsed so far; `in_body`: the
 // error came while reading the body (a chunk or a trailer). Fixed texts, safe for error_body().

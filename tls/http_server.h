@@ -79,7 +79,8 @@ public:
     // The bound port (the real one when configured as 0).
     uint16_t port() const;
     void start();
-    // Stops accepting (new connections are refused), closes idle keep-alive connections, lets
+    // Stops accepting (new connections are refused), closes idle keep-alive connections (as
+    // every connection the server ends: close_notify, then a linger of a second at most), lets
     // requests in flight finish (their responses carry Connection: close) until `deadline`
     // elapses, then closes what is left. With `at_deadline`, what is left is first given the
     // chance to end its answers: it is called (the owner ends the requests, e.g. with an error

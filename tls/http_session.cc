@@ -217,23 +217,50 @@ net::awaitable<void> HttpSession::reject(int status, std::string_view message, i
     // the whole timeout.
     record.duration = Clock::now() - request_start_;
     server_.observer_->on_response(record);
-    // Let the client read the answer before the close: stop sending, discard what it still sends
-    // for a short bounded while, then close (closing with unread input would reset the answer).
-    stream_.send_close_notify();
-    auto& tcp_layer = stream_.socket();
-    boost::system::error_code ignored;
-    tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
-    set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout,
-                                           std::chrono::seconds(1)));
-    size_t discarded = 0;
-    while (discarded < 64 * 1024) {
-        char sink[4096];
-        auto [ec, n] = co_await tcp_layer.async_read_some(net::buffer(sink), kTuple);
-        if (ec) {
-            break;
-        }
-        discarded += n;
+}
+
+net::awaitable<void> HttpSession::stop_watcher() {
+    if (!watcher_running_) {
+        co_return;
     }
+    cancel_read();
+    // Bounded: should the read not end at the cancel, the watchdog closes the socket.
+    set_deadline(std::chrono::seconds(1));
+    while (watcher_running_) {
+        co_await wait_signal(std::chrono::seconds(1));
+    }
+}
+
+net::awaitable<void> HttpSession::close_gracefully() {
+    closing_ = true;
+    co_await stop_watcher();  // The linger below reads the socket itself.
+    if (!answer_cut_) {
+        // Not after a cut answer: an HTTP/1.0 body ends at the close, and close_notify would
+        // tell its client that the body it has is whole (tls_stream.h).
+        stream_.send_close_notify();
+    }
+    if (!client_gone_) {
+        // Let the client read the answer before the close (RFC 9112 section 9.6): stop sending,
+        // discard what it still sends (a request pipelined behind the last one, the rest of a
+        // body) for a short bounded while, then close. Closing with unread input makes the
+        // kernel reset the connection, and the reset drops whatever of the answer and of
+        // close_notify the client has not read yet. The client's own close ends it at once.
+        auto& tcp_layer = stream_.socket();
+        boost::system::error_code ignored;
+        tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
+        set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime));
+        size_t discarded = 0;
+        while (discarded < kLingerBytes) {
+            char sink[4096];
+            auto [ec, n] = co_await tcp_layer.async_read_some(net::buffer(sink), kTuple);
+            if (ec) {
+                break;
+            }
+            discarded += n;
+        }
+    }
+    close_socket();
+    stop_watchdog();
 }
 
 net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string_body>& parser) {
@@ -271,6 +298,9 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
             // find nothing and cost two recv calls and a wait in the reactor).
             auto executor = stream_.get_executor();  // Named: GCC 12 and co_await temporaries.
             co_await net::post(executor, net::use_awaitable);
+            if (draining()) {
+                co_return false;  // drain() found no read to cancel while this waited.
+            }
         }
         waited = true;
         auto first = buffer_.prepare(4096);
@@ -385,6 +415,10 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         // A method Beast does not know at all (GET, POST, PUT, PROPFIND, ... it does: those get
         // the handler's 404 or 405).
         co_await reject(501, "method not implemented", head.version(), method, target);
+        co_return false;
+    }
+    if (auto form = check_request_target(method, target); form.status != 0) {
+        co_await reject(form.status, form.message, head.version(), method, target);
         co_return false;
     }
     if (auto framing = check_transfer_encoding(head); framing.status != 0) {
@@ -769,9 +803,7 @@ net::awaitable<void> HttpSession::run() {
                 // The next request (or its start) is here already: the watcher's read waits for
                 // bytes the client may send only once it has its answers. Cancel it; what the
                 // read had not taken stays in the TLS stream for read_request.
-                watcher_stopping_ = true;
-                boost::system::error_code ignored;
-                stream_.socket().cancel(ignored);
+                cancel_read();
             }
             // The watcher read owns the stream; wait for it (next request bytes) or time out.
             co_await wait_signal(server_.config_.limits.idle_timeout);
@@ -780,13 +812,7 @@ net::awaitable<void> HttpSession::run() {
             }
         }
     }
-    if (!answer_cut_) {
-        // Not after a cut answer: an HTTP/1.0 body ends at the close, and close_notify would
-        // tell its client that the body it has is whole (tls_stream.h).
-        stream_.send_close_notify();
-    }
-    close_socket();
-    stop_watchdog();
+    co_await close_gracefully();
 }
 
 void start_session(HttpServer::Impl& server, tcp::socket socket) {

@@ -64,6 +64,13 @@ struct Piece {
 // than that reach the parser, which refuses them (400).
 constexpr int kMaxEmptyLines = 10;
 
+// How long, and for how many of the client's bytes, a closing connection waits for the client
+// to read its last answer (HttpSession::close_gracefully), as Apache's lingering close: bounded
+// so that a client that keeps sending costs a socket for a second at most. The time is cut to
+// header_timeout where that is shorter.
+constexpr auto kLingerTime = std::chrono::seconds(1);
+constexpr size_t kLingerBytes = 64 * 1024;
+
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
   public:
     HttpSession(HttpServer::Impl& server, tcp::socket socket,
@@ -110,14 +117,21 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // Strand only.
     void drain(bool force) {
         drain_requested_ = true;
+        if (closing_ && !force) {
+            return;  // Closing already (close_gracefully): its bounded linger is not cut short.
+        }
         // An idle keep-alive connection closes now (its client retries elsewhere). One accepted
         // before the listener closed and still on its first request (its handshake, or the
         // request on its way) gets first_request_drain_grace() to send it and is served once:
         // closing it at once would lose a request the client may already have sent to this
         // process, which no other process (a socket-activated successor) can take over.
-        if (force || (!busy_ && seq_ != 0)) {
+        if (force) {
             mark_client_gone();
             close_socket();
+        } else if (!busy_ && seq_ != 0) {
+            // Its wait for the next request is cancelled: run() then closes it as it closes any
+            // other connection (close_gracefully), so a request on its way is not met by a reset.
+            cancel_read();
         } else if (!busy_ && deadline_ > Clock::now() + first_request_drain_grace()) {
             // A handshake still running gets the same grace: its client connected before the
             // listener closed and is sending.
@@ -159,11 +173,27 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // `head_only`: the answer to a HEAD request, its head alone (Content-Length included).
     net::awaitable<bool> write_full(HttpResponse& response, int version, bool keep_alive,
                                     bool head_only);
-    // An answer the server makes itself, then the close. `method` and `target`: the request
+    // An answer the server makes itself, with Connection: close: its caller then ends the
+    // connection (run() closes it through close_gracefully). `method` and `target`: the request
     // line's, when it was read (the record's route).
     net::awaitable<void> reject(int status, std::string_view message, int version,
                                 std::string_view method = {}, std::string_view target = {});
     net::awaitable<void> wait_signal(Clock::duration timeout);
+    // Cancels the read pending on the socket (strand): the watcher's, which then ends without
+    // taking the client for gone (watcher_stopping_), or read_request's.
+    void cancel_read() {
+        if (watcher_running_) {
+            watcher_stopping_ = true;
+        }
+        boost::system::error_code ignored;
+        stream_.socket().cancel(ignored);
+    }
+    // Ends the watcher's read (start_watcher) and waits for it to finish.
+    net::awaitable<void> stop_watcher();
+    // The one way a connection ends once its handshake is done, whatever ended it (Connection:
+    // close, HTTP/1.0, an answer the server made itself, the drain, a timeout): close_notify, then
+    // a linger of at most kLingerTime and kLingerBytes, then the close. Closes the socket.
+    net::awaitable<void> close_gracefully();
     // Consumes the empty lines (CRLF, or a bare LF) at the start of buffer_, up to kMaxEmptyLines
     // for one request. Strand only, never while the watcher reads into buffer_.
     void skip_empty_lines();
@@ -310,6 +340,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     bool watcher_running_ = false;
     bool watcher_stopping_ = false;  // The session cancelled the watcher's read (run()).
     bool drain_requested_ = false;
+    bool closing_ = false;  // close_gracefully() has begun.
     bool keeps_buffers_ = false;
 };
 
