@@ -1,8 +1,9 @@
-// docs/config.md cannot drift from the YAML adapter: every key daemon/config.cc accepts is named
+// docs/config.md cannot drift from the YAML adapter: every key daemon/config*.cc accepts is named
 // in a docs table row and every documented key is accepted by parse_config (it is not "unknown").
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <regex>
 #include <set>
 
@@ -27,18 +28,28 @@ std::vector<std::string> documented_keys() {
     return keys;
 }
 
-// Key names the adapter's handler tables accept: {"name", <handler>} in daemon/config.cc, where
-// the handler is a lambda or one of the xxx_field() helpers (so value tables such as
-// {"fp8", WeightFormat::kFp8} or log fields do not count as keys).
+// Key names the adapter's handler tables accept: {"name", <handler>} in daemon/config*.cc (the
+// root in config.cc, each group of sections in a file of its own), where the handler is a lambda or
+// one of the xxx_field() helpers (so value tables such as {"fp8", WeightFormat::kFp8} or log
+// fields do not count as keys).
 std::set<std::string> adapter_keys() {
-    std::string source = read_file(EDGE_SOURCE_DIR "/daemon/config.cc");
-    REQUIRE(!source.empty());
     std::set<std::string> keys;
     std::regex entry("\\{\"([a-z_0-9]+)\",\\s*(\\[|[a-z_0-9]+_field\\()");
-    for (auto it = std::sregex_iterator(source.begin(), source.end(), entry);
-         it != std::sregex_iterator(); ++it) {
-        keys.insert((*it)[1]);
+    int files = 0;
+    for (const auto& file : std::filesystem::directory_iterator(EDGE_SOURCE_DIR "/daemon")) {
+        const std::string name = file.path().filename().string();
+        if (!name.starts_with("config") || !name.ends_with(".cc")) {
+            continue;
+        }
+        std::string source = read_file(file.path().string());
+        REQUIRE(!source.empty());
+        ++files;
+        for (auto it = std::sregex_iterator(source.begin(), source.end(), entry);
+             it != std::sregex_iterator(); ++it) {
+            keys.insert((*it)[1]);
+        }
     }
+    REQUIRE(files > 0);
     return keys;
 }
 
@@ -88,13 +99,14 @@ TEST_CASE("every key the YAML adapter accepts is documented in docs/config.md") 
     std::set<std::string> accepted = adapter_keys();
     CHECK(accepted.size() > 50);
     for (const std::string& key : accepted) {
-        CHECK_MESSAGE(documented_names.count(key) == 1,
-                      "daemon/config.cc accepts `" << key << "`; docs/config.md has no row for it");
+        CHECK_MESSAGE(
+            documented_names.count(key) == 1,
+            "daemon/config*.cc accepts `" << key << "`; docs/config.md has no row for it");
     }
     for (const std::string& name : documented_names) {
         CHECK_MESSAGE(accepted.count(name) == 1, "docs/config.md documents `"
                                                      << name
-                                                     << "`; daemon/config.cc has no such key");
+                                                     << "`; daemon/config*.cc has no such key");
     }
 }
 
