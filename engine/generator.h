@@ -100,6 +100,10 @@ struct GenerateRequest {
     bool max_tokens_is_default = false;
     // The request field that set max_tokens, for errors ("max_tokens" or "max_completion_tokens").
     std::string max_tokens_field = "max_tokens";
+    // The request field that holds the prompt, for errors about it: the API's "prompt[2]" for
+    // the third of a list of prompts, so that an error about the prompt's sixth token names
+    // "prompt[2][5]". Empty: "messages" for chat messages, else "prompt".
+    std::string prompt_field = {};
     bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
     // The sink hears the prompt's tokens (GenerationSink::on_prompt) before the first delta,
     // with their logprobs when sampling.logprobs is set (the completions API's `echo`).

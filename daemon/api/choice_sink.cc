@@ -90,6 +90,7 @@ void ChoiceSink::on_prompt(std::vector<engine::TokenLogprob> tokens) {
 }
 
 void ChoiceSink::on_delta(engine::TokenDelta delta) {
+    completion_tokens_ += static_cast<int64_t>(delta.token_ids.size());
     if (response_->return_token_ids) {
         token_ids_.insert(token_ids_.end(), delta.token_ids.begin(), delta.token_ids.end());
     }
@@ -131,6 +132,8 @@ void ChoiceSink::on_finish(engine::Finish finish) {
         return;
     }
     const char* reason = finish_reason_name(finish.reason);
+    // The choice's last chunks count its tokens as the final usage chunk sums them.
+    completion_tokens_ = finish.usage.completion_tokens;
     if (thinker_) {
         engine::chat::ReasoningDelta rest = thinker_->finish();
         on_parsed(std::move(rest.reasoning), answer_of(std::move(rest.content)),
@@ -192,7 +195,12 @@ void ChoiceSink::on_finish(engine::Finish finish) {
 
 json::object ChoiceSink::chunk(json::value payload, const char* finish_reason,
                                json::value logprobs) const {
-    return response_->chunk(index_, std::move(payload), finish_reason, std::move(logprobs));
+    json::object o =
+        response_->chunk(index_, std::move(payload), finish_reason, std::move(logprobs));
+    if (response_->continuous_usage) {
+        o["usage"] = running_usage(prompt_tokens_, completion_tokens_);
+    }
+    return o;
 }
 
 engine::chat::ParsedDelta ChoiceSink::answer_of(std::string text) {

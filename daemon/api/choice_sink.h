@@ -75,6 +75,9 @@ class ChoiceSink final : public engine::GenerationSink {
     size_t shown_chars_ = 0;     // ...and in characters.
     size_t offset_base_ = 0;     // Bytes of an echoed prompt before the completion's text.
     int64_t prompt_tokens_ = 0;  // Set from submit(), on the submitting thread.
+    // Tokens generated so far (the deltas' ids; the engine's count once finished): the usage
+    // of each chunk with continuous_usage.
+    int64_t completion_tokens_ = 0;
 };
 
 }  // namespace edge::daemon::api

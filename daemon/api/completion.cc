@@ -61,20 +61,6 @@ std::pair<Status, ApiError> batch_over_budget(int64_t tokens, int32_t last, int6
             invalid_request(message, std::string("prompt"))};
 }
 
-// A submit() error as the client's request spells it: the engine calls the prompt it was given
-// "prompt", which is the client's `field` ("prompt[2]" for the third of a list of prompts); an
-// error about that prompt's sixth token, "prompt[5]: ...", is about "prompt[2][5]". The error's
-// message and param (api_error_from_status) are both built from this name.
-Status with_prompt_field(const Status& status, const std::string& field) {
-    constexpr std::string_view kPrompt = "prompt";
-    const std::string_view m = status.message();
-    if (field == kPrompt || m.size() <= kPrompt.size() || m.substr(0, kPrompt.size()) != kPrompt ||
-        (m[kPrompt.size()] != ':' && m[kPrompt.size()] != '[')) {
-        return status;
-    }
-    return Status(status.code(), field + std::string(m.substr(kPrompt.size())));
-}
-
 // The model's recommended sampling (generation_config.json) for the fields the client left unset.
 void apply_sampling_defaults(const engine::SamplingDefaults& d, ParsedRequest& r) {
     engine::SamplingParams& s = r.generate.sampling;
@@ -154,6 +140,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     }
     int64_t prompt_tokens = 0;   // Of the prompts submitted so far, each counted once...
     int64_t earlier_tokens = 0;  // ...and of those before the current one.
+    std::vector<int64_t> choice_prompt_tokens;  // As each choice's sink heard it.
     // The request is refused (`status`, `error`): the choices already running are stopped and
     // their ends ignored, and the answer is this refusal, with its own status, streaming or not
     // (nothing went out yet).
@@ -174,6 +161,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             auto& own = more_prompts[static_cast<size_t>(prompt - 1)];
             generate.prompt = i + 1 < n ? own : std::move(own);
         }
+        // The engine's errors about the prompt name it as the client's request does.
+        generate.prompt_field = request.prompt_field(prompt);
         if (generate.sampling.seed) {
             // Choices of a seeded prompt differ from each other, and each is reproducible (the
             // same as that prompt alone with n 1 and this seed).
@@ -184,12 +173,12 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         Result<std::shared_ptr<engine::GenerationHandle>> handle =
             generator.submit(std::move(generate), sink);
         if (!handle.ok()) {
-            const ApiError error = api_error_from_status(
-                with_prompt_field(handle.status(), request.prompt_field(prompt)), model);
+            const ApiError error = api_error_from_status(handle.status(), model);
             refuse_running(handle.status(), error, earlier_tokens + sink->prompt_tokens());
             return;
         }
         response->add_handle(*handle);
+        choice_prompt_tokens.push_back(sink->prompt_tokens());
         if (i != 0) {
             continue;
         }
@@ -203,7 +192,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         }
     }
     // The head goes out before any token, so clients see the stream open at once.
-    response->accept(prompt_tokens);
+    response->accept(prompt_tokens, std::move(choice_prompt_tokens));
     if (on_accepted) {
         on_accepted(prompt_tokens);
     }

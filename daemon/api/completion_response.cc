@@ -7,15 +7,21 @@
 #include "daemon/cluster/route_planner.h"
 
 namespace edge::daemon::api {
-namespace {
 
 namespace json = boost::json;
 
-json::value usage_json(const engine::Usage& u) {
+json::object running_usage(int64_t prompt_tokens, int64_t completion_tokens) {
     json::object usage;
-    usage["prompt_tokens"] = u.prompt_tokens;
-    usage["completion_tokens"] = u.completion_tokens;
-    usage["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+    usage["prompt_tokens"] = prompt_tokens;
+    usage["completion_tokens"] = completion_tokens;
+    usage["total_tokens"] = prompt_tokens + completion_tokens;
+    return usage;
+}
+
+namespace {
+
+json::value usage_json(const engine::Usage& u) {
+    json::object usage = running_usage(u.prompt_tokens, u.completion_tokens);
     json::object details;
     details["cached_tokens"] = u.cached_tokens;
     usage["prompt_tokens_details"] = std::move(details);
@@ -29,6 +35,7 @@ Response::Response(const ParsedRequest& request, std::shared_ptr<tls::ResponseCh
     : chat(request.endpoint == Endpoint::kChatCompletions),
       stream(request.stream),
       include_usage(request.include_usage),
+      continuous_usage(request.stream && request.continuous_usage),
       report_usage(request.report_usage),
       logprobs(request.generate.sampling.logprobs),
       return_token_ids(request.return_token_ids),
@@ -42,10 +49,11 @@ Response::Response(const ParsedRequest& request, std::shared_ptr<tls::ResponseCh
       sse_(std::move(channel)),
       choices_(static_cast<size_t>(request.choices())) {}
 
-void Response::accept(int64_t prompt_tokens) {
+void Response::accept(int64_t prompt_tokens, std::vector<int64_t> choice_prompt_tokens) {
     std::lock_guard lock(mu_);
     accepted_ = true;
     prompt_tokens_ = prompt_tokens;
+    choice_prompt_tokens_ = std::move(choice_prompt_tokens);
     if (failure_) {
         // Failed before anything went out: the answer is the error's own status, once the
         // other choices, cancelled but ending on engine threads, have ended too
@@ -188,7 +196,11 @@ void Response::begin_locked() {
             json::object delta;
             delta["role"] = "assistant";
             delta["content"] = "";
-            sse_.event(json_text(chunk(i, std::move(delta), nullptr, json::value(nullptr))));
+            json::object role = chunk(i, std::move(delta), nullptr, json::value(nullptr));
+            if (continuous_usage) {
+                role["usage"] = running_usage(choice_prompt_tokens_[static_cast<size_t>(i)], 0);
+            }
+            sse_.event(json_text(role));
         }
     }
 }

@@ -21,6 +21,9 @@
 
 namespace edge::daemon::api {
 
+// A streamed chunk's `usage` with continuous_usage: one choice's figures so far.
+boost::json::object running_usage(int64_t prompt_tokens, int64_t completion_tokens);
+
 // What the choices of one response share: the request's settings, the channel and its event
 // stream, and the tally that ends the response when the last choice has finished (usage summed,
 // the first error of any choice). Thread-safe: the choices' callbacks may run on different engine
@@ -33,6 +36,7 @@ class Response {
     const bool chat;
     const bool stream;
     const bool include_usage;
+    const bool continuous_usage;  // stream_options.continuous_usage_stats.
     const bool report_usage;
     const bool logprobs;
     const bool return_token_ids;
@@ -43,8 +47,10 @@ class Response {
     // choice's role chunk) and the events the choices made meanwhile follow. Until then nothing
     // goes out, so a request the engine refuses, even its last choice, gets its HTTP status (400,
     // 404, 429 with Retry-After) rather than a 200 with the error inside.
-    // `prompt_tokens`: the prompts' length, told a forwarding site on the stream's head.
-    void accept(int64_t prompt_tokens);
+    // `prompt_tokens`: the prompts' length, told a forwarding site on the stream's head;
+    // `choice_prompt_tokens`: each choice's prompt's (its chat role chunk's usage, with
+    // continuous_usage).
+    void accept(int64_t prompt_tokens, std::vector<int64_t> choice_prompt_tokens);
 
     // One streamed event (a chunk of choice `index`).
     void event(const boost::json::object& chunk);
@@ -91,6 +97,8 @@ class Response {
     int64_t prompt_tokens_ = 0;  // Guarded by mu_: accept()'s.
     bool refused_ = false;       // Guarded by mu_.
     bool answered_ = false;      // Guarded by mu_: see answer_locked().
+    // Guarded by mu_: accept()'s, each choice's prompt length.
+    std::vector<int64_t> choice_prompt_tokens_;
     std::vector<std::string> early_;           // Guarded by mu_: events made before accept().
     int32_t finished_ = 0;                     // Guarded by mu_.
     engine::Usage usage_;                      // Guarded by mu_.

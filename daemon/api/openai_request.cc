@@ -359,14 +359,9 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
                     } else if (opt.key() == "include_obfuscation") {
                         ok = ok && v.boolean(opt.value(), name).has_value();
                     } else if (opt.key() == "continuous_usage_stats") {
-                        // vLLM's usage in every chunk is not made; its default, false, changes
-                        // nothing.
-                        std::optional<bool> b = v.boolean(opt.value(), name);
-                        ok = ok && b.has_value() &&
-                             (!*b || v.fail("'" + name +
-                                                "' is not supported (the usage comes in the "
-                                                "final chunk, with include_usage)",
-                                            name));
+                        auto b = v.boolean(opt.value(), name);
+                        ok = ok && b.has_value();
+                        out.continuous_usage = b.value_or(false);
                     } else {
                         ok = v.fail("unrecognized field '" + name + "'", name);
                     }
@@ -463,6 +458,9 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
         return invalid_request("'stream_options' is only allowed when 'stream' is true",
                                std::string("stream_options"));
     }
+    // Usage in every chunk (counted from) and return_token_ids (sent) need the token ids of
+    // each delta, which a generator may leave out unless asked.
+    req.echo_token_ids = out.continuous_usage || out.return_token_ids;
     if (!tool_choice_given && !req.tools.empty()) {
         out.tool_choice = ToolChoice::kAuto;  // OpenAI's default when tools are present.
     }

@@ -54,6 +54,10 @@ struct ParsedRequest {
     // "prompt", or "prompt[i]" for an element of a list.
     std::string prompt_field(int32_t prompt) const;
     bool include_usage = false;        // stream_options.include_usage: a final usage chunk.
+    // stream_options.continuous_usage_stats (vLLM's): every streamed chunk with a choice also
+    // carries `usage`, that choice's prompt and its tokens generated so far (as vLLM counts;
+    // vLLM also wants include_usage for it, here it is enough alone).
+    bool continuous_usage = false;
     // "return_token_ids": true: each choice (each streamed chunk) also carries `token_ids`, the
     // generated token ids (as vLLM answers), tokens past a stop string included.
     bool return_token_ids = false;

@@ -10,6 +10,14 @@ namespace edge::engine::sched {
 
 namespace {
 
+// What errors about the request's prompt call it (GenerateRequest::prompt_field).
+std::string prompt_field(const GenerateRequest& request) {
+    if (!request.prompt_field.empty()) {
+        return request.prompt_field;
+    }
+    return std::holds_alternative<std::vector<ChatMessage>>(request.prompt) ? "messages" : "prompt";
+}
+
 std::vector<TokenId> eos_ids(const ServedModel& m) {
     std::vector<TokenId> ids = m.model->spec().eos_token_ids;
     const int64_t vocab = m.model->spec().vocab_size;
@@ -232,6 +240,7 @@ uint64_t LocalGenerator::next_seed() {
 
 Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
                                                         const GenerateRequest& request) const {
+    const std::string field = prompt_field(request);
     std::vector<TokenId> ids;
     if (const auto* text = std::get_if<std::string>(&request.prompt)) {
         if (rt.add_bos && rt.bos >= 0) {
@@ -239,17 +248,17 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
         }
         auto encoded = rt.tokenizer->encode(*text);
         if (!encoded.ok()) {
-            return encoded.status().with_context("prompt");
+            return encoded.status().with_context(field);
         }
         if (encoded->empty()) {
-            return invalid_argument_error("prompt: empty");
+            return invalid_argument_error(field + ": empty");
         }
         ids.insert(ids.end(), encoded->begin(), encoded->end());
     } else if (const auto* given = std::get_if<std::vector<TokenId>>(&request.prompt)) {
         for (size_t i = 0; i < given->size(); ++i) {
             if ((*given)[i] < 0 || (*given)[i] >= rt.vocab_size) {
                 return invalid_argument_error(
-                    "prompt[" + std::to_string(i) + "]: token id " + std::to_string((*given)[i]) +
+                    field + "[" + std::to_string(i) + "]: token id " + std::to_string((*given)[i]) +
                     " is out of range [0, " + std::to_string(rt.vocab_size) + ")");
             }
         }
@@ -276,11 +285,11 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
         }
     }
     if (ids.empty()) {
-        return invalid_argument_error("prompt: empty");
+        return invalid_argument_error(field + ": empty");
     }
     for (TokenId id : ids) {
         if (id >= rt.vocab_size) {
-            return invalid_argument_error("prompt: token id " + std::to_string(id) +
+            return invalid_argument_error(field + ": token id " + std::to_string(id) +
                                           " from the tokenizer is beyond the model's vocabulary");
         }
     }
@@ -326,26 +335,23 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
         limit = rt.kv_tokens;
         within = "this site's KV cache capacity of " + std::to_string(limit);
     }
-    const char* field =
-        std::holds_alternative<std::vector<ChatMessage>>(request.prompt) ? "messages" : "prompt";
+    const std::string field = prompt_field(request);
     if (request.max_prompt_tokens > 0 && prompt_len > request.max_prompt_tokens) {
-        return invalid_argument_error(std::string(field) + ": the prompt (" +
-                                      std::to_string(prompt_len) +
+        return invalid_argument_error(field + ": the prompt (" + std::to_string(prompt_len) +
                                       " tokens) exceeds this tenant's input_tokens_per_minute of " +
                                       std::to_string(request.max_prompt_tokens));
     }
     if (prompt_len >= limit) {
-        return out_of_range_error(std::string(field) + ": the prompt (" +
-                                  std::to_string(prompt_len) + " tokens) leaves no room for " +
-                                  "output within " + within + " tokens");
+        return out_of_range_error(field + ": the prompt (" + std::to_string(prompt_len) +
+                                  " tokens) leaves no room for output within " + within +
+                                  " tokens");
     }
     int32_t& max_tokens = request.sampling.max_tokens;
     if (request.max_tokens_is_default) {
         max_tokens = static_cast<int32_t>(std::min<int64_t>(max_tokens, limit - prompt_len));
     } else if (prompt_len + max_tokens > limit) {
-        return out_of_range_error(std::string(field) + ": the prompt (" +
-                                  std::to_string(prompt_len) + " tokens) plus " +
-                                  request.max_tokens_field + " (" +
+        return out_of_range_error(field + ": the prompt (" + std::to_string(prompt_len) +
+                                  " tokens) plus " + request.max_tokens_field + " (" +
                                   std::to_string(max_tokens) + ") exceeds " + within + " tokens");
     }
     if (request.sampling.min_tokens > max_tokens) {

@@ -193,9 +193,12 @@ TEST_CASE("batch: echo returns each choice's own prompt") {
 
 TEST_CASE("batch: a prompt the engine refuses is named by its element, the others stop") {
     Fixture f;
-    f.generator.fail_submit_at(
-        2, out_of_range_error("prompt: the prompt (9000 tokens) leaves no room for output "
-                              "within the model's context of 4096 tokens"));
+    // The engine names the prompt as the request's prompt_field, which the API sets.
+    f.generator.fail_submit_at(2, [](const engine::GenerateRequest& r) {
+        return out_of_range_error(r.prompt_field +
+                                  ": the prompt (9000 tokens) leaves no room for output "
+                                  "within the model's context of 4096 tokens");
+    });
     auto c = f.complete(R"(["short","short","long"])", "", 2);
     CHECK(f.generator.wait_cancelled(0));
     CHECK(f.generator.wait_cancelled(1));
@@ -211,12 +214,14 @@ TEST_CASE("batch: a prompt the engine refuses is named by its element, the other
 }
 
 TEST_CASE("batch: an engine error about a token of a prompt names it at the client's depth") {
-    // The engine names a token of the prompt it was given "prompt[j]"; the client's field is
-    // prompt[i][j], in the message as in param.
+    // The engine names token j of the prompt it was given prompt_field[j]; the client's field
+    // is prompt[i][j], in the message as in param.
     const std::string out_of_range = "token id 99999 is out of range [0, 32000)";
     auto refused = [&](const std::string& prompt, size_t at) {
         Fixture f;
-        f.generator.fail_submit_at(at, invalid_argument_error("prompt[2]: " + out_of_range));
+        f.generator.fail_submit_at(at, [&](const engine::GenerateRequest& r) {
+            return invalid_argument_error(r.prompt_field + "[2]: " + out_of_range);
+        });
         auto r = f.call("POST", "/v1/completions", completion_body(prompt, ""), "");
         CHECK(r.status == 400);
         return json_of(r.body)["error"].as_object();

@@ -259,8 +259,9 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
 
 TEST_CASE("stream_options of any content are refused without stream, null is absent") {
     // OpenAI refuses them whatever they ask; include_usage false and {} used to pass.
-    for (const char* options : {R"({"include_usage":true})", R"({"include_usage":false})", R"({})",
-                                R"({"include_obfuscation":true})"}) {
+    for (const char* options :
+         {R"({"include_usage":true})", R"({"include_usage":false})", R"({})",
+          R"({"include_obfuscation":true})", R"({"continuous_usage_stats":true})"}) {
         for (const char* stream : {"", R"("stream":false,)", R"("stream":null,)"}) {
             CAPTURE(options);
             CAPTURE(stream);
@@ -708,16 +709,28 @@ TEST_CASE("null inside messages, stream_options and chat_template_kwargs is unse
               .param == "messages[0].name");
 }
 
-TEST_CASE("stream_options.continuous_usage_stats: vLLM's default false is accepted, true refused") {
-    const std::string head =
-        R"({"model":"m","prompt":"x","stream":true,"stream_options":{"include_usage":true,)";
-    ParsedRequest off = parse(Endpoint::kCompletions, head + R"("continuous_usage_stats":false}})");
-    CHECK(off.include_usage);
-    ApiError on = error_of(Endpoint::kCompletions, head + R"("continuous_usage_stats":true}})");
-    CHECK(on.param == "stream_options.continuous_usage_stats");
-    CHECK(on.message ==
-          "'stream_options.continuous_usage_stats' is not supported (the usage comes in the final "
-          "chunk, with include_usage)");
-    CHECK(error_of(Endpoint::kCompletions, head + R"("continuous_usage_stats":1}})").message ==
-          "'stream_options.continuous_usage_stats' must be a boolean");
+TEST_CASE("stream_options.continuous_usage_stats: read with or without include_usage") {
+    for (Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChatCompletions}) {
+        const std::string head =
+            std::string(endpoint == Endpoint::kCompletions
+                            ? R"({"model":"m","prompt":"x",)"
+                            : R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
+            R"("stream":true,"stream_options":{)";
+        ParsedRequest off =
+            parse(endpoint, head + R"("include_usage":true,"continuous_usage_stats":false}})");
+        CHECK(off.include_usage);
+        CHECK_FALSE(off.continuous_usage);
+        CHECK_FALSE(off.generate.echo_token_ids);
+        ParsedRequest on =
+            parse(endpoint, head + R"("include_usage":true,"continuous_usage_stats":true}})");
+        CHECK(on.include_usage);
+        CHECK(on.continuous_usage);
+        // Each chunk's usage counts the deltas' token ids: the engine is asked for them.
+        CHECK(on.generate.echo_token_ids);
+        ParsedRequest alone = parse(endpoint, head + R"("continuous_usage_stats":true}})");
+        CHECK_FALSE(alone.include_usage);
+        CHECK(alone.continuous_usage);
+        CHECK(error_of(endpoint, head + R"("continuous_usage_stats":1}})").message ==
+              "'stream_options.continuous_usage_stats' must be a boolean");
+    }
 }

@@ -57,6 +57,43 @@ await check('greedy output is reproducible and streaming gives the same text', a
     assert.deepEqual(usage.completion_tokens, a.usage.completion_tokens);
 });
 
+await check('continuous_usage_stats: each chunk has its choice\'s usage so far', async () => {
+    const stream_options = { include_usage: true, continuous_usage_stats: true };
+    const chat = await client.chat.completions.create({
+        model, messages: [{ role: 'user', content: 'Tell me a fortune' }], max_tokens: 8,
+        temperature: 0.8, seed: 7, n: 2, stream: true, stream_options });
+    const legacy = await client.completions.create({
+        model, prompt: ['It is a', 'Tell me a fortune'], max_tokens: 8, temperature: 0,
+        stream: true, stream_options });
+    for (const stream of [chat, legacy]) {
+        const latest = new Map();  // Choice index -> the usage of its latest chunk.
+        let final = null;
+        for await (const chunk of stream) {
+            if (chunk.choices.length === 0) {
+                final = chunk.usage;
+                continue;
+            }
+            const u = chunk.usage;
+            assert.ok(u, 'a chunk with a choice carries usage');
+            assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens);
+            const before = latest.get(chunk.choices[0].index);
+            if (before) {
+                assert.equal(u.prompt_tokens, before.prompt_tokens);
+                assert.ok(u.completion_tokens >= before.completion_tokens);
+            }
+            latest.set(chunk.choices[0].index, u);
+        }
+        assert.equal(latest.size, 2);
+        const choices = [...latest.values()];
+        // Each choice's last chunk has its whole count; the final chunk sums them, and the
+        // prompts (chat: one prompt, counted once; completions: each of the list).
+        assert.equal(final.completion_tokens,
+                     choices.reduce((sum, u) => sum + u.completion_tokens, 0));
+        assert.equal(final.prompt_tokens, stream === chat
+            ? choices[0].prompt_tokens : choices.reduce((sum, u) => sum + u.prompt_tokens, 0));
+    }
+});
+
 await check('legacy completions with a seed are reproducible', async () => {
     const req = { model, prompt: 'It is a', max_tokens: 12, temperature: 0.8, seed: 42 };
     const a = await client.completions.create(req);

@@ -63,13 +63,16 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
         return s;
     }
     if (fail_at_ && fail_at_->first == calls_.size()) {
-        Status s = fail_at_->second;
+        Status s = fail_at_->second(request);
         fail_at_.reset();
         return s;
     }
     const auto known = std::find(names_.begin(), names_.end(), request.model);
     if (known == names_.end()) {
         return not_found_error("unknown model " + request.model);
+    }
+    if (prompt_tokens_ > 0) {
+        sink->on_prompt_tokens(prompt_tokens_);  // Tokenized, as the engine tells it.
     }
     if (thinks_[known - names_.begin()] == 2 &&
         std::holds_alternative<std::vector<engine::ChatMessage>>(request.prompt)) {
@@ -136,8 +139,13 @@ void ScriptedGenerator::fail_next_submit(Status status) {
 }
 
 void ScriptedGenerator::fail_submit_at(size_t index, Status status) {
+    fail_submit_at(index, [status](const engine::GenerateRequest&) { return status; });
+}
+
+void ScriptedGenerator::fail_submit_at(
+    size_t index, std::function<Status(const engine::GenerateRequest&)> refusal) {
     std::lock_guard lock(mu_);
-    fail_at_ = std::pair(index, std::move(status));
+    fail_at_ = std::pair(index, std::move(refusal));
 }
 
 void ScriptedGenerator::error_in_submit_at(size_t index, Status status) {

@@ -7,6 +7,7 @@
 // calling emit()/finish().
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,7 +46,8 @@ public:
         serving_ = std::move(stats);
     }
 
-    // What the handles of later submit() calls report as the prompt's length (0 by default).
+    // What later submit() calls report as the prompt's length (0 by default): to the sink
+    // (on_prompt_tokens, unless 0) and from the handle.
     void set_prompt_tokens(int64_t n) {
         std::lock_guard<std::mutex> lock(mu_);
         prompt_tokens_ = n;
@@ -54,6 +56,10 @@ public:
     void fail_next_submit(Status status);
     // The submit() that would record request number `index` fails with `status` (once).
     void fail_submit_at(size_t index, Status status);
+    // The same with the status `refusal` makes of that request (an error naming its
+    // prompt_field, as the engine's do).
+    void fail_submit_at(size_t index,
+                        std::function<Status(const engine::GenerateRequest&)> refusal);
     // Request number `index` ends with kError and `status` inside its submit(), before the
     // handle is returned (an engine whose prefill fails at once, on another thread).
     void error_in_submit_at(size_t index, Status status);
@@ -89,7 +95,8 @@ private:
     std::vector<engine::SamplingDefaults> sampling_defaults_;  // By index of names_.
     std::vector<std::shared_ptr<Call>> calls_;
     std::optional<Status> fail_next_;
-    std::optional<std::pair<size_t, Status>> fail_at_;
+    std::optional<std::pair<size_t, std::function<Status(const engine::GenerateRequest&)>>>
+        fail_at_;
     std::optional<std::pair<size_t, Status>> error_at_;
     bool ready_ = true;
     int64_t prompt_tokens_ = 0;

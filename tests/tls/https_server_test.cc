@@ -1453,7 +1453,7 @@ TEST_CASE("out of file descriptors, the accept loop backs off and logs once, the
 
 TEST_CASE("a client that leaves mid-request is not answered, nor counted, as a malformed one") {
     Fixture f;
-    for (const std::string partial :
+    for (const std::string& partial :
          {std::string("GET /x HTTP/1.1\r\nHost: localhost\r\n"),
           std::string("POST /x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc"),
           std::string("POST /x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"

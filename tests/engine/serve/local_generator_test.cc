@@ -526,6 +526,30 @@ TEST_CASE("local generator: a model with no chat template at all keeps its plain
     CHECK(lines.find("chat_template_unrecognised") == std::string::npos);
 }
 
+TEST_CASE("local generator: errors about the prompt name the request's prompt_field") {
+    // The API's name for the prompt (the third of a client's list): an error about the prompt
+    // names it, one about its token j names field[j], as the client's request spells them.
+    auto gen = make_generator();
+    auto sink = std::make_shared<CollectingSink>();
+    auto refusal = [&](GenerateRequest r) {
+        r.prompt_field = "prompt[2]";
+        auto handle = gen->submit(std::move(r), sink);
+        REQUIRE_FALSE(handle.ok());
+        return handle.status().message();
+    };
+    CHECK(refusal(request({1, 512}, 4)) == "prompt[2][1]: token id 512 is out of range [0, 512)");
+    CHECK(refusal(request({}, 4)) == "prompt[2]: empty");
+    GenerateRequest text = request({1}, 4);
+    text.prompt = std::string("bad \xC3(");
+    CHECK(refusal(text).rfind("prompt[2]: text is not valid UTF-8", 0) == 0);
+    CHECK(refusal(request({1, 2}, 255))
+              .rfind("prompt[2]: the prompt (2 tokens) plus max_tokens", 0) == 0);
+    GenerateRequest over = request({1, 2, 3}, 4);
+    over.max_prompt_tokens = 2;
+    CHECK(refusal(over) ==
+          "prompt[2]: the prompt (3 tokens) exceeds this tenant's input_tokens_per_minute of 2");
+}
+
 TEST_CASE("local generator: a tenant's max_context_tokens caps prompt + max_tokens") {
     auto gen = make_generator();
     auto sink = std::make_shared<CollectingSink>();
