@@ -152,7 +152,8 @@ bool JsonPrefix::end_key() {
             return false;
         }
     }
-    keys_ = std::make_shared<WrittenKey>(key_hash_, object, std::move(keys_));
+    // Braces (an aggregate): clang before 16 has no parenthesized aggregate init (P0960).
+    keys_ = std::shared_ptr<const WrittenKey>(new WrittenKey{key_hash_, object, std::move(keys_)});
     key_hash_ = 0;
     return true;
 }

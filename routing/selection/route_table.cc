@@ -35,8 +35,9 @@ void RouteTable::seal() {
         for (size_t i = 0; i < n; ++i) {
             order[i] = static_cast<uint32_t>(i);
         }
+        const auto& candidates = m.candidates;  // Named: clang before 16 cannot capture `m`.
         std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-            return m.candidates[a].cost.total_s < m.candidates[b].cost.total_s;
+            return candidates[a].cost.total_s < candidates[b].cost.total_s;
         });
         m.versions.clear();
         std::unordered_map<std::string_view, uint32_t> version_of;
