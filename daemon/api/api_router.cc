@@ -1,175 +1,20 @@
 #include "daemon/api/api_router.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <string>
 #include <variant>
 
 #include <boost/algorithm/string/predicate.hpp>
-#include <boost/json.hpp>
 
-#include "common/json_text.h"
 #include "common/log.h"
+#include "daemon/api/api_router_internal.h"
 #include "daemon/api/completion.h"
 #include "daemon/api/deferred_response.h"
 #include "daemon/api/openai_request.h"
 #include "daemon/config.h"
 
 namespace edge::daemon::api {
-namespace {
-
-ApiError auth_error(AuthOutcome outcome) {
-    ApiError e;
-    e.status = 401;
-    // RFC 7235 3.1 and RFC 6750 3: a 401 names the scheme it wants.
-    e.www_authenticate =
-        outcome == AuthOutcome::kMissing ? "Bearer" : "Bearer error=\"invalid_token\"";
-    e.code = "invalid_api_key";
-    e.message = outcome == AuthOutcome::kMissing
-                    ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
-                    : "Incorrect API key provided.";
-    return e;
-}
-
-// The rejections_total reason of a request the engine refused at submit().
-const char* engine_refusal_reason(const Status& status) {
-    switch (status.code()) {
-        case StatusCode::kResourceExhausted:
-            return "queue_full";
-        case StatusCode::kUnavailable:
-            return "overloaded";
-        case StatusCode::kOutOfRange:
-            return "context_length_exceeded";
-        case StatusCode::kNotFound:
-            return "model_not_found";
-        default:
-            return "invalid_request";
-    }
-}
-
-// Whether a forwarded request never ran anywhere: every site refused it (a peer's engine
-// answers 429 or 503 before generating: a full queue, no slot, overloaded) or none could be
-// reached (the forwarder's own 503), no peer's engine accepted it and no usage came back. Not a
-// 5xx after it started (it ran and failed), a 504 (it may have run), or an answer a peer
-// accepted and then lost (a deferred answer cut, a drain).
-bool forward_never_ran(const cluster::ForwardResult& result) {
-    return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
-           result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;
-}
-
-ApiError method_not_allowed(std::string_view method, std::string_view path) {
-    ApiError e;
-    e.status = 405;
-    e.message = "Method " + std::string(method) + " is not allowed on " + logprob_token_text(path);
-    return e;
-}
-
-// The 429 of a refused admission: `code` is the limit with the longest wait, the message names
-// every limit that refused, as a client waiting less than Retry-After would meet the others.
-ApiError limit_error(const TenantLimiter::Decision& refused, const std::string& tenant) {
-    ApiError e;
-    e.status = 429;
-    e.type = "rate_limit_error";  // As the engine's queue 429 (api_error.cc).
-    e.code = reject_reason_name(refused.reason);
-    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(refused.retry_after).count();
-    int64_t seconds = ns <= 0 ? 1 : (ns + 999'999'999) / 1'000'000'000;
-    e.retry_after_seconds = static_cast<int>(std::clamp<int64_t>(seconds, 1, 86'400));
-    std::string limits = reject_reason_name(refused.reason);
-    for (RejectReason other : refused.blocking) {
-        if (other != refused.reason) {
-            limits += std::string(" and ") + reject_reason_name(other);
-        }
-    }
-    e.message = "Tenant '" + tenant + "' exceeded its limit" +
-                (refused.blocking.size() > 1 ? "s " : " ") + limits + "; retry after " +
-                std::to_string(e.retry_after_seconds) + " s.";
-    return e;
-}
-
-ApiError route_rejection_error(const cluster::RoutePlan& plan, const std::string& model) {
-    ApiError e;
-    e.status = 503;
-    e.type = "server_error";
-    switch (plan.rejection) {
-        case cluster::RouteRejection::kNoPoolServesModel:
-            e.code = "no_pool_serves_model";
-            break;
-        case cluster::RouteRejection::kVersionPinUnmatched:
-            e.code = "version_pin_unmatched";
-            e.param = "X-Model-Version";
-            break;
-        case cluster::RouteRejection::kAllSaturated:
-            e.code = "all_pools_saturated";
-            break;
-        case cluster::RouteRejection::kNone:
-            break;
-    }
-    e.message = plan.message.empty() ? "No pool in the cluster can take model '" + model + "' (" +
-                                           *e.code + ")."
-                                     : plan.message;
-    e.retry_after_seconds = std::max(0, plan.retry_after_seconds);
-    return e;
-}
-
-void note_usage(tls::ResponseChannel& channel, int64_t prompt_tokens, int64_t completion_tokens) {
-    channel.note("prompt_tokens", prompt_tokens);
-    channel.note("completion_tokens", completion_tokens);
-}
-
-// Notes how generation ended (tokens, outcome, an engine refusal's reason); returns the outcome:
-// "ok", "error", "cancelled" or "rejected" (refused at submit).
-const char* note_finish(tls::ResponseChannel& channel, const engine::Finish& finish,
-                        bool refused) {
-    note_usage(channel, finish.usage.prompt_tokens, finish.usage.completion_tokens);
-    const char* outcome = refused ? "rejected"
-                          : finish.reason == engine::FinishReason::kError     ? "error"
-                          : finish.reason == engine::FinishReason::kCancelled ? "cancelled"
-                                                                              : "ok";
-    channel.note("outcome", std::string(outcome));
-    if (refused) {
-        channel.note("rejected", std::string(engine_refusal_reason(finish.error)));
-    }
-    return outcome;
-}
-
-// A request id as this daemon makes them: 16 lowercase hex digits.
-bool is_request_id(std::string_view s) {
-    return s.size() == 16 && std::all_of(s.begin(), s.end(), [](char c) {
-               return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-           });
-}
-
-// The positive count a forwarding site sent in header `name` (absent: nullopt), or the 400
-// naming the header when it is no such count.
-std::variant<std::optional<int64_t>, ApiError> peer_count(const tls::HttpRequest& request,
-                                                          std::string_view name) {
-    const std::string_view text = request.header(name);
-    if (text.empty()) {
-        return std::optional<int64_t>();
-    }
-    if (std::optional<int64_t> value =
-            cluster::header_count(text, 1, std::numeric_limits<int64_t>::max())) {
-        return value;
-    }
-    return invalid_request(
-        std::string(name) + " must be a positive integer, not '" + logprob_token_text(text) + "'",
-        std::nullopt);
-}
-
-// Sets header `name` of a request going to a peer to `value`, or removes it (nullopt): a copy
-// the client sent is never the one that travels.
-void set_peer_header(tls::HttpRequest& request, std::string_view name,
-                     std::optional<std::string> value) {
-    std::erase_if(request.headers, [&](const tls::HttpHeader& h) {
-        return boost::algorithm::iequals(h.name, name);
-    });
-    if (value) {
-        request.headers.push_back({std::string(name), std::move(*value)});
-    }
-}
-
-}  // namespace
 
 void ApiRouter::set_tenants(std::shared_ptr<const TenantTable> tenants) {
     std::lock_guard lock(tenants_mu_);
@@ -179,81 +24,6 @@ void ApiRouter::set_tenants(std::shared_ptr<const TenantTable> tenants) {
 std::shared_ptr<const TenantTable> ApiRouter::tenants() const {
     std::lock_guard lock(tenants_mu_);
     return tenants_;
-}
-
-std::vector<engine::ModelInfo> ApiRouter::known_models() const {
-    std::vector<engine::ModelInfo> models = generator_.models();
-    if (cluster::RoutePlanner* planner = planner_.load()) {
-        for (std::string& name : planner->cluster_models()) {
-            if (std::none_of(models.begin(), models.end(),
-                             [&](const engine::ModelInfo& m) { return m.name == name; })) {
-                engine::ModelInfo remote;
-                remote.name = std::move(name);
-                models.push_back(std::move(remote));
-            }
-        }
-    }
-    return models;
-}
-
-void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
-                                const Tenant* tenant, std::string_view id) {
-    // Only the models this tenant may use, as OpenAI lists those its key can call.
-    std::vector<engine::ModelInfo> models = known_models();
-    std::erase_if(models, [&](const engine::ModelInfo& m) {
-        return tenant != nullptr && !tenant->may_use(m.name);
-    });
-    auto model_json = [](const engine::ModelInfo& m) {
-        boost::json::object model;
-        model["id"] = m.name;
-        model["object"] = "model";
-        model["created"] = m.created_unix;
-        model["owned_by"] = "edgeserve";
-        if (!m.version.empty()) {
-            model["version"] = m.version;  // The digest X-Model-Version pins.
-        }
-        return model;
-    };
-    tls::HttpResponse response;
-    if (!id.empty()) {  // GET /v1/models/{model}
-        for (const engine::ModelInfo& m : models) {
-            if (m.name == id) {
-                response.body = json_text(model_json(m));
-                channel->respond(std::move(response));
-                return;
-            }
-        }
-        // The id comes from the request target, which may hold any byte: JSON is UTF-8.
-        channel->respond(model_not_found(logprob_token_text(id)).to_response());
-        return;
-    }
-    std::vector<std::pair<std::string, int64_t>> key;
-    key.reserve(models.size());
-    for (const engine::ModelInfo& m : models) {
-        key.emplace_back(m.name + '\n' + m.version, m.created_unix);  // What the body shows.
-    }
-    {
-        std::lock_guard lock(models_mu_);
-        if (key == models_key_ && !models_body_.empty()) {
-            response.body = models_body_;
-            channel->respond(std::move(response));
-            return;
-        }
-    }
-    boost::json::array data;
-    for (const engine::ModelInfo& m : models) {
-        data.push_back(model_json(m));
-    }
-    boost::json::object root;
-    root["object"] = "list";
-    root["data"] = std::move(data);
-    response.body = json_text(root);
-    {
-        std::lock_guard lock(models_mu_);
-        models_key_ = std::move(key);
-        models_body_ = response.body;
-    }
-    channel->respond(std::move(response));
 }
 
 void ApiRouter::handle(tls::HttpRequest request, std::shared_ptr<tls::ResponseChannel> channel) {
@@ -725,31 +495,6 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
         },
         // The prompt counts against input_tokens_per_minute from now, not from its end.
         [lease = std::move(lease)](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); });
-}
-
-bool ApiRouter::serves_here(const std::string& model, std::string_view version_pin,
-                            ApiError& error, std::string_view no_elsewhere) const {
-    for (const engine::ModelInfo& m : generator_.models()) {
-        if (m.name != model) {
-            continue;
-        }
-        if (!version_pin.empty() && !m.version.empty() && m.version != version_pin) {
-            error.status = 503;
-            error.type = "server_error";
-            error.code = "version_pin_unmatched";
-            error.message = "Site '" + site_id_ + "' serves model '" + model + "' in version " +
-                            m.version + ", not the pinned " + logprob_token_text(version_pin) +
-                            "; " + std::string(no_elsewhere) + ".";
-            return false;
-        }
-        return true;
-    }
-    error.status = 503;
-    error.type = "server_error";
-    error.code = "model_not_served_here";
-    error.message = "Site '" + site_id_ + "' does not serve model '" + model + "'; " +
-                    std::string(no_elsewhere) + ".";
-    return false;
 }
 
 }  // namespace edge::daemon::api

@@ -1,0 +1,66 @@
+#pragma once
+
+// The helpers of ApiRouter::serve() and run_here() (api_router.cc) that live in a file of their
+// own (api_router_helpers.cc), for their use only: the error answers the router builds (401,
+// 405, a tenant limit's 429, a routing refusal's 503), how generation ended as the access log
+// notes it, and the headers a forwarded request carries between sites.
+//
+// Threading: pure functions, or calls on the one ResponseChannel they are given.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "common/status.h"
+#include "daemon/api/api_error.h"
+#include "daemon/cluster/route_planner.h"
+#include "daemon/tenant_limiter.h"
+#include "daemon/tenants.h"
+#include "engine/generator.h"
+#include "tls/http_types.h"
+
+namespace edge::daemon::api {
+
+ApiError auth_error(AuthOutcome outcome);
+
+// The rejections_total reason of a request the engine refused at submit().
+const char* engine_refusal_reason(const Status& status);
+
+// Whether a forwarded request never ran anywhere: every site refused it (a peer's engine
+// answers 429 or 503 before generating: a full queue, no slot, overloaded) or none could be
+// reached (the forwarder's own 503), no peer's engine accepted it and no usage came back. Not a
+// 5xx after it started (it ran and failed), a 504 (it may have run), or an answer a peer
+// accepted and then lost (a deferred answer cut, a drain).
+bool forward_never_ran(const cluster::ForwardResult& result);
+
+ApiError method_not_allowed(std::string_view method, std::string_view path);
+
+// The 429 of a refused admission: `code` is the limit with the longest wait, the message names
+// every limit that refused, as a client waiting less than Retry-After would meet the others.
+ApiError limit_error(const TenantLimiter::Decision& refused, const std::string& tenant);
+
+ApiError route_rejection_error(const cluster::RoutePlan& plan, const std::string& model);
+
+void note_usage(tls::ResponseChannel& channel, int64_t prompt_tokens, int64_t completion_tokens);
+
+// Notes how generation ended (tokens, outcome, an engine refusal's reason); returns the outcome:
+// "ok", "error", "cancelled" or "rejected" (refused at submit).
+const char* note_finish(tls::ResponseChannel& channel, const engine::Finish& finish,
+                        bool refused);
+
+// A request id as this daemon makes them: 16 lowercase hex digits.
+bool is_request_id(std::string_view s);
+
+// The positive count a forwarding site sent in header `name` (absent: nullopt), or the 400
+// naming the header when it is no such count.
+std::variant<std::optional<int64_t>, ApiError> peer_count(const tls::HttpRequest& request,
+                                                          std::string_view name);
+
+// Sets header `name` of a request going to a peer to `value`, or removes it (nullopt): a copy
+// the client sent is never the one that travels.
+void set_peer_header(tls::HttpRequest& request, std::string_view name,
+                     std::optional<std::string> value);
+
+}  // namespace edge::daemon::api
