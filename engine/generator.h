@@ -250,6 +250,18 @@ class Generator {
     virtual Result<std::shared_ptr<GenerationHandle>> submit(
         GenerateRequest request, std::shared_ptr<GenerationSink> sink) = 0;
 
+    // The token ids submit() would run for `request`'s prompt, tokenized as submit() does it (a
+    // text prompt with the BOS the model adds), without queuing anything: a caller measures
+    // prompts before submitting any, then submits these ids instead of the text, which runs the
+    // same (echo, logprobs, errors). Errors as submit()'s about the model and the prompt alone:
+    // kNotFound, kInvalidArgument naming request.prompt_field. kUnimplemented where the
+    // generator tokenizes only inside submit() (the default): the caller learns the length
+    // from GenerationHandle::prompt_tokens() instead.
+    virtual Result<std::vector<TokenId>> prompt_token_ids(const GenerateRequest& request) const {
+        (void)request;
+        return unimplemented_error("prompt_token_ids: this generator tokenizes only in submit()");
+    }
+
     // True once every configured model is loaded and able to serve.
     virtual bool ready() const = 0;
 

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,56 @@ std::pair<Status, ApiError> batch_over_budget(int64_t tokens, int32_t last, int6
             invalid_request(message, std::string("prompt"))};
 }
 
+using Prompt = decltype(engine::GenerateRequest::prompt);
+
+// A list of prompts whose lengths are known before any is queued, too long together for the
+// tenant's input_tokens_per_minute (each may fit it: the engine checks that), could never be
+// admitted: it is refused before any of its prompts is queued, and nothing is charged but the
+// request. Token-id prompts are as long as the engine will count them; text prompts are
+// tokenized by the generator as submit() would, and replaced by those ids so that submit() does
+// not tokenize them again (they run as the text would: the ids hold the BOS the engine adds,
+// and request.prompt_field names them as before). Returns the refusal: the list's length, or
+// what the generator said of a prompt it could not tokenize. Nothing where the list fits, or
+// where the generator tokenizes only in submit(): text is then counted as it is queued.
+std::optional<std::pair<Status, ApiError>> measure_prompts(const engine::Generator& generator,
+                                                           ParsedRequest& request,
+                                                           std::vector<Prompt>& more_prompts) {
+    const int64_t budget = request.generate.max_prompt_tokens;
+    int64_t known = 0;
+    for (int32_t p = 0; p <= static_cast<int32_t>(more_prompts.size()); ++p) {
+        Prompt& prompt =
+            p == 0 ? request.generate.prompt : more_prompts[static_cast<size_t>(p - 1)];
+        if (std::holds_alternative<std::string>(prompt)) {
+            // Tokenized as the request that will carry it: request.generate holds it meanwhile.
+            if (p > 0) {
+                std::swap(request.generate.prompt, prompt);
+            }
+            request.generate.prompt_field = request.prompt_field(p);
+            Result<std::vector<engine::TokenId>> ids = generator.prompt_token_ids(request.generate);
+            if (p > 0) {
+                std::swap(request.generate.prompt, prompt);
+            }
+            if (!ids.ok() && ids.status().code() == StatusCode::kUnimplemented) {
+                return std::nullopt;
+            }
+            if (!ids.ok()) {
+                return std::pair{ids.status(),
+                                 api_error_from_status(ids.status(), request.generate.model)};
+            }
+            prompt = std::move(ids).value();
+        }
+        const auto* ids = std::get_if<std::vector<engine::TokenId>>(&prompt);
+        if (ids == nullptr) {
+            return std::nullopt;  // Chat messages: never a list.
+        }
+        known += static_cast<int64_t>(ids->size());
+        if (known > budget) {
+            return batch_over_budget(known, p, budget);
+        }
+    }
+    return std::nullopt;
+}
+
 // The model's recommended sampling (generation_config.json) for the fields the client left unset.
 void apply_sampling_defaults(const engine::SamplingDefaults& d, ParsedRequest& r) {
     engine::SamplingParams& s = r.generate.sampling;
@@ -117,25 +168,11 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     const int32_t choices = request.choices();
     const bool batch = request.prompts() > 1;
     const int64_t max_prompt_tokens = request.generate.max_prompt_tokens;
-    std::vector<decltype(engine::GenerateRequest::prompt)> more_prompts =
-        std::move(request.more_prompts);
+    std::vector<Prompt> more_prompts = std::move(request.more_prompts);
     if (batch && max_prompt_tokens > 0) {
-        // Prompts given as token ids are as long as the engine will count them: a list too long
-        // for the budget is refused before any of its prompts is queued (and nothing is charged
-        // but the request: nothing was read).
-        int64_t known = 0;
-        for (int32_t p = 0; p <= static_cast<int32_t>(more_prompts.size()); ++p) {
-            const auto* ids = std::get_if<std::vector<engine::TokenId>>(
-                p == 0 ? &request.generate.prompt : &more_prompts[static_cast<size_t>(p - 1)]);
-            if (ids == nullptr) {
-                break;  // Text: checked as the engine tokenizes each prompt, below.
-            }
-            known += static_cast<int64_t>(ids->size());
-            if (known > max_prompt_tokens) {
-                const auto [status, error] = batch_over_budget(known, p, max_prompt_tokens);
-                refuse(status, error);
-                return;
-            }
+        if (auto refusal = measure_prompts(generator, request, more_prompts)) {
+            refuse(refusal->first, refusal->second);
+            return;
         }
     }
     int64_t prompt_tokens = 0;   // Of the prompts submitted so far, each counted once...
@@ -184,7 +221,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         }
         prompt_tokens += (*handle)->prompt_tokens();
         if (batch && max_prompt_tokens > 0 && prompt_tokens > max_prompt_tokens) {
-            // Text prompts: their lengths are known once the engine tokenized them.
+            // Text prompts of a generator that tokenizes only in submit(): their lengths are
+            // known once the engine tokenized them.
             const auto [status, error] =
                 batch_over_budget(prompt_tokens, prompt, max_prompt_tokens);
             refuse_running(status, error, prompt_tokens);

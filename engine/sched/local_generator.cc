@@ -296,13 +296,24 @@ Result<std::vector<TokenId>> LocalGenerator::prompt_ids(const Runtime& rt,
     return ids;
 }
 
+Result<LocalGenerator::Runtime*> LocalGenerator::runtime(const std::string& model) const {
+    auto it = models_.find(model);
+    if (it == models_.end()) {
+        return not_found_error("model: \"" + model + "\" is not served here");
+    }
+    return it->second.get();
+}
+
+Result<std::vector<TokenId>> LocalGenerator::prompt_token_ids(
+    const GenerateRequest& request) const {
+    EDGE_ASSIGN_OR_RETURN(const Runtime* rt, runtime(request.model));
+    return prompt_ids(*rt, request);
+}
+
 Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     GenerateRequest request, std::shared_ptr<GenerationSink> sink) {
-    auto it = models_.find(request.model);
-    if (it == models_.end()) {
-        return not_found_error("model: \"" + request.model + "\" is not served here");
-    }
-    Runtime& rt = *it->second;
+    EDGE_ASSIGN_OR_RETURN(Runtime * found, runtime(request.model));
+    Runtime& rt = *found;
     if (sink == nullptr) {
         return invalid_argument_error("sink: null");
     }

@@ -55,6 +55,7 @@ public:
     std::vector<ModelInfo> models() const override;
     Result<std::shared_ptr<GenerationHandle>> submit(GenerateRequest request,
                                                      std::shared_ptr<GenerationSink> sink) override;
+    Result<std::vector<TokenId>> prompt_token_ids(const GenerateRequest& request) const override;
     bool ready() const override { return true; }
     std::vector<ModelLoad> load() const override;
     std::vector<ServingStats> serving_stats() const override;
@@ -82,6 +83,8 @@ private:
     };
 
     LocalGenerator() = default;
+    // The served model `model` (kNotFound naming it when it is not served here).
+    Result<Runtime*> runtime(const std::string& model) const;
     Result<std::vector<TokenId>> prompt_ids(const Runtime& rt,
                                             const GenerateRequest& request) const;
     uint64_t next_seed();

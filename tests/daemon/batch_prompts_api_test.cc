@@ -258,6 +258,7 @@ TEST_CASE("batch: the tenant's output budget covers every prompt's choices") {
 }
 
 TEST_CASE("batch: the prompts together must fit the tenant's input_tokens_per_minute") {
+    // A generator that tokenizes only in submit(): each text prompt is counted as it is queued.
     Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
     f.generator.set_prompt_tokens(40);  // Each fits; two do not.
     auto c = f.complete(R"(["a","b"])", "", 2, kAuth);
@@ -299,6 +300,74 @@ TEST_CASE("batch: token-id prompts over the tenant's input budget are refused be
     auto c = f.complete(ids(50), "", 1, kAuth);
     f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
     CHECK(c->read_response()->status == 200);
+}
+
+// The scripted generator tokenizes text as one token per byte (the byte's value) and records the
+// field each prompt it measured is named by.
+void tokenize_bytes(testing::ScriptedGenerator& generator, std::vector<std::string>& measured) {
+    generator.set_tokenize(
+        [&measured](const engine::GenerateRequest& r) -> Result<std::vector<engine::TokenId>> {
+            measured.push_back(r.prompt_field);
+            const std::string& text = std::get<std::string>(r.prompt);
+            if (text == "bad") {
+                return invalid_argument_error(r.prompt_field + ": text is not valid UTF-8");
+            }
+            return std::vector<engine::TokenId>(text.begin(), text.end());
+        });
+}
+
+TEST_CASE("batch: text prompts over the tenant's input budget are refused before any runs") {
+    Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
+    std::vector<std::string> measured;
+    tokenize_bytes(f.generator, measured);
+    // Each fits; the first two together do not. (Were they queued, each would count 40.)
+    f.generator.set_prompt_tokens(40);
+    const std::string list =
+        "[\"" + std::string(40, 'a') + "\",\"" + std::string(40, 'b') + "\",\"ccccc\"]";
+    auto r = f.call("POST", "/v1/completions", completion_body(list, ""), kAuth);
+    CHECK(r.status == 400);
+    auto error = json_of(r.body)["error"].as_object();
+    CHECK(error["param"] == "prompt");
+    CHECK(error["message"] ==
+          "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
+          "of 60");
+    // Measured up to the one that overflowed, each by its own name; none reached the engine,
+    // and the refused prompts took nothing from the minute's input budget: a prompt that fits
+    // it runs.
+    CHECK(measured == std::vector<std::string>{"prompt[0]", "prompt[1]"});
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
+    f.generator.set_prompt_tokens(50);
+    auto c = f.complete("\"" + std::string(50, 'd') + "\"", "", 1, kAuth);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("batch: measured text prompts run as their ids, a bad one refused by its name") {
+    Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
+    std::vector<std::string> measured;
+    tokenize_bytes(f.generator, measured);
+    // The ids measured are what is submitted (not tokenized again), named and echoed as text.
+    auto c = f.complete(R"(["ab","cde"])", R"(,"n":2,"echo":true)", 4, kAuth);
+    CHECK(measured == std::vector<std::string>{"prompt[0]", "prompt[1]"});
+    const std::vector<engine::TokenId> ids[] = {{'a', 'b'}, {'c', 'd', 'e'}};
+    for (size_t i = 0; i < 4; ++i) {
+        CAPTURE(i);
+        const engine::GenerateRequest req = f.generator.request(i);
+        CHECK(std::get<std::vector<engine::TokenId>>(req.prompt) == ids[i / 2]);
+        CHECK(req.prompt_field == "prompt[" + std::to_string(i / 2) + "]");
+        CHECK(req.echo_prompt);
+        f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{2, 1, 0});
+    }
+    CHECK(c->read_response()->status == 200);
+    // A prompt the generator cannot tokenize: its error, nothing queued.
+    measured.clear();
+    auto bad = f.call("POST", "/v1/completions", completion_body(R"(["ok","bad","x"])", ""), kAuth);
+    CHECK(bad.status == 400);
+    auto error = json_of(bad.body)["error"].as_object();
+    CHECK(error["param"] == "prompt[1]");
+    CHECK(error["message"] == "prompt[1]: text is not valid UTF-8");
+    CHECK(measured == std::vector<std::string>{"prompt[0]", "prompt[1]"});
+    CHECK_FALSE(f.generator.wait_for_request(4, 0));
 }
 
 TEST_CASE("batch: the parser takes lists of strings or of token ids, not both, within the cap") {

@@ -95,6 +95,16 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     return handle;
 }
 
+Result<std::vector<engine::TokenId>> ScriptedGenerator::prompt_token_ids(
+    const engine::GenerateRequest& request) const {
+    Tokenize tokenize;
+    {
+        std::lock_guard lock(mu_);
+        tokenize = tokenize_;
+    }
+    return tokenize ? tokenize(request) : engine::Generator::prompt_token_ids(request);
+}
+
 void ScriptedGenerator::set_thinks(const std::string& model, bool prompt_opens_thought) {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < names_.size(); ++i) {

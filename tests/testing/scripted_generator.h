@@ -1,10 +1,10 @@
 #pragma once
 
-// ScriptedGenerator is a Generator for API tests: it serves a configured model list, fails
-// submit() with a configured Status, and otherwise records each request so the test thread can
-// emit deltas and finish it whenever it likes (the test drives the timing). cancel() is recorded
-// and wakes waiters. Thread-safe: every method locks one mutex; sink callbacks run on the thread
-// calling emit()/finish().
+// ScriptedGenerator is a Generator for API tests: it serves a configured model list, tokenizes
+// prompts as a test says (prompt_token_ids), fails submit() with a configured Status, and
+// otherwise records each request so the test thread can emit deltas and finish it whenever it
+// likes (the test drives the timing). cancel() is recorded and wakes waiters. Thread-safe: every
+// method locks one mutex; sink callbacks run on the thread calling emit()/finish().
 
 #include <condition_variable>
 #include <functional>
@@ -52,6 +52,16 @@ public:
         std::lock_guard<std::mutex> lock(mu_);
         prompt_tokens_ = n;
     }
+    using Tokenize =
+        std::function<Result<std::vector<engine::TokenId>>(const engine::GenerateRequest&)>;
+    // What prompt_token_ids() answers from now on (a text prompt's ids, or an error); unset, the
+    // default: kUnimplemented, as a generator that tokenizes only in submit().
+    void set_tokenize(Tokenize tokenize) {
+        std::lock_guard<std::mutex> lock(mu_);
+        tokenize_ = std::move(tokenize);
+    }
+    Result<std::vector<engine::TokenId>> prompt_token_ids(
+        const engine::GenerateRequest& request) const override;
     // The next submit() fails with `status` (once).
     void fail_next_submit(Status status);
     // The submit() that would record request number `index` fails with `status` (once).
@@ -100,6 +110,7 @@ private:
     std::optional<std::pair<size_t, Status>> error_at_;
     bool ready_ = true;
     int64_t prompt_tokens_ = 0;
+    Tokenize tokenize_;
     std::vector<engine::ModelLoad> load_;
     std::vector<engine::ServingStats> serving_;
 };

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -170,6 +171,62 @@ TEST_CASE("local generator: text and chat prompts are tokenized with the model's
     CHECK(seen[1][7] == 10);
     CHECK(seen[1][8] == 510);
     CHECK(seen[1].back() == 10);
+}
+
+TEST_CASE("local generator: prompt_token_ids are what submit runs, BOS included, and run alike") {
+    // A model whose tokenizer_config adds a BOS (generation_config's 509): the ids measured
+    // before submitting hold it, and submitted in place of the text they run as it does.
+    FakeOptions opts;
+    opts.prefix_cache = false;  // The second request computes its prompt as the first did.
+    ServedModel m = fake_model("micro", opts);
+    m.tokenizer_config.add_bos_token = true;
+    m.tokenizer_config.generation_bos_id = 509;
+    std::vector<ServedModel> models;
+    models.push_back(std::move(m));
+    auto created = LocalGenerator::create(std::move(models), EngineConfig{}, 1);
+    REQUIRE_MESSAGE(created.ok(), created.status().to_string());
+    LocalGenerator& gen = **created;
+    GenerateRequest text = request({}, 3);
+    text.prompt = std::string("Hello, world!");
+    text.echo_prompt = true;
+    text.sampling.logprobs = true;
+    text.sampling.top_logprobs = 2;
+    auto ids = gen.prompt_token_ids(text);
+    REQUIRE_MESSAGE(ids.ok(), ids.status().to_string());
+    CHECK(*ids == std::vector<TokenId>{509, 72, 397, 108, 111, 44, 278, 111, 114, 108, 100, 33});
+    GenerateRequest as_ids = text;
+    as_ids.prompt = *ids;
+    std::vector<std::shared_ptr<CollectingSink>> sinks;
+    for (const GenerateRequest& r : {text, as_ids}) {
+        sinks.push_back(std::make_shared<CollectingSink>());
+        REQUIRE(gen.submit(r, sinks.back()).ok());
+        REQUIRE(sinks.back()->wait());
+    }
+    CHECK(sinks[0]->wait()->usage.prompt_tokens == 12);
+    CHECK(sinks[1]->wait()->usage.prompt_tokens == 12);
+    CHECK(sinks[0]->ids() == sinks[1]->ids());
+    CHECK(sinks[0]->text() == sinks[1]->text());
+    const std::vector<TokenLogprob> echoed[] = {sinks[0]->prompt(), sinks[1]->prompt()};
+    REQUIRE(echoed[0].size() == 12);
+    REQUIRE(echoed[1].size() == 12);
+    for (size_t i = 0; i < 12; ++i) {
+        CAPTURE(i);
+        CHECK(echoed[0][i].id == (*ids)[i]);
+        CHECK(echoed[1][i].id == (*ids)[i]);
+        CHECK(echoed[0][i].token == echoed[1][i].token);
+        CHECK(echoed[0][i].text_offset == echoed[1][i].text_offset);
+        CHECK(echoed[0][i].top.size() == echoed[1][i].top.size());
+        CHECK((std::isnan(echoed[0][i].logprob) ? std::isnan(echoed[1][i].logprob)
+                                                : echoed[0][i].logprob == echoed[1][i].logprob));
+    }
+    // Errors as submit's, naming the request's field.
+    GenerateRequest empty = text;
+    empty.prompt = std::string();
+    empty.prompt_field = "prompt[2]";
+    CHECK(gen.prompt_token_ids(empty).status().message() == "prompt[2]: empty");
+    GenerateRequest unknown = text;
+    unknown.model = "nope";
+    CHECK(gen.prompt_token_ids(unknown).status().code() == StatusCode::kNotFound);
 }
 
 TEST_CASE("local generator: a thinking model's markers reach the text, and an opened thought") {
