@@ -104,7 +104,6 @@ struct GenerateRequest {
     // the third of a list of prompts, so that an error about the prompt's sixth token names
     // "prompt[2][5]". Empty: "messages" for chat messages, else "prompt".
     std::string prompt_field = {};
-    bool echo_token_ids = false;  // Put generated ids in TokenDelta::token_ids even if unused.
     // The sink hears the prompt's tokens (GenerationSink::on_prompt) before the first delta,
     // with their logprobs when sampling.logprobs is set (the completions API's `echo`).
     bool echo_prompt = false;
@@ -152,7 +151,7 @@ struct TokenLogprob {
 // sent (they still count in usage).
 struct TokenDelta {
     std::string text;
-    std::vector<TokenId> token_ids;
+    std::vector<TokenId> token_ids;  // Every token the delta stands for (always filled).
     std::vector<TokenLogprob> logprobs;
 };
 

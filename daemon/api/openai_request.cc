@@ -458,9 +458,6 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
         return invalid_request("'stream_options' is only allowed when 'stream' is true",
                                std::string("stream_options"));
     }
-    // Usage in every chunk (counted from) and return_token_ids (sent) need the token ids of
-    // each delta, which a generator may leave out unless asked.
-    req.echo_token_ids = out.continuous_usage || out.return_token_ids;
     if (!tool_choice_given && !req.tools.empty()) {
         out.tool_choice = ToolChoice::kAuto;  // OpenAI's default when tools are present.
     }
