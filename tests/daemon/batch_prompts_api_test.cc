@@ -274,6 +274,25 @@ TEST_CASE("batch: the prompts together must fit the tenant's input_tokens_per_mi
           "of 60");
 }
 
+// `list` (three prompts: 40, 40 and 5 tokens) against an input_tokens_per_minute of 60: refused
+// with 400 naming the first two, before any of it reached the generator, and charged nothing:
+// `fitting`, a prompt of 50 tokens, runs after it.
+void check_refused_unqueued(Fixture& f, const std::string& list, const std::string& fitting) {
+    f.generator.set_prompt_tokens(40);  // What a queued prompt would count.
+    auto r = f.call("POST", "/v1/completions", completion_body(list, ""), kAuth);
+    CHECK(r.status == 400);
+    auto error = json_of(r.body)["error"].as_object();
+    CHECK(error["param"] == "prompt");
+    CHECK(error["message"] ==
+          "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
+          "of 60");
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
+    f.generator.set_prompt_tokens(50);
+    auto c = f.complete(fitting, "", 1, kAuth);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
+    CHECK(c->read_response()->status == 200);
+}
+
 TEST_CASE("batch: token-id prompts over the tenant's input budget are refused before any runs") {
     Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
     auto ids = [](int count) {
@@ -284,22 +303,7 @@ TEST_CASE("batch: token-id prompts over the tenant's input budget are refused be
         return s + "]";
     };
     // Each fits; the first two together do not. (An engine counts them as it queues them.)
-    f.generator.set_prompt_tokens(40);
-    auto r = f.call("POST", "/v1/completions",
-                    completion_body("[" + ids(40) + "," + ids(40) + "," + ids(5) + "]", ""), kAuth);
-    CHECK(r.status == 400);
-    auto error = json_of(r.body)["error"].as_object();
-    CHECK(error["param"] == "prompt");
-    CHECK(error["message"] ==
-          "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
-          "of 60");
-    // Nothing reached the engine, and the refused prompts took nothing from the minute's input
-    // budget: a prompt that fits it runs.
-    CHECK_FALSE(f.generator.wait_for_request(0, 0));
-    f.generator.set_prompt_tokens(50);
-    auto c = f.complete(ids(50), "", 1, kAuth);
-    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
-    CHECK(c->read_response()->status == 200);
+    check_refused_unqueued(f, "[" + ids(40) + "," + ids(40) + "," + ids(5) + "]", ids(50));
 }
 
 // The scripted generator tokenizes text as one token per byte (the byte's value) and records the
@@ -321,25 +325,11 @@ TEST_CASE("batch: text prompts over the tenant's input budget are refused before
     std::vector<std::string> measured;
     tokenize_bytes(f.generator, measured);
     // Each fits; the first two together do not. (Were they queued, each would count 40.)
-    f.generator.set_prompt_tokens(40);
-    const std::string list =
-        "[\"" + std::string(40, 'a') + "\",\"" + std::string(40, 'b') + "\",\"ccccc\"]";
-    auto r = f.call("POST", "/v1/completions", completion_body(list, ""), kAuth);
-    CHECK(r.status == 400);
-    auto error = json_of(r.body)["error"].as_object();
-    CHECK(error["param"] == "prompt");
-    CHECK(error["message"] ==
-          "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
-          "of 60");
-    // Measured up to the one that overflowed, each by its own name; none reached the engine,
-    // and the refused prompts took nothing from the minute's input budget: a prompt that fits
-    // it runs.
+    check_refused_unqueued(
+        f, "[\"" + std::string(40, 'a') + "\",\"" + std::string(40, 'b') + "\",\"ccccc\"]",
+        "\"" + std::string(50, 'd') + "\"");
+    // Measured up to the one that overflowed, each by its own name.
     CHECK(measured == std::vector<std::string>{"prompt[0]", "prompt[1]"});
-    CHECK_FALSE(f.generator.wait_for_request(0, 0));
-    f.generator.set_prompt_tokens(50);
-    auto c = f.complete("\"" + std::string(50, 'd') + "\"", "", 1, kAuth);
-    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
-    CHECK(c->read_response()->status == 200);
 }
 
 TEST_CASE("batch: measured text prompts run as their ids, a bad one refused by its name") {

@@ -70,6 +70,22 @@ void check_usage(const boost::json::object& usage, int64_t prompt, int64_t compl
     CHECK(usage.at("total_tokens").as_int64() == prompt + completion);
 }
 
+// Each choice's chunks carry, in order, `prompt` and the completion counts `expected` lists for
+// it (by choice index), and no other choice has chunks.
+void check_choices(const Chunks& chunks, int64_t prompt,
+                   const std::map<int64_t, std::vector<int64_t>>& expected) {
+    REQUIRE(chunks.usage_by_choice.size() == expected.size());
+    for (const auto& [index, completions] : expected) {
+        CAPTURE(index);
+        const auto& got = chunks.usage_by_choice.at(index);
+        REQUIRE(got.size() == completions.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            CAPTURE(i);
+            check_usage(got[i], prompt, completions[i]);
+        }
+    }
+}
+
 }  // namespace
 
 TEST_CASE("continuous usage: each chat chunk counts its choice's tokens so far, then the total") {
@@ -91,18 +107,7 @@ TEST_CASE("continuous usage: each chat chunk counts its choice's tokens so far, 
     CHECK(chunks.without_usage == 0);
     // Choice 0: its role chunk, "a", "c", its finish chunk; choice 1: role, "b", "d", "e",
     // finish. Each counts its own tokens, the prompt once (vLLM's numbers).
-    const std::map<int64_t, std::vector<int64_t>> expected = {{0, {0, 1, 2, 2}},
-                                                              {1, {0, 1, 2, 3, 3}}};
-    REQUIRE(chunks.usage_by_choice.size() == 2);
-    for (const auto& [index, completions] : expected) {
-        CAPTURE(index);
-        const auto& got = chunks.usage_by_choice[index];
-        REQUIRE(got.size() == completions.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-            CAPTURE(i);
-            check_usage(got[i], 7, completions[i]);
-        }
-    }
+    check_choices(chunks, 7, {{0, {0, 1, 2, 2}}, {1, {0, 1, 2, 3, 3}}});
     // The final chunk is unchanged: the prompt once, every choice's tokens, the cached ones.
     REQUIRE(chunks.final_usage.size() == 1);
     check_usage(chunks.final_usage[0], 7, 5);
@@ -130,18 +135,7 @@ TEST_CASE("continuous usage: completions of a list of prompts, with or without i
         Chunks chunks = read_chunks(events);
         CHECK(chunks.without_usage == 0);
         // The echoed prompt is no completion token; each prompt counts as its own.
-        const std::map<int64_t, std::vector<int64_t>> expected = {{0, {0, 1, 1}},
-                                                                  {1, {0, 1, 2, 2}}};
-        REQUIRE(chunks.usage_by_choice.size() == 2);
-        for (const auto& [index, completions] : expected) {
-            CAPTURE(index);
-            const auto& got = chunks.usage_by_choice[index];
-            REQUIRE(got.size() == completions.size());
-            for (size_t i = 0; i < got.size(); ++i) {
-                CAPTURE(i);
-                check_usage(got[i], 4, completions[i]);
-            }
-        }
+        check_choices(chunks, 4, {{0, {0, 1, 1}}, {1, {0, 1, 2, 2}}});
         // include_usage alone asks for the final chunk, which sums both prompts.
         REQUIRE(chunks.final_usage.size() == (include_usage ? 1U : 0U));
         if (include_usage) {

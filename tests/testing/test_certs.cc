@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
@@ -194,6 +195,16 @@ TestCertificate make_signed_certificate(const TestCa& ca, const std::string& dir
     TestCertificate out{dir + "/" + stem + ".crt", dir + "/" + stem + ".key", dns_names[0]};
     write_pem(out.cert_path, cert.get(), out.key_path, key.get());
     return out;
+}
+
+ssl_ctx_st* make_server_context(const TestCertificate& cert) {
+    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+    EDGE_CHECK(ctx != nullptr, "SSL_CTX_new failed");
+    EDGE_CHECK(SSL_CTX_use_certificate_chain_file(ctx, cert.cert_path.c_str()) == 1,
+               "cannot use certificate " + cert.cert_path);
+    EDGE_CHECK(SSL_CTX_use_PrivateKey_file(ctx, cert.key_path.c_str(), SSL_FILETYPE_PEM) == 1,
+               "cannot use key " + cert.key_path);
+    return ctx;
 }
 
 }  // namespace edge::testing

@@ -8,6 +8,7 @@
 #include <vector>
 
 struct evp_pkey_st;  // OpenSSL's EVP_PKEY.
+struct ssl_ctx_st;   // OpenSSL's SSL_CTX.
 
 namespace edge::testing {
 
@@ -61,5 +62,9 @@ TestCa make_ca(const std::string& dir, const std::string& stem, const std::strin
 TestCertificate make_signed_certificate(const TestCa& ca, const std::string& dir,
                                         const std::string& stem,
                                         const std::vector<std::string>& dns_names);
+
+// A TLS server context (an SSL_CTX the caller frees) serving `cert`'s chain and key: the TLS end
+// of a raw peer whose bytes a test writes itself. Aborts the test on error.
+ssl_ctx_st* make_server_context(const TestCertificate& cert);
 
 }  // namespace edge::testing

@@ -143,6 +143,14 @@ struct Site {
         REQUIRE(c.ok());
         return std::move(c).value();
     }
+    // `request` sent on a connection of its own, and the answer read (its reading succeeded).
+    Result<testing::HttpReply> ask(const std::string& request) {
+        auto c = client();
+        REQUIRE(c->send(request).ok());
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        return r;
+    }
 
     std::string id;
     testing::TestCertificate cert;
@@ -241,10 +249,7 @@ class RawPeer {
         const auto cert = testing::make_signed_certificate(cluster.ca, cluster.dir.path(), "raw",
                                                            {"raw", "localhost"});
         listen_fd_ = testing::bind_loopback(SOCK_STREAM, port_);
-        ctx_ = SSL_CTX_new(TLS_server_method());
-        REQUIRE(ctx_ != nullptr);
-        REQUIRE(SSL_CTX_use_certificate_chain_file(ctx_, cert.cert_path.c_str()) == 1);
-        REQUIRE(SSL_CTX_use_PrivateKey_file(ctx_, cert.key_path.c_str(), SSL_FILETYPE_PEM) == 1);
+        ctx_ = testing::make_server_context(cert);
         thread_ = std::thread([this] { serve(); });
     }
     ~RawPeer() {

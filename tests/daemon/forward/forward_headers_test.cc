@@ -26,10 +26,7 @@ TEST_CASE("a peer's headers that its Connection header names are not relayed to 
                 "Content-Type: application/json\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\n\r\n" + body);
     a.planner.route_to({raw.target()});
-    auto client = a.client();
-    REQUIRE(client->send(chat_request(false)).ok());
-    auto r = client->read_response();
-    REQUIRE(r.ok());
+    auto r = a.ask(chat_request(false));
     CHECK(r->status == 200);
     CHECK(r->headers.count("x-peer-hop") == 0);
     CHECK(r->headers.count("x-peer-other") == 0);

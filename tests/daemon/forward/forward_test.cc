@@ -407,10 +407,7 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
         RawPeer raw(cluster, accepted_then_died);
         RouteTarget dead{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
         a.planner.route_to({raw.target(), dead});
-        auto client = a.client();
-        REQUIRE(client->send(chat_request(false)).ok());
-        auto r = client->read_response();
-        REQUIRE(r.ok());
+        auto r = a.ask(chat_request(false));
         CHECK(r->status == 503);
         CHECK(request_counted(a, "error"));
         CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
@@ -644,10 +641,7 @@ TEST_CASE("connect refused and 5xx before any byte retry on the next target") {
         RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
                          "m"};
         a.planner.route_to({dead});
-        auto client = a.client();
-        REQUIRE(client->send(chat_request(false)).ok());
-        auto r = client->read_response();
-        REQUIRE(r.ok());
+        auto r = a.ask(chat_request(false));
         CHECK(r->status == 503);
         CHECK(error_code_of(*r) == "upstream_unavailable");
         std::string message(json_of(r->body)["error"].as_object()["message"].as_string());
@@ -727,10 +721,7 @@ TEST_CASE("a retry budget of zero forbids the retry") {
     RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
                      "m"};
     a.planner.route_to({dead, b.target()});
-    auto client = a.client();
-    REQUIRE(client->send(chat_request(false)).ok());
-    auto r = client->read_response();
-    REQUIRE(r.ok());
+    auto r = a.ask(chat_request(false));
     CHECK(r->status == 503);
     CHECK(error_code_of(*r) == "upstream_unavailable");
     CHECK_FALSE(b.generator.wait_for_request(0, 0));
@@ -835,10 +826,7 @@ TEST_CASE("a peer's interim 1xx head is skipped: the client gets the final answe
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\n\r\n" + body);
     a.planner.route_to({raw.target()});
-    auto client = a.client();
-    REQUIRE(client->send(chat_request(false)).ok());
-    auto r = client->read_response();
-    REQUIRE(r.ok());
+    auto r = a.ask(chat_request(false));
     CHECK(r->status == 200);
     CHECK(r->body.find("final answer") != std::string::npos);
 }

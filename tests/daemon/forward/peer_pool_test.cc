@@ -38,10 +38,7 @@ class KeepAlivePeer {
     KeepAlivePeer(const testing::TestCa& ca, const std::string& dir) {
         const auto cert = testing::make_signed_certificate(ca, dir, "raw", {"raw", "localhost"});
         listen_fd_ = testing::bind_loopback(SOCK_STREAM, port_);
-        ctx_ = SSL_CTX_new(TLS_server_method());
-        REQUIRE(ctx_ != nullptr);
-        REQUIRE(SSL_CTX_use_certificate_chain_file(ctx_, cert.cert_path.c_str()) == 1);
-        REQUIRE(SSL_CTX_use_PrivateKey_file(ctx_, cert.key_path.c_str(), SSL_FILETYPE_PEM) == 1);
+        ctx_ = testing::make_server_context(cert);
         thread_ = std::thread([this] { serve(); });
     }
     ~KeepAlivePeer() {
