@@ -178,10 +178,12 @@ net::awaitable<void> HttpSession::stop_watcher() {
 net::awaitable<void> HttpSession::close_gracefully() {
     closing_ = true;
     co_await stop_watcher();  // The linger below reads the socket itself.
+    // One bound for all of it: the wait for room for close_notify and the linger.
+    set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime));
     if (!answer_cut_) {
         // Not after a cut answer: an HTTP/1.0 body ends at the close, and close_notify would
         // tell its client that the body it has is whole (tls_stream.h).
-        stream_.send_close_notify();
+        co_await stream_.close_notify();
     }
     if (!client_gone_) {
         // Let the client read the answer before the close (RFC 9112 section 9.6): stop sending,
@@ -192,7 +194,6 @@ net::awaitable<void> HttpSession::close_gracefully() {
         auto& tcp_layer = stream_.socket();
         boost::system::error_code ignored;
         tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
-        set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime));
         size_t discarded = 0;
         while (discarded < kLingerBytes) {
             char sink[4096];

@@ -213,16 +213,28 @@ TlsStream::Step TlsStream::failed(int ret) {
     return step;
 }
 
-void TlsStream::send_close_notify() {
+net::awaitable<bool> TlsStream::close_notify() {
     // SSL_shutdown must not follow a fatal error (OpenSSL's SSL_shutdown(3)).
     if (ssl_ == nullptr || sent_close_notify_ || fatal_ || SSL_is_init_finished(ssl_) != 1) {
-        return;
+        co_return false;
     }
     sent_close_notify_ = true;
-    clear_stale_errors();
-    (void)SSL_shutdown(ssl_);
-    last_errno_ = 0;
-    ERR_clear_error();
+    for (;;) {
+        clear_stale_errors();
+        // 0: the alert is sent (the peer's is not awaited). -1 with WANT_WRITE: the socket took
+        // none of it; OpenSSL keeps it and the next call sends it (SSL_shutdown(3)).
+        const int ret = SSL_shutdown(ssl_);
+        if (ret >= 0) {
+            co_return true;
+        }
+        const Step step = failed(ret);
+        if (step.want != Want::kWrite) {
+            co_return false;
+        }
+        if (error_code ec = co_await wait(Want::kWrite); ec) {
+            co_return false;
+        }
+    }
 }
 
 TlsStream::Step TlsStream::try_handshake() {

@@ -77,9 +77,11 @@ public:
     boost::asio::awaitable<error_code> write(boost::asio::const_buffer buffer);
 
     // Sends close_notify, once, without waiting for the peer's: the client can tell the end of
-    // a response read to the close from a cut connection. Best effort: nothing before the
-    // handshake finished or after a fatal error, and dropped when the socket would block.
-    void send_close_notify();
+    // a response read to the close from a cut connection. When the socket's send buffer is full
+    // (a client still reading the end of a long answer), waits until it can take the alert; the
+    // caller bounds that wait by closing the socket (its deadline), which ends it. Nothing before
+    // the handshake finished or after a fatal error. True when the alert went to the socket.
+    boost::asio::awaitable<bool> close_notify();
 
     // One attempt each, never blocking; the building blocks of the members above and below.
     Step try_handshake();

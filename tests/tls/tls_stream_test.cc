@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <future>
@@ -13,6 +16,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -81,6 +85,24 @@ struct StreamFixture {
     tcp::acceptor acceptor{io};
     std::thread thread;
 };
+
+// Reads one whole TLS record, undecrypted, from a blocking socket.
+std::string read_record(int fd) {
+    auto read_exactly = [fd](size_t n) {
+        std::string out(n, '\0');
+        size_t got = 0;
+        while (got < n) {
+            const ssize_t r = ::recv(fd, out.data() + got, n - got, 0);
+            REQUIRE(r > 0);
+            got += static_cast<size_t>(r);
+        }
+        return out;
+    };
+    std::string header = read_exactly(5);
+    const size_t length = (static_cast<unsigned char>(header[3]) << 8) |
+                          static_cast<unsigned char>(header[4]);
+    return header + read_exactly(length);
+}
 
 }  // namespace
 
@@ -230,4 +252,107 @@ TEST_CASE("TlsStream reports a client that leaves before its ClientHello as end 
     REQUIRE(fd.ok());
     ::close(*fd);
     CHECK(outcome.get() == "eof");
+}
+
+TEST_CASE("close_notify waits for room when the send buffer is full rather than dropping it") {
+    // A Unix stream socket takes a small send whole or not at all, and counts its buffer per
+    // send, so the buffer can be filled exactly: one-byte records until one does not fit, then
+    // the client reads one record and the waiting one fits. No record is pending then, and the
+    // socket has no room for the alert (a client still reading the end of a long answer).
+    StreamFixture f;
+    int fds[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+    tcp::socket server_socket(f.io);
+    server_socket.assign(tcp::v4(), fds[0]);
+    TlsStream stream(std::move(server_socket), f.store->current()->native_context(0));
+    REQUIRE(stream.ok());
+    SSL_set_num_tickets(stream.native_handle(), 0);  // Only the test's records after the handshake.
+
+    SSL_CTX* client_context = SSL_CTX_new(TLS_client_method());
+    REQUIRE(client_context != nullptr);
+    SSL* client = SSL_new(client_context);
+    REQUIRE(client != nullptr);
+    SSL_set_fd(client, fds[1]);
+    SSL_set_tlsext_host_name(client, "localhost");
+    bool connected = false;
+    std::thread handshaker([&] { connected = SSL_connect(client) == 1; });
+    bool shook = false;
+    net::co_spawn(
+        f.io, [&]() -> net::awaitable<void> { shook = !(co_await stream.handshake({})); },
+        net::detached);
+    f.io.run();
+    f.io.restart();
+    handshaker.join();
+    REQUIRE(shook);
+    REQUIRE(connected);
+
+    size_t sent = 0;
+    for (;;) {
+        auto step = stream.try_write("x", 1);
+        REQUIRE_FALSE(step.ec);
+        if (step.want == TlsStream::Want::kWrite) {
+            break;
+        }
+        sent += step.bytes;
+    }
+    REQUIRE(sent > 0);
+    std::string raw = read_record(fds[1]);
+    auto last = stream.try_write("x", 1);  // The record that waited: it fits now, and fills.
+    REQUIRE(last.want == TlsStream::Want::kNone);
+    REQUIRE(last.bytes == 1);
+    ++sent;
+
+    bool finished = false;
+    bool alert_sent = false;
+    net::co_spawn(
+        f.io,
+        [&]() -> net::awaitable<void> {
+            alert_sent = co_await stream.close_notify();
+            finished = true;
+        },
+        net::detached);
+    f.io.poll();
+    CHECK_FALSE(finished);  // No room: it waits instead of dropping the alert.
+
+    // The client reads; once there is room the alert goes out.
+    auto read_available = [&] {
+        char chunk[65536];
+        for (;;) {
+            const ssize_t r = ::recv(fds[1], chunk, sizeof chunk, MSG_DONTWAIT);
+            if (r <= 0) {
+                return;
+            }
+            raw.append(chunk, static_cast<size_t>(r));
+        }
+    };
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!finished && std::chrono::steady_clock::now() < give_up) {
+        read_available();
+        f.io.run_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(finished);
+    CHECK(alert_sent);
+    read_available();
+
+    BIO* received = BIO_new(BIO_s_mem());
+    REQUIRE(received != nullptr);
+    REQUIRE(BIO_write(received, raw.data(), static_cast<int>(raw.size())) ==
+            static_cast<int>(raw.size()));
+    SSL_set0_rbio(client, received);
+    std::string plain;
+    int end = 0;
+    for (;;) {
+        char chunk[4096];
+        const int r = SSL_read(client, chunk, sizeof chunk);
+        if (r <= 0) {
+            end = SSL_get_error(client, r);
+            break;
+        }
+        plain.append(chunk, static_cast<size_t>(r));
+    }
+    CHECK(plain == std::string(sent, 'x'));
+    CHECK(end == SSL_ERROR_ZERO_RETURN);  // The alert, after every record.
+    SSL_free(client);
+    SSL_CTX_free(client_context);
+    ::close(fds[1]);
 }
