@@ -162,8 +162,18 @@ void HttpServer::Impl::note_accept_stopped() {
 
 void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& session) {
     std::lock_guard lock(mu_);
-    sessions_.emplace(session.get(), session);
+    sessions_.emplace(session.get(), SessionEntry{session});
     open_.fetch_add(1);
+}
+
+void HttpServer::Impl::note_session_closing(HttpSession* session) {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(session);
+    if (it != sessions_.end() && !it->second.closing) {
+        it->second.closing = true;
+        ++closing_sessions_;
+        cv_.notify_all();
+    }
 }
 
 void HttpServer::Impl::remove_session(HttpSession* session) {
@@ -171,7 +181,11 @@ void HttpServer::Impl::remove_session(HttpSession* session) {
     // stop() may return and the server be destroyed (null_observer_ and cv_ with it).
     observer_->on_connection_closed();
     std::lock_guard lock(mu_);
-    sessions_.erase(session);
+    auto it = sessions_.find(session);
+    if (it != sessions_.end()) {
+        closing_sessions_ -= it->second.closing ? 1 : 0;
+        sessions_.erase(it);
+    }
     open_.fetch_sub(1);
     cv_.notify_all();
 }
@@ -182,8 +196,8 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
         std::vector<std::shared_ptr<HttpSession>> live;
         {
             std::lock_guard lock(mu_);
-            for (auto& [raw, weak] : sessions_) {
-                if (auto s = weak.lock()) {
+            for (auto& [raw, entry] : sessions_) {
+                if (auto s = entry.session.lock()) {
                     live.push_back(std::move(s));
                 }
             }
@@ -208,15 +222,22 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
         cv_.wait(lock, [this] { return accept_stopped_; });
     }
     notify_all_sessions(false);
-    auto wait_empty = [this](std::chrono::milliseconds bound) {
+    // Until `bound`, for every connection to end (or, `closing_suffices`, to be at most closing).
+    auto wait_sessions = [this](std::chrono::milliseconds bound, bool closing_suffices) {
         std::unique_lock lock(mu_);
-        return cv_.wait_for(lock, bound, [this] { return sessions_.empty(); });
+        return cv_.wait_for(lock, bound, [this, closing_suffices] {
+            return sessions_.size() == (closing_suffices ? closing_sessions_ : 0);
+        });
     };
-    if (!wait_empty(deadline) && at_deadline) {
+    // The deadline is for requests: a connection that has only its linger left (a second at
+    // most) ends by itself after it, rather than counting as a request to cut.
+    if (wait_sessions(deadline, true)) {
+        wait_sessions(kLingerTime, false);
+    } else if (at_deadline) {
         // The owner ends the requests still running; their answers get a moment to go out.
         log::warn("drain_deadline_cut", {{"connections", static_cast<uint64_t>(open_.load())}});
         at_deadline();
-        wait_empty(HttpServer::kCutGrace);
+        wait_sessions(HttpServer::kCutGrace, false);
     }
     if (open_.load() != 0) {
         log::warn("drain_deadline", {{"connections_closed", static_cast<uint64_t>(open_.load())}});

@@ -84,8 +84,10 @@ public:
     // requests in flight finish (their responses carry Connection: close) until `deadline`
     // elapses, then closes what is left. With `at_deadline`, what is left is first given the
     // chance to end its answers: it is called (the owner ends the requests, e.g. with an error
-    // event), and the connections get kCutGrace to write that before they are closed. Returns
-    // when every connection is gone.
+    // event), and the connections get kCutGrace to write that before they are closed. A
+    // connection whose request has ended and that only lingers is no request to cut: when only
+    // such are left at the deadline, they get the rest of their linger (a second at most) and
+    // `at_deadline` is not called. Returns when every connection is gone.
     void stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline = {});
     static constexpr std::chrono::milliseconds kCutGrace{1000};
     size_t open_connections() const;

@@ -4,7 +4,9 @@
 // (one connection). Includes Beast: include it only from those two files.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,6 +22,13 @@
 namespace edge::tls {
 
 class HttpSession;
+
+// How long, and for how many of the client's bytes, a closing connection waits for the client
+// to read its last answer (HttpSession::close_gracefully), as Apache's lingering close: bounded
+// so that a client that keeps sending costs a socket for a second at most. The time is cut to
+// header_timeout where that is shorter.
+constexpr auto kLingerTime = std::chrono::milliseconds(1000);
+constexpr size_t kLingerBytes = 64 * 1024;
 
 class HttpServer::Impl {
 public:
@@ -55,6 +64,9 @@ public:
     // Registry of live sessions, for drain. Any thread.
     void add_session(const std::shared_ptr<HttpSession>& session);
     void remove_session(HttpSession* session);
+    // The session began its close (HttpSession::close_gracefully): no request is left in it, only
+    // its bounded linger, which stop()'s deadline does not cut. Any thread.
+    void note_session_closing(HttpSession* session);
 
     boost::asio::io_context& io_;
     const HttpServerConfig config_;
@@ -90,7 +102,12 @@ public:
     std::mutex mu_;
     std::condition_variable cv_;
     bool accept_stopped_ = false;  // Under mu_: see note_accept_stopped().
-    std::unordered_map<HttpSession*, std::weak_ptr<HttpSession>> sessions_;
+    struct SessionEntry {
+        std::weak_ptr<HttpSession> session;
+        bool closing = false;  // note_session_closing().
+    };
+    std::unordered_map<HttpSession*, SessionEntry> sessions_;  // Under mu_.
+    size_t closing_sessions_ = 0;  // Under mu_: the entries of sessions_ that are closing.
 };
 
 // Starts serving one accepted socket (its executor is the connection's strand).

@@ -177,6 +177,7 @@ net::awaitable<void> HttpSession::stop_watcher() {
 
 net::awaitable<void> HttpSession::close_gracefully() {
     closing_ = true;
+    server_.note_session_closing(this);
     co_await stop_watcher();  // The linger below reads the socket itself.
     // One bound for all of it: the wait for room for close_notify and the linger.
     set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime));

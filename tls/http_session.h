@@ -64,13 +64,6 @@ struct Piece {
 // than that reach the parser, which refuses them (400).
 constexpr int kMaxEmptyLines = 10;
 
-// How long, and for how many of the client's bytes, a closing connection waits for the client
-// to read its last answer (HttpSession::close_gracefully), as Apache's lingering close: bounded
-// so that a client that keeps sending costs a socket for a second at most. The time is cut to
-// header_timeout where that is shorter.
-constexpr auto kLingerTime = std::chrono::seconds(1);
-constexpr size_t kLingerBytes = 64 * 1024;
-
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
   public:
     HttpSession(HttpServer::Impl& server, tcp::socket socket,

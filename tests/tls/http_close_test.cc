@@ -185,3 +185,22 @@ TEST_CASE(
     CHECK(r->body == "remote=127.0.0.1 sni=localhost body=0");
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
+
+TEST_CASE("drain: a deadline shorter than the linger does not cut a connection that only lingers") {
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    // close_notify and FIN are here: the server lingers now, for a second at most, since this
+    // client keeps its end open. Its request is over; the deadline has nothing to cut.
+    REQUIRE((*c)->wait_closed());
+    bool cut = false;
+    const auto started = std::chrono::steady_clock::now();
+    f.server->stop(std::chrono::milliseconds(100), [&cut] { cut = true; });
+    f.stopped = true;
+    CHECK_FALSE(cut);
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(3));
+    CHECK(f.server->open_connections() == 0);
+}
