@@ -12,6 +12,7 @@
 #include "daemon/api/choice_sink.h"
 #include "daemon/api/completion_response.h"
 #include "daemon/api/tool_call_output.h"
+#include "engine/sched/prompt_budget.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace edge::daemon::api {
@@ -51,15 +52,24 @@ std::string logprob_token_text(std::string_view token) {
 
 namespace {
 
+// Why a list of prompts is refused before any of it is queued, and the prompt tokens it is
+// charged: those tokenized to find out, as the engine charges a prompt it refuses for its length
+// (else a tenant could have its prompts tokenized without end, a list at a time).
+struct ListRefusal {
+    Status status;
+    ApiError error;
+    int64_t prompt_tokens = 0;
+};
+
 // A list of prompts whose first `last + 1` hold `tokens` tokens, more than the tenant's
 // input_tokens_per_minute (`budget`): each prompt may fit it (the engine checks that), but
 // together they could never be admitted either.
-std::pair<Status, ApiError> batch_over_budget(int64_t tokens, int32_t last, int64_t budget) {
+ListRefusal batch_over_budget(int64_t tokens, int32_t last, int64_t budget) {
     const std::string message =
         "the prompts (" + std::to_string(tokens) + " tokens in prompt[0.." + std::to_string(last) +
         "]) exceed this tenant's input_tokens_per_minute of " + std::to_string(budget);
     return {invalid_argument_error("prompt: " + message),
-            invalid_request(message, std::string("prompt"))};
+            invalid_request(message, std::string("prompt")), tokens};
 }
 
 using Prompt = decltype(engine::GenerateRequest::prompt);
@@ -67,15 +77,16 @@ using Prompt = decltype(engine::GenerateRequest::prompt);
 // A list of prompts whose lengths are known before any is queued, too long together for the
 // tenant's input_tokens_per_minute (each may fit it: the engine checks that), could never be
 // admitted: it is refused before any of its prompts is queued, and nothing is charged but the
-// request. Token-id prompts are as long as the engine will count them; text prompts are
-// tokenized by the generator as submit() would, and replaced by those ids so that submit() does
-// not tokenize them again (they run as the text would: the ids hold the BOS the engine adds,
-// and request.prompt_field names them as before). Returns the refusal: the list's length, or
-// what the generator said of a prompt it could not tokenize. Nothing where the list fits, or
-// where the generator tokenizes only in submit(): text is then counted as it is queued.
-std::optional<std::pair<Status, ApiError>> measure_prompts(const engine::Generator& generator,
-                                                           ParsedRequest& request,
-                                                           std::vector<Prompt>& more_prompts) {
+// request and the tokens measured. Token-id prompts are as long as the engine will count them;
+// text prompts are tokenized by the generator as submit() would, and replaced by those ids so
+// that submit() does not tokenize them again (they run as the text would: the ids hold the BOS
+// the engine adds, and request.prompt_field names them as before). Returns the refusal: a
+// prompt alone over the budget (named as the engine names it), the list's length, or what the
+// generator said of a prompt it could not tokenize. Nothing where the list fits, or where the
+// generator tokenizes only in submit(): text is then counted as it is queued.
+std::optional<ListRefusal> measure_prompts(const engine::Generator& generator,
+                                           ParsedRequest& request,
+                                           std::vector<Prompt>& more_prompts) {
     const int64_t budget = request.generate.max_prompt_tokens;
     int64_t known = 0;
     for (int32_t p = 0; p <= static_cast<int32_t>(more_prompts.size()); ++p) {
@@ -95,8 +106,9 @@ std::optional<std::pair<Status, ApiError>> measure_prompts(const engine::Generat
                 return std::nullopt;
             }
             if (!ids.ok()) {
-                return std::pair{ids.status(),
-                                 api_error_from_status(ids.status(), request.generate.model)};
+                return ListRefusal{ids.status(),
+                                   api_error_from_status(ids.status(), request.generate.model),
+                                   known};
             }
             prompt = std::move(ids).value();
         }
@@ -104,7 +116,13 @@ std::optional<std::pair<Status, ApiError>> measure_prompts(const engine::Generat
         if (ids == nullptr) {
             return std::nullopt;  // Chat messages: never a list.
         }
-        known += static_cast<int64_t>(ids->size());
+        const auto length = static_cast<int64_t>(ids->size());
+        known += length;
+        if (length > budget) {
+            Status alone = engine::prompt_over_input_budget(request.prompt_field(p), length, budget);
+            ApiError error = api_error_from_status(alone, request.generate.model);
+            return ListRefusal{std::move(alone), std::move(error), known};
+        }
         if (known > budget) {
             return batch_over_budget(known, p, budget);
         }
@@ -171,7 +189,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     std::vector<Prompt> more_prompts = std::move(request.more_prompts);
     if (batch && max_prompt_tokens > 0) {
         if (auto refusal = measure_prompts(generator, request, more_prompts)) {
-            refuse(refusal->first, refusal->second);
+            refuse(refusal->status, refusal->error, refusal->prompt_tokens);
             return;
         }
     }
@@ -223,9 +241,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         if (batch && max_prompt_tokens > 0 && prompt_tokens > max_prompt_tokens) {
             // Text prompts of a generator that tokenizes only in submit(): their lengths are
             // known once the engine tokenized them.
-            const auto [status, error] =
-                batch_over_budget(prompt_tokens, prompt, max_prompt_tokens);
-            refuse_running(status, error, prompt_tokens);
+            const ListRefusal refusal = batch_over_budget(prompt_tokens, prompt, max_prompt_tokens);
+            refuse_running(refusal.status, refusal.error, refusal.prompt_tokens);
             return;
         }
     }

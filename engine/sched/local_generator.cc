@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "engine/sampling/sampler.h"
+#include "engine/sched/prompt_budget.h"
 
 namespace edge::engine::sched {
 
@@ -348,9 +349,7 @@ Result<std::shared_ptr<GenerationHandle>> LocalGenerator::submit(
     }
     const std::string field = prompt_field(request);
     if (request.max_prompt_tokens > 0 && prompt_len > request.max_prompt_tokens) {
-        return invalid_argument_error(field + ": the prompt (" + std::to_string(prompt_len) +
-                                      " tokens) exceeds this tenant's input_tokens_per_minute of " +
-                                      std::to_string(request.max_prompt_tokens));
+        return prompt_over_input_budget(field, prompt_len, request.max_prompt_tokens);
     }
     if (prompt_len >= limit) {
         return out_of_range_error(field + ": the prompt (" + std::to_string(prompt_len) +

@@ -275,8 +275,9 @@ TEST_CASE("batch: the prompts together must fit the tenant's input_tokens_per_mi
 }
 
 // `list` (three prompts: 40, 40 and 5 tokens) against an input_tokens_per_minute of 60: refused
-// with 400 naming the first two, before any of it reached the generator, and charged nothing:
-// `fitting`, a prompt of 50 tokens, runs after it.
+// with 400 naming the first two, before any of it reached the generator, and charged the 80
+// tokens measured, as a lone prompt refused for its length is (a stream of such lists is held to
+// the tenant's input limit): `fitting`, a prompt of 50 tokens sent right after, waits (429).
 void check_refused_unqueued(Fixture& f, const std::string& list, const std::string& fitting) {
     f.generator.set_prompt_tokens(40);  // What a queued prompt would count.
     auto r = f.call("POST", "/v1/completions", completion_body(list, ""), kAuth);
@@ -287,10 +288,10 @@ void check_refused_unqueued(Fixture& f, const std::string& list, const std::stri
           "the prompts (80 tokens in prompt[0..1]) exceed this tenant's input_tokens_per_minute "
           "of 60");
     CHECK_FALSE(f.generator.wait_for_request(0, 0));
-    f.generator.set_prompt_tokens(50);
-    auto c = f.complete(fitting, "", 1, kAuth);
-    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{50, 1, 0});
-    CHECK(c->read_response()->status == 200);
+    auto after = f.call("POST", "/v1/completions", completion_body(fitting, ""), kAuth);
+    CHECK(after.status == 429);
+    CHECK_FALSE(after.headers["retry-after"].empty());
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
 }
 
 TEST_CASE("batch: token-id prompts over the tenant's input budget are refused before any runs") {
@@ -330,6 +331,22 @@ TEST_CASE("batch: text prompts over the tenant's input budget are refused before
         "\"" + std::string(50, 'd') + "\"");
     // Measured up to the one that overflowed, each by its own name.
     CHECK(measured == std::vector<std::string>{"prompt[0]", "prompt[1]"});
+}
+
+TEST_CASE("batch: a prompt alone over the tenant's input budget is refused by its own name") {
+    // As the engine refuses a lone prompt over the budget, naming the element, not the list.
+    Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
+    std::vector<std::string> measured;
+    tokenize_bytes(f.generator, measured);
+    auto r = f.call("POST", "/v1/completions",
+                    completion_body("[\"ab\",\"" + std::string(70, 'x') + "\",\"c\"]", ""), kAuth);
+    CHECK(r.status == 400);
+    auto error = json_of(r.body)["error"].as_object();
+    CHECK(error["param"] == "prompt[1]");
+    CHECK(error["message"] ==
+          "prompt[1]: the prompt (70 tokens) exceeds this tenant's input_tokens_per_minute of 60");
+    CHECK(measured == std::vector<std::string>{"prompt[0]", "prompt[1]"});
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
 }
 
 TEST_CASE("batch: measured text prompts run as their ids, a bad one refused by its name") {
