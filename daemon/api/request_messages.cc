@@ -1,5 +1,6 @@
 #include "daemon/api/request_messages.h"
 
+#include <optional>
 #include <string>
 
 #include "daemon/api/request_tools.h"
@@ -90,6 +91,7 @@ bool parse_messages(Validator& v, const json::value& value, std::vector<engine::
         }
         const json::object& m = messages[i].get_object();
         engine::ChatMessage msg;
+        std::optional<std::string> refusal;  // The message's `refusal` field.
         const json::value* role = m.if_contains("role");
         if (role == nullptr) {
             return v.fail("'" + name + ".role' is required", name + ".role");
@@ -146,8 +148,12 @@ bool parse_messages(Validator& v, const json::value& value, std::vector<engine::
                     msg.reasoning_content = std::string(*r);
                 }
             } else if (key == "refusal") {
-                if (!kv.value().is_null() && v.string(kv.value(), field) == nullptr) {
-                    return false;
+                if (!kv.value().is_null()) {
+                    const json::string* text = v.string(kv.value(), field);
+                    if (text == nullptr) {
+                        return false;
+                    }
+                    refusal = std::string(*text);
                 }
             } else if (key == "tool_calls" && msg.role == "assistant") {
                 if (!parse_history_tool_calls(v, kv.value(), field, msg.tool_calls)) {
@@ -161,6 +167,12 @@ bool parse_messages(Validator& v, const json::value& value, std::vector<engine::
             } else {
                 return v.fail("unrecognized field '" + field + "'", field);
             }
+        }
+        // OpenAI's refused answer is message.refusal with a null content, and its clients send
+        // it back so: that text is what the assistant said. Beside content (its refusal parts
+        // hold the same text), the field adds nothing.
+        if (refusal && msg.role == "assistant" && msg.content.empty()) {
+            msg.content = std::move(*refusal);
         }
         if (!m.if_contains("content") && msg.role != "assistant") {
             return v.fail("'" + name + ".content' is required", name + ".content");

@@ -76,6 +76,17 @@ TEST_CASE("an assistant's refusal parts come back as its text, other roles have 
     const auto& msgs = std::get<std::vector<engine::ChatMessage>>(p.generate.prompt);
     REQUIRE(msgs.size() == 3);
     CHECK(msgs[1].content == "I can't.\nAsk another way.");
+    // As OpenAI's Python client sends its reply back: a null content and the refusal's text.
+    ParsedRequest echoed = parse(Endpoint::kChatCompletions, R"({"model": "m", "messages": [
+        {"role": "user", "content": "help"},
+        {"role": "assistant", "content": null, "refusal": "I can't help with that."},
+        {"role": "assistant", "refusal": "No."},
+        {"role": "user", "content": "why?", "refusal": null}]})");
+    const auto& turns = std::get<std::vector<engine::ChatMessage>>(echoed.generate.prompt);
+    REQUIRE(turns.size() == 4);
+    CHECK(turns[1].content == "I can't help with that.");
+    CHECK(turns[2].content == "No.");
+    CHECK(turns[3].content == "why?");
     ApiError user =
         error_of(Endpoint::kChatCompletions, R"({"model":"m","messages":[{"role":"user","content":)"
                                              R"([{"type":"refusal","refusal":"no"}]}]})");
