@@ -94,9 +94,11 @@ ApiError route_rejection_error(const cluster::RoutePlan& plan, const std::string
         case cluster::RouteRejection::kNone:
             break;
     }
+    // A planner's message quotes the client's X-Model-Version as it came (a header value may
+    // hold any byte): escaped as a token's text is, so the answer stays valid UTF-8 JSON.
     e.message = plan.message.empty() ? "No pool in the cluster can take model '" + model + "' (" +
                                            *e.code + ")."
-                                     : plan.message;
+                                     : logprob_token_text(plan.message);
     e.retry_after_seconds = std::max(0, plan.retry_after_seconds);
     return e;
 }

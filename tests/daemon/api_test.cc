@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include "daemon/api/api_router_internal.h"
 #include "daemon/api/completion.h"
 #include "daemon/api/deferred_response.h"
 #include "daemon/config.h"
@@ -639,4 +640,17 @@ TEST_CASE("echo: text_offset indexes the returned text where prompt bytes became
             ++index;
         }
     }
+}
+
+TEST_CASE("a planner's refusal quoting a version pin of any bytes stays valid UTF-8") {
+    // X-Model-Version may hold bytes that are not UTF-8; the planner quotes the pin in its
+    // message, which goes into the JSON error as it is.
+    daemon::cluster::RoutePlan plan;
+    plan.rejection = daemon::cluster::RouteRejection::kVersionPinUnmatched;
+    plan.message = "no pool serves version '\xff\xfe' of model 'm'";
+    const daemon::api::ApiError e = daemon::api::route_rejection_error(plan, "m");
+    CHECK(e.message == "no pool serves version '\\xff\\xfe' of model 'm'");
+    CHECK(e.code == std::optional<std::string>("version_pin_unmatched"));
+    CHECK(json_of(e.to_response().body)["error"].as_object().at("message").as_string() ==
+          "no pool serves version '\\xff\\xfe' of model 'm'");
 }
