@@ -10,6 +10,16 @@
 
 namespace edge::daemon::forward {
 
+namespace {
+
+// The plan holds this site: when no remote target took the request, the caller runs it here.
+bool has_local_target(const ForwardJob& job) {
+    return std::any_of(job.targets.begin(), job.targets.end(),
+                       [](const RouteTarget& t) { return t.local; });
+}
+
+}  // namespace
+
 bool PeerClient::Impl::retry_allowed() const {
     double cap = std::max(static_cast<double>(config_.min_retry_concurrency),
                           config_.retry_budget * static_cast<double>(active_.load()));
@@ -48,9 +58,7 @@ void PeerClient::Impl::report(const RouteTarget& target, bool ok, SteadyClock::d
 void PeerClient::Impl::finish(ForwardJob& job) {
     // No remote site took it: a local target in the plan runs it (the caller, on run_here),
     // as the next candidate would have been tried had it been remote.
-    const bool local_next = std::any_of(job.targets.begin(), job.targets.end(),
-                                        [](const RouteTarget& t) { return t.local; });
-    if (!job.result.started && !job.cancelled && !stopping_.load() && local_next) {
+    if (!job.result.started && !job.cancelled && !stopping_.load() && has_local_target(job)) {
         job.result.run_here = true;
     } else if (!job.result.started && (!job.cancelled || stopping_.load())) {
         // A job cancelled by stop() still answers; one whose client left has nobody to answer.
@@ -95,6 +103,7 @@ net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
             remote.push_back(i);
         }
     }
+    const bool local_fallback = has_local_target(*job);
     for (size_t k = 0; k < remote.size() && !job->cancelled && !stopping_.load(); ++k) {
         const RouteTarget& target = job->targets[remote[k]];
         if (k > 0) {
@@ -111,7 +120,12 @@ net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
                 metrics_->on_forward_retry(failure_reason(job->last_failure));
             }
         }
-        bool can_retry = k + 1 < remote.size() && (job->counted_retry || retry_allowed());
+        // A local target in the plan follows the last remote one (or one the retry budget stops
+        // at): a 5xx, or a deferred answer cut, with nothing relayed leaves the request to it
+        // (finish()), as a refused connection does. Relayed, the 503 of a peer's full queue
+        // reached the client while this site could have run it.
+        bool can_retry =
+            local_fallback || (k + 1 < remote.size() && (job->counted_retry || retry_allowed()));
         ++job->result.attempts;
         job->result.site_id = target.site_id;
         bool over = co_await attempt(*job, target, can_retry);

@@ -25,6 +25,10 @@
 // just before the stream's end event: a stream cut after it (or with it held, whole but for its
 // blank line) is whole, charged the report and ended with the end event, not an error.
 //
+// This site, when the plan lists it, comes after the remote targets, retry budget or not: when
+// none took the request and nothing reached the client (a 5xx, a deferred answer cut, as a failed
+// connection), the caller runs it here (ForwardResult::run_here).
+//
 // reload() (SIGHUP) re-reads the certificate, key and CA: new handshakes use them, the pooled idle
 // connections (made with the old ones) are closed, forwards in flight keep theirs; a file that
 // does not load keeps the old ones and the error names it.

@@ -139,6 +139,8 @@ class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
     }
     net::awaitable<void> run(std::shared_ptr<ForwardJob> job);
     // One target. True when the job is over (answered, or cancelled); false to try the next.
+    // `can_retry`: a next target (a remote one, or this site: finish()) may take a 5xx answer or
+    // a deferred answer cut, nothing of which reached the client; else it is relayed.
     net::awaitable<bool> attempt(ForwardJob& job, const RouteTarget& target, bool can_retry);
     // A connection to `site_id` at `peer_addr`, handshaken (its certificate checked for the
     // site id when verify_site_identity).

@@ -1,0 +1,98 @@
+// The plan's local fallback (this site listed after the remote targets): what makes the request
+// run here after the last remote target failed with nothing relayed, and what is relayed when the
+// plan holds no local target. A refused connection: forward_test.cc. Real sites and real TLS
+// peers (forward_fixture.h).
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "common/status.h"
+#include "tests/daemon/forward/forward_fixture.h"
+
+using namespace edge;
+using namespace edge::testing::forward;
+
+TEST_CASE("the last remote target answers 5xx and this site is next in the plan: it runs here") {
+    // A 503 (the peer's engine queue full) from the last remote target was relayed to the client
+    // while a refused connection to it ran the request here: only remote targets counted as next.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    const RouteTarget here{true, "fra", "", 0.0, "m"};
+    b.generator.fail_next_submit(unavailable_error("engine queue full"));
+    a.planner.route_to({b.target(), here});
+    auto client = a.client();
+
+    SUBCASE("non-streamed") {
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(a.generator.wait_for_request(0));
+        a.generator.emit(0, "local answer");
+        a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->body.find("local answer") != std::string::npos);
+        CHECK(r->body.find("engine queue full") == std::string::npos);
+        CHECK(r->headers["x-edgeserve-site"] != "ams");
+    }
+    SUBCASE("streamed") {
+        REQUIRE(client->send(chat_request(true)).ok());
+        REQUIRE(a.generator.wait_for_request(0));
+        a.generator.emit(0, "streamed here");
+        a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto all = client->read_until("data: [DONE]");
+        REQUIRE(all.ok());
+        CHECK(all->starts_with("HTTP/1.1 200"));
+        CHECK(all->find("streamed here") != std::string::npos);
+        CHECK(all->find("engine queue full") == std::string::npos);
+    }
+    // Charged once, what ran here; a refusal is load, not ill health: the detector hears nothing.
+    CHECK(request_counted(a, "ok"));
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
+    CHECK(a.planner.reports().empty());
+}
+
+TEST_CASE("the last remote target answers 5xx and the plan holds no local target: it is relayed") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    b.generator.fail_next_submit(unavailable_error("engine queue full"));
+    a.planner.route_to({b.target()});
+    auto r = a.ask(chat_request(false));
+    CHECK(r->status == 503);
+    CHECK(r->headers["x-edgeserve-site"] == "ams");
+    CHECK(json_of(r->body)["error"].as_object()["message"] == "engine queue full");
+    CHECK_FALSE(a.generator.wait_for_request(0, 0));
+}
+
+TEST_CASE("a deferred answer cut at the last remote target and this site next: it runs here") {
+    // The peer accepted (its deferred head, with the prompt's length), then died: nothing reached
+    // the client, which got upstream_cut although this site was in the plan.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    RawPeer raw(cluster,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n");
+    const RouteTarget here{true, "fra", "", 0.0, "m"};
+    a.planner.route_to({raw.target(), here});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(a.generator.wait_for_request(0));
+    a.generator.emit(0, "local answer");
+    a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->body.find("local answer") != std::string::npos);
+    CHECK(r->body.find("upstream_cut") == std::string::npos);
+    // Charged once, the run here (not the prompt the peer told); the cut is the peer's failure.
+    CHECK(request_counted(a, "ok"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+    auto reports = a.planner.reports();
+    REQUIRE(reports.size() == 1);
+    CHECK(reports[0].site == "raw");
+    CHECK_FALSE(reports[0].ok);
+}
