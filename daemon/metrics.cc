@@ -84,8 +84,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             .Help(
                                 "Gossip packets and streams dropped, by reason (auth, decode; "
                                 "implausible: messages with an incarnation far past the "
-                                "member's; members_full: alive messages naming a new member "
-                                "past gossip.max_members).")
+                                "member's, or a Lamport time far past this site's clock; "
+                                "members_full: alive messages naming a new member past "
+                                "gossip.max_members).")
                             .Register(*registry_);
     for (const char* reason : {"auth", "decode", "implausible", "members_full"}) {
         gossip_rejected_->Add({{"reason", reason}});

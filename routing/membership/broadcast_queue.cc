@@ -4,21 +4,35 @@
 
 namespace edge::routing::membership {
 
+void BroadcastQueue::drop(uint64_t id) {
+    auto t = id_transmits_.find(id);
+    if (t != id_transmits_.end()) {
+        Item probe{t->second, id, {}, {}};
+        items_.erase(probe);
+        id_transmits_.erase(t);
+    }
+    unkeyed_ids_.erase(id);
+}
+
 void BroadcastQueue::queue(std::string key, std::vector<uint8_t> message) {
     if (!key.empty()) {
         auto it = key_ids_.find(key);
         if (it != key_ids_.end()) {
-            const uint64_t old_id = it->second;
-            auto t = id_transmits_.find(old_id);
-            if (t != id_transmits_.end()) {
-                Item probe{t->second, old_id, {}, {}};
-                items_.erase(probe);
-                id_transmits_.erase(t);
-            }
+            drop(it->second);
         }
     }
     const uint64_t id = next_id_++;
-    if (!key.empty()) {
+    if (key.empty()) {
+        unkeyed_ids_.insert(id);
+        // Ids grow with each message queued: the first is the oldest.
+        while (unkeyed_ids_.size() > max_unkeyed_) {
+            drop(*unkeyed_ids_.begin());
+            ++overflow_dropped_;
+        }
+        if (!unkeyed_ids_.contains(id)) {
+            return;  // max_unkeyed is 0
+        }
+    } else {
         key_ids_[key] = id;
     }
     id_transmits_[id] = 0;
@@ -27,6 +41,7 @@ void BroadcastQueue::queue(std::string key, std::vector<uint8_t> message) {
 
 std::set<BroadcastQueue::Item>::iterator BroadcastQueue::forget(std::set<Item>::iterator it) {
     id_transmits_.erase(it->id);
+    unkeyed_ids_.erase(it->id);
     auto k = key_ids_.find(it->key);
     if (k != key_ids_.end() && k->second == it->id) {
         key_ids_.erase(k);
@@ -68,6 +83,7 @@ std::vector<std::vector<uint8_t>> BroadcastQueue::get_broadcasts(size_t overhead
         item.transmits += 1;
         if (item.transmits >= max_transmits) {
             id_transmits_.erase(item.id);
+            unkeyed_ids_.erase(item.id);
             auto k = key_ids_.find(item.key);
             if (k != key_ids_.end() && k->second == item.id) {
                 key_ids_.erase(k);
@@ -90,6 +106,7 @@ void BroadcastQueue::clear() {
     items_.clear();
     key_ids_.clear();
     id_transmits_.clear();
+    unkeyed_ids_.clear();
 }
 
 }  // namespace edge::routing::membership

@@ -64,7 +64,8 @@ Memberlist::Memberlist(MembershipConfig config, Keyring keyring, Clock& clock,
       transport_(transport),
       rng_(config_.seed),
       awareness_(config_.awareness_max_multiplier),
-      broadcasts_(config_.retransmit_mult),
+      // Events beyond the newest user_event_buffer are past the window this member remembers.
+      broadcasts_(config_.retransmit_mult, config_.user_event_buffer),
       vivaldi_(config_.vivaldi, config_.seed ^ 0x9e3779b97f4a7c15ull) {}
 
 Memberlist::~Memberlist() = default;

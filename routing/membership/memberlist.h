@@ -106,6 +106,9 @@ public:
     void set_event_callback(EventCallback cb) { on_event_ = std::move(cb); }
     void set_user_event_callback(UserEventCallback cb) { on_user_event_ = std::move(cb); }
 
+    // Messages waiting to be piggybacked or gossiped (at most user_event_buffer user events, and
+    // one message per member).
+    size_t broadcasts_queued() const { return broadcasts_.size(); }
     const MembershipStats& stats() const { return stats_; }
     // For the driver, which counts its own transport figures (inbound streams) here too.
     MembershipStats& stats() { return stats_; }
@@ -234,7 +237,12 @@ private:
     void start_push_pull(const std::string& addr, StreamKind kind, const std::string& node);
     PushPullMsg local_push_pull(bool join) const;
     PushPullNode push_pull_node(const Member& m) const;  // Its entry in a push-pull.
-    void merge_push_pull(const PushPullMsg& pp);
+    // `full_state`: a join or periodic push-pull (not a fetch), which carries the sender's clock.
+    void merge_push_pull(const PushPullMsg& pp, bool full_state);
+    // Takes the Lamport time `ltime` a peer's clock or event carries, as a Lamport witness;
+    // false (counted in implausible_dropped, the clock left as it is) for one implausibly far
+    // past this member's clock. `sync`: from the first full state merged, which may jump.
+    bool witness_ltime(uint64_t ltime, bool sync = false);
     void handle_user_event(const UserEventMsg& e);
     bool remember_event(const UserEventMsg& e);
     void send_messages(const std::string& addr, std::vector<std::vector<uint8_t>> framed);

@@ -9,6 +9,17 @@
 
 namespace edge::routing::membership {
 
+namespace {
+
+// A user event Lamport clock rises by one per event sent anywhere in the cluster (rollout
+// intents: a handful a day), so two members' clocks differ by the events one has seen and the
+// other not yet, far below this. A time this far past a member's clock was not reached that way
+// (forged or corrupt): witnessed near the decoder's cap, it would carry every member's clock
+// there by push-pull, and send_user_event would refuse in the whole cluster for good.
+constexpr uint64_t kMaxEventLtimeStep = uint64_t{1} << 32;
+
+}  // namespace
+
 void Memberlist::send_messages(const std::string& addr,
                                std::vector<std::vector<uint8_t>> framed) {
     const size_t budget = packet_budget();
@@ -218,7 +229,7 @@ void Memberlist::start_push_pull(const std::string& addr, StreamKind kind,
     transport_.send_stream(addr, id, std::move(sealed).value());
 }
 
-void Memberlist::merge_push_pull(const PushPullMsg& pp) {
+void Memberlist::merge_push_pull(const PushPullMsg& pp, bool full_state) {
     for (const PushPullNode& n : pp.nodes) {
         switch (n.state) {
             case NodeState::kAlive: {
@@ -253,10 +264,27 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp) {
             }
         }
     }
-    event_clock_ = std::max(event_clock_, pp.event_ltime);
+    // The sender's clock first: its events lie below it, so within the step once it is taken.
+    witness_ltime(pp.event_ltime, full_state);
     for (const UserEventMsg& e : pp.events) {
         handle_user_event(e);
     }
+}
+
+bool Memberlist::witness_ltime(uint64_t ltime, bool sync) {
+    // A member that never synced (just started, its clock at 0) takes the first full state's
+    // clock however far ahead, or it could not join a cluster whose clock is legitimately past
+    // the step. That trusts one exchange per process life, and only a push-pull, never gossip (a
+    // packet any member may send at any time): a time forged into it reaches no synced member,
+    // which refuses this member's clock and events from then on. A lone member is unsynced too
+    // until another joins it: that is how a restarted seed takes the cluster's clock.
+    const bool jump = sync && !event_clock_synced_;
+    if (!jump && ltime > event_clock_ && ltime - event_clock_ > kMaxEventLtimeStep) {
+        stats_.implausible_dropped.fetch_add(1);
+        return false;
+    }
+    event_clock_ = std::max(event_clock_, ltime);
+    return true;
 }
 
 Status Memberlist::send_user_event(const std::string& name, std::vector<uint8_t> payload) {
@@ -300,8 +328,10 @@ bool Memberlist::remember_event(const UserEventMsg& e) {
 }
 
 void Memberlist::handle_user_event(const UserEventMsg& e) {
-    // Lamport witness: our clock passes every time we have seen.
-    event_clock_ = std::max(event_clock_, e.ltime);
+    // Lamport witness: our clock passes every time we have seen (but an implausible one).
+    if (!witness_ltime(e.ltime)) {
+        return;
+    }
     // Older than our window: we cannot tell whether it was delivered, so drop it (serf does).
     if (event_clock_ > config_.user_event_buffer &&
         e.ltime < event_clock_ - config_.user_event_buffer) {
@@ -362,7 +392,8 @@ Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t
         warn_auth_failed(from, plain.status());
         return plain.status();
     }
-    auto msgs = decode_packet(*plain);
+    auto msgs =
+        decode_packet(*plain, DecodeLimits{config_.max_members, config_.user_event_buffer});
     uint64_t suppressed = 0;
     if (!msgs.ok()) {
         stats_.decode_failures.fetch_add(1);
@@ -435,7 +466,7 @@ Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
     std::vector<std::vector<uint8_t>> reply;
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
-            merge_push_pull(*pp);
+            merge_push_pull(*pp, pp->fetch.empty());
             if (pp->fetch.empty()) {
                 event_clock_synced_ = true;  // A full state: the sender's clock came with it.
                 reply.push_back(encode_message(local_push_pull(false)));
@@ -516,7 +547,7 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
     }
     for (const Message& m : *msgs) {
         if (const auto* pp = std::get_if<PushPullMsg>(&m)) {
-            merge_push_pull(*pp);
+            merge_push_pull(*pp, pending.kind != StreamKind::kFetch);
             // A fetch's answer is one member's entry, without the peer's clock.
             event_clock_synced_ = event_clock_synced_ || pending.kind != StreamKind::kFetch;
         } else if (const auto* ack = std::get_if<AckMsg>(&m)) {

@@ -9,7 +9,6 @@ namespace edge::routing::membership {
 namespace {
 
 constexpr size_t kMaxName = 512;
-constexpr size_t kMaxPushPullNodes = 1u << 20;
 constexpr size_t kCoordBytes = (coords::kDimensions + 3) * 8;
 
 void put_coord(WireWriter& w, uint32_t tag, const coords::Coordinate& c) {
@@ -313,7 +312,7 @@ Result<std::optional<PushPullNode>> decode_pp_node(std::span<const uint8_t> byte
     return std::optional<PushPullNode>(std::move(n));
 }
 
-Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
+Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const DecodeLimits& limits) {
     PushPullMsg m;
     size_t entries = 0;
     EDGE_FIELDS("push-pull") {
@@ -325,8 +324,10 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
         case 2: {
             // Entries as sent, those left out included: the bound holds whatever states this
             // version knows.
-            if (entries++ >= kMaxPushPullNodes) {
-                return data_loss_error("push-pull carries too many nodes");
+            if (entries++ >= limits.max_push_pull_nodes) {
+                return data_loss_error("push-pull carries more than " +
+                                       std::to_string(limits.max_push_pull_nodes) +
+                                       " nodes (max_members)");
             }
             EDGE_ASSIGN_OR_RETURN(std::optional<PushPullNode> n, decode_pp_node(f.value));
             if (n) {
@@ -339,6 +340,11 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes) {
             break;
         }
         case 4: {
+            if (m.events.size() >= limits.max_push_pull_events) {
+                return data_loss_error("push-pull carries more than " +
+                                       std::to_string(limits.max_push_pull_events) +
+                                       " user events (user_event_buffer)");
+            }
             EDGE_ASSIGN_OR_RETURN(UserEventMsg e, decode_user_event(f.value));
             m.events.push_back(std::move(e));
             break;
@@ -397,7 +403,8 @@ std::vector<uint8_t> encode_packet(std::span<const std::vector<uint8_t>> framed)
     return out;
 }
 
-Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes) {
+Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes,
+                                           const DecodeLimits& limits) {
     WireReader r(bytes);
     EDGE_ASSIGN_OR_RETURN(uint8_t version, r.read_u8("protocol version"));
     if (version != kProtocolVersion) {
@@ -431,7 +438,7 @@ Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes) {
                 EDGE_RETURN_IF_ERROR(append(out, decode_accusation<DeadMsg>(body), "dead"));
                 break;
             case MessageType::kPushPull:
-                EDGE_RETURN_IF_ERROR(append(out, decode_push_pull(body), "push-pull"));
+                EDGE_RETURN_IF_ERROR(append(out, decode_push_pull(body, limits), "push-pull"));
                 break;
             case MessageType::kUserEvent:
                 EDGE_RETURN_IF_ERROR(append(out, decode_user_event(body), "user event"));

@@ -137,9 +137,21 @@ using Message = std::variant<PingMsg, IndirectPingMsg, AckMsg, NackMsg, SuspectM
 std::vector<uint8_t> encode_message(const Message& m);
 // Frames messages into one plaintext packet.
 std::vector<uint8_t> encode_packet(std::span<const std::vector<uint8_t>> framed);
+// What one push-pull may carry, checked as it is decoded: a stream frame of max_stream_bytes
+// (32 MiB) holds millions of minimal entries or events, each decoding into a far larger value
+// (about 1 GiB in all). An honest member sends its member table, which holds at most max_members
+// entries, and the events it remembers, at most user_event_buffer: Memberlist passes its
+// configuration's (so every member of a cluster needs the same values); the defaults are
+// lan_profile()'s.
+struct DecodeLimits {
+    size_t max_push_pull_nodes = size_t{1} << 16;
+    size_t max_push_pull_events = 512;
+};
+
 // Decodes a plaintext packet; messages of unknown types are skipped, and so are push-pull entries
-// in unknown node states.
-Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes);
+// in unknown node states. A push-pull over `limits` is kDataLoss naming what it has too many of.
+Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes,
+                                           const DecodeLimits& limits = {});
 
 // Bytes of framing added by encode_message around a body of `body` bytes (upper bound).
 inline constexpr size_t kMessageOverhead = 1 + 5;

@@ -41,7 +41,8 @@ struct MembershipStats {
     // Authenticated packets that did not decode.
     std::atomic<uint64_t> decode_failures{0};
     // Alive, suspect and dead messages dropped for an incarnation implausibly far past the one
-    // known for their member (forged or corrupt).
+    // known for their member, and user events and push-pull clocks for a Lamport time
+    // implausibly far past this member's clock (forged or corrupt).
     std::atomic<uint64_t> implausible_dropped{0};
     // Alive messages naming a new member refused because the table holds max_members.
     std::atomic<uint64_t> members_refused{0};

@@ -468,5 +468,45 @@ TEST_CASE("broadcast queue: a message no packet can hold is dropped, not left to
     CHECK(q.get_broadcasts(0, 100, 9, 100).size() == 1);
 }
 
+// Nothing replaces a message without a key (a user event): past max_unkeyed the oldest goes, as
+// with serf's MaxQueueDepth, while keyed ones (one per member) are never dropped for them.
+TEST_CASE("broadcast queue: messages without a key are capped, the oldest dropped first") {
+    BroadcastQueue q(3, 8);
+    for (int i = 0; i < 5; ++i) {
+        q.queue("member" + std::to_string(i), {static_cast<uint8_t>(200 + i)});
+    }
+    for (int i = 0; i < 100; ++i) {
+        q.queue("", {static_cast<uint8_t>(i)});
+    }
+    CHECK(q.size() == 5 + 8);
+    CHECK(q.overflow_dropped() == 92);
+    std::multiset<uint8_t> sent;
+    for (int round = 0; round < 3; ++round) {
+        for (const auto& m : q.get_broadcasts(0, 1000, 9, 1000)) {
+            sent.insert(m.at(0));
+        }
+    }
+    CHECK(q.size() == 0);
+    std::set<uint8_t> distinct(sent.begin(), sent.end());
+    CHECK(distinct.size() == 13);
+    for (int i = 92; i < 100; ++i) {
+        CHECK(sent.count(static_cast<uint8_t>(i)) == 3);  // The newest, each sent in full.
+    }
+    for (int i = 0; i < 5; ++i) {
+        CHECK(sent.count(static_cast<uint8_t>(200 + i)) == 3);
+    }
+    // A message sent already counts like any other, and the queue keeps working after a prune.
+    q.queue("", {1});
+    CHECK(q.get_broadcasts(0, 1000, 9, 1000).size() == 1);
+    for (int i = 0; i < 9; ++i) {
+        q.queue("", {static_cast<uint8_t>(10 + i)});
+    }
+    CHECK(q.size() == 8);
+    CHECK(q.overflow_dropped() == 94);  // The one sent once, and 10.
+    q.clear();
+    q.queue("", {2});
+    CHECK(q.size() == 1);
+}
+
 }  // namespace
 }  // namespace edge::routing::membership

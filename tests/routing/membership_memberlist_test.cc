@@ -127,12 +127,15 @@ TEST_CASE("memberlist: failed probes do not slow the probe rate") {
 }
 
 // The decoder refuses Lamport times at or above kMaxEventLtime; the clock may still reach the
-// last one below it by witnessing, and then it must not send (and so wrap, or be refused by
-// every receiver) but say so.
+// last one below it by witnessing (here from its first push-pull, which may jump), and then it
+// must not send (and so wrap, or be refused by every receiver) but say so.
 TEST_CASE("memberlist: a user event Lamport clock at its cap refuses to send, it never wraps") {
     Member a;
     std::vector<uint64_t> delivered;
     a.ml().set_user_event_callback([&](const UserEventMsg& e) { delivered.push_back(e.ltime); });
+    PushPullMsg pp;
+    pp.event_ltime = kMaxEventLtime - 3;
+    REQUIRE(a.push_pull(pp).ok());
     a.receive(UserEventMsg{kMaxEventLtime - 2, "rollout", {1}});
     REQUIRE(delivered == std::vector<uint64_t>{kMaxEventLtime - 2});
     REQUIRE(a.ml().send_user_event("rollout", {2}).ok());
@@ -597,6 +600,172 @@ TEST_CASE("memberlist: gossip goes to recently dead members, not to members that
     }
     CHECK(reached.count("D:7946") == 1);
     CHECK(reached.count("L:7946") == 0);
+}
+
+// The event clock of a push-pull's answer: what this member's clock is now.
+uint64_t answered_clock(Member& a) {
+    auto answer = a.push_pull(PushPullMsg{});
+    REQUIRE(answer.ok());
+    auto msgs = decode_packet(Keyring{}.open("", *answer).value());
+    REQUIRE(msgs.ok());
+    return std::get<PushPullMsg>(msgs->at(0)).event_ltime;
+}
+
+// One Lamport time just under the decoder's cap, witnessed, carried every member's clock there by
+// push-pull, and from then on no member could send a rollout. Like an incarnation, a time far
+// past this member's clock is dropped and counted, and the clock stays where it was.
+TEST_CASE("memberlist: a user event or push-pull clock implausibly far ahead is dropped") {
+    Member a;
+    std::vector<uint64_t> delivered;
+    a.ml().set_user_event_callback([&](const UserEventMsg& e) { delivered.push_back(e.ltime); });
+    // Gossip never jumps the clock, not even before the first push-pull.
+    a.receive(UserEventMsg{kMaxEventLtime - 1, "rollout", {1}});
+    CHECK(delivered.empty());
+    CHECK(a.ml().stats().implausible_dropped.load() == 1);
+
+    PushPullMsg sync;
+    sync.event_ltime = 10;
+    REQUIRE(a.push_pull(sync).ok());
+    REQUIRE(a.ml().event_clock_synced());
+    REQUIRE(answered_clock(a) == 10);
+
+    a.receive(UserEventMsg{kMaxEventLtime - 2, "rollout", {2}});
+    PushPullMsg forged;
+    forged.event_ltime = kMaxEventLtime - 1;
+    forged.events.push_back(UserEventMsg{kMaxEventLtime - 1, "rollout", {3}});
+    forged.nodes.push_back(
+        PushPullNode{"B", "10.0.0.2:7946", 1, NodeState::kAlive, 0, {}, std::nullopt});
+    REQUIRE(a.push_pull(forged).ok());
+    CHECK(delivered.empty());
+    CHECK(a.ml().stats().implausible_dropped.load() == 4);  // The event, the clock, its event.
+    CHECK(answered_clock(a) == 10);
+    CHECK(a.ml().state_of("B") == NodeState::kAlive);  // The rest of the push-pull is taken.
+    REQUIRE(a.ml().send_user_event("rollout", {4}).ok());
+    CHECK(delivered == std::vector<uint64_t>{11});
+
+    // Up to 2^32 past the clock is still taken, as gossip and as a push-pull's clock.
+    const uint64_t far = 11 + (uint64_t{1} << 32);
+    a.receive(UserEventMsg{far, "rollout", {5}});
+    CHECK(delivered.back() == far);
+    PushPullMsg ahead;
+    ahead.event_ltime = far + (uint64_t{1} << 32);
+    REQUIRE(a.push_pull(ahead).ok());
+    CHECK(answered_clock(a) == ahead.event_ltime);
+    CHECK(a.ml().stats().implausible_dropped.load() == 4);
+}
+
+// A member starts with its clock at 0 and the cluster's may be legitimately far past the step:
+// its first full state (the answer to its join, or a push-pull it is sent) still brings its
+// clock up, and the events in it are delivered. Once synced it is bounded like any member.
+TEST_CASE("memberlist: a new member takes a legitimately high clock from its first push-pull") {
+    const uint64_t cluster = uint64_t{1} << 40;
+    PushPullMsg state;
+    state.nodes.push_back(
+        PushPullNode{"B", "10.0.0.2:7946", 1, NodeState::kAlive, 0, {}, std::nullopt});
+    state.event_ltime = cluster;
+    state.events.push_back(UserEventMsg{cluster - 1, "rollout", {1}});
+    state.events.push_back(UserEventMsg{cluster, "rollout", {2}});
+
+    SUBCASE("from the answer to its join") {
+        Member a;
+        std::vector<uint64_t> delivered;
+        a.ml().set_user_event_callback(
+            [&](const UserEventMsg& e) { delivered.push_back(e.ltime); });
+        a.ml().join({"10.0.0.2:7946"});
+        REQUIRE(a.transport().streams.size() == 1);
+        std::vector<std::vector<uint8_t>> framed{encode_message(state)};
+        // The join is the member's first stream: id 1.
+        a.ml().handle_stream_response(1, Keyring{}.seal("", encode_packet(framed)).value());
+        CHECK(a.ml().event_clock_synced());
+        CHECK(delivered == std::vector<uint64_t>{cluster - 1, cluster});
+        CHECK(a.ml().stats().implausible_dropped.load() == 0);
+        REQUIRE(a.ml().send_user_event("rollout", {3}).ok());
+        CHECK(delivered.back() == cluster + 1);
+        // Synced: the jump is not taken twice.
+        PushPullMsg forged;
+        forged.event_ltime = kMaxEventLtime - 1;
+        REQUIRE(a.push_pull(forged).ok());
+        CHECK(a.ml().stats().implausible_dropped.load() == 1);
+        CHECK(answered_clock(a) == cluster + 1);
+    }
+    SUBCASE("from a push-pull it is sent") {
+        Member a;
+        REQUIRE(a.push_pull(state).ok());
+        CHECK(answered_clock(a) == cluster);
+        CHECK(a.ml().stats().implausible_dropped.load() == 0);
+    }
+}
+
+// A push-pull is capped at what an honest member sends: its table (max_members) and the events it
+// remembers (user_event_buffer). A 32 MiB stream frame of minimal event records decoded into
+// about 16.7 million events (1 GiB), and entries were capped only at 2^20.
+TEST_CASE("memberlist: a push-pull with more nodes or events than it holds is refused") {
+    MembershipConfig c = lan_profile();
+    c.max_members = 8;
+    c.user_event_buffer = 4;
+    Member a(c);
+    PushPullMsg events;
+    for (uint64_t i = 1; i <= 5; ++i) {
+        events.events.push_back(UserEventMsg{i, "rollout", {}});
+    }
+    events.event_ltime = 5;
+    // The error (or "" when taken).
+    auto refusal = [&](const PushPullMsg& pp) {
+        auto answer = a.push_pull(pp);
+        return answer.ok() ? std::string() : std::string(answer.status().message());
+    };
+    CHECK(refusal(events).find("more than 4 user events (user_event_buffer)") !=
+          std::string::npos);
+    PushPullMsg nodes;
+    for (int i = 0; i < 9; ++i) {
+        nodes.nodes.push_back(PushPullNode{"N" + std::to_string(i),
+                                           "10.0.1." + std::to_string(i) + ":7946", 1,
+                                           NodeState::kAlive, 0, {}, std::nullopt});
+    }
+    CHECK(refusal(nodes).find("more than 8 nodes (max_members)") != std::string::npos);
+    CHECK(a.ml().stats().decode_failures.load() == 2);
+    CHECK(a.ml().num_live() == 1);
+    CHECK(answered_clock(a) == 0);
+    // At the caps, taken.
+    events.events.pop_back();
+    nodes.nodes.pop_back();
+    CHECK(a.push_pull(events).ok());
+    CHECK(a.push_pull(nodes).ok());
+    CHECK(a.ml().num_live() == 8);
+    // The decoder's own defaults are lan_profile()'s.
+    PushPullMsg big;
+    big.events.assign(513, UserEventMsg{1, "e", {}});
+    auto r = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(big)}));
+    CHECK(r.status().code() == StatusCode::kDataLoss);
+    big.events.resize(512);
+    CHECK(decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(big)}))
+              .ok());
+}
+
+// Each distinct user event is queued for rebroadcast without a key, so nothing replaced it: a
+// flood of packets full of small events with fresh Lamport times grew the queue without end.
+TEST_CASE("memberlist: the broadcast queue stays bounded under a flood of distinct user events") {
+    Member a;
+    uint64_t ltime = 0;
+    for (int packet = 0; packet < 20; ++packet) {
+        std::vector<std::vector<uint8_t>> framed;
+        for (int i = 0; i < 1000; ++i) {
+            framed.push_back(encode_message(UserEventMsg{++ltime, "e", {}}));
+        }
+        a.ml().handle_packet("10.0.0.2:7946", Keyring{}.seal("", encode_packet(framed)).value());
+    }
+    CHECK(a.ml().stats().user_events_delivered.load() == 20000);
+    CHECK(a.ml().broadcasts_queued() <= a.ml().config().user_event_buffer + 1);
+    // The newest are the ones kept: the next message sent carries the latest event.
+    a.transport().sent.clear();
+    a.receive(PingMsg{1, "A", "B", "10.0.0.2:7946"});
+    uint64_t newest = 0;
+    for (const auto& s : a.transport().sent) {
+        if (const auto* e = std::get_if<UserEventMsg>(&s.msg)) {
+            newest = std::max(newest, e->ltime);
+        }
+    }
+    CHECK(newest == ltime);
 }
 
 }  // namespace
