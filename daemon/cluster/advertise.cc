@@ -4,6 +4,8 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include "routing/membership/interface_address.h"
+
 namespace edge::daemon::cluster {
 
 namespace {
@@ -40,7 +42,14 @@ std::string public_host(std::string_view advertise_address, std::string_view bin
     if (!is_wildcard(bind_address)) {
         return std::string(bind_address);
     }
-    return {};
+    // The address gossip advertises for a wildcard bind (MembershipService::create).
+    const std::optional<boost::asio::ip::address> bind = parse_ip(bind_address);
+    Result<boost::asio::ip::address> chosen = routing::membership::choose_advertise_address(
+        routing::membership::interface_addresses(), bind && bind->is_v6());
+    if (!chosen.ok()) {
+        return {};
+    }
+    return chosen->is_v6() ? "[" + chosen->to_string() + "]" : chosen->to_string();
 }
 
 bool is_loopback_host(std::string_view host) {

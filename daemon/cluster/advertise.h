@@ -11,7 +11,8 @@ namespace edge::daemon::cluster {
 
 // The host other sites reach this site at when one of its listeners listens on every
 // interface: the gossip advertise address's host (brackets kept for IPv6), else a specific
-// gossip bind address, else "" (unknown).
+// gossip bind address, else the interface address gossip advertises for its wildcard bind
+// (routing/membership/interface_address.h), else "" (none).
 std::string public_host(std::string_view advertise_address, std::string_view bind_address);
 
 // Whether `host` names this machine only (localhost, 127.0.0.0/8, ::1, [::1]).

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "common/log.h"
+#include "routing/membership/interface_address.h"
 
 namespace edge::routing::membership {
 
@@ -549,7 +550,16 @@ Result<std::unique_ptr<MembershipService>> MembershipService::create(
     auto impl = std::make_shared<Impl>(io);
     EDGE_RETURN_IF_ERROR(impl->bind(bind_host, port));
     if (config.advertise_addr.empty()) {
-        config.advertise_addr = endpoint_string(impl->host_, impl->port_);
+        asio::ip::address advertised = impl->host_;
+        if (advertised.is_unspecified()) {
+            EDGE_ASSIGN_OR_RETURN(advertised, choose_advertise_address(interface_addresses(),
+                                                                       advertised.is_v6()));
+            log::info("gossip_advertise_chosen",
+                      {{"bind", endpoint_string(impl->host_, impl->port_)},
+                       {"advertise", endpoint_string(advertised, impl->port_)},
+                       {"fix", "set gossip.advertise_address to choose another"}});
+        }
+        config.advertise_addr = endpoint_string(advertised, impl->port_);
     }
     // Each process life starts at the wall-clock second (see initial_incarnation), so what a
     // previous life left in the cluster (it may have crashed a moment ago) is out-ranked at once.

@@ -33,7 +33,9 @@ namespace edge::routing::membership {
 class MembershipService {
 public:
     // Binds UDP and TCP on bind_host:port (port 0 picks a free one). When
-    // config.advertise_addr is empty it becomes bind_host:bound_port.
+    // config.advertise_addr is empty it becomes bind_host:bound_port, or for a wildcard bind
+    // (0.0.0.0, ::) an interface's address (choose_advertise_address; an error when there is
+    // none).
     static Result<std::unique_ptr<MembershipService>> create(boost::asio::io_context& io,
                                                              MembershipConfig config,
                                                              Keyring keyring,

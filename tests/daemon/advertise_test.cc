@@ -4,15 +4,29 @@
 
 #include <doctest/doctest.h>
 
+#include "routing/membership/interface_address.h"
+
 namespace edge::daemon::cluster {
 namespace {
+
+// The host gossip advertises for a wildcard bind on this machine ("" when it has none).
+std::string wildcard_host(bool ipv6) {
+    auto a = routing::membership::choose_advertise_address(
+        routing::membership::interface_addresses(), ipv6);
+    if (!a.ok()) {
+        return {};
+    }
+    return a->is_v6() ? "[" + a->to_string() + "]" : a->to_string();
+}
 
 TEST_CASE("advertised addresses: the public host is the advertise host, else a specific bind") {
     CHECK(public_host("203.0.113.5:7946", "0.0.0.0") == "203.0.113.5");
     CHECK(public_host("[2001:db8::5]:7946", "::") == "[2001:db8::5]");
     CHECK(public_host("", "198.51.100.7") == "198.51.100.7");
-    CHECK(public_host("", "0.0.0.0").empty());
-    CHECK(public_host("", "::").empty());
+    // A wildcard bind without an advertise address: what gossip advertises for it, an
+    // interface's address (routing/membership/interface_address.h), or "" on a host without one.
+    CHECK(public_host("", "0.0.0.0") == wildcard_host(false));
+    CHECK(public_host("", "::") == wildcard_host(true));
 }
 
 TEST_CASE("advertised addresses: what other sites reach a listener at") {
@@ -41,8 +55,8 @@ TEST_CASE("advertised addresses: wildcard and loopback listeners are known howev
     CHECK(reachable_address("0:0:0:0:0:0:0:0", 8444, "203.0.113.5") == "203.0.113.5:8444");
     CHECK(reachable_address("0:0:0:0:0:0:0:1", 9443, "203.0.113.5").empty());
     CHECK(reachable_address("::ffff:127.0.0.1", 9443, "203.0.113.5").empty());
-    CHECK(public_host("", "0:0:0:0:0:0:0:0").empty());
-    CHECK(public_host("", "::0").empty());
+    CHECK(public_host("", "0:0:0:0:0:0:0:0") == wildcard_host(true));
+    CHECK(public_host("", "::0") == wildcard_host(true));
     CHECK(public_host("", "2001:db8::5") == "2001:db8::5");
     CHECK(is_loopback_host("[0:0:0:0:0:0:0:1]"));
     CHECK(is_loopback_host("::ffff:127.0.0.1"));
