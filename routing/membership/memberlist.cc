@@ -214,6 +214,14 @@ void Memberlist::apply_site_bytes(Member& m, uint64_t incarnation, uint64_t vers
     if (!newer_site_state(incarnation, version, m.site_incarnation, m.site_version)) {
         return;
     }
+    if (incarnation < m.life_incarnation) {
+        // The key kept at a new life (see handle_alive) refuses only states up to the one held:
+        // a previous life's later state that never reached us, replayed by a push-pull whose
+        // sender missed the restart, would outrank it. Nothing below the life's first
+        // incarnation can be the current life's newest state, so it is dropped, and the fetch
+        // of the new life's state stays pending.
+        return;
+    }
     auto site = decode_site_state(bytes);
     if (site.ok() && site->site_id != m.name) {
         // Member names are site ids, and routing files what it learns about a pool (health,
@@ -362,6 +370,8 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         fresh.addr = a.addr;
         fresh.incarnation = a.incarnation;
         fresh.life = ++lives_begun_;
+        // What came before this incarnation may be a previous life's (one reclaimed, say).
+        fresh.life_incarnation = a.incarnation;
         fresh.state = NodeState::kDead;  // set_state below counts it in
         stats_.members_dead.fetch_add(1);
         auto [it, inserted] = members_.emplace(a.node, std::move(fresh));
@@ -425,6 +435,7 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         if (new_life) {
             // The router starts the life's records afresh by it (MemberView::life).
             m->life = ++lives_begun_;
+            m->life_incarnation = a.incarnation;
             ++change_count_;
             // Its key (site_incarnation, site_version) stays, so that state, arriving late by
             // gossip or push-pull, is still refused.

@@ -145,6 +145,10 @@ private:
         // Which life of the member this is (MemberView::life): a new number from lives_begun_
         // when it is first heard of and whenever handle_alive finds a new life.
         uint64_t life = 0;
+        // The incarnation this life was first heard at. The life's states all lie at or above it
+        // (its incarnations only grow), so a state below it may be a previous life's, replayed
+        // by a peer that has not heard of the restart yet: apply_site_bytes refuses it.
+        uint64_t life_incarnation = 0;
         std::optional<coords::Coordinate> coord;
         std::unique_ptr<Suspicion> suspicion;
         uint64_t suspicion_timer = 0;
@@ -192,7 +196,8 @@ private:
     void correct_stale(const Member& m, const std::string* reply_to);
     void arm_suspicion_timer(Member& m);
     void refute(uint64_t accused_incarnation);
-    // Takes `bytes` as m's site state if (incarnation, version) is newer than the one held.
+    // Takes `bytes` as m's site state if (incarnation, version) is newer than the one held and
+    // the incarnation is not below m's current life's (Member::life_incarnation).
     void apply_site_bytes(Member& m, uint64_t incarnation, uint64_t version,
                           std::vector<uint8_t> bytes);
     void publish_local_state();

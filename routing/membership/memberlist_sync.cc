@@ -258,6 +258,8 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp, bool full_state) {
             // As in handle_alive: a member that died or left keeps the state it went with. And
             // only a state of an incarnation taken above: one the handlers dropped (implausibly
             // far ahead) would otherwise outrank every state the member publishes from then on.
+            // One below the member's current life (a sender that missed its restart) is refused
+            // by apply_site_bytes.
             const bool live = m->state == NodeState::kAlive || m->state == NodeState::kSuspect;
             if (live && n.incarnation <= m->incarnation && !n.site_state.empty()) {
                 apply_site_bytes(*m, n.incarnation, n.state_version, n.site_state);

@@ -113,6 +113,71 @@ TEST_CASE("memberlist: a refuted suspicion or a newer state being fetched keeps 
     CHECK(routes_model_m(ml));
 }
 
+TEST_CASE("memberlist: a push-pull missing the restart brings back no previous life's state") {
+    // We hold B's state at (7,7) and miss its last one, (8,8). B dies at 8 and restarts at 9; a
+    // peer that has not heard of the restart pushes its entry for B at 8, with the (8,8) state.
+    // That entry's alive or suspicion is stale, and its state, above the key kept at the new
+    // life, must not be taken either: it is the previous life's.
+    for (const bool dead : {false, true}) {
+        CAPTURE(dead);
+        Member a;
+        Memberlist& ml = a.ml();
+        a.receive(AliveMsg{7, "B", kAddrB, 7, site_bytes("B", 1)});
+        REQUIRE(routes_model_m(ml));
+        a.receive(DeadMsg{8, "B", "C"});
+        REQUIRE(ml.state_of("B") == NodeState::kDead);
+        a.transport().streams.clear();
+        a.receive(AliveMsg{9, "B", kAddrB, 1, std::nullopt});
+        REQUIRE(fetched_b(a));
+        REQUIRE(ml.snapshot()->find("B")->site == nullptr);
+
+        const NodeState pushed = dead ? NodeState::kDead : NodeState::kAlive;
+        PushPullMsg stale;
+        stale.nodes.push_back(
+            PushPullNode{"B", kAddrB, 8, pushed, 8, site_bytes("B", 2), std::nullopt});
+        REQUIRE(a.push_pull(stale).ok());
+        CHECK(ml.state_of("B") == NodeState::kAlive);
+        CHECK(ml.snapshot()->find("B")->site == nullptr);
+        CHECK(ml.site_version_of("B") == 0);
+        CHECK_FALSE(routes_model_m(ml));
+        // The new life's fetch is still the one pending: B's next state starts no other.
+        a.transport().streams.clear();
+        a.receive(AliveMsg{9, "B", kAddrB, 2, std::nullopt});
+        CHECK_FALSE(fetched_b(a));
+
+        // The new life's state still applies.
+        PushPullMsg fresh;
+        fresh.nodes.push_back(
+            PushPullNode{"B", kAddrB, 9, NodeState::kAlive, 2, site_bytes("B", 3), std::nullopt});
+        REQUIRE(a.push_pull(fresh).ok());
+        CHECK(ml.site_version_of("B") == 2);
+        REQUIRE(ml.snapshot()->find("B")->site != nullptr);
+        CHECK(ml.snapshot()->find("B")->site->pools.at(0).capacity == 3);
+        CHECK(routes_model_m(ml));
+    }
+}
+
+TEST_CASE("memberlist: a member first heard of takes no state from below that incarnation") {
+    // Heard of anew (or again, after its dead entry was reclaimed) at 9, its state being
+    // fetched: an entry at 8 from a peer may be a previous life's, so it is not taken.
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{9, "B", kAddrB, 1, std::nullopt});
+    REQUIRE(fetched_b(a));
+    PushPullMsg stale;
+    stale.nodes.push_back(
+        PushPullNode{"B", kAddrB, 8, NodeState::kAlive, 8, site_bytes("B", 2), std::nullopt});
+    REQUIRE(a.push_pull(stale).ok());
+    CHECK(ml.snapshot()->find("B")->site == nullptr);
+    CHECK_FALSE(routes_model_m(ml));
+    PushPullMsg fresh;
+    fresh.nodes.push_back(
+        PushPullNode{"B", kAddrB, 9, NodeState::kAlive, 1, site_bytes("B", 3), std::nullopt});
+    REQUIRE(a.push_pull(fresh).ok());
+    CHECK(ml.site_version_of("B") == 1);
+    CHECK(routes_model_m(ml));
+}
+
 // The router starts a life's outlier records afresh when MemberView::life changes: it must
 // change at every new life handle_alive finds, and at nothing else.
 TEST_CASE("memberlist: a member's life number changes exactly when it begins a new life") {
