@@ -172,34 +172,45 @@ void KvCache::truncate(int32_t slot, int32_t length) {
 
 Result<SavedSlot> KvCache::save(int32_t slot, int64_t max_bytes) const {
     EDGE_CHECK(in_use(slot));
+    const int32_t bt = shape_.block_tokens;
+    const auto& table = tables_[slot];
     SavedSlot out;
     out.length = lengths_[slot];
-    const size_t blocks =
-        static_cast<size_t>((out.length + shape_.block_tokens - 1) / shape_.block_tokens);
-    if (static_cast<int64_t>(blocks) * block_bytes() > max_bytes) {
-        return resource_exhausted_error("KV cache: saving " + std::to_string(blocks) +
+    const size_t blocks = static_cast<size_t>((out.length + bt - 1) / bt);
+    // Hashed blocks are full prompt blocks, found again under the same chain hashes.
+    size_t shared = 0;
+    while (shared < blocks && pool_.hashed(table[shared]) && pool_.refs(table[shared]) > 1) {
+        ++shared;
+    }
+    out.shared = static_cast<int32_t>(shared) * bt;
+    const size_t copied = blocks - shared;
+    if (static_cast<int64_t>(copied) * block_bytes() > max_bytes) {
+        return resource_exhausted_error("KV cache: saving " + std::to_string(copied) +
                                         " blocks takes more than " + std::to_string(max_bytes) +
                                         " bytes");
     }
     const size_t floats = static_cast<size_t>(block_bytes()) / sizeof(float);
-    out.data.resize(blocks * floats);
-    for (size_t i = 0; i < blocks; ++i) {
-        std::memcpy(out.data.data() + i * floats, head_base(tables_[slot][i], 0, 0, 0),
+    out.data.resize(copied * floats);
+    for (size_t i = 0; i < copied; ++i) {
+        std::memcpy(out.data.data() + i * floats, head_base(table[shared + i], 0, 0, 0),
                     static_cast<size_t>(block_bytes()));
     }
     return out;
 }
 
 Status KvCache::restore(int32_t slot, const SavedSlot& saved) {
-    EDGE_CHECK(in_use(slot) && lengths_[slot] == 0 && tables_[slot].empty());
+    const int32_t bt = shape_.block_tokens;
+    EDGE_CHECK(in_use(slot) && saved.shared % bt == 0 && lengths_[slot] == saved.shared &&
+               static_cast<int64_t>(tables_[slot].size()) * bt == saved.shared);
     const size_t floats = static_cast<size_t>(block_bytes()) / sizeof(float);
-    const size_t blocks =
-        static_cast<size_t>((saved.length + shape_.block_tokens - 1) / shape_.block_tokens);
-    EDGE_CHECK(saved.length <= shape_.max_context && saved.data.size() == blocks * floats);
+    const auto first = static_cast<size_t>(saved.shared / bt);
+    const size_t blocks = static_cast<size_t>((saved.length + bt - 1) / bt);
+    EDGE_CHECK(saved.length <= shape_.max_context && saved.shared <= saved.length &&
+               saved.data.size() == (blocks - first) * floats);
     const SlotGrowth growth{slot, saved.length};
     EDGE_RETURN_IF_ERROR(reserve(std::span<const SlotGrowth>(&growth, 1)));
-    for (size_t i = 0; i < blocks; ++i) {
-        std::memcpy(head_base(tables_[slot][i], 0, 0, 0), saved.data.data() + i * floats,
+    for (size_t i = first; i < blocks; ++i) {
+        std::memcpy(head_base(tables_[slot][i], 0, 0, 0), saved.data.data() + (i - first) * floats,
                     static_cast<size_t>(block_bytes()));
     }
     set_length(slot, saved.length);

@@ -48,9 +48,12 @@ struct KvCacheStats {
 
 // A copy of one slot's cached positions in host memory (KvCache::save), for preemption by
 // swapping: put back with KvCache::restore, the sequence continues from the same numbers.
+// Leading blocks that other sequences share through the prefix cache are not copied: they stay
+// in the cache while those run, and are attached again (attach_prefix) before the restore.
 struct SavedSlot {
-    int32_t length = 0;       // Positions saved.
-    std::vector<float> data;  // Their blocks, whole, in position order.
+    int32_t length = 0;       // Positions saved, the shared prefix included.
+    int32_t shared = 0;       // Leading positions not copied (whole shared prefix blocks).
+    std::vector<float> data;  // The blocks from `shared` on, whole, in position order.
     int64_t bytes() const { return static_cast<int64_t>(data.size() * sizeof(float)); }
 };
 
@@ -93,11 +96,14 @@ public:
     // Drops positions from `length` on, releasing whole blocks past it.
     void truncate(int32_t slot, int32_t length);
 
-    // A copy of the slot's positions (whole blocks; shared and cached ones copied too), or
-    // kResourceExhausted (nothing copied) when it would take more than `max_bytes`.
+    // A copy of the slot's positions (whole blocks) past its leading run of prefix-cache blocks
+    // that another slot also holds (SavedSlot::shared), or kResourceExhausted (nothing copied)
+    // when it would take more than `max_bytes`. Copying the shared blocks would make the restore
+    // need private copies of blocks the cache still holds, more than the preemption freed.
     Result<SavedSlot> save(int32_t slot, int64_t max_bytes) const;
-    // Fills the empty slot with what save() copied, in private blocks: kResourceExhausted
-    // (nothing changed) when the blocks are not there.
+    // Fills the slot, which must hold exactly saved.shared positions (empty, or the shared
+    // prefix attached again with the same chain), with what save() copied, in private blocks:
+    // kResourceExhausted (nothing changed) when the blocks are not there.
     Status restore(int32_t slot, const SavedSlot& saved);
 
     // Attaches the cached blocks that `chain` names after the slot's own (the slot holds whole

@@ -11,9 +11,10 @@
 // a finished sequence leaves the batch at once. When forward reports kResourceExhausted (KV blocks
 // run out), the lowest-priority sequence is preempted (slot and blocks released, requeued first
 // in its tenant's queue; its KV copied to host memory and put back when it is admitted again,
-// within swap_bytes, else recomputed later from its tokens), so every request still completes;
-// among equal priorities, one of the tenant holding the most places per weight,
-// its most recently admitted. cancel() takes effect at the next step (finish kCancelled).
+// within swap_bytes, else recomputed later from its tokens; prompt blocks it shares with other
+// sequences through the prefix cache are not copied but attached again), so every request still
+// completes; among equal priorities, one of the tenant holding the most places per weight, its
+// most recently admitted. cancel() takes effect at the next step (finish kCancelled).
 //
 // Fair places in the batch: a tenant's level is its running sequences over its weight. A free
 // place goes to the waiting tenants whose level with it would be lowest, by DRR among them (so
@@ -108,9 +109,10 @@ struct SchedulerStats {
     int64_t preemptions = 0;  // Sequences evicted (for lack of KV space or for a fair share).
     int64_t fair_preemptions = 0;  // Of those, evicted for a tenant below its fair share.
     int64_t swapped_preemptions = 0;  // Of those, with their KV saved (swap_bytes).
-    // Positions computed again because a preemption dropped them without saving them; those
-    // the prefix cache still held at the next admission are attached, not computed, and not
-    // counted (nor are those of a sequence that ends before it runs again).
+    // Positions computed again because a preemption dropped them without saving them (or the
+    // saved copy's shared prefix was evicted before the restore); those the prefix cache still
+    // held at the next admission are attached, not computed, and not counted (nor are those of
+    // a sequence that ends before it runs again).
     int64_t recompute_tokens = 0;
     int32_t max_running = 0;  // Largest batch seen, in sequences.
     int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.
@@ -207,8 +209,10 @@ private:
     // Copies a sequence's KV out before its slot is released, within swap_bytes; false when it
     // is to be recomputed instead.
     bool save_kv(Sequence* seq);
-    // Puts a newly admitted sequence's saved KV into its slot; false when the cache cannot hold
-    // it while others run (it must wait). A restore that fails otherwise means recomputing.
+    // Puts a newly admitted sequence's saved KV into its slot, its shared prefix (not saved)
+    // attached again from the prefix cache first; false when the cache cannot hold it while
+    // others run (it must wait). A restore that fails otherwise, or a shared prefix evicted
+    // meanwhile, means recomputing.
     bool restore_kv(Sequence* seq);
     void attach_prefix(Sequence* seq);
     void publish_prefix(Sequence* seq);

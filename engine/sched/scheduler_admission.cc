@@ -327,15 +327,38 @@ bool Scheduler::restore_kv(Sequence* seq) {
     if (seq->swapped == nullptr) {
         return true;
     }
-    const Status st = model_->restore_slot(seq->slot, seq->swapped->saved());
+    const SavedSlot& saved = seq->swapped->saved();
+    if (saved.shared > 0) {
+        // Its prefix blocks that others shared were not copied (KvCache::save): they are
+        // attached again first, so the restore needs private blocks for the rest only (what
+        // the preemption freed), not copies of blocks the cache still holds.
+        const int32_t bt = model_->kv_block_tokens();
+        const auto blocks = static_cast<size_t>(bt > 0 ? saved.shared / bt : 0);
+        const int32_t length =
+            blocks > 0 && blocks <= seq->prefix_chain.size()
+                ? model_->attach_prefix(
+                      seq->slot, std::span<const BlockHash>(seq->prefix_chain.data(), blocks))
+                : 0;
+        if (length != saved.shared) {
+            // Evicted since (their sharers finished): the sequence is computed again, from
+            // what the prefix cache still holds (admit() attaches it).
+            model_->truncate_slot(seq->slot, 0);
+            seq->swapped.reset();
+            return true;
+        }
+    }
+    const Status st = model_->restore_slot(seq->slot, saved);
     if (st.code() == StatusCode::kResourceExhausted && !running_.empty()) {
-        return false;
+        return false;  // The caller releases the slot with the prefix attached above.
     }
     if (st.ok()) {
-        seq->computed = seq->swapped->saved().length;
+        seq->computed = saved.length;
+        seq->published_blocks = saved.shared / std::max(model_->kv_block_tokens(), 1);
+    } else {
+        // With nothing running every block is free or evictable, so this is not for lack of
+        // room; the tokens are computed again (counted as they are: step()).
+        model_->truncate_slot(seq->slot, 0);
     }
-    // Otherwise, with nothing running every block is free or evictable, so this is not for lack
-    // of room; the tokens are computed again (counted as they are: step()).
     seq->swapped.reset();
     return true;
 }

@@ -215,6 +215,78 @@ TEST_CASE("kv cache: a saved slot is restored bit for bit into private blocks, o
     }
 }
 
+TEST_CASE("kv cache: prefix blocks another slot shares are not saved, but attached again") {
+    auto kv = KvCache::create(small_shape(12));
+    REQUIRE(kv.ok());
+    KvCache& c = **kv;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    const auto fill = [&](int32_t slot, int32_t from, int32_t to) {
+        for (int32_t p = from; p < to; ++p) {
+            for (int32_t l = 0; l < 2; ++l) {
+                for (int32_t h = 0; h < 2; ++h) {
+                    for (int32_t d = 0; d < 3; ++d) {
+                        c.key(slot, l, h, p)[d] = dist(rng);
+                        c.value(slot, l, h, p)[d] = dist(rng);
+                    }
+                }
+            }
+        }
+    };
+    // Slot a computes and publishes a prompt of two blocks; slot s attaches them and goes on.
+    auto a = *c.acquire();
+    const SlotGrowth ga[] = {{a, 8}};
+    REQUIRE(c.reserve(ga).ok());
+    fill(a, 0, 8);
+    c.set_length(a, 8);
+    const BlockHash chain[] = {hash_of(1), hash_of(2)};
+    c.publish_prefix(a, chain);
+    auto s = *c.acquire();
+    REQUIRE(c.attach_prefix(s, chain) == 8);
+    const SlotGrowth gs[] = {{s, 14}};
+    REQUIRE(c.reserve(gs).ok());
+    fill(s, 8, 14);
+    c.set_length(s, 14);
+    std::vector<float> want;
+    for (int32_t p = 0; p < 14; ++p) {
+        want.insert(want.end(), c.key(s, 1, 1, p), c.key(s, 1, 1, p) + 3);
+        want.insert(want.end(), c.value(s, 1, 1, p), c.value(s, 1, 1, p) + 3);
+    }
+
+    // Only its own two blocks are copied: the shared ones stay in the cache while a holds them.
+    Result<SavedSlot> save = c.save(s, 2 * c.block_bytes());
+    REQUIRE(save.ok());
+    const SavedSlot saved = *std::move(save);
+    CHECK(saved.length == 14);
+    CHECK(saved.shared == 8);
+    CHECK(saved.bytes() == 2 * c.block_bytes());
+    c.release(s);
+
+    // With the prefix attached again, the restore needs those two blocks only.
+    auto t = *c.acquire();
+    REQUIRE(c.attach_prefix(t, chain) == 8);
+    auto other = *c.acquire();
+    const SlotGrowth go[] = {{other, 4 * (c.num_blocks() - 4)}};  // All but 2 blocks taken.
+    REQUIRE(c.reserve(go).ok());
+    REQUIRE(c.restore(t, saved).ok());
+    CHECK(c.length(t) == 14);
+    REQUIRE(c.blocks(t).size() == 4);
+    CHECK(c.blocks(t)[0] == c.blocks(a)[0]);
+    CHECK(c.blocks(t)[1] == c.blocks(a)[1]);
+    std::vector<float> got;
+    for (int32_t p = 0; p < 14; ++p) {
+        got.insert(got.end(), c.key(t, 1, 1, p), c.key(t, 1, 1, p) + 3);
+        got.insert(got.end(), c.value(t, 1, 1, p), c.value(t, 1, 1, p) + 3);
+    }
+    CHECK(got == want);
+
+    // Held by this slot alone, published blocks are copied like the rest.
+    c.release(a);
+    const SavedSlot alone = *c.save(t, INT64_MAX);
+    CHECK(alone.shared == 0);
+    CHECK(alone.bytes() == 4 * c.block_bytes());
+}
+
 TEST_CASE("kv cache: eviction takes a cached chain's last block first, its root last") {
     auto kv = KvCache::create(small_shape(6));
     REQUIRE(kv.ok());

@@ -496,5 +496,110 @@ TEST_CASE("serving stats: queue time, time to first token, inter-token and end-t
     CHECK(stats.kv_blocks_cached > 0);
 }
 
+TEST_CASE("preemption by swap leaves a shared system prompt in the cache and admission open") {
+    // Six requests of tenant a share a system prompt of 8 blocks (4 tokens each), plus 2 tokens
+    // and 16 generated of their own (5 blocks at most); 20 blocks hold the prompt and 2 or 3 of
+    // them, so KV preemptions swap some out. A swap copies their own blocks only: the system
+    // prompt stays cached for the others and is attached again, so the restore needs no more
+    // blocks than the preemption freed. (Copied, the prompt had to come back in private blocks
+    // while the others held it: the restore failed and closed admission, for b too, until the
+    // next request ended.) Tenant b sends a request at one of several steps of that run.
+    constexpr int kOwnBlocks = 5;
+    for (int at = 14; at <= 26; at += 2) {
+        CAPTURE(at);
+        FakeOptions opts = Paged::paged_options();
+        opts.kv_tokens = 4 * 20;
+        SchedulerConfig config;
+        config.max_batch_tokens = 32;
+        config.swap_bytes = int64_t{1} << 20;
+        Paged h(opts, config);
+        const auto system = prompt_of(32, 60);
+        std::vector<std::pair<std::vector<TokenId>, std::shared_ptr<CollectingSink>>> reqs;
+        for (int i = 0; i < 6; ++i) {
+            auto p = system;
+            p.push_back(100 + i * 3);
+            p.push_back(101 + i * 3);
+            reqs.emplace_back(p, h.submit("a", p, 16));
+        }
+        const int64_t block_bytes = int64_t{opts.block_tokens} * 2 * 4;  // K and V, one f32.
+        std::shared_ptr<CollectingSink> b;
+        int b_first = -1;
+        int64_t most_swap = 0;
+        int64_t most_over = INT64_MIN;  // Swap bytes over the bound below, the worst step's.
+        for (int step = 0; step < 1000; ++step) {
+            if (step == at) {
+                b = h.submit("b", prompt_of(5, 200), 4);
+            }
+            h.clock.advance(std::chrono::milliseconds(10));
+            if (!h.scheduler->step()) {
+                break;
+            }
+            const ServingStats stats = h.scheduler->serving_stats();
+            most_swap = std::max(most_swap, stats.kv_swap_bytes);
+            // At most each waiting request's own blocks: never a copy of the system prompt.
+            most_over = std::max(most_over, stats.kv_swap_bytes - stats.tenants.at("a").queued *
+                                                                      kOwnBlocks * block_bytes);
+            if (b && b_first < 0 && !b->ids().empty()) {
+                b_first = step;
+            }
+        }
+        for (auto& [prompt, sink] : reqs) {
+            REQUIRE(sink->wait());
+            CHECK(sink->ids() == FakeCausalLM::expected(opts, prompt, 16));
+        }
+        REQUIRE(b);
+        REQUIRE(b->wait());
+        CHECK(b->ids() == FakeCausalLM::expected(opts, prompt_of(5, 200), 4));
+        // b's first token comes at the step it is submitted, or the next.
+        CHECK(b_first - at <= 1);
+        const SchedulerStats& st = h.scheduler->stats();
+        CHECK(st.swapped_preemptions > 0);
+        CHECK(st.swapped_preemptions == st.preemptions);
+        CHECK(most_swap > 0);
+        CHECK(most_over <= 0);
+        CHECK(st.recompute_tokens == 0);  // Every system prompt was attached again.
+        CHECK(h.scheduler->serving_stats().kv_swap_bytes == 0);
+        CHECK(h.log->slots_in_use == 0);
+    }
+}
+
+TEST_CASE("preemption by swap: a shared prefix evicted meanwhile is computed again, same tokens") {
+    // x and y share a system prompt of 8 blocks. c (priority 10, a 60-token prompt) is owed a
+    // place: y goes for it, saving only its own blocks. c's prefill then takes the KV cache: x
+    // goes too (saved whole, as no one shares its prompt blocks any more), and c's blocks evict
+    // the cached prompt. When c ends, y finds its prefix gone: it is computed again instead.
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 4 * 20;
+    SchedulerConfig config;
+    config.max_batch_tokens = 32;
+    config.max_batch_sequences = 2;
+    config.swap_bytes = int64_t{1} << 20;
+    Paged h(opts, config);
+    const auto system = prompt_of(32, 60);
+    auto x = system;
+    x.insert(x.end(), {100, 101});
+    auto y = system;
+    y.insert(y.end(), {103, 104});
+    const auto c = prompt_of(60, 150);
+    auto sx = h.submit("a", x, 20);
+    auto sy = h.submit("a", y, 20);
+    h.clock.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.scheduler->step());
+    auto sc = h.submit("c", c, 4, 10);
+    h.drain();
+    REQUIRE(sx->wait());
+    REQUIRE(sy->wait());
+    REQUIRE(sc->wait());
+    CHECK(sx->ids() == FakeCausalLM::expected(opts, x, 20));
+    CHECK(sy->ids() == FakeCausalLM::expected(opts, y, 20));
+    CHECK(sc->ids() == FakeCausalLM::expected(opts, c, 4));
+    const SchedulerStats& st = h.scheduler->stats();
+    CHECK(st.fair_preemptions == 1);
+    CHECK(st.swapped_preemptions == st.preemptions);
+    CHECK(st.recompute_tokens > 0);  // Saved, all of them, yet y was computed again.
+    CHECK(h.scheduler->serving_stats().kv_swap_bytes == 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
 }  // namespace
 }  // namespace edge::engine::sched
