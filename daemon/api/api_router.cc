@@ -468,14 +468,19 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
         [lease = std::move(admitted), metrics = metrics_, tenant_name, channel](
             const engine::Finish& finish, bool refused) {
             const char* outcome = note_finish(*channel, finish, refused);
-            if (refused) {
+            const bool capacity = finish.error.code() == StatusCode::kResourceExhausted ||
+                                  finish.error.code() == StatusCode::kUnavailable;
+            // Accepted, then ended for capacity before any token (no free sequence slot, no KV
+            // room for it once queued): as a full queue's refusal at submit, not the tenant's
+            // doing.
+            const bool never_placed = finish.reason == engine::FinishReason::kError &&
+                                      capacity && finish.usage.completion_tokens == 0;
+            if (refused || never_placed) {
                 // It never generated: a full queue or an overloaded engine gives back all that
                 // admission took, as a routing refusal does; a request refused for itself (a
                 // prompt beyond the context, one the engine cannot take) keeps its rate token
                 // and prompt charge, or a tenant could have the engine tokenize oversized
                 // prompts without end.
-                const bool capacity = finish.error.code() == StatusCode::kResourceExhausted ||
-                                      finish.error.code() == StatusCode::kUnavailable;
                 lease->refuse(capacity ? TenantLimiter::Lease::Refusal::kCapacity
                                        : TenantLimiter::Lease::Refusal::kRequest,
                               finish.usage.prompt_tokens);
@@ -486,7 +491,8 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
                 return;
             }
             // Tokens served: a refused prompt was read, not run.
-            metrics->on_tenant_tokens(tenant_name, refused ? 0 : finish.usage.prompt_tokens,
+            metrics->on_tenant_tokens(tenant_name,
+                                      refused || never_placed ? 0 : finish.usage.prompt_tokens,
                                       finish.usage.completion_tokens);
             if (refused) {
                 metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));

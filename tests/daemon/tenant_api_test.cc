@@ -63,6 +63,20 @@ struct TenantFixture : testing::ScriptedDaemon {
 
 }  // namespace
 
+TEST_CASE("a request accepted, then ended for capacity before any token, is given back") {
+    // No free sequence slot, or no KV room for it once queued: the engine ends it with an
+    // error, as a full queue refuses at submit. The tenant did nothing wrong: like that refusal,
+    // it keeps no request token (the clock does not move here).
+    TenantFixture f("    requests_per_second: 1\n    burst: 1\n");
+    auto c = f.start_request(0, kOldKey);
+    f.generator.finish(0, engine::FinishReason::kError, {},
+                       unavailable_error("no free sequence slot for this model"));
+    CHECK(c->read_response()->status == 503);
+    auto again = f.start_request(1, kOldKey);
+    f.generator.finish(1, engine::FinishReason::kStop, {});
+    CHECK(again->read_response()->status == 200);
+}
+
 TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refills the bucket") {
     TenantFixture f("    requests_per_second: 1\n    burst: 1\n");
     auto c = f.start_request(0, kOldKey);
