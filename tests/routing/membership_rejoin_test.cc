@@ -32,6 +32,20 @@ bool fetched_b(Member& a) {
     return false;
 }
 
+// B's state of its life at incarnation 9 (version `version`, a pool of capacity 3), pushed to
+// `a`: it is taken, and routes model "m" again.
+void check_new_life_state_applies(Member& a, uint64_t version) {
+    Memberlist& ml = a.ml();
+    PushPullMsg fresh;
+    fresh.nodes.push_back(PushPullNode{"B", kAddrB, 9, NodeState::kAlive, version,
+                                       site_bytes("B", 3), std::nullopt});
+    REQUIRE(a.push_pull(fresh).ok());
+    CHECK(ml.site_version_of("B") == version);
+    REQUIRE(ml.snapshot()->find("B")->site != nullptr);
+    CHECK(ml.snapshot()->find("B")->site->pools.at(0).capacity == 3);
+    CHECK(routes_model_m(ml));
+}
+
 TEST_CASE("memberlist: a member back after a death or leave keeps no previous life's state") {
     for (const bool left : {false, true}) {
         CAPTURE(left);
@@ -61,14 +75,7 @@ TEST_CASE("memberlist: a member back after a death or leave keeps no previous li
         CHECK(ml.snapshot()->find("B")->site == nullptr);
 
         // The new life's state, once it arrives, routes again.
-        PushPullMsg fresh;
-        fresh.nodes.push_back(
-            PushPullNode{"B", kAddrB, 9, NodeState::kAlive, 1, site_bytes("B", 3), std::nullopt});
-        REQUIRE(a.push_pull(fresh).ok());
-        CHECK(ml.site_version_of("B") == 1);
-        REQUIRE(ml.snapshot()->find("B")->site != nullptr);
-        CHECK(ml.snapshot()->find("B")->site->pools.at(0).capacity == 3);
-        CHECK(routes_model_m(ml));
+        check_new_life_state_applies(a, 1);
     }
 }
 
@@ -146,14 +153,7 @@ TEST_CASE("memberlist: a push-pull missing the restart brings back no previous l
         CHECK_FALSE(fetched_b(a));
 
         // The new life's state still applies.
-        PushPullMsg fresh;
-        fresh.nodes.push_back(
-            PushPullNode{"B", kAddrB, 9, NodeState::kAlive, 2, site_bytes("B", 3), std::nullopt});
-        REQUIRE(a.push_pull(fresh).ok());
-        CHECK(ml.site_version_of("B") == 2);
-        REQUIRE(ml.snapshot()->find("B")->site != nullptr);
-        CHECK(ml.snapshot()->find("B")->site->pools.at(0).capacity == 3);
-        CHECK(routes_model_m(ml));
+        check_new_life_state_applies(a, 2);
     }
 }
 
@@ -170,12 +170,7 @@ TEST_CASE("memberlist: a member first heard of takes no state from below that in
     REQUIRE(a.push_pull(stale).ok());
     CHECK(ml.snapshot()->find("B")->site == nullptr);
     CHECK_FALSE(routes_model_m(ml));
-    PushPullMsg fresh;
-    fresh.nodes.push_back(
-        PushPullNode{"B", kAddrB, 9, NodeState::kAlive, 1, site_bytes("B", 3), std::nullopt});
-    REQUIRE(a.push_pull(fresh).ok());
-    CHECK(ml.site_version_of("B") == 1);
-    CHECK(routes_model_m(ml));
+    check_new_life_state_applies(a, 1);
 }
 
 // The router starts a life's outlier records afresh when MemberView::life changes: it must

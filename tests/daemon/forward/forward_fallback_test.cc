@@ -25,16 +25,9 @@ TEST_CASE("the last remote target answers 5xx and this site is next in the plan:
     auto client = a.client();
 
     SUBCASE("non-streamed") {
-        REQUIRE(client->send(chat_request(false)).ok());
-        REQUIRE(a.generator.wait_for_request(0));
-        a.generator.emit(0, "local answer");
-        a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
-        auto r = client->read_response();
-        REQUIRE(r.ok());
-        CHECK(r->status == 200);
-        CHECK(r->body.find("local answer") != std::string::npos);
-        CHECK(r->body.find("engine queue full") == std::string::npos);
-        CHECK(r->headers["x-edgeserve-site"] != "ams");
+        testing::HttpReply r = a.answered_here(*client, chat_request(false));
+        CHECK(r.body.find("engine queue full") == std::string::npos);
+        CHECK(r.headers["x-edgeserve-site"] != "ams");
     }
     SUBCASE("streamed") {
         REQUIRE(client->send(chat_request(true)).ok());
@@ -79,15 +72,8 @@ TEST_CASE("a deferred answer cut at the last remote target and this site next: i
     const RouteTarget here{true, "fra", "", 0.0, "m"};
     a.planner.route_to({raw.target(), here});
     auto client = a.client();
-    REQUIRE(client->send(chat_request(false)).ok());
-    REQUIRE(a.generator.wait_for_request(0));
-    a.generator.emit(0, "local answer");
-    a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
-    auto r = client->read_response();
-    REQUIRE(r.ok());
-    CHECK(r->status == 200);
-    CHECK(r->body.find("local answer") != std::string::npos);
-    CHECK(r->body.find("upstream_cut") == std::string::npos);
+    testing::HttpReply r = a.answered_here(*client, chat_request(false));
+    CHECK(r.body.find("upstream_cut") == std::string::npos);
     // Charged once, the run here (not the prompt the peer told); the cut is the peer's failure.
     CHECK(request_counted(a, "ok"));
     CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));

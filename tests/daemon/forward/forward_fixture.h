@@ -151,6 +151,19 @@ struct Site {
         REQUIRE(r.ok());
         return r;
     }
+    // `request` (not streamed) sent on `c` runs here, its first one: answered with "local
+    // answer" (3 prompt tokens, 2 generated), and that answer reaches the client whole.
+    testing::HttpReply answered_here(TlsClient& c, const std::string& request) {
+        REQUIRE(c.send(request).ok());
+        REQUIRE(generator.wait_for_request(0));
+        generator.emit(0, "local answer");
+        generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto r = c.read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->body.find("local answer") != std::string::npos);
+        return std::move(r).value();
+    }
 
     std::string id;
     testing::TestCertificate cert;

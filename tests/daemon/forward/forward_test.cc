@@ -690,14 +690,7 @@ TEST_CASE("every remote target refused and this site next in the plan: it runs h
     RouteTarget here{true, "fra", "", 0.0, "m"};
     a.planner.route_to({dead, here});
     auto client = a.client();
-    REQUIRE(client->send(chat_request(false)).ok());
-    REQUIRE(a.generator.wait_for_request(0));
-    a.generator.emit(0, "local answer");
-    a.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
-    auto r = client->read_response();
-    REQUIRE(r.ok());
-    CHECK(r->status == 200);
-    CHECK(r->body.find("local answer") != std::string::npos);
+    a.answered_here(*client, chat_request(false));
     auto reports = a.planner.reports();
     REQUIRE(reports.size() == 1);  // The remote's failure still reaches the detector.
     CHECK(reports[0].site == "ams");
