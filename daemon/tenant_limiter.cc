@@ -218,20 +218,12 @@ int64_t TenantLimiter::output_budget(const std::string& tenant) const {
     return state->output_tokens ? state->limits.output_tokens_per_minute : 0;
 }
 
-TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
-                                             int64_t max_output_tokens) {
-    std::shared_ptr<State> state = find(tenant, /*admission=*/true);
+TenantLimiter::Decision TenantLimiter::refusals(State& state, double reserve, TimePoint now) {
     Decision d;
-    if (!state) {
-        d.lease = std::make_shared<Lease>(nullptr, 0);
-        return d;
-    }
-    std::lock_guard lock(state->mu);
-    TimePoint now = clock_.now();
     // Every limit that blocks is checked, the request rate too, and the longest wait is the one
     // reported: the request passes only once all of them allow it, so a client following
-    // Retry-After is not refused again by another limit in line. Nothing is taken until every
-    // limit passes, so a refusal spends no request.
+    // Retry-After is not refused again by another limit in line. Nothing is taken here, so a
+    // refusal spends no request.
     auto blocked = [&](RejectReason reason, Duration wait) {
         if (wait <= Duration(0)) {
             return;
@@ -242,29 +234,61 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
             d.retry_after = wait;
         }
     };
-    if (state->limits.max_concurrent > 0 && state->running >= state->limits.max_concurrent) {
+    if (state.limits.max_concurrent > 0 && state.running >= state.limits.max_concurrent) {
         // One of `running` requests is likely done in mean / running (1 s before any ended).
-        const double wait_s = std::clamp(state->mean_lease_s / static_cast<double>(state->running),
+        const double wait_s = std::clamp(state.mean_lease_s / static_cast<double>(state.running),
                                          to_seconds(kConcurrencyRetryMin),
                                          to_seconds(kConcurrencyRetryMax));
         blocked(RejectReason::kConcurrency,
                 std::chrono::duration_cast<Duration>(std::chrono::duration<double>(wait_s)));
     }
-    if (state->input_tokens) {
-        blocked(RejectReason::kInputTokens, state->input_tokens->debt_wait(now));
+    if (state.input_tokens) {
+        blocked(RejectReason::kInputTokens, state.input_tokens->debt_wait(now));
     }
+    if (state.output_tokens) {
+        blocked(RejectReason::kOutputTokens, state.output_tokens->wait_for_level(reserve, now));
+    }
+    if (state.requests) {
+        blocked(RejectReason::kRequestRate, state.requests->wait_for_level(1.0, now));
+    }
+    return d;
+}
+
+TenantLimiter::Decision TenantLimiter::would_refuse(const std::string& tenant) {
+    std::shared_ptr<State> state = find(tenant, /*admission=*/true);
+    if (!state) {
+        return {};
+    }
+    std::lock_guard lock(state->mu);
+    Decision d = refusals(*state, 0.0, clock_.now());
+    // The output bucket waits until it holds the request's own reservation (its max_tokens, in
+    // the body): alone it is admit()'s to answer, or the Retry-After given here would be short
+    // and a client following it refused again. Beside a limit that refuses here, its debt (the
+    // wait for any reservation) counts towards the one Retry-After.
+    if (std::all_of(d.blocking.begin(), d.blocking.end(),
+                    [](RejectReason r) { return r == RejectReason::kOutputTokens; })) {
+        return {};
+    }
+    return d;
+}
+
+TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
+                                             int64_t max_output_tokens) {
+    std::shared_ptr<State> state = find(tenant, /*admission=*/true);
+    if (!state) {
+        Decision d;
+        d.lease = std::make_shared<Lease>(nullptr, 0);
+        return d;
+    }
+    std::lock_guard lock(state->mu);
+    TimePoint now = clock_.now();
     // The reservation: at most the bucket's capacity, so a wait always ends.
     const double reserve =
         state->output_tokens
             ? std::min(static_cast<double>(std::max<int64_t>(max_output_tokens, 0)),
                        state->output_tokens->capacity())
             : 0.0;
-    if (state->output_tokens) {
-        blocked(RejectReason::kOutputTokens, state->output_tokens->wait_for_level(reserve, now));
-    }
-    if (state->requests) {
-        blocked(RejectReason::kRequestRate, state->requests->wait_for_level(1.0, now));
-    }
+    Decision d = refusals(*state, reserve, now);
     if (d.reason != RejectReason::kNone) {
         return d;
     }

@@ -146,6 +146,15 @@ public:
     // request waits (kOutputTokens, 429) until the bucket holds it. One larger than the whole
     // bucket could never pass: the caller refuses it first (output_budget()).
     Decision admit(const std::string& tenant, int64_t max_output_tokens = 0);
+    // Whether admit(tenant) would refuse now whatever the request, taking nothing (no request
+    // token, no slot; the lease is never set): refused by max_concurrent, input tokens in debt
+    // or requests_per_second, with admit()'s reason, blocking list and Retry-After for a request
+    // that reserves no output (an output bucket in debt is named and waited for beside them;
+    // alone it refuses nothing here, as the wait there depends on the request's max_tokens).
+    // The API asks it before reading a body, so a refused tenant costs no parsing. Advisory:
+    // another request may change the state before admit(), which decides; a request's own
+    // output reservation may make admit() wait longer than this says.
+    Decision would_refuse(const std::string& tenant);
     // The tenant's output_tokens_per_minute (0: unlimited); the most one request may reserve.
     int64_t output_budget(const std::string& tenant) const;
 
@@ -168,6 +177,9 @@ private:
         void apply(const TenantConfig& config);
     };
 
+    // admit()'s verdict on `state` now for `reserve` output tokens, under state.mu: every limit
+    // that blocks and the longest wait. Takes nothing.
+    static Decision refusals(State& state, double reserve, TimePoint now);
     // The state of a tenant whose name is not in `configured` (current or retired) that held
     // one of `tenant`'s keys and that no name in `taken` uses: `tenant` renamed it (the first
     // name in the config that holds one of them takes it). Null when none.

@@ -205,6 +205,20 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         channel->note("rejected", std::string(reason));
         channel->respond(e.to_response());
     };
+    if (!from_peer) {
+        // A tenant that would be refused now whatever it asks (its request rate, max_concurrent,
+        // input tokens in debt) gets its 429 before the body is read: parsing it may compile
+        // up to 128 tool schemas and a response_format on this I/O thread, which a tenant held
+        // back must not be able to make the site do. Advisory: admit() below decides (it checks
+        // again, with the request's output reservation). So the 429 comes before what the body
+        // would be refused for (400, the model's 404 or 403), which needs it parsed; a client
+        // that waits out Retry-After gets that answer then.
+        if (TenantLimiter::Decision refused = limiter_.would_refuse(tenant.name);
+            refused.reason != RejectReason::kNone) {
+            reject(limit_error(refused, tenant.name), reject_reason_name(refused.reason));
+            return;
+        }
+    }
     std::variant<ParsedRequest, ApiError> parsed = parse_openai_request(endpoint, request.body);
     if (auto* error = std::get_if<ApiError>(&parsed)) {
         // Counted with the tenant's other refusals, so its request total is its HTTP total.

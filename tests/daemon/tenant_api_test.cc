@@ -107,6 +107,52 @@ TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refil
     CHECK(m.find("secret prompt") == std::string::npos);
 }
 
+TEST_CASE("tenant limits: a tenant over its rate gets 429 before its body is parsed") {
+    // Reviewer's note: the body was parsed, its tool and response_format schemas compiled on the
+    // I/O thread, before the limits were asked; a tenant held back could keep the site compiling
+    // schemas by the 128, each answered 429 only afterwards (or 400, as here).
+    TenantFixture f("    requests_per_second: 1\n    burst: 1\n");
+    auto c = f.start_request(0, kOldKey);
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(c->read_response()->status == 200);
+
+    const std::string bad_schema = chat_body(
+        false, R"(,"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)"
+               R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":2}}}}})");
+    for (const std::string& body : {bad_schema, std::string(R"({"model":"test-model",)")}) {
+        CAPTURE(body);
+        testing::HttpReply limited = f.call(body, kOldKey);
+        CHECK(limited.status == 429);
+        CHECK(limited.headers["retry-after"] == "1");
+        boost::json::object error = json_of(limited.body)["error"].as_object();
+        CHECK(error["type"] == "rate_limit_error");
+        CHECK(error["code"] == "requests_per_second");
+    }
+    std::string m = f.metrics();
+    CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="requests_per_second",tenant="acme"} 2)") !=
+          std::string::npos);
+    CHECK(m.find(R"(reason="invalid_request")") == std::string::npos);
+
+    // Within its rate the same bodies get their 400, and the check before parsing took nothing:
+    // the request after them is admitted at the same instant.
+    f.clock.advance(std::chrono::seconds(1));
+    testing::HttpReply schema = f.call(bad_schema, kOldKey);
+    CHECK(schema.status == 400);
+    CHECK(json_of(schema.body)["error"].as_object()["message"].as_string().find(
+              "'multipleOf' is not supported") != std::string::npos);
+    CHECK(f.call(R"({"model":"test-model",)", kOldKey).status == 400);
+    auto again = f.start_request(1, kOldKey);
+    f.generator.finish(1, engine::FinishReason::kStop, {});
+    CHECK(again->read_response()->status == 200);
+    m = f.metrics();
+    CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="invalid_request",tenant="acme"} 2)") !=
+          std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="rejected",tenant="acme"} 4)") !=
+          std::string::npos);
+    // A bad key is still told so first.
+    CHECK(f.call(R"({"model":"test-model",)", "sk-unknown").status == 401);
+}
+
 TEST_CASE("tenant limits: max_tokens and context caps, defaults lowered, tokens counted") {
     TenantFixture f("    max_output_tokens: 50\n    max_context_tokens: 100\n"
                     "    output_tokens_per_minute: 60\n");

@@ -244,6 +244,65 @@ TEST_CASE("limiter: a refusal waits for the request rate too, and following it i
     CHECK(rate.retry_after == Duration(4s));
 }
 
+TEST_CASE("limiter: would_refuse answers as admit would and takes nothing") {
+    // The API asks it before parsing a body: a tenant held back costs one bucket check.
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig a = tenant("a");
+    a.max_concurrent = 1;
+    a.requests_per_second = 0.25;  // Burst 1: one request, then one per 4 s.
+    a.input_tokens_per_minute = 600;  // 10 per second.
+    a.output_tokens_per_minute = 60;  // 1 per second.
+    limiter.configure(std::vector<TenantConfig>{a});
+    for (int i = 0; i < 10; ++i) {  // Asked again and again, it spends no token and no slot.
+        TenantLimiter::Decision ok = limiter.would_refuse("a");
+        CHECK(ok.reason == RejectReason::kNone);
+        CHECK(ok.blocking.empty());
+        CHECK_FALSE(ok.lease);
+    }
+    CHECK(limiter.running("a") == 0);
+    CHECK(limiter.would_refuse("anonymous").reason == RejectReason::kNone);  // Not configured.
+    TenantLimiter::Decision first = limiter.admit("a", 60);  // The whole output budget.
+    REQUIRE(first.lease);
+
+    // Rate and slot: the same verdict as admit's, and still nothing taken by either.
+    clock.advance(1s);
+    TenantLimiter::Decision peeked = limiter.would_refuse("a");
+    TenantLimiter::Decision refused = limiter.admit("a");
+    CHECK(peeked.reason == RejectReason::kRequestRate);
+    CHECK(peeked.retry_after == Duration(3s));
+    CHECK(peeked.blocking ==
+          std::vector<RejectReason>{RejectReason::kConcurrency, RejectReason::kRequestRate});
+    CHECK_FALSE(peeked.lease);
+    CHECK(peeked.reason == refused.reason);
+    CHECK(peeked.retry_after == refused.retry_after);
+    CHECK(peeked.blocking == refused.blocking);
+    CHECK(limiter.running("a") == 1);
+
+    // Tokens in debt: input 600 - 700, output 1 - 40 (100 generated, 60 reserved); 3 s later
+    // 7 s and 36 s to go. No reservation of its own: the output bucket refuses only in debt.
+    first.lease->finish(700, 100);
+    clock.advance(3s);
+    peeked = limiter.would_refuse("a");
+    CHECK(peeked.reason == RejectReason::kOutputTokens);
+    CHECK(peeked.retry_after == Duration(36s));
+    CHECK(peeked.blocking ==
+          std::vector<RejectReason>{RejectReason::kInputTokens, RejectReason::kOutputTokens});
+    CHECK(limiter.admit("a").retry_after == peeked.retry_after);
+    // Output tokens alone are admit()'s to refuse: the wait depends on the request's max_tokens.
+    clock.advance(7s);
+    CHECK(limiter.would_refuse("a").reason == RejectReason::kNone);
+    CHECK(limiter.would_refuse("a").blocking.empty());
+    CHECK(limiter.admit("a").retry_after == Duration(29s));
+    clock.advance(29s);
+    CHECK(limiter.would_refuse("a").reason == RejectReason::kNone);
+    CHECK(limiter.admit("a", 10).retry_after == Duration(10s));
+    // Nothing was taken by the checks: the request token and the slot are there.
+    TenantLimiter::Decision second = limiter.admit("a");
+    CHECK(second.reason == RejectReason::kNone);
+    CHECK(second.lease);
+}
+
 TEST_CASE("limiter: reconfigure keeps counters by name, removed tenants' leases stay valid") {
     ManualClock clock;
     TenantLimiter limiter(clock);
