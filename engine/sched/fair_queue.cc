@@ -125,8 +125,13 @@ std::vector<FairQueue::Backlog> FairQueue::backlog() const {
 }
 
 int32_t FairQueue::head_priority(const std::string& tenant) const {
+    const Sequence* seq = head(tenant);
+    return seq == nullptr ? 0 : seq->priority;
+}
+
+const Sequence* FairQueue::head(const std::string& tenant) const {
     auto it = flows_.find(tenant);
-    return it == flows_.end() ? 0 : it->second.queue.front()->priority;
+    return it == flows_.end() ? nullptr : it->second.queue.front().get();
 }
 
 void FairQueue::refund(const Sequence& seq, int64_t tokens) {

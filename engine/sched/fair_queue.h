@@ -62,6 +62,9 @@ public:
     std::vector<Backlog> backlog() const;
     // Priority of `tenant`'s oldest waiting request (the next it admits); 0 when none.
     int32_t head_priority(const std::string& tenant) const;
+    // `tenant`'s oldest waiting request (the next pop_tenant takes), left in place; null when it
+    // has none waiting. Valid until the queue changes.
+    const Sequence* head(const std::string& tenant) const;
     // Credits `tokens` back to `seq`'s tenant (a request that ended before using all of its
     // max_tokens) while the backlog its admission was charged to still waits.
     void refund(const Sequence& seq, int64_t tokens);

@@ -26,9 +26,11 @@
 // or above its level without them, of no higher priority than its waiting request and running for
 // at least fair_preempt_min_steps, the lowest priority, of the tenant with the highest level, the
 // most recently admitted, is preempted as above, and the owed request is admitted in the same
-// step. So a tenant with a few requests no longer waits for a tenant that holds every place to
-// finish one. Each such move lowers sum(running^2 / weight), so places do not swap back and
-// forth; a tenant with nothing waiting claims nothing, and what it leaves goes to the others.
+// step (unless that request's saved KV would not fit even with the victim's blocks: then nothing
+// is preempted and it waits for a sequence to finish). So a tenant with a few requests no longer
+// waits for a tenant that holds every place to finish one. Each such move lowers
+// sum(running^2 / weight), so places do not swap back and forth; a tenant with nothing waiting
+// claims nothing, and what it leaves goes to the others.
 //
 // Prefix cache (models with a paged KV cache): at admission the prompt's full blocks are hashed as
 // a chain salted per tenant (prefix_hash.h) and the longest cached run is attached to the slot, so
@@ -165,11 +167,14 @@ private:
             return static_cast<double>(running + delta) / static_cast<double>(weight);
         }
     };
-    // A waiting tenant owed a place: its level with that place, and its next request's priority.
+    // A waiting tenant owed a place: its level with that place, and its next request's priority;
+    // when that request was preempted with its KV saved, the KV blocks its restore takes.
     struct Claim {
         std::string tenant;
         double level = 0.0;
         int32_t priority = 0;
+        int32_t restore_blocks = 0;  // Private blocks for the saved copy (past saved.shared).
+        int32_t restore_shared = 0;  // Shared prefix blocks attached again first.
     };
 
     void run();
@@ -202,8 +207,12 @@ private:
     // The waiting tenants owed a place (see the top of this file), the furthest behind first.
     std::vector<Claim> owed_claims(const std::map<std::string, TenantLoad>& loads) const;
     // Preempts a sequence to make room for `claim` (see the top of this file); false when no
-    // sequence may go.
+    // sequence may go, or when the claim's saved KV could not be restored even with the blocks
+    // the victim frees.
     bool preempt_for_fairness(const Claim& claim, const std::map<std::string, TenantLoad>& loads);
+    // Whether the claim's saved KV surely fits once `victim` is preempted: a lower bound on the
+    // blocks free then against an upper bound on those restore_kv takes (kv_stats()).
+    bool restore_fits(const Claim& claim, const Sequence& victim) const;
     // Releases the sequence's slot and requeues it first in its tenant's queue.
     void preempt(std::vector<std::unique_ptr<Sequence>>::iterator victim, bool for_fairness);
     // Copies a sequence's KV out before its slot is released, within swap_bytes; false when it

@@ -162,8 +162,15 @@ std::vector<Scheduler::Claim> Scheduler::owed_claims(
                      [](const Claim& a, const Claim& b) { return a.level < b.level; });
     if (!claims.empty()) {
         std::lock_guard<std::mutex> lock(mu_);
+        const int32_t bt = model_->kv_block_tokens();
         for (Claim& c : claims) {
-            c.priority = waiting_.head_priority(c.tenant);
+            const Sequence* head = waiting_.head(c.tenant);
+            c.priority = head->priority;
+            if (head->swapped != nullptr && bt > 0) {
+                const SavedSlot& saved = head->swapped->saved();
+                c.restore_shared = saved.shared / bt;
+                c.restore_blocks = (saved.length + bt - 1) / bt - c.restore_shared;
+            }
         }
     }
     return claims;
@@ -196,8 +203,35 @@ bool Scheduler::preempt_for_fairness(const Claim& claim,
     if (victim == running_.end()) {
         return false;
     }
+    if ((claim.restore_blocks > 0 || claim.restore_shared > 0) && !restore_fits(claim, **victim)) {
+        // restore_kv would fail (kResourceExhausted): the claimant would go back to the queue
+        // and the victim would have lost its place for nothing, again at every step while the
+        // claim holds. It waits for a sequence to finish instead.
+        return false;
+    }
     preempt(victim, /*for_fairness=*/true);
     return true;
+}
+
+bool Scheduler::restore_fits(const Claim& claim, const Sequence& victim) const {
+    const KvCacheStats kv = model_->kv_stats();
+    const int32_t bt = model_->kv_block_tokens();
+    if (kv.blocks_total <= 0 || bt <= 0) {
+        return true;  // Nothing to go by (only a paged cache saves KV).
+    }
+    // A lower bound on the blocks allocatable after the preemption: free and cached ones now,
+    // plus the victim's blocks past its published (attached or published) prefix; those are its
+    // own, while a published block may be held by others too and then frees nothing.
+    const int32_t victim_blocks = (model_->slot_length(victim.slot) + bt - 1) / bt;
+    const int32_t available =
+        kv.blocks_total - kv.blocks_used + std::max(0, victim_blocks - victim.published_blocks);
+    // An upper bound on what the restore takes: its private blocks, plus the shared prefix
+    // blocks that no running sequence holds any more (cached ones, which attaching takes out of
+    // the allocatable pool; the victim's own published blocks may become such). A prefix that
+    // was evicted makes restore_kv recompute instead, which cannot fail.
+    const int32_t reattached =
+        std::min(claim.restore_shared, kv.blocks_cached + victim.published_blocks);
+    return available >= claim.restore_blocks + reattached;
 }
 
 void Scheduler::attach_prefix(Sequence* seq) {

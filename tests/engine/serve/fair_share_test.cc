@@ -77,9 +77,9 @@ struct Sim {
 
     // `first`: the prompt's first token (distinct prompts give distinct outputs).
     size_t submit(const std::string& tenant, int32_t weight, int32_t max_tokens,
-                  int32_t priority = 0, TokenId first = 40) {
+                  int32_t priority = 0, TokenId first = 40, int32_t prompt_len = 4) {
         auto sink = std::make_shared<CollectingSink>();
-        SequenceRequest r = request(tenant, weight, 4, max_tokens, sink, first);
+        SequenceRequest r = request(tenant, weight, prompt_len, max_tokens, sink, first);
         r.priority = priority;
         std::vector<TokenId> prompt = r.prompt;
         auto handle = scheduler->submit(std::move(r));
@@ -623,6 +623,65 @@ TEST_CASE("fair batch: a sequence runs fair_preempt_min_steps before it can be p
     CHECK(sim.ttft(light) >= 8);
     CHECK(sim.ttft(light) <= 10);
     CHECK(sim.scheduler->stats().fair_preemptions == 1);
+}
+
+TEST_CASE("fair batch: no victim for a claimant whose saved KV would not fit back") {
+    // 200 positions of cache (blocks of one) and a swap budget. Heavy (weight 2) runs 5 of the
+    // 8 places; light (weight 1) then opens two short requests and a long one, A (a prompt of
+    // 120). The next step's decode does not fit: light is furthest above its share (3 against
+    // 2.5), so A, its most recent, is preempted with its 120 positions saved.
+    Sim sim(8, 200, int64_t{1} << 20);
+    for (int i = 0; i < 5; ++i) {
+        sim.submit("heavy", 2, 30, 0, static_cast<TokenId>(40 + i));
+    }
+    for (int i = 0; i < 10; ++i) {
+        sim.step();
+    }
+    sim.submit("light", 1, 12, 0, 100);
+    sim.submit("light", 1, 12, 0, 101);
+    constexpr int32_t kLong = 120;
+    const size_t a = sim.submit("light", 1, 10, 0, 120, kLong);
+    for (int i = 0; i < 2; ++i) {
+        sim.step();
+    }
+    const SchedulerStats& stats = sim.scheduler->stats();
+    REQUIRE(stats.preemptions == 1);
+    REQUIRE(stats.swapped_preemptions == 1);
+    REQUIRE(sim.scheduler->serving_stats().tenants.at("light").preemptions == 1);
+    REQUIRE(sim.tracked[a].sink->ids().size() == 1);
+    // The short ones finish while heavy grows: then light runs nothing and is owed a place
+    // (1 against (5 - 1) / 2), but A's restore needs more blocks than are free even with any
+    // one heavy sequence's. Preempting one would only leave its place empty, step after step.
+    bool owed_without_room = false;
+    int64_t heavy_done = -1;
+    for (int i = 0; i < 200 && sim.tracked[a].sink->ids().size() < 2; ++i) {
+        sim.step();
+        const ServingStats serving = sim.scheduler->serving_stats();
+        const TenantServingStats& light = serving.tenants.at("light");
+        if (light.running == 0 && light.queued == 1 && serving.tenants.at("heavy").running == 5 &&
+            serving.kv_blocks_total - serving.kv_blocks_used < kLong) {
+            owed_without_room = true;
+        }
+        if (heavy_done < 0 && sim.all_finished("heavy")) {
+            heavy_done = sim.step_no;
+        }
+        CHECK(stats.fair_preemptions == 0);
+        CHECK(stats.preemptions == 1);
+    }
+    CHECK(owed_without_room);
+    // Once heavy's sequences finish there is room, and A continues from its saved KV.
+    REQUIRE(sim.tracked[a].sink->ids().size() >= 2);
+    REQUIRE(heavy_done >= 0);
+    MESSAGE("heavy done at step " << heavy_done << ", A's second token at step " << sim.step_no);
+    CHECK(sim.step_no - heavy_done <= 1);
+    for (int i = 0; i < 1000 && !(sim.all_finished("heavy") && sim.all_finished("light")); ++i) {
+        sim.step();
+    }
+    REQUIRE(sim.all_finished("light"));
+    sim.check_outputs();
+    CHECK(stats.preemptions == 1);
+    CHECK(stats.recompute_tokens == 0);
+    CHECK(sim.scheduler->serving_stats().kv_swap_bytes == 0);
 }
 
 }  // namespace edge::engine::sched
