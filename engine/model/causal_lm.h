@@ -77,8 +77,10 @@ public:
         (void)chain;
     }
     // Preemption by swapping: a copy of the slot's cached positions in host memory (of at most
-    // `max_bytes`, else kResourceExhausted before any copying), and putting one back into an
-    // empty slot (kResourceExhausted, nothing changed, when the cache cannot hold it).
+    // `max_bytes`, else kResourceExhausted before any copying; leading prefix blocks other slots
+    // share are not copied, SavedSlot::shared), and putting one back into a slot that holds
+    // exactly that shared prefix, attached again, or nothing (kResourceExhausted, nothing
+    // changed, when the cache cannot hold it).
     // kUnimplemented where the cache does not live in host memory; the scheduler then
     // recomputes a preempted sequence from its tokens.
     virtual Result<SavedSlot> save_slot(int32_t slot, int64_t max_bytes) const {
