@@ -318,10 +318,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         // A peer silent past a timeout is stuck or too slow, not gone: the request is not run
         // again elsewhere (it would take as long, and the client has waited that long already).
         const bool timed_out = ec == beast::error::timeout;
-        if (!job.cancelled && deferred && ec != http::error::body_limit && !timed_out &&
-            can_retry) {
+        if (!job.cancelled && deferred && body.empty() && ec != http::error::body_limit &&
+            !timed_out && can_retry) {
             // Nothing reached the client and the peer is gone: the next target runs it, as for
-            // a peer that died before its head.
+            // a peer that died before its head. Not once its answer began: a deferred body
+            // starts when the generation has ended, so the peer ran it whole (running it again
+            // would generate, and charge, it twice).
             fail(Failure::kReset, "deferred answer cut: " + ec.message());
             co_return false;
         }

@@ -82,3 +82,20 @@ TEST_CASE("a deferred answer cut at the last remote target and this site next: i
     CHECK(reports[0].site == "raw");
     CHECK_FALSE(reports[0].ok);
 }
+
+TEST_CASE("a deferred answer cut after its body began is not run again here") {
+    // A deferred body starts once the peer's generation has ended: the peer ran the request
+    // whole, and running it here too would generate (and charge) it twice.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    RawPeer raw(cluster,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n"
+                "10\r\n{\"id\":\"chatcmpl-\r\n");
+    a.planner.route_to({raw.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
+    auto r = a.ask(chat_request(false));
+    CHECK(r->status == 503);
+    CHECK(error_code_of(*r) == "upstream_cut");
+    CHECK_FALSE(a.generator.wait_for_request(0, 0));
+}
