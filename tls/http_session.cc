@@ -180,21 +180,27 @@ net::awaitable<void> HttpSession::close_gracefully() {
     server_.note_session_closing(this);
     co_await stop_watcher();  // The linger below reads the socket itself.
     // One bound for all of it: the wait for room for close_notify and the linger.
-    set_deadline(std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime));
+    const Clock::time_point linger_end =
+        Clock::now() +
+        std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime);
+    auto& tcp_layer = stream_.socket();
     if (!answer_cut_) {
         // Not after a cut answer: an HTTP/1.0 body ends at the close, and close_notify would
-        // tell its client that the body it has is whole (tls_stream.h).
+        // tell its client that the body it has is whole (tls_stream.h). The wait for room (a
+        // client still reading the answer) ends at the deadline by a cancel, not by closing the
+        // socket: what the client sent meanwhile is still to be read before the close.
+        set_read_deadline(linger_end - Clock::now());
         co_await stream_.close_notify();
     }
-    if (!client_gone_) {
+    if (!client_gone_ && Clock::now() < linger_end) {
         // Let the client read the answer before the close (RFC 9112 section 9.6): stop sending,
         // discard what it still sends (a request pipelined behind the last one, the rest of a
         // body) for a short bounded while, then close. Closing with unread input makes the
         // kernel reset the connection, and the reset drops whatever of the answer and of
         // close_notify the client has not read yet. The client's own close ends it at once.
-        auto& tcp_layer = stream_.socket();
         boost::system::error_code ignored;
         tcp_layer.shutdown(tcp::socket::shutdown_send, ignored);
+        set_deadline(linger_end - Clock::now());
         size_t discarded = 0;
         while (discarded < kLingerBytes) {
             char sink[4096];
@@ -204,6 +210,17 @@ net::awaitable<void> HttpSession::close_gracefully() {
             }
             discarded += n;
         }
+    }
+    // What arrived unread (while the alert waited for room, or with the linger's time spent)
+    // would turn the close into a reset: read and dropped first (the socket is non-blocking).
+    for (size_t dropped = 0; dropped < kLingerBytes && tcp_layer.is_open();) {
+        char sink[4096];
+        boost::system::error_code ec;
+        const size_t n = tcp_layer.read_some(net::buffer(sink), ec);
+        if (ec || n == 0) {
+            break;
+        }
+        dropped += n;
     }
     close_socket();
     stop_watchdog();
