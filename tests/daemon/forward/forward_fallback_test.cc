@@ -65,10 +65,7 @@ TEST_CASE("a deferred answer cut at the last remote target and this site next: i
     // the client, which got upstream_cut although this site was in the plan.
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
-    RawPeer raw(cluster,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n");
+    RawPeer raw(cluster, kAcceptedDeferredHead);
     const RouteTarget here{true, "fra", "", 0.0, "m"};
     a.planner.route_to({raw.target(), here});
     auto client = a.client();
@@ -88,11 +85,8 @@ TEST_CASE("a deferred answer cut after its body began is not run again here") {
     // whole, and running it here too would generate (and charge) it twice.
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
-    RawPeer raw(cluster,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-                "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n"
-                "10\r\n{\"id\":\"chatcmpl-\r\n");
+    // 16 bytes of its body, then the cut.
+    RawPeer raw(cluster, std::string(kAcceptedDeferredHead) + "10\r\n{\"id\":\"chatcmpl-\r\n");
     a.planner.route_to({raw.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
     auto r = a.ask(chat_request(false));
     CHECK(r->status == 503);

@@ -253,6 +253,13 @@ inline std::string chunked_events(const std::string& events, bool last_chunk) {
            std::string(size) + events + "\r\n" + (last_chunk ? "0\r\n\r\n" : "");
 }
 
+// What a peer that accepted a non-streamed request sends first (its deferred head, with the
+// prompt's length, 40 tokens), before its answer's body: a RawPeer's answer that then dies.
+inline constexpr const char* kAcceptedDeferredHead =
+    "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+    "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
+    "Transfer-Encoding: chunked\r\n\r\n";
+
 // A peer that is not an edgeserve: one TLS connection (certificate from the cluster CA), the
 // request read, `answer` written, then the socket closed without a TLS close_notify.
 class RawPeer {

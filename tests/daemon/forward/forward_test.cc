@@ -378,10 +378,7 @@ TEST_CASE("a client leaving a forwarded stream pays its prompt, told on the stre
 
 TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never refunded") {
     // The peer accepted (its deferred head, with the prompt's length), then died.
-    const std::string accepted_then_died =
-        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
-        "X-Edgeserve-Deferred-Head: 1\r\nX-Edgeserve-Prompt-Tokens: 40\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n";
+    const std::string accepted_then_died = kAcceptedDeferredHead;
     SUBCASE("another site answers: the client gets its answer, charged once") {
         Cluster cluster;
         Site a(cluster, "fra", {"m"}, tenants_section());
