@@ -176,9 +176,28 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     }
     bool thinks = false;
     for (const engine::ModelInfo& m : models) {
-        if (m.name == model) {
-            thinks = m.thinks;
-            apply_sampling_defaults(m.sampling_defaults, request);
+        if (m.name != model) {
+            continue;
+        }
+        thinks = m.thinks;
+        apply_sampling_defaults(m.sampling_defaults, request);
+        if (const int32_t most = m.max_request_sequences;
+            most > 0 && request.choices() > most) {
+            // Each choice waits as a request of its own: more than the queue holds would be
+            // refused as a full queue (429, retry later) every time.
+            const std::string field = request.prompts() > 1 ? "prompt" : "n";
+            const std::string asked =
+                request.prompts() > 1 ? std::to_string(request.prompts()) + " prompts with 'n' " +
+                                            std::to_string(request.n) + " (" +
+                                            std::to_string(request.choices()) + " choices)"
+                                      : "'n' of " + std::to_string(request.n);
+            const ApiError error = invalid_request(
+                asked + " exceeds the " + std::to_string(most) + " requests model \"" + model +
+                    "\" queues at once on this site (each choice waits as one); ask for at most " +
+                    std::to_string(most),
+                field);
+            refuse(invalid_argument_error(error.message), error);
+            return;
         }
     }
     auto response = std::make_shared<Response>(request, channel, created_unix, on_done);

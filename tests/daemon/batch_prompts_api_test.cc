@@ -307,6 +307,26 @@ TEST_CASE("batch: token-id prompts over the tenant's input budget are refused be
     check_refused_unqueued(f, "[" + ids(40) + "," + ids(40) + "," + ids(5) + "]", ids(50));
 }
 
+TEST_CASE("batch: more choices than the model's queue holds are a 400, not a 429 forever") {
+    Fixture f;
+    f.generator.set_max_request_sequences(4);
+    // Each choice waits as a request of its own: five could never be queued whole.
+    auto r = f.call("POST", "/v1/completions", completion_body(R"(["a","b","c"])", R"(,"n":2)"));
+    CHECK(r.status == 400);
+    auto error = json_of(r.body)["error"].as_object();
+    CHECK(error["param"] == "prompt");
+    CHECK(error["message"] ==
+          "3 prompts with 'n' 2 (6 choices) exceeds the 4 requests model \"test-model\" queues at "
+          "once on this site (each choice waits as one); ask for at most 4");
+    r = f.call("POST", "/v1/completions", completion_body("\"a\"", R"(,"n":5)"));
+    CHECK(r.status == 400);
+    CHECK(json_of(r.body)["error"].as_object()["param"] == "n");
+    CHECK_FALSE(f.generator.wait_for_request(0, 0));
+    // Within the bound, every choice is queued.
+    auto c = f.complete(R"(["a","b"])", R"(,"n":2)", 4);
+    CHECK_FALSE(f.generator.wait_for_request(4, 0));
+}
+
 // The scripted generator tokenizes text as one token per byte (the byte's value) and records the
 // field each prompt it measured is named by.
 void tokenize_bytes(testing::ScriptedGenerator& generator, std::vector<std::string>& measured) {

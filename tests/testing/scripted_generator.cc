@@ -46,7 +46,7 @@ std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
     for (size_t i = 0; i < names_.size(); ++i) {
         out.push_back(engine::ModelInfo{names_[i], "v1", "Scripted", 4096, 1700000000,
                                         tool_formats_[i], thinks_[i] > 0,
-                                        sampling_defaults_[i]});
+                                        sampling_defaults_[i], max_request_sequences_});
     }
     return out;
 }
@@ -112,6 +112,11 @@ void ScriptedGenerator::set_thinks(const std::string& model, bool prompt_opens_t
             thinks_[i] = prompt_opens_thought ? 2 : 1;
         }
     }
+}
+
+void ScriptedGenerator::set_max_request_sequences(int32_t most) {
+    std::lock_guard lock(mu_);
+    max_request_sequences_ = most;
 }
 
 void ScriptedGenerator::set_sampling_defaults(const std::string& model,

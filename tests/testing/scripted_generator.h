@@ -81,6 +81,8 @@ public:
     void set_thinks(const std::string& model, bool prompt_opens_thought = false);
     // models() reports `defaults` as `model`'s generation_config.json sampling defaults.
     void set_sampling_defaults(const std::string& model, engine::SamplingDefaults defaults);
+    // models() reports `most` as every model's ModelInfo::max_request_sequences (its queue bound).
+    void set_max_request_sequences(int32_t most);
 
     // Blocks until request number `index` (0-based) was submitted; false on timeout.
     bool wait_for_request(size_t index, int timeout_ms = 5000);
@@ -109,6 +111,7 @@ private:
         fail_at_;
     std::optional<std::pair<size_t, Status>> error_at_;
     bool ready_ = true;
+    int32_t max_request_sequences_ = 0;
     int64_t prompt_tokens_ = 0;
     Tokenize tokenize_;
     std::vector<engine::ModelLoad> load_;

@@ -396,6 +396,15 @@ TEST_CASE("local generator: the engine's batch limits reach the scheduler") {
     CHECK(most_sequences <= 4);
 }
 
+TEST_CASE("local generator: models() reports the queue bound one request's choices must fit") {
+    EngineConfig config;
+    config.max_queue = 8;
+    config.max_queue_per_tenant = 3;
+    CHECK(make_generator({}, config)->models()[0].max_request_sequences == 3);
+    config.max_queue_per_tenant = 0;  // Only the model's queue bounds it.
+    CHECK(make_generator({}, config)->models()[0].max_request_sequences == 8);
+}
+
 TEST_CASE("local generator: the same seed gives the same sampled text") {
     auto gen = make_generator();
     auto run = [&](uint64_t seed) {
