@@ -245,6 +245,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     std::erase_if(head.headers, [](const tls::HttpHeader& h) {
         return beast::iequals(h.name, cluster::kPromptTokensHeader);
     });
+    const bool accepted_before = job.result.accepted;  // By a peer tried before, then cut.
     if (accepted) {
         // Only a request its engine took gets either head (an error is a whole answer).
         job.result.accepted = true;
@@ -391,6 +392,20 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     } else {
         if (deferred) {
             std::optional<tls::HttpResponse> answer = api::decode_deferred_response(body);
+            if (answer && (answer->status >= 500 || answer->status == 429) && can_retry) {
+                // Accepted, then ended there without an answer (its engine found no room once
+                // it was queued, a drain cancelled it): nothing reached the client, so the next
+                // target runs it, as after a 5xx head. Relayed, the client got a 503 although
+                // this site, or another, could run it.
+                if (answer->status != 503) {
+                    report(target, false, to_head);
+                }
+                conn->close();
+                job.result.accepted = accepted_before;  // Its error was the whole outcome.
+                fail(Failure::kStatus5xx,
+                     "answered " + std::to_string(answer->status) + " after accepting", true);
+                co_return false;
+            }
             if (!answer) {
                 api::ApiError e;
                 e.status = 502;

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 #include "tests/daemon/forward/forward_fixture.h"
@@ -78,6 +79,30 @@ TEST_CASE("a deferred answer cut at the last remote target and this site next: i
     REQUIRE(reports.size() == 1);
     CHECK(reports[0].site == "raw");
     CHECK_FALSE(reports[0].ok);
+}
+
+TEST_CASE("a peer that accepted, then ended the request for capacity: it runs here") {
+    // The peer's engine took the request (its deferred head went out), then found no room for
+    // it: its deferred answer, a 503, was relayed although this site was next in the plan.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
+    std::jthread peer([&b] {  // Joined however the test ends.
+        if (!b.generator.wait_for_request(0)) {
+            return;  // answered_here fails the test.
+        }
+        // After its deferred head, which goes out once submit() returned.
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0},
+                           unavailable_error("the model has no free sequence slot"));
+    });
+    auto client = a.client();
+    testing::HttpReply r = a.answered_here(*client, chat_request(false));
+    CHECK(r.body.find("no free sequence slot") == std::string::npos);
+    // Charged once, the run here.
+    CHECK(request_counted(a, "ok"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
 }
 
 TEST_CASE("a deferred answer cut after its body began is not run again here") {
