@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <fstream>
 #include <optional>
 
 namespace edge::routing::membership {
@@ -42,7 +44,70 @@ std::optional<int> rank(const InterfaceAddress& a, bool ipv6_bind) {
     return (v6.to_bytes()[0] & 0xFE) == 0xFC ? 1 : 4;
 }
 
+// Ranks past every address of the default routes' interfaces.
+constexpr int kOffDefaultRoute = 10;
+
+std::vector<std::string_view> fields_of(std::string_view line) {
+    std::vector<std::string_view> out;
+    size_t i = 0;
+    while (i < line.size()) {
+        while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) {
+            ++i;
+        }
+        size_t end = i;
+        while (end < line.size() && line[end] != ' ' && line[end] != '\t') {
+            ++end;
+        }
+        if (end > i) {
+            out.push_back(line.substr(i, end - i));
+        }
+        i = end;
+    }
+    return out;
+}
+
+std::optional<uint32_t> hex_of(std::string_view text) {
+    uint32_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 16);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+        return std::nullopt;
+    }
+    return v;
+}
+
 }  // namespace
+
+std::vector<std::string> default_route_interfaces(std::string_view table, bool ipv6) {
+    constexpr uint32_t kRouteUp = 0x0001;      // RTF_UP
+    constexpr uint32_t kRouteReject = 0x0200;  // RTF_REJECT
+    std::vector<std::string> out;
+    while (!table.empty()) {
+        const size_t eol = table.find('\n');
+        const std::string_view line = table.substr(0, eol);
+        table = eol == std::string_view::npos ? std::string_view() : table.substr(eol + 1);
+        const std::vector<std::string_view> f = fields_of(line);
+        // /proc/net/route: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+        // /proc/net/ipv6_route: destination prefix-length source prefix-length next-hop metric
+        // refcnt use flags device.
+        std::string_view device, flags;
+        bool any = false;
+        if (!ipv6 && f.size() >= 8) {
+            device = f[0];
+            flags = f[3];
+            any = f[1] == "00000000" && f[7] == "00000000";
+        } else if (ipv6 && f.size() >= 10) {
+            device = f[9];
+            flags = f[8];
+            any = f[0] == std::string_view("00000000000000000000000000000000") && f[1] == "00";
+        }
+        const std::optional<uint32_t> bits = hex_of(flags);
+        if (any && bits && (*bits & kRouteUp) != 0 && (*bits & kRouteReject) == 0 &&
+            std::find(out.begin(), out.end(), device) == out.end()) {
+            out.emplace_back(device);
+        }
+    }
+    return out;
+}
 
 std::vector<InterfaceAddress> interface_addresses() {
     std::vector<InterfaceAddress> out;
@@ -73,6 +138,24 @@ std::vector<InterfaceAddress> interface_addresses() {
         out.push_back(std::move(a));
     }
     freeifaddrs(list);
+    for (const bool ipv6 : {false, true}) {
+        // Line by line: a router's table (a full BGP feed) runs to many megabytes.
+        std::ifstream in(ipv6 ? "/proc/net/ipv6_route" : "/proc/net/route");
+        std::vector<std::string> devices;
+        for (std::string line; std::getline(in, line);) {
+            for (std::string& d : default_route_interfaces(line, ipv6)) {
+                if (std::find(devices.begin(), devices.end(), d) == devices.end()) {
+                    devices.push_back(std::move(d));
+                }
+            }
+        }
+        for (InterfaceAddress& a : out) {
+            if (a.address.is_v6() == ipv6 &&
+                std::find(devices.begin(), devices.end(), a.interface) != devices.end()) {
+                a.default_route = true;
+            }
+        }
+    }
     return out;
 }
 
@@ -81,7 +164,10 @@ Result<ip::address> choose_advertise_address(const std::vector<InterfaceAddress>
     const InterfaceAddress* best = nullptr;
     int best_rank = 0;
     for (const InterfaceAddress& a : candidates) {
-        const std::optional<int> r = rank(a, ipv6_bind);
+        std::optional<int> r = rank(a, ipv6_bind);
+        if (r && !a.default_route) {
+            *r += kOffDefaultRoute;
+        }
         if (r && (best == nullptr || *r < best_rank)) {
             best = &a;
             best_rank = *r;

@@ -55,6 +55,43 @@ TEST_CASE("advertise for a wildcard bind: a private address first, never loopbac
     CHECK(chosen({on("eth0", "2001:db8::20")}, false).rfind("error: ", 0) == 0);
 }
 
+TEST_CASE("advertise for a wildcard bind: the default route's interface before a private bridge") {
+    // A public NIC beside a container bridge that is up: the bridge's private 172.17.0.1 was
+    // chosen, which no other machine can reach.
+    InterfaceAddress eth0 = on("eth0", "203.0.113.9");
+    std::vector<InterfaceAddress> host = {on("docker0", "172.17.0.1"), eth0};
+    CHECK(chosen(host, false) == "172.17.0.1");  // Nothing known of the routes: memberlist's.
+    host[1].default_route = true;
+    CHECK(chosen(host, false) == "203.0.113.9");
+    // Within the default route's interface, private first as elsewhere.
+    InterfaceAddress private_eth0 = on("eth0", "10.0.0.7");
+    private_eth0.default_route = true;
+    host.push_back(private_eth0);
+    CHECK(chosen(host, false) == "10.0.0.7");
+    // A default route's interface with nothing to advertise for this bind leaves the order.
+    InterfaceAddress v6_only = on("eth1", "2001:db8::20");
+    v6_only.default_route = true;
+    CHECK(chosen({on("docker0", "172.17.0.1"), v6_only}, false) == "172.17.0.1");
+}
+
+TEST_CASE("default routes are read from the kernel's tables, reject routes skipped") {
+    const std::string route =
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+        "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"
+        "docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n"
+        "wg0\t00000000\t00000000\t0000\t0\t0\t0\t00000000\t0\t0\t0\n"  // Not up.
+        "garbage line\n";
+    CHECK(default_route_interfaces(route, false) == std::vector<std::string>{"eth0"});
+    const std::string zero(32, '0');
+    const std::string ipv6_route =
+        "fd000000000000000000000000000000 40 " + zero + " 00 " + zero +
+        " 00000100 00000001 00000000 00000001     eth0\n" + zero + " 00 " + zero + " 00 " +
+        "fd000000000000000000000000000001 00000400 00000003 00000000 00000003     eth1\n" + zero +
+        " 00 " + zero + " 00 " + zero + " ffffffff 00000001 00000000 00200200       lo\n";
+    CHECK(default_route_interfaces(ipv6_route, true) == std::vector<std::string>{"eth1"});
+    CHECK(default_route_interfaces("", true).empty());
+}
+
 TEST_CASE("a member bound to 0.0.0.0 without an advertise address advertises an interface's") {
     // It advertised 0.0.0.0:port, which names each other member's own machine: their probes
     // never reached it, and it was declared dead everywhere.
