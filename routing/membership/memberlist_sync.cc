@@ -394,8 +394,14 @@ Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t
         warn_auth_failed(from, plain.status());
         return plain.status();
     }
-    auto msgs =
-        decode_packet(*plain, DecodeLimits{config_.max_members, config_.user_event_buffer});
+    // Decoded up to the larger of this site's caps and the defaults, which apply their own as
+    // they merge: a site configured lower than the cluster's table still syncs what it keeps
+    // (new members past max_members are refused as alive messages naming them are).
+    const DecodeLimits defaults;
+    auto msgs = decode_packet(
+        *plain,
+        DecodeLimits{std::max(config_.max_members, defaults.max_push_pull_nodes),
+                     std::max(config_.user_event_buffer, defaults.max_push_pull_events)});
     uint64_t suppressed = 0;
     if (!msgs.ok()) {
         stats_.decode_failures.fetch_add(1);

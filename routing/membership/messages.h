@@ -141,8 +141,7 @@ std::vector<uint8_t> encode_packet(std::span<const std::vector<uint8_t>> framed)
 // (32 MiB) holds millions of minimal entries or events, each decoding into a far larger value
 // (about 1 GiB in all). An honest member sends its member table, which holds at most max_members
 // entries, and the events it remembers, at most user_event_buffer: Memberlist passes its
-// configuration's (so every member of a cluster needs the same values); the defaults are
-// lan_profile()'s.
+// configuration's or these defaults (lan_profile()'s), whichever is larger.
 struct DecodeLimits {
     size_t max_push_pull_nodes = size_t{1} << 16;
     size_t max_push_pull_events = 512;

@@ -698,8 +698,10 @@ TEST_CASE("memberlist: a new member takes a legitimately high clock from its fir
 
 // A push-pull is capped at what an honest member sends: its table (max_members) and the events it
 // remembers (user_event_buffer). A 32 MiB stream frame of minimal event records decoded into
-// about 16.7 million events (1 GiB), and entries were capped only at 2^20.
-TEST_CASE("memberlist: a push-pull with more nodes or events than it holds is refused") {
+// about 16.7 million events (1 GiB), and entries were capped only at 2^20. A site whose own caps
+// are lower than the cluster's still syncs: it keeps what its caps allow (refused whole, such a
+// site never synced).
+TEST_CASE("memberlist: a push-pull over the site's caps is merged up to them, over the bound refused") {
     MembershipConfig c = lan_profile();
     c.max_members = 8;
     c.user_event_buffer = 4;
@@ -709,37 +711,41 @@ TEST_CASE("memberlist: a push-pull with more nodes or events than it holds is re
         events.events.push_back(UserEventMsg{i, "rollout", {}});
     }
     events.event_ltime = 5;
-    // The error (or "" when taken).
-    auto refusal = [&](const PushPullMsg& pp) {
-        auto answer = a.push_pull(pp);
-        return answer.ok() ? std::string() : std::string(answer.status().message());
-    };
-    CHECK(refusal(events).find("more than 4 user events (user_event_buffer)") !=
-          std::string::npos);
     PushPullMsg nodes;
     for (int i = 0; i < 9; ++i) {
         nodes.nodes.push_back(PushPullNode{"N" + std::to_string(i),
                                            "10.0.1." + std::to_string(i) + ":7946", 1,
                                            NodeState::kAlive, 0, {}, std::nullopt});
     }
-    CHECK(refusal(nodes).find("more than 8 nodes (max_members)") != std::string::npos);
-    CHECK(a.ml().stats().decode_failures.load() == 2);
-    CHECK(a.ml().num_live() == 1);
-    CHECK(answered_clock(a) == 0);
-    // At the caps, taken.
-    events.events.pop_back();
-    nodes.nodes.pop_back();
     CHECK(a.push_pull(events).ok());
+    CHECK(a.ml().stats().user_events_delivered.load() == 5);
+    CHECK(answered_clock(a) == 5);
     CHECK(a.push_pull(nodes).ok());
-    CHECK(a.ml().num_live() == 8);
-    // The decoder's own defaults are lan_profile()'s.
+    CHECK(a.ml().num_live() == 8);  // This site and the first seven: the table is full.
+    CHECK(a.ml().stats().members_refused.load() == 2);
+    CHECK(a.ml().stats().decode_failures.load() == 0);
+    // Over the decoder's bound (the defaults, lan_profile()'s), refused whole as it is decoded.
+    auto decoded = [](const PushPullMsg& pp) {
+        return decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(pp)}));
+    };
     PushPullMsg big;
     big.events.assign(513, UserEventMsg{1, "e", {}});
-    auto r = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(big)}));
+    auto r = decoded(big);
     CHECK(r.status().code() == StatusCode::kDataLoss);
+    CHECK(r.status().message().find("more than 512 user events (user_event_buffer)") !=
+          std::string::npos);
     big.events.resize(512);
-    CHECK(decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{encode_message(big)}))
-              .ok());
+    CHECK(decoded(big).ok());
+    MembershipConfig wide = lan_profile();
+    wide.user_event_buffer = 1024;  // A site that remembers more reads more.
+    Member b(wide);
+    big.events.assign(600, UserEventMsg{1, "e", {}});
+    CHECK(b.push_pull(big).ok());
+    big.events.assign(1025, UserEventMsg{1, "e", {}});
+    auto refused = b.push_pull(big);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("more than 1024 user events") != std::string::npos);
+    CHECK(b.ml().stats().decode_failures.load() == 1);
 }
 
 // Each distinct user event is queued for rebroadcast without a key, so nothing replaced it: a
