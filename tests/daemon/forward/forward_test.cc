@@ -1062,7 +1062,7 @@ TEST_CASE("forwarded tenant names: a known one keeps its entry, others share one
         CHECK(b.generator.request(i).cache_scope == "forwarded:" + names[i]);
     }
     CHECK_FALSE(daemon::is_identifier(daemon::kForwardedTenant));  // No configured tenant's.
-    for (const std::string bad : {std::string(65, 'a'), std::string("a b"), std::string("(x)")}) {
+    for (const std::string& bad : {std::string(65, 'a'), std::string("a b"), std::string("(x)")}) {
         CAPTURE(bad);
         send_as(bad);
         auto r = (*c)->read_response();
