@@ -145,6 +145,8 @@ public:
 
     // Counters; read from the driving thread (or after stop()).
     const SchedulerStats& stats() const { return stats_; }
+    // Bytes the logits buffer kept between steps holds; read from the driving thread.
+    size_t logits_buffer_bytes() const { return logits_.capacity() * sizeof(float); }
 
     // Live load (everything but the name); thread-safe, cheap.
     ModelLoad load() const;
@@ -283,7 +285,9 @@ private:
     std::shared_ptr<std::atomic<int64_t>> swap_use_ = std::make_shared<std::atomic<int64_t>>(0);
     SchedulerStats stats_;
     // The last step's logits, kept so that a step reuses the buffer (batch x vocab floats, 4 MiB
-    // at 32 x 32000) instead of allocating and faulting in a fresh one.
+    // at 32 x 32000) instead of allocating and faulting in a fresh one; not kept past one row per
+    // sequence the batch may hold (a step with every prompt position's logits, for echoed prompt
+    // logprobs, may need a chunk's rows: 1.2 GB for 2048 positions of a 152k vocabulary).
     std::vector<float> logits_;
     // max_decode_sequences: each running tenant's pass (decode tokens / weight, offset so that
     // a tenant joins at the smallest pass of those running).

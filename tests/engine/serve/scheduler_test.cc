@@ -403,6 +403,36 @@ TEST_CASE("scheduler: echoed prompts with logprobs survive preemption, sent once
     CHECK(h.log->slots_in_use == 0);
 }
 
+TEST_CASE("scheduler: the logits of an echoed prompt's every position are not kept after it") {
+    // A chunk of prompt positions with logits grew the buffer to rows x vocab, and the buffer
+    // kept that size for good (1.2 GB for 2048 positions of a 152k vocabulary).
+    SchedulerConfig config;
+    config.max_batch_sequences = 2;
+    Harness h({}, config);
+    std::vector<TokenId> prompt;
+    for (int i = 0; i < 40; ++i) {
+        prompt.push_back(100 + i);
+    }
+    auto sink = std::make_shared<CollectingSink>();
+    SamplingParams params = Harness::greedy();
+    params.max_tokens = 3;
+    params.logprobs = true;
+    SequenceRequest req{"r", prompt, params, 1, sink};
+    req.echo_prompt = true;
+    auto handle = h.scheduler->submit(std::move(req));
+    REQUIRE(handle.ok());
+    REQUIRE(h.scheduler->step());  // The prompt in one chunk, each position's logits.
+    const size_t vocab = static_cast<size_t>(h.options.vocab_size);
+    CHECK(h.scheduler->logits_buffer_bytes() <= 2 * vocab * sizeof(float));
+    h.drain();
+    REQUIRE(sink->wait());
+    REQUIRE(sink->prompt().size() == 40);
+    for (size_t p = 1; p < 40; ++p) {
+        CHECK(std::isfinite(sink->prompt()[p].logprob));
+    }
+    CHECK(sink->ids() == FakeCausalLM::expected(h.options, prompt, 3));
+}
+
 TEST_CASE("scheduler: a json_object reply ends when the object closes, and is valid throughout") {
     // The model wants {"a":1} and then 'x' for ever: the reply is the object, ended "stop".
     FakeOptions opts;
