@@ -8,14 +8,17 @@ namespace edge::engine::tokenizer {
 
 Result<std::unique_ptr<BpeModel>> BpeModel::build(
     std::vector<std::pair<std::string, TokenId>> vocab,
-    const std::vector<std::pair<std::string, std::string>>& merges) {
+    const std::vector<std::pair<std::string, std::string>>& merges,
+    std::vector<std::pair<std::string, TokenId>> literals) {
     std::unique_ptr<BpeModel> m(new BpeModel());
     TokenId max_id = -1;
-    for (const auto& [bytes, id] : vocab) {
-        if (id < 0) {
-            return invalid_argument_error("vocab: negative id " + std::to_string(id));
+    for (const auto* entries : {&vocab, &literals}) {
+        for (const auto& [bytes, id] : *entries) {
+            if (id < 0) {
+                return invalid_argument_error("vocab: negative id " + std::to_string(id));
+            }
+            max_id = std::max(max_id, id);
         }
-        max_id = std::max(max_id, id);
     }
     if (max_id >= kMaxTokenId) {
         return invalid_argument_error("vocab: id " + std::to_string(max_id) + " is too large");
@@ -29,6 +32,14 @@ Result<std::unique_ptr<BpeModel>> BpeModel::build(
         seen[id] = true;
         m->id_to_bytes_[id] = bytes;
         m->bytes_to_id_.emplace(std::move(bytes), id);
+    }
+    for (auto& [text, id] : literals) {
+        if (seen[id]) {
+            return invalid_argument_error("vocab: id " + std::to_string(id) + " appears twice");
+        }
+        seen[id] = true;
+        m->id_to_bytes_[id] = text;
+        m->literal_to_id_.emplace(std::move(text), id);
     }
     for (int b = 0; b < 256; ++b) {
         const char c = static_cast<char>(b);
@@ -58,6 +69,11 @@ Result<std::unique_ptr<BpeModel>> BpeModel::build(
 TokenId BpeModel::find(std::string_view bytes) const {
     auto it = bytes_to_id_.find(std::string(bytes));
     return it == bytes_to_id_.end() ? -1 : it->second;
+}
+
+TokenId BpeModel::find_literal(std::string_view text) const {
+    auto it = literal_to_id_.find(std::string(text));
+    return it == literal_to_id_.end() ? -1 : it->second;
 }
 
 std::string_view BpeModel::bytes(TokenId id) const {

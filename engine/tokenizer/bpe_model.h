@@ -24,20 +24,25 @@ namespace edge::engine::tokenizer {
 
 class BpeModel {
 public:
-    // `vocab`: raw token bytes and id; `merges`: pairs of raw token bytes, in rank order.
-    // kInvalidArgument when an id repeats or is negative, a merge names a token missing from the
-    // vocabulary, or a single byte has no token (byte-level BPE needs all 256).
+    // `vocab`: raw token bytes and id; `merges`: pairs of raw token bytes, in rank order;
+    // `literals`: entries outside the byte alphabet (TokenizerJson::literal_vocab), as text and
+    // id, which encode_word() never produces. kInvalidArgument when an id repeats or is
+    // negative, a merge names a token missing from the vocabulary, or a single byte has no token
+    // (byte-level BPE needs all 256).
     static Result<std::unique_ptr<BpeModel>> build(
         std::vector<std::pair<std::string, TokenId>> vocab,
-        const std::vector<std::pair<std::string, std::string>>& merges);
+        const std::vector<std::pair<std::string, std::string>>& merges,
+        std::vector<std::pair<std::string, TokenId>> literals = {});
 
     // Appends the ids of one piece of raw bytes.
     void encode_word(std::string_view word, std::vector<TokenId>* out) const;
 
-    // Id of exact token bytes, or -1.
+    // Id of exact token bytes, or -1. Never a literal entry.
     TokenId find(std::string_view bytes) const;
+    // Id of the literal entry spelled `text`, or -1.
+    TokenId find_literal(std::string_view text) const;
 
-    // Raw bytes of `id` (empty for ids without a vocabulary entry).
+    // Raw bytes of `id` (a literal entry's text; empty for ids without a vocabulary entry).
     std::string_view bytes(TokenId id) const;
 
     // One more than the largest id.
@@ -54,6 +59,8 @@ private:
     void merge_symbols(std::vector<TokenId>* symbols) const;
 
     std::unordered_map<std::string, TokenId> bytes_to_id_;
+    // Apart from bytes_to_id_: a literal's text may equal the raw bytes of a byte-level token.
+    std::unordered_map<std::string, TokenId> literal_to_id_;
     std::vector<std::string> id_to_bytes_;
     std::unordered_map<uint64_t, Merge> merges_;
     TokenId byte_ids_[256] = {};

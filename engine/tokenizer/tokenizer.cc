@@ -24,7 +24,8 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_json(std::string_view json) {
     t->normalizer_ = Normalizer(parsed.normalizer);
     t->ignore_merges_ = parsed.ignore_merges;
     EDGE_ASSIGN_OR_RETURN(t->pre_tokenizer_, PreTokenizer::create(parsed.split_patterns));
-    EDGE_ASSIGN_OR_RETURN(t->bpe_, BpeModel::build(std::move(parsed.vocab), parsed.merges));
+    EDGE_ASSIGN_OR_RETURN(t->bpe_, BpeModel::build(std::move(parsed.vocab), parsed.merges,
+                                                   std::move(parsed.literal_vocab)));
 
     t->vocab_size_ = t->bpe_->id_limit();
     EDGE_ASSIGN_OR_RETURN(t->added_,
@@ -126,7 +127,10 @@ TokenId Tokenizer::token_id(std::string_view content) const {
     if (const AddedToken* a = added_.find_content(content)) {
         return a->id;
     }
-    return bpe_->find(content);
+    if (const TokenId id = bpe_->find(content); id >= 0) {
+        return id;
+    }
+    return bpe_->find_literal(content);
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids) const {

@@ -49,17 +49,22 @@ Status parse_vocab(const json::value& v, TokenizerJson* out) {
             kv.value().get_int64() >= kMaxTokenId) {
             return bad(where, "id is not an integer in [0, 2^21)");
         }
+        const auto id = static_cast<TokenId>(kv.value().get_int64());
+        // Hugging Face takes any string as a key. One outside the byte alphabet (the parser has
+        // already checked the UTF-8) is kept by its text rather than refusing the file.
         auto raw = unicode_to_bytes(kv.key());
-        if (!raw.ok()) {
-            return bad(where, raw.status().message());
+        if (raw.ok()) {
+            out->vocab.emplace_back(std::move(raw).value(), id);
+        } else {
+            out->literal_vocab.emplace_back(std::string(kv.key()), id);
         }
-        out->vocab.emplace_back(std::move(raw).value(),
-                                static_cast<TokenId>(kv.value().get_int64()));
     }
     return ok_status();
 }
 
-Status parse_merges(const json::value* v, TokenizerJson* out) {
+// `vocab` is model.vocab, which every merge's parts and result must be keys of, as Hugging Face
+// requires.
+Status parse_merges(const json::value* v, const json::object& vocab, TokenizerJson* out) {
     if (v == nullptr || v->is_null()) {
         return ok_status();
     }
@@ -89,13 +94,21 @@ Status parse_merges(const json::value* v, TokenizerJson* out) {
         } else {
             return bad(where, "expected \"left right\" or [left, right]");
         }
+        if (left.empty() || right.empty()) {
+            return bad(where, "empty merge part");
+        }
+        const std::string merged = std::string(left) + std::string(right);
+        for (std::string_view token : {left, right, std::string_view(merged)}) {
+            if (!vocab.contains(token)) {
+                return bad(where, "\"" + std::string(token) + "\" is not in model.vocab");
+            }
+        }
         auto l = unicode_to_bytes(left);
         auto r = unicode_to_bytes(right);
         if (!l.ok() || !r.ok()) {
-            return bad(where, (!l.ok() ? l.status() : r.status()).message());
-        }
-        if (l->empty() || r->empty()) {
-            return bad(where, "empty merge part");
+            // A part outside the byte alphabet is a literal entry, which byte-level input never
+            // holds: the merge can never apply (Hugging Face keeps it, and it never fires).
+            continue;
         }
         out->merges.emplace_back(std::move(l).value(), std::move(r).value());
     }
@@ -130,7 +143,7 @@ Status parse_model(const json::value* v, TokenizerJson* out) {
         return bad("model.vocab", "missing");
     }
     EDGE_RETURN_IF_ERROR(parse_vocab(*vocab, out));
-    return parse_merges(model->if_contains("merges"), out);
+    return parse_merges(model->if_contains("merges"), vocab->get_object(), out);
 }
 
 Status parse_added_tokens(const json::value* v, TokenizerJson* out) {

@@ -2,9 +2,10 @@
 
 // The parts of a Hugging Face `tokenizer.json` the byte-level BPE tokenizer uses, parsed and
 // checked: vocabulary and merges (token text converted from the GPT-2 byte mapping to raw bytes),
-// added tokens, the normaliser and the pre-tokenizer's split regexes. Anything the tokenizer does
-// not implement (another model type, other normalisers or pre-tokenizers, byte fallback) is a
-// kUnimplemented naming the field, never a silently different tokenization. Plain data.
+// the vocabulary entries outside that mapping, added tokens, the normaliser and the
+// pre-tokenizer's split regexes. Anything the tokenizer does not implement (another model type,
+// other normalisers or pre-tokenizers, byte fallback) is a kUnimplemented naming the field, never
+// a silently different tokenization. Plain data.
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,10 @@ struct AddedToken {
 struct TokenizerJson {
     std::vector<std::pair<std::string, TokenId>> vocab;       // Raw token bytes and id.
     std::vector<std::pair<std::string, std::string>> merges;  // Raw bytes, in rank order.
+    // Entries whose key has a character outside GPT-2's byte alphabet, as their UTF-8 key and id:
+    // DeepSeek-V3 lists its special tokens in model.vocab by their text
+    // ("<｜begin▁of▁sentence｜>"). Byte-level BPE never produces them; they decode as that text.
+    std::vector<std::pair<std::string, TokenId>> literal_vocab;
     std::vector<AddedToken> added_tokens;
     NormalizerKind normalizer = NormalizerKind::kNone;
     std::vector<std::string> split_patterns;  // PCRE2 patterns, applied in order.

@@ -307,6 +307,72 @@ TEST_CASE("tokenizer: a merge listed twice takes its last rank, as Hugging Face'
     CHECK(with(R"(["a b","b c","a b"])") == std::vector<TokenId>{'a', 257});
 }
 
+// DeepSeek-V3's tokenizer.json lists its special tokens in model.vocab by their text (e.g.
+// "<｜begin▁of▁sentence｜>": 0), outside the byte alphabet; Hugging Face loads such keys as ids
+// byte-level BPE never produces.
+TEST_CASE("tokenizer: vocabulary keys outside the byte alphabet load as ids BPE never produces") {
+    const std::string bos = "<｜begin▁of▁sentence｜>";
+    const std::string eos = "<｜end▁of▁sentence｜>";
+    const std::string pad = "<｜▁pad▁｜>";  // In the vocabulary only, not an added token.
+    const std::string bar = "｜";           // U+FF5C: bytes EF BD 9C.
+    auto key = [](const std::string& s) { return boost::json::serialize(boost::json::value(s)); };
+    const std::string ef = bytes_to_unicode("\xEF"), bd = bytes_to_unicode("\xBD");
+    const std::string bar_mapped = bytes_to_unicode(bar);  // The byte-level token of "｜".
+    std::string vocab = byte_vocab();
+    vocab += key(bos) + ":256," + key(eos) + ":257," + R"("ab":258,)" + key(pad) + ":259," +
+             key(bar) + ":260," + key(bar + bar) + ":261," + key(bar_mapped) + ":262," +
+             key(ef + bd) + ":263";
+    // The last merge joins two literal entries: kept by Hugging Face, it never applies.
+    const std::string merges = "[" + key("a b") + "," + key(ef + " " + bd) + "," +
+                               key(ef + bd + " " + bytes_to_unicode("\x9C")) + "," +
+                               key(bar + " " + bar) + "]";
+    auto added = [&](const std::string& content, int id) {
+        return R"({"id":)" + std::to_string(id) + R"(,"content":)" + key(content) +
+               R"(,"special":true})";
+    };
+    const std::string json = R"({"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":)" +
+                             merges + R"(},"added_tokens":[)" + added(bos, 256) + "," +
+                             added(eos, 257) + R"(],"pre_tokenizer":{"type":"ByteLevel"}})";
+    auto t = Tokenizer::from_json(json);
+    // Refused before with "character U+65372 ... is not in the byte-level alphabet".
+    REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+    const Tokenizer& tok = **t;
+    CHECK(tok.vocab_size() == 264);
+
+    const std::string text = bos + "ab" + bar + "x" + pad + bar + bar + eos;
+    auto ids = tok.encode(text);
+    REQUIRE(ids.ok());
+    // The added tokens by their text; "｜" as BPE makes its bytes (the byte-level token, never
+    // the literal entry of the same text); the vocabulary-only literals as plain bytes.
+    CHECK(ids->front() == 256);
+    CHECK(ids->back() == 257);
+    CHECK((*ids)[1] == 258);
+    CHECK((*ids)[2] == 262);
+    for (TokenId never : {259, 260, 261}) {
+        CHECK(std::count(ids->begin(), ids->end(), never) == 0);
+    }
+    CHECK(tok.decode(*ids) == text);
+    auto plain = tok.encode(text, /*parse_special=*/false);
+    REQUIRE(plain.ok());
+    CHECK(std::count(plain->begin(), plain->end(), 256) == 0);
+    CHECK(tok.decode(*plain) == text);
+
+    // Each literal entry decodes as its text and is found by it.
+    CHECK(tok.decode(std::vector<TokenId>{259, 260, 261}) == pad + bar + bar + bar);
+    CHECK(tok.token_id(pad) == 259);
+    CHECK(tok.token_id(bos) == 256);
+    CHECK(tok.token_id(bar) == 262);  // Its bytes name the byte-level token first.
+
+    // A merge part missing from the vocabulary is still an error naming the merge.
+    auto missing =
+        Tokenizer::from_json(R"({"model":{"type":"BPE","vocab":{)" + vocab + R"(},"merges":[)" +
+                             key("<｜x a") + R"(]},"pre_tokenizer":{"type":"ByteLevel"}})");
+    REQUIRE_FALSE(missing.ok());
+    CHECK(missing.status().code() == StatusCode::kInvalidArgument);
+    CHECK(missing.status().message().find("model.merges[0]: \"<｜x\" is not in model.vocab") !=
+          std::string::npos);
+}
+
 TEST_CASE("tokenizer config: generation_config.json sampling defaults, checked like a request's") {
     auto qwen = parse_tokenizer_config("", R"({"temperature":0.6,"top_p":0.95,"top_k":20})");
     REQUIRE(qwen.ok());
