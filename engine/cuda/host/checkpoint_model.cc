@@ -156,6 +156,7 @@ Status plan_deepseek_v3(const ConfigJson& json, CheckpointModel* m, TensorPlan* 
     m->architecture = kDeepseekV3Architecture;
     m->attention = AttentionKind::kMla;
     plan_sigmoid_moe(c, m, plan);
+    m->max_position = static_cast<int32_t>(mla.rope_max_positions);  // YaRN's, as the CPU model.
     m->mla = mla_dims(c, mla);
     m->kv_heads = 1;
     m->head_dim = static_cast<int32_t>(m->mla.row() / 2);

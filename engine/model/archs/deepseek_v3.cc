@@ -34,6 +34,7 @@ class DeepseekV3 final : public SigmoidMoeModel {
 
     Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options) {
         attn_.resize(c_.num_hidden_layers);
+        c_.max_position_embeddings = m_.rope_max_positions;  // What load_common serves.
         row_ = m_.kv_lora_rank + m_.qk_rope_head_dim;
         const int64_t per_token = c_.num_hidden_layers * row_ * 4;
         // The cache row [latent, k_rope] is stored as one "head" split in two halves: the first

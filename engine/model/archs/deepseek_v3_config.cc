@@ -42,6 +42,7 @@ Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConf
                                                   kDeepseekV3Architecture));
     m.inv_freq = std::move(rope.inv_freq);
     m.rope_mscale = rope.mscale;
+    m.rope_max_positions = rope.max_positions;
     if (rope.yarn && rope.yarn->mscale_all_dim != 0.0) {
         // DeepSeek's attention also scales the softmax by get_mscale(factor, mscale_all_dim)^2.
         const double ms = cpu::yarn_get_mscale(rope.yarn->factor, rope.yarn->mscale_all_dim);

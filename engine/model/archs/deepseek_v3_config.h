@@ -27,6 +27,9 @@ struct MlaConfig {
     double softmax_scale = 0.0;    // (nope + rope)^-0.5, times mscale^2 under YaRN.
     double rope_mscale = 1.0;      // YaRN's factor on cos/sin.
     std::vector<double> inv_freq;  // qk_rope_head_dim / 2 frequencies (YaRN applied).
+    // Positions the model serves: RotaryConfig::max_positions (with YaRN, at least
+    // original_max_position_embeddings x factor).
+    int64_t rope_max_positions = 0;
 
     static Result<MlaConfig> from_json(const ConfigJson& config, const SigmoidMoeConfig& common);
 };

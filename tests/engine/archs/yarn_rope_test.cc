@@ -287,8 +287,8 @@ TEST_CASE("yarn: a model serves original_max_position_embeddings x factor positi
     // Qwen's recipe names the pretrained length and the factor; the config's
     // max_position_embeddings may stay below their product (40960 against 131072 for
     // Qwen3-30B-A3B), and vLLM serves the product. A short original length keeps the KV cache
-    // of the micro models small.
-    for (const char* fixture : {"micro-qwen3-moe", "micro-glm4-moe"}) {
+    // of the micro models small. DeepSeek-V3's MLA reads the same rope_scaling.
+    for (const char* fixture : {"micro-qwen3-moe", "micro-glm4-moe", "micro-deepseek-v3"}) {
         CAPTURE(std::string(fixture));
         const std::string src = testing::fixture_dir(fixture);
         const int64_t max_pos = json::parse(edge::testing::read_file(src + "/config.json"))

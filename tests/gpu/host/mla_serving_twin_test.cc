@@ -134,6 +134,8 @@ TEST_CASE("checkpoint model (DeepSeek-V3): MLA attention, dims, YaRN tables and 
         CHECK(y->mla.softmax_scale == doctest::Approx(ms * ms / std::sqrt(48.0)));
         CHECK(y->mla.rope_mscale == doctest::Approx(1.0));
         CHECK(y->inv_freq[7] < m->inv_freq[7]);
+        CHECK(y->max_position == 256 * 40);  // original x factor, as the CPU model serves.
+        CHECK(m->max_position == 2048);
     }
     SUBCASE("a missing MLA tensor is the checkpoint's error naming it") {
         edge::testing::TempDir dir;
