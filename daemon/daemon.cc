@@ -38,6 +38,15 @@ void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
 
 }  // namespace
 
+std::chrono::milliseconds drain_advertise_window(const Config& config) {
+    // The round the membership runs: the key's, else the preset's, not a fixed fallback (a wan
+    // round is 500 ms). Cluster::create() refuses a config whose membership does not validate.
+    Result<routing::membership::MembershipConfig> m = cluster::membership_config(config);
+    const Duration round =
+        m.ok() ? m->gossip_interval : routing::membership::MembershipConfig{}.gossip_interval;
+    return 3 * std::chrono::duration_cast<std::chrono::milliseconds>(round);
+}
+
 std::vector<std::string> Daemon::tenant_names(
     const std::optional<std::vector<TenantConfig>>& tenants) {
     // The anonymous tenant's (TenantTable) when authentication is off.
@@ -230,10 +239,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
             return c->handle_admin(method, target);
         });
         // On SIGTERM the draining state is gossiped for a few rounds before the listener stops.
-        const auto gossip_round = config.gossip.gossip_interval.count() > 0
-                                      ? config.gossip.gossip_interval
-                                      : std::chrono::milliseconds(200);
-        d->advertise_drain_ = 3 * gossip_round;
+        d->advertise_drain_ = drain_advertise_window(config);
     }
     return d;
 }

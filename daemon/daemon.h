@@ -64,6 +64,11 @@ class PeerClient;
 class PeerHandler;
 }  // namespace forward
 
+// How long stop() advertises draining by gossip before the listeners stop: three rounds of the
+// gossip `config` runs (gossip.gossip_interval_ms, else its preset's: wan 500 ms), so the
+// state has reached the other sites before this one refuses their requests.
+std::chrono::milliseconds drain_advertise_window(const Config& config);
+
 class Daemon {
 public:
     // `public_listen_fd`: an inherited listening socket for the public listener (socket

@@ -5,7 +5,9 @@
 
 #include <chrono>
 
+#include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "tests/testing/config_yaml.h"
 #include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
@@ -50,4 +52,18 @@ TEST_CASE("drain: advertising draining by gossip is part of the drain deadline, 
     CHECK_MESSAGE(took < std::chrono::milliseconds(4000),
                   std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
     CHECK(took >= std::chrono::milliseconds(2000));  // The stream had its whole deadline.
+}
+
+TEST_CASE("drain: draining is advertised for three rounds of the gossip preset or the key") {
+    auto window = [](const std::string& gossip) {
+        Result<daemon::Config> c =
+            daemon::parse_config(testing::config_yaml("/c", "/k", gossip), "x.yaml");
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        return daemon::drain_advertise_window(*c);
+    };
+    // The wan preset gossips every 500 ms: a window of 200 ms rounds was barely more than one.
+    CHECK(window("gossip:\n  preset: wan\n").count() == 1500);
+    CHECK(window("gossip:\n  preset: wan\n  gossip_interval_ms: 0\n").count() == 1500);
+    CHECK(window("gossip:\n").count() == 600);  // lan: 200 ms.
+    CHECK(window("gossip:\n  preset: wan\n  gossip_interval_ms: 40\n").count() == 120);
 }
