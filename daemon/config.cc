@@ -193,6 +193,11 @@ struct DocumentBreak {
 };
 
 std::optional<DocumentBreak> document_break(std::string_view text) {
+    // A UTF-8 byte order mark is not content: YAML reads a marker after it (and after comments)
+    // as the document's start, as it does without one.
+    if (text.starts_with("\xEF\xBB\xBF")) {
+        text.remove_prefix(3);
+    }
     bool content = false;
     std::optional<int> end_marker;  // The line of a `...` seen so far.
     int line = 0;

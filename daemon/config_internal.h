@@ -113,6 +113,13 @@ public:
         return value;
     }
 
+    static constexpr const char* kLeadingZero =
+        "expected a decimal integer without leading zeros (YAML 1.1 reads a leading 0 as octal)";
+    // Digits (no sign) that start with a 0 and go on.
+    static bool leading_zero(std::string_view digits) {
+        return digits.size() > 1 && digits[0] == '0';
+    }
+
     // Decimal digits with an optional sign. yaml-cpp's own conversion guesses the base (a
     // leading 0 read as octal, 0x as hex: `drain_deadline_ms: 030000` was 12288 ms), and YAML
     // 1.1 tools read a leading zero as octal too, so a leading zero is refused as ambiguous.
@@ -130,10 +137,8 @@ public:
         if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) {
             return error(node, key, "expected an integer");
         }
-        if (digits.size() > 1 && digits[0] == '0') {
-            return error(node, key,
-                         "expected a decimal integer without leading zeros (YAML 1.1 reads a "
-                         "leading 0 as octal)");
+        if (leading_zero(digits)) {
+            return error(node, key, kLeadingZero);
         }
         int64_t value = 0;
         const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -151,12 +156,22 @@ public:
         return value;
     }
 
+    // A real number. A digit-only scalar with a leading zero is refused as integer() refuses
+    // it: yaml-cpp reads `010` as 10 here, YAML 1.1 tools as 8.
     Result<double> number(const YAML::Node& node, const std::string& key, double min,
                           double max) const {
         double value = 0;
         if (!node.IsScalar() || quoted(node) || !YAML::convert<double>::decode(node, value) ||
             !std::isfinite(value)) {
             return error(node, key, "expected a number");
+        }
+        std::string_view digits = node.Scalar();
+        if (digits.starts_with('+') || digits.starts_with('-')) {
+            digits.remove_prefix(1);
+        }
+        if (digits.find_first_not_of("0123456789") == std::string_view::npos &&
+            leading_zero(digits)) {
+            return error(node, key, kLeadingZero);
         }
         if (value < min || value > max) {
             std::ostringstream range;

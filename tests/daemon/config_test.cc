@@ -714,6 +714,21 @@ TEST_CASE("empty key lists, duplicate map keys and a second document are errors"
           "configuration is one document");
 }
 
+TEST_CASE("a byte order mark before comments and a leading `---` is still one document") {
+    // The mark was read as content, so the `---` that starts the document was a second one.
+    const std::string bom = "\xEF\xBB\xBF";
+    Result<Config> c =
+        parse_config(bom + "# edgeserve\n---\n" + testing::config_yaml("/c", "/k"), "x.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->site.id == "test-site");
+    CHECK(parse_config(bom + "---\n" + testing::config_yaml("/c", "/k"), "x.yaml").ok());
+    // A second document after it is still refused, at its line.
+    const std::string second = error_of(bom + "# edgeserve\n---\n" +
+                                        testing::config_yaml("/c", "/k") + "---\nlimits: {}\n");
+    CHECK_MESSAGE(second.starts_with("/etc/edgeserve/test.yaml:19:1: a second YAML document"),
+                  second);
+}
+
 TEST_CASE("bytes that are not UTF-8 are an error at their line and column") {
     // yaml-cpp passes them through: a Latin-1 model name would be listed in /v1/models as JSON
     // no client decodes, and never match the UTF-8 name clients send.
@@ -815,6 +830,33 @@ TEST_CASE("integers are decimal: no octal, hex or quoted numbers, and booleans a
               .ok());
     CHECK(error_of(testing::config_yaml("/c", "/k", "engine:\n  prefix_cache: \"true\"\n")) ==
           "/etc/edgeserve/test.yaml:18:17: engine.prefix_cache: expected true or false");
+}
+
+TEST_CASE("real numbers refuse a digit-only leading zero as integers do") {
+    // yaml-cpp read `010` as 10 where a real number belongs, and as an error where an integer
+    // does; YAML 1.1 tools read it as 8.
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  margin_fraction: 010\n")) ==
+          "/etc/edgeserve/test.yaml:18:20: routing.margin_fraction: expected a decimal integer "
+          "without leading zeros (YAML 1.1 reads a leading 0 as octal)");
+    const std::string tenant =
+        "tenants:\n  - name: a\n    api_key_sha256: [" + std::string(64, '0') + "]\n";
+    CHECK(error_of(testing::config_yaml("/c", "/k", tenant + "    requests_per_second: +010\n")) ==
+          "/etc/edgeserve/test.yaml:20:26: tenants[0].requests_per_second: expected a decimal "
+          "integer without leading zeros (YAML 1.1 reads a leading 0 as octal)");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "routing:\n  coord_error_max: -00\n"))
+              .find("without leading zeros") != std::string::npos);
+    // A lone 0, and a leading 0 with a fraction or an exponent, are no octal: they still read.
+    Result<Config> c = parse_config(
+        testing::config_yaml("/c", "/k",
+                             "routing:\n  margin_fraction: 0\n  kv_soft_limit: 00.5\n"
+                             "  prompt_tokens: 010e1\n" +
+                                 tenant + "    requests_per_second: 10\n"),
+        "x.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    CHECK(c->routing.selection.margin_fraction == 0);
+    CHECK(c->routing.cost.kv_soft_limit == doctest::Approx(0.5));
+    CHECK(c->routing.cost.prompt_tokens == doctest::Approx(100));
+    CHECK((*c->tenants)[0].requests_per_second == 10);
 }
 
 TEST_CASE("gossip.join_retry_interval_ms and gossip.max_inbound_streams reach the membership") {
