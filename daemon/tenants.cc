@@ -1,6 +1,7 @@
 #include "daemon/tenants.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "common/hex.h"
@@ -50,33 +51,41 @@ TenantTable::TenantTable(const std::optional<std::vector<TenantConfig>>& tenants
             }
             keys_.push_back(e);
         }
-        tenants_.back().cache_scope = previous != nullptr
-                                          ? previous->inherited_scope(t.name, keys_, index)
-                                          : std::string();
-        if (tenants_.back().cache_scope.empty()) {
-            tenants_.back().cache_scope = t.name + "#" + random_tag();
+    }
+    if (previous != nullptr && previous->enabled_) {
+        inherit_scopes(*previous);
+    }
+    for (Tenant& t : tenants_) {
+        if (t.cache_scope.empty()) {
+            t.cache_scope = t.name + "#" + random_tag();
         }
     }
 }
 
-std::string TenantTable::inherited_scope(std::string_view name, const std::vector<Entry>& keys,
-                                         size_t index) const {
-    const Tenant* before = enabled_ ? find(name) : nullptr;
-    if (before == nullptr) {
-        return {};
+void TenantTable::inherit_scopes(const TenantTable& previous) {
+    // The old tenant holding each key (the config loader refuses a key two tenants share).
+    std::map<std::array<unsigned char, 32>, size_t> holder;
+    for (const Entry& old : previous.keys_) {
+        holder.emplace(old.hash, old.tenant);
     }
-    const size_t before_index = static_cast<size_t>(before - tenants_.data());
-    for (const Entry& k : keys) {
-        if (k.tenant != index) {
-            continue;
-        }
-        for (const Entry& old : keys_) {
-            if (old.tenant == before_index && old.hash == k.hash) {
-                return before->cache_scope;  // Still holds one of its keys: the same tenant.
+    // A scope passes only to a tenant holding one of its old tenant's keys, and to one at most.
+    // First to the tenant that keeps the name, then (a rename, as TenantLimiter carries its
+    // counters over) to the first in the config holding one of the keys whose scope is left.
+    std::vector<bool> taken(previous.tenants_.size(), false);
+    for (const bool renamed : {false, true}) {
+        for (const Entry& k : keys_) {
+            Tenant& t = tenants_[k.tenant];
+            const auto it = holder.find(k.hash);
+            if (!t.cache_scope.empty() || it == holder.end() || taken[it->second]) {
+                continue;
+            }
+            const Tenant& before = previous.tenants_[it->second];
+            if (renamed || before.name == t.name) {
+                t.cache_scope = before.cache_scope;
+                taken[it->second] = true;
             }
         }
     }
-    return {};
 }
 
 const Tenant* TenantTable::find(std::string_view name) const {

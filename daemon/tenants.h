@@ -24,9 +24,11 @@ struct Tenant {
     int32_t priority = 0;             // Preemption priority passed to the engine (higher: later).
     int64_t input_tokens_per_minute = 0;  // The longest prompt one request may have; 0: none.
     // The tenant's identity for the prefix cache (GenerateRequest::cache_scope): its name and a
-    // random tag drawn when the name appears, kept across reloads while the tenant keeps one of
-    // its keys. A name that comes back with none of its keys (another customer, or the same one
-    // after its keys were all replaced) gets a new tag, so it never hits the old prompts.
+    // random tag drawn when the tenant appears, kept across reloads while the tenant keeps one
+    // of its keys, under a new name too (a rename; the old name's tenant, if kept with one of
+    // its keys, keeps it first). A name that comes back with none of its keys (another
+    // customer, or the same one after its keys were all replaced) gets a new tag, so it never
+    // hits the old prompts; a scope never passes to a tenant holding none of its keys.
     std::string cache_scope = {};
 
     bool may_use(std::string_view model) const;
@@ -68,10 +70,9 @@ private:
         std::array<unsigned char, 32> hash;
         size_t tenant;
     };
-    // The cache scope of this table's tenant `name` when that tenant had one of the keys that
-    // `keys` lists for tenant `index` of the new table; "" otherwise.
-    std::string inherited_scope(std::string_view name, const std::vector<Entry>& keys,
-                                size_t index) const;
+    // Gives tenants the cache scopes of `previous`'s tenants that held one of their keys (see
+    // Tenant::cache_scope); those it gives none keep an empty one.
+    void inherit_scopes(const TenantTable& previous);
     bool enabled_ = false;
     std::vector<Tenant> tenants_;
     std::vector<Entry> keys_;

@@ -65,6 +65,42 @@ TEST_CASE("tenant cache scopes: kept while a key stays, new for a name that retu
     CHECK(off.find("x")->cache_scope == "anonymous");
 }
 
+TEST_CASE("tenant cache scopes: a renamed tenant keeps its scope by key, as the limiter does") {
+    const std::string k1 = TenantTable::sha256_hex("k1"), k2 = TenantTable::sha256_hex("k2"),
+                      k3 = TenantTable::sha256_hex("k3"), k4 = TenantTable::sha256_hex("k4"),
+                      k5 = TenantTable::sha256_hex("k5");
+    TenantTable first(std::vector<TenantConfig>{{"acme", {k1, k2}, {}}, {"zeta", {k3}, {}}});
+    const std::string acme = first.find("acme")->cache_scope;
+    const std::string zeta = first.find("zeta")->cache_scope;
+    // Renamed, one key kept: the same customer, whose cached blocks stay (they were dropped).
+    TenantTable renamed(
+        std::vector<TenantConfig>{{"acme-corp", {k2, k4}, {}}, {"zeta", {k3}, {}}}, &first);
+    CHECK(renamed.find("acme-corp")->cache_scope == acme);
+    CHECK(renamed.find("zeta")->cache_scope == zeta);
+    // And renamed again by the next reload.
+    TenantTable again(std::vector<TenantConfig>{{"acme-inc", {k4}, {}}}, &renamed);
+    CHECK(again.find("acme-inc")->cache_scope == acme);
+    // A tenant that keeps its name and a key keeps its scope; a new one with its other key
+    // does not share it.
+    TenantTable split(std::vector<TenantConfig>{{"spin", {k1}, {}}, {"acme", {k2}, {}}}, &first);
+    CHECK(split.find("acme")->cache_scope == acme);
+    CHECK(split.find("spin")->cache_scope != acme);
+    CHECK(split.find("spin")->cache_scope.starts_with("spin#"));
+    // The name kept without its keys is another customer; the holder of a key is the old one.
+    TenantTable moved(std::vector<TenantConfig>{{"acme", {k5}, {}}, {"beta", {k1}, {}}}, &first);
+    CHECK(moved.find("beta")->cache_scope == acme);
+    CHECK(moved.find("acme")->cache_scope != acme);
+    // Two new names holding keys of one old tenant: the first in the config takes the scope.
+    TenantTable two(std::vector<TenantConfig>{{"b", {k2}, {}}, {"a", {k1}, {}}}, &first);
+    CHECK(two.find("b")->cache_scope == acme);
+    CHECK(two.find("a")->cache_scope != acme);
+    // A new name holding no old key gets a scope of its own.
+    TenantTable fresh(std::vector<TenantConfig>{{"new", {k5}, {}}}, &first);
+    CHECK(fresh.find("new")->cache_scope != acme);
+    CHECK(fresh.find("new")->cache_scope != zeta);
+    CHECK(fresh.find("new")->cache_scope.starts_with("new#"));
+}
+
 TEST_CASE("systemd notifier: path and abstract sockets, watchdog interval") {
     edge::testing::TempDir dir;
     std::string path = dir.file("n.sock");
