@@ -158,8 +158,10 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
             }
         }
     }
-    // Tenants may only name configured models.
-    if (c.tenants) {
+    // A site alone serves only its models: a tenant's list names them. In a cluster it may name
+    // models other sites serve (a front door serves none itself), which requests reach by
+    // forwarding.
+    if (c.tenants && !c.gossip.enabled) {
         std::set<std::string> served;
         for (const auto& m : c.models) {
             served.insert(m.name);
@@ -172,7 +174,9 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
                     std::string k = "tenants[" + std::to_string(i) + "].models[" +
                                     std::to_string(j) + "]";
                     return r.error(tenants[i]["models"][j], k,
-                                   "model '" + t.models[j] + "' is not in `models`");
+                                   "model '" + t.models[j] +
+                                       "' is not in `models` (a site outside a cluster serves "
+                                       "only its own)");
                 }
             }
         }

@@ -243,6 +243,14 @@ TEST_CASE("type and range errors name the place") {
                                         "tenants:\n  - name: a\n    api_key_sha256: [" +
                                             std::string(64, '0') + "]\n    models: [nope]\n"))
               .find("model 'nope' is not in `models`") != std::string::npos);
+    // In a cluster, a model another site serves (a front door serves none).
+    CHECK(parse_config(testing::config_yaml("/c", "/k",
+                                            "gossip:\n  port: 0\ntenants:\n  - name: a\n"
+                                            "    api_key_sha256: [" +
+                                                std::string(64, '0') +
+                                                "]\n    models: [elsewhere]\n"),
+                       "/x.yaml")
+              .ok());
     CHECK(error_of(testing::config_yaml("/c", "/k", "proxy_protocol:\n  trusted: [10.0.0.0/40]\n"))
               .find("proxy_protocol.trusted: bad prefix length") != std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k", "proxy_protocol:\n  trusted: [10.1.2.3/8]\n"))
