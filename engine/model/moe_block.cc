@@ -177,7 +177,8 @@ Result<ExpertPlacement> plan_expert_placement(const shard::ShardingConfig& confi
 Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
                                                    const shard::ShardingConfig& config,
                                                    Backend* driver,
-                                                   RankBackendFactory make_rank_backend) {
+                                                   RankBackendFactory make_rank_backend,
+                                                   CommunicatorFactory make_communicators) {
     if (shape.hidden < 1 || shape.inter < 1 || shape.experts < 1 || shape.top_k < 1 ||
         shape.top_k > shape.experts || shape.layers < 1 || driver == nullptr) {
         return invalid_argument_error("moe block: bad shape (hidden " +
@@ -201,8 +202,13 @@ Result<std::unique_ptr<MoeBlock>> MoeBlock::create(const MoeShape& shape,
     block->layers_.resize(static_cast<size_t>(shape.layers));
     EDGE_ASSIGN_OR_RETURN(block->placement_,
                           plan_expert_placement(config, shape.layers, shape.experts));
-    EDGE_ASSIGN_OR_RETURN(auto comms, shard::create_communicators(config.communicator,
-                                                                  config.ranks));
+    EDGE_ASSIGN_OR_RETURN(auto comms, make_communicators ? make_communicators(config.ranks)
+                                                         : shard::create_communicators(
+                                                               config.communicator, config.ranks));
+    if (comms.size() != static_cast<size_t>(config.ranks)) {
+        return internal_error("moe block: " + std::to_string(comms.size()) + " communicators for " +
+                              std::to_string(config.ranks) + " ranks");
+    }
     const size_t cells = static_cast<size_t>(shape.layers) * static_cast<size_t>(shape.experts);
     for (int32_t r = 0; r < config.ranks; ++r) {
         auto rank = std::make_unique<Rank>();
@@ -347,14 +353,18 @@ Status MoeBlock::forward(int32_t li, const float* h, int64_t n, float* x) {
     });
     total_s_ += since(t0);
     ++calls_;
-    EDGE_RETURN_IF_ERROR(group_failed(ran));
+    // The step's error: the group's failure, else a rank's collective error, else a rank
+    // backend's call error. A rank whose backend failed a call (a full device arena) still took
+    // part in every exchange, so no peer was left waiting; its rows are NaN, and the step fails
+    // here. Every rank backend's error is taken even when the step failed for another reason:
+    // only the driver's is cleared at the start of a forward, and a collective error leaves the
+    // communicators usable, so one left behind would fail the next, healthy step.
+    Status failed = group_failed(ran);
     for (const auto& rk : ranks_) {
-        EDGE_RETURN_IF_ERROR(rk->status);
+        if (failed.ok()) {
+            failed = rk->status;
+        }
     }
-    // A rank whose backend failed a call (a full device arena) still took part in every exchange,
-    // so no peer was left waiting; its rows are NaN, and the step fails here. Every rank's error
-    // is taken, so none is left to fail a later step.
-    Status failed;
     for (const auto& rk : ranks_) {
         Status s = rk->backend->take_error();
         if (failed.ok()) {
@@ -607,10 +617,13 @@ Status MoeBlock::refresh_load(bool plan) {
     load_ = ranks_[0]->load;
     if (plan) {
         // Every rank could compute this same plan from its identical all-reduced load; the
-        // in-process group shares one copy.
-        EDGE_ASSIGN_OR_RETURN(ExpertPlacement next,
-                              shard::plan_placement(load_, shape_.layers, shape_.experts,
-                                                    ranks(), placement_.slots_per_rank()));
+        // in-process group shares one copy. slots_per_rank 0 promises no replicas
+        // (sharding_config.h), so none goes into the slots that ceil(E / R) leaves free when R
+        // does not divide E either: an operator asks for replicas by setting the slots.
+        EDGE_ASSIGN_OR_RETURN(
+            ExpertPlacement next,
+            shard::plan_placement(load_, shape_.layers, shape_.experts, ranks(),
+                                  placement_.slots_per_rank(), config_.slots_per_rank > 0));
         ++rebalances_;
         if (!(next == placement_)) {
             pending_ = std::move(next);

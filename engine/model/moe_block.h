@@ -118,6 +118,10 @@ struct MoeShape {
 using RankBackendFactory =
     std::function<Result<std::unique_ptr<Backend>>(const BackendOptions& options)>;
 
+// Makes the group's `ranks` connected communicators, element r rank r's endpoint.
+using CommunicatorFactory =
+    std::function<Result<std::vector<std::unique_ptr<shard::Communicator>>>(int32_t ranks)>;
+
 // `config`'s checks against a model of `layers` MoE layers with `experts` routed experts each
 // (ranks, slots, the static plan), and the placement it gives: what MoeBlock::create starts
 // from, and what `check-config` runs before a load. kInvalidArgument naming the setting.
@@ -128,11 +132,14 @@ class MoeBlock {
 public:
     // kInvalidArgument for a bad shape or sharding config (ranks, slots, static plan);
     // kNotFound for an unknown communicator. Rank backends come from `make_rank_backend`, by
-    // default create_backend() with the driver's name (tests pass their own to watch the ranks).
+    // default create_backend() with the driver's name (tests pass their own to watch the ranks);
+    // communicators from `make_communicators`, by default shard::create_communicators() of the
+    // config's kind (tests pass their own to fail a collective).
     static Result<std::unique_ptr<MoeBlock>> create(const MoeShape& shape,
                                                     const shard::ShardingConfig& config,
                                                     Backend* driver,
-                                                    RankBackendFactory make_rank_backend = {});
+                                                    RankBackendFactory make_rank_backend = {},
+                                                    CommunicatorFactory make_communicators = {});
     ~MoeBlock();
 
     const MoeShape& shape() const { return shape_; }
@@ -150,7 +157,8 @@ public:
     // `layer` must have been registered. Errors come from the communicator or a rank backend's
     // take_error() (a device rank whose arena is full), or are one rank's failure (an exception:
     // kInternal naming the rank), after which the communicators are aborted and every later
-    // call fails with it.
+    // call fails with it. Every rank backend's error is taken whatever the step's outcome, so
+    // none is left to fail a later step.
     [[nodiscard]] Status forward(int32_t layer, const float* h, int64_t n, float* x);
     // Counts the step; refreshes the load window and rebalances when due.
     [[nodiscard]] Status end_step();

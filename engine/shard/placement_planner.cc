@@ -62,7 +62,8 @@ double pack_layer(const int64_t* w, const std::vector<int32_t>& copies, int32_t 
 }  // namespace
 
 Result<ExpertPlacement> plan_placement(std::span<const int64_t> load, int32_t layers,
-                                       int32_t experts, int32_t ranks, int32_t slots_per_rank) {
+                                       int32_t experts, int32_t ranks, int32_t slots_per_rank,
+                                       bool replicas) {
     EDGE_ASSIGN_OR_RETURN(ExpertPlacement base,
                           ExpertPlacement::contiguous(layers, experts, ranks, slots_per_rank));
     if (load.size() != static_cast<size_t>(layers) * static_cast<size_t>(experts)) {
@@ -97,7 +98,7 @@ Result<ExpertPlacement> plan_placement(std::span<const int64_t> load, int32_t la
         //    on 4 ranks).
         std::vector<int32_t> copies(static_cast<size_t>(experts), 1);
         std::vector<int32_t> order;
-        const int64_t spare = static_cast<int64_t>(ranks) * slots - experts;
+        const int64_t spare = replicas ? static_cast<int64_t>(ranks) * slots - experts : 0;
         for (int64_t s = 0; s < spare; ++s) {
             int32_t best = -1;
             for (int32_t e = 0; e < experts; ++e) {

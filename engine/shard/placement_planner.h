@@ -20,10 +20,13 @@
 namespace edge::engine::shard {
 
 // load has layers * experts entries ([layer][expert]); layers with no load at all (dense layers,
-// or nothing measured yet) get the contiguous layout. kInvalidArgument when the slots cannot
-// hold every expert or a load is negative.
+// or nothing measured yet) get the contiguous layout. `replicas` false: every expert is placed
+// once (step 1 skipped), whatever slots are free (slots_per_rank 0 in the config promises no
+// replicas, though ceil(E / R) slots a rank leave some free when R does not divide E).
+// kInvalidArgument when the slots cannot hold every expert or a load is negative.
 Result<ExpertPlacement> plan_placement(std::span<const int64_t> load, int32_t layers,
-                                       int32_t experts, int32_t ranks, int32_t slots_per_rank);
+                                       int32_t experts, int32_t ranks, int32_t slots_per_rank,
+                                       bool replicas = true);
 
 // Per-layer rank loads of `plan` under `load` (a replicated expert's load split evenly over its
 // replicas): out[layer * ranks + rank]. `load` as above.

@@ -12,8 +12,10 @@ namespace edge::engine::shard {
 struct ShardingConfig {
     // Expert-parallel ranks R. 1: no sharding (one rank computes every expert).
     int32_t ranks = 1;
-    // Expert slots per rank per MoE layer. 0: ceil(experts / ranks), i.e. no spare slots and no
-    // replicas. Slots beyond that hold replicas of the hottest experts.
+    // Expert slots per rank per MoE layer. 0: ceil(experts / ranks) and no replicas (the
+    // rebalancer places every expert once, leaving empty the slots that remain when ranks does
+    // not divide experts). Set, the slots beyond the experts (ranks x slots - experts) hold
+    // replicas of the hottest experts.
     int32_t slots_per_rank = 0;
     // Engine steps (forward calls) between placement rebalances. 0: never rebalance (the plan
     // stays the static plan or the contiguous one).

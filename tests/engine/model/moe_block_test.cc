@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <deque>
 #include <set>
@@ -61,6 +62,42 @@ private:
     std::vector<std::set<const void*>>* releases_;
 };
 
+// An in-process endpoint whose count exchange fails on every rank while `*fail` is set, as an
+// NCCL one that cannot get its staging memory does (kResourceExhausted). The exchange itself
+// still runs, so the ranks stay in step and the communicators stay usable.
+class FailingCommunicator final : public shard::Communicator {
+public:
+    FailingCommunicator(std::unique_ptr<shard::Communicator> inner, const std::atomic<bool>* fail)
+        : inner_(std::move(inner)), fail_(fail) {}
+
+    std::string_view kind() const override { return "failing"; }
+    int32_t rank() const override { return inner_->rank(); }
+    int32_t size() const override { return inner_->size(); }
+    Status all_to_all_v(const void* send, std::span<const int64_t> send_counts, void* recv,
+                        std::span<const int64_t> recv_counts) override {
+        return inner_->all_to_all_v(send, send_counts, recv, recv_counts);
+    }
+    Status all_gather(const void* send, int64_t bytes, void* recv) override {
+        return inner_->all_gather(send, bytes, recv);
+    }
+    Status all_reduce_sum(std::span<float> data) override { return inner_->all_reduce_sum(data); }
+    Status all_reduce_sum(std::span<int64_t> data) override { return inner_->all_reduce_sum(data); }
+    Status exchange_counts(std::span<const int64_t> send_counts,
+                           std::span<int64_t> recv_counts) override {
+        Status s = inner_->exchange_counts(send_counts, recv_counts);
+        if (s.ok() && fail_->load()) {
+            return resource_exhausted_error("no memory for the count staging buffer");
+        }
+        return s;
+    }
+    Status barrier() override { return inner_->barrier(); }
+    void abort(Status why) override { inner_->abort(std::move(why)); }
+
+private:
+    std::unique_ptr<shard::Communicator> inner_;
+    const std::atomic<bool>* fail_;
+};
+
 constexpr int64_t kHidden = 16;
 constexpr int64_t kInter = 8;
 constexpr int32_t kExperts = 4;
@@ -102,7 +139,8 @@ struct Fixture {
     std::vector<std::vector<SwiGlu>> experts;  // [layer][expert].
 
     // Two ranks, 3 slots each; `shared`: layer 1 reuses layer 0's expert buffers (tied tensors).
-    Fixture(int32_t rebalance, bool shared) : releases(2) {
+    // The block's communicators come from `comms` (default: in-process ones).
+    Fixture(int32_t rebalance, bool shared, CommunicatorFactory comms = {}) : releases(2) {
         auto cpu = create_backend("cpu", BackendOptions{2});
         REQUIRE(cpu.ok());
         driver = std::move(cpu).value();
@@ -120,7 +158,7 @@ struct Fixture {
             return std::unique_ptr<Backend>(std::move(rank));
         };
         MoeShape shape{kHidden, kInter, kExperts, 2, kLayers};
-        auto b = MoeBlock::create(shape, sc, driver.get(), make_rank);
+        auto b = MoeBlock::create(shape, sc, driver.get(), make_rank, std::move(comms));
         REQUIRE_MESSAGE(b.ok(), b.status().to_string());
         block = std::move(b).value();
         for (int32_t l = 0; l < kLayers; ++l) {
@@ -291,6 +329,77 @@ TEST_CASE("moe block: a rank backend's call error fails that forward only") {
     CHECK(f.block->forward(1, h.data(), Fixture::kRows, x.data()).ok());
     CHECK(f.block->end_step().ok());
     f.step(2);
+}
+
+TEST_CASE("moe block: a rank backend's call error is taken when a collective fails the step") {
+    std::atomic<bool> fail_exchange{false};
+    Fixture f(0, false, [&](int32_t ranks) {
+        auto inner = shard::create_communicators("in_process", ranks);
+        REQUIRE(inner.ok());
+        std::vector<std::unique_ptr<shard::Communicator>> out;
+        for (auto& c : *inner) {
+            out.push_back(std::make_unique<FailingCommunicator>(std::move(c), &fail_exchange));
+        }
+        return Result<std::vector<std::unique_ptr<shard::Communicator>>>(std::move(out));
+    });
+    f.step(0);
+    // Rank 1's backend fails a call (its router matmul) in a step whose count exchange then
+    // fails on every rank: the step reports the collective's error.
+    f.ranks[1]->fail = resource_exhausted_error("arena full on rank 1");
+    fail_exchange = true;
+    std::vector<float> h = Fixture::rows(1);
+    std::vector<float> x(h.size(), 0.25f);
+    f.block->begin_step();
+    const Status s = f.block->forward(0, h.data(), Fixture::kRows, x.data());
+    CHECK(s.code() == StatusCode::kUnavailable);
+    CHECK(s.message().find("communicator out of memory") == 0);
+    // The backend's error went with that step: the next one, its communicators fine again, runs
+    // clean (before, rank 1's stale error failed it).
+    fail_exchange = false;
+    const Status next = f.block->forward(1, h.data(), Fixture::kRows, x.data());
+    CHECK_MESSAGE(next.ok(), next.to_string());
+    CHECK(f.block->end_step().ok());
+    f.step(2);
+}
+
+TEST_CASE("moe block: slots_per_rank 0 gets no replicas from the rebalancer") {
+    // 3 experts on 2 ranks: ceil(3 / 2) = 2 slots a rank, one left free by the contiguous plan.
+    // Top-1 routing over equal logits sends every token to expert 0: the planner's best plan
+    // with a spare slot replicates it.
+    constexpr int32_t kThree = 3;
+    auto run = [](int32_t slots_per_rank) {
+        auto cpu = create_backend("cpu", BackendOptions{2});
+        REQUIRE(cpu.ok());
+        shard::ShardingConfig sc;
+        sc.ranks = 2;
+        sc.slots_per_rank = slots_per_rank;
+        sc.rebalance_interval_steps = 1;
+        sc.load_window_steps = 4;
+        auto b = MoeBlock::create(MoeShape{kHidden, kInter, kThree, 1, 1}, sc, cpu->get());
+        REQUIRE_MESSAGE(b.ok(), b.status().to_string());
+        MoeBlock& block = **b;
+        Weights weights;
+        std::vector<SwiGlu> experts = weights.experts(7);
+        experts.resize(kThree);
+        Weight router = weights.matrix(kThree, kHidden, 1);
+        auto* r = const_cast<float*>(static_cast<const float*>(router.data));
+        std::fill(r, r + kThree * kHidden, 0.4f);
+        block.set_layer(0, router, make_softmax_router(kThree, 1, true), std::move(experts));
+        const std::vector<float> h = Fixture::rows(0);
+        for (int s = 0; s < 4; ++s) {
+            std::vector<float> x(h.size(), 0.0f);
+            block.begin_step();
+            REQUIRE(block.forward(0, h.data(), Fixture::kRows, x.data()).ok());
+            REQUIRE(block.end_step().ok());
+        }
+        const shard::ShardStats st = block.stats();
+        CHECK(st.rebalances == 4);
+        return st.extra_replicas;
+    };
+    // Asked for: 2 slots a rank, the spare one holds a replica of the hot expert.
+    CHECK(run(2) == 1);
+    // 0: the same 2 slots, and no replicas, as configured.
+    CHECK(run(0) == 0);
 }
 
 TEST_CASE("moe block: layers x experts beyond any real model is refused before allocating") {

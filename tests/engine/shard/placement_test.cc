@@ -169,5 +169,19 @@ TEST_CASE("planner: a single rank and an expert hot enough to fill every rank") 
     CHECK(four->replicas(0, 5).size() == 4);  // At most one copy per rank.
 }
 
+TEST_CASE("planner: without replicas every expert is placed once, balanced by load") {
+    // 6 experts on 4 ranks of 2 slots: 2 slots free, which a hot expert would take as replicas.
+    std::vector<int64_t> load = {1000, 10, 10, 10, 10, 10};
+    auto with = plan_placement(load, 1, 6, 4, 2);
+    REQUIRE(with.ok());
+    CHECK(with->extra_replicas() > 0);
+    auto without = plan_placement(load, 1, 6, 4, 2, false);
+    REQUIRE(without.ok());
+    CHECK(without->extra_replicas() == 0);
+    // Still load-following: the hot expert alone on its rank.
+    const int32_t hot_rank = without->replicas(0, 0)[0];
+    CHECK(without->experts_on(0, hot_rank).size() == 1);
+}
+
 }  // namespace
 }  // namespace edge::engine::shard
