@@ -24,34 +24,49 @@ namespace {
 
 // The model on the backend: with "cuda", every op of a step on the device
 // (engine/cuda/device_causal_lm.h) when the device forward runs the model, else (logged) the
-// engine's own forward with the CUDA backend's matmuls.
-Result<std::unique_ptr<CausalLM>> load_causal_lm(const ModelConfig& mc,
-                                                 const LoadOptions& options) {
+// engine's own forward with the CUDA backend's matmuls. `*cuda_arena_held`: an earlier model
+// runs the engine's forward on the CUDA backend, whose device arena (shared by every CUDA
+// backend of the process, cuda_backend.h) it holds while it lives; set when this one does too.
+Result<std::unique_ptr<CausalLM>> load_causal_lm(const ModelConfig& mc, const LoadOptions& options,
+                                                 bool* cuda_arena_held) {
 #if defined(EDGE_HAVE_CUDA)
     if (options.backend == "cuda") {
         auto device = cuda::load_device_causal_lm(mc.path, options);
-        switch (cuda::serving_path_after(device.status())) {
+        switch (cuda::serving_path_after(device.status(), *cuda_arena_held)) {
             case cuda::ServingPath::kDevice:
                 log::info("engine.device_forward", {{"model", mc.name}, {"path", mc.path}});
                 return std::move(device).value();
-            case cuda::ServingPath::kFallback:
+            case cuda::ServingPath::kFallback: {
+                std::string reason = device.status().message();
+                if (device.status().code() == StatusCode::kResourceExhausted) {
+                    reason +=
+                        " (an earlier model's CUDA backend holds the device's memory in its "
+                        "arena, which this model now shares; list the models the device "
+                        "forward runs before the others to serve them on it)";
+                }
                 log::warn("engine.device_forward_fallback",
                           {{"model", mc.name},
                            {"path", mc.path},
-                           {"reason", device.status().message()},
+                           {"reason", reason},
                            {"running", "the engine's forward with the cuda backend's matmuls"}});
                 break;
+            }
             case cuda::ServingPath::kFail:
                 return device.status();
         }
     }
 #endif
-    return load_model(mc.path, options);
+    auto model = load_model(mc.path, options);
+    if (model.ok() && options.backend == "cuda") {
+        *cuda_arena_held = true;
+    }
+    return model;
 }
 
 // `row_tiles` false: quantized matrices stay mapped as stored (no copy into CPU row tiles).
 Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const EngineConfig& config,
-                                            const std::string& backend, bool row_tiles = true) {
+                                             const std::string& backend, bool* cuda_arena_held,
+                                             bool row_tiles = true) {
     sched::ServedModel m;
     m.config = mc;
     std::error_code ec;
@@ -78,7 +93,7 @@ Result<sched::ServedModel> load_served_model(const ModelConfig& mc, const Engine
     options.quantization = mc.quantization;
     options.row_tiles = row_tiles;
     options.sharding = config.sharding;
-    EDGE_ASSIGN_OR_RETURN(m.model, load_causal_lm(mc, options));
+    EDGE_ASSIGN_OR_RETURN(m.model, load_causal_lm(mc, options, cuda_arena_held));
     if (m.model->spec().vocab_size < m.tokenizer->vocab_size()) {
         return invalid_argument_error(
             "tokenizer.json has " + std::to_string(m.tokenizer->vocab_size()) +
@@ -108,14 +123,18 @@ Status check_checkpoint_loads(const std::string& dir) {
     config.max_batch_sequences = 1;
     // Mapped as stored: the check costs no copy of a model that may be larger than this
     // machine's memory.
-    return load_served_model(mc, config, "cpu", false).status();
+    bool cuda_arena_held = false;
+    return load_served_model(mc, config, "cpu", &cuda_arena_held, false).status();
 }
 
 Result<std::unique_ptr<Generator>> create_engine(const EngineConfig& config) {
     EDGE_ASSIGN_OR_RETURN(const std::string backend, resolve_backend(config.backend));
     std::vector<sched::ServedModel> served;
+    // The models loaded so far live in `served` until the engine goes, and with them any CUDA
+    // backend's arena.
+    bool cuda_arena_held = false;
     for (const ModelConfig& mc : config.models) {
-        auto m = load_served_model(mc, config, backend);
+        auto m = load_served_model(mc, config, backend, &cuda_arena_held);
         if (!m.ok()) {
             return m.status().with_context("model \"" + mc.name + "\" (" + mc.path + ")");
         }

@@ -293,12 +293,20 @@ std::string device_serving_refusal(const DeviceServingRequest& request) {
     return "";
 }
 
-ServingPath serving_path_after(const Status& device_load) {
+ServingPath serving_path_after(const Status& device_load, bool cuda_arena_held) {
     if (device_load.ok()) {
         return ServingPath::kDevice;
     }
-    return device_load.code() == StatusCode::kUnimplemented ? ServingPath::kFallback
-                                                            : ServingPath::kFail;
+    if (device_load.code() == StatusCode::kUnimplemented) {
+        return ServingPath::kFallback;
+    }
+    // Only a held arena makes a full device worth falling back for: without one, the fallback
+    // would take the same free memory, and a model too large for the device would start and
+    // fail its requests instead of failing the start.
+    if (device_load.code() == StatusCode::kResourceExhausted && cuda_arena_held) {
+        return ServingPath::kFallback;
+    }
+    return ServingPath::kFail;
 }
 
 Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointModel& model,

@@ -416,6 +416,14 @@ TEST_CASE("serving on the device or falling back: the decision and its reasons")
     CHECK(serving_path_after(unimplemented_error("x")) == ServingPath::kFallback);
     CHECK(serving_path_after(resource_exhausted_error("x")) == ServingPath::kFail);
     CHECK(serving_path_after(unavailable_error("x")) == ServingPath::kFail);
+    // An earlier model's CUDA backend holds the device's memory in its arena: a device too full
+    // for this model's own arena falls back and shares that one (before, the start failed when
+    // such a model was listed first, and worked in the other order). Other errors still fail.
+    CHECK(serving_path_after(resource_exhausted_error("x"), true) == ServingPath::kFallback);
+    CHECK(serving_path_after(unimplemented_error("x"), true) == ServingPath::kFallback);
+    CHECK(serving_path_after(unavailable_error("x"), true) == ServingPath::kFail);
+    CHECK(serving_path_after(invalid_argument_error("x"), true) == ServingPath::kFail);
+    CHECK(serving_path_after(ok_status(), true) == ServingPath::kDevice);
     // The fixture architectures all run on the device (DeepSeek-V3 with MLA attention).
     for (const char* name : {"micro-glm4-moe", "micro-deepseek-v3"}) {
         CAPTURE(name);
