@@ -392,14 +392,13 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     } else {
         if (deferred) {
             std::optional<tls::HttpResponse> answer = api::decode_deferred_response(body);
-            if (answer && (answer->status >= 500 || answer->status == 429) && can_retry) {
-                // Accepted, then ended there without an answer (its engine found no room once
-                // it was queued, a drain cancelled it): nothing reached the client, so the next
-                // target runs it, as after a 5xx head. Relayed, the client got a 503 although
-                // this site, or another, could run it.
-                if (answer->status != 503) {
-                    report(target, false, to_head);
-                }
+            if (answer && (answer->status == 503 || answer->status == 429) && can_retry) {
+                // Accepted, then refused there for capacity (its engine found no sequence slot
+                // or KV room once it was queued, a drain cancelled it): nothing reached the
+                // client, so the next target runs it, as after a 503 head. Relayed, the client
+                // got a 503 although this site, or another, could run it. Load and state, not
+                // ill health: not reported. Not a 500: that request ran there and failed (a
+                // JSON reply no token continues), and would fail again at every target.
                 conn->close();
                 job.result.accepted = accepted_before;  // Its error was the whole outcome.
                 fail(Failure::kStatus5xx,
