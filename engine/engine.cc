@@ -32,27 +32,19 @@ Result<std::unique_ptr<CausalLM>> load_causal_lm(const ModelConfig& mc, const Lo
 #if defined(EDGE_HAVE_CUDA)
     if (options.backend == "cuda") {
         auto device = cuda::load_device_causal_lm(mc.path, options);
-        switch (cuda::serving_path_after(device.status(), *cuda_arena_held)) {
+        switch (cuda::serving_path_after(device.status())) {
             case cuda::ServingPath::kDevice:
                 log::info("engine.device_forward", {{"model", mc.name}, {"path", mc.path}});
                 return std::move(device).value();
-            case cuda::ServingPath::kFallback: {
-                std::string reason = device.status().message();
-                if (device.status().code() == StatusCode::kResourceExhausted) {
-                    reason +=
-                        " (an earlier model's CUDA backend holds the device's memory in its "
-                        "arena, which this model now shares; list the models the device "
-                        "forward runs before the others to serve them on it)";
-                }
+            case cuda::ServingPath::kFallback:
                 log::warn("engine.device_forward_fallback",
                           {{"model", mc.name},
                            {"path", mc.path},
-                           {"reason", reason},
+                           {"reason", device.status().message()},
                            {"running", "the engine's forward with the cuda backend's matmuls"}});
                 break;
-            }
             case cuda::ServingPath::kFail:
-                return device.status();
+                return cuda::device_load_failure(device.status(), *cuda_arena_held);
         }
     }
 #endif

@@ -293,20 +293,23 @@ std::string device_serving_refusal(const DeviceServingRequest& request) {
     return "";
 }
 
-ServingPath serving_path_after(const Status& device_load, bool cuda_arena_held) {
+ServingPath serving_path_after(const Status& device_load) {
     if (device_load.ok()) {
         return ServingPath::kDevice;
     }
-    if (device_load.code() == StatusCode::kUnimplemented) {
-        return ServingPath::kFallback;
+    return device_load.code() == StatusCode::kUnimplemented ? ServingPath::kFallback
+                                                            : ServingPath::kFail;
+}
+
+Status device_load_failure(const Status& device_load, bool cuda_arena_held) {
+    if (device_load.code() != StatusCode::kResourceExhausted || !cuda_arena_held) {
+        return device_load;
     }
-    // Only a held arena makes a full device worth falling back for: without one, the fallback
-    // would take the same free memory, and a model too large for the device would start and
-    // fail its requests instead of failing the start.
-    if (device_load.code() == StatusCode::kResourceExhausted && cuda_arena_held) {
-        return ServingPath::kFallback;
-    }
-    return ServingPath::kFail;
+    return Status(device_load.code(),
+                  std::string(device_load.message()) +
+                      " (an earlier model, served by the engine's forward on the CUDA backend, "
+                      "holds most of the device's memory in its arena: list the models the "
+                      "device forward runs before it in `models`)");
 }
 
 Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointModel& model,

@@ -165,15 +165,18 @@ std::string device_serving_refusal(const DeviceServingRequest& request);
 
 // What the engine does after trying the device forward for a model (load_device_causal_lm's
 // status): serve it on the device (OK), fall back to load_model() on the CUDA backend with a log
-// line naming the reason, or fail the start (anything else: a broken checkpoint, a device out of
-// memory or lost). It falls back for kUnimplemented (a model or configuration the device forward
-// does not run) and, when `cuda_arena_held`, for kResourceExhausted: an earlier model of the
-// process runs on the CUDA backend, whose arena (one per device, shared by every CUDA backend of
-// the process, sized when the first is made to most of the free memory) holds what this
-// model's own arena would need. The fallback's backend shares that arena, so a start no longer
-// depends on whether such a model is listed before or after one the device forward runs.
+// line naming the reason (kUnimplemented: a model or configuration the device forward does not
+// run), or fail the start (anything else: a broken checkpoint, a device out of memory or lost).
 enum class ServingPath { kDevice, kFallback, kFail };
-ServingPath serving_path_after(const Status& device_load, bool cuda_arena_held = false);
+ServingPath serving_path_after(const Status& device_load);
+
+// The start's error for a device forward that failed (kFail above). With `cuda_arena_held`, an
+// earlier model of the process runs on the CUDA backend, whose arena (one per device, shared by
+// every CUDA backend, sized when the first is made to most of the free memory) holds what this
+// model's own arena needs: a kResourceExhausted then says to list the models the device forward
+// runs first. It still fails the start: the per-op path sharing that arena would start, then
+// fail steps once both models' weights outgrow it.
+Status device_load_failure(const Status& device_load, bool cuda_arena_held);
 
 // The ModelSpec of the checkpoint in `dir` as read into `model` (the CPU model's: same
 // architecture name, vocabulary, eos/bos ids, version digest, resident weight bytes and KV bytes

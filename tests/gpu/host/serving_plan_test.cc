@@ -416,14 +416,15 @@ TEST_CASE("serving on the device or falling back: the decision and its reasons")
     CHECK(serving_path_after(unimplemented_error("x")) == ServingPath::kFallback);
     CHECK(serving_path_after(resource_exhausted_error("x")) == ServingPath::kFail);
     CHECK(serving_path_after(unavailable_error("x")) == ServingPath::kFail);
-    // An earlier model's CUDA backend holds the device's memory in its arena: a device too full
-    // for this model's own arena falls back and shares that one (before, the start failed when
-    // such a model was listed first, and worked in the other order). Other errors still fail.
-    CHECK(serving_path_after(resource_exhausted_error("x"), true) == ServingPath::kFallback);
-    CHECK(serving_path_after(unimplemented_error("x"), true) == ServingPath::kFallback);
-    CHECK(serving_path_after(unavailable_error("x"), true) == ServingPath::kFail);
-    CHECK(serving_path_after(invalid_argument_error("x"), true) == ServingPath::kFail);
-    CHECK(serving_path_after(ok_status(), true) == ServingPath::kDevice);
+    // An earlier model's CUDA backend holds the device's memory in its arena: the start fails
+    // and says which order works. Other errors, or no arena held, are as they came.
+    const Status full = device_load_failure(resource_exhausted_error("arena of 9 GiB"), true);
+    CHECK(full.code() == StatusCode::kResourceExhausted);
+    CHECK(full.message().starts_with("arena of 9 GiB (an earlier model"));
+    CHECK(full.message().find("list the models the device forward runs before it") !=
+          std::string::npos);
+    CHECK(device_load_failure(resource_exhausted_error("x"), false).message() == "x");
+    CHECK(device_load_failure(unavailable_error("x"), true).message() == "x");
     // The fixture architectures all run on the device (DeepSeek-V3 with MLA attention).
     for (const char* name : {"micro-glm4-moe", "micro-deepseek-v3"}) {
         CAPTURE(name);
