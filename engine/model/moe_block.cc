@@ -619,11 +619,12 @@ Status MoeBlock::refresh_load(bool plan) {
         // Every rank could compute this same plan from its identical all-reduced load; the
         // in-process group shares one copy. slots_per_rank 0 promises no replicas
         // (sharding_config.h), so none goes into the slots that ceil(E / R) leaves free when R
-        // does not divide E either: an operator asks for replicas by setting the slots.
-        EDGE_ASSIGN_OR_RETURN(
-            ExpertPlacement next,
-            shard::plan_placement(load_, shape_.layers, shape_.experts, ranks(),
-                                  placement_.slots_per_rank(), config_.slots_per_rank > 0));
+        // does not divide E either: an operator asks for replicas by setting the slots, or by
+        // a static plan that lists some (its widest rank sizes the slots), kept as replicas.
+        const bool replicas = config_.slots_per_rank > 0 || !config_.static_plan.empty();
+        EDGE_ASSIGN_OR_RETURN(ExpertPlacement next,
+                              shard::plan_placement(load_, shape_.layers, shape_.experts, ranks(),
+                                                    placement_.slots_per_rank(), replicas));
         ++rebalances_;
         if (!(next == placement_)) {
             pending_ = std::move(next);

@@ -14,7 +14,8 @@ struct ShardingConfig {
     int32_t ranks = 1;
     // Expert slots per rank per MoE layer. 0: ceil(experts / ranks) and no replicas (the
     // rebalancer places every expert once, leaving empty the slots that remain when ranks does
-    // not divide experts). Set, the slots beyond the experts (ranks x slots - experts) hold
+    // not divide experts), or with a static plan its widest rank's count, whose spare slots
+    // keep holding replicas. Set, the slots beyond the experts (ranks x slots - experts) hold
     // replicas of the hottest experts.
     int32_t slots_per_rank = 0;
     // Engine steps (forward calls) between placement rebalances. 0: never rebalance (the plan

@@ -367,12 +367,13 @@ TEST_CASE("moe block: slots_per_rank 0 gets no replicas from the rebalancer") {
     // Top-1 routing over equal logits sends every token to expert 0: the planner's best plan
     // with a spare slot replicates it.
     constexpr int32_t kThree = 3;
-    auto run = [](int32_t slots_per_rank) {
+    auto run = [](int32_t slots_per_rank, const std::string& static_plan = "") {
         auto cpu = create_backend("cpu", BackendOptions{2});
         REQUIRE(cpu.ok());
         shard::ShardingConfig sc;
         sc.ranks = 2;
         sc.slots_per_rank = slots_per_rank;
+        sc.static_plan = static_plan;
         sc.rebalance_interval_steps = 1;
         sc.load_window_steps = 4;
         auto b = MoeBlock::create(MoeShape{kHidden, kInter, kThree, 1, 1}, sc, cpu->get());
@@ -400,6 +401,8 @@ TEST_CASE("moe block: slots_per_rank 0 gets no replicas from the rebalancer") {
     CHECK(run(2) == 1);
     // 0: the same 2 slots, and no replicas, as configured.
     CHECK(run(0) == 0);
+    // 0 beside a static plan that lists a replica: its spare slot keeps holding one.
+    CHECK(run(0, "0-1;2,0") == 1);
 }
 
 TEST_CASE("moe block: layers x experts beyond any real model is refused before allocating") {
