@@ -267,6 +267,7 @@ int32_t Sampler::nucleus(std::span<const float> scaled, double mass_wanted, int3
 
 TokenId Sampler::draw(std::span<const float> scaled) {
     const auto vocab = static_cast<int32_t>(scaled.size());
+    cut_made_ = false;
     const float max = *std::max_element(scaled.begin(), scaled.end());
     if (max == -std::numeric_limits<float>::infinity()) {
         return -1;  // Every token is out (a filter refused them all).
@@ -318,6 +319,9 @@ TokenId Sampler::draw(std::span<const float> scaled) {
             kept = params_.top_k;
             std::partial_sort(order_.begin(), order_.begin() + kept, order_.end(),
                               ByValueDesc{scaled});
+            if (keep_top_k_) {
+                top_k_ids_.assign(order_.begin(), order_.begin() + kept);  // Top-p reorders them.
+            }
         } else {
             gather_candidates(0, params_.top_p * total_all);
             kept = static_cast<int32_t>(order_.size());
@@ -330,6 +334,7 @@ TokenId Sampler::draw(std::span<const float> scaled) {
             total = mass_of(kept);
         }
     }
+    cut_made_ = true;
     auto id_at = [&](int32_t i) { return ordered ? order_[static_cast<size_t>(i)] : i; };
     // 53 random bits -> u in [0, 1); the walk below is deterministic for a given seed.
     const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
@@ -348,6 +353,52 @@ TokenId Sampler::draw(std::span<const float> scaled) {
         --last;
     }
     return id_at(last);
+}
+
+bool Sampler::cut_allowed(const TokenFilter& filter, bool top_k) const {
+    if (!cut_made_) {
+        return false;
+    }
+    auto allowed = [&](int32_t id) {
+        // An id of no mass could not be drawn, whether refused or not.
+        return probs_[static_cast<size_t>(id)] == 0.0f || filter(id);
+    };
+    if (top_k) {
+        return std::all_of(top_k_ids_.begin(), top_k_ids_.end(), allowed);
+    }
+    for (int32_t id = 0; id < static_cast<int32_t>(probs_.size()); ++id) {
+        if (!allowed(id)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+TokenId Sampler::draw_allowed(std::span<float> logits, const TokenFilter& filter) {
+    const bool top_k = params_.top_k > 0 && params_.top_k < static_cast<int32_t>(logits.size());
+    if (top_k || params_.top_p >= 1.0f) {
+        // Min-p, then top-k, then top-p within the k: when every id that min-p and top-k keep
+        // is allowed, the refused ones out would leave the same (the likeliest is among them, so
+        // min-p's bar stays, and the k best are the k best allowed, of the same mass for top-p),
+        // and this draw is the one to keep. Cheap when the model wants allowed tokens: k ids
+        // asked, not the vocabulary.
+        keep_top_k_ = top_k;
+        const TokenId id = draw(logits);
+        keep_top_k_ = false;
+        if (id < 0 || (filter(id) && cut_allowed(filter, top_k))) {
+            return id;
+        }
+    }
+    // Top-p without top-k measures the nucleus against the allowed ids' whole mass, which only
+    // asking about every id tells; and a refused id among those kept changes the cut: every
+    // refused id out, then one draw.
+    constexpr float kOut = -std::numeric_limits<float>::infinity();
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (logits[i] != kOut && !filter(static_cast<TokenId>(i))) {
+            logits[i] = kOut;
+        }
+    }
+    return draw(logits);
 }
 
 TokenId Sampler::choose(std::span<float> logits, bool greedy) {
@@ -381,11 +432,23 @@ SampledToken Sampler::sample(std::span<float> logits, const TokenFilter* filter)
             x *= inv;
         }
     }
+    const auto vocab = static_cast<int32_t>(logits.size());
+    const bool cut = params_.min_p > 0.0f || params_.top_p < 1.0f ||
+                     (params_.top_k > 0 && params_.top_k < vocab);
     SampledToken out;
-    out.id = choose(logits, greedy);
-    if (filter != nullptr) {
+    if (filter != nullptr && !greedy && cut) {
+        // A cut draws from the allowed ids as if the refused ones had never had any probability
+        // (vLLM masks before it cuts): redrawing after a refusal would not, as the first draw came
+        // from the cut of every id (top_k 2 over a refused 0.5, 0.3 and 0.2 drew the 0.3 three
+        // times in four, not 0.6 of the time).
+        out.id = draw_allowed(logits, *filter);
+    } else {
+        out.id = choose(logits, greedy);
+    }
+    if (filter != nullptr && (greedy || !cut)) {
         // Refused candidates are taken out one at a time while that is cheap (the model mostly
-        // wants an allowed token), then every token is asked once.
+        // wants an allowed token), then every token is asked once. Without a cut, a draw again
+        // from the rest is a draw from the allowed ids alone.
         constexpr int kOneByOne = 8;
         constexpr float kOut = -std::numeric_limits<float>::infinity();
         for (int refused = 0; out.id >= 0 && !(*filter)(out.id); ++refused) {

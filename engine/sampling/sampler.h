@@ -71,10 +71,12 @@ public:
     void set_context(std::span<const TokenId> prompt, std::span<const TokenId> eos_ids);
 
     // Chooses a token from `logits` (vocab_size floats; overwritten with the processed values)
-    // and counts it for the penalties of later steps. With `filter`, only a token it allows:
-    // the best (greedy) or the draw is asked first, and a refused one is taken out and the choice
-    // made again from the rest, as if the refused tokens had never had any probability; after a
-    // few refusals every token is asked at once. Logprobs stay the model's own.
+    // and counts it for the penalties of later steps. With `filter`, only a token it allows,
+    // as if the refused tokens had never had any probability (top-k, top-p and min-p cut among
+    // the allowed ones, as vLLM masks first): the best (greedy) or the draw is asked first, and
+    // a refused one is taken out and the choice made again from the rest; after a few refusals,
+    // or under top-p without top-k, or a cut that kept a refused token, every token is asked at
+    // once. Logprobs stay the model's own.
     SampledToken sample(std::span<float> logits, const TokenFilter* filter = nullptr);
 
 private:
@@ -94,6 +96,12 @@ private:
     double mass_of(int32_t to) const { return mass_of(0, to); }
     // Greedy or drawn from the processed logits; -1 when none is left.
     TokenId choose(std::span<float> logits, bool greedy);
+    // Drawn under a cut (top-k, top-p or min-p) from the ids `filter` allows only, the cut made
+    // over them alone; refused ids' logits set to -inf when it has to ask about every id.
+    TokenId draw_allowed(std::span<float> logits, const TokenFilter& filter);
+    // Whether `filter` allows every id of nonzero mass that the last draw()'s min-p and top-k
+    // kept: top_k_ids_ under top-k, else every id (min-p alone). False when it made no cut.
+    bool cut_allowed(const TokenFilter& filter, bool top_k) const;
 
     SamplingParams params_;
     std::mt19937_64 rng_;
@@ -104,6 +112,11 @@ private:
     std::vector<int32_t> order_;  // Scratch for top-k / top-p.
     std::vector<int32_t> undecided_;  // Scratch for top-p: candidates at the nucleus's edge.
     std::vector<float> probs_;    // Scratch: e^(scaled - max) by id.
+    // The last draw() made its cuts (not an infinite logit's shortcut), and its k best ids, by
+    // value, when keep_top_k_ asked for them (draw_allowed()).
+    bool cut_made_ = false;
+    bool keep_top_k_ = false;
+    std::vector<int32_t> top_k_ids_;
 };
 
 // log-softmax of `logits` into `out` (same size).

@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 
 namespace edge::engine::sampling {
 namespace {
@@ -361,6 +362,72 @@ TEST_CASE("sampler: min-p is measured against the best token a filter allows") {
     for (int i = 0; i < 50; ++i) {
         std::vector<float> l = logits;
         CHECK(s.sample(l, &even_above_nine).id == 12);
+    }
+}
+
+TEST_CASE("sampler: top-k, top-p and min-p cut among the tokens a filter allows, masked first") {
+    // Id 0 refused, the likeliest. As vLLM masks before it cuts, each cut is made over ids 1..3
+    // alone. Redrawing after a refusal drew from the cut of every id first, and kept that draw
+    // when it was allowed: top_k 2 over 0.5 (refused), 0.3, 0.2 gave the 0.3 three times in four.
+    const TokenFilter not_zero = [](TokenId id) { return id != 0; };
+    struct Case {
+        std::string name;
+        SamplingParams params;
+        std::vector<double> probs;  // By id; the logits are their logs.
+        std::vector<double> want;   // Mask first, then cut.
+    };
+    SamplingParams top_k;
+    top_k.top_k = 2;
+    SamplingParams top_p;
+    top_p.top_p = 0.6f;  // Of ids 1..3 (0.5, 1/3, 1/6): 0.5 then 0.83 reaches it.
+    SamplingParams min_p;
+    min_p.min_p = 0.5f;           // Against 0.3, the best allowed: 0.2 stays, 0.1 does not.
+    SamplingParams kept_allowed;  // The k best are allowed: the first draw stands.
+    kept_allowed.top_k = 2;
+    SamplingParams top_k_top_p;  // Top-p within the k best allowed.
+    top_k_top_p.top_k = 3;
+    top_k_top_p.top_p = 0.6f;
+    SamplingParams top_p_zero;
+    top_p_zero.top_p = std::numeric_limits<float>::min();  // top_p 0 as a request gives it.
+    const std::vector<Case> cases = {
+        {"top_k", top_k, {0.5, 0.3, 0.2, 0.0}, {0.0, 0.6, 0.4, 0.0}},
+        {"top_p", top_p, {0.4, 0.3, 0.2, 0.1}, {0.0, 0.6, 0.4, 0.0}},
+        {"min_p", min_p, {0.5, 0.3, 0.2, 0.1}, {0.0, 0.6, 0.4, 0.0}},
+        {"top_k, the k best allowed", kept_allowed, {0.1, 0.5, 0.3, 0.1}, {0.0, 0.625, 0.375, 0.0}},
+        // A refused id the draw never lands on changes the cut all the same: among ids 1..3 the
+        // k best hold 0.8, and 0.5 reaches 0.6 of it alone; with the refused 0.15 they held 0.85.
+        {"top_k and top_p", top_k_top_p, {0.15, 0.5, 0.2, 0.1}, {0.0, 1.0, 0.0, 0.0}},
+        {"top_k and top_p, the k best allowed",
+         top_k_top_p,
+         {0.1, 0.5, 0.25, 0.15},
+         {0.0, 2.0 / 3, 1.0 / 3, 0.0}},
+        // 0.5 of 0.8 allowed reaches 0.6; of the 1.0 in all it did not.
+        {"top_p, the refused one outside the nucleus",
+         top_p,
+         {0.2, 0.5, 0.3, 0.0},
+         {0.0, 1.0, 0.0, 0.0}},
+        {"top_p 0", top_p_zero, {0.5, 0.3, 0.2, 0.0}, {0.0, 1.0, 0.0, 0.0}},
+    };
+    constexpr int kDraws = 20000;  // One standard deviation of a frequency: 0.0035 at most.
+    for (const Case& c : cases) {
+        CAPTURE(c.name);
+        std::vector<float> logits;
+        for (double p : c.probs) {
+            logits.push_back(p > 0.0 ? static_cast<float>(std::log(p))
+                                     : -std::numeric_limits<float>::infinity());
+        }
+        Sampler s(c.params, 11);
+        std::vector<int> seen(logits.size(), 0);
+        for (int i = 0; i < kDraws; ++i) {
+            std::vector<float> l = logits;
+            const TokenId id = s.sample(l, &not_zero).id;
+            REQUIRE(id >= 1);
+            ++seen[static_cast<size_t>(id)];
+        }
+        for (size_t id = 0; id < logits.size(); ++id) {
+            CAPTURE(id);
+            CHECK(std::abs(static_cast<double>(seen[id]) / kDraws - c.want[id]) < 0.015);
+        }
     }
 }
 
