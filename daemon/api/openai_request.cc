@@ -226,8 +226,9 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(Endpoint endpoint,
         } else if (key == "top_p") {
             if (!value.is_null()) {
                 auto p = v.number(value, key, 0, 1);
-                ok = p.has_value() && (*p > 0 || v.fail("'top_p' must be greater than 0", key));
-                // A positive value below float's range keeps only the most likely token.
+                ok = p.has_value();
+                // 0 (as OpenAI takes it) or a positive value below float's range keeps only the
+                // most likely token: the smallest positive float's nucleus is that one.
                 s.top_p =
                     std::max(static_cast<float>(p.value_or(1)), std::numeric_limits<float>::min());
                 out.top_p_set = true;

@@ -8,6 +8,7 @@
 #include "common/json_text.h"
 #include "common/log.h"
 #include "engine/sampling/json_prefix.h"
+#include "engine/sampling/sampler.h"
 
 using namespace edge;
 using namespace edge::daemon::api;
@@ -108,6 +109,19 @@ TEST_CASE("a top_p too small for a float keeps the most likely token instead of 
     CHECK(p.generate.sampling.top_p < 1e-30f);
 }
 
+TEST_CASE("top_p 0 is taken, as OpenAI takes it: the most likely token only") {
+    // OpenAI accepts [0, 1]; 0 becomes the smallest positive float, whose nucleus is one token.
+    for (const char* zero : {"0", "0.0"}) {
+        auto p = parse(Endpoint::kChatCompletions,
+                       std::string(R"({"model":"m","messages":[{"role":"user","content":"x"}],)") +
+                           R"("top_p":)" + zero + "}");
+        CHECK(p.generate.sampling.top_p > 0.0f);
+        CHECK(p.generate.sampling.top_p < 1e-30f);
+        CHECK(p.top_p_set);
+        CHECK(engine::sampling::validate_sampling_params(p.generate.sampling).ok());
+    }
+}
+
 TEST_CASE("a lone UTF-16 surrogate escape reads as U+FFFD, as Python reads JSON, pairs unchanged") {
     auto content = [](const std::string& text) {
         const std::string body =
@@ -206,7 +220,8 @@ TEST_CASE("invalid JSON and wrong types give 400 with the param") {
              "temperature"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"temperature":3})",
              "temperature"},
-            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":0})", "top_p"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":-0.1})", "top_p"},
+            {R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_p":1.5})", "top_p"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0})",
              "max_tokens"},
             {R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})",
