@@ -142,10 +142,12 @@ std::vector<std::string> synthetic_vocabulary(size_t n, std::mt19937& gen) {
 
 // What a filter point's text is held to.
 enum class Form {
-    kObject,  // Any object (json_object).
-    kSchema,  // The schema below.
-    kPairs,   // The schema below, as GLM-4.5's argument pairs ("name" and "note" raw strings).
-    kWide,    // wide_schema(): as many optional properties as one object may list.
+    kObject,    // Any object (json_object).
+    kSchema,    // The schema below.
+    kPairs,     // The schema below, as GLM-4.5's argument pairs ("name" and "note" raw strings).
+    kWide,      // wide_schema(): as many optional properties as one object may list.
+    kReading,   // readings_schema(1): a string property.
+    kReadings,  // readings_schema(16): the same as an anyOf the prefix reads 16 ways.
 };
 
 struct FilterPoint {
@@ -177,6 +179,9 @@ constexpr FilterPoint kFilterPoints[] = {
     {"wide_key", Form::kWide, R"({")"},
     {"wide_key_mid", Form::kWide, R"({"ta)"},
     {"wide_key_late", Form::kWide, R"({"teee":1,")"},
+    // In a string that one reading follows, and that JsonPrefix::kMaxReadings do.
+    {"reading_string", Form::kReading, R"({"note":"Ada)"},
+    {"readings_string", Form::kReadings, R"({"note":"Ada)"},
 };
 
 // The letters of wide_schema()'s names, those synthetic_vocabulary() draws most (a name is its
@@ -195,6 +200,17 @@ std::string wide_schema() {
         s += (i == 0 ? "\"" : ",\"") + name + R"(":{"type":"integer"})";
     }
     return s + R"(},"additionalProperties":false})";
+}
+
+// An object whose one property is a string under an anyOf of `n` alternatives that differ in
+// their maxLength only: until the string is 40 characters long every one of them reads it.
+std::string readings_schema(size_t n) {
+    std::string s = R"({"type":"object","properties":{"note":{"anyOf":[)";
+    for (size_t i = 0; i < n; ++i) {
+        s += (i == 0 ? "" : ",") + std::string(R"({"type":"string","maxLength":)") +
+             std::to_string(40 + i) + "}";
+    }
+    return s + R"(]}},"required":["note"],"additionalProperties":false})";
 }
 
 }  // namespace
@@ -273,7 +289,10 @@ int main(int argc, char** argv) {
     const std::vector<std::string> vocab = synthetic_vocabulary(151936, gen);
     const auto schema = JsonSchema::compile(boost::json::parse(kFilterSchema));
     const auto wide = JsonSchema::compile(boost::json::parse(wide_schema()));
-    for (const auto* compiled : {&schema, &wide}) {
+    const auto reading = JsonSchema::compile(boost::json::parse(readings_schema(1)));
+    const auto readings =
+        JsonSchema::compile(boost::json::parse(readings_schema(JsonPrefix::kMaxReadings)));
+    for (const auto* compiled : {&schema, &wide, &reading, &readings}) {
         if (!compiled->ok()) {
             std::fprintf(stderr, "bench_sampler: %s\n", compiled->status().to_string().c_str());
             return 1;
@@ -295,9 +314,11 @@ int main(int argc, char** argv) {
     first = true;
     for (const FilterPoint& point : kFilterPoints) {
         JsonReply reply;
-        reply.schema = point.form == Form::kObject ? JsonSchema::any_object()
-                       : point.form == Form::kWide ? *wide
-                                                   : *schema;
+        reply.schema = point.form == Form::kObject     ? JsonSchema::any_object()
+                       : point.form == Form::kWide     ? *wide
+                       : point.form == Form::kReading  ? *reading
+                       : point.form == Form::kReadings ? *readings
+                                                       : *schema;
         if (point.form == Form::kPairs) {
             reply.pairs = std::make_shared<const ArgumentPairs>(ArgumentPairs{{"name", "note"}});
             reply.tail = "</tool_call>";

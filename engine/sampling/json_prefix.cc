@@ -27,7 +27,7 @@ JsonPrefix::JsonPrefix(const JsonPrefix& other, Borrow /*unused*/)
     // Aliasing an empty pointer: copied without a reference count; `other` holds the list
     // meanwhile.
     : keys_(std::shared_ptr<const WrittenKey>(), other.keys_.get()) {
-    copy_state(other);
+    copy_state(other, false);
 }
 
 JsonPrefix::~JsonPrefix() = default;
@@ -40,7 +40,7 @@ JsonPrefix& JsonPrefix::operator=(const JsonPrefix& other) {
     return *this;
 }
 
-void JsonPrefix::copy_state(const JsonPrefix& other) {
+void JsonPrefix::copy_state(const JsonPrefix& other, bool with_others) {
     schema_ = other.schema_;
     heads_ = other.heads_;
     head_ = other.head_;
@@ -56,7 +56,11 @@ void JsonPrefix::copy_state(const JsonPrefix& other) {
     depth_ = other.depth_;
     spaces_ = other.spaces_;
     std::copy_n(other.frames_.begin(), depth_, frames_.begin());
-    others_ = other.others_;
+    if (with_others) {
+        others_ = other.others_;
+    } else {
+        others_.clear();
+    }
     pairs_ = other.pairs_;
     pair_ = other.pair_;
     lit_ = other.lit_;
@@ -203,6 +207,18 @@ bool JsonPrefix::take(std::string_view bytes) {
         }
     }
     return true;
+}
+
+bool JsonPrefix::some_reading_takes(std::string_view bytes, bool markers_only) const {
+    // take() over every reading is true when one of them, or a reading one forks, takes the
+    // bytes: the same, without building the readings that follow.
+    auto takes = [&](const JsonPrefix& reading) {
+        JsonPrefix copy = reading.scratch();
+        copy.markers_only_ = markers_only;
+        std::vector<JsonPrefix> forks;
+        return copy.read(bytes, &forks) || !forks.empty();
+    };
+    return takes(*this) || std::any_of(others_.begin(), others_.end(), takes);
 }
 
 bool JsonPrefix::read(std::string_view bytes, std::vector<JsonPrefix>* forks) {

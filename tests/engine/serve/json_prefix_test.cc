@@ -263,6 +263,40 @@ TEST_CASE("json prefix: an object whose keys are free takes each key once") {
     }
 }
 
+TEST_CASE("json prefix: accepts() asks each reading, the later ones too, as feed() would") {
+    // An anyOf of 16 strings that differ in their maxLength (1..16): each reading follows one.
+    // Bytes only the longest string's reading takes are accepted; accepts() and feed() agree on
+    // every length, and accepts() leaves the readings as they were.
+    std::string text = R"({"type":"object","properties":{"v":{"anyOf":[)";
+    for (int i = 1; i <= 16; ++i) {
+        text += (i == 1 ? "" : ",") + std::string(R"({"type":"string","maxLength":)") +
+                std::to_string(i) + "}";
+    }
+    text += R"(]}},"required":["v"],"additionalProperties":false})";
+    auto schema = JsonSchema::compile(boost::json::parse(text));
+    REQUIRE(schema.ok());
+    JsonPrefix p(**schema);
+    REQUIRE(p.feed(R"({"v":")"));
+    for (size_t n = 0; n <= 18; ++n) {
+        CAPTURE(n);
+        const std::string chars(n, 'a');
+        const std::string closed = chars + "\"}";
+        JsonPrefix fed = p;
+        CHECK(p.accepts(chars) == (n <= 16));
+        CHECK(p.accepts(chars) == fed.feed(chars));
+        CHECK(p.accepts(closed) == (n <= 16));
+        fed = p;
+        CHECK(p.accepts(closed) == fed.feed(closed));
+    }
+    REQUIRE(p.feed(std::string(15, 'a')));  // Two readings left: maxLength 15 and 16.
+    CHECK(p.accepts("a\"}"));
+    CHECK(p.accepts("\"}"));
+    CHECK_FALSE(p.accepts("aa"));
+    REQUIRE(p.feed("a"));
+    CHECK_FALSE(p.accepts("a"));
+    CHECK(p.accepts("\"}"));
+}
+
 TEST_CASE("json prefix: keys once under a schema, in argument pairs and in each reading") {
     auto compile = [](const char* text) {
         auto s = JsonSchema::compile(boost::json::parse(text));
