@@ -81,47 +81,47 @@ TEST_CASE("a deferred answer cut at the last remote target and this site next: i
     CHECK_FALSE(reports[0].ok);
 }
 
-// Site b's request 0, accepted (its deferred head out, once submit() returned), then ended with
-// `error` before any token, on a thread of its own.
-std::jthread end_accepted(Site& b, Status error) {
-    return std::jthread([&b, error] {
-        if (!b.generator.wait_for_request(0)) {
-            return;  // The test's own wait fails it.
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0}, error);
-    });
-}
+// Site a routes to b, then to itself; b's request 0 is accepted (its deferred head out, once
+// submit() returned), then ended with `error` before any token, on a thread of its own.
+struct AcceptedThenEnded {
+    explicit AcceptedThenEnded(Status error) {
+        a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
+        peer = std::jthread([this, error] {
+            if (!b.generator.wait_for_request(0)) {
+                return;  // The test's own wait fails it.
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0}, error);
+        });
+    }
+    Cluster cluster;
+    Site a{cluster, "fra", {"m"}, tenants_section()};
+    Site b{cluster, "ams", {"m"}};
+    std::jthread peer;  // Joined first, however the test ends.
+};
 
 TEST_CASE("a peer that accepted, then ended the request for capacity: it runs here") {
     // The peer's engine took the request (its deferred head went out), then found no room for
     // it: its deferred answer, a 503, was relayed although this site was next in the plan.
-    Cluster cluster;
-    Site a(cluster, "fra", {"m"}, tenants_section());
-    Site b(cluster, "ams", {"m"});
-    a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
-    auto peer = end_accepted(b, unavailable_error("the model has no free sequence slot"));
-    auto client = a.client();
-    testing::HttpReply r = a.answered_here(*client, chat_request(false));
+    AcceptedThenEnded f(unavailable_error("the model has no free sequence slot"));
+    auto client = f.a.client();
+    testing::HttpReply r = f.a.answered_here(*client, chat_request(false));
     CHECK(r.body.find("no free sequence slot") == std::string::npos);
     // Charged once, the run here; a refusal for capacity is load, not ill health.
-    CHECK(request_counted(a, "ok"));
-    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
-    CHECK(a.planner.reports().empty());
+    CHECK(request_counted(f.a, "ok"));
+    CHECK(metrics_contain(f.a,
+                          "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+    CHECK(f.a.planner.reports().empty());
 }
 
 TEST_CASE("a peer that accepted, then failed the request itself: its 500 is relayed") {
     // The request ran there and failed (no token continues a JSON reply, say): it would fail at
     // every target, and the peer generated, so it is not run again.
-    Cluster cluster;
-    Site a(cluster, "fra", {"m"}, tenants_section());
-    Site b(cluster, "ams", {"m"});
-    a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
-    auto peer = end_accepted(b, internal_error("no token of the vocabulary continues the reply"));
-    auto r = a.ask(chat_request(false));
+    AcceptedThenEnded f(internal_error("no token of the vocabulary continues the reply"));
+    auto r = f.a.ask(chat_request(false));
     CHECK(r->status == 500);
     CHECK(r->headers["x-edgeserve-site"] == "ams");
-    CHECK_FALSE(a.generator.wait_for_request(0, 0));
+    CHECK_FALSE(f.a.generator.wait_for_request(0, 0));
 }
 
 TEST_CASE("a deferred answer cut after its body began is not run again here") {

@@ -40,6 +40,20 @@ struct Harness {
         return sink;
     }
 
+    // `prompt` echoed with its logprobs (what lm-evaluation-harness asks), greedy.
+    std::shared_ptr<CollectingSink> submit_echo(std::vector<TokenId> prompt, int max_tokens) {
+        auto sink = std::make_shared<CollectingSink>();
+        SamplingParams params = greedy();
+        params.max_tokens = max_tokens;
+        params.logprobs = true;
+        SequenceRequest req{"r", std::move(prompt), params, 1, sink};
+        req.echo_prompt = true;
+        auto handle = scheduler->submit(std::move(req));
+        REQUIRE(handle.ok());
+        handles.push_back(*handle);
+        return sink;
+    }
+
     static SamplingParams greedy() {
         SamplingParams p;
         p.temperature = 0.0f;
@@ -371,18 +385,8 @@ TEST_CASE("scheduler: echoed prompts with logprobs survive preemption, sent once
     std::vector<std::shared_ptr<CollectingSink>> sinks;
     std::vector<std::vector<TokenId>> prompts;
     for (int r = 0; r < 4; ++r) {
-        const std::vector<TokenId> prompt = eight_tokens(r);
-        prompts.push_back(prompt);
-        auto sink = std::make_shared<CollectingSink>();
-        SamplingParams params = Harness::greedy();
-        params.max_tokens = 12;
-        params.logprobs = true;
-        SequenceRequest req{"r", prompt, params, 1, sink};
-        req.echo_prompt = true;
-        auto handle = h.scheduler->submit(std::move(req));
-        REQUIRE(handle.ok());
-        h.handles.push_back(*handle);
-        sinks.push_back(sink);
+        prompts.push_back(eight_tokens(r));
+        sinks.push_back(h.submit_echo(prompts.back(), 12));
     }
     h.drain();
     for (int r = 0; r < 4; ++r) {
@@ -413,14 +417,7 @@ TEST_CASE("scheduler: the logits of an echoed prompt's every position are not ke
     for (int i = 0; i < 40; ++i) {
         prompt.push_back(100 + i);
     }
-    auto sink = std::make_shared<CollectingSink>();
-    SamplingParams params = Harness::greedy();
-    params.max_tokens = 3;
-    params.logprobs = true;
-    SequenceRequest req{"r", prompt, params, 1, sink};
-    req.echo_prompt = true;
-    auto handle = h.scheduler->submit(std::move(req));
-    REQUIRE(handle.ok());
+    auto sink = h.submit_echo(prompt, 3);
     REQUIRE(h.scheduler->step());  // The prompt in one chunk, each position's logits.
     const size_t vocab = static_cast<size_t>(h.options.vocab_size);
     CHECK(h.scheduler->logits_buffer_bytes() <= 2 * vocab * sizeof(float));
