@@ -35,11 +35,13 @@ bool bindable(uint16_t port, int type) {
     return ok;
 }
 
-// A base port whose twelve demo ports (base+1..3, +11..13, +21..23, +31..33) are free now.
+// A base port whose twelve demo ports (base+1..3, +11..13, +21..23, +31..33) are free now. Below
+// Linux's ephemeral range (32768 up): the tests beside this one open loopback connections whose
+// local ports come from it, and the daemons bind seconds after this check.
 uint16_t free_base() {
     std::mt19937 rng(std::random_device{}());
     for (int attempt = 0; attempt < 50; ++attempt) {
-        const uint16_t base = static_cast<uint16_t>(20000 + 100 * (rng() % 300));
+        const uint16_t base = static_cast<uint16_t>(10000 + 100 * (rng() % 227));
         bool free = true;
         for (int group = 0; group < 4 && free; ++group) {
             for (int i = 1; i <= 3 && free; ++i) {

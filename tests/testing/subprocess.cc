@@ -60,6 +60,9 @@ CommandResult run(const std::vector<std::string>& argv, int timeout_ms, const st
     std::string in_path = dir.write("in", input);
     pid_t pid = fork();
     if (pid == 0) {
+        // A group of its own: a script cut at the timeout (whose EXIT trap a SIGKILL skips)
+        // leaves no daemons or load loops behind to slow every later test.
+        setpgid(0, 0);
         int in = open(in_path.c_str(), O_RDONLY);
         int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -70,11 +73,12 @@ CommandResult run(const std::vector<std::string>& argv, int timeout_ms, const st
         execvp(args[0], args.data());
         _exit(127);
     }
+    setpgid(pid, pid);  // As the child does: whichever runs first, the group exists.
     CommandResult result;
     bool reaped = false;
     result.exit_code = wait_for(pid, timeout_ms, reaped);
     if (!reaped) {
-        kill(pid, SIGKILL);
+        kill(-pid, SIGKILL);
         waitpid(pid, nullptr, 0);
     }
     result.out = slurp(out_path);

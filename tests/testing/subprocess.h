@@ -17,8 +17,8 @@ struct CommandResult {
     std::string err;
 };
 
-// Runs argv[0] (looked up in PATH) with stdin from /dev/null or `input`; kills it after
-// `timeout_ms`.
+// Runs argv[0] (looked up in PATH) with stdin from /dev/null or `input`, in a process group of
+// its own; kills the group (what it started too) after `timeout_ms`.
 CommandResult run(const std::vector<std::string>& argv, int timeout_ms = 20000,
                   const std::string& input = "");
 
