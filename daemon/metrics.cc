@@ -308,9 +308,11 @@ void Metrics::on_response(const tls::ResponseRecord& record) {
         if (it == by_route_status_.end()) {
             std::map<std::string, std::string> labels{{"route", std::string(route)},
                                                       {"status", std::to_string(status)}};
+            // To the last byte of a reply, which may take minutes (the engine's histograms
+            // reach 600 s too): a quantile past the top bound reads as that bound.
             static const prometheus::Histogram::BucketBoundaries kBuckets{
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                0.5,    1,     2.5,    5,     10,   30,    60,   120};
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1,      2.5,   5,      10,    30,   60,    120,  300, 600};
             RouteStatus created{&requests_->Add(labels), &durations_->Add(labels, kBuckets)};
             it = by_route_status_.emplace(std::make_pair(route, status), created).first;
         }

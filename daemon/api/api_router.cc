@@ -481,14 +481,14 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
         generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
         [lease = std::move(admitted), metrics = metrics_, tenant_name, channel](
             const engine::Finish& finish, bool refused) {
-            const char* outcome = note_finish(*channel, finish, refused);
             const bool capacity = finish.error.code() == StatusCode::kResourceExhausted ||
                                   finish.error.code() == StatusCode::kUnavailable;
             // Accepted, then ended for capacity before any token (no free sequence slot, no KV
             // room for it once queued): as a full queue's refusal at submit, not the tenant's
-            // doing.
+            // doing, and counted as one (rejected, with its reason; not an error).
             const bool never_placed = finish.reason == engine::FinishReason::kError &&
                                       capacity && finish.usage.completion_tokens == 0;
+            const char* outcome = note_finish(*channel, finish, refused || never_placed);
             if (refused || never_placed) {
                 // It never generated: a full queue or an overloaded engine gives back all that
                 // admission took, as a routing refusal does; a request refused for itself (a
@@ -508,7 +508,7 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
             metrics->on_tenant_tokens(tenant_name,
                                       refused || never_placed ? 0 : finish.usage.prompt_tokens,
                                       finish.usage.completion_tokens);
-            if (refused) {
+            if (refused || never_placed) {
                 metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));
             }
             metrics->on_tenant_request(tenant_name, outcome);

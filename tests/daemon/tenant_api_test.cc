@@ -75,6 +75,13 @@ TEST_CASE("a request accepted, then ended for capacity before any token, is give
     auto again = f.start_request(1, kOldKey);
     f.generator.finish(1, engine::FinishReason::kStop, {});
     CHECK(again->read_response()->status == 200);
+    // Counted as that refusal is: rejected for load, not an error.
+    const std::string m = f.metrics();
+    CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="overloaded",tenant="acme"} 1)") !=
+          std::string::npos);
+    CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="rejected",tenant="acme"} 1)") !=
+          std::string::npos);
+    CHECK(m.find(R"(outcome="error")") == std::string::npos);
 }
 
 TEST_CASE("tenant limits: 429 with Retry-After and the OpenAI shape, clock refills the bucket") {
