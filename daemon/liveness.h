@@ -42,10 +42,11 @@ private:
     std::shared_ptr<Probe> probe_;  // Outstanding, or done; under mu_.
     TimePoint probe_posted_;
     // Per model (stats order): the step and layer counts last seen and when either last moved
-    // (or the batch was empty).
+    // (or the batch was empty, or first seen holding sequences).
     std::vector<int64_t> steps_;
     std::vector<int64_t> layers_;
     std::vector<TimePoint> progress_at_;
+    std::vector<bool> busy_;  // Its batch held sequences at the last check.
 };
 
 }  // namespace edge::daemon

@@ -90,3 +90,17 @@ TEST_CASE("liveness: one step longer than the stall is alive while its layers ke
     CHECK(f.check_at(5800ms).empty());
     CHECK(f.check_at(5801ms) == "engine");
 }
+
+TEST_CASE("liveness: the first step after an idle check is timed from the check that sees it") {
+    // The scheduler publishes its batch before the step's first layer ends: the first check after
+    // an idle spell sees sequences and no progress yet. Timed from the idle check, a whole
+    // interval (the stall bound) earlier, it named engine and the ping was withheld.
+    Fake f;
+    CHECK(f.check_at(0ms).empty());
+    CHECK(f.check_at(1001ms).empty());  // Idle.
+    f.stats[0].batch_sequences = 1;     // A request, its first layer still running.
+    CHECK(f.check_at(2002ms).empty());
+    // Stuck for real: named a stall after the check that first saw it.
+    CHECK(f.check_at(3002ms).empty());
+    CHECK(f.check_at(3003ms) == "engine");
+}
