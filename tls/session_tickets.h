@@ -13,6 +13,8 @@
 //
 // One ring serves every context of a TlsContextStore, across reloads: a new certificate keeps the
 // tickets handed out under the old one resumable (OpenSSL's per-context key lost them all).
+// Contexts that require client certificates (the peer listener) issue and accept no tickets at
+// all (see require_client_certificates in tls_context.cc).
 //
 // Threading: the OpenSSL callback runs on every I/O thread; the ring is guarded by a mutex (one
 // short critical section per full handshake or resumption).

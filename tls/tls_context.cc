@@ -162,6 +162,15 @@ Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
     }
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
     SSL_CTX_set_verify_depth(ctx, 4);
+    // No resumption: a resumed session skips the client certificate's check and brings back the
+    // verify result and certificate stored with it, and neither a CA removed from the file (a CA
+    // rotation) nor the certificate's notAfter would end a client that resumes every few hours.
+    // So no tickets (TLS 1.2 or 1.3) and no session cache: every handshake checks the
+    // certificate against the CA file as loaded now. The sites' own forwarding client never
+    // resumes, so this costs the cluster nothing.
+    SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+    SSL_CTX_set_num_tickets(ctx, 0);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     return ok_status();
 }
 

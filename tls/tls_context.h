@@ -79,7 +79,8 @@ struct CertificateConfig {
 
 struct ClientAuthConfig {
     // PEM file of the CA(s) that client certificates must chain to; "" asks for no client
-    // certificate (the public listener).
+    // certificate (the public listener). Contexts that ask for one resume no sessions: every
+    // handshake checks the certificate against this file as last loaded.
     std::string ca_path;
 };
 

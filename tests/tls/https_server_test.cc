@@ -283,6 +283,86 @@ TEST_CASE(
     }
 }
 
+TEST_CASE(
+    "a server that requires client certificates resumes no session: every handshake checks the "
+    "client certificate against the CA file as it is now") {
+    testing::TempDir dir;
+    testing::TestCa old_ca = testing::make_ca(dir.path(), "old-ca", "old CA");
+    testing::TestCa new_ca = testing::make_ca(dir.path(), "new-ca", "new CA");
+    auto site = testing::make_signed_certificate(new_ca, dir.path(), "site", {"site"});
+    auto client = testing::make_signed_certificate(old_ca, dir.path(), "client", {"client"});
+    // The peer listener's CA file mid rotation ("New CA", step 1): both CAs.
+    const auto write_ca = [&](const std::vector<std::string>& cas) {
+        std::string bundle;
+        for (const std::string& ca : cas) {
+            bundle += testing::read_file(ca);
+        }
+        return dir.write("ca.crt", bundle);
+    };
+    const std::string ca_path = write_ca({old_ca.cert_path, new_ca.cert_path});
+    auto store = TlsContextStore::create({{{}, site.cert_path, site.key_path}}, {ca_path});
+    REQUIRE(store.ok());
+    boost::asio::io_context io;
+    EchoHandler handler;
+    CountingObserver observer;
+    HttpServerConfig config;
+    config.address = "127.0.0.1";
+    config.port = 0;
+    auto created = HttpServer::create(io, config, **store, handler, &observer);
+    REQUIRE(created.ok());
+    std::unique_ptr<HttpServer> server = std::move(created).value();
+    server->start();
+    std::thread thread([&] {
+        auto guard = boost::asio::make_work_guard(io);
+        io.run();
+    });
+    for (int version : {TLS1_3_VERSION, TLS1_2_VERSION}) {
+        CAPTURE(version);
+        TlsClientOptions o;
+        o.min_version = version;
+        o.max_version = version;
+        o.client_cert_path = client.cert_path;
+        o.client_key_path = client.key_path;
+        write_ca({old_ca.cert_path, new_ca.cert_path});
+        REQUIRE((*store)->reload().ok());
+        // Two sessions: a TLS 1.3 client offers a ticket once. The clients stay open: freeing
+        // one marks its session not resumable.
+        auto first = TlsClient::connect(server->port(), o);
+        REQUIRE(first.ok());
+        get_body(**first);
+        SSL_SESSION* session = (*first)->take_session();
+        REQUIRE(session != nullptr);
+        auto second = TlsClient::connect(server->port(), o);
+        REQUIRE(second.ok());
+        get_body(**second);
+        SSL_SESSION* later_session = (*second)->take_session();
+        REQUIRE(later_session != nullptr);
+        // Offered while the CA is still trusted: a full handshake all the same.
+        o.resume = session;
+        auto again = TlsClient::connect(server->port(), o);
+        REQUIRE(again.ok());
+        get_body(**again);
+        CHECK_FALSE((*again)->session_reused());
+        // The old CA removed ("New CA", step 3): its certificate no longer gets in, session or
+        // not (the handshake fails at once, or the server's alert ends the connection at the
+        // first read under TLS 1.3).
+        write_ca({new_ca.cert_path});
+        REQUIRE((*store)->reload().ok());
+        o.resume = later_session;
+        auto after = TlsClient::connect(server->port(), o);
+        if (after.ok()) {
+            CHECK_FALSE((*after)->session_reused());
+            REQUIRE((*after)->send(testing::http_request("GET", "/x")).ok());
+            CHECK_FALSE((*after)->read_response().ok());
+        }
+        SSL_SESSION_free(session);
+        SSL_SESSION_free(later_session);
+    }
+    server->stop(std::chrono::milliseconds(0));
+    io.stop();
+    thread.join();
+}
+
 TEST_CASE("session ticket options must be positive durations") {
     SessionTicketOptions zero;
     zero.rotation = std::chrono::seconds(0);
