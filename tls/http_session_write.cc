@@ -16,6 +16,24 @@
 #include "tls/response_channel_impl.h"
 
 namespace edge::tls {
+namespace {
+
+// Whether an event stream whose body so far ends with `tail` is between events: nothing written
+// yet, or a blank line just ended one. Other blank-line spellings (LF CRLF, CR CR) count as
+// inside an event: they only cost a keepalive comment, where a wrong guess would cut an event.
+bool ends_event(std::string_view tail) {
+    return tail.empty() || tail.ends_with("\n\n") || tail.ends_with("\r\n\r\n");
+}
+
+// Appends `data` to `tail` and keeps the last 4 bytes of the two: enough for ends_event when a
+// blank line is split between chunks.
+void keep_tail(std::string& tail, std::string_view data) {
+    constexpr size_t kKeep = 4;
+    tail += data.substr(data.size() - std::min(data.size(), kKeep));
+    tail.erase(0, tail.size() - std::min(tail.size(), kKeep));
+}
+
+}  // namespace
 
 net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version, bool keep_alive,
                                              bool head_only) {
@@ -80,6 +98,10 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     bool streaming = false;
     bool event_stream = false;       // A text/event-stream head went out.
     Clock::time_point last_write{};  // Of the stream's head or last chunk.
+    // The stream's last bytes written (4 at most): whether they end an event, so a keepalive
+    // comment may go next. A handler (the forward relay) may write an event in pieces, and the
+    // blank line that ends one may be split between two of them.
+    std::string tail;
     bool ok = true;
     const auto write_timeout = server_.config_.limits.write_timeout;
     // RFC 9110 section 9.3.2: no content in an answer to HEAD, whatever the handler produced.
@@ -103,8 +125,9 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
                 continue;
             }
             const auto keepalive = server_.config_.limits.stream_keepalive;
-            if (event_stream && !head_only && keepalive.count() > 0) {
-                // A silent event stream gets a comment (HttpLimits::stream_keepalive).
+            if (event_stream && !head_only && keepalive.count() > 0 && ends_event(tail)) {
+                // A silent event stream gets a comment (HttpLimits::stream_keepalive), between
+                // events only: inside one it would become part of that event's data.
                 const Clock::time_point due = last_write + keepalive;
                 if (Clock::now() >= due) {
                     pending_.push_back(
@@ -201,6 +224,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             }
             last_write = Clock::now();
             body_bytes += piece.data.size();
+            keep_tail(tail, piece.data);
             continue;
         }
         if (piece.kind == Piece::kEnd && streaming) {

@@ -1059,6 +1059,53 @@ TEST_CASE("a silent event stream gets keepalive comments, other streams do not")
     CHECK(body->find("keepalive") == std::string::npos);
 }
 
+TEST_CASE("a keepalive comment never lands inside an event that a stream sends in pieces") {
+    HttpLimits limits;
+    limits.stream_keepalive = std::chrono::milliseconds(100);
+    Fixture f(limits);
+    auto reader = f.connect();
+    REQUIRE(reader.ok());
+    REQUIRE((*reader)->send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
+    REQUIRE((*reader)->read_until("\r\n\r\n").ok());
+    // Each piece is followed by silences of several keepalive intervals (a peer stalling
+    // mid-event); the blank line that ends an event comes split across pieces, LF and CRLF.
+    const auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(350)); };
+    for (const char* piece : {"data: one", " two\n", "\n", "data: three\r\n\r", "\n"}) {
+        channel->write(piece);
+        pause();
+    }
+    channel->write("data: [DONE]\n\n");
+    channel->end_stream();
+    auto raw = (*reader)->read_until("0\r\n\r\n");
+    REQUIRE(raw.ok());
+    // The body without its chunk framing: each chunk was written alone, so its size line and
+    // CRLF surround it.
+    std::string body;
+    for (size_t at = 0; at < raw->size();) {
+        const size_t line_end = raw->find("\r\n", at);
+        REQUIRE(line_end != std::string::npos);
+        const size_t size = std::stoul(raw->substr(at, line_end - at), nullptr, 16);
+        if (size == 0) {
+            break;
+        }
+        body += raw->substr(line_end + 2, size);
+        at = line_end + 2 + size + 2;
+    }
+    INFO(body);
+    // Whole events, and comments only between them: after each event, in the silence before the
+    // next piece.
+    CHECK(body.find("data: one two\n\n: keepalive\n\n") != std::string::npos);
+    CHECK(body.find("data: three\r\n\r\n: keepalive\n\n") != std::string::npos);
+    std::string events = body;
+    for (size_t at; (at = events.find(": keepalive\n\n")) != std::string::npos;) {
+        events.erase(at, std::string_view(": keepalive\n\n").size());
+    }
+    CHECK(events == "data: one two\n\ndata: three\r\n\r\ndata: [DONE]\n\n");
+}
+
 TEST_CASE("a client that stops reading is cut at the write timeout, and its handler told") {
     HttpLimits limits;
     limits.write_timeout = std::chrono::milliseconds(200);
