@@ -1,5 +1,6 @@
 #include "daemon/access_log.h"
 
+#include <algorithm>
 #include <chrono>
 #include <variant>
 #include <vector>
@@ -8,6 +9,26 @@
 #include "daemon/api/completion.h"
 
 namespace edge::daemon {
+namespace {
+
+// The method as logged. A 408's record carries the request line's first word as the client sent
+// it, unchecked (any bytes, up to max_header_bytes of them): what is not an HTTP method token
+// (RFC 9110 5.6.2) of at most kMaxMethodBytes is logged as "(unparsed)". Beast checked the
+// methods of the requests it parsed, and "" (an answer made before a method was read) stays.
+std::string_view logged_method(std::string_view method) {
+    constexpr size_t kMaxMethodBytes = 32;
+    constexpr std::string_view kTokenPunctuation = "!#$%&'*+-.^_`|~";
+    const auto is_tchar = [&](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+               kTokenPunctuation.find(c) != std::string_view::npos;
+    };
+    if (method.size() > kMaxMethodBytes || !std::all_of(method.begin(), method.end(), is_tchar)) {
+        return "(unparsed)";
+    }
+    return method;
+}
+
+}  // namespace
 
 void AccessLog::on_connection_opened() {
     if (next_ != nullptr) {
@@ -50,7 +71,7 @@ void AccessLog::on_response(const tls::ResponseRecord& record) {
     // The path as sent may hold any byte: the log shows what is not UTF-8 as \xNN.
     const std::string path = api::logprob_token_text(record.path);
     std::vector<log::Field> fields{{"listener", listener_},
-                                   {"method", record.method},
+                                   {"method", logged_method(record.method)},
                                    {"path", path},
                                    {"status", record.status},
                                    {"duration_ms", ms},

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
+#include "daemon/access_log.h"
+
 using edge::daemon::Metrics;
 
 namespace {
@@ -89,4 +92,31 @@ TEST_CASE("metrics: engine latency histograms reach minutes") {
     CHECK(has(m, bucket + "\"120\"} 1"));
     CHECK(has(m, bucket + "\"600\"} 2"));
     CHECK(has(m, bucket + "\"+Inf\"} 2"));
+}
+
+TEST_CASE("access log: a method that is not an HTTP token is logged as (unparsed), not as sent") {
+    edge::daemon::AccessLog access_log(nullptr, "public", true);
+    std::vector<std::string> lines;
+    edge::log::set_sink([&](std::string_view line) { lines.emplace_back(line); });
+    // What a 408's record carries: the request line's first word as the client sent it.
+    const std::string long_method(16 * 1024, 'G');
+    for (const std::string& method :
+         {std::string("POST"), std::string("M-SEARCH"), std::string(), std::string("GE\xff\xfeT"),
+          std::string("G\"E\\T"), std::string("GET\x01"), long_method}) {
+        edge::tls::ResponseRecord record;
+        record.method = method;
+        record.path = "/v1/models";
+        record.status = 408;
+        access_log.on_response(record);
+    }
+    edge::log::set_sink(nullptr);
+    REQUIRE(lines.size() == 7);
+    CHECK(lines[0].find(R"("method":"POST")") != std::string::npos);
+    CHECK(lines[1].find(R"("method":"M-SEARCH")") != std::string::npos);
+    CHECK(lines[2].find(R"("method":"")") != std::string::npos);  // The server's own answers.
+    for (size_t i = 3; i < lines.size(); ++i) {
+        INFO(lines[i].substr(0, 200));
+        CHECK(lines[i].find("\"method\":\"(unparsed)\"") != std::string::npos);
+        CHECK(lines[i].size() < 512);
+    }
 }
