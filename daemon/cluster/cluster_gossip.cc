@@ -53,6 +53,7 @@ membership::SiteState Cluster::Impl::site_state() const {
                 p.load.running = l.running;
                 p.load.kv_use = l.kv_use;
                 p.load.tokens_per_s = l.decode_tokens_per_s;
+                p.load.prefill_tokens_per_s = l.prefill_tokens_per_s;
             }
         }
         s.pools.push_back(std::move(p));

@@ -32,7 +32,15 @@ RouteRejection map_rejection(sel::Rejection r) {
 }
 
 bool usable(const sel::RouteCandidate& c) {
-    return c.state == membership::PoolState::kServing && !c.cost.saturated;
+    return c.state == membership::PoolState::kServing && c.reachable && !c.cost.saturated;
+}
+
+// Whether `pools` has a serving pool that only forwarding could reach, and this site cannot.
+bool serving_unreachable(const sel::ModelPools* pools) {
+    return pools != nullptr &&
+           std::any_of(pools->candidates.begin(), pools->candidates.end(), [](const auto& c) {
+               return c.state == membership::PoolState::kServing && !c.reachable;
+           });
 }
 
 }  // namespace
@@ -131,7 +139,10 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
     }
     known_pools_ = std::move(pools);
     // After the detector learnt of the snapshot's lives: a new one's pools are not ejected.
-    b->table = sel::build_route_table(*snap, b->config->cost, health);
+    // A remote site without a peer address takes no forwarded requests: its pools are marked
+    // unreachable in the table, so they neither win the choice nor make a saturated cluster's
+    // answer "no pool" (dropped after the choice, they did both).
+    b->table = sel::build_route_table(*snap, b->config->cost, health, /*need_peer_addr=*/true);
     return b;
 }
 
@@ -276,7 +287,10 @@ RoutePlan ClusterRoutePlanner::plan(std::string_view model, std::string_view ver
         plan.rejection = map_rejection(choice.rejection);
         switch (choice.rejection) {
             case sel::Rejection::kNoPoolServesModel:
-                plan.message = "no pool in the cluster serves model '" + m + "'";
+                plan.message = serving_unreachable(b->table.find(model))
+                                   ? "no reachable pool serves model '" + m +
+                                         "': the pools that do take no forwarded requests"
+                                   : "no pool in the cluster serves model '" + m + "'";
                 break;
             case sel::Rejection::kVersionPinUnmatched:
                 plan.message = "no pool serves version '" + v.version + "' of model '" + m + "'" +

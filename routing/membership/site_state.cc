@@ -1,5 +1,6 @@
 #include "routing/membership/site_state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -16,10 +17,13 @@ enum SiteTag : uint32_t {
 };
 enum PoolTag : uint32_t {
     kModel = 1, kDigest = 2, kState = 3, kCapacity = 4, kQueue = 5, kRunning = 6, kKv = 7,
-    kTokens = 8,
+    kTokens = 8, kPrefillTokens = 9,
 };
 
 constexpr size_t kMaxPools = 4096;
+// The largest rate a pool may advertise, tokens per second (routing.default_prefill_tokens_per_s
+// has the same bound): a lying peer's 1e300 would make its pools look free of prefill cost.
+constexpr double kMaxTokensPerS = 1e9;
 
 Result<uint32_t> as_u32(const WireField& f, std::string_view what) {
     EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
@@ -33,6 +37,14 @@ Result<double> as_finite(const WireField& f, std::string_view what) {
     EDGE_ASSIGN_OR_RETURN(double v, f.as_double());
     if (!std::isfinite(v)) {
         return data_loss_error("site state: " + std::string(what) + " is not finite");
+    }
+    return v;
+}
+
+Result<double> as_rate(const WireField& f, std::string_view what) {
+    EDGE_ASSIGN_OR_RETURN(double v, as_finite(f, what));
+    if (v < 0.0 || v > kMaxTokensPerS) {
+        return data_loss_error("site state: " + std::string(what) + " is outside 0..1e9");
     }
     return v;
 }
@@ -87,6 +99,11 @@ Result<std::optional<PoolInfo>> decode_pool(std::span<const uint8_t> bytes) {
                 EDGE_ASSIGN_OR_RETURN(p.load.tokens_per_s, as_finite(f, "tokens/s"));
                 break;
             }
+            case kPrefillTokens: {
+                // Absent from an older member's state: 0, not advertised.
+                EDGE_ASSIGN_OR_RETURN(p.load.prefill_tokens_per_s, as_rate(f, "prefill tokens/s"));
+                break;
+            }
             default: break;  // a newer peer's field
         }
     }
@@ -97,7 +114,10 @@ Result<std::optional<PoolInfo>> decode_pool(std::span<const uint8_t> bytes) {
 }
 
 bool moved(double a, double b, double fraction, double abs_min) {
-    const double d = std::abs(a - b);
+    // The slack takes rounding back out of the difference: 1.0 - 0.9 is 0.0999..., and KV use
+    // going from 0.9 to a full cache (saturated, to the planner) was not gossiped at 0.1.
+    const double slack = 1e-9 * std::max({1.0, std::abs(a), std::abs(b)});
+    const double d = a == b ? 0.0 : std::abs(a - b) + slack;
     return d >= abs_min && d >= fraction * std::abs(a);
 }
 
@@ -130,6 +150,7 @@ std::vector<uint8_t> encode_site_state(const SiteState& s) {
         pw.field_uint(kRunning, p.load.running);
         pw.field_double(kKv, p.load.kv_use);
         pw.field_double(kTokens, p.load.tokens_per_s);
+        pw.field_double(kPrefillTokens, p.load.prefill_tokens_per_s);
         w.field_bytes(kPool, pw.bytes());
     }
     return w.take();
@@ -228,7 +249,8 @@ bool load_changed_materially(const SiteState& prev, const SiteState& next, doubl
             moved(a.queue_depth, b.queue_depth, fraction, abs_requests) ||
             moved(a.running, b.running, fraction, abs_requests) ||
             moved(a.kv_use, b.kv_use, fraction, fraction) ||
-            moved(a.tokens_per_s, b.tokens_per_s, fraction, 1.0)) {
+            moved(a.tokens_per_s, b.tokens_per_s, fraction, 1.0) ||
+            moved(a.prefill_tokens_per_s, b.prefill_tokens_per_s, fraction, 1.0)) {
             return true;
         }
     }

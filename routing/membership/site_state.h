@@ -30,6 +30,9 @@ struct PoolLoad {
     double kv_use = 0.0;
     // Recent decode throughput of the pool, tokens per second.
     double tokens_per_s = 0.0;
+    // Recent prefill throughput (prompt tokens computed per second); 0 = not advertised (a
+    // member from before this field), so routing assumes its default_prefill_tokens_per_s.
+    double prefill_tokens_per_s = 0.0;
 
     bool operator==(const PoolLoad&) const = default;
 };
@@ -70,8 +73,9 @@ Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 
 // True when `next` differs from `prev` enough to be worth gossiping now: anything but load
 // changed, a pool's queue depth or running count went to 0, or a load figure moved by at least
-// `fraction` of its old value and `abs_requests` (queue depth, running) or `fraction` (KV use,
-// tokens/s).
+// `fraction` of its old value and `abs_requests` (queue depth, running), `fraction` (KV use) or
+// 1 (decode and prefill tokens/s). Steps are compared with a little slack, so 0.9 -> 1.0 of KV
+// use is the 0.1 it reads as, not the 0.0999... floating point makes it.
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
                              uint32_t abs_requests);
 // True when the two states differ only in pool load figures.

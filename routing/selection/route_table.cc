@@ -59,10 +59,11 @@ void RouteTable::seal() {
             const RouteCandidate& c = m.candidates[order[pos]];
             m.total_s[pos] = c.cost.total_s;
             m.version[pos] = version[order[pos]];
-            m.flags[pos] = static_cast<uint8_t>(
-                (c.state == membership::PoolState::kServing ? ModelPools::kServing : 0) |
-                (c.cost.saturated ? ModelPools::kSaturated : 0) |
-                (c.is_local ? ModelPools::kLocal : 0));
+            // An unreachable pool is listed but, to choose(), not serving.
+            const bool serving = c.state == membership::PoolState::kServing && c.reachable;
+            m.flags[pos] = static_cast<uint8_t>((serving ? ModelPools::kServing : 0) |
+                                                (c.cost.saturated ? ModelPools::kSaturated : 0) |
+                                                (c.is_local ? ModelPools::kLocal : 0));
             if (c.is_local) {
                 m.local_positions.push_back(static_cast<uint32_t>(pos));
             }
@@ -86,7 +87,8 @@ size_t RouteTable::size() const {
 }
 
 RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
-                             const CostConfig& config, const PoolHealthFn& health) {
+                             const CostConfig& config, const PoolHealthFn& health,
+                             bool need_peer_addr) {
     RouteTable table;
     table.local_member = snapshot.local_name;
     const membership::MemberView* local = snapshot.find(snapshot.local_name);
@@ -110,6 +112,7 @@ RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
             c.state = pool.state;
             c.member_state = m.state;
             c.is_local = is_local;
+            c.reachable = is_local || !need_peer_addr || !m.site->peer_addr.empty();
             c.health = health ? health(m.name, pool.model) : PoolHealth::kHealthy;
 
             CostInput in;
@@ -127,6 +130,7 @@ RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
             in.running = pool.load.running;
             in.kv_use = pool.load.kv_use;
             in.decode_tokens_per_s = pool.load.tokens_per_s;
+            in.prefill_tokens_per_s = pool.load.prefill_tokens_per_s;
             in.suspect = m.state == membership::NodeState::kSuspect;
             in.ejected = c.health == PoolHealth::kEjected;
             in.degraded = c.health == PoolHealth::kDegraded;

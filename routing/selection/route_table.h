@@ -34,6 +34,9 @@ struct RouteCandidate {
     membership::NodeState member_state = membership::NodeState::kAlive;
     PoolHealth health = PoolHealth::kHealthy;
     bool is_local = false;
+    // False for a remote pool whose site takes no forwarded requests (it advertises no peer
+    // address) when the table was built for forwarding: listed, never chosen.
+    bool reachable = true;
     CostTerms cost;
 };
 
@@ -44,7 +47,8 @@ struct ModelPools {
     std::vector<RouteCandidate> candidates;
     std::vector<uint32_t> index;
     std::vector<double> total_s;
-    // kServing | kSaturated | kLocal per candidate.
+    // kServing | kSaturated | kLocal per candidate; kServing only for a reachable pool, so
+    // choose() takes an unreachable one for not serving.
     std::vector<uint8_t> flags;
     // Index into `versions` per candidate.
     std::vector<uint32_t> version;
@@ -83,8 +87,12 @@ struct RouteTable {
 };
 
 // Builds the table from a snapshot. Members that are dead or left, or whose site state is not
-// known yet, contribute no candidates. `health` may be empty (every pool healthy).
+// known yet, contribute no candidates. `health` may be empty (every pool healthy). With
+// `need_peer_addr` (a table requests are forwarded by), the remote pools of a site without a peer
+// address are not reachable: left out of the choice itself, not dropped after it (where they had
+// already beaten the local pool or turned "all saturated" into "no pool").
 RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
-                             const CostConfig& config, const PoolHealthFn& health = {});
+                             const CostConfig& config, const PoolHealthFn& health = {},
+                             bool need_peer_addr = false);
 
 }  // namespace edge::routing::selection

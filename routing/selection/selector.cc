@@ -56,7 +56,7 @@ size_t pick(std::mt19937_64& rng, size_t n) {
 }
 
 bool usable(const RouteCandidate& c, std::string_view pin) {
-    return c.state == membership::PoolState::kServing && !c.cost.saturated &&
+    return c.state == membership::PoolState::kServing && c.reachable && !c.cost.saturated &&
            (pin.empty() || c.version_digest == pin);
 }
 
@@ -112,7 +112,7 @@ RouteChoice choose(const RouteTable& table, const RouteRequest& request,
         out.rejection = Rejection::kAllSaturated;
         double wait = std::numeric_limits<double>::infinity();
         for (const RouteCandidate& c : pools->candidates) {
-            if (c.state == membership::PoolState::kServing &&
+            if (c.state == membership::PoolState::kServing && c.reachable &&
                 (!pinned || c.version_digest == request.version_pin)) {
                 wait = std::min(wait, c.cost.queue_s);
             }
@@ -293,6 +293,8 @@ RouteDecision explain(const RouteTable& table, const RouteRequest& request,
                 r.verdict = "chosen";
             } else if (c.state != membership::PoolState::kServing) {
                 r.verdict = "not serving (" + std::string(pool_state_name(c.state)) + ")";
+            } else if (!c.reachable) {
+                r.verdict = "unreachable (takes no forwarded requests)";
             } else if (!request.version_pin.empty() && c.version_digest != request.version_pin) {
                 r.verdict = "version pin unmatched";
             } else if (c.cost.saturated) {

@@ -59,8 +59,8 @@ RouteChoice choose(const RouteTable& table, const RouteRequest& request,
 
 struct CandidateReport {
     RouteCandidate candidate;
-    // "chosen", "eligible", or why it was filtered: "not serving", "version pin unmatched",
-    // "saturated", "outside margin".
+    // "chosen", "eligible", or why it was filtered: "not serving", "unreachable", "version pin
+    // unmatched", "saturated", "outside margin".
     std::string verdict;
 };
 

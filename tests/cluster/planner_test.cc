@@ -369,6 +369,43 @@ TEST_CASE("planner: a remote site without a peer listener is never a target") {
     CHECK(r.rejection == RouteRejection::kNoPoolServesModel);
 }
 
+TEST_CASE("planner: a site without a peer listener shapes no choice, hysteresis nor rejection") {
+    // Local "fra" busy for 16 ms (one generation of 256 tokens at 16000 tokens/s); "ams"
+    // (5.5 ms away, no peer listener) is more than the 10 ms hysteresis cheaper, London (9.6 ms
+    // away) is not: the local pool keeps the request.
+    const Site lon{"lon", 51.5, -0.13};
+    Fixture f;
+    membership::PoolInfo busy = pool("v1", membership::PoolState::kServing, 0, 8);
+    busy.load.tokens_per_s = 16000.0;
+    f.world.add(kFra, {busy});
+    f.world.add(kAms, {pool()}, membership::NodeState::kAlive, "");
+    f.world.add(lon, {pool()});
+    for (int i = 0; i < 20; ++i) {
+        RoutePlan p = f.planner->plan("m", "");
+        REQUIRE(p.targets.size() == 2);
+        CHECK(p.targets[0].site_id == "fra");
+        CHECK(p.targets[1].site_id == "lon");
+    }
+    auto d = f.planner->explain("m", "", nullptr);
+    REQUIRE(d.chosen.has_value());
+    CHECK(d.chosen->site_id == "fra");
+
+    // Every pool that can take the request saturated: retry later, not "no pool serves it".
+    f.world.add(kFra, {pool("v1", membership::PoolState::kServing, 40, 8)});
+    f.world.add(lon, {pool("v1", membership::PoolState::kServing, 40, 8)});
+    RoutePlan r = f.planner->plan("m", "");
+    CHECK(r.targets.empty());
+    CHECK(r.rejection == RouteRejection::kAllSaturated);
+    CHECK(r.retry_after_seconds >= 1);
+    // Only the unreachable pool serves: the message says why none is reachable.
+    f.world.add(kFra, {});
+    f.world.add(lon, {});
+    RoutePlan none = f.planner->plan("m", "");
+    CHECK(none.rejection == RouteRejection::kNoPoolServesModel);
+    CHECK(none.message ==
+          "no reachable pool serves model 'm': the pools that do take no forwarded requests");
+}
+
 TEST_CASE("planner: the table is cached until the snapshot changes or it goes stale") {
     Fixture f;
     f.world.add(kAms, {pool()});

@@ -366,6 +366,89 @@ TEST_CASE("site state: load changes are material only past the thresholds") {
     CHECK(load_changed_materially(a, b, 0.1, 2));
 }
 
+TEST_CASE("site state: the prefill rate round-trips, and an older member's state has none") {
+    SiteState s = sample_site();
+    s.pools[0].load.prefill_tokens_per_s = 5120.5;
+    auto decoded = decode_site_state(encode_site_state(s));
+    REQUIRE(decoded.ok());
+    CHECK(decoded->pools[0].load.prefill_tokens_per_s == 5120.5);
+    CHECK(*decoded == s);
+
+    // A pool as a member from before the field encodes it (tags 1..8 only): decoded with a
+    // prefill rate of 0, not advertised, so routing assumes its default.
+    WireWriter old_pool;
+    old_pool.field_string(1, "kimi-k2");
+    old_pool.field_string(2, "sha256:abc");
+    old_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+    old_pool.field_uint(4, 64);
+    old_pool.field_uint(5, 3);
+    old_pool.field_uint(6, 17);
+    old_pool.field_double(7, 0.42);
+    old_pool.field_double(8, 1234.5);
+    WireWriter old_site;
+    old_site.field_string(1, "fra1");
+    old_site.field_bytes(7, old_pool.bytes());
+    auto old = decode_site_state(old_site.bytes());
+    REQUIRE(old.ok());
+    REQUIRE(old->pools.size() == 1);
+    CHECK(old->pools[0].load.tokens_per_s == 1234.5);
+    CHECK(old->pools[0].load.prefill_tokens_per_s == 0.0);
+
+    // Decoders skip pool fields they do not know (as one from before this field skips it).
+    WireWriter newer_pool;
+    newer_pool.field_string(1, "kimi-k2");
+    newer_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+    newer_pool.field_double(9, 777.0);
+    newer_pool.field_double(4000, 1.0);
+    WireWriter newer_site;
+    newer_site.field_string(1, "fra1");
+    newer_site.field_bytes(7, newer_pool.bytes());
+    auto newer = decode_site_state(newer_site.bytes());
+    REQUIRE(newer.ok());
+    CHECK(newer->pools[0].load.prefill_tokens_per_s == 777.0);
+
+    // A rate that is no number, negative or beyond 1e9 tokens/s is garbage: kDataLoss.
+    for (double bad : {std::nan(""), -1.0, 2e9, HUGE_VAL}) {
+        CAPTURE(bad);
+        s.pools[0].load.prefill_tokens_per_s = bad;
+        auto r = decode_site_state(encode_site_state(s));
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.status().code() == StatusCode::kDataLoss);
+        CHECK(r.status().to_string().find("prefill tokens/s") != std::string::npos);
+    }
+    s.pools[0].load.prefill_tokens_per_s = 1e9;
+    CHECK(decode_site_state(encode_site_state(s)).ok());
+}
+
+TEST_CASE("site state: a prefill rate change is material like a decode rate change") {
+    SiteState a = sample_site();
+    a.pools[0].load.prefill_tokens_per_s = 4000.0;
+    SiteState b = a;
+    b.pools[0].load.prefill_tokens_per_s = 4100.0;  // +2.5%: not material at 10%
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
+    b.pools[0].load.prefill_tokens_per_s = 800.0;
+    CHECK(load_changed_materially(a, b, 0.1, 2));
+    // First measured (0 -> a rate) is material.
+    SiteState unmeasured = a;
+    unmeasured.pools[0].load.prefill_tokens_per_s = 0.0;
+    CHECK(load_changed_materially(unmeasured, a, 0.1, 2));
+}
+
+TEST_CASE("site state: KV use 0.9 to a full 1.0 is a material step of 0.1") {
+    SiteState a = sample_site();
+    a.pools[0].load.kv_use = 0.9;
+    SiteState b = a;
+    b.pools[0].load.kv_use = 1.0;  // 1.0 - 0.9 is 0.0999... in doubles
+    CHECK(load_changed_materially(a, b, 0.1, 2));
+    CHECK(load_changed_materially(b, a, 0.1, 2));
+    a.pools[0].load.kv_use = 0.7;
+    b.pools[0].load.kv_use = 0.8;  // 0.8 - 0.7 is 0.1000...1, material before too
+    CHECK(load_changed_materially(a, b, 0.1, 2));
+    b.pools[0].load.kv_use = 0.79;  // Still below the step: not material.
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(a, a, 0.1, 2));
+}
+
 TEST_CASE("site state: strings longer than 255 bytes are kDataLoss, naming the field") {
     SiteState s = sample_site();
     s.pools[0].model = std::string(kMaxSiteStringBytes, 'm');

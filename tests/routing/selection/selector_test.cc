@@ -332,3 +332,111 @@ TEST_CASE("route table: thousands of pools sorted by cost, equal costs in insert
     }
     CHECK(locals == m->local_positions.size());
 }
+
+namespace {
+
+// Local "fra" and remote "ams" (about 360 km away, 5.5 ms there and back), one pool of "m" each.
+mb::MembershipSnapshot two_sites(const mb::PoolInfo& fra_pool, const mb::PoolInfo& ams_pool,
+                                 const std::string& ams_peer_addr) {
+    mb::MembershipSnapshot snap;
+    snap.local_name = "fra";
+    auto add = [&](std::string name, double lat, double lon, const mb::PoolInfo& pool,
+                   std::string peer_addr) {
+        auto site = std::make_shared<mb::SiteState>();
+        site->site_id = name;
+        site->latitude = lat;
+        site->longitude = lon;
+        site->peer_addr = std::move(peer_addr);
+        site->pools = {pool};
+        mb::MemberView m;
+        m.name = name;
+        m.state = mb::NodeState::kAlive;
+        m.site = site;
+        m.is_local = name == "fra";
+        snap.members.push_back(m);
+    };
+    add("ams", 52.4, 4.9, ams_pool, ams_peer_addr);
+    add("fra", 50.1, 8.7, fra_pool, "10.0.0.1:8443");
+    return snap;
+}
+
+mb::PoolInfo serving_pool() {
+    mb::PoolInfo pool;
+    pool.model = "m";
+    pool.version_digest = "v1";
+    pool.state = mb::PoolState::kServing;
+    pool.capacity = 8;
+    pool.load.tokens_per_s = 1000.0;
+    return pool;
+}
+
+}  // namespace
+
+TEST_CASE("route table: advertised prefill rates cost a long prompt, a slow local pool loses") {
+    mb::PoolInfo slow = serving_pool();
+    slow.load.prefill_tokens_per_s = 500.0;
+    mb::PoolInfo fast = serving_pool();
+    fast.load.prefill_tokens_per_s = 20000.0;
+    CostConfig cfg;
+    cfg.prompt_tokens = 8192.0;
+    RouteTable t = build_route_table(two_sites(slow, fast, "10.0.0.2:8443"), cfg);
+    const ModelPools* pools = t.find("m");
+    REQUIRE(pools != nullptr);
+    REQUIRE(pools->candidates.size() == 2);
+    const RouteCandidate& ams = pools->candidates[0];
+    const RouteCandidate& fra = pools->candidates[1];
+    REQUIRE(fra.is_local);
+    CHECK(fra.cost.prefill_s == doctest::Approx(8192.0 / 500.0));
+    CHECK(ams.cost.prefill_s == doctest::Approx(8192.0 / 20000.0));
+    std::mt19937_64 rng(1);
+    RouteChoice c = choose(t, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "ams");
+
+    // A pool advertising no rate (an older member) is costed at the default.
+    mb::PoolInfo unknown = serving_pool();
+    RouteTable d = build_route_table(two_sites(unknown, fast, "10.0.0.2:8443"), cfg);
+    CHECK(d.find("m")->candidates[1].cost.prefill_s ==
+          doctest::Approx(8192.0 / cfg.default_prefill_tokens_per_s));
+}
+
+TEST_CASE("route table: built for forwarding, a remote pool with no peer address is never chosen") {
+    // The local pool is busy (a generation's wait) and the remote idle one far cheaper; but the
+    // remote site takes no forwarded requests.
+    mb::PoolInfo busy = serving_pool();
+    busy.load.running = 8;
+    mb::PoolInfo idle = serving_pool();
+    const mb::MembershipSnapshot snap = two_sites(busy, idle, "");
+    std::mt19937_64 rng(1);
+
+    RouteTable listed = build_route_table(snap, CostConfig{});  // Not for forwarding.
+    CHECK(choose(listed, {"m", ""}, SelectionConfig{}, rng).chosen->member == "ams");
+
+    RouteTable t = build_route_table(snap, CostConfig{}, {}, /*need_peer_addr=*/true);
+    const ModelPools* pools = t.find("m");
+    REQUIRE(pools != nullptr);
+    REQUIRE(pools->candidates.size() == 2);  // Still listed, for /admin/route.
+    CHECK_FALSE(pools->candidates[0].reachable);
+    CHECK(pools->candidates[1].reachable);
+    RouteChoice c = choose(t, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "fra");
+    RouteDecision d = explain(t, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(d.candidates.size() == 2);
+    CHECK(d.candidates[0].verdict == "unreachable (takes no forwarded requests)");
+    CHECK(d.candidates[1].verdict == "chosen");
+
+    // The local pool saturated: every pool that could take the request is, not "no pool".
+    busy.load.queue_depth = 40;
+    RouteTable full =
+        build_route_table(two_sites(busy, idle, ""), CostConfig{}, {}, /*need_peer_addr=*/true);
+    RouteChoice r = choose(full, {"m", ""}, SelectionConfig{}, rng);
+    CHECK(r.chosen == nullptr);
+    CHECK(r.rejection == Rejection::kAllSaturated);
+    // Only an unreachable pool serves the model: none serves it here.
+    busy.state = mb::PoolState::kDraining;
+    RouteTable none =
+        build_route_table(two_sites(busy, idle, ""), CostConfig{}, {}, /*need_peer_addr=*/true);
+    CHECK(choose(none, {"m", ""}, SelectionConfig{}, rng).rejection ==
+          Rejection::kNoPoolServesModel);
+}
