@@ -221,10 +221,9 @@ struct ModelInfo {
     // answer's thought is returned apart (engine/chat/reasoning_parser.h).
     bool thinks = false;
     SamplingDefaults sampling_defaults = {};
-    // The most sequences one request may have: each choice (n for each prompt) waits as a
-    // request of its own, and the engine admits choices to its batch while later ones are being
-    // queued, so a request with more than the model's queue bound (per tenant or overall) plus
-    // its batch could never be taken whole. 0: no bound.
+    // The most sequences one request may queue: each choice (n for each prompt) waits as a
+    // request of its own, so a request with more than the model's queue bounds (per tenant or
+    // overall) could never be queued whole. 0: no bound.
     int32_t max_request_sequences = 0;
 };
 

@@ -183,8 +183,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         apply_sampling_defaults(m.sampling_defaults, request);
         if (const int32_t most = m.max_request_sequences;
             most > 0 && request.choices() > most) {
-            // Each choice waits as a request of its own: more than the queue and batch hold
-            // would be refused as a full queue (429, retry later) every time.
+            // Each choice waits as a request of its own: more than the queue holds would be
+            // refused as a full queue (429, retry later) every time.
             const std::string field = request.prompts() > 1 ? "prompt" : "n";
             const std::string asked =
                 request.prompts() > 1 ? std::to_string(request.prompts()) + " prompts with 'n' " +
@@ -192,10 +192,8 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
                                             std::to_string(request.choices()) + " choices)"
                                       : "'n' of " + std::to_string(request.n);
             const ApiError error = invalid_request(
-                asked + " exceeds the " + std::to_string(most) + " sequences model \"" +
-                    model +
-                    "\" can take at once on this site (its queue and batch limits; each choice "
-                    "is one); ask for at most " +
+                asked + " exceeds the " + std::to_string(most) + " requests model \"" + model +
+                    "\" queues at once on this site (each choice waits as one); ask for at most " +
                     std::to_string(most),
                 field);
             refuse(invalid_argument_error(error.message), error);

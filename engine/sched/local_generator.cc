@@ -74,11 +74,10 @@ Result<std::unique_ptr<LocalGenerator>> LocalGenerator::create(std::vector<Serve
         rt->info =
             ModelInfo{m.config.name, spec.version, spec.architecture, rt->context, m.created_unix};
         rt->vocab_size = spec.vocab_size;
-        const int64_t queue = config.max_queue_per_tenant > 0
-                                  ? std::min(config.max_queue, config.max_queue_per_tenant)
-                                  : config.max_queue;
-        rt->info.max_request_sequences = static_cast<int32_t>(
-            std::min<int64_t>(queue + std::max(config.max_batch_sequences, 0), INT32_MAX));
+        rt->info.max_request_sequences =
+            config.max_queue_per_tenant > 0
+                ? std::min(config.max_queue, config.max_queue_per_tenant)
+                : config.max_queue;
         rt->info.sampling_defaults = m.tokenizer_config.sampling;
         if (const SamplingDefaults& d = rt->info.sampling_defaults;
             d.temperature || d.top_p || d.top_k) {

@@ -316,9 +316,8 @@ TEST_CASE("batch: more choices than the model's queue holds are a 400, not a 429
     auto error = json_of(r.body)["error"].as_object();
     CHECK(error["param"] == "prompt");
     CHECK(error["message"] ==
-          "3 prompts with 'n' 2 (6 choices) exceeds the 4 sequences model \"test-model\" can take "
-          "at once on this site (its queue and batch limits; each choice is one); ask for at most "
-          "4");
+          "3 prompts with 'n' 2 (6 choices) exceeds the 4 requests model \"test-model\" queues at "
+          "once on this site (each choice waits as one); ask for at most 4");
     r = f.call("POST", "/v1/completions", completion_body("\"a\"", R"(,"n":5)"));
     CHECK(r.status == 400);
     CHECK(json_of(r.body)["error"].as_object()["param"] == "n");

@@ -397,14 +397,12 @@ TEST_CASE("local generator: the engine's batch limits reach the scheduler") {
 }
 
 TEST_CASE("local generator: models() reports the queue bound one request's choices must fit") {
-    // The queue's bound plus the batch: choices are admitted while later ones are queued.
     EngineConfig config;
     config.max_queue = 8;
     config.max_queue_per_tenant = 3;
-    config.max_batch_sequences = 2;
-    CHECK(make_generator({}, config)->models()[0].max_request_sequences == 5);
+    CHECK(make_generator({}, config)->models()[0].max_request_sequences == 3);
     config.max_queue_per_tenant = 0;  // Only the model's queue bounds it.
-    CHECK(make_generator({}, config)->models()[0].max_request_sequences == 10);
+    CHECK(make_generator({}, config)->models()[0].max_request_sequences == 8);
 }
 
 TEST_CASE("local generator: the same seed gives the same sampled text") {
