@@ -237,6 +237,9 @@ struct ModelLoad {
     double kv_use = 0.0;                // Fraction of the KV-cache budget in use, 0..1.
     double prefill_tokens_per_s = 0.0;  // Recent prompt tokens computed per second.
     double decode_tokens_per_s = 0.0;   // Recent tokens generated per second (all sequences).
+    // Waiting requests (all tenants) at which submit() refuses with kUnavailable
+    // (engine.max_queue); 0: no bound. Routing counts a pool with this many queued as saturated.
+    uint32_t max_queue = 0;
 };
 
 class Generator {

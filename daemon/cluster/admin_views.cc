@@ -160,6 +160,8 @@ std::string pools_json(const sel::RouteTable& table, const membership::Membershi
             o["running"] = p.load.running;
             o["kv_use"] = p.load.kv_use;
             o["tokens_per_s"] = p.load.tokens_per_s;
+            o["prefill_tokens_per_s"] = p.load.prefill_tokens_per_s;  // 0: not advertised
+            o["max_queue"] = p.load.max_queue;                        // 0: not advertised
             if (const sel::ModelPools* mp = table.find(p.model)) {
                 for (const sel::RouteCandidate& c : mp->candidates) {
                     if (c.member == m.name) {
@@ -181,8 +183,8 @@ std::string pools_json(const sel::RouteTable& table, const membership::Membershi
 std::string pools_text(const sel::RouteTable& table, const membership::MembershipSnapshot& snap,
                        const std::vector<RolloutIntent>& rollouts) {
     std::vector<std::vector<std::string>> rows{{"SITE", "MODEL", "VERSION", "TARGET", "STATE",
-                                                "CAP", "QUEUE", "RUN", "KV", "TOK/S", "COST_MS",
-                                                "HEALTH"}};
+                                                "CAP", "QUEUE", "MAXQ", "RUN", "KV", "TOK/S",
+                                                "PREFILL/S", "COST_MS", "HEALTH"}};
     for (const membership::MemberView& m : snap.members) {
         if (!m.site) {
             continue;
@@ -208,8 +210,12 @@ std::string pools_text(const sel::RouteTable& table, const membership::Membershi
                             target.empty() ? "-" : (target == p.version_digest ? "yes" : "no"),
                             std::string(membership::pool_state_name(p.state)),
                             std::to_string(p.capacity), std::to_string(p.load.queue_depth),
+                            p.load.max_queue > 0 ? std::to_string(p.load.max_queue) : "-",
                             std::to_string(p.load.running), fmt(p.load.kv_use, 2),
-                            fmt(p.load.tokens_per_s, 0), cost, health});
+                            fmt(p.load.tokens_per_s, 0),
+                            p.load.prefill_tokens_per_s > 0.0 ? fmt(p.load.prefill_tokens_per_s, 0)
+                                                              : "-",
+                            cost, health});
         }
     }
     return text_table(rows);

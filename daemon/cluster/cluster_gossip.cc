@@ -54,6 +54,7 @@ membership::SiteState Cluster::Impl::site_state() const {
                 p.load.kv_use = l.kv_use;
                 p.load.tokens_per_s = l.decode_tokens_per_s;
                 p.load.prefill_tokens_per_s = l.prefill_tokens_per_s;
+                p.load.max_queue = l.max_queue;
             }
         }
         s.pools.push_back(std::move(p));

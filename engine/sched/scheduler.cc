@@ -293,6 +293,7 @@ ModelLoad Scheduler::load() const {
     load.kv_use = kv_use_.load(std::memory_order_relaxed);
     load.prefill_tokens_per_s = prefill_rate_.load(std::memory_order_relaxed);
     load.decode_tokens_per_s = decode_rate_.load(std::memory_order_relaxed);
+    load.max_queue = static_cast<uint32_t>(std::max(config_.max_queue, 0));
     return load;
 }
 

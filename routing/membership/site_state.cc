@@ -17,7 +17,7 @@ enum SiteTag : uint32_t {
 };
 enum PoolTag : uint32_t {
     kModel = 1, kDigest = 2, kState = 3, kCapacity = 4, kQueue = 5, kRunning = 6, kKv = 7,
-    kTokens = 8, kPrefillTokens = 9,
+    kTokens = 8, kPrefillTokens = 9, kMaxQueue = 10,
 };
 
 constexpr size_t kMaxPools = 4096;
@@ -104,6 +104,11 @@ Result<std::optional<PoolInfo>> decode_pool(std::span<const uint8_t> bytes) {
                 EDGE_ASSIGN_OR_RETURN(p.load.prefill_tokens_per_s, as_rate(f, "prefill tokens/s"));
                 break;
             }
+            case kMaxQueue: {
+                // Absent from an older member's state: 0, no bound known.
+                EDGE_ASSIGN_OR_RETURN(p.load.max_queue, as_u32(f, "max queue"));
+                break;
+            }
             default: break;  // a newer peer's field
         }
     }
@@ -151,6 +156,7 @@ std::vector<uint8_t> encode_site_state(const SiteState& s) {
         pw.field_double(kKv, p.load.kv_use);
         pw.field_double(kTokens, p.load.tokens_per_s);
         pw.field_double(kPrefillTokens, p.load.prefill_tokens_per_s);
+        pw.field_uint(kMaxQueue, p.load.max_queue);
         w.field_bytes(kPool, pw.bytes());
     }
     return w.take();
@@ -245,7 +251,9 @@ bool load_changed_materially(const SiteState& prev, const SiteState& next, doubl
         const PoolLoad& b = next.pools[i].load;
         // A pool going idle (its queue or running count back to 0) is news however small the
         // step: else an idle site advertises its last request until something else changes.
+        // So is a changed queue bound: it decides when the pool counts as saturated.
         if ((a.queue_depth != 0 && b.queue_depth == 0) || (a.running != 0 && b.running == 0) ||
+            a.max_queue != b.max_queue ||
             moved(a.queue_depth, b.queue_depth, fraction, abs_requests) ||
             moved(a.running, b.running, fraction, abs_requests) ||
             moved(a.kv_use, b.kv_use, fraction, fraction) ||

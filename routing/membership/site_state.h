@@ -33,6 +33,9 @@ struct PoolLoad {
     // Recent prefill throughput (prompt tokens computed per second); 0 = not advertised (a
     // member from before this field), so routing assumes its default_prefill_tokens_per_s.
     double prefill_tokens_per_s = 0.0;
+    // Queue depth at which the engine refuses new requests (503, engine.max_queue); 0 = not
+    // advertised (a member from before this field): only routing's own saturation rule applies.
+    uint32_t max_queue = 0;
 
     bool operator==(const PoolLoad&) const = default;
 };
@@ -72,10 +75,11 @@ std::vector<uint8_t> encode_site_state(const SiteState& s);
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 
 // True when `next` differs from `prev` enough to be worth gossiping now: anything but load
-// changed, a pool's queue depth or running count went to 0, or a load figure moved by at least
-// `fraction` of its old value and `abs_requests` (queue depth, running), `fraction` (KV use) or
-// 1 (decode and prefill tokens/s). Steps are compared with a little slack, so 0.9 -> 1.0 of KV
-// use is the 0.1 it reads as, not the 0.0999... floating point makes it.
+// changed, a pool's queue depth or running count went to 0 or its queue bound changed, or a load
+// figure moved by at least `fraction` of its old value and `abs_requests` (queue depth, running),
+// `fraction` (KV use) or 1 (decode and prefill tokens/s). Steps are compared with a little
+// slack, so 0.9 -> 1.0 of KV use is the 0.1 it reads as, not the 0.0999... floating point makes
+// it.
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
                              uint32_t abs_requests);
 // True when the two states differ only in pool load figures.

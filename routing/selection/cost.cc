@@ -95,8 +95,11 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
                   (in.ejected ? config.ejected_penalty_s : 0.0) +
                   (in.degraded ? config.degraded_penalty_s : 0.0);
     t.total_s = t.rtt_s + t.queue_s + t.prefill_s + t.kv_s + t.penalty_s;
+    // The engine's own queue bound counts too: at it the pool answers 503 "queue full", and
+    // saturation_queue_per_slot * capacity may lie beyond it (4 slots, max_queue 4: never reached).
     t.saturated = static_cast<double>(in.queue_depth) >=
                       config.saturation_queue_per_slot * std::max<uint32_t>(in.capacity, 1) ||
+                  (in.max_queue > 0 && in.queue_depth >= in.max_queue) ||
                   kv >= config.kv_saturated;
     if (!std::isfinite(t.total_s)) {
         // Only a config outside its checked ranges gets here (a rate floor of 0 or NaN, an

@@ -19,6 +19,7 @@
 //   penalties = suspect_penalty_s (member suspected) + ejected_penalty_s (outlier-ejected)
 //               + degraded_penalty_s (degraded health)
 //   saturated = queue_depth >= saturation_queue_per_slot * max(capacity, 1)
+//               or queue_depth >= max_queue (when the pool advertises one: > 0)
 //               or kv_use >= kv_saturated
 //
 // Advertised values come from the network: a NaN or infinite rate counts as not advertised, a
@@ -97,6 +98,8 @@ struct CostInput {
     // Advertised rates, tokens per second; 0 means not advertised.
     double prefill_tokens_per_s = 0.0;
     double decode_tokens_per_s = 0.0;
+    // Queue depth at which the pool's engine refuses requests (503); 0 means not advertised.
+    uint32_t max_queue = 0;
     // Health flags.
     bool suspect = false;
     bool ejected = false;

@@ -131,6 +131,7 @@ RouteTable build_route_table(const membership::MembershipSnapshot& snapshot,
             in.kv_use = pool.load.kv_use;
             in.decode_tokens_per_s = pool.load.tokens_per_s;
             in.prefill_tokens_per_s = pool.load.prefill_tokens_per_s;
+            in.max_queue = pool.load.max_queue;
             in.suspect = m.state == membership::NodeState::kSuspect;
             in.ejected = c.health == PoolHealth::kEjected;
             in.degraded = c.health == PoolHealth::kDegraded;

@@ -173,6 +173,41 @@ TEST_CASE("planner: a loaded pool spills to the next, a saturated cluster reject
     CHECK(r.message == "every pool serving model 'm' is saturated");
 }
 
+TEST_CASE("planner: a pool whose queue is at its engine's bound is passed over, as saturated") {
+    // deploy/cluster-demo's fra: 4 slots, engine.max_queue 4. With its queue full its engine
+    // answers 503 "queue full", far below 4 queued per slot (16); ams is busier but has room.
+    Fixture f;
+    membership::PoolInfo full = pool("v1", membership::PoolState::kServing, 4, 4);
+    full.capacity = 4;
+    full.load.max_queue = 4;
+    membership::PoolInfo busy = pool("v1", membership::PoolState::kServing, 8, 8);
+    busy.load.max_queue = 1024;
+    f.world.add(kFra, {full});
+    f.world.add(kAms, {busy});
+    RoutePlan p = f.planner->plan("m", "");
+    REQUIRE(p.targets.size() == 1);  // fra is not even a fallback.
+    CHECK(p.targets[0].site_id == "ams");
+    // Both full: the cluster is saturated, not sent to an engine that would refuse.
+    busy.load.queue_depth = 1024;
+    f.world.add(kAms, {busy});
+    CHECK(f.planner->plan("m", "").rejection == RouteRejection::kAllSaturated);
+
+    // The pools view shows each pool's bound and prefill rate ("-": not advertised).
+    full.load.prefill_tokens_per_s = 5120.0;
+    f.world.add(kFra, {full});
+    f.world.add(kAms, {pool()});
+    const auto snap = f.world.snapshot();
+    const routing::selection::RouteTable t = routing::selection::build_route_table(*snap, {});
+    const std::string text = pools_text(t, *snap, {});
+    CHECK(text.find("MAXQ") != std::string::npos);
+    CHECK(text.find("PREFILL/S") != std::string::npos);
+    CHECK(text.find("5120") != std::string::npos);
+    const std::string json = pools_json(t, *snap, {});
+    CHECK(json.find("\"max_queue\":4") != std::string::npos);
+    CHECK(json.find("\"max_queue\":0") != std::string::npos);
+    CHECK(json.find("\"prefill_tokens_per_s\":5120") != std::string::npos);
+}
+
 TEST_CASE("planner: a pinned version is honoured or rejected with the reason") {
     Fixture f;
     f.world.add(kAms, {pool("v1")});

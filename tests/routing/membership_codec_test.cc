@@ -420,6 +420,54 @@ TEST_CASE("site state: the prefill rate round-trips, and an older member's state
     CHECK(decode_site_state(encode_site_state(s)).ok());
 }
 
+TEST_CASE("site state: the queue bound round-trips, an older member's state has none") {
+    SiteState s = sample_site();
+    s.pools[0].load.max_queue = 4;
+    auto decoded = decode_site_state(encode_site_state(s));
+    REQUIRE(decoded.ok());
+    CHECK(decoded->pools[0].load.max_queue == 4);
+    CHECK(*decoded == s);
+
+    // A pool as a member from before the field encodes it (tags 1..9 only): decoded with a
+    // bound of 0, not advertised, so only routing's own saturation rule applies.
+    WireWriter old_pool;
+    old_pool.field_string(1, "kimi-k2");
+    old_pool.field_string(2, "sha256:abc");
+    old_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+    old_pool.field_uint(4, 4);
+    old_pool.field_uint(5, 4);
+    old_pool.field_uint(6, 4);
+    old_pool.field_double(7, 0.42);
+    old_pool.field_double(8, 1234.5);
+    old_pool.field_double(9, 5120.0);
+    WireWriter old_site;
+    old_site.field_string(1, "fra1");
+    old_site.field_bytes(7, old_pool.bytes());
+    auto old = decode_site_state(old_site.bytes());
+    REQUIRE(old.ok());
+    REQUIRE(old->pools.size() == 1);
+    CHECK(old->pools[0].load.prefill_tokens_per_s == 5120.0);
+    CHECK(old->pools[0].load.max_queue == 0);
+
+    // A bound beyond 32 bits is garbage: kDataLoss.
+    WireWriter bad_pool;
+    bad_pool.field_string(1, "kimi-k2");
+    bad_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+    bad_pool.field_uint(10, uint64_t{1} << 40);
+    WireWriter bad_site;
+    bad_site.field_string(1, "fra1");
+    bad_site.field_bytes(7, bad_pool.bytes());
+    auto bad = decode_site_state(bad_site.bytes());
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().code() == StatusCode::kDataLoss);
+    CHECK(bad.status().to_string().find("max queue") != std::string::npos);
+
+    // A changed bound is material at once: it moves the pool's saturation point.
+    SiteState bigger = s;
+    bigger.pools[0].load.max_queue = 5;
+    CHECK(load_changed_materially(s, bigger, 0.5, 100));
+}
+
 TEST_CASE("site state: a prefill rate change is material like a decode rate change") {
     SiteState a = sample_site();
     a.pools[0].load.prefill_tokens_per_s = 4000.0;

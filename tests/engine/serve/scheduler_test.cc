@@ -165,6 +165,22 @@ TEST_CASE("scheduler: load() reports queue, running, KV use and token rates") {
     CHECK(done.kv_use == 0.0);
 }
 
+TEST_CASE("scheduler: load() reports the model's queue bound") {
+    SchedulerConfig config;
+    config.max_batch_sequences = 1;
+    config.max_queue = 2;
+    Harness h(FakeOptions{}, config);
+    CHECK(h.scheduler->load().max_queue == 2);
+    // At the bound the next submit is refused: routing must see the pool full there.
+    auto a = h.submit({1, 2}, 2);
+    auto b = h.submit({3, 4}, 2);
+    CHECK(h.scheduler->load().queue_depth == h.scheduler->load().max_queue);
+    h.drain();
+    REQUIRE(a->wait());
+    REQUIRE(b->wait());
+    CHECK(Harness().scheduler->load().max_queue == 1024);  // The default engine.max_queue.
+}
+
 TEST_CASE("scheduler: a step's batch is in serving_stats() while its forward runs") {
     // The daemon's watchdog (daemon/liveness.cc) takes batch_sequences 0 for an idle engine. The
     // first step after a quiet spell must not run under the 0 published when the scheduler went

@@ -160,6 +160,23 @@ TEST_CASE("cost table: each term of the formula") {
     }
 }
 
+TEST_CASE("cost: a queue at the pool's advertised bound is saturated, 0 = no bound") {
+    CostInput in;
+    in.capacity = 4;
+    in.running = 4;
+    in.queue_depth = 4;
+    in.decode_tokens_per_s = 1000.0;
+    const CostConfig cfg;  // 4 per slot: 16 queued
+    CHECK_FALSE(compute_cost(in, cfg).saturated);  // Not advertised: the per-slot rule only.
+    in.max_queue = 4;
+    CHECK(compute_cost(in, cfg).saturated);
+    in.max_queue = 5;
+    CHECK_FALSE(compute_cost(in, cfg).saturated);
+    in.max_queue = 64;  // Beyond 4 per slot: that rule comes first.
+    in.queue_depth = 16;
+    CHECK(compute_cost(in, cfg).saturated);
+}
+
 TEST_CASE("cost: rtt source is reported") {
     CostConfig cfg;
     CostInput in;

@@ -400,6 +400,51 @@ TEST_CASE("route table: advertised prefill rates cost a long prompt, a slow loca
           doctest::Approx(8192.0 / cfg.default_prefill_tokens_per_s));
 }
 
+TEST_CASE("route table: a pool at its advertised queue bound is saturated, another is chosen") {
+    // fra runs 4 at once and its engine refuses the 5th waiting request (engine.max_queue 4): 4
+    // queued is full there, far below 4 per slot (16). ams is busier but takes requests.
+    mb::PoolInfo full = serving_pool();
+    full.capacity = 4;
+    full.load.running = 4;
+    full.load.queue_depth = 4;
+    full.load.max_queue = 4;
+    mb::PoolInfo busy = serving_pool();
+    busy.load.running = 8;
+    busy.load.queue_depth = 8;
+    busy.load.max_queue = 1024;
+    RouteTable t = build_route_table(two_sites(full, busy, "10.0.0.2:8443"), CostConfig{});
+    const ModelPools* pools = t.find("m");
+    REQUIRE(pools != nullptr);
+    REQUIRE(pools->candidates.size() == 2);
+    const RouteCandidate* fra = nullptr;
+    const RouteCandidate* ams = nullptr;
+    for (const RouteCandidate& c : pools->candidates) {
+        (c.is_local ? fra : ams) = &c;
+    }
+    REQUIRE(fra != nullptr);
+    REQUIRE(ams != nullptr);
+    CHECK(fra->cost.total_s < ams->cost.total_s);  // Cheaper by cost alone,
+    CHECK(fra->cost.saturated);                    // but its engine would answer 503.
+    CHECK_FALSE(ams->cost.saturated);
+    std::mt19937_64 rng(1);
+    RouteChoice c = choose(t, {"m", ""}, SelectionConfig{}, rng);
+    REQUIRE(c.chosen != nullptr);
+    CHECK(c.chosen->member == "ams");
+
+    // One below the bound, or from a member advertising none (0), fra is not saturated.
+    full.load.queue_depth = 3;
+    RouteTable below = build_route_table(two_sites(full, busy, "10.0.0.2:8443"), CostConfig{});
+    for (const RouteCandidate& c : below.find("m")->candidates) {
+        CHECK_FALSE(c.cost.saturated);
+    }
+    full.load.queue_depth = 4;
+    full.load.max_queue = 0;
+    RouteTable old = build_route_table(two_sites(full, busy, "10.0.0.2:8443"), CostConfig{});
+    for (const RouteCandidate& c : old.find("m")->candidates) {
+        CHECK_FALSE(c.cost.saturated);
+    }
+}
+
 TEST_CASE("route table: built for forwarding, a remote pool with no peer address is never chosen") {
     // The local pool is busy (a generation's wait) and the remote idle one far cheaper; but the
     // remote site takes no forwarded requests.
