@@ -235,7 +235,9 @@ struct ModelLoad {
     uint32_t running = 0;               // Requests in the running batch.
     uint32_t capacity = 0;              // Sequences the model runs at once at most.
     double kv_use = 0.0;                // Fraction of the KV-cache budget in use, 0..1.
-    double prefill_tokens_per_s = 0.0;  // Recent prompt tokens computed per second.
+    // Prompt tokens computed per second by recent steps that only prefilled (128 tokens or
+    // more): the pool's prefill speed, which routing costs a prompt at; 0 until measured.
+    double prefill_tokens_per_s = 0.0;
     double decode_tokens_per_s = 0.0;   // Recent tokens generated per second (all sequences).
     // Waiting requests (all tenants) at which submit() refuses with kUnavailable
     // (engine.max_queue); 0: no bound. Routing counts a pool with this many queued as saturated.

@@ -265,6 +265,13 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
     };
     update(prefill_rate_, prefill_tokens);
     update(decode_rate_, decode_tokens);
+    // The speed routing costs a prompt at (gossiped): from steps that only prefilled, and enough
+    // of it to time. A step that also decoded, or computed a few uncached tokens of a cached
+    // prompt, divides a handful of tokens by a whole step's time, and a GPU pool that prefills at
+    // 20000 tokens/s advertised 1000 and was routed away from.
+    if (decode_tokens == 0 && prefill_tokens >= kPrefillSpeedSample) {
+        update(prefill_speed_, prefill_tokens);
+    }
 }
 
 ServingStats Scheduler::serving_stats() const {
@@ -291,7 +298,7 @@ ModelLoad Scheduler::load() const {
     load.running = running_count_.load(std::memory_order_relaxed);
     load.capacity = static_cast<uint32_t>(config_.max_batch_sequences);
     load.kv_use = kv_use_.load(std::memory_order_relaxed);
-    load.prefill_tokens_per_s = prefill_rate_.load(std::memory_order_relaxed);
+    load.prefill_tokens_per_s = prefill_speed_.load(std::memory_order_relaxed);
     load.decode_tokens_per_s = decode_rate_.load(std::memory_order_relaxed);
     load.max_queue = static_cast<uint32_t>(std::max(config_.max_queue, 0));
     return load;

@@ -301,6 +301,10 @@ private:
     std::atomic<uint32_t> running_count_{0};
     std::atomic<double> kv_use_{0.0};
     std::atomic<double> prefill_rate_{0.0};  // Tokens/s, exponentially weighted.
+    // Prompt tokens/s of steps that computed kPrefillSpeedSample or more prompt tokens and no
+    // decode: how fast this pool prefills, as ModelLoad says it (0 until such a step ran).
+    static constexpr int64_t kPrefillSpeedSample = 128;
+    std::atomic<double> prefill_speed_{0.0};
     std::atomic<double> decode_rate_{0.0};
 
     // Serving figures for metrics; guarded by stats_mu_ (taken after mu_, never before).

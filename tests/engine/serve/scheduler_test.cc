@@ -133,6 +133,26 @@ TEST_CASE("scheduler: a request joins the running batch mid-flight and leaves wh
     }
 }
 
+TEST_CASE("scheduler: the advertised prefill speed comes from steps that only prefill") {
+    // Routing costs a prompt at this speed. A step that also decoded divides its prompt tokens
+    // by the decodes' time too: a pool advertised a fraction of its speed and was routed away
+    // from. Each step takes one second here.
+    ManualClock clock;
+    FakeOptions opts;
+    opts.on_forward = [&clock] { clock.advance(std::chrono::seconds(1)); };
+    SchedulerConfig config;
+    config.clock = &clock;
+    Harness h(opts, config);
+    std::vector<TokenId> long_prompt(200, 7);
+    auto a = h.submit(long_prompt, 4);
+    REQUIRE(h.scheduler->step());  // 200 prompt tokens alone in a second.
+    CHECK(h.scheduler->load().prefill_tokens_per_s == doctest::Approx(200.0));
+    auto b = h.submit(std::vector<TokenId>(300, 9), 4);
+    REQUIRE(h.scheduler->step());  // a's decode beside b's 300 prompt tokens: not a sample.
+    CHECK(h.scheduler->load().prefill_tokens_per_s == doctest::Approx(200.0));
+    h.drain();
+}
+
 TEST_CASE("scheduler: load() reports queue, running, KV use and token rates") {
     FakeOptions opts;
     opts.kv_tokens = 100;
@@ -152,7 +172,7 @@ TEST_CASE("scheduler: load() reports queue, running, KV use and token rates") {
     CHECK(after_prefill.queue_depth == 1);
     CHECK(after_prefill.running == 1);
     CHECK(after_prefill.kv_use == doctest::Approx(0.04));
-    CHECK(after_prefill.prefill_tokens_per_s > 0.0);
+    CHECK(after_prefill.prefill_tokens_per_s == 0.0);  // Too few tokens to time a prefill.
     CHECK(after_prefill.decode_tokens_per_s == 0.0);
     REQUIRE(h.scheduler->step());  // A's first decode token.
     CHECK(h.scheduler->load().decode_tokens_per_s > 0.0);
