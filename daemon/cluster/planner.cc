@@ -173,6 +173,11 @@ std::vector<std::string> ClusterRoutePlanner::cluster_models() {
                 m.site == nullptr) {
                 continue;
             }
+            // As the route table: a remote site without a peer address takes no forwarded
+            // requests, so its models are not this site's to offer.
+            if (!m.is_local && m.name != snap->local_name && m.site->peer_addr.empty()) {
+                continue;
+            }
             for (const membership::PoolInfo& pool : m.site->pools) {
                 if (pool.state == membership::PoolState::kServing) {
                     models.insert(pool.model);

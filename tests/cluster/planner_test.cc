@@ -439,6 +439,10 @@ TEST_CASE("planner: a site without a peer listener shapes no choice, hysteresis 
     CHECK(none.rejection == RouteRejection::kNoPoolServesModel);
     CHECK(none.message ==
           "no reachable pool serves model 'm': the pools that do take no forwarded requests");
+    // Nor does /v1/models offer what only such a site serves.
+    CHECK(f.planner->cluster_models().empty());
+    f.world.add(lon, {pool()});
+    CHECK(f.planner->cluster_models() == std::vector<std::string>{"m"});
 }
 
 TEST_CASE("planner: the table is cached until the snapshot changes or it goes stale") {
