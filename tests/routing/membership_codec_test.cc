@@ -366,6 +366,31 @@ TEST_CASE("site state: load changes are material only past the thresholds") {
     CHECK(load_changed_materially(a, b, 0.1, 2));
 }
 
+// A site state holding `pool` alone, decoded.
+Result<SiteState> decode_with_pool(WireWriter pool) {
+    WireWriter site;
+    site.field_string(1, "fra1");
+    site.field_bytes(7, pool.bytes());
+    return decode_site_state(site.bytes());
+}
+
+// A pool as a member from before pool tag `next` writes it: tags 1 to next - 1 (8 or 9).
+WireWriter pool_before(int next) {
+    WireWriter pool;
+    pool.field_string(1, "kimi-k2");
+    pool.field_string(2, "sha256:abc");
+    pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+    pool.field_uint(4, 64);
+    pool.field_uint(5, 3);
+    pool.field_uint(6, 17);
+    pool.field_double(7, 0.42);
+    pool.field_double(8, 1234.5);
+    if (next > 9) {
+        pool.field_double(9, 5120.0);
+    }
+    return pool;
+}
+
 TEST_CASE("site state: the prefill rate round-trips, and an older member's state has none") {
     SiteState s = sample_site();
     s.pools[0].load.prefill_tokens_per_s = 5120.5;
@@ -376,19 +401,7 @@ TEST_CASE("site state: the prefill rate round-trips, and an older member's state
 
     // A pool as a member from before the field encodes it (tags 1..8 only): decoded with a
     // prefill rate of 0, not advertised, so routing assumes its default.
-    WireWriter old_pool;
-    old_pool.field_string(1, "kimi-k2");
-    old_pool.field_string(2, "sha256:abc");
-    old_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
-    old_pool.field_uint(4, 64);
-    old_pool.field_uint(5, 3);
-    old_pool.field_uint(6, 17);
-    old_pool.field_double(7, 0.42);
-    old_pool.field_double(8, 1234.5);
-    WireWriter old_site;
-    old_site.field_string(1, "fra1");
-    old_site.field_bytes(7, old_pool.bytes());
-    auto old = decode_site_state(old_site.bytes());
+    auto old = decode_with_pool(pool_before(9));
     REQUIRE(old.ok());
     REQUIRE(old->pools.size() == 1);
     CHECK(old->pools[0].load.tokens_per_s == 1234.5);
@@ -400,10 +413,7 @@ TEST_CASE("site state: the prefill rate round-trips, and an older member's state
     newer_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
     newer_pool.field_double(9, 777.0);
     newer_pool.field_double(4000, 1.0);
-    WireWriter newer_site;
-    newer_site.field_string(1, "fra1");
-    newer_site.field_bytes(7, newer_pool.bytes());
-    auto newer = decode_site_state(newer_site.bytes());
+    auto newer = decode_with_pool(newer_pool);
     REQUIRE(newer.ok());
     CHECK(newer->pools[0].load.prefill_tokens_per_s == 777.0);
 
@@ -430,20 +440,7 @@ TEST_CASE("site state: the queue bound round-trips, an older member's state has 
 
     // A pool as a member from before the field encodes it (tags 1..9 only): decoded with a
     // bound of 0, not advertised, so only routing's own saturation rule applies.
-    WireWriter old_pool;
-    old_pool.field_string(1, "kimi-k2");
-    old_pool.field_string(2, "sha256:abc");
-    old_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
-    old_pool.field_uint(4, 4);
-    old_pool.field_uint(5, 4);
-    old_pool.field_uint(6, 4);
-    old_pool.field_double(7, 0.42);
-    old_pool.field_double(8, 1234.5);
-    old_pool.field_double(9, 5120.0);
-    WireWriter old_site;
-    old_site.field_string(1, "fra1");
-    old_site.field_bytes(7, old_pool.bytes());
-    auto old = decode_site_state(old_site.bytes());
+    auto old = decode_with_pool(pool_before(10));
     REQUIRE(old.ok());
     REQUIRE(old->pools.size() == 1);
     CHECK(old->pools[0].load.prefill_tokens_per_s == 5120.0);
@@ -454,10 +451,7 @@ TEST_CASE("site state: the queue bound round-trips, an older member's state has 
     bad_pool.field_string(1, "kimi-k2");
     bad_pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
     bad_pool.field_uint(10, uint64_t{1} << 40);
-    WireWriter bad_site;
-    bad_site.field_string(1, "fra1");
-    bad_site.field_bytes(7, bad_pool.bytes());
-    auto bad = decode_site_state(bad_site.bytes());
+    auto bad = decode_with_pool(bad_pool);
     REQUIRE_FALSE(bad.ok());
     CHECK(bad.status().code() == StatusCode::kDataLoss);
     CHECK(bad.status().to_string().find("max queue") != std::string::npos);
