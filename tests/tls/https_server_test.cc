@@ -1019,17 +1019,25 @@ TEST_CASE("two stream chunks larger than max_stream_buffer_bytes in a row reach 
     second->end_stream();
 }
 
+// The handler's channel of a /hold request sent on `client`, its stream of `type` begun and the
+// head read by the client.
+std::shared_ptr<ResponseChannel> begin_held_stream(Fixture& f, testing::TlsClient& client,
+                                                   const std::string& type) {
+    REQUIRE(client.send(testing::http_request("GET", "/hold")).ok());
+    auto channel = f.handler.wait_held();
+    REQUIRE(channel != nullptr);
+    channel->begin_stream(HttpResponse{200, type, {}, ""});
+    REQUIRE(client.read_until("\r\n\r\n").ok());
+    return channel;
+}
+
 TEST_CASE("a silent event stream gets keepalive comments, other streams do not") {
     HttpLimits limits;
     limits.stream_keepalive = std::chrono::milliseconds(100);
     Fixture f(limits);
     auto reader = f.connect();
     REQUIRE(reader.ok());
-    REQUIRE((*reader)->send(testing::http_request("GET", "/hold")).ok());
-    auto channel = f.handler.wait_held();
-    REQUIRE(channel != nullptr);
-    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
-    REQUIRE((*reader)->read_until("\r\n\r\n").ok());
+    auto channel = begin_held_stream(f, **reader, "text/event-stream");
     // Nothing from the handler: comments come on their own, as whole events.
     auto first = (*reader)->read_until(": keepalive\n\n");
     REQUIRE(first.ok());
@@ -1046,11 +1054,7 @@ TEST_CASE("a silent event stream gets keepalive comments, other streams do not")
     f.handler.reset_held();
     auto plain = f.connect();
     REQUIRE(plain.ok());
-    REQUIRE((*plain)->send(testing::http_request("GET", "/hold")).ok());
-    auto other = f.handler.wait_held();
-    REQUIRE(other != nullptr);
-    other->begin_stream(HttpResponse{200, "text/plain", {}, ""});
-    REQUIRE((*plain)->read_until("\r\n\r\n").ok());
+    auto other = begin_held_stream(f, **plain, "text/plain");
     std::this_thread::sleep_for(std::chrono::milliseconds(350));
     other->write("end");
     other->end_stream();
@@ -1065,11 +1069,7 @@ TEST_CASE("a keepalive comment never lands inside an event that a stream sends i
     Fixture f(limits);
     auto reader = f.connect();
     REQUIRE(reader.ok());
-    REQUIRE((*reader)->send(testing::http_request("GET", "/hold")).ok());
-    auto channel = f.handler.wait_held();
-    REQUIRE(channel != nullptr);
-    channel->begin_stream(HttpResponse{200, "text/event-stream", {}, ""});
-    REQUIRE((*reader)->read_until("\r\n\r\n").ok());
+    auto channel = begin_held_stream(f, **reader, "text/event-stream");
     // Each piece is followed by silences of several keepalive intervals (a peer stalling
     // mid-event); the blank line that ends an event comes split across pieces, LF and CRLF.
     const auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(350)); };
