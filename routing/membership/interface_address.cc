@@ -9,7 +9,9 @@
 #include <charconv>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <optional>
+#include <sstream>
 
 namespace edge::routing::membership {
 
@@ -47,25 +49,6 @@ std::optional<int> rank(const InterfaceAddress& a, bool ipv6_bind) {
 // Ranks past every address of the default routes' interfaces.
 constexpr int kOffDefaultRoute = 10;
 
-std::vector<std::string_view> fields_of(std::string_view line) {
-    std::vector<std::string_view> out;
-    size_t i = 0;
-    while (i < line.size()) {
-        while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) {
-            ++i;
-        }
-        size_t end = i;
-        while (end < line.size() && line[end] != ' ' && line[end] != '\t') {
-            ++end;
-        }
-        if (end > i) {
-            out.push_back(line.substr(i, end - i));
-        }
-        i = end;
-    }
-    return out;
-}
-
 std::optional<uint32_t> hex_of(std::string_view text) {
     uint32_t v = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 16);
@@ -85,7 +68,8 @@ std::vector<std::string> default_route_interfaces(std::string_view table, bool i
         const size_t eol = table.find('\n');
         const std::string_view line = table.substr(0, eol);
         table = eol == std::string_view::npos ? std::string_view() : table.substr(eol + 1);
-        const std::vector<std::string_view> f = fields_of(line);
+        std::istringstream words{std::string(line)};
+        const std::vector<std::string> f{std::istream_iterator<std::string>(words), {}};
         // /proc/net/route: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
         // /proc/net/ipv6_route: destination prefix-length source prefix-length next-hop metric
         // refcnt use flags device.
@@ -98,7 +82,7 @@ std::vector<std::string> default_route_interfaces(std::string_view table, bool i
         } else if (ipv6 && f.size() >= 10) {
             device = f[9];
             flags = f[8];
-            any = f[0] == std::string_view("00000000000000000000000000000000") && f[1] == "00";
+            any = f[0] == std::string(32, '0') && f[1] == "00";
         }
         const std::optional<uint32_t> bits = hex_of(flags);
         if (any && bits && (*bits & kRouteUp) != 0 && (*bits & kRouteReject) == 0 &&
