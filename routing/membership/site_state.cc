@@ -155,7 +155,10 @@ std::vector<uint8_t> encode_site_state(const SiteState& s) {
         pw.field_uint(kRunning, p.load.running);
         pw.field_double(kKv, p.load.kv_use);
         pw.field_double(kTokens, p.load.tokens_per_s);
-        pw.field_double(kPrefillTokens, p.load.prefill_tokens_per_s);
+        // Within what every decoder takes (a rate it refuses drops the whole state).
+        const double prefill = p.load.prefill_tokens_per_s;
+        pw.field_double(kPrefillTokens,
+                        std::isnan(prefill) ? 0.0 : std::clamp(prefill, 0.0, kMaxTokensPerS));
         pw.field_uint(kMaxQueue, p.load.max_queue);
         w.field_bytes(kPool, pw.bytes());
     }

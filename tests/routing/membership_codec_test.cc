@@ -420,11 +420,17 @@ TEST_CASE("site state: the prefill rate round-trips, and an older member's state
     // A rate that is no number, negative or beyond 1e9 tokens/s is garbage: kDataLoss.
     for (double bad : {std::nan(""), -1.0, 2e9, HUGE_VAL}) {
         CAPTURE(bad);
-        s.pools[0].load.prefill_tokens_per_s = bad;
-        auto r = decode_site_state(encode_site_state(s));
+        WireWriter pool = pool_before(9);
+        pool.field_double(9, bad);
+        auto r = decode_with_pool(pool);
         REQUIRE_FALSE(r.ok());
         CHECK(r.status().code() == StatusCode::kDataLoss);
         CHECK(r.status().to_string().find("prefill tokens/s") != std::string::npos);
+        // This site never sends one: encoded within what every decoder takes.
+        s.pools[0].load.prefill_tokens_per_s = bad;
+        auto sent = decode_site_state(encode_site_state(s));
+        REQUIRE(sent.ok());
+        CHECK(sent->pools[0].load.prefill_tokens_per_s == (bad > 1e9 ? 1e9 : 0.0));
     }
     s.pools[0].load.prefill_tokens_per_s = 1e9;
     CHECK(decode_site_state(encode_site_state(s)).ok());
