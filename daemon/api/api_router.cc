@@ -409,74 +409,106 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                 reject(e, "forwarding_unavailable");
                 return;
             }
-            std::string model = req.generate.model;
-            // The serving site takes this request's id and this site's caps for the tenant (a
-            // client's own copies are replaced).
-            set_peer_header(request, cluster::kRequestIdHeader, req.generate.request_id);
-            set_peer_header(request, cluster::kMaxTokensHeader,
-                            req.generate.max_tokens_is_default
-                                ? std::optional(std::to_string(max_tokens))
-                                : std::nullopt);
-            for (auto [header, most] :
-                 {std::pair{cluster::kMaxPromptTokensHeader, req.generate.max_prompt_tokens},
-                  std::pair{cluster::kMaxContextTokensHeader, req.generate.max_context_tokens}}) {
-                set_peer_header(request, header,
-                                most > 0 ? std::optional(std::to_string(most)) : std::nullopt);
-            }
-            std::shared_ptr<tls::ResponseChannel> notes = channel;
+            set_peer_headers(request, req);
             const int64_t most_output = int64_t{max_tokens} * req.choices();
-            forwarder_->forward(
-                std::move(request), tenant_name, std::move(plan.targets), std::move(channel),
-                [this, lease = std::move(admitted.lease), metrics = metrics_, tenant_name,
-                 notes = std::move(notes), most_output,
-                 req = std::make_shared<ParsedRequest>(std::move(req))](
-                    const cluster::ForwardResult& result) {
-                    if (result.run_here) {
-                        // Every remote site failed before answering and this site was next in
-                        // the plan: it runs here, as a retry at the next candidate would.
-                        notes->note("attempts", result.attempts);
-                        notes->note("fallback", "local");
-                        run_here(std::move(*req), notes, lease, tenant_name);
-                        return;
-                    }
-                    notes->note("served_by", result.site_id);
-                    notes->note("attempts", result.attempts);
-                    note_usage(*notes, result.prompt_tokens, result.completion_tokens);
-                    if (forward_never_ran(result)) {
-                        // As a local engine's refusal: everything admission took goes back.
-                        notes->note("rejected", "peer_refused");
-                        lease->refuse();
-                        if (metrics != nullptr) {
-                            metrics->on_tenant_rejected(tenant_name, "peer_refused");
-                            metrics->on_tenant_request(tenant_name, "rejected");
-                        }
-                        return;
-                    }
-                    // Cut, or the client left, before the peer's usage report: charged the
-                    // most it may have generated (max_tokens of each choice), so a tenant
-                    // cannot stream for free by leaving before the end.
-                    const int64_t completion =
-                        result.usage_unknown ? most_output : result.completion_tokens;
-                    lease->finish(result.prompt_tokens, completion);
-                    if (metrics != nullptr) {
-                        // Tokens served, as far as known (the charge above is not a count).
-                        metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
-                                                  result.completion_tokens);
-                        metrics->on_tenant_request(
-                            tenant_name, result.started && result.status < 500 ? "ok" : "error");
-                    }
-                });
+            forward_to(std::move(request), std::make_shared<ParsedRequest>(std::move(req)),
+                       std::move(plan.targets), std::move(channel), std::move(admitted.lease),
+                       tenant_name, most_output);
+            return;
+        }
+        // Planned here first: should this site's engine refuse it for its load (its queue full,
+        // overloaded, draining), the plan's remote targets are tried next, as after a peer's
+        // refusal. The tenant's own queue here being full (a 429) stays the answer.
+        std::vector<cluster::RouteTarget> elsewhere;
+        for (size_t i = 1; i < plan.targets.size(); ++i) {
+            if (!plan.targets[i].local) {
+                elsewhere.push_back(std::move(plan.targets[i]));
+            }
+        }
+        if (forwarder_ != nullptr && !elsewhere.empty()) {
+            set_peer_headers(request, req);
+            const int64_t most_output = int64_t{max_tokens} * req.choices();
+            auto held = std::make_shared<tls::HttpRequest>(std::move(request));
+            auto targets =
+                std::make_shared<std::vector<cluster::RouteTarget>>(std::move(elsewhere));
+            run_here(std::move(req), std::move(channel), std::move(admitted.lease), tenant_name,
+                     [this, held, targets, tenant_name, most_output](
+                         std::shared_ptr<tls::ResponseChannel> refused_here,
+                         std::shared_ptr<TenantLimiter::Lease> lease) {
+                         refused_here->note("fallback", "remote");
+                         forward_to(std::move(*held), nullptr, std::move(*targets),
+                                    std::move(refused_here), std::move(lease), tenant_name,
+                                    most_output);
+                     });
             return;
         }
     }
     run_here(std::move(req), std::move(channel), std::move(admitted.lease), tenant_name);
 }
 
+void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedRequest> req,
+                           std::vector<cluster::RouteTarget> targets,
+                           std::shared_ptr<tls::ResponseChannel> channel,
+                           std::shared_ptr<TenantLimiter::Lease> lease,
+                           const std::string& tenant_name, int64_t most_output) {
+    std::shared_ptr<tls::ResponseChannel> notes = channel;
+    forwarder_->forward(
+        std::move(request), tenant_name, std::move(targets), std::move(channel),
+        [this, lease = std::move(lease), metrics = metrics_, tenant_name, notes = std::move(notes),
+         most_output, req = std::move(req)](const cluster::ForwardResult& result) {
+            if (result.run_here && req != nullptr) {
+                // Every remote site failed before answering and this site was next in the plan:
+                // it runs here, as a retry at the next candidate would. (The forwarder sets
+                // run_here only for a plan holding this site, which is when `req` is kept.)
+                notes->note("attempts", result.attempts);
+                notes->note("fallback", "local");
+                run_here(std::move(*req), notes, lease, tenant_name);
+                return;
+            }
+            notes->note("served_by", result.site_id);
+            notes->note("attempts", result.attempts);
+            note_usage(*notes, result.prompt_tokens, result.completion_tokens);
+            if (forward_never_ran(result)) {
+                // As a local engine's refusal: everything admission took goes back.
+                notes->note("rejected", "peer_refused");
+                lease->refuse();
+                if (metrics != nullptr) {
+                    metrics->on_tenant_rejected(tenant_name, "peer_refused");
+                    metrics->on_tenant_request(tenant_name, "rejected");
+                }
+                return;
+            }
+            // Cut, or the client left, before the peer's usage report: charged the most it may
+            // have generated (max_tokens of each choice), so a tenant cannot stream for free by
+            // leaving before the end.
+            const int64_t completion =
+                result.usage_unknown ? most_output : result.completion_tokens;
+            lease->finish(result.prompt_tokens, completion);
+            if (metrics != nullptr) {
+                // Tokens served, as far as known (the charge above is not a count).
+                metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
+                                          result.completion_tokens);
+                metrics->on_tenant_request(
+                    tenant_name, result.started && result.status < 500 ? "ok" : "error");
+            }
+        });
+}
+
 void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
                          std::shared_ptr<TenantLimiter::Lease> admitted,
-                         const std::string& tenant_name) {
+                         const std::string& tenant_name, Elsewhere elsewhere) {
     channel->note("served_by", site_id_);
     std::shared_ptr<TenantLimiter::Lease> lease = admitted;
+    RefusalTaker take_refusal;
+    if (elsewhere) {
+        take_refusal = [elsewhere = std::move(elsewhere), channel, admitted](const Status& s) {
+            if (s.code() != StatusCode::kUnavailable) {
+                return false;
+            }
+            elsewhere(channel, admitted);
+            return true;
+        };
+    }
     run_completion(
         generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
         [lease = std::move(admitted), metrics = metrics_, tenant_name, channel](
@@ -514,7 +546,8 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
             metrics->on_tenant_request(tenant_name, outcome);
         },
         // The prompt counts against input_tokens_per_minute from now, not from its end.
-        [lease = std::move(lease)](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); });
+        [lease = std::move(lease)](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); },
+        std::move(take_refusal));
 }
 
 }  // namespace edge::daemon::api

@@ -19,6 +19,7 @@
 // again, so a forwarding loop cannot form. The planner and forwarder must outlive the router.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -82,9 +83,25 @@ private:
     // `no_elsewhere`: why no other site will be tried.
     bool serves_here(const std::string& model, std::string_view version_pin, ApiError& error,
                      std::string_view no_elsewhere) const;
-    // Runs an admitted request on this site's engine, settling `lease` when it ends.
+    // Where a request the engine here refused for its load goes instead (the channel, still
+    // unanswered, and the admission's lease).
+    using Elsewhere = std::function<void(std::shared_ptr<tls::ResponseChannel> channel,
+                                         std::shared_ptr<TenantLimiter::Lease> lease)>;
+    // Runs an admitted request on this site's engine, settling `lease` when it ends. With
+    // `elsewhere`, a refusal at submit for the site's load (kUnavailable: the model's queue
+    // full, overloaded, shutting down) is handed to it instead of answered.
     void run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
-                  std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name);
+                  std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name,
+                  Elsewhere elsewhere = {});
+    // Sends an admitted request (its peer headers set) to `targets` through the forwarder,
+    // settling `lease` when it ends; `req` runs here when the plan's local target comes next
+    // (null for a list without one). `most_output`: what it may generate, charged when the
+    // answer is cut before the peer's usage report.
+    void forward_to(tls::HttpRequest request, std::shared_ptr<ParsedRequest> req,
+                    std::vector<cluster::RouteTarget> targets,
+                    std::shared_ptr<tls::ResponseChannel> channel,
+                    std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name,
+                    int64_t most_output);
 
     engine::Generator& generator_;
     mutable std::mutex tenants_mu_;

@@ -153,4 +153,18 @@ void set_peer_header(tls::HttpRequest& request, std::string_view name,
     }
 }
 
+void set_peer_headers(tls::HttpRequest& request, const ParsedRequest& req) {
+    set_peer_header(request, cluster::kRequestIdHeader, req.generate.request_id);
+    set_peer_header(request, cluster::kMaxTokensHeader,
+                    req.generate.max_tokens_is_default
+                        ? std::optional(std::to_string(req.generate.sampling.max_tokens))
+                        : std::nullopt);
+    for (auto [header, most] :
+         {std::pair{cluster::kMaxPromptTokensHeader, req.generate.max_prompt_tokens},
+          std::pair{cluster::kMaxContextTokensHeader, req.generate.max_context_tokens}}) {
+        set_peer_header(request, header,
+                        most > 0 ? std::optional(std::to_string(most)) : std::nullopt);
+    }
+}
+
 }  // namespace edge::daemon::api

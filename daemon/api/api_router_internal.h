@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "daemon/api/api_error.h"
+#include "daemon/api/openai_request.h"
 #include "daemon/cluster/route_planner.h"
 #include "daemon/tenant_limiter.h"
 #include "daemon/tenants.h"
@@ -62,5 +63,9 @@ std::variant<std::optional<int64_t>, ApiError> peer_count(const tls::HttpRequest
 // the client sent is never the one that travels.
 void set_peer_header(tls::HttpRequest& request, std::string_view name,
                      std::optional<std::string> value);
+
+// Sets what the serving site takes from this one on a request going to a peer: the request's id
+// and this site's caps for the tenant (max_tokens when defaulted, prompt and context limits).
+void set_peer_headers(tls::HttpRequest& request, const ParsedRequest& req);
 
 }  // namespace edge::daemon::api

@@ -149,7 +149,8 @@ void apply_sampling_defaults(const engine::SamplingDefaults& d, ParsedRequest& r
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
                     CompletionDone on_done,
-                    std::function<void(int64_t prompt_tokens)> on_accepted) {
+                    std::function<void(int64_t prompt_tokens)> on_accepted,
+                    RefusalTaker take_refusal) {
     std::string model = request.generate.model;
     const std::vector<engine::ModelInfo> models = generator.models();
     // The request fails at once, nothing having run: `on_done` hears it as refused, with the
@@ -247,6 +248,13 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
         Result<std::shared_ptr<engine::GenerationHandle>> handle =
             generator.submit(std::move(generate), sink);
         if (!handle.ok()) {
+            if (take_refusal) {
+                response->refuse();
+                response->cancel_all();
+                if (take_refusal(handle.status())) {
+                    return;
+                }
+            }
             const ApiError error = api_error_from_status(handle.status(), model);
             refuse_running(handle.status(), error, earlier_tokens + sink->prompt_tokens());
             return;

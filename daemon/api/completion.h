@@ -28,13 +28,20 @@ inline constexpr std::string_view kUsageReportComment = "edgeserve-usage ";
 // queue, a prompt beyond the context, a bad field) and it never started.
 using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 
+// Offered a submit() refusal before it is answered: true takes it (the channel is left
+// unanswered and `on_done` is not called; the taker answers), false leaves it to be answered.
+using RefusalTaker = std::function<bool(const Status& refusal)>;
+
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails).
 // `on_accepted`, when set, runs once submit() succeeded, with the prompt's length in tokens (the
-// sum over a list of prompts; 0 where the generator does not know it yet).
+// sum over a list of prompts; 0 where the generator does not know it yet). `take_refusal`, when
+// set, is offered the engine's refusal of a choice at submit (the choices already queued are
+// cancelled first).
 void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::shared_ptr<tls::ResponseChannel> channel, int64_t created_unix,
                     CompletionDone on_done = {},
-                    std::function<void(int64_t prompt_tokens)> on_accepted = {});
+                    std::function<void(int64_t prompt_tokens)> on_accepted = {},
+                    RefusalTaker take_refusal = {});
 
 // A logprobs token's text for JSON, which must be valid UTF-8: the bytes of a token that are not
 // a whole character (a byte-fallback token, half of a CJK character) are written as the text

@@ -137,3 +137,61 @@ TEST_CASE("a deferred answer cut after its body began is not run again here") {
     CHECK(error_code_of(*r) == "upstream_cut");
     CHECK_FALSE(a.generator.wait_for_request(0, 0));
 }
+
+TEST_CASE("this site first in the plan refuses for its load: the next remote target serves it") {
+    // The engine here answered 503 (its model's queue full) although the plan named ams next:
+    // only a peer's refusal moved a request on.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    const RouteTarget here{true, "fra", "", 0.0, "m"};
+    a.planner.route_to({here, b.target()});
+    a.generator.fail_next_submit(unavailable_error("the model's queue is full"));
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "served at ams");
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->headers["x-edgeserve-site"] == "ams");
+    CHECK(r->body.find("served at ams") != std::string::npos);
+    // Charged once, what ran at ams; the refusal here is load, not ill health: the detector
+    // hears only ams's answer.
+    CHECK(request_counted(a, "ok"));
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 2"));
+    auto reports = a.planner.reports();
+    REQUIRE(reports.size() == 1);
+    CHECK(reports[0].site == "ams");
+    CHECK(reports[0].ok);
+}
+
+TEST_CASE("this site first in the plan: the tenant's own queue full here stays a 429") {
+    // The tenant's queue limit is this site's fair share for it, not the site's load: sending
+    // the overflow to other sites would let one tenant spread its backlog over the cluster.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    a.planner.route_to({RouteTarget{true, "fra", "", 0.0, "m"}, b.target()});
+    a.generator.fail_next_submit(resource_exhausted_error("tenant 'acme' already has 4 waiting"));
+    auto r = a.ask(chat_request(false));
+    CHECK(r->status == 429);
+    CHECK_FALSE(b.generator.wait_for_request(0, 0));
+}
+
+TEST_CASE("this site, refusing for its load, is the plan's last target: its 503 is the answer") {
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    // ams before this site failed (refused connection), then this site refused: nothing left.
+    a.planner.route_to({RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()),
+                                    0.0, "m"},
+                        RouteTarget{true, "fra", "", 0.0, "m"}});
+    a.generator.fail_next_submit(unavailable_error("the model's queue is full"));
+    auto r = a.ask(chat_request(false));
+    CHECK(r->status == 503);
+    CHECK(error_code_of(*r) == "service_unavailable");
+    CHECK(request_counted(a, "rejected"));
+}
