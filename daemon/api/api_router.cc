@@ -226,8 +226,10 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         return;
     }
     ParsedRequest& req = std::get<ParsedRequest>(parsed);
-    if (!from_peer && !tenant.may_use(req.generate.model)) {
-        // A model no site serves is not found, whoever asks; 403 is for one that exists.
+    if (!from_peer) {
+        // A model no site serves is not found, whoever asks, before anything is charged: in a
+        // cluster the planner would answer it 503 no_pool_serves_model, which OpenAI clients
+        // retry and then raise as a server error. 403 is for one that exists.
         const std::vector<engine::ModelInfo> known = known_models();
         if (std::none_of(known.begin(), known.end(), [&](const engine::ModelInfo& m) {
                 return m.name == req.generate.model;
@@ -236,6 +238,8 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                    "model_not_found");
             return;
         }
+    }
+    if (!from_peer && !tenant.may_use(req.generate.model)) {
         ApiError e;
         e.status = 403;
         e.type = "permission_error";
