@@ -357,11 +357,31 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             channel = deferred;
             on_accepted = [deferred](int64_t prompt_tokens) { deferred->open(prompt_tokens); };
         }
+        RefusalTaker shared_queue;
+        if (req.generate.tenant == kForwardedTenant) {
+            // The tenants this site does not know share one queue here: its being full is this
+            // site's load for forwarded requests, not the tenant's doing. A 503, which the
+            // forwarding site takes to its plan's next target, not a 429 naming "(forwarded)"
+            // that one tenant's burst would make every other such tenant's answer.
+            shared_queue = [channel, model = req.generate.model](const Status& s) {
+                if (s.code() != StatusCode::kResourceExhausted) {
+                    return false;
+                }
+                const Status load = unavailable_error(
+                    "this site's queue for forwarded requests is full; retry later");
+                engine::Finish finish;
+                finish.reason = engine::FinishReason::kError;
+                finish.error = load;
+                note_finish(*channel, finish, true);
+                channel->respond(api_error_from_status(load, model).to_response());
+                return true;
+            };
+        }
         run_completion(generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
                        [channel](const engine::Finish& finish, bool refused) {
                            note_finish(*channel, finish, refused);
                        },
-                       std::move(on_accepted));
+                       std::move(on_accepted), std::move(shared_queue));
         return;
     }
 

@@ -195,3 +195,19 @@ TEST_CASE("this site, refusing for its load, is the plan's last target: its 503 
     CHECK(error_code_of(*r) == "service_unavailable");
     CHECK(request_counted(a, "rejected"));
 }
+
+TEST_CASE("the shared queue of forwarded tenants full at a peer: the plan's next target runs it") {
+    // ams knows no tenant of fra's (authentication off there): every forwarded tenant waits in
+    // one queue, "(forwarded)". Its being full was a 429 naming "(forwarded)", relayed to the
+    // client although this site was next in the plan: one tenant's burst refused the others.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    b.generator.fail_next_submit(
+        resource_exhausted_error("tenant '(forwarded)' already has 256 requests waiting"));
+    a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
+    auto client = a.client();
+    testing::HttpReply r = a.answered_here(*client, chat_request(false));
+    CHECK(r.body.find("(forwarded)") == std::string::npos);
+    CHECK(request_counted(a, "ok"));
+}
