@@ -28,13 +28,14 @@ namespace json = boost::json;
 constexpr int64_t kMaxTokensLimit = 1 << 20;
 
 // Fields that clients commonly send with their default (unused) value; anything else is refused.
-// `chat`: the completions-only ones (echo, suffix, best_of) are unknown there, as in OpenAI's API.
+// `chat`: the completions-only ones (echo, suffix, best_of) are unknown there, as in OpenAI's API
+// (null, as any field sent as null, is absent).
 // `json_schema`: set by response_format (parse_response_format).
 bool parse_unsupported(Validator& v, const std::string& key, const json::value& value, bool chat,
                        std::shared_ptr<const engine::sampling::JsonSchema>* json_schema) {
     auto refuse = [&] { return v.fail("'" + key + "' is not supported", key); };
     if (chat && (key == "echo" || key == "suffix" || key == "best_of")) {
-        return v.fail("unrecognized request argument '" + key + "' (a /v1/completions field)", key);
+        return value.is_null() || v.fail("unrecognized request argument '" + key + "' (a /v1/completions field)", key);
     }
     if (key == "best_of") {
         // Server-side best-of (generate several, return the likeliest) is not made: only 1.
@@ -87,6 +88,11 @@ bool parse_unsupported(Validator& v, const std::string& key, const json::value& 
     }
     if (key == "suffix" || key == "modalities" || key == "prediction" || key == "audio") {
         return value.is_null() || refuse();
+    }
+    if (value.is_null()) {
+        // A field sent as null is absent, known or not: clients built from OpenAI's schema send
+        // every optional field they have ("verbosity": null, "web_search_options": null).
+        return true;
     }
     return v.fail("unrecognized request argument '" + key + "'", key);
 }

@@ -159,6 +159,13 @@ bool parse_messages(Validator& v, const json::value& value, std::vector<engine::
                 if (!parse_history_tool_calls(v, kv.value(), field, msg.tool_calls)) {
                     return false;
                 }
+            } else if (key == "annotations" && msg.role == "assistant") {
+                // An earlier answer's citations (url_citation), which openai-python's
+                // message.model_dump() sends back, null when there were none: metadata about the
+                // content, which the template does not show the model.
+                if (!kv.value().is_null() && !kv.value().is_array()) {
+                    return v.fail("'" + field + "' must be an array", field);
+                }
             } else if (key == "tool_calls" || key == "function_call" || key == "audio") {
                 if (!kv.value().is_null() &&
                     !(kv.value().is_array() && kv.value().get_array().empty())) {

@@ -687,14 +687,27 @@ TEST_CASE("n: 1 to 16 choices (null is 1), best_of other than 1 is refused as su
     auto one = parse_openai_request(Endpoint::kCompletions,
                                     R"({"model":"m","prompt":"x","n":1,"best_of":1.0})");
     CHECK(std::holds_alternative<ParsedRequest>(one));
-    // Completions' own fields are unknown to chat.
-    for (const char* field : {"echo", "suffix", "best_of"}) {
+    // Completions' own fields are unknown to chat; sent as null, absent, as any field.
+    for (auto [field, value] : {std::pair{"echo", "true"}, std::pair{"suffix", "\"s\""},
+                                std::pair{"best_of", "1"}}) {
         CAPTURE(field);
-        ApiError e = error_of(Endpoint::kChatCompletions,
-                              std::string(R"({"model":"m","messages":[{"role":"user",)") +
-                                  R"("content":"x"}],")" + field + R"(":null})");
+        const std::string head = std::string(R"({"model":"m","messages":[{"role":"user",)") +
+                                 R"("content":"x"}],")" + field + R"(":)";
+        ApiError e = error_of(Endpoint::kChatCompletions, head + value + "}");
         CHECK(e.param == field);
         CHECK(e.message.find("unrecognized request argument") == 0);
+        CHECK(std::holds_alternative<ParsedRequest>(
+            parse_openai_request(Endpoint::kChatCompletions, head + "null}")));
+    }
+    // Fields of OpenAI's schema this server does not know, sent as null by clients that send
+    // every field they model, are absent too; with a value they are refused.
+    for (const char* field : {"verbosity", "web_search_options"}) {
+        CAPTURE(field);
+        const std::string head = std::string(R"({"model":"m","messages":[{"role":"user",)") +
+                                 R"("content":"x"}],")" + field + R"(":)";
+        CHECK(std::holds_alternative<ParsedRequest>(
+            parse_openai_request(Endpoint::kChatCompletions, head + "null}")));
+        CHECK(error_of(Endpoint::kChatCompletions, head + "\"low\"}").param == field);
     }
 }
 
@@ -721,7 +734,8 @@ TEST_CASE("null inside messages, stream_options and chat_template_kwargs is unse
     ParsedRequest kwargs =
         parsed(head + R"(}],"chat_template_kwargs":{"enable_thinking":null,"thinking":null}})");
     CHECK_FALSE(kwargs.generate.thinking.has_value());
-    // A key that is not known stays refused by name, null or not, as at the top level.
+    // A key these objects do not know stays refused by name, null or not (at the top level a
+    // null one is absent: OpenAI's schema grows new top-level fields clients send as null).
     CHECK(error_of(Endpoint::kChatCompletions,
                    R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)"
                    R"("stream_options":{"x":null}})")
@@ -733,6 +747,26 @@ TEST_CASE("null inside messages, stream_options and chat_template_kwargs is unse
     CHECK(error_of(Endpoint::kChatCompletions,
                    R"({"model":"m","messages":[{"role":"user","content":"x","name":5}]})")
               .param == "messages[0].name");
+}
+
+TEST_CASE("an assistant message sent back with its annotations, null or a list, is read") {
+    // openai-python's message.model_dump() includes annotations: null (a list of url_citation
+    // objects when the answer cited the web); appending it to the next request was a 400.
+    const std::string head = R"({"model":"m","messages":[{"role":"user","content":"q"},)"
+                             R"({"role":"assistant","content":"a","annotations":)";
+    for (const char* value : {"null", "[]",
+                              R"([{"type":"url_citation","url_citation":{"url":"https://x"}}])"}) {
+        CAPTURE(value);
+        auto r = parse_openai_request(Endpoint::kChatCompletions,
+                                      head + value + R"(},{"role":"user","content":"more"}]})");
+        CHECK(std::holds_alternative<ParsedRequest>(r));
+    }
+    CHECK(error_of(Endpoint::kChatCompletions, head + R"("x"}]})").param ==
+          "messages[1].annotations");
+    // Only an assistant's answer has them.
+    CHECK(error_of(Endpoint::kChatCompletions,
+                   R"({"model":"m","messages":[{"role":"user","content":"q","annotations":[]}]})")
+              .param == "messages[0].annotations");
 }
 
 TEST_CASE("stream_options.continuous_usage_stats: read with or without include_usage") {
