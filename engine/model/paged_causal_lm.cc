@@ -1,5 +1,7 @@
 #include "engine/model/paged_causal_lm.h"
 
+#include <unistd.h>
+
 #include <vector>
 
 #include "engine/backend.h"
@@ -100,6 +102,18 @@ Status PagedCausalLM::finish_load(const std::string& dir, const LoadOptions& opt
                                           std::to_string(max_context));
         }
         max_context = options.max_context;
+    }
+    // The cache is reserved, not committed, so a budget beyond this machine's memory would load
+    // (its block tables alone, ~50 bytes a block, take minutes to build for 2^44 bytes, with no
+    // progress to show) and then fail only as the blocks fill: refused here, naming the setting.
+    if (const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        options.kv_cache_bytes > 0 && pages > 0 && page > 0 &&
+        options.kv_cache_bytes / page > pages) {
+        return invalid_argument_error(
+            dir + ": kv_cache_bytes " + std::to_string(options.kv_cache_bytes) +
+            " is more than this machine's memory (" +
+            std::to_string(static_cast<int64_t>(pages) * page) +
+            " bytes); lower engine.kv_cache_bytes");
     }
     EDGE_RETURN_IF_ERROR(create_kv_cache(
         static_cast<int32_t>(shape.layers), static_cast<int32_t>(shape.kv_heads),

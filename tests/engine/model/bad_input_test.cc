@@ -497,6 +497,15 @@ TEST_CASE("forward rejects positions past the context / bad tokens / bad slots /
     s = (*tiny_cache)->forward({&big, 1}, &logits);
     CHECK(s.code() == StatusCode::kResourceExhausted);
     CHECK((*tiny_cache)->slot_length(a) == 0);
+
+    // A budget beyond the machine's memory (the config allows up to 2^44 bytes) is refused at
+    // load, naming the setting, instead of building block tables for minutes.
+    LoadOptions huge = o;
+    huge.kv_cache_bytes = int64_t{1} << 44;
+    auto too_big = load_model(kMicro, huge);
+    REQUIRE_FALSE(too_big.ok());
+    CHECK(too_big.status().code() == StatusCode::kInvalidArgument);
+    CHECK(contains(too_big.status(), "lower engine.kv_cache_bytes"));
 }
 
 TEST_CASE("header parser on hand-made headers") {
