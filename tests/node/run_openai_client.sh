@@ -22,6 +22,9 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -su
     -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
     -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 key="sk-test-$(openssl rand -hex 16)"
+# A YAML single-quoted scalar: a checkout under "/home/me/my #1 demo" stays one path.
+q="'"
+model_path="'${root//$q/$q$q}/tests/fixtures/fortunes-qwen3-moe'"
 hash="$(printf '%s' "$key" | openssl dgst -sha256 -r | cut -d' ' -f1)"
 cat > "$work/edgeserve.yaml" <<YAML
 listeners:
@@ -42,7 +45,7 @@ site:
   longitude: 0
 models:
   - name: fortunes
-    path: $root/tests/fixtures/fortunes-qwen3-moe
+    path: $model_path
 engine:
   threads: 2
 tenants:
