@@ -238,7 +238,20 @@ void Response::answer_locked() {
         if (!stream || !begun_) {
             // Nothing went out yet: the error's own status.
             begun_ = true;
-            channel_->respond(error.to_response());
+            tls::HttpResponse response = error.to_response();
+            if (report_usage) {
+                // For the forwarding site, which charges the tenant: what ran here before the
+                // end (a drain's deadline or a lost device may end a generation well along), and
+                // runs the request at another site only when nothing was generated. The prompt
+                // was read once accepted, even where the engine's usage has none.
+                const int64_t prompt =
+                    usage_.prompt_tokens > 0 ? usage_.prompt_tokens : prompt_tokens_;
+                response.headers.push_back(
+                    {std::string(cluster::kPromptTokensHeader), std::to_string(prompt)});
+                response.headers.push_back({std::string(cluster::kCompletionTokensHeader),
+                                            std::to_string(usage_.completion_tokens)});
+            }
+            channel_->respond(std::move(response));
             return;
         }
         sse_.event(error.to_json());

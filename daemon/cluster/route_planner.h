@@ -49,14 +49,21 @@ inline constexpr std::string_view kMaxPromptTokensHeader = "X-Edgeserve-Max-Prom
 inline constexpr std::string_view kMaxContextTokensHeader = "X-Edgeserve-Max-Context-Tokens";
 // On a forwarded request's answer: the prompt's length in tokens, sent by the serving site on the
 // head it sends once its engine accepted the request (a stream's, or a deferred answer's), so the
-// forwarding site charges the prompt even when the answer is cut before its usage report.
-// Stripped before the head reaches the client.
+// forwarding site charges the prompt even when the answer is cut before its usage report; and
+// with kCompletionTokensHeader on an error answer after acceptance (a deferred one's inside its
+// body). Stripped before the answer reaches the client.
 inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Tokens";
+// On a forwarded request's error answer after its engine accepted it: the tokens generated
+// before it ended (a drain's deadline, a sequence the KV cache could not hold, a lost device), so
+// the forwarding site charges them and runs the request again elsewhere only when it says 0 (an
+// error answer without it may have generated: not run again). Stripped as kPromptTokensHeader.
+inline constexpr std::string_view kCompletionTokensHeader = "X-Edgeserve-Completion-Tokens";
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
 
 // A count one site tells another in a header (kMaxTokensHeader, kMaxPromptTokensHeader,
-// kMaxContextTokensHeader, kPromptTokensHeader): decimal digits only, within [min, max]; nullopt for anything else.
+// kMaxContextTokensHeader, kPromptTokensHeader, kCompletionTokensHeader): decimal digits only,
+// within [min, max]; nullopt for anything else.
 inline std::optional<int64_t> header_count(std::string_view text, int64_t min, int64_t max) {
     int64_t value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);

@@ -60,6 +60,22 @@ bool is_hop_by_hop(std::string_view name, std::string_view connection) {
     return false;
 }
 
+// The usage reports for this site only (on a head, or a deferred answer's), never relayed.
+bool is_usage_header(std::string_view name) {
+    return beast::iequals(name, cluster::kPromptTokensHeader) ||
+           beast::iequals(name, cluster::kCompletionTokensHeader);
+}
+
+// A count the peer told in header `name` of a deferred answer; nullopt when absent or malformed.
+std::optional<int64_t> told_count(const tls::HttpResponse& answer, std::string_view name) {
+    for (const tls::HttpHeader& h : answer.headers) {
+        if (beast::iequals(h.name, name)) {
+            return cluster::header_count(h.value, 0, kMaxToldTokens);
+        }
+    }
+    return std::nullopt;
+}
+
 // What an answer the peer accepted used: its usage report, or, without one (cut, the client
 // gone, a peer that sends none), the prompt its head told and a generation of unknown length.
 void take_usage(ForwardJob& job, const UsageScanner& usage) {
@@ -241,16 +257,15 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         }
     }
     head.headers.push_back({std::string(kServedByHeader), target.site_id});
-    // For this site only: the prompt's length, sent once the peer's engine accepted the request.
-    std::erase_if(head.headers, [](const tls::HttpHeader& h) {
-        return beast::iequals(h.name, cluster::kPromptTokensHeader);
-    });
+    // For this site only: the prompt's length, sent once the peer's engine accepted the request
+    // (and an error answer's usage).
+    std::erase_if(head.headers, [](const tls::HttpHeader& h) { return is_usage_header(h.name); });
     const bool accepted_before = job.result.accepted;  // By a peer tried before, then cut.
     if (accepted) {
         // Only a request its engine took gets either head (an error is a whole answer).
         job.result.accepted = true;
         job.accepted_prompt_tokens =
-            cluster::header_count(response[cluster::kPromptTokensHeader], 0, kMaxToldPromptTokens)
+            cluster::header_count(response[cluster::kPromptTokensHeader], 0, kMaxToldTokens)
                 .value_or(0);
     }
     const bool event_stream = beast::iequals(content_type, "text/event-stream");
@@ -390,15 +405,30 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         // version) is charged as one cut: otherwise it would be free.
         take_usage(job, usage);
     } else {
+        // What ran there before an error after acceptance (a deferred error answer's usage,
+        // api::Response), as the peer told.
+        std::optional<int64_t> told_prompt;
+        std::optional<int64_t> told_completion;
         if (deferred) {
             std::optional<tls::HttpResponse> answer = api::decode_deferred_response(body);
-            if (answer && (answer->status == 503 || answer->status == 429) && can_retry) {
-                // Accepted, then refused there for capacity (its engine found no sequence slot
-                // or KV room once it was queued, a drain cancelled it): nothing reached the
-                // client, so the next target runs it, as after a 503 head. Relayed, the client
-                // got a 503 although this site, or another, could run it. Load and state, not
-                // ill health: not reported. Not a 500: that request ran there and failed (a
-                // JSON reply no token continues), and would fail again at every target.
+            if (answer) {
+                told_prompt = told_count(*answer, cluster::kPromptTokensHeader);
+                told_completion = told_count(*answer, cluster::kCompletionTokensHeader);
+                std::erase_if(answer->headers,
+                              [](const tls::HttpHeader& h) { return is_usage_header(h.name); });
+            }
+            if (answer && (answer->status == 503 || answer->status == 429) &&
+                told_completion == int64_t{0} && can_retry) {
+                // Accepted, then refused there for capacity before any token (its engine found
+                // no sequence slot or KV room once it was queued, a drain cancelled it while
+                // queued): nothing reached the client, so the next target runs it, as after a
+                // 503 head. Relayed, the client got a 503 although this site, or another, could
+                // run it. Load and state, not ill health: not reported. Not once the peer
+                // generated (a drain's deadline, a sequence that outgrew the KV cache, a lost
+                // device end a generation well along), nor when it does not say (it may have):
+                // run again, the work was done twice and the tokens generated there never
+                // charged. Not a 500: that request ran there and failed (a JSON reply no token
+                // continues), and would fail again at every target.
                 conn->close();
                 job.result.accepted = accepted_before;  // Its error was the whole outcome.
                 fail(Failure::kStatus5xx,
@@ -427,8 +457,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();
         } else if (deferred) {
-            // Accepted, then failed there (a drain cancelled it, say): the prompt was read.
-            job.result.prompt_tokens = job.accepted_prompt_tokens;
+            // Accepted, then failed there (a drain cancelled it, say): the prompt was read, and
+            // what it generated until then, as the peer told (a peer that does not: none).
+            job.result.prompt_tokens = told_prompt.value_or(job.accepted_prompt_tokens);
+            job.result.completion_tokens = told_completion.value_or(0);
         }
         head.body = std::move(body);
         job.result.started = true;

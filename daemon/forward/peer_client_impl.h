@@ -75,8 +75,9 @@ struct Connection {
 
 enum class Failure { kNone, kConnect, kTimeout, kReset, kStatus5xx };
 
-// The largest prompt length a peer's head is believed for (a context of a billion tokens).
-inline constexpr int64_t kMaxToldPromptTokens = int64_t{1} << 30;
+// The largest token count a peer's head or error answer is believed for (a context of a billion
+// tokens).
+inline constexpr int64_t kMaxToldTokens = int64_t{1} << 30;
 
 inline std::string_view failure_reason(Failure f) {
     switch (f) {

@@ -413,6 +413,50 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
     }
 }
 
+TEST_CASE("a peer that generated, then answered a deferred 503: relayed and charged, not rerun") {
+    // The peer's engine accepted the request and generated 1500 tokens; then its drain's
+    // deadline cancelled it, or the lone sequence outgrew its KV cache: a 503 after the work.
+    // Taken for a refusal before any token, it was run again at the next target (done twice,
+    // the peer's tokens never charged) and, that one refusing too, refunded in full as a
+    // request no site ran; relayed from the plan's last target, charged the prompt alone.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "ams", {"m"});
+    Site c(cluster, "gru", {"m"});
+    c.generator.fail_next_submit(unavailable_error("engine queue full"));
+    engine::FinishReason reason = engine::FinishReason::kCancelled;
+    Status error;
+    SUBCASE("a drain's deadline cancelled it, another target next") {
+        a.planner.route_to({b.target(), c.target()});
+    }
+    SUBCASE("it outgrew the KV cache, at the plan's last target") {
+        reason = engine::FinishReason::kError;
+        error = unavailable_error("the KV cache cannot hold the sequence");
+        a.planner.route_to({b.target()});
+    }
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "a long reply, cut");
+    // Once the deferred head went out (submit() returned): an error after acceptance.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    b.generator.finish(0, reason, engine::Usage{3, 1500, 0}, error);
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(r->headers["x-edgeserve-site"] == "ams");
+    // The peer's usage is for this site only.
+    CHECK(r->headers.count("x-edgeserve-completion-tokens") == 0);
+    CHECK(r->headers.count("x-edgeserve-prompt-tokens") == 0);
+    CHECK_FALSE(c.generator.wait_for_request(0, 0));
+    // Charged what ran at ams, as the same request cut here is: never refunded as refused.
+    CHECK(request_counted(a, "error"));
+    CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1500"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+}
+
 TEST_CASE("a peer that accepts a request and then breaks it is reported once, as failed") {
     // The accepting head was reported as a success and the cut after it as a failure (or not
     // at all): each success reset the outlier detector's consecutive failures, so a peer that
