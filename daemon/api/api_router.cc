@@ -1,6 +1,7 @@
 #include "daemon/api/api_router.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <variant>
@@ -452,18 +453,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         if (forwarder_ != nullptr && !elsewhere.empty()) {
             set_peer_headers(request, req);
             const int64_t most_output = int64_t{max_tokens} * req.choices();
-            auto held = std::make_shared<tls::HttpRequest>(std::move(request));
-            auto targets =
-                std::make_shared<std::vector<cluster::RouteTarget>>(std::move(elsewhere));
             run_here(std::move(req), std::move(channel), std::move(admitted.lease), tenant_name,
-                     [this, held, targets, tenant_name, most_output](
-                         std::shared_ptr<tls::ResponseChannel> refused_here,
-                         std::shared_ptr<TenantLimiter::Lease> lease) {
-                         refused_here->note("fallback", "remote");
-                         forward_to(std::move(*held), nullptr, std::move(*targets),
-                                    std::move(refused_here), std::move(lease), tenant_name,
-                                    most_output);
-                     });
+                     forward_elsewhere(std::make_shared<tls::HttpRequest>(std::move(request)),
+                                       std::move(elsewhere), tenant_name, most_output));
             return;
         }
     }
@@ -476,17 +468,34 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                            std::shared_ptr<TenantLimiter::Lease> lease,
                            const std::string& tenant_name, int64_t most_output) {
     std::shared_ptr<tls::ResponseChannel> notes = channel;
+    // The plan's remote targets after this site's (the forwarder tries those before it): where a
+    // run here the engine refuses for load goes next. The request is kept for them.
+    auto here = std::find_if(targets.begin(), targets.end(),
+                             [](const cluster::RouteTarget& t) { return t.local; });
+    auto after_here = std::make_shared<std::vector<cluster::RouteTarget>>();
+    if (here != targets.end()) {
+        std::copy_if(here + 1, targets.end(), std::back_inserter(*after_here),
+                     [](const cluster::RouteTarget& t) { return !t.local; });
+    }
+    auto again = after_here->empty() || req == nullptr
+                     ? nullptr
+                     : std::make_shared<tls::HttpRequest>(request);
     forwarder_->forward(
         std::move(request), tenant_name, std::move(targets), std::move(channel),
         [this, lease = std::move(lease), metrics = metrics_, tenant_name, notes = std::move(notes),
-         most_output, req = std::move(req)](const cluster::ForwardResult& result) {
+         most_output, req = std::move(req), after_here = std::move(after_here),
+         again = std::move(again)](const cluster::ForwardResult& result) {
             if (result.run_here && req != nullptr) {
-                // Every remote site failed before answering and this site was next in the plan:
-                // it runs here, as a retry at the next candidate would. (The forwarder sets
-                // run_here only for a plan holding this site, which is when `req` is kept.)
+                // Every remote site before this one in the plan failed before answering: it runs
+                // here, as a retry at the next candidate would. (The forwarder sets run_here only
+                // for a plan holding this site, which is when `req` is kept.)
                 notes->note("attempts", result.attempts);
                 notes->note("fallback", "local");
-                run_here(std::move(*req), notes, lease, tenant_name);
+                run_here(std::move(*req), notes, lease, tenant_name,
+                         again != nullptr
+                             ? forward_elsewhere(again, std::move(*after_here), tenant_name,
+                                                 most_output)
+                             : Elsewhere());
                 return;
             }
             notes->note("served_by", result.site_id);
@@ -516,6 +525,20 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                     tenant_name, result.started && result.status < 500 ? "ok" : "error");
             }
         });
+}
+
+ApiRouter::Elsewhere ApiRouter::forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,
+                                                  std::vector<cluster::RouteTarget> targets,
+                                                  const std::string& tenant_name,
+                                                  int64_t most_output) {
+    auto rest = std::make_shared<std::vector<cluster::RouteTarget>>(std::move(targets));
+    return [this, request = std::move(request), rest = std::move(rest), tenant_name, most_output](
+               std::shared_ptr<tls::ResponseChannel> refused_here,
+               std::shared_ptr<TenantLimiter::Lease> lease) {
+        refused_here->note("fallback", "remote");
+        forward_to(std::move(*request), nullptr, std::move(*rest), std::move(refused_here),
+                   std::move(lease), tenant_name, most_output);
+    };
 }
 
 void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,

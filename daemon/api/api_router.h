@@ -93,6 +93,10 @@ private:
     void run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
                   std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name,
                   Elsewhere elsewhere = {});
+    // An Elsewhere that forwards the request (its peer headers set) to `targets`, remote ones.
+    Elsewhere forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,
+                                std::vector<cluster::RouteTarget> targets,
+                                const std::string& tenant_name, int64_t most_output);
     // Sends an admitted request (its peer headers set) to `targets` through the forwarder,
     // settling `lease` when it ends; `req` runs here when the plan's local target comes next
     // (null for a list without one). `most_output`: what it may generate, charged when the

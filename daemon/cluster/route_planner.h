@@ -127,8 +127,8 @@ struct ForwardResult {
     // came back): it ran, or may have, so it is never refunded as refused, whatever came after
     // (a deferred answer cut is still tried at the next site: it is not charged twice).
     bool accepted = false;
-    // No remote target took the request, nothing reached the client, and `targets` held this
-    // site too: the forwarder has not answered the channel; the caller runs the request here.
+    // No remote target before this site's in `targets` took the request and nothing reached
+    // the client: the forwarder has not answered the channel; the caller runs the request here.
     bool run_here = false;
 };
 
@@ -140,8 +140,10 @@ public:
     // connecting fails or the peer answers 5xx before any byte reached the client, within the
     // retry budget; never after. The answer (full or streamed) goes to `channel`; a client that
     // goes away cancels the upstream request. `done` runs once at the end, on any thread. Local
-    // targets are not run here: when every remote one failed before any byte and the list holds
-    // a local one, `done` gets ForwardResult::run_here and the channel is left unanswered.
+    // targets are not run here, and are tried in the plan's order: when every remote target
+    // before the list's first local one failed before any byte, `done` gets
+    // ForwardResult::run_here and the channel is left unanswered (the targets after the local
+    // one are the caller's to try, should this site refuse the request for its load).
     virtual void forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,

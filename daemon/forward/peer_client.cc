@@ -97,9 +97,11 @@ void PeerClient::Impl::finish(ForwardJob& job) {
 
 net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
     jobs_.insert(job.get());
+    // The remote targets before the plan's first local one: that one is next after them (the
+    // caller runs it, and leaves it to the targets after it should this site refuse for load).
     std::vector<size_t> remote;
-    for (size_t i = 0; i < job->targets.size(); ++i) {
-        if (!job->targets[i].local && !job->targets[i].peer_addr.empty()) {
+    for (size_t i = 0; i < job->targets.size() && !job->targets[i].local; ++i) {
+        if (!job->targets[i].peer_addr.empty()) {
             remote.push_back(i);
         }
     }
@@ -120,9 +122,9 @@ net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
                 metrics_->on_forward_retry(failure_reason(job->last_failure));
             }
         }
-        // A local target in the plan follows the last remote one (or one the retry budget stops
-        // at): a 5xx, or a deferred answer cut, with nothing relayed leaves the request to it
-        // (finish()), as a refused connection does. Relayed, the 503 of a peer's full queue
+        // A local target in the plan follows the remote ones before it (or one the retry budget
+        // stops at): a 5xx, or a deferred answer cut, with nothing relayed leaves the request to
+        // it (finish()), as a refused connection does. Relayed, the 503 of a peer's full queue
         // reached the client while this site could have run it.
         bool can_retry =
             local_fallback || (k + 1 < remote.size() && (job->counted_retry || retry_allowed()));

@@ -211,3 +211,31 @@ TEST_CASE("the shared queue of forwarded tenants full at a peer: the plan's next
     CHECK(r.body.find("(forwarded)") == std::string::npos);
     CHECK(request_counted(a, "ok"));
 }
+
+TEST_CASE("a plan with this site between remote ones: it is tried in its turn, then the rest") {
+    // The forwarder tried every remote target before this site's, wherever the plan placed it:
+    // [ams, fra, sin] with ams down went to sin, then fra.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site c(cluster, "sin", {"m"});
+    const RouteTarget down{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
+    a.planner.route_to({down, RouteTarget{true, "fra", "", 0.0, "m"}, c.target()});
+    auto client = a.client();
+
+    SUBCASE("this site runs it, the site after it never sees it") {
+        a.answered_here(*client, chat_request(false));
+        CHECK_FALSE(c.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("this site refuses it for its load: the site after it serves it") {
+        a.generator.fail_next_submit(unavailable_error("the model's queue is full"));
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(c.generator.wait_for_request(0));
+        c.generator.emit(0, "served at sin");
+        c.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+    }
+    CHECK(request_counted(a, "ok"));
+}
