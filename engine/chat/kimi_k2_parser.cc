@@ -44,8 +44,13 @@ class KimiK2Parser final : public MarkerParser {
                     }
                     std::string id = take(at);
                     take(kArgBegin.size());
+                    // Whitespace either side of the id is not part of it (vLLM's pattern allows
+                    // it: "<|tool_call_begin|>\nfunctions.f:0").
                     while (!id.empty() && is_space(id.back())) {
                         id.pop_back();
+                    }
+                    while (!id.empty() && is_space(id.front())) {
+                        id.erase(id.begin());
                     }
                     std::string name = id;
                     if (name.rfind("functions.", 0) == 0) {

@@ -219,6 +219,21 @@ TEST_CASE("tool calls: Kimi K2 format") {
     CHECK(o.calls[1].name == "get_time");
 }
 
+TEST_CASE("tool calls: Kimi K2 ids with whitespace around them") {
+    // vLLM's pattern allows whitespace either side of the id: it is not part of the id or name.
+    const std::string text =
+        "<|tool_calls_section_begin|><|tool_call_begin|>\n functions.get_weather:0 \n"
+        "<|tool_call_argument_begin|>{\"city\": \"Beijing\"}<|tool_call_end|>"
+        "<|tool_calls_section_end|>";
+    const Outcome o = check_all_splits(ToolCallFormat::kKimiK2, text);
+    CHECK_FALSE(o.malformed);
+    CHECK(o.content.empty());
+    REQUIRE(o.calls.size() == 1);
+    CHECK(o.calls[0].id == "functions.get_weather:0");
+    CHECK(o.calls[0].name == "get_weather");
+    check_json(o.calls[0].arguments, "{\"city\": \"Beijing\"}");
+}
+
 TEST_CASE("tool calls: DeepSeek-V3 format") {
     const std::string text =
         "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
