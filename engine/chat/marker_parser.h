@@ -68,6 +68,13 @@ class MarkerParser : public ToolCallParser {
     ParsedDelta finish() override {
         ParsedDelta out;
         run(out);
+        if (in_call_ && after_call_in_section_ && buf_.empty()) {
+            // The output ended between two calls of a section (Kimi K2, DeepSeek) with no
+            // section end: the calls written stand, as vLLM's parsers take them. DeepSeek-V3's
+            // template writes a conversation's first call so, and the model copies it.
+            raw_.clear();  // Whitespace after the last call, not content.
+            in_call_ = false;
+        }
         if (in_call_) {
             take(buf_.size());
             abandon(out, "the output ended inside a tool call");
@@ -157,6 +164,7 @@ class MarkerParser : public ToolCallParser {
             return malformed("expected " + std::string(begin) + " in a tool-call section");
         }
         take(begin.size());
+        after_call_in_section_ = false;
         return std::nullopt;
     }
     // Counts every call begun, shown or not, so a call's id does not depend on how the text was
@@ -175,6 +183,7 @@ class MarkerParser : public ToolCallParser {
     }
     void finish_call() {
         after_call_ = true;
+        after_call_in_section_ = true;
         space_before_call_.clear();  // Between two calls: dropped, as vLLM does.
         ++completed_;
         ++index_;
@@ -206,6 +215,7 @@ class MarkerParser : public ToolCallParser {
                 raw_.clear();
                 take(start_.size());
                 in_call_ = true;
+                after_call_in_section_ = false;
                 started_ = false;
                 begin_call();
                 continue;
@@ -272,6 +282,8 @@ class MarkerParser : public ToolCallParser {
     std::string space_before_call_;  // That whitespace, once a call opened after it.
     std::string reason_;
     bool in_call_ = false;
+    // A call of the open section ended and the next has not begun: the output may end here.
+    bool after_call_in_section_ = false;
     bool shown_ = false;  // The current call's start went out in an earlier feed().
 };
 

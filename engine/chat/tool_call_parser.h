@@ -19,6 +19,8 @@
 // `abandoned_calls`, so a streaming client can drop what it received of it; if not, its deltas
 // are dropped from the one returned and the next call takes its index (the indexes a client sees
 // count up from 0 with no gap; ids count every call begun, so they do not depend on the split).
+// Output that ends between two calls of a section (Kimi K2, DeepSeek), after a whole call, closes
+// the section: its calls stand, as vLLM's parsers take them.
 //
 // Threading: one parser per response, used from one thread.
 

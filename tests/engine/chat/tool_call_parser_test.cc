@@ -277,6 +277,53 @@ TEST_CASE("tool calls: DeepSeek-V3.1 format") {
     CHECK(tool_call_format_name(ToolCallFormat::kDeepSeekV31) == "deepseek_v3_1");
 }
 
+TEST_CASE("tool calls: a section the output ends without closing keeps its calls") {
+    // DeepSeek-V3's template writes a conversation's first call without <｜tool▁calls▁end｜>, and
+    // the model copies it: the end of the output after a whole call closes the section (vLLM's
+    // parsers take it so), whitespace after the call included.
+    struct Case {
+        ToolCallFormat format;
+        std::string text;
+        std::string name;
+    };
+    for (const Case& c :
+         {Case{ToolCallFormat::kKimiK2,
+               "x<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+               "<|tool_call_argument_begin|>{\"a\": 1}<|tool_call_end|>",
+               "f"},
+          Case{ToolCallFormat::kKimiK2,
+               "x<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+               "<|tool_call_argument_begin|>{\"a\": 1}<|tool_call_end|>\n",
+               "f"},
+          Case{ToolCallFormat::kDeepSeekV3,
+               "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n"
+               "{\"a\": 1}\n```<｜tool▁call▁end｜>",
+               "f"},
+          Case{ToolCallFormat::kDeepSeekV31,
+               "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": 1}"
+               "<｜tool▁call▁end｜>\n",
+               "f"}}) {
+        INFO(c.text);
+        const Outcome o = check_all_splits(c.format, c.text);
+        CHECK_FALSE(o.malformed);
+        CHECK(o.content == "x");
+        REQUIRE(o.calls.size() == 1);
+        CHECK(o.calls[0].name == c.name);
+        check_json(o.calls[0].arguments, "{\"a\": 1}");
+    }
+    // A section with no whole call, or a call cut before its end marker, stays malformed.
+    for (const std::string text :
+         {"<|tool_calls_section_begin|>", "<|tool_calls_section_begin|><|tool_call_begin|>",
+          "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0"
+          "<|tool_call_argument_begin|>{}"}) {
+        INFO(text);
+        const Outcome o = check_all_splits(ToolCallFormat::kKimiK2, text);
+        CHECK(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == text);
+    }
+}
+
 TEST_CASE("tool calls: plain text and marker look-alikes pass through") {
     for (auto f : {ToolCallFormat::kHermes, ToolCallFormat::kGlm45, ToolCallFormat::kKimiK2,
                    ToolCallFormat::kDeepSeekV3, ToolCallFormat::kDeepSeekV31}) {
