@@ -65,8 +65,11 @@ Result<SigmoidMoeConfig> SigmoidMoeConfig::from_json(const ConfigJson& j,
     }
     if (!j.is_null("first_k_dense_replace")) {
         EDGE_ASSIGN_OR_RETURN(c.first_k_dense_replace,
-                              get_int_in(j, "first_k_dense_replace", 0, c.num_hidden_layers));
+                              get_int_in(j, "first_k_dense_replace", 0, kBig));
     }
+    // More dense layers than layers (given, or the architecture's default against a small
+    // config): transformers makes every layer dense, and so does this.
+    c.first_k_dense_replace = std::min(c.first_k_dense_replace, c.num_hidden_layers);
     if (!j.is_null("num_nextn_predict_layers")) {
         EDGE_ASSIGN_OR_RETURN(c.num_nextn_predict_layers,
                               get_int_in(j, "num_nextn_predict_layers", 0, 64));

@@ -74,10 +74,11 @@ Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
                                       " is missing (YaRN's context extension factor)");
     }
     EDGE_ASSIGN_OR_RETURN(y.factor, number_field(j, o, "factor", 0.0));
-    if (!(y.factor > 1.0 && y.factor < 1e6)) {
-        // 1 would scale nothing (an unscaled config has no rope_scaling), below 1 would shrink
-        // the context the model was trained on.
-        return out_of_range(j, o, "factor", "a number above 1 (and below 1e6)");
+    if (!(y.factor >= 1.0 && y.factor < 1e6)) {
+        // Below 1 would shrink the context the model was trained on. 1 is taken, as
+        // transformers takes it: the plain table (interpolating by 1 is extrapolating), cos/sin
+        // scaled by attention_factor when given (get_mscale(1) is 1).
+        return out_of_range(j, o, "factor", "a number of 1 or more (and below 1e6)");
     }
     // transformers takes `get(key) or max_position_embeddings`; an explicit 0 or less is a
     // mistake rather than a request for the fallback.
@@ -101,12 +102,10 @@ Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
     EDGE_ASSIGN_OR_RETURN(y.beta_slow, nonnegative_field(j, o, "beta_slow"));
     y.beta_fast = y.beta_fast == 0.0 ? 32.0 : y.beta_fast;
     y.beta_slow = y.beta_slow == 0.0 ? 1.0 : y.beta_slow;
-    if (y.beta_fast < y.beta_slow) {
-        // The ramp would run backwards: the high frequencies interpolated, the low ones kept.
-        return invalid_argument_error(field_name(j, "beta_fast") + " (" +
-                                      std::to_string(y.beta_fast) + ") is below beta_slow (" +
-                                      std::to_string(y.beta_slow) + ")");
-    }
+    // beta_fast below beta_slow runs the ramp backwards (the high frequencies interpolated, the
+    // low ones kept), likely a mistake; transformers only warns and computes that table, which
+    // stays finite (ends that meet are moved apart by 0.001): so does this.
+
     // 0 stands for absent (transformers takes the mscale ratio only when both are set and
     // nonzero). A negative one makes get_mscale(factor, m) = 0.1 m ln(factor) + 1 below 1, zero
     // or negative: cos/sin and the softmax scale turned over or divided by zero.

@@ -147,6 +147,41 @@ TEST_CASE("config defaults: a default topk_group above the config's n_group is r
     CHECK(given->topk_group == 1);
 }
 
+TEST_CASE("config: first_k_dense_replace above num_hidden_layers makes every layer dense") {
+    // transformers takes such a config (layer_idx >= first_k_dense_replace is never true): the
+    // value is clamped, given or the architecture's default (DeepSeek-V3's 3) against 2 layers.
+    struct Case {
+        std::string architecture;
+        const SigmoidMoeDefaults* defaults;
+        int64_t layers;
+        std::string extra;
+    };
+    for (const Case& k : {Case{kGlm4MoeArchitecture, &kGlm4MoeDefaults, 4,
+                               "\"n_routed_experts\": 8, \"first_k_dense_replace\": 10"},
+                          Case{kDeepseekV3Architecture, &kDeepseekV3Defaults, 4,
+                               kMla + ", \"first_k_dense_replace\": 10"},
+                          Case{kDeepseekV3Architecture, &kDeepseekV3Defaults, 2, kMla}}) {
+        INFO(k.extra);
+        std::string text = minimal_config(k.architecture, k.extra);
+        const std::string four = "\"num_hidden_layers\": 4";
+        text.replace(text.find(four), four.size(),
+                     "\"num_hidden_layers\": " + std::to_string(k.layers));
+        auto c = SigmoidMoeConfig::from_json(parse(text), *k.defaults);
+        REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+        CHECK(c->first_k_dense_replace == c->num_hidden_layers);
+        for (int64_t l = 0; l < c->num_hidden_layers; ++l) {
+            CHECK_FALSE(c->is_moe_layer(l));
+        }
+    }
+    // A negative count is still a mistake.
+    auto bad = SigmoidMoeConfig::from_json(
+        parse(minimal_config(kGlm4MoeArchitecture,
+                             "\"n_routed_experts\": 8, \"first_k_dense_replace\": -1")),
+        kGlm4MoeDefaults);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().message().find("first_k_dense_replace") != std::string::npos);
+}
+
 TEST_CASE("config defaults: DeepseekV3Config q_lora_rank null means no query LoRA") {
     const ConfigJson json =
         parse(minimal_config(kDeepseekV3Architecture, kMla + ", \"q_lora_rank\": null"));

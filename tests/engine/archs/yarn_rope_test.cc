@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/rope_scaling.h"
@@ -203,14 +204,12 @@ TEST_CASE("yarn: other scalings and bad values are refused, naming the file and 
     };
     const Bad bad[] = {
         {R"("original_max_position_embeddings": 32768)", "field 'rope_scaling.factor' is missing"},
-        {R"("factor": 1.0)", "field 'rope_scaling.factor' is 1E0, expected a number above 1"},
-        {R"("factor": 0.5)", "field 'rope_scaling.factor' is 5E-1, expected a number above 1"},
+        {R"("factor": 0.5)", "field 'rope_scaling.factor' is 5E-1, expected a number of 1 or"},
+        {R"("factor": 0.999)", "field 'rope_scaling.factor' is 9.99E-1, expected a number of 1"},
         {R"("factor": "4")", "field 'rope_scaling.factor' is not a finite number"},
         {R"("factor": true)", "field 'rope_scaling.factor' is not a finite number"},
         {R"("factor": 4, "beta_fast": -32)", "field 'rope_scaling.beta_fast' is -32, expected 0"},
         {R"("factor": 4, "beta_slow": -1)", "field 'rope_scaling.beta_slow' is -1, expected 0"},
-        {R"("factor": 4, "beta_fast": 1, "beta_slow": 32)",
-         "field 'rope_scaling.beta_fast' (1.000000) is below beta_slow (32.000000)"},
         {R"("factor": 4, "original_max_position_embeddings": 0)",
          "field 'rope_scaling.original_max_position_embeddings' is 0, expected a whole number"},
         {R"("factor": 4, "original_max_position_embeddings": -4096)",
@@ -239,6 +238,46 @@ TEST_CASE("yarn: other scalings and bad values are refused, naming the file and 
     require_error(glm4(R"({"rope_type": "yarn", "factor": 0.25})").status(),
                   StatusCode::kInvalidArgument, "intellect-3-base",
                   "field 'rope_scaling.factor' is 2.5E-1");
+}
+
+TEST_CASE("yarn: factor 1 is read as transformers reads it") {
+    // transformers warns only below 1. Factor 1 interpolates by 1: the plain table; cos/sin
+    // scaled by attention_factor when given, else by get_mscale(1) = 1.
+    auto one = qwen3(R"({"rope_type": "yarn", "factor": 1.0,
+                         "original_max_position_embeddings": 32768})");
+    REQUIRE_MESSAGE(one.ok(), one.status().to_string());
+    CHECK(one->rope.inv_freq == cpu::rope_inv_freq(1e6, 128));
+    CHECK(one->rope.mscale == 1.0);
+    CHECK(one->rope.max_positions == 40960);
+    auto ratio = qwen3(R"({"rope_type": "yarn", "factor": 1, "mscale": 2.0,
+                           "mscale_all_dim": 1.0})");
+    REQUIRE_MESSAGE(ratio.ok(), ratio.status().to_string());
+    CHECK(ratio->rope.mscale == 1.0);
+    auto given = qwen3(R"({"rope_type": "yarn", "factor": 1.0, "attention_factor": 0.8})");
+    REQUIRE_MESSAGE(given.ok(), given.status().to_string());
+    CHECK(given->rope.inv_freq == cpu::rope_inv_freq(1e6, 128));
+    CHECK(given->rope.mscale == 0.8);
+}
+
+TEST_CASE("yarn: beta_fast below beta_slow is read as transformers reads it") {
+    // transformers only warns when beta_fast is below beta_slow, and its ramp then runs
+    // backwards over dims [24, 39]: those below interpolated, those above kept. Values from its
+    // formula in float64 Python (Qwen's recipe with the betas swapped).
+    auto swapped = qwen3(R"({"rope_type": "yarn", "factor": 4.0, "beta_fast": 1,
+                             "beta_slow": 32, "original_max_position_embeddings": 32768})");
+    REQUIRE_MESSAGE(swapped.ok(), swapped.status().to_string());
+    REQUIRE(swapped->rope.inv_freq.size() == 64);
+    const std::pair<size_t, double> want[] = {{0, 0.25},
+                                              {22, 0.0021649108084001636},
+                                              {23, 0.0017445764621496658},
+                                              {30, 0.0008469595893327206},
+                                              {40, 0.00017782794100389227},
+                                              {63, 1.2409377607517195e-06}};
+    for (const auto& [i, v] : want) {
+        CAPTURE(i);
+        check_relative(swapped->rope.inv_freq[i], v);
+    }
+    check_relative(swapped->rope.mscale, kQwen3AttentionFactor);
 }
 
 // `fixture` copied into a temp dir with rope_scaling set to `scaling`; the model loaded.
