@@ -316,6 +316,7 @@ void Memberlist::refute(uint64_t accused_incarnation) {
     Member& self = members_.at(config_.name);
     self.incarnation = incarnation_;
     self.site_incarnation = incarnation_;
+    ++change_count_;
     awareness_.apply_delta(1);
     stats_.awareness = awareness_.score();
     stats_.refutations.fetch_add(1);
@@ -331,8 +332,32 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             stats_.implausible_dropped.fetch_add(1);
             return;
         }
+        if (a.addr != config_.advertise_addr) {
+            // Another address speaks for our name. Below this life's first incarnation it is our
+            // previous life (elsewhere), which our alives already out-rank: the others take them
+            // once they find that life dead or left (a live member's address is never changed,
+            // see below). At or above it, it is another live process with this name (site.id
+            // copied to a second machine) or a forgery: out-bidding it would make both bid
+            // without end while every member flips the name's address, so it is only logged.
+            // A previous life still held above ours is out-bid once the others declare it dead
+            // (handle_suspect and handle_dead refute by name).
+            uint64_t suppressed = 0;
+            if (a.incarnation >= config_.initial_incarnation &&
+                warn_allowed("name", a.addr, suppressed)) {
+                log::warn("gossip_name_conflict",
+                          {{"member", a.node},
+                           {"claimed_address", a.addr},
+                           {"address", config_.advertise_addr},
+                           {"suppressed", suppressed},
+                           {"detail", "another address gossips this site's name; not refuted, "
+                                      "the others keep the address they hold until it is dead. "
+                                      "Two sites with one site.id, this site's previous life "
+                                      "not yet found dead, or a forged message"}});
+            }
+            return;
+        }
         // Someone speaks for us with a newer incarnation, or with other state at ours (our
-        // previous life, or a name clash): out-bid it so the cluster keeps our current state. A
+        // previous life at this address): out-bid it so the cluster keeps our current state. A
         // life that restarts at the incarnation its predecessor crashed at (with
         // initial_incarnation 0, both at 1) is told apart only by its state bytes, as memberlist's
         // aliveNode compares Meta; a push-pull's entry for us carries them whatever their size.
@@ -340,19 +365,7 @@ void Memberlist::handle_alive(const AliveMsg& a) {
         const bool other_state =
             a.incarnation == incarnation_ && a.state && *a.state != self.site_bytes;
         if (!leaving_ && a.incarnation >= incarnation_ &&
-            (a.incarnation > incarnation_ || a.addr != config_.advertise_addr ||
-             a.state_version != state_version_ || other_state)) {
-            uint64_t suppressed = 0;
-            if (a.addr != config_.advertise_addr && warn_allowed("name", a.addr, suppressed)) {
-                log::warn("gossip_name_conflict",
-                          {{"member", a.node},
-                           {"claimed_address", a.addr},
-                           {"address", config_.advertise_addr},
-                           {"suppressed", suppressed},
-                           {"detail", "another address gossips this site's name; refuted. Its "
-                                      "previous life elsewhere, two sites with one gossip.name, "
-                                      "or a forged message"}});
-            }
+            (a.incarnation > incarnation_ || a.state_version != state_version_ || other_state)) {
             refute(a.incarnation);
         }
         return;
@@ -394,6 +407,28 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             stats_.implausible_dropped.fetch_add(1);
             return;
         }
+        const bool live = m->state == NodeState::kAlive || m->state == NodeState::kSuspect;
+        if (live && a.addr != m->addr) {
+            // A live member's address is not changed (memberlist's aliveNode): two processes
+            // with one name (site.id copied to a second machine) would otherwise have every
+            // member flip the address between them at each bid, with a new life (state dropped,
+            // routing's records reset) at each flip. A member restarted on a new address is taken
+            // once its previous life is found dead or has left.
+            uint64_t suppressed = 0;
+            if (warn_allowed("name", a.addr, suppressed)) {
+                log::warn("gossip_name_conflict",
+                          {{"member", a.node},
+                           {"claimed_address", a.addr},
+                           {"address", m->addr},
+                           {"suppressed", suppressed},
+                           {"detail", "another address gossips a live member's name; refused "
+                                      "until the member at the address held is dead or has "
+                                      "left. Two sites with one site.id, a site restarted on a "
+                                      "new address before it was found dead, or a forged "
+                                      "message"}});
+            }
+            return;
+        }
         if (a.incarnation == m->incarnation && m->state != NodeState::kAlive) {
             // Only a higher incarnation refutes (SWIM): this alive was sent before the
             // suspicion, death or leave at its incarnation and arrives late (reordered, or
@@ -421,6 +456,10 @@ void Memberlist::handle_alive(const AliveMsg& a) {
             m->suspicion_timer = 0;
         }
         m->suspicion.reset();
+        if (a.incarnation != m->incarnation || a.addr != m->addr ||
+            a.state_version != m->state_version) {
+            ++change_count_;  // The snapshot shows all three (MemberView).
+        }
         // A newer incarnation may be a restarted member whose versions start again from 1.
         m->state_version = a.incarnation > m->incarnation
                                ? a.state_version
@@ -515,6 +554,8 @@ void Memberlist::handle_suspect(const SuspectMsg& s, const std::string* reply_to
     m->incarnation = s.incarnation;
     if (!renewed) {
         set_state(*m, NodeState::kSuspect);
+    } else {
+        ++change_count_;  // Suspect still, at the newer incarnation the snapshot shows.
     }
     broadcast(s.node, s);
     const size_t n = live_count_;

@@ -260,8 +260,11 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp, bool full_state) {
             // far ahead) would otherwise outrank every state the member publishes from then on.
             // One below the member's current life (a sender that missed its restart) is refused
             // by apply_site_bytes.
+            // Nor a state from another address than the member's: handle_alive refused that
+            // claim to its name (a second process with it).
             const bool live = m->state == NodeState::kAlive || m->state == NodeState::kSuspect;
-            if (live && n.incarnation <= m->incarnation && !n.site_state.empty()) {
+            if (live && n.addr == m->addr && n.incarnation <= m->incarnation &&
+                !n.site_state.empty()) {
                 apply_site_bytes(*m, n.incarnation, n.state_version, n.site_state);
             }
         }

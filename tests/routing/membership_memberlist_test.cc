@@ -774,5 +774,112 @@ TEST_CASE("memberlist: the broadcast queue stays bounded under a flood of distin
     CHECK(newest == ltime);
 }
 
+// A second process with a live member's name (site.id copied to another machine) out-bids it
+// from another address: taking the address with each newer incarnation made every member flip
+// it between the two, beginning a new life (state dropped) at each flip. As memberlist's
+// aliveNode: a live member keeps its address; one dead or left may come back on a new one.
+TEST_CASE("memberlist: a live member's address is not taken over by another address") {
+    Member a;
+    Memberlist& ml = a.ml();
+    const std::string other = "10.0.0.8:7946";
+    a.receive(AliveMsg{7, "X", "10.0.0.9:7946", 7, site_bytes("X", 1)});
+    const uint64_t life = ml.snapshot()->find("X")->life;
+
+    for (const bool suspected : {false, true}) {
+        CAPTURE(suspected);
+        if (suspected) {
+            a.receive(SuspectMsg{7, "X", "B"});
+            REQUIRE(ml.state_of("X") == NodeState::kSuspect);
+        }
+        a.receive(AliveMsg{9, "X", other, 1, site_bytes("X", 2)});
+        PushPullMsg pp;
+        pp.nodes.push_back(
+            PushPullNode{"X", other, 7, NodeState::kAlive, 8, site_bytes("X", 3), std::nullopt});
+        REQUIRE(a.push_pull(pp).ok());
+        const MemberView* x = ml.snapshot()->find("X");
+        REQUIRE(x != nullptr);
+        CHECK(x->addr == "10.0.0.9:7946");
+        CHECK(x->incarnation == 7);
+        CHECK(x->life == life);
+        REQUIRE(x->site != nullptr);
+        CHECK(x->site->pools.at(0).capacity == 1);
+        for (const Message& q : a.queued_about("X")) {  // Nor is the claim passed on.
+            const auto* alive = std::get_if<AliveMsg>(&q);
+            CHECK((alive == nullptr || alive->addr != other));
+        }
+    }
+
+    // Found dead, it may come back on a new address (a restart on another host).
+    a.receive(DeadMsg{7, "X", "B"});
+    REQUIRE(ml.state_of("X") == NodeState::kDead);
+    a.receive(AliveMsg{9, "X", other, 1, site_bytes("X", 2)});
+    CHECK(ml.state_of("X") == NodeState::kAlive);
+    CHECK(ml.snapshot()->find("X")->addr == other);
+    CHECK(ml.snapshot()->find("X")->life != life);
+    CHECK(ml.snapshot()->find("X")->site->pools.at(0).capacity == 2);
+}
+
+// This member's name claimed from another address: its previous life elsewhere (below this
+// life's first incarnation, out-ranked already) or a second live process with the name. Bidding
+// against the latter never ends (each out-bids the other), so neither is refuted; the same
+// address still is (this member's previous life there).
+TEST_CASE("memberlist: a claim of this member's name from another address is not out-bid") {
+    MembershipConfig c = lan_profile();
+    c.initial_incarnation = 100;
+    Member a(c);
+    Memberlist& ml = a.ml();
+    REQUIRE(ml.snapshot()->find("A")->incarnation == 101);
+    a.receive(AliveMsg{50, "A", "10.0.0.8:7946", 9, site_bytes("A", 9)});   // Previous life.
+    a.receive(AliveMsg{101, "A", "10.0.0.8:7946", 2, site_bytes("A", 9)});  // Another process.
+    a.receive(AliveMsg{300, "A", "10.0.0.8:7946", 1, site_bytes("A", 9)});
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"A", "10.0.0.8:7946", 400, NodeState::kAlive, 1,
+                                    site_bytes("A", 9), std::nullopt});
+    REQUIRE(a.push_pull(pp).ok());
+    CHECK(ml.stats().refutations.load() == 0);
+    CHECK(ml.snapshot()->find("A")->incarnation == 101);
+    CHECK(ml.snapshot()->find("A")->addr == "10.0.0.1:7946");
+    CHECK(ml.awareness_score() == 0);
+    CHECK(a.queued_about("A").empty());
+
+    // At this member's own address, a newer incarnation is still out-bid.
+    a.receive(AliveMsg{300, "A", "10.0.0.1:7946", 1, site_bytes("A", 9)});
+    CHECK(ml.stats().refutations.load() == 1);
+    CHECK(ml.snapshot()->find("A")->incarnation == 301);
+    // And so is a suspicion or death by name, whichever address the others hold: this is how a
+    // life restarted on a new address out-bids its previous life once that is found dead.
+    a.receive(DeadMsg{400, "A", "B"});
+    CHECK(ml.stats().refutations.load() == 2);
+    CHECK(ml.snapshot()->find("A")->incarnation == 401);
+}
+
+// What a snapshot shows of a member (MemberView: incarnation, address, state version) changes
+// only with change_count(), which is when MembershipService publishes a new snapshot.
+TEST_CASE("memberlist: every change a snapshot shows of a member bumps the change count") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{7, "X", "10.0.0.9:7946", 7, site_bytes("X", 1)});
+    auto bumped = [&](const auto& step) {
+        const uint64_t before = ml.change_count();
+        step();
+        return ml.change_count() > before;
+    };
+    // A refuted suspicion seen only as the newer alive, without a state.
+    CHECK(bumped([&] { a.receive(AliveMsg{8, "X", "10.0.0.9:7946", 7, std::nullopt}); }));
+    CHECK(ml.snapshot()->find("X")->incarnation == 8);
+    // A newer state announced, not inline.
+    CHECK(bumped([&] { a.receive(AliveMsg{8, "X", "10.0.0.9:7946", 9, std::nullopt}); }));
+    CHECK(ml.snapshot()->find("X")->state_version == 9);
+    CHECK(bumped([&] { a.receive(SuspectMsg{8, "X", "B"}); }));
+    // Suspected anew at a newer incarnation (it refuted, and we missed the alive).
+    CHECK(bumped([&] { a.receive(SuspectMsg{9, "X", "B"}); }));
+    CHECK(ml.snapshot()->find("X")->incarnation == 9);
+    // This member refuting a suspicion of itself.
+    CHECK(bumped([&] { a.receive(SuspectMsg{1, "A", "B"}); }));
+    CHECK(ml.snapshot()->find("A")->incarnation == 2);
+    // Nothing new: no bump.
+    CHECK_FALSE(bumped([&] { a.receive(AliveMsg{7, "X", "10.0.0.9:7946", 7, std::nullopt}); }));
+}
+
 }  // namespace
 }  // namespace edge::routing::membership
