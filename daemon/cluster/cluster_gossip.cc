@@ -64,10 +64,12 @@ membership::SiteState Cluster::Impl::site_state() const {
 
 void Cluster::Impl::publish(bool force) {
     membership::SiteState s = site_state();
-    const membership::MembershipConfig& mc = mconfig_;
-    if (!force && last_published_ &&
-        !membership::load_changed_materially(*last_published_, s, mc.load_change_fraction,
-                                             mc.load_change_abs)) {
+    // Whether a load change is material is decided once, by Memberlist::update_site_state,
+    // against the state it last gossiped: it keeps a sample that is not (it goes out with the
+    // next one that is). Judged here too, against the last sample posted, one it kept would
+    // become the baseline, and a later sample material against what the cluster holds but not
+    // against that one would never be posted. Only a sample equal to the last is not posted.
+    if (!force && last_published_ && *last_published_ == s) {
         return;
     }
     last_published_ = s;

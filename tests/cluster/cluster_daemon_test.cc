@@ -258,6 +258,41 @@ TEST_CASE("published load moves the route: a loaded local pool spills, then come
     CHECK(wait_for([&] { return c[0].chosen() == "fra"; }, 5s));
 }
 
+// Whether a load change is material was judged twice: by Cluster against the last sample it
+// posted, and by the memberlist against the state it last gossiped, which keeps a sample that is
+// not (or that comes within a second of the last). A kept sample became Cluster's baseline:
+// gossiped 10, then 13 (kept: too soon), 11 (material against 13, but not against 10: kept), then
+// 12 was never posted (not material against 11), though the cluster still held 10.
+TEST_CASE("a load sample material against what was gossiped goes out whatever was kept before") {
+    Cluster3 c({{"test-model"}, {"test-model"}, {}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    // What fra gossips, as its own snapshot shows it.
+    auto gossiped_queue = [&]() -> int64_t {
+        const membership::MemberView* fra = c[0].member("fra");
+        if (fra == nullptr || !fra->site || fra->site->pools.empty()) {
+            return -1;
+        }
+        return fra->site->pools[0].load.queue_depth;
+    };
+    c[0].generator.set_load({load(10, 4)});
+    REQUIRE(wait_for([&] { return gossiped_queue() == 10; }, 5s));
+    // Within the second after that publish (samples every 50 ms): each kept by the rate limit.
+    c[0].generator.set_load({load(13, 4)});
+    std::this_thread::sleep_for(200ms);
+    c[0].generator.set_load({load(11, 4)});
+    std::this_thread::sleep_for(200ms);
+    c[0].generator.set_load({load(12, 4)});
+    // 12 is 2 requests and 20 % past 10: what is gossiped ends within a step of 12 (12 itself
+    // when the samples came as planned, 11 or 13 when a publish came between them).
+    const bool close = wait_for(
+        [&] {
+            const int64_t q = gossiped_queue();
+            return q >= 11 && q <= 13;
+        },
+        3s);
+    CHECK_MESSAGE(close, "fra gossips queue " << gossiped_queue() << " for a queue of 12");
+}
+
 TEST_CASE("injected per-peer latency: routing follows the measured RTT, not the map") {
     // fra has no pool. By the map gru (Sao Paulo) is about as far as sin (Singapore); the
     // injected delays make sin 10 ms away and gru 100 ms.
