@@ -10,9 +10,9 @@ int64_t FairQueue::cost(const Sequence& seq) {
     return std::max<int64_t>(1, int64_t{seq.prompt_len} + std::max(seq.params.max_tokens, 0));
 }
 
-size_t FairQueue::tenant_size(const std::string& tenant) const {
+size_t FairQueue::tenant_new_size(const std::string& tenant) const {
     auto it = flows_.find(tenant);
-    return it == flows_.end() ? 0 : it->second.queue.size();
+    return it == flows_.end() ? 0 : it->second.queue.size() - it->second.preempted;
 }
 
 FairQueue::Flow& FairQueue::flow_for(const std::string& tenant) {
@@ -41,6 +41,7 @@ void FairQueue::push_back(std::unique_ptr<Sequence> seq) {
     Flow& f = flow_for(seq->tenant);
     f.weight = std::max<int64_t>(seq->tenant_weight, 1);
     queued_cost_ += cost(*seq);
+    f.preempted += seq->preemptions > 0 ? 1 : 0;
     f.queue.push_back(std::move(seq));
     ++size_;
 }
@@ -52,6 +53,7 @@ void FairQueue::push_front(std::unique_ptr<Sequence> seq) {
     }
     f.deficit += cost(*seq);
     queued_cost_ += cost(*seq);
+    f.preempted += seq->preemptions > 0 ? 1 : 0;
     f.queue.push_front(std::move(seq));
     ++size_;
 }
@@ -110,6 +112,8 @@ std::unique_ptr<Sequence> FairQueue::take_head(const std::string& tenant, Flow& 
         // A preempted request's admission is paid by the backlog that first admitted it
         // (push_front refunded this charge in advance).
         seq->charged_flow = f.id;
+    } else {
+        --f.preempted;
     }
     drop_if_empty(tenant);
     return seq;
@@ -161,6 +165,7 @@ std::vector<std::unique_ptr<Sequence>> FairQueue::take_if(
                             0, int64_t{(*it)->params.max_tokens} - (*it)->generated());
                     }
                 }
+                f.preempted -= (*it)->preemptions > 0 ? 1 : 0;
                 out.push_back(std::move(*it));
                 it = f.queue.erase(it);
                 --size_;

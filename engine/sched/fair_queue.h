@@ -43,7 +43,9 @@ public:
 
     size_t size() const { return size_; }
     bool empty() const { return size_ == 0; }
-    size_t tenant_size(const std::string& tenant) const;
+    // `tenant`'s requests waiting for their first admission: preempted ones, requeued by
+    // push_front, are not counted (the scheduler's per-tenant bound leaves them out).
+    size_t tenant_new_size(const std::string& tenant) const;
     // Sum of cost() over the waiting requests, tokens.
     int64_t queued_cost() const { return queued_cost_; }
 
@@ -82,6 +84,8 @@ private:
         int64_t deficit = 0;
         int64_t weight = 1;
         uint64_t id = 0;  // Distinct per backlog: a tenant whose queue empties gets a new one.
+        // Of the queue, the requests with preemptions > 0 (not in tenant_new_size()).
+        size_t preempted = 0;
     };
     Flow& flow_for(const std::string& tenant);
     // Takes `f`'s oldest request, charged to it (Sequence::charged_flow); drops `f` if emptied.

@@ -58,8 +58,11 @@ Result<std::shared_ptr<GenerationHandle>> Scheduler::submit(SequenceRequest requ
             return unavailable_error("the model is shutting down");
         }
         const std::string tenant = seq->tenant;
+        // The tenant's own backlog: its sequences preempted for lack of KV room (or for another
+        // tenant's fair share) wait for the server, not for its rate, and do not count. They do
+        // count in max_queue below: work queued ahead of new requests, answered 503.
         if (config_.max_queue_per_tenant > 0 &&
-            waiting_.tenant_size(tenant) >= static_cast<size_t>(config_.max_queue_per_tenant)) {
+            waiting_.tenant_new_size(tenant) >= static_cast<size_t>(config_.max_queue_per_tenant)) {
             std::lock_guard<std::mutex> stats_lock(stats_mu_);
             ++tenant_stats(tenant).rejected_queue_full;
             return resource_exhausted_error(
@@ -179,6 +182,7 @@ bool Scheduler::step() {
         }
         const int32_t before = seq->computed;
         seq->computed += batch[i].count;
+        seq->mark_computed(before, seq->computed);  // Not cached, even if attached before.
         // A chunk of one token after the prompt is a decode step; anything else is prefill,
         // also a chunk that recomputes generated tokens after a preemption: counted as decode
         // tokens, it would inflate the decode rate that routing and max_queue_wait read just
@@ -711,11 +715,16 @@ void Scheduler::emit_token(Emission& e) {
 }
 
 void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
+    // Prefix hits are counted once the sequence ends, when it is known which attached positions
+    // it never computed (Sequence::cached_tokens), so the counters agree with its usage.
+    const int32_t cached = seq->cached_tokens();
+    stats_.prefix_hit_tokens += cached;
     {
         std::lock_guard<std::mutex> lock(stats_mu_);
         TenantServingStats& t = tenant_stats(seq->tenant);
         --(seq->slot >= 0 ? t.running : t.queued);
         t.prompt_tokens += seq->prompt_len;
+        t.prefix_hit_tokens += cached;
         t.end_to_end.observe(
             std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
     }
@@ -734,7 +743,7 @@ void Scheduler::finish(Sequence* seq, FinishReason reason, Status error) {
     f.reason = reason;
     f.usage.prompt_tokens = seq->prompt_len;
     f.usage.completion_tokens = seq->generated();
-    f.usage.cached_tokens = seq->cached_tokens;
+    f.usage.cached_tokens = cached;
     f.error = std::move(error);
     seq->sink->on_finish(std::move(f));
 }

@@ -34,14 +34,16 @@
 //
 // Prefix cache (models with a paged KV cache): at admission the prompt's full blocks are hashed as
 // a chain salted per tenant (prefix_hash.h) and the longest cached run is attached to the slot, so
-// prefill starts after it (Usage::cached_tokens); as prefill completes prompt blocks they are
-// published for later requests of the same tenant. A prefilling sequence whose next prompt block
-// an earlier running sequence is computing (the same blocks: n choices of one request, or prompts
+// prefill starts after it (Usage::cached_tokens: the prompt positions a request took from the cache
+// at any of its admissions and never computed itself); as prefill completes prompt blocks they are
+// published for later requests of the same tenant. A prefilling sequence whose next prompt block an
+// earlier running sequence is computing (the same blocks: n choices of one request, or prompts
 // arriving together with one system prompt) computes nothing until that block is published, then
 // attaches it and goes on, so shared blocks are computed once. Admission control: a tenant with
-// max_queue_per_tenant requests waiting gets kResourceExhausted (429), a model with max_queue
-// waiting, or an estimated wait past max_queue_wait, gets kUnavailable (503). serving_stats() gives
-// per-tenant counts and latency histograms.
+// max_queue_per_tenant requests waiting for their first admission gets kResourceExhausted (429; its
+// preempted sequences, requeued for the server's lack of room, do not count), a model with
+// max_queue waiting (preempted ones included), or an estimated wait past max_queue_wait, gets
+// kUnavailable (503). serving_stats() gives per-tenant counts and latency histograms.
 //
 // Threading: submit() is thread-safe. After start() one internal thread drives the model and calls
 // the sinks; stop() (also run by the destructor) cancels every request and joins it. Without
@@ -74,8 +76,10 @@ namespace edge::engine::sched {
 struct SchedulerConfig {
     int32_t max_batch_sequences = 64;  // Sequences running at once at most.
     int32_t max_batch_tokens = 2048;   // Tokens per forward() (decode + prefill chunks).
-    int32_t max_queue = 1024;          // Waiting requests (all tenants) before kUnavailable.
-    int32_t max_queue_per_tenant = 0;  // Waiting requests of one tenant before
+    int32_t max_queue = 1024;          // Waiting requests (all tenants, preempted ones
+                                       // included) before kUnavailable.
+    int32_t max_queue_per_tenant = 0;  // Requests of one tenant waiting for their first
+                                       // admission (not preempted ones) before
                                        // kResourceExhausted; 0: only max_queue applies.
     // Estimated queue wait beyond which submit() answers kUnavailable, so the queue sheds load
     // before it breaks latency targets: the tokens already queued (prompt + max_tokens each)
@@ -118,7 +122,9 @@ struct SchedulerStats {
     int64_t recompute_tokens = 0;
     int32_t max_running = 0;  // Largest batch seen, in sequences.
     int64_t prefix_query_tokens = 0;  // Prompt tokens looked up in the prefix cache.
-    int64_t prefix_hit_tokens = 0;    // Prompt tokens found there.
+    // Of those, the tokens taken from there and never computed by their request (a hit that
+    // a preemption dropped and the request computed again is none), counted as requests end.
+    int64_t prefix_hit_tokens = 0;
 };
 
 class Scheduler {
@@ -132,7 +138,8 @@ public:
     const ModelSpec& spec() const { return model_->spec(); }
 
     // Queues a request; kResourceExhausted when its tenant has max_queue_per_tenant requests
-    // waiting, kUnavailable when max_queue requests wait or the scheduler is stopping.
+    // waiting for their first admission (preempted ones are not counted), kUnavailable when
+    // max_queue requests wait (preempted ones included) or the scheduler is stopping.
     Result<std::shared_ptr<GenerationHandle>> submit(SequenceRequest request);
 
     void start();

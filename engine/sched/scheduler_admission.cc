@@ -257,16 +257,13 @@ void Scheduler::attach_prefix(Sequence* seq) {
     if (length <= seq->computed) {
         return;
     }
-    const int32_t gained = length - seq->computed;
     seq->computed = length;
     seq->published_blocks = length / bt;
-    if (seq->preemptions == 0) {
-        // Hits count for the request's first admission only, as its queries do.
-        seq->cached_tokens += gained;
-        stats_.prefix_hit_tokens += gained;
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        tenant_stats(seq->tenant).prefix_hit_tokens += gained;
-    }
+    // Not counted as hits yet: a preemption may drop these blocks before they are used, and the
+    // cache evict them, so that the sequence computes them after all; and what it computed
+    // itself before a preemption and attaches back now is none. Sequence::cached_tokens() sorts
+    // that out when the sequence ends (finish()), at whichever admission each block came.
+    seq->attached_most = std::max(seq->attached_most, length);
 }
 
 size_t Scheduler::attachable_blocks(const Sequence& seq) const {

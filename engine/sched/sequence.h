@@ -98,6 +98,7 @@ struct Sequence {
           prompt_logprobs(request.echo_prompt &&
                           (params.logprobs || params.top_logprobs > 0)) {
         decoder.keep_special(std::move(request.kept_special));
+        prompt_computed.resize(static_cast<size_t>(prompt_len));
         // json views params' schema, heads and tail: params outlives it (declared before it),
         // and a Sequence stays where it was built (not copied or moved; held by unique_ptr).
         if (params.json.from_start()) {
@@ -201,12 +202,35 @@ struct Sequence {
     bool finished = false;     // on_finish() was sent; the sequence leaves at the step end.
     uint64_t last_decode_step = 0;  // Step of its last decode token (round robin in a tenant).
 
-    // Prefix cache: chain hashes of the prompt's full blocks (computed at first admission),
-    // how many of them are published, and the prompt tokens found cached at first admission.
+    // Prefix cache: chain hashes of the prompt's full blocks (computed at first admission) and
+    // how many of them are published.
     std::vector<BlockHash> prefix_chain;
     bool chain_ready = false;
     int32_t published_blocks = 0;
-    int32_t cached_tokens = 0;
+    // Where its prompt positions came from, over every admission (Usage::cached_tokens): the
+    // prefix cache attached [0, attached_most) at one admission or another, and prompt_computed
+    // marks those it computed itself at any time (before a preemption, or again after one whose
+    // dropped blocks were evicted). A KV copy put back after a preemption (swapped) holds
+    // positions it had computed or attached before, so it changes neither.
+    int32_t attached_most = 0;
+    std::vector<bool> prompt_computed;  // prompt_len flags.
+
+    // Records positions [from, to) as computed by this sequence (those of the prompt matter).
+    void mark_computed(int32_t from, int32_t to) {
+        for (int32_t p = std::max(from, 0); p < std::min(to, prompt_len); ++p) {
+            prompt_computed[static_cast<size_t>(p)] = true;
+        }
+    }
+    // Prompt positions taken from the prefix cache and never computed by this sequence: a
+    // position attached and computed again after a preemption is not one, nor one it attached
+    // back after computing it (its own published block).
+    int32_t cached_tokens() const {
+        int32_t n = 0;
+        for (int32_t p = 0; p < std::min(attached_most, prompt_len); ++p) {
+            n += prompt_computed[static_cast<size_t>(p)] ? 0 : 1;
+        }
+        return n;
+    }
 
     // Timing for the latency histograms (the scheduler's clock).
     TimePoint submitted_at{};

@@ -251,6 +251,40 @@ TEST_CASE("fair queue: a preempted request cancelled while waiting stays charged
     CHECK(order == "bbbbbaaaaa");
 }
 
+TEST_CASE("fair queue: a tenant's new-request count leaves its preempted requests out") {
+    // The scheduler bounds a tenant's queue by its requests that never ran: preempted ones wait
+    // for the server's room, counted apart however they leave (admitted again or cancelled).
+    FairQueue q(10);
+    q.push_back(sequence("a", 1, 5, 5));
+    q.push_back(sequence("a", 1, 5, 5));
+    q.push_back(sequence("b", 1, 5, 5));
+    CHECK(q.tenant_new_size("a") == 2);
+    std::unique_ptr<Sequence> p1 = q.pop_tenant("a");
+    std::unique_ptr<Sequence> p2 = q.pop_tenant("a");
+    REQUIRE(p1);
+    REQUIRE(p2);
+    p1->request_id = "p1";
+    p2->request_id = "p2";
+    ++p1->preemptions;
+    ++p2->preemptions;
+    q.push_front(std::move(p2));
+    q.push_front(std::move(p1));
+    CHECK(q.size() == 3);
+    CHECK(q.tenant_new_size("a") == 0);
+    CHECK(q.tenant_new_size("b") == 1);
+    q.push_back(sequence("a", 1, 5, 5));
+    CHECK(q.tenant_new_size("a") == 1);
+    CHECK(q.take_if([](const Sequence& s) { return s.request_id == "p1"; }).size() == 1);
+    CHECK(q.tenant_new_size("a") == 1);
+    p2 = q.pop_tenant("a");
+    REQUIRE(p2);
+    CHECK(p2->request_id == "p2");
+    CHECK(q.tenant_new_size("a") == 1);
+    REQUIRE(q.pop_tenant("a"));
+    CHECK(q.tenant_new_size("a") == 0);
+    CHECK(q.tenant_new_size("c") == 0);
+}
+
 TEST_CASE("fair queue: what a request gives back after its tenant went idle is no credit") {
     // a's big request (cost 1000) is admitted while a is alone, and a's queue empties: its
     // deficit goes (idle time earns no credit). The request then ends without output, or is

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <tuple>
+
 #include "common/clock.h"
 #include "engine/sched/prefix_hash.h"
 #include "engine/sched/scheduler.h"
@@ -600,6 +602,191 @@ TEST_CASE("preemption by swap: a shared prefix evicted meanwhile is computed aga
     CHECK(st.swapped_preemptions == st.preemptions);
     CHECK(st.recompute_tokens > 0);  // Saved, all of them, yet y was computed again.
     CHECK(h.scheduler->serving_stats().kv_swap_bytes == 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("prefix cache: a hit dropped by a preemption and computed again is not cached_tokens") {
+    // r's prompt is cached (3 blocks). s and r are admitted together and r attaches the 3
+    // blocks, but their first forward needs more blocks than the cache has: r, the newest, is
+    // preempted before anything ran, and s's prefill evicts the blocks r let go. When s ends r
+    // computes its whole prompt: none of it came from the cache.
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 32;  // 8 blocks.
+    Paged h(opts);
+    const auto prompt = prompt_of(13);
+    auto warm = h.submit("a", prompt, 1);
+    h.drain();
+    REQUIRE(warm->wait());
+    const auto s_prompt = prompt_of(29, 90);  // 8 blocks, the whole cache.
+    auto s = h.submit("a", s_prompt, 1);
+    auto r = h.submit("a", prompt, 3);
+    h.drain();
+    auto fs = s->wait();
+    auto fr = r->wait();
+    REQUIRE(fs);
+    REQUIRE(fr);
+    CHECK(s->ids() == FakeCausalLM::expected(opts, s_prompt, 1));
+    CHECK(r->ids() == FakeCausalLM::expected(opts, prompt, 3));
+    const SchedulerStats& st = h.scheduler->stats();
+    REQUIRE(st.preemptions == 1);
+    CHECK(fr->usage.cached_tokens == 0);
+    CHECK(fs->usage.cached_tokens == 0);
+    CHECK(st.prefix_hit_tokens == 0);
+    CHECK(h.scheduler->serving_stats().tenants.at("a").prefix_hit_tokens == 0);
+    CHECK(h.log->slots_in_use == 0);
+}
+
+TEST_CASE("prefix cache: blocks attached after a preemption, never computed, are cached_tokens") {
+    // x waits for y to compute their shared system prompt (4 blocks) and is preempted for b's
+    // fair share before it attached any. Admitted again, it attaches the 4 blocks y published:
+    // 16 prompt tokens it took from the cache and never computed.
+    SchedulerConfig config;
+    config.max_batch_tokens = 8;
+    config.max_batch_sequences = 2;
+    config.fair_preempt_min_steps = 0;
+    Paged h(Paged::paged_options(), config);
+    const auto system = prompt_of(16, 60);
+    auto y_prompt = system;
+    y_prompt.push_back(100);
+    auto x_prompt = system;
+    x_prompt.push_back(101);
+    auto y = h.submit("a", y_prompt, 4);
+    auto x = h.submit("a", x_prompt, 4);
+    h.clock.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.scheduler->step());  // y computes 2 blocks; x waits for them.
+    auto b = h.submit("b", prompt_of(5, 200), 4);
+    h.drain();
+    for (const auto& [sink, prompt, cached] :
+         {std::tuple{y, y_prompt, 0}, std::tuple{x, x_prompt, 16},
+          std::tuple{b, prompt_of(5, 200), 0}}) {
+        auto f = sink->wait();
+        REQUIRE(f);
+        CHECK(sink->ids() == FakeCausalLM::expected(h.options, prompt, 4));
+        CHECK(f->usage.cached_tokens == cached);
+    }
+    const SchedulerStats& st = h.scheduler->stats();
+    REQUIRE(st.fair_preemptions == 1);
+    CHECK(st.recompute_tokens == 0);  // x had computed nothing.
+    CHECK(st.prefix_hit_tokens == 16);
+    CHECK(h.scheduler->serving_stats().tenants.at("a").prefix_hit_tokens == 16);
+}
+
+TEST_CASE("prefix cache: KV put back after a swap is no hit, an evicted hit computed again none") {
+    // As in "a shared prefix evicted meanwhile" above: y attaches the system prompt x computed
+    // (32 tokens), is preempted with its own blocks saved, and when it comes back the prompt is
+    // gone: it computes everything again. x, saved whole, is put back: it computed its prompt.
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 4 * 20;
+    SchedulerConfig config;
+    config.max_batch_tokens = 32;
+    config.max_batch_sequences = 2;
+    config.swap_bytes = int64_t{1} << 20;
+    Paged h(opts, config);
+    const auto system = prompt_of(32, 60);
+    auto x = system;
+    x.insert(x.end(), {100, 101});
+    auto y = system;
+    y.insert(y.end(), {103, 104});
+    const auto c = prompt_of(60, 150);
+    auto sx = h.submit("a", x, 20);
+    auto sy = h.submit("a", y, 20);
+    h.clock.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.scheduler->step());
+    auto sc = h.submit("c", c, 4, 10);
+    h.drain();
+    for (const auto& [sink, prompt, n] :
+         {std::tuple{sx, x, 20}, std::tuple{sy, y, 20}, std::tuple{sc, c, 4}}) {
+        auto f = sink->wait();
+        REQUIRE(f);
+        CHECK(sink->ids() == FakeCausalLM::expected(opts, prompt, n));
+        CHECK(f->usage.cached_tokens == 0);
+    }
+    const SchedulerStats& st = h.scheduler->stats();
+    REQUIRE(st.swapped_preemptions == st.preemptions);
+    REQUIRE(st.recompute_tokens > 0);
+    CHECK(st.prefix_hit_tokens == 0);
+    CHECK(h.scheduler->serving_stats().tenants.at("a").prefix_hit_tokens == 0);
+}
+
+TEST_CASE("prefix cache: a swapped sequence's shared prefix attached again counts once") {
+    // y attaches the system prompt x published (32 tokens), is preempted for c's fair share with
+    // its own blocks saved, and is put back with the prompt attached again: still 32.
+    SchedulerConfig config;
+    config.max_batch_tokens = 64;
+    config.max_batch_sequences = 2;
+    config.fair_preempt_min_steps = 0;
+    config.swap_bytes = int64_t{1} << 20;
+    Paged h(Paged::paged_options(), config);
+    const auto system = prompt_of(32, 60);
+    auto x = system;
+    x.insert(x.end(), {100, 101});
+    auto y = system;
+    y.insert(y.end(), {103, 104});
+    auto sx = h.submit("a", x, 12);
+    h.clock.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.scheduler->step());  // x computes its prompt.
+    auto sy = h.submit("a", y, 12);
+    h.clock.advance(std::chrono::milliseconds(10));
+    REQUIRE(h.scheduler->step());  // y attaches the system prompt.
+    auto sc = h.submit("c", prompt_of(6, 150), 3);
+    h.drain();
+    for (const auto& [sink, prompt, n, cached] :
+         {std::tuple{sx, x, 12, 0}, std::tuple{sy, y, 12, 32},
+          std::tuple{sc, prompt_of(6, 150), 3, 0}}) {
+        auto f = sink->wait();
+        REQUIRE(f);
+        CHECK(sink->ids() == FakeCausalLM::expected(h.options, prompt, n));
+        CHECK(f->usage.cached_tokens == cached);
+    }
+    const SchedulerStats& st = h.scheduler->stats();
+    REQUIRE(st.fair_preemptions == 1);
+    REQUIRE(st.swapped_preemptions == 1);
+    CHECK(st.recompute_tokens == 0);
+    CHECK(st.prefix_hit_tokens == 32);
+    CHECK(h.scheduler->serving_stats().tenants.at("a").prefix_hit_tokens == 32);
+}
+
+TEST_CASE("admission control: a tenant's preempted sequences do not fill its queue bound") {
+    // Three sequences of tenant a need more KV blocks than the cache has: some are preempted
+    // and wait to resume. That is the server's shortage, not a's rate: a's next request is
+    // accepted, and only one waiting for its first admission fills the bound of 1.
+    FakeOptions opts = Paged::paged_options();
+    opts.kv_tokens = 48;  // 12 blocks; three sequences grow to 5 each.
+    SchedulerConfig config;
+    config.max_batch_tokens = 16;
+    config.max_queue_per_tenant = 1;
+    Paged h(opts, config);
+    std::vector<std::pair<std::vector<TokenId>, std::shared_ptr<CollectingSink>>> reqs;
+    for (int i = 0; i < 3; ++i) {
+        const auto p = prompt_of(6, 50 + i);
+        reqs.emplace_back(p, h.submit("a", p, 14));
+        h.clock.advance(std::chrono::milliseconds(10));
+        REQUIRE(h.scheduler->step());  // Admitted: nothing of a's waits.
+    }
+    int steps = 0;
+    while (h.scheduler->stats().preemptions == 0 && steps++ < 100) {
+        h.clock.advance(std::chrono::milliseconds(10));
+        REQUIRE(h.scheduler->step());
+    }
+    REQUIRE(h.scheduler->stats().preemptions > 0);
+    REQUIRE(h.scheduler->serving_stats().tenants.at("a").queued > 0);
+    const auto p = prompt_of(5, 70);
+    auto sink = std::make_shared<CollectingSink>();
+    auto accepted = h.try_submit("a", p, 4, sink);
+    REQUIRE(accepted.ok());
+    h.handles.push_back(*accepted);
+    reqs.emplace_back(p, sink);
+    auto refused = h.try_submit("a", prompt_of(5, 71), 4, std::make_shared<CollectingSink>());
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == StatusCode::kResourceExhausted);
+    CHECK(h.scheduler->serving_stats().tenants.at("a").rejected_queue_full == 1);
+    h.drain();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        auto f = reqs[i].second->wait();
+        REQUIRE(f);
+        CHECK(reqs[i].second->ids() == FakeCausalLM::expected(opts, reqs[i].first, i < 3 ? 14 : 4));
+    }
+    CHECK(h.scheduler->serving_stats().tenants.at("a").queued == 0);
     CHECK(h.log->slots_in_use == 0);
 }
 
