@@ -50,8 +50,8 @@ class DeepseekV3 final : public SigmoidMoeModel {
   private:
     void store_row(int32_t slot, int32_t li, int32_t pos, const float* row);
     void gather_rows(int32_t slot, int32_t li, int32_t count, float* out);
-    void attend_absorbed(const MlaLayer& L, const float* q, const float* rows, int32_t ctx,
-                         float* scratch, float* out) const;
+    void attend_absorbed(const MlaLayer& L, int32_t li, int32_t slot, int32_t ctx, int64_t h,
+                         const float* qh, float* scratch, float* oh) const;
     void attend_plain(int32_t li, int64_t begin, int64_t end, const float* q, float* out);
 
     MlaConfig m_;
@@ -59,6 +59,7 @@ class DeepseekV3 final : public SigmoidMoeModel {
     int64_t row_ = 0;
     std::vector<MlaLayer> attn_;
     std::vector<float> qa_, q_, kva_, out_, o_, rows_, scratch_, expanded_, lat_;
+    std::vector<int32_t> absorbed_;  // This layer's tokens for the absorbed path (kept capacity).
 };
 
 Status DeepseekV3::load_attention(int64_t l, const std::string& p) {
@@ -116,55 +117,76 @@ void DeepseekV3::gather_rows(int32_t slot, int32_t li, int32_t count, float* out
     }
 }
 
-// One token, all heads, in the latent space. q is [heads][nope + rope]; rows is [ctx][latent +
-// rope]; out is [heads][v]. scratch holds row_ + ctx + latent floats.
-void DeepseekV3::attend_absorbed(const MlaLayer& L, const float* q, const float* rows, int32_t ctx,
-                                 float* scratch, float* out) const {
+// One head of one token in the latent space, over the first ctx cached rows of `slot`, read in
+// place through its block table (a row [latent, k_rope] is split in half across the keys and the
+// values arrays). qh is the head's [nope + rope]; oh receives its [v]. scratch holds
+// row_ + ctx + latent floats.
+void DeepseekV3::attend_absorbed(const MlaLayer& L, int32_t li, int32_t slot, int32_t ctx,
+                                 int64_t h, const float* qh, float* scratch, float* oh) const {
     const int64_t c = m_.kv_lora_rank;
     const int64_t nope = m_.qk_nope_head_dim;
     const int64_t r = m_.qk_rope_head_dim;
     const int64_t vd = m_.v_head_dim;
+    const int64_t half = row_ / 2;
+    const int64_t lat_k = std::min(c, half);  // Latent floats in the keys half; the rest in values.
     const float scale = static_cast<float>(m_.softmax_scale);
-    float* qfull = scratch;     // [latent + rope]
+    const float* kb = L.kv_b_f32 + h * (nope + vd) * c;  // [nope][latent]
+    float* qfull = scratch;                              // [latent + rope]
+    std::fill(qfull, qfull + c, 0.0f);
+    for (int64_t d = 0; d < nope; ++d) {
+        const float qd = qh[d];
+        const float* kr = kb + d * c;
+        for (int64_t j = 0; j < c; ++j) {
+            qfull[j] += qd * kr[j];
+        }
+    }
+    std::copy(qh + nope, qh + nope + r, qfull + c);
     float* w = scratch + row_;  // [ctx]
     float* olat = w + ctx;      // [latent]
-    for (int64_t h = 0; h < c_.num_attention_heads; ++h) {
-        const float* qh = q + h * (nope + r);
-        const float* kb = L.kv_b_f32 + h * (nope + vd) * c;  // [nope][latent]
-        std::fill(qfull, qfull + c, 0.0f);
-        for (int64_t d = 0; d < nope; ++d) {
-            const float qd = qh[d];
-            const float* kr = kb + d * c;
-            for (int64_t j = 0; j < c; ++j) {
-                qfull[j] += qd * kr[j];
-            }
-        }
-        std::copy(qh + nope, qh + nope + r, qfull + c);
-        for (int32_t p = 0; p < ctx; ++p) {
-            const float* rp = rows + p * row_;
+    const int32_t bt = kv_->block_tokens();
+    const auto table = kv_->blocks(slot);
+    for (int32_t b0 = 0; b0 < ctx; b0 += bt) {
+        const float* k = kv_->block_keys(table[b0 / bt], li, 0);
+        const float* v = kv_->block_values(table[b0 / bt], li, 0);
+        const int32_t rows = std::min(bt, ctx - b0);
+        for (int32_t p = 0; p < rows; ++p) {
+            const float* kp = k + p * half;
+            const float* vp = v + p * half;
             float s = 0.0f;
-            for (int64_t j = 0; j < row_; ++j) {
-                s += qfull[j] * rp[j];
+            for (int64_t j = 0; j < half; ++j) {
+                s += qfull[j] * kp[j];
             }
-            w[p] = s * scale;
+            for (int64_t j = 0; j < half; ++j) {
+                s += qfull[half + j] * vp[j];
+            }
+            w[b0 + p] = s * scale;
         }
-        cpu::softmax(w, ctx);
-        std::fill(olat, olat + c, 0.0f);
-        for (int32_t p = 0; p < ctx; ++p) {
-            const float* rp = rows + p * row_;
-            const float wp = w[p];
-            for (int64_t j = 0; j < c; ++j) {
-                olat[j] += wp * rp[j];
+    }
+    cpu::softmax(w, ctx);
+    std::fill(olat, olat + c, 0.0f);
+    for (int32_t b0 = 0; b0 < ctx; b0 += bt) {
+        const float* k = kv_->block_keys(table[b0 / bt], li, 0);
+        const float* v = kv_->block_values(table[b0 / bt], li, 0);
+        const int32_t rows = std::min(bt, ctx - b0);
+        for (int32_t p = 0; p < rows; ++p) {
+            const float wp = w[b0 + p];
+            const float* kp = k + p * half;
+            const float* vp = v + p * half;
+            for (int64_t j = 0; j < lat_k; ++j) {
+                olat[j] += wp * kp[j];
+            }
+            for (int64_t j = 0; j < c - lat_k; ++j) {
+                olat[lat_k + j] += wp * vp[j];
             }
         }
-        const float* vb = kb + nope * c;  // [v][latent]
-        for (int64_t e = 0; e < vd; ++e) {
-            float s = 0.0f;
-            for (int64_t j = 0; j < c; ++j) {
-                s += vb[e * c + j] * olat[j];
-            }
-            out[h * vd + e] = s;
+    }
+    const float* vb = kb + nope * c;  // [v][latent]
+    for (int64_t e = 0; e < vd; ++e) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < c; ++j) {
+            s += vb[e * c + j] * olat[j];
         }
+        oh[e] = s;
     }
 }
 
@@ -288,30 +310,40 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
     }
     const int64_t vd = m_.v_head_dim;
     float* out = grow(out_, n * nh * vd);
-    // Walk the tokens chunk by chunk (consecutive tokens of one slot).
+    // Walk the tokens chunk by chunk (consecutive tokens of one slot). A chunk for the plain path
+    // runs at once (it expands its slot's latents, then splits over tokens and heads); the
+    // absorbed path's tokens of all chunks run together below, one task per token and head, so a
+    // decode step (one token per slot) keeps every thread busy.
+    absorbed_.clear();
     int64_t begin = 0;
     while (begin < n) {
         int64_t end = begin + 1;
         while (end < n && tok_slot_[end] == tok_slot_[begin]) {
             ++end;
         }
-        const bool plain = path_ == MlaPath::kPlain || (path_ == MlaPath::kAuto && end - begin > 1);
+        const bool plain = path_ == MlaPath::kPlain ||
+                           (path_ == MlaPath::kAuto &&
+                            mla_auto_picks_plain(m_, end - begin, tok_pos_[end - 1] + 1));
         if (plain) {
             attend_plain(li, begin, end, q, out);
         } else {
-            const int32_t ctx = tok_pos_[end - 1] + 1;
-            float* rows = grow(rows_, static_cast<size_t>(ctx) * row_);
-            gather_rows(tok_slot_[begin], li, ctx, rows);
-            const int64_t per_worker = row_ + ctx + c;
-            float* scratch = grow(scratch_, static_cast<size_t>(backend_->threads()) * per_worker);
-            backend_->for_each_task(end - begin, [&](int64_t t, int worker) {
-                const int64_t i = begin + t;
-                attend_absorbed(L, q + i * nh * qk, rows, tok_pos_[i] + 1,
-                                scratch + static_cast<size_t>(worker) * per_worker,
-                                out + i * nh * vd);
-            });
+            for (int64_t i = begin; i < end; ++i) {
+                absorbed_.push_back(static_cast<int32_t>(i));
+            }
         }
         begin = end;
+    }
+    if (!absorbed_.empty()) {
+        const int64_t per_worker = row_ + longest_context() + c;
+        float* scratch = grow(scratch_, static_cast<size_t>(backend_->threads()) * per_worker);
+        const auto tasks = static_cast<int64_t>(absorbed_.size()) * nh;
+        backend_->for_each_task(tasks, [&](int64_t task, int worker) {
+            const int64_t i = absorbed_[task / nh];
+            const int64_t hh = task % nh;
+            attend_absorbed(L, li, tok_slot_[i], tok_pos_[i] + 1, hh, q + i * nh * qk + hh * qk,
+                            scratch + static_cast<size_t>(worker) * per_worker,
+                            out + i * nh * vd + hh * vd);
+        });
     }
     float* o = grow(o_, n * H);
     backend_->matmul(L.o, out, n, o, H);
@@ -321,6 +353,32 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
 }
 
 }  // namespace
+
+// Multiply-adds per head for a chunk of `tokens` tokens after `prefix` cached positions, token i
+// attending over n_i = prefix + i + 1 positions, S = sum of n_i (c latent, r rope, v value dims):
+//   plain:    ctx * c * (nope + v)              expand every cached latent (ctx = prefix + tokens)
+//             + S * (nope + r + v)              scores and weighted sum per token
+//   absorbed: tokens * c * (nope + v)           q_nope into the latent space, latent out to v
+//             + S * (2c + r)                    scores and weighted sum over [latent, rope] rows
+// The terms in tokens * c * (nope + v) cancel, so plain is no dearer exactly when
+//   prefix * c * (nope + v) <= S * (2c - nope - v).
+// A fresh prefill (prefix 0) takes plain; on a long prefix the break-even chunk length tends to
+// c (nope + v) / (2c - nope - v): about 171 tokens for DeepSeek-V3 and Kimi K2 (c 512, nope and v
+// 128), so a short new turn on a long cached history attends in the latent space instead of
+// expanding the whole history. Memory traffic is not counted (it too favours absorbed on a long
+// prefix: plain writes and reads ctx x heads x (nope + v) floats). One token (a decode step) is
+// always absorbed: at best plain saves nothing there.
+bool mla_auto_picks_plain(const MlaConfig& m, int64_t tokens, int64_t context) {
+    if (tokens <= 1) {
+        return false;
+    }
+    const int64_t c = m.kv_lora_rank;
+    const int64_t nope = m.qk_nope_head_dim;
+    const int64_t vd = m.v_head_dim;
+    const int64_t prefix = context - tokens;
+    const int64_t sum_ctx = tokens * prefix + tokens * (tokens + 1) / 2;
+    return prefix * c * (nope + vd) <= sum_ctx * (2 * c - nope - vd);
+}
 
 Status check_deepseek_v3_config(const ConfigJson& json) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,

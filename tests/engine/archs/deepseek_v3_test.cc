@@ -1,5 +1,6 @@
 // DeepSeek-V3 (MLA) against micro-deepseek-v3's reference outputs: greedy tokens exact, logits
-// within 1e-4, single and batched, teacher-forced; the absorbed and plain attention paths agree;
+// within 1e-4, single and batched, teacher-forced; the absorbed and plain attention paths agree,
+// and the auto path takes the cheaper one per chunk (absorbed for a short chunk on a long prefix);
 // the KV cache holds kv_lora_rank + qk_rope_head_dim floats per token and layer; YaRN tables;
 // MTP layers are skipped with a log line.
 
@@ -11,10 +12,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "engine/cpu/rope_scaling.h"
+#include "engine/model/archs/deepseek_v3_config.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "reference_check.h"
@@ -90,6 +94,79 @@ TEST_CASE("deepseek_v3: absorbed and plain paths give the same logits") {
     INFO("max |plain - absorbed| " << max_diff);
     CHECK(max_diff <= 1e-4);
     CHECK(max_diff > 0.0);  // Two different computations, not one path run twice.
+}
+
+TEST_CASE("deepseek_v3: the auto path picks plain only for chunks long next to their prefix") {
+    MlaConfig ds;  // DeepSeek-V3 and Kimi K2: break-even near 512 x 256 / 768 = 171 tokens.
+    ds.kv_lora_rank = 512;
+    ds.qk_nope_head_dim = 128;
+    ds.qk_rope_head_dim = 64;
+    ds.v_head_dim = 128;
+    CHECK(mla_auto_picks_plain(ds, 4096, 4096));        // Fresh prefill.
+    CHECK(mla_auto_picks_plain(ds, 2, 2));              // Fresh, two tokens.
+    CHECK_FALSE(mla_auto_picks_plain(ds, 1, 1));        // A single token: always absorbed.
+    CHECK_FALSE(mla_auto_picks_plain(ds, 1, 60001));    // A decode step.
+    CHECK_FALSE(mla_auto_picks_plain(ds, 20, 60020));   // A short turn on a long history.
+    CHECK_FALSE(mla_auto_picks_plain(ds, 160, 60160));  // Just under the break-even.
+    CHECK(mla_auto_picks_plain(ds, 180, 60180));        // Just over it.
+    CHECK(mla_auto_picks_plain(ds, 1000, 61000));       // A long chunk.
+    CHECK(mla_auto_picks_plain(ds, 2048, 3000));        // Long next to its prefix.
+    MlaConfig micro;  // micro-deepseek-v3: 2c = nope + v, so any cached prefix tips to absorbed.
+    micro.kv_lora_rank = 32;
+    micro.qk_nope_head_dim = 32;
+    micro.qk_rope_head_dim = 16;
+    micro.v_head_dim = 32;
+    CHECK(mla_auto_picks_plain(micro, 64, 64));
+    CHECK_FALSE(mla_auto_picks_plain(micro, 6, 206));
+    CHECK_FALSE(mla_auto_picks_plain(micro, 200, 201));
+}
+
+TEST_CASE("deepseek_v3: a short chunk on a long cached context takes the absorbed path") {
+    // 200 cached positions (fed one token at a time: a decode step is absorbed on every path
+    // but plain, so the auto and absorbed models hold the same cache bit for bit), then a chunk
+    // of 6 tokens with all its logits. The rule sends it down the absorbed path: the auto model's
+    // logits equal the absorbed model's exactly, and the plain model's within the tolerance.
+    constexpr int kCached = 200;
+    constexpr int kChunk = 6;
+    auto model_auto = load_path(MlaPath::kAuto, 2);
+    auto model_absorbed = load_path(MlaPath::kAbsorbed, 2);
+    auto model_plain = load_path(MlaPath::kPlain, 2);
+    std::vector<TokenId> ids(kCached + kChunk);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        ids[i] = static_cast<TokenId>((i * 37 + 11) % 509);
+    }
+    const std::span<const TokenId> all(ids);
+    auto run = [&](CausalLM& m, bool one_by_one) {
+        auto slot = m.acquire_slot();
+        REQUIRE(slot.ok());
+        std::vector<float> logits;
+        if (one_by_one) {
+            for (int p = 0; p < kCached; ++p) {
+                SequenceChunk ch{*slot, p, all.subspan(p, 1), false};
+                REQUIRE(m.forward({&ch, 1}, &logits).ok());
+            }
+        } else {
+            SequenceChunk ch{*slot, 0, all.first(kCached), false};
+            REQUIRE(m.forward({&ch, 1}, &logits).ok());
+        }
+        SequenceChunk ch{*slot, kCached, all.subspan(kCached, kChunk), true};
+        REQUIRE(m.forward({&ch, 1}, &logits).ok());
+        return logits;
+    };
+    const std::vector<float> a = run(*model_auto, true);
+    const std::vector<float> b = run(*model_absorbed, true);
+    const std::vector<float> p = run(*model_plain, false);
+    REQUIRE(a.size() == static_cast<size_t>(kChunk * model_auto->spec().vocab_size));
+    REQUIRE(b.size() == a.size());
+    REQUIRE(p.size() == a.size());
+    CHECK(a == b);
+    double max_diff = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        max_diff = std::max<double>(max_diff, std::fabs(a[i] - p[i]));
+    }
+    INFO("max |auto - plain| " << max_diff);
+    CHECK(max_diff <= 1e-4);
+    CHECK(max_diff > 0.0);  // The plain model computed it another way.
 }
 
 TEST_CASE("deepseek_v3: KV cache holds the latent and the rope key only") {
