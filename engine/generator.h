@@ -161,6 +161,9 @@ struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;  // Prompt tokens served from the prefix cache.
+    // Of completion_tokens, those of a thinking model's thought (its markers included): counted
+    // by the API layer, which splits the thought off; the engine leaves it 0.
+    int64_t reasoning_tokens = 0;
 };
 
 struct Finish {

@@ -97,7 +97,14 @@ void ChoiceSink::on_delta(engine::TokenDelta delta) {
     if (thinker_ || tools_) {
         engine::chat::ReasoningDelta split;
         if (thinker_) {
+            // A token fed inside the thought, or that opened it, is the thought's (the marker
+            // tokens included, as OpenAI counts reasoning_tokens: generated, not shown as
+            // content).
+            const bool thinking = thinker_->in_thought();
             split = thinker_->feed(delta.text);
+            if (thinking || thinker_->in_thought()) {
+                reasoning_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+            }
         } else {
             split.content = delta.text;
         }
@@ -126,6 +133,7 @@ void ChoiceSink::on_delta(engine::TokenDelta delta) {
 }
 
 void ChoiceSink::on_finish(engine::Finish finish) {
+    finish.usage.reasoning_tokens = std::min(reasoning_tokens_, finish.usage.completion_tokens);
     if (finish.reason == engine::FinishReason::kError ||
         finish.reason == engine::FinishReason::kCancelled) {
         response_->choice_finished(index_, finish, nullptr);

@@ -78,6 +78,7 @@ class ChoiceSink final : public engine::GenerationSink {
     // Tokens generated so far (the deltas' ids; the engine's count once finished): the usage
     // of each chunk with continuous_usage.
     int64_t completion_tokens_ = 0;
+    int64_t reasoning_tokens_ = 0;  // Of those, the thought's (usage.reasoning_tokens).
 };
 
 }  // namespace edge::daemon::api

@@ -25,6 +25,10 @@ json::value usage_json(const engine::Usage& u) {
     json::object details;
     details["cached_tokens"] = u.cached_tokens;
     usage["prompt_tokens_details"] = std::move(details);
+    // OpenAI's: a thinking model's thought tokens among completion_tokens.
+    json::object completion_details;
+    completion_details["reasoning_tokens"] = u.reasoning_tokens;
+    usage["completion_tokens_details"] = std::move(completion_details);
     return usage;
 }
 
@@ -152,6 +156,7 @@ void Response::choice_finished(int32_t index, const engine::Finish& finish, json
             return;
         }
         usage_.completion_tokens += finish.usage.completion_tokens;
+        usage_.reasoning_tokens += finish.usage.reasoning_tokens;
         if (index % n == 0) {
             // A prompt is the same for each of its choices: counted once, as OpenAI and
             // vLLM do, and a list of prompts counts each.

@@ -38,6 +38,8 @@ class ReasoningParser {
     ReasoningDelta feed(std::string_view text);
     // The output ended: flushes what was held back.
     ReasoningDelta finish();
+    // Inside the thought (opened, not yet closed): what is fed now is thought, or its end.
+    bool in_thought() const { return state_ == State::kThought; }
 
   private:
     enum class State {

@@ -183,3 +183,53 @@ TEST_CASE("reasoning: a model that does not think keeps <think> in its content")
     json::object comp = testing::json_object_of(reply->body);
     CHECK(comp["choices"].as_array()[0].at("text") == kQwenOutput);
 }
+
+TEST_CASE("reasoning: usage counts the thought's tokens as completion_tokens_details") {
+    // OpenAI's usage.completion_tokens_details.reasoning_tokens: the thought's share of
+    // completion_tokens, its markers included. Each emit below is one token.
+    ThinkFixture f;
+    auto c = f.client();
+    auto reasoning_tokens = [&](const std::string& model, const std::vector<std::string>& pieces,
+                                bool stream) {
+        const std::string body = R"({"model":")" + model +
+                                 R"(","messages":[{"role":"user","content":"2+2?"}])" +
+                                 (stream ? R"(,"stream":true,"stream_options":{"include_usage":true})"
+                                         : "") +
+                                 "}";
+        REQUIRE(c->send(testing::http_request("POST", "/v1/chat/completions", body)).ok());
+        REQUIRE(f.generator.wait_for_request(f.next));
+        for (const std::string& piece : pieces) {
+            f.generator.emit(f.next, piece);
+        }
+        f.generator.finish(f.next, engine::FinishReason::kStop,
+                           engine::Usage{5, static_cast<int64_t>(pieces.size()), 0});
+        ++f.next;
+        auto reply = c->read_response();
+        REQUIRE(reply.ok());
+        REQUIRE(reply->status == 200);
+        json::object usage;
+        if (stream) {
+            std::vector<std::string> events = testing::sse_events(reply->body);
+            REQUIRE(events.size() >= 2);
+            usage = testing::json_object_of(events[events.size() - 2])["usage"].as_object();
+        } else {
+            usage = testing::json_object_of(reply->body)["usage"].as_object();
+        }
+        CHECK(usage["completion_tokens"] == static_cast<int64_t>(pieces.size()));
+        return usage["completion_tokens_details"].as_object()["reasoning_tokens"].as_int64();
+    };
+    for (bool stream : {false, true}) {
+        CAPTURE(stream);
+        // <think>, two thought tokens, </think>: 4; the answer's two are content.
+        CHECK(reasoning_tokens("qwen3", {"<think>", "\nAdd two", " and two.", "</think>", "\n\nIt",
+                                         " is 4."},
+                               stream) == 4);
+        // A marker split over two tokens: both are the thought's.
+        CHECK(reasoning_tokens("qwen3", {"<think>", "Sum.", "</th", "ink>", "4"}, stream) == 4);
+        // The prompt opened the thought: from the first token.
+        CHECK(reasoning_tokens("v31", {"Two plus", " two.", "</think>", "4"}, stream) == 3);
+        // No thought: none.
+        CHECK(reasoning_tokens("qwen3", {"It is", " 4."}, stream) == 0);
+        CHECK(reasoning_tokens("plain", {"<think>", "x", "</think>", "4"}, stream) == 0);
+    }
+}
