@@ -521,8 +521,12 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 // Tokens served, as far as known (the charge above is not a count).
                 metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
                                           result.completion_tokens);
-                metrics->on_tenant_request(
-                    tenant_name, result.started && result.status < 500 ? "ok" : "error");
+                // A stream that failed after its head (cut, or the peer's error event) is an
+                // error, as the same failure here is.
+                metrics->on_tenant_request(tenant_name, result.started && result.status < 500 &&
+                                                                !result.failed
+                                                            ? "ok"
+                                                            : "error");
             }
         });
 }

@@ -113,6 +113,9 @@ public:
 // What happened to a forwarded request, for the caller's bookkeeping (limits, metrics).
 struct ForwardResult {
     bool started = false;   // Some byte of the response reached the client.
+    // A streamed answer that began and then failed: cut here, or ended by the peer's own error
+    // event. Its status stays the head's (200).
+    bool failed = false;
     int status = 0;         // HTTP status the client got (0 when none).
     std::string site_id;    // The site that answered (the last one tried).
     int attempts = 0;       // Targets tried.

@@ -79,6 +79,7 @@ std::optional<int64_t> told_count(const tls::HttpResponse& answer, std::string_v
 // What an answer the peer accepted used: its usage report, or, without one (cut, the client
 // gone, a peer that sends none), the prompt its head told and a generation of unknown length.
 void take_usage(ForwardJob& job, const UsageScanner& usage) {
+    job.result.failed = job.result.failed || usage.failed();
     if (usage.reported()) {
         job.result.prompt_tokens = usage.prompt_tokens();
         job.result.completion_tokens = usage.completion_tokens();
@@ -382,7 +383,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                 // first, so the error is an event of its own.
                 job.channel->write(close_event + "data: " + e.to_json() + "\n\ndata: [DONE]\n\n");
             }
-            job.cut = true;
+            job.result.failed = true;
             job.deliver_last = [channel = job.channel] { channel->end_stream(); };
         } else {
             job.result.status = e.status;

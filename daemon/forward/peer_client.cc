@@ -89,7 +89,7 @@ void PeerClient::Impl::finish(ForwardJob& job) {
     if (metrics_ != nullptr && !job.result.site_id.empty()) {
         std::string_view outcome =
             job.cancelled ? "cancelled"
-            : job.result.started && job.result.status < 500 && !job.cut ? "ok"
+            : job.result.started && job.result.status < 500 && !job.result.failed ? "ok"
                                                                           : "error";
         metrics_->on_forwarded(job.result.site_id, outcome);
     }

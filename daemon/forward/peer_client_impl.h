@@ -110,7 +110,6 @@ struct ForwardJob {
     bool site_lost = false;    // Its connection was closed: gossip declared the site dead.
     bool cancelled = false;
     bool counted_retry = false;  // Holds one of the retry budget's slots.
-    bool cut = false;            // The answer broke after bytes reached the client.
     // The prompt's length a peer that accepted the request sent on its head (kPromptTokensHeader):
     // charged when its usage report never comes.
     int64_t accepted_prompt_tokens = 0;

@@ -112,6 +112,8 @@ std::string UsageScanner::feed_events(std::string_view bytes) {
             if (relayed) {
                 parse_event(event);
                 ended_ = ended_ || event == "data: [DONE]";
+                // The error event a failing stream ends with (api::Response, and OpenAI's).
+                failed_ = failed_ || event.starts_with("data: {\"error\":");
             }
         }
         if (relayed) {

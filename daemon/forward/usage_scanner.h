@@ -39,6 +39,8 @@ public:
     bool reported() const { return reported_; }
     // The stream's end event (`data: [DONE]`) was relayed: the client has the whole answer.
     bool ended() const { return ended_; }
+    // An error event (`data: {"error":...}`) was relayed: the peer's stream failed in-band.
+    bool failed() const { return failed_; }
     // Part of an over-long event was relayed without its end: a stream cut now leaves that
     // event open on the client's side (cut() closes it).
     bool inside_event() const { return passing_; }
@@ -61,6 +63,7 @@ public:
     bool passing_ = false;  // Inside an over-long event: relay until its end, parse nothing.
     bool reported_ = false;
     bool ended_ = false;
+    bool failed_ = false;
     int64_t prompt_tokens_ = 0;
     int64_t completion_tokens_ = 0;
 };

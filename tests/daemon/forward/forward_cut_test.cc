@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "tests/daemon/forward/forward_fixture.h"
 
 using namespace edge;
@@ -166,10 +167,36 @@ TEST_CASE("a forwarded stream silent past stream_idle_timeout ends with an error
     CHECK(reports[0].site == "sin");
     CHECK_FALSE(reports[0].ok);
     CHECK_FALSE(c.generator.wait_for_request(0, 0));  // Bytes were out: not rerun.
-    REQUIRE(request_counted(a));
+    // An error for the tenant's count too (it was "ok": a 200 head), as the same cut here is.
+    REQUIRE(request_counted(a, "error"));
     CHECK(
         metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"sin\"} 1"));
     b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
+}
+
+TEST_CASE("a forwarded stream the peer ends with its own error event counts as an error") {
+    // The peer's engine failed the request after its first token: its stream ends with an
+    // error event and [DONE], whole, under a 200 head. Counted "ok" before (the head's status).
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "tok");
+    b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 1, 0},
+                       internal_error("the device was lost"));
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(error_events(sse_data(r->body)).size() == 1);
+    CHECK(request_counted(a, "error"));
+    CHECK(
+        metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"sin\"} 1"));
+    // Charged what the peer reported.
+    CHECK(
+        metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1"));
 }
 
 TEST_CASE("a deferred answer not made within deferred_answer_timeout: a 504, the peer failed") {

@@ -243,3 +243,19 @@ TEST_CASE("usage scanner: a cut reads a report held without its blank line, drop
     CHECK(open.cut() == "\n\n");  // Ends the event the client is inside.
     CHECK_FALSE(open.inside_event());
 }
+
+TEST_CASE("usage scanner: an error event marks the stream failed, content mentioning it does not") {
+    UsageScanner ok;
+    ok.feed_events("data: {\"choices\":[{\"delta\":{\"content\":\"data: {\\\"error\\\":\"}}]}\n\n"
+                   "data: [DONE]\n\n");
+    CHECK_FALSE(ok.failed());
+    UsageScanner failed;
+    const std::string stream = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+                               "data: {\"error\":{\"message\":\"lost\",\"code\":null}}\n\n"
+                               "data: [DONE]\n\n";
+    for (char ch : stream) {
+        failed.feed_events(std::string_view(&ch, 1));
+    }
+    CHECK(failed.failed());
+    CHECK(failed.ended());
+}
