@@ -228,13 +228,12 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     }
     ParsedRequest& req = std::get<ParsedRequest>(parsed);
     if (!from_peer) {
-        // A model no site serves is not found, whoever asks, before anything is charged: in a
+        // A model no site has is not found, whoever asks, before anything is charged: in a
         // cluster the planner would answer it 503 no_pool_serves_model, which OpenAI clients
-        // retry and then raise as a server error. 403 is for one that exists.
-        const std::vector<engine::ModelInfo> known = known_models();
-        if (std::none_of(known.begin(), known.end(), [&](const engine::ModelInfo& m) {
-                return m.name == req.generate.model;
-            })) {
+        // retry and then raise as a server error. One a site advertises but does not serve now
+        // (loading, draining, its site found dead) gets the planner's 503, which they retry.
+        // 403 is for one that exists.
+        if (!model_exists(req.generate.model)) {
             reject(api_error_from_status(not_found_error("unknown model"), req.generate.model),
                    "model_not_found");
             return;

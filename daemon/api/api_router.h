@@ -74,6 +74,9 @@ private:
                bool from_peer);
     // This site's models and those other sites serve (a request for one is forwarded there).
     std::vector<engine::ModelInfo> known_models() const;
+    // Whether `model` exists: this site has it, or some site of the cluster advertises it in any
+    // state (RoutePlanner::advertised_models); a request for one that does not is a 404.
+    bool model_exists(const std::string& model) const;
     // GET /v1/models (`id` empty) or /v1/models/{id}: the models `tenant` may use (all for a
     // null tenant: a forwarded request).
     void models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel, const Tenant* tenant,

@@ -29,6 +29,20 @@ std::vector<engine::ModelInfo> ApiRouter::known_models() const {
     return models;
 }
 
+bool ApiRouter::model_exists(const std::string& model) const {
+    const std::vector<engine::ModelInfo> here = generator_.models();
+    if (std::any_of(here.begin(), here.end(),
+                    [&](const engine::ModelInfo& m) { return m.name == model; })) {
+        return true;
+    }
+    cluster::RoutePlanner* planner = planner_.load();
+    if (planner == nullptr) {
+        return false;
+    }
+    const std::vector<std::string> advertised = planner->advertised_models();
+    return std::find(advertised.begin(), advertised.end(), model) != advertised.end();
+}
+
 void ApiRouter::models_endpoint(std::shared_ptr<tls::ResponseChannel>& channel,
                                 const Tenant* tenant, std::string_view id) {
     // Only the models this tenant may use, as OpenAI lists those its key can call.

@@ -162,15 +162,19 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::current()
     return built_;
 }
 
-std::vector<std::string> ClusterRoutePlanner::cluster_models() {
+std::vector<std::string> ClusterRoutePlanner::cluster_models() { return models(false); }
+
+std::vector<std::string> ClusterRoutePlanner::advertised_models() { return models(true); }
+
+std::vector<std::string> ClusterRoutePlanner::models(bool any_state) {
     std::set<std::string> models;
     const auto snap = snapshots_ ? snapshots_() : nullptr;
     if (snap != nullptr) {
         for (const membership::MemberView& m : snap->members) {
             // As the route table: a suspect member's pools are still planned to.
-            if ((m.state != membership::NodeState::kAlive &&
-                 m.state != membership::NodeState::kSuspect) ||
-                m.site == nullptr) {
+            if (m.site == nullptr ||
+                (!any_state && m.state != membership::NodeState::kAlive &&
+                 m.state != membership::NodeState::kSuspect)) {
                 continue;
             }
             // As the route table: a remote site without a peer address takes no forwarded
@@ -179,7 +183,7 @@ std::vector<std::string> ClusterRoutePlanner::cluster_models() {
                 continue;
             }
             for (const membership::PoolInfo& pool : m.site->pools) {
-                if (pool.state == membership::PoolState::kServing) {
+                if (any_state || pool.state == membership::PoolState::kServing) {
                     models.insert(pool.model);
                 }
             }

@@ -68,6 +68,7 @@ public:
     RoutePlan plan(std::string_view model, std::string_view version_pin) override;
     void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) override;
     std::vector<std::string> cluster_models() override;
+    std::vector<std::string> advertised_models() override;
 
     // The result of one active /readyz check of `member`.
     enum class Readiness {
@@ -98,6 +99,9 @@ public:
     bool reload(PlannerConfig fresh);
 
   private:
+    // The models the members' pools hold: serving on live members (cluster_models), or in any
+    // state on any member still listed (advertised_models).
+    std::vector<std::string> models(bool any_state);
     struct Built {
         std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot;
         routing::selection::RouteTable table;

@@ -108,6 +108,11 @@ public:
     // Models some live site of the cluster serves now (any version), sorted, without duplicates:
     // what a request may name here even when this site runs none of them.
     virtual std::vector<std::string> cluster_models() { return {}; }
+    // Models some site of the cluster advertises in any state (loading, draining, or on a member
+    // gossip has found dead but still lists), sorted, without duplicates: a request naming one
+    // of these is for a model that exists, which may serve again (a 503 to retry), while one
+    // naming none is for no model at all (a 404).
+    virtual std::vector<std::string> advertised_models() { return cluster_models(); }
 };
 
 // What happened to a forwarded request, for the caller's bookkeeping (limits, metrics).

@@ -445,6 +445,21 @@ TEST_CASE("planner: a site without a peer listener shapes no choice, hysteresis 
     CHECK(f.planner->cluster_models() == std::vector<std::string>{"m"});
 }
 
+TEST_CASE("planner: advertised models hold pools in any state, on members found dead too") {
+    // A model whose only site drains for a restart, loads, or was found dead is not served
+    // now (cluster_models) but exists (advertised_models): the API's 503, not its 404.
+    Fixture f;
+    membership::PoolInfo draining = pool("v1", membership::PoolState::kDraining);
+    draining.model = "drained";
+    f.world.add(kAms, {draining});
+    membership::PoolInfo gone = pool();
+    gone.model = "on-a-dead-site";
+    f.world.add(kSin, {gone}, membership::NodeState::kDead);
+    CHECK(f.planner->cluster_models().empty());
+    CHECK(f.planner->advertised_models() ==
+          std::vector<std::string>{"drained", "on-a-dead-site"});
+}
+
 TEST_CASE("planner: the table is cached until the snapshot changes or it goes stale") {
     Fixture f;
     f.world.add(kAms, {pool()});

@@ -73,6 +73,17 @@ public:
         std::lock_guard lock(mu_);
         cluster_models_ = std::move(models);
     }
+    // Models advertised beyond those serving (loading, draining, a dead member's).
+    std::vector<std::string> advertised_models() override {
+        std::lock_guard lock(mu_);
+        std::vector<std::string> all = cluster_models_;
+        all.insert(all.end(), advertised_only_.begin(), advertised_only_.end());
+        return all;
+    }
+    void set_advertised_only(std::vector<std::string> models) {
+        std::lock_guard lock(mu_);
+        advertised_only_ = std::move(models);
+    }
     int plans() const {
         std::lock_guard lock(mu_);
         return plans_;
@@ -93,6 +104,7 @@ private:
     std::string last_pin_;
     std::vector<Report> reports_;
     std::vector<std::string> cluster_models_;
+    std::vector<std::string> advertised_only_;
 };
 
 struct Cluster {

@@ -35,4 +35,11 @@ TEST_CASE("a model no site of the cluster serves is a 404, not the planner's 503
     CHECK(far->status == 503);
     CHECK(error_code_of(*far) == "no_pool_serves_model");
     CHECK(a.planner.plans() == 1);
+    // So is one a site advertises but does not serve now (draining for a restart, loading, its
+    // site found dead): the planner's 503, which clients retry, not a 404 they would not.
+    a.planner.set_advertised_only({"restarting-model"});
+    auto restarting = a.ask(chat_request(false, "restarting-model"));
+    CHECK(restarting->status == 503);
+    CHECK(error_code_of(*restarting) == "no_pool_serves_model");
+    CHECK(a.planner.plans() == 2);
 }
