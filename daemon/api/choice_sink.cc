@@ -100,10 +100,18 @@ void ChoiceSink::on_delta(engine::TokenDelta delta) {
             // A token fed inside the thought, or that opened it, is the thought's (the marker
             // tokens included, as OpenAI counts reasoning_tokens: generated, not shown as
             // content).
+            // Tokens fed before the output decided (part of a split <think>, whitespace before
+            // it) are the thought's once it opens.
             const bool thinking = thinker_->in_thought();
             split = thinker_->feed(delta.text);
+            const auto tokens = static_cast<int64_t>(delta.token_ids.size());
             if (thinking || thinker_->in_thought()) {
-                reasoning_tokens_ += static_cast<int64_t>(delta.token_ids.size());
+                reasoning_tokens_ += undecided_tokens_ + tokens;
+                undecided_tokens_ = 0;
+            } else if (thinker_->undecided()) {
+                undecided_tokens_ += tokens;
+            } else {
+                undecided_tokens_ = 0;
             }
         } else {
             split.content = delta.text;

@@ -79,6 +79,7 @@ class ChoiceSink final : public engine::GenerationSink {
     // of each chunk with continuous_usage.
     int64_t completion_tokens_ = 0;
     int64_t reasoning_tokens_ = 0;  // Of those, the thought's (usage.reasoning_tokens).
+    int64_t undecided_tokens_ = 0;  // Fed while the output may still open a thought.
 };
 
 }  // namespace edge::daemon::api

@@ -40,6 +40,8 @@ class ReasoningParser {
     ReasoningDelta finish();
     // Inside the thought (opened, not yet closed): what is fed now is thought, or its end.
     bool in_thought() const { return state_ == State::kThought; }
+    // Nothing decided yet: what was fed may still open a thought (part of <think>, whitespace).
+    bool undecided() const { return state_ == State::kStart; }
 
   private:
     enum class State {

@@ -224,8 +224,11 @@ TEST_CASE("reasoning: usage counts the thought's tokens as completion_tokens_det
         CHECK(reasoning_tokens("qwen3", {"<think>", "\nAdd two", " and two.", "</think>", "\n\nIt",
                                          " is 4."},
                                stream) == 4);
-        // A marker split over two tokens: both are the thought's.
+        // A marker split over two tokens: both are the thought's, the opening one too.
         CHECK(reasoning_tokens("qwen3", {"<think>", "Sum.", "</th", "ink>", "4"}, stream) == 4);
+        CHECK(reasoning_tokens("qwen3", {"<th", "ink>", "Sum.", "</think>", "4"}, stream) == 4);
+        // An answer that only looked like it might open one: none.
+        CHECK(reasoning_tokens("qwen3", {"<th", "e answer"}, stream) == 0);
         // The prompt opened the thought: from the first token.
         CHECK(reasoning_tokens("v31", {"Two plus", " two.", "</think>", "4"}, stream) == 3);
         // No thought: none.
