@@ -138,6 +138,24 @@ TEST_CASE("a deferred answer cut after its body began is not run again here") {
     CHECK_FALSE(a.generator.wait_for_request(0, 0));
 }
 
+namespace {
+
+// A request sent on `client` (to another site, which forwards it) is served at `at`, its first
+// request: the client gets at's 200, with the text "served at <site id>".
+void check_served_at(Site& at, testing::TlsClient& client) {
+    REQUIRE(client.send(chat_request(false)).ok());
+    REQUIRE(at.generator.wait_for_request(0));
+    at.generator.emit(0, "served at " + at.id);
+    at.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+    auto r = client.read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 200);
+    CHECK(r->headers["x-edgeserve-site"] == at.id);
+    CHECK(r->body.find("served at " + at.id) != std::string::npos);
+}
+
+}  // namespace
+
 TEST_CASE("this site first in the plan refuses for its load: the next remote target serves it") {
     // The engine here answered 503 (its model's queue full) although the plan named ams next:
     // only a peer's refusal moved a request on.
@@ -148,15 +166,7 @@ TEST_CASE("this site first in the plan refuses for its load: the next remote tar
     a.planner.route_to({here, b.target()});
     a.generator.fail_next_submit(unavailable_error("the model's queue is full"));
     auto client = a.client();
-    REQUIRE(client->send(chat_request(false)).ok());
-    REQUIRE(b.generator.wait_for_request(0));
-    b.generator.emit(0, "served at ams");
-    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
-    auto r = client->read_response();
-    REQUIRE(r.ok());
-    CHECK(r->status == 200);
-    CHECK(r->headers["x-edgeserve-site"] == "ams");
-    CHECK(r->body.find("served at ams") != std::string::npos);
+    check_served_at(b, *client);
     // Charged once, what ran at ams; the refusal here is load, not ill health: the detector
     // hears only ams's answer.
     CHECK(request_counted(a, "ok"));
@@ -228,14 +238,7 @@ TEST_CASE("a plan with this site between remote ones: it is tried in its turn, t
     }
     SUBCASE("this site refuses it for its load: the site after it serves it") {
         a.generator.fail_next_submit(unavailable_error("the model's queue is full"));
-        REQUIRE(client->send(chat_request(false)).ok());
-        REQUIRE(c.generator.wait_for_request(0));
-        c.generator.emit(0, "served at sin");
-        c.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
-        auto r = client->read_response();
-        REQUIRE(r.ok());
-        CHECK(r->status == 200);
-        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        check_served_at(c, *client);
     }
     CHECK(request_counted(a, "ok"));
 }
