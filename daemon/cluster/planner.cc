@@ -88,6 +88,7 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
     if (!snap) {
         return b;
     }
+    remember_models(*snap);
     auto health = [this, &b](std::string_view member, std::string_view model) {
         std::string key = pool_key(member, model);
         if (!outliers_.is_ejected(key)) {
@@ -166,9 +167,31 @@ std::vector<std::string> ClusterRoutePlanner::cluster_models() { return models(f
 
 std::vector<std::string> ClusterRoutePlanner::advertised_models() { return models(true); }
 
+void ClusterRoutePlanner::remember_models(const membership::MembershipSnapshot& snap) {
+    const TimePoint now = clock_.now();
+    for (const membership::MemberView& m : snap.members) {
+        if (m.site != nullptr) {
+            for (const membership::PoolInfo& pool : m.site->pools) {
+                seen_models_[pool.model] = now;
+            }
+        }
+    }
+    std::erase_if(seen_models_,
+                  [&](const auto& seen) { return now - seen.second > kRememberAdvertised; });
+}
+
 std::vector<std::string> ClusterRoutePlanner::models(bool any_state) {
     std::set<std::string> models;
     const auto snap = snapshots_ ? snapshots_() : nullptr;
+    if (any_state) {
+        std::lock_guard lock(mu_);
+        if (snap != nullptr) {
+            remember_models(*snap);
+        }
+        for (const auto& [model, when] : seen_models_) {
+            models.insert(model);
+        }
+    }
     if (snap != nullptr) {
         for (const membership::MemberView& m : snap->members) {
             // As the route table: a suspect member's pools are still planned to.

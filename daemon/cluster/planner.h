@@ -69,6 +69,9 @@ public:
     void report(const RouteTarget& target, bool ok, std::chrono::nanoseconds latency) override;
     std::vector<std::string> cluster_models() override;
     std::vector<std::string> advertised_models() override;
+    // How long a model stays advertised after the last member holding it left the member list
+    // (a site restarting loads its models before it rejoins: a large one takes minutes).
+    static constexpr std::chrono::minutes kRememberAdvertised{30};
 
     // The result of one active /readyz check of `member`.
     enum class Readiness {
@@ -100,8 +103,11 @@ public:
 
   private:
     // The models the members' pools hold: serving on live members (cluster_models), or in any
-    // state on any member still listed (advertised_models).
+    // state on any member still listed, and those seen so within kRememberAdvertised
+    // (advertised_models).
     std::vector<std::string> models(bool any_state);
+    // Records the models of `snap`'s pools, any state, as seen now (under mu_).
+    void remember_models(const routing::membership::MembershipSnapshot& snap);
     struct Built {
         std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot;
         routing::selection::RouteTable table;
@@ -139,6 +145,10 @@ public:
     // The life (MemberView::life) of each member whose pools are in known_pools_, as last
     // rebuilt from (under mu_): a new one starts its pools' outlier records afresh.
     std::unordered_map<std::string, uint64_t> lives_;
+    // When each model was last seen in some member's pools (under mu_): a site that left for a
+    // restart is dropped from the member list within a minute, long before its models load
+    // again, and its models must stay known (a 503 to retry, not a 404) meanwhile.
+    std::unordered_map<std::string, TimePoint> seen_models_;
 };
 
 }  // namespace edge::daemon::cluster

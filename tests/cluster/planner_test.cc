@@ -458,6 +458,14 @@ TEST_CASE("planner: advertised models hold pools in any state, on members found 
     CHECK(f.planner->cluster_models().empty());
     CHECK(f.planner->advertised_models() ==
           std::vector<std::string>{"drained", "on-a-dead-site"});
+    // The site that drained left and was dropped from the member list while it restarts (its
+    // models load before it rejoins): its model stays advertised for a while, then is gone.
+    f.world.add(kAms, {});
+    f.clock.advance(ClusterRoutePlanner::kRememberAdvertised - std::chrono::seconds(1));
+    CHECK(f.planner->advertised_models() ==
+          std::vector<std::string>{"drained", "on-a-dead-site"});
+    f.clock.advance(std::chrono::seconds(2));
+    CHECK(f.planner->advertised_models() == std::vector<std::string>{"on-a-dead-site"});
 }
 
 TEST_CASE("planner: the table is cached until the snapshot changes or it goes stale") {
