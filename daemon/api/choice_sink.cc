@@ -102,10 +102,12 @@ void ChoiceSink::on_delta(engine::TokenDelta delta) {
             // content).
             // Tokens fed before the output decided (part of a split <think>, whitespace before
             // it) are the thought's once it opens.
+            // (One delta may open and close the thought: "ink></think>" after "<th".)
             const bool thinking = thinker_->in_thought();
+            const bool opened = thinker_->opened();
             split = thinker_->feed(delta.text);
             const auto tokens = static_cast<int64_t>(delta.token_ids.size());
-            if (thinking || thinker_->in_thought()) {
+            if (thinking || thinker_->in_thought() || (!opened && thinker_->opened())) {
                 reasoning_tokens_ += undecided_tokens_ + tokens;
                 undecided_tokens_ = 0;
             } else if (thinker_->undecided()) {

@@ -18,6 +18,7 @@ constexpr size_t kMaxHeldNewlines = 16;
 void ReasoningParser::open_thought() {
     if (state_ == State::kStart && buf_.empty()) {
         state_ = State::kThought;
+        opened_ = true;
     }
 }
 
@@ -53,6 +54,7 @@ void ReasoningParser::run(ReasoningDelta& out, bool ended) {
                 if (rest.starts_with(kOpen)) {
                     buf_.erase(0, at + kOpen.size());
                     state_ = State::kThought;
+                    opened_ = true;
                     continue;
                 }
                 if (!ended && kOpen.starts_with(rest)) {

@@ -42,6 +42,8 @@ class ReasoningParser {
     bool in_thought() const { return state_ == State::kThought; }
     // Nothing decided yet: what was fed may still open a thought (part of <think>, whitespace).
     bool undecided() const { return state_ == State::kStart; }
+    // A thought was opened (by the output or the prompt), whether or not it has closed since.
+    bool opened() const { return opened_; }
 
   private:
     enum class State {
@@ -55,6 +57,7 @@ class ReasoningParser {
 
     State state_ = State::kStart;
     bool thought_begun_ = false;  // Thought text went out (leading newlines are past).
+    bool opened_ = false;
     std::string buf_;             // Held back.
 };
 

@@ -227,6 +227,8 @@ TEST_CASE("reasoning: usage counts the thought's tokens as completion_tokens_det
         // A marker split over two tokens: both are the thought's, the opening one too.
         CHECK(reasoning_tokens("qwen3", {"<think>", "Sum.", "</th", "ink>", "4"}, stream) == 4);
         CHECK(reasoning_tokens("qwen3", {"<th", "ink>", "Sum.", "</think>", "4"}, stream) == 4);
+        // One delta that opens and closes it (a stop string's hold-back releases several).
+        CHECK(reasoning_tokens("qwen3", {"<th", "ink>Sum.</think>", "4"}, stream) == 2);
         // An answer that only looked like it might open one: none.
         CHECK(reasoning_tokens("qwen3", {"<th", "e answer"}, stream) == 0);
         // The prompt opened the thought: from the first token.
