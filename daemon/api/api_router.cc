@@ -521,11 +521,9 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
                                           result.completion_tokens);
                 // A stream that failed after its head (cut, or the peer's error event) is an
-                // error, as the same failure here is.
-                metrics->on_tenant_request(tenant_name, result.started && result.status < 500 &&
-                                                                !result.failed
-                                                            ? "ok"
-                                                            : "error");
+                // error, as the same failure here is; one the peer stopped for its load or a
+                // shutdown is cancelled, as a drain's deadline here cancels.
+                metrics->on_tenant_request(tenant_name, forward_outcome(result));
             }
         });
 }

@@ -44,6 +44,13 @@ const char* engine_refusal_reason(const Status& status) {
     }
 }
 
+const char* forward_outcome(const cluster::ForwardResult& result) {
+    if (result.failed_unavailable) {
+        return "cancelled";
+    }
+    return result.started && result.status < 500 && !result.failed ? "ok" : "error";
+}
+
 bool forward_never_ran(const cluster::ForwardResult& result) {
     return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
            result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;

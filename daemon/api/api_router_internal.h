@@ -35,6 +35,9 @@ const char* engine_refusal_reason(const Status& status);
 // 5xx after it started (it ran and failed), a 504 (it may have run), or an answer a peer
 // accepted and then lost (a deferred answer cut, a drain).
 bool forward_never_ran(const cluster::ForwardResult& result);
+// The tenant's request outcome of a forward that ran: ok, error (a 5xx, or a stream that failed
+// after its head), or cancelled (a stream the peer stopped for its load or a shutdown).
+const char* forward_outcome(const cluster::ForwardResult& result);
 
 ApiError method_not_allowed(std::string_view method, std::string_view path);
 

@@ -121,6 +121,10 @@ struct ForwardResult {
     // A streamed answer that began and then failed: cut here, or ended by the peer's own error
     // event. Its status stays the head's (200).
     bool failed = false;
+    // With failed: the peer's error event said it stopped the generation for its load or a
+    // shutdown (service_unavailable: a drain's deadline, no room once queued), as a local run's
+    // cancellation or capacity end, not a request that failed.
+    bool failed_unavailable = false;
     int status = 0;         // HTTP status the client got (0 when none).
     std::string site_id;    // The site that answered (the last one tried).
     int attempts = 0;       // Targets tried.

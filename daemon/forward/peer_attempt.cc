@@ -79,7 +79,10 @@ std::optional<int64_t> told_count(const tls::HttpResponse& answer, std::string_v
 // What an answer the peer accepted used: its usage report, or, without one (cut, the client
 // gone, a peer that sends none), the prompt its head told and a generation of unknown length.
 void take_usage(ForwardJob& job, const UsageScanner& usage) {
-    job.result.failed = job.result.failed || usage.failed();
+    if (usage.failed()) {
+        job.result.failed = true;
+        job.result.failed_unavailable = usage.error_code() == "service_unavailable";
+    }
     if (usage.reported()) {
         job.result.prompt_tokens = usage.prompt_tokens();
         job.result.completion_tokens = usage.completion_tokens();

@@ -87,10 +87,14 @@ void PeerClient::Impl::finish(ForwardJob& job) {
         }
     }
     if (metrics_ != nullptr && !job.result.site_id.empty()) {
-        std::string_view outcome =
-            job.cancelled ? "cancelled"
-            : job.result.started && job.result.status < 500 && !job.result.failed ? "ok"
-                                                                          : "error";
+        // A stream the peer stopped for its load or a shutdown is cancelled, as one stopped
+        // so here; one that failed otherwise after its head, or was cut, is an error.
+        std::string_view outcome = "error";
+        if (job.cancelled || job.result.failed_unavailable) {
+            outcome = "cancelled";
+        } else if (job.result.started && job.result.status < 500 && !job.result.failed) {
+            outcome = "ok";
+        }
         metrics_->on_forwarded(job.result.site_id, outcome);
     }
 }

@@ -46,6 +46,18 @@ bool UsageScanner::read_usage(std::string_view body) {
 
 void UsageScanner::feed_json(std::string_view body) { read_usage(body); }
 
+void UsageScanner::read_error(std::string_view json) {
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(json, ec);
+    const boost::json::object* root = ec ? nullptr : v.if_object();
+    const boost::json::value* error = root != nullptr ? root->if_contains("error") : nullptr;
+    const boost::json::value* code =
+        error != nullptr && error->is_object() ? error->get_object().if_contains("code") : nullptr;
+    if (code != nullptr && code->is_string()) {
+        error_code_ = std::string(code->get_string().subview());
+    }
+}
+
 void UsageScanner::parse_event(std::string_view event) {
     constexpr std::string_view kData = "data: ";
     if (reported_ || event.substr(0, kData.size()) != kData ||
@@ -113,7 +125,10 @@ std::string UsageScanner::feed_events(std::string_view bytes) {
                 parse_event(event);
                 ended_ = ended_ || event == "data: [DONE]";
                 // The error event a failing stream ends with (api::Response, and OpenAI's).
-                failed_ = failed_ || event.starts_with("data: {\"error\":");
+                if (!failed_ && event.starts_with("data: {\"error\":")) {
+                    failed_ = true;
+                    read_error(event.substr(6));
+                }
             }
         }
         if (relayed) {

@@ -41,6 +41,9 @@ public:
     bool ended() const { return ended_; }
     // An error event (`data: {"error":...}`) was relayed: the peer's stream failed in-band.
     bool failed() const { return failed_; }
+    // That event's error.code ("" when it has none): service_unavailable for a generation the
+    // peer stopped for its load or a shutdown (a drain's deadline, no room once queued).
+    const std::string& error_code() const { return error_code_; }
     // Part of an over-long event was relayed without its end: a stream cut now leaves that
     // event open on the client's side (cut() closes it).
     bool inside_event() const { return passing_; }
@@ -55,6 +58,8 @@ public:
     void parse_event(std::string_view event);
     // True when `event` is the usage report comment (read, not to be relayed).
     bool take_report(std::string_view event);
+    // Reads the code of the error event whose JSON is `json`.
+    void read_error(std::string_view json);
 
     static constexpr size_t kMaxPartialEvent = 1 << 20;  // Longer events are not held back.
     std::string partial_;        // The current event's bytes not yet relayed.
@@ -64,6 +69,7 @@ public:
     bool reported_ = false;
     bool ended_ = false;
     bool failed_ = false;
+    std::string error_code_;
     int64_t prompt_tokens_ = 0;
     int64_t completion_tokens_ = 0;
 };

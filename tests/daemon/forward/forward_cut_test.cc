@@ -174,9 +174,9 @@ TEST_CASE("a forwarded stream silent past stream_idle_timeout ends with an error
     b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
 }
 
-TEST_CASE("a forwarded stream the peer ends with its own error event counts as an error") {
-    // The peer's engine failed the request after its first token: its stream ends with an
-    // error event and [DONE], whole, under a 200 head. Counted "ok" before (the head's status).
+TEST_CASE("a forwarded stream the peer ends with its own error event: error, or cancelled") {
+    // The peer's engine ended the request after its first token: its stream ends with an error
+    // event and [DONE], whole, under a 200 head. Counted "ok" before (the head's status).
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
     Site b(cluster, "sin", {"m"});
@@ -185,15 +185,23 @@ TEST_CASE("a forwarded stream the peer ends with its own error event counts as a
     REQUIRE(client->send(chat_request(true)).ok());
     REQUIRE(b.generator.wait_for_request(0));
     b.generator.emit(0, "tok");
-    b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 1, 0},
-                       internal_error("the device was lost"));
+    std::string outcome;
+    SUBCASE("failed there: an error, as here") {
+        b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 1, 0},
+                           internal_error("the device was lost"));
+        outcome = "error";
+    }
+    SUBCASE("stopped there by its drain's deadline: cancelled, as here") {
+        b.generator.finish(0, engine::FinishReason::kCancelled, engine::Usage{3, 1, 0});
+        outcome = "cancelled";
+    }
     auto r = client->read_response();
     REQUIRE(r.ok());
     CHECK(r->status == 200);
     CHECK(error_events(sse_data(r->body)).size() == 1);
-    CHECK(request_counted(a, "error"));
-    CHECK(
-        metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"error\",site=\"sin\"} 1"));
+    CHECK(request_counted(a, outcome));
+    CHECK(metrics_contain(a, "edgeserve_forwarded_requests_total{outcome=\"" + outcome +
+                                 "\",site=\"sin\"} 1"));
     // Charged what the peer reported.
     CHECK(
         metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1"));

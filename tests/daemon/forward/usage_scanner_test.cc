@@ -258,4 +258,10 @@ TEST_CASE("usage scanner: an error event marks the stream failed, content mentio
     }
     CHECK(failed.failed());
     CHECK(failed.ended());
+    CHECK(failed.error_code() == "");  // A null code.
+    UsageScanner unavailable;
+    unavailable.feed_events(
+        "data: {\"error\":{\"message\":\"shutting down\",\"code\":\"service_unavailable\"}}\r\n\r\n");
+    CHECK(unavailable.failed());
+    CHECK(unavailable.error_code() == "service_unavailable");
 }
