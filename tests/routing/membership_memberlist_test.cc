@@ -796,7 +796,8 @@ TEST_CASE("memberlist: a live member's address is not taken over by another addr
         pp.nodes.push_back(
             PushPullNode{"X", other, 7, NodeState::kAlive, 8, site_bytes("X", 3), std::nullopt});
         REQUIRE(a.push_pull(pp).ok());
-        const MemberView* x = ml.snapshot()->find("X");
+        const auto x_snap = ml.snapshot();  // Held: find() points into it.
+        const MemberView* x = x_snap->find("X");
         REQUIRE(x != nullptr);
         CHECK(x->addr == "10.0.0.9:7946");
         CHECK(x->incarnation == 7);

@@ -535,7 +535,8 @@ TEST_CASE("sim: two live processes with one name do not make the others flip its
     for (int step = 0; step < 600; ++step) {  // 60 s, two periodic push-pulls each
         sim.net().run_for(milliseconds(100));
         for (size_t i : {0u, 2u, 3u, 4u}) {
-            const MemberView* v = sim.node(i).snapshot()->find(name1);
+            const auto v_snap = sim.node(i).snapshot();  // Held: find() points into it.
+            const MemberView* v = v_snap->find(name1);
             if (v == nullptr || v->addr != GossipSim::addr(1) || v->life != lives[i]) {
                 ++flips;
             }
@@ -567,7 +568,8 @@ TEST_CASE("sim: a member restarted on a new address is taken once its previous l
     moved.start(GossipSim::addr(0));
     auto all_see_moved = [&] {
         for (size_t i : {0u, 1u, 3u, 4u}) {
-            const MemberView* v = sim.node(i).snapshot()->find(GossipSim::name(2));
+            const auto v_snap = sim.node(i).snapshot();  // Held: find() points into it.
+            const MemberView* v = v_snap->find(GossipSim::name(2));
             if (v == nullptr || v->state != NodeState::kAlive || v->addr != "moved:7946") {
                 return false;
             }
