@@ -88,30 +88,36 @@ void HttpServer::Impl::start_accepting() {
     // its own); the socket gets the connection's executor given to async_accept.
     auto on_accept = [this](boost::system::error_code ec, tcp::socket socket) {
         --accept_ops_;
-        if (ec == net::error::operation_aborted || !acceptor_.is_open()) {
-            note_accept_stopped();
-            return;
-        }
         if (!ec) {
             accept_delay_ = std::chrono::milliseconds(0);
-            // A connection accepted while the drain begins (the acceptor's close is still on
-            // its way) is served like one accepted just before: it left the kernel's backlog,
-            // so no successor process can take it, and stop() drains it with the others
-            // (registered here, before the close runs, it gets the first request's grace).
+            // A connection accepted while the drain begins is served like one accepted just
+            // before: it left the kernel's backlog, so no successor process can take it, and
+            // stop() drains it with the others. That holds whether the acceptor's close is still
+            // on its way or already ran on this strand (the accept completed before it, and its
+            // handler was queued after it): registered here, before note_accept_stopped() lets
+            // stop() go on, it gets the first request's grace.
             if (open_.load() >= config_.limits.max_connections) {
                 // Closing at once keeps the cost of a connection flood at one accept each.
                 observer_->on_connection_rejected("limit");
                 boost::system::error_code ignored;
                 socket.close(ignored);
             } else {
-                socket.set_option(tcp::no_delay(true), ec);
+                boost::system::error_code ignored;
+                socket.set_option(tcp::no_delay(true), ignored);
                 start_session(*this, std::move(socket));
             }
-        } else {
-            pause_accepting(ec);
+            if (acceptor_.is_open()) {
+                start_accepting();
+            } else {
+                note_accept_stopped();
+            }
             return;
         }
-        start_accepting();
+        if (ec == net::error::operation_aborted || !acceptor_.is_open()) {
+            note_accept_stopped();
+            return;
+        }
+        pause_accepting(ec);
     };
     ++accept_ops_;
     if (config_.io_threads > 1) {
