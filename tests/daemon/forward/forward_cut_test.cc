@@ -7,9 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -188,7 +186,7 @@ TEST_CASE("a forwarded stream the peer ends with its own error event: error, or 
     REQUIRE(b.generator.wait_for_request(0));
     // The peer's head goes out once submit() returned (its engine accepted the request): an end
     // before that is a plain 503, which is another case (a refusal, tried at the next site).
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    REQUIRE(peer_head_arrived(a, "sin"));
     b.generator.emit(0, "tok");
     std::string outcome;
     SUBCASE("failed there: an error, as here") {

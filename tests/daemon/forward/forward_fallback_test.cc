@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 
@@ -82,7 +83,7 @@ TEST_CASE("a deferred answer cut at the last remote target and this site next: i
 }
 
 // Site a routes to b, then to itself; b's request 0 is accepted (its deferred head out, once
-// submit() returned), then ended with `error` before any token, on a thread of its own.
+// submit() returned, and at a), then ended with `error` before any token, on a thread of its own.
 struct AcceptedThenEnded {
     explicit AcceptedThenEnded(Status error) {
         a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
@@ -90,13 +91,16 @@ struct AcceptedThenEnded {
             if (!b.generator.wait_for_request(0)) {
                 return;  // The test's own wait fails it.
             }
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            // An end before the deferred head went out is a plain refusal at submit, which is
+            // another case; the test checks `accepted`.
+            accepted = peer_head_arrived(a, "ams");
             b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0}, error);
         });
     }
     Cluster cluster;
     Site a{cluster, "fra", {"m"}, tenants_section()};
     Site b{cluster, "ams", {"m"}};
+    std::atomic<bool> accepted{false};  // The deferred head reached a before the end.
     std::jthread peer;  // Joined first, however the test ends.
 };
 
@@ -106,6 +110,7 @@ TEST_CASE("a peer that accepted, then ended the request for capacity: it runs he
     AcceptedThenEnded f(unavailable_error("the model has no free sequence slot"));
     auto client = f.a.client();
     testing::HttpReply r = f.a.answered_here(*client, chat_request(false));
+    CHECK(f.accepted);
     CHECK(r.body.find("no free sequence slot") == std::string::npos);
     // Charged once, the run here; a refusal for capacity is load, not ill health.
     CHECK(request_counted(f.a, "ok"));
@@ -119,6 +124,7 @@ TEST_CASE("a peer that accepted, then failed the request itself: its 500 is rela
     // every target, and the peer generated, so it is not run again.
     AcceptedThenEnded f(internal_error("no token of the vocabulary continues the reply"));
     auto r = f.a.ask(chat_request(false));
+    CHECK(f.accepted);
     CHECK(r->status == 500);
     CHECK(r->headers["x-edgeserve-site"] == "ams");
     CHECK_FALSE(f.a.generator.wait_for_request(0, 0));

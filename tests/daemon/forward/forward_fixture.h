@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <string>
@@ -241,6 +242,16 @@ inline bool request_counted(Site& a, const std::string& outcome = "") {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return false;
+}
+
+// Whether the head of site `peer`'s answer reached `a` within 5 s (its time to head observed,
+// `count` answers of it in all): a peer's engine accepted the request once its deferred head or
+// its stream's head went out, so an end after this is an error after acceptance, not a refusal.
+// What a test waits on before it ends a forwarded generation, never a sleep.
+inline bool peer_head_arrived(Site& a, const std::string& peer, int count = 1) {
+    const std::string line = "edgeserve_forward_latency_seconds_count{site=\"" + peer + "\"} " +
+                             std::to_string(count) + "\n";
+    return testing::wait_for([&] { return metrics_contain(a, line); }, std::chrono::seconds(5));
 }
 
 // The tenant is in debt at `a`: its next request (`request`) gets 429 there and never reaches

@@ -439,7 +439,7 @@ TEST_CASE("a peer that generated, then answered a deferred 503: relayed and char
     REQUIRE(b.generator.wait_for_request(0));
     b.generator.emit(0, "a long reply, cut");
     // Once the deferred head went out (submit() returned): an error after acceptance.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    REQUIRE(peer_head_arrived(a, "ams"));
     b.generator.finish(0, reason, engine::Usage{3, 1500, 0}, error);
     auto r = client->read_response();
     REQUIRE(r.ok());
