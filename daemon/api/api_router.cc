@@ -1,7 +1,6 @@
 #include "daemon/api/api_router.h"
 
 #include <algorithm>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <variant>
@@ -443,12 +442,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         // Planned here first: should this site's engine refuse it for its load (its queue full,
         // overloaded, draining), the plan's remote targets are tried next, as after a peer's
         // refusal. The tenant's own queue here being full (a 429) stays the answer.
-        std::vector<cluster::RouteTarget> elsewhere;
-        for (size_t i = 1; i < plan.targets.size(); ++i) {
-            if (!plan.targets[i].local) {
-                elsewhere.push_back(std::move(plan.targets[i]));
-            }
-        }
+        std::vector<cluster::RouteTarget> elsewhere = remote_targets_after_here(plan.targets);
         if (forwarder_ != nullptr && !elsewhere.empty()) {
             set_peer_headers(request, req);
             const int64_t most_output = int64_t{max_tokens} * req.choices();
@@ -469,13 +463,8 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
     std::shared_ptr<tls::ResponseChannel> notes = channel;
     // The plan's remote targets after this site's (the forwarder tries those before it): where a
     // run here the engine refuses for load goes next. The request is kept for them.
-    auto here = std::find_if(targets.begin(), targets.end(),
-                             [](const cluster::RouteTarget& t) { return t.local; });
-    auto after_here = std::make_shared<std::vector<cluster::RouteTarget>>();
-    if (here != targets.end()) {
-        std::copy_if(here + 1, targets.end(), std::back_inserter(*after_here),
-                     [](const cluster::RouteTarget& t) { return !t.local; });
-    }
+    auto after_here =
+        std::make_shared<std::vector<cluster::RouteTarget>>(remote_targets_after_here(targets));
     auto again = after_here->empty() || req == nullptr
                      ? nullptr
                      : std::make_shared<tls::HttpRequest>(request);

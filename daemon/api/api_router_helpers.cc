@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <boost/algorithm/string/predicate.hpp>
 
@@ -54,6 +56,18 @@ const char* forward_outcome(const cluster::ForwardResult& result) {
 bool forward_never_ran(const cluster::ForwardResult& result) {
     return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
            result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;
+}
+
+std::vector<cluster::RouteTarget> remote_targets_after_here(
+    const std::vector<cluster::RouteTarget>& targets) {
+    auto here = std::find_if(targets.begin(), targets.end(),
+                             [](const cluster::RouteTarget& t) { return t.local; });
+    std::vector<cluster::RouteTarget> after;
+    if (here != targets.end()) {
+        std::copy_if(here + 1, targets.end(), std::back_inserter(after),
+                     [](const cluster::RouteTarget& t) { return !t.local; });
+    }
+    return after;
 }
 
 ApiError method_not_allowed(std::string_view method, std::string_view path) {

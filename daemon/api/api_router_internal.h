@@ -3,7 +3,8 @@
 // The helpers of ApiRouter::serve() and run_here() (api_router.cc) that live in a file of their
 // own (api_router_helpers.cc), for their use only: the error answers the router builds (401,
 // 405, a tenant limit's 429, a routing refusal's 503), how generation ended as the access log
-// notes it, and the headers a forwarded request carries between sites.
+// notes it, the plan's remote targets after this site, and the headers a forwarded request
+// carries between sites.
 //
 // Threading: pure functions, or calls on the one ResponseChannel they are given.
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "common/status.h"
 #include "daemon/api/api_error.h"
@@ -38,6 +40,12 @@ bool forward_never_ran(const cluster::ForwardResult& result);
 // The tenant's request outcome of a forward that ran: ok, error (a 5xx, or a stream that failed
 // after its head), or cancelled (a stream the peer stopped for its load or a shutdown).
 const char* forward_outcome(const cluster::ForwardResult& result);
+
+// The remote targets of a route plan after its first local one (this site), in the plan's order:
+// where a request this site's engine refuses for its load goes next (the forwarder tries the
+// remote targets before it). Empty when the plan holds no local target.
+std::vector<cluster::RouteTarget> remote_targets_after_here(
+    const std::vector<cluster::RouteTarget>& targets);
 
 ApiError method_not_allowed(std::string_view method, std::string_view path);
 
