@@ -10,6 +10,7 @@ namespace edge::daemon {
 class NullGenerator final : public engine::Generator {
 public:
     std::vector<engine::ModelInfo> models() const override { return {}; }
+    bool has_model(std::string_view) const override { return false; }
     Result<std::shared_ptr<engine::GenerationHandle>> submit(
         engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) override {
         return not_found_error("model '" + request.model + "' is not served here");

@@ -9,10 +9,12 @@
 // daemon posts them to the connection's strand). After on_finish() no further callback comes for
 // that request. cancel() after on_finish() is a no-op.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -252,6 +254,14 @@ class Generator {
     virtual ~Generator() = default;
 
     virtual std::vector<ModelInfo> models() const = 0;
+
+    // Whether `name` is one of models(): for callers that ask only that (once per request),
+    // without a copy of every model's info. The default looks through models().
+    virtual bool has_model(std::string_view name) const {
+        const std::vector<ModelInfo> all = models();
+        return std::any_of(all.begin(), all.end(),
+                           [&](const ModelInfo& m) { return m.name == name; });
+    }
 
     // Queues a request. Errors before anything runs: kNotFound (unknown model),
     // kInvalidArgument (bad prompt, prompt + max_tokens beyond the context, bad sampling values),

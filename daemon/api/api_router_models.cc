@@ -30,9 +30,7 @@ std::vector<engine::ModelInfo> ApiRouter::known_models() const {
 }
 
 bool ApiRouter::model_exists(const std::string& model) const {
-    const std::vector<engine::ModelInfo> here = generator_.models();
-    if (std::any_of(here.begin(), here.end(),
-                    [&](const engine::ModelInfo& m) { return m.name == model; })) {
+    if (generator_.has_model(model)) {
         return true;
     }
     cluster::RoutePlanner* planner = planner_.load();

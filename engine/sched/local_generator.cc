@@ -202,6 +202,10 @@ std::vector<ModelInfo> LocalGenerator::models() const {
     return out;
 }
 
+bool LocalGenerator::has_model(std::string_view name) const {
+    return models_.find(std::string(name)) != models_.end();
+}
+
 std::vector<ModelLoad> LocalGenerator::load() const {
     std::vector<ModelLoad> out;
     for (const auto& [name, rt] : models_) {

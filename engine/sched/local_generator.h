@@ -19,6 +19,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -53,6 +54,7 @@ public:
     ~LocalGenerator() override;
 
     std::vector<ModelInfo> models() const override;
+    bool has_model(std::string_view name) const override;
     Result<std::shared_ptr<GenerationHandle>> submit(GenerateRequest request,
                                                      std::shared_ptr<GenerationSink> sink) override;
     Result<std::vector<TokenId>> prompt_token_ids(const GenerateRequest& request) const override;

@@ -51,6 +51,11 @@ std::vector<engine::ModelInfo> ScriptedGenerator::models() const {
     return out;
 }
 
+bool ScriptedGenerator::has_model(std::string_view name) const {
+    std::lock_guard lock(mu_);
+    return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
 Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) {
     std::unique_lock lock(mu_);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "engine/generator.h"
@@ -30,6 +31,7 @@ public:
     explicit ScriptedGenerator(std::vector<std::string> model_names = {"test-model"});
 
     std::vector<engine::ModelInfo> models() const override;
+    bool has_model(std::string_view name) const override;
     Result<std::shared_ptr<engine::GenerationHandle>> submit(
         engine::GenerateRequest request, std::shared_ptr<engine::GenerationSink> sink) override;
     bool ready() const override { return ready_; }
