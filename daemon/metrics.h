@@ -212,10 +212,13 @@ private:
     struct TenantSeries {
         std::set<prometheus::Counter*> requests, tokens, rejections;
     };
-    prometheus::Counter& tenant_counter(prometheus::Family<prometheus::Counter>& family,
-                                        std::set<prometheus::Counter*> TenantSeries::*series,
-                                        const std::string& tenant,
-                                        std::map<std::string, std::string> labels);
+    // Adds `amount` to the tenant's series with `labels`, created if needed; nothing for a
+    // tenant a reload removed whose series set_tenants() dropped (a request it had authenticated
+    // just before the reload, refused after it, would bring them back until the next reload).
+    void tenant_count(prometheus::Family<prometheus::Counter>& family,
+                      std::set<prometheus::Counter*> TenantSeries::*series,
+                      const std::string& tenant, std::map<std::string, std::string> labels,
+                      double amount);
     mutable std::mutex tenants_mu_;
     std::map<std::string, TenantSeries> tenant_series_;  // Guarded by tenants_mu_.
     std::set<std::string> configured_tenants_;           // Guarded by tenants_mu_.

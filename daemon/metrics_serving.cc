@@ -218,36 +218,37 @@ std::string Metrics::render_serving(const std::vector<engine::ServingStats>& sta
     return out.str();
 }
 
-prometheus::Counter& Metrics::tenant_counter(prometheus::Family<prometheus::Counter>& family,
-                                             std::set<prometheus::Counter*> TenantSeries::*series,
-                                             const std::string& tenant,
-                                             std::map<std::string, std::string> labels) {
+void Metrics::tenant_count(prometheus::Family<prometheus::Counter>& family,
+                           std::set<prometheus::Counter*> TenantSeries::*series,
+                           const std::string& tenant, std::map<std::string, std::string> labels,
+                           double amount) {
+    if (retired_tenants_.contains(tenant) && !tenant_series_.contains(tenant)) {
+        return;
+    }
     labels.emplace("tenant", tenant);
     prometheus::Counter& counter = family.Add(labels);
     (tenant_series_[tenant].*series).insert(&counter);
-    return counter;
+    counter.Increment(amount);
 }
 
 void Metrics::on_tenant_request(const std::string& tenant, std::string_view outcome) {
     std::lock_guard lock(tenants_mu_);
-    tenant_counter(*tenant_requests_, &TenantSeries::requests, tenant,
-                   {{"outcome", std::string(outcome)}})
-        .Increment();
+    tenant_count(*tenant_requests_, &TenantSeries::requests, tenant,
+                 {{"outcome", std::string(outcome)}}, 1);
 }
 
 void Metrics::on_tenant_tokens(const std::string& tenant, int64_t prompt, int64_t completion) {
     std::lock_guard lock(tenants_mu_);
-    tenant_counter(*tenant_tokens_, &TenantSeries::tokens, tenant, {{"kind", "prompt"}})
-        .Increment(static_cast<double>(std::max<int64_t>(prompt, 0)));
-    tenant_counter(*tenant_tokens_, &TenantSeries::tokens, tenant, {{"kind", "completion"}})
-        .Increment(static_cast<double>(std::max<int64_t>(completion, 0)));
+    tenant_count(*tenant_tokens_, &TenantSeries::tokens, tenant, {{"kind", "prompt"}},
+                 static_cast<double>(std::max<int64_t>(prompt, 0)));
+    tenant_count(*tenant_tokens_, &TenantSeries::tokens, tenant, {{"kind", "completion"}},
+                 static_cast<double>(std::max<int64_t>(completion, 0)));
 }
 
 void Metrics::on_tenant_rejected(const std::string& tenant, std::string_view reason) {
     std::lock_guard lock(tenants_mu_);
-    tenant_counter(*tenant_rejections_, &TenantSeries::rejections, tenant,
-                   {{"reason", std::string(reason)}})
-        .Increment();
+    tenant_count(*tenant_rejections_, &TenantSeries::rejections, tenant,
+                 {{"reason", std::string(reason)}}, 1);
 }
 
 void Metrics::set_tenants(const std::vector<std::string>& configured,

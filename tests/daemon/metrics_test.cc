@@ -57,6 +57,39 @@ TEST_CASE("metrics: retain_sites drops the series of gone sites and keeps the li
     CHECK(has(m, "site=\"\""));  // Rejected decisions name no site.
 }
 
+// A reload removed tenant "old" while nothing of it ran: its series went. A request it had
+// authenticated just before the reload, refused after it (it holds no slot), counted again and
+// brought them back, partial, until the next reload.
+TEST_CASE("metrics: a removed tenant's dropped series are not brought back by a late count") {
+    Metrics m;
+    m.set_tenants({"old", "kept"}, nullptr);
+    m.on_tenant_request("old", "ok");
+    m.on_tenant_request("kept", "ok");
+    m.set_tenants({"kept"}, [](const std::string&) { return false; });
+    CHECK_FALSE(has(m, "tenant=\"old\""));
+    m.on_tenant_rejected("old", "rate_limited");
+    m.on_tenant_request("old", "rejected");
+    m.on_tenant_tokens("old", 3, 4);
+    CHECK_MESSAGE(!has(m, "tenant=\"old\""), m.serialize());
+    CHECK(has(m, "edgeserve_tenant_requests_total{outcome=\"ok\",tenant=\"kept\"} 1"));
+
+    // Busy at the reload: kept, and counted until it is dropped at a later one.
+    m.set_tenants({"kept", "busy"}, nullptr);
+    m.on_tenant_request("busy", "ok");
+    m.set_tenants({"kept"}, [](const std::string& name) { return name == "busy"; });
+    m.on_tenant_request("busy", "ok");
+    m.on_tenant_rejected("busy", "rate_limited");
+    CHECK(has(m, "edgeserve_tenant_requests_total{outcome=\"ok\",tenant=\"busy\"} 2"));
+    CHECK(has(m, "tenant=\"busy\"} 1"));
+    m.set_tenants({"kept"}, [](const std::string&) { return false; });
+    CHECK_FALSE(has(m, "tenant=\"busy\""));
+
+    // A name added back by a later reload counts again, from 0.
+    m.set_tenants({"kept", "old"}, nullptr);
+    m.on_tenant_request("old", "ok");
+    CHECK(has(m, "edgeserve_tenant_requests_total{outcome=\"ok\",tenant=\"old\"} 1"));
+}
+
 TEST_CASE("metrics: the certificate expiry HELP says it is the chain's earliest notAfter") {
     // The gauge is the earliest date of any certificate a chain sends (certificate_expiry.h): a
     // HELP naming the leaf sent an on-call engineer to a leaf that was fine while an intermediate
