@@ -32,6 +32,21 @@ void SseWriter::event(std::string_view json) {
     }
 }
 
+void SseWriter::events(const std::vector<std::string>& jsons) {
+    if (jsons.empty()) {
+        return;  // Nothing to write: not even the head (a whole answer writes none).
+    }
+    begin();
+    if (finished_) {
+        return;
+    }
+    std::string all;
+    for (const std::string& json : jsons) {
+        all += format_event(json);
+    }
+    channel_->write(std::move(all));
+}
+
 void SseWriter::comment(std::string_view text) {
     begin();
     if (!finished_) {

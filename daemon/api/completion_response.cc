@@ -69,9 +69,11 @@ void Response::accept(int64_t prompt_tokens, std::vector<int64_t> choice_prompt_
         return;
     }
     begin_locked();
-    for (const std::string& e : early_) {
-        sse_.event(e);
-    }
+    // The events of the choices submitted first, generated while the later ones were
+    // submitted: one write, or a backlog larger than the stream buffer (a small
+    // max_stream_buffer_bytes, logprobs) would cut the client as a slow reader before it could
+    // read a byte.
+    sse_.events(early_);
     early_.clear();
     if (finished_ == choices) {
         answer_locked();

@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <future>
+
 #include "daemon/api/completion.h"
 #include "tests/testing/scripted_daemon.h"
 
@@ -173,6 +176,47 @@ TEST_CASE("n: a stream opens every choice, tags each chunk with its index and en
     REQUIRE_FALSE(events.empty());
     CHECK(events.back() == "[DONE]");
     CHECK(std::count(events.begin(), events.end(), "[DONE]") == 1);
+}
+
+// Choice 0's events wait until every choice is submitted (the stream opens then): here 24 of
+// ~800 bytes, generated while choice 1 was submitted, more than this connection's 4 KiB stream
+// buffer. Written one by one they marked the client a slow reader, and cut it, before it could
+// read a byte.
+TEST_CASE("n: what a choice generated while the others were submitted goes out whole") {
+    Fixture f("limits:\n  max_stream_buffer_bytes: 4096\n");
+    const std::string piece(700, 'x');
+    std::promise<void> emitted;
+    f.generator.on_submit_at(1, [&] {
+        for (int i = 0; i < 24; ++i) {
+            f.generator.emit(0, piece);
+        }
+        emitted.set_value();
+    });
+    auto c = f.client();
+    REQUIRE(c->send(testing::http_request(
+                        "POST", "/v1/completions",
+                        R"({"model":"test-model","prompt":"hi","n":2,"stream":true})"))
+                .ok());
+    // Recorded first, then the hook runs: choice 0 ends only after it emitted everything.
+    REQUIRE(emitted.get_future().wait_for(std::chrono::seconds(10)) ==
+            std::future_status::ready);
+    f.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 24, 0});
+    f.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+    auto all = c->read_until("0\r\n\r\n");
+    REQUIRE_MESSAGE(all.ok(), all.status().to_string());
+    std::string text;
+    for (const std::string& e : testing::sse_events(*all)) {
+        if (e != "[DONE]") {
+            auto o = json_of(e);
+            auto& choice = o["choices"].as_array()[0].as_object();
+            if (choice["index"] == 0) {
+                text += std::string(choice["text"].as_string());
+            }
+        }
+    }
+    CHECK(text.size() == 24 * piece.size());
+    CHECK(f.metrics().find("edgeserve_http_streams_cancelled_total{reason=\"slow_reader\"} 1") ==
+          std::string::npos);
 }
 
 TEST_CASE("n: chat streams open with a role chunk for each choice") {

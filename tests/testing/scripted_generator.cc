@@ -90,6 +90,13 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
     cv_.notify_all();
     auto handle = std::shared_ptr<engine::GenerationHandle>(
         std::make_shared<Handle>(*this, call, prompt_tokens_));
+    if (submit_hook_ && submit_hook_->first == calls_.size() - 1) {
+        std::function<void()> hook = std::move(submit_hook_->second);
+        submit_hook_.reset();
+        lock.unlock();
+        hook();
+        lock.lock();
+    }
     if (error_at_ && error_at_->first == calls_.size() - 1) {
         const size_t index = error_at_->first;
         Status error = std::move(error_at_->second);
@@ -98,6 +105,11 @@ Result<std::shared_ptr<engine::GenerationHandle>> ScriptedGenerator::submit(
         finish(index, engine::FinishReason::kError, engine::Usage{}, std::move(error));
     }
     return handle;
+}
+
+void ScriptedGenerator::on_submit_at(size_t index, std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    submit_hook_.emplace(index, std::move(hook));
 }
 
 Result<std::vector<engine::TokenId>> ScriptedGenerator::prompt_token_ids(

@@ -72,6 +72,10 @@ public:
     // prompt_field, as the engine's do).
     void fail_submit_at(size_t index,
                         std::function<Status(const engine::GenerateRequest&)> refusal);
+    // `hook` runs inside the submit() that records request number `index`, after recording it,
+    // without the generator's lock (it may emit() to earlier requests: an engine generating for
+    // them on another thread while this one is submitted).
+    void on_submit_at(size_t index, std::function<void()> hook);
     // Request number `index` ends with kError and `status` inside its submit(), before the
     // handle is returned (an engine whose prefill fails at once, on another thread).
     void error_in_submit_at(size_t index, Status status);
@@ -112,6 +116,7 @@ private:
     std::optional<std::pair<size_t, std::function<Status(const engine::GenerateRequest&)>>>
         fail_at_;
     std::optional<std::pair<size_t, Status>> error_at_;
+    std::optional<std::pair<size_t, std::function<void()>>> submit_hook_;
     bool ready_ = true;
     int32_t max_request_sequences_ = 0;
     int64_t prompt_tokens_ = 0;
