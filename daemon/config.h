@@ -137,6 +137,11 @@ struct GossipConfig {
     std::string label;                     // Cluster label; clusters with others never mix.
     std::vector<std::string> keys;         // AES-256 keys, 64 hex digits each; first is primary.
     std::string keyring_file;              // File with one hex key per line, after `keys`.
+    // The gossip snapshot file (routing/membership/snapshot_file.h): the user event Lamport
+    // clock and the members alive, kept across restarts. "": none. Absent from the config, it
+    // is $STATE_DIRECTORY/gossip.snapshot when the environment has STATE_DIRECTORY (systemd's
+    // StateDirectory=), else none; only the path is decided at load, the file is not touched.
+    std::string snapshot_file;
     // Overrides of the preset's timing; 0 keeps the preset's value. Milliseconds.
     std::chrono::milliseconds probe_interval{0};
     std::chrono::milliseconds probe_timeout{0};

@@ -2,7 +2,10 @@
 // `routing` (the cost of each site and the choice between them), `gossip` (membership) and `peer`
 // (the mutual-TLS listener and client for requests forwarded between sites).
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -48,6 +51,21 @@ std::function<Status(const YAML::Node&, const std::string&)> duration_field(cons
         field = ms;
         return ok_status();
     };
+}
+
+// gossip.snapshot_file when the config does not set it: in systemd's StateDirectory= (the unit
+// sets StateDirectory=edgeserve), the first of STATE_DIRECTORY's paths; else none.
+std::string default_snapshot_file() {
+    const char* dirs = std::getenv("STATE_DIRECTORY");
+    if (dirs == nullptr) {
+        return "";
+    }
+    const std::string_view all(dirs);
+    const std::filesystem::path first(all.substr(0, all.find(':')));
+    if (first.empty() || !first.is_absolute()) {
+        return "";
+    }
+    return (first / "gossip.snapshot").lexically_normal().string();
 }
 
 }  // namespace
@@ -156,6 +174,7 @@ Status parse_routing(const Reader& r, const YAML::Node& node, const std::string&
 Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& key, Config& c) {
     GossipConfig& g = c.gossip;
     g.enabled = true;
+    g.snapshot_file = default_snapshot_file();
     if (node.IsNull()) {
         return ok_status();  // `gossip:` alone: every default.
     }
@@ -228,6 +247,24 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
          {"keyring_file",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(g.keyring_file, r.path(n, k));
+              return ok_status();
+          }},
+         {"snapshot_file",
+          [&](const YAML::Node& n, const std::string& k) -> Status {
+              EDGE_ASSIGN_OR_RETURN(std::string v, r.string(n, k));
+              if (v.empty()) {
+                  g.snapshot_file.clear();  // Explicitly none, STATE_DIRECTORY or not.
+                  return ok_status();
+              }
+              if (v.back() == '/' || v == "." || v == ".." || v.ends_with("/.") ||
+                  v.ends_with("/..")) {
+                  return r.error(n, k, "names a directory; expected a file path (\"\" for none)");
+              }
+              if (std::any_of(v.begin(), v.end(),
+                              [](char ch) { return static_cast<unsigned char>(ch) < 0x20; })) {
+                  return r.error(n, k, "contains a control character");
+              }
+              EDGE_ASSIGN_OR_RETURN(g.snapshot_file, r.path(n, k));
               return ok_status();
           }},
          {"probe_interval_ms", ms0_field(r, g.probe_interval)},

@@ -21,6 +21,7 @@ Result<membership::MembershipConfig> membership_config(const Config& config) {
     mc.name = config.site.id;
     mc.advertise_addr = g.advertise_address;
     mc.label = g.label;
+    mc.snapshot_file = g.snapshot_file;
     if (g.probe_interval.count() > 0) mc.probe_interval = g.probe_interval;
     if (g.probe_timeout.count() > 0) mc.probe_timeout = g.probe_timeout;
     if (g.gossip_interval.count() > 0) mc.gossip_interval = g.gossip_interval;

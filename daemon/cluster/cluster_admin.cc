@@ -186,12 +186,16 @@ Status Cluster::Impl::check_rollout(const std::string& model, const std::string&
 }
 
 Status Cluster::Impl::check_clock_synced(const membership::Memberlist& ml) const {
-    if (ml.event_clock_synced() || (gossip_.join.empty() && ml.num_live() == 1)) {
+    // A lone site restarted with a snapshot of the cluster it was in is not a new cluster: its
+    // restored clock may be behind what the others reached meanwhile, so it waits to rejoin.
+    if (ml.event_clock_synced() ||
+        (gossip_.join.empty() && ml.num_live() == 1 && ml.snapshot_members() == 0)) {
         return ok_status();
     }
     return unavailable_error(
         "this site has not yet exchanged state with another member (it has just started, "
-        "or its gossip.join seeds have not answered), so its Lamport clock may be behind "
+        "or neither its gossip.join seeds nor the members its gossip.snapshot_file names "
+        "have answered), so its Lamport clock may be behind "
         "the cluster's and the other sites would drop the intent as older than the one they "
         "hold; retry once it has joined (`edgeserve members` lists the members it knows), "
         "or send it through another site");

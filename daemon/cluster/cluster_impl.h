@@ -58,7 +58,8 @@ class Cluster::Impl : public std::enable_shared_from_this<Cluster::Impl> {
     // cluster's. An intent stamped before then may carry a time below the intent every other
     // site holds for the model: each drops it as stale, and this site's book takes theirs at its
     // first sync, so the rollout is lost while it was answered as taken. A site with no seeds
-    // that knows no other member is the whole cluster as far as it can tell.
+    // that knows no other member is the whole cluster as far as it can tell, unless its
+    // gossip.snapshot_file named members it was with before it restarted.
     Status check_clock_synced(const membership::Memberlist& ml) const;
 
     // Sends the intent on the membership strand; `answer`, when set, gets the admin reply: what

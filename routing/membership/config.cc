@@ -41,6 +41,9 @@ Status MembershipConfig::validate() const {
                    std::to_string(to_ms(probe_interval)) +
                    " ms), to leave time for indirect and TCP probes");
     }
+    if (snapshot_interval <= Duration::zero()) {
+        return bad("snapshot_interval must be positive");
+    }
     if (max_inbound_streams == 0) {
         return bad("max_inbound_streams must be positive");
     }

@@ -98,6 +98,13 @@ struct MembershipConfig {
     Duration join_retry_interval = std::chrono::seconds(1);
     Duration join_retry_max_interval = std::chrono::seconds(30);
 
+    // The gossip snapshot file (snapshot_file.h; serf's -snapshot), "" for none. Read at
+    // create(): its event clock is restored (a member that restarts does not stamp events from
+    // 0) and its members are joined at start() as well as the seeds. Written, when what it
+    // would hold changed, at most once per snapshot_interval, and at leave().
+    std::string snapshot_file;
+    Duration snapshot_interval = std::chrono::seconds(1);
+
     // Vivaldi tunables for this member's coordinate.
     coords::VivaldiConfig vivaldi;
 

@@ -53,6 +53,10 @@ Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, 
     m->incarnation_ = m->config_.initial_incarnation;
     m->publish_local_state();
     m->broadcasts_.clear();  // nobody to tell yet; join() announces us
+    if (!m->config_.snapshot_file.empty()) {
+        m->restore_snapshot();
+        m->snapshot_writer_ = std::make_unique<SnapshotWriter>(m->config_.snapshot_file);
+    }
     return m;
 }
 
@@ -85,6 +89,14 @@ void Memberlist::start() {
     std::uniform_int_distribution<int64_t> pphase(0, pp.count());
     timers_.schedule(now + pp / 2 + Duration(pphase(rng_)) / 2, [this] { push_pull_tick(); });
     timers_.schedule(now + config_.reconnect_interval, [this] { reconnect_tick(); });
+    if (!config_.snapshot_file.empty()) {
+        timers_.schedule(now + config_.snapshot_interval, [this] { snapshot_tick(); });
+    }
+    if (!restored_.empty()) {
+        // A seed with no join list of its own finds the cluster it was in again.
+        join_backoff_ = config_.join_retry_interval;
+        try_join();
+    }
 }
 
 void Memberlist::join(const std::vector<std::string>& seeds) {
@@ -116,6 +128,13 @@ void Memberlist::leave() {
     }
     pending_site_.reset();
     handle_dead(DeadMsg{incarnation_, config_.name, config_.name});
+    // The clock and members as they are now (a restart follows a leave): snapshot_tick posts
+    // no more after this. Not waited for here: the strand still gossips the leave. The driver's
+    // shutdown calls flush_snapshot() once the leave is out (MembershipService::stop), and the
+    // writer's destructor writes it in any case.
+    if (snapshot_writer_) {
+        post_snapshot();
+    }
 }
 
 std::optional<NodeState> Memberlist::state_of(const std::string& name) const {

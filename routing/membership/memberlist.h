@@ -1,11 +1,14 @@
 #pragma once
 
 // Memberlist is the SWIM + Lifeguard membership protocol as a sans-IO state machine: it never
-// touches a socket or sleeps. The driver feeds it received packets and stream requests, reports
-// stream responses, and calls run_due_timers() whenever the injected Clock reaches
-// next_deadline(); Memberlist answers by calling its Transport. The same object therefore runs
-// over real sockets (MembershipService, Boost.Asio) and over the test simulator's fake network
-// with a manual clock.
+// touches a socket, sleeps or waits on a disk. The driver feeds it received packets and stream
+// requests, reports stream responses, and calls run_due_timers() whenever the injected Clock
+// reaches next_deadline(); Memberlist answers by calling its Transport. The same object therefore
+// runs over real sockets (MembershipService, Boost.Asio) and over the test simulator's fake
+// network with a manual clock. The one file it touches is the optional snapshot file
+// (MembershipConfig::snapshot_file): read once in create(), and written by a SnapshotWriter on a
+// thread of its own, to which it hands the text at most once per snapshot_interval (an fsync on a
+// busy disk can take seconds, and a member that answers no probe meanwhile is suspected).
 //
 // What it does: probes one member per probe interval (direct ping, then indirect pings through
 // `indirect_checks` members and a TCP ping), suspects a member that answers none, lets the suspect
@@ -17,7 +20,8 @@
 // Lamport-clocked user events once; updates its Vivaldi coordinate from probe RTTs.
 //
 // Threading: not synchronized. Every method must be called from one thread or strand, and the
-// callbacks run on it. MembershipStats may be read from anywhere.
+// callbacks run on it. MembershipStats may be read from anywhere, and flush_snapshot() called
+// from anywhere.
 
 #include <cstdint>
 #include <deque>
@@ -41,6 +45,7 @@
 #include "routing/membership/messages.h"
 #include "routing/membership/site_state.h"
 #include "routing/membership/snapshot.h"
+#include "routing/membership/snapshot_file.h"
 #include "routing/membership/stats.h"
 #include "routing/membership/suspicion.h"
 #include "routing/membership/timer_queue.h"
@@ -61,7 +66,8 @@ public:
                                                       SiteState initial_state);
     ~Memberlist();
 
-    // Schedules the probe, gossip and push-pull timers.
+    // Schedules the probe, gossip and push-pull timers (and the snapshot file's), and starts
+    // joining the members restored from the snapshot file, as join() does its seeds.
     void start();
     // Full-state exchange with each seed address; members learned arrive as join events. Retried
     // with backoff whenever this member knows no other live member; a seed that is not a live
@@ -83,8 +89,22 @@ public:
     [[nodiscard]] Status send_user_event(const std::string& name, std::vector<uint8_t> payload);
     // Whether this member has merged another member's full state (a join or periodic push-pull,
     // sent or answered), which carries that member's user event clock. Until then an event it
-    // sends may be stamped below times the cluster has seen (a restarted member starts at 0).
+    // sends may be stamped below times the cluster has seen (a restarted member starts at 0, or
+    // at the clock its snapshot file kept, which the cluster may have passed meanwhile).
     bool event_clock_synced() const { return event_clock_synced_; }
+    uint64_t event_clock() const { return event_clock_; }
+    // The members restored from config.snapshot_file (this one left out), tried as join seeds
+    // while no other member is alive. Non-empty: this member was in a cluster before it
+    // restarted, so alone it is not the whole cluster, only not back in it yet.
+    size_t snapshot_members() const { return restored_.size(); }
+    // Waits, at most `timeout`, until the snapshot file holds the newest snapshot handed to its
+    // writer (leave() hands over the last one): the write's Status, kDeadlineExceeded, or OK when
+    // there is no snapshot file. Touches only the writer, so any thread may call it (the driver's
+    // shutdown does, off the strand; tests do before reading the file).
+    Status flush_snapshot(Duration timeout) const;
+    // TESTING ONLY: the snapshot file is written with `write` (one that blocks, say) from now on.
+    // Call before start().
+    void set_snapshot_write_for_testing(SnapshotWriter::WriteFn write);
 
     // Input from the driver.
     void handle_packet(const std::string& from, std::span<const uint8_t> bytes);
@@ -251,6 +271,12 @@ private:
     void handle_user_event(const UserEventMsg& e);
     bool remember_event(const UserEventMsg& e);
     void send_messages(const std::string& addr, std::vector<std::vector<uint8_t>> framed);
+    // The snapshot file (config.snapshot_file, snapshot_file.h): restored at create(); its text
+    // built here and handed to snapshot_writer_ by snapshot_tick when it changed, and at leave().
+    // A bad or unwritable file is logged (by the writer, for a write) and otherwise ignored.
+    void restore_snapshot();
+    void snapshot_tick();
+    void post_snapshot();
     // `from`: the sender's address, for the log ("" when unknown).
     Result<std::vector<Message>> open_and_decode(std::span<const uint8_t> bytes,
                                                  const std::string& from);
@@ -293,6 +319,17 @@ private:
     bool started_ = false;
 
     std::vector<std::string> seeds_;
+    // The members the snapshot file held at create() (not this one): join seeds while alone,
+    // written back in place of the live members while none is known.
+    std::vector<GossipSnapshot::Member> restored_;
+    // Null without a snapshot file. Set in create() (and by set_snapshot_write_for_testing) and
+    // not changed after start(), so flush_snapshot() may read it from another thread.
+    std::unique_ptr<SnapshotWriter> snapshot_writer_;
+    // The text last handed to the writer (which writes it, or keeps trying), and the change count
+    // and clock it was built at: nothing changed, nothing to build.
+    std::string snapshot_posted_;
+    uint64_t snapshot_change_ = ~uint64_t{0};
+    uint64_t snapshot_clock_ = ~uint64_t{0};
     // The "ip:port" that last answered a push-pull to each seed: a seed given by host name never
     // equals a member's address, so it is found among the members by this one.
     std::unordered_map<std::string, std::string> seed_peers_;

@@ -2,6 +2,7 @@
 // packets and stream frames into messages (authenticate first, then decode, then dispatch).
 
 #include <algorithm>
+#include <filesystem>
 
 #include "common/log.h"
 #include "routing/membership/memberlist.h"
@@ -82,19 +83,26 @@ void Memberlist::push_pull_tick() {
 }
 
 void Memberlist::try_join() {
-    for (const std::string& addr : seeds_) {
+    auto join_one = [&](const std::string& addr) {
         const bool in_flight = std::any_of(streams_.begin(), streams_.end(), [&](const auto& s) {
             return s.second.kind == StreamKind::kJoin && s.second.addr == addr;
         });
         if (!in_flight) {
             start_push_pull(addr, StreamKind::kJoin, {});
         }
+    };
+    for (const std::string& addr : seeds_) {
+        join_one(addr);
+    }
+    for (const GossipSnapshot::Member& m : restored_) {
+        join_one(m.addr);
     }
     schedule_join_retry();
 }
 
 void Memberlist::schedule_join_retry() {
-    if (seeds_.empty() || leaving_ || live_count_ > 1 || join_retry_timer_ != 0) {
+    if ((seeds_.empty() && restored_.empty()) || leaving_ || live_count_ > 1 ||
+        join_retry_timer_ != 0) {
         return;
     }
     join_retry_timer_ =
@@ -158,6 +166,10 @@ void Memberlist::reconnect_tick() {
 }
 
 void Memberlist::note_seed_peer(const std::string& seed, const std::string& peer) {
+    if (peer == config_.advertise_addr) {
+        // A snapshot member that was this member (its address reused by another name).
+        std::erase_if(restored_, [&](const GossipSnapshot::Member& m) { return m.addr == seed; });
+    }
     auto it = std::find(seeds_.begin(), seeds_.end(), seed);
     if (it == seeds_.end()) {
         return;
@@ -313,6 +325,91 @@ Status Memberlist::send_user_event(const std::string& name, std::vector<uint8_t>
     UserEventMsg e{++event_clock_, name, std::move(payload)};
     handle_user_event(e);
     return ok_status();
+}
+
+void Memberlist::restore_snapshot() {
+    const std::string& path = config_.snapshot_file;
+    Result<GossipSnapshot> snap = read_gossip_snapshot(path);
+    if (!snap.ok()) {
+        std::error_code ec;
+        const bool absent = snap.status().code() == StatusCode::kNotFound &&
+                            !std::filesystem::exists(std::filesystem::symlink_status(path, ec));
+        if (absent) {
+            log::info("gossip_snapshot_none",
+                      {{"path", path},
+                       {"detail", "no snapshot yet (first start): the event clock starts at 0"}});
+        } else {
+            log::warn("gossip_snapshot_ignored",
+                      {{"path", path},
+                       {"error", snap.status().to_string()},
+                       {"detail", "starting without it: the event clock at 0, only the "
+                                  "gossip.join seeds; it is written anew within a second"}});
+        }
+        return;
+    }
+    // Unsynced still (witness_ltime takes the first full state's clock however far ahead): the
+    // cluster may have moved on meanwhile. But a member that joins this one takes this clock,
+    // not 0.
+    event_clock_ = snap->event_clock;
+    for (GossipSnapshot::Member& m : snap->members) {
+        const bool dup = std::any_of(restored_.begin(), restored_.end(),
+                                     [&](const auto& r) { return r.addr == m.addr; });
+        if (m.addr != config_.advertise_addr && m.name != config_.name && !dup) {
+            restored_.push_back(std::move(m));
+        }
+    }
+    log::info("gossip_snapshot_restored", {{"path", path},
+                                           {"event_clock", event_clock_},
+                                           {"members", static_cast<uint64_t>(restored_.size())}});
+}
+
+void Memberlist::snapshot_tick() {
+    if (leaving_) {
+        return;  // leave() posted the last one.
+    }
+    timers_.schedule(clock_.now() + config_.snapshot_interval, [this] { snapshot_tick(); });
+    if (change_count_ != snapshot_change_ || event_clock_ != snapshot_clock_) {
+        post_snapshot();
+    }
+}
+
+void Memberlist::post_snapshot() {
+    snapshot_change_ = change_count_;
+    snapshot_clock_ = event_clock_;
+    GossipSnapshot snap;
+    snap.event_clock = event_clock_;
+    for (const auto& [name, m] : members_) {
+        if (name != config_.name &&
+            (m.state == NodeState::kAlive || m.state == NodeState::kSuspect)) {
+            snap.members.push_back({m.name, m.addr});
+        }
+    }
+    if (snap.members.empty()) {
+        // Alone (not back in the cluster yet, or all the others gone): keep the members to find
+        // it again after a restart.
+        snap.members = restored_;
+    }
+    std::sort(snap.members.begin(), snap.members.end(),
+              [](const auto& a, const auto& b) { return a.name < b.name; });
+    std::string text = encode_gossip_snapshot(snap);
+    if (text == snapshot_posted_) {
+        return;
+    }
+    // Built here (small: at most kMaxSnapshotMembers lines), written on the writer's thread: its
+    // fsyncs never hold up the strand. A failed write is the writer's to log and retry.
+    snapshot_posted_ = text;
+    snapshot_writer_->post(std::move(text));
+}
+
+Status Memberlist::flush_snapshot(Duration timeout) const {
+    return snapshot_writer_ ? snapshot_writer_->flush(timeout) : ok_status();
+}
+
+void Memberlist::set_snapshot_write_for_testing(SnapshotWriter::WriteFn write) {
+    if (snapshot_writer_) {
+        snapshot_writer_ =
+            std::make_unique<SnapshotWriter>(config_.snapshot_file, std::move(write));
+    }
 }
 
 bool Memberlist::remember_event(const UserEventMsg& e) {

@@ -273,6 +273,17 @@ public:
         if (fut.wait_for(drain + std::chrono::seconds(5)) == std::future_status::timeout) {
             log::warn("gossip_stop_timeout", {{"name", ml_->name()}});
         }
+        // The snapshot leave() handed to the writer thread, on disk before the process exits:
+        // waited for here, off the strand, which kept gossiping the leave meanwhile. A write
+        // that failed was logged by the writer; one stuck in a slow disk is not waited for
+        // long.
+        if (graceful) {
+            if (Status st = ml_->flush_snapshot(SnapshotWriter::kFinalWriteWait);
+                st.code() == StatusCode::kDeadlineExceeded) {
+                log::warn("gossip_snapshot_flush_timeout",
+                          {{"name", ml_->name()}, {"error", st.to_string()}});
+            }
+        }
     }
 
     std::shared_ptr<const MembershipSnapshot> snapshot() const { return snapshot_.load(); }

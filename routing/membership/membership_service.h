@@ -59,8 +59,9 @@ public:
     void start(const std::vector<std::string>& seeds);
     // Runs `fn` on the strand with the protocol object.
     void post(std::function<void(Memberlist&)> fn);
-    // Broadcasts a leave, keeps gossiping for `drain`, then closes the sockets. Blocks; call from
-    // a thread that is not running the io_context.
+    // Broadcasts a leave, keeps gossiping for `drain`, then closes the sockets and waits (a few
+    // seconds at most) for the snapshot file's last write. Blocks; call from a thread that is not
+    // running the io_context.
     void stop(Duration drain);
     // Closes everything at once without a leave. Blocks like stop().
     void kill();

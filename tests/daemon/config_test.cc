@@ -498,6 +498,58 @@ TEST_CASE("gossip section: keys, presets and overrides load, absent means no gos
     CHECK(bare->gossip.health_check_interval == std::chrono::milliseconds(2000));
 }
 
+TEST_CASE("gossip.snapshot_file: parsed, STATE_DIRECTORY's default, empty for none, bad values") {
+    const char* saved = std::getenv("STATE_DIRECTORY");
+    const std::string before = saved ? saved : "";
+    auto gossip = [](const std::string& body) {
+        return parse_config(testing::config_yaml("/c", "/k", "gossip:\n" + body),
+                            "/etc/edgeserve/test.yaml");
+    };
+    unsetenv("STATE_DIRECTORY");
+    Result<Config> none = gossip("  port: 0\n");
+    REQUIRE_MESSAGE(none.ok(), none.status().to_string());
+    CHECK(none->gossip.snapshot_file.empty());
+    // A relative path is the config directory's, as every path in it.
+    Result<Config> rel = gossip("  snapshot_file: state/gossip.snap\n");
+    REQUIRE_MESSAGE(rel.ok(), rel.status().to_string());
+    CHECK(rel->gossip.snapshot_file == "/etc/edgeserve/state/gossip.snap");
+
+    // systemd's StateDirectory=edgeserve: the default is in it (the first of its paths), also for
+    // a bare `gossip:`; the key overrides it, and "" turns the snapshot off.
+    setenv("STATE_DIRECTORY", "/var/lib/edgeserve:/var/lib/other", 1);
+    Result<Config> dflt = gossip("  port: 0\n");
+    REQUIRE(dflt.ok());
+    CHECK(dflt->gossip.snapshot_file == "/var/lib/edgeserve/gossip.snapshot");
+    Result<Config> bare = parse_config(testing::config_yaml("/c", "/k", "gossip:\n"), "/x.yaml");
+    REQUIRE(bare.ok());
+    CHECK(bare->gossip.snapshot_file == "/var/lib/edgeserve/gossip.snapshot");
+    Result<Config> set = gossip("  snapshot_file: /srv/edge/snap\n");
+    REQUIRE(set.ok());
+    CHECK(set->gossip.snapshot_file == "/srv/edge/snap");
+    Result<Config> off = gossip("  snapshot_file: ''\n");
+    REQUIRE(off.ok());
+    CHECK(off->gossip.snapshot_file.empty());
+    // No gossip section: no cluster, nothing to keep.
+    Result<Config> no_gossip = parse_config(testing::config_yaml("/c", "/k", ""), "/x.yaml");
+    REQUIRE(no_gossip.ok());
+    CHECK(no_gossip->gossip.snapshot_file.empty());
+    setenv("STATE_DIRECTORY", "relative/dir", 1);  // Not what systemd sets: ignored.
+    CHECK(gossip("  port: 0\n")->gossip.snapshot_file.empty());
+    if (saved) {
+        setenv("STATE_DIRECTORY", before.c_str(), 1);
+    } else {
+        unsetenv("STATE_DIRECTORY");
+    }
+
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  snapshot_file: /var/lib/e/\n")) ==
+          "/etc/edgeserve/test.yaml:18:18: gossip.snapshot_file: names a directory; expected a "
+          "file path (\"\" for none)");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  snapshot_file: [a, b]\n")) ==
+          "/etc/edgeserve/test.yaml:18:18: gossip.snapshot_file: expected a string");
+    CHECK(error_of(testing::config_yaml("/c", "/k", "gossip:\n  snapshot_file: \"a\\tb\"\n"))
+              .find("gossip.snapshot_file: contains a control character") != std::string::npos);
+}
+
 TEST_CASE("gossip section: bad values name file, line, column and key") {
     auto gossip = [](const std::string& body) {
         return error_of(testing::config_yaml("/c", "/k", "gossip:\n" + body));
