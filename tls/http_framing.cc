@@ -3,13 +3,16 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/field.hpp>
+#include <algorithm>
 #include <array>
 #include <charconv>
+#include <cstdint>
 #include <vector>
 
 namespace edge::tls {
@@ -52,6 +55,146 @@ std::string_view handshake_failure_reason(const boost::system::error_code& ec, b
         }
     }
     return "other";
+}
+
+size_t empty_lines_prefix(std::string_view bytes, int& empty_lines) {
+    size_t at = 0;
+    while (empty_lines < kMaxEmptyLines) {
+        if (bytes.substr(at).starts_with("\r\n")) {
+            at += 2;
+        } else if (bytes.substr(at).starts_with("\n")) {
+            at += 1;
+        } else {
+            break;
+        }
+        ++empty_lines;
+    }
+    return at;
+}
+
+void set_request_limits(RequestParser& parser, size_t max_header_bytes, size_t max_body_bytes) {
+    parser.header_limit(static_cast<uint32_t>(max_header_bytes));
+    parser.body_limit(max_body_bytes);
+}
+
+RequestReadPhase::Step RequestReadPhase::advance(RequestParser& parser,
+                                                 beast::flat_buffer& buffer) {
+    auto finished = [&] { return header_only_ ? parser.is_header_done() : parser.is_done(); };
+    boost::system::error_code ec;
+    while (buffer.size() > 0 && !finished()) {
+        // In the header, the parser gets the request line once it is whole, then the fields once
+        // their end is here (head_part). After it, the parser gets at most max_header_bytes at a
+        // time: a chunk-size line or trailer it cannot finish within that many bytes is too long.
+        size_t offered = std::min(buffer.size(), limit_);
+        if (!header_only_ && offered < retry_bytes_) {
+            break;
+        }
+        if (header_only_) {
+            offered = head_part({static_cast<const char*>(buffer.data().data()), buffer.size()});
+            if (offered == 0) {
+                break;
+            }
+        }
+        const size_t used = parser.put(net::buffer(buffer.data().data(), offered), ec);
+        buffer.consume(used);
+        if (header_only_) {
+            header_bytes_ += used;
+            if (used > 0) {
+                scanned_ = line_start_ = 0;
+            }
+        }
+        if (!header_only_) {
+            // Beast asks to be given what it left with more after it, but after the last chunk
+            // ("0\r\n", its trailer not here) it asserts that it then gets at least 5 bytes:
+            // given "0\r\n" and then one byte more (a client's TLS records can end anywhere),
+            // the daemon aborted. The bytes left of a chunked body are never fewer than 5 (the
+            // last chunk and the empty line), so waiting for 5 delays no complete message.
+            retry_bytes_ = ec == http::error::need_more && used == 0
+                               ? std::max<size_t>(offered + 1, kBeastRetryBytes)
+                               : 0;
+        }
+        if (ec == http::error::need_more) {
+            ec = {};
+            if (used > 0 || header_only_) {
+                // What it left may go further (a slice ended mid-line); in the header, a line it
+                // could not decide on is given again with the next whole part, if one is here.
+                continue;
+            }
+            if (offered == limit_) {
+                return {http::make_error_code(http::error::header_limit)};
+            }
+            break;
+        }
+        if (ec) {
+            return {ec};
+        }
+        if (used == 0) {
+            break;
+        }
+    }
+    if (finished()) {
+        if (header_only_ && header_bytes_ > limit_) {
+            return {http::make_error_code(http::error::header_limit)};
+        }
+        return {{}, true};
+    }
+    // What the parser left unconsumed is a chunk-size line with its extensions, the trailer
+    // section, or the header's unfinished part. Each is held to max_header_bytes exactly.
+    const size_t held = buffer.size() + header_bytes_;
+    if (held > limit_) {
+        return {http::make_error_code(http::error::header_limit)};
+    }
+    // In the header, reads stop one byte past the bound; after it, the slices above bound a
+    // chunk line exactly and body bytes are read in full 16 KiB steps.
+    const size_t read_size =
+        header_only_ ? std::min<size_t>(4096, limit_ + 1 - held) : size_t{16} * 1024;
+    return {{}, false, read_size};
+}
+
+size_t RequestReadPhase::head_part(std::string_view bytes) {
+    // Beast parses what one put() gives it at once, but after a put that needed more it waits for
+    // the end of the whole header (\r\n\r\n) before it parses again: given a part, it would refuse
+    // a malformed line at once when it came in one segment, and when it came in pieces only
+    // later, past the bound (431), or never (the client's close, a timeout; a bare LF ends no
+    // header for it). Given only whole parts, it answers the same however the bytes came.
+    // Lines are searched within the bound (one byte past it), each byte once.
+    const size_t window =
+        std::min(bytes.size(), limit_ + 1 - std::min(header_bytes_, limit_));
+    while (scanned_ < window) {
+        const size_t end = bytes.substr(0, window).find('\n', scanned_);
+        if (end == std::string_view::npos) {
+            scanned_ = window;
+            return 0;
+        }
+        scanned_ = end + 1;
+        const std::string_view line = bytes.substr(line_start_, scanned_ - line_start_);
+        if (header_bytes_ == 0 || line == "\r\n" || line == "\n") {
+            // The request line (the parser has taken none of the header), or the empty line that
+            // ends the fields. After a line ended by a bare LF Beast looks at one more byte
+            // before it refuses the line: it gets the same one however the bytes came.
+            if (line.ends_with("\r\n")) {
+                return scanned_;
+            }
+            if (scanned_ < window) {
+                return scanned_ + 1;
+            }
+            scanned_ = line_start_;  // Searched again with the next byte.
+            return 0;
+        }
+        line_start_ = scanned_;
+    }
+    return 0;
+}
+
+boost::system::error_code RequestReadPhase::at_eof(RequestParser& parser) {
+    if (!parser.got_some()) {
+        // The parser was given nothing: not even a whole request line came (Beast asserts that
+        // it got some before put_eof).
+        return http::make_error_code(http::error::partial_message);
+    }
+    boost::system::error_code ec;
+    parser.put_eof(ec);
+    return ec ? ec : http::make_error_code(http::error::partial_message);
 }
 
 std::pair<std::string_view, std::string_view> request_line_parts(std::string_view unparsed) {
@@ -116,6 +259,75 @@ FramingError check_request_target(std::string_view method, std::string_view targ
     }
     if (target == "*" && method != "OPTIONS") {
         return {400, "asterisk-form request target (*) is only valid for OPTIONS"};
+    }
+    return {};
+}
+
+FramingError header_phase_error(const boost::system::error_code& ec, const RequestParser& parser,
+                                std::string_view unparsed, size_t max_header_bytes) {
+    if (ec == http::error::header_limit) {
+        // The request line alone passed the limit: a target too long (RFC 9112 section 3). The
+        // parser gets the line only once whole (RequestReadPhase), so the line's end is looked
+        // for in what is unparsed.
+        const size_t line_end = unparsed.find('\n');
+        if (parser.get().target().empty() &&
+            (line_end == std::string_view::npos || line_end >= max_header_bytes)) {
+            return {414, "request target too long"};
+        }
+        return {431, "request header fields too large"};
+    }
+    if (ec == http::error::body_limit) {
+        return {413, "request body too large"};
+    }
+    if (ec == http::error::bad_version) {
+        // "HTTP/1.1" ended by a bare LF is a malformed line, not another version (RFC 9112
+        // section 2.2 lets a server refuse the LF alone).
+        const std::string_view line = unparsed.substr(0, unparsed.find('\n'));
+        if (line.size() < unparsed.size() &&
+            (line.ends_with(" HTTP/1.1") || line.ends_with(" HTTP/1.0"))) {
+            return {400, "malformed request line: lines end with CRLF"};
+        }
+        return {505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1"};
+    }
+    if (ec && ec != http::error::partial_message &&
+        ec.category() == http::make_error_code(http::error::bad_method).category()) {
+        return {400, parse_error_message(ec, parser.get(), false)};
+    }
+    return {};
+}
+
+FramingError check_request_head(const http::request_header<>& head) {
+    if (head.version() != 10 && head.version() != 11) {
+        return {505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1"};
+    }
+    if (head.version() == 11 && head.count(http::field::host) != 1) {
+        // RFC 9112 section 3.2: an HTTP/1.1 request has exactly one Host.
+        return {400, "an HTTP/1.1 request needs exactly one Host header"};
+    }
+    if (head.method() == http::verb::unknown) {
+        // A method Beast does not know at all (GET, POST, PUT, PROPFIND, ... it does: those get
+        // the handler's 404 or 405).
+        return {501, "method not implemented"};
+    }
+    if (auto form = check_request_target(head.method_string(), head.target()); form.status != 0) {
+        return form;
+    }
+    // The body's length is unknown or not ours to trust: the answer closes the connection, so
+    // that no byte of it is read as the next request (RFC 9112 section 6.1 and 6.3).
+    return check_transfer_encoding(head);
+}
+
+FramingError body_phase_error(const boost::system::error_code& ec,
+                              const http::request_header<>& head) {
+    if (ec == http::error::header_limit) {
+        return {400, "chunk size line or trailer section too long"};
+    }
+    if (ec == http::error::body_limit) {
+        return {413, "request body too large"};
+    }
+    if (ec && ec != http::error::partial_message &&
+        ec.category() == http::make_error_code(http::error::bad_method).category()) {
+        return {400, parse_error_message(ec, head, true)};
     }
     return {};
 }

@@ -115,18 +115,7 @@ net::awaitable<void> HttpSession::wait_signal(Clock::duration timeout) {
 
 void HttpSession::skip_empty_lines() {
     const std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    size_t at = 0;
-    while (empty_lines_ < kMaxEmptyLines) {
-        if (bytes.substr(at).starts_with("\r\n")) {
-            at += 2;
-        } else if (bytes.substr(at).starts_with("\n")) {
-            at += 1;
-        } else {
-            break;
-        }
-        ++empty_lines_;
-    }
-    buffer_.consume(at);
+    buffer_.consume(empty_lines_prefix(bytes, empty_lines_));
 }
 
 void HttpSession::start_watcher() {
@@ -285,8 +274,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         SSL_clear_mode(stream_.native_handle(), SSL_MODE_RELEASE_BUFFERS);
         keeps_buffers_ = true;
     }
-    parser.header_limit(static_cast<uint32_t>(limits.max_header_bytes));
-    parser.body_limit(limits.max_body_bytes);
+    set_request_limits(parser, limits.max_header_bytes, limits.max_body_bytes);
     // Usually the whole header is already in the buffer (a keep-alive client sends a request in
     // one segment): it is parsed without any further read.
     if (!first_request_waited) {
@@ -296,45 +284,15 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     // What the parser has not consumed: the start of a head it refused.
     const std::string_view unparsed(static_cast<const char*>(buffer_.data().data()),
                                     buffer_.size());
-    if (ec == http::error::header_limit) {
-        // The request line alone passed the limit: a target too long (RFC 9112 section 3). Beast
-        // may not have parsed a line that came in pieces (it then waits for the whole header),
-        // so the line's end is looked for in what is unparsed.
-        const size_t line_end = unparsed.find('\n');
-        if (parser.get().target().empty() &&
-            (line_end == std::string_view::npos || line_end >= limits.max_header_bytes)) {
-            co_await reject(414, "request target too long", 11);
-        } else {
-            co_await reject(431, "request header fields too large", 11);
-        }
-        co_return false;
-    }
-    if (ec == http::error::body_limit) {
-        co_await reject(413, "request body too large", 11);
-        co_return false;
-    }
-    if (ec == http::error::bad_version) {
-        // "HTTP/1.1" ended by a bare LF is a malformed line, not another version (RFC 9112
-        // section 2.2 lets a server refuse the LF alone).
-        const std::string_view line = unparsed.substr(0, unparsed.find('\n'));
-        if (line.size() < unparsed.size() &&
-            (line.ends_with(" HTTP/1.1") || line.ends_with(" HTTP/1.0"))) {
-            co_await reject(400, "malformed request line: lines end with CRLF", 11);
-            co_return false;
-        }
-        co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11);
-        co_return false;
-    }
-    if (ec && ec != http::error::partial_message &&
-        ec.category() == http::make_error_code(http::error::bad_method).category()) {
-        // Named: GCC 12 and co_await temporaries.
-        const std::string_view message = parse_error_message(ec, parser.get(), false);
-        co_await reject(400, message, 11);
+    if (const FramingError answer =
+            header_phase_error(ec, parser, unparsed, limits.max_header_bytes);
+        answer.status != 0) {
+        co_await reject(answer.status, answer.message, 11);
         co_return false;
     }
     if (ec && timed_out_) {
-        // Beast parses a request line that came whole before the rest of the header, one that
-        // came in pieces only with the whole header.
+        // The parser gets the request line once it is whole (RequestReadPhase); one it has not
+        // got yet is looked for in what is unparsed.
         std::pair<std::string_view, std::string_view> line{parser.get().method_string(),
                                                            parser.get().target()};
         if (line.second.empty()) {
@@ -363,31 +321,10 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
     // Named, not temporaries in the co_await expressions below (GCC 12).
     const std::string_view method = head.method_string();
     const std::string_view target = head.target();
-    if (head.version() != 10 && head.version() != 11) {
-        co_await reject(505, "HTTP version not supported: this server speaks HTTP/1.0 and 1.1", 11,
-                        method, target);
-        co_return false;
-    }
-    if (head.version() == 11 && head.count(http::field::host) != 1) {
-        // RFC 9112 section 3.2: an HTTP/1.1 request has exactly one Host.
-        co_await reject(400, "an HTTP/1.1 request needs exactly one Host header", 11, method,
-                        target);
-        co_return false;
-    }
-    if (head.method() == http::verb::unknown) {
-        // A method Beast does not know at all (GET, POST, PUT, PROPFIND, ... it does: those get
-        // the handler's 404 or 405).
-        co_await reject(501, "method not implemented", head.version(), method, target);
-        co_return false;
-    }
-    if (auto form = check_request_target(method, target); form.status != 0) {
-        co_await reject(form.status, form.message, head.version(), method, target);
-        co_return false;
-    }
-    if (auto framing = check_transfer_encoding(head); framing.status != 0) {
-        // The body's length is unknown or not ours to trust: answer and close, so that no byte
-        // of it is read as the next request (RFC 9112 section 6.1 and 6.3).
-        co_await reject(framing.status, framing.message, head.version(), method, target);
+    if (const FramingError framing = check_request_head(head); framing.status != 0) {
+        // Answered in the request's version, or in 1.1 to one the server does not speak.
+        const int version = head.version() == 10 || head.version() == 11 ? head.version() : 11;
+        co_await reject(framing.status, framing.message, version, method, target);
         co_return false;
     }
     if (!parser.is_done()) {
@@ -405,19 +342,8 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         // bytes arrive); request_read_timeout, the whole request.
         set_read_deadline(body_deadline());
         boost::system::error_code bec = co_await parse_request(parser, false);
-        if (bec == http::error::header_limit) {
-            co_await reject(400, "chunk size line or trailer section too long", head.version(),
-                            method, target);
-            co_return false;
-        }
-        if (bec == http::error::body_limit) {
-            co_await reject(413, "request body too large", head.version(), method, target);
-            co_return false;
-        }
-        if (bec && bec != http::error::partial_message &&
-            bec.category() == http::make_error_code(http::error::bad_method).category()) {
-            const std::string_view message = parse_error_message(bec, head, true);
-            co_await reject(400, message, head.version(), method, target);
+        if (const FramingError answer = body_phase_error(bec, head); answer.status != 0) {
+            co_await reject(answer.status, answer.message, head.version(), method, target);
             co_return false;
         }
         if (bec && timed_out_) {
@@ -440,60 +366,16 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
 
 net::awaitable<boost::system::error_code> HttpSession::parse_request(
     http::request_parser<http::string_body>& parser, bool header_only) {
-    auto finished = [&] { return header_only ? parser.is_header_done() : parser.is_done(); };
-    const size_t limit = server_.config_.limits.max_header_bytes;
-    size_t header_bytes = 0;  // Of the header, consumed by the parser (header_only).
-    boost::system::error_code ec;
+    RequestReadPhase phase(server_.config_.limits.max_header_bytes, header_only);
     for (;;) {
-        while (buffer_.size() > 0 && !finished()) {
-            // After the header, the parser gets at most max_header_bytes at a time: a chunk-size
-            // line or trailer it cannot finish within that many bytes is too long.
-            const size_t offered = header_only ? buffer_.size() : std::min(buffer_.size(), limit);
-            const size_t used = parser.put(net::buffer(buffer_.data().data(), offered), ec);
-            buffer_.consume(used);
-            if (header_only) {
-                header_bytes += used;
-            }
-            if (ec == http::error::need_more) {
-                ec = {};
-                if (used > 0) {
-                    continue;  // What it left may go further (a slice ended mid-line).
-                }
-                if (!header_only && offered == limit) {
-                    co_return http::make_error_code(http::error::header_limit);
-                }
-                break;
-            }
-            if (ec) {
-                co_return ec;
-            }
-            if (used == 0) {
-                break;
-            }
+        const RequestReadPhase::Step step = phase.advance(parser, buffer_);
+        if (step.ec || step.finished) {
+            co_return step.ec;
         }
-        if (finished()) {
-            if (header_only && header_bytes > limit) {
-                co_return http::make_error_code(http::error::header_limit);
-            }
-            co_return ec;
-        }
-        // Beast bounds the fields of a header (not with its request line) and the payload, not a
-        // chunk-size line with its extensions or the trailer section: what the parser left
-        // unconsumed is one of those, or the header's unfinished part. Each is held to
-        // max_header_bytes exactly (the request line and fields together).
-        const size_t held = buffer_.size() + header_bytes;
-        if (held > limit) {
-            co_return http::make_error_code(http::error::header_limit);
-        }
-        // In the header, reads stop one byte past the bound; after it, the slices above bound a
-        // chunk line exactly and body bytes are read in full 16 KiB steps.
-        auto more = buffer_.prepare(header_only ? std::min<size_t>(4096, limit + 1 - held)
-                                                : size_t{16} * 1024);
+        auto more = buffer_.prepare(step.read_size);
         auto [read_ec, n] = co_await stream_.read_some(more);
         if (read_ec == net::error::eof || read_ec == net::ssl::error::stream_truncated) {
-            // The client closed mid-message: a partial message, as Beast's readers report it.
-            parser.put_eof(ec);
-            co_return ec ? ec : http::make_error_code(http::error::partial_message);
+            co_return RequestReadPhase::at_eof(parser);  // The client closed mid-message.
         }
         if (read_ec) {
             co_return read_ec;  // Timeout or reset.

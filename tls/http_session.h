@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "tls/http_framing.h"
 #include "tls/http_server_impl.h"
 #include "tls/http_types.h"
 #include "tls/tls_context.h"
@@ -57,12 +58,6 @@ struct Piece {
     // none (a keepalive comment the session wrote itself).
     enum class Account { kQueued, kOversized, kNone } account = Account::kQueued;
 };
-
-// Empty lines a client may send before a request line, as Apache's limit (10): RFC 9112 section
-// 2.2 asks a server to ignore at least one (a client that ends a POST body with an extra CRLF, as
-// old browsers do), and a bound keeps a stream of them from holding a connection forever. More
-// than that reach the parser, which refuses them (400).
-constexpr int kMaxEmptyLines = 10;
 
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
   public:
@@ -193,9 +188,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // buffer_ holds no byte of a next request yet: nothing, or the CR of an empty line's CRLF
     // whose LF is still to come.
     bool awaiting_request() const {
-        return buffer_.size() == 0 ||
-               (buffer_.size() == 1 && *static_cast<const char*>(buffer_.data().data()) == '\r' &&
-                empty_lines_ < kMaxEmptyLines);
+        return tls::awaiting_request(
+            std::string_view(static_cast<const char*>(buffer_.data().data()), buffer_.size()),
+            empty_lines_);
     }
     void start_watcher();
     // The current request's channel as its handler gets it: the handler's copies share one

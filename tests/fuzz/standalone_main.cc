@@ -3,12 +3,13 @@
 // LLVMFuzzerTestOneInput, then mutates seeds at random (bit and byte flips, inserts, deletes,
 // duplicated and spliced ranges, interesting integers) for a bounded time. It has no coverage
 // feedback, so it finds less than libFuzzer per second; deploy/sanitize runs the coverage-guided
-// build. A crash or sanitizer report ends the process; the input is written first so the finding
-// can be replayed with `<target> FILE`.
+// build. A crash, a sanitizer report or an abort (a target's invariant) ends the process; the
+// input is written first so the finding can be replayed with `<target> FILE`.
 //
 // Usage: <target> [--seconds N] [--runs N] [--seed N] [--max-len N] (CORPUS_DIR | FILE)...
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +40,13 @@ void save_current() {
         std::fprintf(stderr, "fuzz: input of %zu bytes saved to ./fuzz-crash-input\n",
                      g_current->size());
     }
+}
+
+// A target's own check that aborts (an invariant broken) is a finding too: saved the same way.
+extern "C" void on_abort(int) {
+    save_current();
+    std::signal(SIGABRT, SIG_DFL);
+    std::raise(SIGABRT);
 }
 
 // Sanitizers call this before they abort.
@@ -185,6 +193,7 @@ int main(int argc, char** argv) {
         }
     }
     __sanitizer_set_death_callback(save_current);
+    std::signal(SIGABRT, on_abort);
 
     std::vector<Bytes> corpus;
     for (const auto& path : inputs) {
