@@ -376,6 +376,15 @@ void Memberlist::snapshot_tick() {
 void Memberlist::post_snapshot() {
     snapshot_change_ = change_count_;
     snapshot_clock_ = event_clock_;
+    // A restored member since seen to leave or die is no way back into the cluster any more
+    // (serf's snapshot drops left and failed members too). Written back while this site is
+    // alone, a site with no gossip.join would wait for it after its next restart without end,
+    // refusing rollouts as not yet back in its cluster.
+    std::erase_if(restored_, [&](const GossipSnapshot::Member& r) {
+        const auto it = members_.find(r.name);
+        return it != members_.end() &&
+               (it->second.state == NodeState::kDead || it->second.state == NodeState::kLeft);
+    });
     GossipSnapshot snap;
     snap.event_clock = event_clock_;
     for (const auto& [name, m] : members_) {

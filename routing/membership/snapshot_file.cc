@@ -249,6 +249,9 @@ struct SnapshotWriter::State {
     bool writing = false;  // A write is under way.
     bool stopping = false;
     bool exited = false;
+    // The owner gave up waiting (kFinalWriteWait) and went on to exit: the thread logs nothing
+    // more, the logger may be gone with the process' statics.
+    bool detached = false;
 };
 
 SnapshotWriter::SnapshotWriter(std::string path, WriteFn write, Duration retry_initial)
@@ -262,6 +265,9 @@ SnapshotWriter::~SnapshotWriter() {
     state_->wake.notify_all();
     const bool exited =
         state_->tried_cv.wait_for(lock, kFinalWriteWait, [&] { return state_->exited; });
+    if (!exited) {
+        state_->detached = true;
+    }
     lock.unlock();
     if (exited) {
         thread_.join();
@@ -328,7 +334,14 @@ void SnapshotWriter::run(const std::shared_ptr<State>& s) {
         lock.unlock();
         Status st = s->write(s->path, text);
         const Steady::time_point now = Steady::now();
-        if (!st.ok()) {
+        bool quiet = false;
+        {
+            std::lock_guard detached(s->mu);
+            quiet = s->detached;
+        }
+        if (quiet) {
+            // Nothing is logged after the owner left (see State::detached).
+        } else if (!st.ok()) {
             if (!warned || now - *warned >= kWarnInterval) {
                 log::warn("gossip_snapshot_write_failed",
                           {{"path", s->path},

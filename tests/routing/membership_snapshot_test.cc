@@ -605,6 +605,23 @@ TEST_CASE("gossip snapshot: a seed with no join list rejoins the members it save
     MESSAGE("rejoined in " << to_seconds(sites.net.now() - restarted) << " s");
     CHECK(rejoined);
     CHECK(sites[0].ml().event_clock_synced());
+
+    // The others leave for good: they are no longer saved as the way back (serf drops left and
+    // failed members too). Kept, site 0 (no join list) would after its next restart wait for
+    // them without end, and the daemon refuse rollouts as not yet rejoined.
+    for (size_t i : {1u, 2u}) {
+        sites[i].ml().leave();
+    }
+    sites.net.run_for(seconds(3));
+    sites[1].kill();
+    sites[2].kill();
+    sites.net.run_for(seconds(5));
+    CHECK(sites[0].ml().num_live() == 1);
+    CHECK(sites[0].ml().snapshot_members() == 0);
+    sites[0].kill();
+    sites[0].start();
+    CHECK(sites[0].ml().snapshot_members() == 0);  // A lone site again: a cluster of its own.
+    CHECK(sites[0].ml().event_clock() == 1);
 }
 
 }  // namespace edge::routing::membership

@@ -53,7 +53,8 @@ std::string daemon_yaml(const DaemonYaml& c) {
         y += "gossip:\n"
              "  bind_address: 127.0.0.1\n"
              "  port: 0\n"
-             "  preset: local\n" +
+             "  preset: local\n"
+             "  snapshot_file: '" + g.snapshot_file + "'\n" +
              ms_line("probe_interval_ms", g.probe_interval_ms) +
              ms_line("probe_timeout_ms", g.probe_timeout_ms) +
              ms_line("suspicion_mult", g.suspicion_mult) +

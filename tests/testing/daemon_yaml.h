@@ -30,6 +30,10 @@ struct GossipYaml {
     std::string testing_peer_delay;
     std::vector<std::string> join;  // Seed members' gossip addresses (host:port).
     std::vector<std::string> keys;  // gossip.keys (64 hex digits each); none: in clear.
+    // gossip.snapshot_file, always written: "" (none) unless a test gives one, so that a suite
+    // run where STATE_DIRECTORY is set (under a systemd unit) does not give every site of every
+    // test one file.
+    std::string snapshot_file;
 };
 
 // The `peer` (mutual TLS forwarding) section.
