@@ -8,6 +8,8 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -107,5 +109,27 @@ struct ClusterPair {
 
     std::string extra_;
 };
+
+// Whether `site` sees `member` alive. The snapshot is held while its entry is read: the site
+// may publish a new one meanwhile, which frees the old one.
+inline bool sees_alive(daemon::cluster::Cluster& site, const std::string& member) {
+    const auto snap = site.snapshot();
+    const routing::membership::MemberView* m = snap->find(member);
+    return m != nullptr && m->state == routing::membership::NodeState::kAlive;
+}
+
+// POST /admin/rollout of test-model at `site`, its deferred answer waited for.
+inline daemon::AdminReply post_rollout(daemon::cluster::Cluster& site,
+                                       const std::string& version) {
+    std::optional<daemon::AdminReply> r =
+        site.handle_admin("POST", "/admin/rollout?model=test-model&version=" + version);
+    REQUIRE(r.has_value());
+    REQUIRE(r->deferred);
+    auto answered = std::make_shared<std::promise<daemon::AdminReply>>();
+    std::future<daemon::AdminReply> answer = answered->get_future();
+    r->deferred([answered](daemon::AdminReply a) { answered->set_value(std::move(a)); });
+    REQUIRE(answer.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    return answer.get();
+}
 
 }  // namespace edge::testing

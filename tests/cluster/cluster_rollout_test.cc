@@ -26,27 +26,11 @@ using namespace std::chrono_literals;
 namespace json = boost::json;
 namespace membership = edge::routing::membership;
 using testing::ClusterPair;
+using testing::post_rollout;
+using testing::sees_alive;
 using testing::wait_for;
 
 namespace {
-
-bool sees_alive(daemon::cluster::Cluster& site, const std::string& member) {
-    const membership::MemberView* m = site.snapshot()->find(member);
-    return m != nullptr && m->state == membership::NodeState::kAlive;
-}
-
-// POST /admin/rollout at `site`, its deferred answer waited for.
-daemon::AdminReply post_rollout(daemon::cluster::Cluster& site, const std::string& version) {
-    std::optional<daemon::AdminReply> r =
-        site.handle_admin("POST", "/admin/rollout?model=test-model&version=" + version);
-    REQUIRE(r.has_value());
-    REQUIRE(r->deferred);
-    auto answered = std::make_shared<std::promise<daemon::AdminReply>>();
-    std::future<daemon::AdminReply> answer = answered->get_future();
-    r->deferred([answered](daemon::AdminReply a) { answered->set_value(std::move(a)); });
-    REQUIRE(answer.wait_for(5s) == std::future_status::ready);
-    return answer.get();
-}
 
 bool holds(daemon::cluster::Cluster& site, const std::string& version) {
     const std::optional<daemon::cluster::RolloutIntent> t = site.rollouts().target("test-model");

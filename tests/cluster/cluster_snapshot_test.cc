@@ -20,28 +20,9 @@ using namespace edge;
 using namespace std::chrono_literals;
 namespace membership = edge::routing::membership;
 using testing::ClusterPair;
+using testing::post_rollout;
+using testing::sees_alive;
 using testing::wait_for;
-
-namespace {
-
-daemon::AdminReply post_rollout(daemon::cluster::Cluster& site, const std::string& version) {
-    std::optional<daemon::AdminReply> r =
-        site.handle_admin("POST", "/admin/rollout?model=test-model&version=" + version);
-    REQUIRE(r.has_value());
-    REQUIRE(r->deferred);
-    auto answered = std::make_shared<std::promise<daemon::AdminReply>>();
-    std::future<daemon::AdminReply> answer = answered->get_future();
-    r->deferred([answered](daemon::AdminReply a) { answered->set_value(std::move(a)); });
-    REQUIRE(answer.wait_for(5s) == std::future_status::ready);
-    return answer.get();
-}
-
-bool sees_alive(daemon::cluster::Cluster& site, const std::string& member) {
-    const membership::MemberView* m = site.snapshot()->find(member);
-    return m != nullptr && m->state == membership::NodeState::kAlive;
-}
-
-}  // namespace
 
 TEST_CASE(
     "a seed restarted with a gossip snapshot waits to rejoin, then rolls out past its clock") {
@@ -57,10 +38,8 @@ TEST_CASE(
     y.cert_path = c.cert.cert_path;
     y.key_path = c.cert.key_path;
     y.gossip.emplace();  // No join list.
-    std::string yaml = testing::daemon_yaml(y);
-    const size_t at = yaml.find("gossip:\n");
-    REQUIRE(at != std::string::npos);
-    yaml.insert(at + 8, "  snapshot_file: " + path + "\n");
+    y.gossip->snapshot_file = path;
+    const std::string yaml = testing::daemon_yaml(y);
     Result<daemon::Config> config = daemon::parse_config(yaml, "seed");
     REQUIRE_MESSAGE(config.ok(), config.status().to_string());
     REQUIRE(config->gossip.snapshot_file == path);
