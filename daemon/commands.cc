@@ -311,6 +311,8 @@ int run_main(int argc, char** argv) {
         }
     };
     ping_watchdog();
+    // limits.drain_deadline_ms of the config last applied: a reload changes it for the next stop.
+    std::chrono::milliseconds drain_deadline = config->limits.drain_deadline;
     for (;;) {
         // Wakes at least every kHealthPollInterval to ask for the device's health, and when the
         // next watchdog ping is due.
@@ -327,7 +329,7 @@ int run_main(int argc, char** argv) {
             (void)notifier.notify("STOPPING=1\nSTATUS=device fault: " + health.message());
             return exit_on_device_fault(
                 **daemon, *generator, health,
-                std::min(config->limits.drain_deadline, kDeviceFaultDrain));
+                std::min(drain_deadline, kDeviceFaultDrain));
         }
         ping_watchdog();
         if (sig < 0) {
@@ -346,6 +348,7 @@ int run_main(int argc, char** argv) {
                             {"detail", "the certificates, tenants and gossip keys stay as "
                                        "they were"}});
             } else if ((*daemon)->reload(*fresh).ok()) {  // All or nothing; logged.
+                drain_deadline = fresh->limits.drain_deadline;
                 std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
                 if (!changed.empty()) {
                     std::string sections;
@@ -355,9 +358,9 @@ int run_main(int argc, char** argv) {
                     log::warn("changed_sections_need_restart",
                               {{"sections", sections},
                                {"detail",
-                                "a reload applies only certificates, tenants, gossip keys, "
-                                "routing weights and the admin token; these changes wait for "
-                                "a restart"}});
+                                "a reload applies only certificates, tenants, limits, gossip "
+                                "keys, routing weights and the admin token; these changes wait "
+                                "for a restart"}});
                 }
             }
             (void)notifier.notify("READY=1");
@@ -365,7 +368,7 @@ int run_main(int argc, char** argv) {
         }
         log::info("shutdown", {{"signal", signal_name(sig)}});
         (void)notifier.notify("STOPPING=1");
-        shut_down(**daemon, *generator, config->limits.drain_deadline);
+        shut_down(**daemon, *generator, drain_deadline);
         return 0;
     }
 }

@@ -425,7 +425,6 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
     // In name order.
     check("engine", engine);
     check("gossip", gossip);
-    check("limits", [](const Config& c) { return c.limits; });
     check("listeners", listeners);
     check("log", [](const Config& c) { return c.log; });
     check("models", [](const Config& c) { return c.models; });

@@ -36,6 +36,23 @@ void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
     publish_certificate_expiry(*served, metrics, peer.get());
 }
 
+// The `limits` section as both listeners, public and peer, apply it: at start and at reload.
+tls::HttpLimits http_limits(const LimitsConfig& l) {
+    tls::HttpLimits limits;
+    limits.handshake_timeout = l.handshake_timeout;
+    limits.header_timeout = l.header_timeout;
+    limits.body_timeout = l.body_timeout;
+    limits.request_read_timeout = l.request_read_timeout;
+    limits.idle_timeout = l.idle_timeout;
+    limits.write_timeout = l.write_timeout;
+    limits.max_header_bytes = l.max_header_bytes;
+    limits.max_body_bytes = l.max_body_bytes;
+    limits.max_connections = l.max_connections;
+    limits.max_stream_buffer_bytes = l.max_stream_buffer_bytes;
+    limits.stream_keepalive = l.stream_keepalive;
+    return limits;
+}
+
 }  // namespace
 
 std::chrono::milliseconds drain_advertise_window(const Config& config) {
@@ -107,19 +124,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     server_config.port = config.listener.port;
     server_config.io_threads = d->io_threads_;
     server_config.listen_fd = public_listen_fd;
-    const LimitsConfig& l = config.limits;
-    server_config.limits.handshake_timeout = l.handshake_timeout;
-    server_config.limits.header_timeout = l.header_timeout;
-    server_config.limits.body_timeout = l.body_timeout;
-    server_config.limits.request_read_timeout = l.request_read_timeout;
-    server_config.limits.idle_timeout = l.idle_timeout;
-    server_config.limits.write_timeout = l.write_timeout;
-    server_config.limits.max_header_bytes = l.max_header_bytes;
-    server_config.limits.max_body_bytes = l.max_body_bytes;
-    server_config.limits.max_connections = l.max_connections;
-    server_config.limits.max_stream_buffer_bytes = l.max_stream_buffer_bytes;
-    server_config.limits.stream_keepalive = l.stream_keepalive;
-    const tls::HttpLimits server_config_limits = server_config.limits;
+    server_config.limits = http_limits(config.limits);
     EDGE_ASSIGN_OR_RETURN(server_config.proxy_trusted,
                           tls::CidrSet::parse(config.proxy_protocol.trusted));
     EDGE_ASSIGN_OR_RETURN(d->server_, tls::HttpServer::create(*d->io_, std::move(server_config),
@@ -139,7 +144,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         peer_config.address = p.address;
         peer_config.port = p.port;
         peer_config.io_threads = d->io_threads_;
-        peer_config.limits = server_config_limits;
+        peer_config.limits = http_limits(config.limits);
         EDGE_ASSIGN_OR_RETURN(d->peer_server_,
                               tls::HttpServer::create(*d->io_, std::move(peer_config),
                                                       *d->peer_tls_, *d->peer_handler_,
@@ -355,6 +360,18 @@ Status Daemon::reload_certificates(const Config& config) {
         peer_ca = config.peer->ca_path;
     }
     return reload_certificate_files(config.listener.certificates, peer_certificate, peer_ca);
+}
+
+void Daemon::reload_limits(const LimitsConfig& limits) {
+    const tls::HttpLimits fresh = http_limits(limits);
+    server_->set_limits(fresh);
+    if (peer_server_) {
+        peer_server_->set_limits(fresh);
+    }
+    log::info("limits_reloaded",
+              {{"applied", "to new connections; open ones keep their limits"},
+               {"max_connections", static_cast<uint64_t>(fresh.max_connections)},
+               {"max_body_bytes", static_cast<uint64_t>(fresh.max_body_bytes)}});
 }
 
 void Daemon::stop_certificate_watch() {

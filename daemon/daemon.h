@@ -155,6 +155,9 @@ private:
     // Why `tenants` / `admin` may not replace the running ones (OK when they may).
     Status refuse_tenants(const std::optional<std::vector<TenantConfig>>& tenants) const;
     Status refuse_admin_token(const AdminListenerConfig& admin) const;
+    // The new limits for the connections the public and peer listeners accept from now on (those
+    // open keep theirs); logged.
+    void reload_limits(const LimitsConfig& limits);
     // The tenant names requests run under: the configured ones, or "anonymous".
     static std::vector<std::string> tenant_names(
         const std::optional<std::vector<TenantConfig>>& tenants);

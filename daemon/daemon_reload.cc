@@ -46,6 +46,8 @@ Status Daemon::apply_reload(const Config& fresh) {
     EDGE_RETURN_IF_ERROR(reload_certificates(fresh));
     EDGE_RETURN_IF_ERROR(reload_tenants(fresh.tenants));
     reload_routing(fresh.routing);
+    // Last, as nothing after the checks above can refuse it: limits for new connections.
+    reload_limits(fresh.limits);
     return ok_status();
 }
 

@@ -96,7 +96,7 @@ void HttpServer::Impl::start_accepting() {
             // on its way or already ran on this strand (the accept completed before it, and its
             // handler was queued after it): registered here, before note_accept_stopped() lets
             // stop() go on, it gets the first request's grace.
-            if (open_.load() >= config_.limits.max_connections) {
+            if (open_.load() >= current_limits()->max_connections) {
                 // Closing at once keeps the cost of a connection flood at one accept each.
                 observer_->on_connection_rejected("limit");
                 boost::system::error_code ignored;
@@ -277,5 +277,7 @@ void HttpServer::stop(std::chrono::milliseconds deadline, std::function<void()> 
 }
 
 size_t HttpServer::open_connections() const { return impl_->open_.load(); }
+
+void HttpServer::set_limits(const HttpLimits& limits) { impl_->set_limits(limits); }
 
 }  // namespace edge::tls

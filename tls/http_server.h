@@ -91,6 +91,10 @@ public:
     void stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline = {});
     static constexpr std::chrono::milliseconds kCutGrace{1000};
     size_t open_connections() const;
+    // Replaces the limits (config reload), from any thread. A connection keeps the limits it was
+    // accepted with for its whole life; those accepted from now on get `limits`, and the
+    // connection count is checked against the new max_connections at once.
+    void set_limits(const HttpLimits& limits);
 
     class Impl;
 

@@ -36,6 +36,7 @@ public:
          HttpHandler& handler, ServerObserver* observer)
         : io_(io),
           config_(std::move(config)),
+          limits_(std::make_shared<const HttpLimits>(config_.limits)),
           tls_(tls),
           handler_(handler),
           observer_(observer ? observer : &null_observer_),
@@ -68,8 +69,21 @@ public:
     // its bounded linger, which stop()'s deadline does not cut. Any thread.
     void note_session_closing(HttpSession* session);
 
+    // The limits a connection accepted now gets (config_.limits until set_limits()). Any thread.
+    std::shared_ptr<const HttpLimits> current_limits() const {
+        std::lock_guard lock(limits_mu_);
+        return limits_;
+    }
+    void set_limits(const HttpLimits& limits) {
+        auto fresh = std::make_shared<const HttpLimits>(limits);
+        std::lock_guard lock(limits_mu_);
+        limits_ = std::move(fresh);
+    }
+
     boost::asio::io_context& io_;
-    const HttpServerConfig config_;
+    const HttpServerConfig config_;  // Its `limits` are those at create(): see current_limits().
+    mutable std::mutex limits_mu_;
+    std::shared_ptr<const HttpLimits> limits_;  // Under limits_mu_.
     TlsContextStore& tls_;
     HttpHandler& handler_;
     ServerObserver null_observer_;

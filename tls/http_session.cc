@@ -53,7 +53,7 @@ net::awaitable<bool> HttpSession::accept_proxy_and_handshake() {
         Result<IpAddress> ip = IpAddress::parse(remote_);
         trusted = ip.ok() && server_.config_.proxy_trusted.contains(*ip);
     }
-    set_deadline(server_.config_.limits.handshake_timeout);
+    set_deadline(limits_->handshake_timeout);
     for (;;) {
         auto [read_ec, n] = co_await tcp_layer.async_read_some(buffer_.prepare(512), kTuple);
         if (read_ec) {
@@ -129,7 +129,7 @@ void HttpSession::start_watcher() {
             // a close behind it is still seen. At max_header_bytes buffered it stops, as the
             // bytes a session holds for a request it has not parsed are bounded there; the
             // client is then watched again from the next request on.
-            const size_t cap = self->server_.config_.limits.max_header_bytes;
+            const size_t cap = self->limits_->max_header_bytes;
             while (self->buffer_.size() < cap) {
                 auto watch_buffer =
                     self->buffer_.prepare(std::min<size_t>(2048, cap - self->buffer_.size()));
@@ -171,7 +171,7 @@ net::awaitable<void> HttpSession::close_gracefully() {
     // One bound for all of it: the wait for room for close_notify and the linger.
     const Clock::time_point linger_end =
         Clock::now() +
-        std::min<Clock::duration>(server_.config_.limits.header_timeout, kLingerTime);
+        std::min<Clock::duration>(limits_->header_timeout, kLingerTime);
     auto& tcp_layer = stream_.socket();
     if (!answer_cut_) {
         // Not after a cut answer: an HTTP/1.0 body ends at the close, and close_notify would
@@ -216,7 +216,7 @@ net::awaitable<void> HttpSession::close_gracefully() {
 }
 
 net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string_body>& parser) {
-    const HttpLimits& limits = server_.config_.limits;
+    const HttpLimits& limits = *limits_;
     // A fresh connection's header_timeout runs from its first wait, not again from its first
     // byte (as nginx's client_header_timeout).
     bool first_request_waited = false;
@@ -366,7 +366,7 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
 
 net::awaitable<boost::system::error_code> HttpSession::parse_request(
     http::request_parser<http::string_body>& parser, bool header_only) {
-    RequestReadPhase phase(server_.config_.limits.max_header_bytes, header_only);
+    RequestReadPhase phase(limits_->max_header_bytes, header_only);
     for (;;) {
         const RequestReadPhase::Step step = phase.advance(parser, buffer_);
         if (step.ec || step.finished) {
@@ -430,7 +430,7 @@ net::awaitable<void> HttpSession::run() {
         pending_.clear();
         notes_.clear();
         channel_ = std::make_shared<ChannelImpl>(stream_.get_executor(), weak_from_this(), seq_,
-                                                 server_.config_.limits.max_stream_buffer_bytes);
+                                                 limits_->max_stream_buffer_bytes);
         t_handling = this;
         try {
             server_.handler_.handle(std::move(request), handler_channel());
@@ -458,7 +458,7 @@ net::awaitable<void> HttpSession::run() {
                 cancel_read();
             }
             // The watcher read owns the stream; wait for it (next request bytes) or time out.
-            co_await wait_signal(server_.config_.limits.idle_timeout);
+            co_await wait_signal(limits_->idle_timeout);
             if (watcher_running_ || client_gone_ || draining()) {
                 break;
             }

@@ -64,6 +64,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     HttpSession(HttpServer::Impl& server, tcp::socket socket,
                 std::shared_ptr<const TlsGeneration> generation)
         : server_(server),
+          limits_(server.current_limits()),
           generation_(std::move(generation)),
           stream_(std::move(socket), generation_->native_context(0)),
           signal_(stream_.get_executor()),
@@ -137,7 +138,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
                   {{"reason", "slow_reader"},
                    {"peer", remote_},
                    {"queued_bytes", queued},
-                   {"limit_bytes", server_.config_.limits.max_stream_buffer_bytes}});
+                   {"limit_bytes", limits_->max_stream_buffer_bytes}});
         server_.observer_->on_stream_cancelled("slow_reader");
         pending_.clear();
         mark_client_gone();
@@ -216,13 +217,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     // While draining, how long a connection that has not sent its first request may still send
     // it: long enough for a request already on its way, short enough not to hold the drain.
     Clock::duration first_request_drain_grace() const {
-        return std::min<Clock::duration>(std::chrono::seconds(2),
-                                         server_.config_.limits.header_timeout);
+        return std::min<Clock::duration>(std::chrono::seconds(2), limits_->header_timeout);
     }
     // The next body read's deadline: body_timeout, cut to what is left of request_read_timeout
     // (from the request's first byte).
     Clock::duration body_deadline() const {
-        const HttpLimits& limits = server_.config_.limits;
+        const HttpLimits& limits = *limits_;
         Clock::duration d = limits.body_timeout;
         if (limits.request_read_timeout.count() > 0) {
             const Clock::duration left =
@@ -232,7 +232,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         return d;
     }
     bool request_read_expired() const {
-        const auto bound = server_.config_.limits.request_read_timeout;
+        const auto bound = limits_->request_read_timeout;
         return bound.count() > 0 && Clock::now() >= request_start_ + bound;
     }
     // The next I/O must be done within `timeout` (else the socket is closed, which ends the
@@ -293,6 +293,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     bool draining() const { return drain_requested_ || server_.draining_.load(); }
 
     HttpServer::Impl& server_;
+    // The limits when the connection was accepted, for its whole life: a reload
+    // (HttpServer::set_limits) applies to the connections accepted after it.
+    const std::shared_ptr<const HttpLimits> limits_;
     std::shared_ptr<const TlsGeneration> generation_;
     Stream stream_;
     beast::flat_buffer buffer_;

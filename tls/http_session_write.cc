@@ -42,7 +42,7 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
     std::string& out = write_buffer_;
     out.clear();
     format_head(out, response, version, keep_alive, response.body.size());
-    set_deadline(server_.config_.limits.write_timeout);
+    set_deadline(limits_->write_timeout);
     boost::system::error_code wec;
     if (head_only) {
         auto head = net::buffer(out);
@@ -59,7 +59,7 @@ net::awaitable<bool> HttpSession::write_full(HttpResponse& response, int version
         // large answer (a forwarded one may be 64 MiB) is not cut; one that stops is.
         constexpr size_t kSlice = 256 * 1024;
         for (size_t at = 0; !wec && at < response.body.size(); at += kSlice) {
-            set_deadline(server_.config_.limits.write_timeout);
+            set_deadline(limits_->write_timeout);
             auto slice = net::buffer(response.body.data() + at,
                                      std::min(kSlice, response.body.size() - at));
             wec = co_await stream_.write(slice);
@@ -103,7 +103,7 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
     // blank line that ends one may be split between two of them.
     std::string tail;
     bool ok = true;
-    const auto write_timeout = server_.config_.limits.write_timeout;
+    const auto write_timeout = limits_->write_timeout;
     // RFC 9110 section 9.3.2: no content in an answer to HEAD, whatever the handler produced.
     const bool head_only = method == "HEAD";
     for (;;) {
@@ -118,13 +118,13 @@ net::awaitable<bool> HttpSession::serve_response(int version, bool keep_alive,
             // The watcher reads behind any bytes already buffered (a pipelined request), up to
             // max_header_bytes of them; past that the client is not watched until the next
             // request is parsed.
-            if (!watcher_running_ && buffer_.size() < server_.config_.limits.max_header_bytes) {
+            if (!watcher_running_ && buffer_.size() < limits_->max_header_bytes) {
                 start_watcher();
                 // The watcher may have finished at once (a client already gone, its EOF already
                 // read), and its wake-up then found no wait to cancel: look again before waiting.
                 continue;
             }
-            const auto keepalive = server_.config_.limits.stream_keepalive;
+            const auto keepalive = limits_->stream_keepalive;
             if (event_stream && !head_only && keepalive.count() > 0 && ends_event(tail)) {
                 // A silent event stream gets a comment (HttpLimits::stream_keepalive), between
                 // events only: inside one it would become part of that event's data.

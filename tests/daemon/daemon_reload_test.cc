@@ -114,3 +114,39 @@ TEST_CASE("reload: the first SIGHUP after start rebuilds no certificate files it
     REQUIRE(d.daemon->reload_certificates().ok());
     CHECK(d.daemon->metrics().serialize().find(reloaded) != std::string::npos);
 }
+
+TEST_CASE("reload: new limits apply to the connections accepted after it, open ones keep theirs") {
+    const std::string models = "models:\n  - {name: test-model, path: /m}\n";
+    testing::ScriptedDaemon d({"test-model"});
+    d.start(models + "limits:\n  max_body_bytes: 65536\n");
+    auto reload = [&](const std::string& limits) {
+        auto fresh = daemon::parse_config(
+            testing::config_yaml(d.cert.cert_path, d.cert.key_path, models + limits),
+            d.dir.file("c.yaml"));
+        REQUIRE(fresh.ok());
+        REQUIRE(d.daemon->reload(*fresh).ok());
+    };
+    // The status of a POST with a body of `bytes` (413 when over limits.max_body_bytes).
+    auto post = [](testing::TlsClient& c, size_t bytes) {
+        REQUIRE(c.send("POST /v1/models HTTP/1.1\r\nHost: localhost\r\nContent-Length: " +
+                       std::to_string(bytes) + "\r\n\r\n" + std::string(bytes, 'x'))
+                    .ok());
+        Result<testing::HttpReply> r = c.read_response();
+        REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+        return r->status;
+    };
+    auto before = testing::TlsClient::connect(d.daemon->public_port());
+    REQUIRE(before.ok());
+
+    // `before` is open: with max_connections 1 a new connection is turned away at accept.
+    reload("limits:\n  max_body_bytes: 65536\n  max_connections: 1\n");
+    CHECK_FALSE(testing::TlsClient::connect(d.daemon->public_port()).ok());
+
+    // Raised again, with a lower body limit: a new connection gets in, under the new limit.
+    reload("limits:\n  max_body_bytes: 4096\n  max_connections: 100\n");
+    auto after = testing::TlsClient::connect(d.daemon->public_port());
+    REQUIRE(after.ok());
+    CHECK(post(**after, 10'000) == 413);
+    // The connection open before the reloads keeps the limit it was accepted with.
+    CHECK(post(**before, 10'000) != 413);
+}

@@ -578,9 +578,9 @@ TEST_CASE(
     };
     CHECK(served("localhost") == "localhost");
 
-    // Another default chain plus an SNI chain, and a limit that needs a restart.
+    // Another default chain plus an SNI chain, and a log level, which needs a restart.
     std::string yaml = testing::config_yaml(second.cert_path, second.key_path,
-                                            "limits:\n  max_body_bytes: 4096\n");
+                                            "log:\n  level: debug\n");
     yaml.replace(yaml.find("[localhost]"), 11, "[second.test]");
     yaml.replace(yaml.find("  admin:"), 0,
                  "      - server_names: [third.test]\n        cert: " + third.cert_path +
@@ -594,7 +594,7 @@ TEST_CASE(
     std::string log = read_file(log_path);
     CHECK(log.find("\"event\":\"certificates_reloaded\",\"generation\":2,\"chains\":2") !=
           std::string::npos);
-    CHECK(log.find("\"event\":\"changed_sections_need_restart\",\"sections\":\"limits\"") !=
+    CHECK(log.find("\"event\":\"changed_sections_need_restart\",\"sections\":\"log\"") !=
           std::string::npos);
     auto metrics = testing::plain_http_get(admin, "/metrics");
     REQUIRE(metrics.ok());
