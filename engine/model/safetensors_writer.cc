@@ -78,20 +78,6 @@ Status replace_with_partial(std::ofstream& out, const std::string& partial,
 
 }  // namespace
 
-Status fsync_path(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return internal_error(path + ": cannot open to fsync: " + std::strerror(errno));
-    }
-    const int synced = ::fsync(fd);
-    const int err = errno;
-    ::close(fd);
-    if (synced != 0) {
-        return internal_error(path + ": fsync failed: " + std::strerror(err));
-    }
-    return ok_status();
-}
-
 uint64_t tensor_bytes(const TensorToWrite& t) {
     int64_t numel = 1;
     for (int64_t d : t.shape) {

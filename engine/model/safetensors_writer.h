@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/file.h"  // fsync_path
 #include "common/result.h"
 #include "engine/model/safetensors.h"
 
@@ -35,12 +36,6 @@ uint64_t tensor_bytes(const TensorToWrite& t);
 
 // Called after each tensor's bytes are written (for progress reports).
 using TensorWritten = std::function<void(const TensorToWrite&)>;
-
-// fsync(2)s the regular file or directory at `path`, opened read-only (fsync flushes the inode,
-// whichever descriptor asks). A durable rename needs both: the file's bytes before it is renamed
-// into place, its directory after, or a power loss can keep the new name without the bytes.
-// kInternal naming `path` when it cannot be opened or synced.
-Status fsync_path(const std::string& path);
 
 // Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
 // The bytes go to `path`.partial, synced to disk (fsync_path) and renamed over `path` only once

@@ -51,20 +51,6 @@ std::string quoted(std::string_view line) {
     return out + (line.size() > 64 ? "...'" : "'");
 }
 
-Status write_all(int fd, std::string_view text) {
-    while (!text.empty()) {
-        const ssize_t n = ::write(fd, text.data(), text.size());
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            return unavailable_error(std::string("write: ") + std::strerror(errno));
-        }
-        text.remove_prefix(static_cast<size_t>(n));
-    }
-    return ok_status();
-}
-
 }  // namespace
 
 std::string encode_gossip_snapshot(const GossipSnapshot& s) {
@@ -184,49 +170,6 @@ Result<GossipSnapshot> read_gossip_snapshot(const std::string& path) {
         return s.status().with_context(path);
     }
     return s;
-}
-
-Status write_file_atomically(const std::string& path, std::string_view text) {
-    const std::string tmp = path + ".tmp";
-    const auto fail = [&](const std::string& what) {
-        return unavailable_error(what + ": " + std::strerror(errno));
-    };
-    // O_EXCL | O_NOFOLLOW: a file or symlink left at the temporary name (a crash mid-write, or
-    // planted) is never written through; it is removed (unlink does not follow a symlink) and
-    // the file created afresh.
-    constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    int fd = ::open(tmp.c_str(), kFlags, 0600);
-    if (fd < 0 && errno == EEXIST && ::unlink(tmp.c_str()) == 0) {
-        fd = ::open(tmp.c_str(), kFlags, 0600);
-    }
-    if (fd < 0) {
-        return fail("cannot create " + tmp);
-    }
-    Status st = write_all(fd, text).with_context(tmp);
-    if (st.ok() && ::fsync(fd) != 0) {
-        st = fail("fsync " + tmp);
-    }
-    if (::close(fd) != 0 && st.ok()) {
-        st = fail("close " + tmp);
-    }
-    if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-        st = fail("rename " + tmp + " to " + path);
-    }
-    if (!st.ok()) {
-        ::unlink(tmp.c_str());
-        return st;
-    }
-    // The rename itself reaches the disk with the directory.
-    std::string dir = std::filesystem::path(path).parent_path().string();
-    if (dir.empty()) {
-        dir = ".";
-    }
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)::fsync(dfd);
-        ::close(dfd);
-    }
-    return ok_status();
 }
 
 struct SnapshotWriter::State {

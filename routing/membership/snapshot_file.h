@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/file.h"  // write_file_atomically
 #include "common/result.h"
 
 namespace edge::routing::membership {
@@ -60,10 +61,6 @@ Result<GossipSnapshot> decode_gossip_snapshot(std::string_view text);
 // The snapshot at `path`: kNotFound when there is none, another error (naming the path) when it
 // cannot be read or decoded (larger than kMaxSnapshotBytes, not a regular file, malformed).
 Result<GossipSnapshot> read_gossip_snapshot(const std::string& path);
-// Writes `text` to `path` atomically: `path`.tmp created afresh (O_EXCL | O_NOFOLLOW, mode 0600;
-// a stale one or a symlink there is removed first), written, fsynced, renamed over `path`, and
-// the directory fsynced.
-Status write_file_atomically(const std::string& path, std::string_view text);
 
 // Writes the snapshot file off the membership strand, as serf's snapshotter goroutine does: post()
 // hands over the newest text and returns at once, a thread of its own writes it with
