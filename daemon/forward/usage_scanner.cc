@@ -11,6 +11,9 @@ namespace edge::daemon::forward {
 
 namespace {
 
+// The start of the error event a failing stream ends with (api::Response, and OpenAI's).
+constexpr std::string_view kErrorEventStart = "data: {\"error\":";
+
 // An event's text without the end of its last line; a line holds no CR or LF, so no more goes.
 std::string_view without_line_end(std::string_view event) {
     while (!event.empty() && (event.back() == '\n' || event.back() == '\r')) {
@@ -124,8 +127,7 @@ std::string UsageScanner::feed_events(std::string_view bytes) {
             if (relayed) {
                 parse_event(event);
                 ended_ = ended_ || event == "data: [DONE]";
-                // The error event a failing stream ends with (api::Response, and OpenAI's).
-                if (!failed_ && event.starts_with("data: {\"error\":")) {
+                if (!failed_ && event.starts_with(kErrorEventStart)) {
                     failed_ = true;
                     read_error(event.substr(6));
                 }
@@ -140,7 +142,13 @@ std::string UsageScanner::feed_events(std::string_view bytes) {
         start = i + 1;
     }
     if (passing_ || partial_.size() - start > kMaxPartialEvent) {
-        // The line state above finds the event's end without its start held: relay it all.
+        // The line state above finds the event's end without its start held: relay it all. An
+        // error event this long is not parsed, but its start says the stream failed (its code,
+        // after the message, stays unknown).
+        if (!passing_ && !failed_ &&
+            std::string_view(partial_).substr(start).starts_with(kErrorEventStart)) {
+            failed_ = true;
+        }
         passing_ = true;
         out.append(partial_, start);
         start = partial_.size();

@@ -39,7 +39,8 @@ public:
     bool reported() const { return reported_; }
     // The stream's end event (`data: [DONE]`) was relayed: the client has the whole answer.
     bool ended() const { return ended_; }
-    // An error event (`data: {"error":...}`) was relayed: the peer's stream failed in-band.
+    // An error event (`data: {"error":...}`) was relayed: the peer's stream failed in-band
+    // (one longer than the partial-event bound counts from its start).
     bool failed() const { return failed_; }
     // That event's error.code ("" when it has none): service_unavailable for a generation the
     // peer stopped for its load or a shutdown (a drain's deadline, no room once queued).

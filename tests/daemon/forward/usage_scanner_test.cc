@@ -265,3 +265,21 @@ TEST_CASE("usage scanner: an error event marks the stream failed, content mentio
     CHECK(unavailable.failed());
     CHECK(unavailable.error_code() == "service_unavailable");
 }
+
+TEST_CASE("usage scanner: an error event over the partial-event bound marks the stream failed") {
+    const std::string huge = "data: {\"error\":{\"message\":\"" + std::string(2 << 20, 'x') +
+                             "\",\"code\":null}}\n\n";
+    UsageScanner scanner;
+    std::string out;
+    for (size_t at = 0; at < huge.size(); at += 64 * 1024) {
+        out += scanner.feed_events(std::string_view(huge).substr(at, 64 * 1024));
+    }
+    CHECK(out == huge);  // Relayed intact.
+    CHECK(scanner.failed());
+    CHECK(scanner.error_code() == "");
+    UsageScanner content;  // An over-long content event is not an error.
+    const std::string long_content = "data: {\"choices\":[{\"delta\":{\"content\":\"" +
+                                     std::string(2 << 20, 'x') + "\"}}]}\n\n";
+    content.feed_events(long_content);
+    CHECK_FALSE(content.failed());
+}
