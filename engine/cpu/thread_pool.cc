@@ -3,7 +3,12 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <string>
+#include <system_error>
+
+#include "common/log.h"
 
 namespace edge::engine::cpu {
 namespace {
@@ -30,6 +35,8 @@ constexpr int64_t kMaxClaims = 64;
 // Pause instructions between clock reads while spinning.
 constexpr int kPausesPerCheck = 32;
 
+std::atomic<void (*)(int)> g_thread_start_hook{nullptr};
+
 inline void cpu_relax() {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
@@ -42,20 +49,50 @@ ThreadPool::ThreadPool(int threads) {
     if (threads < 1) {
         threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     }
-    size_ = threads;
     gen_.store(1);  // Closed until the first job.
-    for (int i = 1; i < size_; ++i) {
-        threads_.emplace_back([this, i] { worker_loop(i); });
+    // Reserved first: keeping a thread that started cannot fail.
+    threads_.reserve(static_cast<size_t>(threads - 1));
+    try {
+        for (int i = 1; i < threads; ++i) {
+            if (void (*hook)(int) = g_thread_start_hook.load()) {
+                hook(i);
+            }
+            threads_.emplace_back([this, i] { worker_loop(i); });
+        }
+    } catch (const std::system_error& e) {
+        // Out of threads (EAGAIN: RLIMIT_NPROC, systemd's TasksMax, a cgroup's pids.max). The
+        // pool works with the workers it has (the callers construct it where nothing can fail,
+        // and a smaller pool is slower, not wrong), so it keeps them rather than take the
+        // process down: a thread left joinable here would call std::terminate.
+        const int started = static_cast<int>(threads_.size()) + 1;
+        log::warn("thread_pool_short",
+                  {{"threads_asked", threads},
+                   {"threads", started},
+                   {"error", "could not start thread " + std::to_string(started + 1) + " of " +
+                                 std::to_string(threads) + ": " + e.code().message()},
+                   {"detail",
+                    "running with fewer threads; raise the process's thread limit "
+                    "(systemd TasksMax, ulimit -u, the cgroup's pids.max) or lower "
+                    "engine.threads"}});
+    } catch (...) {
+        // Anything else (std::bad_alloc) goes to the caller, with no thread left running.
+        stop_workers();
+        throw;
     }
+    // Workers read size_ only inside a job, which the caller opens after this.
+    size_ = static_cast<int>(threads_.size()) + 1;
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_workers(); }
+
+void ThreadPool::stop_workers() {
     stop_.store(true);
     gen_.fetch_add(1);
     gen_.notify_all();
     for (std::thread& t : threads_) {
         t.join();
     }
+    threads_.clear();
 }
 
 void ThreadPool::run(int64_t n, int64_t grain, Fn fn, void* ctx) {
@@ -192,6 +229,10 @@ void ThreadPool::worker_loop(int worker) {
             active_.notify_one();
         }
     }
+}
+
+void set_thread_start_hook_for_testing(void (*hook)(int worker)) {
+    g_thread_start_hook.store(hook);
 }
 
 }  // namespace edge::engine::cpu

@@ -14,6 +14,12 @@
 // Threading: parallel_for may be called from one thread at a time (the model's forward); the body
 // runs concurrently on disjoint ranges and must not call parallel_for again. The destructor joins
 // the workers.
+//
+// A pool may start fewer threads than asked: when the process is out of threads (std::thread
+// throws std::system_error, EAGAIN under RLIMIT_NPROC, systemd's TasksMax or a cgroup's pids.max)
+// it keeps the workers it has, logs a warning (event "thread_pool_short") and size() says how
+// many there are. The pool still works with the caller alone; its users size their per-worker
+// scratch by size(). No exception leaves the constructor for that.
 
 #include <algorithm>
 #include <atomic>
@@ -30,11 +36,13 @@ inline constexpr int kMaxPoolThreads = 4096;
 class ThreadPool {
 public:
     // `threads` workers in all (including the caller); values < 1 mean one per hardware thread.
+    // Fewer when the process cannot start that many threads (above).
     explicit ThreadPool(int threads);
     ~ThreadPool();
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
+    // The workers running, the caller included: at most the number asked for.
     int size() const { return size_; }
 
     // Calls body(begin, end) on disjoint ranges covering [0, n), in parallel. Ranges start at
@@ -65,6 +73,7 @@ private:
     void dispatch(Fn fn, void* ctx, int64_t n, int64_t grain, int64_t chunks, bool tasks);
     void work_on(int worker);
     void worker_loop(int worker);
+    void stop_workers();
 
     int size_ = 1;
     std::vector<std::thread> threads_;
@@ -85,5 +94,10 @@ private:
     std::atomic<bool> stop_{false};
     alignas(64) std::atomic<int> active_{0};  // Workers inside the current job.
 };
+
+// For tests: `hook` runs before each worker thread is started, with the worker's number (1 for
+// the first thread started), and may throw what std::thread's constructor throws, to stand for a
+// process out of threads. nullptr removes it. Set it while no pool is being constructed.
+void set_thread_start_hook_for_testing(void (*hook)(int worker));
 
 }  // namespace edge::engine::cpu
