@@ -54,8 +54,12 @@ constexpr size_t kMaxHeader = 1024;  // Bytes of a name or id before its termina
 // Kimi's section of calls) ends.
 class MarkerParser : public ToolCallParser {
   public:
-    MarkerParser(std::string start, std::string id_prefix)
-        : start_(std::move(start)), id_prefix_(std::move(id_prefix)) {}
+    // `call_start`, if not empty, is a second opening: one call's own marker without the
+    // section's (DeepSeek-V3's template writes later calls so); begin_call() reads bare().
+    MarkerParser(std::string start, std::string id_prefix, std::string call_start = "")
+        : start_(std::move(start)),
+          id_prefix_(std::move(id_prefix)),
+          call_start_(std::move(call_start)) {}
 
     ParsedDelta feed(std::string_view text) override {
         buf_.append(text);
@@ -68,10 +72,13 @@ class MarkerParser : public ToolCallParser {
     ParsedDelta finish() override {
         ParsedDelta out;
         run(out);
-        if (in_call_ && after_call_in_section_ && buf_.empty()) {
+        if (in_call_ && after_call_in_section_ &&
+            (bare_ || buf_.find_first_not_of(" \t\r\n") == std::string::npos)) {
             // The output ended between two calls of a section (Kimi K2, DeepSeek) with no
             // section end: the calls written stand, as vLLM's parsers take them. DeepSeek-V3's
-            // template writes a conversation's first call so, and the model copies it.
+            // template writes a conversation's first call so, and the model copies it. After a
+            // bare call (no section opened) what is left is content (emit_content drops
+            // whitespace alone).
             raw_.clear();  // Whitespace after the last call, not content.
             in_call_ = false;
         }
@@ -87,8 +94,12 @@ class MarkerParser : public ToolCallParser {
     }
 
   protected:
-    enum class Step { kNeedMore, kDone, kMalformed };
+    // kNotACall: what opened looked like a call only by its marker (a bare call_start not
+    // followed by a call's head): given back as content, the response not malformed.
+    enum class Step { kNeedMore, kDone, kMalformed, kNotACall };
     virtual void begin_call() = 0;
+    // The current call opened with call_start, not start.
+    bool bare() const { return bare_; }
     virtual Step step(ParsedDelta& out) = 0;
 
     std::string take(size_t n) {
@@ -201,9 +212,20 @@ class MarkerParser : public ToolCallParser {
     void run(ParsedDelta& out) {
         while (true) {
             if (!in_call_) {
-                const size_t at = buf_.find(start_);
+                size_t at = buf_.find(start_);
+                bare_ = false;
+                if (!call_start_.empty()) {
+                    const size_t bare_at = buf_.find(call_start_);
+                    if (bare_at < at) {
+                        at = bare_at;
+                        bare_ = true;
+                    }
+                }
                 if (at == std::string::npos) {
-                    const size_t keep = held_prefix(buf_, start_);
+                    size_t keep = held_prefix(buf_, start_);
+                    if (!call_start_.empty()) {
+                        keep = std::max(keep, held_prefix(buf_, call_start_));
+                    }
                     emit_content(out, std::string_view(buf_).substr(0, buf_.size() - keep));
                     buf_.erase(0, buf_.size() - keep);
                     return;
@@ -213,7 +235,7 @@ class MarkerParser : public ToolCallParser {
                 space_before_call_ = std::move(space_after_call_);
                 space_after_call_.clear();
                 raw_.clear();
-                take(start_.size());
+                take(bare_ ? call_start_.size() : start_.size());
                 in_call_ = true;
                 after_call_in_section_ = false;
                 started_ = false;
@@ -228,12 +250,22 @@ class MarkerParser : public ToolCallParser {
                 abandon(out, reason_);
                 continue;
             }
+            if (s == Step::kNotACall) {
+                give_back(out);
+                continue;
+            }
             in_call_ = false;
             raw_.clear();
         }
     }
 
     void abandon(ParsedDelta& out, const std::string& reason) {
+        give_back(out);
+        malformed_reason_ = reason;
+    }
+
+    // The current call's text back to content; the call, if begun, given up.
+    void give_back(ParsedDelta& out) {
         out.content += space_before_call_;  // Not between two calls after all.
         space_before_call_.clear();
         after_call_ = false;
@@ -252,7 +284,6 @@ class MarkerParser : public ToolCallParser {
             started_ = false;
             shown_ = false;
         }
-        malformed_reason_ = reason;
         in_call_ = false;
     }
 
@@ -276,6 +307,9 @@ class MarkerParser : public ToolCallParser {
 
     std::string start_;
     std::string id_prefix_;
+    std::string call_start_;  // See the constructor; empty: none.
+    bool bare_ = false;       // The current call opened with call_start_.
+
     std::string raw_;  // Consumed bytes of the current call, given back if it is malformed.
     bool after_call_ = false;        // A call ended and no content has come since.
     std::string space_after_call_;   // Whitespace since then (emit_content).

@@ -21,6 +21,9 @@
 // count up from 0 with no gap; ids count every call begun, so they do not depend on the split).
 // Output that ends between two calls of a section (Kimi K2, DeepSeek), after a whole call, closes
 // the section: its calls stand, as vLLM's parsers take them.
+// DeepSeek-V3 also takes a call that opens with <｜tool▁call▁begin｜> alone, as its template
+// writes a conversation's later calls (more calls or <｜tool▁calls▁end｜> may follow it; other
+// text after it is content); that marker without "function<｜tool▁sep｜>" after it is content.
 //
 // Threading: one parser per response, used from one thread.
 

@@ -252,6 +252,76 @@ TEST_CASE("tool calls: DeepSeek-V3 format") {
     CHECK_FALSE(o.malformed);
 }
 
+TEST_CASE("tool calls: DeepSeek-V3 calls without <｜tool▁calls▁begin｜>, as its template writes") {
+    // The template writes each call of a conversation after the first as "\n", the call, then
+    // <｜tool▁calls▁end｜>, with no <｜tool▁calls▁begin｜>: a model that copies that form is
+    // calling a tool. Each text is fed whole, byte by byte and split at every boundary.
+    const std::string f =
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Beijing\"}"
+        "\n```<｜tool▁call▁end｜>";
+    const std::string g =
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>";
+    const std::string section_f = "<｜tool▁calls▁begin｜>" + f + "<｜tool▁calls▁end｜>";
+    struct Case {
+        std::string text;
+        std::string content;
+        std::vector<std::string> names;
+    };
+    const std::vector<std::string> fg = {"get_weather", "get_time"};
+    for (const Case& c : {
+             // The template's history form.
+             Case{"Checking.\n" + f + "<｜tool▁calls▁end｜>", "Checking.\n", {"get_weather"}},
+             Case{f, "", {"get_weather"}},
+             Case{f + "\n", "", {"get_weather"}},
+             Case{f + "\n" + g, "", fg},
+             Case{f + g + "<｜tool▁calls▁end｜>", "", fg},
+             // Text after the call is content, as after a section's end.
+             Case{f + "\nDone.", "\nDone.", {"get_weather"}},
+             Case{f + "<｜tool▁calls▁end｜> Done.", " Done.", {"get_weather"}},
+             // A marker-like text after the call that is neither marker.
+             Case{f + "\n<｜tool▁output▁begin｜>", "\n<｜tool▁output▁begin｜>", {"get_weather"}},
+             // The first call in a section, a later one bare (the model copying its history).
+             Case{section_f + "\n" + g + "<｜tool▁calls▁end｜>", "", fg},
+             Case{"a" + f + "b" + section_f, "ab", {"get_weather", "get_weather"}},
+         }) {
+        INFO(c.text);
+        const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV3, c.text);
+        CHECK_FALSE(o.malformed);
+        CHECK(o.content == c.content);
+        REQUIRE(o.calls.size() == c.names.size());
+        for (size_t i = 0; i < c.names.size(); ++i) {
+            CHECK(o.calls[i].id == "call_" + std::to_string(i));
+            CHECK(o.calls[i].name == c.names[i]);
+            check_json(o.calls[i].arguments,
+                       c.names[i] == "get_time" ? "{}" : "{\"city\": \"Beijing\"}");
+        }
+    }
+    // Text that mentions the marker, with no call's head after it, stays content and is not a
+    // malformed call.
+    for (const std::string text :
+         {"Write <｜tool▁call▁begin｜> to start a call.", "<｜tool▁call▁begin｜>functional code",
+          "<｜tool▁call▁begin｜>function and <｜tool▁sep｜>", "ends with <｜tool▁call▁begin｜>x"}) {
+        INFO(text);
+        const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV3, text);
+        CHECK_FALSE(o.malformed);
+        CHECK(o.calls.empty());
+        CHECK(o.content == text);
+    }
+    // A bare call that goes wrong after its head is malformed, as in a section.
+    const std::string unfenced =
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{\"a\": 1}<｜tool▁call▁end｜>";
+    const Outcome bad = check_all_splits(ToolCallFormat::kDeepSeekV3, unfenced);
+    CHECK(bad.malformed);
+    CHECK(bad.calls.empty());
+    CHECK(bad.content == unfenced);
+    // V3.1's template always opens the section: its parser takes no bare call.
+    const std::string v3_1 = "<｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜>";
+    const Outcome o = check_all_splits(ToolCallFormat::kDeepSeekV31, v3_1);
+    CHECK_FALSE(o.malformed);
+    CHECK(o.calls.empty());
+    CHECK(o.content == v3_1);
+}
+
 TEST_CASE("tool calls: DeepSeek-V3.1 format") {
     const std::string text =
         "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
