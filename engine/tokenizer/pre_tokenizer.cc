@@ -74,7 +74,11 @@ Result<std::unique_ptr<PreTokenizer>> PreTokenizer::create(
     return pt;
 }
 
-Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>* pieces) const {
+Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>* pieces,
+                           size_t* searches) const {
+    size_t unused = 0;
+    searches = searches != nullptr ? searches : &unused;
+    *searches = 0;
     pieces->clear();
     if (text.empty()) {
         return ok_status();
@@ -84,7 +88,7 @@ Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>*
     for (const auto& re : regexes_) {
         next.clear();
         for (std::string_view piece : *pieces) {
-            EDGE_RETURN_IF_ERROR(split_one(*re, piece, &next));
+            EDGE_RETURN_IF_ERROR(split_one(*re, piece, &next, searches));
         }
         pieces->swap(next);
     }
@@ -92,7 +96,7 @@ Status PreTokenizer::split(std::string_view text, std::vector<std::string_view>*
 }
 
 Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
-                               std::vector<std::string_view>* out) const {
+                               std::vector<std::string_view>* out, size_t* searches) const {
     std::unique_ptr<pcre2_match_data, MatchDataDeleter> match(
         pcre2_match_data_create_from_pattern(re.code, nullptr));
     std::unique_ptr<pcre2_match_context, MatchContextDeleter> context(
@@ -111,6 +115,7 @@ Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
         const uint32_t limit = match_limit_for(text.size() - start);
         pcre2_set_match_limit(context.get(), limit);
         pcre2_set_depth_limit(context.get(), limit);
+        ++*searches;
         int rc = re.jit ? pcre2_jit_match(re.code, subject, text.size(), start, options,
                                           match.get(), context.get())
                         : PCRE2_ERROR_JIT_STACKLIMIT;
@@ -132,14 +137,21 @@ Status PreTokenizer::split_one(const Compiled& re, std::string_view text,
         const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
         const size_t m_begin = ovector[0];
         const size_t m_end = ovector[1];
-        if (m_end == m_begin) {
-            // An empty match splits nothing; move on by one character.
-            const int n = utf8_sequence_length(static_cast<uint8_t>(text[start]));
-            start += n > 0 ? static_cast<size_t>(n) : 1;
-            continue;
-        }
         if (m_begin > emitted) {
             out->push_back(text.substr(emitted, m_begin - emitted));
+            emitted = m_begin;
+        }
+        if (m_end == m_begin) {
+            // An empty match (a look-ahead such as `(?=[A-Z])`) splits at its position, as
+            // Hugging Face's does; the next search starts one character past it, not past
+            // `start`: searching again from each character before it would find the same match,
+            // O(n^2) on a long run without one.
+            if (m_begin >= text.size()) {
+                break;
+            }
+            const int n = utf8_sequence_length(static_cast<uint8_t>(text[m_begin]));
+            start = m_begin + (n > 0 ? static_cast<size_t>(n) : 1);
+            continue;
         }
         out->push_back(text.substr(m_begin, m_end - m_begin));
         emitted = m_end;

@@ -42,6 +42,26 @@ TEST_CASE("pre-tokenizer: a pattern that matches empty strings does not loop") {
     CHECK(split(**pt, "axxb") == std::vector<std::string>{"a", "xx", "b"});
 }
 
+TEST_CASE("pre-tokenizer: an empty match splits where it is, as Hugging Face's Isolated does") {
+    // Hugging Face's Split gives every match and every gap between matches as a piece and drops
+    // the empty ones, so a look-ahead splits before what it looks at: "AbcDe" is "Abc", "De".
+    auto upper = PreTokenizer::create({"(?=[A-Z])"});
+    REQUIRE(upper.ok());
+    CHECK(split(**upper, "AbcDe") == std::vector<std::string>{"Abc", "De"});
+    CHECK(split(**upper, "abCDe") == std::vector<std::string>{"ab", "C", "De"});
+    CHECK(split(**upper, "abc") == std::vector<std::string>{"abc"});
+    const std::string e_acute = "\xC3\xA9";
+    CHECK(split(**upper, e_acute + "A" + e_acute) ==
+          std::vector<std::string>{e_acute, "A" + e_acute});
+    auto boundary = PreTokenizer::create({R"(\b)"});
+    REQUIRE(boundary.ok());
+    CHECK(split(**boundary, "ab  cd!") == std::vector<std::string>{"ab", "  ", "cd", "!"});
+    // A later step splits the pieces an empty match made.
+    auto then_digits = PreTokenizer::create({"(?=[A-Z])", R"(\p{N}+)"});
+    REQUIRE(then_digits.ok());
+    CHECK(split(**then_digits, "ab12Cd3") == std::vector<std::string>{"ab", "12", "Cd", "3"});
+}
+
 // The split patterns of the supported models' tokenizer.json files (Kimi K2's is in tiktoken.cc).
 const char* kQwen3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
@@ -83,6 +103,24 @@ size_t split_count(const PreTokenizer& pt, std::string_view text) {
     CHECK(contiguous);
     CHECK(at == text.size());
     return pieces.size();
+}
+
+TEST_CASE("pre-tokenizer: an empty match far ahead is searched for once, not from each character") {
+    // Searching again from each character before an empty match finds the same match each time:
+    // n searches of up to n characters, minutes for a 1 MB prompt.
+    auto upper = PreTokenizer::create({"(?=[A-Z])"});
+    REQUIRE(upper.ok());
+    for (const size_t n : {size_t{4096}, size_t{1} << 20}) {
+        CAPTURE(n);
+        const std::string run = repeat("a", n);
+        const std::string tail = "A" + run;
+        const std::string text = run + tail;
+        std::vector<std::string_view> pieces;
+        size_t searches = 0;
+        REQUIRE((*upper)->split(text, &pieces, &searches).ok());
+        REQUIRE(searches <= 3);
+        CHECK(pieces == std::vector<std::string_view>{run, tail});
+    }
 }
 
 TEST_CASE("pre-tokenizer: long runs of one class split under every supported pattern") {
