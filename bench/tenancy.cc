@@ -51,6 +51,7 @@
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
 #include "engine/sched/scheduler.h"
+#include "engine/tokenizer/tiktoken.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/make_model.h"
 
@@ -220,7 +221,8 @@ int main(int argc, char** argv) {
     const std::string model_name = model_dir.empty() ? preset : model_dir;
     const edge::bench::BenchCheckpoint checkpoint(model_dir, preset);
     model_dir = checkpoint.dir();
-    auto tok = edge::engine::tokenizer::Tokenizer::load_file(model_dir + "/tokenizer.json");
+    // As the engine loads it: tokenizer.json, else Kimi K2's tiktoken.model.
+    auto tok = edge::engine::tokenizer::load_checkpoint_tokenizer(model_dir);
     if (!tok.ok()) {
         std::fprintf(stderr, "%s\n", tok.status().to_string().c_str());
         return 1;

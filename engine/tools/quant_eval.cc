@@ -21,6 +21,7 @@
 #include "engine/model/loader.h"
 #include "engine/model/safetensors.h"
 #include "engine/quant/policy.h"
+#include "engine/tokenizer/tiktoken.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tools/cli.h"
 
@@ -221,8 +222,8 @@ Result<EvalIds> read_ids(const QuantEvalOptions& o) {
         return not_found_error("quant-eval: cannot read text file " + path +
                                " (give one with --text)");
     }
-    EDGE_ASSIGN_OR_RETURN(auto tok,
-                          tokenizer::Tokenizer::load_file(o.model_dir + "/tokenizer.json"));
+    // As serving and quantize load it: tokenizer.json, else Kimi K2's tiktoken.model.
+    EDGE_ASSIGN_OR_RETURN(auto tok, tokenizer::load_checkpoint_tokenizer(o.model_dir));
     out.tokenizer_vocab = tok->vocab_size();
     constexpr int64_t kMargin = 64;
     std::string text;

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/tools/quant_eval.h"
+
 namespace edge::engine::tokenizer {
 namespace {
 
@@ -145,6 +147,50 @@ TEST_CASE("tiktoken: a tokenizer_config.json that cannot be read or parsed is an
         std::ofstream(config) << "{\"added_tokens_decoder\": ";
         check_refused("not valid JSON");
     }
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("tiktoken: quant-eval tokenizes a checkpoint with tiktoken.model, no tokenizer.json") {
+    // Kimi K2 ships tiktoken.model only; quant-eval loaded tokenizer.json ("cannot open").
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("tiktoken_eval_" + std::to_string(getpid()));
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    const std::string micro = std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe";
+    for (const char* f : {"config.json", "model.safetensors"}) {
+        std::filesystem::copy_file(micro + "/" + f, dir / f);
+    }
+    std::ofstream(dir / "tiktoken.model") << model_text();
+    std::string text;
+    for (int i = 0; i < 16; ++i) {
+        text += "hello world\n";
+    }
+    std::ofstream(dir / "eval.txt") << text;
+    QuantEvalOptions o;
+    o.model_dir = dir.string();
+    o.tokens = 24;
+    o.chunk = 24;
+    o.decode_steps = 0;
+    o.per_class = false;
+    o.policies = {"all-int8"};
+    auto from_text = run_quant_eval(o);
+    REQUIRE_MESSAGE(from_text.ok(), from_text.status().to_string());
+    // The same figures as the ids tiktoken.model gives ("hello", " world", "\n" each line).
+    auto tok = load_tiktoken_dir(dir.string());
+    REQUIRE(tok.ok());
+    auto ids = (*tok)->encode(text, false);
+    REQUIRE(ids.ok());
+    REQUIRE(ids->size() == 48);
+    CHECK(std::vector<TokenId>(ids->begin(), ids->begin() + 3) ==
+          std::vector<TokenId>{259, 264, 10});
+    o.token_ids.assign(ids->begin(), ids->begin() + 24);
+    auto from_ids = run_quant_eval(o);
+    REQUIRE_MESSAGE(from_ids.ok(), from_ids.status().to_string());
+    REQUIRE(from_text->size() == 2);
+    REQUIRE(from_ids->size() == 2);
+    CHECK((*from_text)[1].positions == (*from_ids)[1].positions);
+    CHECK((*from_text)[1].mean_kl == (*from_ids)[1].mean_kl);
+    CHECK((*from_text)[1].perplexity == (*from_ids)[1].perplexity);
     std::filesystem::remove_all(dir);
 }
 
