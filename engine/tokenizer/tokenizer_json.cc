@@ -246,6 +246,13 @@ Status parse_pre_tokenizer(const json::value* v, const std::string& where, Token
     if (type == "Sequence") {
         return parse_sequence(*o, "pretokenizers", where, out, parse_pre_tokenizer);
     }
+    if (out->byte_level) {
+        // Hugging Face runs a step after ByteLevel on the byte-level-mapped text (a space is
+        // already "Ġ"); the split patterns here all run on the text itself.
+        return unimplemented_error(where + ": pre-tokenizer \"" + std::string(type) +
+                                   "\" after a ByteLevel step is not supported (ByteLevel must "
+                                   "be the last step)");
+    }
     if (type == "ByteLevel") {
         out->byte_level = true;
         const json::value* prefix = o->if_contains("add_prefix_space");

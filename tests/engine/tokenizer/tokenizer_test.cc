@@ -290,6 +290,49 @@ TEST_CASE("tokenizer: merges in the [left, right] array form") {
     CHECK(*ids == std::vector<TokenId>{257, 256});
 }
 
+TEST_CASE("tokenizer: a pre-tokenizer step after ByteLevel is refused, naming the file and step") {
+    // Hugging Face runs a step after ByteLevel on the byte-level-mapped text (a space is already
+    // "Ġ"); run on the text itself, a Split there would split differently. Refused, not misread.
+    const std::string model = R"({"model":{"type":"BPE","vocab":{)" + byte_vocab() +
+                              R"("ab":256},"merges":[["a","b"]]},"pre_tokenizer":)";
+    const std::string split =
+        R"({"type":"Split","pattern":{"Regex":"\\s+"},"behavior":"Isolated"})";
+    const std::string byte_level = R"({"type":"ByteLevel","use_regex":false})";
+    auto sequence = [](const std::string& a, const std::string& b) {
+        return R"({"type":"Sequence","pretokenizers":[)" + a + "," + b + "]}";
+    };
+    edge::testing::TempDir dir;
+    struct Case {
+        std::string pre_tokenizer;
+        const char* step;
+        const char* type;
+    };
+    const std::vector<Case> refused = {
+        {sequence(byte_level, split), "pre_tokenizer.pretokenizers[1]", "\"Split\""},
+        {sequence(sequence(split, byte_level), split), "pre_tokenizer.pretokenizers[1]",
+         "\"Split\""},
+        {sequence(byte_level, byte_level), "pre_tokenizer.pretokenizers[1]", "\"ByteLevel\""},
+    };
+    for (const Case& c : refused) {
+        CAPTURE(c.pre_tokenizer);
+        const std::string path = dir.write("tokenizer.json", model + c.pre_tokenizer + "}");
+        auto t = Tokenizer::load_file(path);
+        REQUIRE_FALSE(t.ok());
+        CHECK(t.status().code() == StatusCode::kUnimplemented);
+        const std::string message = t.status().message();
+        CAPTURE(message);
+        CHECK(message.find(path + ": " + c.step + ": ") != std::string::npos);
+        CHECK(message.find(c.type) != std::string::npos);
+        CHECK(message.find("after a ByteLevel step") != std::string::npos);
+    }
+    // A Split before ByteLevel (Kimi K2's and DeepSeek-V3's order) runs on the text itself.
+    auto t = Tokenizer::from_json(model + sequence(split, byte_level) + "}");
+    REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+    auto ids = (*t)->encode("ab ab");
+    REQUIRE(ids.ok());
+    CHECK(*ids == std::vector<TokenId>{256, ' ', 256});
+}
+
 TEST_CASE("tokenizer: a merge listed twice takes its last rank, as Hugging Face's do") {
     std::string vocab = byte_vocab();
     vocab += "\"ab\":256,\"bc\":257";
