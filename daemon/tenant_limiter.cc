@@ -272,6 +272,17 @@ TenantLimiter::Decision TenantLimiter::would_refuse(const std::string& tenant) {
     return d;
 }
 
+void TenantLimiter::charge_request(const std::string& tenant) {
+    std::shared_ptr<State> state = find(tenant, /*admission=*/true);
+    if (!state) {
+        return;
+    }
+    std::lock_guard lock(state->mu);
+    if (state->requests) {
+        state->requests->charge(1.0, clock_.now());
+    }
+}
+
 TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
                                              int64_t max_output_tokens) {
     std::shared_ptr<State> state = find(tenant, /*admission=*/true);

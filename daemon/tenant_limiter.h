@@ -10,12 +10,13 @@
 // finished or destroyed. Output tokens are reserved at admission (the request's max_tokens, as
 // OpenAI counts them) and what generation did not use is refunded at finish(), so concurrent
 // requests cannot overshoot the output budget. Prompt tokens are known only after tokenizing:
-// they are charged then (Lease::charge_prompt(), or at finish() for a request another site ran),
-// and admission waits while that bucket is in debt. State is kept per tenant name, so configure()
-// (SIGHUP reload) keeps the counters of tenants that keep their name, and of a tenant renamed
-// (a new name holding one of a removed tenant's keys); a tenant the reload removed keeps its
-// state while its running requests' leases hold it (admissions use it for a few seconds more,
-// a name configured again takes it back). Thread-safe.
+// they are charged then (Lease::charge_prompt(): when the engine here, or the peer's that runs a
+// forwarded request, accepted it), and admission waits while that bucket is in debt. State is
+// kept per tenant name, so configure() (SIGHUP reload) keeps the counters of tenants that keep
+// their name, and of a tenant renamed (a new name holding one of a removed tenant's keys); a
+// tenant the reload removed keeps its state while its running requests' leases hold it
+// (admissions use it for a few seconds more, a name configured again takes it back).
+// Thread-safe.
 
 #include <cstdint>
 #include <map>
@@ -155,6 +156,12 @@ public:
     // another request may change the state before admit(), which decides; a request's own
     // output reservation may make admit() wait longer than this says.
     Decision would_refuse(const std::string& tenant);
+    // Spends one of `tenant`'s requests_per_second (into debt when none is left) for a request
+    // refused for itself after its body was read, without admission (a body that does not
+    // parse, a model it may not use, max_tokens beyond its limits): the site parsed it and
+    // compiled its schemas, so a stream of such requests is held to the rate as admitted ones
+    // are. Takes no slot and no tokens.
+    void charge_request(const std::string& tenant);
     // The tenant's output_tokens_per_minute (0: unlimited); the most one request may reserve.
     int64_t output_budget(const std::string& tenant) const;
 

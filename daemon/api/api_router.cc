@@ -205,6 +205,16 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         channel->note("rejected", std::string(reason));
         channel->respond(e.to_response());
     };
+    // Refused for itself once its body was read (it does not parse, names a model the tenant
+    // may not use, asks more than its limits allow): it spends a request of the tenant's rate
+    // as an admitted one does, or invalid requests, never held back, could keep the site
+    // parsing bodies and compiling schemas at any rate. (A peer's request was charged there.)
+    auto refuse_request = [&](const ApiError& e, std::string_view reason) {
+        if (!from_peer) {
+            limiter_.charge_request(tenant.name);
+        }
+        reject(e, reason);
+    };
     if (!from_peer) {
         // A tenant that would be refused now whatever it asks (its request rate, max_concurrent,
         // input tokens in debt) gets its 429 before the body is read: parsing it may compile
@@ -212,7 +222,8 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         // back must not be able to make the site do. Advisory: admit() below decides (it checks
         // again, with the request's output reservation). So the 429 comes before what the body
         // would be refused for (400, the model's 404 or 403), which needs it parsed; a client
-        // that waits out Retry-After gets that answer then.
+        // that waits out Retry-After gets that answer then. That refusal spends a request
+        // (refuse_request), so it is held back by the rate like any other.
         if (TenantLimiter::Decision refused = limiter_.would_refuse(tenant.name);
             refused.reason != RejectReason::kNone) {
             reject(limit_error(refused, tenant.name), reject_reason_name(refused.reason));
@@ -222,7 +233,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     std::variant<ParsedRequest, ApiError> parsed = parse_openai_request(endpoint, request.body);
     if (auto* error = std::get_if<ApiError>(&parsed)) {
         // Counted with the tenant's other refusals, so its request total is its HTTP total.
-        reject(*error, "invalid_request");
+        refuse_request(*error, "invalid_request");
         return;
     }
     ParsedRequest& req = std::get<ParsedRequest>(parsed);
@@ -233,8 +244,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         // (loading, draining, its site found dead) gets the planner's 503, which they retry.
         // 403 is for one that exists.
         if (!model_exists(req.generate.model)) {
-            reject(api_error_from_status(not_found_error("unknown model"), req.generate.model),
-                   "model_not_found");
+            refuse_request(
+                api_error_from_status(not_found_error("unknown model"), req.generate.model),
+                "model_not_found");
             return;
         }
     }
@@ -246,18 +258,19 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
         e.code = "model_not_allowed";
         e.message = "Tenant '" + tenant.name + "' may not use model '" +
                     req.generate.model + "'.";
-        reject(e, "model_not_allowed");
+        refuse_request(e, "model_not_allowed");
         return;
     }
     int32_t& max_tokens = req.generate.sampling.max_tokens;
     const int32_t default_max_tokens = max_tokens;
     if (tenant.max_output_tokens > 0 && max_tokens > tenant.max_output_tokens) {
         if (!req.max_tokens_param.empty()) {
-            reject(invalid_request(req.max_tokens_param + " (" + std::to_string(max_tokens) +
-                                       ") exceeds this tenant's limit of " +
-                                       std::to_string(tenant.max_output_tokens),
-                                   req.max_tokens_param),
-                   "max_output_tokens");
+            refuse_request(
+                invalid_request(req.max_tokens_param + " (" + std::to_string(max_tokens) +
+                                    ") exceeds this tenant's limit of " +
+                                    std::to_string(tenant.max_output_tokens),
+                                req.max_tokens_param),
+                "max_output_tokens");
             return;
         }
         max_tokens = static_cast<int32_t>(tenant.max_output_tokens);  // Lower the default.
@@ -274,11 +287,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
             const std::string param = !req.max_tokens_param.empty() ? req.max_tokens_param
                                       : req.prompts() > 1           ? "prompt"
                                                                     : "n";
-            reject(invalid_request(param + " (" + asked +
-                                       ") exceeds this tenant's output_tokens_per_minute of " +
-                                       std::to_string(budget),
-                                   param),
-                   "output_tokens_per_minute");
+            refuse_request(
+                invalid_request(param + " (" + asked + ") exceeds this tenant's " +
+                                    "output_tokens_per_minute of " + std::to_string(budget),
+                                param),
+                "output_tokens_per_minute");
             return;
         }
         max_tokens = static_cast<int32_t>(budget / req.choices());  // Lower the default.
@@ -297,12 +310,13 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
     if (max_tokens < default_max_tokens && req.generate.sampling.min_tokens > max_tokens) {
         // A default lowered for the tenant's limits (here or at the forwarding site): the
         // engine, which sees only the lowered value, would blame the context's room.
-        reject(invalid_request("'min_tokens' (" + std::to_string(req.generate.sampling.min_tokens) +
-                                   ") exceeds the " + std::to_string(max_tokens) +
-                                   " tokens this tenant's limits (max_output_tokens, "
-                                   "output_tokens_per_minute) leave for the reply",
-                               std::string("min_tokens")),
-               "invalid_request");
+        refuse_request(
+            invalid_request("'min_tokens' (" + std::to_string(req.generate.sampling.min_tokens) +
+                                ") exceeds the " + std::to_string(max_tokens) +
+                                " tokens this tenant's limits (max_output_tokens, "
+                                "output_tokens_per_minute) leave for the reply",
+                            std::string("min_tokens")),
+            "invalid_request");
         return;
     }
     req.generate.max_context_tokens = tenant.max_context_tokens;
@@ -390,7 +404,7 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                     !serves_here(req.generate.model, request.header(cluster::kModelVersionHeader),
                                  e, "this site has no cluster to find that version in") &&
                     e.code == "version_pin_unmatched") {
-        reject(e, "route_rejected");
+        refuse_request(e, "route_rejected");
         return;
     }
     // Reserved from the output budget: the client's max_tokens for each choice (of every prompt).
@@ -468,6 +482,9 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
     auto again = after_here->empty() || req == nullptr
                      ? nullptr
                      : std::make_shared<tls::HttpRequest>(request);
+    // The prompt counts against input_tokens_per_minute from the peer's acceptance, as a run
+    // here does from its own; finish() below charges only what that did not take.
+    auto on_accepted = [lease](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); };
     forwarder_->forward(
         std::move(request), tenant_name, std::move(targets), std::move(channel),
         [this, lease = std::move(lease), metrics = metrics_, tenant_name, notes = std::move(notes),
@@ -514,7 +531,8 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 // shutdown is cancelled, as a drain's deadline here cancels.
                 metrics->on_tenant_request(tenant_name, forward_outcome(result));
             }
-        });
+        },
+        std::move(on_accepted));
 }
 
 ApiRouter::Elsewhere ApiRouter::forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,
@@ -557,15 +575,20 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
             // doing, and counted as one (rejected, with its reason; not an error).
             const bool never_placed = finish.reason == engine::FinishReason::kError &&
                                       capacity && finish.usage.completion_tokens == 0;
+            // Refused at submit for the tenant's own queue here being full (the 429 naming it;
+            // the model's whole queue full is kUnavailable): the tenant's doing, after the
+            // engine tokenized its prompt.
+            const bool own_queue_full =
+                refused && finish.error.code() == StatusCode::kResourceExhausted;
             const char* outcome = note_finish(*channel, finish, refused || never_placed);
             if (refused || never_placed) {
-                // It never generated: a full queue or an overloaded engine gives back all that
-                // admission took, as a routing refusal does; a request refused for itself (a
-                // prompt beyond the context, one the engine cannot take) keeps its rate token
-                // and prompt charge, or a tenant could have the engine tokenize oversized
-                // prompts without end.
-                lease->refuse(capacity ? TenantLimiter::Lease::Refusal::kCapacity
-                                       : TenantLimiter::Lease::Refusal::kRequest,
+                // It never generated: the model's full queue or an overloaded engine gives back
+                // all that admission took, as a routing refusal does; a request refused for
+                // itself (a prompt beyond the context, one the engine cannot take) or for its
+                // tenant's full queue keeps its rate token and prompt charge, or a tenant could
+                // have the engine tokenize prompts without end, never held to its rate.
+                lease->refuse(capacity && !own_queue_full ? TenantLimiter::Lease::Refusal::kCapacity
+                                                          : TenantLimiter::Lease::Refusal::kRequest,
                               finish.usage.prompt_tokens);
             } else {
                 lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);

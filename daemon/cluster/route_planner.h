@@ -156,10 +156,15 @@ public:
     // before the list's first local one failed before any byte, `done` gets
     // ForwardResult::run_here and the channel is left unanswered (the targets after the local
     // one are the caller's to try, should this site refuse the request for its load).
+    // `on_accepted`, when set, runs on a peer's acceptance (its stream's or deferred answer's
+    // head) with the prompt's length that peer told (kPromptTokensHeader; not run without
+    // one), before anything of that answer reaches the channel: the caller charges the prompt
+    // then, not at `done`. Again should a later target accept it after a deferred answer cut.
     virtual void forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,
-                         std::function<void(const ForwardResult&)> done) = 0;
+                         std::function<void(const ForwardResult&)> done,
+                         std::function<void(int64_t prompt_tokens)> on_accepted = {}) = 0;
 };
 
 }  // namespace edge::daemon::cluster

@@ -271,6 +271,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         job.accepted_prompt_tokens =
             cluster::header_count(response[cluster::kPromptTokensHeader], 0, kMaxToldTokens)
                 .value_or(0);
+        // Charged now, as a run here is on its acceptance, not when the answer ends: a tenant's
+        // long streams elsewhere would otherwise all be admitted before the first one's prompt
+        // put its input tokens in debt.
+        if (job.on_accepted && job.accepted_prompt_tokens > 0) {
+            job.on_accepted(job.accepted_prompt_tokens);
+        }
     }
     const bool event_stream = beast::iequals(content_type, "text/event-stream");
     job.result.status = status;

@@ -213,13 +213,15 @@ void PeerClient::set_planner(cluster::RoutePlanner* planner) { impl_->planner_.s
 void PeerClient::forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,
-                         std::function<void(const ForwardResult&)> done) {
+                         std::function<void(const ForwardResult&)> done,
+                         std::function<void(int64_t prompt_tokens)> on_accepted) {
     auto job = std::make_shared<ForwardJob>();
     job->request = std::move(request);
     job->tenant = std::move(tenant);
     job->targets = std::move(targets);
     job->channel = std::move(channel);
     job->done = std::move(done);
+    job->on_accepted = std::move(on_accepted);
     impl_->active_.fetch_add(1);
     std::weak_ptr<ForwardJob> weak = job;
     job->channel->on_client_gone([impl = impl_, weak] {

@@ -102,7 +102,8 @@ public:
     void forward(tls::HttpRequest request, std::string tenant,
                  std::vector<cluster::RouteTarget> targets,
                  std::shared_ptr<tls::ResponseChannel> channel,
-                 std::function<void(const cluster::ForwardResult&)> done) override;
+                 std::function<void(const cluster::ForwardResult&)> done,
+                 std::function<void(int64_t prompt_tokens)> on_accepted = {}) override;
 
     // Re-reads cert_path, key_path and ca_path; on error nothing changes and the error (naming
     // the file) is returned. Any thread.

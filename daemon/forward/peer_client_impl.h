@@ -101,6 +101,8 @@ struct ForwardJob {
     std::vector<RouteTarget> targets;
     std::shared_ptr<tls::ResponseChannel> channel;
     std::function<void(const ForwardResult&)> done;
+    // Forwarder::forward's: told the prompt's length when a peer accepts the request.
+    std::function<void(int64_t prompt_tokens)> on_accepted;
     ForwardResult result;
     // Strand only.
     Connection* current = nullptr;  // The connection in use, closed when the client goes away.

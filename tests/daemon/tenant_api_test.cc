@@ -140,14 +140,16 @@ TEST_CASE("tenant limits: a tenant over its rate gets 429 before its body is par
           std::string::npos);
     CHECK(m.find(R"(reason="invalid_request")") == std::string::npos);
 
-    // Within its rate the same bodies get their 400, and the check before parsing took nothing:
-    // the request after them is admitted at the same instant.
+    // Within its rate the same bodies get their 400, each spending its request (it was parsed),
+    // while the 429s before parsing took nothing: each is answered once a second has passed.
     f.clock.advance(std::chrono::seconds(1));
     testing::HttpReply schema = f.call(bad_schema, kOldKey);
     CHECK(schema.status == 400);
     CHECK(json_of(schema.body)["error"].as_object()["message"].as_string().find(
               "'multipleOf' is not supported") != std::string::npos);
+    f.clock.advance(std::chrono::seconds(1));
     CHECK(f.call(R"({"model":"test-model",)", kOldKey).status == 400);
+    f.clock.advance(std::chrono::seconds(1));
     auto again = f.start_request(1, kOldKey);
     f.generator.finish(1, engine::FinishReason::kStop, {});
     CHECK(again->read_response()->status == 200);
@@ -158,6 +160,45 @@ TEST_CASE("tenant limits: a tenant over its rate gets 429 before its body is par
           std::string::npos);
     // A bad key is still told so first.
     CHECK(f.call(R"({"model":"test-model",)", "sk-unknown").status == 401);
+}
+
+TEST_CASE("tenant limits: a request refused once its body was read spends its request") {
+    // Only admission took a request token, so a body that did not parse, a
+    // model the tenant may not use or max_tokens over its caps cost nothing, and a tenant at
+    // requests_per_second 1 could have the site parse 4 MB bodies and compile their schemas
+    // thousands of times a second, never held back by the 429 before parsing.
+    testing::ScriptedDaemon f({"test-model", "other-model"});
+    f.start("tenants:\n  - name: acme\n    api_key_sha256: [" +
+            daemon::TenantTable::sha256_hex(kOldKey) +
+            "]\n    requests_per_second: 1\n    burst: 1\n    max_output_tokens: 10\n"
+            "    models: [test-model]\nmodels:\n  - {name: test-model, path: /m}\n"
+            "  - {name: other-model, path: /o}\n");
+    auto call = [&](const std::string& body) {
+        return f.call("POST", "/v1/chat/completions", body, auth(kOldKey));
+    };
+    struct Refused {
+        std::string body;
+        int status;
+    };
+    const std::vector<Refused> refusals = {
+        {R"({"model":"other-model","messages":[{"role":"user","content":"hi"}]})", 403},
+        {R"({"model":"no-such-model","messages":[{"role":"user","content":"hi"}]})", 404},
+        {R"({"model":"test-model",)", 400},              // Does not parse.
+        {chat_body(false, R"(,"max_tokens":11)"), 400},  // Over max_output_tokens.
+    };
+    for (const Refused& r : refusals) {
+        CAPTURE(r.body);
+        CHECK(call(r.body).status == r.status);
+        // The same instant: that request was the second's one.
+        testing::HttpReply limited = call(chat_body(false));
+        CHECK(limited.status == 429);
+        CHECK(limited.headers["retry-after"] == "1");
+        CHECK(json_of(limited.body)["error"].as_object()["code"] == "requests_per_second");
+        f.clock.advance(std::chrono::seconds(1));
+    }
+    const std::string m = f.metrics();
+    CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="requests_per_second",tenant="acme"} 4)") !=
+          std::string::npos);
 }
 
 TEST_CASE("tenant limits: max_tokens and context caps, defaults lowered, tokens counted") {
@@ -377,15 +418,15 @@ TEST_CASE("engine admission: tenant queue full is 429, model queue full is 503, 
 
 TEST_CASE("engine admission: a request the engine refuses gives back its rate token and slot") {
     // Audit 7 note: a routing refusal gave the token back, an engine refusal (a full queue)
-    // kept it, so the tenant's next request was refused for requests_per_second.
+    // kept it, so the tenant's next request was refused for requests_per_second. (The model's
+    // queue full or its overload: the tenant's own queue full is its doing, the test below.)
     TenantFixture f("    requests_per_second: 1\n    burst: 1\n    max_concurrent: 1\n"
                     "    output_tokens_per_minute: 100\n");
-    for (Status refusal : {resource_exhausted_error("tenant 'acme' already has 2 requests "
-                                                    "waiting for this model"),
-                           unavailable_error("the model's queue is full")}) {
+    for (Status refusal : {unavailable_error("the model's queue is full"),
+                           unavailable_error("the model is overloaded")}) {
         f.generator.fail_next_submit(refusal);
         testing::HttpReply full = f.call(chat_body(false, R"(,"max_tokens":100)"), kOldKey);
-        CHECK(full.status != 200);
+        CHECK(full.status == 503);
         CHECK(json_of(full.body)["error"].as_object()["code"] != "requests_per_second");
     }
     // The same instant: the token, the slot and the whole output budget are back.
@@ -394,6 +435,31 @@ TEST_CASE("engine admission: a request the engine refuses gives back its rate to
                                           chat_body(false, R"(,"max_tokens":100)"), auth(kOldKey)))
                 .ok());
     REQUIRE(f.generator.wait_for_request(0));
+    f.generator.finish(0, engine::FinishReason::kStop, {});
+    CHECK(c->read_response()->status == 200);
+}
+
+TEST_CASE("engine admission: the tenant's own queue full keeps its rate token, not its slot") {
+    // The tenant's queue here full (429 naming it) was refunded as a capacity
+    // refusal, after the engine had tokenized the prompt: with its queue full by its own doing,
+    // a tenant's requests were never held to its rate.
+    TenantFixture f("    requests_per_second: 1\n    burst: 1\n    max_concurrent: 1\n"
+                    "    output_tokens_per_minute: 100\n");
+    f.generator.fail_next_submit(
+        resource_exhausted_error("tenant 'acme' already has 2 requests waiting for this model"));
+    testing::HttpReply full = f.call(chat_body(false, R"(,"max_tokens":100)"), kOldKey);
+    CHECK(full.status == 429);
+    CHECK(json_of(full.body)["error"].as_object()["message"].as_string().find(
+              "tenant 'acme' already has 2 requests") != std::string::npos);
+    // The same instant: its rate token is spent, and nothing more reaches the engine...
+    testing::HttpReply limited = f.call(chat_body(false, R"(,"max_tokens":100)"), kOldKey);
+    CHECK(limited.status == 429);
+    CHECK(limited.headers["retry-after"] == "1");
+    CHECK(json_of(limited.body)["error"].as_object()["code"] == "requests_per_second");
+    CHECK_FALSE(f.generator.wait_for_request(0, 50));
+    // ...while the slot and the output reservation are back: a second later it is admitted.
+    f.clock.advance(std::chrono::seconds(1));
+    auto c = f.start_request(0, kOldKey);
     f.generator.finish(0, engine::FinishReason::kStop, {});
     CHECK(c->read_response()->status == 200);
 }

@@ -379,6 +379,40 @@ TEST_CASE("a client leaving a forwarded stream pays its prompt, told on the stre
 TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never refunded") {
     // The peer accepted (its deferred head, with the prompt's length), then died.
     const std::string accepted_then_died = kAcceptedDeferredHead;
+TEST_CASE("a forwarded stream's prompt is charged when the peer accepts it, not at its end") {
+    // A forwarded request was charged its prompt only when it ended, a local
+    // run on its acceptance: a tenant's long streams elsewhere were all admitted, far beyond
+    // input_tokens_per_minute, before the first one's end put the bucket in debt.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    input_tokens_per_minute: 100\n");
+    Site b(cluster, "sin", {"m"});
+    b.generator.set_prompt_tokens(1000);
+    a.planner.route_to({b.target()});
+    auto c = a.client();
+    REQUIRE(c->send(chat_request(true)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.emit(0, "tok");
+    REQUIRE(c->read_until("tok").ok());  // Its head, which told fra the prompt, came first.
+    // Still streaming: the tenant's input tokens are in debt already.
+    auto second = a.ask(chat_request(true));
+    CHECK(second->status == 429);
+    CHECK(error_code_of(*second) == "input_tokens_per_minute");
+    CHECK_FALSE(b.generator.wait_for_request(1, 0));
+    // Its end charges what the peer reports beyond that, not the prompt once more.
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1000, 1, 0});
+    REQUIRE(c->read_until("data: [DONE]").ok());
+    CHECK(request_counted(a, "ok"));
+    // 1000 tokens at 100 a minute: back out of debt after 9 minutes and a bit, not 19.
+    a.clock.advance(std::chrono::seconds(9 * 60 + 1));
+    auto third = a.client();
+    REQUIRE(third->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(1));
+    b.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto served = third->read_response();
+    REQUIRE(served.ok());
+    CHECK(served->status == 200);
+}
+
     SUBCASE("another site answers: the client gets its answer, charged once") {
         Cluster cluster;
         Site a(cluster, "fra", {"m"}, tenants_section());
