@@ -240,10 +240,13 @@ struct ModelLoad {
     uint32_t running = 0;               // Requests in the running batch.
     uint32_t capacity = 0;              // Sequences the model runs at once at most.
     double kv_use = 0.0;                // Fraction of the KV-cache budget in use, 0..1.
-    // Prompt tokens computed per second by recent steps that only prefilled (128 tokens or
-    // more): the pool's prefill speed, which routing costs a prompt at; 0 until measured.
+    // The pool's prefill speed, which routing costs a prompt at: the marginal cost of a prompt
+    // token in a fit of recent steps' times (mixed steps included), or, until the fit tells it,
+    // the speed of steps that only prefilled 128 tokens or more; 0 until measured.
     double prefill_tokens_per_s = 0.0;
-    double decode_tokens_per_s = 0.0;   // Recent tokens generated per second (all sequences).
+    // Tokens generated per second, all sequences together, by a step decoding the present batch
+    // and prefilling nothing (from the same fit; recent steps' rate until it tells it).
+    double decode_tokens_per_s = 0.0;
     // Waiting requests (all tenants) at which submit() refuses with kUnavailable
     // (engine.max_queue); 0: no bound. Routing counts a pool with this many queued as saturated.
     uint32_t max_queue = 0;

@@ -259,23 +259,38 @@ void Scheduler::publish_load(int64_t prefill_tokens, int64_t decode_tokens,
     }
     // Each rate moves a quarter of the way to the latest step's rate, only when the step did
     // that kind of work (a pure decode step says nothing about prefill speed).
-    auto update = [seconds](std::atomic<double>& rate, int64_t tokens) {
-        if (tokens == 0) {
-            return;
-        }
+    auto moved = [seconds](double old, int64_t tokens) {
         const double now = static_cast<double>(tokens) / seconds;
-        const double old = rate.load(std::memory_order_relaxed);
-        rate.store(old == 0.0 ? now : old + 0.25 * (now - old), std::memory_order_relaxed);
+        return old == 0.0 ? now : old + 0.25 * (now - old);
+    };
+    auto update = [&](std::atomic<double>& rate, int64_t tokens) {
+        if (tokens != 0) {
+            rate.store(moved(rate.load(std::memory_order_relaxed), tokens),
+                       std::memory_order_relaxed);
+        }
     };
     update(prefill_rate_, prefill_tokens);
     update(decode_rate_, decode_tokens);
-    // The speed routing costs a prompt at (gossiped): from steps that only prefilled, and enough
-    // of it to time. A step that also decoded, or computed a few uncached tokens of a cached
-    // prompt, divides a handful of tokens by a whole step's time, and a GPU pool that prefills at
-    // 20000 tokens/s advertised 1000 and was routed away from.
+    // The speeds routing costs a request at (gossiped). Rates of whole steps cannot give them:
+    // a step that also decoded, or computed a few uncached tokens of a cached prompt, divides a
+    // handful of prompt tokens by the whole step's time (a GPU pool that prefills at 20000
+    // tokens/s advertised 1000 and was routed away from), and its decode tokens by time spent on
+    // prefill. Steps that only prefilled, enough to time, give a prefill speed, but under
+    // sustained mixed load there are none and it went stale: the step cost fit tells both apart
+    // from mixed steps.
     if (decode_tokens == 0 && prefill_tokens >= kPrefillSpeedSample) {
-        update(prefill_speed_, prefill_tokens);
+        sampled_prefill_speed_ = moved(sampled_prefill_speed_, prefill_tokens);
     }
+    step_cost_.observe(prefill_tokens, decode_tokens, seconds);
+    if (decode_tokens > 0) {
+        decode_batch_ = decode_tokens;
+    }
+    const double prefill = step_cost_.prefill_tokens_per_s();
+    prefill_speed_.store(prefill > 0.0 ? prefill : sampled_prefill_speed_,
+                         std::memory_order_relaxed);
+    const double decode = step_cost_.decode_tokens_per_s(decode_batch_);
+    decode_speed_.store(decode > 0.0 ? decode : decode_rate_.load(std::memory_order_relaxed),
+                        std::memory_order_relaxed);
 }
 
 ServingStats Scheduler::serving_stats() const {
@@ -303,7 +318,7 @@ ModelLoad Scheduler::load() const {
     load.capacity = static_cast<uint32_t>(config_.max_batch_sequences);
     load.kv_use = kv_use_.load(std::memory_order_relaxed);
     load.prefill_tokens_per_s = prefill_speed_.load(std::memory_order_relaxed);
-    load.decode_tokens_per_s = decode_rate_.load(std::memory_order_relaxed);
+    load.decode_tokens_per_s = decode_speed_.load(std::memory_order_relaxed);
     load.max_queue = static_cast<uint32_t>(std::max(config_.max_queue, 0));
     return load;
 }

@@ -68,6 +68,7 @@
 #include "engine/model/causal_lm.h"
 #include "engine/sched/fair_queue.h"
 #include "engine/sched/sequence.h"
+#include "engine/sched/step_cost.h"
 #include "engine/serving_stats.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -304,15 +305,35 @@ private:
     std::vector<std::string> decode_backlogged_;
     std::thread thread_;
 
-    // Published load (written by the scheduler thread, read by load()).
+    // The speeds advertised (ModelLoad) come from a fit of each step's time to its prefill and
+    // decode tokens (StepCost), which stays current under mixed load; until it can tell them,
+    // from the figures below. Scheduler-thread state.
+    StepCost step_cost_;
+    int64_t decode_batch_ = 0;  // Sequences the last step that decoded decoded.
+    // Prompt tokens/s of steps that computed kPrefillSpeedSample or more prompt tokens and no
+    // decode, exponentially weighted (0 until such a step ran): the prefill speed advertised
+    // until the fit knows one.
+    static constexpr int64_t kPrefillSpeedSample = 128;
+    double sampled_prefill_speed_ = 0.0;
+
+    // Published load (written by the scheduler thread, read by load() and submit()).
     std::atomic<uint32_t> running_count_{0};
     std::atomic<double> kv_use_{0.0};
-    std::atomic<double> prefill_rate_{0.0};  // Tokens/s, exponentially weighted.
-    // Prompt tokens/s of steps that computed kPrefillSpeedSample or more prompt tokens and no
-    // decode: how fast this pool prefills, as ModelLoad says it (0 until such a step ran).
-    static constexpr int64_t kPrefillSpeedSample = 128;
-    std::atomic<double> prefill_speed_{0.0};
+    // Prompt and generated tokens per second of the steps that computed them (each step's tokens
+    // over its whole time), exponentially weighted: together, how fast the queue drains
+    // (max_queue_wait).
+    std::atomic<double> prefill_rate_{0.0};
     std::atomic<double> decode_rate_{0.0};
+    // ModelLoad::prefill_tokens_per_s: how fast this pool prefills a prompt, which routing costs
+    // a prompt at (prompt_tokens / it): the marginal cost of a prompt token (StepCost), or
+    // sampled_prefill_speed_ until the fit tells it.
+    std::atomic<double> prefill_speed_{0.0};
+    // ModelLoad::decode_tokens_per_s: the tokens per second, all sequences together, that a step
+    // decoding decode_batch_ sequences and prefilling nothing would give (StepCost), or
+    // decode_rate_ while the fit cannot tell. Routing divides the output tokens of the requests
+    // ahead of a new one by it (how soon a slot frees on a busy pool), so it is the pool's decode
+    // speed at its present batch, not lowered by the prefill chunks that shared its steps.
+    std::atomic<double> decode_speed_{0.0};
 
     // Serving figures for metrics; guarded by stats_mu_ (taken after mu_, never before).
     mutable std::mutex stats_mu_;

@@ -59,6 +59,9 @@ struct FakeOptions {
     // (+inf at the token after the chosen one, say).
     std::optional<float> fault_value;
     std::function<void()> on_forward;  // Called by each forward() (a test advances its clock).
+    // Called by each forward() with its batch, before on_forward (a test charges its clock for
+    // the batch's work).
+    std::function<void(std::span<const SequenceChunk>)> on_batch;
     // for_each_host_task runs every task on a thread of its own, all at once (last first).
     bool host_threads = false;
 };
@@ -129,6 +132,9 @@ public:
         ForwardCall call;
         for (const SequenceChunk& c : batch) {
             call.chunks.emplace_back(c.slot, static_cast<int32_t>(c.tokens.size()));
+        }
+        if (options_.on_batch) {
+            options_.on_batch(batch);
         }
         if (options_.on_forward) {
             options_.on_forward();
