@@ -11,6 +11,7 @@
 #include <boost/beast/http/field.hpp>
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <vector>
@@ -72,6 +73,27 @@ size_t empty_lines_prefix(std::string_view bytes, int& empty_lines) {
     return at;
 }
 
+namespace {
+
+// `rest`: what the parser left of a chunked body when it asked for more, stopped at a chunk-size
+// line (after the CRLF that ends the previous chunk's data, which it reads as part of the line).
+// Whether the line is whole (up to its first CRLF, as Beast finds it), and for the last chunk
+// (size 0) the trailer section through the empty line that ends it.
+bool chunk_line_whole(std::string_view rest) {
+    const size_t start = rest.starts_with("\r\n") ? 2 : 0;
+    const size_t eol = rest.find("\r\n", start);
+    if (eol == std::string_view::npos) {
+        return false;
+    }
+    bool last_chunk = true;
+    for (size_t at = start; at < eol && std::isxdigit(static_cast<unsigned char>(rest[at])); ++at) {
+        last_chunk = last_chunk && rest[at] == '0';
+    }
+    return !last_chunk || rest.find("\r\n\r\n", eol) != std::string_view::npos;
+}
+
+}  // namespace
+
 void set_request_limits(RequestParser& parser, size_t max_header_bytes, size_t max_body_bytes) {
     parser.header_limit(static_cast<uint32_t>(max_header_bytes));
     parser.body_limit(max_body_bytes);
@@ -97,6 +119,18 @@ RequestReadPhase::Step RequestReadPhase::advance(RequestParser& parser,
         }
         const size_t used = parser.put(net::buffer(buffer.data().data(), offered), ec);
         buffer.consume(used);
+        if (!header_only_ && ec == http::error::need_more && used < offered &&
+            parser.chunked() &&
+            chunk_line_whole({static_cast<const char*>(buffer.data().data()), offered - used})) {
+            // The parser holds a whole chunk line (with the last chunk, its trailer too) and
+            // still asks for more: only a quoted extension that runs on past the line's end does
+            // that, and the line can never be valid. Given it again with more bytes, Beast took
+            // the chunk's size off the body's bound once more each time, and then refused it as
+            // too large (413), as malformed (400, a quote closing later) or never (the client's
+            // close, a timeout), by how the bytes came in. Refused here, at its first whole
+            // parse, it gets the same answer however they came.
+            return {http::make_error_code(http::error::bad_chunk_extension)};
+        }
         if (header_only_) {
             header_bytes_ += used;
             if (used > 0) {

@@ -52,7 +52,10 @@ void set_request_limits(RequestParser& parser, size_t max_header_bytes, size_t m
 // calls advance() again, or at_eof() at the end of the stream.
 // Beast bounds the fields of a header (not with its request line) and the payload, not a
 // chunk-size line with its extensions nor the trailer section: each is held to max_header_bytes
-// here (the request line and fields together), and an error is http::error::header_limit.
+// here (the request line and fields together), and an error is http::error::header_limit. A
+// chunk line the parser holds whole (with the last chunk, its trailer too) and cannot finish is
+// refused at once (http::error::bad_chunk_extension): given it again with more bytes, Beast
+// counted its size against the body's bound again, so its answer depended on the reads.
 class RequestReadPhase {
   public:
     RequestReadPhase(size_t max_header_bytes, bool header_only)

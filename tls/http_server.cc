@@ -96,7 +96,7 @@ void HttpServer::Impl::start_accepting() {
             // on its way or already ran on this strand (the accept completed before it, and its
             // handler was queued after it): registered here, before note_accept_stopped() lets
             // stop() go on, it gets the first request's grace.
-            if (open_.load() >= current_limits()->max_connections) {
+            if (registry_->open.load() >= current_limits()->max_connections) {
                 // Closing at once keeps the cost of a connection flood at one accept each.
                 observer_->on_connection_rejected("limit");
                 boost::system::error_code ignored;
@@ -166,43 +166,49 @@ void HttpServer::Impl::note_accept_stopped() {
     cv_.notify_all();
 }
 
-void HttpServer::Impl::add_session(const std::shared_ptr<HttpSession>& session) {
-    std::lock_guard lock(mu_);
-    sessions_.emplace(session.get(), SessionEntry{session});
-    open_.fetch_add(1);
+void HttpServer::Impl::SessionRegistry::add(const std::shared_ptr<HttpSession>& session) {
+    std::lock_guard lock(mu);
+    sessions.emplace(session.get(), Entry{session});
+    open.fetch_add(1);
 }
 
-void HttpServer::Impl::note_session_closing(HttpSession* session) {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session);
-    if (it != sessions_.end() && !it->second.closing) {
+void HttpServer::Impl::SessionRegistry::note_closing(HttpSession* session) {
+    std::lock_guard lock(mu);
+    auto it = sessions.find(session);
+    if (it != sessions.end() && !it->second.closing) {
         it->second.closing = true;
-        ++closing_sessions_;
-        cv_.notify_all();
+        ++closing_sessions;
+        cv.notify_all();
     }
 }
 
-void HttpServer::Impl::remove_session(HttpSession* session) {
-    // The observer first and the notification under the lock: once the last session is erased,
-    // stop() may return and the server be destroyed (null_observer_ and cv_ with it).
-    observer_->on_connection_closed();
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session);
-    if (it != sessions_.end()) {
-        closing_sessions_ -= it->second.closing ? 1 : 0;
-        sessions_.erase(it);
+void HttpServer::Impl::SessionRegistry::remove(HttpSession* session) {
+    // The observer through its slot, before the erase: once the last session is erased, stop()
+    // may return and the server, and then the observer, be destroyed (the slot is emptied first).
+    {
+        std::lock_guard lock(observer->mu);
+        if (observer->observer != nullptr) {
+            observer->observer->on_connection_closed();
+        }
     }
-    open_.fetch_sub(1);
-    cv_.notify_all();
+    std::lock_guard lock(mu);
+    auto it = sessions.find(session);
+    if (it != sessions.end()) {
+        closing_sessions -= it->second.closing ? 1 : 0;
+        sessions.erase(it);
+    }
+    open.fetch_sub(1);
+    cv.notify_all();
 }
 
 void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
                             std::function<void()> at_deadline) {
-    auto notify_all_sessions = [this](bool force) {
+    SessionRegistry& registry = *registry_;
+    auto notify_all_sessions = [&registry](bool force) {
         std::vector<std::shared_ptr<HttpSession>> live;
         {
-            std::lock_guard lock(mu_);
-            for (auto& [raw, entry] : sessions_) {
+            std::lock_guard lock(registry.mu);
+            for (auto& [raw, entry] : registry.sessions) {
                 if (auto s = entry.session.lock()) {
                     live.push_back(std::move(s));
                 }
@@ -212,7 +218,7 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
             notify_session_drain(s, force);
         }
     };
-    draining_.store(true);
+    registry.draining.store(true);
     // On the accept strand, as every other use of the acceptor. The close ends the accept in
     // progress (or the back-off wait); stop() goes on once its completion has run, so that no
     // handler of the accept loop runs after the server is destroyed, and every connection
@@ -229,10 +235,11 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
     }
     notify_all_sessions(false);
     // Until `bound`, for every connection to end (or, `closing_suffices`, to be at most closing).
-    auto wait_sessions = [this](std::chrono::milliseconds bound, bool closing_suffices) {
-        std::unique_lock lock(mu_);
-        return cv_.wait_for(lock, bound, [this, closing_suffices] {
-            return sessions_.size() == (closing_suffices ? closing_sessions_ : 0);
+    auto wait_sessions = [&registry](std::chrono::milliseconds bound, bool closing_suffices) {
+        std::unique_lock lock(registry.mu);
+        return registry.cv.wait_for(lock, bound, [&registry, closing_suffices] {
+            return registry.sessions.size() ==
+                   (closing_suffices ? registry.closing_sessions : 0);
         });
     };
     // The deadline is for requests: a connection that has only its linger left (a second at
@@ -241,17 +248,21 @@ void HttpServer::Impl::stop(std::chrono::milliseconds deadline,
         wait_sessions(kLingerTime, false);
     } else if (at_deadline) {
         // The owner ends the requests still running; their answers get a moment to go out.
-        log::warn("drain_deadline_cut", {{"connections", static_cast<uint64_t>(open_.load())}});
+        log::warn("drain_deadline_cut",
+                  {{"connections", static_cast<uint64_t>(registry.open.load())}});
         at_deadline();
         wait_sessions(HttpServer::kCutGrace, false);
     }
-    if (open_.load() != 0) {
-        log::warn("drain_deadline", {{"connections_closed", static_cast<uint64_t>(open_.load())}});
+    if (registry.open.load() != 0) {
+        log::warn("drain_deadline",
+                  {{"connections_closed", static_cast<uint64_t>(registry.open.load())}});
     }
     notify_all_sessions(true);
-    std::unique_lock lock(mu_);
-    // Forced closes complete within one pass of the I/O loop; the bound only guards a wedged loop.
-    cv_.wait_for(lock, std::chrono::seconds(10), [this] { return sessions_.empty(); });
+    std::unique_lock lock(registry.mu);
+    // Forced closes complete within one pass of the I/O loop; the bound only guards a wedged loop
+    // (a session left then unregisters later, into the registry it shares).
+    registry.cv.wait_for(lock, std::chrono::seconds(10),
+                         [&registry] { return registry.sessions.empty(); });
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -276,7 +287,7 @@ void HttpServer::stop(std::chrono::milliseconds deadline, std::function<void()> 
     impl_->stop(deadline, std::move(at_deadline));
 }
 
-size_t HttpServer::open_connections() const { return impl_->open_.load(); }
+size_t HttpServer::open_connections() const { return impl_->registry_->open.load(); }
 
 void HttpServer::set_limits(const HttpLimits& limits) { impl_->set_limits(limits); }
 

@@ -44,7 +44,8 @@ public:
           accept_strand_(boost::asio::make_strand(io)),
           acceptor_(accept_strand_),
           accept_pause_(accept_strand_) {}
-    // A record still deferred (ObserverSlot) is dropped once the server is gone.
+    // A record still deferred (ObserverSlot), or the close of a session that outlives the server
+    // (SessionRegistry::remove), is not reported once the server is gone.
     ~Impl() {
         std::lock_guard lock(late_observer_->mu);
         late_observer_->observer = nullptr;
@@ -61,13 +62,6 @@ public:
     // to complete, tells stop() that nothing of the accept loop refers to this object any more.
     void note_accept_stopped();
     void stop(std::chrono::milliseconds deadline, std::function<void()> at_deadline);
-
-    // Registry of live sessions, for drain. Any thread.
-    void add_session(const std::shared_ptr<HttpSession>& session);
-    void remove_session(HttpSession* session);
-    // The session began its close (HttpSession::close_gracefully): no request is left in it, only
-    // its bounded linger, which stop()'s deadline does not cut. Any thread.
-    void note_session_closing(HttpSession* session);
 
     // The limits a connection accepted now gets (config_.limits until set_limits()). Any thread.
     std::shared_ptr<const HttpLimits> current_limits() const {
@@ -96,6 +90,33 @@ public:
         ServerObserver* observer;
     };
     std::shared_ptr<ObserverSlot> late_observer_;
+    // The live sessions, for drain and stop(). Shared with each session (HttpSession::registry_):
+    // a session that outlives the server (an I/O thread wedged past stop()'s bound, or its
+    // io_context destroyed later with the session's handlers still queued) unregisters into
+    // memory that is still there, and reaches the observer only while the server is. Any thread.
+    struct SessionRegistry {
+        explicit SessionRegistry(std::shared_ptr<ObserverSlot> slot)
+            : observer(std::move(slot)) {}
+        void add(const std::shared_ptr<HttpSession>& session);
+        void remove(HttpSession* session);
+        // The session began its close (HttpSession::close_gracefully): no request is left in it,
+        // only its bounded linger, which stop()'s deadline does not cut.
+        void note_closing(HttpSession* session);
+
+        const std::shared_ptr<ObserverSlot> observer;  // For on_connection_closed.
+        std::atomic<bool> draining{false};
+        std::atomic<size_t> open{0};
+        std::mutex mu;
+        std::condition_variable cv;
+        struct Entry {
+            std::weak_ptr<HttpSession> session;
+            bool closing = false;  // note_closing().
+        };
+        std::unordered_map<HttpSession*, Entry> sessions;  // Under mu.
+        size_t closing_sessions = 0;  // Under mu: the entries of sessions that are closing.
+    };
+    const std::shared_ptr<SessionRegistry> registry_ =
+        std::make_shared<SessionRegistry>(late_observer_);
     // The accept loop's state (the acceptor, its back-off timer and the fields below) is used
     // only on this strand: with several I/O threads, an accept's completion, a back-off's and
     // stop()'s close would otherwise run at once on different threads.
@@ -110,18 +131,10 @@ public:
     uint64_t accept_failures_ = 0;
     std::chrono::steady_clock::time_point accept_logged_at_{};
     uint16_t port_ = 0;
-    std::atomic<bool> draining_{false};
-    std::atomic<size_t> open_{0};
 
     std::mutex mu_;
     std::condition_variable cv_;
     bool accept_stopped_ = false;  // Under mu_: see note_accept_stopped().
-    struct SessionEntry {
-        std::weak_ptr<HttpSession> session;
-        bool closing = false;  // note_session_closing().
-    };
-    std::unordered_map<HttpSession*, SessionEntry> sessions_;  // Under mu_.
-    size_t closing_sessions_ = 0;  // Under mu_: the entries of sessions_ that are closing.
 };
 
 // Starts serving one accepted socket (its executor is the connection's strand).

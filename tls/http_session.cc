@@ -166,7 +166,7 @@ net::awaitable<void> HttpSession::stop_watcher() {
 
 net::awaitable<void> HttpSession::close_gracefully() {
     closing_ = true;
-    server_.note_session_closing(this);
+    registry_->note_closing(this);
     co_await stop_watcher();  // The linger below reads the socket itself.
     // One bound for all of it: the wait for room for close_notify and the linger.
     const Clock::time_point linger_end =
@@ -318,6 +318,10 @@ net::awaitable<bool> HttpSession::read_request(http::request_parser<http::string
         header_fields_.push_back(
             HttpHeader{std::string(field.name_string()), std::string(field.value())});
     }
+    // Keep-alive is the header's too: taken from the message after its body, a trailer's
+    // Connection: close ended the connection (RFC 9110 section 6.5.1: a trailer must not change
+    // the connection's handling), and requests pipelined behind it went unanswered.
+    request_keep_alive_ = head.keep_alive();
     // Named, not temporaries in the co_await expressions below (GCC 12).
     const std::string_view method = head.method_string();
     const std::string_view target = head.target();
@@ -419,7 +423,7 @@ net::awaitable<void> HttpSession::run() {
         request.server_name = server_name_;
         request.peer_identity = peer_identity_;
         request.peer_names = peer_names_;
-        bool keep_alive = beast_request.keep_alive() && !draining();
+        bool keep_alive = request_keep_alive_ && !draining();  // The header's (read_request).
         int version = request.version;
         std::string method = request.method;
         std::string path(request.path());
@@ -469,7 +473,7 @@ net::awaitable<void> HttpSession::run() {
 
 void start_session(HttpServer::Impl& server, tcp::socket socket) {
     auto session = std::make_shared<HttpSession>(server, std::move(socket), server.tls_.current());
-    server.add_session(session);
+    server.registry_->add(session);
     server.observer_->on_connection_opened();
     net::co_spawn(session->executor(), [session]() { return session->run(); },
                   [](std::exception_ptr e) {

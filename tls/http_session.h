@@ -64,13 +64,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     HttpSession(HttpServer::Impl& server, tcp::socket socket,
                 std::shared_ptr<const TlsGeneration> generation)
         : server_(server),
+          registry_(server.registry_),
           limits_(server.current_limits()),
           generation_(std::move(generation)),
           stream_(std::move(socket), generation_->native_context(0)),
           signal_(stream_.get_executor()),
           watchdog_(stream_.get_executor()) {}
 
-    ~HttpSession() { server_.remove_session(this); }
+    // Through registry_, not server_: the last reference may go after the server (stop() waits
+    // for sessions only so long), as when the io_context is destroyed with its handlers later.
+    ~HttpSession() { registry_->remove(this); }
 
     net::awaitable<void> run();
 
@@ -290,9 +293,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         watchdog_armed_ = false;
         watchdog_.cancel();
     }
-    bool draining() const { return drain_requested_ || server_.draining_.load(); }
+    bool draining() const { return drain_requested_ || registry_->draining.load(); }
 
     HttpServer::Impl& server_;
+    const std::shared_ptr<HttpServer::Impl::SessionRegistry> registry_;  // Outlives server_.
     // The limits when the connection was accepted, for its whole life: a reload
     // (HttpServer::set_limits) applies to the connections accepted after it.
     const std::shared_ptr<const HttpLimits> limits_;
@@ -322,6 +326,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     uint64_t seq_ = 0;
     int empty_lines_ = 0;  // Skipped before the next request line (skip_empty_lines).
     std::vector<HttpHeader> header_fields_;  // The request header's (read_request).
+    bool request_keep_alive_ = false;        // The request header's (read_request).
     bool answer_cut_ = false;  // An answer was cut short (serve_response): no close_notify.
     // Between the first byte of a request and the end of its response; drain closes connections
     // that are not busy (handshaking, or idle between requests) at once.

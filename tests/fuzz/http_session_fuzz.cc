@@ -10,8 +10,8 @@
 // most each read returns, cycled; 0: all that the session asks for); the rest is the stream.
 // The stream is framed with those read sizes, with reads as large as the session asks, (when
 // short) a byte at a time, and its prefix cut where the first read size says: each must give the
-// same requests and the same end (but for a malformed chunk line: see in_chunked_body), and bytes
-// after a refused request change nothing. Each accepted request is checked (bounds, framing
+// same requests and the same end (but for a chunked body cut short: see in_chunked_body), and
+// bytes after a refused request change nothing. Each accepted request is checked (bounds, framing
 // fields, Host). An invariant broken aborts (the input is then a finding).
 
 #include <algorithm>
@@ -109,15 +109,15 @@ struct Framing {
     End end = End::kIdleClose;
     int status = 0;  // kAnswered's.
     std::string message;
-    // The end came while the body of a chunked request was read. Beast counts a chunk's size
-    // against the body's bound each time it parses the chunk's line again, and it does so after
-    // a line whose extension it could not finish (a quoted string open past the line's end):
-    // such a line, malformed, gets a 413, a 400 or no answer by how its bytes came. The
-    // requests framed before it are the same whatever the answer.
+    // The end came while the body of a chunked request was read. After a chunk line Beast
+    // asked more for, the session gives it the next bytes only once 5 are there (Beast's final
+    // chunk asserts on fewer): a malformed line whose last bytes are fewer than that, at the
+    // stream's end, gets no answer where whole it gets a 400. The requests framed before it are
+    // the same whatever the answer.
     bool in_chunked_body = false;
 };
 
-// The same framing, but for the answer to a malformed chunk line (in_chunked_body).
+// The same framing, but for the answer to a chunked body cut short (in_chunked_body).
 bool same_framing(const Framing& a, const Framing& b) {
     if (a.accepted != b.accepted) {
         return false;
@@ -234,6 +234,8 @@ Framing frame(std::string_view bytes, std::span<const uint8_t> sizes, size_t max
         }
         // The header as the session checked it (its handler gets these fields, not the trailer's).
         const http::request_header<> head = parser.get();
+        // As HttpSession::read_request() takes it: the header's, never a trailer's.
+        const bool keep_alive = parser.get().keep_alive();
         if (answer.status == 0 && !parser.is_done()) {
             const boost::system::error_code bec =
                 read_phase(parser, buffer, stream, max_header_bytes, false);
@@ -264,8 +266,7 @@ Framing frame(std::string_view bytes, std::span<const uint8_t> sizes, size_t max
                                         std::string(field.value()));
         }
         request.body = parser.get().body();
-        // As HttpSession::run() takes it: from the message, trailer included.
-        request.keep_alive = parser.get().keep_alive();
+        request.keep_alive = keep_alive;
         check_accepted(parser, head, request, header_bytes, max_header_bytes, max_body_bytes);
         out.accepted.push_back(std::move(request));
         if (!out.accepted.back().keep_alive) {

@@ -1448,6 +1448,35 @@ TEST_CASE("a chunked body's trailer fields are read and dropped, never taken as 
     CHECK(get_body(**c) == "remote=127.0.0.1 sni=localhost body=0");
 }
 
+TEST_CASE("a trailer's Connection field does not close the connection") {
+    // The parser adds the trailer's fields to the message's; keep-alive was read from the
+    // message after its body, so a trailer's Connection: close ended the connection and the
+    // request pipelined behind went unanswered (RFC 9110 section 6.5.1: a trailer must not
+    // change how the connection is handled).
+    Fixture f;
+    auto c = f.connect();
+    REQUIRE(c.ok());
+    REQUIRE((*c)->send("POST /x HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       "3\r\nabc\r\n0\r\nConnection: close\r\n\r\n" +
+                       testing::http_request("POST", "/x", "hello"))
+                .ok());
+    auto first = (*c)->read_response();
+    REQUIRE(first.ok());
+    CHECK(first->status == 200);
+    CHECK(first->body == "remote=127.0.0.1 sni=localhost body=3");
+    CHECK(first->headers.count("connection") == 0);
+    auto second = (*c)->read_response();
+    REQUIRE(second.ok());
+    CHECK(second->body == "remote=127.0.0.1 sni=localhost body=5");
+    // A header's Connection: close still ends it after the answer.
+    REQUIRE(
+        (*c)->send("GET /x HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok());
+    auto last = (*c)->read_response();
+    REQUIRE(last.ok());
+    CHECK(last->headers["connection"] == "close");
+    CHECK((*c)->wait_closed());
+}
+
 TEST_CASE("Transfer-Encoding other than chunked alone is refused and the connection closed") {
     Fixture f;
     const std::string inner = testing::http_request("GET", "/x");
