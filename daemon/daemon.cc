@@ -429,38 +429,54 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
         log::error("certificates_reload_failed",
                    {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
     }
-    // The cluster certificates: the peer listener's (server side) and the forwarding client's.
+    // The cluster certificates: the peer listener's (server side) and the forwarding client's,
+    // both or neither. The listener's generation is built first, the client loads (and swaps
+    // in) its context only when that did, and the listener's is served only when the client's
+    // loaded: a file one side refuses must not leave the two on different CAs (a leaf copied
+    // over the CA file would have the client trust only it, and every forward fail).
     bool peer_loaded = true;
-    if (peer_tls_) {
-        Status p = peer_tls_->reload({peer_certificate}, tls::ClientAuthConfig{peer_ca});
-        metrics_->on_certificate_reload("peer", p.ok());
-        peer_loaded = p.ok();
-        if (p.ok()) {
-            log::info("peer_certificates_reloaded",
-                      {{"listener", "peer"}, {"generation", peer_tls_->current()->number()}});
-        } else {
-            log::error("peer_certificates_reload_failed",
-                       {{"listener", "peer"},
-                        {"error", p.message()},
-                        {"kept_generation", peer_tls_->current()->number()}});
-            if (s.ok()) {
-                s = p;
+    if (peer_tls_ || forwarder_) {
+        Status p = ok_status();
+        std::shared_ptr<tls::TlsGeneration> listener;
+        if (peer_tls_) {
+            Result<std::shared_ptr<tls::TlsGeneration>> built =
+                peer_tls_->prepare({peer_certificate}, tls::ClientAuthConfig{peer_ca});
+            if (built.ok()) {
+                listener = std::move(built).value();
+            } else {
+                p = built.status();
             }
         }
-    }
-    if (forwarder_) {
-        Status f =
-            forwarder_->reload(peer_ca, peer_certificate.cert_path, peer_certificate.key_path);
-        metrics_->on_certificate_reload("forwarding_client", f.ok());
-        peer_loaded = peer_loaded && f.ok();
-        if (f.ok()) {
-            log::info("peer_certificates_reloaded", {{"listener", "forwarding_client"}});
-        } else {
-            log::error("peer_certificates_reload_failed",
-                       {{"listener", "forwarding_client"}, {"error", f.message()}});
-            if (s.ok()) {
-                s = f;
+        if (p.ok() && forwarder_) {
+            p = forwarder_->reload(peer_ca, peer_certificate.cert_path, peer_certificate.key_path);
+        }
+        if (p.ok() && listener) {
+            peer_tls_->install(std::move(listener));
+        }
+        peer_loaded = p.ok();
+        if (peer_tls_) {
+            metrics_->on_certificate_reload("peer", p.ok());
+            if (p.ok()) {
+                log::info("peer_certificates_reloaded",
+                          {{"listener", "peer"}, {"generation", peer_tls_->current()->number()}});
+            } else {
+                log::error("peer_certificates_reload_failed",
+                           {{"listener", "peer"},
+                            {"error", p.message()},
+                            {"kept_generation", peer_tls_->current()->number()}});
             }
+        }
+        if (forwarder_) {
+            metrics_->on_certificate_reload("forwarding_client", p.ok());
+            if (p.ok()) {
+                log::info("peer_certificates_reloaded", {{"listener", "forwarding_client"}});
+            } else {
+                log::error("peer_certificates_reload_failed",
+                           {{"listener", "forwarding_client"}, {"error", p.message()}});
+            }
+        }
+        if (!p.ok() && s.ok()) {
+            s = p;
         }
     }
     if (peer_loaded) {

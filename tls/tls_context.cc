@@ -121,27 +121,6 @@ std::array<unsigned char, SHA256_DIGEST_LENGTH> session_id_context(
     return digest;
 }
 
-// Whether the PEM file holds a certificate that may sign others (a CA); false when it cannot be
-// read, which the caller reports on its own.
-bool holds_ca_certificate(const std::string& path) {
-    BIO* bio = BIO_new_file(path.c_str(), "r");
-    if (bio == nullptr) {
-        ERR_clear_error();
-        return false;
-    }
-    bool found = false;
-    while (X509* cert = PEM_read_bio_X509(bio, nullptr, refuse_pem_passphrase, nullptr)) {
-        found = X509_check_ca(cert) > 0;
-        X509_free(cert);
-        if (found) {
-            break;
-        }
-    }
-    ERR_clear_error();  // The read that ended the loop.
-    BIO_free(bio);
-    return found;
-}
-
 // Mutual TLS: ask for a client certificate, refuse the handshake without a valid one.
 Status require_client_certificates(SSL_CTX* ctx, const std::string& ca_path) {
     if (SSL_CTX_load_verify_locations(ctx, ca_path.c_str(), nullptr) != 1) {
@@ -229,6 +208,25 @@ std::vector<std::string> certificate_dns_names(const void* cert) {
     return names;
 }
 
+bool holds_ca_certificate(const std::string& path) {
+    BIO* bio = BIO_new_file(path.c_str(), "r");
+    if (bio == nullptr) {
+        ERR_clear_error();
+        return false;
+    }
+    bool found = false;
+    while (X509* cert = PEM_read_bio_X509(bio, nullptr, refuse_pem_passphrase, nullptr)) {
+        found = X509_check_ca(cert) > 0;
+        X509_free(cert);
+        if (found) {
+            break;
+        }
+    }
+    ERR_clear_error();  // The read that ended the loop.
+    BIO_free(bio);
+    return found;
+}
+
 std::string openssl_errors() {
     std::string out;
     while (unsigned long e = ERR_get_error()) {
@@ -283,10 +281,15 @@ TlsGeneration::~TlsGeneration() = default;
 boost::asio::ssl::context& TlsGeneration::default_context() const { return *chains_[0].context; }
 
 size_t TlsGeneration::chain_for(std::string_view server_name) const {
-    for (size_t i = 0; i < chains_.size(); ++i) {
-        for (const std::string& pattern : chains_[i].config.server_names) {
-            if (name_matches(pattern, server_name)) {
-                return i;
+    // An exact name wins over a wildcard wherever the chains list them: "*.example.org" on an
+    // earlier chain must not hide a later chain made for "api.example.org".
+    for (const bool wildcards : {false, true}) {
+        for (size_t i = 0; i < chains_.size(); ++i) {
+            for (const std::string& pattern : chains_[i].config.server_names) {
+                const bool wildcard = pattern.size() > 2 && pattern.starts_with("*.");
+                if (wildcard == wildcards && name_matches(pattern, server_name)) {
+                    return i;
+                }
             }
         }
     }
@@ -331,19 +334,32 @@ Status TlsContextStore::reload() {
 }
 
 Status TlsContextStore::reload(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth) {
+    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
+                          prepare(certs, client_auth));
+    install(std::move(generation));
+    return ok_status();
+}
+
+Result<std::shared_ptr<TlsGeneration>> TlsContextStore::prepare(
+    const std::vector<CertificateConfig>& certs, const ClientAuthConfig& client_auth) const {
     if (certs.empty()) {
         return invalid_argument_error("no certificates configured for the TLS listener");
     }
-    EDGE_ASSIGN_OR_RETURN(std::shared_ptr<TlsGeneration> generation,
-                          build(certs, client_auth, tickets_, 0));
+    return build(certs, client_auth, tickets_, 0);
+}
+
+void TlsContextStore::install(std::shared_ptr<TlsGeneration> generation) {
+    std::vector<CertificateConfig> certs;
+    for (const TlsGeneration::Chain& chain : generation->chains_) {
+        certs.push_back(chain.config);
+    }
     std::lock_guard lock(mu_);
     // Numbered as it is installed: a reload that fails takes no number, so generations count
     // the certificates actually served, and the log's kept_generation is the last one.
     generation->number_ = next_number_++;
-    current_ = std::move(generation);
     certs_ = std::move(certs);
-    client_auth_ = std::move(client_auth);
-    return ok_status();
+    client_auth_ = generation->client_auth_;
+    current_ = std::move(generation);
 }
 
 Result<std::shared_ptr<TlsGeneration>> TlsContextStore::build(

@@ -65,6 +65,11 @@ inline constexpr char kTls12CipherList[] =
 // Restricts `ctx`'s TLS 1.2 suites to kTls12CipherList; for server and client contexts alike.
 Status use_forward_secret_ciphers(ssl_ctx_st* ctx);
 
+// Whether the PEM file at `path` holds a certificate that may sign others (basicConstraints
+// CA:TRUE), as a cluster CA file must: a site's own (leaf) certificate copied there would make
+// every peer's handshake fail. False when the file cannot be read (its load reports that).
+bool holds_ca_certificate(const std::string& path);
+
 // The DNS subjectAltNames of `cert` (an X509*), in the certificate's order; empty when it has
 // none.
 std::vector<std::string> certificate_dns_names(const void* cert);
@@ -92,7 +97,8 @@ public:
 
     // The context a new connection starts with; SNI may move it to another chain's context.
     boost::asio::ssl::context& default_context() const;
-    // Index of the chain serving `server_name` (the default chain, 0, when none matches).
+    // Index of the chain serving `server_name`: the first chain listing it exactly, else the
+    // first whose wildcard matches it, else the default chain, 0.
     size_t chain_for(std::string_view server_name) const;
     // The number of chains (at least one).
     size_t chain_count() const { return chains_.size(); }
@@ -135,6 +141,13 @@ public:
     // removed or moved chains); only when every chain loads do they replace the configured ones
     // (later reload() calls read them). On error nothing changes and the error is returned.
     Status reload(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth);
+    // reload(certs, client_auth) in two steps, for a reload that must change this store only
+    // together with something else (the peer listener with the forwarding client): prepare()
+    // loads every chain and changes nothing (an error names the file); install() then serves
+    // what it built, and its files become those later reload() calls read. Any thread.
+    Result<std::shared_ptr<TlsGeneration>> prepare(const std::vector<CertificateConfig>& certs,
+                                                   const ClientAuthConfig& client_auth) const;
+    void install(std::shared_ptr<TlsGeneration> generation);
 
   private:
     TlsContextStore(std::vector<CertificateConfig> certs, ClientAuthConfig client_auth,

@@ -75,6 +75,14 @@ Result<std::shared_ptr<ssl::context>> PeerClient::Impl::load_context(const std::
         return invalid_argument_error("peer: cannot load cluster CA '" + ca_path +
                                       "': " + tls::openssl_errors());
     }
+    if (!tls::holds_ca_certificate(ca_path)) {
+        // A site's own (leaf) certificate copied over the CA file, say: trusting only it, every
+        // forward would fail. Refused as the peer listener refuses it (the same message), so a
+        // reload keeps both sides on the old CA.
+        return invalid_argument_error("peer: cluster CA '" + ca_path +
+                                      "' holds no CA certificate (basicConstraints CA:TRUE); "
+                                      "give the cluster CA's certificate, not a site's");
+    }
     // Trust is membership of the cluster CA; peer addresses are often bare IPs, so the peer's
     // name is not checked against the address.
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
@@ -163,8 +171,10 @@ net::awaitable<std::unique_ptr<Connection>> PeerClient::Impl::connect(ForwardJob
     if (config_.verify_site_identity) {
         // The certificate must name the site gossip says is at this address (a DNS
         // subjectAltName equal to the site id): another site's certificate, from the same CA,
-        // is refused.
-        SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_WILDCARDS);
+        // is refused. Never the subject's common name, which OpenSSL falls back to when the
+        // certificate has no DNS subjectAltName: the peer listener reads DNS names only (the hop
+        // header), so a CN=<site> certificate with only an IP SAN must not pass for the site here.
+        SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_WILDCARDS | X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
         if (SSL_set1_host(ssl, site_id.c_str()) != 1) {
             job.current = nullptr;  // Not left naming the connection destroyed on return.
             error = "site id '" + site_id + "' cannot be checked against a certificate";

@@ -199,3 +199,86 @@ TEST_CASE("every server context, mutual TLS included, takes forward-secret AEAD 
     REQUIRE((*public_store)->reload().ok());
     check_suites((*public_store)->current()->native_context(0));
 }
+
+TEST_CASE("SNI: a chain listing the name exactly wins over an earlier chain's wildcard") {
+    testing::TempDir dir;
+    auto fallback = testing::make_certificate(dir.path(), "default", {"default.test"});
+    auto wildcard = testing::make_certificate(dir.path(), "wildcard", {"*.example.org"});
+    auto exact = testing::make_certificate(dir.path(), "exact", {"api.example.org"});
+    auto store = TlsContextStore::create(
+        {{{"default.test"}, fallback.cert_path, fallback.key_path},
+         {{"*.example.org"}, wildcard.cert_path, wildcard.key_path},
+         {{"api.example.org"}, exact.cert_path, exact.key_path}});
+    REQUIRE(store.ok());
+    const auto generation = (*store)->current();
+    CHECK(generation->chain_for("api.example.org") == 2);
+    CHECK(generation->chain_for("API.example.org") == 2);
+    CHECK(generation->chain_for("www.example.org") == 1);  // The wildcard still serves the rest.
+    CHECK(generation->chain_for("example.org") == 0);
+    CHECK(generation->chain_for("other.test") == 0);
+
+    // A handshake (in memory) asking for `server_name`: the common name of what the server sent.
+    auto served_common_name = [&](const char* server_name) -> std::string {
+        SSL_CTX* client_ctx = SSL_CTX_new(TLS_client_method());
+        REQUIRE(client_ctx != nullptr);
+        SSL* client = SSL_new(client_ctx);
+        SSL* server = SSL_new(generation->native_context(0));  // The default context.
+        REQUIRE(client != nullptr);
+        REQUIRE(server != nullptr);
+        BIO* client_end = nullptr;
+        BIO* server_end = nullptr;
+        REQUIRE(BIO_new_bio_pair(&client_end, 0, &server_end, 0) == 1);
+        SSL_set_bio(client, client_end, client_end);
+        SSL_set_bio(server, server_end, server_end);
+        SSL_set_tlsext_host_name(client, server_name);
+        SSL_set_connect_state(client);
+        SSL_set_accept_state(server);
+        int client_done = 0;
+        int server_done = 0;
+        for (int turn = 0; turn < 20 && (client_done != 1 || server_done != 1); ++turn) {
+            if (client_done != 1) {
+                client_done = SSL_do_handshake(client);
+            }
+            if (server_done != 1) {
+                server_done = SSL_do_handshake(server);
+            }
+        }
+        std::string name;
+        if (X509* cert = SSL_get1_peer_certificate(client)) {
+            char buf[256] = {};
+            X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf,
+                                      sizeof(buf));
+            name = buf;
+            X509_free(cert);
+        }
+        SSL_free(client);
+        SSL_free(server);
+        SSL_CTX_free(client_ctx);
+        return name;
+    };
+    CHECK(served_common_name("api.example.org") == "api.example.org");
+    CHECK(served_common_name("www.example.org") == "*.example.org");
+    CHECK(served_common_name("other.test") == "default.test");
+}
+
+TEST_CASE("prepare() builds a generation without serving it, install() serves it") {
+    testing::TempDir dir;
+    auto first = testing::make_certificate(dir.path(), "first", {"localhost"});
+    auto second = testing::make_certificate(dir.path(), "second", {"localhost"});
+    auto store = TlsContextStore::create({{{"localhost"}, first.cert_path, first.key_path}});
+    REQUIRE(store.ok());
+    const auto before = (*store)->current();
+    auto prepared =
+        (*store)->prepare({{{"localhost"}, second.cert_path, second.key_path}}, ClientAuthConfig{});
+    REQUIRE(prepared.ok());
+    CHECK((*store)->current() == before);  // Nothing served yet.
+    CHECK_FALSE((*store)->prepare({{{"x"}, dir.file("missing.crt"), first.key_path}}, {}).ok());
+    (*store)->install(std::move(prepared).value());
+    const auto after = (*store)->current();
+    CHECK(after != before);
+    CHECK(after->number() == before->number() + 1);
+    CHECK(after->certificate(0).cert_path == second.cert_path);
+    // Later reloads read the installed files.
+    REQUIRE((*store)->reload().ok());
+    CHECK((*store)->current()->certificate(0).cert_path == second.cert_path);
+}

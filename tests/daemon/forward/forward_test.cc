@@ -5,7 +5,10 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -376,9 +379,6 @@ TEST_CASE("a client leaving a forwarded stream pays its prompt, told on the stre
         metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 0"));
 }
 
-TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never refunded") {
-    // The peer accepted (its deferred head, with the prompt's length), then died.
-    const std::string accepted_then_died = kAcceptedDeferredHead;
 TEST_CASE("a forwarded stream's prompt is charged when the peer accepts it, not at its end") {
     // A forwarded request was charged its prompt only when it ended, a local
     // run on its acceptance: a tenant's long streams elsewhere were all admitted, far beyond
@@ -413,6 +413,9 @@ TEST_CASE("a forwarded stream's prompt is charged when the peer accepts it, not 
     CHECK(served->status == 200);
 }
 
+TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never refunded") {
+    // The peer accepted (its deferred head, with the prompt's length), then died.
+    const std::string accepted_then_died = kAcceptedDeferredHead;
     SUBCASE("another site answers: the client gets its answer, charged once") {
         Cluster cluster;
         Site a(cluster, "fra", {"m"}, tenants_section());
@@ -1151,6 +1154,65 @@ TEST_CASE("forwarded tenant names: a known one keeps its entry, others share one
     CHECK_FALSE(b.generator.wait_for_request(3, 0));
 }
 
+namespace {
+
+// A certificate of `ca` whose subject common name is `common_name` and whose only subjectAltName
+// is IP 127.0.0.1: no DNS name at all (made by hand or by another tool than
+// deploy/make-cluster-certs). `<dir>/<stem>.crt` and `.key`.
+testing::TestCertificate make_certificate_without_dns_names(const testing::TestCa& ca,
+                                                            const std::string& dir,
+                                                            const std::string& stem,
+                                                            const std::string& common_name) {
+    auto read_pem = [](const std::string& path, auto reader) {
+        FILE* f = std::fopen(path.c_str(), "r");
+        REQUIRE(f != nullptr);
+        auto* read = reader(f, nullptr, nullptr, nullptr);
+        std::fclose(f);
+        REQUIRE(read != nullptr);
+        return read;
+    };
+    X509* ca_cert = read_pem(ca.cert_path, PEM_read_X509);
+    EVP_PKEY* ca_key = read_pem(ca.key_path, PEM_read_PrivateKey);
+    EVP_PKEY* key = EVP_EC_gen("P-256");
+    REQUIRE(key != nullptr);
+    X509* cert = X509_new();
+    X509_set_version(cert, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert), 90'001);
+    X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert), 2 * 24 * 3600);
+    X509_set_pubkey(cert, key);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(common_name.c_str()), -1,
+                               -1, 0);
+    X509_set_issuer_name(cert, X509_get_subject_name(ca_cert));
+    for (auto [nid, value] : {std::pair{NID_subject_alt_name, "IP:127.0.0.1"},
+                              std::pair{NID_basic_constraints, "CA:FALSE"},
+                              std::pair{NID_ext_key_usage, "serverAuth,clientAuth"}}) {
+        X509V3_CTX ctx;
+        X509V3_set_ctx_nodb(&ctx);
+        X509V3_set_ctx(&ctx, ca_cert, cert, nullptr, nullptr, 0);
+        X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+        REQUIRE(ext != nullptr);
+        X509_add_ext(cert, ext, -1);
+        X509_EXTENSION_free(ext);
+    }
+    REQUIRE(X509_sign(cert, ca_key, EVP_sha256()) > 0);
+    testing::TestCertificate out{dir + "/" + stem + ".crt", dir + "/" + stem + ".key",
+                                 common_name};
+    FILE* f = std::fopen(out.cert_path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    PEM_write_X509(f, cert);
+    std::fclose(f);
+    testing::write_private_key(out.key_path, key);
+    X509_free(cert);
+    EVP_PKEY_free(key);
+    EVP_PKEY_free(ca_key);
+    X509_free(ca_cert);
+    return out;
+}
+
+}  // namespace
+
 TEST_CASE("a site's certificate speaks for that site only, on both ends of a forward") {
     Cluster cluster;
     SUBCASE("the listener: a hop header naming another site than the certificate is refused") {
@@ -1201,6 +1263,28 @@ TEST_CASE("a site's certificate speaks for that site only, on both ends of a for
         CHECK(error_code_of(*r) == "upstream_unavailable");
         CHECK_MESSAGE(r->body.find("does not name site 'sin'") != std::string::npos, r->body);
         CHECK_FALSE(b.generator.wait_for_request(0, 0));
+    }
+    SUBCASE("the forwarding client: a common name without a DNS subjectAltName names no site") {
+        // The listener's hop check reads DNS subjectAltNames only; OpenSSL's host check would
+        // fall back to the common name of a certificate without one: not taken either.
+        cluster.premade["sin"] = make_certificate_without_dns_names(cluster.ca, cluster.dir.path(),
+                                                                    "sin-cn-only", "sin");
+        Site a(cluster, "fra", {"m"}, tenants_section());
+        Site b(cluster, "sin", {"m"});
+        a.planner.route_to({b.target()});
+        auto c = a.client();
+        REQUIRE(c->send(chat_request(false)).ok());
+        // Taken by sin, it would wait there for an answer: finished, so the reply is read.
+        const bool ran_at_sin = b.generator.wait_for_request(0, 1000);
+        if (ran_at_sin) {
+            b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 0, 0});
+        }
+        CHECK_FALSE(ran_at_sin);
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "upstream_unavailable");
+        CHECK_MESSAGE(r->body.find("does not name site 'sin'") != std::string::npos, r->body);
     }
     SUBCASE("peer.verify_site_identity: false trusts every certificate of the CA, as before") {
         cluster.premade["sin"] = testing::make_signed_certificate(cluster.ca, cluster.dir.path(),
@@ -1450,6 +1534,48 @@ TEST_CASE("SIGHUP reloads the cluster certificates, a broken file keeps the old 
         CHECK(forward() == 200);
         CHECK(metrics_contain(
             a, "edgeserve_forwarded_requests_total{outcome=\"ok\",site=\"sin\"} 2"));
+    }
+    SUBCASE("a site's certificate copied over the CA file changes neither side") {
+        // The peer listener refuses such a file; the forwarding client alone would have taken
+        // it, trusting only that certificate: every new handshake with a peer would then fail.
+        fs::copy_file(live + "/fra.crt", live + "/fra-ca.pem",
+                      fs::copy_options::overwrite_existing);
+        Status f = a.daemon->reload_certificates();
+        CHECK_FALSE(f.ok());
+        CHECK_MESSAGE(f.message().find(live + "/fra-ca.pem") != std::string::npos, f.message());
+        CHECK_MESSAGE(f.message().find("holds no CA certificate") != std::string::npos,
+                      f.message());
+        for (const char* side : {"peer", "forwarding_client"}) {
+            CHECK_MESSAGE(metrics_contain(a, std::string("edgeserve_certificate_reloads_total{"
+                                                         "listener=\"") +
+                                                 side + "\",result=\"error\"} 1"),
+                          side);
+        }
+        // The forwarding client: one forward holds the pooled connection, so a second one at
+        // the same time handshakes afresh, with the CA as it was.
+        auto held = a.client();
+        REQUIRE(held->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(served));
+        const size_t held_index = served++;
+        CHECK(forward() == 200);
+        CHECK(a.daemon->forwarder()->connections_opened() == 2);
+        b.generator.finish(held_index, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto r = held->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        // fra's peer listener: sin's certificate, of the old CA, still gets in.
+        testing::TlsClientOptions options;
+        options.client_cert_path = live + "/sin.crt";
+        options.client_key_path = live + "/sin.key";
+        auto c = TlsClient::connect(a.daemon->peer_port(), options);
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("GET", "/v1/models", "",
+                                                 "X-Edgeserve-Forwarded-By: sin\r\n"
+                                                 "X-Edgeserve-Tenant: acme\r\n"))
+                    .ok());
+        auto models = (*c)->read_response();
+        REQUIRE(models.ok());
+        CHECK(models->status == 200);
     }
     SUBCASE("rotating to a new CA: new handshakes use the new certificate and CA") {
         auto fra2 = install("fra", ca2, second.path(), "fra-2.cluster.test");
