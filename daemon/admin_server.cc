@@ -35,12 +35,33 @@ constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
 class AdminServer::Impl : public std::enable_shared_from_this<AdminServer::Impl> {
 public:
-    Impl(net::io_context& io, Metrics& metrics, std::function<Status()> ready)
+    Impl(net::io_context& io, Metrics& metrics, std::function<Status()> ready,
+         size_t max_connections)
         : io_(io),
           strand_(net::make_strand(io)),
           acceptor_(strand_),
           metrics_(metrics),
-          ready_(std::move(ready)) {}
+          ready_(std::move(ready)),
+          max_connections_(max_connections) {}
+
+    // Counts a connection in open_ for as long as it lives: serve()'s frame holds it (or, until
+    // serve() starts, the function that starts it).
+    class OpenSlot {
+    public:
+        explicit OpenSlot(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {
+            impl_->open_.fetch_add(1);
+        }
+        OpenSlot(OpenSlot&&) noexcept = default;  // Leaves the moved-from one empty.
+        OpenSlot& operator=(OpenSlot&&) = delete;
+        ~OpenSlot() {
+            if (impl_) {
+                impl_->open_.fetch_sub(1);
+            }
+        }
+
+    private:
+        std::shared_ptr<Impl> impl_;
+    };
 
     // Runs on strand_, as do the acceptor's close and every handler of the accept: the I/O
     // threads run the io_context together, and an acceptor is not safe to use from two at once.
@@ -51,6 +72,8 @@ public:
         std::chrono::milliseconds delay{0};
         uint64_t failures = 0;
         std::chrono::steady_clock::time_point logged_at{};
+        uint64_t limited = 0;  // Closed at the limit since the last admin_connection_limit.
+        std::chrono::steady_clock::time_point limited_logged_at{};
         for (;;) {
             // Each connection on its own strand: the I/O threads run the io_context together,
             // and a tcp_stream's timeout closes the socket from a handler of its own, which must
@@ -77,20 +100,38 @@ public:
                 continue;
             }
             delay = std::chrono::milliseconds(0);
+            if (open_.load() >= max_connections_) {
+                // Closed at once: a flood costs one accept per connection, and no descriptor
+                // stays taken. Counted first, so a client that saw the close finds it counted.
+                metrics_.on_admin_connection_rejected("limit");
+                boost::system::error_code ignored;
+                socket.close(ignored);
+                ++limited;
+                const auto now = std::chrono::steady_clock::now();
+                if (now - limited_logged_at >= std::chrono::seconds(1)) {
+                    log::warn("admin_connection_limit",
+                              {{"limit", static_cast<uint64_t>(max_connections_)},
+                               {"closed", limited}});
+                    limited = 0;
+                    limited_logged_at = now;
+                }
+                continue;
+            }
             auto executor = socket.get_executor();
             // The connection holds the server: after stop() a connection still answering outlives
             // this loop, and the AdminServer may be gone by then.
             net::co_spawn(
                 executor,
-                [self = shared_from_this(), s = std::move(socket)]() mutable {
-                    return self->serve(beast::tcp_stream(std::move(s)));
+                [self = shared_from_this(), s = std::move(socket),
+                 slot = OpenSlot(shared_from_this())]() mutable {
+                    return self->serve(beast::tcp_stream(std::move(s)), std::move(slot));
                 },
                 [](std::exception_ptr) {});
         }
     }
 
-    // Runs on the connection's strand.
-    net::awaitable<void> serve(beast::tcp_stream stream) {
+    // Runs on the connection's strand; `slot` counts it open until it ends.
+    net::awaitable<void> serve(beast::tcp_stream stream, OpenSlot slot) {
         Connection connection{&stream};
         const ConnectionRegistration registration(*this, connection, stream.get_executor());
         // Bounded: Beast limits the header but not a chunk-size line or trailer, which would be
@@ -409,6 +450,8 @@ public:
     tcp::acceptor acceptor_;  // On strand_.
     Metrics& metrics_;
     std::function<Status()> ready_;
+    const size_t max_connections_;
+    std::atomic<size_t> open_{0};         // Connections accepted and not yet ended.
     AdminHandler handler_;
     std::mutex token_mu_;
     std::optional<Sha256Digest> token_digest_;  // Under token_mu_; nullopt: no token.
@@ -422,8 +465,9 @@ public:
 Result<std::unique_ptr<AdminServer>> AdminServer::create(net::io_context& io,
                                                          const std::string& address,
                                                          uint16_t port, Metrics& metrics,
-                                                         std::function<Status()> ready) {
-    auto impl = std::make_shared<Impl>(io, metrics, std::move(ready));
+                                                         std::function<Status()> ready,
+                                                         size_t max_connections) {
+    auto impl = std::make_shared<Impl>(io, metrics, std::move(ready), max_connections);
     boost::system::error_code ec;
     net::ip::address addr = net::ip::make_address(address, ec);
     if (ec) {

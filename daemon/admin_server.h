@@ -11,7 +11,12 @@
 // state-changing request (POST /admin/rollout, which gossip carries to every site) is taken
 // only from a loopback client: from another host it is refused with 403.
 // Runs on the given io_context, from any number of threads; one short request at a time per
-// connection, 5 s to read a request and write its answer.
+// connection, 5 s to read a request and write its answer. At most `max_connections` (default
+// kAdminMaxConnections) are open at once: the listener is reachable from other sites and
+// Prometheus, and a flood of connections must not take every file descriptor of the process
+// (the public listener's too). Connections past it are closed at accept, counted in
+// edgeserve_admin_connections_rejected_total{reason="limit"} and logged (admin_connection_limit,
+// at most once a second).
 // Threading: start() once, from any thread; stop() from any thread, once or more, after start()
 // or instead of it. stop() does not wait: it hands the closes to the io_context, so they happen
 // only while some thread runs it (an io_context stopped at once after stop() closes what is left
@@ -25,6 +30,7 @@
 // gone (it holds the server's state itself).
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -52,6 +58,9 @@ struct AdminReply {
     // a change is not reported made before it is. No answer within kAdminDeferredTimeout: 503.
     std::function<void(std::function<void(AdminReply)> answer)> deferred = nullptr;
 };
+// Open admin connections at most: far above what Prometheus, the other sites' /readyz checks and
+// an operator's commands hold, far below a process's descriptor limit.
+inline constexpr size_t kAdminMaxConnections = 256;
 // How long the admin listener waits for a deferred answer (below the 5 s the commands wait).
 inline constexpr std::chrono::milliseconds kAdminDeferredTimeout{3000};
 // Called for every request whose path starts with "/admin/", with the method ("GET", "POST",
@@ -65,7 +74,9 @@ public:
     static Result<std::unique_ptr<AdminServer>> create(boost::asio::io_context& io,
                                                        const std::string& address, uint16_t port,
                                                        Metrics& metrics,
-                                                       std::function<Status()> ready);
+                                                       std::function<Status()> ready,
+                                                       size_t max_connections =
+                                                           kAdminMaxConnections);
     ~AdminServer();
     uint16_t port() const;
     // Installs the /admin/* handler; call before start().

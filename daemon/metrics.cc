@@ -34,6 +34,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Name("edgeserve_connections_rejected_total")
                      .Help("Connections closed before TLS, by reason.")
                      .Register(*registry_);
+    admin_rejected_ = &prometheus::BuildCounter()
+                           .Name("edgeserve_admin_connections_rejected_total")
+                           .Help("Connections to the admin listener closed at accept, by reason.")
+                           .Register(*registry_);
     streams_cancelled_ = &prometheus::BuildCounter()
                               .Name("edgeserve_http_streams_cancelled_total")
                               .Help("Streamed responses cut by the server, by reason.")
@@ -262,6 +266,10 @@ void Metrics::on_connection_closed() { open_connections_->Decrement(); }
 
 void Metrics::on_connection_rejected(std::string_view reason) {
     rejected_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void Metrics::on_admin_connection_rejected(std::string_view reason) {
+    admin_rejected_->Add({{"reason", std::string(reason)}}).Increment();
 }
 
 void Metrics::on_stream_cancelled(std::string_view reason) {

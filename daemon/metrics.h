@@ -81,6 +81,9 @@ public:
     // expired or comes from another CA, or a client with none, shows as client_certificate) and
     // edgeserve_peer_connections_rejected_total{reason}; the same reasons as the public ones.
     tls::ServerObserver* peer_listener() { return &peer_listener_; }
+    // edgeserve_admin_connections_rejected_total{reason}: connections to the admin listener
+    // closed at accept (reason "limit": AdminServer's connection cap).
+    void on_admin_connection_rejected(std::string_view reason);
 
     // Per-tenant figures; `tenant` is a configured name (bounded by the config).
     // outcome: "ok", "error", "cancelled", "rejected".
@@ -171,6 +174,7 @@ private:
     prometheus::Family<prometheus::Counter>* handshakes_;
     prometheus::Family<prometheus::Counter>* handshake_failures_;
     prometheus::Family<prometheus::Counter>* rejected_;
+    prometheus::Family<prometheus::Counter>* admin_rejected_;
     prometheus::Family<prometheus::Counter>* streams_cancelled_;
     prometheus::Gauge* open_connections_;
     prometheus::Family<prometheus::Counter>* tenant_requests_;

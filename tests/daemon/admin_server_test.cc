@@ -41,8 +41,9 @@ namespace {
 
 struct AdminFixture {
     explicit AdminFixture(AdminHandler handler = nullptr, const std::string& address = "127.0.0.1",
-                          int io_threads = 1) {
-        auto created = AdminServer::create(io, address, 0, metrics, [] { return ok_status(); });
+                          int io_threads = 1, size_t max_connections = kAdminMaxConnections) {
+        auto created = AdminServer::create(io, address, 0, metrics, [] { return ok_status(); },
+                                           max_connections);
         REQUIRE(created.ok());
         server = std::move(created).value();
         if (handler) {
@@ -528,4 +529,49 @@ TEST_CASE("admin: start() and stop() with several I/O threads leave the port clo
     }
     log::set_sink(nullptr);
     CHECK(failures_logged->load() == 0);
+}
+
+TEST_CASE("admin: connections past the cap are closed at accept, the open ones stay served") {
+    AdminFixture f(nullptr, "127.0.0.1", 1, 2);
+    const std::string req = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n";
+    // A kept-alive connection, served once: it holds one of the two places.
+    auto served_connection = [&] {
+        const int fd = connect_client(f.server->port(), std::chrono::seconds(3));
+        REQUIRE(fd >= 0);
+        ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+        CHECK(read_until(fd, "ok\n").find("HTTP/1.1 200 OK\r\n") == 0);
+        return fd;
+    };
+    const int first = served_connection();
+    const int second = served_connection();
+    // The third is closed without an answer (the kernel accepted it; the server closes it).
+    const int third = connect_client(f.server->port(), std::chrono::seconds(3));
+    REQUIRE(third >= 0);
+    ::send(third, req.data(), req.size(), MSG_NOSIGNAL);
+    CHECK(next_read(third) == "closed");
+    ::close(third);
+    CHECK(f.metrics.serialize().find(
+              "edgeserve_admin_connections_rejected_total{reason=\"limit\"} 1") !=
+          std::string::npos);
+    // The first two are still served.
+    for (const int fd : {first, second}) {
+        ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+        CHECK(read_until(fd, "ok\n").find("HTTP/1.1 200 OK\r\n") == 0);
+    }
+    // Once one of them closes (the server sees it end), a new connection is served again.
+    ::close(first);
+    bool served_again = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!served_again && std::chrono::steady_clock::now() < deadline) {
+        const int fd = connect_client(f.server->port(), std::chrono::seconds(3));
+        REQUIRE(fd >= 0);
+        ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+        served_again = read_until(fd, "ok\n").find("HTTP/1.1 200 OK\r\n") == 0;
+        ::close(fd);
+        if (!served_again) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+    CHECK(served_again);
+    ::close(second);
 }

@@ -20,6 +20,7 @@ inline std::string populated_metrics_text() {
     daemon::Metrics m;
     m.on_connection_opened();
     m.on_connection_rejected("limit");
+    m.on_admin_connection_rejected("limit");
     m.on_handshake(false, "");
     m.on_handshake(true, "");
     m.on_handshake(false, "no_shared_cipher");
