@@ -24,24 +24,20 @@ struct HeadOutcome {
     size_t unparsed = 0;  // Bytes left in the buffer.
 };
 
-// The header phase as HttpSession::parse_request runs it, over `bytes` read at most `piece` bytes
-// at a time (0: as much as the session asks for), the client closing after them.
-HeadOutcome read_head(std::string_view bytes, size_t piece, size_t max_header_bytes) {
-    boost::beast::flat_buffer buffer;
-    RequestParser parser;
-    set_request_limits(parser, max_header_bytes, 1 << 20);
-    RequestReadPhase phase(max_header_bytes, true);
-    size_t at = 0;
-    boost::system::error_code ec;
+// One phase of a request's read as HttpSession::parse_request runs it (its RequestReadPhase), the
+// bytes from `bytes` at `at`, at most `piece` at a time (0: as much as the session asks for), the
+// client closing after them.
+boost::system::error_code run_phase(RequestParser& parser, boost::beast::flat_buffer& buffer,
+                                    std::string_view bytes, size_t& at, size_t piece,
+                                    size_t max_header_bytes, bool header_only) {
+    RequestReadPhase phase(max_header_bytes, header_only);
     for (;;) {
         const RequestReadPhase::Step step = phase.advance(parser, buffer);
         if (step.ec || step.finished) {
-            ec = step.ec;
-            break;
+            return step.ec;
         }
         if (at == bytes.size()) {
-            ec = RequestReadPhase::at_eof(parser);
-            break;
+            return RequestReadPhase::at_eof(parser);
         }
         size_t n = std::min(step.read_size, bytes.size() - at);
         if (piece != 0) {
@@ -51,6 +47,16 @@ HeadOutcome read_head(std::string_view bytes, size_t piece, size_t max_header_by
         buffer.commit(n);
         at += n;
     }
+}
+
+// The header phase over `bytes` (run_phase).
+HeadOutcome read_head(std::string_view bytes, size_t piece, size_t max_header_bytes) {
+    boost::beast::flat_buffer buffer;
+    RequestParser parser;
+    set_request_limits(parser, max_header_bytes, 1 << 20);
+    size_t at = 0;
+    const boost::system::error_code ec =
+        run_phase(parser, buffer, bytes, at, piece, max_header_bytes, true);
     const std::string_view unparsed(static_cast<const char*>(buffer.data().data()),
                                     buffer.size());
     const FramingError answer = header_phase_error(ec, parser, unparsed, max_header_bytes);
@@ -87,26 +93,10 @@ RequestOutcome read_request(std::string_view bytes, size_t piece, size_t max_hea
     RequestParser parser;
     set_request_limits(parser, max_header_bytes, max_body_bytes);
     size_t at = 0;
-    auto run_phase = [&](bool header_only) {
-        RequestReadPhase phase(max_header_bytes, header_only);
-        for (;;) {
-            const RequestReadPhase::Step step = phase.advance(parser, buffer);
-            if (step.ec || step.finished) {
-                return step.ec;
-            }
-            if (at == bytes.size()) {
-                return RequestReadPhase::at_eof(parser);
-            }
-            size_t n = std::min(step.read_size, bytes.size() - at);
-            if (piece != 0) {
-                n = std::min(n, piece);
-            }
-            std::memcpy(buffer.prepare(n).data(), bytes.data() + at, n);
-            buffer.commit(n);
-            at += n;
-        }
+    auto phase = [&](bool header_only) {
+        return run_phase(parser, buffer, bytes, at, piece, max_header_bytes, header_only);
     };
-    boost::system::error_code ec = run_phase(true);
+    boost::system::error_code ec = phase(true);
     const std::string_view unparsed(static_cast<const char*>(buffer.data().data()),
                                     buffer.size());
     FramingError answer = header_phase_error(ec, parser, unparsed, max_header_bytes);
@@ -114,7 +104,7 @@ RequestOutcome read_request(std::string_view bytes, size_t piece, size_t max_hea
         return {false, answer.status, std::string(answer.message)};
     }
     if (!parser.is_done()) {
-        ec = run_phase(false);
+        ec = phase(false);
         answer = body_phase_error(ec, parser.get());
     }
     return {!ec && parser.is_done(), answer.status, std::string(answer.message)};
