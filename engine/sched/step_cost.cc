@@ -113,6 +113,7 @@ void StepCost::observe(int64_t prefill_tokens, int64_t decode_tokens, double sec
         r_[i] = kForget * r_[i] + x[i] * seconds;
     }
     yy_ = kForget * yy_ + seconds * seconds;
+    prefill_weight_ = kForget * prefill_weight_ + (prefill_tokens > 0 ? 1.0 : 0.0);
     refit(decode_tokens);
 }
 
@@ -151,12 +152,13 @@ void StepCost::refit(int64_t decode_tokens) {
     }
     const double mean = r_[0] / weight;
     noise_ = std::max(squared_error(theta_) / weight, kMinNoise * kMinNoise * mean * mean);
-    // 1 / b once b is told apart: enough steps, prefill tokens that vary beyond what the
-    // intercept and the decode tokens explain (the inverse's diagonal is 1 / (weight x that
-    // variance)), and a standard error within bounds.
+    // 1 / b once b is told apart: enough steps, several of them prefilling, prefill tokens that
+    // vary beyond what the intercept and the decode tokens explain (the inverse's diagonal is
+    // 1 / (weight x that variance)), and a standard error within bounds.
     const double b = theta_[1];
     const double spread = inverse_[4] > 0.0 ? 1.0 / (weight * inverse_[4]) : 0.0;
-    if (weight >= kMinWeight && b > 0.0 && spread >= kMinPrefillSpread * kMinPrefillSpread &&
+    if (weight >= kMinWeight && prefill_weight_ >= kMinPrefillWeight && b > 0.0 &&
+        spread >= kMinPrefillSpread * kMinPrefillSpread &&
         std::sqrt(noise_ * inverse_[4]) <= kMaxRelativeError * b) {
         prefill_tokens_per_s_ = std::min(1.0 / b, kMaxTokensPerS);
     }

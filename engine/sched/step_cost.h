@@ -39,6 +39,11 @@ public:
     static constexpr double kForget = 0.98;
     // Weight (about the number of steps) the fit needs before any figure is given.
     static constexpr double kMinWeight = 8.0;
+    // Weight of the steps that prefilled (about how many) that 1 / b needs: one prefill among
+    // decode-only steps fits b exactly whatever its time, and a first step slowed by warming up
+    // (page faults on the weights) would be told as the pool's speed, with no trusted fit yet to
+    // clip it.
+    static constexpr double kMinPrefillWeight = 4.0;
     // Spread of prefill tokens, beyond what the other terms explain, that 1 / b needs (tokens,
     // weighted standard deviation).
     static constexpr double kMinPrefillSpread = 16.0;
@@ -84,6 +89,7 @@ private:
     Mat s_{};        // Weighted sum of x x^T, x = (1, prefill_tokens, decode_tokens).
     Vec r_{};        // Weighted sum of x * seconds.
     double yy_ = 0;  // Weighted sum of seconds^2.
+    double prefill_weight_ = 0;  // Weighted count of the steps that prefilled.
     Vec theta_{};    // (a, b, c).
     // Inverse of the (regularized) normal matrix: the unconstrained fit's covariance over the
     // residual variance, an upper bound on the constrained one's.

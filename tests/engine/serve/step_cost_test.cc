@@ -242,5 +242,25 @@ TEST_CASE("step cost: once known, the prefill speed holds through decode-only sp
     check_sane(cost);
 }
 
+TEST_CASE("step cost: one slow first prefill among decode-only steps is not the prefill speed") {
+    // A pool's first step prefills its first prompts ten times slower than it will (warming up),
+    // then decodes a shrinking batch: that one prefill fitted b exactly, the decode steps' small
+    // noise made it look certain, and 1932 tokens/s was advertised for a 20000 tokens/s pool,
+    // held until many mixed steps outweighed it.
+    const Pool pool;
+    StepCost cost;
+    cost.observe(2048, 0, 10.0 * pool.seconds(2048, 0));
+    for (int i = 0; i < 40; ++i) {
+        const int64_t d = 4 - i / 10;
+        cost.observe(0, d, pool.seconds(0, d));
+    }
+    CHECK(cost.prefill_tokens_per_s() == 0.0);  // Not known yet: the caller keeps its own.
+    // Steps that prefill again tell it, once the slow one is forgotten.
+    MixedLoad load;
+    run_mixed(&cost, pool, &load, 400);
+    CHECK(cost.prefill_tokens_per_s() == doctest::Approx(20000.0).epsilon(0.03));
+    check_sane(cost);
+}
+
 }  // namespace
 }  // namespace edge::engine::sched
