@@ -404,7 +404,9 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                     !serves_here(req.generate.model, request.header(cluster::kModelVersionHeader),
                                  e, "this site has no cluster to find that version in") &&
                     e.code == "version_pin_unmatched") {
-        refuse_request(e, "route_rejected");
+        // A 503 the client is told to retry, not a fault of the request: not charged, as the
+        // planner's refusal of the same pin on a site with a cluster is refunded.
+        reject(e, "route_rejected");
         return;
     }
     // Reserved from the output budget: the client's max_tokens for each choice (of every prompt).
@@ -507,9 +509,14 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
             notes->note("attempts", result.attempts);
             note_usage(*notes, result.prompt_tokens, result.completion_tokens);
             if (forward_never_ran(result)) {
-                // As a local engine's refusal: everything admission took goes back.
+                // As a local engine's refusal: for its load (503), everything admission took
+                // goes back; for the tenant's own queue full there (a 429: a peer applies no rate
+                // limit to a forwarded request, and its shared queue full is a 503), the request
+                // token stays spent, or a tenant whose queue there is full could have the peer
+                // tokenize its prompts at any rate.
                 notes->note("rejected", "peer_refused");
-                lease->refuse();
+                lease->refuse(result.status == 429 ? TenantLimiter::Lease::Refusal::kRequest
+                                                   : TenantLimiter::Lease::Refusal::kCapacity);
                 if (metrics != nullptr) {
                     metrics->on_tenant_rejected(tenant_name, "peer_refused");
                     metrics->on_tenant_request(tenant_name, "rejected");

@@ -761,6 +761,30 @@ TEST_CASE("a forward every site refused gives back what admission took, as a loc
     CHECK(error_code_of(*limited) == "requests_per_second");
 }
 
+TEST_CASE("a peer refusing for the tenant's own full queue there keeps the request token spent") {
+    // A peer's 429 (the tenant's queue there full: a peer applies no rate to a forwarded request,
+    // and its shared queue full is a 503) was refunded as a refusal for load: a tenant whose
+    // queue at the peer was full had it tokenize prompts at any rate.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"},
+           tenants_section() + "    requests_per_second: 1\n    burst: 1\n");
+    Site b(cluster, "sin", {"m"}, tenants_section());
+    auto client = a.client();
+    b.generator.fail_next_submit(resource_exhausted_error("tenant 'acme': queue full"));
+    a.planner.route_to({b.target()});
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto refused = client->read_response();
+    REQUIRE(refused.ok());
+    CHECK(refused->status == 429);
+    // fra's clock stands still: the next request waits for the next second, never reaching sin.
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto limited = client->read_response();
+    REQUIRE(limited.ok());
+    CHECK(limited->status == 429);
+    CHECK(error_code_of(*limited) == "requests_per_second");
+    CHECK_FALSE(b.generator.wait_for_request(0, 0));
+}
+
 TEST_CASE("every remote target refused and this site next in the plan: it runs here") {
     Cluster cluster;
     Site a(cluster, "fra", {"m"}, tenants_section());
