@@ -26,11 +26,12 @@ struct MlaLayer {
 
 class DeepseekV3 final : public SigmoidMoeModel {
   public:
-    DeepseekV3(SigmoidMoeConfig c, MlaConfig m, MlaPath path, std::unique_ptr<Checkpoint> ckpt,
-               std::unique_ptr<Backend> backend)
+    DeepseekV3(SigmoidMoeConfig c, MlaConfig m, MlaPath path, int64_t plain_max_bytes,
+               std::unique_ptr<Checkpoint> ckpt, std::unique_ptr<Backend> backend)
         : SigmoidMoeModel(std::move(c), std::move(ckpt), std::move(backend)),
           m_(std::move(m)),
-          path_(path) {}
+          path_(path),
+          plain_max_bytes_(plain_max_bytes) {}
 
     Status load(const std::string& dir, const ConfigJson& json, const LoadOptions& options) {
         attn_.resize(c_.num_hidden_layers);
@@ -39,8 +40,14 @@ class DeepseekV3 final : public SigmoidMoeModel {
         const int64_t per_token = c_.num_hidden_layers * row_ * 4;
         // The cache row [latent, k_rope] is stored as one "head" split in two halves: the first
         // half in the keys array, the second in the values array (exactly row_ floats a token).
-        return load_common(dir, json, options, kDeepseekV3Architecture, 1,
-                           static_cast<int32_t>(row_ / 2), per_token);
+        EDGE_RETURN_IF_ERROR(load_common(dir, json, options, kDeepseekV3Architecture, 1,
+                                         static_cast<int32_t>(row_ / 2), per_token));
+        // The f32 copies of a BF16/F16 kv_b_proj are weights held in memory the loader did not
+        // allocate: counted here so that weight_bytes reports them.
+        for (const MlaLayer& L : attn_) {
+            spec_.weight_bytes += static_cast<int64_t>(L.kv_b_widened.size() * sizeof(float));
+        }
+        return ok_status();
     }
 
   protected:
@@ -56,6 +63,7 @@ class DeepseekV3 final : public SigmoidMoeModel {
 
     MlaConfig m_;
     MlaPath path_;
+    int64_t plain_max_bytes_;  // kAuto's bound on attend_plain's expanded rows.
     int64_t row_ = 0;
     std::vector<MlaLayer> attn_;
     std::vector<float> qa_, q_, kva_, out_, o_, rows_, scratch_, expanded_, lat_;
@@ -252,6 +260,9 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
     const int64_t r = m_.qk_rope_head_dim;
     const int64_t qk = nope + r;
     const float eps = static_cast<float>(c_.rms_norm_eps);
+    // Hugging Face's DeepseekV3Attention builds q_a_layernorm and kv_a_layernorm with its
+    // DeepseekV3RMSNorm default, not config.rms_norm_eps (llama.cpp uses the latter for both).
+    constexpr float kSubNormEps = 1e-6f;
     float* x = x_.data();
     float* h = grow(h_, n * H);
     for (int64_t i = 0; i < n; ++i) {
@@ -265,7 +276,7 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
         backend_->matmul_batch(a);
         for (int64_t i = 0; i < n; ++i) {
             float* qi = qa + i * m_.q_lora_rank;
-            cpu::rms_norm(qi, L.q_a_norm.data(), m_.q_lora_rank, eps, qi);
+            cpu::rms_norm(qi, L.q_a_norm.data(), m_.q_lora_rank, kSubNormEps, qi);
         }
         backend_->matmul(L.q, qa, n, q, nh * qk);
     } else {
@@ -279,7 +290,7 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
         float sn[512];
         const int64_t half = r / 2;
         float* kvi = kv + i * row_;
-        cpu::rms_norm(kvi, L.kv_a_norm.data(), c, eps, kvi);
+        cpu::rms_norm(kvi, L.kv_a_norm.data(), c, kSubNormEps, kvi);
         for (int64_t off = 0; off < half; off += 256) {
             // Tables in blocks of 256 frequencies (qk_rope_head_dim is 64 in the real models).
             const int64_t len = std::min<int64_t>(256, half - off);
@@ -321,9 +332,10 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
         while (end < n && tok_slot_[end] == tok_slot_[begin]) {
             ++end;
         }
-        const bool plain = path_ == MlaPath::kPlain ||
-                           (path_ == MlaPath::kAuto &&
-                            mla_auto_picks_plain(m_, end - begin, tok_pos_[end - 1] + 1));
+        const bool plain =
+            path_ == MlaPath::kPlain ||
+            (path_ == MlaPath::kAuto &&
+             mla_auto_picks_plain(m_, nh, end - begin, tok_pos_[end - 1] + 1, plain_max_bytes_));
         if (plain) {
             attend_plain(li, begin, end, q, out);
         } else {
@@ -367,14 +379,21 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
 // 128), so a short new turn on a long cached history attends in the latent space instead of
 // expanding the whole history. Memory traffic is not counted (it too favours absorbed on a long
 // prefix: plain writes and reads ctx x heads x (nope + v) floats). One token (a decode step) is
-// always absorbed: at best plain saves nothing there.
-bool mla_auto_picks_plain(const MlaConfig& m, int64_t tokens, int64_t context) {
+// always absorbed: at best plain saves nothing there. Nor does plain run when its expanded rows
+// (context x heads x (nope + v) floats, zero-filled on first use and kept) would pass
+// max_expanded_bytes (kMlaPlainMaxExpandedBytes says why the bound).
+bool mla_auto_picks_plain(const MlaConfig& m, int64_t heads, int64_t tokens, int64_t context,
+                          int64_t max_expanded_bytes) {
     if (tokens <= 1) {
         return false;
     }
     const int64_t c = m.kv_lora_rank;
     const int64_t nope = m.qk_nope_head_dim;
     const int64_t vd = m.v_head_dim;
+    const auto per_position = static_cast<int64_t>(heads * (nope + vd) * sizeof(float));
+    if (per_position > 0 && context > max_expanded_bytes / per_position) {
+        return false;
+    }
     const int64_t prefix = context - tokens;
     const int64_t sum_ctx = tokens * prefix + tokens * (tokens + 1) / 2;
     return prefix * c * (nope + vd) <= sum_ctx * (2 * c - nope - vd);
@@ -387,7 +406,8 @@ Status check_deepseek_v3_config(const ConfigJson& json) {
 }
 
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const ConfigJson& json,
-                                                   const LoadOptions& options, MlaPath path) {
+                                                   const LoadOptions& options, MlaPath path,
+                                                   int64_t plain_max_expanded_bytes) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
                           SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults));
     EDGE_ASSIGN_OR_RETURN(MlaConfig m, MlaConfig::from_json(json, c));
@@ -397,8 +417,9 @@ Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const
     bo.activation_precision = options.activation_precision;
     bo.cpu_kernels = options.cpu_kernels;
     EDGE_ASSIGN_OR_RETURN(auto backend, create_backend(options.backend, bo));
-    auto model = std::make_unique<DeepseekV3>(std::move(c), std::move(m), path, std::move(ckpt),
-                                              std::move(backend));
+    auto model =
+        std::make_unique<DeepseekV3>(std::move(c), std::move(m), path, plain_max_expanded_bytes,
+                                     std::move(ckpt), std::move(backend));
     EDGE_RETURN_IF_ERROR(model->load(dir, json, options));
     return std::unique_ptr<CausalLM>(std::move(model));
 }

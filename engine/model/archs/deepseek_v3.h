@@ -33,20 +33,34 @@ inline constexpr const char* kDeepseekV3Architecture = "DeepseekV3ForCausalLM";
 struct MlaConfig;
 
 enum class MlaPath {
-    kAuto,      // Per chunk, the path with fewer multiply-adds (mla_auto_picks_plain).
-    kPlain,     // Always expand the latents.
+    kAuto,      // Per chunk, the path with fewer multiply-adds, plain within a memory bound
+                // (mla_auto_picks_plain).
+    kPlain,     // Always expand the latents (no bound on the scratch: for tests and comparisons).
     kAbsorbed,  // Always attend in the latent space.
 };
 
-// kAuto's choice for a chunk of `tokens` consecutive tokens of one sequence whose last token
-// attends over `context` positions (itself included): true for plain, when expanding the whole
-// context costs no more multiply-adds than attending in the latent space (the counts are in
-// deepseek_v3.cc). False for a single token.
-bool mla_auto_picks_plain(const MlaConfig& m, int64_t tokens, int64_t context);
+// The most the plain path may expand under kAuto for one chunk in one layer: the bytes of its
+// per-head k_nope and v rows, context x heads x (nope + v) f32 (the scratch is kept between
+// forwards and shared by the layers). DeepSeek-V3 and Kimi K2 expand 128 x 256 floats = 128 KiB
+// a position, so this admits 2048 positions: a fresh prefill chunk of the scheduler's default
+// max_batch_tokens still takes plain, where it saves the most. Without a bound a chunk late in
+// a 128k context would commit 16 GiB; the absorbed path needs row + context + latent floats a
+// thread whatever the context (the price: on a long prefix a 2048-token chunk of DeepSeek-V3
+// takes about 2.8x the attention multiply-adds of plain).
+inline constexpr int64_t kMlaPlainMaxExpandedBytes = int64_t{256} << 20;
 
-Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const ConfigJson& config,
-                                                   const LoadOptions& options,
-                                                   MlaPath path = MlaPath::kAuto);
+// kAuto's choice for a chunk of `tokens` consecutive tokens of one sequence whose last token
+// attends over `context` positions (itself included), with `heads` attention heads: true for
+// plain, when expanding the whole context costs no more multiply-adds than attending in the
+// latent space (the counts are in deepseek_v3.cc) and its expanded rows take at most
+// `max_expanded_bytes`. False for a single token.
+bool mla_auto_picks_plain(const MlaConfig& m, int64_t heads, int64_t tokens, int64_t context,
+                          int64_t max_expanded_bytes = kMlaPlainMaxExpandedBytes);
+
+// `plain_max_expanded_bytes`: kAuto's bound on the plain path's expansion (tests lower it).
+Result<std::unique_ptr<CausalLM>> load_deepseek_v3(
+    const std::string& dir, const ConfigJson& config, const LoadOptions& options,
+    MlaPath path = MlaPath::kAuto, int64_t plain_max_expanded_bytes = kMlaPlainMaxExpandedBytes);
 // What load_deepseek_v3 checks before it reads a weight: the config's fields.
 Status check_deepseek_v3_config(const ConfigJson& config);
 

@@ -1,17 +1,23 @@
 // DeepSeek-V3 (MLA) against micro-deepseek-v3's reference outputs: greedy tokens exact, logits
 // within 1e-4, single and batched, teacher-forced; the absorbed and plain attention paths agree,
-// and the auto path takes the cheaper one per chunk (absorbed for a short chunk on a long prefix);
-// the KV cache holds kv_lora_rank + qk_rope_head_dim floats per token and layer; YaRN tables;
-// MTP layers are skipped with a log line.
+// and the auto path takes the cheaper one per chunk (absorbed for a short chunk on a long prefix)
+// and plain only within kMlaPlainMaxExpandedBytes; the KV cache holds kv_lora_rank +
+// qk_rope_head_dim floats per token and layer; weight_bytes counts the widened kv_b_proj; the MLA
+// sub-norms keep eps 1e-6; YaRN tables; MTP layers are skipped with a log line.
 
 #include "engine/model/archs/deepseek_v3.h"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +27,7 @@
 #include "engine/model/archs/deepseek_v3_config.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
 #include "reference_check.h"
 
 namespace edge::engine {
@@ -102,23 +109,109 @@ TEST_CASE("deepseek_v3: the auto path picks plain only for chunks long next to t
     ds.qk_nope_head_dim = 128;
     ds.qk_rope_head_dim = 64;
     ds.v_head_dim = 128;
-    CHECK(mla_auto_picks_plain(ds, 4096, 4096));        // Fresh prefill.
-    CHECK(mla_auto_picks_plain(ds, 2, 2));              // Fresh, two tokens.
-    CHECK_FALSE(mla_auto_picks_plain(ds, 1, 1));        // A single token: always absorbed.
-    CHECK_FALSE(mla_auto_picks_plain(ds, 1, 60001));    // A decode step.
-    CHECK_FALSE(mla_auto_picks_plain(ds, 20, 60020));   // A short turn on a long history.
-    CHECK_FALSE(mla_auto_picks_plain(ds, 160, 60160));  // Just under the break-even.
-    CHECK(mla_auto_picks_plain(ds, 180, 60180));        // Just over it.
-    CHECK(mla_auto_picks_plain(ds, 1000, 61000));       // A long chunk.
-    CHECK(mla_auto_picks_plain(ds, 2048, 3000));        // Long next to its prefix.
+    // The multiply-add rule alone (no bound on the expansion; see the next case for the bound).
+    auto picks = [](const MlaConfig& m, int64_t tokens, int64_t context) {
+        return mla_auto_picks_plain(m, 128, tokens, context, std::numeric_limits<int64_t>::max());
+    };
+    CHECK(picks(ds, 4096, 4096));        // Fresh prefill.
+    CHECK(picks(ds, 2, 2));              // Fresh, two tokens.
+    CHECK_FALSE(picks(ds, 1, 1));        // A single token: always absorbed.
+    CHECK_FALSE(picks(ds, 1, 60001));    // A decode step.
+    CHECK_FALSE(picks(ds, 20, 60020));   // A short turn on a long history.
+    CHECK_FALSE(picks(ds, 160, 60160));  // Just under the break-even.
+    CHECK(picks(ds, 180, 60180));        // Just over it.
+    CHECK(picks(ds, 1000, 61000));       // A long chunk.
+    CHECK(picks(ds, 2048, 3000));        // Long next to its prefix.
     MlaConfig micro;  // micro-deepseek-v3: 2c = nope + v, so any cached prefix tips to absorbed.
     micro.kv_lora_rank = 32;
     micro.qk_nope_head_dim = 32;
     micro.qk_rope_head_dim = 16;
     micro.v_head_dim = 32;
-    CHECK(mla_auto_picks_plain(micro, 64, 64));
-    CHECK_FALSE(mla_auto_picks_plain(micro, 6, 206));
-    CHECK_FALSE(mla_auto_picks_plain(micro, 200, 201));
+    CHECK(mla_auto_picks_plain(micro, 4, 64, 64));
+    CHECK_FALSE(mla_auto_picks_plain(micro, 4, 6, 206));
+    CHECK_FALSE(mla_auto_picks_plain(micro, 4, 200, 201));
+}
+
+TEST_CASE("deepseek_v3: the auto path expands at most kMlaPlainMaxExpandedBytes") {
+    // DeepSeek-V3 / Kimi K2: 128 heads x (128 + 128) floats = 128 KiB a position, so the default
+    // bound of 256 MiB admits 2048 positions. Past it the chunk goes absorbed even where the
+    // multiply-add rule prefers plain: a 2048-token chunk at 128k positions would expand 16 GiB.
+    MlaConfig ds;
+    ds.kv_lora_rank = 512;
+    ds.qk_nope_head_dim = 128;
+    ds.qk_rope_head_dim = 64;
+    ds.v_head_dim = 128;
+    constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
+    CHECK(kMlaPlainMaxExpandedBytes == int64_t{2048} * 128 * 256 * 4);
+    CHECK(mla_auto_picks_plain(ds, 128, 2048, 2048));  // A fresh default-sized chunk: at the bound.
+    CHECK_FALSE(mla_auto_picks_plain(ds, 128, 2049, 2049));
+    CHECK(mla_auto_picks_plain(ds, 128, 2048, 131072, kNoBound));  // The rule alone says plain.
+    CHECK_FALSE(mla_auto_picks_plain(ds, 128, 2048, 131072));
+    CHECK_FALSE(mla_auto_picks_plain(ds, 128, 1000, 61000));
+    // 16 heads (DeepSeek-V2-Lite's count): 16 KiB a position, 16384 positions.
+    CHECK(mla_auto_picks_plain(ds, 16, 2048, 16384));
+    CHECK_FALSE(mla_auto_picks_plain(ds, 16, 2048, 16385));
+    // An explicit bound: micro-deepseek-v3 expands 4 x 64 floats = 1 KiB a position.
+    MlaConfig micro;
+    micro.kv_lora_rank = 32;
+    micro.qk_nope_head_dim = 32;
+    micro.qk_rope_head_dim = 16;
+    micro.v_head_dim = 32;
+    CHECK(mla_auto_picks_plain(micro, 4, 100, 100, 100 * 1024));
+    CHECK_FALSE(mla_auto_picks_plain(micro, 4, 101, 101, 100 * 1024));
+}
+
+TEST_CASE("deepseek_v3: a chunk past the expansion bound takes the absorbed path") {
+    // micro-deepseek-v3 with the bound lowered to 100 positions (1 KiB each): a fresh prefill of
+    // 64 tokens still takes plain (the auto model's logits equal the plain model's bit for bit),
+    // one of 200 takes absorbed (they equal the absorbed model's) and stays within the tolerance
+    // of plain.
+    const std::string dir = fixture_dir("micro-deepseek-v3");
+    auto json = ConfigJson::read(dir);
+    REQUIRE(json.ok());
+    auto bounded = load_deepseek_v3(dir, *json, small_options(2), MlaPath::kAuto, 100 * 1024);
+    REQUIRE_MESSAGE(bounded.ok(), bounded.status().to_string());
+    CausalLM& model_auto = **bounded;
+    auto model_absorbed = load_path(MlaPath::kAbsorbed, 2);
+    auto model_plain = load_path(MlaPath::kPlain, 2);
+    auto run = [](CausalLM& m, int n) {
+        std::vector<TokenId> ids(static_cast<size_t>(n));
+        for (size_t i = 0; i < ids.size(); ++i) {
+            ids[i] = static_cast<TokenId>((i * 37 + 11) % 509);
+        }
+        auto slot = m.acquire_slot();
+        REQUIRE(slot.ok());
+        std::vector<float> logits;
+        SequenceChunk ch{*slot, 0, ids, true};
+        REQUIRE(m.forward({&ch, 1}, &logits).ok());
+        m.release_slot(*slot);
+        return logits;
+    };
+    const std::vector<float> short_auto = run(model_auto, 64);
+    CHECK(short_auto == run(*model_plain, 64));
+    CHECK(short_auto != run(*model_absorbed, 64));
+    const std::vector<float> a = run(model_auto, 200);
+    const std::vector<float> b = run(*model_absorbed, 200);
+    const std::vector<float> p = run(*model_plain, 200);
+    REQUIRE(a.size() == static_cast<size_t>(200 * model_auto.spec().vocab_size));
+    CHECK(a == b);
+    double max_diff = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        max_diff = std::max<double>(max_diff, std::fabs(a[i] - p[i]));
+    }
+    INFO("max |auto - plain| " << max_diff);
+    CHECK(max_diff <= 3e-4);  // Every logit of 200 positions (1.1e-4 seen): f32 rounding.
+}
+
+TEST_CASE("deepseek_v3: weight_bytes counts the f32 copy of a BF16 kv_b_proj") {
+    // The absorbed path (and auto) widens each layer's BF16 kv_b_proj [4 x (32 + 32), 32] to f32;
+    // the plain path reads it as stored. 3 layers x 256 x 32 floats.
+    auto plain = load_path(MlaPath::kPlain, 1);
+    auto absorbed = load_path(MlaPath::kAbsorbed, 1);
+    auto automatic = load_path(MlaPath::kAuto, 1);
+    CHECK(plain->spec().weight_bytes > 0);
+    CHECK(absorbed->spec().weight_bytes - plain->spec().weight_bytes == 3 * 256 * 32 * 4);
+    CHECK(automatic->spec().weight_bytes == absorbed->spec().weight_bytes);
 }
 
 TEST_CASE("deepseek_v3: a short chunk on a long cached context takes the absorbed path") {
@@ -273,6 +366,84 @@ TEST_CASE("deepseek_v3: multi-token-prediction layers are skipped with a log lin
     log::set_sink(nullptr);
     REQUIRE_MESSAGE(model.ok(), model.status().to_string());
     CHECK(lines.find("model_mtp_layers_skipped") != std::string::npos);
+}
+
+// Multiplies the BF16 tensors of the safetensors `file` whose names end in one of `suffixes` by
+// 256, in place (exact: a power of two, and nothing near the ends of the BF16 range).
+void scale_bf16_tensors(const std::filesystem::path& file,
+                        const std::vector<std::string>& suffixes) {
+    std::ifstream in(file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
+    auto header = parse_safetensors_header(bytes, bytes.size(), file.string());
+    REQUIRE_MESSAGE(header.ok(), header.status().to_string());
+    int scaled = 0;
+    for (const TensorInfo& t : header->tensors) {
+        const bool match = std::any_of(suffixes.begin(), suffixes.end(),
+                                       [&](const auto& s) { return t.name.ends_with(s); });
+        if (!match) {
+            continue;
+        }
+        REQUIRE(t.dtype == DType::kBF16);
+        for (int64_t at = header->data_offset + t.begin; at < header->data_offset + t.end;
+             at += 2) {
+            uint16_t b;
+            std::memcpy(&b, bytes.data() + at, 2);
+            const float f = std::bit_cast<float>(static_cast<uint32_t>(b) << 16) * 256.0f;
+            const uint32_t u = std::bit_cast<uint32_t>(f);
+            REQUIRE((u & 0xffffu) == 0);
+            b = static_cast<uint16_t>(u >> 16);
+            std::memcpy(bytes.data() + at, &b, 2);
+        }
+        ++scaled;
+    }
+    CHECK(scaled > 0);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::vector<float> prompt_logits(CausalLM& m) {
+    const std::vector<TokenId> ids = {5, 6, 7, 8, 9, 10, 11, 12, 300, 301, 17, 2};
+    auto slot = m.acquire_slot();
+    REQUIRE(slot.ok());
+    std::vector<float> logits;
+    SequenceChunk ch{*slot, 0, ids, true};
+    REQUIRE(m.forward({&ch, 1}, &logits).ok());
+    return logits;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    double d = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        d = std::max<double>(d, std::fabs(a[i] - b[i]));
+    }
+    return d;
+}
+
+TEST_CASE("deepseek_v3: q_a_layernorm and kv_a_layernorm keep eps 1e-6 whatever rms_norm_eps") {
+    // Hugging Face builds the two MLA sub-norms with eps 1e-6 and every other norm with
+    // rms_norm_eps. Scaling the residual stream by 256 (the embeddings and every projection that
+    // writes into it: o_proj and the MLPs' down_proj) and rms_norm_eps by 256^2 leaves each
+    // residual norm's output as it was (up to rounding), and the sub-norms read only normed
+    // activations: the logits stay those of the fixture when the sub-norms keep 1e-6, and move
+    // when they take rms_norm_eps (0.065536 here).
+    auto base = load_path(MlaPath::kAuto, 1);
+    const std::vector<float> want = prompt_logits(*base);
+    ConfigVariant v("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 0.065536");
+    {
+        // rms_norm_eps alone (weights as they are) does move the logits: the case below is not
+        // blind to the epsilon.
+        auto model = load_model(v.dir.string(), small_options(1));
+        REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+        CHECK(max_abs_diff(prompt_logits(**model), want) > 1e-2);
+    }
+    scale_bf16_tensors(v.dir / "model.safetensors",
+                       {"embed_tokens.weight", "o_proj.weight", "down_proj.weight"});
+    auto model = load_model(v.dir.string(), small_options(1));
+    REQUIRE_MESSAGE(model.ok(), model.status().to_string());
+    const double diff = max_abs_diff(prompt_logits(**model), want);
+    INFO("max |scaled - fixture| " << diff);
+    CHECK(diff <= 1e-5);
 }
 
 }  // namespace
