@@ -75,9 +75,11 @@ Status VivaldiClient::update(const std::string& node, const Coordinate& other, D
     const std::vector<double> samples_before = adjustment_samples_;
     const size_t index_before = adjustment_index_;
     const double filtered = filtered_rtt(node, rtt_seconds);
-    update_vivaldi(other, filtered);
+    // The spring and gravity share one observation's budget of movement (kMaxStep, the RTT).
+    const double step = std::min(kMaxStep, std::max(filtered, kZeroThreshold));
+    const double moved = update_vivaldi(other, filtered, step);
     update_adjustment(other, filtered);
-    update_gravity();
+    update_gravity(std::max(0.0, step - moved));
     if (!coord_.is_valid()) {
         coord_ = before.is_valid() ? before : make_origin(config_);
         adjustment_samples_ = samples_before;
@@ -105,7 +107,7 @@ double VivaldiClient::filtered_rtt(const std::string& node, double rtt_seconds) 
     return sorted[sorted.size() / 2];
 }
 
-void VivaldiClient::update_vivaldi(const Coordinate& other, double rtt_seconds) {
+double VivaldiClient::update_vivaldi(const Coordinate& other, double rtt_seconds, double max_move) {
     rtt_seconds = std::max(rtt_seconds, kZeroThreshold);
     const double dist = coord_.distance_to(other);
     const double wrongness = std::abs(dist - rtt_seconds) / rtt_seconds;
@@ -113,9 +115,9 @@ void VivaldiClient::update_vivaldi(const Coordinate& other, double rtt_seconds) 
     const double weight = coord_.error / total_error;
     coord_.error = config_.ce * weight * wrongness + coord_.error * (1.0 - config_.ce * weight);
     coord_.error = std::min(coord_.error, config_.error_max);
-    const double step = std::min(kMaxStep, rtt_seconds);
-    const double force = std::clamp(config_.cc * weight * (rtt_seconds - dist), -step, step);
-    apply_force(force, other);
+    const double force =
+        std::clamp(config_.cc * weight * (rtt_seconds - dist), -max_move, max_move);
+    return apply_force(force, other, max_move);
 }
 
 void VivaldiClient::update_adjustment(const Coordinate& other, double rtt_seconds) {
@@ -131,13 +133,13 @@ void VivaldiClient::update_adjustment(const Coordinate& other, double rtt_second
     coord_.adjustment = sum / (2.0 * static_cast<double>(config_.adjustment_window));
 }
 
-void VivaldiClient::update_gravity() {
+void VivaldiClient::update_gravity(double max_move) {
     const double dist = origin_.distance_to(coord_);
     const double ratio = dist / config_.gravity_rho;
-    apply_force(-1.0 * ratio * ratio, origin_);
+    apply_force(-1.0 * ratio * ratio, origin_, max_move);
 }
 
-void VivaldiClient::apply_force(double force, const Coordinate& other) {
+double VivaldiClient::apply_force(double force, const Coordinate& other, double max_move) {
     std::array<double, kDimensions> unit{};
     double mag = 0.0;
     for (size_t i = 0; i < kDimensions; ++i) {
@@ -163,13 +165,22 @@ void VivaldiClient::apply_force(double force, const Coordinate& other) {
         }
         mag = 0.0;
     }
+    // Serf moves the height by (h + other.h) * force / mag: the height part of the direction is
+    // taken against the vector distance alone, so two points close together (mag just above
+    // the threshold) gave the height many times the force (1 ms -> 2.3 s for a peer 2 us away).
+    // The move keeps serf's direction but is scaled so that vector and height together move at
+    // most max_move: no estimate from this coordinate changes by more than that.
+    const double height_step =
+        mag > kZeroThreshold ? (coord_.height + other.height) * force / mag : 0.0;
+    const double move = std::fabs(force) + std::fabs(height_step);
+    const double scale = move > max_move ? max_move / move : 1.0;
     for (size_t i = 0; i < kDimensions; ++i) {
-        coord_.vec[i] += unit[i] * force;
+        coord_.vec[i] += unit[i] * force * scale;
     }
     if (mag > kZeroThreshold) {
-        coord_.height = (coord_.height + other.height) * force / mag + coord_.height;
-        coord_.height = std::max(coord_.height, config_.height_min);
+        coord_.height = std::max(coord_.height + height_step * scale, config_.height_min);
     }
+    return move * scale;
 }
 
 }  // namespace edge::routing::coords

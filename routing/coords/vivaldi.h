@@ -68,6 +68,8 @@ inline constexpr double kCoordinateLimit = 20.0;
 // Seconds: the most one observation may move a coordinate, and never more than the RTT it
 // measured. A peer that gossips a coordinate far from where it is (a bug, or a lie) at error 0
 // would otherwise drag its prober the whole distance in one step, and through it every site.
+// The move is the vector's plus the height's (so no RTT estimate changes by more, the adjustment
+// term aside), the spring toward the peer and the pull of gravity together.
 inline constexpr double kMaxStep = 0.5;
 
 // Estimated round-trip time between two coordinates (0 .. a few kCoordinateLimit for valid
@@ -92,10 +94,11 @@ public:
 
 private:
     double filtered_rtt(const std::string& node, double rtt_seconds);
-    void update_vivaldi(const Coordinate& other, double rtt_seconds);
+    // A move, taken as a bound or returned, is |vector step| + |height step|, in seconds.
+    double update_vivaldi(const Coordinate& other, double rtt_seconds, double max_move);
     void update_adjustment(const Coordinate& other, double rtt_seconds);
-    void update_gravity();
-    void apply_force(double force, const Coordinate& other);
+    void update_gravity(double max_move);
+    double apply_force(double force, const Coordinate& other, double max_move);
 
     VivaldiConfig config_;
     Coordinate coord_;

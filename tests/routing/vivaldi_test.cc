@@ -226,5 +226,81 @@ TEST_CASE("vivaldi: a peer lying about its coordinate moves its prober a little,
     CHECK(worst().first < 0.01);
 }
 
+// Eight sites on a plane a few tens of ms apart (RTT: the distance plus 1 ms of access links),
+// each probing the next ones in turn, converged over 2000 rounds.
+std::vector<VivaldiClient> converged_plane_sites() {
+    constexpr size_t kSites = 8;
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> place(0.0, 0.05);
+    std::vector<std::array<double, 2>> pos(kSites);
+    for (auto& p : pos) {
+        p = {place(rng), place(rng)};
+    }
+    std::vector<VivaldiClient> sites;
+    for (size_t i = 0; i < kSites; ++i) {
+        sites.emplace_back(VivaldiConfig{}, i + 1);
+    }
+    for (size_t r = 0; r < 2000; ++r) {
+        for (size_t i = 0; i < kSites; ++i) {
+            const size_t j = (i + 1 + r % (kSites - 1)) % kSites;
+            const double rtt = std::hypot(pos[i][0] - pos[j][0], pos[i][1] - pos[j][1]) + 0.001;
+            REQUIRE(sites[i]
+                        .update(std::to_string(j), sites[j].coordinate(),
+                                std::chrono::duration_cast<Duration>(
+                                    std::chrono::duration<double>(rtt)))
+                        .ok());
+        }
+    }
+    return sites;
+}
+
+// How far a coordinate moved, seconds: the vector's step plus the height's, the most any RTT
+// estimate from it can have changed (the adjustment term aside).
+double moved(const Coordinate& a, const Coordinate& b) {
+    double sum = 0.0;
+    for (size_t i = 0; i < kDimensions; ++i) {
+        sum += (a.vec[i] - b.vec[i]) * (a.vec[i] - b.vec[i]);
+    }
+    return std::sqrt(sum) + std::fabs(a.height - b.height);
+}
+
+TEST_CASE("vivaldi: a peer right next to a coordinate moves its height no more than the RTT") {
+    // Serf's height step is (h + other.h) * force / |vector distance|: against a peer a few µs
+    // away it was hundreds of times the force, far past the bound on the vector's step.
+    const std::vector<VivaldiClient> sites = converged_plane_sites();
+    const Coordinate before = sites[0].coordinate();
+    MESSAGE("converged height " << before.height << " s, error " << before.error);
+    REQUIRE(before.error < 0.5);
+
+    // A peer (buggy or lying) gossips a coordinate 2 µs from ours, height 0, error 0 (full
+    // weight), and answers in 20 ms: the height grew by h * force / 2 µs, several times the RTT
+    // here (1 ms to 2.3 s for a height of 1 ms), the error still trusted.
+    VivaldiClient probed = sites[0];
+    Coordinate next_door = before;
+    next_door.vec[0] += 2e-6;
+    next_door.height = 0.0;
+    next_door.error = 0.0;
+    next_door.adjustment = 0.0;
+    REQUIRE(probed.update("next-door", next_door, std::chrono::milliseconds(20)).ok());
+    MESSAGE("height after a 20 ms probe " << probed.coordinate().height << " s");
+    CHECK(moved(before, probed.coordinate()) <= 0.020 + 1e-12);
+
+    // Honest: a metro peer 0.1 ms away, its height and ours adding up to 1 ms, and one 50 ms
+    // spike (the first sample from it, which the latency filter passes): the height rose 61 ms,
+    // the vector 6 ms.
+    probed = sites[0];
+    Coordinate metro = before;
+    metro.vec[0] += 0.1e-3;
+    metro.height = 1e-3 - before.height;
+    REQUIRE(probed.update("metro", metro, std::chrono::milliseconds(50)).ok());
+    MESSAGE("height after a 50 ms spike " << probed.coordinate().height << " s");
+    CHECK(moved(before, probed.coordinate()) <= 0.050 + 1e-12);
+
+    // An RTT beyond kMaxStep moves it kMaxStep at most.
+    probed = sites[0];
+    REQUIRE(probed.update("next-door", next_door, std::chrono::seconds(2)).ok());
+    CHECK(moved(before, probed.coordinate()) <= kMaxStep + 1e-12);
+}
+
 }  // namespace
 }  // namespace edge::routing::coords
