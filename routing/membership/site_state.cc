@@ -21,8 +21,9 @@ enum PoolTag : uint32_t {
 };
 
 constexpr size_t kMaxPools = 4096;
-// The largest rate a pool may advertise, tokens per second (routing.default_prefill_tokens_per_s
-// has the same bound): a lying peer's 1e300 would make its pools look free of prefill cost.
+// The largest decode or prefill rate a pool may advertise, tokens per second
+// (routing.default_prefill_tokens_per_s has the same bound): a lying peer's 1e300 would make its
+// pools look free of queueing or prefill cost.
 constexpr double kMaxTokensPerS = 1e9;
 
 Result<uint32_t> as_u32(const WireField& f, std::string_view what) {
@@ -91,12 +92,19 @@ Result<std::optional<PoolInfo>> decode_pool(std::span<const uint8_t> bytes) {
                 }
                 break;
             }
-            case kCapacity: { EDGE_ASSIGN_OR_RETURN(p.capacity, as_u32(f, "capacity")); break; }
+            case kCapacity: {
+                EDGE_ASSIGN_OR_RETURN(p.capacity, as_u32(f, "capacity"));
+                if (p.capacity > kMaxPoolCapacity) {
+                    return data_loss_error("site state: capacity " + std::to_string(p.capacity) +
+                                           " exceeds " + std::to_string(kMaxPoolCapacity));
+                }
+                break;
+            }
             case kQueue: { EDGE_ASSIGN_OR_RETURN(p.load.queue_depth, as_u32(f, "queue")); break; }
             case kRunning: { EDGE_ASSIGN_OR_RETURN(p.load.running, as_u32(f, "running")); break; }
             case kKv: { EDGE_ASSIGN_OR_RETURN(p.load.kv_use, as_finite(f, "kv use")); break; }
             case kTokens: {
-                EDGE_ASSIGN_OR_RETURN(p.load.tokens_per_s, as_finite(f, "tokens/s"));
+                EDGE_ASSIGN_OR_RETURN(p.load.tokens_per_s, as_rate(f, "tokens/s"));
                 break;
             }
             case kPrefillTokens: {
@@ -116,6 +124,10 @@ Result<std::optional<PoolInfo>> decode_pool(std::span<const uint8_t> bytes) {
         return std::optional<PoolInfo>();
     }
     return std::optional<PoolInfo>(std::move(p));
+}
+
+double bounded_rate(double rate) {
+    return std::isnan(rate) ? 0.0 : std::clamp(rate, 0.0, kMaxTokensPerS);
 }
 
 bool moved(double a, double b, double fraction, double abs_min) {
@@ -150,15 +162,14 @@ std::vector<uint8_t> encode_site_state(const SiteState& s) {
         pw.field_string(kModel, p.model);
         pw.field_string(kDigest, p.version_digest);
         pw.field_uint(kState, static_cast<uint64_t>(p.state));
-        pw.field_uint(kCapacity, p.capacity);
+        // Capacity and rates within what every decoder takes (one it refuses drops the whole
+        // state).
+        pw.field_uint(kCapacity, std::min(p.capacity, kMaxPoolCapacity));
         pw.field_uint(kQueue, p.load.queue_depth);
         pw.field_uint(kRunning, p.load.running);
         pw.field_double(kKv, p.load.kv_use);
-        pw.field_double(kTokens, p.load.tokens_per_s);
-        // Within what every decoder takes (a rate it refuses drops the whole state).
-        const double prefill = p.load.prefill_tokens_per_s;
-        pw.field_double(kPrefillTokens,
-                        std::isnan(prefill) ? 0.0 : std::clamp(prefill, 0.0, kMaxTokensPerS));
+        pw.field_double(kTokens, bounded_rate(p.load.tokens_per_s));
+        pw.field_double(kPrefillTokens, bounded_rate(p.load.prefill_tokens_per_s));
         pw.field_uint(kMaxQueue, p.load.max_queue);
         w.field_bytes(kPool, pw.bytes());
     }

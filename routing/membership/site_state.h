@@ -71,6 +71,11 @@ struct SiteState {
 // decode_site_state refuses longer ones, so configuration must too (models[].name).
 inline constexpr size_t kMaxSiteStringBytes = 255;
 
+// The largest capacity a pool may advertise, concurrent sequences; decode_site_state refuses
+// more, so configuration must too (engine.max_batch_sequences). A pool claiming billions of slots
+// would never look busy or saturated, and draw every site's traffic.
+inline constexpr uint32_t kMaxPoolCapacity = 1u << 16;
+
 std::vector<uint8_t> encode_site_state(const SiteState& s);
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 

@@ -468,6 +468,53 @@ TEST_CASE("site state: the queue bound round-trips, an older member's state has 
     CHECK(load_changed_materially(s, bigger, 0.5, 100));
 }
 
+TEST_CASE("site state: a capacity past the engine's bound or a decode rate past 1e9 is kDataLoss") {
+    // Routing costs a pool by its free slots and decode rate: one claiming 4e9 slots or 1e300
+    // tokens/s had no queue wait at any queue depth, never counted as saturated, and drew every
+    // site's traffic.
+    for (uint64_t capacity : {uint64_t{kMaxPoolCapacity} + 1, uint64_t{4'000'000'000}}) {
+        CAPTURE(capacity);
+        WireWriter pool;
+        pool.field_string(1, "kimi-k2");
+        pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+        pool.field_uint(4, capacity);
+        auto r = decode_with_pool(pool);
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.status().code() == StatusCode::kDataLoss);
+        CHECK(r.status().to_string().find("capacity") != std::string::npos);
+    }
+    for (double bad : {-1.0, 2e9, 1e300}) {
+        CAPTURE(bad);
+        WireWriter pool;
+        pool.field_string(1, "kimi-k2");
+        pool.field_uint(3, static_cast<uint64_t>(PoolState::kServing));
+        pool.field_double(8, bad);
+        auto r = decode_with_pool(pool);
+        REQUIRE_FALSE(r.ok());
+        CHECK(r.status().code() == StatusCode::kDataLoss);
+        CHECK(r.status().to_string().find("tokens/s") != std::string::npos);
+    }
+
+    // The bounds themselves are taken.
+    SiteState s = sample_site();
+    s.pools[0].capacity = kMaxPoolCapacity;
+    s.pools[0].load.tokens_per_s = 1e9;
+    auto at_bounds = decode_site_state(encode_site_state(s));
+    REQUIRE(at_bounds.ok());
+    CHECK(*at_bounds == s);
+
+    // This site never sends more: encoded within what every decoder takes.
+    for (double rate : {std::nan(""), -1.0, 1e300}) {
+        CAPTURE(rate);
+        s.pools[0].capacity = 4'000'000'000u;
+        s.pools[0].load.tokens_per_s = rate;
+        auto sent = decode_site_state(encode_site_state(s));
+        REQUIRE(sent.ok());
+        CHECK(sent->pools[0].capacity == kMaxPoolCapacity);
+        CHECK(sent->pools[0].load.tokens_per_s == (rate > 1e9 ? 1e9 : 0.0));
+    }
+}
+
 TEST_CASE("site state: a prefill rate change is material like a decode rate change") {
     SiteState a = sample_site();
     a.pools[0].load.prefill_tokens_per_s = 4000.0;
