@@ -35,35 +35,19 @@ json::array token_bytes(const std::string& token) {
     return bytes;
 }
 
-}  // namespace
-
-ChoiceSink::ChoiceSink(std::shared_ptr<Response> response, int32_t index,
-                       std::unique_ptr<ToolCallOutput> tools, bool thinks)
-    : response_(std::move(response)),
-      index_(index),
-      tools_(std::move(tools)),
-      thinker_(thinks && response_->chat ? std::make_unique<engine::chat::ReasoningParser>()
-                                         : nullptr) {}
-
-void ChoiceSink::on_thought_opened() {
-    if (thinker_) {
-        thinker_->open_thought();
-    }
-}
-
-void ChoiceSink::on_prompt(std::vector<engine::TokenLogprob> tokens) {
-    engine::TokenDelta prompt;
-    // Token bytes, decoded as the completion's are (each maximal subpart that is not UTF-8,
-    // as the IncrementalDecoder does): a prompt given as ids may hold bytes that are not UTF-8
-    // (a lone byte token), which become U+FFFD, not invalid JSON. The engine's offsets count
-    // the raw bytes, which each U+FFFD (3 bytes) shifts: they are recounted in the text sent,
-    // a token starting where the character holding its first byte starts.
+// A prompt given as ids, echoed as its tokens' bytes decoded as the completion's are (each maximal
+// subpart that is not UTF-8, as the IncrementalDecoder does): it may hold bytes that are not UTF-8
+// (a lone byte token), which become U+FFFD, not invalid JSON. The engine's offsets count the raw
+// bytes, which each U+FFFD (3 bytes) shifts: they are recounted in the text returned, a token
+// starting where the character holding its first byte starts.
+std::string decoded_prompt(std::vector<engine::TokenLogprob>& tokens) {
     std::string raw;
     std::vector<size_t> starts;
     for (const engine::TokenLogprob& t : tokens) {
         starts.push_back(raw.size());
         raw += t.token;
     }
+    std::string text;
     size_t next = 0;  // The first token whose offset is not yet known.
     for (size_t pos = 0; pos < raw.size();) {
         const std::string_view rest = std::string_view(raw).substr(pos);
@@ -73,14 +57,80 @@ void ChoiceSink::on_prompt(std::vector<engine::TokenLogprob> tokens) {
             n = engine::tokenizer::utf8_maximal_subpart(rest);
         }
         for (; next < tokens.size() && starts[next] < pos + n; ++next) {
-            tokens[next].text_offset = prompt.text.size();
+            tokens[next].text_offset = text.size();
         }
-        prompt.text.append(valid ? rest.substr(0, n) : std::string_view("\xEF\xBF\xBD"));
+        text.append(valid ? rest.substr(0, n) : std::string_view("\xEF\xBF\xBD"));
         pos += n;
     }
     for (; next < tokens.size(); ++next) {
-        tokens[next].text_offset = prompt.text.size();  // Tokens with no bytes, at the end.
+        tokens[next].text_offset = text.size();  // Tokens with no bytes, at the end.
     }
+    return text;
+}
+
+// A text prompt, echoed as the client sent it (as OpenAI's and vLLM's echo): its tokens' bytes
+// may read otherwise, the tokenizer having added a start-of-text token (DeepSeek's BOS) and
+// normalised the text (NFC), and those tokens (the BOS's included) still come with their logprobs.
+// Each token's offset is placed in the sent text thus: from where the two texts agree to their
+// ends, it counts back from the end; before that, a token whose bytes the sent text has at the
+// current position (0 at first) takes it and moves it past them, and one whose bytes are not there
+// (the BOS, text the normaliser changed) takes it and leaves it. Then each moves back to the start
+// of the character holding it. So the offsets never decrease and all index the text returned.
+std::string sent_prompt(std::string sent, std::vector<engine::TokenLogprob>& tokens) {
+    std::string read;
+    std::vector<size_t> starts;
+    for (const engine::TokenLogprob& t : tokens) {
+        starts.push_back(read.size());
+        read += t.token;
+    }
+    size_t same_end = 0;  // The bytes both texts end with.
+    while (same_end < read.size() && same_end < sent.size() &&
+           read[read.size() - 1 - same_end] == sent[sent.size() - 1 - same_end]) {
+        ++same_end;
+    }
+    const size_t read_tail = read.size() - same_end;  // Where those bytes start in each.
+    const size_t sent_tail = sent.size() - same_end;
+    size_t pos = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        size_t at = 0;
+        if (starts[i] >= read_tail) {
+            at = starts[i] - read_tail + sent_tail;
+        } else {
+            at = std::min(pos, sent_tail);
+            if (std::string_view(sent).substr(pos).starts_with(tokens[i].token)) {
+                pos += tokens[i].token.size();
+            }
+        }
+        while (at > 0 && at < sent.size() &&
+               (static_cast<unsigned char>(sent[at]) & 0xC0) == 0x80) {
+            --at;
+        }
+        tokens[i].text_offset = at;
+    }
+    return sent;
+}
+
+}  // namespace
+
+ChoiceSink::ChoiceSink(std::shared_ptr<Response> response, int32_t index,
+                       std::unique_ptr<ToolCallOutput> tools, bool thinks,
+                       std::optional<std::string> prompt_text)
+    : response_(std::move(response)),
+      index_(index),
+      tools_(std::move(tools)),
+      thinker_(thinks && response_->chat ? std::make_unique<engine::chat::ReasoningParser>()
+                                         : nullptr),
+      prompt_text_(std::move(prompt_text)) {}
+
+void ChoiceSink::on_thought_opened() {
+    if (thinker_) {
+        thinker_->open_thought();
+    }
+}
+
+void ChoiceSink::on_prompt(std::vector<engine::TokenLogprob> tokens) {
+    engine::TokenDelta prompt;
+    prompt.text = prompt_text_ ? sent_prompt(*prompt_text_, tokens) : decoded_prompt(tokens);
     if (response_->logprobs) {
         prompt.logprobs = std::move(tokens);
     }
@@ -288,7 +338,12 @@ void ChoiceSink::append_logprobs(const engine::TokenDelta& delta, json::array& o
         json::array top;
         for (const engine::TopLogprob& t : lp.top) {
             json::object alt;
-            alt["token"] = logprob_token_text(t.token);
+            // The legacy top_logprobs are keyed by the tokens' texts, the sampled one among them:
+            // a special token left out of the text has an empty `token`, and its alternative
+            // keyed by its own text would list it twice. Chat lists alternatives by their text.
+            alt["token"] = !response_->chat && t.id == lp.id
+                               ? entry["token"]
+                               : json::value(logprob_token_text(t.token));
             alt["logprob"] = t.logprob;
             alt["bytes"] = token_bytes(t.token);
             top.push_back(std::move(alt));

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,10 @@ namespace edge::daemon::api {
 // its text, logprobs and token ids. The engine calls it in order, one callback at a time.
 class ChoiceSink final : public engine::GenerationSink {
   public:
+    // `prompt_text`: the client's prompt when it sent text (an echo returns it as sent).
     ChoiceSink(std::shared_ptr<Response> response, int32_t index,
-               std::unique_ptr<ToolCallOutput> tools, bool thinks);
+               std::unique_ptr<ToolCallOutput> tools, bool thinks,
+               std::optional<std::string> prompt_text = std::nullopt);
 
     void on_thought_opened() override;
 
@@ -32,7 +35,8 @@ class ChoiceSink final : public engine::GenerationSink {
     // What on_prompt_tokens() said (0 before, or if the generator never tokenized).
     int64_t prompt_tokens() const { return prompt_tokens_; }
 
-    // `echo` (completions): the prompt goes first, as text (and logprobs) of its own delta.
+    // `echo` (completions): the prompt goes first, as text (and logprobs) of its own delta: the
+    // client's text as sent when it sent text, else its tokens decoded.
     void on_prompt(std::vector<engine::TokenLogprob> tokens) override;
 
     void on_delta(engine::TokenDelta delta) override;
@@ -66,6 +70,7 @@ class ChoiceSink final : public engine::GenerationSink {
     std::unique_ptr<ToolCallOutput> tools_;  // Set when the request offers tools.
     // Set for chat answers of a model that thinks: splits off the thought.
     std::unique_ptr<engine::chat::ReasoningParser> thinker_;
+    const std::optional<std::string> prompt_text_;  // A text prompt as the client sent it.
     boost::json::array pending_logprobs_;  // Streaming through the parsers: not yet sent.
     std::string text_;
     std::string reasoning_;  // Not streaming: the thought.

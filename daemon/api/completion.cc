@@ -207,6 +207,16 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
     const bool batch = request.prompts() > 1;
     const int64_t max_prompt_tokens = request.generate.max_prompt_tokens;
     std::vector<Prompt> more_prompts = std::move(request.more_prompts);
+    // An echo returns a text prompt as the client sent it, not as its tokens read (a BOS the
+    // tokenizer adds, text it normalises): kept before measure_prompts() turns text into ids.
+    std::vector<std::optional<std::string>> echo_texts;
+    if (request.generate.echo_prompt) {
+        for (size_t p = 0; p <= more_prompts.size(); ++p) {
+            const Prompt& prompt = p == 0 ? request.generate.prompt : more_prompts[p - 1];
+            const auto* text = std::get_if<std::string>(&prompt);
+            echo_texts.push_back(text ? std::optional<std::string>(*text) : std::nullopt);
+        }
+    }
     if (batch && max_prompt_tokens > 0) {
         if (auto refusal = measure_prompts(generator, request, more_prompts)) {
             refuse(refusal->status, refusal->error, refusal->prompt_tokens);
@@ -243,8 +253,9 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             // same as that prompt alone with n 1 and this seed).
             *generate.sampling.seed += static_cast<uint64_t>(i);
         }
-        auto sink = std::make_shared<ChoiceSink>(response, c,
-                                                 std::move(tools[static_cast<size_t>(c)]), thinks);
+        auto sink = std::make_shared<ChoiceSink>(
+            response, c, std::move(tools[static_cast<size_t>(c)]), thinks,
+            echo_texts.empty() ? std::nullopt : echo_texts[static_cast<size_t>(prompt)]);
         Result<std::shared_ptr<engine::GenerationHandle>> handle =
             generator.submit(std::move(generate), sink);
         if (!handle.ok()) {

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <future>
 #include <thread>
 
@@ -14,10 +15,12 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
+#include "engine/engine.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/scripted_daemon.h"
 #include "tests/testing/scripted_generator.h"
 #include "tests/testing/test_certs.h"
+#include "tests/testing/test_daemon.h"
 #include "tests/testing/tls_client.h"
 
 using namespace edge;
@@ -639,6 +642,112 @@ TEST_CASE("echo: text_offset indexes the returned text where prompt bytes became
             CHECK(offsets == k.offsets);
             ++index;
         }
+    }
+}
+
+TEST_CASE("echo: a text prompt comes back as the client sent it, not as its tokens read") {
+    // The tokenizer may add a BOS (DeepSeek-V3's) and normalise the text (NFC, as Qwen's): the
+    // echo is the client's text all the same, as OpenAI's and vLLM's. The tokens keep their
+    // entries, the BOS's included, with offsets into that text: the BOS at 0, the NFC "é" where
+    // the text's "e\u0301" starts, " x" where it is.
+    ApiFixture f;
+    for (bool stream : {false, true}) {
+        CAPTURE(stream);
+        auto c = f.client();
+        const std::string body =
+            std::string(R"({"model":"test-model","prompt":"cafe\u0301 x","echo":true,)") +
+            R"("logprobs":1)" + (stream ? R"(,"stream":true})" : "}");
+        REQUIRE(c->send(testing::http_request("POST", "/v1/completions", body)).ok());
+        const size_t index = stream ? 1 : 0;
+        REQUIRE(f.generator.wait_for_request(index));
+        f.generator.emit_prompt(index, {"<｜begin▁of▁sentence｜>", "caf", "\xC3\xA9", " x"});
+        f.generator.emit(index, "!");
+        f.generator.finish(index, engine::FinishReason::kLength, engine::Usage{4, 1, 0});
+        auto r = c->read_response();
+        REQUIRE(r.ok());
+        REQUIRE(r->status == 200);
+        std::string text;
+        boost::json::array tokens;
+        boost::json::array offsets;
+        auto add = [&](boost::json::object& choice) {
+            text += choice["text"].as_string();
+            if (choice["logprobs"].is_object()) {
+                boost::json::object& lp = choice["logprobs"].as_object();
+                for (const auto& t : lp["tokens"].as_array()) {
+                    tokens.push_back(t);
+                }
+                for (const auto& o : lp["text_offset"].as_array()) {
+                    offsets.push_back(o);
+                }
+            }
+        };
+        if (stream) {
+            for (const std::string& event : sse_events(r->body)) {
+                if (event != "[DONE]") {
+                    add(json_of(event)["choices"].as_array()[0].as_object());
+                }
+            }
+        } else {
+            add(json_of(r->body)["choices"].as_array()[0].as_object());
+        }
+        CHECK(text == "cafe\xCC\x81 x!");
+        CHECK(tokens ==
+              boost::json::array{"<｜begin▁of▁sentence｜>", "caf", "\xC3\xA9", " x", "!"});
+        CHECK(offsets == boost::json::array{0, 0, 3, 5, 7});
+    }
+}
+
+TEST_CASE("echo: the engine's BOS and NFC stay out of an echoed text prompt, in its logprobs") {
+    // The real engine on the micro checkpoint, told to add a BOS as DeepSeek-V3's tokenizer_config
+    // does (its generation_config's <|endoftext|>), whose tokenizer normalises to NFC.
+    testing::TempDir dir;
+    const std::string model = dir.file("micro");
+    std::filesystem::copy(std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe", model);
+    std::string tokenizer_config = testing::read_file(model + "/tokenizer_config.json");
+    const std::string no_bos = "\"add_bos_token\": false";
+    REQUIRE(tokenizer_config.find(no_bos) != std::string::npos);
+    tokenizer_config.replace(tokenizer_config.find(no_bos), no_bos.size(),
+                             "\"add_bos_token\": true");
+    dir.write("micro/tokenizer_config.json", tokenizer_config);
+    engine::EngineConfig engine_config;
+    engine_config.threads = 1;
+    engine_config.max_batch_sequences = 2;
+    engine_config.kv_cache_bytes = 16 << 20;
+    engine_config.kv_swap_bytes = 0;
+    engine_config.models.push_back(engine::ModelConfig{"micro", model});
+    auto generator = engine::create_engine(engine_config);
+    REQUIRE_MESSAGE(generator.ok(), generator.status().to_string());
+    const testing::TestCertificate cert =
+        testing::make_certificate(dir.path(), "srv", {"localhost"});
+    ManualClock clock;
+    auto daemon = testing::make_daemon(testing::config_yaml(cert.cert_path, cert.key_path),
+                                       dir.file("c.yaml"), **generator, clock);
+    daemon->start();
+    auto c = TlsClient::connect(daemon->public_port());
+    REQUIRE(c.ok());
+    const std::string body =
+        R"({"model":"micro","prompt":"cafe\u0301 x","echo":true,"logprobs":1,"max_tokens":2,)"
+        R"("temperature":0})";
+    REQUIRE((*c)->send(testing::http_request("POST", "/v1/completions", body)).ok());
+    auto r = (*c)->read_response();
+    REQUIRE(r.ok());
+    REQUIRE(r->status == 200);
+    boost::json::object answer = json_of(r->body);
+    CHECK(answer["usage"].as_object()["prompt_tokens"] == 6);
+    boost::json::object& choice = answer["choices"].as_array()[0].as_object();
+    CHECK(std::string(choice["text"].as_string()).rfind("cafe\xCC\x81 x", 0) == 0);
+    boost::json::object& lp = choice["logprobs"].as_object();
+    const boost::json::array& tokens = lp["tokens"].as_array();
+    const boost::json::array& offsets = lp["text_offset"].as_array();
+    REQUIRE(tokens.size() >= 6);
+    REQUIRE(offsets.size() == tokens.size());
+    // The prompt as read: the BOS, "c", "af", the two bytes of the NFC "é", " x".
+    CHECK(boost::json::array(tokens.begin(), tokens.begin() + 6) ==
+          boost::json::array{"<|endoftext|>", "c", "af", "\\xc3", "\\xa9", " x"});
+    CHECK(boost::json::array(offsets.begin(), offsets.begin() + 6) ==
+          boost::json::array{0, 0, 1, 3, 3, 5});
+    for (size_t i = 6; i < offsets.size(); ++i) {
+        CHECK(offsets[i].as_int64() >= 7);  // The completion's, after the prompt's 7 characters.
     }
 }
 

@@ -397,6 +397,31 @@ TEST_CASE("batch: measured text prompts run as their ids, a bad one refused by i
     CHECK_FALSE(f.generator.wait_for_request(4, 0));
 }
 
+TEST_CASE("batch: measured text prompts are echoed as sent, not as their ids read") {
+    // Measuring turns each text into the ids that run (a BOS the generator adds included); the
+    // echo is still the client's text.
+    Fixture f(tenant_yaml("    input_tokens_per_minute: 60\n"));
+    std::vector<std::string> measured;
+    tokenize_bytes(f.generator, measured);
+    auto c = f.complete(R"(["ab","cde"])", R"(,"echo":true)", 2, kAuth);
+    for (size_t i = 0; i < 2; ++i) {
+        CAPTURE(i);
+        REQUIRE(
+            std::holds_alternative<std::vector<engine::TokenId>>(f.generator.request(i).prompt));
+        f.generator.emit_prompt(i, {"<s>", i == 0 ? "ab" : "cde"});
+        f.generator.emit(i, "!");
+        f.generator.finish(i, engine::FinishReason::kStop, engine::Usage{2, 1, 0});
+    }
+    auto r = c->read_response();
+    REQUIRE(r.ok());
+    REQUIRE(r->status == 200);
+    auto body = json_of(r->body);
+    auto& choices = body["choices"].as_array();
+    REQUIRE(choices.size() == 2);
+    CHECK(choices[0].as_object()["text"] == "ab!");
+    CHECK(choices[1].as_object()["text"] == "cde!");
+}
+
 TEST_CASE("batch: the parser takes lists of strings or of token ids, not both, within the cap") {
     using daemon::api::ApiError;
     using daemon::api::Endpoint;

@@ -418,3 +418,49 @@ TEST_CASE("completions' top_logprobs keep the byte 0xff apart from the token wri
               boost::json::array{boost::json::object{{"\\x5cxff", -0.5}, {"\\xff", -1.5}}});
     }
 }
+
+TEST_CASE("completions' top_logprobs list a special token left out of the text once") {
+    // Its entry's token is empty (the tokens join to the text); its own alternative, keyed by its
+    // text, listed it a second time beside the empty key that the sampled token always has.
+    LateCancelGenerator generator(SIZE_MAX);
+    auto channel = std::make_shared<RecordingChannel>();
+    auto parsed =
+        daemon::api::parse_openai_request(daemon::api::Endpoint::kCompletions,
+                                          R"({"model":"test-model","prompt":"hi","logprobs":2})");
+    REQUIRE(std::holds_alternative<daemon::api::ParsedRequest>(parsed));
+    daemon::api::run_completion(generator, std::get<daemon::api::ParsedRequest>(parsed), channel,
+                                0);
+    REQUIRE(generator.sinks.size() == 1);
+    engine::TokenDelta special;
+    special.token_ids = {510};
+    engine::TokenLogprob skipped;
+    skipped.id = 510;  // <|im_start|>, not shown.
+    skipped.logprob = -0.25f;
+    skipped.top = {engine::TopLogprob{"<|im_start|>", 510, -0.25f},
+                   engine::TopLogprob{"a", 97, -2.0f}};
+    special.logprobs.push_back(skipped);
+    generator.sinks[0]->on_delta(special);
+    engine::TokenDelta text;
+    text.text = "a";
+    text.token_ids = {97};
+    engine::TokenLogprob shown;
+    shown.token = "a";
+    shown.id = 97;
+    shown.logprob = -1.0f;
+    // Another token's alternative keeps its own text.
+    shown.top = {engine::TopLogprob{"a", 97, -1.0f},
+                 engine::TopLogprob{"<|im_start|>", 510, -1.5f}};
+    text.logprobs.push_back(shown);
+    generator.sinks[0]->on_delta(text);
+    engine::Finish stop;
+    stop.reason = engine::FinishReason::kStop;
+    generator.sinks[0]->on_finish(stop);
+    REQUIRE(channel->log.size() == 1);
+    boost::json::object body = json_of(channel->log[0].body);
+    const boost::json::object& logprobs =
+        body["choices"].as_array()[0].as_object().at("logprobs").as_object();
+    CHECK(logprobs.at("tokens").as_array() == boost::json::array{"", "a"});
+    CHECK(logprobs.at("top_logprobs").as_array() ==
+          boost::json::array{boost::json::object{{"", -0.25}, {"a", -2.0}},
+                             boost::json::object{{"a", -1.0}, {"<|im_start|>", -1.5}}});
+}
