@@ -47,9 +47,13 @@ log::Level parse_level(const std::string& level) {
 
 int check_config_main(int argc, char** argv) {
     constexpr const char* kUsage =
-        "usage: edgeserve check-config [--no-files] FILE\n"
-        "  --no-files   check the YAML alone, not the certificates, models and keyring it names\n";
+        "usage: edgeserve check-config [--no-files] [--socket-activated] FILE\n"
+        "  --no-files          check the YAML alone, not the certificates, models and keyring it\n"
+        "                      names\n"
+        "  --socket-activated  as `run` under systemd: the public listener is edgeserve.socket's,\n"
+        "                      so listeners.public.port is not checked against the other ports\n";
     bool files = true;
+    bool socket_activated = false;
     std::string path;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
@@ -60,6 +64,8 @@ int check_config_main(int argc, char** argv) {
         }
         if (arg == "--no-files") {
             files = false;
+        } else if (arg == "--socket-activated") {
+            socket_activated = true;
         } else if (arg.size() > 1 && arg[0] == '-') {
             wrong = "unknown option '" + std::string(arg) + "'";
         } else if (!path.empty()) {
@@ -81,9 +87,11 @@ int check_config_main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", config.status().message().c_str());
         return 1;
     }
-    // The files the config names (certificates, models, keyring), as `run` checks them.
+    // The files the config names (certificates, models, keyring), as `run` checks them; with
+    // --socket-activated (the unit's ExecStartPre) the public port is left out, as `run` given
+    // the socket leaves it: it is not used.
     Result<std::vector<std::string>> warnings =
-        files ? preflight_config(*config) : std::vector<std::string>();
+        files ? preflight_config(*config, socket_activated) : std::vector<std::string>();
     if (!warnings.ok()) {
         std::fprintf(stderr, "%s\n", warnings.status().message().c_str());
         return 1;
@@ -344,9 +352,10 @@ int run_main(int argc, char** argv) {
             if (!fresh.ok()) {
                 (*daemon)->metrics().on_config_reload(false);
                 log::error("config_reload_failed",
-                           {{"error", fresh.status().message()},
-                            {"detail", "the certificates, tenants and gossip keys stay as "
-                                       "they were"}});
+                           {{"part", "file"},
+                            {"error", fresh.status().message()},
+                            {"detail", "nothing applied: " + std::string(kReloadApplies) +
+                                           " stay as they were"}});
             } else if ((*daemon)->reload(*fresh).ok()) {  // All or nothing; logged.
                 drain_deadline = fresh->limits.drain_deadline;
                 std::vector<std::string> changed = changed_restart_sections(*config, *fresh);
@@ -357,10 +366,8 @@ int run_main(int argc, char** argv) {
                     }
                     log::warn("changed_sections_need_restart",
                               {{"sections", sections},
-                               {"detail",
-                                "a reload applies only certificates, tenants, limits, gossip "
-                                "keys, routing weights and the admin token; these changes wait "
-                                "for a restart"}});
+                               {"detail", "a reload applies only " + std::string(kReloadApplies) +
+                                              "; these changes wait for a restart"}});
                 }
             }
             (void)notifier.notify("READY=1");

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,12 @@ class PeerClient;
 class PeerHandler;
 }  // namespace forward
 
+// What a reload (SIGHUP) applies, as its log lines say it; the rest of the config waits for a
+// restart (docs/operations.md, Reload, restart, stop, keeps the same list).
+inline constexpr std::string_view kReloadApplies =
+    "the certificates (public and cluster), tenants, limits, gossip keys, routing weights and "
+    "admin token";
+
 // How long stop() advertises draining by gossip before the listeners stop: three rounds of the
 // gossip `config` runs (gossip.gossip_interval_ms, else its preset's: wan 500 ms), so the
 // state has reached the other sites before this one refuses their requests.
@@ -90,10 +97,12 @@ public:
     // replaces the old one (the expiry gauge follows); one that fails keeps the old.
     Status reload_certificates(const Config& config);
     // SIGHUP with the re-read config: its certificates, tenants and limits, gossip keys,
-    // routing weights and admin token, all or none. Everything that can refuse it (a
-    // certificate or key that does not load, an unreadable token or keyring file, a section
+    // routing weights and admin token (kReloadApplies), all or none. Everything that can refuse
+    // it (a certificate or key that does not load, an unreadable token or keyring file, a section
     // whose loss would turn authentication off) is checked first; then nothing applies, the
-    // error (naming the config file and key) is logged as config_reload_failed and returned.
+    // error (naming the config file and key) is logged as config_reload_failed with the `part`
+    // refused (preflight_reload's, or "tenants", "admin_token") and returned, and a refused
+    // certificate set counts as a failed reload in edgeserve_certificate_reloads_total.
     // Sections that need a restart are not looked at (changed_restart_sections()). The outcome
     // sets edgeserve_config_last_reload_successful (Metrics::on_config_reload).
     Status reload(const Config& fresh);

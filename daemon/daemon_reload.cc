@@ -24,18 +24,35 @@ Status Daemon::apply_reload(const Config& fresh) {
     // Everything that can refuse the new config is asked before any of it applies: a config
     // with one bad part (a certificate that does not load, a lost `tenants` section) must not
     // leave the site half on it, say with the new tenants but the old certificates.
-    Status checked = preflight_reload(fresh);
+    std::string part;  // The part refused, as config_reload_failed names it.
+    Status checked = preflight_reload(fresh, &part);
     if (checked.ok()) {
         checked = refuse_tenants(fresh.tenants).with_context(fresh.source);
+        part = "tenants";
     }
     if (checked.ok()) {
         checked = refuse_admin_token(fresh.admin).with_context(fresh.source);
+        part = "admin_token";
     }
     if (!checked.ok()) {
+        // A certificate refused here is a failed certificate reload too, counted as one the
+        // file watch meets is: the alert on edgeserve_certificate_reloads_total{result="error"}
+        // must fire for a rotation done with `systemctl reload` as well.
+        if (part == "certificates") {
+            metrics_->on_certificate_reload("public", false);
+        } else if (part == "peer_certificates") {
+            if (peer_tls_) {
+                metrics_->on_certificate_reload("peer", false);
+            }
+            if (forwarder_) {
+                metrics_->on_certificate_reload("forwarding_client", false);
+            }
+        }
         log::error("config_reload_failed",
-                   {{"error", checked.message()},
-                    {"detail", "nothing applied: the certificates, tenants, limits, gossip keys, "
-                               "routing weights and admin token stay as they were"}});
+                   {{"part", part},
+                    {"error", checked.message()},
+                    {"detail", "nothing applied: " + std::string(kReloadApplies) +
+                                   " stay as they were"}});
         return checked;
     }
     // The gossip keys first: the one refusal left (turning encryption on or off) then changes

@@ -133,8 +133,14 @@ Result<std::string> check_model(const engine::ModelConfig& model,
 
 }  // namespace
 
-Status preflight_reload(const Config& config) {
+Status preflight_reload(const Config& config, std::string* refused_part) {
     const std::string& file = config.source;
+    auto refuse = [refused_part](const char* part, Status error) {
+        if (refused_part != nullptr) {
+            *refused_part = part;
+        }
+        return error;
+    };
     const auto& certs = config.listener.certificates;
     // As the start loads them: a key that does not match, is encrypted, or that every user may
     // read (tls::use_private_key_file) fails here, naming the file.
@@ -142,8 +148,9 @@ Status preflight_reload(const Config& config) {
         Result<std::unique_ptr<tls::TlsContextStore>> store =
             tls::TlsContextStore::create({certs[i]});
         if (!store.ok()) {
-            return store.status().with_context(file + ": listeners.public.certificates[" +
-                                               std::to_string(i) + "]");
+            return refuse("certificates",
+                          store.status().with_context(file + ": listeners.public.certificates[" +
+                                                      std::to_string(i) + "]"));
         }
     }
     if (config.peer) {
@@ -152,20 +159,23 @@ Status preflight_reload(const Config& config) {
             tls::TlsContextStore::create({tls::CertificateConfig{{}, p.cert_path, p.key_path}},
                                          tls::ClientAuthConfig{p.ca_path});
         if (!store.ok()) {
-            return store.status().with_context(file + ": peer");
+            return refuse("peer_certificates", store.status().with_context(file + ": peer"));
         }
     }
     if (!config.admin.token_file.empty()) {
         if (Result<std::string> token = read_admin_token(config.admin.token_file); !token.ok()) {
-            return token.status().with_context(file + ": listeners.admin.token_file");
+            return refuse("admin_token",
+                          token.status().with_context(file + ": listeners.admin.token_file"));
         }
     }
     if (config.gossip.enabled) {
         // membership_config names the config file and `gossip` itself.
-        EDGE_RETURN_IF_ERROR(cluster::membership_config(config).status());
+        if (Status s = cluster::membership_config(config).status(); !s.ok()) {
+            return refuse("gossip", s);
+        }
         Result<routing::membership::Keyring> keyring = cluster::load_keyring(config.gossip);
         if (!keyring.ok()) {
-            return keyring.status().with_context(file);
+            return refuse("gossip", keyring.status().with_context(file));
         }
     }
     return ok_status();

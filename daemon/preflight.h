@@ -32,8 +32,10 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
 // it first): every certificate and key pair (public chains, the peer mTLS set), the admin token
 // file, the gossip settings and keyring. The daemon runs it on a reloaded config before it
 // applies any of it, so a config with one bad part changes nothing. Errors name the config file
-// and the key.
-Status preflight_reload(const Config& config);
+// and the key; on one, `refused_part` (when given) is set to the part it is in, as the daemon's
+// config_reload_failed event names it: "certificates" (listeners.public.certificates),
+// "peer_certificates" (`peer`), "admin_token" or "gossip".
+Status preflight_reload(const Config& config, std::string* refused_part = nullptr);
 
 // For `run`, before the models load (which can take minutes): each TCP listener's address and
 // port can be bound now (a port another process listens on fails here, at once). Not part of

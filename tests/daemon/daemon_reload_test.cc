@@ -63,9 +63,15 @@ TEST_CASE("reload: a config whose certificate does not load changes nothing, ten
     CHECK_MESSAGE(s.message().find("missing.crt") != std::string::npos, s.message());
     CHECK(models_status(d, "sk-old") == 200);  // The old tenants stay...
     CHECK(models_status(d, "sk-new") == 401);  // ...and the new ones are not half applied.
-    // What an alert on a refused reload watches (the log is not scraped).
+    // What an alert on a refused reload watches (the log is not scraped), and the certificate
+    // alert's series: a refused certificate is a failed certificate reload.
     CHECK(metric(d, successful) == 0);
     CHECK(metric(d, success_time) == started);
+    CHECK_MESSAGE(
+        d.daemon->metrics().serialize().find(
+            R"(edgeserve_certificate_reloads_total{listener="public",result="error"} 1)") !=
+            std::string::npos,
+        d.daemon->metrics().serialize());
 
     // The same config with a certificate that loads applies whole.
     auto renewed = testing::make_certificate(d.dir.path(), "renewed", {"localhost"});
@@ -96,6 +102,9 @@ TEST_CASE("reload: a config that would turn authentication off keeps the old cer
     REQUIRE(c.ok());
     CHECK((*c)->peer_common_name() == "localhost");  // Not renewed.test: nothing applied.
     CHECK(models_status(d, "sk-old") == 200);
+    // The certificates loaded: no certificate reload failed.
+    CHECK(d.daemon->metrics().serialize().find("edgeserve_certificate_reloads_total{") ==
+          std::string::npos);
 }
 
 TEST_CASE("reload: the first SIGHUP after start rebuilds no certificate files it finds unchanged") {

@@ -39,13 +39,17 @@ bool cannot_run(const testing::CommandResult& r) {
 TEST_CASE("the service and socket units declare check-config, reload, notify and activation") {
     std::string service = read_file(EDGE_SOURCE_DIR "/systemd/edgeserve.service");
     std::string socket = read_file(EDGE_SOURCE_DIR "/systemd/edgeserve.socket");
-    CHECK(service.find("\nExecStartPre=/usr/local/bin/edgeserve check-config "
+    // --socket-activated: the public port is the socket's, as `run` takes it.
+    CHECK(service.find("\nExecStartPre=/usr/local/bin/edgeserve check-config --socket-activated "
                        "/etc/edgeserve/edgeserve.yaml\n") != std::string::npos);
     CHECK(service.find("\nExecStart=/usr/local/bin/edgeserve run --config "
                        "/etc/edgeserve/edgeserve.yaml\n") != std::string::npos);
     CHECK(service.find("\nExecReload=/bin/kill -HUP $MAINPID\n") != std::string::npos);
     CHECK(service.find("\nType=notify\n") != std::string::npos);
-    CHECK(service.find("\nWants=network-online.target edgeserve.socket\n") != std::string::npos);
+    // Requires=: a socket that failed (its port taken) stops the service from starting without
+    // it, bound to the config's port as an unprivileged user.
+    CHECK(service.find("\nWants=network-online.target\n") != std::string::npos);
+    CHECK(service.find("\nRequires=edgeserve.socket\n") != std::string::npos);
     CHECK(service.find("\nAfter=network-online.target edgeserve.socket\n") != std::string::npos);
     // No capabilities: the privileged port is bound by systemd.
     CHECK(service.find("\nCapabilityBoundingSet=\n") != std::string::npos);
