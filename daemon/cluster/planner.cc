@@ -89,13 +89,17 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
         return b;
     }
     remember_models(*snap);
+    const TimePoint now = b->built_at;
+    const Duration degraded_for = config_->outlier.interval;
+    // A failure older than that degrades nothing any more (see failed_).
+    std::erase_if(failed_, [&](const auto& f) { return now - f.second.at >= degraded_for; });
     auto health = [this, &b](std::string_view member, std::string_view model) {
         std::string key = pool_key(member, model);
-        if (!outliers_.is_ejected(key)) {
-            return sel::PoolHealth::kHealthy;
+        if (outliers_.is_ejected(key)) {
+            b->ejected.push_back(std::move(key));
+            return sel::PoolHealth::kEjected;
         }
-        b->ejected.push_back(std::move(key));
-        return sel::PoolHealth::kEjected;
+        return failed_.contains(key) ? sel::PoolHealth::kDegraded : sel::PoolHealth::kHealthy;
     };
     std::set<std::string> pools;
     std::unordered_map<std::string, uint64_t> lives;
@@ -122,6 +126,7 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
             std::string key = pool_key(m.name, p.model);
             if (new_life && known_pools_.erase(key) > 0) {
                 outliers_.remove_pool(key);  // Added again, afresh, below.
+                failed_.erase(key);
             }
             pools.insert(std::move(key));
         }
@@ -136,6 +141,7 @@ std::shared_ptr<const ClusterRoutePlanner::Built> ClusterRoutePlanner::rebuild(
     for (const std::string& p : known_pools_) {
         if (!pools.count(p)) {
             outliers_.remove_pool(p);
+            failed_.erase(p);
         }
     }
     known_pools_ = std::move(pools);
@@ -350,10 +356,10 @@ void ClusterRoutePlanner::report(const RouteTarget& target, bool ok,
     if (target.local || target.site_id.empty() || target.model.empty()) {
         return;
     }
-    report_known(pool_key(target.site_id, target.model), ok);
+    report_known(pool_key(target.site_id, target.model), ok, /*check=*/false);
 }
 
-void ClusterRoutePlanner::report_known(const std::string& pool, bool ok) {
+void ClusterRoutePlanner::report_known(const std::string& pool, bool ok, bool check) {
     for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1) {
             (void)current();  // The table may predate the pool's member, or not be built yet.
@@ -364,14 +370,27 @@ void ClusterRoutePlanner::report_known(const std::string& pool, bool ok) {
         }
         if (ok) {
             outliers_.report_success(pool);
+            failed_.erase(pool);
         } else {
             outliers_.report_failure(pool, routing::health::FailureKind::kConnect);
+            Failed& f = failed_[pool];
+            f.at = clock_.now();
+            f.request = f.request || !check;
         }
         return;
     }
 }
 
 void ClusterRoutePlanner::report_active(const std::string& member, Readiness readiness) {
+    if (readiness == Readiness::kReady) {
+        // The site answers again: the pools its failed checks degraded are not any more (those
+        // a failed request degraded stay so: a 200 says nothing of one model's pool).
+        std::lock_guard lock(mu_);
+        const std::string prefix = member + "/";
+        std::erase_if(failed_, [&](const auto& f) {
+            return !f.second.request && f.first.starts_with(prefix);
+        });
+    }
     if (readiness != Readiness::kFailed) {
         // A site answers /readyz for all its models: its 200 says nothing of one model's pool,
         // and counted as a success it reset that pool's consecutive failures between requests
@@ -390,7 +409,7 @@ void ClusterRoutePlanner::report_active(const std::string& member, Readiness rea
         if (p.state != membership::PoolState::kServing) {
             continue;  // Not planned to (loading, draining): its checks say nothing of it.
         }
-        report_known(pool_key(member, p.model), false);
+        report_known(pool_key(member, p.model), false, /*check=*/true);
     }
 }
 

@@ -5,7 +5,8 @@
 // changes, when an ejection happens or is lifted, and at least every rebuild_interval),
 // applies outlier detection (routing/health: report() from forwarded requests and
 // report_active() from /readyz checks feed it, for the pools of the latest table only; a
-// member's new life, a restart, starts its pools' records afresh) and picks
+// member's new life, a restart, starts its pools' records afresh; a pool that failed and has
+// not succeeded since is degraded for one outlier interval, see failed_) and picks
 // the pool with choose(): the chosen target first, then fallbacks by cost. Model versions: a
 // pinned X-Model-Version is honoured exactly; without a pin the model's target version
 // (RolloutBook) is preferred and other versions serve only as fallback when version_fallback is
@@ -123,7 +124,8 @@ public:
     // Reports to the detector only a pool of the latest table: a report arriving after the pool
     // left it (its member died or left) re-created its entry, which no rebuild removed again,
     // and it counted in the max_ejection_percent cap for good.
-    void report_known(const std::string& pool, bool ok);
+    // `check`: the outcome of a /readyz check of the pool's site, not of a request to it.
+    void report_known(const std::string& pool, bool ok, bool check);
     std::shared_ptr<const Built> rebuild(
         std::shared_ptr<const routing::membership::MembershipSnapshot> snap);
     VersionChoice version_for(const Built& b, std::string_view model, std::string_view pin,
@@ -142,6 +144,20 @@ public:
     std::shared_ptr<const PlannerConfig> config_;  // Under mu_.
     std::shared_ptr<const Built> built_;
     std::set<std::string> known_pools_;  // Registered with the detector (under mu_).
+    // When each pool of known_pools_ last failed (a forwarded request, or a /readyz check of
+    // its site), for those with no success since (under mu_). Such a pool, not ejected, is
+    // degraded (the degraded penalty) in the tables built within one outlier interval of that
+    // failure: a pool failing below the ejection threshold gives way to the healthy pools within
+    // the penalty of its cost, rather than taking its full share until the Nth failure in a row
+    // ejects it. A request's success lifts it, and so does the interval passing without another
+    // failure (the penalty may keep requests away, so no success might come); a passing /readyz
+    // check lifts it only when no request failed (a site slow to answer one check was kept
+    // from its traffic for the whole interval).
+    struct Failed {
+        TimePoint at{};
+        bool request = false;  // Some failure since the last success was a request's.
+    };
+    std::unordered_map<std::string, Failed> failed_;
     // The life (MemberView::life) of each member whose pools are in known_pools_, as last
     // rebuilt from (under mu_): a new one starts its pools' outlier records afresh.
     std::unordered_map<std::string, uint64_t> lives_;

@@ -55,6 +55,9 @@ size_t pick(std::mt19937_64& rng, size_t n) {
     return static_cast<size_t>((static_cast<unsigned __int128>(rng()) * n) >> 64);
 }
 
+// Uniform in [0, 1) with the 53 bits a double holds.
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
 bool usable(const RouteCandidate& c, std::string_view pin) {
     return c.state == membership::PoolState::kServing && c.reachable && !c.cost.saturated &&
            (pin.empty() || c.version_digest == pin);
@@ -203,7 +206,22 @@ RouteChoice choose(const RouteTable& table, const RouteRequest& request,
             return out;
         }
     }
-    out.chosen = &pools->candidates[pools->index[total[ib] < total[ia] ? ib : ia]];
+    // Of the two, each at random with a probability proportional to the other's cost (so
+    // inversely to its own): the cheaper is favoured, not certain. The costs are stale:
+    // the table is rebuilt every rebuild interval from load each site gossips at most once a
+    // second (and only on a material change), so within the margin they differ by less than
+    // their error. Taking the cheaper of the two every time sent every request to the cheaper of
+    // two near-equal pools until its gossiped load caught up, then all of them to the other:
+    // the herding two choices are meant to avoid. A live signal (this site's requests in flight
+    // per pool, as Envoy's least-request compares) would settle it better, but the table holds
+    // only gossip, and the planner hears of an attempt when it ends (report()), not when the
+    // forwarder starts it on one of the plan's targets.
+    const double ca = total[ia];
+    const double cb = total[ib];
+    // 1 / (1 + ca / cb) is cb / (ca + cb) without the overflow of the sum; equal costs (both 0
+    // included) are a fair coin.
+    const double p_a = ca == cb ? 0.5 : cb > 0.0 ? 1.0 / (1.0 + ca / cb) : 0.0;
+    out.chosen = &pools->candidates[pools->index[uniform01(rng) < p_a ? ia : ib]];
     out.reason = ChoiceReason::kPowerOfTwo;
     return out;
 }
@@ -322,9 +340,10 @@ RouteDecision explain(const RouteTable& table, const RouteRequest& request,
                                     "best cost (" + ms(c.cost.total_s) + " ms)");
                 break;
             case ChoiceReason::kPowerOfTwo:
-                d.reasons.push_back(who + " chosen: the cheaper of two picked at random among " +
-                                    "candidates within the margin (" + ms(c.cost.total_s) +
-                                    " ms, best " + ms(d.best_cost_s) + " ms)");
+                d.reasons.push_back(who + " chosen: one of two picked at random among " +
+                                    "candidates within the margin, weighted toward the cheaper (" +
+                                    ms(c.cost.total_s) + " ms, best " + ms(d.best_cost_s) +
+                                    " ms)");
                 break;
             case ChoiceReason::kNone:
                 break;

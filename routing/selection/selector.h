@@ -3,8 +3,8 @@
 // Choosing a pool for one request from a RouteTable: filter the model's candidates (state
 // serving, the pinned version digest if any, not saturated), keep those whose cost is within a
 // margin of the best, prefer the local pool when it is within the hysteresis of the best, and
-// otherwise take the cheaper of two picked at random (power of two choices, so one best pool is
-// not stampeded). choose() is the allocation-free request path; explain() gives the same choice
+// otherwise pick two at random and take one of them, weighted toward the cheaper (power of two
+// choices, so one best pool is not stampeded while the gossiped costs lag). choose() is the allocation-free request path; explain() gives the same choice
 // for the same RNG state plus every candidate with its cost terms and why it was or was not
 // taken (for /admin/route). Both are pure functions of their arguments; the caller owns the RNG
 // (seeded, not shared between threads).

@@ -315,9 +315,15 @@ TEST_CASE("e2e: when a site dies abruptly no unstarted request fails and traffic
     c["gru"].start_responder();
     REQUIRE(wait_for([&] { return c.converged(); }, 10s));
     REQUIRE(wait_for([&] { return c["fra"].chosen() == "sin"; }, 5s));
-    for (int i = 0; i < 3; ++i) {
-        CHECK(c.ask().headers["x-edgeserve-site"] == "sin");  // Warm pooled connections.
+    // Warm pooled connections to sin. gru is within the margin, so the coin between the two
+    // sends it some too; sin, the cheaper, gets more than half: 3 of 24 fails about once in 2^16.
+    int warmed = 0;
+    for (int i = 0; i < 24 && warmed < 3; ++i) {
+        testing::HttpReply r = c.ask();
+        CHECK(r.status == 200);
+        warmed += r.headers["x-edgeserve-site"] == "sin" ? 1 : 0;
     }
+    CHECK(warmed == 3);
 
     // As SIGKILL: gossip stops without a leave, every socket closes, nothing drains.
     c["sin"].stop_responder();

@@ -85,22 +85,68 @@ TEST_CASE("selector: power of two choices spreads over the near-best and never t
     SelectionConfig cfg;
     std::mt19937_64 rng(42);
     // Four within 10% of 0.100 (<= 0.110), one outside.
-    RouteTable t = table_of({cand("a", 0.100), cand("b", 0.104), cand("c", 0.108),
-                             cand("d", 0.1099), cand("e", 0.300)});
+    const std::map<std::string, double> cost = {
+        {"a", 0.100}, {"b", 0.104}, {"c", 0.108}, {"d", 0.1099}};
+    RouteTable t = table_of({cand("a", cost.at("a")), cand("b", cost.at("b")),
+                             cand("c", cost.at("c")), cand("d", cost.at("d")), cand("e", 0.300)});
     std::map<std::string, int> hits;
-    for (int i = 0; i < 4000; ++i) {
+    constexpr int kDraws = 8000;
+    for (int i = 0; i < kDraws; ++i) {
         RouteChoice c = choose(t, {"m", ""}, cfg, rng);
         REQUIRE(c.chosen != nullptr);
         CHECK(c.reason == ChoiceReason::kPowerOfTwo);
         ++hits[c.chosen->member];
     }
     CHECK(hits["e"] == 0);
-    // P2C over 4 sorted by cost: the k-th cheapest wins when it is paired only with costlier
-    // ones: P(a)=3/6, P(b)=2/6, P(c)=1/6, P(d)=0.
-    CHECK(hits["a"] == doctest::Approx(2000).epsilon(0.08));
-    CHECK(hits["b"] == doctest::Approx(1333).epsilon(0.1));
-    CHECK(hits["c"] == doctest::Approx(667).epsilon(0.15));
-    CHECK(hits["d"] == 0);
+    // Each of the 6 pairs equally likely; within a pair, each wins with probability the other's
+    // cost over their sum. Costs within 10% of each other: every pool gets close to a quarter
+    // (the costliest in the margin too: it got none when the cheaper of two always won), the
+    // cheaper ones a little more.
+    for (const auto& [i, ci] : cost) {
+        double p = 0.0;
+        for (const auto& [j, cj] : cost) {
+            if (i != j) {
+                p += cj / (ci + cj) / 6.0;
+            }
+        }
+        CAPTURE(i);
+        CHECK(hits[i] == doctest::Approx(p * kDraws).epsilon(0.06));
+        CHECK(hits[i] > kDraws / 5);
+    }
+}
+
+TEST_CASE("selector: near-equal pools split the traffic, a clearly cheaper one gets more") {
+    // Two remote pools 1 ms apart: the cheaper of the two took every request until its gossiped
+    // load caught up, then the other took them all (herding).
+    SelectionConfig cfg;
+    std::mt19937_64 rng(2024);
+    RouteTable near = table_of({cand("a", 0.100), cand("b", 0.101), cand("far", 0.200)});
+    std::map<std::string, int> hits;
+    constexpr int kDraws = 10000;
+    for (int i = 0; i < kDraws; ++i) {
+        RouteChoice c = choose(near, {"m", ""}, cfg, rng);
+        REQUIRE(c.chosen != nullptr);
+        CHECK(c.reason == ChoiceReason::kPowerOfTwo);
+        ++hits[c.chosen->member];
+    }
+    // P(a) = 0.101 / 0.201 = 0.5025: 5025 expected, a standard deviation of 50.
+    CHECK(hits["a"] == doctest::Approx(5025).epsilon(0.04));
+    CHECK(hits["b"] == doctest::Approx(4975).epsilon(0.04));
+    CHECK(hits["far"] == 0);
+
+    // A wide margin holds a pool at half the cost of another: it wins 2 in 3 (0.2 / 0.3), the
+    // other still 1 in 3; one outside the margin, none.
+    cfg.margin_fraction = 1.5;  // Up to 0.250.
+    RouteTable wide = table_of({cand("a", 0.100), cand("b", 0.200), cand("far", 0.300)});
+    hits.clear();
+    for (int i = 0; i < kDraws; ++i) {
+        RouteChoice c = choose(wide, {"m", ""}, cfg, rng);
+        REQUIRE(c.chosen != nullptr);
+        ++hits[c.chosen->member];
+    }
+    CHECK(hits["a"] == doctest::Approx(kDraws * 2.0 / 3.0).epsilon(0.04));
+    CHECK(hits["b"] == doctest::Approx(kDraws / 3.0).epsilon(0.06));
+    CHECK(hits["far"] == 0);
 }
 
 TEST_CASE("selector: the same seed gives the same choices") {
@@ -249,8 +295,11 @@ TEST_CASE("selector: sparse usable pools inside the margin are still found exact
         CHECK(c.reason == ChoiceReason::kPowerOfTwo);
         ++hits[c.chosen->member];
     }
-    // With two usable, P2C always compares both: the cheaper wins every time.
-    CHECK(hits["p"] == 200);
+    // With two usable, P2C always compares both, found among the 200 unusable: 0.1 ms apart,
+    // they share the requests about evenly (the cheaper of two once took every one).
+    CHECK(hits["p"] + hits["q"] == 200);
+    CHECK(hits["p"] == doctest::Approx(100).epsilon(0.25));
+    CHECK(hits["q"] == doctest::Approx(100).epsilon(0.25));
 
     cands.pop_back();
     RouteTable one = table_of(cands);
