@@ -74,7 +74,7 @@ Status parse_site(const Reader& r, const YAML::Node& node, const std::string& ke
     EDGE_RETURN_IF_ERROR(r.for_each_key(
         node, key,
         {{"id", identifier_field(r, c.site.id)},
-         {"region", identifier_field(r, c.site.region)},
+         {"region", empty_means_default(identifier_field(r, c.site.region))},
          {"latitude",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(c.site.latitude, r.number(n, k, -90, 90));
@@ -86,14 +86,15 @@ Status parse_site(const Reader& r, const YAML::Node& node, const std::string& ke
               return ok_status();
           }},
          {"peer_address",
-          [&](const YAML::Node& n, const std::string& k) -> Status {
+          empty_means_default([&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(c.site.peer_address, host_port(r, n, k));
               return ok_status();
-          }},
-         {"admin_address", [&](const YAML::Node& n, const std::string& k) -> Status {
+          })},
+         {"admin_address",
+          empty_means_default([&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(c.site.admin_address, host_port(r, n, k));
               return ok_status();
-          }}}));
+          })}}));
     return r.require_keys(node, key, {"id"});
 }
 
@@ -245,10 +246,10 @@ Status parse_gossip(const Reader& r, const YAML::Node& node, const std::string& 
               return ok_status();
           }},
          {"keyring_file",
-          [&](const YAML::Node& n, const std::string& k) -> Status {
+          empty_means_default([&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(g.keyring_file, r.path(n, k));
               return ok_status();
-          }},
+          })},
          {"snapshot_file",
           [&](const YAML::Node& n, const std::string& k) -> Status {
               EDGE_ASSIGN_OR_RETURN(std::string v, r.string(n, k));

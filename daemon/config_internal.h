@@ -257,6 +257,19 @@ std::function<Status(const YAML::Node&, const std::string&)> ip_field(const Read
 std::function<Status(const YAML::Node&, const std::string&)> identifier_field(const Reader& r,
                                                                               std::string& field);
 
+// Wraps the handler of a key whose documented default is "": the value "" (which a tool that
+// writes out every default writes) leaves the field at that default, as leaving the key out does,
+// instead of meeting `handler`'s checks (1 to 64 characters, host:port, a non-empty path).
+inline std::function<Status(const YAML::Node&, const std::string&)> empty_means_default(
+    std::function<Status(const YAML::Node&, const std::string&)> handler) {
+    return [handler = std::move(handler)](const YAML::Node& n, const std::string& k) -> Status {
+        if (n.IsScalar() && n.Scalar().empty()) {
+            return ok_status();
+        }
+        return handler(n, k);
+    };
+}
+
 // The sections of the root mapping, each read from `node` at `key` into `c`.
 Status parse_listeners(const Reader& r, const YAML::Node& node, const std::string& key, Config& c);
 Status parse_limits(const Reader& r, const YAML::Node& node, const std::string& key, Config& c);

@@ -69,11 +69,14 @@ TEST_CASE("deploy/cluster-demo --short shows traffic moving when fra is loaded a
     const uint16_t base = free_base();
     REQUIRE(base != 0);
     setenv("EDGE_BUILD_DIR", EDGE_BINARY_DIR, 1);
+    // This build's edgeserve is current: no package install and no cmake run from a test.
+    setenv("EDGE_CLUSTER_DEMO_PREBUILT", "1", 1);
     setenv("EDGE_CLUSTER_DEMO_DATA", dir.path().c_str(), 1);
     setenv("EDGE_CLUSTER_DEMO_PORT", std::to_string(base).c_str(), 1);
     auto r = testing::run({EDGE_SOURCE_DIR "/deploy/cluster-demo", "--short"}, 240'000);
     unsetenv("EDGE_CLUSTER_DEMO_PORT");
     unsetenv("EDGE_CLUSTER_DEMO_DATA");
+    unsetenv("EDGE_CLUSTER_DEMO_PREBUILT");
     unsetenv("EDGE_BUILD_DIR");
     INFO(r.out << "\n" << r.err);
     REQUIRE(r.exit_code == 0);
