@@ -81,7 +81,9 @@ Status parse_engine(const Reader& r, const YAML::Node& node, const std::string& 
               }
               return r.error(n, k, "expected auto, amx_bf16, avx512_bf16, avx512, avx2 or scalar");
           }},
-         {"max_batch_sequences", int_field(r, e.max_batch_sequences, 1, 1 << 16)},
+         // Gossiped as the pool's capacity, which other sites refuse past this bound.
+         {"max_batch_sequences",
+          int_field(r, e.max_batch_sequences, 1, routing::membership::kMaxPoolCapacity)},
          {"max_batch_tokens", int_field(r, e.max_batch_tokens, 1, 1 << 24)},
          {"max_decode_sequences", int_field(r, e.max_decode_sequences, 0, 1 << 16)},
          {"kv_cache_bytes", int_field(r, e.kv_cache_bytes, 1 << 20, int64_t{1} << 44)},
