@@ -49,6 +49,40 @@ const std::string kStreamWithUsage =
 
 using testing::sse_events;
 
+// A completions answer's first choice, its events joined when streamed: the text and the legacy
+// logprobs' tokens and offsets.
+struct EchoedChoice {
+    std::string text;
+    boost::json::array tokens;
+    boost::json::array offsets;
+};
+
+EchoedChoice first_choice(const std::string& body, bool stream) {
+    EchoedChoice out;
+    auto add = [&](boost::json::object& choice) {
+        out.text += choice["text"].as_string();
+        if (choice["logprobs"].is_object()) {
+            boost::json::object& lp = choice["logprobs"].as_object();
+            for (const auto& t : lp["tokens"].as_array()) {
+                out.tokens.push_back(t);
+            }
+            for (const auto& o : lp["text_offset"].as_array()) {
+                out.offsets.push_back(o);
+            }
+        }
+    };
+    if (!stream) {
+        add(json_of(body)["choices"].as_array()[0].as_object());
+        return out;
+    }
+    for (const std::string& event : sse_events(body)) {
+        if (event != "[DONE]") {
+            add(json_of(event)["choices"].as_array()[0].as_object());
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 TEST_CASE("routes: models list, unknown route 404, wrong method 405") {
@@ -619,27 +653,9 @@ TEST_CASE("echo: text_offset indexes the returned text where prompt bytes became
             auto r = c->read_response();
             REQUIRE(r.ok());
             REQUIRE(r->status == 200);
-            std::string text;
-            boost::json::array offsets;
-            auto add = [&](boost::json::object& choice) {
-                text += choice["text"].as_string();
-                if (choice["logprobs"].is_object()) {
-                    for (const auto& o : choice["logprobs"].as_object()["text_offset"].as_array()) {
-                        offsets.push_back(o);
-                    }
-                }
-            };
-            if (stream) {
-                for (const std::string& event : sse_events(r->body)) {
-                    if (event != "[DONE]") {
-                        add(json_of(event)["choices"].as_array()[0].as_object());
-                    }
-                }
-            } else {
-                add(json_of(r->body)["choices"].as_array()[0].as_object());
-            }
-            CHECK(text == k.text + "!");
-            CHECK(offsets == k.offsets);
+            const EchoedChoice choice = first_choice(r->body, stream);
+            CHECK(choice.text == k.text + "!");
+            CHECK(choice.offsets == k.offsets);
             ++index;
         }
     }
@@ -666,30 +682,7 @@ TEST_CASE("echo: a text prompt comes back as the client sent it, not as its toke
         auto r = c->read_response();
         REQUIRE(r.ok());
         REQUIRE(r->status == 200);
-        std::string text;
-        boost::json::array tokens;
-        boost::json::array offsets;
-        auto add = [&](boost::json::object& choice) {
-            text += choice["text"].as_string();
-            if (choice["logprobs"].is_object()) {
-                boost::json::object& lp = choice["logprobs"].as_object();
-                for (const auto& t : lp["tokens"].as_array()) {
-                    tokens.push_back(t);
-                }
-                for (const auto& o : lp["text_offset"].as_array()) {
-                    offsets.push_back(o);
-                }
-            }
-        };
-        if (stream) {
-            for (const std::string& event : sse_events(r->body)) {
-                if (event != "[DONE]") {
-                    add(json_of(event)["choices"].as_array()[0].as_object());
-                }
-            }
-        } else {
-            add(json_of(r->body)["choices"].as_array()[0].as_object());
-        }
+        const auto [text, tokens, offsets] = first_choice(r->body, stream);
         CHECK(text == "cafe\xCC\x81 x!");
         CHECK(tokens ==
               boost::json::array{"<｜begin▁of▁sentence｜>", "caf", "\xC3\xA9", " x", "!"});
