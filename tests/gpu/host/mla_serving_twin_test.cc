@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <boost/json.hpp>
+
 #include "engine/backend.h"
 #include "engine/cuda/host/checkpoint_model.h"
 #include "engine/cuda/host/serving_model.h"
@@ -31,6 +33,17 @@ namespace {
 const std::string kMicroDeepseek = EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3";
 
 std::string deepseek_config() { return edge::testing::read_file(kMicroDeepseek + "/config.json"); }
+
+// The f32 copy of every layer's BF16 kv_b_proj (heads x (nope + v) rows of kv_lora_rank) that the
+// CPU model's absorbed MLA reads and counts in its weight bytes; the serving path holds only the
+// stored matrix.
+int64_t widened_kv_b_bytes() {
+    const boost::json::object c = boost::json::parse(deepseek_config()).as_object();
+    auto n = [&](const char* key) { return c.at(key).to_number<int64_t>(); };
+    return n("num_hidden_layers") * n("num_attention_heads") *
+           (n("qk_nope_head_dim") + n("v_head_dim")) * n("kv_lora_rank") *
+           static_cast<int64_t>(sizeof(float));
+}
 
 // micro-deepseek-v3 in `dir` with every kv_b_proj stored as the FP8 releases of DeepSeek-V3 and
 // Kimi K2 store it: F8_E4M3 plus a 128x128 block weight_scale_inv, config.json declaring
@@ -167,7 +180,7 @@ TEST_CASE(
     "serving path on the CPU twin: DeepSeek-V3 (MLA over the paged latent pool, dense first "
     "layer, shared expert, sigmoid grouped routing) equals the CPU model") {
     // "all-int8" quantizes q_a/q_b/kv_a/o_proj on load on both sides and kv_b_proj stays as
-    // stored: the same bytes. Its logits are not compared (the CPU's INT8 kernels quantize the
+    // stored: the same bytes but the CPU model's widened kv_b_proj. Its logits are not compared (the CPU's INT8 kernels quantize the
     // activations too; the twins do not).
     for (const char* policy : {"none", "all-int8"}) {
         CAPTURE(policy);
@@ -181,7 +194,8 @@ TEST_CASE(
         REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
         CHECK(twin->get()->spec().architecture == cpu->get()->spec().architecture);
         CHECK(twin->get()->spec().kv_bytes_per_token == cpu->get()->spec().kv_bytes_per_token);
-        CHECK(twin->get()->spec().weight_bytes == cpu->get()->spec().weight_bytes);
+        CHECK(twin->get()->spec().weight_bytes + widened_kv_b_bytes() ==
+              cpu->get()->spec().weight_bytes);
         // The same weights and f32 activations; the twins accumulate in double against the
         // CPU's f32 sums (the CPU model runs plain MLA for prefill chunks, absorbed for decode).
         if (std::string(policy) == "none") {
