@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/arith.h"
 #include "engine/quant/fp8.h"
 
 namespace edge::engine::quant {
@@ -86,8 +87,6 @@ float half_to_float(uint16_t h) {
     }
     return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/arith.h"
 #include "common/check.h"
 #include "engine/quant/checkpoint_formats.h"
 #include "engine/quant/fp8.h"
@@ -15,8 +16,6 @@ namespace edge::engine::quant {
 namespace {
 
 constexpr int64_t kFp8Block = 128;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 void load_row(const SourceMatrix& src, int64_t r, float* out) {
     // memcpy reads: a mapped safetensors tensor may start unaligned.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/arith.h"
 #include "engine/quant/quantized_weight.h"
 
 namespace edge::engine::cuda {
@@ -10,8 +11,6 @@ namespace {
 
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxGridY = 65535;
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
