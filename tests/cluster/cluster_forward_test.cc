@@ -76,12 +76,19 @@ struct Site {
 
     std::string admin() const { return "127.0.0.1:" + std::to_string(daemon->admin_port()); }
 
+    // The site every request goes to now; "either" while two pools are within the margin of
+    // each other (each request then goes to one of them at random, as when a load has not
+    // reached this site's table yet), "rejected" with no usable pool.
     std::string chosen() {
         auto r = daemon::cluster::admin_request(admin(), "GET", "/admin/route?model=m");
         REQUIRE(r.ok());
         json::value v = json::parse(r->body);
         const json::value& c = v.at("chosen");
-        return c.is_null() ? "rejected" : std::string(c.at("site").as_string());
+        if (c.is_null()) {
+            return "rejected";
+        }
+        return v.at("reason") == "power_of_two_choices" ? "either"
+                                                         : std::string(c.at("site").as_string());
     }
 
     // Answers every request that arrives with "from <site>" until stopped.
@@ -241,7 +248,7 @@ TEST_CASE("e2e: a pinned version goes to the pool serving it, a rollout steers u
     c["sin"].start_responder();
     c["gru"].start_responder();
     REQUIRE(wait_for([&] { return c.converged(); }, 10s));
-    REQUIRE(wait_for([&] { return c["fra"].chosen() == "sin" || c["fra"].chosen() == "gru"; }, 5s));
+    REQUIRE(wait_for([&] { return c["fra"].chosen() != "rejected"; }, 5s));
 
     testing::HttpReply pinned = c.ask(false, "X-Model-Version: v2\r\n");
     CHECK(pinned.status == 200);
@@ -315,15 +322,9 @@ TEST_CASE("e2e: when a site dies abruptly no unstarted request fails and traffic
     c["gru"].start_responder();
     REQUIRE(wait_for([&] { return c.converged(); }, 10s));
     REQUIRE(wait_for([&] { return c["fra"].chosen() == "sin"; }, 5s));
-    // Warm pooled connections to sin. gru is within the margin, so the coin between the two
-    // sends it some too; sin, the cheaper, gets more than half: 3 of 24 fails about once in 2^16.
-    int warmed = 0;
-    for (int i = 0; i < 24 && warmed < 3; ++i) {
-        testing::HttpReply r = c.ask();
-        CHECK(r.status == 200);
-        warmed += r.headers["x-edgeserve-site"] == "sin" ? 1 : 0;
+    for (int i = 0; i < 3; ++i) {
+        CHECK(c.ask().headers["x-edgeserve-site"] == "sin");  // Warm pooled connections.
     }
-    CHECK(warmed == 3);
 
     // As SIGKILL: gossip stops without a leave, every socket closes, nothing drains.
     c["sin"].stop_responder();
