@@ -115,7 +115,8 @@ public:
     void retain_certificate_expiry(const std::vector<std::string>& keep);
     // edgeserve_certificate_reloads_total{listener,result}: a reload of the certificate files
     // (SIGHUP or the file watch) of `listener` ("public", "peer", "forwarding_client"), result
-    // "ok" or "error" (the previous certificates kept): what an alert on a failed renewal watches.
+    // "ok" or "error" (the previous certificates kept): what the alert on a failed renewal
+    // (EdgeserveCertificateReloadFailed, deploy/prometheus/alerts.yml) watches.
     void on_certificate_reload(std::string_view listener, bool ok);
     // A configuration reload (SIGHUP) applied whole (`ok`) or refused or stopped part way (the
     // log says why): edgeserve_config_last_reload_successful is 1 or 0, and a success sets
