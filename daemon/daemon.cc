@@ -1,5 +1,6 @@
 #include "daemon/daemon.h"
 
+#include <algorithm>
 #include <future>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -34,6 +35,18 @@ void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
     const std::shared_ptr<const tls::TlsGeneration> peer =
         peer_tls != nullptr ? peer_tls->current() : nullptr;
     publish_certificate_expiry(*served, metrics, peer.get());
+}
+
+// Whether each of `paths` has in `now` the stamp it had when its set last loaded (`loaded`): a
+// file not recorded there (its set never loaded whole from it) has changed.
+bool same_stamps(const std::map<std::string, FileStamp>& now,
+                 const std::map<std::string, FileStamp>& loaded,
+                 const std::vector<std::string>& paths) {
+    return std::all_of(paths.begin(), paths.end(), [&](const std::string& path) {
+        const auto a = now.find(path);
+        const auto b = loaded.find(path);
+        return a != now.end() && b != loaded.end() && a->second == b->second;
+    });
 }
 
 // The `limits` section as both listeners, public and peer, apply it: at start and at reload.
@@ -355,7 +368,9 @@ Status Daemon::reload_certificates(const Config& config) {
     std::lock_guard lock(reload_mu_);
     tls::CertificateConfig peer_certificate = peer_certificate_;
     std::string peer_ca = peer_ca_;
-    if (config.peer) {
+    // A `peer` section added while the daemon runs without one (it needs a restart) names files
+    // nothing serves: not recorded, so the watch does not follow them either.
+    if (config.peer && (peer_tls_ || forwarder_)) {
         peer_certificate = {{}, config.peer->cert_path, config.peer->key_path};
         peer_ca = config.peer->ca_path;
     }
@@ -409,33 +424,51 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     if (certificate_watcher_) {
         certificate_watcher_->loaded(stamps);
     }
-    // The same files, unchanged since they last loaded whole (a SIGHUP for the tenants, say):
-    // nothing to do. Rebuilt, every listener would start new session caches and ticket keys (no
-    // client could resume) and the forwarding client would drop its pooled connections.
-    if (!loaded_stamps_.empty() && stamps == loaded_stamps_ && certificates == certificates_ &&
-        peer_certificate == peer_certificate_ && peer_ca == peer_ca_) {
+    // A set is rebuilt only when its own files or config changed since it last loaded (a SIGHUP
+    // for the tenants, a renewal of the other set's files): rebuilt, a listener starts new
+    // session caches and ticket keys (no client could resume), the forwarding client drops its
+    // pooled connections, and the set counts a reload it did not have.
+    const std::vector<std::string> public_paths = certificate_paths(certificates, {}, "");
+    const std::vector<std::string> peer_paths = certificate_paths({}, peer_certificate, peer_ca);
+    const bool public_changed =
+        certificates != certificates_ || !same_stamps(stamps, loaded_stamps_, public_paths);
+    const bool peer_changed = (peer_tls_ || forwarder_) &&
+                              (peer_certificate != peer_certificate_ || peer_ca != peer_ca_ ||
+                               !same_stamps(stamps, loaded_stamps_, peer_paths));
+    if (!public_changed && !peer_changed) {
         log::info("certificates_unchanged", {{"generation", tls_->current()->number()}});
         return ok_status();
     }
-    loaded_stamps_.clear();
-    // Each set is reloaded on its own; the first error is returned.
-    Status s = tls_->reload(certificates, {});
-    metrics_->on_certificate_reload("public", s.ok());
-    if (s.ok()) {
-        certificates_ = certificates;
-        log::info("certificates_reloaded", {{"generation", tls_->current()->number()},
-                                            {"chains", static_cast<int64_t>(certificates.size())}});
-    } else {
-        log::error("certificates_reload_failed",
-                   {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
+    // A set's stamps are recorded once it loaded whole from them; a failed set's files are not
+    // (also where the other set shares one), so a later reload tries them again.
+    std::vector<std::string> failed_paths;
+    auto loaded = [&](const std::vector<std::string>& paths) {
+        for (const std::string& path : paths) {
+            loaded_stamps_[path] = stamps[path];
+        }
+    };
+    Status s = ok_status();
+    if (public_changed) {
+        s = tls_->reload(certificates, {});
+        metrics_->on_certificate_reload("public", s.ok());
+        if (s.ok()) {
+            certificates_ = certificates;
+            loaded(public_paths);
+            log::info("certificates_reloaded",
+                      {{"generation", tls_->current()->number()},
+                       {"chains", static_cast<int64_t>(certificates.size())}});
+        } else {
+            failed_paths = public_paths;
+            log::error("certificates_reload_failed",
+                       {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
+        }
     }
     // The cluster certificates: the peer listener's (server side) and the forwarding client's,
     // both or neither. The listener's generation is built first, the client loads (and swaps
     // in) its context only when that did, and the listener's is served only when the client's
     // loaded: a file one side refuses must not leave the two on different CAs (a leaf copied
     // over the CA file would have the client trust only it, and every forward fail).
-    bool peer_loaded = true;
-    if (peer_tls_ || forwarder_) {
+    if (peer_changed) {
         Status p = ok_status();
         std::shared_ptr<tls::TlsGeneration> listener;
         if (peer_tls_) {
@@ -453,7 +486,14 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
         if (p.ok() && listener) {
             peer_tls_->install(std::move(listener));
         }
-        peer_loaded = p.ok();
+        if (p.ok()) {
+            // Later reloads of the same files read these.
+            peer_certificate_ = peer_certificate;
+            peer_ca_ = peer_ca;
+            loaded(peer_paths);
+        } else {
+            failed_paths.insert(failed_paths.end(), peer_paths.begin(), peer_paths.end());
+        }
         if (peer_tls_) {
             metrics_->on_certificate_reload("peer", p.ok());
             if (p.ok()) {
@@ -479,14 +519,15 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
             s = p;
         }
     }
-    if (peer_loaded) {
-        // Later reloads of the same files read these.
-        peer_certificate_ = peer_certificate;
-        peer_ca_ = peer_ca;
+    for (const std::string& path : failed_paths) {
+        loaded_stamps_.erase(path);
     }
-    if (s.ok()) {
-        loaded_stamps_ = std::move(stamps);
-    }
+    // Files a reload took out of the config: no set reads them any more.
+    const std::vector<std::string> served =
+        certificate_paths(certificates_, peer_certificate_, peer_ca_);
+    std::erase_if(loaded_stamps_, [&](const auto& entry) {
+        return std::find(served.begin(), served.end(), entry.first) == served.end();
+    });
     // From the generations now served: a set whose reload failed still serves, and shows, its
     // old certificates, whatever the files on disk hold now.
     publish_served_certificate_expiry(*tls_, peer_tls_.get(), *metrics_);

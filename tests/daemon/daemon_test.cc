@@ -1,12 +1,19 @@
 // Daemon::stop, what SIGTERM runs: with a cluster, the draining state is gossiped before the
-// listener stops, and that time counts against the drain deadline.
+// listener stops, and that time counts against the drain deadline. The certificate reload
+// rebuilds (and counts) only the set whose files changed.
 
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
 
+#include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/metrics.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/daemon_yaml.h"
 #include "tests/testing/scripted_generator.h"
@@ -66,4 +73,117 @@ TEST_CASE("drain: draining is advertised for three rounds of the gossip preset o
     CHECK(window("gossip:\n  preset: wan\n  gossip_interval_ms: 0\n").count() == 1500);
     CHECK(window("gossip:\n").count() == 600);  // lan: 200 ms.
     CHECK(window("gossip:\n  preset: wan\n  gossip_interval_ms: 40\n").count() == 120);
+}
+
+namespace {
+
+// Writes the file at `path` again with the same bytes: a new change time, as a renewal tool's
+// write of the same certificate.
+void touch(const std::string& path) {
+    const std::string pem = testing::read_file(path);
+    std::ofstream(path, std::ios::trunc) << pem;
+}
+
+bool has(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("certificates: a change to one set's files rebuilds and counts that set alone") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    auto ca = testing::make_ca(dir.path(), "ca", "test cluster CA");
+    auto peer = testing::make_signed_certificate(ca, dir.path(), "peer", {"fra.cluster.test"});
+    testing::DaemonYaml y;
+    y.cert_path = cert.cert_path;
+    y.key_path = cert.key_path;
+    y.peer.emplace();
+    y.peer->ca_path = ca.cert_path;
+    y.peer->cert_path = peer.cert_path;
+    y.peer->key_path = peer.key_path;
+    testing::ScriptedGenerator generator({"test-model"});
+    auto daemon = testing::make_daemon(testing::daemon_yaml(y), dir.file("c.yaml"), generator,
+                                       SystemClock::instance());
+    daemon->start();
+    const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
+
+    // The cluster files renewed: the peer listener and the forwarding client reload; the
+    // public listener keeps its generation (its session caches) and counts nothing.
+    touch(peer.cert_path);
+    REQUIRE(daemon->reload_certificates().ok());
+    std::string text = daemon->metrics().serialize();
+    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+    CHECK_MESSAGE(!has(text, reloads + R"("public")"), text);
+
+    // The public files renewed: the public listener alone.
+    touch(cert.key_path);
+    REQUIRE(daemon->reload_certificates().ok());
+    text = daemon->metrics().serialize();
+    CHECK_MESSAGE(has(text, reloads + R"("public",result="ok"} 1)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+    daemon->stop(std::chrono::milliseconds(0));
+}
+
+TEST_CASE("certificates: a SIGHUP's peer section on a site without one is not read or watched") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    auto ca = testing::make_ca(dir.path(), "ca", "test cluster CA");
+    auto peer = testing::make_signed_certificate(ca, dir.path(), "peer", {"fra.cluster.test"});
+    // The file watch polls every 100 ms (its shortest).
+    auto watched = [](std::string yaml) {
+        const std::string at = "    certificates:\n";
+        REQUIRE(yaml.find(at) != std::string::npos);
+        return yaml.insert(yaml.find(at), "    certificate_watch_ms: 100\n");
+    };
+    testing::DaemonYaml y;
+    y.cert_path = cert.cert_path;
+    y.key_path = cert.key_path;
+    testing::ScriptedGenerator generator({"test-model"});
+    auto daemon = testing::make_daemon(watched(testing::daemon_yaml(y)), dir.file("c.yaml"),
+                                       generator, SystemClock::instance());
+    std::mutex mu;
+    std::vector<std::string> lines;  // Guarded by mu: the watcher's thread logs too.
+    log::set_sink([&](std::string_view line) {
+        std::lock_guard lock(mu);
+        lines.emplace_back(line);
+    });
+    daemon->start();
+
+    // A SIGHUP's config with a `peer` section (it needs a restart): nothing runs on its files.
+    y.peer.emplace();
+    y.peer->ca_path = ca.cert_path;
+    y.peer->cert_path = peer.cert_path;
+    y.peer->key_path = peer.key_path;
+    auto with_peer =
+        edge::daemon::parse_config(watched(testing::daemon_yaml(y)), dir.file("c.yaml"));
+    REQUIRE_MESSAGE(with_peer.ok(), with_peer.status().to_string());
+    REQUIRE(daemon->reload_certificates(*with_peer).ok());
+    // The public files did not change: nothing rebuilt, nothing counted.
+    CHECK_MESSAGE(!has(daemon->metrics().serialize(), "edgeserve_certificate_reloads_total{"),
+                  daemon->metrics().serialize());
+
+    // The peer files change, then the public ones: the watch reports the public ones only.
+    touch(peer.cert_path);
+    touch(ca.cert_path);
+    touch(cert.cert_path);
+    auto logged = [&](const std::string& part) {
+        std::lock_guard lock(mu);
+        for (const std::string& line : lines) {
+            if (has(line, "certificate_files_changed") && has(line, part)) {
+                return true;
+            }
+        }
+        return false;
+    };
+    CHECK(testing::wait_for([&] { return logged(cert.cert_path); }, std::chrono::seconds(10)));
+    daemon->stop(std::chrono::milliseconds(0));
+    log::set_sink(nullptr);
+    CHECK_FALSE(logged(peer.cert_path));
+    CHECK_FALSE(logged(ca.cert_path));
+    CHECK_MESSAGE(has(daemon->metrics().serialize(),
+                      R"(edgeserve_certificate_reloads_total{listener="public",result="ok"} 1)"),
+                  daemon->metrics().serialize());
 }
