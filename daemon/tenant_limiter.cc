@@ -288,7 +288,7 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
     std::shared_ptr<State> state = find(tenant, /*admission=*/true);
     if (!state) {
         Decision d;
-        d.lease = std::make_shared<Lease>(nullptr, 0);
+        d.lease = unlimited_lease(tenant);
         return d;
     }
     std::lock_guard lock(state->mu);
@@ -314,13 +314,45 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
     return d;
 }
 
-int64_t TenantLimiter::running(const std::string& tenant) const {
-    std::shared_ptr<State> state = find(tenant, /*admission=*/false);
-    if (!state) {
-        return 0;
+std::shared_ptr<TenantLimiter::Lease> TenantLimiter::unlimited_lease(const std::string& tenant) {
+    std::shared_ptr<State> state;
+    {
+        std::lock_guard lock(mu_);
+        std::weak_ptr<State>& kept = unlimited_[tenant];
+        state = kept.lock();
+        if (!state) {
+            // Its limits stay the defaults: no bucket, no max_concurrent.
+            state = std::make_shared<State>(clock_);
+            kept = state;
+            // Names whose requests all ended: the map holds only those running.
+            std::erase_if(unlimited_, [](const auto& entry) { return entry.second.expired(); });
+        }
     }
     std::lock_guard lock(state->mu);
-    return state->running;
+    ++state->running;
+    const TimePoint now = clock_.now();
+    return std::make_shared<Lease>(std::move(state), 0, now);
+}
+
+int64_t TenantLimiter::running(const std::string& tenant) const {
+    int64_t n = 0;
+    if (std::shared_ptr<State> state = find(tenant, /*admission=*/false)) {
+        std::lock_guard lock(state->mu);
+        n += state->running;
+    }
+    std::shared_ptr<State> unlimited;
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = unlimited_.find(tenant); it != unlimited_.end()) {
+            unlimited = it->second.lock();
+        }
+    }
+    if (unlimited) {
+        // Admitted while the name had no limits (before a reload configured it, say).
+        std::lock_guard lock(unlimited->mu);
+        n += unlimited->running;
+    }
+    return n;
 }
 
 void TenantLimiter::Lease::charge_prompt(int64_t prompt_tokens) {

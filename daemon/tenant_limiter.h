@@ -142,7 +142,8 @@ public:
         std::vector<RejectReason> blocking;
         std::shared_ptr<Lease> lease;  // Set when admitted.
     };
-    // A tenant without a configured entry (e.g. "anonymous") is admitted without limits.
+    // A tenant without a configured entry (e.g. "anonymous") is admitted without limits; its
+    // lease still counts it, by name, in running().
     // `max_output_tokens` (the request's max_tokens) is reserved from the output bucket: a
     // request waits (kOutputTokens, 429) until the bucket holds it. One larger than the whole
     // bucket could never pass: the caller refuses it first (output_budget()).
@@ -165,7 +166,8 @@ public:
     // The tenant's output_tokens_per_minute (0: unlimited); the most one request may reserve.
     int64_t output_budget(const std::string& tenant) const;
 
-    // Requests of `tenant` holding a slot now (for tests and metrics).
+    // Requests of `tenant` holding a slot now, unlimited ones too (for tests and metrics: a
+    // reload keeps a tenant's series while its requests run).
     int64_t running(const std::string& tenant) const;
 
 private:
@@ -196,6 +198,8 @@ private:
     // The state kept under `tenant`'s name, or null. A retired tenant's state is found while a
     // lease holds it; for `admission`, only within kRetiredGrace of its removal.
     std::shared_ptr<State> find(const std::string& tenant, bool admission) const;
+    // A lease for `tenant` admitted without limits, counted under its name (unlimited_).
+    std::shared_ptr<Lease> unlimited_lease(const std::string& tenant);
 
     Clock& clock_;
     mutable std::mutex mu_;
@@ -215,6 +219,10 @@ private:
     };
     static constexpr Duration kRetiredGrace = std::chrono::seconds(10);
     mutable std::map<std::string, Retired> retired_;
+    // The leases of tenants admitted without limits (no configured entry: "anonymous" while
+    // authentication is off), by name, only to count them (running()): a state without limits,
+    // kept while a lease holds it.
+    std::map<std::string, std::weak_ptr<State>> unlimited_;
 };
 
 }  // namespace edge::daemon

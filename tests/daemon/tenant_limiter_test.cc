@@ -497,3 +497,30 @@ TEST_CASE("limiter: a tenant renamed by a reload keeps its counters and running 
     CHECK(limiter.running("acme-corp") == 1);
     CHECK(limiter.running("umbrella") == 0);
 }
+
+TEST_CASE("limiter: requests admitted without limits count as running under their name") {
+    // A reload that turns authentication on keeps the anonymous tenant's series while its
+    // requests run (Daemon::reload_tenants asks running()): it was always 0, as the limiter kept
+    // nothing for a tenant without limits, and the series went while its streams still ran.
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    limiter.configure(std::nullopt);
+    TenantLimiter::Decision one = limiter.admit("anonymous", 100);
+    TenantLimiter::Decision two = limiter.admit("anonymous");
+    REQUIRE(one.lease);
+    REQUIRE(two.lease);
+    CHECK(limiter.running("anonymous") == 2);
+    CHECK(limiter.running("other") == 0);
+    // Authentication on: the anonymous requests still run, without limits, until they end.
+    limiter.configure(std::vector<TenantConfig>{tenant("acme")});
+    CHECK(limiter.running("anonymous") == 2);
+    one.lease->finish(10, 20);
+    CHECK(limiter.running("anonymous") == 1);
+    two.lease.reset();  // Destroyed unfinished: its slot goes too.
+    CHECK(limiter.running("anonymous") == 0);
+    // Still unlimited: admissions of an unconfigured name are never refused.
+    for (int i = 0; i < 100; ++i) {
+        CHECK(limiter.admit("anonymous", 1'000'000).lease);
+    }
+    CHECK(limiter.running("anonymous") == 0);  // Each lease above ended at once.
+}
