@@ -20,7 +20,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Register(*registry_);
     durations_ = &prometheus::BuildHistogram()
                       .Name("edgeserve_http_request_duration_seconds")
-                      .Help("Time from the end of the request headers to the last response byte.")
+                      .Help(
+                          "Time from the request's last byte read to the last response byte; "
+                          "for an answer the server makes itself (400, 408, 413, 414, 431, 501, "
+                          "505), from the start of the request's read.")
                       .Register(*registry_);
     handshakes_ = &prometheus::BuildCounter()
                        .Name("edgeserve_tls_handshakes_total")
