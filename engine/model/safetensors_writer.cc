@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -76,6 +77,21 @@ Status replace_with_partial(std::ofstream& out, const std::string& partial,
     return ok_status();
 }
 
+// Refuses a name given twice: the header, a JSON object, would keep one entry and the data
+// section both tensors' bytes, leaving bytes no entry points at, which the reader refuses (after
+// the whole write); or, across shards, the index would map the name to one of them.
+Status check_unique_names(const std::string& where, const std::vector<TensorToWrite>& tensors) {
+    std::set<std::string_view> names;
+    for (const TensorToWrite& t : tensors) {
+        if (!names.insert(t.name).second) {
+            return invalid_argument_error(where + ": tensor '" + t.name +
+                                          "' is given twice; a checkpoint holds one tensor of "
+                                          "each name");
+        }
+    }
+    return ok_status();
+}
+
 }  // namespace
 
 uint64_t tensor_bytes(const TensorToWrite& t) {
@@ -88,6 +104,7 @@ uint64_t tensor_bytes(const TensorToWrite& t) {
 
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& given,
                          const TensorWritten& written) {
+    EDGE_RETURN_IF_ERROR(check_unique_names(path, given));
     // Line-multiple tensors first (each then starts on a line), in the given order, then the
     // rest by element size, largest first: each of those then starts at a multiple of its own
     // element size, which the reader requires (an F32 tensor written after a BF16 one of odd
@@ -194,6 +211,8 @@ Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir
                                                           const std::vector<TensorToWrite>& tensors,
                                                           uint64_t max_shard_bytes,
                                                           const TensorWritten& written) {
+    // Checked for all the shards before the first is written (each write checks only its own).
+    EDGE_RETURN_IF_ERROR(check_unique_names(dir, tensors));
     // Greedy in the given order: a shard takes tensors until the next would pass the limit.
     std::vector<std::vector<TensorToWrite>> shards(1);
     uint64_t in_shard = 0;

@@ -37,7 +37,8 @@ uint64_t tensor_bytes(const TensorToWrite& t);
 // Called after each tensor's bytes are written (for progress reports).
 using TensorWritten = std::function<void(const TensorToWrite&)>;
 
-// Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape, kInternal on I/O.
+// Writes `path`; kInvalidArgument when a tensor's bytes do not match its shape or a name is given
+// twice (before anything is written), kInternal on I/O.
 // The bytes go to `path`.partial, synced to disk (fsync_path) and renamed over `path` only once
 // all are written: a failed write (a fill's error included) leaves no truncated model, and a
 // reader that maps the old file keeps its bytes. The directory is not synced: the caller does
@@ -56,7 +57,8 @@ bool is_shard_file_name(std::string_view name);
 // then model.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}) written after
 // every shard. Each file is written as write_safetensors writes one, and `dir` is synced after
 // the last (so the files are durable before the caller writes the config.json that points at
-// them); when one fails (a fill's error included) the files this call wrote are removed.
+// them); when one fails (a fill's error included) the files this call wrote are removed. A name
+// given twice, in any shards, is refused (kInvalidArgument) before the first is written.
 // Returns the files written.
 Result<std::vector<std::string>> write_checkpoint_weights(const std::string& dir,
                                                           const std::vector<TensorToWrite>& tensors,

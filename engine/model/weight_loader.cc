@@ -352,8 +352,13 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         const std::optional<quant::TensorClass> cls = quant::tensor_class_for_name(weight_name);
         const WeightFormat target = cls ? policy_.format_for(*cls) : WeightFormat::kBF16;
         if (quant::requantizes(WeightFormat::kFP8E4M3Block128, target)) {
-            EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w,
-                                  quant::requantize(parsed->view(), target, weight_name));
+            // Named in its file, as quantize_stored names it (requantize names only the tensor).
+            Result<quant::QuantizedWeight> requantized =
+                quant::requantize(parsed->view(), target, weight_name);
+            if (!requantized.ok()) {
+                return requantized.status().with_context(*t.file);
+            }
+            quant::QuantizedWeight w = std::move(requantized).value();
             replaced_bytes_ += t.nbytes + scale.nbytes;  // Neither is read again.
             added_bytes_ += w.size_bytes();
             release_mapped_pages(t.data, t.nbytes);
@@ -430,13 +435,21 @@ Result<Weight> WeightLoader::float_matrix(const std::string& weight_name, int64_
         embedding_row(*q, r, copy.data() + r * cols);
     }
     added_bytes_ += rows * cols * static_cast<int64_t>(sizeof(float));
-    // Read in place from the mapping (FP8 or INT8 as stored), the tensor and its scales are not
-    // read again: their pages go back and are not counted as held (DeepSeek-V3 and Kimi K2 store
-    // every kv_b_proj in FP8, ~1 GB). A copy quantized on load was counted as replaced already.
-    if (q->data != nullptr && q->data == ckpt_.mapped_data(weight_name)) {
-        const std::string m = module_of(weight_name);
-        for (const std::string& name :
-             {weight_name, m + ".weight_scale_inv", m + ".weight_scale"}) {
+    // Read in place from the mapping (FP8 or INT8 as stored, or compressed-tensors INT4 from
+    // weight_packed), the tensors matrix() read are not read again: their pages go back and are
+    // not counted as held (DeepSeek-V3 and Kimi K2 store every kv_b_proj in FP8, ~1 GB). Only
+    // those: another of these names, unread, is release_unread_tensors()'s to count. A copy
+    // quantized on load was counted as replaced already.
+    const std::string m = module_of(weight_name);
+    const bool packed = q->data != nullptr && q->data == ckpt_.mapped_data(m + ".weight_packed");
+    if (packed || (q->data != nullptr && q->data == ckpt_.mapped_data(weight_name))) {
+        const std::string scale =
+            m + (stored_.quant_method == "fp8" ? ".weight_scale_inv" : ".weight_scale");
+        const std::vector<std::string> read =
+            packed ? std::vector<std::string>{m + ".weight_packed", m + ".weight_scale",
+                                              m + ".weight_shape"}
+                   : std::vector<std::string>{weight_name, scale};
+        for (const std::string& name : read) {
             if (const TensorInfo* t = ckpt_.has(name) ? ckpt_.info(name) : nullptr) {
                 const int64_t bytes = t->end - t->begin;
                 replaced_bytes_ += bytes;

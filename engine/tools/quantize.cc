@@ -377,6 +377,22 @@ Status quantize_checkpoint(const QuantizeOptions& options) {
                 return internal_error("quantize: unexpected format");
         }
     }
+    // An input tensor copied as stored under a name the output gives a quantized module's tensor
+    // (an unused m.weight_scale or m.weight_shape beside m.weight): both were written, and the
+    // checkpoint refused only when read back. Refused now, before --out is touched.
+    std::set<std::string_view> out_names;
+    for (const TensorToWrite& t : out) {
+        if (out_names.insert(t.name).second) {
+            continue;
+        }
+        const std::string module = t.name.substr(0, t.name.rfind('.'));
+        const std::string where =
+            ckpt->has(t.name) ? *ckpt->tensor(t.name)->file : options.model_dir;
+        return invalid_argument_error(where + ": tensor '" + t.name +
+                                      "' is copied as stored, and module '" + module +
+                                      "', quantized, is written with a tensor of that name too; "
+                                      "remove the unused tensor from the input");
+    }
     json::object qc;  // `used` is not empty: refused above.
     if (fp8_only) {
         qc["quant_method"] = "fp8";

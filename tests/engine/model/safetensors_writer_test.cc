@@ -71,6 +71,35 @@ TEST_CASE("safetensors writer: odd-sized tensors of mixed element sizes each sta
     });
 }
 
+TEST_CASE("safetensors writer: a name given twice is refused before anything is written") {
+    // The header kept one entry of the name and the data section both tensors' bytes: a file
+    // with bytes no entry points at, refused only when read back (after the whole write); across
+    // shards, the index mapped the name to one of them.
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() /
+        ("edge_st_dup_" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir);
+    const std::string a(64, '\x11'), b(64, '\x22'), c(2, '\x33');
+    const std::vector<TensorToWrite> tensors = {{"m.weight_shape", DType::kBF16, {32}, a, {}},
+                                                {"other", DType::kBF16, {1}, c, {}},
+                                                {"m.weight_shape", DType::kBF16, {32}, b, {}}};
+    const std::string path = (dir / "model.safetensors").string();
+    const Status one = write_safetensors(path, tensors);
+    CHECK(one.code() == StatusCode::kInvalidArgument);
+    CHECK(one.message() == path + ": tensor 'm.weight_shape' is given twice; a checkpoint holds "
+                                  "one tensor of each name");
+    for (const uint64_t shard : {uint64_t{1} << 20, uint64_t{64}}) {  // One file, then shards.
+        CAPTURE(shard);
+        auto written = write_checkpoint_weights(dir.string(), tensors, shard);
+        REQUIRE_FALSE(written.ok());
+        CHECK(written.status().code() == StatusCode::kInvalidArgument);
+        CHECK(written.status().message().find("tensor 'm.weight_shape' is given twice") !=
+              std::string::npos);
+    }
+    CHECK(std::filesystem::is_empty(dir));  // No file, no .partial, no shard, no index.
+    std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("safetensors writer: a failed rename reports its own error, not the cleanup's") {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() /

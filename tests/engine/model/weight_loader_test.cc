@@ -22,6 +22,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/safetensors_writer.h"
 #include "engine/model/weight_loader.h"
+#include "engine/quant/quantized_weight.h"
 
 namespace edge::engine {
 namespace {
@@ -59,11 +60,13 @@ struct TempCheckpoint {
     std::unique_ptr<Checkpoint> ckpt;
     std::optional<ConfigJson> config;
 
-    explicit TempCheckpoint(const std::vector<TensorToWrite>& tensors) {
+    explicit TempCheckpoint(
+        const std::vector<TensorToWrite>& tensors,
+        const std::string& config_json = R"({"architectures": ["Qwen3MoeForCausalLM"]})") {
         dir = fs::temp_directory_path() /
               ("edge_weight_loader_" + std::to_string(std::random_device{}()));
         fs::create_directories(dir);
-        std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3MoeForCausalLM"]})";
+        std::ofstream(dir / "config.json") << config_json;
         path = fs::canonical(dir).string() + "/model.safetensors";
         REQUIRE(write_safetensors(path, tensors).ok());
         auto ck = Checkpoint::open_files({path});
@@ -107,6 +110,62 @@ TEST_CASE("a tensor quantized on load leaves resident memory, its mapped bytes s
     auto view = tmp.ckpt->tensor(name);
     REQUIRE(view.ok());
     CHECK(std::memcmp(view->data, bytes.data(), bytes.size()) == 0);
+}
+
+TEST_CASE("float_matrix of a compressed-tensors INT4 matrix releases its packed pages") {
+    // MLA's kv_b_proj stored INT4 (weight_packed): the F32 copy is what is read from then on, but
+    // only a tensor named `weight` was compared and released, so the packed words and their scales
+    // stayed resident and counted in weight_bytes beside the F32 copy.
+    const int64_t rows = 1024, cols = 1024;
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    std::mt19937 rng(11);
+    for (float& v : values) {
+        v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 8000.0f;
+    }
+    auto q = quant::quantize(quant::SourceMatrix::f32(values.data(), rows, cols),
+                             WeightFormat::kInt4G32);
+    REQUIRE_MESSAGE(q.ok(), q.status().to_string());
+    const std::string packed(
+        static_cast<const char*>(q->view().data),
+        static_cast<size_t>(quant::weight_data_bytes(WeightFormat::kInt4G32, rows, cols)));
+    const std::string scales(reinterpret_cast<const char*>(q->scales().data()),
+                             q->scales().size() * sizeof(float));
+    const int32_t dims[2] = {static_cast<int32_t>(rows), static_cast<int32_t>(cols)};
+    const std::string shape(reinterpret_cast<const char*>(dims), sizeof dims);
+    const std::string m = "model.layers.0.self_attn.kv_b_proj";
+    TempCheckpoint tmp(
+        {{m + ".weight_packed", DType::kI32, {rows, cols / 8}, packed, {}},
+         {m + ".weight_scale", DType::kF32, {rows, cols / 32}, scales, {}},
+         {m + ".weight_shape", DType::kI32, {2}, shape, {}}},
+        R"({"architectures": ["DeepseekV3ForCausalLM"], "quantization_config": {
+              "quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": [],
+              "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                  "num_bits": 4, "type": "int", "strategy": "group", "group_size": 32,
+                  "symmetric": true, "dynamic": false}}}}})");
+    const int64_t before_kb = mapped_rss_kb(tmp.path);
+    CHECK(before_kb >= static_cast<int64_t>(packed.size() + scales.size()) / 1024);
+
+    auto loader = WeightLoader::create(*tmp.ckpt, *tmp.config, "none");
+    REQUIRE_MESSAGE(loader.ok(), loader.status().to_string());
+    auto w = (*loader)->float_matrix(m + ".weight", rows, cols);
+    REQUIRE_MESSAGE(w.ok(), w.status().to_string());
+    REQUIRE(w->format == WeightFormat::kF32);
+    std::vector<float> want(static_cast<size_t>(cols));
+    for (const int64_t r : {int64_t{0}, rows / 2, rows - 1}) {
+        quant::dequantize_row(q->view(), r, want.data());
+        CHECK(std::memcmp(static_cast<const float*>(w->data) + r * cols, want.data(),
+                          want.size() * sizeof(float)) == 0);
+    }
+    // Held: the F32 copy; the three stored tensors are no longer read.
+    CHECK((*loader)->resident_bytes() ==
+          tmp.ckpt->total_bytes() -
+              static_cast<int64_t>(packed.size() + scales.size() + shape.size()) +
+              rows * cols * static_cast<int64_t>(sizeof(float)));
+    const int64_t after_kb = mapped_rss_kb(tmp.path);
+    CAPTURE(before_kb);
+    CAPTURE(after_kb);
+    // What stays: the pages the header and the tensors' ends share.
+    CHECK(after_kb <= 3 * sysconf(_SC_PAGESIZE) / 1024);
 }
 
 // A backend with matmuls for BF16 only (nothing runs on it).

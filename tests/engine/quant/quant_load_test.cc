@@ -815,6 +815,67 @@ TEST_CASE("quantize copies an input's own weight_shape tensors as stored") {
     }
 }
 
+TEST_CASE("quantize refuses an input tensor named as a quantized module's output, before --out") {
+    // An unused tensor named as the output names a quantized module's scales or shape: both were
+    // written (the header keeping one), and only the load check after the whole write refused
+    // the file, with --force's old checkpoint already gone.
+    const std::string expert = "model.layers.0.mlp.experts.0.gate_proj";
+    const std::string attn = "model.layers.0.self_attn.q_proj";
+    const float one = 1.0f;
+    const std::string f32(reinterpret_cast<const char*>(&one), 4);
+    for (const auto& [policy, stray] :
+         {std::pair<std::string, std::string>{"experts-int4", expert + ".weight_shape"},
+          {"all-int8", attn + ".weight_scale"},
+          {"all-fp8", attn + ".weight_scale_inv"}}) {
+        CAPTURE(policy);
+        TempDir in("stray_in");
+        for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+            fs::copy_file(kMicro + "/" + f, in.path + "/" + f);
+        }
+        rewrite(in.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>&) {
+            ts.push_back({stray, DType::kF32, {1}, f32, {}});
+        });
+        REQUIRE(logits_of(in.path, "none").ok());  // The input loads: the tensor is not read.
+        TempDir out("stray_out");
+        REQUIRE(quantize_checkpoint({kMicro, "all-int8", out.path}).ok());
+        Status st = quantize_checkpoint({in.path, policy, out.path, true});
+        CHECK(st.code() == StatusCode::kInvalidArgument);
+        CHECK(contains(st, in.path + "/model.safetensors: tensor '" + stray +
+                               "' is copied as stored"));
+        CHECK(fs::exists(out.path + "/config.json"));  // The old checkpoint is left whole.
+        REQUIRE(logits_of(out.path, "none").ok());
+    }
+}
+
+TEST_CASE("an FP8 matrix requantized on load that cannot be is refused naming its file") {
+    // requantize names the tensor only: the other quantize-on-load paths add the file
+    // (quantize_stored), this one did not.
+    TempDir f8("fp8_big_scale");
+    REQUIRE(quantize_checkpoint({kMicro, "all-fp8", f8.path}).ok());
+    const std::string expert = "model.layers.0.mlp.experts.0.gate_proj";
+    rewrite(f8.path, [&](std::vector<TensorToWrite>& ts, std::vector<std::string>& keep) {
+        TensorToWrite* t = find(ts, expert + ".weight_scale_inv");
+        REQUIRE(t->dtype == DType::kF32);
+        std::string bytes(t->bytes);
+        // Within FP8's limit (2^64); INT4's scale, max|w| / 7 with |w| up to 448 times it, is not.
+        const float big = 0x1p63f;
+        std::memcpy(bytes.data(), &big, 4);
+        keep.push_back(std::move(bytes));
+        t->bytes = keep.back();
+    });
+    auto loaded = logits_of(f8.path, "experts-int4");
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.status().code() == StatusCode::kInvalidArgument);
+    CHECK(contains(loaded.status(), f8.path + "/model.safetensors"));
+    CHECK(contains(loaded.status(), "tensor '" + expert + ".weight'"));
+    CHECK(contains(loaded.status(), "2^64"));
+    // quantize refuses it the same way (quantize_stored).
+    TempDir out("fp8_big_scale_out");
+    Status st = quantize_checkpoint({f8.path, "experts-int4", out.path + "/q"});
+    CHECK(contains(st, f8.path + "/model.safetensors"));
+    CHECK(contains(st, "tensor '" + expert + ".weight'"));
+}
+
 TEST_CASE("check_model_files refuses what the load refuses, from config and headers alone") {
     // Quantized tensors without the quantization_config that declares them: check-config said
     // "ok" and quantize wrote (or crashed) before the load refused them.
