@@ -141,6 +141,29 @@ Cluster::~Cluster() {
     }
 }
 
+namespace {
+
+// A rollout intent applied to the book, from an event or a peer's push-pull.
+void log_rollout(const RolloutIntent& intent, RolloutBook::Applied applied) {
+    switch (applied) {
+        case RolloutBook::Applied::kTarget:
+            log::info("rollout_target", {{"model", intent.model},
+                                         {"version", intent.version},
+                                         {"ltime", intent.ltime}});
+            break;
+        case RolloutBook::Applied::kFull:
+            log::warn("rollout_event_refused",
+                      {{"reason", "rollout targets are held for " +
+                                      std::to_string(RolloutBook::kMaxModels) + " models already"},
+                       {"ltime", intent.ltime}});
+            break;
+        case RolloutBook::Applied::kStale:
+            break;
+    }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Config& config,
                                                  engine::Generator& generator, Metrics* metrics,
                                                  Clock& clock, const std::string& admin_addr) {
@@ -182,21 +205,24 @@ Result<std::unique_ptr<Cluster>> Cluster::create(net::io_context& io, const Conf
         }
         const RolloutBook::Applied applied = raw->rollouts_.apply(*intent);
         raw->local_rollout_ = applied;
-        switch (applied) {
-            case RolloutBook::Applied::kTarget:
-                log::info("rollout_target", {{"model", intent->model},
-                                             {"version", intent->version},
-                                             {"ltime", intent->ltime}});
-                break;
-            case RolloutBook::Applied::kFull:
-                log::warn(
-                    "rollout_event_refused",
-                    {{"reason", "rollout targets are held for " +
-                                    std::to_string(RolloutBook::kMaxModels) + " models already"},
-                     {"ltime", intent->ltime}});
-                break;
-            case RolloutBook::Applied::kStale:
-                break;
+        log_rollout(*intent, applied);
+    });
+    // The book rides on every push-pull too, so a site that joins or restarts after more than
+    // user_event_buffer later intents (for other models) still learns each model's target.
+    impl->service_->set_local_state(
+        [raw] { return encode_rollout_state(raw->rollouts_.all()); });
+    impl->service_->set_merge_remote_state([raw](std::span<const uint8_t> state, uint64_t ltime) {
+        Result<std::vector<RolloutIntent>> intents = decode_rollout_state(state, ltime);
+        if (!intents.ok()) {
+            log::warn("rollout_state_invalid", {{"error", intents.status().message()}});
+            return;
+        }
+        // Last writer wins on (ltime, version): idempotent, in any order. A full book is not
+        // logged here: each push-pull would repeat it (the events that carried them did once).
+        for (const RolloutIntent& intent : *intents) {
+            if (raw->rollouts_.apply(intent) == RolloutBook::Applied::kTarget) {
+                log_rollout(intent, RolloutBook::Applied::kTarget);
+            }
         }
     });
     impl->service_->set_event_callback([raw](const membership::MemberEvent& e) {

@@ -1,5 +1,8 @@
 #include "daemon/cluster/rollout.h"
 
+#include "routing/membership/messages.h"
+#include "routing/membership/wire.h"
+
 namespace edge::daemon::cluster {
 
 namespace {
@@ -34,6 +37,60 @@ Result<RolloutIntent> decode_rollout(std::span<const uint8_t> payload, uint64_t 
                                       "without newlines");
     }
     return intent;
+}
+
+std::vector<uint8_t> encode_rollout_state(std::span<const RolloutIntent> intents) {
+    routing::membership::WireWriter w;
+    for (const RolloutIntent& i : intents) {
+        if (i.ltime == 0) {
+            continue;
+        }
+        routing::membership::WireWriter e;
+        e.field_uint(1, i.ltime);
+        e.field_bytes(2, encode_rollout(i.model, i.version));
+        w.field_bytes(1, e.bytes());
+    }
+    return w.take();
+}
+
+Result<std::vector<RolloutIntent>> decode_rollout_state(std::span<const uint8_t> state,
+                                                        uint64_t sender_ltime) {
+    std::vector<RolloutIntent> out;
+    routing::membership::WireReader r(state);
+    while (!r.done()) {
+        EDGE_ASSIGN_OR_RETURN(routing::membership::WireField f, r.read_field("rollout state"));
+        if (f.tag != 1) {
+            continue;  // a newer peer's field
+        }
+        if (out.size() >= RolloutBook::kMaxModels) {
+            return invalid_argument_error("rollout state: more than " +
+                                          std::to_string(RolloutBook::kMaxModels) + " intents");
+        }
+        uint64_t ltime = 0;
+        std::optional<std::span<const uint8_t>> payload;
+        routing::membership::WireReader er(f.value);
+        while (!er.done()) {
+            EDGE_ASSIGN_OR_RETURN(routing::membership::WireField g,
+                                  er.read_field("rollout state intent"));
+            if (g.tag == 1) {
+                EDGE_ASSIGN_OR_RETURN(ltime, g.as_uint());
+            } else if (g.tag == 2) {
+                payload = g.value;
+            }
+        }
+        if (ltime == 0 || ltime > sender_ltime || ltime >= routing::membership::kMaxEventLtime) {
+            return invalid_argument_error("rollout state: intent at Lamport time " +
+                                          std::to_string(ltime) + ", not in 1.." +
+                                          std::to_string(sender_ltime) +
+                                          " (the sender's clock)");
+        }
+        if (!payload) {
+            return invalid_argument_error("rollout state: intent without model and version");
+        }
+        EDGE_ASSIGN_OR_RETURN(RolloutIntent intent, decode_rollout(*payload, ltime));
+        out.push_back(std::move(intent));
+    }
+    return out;
 }
 
 RolloutBook::Applied RolloutBook::apply(const RolloutIntent& intent) {

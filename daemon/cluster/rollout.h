@@ -35,6 +35,18 @@ struct RolloutIntent {
 std::vector<uint8_t> encode_rollout(std::string_view model, std::string_view version);
 Result<RolloutIntent> decode_rollout(std::span<const uint8_t> payload, uint64_t ltime);
 
+// The book as anti-entropy state, carried by every full-state push-pull (Memberlist's
+// set_local_state): an intent event reaches the members up when it is sent, and push-pull hands on
+// only the newest user_event_buffer events, so a site that joins or restarts after later intents
+// for other models would never learn this model's target. Only intents with a Lamport time are
+// sent, not the config's (time 0): each site's own config stands until an intent overrides it.
+std::vector<uint8_t> encode_rollout_state(std::span<const RolloutIntent> intents);
+// Untrusted input from a peer whose event clock is `sender_ltime`: at most RolloutBook::kMaxModels
+// intents, each as decode_rollout bounds it, its time in 1..sender_ltime (below
+// kMaxEventLtime). Any violation refuses the whole state (an honest peer sends none).
+Result<std::vector<RolloutIntent>> decode_rollout_state(std::span<const uint8_t> state,
+                                                        uint64_t sender_ltime);
+
 class RolloutBook {
 public:
   // Models the book holds at most: an intent for another model once it is full is refused, so

@@ -57,6 +57,14 @@ class Memberlist {
 public:
     using EventCallback = std::function<void(const MemberEvent&)>;
     using UserEventCallback = std::function<void(const UserEventMsg&)>;
+    // The application's anti-entropy state (memberlist's LocalState/MergeRemoteState delegate):
+    // user events reach only the members up at the time and those a push-pull brings the last
+    // user_event_buffer of, so state built from them (the rollout book) rides on every full-state
+    // push-pull as well. LocalStateFn returns the encoded state (at most kMaxPushPullAppState
+    // bytes); MergeStateFn gets a peer's, with the peer's event clock, which bounds the Lamport
+    // times it may hold. Both run on the membership thread.
+    using LocalStateFn = std::function<std::vector<uint8_t>()>;
+    using MergeStateFn = std::function<void(std::span<const uint8_t> state, uint64_t ltime)>;
 
     // `clock` and `transport` must outlive the Memberlist. A member's site id is its name:
     // `initial_state.site_id` is empty (and set to config.name) or that name, and peers' states
@@ -125,6 +133,8 @@ public:
 
     void set_event_callback(EventCallback cb) { on_event_ = std::move(cb); }
     void set_user_event_callback(UserEventCallback cb) { on_user_event_ = std::move(cb); }
+    void set_local_state(LocalStateFn fn) { local_state_ = std::move(fn); }
+    void set_merge_remote_state(MergeStateFn fn) { merge_state_ = std::move(fn); }
 
     // Messages waiting to be piggybacked or gossiped (at most user_event_buffer user events, and
     // one message per member).
@@ -356,6 +366,8 @@ private:
     uint64_t lives_begun_ = 0;
     EventCallback on_event_;
     UserEventCallback on_user_event_;
+    LocalStateFn local_state_;
+    MergeStateFn merge_state_;
 };
 
 }  // namespace edge::routing::membership

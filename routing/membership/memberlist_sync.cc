@@ -19,6 +19,24 @@ namespace {
 // there by push-pull, and send_user_event would refuse in the whole cluster for good.
 constexpr uint64_t kMaxEventLtimeStep = uint64_t{1} << 32;
 
+// Bytes of name and payload a user event may carry: what send_user_event lets into one gossip
+// packet (`packet_budget`: the mtu less sealing and the version byte). The receiver holds an
+// event to the same bound: one far larger (a stream's push-pull carries up to max_stream_bytes)
+// would be kept for user_event_buffer events and sent in every push-pull, each then too large.
+size_t user_event_budget(size_t packet_budget) { return packet_budget - kMessageOverhead - 32; }
+
+// Whether `ltime` lies below the window of the newest `buffer` Lamport times up to `clock`: the
+// member remembers only events in it, so it cannot tell whether one below was delivered.
+bool below_event_window(uint64_t ltime, uint64_t clock, size_t buffer) {
+    return clock >= buffer && ltime <= clock - buffer;
+}
+
+std::string event_key(const UserEventMsg& e) {
+    std::string key = std::to_string(e.ltime) + '\0' + e.name + '\0';
+    key.append(e.payload.begin(), e.payload.end());
+    return key;
+}
+
 }  // namespace
 
 void Memberlist::send_messages(const std::string& addr,
@@ -213,6 +231,15 @@ PushPullMsg Memberlist::local_push_pull(bool join) const {
     }
     pp.event_ltime = event_clock_;
     pp.events.assign(recent_events_.begin(), recent_events_.end());
+    if (local_state_) {
+        pp.app_state = local_state_();
+        if (pp.app_state.size() > kMaxPushPullAppState) {
+            // Every receiver would refuse the whole push-pull; sync without it instead.
+            log::error("gossip_app_state_too_large",
+                       {{"bytes", static_cast<uint64_t>(pp.app_state.size())}});
+            pp.app_state.clear();
+        }
+    }
     return pp;
 }
 
@@ -282,9 +309,14 @@ void Memberlist::merge_push_pull(const PushPullMsg& pp, bool full_state) {
         }
     }
     // The sender's clock first: its events lie below it, so within the step once it is taken.
-    witness_ltime(pp.event_ltime, full_state);
+    const bool clock_taken = witness_ltime(pp.event_ltime, full_state);
     for (const UserEventMsg& e : pp.events) {
         handle_user_event(e);
+    }
+    // The application's state after the events (it holds what they said, and more), and only
+    // with a clock taken: its times lie at or below the sender's clock, so within ours now.
+    if (full_state && clock_taken && merge_state_ && !pp.app_state.empty()) {
+        merge_state_(pp.app_state, pp.event_ltime);
     }
 }
 
@@ -308,8 +340,7 @@ Status Memberlist::send_user_event(const std::string& name, std::vector<uint8_t>
     if (name.empty() || name.size() > 255) {
         return invalid_argument_error("user event name must be 1..255 bytes");
     }
-    const size_t budget = config_.mtu - keyring_.overhead(config_.label) - 1 - kMessageOverhead;
-    if (name.size() + payload.size() + 32 > budget) {
+    if (name.size() + payload.size() > user_event_budget(packet_budget())) {
         return invalid_argument_error("user event of " + std::to_string(payload.size()) +
                                       " bytes does not fit one gossip packet");
     }
@@ -422,30 +453,44 @@ void Memberlist::set_snapshot_write_for_testing(SnapshotWriter::WriteFn write) {
 }
 
 bool Memberlist::remember_event(const UserEventMsg& e) {
-    std::string key = std::to_string(e.ltime) + '\0' + e.name + '\0';
-    key.append(e.payload.begin(), e.payload.end());
-    if (!seen_events_.insert(key).second) {
+    if (!seen_events_.insert(event_key(e)).second) {
         return false;
     }
     recent_events_.push_back(e);
+    // Forgotten by Lamport time, not by arrival: handle_user_event drops an event below the
+    // window unseen, so one in it must stay seen, or a push-pull from a member one event behind
+    // delivered (and rebroadcast) again what this member had forgotten first.
+    const auto forget = [&](std::deque<UserEventMsg>::iterator it) {
+        seen_events_.erase(event_key(*it));
+        return recent_events_.erase(it);
+    };
+    for (auto it = recent_events_.begin(); it != recent_events_.end();) {
+        it = below_event_window(it->ltime, event_clock_, config_.user_event_buffer) ? forget(it)
+                                                                                     : ++it;
+    }
+    // At most user_event_buffer still (what a push-pull may carry): more only when events share
+    // Lamport times; the oldest go.
     while (recent_events_.size() > config_.user_event_buffer) {
-        const UserEventMsg& old = recent_events_.front();
-        std::string old_key = std::to_string(old.ltime) + '\0' + old.name + '\0';
-        old_key.append(old.payload.begin(), old.payload.end());
-        seen_events_.erase(old_key);
-        recent_events_.pop_front();
+        forget(std::min_element(
+            recent_events_.begin(), recent_events_.end(),
+            [](const UserEventMsg& a, const UserEventMsg& b) { return a.ltime < b.ltime; }));
     }
     return true;
 }
 
 void Memberlist::handle_user_event(const UserEventMsg& e) {
+    // Held to what a sender lets out (send_user_event): the decoder bounds a name only.
+    if (e.name.empty() || e.name.size() > 255 ||
+        e.name.size() + e.payload.size() > user_event_budget(packet_budget())) {
+        stats_.decode_failures.fetch_add(1);
+        return;
+    }
     // Lamport witness: our clock passes every time we have seen (but an implausible one).
     if (!witness_ltime(e.ltime)) {
         return;
     }
     // Older than our window: we cannot tell whether it was delivered, so drop it (serf does).
-    if (event_clock_ > config_.user_event_buffer &&
-        e.ltime < event_clock_ - config_.user_event_buffer) {
+    if (below_event_window(e.ltime, event_clock_, config_.user_event_buffer)) {
         return;
     }
     if (!remember_event(e)) {

@@ -605,6 +605,12 @@ void MembershipService::set_event_callback(Memberlist::EventCallback cb) {
 void MembershipService::set_user_event_callback(Memberlist::UserEventCallback cb) {
     impl_->ml_->set_user_event_callback(std::move(cb));
 }
+void MembershipService::set_local_state(Memberlist::LocalStateFn fn) {
+    impl_->ml_->set_local_state(std::move(fn));
+}
+void MembershipService::set_merge_remote_state(Memberlist::MergeStateFn fn) {
+    impl_->ml_->set_merge_remote_state(std::move(fn));
+}
 void MembershipService::set_packet_delay(std::function<Duration(const std::string&)> delay) {
     impl_->packet_delay_ = std::move(delay);
 }

@@ -49,6 +49,9 @@ public:
 
     void set_event_callback(Memberlist::EventCallback cb);
     void set_user_event_callback(Memberlist::UserEventCallback cb);
+    // Memberlist::set_local_state and set_merge_remote_state. Set before start().
+    void set_local_state(Memberlist::LocalStateFn fn);
+    void set_merge_remote_state(Memberlist::MergeStateFn fn);
 
     // TESTING ONLY: every UDP packet to an address is held back by `delay(addr)` before it is
     // sent (runs on the strand; zero sends at once), so loopback tests see distinct RTTs. Set

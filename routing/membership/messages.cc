@@ -156,6 +156,9 @@ void body(WireWriter& w, const PushPullMsg& m) {
     if (!m.fetch.empty()) {
         w.field_string(5, m.fetch);
     }
+    if (!m.app_state.empty()) {
+        w.field_bytes(6, m.app_state);
+    }
 }
 
 MessageType type_of(const Message& m) {
@@ -350,6 +353,15 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const Decod
             break;
         }
         case 5: { EDGE_ASSIGN_OR_RETURN(m.fetch, get_name(f, "fetch")); break; }
+        case 6: {
+            if (f.value.size() > kMaxPushPullAppState) {
+                return data_loss_error("push-pull application state of " +
+                                       std::to_string(f.value.size()) + " bytes (at most " +
+                                       std::to_string(kMaxPushPullAppState) + ")");
+            }
+            m.app_state = f.as_bytes();
+            break;
+        }
         default: break;
     }
     }

@@ -128,7 +128,15 @@ struct PushPullMsg {
     // sending no entries of its own; the answer carries that entry only. A member that does not
     // know the field answers with its whole table, which holds the entry too.
     std::string fetch;
+    // The application's own anti-entropy state (Memberlist::set_local_state: the cluster's
+    // rollout targets), opaque here, at most kMaxPushPullAppState bytes; empty when none. A
+    // member that does not know the field skips it.
+    std::vector<uint8_t> app_state;
 };
+
+// The most application state one push-pull carries: the cluster's rollout book at its cap (4096
+// models, two fields of up to 255 bytes each) is about 2.2 MB.
+inline constexpr size_t kMaxPushPullAppState = size_t{4} << 20;
 
 using Message = std::variant<PingMsg, IndirectPingMsg, AckMsg, NackMsg, SuspectMsg, AliveMsg,
                              DeadMsg, PushPullMsg, UserEventMsg>;

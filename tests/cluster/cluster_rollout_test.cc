@@ -18,6 +18,8 @@
 #include "daemon/cluster/cli.h"
 #include "daemon/cluster/cluster.h"
 #include "daemon/metrics.h"
+#include "routing/membership/messages.h"
+#include "routing/membership/wire.h"
 #include "tests/cluster/cluster_pair.h"
 #include "tests/testing/daemon_yaml.h"
 
@@ -131,4 +133,77 @@ TEST_CASE("a site refuses a rollout until its Lamport clock synced, then it take
     for (daemon::cluster::Cluster* site : {c.sin.get(), c.fra.get(), &gru}) {
         CHECK(wait_for([&] { return holds(*site, "v4"); }, 5s));
     }
+}
+
+// An intent travels as a user event, and a push-pull hands on only the newest user_event_buffer
+// (512) of those: a site that joined after 512 later intents for other models never learned
+// test-model's target, and routed it to any version while the others routed it to v2. The book
+// rides on every push-pull as well.
+TEST_CASE("a site that joins after more than user_event_buffer later intents learns each target") {
+    ClusterPair c("127.0.0.1:1");
+    REQUIRE(wait_for([&] { return sees_alive(*c.fra, "sin"); }, 10s));
+    daemon::AdminReply r = post_rollout(*c.sin, "v2");
+    REQUIRE_MESSAGE(r.status == 200, r.body);
+    for (int i = 0; i < 520; ++i) {
+        std::optional<daemon::AdminReply> other = c.sin->handle_admin(
+            "POST", "/admin/rollout?model=other-" + std::to_string(i) + "&version=v1");
+        REQUIRE(other.has_value());
+        REQUIRE(other->deferred);
+        auto answered = std::make_shared<std::promise<daemon::AdminReply>>();
+        std::future<daemon::AdminReply> answer = answered->get_future();
+        other->deferred([answered](daemon::AdminReply a) { answered->set_value(std::move(a)); });
+        REQUIRE(answer.wait_for(5s) == std::future_status::ready);
+        REQUIRE_MESSAGE(answer.get().status == 200, i);
+    }
+    REQUIRE(wait_for([&] { return c.fra->rollouts().target("other-519").has_value(); }, 10s));
+
+    daemon::cluster::Cluster& gru = c.add("gru", {c.seed()});
+    gru.start();
+    REQUIRE(wait_for([&] { return gru.rollouts().target("other-519").has_value(); }, 10s));
+    CHECK(wait_for([&] { return holds(gru, "v2"); }, 5s));
+    CHECK(gru.rollouts().all().size() == 521);
+}
+
+// The book as a peer sends it is untrusted: bounded as an intent event is, with times no later
+// than the sender's clock, and refused whole otherwise.
+TEST_CASE("rollout state from a push-pull is decoded within its bounds, or refused") {
+    using daemon::cluster::decode_rollout_state;
+    using daemon::cluster::encode_rollout_state;
+    using daemon::cluster::RolloutIntent;
+    // The config's intents (time 0) are not sent: each site's own config stands.
+    const std::vector<RolloutIntent> book{{"a", "v1", 0}, {"b", "v2", 7}, {"c", "v3", 9}};
+    const std::vector<uint8_t> bytes = encode_rollout_state(book);
+    auto decoded = decode_rollout_state(bytes, 9);
+    REQUIRE(decoded.ok());
+    REQUIRE(decoded->size() == 2);
+    CHECK(decoded->at(0).model == "b");
+    CHECK(decoded->at(0).version == "v2");
+    CHECK(decoded->at(0).ltime == 7);
+    CHECK(decoded->at(1).ltime == 9);
+    CHECK(decode_rollout_state({}, 0).value().empty());
+
+    // Later than the sender's own clock, or at the decoder's cap.
+    CHECK_FALSE(decode_rollout_state(bytes, 8).ok());
+    const std::vector<RolloutIntent> capped{{"m", "v", membership::kMaxEventLtime}};
+    CHECK_FALSE(decode_rollout_state(encode_rollout_state(capped),
+                                     membership::kMaxEventLtime).ok());
+    // Malformed: cut short, an intent with no time, a field too long or with a newline.
+    CHECK_FALSE(decode_rollout_state(std::span(bytes).first(bytes.size() - 1), 9).ok());
+    membership::WireWriter no_time;
+    membership::WireWriter e;
+    e.field_bytes(2, daemon::cluster::encode_rollout("m", "v"));
+    no_time.field_bytes(1, e.bytes());
+    CHECK_FALSE(decode_rollout_state(no_time.bytes(), 9).ok());
+    const std::vector<RolloutIntent> long_model{{std::string(256, 'm'), "v", 1}};
+    CHECK_FALSE(decode_rollout_state(encode_rollout_state(long_model), 9).ok());
+    const std::vector<RolloutIntent> newline{{"m", "v\nw", 1}};
+    CHECK_FALSE(decode_rollout_state(encode_rollout_state(newline), 9).ok());
+    // More intents than a book holds.
+    std::vector<RolloutIntent> many;
+    for (size_t i = 0; i <= daemon::cluster::RolloutBook::kMaxModels; ++i) {
+        many.push_back({"m" + std::to_string(i), "v", 1});
+    }
+    CHECK_FALSE(decode_rollout_state(encode_rollout_state(many), 1).ok());
+    many.pop_back();
+    CHECK(decode_rollout_state(encode_rollout_state(many), 1).ok());
 }

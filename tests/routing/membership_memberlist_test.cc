@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
 #include <set>
 
 #include "routing/membership/memberlist.h"
@@ -718,7 +719,8 @@ TEST_CASE("memberlist: a push-pull over the site's caps is merged up to them, ov
                                            NodeState::kAlive, 0, {}, std::nullopt});
     }
     CHECK(a.push_pull(events).ok());
-    CHECK(a.ml().stats().user_events_delivered.load() == 5);
+    // The push-pull's clock first: at 5, the window of 4 holds times 2..5, and 1 lies below it.
+    CHECK(a.ml().stats().user_events_delivered.load() == 4);
     CHECK(answered_clock(a) == 5);
     CHECK(a.push_pull(nodes).ok());
     CHECK(a.ml().num_live() == 8);  // This site and the first seven: the table is full.
@@ -880,6 +882,131 @@ TEST_CASE("memberlist: every change a snapshot shows of a member bumps the chang
     CHECK(ml.snapshot()->find("A")->incarnation == 2);
     // Nothing new: no bump.
     CHECK_FALSE(bumped([&] { a.receive(AliveMsg{7, "X", "10.0.0.9:7946", 7, std::nullopt}); }));
+}
+
+// The application's anti-entropy state rides on every full-state push-pull (a fetch's answer is
+// one member's entry, without it), merged with the sender's clock once that clock is taken: user
+// events alone reach a member that joins later only as the newest user_event_buffer of them.
+TEST_CASE("memberlist: application state rides on push-pull, merged with the sender's clock") {
+    Member a;
+    a.ml().set_local_state([] { return std::vector<uint8_t>{7, 8, 9}; });
+    std::vector<std::pair<std::vector<uint8_t>, uint64_t>> merged;
+    a.ml().set_merge_remote_state([&](std::span<const uint8_t> state, uint64_t ltime) {
+        merged.emplace_back(std::vector<uint8_t>(state.begin(), state.end()), ltime);
+    });
+    PushPullMsg pp;
+    pp.event_ltime = 5;
+    pp.app_state = {1, 2};
+    auto answer = a.push_pull(pp);
+    REQUIRE(answer.ok());
+    REQUIRE(merged.size() == 1);
+    CHECK(merged[0].first == std::vector<uint8_t>{1, 2});
+    CHECK(merged[0].second == 5);
+    auto msgs = decode_packet(Keyring{}.open("", *answer).value());
+    REQUIRE(msgs.ok());
+    CHECK(std::get<PushPullMsg>(msgs->at(0)).app_state == std::vector<uint8_t>{7, 8, 9});
+
+    // A fetch carries none and its answer neither.
+    PushPullMsg fetch;
+    fetch.fetch = "A";
+    fetch.app_state = {3};
+    answer = a.push_pull(fetch);
+    REQUIRE(answer.ok());
+    CHECK(merged.size() == 1);
+    msgs = decode_packet(Keyring{}.open("", *answer).value());
+    CHECK(std::get<PushPullMsg>(msgs->at(0)).app_state.empty());
+    // Nor is the state of a sender whose clock is refused as implausibly far ahead merged.
+    PushPullMsg forged;
+    forged.event_ltime = kMaxEventLtime - 1;
+    forged.app_state = {4};
+    REQUIRE(a.push_pull(forged).ok());
+    CHECK(merged.size() == 1);
+
+    // The decoder bounds the field.
+    PushPullMsg big;
+    big.app_state.assign(kMaxPushPullAppState + 1, 0);
+    auto refused = a.push_pull(big);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().message().find("application state") != std::string::npos);
+    big.app_state.pop_back();
+    CHECK(a.push_pull(big).ok());
+    CHECK(merged.size() == 2);
+}
+
+// A sender lets into an event as much as fits one gossip packet, but a receiver took any size: an
+// event of megabytes on a push-pull stream was kept for user_event_buffer events and sent in
+// every push-pull, each then over max_stream_bytes, so sync broke. Refused as undecodable.
+TEST_CASE("memberlist: a user event larger than a sender lets into a packet is refused") {
+    Member a;
+    std::vector<size_t> delivered;
+    a.ml().set_user_event_callback(
+        [&](const UserEventMsg& e) { delivered.push_back(e.payload.size()); });
+    // The largest payload send_user_event lets out.
+    size_t fits = 0;
+    while (a.ml().send_user_event("rollout", std::vector<uint8_t>(fits + 1)).ok()) {
+        ++fits;
+    }
+    REQUIRE(fits > 1000);
+    REQUIRE(delivered.size() == fits);
+    delivered.clear();
+
+    const uint64_t clock = a.ml().event_clock();
+    PushPullMsg pp;
+    pp.event_ltime = clock + 4;
+    pp.events.push_back(UserEventMsg{clock + 1, "rollout", std::vector<uint8_t>(fits + 1)});
+    pp.events.push_back(UserEventMsg{clock + 2, "rollout", std::vector<uint8_t>(1 << 20)});
+    pp.events.push_back(UserEventMsg{clock + 3, "", {1}});
+    pp.events.push_back(UserEventMsg{clock + 4, std::string(256, 'n'), {1}});
+    const uint64_t failures = a.ml().stats().decode_failures.load();
+    auto answer = a.push_pull(pp);
+    REQUIRE(answer.ok());
+    CHECK(delivered.empty());
+    CHECK(a.ml().stats().decode_failures.load() == failures + 4);
+    // Not kept either: the answer (and every push-pull from here on) carries none of them.
+    auto msgs = decode_packet(Keyring{}.open("", *answer).value());
+    REQUIRE(msgs.ok());
+    for (const UserEventMsg& e : std::get<PushPullMsg>(msgs->at(0)).events) {
+        CHECK(e.payload.size() <= fits);
+    }
+    // As large as a sender lets out is taken.
+    a.receive(UserEventMsg{clock + 5, "rollout", std::vector<uint8_t>(fits)});
+    CHECK(delivered == std::vector<size_t>{fits});
+}
+
+// The window took user_event_buffer + 1 Lamport times while remembering user_event_buffer events,
+// forgotten by arrival: a push-pull from a member one event behind delivered (and rebroadcast)
+// again each event of its ring, and this member then forgot its newest. Remembered by time now.
+TEST_CASE("memberlist: a push-pull from a member one event behind delivers nothing twice") {
+    MembershipConfig c = lan_profile();
+    c.user_event_buffer = 4;
+    Member a(c);
+    std::map<uint64_t, int> delivered;
+    a.ml().set_user_event_callback([&](const UserEventMsg& e) { ++delivered[e.ltime]; });
+    for (uint8_t i = 1; i <= 6; ++i) {
+        a.receive(UserEventMsg{i, "rollout", {i}});
+    }
+    REQUIRE(delivered.size() == 6);
+    // Its ring: the four newest it saw, 2..5.
+    PushPullMsg behind;
+    behind.event_ltime = 5;
+    for (uint8_t i = 2; i <= 5; ++i) {
+        behind.events.push_back(UserEventMsg{i, "rollout", {i}});
+    }
+    auto answer = a.push_pull(behind);
+    REQUIRE(answer.ok());
+    for (const auto& [ltime, times] : delivered) {
+        CAPTURE(ltime);
+        CHECK(times == 1);
+    }
+    CHECK(a.ml().stats().user_events_delivered.load() == 6);
+    // The answer carries the four newest, 6 among them.
+    auto msgs = decode_packet(Keyring{}.open("", *answer).value());
+    REQUIRE(msgs.ok());
+    std::set<uint64_t> held;
+    for (const UserEventMsg& e : std::get<PushPullMsg>(msgs->at(0)).events) {
+        held.insert(e.ltime);
+    }
+    CHECK(held == std::set<uint64_t>{3, 4, 5, 6});
 }
 
 }  // namespace
