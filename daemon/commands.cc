@@ -349,11 +349,19 @@ int run_main(int argc, char** argv) {
             // Certificates, tenants, keys and limits come from the config file again; a file
             // that does not load changes nothing.
             Result<Config> fresh = load_config(config_path);
-            if (!fresh.ok()) {
+            // The sections a reload leaves for the restart are checked too: one that the next
+            // start would refuse fails the reload, so the operator hears of it now, not at a
+            // restart days later.
+            std::string part = "file";
+            Status checked = fresh.status();
+            if (checked.ok()) {
+                checked = preflight_restart(*config, *fresh, public_fd >= 0, &part);
+            }
+            if (!checked.ok()) {
                 (*daemon)->metrics().on_config_reload(false);
                 log::error("config_reload_failed",
-                           {{"part", "file"},
-                            {"error", fresh.status().message()},
+                           {{"part", part},
+                            {"error", checked.message()},
                             {"detail", "nothing applied: " + std::string(kReloadApplies) +
                                            " stay as they were"}});
             } else if ((*daemon)->reload(*fresh).ok()) {  // All or nothing; logged.

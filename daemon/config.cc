@@ -92,6 +92,19 @@ std::function<Status(const YAML::Node&, const std::string&)> identifier_field(co
 
 namespace {
 
+// The first tenant model (tenant i, its models[j]) that is not one of `served`.
+std::optional<std::pair<size_t, size_t>> unserved_tenant_model(
+    const std::vector<TenantConfig>& tenants, const std::vector<std::string>& served) {
+    for (size_t i = 0; i < tenants.size(); ++i) {
+        for (size_t j = 0; j < tenants[i].models.size(); ++j) {
+            if (std::find(served.begin(), served.end(), tenants[i].models[j]) == served.end()) {
+                return std::pair(i, j);
+            }
+        }
+    }
+    return std::nullopt;
+}
+
 // A new top-level section here is compared by changed_restart_sections() too (or, when SIGHUP
 // applies it, left out there on purpose).
 Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
@@ -162,23 +175,17 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
     // models other sites serve (a front door serves none itself), which requests reach by
     // forwarding.
     if (c.tenants && !c.gossip.enabled) {
-        std::set<std::string> served;
+        std::vector<std::string> served;
         for (const auto& m : c.models) {
-            served.insert(m.name);
+            served.push_back(m.name);
         }
-        const YAML::Node tenants = root["tenants"];
-        for (size_t i = 0; i < c.tenants->size(); ++i) {
-            const auto& t = (*c.tenants)[i];
-            for (size_t j = 0; j < t.models.size(); ++j) {
-                if (!served.count(t.models[j])) {
-                    std::string k = "tenants[" + std::to_string(i) + "].models[" +
-                                    std::to_string(j) + "]";
-                    return r.error(tenants[i]["models"][j], k,
-                                   "model '" + t.models[j] +
-                                       "' is not in `models` (a site outside a cluster serves "
-                                       "only its own)");
-                }
-            }
+        if (auto at = unserved_tenant_model(*c.tenants, served)) {
+            const auto [i, j] = *at;
+            std::string k = "tenants[" + std::to_string(i) + "].models[" + std::to_string(j) + "]";
+            return r.error(root["tenants"][i]["models"][j], k,
+                           "model '" + (*c.tenants)[i].models[j] +
+                               "' is not in `models` (a site outside a cluster serves only its "
+                               "own)");
         }
     }
     c.engine.models = c.models;
@@ -436,6 +443,26 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
           [](const Config& c) { return std::pair(c.routing.outlier, c.routing.target_versions); });
     check("site", [](const Config& c) { return c.site; });
     return changed;
+}
+
+Status check_tenant_models(const Config& fresh, const std::vector<std::string>& served) {
+    if (!fresh.tenants) {
+        return ok_status();
+    }
+    const auto at = unserved_tenant_model(*fresh.tenants, served);
+    if (!at) {
+        return ok_status();
+    }
+    const auto [i, j] = *at;
+    std::string list;
+    for (const std::string& name : served) {
+        list += (list.empty() ? "" : ", ") + name;
+    }
+    return invalid_argument_error(
+        fresh.source + ": tenants[" + std::to_string(i) + "].models[" + std::to_string(j) +
+        "]: model '" + (*fresh.tenants)[i].models[j] + "' is not served here (this site serves " +
+        (list.empty() ? "none" : list) +
+        " until a restart applies a changed `models` section)");
 }
 
 bool is_identifier(std::string_view s) {

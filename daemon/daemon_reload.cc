@@ -30,6 +30,16 @@ Status Daemon::apply_reload(const Config& fresh) {
         checked = refuse_tenants(fresh.tenants).with_context(fresh.source);
         part = "tenants";
     }
+    if (checked.ok() && !cluster_) {
+        // Alone, a site serves only the models it started with (`models` waits for a restart),
+        // whatever the new config's `models` says: a tenant list naming others would lose the
+        // tenant its models until then.
+        std::vector<std::string> served;
+        for (const engine::ModelInfo& m : generator_->models()) {
+            served.push_back(m.name);
+        }
+        checked = check_tenant_models(fresh, served);
+    }
     if (checked.ok()) {
         checked = refuse_admin_token(fresh.admin).with_context(fresh.source);
         part = "admin_token";
@@ -111,7 +121,11 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
 }
 
 Status Daemon::reload_gossip_keys(const GossipConfig& gossip) {
-    if (!cluster_) {
+    // A config without `gossip` leaves the cluster running as it is until the restart (the
+    // section is restart-only; changed_sections_need_restart says so): its keys too. Read as
+    // keys, its empty keyring would refuse the reload as turning encryption off, and with it an
+    // unrelated change (a tenant key revoked) on every reload until then.
+    if (!cluster_ || !gossip.enabled) {
         return ok_status();
     }
     Result<size_t> keys = cluster_->reload_keys(gossip);

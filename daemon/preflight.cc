@@ -131,6 +131,49 @@ Result<std::string> check_model(const engine::ModelConfig& model,
     return warning;
 }
 
+// The engine options a start checks by name: engine.cpu_kernels (one this CPU runs) and
+// engine.sharding.communicator (one compiled in).
+Status check_engine(const Config& config) {
+    const std::string& file = config.source;
+    if (config.engine.cpu_kernels != "auto") {
+        if (Result<engine::cpu::Isa> isa = engine::cpu::isa_by_name(config.engine.cpu_kernels);
+            !isa.ok()) {
+            return isa.status().with_context(file + ": engine.cpu_kernels");
+        }
+    }
+    const std::vector<std::string> communicators = engine::shard::available_communicators();
+    if (std::find(communicators.begin(), communicators.end(),
+                  config.engine.sharding.communicator) == communicators.end()) {
+        std::string known;
+        for (const std::string& c : communicators) {
+            known += (known.empty() ? "" : ", ") + c;
+        }
+        return invalid_argument_error(file + ": engine.sharding.communicator: '" +
+                                      config.engine.sharding.communicator +
+                                      "' is not compiled in (available: " + known + ")");
+    }
+    return ok_status();
+}
+
+// check_model() for each of config.models; on success, preflight_config()'s warnings.
+Result<std::vector<std::string>> check_models(const Config& config) {
+    const std::string& file = config.source;
+    std::vector<std::string> warnings;
+    for (size_t i = 0; i < config.models.size(); ++i) {
+        const engine::ModelConfig& m = config.models[i];
+        Result<std::string> warning = check_model(m, config.engine.sharding);
+        if (!warning.ok()) {
+            return warning.status().with_context(file + ": models[" + std::to_string(i) +
+                                                 "] (\"" + m.name + "\", " + m.path + ")");
+        }
+        if (!warning->empty()) {
+            warnings.push_back(file + ": models[" + std::to_string(i) + "] (\"" + m.name +
+                               "\"): " + *warning);
+        }
+    }
+    return warnings;
+}
+
 }  // namespace
 
 Status preflight_reload(const Config& config, std::string* refused_part) {
@@ -183,40 +226,44 @@ Status preflight_reload(const Config& config, std::string* refused_part) {
 
 Result<std::vector<std::string>> preflight_config(const Config& config,
                                                   bool public_socket_inherited) {
-    const std::string& file = config.source;
     EDGE_RETURN_IF_ERROR(preflight_reload(config));
     EDGE_RETURN_IF_ERROR(check_ports(config, public_socket_inherited));
-    if (config.engine.cpu_kernels != "auto") {
-        if (Result<engine::cpu::Isa> isa = engine::cpu::isa_by_name(config.engine.cpu_kernels);
-            !isa.ok()) {
-            return isa.status().with_context(file + ": engine.cpu_kernels");
-        }
+    EDGE_RETURN_IF_ERROR(check_engine(config));
+    return check_models(config);
+}
+
+Status preflight_restart(const Config& running, const Config& fresh,
+                         bool public_socket_inherited, std::string* refused_part) {
+    const std::vector<std::string> changed = changed_restart_sections(running, fresh);
+    auto has = [&changed](const char* section) {
+        return std::find(changed.begin(), changed.end(), section) != changed.end();
+    };
+    // As preflight_config() would check the sections a reload leaves for the restart: a reload
+    // that took them would report success for a config the next start (ExecStartPre's
+    // check-config) refuses. The rest preflight_reload() checks on every reload.
+    Status checked;
+    const char* part = "";
+    if (has("listeners") || has("peer") || has("gossip")) {
+        checked = check_ports(fresh, public_socket_inherited);
+        part = has("listeners") ? "listeners" : has("peer") ? "peer" : "gossip";
     }
-    const std::vector<std::string> communicators = engine::shard::available_communicators();
-    if (std::find(communicators.begin(), communicators.end(),
-                  config.engine.sharding.communicator) == communicators.end()) {
-        std::string known;
-        for (const std::string& c : communicators) {
-            known += (known.empty() ? "" : ", ") + c;
-        }
-        return invalid_argument_error(file + ": engine.sharding.communicator: '" +
-                                      config.engine.sharding.communicator +
-                                      "' is not compiled in (available: " + known + ")");
+    if (checked.ok() && has("engine")) {
+        checked = check_engine(fresh);
+        part = "engine";
     }
-    std::vector<std::string> warnings;
-    for (size_t i = 0; i < config.models.size(); ++i) {
-        const engine::ModelConfig& m = config.models[i];
-        Result<std::string> warning = check_model(m, config.engine.sharding);
-        if (!warning.ok()) {
-            return warning.status().with_context(file + ": models[" + std::to_string(i) +
-                                                 "] (\"" + m.name + "\", " + m.path + ")");
-        }
-        if (!warning->empty()) {
-            warnings.push_back(file + ": models[" + std::to_string(i) + "] (\"" + m.name +
-                               "\"): " + *warning);
-        }
+    // The sharding settings are part of what a model directory is checked against.
+    if (checked.ok() && (has("models") || has("engine"))) {
+        checked = check_models(fresh).status();
+        part = "models";
     }
-    return warnings;
+    if (checked.ok()) {
+        return ok_status();
+    }
+    if (refused_part != nullptr) {
+        *refused_part = part;
+    }
+    return Status(checked.code(), checked.message() + " (a reload leaves `" + part +
+                                      "` for the restart, which would fail on this config)");
 }
 
 Status check_ports_free(const Config& config, bool public_socket_inherited) {

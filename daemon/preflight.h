@@ -37,6 +37,18 @@ Result<std::vector<std::string>> preflight_config(const Config& config,
 // "peer_certificates" (`peer`), "admin_token" or "gossip".
 Status preflight_reload(const Config& config, std::string* refused_part = nullptr);
 
+// What SIGHUP checks of the sections a reload does not apply (changed_restart_sections() from
+// `running`, the config the daemon started with, to `fresh`), as preflight_config() checks them:
+// changed listeners, peer or gossip sections the ports, a changed engine section its
+// cpu_kernels and communicator, changed models or engine sections each model directory. A
+// reload that took such a config would report success while the next start (check-config, then
+// `run`) refuses it. The error names the config file and key and says the next start would fail;
+// `refused_part` (when given) is set to the section: "listeners", "peer", "gossip", "engine" or
+// "models". Unchanged sections are not looked at (they passed at the start).
+Status preflight_restart(const Config& running, const Config& fresh,
+                         bool public_socket_inherited = false,
+                         std::string* refused_part = nullptr);
+
 // For `run`, before the models load (which can take minutes): each TCP listener's address and
 // port can be bound now (a port another process listens on fails here, at once). Not part of
 // check-config, which runs beside a live daemon whose ports are taken. kUnavailable names the

@@ -342,6 +342,7 @@ TEST_CASE("a reload rotates the gossip keys in three rounds with no member lost"
     REQUIRE(wait_for([&] { return c.converged(); }, 10s));
     auto reload = [&](size_t site, std::vector<std::string> keys, std::string file = "") {
         daemon::GossipConfig g;
+        g.enabled = true;  // A config with a `gossip` section: one without keeps the keys.
         g.keys = std::move(keys);
         g.keyring_file = std::move(file);
         return c[site].daemon->reload_gossip_keys(g);
