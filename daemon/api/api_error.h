@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "tls/http_types.h"
@@ -24,6 +25,12 @@ struct ApiError {
     std::string to_json() const;
     tls::HttpResponse to_response() const;
 };
+
+// On the peer listener's refusals of the forwarding site itself (a certificate that does not
+// name it, a request that is not a forward), the refusal's code. The forwarding site takes such
+// an answer as a failure to connect to that peer (the next target, or itself, runs the request),
+// never as the answer to relay: the client did nothing wrong.
+inline constexpr std::string_view kPeerRefusalHeader = "X-Edgeserve-Peer-Refusal";
 
 ApiError invalid_request(std::string message, std::optional<std::string> param);
 ApiError model_not_found(const std::string& model);

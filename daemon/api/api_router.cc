@@ -153,7 +153,11 @@ void ApiRouter::serve(tls::HttpRequest request, std::shared_ptr<tls::ResponseCha
                         "certificate (peer.verify_site_identity).";
         }
         if (e.status != 400 || !e.message.empty()) {
-            channel->respond(e.to_response());
+            // Marked (kPeerRefusalHeader): the forwarding site relayed it as its answer, and its
+            // client got a 403 (or 400) for a certificate not its own, no other target tried.
+            tls::HttpResponse refusal = e.to_response();
+            refusal.headers.push_back({std::string(kPeerRefusalHeader), *e.code});
+            channel->respond(std::move(refusal));
             return;
         }
         if (!is_identifier(tenant_name)) {

@@ -103,8 +103,7 @@ net::awaitable<void> PeerClient::Impl::testing_delay(const RouteTarget& target) 
     co_await timer.async_wait(kTuple);
 }
 
-net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarget& target,
-                                               bool can_retry) {
+net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarget& target) {
     const auto start = SteadyClock::now();
     // `reported`: the planner already heard of this attempt (at the response head).
     auto fail = [&](Failure failure, const std::string& why, bool reported = false) {
@@ -218,6 +217,20 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     const auto to_head = SteadyClock::now() - start;
     auto& response = parser->get();
     const int status = response.result_int();
+    if (std::string_view refusal = response[api::kPeerRefusalHeader];
+        !refusal.empty() && status >= 400 && status < 500) {
+        // The peer's listener refused this site itself (its certificate does not name this
+        // site's id there, say): the request never ran, and the client did nothing wrong. As
+        // a peer whose certificate fails this site's check: a failure to connect, the next
+        // target (or this site) runs it. Relayed, every request routed there got that 403,
+        // the peer heard as healthy, the tenant charged.
+        job.current = nullptr;
+        conn->close();
+        fail(Failure::kConnect, "its peer listener refused this site's forward (" +
+                                    std::to_string(status) + " " +
+                                    std::string(refusal.substr(0, 64)) + ")");
+        co_return false;
+    }
     // A deferred answer (api/deferred_response.h): the peer accepted the request; its answer,
     // status included, is the body. If the connection breaks before it, nothing reached the
     // client and the next target is tried (a peer that died mid-generation), not charged twice.
@@ -229,6 +242,23 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     // failures before the cut that followed, so a peer that accepted and then died every time
     // was never ejected.
     const bool accepted = deferred || (streamed && status == 200);
+    // What ran there before an error answer after acceptance, as the peer told: a deferred
+    // one's (below), or a plain one's, which a peer sends when the end came before its deferred
+    // head could go out (a race there). Told on a plain one, read as the deferred one's is:
+    // run again elsewhere only when it says no token was generated, and charged.
+    std::optional<int64_t> told_prompt;
+    std::optional<int64_t> told_completion;
+    bool told_usage = false;
+    if (!deferred && !streamed && status != 200) {
+        told_usage = !response[cluster::kPromptTokensHeader].empty() ||
+                     !response[cluster::kCompletionTokensHeader].empty();
+        if (told_usage) {
+            told_prompt = cluster::header_count(response[cluster::kPromptTokensHeader], 0,
+                                                kMaxToldTokens);
+            told_completion = cluster::header_count(response[cluster::kCompletionTokensHeader],
+                                                    0, kMaxToldTokens);
+        }
+    }
     if (status != 503 && !accepted) {
         // A 503 head is a refusal before the request ran (the peer's queue full, draining,
         // loading): load and state, which gossip gives the cost, not ill health. Counted as a
@@ -238,7 +268,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     if (metrics_ != nullptr) {
         metrics_->on_forward_latency(target.site_id, to_head);
     }
-    if (status >= 500 && can_retry) {
+    // After acceptance, as for a deferred answer (below): only a refusal for capacity before
+    // any token is run again.
+    const bool rerunnable = !told_usage || (status == 503 && told_completion == int64_t{0});
+    if (status >= 500 && rerunnable && can_retry(job)) {
         job.current = nullptr;
         conn->close();
         fail(Failure::kStatus5xx, "answered " + std::to_string(status), true);
@@ -345,7 +378,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         // again elsewhere (it would take as long, and the client has waited that long already).
         const bool timed_out = ec == beast::error::timeout;
         if (!job.cancelled && deferred && body.empty() && ec != http::error::body_limit &&
-            !timed_out && can_retry) {
+            !timed_out && can_retry(job)) {
             // Nothing reached the client and the peer is gone: the next target runs it, as for
             // a peer that died before its head. Not once its answer began: a deferred body
             // starts when the generation has ended, so the peer ran it whole (running it again
@@ -415,11 +448,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         // version) is charged as one cut: otherwise it would be free.
         take_usage(job, usage);
     } else {
-        // What ran there before an error after acceptance (a deferred error answer's usage,
-        // api::Response), as the peer told.
-        std::optional<int64_t> told_prompt;
-        std::optional<int64_t> told_completion;
         if (deferred) {
+            // What ran there before an error after acceptance (a deferred error answer's usage,
+            // api::Response), as the peer told.
             std::optional<tls::HttpResponse> answer = api::decode_deferred_response(body);
             if (answer) {
                 told_prompt = told_count(*answer, cluster::kPromptTokensHeader);
@@ -428,7 +459,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
                               [](const tls::HttpHeader& h) { return is_usage_header(h.name); });
             }
             if (answer && (answer->status == 503 || answer->status == 429) &&
-                told_completion == int64_t{0} && can_retry) {
+                told_completion == int64_t{0} && can_retry(job)) {
                 // Accepted, then refused there for capacity before any token (its engine found
                 // no sequence slot or KV room once it was queued, a drain cancelled it while
                 // queued): nothing reached the client, so the next target runs it, as after a
@@ -466,11 +497,20 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             usage.feed_json(body);
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();
-        } else if (deferred) {
+        } else if (deferred || told_usage) {
             // Accepted, then failed there (a drain cancelled it, say): the prompt was read, and
             // what it generated until then, as the peer told (a peer that does not: none).
-            job.result.prompt_tokens = told_prompt.value_or(job.accepted_prompt_tokens);
+            // Never refunded as refused, as a deferred answer is not.
+            job.result.accepted = true;
+            job.result.prompt_tokens =
+                told_prompt.value_or(deferred ? job.accepted_prompt_tokens : 0);
             job.result.completion_tokens = told_completion.value_or(0);
+        } else if (accepted_before) {
+            // A peer tried before accepted it, then was cut; this one refused it: as when no
+            // other site could take it (finish()), it may have generated there. Relayed with
+            // no usage, the refusal settled the charge at nothing, the prompt refunded too.
+            job.result.usage_unknown = true;
+            job.result.prompt_tokens = job.accepted_prompt_tokens;
         }
         head.body = std::move(body);
         job.result.started = true;

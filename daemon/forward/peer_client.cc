@@ -26,6 +26,23 @@ bool PeerClient::Impl::retry_allowed() const {
     return static_cast<double>(retries_in_flight_ + 1) <= cap;
 }
 
+bool PeerClient::Impl::can_retry(ForwardJob& job) {
+    if (job.local_fallback) {
+        return true;  // Run here should the budget stop the remote targets left (run()).
+    }
+    if (!job.remote_next) {
+        return false;
+    }
+    if (!job.counted_retry) {
+        if (!retry_allowed()) {
+            return false;
+        }
+        job.counted_retry = true;
+        ++retries_in_flight_;
+    }
+    return true;
+}
+
 void PeerClient::Impl::abandon_site(const std::string& site_id) {
     for (ForwardJob* job : jobs_) {
         if ((job->current != nullptr || job->resolving) && job->current_site == site_id) {
@@ -109,7 +126,7 @@ net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
             remote.push_back(i);
         }
     }
-    const bool local_fallback = has_local_target(*job);
+    job->local_fallback = has_local_target(*job);
     for (size_t k = 0; k < remote.size() && !job->cancelled && !stopping_.load(); ++k) {
         const RouteTarget& target = job->targets[remote[k]];
         if (k > 0) {
@@ -128,13 +145,12 @@ net::awaitable<void> PeerClient::Impl::run(std::shared_ptr<ForwardJob> job) {
         }
         // A local target in the plan follows the remote ones before it (or one the retry budget
         // stops at): a 5xx, or a deferred answer cut, with nothing relayed leaves the request to
-        // it (finish()), as a refused connection does. Relayed, the 503 of a peer's full queue
-        // reached the client while this site could have run it.
-        bool can_retry =
-            local_fallback || (k + 1 < remote.size() && (job->counted_retry || retry_allowed()));
+        // it (finish()), as a refused connection does (can_retry()). Relayed, the 503 of a
+        // peer's full queue reached the client while this site could have run it.
+        job->remote_next = k + 1 < remote.size();
         ++job->result.attempts;
         job->result.site_id = target.site_id;
-        bool over = co_await attempt(*job, target, can_retry);
+        bool over = co_await attempt(*job, target);
         if (over) {
             break;
         }

@@ -112,6 +112,8 @@ struct ForwardJob {
     bool site_lost = false;    // Its connection was closed: gossip declared the site dead.
     bool cancelled = false;
     bool counted_retry = false;  // Holds one of the retry budget's slots.
+    bool local_fallback = false;  // The plan holds this site: finish() runs what no peer took.
+    bool remote_next = false;     // A remote target follows the attempt's.
     // The prompt's length a peer that accepted the request sent on its head (kPromptTokensHeader):
     // charged when its usage report never comes.
     int64_t accepted_prompt_tokens = 0;
@@ -141,9 +143,9 @@ class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
     }
     net::awaitable<void> run(std::shared_ptr<ForwardJob> job);
     // One target. True when the job is over (answered, or cancelled); false to try the next.
-    // `can_retry`: a next target (a remote one, or this site: finish()) may take a 5xx answer or
-    // a deferred answer cut, nothing of which reached the client; else it is relayed.
-    net::awaitable<bool> attempt(ForwardJob& job, const RouteTarget& target, bool can_retry);
+    // A 5xx answer, or a deferred answer cut, nothing of which reached the client, is left to
+    // the next target when can_retry() says one takes it; else it is relayed.
+    net::awaitable<bool> attempt(ForwardJob& job, const RouteTarget& target);
     // A connection to `site_id` at `peer_addr`, handshaken (its certificate checked for the
     // site id when verify_site_identity).
     net::awaitable<std::unique_ptr<Connection>> connect(ForwardJob& job, const std::string& site_id,
@@ -165,6 +167,11 @@ class PeerClient::Impl : public std::enable_shared_from_this<Impl> {
     // changed, or stop().
     void close_idle();
     bool retry_allowed() const;
+    // Whether a next target takes the answer the attempt would hold back (strand): this site
+    // (finish()), or the next remote target, whose retry slot is then taken at once. Checked
+    // here and taken at the next turn of run(), the slot could go to other forwards meanwhile:
+    // the answer held back was lost for a made-up 503.
+    bool can_retry(ForwardJob& job);
     void cancel(ForwardJob& job);
     // Closes the attempt's connection, or cancels its lookup (strand).
     void stop_attempt(ForwardJob& job);

@@ -448,6 +448,23 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
         CHECK(metrics_contain(a,
                               "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
     }
+    SUBCASE("the next site refuses it: its 503 relayed, charged as a request that ran") {
+        // The refusal, relayed with no usage, settled the charge at nothing: the prompt the
+        // first peer told was refunded, and no output charged for what it may have generated.
+        Cluster cluster;
+        Site a(cluster, "fra", {"m"}, tenants_section());
+        Site c(cluster, "gru", {"m"});
+        c.generator.fail_next_submit(unavailable_error("engine queue full"));
+        RawPeer raw(cluster, accepted_then_died);
+        a.planner.route_to({raw.target(), c.target()});
+        auto r = a.ask(chat_request(false));
+        CHECK(r->status == 503);
+        CHECK(r->headers["x-edgeserve-site"] == "gru");
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+        CHECK(metrics_contain(a,
+                              "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
+    }
 }
 
 TEST_CASE("a peer that generated, then answered a deferred 503: relayed and charged, not rerun") {
@@ -492,6 +509,57 @@ TEST_CASE("a peer that generated, then answered a deferred 503: relayed and char
     CHECK(metrics_contain(
         a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1500"));
     CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+}
+
+TEST_CASE("a peer's plain error answer telling what ran there is read as a deferred one's") {
+    // A peer whose engine ended the request before its deferred head went out answers plain,
+    // with what ran until then: any 5xx head was run again at the next target (done twice)
+    // and the usage it told ignored (the request refunded as refused where none other took it).
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site b(cluster, "sin", {"m"});
+    const std::string body =
+        R"({"error":{"message":"the KV cache cannot hold the sequence","type":"server_error",)"
+        R"("param":null,"code":null}})";
+    auto answer = [&](int completion) {
+        return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+               "X-Edgeserve-Prompt-Tokens: 7\r\nX-Edgeserve-Completion-Tokens: " +
+               std::to_string(completion) + "\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body;
+    };
+    SUBCASE("it generated: relayed and charged, not run again") {
+        // Run again, sin refuses too, so the test ends either way.
+        b.generator.fail_next_submit(unavailable_error("engine queue full"));
+        RawPeer raw(cluster, answer(1500));
+        a.planner.route_to({raw.target(), b.target()});
+        auto r = a.ask(chat_request(false));
+        CHECK(r->status == 503);
+        CHECK(r->headers["x-edgeserve-site"] == "raw");
+        CHECK(r->body.find("KV cache cannot hold") != std::string::npos);
+        CHECK(r->headers.count("x-edgeserve-completion-tokens") == 0);
+        CHECK(r->headers.count("x-edgeserve-prompt-tokens") == 0);
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+        CHECK(metrics_contain(
+            a, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 1500"));
+        CHECK(metrics_contain(a,
+                              "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 7"));
+    }
+    SUBCASE("it says none was generated: the next target runs it, charged once") {
+        RawPeer raw(cluster, answer(0));
+        a.planner.route_to({raw.target(), b.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(b.generator.wait_for_request(0));
+        b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{3, 2, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "sin");
+        CHECK(request_counted(a, "ok"));
+        CHECK(metrics_contain(a,
+                              "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+    }
 }
 
 TEST_CASE("a peer that accepts a request and then breaks it is reported once, as failed") {
@@ -821,6 +889,43 @@ TEST_CASE("a retry budget of zero forbids the retry") {
     CHECK(error_code_of(*r) == "upstream_unavailable");
     CHECK_FALSE(b.generator.wait_for_request(0, 0));
     CHECK(a.planner.reports().size() == 1);
+}
+
+TEST_CASE("an answer held back for a retry holds its retry slot: relayed when none is free") {
+    // The retry was allowed when the attempt began, its slot taken only at the next target:
+    // another forward's retry took the last slot meanwhile, and the peer's answer held back
+    // was lost for a made-up 503 (upstream_unavailable).
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section(), true,
+           "  retry_budget: 0\n  min_retry_concurrency: 1\n");
+    Site b(cluster, "ams", {"m"});
+    Site c(cluster, "gru", {"m"});
+    // The first forward: accepted at ams, gru next.
+    a.planner.route_to({b.target(), c.target()});
+    auto first = a.client();
+    REQUIRE(first->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    REQUIRE(peer_head_arrived(a, "ams"));
+    // The second one's retry takes the budget's one slot (its first target refuses the
+    // connection), and gru holds it.
+    RouteTarget dead{false, "dead", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
+    a.planner.route_to({dead, c.target()});
+    auto second = a.client();
+    REQUIRE(second->send(chat_request(false)).ok());
+    REQUIRE(c.generator.wait_for_request(0));
+    // ams ends the first for capacity before any token: gru would run it, but no retry may.
+    b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0},
+                       unavailable_error("the model has no free sequence slot"));
+    auto r = first->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(r->headers["x-edgeserve-site"] == "ams");
+    CHECK_MESSAGE(r->body.find("no free sequence slot") != std::string::npos, r->body);
+    CHECK_FALSE(c.generator.wait_for_request(1, 0));
+    c.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto served = second->read_response();
+    REQUIRE(served.ok());
+    CHECK(served->status == 200);
 }
 
 TEST_CASE("a peer that closes after its stream's end event: the stream ends once, not cut") {
@@ -1263,6 +1368,8 @@ TEST_CASE("a site's certificate speaks for that site only, on both ends of a for
         CHECK(error_code_of(*r) == "peer_identity_mismatch");
         CHECK(r->body.find("does not name site 'fra'") != std::string::npos);
         CHECK(r->body.find("\"type\":\"permission_error\"") != std::string::npos);
+        // Marked for the forwarding site: a refusal of that site, not an answer to relay.
+        CHECK(r->headers["x-edgeserve-peer-refusal"] == "peer_identity_mismatch");
         CHECK_FALSE(b.generator.wait_for_request(0, 0));
         // Its own name (DNS names compare without case) runs.
         auto own = as("GRU");
@@ -1326,6 +1433,55 @@ TEST_CASE("a site's certificate speaks for that site only, on both ends of a for
         REQUIRE(r.ok());
         CHECK(r->status == 200);
     }
+}
+
+TEST_CASE("a peer's listener refusing this site's certificate: the next target runs it") {
+    // fra's certificate does not name fra (verify_site_identity off there, a migration half
+    // done) while sin checks it: sin's 403 peer_identity_mismatch was relayed to the client as
+    // the answer, sin reported healthy, no other target tried, the tenant charged.
+    Cluster cluster;
+    cluster.premade["fra"] = testing::make_signed_certificate(cluster.ca, cluster.dir.path(),
+                                                              "fra-unnamed", {"localhost"});
+    Site a(cluster, "fra", {"m"}, tenants_section(), true, "  verify_site_identity: false\n");
+    Site b(cluster, "sin", {"m"});
+    SUBCASE("another site takes it") {
+        Site c(cluster, "gru", {"m"}, "", true, "  verify_site_identity: false\n");
+        a.planner.route_to({b.target(), c.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(c.generator.wait_for_request(0));
+        c.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+        CHECK(r->headers["x-edgeserve-site"] == "gru");
+        auto reports = a.planner.reports();
+        REQUIRE(reports.size() == 2);
+        CHECK(reports[0].site == "sin");
+        CHECK_FALSE(reports[0].ok);
+        CHECK(reports[1].site == "gru");
+        CHECK(reports[1].ok);
+        CHECK(metrics_contain(a, "edgeserve_forward_retries_total{reason=\"connect\"} 1"));
+    }
+    SUBCASE("this site is next in the plan: it runs here") {
+        a.planner.route_to({b.target(), RouteTarget{true, "fra", "", 0.0, "m"}});
+        auto client = a.client();
+        a.answered_here(*client, chat_request(false));
+    }
+    SUBCASE("no other target: 503 upstream_unavailable, refunded as refused") {
+        a.planner.route_to({b.target()});
+        auto r = a.ask(chat_request(false));
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "upstream_unavailable");
+        CHECK_MESSAGE(r->body.find("peer_identity_mismatch") != std::string::npos, r->body);
+        CHECK(r->headers.count("x-edgeserve-peer-refusal") == 0);
+        auto reports = a.planner.reports();
+        REQUIRE(reports.size() == 1);
+        CHECK_FALSE(reports[0].ok);
+        CHECK(metrics_contain(
+            a, "edgeserve_tenant_rejections_total{reason=\"peer_refused\",tenant=\"acme\"} 1"));
+    }
+    CHECK_FALSE(b.generator.wait_for_request(0, 0));
 }
 
 TEST_CASE("a forwarding loop cannot form") {
