@@ -80,7 +80,12 @@ std::unique_ptr<Sequence> FairQueue::pop_if(
         }
         Flow& f = flows_.at(tenant);
         if (!turn_open_) {
-            f.deficit += quantum_ * f.weight;
+            // At most one turn's quantum beyond its next request: a tenant whose turns pass
+            // while it is ineligible (after one admission, by the scheduler's places) keeps what
+            // it did not spend, and would otherwise bank it turn after turn, to take a run of
+            // admissions once eligible; credit from a higher weight before a reload goes too.
+            f.deficit = std::min(f.deficit + quantum_ * f.weight,
+                                 quantum_ * f.weight + cost(*f.queue.front()));
             turn_open_ = true;
         }
         if (f.deficit >= cost(*f.queue.front())) {
@@ -93,25 +98,28 @@ std::unique_ptr<Sequence> FairQueue::pop_if(
     }
 }
 
-std::unique_ptr<Sequence> FairQueue::pop_tenant(const std::string& tenant) {
+std::unique_ptr<Sequence> FairQueue::pop_tenant(const std::string& tenant, bool charge) {
     auto it = flows_.find(tenant);
     if (it == flows_.end()) {
         return nullptr;
     }
-    return take_head(tenant, it->second);
+    return take_head(tenant, it->second, charge);
 }
 
-std::unique_ptr<Sequence> FairQueue::take_head(const std::string& tenant, Flow& f) {
+std::unique_ptr<Sequence> FairQueue::take_head(const std::string& tenant, Flow& f, bool charge) {
     const int64_t c = cost(*f.queue.front());
-    f.deficit -= c;
     std::unique_ptr<Sequence> seq = std::move(f.queue.front());
+    if (charge || seq->preemptions > 0) {
+        // A preempted request takes back what push_front refunded, charged or not.
+        f.deficit -= c;
+    }
     f.queue.pop_front();
     --size_;
     queued_cost_ -= c;
     if (seq->preemptions == 0) {
         // A preempted request's admission is paid by the backlog that first admitted it
-        // (push_front refunded this charge in advance).
-        seq->charged_flow = f.id;
+        // (push_front refunded this charge in advance). One not charged is owed no refund.
+        seq->charged_flow = charge ? f.id : 0;
     } else {
         --f.preempted;
     }

@@ -13,7 +13,11 @@
 // whatever the number of requests it sends.
 // The scheduler may restrict a pop to some tenants (those with the fewest places in its batch
 // per weight), or take a given tenant's oldest request out of turn (pop_tenant); either is
-// charged the same way, a deficit going negative if need be, so DRR makes up for it later.
+// charged the same way, a deficit going negative if need be, so DRR makes up for it later;
+// except a place the scheduler time-shares by its own count of tokens served, which it does not
+// charge (that count, not DRR, keeps such a tenant to its share). A deficit is capped at one
+// turn's quantum beyond the tenant's next request when its turn opens, so a tenant whose turns
+// pass while the scheduler holds it back banks no credit.
 //
 // Not thread-safe: the scheduler guards it with its mutex.
 
@@ -58,8 +62,9 @@ public:
     // The next request by DRR among the tenants for which `eligible` is true (the others' turns
     // pass without a quantum); null when there is none.
     std::unique_ptr<Sequence> pop_if(const std::function<bool(const std::string&)>& eligible);
-    // `tenant`'s oldest request out of turn, charged to it; null when it has none waiting.
-    std::unique_ptr<Sequence> pop_tenant(const std::string& tenant);
+    // `tenant`'s oldest request out of turn, charged to it unless `charge` is false (then no
+    // refund() applies to it either); null when it has none waiting.
+    std::unique_ptr<Sequence> pop_tenant(const std::string& tenant, bool charge = true);
     // The tenants with requests waiting, by name.
     std::vector<Backlog> backlog() const;
     // Priority of `tenant`'s oldest waiting request (the next it admits); 0 when none.
@@ -88,8 +93,9 @@ private:
         size_t preempted = 0;
     };
     Flow& flow_for(const std::string& tenant);
-    // Takes `f`'s oldest request, charged to it (Sequence::charged_flow); drops `f` if emptied.
-    std::unique_ptr<Sequence> take_head(const std::string& tenant, Flow& f);
+    // Takes `f`'s oldest request, charged to it (Sequence::charged_flow) if `charge`; drops `f`
+    // if emptied.
+    std::unique_ptr<Sequence> take_head(const std::string& tenant, Flow& f, bool charge = true);
     void drop_if_empty(const std::string& tenant);
 
     int64_t quantum_;

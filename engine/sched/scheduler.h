@@ -18,7 +18,15 @@
 //
 // Fair places in the batch: a tenant's level is its running sequences over its weight. A free
 // place goes to the waiting tenants whose level with it would be lowest, by DRR among them (so
-// DRR alone decides between tenants at the same level). A waiting tenant is owed a place when,
+// DRR alone decides between tenants at the same level); except that it is time-shared to another
+// waiting tenant whose level now is below every other waiting tenant's level with one more place
+// (so taking the place leaves none owed) when that tenant is further behind in tokens served
+// per weight (served_: computed, or prompt tokens taken from the prefix cache) than each of the
+// lowest ones. Without that, a tenant whose weight share of
+// the batch is under one place (a weight below another's over max_batch_sequences) would get no
+// place while the other has requests waiting, and a fraction of a place over a whole one would be
+// rounded down for good; with it, such a tenant gets its weight's share of the tokens over time,
+// at places that free (not by preemption). A waiting tenant is owed a place when,
 // with one more, its level would still be no higher than another running tenant's level with one
 // fewer; admitting as above leaves none owed, but a tenant that starts sending may be. When no
 // place is free (max_batch_sequences or the model's slots taken, or a KV preemption since the
@@ -214,6 +222,18 @@ private:
     // Every tenant with sequences running or waiting.
     std::map<std::string, TenantLoad> tenant_loads(
         const std::vector<FairQueue::Backlog>& backlog) const;
+    // Keeps served_ to the tenants with sequences running or waiting: one that came joins at the
+    // least of the others' counts, one with neither is dropped.
+    void track_service(const std::map<std::string, TenantLoad>& loads);
+    // served_'s count for `tenant` (the least count when it has none yet).
+    double served(const std::string& tenant) const;
+    // Adds `tokens` of `seq`'s to its tenant's count in served_, over its weight.
+    void add_service(const Sequence& seq, int32_t tokens);
+    // The waiting tenant that a free place is time-shared to (see the top of this file), or ""
+    // when it goes by places per weight; `least` is the lowest level with the place.
+    std::string time_share_claim(const std::vector<FairQueue::Backlog>& backlog,
+                                 const std::map<std::string, TenantLoad>& loads,
+                                 double least) const;
     // The waiting tenants owed a place (see the top of this file), the furthest behind first.
     std::vector<Claim> owed_claims(const std::map<std::string, TenantLoad>& loads) const;
     // Preempts a sequence to make room for `claim` (see the top of this file); false when no
@@ -297,6 +317,10 @@ private:
     // sequence the batch may hold (a step with every prompt position's logits, for echoed prompt
     // logprobs, may need a chunk's rows: 1.2 GB for 2048 positions of a 152k vocabulary).
     std::vector<float> logits_;
+    // Tokens served per weight for each tenant with sequences running or waiting (offset so that
+    // a tenant joins at the least count), for time-shared places (see the top of this file):
+    // those computed, and prompt tokens taken from the prefix cache at a first admission.
+    std::map<std::string, double> served_;
     // max_decode_sequences: each running tenant's pass (decode tokens / weight, offset so that
     // a tenant joins at the smallest pass of those running).
     std::map<std::string, double> decode_pass_;

@@ -37,6 +37,14 @@ bool Scheduler::admit() {
     if (running_.empty()) {
         admission_blocked_ = false;  // Nothing left to wait for.
     }
+    {
+        std::vector<FairQueue::Backlog> backlog;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            backlog = waiting_.backlog();
+        }
+        track_service(tenant_loads(backlog));
+    }
     while (true) {
         std::vector<FairQueue::Backlog> backlog;
         {
@@ -63,11 +71,18 @@ bool Scheduler::admit() {
                 least = any ? std::min(least, level) : level;
                 any = true;
             }
+            const std::string shared = time_share_claim(backlog, loads, least);
             std::lock_guard<std::mutex> lock(mu_);
-            seq = waiting_.pop_if([&](const std::string& tenant) {
-                const auto it = loads.find(tenant);  // A tenant that came since: next round.
-                return it != loads.end() && it->second.level(1) <= least + kLevelSlack;
-            });
+            if (!shared.empty()) {
+                // Not charged to its DRR deficit: served_ keeps it to its share.
+                seq = waiting_.pop_tenant(shared, /*charge=*/false);
+            }
+            if (seq == nullptr) {
+                seq = waiting_.pop_if([&](const std::string& tenant) {
+                    const auto it = loads.find(tenant);  // A tenant that came since: next round.
+                    return it != loads.end() && it->second.level(1) <= least + kLevelSlack;
+                });
+            }
         } else {
             // No free place: a tenant owed one takes it from a tenant further ahead.
             const Claim* claim = nullptr;
@@ -105,6 +120,11 @@ bool Scheduler::admit() {
         if (seq->computed == 0) {
             attach_prefix(seq.get());
         }
+        if (!seq->admitted_once) {
+            // Its prompt's cached tokens count as served, as DRR's cost counts them: a tenant
+            // whose prompts hit the cache is not owed more places for it.
+            add_service(*seq, seq->computed);
+        }
         {
             std::lock_guard<std::mutex> lock(stats_mu_);
             TenantServingStats& t = tenant_stats(seq->tenant);
@@ -140,6 +160,80 @@ std::map<std::string, Scheduler::TenantLoad> Scheduler::tenant_loads(
         l.weight = std::max(b.weight, 1);
     }
     return loads;
+}
+
+void Scheduler::track_service(const std::map<std::string, TenantLoad>& loads) {
+    std::erase_if(served_, [&](const auto& entry) { return !loads.contains(entry.first); });
+    double least = 0.0;
+    bool any = false;
+    for (const auto& [tenant, count] : served_) {
+        least = any ? std::min(least, count) : count;
+        any = true;
+    }
+    // Rebased so that the counts stay small; a tenant that came (or came back after going idle:
+    // idle time earns no credit) joins at the least.
+    for (auto& [tenant, count] : served_) {
+        count -= least;
+    }
+    for (const auto& [tenant, l] : loads) {
+        served_.try_emplace(tenant, 0.0);
+    }
+}
+
+double Scheduler::served(const std::string& tenant) const {
+    const auto it = served_.find(tenant);
+    if (it != served_.end()) {
+        return it->second;
+    }
+    double least = 0.0;
+    bool any = false;
+    for (const auto& [other, count] : served_) {
+        least = any ? std::min(least, count) : count;
+        any = true;
+    }
+    return least;
+}
+
+void Scheduler::add_service(const Sequence& seq, int32_t tokens) {
+    if (tokens > 0) {
+        served_.try_emplace(seq.tenant, served(seq.tenant)).first->second +=
+            static_cast<double>(tokens) / static_cast<double>(std::max(seq.tenant_weight, 1));
+    }
+}
+
+std::string Scheduler::time_share_claim(const std::vector<FairQueue::Backlog>& backlog,
+                                        const std::map<std::string, TenantLoad>& loads,
+                                        double least) const {
+    double lowest_served = 0.0;
+    bool any_lowest = false;
+    for (const FairQueue::Backlog& b : backlog) {
+        if (loads.at(b.tenant).level(1) <= least + kLevelSlack) {
+            const double s = served(b.tenant);
+            lowest_served = any_lowest ? std::min(lowest_served, s) : s;
+            any_lowest = true;
+        }
+    }
+    std::string best;
+    double best_served = 0.0;
+    for (const FairQueue::Backlog& b : backlog) {
+        const TenantLoad& l = loads.at(b.tenant);
+        if (l.level(1) <= least + kLevelSlack) {
+            continue;  // One of the lowest: DRR decides between those.
+        }
+        // With the place, its level less one (its level now) must stay below every other
+        // waiting tenant's level with one more, or that tenant would be owed a place
+        // (owed_claims) and take one back by preemption.
+        const bool leaves_owed = std::any_of(backlog.begin(), backlog.end(), [&](const auto& o) {
+            return o.tenant != b.tenant && l.level(0) + kLevelSlack >= loads.at(o.tenant).level(1);
+        });
+        const double s = served(b.tenant);
+        if (!leaves_owed && (!any_lowest || s < lowest_served) &&
+            (best.empty() || s < best_served)) {
+            best = b.tenant;
+            best_served = s;
+        }
+    }
+    return best;
 }
 
 std::vector<Scheduler::Claim> Scheduler::owed_claims(
