@@ -96,6 +96,7 @@ void Memberlist::start() {
         // A seed with no join list of its own finds the cluster it was in again.
         join_backoff_ = config_.join_retry_interval;
         try_join();
+        timers_.schedule(now + config_.dead_reclaim_time, [this] { expire_restored(); });
     }
 }
 

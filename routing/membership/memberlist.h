@@ -103,7 +103,8 @@ public:
     uint64_t event_clock() const { return event_clock_; }
     // The members restored from config.snapshot_file (this one left out), tried as join seeds
     // while no other member is alive. Non-empty: this member was in a cluster before it
-    // restarted, so alone it is not the whole cluster, only not back in it yet.
+    // restarted, so alone it is not the whole cluster, only not back in it yet. Those not alive
+    // by dead_reclaim_time after start() are dropped: gone for good, as the cluster deems them.
     size_t snapshot_members() const { return restored_.size(); }
     // Waits, at most `timeout`, until the snapshot file holds the newest snapshot handed to its
     // writer (leave() hands over the last one): the write's Status, kDeadlineExceeded, or OK when
@@ -285,6 +286,8 @@ private:
     // built here and handed to snapshot_writer_ by snapshot_tick when it changed, and at leave().
     // A bad or unwritable file is logged (by the writer, for a write) and otherwise ignored.
     void restore_snapshot();
+    // dead_reclaim_time after start(): drops the restored members not alive among members_.
+    void expire_restored();
     void snapshot_tick();
     void post_snapshot();
     // `from`: the sender's address, for the log ("" when unknown).
@@ -330,7 +333,8 @@ private:
 
     std::vector<std::string> seeds_;
     // The members the snapshot file held at create() (not this one): join seeds while alone,
-    // written back in place of the live members while none is known.
+    // written back in place of the live members while none is known. Those not alive by
+    // dead_reclaim_time after start() are dropped (expire_restored).
     std::vector<GossipSnapshot::Member> restored_;
     // Null without a snapshot file. Set in create() (and by set_snapshot_write_for_testing) and
     // not changed after start(), so flush_snapshot() may read it from another thread.

@@ -394,6 +394,36 @@ void Memberlist::restore_snapshot() {
                                            {"members", static_cast<uint64_t>(restored_.size())}});
 }
 
+void Memberlist::expire_restored() {
+    // A restored member that never answered (decommissioned while this site was down, so never
+    // heard of as dead or left) would otherwise be joined, and written back while this site is
+    // alone, without end: a site with no join list would refuse rollouts as not yet back in its
+    // cluster across every restart. By now any member still in the cluster would have reclaimed
+    // it as failed.
+    std::string expired;
+    std::erase_if(restored_, [&](const GossipSnapshot::Member& r) {
+        const auto it = members_.find(r.name);
+        const bool alive = it != members_.end() && (it->second.state == NodeState::kAlive ||
+                                                    it->second.state == NodeState::kSuspect);
+        if (!alive) {
+            expired += (expired.empty() ? "" : ",") + r.name + "@" + r.addr;
+        }
+        return !alive;
+    });
+    if (expired.empty()) {
+        return;
+    }
+    log::warn("gossip_snapshot_members_expired",
+              {{"members", expired},
+               {"after_s", to_seconds(config_.dead_reclaim_time)},
+               {"left", static_cast<uint64_t>(restored_.size())},
+               {"detail", "members restored from the gossip snapshot that have not answered "
+                          "are no longer joined nor saved"}});
+    if (snapshot_writer_ && !leaving_) {
+        post_snapshot();
+    }
+}
+
 void Memberlist::snapshot_tick() {
     if (leaving_) {
         return;  // leave() posted the last one.

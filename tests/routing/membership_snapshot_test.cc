@@ -340,6 +340,66 @@ TEST_CASE("gossip snapshot: a member restores its clock and joins the members it
     CHECK(read_gossip_snapshot(c.snapshot_file)->event_clock == 31);
 }
 
+// A site with no join list restarted while a member its snapshot names was decommissioned: it
+// never hears of that member again. Kept, the site retried it, wrote it back while alone, and
+// refused rollouts (snapshot_members() > 0) across every restart until the file was deleted.
+TEST_CASE("gossip snapshot: a saved member that never answers expires after dead_reclaim_time") {
+    edge::testing::TempDir dir;
+    MembershipConfig c = lan_profile();
+    c.dead_reclaim_time = std::chrono::minutes(5);
+    c.snapshot_file = dir.write("a.snap", valid_snapshot(20, {{"B", "10.0.0.2:7946"}}));
+    LogCapture logs;
+    Member a(c);
+    a.ml().start();
+    const TimePoint started = a.clock().now();
+    // B is gone: every stream to it fails (the transport's timeout), so the joins are retried.
+    auto run_until = [&](TimePoint until) {
+        while (a.clock().now() < until) {
+            a.run_until(std::min(until, a.clock().now() + seconds(5)));
+            for (uint64_t id = 1; id <= a.transport().streams.size(); ++id) {
+                a.ml().handle_stream_response(id, unavailable_error("connection refused"));
+            }
+        }
+    };
+    auto joins_to_b = [&](TimePoint since) {
+        size_t n = 0;
+        for (const auto& s : a.transport().streams) {
+            const auto* pp = std::get_if<PushPullMsg>(&s.msg);
+            n += (pp && pp->join && s.to == "10.0.0.2:7946" && s.at >= since) ? 1 : 0;
+        }
+        return n;
+    };
+
+    // Before the bound it still counts: retried, and written back while alone.
+    run_until(started + c.dead_reclaim_time - seconds(1));
+    CHECK(a.ml().snapshot_members() == 1);
+    CHECK(a.ml().num_live() == 1);
+    CHECK(joins_to_b(started + c.dead_reclaim_time - seconds(90)) > 0);
+    REQUIRE(a.ml().flush_snapshot(seconds(10)).ok());
+    Result<GossipSnapshot> written = read_gossip_snapshot(c.snapshot_file);
+    REQUIRE(written.ok());
+    CHECK(written->members == std::vector<GossipSnapshot::Member>{{"B", "10.0.0.2:7946"}});
+    CHECK(logs.count({"gossip_snapshot_members_expired"}) == 0);
+
+    // After it: gone (a lone site with no join list is a cluster of its own again, so the
+    // daemon takes rollouts), no longer joined, and the file rewritten without it.
+    const TimePoint bound = started + c.dead_reclaim_time;
+    run_until(bound + c.snapshot_interval + milliseconds(1));
+    CHECK(a.ml().snapshot_members() == 0);
+    REQUIRE(a.ml().flush_snapshot(seconds(10)).ok());
+    written = read_gossip_snapshot(c.snapshot_file);
+    REQUIRE(written.ok());
+    CHECK(written->members.empty());
+    CHECK(written->event_clock == 20);
+    run_until(bound + std::chrono::minutes(5));
+    CHECK(joins_to_b(bound + seconds(1)) == 0);
+    CHECK(a.ml().snapshot_members() == 0);
+    CHECK(logs.count({"gossip_snapshot_members_expired", "B@10.0.0.2:7946"}) == 1);
+    a.ml().leave();
+    REQUIRE(a.ml().flush_snapshot(seconds(10)).ok());
+    CHECK(read_gossip_snapshot(c.snapshot_file)->members.empty());
+}
+
 TEST_CASE("gossip snapshot: a corrupt, cut, foreign-version or huge file is ignored, said why") {
     edge::testing::TempDir dir;
     const std::string good = valid_snapshot(20, {{"B", "10.0.0.2:7946"}});
