@@ -741,6 +741,86 @@ TEST_CASE("SIGHUP with a certificate that does not load counts an error and name
     CHECK(child.wait(15000) == 0);
 }
 
+TEST_CASE("SIGHUP refuses a restart-only change the next start would refuse, and serves on") {
+    testing::TempDir dir;
+    auto first = testing::make_certificate(dir.path(), "first", {"localhost"});
+    auto second = testing::make_certificate(dir.path(), "second", {"second.test"});
+    // `cert` as the default chain, the public and admin listeners on the ports given.
+    auto yaml = [](const testing::TestCertificate& cert, const std::string& name,
+                   uint16_t public_port, uint16_t admin_port) {
+        std::string text = testing::config_yaml(cert.cert_path, cert.key_path);
+        text.replace(text.find("[localhost]"), 11, "[" + name + "]");
+        text.replace(text.find("port: 0", text.find("admin:")), 7,
+                     "port: " + std::to_string(admin_port));
+        text.replace(text.find("port: 0"), 7, "port: " + std::to_string(public_port));
+        return text;
+    };
+    std::string config = dir.write("c.yaml", yaml(first, "localhost", 0, 0));
+    NotifySocket notify(dir.file("notify.sock"));
+    std::string log_path = dir.file("stderr.log");
+    testing::Child child({kBinary, "run", "--config", config},
+                         {"NOTIFY_SOCKET=" + dir.file("notify.sock")}, log_path);
+    REQUIRE(notify.expect("READY=1"));
+    const std::string started = read_file(log_path);
+    const uint16_t port = port_from_log(started, "public_port");
+    const uint16_t admin = port_from_log(started, "admin_port");
+    auto reload_with = [&](const std::string& text) {
+        dir.write("c.yaml", text);
+        child.signal(SIGHUP);
+        REQUIRE(notify.expect("RELOADING=1"));
+        REQUIRE(notify.expect("READY=1"));
+        auto metrics = testing::plain_http_get(admin, "/metrics");
+        REQUIRE(metrics.ok());
+        return metrics->body;
+    };
+    auto served = [&] {
+        auto c = testing::TlsClient::connect(port);
+        return c.ok() ? (*c)->peer_common_name() : "connect failed: " + c.status().message();
+    };
+    auto models_status = [&] {
+        auto c = testing::TlsClient::connect(port);
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("GET", "/v1/models")).ok());
+        auto reply = (*c)->read_response();
+        REQUIRE(reply.ok());
+        return reply->status;
+    };
+    const std::string refused = "\"event\":\"config_reload_failed\",\"part\":\"listeners\"";
+
+    // The running port pinned for both listeners, with a new certificate (which a reload would
+    // apply): the listeners wait for a restart, which would refuse them (check-config in
+    // ExecStartPre), so the whole reload is refused now, the certificate too.
+    std::string metrics = reload_with(yaml(second, "second.test", port, port));
+    CHECK_MESSAGE(
+        metrics.find("\nedgeserve_config_last_reload_successful 0\n") != std::string::npos,
+        metrics);
+    std::string log = read_file(log_path);
+    CHECK_MESSAGE(log.find(refused) != std::string::npos, log);
+    CHECK(log.find("listeners.admin.port: port " + std::to_string(port) +
+                   " is also listeners.public.port") != std::string::npos);
+    CHECK(log.find("which would fail on this config") != std::string::npos);
+    CHECK(log.find("changed_sections_need_restart") == std::string::npos);
+    // The daemon serves on as it was: the old port, the old certificate.
+    CHECK(models_status() == 200);
+    CHECK(served() == "localhost");
+
+    // The admin port back to any free one: a valid restart-only change, and the certificate
+    // with it applies.
+    metrics = reload_with(yaml(second, "second.test", port, 0));
+    CHECK_MESSAGE(
+        metrics.find("\nedgeserve_config_last_reload_successful 1\n") != std::string::npos,
+        metrics);
+    log = read_file(log_path);
+    CHECK(log.find(refused, log.find(refused) + 1) == std::string::npos);  // Refused once.
+    CHECK(log.find("\"event\":\"changed_sections_need_restart\",\"sections\":\"listeners\"") !=
+          std::string::npos);
+    CHECK(served() == "second.test");
+    CHECK(models_status() == 200);
+
+    child.signal(SIGTERM);
+    CHECK(child.wait(15000) == 0);
+}
+
 TEST_CASE("edgeserve run: the admin token guards /admin/, the CLI sends it, SIGHUP rotates it") {
     testing::TempDir dir;
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
