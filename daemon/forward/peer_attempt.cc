@@ -268,10 +268,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     if (metrics_ != nullptr) {
         metrics_->on_forward_latency(target.site_id, to_head);
     }
-    // After acceptance, as for a deferred answer (below): only a refusal for capacity before
-    // any token is run again.
-    const bool rerunnable = !told_usage || (status == 503 && told_completion == int64_t{0});
-    if (status >= 500 && rerunnable && can_retry(job)) {
+    // After acceptance, as for a deferred answer (below): only a refusal for capacity (503 or
+    // 429) before any token is run again.
+    const bool rerunnable = told_usage ? (status == 503 || status == 429) &&
+                                             told_completion == int64_t{0}
+                                       : status >= 500;
+    if (rerunnable && can_retry(job)) {
         job.current = nullptr;
         conn->close();
         fail(Failure::kStatus5xx, "answered " + std::to_string(status), true);

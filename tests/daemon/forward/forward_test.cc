@@ -521,8 +521,8 @@ TEST_CASE("a peer's plain error answer telling what ran there is read as a defer
     const std::string body =
         R"({"error":{"message":"the KV cache cannot hold the sequence","type":"server_error",)"
         R"("param":null,"code":null}})";
-    auto answer = [&](int completion) {
-        return "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    auto answer = [&](int completion, const char* status = "503 Service Unavailable") {
+        return std::string("HTTP/1.1 ") + status + "\r\nContent-Type: application/json\r\n"
                "X-Edgeserve-Prompt-Tokens: 7\r\nX-Edgeserve-Completion-Tokens: " +
                std::to_string(completion) + "\r\nContent-Length: " +
                std::to_string(body.size()) + "\r\n\r\n" + body;
@@ -545,8 +545,8 @@ TEST_CASE("a peer's plain error answer telling what ran there is read as a defer
         CHECK(metrics_contain(a,
                               "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 7"));
     }
-    SUBCASE("it says none was generated: the next target runs it, charged once") {
-        RawPeer raw(cluster, answer(0));
+    // Refused there for capacity before any token, as a deferred answer's 503 or 429 is.
+    auto run_at_sin = [&](RawPeer& raw) {
         a.planner.route_to({raw.target(), b.target()});
         auto client = a.client();
         REQUIRE(client->send(chat_request(false)).ok());
@@ -559,6 +559,14 @@ TEST_CASE("a peer's plain error answer telling what ran there is read as a defer
         CHECK(request_counted(a, "ok"));
         CHECK(metrics_contain(a,
                               "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+    };
+    SUBCASE("it says none was generated: the next target runs it, charged once") {
+        RawPeer raw(cluster, answer(0));
+        run_at_sin(raw);
+    }
+    SUBCASE("a 429 saying none was generated: the next target runs it too") {
+        RawPeer raw(cluster, answer(0, "429 Too Many Requests"));
+        run_at_sin(raw);
     }
 }
 
