@@ -238,10 +238,9 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
 
 // For a reload of a site outside a cluster: every model a tenant of `fresh` names is one of
 // `served`, the models the running site serves. `models` is restart-only, so a tenant list
-// checked against the new config's models alone (as parse_config() does) could name a model that
-// is not served until the restart, while the models served drop out of the tenant's list.
-// kInvalidArgument names the config file and the key (tenants[i].models[j]); OK without
-// `tenants`.
+// checked against the new config's models alone (as parse_config() does) can name a model that
+// is not served until the restart (the reload takes it and warns with this). kInvalidArgument
+// names the config file and the key (tenants[i].models[j]); OK without `tenants`.
 Status check_tenant_models(const Config& fresh, const std::vector<std::string>& served);
 
 // Parses YAML text; `source` names it in errors and is the base for relative paths. Never throws.

@@ -32,13 +32,17 @@ Status Daemon::apply_reload(const Config& fresh) {
     }
     if (checked.ok() && !cluster_) {
         // Alone, a site serves only the models it started with (`models` waits for a restart),
-        // whatever the new config's `models` says: a tenant list naming others would lose the
-        // tenant its models until then.
+        // whatever the new config's `models` says. A tenant list naming a model added or renamed
+        // there is what the restart will serve, so it is taken (refusing it would hold back every
+        // other change of the reload, a revoked key among them), and the operator is told which
+        // model the tenant gets 404 for until then.
         std::vector<std::string> served;
         for (const engine::ModelInfo& m : generator_->models()) {
             served.push_back(m.name);
         }
-        checked = check_tenant_models(fresh, served);
+        if (Status unserved = check_tenant_models(fresh, served); !unserved.ok()) {
+            log::warn("tenant_model_not_served_until_restart", {{"error", unserved.message()}});
+        }
     }
     if (checked.ok()) {
         checked = refuse_admin_token(fresh.admin).with_context(fresh.source);
