@@ -52,6 +52,9 @@ void FairQueue::push_front(std::unique_ptr<Sequence> seq) {
         f.weight = std::max<int64_t>(seq->tenant_weight, 1);  // A new flow's weight.
     }
     f.deficit += cost(*seq);
+    if (seq->preemptions > 0) {
+        f.preempted_cost += cost(*seq);  // Taken back with it (take_head, take_if).
+    }
     queued_cost_ += cost(*seq);
     f.preempted += seq->preemptions > 0 ? 1 : 0;
     f.queue.push_front(std::move(seq));
@@ -84,8 +87,13 @@ std::unique_ptr<Sequence> FairQueue::pop_if(
             // while it is ineligible (after one admission, by the scheduler's places) keeps what
             // it did not spend, and would otherwise bank it turn after turn, to take a run of
             // admissions once eligible; credit from a higher weight before a reload goes too.
-            f.deficit = std::min(f.deficit + quantum_ * f.weight,
-                                 quantum_ * f.weight + cost(*f.queue.front()));
+            // Credit given back is no such thing: capped, the refund for a preempted request
+            // would not pay its re-admission (taken out of turn, or by a time-shared place).
+            const int64_t kept = f.preempted_cost + f.refunded;
+            f.deficit = std::min(f.deficit - kept + quantum_ * f.weight,
+                                 quantum_ * f.weight + cost(*f.queue.front())) +
+                        kept;
+            f.refunded = 0;
             turn_open_ = true;
         }
         if (f.deficit >= cost(*f.queue.front())) {
@@ -122,6 +130,7 @@ std::unique_ptr<Sequence> FairQueue::take_head(const std::string& tenant, Flow& 
         seq->charged_flow = charge ? f.id : 0;
     } else {
         --f.preempted;
+        f.preempted_cost -= c;
     }
     drop_if_empty(tenant);
     return seq;
@@ -152,6 +161,7 @@ void FairQueue::refund(const Sequence& seq, int64_t tokens) {
     // pay: crediting it would carry credit across idle time.
     if (it != flows_.end() && it->second.id == seq.charged_flow && tokens > 0) {
         it->second.deficit += tokens;
+        it->second.refunded += tokens;
     }
 }
 
@@ -168,9 +178,12 @@ std::vector<std::unique_ptr<Sequence>> FairQueue::take_if(
                     // come: that is taken back, and what it did not use (max_tokens it did not
                     // generate) is refunded as a request that ends while running is (refund()).
                     f.deficit -= cost(**it);
+                    f.preempted_cost -= cost(**it);
                     if ((*it)->charged_flow == f.id) {
-                        f.deficit += std::max<int64_t>(
+                        const int64_t unused = std::max<int64_t>(
                             0, int64_t{(*it)->params.max_tokens} - (*it)->generated());
+                        f.deficit += unused;
+                        f.refunded += unused;
                     }
                 }
                 f.preempted -= (*it)->preemptions > 0 ? 1 : 0;

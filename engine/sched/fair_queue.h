@@ -17,7 +17,8 @@
 // except a place the scheduler time-shares by its own count of tokens served, which it does not
 // charge (that count, not DRR, keeps such a tenant to its share). A deficit is capped at one
 // turn's quantum beyond the tenant's next request when its turn opens, so a tenant whose turns
-// pass while the scheduler holds it back banks no credit.
+// pass while the scheduler holds it back banks no credit; credit given back (push_front's refund
+// for a preempted request, refund()) is left out of the cap, being no quantum it banked.
 //
 // Not thread-safe: the scheduler guards it with its mutex.
 
@@ -91,6 +92,11 @@ private:
         uint64_t id = 0;  // Distinct per backlog: a tenant whose queue empties gets a new one.
         // Of the queue, the requests with preemptions > 0 (not in tenant_new_size()).
         size_t preempted = 0;
+        // Of the deficit, credit given back rather than banked, which the cap at a turn's
+        // opening leaves alone: what push_front refunded for the preempted requests queued
+        // (their re-admission takes it back), and what refund() gave since the turn last opened.
+        int64_t preempted_cost = 0;
+        int64_t refunded = 0;
     };
     Flow& flow_for(const std::string& tenant);
     // Takes `f`'s oldest request, charged to it (Sequence::charged_flow) if `charge`; drops `f`

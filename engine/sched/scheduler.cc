@@ -182,7 +182,7 @@ bool Scheduler::step() {
         }
         const int32_t before = seq->computed;
         seq->computed += batch[i].count;
-        add_service(*seq, batch[i].count);
+        add_service(seq);
         seq->mark_computed(before, seq->computed);  // Not cached, even if attached before.
         // A chunk of one token after the prompt is a decode step; anything else is prefill,
         // also a chunk that recomputes generated tokens after a preemption: counted as decode

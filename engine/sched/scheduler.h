@@ -19,8 +19,8 @@
 // Fair places in the batch: a tenant's level is its running sequences over its weight. A free
 // place goes to the waiting tenants whose level with it would be lowest, by DRR among them (so
 // DRR alone decides between tenants at the same level); except that it is time-shared to another
-// waiting tenant whose level now is below every other waiting tenant's level with one more place
-// (so taking the place leaves none owed) when that tenant is further behind in tokens served
+// waiting tenant, provided that no tenant is owed a place once it took it (nor one already owed:
+// the place is that one's), when that tenant is further behind in tokens served
 // per weight (served_: computed, or prompt tokens taken from the prefix cache) than each of the
 // lowest ones. Without that, a tenant whose weight share of
 // the batch is under one place (a weight below another's over max_batch_sequences) would get no
@@ -168,6 +168,10 @@ public:
     ModelLoad load() const;
     // Per-tenant counts and histograms; thread-safe.
     ServingStats serving_stats() const;
+    // For tests: `tenant`'s tokens served per weight (see the top of this file), rebased at each
+    // step's admission so that the least count of the tenants running or waiting is 0; read
+    // from the driving thread.
+    double served_for_test(const std::string& tenant) const;
 
 private:
     struct BatchEntry {
@@ -227,8 +231,9 @@ private:
     void track_service(const std::map<std::string, TenantLoad>& loads);
     // served_'s count for `tenant` (the least count when it has none yet).
     double served(const std::string& tenant) const;
-    // Adds `tokens` of `seq`'s to its tenant's count in served_, over its weight.
-    void add_service(const Sequence& seq, int32_t tokens);
+    // Adds `seq`'s positions computed (or attached) past Sequence::served_most to its tenant's
+    // count in served_, over its weight.
+    void add_service(Sequence* seq);
     // The waiting tenant that a free place is time-shared to (see the top of this file), or ""
     // when it goes by places per weight; `least` is the lowest level with the place.
     std::string time_share_claim(const std::vector<FairQueue::Backlog>& backlog,

@@ -31,6 +31,22 @@ namespace {
 // Places per weight are fractions; this absorbs their rounding.
 constexpr double kLevelSlack = 1e-9;
 
+// Whether `tenant` (load `l`) is owed a place: it has requests waiting, and with one more place
+// its level would still be no higher than another running tenant's level with one fewer.
+template <typename Loads, typename Load>
+bool is_owed(const Loads& loads, const std::string& tenant, const Load& l) {
+    if (l.waiting == 0) {
+        return false;
+    }
+    const double level = l.level(1);
+    for (const auto& [other, o] : loads) {
+        if (other != tenant && o.running > 0 && o.level(-1) + kLevelSlack >= level) {
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace
 
 bool Scheduler::admit() {
@@ -120,11 +136,6 @@ bool Scheduler::admit() {
         if (seq->computed == 0) {
             attach_prefix(seq.get());
         }
-        if (!seq->admitted_once) {
-            // Its prompt's cached tokens count as served, as DRR's cost counts them: a tenant
-            // whose prompts hit the cache is not owed more places for it.
-            add_service(*seq, seq->computed);
-        }
         {
             std::lock_guard<std::mutex> lock(stats_mu_);
             TenantServingStats& t = tenant_stats(seq->tenant);
@@ -194,12 +205,18 @@ double Scheduler::served(const std::string& tenant) const {
     return least;
 }
 
-void Scheduler::add_service(const Sequence& seq, int32_t tokens) {
+void Scheduler::add_service(Sequence* seq) {
+    // Only positions past those charged before: what a preemption dropped and is computed (or
+    // attached) again was served once.
+    const int32_t tokens = seq->computed - seq->served_most;
     if (tokens > 0) {
-        served_.try_emplace(seq.tenant, served(seq.tenant)).first->second +=
-            static_cast<double>(tokens) / static_cast<double>(std::max(seq.tenant_weight, 1));
+        served_.try_emplace(seq->tenant, served(seq->tenant)).first->second +=
+            static_cast<double>(tokens) / static_cast<double>(std::max(seq->tenant_weight, 1));
+        seq->served_most = seq->computed;
     }
 }
+
+double Scheduler::served_for_test(const std::string& tenant) const { return served(tenant); }
 
 std::string Scheduler::time_share_claim(const std::vector<FairQueue::Backlog>& backlog,
                                         const std::map<std::string, TenantLoad>& loads,
@@ -220,11 +237,15 @@ std::string Scheduler::time_share_claim(const std::vector<FairQueue::Backlog>& b
         if (l.level(1) <= least + kLevelSlack) {
             continue;  // One of the lowest: DRR decides between those.
         }
-        // With the place, its level less one (its level now) must stay below every other
-        // waiting tenant's level with one more, or that tenant would be owed a place
-        // (owed_claims) and take one back by preemption.
-        const bool leaves_owed = std::any_of(backlog.begin(), backlog.end(), [&](const auto& o) {
-            return o.tenant != b.tenant && l.level(0) + kLevelSlack >= loads.at(o.tenant).level(1);
+        // With the place taken, no tenant may be owed one (owed_claims), or it would take one
+        // back by preemption in this very admit(): not one that its place would make owed, nor
+        // one already owed by another tenant's places (the place was its, by places per weight).
+        std::map<std::string, TenantLoad> with = loads;
+        TenantLoad& taker = with.at(b.tenant);
+        ++taker.running;
+        --taker.waiting;
+        const bool leaves_owed = std::any_of(with.begin(), with.end(), [&](const auto& entry) {
+            return is_owed(with, entry.first, entry.second);
         });
         const double s = served(b.tenant);
         if (!leaves_owed && (!any_lowest || s < lowest_served) &&
@@ -240,15 +261,8 @@ std::vector<Scheduler::Claim> Scheduler::owed_claims(
     const std::map<std::string, TenantLoad>& loads) const {
     std::vector<Claim> claims;
     for (const auto& [tenant, l] : loads) {
-        if (l.waiting == 0) {
-            continue;
-        }
-        const double level = l.level(1);
-        for (const auto& [other, o] : loads) {
-            if (other != tenant && o.running > 0 && o.level(-1) + kLevelSlack >= level) {
-                claims.push_back(Claim{tenant, level, 0});
-                break;
-            }
+        if (is_owed(loads, tenant, l)) {
+            claims.push_back(Claim{tenant, l.level(1), 0});
         }
     }
     // The furthest behind first; ties by tenant name (the map's order).
@@ -352,6 +366,10 @@ void Scheduler::attach_prefix(Sequence* seq) {
         return;
     }
     seq->computed = length;
+    // Prompt tokens taken from the cache count as served, as DRR's cost counts them: a tenant
+    // whose prompts hit the cache is not owed more places for it (at admission, or attached
+    // in-batch from a sequence computing the same prefix).
+    add_service(seq);
     seq->published_blocks = length / bt;
     // Not counted as hits yet: a preemption may drop these blocks before they are used, and the
     // cache evict them, so that the sequence computes them after all; and what it computed

@@ -194,6 +194,9 @@ struct Sequence {
     // The most positions it has computed: a chunk below this recomputes what a preemption
     // dropped (SchedulerStats::recompute_tokens).
     int32_t computed_most = 0;
+    // Positions charged to its tenant's tokens served (Scheduler's served_): a position
+    // recomputed after a preemption, or attached again, is not charged twice.
+    int32_t served_most = 0;
     uint64_t admitted_at = 0;  // Admission order; the newest is preempted first.
     int64_t admitted_step = 0;  // Scheduler steps run before its latest admission.
     int32_t preemptions = 0;   // Times this sequence was evicted and requeued.

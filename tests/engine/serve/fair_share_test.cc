@@ -344,6 +344,32 @@ TEST_CASE("fair queue: a tenant whose turns pass while it is ineligible banks no
     CHECK(order.find("bbbbbbb") == std::string::npos);
 }
 
+TEST_CASE("fair queue: the cap at a turn's opening leaves a preempted request's refund alone") {
+    // a's two requests were admitted on time-shared places (not charged), then preempted:
+    // push_front gave back their 1000 + 1300, which their re-admissions take back. Capped with
+    // the banked quantum at a's turn (to 10 + 1000), the refund would pay for the first only,
+    // and the second would wait 130 turns of b's for credit it had been given.
+    FairQueue q(10);
+    q.push_back(sequence("a", 1, 500, 500));  // Cost 1000.
+    q.push_back(sequence("a", 1, 650, 650));  // Cost 1300.
+    for (int i = 0; i < 5; ++i) {
+        q.push_back(sequence("b", 1, 5, 5));  // Cost 10.
+    }
+    std::unique_ptr<Sequence> first = q.pop_tenant("a", /*charge=*/false);
+    std::unique_ptr<Sequence> second = q.pop_tenant("a", /*charge=*/false);
+    REQUIRE(first);
+    REQUIRE(second);
+    ++first->preemptions;
+    ++second->preemptions;
+    q.push_front(std::move(second));
+    q.push_front(std::move(first));
+    std::string order;
+    while (!q.empty()) {
+        order += q.pop()->tenant;
+    }
+    CHECK(order == "baabbbb");  // a came back after b (its queue emptied): b's turn first.
+}
+
 TEST_CASE("fair share: a tenant sending 20x the requests gets half the tokens, not 20/21") {
     Sim sim(4);
     // A floods first: 800 requests queued before B's 40.
@@ -458,6 +484,74 @@ TEST_CASE("fair share: a weight below one place's share is time-shared, not star
         CHECK(sim.scheduler->stats().preemptions == 0);
         sim.check_outputs();
     }
+}
+
+TEST_CASE("fair share: a time-shared place is not taken while another tenant is owed it") {
+    // 4 places: r (weight 2) holds 2, x (weight 5) holds 2, one of them short; both long
+    // prompts make x further ahead in tokens served per weight than l (weight 1), which comes
+    // later with x. When x's short request ends, x is owed the free place (r's level with one
+    // fewer, 0.5, is not below x's with it, 0.4): time-sharing it to l, behind x in tokens
+    // served, would leave x owed, and r's newest would be preempted for it in the same step.
+    Sim sim(4);
+    sim.submit("r", 2, 200, 0, 40);
+    sim.submit("r", 2, 200, 0, 45);
+    sim.submit("x", 5, 200, 0, 50, 60);
+    sim.submit("x", 5, 12, 0, 55, 60);
+    sim.step();
+    for (int i = 0; i < 4; ++i) {
+        sim.submit("x", 5, 200, 0, static_cast<TokenId>(120 + i));
+        sim.submit("l", 1, 200, 0, static_cast<TokenId>(130 + i));
+    }
+    for (int i = 0; i < 40; ++i) {
+        sim.step();
+    }
+    REQUIRE(sim.tracked[3].sink->finished());
+    CHECK(sim.scheduler->stats().preemptions == 0);
+    CHECK(sim.scheduler->serving_stats().tenants.at("r").preemptions == 0);
+    sim.check_outputs();
+}
+
+TEST_CASE("fair share: a preempted sequence's recomputed tokens count as served once") {
+    // One tenant, two sequences of 4 + 100 positions in a KV cache of 128 tokens: one is
+    // preempted (nothing saved), and computes its positions again once the other ends. Its
+    // tenant's tokens served per weight (rebased to 0 at each step's admission, with no other
+    // tenant) grow by what each step charges: over the run, each position once.
+    Sim sim(2, 128);
+    sim.submit("a", 1, 100, 0, 40);
+    sim.submit("a", 1, 100, 0, 60);
+    double charged = 0.0;
+    for (int i = 0; i < 2000 && !sim.all_finished("a"); ++i) {
+        sim.step();
+        charged += sim.scheduler->served_for_test("a");
+    }
+    REQUIRE(sim.all_finished("a"));
+    REQUIRE(sim.scheduler->stats().preemptions > 0);
+    REQUIRE(sim.scheduler->stats().recompute_tokens > 0);
+    MESSAGE("recomputed " << sim.scheduler->stats().recompute_tokens);
+    // The last token of each is sampled, never computed.
+    CHECK(charged == doctest::Approx(2 * (4 + 100 - 1)));
+    sim.check_outputs();
+}
+
+TEST_CASE("fair share: prompt blocks attached from a sequence in the same batch count as served") {
+    // Two sequences of one tenant with the same 40-token prompt, admitted together: the second
+    // waits for the first to compute the shared blocks and attaches them in-batch. Its tenant
+    // is served those tokens all the same: each position counts once (as above), computed or
+    // attached.
+    Sim sim(2);
+    sim.submit("a", 1, 20, 0, 40, 40);
+    sim.submit("a", 1, 20, 0, 40, 40);
+    double charged = 0.0;
+    for (int i = 0; i < 200 && !sim.all_finished("a"); ++i) {
+        sim.step();
+        charged += sim.scheduler->served_for_test("a");
+    }
+    REQUIRE(sim.all_finished("a"));
+    const int32_t cached = sim.tracked[1].sink->wait()->usage.cached_tokens;
+    MESSAGE("second's cached tokens " << cached);
+    REQUIRE(cached > 0);
+    CHECK(charged == doctest::Approx(2 * (40 + 20 - 1)));
+    sim.check_outputs();
 }
 
 TEST_CASE("fair batch: a light tenant gets a place within steps while a heavy one holds them all") {
