@@ -237,9 +237,14 @@ std::string Scheduler::time_share_claim(const std::vector<FairQueue::Backlog>& b
         if (l.level(1) <= least + kLevelSlack) {
             continue;  // One of the lowest: DRR decides between those.
         }
+        const double s = served(b.tenant);
+        if ((any_lowest && s >= lowest_served) || (!best.empty() && s >= best_served)) {
+            continue;  // Not behind the lowest tenants, or not the furthest behind.
+        }
         // With the place taken, no tenant may be owed one (owed_claims), or it would take one
         // back by preemption in this very admit(): not one that its place would make owed, nor
         // one already owed by another tenant's places (the place was its, by places per weight).
+        // Checked last, for a tenant that would win: it copies the loads.
         std::map<std::string, TenantLoad> with = loads;
         TenantLoad& taker = with.at(b.tenant);
         ++taker.running;
@@ -247,9 +252,7 @@ std::string Scheduler::time_share_claim(const std::vector<FairQueue::Backlog>& b
         const bool leaves_owed = std::any_of(with.begin(), with.end(), [&](const auto& entry) {
             return is_owed(with, entry.first, entry.second);
         });
-        const double s = served(b.tenant);
-        if (!leaves_owed && (!any_lowest || s < lowest_served) &&
-            (best.empty() || s < best_served)) {
+        if (!leaves_owed) {
             best = b.tenant;
             best_served = s;
         }
