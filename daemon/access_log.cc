@@ -79,8 +79,14 @@ void AccessLog::on_response(const tls::ResponseRecord& record) {
                                    {"complete", record.complete},
                                    {"client", record.client}};
     fields.reserve(fields.size() + record.notes.size());
+    // Notes may carry what a client or peer sent (a forwarding site's name, a request id): their
+    // text is held to UTF-8 the same way, so the line stays valid JSON.
     for (const tls::ResponseNote& note : record.notes) {
-        std::visit([&](const auto& value) { fields.emplace_back(note.name, value); }, note.value);
+        if (const std::string* text = std::get_if<std::string>(&note.value)) {
+            fields.emplace_back(note.name, api::logprob_token_text(*text));
+        } else {
+            fields.emplace_back(note.name, std::get<int64_t>(note.value));
+        }
     }
     log::write(log::Level::kInfo, "request", fields);
 }

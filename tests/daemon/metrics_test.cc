@@ -3,6 +3,7 @@
 
 #include "daemon/metrics.h"
 
+#include <boost/json.hpp>
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -125,6 +126,30 @@ TEST_CASE("metrics: engine latency histograms reach minutes") {
     CHECK(has(m, bucket + "\"120\"} 1"));
     CHECK(has(m, bucket + "\"600\"} 2"));
     CHECK(has(m, bucket + "\"+Inf\"} 2"));
+}
+
+TEST_CASE("access log: note text that is not UTF-8 is escaped, so the line stays JSON") {
+    edge::daemon::AccessLog access_log(nullptr, "public", true);
+    std::vector<std::string> lines;
+    edge::log::set_sink([&](std::string_view line) { lines.emplace_back(line); });
+    edge::tls::ResponseRecord record;
+    record.method = "POST";
+    record.path = "/v1/completions";
+    record.status = 200;
+    // A forwarding site's name as a peer sent it (with verify_site_identity off), and a number.
+    const std::vector<edge::tls::ResponseNote> notes{{"from_site", std::string("a\xff\xfe" "b")},
+                                                     {"prompt_tokens", int64_t{7}}};
+    record.notes = notes;
+    access_log.on_response(record);
+    edge::log::set_sink(nullptr);
+    REQUIRE(lines.size() == 1);
+    INFO(lines[0]);
+    CHECK(lines[0].find(R"("from_site":"a\\xff\\xfeb")") != std::string::npos);
+    CHECK(lines[0].find(R"("prompt_tokens":7)") != std::string::npos);
+    CHECK(lines[0].find('\xff') == std::string::npos);
+    boost::system::error_code ec;
+    boost::json::parse(lines[0], ec);
+    CHECK_FALSE(ec);
 }
 
 TEST_CASE("access log: a method that is not an HTTP token is logged as (unparsed), not as sent") {
