@@ -183,6 +183,13 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
         d->router_->set_forwarder(d->forwarder_.get());
     }
     publish_served_certificate_expiry(*d->tls_, d->peer_tls_.get(), *d->metrics_);
+    d->metrics_->declare_certificate_listener("public");
+    if (d->peer_tls_) {
+        d->metrics_->declare_certificate_listener("peer");
+    }
+    if (d->forwarder_) {
+        d->metrics_->declare_certificate_listener("forwarding_client");
+    }
     d->loaded_stamps_ = std::move(stamps);
     Daemon* raw = d.get();
     d->health_probe_ = [] { return engine::device_health(); };

@@ -231,6 +231,10 @@ void Metrics::on_certificate_reload(std::string_view listener, bool ok) {
         .Increment();
 }
 
+void Metrics::declare_certificate_listener(std::string_view listener) {
+    certificate_reloads_->Add({{"listener", std::string(listener)}, {"result", "error"}});
+}
+
 void Metrics::on_config_reload(bool ok) {
     config_reload_successful_->Set(ok ? 1 : 0);
     if (ok) {

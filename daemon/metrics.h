@@ -118,6 +118,9 @@ public:
     // "ok" or "error" (the previous certificates kept): what the alert on a failed renewal
     // (EdgeserveCertificateReloadFailed, deploy/prometheus/alerts.yml) watches.
     void on_certificate_reload(std::string_view listener, bool ok);
+    // Starts `listener`'s error series at 0 (the daemon does so for each set it serves), so a
+    // first failure, also one soon after a restart, is a rise that increase() sees.
+    void declare_certificate_listener(std::string_view listener);
     // A configuration reload (SIGHUP) applied whole (`ok`) or refused or stopped part way (the
     // log says why): edgeserve_config_last_reload_successful is 1 or 0, and a success sets
     // edgeserve_config_last_reload_success_timestamp_seconds to now (Unix seconds). The load at
