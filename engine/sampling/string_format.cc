@@ -30,8 +30,9 @@ int32_t days_in(int32_t year, int32_t month) {
     return month == 2 && leap ? 29 : kDays[static_cast<size_t>(month)];
 }
 
-// YYYY-MM-DD. The value: the year, and from the month on year * 16 + month, so that the day is
-// checked against its month: a tens digit only where some day of the month has it.
+// YYYY-MM-DD, the year 0001 to 9999. The value: the year, and from the month on year * 16 +
+// month, so that the day is checked against its month: a tens digit only where some day of the
+// month has it.
 constexpr int32_t kDateLength = 10;
 int32_t date_step(int32_t state, unsigned char c) {
     const auto [pos, prev, value] = unpack(state);
@@ -55,8 +56,8 @@ int32_t date_step(int32_t state, unsigned char c) {
             const int32_t day = prev * 10 + d;
             return day >= 1 && day <= days_in(value >> 4, value & 15) ? pack(10, 0, value) : -1;
         }
-        default:  // The year's digits.
-            return pack(pos + 1, 0, value * 10 + d);
+        default:  // The year's digits; year 0000 is refused, as Python's date does (1 to 9999).
+            return pos == 3 && value * 10 + d == 0 ? -1 : pack(pos + 1, 0, value * 10 + d);
     }
 }
 

@@ -14,7 +14,7 @@
 // specification allows, chosen to be valid under the common validators too (Ajv's ajv-formats,
 // Python's):
 //   date       RFC 3339 full-date, YYYY-MM-DD, the day within its month (29 February in leap
-//              years only).
+//              years only), the year 0001 to 9999 (Python's date has no year 0000).
 //   time       RFC 3339 full-time, hh:mm:ss, an optional fraction of 1 to 9 digits, then 'Z' or
 //              an offset +hh:mm / -hh:mm; seconds 00-59 (no leap second), upper-case 'Z'.
 //   date-time  date 'T' time (upper-case 'T').
