@@ -332,6 +332,8 @@ class SchemaCompiler {
             EDGE_ASSIGN_OR_RETURN(const int32_t allowed, compile_typed(o, where, depth, false));
             return compile_literals(where, allowed, enum_values, const_value);
         }
+        // A type taken from the keywords: the node is narrower than the schema (exact).
+        const bool guessed = types.empty();
         if (types.empty()) {
             // No type: what the keywords imply, else any value.
             if (o.contains("properties") || o.contains("required") ||
@@ -359,6 +361,7 @@ class SchemaCompiler {
         std::vector<int32_t> alternatives;
         for (const std::string& type : types) {
             EDGE_ASSIGN_OR_RETURN(const int32_t node, compile_type(o, where, type, depth));
+            at(node).exact = !guessed;
             alternatives.push_back(node);
         }
         if (alternatives.size() == 1) {
@@ -625,6 +628,9 @@ class SchemaCompiler {
             // A value the keywords beside enum/const refuse (its type, length, range, ...) is
             // not valid.
             const bool valid = matcher_->matches(*value, allowed, 0);
+            // A value refused where the graph is narrower than the schema may be valid: the
+            // node then holds fewer values than the schema accepts.
+            at(node).exact = at(node).exact && (valid || !matcher_->narrowed());
             if (matcher_->exhausted()) {
                 return fail(where,
                             "checking the values of 'enum'/'const' against the keywords "

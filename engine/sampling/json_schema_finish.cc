@@ -3,7 +3,10 @@
 // object's by_name, and oneOf's alternatives shown apart.
 
 #include <algorithm>
+#include <array>
 #include <bitset>
+#include <charconv>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -42,6 +45,54 @@ int32_t nesting(std::string_view text) {
     return deepest;
 }
 
+// Sorted for JsonPrefix's binary search (json_schema.h), equal values such as 1 and 1.0 one
+// text, and each one's nesting and first byte.
+void finish_literals(JsonSchema::Node& n) {
+    std::sort(n.literals.begin(), n.literals.end());
+    n.literals.erase(std::unique(n.literals.begin(), n.literals.end()), n.literals.end());
+    n.literal_depths.clear();
+    n.max_literal_depth = 0;
+    for (const std::string& l : n.literals) {
+        const int32_t d = nesting(l);
+        n.literal_depths.push_back(d);
+        n.max_literal_depth = std::max(n.max_literal_depth, d);
+        n.first.set(static_cast<unsigned char>(l[0]));
+    }
+}
+
+// `literal` (a canonical JSON text) with each number in it written as the double it reads as,
+// zero without its sign: equal numbers spelled apart (0 and -0, 10000000000000000000 and
+// 1e+19) then have one text. Integers past 2^53 that differ by less than a double's precision
+// have one too, so oneOf is refused where it need not be, never let through where it must not.
+std::string value_key(std::string_view literal) {
+    std::string out;
+    bool in_string = false;
+    for (size_t i = 0; i < literal.size();) {
+        const char c = literal[i];
+        const bool number = !in_string && (c == '-' || (c >= '0' && c <= '9'));
+        double d = 0;
+        const auto r = number ? std::from_chars(literal.data() + i,
+                                                literal.data() + literal.size(), d)
+                              : std::from_chars_result{};
+        if (!number || r.ec != std::errc() || r.ptr == literal.data() + i) {
+            if (in_string && c == '\\' && i + 1 < literal.size()) {
+                out += literal.substr(i, 2);
+                i += 2;
+                continue;
+            }
+            in_string = c == '"' ? !in_string : in_string;
+            out += c;
+            ++i;
+            continue;
+        }
+        std::array<char, 32> buf{};
+        const auto w = std::to_chars(buf.data(), buf.data() + buf.size(), d == 0 ? 0.0 : d);
+        out.append(buf.data(), w.ptr);
+        i = static_cast<size_t>(r.ptr - literal.data());
+    }
+    return out;
+}
+
 }  // namespace
 
 Status GraphFinisher::finish() {
@@ -64,20 +115,7 @@ Status GraphFinisher::finish() {
                 }
                 break;
             case Kind::kLiterals:
-                // Sorted for JsonPrefix's binary search (json_schema.h); equal values, such
-                // as 1 and 1.0, are one text.
-                std::sort(n.literals.begin(), n.literals.end());
-                n.literals.erase(std::unique(n.literals.begin(), n.literals.end()),
-                                 n.literals.end());
-                n.literal_depths.clear();
-                for (const std::string& l : n.literals) {
-                    const int32_t d = nesting(l);
-                    n.literal_depths.push_back(d);
-                    n.max_literal_depth = std::max(n.max_literal_depth, d);
-                }
-                for (const std::string& l : n.literals) {
-                    n.first.set(static_cast<unsigned char>(l[0]));
-                }
+                finish_literals(n);
                 break;
             case Kind::kUnion:
                 break;
@@ -113,7 +151,7 @@ Status GraphFinisher::finish() {
             }
         }
     }
-    return ok_status();
+    return bound_readings();
 }
 
 // Each object's by_name (json_schema.h), once min_depth is known.
@@ -247,7 +285,11 @@ bool GraphFinisher::leaves_apart(int32_t a, int32_t b, int depth) {
     }
     const JsonSchema::Node& x = at(a);
     const JsonSchema::Node& y = at(b);
-    if ((x.first & y.first).none()) {
+    if (!x.exact || !y.exact) {
+        return false;  // What the schema accepts beyond the node may be the other's.
+    }
+    // Literals are compared as values below: -0 and 0 begin apart.
+    if ((x.first & y.first).none() && !(x.kind == Kind::kLiterals && y.kind == Kind::kLiterals)) {
         return true;
     }
     auto counts_apart = [&] { return x.max < y.min || y.max < x.min; };
@@ -268,21 +310,28 @@ bool GraphFinisher::leaves_apart(int32_t a, int32_t b, int depth) {
         case Kind::kArray:
             return counts_apart();
         case Kind::kLiterals: {
-            // Canonical texts differ for different values, except objects with their keys
-            // in another order. Each literal counts against the comparisons: a oneOf of
-            // large enums is work by the value, not by the pair.
+            // Values are compared by their texts with numbers read as values (value_key()),
+            // which differ for different values, except objects with their keys in another
+            // order. Each literal counts against the comparisons: a oneOf of large enums is
+            // work by the value, not by the pair.
             comparisons_ += static_cast<int64_t>(x.literals.size() + y.literals.size());
             if (comparisons_ > kMaxComparisons) {
                 return false;
             }
-            auto has_object = [](const std::string& l) { return l.find('{') != std::string::npos; };
-            if (std::any_of(x.literals.begin(), x.literals.end(), has_object) ||
-                std::any_of(y.literals.begin(), y.literals.end(), has_object)) {
+            const ValueKeys& xs = value_keys(a);
+            const ValueKeys& ys = value_keys(b);
+            if (xs.has_object || ys.has_object) {
                 return false;
             }
-            const std::unordered_set<std::string_view> other(y.literals.begin(), y.literals.end());
-            return std::none_of(x.literals.begin(), x.literals.end(),
-                                [&](const std::string& l) { return other.contains(l); });
+            // Both sorted: one pass over the two.
+            for (size_t i = 0, j = 0; i < xs.keys.size() && j < ys.keys.size();) {
+                const int order = xs.keys[i].compare(ys.keys[j]);
+                if (order == 0) {
+                    return false;
+                }
+                (order < 0 ? i : j) += 1;
+            }
+            return true;
         }
         case Kind::kObject:
             // A property one requires, whose values the other's same property cannot take.
@@ -290,6 +339,18 @@ bool GraphFinisher::leaves_apart(int32_t a, int32_t b, int depth) {
         default:
             return false;
     }
+}
+
+const GraphFinisher::ValueKeys& GraphFinisher::value_keys(int32_t node) {
+    auto [it, added] = value_keys_.try_emplace(node);
+    if (added) {
+        for (const std::string& l : at(node).literals) {
+            it->second.keys.push_back(value_key(l));
+            it->second.has_object = it->second.has_object || l.find('{') != std::string::npos;
+        }
+        std::sort(it->second.keys.begin(), it->second.keys.end());
+    }
+    return it->second;
 }
 
 bool GraphFinisher::object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth) {
@@ -362,6 +423,7 @@ Status GraphFinisher::flatten(int32_t node, int depth) {
             add(leaf);
         }
     }
+    merge_literals(node, &leaves);
     if (leaves.size() > kMaxAlternatives) {
         return fail(at(node).where, "the union has " + std::to_string(leaves.size()) +
                                         " alternatives (anyOf, oneOf, type lists and $refs "
@@ -372,6 +434,163 @@ Status GraphFinisher::flatten(int32_t node, int depth) {
     at(node).first = first;
     flattened_[static_cast<size_t>(node)] = 2;
     return ok_status();
+}
+
+// A union's literal leaves as one node (an anyOf of consts is an enum): JsonPrefix follows
+// its values as one reading, where each literal node would begin one of its own, and past
+// kMaxReadings of them the union would be refused. Left apart where the values come to more
+// than an enum may hold, or the copies made so far to over kMaxMergedBytes (enums referred to
+// from many unions are copied into each).
+void GraphFinisher::merge_literals(int32_t node, std::vector<int32_t>* leaves) {
+    size_t count = 0;
+    size_t values = 0;
+    size_t bytes = 0;
+    for (const int32_t leaf : *leaves) {
+        const JsonSchema::Node& n = at(leaf);
+        if (n.kind != Kind::kLiterals) {
+            continue;
+        }
+        ++count;
+        values += n.literals.size();
+        if (values > JsonSchema::kMaxLiterals) {
+            return;  // Before their bytes are counted: a few enums of many values.
+        }
+        for (const std::string& l : n.literals) {
+            bytes += l.size();
+        }
+    }
+    const size_t cost = bytes + values * sizeof(std::string);
+    if (count < 2 || bytes > JsonSchema::kMaxLiteralBytes ||
+        merged_bytes_ + cost > kMaxMergedBytes) {
+        return;
+    }
+    merged_bytes_ += cost;
+    JsonSchema::Node merged;
+    merged.kind = Kind::kLiterals;
+    merged.where = at(node).where;
+    const auto index = static_cast<int32_t>(s_->nodes_.size());
+    std::vector<int32_t> kept;
+    for (const int32_t leaf : *leaves) {
+        const JsonSchema::Node& n = at(leaf);
+        if (n.kind != Kind::kLiterals) {
+            kept.push_back(leaf);
+            continue;
+        }
+        if (merged.literals.empty()) {
+            kept.push_back(index);  // Where the first of them was.
+        }
+        merged.literals.insert(merged.literals.end(), n.literals.begin(), n.literals.end());
+        merged.exact = merged.exact && n.exact;
+    }
+    finish_literals(merged);
+    s_->nodes_.push_back(std::move(merged));
+    flattened_.push_back(2);
+    *leaves = std::move(kept);
+}
+
+// The readings JsonPrefix may follow at once within a value of each node: a union's, for the
+// byte that most of its alternatives may begin with, the sum of theirs; an object's or an
+// array's, the most of one of its values' (one is written at a time, and the readings of a
+// value that has ended come to one state); 1 for the others. To a fixpoint, as $refs lead back:
+// values only rise, and stop at one past kMaxReadings. A union past kMaxReadings is refused:
+// JsonPrefix would drop the readings past them, and the alternatives they follow could never
+// be written.
+Status GraphFinisher::bound_readings() {
+    constexpr auto kPast = static_cast<int32_t>(JsonSchema::kMaxReadings) + 1;
+    const size_t count = s_->nodes_.size();
+    std::vector<int32_t> readings(count, 1);
+    std::vector<int32_t> counted(count, 1);  // What each node's parents have counted of it.
+    std::vector<std::vector<int32_t>> parents(count);
+    // By union: the readings of its alternatives that may begin with each byte.
+    std::unordered_map<int32_t, std::array<int32_t, 256>> sums;
+    std::vector<std::vector<uint8_t>> firsts(count);  // Each leaf's first bytes, listed.
+    std::vector<int32_t> changed;
+    for (size_t i = 0; i < count; ++i) {
+        const auto node = static_cast<int32_t>(i);
+        const JsonSchema::Node& n = at(node);
+        for (const JsonSchema::Property& p : n.properties) {
+            parents[static_cast<size_t>(p.node)].push_back(node);
+        }
+        for (const int32_t child : {n.additional, n.items}) {
+            if (child >= 0) {
+                parents[static_cast<size_t>(child)].push_back(node);
+            }
+        }
+        if (n.kind != Kind::kUnion) {
+            for (size_t c = 0; c < n.first.size(); ++c) {
+                if (n.first.test(c)) {
+                    firsts[i].push_back(static_cast<uint8_t>(c));
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < count; ++i) {
+        const auto node = static_cast<int32_t>(i);
+        if (at(node).kind != Kind::kUnion) {
+            continue;
+        }
+        std::array<int32_t, 256>& sum = sums[node];
+        sum.fill(0);
+        for (const int32_t alt : at(node).alternatives) {
+            parents[static_cast<size_t>(alt)].push_back(node);
+            for (const uint8_t c : firsts[static_cast<size_t>(alt)]) {
+                readings[i] = std::min(kPast, std::max(readings[i], ++sum[c]));
+            }
+        }
+        if (readings[i] > 1) {
+            changed.push_back(node);
+        }
+    }
+    while (!changed.empty()) {
+        const int32_t node = changed.back();
+        changed.pop_back();
+        const auto i = static_cast<size_t>(node);
+        const int32_t rise = readings[i] - counted[i];
+        counted[i] = readings[i];
+        for (const int32_t parent : parents[i]) {
+            const auto p = static_cast<size_t>(parent);
+            int32_t r = readings[i];
+            if (at(parent).kind == Kind::kUnion) {
+                std::array<int32_t, 256>& sum = sums[parent];
+                for (const uint8_t c : firsts[i]) {
+                    sum[c] += rise;
+                    r = std::max(r, sum[c]);
+                }
+            }
+            r = std::min(r, kPast);
+            if (r > readings[p]) {
+                readings[p] = r;
+                changed.push_back(parent);
+            }
+        }
+    }
+    // The union to name: one past the limit whose alternatives are each within it, where they
+    // add up past it (through $refs that lead back, maybe none).
+    std::optional<std::pair<bool, int32_t>> worst;  // Not within, and the node: the least.
+    for (const auto& [node, sum] : sums) {
+        if (readings[static_cast<size_t>(node)] < kPast) {
+            continue;
+        }
+        const std::vector<int32_t>& alts = at(node).alternatives;
+        const bool within = std::all_of(alts.begin(), alts.end(), [&](int32_t alt) {
+            return readings[static_cast<size_t>(alt)] < kPast;
+        });
+        worst = std::min(worst.value_or(std::pair(true, node)), std::pair(!within, node));
+    }
+    if (!worst) {
+        return ok_status();
+    }
+    const int32_t node = worst->second;
+    const std::array<int32_t, 256>& sum = sums[node];
+    const auto byte = static_cast<char>(std::max_element(sum.begin(), sum.end()) - sum.begin());
+    const std::string most = std::to_string(JsonSchema::kMaxReadings);
+    return fail(at(node).where,
+                "the union's alternatives that may begin with '" + std::string(1, byte) +
+                    "' may need more than " + most +
+                    " readings at once, and at most " + most +
+                    " are followed (each alternative is counted as the readings the unions "
+                    "inside it may need, so nested unions multiply); tell them apart by "
+                    "type, use enum or const for constants, or use fewer alternatives");
 }
 
 }  // namespace edge::engine::sampling

@@ -53,6 +53,10 @@ class ValueMatcher {
     // besides its listed properties, objects among enum values in another key order), so is
     // this: a value it refuses is left out, never one it takes wrongly let in.
     bool matches(const boost::json::value& v, int32_t node, int depth);
+    // Whether the last matches() from depth 0 that answered false refused the value somewhere
+    // the graph is narrower than the schema (a node not exact, a key besides the listed
+    // properties, a literal compared by its text): the value may be valid all the same.
+    bool narrowed() const { return narrowed_; }
     // Whether matches() ran past kMaxMatchSteps (its answers since are false).
     bool exhausted() const { return match_steps_ > kMaxMatchSteps; }
 
@@ -60,10 +64,12 @@ class ValueMatcher {
     using Kind = JsonSchema::Kind;
 
     const JsonSchema::Node& at(int32_t i) const { return s_->node(i); }
+    bool matches_node(const boost::json::value& v, const JsonSchema::Node& n, int depth);
     bool spend_matching(size_t steps);
 
     const JsonSchema* s_;
     int64_t match_steps_ = 0;
+    bool narrowed_ = false;
 };
 
 // Completes the nodes compile() built (JsonSchema is its friend).
@@ -95,6 +101,14 @@ class GraphFinisher {
     bool leaves_apart(int32_t a, int32_t b, int depth);
     bool object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth);
     Status flatten(int32_t node, int depth);
+    void merge_literals(int32_t node, std::vector<int32_t>* leaves);
+    Status bound_readings();
+    // A literal node's values as apart() compares them: sorted, numbers read as values.
+    struct ValueKeys {
+        std::vector<std::string> keys;
+        bool has_object = false;  // Objects may be equal in another key order.
+    };
+    const ValueKeys& value_keys(int32_t node);
 
     JsonSchema* s_;
     const std::vector<std::pair<int32_t, std::vector<int32_t>>>& one_of_;
@@ -103,6 +117,11 @@ class GraphFinisher {
     size_t gathered_ = 0;
     static constexpr int64_t kMaxComparisons = int64_t{1} << 18;
     int64_t comparisons_ = 0;  // leaves_apart() calls and literals compared so far.
+    std::unordered_map<int32_t, ValueKeys> value_keys_;  // value_keys(), by node.
+    // The literals merge_literals() has copied, with their strings' own size: a budget, so that
+    // a schema does not buy megabytes of copies with a few bytes of $refs.
+    static constexpr size_t kMaxMergedBytes = 16 * JsonSchema::kMaxLiteralBytes;
+    size_t merged_bytes_ = 0;
 };
 
 }  // namespace edge::engine::sampling

@@ -127,6 +127,9 @@ std::unordered_map<std::string_view, const JsonSchema::Property*> by_key(
 }
 
 bool ValueMatcher::matches(const json::value& v, int32_t node, int depth) {
+    if (depth == 0) {
+        narrowed_ = false;
+    }
     // Each anyOf level tries every alternative: a deep enum value under nested unions costs
     // alternatives^depth calls, and a value of megabytes is read again by each. The steps
     // for a schema's enum/const values are bounded (compile_literals refuses it once they
@@ -135,6 +138,12 @@ bool ValueMatcher::matches(const json::value& v, int32_t node, int depth) {
         return false;
     }
     const JsonSchema::Node& n = at(node);
+    const bool matched = matches_node(v, n, depth);
+    narrowed_ = narrowed_ || (!matched && !n.exact);
+    return matched;
+}
+
+bool ValueMatcher::matches_node(const json::value& v, const JsonSchema::Node& n, int depth) {
     switch (n.kind) {
         case Kind::kUnion:
             return std::any_of(n.alternatives.begin(), n.alternatives.end(),
@@ -161,7 +170,13 @@ bool ValueMatcher::matches(const json::value& v, int32_t node, int depth) {
                 const int32_t sub = p != listed.end()      ? p->second->node
                                     : n.properties.empty() ? n.additional
                                                            : -1;
-                if (sub < 0 || !matches(e, sub, depth + 1)) {
+                if (sub < 0) {
+                    // Keys besides the listed properties are never written, whatever
+                    // additionalProperties allows.
+                    narrowed_ = narrowed_ || !n.properties.empty();
+                    return false;
+                }
+                if (!matches(e, sub, depth + 1)) {
                     return false;
                 }
                 required += p != listed.end() && p->second->required ? 1 : 0;
@@ -205,8 +220,16 @@ bool ValueMatcher::matches(const json::value& v, int32_t node, int depth) {
             // No literal is longer than kMaxLiteralBytes: a longer value is not one.
             std::string text;
             write_canonical(v, &text, JsonSchema::kMaxLiteralBytes);
-            return spend_matching(text.size() + n.literals.size()) &&
-                   std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end();
+            if (!spend_matching(text.size() + n.literals.size())) {
+                return false;
+            }
+            if (std::find(n.literals.begin(), n.literals.end(), text) != n.literals.end()) {
+                return true;
+            }
+            // Texts are compared, not values: a number spelled otherwise (0 and -0), or an
+            // object with its keys in another order, may be the same value.
+            narrowed_ = narrowed_ || v.is_number() || v.is_array() || v.is_object();
+            return false;
         }
     }
     return false;

@@ -561,6 +561,84 @@ TEST_CASE("json schema: alternatives that begin alike are followed side by side"
     CHECK(p.complete());
 }
 
+// An object of one property `key`, required, whose value is "a<tag>".
+std::string tagged(int tag, const std::string& key = "t") {
+    return R"({"type":"object","properties":{")" + key + R"(":{"const":"a)" + std::to_string(tag) +
+           R"("}},"required":[")" + key + R"("],"additionalProperties":false})";
+}
+
+std::string any_of(const std::vector<std::string>& alternatives) {
+    std::string text = R"({"anyOf":[)";
+    for (size_t i = 0; i < alternatives.size(); ++i) {
+        text += (i == 0 ? "" : ",") + alternatives[i];
+    }
+    return text + "]}";
+}
+
+// {"v": `value`}, required.
+std::string holding(const std::string& value) {
+    return R"({"type":"object","properties":{"v":)" + value +
+           R"(},"required":["v"],"additionalProperties":false})";
+}
+
+TEST_CASE("json schema: unions that may need more readings than are followed are refused") {
+    // Each alternative that begins alike is a reading of its own: past kMaxReadings (16) the
+    // later ones were dropped, and their values could never be written. Such unions are
+    // refused; as many as are followed compile, and each is written.
+    std::vector<std::string> objects;
+    for (int i = 0; i < 20; ++i) {
+        objects.push_back(tagged(i));
+    }
+    auto twenty = JsonSchema::compile(json::parse(holding(any_of(objects))));
+    REQUIRE_FALSE(twenty.ok());
+    CHECK(twenty.status().message() ==
+          "schema at '#/properties/v': the union's alternatives that may begin with '{' may "
+          "need more than 16 readings at once, and at most 16 are followed (each alternative "
+          "is counted as the readings the unions inside it may need, so nested unions "
+          "multiply); tell them apart by type, use enum or const for constants, or use fewer "
+          "alternatives");
+    objects.resize(16);
+    const auto sixteen = compiled(holding(any_of(objects)));
+    for (int i = 0; i < 16; ++i) {
+        check_complete_at_end(*sixteen, R"({"v":{"t":"a)" + std::to_string(i) + R"("}})");
+    }
+    // Unions inside the alternatives multiply: 2 objects of a property under 9 objects each
+    // may be 18 readings; under 8, 16.
+    auto nested = [](int inner) {
+        std::vector<std::string> inside;
+        for (int i = 0; i < inner; ++i) {
+            inside.push_back(tagged(i));
+        }
+        std::vector<std::string> outside;
+        for (const char* key : {"x", "y"}) {
+            outside.push_back(tagged(0, key));
+            outside.back().replace(outside.back().find(R"({"const":"a0"})"), 14, any_of(inside));
+        }
+        return holding(any_of(outside));
+    };
+    auto eighteen = JsonSchema::compile(json::parse(nested(9)));
+    REQUIRE_FALSE(eighteen.ok());
+    CHECK(eighteen.status().message().find("schema at '#/properties/v': the union's "
+                                           "alternatives that may begin with '{' may need more "
+                                           "than 16 readings") != std::string::npos);
+    const auto both = compiled(nested(8));
+    check_complete_at_end(*both, R"({"v":{"y":{"t":"a7"}}})");
+    check_complete_at_end(*both, R"({"v":{"x":{"t":"a0"}}})");
+    // Constants are one reading however many: an anyOf of 40 is an enum of 40.
+    std::vector<std::string> constants;
+    for (int i = 0; i < 40; ++i) {
+        constants.push_back(R"({"const":"a)" + std::to_string(i) + R"("})");
+    }
+    constants.emplace_back(R"({"type":"string","maxLength":1})");
+    const auto forty = compiled(holding(any_of(constants)));
+    for (const int i : {0, 16, 39}) {
+        CAPTURE(i);
+        check_complete_at_end(*forty, R"({"v":"a)" + std::to_string(i) + R"("})");
+    }
+    check_complete_at_end(*forty, R"({"v":"b"})");
+    CHECK(refused_at(*forty, R"({"v":"a40"})") == 8);
+}
+
 TEST_CASE("json schema: what cannot be followed is refused, naming the keyword and its place") {
     const std::vector<std::pair<std::string, std::string>> cases = {
         {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})",
@@ -602,6 +680,20 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
          "'#/properties/a/oneOf/0' and '#/properties/a/oneOf/1' of 'oneOf' may both match"},
         {R"({"type":"object","properties":{"a":{"oneOf":[)"
          R"({"type":"integer","minimum":0,"maximum":10},{"type":"number","minimum":10}]}}})",
+         "of 'oneOf' may both match one value"},
+        // A type taken from the keywords is narrower than the schema: {"minLength": 1} takes 5
+        // too, and {"enum": ["a", 5], "maxLength": 3} keeps 5, which maxLength does not refuse.
+        {R"({"type":"object","properties":{"v":{"oneOf":[{"minLength":1},)"
+         R"({"type":"integer","minimum":0,"maximum":9}]}},"required":["v"],)"
+         R"("additionalProperties":false})",
+         "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"enum":["a",5],"maxLength":3},{"const":5}]})",
+         "of 'oneOf' may both match one value"},
+        // Numbers are compared as values, not as their texts.
+        {R"({"oneOf":[{"const":0},{"const":-0.0}]})", "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"const":10000000000000000000},{"const":1e19}]})",
+         "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"const":[0,1]},{"enum":[[-0.0,1],3]}]})",
          "of 'oneOf' may both match one value"},
         {R"({"type":"object","required":["b"],"properties":{"a":{}}})",
          "required property \"b\" is not among 'properties'"},
@@ -668,11 +760,13 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     REQUIRE_FALSE(too_wide.ok());
     CHECK(too_wide.status().message().find("the union has 300 alternatives") != std::string::npos);
     // A oneOf whose alternatives take too many comparisons to show apart is refused: 80 objects,
-    // each requiring "k" from 80 constants of its own, are 3160 pairs of 6400 comparisons each.
+    // each requiring "k" from 80 constants of its own (one enum), are 3160 pairs of 160
+    // comparisons each.
     std::string constants = R"({"type":"object","properties":{"a":{"oneOf":[)";
     for (int i = 0; i < 80; ++i) {
         constants +=
-            std::string(i == 0 ? "" : ",") + R"({"required":["k"],"properties":{"k":{"anyOf":[)";
+            std::string(i == 0 ? "" : ",") +
+            R"({"type":"object","required":["k"],"properties":{"k":{"anyOf":[)";
         for (int j = 0; j < 80; ++j) {
             constants += (j == 0 ? "" : ",") + std::string(R"({"const":)") +
                          std::to_string(i * 100 + j) + "}";
@@ -682,6 +776,7 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     constants += "]}}}";
     auto many = JsonSchema::compile(json::parse(constants));
     REQUIRE_FALSE(many.ok());
+    CAPTURE(many.status().message());
     CHECK(many.status().message().find("'oneOf' has too many alternatives to show apart") !=
           std::string::npos);
     // An enum of more values, or more bytes, than a token's check may look through is refused
