@@ -37,11 +37,12 @@
 // value's first byte is a reading of its own: the prefix follows them side by side, drops those
 // the bytes rule out, and merges those that come to the same state (after the value ends, say).
 // The text is taken while one reading takes it, and complete when one is. Readings are usually
-// few and short-lived (a discriminating property decides at its value), and a compiled schema
-// never needs more than kMaxReadings at once (JsonSchema refuses one that might). Past them the
-// later ones are dropped (readings that come to the same state within one call's bytes are
-// merged only after them, so copies of one may fill the count for a while), which narrows what
-// may be written but never leads to a dead end.
+// few and short-lived (a discriminating property decides at its value), and no union of a
+// compiled schema opens more than kMaxReadings at its first byte (JsonSchema refuses one that
+// would). Past them (unions inside readings still open may add up) the later ones are dropped
+// (readings that come to the same state within one call's bytes are merged only after them, so
+// copies of one may fill the count for a while), which narrows what may be written but never
+// leads to a dead end.
 //
 // The keys an object whose keys are free has taken are held as 64-bit hashes of their decoded
 // text, in a list that copies share (nodes are never changed once linked): a key is refused at

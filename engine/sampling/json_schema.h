@@ -25,12 +25,13 @@
 // left out; other keys only when the schema lists no properties), and keys and enum values in
 // their canonical JSON encoding (Boost.JSON's serialization). The alternatives of anyOf may
 // begin alike (JsonPrefix follows each as a reading of its own, at most kMaxReadings at once: a
-// union that may need more is refused, and its constants are merged into one enum); those of
-// oneOf must be shown apart when compiled, since a value valid under two would be invalid: by
-// type, by ranges of value, length or item count, by enum values (numbers compared as values),
-// or as objects by a property one requires whose values the other's same property cannot take
-// (a discriminator, as Pydantic and Zod write). A node narrower than its schema (a type taken
-// from the keywords, Node::exact) is never shown apart.
+// union more of whose alternatives may begin with one byte is refused, and its constants are
+// merged into one enum); those of oneOf must be shown apart when compiled, since a value valid
+// under two would be invalid: by type, by ranges of value, length or item count, by enum values
+// (numbers compared as values), or as objects by a property one requires whose values the
+// other's same property cannot take (a discriminator, as Pydantic and Zod write). A node
+// narrower than its schema (a type taken from the keywords, Node::exact) is shown apart only
+// from nodes of its own type.
 //
 // Threading: immutable after compile(); shared between sequences through the shared_ptr.
 
@@ -92,9 +93,10 @@ class JsonSchema {
     // 256 per $ref (7000 of them took 380 ms), and each pass of the compiler over the graph
     // looks through them.
     static constexpr size_t kMaxFlattenedAlternatives = 16 * 1024;
-    // Readings JsonPrefix follows at once (json_prefix.h): the alternatives of a union that
-    // begin with the same byte, each times the readings of the unions inside it. A schema
-    // that may need more is refused, rather than its later alternatives never written.
+    // Readings JsonPrefix follows at once (json_prefix.h). A union more of whose alternatives
+    // may begin with one byte is refused, rather than its later alternatives never written;
+    // unions inside the alternatives open theirs later, usually once the outer ones are told
+    // apart, and are not counted with them.
     static constexpr size_t kMaxReadings = 16;
     struct Property {
         std::string key;  // The name as a JSON string's contents (escaped, without quotes).
@@ -144,8 +146,9 @@ class JsonSchema {
         std::bitset<256> first;  // The bytes a value of this node can begin with.
         // Whether the node's values are all those its schema accepts. False where compile()
         // narrows them for writing: a type taken from the keywords (JSON Schema's minLength
-        // accepts every non-string too), or enum values left out by such a narrowing. Such a
-        // node may share a value with anything as far as oneOf is concerned.
+        // accepts every non-string too), or enum values left out by such a narrowing. For oneOf
+        // such a node may share a value with a node of another type, and such literals with
+        // any node.
         bool exact = true;
         // The fewest containers, one inside another, that a value of this node opens: 0 for a
         // string, number or literal, 1 plus the most its required properties (an array with

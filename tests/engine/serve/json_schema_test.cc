@@ -582,9 +582,9 @@ std::string holding(const std::string& value) {
 }
 
 TEST_CASE("json schema: unions that may need more readings than are followed are refused") {
-    // Each alternative that begins alike is a reading of its own: past kMaxReadings (16) the
-    // later ones were dropped, and their values could never be written. Such unions are
-    // refused; as many as are followed compile, and each is written.
+    // Each alternative that may begin with a byte opens a reading of its own there: past
+    // kMaxReadings (16) the later ones were dropped, and their values could never be written.
+    // Such unions are refused; as many as are followed compile, and each is written.
     std::vector<std::string> objects;
     for (int i = 0; i < 20; ++i) {
         objects.push_back(tagged(i));
@@ -592,38 +592,47 @@ TEST_CASE("json schema: unions that may need more readings than are followed are
     auto twenty = JsonSchema::compile(json::parse(holding(any_of(objects))));
     REQUIRE_FALSE(twenty.ok());
     CHECK(twenty.status().message() ==
-          "schema at '#/properties/v': the union's alternatives that may begin with '{' may "
-          "need more than 16 readings at once, and at most 16 are followed (each alternative "
-          "is counted as the readings the unions inside it may need, so nested unions "
-          "multiply); tell them apart by type, use enum or const for constants, or use fewer "
-          "alternatives");
+          "schema at '#/properties/v': more than 16 of the union's alternatives may begin with "
+          "'{', and at most 16 are followed at once: tell them apart by type, use enum or const "
+          "for constants, or use fewer alternatives");
     objects.resize(16);
     const auto sixteen = compiled(holding(any_of(objects)));
     for (int i = 0; i < 16; ++i) {
         check_complete_at_end(*sixteen, R"({"v":{"t":"a)" + std::to_string(i) + R"("}})");
     }
-    // Unions inside the alternatives multiply: 2 objects of a property under 9 objects each
-    // may be 18 readings; under 8, 16.
-    auto nested = [](int inner) {
-        std::vector<std::string> inside;
-        for (int i = 0; i < inner; ++i) {
-            inside.push_back(tagged(i));
+    // Unions inside the alternatives are not counted with them: two objects told apart by
+    // their one property, each holding a union of 9 objects, are one reading by the time the
+    // inner union opens, and each of the 18 is written.
+    std::vector<std::string> inside;
+    for (int i = 0; i < 9; ++i) {
+        inside.push_back(tagged(i));
+    }
+    std::vector<std::string> outside;
+    for (const char* key : {"x", "y"}) {
+        outside.push_back(tagged(0, key));
+        outside.back().replace(outside.back().find(R"({"const":"a0"})"), 14, any_of(inside));
+    }
+    const auto nested = compiled(holding(any_of(outside)));
+    for (const char* key : {"x", "y"}) {
+        for (int i = 0; i < 9; ++i) {
+            check_complete_at_end(*nested, std::string(R"({"v":{")") + key + R"(":{"t":"a)" +
+                                               std::to_string(i) + R"("}}})");
         }
-        std::vector<std::string> outside;
-        for (const char* key : {"x", "y"}) {
-            outside.push_back(tagged(0, key));
-            outside.back().replace(outside.back().find(R"({"const":"a0"})"), 14, any_of(inside));
-        }
-        return holding(any_of(outside));
-    };
-    auto eighteen = JsonSchema::compile(json::parse(nested(9)));
-    REQUIRE_FALSE(eighteen.ok());
-    CHECK(eighteen.status().message().find("schema at '#/properties/v': the union's "
-                                           "alternatives that may begin with '{' may need more "
-                                           "than 16 readings") != std::string::npos);
-    const auto both = compiled(nested(8));
-    check_complete_at_end(*both, R"({"v":{"y":{"t":"a7"}}})");
-    check_complete_at_end(*both, R"({"v":{"x":{"t":"a0"}}})");
+    }
+    // Nor recursively: a tree as Pydantic writes a discriminated union of its two node types.
+    const auto tree = compiled(
+        R"({"$defs":{"Branch":{"type":"object","properties":{"kind":{"const":"branch"},)"
+        R"("children":{"type":"array","items":{"oneOf":[{"$ref":"#/$defs/Branch"},)"
+        R"({"$ref":"#/$defs/Leaf"}],"discriminator":{"propertyName":"kind"}}}},)"
+        R"("required":["kind","children"],"additionalProperties":false},)"
+        R"("Leaf":{"type":"object","properties":{"kind":{"const":"leaf"},)"
+        R"("value":{"type":"integer"}},"required":["kind","value"],)"
+        R"("additionalProperties":false}},"type":"object",)"
+        R"("properties":{"root":{"$ref":"#/$defs/Branch"}},"required":["root"],)"
+        R"("additionalProperties":false})");
+    check_complete_at_end(*tree, R"({"root":{"kind":"branch","children":[{"kind":"branch",)"
+                                 R"("children":[{"kind":"leaf","value":1}]},)"
+                                 R"({"kind":"leaf","value":2}]}})");
     // Constants are one reading however many: an anyOf of 40 is an enum of 40.
     std::vector<std::string> constants;
     for (int i = 0; i < 40; ++i) {
@@ -637,6 +646,20 @@ TEST_CASE("json schema: unions that may need more readings than are followed are
     }
     check_complete_at_end(*forty, R"({"v":"b"})");
     CHECK(refused_at(*forty, R"({"v":"a40"})") == 8);
+}
+
+TEST_CASE("json schema: oneOf alternatives of one type taken from their keywords are told apart") {
+    // {"minLength": 3} takes every value that is not a string, but only strings are written
+    // for it, and a string of 3 is no value of {"maxLength": 2}: apart. Against an integer
+    // (a type of its own) the guessed string is not (the refusals' table).
+    const auto lengths = compiled(holding(R"({"oneOf":[{"minLength":3},{"maxLength":2}]})"));
+    check_complete_at_end(*lengths, R"({"v":"ab"})");
+    check_complete_at_end(*lengths, R"({"v":"abc"})");
+    const auto shapes = compiled(holding(
+        R"({"oneOf":[{"properties":{"kind":{"const":"a"},"x":{"type":"integer"}},)"
+        R"("required":["kind","x"]},{"properties":{"kind":{"const":"b"},)"
+        R"("y":{"type":"string"}},"required":["kind","y"]}]})"));
+    check_complete_at_end(*shapes, R"({"v":{"kind":"b","y":"z"}})");
 }
 
 TEST_CASE("json schema: what cannot be followed is refused, naming the keyword and its place") {
