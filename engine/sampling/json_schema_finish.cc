@@ -150,7 +150,27 @@ Status GraphFinisher::finish() {
             }
         }
     }
-    return bound_readings();
+    // A union more of whose alternatives may begin with one byte than JsonPrefix follows at
+    // once: those past kMaxReadings would be dropped there and never written. Readings that
+    // unions inside the alternatives open later are not counted: by then the text has usually
+    // told the alternatives apart (a discriminator, the first property), and a recursive schema
+    // would count without end.
+    constexpr size_t kMost = JsonSchema::kMaxReadings;
+    for (size_t i = 0; i < s_->nodes_.size(); ++i) {
+        const JsonSchema::Node& n = at(static_cast<int32_t>(i));
+        if (n.kind != Kind::kUnion) {
+            continue;
+        }
+        if (const auto [alike, byte] = most_alike(n.alternatives); alike > kMost) {
+            return fail(n.where, "more than " + std::to_string(kMost) +
+                                     " of the union's alternatives may begin with '" +
+                                     std::string(1, static_cast<char>(byte)) + "', and at most " +
+                                     std::to_string(kMost) +
+                                     " are followed at once: tell them apart by type, use enum "
+                                     "or const for constants, or use fewer alternatives");
+        }
+    }
+    return ok_status();
 }
 
 // Each object's by_name (json_schema.h), once min_depth is known.
@@ -427,7 +447,12 @@ Status GraphFinisher::flatten(int32_t node, int depth) {
             add(leaf);
         }
     }
-    merge_literals(node, &leaves);
+    // More alternatives that may begin with one byte than JsonPrefix follows at once: their
+    // constants are one reading as one enum (a union still past kMaxReadings is refused once
+    // oneOf is checked, in finish()).
+    if (most_alike(leaves).first > JsonSchema::kMaxReadings) {
+        merge_literals(node, &leaves);
+    }
     if (leaves.size() > kMaxAlternatives) {
         return fail(at(node).where, "the union has " + std::to_string(leaves.size()) +
                                         " alternatives (anyOf, oneOf, type lists and $refs "
@@ -441,10 +466,10 @@ Status GraphFinisher::flatten(int32_t node, int depth) {
 }
 
 // A union's literal leaves as one node (an anyOf of consts is an enum): JsonPrefix follows
-// its values as one reading, where each literal node would begin one of its own, and past
-// kMaxReadings of them the union would be refused. Left apart where the values come to more
-// than an enum may hold, or the copies made so far to over kMaxMergedBytes (enums referred to
-// from many unions are copied into each).
+// its values as one reading, where each literal node would begin one of its own. Only for a
+// union past kMaxReadings alike (flatten()), which would else be refused. Left apart where the
+// values come to more than an enum may hold, or the copies made so far to over kMaxMergedBytes
+// (enums referred to from many unions are copied into each).
 void GraphFinisher::merge_literals(int32_t node, std::vector<int32_t>* leaves) {
     size_t count = 0;
     size_t values = 0;
@@ -492,36 +517,20 @@ void GraphFinisher::merge_literals(int32_t node, std::vector<int32_t>* leaves) {
     *leaves = std::move(kept);
 }
 
-// A union more of whose alternatives (after flatten(): its constants one, merged above) may
-// begin with one byte than JsonPrefix follows readings at once is refused: at that byte a
-// reading opens for each, those past kMaxReadings are dropped, and the alternatives they follow
-// could never be written. Readings that unions inside the alternatives open later are not
-// counted: whether they add up depends on whether the text has told the outer alternatives
-// apart by then (a discriminator, the first property, usually has), and a recursive schema
-// would count without end.
-Status GraphFinisher::bound_readings() {
-    for (size_t i = 0; i < s_->nodes_.size(); ++i) {
-        const JsonSchema::Node& n = at(static_cast<int32_t>(i));
-        if (n.kind != Kind::kUnion) {
-            continue;
-        }
-        std::array<size_t, 256> begin{};
-        for (const int32_t alt : n.alternatives) {
-            const std::bitset<256>& first = at(alt).first;
-            for (size_t c = 0; c < first.size(); ++c) {
-                if (first.test(c) && ++begin[c] > JsonSchema::kMaxReadings) {
-                    const std::string most = std::to_string(JsonSchema::kMaxReadings);
-                    return fail(n.where,
-                                "more than " + most + " of the union's alternatives may begin "
-                                "with '" + std::string(1, static_cast<char>(c)) +
-                                    "', and at most " + most +
-                                    " are followed at once: tell them apart by type, use enum "
-                                    "or const for constants, or use fewer alternatives");
-                }
+// The most of `leaves` that may begin with one byte, and that byte: JsonPrefix opens a reading
+// for each of them there.
+std::pair<size_t, unsigned char> GraphFinisher::most_alike(const std::vector<int32_t>& leaves) {
+    std::array<size_t, 256> begin{};
+    std::pair<size_t, unsigned char> most{0, 0};
+    for (const int32_t leaf : leaves) {
+        const std::bitset<256>& first = at(leaf).first;
+        for (size_t c = 0; c < first.size(); ++c) {
+            if (first.test(c) && ++begin[c] > most.first) {
+                most = {begin[c], static_cast<unsigned char>(c)};
             }
         }
     }
-    return ok_status();
+    return most;
 }
 
 }  // namespace edge::engine::sampling

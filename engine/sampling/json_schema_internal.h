@@ -102,7 +102,7 @@ class GraphFinisher {
     bool object_apart(const JsonSchema::Node& x, const JsonSchema::Node& y, int depth);
     Status flatten(int32_t node, int depth);
     void merge_literals(int32_t node, std::vector<int32_t>* leaves);
-    Status bound_readings();
+    std::pair<size_t, unsigned char> most_alike(const std::vector<int32_t>& leaves);
     // A literal node's values as apart() compares them: sorted, numbers read as values.
     struct ValueKeys {
         std::vector<std::string> keys;

@@ -68,6 +68,33 @@ TEST_CASE("json schema budget: one object lists at most kMaxObjectProperties pro
     CHECK(p.complete());
 }
 
+TEST_CASE("json schema budget: constants are merged only where a union needs it") {
+    // A union's constants are merged into one enum, copying them, within a budget for the
+    // schema. Optional fields of a large enum (its values, then null: they begin apart) gain
+    // nothing from a copy, and spent the budget before a later anyOf of 17 constants, which
+    // was then refused.
+    std::string e = R"({"enum":[)";
+    for (int i = 0; i < 1000; ++i) {
+        e += (i == 0 ? "\"" : ",\"") + std::to_string(i) + std::string(56, 'x') + "\"";
+    }
+    e += "]}";
+    std::string text = R"({"$defs":{"E":)" + e + R"(},"type":"object","properties":{)";
+    for (int i = 0; i < 12; ++i) {
+        text += "\"f" + std::to_string(i) +
+                R"(":{"anyOf":[{"$ref":"#/$defs/E"},{"type":"null"}]},)";
+    }
+    text += R"("z":{"anyOf":[)";
+    for (int i = 0; i < 17; ++i) {
+        text += (i == 0 ? "" : ",") + std::string(R"({"const":"s)") + std::to_string(i) + "\"}";
+    }
+    text += R"(]}},"required":["z"]})";
+    auto s = JsonSchema::compile(json::parse(text));
+    REQUIRE_MESSAGE(s.ok(), s.status().to_string());
+    JsonPrefix p(**s);
+    REQUIRE(p.feed(R"({"z":"s16"})"));
+    CHECK(p.complete());
+}
+
 TEST_CASE("json schema budget: listed properties count as parts, $refs to one schema included") {
     // Properties whose schema is one $ref add no node, yet each is compiled and looked through:
     // nine objects of 1000 are 9000 parts.
