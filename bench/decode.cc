@@ -3,7 +3,8 @@
 // tokens/s at 1 and 2 threads, batched decode at 8 and 32 sequences, weight bytes read per decode
 // token and the fraction of measured memory bandwidth decode reaches, resident memory after load,
 // and the two limits of batched 32 / single: the bytes (the step's weight reads against a token's)
-// and the products (the step's arithmetic at the BF16 dot-product peak measured in the same run).
+// and the products (the step's arithmetic at the kernels' multiply-add peak measured in the same
+// run).
 // Usage: bench_decode [--model DIR] [--steps N] [--prefill N] [--threads 1|2]
 //                     [--profile single|batchedN] [--activations exact|bf16|both]
 //                     [--cpu-kernels auto|amx_bf16|avx512_bf16|...]
@@ -337,15 +338,23 @@ int main(int argc, char** argv) {
     // The kernels the figures come from (--cpu-kernels avx512_bf16 measures without the tiles).
     const std::string isa = edge::bench::kernels_name(cpu_kernels);
     // The other side of a batched step, its arithmetic: each of the 32 tokens multiplies the
-    // weights it would read alone (exact activations twice, hi and lo), so at the BF16
-    // dot-product peak (dot_peak.h, at the batched figures' thread count) batched decode runs at
-    // most peak / (a token's products) tokens/s, whatever the bandwidth. For the AVX512_BF16
-    // kernels only (the AMX tiles and the AVX2 fallbacks have other peaks): 0 otherwise.
-    const double peak = edge::bench::kernels_dot_peak(cpu_kernels, only_threads == 1 ? 1 : 2);
+    // weights it would read alone (with the AVX512_BF16 kernels exact activations twice, hi and
+    // lo), so at the kernels' multiply-add peak (dot_peak.h, at the batched figures' thread count)
+    // batched decode runs at most peak / (a token's products) tokens/s, whatever the bandwidth.
+    // 0 for the AMX tiles and the scalar kernels, whose peaks these loops do not measure.
+    const edge::bench::KernelPeak kernel_peak =
+        edge::bench::kernels_peak(cpu_kernels, only_threads == 1 ? 1 : 2);
+    const double peak = kernel_peak.products_per_s;
     const auto products = static_cast<double>(edge::bench::decode_products_per_token(*config));
-    const double peak_tps_exact = peak / (2 * products), peak_tps_bf16 = peak / products;
+    const double peak_tps_exact = peak / (kernel_peak.exact_cost * products);
+    const double peak_tps_bf16 = peak / products;
     const double products_bound = ratio(peak_tps_exact, single_ref);
     const double products_bound_bf16 = ratio(peak_tps_bf16, single_ref);
+    // Both at once, phase by phase (moe_bytes.h): the most batched 32 / single can be here when
+    // the step reads at the probe's bandwidth and multiplies at the peak.
+    const double phase_s = edge::bench::phase_bound_seconds(
+        *config, 32, 32, passes32, kernel_peak.exact_cost, bw_ref, peak);
+    const double phase_bound = phase_s > 0 ? ratio(32 / phase_s, single_ref) : 0.0;
     std::printf("%-44s %14s\n", "figure", "value");
     std::printf("%-44s %14s\n", "CPU kernels", isa.c_str());
     std::printf("%-44s %14.2f\n", "memory read bandwidth 1 thread (GB/s)", bw1 / 1e9);
@@ -373,10 +382,11 @@ int main(int argc, char** argv) {
                 passes32 > 0 ? step32_bytes / 1e6 : 0.0);
     std::printf("%-44s %14.3f\n", "batched 32 fraction of bandwidth", batched32_frac);
     std::printf("%-44s %14.2f\n", "batched 32 / single at one fraction (bytes)", bytes_bound);
-    std::printf("%-44s %14.1f\n", "dot-product peak (G products/s)", peak / 1e9);
+    std::printf("%-44s %14.1f\n", "multiply-add peak (G products/s)", peak / 1e9);
     std::printf("%-44s %14.3f\n", "batched 32 fraction of the peak",
                 ratio(batched32, peak_tps_exact));
     std::printf("%-44s %14.2f\n", "batched 32 / single at the peak (products)", products_bound);
+    std::printf("%-44s %14.2f\n", "batched 32 / single at most (phases, probe)", phase_bound);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 8 seqs", batched8_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched tokens/s, 32 seqs", batched32_bf16);
     std::printf("%-44s %14.2f\n", "bf16 activations: batched 32 / single-stream",
@@ -400,7 +410,8 @@ int main(int argc, char** argv) {
         "\"batched32_over_single_bytes_bound\":%.3f,\"batched_tps_8_bf16\":%.3f,"
         "\"batched_tps_32_bf16\":%.3f,\"batched32_bf16_over_single\":%.3f,"
         "\"dot_peak_gprod\":%.2f,\"batched32_peak_fraction\":%.4f,"
-        "\"batched32_over_single_products_bound\":%.3f,\"batched32_bf16_peak_fraction\":%.4f,"
+        "\"batched32_over_single_products_bound\":%.3f,\"batched32_over_single_phase_bound\":%.3f,"
+        "\"batched32_bf16_peak_fraction\":%.4f,"
         "\"batched32_bf16_over_single_products_bound\":%.3f,\"weight_bytes\":%lld,"
         "\"kv_bytes_per_token\":%lld,"
         "\"rss_after_load\":%lld,\"rss_after_warmup\":%lld}\n",
@@ -411,7 +422,8 @@ int main(int argc, char** argv) {
         batched8, batched32, ratio(batched32, single_ref), passes32,
         passes32 > 0 ? step32_bytes : 0.0, batched32_frac, bytes_bound, batched8_bf16,
         batched32_bf16, ratio(batched32_bf16, single_ref), peak / 1e9,
-        ratio(batched32, peak_tps_exact), products_bound, ratio(batched32_bf16, peak_tps_bf16),
+        ratio(batched32, peak_tps_exact), products_bound, phase_bound,
+        ratio(batched32_bf16, peak_tps_bf16),
         products_bound_bf16, static_cast<long long>(weight_bytes),
         static_cast<long long>(kv_per_token), static_cast<long long>(rss_load),
         static_cast<long long>(rss_warm));

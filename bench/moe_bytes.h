@@ -7,6 +7,7 @@
 // it routes to once. A token's products do not depend on the batch: each token multiplies the
 // weights it would read alone. Pure functions.
 
+#include <algorithm>
 #include <cstdint>
 
 #include "engine/model/model_config.h"
@@ -58,6 +59,38 @@ inline double step_bytes(const edge::engine::ConfigJson& c, double passes) {
     return static_cast<double>(decode_bytes_per_token(c)) +
            (passes - static_cast<double>(single_passes)) *
                static_cast<double>(expert_pass_bytes(c));
+}
+
+// The shortest time a step can take when it reads each phase's weights during that phase: a
+// layer's attention (its projections and router; lm_head at the end) must finish before its
+// router picks the experts, and the experts before the next layer's attention, so the step spends
+// at least max(bytes / bandwidth, products / peak) on each kind of phase, summed. Tighter than
+// the two bounds taken apart when one phase is compute-bound and the other memory-bound (a
+// batched step's attention and lm_head multiply many tokens by few bytes; its experts few
+// tokens, 4 a pass at 32 tokens top-8 of 64, by most of the bytes). A step computing `tokens`
+// tokens, `head_tokens` of them through lm_head, in `passes` expert passes, each weight times a
+// token costing `cost` products at `peak`; 0 without a bandwidth or a peak.
+inline double phase_bound_seconds(const edge::engine::ConfigJson& c, double tokens,
+                                  double head_tokens, double passes, double cost,
+                                  double bandwidth, double peak) {
+    if (bandwidth <= 0 || peak <= 0) {
+        return 0.0;
+    }
+    const int64_t single_passes = c.get_int("num_experts_per_tok").value_or(0) *
+                                  c.get_int("num_hidden_layers").value_or(0);
+    const double pass_bytes = static_cast<double>(expert_pass_bytes(c));
+    const double head = static_cast<double>(lm_head_products(c));
+    const double shared_bytes = static_cast<double>(decode_bytes_per_token(c)) -
+                                static_cast<double>(single_passes) * pass_bytes;
+    // A token's products are one per weight it reads, the embedding row aside.
+    const double shared_products =
+        cost * (tokens * (static_cast<double>(decode_products_per_token(c)) -
+                          static_cast<double>(single_passes) * pass_bytes / 2 - head) +
+                head_tokens * head);
+    const double expert_products =
+        cost * tokens * static_cast<double>(single_passes) * pass_bytes / 2;
+    return std::max(shared_bytes / bandwidth, shared_products / peak) +
+           std::max(passes * pass_bytes / bandwidth, expert_products / peak);
 }
 
 }  // namespace edge::bench

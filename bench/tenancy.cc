@@ -7,8 +7,8 @@
 // (before and after the 64 streams, averaged),
 // per tenant its share of generated tokens against its weight share, time to first token and
 // inter-token latency p50/p99 (wall time), mean KV-cache use, prefix-cache hit rate, and the two
-// limits of the throughput ratio: the step's weight bytes and its products at the BF16
-// dot-product peak measured in the same run.
+// limits of the throughput ratio: the step's weight bytes and its products at the kernels'
+// multiply-add peak measured in the same run.
 // Goals: 64-stream throughput >= 8x single stream; each tenant's share within 10% of its weight;
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
@@ -420,17 +420,19 @@ int main(int argc, char** argv) {
     // weights' bytes put on the throughput ratio (prefill chunks in the step cost it too).
     // (The device model keeps no ShardStats: its passes and bytes stay 0.)
     // The step's arithmetic bounds the ratio too: every token computed (decode and prefill)
-    // multiplies the weights a lone token would (twice with exact activations), less lm_head for
-    // prefill tokens that end no prompt (a step computes about one logits row per token it
-    // generates); at the BF16 dot-product peak measured here (dot_peak.h; AVX512_BF16 kernels
-    // on the CPU backend only, else 0), generated tokens per step / the step's products at the
-    // peak, over the single stream's rate, is the most the ratio can be.
+    // multiplies the weights a lone token would (twice with exact activations on the AVX512_BF16
+    // kernels), less lm_head for prefill tokens that end no prompt (a step computes about one
+    // logits row per token it generates); at the kernels' multiply-add peak measured here
+    // (dot_peak.h; CPU backend only, 0 for the AMX tiles), generated tokens per step / the step's
+    // products at the peak, over the single stream's rate, is the most the ratio can be.
     double passes_per_step = 0.0, bytes_per_step = 0.0, bytes_bound = 0.0;
     double computed_per_step = 0.0, products_per_step = 0.0;
     const double tokens_per_step =
         measured_steps > 0 ? static_cast<double>(measured_tokens) / measured_steps : 0.0;
-    const double peak =
-        backend == "cpu" ? edge::bench::kernels_dot_peak(cpu_kernels, threads) : 0.0;
+    const edge::bench::KernelPeak kernel_peak =
+        backend == "cpu" ? edge::bench::kernels_peak(cpu_kernels, threads)
+                         : edge::bench::KernelPeak{};
+    const double peak = kernel_peak.products_per_s;
     if (auto config = edge::engine::ConfigJson::read(model_dir);
         config.ok() && measured_steps > 0 && passes() > passes0) {
         passes_per_step = static_cast<double>(passes() - passes0) / measured_steps;
@@ -444,7 +446,7 @@ int main(int argc, char** argv) {
                             static_cast<double>(routed_per_token) / measured_steps;
         const auto head = static_cast<double>(edge::bench::lm_head_products(*config));
         products_per_step =
-            (activations == "exact" ? 2.0 : 1.0) *
+            (activations == "exact" ? kernel_peak.exact_cost : 1.0) *
             (computed_per_step *
                  (static_cast<double>(edge::bench::decode_products_per_token(*config)) - head) +
              tokens_per_step * head);
@@ -461,6 +463,18 @@ int main(int argc, char** argv) {
     const double products_bound = peak > 0 && single_tps > 0 && products_per_step > 0
                                       ? tokens_per_step / (products_per_step / peak) / single_tps
                                       : 0.0;
+    // Both limits at once, phase by phase (moe_bytes.h), reading at the single stream's
+    // bandwidth (the one fraction of the bytes bound) and multiplying at the peak.
+    double phase_bound = 0.0;
+    if (auto config = edge::engine::ConfigJson::read(model_dir);
+        config.ok() && single_tps > 0 && passes_per_step > 0) {
+        const double single_bw =
+            single_tps * static_cast<double>(edge::bench::decode_bytes_per_token(*config));
+        const double s = edge::bench::phase_bound_seconds(
+            *config, computed_per_step, tokens_per_step, passes_per_step,
+            activations == "exact" ? kernel_peak.exact_cost : 1.0, single_bw, peak);
+        phase_bound = s > 0 ? tokens_per_step / s / single_tps : 0.0;
+    }
 
     int64_t all_tokens = 0;
     int32_t all_weight = 0;
@@ -516,12 +530,13 @@ int main(int argc, char** argv) {
     std::printf("%-44s %12.2f\n", "64 streams / single at one fraction (bytes)", bytes_bound);
     std::printf("%-44s %12.2f\n", "tokens computed per step (prefill included)", computed_per_step);
     std::printf("%-44s %12.2f\n", "G products per step", products_per_step / 1e9);
-    std::printf("%-44s %12.1f\n", "dot-product peak (G products/s)", peak / 1e9);
+    std::printf("%-44s %12.1f\n", "multiply-add peak (G products/s)", peak / 1e9);
     std::printf("%-44s %12.3f\n", "64 streams fraction of the peak",
                 peak > 0 && tokens_per_step > 0
                     ? total_tps / tokens_per_step * products_per_step / peak
                     : 0.0);
     std::printf("%-44s %12.2f\n", "64 streams / single at the peak (products)", products_bound);
+    std::printf("%-44s %12.2f\n", "64 streams / single at most (phases, 1 frac.)", phase_bound);
     std::printf("%-44s %12.3f  (goal <= 0.10)\n", "worst tenant share error (relative)",
                 worst_share_err);
     std::printf("%-44s %12.2f  (goal < 3%s)\n", "worst p99/p50 inter-token latency",
@@ -542,6 +557,7 @@ int main(int argc, char** argv) {
         "\"tokens_per_step\":%.3f,\"expert_passes_per_step\":%.2f,\"step_bytes\":%.0f,"
         "\"throughput_ratio_bytes_bound\":%.3f,\"computed_tokens_per_step\":%.3f,"
         "\"step_gproducts\":%.4f,\"dot_peak_gprod\":%.2f,\"throughput_ratio_products_bound\":%.3f,"
+        "\"throughput_ratio_phase_bound\":%.3f,"
         "\"tenants\":{%s}}\n",
         model_name.c_str(), backend.c_str(), activations.c_str(), kStreams, batch, decode, threads,
         steps, single_tps, single_before, single_after, total_tps, speedup,
@@ -552,6 +568,6 @@ int main(int argc, char** argv) {
                               : "false",
         kv_use, hit_rate, static_cast<long long>(preemptions), tokens_per_step, passes_per_step,
         bytes_per_step, bytes_bound, computed_per_step, products_per_step / 1e9, peak / 1e9,
-        products_bound, json_tenants.c_str());
+        products_bound, phase_bound, json_tenants.c_str());
     return 0;
 }
