@@ -37,6 +37,16 @@ void publish_served_certificate_expiry(const tls::TlsContextStore& public_tls,
     publish_certificate_expiry(*served, metrics, peer.get());
 }
 
+// The stamps of `paths` alone, out of `stamps` (which has each of them).
+std::map<std::string, FileStamp> stamps_of(const std::map<std::string, FileStamp>& stamps,
+                                           const std::vector<std::string>& paths) {
+    std::map<std::string, FileStamp> of;
+    for (const std::string& path : paths) {
+        of[path] = stamps.at(path);
+    }
+    return of;
+}
+
 // Whether each of `paths` has in `now` the stamp it had when its set last loaded (`loaded`): a
 // file not recorded there (its set never loaded whole from it) has changed.
 bool same_stamps(const std::map<std::string, FileStamp>& now,
@@ -190,7 +200,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
     if (d->forwarder_) {
         d->metrics_->declare_certificate_listener("forwarding_client");
     }
-    d->loaded_stamps_ = std::move(stamps);
+    d->public_stamps_ = stamps_of(stamps, certificate_paths(d->certificates_, {}, ""));
+    d->peer_stamps_ = stamps_of(stamps, certificate_paths({}, d->peer_certificate_, d->peer_ca_));
     Daemon* raw = d.get();
     d->health_probe_ = [] { return engine::device_health(); };
     EDGE_ASSIGN_OR_RETURN(
@@ -438,34 +449,29 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
     const std::vector<std::string> public_paths = certificate_paths(certificates, {}, "");
     const std::vector<std::string> peer_paths = certificate_paths({}, peer_certificate, peer_ca);
     const bool public_changed =
-        certificates != certificates_ || !same_stamps(stamps, loaded_stamps_, public_paths);
+        certificates != certificates_ || !same_stamps(stamps, public_stamps_, public_paths);
     const bool peer_changed = (peer_tls_ || forwarder_) &&
                               (peer_certificate != peer_certificate_ || peer_ca != peer_ca_ ||
-                               !same_stamps(stamps, loaded_stamps_, peer_paths));
+                               !same_stamps(stamps, peer_stamps_, peer_paths));
     if (!public_changed && !peer_changed) {
         log::info("certificates_unchanged", {{"generation", tls_->current()->number()}});
         return ok_status();
     }
-    // A set's stamps are recorded once it loaded whole from them; a failed set's files are not
-    // (also where the other set shares one), so a later reload tries them again.
-    std::vector<std::string> failed_paths;
-    auto loaded = [&](const std::vector<std::string>& paths) {
-        for (const std::string& path : paths) {
-            loaded_stamps_[path] = stamps[path];
-        }
-    };
+    // A set's stamps are those of the files it loaded whole from (files a reload took out of its
+    // config go with the old ones); a failed set keeps none, so a later reload tries it again.
+    // The other set's stamps stay as they are, also for a file the two share.
     Status s = ok_status();
     if (public_changed) {
         s = tls_->reload(certificates, {});
         metrics_->on_certificate_reload("public", s.ok());
         if (s.ok()) {
             certificates_ = certificates;
-            loaded(public_paths);
+            public_stamps_ = stamps_of(stamps, public_paths);
             log::info("certificates_reloaded",
                       {{"generation", tls_->current()->number()},
                        {"chains", static_cast<int64_t>(certificates.size())}});
         } else {
-            failed_paths = public_paths;
+            public_stamps_.clear();
             log::error("certificates_reload_failed",
                        {{"error", s.message()}, {"kept_generation", tls_->current()->number()}});
         }
@@ -497,9 +503,9 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
             // Later reloads of the same files read these.
             peer_certificate_ = peer_certificate;
             peer_ca_ = peer_ca;
-            loaded(peer_paths);
+            peer_stamps_ = stamps_of(stamps, peer_paths);
         } else {
-            failed_paths.insert(failed_paths.end(), peer_paths.begin(), peer_paths.end());
+            peer_stamps_.clear();
         }
         if (peer_tls_) {
             metrics_->on_certificate_reload("peer", p.ok());
@@ -526,15 +532,6 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
             s = p;
         }
     }
-    for (const std::string& path : failed_paths) {
-        loaded_stamps_.erase(path);
-    }
-    // Files a reload took out of the config: no set reads them any more.
-    const std::vector<std::string> served =
-        certificate_paths(certificates_, peer_certificate_, peer_ca_);
-    std::erase_if(loaded_stamps_, [&](const auto& entry) {
-        return std::find(served.begin(), served.end(), entry.first) == served.end();
-    });
     // From the generations now served: a set whose reload failed still serves, and shows, its
     // old certificates, whatever the files on disk hold now.
     publish_served_certificate_expiry(*tls_, peer_tls_.get(), *metrics_);

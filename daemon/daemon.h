@@ -197,9 +197,12 @@ private:
     std::vector<tls::CertificateConfig> certificates_;
     tls::CertificateConfig peer_certificate_;
     std::string peer_ca_;
-    // The certificate files' stamps when every set last loaded from them, by create() or a
-    // reload (empty: reload next time): an unchanged set is not rebuilt.
-    std::map<std::string, FileStamp> loaded_stamps_;
+    // Per set, its files' stamps when it last loaded from them, by create() or a reload (empty:
+    // reload next time): an unchanged set is not rebuilt. Apart, because a file both sets read
+    // (one certificate for the public and the peer listener) loaded in one set and failed in
+    // the other: one map forgot it for both, and the set that loaded rebuilt at every reload.
+    std::map<std::string, FileStamp> public_stamps_;
+    std::map<std::string, FileStamp> peer_stamps_;
     // listeners.public.certificate_watch_ms: reloads the files above when they change (started
     // by start(), stopped first by stop()).
     std::chrono::milliseconds certificate_watch_{0};

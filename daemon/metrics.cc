@@ -22,8 +22,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("edgeserve_http_request_duration_seconds")
                       .Help(
                           "Time from the request's last byte read to the last response byte; "
-                          "for an answer the server makes itself (400, 408, 413, 414, 431, 501, "
-                          "505), from the start of the request's read.")
+                          "for an answer the server makes itself (400, 413, 414, 431, 501, 505), "
+                          "from the start of the request's read. A 408 is not observed here "
+                          "(edgeserve_http_requests_total counts it).")
                       .Register(*registry_);
     handshakes_ = &prometheus::BuildCounter()
                        .Name("edgeserve_tls_handshakes_total")
@@ -328,13 +329,21 @@ void Metrics::on_response(const tls::ResponseRecord& record) {
             static const prometheus::Histogram::BucketBoundaries kBuckets{
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                 1,      2.5,   5,      10,    30,   60,    120,  300, 600};
-            RouteStatus created{&requests_->Add(labels), &durations_->Add(labels, kBuckets)};
+            // A 408's duration is the timeout (header, body or request read) the server waited
+            // for a client that stopped sending, not time spent answering: observed, it would
+            // pull every latency quantile summed over statuses (the dashboard's p50/p99) towards
+            // the timeout for a client's stall. It is counted by status; the access log keeps
+            // the wait.
+            RouteStatus created{&requests_->Add(labels),
+                                status == 408 ? nullptr : &durations_->Add(labels, kBuckets)};
             it = by_route_status_.emplace(std::make_pair(route, status), created).first;
         }
         entry = it->second;
     }
     entry.count->Increment();
-    entry.duration->Observe(std::chrono::duration<double>(record.duration).count());
+    if (entry.duration != nullptr) {
+        entry.duration->Observe(std::chrono::duration<double>(record.duration).count());
+    }
 }
 
 }  // namespace edge::daemon

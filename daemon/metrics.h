@@ -211,7 +211,7 @@ private:
 
     struct RouteStatus {
         prometheus::Counter* count;
-        prometheus::Histogram* duration;
+        prometheus::Histogram* duration;  // Null for a 408 (on_response).
     };
     std::mutex mu_;
     std::map<std::pair<std::string_view, int>, RouteStatus> by_route_status_;

@@ -1,12 +1,15 @@
 // Daemon::stop, what SIGTERM runs: with a cluster, the draining state is gossiped before the
 // listener stops, and that time counts against the drain deadline. The certificate reload
-// rebuilds (and counts) only the set whose files changed.
+// rebuilds (and counts) only the set whose files changed. A 408 is counted by status but kept
+// out of the request-duration histogram.
 
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -189,4 +192,120 @@ TEST_CASE("certificates: a SIGHUP's peer section on a site without one is not re
     CHECK_MESSAGE(has(daemon->metrics().serialize(),
                       R"(edgeserve_certificate_reloads_total{listener="public",result="ok"} 1)"),
                   daemon->metrics().serialize());
+}
+
+TEST_CASE("certificates: a file both sets share, the public set failing, reloads the peer once") {
+    testing::TempDir dir;
+    auto ca = testing::make_ca(dir.path(), "ca", "test cluster CA");
+    auto shared =
+        testing::make_signed_certificate(ca, dir.path(), "shared", {"localhost", "fra.test"});
+    // The public listener serves the same certificate file with its own copy of the key (mode
+    // 0600 kept).
+    const std::string public_key = dir.file("public.key");
+    std::filesystem::copy_file(shared.key_path, public_key);
+    const std::string key_pem = testing::read_file(public_key);
+    testing::DaemonYaml y;
+    y.cert_path = shared.cert_path;
+    y.key_path = public_key;
+    y.peer.emplace();
+    y.peer->ca_path = ca.cert_path;
+    y.peer->cert_path = shared.cert_path;
+    y.peer->key_path = shared.key_path;
+    testing::ScriptedGenerator generator({"test-model"});
+    auto daemon = testing::make_daemon(testing::daemon_yaml(y), dir.file("c.yaml"), generator,
+                                       SystemClock::instance());
+    daemon->start();
+    const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
+
+    // The shared certificate renewed, the public key broken: the public set fails at every
+    // check (it tries its files again), the peer set loads the renewal once. It rebuilt at every
+    // check, its new session caches and the forwarding client's dropped connections included,
+    // while the public set's failure had its stamps forgotten for both sets.
+    touch(shared.cert_path);
+    std::ofstream(public_key, std::ios::trunc) << "not a key\n";
+    for (int check = 0; check < 3; ++check) {
+        CHECK_FALSE(daemon->reload_certificates().ok());
+    }
+    std::string text = daemon->metrics().serialize();
+    CHECK_MESSAGE(has(text, reloads + R"("public",result="error"} 3)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+
+    // The public key fixed: the public set loads; the peer set's files have not changed since.
+    std::ofstream(public_key, std::ios::trunc) << key_pem;
+    REQUIRE(daemon->reload_certificates().ok());
+    REQUIRE(daemon->reload_certificates().ok());
+    text = daemon->metrics().serialize();
+    CHECK_MESSAGE(has(text, reloads + R"("public",result="ok"} 1)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("public",result="error"} 3)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
+    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+    daemon->stop(std::chrono::milliseconds(0));
+}
+
+TEST_CASE("metrics: a 408 is counted by status, not observed as a request's duration") {
+    testing::TempDir dir;
+    auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
+    testing::DaemonYaml y;
+    y.cert_path = cert.cert_path;
+    y.key_path = cert.key_path;
+    y.drain_deadline_ms = 0;  // The limits section is the one below.
+    y.extra = "limits:\n  header_timeout_ms: 300\n  body_timeout_ms: 300\n";
+    testing::ScriptedGenerator generator({"test-model"});
+    auto daemon = testing::make_daemon(testing::daemon_yaml(y), dir.file("c.yaml"), generator,
+                                       SystemClock::instance());
+    daemon->start();
+    {
+        // One request answered, for the route's histogram to have something.
+        auto c = testing::TlsClient::connect(daemon->public_port());
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send(testing::http_request("GET", "/v1/models")).ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 200);
+    }
+    {
+        // The header stops after its request line: 408 at header_timeout.
+        auto c = testing::TlsClient::connect(daemon->public_port());
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("GET /v1/models HTTP/1.1\r\nHost: lo").ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+    }
+    {
+        // Half a body, then nothing: 408 at body_timeout.
+        auto c = testing::TlsClient::connect(daemon->public_port());
+        REQUIRE(c.ok());
+        REQUIRE((*c)->send("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           "Content-Length: 10\r\n\r\nab")
+                    .ok());
+        auto r = (*c)->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 408);
+    }
+    const std::string requests = "edgeserve_http_requests_total{route=";
+    const std::string durations = "edgeserve_http_request_duration_seconds_count{route=";
+    // The observer runs once the answer is written, which the client may read first.
+    CHECK(testing::wait_for(
+        [&] {
+            const std::string text = daemon->metrics().serialize();
+            return has(text, requests + R"("/v1/models",status="408"} 1)") &&
+                   has(text, requests + R"("/v1/chat/completions",status="408"} 1)");
+        },
+        std::chrono::seconds(5)));
+    const std::string text = daemon->metrics().serialize();
+    CHECK_MESSAGE(has(text, requests + R"("/v1/models",status="200"} 1)"), text);
+    CHECK_MESSAGE(has(text, durations + R"("/v1/models",status="200"} 1)"), text);
+    // The waits for the stalled clients (300 ms each) are in no duration series.
+    std::string timed_out;  // The duration series' lines for a 408.
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.starts_with("edgeserve_http_request_duration_seconds") &&
+            has(line, R"(status="408")")) {
+            timed_out += line + "\n";
+        }
+    }
+    CHECK(timed_out == "");
+    daemon->stop(std::chrono::milliseconds(0));
 }
