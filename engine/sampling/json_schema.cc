@@ -593,16 +593,14 @@ class SchemaCompiler {
         std::vector<const json::value*> values;
         if (const_value != nullptr) {
             if (enum_values != nullptr) {
-                // Both hold: the value must be one of the enum's too.
-                std::string text;
-                write_canonical(*const_value, &text);
+                // Both hold: the value must be one of the enum's too, compared as values (0 is
+                // -0.0, 1 is 1.0), and only where surely equal, since const's is written.
+                const std::string key = value_key(*const_value, Numbers::kExact);
                 const bool listed =
                     enum_values->is_array() &&
                     std::any_of(enum_values->get_array().begin(), enum_values->get_array().end(),
                                 [&](const json::value& e) {
-                                    std::string other;
-                                    write_canonical(e, &other);
-                                    return other == text;
+                                    return value_key(e, Numbers::kExact) == key;
                                 });
                 if (!listed) {
                     return fail(where,

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <bitset>
-#include <charconv>
+#include <boost/json.hpp>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -59,37 +59,35 @@ void finish_literals(JsonSchema::Node& n) {
     }
 }
 
-// `literal` (a canonical JSON text) with each number in it written as the double it reads as,
-// zero without its sign: equal numbers spelled apart (0 and -0, 10000000000000000000 and
-// 1e+19) then have one text. Integers past 2^53 that differ by less than a double's precision
-// have one too, so oneOf is refused where it need not be, never let through where it must not.
-std::string value_key(std::string_view literal) {
-    std::string out;
-    bool in_string = false;
-    for (size_t i = 0; i < literal.size();) {
-        const char c = literal[i];
-        const bool number = !in_string && (c == '-' || (c >= '0' && c <= '9'));
-        double d = 0;
-        const auto r = number ? std::from_chars(literal.data() + i,
-                                                literal.data() + literal.size(), d)
-                              : std::from_chars_result{};
-        if (!number || r.ec != std::errc() || r.ptr == literal.data() + i) {
-            if (in_string && c == '\\' && i + 1 < literal.size()) {
-                out += literal.substr(i, 2);
-                i += 2;
-                continue;
-            }
-            in_string = c == '"' ? !in_string : in_string;
-            out += c;
-            ++i;
-            continue;
-        }
-        std::array<char, 32> buf{};
-        const auto w = std::to_chars(buf.data(), buf.data() + buf.size(), d == 0 ? 0.0 : d);
-        out.append(buf.data(), w.ptr);
-        i = static_cast<size_t>(r.ptr - literal.data());
+// The bytes a value of a number node may begin with: '-' where its range holds a negative value
+// or zero (-0 is 0, and JsonPrefix takes "-0" under a minimum of 0), and the leading digits of
+// the values in it, as any spelling writes them (a literal's 1e-07 begins with '1'). Never
+// fewer than JsonPrefix takes, which writes only values in the range: JsonPrefix begins a
+// number only at these, and apart() shows nodes apart that begin apart. Bounds other than a
+// minimum of 0 are taken as inclusive, which can only add bytes (a union then refused, or a
+// oneOf, that need not be).
+std::bitset<256> number_first(const JsonSchema::Node& n) {
+    std::bitset<256> first;
+    if (n.lo < 0 || (n.lo == 0 && !n.lo_open)) {
+        first.set('-');
     }
-    return out;
+    auto holds = [&](double from, double to) { return n.lo <= to && from <= n.hi; };
+    // Between 0 and 1 a double may be written either way (0.5, 1e-07), so any digit may lead
+    // (an integer's only value there is 0); from 10^16, past what a bounded number's 15 digits
+    // reach, the decades are not looked through.
+    const bool any_digit = n.hi >= 1e16 ||
+                           (n.kind == JsonSchema::Kind::kNumber && n.lo < 1 && n.hi > 0);
+    if (holds(0, 1)) {
+        first.set('0');
+    }
+    for (int d = 1; d <= 9; ++d) {
+        bool leads = any_digit;
+        for (double unit = 1; !leads && unit <= 1e15; unit *= 10) {
+            leads = holds(d * unit, (d + 1) * unit);
+        }
+        first.set(static_cast<size_t>('0' + d), leads);
+    }
+    return first;
 }
 
 }  // namespace
@@ -108,10 +106,7 @@ Status GraphFinisher::finish() {
                 break;
             case Kind::kNumber:
             case Kind::kInteger:
-                n.first.set('-');
-                for (int c = '0'; c <= '9'; ++c) {
-                    n.first.set(static_cast<size_t>(c));
-                }
+                n.first = number_first(n);
                 break;
             case Kind::kLiterals:
                 finish_literals(n);
@@ -369,7 +364,11 @@ const GraphFinisher::ValueKeys& GraphFinisher::value_keys(int32_t node) {
     auto [it, added] = value_keys_.try_emplace(node);
     if (added) {
         for (const std::string& l : at(node).literals) {
-            it->second.keys.push_back(value_key(l));
+            // Each literal is write_canonical()'s text, which parses; its own text is the key
+            // were it not.
+            boost::system::error_code ec;
+            const boost::json::value v = boost::json::parse(l, ec);
+            it->second.keys.push_back(ec ? l : value_key(v, Numbers::kDoubles));
             it->second.has_object = it->second.has_object || l.find('{') != std::string::npos;
         }
         std::sort(it->second.keys.begin(), it->second.keys.end());

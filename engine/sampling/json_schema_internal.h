@@ -29,10 +29,30 @@ constexpr int kMaxNesting = 128;
 // kInvalidArgument naming the part of the schema at `where` (a JSON pointer).
 Status fail(const std::string& where, const std::string& what);
 
-// A JSON text of `v` with no whitespace, numbers in their shortest form: the one spelling of an
-// enum value or a key that the walk lets the model write. Past `cap` bytes of `out` it stops,
+// How write_canonical() writes a number.
+enum class Numbers : uint8_t {
+    // In its shortest form, as Boost.JSON read it (an integer's digits, a double's shortest
+    // text): the spelling the walk lets the model write.
+    kShortest,
+    // As the double it reads as, zero without its sign: 1, 1.0 and 1e0 are one text, 0 and -0
+    // one. Integers past 2^53 that one double stands for are one too: values that may be equal
+    // (as a validator reading numbers as doubles, JavaScript's, takes them).
+    kDoubles,
+    // Whole values in the int64/uint64 range (doubles among them) as their digits, others as
+    // their double, zero without its sign: one text only for values that are surely equal.
+    kExact,
+};
+
+// A JSON text of `v` with no whitespace, numbers as `numbers` says: kShortest, the one spelling
+// of an enum value or a key that the walk lets the model write; an infinite double (a schema's
+// 1e99999) as 1e999, a JSON number that reads back as it. Past `cap` bytes of `out` it stops,
 // `out` then longer than cap but not the text (a value of megabytes compared with literals).
-void write_canonical(const boost::json::value& v, std::string* out, size_t cap = SIZE_MAX);
+void write_canonical(const boost::json::value& v, std::string* out, size_t cap = SIZE_MAX,
+                     Numbers numbers = Numbers::kShortest);
+
+// `v`'s text with numbers as `numbers` says (kDoubles or kExact): texts that compare values.
+// Objects are kept in their key order, so equal objects may have different keys.
+std::string value_key(const boost::json::value& v, Numbers numbers);
 
 // An object node's properties by key (escaped, as Property::key).
 std::unordered_map<std::string_view, const JsonSchema::Property*> by_key(const JsonSchema::Node& n);

@@ -42,9 +42,47 @@ bool has_type(const json::value& v, std::string_view type) {
     return false;
 }
 
+// A number as write_canonical() writes it.
+void write_number(const json::value& v, Numbers numbers, std::string* out) {
+    if (numbers != Numbers::kDoubles && v.is_int64()) {
+        *out += std::to_string(v.get_int64());
+        return;
+    }
+    if (numbers != Numbers::kDoubles && v.is_uint64()) {
+        *out += std::to_string(v.get_uint64());
+        return;
+    }
+    double d = v.to_number<double>();
+    // Doubles and integers are one value where the double is whole: 1e19 and
+    // 10000000000000000000 (a uint64), -0.0 and 0. A double of this range converts exactly.
+    if (numbers == Numbers::kExact && std::trunc(d) == d && d >= -0x1p63 && d < 0x1p64) {
+        *out += d < 0x1p63 ? std::to_string(static_cast<int64_t>(d))
+                           : std::to_string(static_cast<uint64_t>(d));
+        return;
+    }
+    if (numbers != Numbers::kShortest && d == 0) {
+        d = 0;  // -0 is 0.
+    }
+    // Boost.JSON reads a number past a double's range (1e99999) as infinite; to_chars would
+    // write "inf", which is no JSON. 1e999 reads back as the same infinity.
+    if (std::isinf(d)) {
+        *out += d < 0 ? "-1e999" : "1e999";
+        return;
+    }
+    std::array<char, 32> buf{};
+    const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), d);
+    *out += std::string_view(buf.data(), static_cast<size_t>(r.ptr - buf.data()));
+}
+
 }  // namespace
 
-void write_canonical(const json::value& v, std::string* out, size_t cap) {
+std::string value_key(const json::value& v, Numbers numbers) {
+    std::string key;
+    write_canonical(v, &key, SIZE_MAX, numbers);
+    return key;
+}
+
+void write_canonical(const json::value& v, std::string* out, size_t cap, Numbers numbers) {
     if (out->size() > cap) {
         return;
     }
@@ -56,17 +94,10 @@ void write_canonical(const json::value& v, std::string* out, size_t cap) {
             *out += v.get_bool() ? "true" : "false";
             return;
         case json::kind::int64:
-            *out += std::to_string(v.get_int64());
-            return;
         case json::kind::uint64:
-            *out += std::to_string(v.get_uint64());
+        case json::kind::double_:
+            write_number(v, numbers, out);
             return;
-        case json::kind::double_: {
-            std::array<char, 32> buf{};
-            const auto r = std::to_chars(buf.data(), buf.data() + buf.size(), v.get_double());
-            *out += std::string_view(buf.data(), static_cast<size_t>(r.ptr - buf.data()));
-            return;
-        }
         case json::kind::string:
             // Escaped and quoted, the text is no shorter than the string (out->size() <= cap
             // here).
@@ -87,7 +118,7 @@ void write_canonical(const json::value& v, std::string* out, size_t cap) {
                     *out += ',';
                 }
                 first = false;
-                write_canonical(e, out, cap);
+                write_canonical(e, out, cap, numbers);
             }
             *out += ']';
             return;
@@ -109,7 +140,7 @@ void write_canonical(const json::value& v, std::string* out, size_t cap) {
                 }
                 *out += json::serialize(json::string_view(k));
                 *out += ':';
-                write_canonical(e, out, cap);
+                write_canonical(e, out, cap, numbers);
             }
             *out += '}';
             return;

@@ -648,6 +648,104 @@ TEST_CASE("json schema: unions that may need more readings than are followed are
     CHECK(refused_at(*forty, R"({"v":"a40"})") == 8);
 }
 
+// An anyOf of `count` integer ranges, the i-th from `first` + 10 i to 9 more.
+std::string integer_ranges(int count, int first) {
+    std::vector<std::string> ranges;
+    for (int i = 0; i < count; ++i) {
+        ranges.push_back(R"({"type":"integer","minimum":)" + std::to_string(first + 10 * i) +
+                         R"(,"maximum":)" + std::to_string(first + 10 * i + 9) + "}");
+    }
+    return any_of(ranges);
+}
+
+TEST_CASE("json schema: a number begins only with the bytes its range allows") {
+    // 17 ranges of non-negative integers: none begins with '-', and at most 9 (10 to 19, 100
+    // to 109, ...) with one digit. They were counted as 17 that may begin with '-' and refused.
+    const std::string text = holding(integer_ranges(17, 10));
+    const auto ranges = compiled(text);
+    for (const char* value : {"10", "15", "99", "100", "175", "179"}) {
+        CAPTURE(value);
+        check_complete_at_end(*ranges, R"({"v":)" + std::string(value) + "}");
+    }
+    CHECK(refused_at(*ranges, R"({"v":-1})") == 5);
+    CHECK(refused_at(*ranges, R"({"v":180})") == 7);
+    const json::value doc = json::parse(text);
+    std::mt19937 rng(20261207);
+    for (int walk = 0; walk < 50; ++walk) {
+        const std::optional<std::string> out = random_walk(JsonPrefix(*ranges), rng);
+        REQUIRE(out.has_value());
+        CAPTURE(*out);
+        CHECK(valid(doc, doc, json::parse(*out)));
+    }
+    // 17 ranges of negative integers all may begin with '-': refused there.
+    auto negative = JsonSchema::compile(json::parse(holding(integer_ranges(17, -179))));
+    REQUIRE_FALSE(negative.ok());
+    CHECK(negative.status().message().find("may begin with '-'") != std::string::npos);
+    // So do ranges from 0: -0 is 0, and JsonPrefix writes it.
+    std::vector<std::string> from_zero;
+    for (int i = 1; i <= 17; ++i) {
+        from_zero.push_back(R"({"type":"integer","minimum":0,"maximum":)" + std::to_string(i) +
+                            "}");
+    }
+    auto zero = JsonSchema::compile(json::parse(holding(any_of(from_zero))));
+    REQUIRE_FALSE(zero.ok());
+    CHECK(zero.status().message().find("may begin with '-'") != std::string::npos);
+    from_zero.resize(2);
+    check_complete_at_end(*compiled(holding(any_of(from_zero))), R"({"v":-0})");
+    // Past an exclusive minimum of 0 no number begins with '-'.
+    const auto positive = compiled(holding(R"({"type":"number","exclusiveMinimum":0})"));
+    CHECK(refused_at(*positive, R"({"v":-0})") == 5);
+    check_complete_at_end(*positive, R"({"v":0.5})");
+}
+
+TEST_CASE("json schema: const beside enum is one of its values as a value") {
+    // 0 is -0.0 and 1e19 is 10000000000000000000 (their texts differ); const is written.
+    for (const auto& [keywords, value] : std::vector<std::pair<std::string, std::string>>{
+             {R"("const":0,"enum":[-0.0])", "0"},
+             {R"("const":-0.0,"enum":[1,0])", "-0"},
+             {R"("const":1,"enum":[1.0])", "1"},
+             {R"("const":10000000000000000000,"enum":[1e19])", "10000000000000000000"},
+             {R"("const":[0,"-0"],"enum":[[-0.0e5,"-0"]])", R"([0,"-0"])"},
+         }) {
+        CAPTURE(keywords);
+        check_complete_at_end(*compiled(holding("{" + keywords + "}")), R"({"v":)" + value + "}");
+    }
+    // Only values surely equal: 10000000000000000001 is no double, and not 1e19 (as Python's
+    // integers are compared), though one double stands for both.
+    for (const std::string keywords :
+         {R"("const":10000000000000000001,"enum":[1e19])", R"("const":"0","enum":[0])",
+          R"("const":1.5,"enum":[1,2])"}) {
+        CAPTURE(keywords);
+        auto s = JsonSchema::compile(json::parse(holding("{" + keywords + "}")));
+        REQUIRE_FALSE(s.ok());
+        CHECK(s.status().message().find("'const' is not one of the values of 'enum'") !=
+              std::string::npos);
+    }
+}
+
+TEST_CASE("json schema: enum values past a double's range are written as JSON") {
+    // Boost.JSON reads 1e99999 as infinite, which was written "inf": no JSON.
+    const auto huge = compiled(holding(R"({"enum":[1e99999,-1e99999]})"));
+    check_complete_at_end(*huge, R"({"v":1e999})");
+    check_complete_at_end(*huge, R"({"v":-1e999})");
+    CHECK(refused_at(*huge, R"({"v":i)") == 5);
+    // One such value, so oneOf cannot show it apart from itself; the two signs are apart.
+    const std::string same = R"({"oneOf":[{"const":1e99999},{"const":1e400}]})";
+    CHECK_FALSE(JsonSchema::compile(json::parse(holding(same))).ok());
+    compiled(holding(R"({"oneOf":[{"const":1e99999},{"const":-1e99999}]})"));
+}
+
+TEST_CASE("json schema: oneOf of constants is shown apart by value, strings by their text") {
+    // Strings whose text holds numbers or escapes are compared as strings, not numbers.
+    for (const char* alternatives :
+         {R"({"const":"-0"},{"const":"0"})", R"({"const":"a\"-0"},{"const":"a\"0"})",
+          R"({"const":"\u0001 1"},{"const":"\u0001 1.0"})", R"({"const":[1,"1"]},{"const":[1,1]})",
+          R"({"const":1.5},{"const":15e-2})"}) {
+        CAPTURE(alternatives);
+        compiled(holding(R"({"oneOf":[)" + std::string(alternatives) + "]}"));
+    }
+}
+
 TEST_CASE("json schema: oneOf alternatives of one type taken from their keywords are told apart") {
     // {"minLength": 3} takes every value that is not a string, but only strings are written
     // for it, and a string of 3 is no value of {"maxLength": 2}: apart. Against an integer
@@ -717,6 +815,21 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
         {R"({"oneOf":[{"const":10000000000000000000},{"const":1e19}]})",
          "of 'oneOf' may both match one value"},
         {R"({"oneOf":[{"const":[0,1]},{"enum":[[-0.0,1],3]}]})",
+         "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"const":1},{"enum":[1e0,2]}]})", "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"const":-0.0e5},{"const":0}]})", "of 'oneOf' may both match one value"},
+        // Integers past 2^53 that one double stands for may be one value (to a validator that
+        // reads doubles), and so are 30-digit integers Boost.JSON reads as one double.
+        {R"({"oneOf":[{"const":9007199254740993},{"const":9007199254740992}]})",
+         "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"const":123456789012345678901234567890},)"
+         R"({"const":123456789012345678901234567891}]})",
+         "of 'oneOf' may both match one value"},
+        // A number's first bytes include every spelling of its values: 1e-07 begins with '1'
+        // and lies in [0, 1e-6]; -0.0 begins with '-' and lies in [0, 5].
+        {R"({"oneOf":[{"const":1e-7},{"type":"number","minimum":0,"maximum":1e-6}]})",
+         "of 'oneOf' may both match one value"},
+        {R"({"oneOf":[{"const":-0.0},{"type":"integer","minimum":0,"maximum":5}]})",
          "of 'oneOf' may both match one value"},
         {R"({"type":"object","required":["b"],"properties":{"a":{}}})",
          "required property \"b\" is not among 'properties'"},
