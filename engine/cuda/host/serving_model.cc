@@ -24,9 +24,15 @@ class ServingCausalLM final : public PagedCausalLM {
         EDGE_ASSIGN_OR_RETURN(CheckpointModel model,
                               read_checkpoint_model(dir, options.quantization));
         EDGE_ASSIGN_OR_RETURN(spec_, serving_model_spec(dir, model, options.max_context));
+        // The device pool holds a scratch block past the blocks the host cache assigns; the
+        // budget covers both, so the cache (and the scheduler, which counts its blocks) gets
+        // one block less of it.
+        scratch_bytes_ = spec_.kv_bytes_per_token * kKvBlockTokens;
+        EDGE_ASSIGN_OR_RETURN(const int64_t kv_budget,
+                              serving_kv_budget(options.kv_cache_bytes, scratch_bytes_));
         EDGE_RETURN_IF_ERROR(create_kv_cache(model.layers, model.kv_heads, model.head_dim,
                                              options.max_slots, spec_.max_context,
-                                             options.kv_block_tokens, options.kv_cache_bytes));
+                                             options.kv_block_tokens, kv_budget));
         ServingDecoderOptions so;
         so.max_rows = serving_max_rows(options.max_slots);
         so.kv_blocks = kv_->num_blocks();
@@ -37,6 +43,14 @@ class ServingCausalLM final : public PagedCausalLM {
         scratch_block_ = so.kv_blocks;
         EDGE_ASSIGN_OR_RETURN(runner_, factory(model, so));
         return ok_status();
+    }
+
+    // The device pool's figures: the host cache's blocks and the scratch block.
+    KvCacheStats kv_stats() const override {
+        KvCacheStats s = PagedCausalLM::kv_stats();
+        s.budget_bytes += scratch_bytes_;
+        s.allocated_bytes += scratch_bytes_;
+        return s;
     }
 
     // The host cache only keeps the block tables here; the keys and values are on the device.
@@ -106,6 +120,7 @@ class ServingCausalLM final : public PagedCausalLM {
     std::vector<int32_t> buckets_;
     StepLayout layout_;
     int32_t scratch_block_ = 0;
+    int64_t scratch_bytes_ = 0;  // One block of every layer's keys and values.
 };
 
 }  // namespace

@@ -11,6 +11,19 @@
 
 namespace edge::engine::cuda {
 
+Result<int64_t> serving_kv_budget(int64_t kv_cache_bytes, int64_t block_bytes) {
+    if (kv_cache_bytes <= 0) {
+        return kv_cache_bytes;
+    }
+    if (block_bytes <= 0 || kv_cache_bytes / block_bytes < 2) {
+        return invalid_argument_error(
+            "load options: kv_cache_bytes " + std::to_string(kv_cache_bytes) +
+            " holds no KV block of " + std::to_string(block_bytes) +
+            " bytes besides the device's scratch block; raise engine.kv_cache_bytes");
+    }
+    return kv_cache_bytes - block_bytes;
+}
+
 int32_t serving_max_rows(int32_t max_slots) {
     int32_t rows = 64;
     while (rows < max_slots && rows < 512) {

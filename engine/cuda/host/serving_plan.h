@@ -47,6 +47,13 @@ struct ServingDecoderOptions {
                                      // rows, logits buffer rows), in 1..max_rows.
 };
 
+// The part of the KV budget `kv_cache_bytes` (engine.kv_cache_bytes) the host cache's blocks
+// take when a block (every layer's keys and values) takes `block_bytes`: the budget less one
+// block, so that the device pool, those blocks and the scratch block, fits the budget. 0 (none
+// set: the cache holds every slot's whole context, the scratch block beyond it) is passed on.
+// kInvalidArgument naming the budget when it holds no block besides the scratch block.
+Result<int64_t> serving_kv_budget(int64_t kv_cache_bytes, int64_t block_bytes);
+
 // Rows (tokens) one device step runs at most, for a model serving `max_slots` sequences: the
 // next power of two of max(max_slots, 64), at most 512. Larger batches (long prefill chunks)
 // run as several steps.

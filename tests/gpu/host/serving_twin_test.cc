@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "engine/backend.h"
+#include "engine/cuda/host/paged_kv_layout.h"
 #include "engine/cuda/host/serving_model.h"
 #include "engine/cuda/host/twin_step_runner.h"
 #include "tests/gpu/host/serving_script.h"
@@ -230,6 +231,49 @@ TEST_CASE("serving path: a sticky device fault fails every forward and changes n
     CHECK(s.message().find("injected") != std::string::npos);
     CHECK(m.slot_length(slot) == 3);
     CHECK(m.forward(next, &logits).ok());  // Only the fault stopped it.
+}
+
+// The device pool holds the blocks the host cache assigns and one more, the scratch block padded
+// rows write; that block came on top of engine.kv_cache_bytes. The budget holds both now, and
+// the scheduler counts the blocks the device pool gives it.
+TEST_CASE("serving path: the device KV pool with its scratch block fits kv_cache_bytes") {
+    const LoadOptions base = testing::serving_script_options("cuda");
+    auto probe = load_serving_causal_lm(testing::kMicroQwen3, base, create_twin_step_runner);
+    REQUIRE_MESSAGE(probe.ok(), probe.status().to_string());
+    const int64_t block = probe->get()->spec().kv_bytes_per_token * kKvBlockTokens;
+    REQUIRE(block > 0);
+    for (const int64_t budget : {2 * block, 2 * block + block / 2, 3 * block, 7 * block,
+                                 7 * block + block - 1, 64 * block, int64_t{1} << 20}) {
+        CAPTURE(budget);
+        LoadOptions o = base;
+        o.kv_cache_bytes = budget;
+        ServingDecoderOptions seen;
+        PagedKvLayout pool;
+        auto m = load_serving_causal_lm(
+            testing::kMicroQwen3, o,
+            [&](const CheckpointModel& model, const ServingDecoderOptions& so) {
+                seen = so;
+                pool = PagedKvLayout{model.layers, model.kv_heads, model.head_dim,
+                                     so.kv_blocks + 1};  // As the device decoder sizes it.
+                return create_twin_step_runner(model, so);
+            });
+        REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+        const KvCacheStats kv = m->get()->kv_stats();
+        CHECK(kv.blocks_total == seen.kv_blocks);
+        CHECK(pool.pool_floats() * 4 == (int64_t{seen.kv_blocks} + 1) * block);
+        CHECK(pool.pool_floats() * 4 <= budget);
+        CHECK(pool.pool_floats() * 4 + block > budget);  // No block of the budget is left over.
+        CHECK(kv.budget_bytes == budget);
+        CHECK(kv.allocated_bytes == pool.pool_floats() * 4);
+    }
+    // One block is the scratch block alone: nothing for the sequences.
+    LoadOptions one = base;
+    one.kv_cache_bytes = 2 * block - 1;
+    auto refused = load_serving_causal_lm(testing::kMicroQwen3, one, create_twin_step_runner);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+    CHECK(refused.status().message().find("scratch block") != std::string::npos);
+    CHECK(serving_kv_budget(0, block).value() == 0);  // Unset: every slot's whole context.
 }
 
 TEST_CASE("serving path: configurations the whole-step forward does not run are kUnimplemented") {
