@@ -290,9 +290,10 @@ private:
     void expire_restored();
     void snapshot_tick();
     void post_snapshot();
-    // `from`: the sender's address, for the log ("" when unknown).
+    // `from`: the sender's address, for the log ("" when unknown). A packet holding more than
+    // `max_messages` messages is refused before the one over is decoded.
     Result<std::vector<Message>> open_and_decode(std::span<const uint8_t> bytes,
-                                                 const std::string& from);
+                                                 const std::string& from, size_t max_messages);
     // Whether a warning of `kind` about what `from` sent may be logged now: each kind and sending
     // host at most once per kWarnInterval (a flood from one host hides no other). Sets
     // `suppressed` to how many were not logged since the last one.

@@ -483,10 +483,10 @@ void Memberlist::set_snapshot_write_for_testing(SnapshotWriter::WriteFn write) {
 }
 
 bool Memberlist::remember_event(const UserEventMsg& e) {
-    if (!seen_events_.insert(event_key(e)).second) {
+    std::string key = event_key(e);
+    if (seen_events_.contains(key)) {
         return false;
     }
-    recent_events_.push_back(e);
     // Forgotten by Lamport time, not by arrival: handle_user_event drops an event below the
     // window unseen, so one in it must stay seen, or a push-pull from a member one event behind
     // delivered (and rebroadcast) again what this member had forgotten first.
@@ -498,13 +498,21 @@ bool Memberlist::remember_event(const UserEventMsg& e) {
         it = below_event_window(it->ltime, event_clock_, config_.user_event_buffer) ? forget(it)
                                                                                      : ++it;
     }
-    // At most user_event_buffer still (what a push-pull may carry): more only when events share
-    // Lamport times; the oldest go.
-    while (recent_events_.size() > config_.user_event_buffer) {
-        forget(std::min_element(
+    // At most user_event_buffer (what a push-pull may carry): more fall in the window only when
+    // events share Lamport times; the oldest go. An event older than every one of a full ring is
+    // refused as one below the window is: taken and then forgotten in the same call, it was
+    // reported delivered, and delivered again by the next push-pull that carried it.
+    while (recent_events_.size() >= config_.user_event_buffer) {
+        const auto oldest = std::min_element(
             recent_events_.begin(), recent_events_.end(),
-            [](const UserEventMsg& a, const UserEventMsg& b) { return a.ltime < b.ltime; }));
+            [](const UserEventMsg& a, const UserEventMsg& b) { return a.ltime < b.ltime; });
+        if (e.ltime < oldest->ltime) {
+            return false;
+        }
+        forget(oldest);
     }
+    seen_events_.insert(std::move(key));
+    recent_events_.push_back(e);
     return true;
 }
 
@@ -571,7 +579,8 @@ void Memberlist::warn_auth_failed(const std::string& from, const Status& error) 
 }
 
 Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t> bytes,
-                                                         const std::string& from) {
+                                                         const std::string& from,
+                                                         size_t max_messages) {
     auto plain = keyring_.open(config_.label, bytes);
     if (!plain.ok()) {
         stats_.auth_failures.fetch_add(1);
@@ -585,7 +594,8 @@ Result<std::vector<Message>> Memberlist::open_and_decode(std::span<const uint8_t
     auto msgs = decode_packet(
         *plain,
         DecodeLimits{std::max(config_.max_members, defaults.max_push_pull_nodes),
-                     std::max(config_.user_event_buffer, defaults.max_push_pull_events)});
+                     std::max(config_.user_event_buffer, defaults.max_push_pull_events),
+                     max_messages});
     uint64_t suppressed = 0;
     if (!msgs.ok()) {
         stats_.decode_failures.fetch_add(1);
@@ -630,7 +640,7 @@ void Memberlist::dispatch(const std::string& from, const Message& m) {
 void Memberlist::handle_packet(const std::string& from, std::span<const uint8_t> bytes) {
     stats_.packets_received.fetch_add(1);
     stats_.bytes_received.fetch_add(bytes.size());
-    auto msgs = open_and_decode(bytes, from);
+    auto msgs = open_and_decode(bytes, from, kMaxMessagesPerPacket);
     if (!msgs.ok()) {
         log::debug("gossip_packet_dropped",
                    {{"from", from}, {"error", msgs.status().to_string()}});
@@ -644,16 +654,12 @@ void Memberlist::handle_packet(const std::string& from, std::span<const uint8_t>
 Result<std::vector<uint8_t>> Memberlist::handle_stream(const std::string& from,
                                                        std::span<const uint8_t> bytes) {
     stats_.bytes_received.fetch_add(bytes.size());
-    auto msgs = open_and_decode(bytes, from);
+    // A stream is one request (a push-pull or a fallback ping), answered once: each push-pull
+    // in it would be answered with the whole cluster's state. A second message is refused before
+    // it is decoded.
+    auto msgs = open_and_decode(bytes, from, 1);
     if (!msgs.ok()) {
         return msgs.status().with_context("gossip stream from " + from);
-    }
-    if (msgs->size() != 1) {
-        // A stream is one request (a push-pull or a fallback ping), answered once: each push-pull
-        // in it would be answered with the whole cluster's state.
-        return invalid_argument_error("gossip stream from " + from + " carries " +
-                                      std::to_string(msgs->size()) +
-                                      " messages; a stream is one request");
     }
     std::vector<std::vector<uint8_t>> reply;
     for (const Message& m : *msgs) {
@@ -720,7 +726,8 @@ void Memberlist::handle_stream_response(uint64_t id, Result<std::vector<uint8_t>
         return;
     }
     stats_.bytes_received.fetch_add(response->size());
-    auto msgs = open_and_decode(*response, pending.addr);
+    // An answer is one message, as its request was (handle_stream).
+    auto msgs = open_and_decode(*response, pending.addr, 1);
     if (!msgs.ok()) {
         if (pending.kind == StreamKind::kFetch) {
             if (Member* m = find(pending.node)) {

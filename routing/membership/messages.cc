@@ -315,9 +315,16 @@ Result<std::optional<PushPullNode>> decode_pp_node(std::span<const uint8_t> byte
     return std::optional<PushPullNode>(std::move(n));
 }
 
-Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const DecodeLimits& limits) {
-    PushPullMsg m;
+// The push-pull entries and events a packet's messages have carried so far, counted against its
+// DecodeLimits across all of them.
+struct PushPullUse {
     size_t entries = 0;
+    size_t events = 0;
+};
+
+Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const DecodeLimits& limits,
+                                     PushPullUse& used) {
+    PushPullMsg m;
     EDGE_FIELDS("push-pull") {
         case 1: {
             EDGE_ASSIGN_OR_RETURN(uint64_t v, f.as_uint());
@@ -327,8 +334,8 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const Decod
         case 2: {
             // Entries as sent, those left out included: the bound holds whatever states this
             // version knows.
-            if (entries++ >= limits.max_push_pull_nodes) {
-                return data_loss_error("push-pull carries more than " +
+            if (used.entries++ >= limits.max_push_pull_nodes) {
+                return data_loss_error("push-pulls in one packet carry more than " +
                                        std::to_string(limits.max_push_pull_nodes) +
                                        " nodes (max_members)");
             }
@@ -343,8 +350,8 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const Decod
             break;
         }
         case 4: {
-            if (m.events.size() >= limits.max_push_pull_events) {
-                return data_loss_error("push-pull carries more than " +
+            if (used.events++ >= limits.max_push_pull_events) {
+                return data_loss_error("push-pulls in one packet carry more than " +
                                        std::to_string(limits.max_push_pull_events) +
                                        " user events (user_event_buffer)");
             }
@@ -369,6 +376,40 @@ Result<PushPullMsg> decode_push_pull(std::span<const uint8_t> bytes, const Decod
 }
 
 #undef EDGE_FIELDS
+
+// One message's framing: its type byte and its body.
+struct Frame {
+    uint8_t type = 0;
+    std::span<const uint8_t> body;
+};
+
+Result<Frame> read_frame(WireReader& r) {
+    Frame f;
+    EDGE_ASSIGN_OR_RETURN(f.type, r.read_u8("message type"));
+    EDGE_ASSIGN_OR_RETURN(uint64_t len, r.read_varint("message length"));
+    EDGE_ASSIGN_OR_RETURN(f.body, r.read_span(len, "message body"));
+    return f;
+}
+
+// Whether this version decodes messages of `type` (it skips the others: a newer peer's). The
+// types are numbered from kPing to kUserEvent without a gap.
+bool known_type(uint8_t type) {
+    return type >= static_cast<uint8_t>(MessageType::kPing) &&
+           type <= static_cast<uint8_t>(MessageType::kUserEvent);
+}
+
+// The error for a packet whose messages of known types number more than `max`: `seen` is how many
+// were read (the one over the bound included); the rest are counted by their framing alone, never
+// decoded, so the error says how many the packet carries.
+Status too_many_messages(WireReader& r, size_t seen, size_t max) {
+    while (!r.done()) {
+        EDGE_ASSIGN_OR_RETURN(Frame f, read_frame(r));
+        seen += known_type(f.type) ? 1 : 0;
+    }
+    return data_loss_error("gossip packet: more than " + std::to_string(max) +
+                           (max == 1 ? " message" : " messages") + " (it carries " +
+                           std::to_string(seen) + " messages)");
+}
 
 template <typename T>
 Status append(std::vector<Message>& out, Result<T> r, std::string_view what) {
@@ -424,16 +465,19 @@ Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes,
                                std::to_string(version));
     }
     std::vector<Message> out;
+    PushPullUse used;
     while (!r.done()) {
-        if (out.size() >= kMaxMessagesPerPacket) {
-            // A few bytes a message would otherwise decode into far larger variants.
-            return data_loss_error("gossip packet: more than " +
-                                   std::to_string(kMaxMessagesPerPacket) + " messages");
+        EDGE_ASSIGN_OR_RETURN(Frame frame, read_frame(r));
+        if (!known_type(frame.type)) {
+            continue;  // a newer peer's message type
         }
-        EDGE_ASSIGN_OR_RETURN(uint8_t type, r.read_u8("message type"));
-        EDGE_ASSIGN_OR_RETURN(uint64_t len, r.read_varint("message length"));
-        EDGE_ASSIGN_OR_RETURN(auto body, r.read_span(len, "message body"));
-        switch (static_cast<MessageType>(type)) {
+        if (out.size() >= limits.max_messages) {
+            // A few bytes a message would otherwise decode into far larger variants, and a
+            // stream would be answered once for each.
+            return too_many_messages(r, out.size() + 1, limits.max_messages);
+        }
+        const std::span<const uint8_t> body = frame.body;
+        switch (static_cast<MessageType>(frame.type)) {
             case MessageType::kPing: EDGE_RETURN_IF_ERROR(append(out, decode_ping(body), "ping")); break;
             case MessageType::kIndirectPing:
                 EDGE_RETURN_IF_ERROR(append(out, decode_indirect(body), "indirect ping"));
@@ -450,12 +494,12 @@ Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes,
                 EDGE_RETURN_IF_ERROR(append(out, decode_accusation<DeadMsg>(body), "dead"));
                 break;
             case MessageType::kPushPull:
-                EDGE_RETURN_IF_ERROR(append(out, decode_push_pull(body, limits), "push-pull"));
+                EDGE_RETURN_IF_ERROR(
+                    append(out, decode_push_pull(body, limits, used), "push-pull"));
                 break;
             case MessageType::kUserEvent:
                 EDGE_RETURN_IF_ERROR(append(out, decode_user_event(body), "user event"));
                 break;
-            default: break;  // a newer peer's message type
         }
     }
     return out;

@@ -69,8 +69,8 @@ struct NackMsg {
 // refutation and each site-state publish (about one a second under load: 2^62 is 10^11 years
 // away), and one at 2^64 - 1 would wrap its member's refutation to 0, leaving it dead for good.
 inline constexpr uint64_t kMaxIncarnation = uint64_t{1} << 62;
-// Messages one packet (or stream frame) may hold; a packet with more is refused whole. A 64 KiB
-// datagram of the smallest real messages holds fewer.
+// Messages one packet may hold (DecodeLimits' default; a stream frame holds one); a packet with
+// more is refused whole. A 64 KiB datagram of the smallest real messages holds fewer.
 inline constexpr size_t kMaxMessagesPerPacket = 8192;
 
 struct SuspectMsg {
@@ -145,18 +145,23 @@ using Message = std::variant<PingMsg, IndirectPingMsg, AckMsg, NackMsg, SuspectM
 std::vector<uint8_t> encode_message(const Message& m);
 // Frames messages into one plaintext packet.
 std::vector<uint8_t> encode_packet(std::span<const std::vector<uint8_t>> framed);
-// What one push-pull may carry, checked as it is decoded: a stream frame of max_stream_bytes
-// (32 MiB) holds millions of minimal entries or events, each decoding into a far larger value
-// (about 1 GiB in all). An honest member sends its member table, which holds at most max_members
-// entries, and the events it remembers, at most user_event_buffer: Memberlist passes its
-// configuration's or these defaults (lan_profile()'s), whichever is larger.
+// What one packet or stream frame may carry, checked as it is decoded: a stream frame of
+// max_stream_bytes (32 MiB) holds millions of minimal entries or events, each decoding into a far
+// larger value (about 1 GiB in all). An honest member sends its member table, which holds at most
+// max_members entries, and the events it remembers, at most user_event_buffer: Memberlist passes
+// its configuration's or these defaults (lan_profile()'s), whichever is larger. The entry and
+// event bounds hold for all the push-pulls of a packet together: held per push-pull, a frame of
+// many push-pulls would decode into as many times the bound (3.3 GiB for 255 of them).
 struct DecodeLimits {
     size_t max_push_pull_nodes = size_t{1} << 16;
     size_t max_push_pull_events = 512;
+    // Messages of known types; a stream, which is one request and one answer, passes 1, so the
+    // second is refused before it is decoded.
+    size_t max_messages = kMaxMessagesPerPacket;
 };
 
 // Decodes a plaintext packet; messages of unknown types are skipped, and so are push-pull entries
-// in unknown node states. A push-pull over `limits` is kDataLoss naming what it has too many of.
+// in unknown node states. A packet over `limits` is kDataLoss naming what it has too many of.
 Result<std::vector<Message>> decode_packet(std::span<const uint8_t> bytes,
                                            const DecodeLimits& limits = {});
 

@@ -344,6 +344,79 @@ TEST_CASE("codec: user event Lamport times at or above 2^62 are kDataLoss") {
     CHECK(std::get<PushPullMsg>((*r)[1]).event_ltime == kMaxEventLtime - 1);
 }
 
+// The entry and event bounds held per push-pull, and a packet may hold 8192 messages: a 32 MiB
+// stream frame of 255 push-pulls of 65,536 tiny entries each decoded into 16.7 M entries
+// (3.3 GiB) before the stream's one-request check saw it.
+TEST_CASE("codec: push-pull entry and event bounds hold across all the push-pulls of a packet") {
+    PushPullMsg pp;
+    for (int i = 0; i < 3; ++i) {
+        pp.nodes.push_back(PushPullNode{"n" + std::to_string(i), "n:1", 1, NodeState::kAlive, 0,
+                                        {}, std::nullopt});
+    }
+    const std::vector<uint8_t> one = encode_message(pp);
+    const DecodeLimits four_nodes{4, 512};
+    auto alone = decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{one}), four_nodes);
+    REQUIRE(alone.ok());
+    CHECK(std::get<PushPullMsg>(alone->at(0)).nodes.size() == 3);
+    auto two =
+        decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{one, one}), four_nodes);
+    REQUIRE_FALSE(two.ok());
+    CHECK(two.status().code() == StatusCode::kDataLoss);
+    CHECK(two.status().message() ==
+          "push-pull: push-pulls in one packet carry more than 4 nodes (max_members)");
+
+    PushPullMsg events;
+    events.events.assign(3, UserEventMsg{1, "e", {}});
+    const std::vector<uint8_t> ev = encode_message(events);
+    const DecodeLimits four_events{4, 4};
+    CHECK(decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{ev}), four_events).ok());
+    auto both =
+        decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{ev, ev}), four_events);
+    REQUIRE_FALSE(both.ok());
+    CHECK(both.status().message() ==
+          "push-pull: push-pulls in one packet carry more than 4 user events (user_event_buffer)");
+    // User events gossiped as messages of their own are no push-pull's: a compound packet of
+    // small messages beside a push-pull still decodes.
+    auto compound = decode_packet(
+        encode_packet(std::vector<std::vector<uint8_t>>{
+            ev, encode_message(UserEventMsg{2, "e", {}}), encode_message(UserEventMsg{3, "e", {}}),
+            encode_message(PingMsg{1, "a", "b", "b:1"}), encode_message(NackMsg{1})}),
+        four_events);
+    REQUIRE(compound.ok());
+    CHECK(compound->size() == 5);
+}
+
+// A stream is one request and one answer: the caller says so, and the decoder refuses the second
+// message before decoding it (each would be a push-pull of up to the bounds above).
+TEST_CASE("codec: a packet over max_messages is refused at the message over, undecoded") {
+    DecodeLimits stream;
+    stream.max_messages = 1;
+    // The second message is a push-pull whose body lies about a field's length (an entry of 9
+    // bytes where none follow): decoded, it would fail as a push-pull.
+    std::vector<uint8_t> bad_push_pull{static_cast<uint8_t>(MessageType::kPushPull), 2, 2, 9};
+    std::vector<uint8_t> unknown{200, 1, 0};  // a newer peer's message type, not counted
+    auto r = decode_packet(
+        encode_packet(std::vector<std::vector<uint8_t>>{encode_message(NackMsg{1}), unknown,
+                                                        bad_push_pull, encode_message(NackMsg{2})}),
+        stream);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == StatusCode::kDataLoss);
+    CHECK(r.status().message() == "gossip packet: more than 1 message (it carries 3 messages)");
+    CHECK(decode_packet(encode_packet(std::vector<std::vector<uint8_t>>{bad_push_pull}))
+              .status()
+              .message()
+              .find("push-pull") == 0);
+    // One message, beside a type this version skips, is what a stream holds.
+    auto one = decode_packet(
+        encode_packet(std::vector<std::vector<uint8_t>>{unknown, encode_message(PushPullMsg{})}),
+        stream);
+    REQUIRE(one.ok());
+    CHECK(one->size() == 1);
+    // The default bound is the packet's: its many small messages decode.
+    std::vector<std::vector<uint8_t>> nacks(3, encode_message(NackMsg{1}));
+    CHECK(decode_packet(encode_packet(nacks)).ok());
+}
+
 TEST_CASE("site state: load changes are material only past the thresholds") {
     SiteState a = sample_site();
     SiteState b = a;

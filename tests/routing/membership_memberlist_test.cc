@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -1007,6 +1008,49 @@ TEST_CASE("memberlist: a push-pull from a member one event behind delivers nothi
         held.insert(e.ltime);
     }
     CHECK(held == std::set<uint64_t>{3, 4, 5, 6});
+}
+
+// More than user_event_buffer events fall in the window when they share Lamport times. An event
+// older than every one of a full ring was taken, reported delivered, and forgotten in the same
+// call as the oldest there: the next push-pull that carried it delivered it again. It is refused
+// now, as one below the window is, and stays refused.
+TEST_CASE("memberlist: an event older than all of a full ring is refused, not delivered twice") {
+    Member a;
+    const size_t buffer = a.ml().config().user_event_buffer;
+    REQUIRE(buffer == 512);
+    std::map<std::string, int> delivered;
+    a.ml().set_user_event_callback([&](const UserEventMsg& e) { ++delivered[e.name]; });
+    PushPullMsg full;
+    full.event_ltime = 1000;
+    for (size_t i = 0; i < buffer; ++i) {
+        full.events.push_back(UserEventMsg{1000, "rollout-" + std::to_string(i), {}});
+    }
+    REQUIRE(a.push_pull(full).ok());
+    REQUIRE(delivered.size() == buffer);
+    // In the window (times 489..1000), older than the whole ring.
+    const UserEventMsg low{999, "low", {}};
+    a.receive(low);
+    CHECK(delivered["low"] == 0);
+    PushPullMsg again;
+    again.event_ltime = 1000;
+    again.events.push_back(low);
+    auto answer = a.push_pull(again);
+    REQUIRE(answer.ok());
+    CHECK(delivered["low"] == 0);
+    CHECK(a.ml().stats().user_events_delivered.load() == buffer);
+    // The ring is the one it held: the 512 events at 1000.
+    auto msgs = decode_packet(Keyring{}.open("", *answer).value());
+    REQUIRE(msgs.ok());
+    const std::vector<UserEventMsg>& held = std::get<PushPullMsg>(msgs->at(0)).events;
+    CHECK(held.size() == buffer);
+    CHECK(std::all_of(held.begin(), held.end(), [](const UserEventMsg& e) {
+        return e.ltime == 1000 && e.name != "low";
+    }));
+    // One at the ring's oldest time is taken, the oldest other going, and delivered once.
+    a.receive(UserEventMsg{1000, "late", {}});
+    a.receive(UserEventMsg{1000, "late", {}});
+    CHECK(delivered["late"] == 1);
+    CHECK(a.ml().stats().user_events_delivered.load() == buffer + 1);
 }
 
 }  // namespace
