@@ -21,85 +21,102 @@
 
 namespace edge::bench {
 
-// Runs `iters` rounds of 16 independent chains on one thread: iters * 16 * 32 products.
-__attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) inline void dot_peak_chains(
-    int64_t iters) {
-    constexpr int kChains = 16;
-    __m512 acc[kChains];
-    for (int i = 0; i < kChains; ++i) {
-        acc[i] = _mm512_set1_ps(static_cast<float>(i));
+// The instructions, each as an Op for peak_chains: Acc the accumulator, In the two operands,
+// kChains independent chains (enough to cover the instruction's latency on its pipes), kProducts
+// per instruction. Operands and results go by reference, so the generic loop passes no vector by
+// value (which would change its ABI); the wrappers below flatten it into code of their target.
+struct DotBf16Op {
+    using Acc = __m512;
+    using In = __m512bh;
+    static constexpr int kChains = 16;
+    static constexpr int64_t kProducts = 32;
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void fill(Acc& v, float x) {
+        v = _mm512_set1_ps(x);
     }
-    const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3f80));
-    __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi16(0x3c00));
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void fill(In& v, float x) {
+        v = reinterpret_cast<__m512bh>(_mm512_set1_epi16(x < 0.5f ? 0x3c00 : 0x3f80));
+    }
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void madd(
+        Acc& acc, const In& a, const In& b) {
+        acc = _mm512_dpbf16_ps(acc, a, b);
+    }
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void opaque(In& v) {
+        __asm__ volatile("" : "+v"(v));
+    }
+    __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void keep(const Acc& v) {
+        __asm__ volatile("" : : "v"(v));
+    }
+};
+
+struct Fma512Op {
+    using Acc = __m512;
+    using In = __m512;
+    static constexpr int kChains = 12;
+    static constexpr int64_t kProducts = 16;
+    __attribute__((target("avx512f"))) static void fill(Acc& v, float x) { v = _mm512_set1_ps(x); }
+    __attribute__((target("avx512f"))) static void madd(Acc& acc, const In& a, const In& b) {
+        acc = _mm512_fmadd_ps(acc, a, b);
+    }
+    __attribute__((target("avx512f"))) static void opaque(In& v) { __asm__ volatile("" : "+v"(v)); }
+    __attribute__((target("avx512f"))) static void keep(const Acc& v) {
+        __asm__ volatile("" : : "v"(v));
+    }
+};
+
+struct Fma256Op {
+    using Acc = __m256;
+    using In = __m256;
+    static constexpr int kChains = 12;
+    static constexpr int64_t kProducts = 8;
+    __attribute__((target("avx2,fma"))) static void fill(Acc& v, float x) { v = _mm256_set1_ps(x); }
+    __attribute__((target("avx2,fma"))) static void madd(Acc& acc, const In& a, const In& b) {
+        acc = _mm256_fmadd_ps(acc, a, b);
+    }
+    __attribute__((target("avx2,fma"))) static void opaque(In& v) {
+        __asm__ volatile("" : "+x"(v));
+    }
+    __attribute__((target("avx2,fma"))) static void keep(const Acc& v) {
+        __asm__ volatile("" : : "x"(v));
+    }
+};
+
+// Runs `iters` rounds of Op::kChains independent chains on one thread: iters * kChains *
+// kProducts products. opaque() keeps the loop from being folded away, keep() the results.
+template <typename Op>
+inline void peak_chains(int64_t iters) {
+    typename Op::Acc acc[Op::kChains];
+    for (int i = 0; i < Op::kChains; ++i) {
+        Op::fill(acc[i], static_cast<float>(i));
+    }
+    typename Op::In a, b;
+    Op::fill(a, 0.999f);
+    Op::fill(b, 1e-3f);
     for (int64_t it = 0; it < iters; ++it) {
 #pragma GCC unroll 16
-        for (int i = 0; i < kChains; ++i) {
-            acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+        for (int i = 0; i < Op::kChains; ++i) {
+            Op::madd(acc[i], a, b);
         }
-        __asm__ volatile("" : "+v"(b));  // Keeps the loop from being folded away.
+        Op::opaque(b);
     }
-    __m512 sum = acc[0];
-    for (int i = 1; i < kChains; ++i) {
-        sum = _mm512_add_ps(sum, acc[i]);
+    for (int i = 0; i < Op::kChains; ++i) {
+        Op::keep(acc[i]);
     }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, sum);
-    volatile float sink = lanes[0];
-    (void)sink;
 }
 
-inline constexpr int64_t kDotPeakProductsPerIter = 16 * 32;
+template <typename Op>
+inline constexpr int64_t kPeakProductsPerIter = Op::kChains * Op::kProducts;
 
-// The same for the widen + FMA kernels: 12 independent F32 FMA chains (enough to cover the FMA
-// latency on two pipes) of 8 lanes (AVX2) or 16 (AVX-512F).
-__attribute__((target("avx2,fma"), noinline)) inline void fma256_peak_chains(int64_t iters) {
-    constexpr int kChains = 12;
-    __m256 acc[kChains];
-    for (int i = 0; i < kChains; ++i) {
-        acc[i] = _mm256_set1_ps(static_cast<float>(i));
-    }
-    const __m256 a = _mm256_set1_ps(0.999f);
-    __m256 b = _mm256_set1_ps(1e-3f);
-    for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-        for (int i = 0; i < kChains; ++i) {
-            acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-        }
-        __asm__ volatile("" : "+x"(b));
-    }
-    __m256 sum = acc[0];
-    for (int i = 1; i < kChains; ++i) {
-        sum = _mm256_add_ps(sum, acc[i]);
-    }
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, sum);
-    volatile float sink = lanes[0];
-    (void)sink;
+__attribute__((target("avx512f,avx512bw,avx512bf16"), flatten, noinline)) inline void
+dot_peak_chains(int64_t iters) {
+    peak_chains<DotBf16Op>(iters);
 }
-
-__attribute__((target("avx512f"), noinline)) inline void fma512_peak_chains(int64_t iters) {
-    constexpr int kChains = 12;
-    __m512 acc[kChains];
-    for (int i = 0; i < kChains; ++i) {
-        acc[i] = _mm512_set1_ps(static_cast<float>(i));
-    }
-    const __m512 a = _mm512_set1_ps(0.999f);
-    __m512 b = _mm512_set1_ps(1e-3f);
-    for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-        for (int i = 0; i < kChains; ++i) {
-            acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-        }
-        __asm__ volatile("" : "+v"(b));
-    }
-    __m512 sum = acc[0];
-    for (int i = 1; i < kChains; ++i) {
-        sum = _mm512_add_ps(sum, acc[i]);
-    }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, sum);
-    volatile float sink = lanes[0];
-    (void)sink;
+__attribute__((target("avx512f"), flatten, noinline)) inline void fma512_peak_chains(
+    int64_t iters) {
+    peak_chains<Fma512Op>(iters);
+}
+__attribute__((target("avx2,fma"), flatten, noinline)) inline void fma256_peak_chains(
+    int64_t iters) {
+    peak_chains<Fma256Op>(iters);
 }
 
 // Products per second of `threads` threads running the loop at once: all start at a barrier and
@@ -148,7 +165,7 @@ inline double chains_peak(void (*chains)(int64_t), int64_t products_per_iter, in
 // The vdpbf16ps peak; 0 on a CPU without AVX512_BF16.
 inline double dot_peak(int threads) {
     return __builtin_cpu_supports("avx512bf16")
-               ? chains_peak(dot_peak_chains, kDotPeakProductsPerIter, threads)
+               ? chains_peak(dot_peak_chains, kPeakProductsPerIter<DotBf16Op>, threads)
                : 0.0;
 }
 
@@ -175,10 +192,10 @@ inline KernelPeak kernels_peak(const std::string& cpu_kernels, int threads) {
         return {dot_peak(threads), 2.0};
     }
     if (name == "avx512") {
-        return {chains_peak(fma512_peak_chains, 12 * 16, threads), 1.0};
+        return {chains_peak(fma512_peak_chains, kPeakProductsPerIter<Fma512Op>, threads), 1.0};
     }
     if (name == "avx2") {
-        return {chains_peak(fma256_peak_chains, 12 * 8, threads), 1.0};
+        return {chains_peak(fma256_peak_chains, kPeakProductsPerIter<Fma256Op>, threads), 1.0};
     }
     return {};
 }
