@@ -27,6 +27,17 @@ bool implausible_incarnation(uint64_t known, uint64_t claimed) {
     return claimed > known && claimed - known > kMaxIncarnationStep;
 }
 
+// The same for a member not known yet, measured from 0: each life starts below 2^32
+// (MembershipConfig::validate; the service starts it at the wall-clock second) and adds one a
+// publish or refutation, so none passes kMaxIncarnationStep for decades, and the real member,
+// whatever its own incarnation, refutes an accusation up to there. Taken higher, a forged alive
+// for a site not known yet (new, or reaped after it left) held it at the forged address, above
+// every alive of its own and past what it refutes: probed there in vain, it stayed dead until
+// dead_reclaim_time.
+bool implausible_first_incarnation(uint64_t claimed) {
+    return implausible_incarnation(0, claimed);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Memberlist>> Memberlist::create(MembershipConfig config, Keyring keyring,
@@ -392,6 +403,10 @@ void Memberlist::handle_alive(const AliveMsg& a) {
     }
     Member* m = find(a.node);
     if (m == nullptr) {
+        if (implausible_first_incarnation(a.incarnation)) {
+            stats_.implausible_dropped.fetch_add(1);
+            return;
+        }
         if (members_.size() >= config_.max_members) {
             // Far past any real cluster (dead members stay dead_reclaim_time): names forged
             // without end must not grow the table, or every push-pull with it.
@@ -516,10 +531,30 @@ void Memberlist::handle_alive(const AliveMsg& a) {
     }
 }
 
-void Memberlist::correct_stale(const Member& m, const std::string* reply_to) {
+bool Memberlist::is_member_addr(const std::string& addr, const std::string& named) const {
+    auto at_addr = [&](const Member& m) { return m.name != config_.name && m.addr == addr; };
+    auto it = members_.find(named);
+    if (it != members_.end() && at_addr(it->second)) {
+        return true;
+    }
+    return std::any_of(members_.begin(), members_.end(),
+                       [&](const auto& entry) { return at_addr(entry.second); });
+}
+
+void Memberlist::correct_stale(const Member& m, const std::string* reply_to,
+                               const std::string& accuser) {
     // Someone still gossips an accusation that the member has already refuted: tell that sender
     // the newer alive directly instead of hoping gossip reaches it before its timer runs out.
     if (reply_to == nullptr || m.state != NodeState::kAlive || leaving_) {
+        return;
+    }
+    // Only to a member's gossip address. A packet's source is not authenticated: a captured
+    // stale accusation replayed from a spoofed address would otherwise have every member send
+    // that address an alive (up to a packet, state and piggybacked gossip included) per replay.
+    // A sender we know at no such address learns the alive by gossip or push-pull, as it would
+    // without this shortcut. The accuser is looked at first (it is usually the sender), then
+    // the table, which a sender without the key cannot grow.
+    if (!is_member_addr(*reply_to, accuser)) {
         return;
     }
     if (m.name == config_.name) {
@@ -544,7 +579,7 @@ void Memberlist::handle_suspect(const SuspectMsg& s, const std::string* reply_to
         return;
     }
     if (s.incarnation < m->incarnation) {
-        correct_stale(*m, reply_to);
+        correct_stale(*m, reply_to, s.from);
         return;
     }
     if (m->state == NodeState::kSuspect && m->suspicion && s.incarnation == m->incarnation) {
@@ -615,7 +650,7 @@ void Memberlist::handle_dead(const DeadMsg& d, const std::string* reply_to) {
         return;
     }
     if (d.incarnation < m->incarnation) {
-        correct_stale(*m, reply_to);
+        correct_stale(*m, reply_to, d.from);
         return;
     }
     if (m->state == NodeState::kDead || m->state == NodeState::kLeft) {

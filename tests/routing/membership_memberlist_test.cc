@@ -228,6 +228,78 @@ TEST_CASE("memberlist: an incarnation implausibly far past the known one is drop
     CHECK(ml.state_of("X") == NodeState::kAlive);
 }
 
+// A member not known yet has no incarnation to be implausibly far past, but no life of a site
+// starts at or rises to one past 2^32 (it starts below 2^32 and adds one a publish or
+// refutation). Taken, a forged alive near the cap for a site not yet known (new, or reaped after
+// it left) held it at the forged address: the site's own alives were older, and its handlers
+// drop the forged incarnation as implausible, so it could not refute and ended dead for
+// dead_reclaim_time.
+TEST_CASE("memberlist: a new member's alive at an incarnation no life reaches is dropped") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{kMaxIncarnation - 1, "X", "10.6.6.6:7946", 9, site_bytes("X", 9)});
+    CHECK_FALSE(ml.state_of("X").has_value());
+    CHECK(ml.stats().implausible_dropped.load() == 1);
+    // The same from a push-pull entry, just past the bound.
+    PushPullMsg pp;
+    pp.nodes.push_back(PushPullNode{"X", "10.6.6.6:7946", (uint64_t{1} << 32) + 1,
+                                    NodeState::kAlive, 9, site_bytes("X", 9), std::nullopt});
+    REQUIRE(a.push_pull(pp).ok());
+    CHECK_FALSE(ml.state_of("X").has_value());
+    CHECK(ml.stats().implausible_dropped.load() == 2);
+    // The real site, at a life's incarnation (the wall-clock second), is taken as ever.
+    a.receive(AliveMsg{1'800'000'000, "X", "10.0.0.9:7946", 3, site_bytes("X", 3)});
+    CHECK(ml.state_of("X") == NodeState::kAlive);
+    CHECK(ml.snapshot()->find("X")->addr == "10.0.0.9:7946");
+    CHECK(ml.site_version_of("X") == 3);
+    // So is one at the bound: a site at 0 still refutes an accusation there.
+    a.receive(AliveMsg{uint64_t{1} << 32, "Y", "10.0.0.8:7946", 1, std::nullopt});
+    CHECK(ml.state_of("Y") == NodeState::kAlive);
+    CHECK(ml.stats().implausible_dropped.load() == 2);
+}
+
+// A packet's source is not authenticated: a captured stale suspect or dead, replayed with the
+// source spoofed to some address, had every member send that address an alive per replay.
+TEST_CASE("memberlist: a stale accusation is answered directly only at a member's address") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
+    auto sent_to = [&](const std::string& addr) {
+        std::vector<AliveMsg> alives;
+        for (const auto& s : a.transport().sent) {
+            if (const auto* alive = std::get_if<AliveMsg>(&s.msg); alive && s.to == addr) {
+                alives.push_back(*alive);
+            }
+        }
+        return alives;
+    };
+    auto from = [&](const std::string& addr, const Message& m) {
+        std::vector<std::vector<uint8_t>> framed{encode_message(m)};
+        ml.handle_packet(addr, Keyring{}.seal("", encode_packet(framed)).value());
+    };
+    const std::string victim = "192.0.2.99:53";
+    a.transport().sent.clear();
+    from(victim, SuspectMsg{4, "X", "Z"});
+    from(victim, DeadMsg{4, "X", "Z"});
+    from(victim, SuspectMsg{0, "A", "Z"});  // About this member, stale too.
+    CHECK(sent_to(victim).empty());
+    CHECK(a.transport().sent.empty());
+    CHECK(ml.state_of("X") == NodeState::kAlive);
+
+    // A member's address (B's, where the fixture's packets come from) is answered: by the
+    // accuser, or by a member passing the accusation on.
+    a.receive(AliveMsg{3, "B", "10.0.0.2:7946", 0, std::nullopt});
+    for (const std::string accuser : {"B", "Z"}) {
+        CAPTURE(accuser);
+        a.transport().sent.clear();
+        a.receive(SuspectMsg{4, "X", accuser});
+        const auto alives = sent_to("10.0.0.2:7946");
+        REQUIRE_FALSE(alives.empty());  // The correction first, then gossip riding along.
+        CHECK(alives[0].node == "X");
+        CHECK(alives[0].incarnation == 5);
+    }
+}
+
 TEST_CASE("memberlist: forged new names stop at max_members, fetches at max_fetches_in_flight") {
     MembershipConfig c = lan_profile();
     c.max_members = 50;
