@@ -314,8 +314,8 @@ int run_main(int argc, char** argv) {
                   static_cast<int64_t>(
                       std::chrono::duration_cast<std::chrono::milliseconds>(*interval).count())},
                  {"detail",
-                  "no WATCHDOG=1 until it moves again; systemd restarts the service "
-                  "at WatchdogSec"}});
+                  "no WATCHDOG=1, /readyz 503 and pools gossiped as draining until it moves "
+                  "again; systemd restarts the service at WatchdogSec"}});
         }
     };
     ping_watchdog();

@@ -212,6 +212,11 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                            if (!h.ok()) {
                                                return h;
                                            }
+                                           // Then a stall the watchdog found: systemd kills
+                                           // the process at WatchdogSec unless it moves again.
+                                           if (std::string s = raw->stalled(); !s.empty()) {
+                                               return unavailable_error("stalled: " + s);
+                                           }
                                            if (raw->draining_.load()) {
                                                return unavailable_error("draining");
                                            }
@@ -539,7 +544,26 @@ Status Daemon::reload_certificate_files(const std::vector<tls::CertificateConfig
 }
 
 std::string Daemon::stuck(std::chrono::milliseconds stall) {
-    return liveness_->check(std::chrono::steady_clock::now(), stall);
+    std::string verdict = liveness_->check(std::chrono::steady_clock::now(), stall);
+    bool changed = false;
+    {
+        std::lock_guard<std::mutex> lock(stall_mu_);
+        changed = verdict.empty() != stalled_.empty();
+        stalled_ = verdict;
+    }
+    if (changed && verdict.empty()) {
+        // The stall itself is logged by the run loop (watchdog_withheld).
+        log::info("stall_over", {{"detail", "readyz answers 200 again; pools gossiped as before"}});
+    }
+    if (changed && cluster_) {
+        cluster_->set_stalled(!verdict.empty());
+    }
+    return verdict;
+}
+
+std::string Daemon::stalled() const {
+    std::lock_guard<std::mutex> lock(stall_mu_);
+    return stalled_;
 }
 
 void Daemon::stop(std::chrono::milliseconds deadline) {

@@ -147,8 +147,14 @@ public:
     Status health() const;
     Metrics& metrics() { return *metrics_; }
     // For the systemd watchdog (daemon/liveness.h): "" while the I/O threads and the engine make
-    // progress, else what has made none for longer than `stall` ("io", "engine"). Run loop only.
+    // progress, else what has made none for longer than `stall` ("io", "engine"). The verdict
+    // is kept until the next call: while it names a stall, /readyz answers 503 "not ready:
+    // stalled: <what>" and gossip advertises every local pool as draining, so traffic leaves
+    // before systemd kills the process; a call that finds progress again clears both. Run loop
+    // only.
     std::string stuck(std::chrono::milliseconds stall);
+    // The last verdict of stuck() ("" when it found progress, or was never asked). Any thread.
+    std::string stalled() const;
     // The gossip cluster and its route planner; null when the config has no `gossip` section.
     cluster::Cluster* cluster() { return cluster_.get(); }
     cluster::RoutePlanner* route_planner();
@@ -219,6 +225,8 @@ private:
     std::function<Status()> health_probe_;
     mutable std::mutex health_mu_;
     Status fault_;  // Guarded by health_mu_; sticky once set.
+    mutable std::mutex stall_mu_;
+    std::string stalled_;  // Guarded by stall_mu_: stuck()'s last verdict.
 };
 
 }  // namespace edge::daemon

@@ -113,10 +113,12 @@ Status Daemon::reload_tenants(const std::optional<std::vector<TenantConfig>>& te
     limiter_->configure(tenants, /*keep_others=*/true);
     router_->set_tenants(table);
     limiter_->configure(tenants);
-    // A removed tenant's series go once its running requests (their leases) are done; those
-    // still running are looked at again at the next reload.
+    // A removed tenant's series go once the requests admitted under its name (their leases,
+    // alive until they have counted into its series) are done; those still running are looked
+    // at again at the next reload. By name, not by state: a renamed tenant's state lives on
+    // under the new name, and the old name is let go while its requests may still run.
     metrics_->set_tenants(tenant_names(tenants), [this](const std::string& name) {
-        return limiter_->running(name) > 0;
+        return limiter_->leases(name) > 0;
     });
     log::info("tenants_reloaded",
               {{"tenants", static_cast<int64_t>(tenants ? tenants->size() : 0)},

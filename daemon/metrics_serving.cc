@@ -265,9 +265,15 @@ void Metrics::set_tenants(const std::vector<std::string>& configured,
     }
     configured_tenants_ = std::move(next);
     for (const std::string& name : retired_tenants_) {
+        if (busy && busy(name)) {
+            // Not yet: its running requests still count into them, and into series made now
+            // when they are its first (tenant_count() makes none for a retired name without).
+            tenant_series_[name];
+            continue;
+        }
         auto it = tenant_series_.find(name);
-        if (it == tenant_series_.end() || (busy && busy(name))) {
-            continue;  // Nothing to drop, or not yet: its running requests still count.
+        if (it == tenant_series_.end()) {
+            continue;  // Nothing to drop.
         }
         for (prometheus::Counter* c : it->second.requests) {
             tenant_requests_->Remove(c);

@@ -160,6 +160,7 @@ void TenantLimiter::configure(const std::optional<std::vector<TenantConfig>>& te
         const std::shared_ptr<State> state = entry.second.state.lock();
         return !state || (now - entry.second.at >= kRetiredGrace && taken.contains(state.get()));
     });
+    std::erase_if(named_, [](const auto& entry) { return entry.second.expired(); });
     states_ = std::move(next);
 }
 
@@ -285,10 +286,13 @@ void TenantLimiter::charge_request(const std::string& tenant) {
 
 TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
                                              int64_t max_output_tokens) {
+    // Before the state's lock: name_leases() takes mu_, which configure() holds while it locks
+    // a state.
+    std::shared_ptr<NameLeases> named = name_leases(tenant);
     std::shared_ptr<State> state = find(tenant, /*admission=*/true);
     if (!state) {
         Decision d;
-        d.lease = unlimited_lease(tenant);
+        d.lease = unlimited_lease(tenant, std::move(named));
         return d;
     }
     std::lock_guard lock(state->mu);
@@ -310,11 +314,24 @@ TenantLimiter::Decision TenantLimiter::admit(const std::string& tenant,
         state->output_tokens->charge(reserve, now);
     }
     ++state->running;
-    d.lease = std::make_shared<Lease>(std::move(state), static_cast<int64_t>(reserve), now);
+    d.lease = std::make_shared<Lease>(std::move(state), static_cast<int64_t>(reserve), now,
+                                      std::move(named));
     return d;
 }
 
-std::shared_ptr<TenantLimiter::Lease> TenantLimiter::unlimited_lease(const std::string& tenant) {
+std::shared_ptr<TenantLimiter::NameLeases> TenantLimiter::name_leases(const std::string& tenant) {
+    std::lock_guard lock(mu_);
+    std::weak_ptr<NameLeases>& kept = named_[tenant];
+    std::shared_ptr<NameLeases> named = kept.lock();
+    if (!named) {
+        named = std::make_shared<NameLeases>();
+        kept = named;
+    }
+    return named;
+}
+
+std::shared_ptr<TenantLimiter::Lease> TenantLimiter::unlimited_lease(
+    const std::string& tenant, std::shared_ptr<NameLeases> named) {
     std::shared_ptr<State> state;
     {
         std::lock_guard lock(mu_);
@@ -331,7 +348,18 @@ std::shared_ptr<TenantLimiter::Lease> TenantLimiter::unlimited_lease(const std::
     std::lock_guard lock(state->mu);
     ++state->running;
     const TimePoint now = clock_.now();
-    return std::make_shared<Lease>(std::move(state), 0, now);
+    return std::make_shared<Lease>(std::move(state), 0, now, std::move(named));
+}
+
+int64_t TenantLimiter::leases(const std::string& tenant) const {
+    std::shared_ptr<NameLeases> named;
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = named_.find(tenant); it != named_.end()) {
+            named = it->second.lock();
+        }
+    }
+    return named ? named->alive.load() : 0;
 }
 
 int64_t TenantLimiter::running(const std::string& tenant) const {
@@ -419,6 +447,22 @@ void TenantLimiter::Lease::settle(int64_t prompt_tokens, int64_t completion_toke
     }
 }
 
-TenantLimiter::Lease::~Lease() { finish(0, 0); }
+TenantLimiter::Lease::Lease(std::shared_ptr<State> state, int64_t reserved_output,
+                            TimePoint started, std::shared_ptr<NameLeases> named)
+    : state_(std::move(state)),
+      named_(std::move(named)),
+      reserved_output_(reserved_output),
+      started_(started) {
+    if (named_) {
+        named_->alive.fetch_add(1);
+    }
+}
+
+TenantLimiter::Lease::~Lease() {
+    finish(0, 0);
+    if (named_) {
+        named_->alive.fetch_sub(1);
+    }
+}
 
 }  // namespace edge::daemon

@@ -18,6 +18,7 @@
 // (admissions use it for a few seconds more, a name configured again takes it back).
 // Thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -69,6 +70,7 @@ const char* reject_reason_name(RejectReason r);
 
 class TenantLimiter {
     struct State;
+    struct NameLeases;
 
 public:
     explicit TenantLimiter(Clock& clock) : clock_(clock) {}
@@ -86,8 +88,9 @@ public:
     // Releases its concurrency slot once: at finish() or when destroyed. Thread-safe.
     class Lease {
     public:
-        Lease(std::shared_ptr<State> state, int64_t reserved_output, TimePoint started = {})
-            : state_(std::move(state)), reserved_output_(reserved_output), started_(started) {}
+        // `named`: the count of leases alive under the name it was admitted under (leases()).
+        Lease(std::shared_ptr<State> state, int64_t reserved_output, TimePoint started,
+              std::shared_ptr<NameLeases> named);
         ~Lease();
         Lease(const Lease&) = delete;
         Lease& operator=(const Lease&) = delete;
@@ -119,6 +122,7 @@ public:
         void settle(int64_t prompt_tokens, int64_t completion_tokens, End end);
 
         std::shared_ptr<State> state_;
+        std::shared_ptr<NameLeases> named_;
         int64_t reserved_output_;
         TimePoint started_;
         int64_t charged_prompt_ = 0;  // Guarded by state_->mu, as is finished_.
@@ -166,11 +170,20 @@ public:
     // The tenant's output_tokens_per_minute (0: unlimited); the most one request may reserve.
     int64_t output_budget(const std::string& tenant) const;
 
-    // Requests of `tenant` holding a slot now, unlimited ones too (for tests and metrics: a
-    // reload keeps a tenant's series while its requests run).
+    // Requests holding a slot of `tenant`'s state now (whatever name admitted them: a renamed
+    // tenant's new name counts those of its old one), unlimited ones too. For tests.
     int64_t running(const std::string& tenant) const;
+    // Leases admitted under the name `tenant` that are not yet destroyed, whatever state they
+    // hold now (a renamed tenant's old name counts the requests it still runs, which running()
+    // of that name stops seeing once the name is let go). A request keeps its lease until it
+    // has recorded its last metrics under that name: while this is above 0, a reload that
+    // removed the name keeps its series.
+    int64_t leases(const std::string& tenant) const;
 
 private:
+    struct NameLeases {
+        std::atomic<int64_t> alive{0};
+    };
     struct State {
         explicit State(Clock& c) : clock(c) {}
         Clock& clock;
@@ -199,7 +212,10 @@ private:
     // lease holds it; for `admission`, only within kRetiredGrace of its removal.
     std::shared_ptr<State> find(const std::string& tenant, bool admission) const;
     // A lease for `tenant` admitted without limits, counted under its name (unlimited_).
-    std::shared_ptr<Lease> unlimited_lease(const std::string& tenant);
+    std::shared_ptr<Lease> unlimited_lease(const std::string& tenant,
+                                           std::shared_ptr<NameLeases> named);
+    // The lease count of the name `tenant` (named_), created when none is alive.
+    std::shared_ptr<NameLeases> name_leases(const std::string& tenant);
 
     Clock& clock_;
     mutable std::mutex mu_;
@@ -223,6 +239,9 @@ private:
     // authentication is off), by name, only to count them (running()): a state without limits,
     // kept while a lease holds it.
     std::map<std::string, std::weak_ptr<State>> unlimited_;
+    // Per name admitted under, the count its leases share (leases()); an entry no lease holds
+    // any more is dropped at the next configure().
+    std::map<std::string, std::weak_ptr<NameLeases>> named_;
 };
 
 }  // namespace edge::daemon

@@ -280,16 +280,34 @@ void Cluster::start() {
                                  {"seeds", static_cast<int64_t>(impl_->gossip_.join.size())}});
 }
 
+namespace {
+
+// Gossips the site state now, not at the next publish interval: a change of the pools' state.
+void publish_now(const std::shared_ptr<Cluster::Impl>& impl) {
+    net::post(impl->strand_, [self = impl] {
+        if (!self->stopped_) {
+            self->publish(true);
+        }
+    });
+}
+
+}  // namespace
+
 void Cluster::set_draining() {
     if (impl_->draining_.exchange(true)) {
         return;
     }
     log::info("pools_draining", {{"site", impl_->site_.id}});
-    net::post(impl_->strand_, [self = impl_] {
-        if (!self->stopped_) {
-            self->publish(true);
-        }
-    });
+    publish_now(impl_);
+}
+
+void Cluster::set_stalled(bool stalled) {
+    if (impl_->stalled_.exchange(stalled) == stalled) {
+        return;
+    }
+    log::info(stalled ? "pools_draining" : "pools_serving_again",
+              {{"site", impl_->site_.id}, {"reason", "stalled"}});
+    publish_now(impl_);
 }
 
 void Cluster::stop() {

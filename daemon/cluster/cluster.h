@@ -3,18 +3,18 @@
 // Cluster is the daemon's part in the gossip cluster: it runs a MembershipService
 // (routing/membership) on the daemon's io_context, publishes this site's SiteState (its pools
 // from Generator::models() and load(), sampled every publish_interval and gossiped only when
-// they change materially; `serving`, or `draining` once set_draining() was called), keeps the
-// cluster's rollout intents, actively checks every peer's /readyz, owns the RoutePlanner
-// (ClusterRoutePlanner) the API router asks, answers the /admin/* views (members, pools, route,
-// rollout) and updates the routing metrics.
+// they change materially; `serving`, or `draining` once set_draining() was called and while
+// set_stalled(true) holds), keeps the cluster's rollout intents, actively checks every peer's
+// /readyz, owns the RoutePlanner (ClusterRoutePlanner) the API router asks, answers the /admin/*
+// views (members, pools, route, rollout) and updates the routing metrics.
 //
 // Lifecycle: create() binds the gossip sockets; start() joins and starts the timers;
 // set_draining() advertises draining at once; stop() leaves gracefully (the leave is gossiped
 // for leave_drain, then the sockets close); kill() drops everything at once (as SIGKILL would).
 // Threading: create/start/stop/kill from the controlling thread (not an io thread; stop and kill
 // block until the membership strand is done) while the io_context runs; planner(),
-// handle_admin(), set_draining() and the accessors from any thread. The generator, metrics and
-// clock must outlive it.
+// handle_admin(), set_draining(), set_stalled() and the accessors from any thread. The generator,
+// metrics and clock must outlive it.
 
 #include <boost/asio/io_context.hpp>
 
@@ -61,6 +61,10 @@ public:
     void start();
     // Advertises every pool as draining (new requests go elsewhere); in-flight ones continue.
     void set_draining();
+    // While `stalled` (the watchdog found the engine or the I/O threads stuck), every pool is
+    // advertised as draining too; cleared, they are advertised as before (serving, unless
+    // set_draining() was called meanwhile): a stall that passes takes nothing away for good.
+    void set_stalled(bool stalled);
     void stop();
     void kill();
 

@@ -38,14 +38,15 @@ membership::SiteState Cluster::Impl::site_state() const {
         s.peer_addr = peer_addr_;
     }
     const bool ready = generator_.ready();
+    const bool draining = draining_.load() || stalled_.load();
     const std::vector<engine::ModelLoad> loads = generator_.load();
     for (const engine::ModelInfo& info : generator_.models()) {
         membership::PoolInfo p;
         p.model = info.name;
         p.version_digest = info.version;
-        p.state = draining_.load() ? membership::PoolState::kDraining
-                  : ready          ? membership::PoolState::kServing
-                                   : membership::PoolState::kLoading;
+        p.state = draining ? membership::PoolState::kDraining
+                  : ready  ? membership::PoolState::kServing
+                           : membership::PoolState::kLoading;
         for (const engine::ModelLoad& l : loads) {
             if (l.name == info.name) {
                 p.capacity = l.capacity;

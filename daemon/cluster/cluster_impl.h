@@ -80,7 +80,8 @@ class Cluster::Impl : public std::enable_shared_from_this<Cluster::Impl> {
     std::string admin_addr_;
     mutable std::mutex mu_;
     std::string peer_addr_;  // Under mu_.
-    std::atomic<bool> draining_{false};
+    std::atomic<bool> draining_{false};  // For good: set_draining().
+    std::atomic<bool> stalled_{false};   // Until progress resumes: set_stalled().
     std::atomic<bool> stopped_{false};
     bool started_ = false;
     std::optional<membership::SiteState> last_published_;  // On strand_.

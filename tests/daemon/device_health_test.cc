@@ -4,8 +4,9 @@
 // site's pools as draining (another daemon sees it), lets an in-flight request receive its error
 // during the bounded drain, and ends the daemon with kExitDeviceFault; the run loop itself
 // (run_main, in process) exits with that status on a fault. The binary refuses
-// engine.backend: cuda on a machine without a GPU. Waits poll real state with a deadline; nothing
-// sleeps for a fixed time.
+// engine.backend: cuda on a machine without a GPU. A stall the watchdog finds (Daemon::stuck)
+// turns /readyz into 503 and gossip to draining too, until progress resumes. Waits poll real
+// state with a deadline; nothing sleeps for a fixed time.
 
 #include <doctest/doctest.h>
 
@@ -159,6 +160,70 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     CHECK(exiting.get() == daemon::kExitDeviceFault);
     CHECK(daemon::kExitDeviceFault != 0);  // systemd's Restart=on-failure restarts it.
     CHECK_FALSE(testing::accepts_connections(sin.daemon->public_port()));
+    fra.daemon->stop(0ms);
+}
+
+TEST_CASE("a stall the watchdog finds: readyz 503 naming it, gossip draining, until it moves") {
+    // /readyz answered 200 and gossip advertised the pools as serving while the watchdog already
+    // withheld its pings for a stuck engine: traffic kept coming until systemd killed the
+    // process, without a drain.
+    testing::TempDir dir;
+    const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
+    Site fra, sin;
+    fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
+    fra.daemon->start();
+    const uint16_t seed = fra.daemon->cluster()->gossip_port();
+    sin.create(gossip_site_yaml(cert, "sin", "127.0.0.1:" + std::to_string(seed)),
+               dir.file("sin.yaml"));
+    // A batch holding a sequence whose step and layer counts do not move.
+    engine::ServingStats stats;
+    stats.model = "test-model";
+    stats.batch_sequences = 1;
+    stats.steps = 7;
+    stats.layers_run = 100;
+    sin.generator.set_serving_stats({stats});
+    sin.daemon->start();
+    REQUIRE(wait_for(
+        [&] {
+            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kServing;
+        },
+        10s));
+    const uint16_t admin = sin.daemon->admin_port();
+    CHECK(sin.daemon->stuck(20ms).empty());  // The batch is first seen: timed from now.
+    CHECK(testing::plain_http_get(admin, "/readyz")->status == 200);
+
+    // Asked again until the engine is named (the I/O probe may be "io" for a moment, slow
+    // under the sanitizers).
+    REQUIRE(wait_for([&] { return sin.daemon->stuck(20ms) == "engine"; }, 5s));
+    CHECK(sin.daemon->stalled() == "engine");
+    auto stalled = testing::plain_http_get(admin, "/readyz");
+    REQUIRE(stalled.ok());
+    CHECK(stalled->status == 503);
+    CHECK_MESSAGE(stalled->body.find("not ready: stalled: engine") != std::string::npos,
+                  stalled->body);
+    CHECK(wait_for(
+        [&] {
+            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kDraining;
+        },
+        5s));
+    CHECK_FALSE(sin.daemon->draining());  // Not a drain: nothing of it stays.
+    CHECK(sin.daemon->check_health().ok());
+
+    // A step ends: the next check clears both (with a stall long enough that the step just seen
+    // is not late yet at a second ask).
+    stats.steps = 8;
+    sin.generator.set_serving_stats({stats});
+    REQUIRE(wait_for([&] { return sin.daemon->stuck(5000ms).empty(); }, 5s));
+    CHECK(sin.daemon->stalled().empty());
+    auto ready = testing::plain_http_get(admin, "/readyz");
+    REQUIRE(ready.ok());
+    CHECK_MESSAGE(ready->status == 200, ready->body);
+    CHECK(wait_for(
+        [&] {
+            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kServing;
+        },
+        5s));
+    sin.daemon->stop(0ms);
     fra.daemon->stop(0ms);
 }
 

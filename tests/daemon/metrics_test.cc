@@ -91,6 +91,26 @@ TEST_CASE("metrics: a removed tenant's dropped series are not brought back by a 
     CHECK(has(m, "edgeserve_tenant_requests_total{outcome=\"ok\",tenant=\"old\"} 1"));
 }
 
+TEST_CASE("metrics: a tenant removed while its first request runs counts that request") {
+    // Busy at the reload but with no series yet: the late count made none, as for a tenant
+    // whose series were dropped, and the request was never counted.
+    Metrics m;
+    m.set_tenants({"first", "kept"}, nullptr);
+    m.set_tenants({"kept"}, [](const std::string& name) { return name == "first"; });
+    m.on_tenant_tokens("first", 3, 4);
+    m.on_tenant_request("first", "ok");
+    CHECK_MESSAGE(has(m, "edgeserve_tenant_requests_total{outcome=\"ok\",tenant=\"first\"} 1"),
+                  m.serialize());
+    CHECK(has(m, "edgeserve_tenant_tokens_total{kind=\"completion\",tenant=\"first\"} 4"));
+    m.set_tenants({"kept"}, [](const std::string&) { return false; });
+    CHECK_FALSE(has(m, "tenant=\"first\""));
+    // Idle at a reload with no series: none made by a late count.
+    m.set_tenants({"kept", "idle"}, nullptr);
+    m.set_tenants({"kept"}, [](const std::string&) { return false; });
+    m.on_tenant_request("idle", "rejected");
+    CHECK_FALSE(has(m, "tenant=\"idle\""));
+}
+
 TEST_CASE("metrics: the certificate expiry HELP says it is the chain's earliest notAfter") {
     // The gauge is the earliest date of any certificate a chain sends (certificate_expiry.h): a
     // HELP naming the leaf sent an on-call engineer to a leaf that was fine while an intermediate

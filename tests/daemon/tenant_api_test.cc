@@ -632,3 +632,36 @@ TEST_CASE("tenant metrics: a removed tenant's series go once its requests are do
               R"(edgeserve_tenant_queued_requests{model="test-model",tenant="acme"} 1)") !=
           std::string::npos);
 }
+
+TEST_CASE("tenant metrics: a renamed tenant's old name keeps its series while its request runs") {
+    // Renamed with the same key, the new name takes the old one's limiter state; a reload past
+    // the grace then let the old name go while its request still ran, so its series went and
+    // the request and its tokens were not counted when it ended.
+    TenantFixture f("");
+    auto running = f.start_request(0, kOldKey);
+    auto renamed = daemon::parse_config(
+        testing::config_yaml(f.cert.cert_path, f.cert.key_path,
+                             "tenants:\n  - name: newco\n    api_key_sha256: [" +
+                                 daemon::TenantTable::sha256_hex(kOldKey) +
+                                 "]\nmodels:\n  - {name: test-model, path: /m}\n"),
+        f.dir.file("c.yaml"));
+    REQUIRE(renamed.ok());
+    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    f.clock.advance(std::chrono::seconds(11));  // Past TenantLimiter::kRetiredGrace.
+    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+
+    engine::Usage usage;
+    usage.prompt_tokens = 5;
+    usage.completion_tokens = 7;
+    f.generator.finish(0, engine::FinishReason::kStop, usage);
+    CHECK(running->read_response()->status == 200);
+    std::string m = f.metrics();
+    CHECK_MESSAGE(m.find(R"(edgeserve_tenant_requests_total{outcome="ok",tenant="acme"} 1)") !=
+                      std::string::npos,
+                  m);
+    CHECK(m.find(R"(edgeserve_tenant_tokens_total{kind="completion",tenant="acme"} 7)") !=
+          std::string::npos);
+    // Done now: the next reload drops them.
+    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    CHECK(f.metrics().find(R"(tenant="acme")") == std::string::npos);
+}

@@ -498,6 +498,38 @@ TEST_CASE("limiter: a tenant renamed by a reload keeps its counters and running 
     CHECK(limiter.running("umbrella") == 0);
 }
 
+TEST_CASE("limiter: leases() counts the leases alive under the name they were admitted by") {
+    // running() follows the state: a renamed tenant's old name reads 0 once it is let go, while
+    // its requests still run and count into its metrics (Daemon::reload_tenants asks leases()).
+    ManualClock clock;
+    TenantLimiter limiter(clock);
+    TenantConfig acme = tenant("acme");
+    acme.api_key_sha256 = {std::string(64, '1')};
+    limiter.configure(std::vector<TenantConfig>{acme});
+    TenantLimiter::Decision held = limiter.admit("acme");
+    REQUIRE(held.lease);
+    TenantConfig renamed = acme;
+    renamed.name = "acme-corp";
+    const std::vector<TenantConfig> reloaded{renamed};
+    limiter.configure(reloaded, /*keep_others=*/true);
+    limiter.configure(reloaded);
+    clock.advance(11s);
+    limiter.configure(reloaded);
+    CHECK(limiter.running("acme") == 0);
+    CHECK(limiter.leases("acme") == 1);
+    CHECK(limiter.leases("acme-corp") == 0);
+    // Finished, the lease still counts until its request lets it go (its last metrics).
+    held.lease->finish(1, 1);
+    CHECK(limiter.leases("acme") == 1);
+    held.lease.reset();
+    CHECK(limiter.leases("acme") == 0);
+    // Unlimited names too.
+    TenantLimiter::Decision anonymous = limiter.admit("anonymous");
+    CHECK(limiter.leases("anonymous") == 1);
+    anonymous.lease.reset();
+    CHECK(limiter.leases("anonymous") == 0);
+}
+
 TEST_CASE("limiter: requests admitted without limits count as running under their name") {
     // A reload that turns authentication on keeps the anonymous tenant's series while its
     // requests run (Daemon::reload_tenants asks running()): it was always 0, as the limiter kept
