@@ -491,7 +491,12 @@ class SchemaCompiler {
             n->lo_open = false;
             n->hi_open = false;
         }
-        if (n->lo > n->hi || (n->lo == n->hi && (n->lo_open || n->hi_open))) {
+        // A minimum past a double's range (1e999, read as infinite) leaves no number, as does
+        // such a negative maximum: JSON writes no infinity. Were it let through, lo == hi would
+        // be no bound (bounded() false) and any number written.
+        constexpr double kInf = std::numeric_limits<double>::infinity();
+        if (n->lo > n->hi || (n->lo == n->hi && (n->lo_open || n->hi_open)) || n->lo == kInf ||
+            n->hi == -kInf) {
             return fail(where, "no number lies between its minimum and maximum");
         }
         if (n->bounded() && !writable(*n)) {
@@ -594,7 +599,8 @@ class SchemaCompiler {
         if (const_value != nullptr) {
             if (enum_values != nullptr) {
                 // Both hold: the value must be one of the enum's too, compared as values (0 is
-                // -0.0, 1 is 1.0), and only where surely equal, since const's is written.
+                // -0.0, 1 is 1.0, members in any order), and only where surely equal, since
+                // const's is written.
                 const std::string key = value_key(*const_value, Numbers::kExact);
                 const bool listed =
                     enum_values->is_array() &&

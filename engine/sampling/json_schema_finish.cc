@@ -330,16 +330,16 @@ bool GraphFinisher::leaves_apart(int32_t a, int32_t b, int depth) {
             return counts_apart();
         case Kind::kLiterals: {
             // Values are compared by their texts with numbers read as values (value_key()),
-            // which differ for different values, except objects with their keys in another
-            // order. Each literal counts against the comparisons: a oneOf of large enums is
-            // work by the value, not by the pair.
+            // which differ for different values; literals holding objects are not compared
+            // (ValueKeys). Each literal counts against the comparisons: a oneOf of large enums
+            // is work by the value, not by the pair.
             comparisons_ += static_cast<int64_t>(x.literals.size() + y.literals.size());
             if (comparisons_ > kMaxComparisons) {
                 return false;
             }
             const ValueKeys& xs = value_keys(a);
             const ValueKeys& ys = value_keys(b);
-            if (xs.has_object || ys.has_object) {
+            if (xs.not_compared || ys.not_compared) {
                 return false;
             }
             // Both sorted: one pass over the two.
@@ -364,12 +364,17 @@ const GraphFinisher::ValueKeys& GraphFinisher::value_keys(int32_t node) {
     auto [it, added] = value_keys_.try_emplace(node);
     if (added) {
         for (const std::string& l : at(node).literals) {
-            // Each literal is write_canonical()'s text, which parses; its own text is the key
-            // were it not.
-            boost::system::error_code ec;
-            const boost::json::value v = boost::json::parse(l, ec);
-            it->second.keys.push_back(ec ? l : value_key(v, Numbers::kDoubles));
-            it->second.has_object = it->second.has_object || l.find('{') != std::string::npos;
+            // Each literal is write_canonical()'s text of a value in the request, which nests
+            // no deeper than the request's depth: it parses at that depth. Were it not to, its
+            // own text would be no key (0 and -0 differ there), so the node is not compared.
+            std::error_code ec;
+            const boost::json::value v = parse_json(l, ec);
+            it->second.not_compared = it->second.not_compared || ec ||
+                                      l.find('{') != std::string::npos;
+            if (it->second.not_compared) {
+                break;
+            }
+            it->second.keys.push_back(value_key(v, Numbers::kDoubles));
         }
         std::sort(it->second.keys.begin(), it->second.keys.end());
     }

@@ -43,15 +43,16 @@ enum class Numbers : uint8_t {
     kExact,
 };
 
-// A JSON text of `v` with no whitespace, numbers as `numbers` says: kShortest, the one spelling
-// of an enum value or a key that the walk lets the model write; an infinite double (a schema's
-// 1e99999) as 1e999, a JSON number that reads back as it. Past `cap` bytes of `out` it stops,
-// `out` then longer than cap but not the text (a value of megabytes compared with literals).
+// A JSON text of `v` with no whitespace, numbers as `numbers` says: kShortest, objects' members
+// in their order, the one spelling of an enum value or a key that the walk lets the model write;
+// the others, members sorted by key. An infinite double (a schema's 1e99999) is written 1e999, a
+// JSON number that reads back as it. Past `cap` bytes of `out` it stops, `out` then longer than
+// cap but not the text (a value of megabytes compared with literals).
 void write_canonical(const boost::json::value& v, std::string* out, size_t cap = SIZE_MAX,
                      Numbers numbers = Numbers::kShortest);
 
-// `v`'s text with numbers as `numbers` says (kDoubles or kExact): texts that compare values.
-// Objects are kept in their key order, so equal objects may have different keys.
+// `v`'s text with numbers as `numbers` says (kDoubles or kExact), objects' members sorted by
+// key: texts that compare values ({"a":1,"b":2} is {"b":2,"a":1}).
 std::string value_key(const boost::json::value& v, Numbers numbers);
 
 // An object node's properties by key (escaped, as Property::key).
@@ -126,7 +127,9 @@ class GraphFinisher {
     // A literal node's values as apart() compares them: sorted, numbers read as values.
     struct ValueKeys {
         std::vector<std::string> keys;
-        bool has_object = false;  // Objects may be equal in another key order.
+        // Set where a literal holds an object (or a '{' in a string), which oneOf has not
+        // needed to compare, or did not parse (no key): the node is shown apart by no value.
+        bool not_compared = false;
     };
     const ValueKeys& value_keys(int32_t node);
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/sampling/json_schema_internal.h"
 #include "engine/sampling/string_format.h"
@@ -124,23 +125,35 @@ void write_canonical(const json::value& v, std::string* out, size_t cap, Numbers
             return;
         }
         case json::kind::object: {
+            // The model writes members in their order (kShortest); values are equal in any
+            // order, so texts that compare them take members sorted by key.
+            const json::object& o = v.get_object();
+            std::vector<const json::key_value_pair*> sorted;
+            if (numbers != Numbers::kShortest) {
+                for (const json::key_value_pair& m : o) {
+                    sorted.push_back(&m);
+                }
+                std::sort(sorted.begin(), sorted.end(),
+                          [](const json::key_value_pair* a, const json::key_value_pair* b) {
+                              return a->key() < b->key();
+                          });
+            }
             *out += '{';
-            bool first = true;
-            for (const auto& [k, e] : v.get_object()) {
+            for (size_t i = 0; i < o.size(); ++i) {
+                const json::key_value_pair* m = sorted.empty() ? &o.begin()[i] : sorted[i];
                 if (out->size() > cap) {
                     return;
                 }
-                if (!first) {
+                if (i > 0) {
                     *out += ',';
                 }
-                first = false;
-                if (k.size() > cap - std::min(cap, out->size())) {
+                if (m->key().size() > cap - std::min(cap, out->size())) {
                     out->resize(cap + 1);
                     return;
                 }
-                *out += json::serialize(json::string_view(k));
+                *out += json::serialize(m->key());
                 *out += ':';
-                write_canonical(e, out, cap, numbers);
+                write_canonical(m->value(), out, cap, numbers);
             }
             *out += '}';
             return;

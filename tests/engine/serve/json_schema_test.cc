@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/json_text.h"
 #include "engine/chat/tool_call_parser.h"
 #include "engine/sampling/json_prefix.h"
 #include "tests/engine/serve/json_walk.h"
@@ -706,6 +707,8 @@ TEST_CASE("json schema: const beside enum is one of its values as a value") {
              {R"("const":1,"enum":[1.0])", "1"},
              {R"("const":10000000000000000000,"enum":[1e19])", "10000000000000000000"},
              {R"("const":[0,"-0"],"enum":[[-0.0e5,"-0"]])", R"([0,"-0"])"},
+             // Objects are equal with their members in any order.
+             {R"("const":{"a":1,"b":2},"enum":[{"b":2,"a":1}])", R"({"a":1,"b":2})"},
          }) {
         CAPTURE(keywords);
         check_complete_at_end(*compiled(holding("{" + keywords + "}")), R"({"v":)" + value + "}");
@@ -761,6 +764,8 @@ TEST_CASE("json schema: oneOf alternatives of one type taken from their keywords
 }
 
 TEST_CASE("json schema: what cannot be followed is refused, naming the keyword and its place") {
+    // Past Boost.JSON's default depth of 32, within a request's.
+    const std::string open(33, '['), close(33, ']');
     const std::vector<std::pair<std::string, std::string>> cases = {
         {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})",
          "schema at '#/properties/a': 'pattern' is not supported"},
@@ -770,6 +775,15 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
          "schema at '#/properties/a': no number lies between its minimum and maximum"},
         {R"({"type":"object","properties":{"a":{"type":"number","minimum":1,)"
          R"("exclusiveMaximum":1}}})",
+         "no number lies between its minimum and maximum"},
+        // A bound past a double's range is infinite: no number lies beyond it.
+        {R"({"type":"object","properties":{"a":{"type":"integer","minimum":1e999}}})",
+         "schema at '#/properties/a': no number lies between its minimum and maximum"},
+        {R"({"type":"object","properties":{"a":{"type":"integer","maximum":-1e999}}})",
+         "no number lies between its minimum and maximum"},
+        {R"({"type":"object","properties":{"a":{"type":"number","minimum":1e999}}})",
+         "no number lies between its minimum and maximum"},
+        {R"({"type":"object","properties":{"a":{"minimum":1e999,"maximum":1e999}}})",
          "no number lies between its minimum and maximum"},
         {R"({"type":"object","properties":{"a":{"type":"integer","minimum":1e16}}})",
          "schema at '#/properties/a': no number between its minimum and maximum can be written "
@@ -818,6 +832,16 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
          "of 'oneOf' may both match one value"},
         {R"({"oneOf":[{"const":1},{"enum":[1e0,2]}]})", "of 'oneOf' may both match one value"},
         {R"({"oneOf":[{"const":-0.0e5},{"const":0}]})", "of 'oneOf' may both match one value"},
+        // So too nested deeper than Boost.JSON's default depth.
+        {holding(R"({"oneOf":[{"const":)" + open + "0" + close + R"(},{"const":)" + open +
+                 "-0.0" + close + "}]}"),
+         "of 'oneOf' may both match one value"},
+        {holding(R"({"oneOf":[{"const":)" + open + "10000000000000000000" + close +
+                 R"(},{"const":)" + open + "1e19" + close + "}]}"),
+         "of 'oneOf' may both match one value"},
+        {holding(R"({"oneOf":[{"enum":[)" + open + "0" + close + R"(,5]},{"enum":[)" + open +
+                 "-0.0" + close + "]}]}"),
+         "of 'oneOf' may both match one value"},
         // Integers past 2^53 that one double stands for may be one value (to a validator that
         // reads doubles), and so are 30-digit integers Boost.JSON reads as one double.
         {R"({"oneOf":[{"const":9007199254740993},{"const":9007199254740992}]})",
@@ -867,7 +891,8 @@ TEST_CASE("json schema: what cannot be followed is refused, naming the keyword a
     };
     for (const auto& [schema, message] : cases) {
         CAPTURE(schema);
-        auto s = JsonSchema::compile(json::parse(schema));
+        // Parsed as a request is, to its depth.
+        auto s = JsonSchema::compile(json::parse(schema, {}, json_parse_options()));
         REQUIRE_FALSE(s.ok());
         CHECK(s.status().code() == StatusCode::kInvalidArgument);
         CAPTURE(s.status().message());
