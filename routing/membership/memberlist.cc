@@ -1,9 +1,14 @@
 #include "routing/membership/memberlist.h"
 
+#include <boost/asio/ip/address.hpp>
+
 #include <algorithm>
+#include <optional>
 #include <tuple>
+#include <utility>
 
 #include "common/log.h"
+#include "routing/membership/membership_service.h"  // split_host_port
 #include "routing/membership/timing.h"
 
 namespace edge::routing::membership {
@@ -36,6 +41,27 @@ bool implausible_incarnation(uint64_t known, uint64_t claimed) {
 // dead_reclaim_time.
 bool implausible_first_incarnation(uint64_t claimed) {
     return implausible_incarnation(0, claimed);
+}
+
+// The endpoint a gossip address ("a.b.c.d:port" or "[v6]:port") names, an IPv4-mapped IPv6
+// address taken as the IPv4 one; none for one that does not parse. One endpoint has several
+// spellings: a site bound to `::` sees its IPv4 peers' packets come from [::ffff:a.b.c.d]:port,
+// and an advertise_address is gossiped as written (upper-case or uncompressed IPv6).
+std::optional<std::pair<boost::asio::ip::address, uint16_t>> gossip_endpoint(
+    const std::string& addr) {
+    auto host_port = split_host_port(addr);
+    if (!host_port.ok()) {
+        return std::nullopt;
+    }
+    boost::system::error_code ec;
+    auto ip = boost::asio::ip::make_address(host_port->first, ec);
+    if (ec) {
+        return std::nullopt;
+    }
+    if (ip.is_v6() && ip.to_v6().is_v4_mapped()) {
+        ip = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, ip.to_v6());
+    }
+    return std::make_pair(ip, host_port->second);
 }
 
 }  // namespace
@@ -531,34 +557,53 @@ void Memberlist::handle_alive(const AliveMsg& a) {
     }
 }
 
-bool Memberlist::is_member_addr(const std::string& addr, const std::string& named) const {
-    auto at_addr = [&](const Member& m) { return m.name != config_.name && m.addr == addr; };
-    auto it = members_.find(named);
-    if (it != members_.end() && at_addr(it->second)) {
-        return true;
+const Memberlist::Member* Memberlist::stale_correction_target(const std::string& source,
+                                                               const std::string& accuser) const {
+    const auto from = gossip_endpoint(source);
+    auto at_source = [&](const std::string& name, const Member& m) {
+        return name != config_.name &&
+               (m.addr == source || (from && gossip_endpoint(m.addr) == from));
+    };
+    // The accuser is looked at first: it is usually the sender.
+    auto named = members_.find(accuser);
+    if (named != members_.end() && at_source(named->first, named->second)) {
+        return &named->second;
     }
-    return std::any_of(members_.begin(), members_.end(),
-                       [&](const auto& entry) { return at_addr(entry.second); });
+    for (const auto& [name, m] : members_) {
+        if (at_source(name, m)) {
+            return &m;
+        }
+    }
+    if (named != members_.end() && named->first != config_.name &&
+        named->second.state != NodeState::kDead && named->second.state != NodeState::kLeft) {
+        return &named->second;
+    }
+    return nullptr;
 }
 
 void Memberlist::correct_stale(const Member& m, const std::string* reply_to,
                                const std::string& accuser) {
     // Someone still gossips an accusation that the member has already refuted: tell that sender
-    // the newer alive directly instead of hoping gossip reaches it before its timer runs out.
+    // (or the accuser it names) the newer alive directly instead of hoping gossip reaches it
+    // before its timer runs out.
     if (reply_to == nullptr || m.state != NodeState::kAlive || leaving_) {
         return;
     }
     // Only to a member's gossip address. A packet's source is not authenticated: a captured
     // stale accusation replayed from a spoofed address would otherwise have every member send
     // that address an alive (up to a packet, state and piggybacked gossip included) per replay.
-    // A sender we know at no such address learns the alive by gossip or push-pull, as it would
-    // without this shortcut. The accuser is looked at first (it is usually the sender), then
-    // the table, which a sender without the key cannot grow.
-    if (!is_member_addr(*reply_to, accuser)) {
+    // The member at the source is told (the accuser, or a member passing the accusation on),
+    // else the accuser the message names, when a live member, at its advertised address: one
+    // behind NAT or a published port sends from another. A sender without the key cannot add a
+    // member; one we know at no such address learns the alive by gossip or push-pull, as it
+    // would without this shortcut.
+    const Member* to = stale_correction_target(*reply_to, accuser);
+    if (to == nullptr) {
         return;
     }
+    const std::string addr = to->addr;
     if (m.name == config_.name) {
-        send_messages(*reply_to, {encode_message(local_alive())});
+        send_messages(addr, {encode_message(local_alive())});
         return;
     }
     AliveMsg a{m.incarnation, m.name, m.addr, m.state_version, std::nullopt};
@@ -566,7 +611,7 @@ void Memberlist::correct_stale(const Member& m, const std::string* reply_to,
         !m.site_bytes.empty() && m.site_bytes.size() <= config_.max_inline_state) {
         a.state = m.site_bytes;
     }
-    send_messages(*reply_to, {encode_message(a)});
+    send_messages(addr, {encode_message(a)});
 }
 
 void Memberlist::handle_suspect(const SuspectMsg& s, const std::string* reply_to) {

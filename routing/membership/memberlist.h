@@ -224,11 +224,14 @@ private:
     // `reply_to`: the address the accusation came from, told the newer truth if it is stale.
     void handle_suspect(const SuspectMsg& s, const std::string* reply_to = nullptr);
     void handle_dead(const DeadMsg& d, const std::string* reply_to = nullptr);
-    // Sends m's newer alive to `reply_to` if it is a known member's gossip address (`accuser`,
-    // the member the accusation names as its source, is tried first).
+    // Sends m's newer alive to stale_correction_target(*reply_to, accuser), if any; `accuser` is
+    // the member the accusation names as its source.
     void correct_stale(const Member& m, const std::string* reply_to, const std::string& accuser);
-    // Whether a member other than this one is known at `addr`; `named` is looked at first.
-    bool is_member_addr(const std::string& addr, const std::string& named) const;
+    // The member other than this one to tell: one known at `source` (the same address and
+    // port, however written; `accuser` looked at first), else `accuser` if it is a live member;
+    // null if none.
+    const Member* stale_correction_target(const std::string& source,
+                                          const std::string& accuser) const;
     void arm_suspicion_timer(Member& m);
     void refute(uint64_t accused_incarnation);
     // Takes `bytes` as m's site state if (incarnation, version) is newer than the one held and

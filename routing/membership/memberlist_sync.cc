@@ -499,14 +499,17 @@ bool Memberlist::remember_event(const UserEventMsg& e) {
                                                                                      : ++it;
     }
     // At most user_event_buffer (what a push-pull may carry): more fall in the window only when
-    // events share Lamport times; the oldest go. An event older than every one of a full ring is
-    // refused as one below the window is: taken and then forgotten in the same call, it was
-    // reported delivered, and delivered again by the next push-pull that carried it.
+    // events share Lamport times. Once the ring is full only an event newer than its oldest gets
+    // in, the oldest going; one not newer is refused (and not seen) as one below the window is.
+    // Taken, one older than the whole ring was forgotten in the same call that reported it
+    // delivered, and one at the oldest time pushed out another of that time, which the next
+    // push-pull carrying it delivered again, pushing this one out in turn: both delivered anew
+    // at every push-pull of a quiet cluster.
     while (recent_events_.size() >= config_.user_event_buffer) {
         const auto oldest = std::min_element(
             recent_events_.begin(), recent_events_.end(),
             [](const UserEventMsg& a, const UserEventMsg& b) { return a.ltime < b.ltime; });
-        if (e.ltime < oldest->ltime) {
+        if (e.ltime <= oldest->ltime) {
             return false;
         }
         forget(oldest);

@@ -258,31 +258,35 @@ TEST_CASE("memberlist: a new member's alive at an incarnation no life reaches is
     CHECK(ml.stats().implausible_dropped.load() == 2);
 }
 
+// The alives `a` sent to `addr`.
+std::vector<AliveMsg> alives_sent_to(Member& a, const std::string& addr) {
+    std::vector<AliveMsg> alives;
+    for (const auto& s : a.transport().sent) {
+        if (const auto* alive = std::get_if<AliveMsg>(&s.msg); alive && s.to == addr) {
+            alives.push_back(*alive);
+        }
+    }
+    return alives;
+}
+
+// Hands `a` a packet holding `m` from `addr`.
+void receive_from(Member& a, const std::string& addr, const Message& m) {
+    std::vector<std::vector<uint8_t>> framed{encode_message(m)};
+    a.ml().handle_packet(addr, Keyring{}.seal("", encode_packet(framed)).value());
+}
+
 // A packet's source is not authenticated: a captured stale suspect or dead, replayed with the
 // source spoofed to some address, had every member send that address an alive per replay.
 TEST_CASE("memberlist: a stale accusation is answered directly only at a member's address") {
     Member a;
     Memberlist& ml = a.ml();
     a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
-    auto sent_to = [&](const std::string& addr) {
-        std::vector<AliveMsg> alives;
-        for (const auto& s : a.transport().sent) {
-            if (const auto* alive = std::get_if<AliveMsg>(&s.msg); alive && s.to == addr) {
-                alives.push_back(*alive);
-            }
-        }
-        return alives;
-    };
-    auto from = [&](const std::string& addr, const Message& m) {
-        std::vector<std::vector<uint8_t>> framed{encode_message(m)};
-        ml.handle_packet(addr, Keyring{}.seal("", encode_packet(framed)).value());
-    };
     const std::string victim = "192.0.2.99:53";
     a.transport().sent.clear();
-    from(victim, SuspectMsg{4, "X", "Z"});
-    from(victim, DeadMsg{4, "X", "Z"});
-    from(victim, SuspectMsg{0, "A", "Z"});  // About this member, stale too.
-    CHECK(sent_to(victim).empty());
+    receive_from(a, victim, SuspectMsg{4, "X", "Z"});
+    receive_from(a, victim, DeadMsg{4, "X", "Z"});
+    receive_from(a, victim, SuspectMsg{0, "A", "Z"});  // About this member, stale too.
+    CHECK(alives_sent_to(a, victim).empty());
     CHECK(a.transport().sent.empty());
     CHECK(ml.state_of("X") == NodeState::kAlive);
 
@@ -293,11 +297,60 @@ TEST_CASE("memberlist: a stale accusation is answered directly only at a member'
         CAPTURE(accuser);
         a.transport().sent.clear();
         a.receive(SuspectMsg{4, "X", accuser});
-        const auto alives = sent_to("10.0.0.2:7946");
+        const auto alives = alives_sent_to(a, "10.0.0.2:7946");
         REQUIRE_FALSE(alives.empty());  // The correction first, then gossip riding along.
         CHECK(alives[0].node == "X");
         CHECK(alives[0].incarnation == 5);
     }
+}
+
+// The source was compared with members' addresses as strings: a site bound to `::` sees an IPv4
+// peer's packets come from [::ffff:a.b.c.d]:port, a site behind NAT or a published port sends
+// from a port other than the one it advertises, and an IPv6 advertise_address is gossiped as
+// written. None was ever answered, which left a stale accusation to run out its timer.
+TEST_CASE("memberlist: a stale accusation is answered at its accuser's address however it came") {
+    Member a;
+    Memberlist& ml = a.ml();
+    a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
+    a.receive(AliveMsg{3, "B", "10.0.0.2:7946", 0, std::nullopt});
+    a.receive(AliveMsg{3, "C", "[2001:DB8:0::5]:7946", 0, std::nullopt});
+    auto from = [&](const std::string& addr, const Message& m) {
+        a.transport().sent.clear();
+        receive_from(a, addr, m);
+    };
+    // The correction first, then gossip riding along.
+    auto corrected = [&](const std::string& addr) {
+        const auto alives = alives_sent_to(a, addr);
+        return !alives.empty() && alives[0].node == "X" && alives[0].incarnation == 5;
+    };
+
+    // B's address as a dual-stack socket reports it, the accuser unknown: B is told, at the
+    // address it advertises.
+    from("[::ffff:10.0.0.2]:7946", SuspectMsg{4, "X", "Z"});
+    CHECK(corrected("10.0.0.2:7946"));
+    // C's address spelled canonically.
+    from("[2001:db8::5]:7946", DeadMsg{4, "X", "Z"});
+    CHECK(corrected("[2001:DB8:0::5]:7946"));
+    // The accuser B, a live member, from a source no member is at (NAT, a published port): B is
+    // told at its own address, and the source nothing.
+    for (const std::string source : {"10.0.0.2:17946", "192.0.2.99:53"}) {
+        CAPTURE(source);
+        from(source, SuspectMsg{4, "X", "B"});
+        CHECK(corrected("10.0.0.2:7946"));
+        CHECK(alives_sent_to(a, source).empty());
+    }
+    // Neither the accuser nor the source a member: nothing is sent.
+    from("10.0.0.2:17946", SuspectMsg{4, "X", "Z"});
+    CHECK(a.transport().sent.empty());
+    // This site named as the accuser is not told its own news, nor is the source.
+    from("192.0.2.99:53", SuspectMsg{4, "X", "A"});
+    CHECK(a.transport().sent.empty());
+    // A dead accuser is not told at its address from a source elsewhere.
+    a.receive(SuspectMsg{3, "B", "A"});
+    a.receive(DeadMsg{3, "B", "A"});
+    REQUIRE(ml.state_of("B") == NodeState::kDead);
+    from("192.0.2.99:53", SuspectMsg{4, "X", "B"});
+    CHECK(a.transport().sent.empty());
 }
 
 TEST_CASE("memberlist: forged new names stop at max_members, fetches at max_fetches_in_flight") {
@@ -1085,8 +1138,9 @@ TEST_CASE("memberlist: a push-pull from a member one event behind delivers nothi
 // More than user_event_buffer events fall in the window when they share Lamport times. An event
 // older than every one of a full ring was taken, reported delivered, and forgotten in the same
 // call as the oldest there: the next push-pull that carried it delivered it again. It is refused
-// now, as one below the window is, and stays refused.
-TEST_CASE("memberlist: an event older than all of a full ring is refused, not delivered twice") {
+// now, as one below the window is, and stays refused; so is one at the ring's oldest time.
+TEST_CASE(
+    "memberlist: an event not newer than all of a full ring is refused, not delivered twice") {
     Member a;
     const size_t buffer = a.ml().config().user_event_buffer;
     REQUIRE(buffer == 512);
@@ -1118,10 +1172,21 @@ TEST_CASE("memberlist: an event older than all of a full ring is refused, not de
     CHECK(std::all_of(held.begin(), held.end(), [](const UserEventMsg& e) {
         return e.ltime == 1000 && e.name != "low";
     }));
-    // One at the ring's oldest time is taken, the oldest other going, and delivered once.
+    // One at the ring's oldest time is refused too. Taken, it pushed out an event of that time
+    // (rollout-0), which the next push-pull carrying it delivered again, pushing out another in
+    // turn: two events delivered anew at every push-pull of a quiet cluster.
     a.receive(UserEventMsg{1000, "late", {}});
-    a.receive(UserEventMsg{1000, "late", {}});
-    CHECK(delivered["late"] == 1);
+    CHECK(delivered["late"] == 0);
+    PushPullMsg first;
+    first.event_ltime = 1000;
+    first.events.push_back(UserEventMsg{1000, "rollout-0", {}});
+    REQUIRE(a.push_pull(first).ok());
+    CHECK(delivered["rollout-0"] == 1);
+    CHECK(a.ml().stats().user_events_delivered.load() == buffer);
+    // A newer one gets in, the oldest going, and is delivered once.
+    a.receive(UserEventMsg{1001, "next", {}});
+    a.receive(UserEventMsg{1001, "next", {}});
+    CHECK(delivered["next"] == 1);
     CHECK(a.ml().stats().user_events_delivered.load() == buffer + 1);
 }
 
