@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <boost/json/basic_parser_impl.hpp>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 namespace edge {
@@ -183,15 +185,110 @@ boost::json::parse_options json_parse_options() {
     return options;
 }
 
+namespace {
+
+// boost::json::parser's handler (a value_stack taking each event), but for the numbers it reads
+// as doubles: Boost 1.81 makes those from their digits and a power of ten in doubles (its
+// precise mode came in 1.83), a unit in the last place off for some (1.380649e-23 read as
+// 1.3806489999999998e-23), and a response_format `enum` or `const` written back from such a
+// double is another number than the schema's. Their text is read again with std::from_chars,
+// which rounds correctly; a value past a double's range keeps Boost's infinity or zero.
+class PreciseNumbers {
+public:
+    static constexpr size_t max_object_size = boost::json::object::max_size();
+    static constexpr size_t max_array_size = boost::json::array::max_size();
+    static constexpr size_t max_key_size = boost::json::string::max_size();
+    static constexpr size_t max_string_size = boost::json::string::max_size();
+    using error_code = boost::json::error_code;
+    using string_view = boost::json::string_view;
+
+    PreciseNumbers() { stack.reset(); }
+
+    bool on_document_begin(error_code&) { return true; }
+    bool on_document_end(error_code&) { return true; }
+    bool on_object_begin(error_code&) { return true; }
+    bool on_object_end(size_t n, error_code&) {
+        stack.push_object(n);
+        return true;
+    }
+    bool on_array_begin(error_code&) { return true; }
+    bool on_array_end(size_t n, error_code&) {
+        stack.push_array(n);
+        return true;
+    }
+    bool on_key_part(string_view s, size_t, error_code&) {
+        stack.push_chars(s);
+        return true;
+    }
+    bool on_key(string_view s, size_t, error_code&) {
+        stack.push_key(s);
+        return true;
+    }
+    bool on_string_part(string_view s, size_t, error_code&) {
+        stack.push_chars(s);
+        return true;
+    }
+    bool on_string(string_view s, size_t, error_code&) {
+        stack.push_string(s);
+        return true;
+    }
+    // A number split across writes comes in parts before its last; parse_json writes once.
+    bool on_number_part(string_view s, error_code&) {
+        number_.append(s.data(), s.size());
+        return true;
+    }
+    bool on_int64(int64_t i, string_view, error_code&) {
+        number_.clear();
+        stack.push_int64(i);
+        return true;
+    }
+    bool on_uint64(uint64_t u, string_view, error_code&) {
+        number_.clear();
+        stack.push_uint64(u);
+        return true;
+    }
+    bool on_double(double d, string_view s, error_code&) {
+        number_.append(s.data(), s.size());
+        double precise = 0.0;
+        const char* end = number_.data() + number_.size();
+        const auto [at, err] = std::from_chars(number_.data(), end, precise);
+        stack.push_double(err == std::errc() && at == end ? precise : d);
+        number_.clear();
+        return true;
+    }
+    bool on_bool(bool b, error_code&) {
+        stack.push_bool(b);
+        return true;
+    }
+    bool on_null(error_code&) {
+        stack.push_null();
+        return true;
+    }
+    bool on_comment_part(string_view, error_code&) { return true; }
+    bool on_comment(string_view, error_code&) { return true; }
+
+    boost::json::value_stack stack;
+
+private:
+    std::string number_;
+};
+
+}  // namespace
+
 boost::json::value parse_json(std::string_view text, std::error_code& ec, std::string* why,
                               size_t max_depth) {
     ec.clear();
     boost::json::parse_options options = json_parse_options();
     options.max_depth = max_depth;
-    boost::json::parser parser({}, options);
-    const size_t used = parser.write(text.data(), text.size(), ec);
+    boost::json::basic_parser<PreciseNumbers> parser(options);
+    boost::json::error_code jec;
+    const size_t used = parser.write_some(false, text.data(), text.size(), jec);
+    if (!jec && used < text.size()) {
+        jec = boost::json::error::extra_data;  // As boost::json::parser::write says.
+    }
+    ec = jec;
     if (!ec) {
-        return parser.release();
+        return parser.handler().stack.release();
     }
     if (why != nullptr) {
         const std::string_view before = text.substr(0, std::min(used, text.size()));

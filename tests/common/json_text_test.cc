@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <limits>
+#include <system_error>
 
 namespace edge {
 namespace {
@@ -65,6 +67,43 @@ TEST_CASE("json text: a JSON object read for a named file, or a status saying wh
     const std::string deep = std::string(kMaxJsonDepth + 1, '[');
     CHECK(parse_json_object(deep, "d").status().message().find(
               "(more than 64 nested arrays and objects)") != std::string::npos);
+}
+
+TEST_CASE("json text: decimals read as the nearest double, as a C++ literal or Python reads them") {
+    // Boost 1.81's own parser reads the first two one unit in the last place off
+    // (1.3806489999999998e-23, 2.5000000000000003e-25).
+    std::error_code ec;
+    const boost::json::value v = parse_json(
+        R"([1.380649e-23, 2.5e-25, 123456789012345678901234567890, -0.0, 1e99999, -1e99999,)"
+        R"( 1e-400, 9007199254740993, 18446744073709551616, 0.1, 5e-324, 1E5])",
+        ec);
+    REQUIRE_FALSE(ec);
+    const boost::json::array& a = v.as_array();
+    REQUIRE(a.size() == 12);
+    CHECK(a[0].as_double() == 1.380649e-23);
+    CHECK(a[1].as_double() == 2.5e-25);
+    CHECK(a[2].as_double() == 123456789012345678901234567890.0);
+    CHECK(a[3].as_double() == 0.0);
+    CHECK(std::signbit(a[3].as_double()));
+    // Past a double's range: infinite, or zero, as before.
+    CHECK(a[4].as_double() == std::numeric_limits<double>::infinity());
+    CHECK(a[5].as_double() == -std::numeric_limits<double>::infinity());
+    CHECK(a[6].as_double() == 0.0);
+    CHECK(a[7].as_int64() == 9007199254740993);  // Integers stay integers.
+    CHECK(a[8].as_double() == 18446744073709551616.0);
+    CHECK(a[9].as_double() == 0.1);
+    CHECK(a[10].as_double() == 5e-324);
+    CHECK(a[11].as_double() == 1e5);
+    CHECK(json_text(a[0]) == "1.380649e-23");
+    // Every other event still builds the value Boost's parser builds.
+    const std::string text =
+        R"({"a": [true, false, null, "s\u00e9", {"k": []}], "b": -7, "c": 0.5, "a2": {}})";
+    CHECK(parse_json(text, ec) == boost::json::parse(text));
+    CHECK_FALSE(ec);
+    parse_json("[1] x", ec);
+    CHECK(ec == boost::json::error::extra_data);
+    parse_json("[1.5", ec);
+    CHECK(ec);
 }
 
 }  // namespace
