@@ -43,25 +43,25 @@ bool implausible_first_incarnation(uint64_t claimed) {
     return implausible_incarnation(0, claimed);
 }
 
-// The endpoint a gossip address ("a.b.c.d:port" or "[v6]:port") names, an IPv4-mapped IPv6
-// address taken as the IPv4 one; none for one that does not parse. One endpoint has several
-// spellings: a site bound to `::` sees its IPv4 peers' packets come from [::ffff:a.b.c.d]:port,
-// and an advertise_address is gossiped as written (upper-case or uncompressed IPv6).
-std::optional<std::pair<boost::asio::ip::address, uint16_t>> gossip_endpoint(
-    const std::string& addr) {
-    auto host_port = split_host_port(addr);
+// A packet's source address ("a.b.c.d:port" or "[v6]:port") as a member advertising that
+// endpoint writes it: an IPv4-mapped IPv6 address as the IPv4 one (a site bound to `::` sees its
+// IPv4 peers' packets come from [::ffff:a.b.c.d]:port), IPv6 in its canonical text; the source
+// as it is when it does not parse.
+std::string source_as_advertised(const std::string& source) {
+    auto host_port = split_host_port(source);
     if (!host_port.ok()) {
-        return std::nullopt;
+        return source;
     }
     boost::system::error_code ec;
     auto ip = boost::asio::ip::make_address(host_port->first, ec);
     if (ec) {
-        return std::nullopt;
+        return source;
     }
     if (ip.is_v6() && ip.to_v6().is_v4_mapped()) {
         ip = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, ip.to_v6());
     }
-    return std::make_pair(ip, host_port->second);
+    const std::string port = std::to_string(host_port->second);
+    return ip.is_v4() ? ip.to_string() + ":" + port : "[" + ip.to_string() + "]:" + port;
 }
 
 }  // namespace
@@ -559,24 +559,18 @@ void Memberlist::handle_alive(const AliveMsg& a) {
 
 const Memberlist::Member* Memberlist::stale_correction_target(const std::string& source,
                                                                const std::string& accuser) const {
-    const auto from = gossip_endpoint(source);
-    auto at_source = [&](const std::string& name, const Member& m) {
-        return name != config_.name &&
-               (m.addr == source || (from && gossip_endpoint(m.addr) == from));
-    };
     // The accuser is looked at first: it is usually the sender.
     auto named = members_.find(accuser);
-    if (named != members_.end() && at_source(named->first, named->second)) {
+    if (named != members_.end() && named->first != config_.name && named->second.addr == source) {
         return &named->second;
     }
+    // One parse of the source per stale message, then text compared: a flood of replays costs
+    // a scan of the members, no parse of each.
+    const std::string advertised = source_as_advertised(source);
     for (const auto& [name, m] : members_) {
-        if (at_source(name, m)) {
+        if (name != config_.name && (m.addr == source || m.addr == advertised)) {
             return &m;
         }
-    }
-    if (named != members_.end() && named->first != config_.name &&
-        named->second.state != NodeState::kDead && named->second.state != NodeState::kLeft) {
-        return &named->second;
     }
     return nullptr;
 }
@@ -589,14 +583,16 @@ void Memberlist::correct_stale(const Member& m, const std::string* reply_to,
     if (reply_to == nullptr || m.state != NodeState::kAlive || leaving_) {
         return;
     }
-    // Only to a member's gossip address. A packet's source is not authenticated: a captured
-    // stale accusation replayed from a spoofed address would otherwise have every member send
-    // that address an alive (up to a packet, state and piggybacked gossip included) per replay.
-    // The member at the source is told (the accuser, or a member passing the accusation on),
-    // else the accuser the message names, when a live member, at its advertised address: one
-    // behind NAT or a published port sends from another. A sender without the key cannot add a
-    // member; one we know at no such address learns the alive by gossip or push-pull, as it
-    // would without this shortcut.
+    // Only to the member at the packet's source (the accuser, or a member passing the
+    // accusation on), at the address it advertises. A packet's source is not authenticated: a
+    // captured stale accusation replayed from a spoofed address would otherwise have every
+    // member send that address an alive (up to a packet, state and piggybacked gossip included)
+    // per replay; and sent to the accuser it names whatever the source, a replay from any host
+    // would have every member send that member packets, each spending a transmit of every
+    // queued broadcast, at the replayer's rate. A member sending from another address than it
+    // advertises (behind NAT, a published port, an IPv6 address advertised in other than its
+    // canonical text) learns the alive by gossip or push-pull, as it would without this
+    // shortcut.
     const Member* to = stale_correction_target(*reply_to, accuser);
     if (to == nullptr) {
         return;

@@ -227,9 +227,8 @@ private:
     // Sends m's newer alive to stale_correction_target(*reply_to, accuser), if any; `accuser` is
     // the member the accusation names as its source.
     void correct_stale(const Member& m, const std::string* reply_to, const std::string& accuser);
-    // The member other than this one to tell: one known at `source` (the same address and
-    // port, however written; `accuser` looked at first), else `accuser` if it is a live member;
-    // null if none.
+    // The member other than this one to tell: the one advertising `source` (an IPv4-mapped
+    // source as its IPv4 address; `accuser` looked at first); null if none.
     const Member* stale_correction_target(const std::string& source,
                                           const std::string& accuser) const;
     void arm_suspicion_timer(Member& m);

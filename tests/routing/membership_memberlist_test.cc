@@ -308,12 +308,12 @@ TEST_CASE("memberlist: a stale accusation is answered directly only at a member'
 // peer's packets come from [::ffff:a.b.c.d]:port, a site behind NAT or a published port sends
 // from a port other than the one it advertises, and an IPv6 advertise_address is gossiped as
 // written. None was ever answered, which left a stale accusation to run out its timer.
-TEST_CASE("memberlist: a stale accusation is answered at its accuser's address however it came") {
+TEST_CASE("memberlist: a stale accusation is answered only at the member at its source") {
     Member a;
     Memberlist& ml = a.ml();
     a.receive(AliveMsg{5, "X", "10.0.0.9:7946", 5, site_bytes("X", 5)});
     a.receive(AliveMsg{3, "B", "10.0.0.2:7946", 0, std::nullopt});
-    a.receive(AliveMsg{3, "C", "[2001:DB8:0::5]:7946", 0, std::nullopt});
+    a.receive(AliveMsg{3, "C", "[2001:db8::5]:7946", 0, std::nullopt});
     auto from = [&](const std::string& addr, const Message& m) {
         a.transport().sent.clear();
         receive_from(a, addr, m);
@@ -328,16 +328,18 @@ TEST_CASE("memberlist: a stale accusation is answered at its accuser's address h
     // address it advertises.
     from("[::ffff:10.0.0.2]:7946", SuspectMsg{4, "X", "Z"});
     CHECK(corrected("10.0.0.2:7946"));
-    // C's address spelled canonically.
-    from("[2001:db8::5]:7946", DeadMsg{4, "X", "Z"});
-    CHECK(corrected("[2001:DB8:0::5]:7946"));
-    // The accuser B, a live member, from a source no member is at (NAT, a published port): B is
-    // told at its own address, and the source nothing.
+    // C's IPv6 address spelled as the kernel writes a source.
+    from("[2001:db8:0::5]:7946", DeadMsg{4, "X", "Z"});
+    CHECK(corrected("[2001:db8::5]:7946"));
+    // The accuser B from a source no member is at (NAT, a published port, or a replay from any
+    // host): nothing is sent, to the source or to B; a replayer would otherwise drive every
+    // member's packets at B, each spending a transmit of the queued gossip.
     for (const std::string source : {"10.0.0.2:17946", "192.0.2.99:53"}) {
         CAPTURE(source);
-        from(source, SuspectMsg{4, "X", "B"});
-        CHECK(corrected("10.0.0.2:7946"));
-        CHECK(alives_sent_to(a, source).empty());
+        for (int i = 0; i < 20; ++i) {
+            from(source, SuspectMsg{4, "X", "B"});
+            CHECK(a.transport().sent.empty());
+        }
     }
     // Neither the accuser nor the source a member: nothing is sent.
     from("10.0.0.2:17946", SuspectMsg{4, "X", "Z"});
