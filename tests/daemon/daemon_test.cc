@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -91,6 +92,28 @@ bool has(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
 }
 
+
+// A daemon serving `cert`/`key` publicly and the peer set (the peer listener and the forwarding
+// client) from `ca` and `peer_cert`/`peer_key`, started.
+struct PeerSetDaemon {
+    testing::ScriptedGenerator generator{{"test-model"}};
+    std::unique_ptr<edge::daemon::Daemon> daemon;
+
+    PeerSetDaemon(const testing::TempDir& dir, const std::string& cert, const std::string& key,
+                  const std::string& ca, const std::string& peer_cert,
+                  const std::string& peer_key) {
+        testing::DaemonYaml y;
+        y.cert_path = cert;
+        y.key_path = key;
+        y.peer.emplace();
+        y.peer->ca_path = ca;
+        y.peer->cert_path = peer_cert;
+        y.peer->key_path = peer_key;
+        daemon = testing::make_daemon(testing::daemon_yaml(y), dir.file("c.yaml"), generator,
+                                      SystemClock::instance());
+        daemon->start();
+    }
+};
 }  // namespace
 
 TEST_CASE("certificates: a change to one set's files rebuilds and counts that set alone") {
@@ -98,17 +121,9 @@ TEST_CASE("certificates: a change to one set's files rebuilds and counts that se
     auto cert = testing::make_certificate(dir.path(), "s", {"localhost"});
     auto ca = testing::make_ca(dir.path(), "ca", "test cluster CA");
     auto peer = testing::make_signed_certificate(ca, dir.path(), "peer", {"fra.cluster.test"});
-    testing::DaemonYaml y;
-    y.cert_path = cert.cert_path;
-    y.key_path = cert.key_path;
-    y.peer.emplace();
-    y.peer->ca_path = ca.cert_path;
-    y.peer->cert_path = peer.cert_path;
-    y.peer->key_path = peer.key_path;
-    testing::ScriptedGenerator generator({"test-model"});
-    auto daemon = testing::make_daemon(testing::daemon_yaml(y), dir.file("c.yaml"), generator,
-                                       SystemClock::instance());
-    daemon->start();
+    PeerSetDaemon site(dir, cert.cert_path, cert.key_path, ca.cert_path, peer.cert_path,
+                       peer.key_path);
+    auto& daemon = site.daemon;
     const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
 
     // The cluster files renewed: the peer listener and the forwarding client reload; the
@@ -204,17 +219,9 @@ TEST_CASE("certificates: a file both sets share, the public set failing, reloads
     const std::string public_key = dir.file("public.key");
     std::filesystem::copy_file(shared.key_path, public_key);
     const std::string key_pem = testing::read_file(public_key);
-    testing::DaemonYaml y;
-    y.cert_path = shared.cert_path;
-    y.key_path = public_key;
-    y.peer.emplace();
-    y.peer->ca_path = ca.cert_path;
-    y.peer->cert_path = shared.cert_path;
-    y.peer->key_path = shared.key_path;
-    testing::ScriptedGenerator generator({"test-model"});
-    auto daemon = testing::make_daemon(testing::daemon_yaml(y), dir.file("c.yaml"), generator,
-                                       SystemClock::instance());
-    daemon->start();
+    PeerSetDaemon site(dir, shared.cert_path, public_key, ca.cert_path, shared.cert_path,
+                       shared.key_path);
+    auto& daemon = site.daemon;
     const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
 
     // The shared certificate renewed, the public key broken: the public set fails at every

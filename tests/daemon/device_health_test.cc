@@ -78,6 +78,16 @@ struct Site {
     }
 };
 
+// fra started, and sin created with fra as its gossip seed (started by the test).
+void create_sites(testing::TempDir& dir, const testing::TestCertificate& cert, Site& fra,
+                  Site& sin) {
+    fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
+    fra.daemon->start();
+    const uint16_t seed = fra.daemon->cluster()->gossip_port();
+    sin.create(gossip_site_yaml(cert, "sin", "127.0.0.1:" + std::to_string(seed)),
+               dir.file("sin.yaml"));
+}
+
 // A fault the probe reports once `failed` is set (what a lost GPU looks like to the daemon).
 struct InjectedFault {
     std::atomic<bool> failed{false};
@@ -93,11 +103,7 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     testing::TempDir dir;
     const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
     Site fra, sin;
-    fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
-    fra.daemon->start();
-    const uint16_t seed = fra.daemon->cluster()->gossip_port();
-    sin.create(gossip_site_yaml(cert, "sin", "127.0.0.1:" + std::to_string(seed)),
-               dir.file("sin.yaml"));
+    create_sites(dir, cert, fra, sin);
     InjectedFault injected;
     sin.daemon->set_health_probe(injected.probe());
     sin.daemon->start();
@@ -170,11 +176,7 @@ TEST_CASE("a stall the watchdog finds: readyz 503 naming it, gossip draining, un
     testing::TempDir dir;
     const auto cert = testing::make_certificate(dir.path(), "srv", {"localhost"});
     Site fra, sin;
-    fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
-    fra.daemon->start();
-    const uint16_t seed = fra.daemon->cluster()->gossip_port();
-    sin.create(gossip_site_yaml(cert, "sin", "127.0.0.1:" + std::to_string(seed)),
-               dir.file("sin.yaml"));
+    create_sites(dir, cert, fra, sin);
     // A batch holding a sequence whose step and layer counts do not move.
     engine::ServingStats stats;
     stats.model = "test-model";

@@ -59,6 +59,18 @@ struct TenantFixture : testing::ScriptedDaemon {
         REQUIRE(generator.wait_for_request(index));
         return c;
     }
+
+    // The tenants section replaced by a reload: one tenant, newco, with `key`.
+    std::optional<std::vector<daemon::TenantConfig>> renamed_newco(const std::string& key) {
+        auto renamed = daemon::parse_config(
+            testing::config_yaml(cert.cert_path, cert.key_path,
+                                 "tenants:\n  - name: newco\n    api_key_sha256: [" +
+                                     daemon::TenantTable::sha256_hex(key) +
+                                     "]\nmodels:\n  - {name: test-model, path: /m}\n"),
+            dir.file("c.yaml"));
+        REQUIRE(renamed.ok());
+        return renamed->tenants;
+    }
 };
 
 }  // namespace
@@ -588,14 +600,8 @@ TEST_CASE("tenant metrics: a removed tenant's series go once its requests are do
     REQUIRE(f.metrics().find(acme) != std::string::npos);
 
     // acme is renamed newco while one of its requests runs: its series stay while it runs.
-    auto renamed = daemon::parse_config(
-        testing::config_yaml(f.cert.cert_path, f.cert.key_path,
-                             "tenants:\n  - name: newco\n    api_key_sha256: [" +
-                                 daemon::TenantTable::sha256_hex(kNewKey) +
-                                 "]\nmodels:\n  - {name: test-model, path: /m}\n"),
-        f.dir.file("c.yaml"));
-    REQUIRE(renamed.ok());
-    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    const auto renamed = f.renamed_newco(kNewKey);
+    REQUIRE(f.daemon->reload_tenants(renamed).ok());
     CHECK(f.call(chat_body(false), kOldKey).status == 401);  // Counted under tenant "".
     std::string m = f.metrics();
     CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="ok",tenant="acme"} 1)") !=
@@ -614,7 +620,7 @@ TEST_CASE("tenant metrics: a removed tenant's series go once its requests are do
           std::string::npos);
     CHECK(m.find(R"(edgeserve_tenant_requests_total{outcome="ok",tenant="acme"} 2)") !=
           std::string::npos);
-    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    REQUIRE(f.daemon->reload_tenants(renamed).ok());
     m = f.metrics();
     CHECK(m.find(acme) == std::string::npos);
     CHECK(m.find(R"(edgeserve_tenant_rejections_total{reason="unknown_key",tenant=""} 1)") !=
@@ -639,16 +645,10 @@ TEST_CASE("tenant metrics: a renamed tenant's old name keeps its series while it
     // the request and its tokens were not counted when it ended.
     TenantFixture f("");
     auto running = f.start_request(0, kOldKey);
-    auto renamed = daemon::parse_config(
-        testing::config_yaml(f.cert.cert_path, f.cert.key_path,
-                             "tenants:\n  - name: newco\n    api_key_sha256: [" +
-                                 daemon::TenantTable::sha256_hex(kOldKey) +
-                                 "]\nmodels:\n  - {name: test-model, path: /m}\n"),
-        f.dir.file("c.yaml"));
-    REQUIRE(renamed.ok());
-    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    const auto renamed = f.renamed_newco(kOldKey);
+    REQUIRE(f.daemon->reload_tenants(renamed).ok());
     f.clock.advance(std::chrono::seconds(11));  // Past TenantLimiter::kRetiredGrace.
-    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    REQUIRE(f.daemon->reload_tenants(renamed).ok());
 
     engine::Usage usage;
     usage.prompt_tokens = 5;
@@ -662,6 +662,6 @@ TEST_CASE("tenant metrics: a renamed tenant's old name keeps its series while it
     CHECK(m.find(R"(edgeserve_tenant_tokens_total{kind="completion",tenant="acme"} 7)") !=
           std::string::npos);
     // Done now: the next reload drops them.
-    REQUIRE(f.daemon->reload_tenants(renamed->tenants).ok());
+    REQUIRE(f.daemon->reload_tenants(renamed).ok());
     CHECK(f.metrics().find(R"(tenant="acme")") == std::string::npos);
 }
