@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -113,6 +114,19 @@ struct PeerSetDaemon {
                                       SystemClock::instance());
         daemon->start();
     }
+
+    // Checks the certificate reload counters: each of `series` is a listener and result with
+    // its count (R"("peer",result="ok"} 1)"), and no series begins as `absent` does.
+    void check_reloads(std::initializer_list<const char*> series, const char* absent = nullptr) {
+        const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
+        const std::string text = daemon->metrics().serialize();
+        for (const char* one : series) {
+            CHECK_MESSAGE(has(text, reloads + one), text);
+        }
+        if (absent != nullptr) {
+            CHECK_MESSAGE(!has(text, reloads + absent), text);
+        }
+    }
 };
 }  // namespace
 
@@ -124,25 +138,22 @@ TEST_CASE("certificates: a change to one set's files rebuilds and counts that se
     PeerSetDaemon site(dir, cert.cert_path, cert.key_path, ca.cert_path, peer.cert_path,
                        peer.key_path);
     auto& daemon = site.daemon;
-    const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
 
     // The cluster files renewed: the peer listener and the forwarding client reload; the
     // public listener keeps its generation (its session caches) and counts nothing.
     touch(peer.cert_path);
     REQUIRE(daemon->reload_certificates().ok());
-    std::string text = daemon->metrics().serialize();
-    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
-    CHECK_MESSAGE(!has(text, reloads + R"("public",result="ok")"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("public",result="error"} 0)"), text);
+    site.check_reloads({R"("peer",result="ok"} 1)",
+                       R"("forwarding_client",result="ok"} 1)",
+                       R"("public",result="error"} 0)"},
+                       R"("public",result="ok")");
 
     // The public files renewed: the public listener alone.
     touch(cert.key_path);
     REQUIRE(daemon->reload_certificates().ok());
-    text = daemon->metrics().serialize();
-    CHECK_MESSAGE(has(text, reloads + R"("public",result="ok"} 1)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+    site.check_reloads({R"("public",result="ok"} 1)",
+                       R"("peer",result="ok"} 1)",
+                       R"("forwarding_client",result="ok"} 1)"});
     daemon->stop(std::chrono::milliseconds(0));
 }
 
@@ -222,7 +233,6 @@ TEST_CASE("certificates: a file both sets share, the public set failing, reloads
     PeerSetDaemon site(dir, shared.cert_path, public_key, ca.cert_path, shared.cert_path,
                        shared.key_path);
     auto& daemon = site.daemon;
-    const std::string reloads = "edgeserve_certificate_reloads_total{listener=";
 
     // The shared certificate renewed, the public key broken: the public set fails at every
     // check (it tries its files again), the peer set loads the renewal once. It rebuilt at every
@@ -233,20 +243,18 @@ TEST_CASE("certificates: a file both sets share, the public set failing, reloads
     for (int check = 0; check < 3; ++check) {
         CHECK_FALSE(daemon->reload_certificates().ok());
     }
-    std::string text = daemon->metrics().serialize();
-    CHECK_MESSAGE(has(text, reloads + R"("public",result="error"} 3)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+    site.check_reloads({R"("public",result="error"} 3)",
+                       R"("peer",result="ok"} 1)",
+                       R"("forwarding_client",result="ok"} 1)"});
 
     // The public key fixed: the public set loads; the peer set's files have not changed since.
     std::ofstream(public_key, std::ios::trunc) << key_pem;
     REQUIRE(daemon->reload_certificates().ok());
     REQUIRE(daemon->reload_certificates().ok());
-    text = daemon->metrics().serialize();
-    CHECK_MESSAGE(has(text, reloads + R"("public",result="ok"} 1)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("public",result="error"} 3)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("peer",result="ok"} 1)"), text);
-    CHECK_MESSAGE(has(text, reloads + R"("forwarding_client",result="ok"} 1)"), text);
+    site.check_reloads({R"("public",result="ok"} 1)",
+                       R"("public",result="error"} 3)",
+                       R"("peer",result="ok"} 1)",
+                       R"("forwarding_client",result="ok"} 1)"});
     daemon->stop(std::chrono::milliseconds(0));
 }
 

@@ -60,6 +60,7 @@ std::string gossip_site_yaml(const testing::TestCertificate& cert, const std::st
 
 // A daemon serving "test-model" from a scripted generator.
 struct Site {
+    std::string name;  // The site id its gossip advertises (create_sites).
     testing::ScriptedGenerator generator{{"test-model"}};
     std::unique_ptr<daemon::Daemon> daemon;
 
@@ -67,20 +68,25 @@ struct Site {
         daemon = testing::make_daemon(yaml, path, generator, SystemClock::instance());
     }
 
-    std::optional<membership::PoolState> pool_state_seen_by(daemon::Daemon& other,
-                                                            const std::string& site) {
-        auto snap = other.cluster()->snapshot();
-        const auto* m = snap->find(site);
-        if (m == nullptr || !m->site || m->site->pools.empty()) {
-            return std::nullopt;
-        }
-        return m->site->pools[0].state;
+    // Waits up to `timeout` for `other`'s gossip view to show this site's pool as `state`.
+    bool seen_as(daemon::Daemon& other, membership::PoolState state,
+                 std::chrono::milliseconds timeout) {
+        return wait_for(
+            [&] {
+                auto snap = other.cluster()->snapshot();
+                const auto* m = snap->find(name);
+                return m != nullptr && m->site && !m->site->pools.empty() &&
+                       m->site->pools[0].state == state;
+            },
+            timeout);
     }
 };
 
 // fra started, and sin created with fra as its gossip seed (started by the test).
 void create_sites(testing::TempDir& dir, const testing::TestCertificate& cert, Site& fra,
                   Site& sin) {
+    fra.name = "fra";
+    sin.name = "sin";
     fra.create(gossip_site_yaml(cert, "fra", ""), dir.file("fra.yaml"));
     fra.daemon->start();
     const uint16_t seed = fra.daemon->cluster()->gossip_port();
@@ -107,11 +113,7 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     InjectedFault injected;
     sin.daemon->set_health_probe(injected.probe());
     sin.daemon->start();
-    REQUIRE(wait_for(
-        [&] {
-            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kServing;
-        },
-        10s));
+    REQUIRE(sin.seen_as(*fra.daemon, membership::PoolState::kServing, 10s));
     const uint16_t admin = sin.daemon->admin_port();
     auto ready = testing::plain_http_get(admin, "/readyz");
     REQUIRE(ready.ok());
@@ -146,11 +148,7 @@ TEST_CASE("a device fault: readyz 503 with the reason, gossip draining, in-fligh
     CHECK(sin.daemon->check_health() == fault);
     CHECK(sin.daemon->health() == fault);
     // The other site learns through gossip that sin's pool drains.
-    CHECK(wait_for(
-        [&] {
-            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kDraining;
-        },
-        5s));
+    CHECK(sin.seen_as(*fra.daemon, membership::PoolState::kDraining, 5s));
 
     // The run loop's fault path: a bounded drain, during which the in-flight request receives
     // the error the engine finished it with, then the documented exit status.
@@ -185,11 +183,7 @@ TEST_CASE("a stall the watchdog finds: readyz 503 naming it, gossip draining, un
     stats.layers_run = 100;
     sin.generator.set_serving_stats({stats});
     sin.daemon->start();
-    REQUIRE(wait_for(
-        [&] {
-            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kServing;
-        },
-        10s));
+    REQUIRE(sin.seen_as(*fra.daemon, membership::PoolState::kServing, 10s));
     const uint16_t admin = sin.daemon->admin_port();
     CHECK(sin.daemon->stuck(20ms).empty());  // The batch is first seen: timed from now.
     CHECK(testing::plain_http_get(admin, "/readyz")->status == 200);
@@ -203,11 +197,7 @@ TEST_CASE("a stall the watchdog finds: readyz 503 naming it, gossip draining, un
     CHECK(stalled->status == 503);
     CHECK_MESSAGE(stalled->body.find("not ready: stalled: engine") != std::string::npos,
                   stalled->body);
-    CHECK(wait_for(
-        [&] {
-            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kDraining;
-        },
-        5s));
+    CHECK(sin.seen_as(*fra.daemon, membership::PoolState::kDraining, 5s));
     CHECK_FALSE(sin.daemon->draining());  // Not a drain: nothing of it stays.
     CHECK(sin.daemon->check_health().ok());
 
@@ -220,11 +210,7 @@ TEST_CASE("a stall the watchdog finds: readyz 503 naming it, gossip draining, un
     auto ready = testing::plain_http_get(admin, "/readyz");
     REQUIRE(ready.ok());
     CHECK_MESSAGE(ready->status == 200, ready->body);
-    CHECK(wait_for(
-        [&] {
-            return sin.pool_state_seen_by(*fra.daemon, "sin") == membership::PoolState::kServing;
-        },
-        5s));
+    CHECK(sin.seen_as(*fra.daemon, membership::PoolState::kServing, 5s));
     sin.daemon->stop(0ms);
     fra.daemon->stop(0ms);
 }
