@@ -142,22 +142,36 @@ Result<std::unique_ptr<WeightLoader>> WeightLoader::create(const Checkpoint& che
     return std::unique_ptr<WeightLoader>(new WeightLoader(checkpoint, std::move(stored), p));
 }
 
+namespace {
+
+// Bytes `w` holds in memory: its data and scales, or only its f32 scales when its data is viewed
+// in the mapping (a stored scale tensor of any dtype is converted into an owned f32 copy).
+int64_t held_bytes(const quant::QuantizedWeight& w) {
+    return w.owns_data() ? w.size_bytes()
+                         : static_cast<int64_t>(w.scales().size() * sizeof(float));
+}
+
+}  // namespace
+
+void WeightLoader::replace_mapped(const void* data, int64_t bytes) {
+    replaced_bytes_ += bytes;
+    release_mapped_pages(data, bytes);
+}
+
 Result<Weight> WeightLoader::keep(quant::QuantizedWeight w) {
     const Weight& v = w.view();
     if (row_tiles_ && quant::row_tiles_by_default(v.format) &&
         quant::row_tiles_support(v.format, v.cols) &&
         quant::matmul_kernel_for(v.format, WeightLayout::kRowTiles16) != nullptr) {
         EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight tiled, quant::tile_rows(v, &arena_));
-        const int64_t data_bytes = quant::weight_data_bytes(v.format, v.rows, v.cols);
-        if (w.owns_data()) {  // Quantized on load: the tiles replace the row-major copy.
-            added_bytes_ += tiled.size_bytes() - w.size_bytes();
-        } else {  // Viewed in the mapping: those bytes are no longer read; the tiles are new.
-            replaced_bytes_ += data_bytes;
-            added_bytes_ += tiled.size_bytes() - w.size_bytes() + data_bytes;
-            release_mapped_pages(v.data, data_bytes);
+        if (!w.owns_data()) {  // Viewed in the mapping: the tiles are read instead.
+            replace_mapped(v.data, quant::weight_data_bytes(v.format, v.rows, v.cols));
         }
         w = std::move(tiled);  // Frees the row-major copy, if any.
     }
+    // Counted here, once, as what is kept: the f32 scales are held whether the data is owned or
+    // viewed in the mapping.
+    added_bytes_ += held_bytes(w);
     std::lock_guard<std::mutex> lock(mu_);
     owned_.push_back(std::move(w));
     return owned_.back().view();
@@ -332,6 +346,8 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
         }
         quant::QuantizedWeight w = std::move(parsed).value();
         kept_as_stored(weight_name, "int4");
+        // The scales were read into f32 (kept with `w`); the stored tensor is not read again.
+        replace_mapped(scale.data, scale.nbytes);
         return keep(std::move(w));
     }
     EDGE_ASSIGN_OR_RETURN(TensorView t, ckpt_.tensor(weight_name));
@@ -358,13 +374,12 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
             if (!requantized.ok()) {
                 return requantized.status().with_context(*t.file);
             }
-            quant::QuantizedWeight w = std::move(requantized).value();
-            replaced_bytes_ += t.nbytes + scale.nbytes;  // Neither is read again.
-            added_bytes_ += w.size_bytes();
-            release_mapped_pages(t.data, t.nbytes);
-            return keep(std::move(w));
+            replace_mapped(t.data, t.nbytes);  // Neither is read again.
+            replace_mapped(scale.data, scale.nbytes);
+            return keep(std::move(requantized).value());
         }
         kept_as_stored(weight_name, "fp8");
+        replace_mapped(scale.data, scale.nbytes);  // Read into f32 scales, as for INT4.
         return keep(std::move(parsed).value());
     }
     if (t.dtype() == DType::kI8) {
@@ -387,6 +402,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
             return scales.status().with_context(*scale.file);
         }
         kept_as_stored(weight_name, "int8");
+        replace_mapped(scale.data, scale.nbytes);  // Read into f32 scales, as for INT4.
         return keep(quant::QuantizedWeight(WeightFormat::kInt8Row, rows, cols, t.data,
                                            std::move(scales).value()));
     }
@@ -397,9 +413,7 @@ Result<Weight> WeightLoader::matrix(const std::string& weight_name, int64_t rows
     if (is_quantized_format(target)) {
         EDGE_ASSIGN_OR_RETURN(quant::QuantizedWeight w,
                               quantize_stored(t, nullptr, target, weight_name));
-        replaced_bytes_ += t.nbytes;
-        added_bytes_ += w.size_bytes();
-        release_mapped_pages(t.data, t.nbytes);  // The quantized copy is what is read from now.
+        replace_mapped(t.data, t.nbytes);  // The quantized copy is what is read from now.
         return keep(std::move(w));
     }
     Weight w;
@@ -438,24 +452,26 @@ Result<Weight> WeightLoader::float_matrix(const std::string& weight_name, int64_
     // Read in place from the mapping (FP8 or INT8 as stored, or compressed-tensors INT4 from
     // weight_packed), the tensors matrix() read are not read again: their pages go back and are
     // not counted as held (DeepSeek-V3 and Kimi K2 store every kv_b_proj in FP8, ~1 GB). Only
-    // those: another of these names, unread, is release_unread_tensors()'s to count. A copy
-    // quantized on load was counted as replaced already.
+    // those: another of these names, unread, is release_unread_tensors()'s to count. The scale
+    // tensor, and an FP8 tensor requantized on load, matrix() counted as replaced already.
     const std::string m = module_of(weight_name);
     const bool packed = q->data != nullptr && q->data == ckpt_.mapped_data(m + ".weight_packed");
     if (packed || (q->data != nullptr && q->data == ckpt_.mapped_data(weight_name))) {
-        const std::string scale =
-            m + (stored_.quant_method == "fp8" ? ".weight_scale_inv" : ".weight_scale");
         const std::vector<std::string> read =
-            packed ? std::vector<std::string>{m + ".weight_packed", m + ".weight_scale",
-                                              m + ".weight_shape"}
-                   : std::vector<std::string>{weight_name, scale};
+            packed ? std::vector<std::string>{m + ".weight_packed", m + ".weight_shape"}
+                   : std::vector<std::string>{weight_name};
         for (const std::string& name : read) {
             if (const TensorInfo* t = ckpt_.has(name) ? ckpt_.info(name) : nullptr) {
-                const int64_t bytes = t->end - t->begin;
-                replaced_bytes_ += bytes;
-                release_mapped_pages(ckpt_.mapped_data(name), bytes);
+                replace_mapped(ckpt_.mapped_data(name), t->end - t->begin);
             }
         }
+    }
+    // The QuantizedWeight matrix() kept (its f32 scales, or a copy requantized on load) was read
+    // only to widen it, and nothing points into it now: it is freed, and no longer counted.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!owned_.empty() && owned_.back().view().data == q->data) {
+        added_bytes_ -= held_bytes(owned_.back());
+        owned_.pop_back();
     }
     return Weight{WeightFormat::kF32, rows, cols, copy.data(), nullptr};
 }

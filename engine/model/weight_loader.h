@@ -127,9 +127,11 @@ class WeightLoader {
     // supports_row_tiles() is true (the CPU); off by default.
     void use_row_tiles(bool on) { row_tiles_ = on; }
 
-    // Bytes of weights as held in memory: the checkpoint's tensors, minus the full-precision
-    // matrices that were replaced by quantized copies (and the mapped quantized data replaced by
-    // row tiles), plus those copies.
+    // Bytes of weights as held in memory: the checkpoint's tensors, minus the mapped tensors no
+    // longer read (full-precision matrices replaced by quantized copies, mapped quantized data
+    // replaced by row tiles, stored scale tensors read into f32), plus what is held instead
+    // (the quantized copies and tiles, the f32 scales of every quantized matrix, float_matrix()'s
+    // F32 copies).
     int64_t resident_bytes() const;
     const quant::QuantPolicy& policy() const { return policy_; }
     const StoredQuantization& stored() const { return stored_; }
@@ -137,7 +139,11 @@ class WeightLoader {
   private:
     WeightLoader(const Checkpoint& checkpoint, StoredQuantization stored, quant::QuantPolicy policy)
         : ckpt_(checkpoint), stored_(std::move(stored)), policy_(policy) {}
+    // Keeps `w` (in row tiles when use_row_tiles() asks) and counts the bytes it holds.
     Result<Weight> keep(quant::QuantizedWeight w);
+    // `bytes` of the mapping at `data` are no longer read (a copy made on load is read instead):
+    // left out of resident_bytes(), and their whole pages released.
+    void replace_mapped(const void* data, int64_t bytes);
     // OK unless `t` (module `m`'s weight_packed, or its weight) is stored in a quantized format
     // config.json's quantization_config does not declare.
     Status check_declared(const std::string& m, const TensorView& t) const;
@@ -151,8 +157,8 @@ class WeightLoader {
     std::mutex mu_;                             // Guards owned_ and policy_skipped_.
     std::deque<quant::QuantizedWeight> owned_;  // Stable addresses for the views handed out.
     std::deque<std::vector<float>> float_copies_;  // float_matrix() of quantized tensors.
-    std::atomic<int64_t> replaced_bytes_{0};    // Full-precision bytes no longer read.
-    std::atomic<int64_t> added_bytes_{0};       // Bytes of quantized copies made on load.
+    std::atomic<int64_t> replaced_bytes_{0};    // Mapped bytes no longer read.
+    std::atomic<int64_t> added_bytes_{0};       // Bytes owned_ and float_copies_ hold.
     bool row_tiles_ = false;                    // use_row_tiles().
     bool policy_skipped_[quant::kTensorClassCount] = {};  // kept_as_stored() warned.
 };
