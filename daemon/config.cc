@@ -92,17 +92,18 @@ std::function<Status(const YAML::Node&, const std::string&)> identifier_field(co
 
 namespace {
 
-// The first tenant model (tenant i, its models[j]) that is not one of `served`.
-std::optional<std::pair<size_t, size_t>> unserved_tenant_model(
+// The tenant models (tenant i, its models[j]) that are not one of `served`, in order.
+std::vector<std::pair<size_t, size_t>> unserved_tenant_models(
     const std::vector<TenantConfig>& tenants, const std::vector<std::string>& served) {
+    std::vector<std::pair<size_t, size_t>> unserved;
     for (size_t i = 0; i < tenants.size(); ++i) {
         for (size_t j = 0; j < tenants[i].models.size(); ++j) {
             if (std::find(served.begin(), served.end(), tenants[i].models[j]) == served.end()) {
-                return std::pair(i, j);
+                unserved.emplace_back(i, j);
             }
         }
     }
-    return std::nullopt;
+    return unserved;
 }
 
 // A new top-level section here is compared by changed_restart_sections() too (or, when SIGHUP
@@ -179,8 +180,8 @@ Status parse_root(const Reader& r, const YAML::Node& root, Config& c) {
         for (const auto& m : c.models) {
             served.push_back(m.name);
         }
-        if (auto at = unserved_tenant_model(*c.tenants, served)) {
-            const auto [i, j] = *at;
+        if (const auto unserved = unserved_tenant_models(*c.tenants, served); !unserved.empty()) {
+            const auto [i, j] = unserved.front();
             std::string k = "tenants[" + std::to_string(i) + "].models[" + std::to_string(j) + "]";
             return r.error(root["tenants"][i]["models"][j], k,
                            "model '" + (*c.tenants)[i].models[j] +
@@ -449,20 +450,26 @@ Status check_tenant_models(const Config& fresh, const std::vector<std::string>& 
     if (!fresh.tenants) {
         return ok_status();
     }
-    const auto at = unserved_tenant_model(*fresh.tenants, served);
-    if (!at) {
+    const auto unserved = unserved_tenant_models(*fresh.tenants, served);
+    if (unserved.empty()) {
         return ok_status();
     }
-    const auto [i, j] = *at;
+    // Every one, not the first: the operator fixes the list (or restarts) once.
+    std::string names;
+    for (const auto& [i, j] : unserved) {
+        names += (names.empty() ? "" : ", ") + std::string("tenants[") + std::to_string(i) +
+                 "].models[" + std::to_string(j) + "]: model '" + (*fresh.tenants)[i].models[j] +
+                 "'";
+    }
     std::string list;
     for (const std::string& name : served) {
         list += (list.empty() ? "" : ", ") + name;
     }
-    return invalid_argument_error(
-        fresh.source + ": tenants[" + std::to_string(i) + "].models[" + std::to_string(j) +
-        "]: model '" + (*fresh.tenants)[i].models[j] + "' is not served here (this site serves " +
-        (list.empty() ? "none" : list) +
-        " until a restart applies a changed `models` section)");
+    return invalid_argument_error(fresh.source + ": " + names +
+                                  (unserved.size() == 1 ? " is" : " are") +
+                                  " not served here (this site serves " +
+                                  (list.empty() ? "none" : list) +
+                                  " until a restart applies a changed `models` section)");
 }
 
 bool is_identifier(std::string_view s) {

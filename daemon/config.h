@@ -240,7 +240,8 @@ std::vector<std::string> changed_restart_sections(const Config& running, const C
 // `served`, the models the running site serves. `models` is restart-only, so a tenant list
 // checked against the new config's models alone (as parse_config() does) can name a model that
 // is not served until the restart (the reload takes it and warns with this). kInvalidArgument
-// names the config file and the key (tenants[i].models[j]); OK without `tenants`.
+// names the config file and every such key (tenants[i].models[j]) with its model; OK without
+// `tenants`.
 Status check_tenant_models(const Config& fresh, const std::vector<std::string>& served);
 
 // Parses YAML text; `source` names it in errors and is the base for relative paths. Never throws.

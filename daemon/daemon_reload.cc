@@ -30,20 +30,6 @@ Status Daemon::apply_reload(const Config& fresh) {
         checked = refuse_tenants(fresh.tenants).with_context(fresh.source);
         part = "tenants";
     }
-    if (checked.ok() && !cluster_) {
-        // Alone, a site serves only the models it started with (`models` waits for a restart),
-        // whatever the new config's `models` says. A tenant list naming a model added or renamed
-        // there is what the restart will serve, so it is taken (refusing it would hold back every
-        // other change of the reload, a revoked key among them), and the operator is told which
-        // model the tenant gets 404 for until then.
-        std::vector<std::string> served;
-        for (const engine::ModelInfo& m : generator_->models()) {
-            served.push_back(m.name);
-        }
-        if (Status unserved = check_tenant_models(fresh, served); !unserved.ok()) {
-            log::warn("tenant_model_not_served_until_restart", {{"error", unserved.message()}});
-        }
-    }
     if (checked.ok()) {
         checked = refuse_admin_token(fresh.admin).with_context(fresh.source);
         part = "admin_token";
@@ -76,6 +62,21 @@ Status Daemon::apply_reload(const Config& fresh) {
     EDGE_RETURN_IF_ERROR(reload_admin_token(fresh.admin));
     EDGE_RETURN_IF_ERROR(reload_certificates(fresh));
     EDGE_RETURN_IF_ERROR(reload_tenants(fresh.tenants));
+    if (!cluster_) {
+        // Alone, a site serves only the models it started with (`models` waits for a restart),
+        // whatever the new config's `models` says. A tenant list naming a model added or renamed
+        // there is what the restart will serve, so it is taken (refusing it would hold back every
+        // other change of the reload, a revoked key among them), and the operator is told which
+        // models the tenants get 404 for until then: once the list is in force, not for a reload
+        // refused above, which changed nothing.
+        std::vector<std::string> served;
+        for (const engine::ModelInfo& m : generator_->models()) {
+            served.push_back(m.name);
+        }
+        if (Status unserved = check_tenant_models(fresh, served); !unserved.ok()) {
+            log::warn("tenant_model_not_served_until_restart", {{"error", unserved.message()}});
+        }
+    }
     reload_routing(fresh.routing);
     // Last, as nothing after the checks above can refuse it: limits for new connections.
     reload_limits(fresh.limits);

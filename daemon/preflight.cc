@@ -10,6 +10,7 @@
 
 #include "daemon/admin_server.h"
 #include "daemon/cluster/cluster.h"
+#include "engine/backend.h"
 #include "engine/cpu/matmul.h"
 #include "engine/model/loader.h"
 #include "engine/model/model_config.h"
@@ -86,8 +87,10 @@ Status check_ports(const Config& config, bool public_socket_inherited) {
 Result<std::string> check_model(const engine::ModelConfig& model,
                                 const engine::shard::ShardingConfig& sharding) {
     // config.json and its architecture's fields, the safetensors headers, the stored
-    // quantization and the policy: what the load checks before reading a weight.
-    EDGE_RETURN_IF_ERROR(engine::check_model_files(model.path, model.quantization, sharding));
+    // quantization and the policy, and max_context against the positions the model serves:
+    // what the load checks before reading a weight.
+    EDGE_RETURN_IF_ERROR(
+        engine::check_model_files(model.path, model.quantization, sharding, model.max_context));
     EDGE_ASSIGN_OR_RETURN(std::unique_ptr<engine::tokenizer::Tokenizer> tokenizer,
                           engine::tokenizer::load_checkpoint_tokenizer(model.path));
     // As the load refuses it: a tokenizer whose ids the model has no rows for.
@@ -121,20 +124,19 @@ Result<std::string> check_model(const engine::ModelConfig& model,
             return chat.status().with_context("chat_template " + model.chat_template);
         }
     }
-    // As every architecture's load refuses it.
-    if (Result<int64_t> positions = config.get_int("max_position_embeddings");
-        positions.ok() && model.max_context > *positions) {
-        return invalid_argument_error("max_context " + std::to_string(model.max_context) +
-                                      " is larger than the model's max_position_embeddings " +
-                                      std::to_string(*positions) + " (" + config.path() + ")");
-    }
     return warning;
 }
 
-// The engine options a start checks by name: engine.cpu_kernels (one this CPU runs) and
+// The engine options a start checks by name: engine.backend (one this host has: `cuda` needs
+// the CUDA backend compiled in and a GPU visible), engine.cpu_kernels (one this CPU runs) and
 // engine.sharding.communicator (one compiled in).
 Status check_engine(const Config& config) {
     const std::string& file = config.source;
+    // As `run` resolves it first thing: a reload that took a `cuda` this host lacks would leave
+    // the next start to fail.
+    if (Status backend = engine::resolve_backend(config.engine.backend).status(); !backend.ok()) {
+        return backend.with_context(file + ": engine.backend");
+    }
     if (config.engine.cpu_kernels != "auto") {
         if (Result<engine::cpu::Isa> isa = engine::cpu::isa_by_name(config.engine.cpu_kernels);
             !isa.ok()) {

@@ -6,8 +6,10 @@
 // the same TlsContextStore::create the daemon uses), no two TCP listeners share a port, each
 // model directory passes engine::check_model_files (config.json and its architecture's fields,
 // the safetensors headers, the stored quantization and the policy: what the load checks before
-// reading a weight), its tokenizer loads and its chat_template is known, the sharding
-// communicator is compiled in, and the gossip settings and keyring load. `edgeserve check-config`
+// reading a weight), its max_context is within the positions it serves (with YaRN, the stretched
+// length), its tokenizer loads and its chat_template is known, engine.backend is one this host
+// has (`cuda`: compiled in and a GPU visible), the sharding communicator is compiled in, and the
+// gossip settings and keyring load. `edgeserve check-config`
 // runs it after load_config(), and `run` runs it before loading the models, so the two cannot
 // disagree and a certificate typo fails the start at once. Errors name the config file and the
 // key. Pure apart from reading files; call from any thread.
@@ -39,7 +41,7 @@ Status preflight_reload(const Config& config, std::string* refused_part = nullpt
 
 // What SIGHUP checks of the sections a reload does not apply (changed_restart_sections() from
 // `running`, the config the daemon started with, to `fresh`), as preflight_config() checks them:
-// changed listeners, peer or gossip sections the ports, a changed engine section its
+// changed listeners, peer or gossip sections the ports, a changed engine section its backend,
 // cpu_kernels and communicator, changed models or engine sections each model directory. A
 // reload that took such a config would report success while the next start (check-config, then
 // `run`) refuses it. The error names the config file and key and says the next start would fail;

@@ -19,7 +19,8 @@ using ArchLoader = Result<std::unique_ptr<CausalLM>> (*)(const std::string&, con
 struct Arch {
     const char* name;
     ArchLoader load;
-    Status (*check_config)(const ConfigJson&);
+    // The config's fields, as the load checks them; sets the positions the model serves.
+    Status (*check_config)(const ConfigJson&, int64_t*);
     const char* experts_field;  // config.json's count of routed experts per MoE layer.
 };
 
@@ -77,10 +78,25 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadO
 }
 
 Status check_model_files(const std::string& dir, const std::string& policy,
-                         const shard::ShardingConfig& sharding) {
+                         const shard::ShardingConfig& sharding, int64_t max_context) {
     EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
     EDGE_ASSIGN_OR_RETURN(const Arch* arch, find_arch(config));
-    EDGE_RETURN_IF_ERROR(arch->check_config(config));
+    int64_t positions = 0;
+    EDGE_RETURN_IF_ERROR(arch->check_config(config, &positions));
+    // Against what the load serves, not config.json's max_position_embeddings: with YaRN the
+    // model serves more (Qwen's recipe: 131072 where the config says 40960).
+    if (max_context > positions) {
+        const Result<int64_t> stated = config.get_int("max_position_embeddings");
+        const std::string served =
+            stated.ok() && *stated < positions
+                ? std::to_string(positions) + " positions (max_position_embeddings " +
+                      std::to_string(*stated) +
+                      " stretched by rope_scaling: original_max_position_embeddings x factor)"
+                : "max_position_embeddings " + std::to_string(positions);
+        return invalid_argument_error("max_context " + std::to_string(max_context) +
+                                      " is larger than the model's " + served + " (" +
+                                      config.path() + ")");
+    }
     // One layer's placement: the plan is the same for every layer (check_config bounded the
     // count). A model with 0 routed experts is dense: the loaders build no MoE block and place
     // nothing, so neither does the check.

@@ -41,9 +41,11 @@ Result<std::unique_ptr<CausalLM>> load_model(const std::string& dir, const LoadO
 // The checks of load_model that read no weight, for `edgeserve check-config` (run does the same
 // before its slow load): config.json (the architecture and its fields), every safetensors header
 // (offsets, dtypes, shapes against the file sizes), the stored quantization_config and the
-// quantization `policy` ("" or "none": none), and `sharding` against the model's routed experts.
-// Cheap: headers only, nothing is quantized.
+// quantization `policy` ("" or "none": none), `sharding` against the model's routed experts, and
+// `max_context` (LoadOptions::max_context; 0 takes the model's own) against the positions the
+// model serves (with YaRN, the stretched length; the error says so). Cheap: headers only,
+// nothing is quantized.
 Status check_model_files(const std::string& dir, const std::string& policy,
-                         const shard::ShardingConfig& sharding = {});
+                         const shard::ShardingConfig& sharding = {}, int64_t max_context = 0);
 
 }  // namespace edge::engine

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -15,6 +16,7 @@
 #include "daemon/metrics.h"
 #include "daemon/preflight.h"
 #include "daemon/tenants.h"
+#include "engine/backend.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/scripted_daemon.h"
 #include "tests/testing/test_certs.h"
@@ -198,12 +200,18 @@ TEST_CASE("reload: a restart-only section the next start would refuse fails the 
         std::string part;
         std::string key;  // In the error.
     };
-    const std::vector<Broken> broken = {
+    std::vector<Broken> broken = {
         {edited(0, 0, d.dir.file("missing-model"), ""), "models", "models[0]"},
         {edited(18443, 18443, "/m", ""), "listeners", "listeners.admin.port"},
         {edited(0, 0, "/m", "engine:\n  sharding:\n    communicator: no_such_communicator\n"),
          "engine", "engine.sharding.communicator"},
     };
+    // `run` resolves the backend first thing: `cuda` where no GPU is visible fails it.
+    const std::vector<std::string> backends = engine::available_backends();
+    if (std::find(backends.begin(), backends.end(), "cuda") == backends.end()) {
+        broken.push_back({edited(0, 0, "/m", "engine:\n  backend: cuda\n"), "engine",
+                          "engine.backend"});
+    }
     for (const Broken& b : broken) {
         std::string part;
         const Status s = daemon::preflight_restart(*running, b.config, false, &part);
@@ -291,4 +299,66 @@ TEST_CASE("reload: a site alone warns of tenant models it serves only after a re
                       std::string::npos,
                   warned);
     CHECK_MESSAGE(warned.find("serves test-model") != std::string::npos, warned);
+}
+
+TEST_CASE("reload: the unserved tenant models are named together, and only when it applies") {
+    testing::ScriptedDaemon d({"test-model"});
+    d.start(tenant_yaml("sk-old"));
+    // Two tenants, each naming a model added to `models` in the same edit.
+    const std::string tenants =
+        "tenants:\n  - name: t1\n    api_key_sha256: [" + daemon::TenantTable::sha256_hex("sk-1") +
+        "]\n    models: [test-model, b]\n  - name: t2\n    api_key_sha256: [" +
+        daemon::TenantTable::sha256_hex("sk-2") +
+        "]\n    models: [c]\nmodels:\n  - {name: test-model, path: /m}\n"
+        "  - {name: b, path: /m}\n  - {name: c, path: /m}\n";
+    // That config, with listeners.admin.token_file `token_file` ("": none).
+    auto config = [&](const std::string& token_file) {
+        std::string text = testing::config_yaml(d.cert.cert_path, d.cert.key_path, tenants);
+        if (!token_file.empty()) {
+            const std::string admin = "  admin:\n";
+            text.insert(text.find(admin) + admin.size(), "    token_file: " + token_file + "\n");
+        }
+        auto fresh = daemon::parse_config(text, d.dir.file("c.yaml"));
+        REQUIRE_MESSAGE(fresh.ok(), fresh.status().to_string());
+        return *fresh;
+    };
+    std::mutex mu;
+    std::vector<std::string> lines;
+    log::set_sink([&](std::string_view line) {
+        std::lock_guard lock(mu);
+        lines.emplace_back(line);
+    });
+    // The lines logged with `event`.
+    auto logged = [&](const std::string& event) {
+        std::lock_guard lock(mu);
+        std::vector<std::string> found;
+        for (const std::string& l : lines) {
+            if (l.find(event) != std::string::npos) {
+                found.push_back(l);
+            }
+        }
+        return found;
+    };
+
+    // Applied (an admin token turned on with it): one warning naming both models.
+    const std::string token = d.dir.write("admin.token", "0123456789abcdef0123\n");
+    Status s = d.daemon->reload(config(token));
+    CHECK_MESSAGE(s.ok(), s.to_string());
+    std::vector<std::string> warned = logged("tenant_model_not_served_until_restart");
+    REQUIRE(warned.size() == 1);
+    CHECK_MESSAGE(warned[0].find("tenants[0].models[1]: model 'b', tenants[1].models[0]: "
+                                 "model 'c' are not served here") != std::string::npos,
+                  warned[0]);
+
+    // The same tenants with the admin token dropped: refused whole, so nothing to warn about.
+    {
+        std::lock_guard lock(mu);
+        lines.clear();
+    }
+    s = d.daemon->reload(config(""));
+    CHECK(s.code() == StatusCode::kFailedPrecondition);
+    CHECK(logged("\"event\":\"config_reload_failed\",\"part\":\"admin_token\"").size() == 1);
+    warned = logged("tenant_model_not_served_until_restart");
+    log::set_sink(nullptr);
+    CHECK_MESSAGE(warned.empty(), (warned.empty() ? "" : warned.front()));
 }

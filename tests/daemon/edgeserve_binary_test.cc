@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/backend.h"
 #include "tests/testing/config_yaml.h"
 #include "tests/testing/loopback_socket.h"
 #include "tests/testing/subprocess.h"
@@ -347,8 +348,32 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
                                    "models:\n  - {name: m, path: " + model +
                                        ", max_context: 100000}\n"));
     CHECK_MESSAGE(e.find("max_context 100000 is larger than the model's "
-                         "max_position_embeddings") != std::string::npos,
+                         "max_position_embeddings 2048 (" + model + "/config.json)") !=
+                      std::string::npos,
                   e);
+    // With YaRN the load serves original_max_position_embeddings x factor (2048 x 4 here), more
+    // than config.json's max_position_embeddings: check-config takes max_context up to that.
+    json = read_file(std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe/config.json");
+    const std::string plain_rope = "\"rope_scaling\": null";
+    REQUIRE(json.find(plain_rope) != std::string::npos);
+    json.replace(json.find(plain_rope), plain_rope.size(),
+                 R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})");
+    std::ofstream(model + "/config.json", std::ios::trunc) << json;
+    auto with_max_context = [&](int n) {
+        return check(testing::config_yaml(cert.cert_path, cert.key_path,
+                                          "models:\n  - {name: m, path: " + model +
+                                              ", max_context: " + std::to_string(n) + "}\n"));
+    };
+    e = with_max_context(8192);
+    CHECK_MESSAGE(e.empty(), e);
+    e = with_max_context(8193);
+    CHECK_MESSAGE(e.find("max_context 8193 is larger than the model's 8192 positions "
+                         "(max_position_embeddings 2048 stretched by rope_scaling") !=
+                      std::string::npos,
+                  e);
+    std::filesystem::copy_file(
+        std::string(EDGE_SOURCE_DIR) + "/tests/fixtures/micro-qwen3-moe/config.json",
+        model + "/config.json", std::filesystem::copy_options::overwrite_existing);
     // A template in no known format loads (completions still serve): ok, with a warning.
     std::ofstream(model + "/chat_template.jinja") << "{% for m in messages %}[INST]{% endfor %}";
     {
@@ -415,6 +440,18 @@ TEST_CASE("check-config loads what run loads: certificates, ports, model files, 
     e = check(testing::config_yaml(cert.cert_path, cert.key_path,
                                    "gossip:\n  port: 0\n  keyring_file: " + empty_ring + "\n"));
     CHECK_MESSAGE(e.find(empty_ring + ": no keys") != std::string::npos, e);
+
+    // engine.backend cuda where no GPU is visible: run refuses it before anything else, so
+    // check-config does too (not with --no-files, for a config written for another host).
+    const std::vector<std::string> backends = engine::available_backends();
+    if (std::find(backends.begin(), backends.end(), "cuda") == backends.end()) {
+        const std::string cuda = testing::config_yaml(cert.cert_path, cert.key_path,
+                                                      "engine:\n  backend: cuda\n");
+        e = check(cuda);
+        CHECK_MESSAGE(e.find(c + ": engine.backend: engine.backend is \"cuda\" but ") == 0, e);
+        CHECK(testing::run({kBinary, "check-config", "--no-files", dir.write("c.yaml", cuda)})
+                  .exit_code == 0);
+    }
 
     // --no-files checks the YAML only.
     std::string missing = dir.write(

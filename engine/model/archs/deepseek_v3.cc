@@ -399,10 +399,14 @@ bool mla_auto_picks_plain(const MlaConfig& m, int64_t heads, int64_t tokens, int
     return prefix * c * (nope + vd) <= sum_ctx * (2 * c - nope - vd);
 }
 
-Status check_deepseek_v3_config(const ConfigJson& json) {
+Status check_deepseek_v3_config(const ConfigJson& json, int64_t* max_positions) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
                           SigmoidMoeConfig::from_json(json, kDeepseekV3Defaults));
-    return MlaConfig::from_json(json, c).status();
+    EDGE_ASSIGN_OR_RETURN(MlaConfig m, MlaConfig::from_json(json, c));
+    if (max_positions != nullptr) {
+        *max_positions = m.rope_max_positions;
+    }
+    return ok_status();
 }
 
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3(const std::string& dir, const ConfigJson& json,

@@ -61,7 +61,9 @@ bool mla_auto_picks_plain(const MlaConfig& m, int64_t heads, int64_t tokens, int
 Result<std::unique_ptr<CausalLM>> load_deepseek_v3(
     const std::string& dir, const ConfigJson& config, const LoadOptions& options,
     MlaPath path = MlaPath::kAuto, int64_t plain_max_expanded_bytes = kMlaPlainMaxExpandedBytes);
-// What load_deepseek_v3 checks before it reads a weight: the config's fields.
-Status check_deepseek_v3_config(const ConfigJson& config);
+// What load_deepseek_v3 checks before it reads a weight: the config's fields. On success,
+// `max_positions` (when given) is set to the positions the model serves, as the load serves
+// them (with YaRN, the stretched length).
+Status check_deepseek_v3_config(const ConfigJson& config, int64_t* max_positions = nullptr);
 
 }  // namespace edge::engine

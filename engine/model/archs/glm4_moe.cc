@@ -180,10 +180,14 @@ Result<Glm4AttentionConfig> Glm4AttentionConfig::from_json(const ConfigJson& j,
     return a;
 }
 
-Status check_glm4_moe_config(const ConfigJson& json) {
+Status check_glm4_moe_config(const ConfigJson& json, int64_t* max_positions) {
     EDGE_ASSIGN_OR_RETURN(SigmoidMoeConfig c,
                           SigmoidMoeConfig::from_json(json, kGlm4MoeDefaults));
-    return Glm4AttentionConfig::from_json(json, c).status();
+    EDGE_ASSIGN_OR_RETURN(Glm4AttentionConfig a, Glm4AttentionConfig::from_json(json, c));
+    if (max_positions != nullptr) {
+        *max_positions = a.rope.max_positions;
+    }
+    return ok_status();
 }
 
 Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const ConfigJson& json,

@@ -44,7 +44,9 @@ struct Glm4AttentionConfig {
 
 Result<std::unique_ptr<CausalLM>> load_glm4_moe(const std::string& dir, const ConfigJson& config,
                                                 const LoadOptions& options);
-// What load_glm4_moe checks before it reads a weight: the config's fields.
-Status check_glm4_moe_config(const ConfigJson& config);
+// What load_glm4_moe checks before it reads a weight: the config's fields. On success,
+// `max_positions` (when given) is set to the positions the model serves, as the load serves
+// them (with YaRN, the stretched length).
+Status check_glm4_moe_config(const ConfigJson& config, int64_t* max_positions = nullptr);
 
 }  // namespace edge::engine

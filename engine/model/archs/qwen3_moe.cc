@@ -314,8 +314,12 @@ Status Qwen3Moe::forward(std::span<const SequenceChunk> batch, std::vector<float
 
 }  // namespace
 
-Status check_qwen3_moe_config(const ConfigJson& json) {
-    return Qwen3MoeConfig::from_json(json).status();
+Status check_qwen3_moe_config(const ConfigJson& json, int64_t* max_positions) {
+    EDGE_ASSIGN_OR_RETURN(Qwen3MoeConfig config, Qwen3MoeConfig::from_json(json));
+    if (max_positions != nullptr) {
+        *max_positions = config.rope.max_positions;
+    }
+    return ok_status();
 }
 
 Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const ConfigJson& json,

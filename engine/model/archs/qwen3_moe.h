@@ -56,7 +56,9 @@ struct Qwen3MoeConfig {
 
 Result<std::unique_ptr<CausalLM>> load_qwen3_moe(const std::string& dir, const ConfigJson& config,
                                                  const LoadOptions& options);
-// What load_qwen3_moe checks before it reads a weight: the config's fields.
-Status check_qwen3_moe_config(const ConfigJson& config);
+// What load_qwen3_moe checks before it reads a weight: the config's fields. On success,
+// `max_positions` (when given) is set to the positions the model serves, as the load serves
+// them (with YaRN, the stretched length).
+Status check_qwen3_moe_config(const ConfigJson& config, int64_t* max_positions = nullptr);
 
 }  // namespace edge::engine
