@@ -233,7 +233,9 @@ Result<CheckpointModel> read_checkpoint_model(const std::string& dir, const std:
     } else {
         EDGE_ASSIGN_OR_RETURN(m.embed, wl.matrix("model.embed_tokens.weight", m.vocab, H));
     }
-    if (plan.tie_word_embeddings && !ck.has("lm_head.weight")) {
+    // As Hugging Face ties them and the CPU model does (qwen3_moe.cc): the flag alone decides,
+    // a stored lm_head.weight beside it is not read.
+    if (plan.tie_word_embeddings) {
         m.lm_head = m.embed;
     } else {
         EDGE_ASSIGN_OR_RETURN(m.lm_head, wl.matrix("lm_head.weight", m.vocab, H));

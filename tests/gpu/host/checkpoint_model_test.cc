@@ -62,6 +62,18 @@ TEST_CASE("checkpoint model: the fixture's shape, norms and every expert as host
     }
 }
 
+TEST_CASE("checkpoint model: tied embeddings project with embed_tokens beside an lm_head.weight") {
+    // As Hugging Face ties them (and the CPU model, qwen3_moe.cc): tie_word_embeddings alone
+    // decides, a stored lm_head.weight (the fixture's differs from its embeddings) is not read.
+    testing::TempDir dir;
+    std::filesystem::copy(kMicro, dir.path(), std::filesystem::copy_options::recursive);
+    dir.write("config.json", config_with_field(fixture_config(), "tie_word_embeddings", "true"));
+    auto m = read_checkpoint_model(dir.path(), "none");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->lm_head.data == m->embed.data);
+    CHECK(m->lm_head.rows == m->embed.rows);
+}
+
 TEST_CASE("checkpoint model: quantize-on-load sets the expert format, dense layers untouched") {
     auto int4 = read_checkpoint_model(kMicro, "experts-int4");
     REQUIRE_MESSAGE(int4.ok(), int4.status().to_string());
