@@ -512,19 +512,33 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
             notes->note("served_by", result.site_id);
             notes->note("attempts", result.attempts);
             note_usage(*notes, result.prompt_tokens, result.completion_tokens);
+            // Refused before it ran, as run_here() settles a refusal: the lease ends refused
+            // (a prompt read to refuse it charged when refused for itself), counted rejected.
+            auto refused = [&](const char* reason, TenantLimiter::Lease::Refusal why) {
+                notes->note("rejected", std::string(reason));
+                lease->refuse(why, result.prompt_tokens);
+                if (metrics != nullptr) {
+                    metrics->on_tenant_rejected(tenant_name, reason);
+                    metrics->on_tenant_request(tenant_name, "rejected");
+                }
+            };
             if (forward_never_ran(result)) {
                 // As a local engine's refusal: for its load (503), everything admission took
                 // goes back; for the tenant's own queue full there (a 429: a peer applies no rate
                 // limit to a forwarded request, and its shared queue full is a 503), the request
                 // token stays spent, or a tenant whose queue there is full could have the peer
                 // tokenize its prompts at any rate.
-                notes->note("rejected", "peer_refused");
-                lease->refuse(result.status == 429 ? TenantLimiter::Lease::Refusal::kRequest
-                                                   : TenantLimiter::Lease::Refusal::kCapacity);
-                if (metrics != nullptr) {
-                    metrics->on_tenant_rejected(tenant_name, "peer_refused");
-                    metrics->on_tenant_request(tenant_name, "rejected");
-                }
+                refused("peer_refused", result.status == 429
+                                            ? TenantLimiter::Lease::Refusal::kRequest
+                                            : TenantLimiter::Lease::Refusal::kCapacity);
+                return;
+            }
+            if (const char* reason = forward_refusal_reason(result)) {
+                // The peer's engine refused the request itself (its prompt beyond the context, a
+                // field it cannot take): as the same refusal here, the request token and the
+                // prompt it read stay spent, or a tenant could have peers tokenize prompts
+                // without end, never held to its input limit.
+                refused(reason, TenantLimiter::Lease::Refusal::kRequest);
                 return;
             }
             // Cut, or the client left, before the peer's usage report: charged the most it may
@@ -537,9 +551,10 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 // Tokens served, as far as known (the charge above is not a count).
                 metrics->on_tenant_tokens(tenant_name, result.prompt_tokens,
                                           result.completion_tokens);
-                // A stream that failed after its head (cut, or the peer's error event) is an
-                // error, as the same failure here is; one the peer stopped for its load or a
-                // shutdown is cancelled, as a drain's deadline here cancels.
+                // A stream that failed after its head (cut, or the peer's error event), or an
+                // error answer after the peer accepted it, is an error, as the same failure here
+                // is; one the peer stopped for its load or a shutdown, or whose client left, is
+                // cancelled, as here.
                 metrics->on_tenant_request(tenant_name, forward_outcome(result));
             }
         },

@@ -47,15 +47,39 @@ const char* engine_refusal_reason(const Status& status) {
 }
 
 const char* forward_outcome(const cluster::ForwardResult& result) {
-    if (result.failed_unavailable) {
+    if (result.cancelled || result.failed_unavailable) {
         return "cancelled";
     }
-    return result.started && result.status < 500 && !result.failed ? "ok" : "error";
+    return result.started && result.status < 400 && !result.failed ? "ok" : "error";
 }
 
+namespace {
+
+// Refused before any peer's engine accepted it, and nothing came back of a run: the prompt a
+// peer's engine read to refuse it may be told (prompt_tokens), never a generation.
+bool refused_before_acceptance(const cluster::ForwardResult& result) {
+    return result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;
+}
+
+}  // namespace
+
 bool forward_never_ran(const cluster::ForwardResult& result) {
-    return (result.status == 429 || result.status == 503) && result.prompt_tokens == 0 &&
-           result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;
+    return (result.status == 429 || result.status == 503) && refused_before_acceptance(result);
+}
+
+const char* forward_refusal_reason(const cluster::ForwardResult& result) {
+    if (result.status < 400 || result.status >= 500 || result.status == 429 ||
+        !refused_before_acceptance(result)) {
+        return nullptr;
+    }
+    // The peer's answer is api_error_from_status()'s of its engine's refusal: these codes are
+    // the reasons engine_refusal_reason() gives the same refusals here; the rest, invalid_request.
+    for (const char* reason : {"context_length_exceeded", "model_not_found"}) {
+        if (result.error_code == reason) {
+            return reason;
+        }
+    }
+    return "invalid_request";
 }
 
 std::vector<cluster::RouteTarget> remote_targets_after_here(

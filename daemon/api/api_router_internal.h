@@ -33,12 +33,20 @@ const char* engine_refusal_reason(const Status& status);
 
 // Whether a forwarded request never ran anywhere: every site refused it (a peer's engine
 // answers 429 or 503 before generating: a full queue, no slot, overloaded) or none could be
-// reached (the forwarder's own 503), no peer's engine accepted it and no usage came back. Not a
-// 5xx after it started (it ran and failed), a 504 (it may have run), or an answer a peer
-// accepted and then lost (a deferred answer cut, a drain).
+// reached (the forwarder's own 503: refused or timed out connecting), no peer's engine accepted
+// it and no usage came back but the prompt's length a peer read to refuse it. Not a 5xx after
+// it started (it ran and failed), a 504 (a peer sent it timed out before answering: it may have
+// run), or an answer a peer accepted and then lost (a deferred answer cut, a drain).
 bool forward_never_ran(const cluster::ForwardResult& result);
-// The tenant's request outcome of a forward that ran: ok, error (a 5xx, or a stream that failed
-// after its head), or cancelled (a stream the peer stopped for its load or a shutdown).
+// When a peer refused a forwarded request for itself before its engine accepted it (a 4xx but
+// 429: its prompt beyond the context, a field the engine cannot take, a model it lacks): the
+// rejections_total reason a run here gives the same refusal (engine_refusal_reason()). Else
+// nullptr.
+const char* forward_refusal_reason(const cluster::ForwardResult& result);
+// The tenant's request outcome of a forward that ran, as the same end here is counted: ok,
+// error (an error answer after a peer's engine accepted it, a 5xx, or a stream that failed after
+// its head), or cancelled (the client left, or a stream the peer stopped for its load or a
+// shutdown).
 const char* forward_outcome(const cluster::ForwardResult& result);
 
 // The remote targets of a route plan after its first local one (this site), in the plan's order:

@@ -12,6 +12,7 @@
 #include "daemon/api/choice_sink.h"
 #include "daemon/api/completion_response.h"
 #include "daemon/api/tool_call_output.h"
+#include "daemon/cluster/route_planner.h"
 #include "engine/sched/prompt_budget.h"
 #include "engine/tokenizer/utf8.h"
 
@@ -152,6 +153,7 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
                     std::function<void(int64_t prompt_tokens)> on_accepted,
                     RefusalTaker take_refusal) {
     std::string model = request.generate.model;
+    const bool report_usage = request.report_usage;
     const std::vector<engine::ModelInfo> models = generator.models();
     // The request fails at once, nothing having run: `on_done` hears it as refused, with the
     // prompt's length when the engine had tokenized it.
@@ -163,7 +165,18 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             finish.usage.prompt_tokens = prompt_tokens;
             on_done(finish, true);
         }
-        channel->respond(error.to_response());
+        tls::HttpResponse response = error.to_response();
+        if (report_usage && prompt_tokens > 0 && error.status != 503) {
+            // For the forwarding site, which charges the tenant the prompt read to refuse it,
+            // as this site charges its own tenants. The prompt's length alone (no count of
+            // generated tokens, which marks an answer after acceptance): it never ran. Not on
+            // a refusal for load (503), whose prompt is never charged: a forwarding site of an
+            // earlier version reads any such count as an answer after acceptance, and would
+            // no longer take that 503 to its next target.
+            response.headers.push_back(
+                {std::string(cluster::kPromptTokensHeader), std::to_string(prompt_tokens)});
+        }
+        channel->respond(std::move(response));
     };
     // Each choice parses its own tool calls.
     std::vector<std::unique_ptr<ToolCallOutput>> tools;

@@ -49,14 +49,17 @@ inline constexpr std::string_view kMaxPromptTokensHeader = "X-Edgeserve-Max-Prom
 inline constexpr std::string_view kMaxContextTokensHeader = "X-Edgeserve-Max-Context-Tokens";
 // On a forwarded request's answer: the prompt's length in tokens, sent by the serving site on the
 // head it sends once its engine accepted the request (a stream's, or a deferred answer's), so the
-// forwarding site charges the prompt even when the answer is cut before its usage report; and
-// with kCompletionTokensHeader on an error answer after acceptance (a deferred one's inside its
-// body). Stripped before the answer reaches the client.
+// forwarding site charges the prompt even when the answer is cut before its usage report; with
+// kCompletionTokensHeader on an error answer after acceptance (a deferred one's inside its
+// body); and alone on an error answer refusing the request before it ran, when the engine had
+// tokenized its prompt (the forwarding site charges what was read, as a refusal there is).
+// Stripped before the answer reaches the client.
 inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Tokens";
 // On a forwarded request's error answer after its engine accepted it: the tokens generated
 // before it ended (a drain's deadline, a sequence the KV cache could not hold, a lost device), so
 // the forwarding site charges them and runs the request again elsewhere only when it says 0 (an
-// error answer without it may have generated: not run again). Stripped as kPromptTokensHeader.
+// error answer without it may have generated: not run again). Its presence marks an answer after
+// acceptance. Stripped as kPromptTokensHeader.
 inline constexpr std::string_view kCompletionTokensHeader = "X-Edgeserve-Completion-Tokens";
 // The version digest a client pins (also honoured on forwarded requests).
 inline constexpr std::string_view kModelVersionHeader = "X-Model-Version";
@@ -128,8 +131,14 @@ struct ForwardResult {
     int status = 0;         // HTTP status the client got (0 when none).
     std::string site_id;    // The site that answered (the last one tried).
     int attempts = 0;       // Targets tried.
-    int64_t prompt_tokens = 0;      // From the peer's usage, when it reported one.
+    // From the peer's usage, when it reported one; for an answer refusing the request before a
+    // peer's engine accepted it, the prompt's length that peer read to refuse it, as it told.
+    int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
+    // The error code (error.code) of an answer refusing the request before a peer's engine
+    // accepted it, "" when it had none: the caller names the refusal as it names the same one
+    // here (a prompt beyond the context, a field the engine cannot take).
+    std::string error_code;
     // The peer took the request (its answer had begun) but no usage came back: the answer was
     // cut, the client went away or the peer sent no report. It may have generated up to
     // max_tokens, so the tenant is charged that, as a request that ran (never refunded as one
@@ -139,6 +148,9 @@ struct ForwardResult {
     // came back): it ran, or may have, so it is never refunded as refused, whatever came after
     // (a deferred answer cut is still tried at the next site: it is not charged twice).
     bool accepted = false;
+    // The client went away before the answer's end (not a stop() of this site): the forward was
+    // cancelled, as a request run here whose client leaves is.
+    bool cancelled = false;
     // No remote target before this site's in `targets` took the request and nothing reached
     // the client: the forwarder has not answered the channel; the caller runs the request here.
     bool run_here = false;

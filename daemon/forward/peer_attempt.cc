@@ -202,6 +202,7 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
         if (stale) {
             continue;
         }
+        job.head_timed_out = job.head_timed_out || ec == beast::error::timeout;
         fail(ec == beast::error::timeout ? Failure::kTimeout : Failure::kReset,
              job.site_lost ? std::string("no response head: declared dead by gossip")
                            : "no response head: " + ec.message());
@@ -244,17 +245,20 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
     const bool accepted = deferred || (streamed && status == 200);
     // What ran there before an error answer after acceptance, as the peer told: a deferred
     // one's (below), or a plain one's, which a peer sends when the end came before its deferred
-    // head could go out (a race there). Told on a plain one, read as the deferred one's is:
-    // run again elsewhere only when it says no token was generated, and charged.
+    // head could go out (a race there). Told on a plain one (the generated tokens' count marks
+    // it), read as the deferred one's is: run again elsewhere only when it says no token was
+    // generated, and charged. The prompt's length alone comes on a refusal before the request
+    // ran: what the peer's engine read to refuse it.
     std::optional<int64_t> told_prompt;
     std::optional<int64_t> told_completion;
     bool told_usage = false;
     if (!deferred && !streamed && status != 200) {
-        told_usage = !response[cluster::kPromptTokensHeader].empty() ||
-                     !response[cluster::kCompletionTokensHeader].empty();
-        if (told_usage) {
+        told_usage = !response[cluster::kCompletionTokensHeader].empty();
+        if (!response[cluster::kPromptTokensHeader].empty()) {
             told_prompt = cluster::header_count(response[cluster::kPromptTokensHeader], 0,
                                                 kMaxToldTokens);
+        }
+        if (told_usage) {
             told_completion = cluster::header_count(response[cluster::kCompletionTokensHeader],
                                                     0, kMaxToldTokens);
         }
@@ -513,6 +517,13 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             // no usage, the refusal settled the charge at nothing, the prompt refunded too.
             job.result.usage_unknown = true;
             job.result.prompt_tokens = job.accepted_prompt_tokens;
+        } else {
+            // Refused there before it ran (its prompt beyond the context, a field its engine
+            // cannot take, a full queue): why, and the prompt the engine read to find out, which
+            // the caller charges as it charges the same refusal here.
+            usage.feed_json(body);
+            job.result.error_code = usage.error_code();
+            job.result.prompt_tokens = told_prompt.value_or(0);
         }
         head.body = std::move(body);
         job.result.started = true;

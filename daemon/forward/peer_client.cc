@@ -73,17 +73,21 @@ void PeerClient::Impl::report(const RouteTarget& target, bool ok, SteadyClock::d
 }
 
 void PeerClient::Impl::finish(ForwardJob& job) {
+    job.result.cancelled = job.cancelled && !stopping_.load();
     // No remote site took it: a local target in the plan runs it (the caller, on run_here),
     // as the next candidate would have been tried had it been remote.
     if (!job.result.started && !job.cancelled && !stopping_.load() && has_local_target(job)) {
         job.result.run_here = true;
     } else if (!job.result.started && (!job.cancelled || stopping_.load())) {
         // A job cancelled by stop() still answers; one whose client left has nobody to answer.
+        // A peer that was sent the request and sent no head in time may have run it: a 504,
+        // which the caller never refunds. When none was sent it (every peer refused the
+        // connection or timed out before it was up: blackholed, a TLS handshake or name lookup
+        // that never ended), it ran nowhere: a 503, which the caller refunds as refused.
         api::ApiError e;
-        e.status = job.last_failure == Failure::kTimeout ? 504 : 503;
+        e.status = job.head_timed_out ? 504 : 503;
         e.type = "server_error";
-        e.code = job.last_failure == Failure::kTimeout ? "upstream_timeout"
-                                                       : "upstream_unavailable";
+        e.code = job.head_timed_out ? "upstream_timeout" : "upstream_unavailable";
         if (stopping_.load()) {
             e.message = "this site is shutting down";
         } else if (job.last_error.empty()) {

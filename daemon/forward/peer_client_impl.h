@@ -123,6 +123,10 @@ struct ForwardJob {
     std::function<void()> deliver_last;
     Failure last_failure = Failure::kNone;
     std::string last_error;
+    // An attempt sent the request and its answer's head did not come within response_timeout:
+    // that peer may have run it. A timeout connecting (the name lookup, TCP connect or TLS
+    // handshake) does not set it: nothing was sent.
+    bool head_timed_out = false;
 };
 
 class PeerClient::Impl : public std::enable_shared_from_this<Impl> {

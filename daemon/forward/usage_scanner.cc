@@ -47,7 +47,11 @@ bool UsageScanner::read_usage(std::string_view body) {
     return p != nullptr && p->is_int64() && c != nullptr && c->is_int64();
 }
 
-void UsageScanner::feed_json(std::string_view body) { read_usage(body); }
+void UsageScanner::feed_json(std::string_view body) {
+    if (!read_usage(body)) {
+        read_error(body);
+    }
+}
 
 void UsageScanner::read_error(std::string_view json) {
     boost::system::error_code ec;
@@ -67,7 +71,7 @@ void UsageScanner::parse_event(std::string_view event) {
         event.find("\"usage\":{") == std::string_view::npos) {
         return;
     }
-    feed_json(event.substr(kData.size()));
+    read_usage(event.substr(kData.size()));
 }
 
 bool UsageScanner::take_report(std::string_view event) {

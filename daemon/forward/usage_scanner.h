@@ -17,7 +17,7 @@ namespace edge::daemon::forward {
 
 class UsageScanner {
 public:
-    // A whole JSON answer.
+    // A whole JSON answer: its usage, or an error answer's code (error_code()).
     void feed_json(std::string_view body);
     // The next bytes of a text/event-stream body. Returns the bytes to relay to the client: the
     // whole events seen so far, less the usage report; an event's start stays held until its end.
@@ -43,7 +43,8 @@ public:
     // (one longer than the partial-event bound counts from its start).
     bool failed() const { return failed_; }
     // That event's error.code ("" when it has none): service_unavailable for a generation the
-    // peer stopped for its load or a shutdown (a drain's deadline, no room once queued).
+    // peer stopped for its load or a shutdown (a drain's deadline, no room once queued). Also a
+    // whole JSON error answer's (feed_json()), which does not set failed().
     const std::string& error_code() const { return error_code_; }
     // Part of an over-long event was relayed without its end: a stream cut now leaves that
     // event open on the client's side (cut() closes it).

@@ -698,6 +698,10 @@ TEST_CASE("a non-streamed answer slower than response_timeout is not rerun elsew
     CHECK(r2->status == 400);
     CHECK(r2->body.find("prompt too long") != std::string::npos);
     CHECK_FALSE(c.generator.wait_for_request(0, 0));
+    // Failed after the peer's engine accepted it: an error, as the same end here, not ok.
+    CHECK(request_counted(a, "error"));
+    CHECK(metrics_contain(a,
+                          "edgeserve_tenant_requests_total{outcome=\"ok\",tenant=\"acme\"} 1\n"));
 }
 
 TEST_CASE("a client that goes away cancels the request on the remote engine") {
@@ -723,6 +727,8 @@ TEST_CASE("a client that goes away cancels the request on the remote engine") {
         CHECK(lines[0].at("complete") == false);
         CHECK(lines[0].at("outcome") == "cancelled");
         CHECK(lines[0].contains("completion_tokens"));
+        // Counted as a client leaving a request run here is, and as the forward is.
+        CHECK(request_counted(a, "cancelled"));
     }
     SUBCASE("before the answer's head") {
         auto c = a.client();
@@ -730,6 +736,7 @@ TEST_CASE("a client that goes away cancels the request on the remote engine") {
         REQUIRE(b.generator.wait_for_request(0));
         c->close();
         CHECK(b.generator.wait_cancelled(0));
+        CHECK(request_counted(a, "cancelled"));
     }
 }
 
@@ -859,6 +866,78 @@ TEST_CASE("a peer refusing for the tenant's own full queue there keeps the reque
     CHECK(limited->status == 429);
     CHECK(error_code_of(*limited) == "requests_per_second");
     CHECK_FALSE(b.generator.wait_for_request(0, 0));
+}
+
+TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as refused") {
+    // A peer that takes the TCP connection and never speaks TLS (or a blackholed address, a
+    // name lookup that hangs) was never sent the request: answered 504 and counted an error, it
+    // kept the tenant's request token spent, unlike a refused connection.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"},
+           tenants_section() + "    requests_per_second: 1\n    burst: 1\n", true,
+           "  connect_timeout_ms: 200\n  response_timeout_ms: 300\n");
+    auto client = a.client();
+    auto ask = [&] {
+        REQUIRE(client->send(chat_request(false)).ok());
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        return std::move(r).value();
+    };
+    SUBCASE("no handshake within connect_timeout") {
+        uint16_t port = 0;
+        const int mute = testing::bind_loopback(SOCK_STREAM, port);  // Listens, never accepts.
+        a.planner.route_to({RouteTarget{false, "mute", "127.0.0.1:" + std::to_string(port), 0.0,
+                                        "m"}});
+        auto r = ask();
+        CHECK(r.status == 503);
+        CHECK(error_code_of(r) == "upstream_unavailable");
+        CHECK(request_counted(a, "rejected"));
+        CHECK(metrics_contain(
+            a, "edgeserve_tenant_rejections_total{reason=\"peer_refused\",tenant=\"acme\"} 1"));
+        // The request token went back (fra's clock stands still): the next one is admitted.
+        auto again = ask();
+        CHECK(again.status == 503);
+        CHECK(error_code_of(again) == "upstream_unavailable");
+        close(mute);
+    }
+    SUBCASE("sent, and no head within response_timeout: a 504, charged as one that may have run") {
+        Site b(cluster, "sin", {"m"});
+        // sin's engine takes longer than response_timeout to accept it.
+        b.generator.on_submit_at(
+            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        a.planner.route_to({b.target()});
+        auto r = ask();
+        CHECK(r.status == 504);
+        CHECK(error_code_of(r) == "upstream_timeout");
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+        auto limited = ask();
+        CHECK(limited.status == 429);
+        CHECK(error_code_of(limited) == "requests_per_second");
+    }
+}
+
+TEST_CASE("a prompt a peer's engine refused for itself is charged and counted as one here") {
+    // Run here, the engine's refusal of a prompt beyond the context counts rejected with its
+    // reason and charges the prompt it tokenized to input_tokens_per_minute. Forwarded, it
+    // counted ok and charged nothing: a tenant could have peers tokenize prompts without end.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    input_tokens_per_minute: 100\n");
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    b.generator.set_prompt_tokens(1000);
+    b.generator.fail_next_submit(out_of_range_error("prompt: 1000 tokens exceed the context"));
+    auto r = a.ask(chat_request(false));
+    CHECK(r->status == 400);
+    CHECK(error_code_of(*r) == "context_length_exceeded");
+    CHECK(r->headers.count("x-edgeserve-prompt-tokens") == 0);
+    CHECK(request_counted(a, "rejected"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_rejections_total{reason=\"context_length_exceeded\","
+                             "tenant=\"acme\"} 1"));
+    // In debt for the 1000 tokens sin read: the next request waits, never reaching sin.
+    check_in_debt(a, b, chat_request(false), 0);
+    CHECK(metrics_contain(a, "edgeserve_tenant_rejections_total{reason=\"input_tokens_per_minute\","
+                             "tenant=\"acme\"} 1"));
 }
 
 TEST_CASE("every remote target refused and this site next in the plan: it runs here") {
