@@ -522,6 +522,13 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                     metrics->on_tenant_request(tenant_name, "rejected");
                 }
             };
+            if (forward_never_ran(result) && result.unplaced) {
+                // Its engine accepted it, then found no room before any token: as run_here()
+                // settles a request never placed, a refusal for capacity with the engine's reason.
+                refused(result.status == 429 ? "queue_full" : "overloaded",
+                        TenantLimiter::Lease::Refusal::kCapacity);
+                return;
+            }
             if (forward_never_ran(result)) {
                 // As a local engine's refusal: for its load (503), everything admission took
                 // goes back; for the tenant's own queue full there (a 429: a peer applies no rate

@@ -56,9 +56,12 @@ const char* forward_outcome(const cluster::ForwardResult& result) {
 namespace {
 
 // Refused before any peer's engine accepted it, and nothing came back of a run: the prompt a
-// peer's engine read to refuse it may be told (prompt_tokens), never a generation.
+// peer's engine read to refuse it may be told (prompt_tokens), never a generation. Not when a
+// peer tried before was sent it and never answered (maybe_ran): that one may have run it, so the
+// last target's refusal settles nothing, and the request is charged as one that may have run.
 bool refused_before_acceptance(const cluster::ForwardResult& result) {
-    return result.completion_tokens == 0 && !result.usage_unknown && !result.accepted;
+    return result.completion_tokens == 0 && !result.usage_unknown && !result.accepted &&
+           !result.maybe_ran;
 }
 
 }  // namespace

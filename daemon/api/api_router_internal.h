@@ -36,12 +36,14 @@ const char* engine_refusal_reason(const Status& status);
 // reached (the forwarder's own 503: refused or timed out connecting), no peer's engine accepted
 // it and no usage came back but the prompt's length a peer read to refuse it. Not a 5xx after
 // it started (it ran and failed), a 504 (a peer sent it timed out before answering: it may have
-// run), or an answer a peer accepted and then lost (a deferred answer cut, a drain).
+// run; so too when a later target refused it), or an answer a peer accepted and then lost (a
+// deferred answer cut, a drain).
 bool forward_never_ran(const cluster::ForwardResult& result);
 // When a peer refused a forwarded request for itself before its engine accepted it (a 4xx but
 // 429: its prompt beyond the context, a field the engine cannot take, a model it lacks): the
 // rejections_total reason a run here gives the same refusal (engine_refusal_reason()). Else
-// nullptr.
+// nullptr, as when a peer tried before may have run it (maybe_ran): then it is charged as a
+// request that ran, an error.
 const char* forward_refusal_reason(const cluster::ForwardResult& result);
 // The tenant's request outcome of a forward that ran, as the same end here is counted: ok,
 // error (an error answer after a peer's engine accepted it, a 5xx, or a stream that failed after

@@ -166,13 +166,16 @@ void run_completion(engine::Generator& generator, ParsedRequest request,
             on_done(finish, true);
         }
         tls::HttpResponse response = error.to_response();
-        if (report_usage && prompt_tokens > 0 && error.status != 503) {
+        const bool own_refusal =
+            error.status >= 400 && error.status < 500 && error.status != 429;
+        if (report_usage && prompt_tokens > 0 && own_refusal) {
             // For the forwarding site, which charges the tenant the prompt read to refuse it,
             // as this site charges its own tenants. The prompt's length alone (no count of
-            // generated tokens, which marks an answer after acceptance): it never ran. Not on
-            // a refusal for load (503), whose prompt is never charged: a forwarding site of an
-            // earlier version reads any such count as an answer after acceptance, and would
-            // no longer take that 503 to its next target.
+            // generated tokens, which marks an answer after acceptance): it never ran. Only on
+            // a refusal of the request itself (a 4xx but 429), which a forwarding site of an
+            // earlier version already took for the answer, and counted: it reads any usage
+            // count as an answer after acceptance, so on a 429 or a 5xx the count turned a
+            // refusal it could retry or refund into an accepted, charged request.
             response.headers.push_back(
                 {std::string(cluster::kPromptTokensHeader), std::to_string(prompt_tokens)});
         }

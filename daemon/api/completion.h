@@ -33,8 +33,8 @@ using CompletionDone = std::function<void(const engine::Finish&, bool refused)>;
 using RefusalTaker = std::function<bool(const Status& refusal)>;
 
 // Submits `request` and answers on `channel` (an OpenAI error when submit() fails; for a
-// forwarding site, request.report_usage, one that comes after the engine tokenized the prompt
-// tells its length in cluster::kPromptTokensHeader).
+// forwarding site, request.report_usage, a refusal of the request itself, a 4xx but 429, that
+// comes after the engine tokenized the prompt tells its length in cluster::kPromptTokensHeader).
 // `on_accepted`, when set, runs once submit() succeeded, with the prompt's length in tokens (the
 // sum over a list of prompts; 0 where the generator does not know it yet). `take_refusal`, when
 // set, is offered the engine's refusal of a choice at submit (the choices already queued are

@@ -51,8 +51,10 @@ inline constexpr std::string_view kMaxContextTokensHeader = "X-Edgeserve-Max-Con
 // head it sends once its engine accepted the request (a stream's, or a deferred answer's), so the
 // forwarding site charges the prompt even when the answer is cut before its usage report; with
 // kCompletionTokensHeader on an error answer after acceptance (a deferred one's inside its
-// body); and alone on an error answer refusing the request before it ran, when the engine had
-// tokenized its prompt (the forwarding site charges what was read, as a refusal there is).
+// body); and alone on an answer refusing the request itself before it ran (a 4xx but 429), when
+// the engine had tokenized its prompt (the forwarding site charges what was read, as a refusal
+// there is). Never alone on a 429 or 5xx: a forwarding site of an earlier version takes any
+// count for an answer after acceptance, neither retried nor refunded.
 // Stripped before the answer reaches the client.
 inline constexpr std::string_view kPromptTokensHeader = "X-Edgeserve-Prompt-Tokens";
 // On a forwarded request's error answer after its engine accepted it: the tokens generated
@@ -148,6 +150,13 @@ struct ForwardResult {
     // came back): it ran, or may have, so it is never refunded as refused, whatever came after
     // (a deferred answer cut is still tried at the next site: it is not charged twice).
     bool accepted = false;
+    // A peer was sent the request and sent no head within response_timeout: its engine may
+    // have run it, so, whatever a later target answered, it is never refunded as refused.
+    bool maybe_ran = false;
+    // The last peer's engine accepted it, then refused it for capacity before any token (503 or
+    // 429 saying none was generated) and no other target was left: it never ran, as a local
+    // run's request that was never placed (accepted stays false).
+    bool unplaced = false;
     // The client went away before the answer's end (not a stop() of this site): the forward was
     // cancelled, as a request run here whose client leaves is.
     bool cancelled = false;

@@ -503,6 +503,14 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             usage.feed_json(body);
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();
+        } else if ((deferred || told_usage) && !accepted_before &&
+                   (head.status == 503 || head.status == 429) && told_completion == int64_t{0}) {
+            // Accepted, then refused there for capacity before any token, and no other target
+            // left to run it: settled as the same end here is (a refusal for capacity, all that
+            // admission took given back, the prompt charged at acceptance too), not as an error
+            // after acceptance that ran.
+            job.result.accepted = false;
+            job.result.unplaced = true;
         } else if (deferred || told_usage) {
             // Accepted, then failed there (a drain cancelled it, say): the prompt was read, and
             // what it generated until then, as the peer told (a peer that does not: none).

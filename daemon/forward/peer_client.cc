@@ -74,6 +74,7 @@ void PeerClient::Impl::report(const RouteTarget& target, bool ok, SteadyClock::d
 
 void PeerClient::Impl::finish(ForwardJob& job) {
     job.result.cancelled = job.cancelled && !stopping_.load();
+    job.result.maybe_ran = job.head_timed_out;
     // No remote site took it: a local target in the plan runs it (the caller, on run_here),
     // as the next candidate would have been tried had it been remote.
     if (!job.result.started && !job.cancelled && !stopping_.load() && has_local_target(job)) {

@@ -511,6 +511,37 @@ TEST_CASE("a peer that generated, then answered a deferred 503: relayed and char
     CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
 }
 
+TEST_CASE("a peer that accepted then had no room before any token at the last target: refused") {
+    // Run here, that end (accepted, then a capacity error with no token) is a refusal for
+    // capacity: rejected, everything admission took given back. Forwarded with no target left,
+    // it was settled as an error after acceptance, its rate token and prompt kept.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"},
+           tenants_section() + "    requests_per_second: 1\n    burst: 1\n");
+    Site b(cluster, "sin", {"m"});
+    a.planner.route_to({b.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    REQUIRE(peer_head_arrived(a, "sin"));
+    b.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0},
+                       unavailable_error("no KV room"));
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    CHECK(r->status == 503);
+    CHECK(request_counted(a, "rejected"));
+    CHECK(metrics_contain(
+        a, "edgeserve_tenant_rejections_total{reason=\"overloaded\",tenant=\"acme\"} 1"));
+    CHECK_FALSE(metrics_contain(a, "kind=\"prompt\",tenant=\"acme\"} 3"));
+    // fra's clock stands still: the rate token went back, so the next request reaches sin.
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(1));
+    b.generator.finish(1, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto served = client->read_response();
+    REQUIRE(served.ok());
+    CHECK(served->status == 200);
+}
+
 TEST_CASE("a peer's plain error answer telling what ran there is read as a deferred one's") {
     // A peer whose engine ended the request before its deferred head went out answers plain,
     // with what ran until then: any 5xx head was run again at the next target (done twice)
@@ -868,6 +899,31 @@ TEST_CASE("a peer refusing for the tenant's own full queue there keeps the reque
     CHECK_FALSE(b.generator.wait_for_request(0, 0));
 }
 
+TEST_CASE("a peer's 429 after its engine read the prompt does not tell the prompt's length") {
+    // A forwarding site of an earlier version takes any usage count on an error answer for one
+    // after acceptance: told on a 429, it counted the refusal ok, and no longer refunded nor
+    // retried it. So the prompt sin read goes untold, and this site charges none of it.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    input_tokens_per_minute: 100\n");
+    Site b(cluster, "sin", {"m"}, tenants_section());
+    a.planner.route_to({b.target()});
+    b.generator.set_prompt_tokens(1000);
+    b.generator.fail_next_submit(resource_exhausted_error("tenant 'acme': queue full"));
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    auto refused = client->read_response();
+    REQUIRE(refused.ok());
+    CHECK(refused->status == 429);
+    CHECK(request_counted(a, "rejected"));
+    // Not in debt for the 1000 tokens: the next request reaches sin.
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(b.generator.wait_for_request(0));
+    b.generator.finish(0, engine::FinishReason::kStop, engine::Usage{1, 1, 0});
+    auto served = client->read_response();
+    REQUIRE(served.ok());
+    CHECK(served->status == 200);
+}
+
 TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as refused") {
     // A peer that takes the TCP connection and never speaks TLS (or a blackholed address, a
     // name lookup that hangs) was never sent the request: answered 504 and counted an error, it
@@ -909,6 +965,24 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         auto r = ask();
         CHECK(r.status == 504);
         CHECK(error_code_of(r) == "upstream_timeout");
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+        auto limited = ask();
+        CHECK(limited.status == 429);
+        CHECK(error_code_of(limited) == "requests_per_second");
+    }
+    SUBCASE("sent to one that never answered, then refused by the last target: not refunded") {
+        // sin may have run it; gru's 503 says only that gru did not. Refunded as peer_refused,
+        // the tenant had sin run requests past its rate.
+        Site b(cluster, "sin", {"m"});
+        Site c(cluster, "gru", {"m"});
+        b.generator.on_submit_at(
+            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        c.generator.fail_next_submit(unavailable_error("engine queue full"));
+        a.planner.route_to({b.target(), c.target()});
+        auto r = ask();
+        CHECK(r.status == 503);
+        CHECK(r.headers["x-edgeserve-site"] == "gru");
         CHECK(request_counted(a, "error"));
         CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
         auto limited = ask();
