@@ -503,12 +503,13 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             usage.feed_json(body);
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();
-        } else if ((deferred || told_usage) && !accepted_before &&
+        } else if ((deferred || told_usage) && !accepted_before && !job.head_timed_out &&
                    (head.status == 503 || head.status == 429) && told_completion == int64_t{0}) {
             // Accepted, then refused there for capacity before any token, and no other target
             // left to run it: settled as the same end here is (a refusal for capacity, all that
             // admission took given back, the prompt charged at acceptance too), not as an error
-            // after acceptance that ran.
+            // after acceptance that ran. Not when a peer tried before may have run it
+            // (head_timed_out): then it is that error, its prompt as told, never refunded.
             job.result.accepted = false;
             job.result.unplaced = true;
         } else if (deferred || told_usage) {

@@ -989,6 +989,28 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         CHECK(limited.status == 429);
         CHECK(error_code_of(limited) == "requests_per_second");
     }
+    SUBCASE("sent to one that never answered, then no room at the last after it accepted") {
+        // Settled as an error after acceptance (sin may have run it), so the prompt gru's
+        // acceptance charged is also the prompt counted: it was charged and shown as 0.
+        Site b(cluster, "sin", {"m"});
+        Site c(cluster, "gru", {"m"});
+        b.generator.on_submit_at(
+            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        a.planner.route_to({b.target(), c.target()});
+        auto client = a.client();
+        REQUIRE(client->send(chat_request(false)).ok());
+        REQUIRE(c.generator.wait_for_request(0));
+        REQUIRE(peer_head_arrived(a, "gru"));
+        c.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0},
+                           unavailable_error("no KV room"));
+        auto r = client->read_response();
+        REQUIRE(r.ok());
+        CHECK(r->status == 503);
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "reason=\"overloaded\""));
+        CHECK(metrics_contain(
+            a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+    }
 }
 
 TEST_CASE("a prompt a peer's engine refused for itself is charged and counted as one here") {
