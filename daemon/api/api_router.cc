@@ -479,7 +479,8 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                            std::vector<cluster::RouteTarget> targets,
                            std::shared_ptr<tls::ResponseChannel> channel,
                            std::shared_ptr<TenantLimiter::Lease> lease,
-                           const std::string& tenant_name, int64_t most_output) {
+                           const std::string& tenant_name, int64_t most_output,
+                           EarlierTargets earlier) {
     std::shared_ptr<tls::ResponseChannel> notes = channel;
     // The plan's remote targets after this site's (the forwarder tries those before it): where a
     // run here the engine refuses for load goes next. The request is kept for them.
@@ -495,18 +496,41 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
         std::move(request), tenant_name, std::move(targets), std::move(channel),
         [this, lease = std::move(lease), metrics = metrics_, tenant_name, notes = std::move(notes),
          most_output, req = std::move(req), after_here = std::move(after_here),
-         again = std::move(again)](const cluster::ForwardResult& result) {
+         again = std::move(again), earlier](const cluster::ForwardResult& forwarded) {
+            // Settled as the forwarder settles its own list of peers when one tried before may
+            // have run the request, or accepted it and was cut (peer_attempt.cc): whatever these
+            // targets answered, it is never refunded as refused.
+            cluster::ForwardResult result = forwarded;
+            result.maybe_ran = result.maybe_ran || earlier.maybe_ran;
+            if (earlier.any() && result.unplaced) {
+                // Accepted there, then no room before any token: the error after acceptance it
+                // is, its prompt as told.
+                result.unplaced = false;
+                result.accepted = true;
+            } else if (earlier.accepted && !result.accepted && result.status >= 400 &&
+                       !result.usage_unknown) {
+                // Refused there: it may have generated at the peer that accepted it, charged as
+                // an answer cut after acceptance.
+                result.accepted = true;
+                result.usage_unknown = true;
+                result.prompt_tokens = earlier.prompt_tokens;
+            }
             if (result.run_here && req != nullptr) {
                 // Every remote site before this one in the plan failed before answering: it runs
                 // here, as a retry at the next candidate would. (The forwarder sets run_here only
                 // for a plan holding this site, which is when `req` is kept.)
                 notes->note("attempts", result.attempts);
                 notes->note("fallback", "local");
+                // A peer tried may have run it, or accepted it before its answer was cut: a
+                // refusal here or after settles as one of a later peer would.
+                const EarlierTargets tried{result.maybe_ran, result.accepted, result.prompt_tokens,
+                                           most_output};
                 run_here(std::move(*req), notes, lease, tenant_name,
                          again != nullptr
                              ? forward_elsewhere(again, std::move(*after_here), tenant_name,
-                                                 most_output)
-                             : Elsewhere());
+                                                 most_output, tried)
+                             : Elsewhere(),
+                         tried);
                 return;
             }
             notes->note("served_by", result.site_id);
@@ -571,20 +595,21 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
 ApiRouter::Elsewhere ApiRouter::forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,
                                                   std::vector<cluster::RouteTarget> targets,
                                                   const std::string& tenant_name,
-                                                  int64_t most_output) {
+                                                  int64_t most_output, EarlierTargets earlier) {
     auto rest = std::make_shared<std::vector<cluster::RouteTarget>>(std::move(targets));
-    return [this, request = std::move(request), rest = std::move(rest), tenant_name, most_output](
-               std::shared_ptr<tls::ResponseChannel> refused_here,
-               std::shared_ptr<TenantLimiter::Lease> lease) {
+    return [this, request = std::move(request), rest = std::move(rest), tenant_name, most_output,
+            earlier](std::shared_ptr<tls::ResponseChannel> refused_here,
+                     std::shared_ptr<TenantLimiter::Lease> lease) {
         refused_here->note("fallback", "remote");
         forward_to(std::move(*request), nullptr, std::move(*rest), std::move(refused_here),
-                   std::move(lease), tenant_name, most_output);
+                   std::move(lease), tenant_name, most_output, earlier);
     };
 }
 
 void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
                          std::shared_ptr<TenantLimiter::Lease> admitted,
-                         const std::string& tenant_name, Elsewhere elsewhere) {
+                         const std::string& tenant_name, Elsewhere elsewhere,
+                         EarlierTargets earlier) {
     channel->note("served_by", site_id_);
     std::shared_ptr<TenantLimiter::Lease> lease = admitted;
     RefusalTaker take_refusal;
@@ -599,7 +624,7 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
     }
     run_completion(
         generator_, std::move(req), channel, clock_.wall_now_us() / 1'000'000,
-        [lease = std::move(admitted), metrics = metrics_, tenant_name, channel](
+        [lease = std::move(admitted), metrics = metrics_, tenant_name, channel, earlier](
             const engine::Finish& finish, bool refused) {
             const bool capacity = finish.error.code() == StatusCode::kResourceExhausted ||
                                   finish.error.code() == StatusCode::kUnavailable;
@@ -613,8 +638,19 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
             // engine tokenized its prompt.
             const bool own_queue_full =
                 refused && finish.error.code() == StatusCode::kResourceExhausted;
-            const char* outcome = note_finish(*channel, finish, refused || never_placed);
-            if (refused || never_placed) {
+            // A peer tried before may have run it, or accepted it before its answer was cut:
+            // this site's refusal settles nothing of that. It is the error after acceptance it
+            // is, never given back, its prompt as that peer told it (or as read here), as the
+            // forwarder settles a later peer's refusal.
+            const bool after_peer = (refused || never_placed) && earlier.any();
+            const bool rejected = (refused || never_placed) && !after_peer;
+            engine::Finish settled = finish;
+            if (after_peer) {
+                settled.usage.prompt_tokens =
+                    std::max(finish.usage.prompt_tokens, earlier.prompt_tokens);
+            }
+            const char* outcome = note_finish(*channel, settled, rejected);
+            if (rejected) {
                 // It never generated: the model's full queue or an overloaded engine gives back
                 // all that admission took, as a routing refusal does; a request refused for
                 // itself (a prompt beyond the context, one the engine cannot take) or for its
@@ -624,16 +660,19 @@ void ApiRouter::run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel
                                                           : TenantLimiter::Lease::Refusal::kRequest,
                               finish.usage.prompt_tokens);
             } else {
-                lease->finish(finish.usage.prompt_tokens, finish.usage.completion_tokens);
+                // After a peer that accepted it, what it may have generated there, as an answer
+                // cut after acceptance is charged.
+                lease->finish(settled.usage.prompt_tokens,
+                              after_peer && earlier.accepted ? earlier.most_output
+                                                             : settled.usage.completion_tokens);
             }
             if (metrics == nullptr) {
                 return;
             }
             // Tokens served: a refused prompt was read, not run.
-            metrics->on_tenant_tokens(tenant_name,
-                                      refused || never_placed ? 0 : finish.usage.prompt_tokens,
-                                      finish.usage.completion_tokens);
-            if (refused || never_placed) {
+            metrics->on_tenant_tokens(tenant_name, rejected ? 0 : settled.usage.prompt_tokens,
+                                      settled.usage.completion_tokens);
+            if (rejected) {
                 metrics->on_tenant_rejected(tenant_name, engine_refusal_reason(finish.error));
             }
             metrics->on_tenant_request(tenant_name, outcome);

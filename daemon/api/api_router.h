@@ -38,6 +38,18 @@
 
 namespace edge::daemon::api {
 
+// What the plan's targets tried before the next one left of an admitted request (their
+// ForwardResult): once a peer may have run it or accepted it, a later target's refusal, here or
+// at a peer, gives nothing back and is an error after acceptance, as the forwarder settles the
+// same within its own list of peers.
+struct EarlierTargets {
+    bool maybe_ran = false;     // A peer was sent it and sent no head in time.
+    bool accepted = false;      // A peer's engine accepted it, then its answer was cut.
+    int64_t prompt_tokens = 0;  // The prompt's length that peer told at its acceptance.
+    int64_t most_output = 0;    // What it may have generated there (accepted).
+    bool any() const { return maybe_ran || accepted; }
+};
+
 class ApiRouter final : public tls::HttpHandler {
 public:
     // `metrics` may be null.
@@ -92,23 +104,27 @@ private:
                                          std::shared_ptr<TenantLimiter::Lease> lease)>;
     // Runs an admitted request on this site's engine, settling `lease` when it ends. With
     // `elsewhere`, a refusal at submit for the site's load (kUnavailable: the model's queue
-    // full, overloaded, shutting down) is handed to it instead of answered.
+    // full, overloaded, shutting down) is handed to it instead of answered. `earlier`: what the
+    // remote targets tried before this site left of it.
     void run_here(ParsedRequest req, std::shared_ptr<tls::ResponseChannel> channel,
                   std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name,
-                  Elsewhere elsewhere = {});
-    // An Elsewhere that forwards the request (its peer headers set) to `targets`, remote ones.
+                  Elsewhere elsewhere = {}, EarlierTargets earlier = {});
+    // An Elsewhere that forwards the request (its peer headers set) to `targets`, remote ones,
+    // after the targets that left `earlier` (forward_to()).
     Elsewhere forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,
                                 std::vector<cluster::RouteTarget> targets,
-                                const std::string& tenant_name, int64_t most_output);
+                                const std::string& tenant_name, int64_t most_output,
+                                EarlierTargets earlier = {});
     // Sends an admitted request (its peer headers set) to `targets` through the forwarder,
     // settling `lease` when it ends; `req` runs here when the plan's local target comes next
     // (null for a list without one). `most_output`: what it may generate, charged when the
-    // answer is cut before the peer's usage report.
+    // answer is cut before the peer's usage report. `earlier`: what the targets tried before
+    // these left of it, settled with the forward's result as one list of targets would be.
     void forward_to(tls::HttpRequest request, std::shared_ptr<ParsedRequest> req,
                     std::vector<cluster::RouteTarget> targets,
                     std::shared_ptr<tls::ResponseChannel> channel,
                     std::shared_ptr<TenantLimiter::Lease> lease, const std::string& tenant_name,
-                    int64_t most_output);
+                    int64_t most_output, EarlierTargets earlier = {});
 
     engine::Generator& generator_;
     mutable std::mutex tenants_mu_;

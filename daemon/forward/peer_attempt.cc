@@ -512,6 +512,9 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             // (head_timed_out): then it is that error, its prompt as told, never refunded.
             job.result.accepted = false;
             job.result.unplaced = true;
+            // The prompt its acceptance charged: the caller keeps it when a target it tried
+            // before this list may have run the request (ApiRouter's fallback past this site).
+            job.result.prompt_tokens = told_prompt.value_or(job.accepted_prompt_tokens);
         } else if (deferred || told_usage) {
             // Accepted, then failed there (a drain cancelled it, say): the prompt was read, and
             // what it generated until then, as the peer told (a peer that does not: none).

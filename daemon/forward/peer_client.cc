@@ -79,6 +79,9 @@ void PeerClient::Impl::finish(ForwardJob& job) {
     // as the next candidate would have been tried had it been remote.
     if (!job.result.started && !job.cancelled && !stopping_.load() && has_local_target(job)) {
         job.result.run_here = true;
+        // The prompt a peer told when it accepted it, before its answer was cut (accepted): the
+        // caller keeps it charged should this site or a later target refuse the request.
+        job.result.prompt_tokens = job.accepted_prompt_tokens;
     } else if (!job.result.started && (!job.cancelled || stopping_.load())) {
         // A job cancelled by stop() still answers; one whose client left has nobody to answer.
         // A peer that was sent the request and sent no head in time may have run it: a 504,

@@ -467,6 +467,31 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
     }
 }
 
+TEST_CASE("a deferred answer cut after the peer accepted, then refused here: never refunded") {
+    // The fallback to this site forgot the acceptance: this site's refusal for its load (and a
+    // later peer's) gave back the prompt the first peer told, counted rejected.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section());
+    RawPeer raw(cluster, kAcceptedDeferredHead);
+    a.generator.fail_next_submit(unavailable_error("engine queue full"));
+    const RouteTarget here{true, "fra", "", 0.0, "m"};
+    SUBCASE("this site is the last target") {
+        a.planner.route_to({raw.target(), here});
+        CHECK(a.ask(chat_request(false))->status == 503);
+    }
+    SUBCASE("then the last target refuses it too") {
+        Site c(cluster, "gru", {"m"});
+        c.generator.fail_next_submit(unavailable_error("engine queue full"));
+        a.planner.route_to({raw.target(), here, c.target()});
+        auto r = a.ask(chat_request(false));
+        CHECK(r->status == 503);
+        CHECK(r->headers["x-edgeserve-site"] == "gru");
+    }
+    CHECK(request_counted(a, "error"));
+    CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
+}
+
 TEST_CASE("a peer that generated, then answered a deferred 503: relayed and charged, not rerun") {
     // The peer's engine accepted the request and generated 1500 tokens; then its drain's
     // deadline cancelled it, or the lone sequence outgrew its KV cache: a 503 after the work.
@@ -985,6 +1010,35 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         CHECK(r.headers["x-edgeserve-site"] == "gru");
         CHECK(request_counted(a, "error"));
         CHECK_FALSE(metrics_contain(a, "reason=\"peer_refused\""));
+        auto limited = ask();
+        CHECK(limited.status == 429);
+        CHECK(error_code_of(limited) == "requests_per_second");
+    }
+    SUBCASE("sent to one that never answered, then this site refused it for its load") {
+        // sin may have run it; this site's engine refusing it says only that it did not run
+        // here. Refunded as overloaded, the tenant had sin run requests past its rate.
+        Site b(cluster, "sin", {"m"});
+        b.generator.on_submit_at(
+            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        a.generator.fail_next_submit(unavailable_error("engine queue full"));
+        const RouteTarget here{true, "fra", "", 0.0, "m"};
+        SUBCASE("the last target") {
+            a.planner.route_to({b.target(), here});
+            CHECK(ask().status == 503);
+        }
+        SUBCASE("then refused by the last target") {
+            Site c(cluster, "gru", {"m"});
+            c.generator.fail_next_submit(unavailable_error("engine queue full"));
+            a.planner.route_to({b.target(), here, c.target()});
+            auto r = ask();
+            CHECK(r.status == 503);
+            CHECK(r.headers["x-edgeserve-site"] == "gru");
+        }
+        CHECK(request_counted(a, "error"));
+        CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
+        // The request token stays spent (fra's clock stands still): refused before routing.
+        a.planner.route_to(
+            {RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"}});
         auto limited = ask();
         CHECK(limited.status == 429);
         CHECK(error_code_of(limited) == "requests_per_second");
