@@ -85,18 +85,7 @@ Status check_model_files(const std::string& dir, const std::string& policy,
     EDGE_RETURN_IF_ERROR(arch->check_config(config, &positions));
     // Against what the load serves, not config.json's max_position_embeddings: with YaRN the
     // model serves more (Qwen's recipe: 131072 where the config says 40960).
-    if (max_context > positions) {
-        const Result<int64_t> stated = config.get_int("max_position_embeddings");
-        const std::string served =
-            stated.ok() && *stated < positions
-                ? std::to_string(positions) + " positions (max_position_embeddings " +
-                      std::to_string(*stated) +
-                      " stretched by rope_scaling: original_max_position_embeddings x factor)"
-                : "max_position_embeddings " + std::to_string(positions);
-        return invalid_argument_error("max_context " + std::to_string(max_context) +
-                                      " is larger than the model's " + served + " (" +
-                                      config.path() + ")");
-    }
+    EDGE_RETURN_IF_ERROR(check_max_context(config, positions, max_context));
     // One layer's placement: the plan is the same for every layer (check_config bounded the
     // count). A model with 0 routed experts is dense: the loaders build no MoE block and place
     // nothing, so neither does the check.

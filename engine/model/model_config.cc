@@ -289,6 +289,22 @@ Result<int64_t> get_int_in(const ConfigJson& config, std::string_view key, int64
     return v;
 }
 
+Status check_max_context(const ConfigJson& config, int64_t served, int64_t max_context) {
+    if (max_context <= served) {
+        return ok_status();
+    }
+    const Result<int64_t> stated = config.get_int("max_position_embeddings");
+    const std::string what =
+        stated.ok() && *stated < served
+            ? std::to_string(served) + " positions (max_position_embeddings " +
+                  std::to_string(*stated) +
+                  " stretched by rope_scaling: original_max_position_embeddings x factor)"
+            : "max_position_embeddings " + std::to_string(served);
+    return invalid_argument_error("max_context " + std::to_string(max_context) +
+                                  " is larger than the model's " + what + " (" + config.path() +
+                                  ")");
+}
+
 Status require_string_if_set(const ConfigJson& config, std::string_view key,
                              std::string_view only) {
     if (config.is_null(key)) {

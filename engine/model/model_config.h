@@ -67,6 +67,11 @@ Result<int64_t> get_int_in(const ConfigJson& config, std::string_view key, int64
 // unimplemented ("config.json: field 'hidden_act' 'gelu' is not supported (only silu)").
 Status require_string_if_set(const ConfigJson& config, std::string_view key, std::string_view only);
 
+// Refuses a max_context (LoadOptions::max_context) beyond `served`, the positions the model's load
+// serves: config.json's max_position_embeddings, or more where YaRN stretches it (the message
+// names both then). The one text for the preflight (check-config) and every backend's load.
+Status check_max_context(const ConfigJson& config, int64_t served, int64_t max_context);
+
 // Token ids (an int or a list, as eos_token_id), each checked to lie in [0, vocab_size).
 Result<std::vector<int64_t>> get_token_ids(const ConfigJson& config, std::string_view key,
                                            int64_t vocab_size);

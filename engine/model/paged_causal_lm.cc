@@ -7,6 +7,7 @@
 #include "engine/backend.h"
 #include "engine/cpu/ops.h"
 #include "engine/model/loader.h"
+#include "engine/model/model_config.h"
 #include "engine/model/weight_loader.h"
 
 namespace edge::engine {
@@ -94,13 +95,11 @@ Status PagedCausalLM::prepare_batch(std::span<const SequenceChunk> batch, int64_
 Status PagedCausalLM::finish_load(const std::string& dir, const LoadOptions& options,
                                   const PagedModelShape& shape, ModelSpec* spec) {
     int64_t max_context = shape.max_position_embeddings;
+    if (options.max_context > max_context) {
+        EDGE_ASSIGN_OR_RETURN(ConfigJson config, ConfigJson::read(dir));
+        return check_max_context(config, max_context, options.max_context);
+    }
     if (options.max_context > 0) {
-        if (options.max_context > max_context) {
-            return invalid_argument_error(dir + ": max_context " +
-                                          std::to_string(options.max_context) +
-                                          " is larger than the model's max_position_embeddings " +
-                                          std::to_string(max_context));
-        }
         max_context = options.max_context;
     }
     // The cache is reserved, not committed, so a budget beyond this machine's memory would load

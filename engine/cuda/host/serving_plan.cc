@@ -328,11 +328,11 @@ Status device_load_failure(const Status& device_load, bool cuda_arena_held) {
 Result<ModelSpec> serving_model_spec(const std::string& dir, const CheckpointModel& model,
                                      int32_t max_context) {
     EDGE_ASSIGN_OR_RETURN(ConfigJson json, ConfigJson::read(dir));
-    if (max_context < 0 || max_context > model.max_position) {
+    if (max_context < 0) {
         return invalid_argument_error(dir + ": max_context " + std::to_string(max_context) +
-                                      " is larger than the model's max_position_embeddings " +
-                                      std::to_string(model.max_position));
+                                      " is negative");
     }
+    EDGE_RETURN_IF_ERROR(check_max_context(json, model.max_position, max_context));
     ModelSpec spec;
     spec.architecture = model.architecture;
     spec.vocab_size = model.vocab;

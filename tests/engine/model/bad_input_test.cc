@@ -402,8 +402,11 @@ TEST_CASE("a max_context beyond the model's positions is refused by every archit
         auto r = load_model(dir, o);
         REQUIRE_FALSE(r.ok());
         CHECK(r.status().code() == StatusCode::kInvalidArgument);
-        CHECK(contains(r.status(), dir + ": max_context 1073741824 is larger than the model's "
-                                         "max_position_embeddings"));
+        CHECK(contains(r.status(), "max_context 1073741824 is larger than the model's "));
+        CHECK(contains(r.status(), " (" + dir + "/config.json)"));
+        // The preflight (check-config) says the same.
+        const Status preflight = check_model_files(dir, "", {}, o.max_context);
+        CHECK(preflight.to_string() == r.status().to_string());
         o.max_context = 32;  // Within: loads, and the spec reports the limit.
         auto ok = load_model(dir, o);
         REQUIRE_MESSAGE(ok.ok(), ok.status().to_string());

@@ -467,7 +467,10 @@ TEST_CASE("the device model's spec is the CPU model's (same sampler inputs, same
         CHECK(spec->weight_bytes == want.weight_bytes);
         CHECK(spec->kv_bytes_per_token == want.kv_bytes_per_token);
         CHECK(serving_model_spec(dir, *m, 0)->max_context == m->max_position);
-        CHECK_FALSE(serving_model_spec(dir, *m, m->max_position + 1).ok());
+        // Refused with the CPU load's and the preflight's text.
+        const Status too_long = serving_model_spec(dir, *m, m->max_position + 1).status();
+        CHECK(too_long.to_string() ==
+              check_model_files(dir, "", {}, m->max_position + 1).to_string());
         // The arena covers the weights and the pool, and grows with the rows.
         const int64_t small = serving_arena_bytes(*m, 64, 16, 100, 16, 256);
         const PagedKvLayout kv{m->layers, m->kv_heads, m->head_dim, 100};
