@@ -113,12 +113,14 @@ void PeerClient::Impl::finish(ForwardJob& job) {
     }
     if (metrics_ != nullptr && !job.result.site_id.empty()) {
         // A stream the peer stopped for its load or a shutdown is cancelled, as one stopped
-        // so here; one that failed otherwise after its head, or was cut, is an error.
+        // so here; one that failed otherwise after its head, or was cut, is an error; the peer's
+        // refusal of the request itself (a 4xx: its context, its tenant's queue there) is
+        // rejected, as the tenant's request is counted.
         std::string_view outcome = "error";
         if (job.cancelled || job.result.failed_unavailable) {
             outcome = "cancelled";
         } else if (job.result.started && job.result.status < 500 && !job.result.failed) {
-            outcome = "ok";
+            outcome = job.result.status >= 400 ? "rejected" : "ok";
         }
         metrics_->on_forwarded(job.result.site_id, outcome);
     }

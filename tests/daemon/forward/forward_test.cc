@@ -940,6 +940,8 @@ TEST_CASE("a peer's 429 after its engine read the prompt does not tell the promp
     REQUIRE(refused.ok());
     CHECK(refused->status == 429);
     CHECK(request_counted(a, "rejected"));
+    CHECK(metrics_contain(
+        a, "edgeserve_forwarded_requests_total{outcome=\"rejected\",site=\"sin\"} 1"));
     // Not in debt for the 1000 tokens: the next request reaches sin.
     REQUIRE(client->send(chat_request(false)).ok());
     REQUIRE(b.generator.wait_for_request(0));
