@@ -76,15 +76,23 @@ inline constexpr size_t kMaxSiteStringBytes = 255;
 // would never look busy or saturated, and draw every site's traffic.
 inline constexpr uint32_t kMaxPoolCapacity = 1u << 16;
 
+// True when a pool with `queue_depth` waiting requests is at its engine's queue bound (`max_queue`,
+// 0: not advertised, no bound). Its engine then answers 503 "queue full", so routing counts the
+// pool saturated (selection::compute_cost) and gossip sends the step onto or off the bound at once
+// (load_changed_materially): both read this one definition.
+inline bool at_queue_bound(uint32_t queue_depth, uint32_t max_queue) {
+    return max_queue > 0 && queue_depth >= max_queue;
+}
+
 std::vector<uint8_t> encode_site_state(const SiteState& s);
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 
 // True when `next` differs from `prev` enough to be worth gossiping now: anything but load
-// changed, a pool's queue depth or running count went to 0 or its queue bound changed, or a load
-// figure moved by at least `fraction` of its old value and `abs_requests` (queue depth, running),
-// `fraction` (KV use) or 1 (decode and prefill tokens/s). Steps are compared with a little
-// slack, so 0.9 -> 1.0 of KV use is the 0.1 it reads as, not the 0.0999... floating point makes
-// it.
+// changed, a pool's queue depth or running count went to 0, its queue bound changed or its queue
+// reached or left that bound (at_queue_bound, however small the step), or a load figure moved by
+// at least `fraction` of its old value and `abs_requests` (queue depth, running), `fraction` (KV
+// use) or 1 (decode and prefill tokens/s). Steps are compared with a little slack, so 0.9 -> 1.0
+// of KV use is the 0.1 it reads as, not the 0.0999... floating point makes it.
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
                              uint32_t abs_requests);
 // True when the two states differ only in pool load figures.

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "routing/membership/site_state.h"
+
 namespace edge::routing::selection {
 
 std::string_view rtt_source_name(RttSource s) {
@@ -99,7 +101,7 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
     // saturation_queue_per_slot * capacity may lie beyond it (4 slots, max_queue 4: never reached).
     t.saturated = static_cast<double>(in.queue_depth) >=
                       config.saturation_queue_per_slot * std::max<uint32_t>(in.capacity, 1) ||
-                  (in.max_queue > 0 && in.queue_depth >= in.max_queue) ||
+                  membership::at_queue_bound(in.queue_depth, in.max_queue) ||
                   kv >= config.kv_saturated;
     if (!std::isfinite(t.total_s)) {
         // Only a config outside its checked ranges gets here (a rate floor of 0 or NaN, an

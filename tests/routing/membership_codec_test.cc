@@ -541,6 +541,32 @@ TEST_CASE("site state: the queue bound round-trips, an older member's state has 
     CHECK(load_changed_materially(s, bigger, 0.5, 100));
 }
 
+TEST_CASE("site state: a queue reaching or leaving its bound is material by one request") {
+    // deploy/cluster-demo's fra: 4 slots, max_queue 4, the default thresholds (10 %, 2 requests).
+    // 3 -> 4 was held back as +1 request: every site kept choosing the full pool (its engine
+    // answered 503 "queue full"), and after 4 -> 3 kept refusing it while it had room.
+    SiteState below = sample_site();
+    below.pools[0].capacity = 4;
+    below.pools[0].load.max_queue = 4;
+    below.pools[0].load.queue_depth = 3;
+    SiteState full = below;
+    full.pools[0].load.queue_depth = 4;
+    CHECK(load_changed_materially(below, full, 0.1, 2));
+    CHECK(load_changed_materially(full, below, 0.1, 2));
+    // Past the bound the pool stays saturated: +1 request is not news there.
+    SiteState over = full;
+    over.pools[0].load.queue_depth = 5;
+    CHECK_FALSE(load_changed_materially(full, over, 0.1, 2));
+    // Below the bound, +1 request is still below the thresholds.
+    SiteState two = below;
+    two.pools[0].load.queue_depth = 2;
+    CHECK_FALSE(load_changed_materially(two, below, 0.1, 2));
+    // Without an advertised bound (an older member), 3 -> 4 is the +1 request it always was.
+    below.pools[0].load.max_queue = 0;
+    full.pools[0].load.max_queue = 0;
+    CHECK_FALSE(load_changed_materially(below, full, 0.1, 2));
+}
+
 TEST_CASE("site state: a capacity past the engine's bound or a decode rate past 1e9 is kDataLoss") {
     // Routing costs a pool by its free slots and decode rate: one claiming 4e9 slots or 1e300
     // tokens/s had no queue wait at any queue depth, never counted as saturated, and drew every

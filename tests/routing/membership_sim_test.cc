@@ -10,6 +10,7 @@
 
 #include "routing/membership/config.h"
 #include "routing/membership/timing.h"
+#include "routing/selection/route_table.h"
 #include "tests/testing/gossip_sim.h"
 
 namespace edge::routing::membership {
@@ -509,6 +510,43 @@ TEST_CASE("sim: leave, user events, large state and load rate limits") {
         CHECK(sim.run_until([&] { return sim.count_with_version(1, v0 + 1) == n; }, seconds(10)));
         CHECK(sim.node(8).snapshot()->find(GossipSim::name(1))->site->pools[0].load.queue_depth ==
               50);
+    }
+    SUBCASE("a queue reaching or leaving its bound by one request is gossiped") {
+        // deploy/cluster-demo's fra: 4 slots, max_queue 4. A step of one request is below the
+        // thresholds, but onto the bound it makes the pool saturated (its engine answers 503
+        // "queue full"), and off it the pool takes requests again: a peer must see both.
+        Memberlist& origin = sim.node(1);
+        SiteState s = changed_site(origin, "sha256:bound");
+        s.pools[0].capacity = 4;
+        s.pools[0].load.max_queue = 4;
+        s.pools[0].load.queue_depth = 3;
+        origin.update_site_state(s);
+        const uint64_t v0 = *origin.site_version_of(origin.name());
+        // The saturation a peer's route table gives the pool once `version` reached it.
+        auto saturated_at_peer = [&](uint64_t version) {
+            REQUIRE(sim.run_until([&] { return sim.count_with_version(1, version) == n; },
+                                  seconds(10)));
+            const auto snap = sim.node(8).snapshot();
+            CHECK(snap->find(GossipSim::name(1))->site->pools[0].load.queue_depth ==
+                  s.pools[0].load.queue_depth);
+            const selection::RouteTable t =
+                selection::build_route_table(*snap, selection::CostConfig{});
+            const selection::ModelPools* mp = t.find("glm-4.6");
+            REQUIRE(mp != nullptr);
+            REQUIRE(mp->candidates.size() == 1);
+            return mp->candidates[0].cost.saturated;
+        };
+        CHECK_FALSE(saturated_at_peer(v0));
+        sim.net().run_for(c.load_update_min_interval);
+        s.pools[0].load.queue_depth = 4;
+        origin.update_site_state(s);
+        CHECK(*origin.site_version_of(origin.name()) == v0 + 1);
+        CHECK(saturated_at_peer(v0 + 1));
+        sim.net().run_for(c.load_update_min_interval);
+        s.pools[0].load.queue_depth = 3;
+        origin.update_site_state(s);
+        CHECK(*origin.site_version_of(origin.name()) == v0 + 2);
+        CHECK_FALSE(saturated_at_peer(v0 + 2));
     }
 }
 
