@@ -258,8 +258,13 @@ private:
     // others run (it must wait). A restore that fails otherwise, or a shared prefix evicted
     // meanwhile, means recomputing.
     bool restore_kv(Sequence* seq);
+    // Attaches what the prefix cache holds of the sequence's prompt (when may_attach_prefix),
+    // counting its prompt as a query at its first admission.
     void attach_prefix(Sequence* seq);
     void publish_prefix(Sequence* seq);
+    // Whether the sequence's prompt may be taken from the prefix cache now: the cache is on, and
+    // the prompt's logprobs, when asked for, are all known.
+    bool may_attach_prefix(const Sequence& seq) const;
     // Leading blocks of the sequence's prefix chain it may take from the cache now.
     size_t attachable_blocks(const Sequence& seq) const;
     // In-batch prefix sharing, for a sequence that has computed whole blocks of its prompt:

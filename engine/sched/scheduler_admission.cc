@@ -144,10 +144,6 @@ bool Scheduler::admit() {
             if (!seq->admitted_once) {
                 t.queue_time.observe(
                     std::chrono::duration<double>(clock_->now() - seq->submitted_at).count());
-                if (config_.prefix_cache && model_->kv_block_tokens() > 0) {
-                    // Without a prefix cache there is nothing to query (hits: attach_prefix).
-                    t.prefix_query_tokens += seq->prompt_len;
-                }
             }
         }
         seq->admitted_once = true;
@@ -358,8 +354,17 @@ void Scheduler::attach_prefix(Sequence* seq) {
             bt, tenant_salt(config_.prefix_secret, seq->cache_scope), SIZE_MAX);
         seq->chain_ready = true;
     }
+    // The chain is made all the same: the sequence publishes the blocks it computes, and others
+    // may wait for them (awaits_shared_prefix).
+    if (!may_attach_prefix(*seq)) {
+        return;
+    }
     if (!seq->admitted_once) {
+        // A query per prompt, at its first admission (here, as admit() calls this then). Both
+        // counters here, so that they agree; hits are counted when the sequence ends (finish()).
         stats_.prefix_query_tokens += seq->prompt_len;
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        tenant_stats(seq->tenant).prefix_query_tokens += seq->prompt_len;
     }
     // The slot holds `computed` positions: none at admission, whole blocks of the prompt when
     // in-batch sharing attaches more (a partial block attaches nothing).
@@ -381,17 +386,25 @@ void Scheduler::attach_prefix(Sequence* seq) {
     seq->attached_most = std::max(seq->attached_most, length);
 }
 
-size_t Scheduler::attachable_blocks(const Sequence& seq) const {
-    // At least one token is left to compute: its logits give the next token. A prompt whose
-    // logprobs are asked for is computed whole (cached blocks have no logits), until they are all
-    // known (a sequence preempted later may then attach).
+bool Scheduler::may_attach_prefix(const Sequence& seq) const {
+    if (!config_.prefix_cache || model_->kv_block_tokens() <= 0) {
+        return false;
+    }
+    // A prompt whose logprobs are asked for is computed whole (cached blocks have no logits)
+    // until they are all known, so it is no query at its first admission; preempted after that,
+    // it may attach again, only blocks it computed itself (no hits).
     const bool needs_logits =
         seq.prompt_logprobs && !seq.prompt_sent &&
         std::any_of(seq.prompt_lp.begin() + 1, seq.prompt_lp.end(),
                     [](const TokenLogprob& lp) { return std::isnan(lp.logprob); });
-    if (needs_logits) {
+    return !needs_logits;
+}
+
+size_t Scheduler::attachable_blocks(const Sequence& seq) const {
+    if (!may_attach_prefix(seq)) {
         return 0;
     }
+    // At least one token is left to compute: its logits give the next token.
     const auto bt = static_cast<size_t>(model_->kv_block_tokens());
     return std::min(seq.prefix_chain.size(), (seq.tokens.size() - 1) / bt);
 }

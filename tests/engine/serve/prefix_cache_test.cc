@@ -65,6 +65,8 @@ struct Paged {
         r.tenant = tenant;
         r.cache_scope = std::move(cache_scope);
         r.priority = priority;
+        r.echo_prompt = echo_logprobs;
+        r.sampling.logprobs = echo_logprobs;
         return scheduler->submit(std::move(r));
     }
 
@@ -97,6 +99,8 @@ struct Paged {
     std::shared_ptr<FakeLog> log;
     std::unique_ptr<Scheduler> scheduler;
     std::vector<std::shared_ptr<GenerationHandle>> handles;
+    // Requests submitted while set echo their prompt with its logprobs.
+    bool echo_logprobs = false;
 };
 
 TEST_CASE("prefix hash: chained, salted per tenant, full blocks only") {
@@ -165,6 +169,38 @@ TEST_CASE("prefix cache: the same prompt twice from one tenant hits and gives th
     }
     CHECK(plain.scheduler->serving_stats().tenants.at("a").prefix_query_tokens == 0);
     CHECK(plain.scheduler->stats().prefix_query_tokens == 0);
+}
+
+TEST_CASE("prefix cache: a prompt echoed with its logprobs is no query, yet publishes its blocks") {
+    Paged h;
+    const auto prompt = prompt_of(13);
+    h.echo_logprobs = true;
+    for (int i = 0; i < 2; ++i) {
+        auto s = h.submit("a", prompt, 3);
+        h.drain();
+        auto f = s->wait();
+        REQUIRE(f);
+        CHECK(f->usage.cached_tokens == 0);  // Computed whole: cached blocks have no logits.
+        CHECK(s->prompt().size() == prompt.size());
+    }
+    // Never looked up, so not counted as a lookup that missed (a hit ratio of 0%).
+    ServingStats stats = h.scheduler->serving_stats();
+    CHECK(stats.tenants.at("a").prefix_query_tokens == 0);
+    CHECK(stats.tenants.at("a").prefix_hit_tokens == 0);
+    CHECK(h.scheduler->stats().prefix_query_tokens == 0);
+    CHECK(h.scheduler->stats().prefix_hit_tokens == 0);
+
+    // A plain request takes the blocks those computed.
+    h.echo_logprobs = false;
+    auto plain = h.submit("a", prompt, 3);
+    h.drain();
+    auto f = plain->wait();
+    REQUIRE(f);
+    CHECK(f->usage.cached_tokens == 12);
+    stats = h.scheduler->serving_stats();
+    CHECK(stats.tenants.at("a").prefix_query_tokens == 13);
+    CHECK(stats.tenants.at("a").prefix_hit_tokens == 12);
+    CHECK(h.scheduler->stats().prefix_query_tokens == 13);
 }
 
 TEST_CASE("prefix cache: tenant B never hits A's blocks and takes the same steps as alone") {
