@@ -131,6 +131,22 @@ TEST_CASE("the dashboard has a site geomap, an expert heat map and consistent pa
     CHECK(heatmap);
 }
 
+TEST_CASE("the generated tokens panel counts tokens where the engine generated them") {
+    // edgeserve_tenant_tokens_total counts at the site the client connected to, so a site that
+    // forwards everything would show all the tokens and the site that served them none.
+    boost::json::value d = dashboard();
+    std::vector<std::string> exprs;
+    for (const auto& p : d.as_object().at("panels").as_array()) {
+        if (p.as_object().at("title").as_string() == "Generated tokens/s by site") {
+            collect(p, "expr", exprs);
+        }
+    }
+    REQUIRE(exprs.size() == 1);
+    std::set<std::string> names = edgeserve_names(exprs[0]);
+    CHECK_MESSAGE(names.count("edgeserve_generated_tokens_total") == 1, exprs[0]);
+    CHECK_MESSAGE(names.count("edgeserve_tenant_tokens_total") == 0, exprs[0]);
+}
+
 TEST_CASE("alert expressions name only exported series and every required alert exists") {
     auto exported = queryable_series(populated_metrics_text());
     YAML::Node rules = YAML::LoadFile(EDGE_SOURCE_DIR "/deploy/prometheus/alerts.yml");
