@@ -1,6 +1,7 @@
 #include "engine/model/archs/deepseek_v3_config.h"
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "engine/model/archs/rotary_config.h"
@@ -47,6 +48,12 @@ Result<MlaConfig> MlaConfig::from_json(const ConfigJson& j, const SigmoidMoeConf
         // DeepSeek's attention also scales the softmax by get_mscale(factor, mscale_all_dim)^2.
         const double ms = cpu::yarn_get_mscale(rope.yarn->factor, rope.yarn->mscale_all_dim);
         m.softmax_scale *= ms * ms;
+        if (!(m.softmax_scale <= std::numeric_limits<float>::max())) {
+            // A backstop to read_yarn's bounds: attention takes the scale as a float, and an
+            // infinite one makes every logit NaN rather than an error.
+            return invalid_argument_error(j.path() + ": field 'rope_scaling.mscale_all_dim' " +
+                                          "gives a softmax scale beyond a float");
+        }
     }
     return m;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -66,6 +67,21 @@ Result<double> nonnegative_field(const ConfigJson& j, const json::object& o, con
     return v;
 }
 
+// The most mscale, mscale_all_dim and attention_factor may be. Checkpoints hold about 0.7 to 1;
+// far above, cos/sin or the softmax scale overflows a float (mscale_all_dim 1e21 squares into a
+// softmax scale of 1e40, attention_factor 1e20 into q.k of 1e40) and every logit is NaN. Up to
+// it, with factor below 1e6, get_mscale stays below 1400 and its square below 2e6.
+constexpr int kMaxYarnScale = 1000;
+
+// mscale or mscale_all_dim: 0 (also when absent or null) to kMaxYarnScale.
+Result<double> mscale_field(const ConfigJson& j, const json::object& o, const char* key) {
+    EDGE_ASSIGN_OR_RETURN(const double v, number_field(j, o, key, 0.0));
+    if (!(v >= 0.0 && v <= kMaxYarnScale)) {
+        return out_of_range(j, o, key, "0 or more and at most " + std::to_string(kMaxYarnScale));
+    }
+    return v;
+}
+
 Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
                                   int64_t max_position_embeddings) {
     cpu::YarnConfig y;
@@ -109,12 +125,14 @@ Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
     // 0 stands for absent (transformers takes the mscale ratio only when both are set and
     // nonzero). A negative one makes get_mscale(factor, m) = 0.1 m ln(factor) + 1 below 1, zero
     // or negative: cos/sin and the softmax scale turned over or divided by zero.
-    EDGE_ASSIGN_OR_RETURN(y.mscale, nonnegative_field(j, o, "mscale"));
-    EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim, nonnegative_field(j, o, "mscale_all_dim"));
+    EDGE_ASSIGN_OR_RETURN(y.mscale, mscale_field(j, o, "mscale"));
+    EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim, mscale_field(j, o, "mscale_all_dim"));
     EDGE_ASSIGN_OR_RETURN(y.attention_factor, number_field(j, o, "attention_factor", 0.0));
     if (const json::value* a = o.if_contains("attention_factor");
-        a != nullptr && !a->is_null() && !(y.attention_factor > 0.0)) {
-        return out_of_range(j, o, "attention_factor", "a number above 0");
+        a != nullptr && !a->is_null() &&
+        !(y.attention_factor > 0.0 && y.attention_factor <= kMaxYarnScale)) {
+        return out_of_range(j, o, "attention_factor",
+                            "a number above 0 and at most " + std::to_string(kMaxYarnScale));
     }
     if (const json::value* t = o.if_contains("truncate"); t != nullptr && !t->is_null()) {
         if (!t->is_bool()) {
@@ -150,6 +168,13 @@ Result<RotaryConfig> RotaryConfig::from_json(const ConfigJson& j, double theta, 
     EDGE_ASSIGN_OR_RETURN(cpu::YarnConfig y, read_yarn(j, o, max_position_embeddings));
     r.inv_freq = cpu::yarn_inv_freq(theta, rot_dim, y);
     r.mscale = cpu::yarn_attention_factor(y);
+    if (!(std::abs(r.mscale) <= std::numeric_limits<float>::max())) {
+        // A backstop to read_yarn's bounds: angles() scales the float cos/sin by it, and an
+        // infinite factor makes every logit NaN rather than an error.
+        return invalid_argument_error(j.path() + ": field 'rope_scaling' gives a cos/sin factor " +
+                                      "(attention_factor, or from mscale / mscale_all_dim) of " +
+                                      std::to_string(r.mscale) + ", beyond a float");
+    }
     r.yarn = y;
     // Bounded as max_position_embeddings is read (factor < 1e6, original <= max positions).
     const double stretched = std::floor(static_cast<double>(y.original_max_position) * y.factor);

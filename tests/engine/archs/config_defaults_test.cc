@@ -317,6 +317,26 @@ TEST_CASE(
     CHECK(refused.status().message().find(
               "field 'rope_scaling.mscale_all_dim' is -4.342944819E0, expected 0 or more") !=
           std::string::npos);
+    // A huge one squared into a softmax scale of about 1e40, infinite as a float: NaN logits.
+    auto with_mscale_all_dim = [&](const std::string& v) {
+        return MlaConfig::from_json(
+            parse(minimal_config(kDeepseekV3Architecture,
+                                 kMla + ", \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, "
+                                        "\"mscale_all_dim\": " + v + "}")),
+            *c);
+    };
+    auto huge = with_mscale_all_dim("1e21");
+    REQUIRE_FALSE(huge.ok());
+    CHECK(huge.status().code() == StatusCode::kInvalidArgument);
+    CHECK(huge.status().message().find(
+              "field 'rope_scaling.mscale_all_dim' is 1E21, expected 0 or more and at most 1000") !=
+          std::string::npos);
+    // At the bound it is taken, its softmax scale finite as a float.
+    auto at_bound = with_mscale_all_dim("1000");
+    REQUIRE_MESSAGE(at_bound.ok(), at_bound.status().to_string());
+    const double ms = 0.1 * 1000.0 * std::log(40.0) + 1.0;
+    CHECK(at_bound->softmax_scale == doctest::Approx(ms * ms / std::sqrt(48.0)));
+    CHECK(std::isfinite(static_cast<float>(at_bound->softmax_scale)));
 }
 
 }  // namespace

@@ -223,6 +223,16 @@ TEST_CASE("yarn: other scalings and bad values are refused, naming the file and 
          "field 'rope_scaling.attention_factor' is 0, expected a number above 0"},
         {R"("factor": 4, "mscale": -1, "mscale_all_dim": 1)",
          "field 'rope_scaling.mscale' is -1, expected 0 or more"},
+        // Far above 1 they made q.k, or cos/sin, overflow a float: every logit NaN.
+        {R"("factor": 4, "attention_factor": 1e20)",
+         "field 'rope_scaling.attention_factor' is 1E20, expected a number above 0 and at most "
+         "1000"},
+        {R"("factor": 4, "attention_factor": 1000.5)",
+         "field 'rope_scaling.attention_factor' is 1.0005E3, expected a number above 0 and at"},
+        {R"("factor": 4, "mscale": 1e21, "mscale_all_dim": 1)",
+         "field 'rope_scaling.mscale' is 1E21, expected 0 or more and at most 1000"},
+        {R"("factor": 4, "mscale": 1, "mscale_all_dim": 1001)",
+         "field 'rope_scaling.mscale_all_dim' is 1001, expected 0 or more and at most 1000"},
         {R"("factor": 4, "truncate": "no")", "field 'rope_scaling.truncate' is not true or false"},
     };
     for (const Bad& b : bad) {
@@ -238,6 +248,22 @@ TEST_CASE("yarn: other scalings and bad values are refused, naming the file and 
     require_error(glm4(R"({"rope_type": "yarn", "factor": 0.25})").status(),
                   StatusCode::kInvalidArgument, "intellect-3-base",
                   "field 'rope_scaling.factor' is 2.5E-1");
+    require_error(glm4(R"({"rope_type": "yarn", "factor": 4, "attention_factor": 1e20})").status(),
+                  StatusCode::kInvalidArgument, "intellect-3-base",
+                  "field 'rope_scaling.attention_factor' is 1E20, expected a number above 0");
+}
+
+TEST_CASE("yarn: attention_factor and mscale are taken up to 1000") {
+    // The bound refuses overflow, not a large but finite scale.
+    auto q = qwen3(R"({"rope_type": "yarn", "factor": 4, "attention_factor": 1000})");
+    REQUIRE_MESSAGE(q.ok(), q.status().to_string());
+    CHECK(q->rope.mscale == 1000.0);
+    auto g = glm4(R"({"rope_type": "yarn", "factor": 4, "attention_factor": 1000})");
+    REQUIRE_MESSAGE(g.ok(), g.status().to_string());
+    CHECK(g->rope.mscale == 1000.0);
+    auto m = qwen3(R"({"rope_type": "yarn", "factor": 4, "mscale": 1000, "mscale_all_dim": 1000})");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->rope.mscale == 1.0);
 }
 
 TEST_CASE("yarn: factor 1 is read as transformers reads it") {
