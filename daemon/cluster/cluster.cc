@@ -33,6 +33,8 @@ Result<membership::MembershipConfig> membership_config(const Config& config) {
     }
     if (g.max_members > 0) mc.max_members = static_cast<size_t>(g.max_members);
     if (g.max_fetches_in_flight > 0) mc.max_fetches_in_flight = g.max_fetches_in_flight;
+    // Gossip sends a pool's load at once when it crosses routing's saturation line.
+    mc.saturation = config.routing.cost.saturation_limits();
     mc.seed = std::hash<std::string>{}(config.site.id) ^ std::random_device{}();
     if (mc.probe_timeout >= mc.probe_interval) {
         // Named by the config's keys; either may be the preset's.
@@ -341,6 +343,11 @@ Status Cluster::rollout(const std::string& model, const std::string& version) {
 }
 
 bool Cluster::reload_routing(const RoutingConfig& routing) {
+    // Gossip judges load changes by the same saturation line the planner now routes by; the
+    // memberlist is changed on its own strand, as every other change to it is.
+    impl_->service_->post([limits = routing.cost.saturation_limits()](membership::Memberlist& ml) {
+        ml.set_saturation_limits(limits);
+    });
     return impl_->planner_->reload(planner_config(routing));
 }
 

@@ -80,8 +80,9 @@ public:
     // Returns how many keys are now accepted.
     Result<size_t> reload_keys(const GossipConfig& gossip);
     // SIGHUP: routing.cost, routing.selection and routing.version_fallback apply from the next
-    // plan; false when routing.outlier changed too (that waits for a restart, as do
-    // routing.target_versions, the rollout intents at time 0).
+    // plan (routing.cost's saturation line to gossip's next load sample too); false when
+    // routing.outlier changed too (that waits for a restart, as do routing.target_versions, the
+    // rollout intents at time 0).
     bool reload_routing(const RoutingConfig& routing);
 
     std::shared_ptr<const routing::membership::MembershipSnapshot> snapshot() const;

@@ -1,5 +1,6 @@
 #include "routing/membership/config.h"
 
+#include <cmath>
 #include <string>
 
 namespace edge::routing::membership {
@@ -74,6 +75,10 @@ Status MembershipConfig::validate() const {
     }
     if (!(load_change_fraction >= 0.0)) {
         return bad("load_change_fraction must be >= 0");
+    }
+    if (!(saturation.kv_saturated >= 0.0 && saturation.kv_saturated <= 1.0) ||
+        !(saturation.queue_per_slot > 0.0 && std::isfinite(saturation.queue_per_slot))) {
+        return bad("saturation.kv_saturated must be in 0..1 and queue_per_slot positive");
     }
     if (user_event_buffer == 0) {
         return bad("user_event_buffer must be positive");

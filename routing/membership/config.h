@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "routing/coords/vivaldi.h"
+#include "routing/membership/site_state.h"
 
 namespace edge::routing::membership {
 
@@ -81,6 +82,11 @@ struct MembershipConfig {
     double load_change_fraction = 0.1;
     // ... or by at least this many requests (queue depth, running requests).
     uint32_t load_change_abs = 2;
+    // Routing's saturation thresholds (routing.cost.kv_saturated and saturation_queue_per_slot):
+    // a pool's load crossing them is material however small the step (pool_saturated). The
+    // daemon sets them from its routing config and again on each reload
+    // (Memberlist::set_saturation_limits).
+    SaturationLimits saturation;
 
     // Number of recent user events remembered to deliver each once and to replay by push-pull.
     size_t user_event_buffer = 512;

@@ -332,7 +332,7 @@ void Memberlist::update_site_state(SiteState state) {
     const TimePoint now = clock_.now();
     if (only_load_differs(site_, state)) {
         if (!load_changed_materially(site_, state, config_.load_change_fraction,
-                                     config_.load_change_abs)) {
+                                     config_.load_change_abs, config_.saturation)) {
             pending_site_ = std::move(state);  // kept; goes out with the next material change
             return;
         }

@@ -256,7 +256,7 @@ bool only_load_differs(const SiteState& a, const SiteState& b) {
 }
 
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
-                             uint32_t abs_requests) {
+                             uint32_t abs_requests, const SaturationLimits& limits) {
     if (!only_load_differs(prev, next)) {
         return true;
     }
@@ -266,13 +266,14 @@ bool load_changed_materially(const SiteState& prev, const SiteState& next, doubl
         // A pool going idle (its queue or running count back to 0) is news however small the
         // step: else an idle site advertises its last request until something else changes.
         // So is a changed queue bound: it decides when the pool counts as saturated. So is the
-        // queue reaching or leaving that bound, one request either way: every site, this one too,
-        // routes by the gossiped figures, and would keep choosing a pool whose engine answers
-        // 503 "queue full", or keep refusing one that has room again.
+        // pool becoming or ceasing to be saturated (its queue reaching or leaving a bound, its KV
+        // use crossing kv_saturated), however small the step: every site, this one too, routes by
+        // the gossiped figures, and would keep choosing a pool whose engine answers 503 "queue
+        // full", or keep refusing one that has room again (503 all_pools_saturated).
+        const uint32_t capacity = next.pools[i].capacity;  // only_load_differs: prev's too
         if ((a.queue_depth != 0 && b.queue_depth == 0) || (a.running != 0 && b.running == 0) ||
             a.max_queue != b.max_queue ||
-            at_queue_bound(a.queue_depth, a.max_queue) !=
-                at_queue_bound(b.queue_depth, b.max_queue) ||
+            pool_saturated(a, capacity, limits) != pool_saturated(b, capacity, limits) ||
             moved(a.queue_depth, b.queue_depth, fraction, abs_requests) ||
             moved(a.running, b.running, fraction, abs_requests) ||
             moved(a.kv_use, b.kv_use, fraction, fraction) ||

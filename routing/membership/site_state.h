@@ -8,6 +8,8 @@
 // a pool in a state it does not know (a newer peer's: not servable as far as this version can
 // tell), keeping the site's other pools.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -77,24 +79,55 @@ inline constexpr size_t kMaxSiteStringBytes = 255;
 inline constexpr uint32_t kMaxPoolCapacity = 1u << 16;
 
 // True when a pool with `queue_depth` waiting requests is at its engine's queue bound (`max_queue`,
-// 0: not advertised, no bound). Its engine then answers 503 "queue full", so routing counts the
-// pool saturated (selection::compute_cost) and gossip sends the step onto or off the bound at once
-// (load_changed_materially): both read this one definition.
+// 0: not advertised, no bound). Its engine then answers 503 "queue full" (see pool_saturated).
 inline bool at_queue_bound(uint32_t queue_depth, uint32_t max_queue) {
     return max_queue > 0 && queue_depth >= max_queue;
+}
+
+// The KV use a pool's saturation and cost are judged by: advertised figures come from the
+// network, so a NaN or infinite one counts as a full cache and the rest is clamped to 0..1.
+inline double effective_kv_use(double kv_use) {
+    return std::isfinite(kv_use) ? std::clamp(kv_use, 0.0, 1.0) : 1.0;
+}
+
+// Routing's saturation thresholds (daemon config routing.cost.kv_saturated and
+// routing.cost.saturation_queue_per_slot; selection::CostConfig takes its defaults from here).
+// Gossip needs them too: a pool's load crossing one is material (load_changed_materially).
+struct SaturationLimits {
+    // KV-cache use (0..1) at or above which the pool counts as saturated.
+    double kv_saturated = 0.98;
+    // Queued requests per slot of capacity at which the pool counts as saturated.
+    double queue_per_slot = 4.0;
+
+    bool operator==(const SaturationLimits&) const = default;
+};
+
+// True when a pool of `capacity` slots with `load` takes no requests: its queue holds
+// `queue_per_slot` requests per slot (at least one slot), or reaches its engine's bound
+// (at_queue_bound; the other rule's bound may lie beyond it: 4 slots, max_queue 4), or its
+// effective KV use is at `kv_saturated`. Routing (selection::compute_cost) and gossip
+// (load_changed_materially) both read this one definition, so a pool every site counts as
+// saturated is one whose load this site sent on crossing the line.
+inline bool pool_saturated(const PoolLoad& load, uint32_t capacity,
+                           const SaturationLimits& limits) {
+    return static_cast<double>(load.queue_depth) >=
+               limits.queue_per_slot * std::max<uint32_t>(capacity, 1) ||
+           at_queue_bound(load.queue_depth, load.max_queue) ||
+           effective_kv_use(load.kv_use) >= limits.kv_saturated;
 }
 
 std::vector<uint8_t> encode_site_state(const SiteState& s);
 Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 
 // True when `next` differs from `prev` enough to be worth gossiping now: anything but load
-// changed, a pool's queue depth or running count went to 0, its queue bound changed or its queue
-// reached or left that bound (at_queue_bound, however small the step), or a load figure moved by
-// at least `fraction` of its old value and `abs_requests` (queue depth, running), `fraction` (KV
-// use) or 1 (decode and prefill tokens/s). Steps are compared with a little slack, so 0.9 -> 1.0
-// of KV use is the 0.1 it reads as, not the 0.0999... floating point makes it.
+// changed, a pool's queue depth or running count went to 0, its queue bound changed or it
+// became or stopped being saturated under `limits` (pool_saturated, however small the step), or
+// a load figure moved by at least `fraction` of its old value and `abs_requests` (queue depth,
+// running), `fraction` (KV use) or 1 (decode and prefill tokens/s). Steps are compared with a
+// little slack, so 0.9 -> 1.0 of KV use is the 0.1 it reads as, not the 0.0999... floating point
+// makes it.
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
-                             uint32_t abs_requests);
+                             uint32_t abs_requests, const SaturationLimits& limits = {});
 // True when the two states differ only in pool load figures.
 bool only_load_differs(const SiteState& a, const SiteState& b);
 

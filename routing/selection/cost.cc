@@ -88,7 +88,7 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
                           static_cast<double>(std::max<uint32_t>(in.capacity, 1)));
     t.queue_s = slots_ahead * config.mean_output_tokens / decode_rate;
     t.prefill_s = config.prompt_tokens / prefill_rate;
-    const double kv = std::isfinite(in.kv_use) ? std::clamp(in.kv_use, 0.0, 1.0) : 1.0;
+    const double kv = membership::effective_kv_use(in.kv_use);
     if (kv > config.kv_soft_limit && config.kv_soft_limit < 1.0) {
         t.kv_s =
             (kv - config.kv_soft_limit) / (1.0 - config.kv_soft_limit) * config.kv_full_penalty_s;
@@ -97,12 +97,13 @@ CostTerms compute_cost(const CostInput& in, const CostConfig& config) {
                   (in.ejected ? config.ejected_penalty_s : 0.0) +
                   (in.degraded ? config.degraded_penalty_s : 0.0);
     t.total_s = t.rtt_s + t.queue_s + t.prefill_s + t.kv_s + t.penalty_s;
-    // The engine's own queue bound counts too: at it the pool answers 503 "queue full", and
-    // saturation_queue_per_slot * capacity may lie beyond it (4 slots, max_queue 4: never reached).
-    t.saturated = static_cast<double>(in.queue_depth) >=
-                      config.saturation_queue_per_slot * std::max<uint32_t>(in.capacity, 1) ||
-                  membership::at_queue_bound(in.queue_depth, in.max_queue) ||
-                  kv >= config.kv_saturated;
+    // The one definition gossip reads too (it sends a pool's load at once when it crosses it).
+    membership::PoolLoad load;
+    load.queue_depth = in.queue_depth;
+    load.running = in.running;
+    load.kv_use = in.kv_use;
+    load.max_queue = in.max_queue;
+    t.saturated = membership::pool_saturated(load, in.capacity, config.saturation_limits());
     if (!std::isfinite(t.total_s)) {
         // Only a config outside its checked ranges gets here (a rate floor of 0 or NaN, an
         // infinite penalty). A NaN total would break the route table's sort: the pool sorts

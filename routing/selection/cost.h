@@ -21,6 +21,8 @@
 //   saturated = queue_depth >= saturation_queue_per_slot * max(capacity, 1)
 //               or queue_depth >= max_queue (when the pool advertises one: > 0)
 //               or kv_use >= kv_saturated
+//               (membership::pool_saturated, which gossip reads too: a pool's load crossing
+//               it is sent at once)
 //
 // Advertised values come from the network: a NaN or infinite rate counts as not advertised, a
 // NaN kv_use as a full cache, a bad position as the far side of the planet. The total is always
@@ -35,6 +37,7 @@
 #include <string_view>
 
 #include "routing/coords/vivaldi.h"
+#include "routing/membership/site_state.h"
 
 namespace edge::routing::selection {
 
@@ -64,15 +67,20 @@ struct CostConfig {
     // kv term at a full cache, seconds.
     double kv_full_penalty_s = 1.0;
     // KV-cache use (0..1) at or above which the pool counts as saturated.
-    double kv_saturated = 0.98;
+    double kv_saturated = membership::SaturationLimits{}.kv_saturated;
     // Queued requests per slot of capacity at which the pool counts as saturated.
-    double saturation_queue_per_slot = 4.0;
+    double saturation_queue_per_slot = membership::SaturationLimits{}.queue_per_slot;
     // Added when the pool's member is suspected by gossip, seconds.
     double suspect_penalty_s = 0.5;
     // Added when the pool is outlier-ejected, seconds.
     double ejected_penalty_s = 30.0;
     // Added when the pool's health is degraded (not ejected), seconds.
     double degraded_penalty_s = 0.2;
+
+    // The two thresholds above, as membership::pool_saturated (and gossip) takes them.
+    membership::SaturationLimits saturation_limits() const {
+        return {.kv_saturated = kv_saturated, .queue_per_slot = saturation_queue_per_slot};
+    }
 
     bool operator==(const CostConfig&) const = default;
 };

@@ -990,6 +990,19 @@ TEST_CASE("gossip.join_retry_interval_ms and gossip.max_inbound_streams reach th
           "/etc/edgeserve/test.yaml:18:24: gossip.max_inbound_streams: must be in 0..65536");
 }
 
+TEST_CASE("routing's saturation line reaches the membership, which gossips crossing it") {
+    Result<Config> c = parse_config(
+        testing::config_yaml("/c", "/k",
+                             "gossip:\n"
+                             "routing:\n  kv_saturated: 0.9\n  saturation_queue_per_slot: 2\n"),
+        "x.yaml");
+    REQUIRE_MESSAGE(c.ok(), c.status().to_string());
+    Result<routing::membership::MembershipConfig> m = cluster::membership_config(*c);
+    REQUIRE(m.ok());
+    CHECK(m->saturation.kv_saturated == doctest::Approx(0.9));
+    CHECK(m->saturation.queue_per_slot == doctest::Approx(2));
+}
+
 TEST_CASE("gossip.max_members and gossip.max_fetches_in_flight reach the membership") {
     auto membership = [](const std::string& gossip) {
         Result<Config> c = parse_config(testing::config_yaml("/c", "/k", gossip), "x.yaml");

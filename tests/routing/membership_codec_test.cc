@@ -567,6 +567,40 @@ TEST_CASE("site state: a queue reaching or leaving its bound is material by one 
     CHECK_FALSE(load_changed_materially(below, full, 0.1, 2));
 }
 
+TEST_CASE("site state: a pool becoming or ceasing to be saturated is material by any step") {
+    // Routing's saturation line (routing.cost: kv_saturated, saturation_queue_per_slot) was
+    // invisible to gossip: KV use 0.99 -> 0.90 was held back as a step under 0.1, and every site
+    // kept the pool saturated (503 all_pools_saturated) while its engine had room; 0.91 -> 1.0
+    // went unseen the other way. Likewise a queue crossing saturation_queue_per_slot * capacity.
+    const SaturationLimits limits{.kv_saturated = 0.98, .queue_per_slot = 4.0};
+    SiteState a = sample_site();
+    SiteState b = a;
+    a.pools[0].load.kv_use = 0.91;
+    b.pools[0].load.kv_use = 1.0;
+    CHECK(load_changed_materially(a, b, 0.1, 2, limits));
+    a.pools[0].load.kv_use = 0.99;
+    b.pools[0].load.kv_use = 0.90;
+    CHECK(load_changed_materially(a, b, 0.1, 2, limits));
+    // Both sides of the line: the step is judged by the thresholds alone.
+    a.pools[0].load.kv_use = 0.5;
+    b.pools[0].load.kv_use = 0.59;
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2, limits));
+    // The line is the one passed (a reload may move it): 0.91 -> 0.95 crosses 0.95, not 0.98.
+    a.pools[0].load.kv_use = 0.91;
+    b.pools[0].load.kv_use = 0.95;
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2, limits));
+    CHECK(load_changed_materially(a, b, 0.1, 2, {.kv_saturated = 0.95, .queue_per_slot = 4.0}));
+    // One slot, no advertised queue bound: 4 queued is 4 per slot, saturated; 3 is not.
+    a = sample_site();
+    a.pools[0].capacity = 1;
+    a.pools[0].load.max_queue = 0;
+    a.pools[0].load.queue_depth = 3;
+    b = a;
+    b.pools[0].load.queue_depth = 4;
+    CHECK(load_changed_materially(a, b, 0.1, 2, limits));
+    CHECK(load_changed_materially(b, a, 0.1, 2, limits));
+}
+
 TEST_CASE("site state: a capacity past the engine's bound or a decode rate past 1e9 is kDataLoss") {
     // Routing costs a pool by its free slots and decode rate: one claiming 4e9 slots or 1e300
     // tokens/s had no queue wait at any queue depth, never counted as saturated, and drew every

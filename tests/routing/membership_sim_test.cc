@@ -548,6 +548,24 @@ TEST_CASE("sim: leave, user events, large state and load rate limits") {
         CHECK(*origin.site_version_of(origin.name()) == v0 + 2);
         CHECK_FALSE(saturated_at_peer(v0 + 2));
     }
+    SUBCASE("KV use crossing a reloaded kv_saturated is published at once") {
+        // routing.cost is reloaded live (Cluster::reload_routing): the memberlist must judge load
+        // steps by the new line, not the one it started with.
+        Memberlist& origin = sim.node(1);
+        SiteState s = changed_site(origin, "sha256:kv");
+        s.pools[0].load.running = 4;
+        s.pools[0].load.kv_use = 0.86;
+        origin.update_site_state(s);
+        const uint64_t v0 = *origin.site_version_of(origin.name());
+        sim.net().run_for(c.load_update_min_interval);
+        // 0.86 -> 0.92 is under the 0.1 step and below the default line (0.98): held back.
+        s.pools[0].load.kv_use = 0.92;
+        origin.update_site_state(s);
+        CHECK(*origin.site_version_of(origin.name()) == v0);
+        origin.set_saturation_limits({.kv_saturated = 0.9, .queue_per_slot = 4.0});
+        origin.update_site_state(s);
+        CHECK(*origin.site_version_of(origin.name()) == v0 + 1);
+    }
 }
 
 // site.id copied to a second machine: two live processes gossip one name from two addresses.
