@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -58,11 +59,13 @@ Result<std::pair<const char*, std::string>> scaling_type(const ConfigJson& j,
                                   "'type')");
 }
 
-// A number that may not be negative, 0 when absent or null.
-Result<double> nonnegative_field(const ConfigJson& j, const json::object& o, const char* key) {
+// A number from 0 to `most` (none: no bound), 0 when absent or null.
+Result<double> nonnegative_field(const ConfigJson& j, const json::object& o, const char* key,
+                                 std::optional<int> most = std::nullopt) {
     EDGE_ASSIGN_OR_RETURN(const double v, number_field(j, o, key, 0.0));
-    if (v < 0.0) {
-        return out_of_range(j, o, key, "0 or more");
+    if (v < 0.0 || (most && v > *most)) {
+        return out_of_range(j, o, key,
+                            most ? "0 or more and at most " + std::to_string(*most) : "0 or more");
     }
     return v;
 }
@@ -72,15 +75,6 @@ Result<double> nonnegative_field(const ConfigJson& j, const json::object& o, con
 // softmax scale of 1e40, attention_factor 1e20 into q.k of 1e40) and every logit is NaN. Up to
 // it, with factor below 1e6, get_mscale stays below 1400 and its square below 2e6.
 constexpr int kMaxYarnScale = 1000;
-
-// mscale or mscale_all_dim: 0 (also when absent or null) to kMaxYarnScale.
-Result<double> mscale_field(const ConfigJson& j, const json::object& o, const char* key) {
-    EDGE_ASSIGN_OR_RETURN(const double v, number_field(j, o, key, 0.0));
-    if (!(v >= 0.0 && v <= kMaxYarnScale)) {
-        return out_of_range(j, o, key, "0 or more and at most " + std::to_string(kMaxYarnScale));
-    }
-    return v;
-}
 
 Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
                                   int64_t max_position_embeddings) {
@@ -125,8 +119,9 @@ Result<cpu::YarnConfig> read_yarn(const ConfigJson& j, const json::object& o,
     // 0 stands for absent (transformers takes the mscale ratio only when both are set and
     // nonzero). A negative one makes get_mscale(factor, m) = 0.1 m ln(factor) + 1 below 1, zero
     // or negative: cos/sin and the softmax scale turned over or divided by zero.
-    EDGE_ASSIGN_OR_RETURN(y.mscale, mscale_field(j, o, "mscale"));
-    EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim, mscale_field(j, o, "mscale_all_dim"));
+    EDGE_ASSIGN_OR_RETURN(y.mscale, nonnegative_field(j, o, "mscale", kMaxYarnScale));
+    EDGE_ASSIGN_OR_RETURN(y.mscale_all_dim,
+                          nonnegative_field(j, o, "mscale_all_dim", kMaxYarnScale));
     EDGE_ASSIGN_OR_RETURN(y.attention_factor, number_field(j, o, "attention_factor", 0.0));
     if (const json::value* a = o.if_contains("attention_factor");
         a != nullptr && !a->is_null() &&
