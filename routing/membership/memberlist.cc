@@ -356,6 +356,17 @@ void Memberlist::update_site_state(SiteState state) {
     publish_local_state();
 }
 
+void Memberlist::set_saturation_limits(const SaturationLimits& limits) {
+    config_.saturation = limits;
+    // A sample held back as immaterial may cross the new line (gossiped KV use 0.92, held 0.86,
+    // kv_saturated now 0.9): judged again now, as the publisher posts no sample equal to the
+    // last and the engine's figures may stand still. One waiting on the rate limit is judged
+    // when its timer fires.
+    if (pending_site_ && pending_site_timer_ == 0) {
+        flush_pending_load();
+    }
+}
+
 void Memberlist::flush_pending_load() {
     pending_site_timer_ = 0;
     if (pending_site_) {

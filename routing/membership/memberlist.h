@@ -144,9 +144,9 @@ public:
     // For the driver, which counts its own transport figures (inbound streams) here too.
     MembershipStats& stats() { return stats_; }
     Keyring& keyring() { return keyring_; }
-    // Routing's saturation thresholds changed (a reload): the next load update is judged by
-    // them (MembershipConfig::saturation).
-    void set_saturation_limits(const SaturationLimits& limits) { config_.saturation = limits; }
+    // Routing's saturation thresholds changed (a reload): load updates are judged by them
+    // (MembershipConfig::saturation), the one held back as immaterial too, at once.
+    void set_saturation_limits(const SaturationLimits& limits);
     const MembershipConfig& config() const { return config_; }
     const std::string& name() const { return config_.name; }
     const coords::Coordinate& coordinate() const { return vivaldi_.coordinate(); }
