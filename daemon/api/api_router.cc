@@ -492,6 +492,9 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
     // The prompt counts against input_tokens_per_minute from the peer's acceptance, as a run
     // here does from its own; finish() below charges only what that did not take.
     auto on_accepted = [lease](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); };
+    // A peer tried before these targets may have run it (earlier.maybe_ran): the forwarder
+    // answers as after such a peer of its own list, no target reached being a 504, not the 503
+    // that tells the client the request ran nowhere.
     forwarder_->forward(
         std::move(request), tenant_name, std::move(targets), std::move(channel),
         [this, lease = std::move(lease), metrics = metrics_, tenant_name, notes = std::move(notes),
@@ -507,6 +510,13 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 // is, its prompt as told.
                 result.unplaced = false;
                 result.accepted = true;
+                if (earlier.accepted) {
+                    // It may have generated at the peer that accepted it before: charged as an
+                    // answer cut after acceptance, as when this site or the forwarder's own
+                    // next peer ends it so.
+                    result.usage_unknown = true;
+                    result.prompt_tokens = std::max(result.prompt_tokens, earlier.prompt_tokens);
+                }
             } else if (earlier.accepted && !result.accepted && result.status >= 400 &&
                        !result.usage_unknown) {
                 // Refused there: it may have generated at the peer that accepted it, charged as
@@ -589,7 +599,7 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 metrics->on_tenant_request(tenant_name, forward_outcome(result));
             }
         },
-        std::move(on_accepted));
+        std::move(on_accepted), earlier.maybe_ran);
 }
 
 ApiRouter::Elsewhere ApiRouter::forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,

@@ -181,11 +181,15 @@ public:
     // head) with the prompt's length that peer told (kPromptTokensHeader; not run without
     // one), before anything of that answer reaches the channel: the caller charges the prompt
     // then, not at `done`. Again should a later target accept it after a deferred answer cut.
+    // `maybe_ran`: a peer the caller tried before `targets` was sent the request and sent no
+    // head in time, so it may have run it: settled as after such a peer of `targets` (no target
+    // reached is a 504, not the 503 saying it ran nowhere; ForwardResult::maybe_ran is set).
     virtual void forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,
                          std::function<void(const ForwardResult&)> done,
-                         std::function<void(int64_t prompt_tokens)> on_accepted = {}) = 0;
+                         std::function<void(int64_t prompt_tokens)> on_accepted = {},
+                         bool maybe_ran = false) = 0;
 };
 
 }  // namespace edge::daemon::cluster

@@ -499,21 +499,25 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             body = std::move(head.body);
             job.result.status = head.status;
         }
+        // Accepted there, then refused for capacity before any token (no other target left).
+        const bool unplaced_there = (deferred || told_usage) &&
+                                    (head.status == 503 || head.status == 429) &&
+                                    told_completion == int64_t{0};
         if (head.status == 200) {
             usage.feed_json(body);
             job.result.prompt_tokens = usage.prompt_tokens();
             job.result.completion_tokens = usage.completion_tokens();
-        } else if ((deferred || told_usage) && !accepted_before && !job.head_timed_out &&
-                   (head.status == 503 || head.status == 429) && told_completion == int64_t{0}) {
+        } else if (unplaced_there && !accepted_before && !job.head_timed_out) {
             // Accepted, then refused there for capacity before any token, and no other target
             // left to run it: settled as the same end here is (a refusal for capacity, all that
             // admission took given back, the prompt charged at acceptance too), not as an error
             // after acceptance that ran. Not when a peer tried before may have run it
-            // (head_timed_out): then it is that error, its prompt as told, never refunded.
+            // (accepted_before, head_timed_out): then it is that error, its prompt as told,
+            // never refunded.
             job.result.accepted = false;
             job.result.unplaced = true;
-            // The prompt its acceptance charged: the caller keeps it when a target it tried
-            // before this list may have run the request (ApiRouter's fallback past this site).
+            // The prompt its acceptance charged: the caller keeps it when a peer it tried
+            // before this list accepted the request (ApiRouter's fallback past this site).
             job.result.prompt_tokens = told_prompt.value_or(job.accepted_prompt_tokens);
         } else if (deferred || told_usage) {
             // Accepted, then failed there (a drain cancelled it, say): the prompt was read, and
@@ -523,6 +527,12 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             job.result.prompt_tokens =
                 told_prompt.value_or(deferred ? job.accepted_prompt_tokens : 0);
             job.result.completion_tokens = told_completion.value_or(0);
+            if (unplaced_there && accepted_before) {
+                // None generated here, but the peer tried before accepted it and may have
+                // generated there before its answer was cut: charged as that answer cut, the
+                // prompt told and max_tokens, as when this site or a later peer refuses it.
+                job.result.usage_unknown = true;
+            }
         } else if (accepted_before) {
             // A peer tried before accepted it, then was cut; this one refused it: as when no
             // other site could take it (finish()), it may have generated there. Relayed with

@@ -84,10 +84,11 @@ void PeerClient::Impl::finish(ForwardJob& job) {
         job.result.prompt_tokens = job.accepted_prompt_tokens;
     } else if (!job.result.started && (!job.cancelled || stopping_.load())) {
         // A job cancelled by stop() still answers; one whose client left has nobody to answer.
-        // A peer that was sent the request and sent no head in time may have run it: a 504,
-        // which the caller never refunds. When none was sent it (every peer refused the
-        // connection or timed out before it was up: blackholed, a TLS handshake or name lookup
-        // that never ended), it ran nowhere: a 503, which the caller refunds as refused.
+        // A peer that was sent the request and sent no head in time (this list's, or one the
+        // caller tried before it) may have run it: a 504, which the caller never refunds. When
+        // none was sent it (every peer refused the connection or timed out before it was up:
+        // blackholed, a TLS handshake or name lookup that never ended), it ran nowhere: a 503,
+        // which the caller refunds as refused.
         api::ApiError e;
         e.status = job.head_timed_out ? 504 : 503;
         e.type = "server_error";
@@ -240,8 +241,11 @@ void PeerClient::forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,
                          std::function<void(const ForwardResult&)> done,
-                         std::function<void(int64_t prompt_tokens)> on_accepted) {
+                         std::function<void(int64_t prompt_tokens)> on_accepted,
+                         bool maybe_ran) {
     auto job = std::make_shared<ForwardJob>();
+    // A peer the caller tried before may have run it: as one of these that gave no head in time.
+    job->head_timed_out = maybe_ran;
     job->request = std::move(request);
     job->tenant = std::move(tenant);
     job->targets = std::move(targets);

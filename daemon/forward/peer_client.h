@@ -103,7 +103,8 @@ public:
                  std::vector<cluster::RouteTarget> targets,
                  std::shared_ptr<tls::ResponseChannel> channel,
                  std::function<void(const cluster::ForwardResult&)> done,
-                 std::function<void(int64_t prompt_tokens)> on_accepted = {}) override;
+                 std::function<void(int64_t prompt_tokens)> on_accepted = {},
+                 bool maybe_ran = false) override;
 
     // Re-reads cert_path, key_path and ca_path; on error nothing changes and the error (naming
     // the file) is returned. Any thread.

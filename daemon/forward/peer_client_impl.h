@@ -125,7 +125,8 @@ struct ForwardJob {
     std::string last_error;
     // An attempt sent the request and its answer's head did not come within response_timeout:
     // that peer may have run it. A timeout connecting (the name lookup, TCP connect or TLS
-    // handshake) does not set it: nothing was sent.
+    // handshake) does not set it: nothing was sent. Set from the start when a peer the caller
+    // tried before these targets was so (Forwarder::forward's `maybe_ran`).
     bool head_timed_out = false;
 };
 

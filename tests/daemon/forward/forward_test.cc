@@ -467,29 +467,64 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
     }
 }
 
+// A non-streamed request sent to `a`, whose plan has `peer` last: its engine accepts it (its
+// first request), then finds no room for it before any token, having read `prompt` tokens. The
+// answer the client gets.
+static testing::HttpReply no_room_after_acceptance(Site& a, Site& peer, int64_t prompt) {
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(peer.generator.wait_for_request(0));
+    REQUIRE(peer_head_arrived(a, peer.id));
+    peer.generator.finish(0, engine::FinishReason::kError, engine::Usage{prompt, 0, 0},
+                          unavailable_error("no KV room"));
+    auto r = client->read_response();
+    REQUIRE(r.ok());
+    return std::move(r).value();
+}
+
 TEST_CASE("a deferred answer cut after the peer accepted, then refused here: never refunded") {
     // The fallback to this site forgot the acceptance: this site's refusal for its load (and a
-    // later peer's) gave back the prompt the first peer told, counted rejected.
+    // later peer's) gave back the prompt the first peer told, counted rejected. Charged as an
+    // answer cut after acceptance: the prompt told and max_tokens (the default, lowered to the
+    // 5 of the tenant's minute budget), whichever target ends it, and however.
     Cluster cluster;
-    Site a(cluster, "fra", {"m"}, tenants_section());
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    Site c(cluster, "gru", {"m"});
     RawPeer raw(cluster, kAcceptedDeferredHead);
     a.generator.fail_next_submit(unavailable_error("engine queue full"));
     const RouteTarget here{true, "fra", "", 0.0, "m"};
+    size_t gru_seen = 0;  // Requests gru's engine took.
     SUBCASE("this site is the last target") {
         a.planner.route_to({raw.target(), here});
         CHECK(a.ask(chat_request(false))->status == 503);
     }
     SUBCASE("then the last target refuses it too") {
-        Site c(cluster, "gru", {"m"});
         c.generator.fail_next_submit(unavailable_error("engine queue full"));
         a.planner.route_to({raw.target(), here, c.target()});
         auto r = a.ask(chat_request(false));
         CHECK(r->status == 503);
         CHECK(r->headers["x-edgeserve-site"] == "gru");
     }
+    // gru's end was settled as one never placed there: the prompt told, no output charged,
+    // where this site's own refusal charged max_tokens.
+    SUBCASE("then the last target accepts it and has no room before any token") {
+        a.planner.route_to({raw.target(), here, c.target()});
+        CHECK(no_room_after_acceptance(a, c, 40).status == 503);
+        gru_seen = 1;
+    }
+    SUBCASE("the next target accepts it and has no room before any token") {
+        a.planner.route_to({raw.target(), c.target()});
+        CHECK(no_room_after_acceptance(a, c, 40).status == 503);
+        gru_seen = 1;
+    }
     CHECK(request_counted(a, "error"));
     CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
     CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
+    // max_tokens charged against 5 a minute: the next request waits, never routed (the plan's
+    // one site refusing connections, a request admitted gets a 503 at once).
+    a.planner.route_to(
+        {RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"}});
+    check_in_debt(a, c, chat_request(false), gru_seen);
 }
 
 TEST_CASE("a peer that generated, then answered a deferred 503: relayed and charged, not rerun") {
@@ -1024,6 +1059,12 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
             0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
         a.generator.fail_next_submit(unavailable_error("engine queue full"));
         const RouteTarget here{true, "fra", "", 0.0, "m"};
+        // A site whose connection is refused (a port taken when used, not one a site made
+        // since may have been given).
+        auto refusing = [] {
+            return RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
+                               "m"};
+        };
         SUBCASE("the last target") {
             a.planner.route_to({b.target(), here});
             CHECK(ask().status == 503);
@@ -1036,11 +1077,26 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
             CHECK(r.status == 503);
             CHECK(r.headers["x-edgeserve-site"] == "gru");
         }
+        SUBCASE("then no room at the last target after it accepted") {
+            // An error after acceptance, not one never placed (overloaded): its prompt as told.
+            Site c(cluster, "gru", {"m"});
+            a.planner.route_to({b.target(), here, c.target()});
+            CHECK(no_room_after_acceptance(a, c, 3).status == 503);
+            CHECK(metrics_contain(
+                a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 3"));
+        }
+        SUBCASE("then the last target unreachable") {
+            // sin may have run it: a 504, as for [sin, ams]. It got the 503 (upstream_unavailable)
+            // that tells the client the request ran nowhere.
+            a.planner.route_to({b.target(), here, refusing()});
+            auto r = ask();
+            CHECK(r.status == 504);
+            CHECK(error_code_of(r) == "upstream_timeout");
+        }
         CHECK(request_counted(a, "error"));
         CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
         // The request token stays spent (fra's clock stands still): refused before routing.
-        a.planner.route_to(
-            {RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"}});
+        a.planner.route_to({refusing()});
         auto limited = ask();
         CHECK(limited.status == 429);
         CHECK(error_code_of(limited) == "requests_per_second");
@@ -1053,15 +1109,7 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         b.generator.on_submit_at(
             0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
         a.planner.route_to({b.target(), c.target()});
-        auto client = a.client();
-        REQUIRE(client->send(chat_request(false)).ok());
-        REQUIRE(c.generator.wait_for_request(0));
-        REQUIRE(peer_head_arrived(a, "gru"));
-        c.generator.finish(0, engine::FinishReason::kError, engine::Usage{3, 0, 0},
-                           unavailable_error("no KV room"));
-        auto r = client->read_response();
-        REQUIRE(r.ok());
-        CHECK(r->status == 503);
+        CHECK(no_room_after_acceptance(a, c, 3).status == 503);
         CHECK(request_counted(a, "error"));
         CHECK_FALSE(metrics_contain(a, "reason=\"overloaded\""));
         CHECK(metrics_contain(
