@@ -511,9 +511,10 @@ net::awaitable<bool> PeerClient::Impl::attempt(ForwardJob& job, const RouteTarge
             // Accepted, then refused there for capacity before any token, and no other target
             // left to run it: settled as the same end here is (a refusal for capacity, all that
             // admission took given back, the prompt charged at acceptance too), not as an error
-            // after acceptance that ran. Not when a peer tried before may have run it
-            // (accepted_before, head_timed_out): then it is that error, its prompt as told,
-            // never refunded.
+            // after acceptance that ran. Not when a peer of this list tried before may have run
+            // it (accepted_before, head_timed_out): then it is that error, its prompt as told,
+            // never refunded. After targets the caller tried (ApiRouter's fallback past this
+            // site) it stays unplaced: the caller settles it as after those.
             job.result.accepted = false;
             job.result.unplaced = true;
             // The prompt its acceptance charged: the caller keeps it when a peer it tried

@@ -74,7 +74,8 @@ void PeerClient::Impl::report(const RouteTarget& target, bool ok, SteadyClock::d
 
 void PeerClient::Impl::finish(ForwardJob& job) {
     job.result.cancelled = job.cancelled && !stopping_.load();
-    job.result.maybe_ran = job.head_timed_out;
+    const bool maybe_ran = job.head_timed_out || job.earlier_maybe_ran;
+    job.result.maybe_ran = maybe_ran;
     // No remote site took it: a local target in the plan runs it (the caller, on run_here),
     // as the next candidate would have been tried had it been remote.
     if (!job.result.started && !job.cancelled && !stopping_.load() && has_local_target(job)) {
@@ -90,9 +91,9 @@ void PeerClient::Impl::finish(ForwardJob& job) {
         // blackholed, a TLS handshake or name lookup that never ended), it ran nowhere: a 503,
         // which the caller refunds as refused.
         api::ApiError e;
-        e.status = job.head_timed_out ? 504 : 503;
+        e.status = maybe_ran ? 504 : 503;
         e.type = "server_error";
-        e.code = job.head_timed_out ? "upstream_timeout" : "upstream_unavailable";
+        e.code = maybe_ran ? "upstream_timeout" : "upstream_unavailable";
         if (stopping_.load()) {
             e.message = "this site is shutting down";
         } else if (job.last_error.empty()) {
@@ -244,8 +245,7 @@ void PeerClient::forward(tls::HttpRequest request, std::string tenant,
                          std::function<void(int64_t prompt_tokens)> on_accepted,
                          bool maybe_ran) {
     auto job = std::make_shared<ForwardJob>();
-    // A peer the caller tried before may have run it: as one of these that gave no head in time.
-    job->head_timed_out = maybe_ran;
+    job->earlier_maybe_ran = maybe_ran;
     job->request = std::move(request);
     job->tenant = std::move(tenant);
     job->targets = std::move(targets);

@@ -125,9 +125,14 @@ struct ForwardJob {
     std::string last_error;
     // An attempt sent the request and its answer's head did not come within response_timeout:
     // that peer may have run it. A timeout connecting (the name lookup, TCP connect or TLS
-    // handshake) does not set it: nothing was sent. Set from the start when a peer the caller
-    // tried before these targets was so (Forwarder::forward's `maybe_ran`).
+    // handshake) does not set it: nothing was sent.
     bool head_timed_out = false;
+    // A peer the caller tried before these targets was so (Forwarder::forward's `maybe_ran`):
+    // the answer with no target reached is the same 504, and the result says maybe_ran. Kept
+    // apart from head_timed_out, which decides how this list's own ends settle: an end that
+    // was never placed stays `unplaced` for the caller, which knows what its earlier targets
+    // left (an acceptance among them too) and settles it as after them.
+    bool earlier_maybe_ran = false;
 };
 
 class PeerClient::Impl : public std::enable_shared_from_this<Impl> {

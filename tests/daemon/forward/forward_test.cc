@@ -488,7 +488,8 @@ TEST_CASE("a deferred answer cut after the peer accepted, then refused here: nev
     // answer cut after acceptance: the prompt told and max_tokens (the default, lowered to the
     // 5 of the tenant's minute budget), whichever target ends it, and however.
     Cluster cluster;
-    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n", true,
+           "  response_timeout_ms: 300\n");
     Site c(cluster, "gru", {"m"});
     RawPeer raw(cluster, kAcceptedDeferredHead);
     a.generator.fail_next_submit(unavailable_error("engine queue full"));
@@ -514,6 +515,16 @@ TEST_CASE("a deferred answer cut after the peer accepted, then refused here: nev
     }
     SUBCASE("the next target accepts it and has no room before any token") {
         a.planner.route_to({raw.target(), c.target()});
+        CHECK(no_room_after_acceptance(a, c, 40).status == 503);
+        gru_seen = 1;
+    }
+    SUBCASE("then a site that gives no head in time, this site, and no room at the last") {
+        // sin may have run it too: the last target's end was settled as after sin alone (an
+        // error, its prompt as gru told it, no output charged), the acceptance before forgotten.
+        Site b(cluster, "sin", {"m"});
+        b.generator.on_submit_at(
+            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        a.planner.route_to({raw.target(), b.target(), here, c.target()});
         CHECK(no_room_after_acceptance(a, c, 40).status == 503);
         gru_seen = 1;
     }
