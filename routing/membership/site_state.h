@@ -78,12 +78,6 @@ inline constexpr size_t kMaxSiteStringBytes = 255;
 // would never look busy or saturated, and draw every site's traffic.
 inline constexpr uint32_t kMaxPoolCapacity = 1u << 16;
 
-// True when a pool with `queue_depth` waiting requests is at its engine's queue bound (`max_queue`,
-// 0: not advertised, no bound). Its engine then answers 503 "queue full" (see pool_saturated).
-inline bool at_queue_bound(uint32_t queue_depth, uint32_t max_queue) {
-    return max_queue > 0 && queue_depth >= max_queue;
-}
-
 // The KV use a pool's saturation and cost are judged by: advertised figures come from the
 // network, so a NaN or infinite one counts as a full cache and the rest is clamped to 0..1.
 inline double effective_kv_use(double kv_use) {
@@ -103,16 +97,17 @@ struct SaturationLimits {
 };
 
 // True when a pool of `capacity` slots with `load` takes no requests: its queue holds
-// `queue_per_slot` requests per slot (at least one slot), or reaches its engine's bound
-// (at_queue_bound; the other rule's bound may lie beyond it: 4 slots, max_queue 4), or its
-// effective KV use is at `kv_saturated`. Routing (selection::compute_cost) and gossip
-// (load_changed_materially) both read this one definition, so a pool every site counts as
-// saturated is one whose load this site sent on crossing the line.
+// `queue_per_slot` requests per slot (at least one slot), or reaches its engine's queue bound
+// (`max_queue`, 0: not advertised, no bound), or its effective KV use is at `kv_saturated`. At
+// the queue bound the engine answers 503 "queue full", and the per-slot line may lie beyond it
+// (4 slots, max_queue 4: 16 queued, never reached), so the bound counts on its own. Routing
+// (selection::compute_cost) and gossip (load_changed_materially) both read this one definition,
+// so a pool every site counts as saturated is one whose load this site sent on crossing the line.
 inline bool pool_saturated(const PoolLoad& load, uint32_t capacity,
                            const SaturationLimits& limits) {
     return static_cast<double>(load.queue_depth) >=
                limits.queue_per_slot * std::max<uint32_t>(capacity, 1) ||
-           at_queue_bound(load.queue_depth, load.max_queue) ||
+           (load.max_queue > 0 && load.queue_depth >= load.max_queue) ||
            effective_kv_use(load.kv_use) >= limits.kv_saturated;
 }
 
@@ -125,9 +120,10 @@ Result<SiteState> decode_site_state(std::span<const uint8_t> bytes);
 // a load figure moved by at least `fraction` of its old value and `abs_requests` (queue depth,
 // running), `fraction` (KV use) or 1 (decode and prefill tokens/s). Steps are compared with a
 // little slack, so 0.9 -> 1.0 of KV use is the 0.1 it reads as, not the 0.0999... floating point
-// makes it.
+// makes it. `limits` has no default: they are routing's (MembershipConfig::saturation, reloaded
+// live), and a caller that forgot them would judge crossings by a line no site routes by.
 bool load_changed_materially(const SiteState& prev, const SiteState& next, double fraction,
-                             uint32_t abs_requests, const SaturationLimits& limits = {});
+                             uint32_t abs_requests, const SaturationLimits& limits);
 // True when the two states differ only in pool load figures.
 bool only_load_differs(const SiteState& a, const SiteState& b);
 

@@ -1,9 +1,10 @@
 // Three real Daemons in one process on loopback, gossiping over real UDP/TCP with the `local`
 // preset and fast intervals: they converge, the admin views list every site and every cost term,
-// published load and injected per-peer latency move the route, a rollout intent reaches every
-// site, SIGTERM's path advertises draining before leaving, and a site that dies without leaving
-// stops getting traffic within the detection bound. Waits poll real state with a deadline (the
-// gossip runs on real sockets); nothing sleeps for a fixed time.
+// published load and injected per-peer latency move the route, a reloaded saturation line is the
+// one gossip judges load by, a rollout intent reaches every site, SIGTERM's path advertises
+// draining before leaving, and a site that dies without leaving stops getting traffic within the
+// detection bound. Waits poll real state with a deadline (the gossip runs on real sockets);
+// nothing sleeps for a fixed time.
 
 #include <doctest/doctest.h>
 
@@ -55,6 +56,8 @@ struct Site {
     SiteSpec spec;
     testing::ScriptedGenerator generator;
     std::unique_ptr<daemon::Daemon> daemon;
+    testing::DaemonYaml yaml;  // The config it started with, for Cluster3::reload.
+    std::string path;          // Where that config is said to live.
 
     Site(SiteSpec s, std::vector<std::string> models) : spec(std::move(s)), generator(models) {}
 
@@ -124,19 +127,27 @@ public:
             }
             y.gossip->testing_peer_delay = delays ? delays(s.spec.id) : "";
             y.gossip->keys = gossip_keys;
-            y.extra =
-                "routing:\n"
-                "  outlier:\n"
-                "    consecutive_failures: 2\n"
-                "    max_ejection_percent: 100\n" + routing;
-            s.daemon = testing::make_daemon(testing::daemon_yaml(y),
-                                            dir_.file(s.spec.id + ".yaml"), s.generator,
+            y.extra = routing_section(routing);
+            s.yaml = y;
+            s.path = dir_.file(s.spec.id + ".yaml");
+            s.daemon = testing::make_daemon(testing::daemon_yaml(y), s.path, s.generator,
                                             SystemClock::instance());
             s.daemon->start();
         }
     }
 
     Site& operator[](size_t i) { return *sites_.at(i); }
+
+    // SIGHUP's path (Daemon::reload) on site `i`: the config it started with, but `routing`
+    // appended to its routing section in place of the constructor's.
+    Status reload(size_t i, const std::string& routing) {
+        Site& s = *sites_.at(i);
+        testing::DaemonYaml y = s.yaml;
+        y.extra = routing_section(routing);
+        Result<daemon::Config> fresh = daemon::parse_config(testing::daemon_yaml(y), s.path);
+        REQUIRE_MESSAGE(fresh.ok(), fresh.status().to_string());
+        return s.daemon->reload(*fresh);
+    }
 
     bool converged() {
         for (auto& s : sites_) {
@@ -148,6 +159,15 @@ public:
     }
 
 private:
+    // Every site's routing section: outliers ejected fast, then `routing` (more keys of it).
+    static std::string routing_section(const std::string& routing) {
+        return "routing:\n"
+               "  outlier:\n"
+               "    consecutive_failures: 2\n"
+               "    max_ejection_percent: 100\n" +
+               routing;
+    }
+
     testing::TempDir dir_;
     testing::TestCertificate cert_;
     std::vector<std::unique_ptr<Site>> sites_;
@@ -291,6 +311,39 @@ TEST_CASE("a load sample material against what was gossiped goes out whatever wa
         },
         3s);
     CHECK_MESSAGE(close, "fra gossips queue " << gossiped_queue() << " for a queue of 12");
+}
+
+// routing.kv_saturated is reloaded live, and gossip judges load steps by it: KV use held back as
+// a step under 0.1 (0.86 gossiped, 0.92 held) crosses a line lowered to 0.9. Cluster's publisher
+// posts no sample equal to the last and the engine's figures stand still, so only the reload
+// itself (Cluster::reload_routing posting the new line to the memberlist) can send it; without
+// it every site kept routing to the pool as below the line that its own site now counts it past.
+TEST_CASE("a reload lowering routing.kv_saturated gossips the held KV use that now crosses it") {
+    Cluster3 c({{"test-model"}, {"test-model"}, {}});
+    REQUIRE(wait_for([&] { return c.converged(); }, 10s));
+    auto kv_load = [](double kv) {
+        engine::ModelLoad l = load(0, 4);
+        l.kv_use = kv;
+        return l;
+    };
+    // fra's KV use as sin sees it, through gossip; -1 before fra's pool reached it.
+    auto kv_at_sin = [&]() -> double {
+        const membership::MemberView* fra = c[1].member("fra");
+        if (fra == nullptr || !fra->site || fra->site->pools.empty()) {
+            return -1;
+        }
+        return fra->site->pools[0].load.kv_use;
+    };
+    c[0].generator.set_load({kv_load(0.86)});
+    REQUIRE(wait_for([&] { return kv_at_sin() == 0.86; }, 5s));
+    // Under the 0.1 step and below the default line (0.98): held back, past the rate limit (1 s)
+    // and many samples (every 50 ms).
+    c[0].generator.set_load({kv_load(0.92)});
+    std::this_thread::sleep_for(1500ms);
+    REQUIRE(kv_at_sin() == 0.86);
+    REQUIRE(c.reload(0, "  kv_saturated: 0.9\n").ok());
+    const bool sent = wait_for([&] { return kv_at_sin() == 0.92; }, 5s);
+    CHECK_MESSAGE(sent, "sin sees fra's KV use at " << kv_at_sin() << " for a held 0.92");
 }
 
 TEST_CASE("injected per-peer latency: routing follows the measured RTT, not the map") {

@@ -38,6 +38,9 @@ SiteState sample_site() {
     return s;
 }
 
+// Routing's default saturation line (routing.cost), passed where a test's loads stay clear of it.
+constexpr SaturationLimits kDefaultLine{};
+
 TEST_CASE("codec: every message round-trips through a packet") {
     coords::Coordinate c;
     c.vec[3] = 0.25;
@@ -422,21 +425,21 @@ TEST_CASE("site state: load changes are material only past the thresholds") {
     SiteState b = a;
     b.pools[0].load.queue_depth = 4;  // +1 request: not material
     CHECK(only_load_differs(a, b));
-    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2, kDefaultLine));
     b.pools[0].load.queue_depth = 10;
-    CHECK(load_changed_materially(a, b, 0.1, 2));
+    CHECK(load_changed_materially(a, b, 0.1, 2, kDefaultLine));
     // Going idle is material however small the step; a first request on an idle pool is not.
     SiteState busy = a, idle = a;
     busy.pools[0].load.running = 1;
     busy.pools[0].load.queue_depth = 0;
     idle.pools[0].load.running = 0;
     idle.pools[0].load.queue_depth = 0;
-    CHECK(load_changed_materially(busy, idle, 0.1, 2));
-    CHECK_FALSE(load_changed_materially(idle, busy, 0.1, 2));
+    CHECK(load_changed_materially(busy, idle, 0.1, 2, kDefaultLine));
+    CHECK_FALSE(load_changed_materially(idle, busy, 0.1, 2, kDefaultLine));
     b = a;
     b.pools[0].state = PoolState::kDraining;
     CHECK_FALSE(only_load_differs(a, b));
-    CHECK(load_changed_materially(a, b, 0.1, 2));
+    CHECK(load_changed_materially(a, b, 0.1, 2, kDefaultLine));
 }
 
 // A site state holding `pool` alone, decoded.
@@ -538,7 +541,7 @@ TEST_CASE("site state: the queue bound round-trips, an older member's state has 
     // A changed bound is material at once: it moves the pool's saturation point.
     SiteState bigger = s;
     bigger.pools[0].load.max_queue = 5;
-    CHECK(load_changed_materially(s, bigger, 0.5, 100));
+    CHECK(load_changed_materially(s, bigger, 0.5, 100, kDefaultLine));
 }
 
 TEST_CASE("site state: a queue reaching or leaving its bound is material by one request") {
@@ -551,20 +554,20 @@ TEST_CASE("site state: a queue reaching or leaving its bound is material by one 
     below.pools[0].load.queue_depth = 3;
     SiteState full = below;
     full.pools[0].load.queue_depth = 4;
-    CHECK(load_changed_materially(below, full, 0.1, 2));
-    CHECK(load_changed_materially(full, below, 0.1, 2));
+    CHECK(load_changed_materially(below, full, 0.1, 2, kDefaultLine));
+    CHECK(load_changed_materially(full, below, 0.1, 2, kDefaultLine));
     // Past the bound the pool stays saturated: +1 request is not news there.
     SiteState over = full;
     over.pools[0].load.queue_depth = 5;
-    CHECK_FALSE(load_changed_materially(full, over, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(full, over, 0.1, 2, kDefaultLine));
     // Below the bound, +1 request is still below the thresholds.
     SiteState two = below;
     two.pools[0].load.queue_depth = 2;
-    CHECK_FALSE(load_changed_materially(two, below, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(two, below, 0.1, 2, kDefaultLine));
     // Without an advertised bound (an older member), 3 -> 4 is the +1 request it always was.
     below.pools[0].load.max_queue = 0;
     full.pools[0].load.max_queue = 0;
-    CHECK_FALSE(load_changed_materially(below, full, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(below, full, 0.1, 2, kDefaultLine));
 }
 
 TEST_CASE("site state: a pool becoming or ceasing to be saturated is material by any step") {
@@ -653,28 +656,31 @@ TEST_CASE("site state: a prefill rate change is material like a decode rate chan
     a.pools[0].load.prefill_tokens_per_s = 4000.0;
     SiteState b = a;
     b.pools[0].load.prefill_tokens_per_s = 4100.0;  // +2.5%: not material at 10%
-    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2, kDefaultLine));
     b.pools[0].load.prefill_tokens_per_s = 800.0;
-    CHECK(load_changed_materially(a, b, 0.1, 2));
+    CHECK(load_changed_materially(a, b, 0.1, 2, kDefaultLine));
     // First measured (0 -> a rate) is material.
     SiteState unmeasured = a;
     unmeasured.pools[0].load.prefill_tokens_per_s = 0.0;
-    CHECK(load_changed_materially(unmeasured, a, 0.1, 2));
+    CHECK(load_changed_materially(unmeasured, a, 0.1, 2, kDefaultLine));
 }
 
 TEST_CASE("site state: KV use 0.9 to a full 1.0 is a material step of 0.1") {
+    // A KV line no use reaches (it is judged clamped to 1): 0.9 -> 1.0 crosses the default 0.98,
+    // which would make the step material whatever the slack.
+    const SaturationLimits kNoKvLine{.kv_saturated = 2.0, .queue_per_slot = 4.0};
     SiteState a = sample_site();
     a.pools[0].load.kv_use = 0.9;
     SiteState b = a;
     b.pools[0].load.kv_use = 1.0;  // 1.0 - 0.9 is 0.0999... in doubles
-    CHECK(load_changed_materially(a, b, 0.1, 2));
-    CHECK(load_changed_materially(b, a, 0.1, 2));
+    CHECK(load_changed_materially(a, b, 0.1, 2, kNoKvLine));
+    CHECK(load_changed_materially(b, a, 0.1, 2, kNoKvLine));
     a.pools[0].load.kv_use = 0.7;
     b.pools[0].load.kv_use = 0.8;  // 0.8 - 0.7 is 0.1000...1, material before too
-    CHECK(load_changed_materially(a, b, 0.1, 2));
+    CHECK(load_changed_materially(a, b, 0.1, 2, kNoKvLine));
     b.pools[0].load.kv_use = 0.79;  // Still below the step: not material.
-    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2));
-    CHECK_FALSE(load_changed_materially(a, a, 0.1, 2));
+    CHECK_FALSE(load_changed_materially(a, b, 0.1, 2, kNoKvLine));
+    CHECK_FALSE(load_changed_materially(a, a, 0.1, 2, kNoKvLine));
 }
 
 TEST_CASE("site state: strings longer than 255 bytes are kDataLoss, naming the field") {
