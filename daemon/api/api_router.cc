@@ -492,9 +492,10 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
     // The prompt counts against input_tokens_per_minute from the peer's acceptance, as a run
     // here does from its own; finish() below charges only what that did not take.
     auto on_accepted = [lease](int64_t prompt_tokens) { lease->charge_prompt(prompt_tokens); };
-    // A peer tried before these targets may have run it (earlier.maybe_ran): the forwarder
-    // answers as after such a peer of its own list, no target reached being a 504, not the 503
-    // that tells the client the request ran nowhere.
+    // A peer tried before these targets may have run it (earlier.maybe_ran) or accepted it
+    // (earlier.accepted): the forwarder answers as after such a peer of its own list, no target
+    // reached being a 504 or the cut's 503, not the 503 that tells the client the request ran
+    // nowhere.
     forwarder_->forward(
         std::move(request), tenant_name, std::move(targets), std::move(channel),
         [this, lease = std::move(lease), metrics = metrics_, tenant_name, notes = std::move(notes),
@@ -599,7 +600,7 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                 metrics->on_tenant_request(tenant_name, forward_outcome(result));
             }
         },
-        std::move(on_accepted), earlier.maybe_ran);
+        std::move(on_accepted), earlier);
 }
 
 ApiRouter::Elsewhere ApiRouter::forward_elsewhere(std::shared_ptr<tls::HttpRequest> request,

@@ -38,17 +38,7 @@
 
 namespace edge::daemon::api {
 
-// What the plan's targets tried before the next one left of an admitted request (their
-// ForwardResult): once a peer may have run it or accepted it, a later target's refusal, here or
-// at a peer, gives nothing back and is an error after acceptance, as the forwarder settles the
-// same within its own list of peers.
-struct EarlierTargets {
-    bool maybe_ran = false;     // A peer was sent it and sent no head in time.
-    bool accepted = false;      // A peer's engine accepted it, then its answer was cut.
-    int64_t prompt_tokens = 0;  // The prompt's length that peer told at its acceptance.
-    int64_t most_output = 0;    // What it may have generated there (accepted).
-    bool any() const { return maybe_ran || accepted; }
-};
+using cluster::EarlierTargets;
 
 class ApiRouter final : public tls::HttpHandler {
 public:

@@ -165,6 +165,19 @@ struct ForwardResult {
     bool run_here = false;
 };
 
+// What the plan's targets tried before the next ones left of an admitted request (their
+// ForwardResult): once a peer may have run it or accepted it, a later target's refusal, here or
+// at a peer, gives nothing back and is an error after acceptance, and no later target reached is
+// never answered as a request that ran nowhere, as the forwarder settles the same within its own
+// list of peers.
+struct EarlierTargets {
+    bool maybe_ran = false;     // A peer was sent it and sent no head in time.
+    bool accepted = false;      // A peer's engine accepted it, then its answer was cut.
+    int64_t prompt_tokens = 0;  // The prompt's length that peer told at its acceptance.
+    int64_t most_output = 0;    // What it may have generated there (accepted).
+    bool any() const { return maybe_ran || accepted; }
+};
+
 class Forwarder {
 public:
     virtual ~Forwarder() = default;
@@ -181,15 +194,18 @@ public:
     // head) with the prompt's length that peer told (kPromptTokensHeader; not run without
     // one), before anything of that answer reaches the channel: the caller charges the prompt
     // then, not at `done`. Again should a later target accept it after a deferred answer cut.
-    // `maybe_ran`: a peer the caller tried before `targets` was sent the request and sent no
-    // head in time, so it may have run it: settled as after such a peer of `targets` (no target
-    // reached is a 504, not the 503 saying it ran nowhere; ForwardResult::maybe_ran is set).
+    // `earlier`: what the targets the caller tried before `targets` left. No target reached is
+    // answered as after such a peer of `targets`, never with the 503 saying it ran nowhere:
+    // after one that was sent the request and sent no head in time (maybe_ran), a 504
+    // (upstream_timeout), and ForwardResult::maybe_ran is set; else after one that accepted it
+    // before its answer was cut (accepted), the 503 of that cut (upstream_cut). The rest of its
+    // settling (the charge) is the caller's.
     virtual void forward(tls::HttpRequest request, std::string tenant,
                          std::vector<RouteTarget> targets,
                          std::shared_ptr<tls::ResponseChannel> channel,
                          std::function<void(const ForwardResult&)> done,
                          std::function<void(int64_t prompt_tokens)> on_accepted = {},
-                         bool maybe_ran = false) = 0;
+                         EarlierTargets earlier = {}) = 0;
 };
 
 }  // namespace edge::daemon::cluster

@@ -74,8 +74,11 @@ void PeerClient::Impl::report(const RouteTarget& target, bool ok, SteadyClock::d
 
 void PeerClient::Impl::finish(ForwardJob& job) {
     job.result.cancelled = job.cancelled && !stopping_.load();
-    const bool maybe_ran = job.head_timed_out || job.earlier_maybe_ran;
+    const bool maybe_ran = job.head_timed_out || job.earlier.maybe_ran;
     job.result.maybe_ran = maybe_ran;
+    // A peer's engine accepted it, this list's or one the caller tried before, then its answer
+    // was cut (a peer that said it generated nothing is not counted: attempt()).
+    const bool accepted = job.result.accepted || job.earlier.accepted;
     // No remote site took it: a local target in the plan runs it (the caller, on run_here),
     // as the next candidate would have been tried had it been remote.
     if (!job.result.started && !job.cancelled && !stopping_.load() && has_local_target(job)) {
@@ -86,16 +89,24 @@ void PeerClient::Impl::finish(ForwardJob& job) {
     } else if (!job.result.started && (!job.cancelled || stopping_.load())) {
         // A job cancelled by stop() still answers; one whose client left has nobody to answer.
         // A peer that was sent the request and sent no head in time (this list's, or one the
-        // caller tried before it) may have run it: a 504, which the caller never refunds. When
-        // none was sent it (every peer refused the connection or timed out before it was up:
+        // caller tried before it) may have run it: a 504, which the caller never refunds. Else
+        // one that accepted it before its answer was cut may have generated: that cut's 503
+        // (upstream_cut, as when no other target is left), charged as an answer cut. When none
+        // was sent it (every peer refused the connection or timed out before it was up:
         // blackholed, a TLS handshake or name lookup that never ended), it ran nowhere: a 503,
         // which the caller refunds as refused.
         api::ApiError e;
         e.status = maybe_ran ? 504 : 503;
         e.type = "server_error";
-        e.code = maybe_ran ? "upstream_timeout" : "upstream_unavailable";
+        e.code = maybe_ran  ? "upstream_timeout"
+                 : accepted ? "upstream_cut"
+                            : "upstream_unavailable";
         if (stopping_.load()) {
             e.message = "this site is shutting down";
+        } else if (accepted && !maybe_ran) {
+            e.message = "a site accepted the request, then its answer was cut, and no other site "
+                        "could take it" +
+                        (job.last_error.empty() ? "" : "; last: " + job.last_error);
         } else if (job.last_error.empty()) {
             e.message = "no remote site to forward the request to";
         } else {
@@ -243,9 +254,9 @@ void PeerClient::forward(tls::HttpRequest request, std::string tenant,
                          std::shared_ptr<tls::ResponseChannel> channel,
                          std::function<void(const ForwardResult&)> done,
                          std::function<void(int64_t prompt_tokens)> on_accepted,
-                         bool maybe_ran) {
+                         cluster::EarlierTargets earlier) {
     auto job = std::make_shared<ForwardJob>();
-    job->earlier_maybe_ran = maybe_ran;
+    job->earlier = earlier;
     job->request = std::move(request);
     job->tenant = std::move(tenant);
     job->targets = std::move(targets);

@@ -104,7 +104,7 @@ public:
                  std::shared_ptr<tls::ResponseChannel> channel,
                  std::function<void(const cluster::ForwardResult&)> done,
                  std::function<void(int64_t prompt_tokens)> on_accepted = {},
-                 bool maybe_ran = false) override;
+                 cluster::EarlierTargets earlier = {}) override;
 
     // Re-reads cert_path, key_path and ca_path; on error nothing changes and the error (naming
     // the file) is returned. Any thread.

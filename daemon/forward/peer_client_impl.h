@@ -127,12 +127,13 @@ struct ForwardJob {
     // that peer may have run it. A timeout connecting (the name lookup, TCP connect or TLS
     // handshake) does not set it: nothing was sent.
     bool head_timed_out = false;
-    // A peer the caller tried before these targets was so (Forwarder::forward's `maybe_ran`):
-    // the answer with no target reached is the same 504, and the result says maybe_ran. Kept
-    // apart from head_timed_out, which decides how this list's own ends settle: an end that
-    // was never placed stays `unplaced` for the caller, which knows what its earlier targets
-    // left (an acceptance among them too) and settles it as after them.
-    bool earlier_maybe_ran = false;
+    // What the targets the caller tried before these left (Forwarder::forward's `earlier`): a
+    // peer there that was so (maybe_ran) makes the answer with no target reached the same 504,
+    // and the result says maybe_ran; one that accepted it before its answer was cut makes it
+    // that cut's 503 (finish()). Kept apart from head_timed_out and result.accepted, which
+    // decide how this list's own ends settle: an end that was never placed stays `unplaced`
+    // for the caller, which settles it, and charges the rest, as after its earlier targets.
+    cluster::EarlierTargets earlier;
 };
 
 class PeerClient::Impl : public std::enable_shared_from_this<Impl> {

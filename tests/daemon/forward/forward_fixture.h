@@ -226,6 +226,12 @@ inline uint16_t refused_port() {
     return port;
 }
 
+// Site `id`, whose connection is refused: a port found when the target is made, not one a site
+// made since may have been given.
+inline RouteTarget refusing_site(const std::string& id = "ams") {
+    return RouteTarget{false, id, "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"};
+}
+
 inline bool metrics_contain(Site& site, const std::string& line) {
     return site.daemon->metrics().serialize().find(line) != std::string::npos;
 }

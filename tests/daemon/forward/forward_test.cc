@@ -467,6 +467,14 @@ TEST_CASE("a deferred answer cut after the peer accepted: tried once more, never
     }
 }
 
+// `site`'s engine takes 800 ms to accept its first request, past the peer.response_timeout_ms
+// (300) of the forwarding site in these tests: the forward was sent and got no head in time, so
+// that site may have run it.
+static void never_answers_in_time(Site& site) {
+    site.generator.on_submit_at(
+        0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+}
+
 // A non-streamed request sent to `a`, whose plan has `peer` last: its engine accepts it (its
 // first request), then finds no room for it before any token, having read `prompt` tokens. The
 // answer the client gets.
@@ -522,19 +530,32 @@ TEST_CASE("a deferred answer cut after the peer accepted, then refused here: nev
         // sin may have run it too: the last target's end was settled as after sin alone (an
         // error, its prompt as gru told it, no output charged), the acceptance before forgotten.
         Site b(cluster, "sin", {"m"});
-        b.generator.on_submit_at(
-            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        never_answers_in_time(b);
         a.planner.route_to({raw.target(), b.target(), here, c.target()});
         CHECK(no_room_after_acceptance(a, c, 40).status == 503);
         gru_seen = 1;
+    }
+    // No later target could be reached: answered as the cut alone is (503 upstream_cut), never
+    // the upstream_unavailable that tells the client the request ran nowhere, while the tenant
+    // was charged as for one that may have run.
+    SUBCASE("the next target cannot be reached") {
+        a.planner.route_to({raw.target(), refusing_site()});
+        auto r = a.ask(chat_request(false));
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "upstream_cut");
+    }
+    SUBCASE("then this site refuses it and the last target cannot be reached") {
+        a.planner.route_to({raw.target(), here, refusing_site()});
+        auto r = a.ask(chat_request(false));
+        CHECK(r->status == 503);
+        CHECK(error_code_of(*r) == "upstream_cut");
     }
     CHECK(request_counted(a, "error"));
     CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
     CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
     // max_tokens charged against 5 a minute: the next request waits, never routed (the plan's
     // one site refusing connections, a request admitted gets a 503 at once).
-    a.planner.route_to(
-        {RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0, "m"}});
+    a.planner.route_to({refusing_site()});
     check_in_debt(a, c, chat_request(false), gru_seen);
 }
 
@@ -1031,9 +1052,7 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
     }
     SUBCASE("sent, and no head within response_timeout: a 504, charged as one that may have run") {
         Site b(cluster, "sin", {"m"});
-        // sin's engine takes longer than response_timeout to accept it.
-        b.generator.on_submit_at(
-            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        never_answers_in_time(b);
         a.planner.route_to({b.target()});
         auto r = ask();
         CHECK(r.status == 504);
@@ -1049,8 +1068,7 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         // the tenant had sin run requests past its rate.
         Site b(cluster, "sin", {"m"});
         Site c(cluster, "gru", {"m"});
-        b.generator.on_submit_at(
-            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        never_answers_in_time(b);
         c.generator.fail_next_submit(unavailable_error("engine queue full"));
         a.planner.route_to({b.target(), c.target()});
         auto r = ask();
@@ -1066,16 +1084,9 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         // sin may have run it; this site's engine refusing it says only that it did not run
         // here. Refunded as overloaded, the tenant had sin run requests past its rate.
         Site b(cluster, "sin", {"m"});
-        b.generator.on_submit_at(
-            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        never_answers_in_time(b);
         a.generator.fail_next_submit(unavailable_error("engine queue full"));
         const RouteTarget here{true, "fra", "", 0.0, "m"};
-        // A site whose connection is refused (a port taken when used, not one a site made
-        // since may have been given).
-        auto refusing = [] {
-            return RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(refused_port()), 0.0,
-                               "m"};
-        };
         SUBCASE("the last target") {
             a.planner.route_to({b.target(), here});
             CHECK(ask().status == 503);
@@ -1099,7 +1110,7 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         SUBCASE("then the last target unreachable") {
             // sin may have run it: a 504, as for [sin, ams]. It got the 503 (upstream_unavailable)
             // that tells the client the request ran nowhere.
-            a.planner.route_to({b.target(), here, refusing()});
+            a.planner.route_to({b.target(), here, refusing_site()});
             auto r = ask();
             CHECK(r.status == 504);
             CHECK(error_code_of(r) == "upstream_timeout");
@@ -1107,7 +1118,7 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         CHECK(request_counted(a, "error"));
         CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
         // The request token stays spent (fra's clock stands still): refused before routing.
-        a.planner.route_to({refusing()});
+        a.planner.route_to({refusing_site()});
         auto limited = ask();
         CHECK(limited.status == 429);
         CHECK(error_code_of(limited) == "requests_per_second");
@@ -1117,8 +1128,7 @@ TEST_CASE("a forward that timed out connecting ran nowhere: a 503, refunded as r
         // acceptance charged is also the prompt counted: it was charged and shown as 0.
         Site b(cluster, "sin", {"m"});
         Site c(cluster, "gru", {"m"});
-        b.generator.on_submit_at(
-            0, [] { std::this_thread::sleep_for(std::chrono::milliseconds(800)); });
+        never_answers_in_time(b);
         a.planner.route_to({b.target(), c.target()});
         CHECK(no_room_after_acceptance(a, c, 3).status == 503);
         CHECK(request_counted(a, "error"));
