@@ -23,9 +23,10 @@ public:
     void begin(std::vector<tls::HttpHeader> headers = {});
     void event(std::string_view json);
     // Several events written as one piece (none, and no head, when `jsons` is empty): a
-    // backlog that waited for the stream to open goes out whole, counted once against the
-    // connection's stream buffer (a client that has not had a chance to read is not a slow
-    // reader; ResponseChannel::write lets one piece larger than the whole buffer through).
+    // stream's opening (chat role chunks, a backlog that waited for the stream to open) goes
+    // out whole, counted once against the connection's stream buffer (a client that has not had
+    // a chance to read is not a slow reader; ResponseChannel::write lets one piece larger than
+    // the whole buffer through).
     void events(const std::vector<std::string>& jsons);
     // ": <text>\n\n", a comment line that clients ignore.
     void comment(std::string_view text);

@@ -1,5 +1,6 @@
 #include "daemon/api/completion_response.h"
 
+#include <iterator>
 #include <utility>
 
 #include "common/json_text.h"
@@ -69,12 +70,6 @@ void Response::accept(int64_t prompt_tokens, std::vector<int64_t> choice_prompt_
         return;
     }
     begin_locked();
-    // The events of the choices submitted first, generated while the later ones were
-    // submitted: one write, or a backlog larger than the stream buffer (a small
-    // max_stream_buffer_bytes, logprobs) would cut the client as a slow reader before it could
-    // read a byte.
-    sse_.events(early_);
-    early_.clear();
     if (finished_ == choices) {
         answer_locked();
     }
@@ -187,29 +182,40 @@ void Response::choice_finished(int32_t index, const engine::Finish& finish, json
 }
 
 void Response::begin_locked() {
-    if (!stream || begun_) {
-        return;
-    }
-    begun_ = true;
-    std::vector<tls::HttpHeader> headers;
-    if (report_usage) {
-        headers.push_back(
-            {std::string(cluster::kPromptTokensHeader), std::to_string(prompt_tokens_)});
-    }
-    sse_.begin(std::move(headers));
-    if (chat) {
-        // Each choice's first chunk carries the role, as OpenAI's do.
-        for (int32_t i = 0; i < choices; ++i) {
-            json::object delta;
-            delta["role"] = "assistant";
-            delta["content"] = "";
-            json::object role = chunk(i, std::move(delta), nullptr, json::value(nullptr));
-            if (continuous_usage) {
-                role["usage"] = running_usage(choice_prompt_tokens_[static_cast<size_t>(i)], 0);
+    std::vector<std::string> opening;
+    if (stream && !begun_) {
+        begun_ = true;
+        std::vector<tls::HttpHeader> headers;
+        if (report_usage) {
+            headers.push_back(
+                {std::string(cluster::kPromptTokensHeader), std::to_string(prompt_tokens_)});
+        }
+        sse_.begin(std::move(headers));
+        if (chat) {
+            // Each choice's first chunk carries the role, as OpenAI's do.
+            opening.reserve(static_cast<size_t>(choices) + early_.size());
+            for (int32_t i = 0; i < choices; ++i) {
+                json::object delta;
+                delta["role"] = "assistant";
+                delta["content"] = "";
+                json::object role = chunk(i, std::move(delta), nullptr, json::value(nullptr));
+                if (continuous_usage) {
+                    role["usage"] =
+                        running_usage(choice_prompt_tokens_[static_cast<size_t>(i)], 0);
+                }
+                opening.push_back(json_text(role));
             }
-            sse_.event(json_text(role));
         }
     }
+    // The role chunks and the events of the choices submitted first, generated while the later
+    // ones were submitted: one write. This runs inside the handler, before the session can send
+    // a byte, so written one by one they would count against the stream buffer together and an
+    // opening larger than it (many choices, a small max_stream_buffer_bytes, logprobs) would cut
+    // the client as a slow reader before it could read anything.
+    opening.insert(opening.end(), std::make_move_iterator(early_.begin()),
+                   std::make_move_iterator(early_.end()));
+    early_.clear();
+    sse_.events(opening);
 }
 
 void Response::answer_locked() {

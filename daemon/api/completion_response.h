@@ -76,6 +76,8 @@ class Response {
     void choice_finished(int32_t index, const engine::Finish& finish, boost::json::value done);
 
   private:
+    // accept()'s: the stream's head, then its opening (each chat choice's role chunk and early_)
+    // as one write, counted once against the connection's stream buffer.
     void begin_locked();
 
     // Every choice has ended: the whole answer, or the end of the stream.

@@ -219,6 +219,56 @@ TEST_CASE("n: what a choice generated while the others were submitted goes out w
           std::string::npos);
 }
 
+// A chat stream opens with a role chunk for each choice, written inside the handler before the
+// session can send a byte: here 16 of ~250 bytes (continuous usage), more than this connection's
+// 4 KiB stream buffer. Written one by one they marked the client a slow reader, and cut it,
+// before it could read anything.
+TEST_CASE("n: a chat stream's role chunks go out whole, however many choices") {
+    Fixture f("limits:\n  max_stream_buffer_bytes: 4096\n");
+    constexpr int kChoices = 16;
+    auto c = f.chat(R"(,"n":16,"stream":true,)"
+                    R"("stream_options":{"include_usage":true,"continuous_usage_stats":true})",
+                    kChoices);
+    // The whole opening first: the connection must have survived it.
+    auto body = c->read_until("\"index\":15,");
+    REQUIRE_MESSAGE(body.ok(), body.status().to_string());
+    for (int i = 0; i < kChoices; ++i) {
+        f.generator.finish(static_cast<size_t>(i), engine::FinishReason::kStop,
+                           engine::Usage{1, 0, 0});
+        // Read as they come: sixteen finish chunks held at once would fill the buffer too.
+        auto finish = c->read_until("\"stop\"");
+        REQUIRE_MESSAGE(finish.ok(), finish.status().to_string());
+        *body += *finish;
+    }
+    auto rest = c->read_until("0\r\n\r\n");
+    REQUIRE_MESSAGE(rest.ok(), rest.status().to_string());
+    *body += *rest;
+    int roles = 0;
+    int finished = 0;
+    int usage_events = 0;
+    const std::vector<std::string> events = testing::sse_events(*body);
+    for (const std::string& e : events) {
+        if (e == "[DONE]") {
+            continue;
+        }
+        auto o = json_of(e);
+        if (o["choices"].as_array().empty()) {
+            ++usage_events;
+            continue;
+        }
+        auto& choice = o["choices"].as_array()[0].as_object();
+        roles += choice["delta"].as_object().contains("role") ? 1 : 0;
+        finished += choice["finish_reason"].is_null() ? 0 : 1;
+    }
+    CHECK(roles == kChoices);
+    CHECK(finished == kChoices);
+    CHECK(usage_events == 1);
+    REQUIRE_FALSE(events.empty());
+    CHECK(events.back() == "[DONE]");
+    CHECK(f.metrics().find("edgeserve_http_streams_cancelled_total{reason=\"slow_reader\"}") ==
+          std::string::npos);
+}
+
 TEST_CASE("n: chat streams open with a role chunk for each choice") {
     Fixture f;
     auto c = f.chat(R"(,"n":2,"stream":true)", 2);
