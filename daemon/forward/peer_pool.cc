@@ -36,10 +36,12 @@ void PeerClient::Impl::drop_expired(std::deque<std::unique_ptr<Connection>>& idl
         if (now - c->idle_since <= config_.pool_idle_timeout) {
             return false;
         }
+        // Uncounted before it is closed: whoever sees the close (the peer, a test) never reads
+        // a count that still holds it.
+        idle_.fetch_sub(1);
         c->close();
         return true;
     });
-    idle_.fetch_sub(static_cast<int64_t>(idle.end() - old));
     idle.erase(old, idle.end());
 }
 
@@ -103,10 +105,10 @@ void PeerClient::Impl::sweep_idle() {
 
 void PeerClient::Impl::close_idle() {
     for (auto& [peer, idle] : pool_) {
+        idle_.fetch_sub(static_cast<int64_t>(idle.size()));  // Before the closes: drop_expired.
         for (auto& c : idle) {
             c->close();
         }
-        idle_.fetch_sub(static_cast<int64_t>(idle.size()));
     }
     pool_.clear();
     disarm_sweep();
