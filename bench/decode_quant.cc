@@ -223,8 +223,8 @@ int main(int argc, char** argv) {
     }
     std::printf("%-13s %14s %12s %8s %10s %12s %10s %8s\n", "format", "bytes/token_MB",
                 "resident_MB", "rss_MB", "decode/s", "GB/s_eff", "GB/s_bw", "bw_frac");
-    std::string json =
-        "{\"bench\":\"decode_quant\",\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+    std::string json = "{\"bench\":\"decode_quant\",\"threads\":" + std::to_string(threads) +
+                       ",\"bandwidth_gbps\":" + std::to_string(limit / 1e9) + ",\"rows\":[";
     // The bf16 row's rate, when it ran: the speed-ups are to it, or null.
     double bf16_tps = 0;
     for (const Row& r : rows) {
@@ -244,26 +244,28 @@ int main(int argc, char** argv) {
         const double experts_ms = r.phases.experts_s * 1e3 / n;
         const double combine_ms = r.phases.combine_s * 1e3 / n;
         const double experts_gbps = experts_ms > 0 ? r.expert_bytes / (experts_ms * 1e6) : 0.0;
+        const double rest_ms = step_ms - routing_ms - experts_ms - combine_ms;
         char line[256];
         std::snprintf(line, sizeof line, "%-13s %10.3f %11.3f %11.3f %11.3f %9.3f %13.2f %12.3f",
-                      r.name.c_str(), step_ms, routing_ms, experts_ms, combine_ms,
-                      step_ms - routing_ms - experts_ms - combine_ms, experts_gbps,
-                      experts_gbps * 1e9 / r.bw);
+                      r.name.c_str(), step_ms, routing_ms, experts_ms, combine_ms, rest_ms,
+                      experts_gbps, experts_gbps * 1e9 / r.bw);
         phase_lines.emplace_back(line);
-        char buf[768];
+        char buf[1024];
         std::snprintf(buf, sizeof buf,
                       "%s{\"format\":\"%s\",\"bytes_per_token\":%lld,\"resident_bytes\":%lld,"
                       "\"rss_growth_bytes\":%lld,"
-                      "\"decode_tps\":%.4g,\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%s,"
+                      "\"decode_tps\":%.4g,\"effective_gbps\":%.4g,\"bandwidth_gbps\":%.4g,"
+                      "\"bandwidth_fraction\":%.4g,\"speedup_vs_bf16\":%s,"
                       "\"mean_step_ms\":%.4g,\"moe_routing_ms\":%.4g,\"experts_ms\":%.4g,"
-                      "\"moe_combine_ms\":%.4g,\"expert_bytes_per_token\":%lld,"
-                      "\"experts_bandwidth_fraction\":%.4g}",
+                      "\"moe_combine_ms\":%.4g,\"rest_ms\":%.4g,\"expert_bytes_per_token\":%lld,"
+                      "\"experts_gbps\":%.4g,\"experts_bandwidth_fraction\":%.4g}",
                       i ? "," : "", r.name.c_str(), static_cast<long long>(r.bytes),
                       static_cast<long long>(r.resident), static_cast<long long>(r.rss), r.tps,
-                      eff / r.bw,
+                      eff / 1e9, r.bw / 1e9, eff / r.bw,
                       bf16_tps > 0 ? std::to_string(r.tps / bf16_tps).c_str() : "null",
-                      step_ms, routing_ms, experts_ms, combine_ms,
-                      static_cast<long long>(r.expert_bytes), experts_gbps * 1e9 / r.bw);
+                      step_ms, routing_ms, experts_ms, combine_ms, rest_ms,
+                      static_cast<long long>(r.expert_bytes), experts_gbps,
+                      experts_gbps * 1e9 / r.bw);
         json += buf;
     }
     std::printf("\nper decode step, mean over the timed steps (MoE phases from ShardStats):\n");

@@ -1,10 +1,15 @@
 // One-token matrix-vector throughput of the float matmul kernels through the engine's real path
 // (cpu::matmul on a ThreadPool), against a read-bandwidth probe measured in the same run: the part
 // of decode that should run at memory speed, without the rest of the model. The weights are
-// 1024 x 1024 BF16 matrices (the bench preset's attention shape) filling --mb MiB, in a file-backed
-// mapping like a loaded checkpoint. Each kernel the CPU has is timed at 1 and 2 threads; the
-// figure is the median of --rounds passes over all matrices. At 1 thread it also prints the rate
-// per second of CPU time against the probe's (steadier when other work shares the machine).
+// 1024 x 1024 BF16 matrices (the bench preset's attention shape) filling --mb MiB, in a file mapped
+// as the loader maps a checkpoint (the engine's MappedFile: 2 MiB aligned, MADV_HUGEPAGE, read in
+// by populate()) after the written file is dropped from the page cache, as BenchCheckpoint drops
+// a preset: read back from disk it comes in as 2 MiB folios, so the kernels read through the same
+// page size as the bandwidth probe's huge-page buffer (a file still cached from its write keeps
+// 4 KiB folios; until 2026-12-07 this bench mapped it so, unaligned and unadvised). Each kernel
+// the CPU has is timed at 1 and 2 threads; the figure is the median of --rounds passes over all
+// matrices. At 1 thread it also prints the rate per second of CPU time against the probe's
+// (steadier when other work shares the machine).
 //
 //   bench_matvec [--mb MiB] [--rounds R] [--tokens N] [--experts [--sequences S]] [--gemm]
 // With --tokens N each call multiplies N tokens (weights still read once per call).
@@ -22,9 +27,7 @@
 // compute-bound part of a batched step. The figure is products per second against a vdpbf16ps
 // loop on registers at the same thread count (`fraction_of_peak`), in both activation precisions.
 
-#include <fcntl.h>
 #include <immintrin.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +48,7 @@
 #include "engine/cpu/matmul_kernels.h"
 #include "engine/cpu/ops.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/model/safetensors.h"
 
 namespace {
 
@@ -318,11 +322,12 @@ int main(int argc, char** argv) {
     const int64_t count = mb * 1024 * 1024 / matrix_bytes;
     const int64_t total = count * matrix_bytes;
 
-    // A file-backed mapping, as the loader maps safetensors.
-    const std::string path =
-        (std::filesystem::temp_directory_path() /
-         ("edge_bench_matvec_" + std::to_string(getpid())))
-            .string();
+    // A file mapped as the loader maps safetensors (see the file comment).
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("edge_bench_matvec_" + std::to_string(getpid()));
+    std::error_code dir_error;
+    std::filesystem::create_directory(dir, dir_error);
+    const std::string path = (dir / "weights.bin").string();
     {
         std::vector<uint16_t> chunk(static_cast<size_t>(kRows * kCols));
         std::mt19937 rng(7);
@@ -332,6 +337,7 @@ int main(int argc, char** argv) {
         FILE* f = std::fopen(path.c_str(), "wb");
         if (f == nullptr) {
             std::fprintf(stderr, "cannot write %s\n", path.c_str());
+            std::filesystem::remove_all(dir, dir_error);
             return 1;
         }
         for (int64_t m = 0; m < count; ++m) {
@@ -339,15 +345,15 @@ int main(int argc, char** argv) {
         }
         std::fclose(f);
     }
-    const int fd = open(path.c_str(), O_RDONLY);
-    void* mem = mmap(nullptr, static_cast<size_t>(total), PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    std::filesystem::remove(path);
-    if (mem == MAP_FAILED) {
-        std::fprintf(stderr, "mmap failed\n");
+    edge::bench::BenchCheckpoint::evict_from_page_cache(dir.string());
+    auto mapped = edge::engine::MappedFile::open(path);
+    edge::Status read = mapped.ok() ? (*mapped)->populate() : mapped.status();
+    std::filesystem::remove_all(dir, dir_error);  // The mapping keeps the file's pages.
+    if (!read.ok()) {
+        std::fprintf(stderr, "%s\n", read.to_string().c_str());
         return 1;
     }
-    const auto* base = static_cast<const char*>(mem);
+    const auto* base = reinterpret_cast<const char*>((*mapped)->data());
     std::vector<Weight> weights;
     for (int64_t m = 0; m < count; ++m) {
         weights.push_back({WeightFormat::kBF16, kRows, kCols, base + m * matrix_bytes, nullptr});
@@ -357,14 +363,10 @@ int main(int argc, char** argv) {
         x[c] = std::sin(static_cast<float>(c));
     }
     if (gemm_mode) {
-        const int rc = run_gemm(base, total, tokens, rounds);
-        munmap(mem, static_cast<size_t>(total));
-        return rc;
+        return run_gemm(base, total, tokens, rounds);
     }
     if (experts_mode) {
-        const int rc = run_experts(base, total, tokens, rounds, sequences);
-        munmap(mem, static_cast<size_t>(total));
-        return rc;
+        return run_experts(base, total, tokens, rounds, sequences);
     }
 
     struct Variant {
@@ -403,7 +405,7 @@ int main(int argc, char** argv) {
                 }
                 const double s = now_s() - t0;
                 const double cs = (edge::bench::process_cpu_seconds() - c0) / threads;
-                if (r > 0) {  // The first pass faults the pages in.
+                if (r > 0) {  // The first pass is a warm-up (caches, TLB).
                     rates.push_back(static_cast<double>(total) / s);
                     cpu_rates.push_back(static_cast<double>(total) / cs);
                 }
@@ -427,7 +429,6 @@ int main(int argc, char** argv) {
                     std::to_string(threads) + "t\":" + std::to_string(gbps / probe);
         }
     }
-    munmap(mem, static_cast<size_t>(total));
     std::printf("%s}\n", json.c_str());
     return 0;
 }

@@ -9,7 +9,9 @@
 // ahead into L1 and 8 KiB into L2 (as it does now); the fastest median is the limit: on this
 // project's Zen 5 VM four streams read 6-17% faster than one, and an engine kernel that reads that
 // way must not score above 1.0 against a probe that does not. The buffer is 2 MiB aligned and
-// advised huge pages, as the mapped weights are. Header-only; bench code, not part of a library.
+// advised huge pages, as the engine's weights are (a checkpoint mapped by MappedFile, row tiles in
+// the WeightArena) and as the benches that compare with it hold theirs. Header-only; bench code,
+// not part of a library.
 
 #include <immintrin.h>
 #include <sys/mman.h>

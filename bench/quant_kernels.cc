@@ -12,7 +12,8 @@
 // thread count, measured in every round. Each figure is the median of all passes of all rounds,
 // and the probe the median of its rounds: the machine is shared, and the fastest pass of a noisy
 // run flatters a kernel as much as the fastest probe flatters the limit. Formats are built one at
-// a time to bound memory. Prints a table, then one JSON line.
+// a time to bound memory, their bytes in the engine's huge-page WeightArena (as the loader keeps
+// row tiles, and as the probe's buffer is advised). Prints a table, then one JSON line.
 //
 //   bench_quant_kernels [--passes N] [--rounds R] [--mb MiB] [--formats bf16,fp8-block128,...]
 
@@ -40,6 +41,7 @@
 #include "engine/cpu/matmul.h"
 #include "engine/quant/quantized_weight.h"
 #include "engine/quant/row_tiles.h"
+#include "engine/quant/weight_arena.h"
 
 namespace {
 
@@ -134,9 +136,12 @@ struct Row {
     double fraction;
 };
 
-// One format's expert weights, owned.
+// One format's expert weights. Their bytes live in a WeightArena, as the loader keeps row tiles:
+// chunks on 2 MiB boundaries advised huge pages, the pages of the bandwidth probe's buffer and of
+// a mapped checkpoint. (Until 2026-12-07 they were malloc'd, in 4 KiB pages where THP is
+// "madvise", so the fractions of the probe compared two page sizes.)
 struct FormatSet {
-    std::vector<std::vector<uint16_t>> bf16;
+    quant::WeightArena arena;  // Declared first: outlives the weights that point into it.
     std::vector<quant::QuantizedWeight> quantized;
     std::vector<Weight> weights;
     std::vector<quant::QuantizedWeight> tiled;  // Row-tile copies, when this CPU has the kernels.
@@ -157,6 +162,16 @@ double layer_bytes(WeightFormat format) {
     return total;
 }
 
+// A copy of `q` (row-major) with its data in `arena`.
+quant::QuantizedWeight in_arena(const quant::QuantizedWeight& q, quant::WeightArena* arena) {
+    const Weight& w = q.view();
+    const auto n = static_cast<size_t>(quant::weight_data_bytes(w.format, w.rows, w.cols));
+    quant::AlignedBytes data(arena->allocate(n), n);
+    std::memcpy(data.data(), w.data, n);
+    return quant::QuantizedWeight(w.format, w.rows, w.cols, std::move(data),
+                                  std::vector<float>(q.scales().begin(), q.scales().end()));
+}
+
 // Quantizes one layer of random experts, then copies its buffers for the other layers (generating
 // and quantizing a GiB of random weights would take minutes; the bytes only need to be distinct).
 bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, FormatSet* set) {
@@ -169,25 +184,21 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
         v = normal(rng);
     }
     std::uniform_int_distribution<size_t> offset(0, pool.size() / 2);
-    std::vector<uint16_t> bf16_src;
     for (int layer = 0; layer < set->layers; ++layer) {
         for (size_t i = 0; i < shapes.size(); ++i) {
             const Matrix& m = shapes[i];
             const size_t n = static_cast<size_t>(m.rows * m.cols);
             if (format == WeightFormat::kBF16) {
-                std::vector<uint16_t> d(n);
+                auto* d = reinterpret_cast<uint16_t*>(set->arena.allocate(n * 2));
                 if (layer == 0) {
                     const float* src = pool.data() + offset(rng);
                     for (size_t k = 0; k < n; ++k) {
                         d[k] = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[k]) >> 16);
                     }
                 } else {
-                    const auto& first = set->bf16[i];
-                    std::copy(first.begin(), first.end(), d.begin());
+                    std::memcpy(d, set->weights[i].data, n * 2);
                 }
-                set->bf16.push_back(std::move(d));
-                set->weights.push_back(
-                    Weight{WeightFormat::kBF16, m.rows, m.cols, set->bf16.back().data(), nullptr});
+                set->weights.push_back(Weight{WeightFormat::kBF16, m.rows, m.cols, d, nullptr});
                 set->bytes += static_cast<double>(n * 2);
                 continue;
             }
@@ -198,16 +209,9 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
                     std::printf("quantize failed: %s\n", q.status().to_string().c_str());
                     return false;
                 }
-                set->quantized.push_back(std::move(q).value());
+                set->quantized.push_back(in_arena(*q, &set->arena));
             } else {
-                const quant::QuantizedWeight& first = set->quantized[i];
-                const auto* bytes = static_cast<const uint8_t*>(first.view().data);
-                quant::AlignedBytes data(
-                    static_cast<size_t>(quant::weight_data_bytes(format, m.rows, m.cols)));
-                std::memcpy(data.data(), bytes, data.size());
-                std::vector<float> scales(first.scales().begin(), first.scales().end());
-                set->quantized.emplace_back(format, m.rows, m.cols, std::move(data),
-                                            std::move(scales));
+                set->quantized.push_back(in_arena(set->quantized[i], &set->arena));
             }
             set->bytes += static_cast<double>(set->quantized.back().size_bytes());
         }
@@ -217,7 +221,7 @@ bool build_set(WeightFormat format, double target_bytes, std::mt19937& rng, Form
     }
     if (quant::matmul_kernel_for(format, edge::engine::WeightLayout::kRowTiles16) != nullptr) {
         for (const quant::QuantizedWeight& q : set->quantized) {
-            auto t = quant::tile_rows(q.view());
+            auto t = quant::tile_rows(q.view(), &set->arena);
             if (!t.ok()) {
                 std::printf("tile_rows failed: %s\n", t.status().to_string().c_str());
                 return false;

@@ -6,9 +6,11 @@
 // Figures: total generated tokens/s and its ratio to a single stream measured in the same run
 // (before and after the 64 streams, averaged),
 // per tenant its share of generated tokens against its weight share, time to first token and
-// inter-token latency p50/p99 (wall time), mean KV-cache use, prefix-cache hit rate, and the two
-// limits of the throughput ratio: the step's weight bytes and its products at the kernels'
-// multiply-add peak measured in the same run.
+// inter-token latency p50/p99 (wall time) with their sample counts, mean KV-cache use,
+// prefix-cache hit rate, and the two limits of the throughput ratio: the step's weight bytes and
+// its products at the kernels' multiply-add peak measured in the same run. Every figure covers
+// the same window, from the end of the warm-up to the last step; latency samples are taken as
+// tokens arrive, so requests still streaming at the end count (bench/latency_samples.h).
 // Goals: 64-stream throughput >= 8x single stream; each tenant's share within 10% of its weight;
 // p99 inter-token latency < 3x its median.
 // Usage: bench_tenancy [--model DIR | --preset bench|tiny] [--steps N] [--threads N]
@@ -30,6 +32,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -37,12 +40,14 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/bench_cli.h"
 #include "bench/dot_peak.h"
+#include "bench/latency_samples.h"
 #include "bench/moe_bytes.h"
 #include "engine/cpu/matmul.h"
 #if defined(EDGE_HAVE_CUDA)
@@ -70,7 +75,6 @@ double since(Clock::time_point t0, Clock::time_point t1) {
 // Records the wall time of each streamed token and the finish. Called on the stepping thread.
 class TimingSink final : public GenerationSink {
 public:
-    explicit TimingSink(Clock::time_point submitted) : submitted_(submitted) {}
     void on_delta(TokenDelta delta) override {
         for (size_t i = 0; i < delta.token_ids.size(); ++i) {
             times_.push_back(Clock::now());
@@ -83,38 +87,49 @@ public:
     bool done() const { return done_; }
     const Finish& finish() const { return finish_; }
     const std::vector<Clock::time_point>& times() const { return times_; }
-    Clock::time_point submitted() const { return submitted_; }
 
 private:
-    Clock::time_point submitted_;
     std::vector<Clock::time_point> times_;
     bool done_ = false;
     Finish finish_;
 };
-
-double percentile(std::vector<double> v, double q) {
-    if (v.empty()) {
-        return 0.0;
-    }
-    std::sort(v.begin(), v.end());
-    const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-    return v[i];
-}
 
 struct TenantFigures {
     int32_t weight = 1;
     int64_t tokens = 0;
     int64_t prompt_tokens = 0;
     int64_t cached_tokens = 0;
-    std::vector<double> ttft;
-    std::vector<double> itl;
+    edge::bench::LatencySamples latency;
+    int64_t waiting = 0;  // Requests of the window still without a first token at its end.
 };
+
+// A figure as the table prints it ("n/a" when there is none) and as the JSON line holds it
+// (null).
+std::string table_value(std::optional<double> v, int width, int precision) {
+    char buf[64];
+    if (!v) {
+        std::snprintf(buf, sizeof buf, "%*s", width, "n/a");
+    } else {
+        std::snprintf(buf, sizeof buf, "%*.*f", width, precision, *v);
+    }
+    return buf;
+}
+
+std::string json_value(std::optional<double> v) {
+    if (!v || !std::isfinite(*v)) {
+        return "null";
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.10g", *v);
+    return buf;
+}
 
 struct Stream {
     std::string tenant;
     int32_t weight = 1;
     int32_t next_request = 0;
     std::shared_ptr<TimingSink> sink;
+    edge::bench::RequestLatency latency{Clock::time_point{}};  // The request in flight.
 };
 
 std::vector<TokenId> make_prompt(const std::vector<TokenId>& system, int stream, int request,
@@ -292,7 +307,7 @@ int main(int argc, char** argv) {
         int64_t tokens = 0;
         Clock::time_point start = Clock::now();
         for (int r = 0; r <= kSingleRequests; ++r) {
-            auto sink = std::make_shared<TimingSink>(Clock::now());
+            auto sink = std::make_shared<TimingSink>();
             auto h = sched->submit(
                 request_for(s, make_prompt(system, 0, first_request + r, kUserTokens, vocab),
                             out_tokens, sink));
@@ -328,7 +343,8 @@ int main(int argc, char** argv) {
     }
     auto submit_next = [&](int i) {
         Stream& s = streams[static_cast<size_t>(i)];
-        s.sink = std::make_shared<TimingSink>(Clock::now());
+        s.sink = std::make_shared<TimingSink>();
+        s.latency = edge::bench::RequestLatency(Clock::now());
         auto h = sched->submit(request_for(
             s, make_prompt(system, i + 1, s.next_request++, kUserTokens, vocab), out_tokens,
             s.sink));
@@ -336,14 +352,15 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "submit: %s\n", h.status().to_string().c_str());
         }
     };
-    // Latency figures keep only requests submitted at or after this: the start of the step that
-    // ends the warm-up (with no warm-up, the first requests too).
+    // The window of the latency figures starts here: the start of the step that ends the warm-up
+    // (with no warm-up, before the first requests). A TTFT counts for a request submitted in it,
+    // an inter-token gap when both its tokens arrived in it (latency_samples.h).
     Clock::time_point latency_start = Clock::now();
     for (int i = 0; i < kStreams; ++i) {
         submit_next(i);
     }
-    // Tokens per tenant are counted from the step when every tenant is backlogged to the end;
-    // latency figures from requests that started after the warm-up.
+    // Every figure describes the steps from the end of the warm-up (when every tenant is
+    // backlogged) to the end: tokens, latency, KV use and prefix hits alike.
     const int warmup =
         warmup_steps >= 0 ? std::min(warmup_steps, steps - 1) : std::min(steps / 4, 40);
     double kv_sum = 0.0;
@@ -363,7 +380,6 @@ int main(int argc, char** argv) {
                      : int64_t{0};
     };
     int64_t passes0 = 0, rows0 = 0;
-    std::vector<int64_t> seen_tokens(kStreams, 0);
     for (int step = 0; step < steps; ++step) {
         if (step == warmup) {
             measure_start = Clock::now();
@@ -373,8 +389,13 @@ int main(int argc, char** argv) {
             measured_tokens = 0;
             passes0 = passes();
             rows0 = routed_rows();
+            kv_sum = 0.0;
+            kv_samples = 0;
             for (auto& [name, f] : figures) {
                 f.tokens = 0;
+                f.prompt_tokens = 0;
+                f.cached_tokens = 0;
+                f.latency.clear();
             }
         }
         if (!sched->step()) {
@@ -385,30 +406,27 @@ int main(int argc, char** argv) {
         ++kv_samples;
         for (int i = 0; i < kStreams; ++i) {
             Stream& s = streams[static_cast<size_t>(i)];
-            const int64_t n = static_cast<int64_t>(s.sink->times().size());
-            int64_t& seen = seen_tokens[static_cast<size_t>(i)];
-            if (n > seen) {
-                figures[s.tenant].tokens += n - seen;
-                measured_tokens += n - seen;
-                seen = n;
-            }
+            TenantFigures& f = figures[s.tenant];
+            // Taken as the tokens arrive: a request still streaming when the run ends counts
+            // its first token and its gaps so far.
+            const int64_t added = s.latency.observe(s.sink->times(), latency_start, &f.latency);
+            f.tokens += added;
+            measured_tokens += added;
             if (!s.sink->done()) {
                 continue;
             }
-            TenantFigures& f = figures[s.tenant];
-            const auto& t = s.sink->times();
-            // A request that finishes after the warm-up but was submitted during it would carry
-            // warm-up steps into its latency: it is left out.
-            if (step >= warmup && s.sink->submitted() >= latency_start && !t.empty()) {
-                f.ttft.push_back(since(s.sink->submitted(), t[0]));
-                for (size_t k = 1; k < t.size(); ++k) {
-                    f.itl.push_back(since(t[k - 1], t[k]));
-                }
-            }
+            // Prefix hits of the requests that finished in the window (usage comes with the
+            // finish).
             f.prompt_tokens += s.sink->finish().usage.prompt_tokens;
             f.cached_tokens += s.sink->finish().usage.cached_tokens;
-            seen = 0;
             submit_next(i);
+        }
+    }
+    // Requests of the window that got no first token before its end: their TTFTs, the longest,
+    // are not in the lists, so the table says how many there are.
+    for (const Stream& s : streams) {
+        if (s.sink->times().empty() && s.latency.submitted() >= latency_start) {
+            ++figures[s.tenant].waiting;
         }
     }
     const double elapsed = since(measure_start, Clock::now());
@@ -490,84 +508,107 @@ int main(int argc, char** argv) {
         " %d out tokens, %d tokens per step, decode %d, activations %s\n",
         model_name.c_str(), backend.c_str(), kStreams, batch, threads, steps, warmup, out_tokens,
         step_tokens, decode, activations.c_str());
-    std::printf("%-8s %6s %8s %8s %9s %9s %9s %9s %9s\n", "tenant", "weight", "share",
-                "target", "ttft p50", "ttft p99", "itl p50", "itl p99", "itl99/50");
+    std::printf("%-8s %6s %7s %7s %6s %8s %8s %6s %8s %8s %8s %7s\n", "tenant", "weight",
+                "share", "target", "ttft_n", "ttft p50", "ttft p99", "itl_n", "itl p50", "itl p99",
+                "itl99/50", "waiting");
     std::string json_tenants;
     double worst_share_err = 0.0;
     double worst_itl_ratio = 0.0;
-    bool latency_measured = true;  // Every tenant has inter-token samples.
+    bool latency_measured = true;  // Every tenant has a p99 inter-token latency.
     for (const auto& [name, f] : figures) {
-        latency_measured = latency_measured && !f.itl.empty();
         const double share = all_tokens > 0 ? static_cast<double>(f.tokens) / all_tokens : 0.0;
         const double target = static_cast<double>(f.weight) / all_weight;
         const double err = target > 0 ? std::abs(share - target) / target : 0.0;
         worst_share_err = std::max(worst_share_err, err);
-        const double t50 = percentile(f.ttft, 0.5), t99 = percentile(f.ttft, 0.99);
-        const double i50 = percentile(f.itl, 0.5), i99 = percentile(f.itl, 0.99);
-        const double ratio = i50 > 0 ? i99 / i50 : 0.0;
-        worst_itl_ratio = std::max(worst_itl_ratio, ratio);
-        std::printf("%-8s %6d %8.3f %8.3f %9.3f %9.3f %9.4f %9.4f %9.2f\n", name.c_str(),
-                    f.weight, share, target, t50, t99, i50, i99, ratio);
-        char buf[400];
-        std::snprintf(buf, sizeof(buf),
-                      "%s\"%s\":{\"weight\":%d,\"share\":%.4f,\"target\":%.4f,\"share_error\":%.4f,"
-                      "\"ttft_p50_s\":%.4f,\"ttft_p99_s\":%.4f,\"itl_p50_s\":%.5f,"
-                      "\"itl_p99_s\":%.5f}",
-                      json_tenants.empty() ? "" : ",", name.c_str(), f.weight, share, target, err,
-                      t50, t99, i50, i99);
-        json_tenants += buf;
+        const edge::bench::LatencySummary ttft = edge::bench::summarize(f.latency.ttft);
+        const edge::bench::LatencySummary itl = edge::bench::summarize(f.latency.itl);
+        std::optional<double> ratio;
+        if (itl.p99 && itl.p50 && *itl.p50 > 0) {
+            ratio = *itl.p99 / *itl.p50;
+            worst_itl_ratio = std::max(worst_itl_ratio, *ratio);
+        }
+        latency_measured = latency_measured && ratio.has_value();
+        std::printf("%-8s %6d %7.3f %7.3f %6zu %s %s %6zu %s %s %s %7lld\n", name.c_str(),
+                    f.weight, share, target, ttft.n, table_value(ttft.p50, 8, 3).c_str(),
+                    table_value(ttft.p99, 8, 3).c_str(), itl.n,
+                    table_value(itl.p50, 8, 4).c_str(), table_value(itl.p99, 8, 4).c_str(),
+                    table_value(ratio, 8, 2).c_str(), static_cast<long long>(f.waiting));
+        json_tenants += (json_tenants.empty() ? "\"" : ",\"") + name + "\":{\"weight\":" +
+                        std::to_string(f.weight) + ",\"share\":" + json_value(share) +
+                        ",\"target\":" + json_value(target) + ",\"share_error\":" +
+                        json_value(err) + ",\"ttft_n\":" + std::to_string(ttft.n) +
+                        ",\"ttft_p50_s\":" + json_value(ttft.p50) +
+                        ",\"ttft_p99_s\":" + json_value(ttft.p99) +
+                        ",\"itl_n\":" + std::to_string(itl.n) +
+                        ",\"itl_p50_s\":" + json_value(itl.p50) +
+                        ",\"itl_p99_s\":" + json_value(itl.p99) +
+                        ",\"itl_p99_over_p50\":" + json_value(ratio) +
+                        ",\"ttft_waiting\":" + std::to_string(f.waiting) + "}";
     }
+    std::printf(
+        "(TTFT of requests submitted after the warm-up, taken at their first token; ITL gaps "
+        "after it, of\n requests finished or still streaming; p99 n/a under %zu samples; waiting: "
+        "requests of the\n window with no first token at its end, not in the TTFT figures)\n",
+        edge::bench::kMinP99Samples);
     const double hit_rate = prompt > 0 ? static_cast<double>(cached) / prompt : 0.0;
     const double kv_use = kv_samples > 0 ? kv_sum / kv_samples : 0.0;
     const double speedup = single_tps > 0 ? total_tps / single_tps : 0.0;
-    std::printf("%-44s %12.2f  (before %.2f, after %.2f)\n", "single-stream tokens/s", single_tps,
-                single_before, single_after);
-    std::printf("%-44s %12.2f\n", "64-stream total tokens/s", total_tps);
-    std::printf("%-44s %12.2f  (goal >= 8)\n", "throughput ratio 64 streams / single", speedup);
-    std::printf("%-44s %12.2f\n", "generated tokens per step", tokens_per_step);
-    std::printf("%-44s %12.1f\n", "expert passes per step", passes_per_step);
-    std::printf("%-44s %12.1f\n", "weight MB read per step", bytes_per_step / 1e6);
-    std::printf("%-44s %12.2f\n", "64 streams / single at one fraction (bytes)", bytes_bound);
-    std::printf("%-44s %12.2f\n", "tokens computed per step (prefill included)", computed_per_step);
-    std::printf("%-44s %12.2f\n", "G products per step", products_per_step / 1e9);
-    std::printf("%-44s %12.1f\n", "multiply-add peak (G products/s)", peak / 1e9);
-    std::printf("%-44s %12.3f\n", "64 streams fraction of the peak",
-                peak > 0 && tokens_per_step > 0
-                    ? total_tps / tokens_per_step * products_per_step / peak
-                    : 0.0);
-    std::printf("%-44s %12.2f\n", "64 streams / single at the peak (products)", products_bound);
-    std::printf("%-44s %12.2f\n", "64 streams / single at most (phases, 1 frac.)", phase_bound);
-    std::printf("%-44s %12.3f  (goal <= 0.10)\n", "worst tenant share error (relative)",
-                worst_share_err);
-    std::printf("%-44s %12.2f  (goal < 3%s)\n", "worst p99/p50 inter-token latency",
-                worst_itl_ratio, latency_measured ? "" : "; not measured: too few steps");
-    std::printf("%-44s %12.3f\n", "mean KV-cache use", kv_use);
-    std::printf("%-44s %12.3f\n", "prefix-cache hit rate (prompt tokens)", hit_rate);
-    std::printf("%-44s %12lld\n", "preemptions", static_cast<long long>(preemptions));
-    std::printf("%-44s %12lld\n", "KV blocks total", static_cast<long long>(serving.kv_blocks_total));
+    // Every figure the table shows goes into the JSON line under `key`, from this one call: the
+    // table prints `value * table_scale` (the JSON holds `value`), "n/a" for none.
+    std::string json_figures;
+    auto figure = [&](const char* label, const char* key, std::optional<double> value,
+                      int precision, const std::string& note = "", double table_scale = 1.0) {
+        const std::optional<double> shown =
+            value ? std::optional<double>(*value * table_scale) : std::nullopt;
+        std::printf("%-44s %s%s\n", label, table_value(shown, 12, precision).c_str(),
+                    note.c_str());
+        json_figures += ",\"" + std::string(key) + "\":" + json_value(value);
+    };
+    char note[96];
+    std::snprintf(note, sizeof note, "  (before %.2f, after %.2f)", single_before, single_after);
+    figure("single-stream tokens/s", "single_tokens_per_s", single_tps, 2, note);
+    json_figures += ",\"single_before_tokens_per_s\":" + json_value(single_before) +
+                    ",\"single_after_tokens_per_s\":" + json_value(single_after);
+    figure("64-stream total tokens/s", "total_tokens_per_s", total_tps, 2);
+    figure("throughput ratio 64 streams / single", "throughput_ratio", speedup, 2, "  (goal >= 8)");
+    figure("generated tokens per step", "tokens_per_step", tokens_per_step, 2);
+    figure("expert passes per step", "expert_passes_per_step", passes_per_step, 1);
+    figure("weight MB read per step", "step_bytes", bytes_per_step, 1, "", 1e-6);
+    figure("64 streams / single at one fraction (bytes)", "throughput_ratio_bytes_bound",
+           bytes_bound, 2);
+    figure("tokens computed per step (prefill included)", "computed_tokens_per_step",
+           computed_per_step, 2);
+    figure("G products per step", "step_gproducts", products_per_step / 1e9, 2);
+    figure("multiply-add peak (G products/s)", "dot_peak_gprod", peak / 1e9, 1);
+    figure("64 streams fraction of the peak", "peak_fraction",
+           peak > 0 && tokens_per_step > 0
+               ? total_tps / tokens_per_step * products_per_step / peak
+               : 0.0,
+           3);
+    figure("64 streams / single at the peak (products)", "throughput_ratio_products_bound",
+           products_bound, 2);
+    figure("64 streams / single at most (phases, 1 frac.)", "throughput_ratio_phase_bound",
+           phase_bound, 2);
+    figure("worst tenant share error (relative)", "worst_share_error", worst_share_err, 3,
+           "  (goal <= 0.10)");
+    figure("worst p99/p50 inter-token latency", "worst_itl_p99_over_p50",
+           latency_measured ? std::optional<double>(worst_itl_ratio) : std::nullopt, 2,
+           latency_measured ? "  (goal < 3)" : "  (goal < 3; a tenant has too few ITL samples)");
+    figure("mean KV-cache use", "kv_use_mean", kv_use, 3);
+    figure("prefix-cache hit rate (prompt tokens)", "prefix_hit_rate", hit_rate, 3);
+    figure("preemptions", "preemptions", static_cast<double>(preemptions), 0);
+    figure("KV blocks total", "kv_blocks_total", static_cast<double>(serving.kv_blocks_total), 0);
     std::printf(
         "{\"bench\":\"tenancy\",\"model\":\"%s\",\"backend\":\"%s\",\"activations\":\"%s\","
-        "\"streams\":%d,"
-        "\"batch\":%d,\"decode\":%d,\"threads\":%d,\"steps\":%d,\"single_tokens_per_s\":%.3f,"
-        "\"single_before_tokens_per_s\":%.3f,\"single_after_tokens_per_s\":%.3f,"
-        "\"total_tokens_per_s\":%.3f,"
-        "\"throughput_ratio\":%.3f,\"throughput_goal_met\":%s,\"worst_share_error\":%.4f,"
-        "\"share_goal_met\":%s,\"worst_itl_p99_over_p50\":%.3f,\"itl_goal_met\":%s,"
-        "\"kv_use_mean\":%.4f,\"prefix_hit_rate\":%.4f,\"preemptions\":%lld,"
-        "\"tokens_per_step\":%.3f,\"expert_passes_per_step\":%.2f,\"step_bytes\":%.0f,"
-        "\"throughput_ratio_bytes_bound\":%.3f,\"computed_tokens_per_step\":%.3f,"
-        "\"step_gproducts\":%.4f,\"dot_peak_gprod\":%.2f,\"throughput_ratio_products_bound\":%.3f,"
-        "\"throughput_ratio_phase_bound\":%.3f,"
+        "\"streams\":%d,\"batch\":%d,\"decode\":%d,\"threads\":%d,\"steps\":%d,\"warmup\":%d,"
+        "\"throughput_goal_met\":%s,\"share_goal_met\":%s,\"itl_goal_met\":%s%s,"
         "\"tenants\":{%s}}\n",
         model_name.c_str(), backend.c_str(), activations.c_str(), kStreams, batch, decode, threads,
-        steps, single_tps, single_before, single_after, total_tps, speedup,
-        speedup >= 8 ? "true" : "false", worst_share_err,
-        worst_share_err <= 0.10 ? "true" : "false", worst_itl_ratio,
+        steps, warmup, speedup >= 8 ? "true" : "false",
+        worst_share_err <= 0.10 ? "true" : "false",
         !latency_measured     ? "null"
         : worst_itl_ratio < 3 ? "true"
                               : "false",
-        kv_use, hit_rate, static_cast<long long>(preemptions), tokens_per_step, passes_per_step,
-        bytes_per_step, bytes_bound, computed_per_step, products_per_step / 1e9, peak / 1e9,
-        products_bound, phase_bound, json_tenants.c_str());
+        json_figures.c_str(), json_tenants.c_str());
     return 0;
 }
