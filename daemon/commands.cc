@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cli_flags.h"
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -55,6 +56,7 @@ int check_config_main(int argc, char** argv) {
     bool files = true;
     bool socket_activated = false;
     std::string path;
+    SeenFlags seen;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
         std::string wrong;
@@ -62,11 +64,15 @@ int check_config_main(int argc, char** argv) {
             std::fputs(kUsage, stdout);
             return 0;
         }
-        if (arg == "--no-files") {
+        const bool option = arg.size() > 1 && arg[0] == '-';
+        // A FILE given twice is named below as the extra argument it is.
+        if (std::string twice = option ? seen.repeated(arg) : ""; !twice.empty()) {
+            wrong = twice;
+        } else if (arg == "--no-files") {
             files = false;
         } else if (arg == "--socket-activated") {
             socket_activated = true;
-        } else if (arg.size() > 1 && arg[0] == '-') {
+        } else if (option) {
             wrong = "unknown option '" + std::string(arg) + "'";
         } else if (!path.empty()) {
             wrong = "unexpected argument '" + std::string(arg) + "' (one FILE only)";
@@ -130,6 +136,7 @@ int exit_on_device_fault(Daemon& daemon, engine::Generator& generator, const Sta
 int run_main(int argc, char** argv) {
     constexpr const char* kUsage = "usage: edgeserve run --config FILE\n";
     std::string config_path;
+    SeenFlags seen;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
         std::string wrong;
@@ -137,7 +144,9 @@ int run_main(int argc, char** argv) {
             std::fputs(kUsage, stdout);
             return 0;
         }
-        if (arg == "--config" && i + 1 < argc) {
+        if (std::string twice = seen.repeated(arg); !twice.empty()) {
+            wrong = twice;
+        } else if (arg == "--config" && i + 1 < argc) {
             config_path = argv[++i];
         } else if (arg == "--config") {
             wrong = "missing the value of --config";

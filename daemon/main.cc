@@ -24,7 +24,8 @@ struct Command {
 constexpr Command kCommands[] = {
     {"run", edge::daemon::run_main, "run --config FILE      serve (until SIGTERM)"},
     {"check-config", edge::daemon::check_config_main,
-     "check-config [--no-files] FILE   validate a config file and the files it names"},
+     "check-config [--no-files] [--socket-activated] FILE\n"
+     "         validate a config file and the files it names"},
     {"generate", edge::engine::generate_main,
      "generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
      "         [--temperature T] [--seed N] [--threads N] [--ids] [--chat]   run a checkpoint "

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/cli_flags.h"
 #include "daemon/admin_server.h"
 #include "routing/membership/membership_service.h"
 
@@ -129,13 +130,18 @@ struct Args {
 // Parses the shared flags; `want_model`/`want_version` enable --model/--version. Returns what
 // was wrong ("" when nothing was).
 std::string parse_args(int argc, char** argv, bool want_model, bool want_version, Args& a) {
+    SeenFlags seen;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
         std::string* value = nullptr;
         if (arg == "--help" || arg == "-h") {
             a.help = true;
             return "";
-        } else if (arg == "--json") {
+        }
+        if (std::string twice = seen.repeated(arg); !twice.empty()) {
+            return twice;
+        }
+        if (arg == "--json") {
             a.json = true;
             continue;
         } else if (arg == "--admin") {
@@ -153,6 +159,10 @@ std::string parse_args(int argc, char** argv, bool want_model, bool want_version
             return "missing the value of " + std::string(arg);
         }
         *value = argv[++i];
+        // An empty FILE would fall back to EDGESERVE_ADMIN_TOKEN_FILE, or to no token, unasked.
+        if (value == &a.token_file && value->empty()) {
+            return "--token-file: empty (give the FILE listeners.admin.token_file names)";
+        }
     }
     // A malformed address is the user's mistake (exit 2), not a site that cannot be reached.
     if (Result<std::pair<std::string, uint16_t>> hp = routing::membership::split_host_port(a.admin);

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/cli_flags.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/sampling/sampler.h"
 
@@ -47,8 +48,12 @@ bool parse_ids(std::string_view s, std::vector<TokenId>* out) {
 
 // Returns an error message, or "" on success.
 std::string parse_into(int argc, char** argv, int first, GenerateArgs* a) {
+    SeenFlags seen;
     for (int i = first; i < argc; ++i) {
         const std::string_view flag = argv[i];
+        if (std::string twice = seen.repeated(flag); !twice.empty()) {
+            return twice;
+        }
         if (flag == "--ids") {
             a->ids = true;
             continue;

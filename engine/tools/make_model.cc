@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "common/cli_flags.h"
 #include "common/json_text.h"
 #include "engine/cpu/convert.h"
 #include "engine/model/safetensors_writer.h"
@@ -242,8 +243,12 @@ int make_model_main(int argc, char** argv) {
     auto wrong = [usage](const std::string& what) {
         return usage_error("make-model", what, usage);
     };
+    SeenFlags seen;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
+        if (std::string twice = seen.repeated(a); !twice.empty()) {
+            return wrong(twice);
+        }
         if (a == "--force") {
             options.overwrite = true;
             continue;

@@ -16,6 +16,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/cli_flags.h"
 #include "common/json_text.h"
 #include "engine/cpu/thread_pool.h"
 #include "engine/model/loader.h"
@@ -444,8 +445,16 @@ int quant_eval_main(int argc, char** argv) {
     auto wrong = [usage](const std::string& what) {
         return usage_error("quant-eval", what, usage);
     };
+    SeenFlags seen;
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
+        if (std::string twice = seen.repeated(a); !twice.empty()) {
+            // A second --policies is not appended to the first: every policy goes in one list.
+            if (a == "--policies") {
+                twice += " (list every policy in one, separated by ',')";
+            }
+            return wrong(twice);
+        }
         if (a == "--no-per-class") {
             o.per_class = false;
             continue;
@@ -462,13 +471,8 @@ int quant_eval_main(int argc, char** argv) {
             if (a == "--model") {
                 o.model_dir = v;
             } else if (a == "--policies") {
-                // Empty items and a second flag are mistakes (a policy string refuses its empty
-                // items too), not something to skip or append.
-                if (!o.policies.empty()) {
-                    return wrong(
-                        "--policies given twice (list every policy in one, separated "
-                        "by ',')");
-                }
+                // Empty items are mistakes (a policy string refuses its empty items too), not
+                // something to skip.
                 std::string cur;
                 for (char ch : v + ",") {
                     if (ch != ',') {

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cli_flags.h"
 #include "common/json_text.h"
 #include "engine/engine.h"
 #include "engine/model/loader.h"
@@ -567,8 +568,13 @@ int quantize_main(int argc, char** argv) {
         return 0;
     }
     auto wrong = [usage](const std::string& what) { return usage_error("quantize", what, usage); };
+    SeenFlags seen;
     for (; i < argc; ++i) {
         const std::string_view a = argv[i];
+        // With --force a second --out would wipe a directory the user may not have meant.
+        if (std::string twice = seen.repeated(a); !twice.empty()) {
+            return wrong(twice);
+        }
         if (a == "--force") {
             o.overwrite = true;
             continue;

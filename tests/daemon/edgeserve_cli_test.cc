@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +42,8 @@ public:
         ::close(fd_);
     }
     std::string admin() const { return "127.0.0.1:" + std::to_string(port_); }
+    // Connections accepted so far.
+    int connections() const { return connections_.load(); }
 
 private:
     void serve() {
@@ -47,6 +52,7 @@ private:
             if (c < 0) {
                 return;
             }
+            ++connections_;
             std::string request;
             char buf[4096];
             while (request.find("\r\n\r\n") == std::string::npos) {
@@ -65,6 +71,7 @@ private:
     std::string answer_;
     uint16_t port_ = 0;
     int fd_ = -1;
+    std::atomic<int> connections_{0};
     std::thread thread_;
 };
 
@@ -77,7 +84,7 @@ std::string http_answer(const std::string& status, const std::string& type,
 
 }  // namespace
 
-TEST_CASE("engine subcommands: a usage error is one line naming the flag, exit 2, nothing run") {
+TEST_CASE("subcommands: a usage error is one line naming the flag, exit 2, nothing run") {
     testing::TempDir dir;
     const std::string out = dir.file("out");
     struct Case {
@@ -107,6 +114,22 @@ TEST_CASE("engine subcommands: a usage error is one line naming the flag, exit 2
         {{"generate", "--model", kModel, "--prompt", "x", "--max-tokens", "-1"}, "--max-tokens"},
         {{"generate", "--model", kModel, "--prompt", "x", "--temperature", "nan"}, "--temperature"},
         {{"generate", "--model", kModel, "--prompt", "x", "junk"}, "unexpected argument 'junk'"},
+        // A flag given twice: which one was meant? Not the last one, silently.
+        {{"make-model", "--preset", "tiny", "--preset", "bench", "--out", out},
+         "--preset given twice"},
+        {{"make-model", "--preset", "tiny", "--out", out, "--force", "--force"},
+         "--force given twice"},
+        {{"quantize", "--model", kModel, "--policy", "all-int8", "--out", out, "--out", out,
+          "--force"},
+         "--out given twice"},
+        {{"quant-eval", "--model", kModel, "--model", kModel, "--policies", "all-int8"},
+         "--model given twice"},
+        {{"quant-eval", "--model", kModel, "--policies", "all-int8", "--policies", "all-fp8"},
+         "--policies given twice"},
+        {{"generate", "--model", kModel, "--model", kModel, "--prompt", "x"},
+         "--model given twice"},
+        {{"run", "--config", out, "--config", out}, "--config given twice"},
+        {{"check-config", "--no-files", "--no-files", out}, "--no-files given twice"},
     };
     for (const Case& c : cases) {
         std::vector<std::string> argv = {kBinary};
@@ -161,6 +184,65 @@ TEST_CASE("quantize --threads 0 is one thread per core, as for generate and quan
                                 60'000);
     CHECK_MESSAGE(r.exit_code == 0, r.err);
     CHECK(std::filesystem::exists(dir.file("q") + "/config.json"));
+}
+
+TEST_CASE("edgeserve --help names every flag of every command's own --help") {
+    const auto top = testing::run({kBinary, "--help"});
+    REQUIRE(top.exit_code == 0);
+    const std::regex flag("--[a-z][a-z-]*");
+    for (const std::string cmd : {"run", "check-config", "generate", "make-model", "quantize",
+                                  "quant-eval", "members", "pools", "route", "rollout"}) {
+        const auto own = testing::run({kBinary, cmd, "--help"});
+        REQUIRE_MESSAGE(own.exit_code == 0, cmd << ": " << own.err);
+        std::set<std::string> flags;
+        for (std::sregex_iterator it(own.out.begin(), own.out.end(), flag), end; it != end;
+             ++it) {
+            flags.insert(it->str());
+        }
+        for (const std::string& f : flags) {
+            CHECK_MESSAGE(top.out.find(f) != std::string::npos,
+                          "edgeserve --help does not name " << cmd << " " << f);
+        }
+    }
+}
+
+TEST_CASE("cluster subcommands: a flag given twice, or an empty --token-file, sends nothing") {
+    CannedServer server(http_answer("200 OK", "application/json", "{\"ltime\":1}\n"));
+    struct Case {
+        std::vector<std::string> args;
+        std::string error;  // The first line on stderr.
+    };
+    const std::vector<Case> cases = {
+        {{"rollout", "--model", "prod-model", "--version", "abc", "--model", "test-model"},
+         "edgeserve rollout: --model given twice"},
+        {{"rollout", "--model", "m", "--version", "a", "--version", "b"},
+         "edgeserve rollout: --version given twice"},
+        {{"route", "--model", "m", "--json", "--json"}, "edgeserve route: --json given twice"},
+        {{"members", "--admin", server.admin(), "--admin", server.admin()},
+         "edgeserve members: --admin given twice"},
+        // Not a fall back to EDGESERVE_ADMIN_TOKEN_FILE, or to no token, as if it were not given.
+        {{"members", "--token-file", ""}, "edgeserve members: --token-file: empty"},
+        {{"pools", "--token-file", "a", "--token-file", "b"},
+         "edgeserve pools: --token-file given twice"},
+    };
+    for (const Case& c : cases) {
+        std::vector<std::string> argv = {kBinary};
+        argv.insert(argv.end(), c.args.begin(), c.args.end());
+        if (c.args[1] != "--admin") {
+            argv.insert(argv.end(), {"--admin", server.admin()});
+        }
+        const auto r = testing::run(argv);
+        CHECK_MESSAGE(r.exit_code == 2, c.error << ": " << r.err);
+        CHECK_MESSAGE(r.err.find(c.error) == 0, c.error << ": " << r.err);
+        CHECK_MESSAGE(r.err.find("\nusage: edgeserve " + c.args[0]) != std::string::npos, r.err);
+        CHECK(r.out.empty());
+    }
+    CHECK(server.connections() == 0);
+    // The same rollout with each flag once is sent: the server above does answer.
+    const auto once = testing::run({kBinary, "rollout", "--model", "prod-model", "--version", "abc",
+                                    "--admin", server.admin()});
+    CHECK_MESSAGE(once.exit_code == 0, once.err);
+    CHECK(server.connections() == 1);
 }
 
 TEST_CASE("cluster subcommands: a malformed --admin is a usage error naming it") {

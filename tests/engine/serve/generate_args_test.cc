@@ -68,6 +68,10 @@ TEST_CASE("generate args: mistakes name the flag") {
         // A stray word or an unknown flag last is what it is, not a flag missing its value.
         {{"--model", "/m", "--prompt", "x", "junk"}, "unexpected argument 'junk'"},
         {{"--model", "/m", "--prompt", "x", "--bogus"}, "unknown flag --bogus"},
+        // Which one was meant? Not the last one, silently.
+        {{"--model", "/a", "--model", "/b", "--prompt", "x"}, "--model given twice"},
+        {{"--model", "/m", "--prompt", "x", "--seed", "1", "--seed", "2"}, "--seed given twice"},
+        {{"--model", "/m", "--prompt", "x", "--chat", "--chat"}, "--chat given twice"},
     };
     for (const Case& c : cases) {
         auto a = parse(c.words);
