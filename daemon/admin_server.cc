@@ -33,6 +33,41 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 
+namespace {
+
+// DNS rebinding: a page at attacker.example whose name is re-resolved to this listener's address
+// is same-origin with it for the browser, which then lets the page read every view (members'
+// addresses, pools, tenant names in /metrics). Its requests still carry the page's name as
+// Host, while an operator's browser names the listener as it is configured: by an IP literal
+// (the listener takes no other address), or localhost, which no other site can resolve. Only
+// browser requests are held to this: Prometheus, curl, peers and the commands may well use a
+// DNS name of the site.
+bool rebinding_proof_host(std::string_view host) {
+    boost::system::error_code ec;
+    if (host.starts_with('[')) {  // [v6] or [v6]:port.
+        const size_t close = host.find(']');
+        if (close == std::string_view::npos ||
+            (close + 1 < host.size() && host[close + 1] != ':')) {
+            return false;
+        }
+        net::ip::make_address_v6(std::string(host.substr(1, close - 1)), ec);
+        return !ec;
+    }
+    const std::string_view name = host.substr(0, host.find(':'));
+    if (beast::iequals(name, "localhost")) {
+        return true;
+    }
+    net::ip::make_address_v4(std::string(name), ec);
+    return !ec;
+}
+
+constexpr const char* kRebindingRefusal =
+    "forbidden: a browser request (Origin or Sec-Fetch-Site sent) must name the admin listener "
+    "by its IP address or localhost in Host; another name could be a DNS rebinding of another "
+    "site's page\n";
+
+}  // namespace
+
 class AdminServer::Impl : public std::enable_shared_from_this<AdminServer::Impl> {
 public:
     Impl(net::io_context& io, Metrics& metrics, std::function<Status()> ready,
@@ -185,12 +220,15 @@ public:
             // send a bodiless POST without asking first: a page the operator opens could
             // otherwise change state here (POST /admin/rollout). curl and peers send neither.
             const auto fetch_site = req["Sec-Fetch-Site"];
-            const bool from_browser = req.count(http::field::origin) > 0 ||
-                                      (!fetch_site.empty() && fetch_site != "same-origin" &&
-                                       fetch_site != "none");
+            const bool cross_site = req.count(http::field::origin) > 0 ||
+                                    (!fetch_site.empty() && fetch_site != "same-origin" &&
+                                     fetch_site != "none");
+            const bool from_browser = req.count(http::field::origin) > 0 || !fetch_site.empty();
             const bool changes_state =
                 req.method() != http::verb::get && req.method() != http::verb::head;
-            if (target.starts_with("/admin/") && from_browser && changes_state) {
+            if (from_browser && !rebinding_proof_host(req[http::field::host])) {
+                extra = AdminReply{403, "text/plain; charset=utf-8", kRebindingRefusal};
+            } else if (target.starts_with("/admin/") && cross_site && changes_state) {
                 extra = AdminReply{403, "text/plain; charset=utf-8",
                                    "forbidden: a state-changing admin request from a browser "
                                    "page (Origin or Sec-Fetch-Site sent)\n"};

@@ -9,7 +9,10 @@
 // must carry `Authorization: Bearer <token>` (401 otherwise; /metrics, /healthz and /readyz stay
 // open for Prometheus and the other sites' checks). Without one, /admin/ views are open and a
 // state-changing request (POST /admin/rollout, which gossip carries to every site) is taken
-// only from a loopback client: from another host it is refused with 403.
+// only from a loopback client: from another host it is refused with 403. A request from a
+// browser (Origin or Sec-Fetch-Site sent) whose Host is neither an IP literal nor localhost is
+// refused with 403 on every path: a DNS rebinding of another site's page, which could otherwise
+// read the views; clients without those headers may name the listener by DNS.
 // Runs on the given io_context, from any number of threads; one short request at a time per
 // connection, 5 s to read a request and write its answer. At most `max_connections` (default
 // kAdminMaxConnections) are open at once: the listener is reachable from other sites and

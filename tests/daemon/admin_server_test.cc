@@ -210,10 +210,50 @@ TEST_CASE("admin: a state-changing request from a browser page is refused, curl'
     CHECK(f.exchange(post + "Sec-Fetch-Site: cross-site\r\nConnection: close\r\n\r\n")
               .find("HTTP/1.1 403") == 0);
     // Reading views from a browser stays possible (no state changes).
-    CHECK(f.exchange("GET /admin/members HTTP/1.1\r\nHost: a\r\nOrigin: https://x\r\n"
+    CHECK(f.exchange("GET /admin/members HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://x\r\n"
                      "Connection: close\r\n\r\n")
               .find("GET done") != std::string::npos);
     CHECK(calls == 2);
+}
+
+TEST_CASE("admin: a browser request naming another host is refused (DNS rebinding) and others are not") {
+    std::atomic<int> calls{0};
+    AdminFixture f(echo_handler(calls));
+    const std::string port = std::to_string(f.server->port());
+    auto get = [&](const std::string& path, const std::string& headers) {
+        return f.exchange("GET " + path + " HTTP/1.1\r\n" + headers + "Connection: close\r\n\r\n");
+    };
+    // A page at attacker.example, its name re-resolved to 127.0.0.1: same-origin for the browser.
+    const std::string rebound = get("/admin/members", "Host: attacker.example:" + port +
+                                                          "\r\nSec-Fetch-Site: same-origin\r\n");
+    CHECK_MESSAGE(rebound.find("HTTP/1.1 403") == 0, rebound);
+    CHECK(rebound.find("DNS rebinding") != std::string::npos);
+    const std::vector<std::string> refused = {
+        "Host: attacker.example\r\nOrigin: http://attacker.example\r\n",
+        // Only the host part counts: a name that starts like an address is a name.
+        "Host: 127.0.0.1.attacker.example:" + port + "\r\nSec-Fetch-Site: none\r\n",
+        "Host: [::1]x\r\nSec-Fetch-Site: same-origin\r\n",
+        "Sec-Fetch-Site: same-origin\r\n",  // No Host at all.
+    };
+    for (const std::string& headers : refused) {
+        CHECK_MESSAGE(get("/admin/pools", headers).find("HTTP/1.1 403") == 0, headers);
+        CHECK_MESSAGE(get("/metrics", headers).find("HTTP/1.1 403") == 0, headers);
+    }
+    CHECK(calls == 0);
+    // The operator's browser, with the listener's address or localhost.
+    const std::vector<std::string> hosts = {"127.0.0.1:" + port, "127.0.0.1", "[::1]:" + port,
+                                            "localhost:" + port, "LocalHost"};
+    for (const std::string& host : hosts) {
+        const std::string seen =
+            get("/admin/members", "Host: " + host + "\r\nSec-Fetch-Site: same-origin\r\n");
+        CHECK_MESSAGE(seen.find("GET done") != std::string::npos, host << ": " << seen);
+    }
+    CHECK(calls == 5);
+    // Prometheus, curl, peers and the commands send no browser header and may use a DNS name.
+    CHECK(get("/admin/members", "Host: some.name:" + port + "\r\n").find("GET done") !=
+          std::string::npos);
+    CHECK(get("/metrics", "Host: some.name:" + port + "\r\n").find("HTTP/1.1 200") == 0);
+    CHECK(calls == 6);
 }
 
 TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status and a close") {
