@@ -379,7 +379,10 @@ int main(int argc, char** argv) {
         return stats ? std::accumulate(stats->rank_rows.begin(), stats->rank_rows.end(), int64_t{0})
                      : int64_t{0};
     };
-    int64_t passes0 = 0, rows0 = 0;
+    int64_t passes0 = 0, rows0 = 0, preemptions0 = 0;
+    // When the last step ended: requests submitted after it (a finished stream's next one) had
+    // no step to give them a first token.
+    Clock::time_point last_step_end = Clock::now();
     for (int step = 0; step < steps; ++step) {
         if (step == warmup) {
             measure_start = Clock::now();
@@ -389,6 +392,7 @@ int main(int argc, char** argv) {
             measured_tokens = 0;
             passes0 = passes();
             rows0 = routed_rows();
+            preemptions0 = sched->stats().preemptions;
             kv_sum = 0.0;
             kv_samples = 0;
             for (auto& [name, f] : figures) {
@@ -401,6 +405,7 @@ int main(int argc, char** argv) {
         if (!sched->step()) {
             break;
         }
+        last_step_end = Clock::now();
         measured_steps += step >= warmup ? 1 : 0;
         kv_sum += sched->load().kv_use;
         ++kv_samples;
@@ -425,7 +430,8 @@ int main(int argc, char** argv) {
     // Requests of the window that got no first token before its end: their TTFTs, the longest,
     // are not in the lists, so the table says how many there are.
     for (const Stream& s : streams) {
-        if (s.sink->times().empty() && s.latency.submitted() >= latency_start) {
+        if (s.sink->times().empty() && s.latency.submitted() >= latency_start &&
+            s.latency.submitted() < last_step_end) {
             ++figures[s.tenant].waiting;
         }
     }
@@ -470,7 +476,7 @@ int main(int argc, char** argv) {
              tokens_per_step * head);
     }
     const edge::engine::ServingStats serving = sched->serving_stats();
-    const int64_t preemptions = sched->stats().preemptions;
+    const int64_t preemptions = sched->stats().preemptions - preemptions0;  // In the window.
     sched->stop();
     sched.reset();
     const double single_after = measure_single(kSingleRequests + 1);
