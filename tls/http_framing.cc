@@ -73,30 +73,46 @@ size_t empty_lines_prefix(std::string_view bytes, int& empty_lines) {
     return at;
 }
 
-namespace {
-
-// `rest`: what the parser left of a chunked body when it asked for more, stopped at a chunk-size
-// line (after the CRLF that ends the previous chunk's data, which it reads as part of the line).
-// Whether the line is whole (up to its first CRLF, as Beast finds it), and for the last chunk
-// (size 0) the trailer section through the empty line that ends it.
-bool chunk_line_whole(std::string_view rest) {
-    const size_t start = rest.starts_with("\r\n") ? 2 : 0;
-    const size_t eol = rest.find("\r\n", start);
-    if (eol == std::string_view::npos) {
-        return false;
-    }
-    bool last_chunk = true;
-    for (size_t at = start; at < eol && std::isxdigit(static_cast<unsigned char>(rest[at])); ++at) {
-        last_chunk = last_chunk && rest[at] == '0';
-    }
-    return !last_chunk || rest.find("\r\n\r\n", eol) != std::string_view::npos;
-}
-
-}  // namespace
-
 void set_request_limits(RequestParser& parser, size_t max_header_bytes, size_t max_body_bytes) {
     parser.header_limit(static_cast<uint32_t>(max_header_bytes));
     parser.body_limit(max_body_bytes);
+}
+
+bool RequestReadPhase::chunk_line_whole(std::string_view rest) {
+    // `rest` stopped at a chunk-size line, after the CRLF that ends the previous chunk's data,
+    // which the parser reads as part of the line. Whether the line is whole (up to its first
+    // CRLF, as Beast finds it), and for the last chunk (size 0) the trailer section through the
+    // empty line that ends it.
+    const size_t start = rest.starts_with("\r\n") ? 2 : 0;
+    if (chunk_eol_ == std::string_view::npos) {
+        chunk_eol_ = find_resumed(rest, "\r\n", start);
+        if (chunk_eol_ == std::string_view::npos) {
+            return false;
+        }
+        // The line's bytes stay as they are while the parser takes none of them: it is looked
+        // at once.
+        last_chunk_ = true;
+        for (size_t at = start;
+             at < chunk_eol_ && std::isxdigit(static_cast<unsigned char>(rest[at])); ++at) {
+            last_chunk_ = last_chunk_ && rest[at] == '0';
+        }
+        chunk_examined_ += chunk_eol_ - start;
+    }
+    return !last_chunk_ || find_resumed(rest, "\r\n\r\n", chunk_eol_) != std::string_view::npos;
+}
+
+size_t RequestReadPhase::find_resumed(std::string_view rest, std::string_view pattern,
+                                      size_t from) {
+    // `rest` is the last search's with more bytes after it (the parser took none): a match not
+    // found then starts past `from` no earlier than pattern.size() - 1 bytes before where that
+    // search ended (a CRLF, or an empty line's, split across two reads).
+    const size_t overlap = std::min(chunk_scanned_, pattern.size() - 1);
+    from = std::max(from, chunk_scanned_ - overlap);
+    chunk_examined_ += rest.size() - from;
+    const size_t found = rest.find(pattern, from);
+    // Found, the search that follows (the trailer's, from the line's end) starts at or past it.
+    chunk_scanned_ = found == std::string_view::npos ? rest.size() : found;
+    return found;
 }
 
 RequestReadPhase::Step RequestReadPhase::advance(RequestParser& parser,
@@ -119,6 +135,13 @@ RequestReadPhase::Step RequestReadPhase::advance(RequestParser& parser,
         }
         const size_t used = parser.put(net::buffer(buffer.data().data(), offered), ec);
         buffer.consume(used);
+        if (used > 0) {
+            // What was searched of the buffer (head_part, chunk_line_whole) is gone from its
+            // front: the searches of what follows start over.
+            scanned_ = line_start_ = 0;
+            chunk_scanned_ = 0;
+            chunk_eol_ = std::string_view::npos;
+        }
         if (!header_only_ && ec == http::error::need_more && used < offered &&
             parser.chunked() &&
             chunk_line_whole({static_cast<const char*>(buffer.data().data()), offered - used})) {
@@ -133,9 +156,6 @@ RequestReadPhase::Step RequestReadPhase::advance(RequestParser& parser,
         }
         if (header_only_) {
             header_bytes_ += used;
-            if (used > 0) {
-                scanned_ = line_start_ = 0;
-            }
         }
         if (!header_only_) {
             // Beast asks to be given what it left with more after it, but after the last chunk

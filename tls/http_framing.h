@@ -72,10 +72,22 @@ class RequestReadPhase {
     // Beast's readers report it.
     static boost::system::error_code at_eof(RequestParser& parser);
 
+    // Bytes chunk_line_whole() has searched over the phase: tests check that a chunk line or
+    // trailer that comes a byte at a time is searched in time linear in its length.
+    size_t chunk_bytes_examined_for_test() const { return chunk_examined_; }
+
   private:
     // Of the unparsed head `bytes`, how much the parser gets now: the request line once it is
     // whole, then the fields once the empty line that ends them is here; 0 until then.
     size_t head_part(std::string_view bytes);
+
+    // Of `rest`, what the parser left of a chunked body when it asked for more (a chunk-size
+    // line, after the CRLF that ends the previous chunk's data), whether the line is whole, and
+    // for the last chunk its trailer section too. See http_framing.cc.
+    bool chunk_line_whole(std::string_view rest);
+    // The first `pattern` in `rest` at or after `from`, not searching again what an earlier
+    // search of the same rest covered (chunk_scanned_).
+    size_t find_resumed(std::string_view rest, std::string_view pattern, size_t from);
 
     size_t limit_;
     bool header_only_;
@@ -86,6 +98,14 @@ class RequestReadPhase {
     // many bytes (0: whatever it holds). See advance().
     static constexpr size_t kBeastRetryBytes = 5;
     size_t retry_bytes_ = 0;
+    // Of the rest the parser left at the buffer's front after the header (chunk_line_whole),
+    // given again with more bytes until the parser takes some: how far it was searched, where
+    // its chunk line ends (npos: not found yet) and whether that is the last chunk's. Searching
+    // it whole each time cost O(n^2) for a line or trailer that came a byte at a time.
+    size_t chunk_scanned_ = 0;
+    size_t chunk_eol_ = std::string_view::npos;
+    bool last_chunk_ = false;
+    size_t chunk_examined_ = 0;  // Bytes searched, over all the rests (for tests).
 };
 
 // The failure_reason of ServerObserver::on_handshake for a handshake that ended with `ec`.

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tls/http_framing.h"
 
@@ -110,6 +112,63 @@ RequestOutcome read_request(std::string_view bytes, size_t piece, size_t max_hea
     return {!ec && parser.is_done(), answer.status, std::string(answer.message)};
 }
 
+// What the phase after a chunked request's head came to (read_chunked_body).
+struct BodyOutcome {
+    RequestReadPhase::Step step;  // The last: an error, finished, or a read asked for.
+    size_t fed = 0;               // Bytes of the body read.
+    size_t examined = 0;          // RequestReadPhase::chunk_bytes_examined_for_test().
+};
+
+// The body of a chunked POST, its head parsed first, read as HttpSession::parse_request reads it:
+// `next_read(read_size)` gives what each read brings (at most read_size bytes), nothing when the
+// client has sent all it will (the phase then still waiting: neither an error nor finished).
+BodyOutcome read_chunked_body(size_t max_header_bytes, size_t max_body_bytes,
+                              const std::function<std::string_view(size_t)>& next_read) {
+    boost::beast::flat_buffer buffer;
+    RequestParser parser;
+    set_request_limits(parser, max_header_bytes, max_body_bytes);
+    const std::string_view head =
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+    std::memcpy(buffer.prepare(head.size()).data(), head.data(), head.size());
+    buffer.commit(head.size());
+    RequestReadPhase header(max_header_bytes, true);
+    REQUIRE(header.advance(parser, buffer).finished);
+    RequestReadPhase body(max_header_bytes, false);
+    BodyOutcome outcome;
+    for (;;) {
+        outcome.step = body.advance(parser, buffer);
+        outcome.examined = body.chunk_bytes_examined_for_test();
+        if (outcome.step.ec || outcome.step.finished) {
+            CHECK(parser.is_done() == outcome.step.finished);
+            return outcome;
+        }
+        const std::string_view read = next_read(outcome.step.read_size);
+        if (read.empty()) {
+            return outcome;
+        }
+        std::memcpy(buffer.prepare(read.size()).data(), read.data(), read.size());
+        buffer.commit(read.size());
+        outcome.fed += read.size();
+    }
+}
+
+// read_chunked_body over `body` cut into reads at `cuts` (ascending offsets into it).
+BodyOutcome read_chunked_body_cut(std::string_view body, std::vector<size_t> cuts,
+                                  size_t max_header_bytes = 1024, size_t max_body_bytes = 1024) {
+    cuts.push_back(body.size());
+    size_t at = 0;
+    size_t cut = 0;
+    return read_chunked_body(max_header_bytes, max_body_bytes, [&](size_t read_size) {
+        while (cut < cuts.size() && cuts[cut] <= at) {
+            ++cut;
+        }
+        const size_t end = cut < cuts.size() ? std::min(cuts[cut], at + read_size) : at;
+        const std::string_view read = body.substr(at, end - at);
+        at = end;
+        return read;
+    });
+}
+
 }  // namespace
 
 TEST_CASE("a request line ended by a bare LF gets its 400 however it came in") {
@@ -157,32 +216,71 @@ TEST_CASE("a chunked body whose last chunk and empty line come in pieces is read
     for (const std::string_view body : {"0\r\n|\r|\n", "0\r\n|\r|\n|", "3\r\nabc|\r\n0\r\n|\r|\n",
                                         "0;e=1\r\n|X|:|1\r\n|\r|\n", "0\r\n|\r\n"}) {
         CAPTURE(body);
-        boost::beast::flat_buffer buffer;
-        RequestParser parser;
-        set_request_limits(parser, 1024, 1024);
-        const std::string_view head =
-            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
-        std::memcpy(buffer.prepare(head.size()).data(), head.data(), head.size());
-        buffer.commit(head.size());
-        RequestReadPhase header(1024, true);
-        REQUIRE(header.advance(parser, buffer).finished);
-        RequestReadPhase rest(1024, false);
-        RequestReadPhase::Step step;
-        std::string_view pieces = body;
-        for (;;) {
-            step = rest.advance(parser, buffer);
-            if (step.ec || step.finished || pieces.empty()) {
-                break;
+        // Each piece, as one read (one TLS record) of the session gets it.
+        std::string bytes;
+        std::vector<size_t> cuts;
+        for (const char c : body) {
+            if (c == '|') {
+                cuts.push_back(bytes.size());
+            } else {
+                bytes += c;
             }
-            // The next piece, as one read (one TLS record) of the session gets it.
-            const std::string_view piece = pieces.substr(0, pieces.find('|'));
-            pieces.remove_prefix(std::min(pieces.size(), piece.size() + 1));
-            std::memcpy(buffer.prepare(piece.size()).data(), piece.data(), piece.size());
-            buffer.commit(piece.size());
         }
-        CHECK_FALSE(step.ec);
-        CHECK(step.finished);
-        CHECK(parser.is_done());
+        const BodyOutcome outcome = read_chunked_body_cut(bytes, cuts);
+        CHECK_FALSE(outcome.step.ec);
+        CHECK(outcome.step.finished);
+    }
+}
+
+TEST_CASE("a chunk line or trailer split anywhere across reads gets the one-segment answer") {
+    // The search for the end of a chunk line, and of the last chunk's trailer, resumes where the
+    // last read's search stopped: a CRLF or the empty line's CRLFCRLF split across two reads, or
+    // three, must still be found.
+    const std::string_view bodies[] = {
+        "0\r\n\r\n",
+        "0\r\nT: 1\r\nU: 2\r\n\r\n",
+        "3;e=1\r\nabc\r\n00\r\nT: 1\r\n\r\n",
+        "1\r\nx\r\n0;a=\"x\r\n\r\n",      // A quote run past the last chunk's line.
+        "5;a=\"x\r\nhello\r\n0\r\n\r\n",  // A quote run past a chunk line: refused.
+        "0\r\nT: 1\r\n\r",                 // The empty line not whole: still waiting.
+    };
+    for (const std::string_view body : bodies) {
+        CAPTURE(body);
+        const BodyOutcome whole = read_chunked_body_cut(body, {});
+        for (size_t first = 0; first <= body.size(); ++first) {
+            for (size_t second = first; second <= body.size(); ++second) {
+                CAPTURE(first);
+                CAPTURE(second);
+                const BodyOutcome split = read_chunked_body_cut(body, {first, second});
+                CHECK(split.step.ec == whole.step.ec);
+                CHECK(split.step.finished == whole.step.finished);
+            }
+        }
+    }
+}
+
+TEST_CASE("a chunk line or trailer that comes a byte at a time is searched in linear time") {
+    // Each read of a byte gave the parser the whole line again, and the line's end was searched
+    // for from its start each time: O(n^2), about 9 s of an I/O thread for a 1 MiB line. Now
+    // each byte is searched a bounded number of times. A byte at a time for 256 KiB, then in the
+    // reads the session asks for (16 KiB) up to the bound of 1 MiB: refused as too long.
+    constexpr size_t kMaxHeader = size_t{1} << 20;
+    constexpr size_t kByteAtATime = size_t{256} << 10;
+    for (const std::string_view line_start : {"0\r\nX: ", "1;"}) {
+        CAPTURE(line_start);
+        std::string bytes(line_start);
+        bytes.resize(kMaxHeader + 64, 'a');
+        size_t at = 0;
+        const BodyOutcome outcome =
+            read_chunked_body(kMaxHeader, size_t{4} << 20, [&](size_t read_size) {
+                const size_t n = at < kByteAtATime ? 1 : std::min(read_size, bytes.size() - at);
+                const std::string_view read = std::string_view(bytes).substr(at, n);
+                at += read.size();
+                return read;
+            });
+        CHECK(outcome.step.ec == boost::beast::http::error::header_limit);
+        CHECK(outcome.fed >= kMaxHeader);
+        CHECK(outcome.examined < 8 * outcome.fed);
     }
 }
 
