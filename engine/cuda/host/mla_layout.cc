@@ -18,7 +18,7 @@ MlaDims mla_dims(const SigmoidMoeConfig& c, const MlaConfig& m) {
     d.nope = static_cast<int32_t>(m.qk_nope_head_dim);
     d.rope = static_cast<int32_t>(m.qk_rope_head_dim);
     d.v_head_dim = static_cast<int32_t>(m.v_head_dim);
-    d.eps = static_cast<float>(c.rms_norm_eps);
+    d.eps = kMlaSubNormEps;  // Not c.rms_norm_eps: see kMlaSubNormEps.
     d.softmax_scale = static_cast<float>(m.softmax_scale);
     d.rope_mscale = static_cast<float>(m.rope_mscale);
     d.interleave = m.rope_interleave;

@@ -52,7 +52,9 @@ struct MlaDims {
     int32_t nope = 0;          // qk_nope_head_dim: per-head q/k dims without RoPE.
     int32_t rope = 0;          // qk_rope_head_dim: per-head q dims with RoPE; the shared k_pe.
     int32_t v_head_dim = 0;    // Per-head value dims (output of the expansion).
-    float eps = 1e-6f;         // rms_norm_eps of q_a_layernorm and kv_a_layernorm.
+    // Of q_a_layernorm and kv_a_layernorm: kMlaSubNormEps (deepseek_v3_config.h), as the CPU
+    // model and Hugging Face use, not config.rms_norm_eps.
+    float eps = 1e-6f;
     float softmax_scale = 0;   // (nope + rope)^-0.5, times YaRN's mscale^2 (MlaConfig).
     float rope_mscale = 1.0f;  // YaRN's factor on cos and sin (1 without rope_scaling).
     bool interleave = true;    // RoPE pairs (2i, 2i + 1); false: rotate-half within rope dims.

@@ -260,9 +260,6 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
     const int64_t r = m_.qk_rope_head_dim;
     const int64_t qk = nope + r;
     const float eps = static_cast<float>(c_.rms_norm_eps);
-    // Hugging Face's DeepseekV3Attention builds q_a_layernorm and kv_a_layernorm with its
-    // DeepseekV3RMSNorm default, not config.rms_norm_eps (llama.cpp uses the latter for both).
-    constexpr float kSubNormEps = 1e-6f;
     float* x = x_.data();
     float* h = grow(h_, n * H);
     for (int64_t i = 0; i < n; ++i) {
@@ -276,7 +273,7 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
         backend_->matmul_batch(a);
         for (int64_t i = 0; i < n; ++i) {
             float* qi = qa + i * m_.q_lora_rank;
-            cpu::rms_norm(qi, L.q_a_norm.data(), m_.q_lora_rank, kSubNormEps, qi);
+            cpu::rms_norm(qi, L.q_a_norm.data(), m_.q_lora_rank, kMlaSubNormEps, qi);
         }
         backend_->matmul(L.q, qa, n, q, nh * qk);
     } else {
@@ -290,7 +287,7 @@ void DeepseekV3::attention(int32_t li, int64_t n) {
         float sn[512];
         const int64_t half = r / 2;
         float* kvi = kv + i * row_;
-        cpu::rms_norm(kvi, L.kv_a_norm.data(), c, kSubNormEps, kvi);
+        cpu::rms_norm(kvi, L.kv_a_norm.data(), c, kMlaSubNormEps, kvi);
         for (int64_t off = 0; off < half; off += 256) {
             // Tables in blocks of 256 frequencies (qk_rope_head_dim is 64 in the real models).
             const int64_t len = std::min<int64_t>(256, half - off);

@@ -14,6 +14,13 @@
 
 namespace edge::engine {
 
+// The epsilon of q_a_layernorm and kv_a_layernorm. Hugging Face's DeepseekV3Attention builds both
+// with DeepseekV3RMSNorm's default rather than config.rms_norm_eps (which only the input,
+// post-attention and final norms take; llama.cpp uses it for all). The CPU model and the device
+// path (cuda::mla_dims) both read it from here, so a checkpoint whose rms_norm_eps is not 1e-6
+// gives the same logits on either backend.
+inline constexpr float kMlaSubNormEps = 1e-6f;
+
 // q_lora_rank when config.json omits it (not when it is null): DeepseekV3Config's default.
 inline constexpr int64_t kDeepseekV3QLoraRank = 1536;
 

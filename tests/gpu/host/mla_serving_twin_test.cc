@@ -4,7 +4,7 @@
 // the CPU twin of the device steps (twin::mla_attention_layer in each layer over the paged latent
 // pool) driven by the serving script against the CPU engine: logits within 1e-3 and the same
 // argmax (greedy token) on every row, over prefill steps, buckets, decode and prefix
-// copy-on-write.
+// copy-on-write; also with an rms_norm_eps other than 1e-6, which the MLA sub-norms ignore.
 
 #include <doctest/doctest.h>
 
@@ -24,6 +24,7 @@
 #include "engine/model/safetensors_writer.h"
 #include "engine/model/weight_loader.h"
 #include "engine/quant/quantized_weight.h"
+#include "tests/gpu/host/config_edit.h"
 #include "tests/gpu/host/serving_script.h"
 #include "tests/testing/test_certs.h"
 
@@ -33,6 +34,13 @@ namespace {
 const std::string kMicroDeepseek = EDGE_SOURCE_DIR "/tests/fixtures/micro-deepseek-v3";
 
 std::string deepseek_config() { return edge::testing::read_file(kMicroDeepseek + "/config.json"); }
+
+// The fixture's tokenizer and generation files in `dir`, next to a rewritten config or weights.
+void copy_tokenizer_files(const edge::testing::TempDir& dir) {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+        dir.write(f, edge::testing::read_file(kMicroDeepseek + "/" + f));
+    }
+}
 
 // The f32 copy of every layer's BF16 kv_b_proj (heads x (nope + v) rows of kv_lora_rank) that the
 // CPU model's absorbed MLA reads and counts in its weight bytes; the serving path holds only the
@@ -51,9 +59,7 @@ int64_t widened_kv_b_bytes() {
 // rewritten kv_b_proj's values as the quantizer's own view widens them, by tensor name.
 void write_fp8_kv_b_fixture(const edge::testing::TempDir& dir,
                             std::map<std::string, std::vector<float>>* dequantized) {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
-        dir.write(f, edge::testing::read_file(kMicroDeepseek + "/" + f));
-    }
+    copy_tokenizer_files(dir);
     const std::string cfg = deepseek_config();
     REQUIRE(cfg.find('{') == 0);
     dir.write("config.json", "{\n  \"quantization_config\": {\"quant_method\": \"fp8\", \"fmt\": "
@@ -180,8 +186,8 @@ TEST_CASE(
     "serving path on the CPU twin: DeepSeek-V3 (MLA over the paged latent pool, dense first "
     "layer, shared expert, sigmoid grouped routing) equals the CPU model") {
     // "all-int8" quantizes q_a/q_b/kv_a/o_proj on load on both sides and kv_b_proj stays as
-    // stored: the same bytes but the CPU model's widened kv_b_proj. Its logits are not compared (the CPU's INT8 kernels quantize the
-    // activations too; the twins do not).
+    // stored: the same bytes but the CPU model's widened kv_b_proj. Its logits are not compared
+    // (the CPU's INT8 kernels quantize the activations too; the twins do not).
     for (const char* policy : {"none", "all-int8"}) {
         CAPTURE(policy);
         LoadOptions cpu_options = testing::serving_script_options("cpu");
@@ -202,6 +208,27 @@ TEST_CASE(
             testing::run_serving_script(**cpu, **twin, 1e-3);
         }
     }
+}
+
+TEST_CASE(
+    "serving path on the CPU twin: DeepSeek-V3's q_a and kv_a norms use 1e-6 as the CPU model "
+    "(and Hugging Face) do, not config.rms_norm_eps") {
+    // An rms_norm_eps far from the fixture's 1e-6: the input, post-attention and final norms
+    // take it, the two MLA sub-norms must not, or the logits drift from the CPU model's.
+    edge::testing::TempDir dir;
+    copy_tokenizer_files(dir);
+    dir.write("model.safetensors", edge::testing::read_file(kMicroDeepseek + "/model.safetensors"));
+    dir.write("config.json", config_with_field(deepseek_config(), "rms_norm_eps", "0.065536"));
+    auto m = read_checkpoint_model(dir.path(), "none");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    CHECK(m->rms_eps == 0.065536f);
+    CHECK(m->mla.eps == 1e-6f);
+    auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
+    REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
+    auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
+                                       create_twin_step_runner);
+    REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
+    testing::run_serving_script(**cpu, **twin, 1e-3);
 }
 
 TEST_CASE(
