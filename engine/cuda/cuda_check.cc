@@ -21,6 +21,10 @@ Status& health_status() {
 }  // namespace
 
 bool cuda_error_is_sticky(cudaError_t error) {
+    // Every code whose documentation (driver_types.h) says the process must be terminated and
+    // relaunched to use CUDA again, plus those that lose the device or its context (ECC, a
+    // destroyed context, no device available). Not the other MPS codes (805-809: connection or
+    // RPC failure, server not ready, client limits), of which it does not say that.
     switch (error) {
         case cudaErrorIllegalAddress:
         case cudaErrorLaunchFailure:
@@ -34,6 +38,10 @@ bool cuda_error_is_sticky(cudaError_t error) {
         case cudaErrorLaunchTimeout:
         case cudaErrorContextIsDestroyed:
         case cudaErrorDevicesUnavailable:
+        case cudaErrorContained:
+        case cudaErrorTensorMemoryLeak:
+        case cudaErrorMpsClientTerminated:  // The MPS server ended this client.
+        case cudaErrorExternalDevice:
             return true;
         default:
             return false;

@@ -1,6 +1,7 @@
 // The CUDA backend and the device decoder as wholes: the backend's matmuls against the twin,
 // greedy tokens of the fixture model on the CUDA backend against the CPU backend, graph replay
-// against eager steps, health, and the NCCL communicator on the GPUs present.
+// against eager steps, health and which CUDA errors are sticky, and the NCCL communicator on
+// the GPUs present.
 
 #include <algorithm>
 #include <random>
@@ -9,6 +10,7 @@
 
 #include "engine/backend.h"
 #include "engine/cuda/cuda_backend.h"
+#include "engine/cuda/cuda_check.h"
 #include "engine/cuda/device_decoder.h"
 #include "engine/cuda/host/cpu_twins.h"
 #include "engine/cuda/nccl_communicator.h"
@@ -83,6 +85,24 @@ TEST_CASE("cuda backend matmul and matmul_batch match the twin and it stays heal
     }
     CHECK(b.health().ok());
     CHECK(cuda_device_health().ok());
+}
+
+TEST_CASE("sticky CUDA errors: every code after which the process must be relaunched") {
+    // Those cuda_error_status() marks the device unhealthy for, so /readyz fails and the daemon
+    // exits for systemd to restart it; MPS clients the server ended included.
+    for (cudaError_t e : {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorContained,
+                          cudaErrorTensorMemoryLeak, cudaErrorMpsClientTerminated,
+                          cudaErrorExternalDevice}) {
+        CAPTURE(static_cast<int>(e));
+        CHECK(cuda_error_is_sticky(e));
+    }
+    // Errors the process lives through: a bad call, memory pressure, an MPS server not reached.
+    for (cudaError_t e : {cudaSuccess, cudaErrorInvalidValue, cudaErrorMemoryAllocation,
+                          cudaErrorMpsConnectionFailed, cudaErrorMpsRpcFailure,
+                          cudaErrorMpsServerNotReady, cudaErrorMpsMaxClientsReached}) {
+        CAPTURE(static_cast<int>(e));
+        CHECK_FALSE(cuda_error_is_sticky(e));
+    }
 }
 
 // Greedy decode of `steps` tokens after a prompt, on the named backend.
