@@ -518,10 +518,12 @@ void ApiRouter::forward_to(tls::HttpRequest request, std::shared_ptr<ParsedReque
                     result.usage_unknown = true;
                     result.prompt_tokens = std::max(result.prompt_tokens, earlier.prompt_tokens);
                 }
-            } else if (earlier.accepted && !result.accepted && result.status >= 400 &&
-                       !result.usage_unknown) {
-                // Refused there: it may have generated at the peer that accepted it, charged as
-                // an answer cut after acceptance.
+            } else if (earlier.accepted && !result.accepted && !result.usage_unknown &&
+                       (result.status >= 400 || (result.cancelled && !result.started))) {
+                // Refused there, or the client left before any of these targets answered (still
+                // counted cancelled): it may have generated at the peer that accepted it, charged
+                // as an answer cut after acceptance, as the forwarder charges the same end after
+                // a peer of its own list.
                 result.accepted = true;
                 result.usage_unknown = true;
                 result.prompt_tokens = earlier.prompt_tokens;

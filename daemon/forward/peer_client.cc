@@ -117,12 +117,14 @@ void PeerClient::Impl::finish(ForwardJob& job) {
         job.deliver_last = [channel = job.channel, r = e.to_response()]() mutable {
             channel->respond(std::move(r));
         };
-        if (job.result.accepted) {
-            // A peer took it before its answer was cut (then no other site could): it may have
-            // generated, as an answer cut while streaming.
-            job.result.usage_unknown = true;
-            job.result.prompt_tokens = job.accepted_prompt_tokens;
-        }
+    }
+    if (job.result.accepted && !job.result.started && !job.result.run_here) {
+        // A peer took it before its answer was cut, and no later target answered: none could,
+        // or the client left while one was tried. It may have generated there, as an answer cut
+        // while streaming, so its told prompt and max_tokens are charged whether or not anyone
+        // is answered: a client leaving then pays as one leaving that peer's stream does.
+        job.result.usage_unknown = true;
+        job.result.prompt_tokens = job.accepted_prompt_tokens;
     }
     if (metrics_ != nullptr && !job.result.site_id.empty()) {
         // A stream the peer stopped for its load or a shutdown is cancelled, as one stopped

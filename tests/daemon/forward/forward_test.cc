@@ -9,6 +9,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -557,6 +558,77 @@ TEST_CASE("a deferred answer cut after the peer accepted, then refused here: nev
     // one site refusing connections, a request admitted gets a 503 at once).
     a.planner.route_to({refusing_site()});
     check_in_debt(a, c, chat_request(false), gru_seen);
+}
+
+// Site "ams", which takes TCP connections and never accepts them: a forward to it waits for its
+// TLS handshake until connect_timeout (or the client leaves).
+struct SilentSite {
+    SilentSite() : fd(testing::bind_loopback(SOCK_STREAM, port)) {}
+    ~SilentSite() { close(fd); }
+    RouteTarget target() const {
+        return RouteTarget{false, "ams", "127.0.0.1:" + std::to_string(port), 0.0, "m"};
+    }
+    // Whether the forwarder's connection waits there within 5 s (the listening socket readable:
+    // a connection is queued to be accepted): the target before it is done with.
+    bool connected() const {
+        pollfd p{fd, POLLIN, 0};
+        return poll(&p, 1, 5000) == 1;
+    }
+    uint16_t port = 0;
+    int fd;
+};
+
+TEST_CASE("a client leaving while the next target is tried after a peer's cut pays for that cut") {
+    // The client left while the next target was tried: the forward ended cancelled with no
+    // usage, and was charged no output for what the first peer may have generated, its told
+    // prompt counted as 0, where a client leaving that peer's stream pays both. Charged as an
+    // answer cut after acceptance, the prompt told and max_tokens (the default, lowered to the 5
+    // of the tenant's minute budget); counted cancelled, as a client that left.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    Site c(cluster, "gru", {"m"});  // Never in the plan.
+    RawPeer raw(cluster, kAcceptedDeferredHead);
+    SilentSite ams;
+    SUBCASE("the next target of the forward") {
+        a.planner.route_to({raw.target(), ams.target()});
+    }
+    SUBCASE("the target after this site, which refused it for its load") {
+        a.generator.fail_next_submit(unavailable_error("engine queue full"));
+        a.planner.route_to({raw.target(), RouteTarget{true, "fra", "", 0.0, "m"}, ams.target()});
+    }
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(ams.connected());  // raw accepted it and was cut before.
+    client->close();
+    CHECK(request_counted(a, "cancelled"));
+    CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
+    CHECK(metrics_contain(a, "edgeserve_tenant_tokens_total{kind=\"prompt\",tenant=\"acme\"} 40"));
+    a.planner.route_to({refusing_site()});
+    check_in_debt(a, c, chat_request(false), 0);
+}
+
+TEST_CASE("a peer that gave no head in time, then the client leaves: the request token stays") {
+    // sin may have run it: as its 504 alone, or a later target's refusal, the request is not
+    // refunded (the request token stays spent); nothing told what it used, so no output is
+    // charged, as for that 504.
+    Cluster cluster;
+    Site a(cluster, "fra", {"m"},
+           tenants_section() + "    requests_per_second: 1\n    burst: 1\n", true,
+           "  response_timeout_ms: 300\n");
+    Site b(cluster, "sin", {"m"});
+    never_answers_in_time(b);
+    SilentSite ams;
+    a.planner.route_to({b.target(), ams.target()});
+    auto client = a.client();
+    REQUIRE(client->send(chat_request(false)).ok());
+    REQUIRE(ams.connected());
+    client->close();
+    CHECK(request_counted(a, "cancelled"));
+    CHECK_FALSE(metrics_contain(a, "edgeserve_tenant_rejections_total{"));
+    a.planner.route_to({refusing_site()});
+    auto limited = a.ask(chat_request(false));
+    CHECK(limited->status == 429);
+    CHECK(error_code_of(*limited) == "requests_per_second");
 }
 
 TEST_CASE("a peer that generated, then answered a deferred 503: relayed and charged, not rerun") {
