@@ -585,7 +585,10 @@ TEST_CASE("a client leaving while the next target is tried after a peer's cut pa
     // answer cut after acceptance, the prompt told and max_tokens (the default, lowered to the 5
     // of the tenant's minute budget); counted cancelled, as a client that left.
     Cluster cluster;
-    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n");
+    // A minute to connect to ams: the client leaves while that wait runs, however slow the
+    // machine (the default 2 s could end it first, answered as upstream_cut, not cancelled).
+    Site a(cluster, "fra", {"m"}, tenants_section() + "    output_tokens_per_minute: 5\n", true,
+           "  connect_timeout_ms: 60000\n");
     Site c(cluster, "gru", {"m"});  // Never in the plan.
     RawPeer raw(cluster, kAcceptedDeferredHead);
     SilentSite ams;
@@ -614,7 +617,7 @@ TEST_CASE("a peer that gave no head in time, then the client leaves: the request
     Cluster cluster;
     Site a(cluster, "fra", {"m"},
            tenants_section() + "    requests_per_second: 1\n    burst: 1\n", true,
-           "  response_timeout_ms: 300\n");
+           "  response_timeout_ms: 300\n  connect_timeout_ms: 60000\n");  // As above.
     Site b(cluster, "sin", {"m"});
     never_answers_in_time(b);
     SilentSite ams;
