@@ -241,6 +241,9 @@ TEST_CASE("a chunk line or trailer split anywhere across reads gets the one-segm
         "0\r\nT: 1\r\nU: 2\r\n\r\n",
         "3;e=1\r\nabc\r\n00\r\nT: 1\r\n\r\n",
         "1\r\nx\r\n0;a=\"x\r\n\r\n",      // A quote run past the last chunk's line.
+        // A long first line, then a shorter one: a search position kept from the first line
+        // (not reset when the parser took it) would start past the second's end.
+        "1;aaaaaaaaaaaa\r\nx\r\n0;a=\"x\r\n\r\n",
         "5;a=\"x\r\nhello\r\n0\r\n\r\n",  // A quote run past a chunk line: refused.
         "0\r\nT: 1\r\n\r",                 // The empty line not whole: still waiting.
     };
