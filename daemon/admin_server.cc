@@ -4,10 +4,12 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -32,41 +34,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
-
-namespace {
-
-// DNS rebinding: a page at attacker.example whose name is re-resolved to this listener's address
-// is same-origin with it for the browser, which then lets the page read every view (members'
-// addresses, pools, tenant names in /metrics). Its requests still carry the page's name as
-// Host, while an operator's browser names the listener as it is configured: by an IP literal
-// (the listener takes no other address), or localhost, which no other site can resolve. Only
-// browser requests are held to this: Prometheus, curl, peers and the commands may well use a
-// DNS name of the site.
-bool rebinding_proof_host(std::string_view host) {
-    boost::system::error_code ec;
-    if (host.starts_with('[')) {  // [v6] or [v6]:port.
-        const size_t close = host.find(']');
-        if (close == std::string_view::npos ||
-            (close + 1 < host.size() && host[close + 1] != ':')) {
-            return false;
-        }
-        net::ip::make_address_v6(std::string(host.substr(1, close - 1)), ec);
-        return !ec;
-    }
-    const std::string_view name = host.substr(0, host.find(':'));
-    if (beast::iequals(name, "localhost")) {
-        return true;
-    }
-    net::ip::make_address_v4(std::string(name), ec);
-    return !ec;
-}
-
-constexpr const char* kRebindingRefusal =
-    "forbidden: a browser request (Origin or Sec-Fetch-Site sent) must name the admin listener "
-    "by its IP address or localhost in Host; another name could be a DNS rebinding of another "
-    "site's page\n";
-
-}  // namespace
 
 class AdminServer::Impl : public std::enable_shared_from_this<AdminServer::Impl> {
 public:
@@ -223,11 +190,11 @@ public:
             const bool cross_site = req.count(http::field::origin) > 0 ||
                                     (!fetch_site.empty() && fetch_site != "same-origin" &&
                                      fetch_site != "none");
-            const bool from_browser = req.count(http::field::origin) > 0 || !fetch_site.empty();
             const bool changes_state =
                 req.method() != http::verb::get && req.method() != http::verb::head;
-            if (from_browser && !rebinding_proof_host(req[http::field::host])) {
-                extra = AdminReply{403, "text/plain; charset=utf-8", kRebindingRefusal};
+            const std::string_view host = req[http::field::host];
+            if (!host_allowed(host)) {
+                extra = refuse_host(host);
             } else if (target.starts_with("/admin/") && cross_site && changes_state) {
                 extra = AdminReply{403, "text/plain; charset=utf-8",
                                    "forbidden: a state-changing admin request from a browser "
@@ -304,6 +271,63 @@ public:
         }
         std::lock_guard lock(token_mu_);
         token_digest_ = digest;
+    }
+
+    void set_host_names(const std::vector<std::string>& names) {
+        host_names_ = names;
+        any_host_ = std::find(names.begin(), names.end(), "*") != names.end();
+    }
+
+    // Whether a request with this Host may be answered. DNS rebinding: a page at
+    // attacker.example whose name is re-resolved to this listener's address is same-origin with
+    // it for the browser, which then lets the page read every view (members' addresses, pools,
+    // tenant names in /metrics). A same-origin GET carries neither Origin nor Sec-Fetch-* (those
+    // go only to https and localhost origins), so nothing but its Host tells it from Prometheus
+    // or curl: the page's own name. An IP literal cannot be rebound, localhost no other site can
+    // resolve, and the names the operator lists are the operator's own.
+    bool host_allowed(std::string_view host) const {
+        if (any_host_) {
+            return true;
+        }
+        boost::system::error_code ec;
+        if (host.starts_with('[')) {  // [v6] or [v6]:port.
+            const size_t close = host.find(']');
+            if (close == std::string_view::npos ||
+                (close + 1 < host.size() && host[close + 1] != ':')) {
+                return false;
+            }
+            net::ip::make_address_v6(std::string(host.substr(1, close - 1)), ec);
+            return !ec;
+        }
+        const std::string_view name = host.substr(0, host.find(':'));
+        if (beast::iequals(name, "localhost")) {
+            return true;
+        }
+        net::ip::make_address_v4(std::string(name), ec);
+        return !ec || std::any_of(host_names_.begin(), host_names_.end(),
+                                  [&](const std::string& n) { return beast::iequals(name, n); });
+    }
+
+    // The 403 for a Host host_allowed() refused, logged at most once a second: after an
+    // upgrade, a Prometheus that scrapes by a name not yet listed shows only "403" itself.
+    AdminReply refuse_host(std::string_view host) {
+        const std::string named = host.empty() ? std::string("a request without Host")
+                                               : "Host '" + std::string(host) + "'";
+        const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count();
+        int64_t last = host_refused_logged_ms_.load();
+        if (now - last >= 1000 && host_refused_logged_ms_.compare_exchange_strong(last, now)) {
+            log::warn("admin_host_refused",
+                      {{"host", std::string(host)},
+                       {"fix", "name the admin listener by IP address or localhost, or list the "
+                               "name in listeners.admin.host_names"}});
+        }
+        return AdminReply{403, "text/plain; charset=utf-8",
+                          "forbidden: " + named +
+                              " is not an IP address, localhost or a name listed in "
+                              "listeners.admin.host_names (a guard against DNS rebinding); "
+                              "list the name there to use it\n"};
     }
 
     // The refusal of an /admin/ request its sender may not make, or nullopt when it may.
@@ -493,6 +517,11 @@ public:
     AdminHandler handler_;
     std::mutex token_mu_;
     std::optional<Sha256Digest> token_digest_;  // Under token_mu_; nullopt: no token.
+    // Set before start(): listeners.admin.host_names; a "*" among them sets any_host_.
+    std::vector<std::string> host_names_;
+    bool any_host_ = false;
+    // When admin_host_refused was last logged, in steady-clock milliseconds.
+    std::atomic<int64_t> host_refused_logged_ms_{std::numeric_limits<int64_t>::min() / 2};
     std::atomic<bool> stopped_{false};
     std::mutex connections_mu_;
     uint64_t next_connection_id_ = 0;                                 // Under connections_mu_.
@@ -539,6 +568,10 @@ void AdminServer::set_handler(AdminHandler handler) { impl_->handler_ = std::mov
 
 void AdminServer::set_token(std::string token) { impl_->set_token(std::move(token)); }
 
+void AdminServer::set_host_names(const std::vector<std::string>& names) {
+    impl_->set_host_names(names);
+}
+
 void AdminServer::start() {
     net::co_spawn(
         impl_->strand_, [impl = impl_]() { return impl->accept_loop(); },
@@ -554,6 +587,15 @@ void AdminServer::stop() {
         impl->acceptor_.close(ignored);
     });
     impl_->close_idle_connections();
+}
+
+std::vector<std::string> admin_host_names(std::vector<std::string> listed,
+                                          std::string_view advertised) {
+    if (!advertised.empty()) {
+        // host:port or [v6]:port (config); a bracketed host is taken as an IP literal anyway.
+        listed.emplace_back(advertised.substr(0, advertised.rfind(':')));
+    }
+    return listed;
 }
 
 Result<std::string> read_admin_token(const std::string& path) {

@@ -9,10 +9,12 @@
 // must carry `Authorization: Bearer <token>` (401 otherwise; /metrics, /healthz and /readyz stay
 // open for Prometheus and the other sites' checks). Without one, /admin/ views are open and a
 // state-changing request (POST /admin/rollout, which gossip carries to every site) is taken
-// only from a loopback client: from another host it is refused with 403. A request from a
-// browser (Origin or Sec-Fetch-Site sent) whose Host is neither an IP literal nor localhost is
-// refused with 403 on every path: a DNS rebinding of another site's page, which could otherwise
-// read the views; clients without those headers may name the listener by DNS.
+// only from a loopback client: from another host it is refused with 403.
+// Every request, on every path, must name the listener in Host by an IPv4 literal, a bracketed
+// IPv6 literal, localhost (any case, any port) or a name given to set_host_names()
+// (listeners.admin.host_names): anything else, a missing Host too, gets 403 saying which Host
+// was refused. A page whose DNS name was rebound to this address is same-origin with it for the
+// browser, and its requests carry nothing else that tells them from Prometheus' or curl's.
 // Runs on the given io_context, from any number of threads; one short request at a time per
 // connection, 5 s to read a request and write its answer. At most `max_connections` (default
 // kAdminMaxConnections) are open at once: the listener is reachable from other sites and
@@ -39,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 
@@ -87,6 +90,10 @@ public:
     // The bearer token /admin/ requests must carry ("" for none). Any thread, any time: the
     // next request is checked against it (a reload rotates it).
     void set_token(std::string token);
+    // The DNS names a request's Host may carry besides IP literals and localhost, compared
+    // without case and without the port; "*" among them accepts any Host (the check is off).
+    // Call before start().
+    void set_host_names(const std::vector<std::string>& names);
     void start();
     // See the threading contract above.
     void stop();
@@ -97,6 +104,12 @@ private:
     explicit AdminServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
     std::shared_ptr<Impl> impl_;
 };
+
+// The names to give set_host_names(): `listed` (listeners.admin.host_names) and the host of
+// `advertised` (site.admin_address, "" for none). The other sites check /readyz there, with
+// that host as Host: a DNS name in it is this site's own, and taken whether listed or not.
+std::vector<std::string> admin_host_names(std::vector<std::string> listed,
+                                          std::string_view advertised);
 
 // The admin token in `path` (listeners.admin.token_file): the file's text without trailing
 // whitespace, 16 to 4096 visible ASCII characters (the characters a bearer token may hold).

@@ -42,6 +42,9 @@ struct AdminListenerConfig {
     // File holding the bearer token every /admin/ request must carry; empty: none (then only
     // loopback clients may make state-changing admin requests). Reloaded on SIGHUP.
     std::string token_file;
+    // DNS names a request's Host may carry besides IP literals and localhost (DNS rebinding
+    // guard), as written; {"*"}: any Host. Restart-only, as address and port are.
+    std::vector<std::string> host_names;
 
     bool operator==(const AdminListenerConfig&) const = default;
 };

@@ -1,10 +1,14 @@
 // The `listeners` section (the public HTTPS listener with its certificates, the admin one) and
 // the `limits` section (the timeouts and sizes the listeners enforce), for parse_config().
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <boost/asio/ip/address.hpp>
 
 #include "daemon/config_internal.h"
 
@@ -37,6 +41,51 @@ Status parse_certificates(const Reader& r, const YAML::Node& node, const std::st
               }}}));
         EDGE_RETURN_IF_ERROR(r.require_keys(node[i], item, {"cert", "key"}));
         out.push_back(std::move(cert));
+    }
+    return ok_status();
+}
+
+// listeners.admin.host_names: DNS names, or a lone "*". A name is compared with a Host's part
+// before the port, so a port here could never match; an IP literal is taken by the listener
+// without listing and is let through, harmless. Wildcards such as *.example.org are refused
+// rather than read as a name that never matches.
+Status parse_host_names(const Reader& r, const YAML::Node& node, const std::string& key,
+                        std::vector<std::string>& out) {
+    EDGE_ASSIGN_OR_RETURN(out, r.strings(node, key));
+    for (size_t i = 0; i < out.size(); ++i) {
+        const std::string& name = out[i];
+        const std::string item = key + "[" + std::to_string(i) + "]";
+        auto refuse = [&](const std::string& why) { return r.error(node[i], item, why); };
+        if (name.empty()) {
+            return refuse("must not be empty");
+        }
+        if (name == "*") {
+            if (out.size() > 1) {
+                return refuse("\"*\" accepts any Host and turns the check off: list it alone, "
+                              "or list names without it");
+            }
+            continue;
+        }
+        boost::system::error_code ec;
+        const bool bracketed = name.size() > 2 && name.front() == '[' && name.back() == ']';
+        (void)boost::asio::ip::make_address(
+            bracketed ? name.substr(1, name.size() - 2) : name, ec);
+        if (!ec) {
+            continue;
+        }
+        const size_t colon = name.rfind(':');
+        if (colon != std::string::npos && colon + 1 < name.size() &&
+            name.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+            return refuse("'" + name + "' has a port: list the name alone (every port is "
+                          "accepted)");
+        }
+        const bool dns_name = std::all_of(name.begin(), name.end(), [](unsigned char c) {
+            return std::isalnum(c) || c == '-' || c == '_' || c == '.';
+        });
+        if (!dns_name) {
+            return refuse("'" + name + "' is not a DNS name (letters, digits, '-', '_' and '.'; "
+                          "a lone \"*\" accepts any Host)");
+        }
     }
     return ok_status();
 }
@@ -82,9 +131,13 @@ Status parse_listeners(const Reader& r, const YAML::Node& node, const std::strin
                   n, k,
                   {{"address", ip_field(r, c.admin.address)},
                    {"port", int_field(r, c.admin.port, 0, 65535)},
-                   {"token_file", [&](const YAML::Node& tn, const std::string& tk) -> Status {
+                   {"token_file",
+                    [&](const YAML::Node& tn, const std::string& tk) -> Status {
                         EDGE_ASSIGN_OR_RETURN(c.admin.token_file, r.path(tn, tk));
                         return ok_status();
+                    }},
+                   {"host_names", [&](const YAML::Node& hn, const std::string& hk) {
+                        return parse_host_names(r, hn, hk, c.admin.host_names);
                     }}});
           }}}));
     return r.require_keys(node, key, {"public"});

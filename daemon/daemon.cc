@@ -225,6 +225,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(const Config& config, engine::Gen
                                            }
                                            return ok_status();
                                        }));
+    d->admin_->set_host_names(admin_host_names(config.admin.host_names, config.site.admin_address));
     if (!config.admin.token_file.empty()) {
         Result<std::string> token = read_admin_token(config.admin.token_file);
         if (!token.ok()) {

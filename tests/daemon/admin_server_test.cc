@@ -41,7 +41,8 @@ namespace {
 
 struct AdminFixture {
     explicit AdminFixture(AdminHandler handler = nullptr, const std::string& address = "127.0.0.1",
-                          int io_threads = 1, size_t max_connections = kAdminMaxConnections) {
+                          int io_threads = 1, size_t max_connections = kAdminMaxConnections,
+                          const std::vector<std::string>& host_names = {}) {
         auto created = AdminServer::create(io, address, 0, metrics, [] { return ok_status(); },
                                            max_connections);
         REQUIRE(created.ok());
@@ -49,6 +50,7 @@ struct AdminFixture {
         if (handler) {
             server->set_handler(std::move(handler));
         }
+        server->set_host_names(host_names);
         server->start();
         thread = std::thread([this] {
             auto guard = boost::asio::make_work_guard(io);
@@ -189,19 +191,20 @@ AdminHandler echo_handler(std::atomic<int>& calls) {
 TEST_CASE("admin: a HEAD response carries the GET's Content-Length and no body") {
     AdminFixture f;
     const std::string all = f.exchange(
-        "HEAD /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
-        "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+        "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     CHECK(count(all, "HTTP/1.1 200 OK\r\n") == 2);
     CHECK(count(all, "Content-Length: 3\r\n") == 2);
     CHECK(count(all, "ok\n") == 1);  // The GET's body only.
-    const std::string refused = f.exchange("DELETE /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+    const std::string refused = f.exchange("DELETE /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
     CHECK(refused.find("Allow: GET, HEAD\r\n") != std::string::npos);
 }
 
 TEST_CASE("admin: a state-changing request from a browser page is refused, curl's is not") {
     std::atomic<int> calls{0};
     AdminFixture f(echo_handler(calls));
-    const std::string post = "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n";
+    const std::string post =
+        "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: localhost\r\n";
     CHECK(f.exchange(post + "Connection: close\r\n\r\n").find("POST done") !=
           std::string::npos);
     const std::string cross =
@@ -216,44 +219,90 @@ TEST_CASE("admin: a state-changing request from a browser page is refused, curl'
     CHECK(calls == 2);
 }
 
-TEST_CASE("admin: a browser request naming another host is refused (DNS rebinding) and others are not") {
+TEST_CASE("admin: a Host other than an IP, localhost or a listed name is refused (DNS rebinding)") {
     std::atomic<int> calls{0};
     AdminFixture f(echo_handler(calls));
     const std::string port = std::to_string(f.server->port());
-    auto get = [&](const std::string& path, const std::string& headers) {
-        return f.exchange("GET " + path + " HTTP/1.1\r\n" + headers + "Connection: close\r\n\r\n");
+    auto ask = [](AdminFixture& to, const std::string& line, const std::string& headers) {
+        return to.exchange(line + " HTTP/1.1\r\n" + headers + "Connection: close\r\n\r\n");
     };
-    // A page at attacker.example, its name re-resolved to 127.0.0.1: same-origin for the browser.
-    const std::string rebound = get("/admin/members", "Host: attacker.example:" + port +
-                                                          "\r\nSec-Fetch-Site: same-origin\r\n");
-    CHECK_MESSAGE(rebound.find("HTTP/1.1 403") == 0, rebound);
-    CHECK(rebound.find("DNS rebinding") != std::string::npos);
+    // What Chrome sends for a page at http://attacker.example:PORT whose name was re-resolved to
+    // 127.0.0.1, reading /admin/members with fetch(): a same-origin GET to a plain-HTTP origin
+    // carries neither Origin nor Sec-Fetch-* (sent only to https and localhost origins).
+    const std::string chrome = "Host: attacker.example:" + port +
+                               "\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) "
+                               "AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0.0.0 "
+                               "Safari/537.36\r\nAccept: */*\r\n";
+    const std::string members = ask(f, "GET /admin/members", chrome);
+    CHECK_MESSAGE(members.find("HTTP/1.1 403") == 0, members);
+    CHECK(members.find("Host 'attacker.example:" + port + "'") != std::string::npos);
+    CHECK(members.find("listeners.admin.host_names") != std::string::npos);
+    const std::string metrics = ask(f, "GET /metrics", chrome);
+    CHECK_MESSAGE(metrics.find("HTTP/1.1 403") == 0, metrics);
+    CHECK(metrics.find("edgeserve_") == std::string::npos);
+    // Every path and method; only the part before the port counts, and a missing Host is none
+    // of the names taken.
     const std::vector<std::string> refused = {
-        "Host: attacker.example\r\nOrigin: http://attacker.example\r\n",
-        // Only the host part counts: a name that starts like an address is a name.
-        "Host: 127.0.0.1.attacker.example:" + port + "\r\nSec-Fetch-Site: none\r\n",
-        "Host: [::1]x\r\nSec-Fetch-Site: same-origin\r\n",
-        "Sec-Fetch-Site: same-origin\r\n",  // No Host at all.
+        "Host: attacker.example\r\n",
+        "Host: 127.0.0.1.attacker.example:" + port + "\r\n",
+        "Host: localhost.attacker.example\r\n",
+        "Host: [::1]x\r\n",
+        "Host: \r\n",
+        "",
     };
     for (const std::string& headers : refused) {
-        CHECK_MESSAGE(get("/admin/pools", headers).find("HTTP/1.1 403") == 0, headers);
-        CHECK_MESSAGE(get("/metrics", headers).find("HTTP/1.1 403") == 0, headers);
+        for (const char* line : {"GET /admin/pools", "GET /metrics", "GET /healthz",
+                                 "HEAD /readyz", "POST /admin/rollout?model=m&version=v"}) {
+            CHECK_MESSAGE(ask(f, line, headers).find("HTTP/1.1 403") == 0, line << " " << headers);
+        }
     }
+    CHECK(ask(f, "GET /metrics", "").find("a request without Host") != std::string::npos);
     CHECK(calls == 0);
-    // The operator's browser, with the listener's address or localhost.
+    // The listener's address, [::1] or localhost, with or without a port, browser or not.
     const std::vector<std::string> hosts = {"127.0.0.1:" + port, "127.0.0.1", "[::1]:" + port,
-                                            "localhost:" + port, "LocalHost"};
+                                            "[::1]", "localhost:" + port, "LocalHost"};
     for (const std::string& host : hosts) {
-        const std::string seen =
-            get("/admin/members", "Host: " + host + "\r\nSec-Fetch-Site: same-origin\r\n");
+        const std::string seen = ask(f, "GET /admin/members",
+                                     "Host: " + host + "\r\nSec-Fetch-Site: same-origin\r\n");
+        CHECK_MESSAGE(seen.find("GET done") != std::string::npos, host << ": " << seen);
+        CHECK(ask(f, "GET /metrics", "Host: " + host + "\r\n").find("HTTP/1.1 200") == 0);
+    }
+    CHECK(calls == 6);
+
+    // Names listed in listeners.admin.host_names, in any case and with any port.
+    std::atomic<int> listed_calls{0};
+    AdminFixture listed(echo_handler(listed_calls), "127.0.0.1", 1, kAdminMaxConnections,
+                        {"Admin.Fra1.example", "prometheus-target"});
+    const std::vector<std::string> names = {"admin.fra1.example", "ADMIN.FRA1.EXAMPLE:9443",
+                                            "admin.fra1.example:" + port, "prometheus-target",
+                                            "127.0.0.1"};
+    for (const std::string& host : names) {
+        const std::string seen = ask(listed, "GET /admin/members", "Host: " + host + "\r\n");
         CHECK_MESSAGE(seen.find("GET done") != std::string::npos, host << ": " << seen);
     }
-    CHECK(calls == 5);
-    // Prometheus, curl, peers and the commands send no browser header and may use a DNS name.
-    CHECK(get("/admin/members", "Host: some.name:" + port + "\r\n").find("GET done") !=
-          std::string::npos);
-    CHECK(get("/metrics", "Host: some.name:" + port + "\r\n").find("HTTP/1.1 200") == 0);
-    CHECK(calls == 6);
+    CHECK(listed_calls == 5);
+    for (const char* host : {"fra1.example", "admin.fra1.example.attacker.example",
+                             "attacker.example"}) {
+        CHECK_MESSAGE(ask(listed, "GET /metrics", "Host: " + std::string(host) + "\r\n")
+                              .find("HTTP/1.1 403") == 0,
+                      host);
+    }
+    // The host of site.admin_address, which the other sites' /readyz checks send, unlisted.
+    AdminFixture advertised(nullptr, "127.0.0.1", 1, kAdminMaxConnections,
+                            admin_host_names({}, "admin.gru1.example:9443"));
+    CHECK(ask(advertised, "GET /readyz", "Host: admin.gru1.example:9443\r\n")
+              .find("HTTP/1.1 200") == 0);
+    CHECK(ask(advertised, "GET /readyz", "Host: attacker.example:9443\r\n")
+              .find("HTTP/1.1 403") == 0);
+    CHECK(admin_host_names({"a.example"}, "[fd00::1]:9443") ==
+          std::vector<std::string>{"a.example", "[fd00::1]"});
+    CHECK(admin_host_names({"a.example"}, "") == std::vector<std::string>{"a.example"});
+    // A lone "*" turns the check off: any Host, or none.
+    std::atomic<int> any_calls{0};
+    AdminFixture any(echo_handler(any_calls), "127.0.0.1", 1, kAdminMaxConnections, {"*"});
+    CHECK(ask(any, "GET /admin/members", chrome).find("GET done") != std::string::npos);
+    CHECK(ask(any, "GET /metrics", "").find("HTTP/1.1 200") == 0);
+    CHECK(any_calls == 1);
 }
 
 TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status and a close") {
@@ -261,21 +310,22 @@ TEST_CASE("admin: oversized headers, bodies and chunk extensions get a status an
     auto status_of = [](const std::string& reply) {
         return reply.size() >= 12 ? std::atoi(reply.c_str() + 9) : 0;
     };
-    CHECK(status_of(f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " +
+    CHECK(status_of(f.exchange("GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: " +
                                std::string(20000, 'a') + "\r\n\r\n")) == 431);
     const std::string with_body =
-        f.exchange("POST /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello");
+        f.exchange("POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello");
     CHECK(status_of(with_body) == 413);
     // Says where the parameters go rather than only "Payload Too Large".
     CHECK(with_body.find("parameters go in the query string") != std::string::npos);
     // Without a bound, this was buffered until the read timeout (and a gigabyte of it held).
     const std::string extension =
-        f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+        f.exchange("GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n1;" +
                    std::string(40000, 'a'));
     CHECK(status_of(extension) == 413);
     CHECK(extension.find("Connection: close\r\n") != std::string::npos);
-    CHECK(status_of(f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")) ==
-          200);
+    CHECK(status_of(f.exchange(
+              "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")) == 200);
 }
 
 TEST_CASE("admin: out of file descriptors, the accept loop backs off, then serves again") {
@@ -308,7 +358,7 @@ TEST_CASE("admin: out of file descriptors, the accept loop backs off, then serve
     REQUIRE(exhausted.filled());
     REQUIRE(waiting.ok());
     // The waiting connection is served once descriptors are free again.
-    const std::string req = "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    const std::string req = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     ::send(*waiting, req.data(), req.size(), MSG_NOSIGNAL);
     char buf[1024];
     const ssize_t n = ::recv(*waiting, buf, sizeof(buf), 0);
@@ -325,7 +375,7 @@ TEST_CASE("admin: with a token, every /admin/ request needs it and the health pa
     const std::string token = "0123456789abcdef0123456789abcdef";
     f.server->set_token(token);
     auto get = [&](const std::string& path, const std::string& headers) {
-        return f.exchange("GET " + path + " HTTP/1.1\r\nHost: a\r\n" + headers +
+        return f.exchange("GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + headers +
                           "Connection: close\r\n\r\n");
     };
     const std::string none = get("/admin/members", "");
@@ -341,7 +391,7 @@ TEST_CASE("admin: with a token, every /admin/ request needs it and the health pa
     // The scheme in any case; POST too (the token is what is trusted, not the address).
     CHECK(get("/admin/members", "Authorization: bearer " + token + "\r\n").find("GET done") !=
           std::string::npos);
-    CHECK(f.exchange("POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n"
+    CHECK(f.exchange("POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: localhost\r\n"
                      "Authorization: Bearer " +
                      token + "\r\nConnection: close\r\n\r\n")
               .find("POST done") != std::string::npos);
@@ -363,7 +413,8 @@ TEST_CASE("admin: without a token, a state-changing request is taken from loopba
     std::atomic<int> calls{0};
     AdminFixture f(echo_handler(calls), "0.0.0.0");
     const std::string post =
-        "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+        "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: localhost\r\n"
+        "Connection: close\r\n\r\n";
     CHECK(f.exchange(post).find("POST done") != std::string::npos);
     if (own.empty()) {
         MESSAGE("this host has no non-loopback IPv4 address: the remote case is not run");
@@ -373,12 +424,13 @@ TEST_CASE("admin: without a token, a state-changing request is taken from loopba
     const std::string remote = f.exchange(post, own);
     CHECK(remote.find("HTTP/1.1 403") == 0);
     CHECK(remote.find("set listeners.admin.token_file") != std::string::npos);
-    CHECK(f.exchange("GET /admin/members HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", own)
+    CHECK(f.exchange("GET /admin/members HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+                     own)
               .find("GET done") != std::string::npos);
     CHECK(calls == 2);
     // With a token, the same request from there is taken.
     f.server->set_token("0123456789abcdef0123456789abcdef");
-    CHECK(f.exchange("POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n"
+    CHECK(f.exchange("POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: localhost\r\n"
                      "Authorization: Bearer 0123456789abcdef0123456789abcdef\r\n"
                      "Connection: close\r\n\r\n",
                      own)
@@ -430,8 +482,8 @@ TEST_CASE("admin: a deferred reply is sent when its answer comes, from any threa
             return reply;
         });
     const std::string now = f.exchange(
-        "POST /admin/now HTTP/1.1\r\nHost: a\r\n\r\n"
-        "POST /admin/later HTTP/1.1\r\nHost: a\r\n"
+        "POST /admin/now HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        "POST /admin/later HTTP/1.1\r\nHost: localhost\r\n"
         "Connection: close\r\n\r\n");
     CHECK(now.starts_with("HTTP/1.1 200 OK\r\n"));
     CHECK(now.find("now\n") != std::string::npos);
@@ -440,7 +492,7 @@ TEST_CASE("admin: a deferred reply is sent when its answer comes, from any threa
     CHECK(now.find("twice") == std::string::npos);
     const auto start = std::chrono::steady_clock::now();
     const std::string never = f.exchange(
-        "POST /admin/never HTTP/1.1\r\nHost: a\r\n"
+        "POST /admin/never HTTP/1.1\r\nHost: localhost\r\n"
         "Connection: close\r\n\r\n");
     CHECK(never.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
     CHECK(never.find("not confirmed") != std::string::npos);
@@ -456,13 +508,13 @@ TEST_CASE("admin: stop() closes idle keep-alive connections at once, from any th
     // read timeout is 5 s: the client gives up after 3.
     const int served = connect_client(f.server->port(), std::chrono::seconds(3));
     REQUIRE(served >= 0);
-    const std::string req = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n";
+    const std::string req = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
     ::send(served, req.data(), req.size(), MSG_NOSIGNAL);
     REQUIRE(read_until(served, "ok\n").find("HTTP/1.1 200 OK\r\n") == 0);
     const int silent = connect_client(f.server->port(), std::chrono::seconds(3));
     REQUIRE(silent >= 0);
     // A round trip on a third connection: the silent one, accepted before it, is being served.
-    CHECK(f.exchange("GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    CHECK(f.exchange("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
               .find("HTTP/1.1 200") == 0);
 
     const auto start = std::chrono::steady_clock::now();
@@ -492,7 +544,8 @@ TEST_CASE("admin: stop() lets a request being answered finish, then closes its c
     const int fd = connect_client(f.server->port(), std::chrono::seconds(3));
     REQUIRE(fd >= 0);
     // Keep-alive asked for: the answer says the connection closes all the same.
-    const std::string req = "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: a\r\n\r\n";
+    const std::string req =
+        "POST /admin/rollout?model=m&version=v HTTP/1.1\r\nHost: localhost\r\n\r\n";
     ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
     std::function<void(AdminReply)> answer;
     {
@@ -573,7 +626,7 @@ TEST_CASE("admin: start() and stop() with several I/O threads leave the port clo
 
 TEST_CASE("admin: connections past the cap are closed at accept, the open ones stay served") {
     AdminFixture f(nullptr, "127.0.0.1", 1, 2);
-    const std::string req = "GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n";
+    const std::string req = "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
     // A kept-alive connection, served once: it holds one of the two places.
     auto served_connection = [&] {
         const int fd = connect_client(f.server->port(), std::chrono::seconds(3));

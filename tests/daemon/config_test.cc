@@ -190,6 +190,54 @@ TEST_CASE("listeners.public.certificate_watch_ms: 0 turns the watch off, under 1
     CHECK(changed_restart_sections(*off, *fast) == std::vector<std::string>{"listeners"});
 }
 
+TEST_CASE("listeners.admin.host_names: DNS names or a lone \"*\"; bad entries named with the key") {
+    auto with = [](const std::string& value) {
+        std::string yaml = testing::config_yaml("/c", "/k");
+        yaml.replace(yaml.find("    port: 0\nsite:"), 0, "    host_names: " + value + "\n");
+        return parse_config(yaml, "/etc/edgeserve/test.yaml");
+    };
+    Result<Config> none = parse_config(testing::config_yaml("/c", "/k"), "x.yaml");
+    REQUIRE(none.ok());
+    CHECK(none->admin.host_names.empty());
+    // Kept as written (compared without case); an IP literal is taken anyway and let through.
+    Result<Config> names =
+        with("[Admin.Fra1.example, prometheus_target, 10.0.0.5, '[::1]', '::1']");
+    REQUIRE_MESSAGE(names.ok(), names.status().message());
+    CHECK(names->admin.host_names == std::vector<std::string>{"Admin.Fra1.example",
+                                                              "prometheus_target", "10.0.0.5",
+                                                              "[::1]", "::1"});
+    Result<Config> any = with("['*']");
+    REQUIRE(any.ok());
+    CHECK(any->admin.host_names == std::vector<std::string>{"*"});
+    CHECK(with("[]").ok());
+    const std::vector<std::pair<std::string, std::string>> refused = {
+        {"admin.example", "expected a list of strings"},
+        {"[a.example, '']", "listeners.admin.host_names[1]: must not be empty"},
+        {"['admin.example:9443']",
+         "listeners.admin.host_names[0]: 'admin.example:9443' has a port: list the name alone"},
+        {"['[::1]:9443']", "listeners.admin.host_names[0]: '[::1]:9443' has a port"},
+        {"['admin .example']",
+         "listeners.admin.host_names[0]: 'admin .example' is not a DNS name"},
+        {"[' admin.example']", "' admin.example' is not a DNS name"},
+        {"['*.example.org']",
+         "listeners.admin.host_names[0]: '*.example.org' is not a DNS name (letters, digits, '-', "
+         "'_' and '.'; a lone \"*\" accepts any Host)"},
+        {"['http://admin.example']", "'http://admin.example' is not a DNS name"},
+        {"[admin.example, '*']",
+         "listeners.admin.host_names[1]: \"*\" accepts any Host and turns the check off: list it "
+         "alone"},
+    };
+    for (const auto& [value, message] : refused) {
+        Result<Config> bad = with(value);
+        REQUIRE_FALSE_MESSAGE(bad.ok(), value);
+        CHECK_MESSAGE(bad.status().message().find(message) != std::string::npos,
+                      value << ": " << bad.status().message());
+        CHECK(bad.status().message().find("test.yaml:11:") != std::string::npos);
+    }
+    // Restart-only, as the listener's address and port are.
+    CHECK(changed_restart_sections(*none, *names) == std::vector<std::string>{"listeners"});
+}
+
 TEST_CASE("nested aliases (a billion laughs) are checked in linear time, then refused by key") {
     // 10^12 paths through 12 levels of ten aliases each: each node must be visited once.
     std::string yaml = "a0: &a0 [\"x\", 'y', z]\n";
