@@ -24,6 +24,7 @@
 
 #include "common/file.h"
 #include "common/log.h"
+#include "daemon/api/completion.h"
 #include "daemon/bearer.h"
 #include "daemon/metrics.h"
 
@@ -311,15 +312,18 @@ public:
     // The 403 for a Host host_allowed() refused, logged at most once a second: after an
     // upgrade, a Prometheus that scrapes by a name not yet listed shows only "403" itself.
     AdminReply refuse_host(std::string_view host) {
-        const std::string named = host.empty() ? std::string("a request without Host")
-                                               : "Host '" + std::string(host) + "'";
+        // As the log line and the body show it: its first 256 bytes, those that are not UTF-8
+        // as \xNN (a Host may carry any byte above 0x7f; a strict JSON reader refuses the line).
+        const std::string shown = api::logprob_token_text(host.substr(0, 256));
+        const std::string named =
+            host.empty() ? std::string("a request without Host") : "Host '" + shown + "'";
         const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::steady_clock::now().time_since_epoch())
                                 .count();
         int64_t last = host_refused_logged_ms_.load();
         if (now - last >= 1000 && host_refused_logged_ms_.compare_exchange_strong(last, now)) {
             log::warn("admin_host_refused",
-                      {{"host", std::string(host)},
+                      {{"host", shown},
                        {"fix", "name the admin listener by IP address or localhost, or list the "
                                "name in listeners.admin.host_names"}});
         }
@@ -591,9 +595,11 @@ void AdminServer::stop() {
 
 std::vector<std::string> admin_host_names(std::vector<std::string> listed,
                                           std::string_view advertised) {
-    if (!advertised.empty()) {
-        // host:port or [v6]:port (config); a bracketed host is taken as an IP literal anyway.
-        listed.emplace_back(advertised.substr(0, advertised.rfind(':')));
+    // host:port or [v6]:port (config); a bracketed host is taken as an IP literal anyway. A
+    // "*" there names no host, and must not turn the check off as a lone "*" listed does.
+    const std::string_view host = advertised.substr(0, advertised.rfind(':'));
+    if (!host.empty() && host != "*") {
+        listed.emplace_back(host);
     }
     return listed;
 }
