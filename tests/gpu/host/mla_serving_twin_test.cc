@@ -26,6 +26,7 @@
 #include "engine/quant/quantized_weight.h"
 #include "tests/gpu/host/config_edit.h"
 #include "tests/gpu/host/serving_script.h"
+#include "tests/gpu/host/twin_check.h"
 #include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
@@ -223,12 +224,7 @@ TEST_CASE(
     REQUIRE_MESSAGE(m.ok(), m.status().to_string());
     CHECK(m->rms_eps == 0.065536f);
     CHECK(m->mla.eps == 1e-6f);
-    auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
-    REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-    auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
-                                       create_twin_step_runner);
-    REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
-    testing::run_serving_script(**cpu, **twin, 1e-3);
+    testing::check_twin_equals_cpu(dir.path());
 }
 
 TEST_CASE(

@@ -13,6 +13,7 @@
 #include "engine/cuda/host/serving_model.h"
 #include "engine/cuda/host/twin_step_runner.h"
 #include "tests/gpu/host/serving_script.h"
+#include "tests/gpu/host/twin_check.h"
 #include "tests/testing/test_certs.h"
 
 namespace edge::engine::cuda {
@@ -67,12 +68,7 @@ TEST_CASE(
         dir.write("config.json", std::string(config).replace(at, v.first.size(), v.second));
         std::filesystem::create_symlink(testing::kMicroGlm4 + "/model.safetensors",
                                         dir.file("model.safetensors"));
-        auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
-        REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-        auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
-                                           create_twin_step_runner);
-        REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
-        testing::run_serving_script(**cpu, **twin, 1e-3);
+        testing::check_twin_equals_cpu(dir.path());
     }
 }
 
@@ -91,12 +87,7 @@ TEST_CASE("serving path on the CPU twin: YaRN rope_scaling (Qwen3, GLM-4.5) equa
         dir.write("config.json", config.replace(at, plain.size(), yarn));
         std::filesystem::create_symlink(fixture + "/model.safetensors",
                                         dir.file("model.safetensors"));
-        auto cpu = load_model(dir.path(), testing::serving_script_options("cpu"));
-        REQUIRE_MESSAGE(cpu.ok(), cpu.status().to_string());
-        auto twin = load_serving_causal_lm(dir.path(), testing::serving_script_options("cuda"),
-                                           create_twin_step_runner);
-        REQUIRE_MESSAGE(twin.ok(), twin.status().to_string());
-        testing::run_serving_script(**cpu, **twin, 1e-3);
+        testing::check_twin_equals_cpu(dir.path());
     }
 }
 
