@@ -595,10 +595,10 @@ void AdminServer::stop() {
 
 std::vector<std::string> admin_host_names(std::vector<std::string> listed,
                                           std::string_view advertised) {
-    // host:port or [v6]:port (config); a bracketed host is taken as an IP literal anyway. A
-    // "*" there names no host, and must not turn the check off as a lone "*" listed does.
+    // host:port or [v6]:port, as the config checked it (host_port: a DNS name or an IP, never
+    // the "*" that turns the check off); a bracketed host is taken as an IP literal anyway.
     const std::string_view host = advertised.substr(0, advertised.rfind(':'));
-    if (!host.empty() && host != "*") {
+    if (!host.empty()) {
         listed.emplace_back(host);
     }
     return listed;

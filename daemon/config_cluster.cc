@@ -17,20 +17,30 @@
 namespace edge::daemon {
 namespace {
 
-// A "host:port" or "[v6]:port" string with a port in 1..65535.
+// A "host:port" or "[v6]:port" string with a port in 1..65535; the host a DNS name or an IP
+// literal (peers connect to it and send it as Host: a '*' or a URL there could never work).
 Result<std::string> host_port(const Reader& r, const YAML::Node& n, const std::string& k) {
     EDGE_ASSIGN_OR_RETURN(std::string v, r.string(n, k));
     std::string port;
     if (!v.empty() && v[0] == '[') {
         const size_t close = v.find("]:");
-        if (close == std::string::npos || close == 1) {
-            return r.error(n, k, "expected [host]:port");
+        boost::system::error_code ec;
+        if (close != std::string::npos && close > 1) {
+            (void)boost::asio::ip::make_address_v6(v.substr(1, close - 1), ec);
+        }
+        if (close == std::string::npos || close == 1 || ec) {
+            return r.error(n, k, "expected [IPv6 address]:port");
         }
         port = v.substr(close + 2);
     } else {
         const size_t colon = v.rfind(':');
         if (colon == std::string::npos || colon == 0 || v.find(':') != colon) {
             return r.error(n, k, "expected host:port");
+        }
+        if (!dns_name_chars(std::string_view(v).substr(0, colon))) {
+            return r.error(n, k,
+                           "the host before the port must be a DNS name or an IP address "
+                           "(letters, digits, '-', '_' and '.')");
         }
         port = v.substr(colon + 1);
     }

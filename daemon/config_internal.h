@@ -10,6 +10,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -249,6 +250,16 @@ std::function<Status(const YAML::Node&, const std::string&)> ms_field(
 // Like ms_field but 0 is allowed (meaning "off" or "the preset's").
 std::function<Status(const YAML::Node&, const std::string&)> ms0_field(
     const Reader& r, std::chrono::milliseconds& field);
+
+// Whether `name` is made only of what a DNS name (or an IPv4 literal) holds: letters, digits,
+// '-', '_' and '.'. Not a full RFC 1035 check: it keeps wildcards, URLs, spaces and stray
+// punctuation out of names that are sent as a Host or compared with one.
+inline bool dns_name_chars(std::string_view name) {
+    return !name.empty() && std::all_of(name.begin(), name.end(), [](unsigned char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '-' || c == '_' || c == '.';
+    });
+}
 
 // A listen or bind address: an IP literal, parsed as the listeners parse it (no host names).
 std::function<Status(const YAML::Node&, const std::string&)> ip_field(const Reader& r,

@@ -79,10 +79,7 @@ Status parse_host_names(const Reader& r, const YAML::Node& node, const std::stri
             return refuse("'" + name + "' has a port: list the name alone (every port is "
                           "accepted)");
         }
-        const bool dns_name = std::all_of(name.begin(), name.end(), [](unsigned char c) {
-            return std::isalnum(c) || c == '-' || c == '_' || c == '.';
-        });
-        if (!dns_name) {
+        if (!dns_name_chars(name)) {
             return refuse("'" + name + "' is not a DNS name (letters, digits, '-', '_' and '.'; "
                           "a lone \"*\" accepts any Host)");
         }

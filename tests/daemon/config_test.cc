@@ -647,6 +647,17 @@ TEST_CASE("gossip section: bad values name file, line, column and key") {
           "0..10000");
     CHECK(error_of(testing::config_yaml("/c", "/k", "  peer_address: 7443\n")) ==
           "/etc/edgeserve/test.yaml:17:17: site.peer_address: expected host:port");
+    // The host is a DNS name or an IP: a '*' there (which the admin listener would take for
+    // its "any Host"), a URL or a bracketed name cannot be connected to or sent as a Host.
+    for (const std::string bad : {"'*:9443'", "'http://a:9443'", "'a b:9443'", "'[admin]:9443'"}) {
+        CAPTURE(bad);
+        const std::string e = error_of(testing::config_yaml("/c", "/k", "  admin_address: " + bad +
+                                                                          "\n"));
+        CHECK(e.find("site.admin_address: ") != std::string::npos);
+    }
+    CHECK(error_of(testing::config_yaml("/c", "/k", "  admin_address: '*:9443'\n"))
+              .find("the host before the port must be a DNS name or an IP address") !=
+          std::string::npos);
     CHECK(error_of(testing::config_yaml("/c", "/k",
                                         "routing:\n  outlier:\n    max_ejection_percent: 200\n")) ==
           "/etc/edgeserve/test.yaml:19:27: routing.outlier.max_ejection_percent: must be in "
